@@ -1,0 +1,42 @@
+# Every target sets itself up on a fresh machine: it creates .venv and installs what it needs.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: test demo lint typecheck unit generate synth bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=24"
+	$(BIN)/python -m pip install -q -e ".[gateway,sim,ops,cdk,dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check gateway_src cdk tests app.py
+	$(BIN)/ruff format --check gateway_src cdk tests app.py
+
+typecheck: $(STAMP)
+	$(BIN)/mypy gateway_src/igw cdk app.py
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -n 2
+
+test: lint typecheck unit
+
+demo: $(STAMP)
+	$(BIN)/igw demo
+
+generate: $(STAMP)
+	$(BIN)/igw generate
+
+synth: $(STAMP)
+	$(BIN)/python -m cdk.synth_cli
+
+clean:
+	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,118 @@
+"""The seam between the data plane and request security (``igw.security``).
+
+The gateway calls a :class:`RequestGuard` for every inference request, in this order, before any
+byte reaches a model server::
+
+    principal = await guard.authenticate(headers)          # 401 on failure
+    guard.authorize(principal, model=model)                # 403 on failure
+    await guard.admit(principal, model=model, est_tokens=n)  # 429 + Retry-After on failure
+    ... route and proxy, adding principal.forward_headers ...
+    await guard.account(principal, model=model, prompt_tokens=p, completion_tokens=c)
+
+A failing step raises :class:`GuardDenied`, which carries the exact response to send. The guard
+must never raise anything else for bad client input (a bad token is a 401, not a 500).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling, as far as the gateway knows."""
+
+    subject: str | None = None
+    tenant: str | None = None
+    claims: Mapping[str, Any] = field(default_factory=dict)
+    forward_headers: Mapping[str, str] = field(default_factory=dict)
+    """Headers to add to the upstream request (for example ``x-igw-tenant``); the gateway strips any
+    client-supplied copy of these header names before adding them."""
+    authenticated: bool = False
+
+
+ANONYMOUS = Principal()
+
+
+class GuardDenied(Exception):
+    """A request refused by the guard; carries the full response to send."""
+
+    def __init__(
+        self,
+        *,
+        status: int,
+        message: str,
+        error_type: str,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error_type = error_type
+        self.code = code
+        self.headers: Mapping[str, str] = dict(headers or {})
+
+
+@dataclass(frozen=True, slots=True)
+class GuardReadiness:
+    ready: bool
+    detail: str
+
+
+class RequestGuard(Protocol):
+    """Authentication, authorization, rate limiting and accounting for one gateway."""
+
+    stripped_request_headers: frozenset[str]
+    """Lower-case header names the gateway must remove from every client request before proxying
+    (forwarded-identity headers and, unless configured otherwise, ``authorization``)."""
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal: ...
+
+    def authorize(self, principal: Principal, *, model: str) -> None: ...
+
+    async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None: ...
+
+    async def account(
+        self, principal: Principal, *, model: str, prompt_tokens: int, completion_tokens: int
+    ) -> None: ...
+
+    def readiness(self) -> GuardReadiness: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class OpenGuard:
+    """The guard used when ``spec.auth`` is absent: every request passes, anonymously.
+
+    The gateway still reports the missing authentication loudly (startup warning, gauge, /readyz).
+    """
+
+    stripped_request_headers: frozenset[str] = frozenset()
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        return ANONYMOUS
+
+    def authorize(self, principal: Principal, *, model: str) -> None:
+        return None
+
+    async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None:
+        return None
+
+    async def account(
+        self, principal: Principal, *, model: str, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        return None
+
+    def readiness(self) -> GuardReadiness:
+        return GuardReadiness(ready=True, detail="authentication disabled: spec.auth is not set")
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,153 @@
+"""The routing interface shared by the gateway and the discrete-event simulator.
+
+Both the live gateway and the simulator (``igw.sim``) build the same three inputs for every
+routing decision and call the same :class:`RoutingPolicy`. Keeping this surface small and free of
+I/O is what lets the benchmark run the gateway's real scheduler code in virtual time.
+
+What a router may know about an endpoint is exactly what a gateway can know:
+
+* the latest *scrape* of its ``/metrics`` page (:class:`EngineMetrics`), with the clock time the
+  sample was taken (so its age can be computed against the injected clock), and
+* what the router itself has counted (requests it dispatched that have not completed).
+
+Anything an engine does not publish is ``None``, never zero: a missing signal must be handled
+explicitly by the scorer that needs it (see ``igw.scheduling.signals``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+EndpointKey = str
+"""``host:port`` of one model-server endpoint (a pod IP and its target port)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    """Signals extracted from one scrape of an endpoint's ``/metrics`` page.
+
+    ``None`` means the page did not carry the signal (for example vLLM < 0.9.2 has no
+    ``vllm:kv_cache_usage_perc`` only when the old name is also absent; SGLang without
+    ``--enable-metrics`` has no page at all).
+    """
+
+    waiting: int | None = None
+    """Requests queued, not yet scheduled (``vllm:num_requests_waiting``, ``sglang:num_queue_reqs``)."""
+    running: int | None = None
+    """Requests in the running batch (``vllm:num_requests_running``, ``sglang:num_running_reqs``)."""
+    kv_usage: float | None = None
+    """KV-cache utilisation, fraction 0..1 (``vllm:kv_cache_usage_perc`` or the old
+    ``vllm:gpu_cache_usage_perc``; ``sglang:token_usage``)."""
+    active_adapters: frozenset[str] | None = None
+    """LoRA adapters in the running batch (``vllm:lora_requests_info{running_lora_adapters}``)."""
+    waiting_adapters: frozenset[str] | None = None
+    """LoRA adapters of waiting requests (``vllm:lora_requests_info{waiting_lora_adapters}``)."""
+    max_lora: int | None = None
+    """GPU LoRA slots (``vllm:lora_requests_info{max_lora}``)."""
+    block_size: int | None = None
+    """KV block size in tokens (``vllm:cache_config_info{block_size}``)."""
+    num_gpu_blocks: int | None = None
+    """KV blocks on the GPU (``vllm:cache_config_info{num_gpu_blocks}``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointView:
+    """Everything a routing policy may look at for one candidate endpoint."""
+
+    key: EndpointKey
+    metrics: EngineMetrics | None
+    """Latest successful scrape, or ``None`` if the endpoint has never been scraped successfully."""
+    scraped_at: float | None
+    """Clock time (same clock as ``now`` in :meth:`RoutingPolicy.pick`) of that scrape."""
+    scrape_failing: bool = False
+    """True while the most recent scrape attempts fail (timeout, connection refused, bad page)."""
+    inflight: int = 0
+    """Requests this router dispatched to the endpoint that have not completed yet."""
+    inflight_tokens: int = 0
+    """Estimated prompt + max output tokens of those in-flight requests."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Pod labels (engine type, GPU generation, role...)."""
+
+    def metrics_age(self, now: float) -> float | None:
+        """Seconds since the last successful scrape, or ``None`` if there never was one."""
+        return None if self.scraped_at is None else max(0.0, now - self.scraped_at)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRequest:
+    """The parts of an inference request that routing depends on."""
+
+    request_id: str
+    model: str
+    """The model the client asked for after body-based routing (a base model or a LoRA adapter)."""
+    base_model: str
+    """The base model whose scheduler handles the request."""
+    prefix_text: str
+    """Text used for prefix-affinity hashing: the ``prompt`` of a completion, or the serialised
+    ``messages`` of a chat completion (roles included), as the GIE approximate scorer does."""
+    prompt_tokens: int
+    """Estimated prompt length in tokens (about 4 characters per token when not tokenised)."""
+    max_tokens: int | None = None
+    adapter: str | None = None
+    """LoRA adapter name when ``model`` is an adapter, else ``None``."""
+    priority: int = 0
+    tenant: str | None = None
+
+
+class DecisionKind(enum.Enum):
+    PICKED = "picked"
+    SATURATED = "saturated"
+    """Every eligible endpoint is over the saturation thresholds: answer 429 with Retry-After."""
+    NO_ENDPOINTS = "no_endpoints"
+    """No endpoint is eligible at all: answer 503."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingDecision:
+    kind: DecisionKind
+    endpoint: EndpointKey | None = None
+    fallbacks: tuple[EndpointKey, ...] = ()
+    """Next-best endpoints, in order, for a retry when connecting to ``endpoint`` fails."""
+    scores: Mapping[EndpointKey, Mapping[str, float]] = field(default_factory=dict)
+    """Per-endpoint, per-scorer weighted scores (for the access log and for debugging)."""
+    retry_after_s: float | None = None
+    """For ``SATURATED``: how long the client should wait, computed from the observed drain rate."""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutcome:
+    """What the router learns when a request it dispatched completes (or fails)."""
+
+    request_id: str
+    endpoint: EndpointKey
+    ok: bool
+    ttft_s: float | None = None
+    itl_s: float | None = None
+    """Mean inter-token latency of the response (seconds per output token after the first)."""
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@runtime_checkable
+class RoutingPolicy(Protocol):
+    """A routing policy: the gateway's scheduler, or a baseline such as round-robin.
+
+    The caller (gateway or simulator) owns the in-flight counts it passes in ``EndpointView`` and
+    calls the hooks in this order for each request: ``pick`` -> (dispatch) -> ``on_complete``.
+    ``now`` is the caller's clock (wall clock in the gateway, virtual time in the simulator).
+    """
+
+    name: str
+
+    def pick(
+        self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+    ) -> RoutingDecision: ...
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None: ...
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None: ...
