@@ -11,7 +11,8 @@ What a router may know about an endpoint is exactly what a gateway can know:
 * what the router itself has counted (requests it dispatched that have not completed).
 
 Anything an engine does not publish is ``None``, never zero: a missing signal must be handled
-explicitly by the scorer that needs it (see ``igw.scheduling.signals``).
+explicitly by the scorer that needs it (see ``igw.scheduling.framework``: the scorer returns ``None``
+and the framework imputes and reports it).
 """
 
 from __future__ import annotations

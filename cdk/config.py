@@ -1,0 +1,280 @@
+"""The deployment config: a YAML file validated by ``schemas/deployment-config.schema.json``, read into
+frozen dataclasses that the stacks consume.
+
+Validation happens once, here, before any construct exists, and reports *every* problem with the
+field's path (``hyperpod.instanceGroups[1].instanceType: ...``), so a bad file fails synthesis with a
+message a platform engineer can act on. Beyond the JSON Schema it checks what a schema cannot: the
+add-on version against the pinned minimum, the add-on ``configurationValues`` against the add-on's
+configuration schema, and the ``InferenceGatewayConfig`` with the project's own validator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import jsonschema
+import yaml
+from igw.addon import addon_version, configuration, pins
+
+REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+SCHEMA_FILE: Final = REPO_ROOT / "schemas" / "deployment-config.schema.json"
+EXAMPLE_FILE: Final = Path(__file__).resolve().parent / "examples" / "deployment.yaml"
+
+AuthenticationMode = Literal["API", "API_AND_CONFIG_MAP"]
+IdentityMode = Literal["podIdentity", "irsa"]
+AddonMode = Literal["managed", "selfManaged"]
+ConflictPolicy = Literal["OVERWRITE", "NONE", "PRESERVE"]
+
+
+class DeploymentConfigError(ValueError):
+    """The deployment config is invalid; ``problems`` lists each as ``path: message``."""
+
+    def __init__(self, problems: Sequence[str], *, source: str) -> None:
+        self.problems = list(problems)
+        self.source = source
+        lines = [f"{source}: invalid deployment config ({len(self.problems)} problem(s))"]
+        lines += [f"  {problem}" for problem in self.problems]
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    vpc_id: str | None = None
+    """Import this VPC; ``None`` creates a new one."""
+    private_subnet_ids: tuple[str, ...] = ()
+    cidr: str = "10.0.0.0/16"
+    max_azs: int = 3
+    nat_gateways: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    kubernetes_version: str = pins.KUBERNETES_VERSION
+    authentication_mode: AuthenticationMode = "API"
+    endpoint_access: Literal["private", "publicAndPrivate"] = "private"
+    public_access_cidrs: tuple[str, ...] = ()
+    admin_role_arns: tuple[str, ...] = ()
+    system_instance_type: str = "m6i.xlarge"
+    system_min_size: int = 2
+    system_max_size: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceGroupConfig:
+    name: str
+    instance_type: str
+    instance_count: int
+    ebs_volume_size_gb: int = 500
+    threads_per_core: int = 1
+    deep_health_checks: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HyperPodConfig:
+    cluster_name: str
+    instance_groups: tuple[InstanceGroupConfig, ...]
+    node_recovery: Literal["Automatic", "None"] = "Automatic"
+    lifecycle_script_on_create: str = "on_create.sh"
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformConfig:
+    identity: IdentityMode = "podIdentity"
+    model_buckets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AddonConfig:
+    mode: AddonMode = "managed"
+    version: str = pins.ADDON_VERSION
+    conflict_policy: ConflictPolicy = "OVERWRITE"
+    configuration_values: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfigManifest:
+    """The ``InferenceGatewayConfig`` the inference stack applies (already validated)."""
+
+    name: str
+    namespace: str
+    spec: Mapping[str, Any]
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+            "kind": "InferenceGatewayConfig",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": json.loads(json.dumps(self.spec)),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentConfig:
+    account: str
+    region: str
+    cluster_name: str
+    hyperpod: HyperPodConfig
+    gateway_config: GatewayConfigManifest
+    availability_zones: tuple[str, ...] = ()
+    stack_prefix: str = "Igw"
+    tags: Mapping[str, str] = field(default_factory=dict)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    platform: PlatformConfig = field(default_factory=PlatformConfig)
+    addon: AddonConfig = field(default_factory=AddonConfig)
+
+
+def _path(parts: Sequence[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(root)"
+
+
+def _schema_problems(document: Any) -> list[str]:
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(
+        validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message)
+    )
+    return [f"{_path(list(error.absolute_path))}: {error.message}" for error in errors]
+
+
+def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
+    """Rules beyond the schema; only called on a schema-valid document."""
+    problems: list[str] = []
+    cluster = doc.get("cluster", {})
+    if cluster.get("endpointAccess") == "publicAndPrivate":
+        cidrs = cluster.get("publicAccessCidrs", [])
+        if not cidrs:
+            problems.append(
+                "cluster.publicAccessCidrs: required when cluster.endpointAccess is publicAndPrivate"
+            )
+        for i, cidr in enumerate(cidrs):
+            if cidr.endswith("/0"):
+                problems.append(f"cluster.publicAccessCidrs[{i}]: {cidr} opens the API endpoint to everyone")
+    cluster_sizes = cluster.get("systemNodes", {})
+    if cluster_sizes.get("minSize", 2) > cluster_sizes.get("maxSize", 4):
+        problems.append("cluster.systemNodes.minSize: larger than cluster.systemNodes.maxSize")
+    names = [group["name"] for group in doc["hyperpod"]["instanceGroups"]]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            problems.append(f"hyperpod.instanceGroups[{i}].name: duplicates {name!r}")
+    addon = doc["inference"].get("addon", {})
+    version = addon.get("version")
+    if version is not None and not addon_version.at_least(version, pins.ADDON_MINIMUM_VERSION):
+        problems.append(
+            f"inference.addon.version: {version} is below {pins.ADDON_MINIMUM_VERSION}, the first "
+            f"with the gateway"
+        )
+    values = addon.get("configurationValues", {})
+    problems += [f"inference.addon.configurationValues.{p}" for p in configuration.problems(values)]
+    problems += [f"inference.gatewayConfig.{p}" for p in _gateway_config_problems(doc)]
+    return problems
+
+
+def _gateway_config_problems(doc: Mapping[str, Any]) -> list[str]:
+    from igw.config.validate import validate_document
+
+    manifest = _manifest(doc["inference"]["gatewayConfig"])
+    return [str(problem) for problem in validate_document(manifest.document())]
+
+
+def _manifest(raw: Mapping[str, Any]) -> GatewayConfigManifest:
+    return GatewayConfigManifest(
+        name=raw["name"], namespace=raw.get("namespace", "default"), spec=raw["spec"]
+    )
+
+
+def _build(doc: Mapping[str, Any]) -> DeploymentConfig:
+    net = doc.get("network", {})
+    cluster = doc.get("cluster", {})
+    system = cluster.get("systemNodes", {})
+    hyperpod = doc["hyperpod"]
+    platform = doc.get("platform", {})
+    addon = doc["inference"].get("addon", {})
+    return DeploymentConfig(
+        account=doc["account"],
+        region=doc["region"],
+        cluster_name=doc["clusterName"],
+        availability_zones=tuple(doc.get("availabilityZones", ())),
+        stack_prefix=doc.get("stackPrefix", "Igw"),
+        tags=dict(doc.get("tags", {})),
+        network=NetworkConfig(
+            vpc_id=net.get("vpcId"),
+            private_subnet_ids=tuple(net.get("privateSubnetIds", ())),
+            cidr=net.get("cidr", "10.0.0.0/16"),
+            max_azs=net.get("maxAzs", 3),
+            nat_gateways=net.get("natGateways", 1),
+        ),
+        cluster=ClusterConfig(
+            kubernetes_version=cluster.get("kubernetesVersion", pins.KUBERNETES_VERSION),
+            authentication_mode=cluster.get("authenticationMode", "API"),
+            endpoint_access=cluster.get("endpointAccess", "private"),
+            public_access_cidrs=tuple(cluster.get("publicAccessCidrs", ())),
+            admin_role_arns=tuple(cluster.get("adminRoleArns", ())),
+            system_instance_type=system.get("instanceType", "m6i.xlarge"),
+            system_min_size=system.get("minSize", 2),
+            system_max_size=system.get("maxSize", 4),
+        ),
+        hyperpod=HyperPodConfig(
+            cluster_name=hyperpod.get("clusterName", f"{doc['clusterName']}-hyperpod"),
+            node_recovery=hyperpod.get("nodeRecovery", "Automatic"),
+            lifecycle_script_on_create=hyperpod.get("lifecycleScriptOnCreate", "on_create.sh"),
+            instance_groups=tuple(
+                InstanceGroupConfig(
+                    name=group["name"],
+                    instance_type=group["instanceType"],
+                    instance_count=group["instanceCount"],
+                    ebs_volume_size_gb=group.get("ebsVolumeSizeGb", 500),
+                    threads_per_core=group.get("threadsPerCore", 1),
+                    deep_health_checks=tuple(group.get("deepHealthChecks", ())),
+                    labels=dict(group.get("labels", {})),
+                )
+                for group in hyperpod["instanceGroups"]
+            ),
+        ),
+        platform=PlatformConfig(
+            identity=platform.get("identity", "podIdentity"),
+            model_buckets=tuple(platform.get("modelBuckets", ())),
+        ),
+        addon=AddonConfig(
+            mode=addon.get("mode", "managed"),
+            version=addon.get("version", pins.ADDON_VERSION),
+            conflict_policy=addon.get("conflictPolicy", "OVERWRITE"),
+            configuration_values=dict(addon.get("configurationValues", {})),
+        ),
+        gateway_config=_manifest(doc["inference"]["gatewayConfig"]),
+    )
+
+
+def parse(document: Any, *, source: str = "<deployment config>") -> DeploymentConfig:
+    """Validate a decoded document and return the typed config, or raise :class:`DeploymentConfigError`."""
+    problems = _schema_problems(document)
+    if not problems:
+        problems = _semantic_problems(document)
+    if problems:
+        raise DeploymentConfigError(problems, source=source)
+    return _build(document)
+
+
+def load(path: Path) -> DeploymentConfig:
+    """Read and validate a deployment config file (YAML or JSON)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DeploymentConfigError([f"cannot read: {exc.strerror}"], source=str(path)) from exc
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise DeploymentConfigError(
+            [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"], source=str(path)
+        ) from exc
+    return parse(document, source=str(path))

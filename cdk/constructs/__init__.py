@@ -1,0 +1,1 @@
+"""One construct per concern; stacks wire them together."""

@@ -1,0 +1,259 @@
+"""The SageMaker HyperPod cluster (``AWS::SageMaker::Cluster``) orchestrated by the EKS cluster.
+
+Its nodes run the model servers. Lifecycle scripts live in a bucket whose name starts with
+``sagemaker-`` (the managed instance policy only grants ``sagemaker-*`` buckets, and SageMaker rejects
+other ``SourceS3Uri`` prefixes); the bundled ``on_create.sh`` is uploaded by the stack. The execution
+role carries the managed ``AmazonSageMakerClusterInstanceRolePolicy`` plus the ENI permissions that
+EKS orchestration needs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_deployment as s3_deployment
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from cdk.config import HyperPodConfig, InstanceGroupConfig
+from cdk.constructs.nag_ack import acknowledge, arn_of, asset_bucket, managed_policy
+
+SCRIPTS_DIR = Path(__file__).resolve().parent / "lifecycle_scripts"
+SCRIPTS_PREFIX = "lifecycle/"
+INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
+MAX_BUCKET_NAME = 63
+
+
+def lifecycle_bucket_name(*, hyperpod_name: str, account: str, region: str) -> str:
+    """``sagemaker-<cluster>-<account>-<region>``, lower-cased and cut to S3's 63 characters."""
+    base = re.sub(r"[^a-z0-9-]", "-", f"sagemaker-{hyperpod_name}".lower())
+    suffix = f"-{account}-{region}"
+    return base[: MAX_BUCKET_NAME - len(suffix)].rstrip("-") + suffix
+
+
+class HyperPodCluster(Construct):
+    """Exposes ``cluster`` (the L1), ``execution_role``, ``lifecycle_bucket``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        config: HyperPodConfig,
+        eks_cluster: eks.Cluster,
+        private_subnets: Sequence[ec2.ISubnet],
+    ) -> None:
+        super().__init__(scope, id_)
+        stack = cdk.Stack.of(self)
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+        )
+        acknowledge(
+            self.access_logs,
+            "AwsSolutions-S1",
+            reason=(
+                "this is the server-access-log bucket of the lifecycle bucket; logging it into "
+                "itself would loop"
+            ),
+        )
+        self.lifecycle_bucket_name = lifecycle_bucket_name(
+            hyperpod_name=config.cluster_name, account=stack.account, region=stack.region
+        )
+        self.lifecycle_bucket = s3.Bucket(
+            self,
+            "LifecycleScripts",
+            bucket_name=self.lifecycle_bucket_name,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=True,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="lifecycle/",
+        )
+        self.scripts = s3_deployment.BucketDeployment(
+            self,
+            "UploadScripts",
+            sources=[s3_deployment.Source.asset(str(SCRIPTS_DIR))],
+            destination_bucket=self.lifecycle_bucket,
+            destination_key_prefix=SCRIPTS_PREFIX,
+        )
+        self.execution_role = self._execution_role()
+        self.execution_role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadLifecycleScripts",
+                actions=["s3:GetObject", "s3:ListBucket"],
+                resources=[
+                    self.lifecycle_bucket.bucket_arn,
+                    self.lifecycle_bucket.arn_for_objects(f"{SCRIPTS_PREFIX}*"),
+                ],
+            )
+        )
+        self._acknowledge_execution_role()
+        self._acknowledge_bucket_deployment()
+        security_group = eks_cluster.cluster_security_group_id
+        self.cluster = sagemaker.CfnCluster(
+            self,
+            "Cluster",
+            cluster_name=config.cluster_name,
+            orchestrator=sagemaker.CfnCluster.OrchestratorProperty(
+                eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(
+                    cluster_arn=eks_cluster.cluster_arn
+                )
+            ),
+            node_recovery=config.node_recovery,
+            vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
+                security_group_ids=[security_group],
+                subnets=[subnet.subnet_id for subnet in private_subnets],
+            ),
+            instance_groups=[self._instance_group(group) for group in config.instance_groups],
+        )
+        self.cluster.node.add_dependency(self.scripts)
+
+    def _instance_group(
+        self, group: InstanceGroupConfig
+    ) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
+        return sagemaker.CfnCluster.ClusterInstanceGroupProperty(
+            instance_group_name=group.name,
+            instance_type=group.instance_type,
+            instance_count=group.instance_count,
+            execution_role=self.execution_role.role_arn,
+            threads_per_core=group.threads_per_core,
+            life_cycle_config=sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
+                # A literal s3://sagemaker-... URI (not a token): the prefix rule is visible in the template.
+                source_s3_uri=f"s3://{self.lifecycle_bucket_name}/{SCRIPTS_PREFIX}",
+                on_create="on_create.sh",
+            ),
+            instance_storage_configs=[
+                sagemaker.CfnCluster.ClusterInstanceStorageConfigProperty(
+                    ebs_volume_config=sagemaker.CfnCluster.ClusterEbsVolumeConfigProperty(
+                        volume_size_in_gb=group.ebs_volume_size_gb
+                    )
+                )
+            ],
+            on_start_deep_health_checks=list(group.deep_health_checks) or None,
+            kubernetes_config=sagemaker.CfnCluster.ClusterKubernetesConfigProperty(labels=dict(group.labels))
+            if group.labels
+            else None,
+        )
+
+    def _execution_role(self) -> iam.Role:
+        role = iam.Role(
+            self,
+            "ExecutionRole",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(INSTANCE_POLICY)],
+            description="HyperPod instance execution role",
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="EksOrchestratedNetworking",
+                actions=[
+                    "ec2:AssignPrivateIpAddresses",
+                    "ec2:CreateNetworkInterface",
+                    "ec2:CreateNetworkInterfacePermission",
+                    "ec2:DeleteNetworkInterface",
+                    "ec2:DeleteNetworkInterfacePermission",
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeVpcs",
+                    "ec2:DescribeDhcpOptions",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeSecurityGroups",
+                    "ec2:DetachNetworkInterface",
+                    "ec2:ModifyNetworkInterfaceAttribute",
+                    "ec2:UnassignPrivateIpAddresses",
+                ],
+                resources=["*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TagNetworkInterfaces",
+                actions=["ec2:CreateTags"],
+                resources=["arn:aws:ec2:*:*:network-interface/*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PodIdentityForNodeAgents",
+                actions=["eks-auth:AssumeRoleForPodIdentity"],
+                resources=["*"],
+            )
+        )
+        return role
+
+    def _acknowledge_execution_role(self) -> None:
+        acknowledge(
+            self.execution_role,
+            "AwsSolutions-IAM4",
+            reason=(
+                "AmazonSageMakerClusterInstanceRolePolicy is the AWS-defined contract for HyperPod instances"
+            ),
+            findings=[managed_policy(INSTANCE_POLICY)],
+        )
+        acknowledge(
+            self.execution_role,
+            "AwsSolutions-IAM5",
+            reason=(
+                "ENI Describe/Create calls for HyperPod nodes take no resource ARN before the ENI "
+                "exists, ENI tags "
+                "apply to ENIs HyperPod creates at run time, and nodes read every script under the "
+                "lifecycle/ prefix"
+            ),
+            findings=[
+                "Resource::*",
+                "Resource::arn:aws:ec2:*:*:network-interface/*",
+                f"Resource::{arn_of(self.lifecycle_bucket)}/{SCRIPTS_PREFIX}*",
+            ],
+        )
+
+    def _acknowledge_bucket_deployment(self) -> None:
+        """The upload function is a CDK singleton at stack level; acknowledge its findings there."""
+        stack = cdk.Stack.of(self)
+        singleton = next(
+            c for c in stack.node.children if c.node.id.startswith("Custom::CDKBucketDeployment")
+        )
+        reason = (
+            "CDK's BucketDeployment copies the lifecycle scripts from the CDK asset bucket into the "
+            "lifecycle bucket; "
+            "its generated grants are object-level read on the asset bucket and read/write/delete on "
+            "the target"
+        )
+        acknowledge(
+            singleton,
+            "AwsSolutions-IAM4",
+            reason=reason,
+            findings=[managed_policy("service-role/AWSLambdaBasicExecutionRole")],
+        )
+        assets = asset_bucket(stack)
+        acknowledge(
+            singleton,
+            "AwsSolutions-IAM5",
+            reason=reason,
+            findings=[
+                *(
+                    f"Action::s3:{action}"
+                    for action in ("GetObject*", "GetBucket*", "List*", "DeleteObject*", "Abort*")
+                ),
+                f"Resource::{arn_of(self.lifecycle_bucket)}/*",
+                f"Resource::arn:aws:s3:::{assets}/*",
+            ],
+        )
+        acknowledge(
+            singleton,
+            "AwsSolutions-L1",
+            reason=(
+                "the BucketDeployment function's runtime is pinned by aws-cdk-lib and moves with its upgrades"
+            ),
+        )

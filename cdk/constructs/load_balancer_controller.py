@@ -1,0 +1,113 @@
+"""The AWS Load Balancer Controller, from its Helm chart, with its own IAM role.
+
+It reconciles the gateway's ``Service`` into an internal NLB. Its IAM policy is the JSON file beside this
+module (``load_balancer_controller_iam_policy.json``): what the controller needs to manage the load
+balancers, target groups and security groups it tags ``elbv2.k8s.aws/cluster``, and to describe the rest.
+Without WAF, Shield or Cognito permissions: the gateway uses none of them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+from igw.addon import pins
+
+from cdk.config import IdentityMode
+from cdk.constructs.nag_ack import acknowledge
+from cdk.constructs.typing_fixes import as_icluster
+from cdk.constructs.workload_role import WorkloadRole
+
+POLICY_FILE = Path(__file__).resolve().parent / "load_balancer_controller_iam_policy.json"
+DEFAULT_SSL_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+
+
+def policy_document() -> iam.PolicyDocument:
+    return iam.PolicyDocument.from_json(json.loads(POLICY_FILE.read_text(encoding="utf-8")))
+
+
+def wildcard_resources() -> list[str]:
+    """Every wildcard resource of the policy file, as cdk-nag names the findings."""
+    found: list[str] = []
+    for statement in json.loads(POLICY_FILE.read_text(encoding="utf-8"))["Statement"]:
+        resources = statement["Resource"]
+        for resource in [resources] if isinstance(resources, str) else resources:
+            if "*" in resource and f"Resource::{resource}" not in found:
+                found.append(f"Resource::{resource}")
+    return found
+
+
+class LoadBalancerController(Construct):
+    """Exposes ``role`` (a :class:`WorkloadRole`) and ``chart`` (the ``HelmChart``)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        cluster: eks.Cluster,
+        vpc: ec2.IVpc,
+        identity: IdentityMode,
+        oidc_provider: eks.OidcProviderNative | None,
+    ) -> None:
+        super().__init__(scope, id_)
+        self.role = WorkloadRole(
+            self,
+            "Identity",
+            cluster=cluster,
+            identity=identity,
+            namespace=pins.LOAD_BALANCER_CONTROLLER_NAMESPACE,
+            service_account=pins.LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT,
+            oidc_provider=oidc_provider,
+            description="AWS Load Balancer Controller",
+        )
+        self.policy = iam.ManagedPolicy(self, "Policy", document=policy_document())
+        self.role.role.add_managed_policy(self.policy)
+        acknowledge(
+            self.policy,
+            "AwsSolutions-IAM5",
+            reason=(
+                "the controller creates load balancers, target groups and security groups at run "
+                "time, so their "
+                "ARNs are unknown; mutations are conditioned on the elbv2.k8s.aws/cluster tag and only "
+                "Describe/List "
+                "actions (which support no resource scoping) use Resource *"
+            ),
+            findings=wildcard_resources(),
+        )
+        service_account: dict[str, object] = {
+            "create": True,
+            "name": pins.LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT,
+        }
+        if identity == "irsa":
+            service_account["annotations"] = {"eks.amazonaws.com/role-arn": self.role.role.role_arn}
+        stack = cdk.Stack.of(self)
+        self.chart = eks.HelmChart(
+            self,
+            "Chart",
+            cluster=as_icluster(cluster),
+            chart=pins.LOAD_BALANCER_CONTROLLER_CHART,
+            repository=pins.LOAD_BALANCER_CONTROLLER_REPOSITORY,
+            version=pins.LOAD_BALANCER_CONTROLLER_CHART_VERSION,
+            namespace=pins.LOAD_BALANCER_CONTROLLER_NAMESPACE,
+            release="aws-load-balancer-controller",
+            wait=True,
+            timeout=cdk.Duration.minutes(15),
+            values={
+                "clusterName": cluster.cluster_name,
+                "region": stack.region,
+                "vpcId": vpc.vpc_id,
+                "replicaCount": 2,
+                "serviceAccount": service_account,
+                # A listener without an explicit policy gets TLS 1.2+, not ELBSecurityPolicy-2016-08.
+                "defaultSSLPolicy": DEFAULT_SSL_POLICY,
+                "podDisruptionBudget": {"maxUnavailable": 1},
+            },
+        )
+        if self.role.association is not None:
+            self.chart.node.add_dependency(self.role.association)

@@ -1,0 +1,72 @@
+"""The VPC: a new one with subnets tagged for load balancers, or an existing one imported offline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+from cdk.config import NetworkConfig
+
+INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
+PUBLIC_ELB_TAG = "kubernetes.io/role/elb"
+
+
+class Network(Construct):
+    """Exposes ``vpc`` and ``private_subnets`` (cluster, HyperPod nodes, internal load balancers)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        config: NetworkConfig,
+        availability_zones: Sequence[str],
+        cluster_name: str,
+    ) -> None:
+        super().__init__(scope, id_)
+        if config.vpc_id is not None:
+            # from_vpc_attributes needs no AWS lookup, so synthesis stays offline.
+            self.vpc = ec2.Vpc.from_vpc_attributes(
+                self,
+                "Vpc",
+                vpc_id=config.vpc_id,
+                availability_zones=list(availability_zones),
+                private_subnet_ids=list(config.private_subnet_ids),
+            )
+        else:
+            self.vpc = self._new_vpc(
+                config=config, availability_zones=availability_zones, cluster_name=cluster_name
+            )
+        self.private_subnets: list[ec2.ISubnet] = list(self.vpc.private_subnets)
+
+    def _new_vpc(
+        self, *, config: NetworkConfig, availability_zones: Sequence[str], cluster_name: str
+    ) -> ec2.Vpc:
+        vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(config.cidr),
+            availability_zones=list(availability_zones) or None,
+            max_azs=None if availability_zones else config.max_azs,
+            nat_gateways=config.nat_gateways,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+                ec2.SubnetConfiguration(
+                    name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=19
+                ),
+            ],
+            flow_logs={"all": ec2.FlowLogOptions(traffic_type=ec2.FlowLogTrafficType.ALL)},
+            gateway_endpoints={
+                "S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)
+            },
+        )
+        # The Load Balancer Controller discovers subnets by these tags; the gateway's NLB is internal.
+        for subnet in vpc.private_subnets:
+            cdk.Tags.of(subnet).add(INTERNAL_ELB_TAG, "1")
+            cdk.Tags.of(subnet).add(f"kubernetes.io/cluster/{cluster_name}", "shared")
+        for subnet in vpc.public_subnets:
+            cdk.Tags.of(subnet).add(PUBLIC_ELB_TAG, "1")
+        return vpc

@@ -1,0 +1,65 @@
+"""An IAM role for one Kubernetes service account, through EKS Pod Identity or IRSA.
+
+Pod Identity: the role trusts ``pods.eks.amazonaws.com`` (``sts:AssumeRole`` + ``sts:TagSession``) and a
+``CfnPodIdentityAssociation`` binds it to exactly one namespace/service account. IRSA: the role trusts
+the cluster's OIDC provider with ``sub`` pinned to ``system:serviceaccount:<ns>:<sa>`` and ``aud`` to STS.
+Either way the trust is scoped to the one service account (the audit checks this).
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from cdk.config import IdentityMode
+
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+
+
+class WorkloadRole(Construct):
+    """Exposes ``role``; with Pod Identity also ``association`` (unless ``associate`` is false)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        cluster: eks.Cluster,
+        identity: IdentityMode,
+        namespace: str,
+        service_account: str,
+        oidc_provider: eks.OidcProviderNative | None = None,
+        associate: bool = True,
+        description: str,
+    ) -> None:
+        super().__init__(scope, id_)
+        self.namespace = namespace
+        self.service_account = service_account
+        self.association: eks.CfnPodIdentityAssociation | None = None
+        if identity == "podIdentity":
+            principal: iam.IPrincipal = iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL))
+        else:
+            if oidc_provider is None:
+                raise ValueError("IRSA needs the cluster's OIDC provider")
+            issuer = cdk.Fn.select(1, cdk.Fn.split("//", cluster.cluster_open_id_connect_issuer_url))
+            conditions = cdk.CfnJson(
+                self,
+                "TrustConditions",
+                value={
+                    f"{issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                    f"{issuer}:aud": "sts.amazonaws.com",
+                },
+            )
+            principal = iam.OpenIdConnectPrincipal(oidc_provider, conditions={"StringEquals": conditions})
+        self.role = iam.Role(self, "Role", assumed_by=principal, description=description)
+        if identity == "podIdentity" and associate:
+            self.association = eks.CfnPodIdentityAssociation(
+                self,
+                "Association",
+                cluster_name=cluster.cluster_name,
+                namespace=namespace,
+                service_account=service_account,
+                role_arn=self.role.role_arn,
+            )

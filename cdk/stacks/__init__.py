@@ -1,0 +1,1 @@
+"""Deployable units: network -> cluster -> platform -> inference (each depends on the one before)."""

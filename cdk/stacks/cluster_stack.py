@@ -1,0 +1,53 @@
+"""The cluster stack: the EKS control plane and system nodes, and the HyperPod cluster it orchestrates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from cdk.config import DeploymentConfig
+from cdk.constructs.eks_cluster import EksCluster
+from cdk.constructs.hyperpod_cluster import HyperPodCluster
+from cdk.constructs.network import Network
+
+
+class ClusterStack(cdk.Stack):
+    def __init__(
+        self, scope: Construct, id_: str, *, config: DeploymentConfig, network: Network | None, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, id_, **kwargs)
+        # An imported VPC creates no resource, and CloudFormation rejects an empty stack: import it here.
+        self.network = network or Network(
+            self,
+            "Network",
+            config=config.network,
+            availability_zones=config.availability_zones,
+            cluster_name=config.cluster_name,
+        )
+        network = self.network
+        self.eks = EksCluster(
+            self,
+            "Eks",
+            config=config.cluster,
+            cluster_name=config.cluster_name,
+            vpc=network.vpc,
+            private_subnets=network.private_subnets,
+        )
+        self.cluster = self.eks.cluster
+        self.oidc_provider: eks.OidcProviderNative | None = None
+        if config.platform.identity == "irsa":
+            self.oidc_provider = eks.OidcProviderNative(
+                self, "OidcProvider", url=self.cluster.cluster_open_id_connect_issuer_url
+            )
+        self.hyperpod = HyperPodCluster(
+            self,
+            "HyperPod",
+            config=config.hyperpod,
+            eks_cluster=self.cluster,
+            private_subnets=network.private_subnets,
+        )
+        cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
+        cdk.CfnOutput(self, "HyperPodClusterArn", value=self.hyperpod.cluster.attr_cluster_arn)

@@ -1,0 +1,106 @@
+"""The add-on chart through Helm's own Go SDK (helm-python-sdk): render, lint, package, and the EKS
+add-on rules scan. No helm binary is needed; this is real Helm, not a re-implementation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from igw.addon import pins, schemas
+from igw.config import paths
+
+FORBIDDEN_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    ("helm hook (helm.sh/hook)", re.compile(r"helm\.sh/hook")),
+    ("lookup function", re.compile(r"\blookup\b")),
+    (".Capabilities", re.compile(r"\.Capabilities\b")),
+    (".Release field other than Name/Namespace", re.compile(r"\.Release\.(?!Name\b|Namespace\b)[A-Za-z]+")),
+)
+"""What the EKS add-on packaging rules forbid in templates (AWS's validator codes E501-E507)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuleViolation:
+    file: str
+    line: int
+    rule: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.rule}: {self.text.strip()}"
+
+
+def chart_dir(root: Path | None = None) -> Path:
+    return (root or paths.REPO_ROOT) / schemas.CHART_DIR
+
+
+def render(
+    values: Mapping[str, Any] | None = None,
+    *,
+    release: str = pins.CHART_NAME,
+    namespace: str = pins.ADDON_NAMESPACE,
+    directory: Path | None = None,
+) -> list[dict[str, Any]]:
+    """Every object the chart renders for ``values`` (Helm validates them against values.schema.json)."""
+    import helm_python as helm
+
+    chart = helm.Chart.load(str(directory or chart_dir()))
+    try:
+        rendered = chart.render(dict(values or {}), name=release, namespace=namespace)
+    finally:
+        chart.close()
+    objects: list[dict[str, Any]] = []
+    for path, text in sorted(rendered.items()):
+        if not path.endswith((".yaml", ".yml")):
+            continue
+        objects.extend(doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict))
+    return objects
+
+
+def lint(
+    values: Mapping[str, Any] | None = None, *, kube_version: str | None = None, directory: Path | None = None
+) -> dict[str, Any]:
+    """``helm lint --strict`` as data (``errors`` and ``messages``)."""
+    import helm_python as helm
+
+    result: dict[str, Any] = helm.lint(
+        str(directory or chart_dir()), dict(values or {}), strict=True, kube_version=kube_version
+    )
+    return result
+
+
+def package(*, destination: Path, directory: Path | None = None) -> Path:
+    """The chart as ``<name>-<version>.tgz`` in ``destination``."""
+    import helm_python as helm
+
+    destination.mkdir(parents=True, exist_ok=True)
+    return Path(helm.package(str(directory or chart_dir()), destination=str(destination)))
+
+
+def addon_rule_violations(directory: Path | None = None) -> list[RuleViolation]:
+    """Scan templates and Chart.yaml for what EKS add-ons may not use (hooks, lookup, .Capabilities, other
+    .Release fields, unvendored dependencies)."""
+    base = directory or chart_dir()
+    found: list[RuleViolation] = []
+    for file in sorted((base / "templates").rglob("*")):
+        if not file.is_file():
+            continue
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            code = line.split("#", 1)[0] if file.suffix in (".yaml", ".yml") else line
+            for rule, pattern in FORBIDDEN_PATTERNS:
+                if pattern.search(code):
+                    found.append(RuleViolation(str(file.relative_to(base)), number, rule, line))
+    metadata = yaml.safe_load((base / "Chart.yaml").read_text(encoding="utf-8"))
+    for dependency in metadata.get("dependencies") or []:
+        repository = str(dependency.get("repository", ""))
+        if not repository.startswith("file://"):
+            found.append(
+                RuleViolation(
+                    "Chart.yaml", 0, "unvendored dependency", f"{dependency.get('name')} from {repository!r}"
+                )
+            )
+    return found

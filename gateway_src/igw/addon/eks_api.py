@@ -1,0 +1,129 @@
+"""The ONE seam between our code and the EKS add-on API.
+
+moto implements no EKS add-on operation, so every add-on call goes through :class:`EksAddonApi` and
+tests drive it with ``botocore.stub.Stubber`` (which checks our parameters and the canned responses
+against the real service model). Everything else (clusters, IAM) uses plain boto3 clients that moto
+serves. Errors become :class:`AddonApiError` with the AWS error code kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+
+class AddonApiError(RuntimeError):
+    """An EKS add-on call failed; ``code`` is AWS's error code (``ResourceNotFoundException`` …)."""
+
+    def __init__(self, operation: str, code: str, message: str) -> None:
+        self.operation = operation
+        self.code = code
+        super().__init__(f"{operation}: {code}: {message}")
+
+
+def _wrap(operation: str, exc: ClientError) -> AddonApiError:
+    error = exc.response.get("Error", {})
+    return AddonApiError(operation, str(error.get("Code", "Unknown")), str(error.get("Message", exc)))
+
+
+class EksAddonApi:
+    """Add-on operations on an ``eks`` boto3 client."""
+
+    def __init__(self, client: Any) -> None:
+        self._eks = client
+
+    def describe_addon(self, *, cluster: str, name: str) -> dict[str, Any] | None:
+        """The add-on, or ``None`` when it is not installed."""
+        try:
+            response = self._eks.describe_addon(clusterName=cluster, addonName=name)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                return None
+            raise _wrap("DescribeAddon", exc) from exc
+        addon: dict[str, Any] = response["addon"]
+        return addon
+
+    def addon_versions(self, *, name: str, kubernetes_version: str | None = None) -> list[dict[str, Any]]:
+        """Every published version of ``name`` (all pages), as EKS returns them."""
+        kwargs: dict[str, Any] = {"addonName": name}
+        if kubernetes_version:
+            kwargs["kubernetesVersion"] = kubernetes_version
+        versions: list[dict[str, Any]] = []
+        while True:
+            try:
+                response = self._eks.describe_addon_versions(**kwargs)
+            except ClientError as exc:
+                raise _wrap("DescribeAddonVersions", exc) from exc
+            for addon in response.get("addons", []):
+                versions.extend(addon.get("addonVersions", []))
+            token = response.get("nextToken")
+            if not token:
+                return versions
+            kwargs["nextToken"] = token
+
+    def create_addon(
+        self,
+        *,
+        cluster: str,
+        name: str,
+        version: str,
+        configuration_values: str,
+        resolve_conflicts: str,
+        pod_identity: Sequence[Mapping[str, str]] = (),
+        service_account_role_arn: str | None = None,
+        namespace: str | None = None,
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "clusterName": cluster,
+            "addonName": name,
+            "addonVersion": version,
+            "resolveConflicts": resolve_conflicts,
+            "configurationValues": configuration_values,
+        }
+        if pod_identity:
+            kwargs["podIdentityAssociations"] = [dict(item) for item in pod_identity]
+        if service_account_role_arn:
+            kwargs["serviceAccountRoleArn"] = service_account_role_arn
+        if namespace:
+            kwargs["namespaceConfig"] = {"namespace": namespace}
+        try:
+            response = self._eks.create_addon(**kwargs)
+        except ClientError as exc:
+            raise _wrap("CreateAddon", exc) from exc
+        addon: dict[str, Any] = response["addon"]
+        return addon
+
+    def update_addon(
+        self,
+        *,
+        cluster: str,
+        name: str,
+        version: str | None,
+        configuration_values: str | None,
+        resolve_conflicts: str,
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "clusterName": cluster,
+            "addonName": name,
+            "resolveConflicts": resolve_conflicts,
+        }
+        if version:
+            kwargs["addonVersion"] = version
+        if configuration_values is not None:
+            kwargs["configurationValues"] = configuration_values
+        try:
+            response = self._eks.update_addon(**kwargs)
+        except ClientError as exc:
+            raise _wrap("UpdateAddon", exc) from exc
+        update: dict[str, Any] = response["update"]
+        return update
+
+    def delete_addon(self, *, cluster: str, name: str, preserve: bool) -> dict[str, Any]:
+        try:
+            response = self._eks.delete_addon(clusterName=cluster, addonName=name, preserve=preserve)
+        except ClientError as exc:
+            raise _wrap("DeleteAddon", exc) from exc
+        addon: dict[str, Any] = response["addon"]
+        return addon

@@ -1,0 +1,229 @@
+"""``igw addon`` flows: pre-checks, then the EKS call, then waiting for the add-on to settle.
+
+``create`` refuses to call the API until everything it can check locally or read-only passes:
+configuration values valid (same schema EKS enforces), cluster present, each dependency add-on
+installed, ACTIVE and at its minimum version, the gateway's IAM role present. Waiting polls
+``describe_addon`` with an injected clock and sleep (tests never sleep) and reports each status
+change; an add-on that goes DEGRADED or *_FAILED ends the wait with its health issues.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from botocore.exceptions import ClientError
+
+from igw.addon import addon_version, configuration, pins
+from igw.addon.eks_api import EksAddonApi
+
+ConflictPolicy = Literal["OVERWRITE", "NONE", "PRESERVE"]
+Identity = Literal["pod-identity", "irsa"]
+SETTLED: Final = frozenset({"ACTIVE"})
+FAILED: Final = frozenset({"CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED", "DEGRADED"})
+DEFAULT_TIMEOUT_S: Final = 900.0
+DEFAULT_POLL_S: Final = 10.0
+
+
+class AddonOperationError(RuntimeError):
+    """An ``igw addon`` operation could not be done; ``problems`` says why, one line each."""
+
+    def __init__(self, summary: str, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join([summary, *(f"  - {p}" for p in problems)]))
+
+
+@dataclass(frozen=True, slots=True)
+class AwsClients:
+    """The boto3 clients the flows use; ``addons`` is the seam, ``eks``/``iam`` are plain clients."""
+
+    addons: EksAddonApi
+    eks: Any
+    iam: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    """How to wait: injected so tests run in virtual time."""
+
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+    poll_s: float = DEFAULT_POLL_S
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    progress: Callable[[str], None] = field(default=lambda _line: None)
+
+
+def _role_name(role_arn: str) -> str:
+    return role_arn.rsplit("/", 1)[-1]
+
+
+def preflight(*, clients: AwsClients, cluster: str, role_arn: str) -> list[str]:
+    """Every reason the add-on cannot be installed on ``cluster`` now (empty when it can)."""
+    try:
+        clients.eks.describe_cluster(name=cluster)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+            return [f"cluster {cluster!r} does not exist"]
+        raise
+    problems: list[str] = []
+    for dependency in pins.DEPENDENCY_ADDONS:
+        installed = clients.addons.describe_addon(cluster=cluster, name=dependency.name)
+        if installed is None:
+            problems.append(
+                f"dependency add-on {dependency.name} is not installed (needs >= "
+                f"{dependency.minimum}; {dependency.why})"
+            )
+            continue
+        version = str(installed.get("addonVersion", ""))
+        try:
+            recent_enough = addon_version.at_least(version, dependency.minimum)
+        except addon_version.AddonVersionError:
+            problems.append(f"dependency add-on {dependency.name} has an unreadable version {version!r}")
+            continue
+        if not recent_enough:
+            problems.append(
+                f"dependency add-on {dependency.name} is {version}, needs >= {dependency.minimum}"
+            )
+        if installed.get("status") != "ACTIVE":
+            problems.append(f"dependency add-on {dependency.name} is {installed.get('status')}, not ACTIVE")
+    try:
+        clients.iam.get_role(RoleName=_role_name(role_arn))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "NoSuchEntity":
+            raise
+        problems.append(
+            f"gateway IAM role {role_arn} does not exist (create it before the add-on: TLS needs it)"
+        )
+    return problems
+
+
+def create(
+    *,
+    clients: AwsClients,
+    cluster: str,
+    role_arn: str,
+    values: Mapping[str, Any],
+    version: str = pins.ADDON_VERSION,
+    identity: Identity = "pod-identity",
+    resolve_conflicts: ConflictPolicy = "OVERWRITE",
+    wait: Waiter | None = None,
+) -> dict[str, Any]:
+    """Install the add-on; returns its final description (or the creation response without ``wait``)."""
+    problems = [f"configurationValues.{p}" for p in configuration.problems(values)]
+    try:
+        if not addon_version.at_least(version, pins.ADDON_MINIMUM_VERSION):
+            problems.append(
+                f"version {version} is below {pins.ADDON_MINIMUM_VERSION}, the first with the gateway"
+            )
+    except addon_version.AddonVersionError as exc:
+        problems.append(f"version: {exc}")
+    if problems:
+        raise AddonOperationError("refusing to create the add-on: invalid input", problems)
+    problems = preflight(clients=clients, cluster=cluster, role_arn=role_arn)
+    if problems:
+        raise AddonOperationError(f"refusing to create the add-on on {cluster}: pre-checks failed", problems)
+    association = [{"serviceAccount": pins.GATEWAY_SERVICE_ACCOUNT, "roleArn": role_arn}]
+    final_values = dict(values)
+    if identity == "irsa":
+        final_values["serviceAccount"] = {**dict(values.get("serviceAccount", {})), "roleArn": role_arn}
+    created = clients.addons.create_addon(
+        cluster=cluster,
+        name=pins.ADDON_NAME,
+        version=version,
+        configuration_values=configuration.validated(final_values),
+        resolve_conflicts=resolve_conflicts,
+        pod_identity=association if identity == "pod-identity" else (),
+        namespace=pins.ADDON_NAMESPACE,
+    )
+    if wait is None:
+        return created
+    return wait_until_settled(clients=clients, cluster=cluster, waiter=wait)
+
+
+def update(
+    *,
+    clients: AwsClients,
+    cluster: str,
+    values: Mapping[str, Any] | None,
+    version: str | None,
+    resolve_conflicts: ConflictPolicy = "OVERWRITE",
+    wait: Waiter | None = None,
+) -> dict[str, Any]:
+    """Change the add-on's version and/or configuration values (validated first)."""
+    problems = (
+        [f"configurationValues.{p}" for p in configuration.problems(values)] if values is not None else []
+    )
+    if version is not None and not addon_version.at_least(version, pins.ADDON_MINIMUM_VERSION):
+        problems.append(f"version {version} is below {pins.ADDON_MINIMUM_VERSION}")
+    if problems:
+        raise AddonOperationError("refusing to update the add-on: invalid input", problems)
+    if clients.addons.describe_addon(cluster=cluster, name=pins.ADDON_NAME) is None:
+        raise AddonOperationError("cannot update", [f"{pins.ADDON_NAME} is not installed on {cluster}"])
+    update_info = clients.addons.update_addon(
+        cluster=cluster,
+        name=pins.ADDON_NAME,
+        version=version,
+        configuration_values=configuration.validated(values) if values is not None else None,
+        resolve_conflicts=resolve_conflicts,
+    )
+    if wait is None:
+        return update_info
+    return wait_until_settled(clients=clients, cluster=cluster, waiter=wait)
+
+
+def delete(*, clients: AwsClients, cluster: str, preserve: bool) -> dict[str, Any]:
+    """Remove the add-on; ``preserve`` keeps its Kubernetes resources running."""
+    if clients.addons.describe_addon(cluster=cluster, name=pins.ADDON_NAME) is None:
+        raise AddonOperationError("cannot delete", [f"{pins.ADDON_NAME} is not installed on {cluster}"])
+    return clients.addons.delete_addon(cluster=cluster, name=pins.ADDON_NAME, preserve=preserve)
+
+
+def health_lines(addon: Mapping[str, Any]) -> list[str]:
+    """The add-on's health issues, one line each (``code: message [resources]``)."""
+    lines = []
+    for issue in addon.get("health", {}).get("issues", []):
+        resources = ", ".join(issue.get("resourceIds", []))
+        suffix = f" [{resources}]" if resources else ""
+        lines.append(f"{issue.get('code', '?')}: {issue.get('message', '')}{suffix}")
+    return lines
+
+
+def wait_until_settled(*, clients: AwsClients, cluster: str, waiter: Waiter) -> dict[str, Any]:
+    """Poll until ACTIVE; raise with the health issues on DEGRADED/*_FAILED, or on timeout."""
+    deadline = waiter.monotonic() + waiter.timeout_s
+    last_status = None
+    while True:
+        addon = clients.addons.describe_addon(cluster=cluster, name=pins.ADDON_NAME)
+        if addon is None:
+            raise AddonOperationError(
+                "the add-on disappeared while waiting", [f"{pins.ADDON_NAME} on {cluster}"]
+            )
+        status = str(addon.get("status"))
+        if status != last_status:
+            waiter.progress(f"{pins.ADDON_NAME} {addon.get('addonVersion', '')}: {status}")
+            last_status = status
+        if status in SETTLED:
+            return addon
+        if status in FAILED:
+            raise AddonOperationError(
+                f"{pins.ADDON_NAME} is {status}", health_lines(addon) or ["EKS reported no health issue"]
+            )
+        if waiter.monotonic() >= deadline:
+            raise AddonOperationError(
+                f"timed out after {waiter.timeout_s:.0f} s waiting for ACTIVE", [f"last status: {status}"]
+            )
+        waiter.sleep(waiter.poll_s)
+
+
+def sorted_versions(versions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Newest first; unreadable versions last (never silently dropped)."""
+
+    def key(item: Mapping[str, Any]) -> tuple[int, addon_version.AddonVersion]:
+        try:
+            return (1, addon_version.AddonVersion.parse(str(item.get("addonVersion", ""))))
+        except addon_version.AddonVersionError:
+            return (0, addon_version.AddonVersion(0, 0, 0))
+
+    return sorted(versions, key=key, reverse=True)

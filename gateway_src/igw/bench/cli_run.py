@@ -1,0 +1,132 @@
+"""What ``igw bench`` does once its arguments are parsed (kept out of ``igw.cli`` to keep imports lazy)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from igw.bench.policies.registry import DEFAULT_POLICIES, POLICIES
+from igw.bench.scenarios import GROUPS, SCENARIOS, resolve
+
+
+def _print_catalogue() -> None:
+    print("scenarios:")
+    for s in SCENARIOS.values():
+        d = s.describe()
+        print(f"  {s.name:30} {s.summary}")
+        print(f"  {'':30} fleet: {d['fleet']}; load: {d['load']}; workload: {d['workload']}")
+    for name, members in GROUPS.items():
+        print(f"  {name:30} group: {', '.join(members)}")
+    print("policies:")
+    for e in POLICIES.values():
+        print(f"  {e.name:22} {e.description}")
+
+
+def _parse_weights(raw: str | None) -> dict[str, float] | None:
+    if raw is None:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"--weights: not valid JSON: {exc}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+        for k, v in value.items()
+    ):
+        raise ValueError('--weights: expected a JSON object of numbers, e.g. {"queue": 3, "prefix": 2}')
+    return {k: float(v) for k, v in value.items()}
+
+
+def _policies(args: argparse.Namespace) -> list[str]:
+    names = list(args.policies) if args.policies else list(DEFAULT_POLICIES)
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise ValueError(f"--policies: unknown {', '.join(unknown)} (known: {', '.join(POLICIES)})")
+    if "round-robin" not in names:
+        names.insert(0, "round-robin")  # every reduction is relative to it
+    return names
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    if args.list:
+        _print_catalogue()
+        return 0
+    if args.summarize:
+        from igw.bench.summary import write_summary
+
+        directory = Path(args.summarize)
+        if not directory.is_dir():
+            raise ValueError(f"--summarize: {directory} is not a directory")
+        print(write_summary(directory).read_text())
+        return 0
+    if not args.scenarios and not args.trace:
+        raise ValueError("name at least one scenario (see --list) or pass --trace FILE")
+    if args.duration_scale <= 0:
+        raise ValueError("--duration-scale must be > 0")
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=170)  # logs and pipes: keep the wide tables readable
+    out = Path(args.out)
+    command = "igw bench " + shlex.join(sys.argv[2:]) if len(sys.argv) > 1 else "igw bench"
+    seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
+    scale = args.duration_scale * (0.25 if args.quick else 1.0)
+    weights = _parse_weights(args.weights)
+    policies = _policies(args)
+    if args.mode == "live":
+        from igw.bench.live_runner import run_live_cli
+
+        if args.trace:
+            raise ValueError("--trace runs in DES mode only")
+        args.parsed_weights = weights
+        return run_live_cli(args, console=console, out=out, seeds=seeds, policies=policies, command=command)
+    from igw.bench.console import scenario_table, share_table
+    from igw.bench.des_runner import DesOptions, run_des, run_trace
+    from igw.bench.report import write_report
+
+    options = DesOptions(
+        policies=policies,
+        seeds=seeds,
+        duration_scale=scale,
+        weights=weights,
+        saturation_off=not args.admission,
+    )
+    index: list[str] = []
+    started = time.monotonic()
+    with console.status("starting") as status:
+
+        def progress(msg: str) -> None:
+            status.update(f"[{time.monotonic() - started:6.1f}s] {msg}")
+
+        if args.trace:
+            runs = [run_trace(Path(args.trace), fleet_yaml=args.fleet, speedup=args.trace_speedup,
+                              options=options, progress=progress, command=command)]  # fmt: skip
+        else:
+            runs = []
+            for scenario in resolve(list(args.scenarios)):
+                runs.append(run_des(scenario, options=options, progress=progress, command=command))
+                console.print(scenario_table(runs[-1]))
+                console.print(share_table(runs[-1]))
+                md = write_report(runs[-1], out)
+                index.append(md.name)
+    if args.trace:
+        console.print(scenario_table(runs[0]))
+        index.append(write_report(runs[0], out).name)
+    (out / "index.md").write_text(
+        "# igw bench results\n\n"
+        + f"Command: `{command}`\n\n"
+        + "\n".join(f"- [{n}]({n})" for n in index)
+        + "\n"
+    )
+    if not args.trace:
+        from igw.bench.summary import write_summary
+
+        index.append(write_summary(out).name)
+    console.print(f"reports written to {out}/ ({', '.join(index)}) in {time.monotonic() - started:.0f}s")
+    return 0

@@ -1,0 +1,62 @@
+"""Side-by-side tables on the terminal (rich), shared by ``igw bench`` and ``igw demo``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from igw.bench.report import format_value
+from igw.bench.results import ScenarioRun
+
+_COLUMNS = (
+    ("ttft_p50_s", "TTFT p50"),
+    ("ttft_p95_s", "TTFT p95"),
+    ("ttft_p99_s", "TTFT p99"),
+    ("itl_p50_s", "ITL p50"),
+    ("itl_p99_s", "ITL p99"),
+    ("e2e_p99_s", "E2E p99"),
+    ("output_tok_per_s", "tok/s"),
+    ("goodput", "goodput"),
+)
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:+.1f}%"
+
+
+def scenario_table(run: ScenarioRun) -> Any:
+    """One row per policy: latency/rate columns (means; ± over seeds), errors, p99 vs baseline and oracle."""
+    from rich.table import Table
+
+    table = Table(title=f"{run.scenario} ({run.mode})", title_justify="left", pad_edge=False)
+    table.add_column("policy", no_wrap=True)
+    for _, header in _COLUMNS:
+        table.add_column(header, justify="right")
+    table.add_column("err", justify="right")
+    table.add_column("p99 vs RR", justify="right")
+    if run.oracle is not None:
+        table.add_column("p99 vs oracle", justify="right")
+    for name, pol in run.policies.items():
+        if pol.unavailable is not None:
+            table.add_row(name, f"[yellow]not run: {pol.unavailable}[/yellow]")
+            continue
+        row = [name, *(format_value(f, pol.estimate(f)) for f, _ in _COLUMNS)]
+        row.append(str(sum(s.errors for s in pol.summaries)))
+        row.append(_pct(run.reduction_vs_baseline(name, "ttft_p99_s")))
+        if run.oracle is not None:
+            row.append(_pct(run.gap_to_oracle(name, "ttft_p99_s")))
+        table.add_row(*row)
+    return table
+
+
+def share_table(run: ScenarioRun) -> Any:
+    """Per-pod share of requests, pods as rows and policies as columns."""
+    from rich.table import Table
+
+    measured = [(n, p.mean_load_share()) for n, p in run.policies.items() if p.summaries]
+    table = Table(title="per-pod share of requests", title_justify="left", pad_edge=False)
+    table.add_column("pod")
+    for name, _ in measured:
+        table.add_column(name, justify="right")
+    for pod in sorted({k for _, share in measured for k in share}):
+        table.add_row(pod, *(f"{share.get(pod, 0.0) * 100:.1f}%" for _, share in measured))
+    return table

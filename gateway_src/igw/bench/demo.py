@@ -1,0 +1,110 @@
+"""The body of ``igw demo`` (see ``igw.cli.demo``): live mode on the demo scenario, with progress."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from igw.bench.capacity import fleet_capacity
+from igw.bench.console import scenario_table, share_table
+from igw.bench.live_runner import LiveOptions, run_live
+from igw.bench.report import write_report
+from igw.bench.routers import ROUTERS
+from igw.bench.scenarios import DEMO
+from igw.bench.stats import RequestSample
+from igw.bench.workload import mean_fraction
+
+
+def _routers(raw: str) -> list[str]:
+    names = [r.strip() for r in raw.split(",") if r.strip()]
+    unknown = [r for r in names if r not in ROUTERS]
+    if unknown or not names:
+        raise ValueError(
+            f"--routers: unknown {', '.join(unknown) or '(none given)'} (known: {', '.join(ROUTERS)})"
+        )
+    return names
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=170)
+    try:
+        routers = _routers(args.routers)
+        if args.requests < 10 or args.rate <= 0 or args.drain <= 0:
+            raise ValueError("--requests must be >= 10, --rate and --drain > 0")
+    except ValueError as exc:
+        print(f"igw demo: {exc}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    out = Path(args.out)
+    console.rule("[bold]igw demo[/bold]: GPU-aware gateway vs round-robin on a simulated mixed fleet")
+    console.print(f"fleet: {DEMO.describe()['fleet']}; workload: {DEMO.describe()['workload']}")
+    with console.status("measuring fleet capacity (one pod of each type flooded, in the DES)"):
+        cap = fleet_capacity(DEMO, seed=DEMO.seeds[0])
+    virtual_rps = mean_fraction(DEMO) * cap.requests_per_s
+    duration_scale = (args.requests / virtual_rps) / DEMO.duration_s
+    console.print(f"capacity: {cap.describe()}")
+    console.print(
+        f"load: {DEMO.describe()['load']} = {virtual_rps:.0f} req/s of simulated GPU time, "
+        f"{args.requests} requests per router at {args.rate:g} req/s wall"
+    )
+    options = LiveOptions(
+        routers=routers,
+        seeds=list(DEMO.seeds),
+        workdir=out / "work",
+        duration_scale=duration_scale,
+        target_wall_rps=args.rate,
+        drain_s=args.drain,
+    )
+    progress = Progress(
+        TextColumn("{task.description:<18}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("errors {task.fields[errors]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    tasks: list[TaskID] = []
+    errors = [0]
+
+    def on_router(name: str, total: int) -> None:
+        tasks.append(progress.add_task(name, total=total, errors=0))
+        errors[0] = 0
+
+    def on_sample(sample: RequestSample) -> None:
+        if not sample.ok:
+            errors[0] += 1
+        progress.update(tasks[-1], advance=1, errors=errors[0])
+
+    try:
+        with progress:
+            live = run_live(
+                DEMO,
+                options=options,
+                capacity=cap,
+                say=lambda m: progress.console.print(f"  {m}"),
+                on_sample=on_sample,
+                on_router=on_router,
+                command="igw demo " + " ".join(sys.argv[2:]),
+            )
+            run = asyncio.run(live)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: every process the demo started has been stopped[/yellow]")
+        return 130
+    console.print(scenario_table(run))
+    console.print(share_table(run))
+    md = write_report(run, out)
+    console.print(
+        f"latencies are simulated GPU time ({run.parameters['time_scale']});\n"
+        f"err = requests unanswered {args.drain:g}s after the last one was sent (the client gave up).\n"
+        f"report: {md} (+ JSON and PNG plots in {out}/); finished in {time.monotonic() - started:.0f}s"
+    )
+    failed = [n for n, p in run.policies.items() if p.unavailable is not None]
+    return 1 if failed else 0

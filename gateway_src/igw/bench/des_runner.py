@@ -1,0 +1,206 @@
+"""DES mode: every policy on the same simulated fleet and the same requests, for several seeds.
+
+Per seed, every policy replays the *identical* request list (common random numbers), so differences
+between policies are routing, not workload luck; seeds vary the workload and the engines' jitter.
+The gateway policies run the gateway's real scheduler code against metric snapshots scraped every
+``scrape_interval_s`` (as the live gateway does); only the oracle reads exact state.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from igw.bench.capacity import FleetCapacity, fleet_capacity
+from igw.bench.policies.registry import POLICIES, PolicyContext, build_policy
+from igw.bench.results import PolicyRun, ScenarioRun
+from igw.bench.scenarios import LoraShape, Scenario
+from igw.bench.stats import RequestSample, summarize
+from igw.bench.workload import fleet_pods, mean_fraction, model_name, scenario_requests
+from igw.sim.des import SimulationResult, simulate
+from igw.sim.request import SimRequest
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class DesOptions:
+    policies: Sequence[str]
+    seeds: Sequence[int]
+    scrape_interval_s: float = 0.05
+    duration_scale: float = 1.0
+    """Multiply the scenario's duration (``--quick`` uses a fraction for smoke runs)."""
+    weights: dict[str, float] | None = None
+    saturation_off: bool = True
+
+
+def samples_of(result: SimulationResult) -> list[RequestSample]:
+    return [
+        RequestSample(
+            endpoint=r.pod or "-",
+            ok=r.ok,
+            arrival_s=r.arrival,
+            ttft_s=r.ttft,
+            e2e_s=r.e2e,
+            itl_s=r.itl,
+            prompt_tokens=r.prompt_tokens,
+            output_tokens=r.output_tokens,
+            cached_tokens=r.cached_tokens,
+        )
+        for r in result.records
+    ]
+
+
+def queue_series(result: SimulationResult, *, names: dict[str, str]) -> dict[str, list[tuple[float, int]]]:
+    """Waiting + running per pod, keyed by pod name."""
+    return {
+        names.get(key, key): [(t, w + r) for t, w, r in zip(s.times, s.waiting, s.running, strict=True)]
+        for key, s in result.series.items()
+    }
+
+
+def run_policy_once(
+    scenario: Scenario,
+    *,
+    policy_name: str,
+    requests: Sequence[SimRequest],
+    seed: int,
+    options: DesOptions,
+) -> SimulationResult:
+    ctx = PolicyContext(
+        rng=random.Random(seed * 7919 + 17),
+        lora=isinstance(scenario.workload, LoraShape),
+        weights=options.weights,
+        saturation_off=options.saturation_off,
+    )
+    policy = build_policy(policy_name, ctx)
+    return simulate(
+        pods=fleet_pods(scenario),
+        requests=requests,
+        policy=policy,
+        seed=seed,
+        scrape_interval_s=options.scrape_interval_s,
+        base_model=model_name(scenario),
+    )
+
+
+def run_des(
+    scenario: Scenario,
+    *,
+    options: DesOptions,
+    capacity: FleetCapacity | None = None,
+    progress: Progress | None = None,
+    command: str = "",
+) -> ScenarioRun:
+    say = progress or (lambda _msg: None)
+    cap = capacity or fleet_capacity(scenario, seed=options.seeds[0], on_progress=say)
+    duration = scenario.duration_s * options.duration_scale
+    pods = fleet_pods(scenario)
+    params = {
+        **scenario.describe(),
+        "duration_s": duration,
+        "seeds": list(options.seeds),
+        "capacity": cap.describe(),
+        "offered_rate_rps": round(mean_fraction(scenario) * cap.requests_per_s, 3),
+        "scrape_interval_s": options.scrape_interval_s,
+        "gateway_admission": "off (no 429s; every policy serves every request)"
+        if options.saturation_off
+        else "on (429s count as failures)",
+        "gateway_weights_override": options.weights,
+        "command": command,
+    }
+    run = ScenarioRun(
+        scenario=scenario.name,
+        mode="des",
+        parameters=params,
+        oracle="oracle" if "oracle" in options.policies else None,
+    )
+    for name in options.policies:
+        run.policies[name] = PolicyRun(policy=name, description=POLICIES[name].description)
+    for seed in options.seeds:
+        requests = scenario_requests(
+            scenario, capacity_rps=cap.requests_per_s, seed=seed, duration_s=duration
+        )
+        for name in options.policies:
+            say(f"seed {seed}: {name} ({len(requests)} requests)")
+            result = run_policy_once(
+                scenario, policy_name=name, requests=requests, seed=seed, options=options
+            )
+            names = {key: spec.name for key, spec in result.pods.items()}
+            samples = [replace(s, endpoint=names.get(s.endpoint, s.endpoint)) for s in samples_of(result)]
+            pol = run.policies[name]
+            pol.seeds.append(seed)
+            pol.summaries.append(
+                summarize(
+                    samples,
+                    endpoints=[p.name for p in pods],
+                    ttft_slo_s=scenario.ttft_slo_s,
+                    duration_s=max(result.end_time, 1e-9),
+                )
+            )
+            if len(pol.seeds) == 1:
+                pol.samples = samples
+                pol.queue_series = queue_series(result, names=names)
+    return run
+
+
+def run_trace(
+    path: Path,
+    *,
+    fleet_yaml: str | None,
+    speedup: float,
+    options: DesOptions,
+    progress: Progress | None = None,
+    command: str = "",
+) -> ScenarioRun:
+    """Replay a trace file on a fleet (a FLEET.yaml, or mixed-fleet-8b's fleet) under every policy."""
+    from igw.bench.scenarios import SCENARIOS
+    from igw.sim import workloads
+    from igw.sim.spec import FleetSpec
+
+    say = progress or (lambda _msg: None)
+    pods = (
+        list(FleetSpec.from_yaml(fleet_yaml).pods) if fleet_yaml else fleet_pods(SCENARIOS["mixed-fleet-8b"])
+    )
+    model = pods[0].model_name
+    requests = list(workloads.replay(path, model=model, rng=random.Random(options.seeds[0]), speedup=speedup))
+    if not requests:
+        raise ValueError(f"{path}: the trace holds no requests")
+    run = ScenarioRun(
+        scenario=f"trace-{path.stem}",
+        mode="des",
+        parameters={
+            "trace": str(path),
+            "requests": len(requests),
+            "speedup": speedup,
+            "fleet": ", ".join(f"{p.name} ({p.preset})" for p in pods),
+            "seeds": list(options.seeds),
+            "ttft_slo_s": TRACE_SLO_S,
+            "command": command,
+        },
+        oracle="oracle" if "oracle" in options.policies else None,
+    )
+    for name in options.policies:
+        pol = run.policies[name] = PolicyRun(policy=name, description=POLICIES[name].description)
+        for seed in options.seeds:
+            say(f"trace, seed {seed}: {name} ({len(requests)} requests)")
+            ctx = PolicyContext(rng=random.Random(seed * 7919 + 17), weights=options.weights,
+                                saturation_off=options.saturation_off,
+                                lora=any(r.adapter for r in requests))  # fmt: skip
+            result = simulate(pods=pods, requests=requests, policy=build_policy(name, ctx), seed=seed,
+                              scrape_interval_s=options.scrape_interval_s, base_model=model)  # fmt: skip
+            names = {key: spec.name for key, spec in result.pods.items()}
+            samples = [replace(s, endpoint=names.get(s.endpoint, s.endpoint)) for s in samples_of(result)]
+            pol.seeds.append(seed)
+            pol.summaries.append(summarize(samples, endpoints=[p.name for p in pods], ttft_slo_s=TRACE_SLO_S,
+                                           duration_s=max(result.end_time, 1e-9)))  # fmt: skip
+            if len(pol.seeds) == 1:
+                pol.samples = samples
+                pol.queue_series = queue_series(result, names=names)
+    return run
+
+
+TRACE_SLO_S = 1.0
+"""TTFT SLO used for goodput when replaying a trace (scenarios state their own)."""

@@ -1,0 +1,296 @@
+"""Live mode: the same requests over real HTTP through each router process, in front of a fresh fleet.
+
+For every router a fresh simulated fleet is started (so no router inherits another's warm prefix
+caches), the router process is started in front of it, the scenario's requests are replayed open-loop
+at their scheduled times, and per-pod queue depth is sampled from the pods while it runs.
+
+Time: the fleet runs at ``time_scale`` wall seconds per simulated GPU second, chosen so the offered
+wall-clock rate fits this machine. Every latency is reported in *simulated GPU time* (wall time divided
+by the time scale) so live numbers are comparable with DES numbers; the time scale is stated in the
+report. Requests still unanswered ``drain_s`` (wall) after the last arrival are cancelled and counted
+as errors: a real client would have given up too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from igw.bench.capacity import FleetCapacity, fleet_capacity
+from igw.bench.loadgen import LiveRequest, drive
+from igw.bench.processes import RouterStartError
+from igw.bench.results import PolicyRun, ScenarioRun
+from igw.bench.routers import ROUTERS, RouterContext
+from igw.bench.rr_proxy import BACKEND_HEADER
+from igw.bench.scenarios import Scenario
+from igw.bench.stats import RequestSample, load_share, summarize
+from igw.bench.workload import adapter_names, fleet_pods, mean_fraction, model_name, scenario_requests
+from igw.sim.live import RunningFleet, run_fleet
+from igw.sim.spec import FleetSpec
+
+
+class _PeerProbeNoise(logging.Filter):
+    """Drop the simulated pods' tracebacks for the HTTP/2 preface that sglang-router and vllm-router send
+    as a gRPC probe before falling back to HTTP (reference/peers.md §1.4: harmless, expected)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (exc is not None and "PRI/Upgrade" in str(exc))
+
+
+logging.getLogger("aiohttp.server").addFilter(_PeerProbeNoise())
+
+Say = Callable[[str], None]
+OnSample = Callable[[RequestSample], None]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveOptions:
+    routers: Sequence[str]
+    seeds: Sequence[int]
+    workdir: Path
+    duration_scale: float = 1.0
+    target_wall_rps: float = 20.0
+    """Offered requests per wall-clock second; sets the fleet's time scale."""
+    drain_s: float = 30.0
+    weights: dict[str, float] | None = None
+    sample_interval_s: float = 0.25
+
+
+def time_scale_for(virtual_rps: float, target_wall_rps: float) -> float:
+    """Wall seconds per simulated second so that ``virtual_rps`` arrives at ``target_wall_rps``."""
+    return max(0.05, virtual_rps / target_wall_rps)
+
+
+async def _sample_queues(
+    fleet: RunningFleet,
+    *,
+    names: dict[str, str],
+    every_s: float,
+    scale: float,
+    into: dict[str, list[tuple[float, int]]],
+) -> None:
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    while True:
+        t = (loop.time() - t0) / scale
+        for info in fleet.pods:
+            engine = fleet.pod(info.key).engine
+            into.setdefault(names[info.key], []).append((t, engine.num_waiting + engine.num_running))
+        await asyncio.sleep(every_s)
+
+
+def _to_gpu_time(s: RequestSample, scale: float) -> RequestSample:
+    def conv(v: float | None) -> float | None:
+        return None if v is None else v / scale
+
+    return replace(
+        s, arrival_s=s.arrival_s / scale, ttft_s=conv(s.ttft_s), e2e_s=conv(s.e2e_s), itl_s=conv(s.itl_s)
+    )
+
+
+async def run_router_once(
+    scenario: Scenario,
+    *,
+    router: str,
+    requests: Sequence[LiveRequest],
+    spec: FleetSpec,
+    options: LiveOptions,
+    on_sample: OnSample | None = None,
+) -> tuple[list[RequestSample], dict[str, float], dict[str, list[tuple[float, int]]], float]:
+    """One router, one fresh fleet: (samples in GPU time, per-pod share, queue series, wall duration)."""
+    scale = spec.time_scale
+    series: dict[str, list[tuple[float, int]]] = {}
+    async with run_fleet(spec, admin=False) as fleet:
+        names = {p.key: p.name for p in fleet.pods}
+        ctx = RouterContext(
+            pod_urls=tuple(p.url for p in fleet.pods),
+            pod_labels=tuple(p.labels for p in fleet.pods),
+            model=model_name(scenario),
+            workdir=options.workdir,
+            weights=options.weights,
+            lora_adapters=adapter_names(scenario),
+        )
+        async with ROUTERS[router].start(ctx) as url:
+            sampler = asyncio.create_task(
+                _sample_queues(
+                    fleet, names=names, every_s=options.sample_interval_s, scale=scale, into=series
+                )
+            )
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            last = max((r.at_s for r in requests), default=0.0)
+            try:
+                samples = await drive(
+                    base_url=url,
+                    requests=requests,
+                    endpoint_headers=[BACKEND_HEADER],
+                    on_done=on_sample,
+                    deadline_s=last + options.drain_s,
+                )
+            finally:
+                sampler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sampler
+            wall = loop.time() - started
+        finished = {
+            names[p.key]: sum(fleet.pod(p.key).engine.counters.finished_by_reason.values())
+            for p in fleet.pods
+        }
+    total = sum(finished.values())
+    share = {k: (v / total if total else 0.0) for k, v in sorted(finished.items())}
+    return [_to_gpu_time(s, scale) for s in samples], share, series, wall
+
+
+def live_requests(
+    scenario: Scenario, *, capacity_rps: float, seed: int, duration_s: float, scale: float
+) -> list[LiveRequest]:
+    sims = scenario_requests(scenario, capacity_rps=capacity_rps, seed=seed, duration_s=duration_s)
+    return [
+        LiveRequest(at_s=r.arrival * scale, model=r.model, prompt=r.prompt_text, max_tokens=r.output_tokens,
+                    prompt_tokens=r.prompt_tokens)
+        for r in sims
+    ]  # fmt: skip
+
+
+async def run_live(
+    scenario: Scenario,
+    *,
+    options: LiveOptions,
+    capacity: FleetCapacity | None = None,
+    say: Say | None = None,
+    on_sample: OnSample | None = None,
+    on_router: Callable[[str, int], None] | None = None,
+    command: str = "",
+) -> ScenarioRun:
+    """Every router in ``options.routers`` for every seed; routers that cannot start are reported."""
+    tell = say or (lambda _m: None)
+    cap = capacity or fleet_capacity(scenario, seed=options.seeds[0], on_progress=tell)
+    duration = scenario.duration_s * options.duration_scale
+    virtual_rps = mean_fraction(scenario) * cap.requests_per_s
+    scale = time_scale_for(virtual_rps, options.target_wall_rps)
+    pods = fleet_pods(scenario)
+    run = ScenarioRun(
+        scenario=scenario.name,
+        mode="live",
+        parameters={
+            **scenario.describe(),
+            "duration_s": duration,
+            "seeds": list(options.seeds),
+            "capacity": cap.describe(),
+            "offered_rate_rps": round(virtual_rps, 3),
+            "time_scale": f"{scale:.3f} wall s per simulated GPU s (latencies are GPU time = wall / scale)",
+            "offered_wall_rps": round(virtual_rps / scale, 2),
+            "drain_s": f"{options.drain_s:g} wall s after the last arrival; later answers count as errors",
+            "routers": {r: ROUTERS[r].description for r in options.routers},
+            "gateway_admission": "off (no 429s)",
+            "command": command,
+        },
+        oracle=None,
+    )
+    for name in options.routers:
+        run.policies[name] = PolicyRun(policy=name, description=ROUTERS[name].description)
+    for seed in options.seeds:
+        requests = live_requests(
+            scenario, capacity_rps=cap.requests_per_s, seed=seed, duration_s=duration, scale=scale
+        )
+        spec = FleetSpec(pods=tuple(pods), time_scale=scale, seed=seed)
+        for name in options.routers:
+            pol = run.policies[name]
+            if pol.unavailable is not None:
+                continue
+            tell(f"seed {seed}: {name} ({len(requests)} requests over ~{requests[-1].at_s:.0f}s wall)")
+            if on_router is not None:
+                on_router(name, len(requests))
+            try:
+                samples, share, series, wall = await run_router_once(
+                    scenario, router=name, requests=requests, spec=spec, options=options, on_sample=on_sample
+                )
+            except RouterStartError as exc:
+                pol.unavailable = str(exc).splitlines()[0]
+                tell(f"{name}: not run ({pol.unavailable})")
+                continue
+            summary = summarize(samples, endpoints=[p.name for p in pods], ttft_slo_s=scenario.ttft_slo_s,
+                                duration_s=max(wall / scale, 1e-9))  # fmt: skip
+            pol.seeds.append(seed)
+            pol.summaries.append(replace(summary, load_share=share or load_share(samples, endpoints=[])))
+            if len(pol.seeds) == 1:
+                pol.samples = samples
+                pol.queue_series = series
+    return run
+
+
+def run_live_cli(
+    args: Any, *, console: Any, out: Path, seeds: Sequence[int], policies: Sequence[str], command: str
+) -> int:
+    """``igw bench --mode live``: every named scenario at reduced scale, optionally the agreement check."""
+    from igw.bench.agreement import compare
+    from igw.bench.console import scenario_table, share_table
+    from igw.bench.des_runner import DesOptions, run_des
+    from igw.bench.peers import install
+    from igw.bench.report import write_report
+    from igw.bench.scenarios import resolve
+
+    routers = [p for p in policies if p in ROUTERS]
+    skipped = [p for p in policies if p not in ROUTERS]
+    if skipped:
+        console.print(f"live mode cannot run {', '.join(skipped)} (DES only: no process to start)")
+    if args.peers:
+        for name in ("sglang-router", "vllm-router"):
+            if name not in routers:
+                routers.append(name)
+        failures = install(["sglang", "vllm"], say=console.print)
+        for router, why in failures.items():
+            console.print(f"[yellow]{router}: {why}[/yellow]")
+    index: list[str] = []
+    for scenario in resolve(list(args.scenarios)):
+        cap = fleet_capacity(scenario, seed=seeds[0])
+        virtual_rps = mean_fraction(scenario) * cap.requests_per_s
+        duration_scale = (args.live_requests / virtual_rps) / scenario.duration_s
+        options = LiveOptions(
+            routers=routers,
+            seeds=seeds,
+            workdir=out / "work" / scenario.name,
+            duration_scale=duration_scale,
+            target_wall_rps=args.live_rate,
+            drain_s=args.drain,
+            weights=args.parsed_weights,
+        )
+        with console.status(f"{scenario.name}: live") as status:
+            live = asyncio.run(
+                run_live(scenario, options=options, capacity=cap, say=status.update, command=command)
+            )
+        live.scenario = f"{scenario.name}-live"
+        console.print(scenario_table(live))
+        console.print(share_table(live))
+        if args.check_agreement:
+            des_policies = [p for p in routers if p in ("round-robin", "gateway-default", "gateway-tuned")]
+            with console.status(f"{scenario.name}: DES at the same scale"):
+                des = run_des(
+                    scenario,
+                    options=DesOptions(policies=des_policies, seeds=seeds, duration_scale=duration_scale,
+                                       weights=args.parsed_weights),
+                    capacity=cap,
+                    command=command,
+                )  # fmt: skip
+            des.scenario = f"{scenario.name}-des-same-scale"
+            console.print(scenario_table(des))
+            agreements = compare(des, live)
+            for a in agreements:
+                console.print(a.describe())
+            live.parameters["agreement_with_des"] = [a.describe() for a in agreements]
+            index.append(write_report(des, out).name)
+        index.append(write_report(live, out).name)
+    (out / "index.md").write_text(
+        "# igw bench (live) results\n\n"
+        + f"Command: `{command}`\n\n"
+        + "\n".join(f"- [{n}]({n})" for n in index)
+        + "\n"
+    )
+    console.print(f"reports written to {out}/")
+    return 0

@@ -1,0 +1,123 @@
+"""The one registry of benchmark policies: name -> description and builder.
+
+Every policy is built fresh per run from a :class:`PolicyContext` (its own seeded random source), so
+runs are independent and reproducible. The gateway entries build the gateway's *real* scheduler
+(``igw.scheduling.factory``); nothing here re-implements it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from igw.bench.policies.baselines import LeastRequestPolicy, PowerOfTwoPolicy, RandomPolicy, RoundRobinPolicy
+from igw.bench.policies.cache_aware import CacheAwarePolicy
+from igw.scheduling.types import RoutingPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """What a builder may depend on: the run's random source and the scenario's traits."""
+
+    rng: random.Random
+    lora: bool = False
+    """The scenario routes to LoRA adapters (the gateway then enables its LoRA-affinity scorer)."""
+    weights: Mapping[str, float] | None = None
+    """Explicit gateway weights (``igw bench --weights``); ``None`` = the entry's own."""
+    saturation_off: bool = True
+    """Disable the gateway's 429 admission so every policy serves every request (see ``gateway``)."""
+    extras: Mapping[str, object] = field(default_factory=dict)
+
+
+PolicyBuilder = Callable[[PolicyContext], RoutingPolicy]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyEntry:
+    name: str
+    description: str
+    build: PolicyBuilder
+    needs_oracle: bool = False
+
+
+TUNED_WEIGHTS: Final[Mapping[str, float]] = {
+    "queue": 2.0,
+    "kvCache": 4.0,
+    "prefix": 3.0,
+    "predictedLatency": 2.0,
+    "active-request-scorer": 1.0,
+}
+"""The best weights found so far by the DES search recorded in docs/benchmark.md.
+
+Against the defaults (queue 2, kvCache 2, prefix 3, predictedLatency 1) the decisive change is the
+``active-request-scorer`` (the gateway's own, exact in-flight count): with only scraped signals,
+every request inside one 50 ms scrape window sees the same numbers and the max-score picker sends
+them all to the same pod (herding). ``active-request-scorer`` is not a CRD ``weights`` key, so live
+mode passes these weights as an EndpointPickerConfig (``configMapRef``)."""
+
+
+def _gateway(weights_of: Callable[[PolicyContext], Mapping[str, float]]) -> PolicyBuilder:
+    def build(ctx: PolicyContext) -> RoutingPolicy:
+        from igw.scheduling.factory import scheduler_from_weights
+        from igw.scheduling.settings import RoutingSettings
+
+        routing = RoutingSettings()
+        if ctx.saturation_off:
+            # Round-robin and the peers never refuse a request; a gateway that answered 429 would
+            # "win" on TTFT by serving fewer requests. The benchmark compares routing, so admission
+            # control is off here and measured separately (it is a feature, not a routing policy).
+            routing = RoutingSettings(queue_depth_threshold=10**9, kv_cache_util_threshold=2.0)
+        return scheduler_from_weights(weights_of(ctx), name="gateway", routing=routing, rng=ctx.rng)
+
+    return build
+
+
+def _default_weights(ctx: PolicyContext) -> Mapping[str, float]:
+    from igw.scheduling.factory import default_weights
+
+    return ctx.weights or default_weights(lora_adapters=ctx.lora)
+
+
+def _tuned_weights(ctx: PolicyContext) -> Mapping[str, float]:
+    weights = dict(ctx.weights or TUNED_WEIGHTS)
+    if ctx.lora and "loraAffinity" not in weights:
+        weights["loraAffinity"] = 1.0
+    return weights
+
+
+def _oracle(ctx: PolicyContext) -> RoutingPolicy:
+    from igw.bench.policies.oracle import OraclePolicy
+
+    return OraclePolicy(rng=ctx.rng)
+
+
+_ENTRIES: Final[tuple[PolicyEntry, ...]] = (
+    PolicyEntry(
+        "round-robin", "Kubernetes Service baseline (kube-proxy IPVS rr)", lambda c: RoundRobinPolicy()
+    ),
+    PolicyEntry("random", "kube-proxy iptables mode: uniform random", lambda c: RandomPolicy(rng=c.rng)),
+    PolicyEntry(
+        "least-request", "fewest in-flight requests (router-local)", lambda c: LeastRequestPolicy(rng=c.rng)
+    ),
+    PolicyEntry("power-of-two", "two random choices, fewer in flight", lambda c: PowerOfTwoPolicy(rng=c.rng)),
+    PolicyEntry(
+        "sglang-cache-aware",
+        "sglang-router cache_aware (approximate radix tree, balance thresholds 64/1.5, cache 0.3)",
+        lambda c: CacheAwarePolicy(),
+    ),
+    PolicyEntry("gateway-default", "igw scheduler, default weights", _gateway(_default_weights)),
+    PolicyEntry("gateway-tuned", "igw scheduler, weights found by tuning", _gateway(_tuned_weights)),
+    PolicyEntry("oracle", "exact instantaneous pod state: least predicted TTFT", _oracle, needs_oracle=True),
+)
+POLICIES: Final[dict[str, PolicyEntry]] = {e.name: e for e in _ENTRIES}
+
+DEFAULT_POLICIES: Final[tuple[str, ...]] = tuple(POLICIES)
+
+
+def build_policy(name: str, ctx: PolicyContext) -> RoutingPolicy:
+    entry = POLICIES.get(name)
+    if entry is None:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    return entry.build(ctx)

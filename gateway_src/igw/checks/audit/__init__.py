@@ -1,0 +1,1 @@
+"""Audit checks: TLS, JWT, exposure, workload hardening, IAM, rate limits, tenancy - one module each."""

@@ -1,0 +1,26 @@
+"""Which namespaced objects (NetworkPolicies, PDBs) select a workload's pods."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from igw.checks.inventory import Manifest
+from igw.checks.k8s import namespace_of, spec, template_labels
+from igw.checks.selectors import selector_from_mapping
+
+
+def selecting(
+    workload: Manifest, candidates: Mapping[str, Sequence[Manifest]], *, selector_field: str
+) -> list[Manifest]:
+    """``candidates`` indexed by namespace (:func:`igw.checks.selectors.by_namespace`)."""
+    labels = template_labels(workload)
+    found = []
+    for candidate in candidates.get(namespace_of(workload), ()):
+        raw = spec(candidate).get(selector_field)
+        try:
+            selector = selector_from_mapping(raw if isinstance(raw, dict) else {})
+        except ValueError:
+            continue
+        if selector.matches(labels):
+            found.append(candidate)
+    return found

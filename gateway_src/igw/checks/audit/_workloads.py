@@ -1,0 +1,57 @@
+"""Shared iteration for workload-hardening checks: in-scope workloads and their containers.
+
+Findings are per workload (listing the offending containers), the unit an operator fixes.
+System namespaces are skipped unless ``--include-system-namespaces``; objects a source only inferred
+(a Helm chart standing in for its Deployment) are skipped because their pod spec is unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from igw.checks.framework import CheckContext
+from igw.checks.inventory import Manifest, Missing, need
+from igw.checks.k8s import DERIVED_ANNOTATION, WORKLOAD_KINDS, annotations_of, containers, in_scope, pod_spec
+
+ContainerTest = Callable[[Mapping[str, Any], Mapping[str, Any]], str | None]
+"""``(container, pod_spec) -> problem or None``."""
+
+
+def workloads(ctx: CheckContext, kinds: Sequence[str] = WORKLOAD_KINDS) -> list[Manifest]:
+    found: list[Manifest] = []
+    missing: Missing | None = None
+    for kind in kinds:
+        objects = ctx.inventory.kube.of(kind)
+        if isinstance(objects, Missing):
+            missing = missing or objects
+            continue
+        found.extend(
+            o
+            for o in objects
+            if in_scope(o, include_system=ctx.options.include_system_namespaces)
+            and DERIVED_ANNOTATION not in annotations_of(o)
+        )
+    if not found and missing is not None:
+        need(missing)
+    return found
+
+
+def container_problems(workload: Manifest, test: ContainerTest) -> list[str]:
+    ps = pod_spec(workload)
+    problems = []
+    for container in containers(workload, include_init=True):
+        problem = test(container, ps)
+        if problem:
+            problems.append(f"{container.get('name', '?')}: {problem}")
+    return problems
+
+
+def security_context(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = obj.get("securityContext")
+    return value if isinstance(value, Mapping) else {}
+
+
+def per_workload(ctx: CheckContext, test: ContainerTest) -> Iterator[tuple[Manifest, list[str]]]:
+    for workload in workloads(ctx):
+        yield workload, container_problems(workload, test)

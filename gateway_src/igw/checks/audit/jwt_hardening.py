@@ -1,0 +1,60 @@
+"""IGW-AU205: JWT verification settings in ``spec.extensions.authorization`` are not weakened.
+
+Flags clock skew above 300 s, HMAC algorithms alongside a JWKS (key confusion), and forwarding the raw
+Authorization header upstream (model servers then see bearer tokens in their logs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from igw.checks.framework import CheckContext, FunctionCheck, Reporter
+from igw.checks.igwc import section
+from igw.checks.inventory import need
+from igw.checks.k8s import ref
+from igw.checks.model import CheckMeta, Command, Result, Severity
+from igw.config.durations import parse_duration
+
+MAX_SKEW_S = 300.0
+
+META = CheckMeta(
+    id="IGW-AU205",
+    title="JWT verification not weakened",
+    command=Command.AUDIT,
+    category="jwt",
+    severity=Severity.MEDIUM,
+    description="clockSkew <= 300s, no HS* algorithms with a JWKS, bearer tokens not forwarded to model "
+    "servers.",
+    remediation="Keep spec.extensions.authorization.clockSkew at 60s, algorithms asymmetric only, "
+    "forwardAuthorization false.",
+)
+
+
+def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
+    for config in need(ctx.inventory.kube.of("InferenceGatewayConfig")):
+        if section(config, "auth", "jwt") is None:
+            continue
+        authz = section(config, "extensions", "authorization") or {}
+        problems: list[tuple[Severity, str]] = []
+        skew_text = authz.get("clockSkew")
+        if isinstance(skew_text, str):
+            try:
+                if parse_duration(skew_text) > MAX_SKEW_S:
+                    problems.append((Severity.MEDIUM, f"clockSkew {skew_text} exceeds {int(MAX_SKEW_S)}s"))
+            except ValueError:
+                problems.append((Severity.MEDIUM, f"clockSkew {skew_text!r} is not a duration"))
+        hmac = [a for a in authz.get("algorithms") or [] if str(a).upper().startswith("HS")]
+        if hmac:
+            problems.append(
+                (Severity.HIGH, f"HMAC algorithms {', '.join(map(str, hmac))} accepted with a JWKS")
+            )
+        if authz.get("forwardAuthorization") is True:
+            problems.append((Severity.LOW, "forwardAuthorization passes bearer tokens to model servers"))
+        if problems:
+            worst = max((s for s, _ in problems), key=lambda s: s.rank)
+            yield r.fail(ref(config), "; ".join(m for _, m in problems), severity=worst)
+        else:
+            yield r.passed(ref(config), "defaults or stricter")
+
+
+CHECK = FunctionCheck(META, _run)

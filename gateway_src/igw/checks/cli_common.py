@@ -1,0 +1,180 @@
+"""What ``igw preflight`` and ``igw audit`` share: arguments, source selection, rendering, exit codes.
+
+Exit codes: 0 nothing at or above ``--fail-on``; 1 findings at or above it; 2 usage error;
+3 could not evaluate (API unreachable or forbidden, unreadable input) and nothing at or above the
+threshold was found in what could be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from igw.checks.framework import (
+    EXIT_NOT_EVALUATED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CheckContext,
+    CheckOptions,
+    exit_code,
+    run_checks,
+)
+from igw.checks.inventory import Inventory
+from igw.checks.model import Command, Severity
+
+FORMATS = ("table", "json", "sarif", "junit")
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_argument_group("source (default: the live cluster of the current kubeconfig context)")
+    exclusive = source.add_mutually_exclusive_group()
+    exclusive.add_argument(
+        "--manifests",
+        metavar="PATH",
+        type=Path,
+        help="directory or file of Kubernetes manifests (rendered chart, model deployments)",
+    )
+    exclusive.add_argument(
+        "--cdk-out", metavar="DIR", type=Path, help="CDK output directory (*.template.json)"
+    )
+    source.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (default $KUBECONFIG or ~/.kube/config; "
+        "in-cluster credentials when running in a pod)",
+    )
+    source.add_argument("--context", help="kubeconfig context")
+    source.add_argument(
+        "--cluster-name", help="EKS cluster name: also scan the AWS side (add-ons, IAM, subnets, LBs)"
+    )
+    source.add_argument("--region", help="AWS region (default from the AWS config)")
+    source.add_argument("--profile", help="AWS profile")
+    out = parser.add_argument_group("output")
+    out.add_argument("-o", "--output", choices=FORMATS, default="table", help="output format (default table)")
+    out.add_argument("--output-file", type=Path, help="write the report here instead of stdout")
+    out.add_argument("--show-passed", action="store_true", help="table: list passed checks too")
+    out.add_argument(
+        "--fail-on",
+        default="high",
+        metavar="SEVERITY",
+        help="exit 1 when a finding is at or above this severity: critical, high (default), medium, "
+        "low, info",
+    )
+    sel = parser.add_argument_group("selection")
+    sel.add_argument("--check", action="append", metavar="ID", help="run only this check (repeatable)")
+    sel.add_argument("--skip-check", action="append", metavar="ID", help="do not run this check (repeatable)")
+    sel.add_argument(
+        "--include-system-namespaces",
+        action="store_true",
+        help="also audit kube-system, kube-public, kube-node-lease",
+    )
+    parser.add_argument(
+        "--gateway-role-arn", help="the gateway's IAM role (default: found by its trust policy)"
+    )
+
+
+def _load(args: argparse.Namespace, console: Any) -> Inventory:
+    if args.manifests is not None:
+        from igw.checks.sources.manifests import load_manifests
+
+        return load_manifests(args.manifests)
+    if args.cdk_out is not None:
+        from igw.checks.sources.cdk_out import load_cdk_out
+
+        return load_cdk_out(args.cdk_out)
+    from igw.checks.sources.aws_api import AwsAccount
+    from igw.checks.sources.live import load_live
+    from igw.checks.sources.live_kube import make_api_client
+
+    with console.status("reading the cluster…"):
+        api_client = make_api_client(kubeconfig=args.kubeconfig, context=args.context)
+        return load_live(
+            api_client=api_client,
+            cluster_name=args.cluster_name,
+            account=AwsAccount(region=args.region, profile=args.profile) if args.cluster_name else None,
+            gateway_role_arn=args.gateway_role_arn,
+        )
+
+
+def run_command(args: argparse.Namespace, command: Command, options: CheckOptions) -> int:
+    from rich.console import Console
+
+    from igw.checks.registry import select
+    from igw.checks.render.report import build_report
+
+    err = Console(stderr=True)
+    try:
+        fail_on = Severity.parse(args.fail_on)
+        checks = select(command, only=args.check, skip=args.skip_check)
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return EXIT_USAGE
+    try:
+        inventory = _load(args, err)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return EXIT_USAGE
+    except Exception as exc:  # kubeconfig missing/invalid, etc.: we cannot evaluate anything
+        err.print(f"[red]error:[/] cannot read the source: {type(exc).__name__}: {exc}")
+        return EXIT_NOT_EVALUATED
+    ctx = CheckContext(inventory=inventory, options=options)
+    live_table = (
+        args.output == "table" and args.output_file is None and not inventory.kube.static and err.is_terminal
+    )
+    if live_table:
+        from rich.progress import Progress
+
+        with Progress(console=err, transient=True) as progress:
+            task = progress.add_task(f"{command.value}: running checks", total=len(checks))
+            results = run_checks(
+                checks, ctx, on_progress=lambda done, _t, _id: progress.update(task, completed=done)
+            )
+    else:
+        results = run_checks(checks, ctx)
+    code = exit_code(results, fail_on=fail_on)
+    if code == EXIT_OK and inventory.errors:
+        code = EXIT_NOT_EVALUATED
+    report = build_report(
+        command=command,
+        source=inventory.source,
+        checks=[c.meta for c in checks],
+        results=results,
+        fail_on=fail_on,
+        exit_code=code,
+        source_errors=inventory.errors,
+    )
+    _emit(report, args)
+    return code
+
+
+def _emit(report: Any, args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    if args.output == "table":
+        stream = args.output_file.open("w", encoding="utf-8") if args.output_file else sys.stdout
+        try:
+            from igw.checks.render.table import render_table
+
+            console = Console(file=stream, width=160 if args.output_file else None)
+            render_table(report, console=console, show_passed=args.show_passed)
+        finally:
+            if args.output_file:
+                stream.close()
+        return
+    if args.output == "json":
+        from igw.checks.render.json_out import render_json
+
+        text = render_json(report)
+    elif args.output == "sarif":
+        from igw.checks.render.sarif import render_sarif
+
+        text = render_sarif(report)
+    else:
+        from igw.checks.render.junit import render_junit
+
+        text = render_junit(report)
+    if args.output_file:
+        args.output_file.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)

@@ -1,0 +1,150 @@
+"""Load balancers as the audit sees them: actual ones (AWS, templates) and requested ones (Ingress/Service).
+
+The Load Balancer Controller turns annotations into ALBs/NLBs; its defaults matter as much as what
+is written (scheme ``internal``, listener ``HTTP:80``, policy ELBSecurityPolicy-2016-08, inbound
+``0.0.0.0/0``), so they are filled in here and marked implicit. A Service of type LoadBalancer *not*
+handled by the controller falls to the legacy in-tree provider, whose default scheme is
+internet-facing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from igw.checks.framework import CheckContext
+from igw.checks.inventory import Listener, LoadBalancer, Manifest, Missing, MissingFact
+from igw.checks.k8s import annotations_of, ref, spec
+from igw.checks.tls_policies import AWS_DEFAULT_POLICY
+
+ALB = "alb.ingress.kubernetes.io/"
+NLB = "service.beta.kubernetes.io/"
+APPROVAL_ANNOTATION = "igw.dev/internet-facing-approved"
+OPEN_CIDRS = ("0.0.0.0/0", "::/0")
+
+
+def _listen_ports(ann: Mapping[str, str], has_cert: bool) -> list[tuple[str, int]]:
+    raw = ann.get(f"{ALB}listen-ports")
+    if raw:
+        try:
+            parsed = json.loads(raw)
+            return [(str(proto).upper(), int(port)) for item in parsed for proto, port in item.items()]
+        except (ValueError, TypeError, AttributeError):
+            pass  # the controller rejects it too; fall back to its default so the audit still says something
+    return [("HTTPS", 443)] if has_cert else [("HTTP", 80)]
+
+
+def _attributes(text: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in (text or "").split(","):
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _cidrs(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    return tuple(c.strip() for c in text.split(",") if c.strip())
+
+
+def from_ingress(ingress: Manifest) -> LoadBalancer | None:
+    ann = annotations_of(ingress)
+    ingress_class = spec(ingress).get("ingressClassName") or ann.get("kubernetes.io/ingress.class")
+    if ingress_class != "alb":
+        return None
+    has_cert = bool(ann.get(f"{ALB}certificate-arn")) or bool(spec(ingress).get("tls"))
+    policy = ann.get(f"{ALB}ssl-policy")
+    redirect = f"{ALB}ssl-redirect" in ann
+    listeners = tuple(
+        Listener(
+            protocol=proto,
+            port=port,
+            ssl_policy=(policy or AWS_DEFAULT_POLICY) if proto == "HTTPS" else None,
+            ssl_policy_explicit=policy is not None,
+            redirects_to_https=redirect and proto == "HTTP",
+        )
+        for proto, port in _listen_ports(ann, has_cert)
+    )
+    attrs = _attributes(ann.get(f"{ALB}load-balancer-attributes"))
+    scheme = ann.get(f"{ALB}scheme")
+    return LoadBalancer(
+        resource=ref(ingress),
+        type="application",
+        scheme=scheme or "internal",
+        scheme_explicit=scheme is not None,
+        listeners=listeners,
+        inbound_cidrs=_cidrs(ann.get(f"{ALB}inbound-cidrs")) or OPEN_CIDRS[:1],
+        drop_invalid_header_fields=attrs.get("routing.http.drop_invalid_header_fields.enabled") == "true",
+        internet_facing_approved=ann.get(APPROVAL_ANNOTATION) == "true",
+    )
+
+
+def from_service(service: Manifest) -> LoadBalancer | None:
+    svc = spec(service)
+    if svc.get("type") != "LoadBalancer":
+        return None
+    ann = annotations_of(service)
+    lbc = (
+        ann.get(f"{NLB}aws-load-balancer-type") in ("external", "nlb-ip")
+        or svc.get("loadBalancerClass") == "service.k8s.aws/nlb"
+    )
+    scheme = ann.get(f"{NLB}aws-load-balancer-scheme")
+    if scheme is None and not lbc:
+        scheme_value = (
+            "internal" if ann.get(f"{NLB}aws-load-balancer-internal") == "true" else "internet-facing"
+        )
+    else:
+        scheme_value = scheme or "internal"
+    cert = ann.get(f"{NLB}aws-load-balancer-ssl-cert")
+    ssl_ports = {p.strip() for p in ann.get(f"{NLB}aws-load-balancer-ssl-ports", "*").split(",")}
+    policy = ann.get(f"{NLB}aws-load-balancer-ssl-negotiation-policy")
+    listeners = []
+    for port in svc.get("ports") or []:
+        if not isinstance(port, Mapping):
+            continue
+        number = port.get("port")
+        tls = bool(cert) and (
+            "*" in ssl_ports or str(number) in ssl_ports or str(port.get("name")) in ssl_ports
+        )
+        listeners.append(
+            Listener(
+                protocol="TLS" if tls else "TCP",
+                port=int(number) if isinstance(number, int) else None,
+                ssl_policy=(policy or AWS_DEFAULT_POLICY) if tls else None,
+                ssl_policy_explicit=policy is not None,
+            )
+        )
+    ranges = svc.get("loadBalancerSourceRanges") or _cidrs(ann.get(f"{NLB}load-balancer-source-ranges"))
+    return LoadBalancer(
+        resource=ref(service),
+        type="network",
+        scheme=scheme_value,
+        scheme_explicit=scheme is not None or f"{NLB}aws-load-balancer-internal" in ann,
+        listeners=tuple(listeners),
+        inbound_cidrs=tuple(ranges) if ranges else OPEN_CIDRS[:1],
+        drop_invalid_header_fields=None,
+        internet_facing_approved=ann.get(APPROVAL_ANNOTATION) == "true",
+    )
+
+
+def load_balancers(ctx: CheckContext) -> list[LoadBalancer]:
+    """Every load balancer the sources know of; :class:`MissingFact` only when no source can tell."""
+    found: list[LoadBalancer] = []
+    missing: list[Missing] = []
+    kube = ctx.inventory.kube
+    for kind, convert in (("Ingress", from_ingress), ("Service", from_service)):
+        objects = kube.of(kind)
+        if isinstance(objects, Missing):
+            missing.append(objects)
+            continue
+        found.extend(lb for obj in objects if (lb := convert(obj)) is not None)
+    aws = ctx.inventory.aws.load_balancers
+    if isinstance(aws, Missing):
+        missing.append(aws)
+    else:
+        found.extend(aws)
+    if not found and len(missing) == 3:
+        raise MissingFact(next((m for m in missing if m.kind.value == "not-evaluated"), missing[0]))
+    return found

@@ -1,0 +1,1 @@
+"""Pre-flight checks: will the gateway work on this cluster? One module per check."""

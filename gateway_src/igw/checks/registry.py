@@ -1,0 +1,123 @@
+"""The ONE explicit list of checks. Add a check: write its module, add it here, add its fixtures.
+
+Order is the order of the report; IDs are stable and never reused.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from igw.checks.audit import (
+    capabilities,
+    certificate_names,
+    certificates,
+    disruption_budget,
+    drop_invalid_headers,
+    iam_trust,
+    iam_wildcards,
+    internet_facing,
+    jwks_host,
+    jwt_audience,
+    jwt_hardening,
+    jwt_https,
+    jwt_present,
+    lb_tls_policy,
+    network_policy,
+    nlb_passthrough,
+    open_cidrs,
+    plain_http,
+    privilege,
+    probes,
+    rate_limits,
+    read_only_root,
+    replicas,
+    run_as_non_root,
+    seccomp,
+    tenant_isolation,
+    tls_termination,
+)
+from igw.checks.framework import Check
+from igw.checks.model import Command
+from igw.checks.preflight import (
+    addon_version,
+    cert_manager,
+    config_valid,
+    dependency_addons,
+    eks_auth_mode,
+    engine_type,
+    gateway_role,
+    igwc_crd,
+    jwks_probe,
+    lb_controller,
+    live_signals,
+    model_server_version,
+    selector_matches,
+    subnet_tags,
+    target_port,
+)
+
+PREFLIGHT: Final[tuple[Check, ...]] = (
+    eks_auth_mode.CHECK,
+    addon_version.CHECK,
+    dependency_addons.CHECK,
+    gateway_role.CHECK,
+    subnet_tags.CHECK,
+    igwc_crd.CHECK,
+    lb_controller.CHECK,
+    cert_manager.CHECK,
+    config_valid.CHECK,
+    selector_matches.CHECK,
+    model_server_version.CHECK,
+    engine_type.CHECK,
+    target_port.CHECK,
+    live_signals.CHECK,
+    jwks_probe.CHECK,
+)
+
+AUDIT: Final[tuple[Check, ...]] = (
+    tls_termination.CHECK,
+    lb_tls_policy.CHECK,
+    certificates.CHECK,
+    certificate_names.CHECK,
+    jwt_present.CHECK,
+    jwt_https.CHECK,
+    jwt_audience.CHECK,
+    jwks_host.CHECK,
+    jwt_hardening.CHECK,
+    internet_facing.CHECK,
+    open_cidrs.CHECK,
+    plain_http.CHECK,
+    drop_invalid_headers.CHECK,
+    nlb_passthrough.CHECK,
+    run_as_non_root.CHECK,
+    read_only_root.CHECK,
+    capabilities.CHECK,
+    seccomp.CHECK,
+    privilege.CHECK,
+    network_policy.CHECK,
+    disruption_budget.CHECK,
+    replicas.CHECK,
+    probes.CHECK,
+    iam_wildcards.CHECK,
+    iam_trust.CHECK,
+    rate_limits.CHECK,
+    tenant_isolation.CHECK,
+)
+
+
+def checks_for(command: Command) -> tuple[Check, ...]:
+    return PREFLIGHT if command is Command.PREFLIGHT else AUDIT
+
+
+def select(
+    command: Command, *, only: list[str] | None = None, skip: list[str] | None = None
+) -> tuple[Check, ...]:
+    """The command's checks filtered by ``--check``/``--skip-check`` IDs; ``ValueError`` on unknown IDs."""
+    checks = checks_for(command)
+    known = {c.meta.id for c in checks}
+    for wanted in (only or []) + (skip or []):
+        if wanted not in known:
+            raise ValueError(
+                f"unknown check ID {wanted!r} for igw {command.value}; known: {', '.join(sorted(known))}"
+            )
+    return tuple(c for c in checks if (not only or c.meta.id in only) and c.meta.id not in set(skip or []))

@@ -1,0 +1,1 @@
+"""Where facts come from: a live cluster, a manifest directory, or ``cdk.out`` templates."""

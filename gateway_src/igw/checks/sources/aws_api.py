@@ -1,0 +1,234 @@
+"""Source, AWS side of a live scan - the ONE seam through which checks touch AWS APIs.
+
+:class:`AwsAccount` holds boto3 clients (``eks``, ``iam``, ``ec2``, ``elbv2``); tests hand it moto-backed
+clients for IAM/EC2/ELBv2 and a ``botocore.stub.Stubber``-wrapped EKS client (moto has no add-on
+APIs). Every fact is read independently: ``AccessDenied`` on one call makes that fact ``Missing``
+(not-evaluated, naming the API call), never the whole scan.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from igw.checks.inventory import Addon, AwsView, EksCluster, IamRole, Listener, LoadBalancer, Missing, Subnet
+from igw.checks.model import SkipKind
+
+T = TypeVar("T")
+SERVICES = ("eks", "iam", "ec2", "elbv2")
+
+
+class AwsAccount:
+    def __init__(
+        self,
+        *,
+        clients: Mapping[str, Any] | None = None,
+        region: str | None = None,
+        profile: str | None = None,
+    ) -> None:
+        self._clients = dict(clients or {})
+        self._region = region
+        self._profile = profile
+        self._session: Any = None
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            if self._session is None:
+                import boto3
+
+                self._session = boto3.Session(region_name=self._region, profile_name=self._profile)
+            self._clients[service] = self._session.client(service)
+        return self._clients[service]
+
+
+def _attempt(what: str, call: Callable[[], T]) -> T | Missing:
+    """Run one AWS read; turn credential/permission/network failures into a not-evaluated Missing."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return call()
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        return Missing(
+            f"{what}: {error.get('Code', 'Error')}: {error.get('Message', exc)}", SkipKind.NOT_EVALUATED
+        )
+    except BotoCoreError as exc:
+        return Missing(f"{what}: {type(exc).__name__}: {exc}", SkipKind.NOT_EVALUATED)
+
+
+def _cluster(account: AwsAccount, name: str) -> tuple[EksCluster, Mapping[str, Any]]:
+    data = account.client("eks").describe_cluster(name=name)["cluster"]
+    vpc = data.get("resourcesVpcConfig") or {}
+    cluster = EksCluster(
+        name=name,
+        authentication_mode=(data.get("accessConfig") or {}).get("authenticationMode"),
+        subnet_ids=tuple(vpc.get("subnetIds") or ()),
+        oidc_issuer=((data.get("identity") or {}).get("oidc") or {}).get("issuer"),
+        version=data.get("version"),
+    )
+    return cluster, vpc
+
+
+def _addons(account: AwsAccount, cluster: str) -> dict[str, Addon]:
+    eks = account.client("eks")
+    names: list[str] = []
+    token: str | None = None
+    while True:
+        page = eks.list_addons(clusterName=cluster, **({"nextToken": token} if token else {}))
+        names.extend(page.get("addons") or [])
+        token = page.get("nextToken")
+        if not token:
+            break
+    addons = {}
+    for name in names:
+        data = eks.describe_addon(clusterName=cluster, addonName=name)["addon"]
+        addons[name] = Addon(
+            name=name,
+            version=data.get("addonVersion"),
+            status=data.get("status"),
+            service_account_role_arn=data.get("serviceAccountRoleArn"),
+            configuration_values=data.get("configurationValues"),
+        )
+    return addons
+
+
+def _role_arns_from_addons(addons: Mapping[str, Addon]) -> list[str]:
+    arns = []
+    for addon in addons.values():
+        if addon.service_account_role_arn:
+            arns.append(addon.service_account_role_arn)
+        if addon.configuration_values:
+            try:
+                values = json.loads(addon.configuration_values)
+            except ValueError:
+                continue
+            arn = ((values.get("inferenceGateway") or {}).get("serviceAccount") or {}).get("roleArn")
+            if arn:
+                arns.append(str(arn))
+    return arns
+
+
+def _document(raw: Any) -> Mapping[str, Any]:
+    if isinstance(raw, str):
+        from urllib.parse import unquote
+
+        return dict(json.loads(unquote(raw)))
+    return dict(raw or {})
+
+
+def _role(account: AwsAccount, arn: str) -> IamRole:
+    iam = account.client("iam")
+    name = arn.rsplit("/", 1)[-1]
+    role = iam.get_role(RoleName=name)["Role"]
+    policies: list[tuple[str, Mapping[str, Any]]] = []
+    for policy_name in iam.list_role_policies(RoleName=name).get("PolicyNames") or []:
+        doc = iam.get_role_policy(RoleName=name, PolicyName=policy_name)["PolicyDocument"]
+        policies.append((policy_name, _document(doc)))
+    managed = []
+    for attached in iam.list_attached_role_policies(RoleName=name).get("AttachedPolicies") or []:
+        policy_arn = attached["PolicyArn"]
+        managed.append(policy_arn)
+        version = iam.get_policy(PolicyArn=policy_arn)["Policy"]["DefaultVersionId"]
+        doc = iam.get_policy_version(PolicyArn=policy_arn, VersionId=version)["PolicyVersion"]["Document"]
+        policies.append((policy_arn, _document(doc)))
+    return IamRole(
+        name=name,
+        arn=str(role["Arn"]),
+        trust_policy=_document(role.get("AssumeRolePolicyDocument")),
+        policies=tuple(policies),
+        managed_policy_arns=tuple(managed),
+    )
+
+
+def _subnets(account: AwsAccount, ids: Iterable[str]) -> list[Subnet]:
+    data = account.client("ec2").describe_subnets(SubnetIds=list(ids))
+    return [
+        Subnet(
+            id=s["SubnetId"],
+            tags={t["Key"]: t.get("Value", "") for t in s.get("Tags") or []},
+            availability_zone=s.get("AvailabilityZone"),
+        )
+        for s in data.get("Subnets") or []
+    ]
+
+
+def _load_balancers(account: AwsAccount, vpc_id: str | None) -> list[LoadBalancer]:
+    elbv2, ec2 = account.client("elbv2"), account.client("ec2")
+    out = []
+    for lb in elbv2.describe_load_balancers().get("LoadBalancers") or []:
+        if vpc_id and lb.get("VpcId") != vpc_id:
+            continue
+        arn = lb["LoadBalancerArn"]
+        listeners = []
+        for li in elbv2.describe_listeners(LoadBalancerArn=arn).get("Listeners") or []:
+            protocol = str(li.get("Protocol", "")).upper()
+            secure = protocol in (
+                "HTTPS",
+                "TLS",
+            )  # moto also returns SslPolicy on HTTP listeners: key on protocol
+            redirect = any(a.get("Type") == "redirect" for a in li.get("DefaultActions") or [])
+            listeners.append(
+                Listener(
+                    protocol=protocol,
+                    port=li.get("Port"),
+                    ssl_policy=li.get("SslPolicy") if secure else None,
+                    ssl_policy_explicit=True,
+                    redirects_to_https=redirect,
+                )
+            )
+        lb_type = str(lb.get("Type", "application"))
+        drop: bool | None = None
+        if lb_type == "application":
+            attrs = elbv2.describe_load_balancer_attributes(LoadBalancerArn=arn).get("Attributes") or []
+            values = {a["Key"]: a.get("Value") for a in attrs}
+            drop = values.get("routing.http.drop_invalid_header_fields.enabled") == "true"
+        cidrs: list[str] = []
+        groups = lb.get("SecurityGroups") or []
+        if groups:
+            for sg in ec2.describe_security_groups(GroupIds=groups).get("SecurityGroups") or []:
+                for perm in sg.get("IpPermissions") or []:
+                    cidrs.extend(r["CidrIp"] for r in perm.get("IpRanges") or [])
+                    cidrs.extend(r["CidrIpv6"] for r in perm.get("Ipv6Ranges") or [])
+        out.append(
+            LoadBalancer(
+                resource=f"{lb_type} load balancer {lb.get('LoadBalancerName')}",
+                type=lb_type,
+                scheme=str(lb.get("Scheme", "internal")),
+                scheme_explicit=True,
+                listeners=tuple(listeners),
+                inbound_cidrs=tuple(cidrs) if groups else None,
+                drop_invalid_header_fields=drop,
+            )
+        )
+    return out
+
+
+def aws_view(account: AwsAccount, *, cluster_name: str, extra_role_arns: Iterable[str] = ()) -> AwsView:
+    """Every AWS fact the checks read, each one independently ``Missing`` on failure."""
+    described = _attempt(f"eks:DescribeCluster {cluster_name}", lambda: _cluster(account, cluster_name))
+    if isinstance(described, Missing):
+        cluster: EksCluster | Missing = described
+        vpc: Mapping[str, Any] = {}
+        subnets: list[Subnet] | Missing = described
+    else:
+        cluster, vpc = described
+        ids = cluster.subnet_ids
+        subnets = _attempt("ec2:DescribeSubnets", lambda: _subnets(account, ids)) if ids else []
+    addons = _attempt("eks:ListAddons/DescribeAddon", lambda: _addons(account, cluster_name))
+    arns = list(
+        dict.fromkeys(
+            [*extra_role_arns, *(_role_arns_from_addons(addons) if isinstance(addons, dict) else [])]
+        )
+    )
+    roles: list[IamRole] | Missing = []
+    for arn in arns:
+        role = _attempt(f"iam:GetRole {arn}", lambda arn=arn: _role(account, arn))  # type: ignore[misc]
+        if isinstance(role, Missing):
+            roles = role
+            break
+        assert isinstance(roles, list)
+        roles.append(role)
+    vpc_id = vpc.get("vpcId")
+    lbs = _attempt("elasticloadbalancing:DescribeLoadBalancers", lambda: _load_balancers(account, vpc_id))
+    return AwsView(cluster=cluster, addons=addons, roles=roles, subnets=subnets, load_balancers=lbs)

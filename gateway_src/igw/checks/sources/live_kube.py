@@ -1,0 +1,156 @@
+"""Source, Kubernetes side of a live scan: list every kind the checks read, as plain JSON.
+
+Responses are read raw (``_preload_content=False``) rather than through the client's typed models:
+checks work on manifests, and raw JSON keeps fields the models would drop. Each kind is listed
+once across all namespaces, paginated. A 401/403 on one kind makes only that kind ``Missing``
+(not-evaluated, with the API's message); a connection failure marks every kind unreachable
+without further attempts, so an unreachable API costs one timeout, not thirteen.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from igw.checks.inventory import KubeView, Manifest, Missing
+from igw.checks.model import SkipKind
+from igw.config.model import API_GROUP, API_VERSION
+
+PAGE_SIZE = 500
+REQUEST_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Lister:
+    kind: str
+    api: str
+    method: str
+    args: tuple[str, ...] = ()
+    absent_ok: bool = False
+    """A 404 means the resource type is not installed (a CRD), i.e. no objects."""
+
+
+LISTERS: tuple[_Lister, ...] = (
+    _Lister("Pod", "CoreV1Api", "list_pod_for_all_namespaces"),
+    _Lister("Service", "CoreV1Api", "list_service_for_all_namespaces"),
+    _Lister("Namespace", "CoreV1Api", "list_namespace"),
+    _Lister("ServiceAccount", "CoreV1Api", "list_service_account_for_all_namespaces"),
+    _Lister("Deployment", "AppsV1Api", "list_deployment_for_all_namespaces"),
+    _Lister("StatefulSet", "AppsV1Api", "list_stateful_set_for_all_namespaces"),
+    _Lister("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"),
+    _Lister("Ingress", "NetworkingV1Api", "list_ingress_for_all_namespaces"),
+    _Lister("NetworkPolicy", "NetworkingV1Api", "list_network_policy_for_all_namespaces"),
+    _Lister("PodDisruptionBudget", "PolicyV1Api", "list_pod_disruption_budget_for_all_namespaces"),
+    _Lister("CustomResourceDefinition", "ApiextensionsV1Api", "list_custom_resource_definition"),
+    _Lister(
+        "InferenceGatewayConfig",
+        "CustomObjectsApi",
+        "list_cluster_custom_object",
+        (API_GROUP, API_VERSION, "inferencegatewayconfigs"),
+        absent_ok=True,
+    ),
+    _Lister(
+        "Certificate",
+        "CustomObjectsApi",
+        "list_cluster_custom_object",
+        ("cert-manager.io", "v1", "certificates"),
+        absent_ok=True,
+    ),
+)
+
+
+class ClusterUnreachable(Exception):
+    pass
+
+
+def _api_message(exc: Any) -> str:
+    try:
+        body = json.loads(exc.body or "{}")
+        return str(body.get("message") or exc.reason)
+    except (TypeError, ValueError):
+        return str(getattr(exc, "reason", exc))
+
+
+def _list_all(call: Callable[..., Any], args: tuple[str, ...], kind: str) -> list[Manifest]:
+    items: list[Manifest] = []
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {
+            "limit": PAGE_SIZE,
+            "_preload_content": False,
+            "_request_timeout": REQUEST_TIMEOUT_S,
+        }
+        if token:
+            kwargs["_continue"] = token
+        response = call(*args, **kwargs)
+        page = json.loads(response.data)
+        for item in page.get("items") or []:
+            item.setdefault("kind", kind)
+            items.append(item)
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def live_kube_view(api_client: Any, *, source: str) -> KubeView:
+    """List every kind through ``api_client`` (a ``kubernetes.client.ApiClient``)."""
+    import kubernetes
+    import urllib3
+
+    objects: dict[str, list[Manifest] | Missing] = {}
+    apis: dict[str, Any] = {}
+    for lister in LISTERS:
+        api = apis.setdefault(lister.api, getattr(kubernetes.client, lister.api)(api_client))
+        try:
+            objects[lister.kind] = _list_all(getattr(api, lister.method), lister.args, lister.kind)
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404 and lister.absent_ok:
+                objects[lister.kind] = []
+            elif exc.status in (401, 403):
+                reason = "forbidden" if exc.status == 403 else "unauthorized"
+                objects[lister.kind] = Missing(f"API {reason}: {_api_message(exc)}", SkipKind.NOT_EVALUATED)
+            else:
+                objects[lister.kind] = Missing(
+                    f"API error {exc.status} listing {lister.kind}: {_api_message(exc)}",
+                    SkipKind.NOT_EVALUATED,
+                )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            missing = Missing(
+                f"Kubernetes API unreachable: {type(exc).__name__}: {exc}", SkipKind.NOT_EVALUATED
+            )
+            return KubeView(objects={lst.kind: missing for lst in LISTERS}, static=False, source=source)
+    return KubeView(objects=objects, static=False, source=source)
+
+
+def make_api_client(*, kubeconfig: str | None, context: str | None) -> Any:
+    """Kubeconfig (explicit, ``$KUBECONFIG`` or ``~/.kube/config``), else in-cluster credentials."""
+    import os
+
+    import kubernetes
+
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
+    configuration.retries = 1
+    return kubernetes.client.ApiClient(configuration)
+
+
+def service_account_roles(objects: Mapping[str, list[Manifest] | Missing]) -> list[str]:
+    """IRSA role ARNs annotated on service accounts (roles the audit should inspect)."""
+    accounts = objects.get("ServiceAccount")
+    if not isinstance(accounts, list):
+        return []
+    arns = []
+    for account in accounts:
+        annotations = (account.get("metadata") or {}).get("annotations") or {}
+        arn = annotations.get("eks.amazonaws.com/role-arn")
+        if arn:
+            arns.append(str(arn))
+    return arns

@@ -1,0 +1,126 @@
+"""``igw addon``: the gateway as an EKS add-on (versions, create, update, delete, package)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "Manage the inference gateway EKS add-on: versions, create, update, delete, package."
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="addon_command", metavar="ACTION", required=True)
+    versions = sub.add_parser("versions", help="list published add-on versions, newest first")
+    versions.add_argument("--kubernetes-version", help="only versions compatible with this EKS version")
+    _aws_options(versions)
+
+    for name, text in (
+        ("create", "install the add-on after local and read-only pre-checks"),
+        ("update", "change the add-on's version or configuration values"),
+    ):
+        action = sub.add_parser(name, help=text)
+        action.add_argument("--cluster", required=True, help="EKS cluster name")
+        action.add_argument(
+            "--configuration-values", type=Path, help="JSON or YAML file of configuration values"
+        )
+        action.add_argument("--version", help="add-on version (create default: the pinned one)")
+        action.add_argument(
+            "--resolve-conflicts", choices=("OVERWRITE", "NONE", "PRESERVE"), default="OVERWRITE"
+        )
+        action.add_argument("--no-wait", action="store_true", help="return once EKS accepted the request")
+        action.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for ACTIVE")
+        _aws_options(action)
+        if name == "create":
+            action.add_argument("--role-arn", required=True, help="the gateway's IAM role (ACM import)")
+            action.add_argument("--identity", choices=("pod-identity", "irsa"), default="pod-identity")
+
+    delete = sub.add_parser("delete", help="remove the add-on")
+    delete.add_argument("--cluster", required=True)
+    delete.add_argument("--preserve", action="store_true", help="keep its Kubernetes resources running")
+    _aws_options(delete)
+
+    package = sub.add_parser("package", help="package the chart as a .tgz through Helm's SDK")
+    package.add_argument("--destination", type=Path, default=Path("dist"), help="output directory")
+
+
+def _aws_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--region", help="AWS region (default: from the environment/profile)")
+    parser.add_argument("--profile", help="AWS profile")
+
+
+def _clients(args: argparse.Namespace) -> object:
+    import boto3
+
+    from igw.addon.eks_api import EksAddonApi
+    from igw.addon.operations import AwsClients
+
+    session = boto3.Session(region_name=args.region, profile_name=args.profile)
+    return AwsClients(
+        addons=EksAddonApi(session.client("eks")), eks=session.client("eks"), iam=session.client("iam")
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from igw.addon import chart, configuration, operations, pins
+    from igw.addon.eks_api import AddonApiError
+
+    try:
+        if args.addon_command == "package":
+            print(chart.package(destination=args.destination))
+            return 0
+        clients = _clients(args)
+        assert isinstance(clients, operations.AwsClients)
+        if args.addon_command == "versions":
+            versions = clients.addons.addon_versions(
+                name=pins.ADDON_NAME, kubernetes_version=args.kubernetes_version
+            )
+            for item in operations.sorted_versions(versions):
+                clusters = ", ".join(c.get("clusterVersion", "?") for c in item.get("compatibilities", []))
+                print(f"{item.get('addonVersion')}\t{clusters}")
+            return 0
+        if args.addon_command == "delete":
+            operations.delete(clients=clients, cluster=args.cluster, preserve=args.preserve)
+            print(f"{pins.ADDON_NAME}: deleting from {args.cluster}")
+            return 0
+        values = None
+        if args.configuration_values is not None:
+            values = configuration.parse(args.configuration_values.read_text(encoding="utf-8"))
+        waiter = None
+        if not args.no_wait:
+            waiter = operations.Waiter(
+                timeout_s=args.timeout, progress=lambda line: print(line, file=sys.stderr)
+            )
+        if args.addon_command == "create":
+            addon = operations.create(
+                clients=clients,
+                cluster=args.cluster,
+                role_arn=args.role_arn,
+                values=values or {},
+                version=args.version or pins.ADDON_VERSION,
+                identity=args.identity,
+                resolve_conflicts=args.resolve_conflicts,
+                wait=waiter,
+            )
+        else:
+            addon = operations.update(
+                clients=clients,
+                cluster=args.cluster,
+                values=values,
+                version=args.version,
+                resolve_conflicts=args.resolve_conflicts,
+                wait=waiter,
+            )
+        print(f"{pins.ADDON_NAME} {addon.get('addonVersion', '')}: {addon.get('status', 'requested')}")
+        return 0
+    except configuration.ConfigurationValuesError as exc:
+        print(f"igw addon: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (operations.AddonOperationError, AddonApiError) as exc:
+        print(f"igw addon: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as exc:
+        print(f"igw addon: {exc}", file=sys.stderr)
+        return EXIT_USAGE

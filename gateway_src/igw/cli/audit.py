@@ -1,0 +1,42 @@
+"""``igw audit``: security posture - TLS, JWT, exposure, workload hardening, IAM, rate limits, tenancy."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = (
+    "Security audit: TLS policy, certificates, JWT, exposure, workload hardening, IAM, rate limits, tenancy."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from igw.checks.cli_common import add_common_arguments
+
+    add_common_arguments(parser)
+    policy = parser.add_argument_group("policy")
+    policy.add_argument(
+        "--allow-internet-facing",
+        action="store_true",
+        help="internet-facing load balancers are an approved choice",
+    )
+    policy.add_argument(
+        "--cert-warn-days",
+        type=int,
+        default=14,
+        metavar="DAYS",
+        help="warn when a certificate expires within DAYS (14)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from igw.checks.cli_common import run_command
+    from igw.checks.framework import CheckOptions
+    from igw.checks.model import Command
+
+    options = CheckOptions(
+        allow_internet_facing=args.allow_internet_facing,
+        certificate_warn_days=args.cert_warn_days,
+        gateway_role_arn=args.gateway_role_arn,
+        include_system_namespaces=args.include_system_namespaces,
+    )
+    return run_command(args, Command.AUDIT, options)

@@ -1,0 +1,84 @@
+"""``igw bench``: routing policies side by side on the simulated fleet (DES or live mode).
+
+Examples::
+
+    igw bench --list
+    igw bench mixed-fleet-8b                       # DES, every policy, seeds 1 2 3
+    igw bench all --seeds 1,2,3,4,5 --out bench-results
+    igw bench homogeneous-steady --policies round-robin,gateway-default,oracle --quick
+    igw bench --trace trace.jsonl --fleet fleet.yaml
+    igw bench mixed-fleet-8b --mode live --peers   # real HTTP: gateway, round-robin proxy, peer routers
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "Benchmark routing policies (gateway, round-robin, peers, oracle) on the simulated fleet."
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _seeds(value: str) -> list[int]:
+    try:
+        seeds = [int(v) for v in _csv(value)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--seeds: expected comma-separated integers, got {value!r}"
+        ) from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise argparse.ArgumentTypeError("--seeds: at least one non-negative integer")
+    return seeds
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "scenarios", nargs="*", metavar="SCENARIO", help="scenario or group names (see --list)"
+    )
+    parser.add_argument("--list", action="store_true", help="list scenarios and policies, then exit")
+    parser.add_argument("--summarize", metavar="DIR", help="rebuild DIR/summary.md from a run's JSON reports")
+    parser.add_argument("--trace", metavar="FILE", help="replay a JSONL/CSV trace instead of a scenario")
+    parser.add_argument("--fleet", metavar="FLEET.yaml", help="fleet for --trace (default: mixed-fleet-8b's)")
+    parser.add_argument("--trace-speedup", type=float, default=1.0, help="divide trace arrival times by this")
+    parser.add_argument("--mode", choices=("des", "live"), default="des")
+    parser.add_argument("--policies", type=_csv, default=None, help="comma-separated policy names")
+    parser.add_argument("--seeds", type=_seeds, default=None, help="comma-separated seeds (default 1,2,3)")
+    parser.add_argument(
+        "--quick", action="store_true", help="one seed, a quarter of each duration (smoke run)"
+    )
+    parser.add_argument("--duration-scale", type=float, default=1.0, help="multiply scenario durations")
+    parser.add_argument(
+        "--weights", default=None, help='gateway weights as JSON, e.g. \'{"queue":3,"prefix":2}\''
+    )
+    parser.add_argument(
+        "--admission", action="store_true", help="keep the gateway's 429 admission on (off by default)"
+    )
+    parser.add_argument(
+        "--peers", action="store_true", help="live mode: install and run sglang-router/vllm-router"
+    )
+    parser.add_argument("--live-requests", type=int, default=400, help="live mode: requests per router")
+    parser.add_argument(
+        "--live-rate", type=float, default=20.0, help="live mode: offered requests per wall s"
+    )
+    parser.add_argument(
+        "--drain", type=float, default=30.0, help="live mode: wall s to wait after the last send"
+    )
+    parser.add_argument(
+        "--check-agreement",
+        action="store_true",
+        help="live mode: also run the DES at the same scale, compare rankings",
+    )
+    parser.add_argument("--out", default="bench-results", help="report directory (Markdown, JSON, PNG)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from igw.bench.cli_run import run_bench
+
+    try:
+        return run_bench(args)
+    except ValueError as exc:
+        print(f"igw bench: {exc}", file=sys.stderr)
+        return 2

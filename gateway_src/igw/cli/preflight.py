@@ -1,0 +1,42 @@
+"""``igw preflight``: will the gateway work here? Versions, dependencies, labels, ports, live signals."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = (
+    "Pre-flight checks: add-on and dependency versions, CRD, IAM, subnets, selectors, model servers, signals."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from igw.checks.cli_common import add_common_arguments
+
+    add_common_arguments(parser)
+    probe = parser.add_argument_group("live signals")
+    probe.add_argument(
+        "--probe",
+        action="store_true",
+        help="fetch each Ready model-server pod's /metrics and each JWT provider's JWKS",
+    )
+    probe.add_argument(
+        "--probe-timeout", type=float, default=5.0, metavar="SECONDS", help="per-fetch timeout (5)"
+    )
+    probe.add_argument(
+        "--ca-bundle", metavar="PEM", help="CA file for HTTPS probes (default: system trust store)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from igw.checks.cli_common import run_command
+    from igw.checks.framework import CheckOptions
+    from igw.checks.model import Command
+
+    options = CheckOptions(
+        probe=args.probe,
+        probe_timeout_s=args.probe_timeout,
+        ca_bundle=args.ca_bundle,
+        gateway_role_arn=args.gateway_role_arn,
+        include_system_namespaces=args.include_system_namespaces,
+    )
+    return run_command(args, Command.PREFLIGHT, options)

@@ -1,0 +1,93 @@
+"""``igw serve``: run the gateway data plane.
+
+Examples::
+
+    igw serve --config igwc.yaml --endpoints endpoints.yaml            # local: static endpoints
+    igw serve --config igwc.yaml --in-cluster                          # in a pod: watch the API
+    igw serve --config igwc.yaml --in-cluster --kubeconfig ~/.kube/config   # outside, same watch
+
+The configuration file is validated at start-up (exit 2 with every problem listed) and hot-reloaded
+when it changes (an invalid new version is rejected and the running one stays).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the endpoint picker)."
+
+EXIT_CONFIG = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, metavar="IGWC.yaml", help="InferenceGatewayConfig file")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--endpoints", metavar="FILE", help="static endpoints file (re-read on change)")
+    where.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="discover pods and bbr-managed ConfigMaps via the Kubernetes API",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="with --in-cluster: use this kubeconfig instead of the pod's account",
+    )
+    parser.add_argument(
+        "--config-maps",
+        metavar="DIR",
+        help="with --endpoints: directory holding configMapRef EndpointPickerConfigs as DIR/<name>/<key>",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks one)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+    import logging
+    from collections.abc import Callable
+
+    from igw.config.errors import ConfigError
+    from igw.config.loader import load_gateway_config
+    from igw.gateway.launch import LaunchError, LaunchOptions, run_gateway
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("igw.access").propagate = False
+    access = logging.StreamHandler(sys.stdout)
+    access.setFormatter(logging.Formatter("%(message)s"))
+    logging.getLogger("igw.access").addHandler(access)
+    try:
+        config = load_gateway_config(args.config)
+    except ConfigError as exc:
+        print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    options = LaunchOptions(
+        config_path=args.config,
+        endpoints_file=args.endpoints,
+        in_cluster=args.in_cluster,
+        kubeconfig=args.kubeconfig,
+        config_maps_dir=args.config_maps,
+        host=args.host,
+        port=args.port,
+        reload=not args.no_reload,
+    )
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+    with contextlib.suppress(ImportError):  # uvloop is in the gateway extra; plain asyncio otherwise
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(run_gateway(config, options))
+    except LaunchError as exc:
+        print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        pass
+    return 0

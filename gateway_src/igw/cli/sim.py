@@ -1,0 +1,80 @@
+"""``igw sim``: the simulated GPU fleet - live pods (``fleet``), a DES run (``run``), ``presets``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+HELP = (
+    "Simulated GPU fleet: start live vLLM/SGLang-like pods, run the discrete-event simulator, list presets."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="sim_command", metavar="VERB", required=True)
+
+    fleet = sub.add_parser("fleet", help="start the pods of a fleet spec on loopback until SIGINT/SIGTERM")
+    fleet.add_argument("--spec", required=True, help="fleet spec YAML (see gateway_src/igw/sim/examples/)")
+    fleet.add_argument("--json", action="store_true", help="print endpoints as one JSON object (for scripts)")
+    fleet.add_argument("--time-scale", type=float, default=None, help="override the spec's time_scale")
+    fleet.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
+
+    run = sub.add_parser(
+        "run", help="run a workload through a routing policy in the discrete-event simulator"
+    )
+    run.add_argument(
+        "--spec", required=True, help="fleet spec YAML (faults: slow, error_rate, freeze_metrics, kill)"
+    )
+    run.add_argument("--policy", default="round-robin", help="policy name from the benchmark registry")
+    run.add_argument("--requests", type=int, default=1000, help="number of requests to generate")
+    run.add_argument("--rate", type=float, default=10.0, help="mean arrival rate, requests/s")
+    run.add_argument(
+        "--cv", type=float, default=1.0, help="inter-arrival coefficient of variation (1 = Poisson)"
+    )
+    run.add_argument(
+        "--lengths",
+        default="sharegpt",
+        help="length profile: sharegpt, azure-conv, azure-code (ignored with --trace)",
+    )
+    run.add_argument("--trace", default=None, help="replay a JSONL/CSV trace instead of generating requests")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--scrape-interval", type=float, default=0.05, help="seconds between metric scrapes")
+    run.add_argument(
+        "--max-retries", type=int, default=0, help="retry 429/503 after Retry-After up to N times"
+    )
+    run.add_argument("--records", default=None, help="write per-request records to this JSONL file")
+
+    sub.add_parser("presets", help="list GPU/model presets with derived KV capacity and step times")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.sim_command == "fleet":
+        from igw.sim.cli_fleet import run_fleet_command
+
+        return run_fleet_command(
+            spec_path=args.spec, as_json=args.json, time_scale=args.time_scale, duration=args.duration
+        )
+    if args.sim_command == "run":
+        from igw.sim.cli_run import run_des_command
+
+        options: dict[str, Any] = {
+            "spec_path": args.spec,
+            "policy_name": args.policy,
+            "count": args.requests,
+            "rate": args.rate,
+            "cv": args.cv,
+            "lengths": args.lengths,
+            "trace": args.trace,
+            "seed": args.seed,
+            "scrape_interval_s": args.scrape_interval,
+            "max_retries": args.max_retries,
+            "records_path": args.records,
+        }
+        return run_des_command(**options)
+    if args.sim_command == "presets":
+        from igw.sim.cli_presets import print_presets
+
+        print_presets(sys.stdout)
+        return 0
+    return 2

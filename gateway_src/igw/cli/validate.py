@@ -1,0 +1,121 @@
+"""``igw validate FILE...``: check InferenceGatewayConfig files against the contract.
+
+Prints one line per problem, ``FILE:LINE: PATH: MESSAGE [RULE]``, reporting every problem of every
+document; documents of other kinds in the same file are skipped with a note on stderr. Exit codes:
+0 all valid, 1 at least one problem, 2 a file could not be read or parsed (or bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+HELP = "Validate InferenceGatewayConfig files (YAML, multi-document, or JSON) against the contract."
+
+EXIT_VALID = 0
+EXIT_INVALID = 1
+EXIT_UNREADABLE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    file: str
+    document: int | None
+    line: int | None
+    path: str
+    message: str
+    rule: str
+
+    def text(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        field = f"{self.path}: " if self.path else ""
+        return f"{where}: {field}{self.message} [{self.rule}]"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "document": self.document,
+            "line": self.line,
+            "path": self.path,
+            "message": self.message,
+            "rule": self.rule,
+        }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON files; '-' reads stdin")
+    parser.add_argument(
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text: one line per problem (default); json: a list of problem objects on stdout",
+    )
+
+
+def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int]:
+    """Findings for one file, whether it was readable, and how many IGWC documents it held."""
+    from igw.config.documents import DocumentReadError, read_documents
+    from igw.config.jsonpath import parse_path
+    from igw.config.validate import is_gateway_config, validate_document
+
+    try:
+        documents = read_documents(name)
+    except DocumentReadError as exc:
+        message = str(exc).removeprefix(f"{name}: ")
+        return [Finding(name, None, None, "", message, "unreadable")], False, 0
+    findings: list[Finding] = []
+    checked = 0
+    for doc in documents:
+        if not is_gateway_config(doc.content):
+            kind = doc.content.get("kind") if isinstance(doc.content, dict) else None
+            what = f"kind {kind}" if kind else f"a {type(doc.content).__name__}, no kind"
+            notes.append(f"{name}:{doc.line}: note: skipped document {doc.index + 1} ({what})")
+            continue
+        checked += 1
+        located = [(doc.line_of(parse_path(p.path)), p) for p in validate_document(doc.content)]
+        for line, problem in sorted(located, key=lambda item: item[0]):
+            findings.append(Finding(name, doc.index + 1, line, problem.path, problem.message, problem.rule))
+    return findings, True, checked
+
+
+def run(args: argparse.Namespace) -> int:
+    from igw.config.schema import SchemaError
+
+    try:
+        return _run(args)
+    except SchemaError as exc:
+        print(f"igw validate: the contract in schemas/ is broken: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+
+
+def _run(args: argparse.Namespace) -> int:
+    findings: list[Finding] = []
+    notes: list[str] = []
+    unreadable = False
+    total = 0
+    for name in args.files:
+        file_findings, readable, checked = _check_file(name, notes)
+        findings.extend(file_findings)
+        unreadable = unreadable or not readable
+        total += checked
+        if readable and checked == 0:
+            notes.append(f"{name}: note: no InferenceGatewayConfig document in this file")
+    for note in notes:
+        print(note, file=sys.stderr)
+    if args.output == "json":
+        print(json.dumps([finding.as_json() for finding in findings], indent=2))
+    else:
+        for finding in findings:
+            print(finding.text())
+        problems = sum(1 for f in findings if f.rule != "unreadable")
+        print(
+            f"{total} InferenceGatewayConfig document(s) checked, {problems} problem(s)"
+            + (", some files unreadable" if unreadable else ""),
+            file=sys.stderr,
+        )
+    if unreadable:
+        return EXIT_UNREADABLE
+    return EXIT_INVALID if findings else EXIT_VALID

@@ -1,0 +1,247 @@
+"""Evaluate a model-server container against the requirements kept as data.
+
+The rules (minimum versions, flags that must or must not be present, which KV-cache metric names a
+version exposes) live in ``schemas/model-server-requirements.yaml`` so that pre-flight checks, the
+simulator and the gateway all read one table. This module only interprets it. Every requirement
+yields ``ok``, ``fail`` or ``unknown`` - an image whose version cannot be read is "unknown", never
+silently passed or failed.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.version import InvalidVersion, Version
+
+from igw.config.image_refs import EngineVersion, KnownVersion, engine_version
+from igw.config.paths import MODEL_SERVER_REQUIREMENTS_FILE, schemas_dir
+
+_K8S_ENV_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+class Verdict(StrEnum):
+    OK = "ok"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class FlagRule:
+    flag: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRange:
+    """KV-cache metric names exposed by versions in ``[since, before)`` (open ends allowed)."""
+
+    names: tuple[str, ...]
+    since: Version | None = None
+    before: Version | None = None
+
+    def contains(self, version: Version) -> bool:
+        if self.since is not None and version < self.since:
+            return False
+        return self.before is None or version < self.before
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequirements:
+    engine: str
+    display_name: str
+    minimum_version: Version
+    minimum_reason: str
+    required_flags: tuple[FlagRule, ...]
+    forbidden_flags: tuple[FlagRule, ...]
+    kv_cache_metrics: tuple[MetricRange, ...]
+
+    def kv_cache_metric_names(self, version: Version) -> tuple[str, ...]:
+        """Names this version exposes, in order of preference; empty when no range covers it."""
+        for metric_range in self.kv_cache_metrics:
+            if metric_range.contains(version):
+                return metric_range.names
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class RequirementResult:
+    requirement: str
+    """Stable id: ``minimum-version``, ``required-flag:<flag>``, ``forbidden-flag:<flag>``, ``kv-metrics``."""
+    verdict: Verdict
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelServerCheck:
+    engine: str
+    image: str
+    version: EngineVersion
+    results: tuple[RequirementResult, ...]
+    kv_cache_metrics: tuple[str, ...]
+    """KV-cache metric names this version exposes (preferred first); empty when the version is unknown."""
+
+    @property
+    def verdict(self) -> Verdict:
+        """``fail`` if any requirement fails, else ``unknown`` if any is unknown, else ``ok``."""
+        verdicts = {result.verdict for result in self.results}
+        if Verdict.FAIL in verdicts:
+            return Verdict.FAIL
+        return Verdict.UNKNOWN if Verdict.UNKNOWN in verdicts else Verdict.OK
+
+
+def _version(value: Any, *, where: str) -> Version:
+    try:
+        return Version(str(value))
+    except InvalidVersion as exc:
+        raise ValueError(f"{where}: {value!r} is not a PEP 440 version") from exc
+
+
+def _flags(items: Any, *, where: str) -> tuple[FlagRule, ...]:
+    if not isinstance(items, list):
+        raise ValueError(f"{where}: expected a list")
+    return tuple(FlagRule(flag=str(item["flag"]), reason=str(item["reason"]).strip()) for item in items)
+
+
+def _engine(name: str, data: Mapping[str, Any], *, source: str) -> EngineRequirements:
+    where = f"{source}: engines.{name}"
+    ranges = tuple(
+        MetricRange(
+            names=tuple(str(n) for n in item["names"]),
+            since=_version(item["since"], where=where) if "since" in item else None,
+            before=_version(item["before"], where=where) if "before" in item else None,
+        )
+        for item in data.get("kv_cache_metrics", [])
+    )
+    return EngineRequirements(
+        engine=name,
+        display_name=str(data.get("display_name", name)),
+        minimum_version=_version(data["minimum_version"], where=f"{where}.minimum_version"),
+        minimum_reason=str(data.get("minimum_reason", "")).strip(),
+        required_flags=_flags(data.get("required_flags", []), where=f"{where}.required_flags"),
+        forbidden_flags=_flags(data.get("forbidden_flags", []), where=f"{where}.forbidden_flags"),
+        kv_cache_metrics=ranges,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: Path) -> Mapping[str, EngineRequirements]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    engines = data.get("engines") if isinstance(data, dict) else None
+    if not isinstance(engines, dict) or not engines:
+        raise ValueError(f"{path}: expected a mapping 'engines' with one entry per engine")
+    try:
+        return {name: _engine(name, spec, source=str(path)) for name, spec in engines.items()}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: malformed requirements entry: {exc}") from exc
+
+
+def load_requirements(path: Path | None = None) -> Mapping[str, EngineRequirements]:
+    """The requirements table, by engine name (``vllm``, ``sglang``)."""
+    return _load((path or schemas_dir() / MODEL_SERVER_REQUIREMENTS_FILE).resolve())
+
+
+def command_tokens(args: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """Container args as the process sees them.
+
+    ``$(VAR)`` is expanded from ``env`` as Kubernetes does; an arg holding a shell command line is split.
+    """
+    tokens: list[str] = []
+    for arg in args:
+        expanded = _K8S_ENV_REF.sub(lambda m: env.get(m.group(1), m.group(0)), arg)
+        if any(ch.isspace() for ch in expanded):
+            try:
+                tokens.extend(shlex.split(expanded))
+            except ValueError:
+                tokens.extend(expanded.split())
+        else:
+            tokens.append(expanded)
+    return tokens
+
+
+def _has_flag(tokens: Sequence[str], flag: str) -> bool:
+    return any(token == flag or token.startswith(f"{flag}=") for token in tokens)
+
+
+def _minimum(req: EngineRequirements, version: EngineVersion) -> RequirementResult:
+    name = req.display_name
+    if not isinstance(version, KnownVersion):
+        return RequirementResult(
+            "minimum-version",
+            Verdict.UNKNOWN,
+            f"cannot tell whether {name} >= {req.minimum_version}: {version}",
+        )
+    if version.version >= req.minimum_version:
+        return RequirementResult(
+            "minimum-version", Verdict.OK, f"{name} {version.version} >= {req.minimum_version}"
+        )
+    return RequirementResult(
+        "minimum-version",
+        Verdict.FAIL,
+        f"{name} {version.version} is older than the required {req.minimum_version}: {req.minimum_reason}",
+    )
+
+
+def check_model_server(
+    *,
+    engine: str,
+    image: str,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    requirements: Mapping[str, EngineRequirements] | None = None,
+) -> ModelServerCheck:
+    """Check one model-server container (its ``engineType``, image, command+args and env).
+
+    ``ValueError`` for an engine the requirements table does not know.
+    """
+    table = load_requirements() if requirements is None else requirements
+    req = table.get(engine)
+    if req is None:
+        raise ValueError(f"unknown engine {engine!r}; known engines: {', '.join(sorted(table))}")
+    version = engine_version(image)
+    tokens = command_tokens(args, env)
+    results = [_minimum(req, version)]
+    for rule in req.required_flags:
+        present = _has_flag(tokens, rule.flag)
+        results.append(
+            RequirementResult(
+                f"required-flag:{rule.flag}",
+                Verdict.OK if present else Verdict.FAIL,
+                f"{rule.flag} is set" if present else f"{rule.flag} is missing: {rule.reason}",
+            )
+        )
+    for rule in req.forbidden_flags:
+        present = _has_flag(tokens, rule.flag)
+        results.append(
+            RequirementResult(
+                f"forbidden-flag:{rule.flag}",
+                Verdict.FAIL if present else Verdict.OK,
+                f"{rule.flag} is set: {rule.reason}" if present else f"{rule.flag} is not set",
+            )
+        )
+    metrics: tuple[str, ...] = ()
+    if isinstance(version, KnownVersion):
+        metrics = req.kv_cache_metric_names(version.version)
+        results.append(
+            RequirementResult(
+                "kv-metrics",
+                Verdict.OK if metrics else Verdict.FAIL,
+                f"exposes {', '.join(metrics)}"
+                if metrics
+                else f"{req.display_name} {version.version} exposes no known KV-cache metric",
+            )
+        )
+    else:
+        results.append(
+            RequirementResult("kv-metrics", Verdict.UNKNOWN, f"KV-cache metric names unknown: {version}")
+        )
+    return ModelServerCheck(
+        engine=engine, image=image, version=version, results=tuple(results), kv_cache_metrics=metrics
+    )

@@ -1,0 +1,205 @@
+"""Python side of the cross-field admission rules in ``schemas/admission-rules.yaml``.
+
+Each rule there carries a CEL expression (enforced by Kubernetes on the CRD); here, under the same
+id, is the check ``igw validate`` runs. Where CEL can only say "modelName must be unique", the
+Python check names the exact duplicate (``spec.schedulers[1].modelName: duplicates
+spec.schedulers[0].modelName``). Checks run even when the schema found problems, and skip values of
+the wrong type (the schema already reported those), so the user sees every problem in one run.
+
+``tests/config`` evaluates both sides with a real CEL implementation and requires them to agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+from igw.config.errors import Problem
+from igw.config.jsonpath import PathPart, format_path
+
+RuleCheck = Callable[[Mapping[str, Any]], Iterator[Problem]]
+
+
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
+
+
+def _list(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _spec(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(doc.get("spec")) or {}
+
+
+def _schedulers(doc: Mapping[str, Any]) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    for index, item in enumerate(_list(_spec(doc).get("schedulers"))):
+        if isinstance(item, Mapping):
+            yield index, item
+
+
+def _problem(rule: str, parts: Sequence[PathPart], message: str) -> Problem:
+    return Problem(path=format_path(parts), message=message, rule=rule)
+
+
+def _bbr_required(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    spec = _spec(doc)
+    schedulers = spec.get("schedulers")
+    if not isinstance(schedulers, list) or len(schedulers) <= 1:
+        return
+    bbr = _mapping(spec.get("bbr"))
+    enabled = bbr.get("enabled") if bbr is not None else None
+    if enabled is True:
+        return
+    yield _problem(
+        "bbr-required-for-multiple-schedulers",
+        ("spec", "bbr", "enabled"),
+        f"bbr must be enabled when more than one scheduler is defined ({len(schedulers)} are)",
+    )
+
+
+def _unique(field: str, rule: str) -> RuleCheck:
+    def check(doc: Mapping[str, Any]) -> Iterator[Problem]:
+        first_seen: dict[Any, int] = {}
+        for index, sched in _schedulers(doc):
+            value = sched.get(field)
+            if value is None or isinstance(value, (dict, list)):
+                continue
+            if value in first_seen:
+                yield _problem(
+                    rule,
+                    ("spec", "schedulers", index, field),
+                    f"duplicates spec.schedulers[{first_seen[value]}].{field} ({json.dumps(value)}); "
+                    f"{field} must be unique across schedulers",
+                )
+            else:
+                first_seen[value] = index
+
+    return check
+
+
+def _weights_xor_configmap(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    for index, sched in _schedulers(doc):
+        if "weights" in sched and "configMapRef" in sched:
+            yield _problem(
+                "weights-xor-configmapref",
+                ("spec", "schedulers", index),
+                "weights and configMapRef are mutually exclusive: set weights for the built-in "
+                "scorers, or configMapRef for a full plugin configuration, not both",
+            )
+
+
+def _lru_requires_llm_d(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    for index, sched in _schedulers(doc):
+        weights = _mapping(sched.get("weights"))
+        if weights is None or "lru" not in weights:
+            continue
+        kind = sched.get("scheduler", "llm-d")
+        if kind != "llm-d":
+            yield _problem(
+                "lru-requires-llm-d",
+                ("spec", "schedulers", index, "weights", "lru"),
+                f"weights.lru is only valid with scheduler: llm-d (this scheduler is {json.dumps(kind)})",
+            )
+
+
+def _selector_not_empty(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    for index, sched in _schedulers(doc):
+        selector = _mapping(sched.get("modelSelector"))
+        if selector is None:
+            continue
+        labels, exprs = selector.get("matchLabels"), selector.get("matchExpressions")
+        if (isinstance(labels, Mapping) and labels) or (isinstance(exprs, list) and exprs):
+            continue
+        yield _problem(
+            "model-selector-not-empty",
+            ("spec", "schedulers", index, "modelSelector"),
+            "modelSelector must set matchLabels or matchExpressions; an empty selector would send "
+            "this model's traffic to every pod in the namespace",
+        )
+
+
+def _selector_values(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    for index, sched in _schedulers(doc):
+        selector = _mapping(sched.get("modelSelector")) or {}
+        for j, expr in enumerate(_list(selector.get("matchExpressions"))):
+            if not isinstance(expr, Mapping) or not isinstance(expr.get("operator"), str):
+                continue
+            operator = expr["operator"]
+            values = expr.get("values")
+            count = len(values) if isinstance(values, list) else 0
+            path = ("spec", "schedulers", index, "modelSelector", "matchExpressions", j, "values")
+            if operator in {"In", "NotIn"} and count == 0:
+                yield _problem(
+                    "selector-values-match-operator", path, f"operator {operator} needs at least one value"
+                )
+            elif operator not in {"In", "NotIn"} and count > 0:
+                yield _problem(
+                    "selector-values-match-operator",
+                    path,
+                    f"operator {operator} takes no values (got {count})",
+                )
+
+
+def _jwt_provider(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    auth = _mapping(_spec(doc).get("auth")) or {}
+    jwt = _mapping(auth.get("jwt")) or {}
+    return _mapping(jwt.get("provider"))
+
+
+def _audiences_or_claims(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    provider = _jwt_provider(doc)
+    if provider is None:
+        return
+    if _list(provider.get("audiences")) or _list(provider.get("requiredClaims")):
+        return
+    yield _problem(
+        "jwt-audiences-or-claims",
+        ("spec", "auth", "jwt", "provider"),
+        "at least one of audiences or requiredClaims must be set; otherwise any token the issuer "
+        "signs, for any application, would be accepted",
+    )
+
+
+def _unique_claim_names(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    provider = _jwt_provider(doc) or {}
+    first_seen: dict[str, int] = {}
+    for index, claim in enumerate(_list(provider.get("requiredClaims"))):
+        name = claim.get("name") if isinstance(claim, Mapping) else None
+        if not isinstance(name, str):
+            continue
+        if name in first_seen:
+            yield _problem(
+                "unique-claim-name",
+                ("spec", "auth", "jwt", "provider", "requiredClaims", index, "name"),
+                f"duplicates spec.auth.jwt.provider.requiredClaims[{first_seen[name]}].name "
+                f"({json.dumps(name)})",
+            )
+        else:
+            first_seen[name] = index
+
+
+RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
+    "bbr-required-for-multiple-schedulers": _bbr_required,
+    "unique-scheduler-name": _unique("name", "unique-scheduler-name"),
+    "unique-model-name": _unique("modelName", "unique-model-name"),
+    "weights-xor-configmapref": _weights_xor_configmap,
+    "lru-requires-llm-d": _lru_requires_llm_d,
+    "model-selector-not-empty": _selector_not_empty,
+    "selector-values-match-operator": _selector_values,
+    "jwt-audiences-or-claims": _audiences_or_claims,
+    "unique-claim-name": _unique_claim_names,
+}
+"""The one registry of Python rule checks, keyed by the ids in ``schemas/admission-rules.yaml``."""
+
+
+def check_rules(doc: Mapping[str, Any], *, rule_ids: Sequence[str]) -> list[Problem]:
+    """Run the checks for ``rule_ids``; an id without a Python check is a contract bug."""
+    problems: list[Problem] = []
+    for rule_id in rule_ids:
+        check = RULE_CHECKS.get(rule_id)
+        if check is None:
+            raise LookupError(f"admission rule {rule_id!r} has no Python check in igw.config.rules")
+        problems.extend(check(doc))
+    return problems

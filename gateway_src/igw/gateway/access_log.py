@@ -1,0 +1,46 @@
+"""Structured access log: one JSON object per inference request on the ``igw.access`` logger.
+
+Fields: ``ts`` (unix), ``request_id``, ``method``, ``path``, ``model``, ``base_model``, ``scheduler``,
+``status``, ``endpoint`` (the one that served, after any retry), ``attempts``, ``scores`` (the
+per-scorer weighted scores of the chosen endpoint and its fallbacks), ``decision_us``,
+``reason`` (the scheduler's notes: stale endpoints excluded, imputed signals...), ``duration_ms``,
+``ttft_ms``, ``stream``, ``prompt_tokens``, ``completion_tokens``, ``error``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+access_log = logging.getLogger("igw.access")
+
+
+@dataclass(slots=True)
+class AccessRecord:
+    request_id: str
+    method: str
+    path: str
+    ts: float = field(default_factory=time.time)
+    model: str | None = None
+    base_model: str | None = None
+    scheduler: str | None = None
+    status: int = 0
+    endpoint: str | None = None
+    attempts: int = 0
+    scores: dict[str, Any] | None = None
+    decision_us: float | None = None
+    reason: str | None = None
+    duration_ms: float | None = None
+    ttft_ms: float | None = None
+    stream: bool = False
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error: str | None = None
+
+    def emit(self) -> None:
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(orjson.dumps({k: v for k, v in asdict(self).items() if v is not None}).decode())

@@ -1,0 +1,181 @@
+"""The gateway's aiohttp application: routes, background services, and the app factory.
+
+:func:`create_app` is the one way to build a gateway (``igw serve``, tests, ``igw perf gateway``)::
+
+    app = create_app(config, discovery=StaticFileDiscovery(path, names=...), guard=my_guard)
+    async with serve_app(app, host="127.0.0.1", port=0) as url: ...
+
+Background services live in the app's cleanup context, started in order and stopped in reverse:
+guard -> upstream and scrape HTTP sessions -> scraper -> discovery -> config reloader.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from igw.config.model import GatewayConfig
+from igw.gateway.discovery import DiscoverySource
+from igw.gateway.errors import error_response
+from igw.gateway.guards import GuardDenied, OpenGuard, RequestGuard
+from igw.gateway.inference import SESSION_KEY, STATE_KEY, handle_inference
+from igw.gateway.reload import ConfigReloader, PickerConfigLoader
+from igw.gateway.runtime import PickerConfigs
+from igw.gateway.scraper import Scraper
+from igw.gateway.state import GatewayState
+
+log = logging.getLogger("igw.gateway")
+
+SCRAPE_SESSION_KEY = web.AppKey("igw_scrape_session", aiohttp.ClientSession)
+UPSTREAM_POOL_LIMIT = 1024
+"""Concurrent upstream connections (keep-alive pooled); Envoy's default circuit-breaker limit."""
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    return await handle_inference(request, chat=True)
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await handle_inference(request, chat=False)
+
+
+async def _models(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    try:
+        await state.guard.authenticate(request.headers)
+    except GuardDenied as denied:
+        return error_response(
+            denied.status,
+            message=denied.message,
+            error_type=denied.error_type,
+            code=denied.code,
+            headers=denied.headers,
+        )
+    data = [
+        {
+            "id": r.model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "igw",
+            "root": r.base_model,
+            "parent": r.base_model if r.adapter else None,
+        }
+        for r in state.runtime.router.models()
+    ]
+    return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
+
+
+async def _healthz(request: web.Request) -> web.StreamResponse:
+    return web.Response(text="ok")
+
+
+async def _readyz(request: web.Request) -> web.StreamResponse:
+    ready, detail = request.app[STATE_KEY].readiness()
+    body = orjson.dumps({"ready": ready, **detail}, option=orjson.OPT_INDENT_2)
+    return web.Response(status=200 if ready else 503, body=body, content_type="application/json")
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    payload = generate_latest(request.app[STATE_KEY].metrics.registry)
+    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+@web.middleware
+async def _openai_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """aiohttp's own 404/405 become OpenAI-shaped errors too."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(
+            exc.status,
+            message=f"{request.method} {request.path}: {exc.reason}",
+            error_type="invalid_request_error",
+            headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
+        )
+
+
+def create_app(
+    config: GatewayConfig,
+    *,
+    guard: RequestGuard | None = None,
+    discovery: DiscoverySource | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    rng: random.Random | None = None,
+    picker_configs: PickerConfigs | None = None,
+    config_path: Path | None = None,
+    load_picker_configs: PickerConfigLoader | None = None,
+    registry: CollectorRegistry | None = None,
+) -> web.Application:
+    """Build the gateway for ``config``.
+
+    ``guard``: request security (default :class:`OpenGuard`); ``discovery``: where endpoints come
+    from; ``config_path``: enables hot reload of that file; ``load_picker_configs``: resolves the
+    ``configMapRef`` EndpointPickerConfigs of a reloaded config (in-cluster: from ConfigMaps).
+    """
+    state = GatewayState(
+        config,
+        guard=guard if guard is not None else OpenGuard(),
+        clock=clock,
+        rng=rng if rng is not None else random.Random(),
+        picker_configs=picker_configs,
+        registry=registry,
+    )
+    app = web.Application(client_max_size=config.bbr.max_request_body_bytes, middlewares=[_openai_errors])
+    app[STATE_KEY] = state
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post("/v1/completions", _completions)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+
+    async def services(app: web.Application) -> AsyncIterator[None]:
+        await state.guard.start()
+        upstream = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=UPSTREAM_POOL_LIMIT, limit_per_host=0, keepalive_timeout=30),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Content-Type"),
+        )
+        scrape = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30))
+        app[SESSION_KEY] = upstream
+        app[SCRAPE_SESSION_KEY] = scrape
+        state.scraper = Scraper(
+            runtime=lambda: state.runtime, session=scrape, clock=clock, metrics=state.metrics
+        )
+        reloader = (
+            ConfigReloader(config_path, state=state, load_picker_configs=load_picker_configs)
+            if config_path is not None
+            else None
+        )
+        try:
+            if discovery is not None:
+                await discovery.start(state)
+                log.info("endpoint discovery: %s", discovery.describe())
+            state.scraper.sync()
+            if reloader is not None:
+                reloader.start()
+            yield
+        finally:
+            if reloader is not None:
+                await reloader.stop()
+            if discovery is not None:
+                await discovery.stop()
+            await state.scraper.close()
+            await upstream.close()
+            await scrape.close()
+            await state.guard.close()
+
+    app.cleanup_ctx.append(services)
+    return app

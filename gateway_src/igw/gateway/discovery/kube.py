@@ -1,0 +1,235 @@
+"""In-cluster discovery through the Kubernetes API (the real ``kubernetes`` client).
+
+Per scheduler, a list+watch of Pods matching its ``modelSelector`` (the selector is sent to the API
+server, not applied client-side); an endpoint is ``podIP:targetPort`` of a pod that is Running,
+Ready and not terminating. Another watch follows ConfigMaps labelled
+``inference.networking.k8s.io/bbr-managed: "true"`` (data ``baseModel`` and ``adapters``, a YAML
+list) and feeds LoRA adapter -> base model mappings to the body-based router.
+
+The ``kubernetes`` client is synchronous, so each watch runs in a daemon thread and hands every
+change to the event loop with ``call_soon_threadsafe``; changes reach routing as soon as the API
+server sends the event. A watch that ends or fails is restarted (after a short back-off on errors),
+re-listing so nothing is missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import yaml
+
+from igw.config.model import SchedulerSpec
+from igw.gateway.discovery import DiscoverySink
+from igw.gateway.endpoints import DiscoveredEndpoint
+
+log = logging.getLogger("igw.gateway.discovery")
+
+BBR_LABEL: Final = "inference.networking.k8s.io/bbr-managed"
+WATCH_TIMEOUT_S: Final = 30
+RETRY_DELAY_S: Final = 1.0
+
+
+def pod_endpoint(pod: Any, *, target_port: int) -> DiscoveredEndpoint | None:
+    """The endpoint of a typed ``V1Pod``, or ``None`` if it must not receive traffic."""
+    meta, status = pod.metadata, pod.status
+    if meta is None or status is None or meta.deletion_timestamp is not None:
+        return None
+    if status.phase != "Running" or not status.pod_ip:
+        return None
+    ready = any(c.type == "Ready" and c.status == "True" for c in (status.conditions or []))
+    if not ready:
+        return None
+    return DiscoveredEndpoint(
+        key=f"{status.pod_ip}:{target_port}",
+        labels=dict(meta.labels or {}),
+        pod=f"{meta.namespace}/{meta.name}",
+    )
+
+
+def adapters_from_config_map(cm: Any) -> dict[str, str]:
+    """``adapter -> baseModel`` of one bbr-managed ConfigMap; ``ValueError`` naming the bad key."""
+    name = f"{cm.metadata.namespace}/{cm.metadata.name}"
+    data = cm.data or {}
+    base = data.get("baseModel")
+    if not isinstance(base, str) or not base.strip():
+        raise ValueError(f"ConfigMap {name}: data.baseModel is missing or empty")
+    try:
+        adapters = yaml.safe_load(data.get("adapters") or "[]")
+    except yaml.YAMLError as exc:
+        raise ValueError(f"ConfigMap {name}: data.adapters is not YAML: {exc}") from exc
+    if not isinstance(adapters, list) or not all(isinstance(a, str) and a for a in adapters):
+        raise ValueError(f"ConfigMap {name}: data.adapters must be a YAML list of adapter names")
+    return dict.fromkeys(adapters, base.strip())
+
+
+class _WatchThread:
+    """list+watch of one resource kind in a daemon thread; events go to ``on_objects`` on the loop."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        list_fn: Callable[..., Any],
+        kwargs: Mapping[str, Any],
+        on_objects: Callable[[dict[str, Any]], None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.name = name
+        self._list_fn = list_fn
+        self._kwargs = dict(kwargs)
+        self._on_objects = on_objects
+        self._loop = loop
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"igw-watch-{name}", daemon=True)
+        self._watch: Any = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+
+    def _publish(self, objects: dict[str, Any]) -> None:
+        snapshot = dict(objects)
+        try:
+            self._loop.call_soon_threadsafe(self._on_objects, snapshot)
+        except RuntimeError:  # loop closed during shutdown
+            self._stop.set()
+
+    def _run(self) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        while not self._stop.is_set():
+            try:
+                listed = self._list_fn(**self._kwargs)
+                objects = {f"{o.metadata.namespace}/{o.metadata.name}": o for o in listed.items}
+                self._publish(objects)
+                self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+                for event in self._watch.stream(
+                    self._list_fn,
+                    resource_version=listed.metadata.resource_version,
+                    timeout_seconds=WATCH_TIMEOUT_S,
+                    **self._kwargs,
+                ):
+                    if self._stop.is_set():
+                        return
+                    obj = event["object"]
+                    if event["type"] == "ERROR" or not hasattr(obj, "metadata"):
+                        break  # e.g. 410 Gone: relist
+                    key = f"{obj.metadata.namespace}/{obj.metadata.name}"
+                    if event["type"] == "DELETED":
+                        objects.pop(key, None)
+                    else:
+                        objects[key] = obj
+                    self._publish(objects)
+            except ApiException as exc:
+                if self._stop.is_set():
+                    return
+                log.error("watch %s failed: HTTP %s %s; retrying", self.name, exc.status, exc.reason)
+                self._stop.wait(RETRY_DELAY_S)
+            except Exception as exc:  # connection errors of every kind: keep watching
+                if self._stop.is_set():
+                    return
+                log.error("watch %s failed: %s: %s; retrying", self.name, type(exc).__name__, exc)
+                self._stop.wait(RETRY_DELAY_S)
+
+
+class KubeDiscovery:
+    def __init__(self, *, api_client: Any, namespace: str, schedulers: tuple[SchedulerSpec, ...]) -> None:
+        self.api_client = api_client
+        self.namespace = namespace
+        self.schedulers = schedulers
+        self._threads: list[_WatchThread] = []
+
+    def describe(self) -> str:
+        return f"Kubernetes API, namespace {self.namespace}"
+
+    async def start(self, sink: DiscoverySink) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client)
+        loop = asyncio.get_running_loop()
+        for spec in self.schedulers:
+            self._threads.append(
+                _WatchThread(
+                    name=f"pods/{spec.name}",
+                    list_fn=core.list_namespaced_pod,
+                    kwargs={"namespace": self.namespace, "label_selector": spec.model_selector.to_query()},
+                    on_objects=self._pods_handler(sink, spec),
+                    loop=loop,
+                )
+            )
+        self._threads.append(
+            _WatchThread(
+                name="configmaps/bbr-managed",
+                list_fn=core.list_namespaced_config_map,
+                kwargs={"namespace": self.namespace, "label_selector": f"{BBR_LABEL}=true"},
+                on_objects=self._config_maps_handler(sink),
+                loop=loop,
+            )
+        )
+        for t in self._threads:
+            t.start()
+
+    @staticmethod
+    def _pods_handler(sink: DiscoverySink, spec: SchedulerSpec) -> Callable[[dict[str, Any]], None]:
+        def apply(pods: dict[str, Any]) -> None:
+            found = []
+            for pod in pods.values():
+                # The selector went to the API server; re-check in case a watch event carries a pod
+                # that stopped matching (a real server sends DELETED for that, some do not).
+                if not spec.model_selector.matches(pod.metadata.labels or {}):
+                    continue
+                ep = pod_endpoint(pod, target_port=spec.target_port)
+                if ep is not None:
+                    found.append(ep)
+            sink.apply_endpoints(spec.name, sorted(found, key=lambda e: e.key))
+
+        return apply
+
+    @staticmethod
+    def _config_maps_handler(sink: DiscoverySink) -> Callable[[dict[str, Any]], None]:
+        reported: set[str] = set()
+
+        def apply(config_maps: dict[str, Any]) -> None:
+            adapters: dict[str, str] = {}
+            for key in sorted(config_maps):
+                try:
+                    adapters.update(adapters_from_config_map(config_maps[key]))
+                except ValueError as exc:
+                    if str(exc) not in reported:
+                        reported.add(str(exc))
+                        log.error("%s; its adapters are not routed", exc)
+            sink.apply_bbr_adapters(adapters)
+
+        return apply
+
+    async def stop(self) -> None:
+        for t in self._threads:
+            t.stop()
+        self._threads.clear()
+
+
+def read_picker_config(api_client: Any, *, namespace: str, name: str, key: str) -> Mapping[str, Any]:
+    """The EndpointPickerConfig in ConfigMap ``name`` under ``key`` (``configMapRef``)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        cm = client.CoreV1Api(api_client).read_namespaced_config_map(name, namespace)
+    except ApiException as exc:
+        raise ValueError(f"configMapRef {namespace}/{name}: HTTP {exc.status} {exc.reason}") from exc
+    text = (cm.data or {}).get(key)
+    if text is None:
+        raise ValueError(f"configMapRef {namespace}/{name}: no key {key!r} in data")
+    doc = yaml.safe_load(text)
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"configMapRef {namespace}/{name}: {key} is not a YAML mapping")
+    return doc

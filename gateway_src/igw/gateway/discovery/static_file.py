@@ -1,0 +1,139 @@
+"""Static endpoints for local use: ``igw serve --endpoints FILE`` (YAML or JSON), re-read on change.
+
+Format - scheduler names (or their ``modelName``) to endpoint lists; an entry is ``host:port`` or a
+mapping with ``address`` and optional ``labels``::
+
+    schedulers:
+      llama:
+        - 127.0.0.1:8001
+        - address: 127.0.0.1:8002
+          labels: {gpu: a10g}
+
+A file that fails to parse on a later change is reported and ignored (the previous endpoints stay),
+the same rule as the configuration file's hot reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from igw.gateway.discovery import DiscoverySink
+from igw.gateway.endpoints import DiscoveredEndpoint
+
+log = logging.getLogger("igw.gateway.discovery")
+
+
+class EndpointsFileError(ValueError):
+    def __init__(self, path: Path, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__(f"{path}: " + "; ".join(problems))
+
+
+def _address(value: Any, where: str, problems: list[str]) -> str | None:
+    if not isinstance(value, str) or value.count(":") != 1:
+        problems.append(f"{where}: expected 'host:port', got {value!r}")
+        return None
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        problems.append(f"{where}: expected 'host:port' with a port 1-65535, got {value!r}")
+        return None
+    return value
+
+
+def parse_endpoints(doc: Any, *, path: Path, names: Mapping[str, str]) -> dict[str, list[DiscoveredEndpoint]]:
+    """``names`` maps every accepted key (scheduler name or modelName) to the scheduler name."""
+    problems: list[str] = []
+    if (
+        not isinstance(doc, Mapping)
+        or set(doc) != {"schedulers"}
+        or not isinstance(doc["schedulers"], Mapping)
+    ):
+        raise EndpointsFileError(path, ["expected a mapping with exactly one key, 'schedulers'"])
+    out: dict[str, list[DiscoveredEndpoint]] = {}
+    for key, entries in doc["schedulers"].items():
+        where = f"schedulers.{key}"
+        sched = names.get(str(key))
+        if sched is None:
+            problems.append(f"{where}: no scheduler or modelName {key!r} in the configuration")
+            continue
+        if not isinstance(entries, list):
+            problems.append(f"{where}: expected a list of endpoints")
+            continue
+        found: list[DiscoveredEndpoint] = []
+        for i, entry in enumerate(entries):
+            item = f"{where}[{i}]"
+            labels: dict[str, str] = {}
+            if isinstance(entry, Mapping):
+                unknown = sorted(set(entry) - {"address", "labels"})
+                if unknown:
+                    problems.append(f"{item}: unknown field {unknown[0]!r}")
+                raw_labels = entry.get("labels", {})
+                if not isinstance(raw_labels, Mapping):
+                    problems.append(f"{item}.labels: expected a mapping")
+                else:
+                    labels = {str(k): str(v) for k, v in raw_labels.items()}
+                addr = _address(entry.get("address"), f"{item}.address", problems)
+            else:
+                addr = _address(entry, item, problems)
+            if addr is not None:
+                found.append(DiscoveredEndpoint(key=addr, labels=labels))
+        out.setdefault(sched, []).extend(found)
+    if problems:
+        raise EndpointsFileError(path, problems)
+    return out
+
+
+def read_endpoints_file(path: Path, *, names: Mapping[str, str]) -> dict[str, list[DiscoveredEndpoint]]:
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise EndpointsFileError(path, [str(exc)]) from exc
+    return parse_endpoints(doc, path=path, names=names)
+
+
+class StaticFileDiscovery:
+    def __init__(self, path: Path, *, names: Mapping[str, str], poll_interval_s: float = 1.0) -> None:
+        self.path = path
+        self.names = dict(names)
+        self.poll_interval_s = poll_interval_s
+        self._task: asyncio.Task[None] | None = None
+        self._stamp: tuple[float, int] | None = None
+
+    def describe(self) -> str:
+        return f"static endpoints file {self.path}"
+
+    def _load_into(self, sink: DiscoverySink) -> None:
+        st = self.path.stat()
+        self._stamp = (st.st_mtime, st.st_size)
+        found = read_endpoints_file(self.path, names=self.names)
+        for sched in set(self.names.values()):
+            sink.apply_endpoints(sched, found.get(sched, []))
+
+    async def start(self, sink: DiscoverySink) -> None:
+        self._load_into(sink)  # a bad file at start-up is fatal: raise to the caller
+        self._task = asyncio.create_task(self._watch(sink), name="endpoints file watch")
+
+    async def _watch(self, sink: DiscoverySink) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                st = self.path.stat()
+                if (st.st_mtime, st.st_size) == self._stamp:
+                    continue
+                self._load_into(sink)
+                log.info("endpoints file %s reloaded", self.path)
+            except (OSError, EndpointsFileError) as exc:
+                log.error("endpoints file %s not applied, previous endpoints kept: %s", self.path, exc)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,170 @@
+"""Assemble and run a gateway process from CLI options (used by ``igw serve``).
+
+Decides, once, the pieces that differ between local and in-cluster use: the discovery source, where
+``configMapRef`` EndpointPickerConfigs come from, the request guard (``igw.security`` when that
+package is installed, else :class:`~igw.gateway.guards.OpenGuard`) and TLS termination.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client import CollectorRegistry
+
+from igw.config.model import GatewayConfig
+from igw.gateway.app import create_app
+from igw.gateway.discovery import DiscoverySource
+from igw.gateway.guards import OpenGuard, RequestGuard
+from igw.gateway.runtime import PickerConfigs, picker_config_key
+from igw.gateway.serving import serve_app
+
+log = logging.getLogger("igw.gateway")
+
+
+class LaunchError(Exception):
+    """Start-up failed for a reason the operator must fix (message says which)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchOptions:
+    config_path: str
+    endpoints_file: str | None = None
+    in_cluster: bool = False
+    kubeconfig: str | None = None
+    config_maps_dir: str | None = None
+    host: str = "0.0.0.0"
+    port: int = 8080
+    reload: bool = True
+
+
+def picker_configs_from_dir(config: GatewayConfig, directory: Path | None) -> PickerConfigs:
+    out: dict[str, Mapping[str, Any]] = {}
+    for spec in config.schedulers:
+        key = picker_config_key(spec)
+        if key is None or spec.config_map_ref is None:
+            continue
+        if directory is None:
+            raise ValueError(
+                f"scheduler {spec.name!r} uses configMapRef {key}: pass --config-maps DIR (file DIR/{key})"
+            )
+        path = directory / spec.config_map_ref.name / spec.config_map_ref.key
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"scheduler {spec.name!r} configMapRef {key}: {path}: {exc}") from exc
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"scheduler {spec.name!r} configMapRef {key}: {path} is not a YAML mapping")
+        out[key] = doc
+    return out
+
+
+def picker_configs_from_cluster(config: GatewayConfig, api_client: Any) -> PickerConfigs:
+    from igw.gateway.discovery.kube import read_picker_config
+
+    out: dict[str, Mapping[str, Any]] = {}
+    for spec in config.schedulers:
+        ref = spec.config_map_ref
+        key = picker_config_key(spec)
+        if ref is None or key is None:
+            continue
+        out[key] = read_picker_config(api_client, namespace=config.namespace, name=ref.name, key=ref.key)
+    return out
+
+
+def kube_api_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    else:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+def build_guard(config: GatewayConfig, registry: CollectorRegistry) -> RequestGuard:
+    """``igw.security``'s guard when installed (it reads spec.auth and our extensions), else open."""
+    if importlib.util.find_spec("igw.security.factory") is None:
+        log.warning("igw.security is not installed: requests are not authenticated (OpenGuard)")
+        return OpenGuard()
+    from igw.security.factory import build_request_guard
+
+    guard: RequestGuard = build_request_guard(config, registry=registry)
+    return guard
+
+
+async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
+    registry = CollectorRegistry(auto_describe=True)
+    discovery: DiscoverySource
+    if options.in_cluster:
+        from igw.gateway.discovery.kube import KubeDiscovery
+
+        api = kube_api_client(options.kubeconfig)
+
+        def load_pickers(cfg: GatewayConfig) -> PickerConfigs:
+            return picker_configs_from_cluster(cfg, api)
+
+        discovery = KubeDiscovery(api_client=api, namespace=config.namespace, schedulers=config.schedulers)
+    else:
+        from igw.gateway.discovery.static_file import StaticFileDiscovery
+
+        assert options.endpoints_file is not None
+        directory = Path(options.config_maps_dir) if options.config_maps_dir else None
+
+        def load_pickers(cfg: GatewayConfig) -> PickerConfigs:
+            return picker_configs_from_dir(cfg, directory)
+
+        names = {s.name: s.name for s in config.schedulers} | {
+            s.model_name: s.name for s in config.schedulers
+        }
+        discovery = StaticFileDiscovery(Path(options.endpoints_file), names=names)
+    try:
+        pickers = await asyncio.to_thread(load_pickers, config)
+        guard = build_guard(config, registry)
+        tls = _tls(config)
+        app = create_app(
+            config,
+            guard=guard,
+            discovery=discovery,
+            picker_configs=pickers,
+            config_path=Path(options.config_path) if options.reload else None,
+            load_picker_configs=load_pickers,
+            registry=registry,
+        )
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from exc
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    ssl_context = None if tls is None else tls[0]
+    async with serve_app(app, host=options.host, port=options.port, ssl_context=ssl_context) as url:
+        if tls is not None:
+            await tls[1].start()
+        log.info("igw gateway %s serving %d scheduler(s) at %s", config.name, len(config.schedulers), url)
+        try:
+            await stop.wait()
+        finally:
+            if tls is not None:
+                await tls[1].close()
+    log.info("igw gateway stopped")
+
+
+def _tls(config: GatewayConfig) -> Any:
+    if importlib.util.find_spec("igw.security.tls") is None:
+        return None
+    from igw.security.tls import build_server_tls
+
+    try:
+        return build_server_tls(config.extensions)
+    except (OSError, ValueError) as exc:
+        raise LaunchError(f"spec.extensions.tlsTermination: {exc}") from exc

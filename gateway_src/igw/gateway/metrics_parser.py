@@ -1,0 +1,209 @@
+"""Extract the routing signals from a model server's Prometheus text page, fast.
+
+A real vLLM page is 50-60 KB and ~560 lines, and every endpoint is scraped every 50 ms, so parsing
+the whole exposition format would dominate the gateway's CPU. Instead we look up only the few
+families routing needs with ``str.find`` on ``"\\n<family>"`` (C speed) and parse just those lines.
+
+Per engine (``spec.schedulers[].engineType``):
+
+============  ==================================================  ===========================
+signal        vLLM                                                SGLang
+============  ==================================================  ===========================
+waiting       ``vllm:num_requests_waiting`` (sum over engines)    ``sglang:num_queue_reqs``
+running       ``vllm:num_requests_running`` (sum over engines)    ``sglang:num_running_reqs``
+kv_usage      ``vllm:kv_cache_usage_perc``, else the deprecated   ``sglang:token_usage``
+              ``vllm:gpu_cache_usage_perc`` (vLLM < 0.9.2)
+lora          ``vllm:lora_requests_info`` (largest-value series)  (none)
+cache config  ``vllm:cache_config_info``                           ``sglang:cache_config_info``
+              (labels ``block_size``, ``num_gpu_blocks``)          (``page_size``, ``num_pages``)
+============  ==================================================  ===========================
+
+Multi-series gauges: queue/running are summed for vLLM (one series per data-parallel engine) and
+maxed for SGLang (every TP rank repeats the same scheduler numbers); KV takes the maximum.
+``missing`` names every expected family that is absent, so the caller can report it loudly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from igw.scheduling.types import EngineMetrics
+
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+_ESC = re.compile(r"\\[\\\"n]")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFamilies:
+    waiting: str
+    running: str
+    kv_usage: tuple[str, ...]
+    """Preferred name first, deprecated fallbacks after."""
+    lora: str | None
+    cache_config: str
+    block_size_label: str
+    num_blocks_label: str
+    combine_load: Callable[[Sequence[float]], float]
+
+
+VLLM: Final = EngineFamilies(
+    waiting="vllm:num_requests_waiting",
+    running="vllm:num_requests_running",
+    kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    lora="vllm:lora_requests_info",
+    cache_config="vllm:cache_config_info",
+    block_size_label="block_size",
+    num_blocks_label="num_gpu_blocks",
+    combine_load=sum,
+)
+SGLANG: Final = EngineFamilies(
+    waiting="sglang:num_queue_reqs",
+    running="sglang:num_running_reqs",
+    kv_usage=("sglang:token_usage",),
+    lora=None,
+    cache_config="sglang:cache_config_info",
+    block_size_label="page_size",
+    num_blocks_label="num_pages",
+    combine_load=max,
+)
+ENGINES: Final = {"vllm": VLLM, "sglang": SGLANG}
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedPage:
+    metrics: EngineMetrics
+    missing: frozenset[str]
+    """Expected families absent from the page (the preferred KV name counts even when a deprecated
+    fallback supplied the value: that endpoint runs a version we should warn about)."""
+    kv_source: str | None
+    """The family the KV value came from, or ``None``."""
+
+
+def series(text: str, name: str) -> list[tuple[str, str]]:
+    """``(label text, value text)`` of every sample line of family ``name`` (exact name match)."""
+    out: list[tuple[str, str]] = []
+    needle = "\n" + name
+    size = len(name)
+    if text.startswith(name):
+        i = 0
+    else:
+        k = text.find(needle)
+        i = -1 if k == -1 else k + 1
+    while i != -1:
+        j = i + size
+        c = text[j : j + 1]
+        if c == "{" or c == " ":
+            end = text.find("\n", j)
+            line = text[j:] if end == -1 else text[j:end]
+            if c == "{":
+                close = line.rfind("}")
+                rest = line[close + 1 :].split()
+                if close > 0 and rest:
+                    out.append((line[1:close], rest[0]))
+            else:
+                rest = line.split()
+                if rest:
+                    out.append(("", rest[0]))
+        k = text.find(needle, j)
+        i = -1 if k == -1 else k + 1
+    return out
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    return {
+        k: _ESC.sub(lambda m: _UNESCAPE[m.group(0)], v) if "\\" in v else v for k, v in _LABEL.findall(text)
+    }
+
+
+def _values(samples: list[tuple[str, str]]) -> list[float]:
+    out: list[float] = []
+    for _, raw in samples:
+        try:
+            out.append(float(raw))
+        except ValueError:
+            continue
+    return out
+
+
+def _split_adapters(value: str | None) -> frozenset[str]:
+    return frozenset(a for a in (value or "").split(",") if a)
+
+
+def _int_label(labels: dict[str, str], key: str) -> int | None:
+    raw = labels.get(key, "")
+    return int(raw) if raw.isdigit() else None
+
+
+def parse_page(text: str, families: EngineFamilies) -> ParsedPage:
+    missing: set[str] = set()
+
+    def load(name: str) -> int | None:
+        values = _values(series(text, name))
+        if not values:
+            missing.add(name)
+            return None
+        return int(families.combine_load(values))
+
+    waiting = load(families.waiting)
+    running = load(families.running)
+    kv_usage: float | None = None
+    kv_source: str | None = None
+    for name in families.kv_usage:
+        values = _values(series(text, name))
+        if values:
+            kv_usage, kv_source = max(values), name
+            break
+    if kv_source != families.kv_usage[0]:
+        missing.add(families.kv_usage[0])
+
+    active: frozenset[str] | None = None
+    waiting_adapters: frozenset[str] | None = None
+    max_lora: int | None = None
+    if families.lora is not None:
+        lora_series = series(text, families.lora)
+        if not lora_series:
+            missing.add(families.lora)
+        else:
+            best: tuple[float, dict[str, str]] | None = None
+            fallback: dict[str, str] = {}
+            for label_text, raw in lora_series:
+                labels = parse_labels(label_text)
+                fallback = labels
+                if not labels.get("running_lora_adapters") and not labels.get("waiting_lora_adapters"):
+                    continue
+                try:
+                    value = float(raw)
+                except ValueError:
+                    continue
+                if best is None or value > best[0]:
+                    best = (value, labels)
+            chosen = best[1] if best is not None else fallback
+            active = _split_adapters(chosen.get("running_lora_adapters"))
+            waiting_adapters = _split_adapters(chosen.get("waiting_lora_adapters"))
+            max_lora = _int_label(chosen, "max_lora")
+
+    block_size: int | None = None
+    num_blocks: int | None = None
+    cache = series(text, families.cache_config)
+    if cache:
+        labels = parse_labels(cache[0][0])
+        block_size = _int_label(labels, families.block_size_label)
+        num_blocks = _int_label(labels, families.num_blocks_label)
+    else:
+        missing.add(families.cache_config)
+
+    metrics = EngineMetrics(
+        waiting=waiting,
+        running=running,
+        kv_usage=kv_usage,
+        active_adapters=active,
+        waiting_adapters=waiting_adapters,
+        max_lora=max_lora,
+        block_size=block_size,
+        num_gpu_blocks=num_blocks,
+    )
+    return ParsedPage(metrics=metrics, missing=frozenset(missing), kv_source=kv_source)

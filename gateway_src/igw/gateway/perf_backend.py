@@ -1,0 +1,112 @@
+"""A near-free model-server stand-in for ``igw perf gateway`` (run as its own process).
+
+``python -m igw.gateway.perf_backend --chunks 20 --chunk-interval 0.005`` prints ``PORT <n>`` and
+serves: ``POST /v1/completions`` and ``/v1/chat/completions`` (a fixed small JSON body, or an SSE
+stream of ``--chunks`` events ``--chunk-interval`` seconds apart when ``"stream": true``) and
+``GET /metrics`` (a realistic vLLM page, rendered once by the simulator's page writer when it is
+installed). Its cost is the same for the direct and the gateway path, so differences are the
+gateway's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from aiohttp import web
+
+RESPONSE = (
+    b'{"id":"cmpl-x","object":"text_completion","created":0,"model":"fake-model","choices":[{"index":0,'
+    b'"text":"hello","finish_reason":"length","logprobs":null}],'
+    b'"usage":{"prompt_tokens":4,"completion_tokens":4,"total_tokens":8}}'
+)
+
+
+def realistic_vllm_page() -> str:
+    """A vLLM 0.12 page of ~50 KB from the simulator; a minimal page if the simulator is absent."""
+    try:
+        import random
+
+        from packaging.version import Version
+
+        from igw.sim.engine import Engine
+        from igw.sim.metrics_page import PageContext, render_vllm
+        from igw.sim.pod_stats import PodStats
+        from igw.sim.presets import get_preset
+    except ImportError:
+        return (
+            'vllm:num_requests_running{engine="0",model_name="m"} 0.0\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0\n'
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.1\n'
+        )
+    engine = Engine(preset=get_preset("llama-3.1-8b/h100"), rng=random.Random(1))
+    stats = PodStats(max_model_len=32768)
+    for handler in ("/v1/completions", "/v1/chat/completions", "/v1/models"):
+        stats.on_http(handler=handler, method="POST", status=200, duration_s=0.2)
+    ctx = PageContext(
+        model_name="meta-llama/Llama-3.1-8B-Instruct",
+        version=Version("0.12.0"),
+        max_model_len=32768,
+        gpu_memory_utilization=0.9,
+        prefix_caching=True,
+        created_unix=1.7e9,
+        max_lora=0,
+    )
+    return render_vllm(ctx=ctx, engine=engine, stats=stats, unix_now=1.7e9 + 100, uptime_s=100.0)
+
+
+def build_app(*, chunks: int, interval: float) -> web.Application:
+    page = realistic_vllm_page().encode()
+
+    async def infer(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if b'"stream":true' not in body.replace(b" ", b""):
+            return web.Response(body=RESPONSE, content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(chunks):
+            await resp.write(b'data: {"choices":[{"index":0,"text":"t%d"}]}\n\n' % i)
+            await asyncio.sleep(interval)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=page, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", infer)
+    app.router.add_post("/v1/chat/completions", infer)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def _serve(chunks: int, interval: float) -> None:
+    runner = web.AppRunner(build_app(chunks=chunks, interval=interval), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+    await site.start()
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    print(f"PORT {sockets[0].getsockname()[1]}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--chunks", type=int, default=20)
+    parser.add_argument("--chunk-interval", type=float, default=0.005)
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(_serve(args.chunks, args.chunk_interval))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

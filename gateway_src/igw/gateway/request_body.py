@@ -1,0 +1,106 @@
+"""Reading and understanding an inference request body, with the errors a client can act on.
+
+* The body is read in chunks and abandoned as soon as it exceeds ``bbr.maxRequestBodyBytes`` (413);
+  a ``Content-Length`` over the limit is refused before reading anything. At most ``limit`` bytes are
+  ever held.
+* It must be a JSON object (400 naming the problem); ``model`` comes from the body or, if absent,
+  the ``x-gateway-model-name`` header.
+* What routing needs is extracted once: the text used for prefix hashing (the ``prompt`` of a
+  completion, the serialised ``messages`` of a chat completion - as GIE does), an estimate of prompt
+  tokens (4 characters per token), ``max_tokens`` and ``stream``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from aiohttp import web
+
+CHARS_PER_TOKEN: Final = 4
+MAX_MODEL_NAME_LENGTH: Final = 256
+
+
+class BodyTooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body exceeds bbr.maxRequestBodyBytes ({limit} bytes)")
+        self.limit = limit
+
+
+class BadRequestBody(Exception):
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceBody:
+    raw: bytes
+    model: str | None
+    stream: bool
+    prefix_text: str
+    prompt_tokens: int
+    max_tokens: int | None
+
+
+async def read_limited(request: web.Request, *, limit: int) -> bytes:
+    length = request.content_length
+    if length is not None and length > limit:
+        raise BodyTooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _prompt_text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "".join(p if isinstance(p, str) else orjson.dumps(p).decode() for p in prompt)
+    return "" if prompt is None else orjson.dumps(prompt).decode()
+
+
+def parse_body(raw: bytes, *, chat: bool, header_model: str | None) -> InferenceBody:
+    if not raw.strip():
+        raise BadRequestBody("request body is empty: expected a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequestBody(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequestBody(f"request body must be a JSON object, got {type(body).__name__}")
+    model = body.get("model", header_model)
+    if model is not None and not isinstance(model, str):
+        raise BadRequestBody("'model' must be a string", param="model")
+    if model is not None and len(model) > MAX_MODEL_NAME_LENGTH:
+        raise BadRequestBody(f"'model' is longer than {MAX_MODEL_NAME_LENGTH} characters", param="model")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequestBody("'stream' must be true or false", param="stream")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        raise BadRequestBody("'max_tokens' must be an integer", param="max_tokens")
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise BadRequestBody("'messages' must be a list", param="messages")
+        text = orjson.dumps(messages).decode()
+    else:
+        if "prompt" not in body:
+            raise BadRequestBody("'prompt' is required", param="prompt")
+        text = _prompt_text(body["prompt"])
+    return InferenceBody(
+        raw=raw,
+        model=model or None,
+        stream=stream,
+        prefix_text=text,
+        prompt_tokens=max(1, len(text) // CHARS_PER_TOKEN),
+        max_tokens=max_tokens,
+    )

@@ -1,0 +1,129 @@
+"""The live gateway: the current runtime (swapped on reload), discovery results, scraper, metrics.
+
+This is the object discovery reports to (:class:`~igw.gateway.discovery.DiscoverySink`) and the
+HTTP handlers read from. All mutation happens on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from igw.config.model import GatewayConfig
+from igw.gateway.endpoints import DiscoveredEndpoint
+from igw.gateway.guards import RequestGuard
+from igw.gateway.runtime import GatewayRuntime, PickerConfigs
+from igw.gateway.scraper import Scraper
+from igw.gateway.telemetry import GatewayMetrics
+
+log = logging.getLogger("igw.gateway")
+
+
+class GatewayState:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        guard: RequestGuard,
+        clock: Callable[[], float],
+        rng: random.Random,
+        picker_configs: PickerConfigs | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.guard = guard
+        self.clock = clock
+        self.rng = rng
+        self.runtime = GatewayRuntime(config, rng=rng, clock=clock, picker_configs=picker_configs)
+        self.metrics = GatewayMetrics(lister=lambda: self.runtime.endpoints(), clock=clock, registry=registry)
+        self.scraper: Scraper | None = None
+        self.discovered: dict[str, list[DiscoveredEndpoint]] = {}
+        self.bbr_adapters: dict[str, str] = {}
+        self.discovery_ready = False
+        self.config_error: str | None = None
+        """The last rejected reload's message (shown in /readyz until a valid config is applied)."""
+
+    # ---- discovery sink -------------------------------------------------------------------------
+    def apply_endpoints(self, scheduler: str, endpoints: Sequence[DiscoveredEndpoint]) -> None:
+        self.discovered[scheduler] = list(endpoints)
+        self.discovery_ready = True
+        sr = self.runtime.schedulers.get(scheduler)
+        if sr is None:
+            return
+        added, removed = sr.pool.replace(endpoints)
+        if removed:
+            sr.scheduler.on_endpoints_removed(removed)
+        if added or removed:
+            log.info("scheduler %s endpoints: +%s -%s", scheduler, added, removed)
+            if self.scraper is not None:
+                self.scraper.sync()
+
+    def apply_bbr_adapters(self, adapters: Mapping[str, str]) -> None:
+        if dict(adapters) != self.bbr_adapters:
+            log.info("bbr-managed LoRA adapters: %s", dict(sorted(adapters.items())))
+        self.bbr_adapters = dict(adapters)
+        self.runtime.with_bbr_adapters(self.bbr_adapters)
+
+    # ---- hot reload -----------------------------------------------------------------------------
+    def apply_config(self, config: GatewayConfig, *, picker_configs: PickerConfigs | None = None) -> None:
+        """Swap in a runtime for ``config``; raises (leaving the current one) if it cannot be built."""
+        new = GatewayRuntime(
+            config,
+            rng=self.rng,
+            clock=self.clock,
+            picker_configs=self.runtime.picker_configs if picker_configs is None else picker_configs,
+            bbr_adapters=self.bbr_adapters,
+            previous=self.runtime,
+        )
+        for name, sr in new.schedulers.items():
+            if name in self.discovered:
+                _, removed = sr.pool.replace(self.discovered[name])
+                if removed:
+                    sr.scheduler.on_endpoints_removed(removed)
+        self.runtime = new
+        self.config_error = None
+        if self.scraper is not None:
+            self.scraper.sync()
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready when discovery has reported, some scheduler has an endpoint and the guard is ready.
+
+        Stale endpoints do not make the gateway unready: it still routes (by its own in-flight
+        counts), and taking it out of the load balancer would turn degraded service into none.
+        """
+        now = self.clock()
+        schedulers: dict[str, Any] = {}
+        any_usable = False
+        for name, sr in self.runtime.schedulers.items():
+            endpoints = {}
+            for key, st in sr.pool.states.items():
+                fresh = sr.scheduler.is_fresh(st.view(), now)
+                any_usable = True
+                endpoints[key] = {
+                    "fresh": fresh,
+                    "scrape_age_s": None if st.scraped_at is None else round(now - st.scraped_at, 3),
+                    "error": st.last_error,
+                    "missing_signals": sorted(st.missing),
+                    "kv_source": st.kv_source,
+                    "inflight": st.inflight,
+                }
+            schedulers[name] = {
+                "model": sr.spec.model_name,
+                "engine": sr.spec.engine_type,
+                "scorers": sr.scheduler.profile.describe(),
+                "endpoints": endpoints,
+            }
+        guard = self.guard.readiness()
+        detail: dict[str, Any] = {
+            "discovery_ready": self.discovery_ready,
+            "schedulers": schedulers,
+            "guard": {"ready": guard.ready, "detail": guard.detail},
+            "unroutable_bbr_adapters": list(self.runtime.router.unroutable_bbr),
+        }
+        if self.config_error:
+            detail["config_reload_error"] = self.config_error
+        ready = self.discovery_ready and any_usable and guard.ready
+        return ready, detail

@@ -1,0 +1,181 @@
+"""The gateway's own Prometheus metrics (served at ``/metrics``), in a registry per gateway instance.
+
+Request-level series are labelled by ``model`` only for configured models and adapters (an unknown
+model is counted as ``model="(unknown)"``), so clients cannot create label cardinality. Per-endpoint
+series (scrape age, queue and KV as seen, in-flight) are produced by a collector that reads the live
+endpoint state at scrape time, so a removed endpoint's series disappear with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import Collector
+
+from igw.gateway.endpoints import EndpointState
+
+UNKNOWN_MODEL: Final = "(unknown)"
+LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+TTFT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20)
+ITL_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
+DECISION_BUCKETS: Final = (1e-5, 2.5e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2)
+
+EndpointLister = Callable[[], Iterable[tuple[str, EndpointState]]]
+"""Yields ``(scheduler name, endpoint state)`` for every endpoint currently known."""
+
+
+class _EndpointCollector(Collector):
+    def __init__(self, *, lister: EndpointLister, clock: Callable[[], float]) -> None:
+        self._lister = lister
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["scheduler", "endpoint"]
+        age = GaugeMetricFamily(
+            "igw_endpoint_scrape_age_seconds",
+            "Seconds since the endpoint's last successful scrape.",
+            labels=labels,
+        )
+        failing = GaugeMetricFamily(
+            "igw_endpoint_scrape_failing", "1 while the endpoint's latest scrape failed.", labels=labels
+        )
+        queue = GaugeMetricFamily(
+            "igw_endpoint_queue_depth", "Waiting requests as last scraped from the endpoint.", labels=labels
+        )
+        running = GaugeMetricFamily(
+            "igw_endpoint_running_requests",
+            "Running requests as last scraped from the endpoint.",
+            labels=labels,
+        )
+        kv = GaugeMetricFamily(
+            "igw_endpoint_kv_cache_usage", "KV-cache utilisation (0..1) as last scraped.", labels=labels
+        )
+        inflight = GaugeMetricFamily(
+            "igw_endpoint_inflight_requests",
+            "Requests this gateway has in flight to the endpoint.",
+            labels=labels,
+        )
+        missing = GaugeMetricFamily(
+            "igw_endpoint_signal_missing",
+            "1 when the endpoint does not publish a signal routing uses (the value names the metric family).",
+            labels=["scheduler", "endpoint", "signal"],
+        )
+        now = self._clock()
+        for sched, st in self._lister():
+            lv = [sched, st.key]
+            if st.scraped_at is not None:
+                age.add_metric(lv, max(0.0, now - st.scraped_at))
+            failing.add_metric(lv, 1.0 if st.scrape_failing else 0.0)
+            inflight.add_metric(lv, float(st.inflight))
+            m = st.metrics
+            if m is not None:
+                if m.waiting is not None:
+                    queue.add_metric(lv, float(m.waiting))
+                if m.running is not None:
+                    running.add_metric(lv, float(m.running))
+                if m.kv_usage is not None:
+                    kv.add_metric(lv, m.kv_usage)
+            for signal in sorted(st.missing):
+                missing.add_metric([sched, st.key, signal], 1.0)
+        yield from (age, failing, queue, running, kv, inflight, missing)
+
+
+class GatewayMetrics:
+    """All series the data plane exports. One instance per gateway (tests run several at once)."""
+
+    def __init__(
+        self, *, lister: EndpointLister, clock: Callable[[], float], registry: CollectorRegistry | None = None
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "igw_requests", "Inference requests by model and HTTP status.", ["model", "code"], registry=r
+        )
+        self.duration = Histogram(
+            "igw_request_duration_seconds",
+            "Time from request received to response complete.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "igw_time_to_first_token_seconds",
+            "Time from request received to the first streamed event sent to the client.",
+            ["model"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "igw_inter_token_latency_seconds",
+            "Time between consecutive streamed events.",
+            ["model"],
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "igw_tokens",
+            "Tokens from the response's usage, by direction (in/out).",
+            ["model", "direction"],
+            registry=r,
+        )
+        self.picks = Counter(
+            "igw_endpoint_picks",
+            "Scheduling decisions that chose the endpoint.",
+            ["scheduler", "endpoint"],
+            registry=r,
+        )
+        self.rejections = Counter(
+            "igw_rejections",
+            "Requests refused before reaching a model server, by reason (saturated: 429, no_endpoints: 503).",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.decision = Histogram(
+            "igw_scheduler_decision_seconds",
+            "Time spent in the scheduler for one decision.",
+            ["scheduler"],
+            buckets=DECISION_BUCKETS,
+            registry=r,
+        )
+        self.retries = Counter(
+            "igw_upstream_retries",
+            "Connect failures retried on the next-best endpoint.",
+            ["scheduler"],
+            registry=r,
+        )
+        self.stream_errors = Counter(
+            "igw_partial_stream_errors",
+            "Streams whose upstream failed after the response started (client got a terminal error event).",
+            ["model"],
+            registry=r,
+        )
+        self.client_disconnects = Counter(
+            "igw_client_disconnects",
+            "Requests abandoned by the client; the upstream request is cancelled.",
+            ["model"],
+            registry=r,
+        )
+        self.config_reloads = Counter(
+            "igw_config_reloads",
+            "Configuration reload attempts by result (applied, rejected).",
+            ["result"],
+            registry=r,
+        )
+        self.scrapes = Counter(
+            "igw_endpoint_scrapes", "Metrics scrapes by result (ok, error).", ["result"], registry=r
+        )
+        r.register(_EndpointCollector(lister=lister, clock=clock))
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached: the lookup costs ~5 µs and runs several times per
+        request. Label values are bounded (configured models and discovered endpoints)."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found

@@ -1,0 +1,253 @@
+"""One exchange with a model server: send the request, relay the response, learn what happened.
+
+* The request body is forwarded byte for byte; headers are the client's minus hop-by-hop headers and
+  every header the gateway owns (its routing headers, the guard's stripped and forwarded identity
+  headers), plus ours.
+* A *connect* failure (refused, unreachable, connect timeout) is retried once on the next-best
+  endpoint; anything after the connection is established is never retried (the model server may
+  already be generating).
+* Server-sent events are relayed as they arrive (``iter_any``: whatever bytes the socket delivered,
+  written immediately; aiohttp sets TCP_NODELAY on both sockets), never re-chunked or buffered.
+* Upstream death or silence (``streamIdleTimeout``) mid-stream -> a final SSE error event and a clean
+  close; ``routeTimeout`` bounds the whole exchange; a client disconnect cancels the handler (the app
+  runs with handler cancellation), which closes the upstream connection at once, so the model server
+  aborts the request and frees its KV cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+
+from igw.gateway.errors import error_response, sse_error_event
+
+HOP_BY_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+CONNECT_ERRORS: Final = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
+
+class ConnectFailed(Exception):
+    """The upstream could not be connected to: safe to retry elsewhere."""
+
+
+class ClientGone(Exception):
+    """The client closed its connection while we were writing to it."""
+
+
+@dataclass(slots=True)
+class ExchangeResult:
+    response: web.StreamResponse
+    status: int
+    ok: bool
+    """The model server produced a complete response (status < 500 and no mid-stream failure)."""
+    streamed: bool = False
+    ttft_s: float | None = None
+    """Seconds from the start of the gateway's handling to the first body byte sent to the client."""
+    gaps: list[float] = field(default_factory=list)
+    events: int = 0
+    usage: Mapping[str, int] | None = None
+    error: str | None = None
+
+
+def upstream_headers(
+    client: Mapping[str, str],
+    *,
+    strip: frozenset[str],
+    add: Mapping[str, str],
+) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in client.items():
+        low = name.lower()
+        if low in HOP_BY_HOP or low in strip:
+            continue
+        out.add(name, value)
+    for name, value in add.items():
+        out[name] = value
+    return out
+
+
+def _usage_from(obj: object) -> Mapping[str, int] | None:
+    if isinstance(obj, dict):
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return None
+
+
+def _usage_in_events(chunk: bytes) -> Mapping[str, int] | None:
+    found: Mapping[str, int] | None = None
+    for line in chunk.split(b"\n"):
+        if line.startswith(b"data:") and b'"usage"' in line:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                found = _usage_from(orjson.loads(line[5:])) or found
+    return found
+
+
+def _response_headers(upstream: aiohttp.ClientResponse, extra: Mapping[str, str]) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in upstream.headers.items():
+        if name.lower() not in HOP_BY_HOP:
+            out.add(name, value)
+    for name, value in extra.items():
+        out[name] = value
+    return out
+
+
+async def exchange(
+    request: web.Request,
+    *,
+    session: aiohttp.ClientSession,
+    endpoint: str,
+    body: bytes,
+    headers: CIMultiDict[str],
+    started: float,
+    connect_timeout_s: float,
+    idle_timeout_s: float | None,
+    response_headers: Mapping[str, str],
+    on_prepared: Callable[[web.StreamResponse], None],
+) -> ExchangeResult:
+    """Forward to ``endpoint`` and relay the answer. Raises :class:`ConnectFailed` before anything was
+    sent to the client; every later failure is turned into a response (or a terminal SSE event)."""
+    url = f"http://{endpoint}{request.path_qs}"
+    timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=idle_timeout_s)
+    try:
+        upstream = await session.post(url, data=body, headers=headers, timeout=timeout)
+    except CONNECT_ERRORS as exc:
+        raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return ExchangeResult(
+            response=error_response(
+                502,
+                message=f"upstream {endpoint} failed before responding: {type(exc).__name__}",
+                error_type="upstream_error",
+                code=502,
+            ),
+            status=502,
+            ok=False,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+    try:
+        if upstream.content_type == "text/event-stream":
+            return await _relay_stream(
+                request, upstream, started=started, extra=response_headers, on_prepared=on_prepared
+            )
+        return await _relay_whole(upstream, extra=response_headers, started=started)
+    finally:
+        upstream.close()
+
+
+async def _relay_whole(
+    upstream: aiohttp.ClientResponse, *, extra: Mapping[str, str], started: float
+) -> ExchangeResult:
+    try:
+        payload = await upstream.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return ExchangeResult(
+            response=error_response(
+                502,
+                message=f"upstream failed while sending its response: {type(exc).__name__}",
+                error_type="upstream_error",
+                code=502,
+            ),
+            status=502,
+            ok=False,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+    usage = None
+    if upstream.content_type == "application/json" and "content-encoding" not in upstream.headers:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            usage = _usage_from(orjson.loads(payload))
+    response = web.Response(status=upstream.status, body=payload, headers=_response_headers(upstream, extra))
+    return ExchangeResult(response=response, status=upstream.status, ok=upstream.status < 500, usage=usage)
+
+
+async def _relay_stream(
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    *,
+    started: float,
+    extra: Mapping[str, str],
+    on_prepared: Callable[[web.StreamResponse], None],
+) -> ExchangeResult:
+    response = web.StreamResponse(status=upstream.status, headers=_response_headers(upstream, extra))
+    result = ExchangeResult(
+        response=response, status=upstream.status, ok=upstream.status < 500, streamed=True
+    )
+    try:
+        await response.prepare(request)
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
+        raise ClientGone() from exc
+    on_prepared(response)
+    last: float | None = None
+    usage: Mapping[str, int] | None = None
+    try:
+        async for chunk in upstream.content.iter_any():
+            try:
+                await response.write(chunk)
+            except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
+                raise ClientGone() from exc
+            now = time.perf_counter()
+            if last is None:
+                result.ttft_s = now - started
+            else:
+                result.gaps.append(now - last)
+            last = now
+            result.events += chunk.count(b"\n\n")
+            if b'"usage"' in chunk:
+                usage = _usage_in_events(chunk) or usage
+    except (
+        aiohttp.ClientPayloadError,
+        aiohttp.ServerDisconnectedError,
+        aiohttp.ClientOSError,
+        TimeoutError,
+    ) as exc:
+        kind = (
+            "timed out (no data for streamIdleTimeout)"
+            if isinstance(exc, TimeoutError)
+            else "closed the stream"
+        )
+        result.ok = False
+        result.error = f"upstream {kind}: {type(exc).__name__}"
+        await _terminal_error(
+            response, message=f"upstream model server {kind} before the response was complete"
+        )
+    result.usage = usage
+    with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
+        await response.write_eof()
+    return result
+
+
+async def _terminal_error(response: web.StreamResponse, *, message: str) -> None:
+    with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
+        await response.write(sse_error_event(message=message, error_type="upstream_error", code=502))
+
+
+async def terminal_timeout(response: web.StreamResponse, *, seconds: float) -> None:
+    """routeTimeout expired after the stream started: tell the client and close cleanly."""
+    await _terminal_error(response, message=f"routeTimeout of {seconds:g}s exceeded")
+    with contextlib.suppress(
+        ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError
+    ):
+        await response.write_eof()

@@ -1,0 +1,163 @@
+"""Build a :class:`~igw.scheduling.scheduler.Scheduler` from configuration.
+
+Three entry points, all pure (no I/O; the caller supplies the random source and, when it has one,
+the ConfigMap content):
+
+* :func:`scheduler_from_spec` - one ``spec.schedulers[]`` entry of an InferenceGatewayConfig:
+  ``weights`` (unset ones take the defaults) or ``configMapRef`` (an EndpointPickerConfig document).
+* :func:`scheduler_from_weights` - explicit weights, for weight tuning in the benchmark.
+* :func:`scheduler_from_picker_config` - an EndpointPickerConfig mapping.
+
+Default weights: queue 2, kvCache 2, prefix 3 (GIE >= v1.2); loraAffinity 1 when the scheduler has
+``loraAdapters``; predictedLatency 1, which igw maps to its measured-speed scorer
+(``endpoint-speed-scorer``) so mixed GPU generations are accounted for out of the box.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from igw.config.model import SchedulerSpec, Weights
+from igw.scheduling.builtin import REGISTRY
+from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.framework import Scorer
+from igw.scheduling.picker_config import profile_from_picker_config
+from igw.scheduling.plugins import (
+    endpoint_speed_scorer,
+    kv_cache_scorer,
+    lora_affinity_scorer,
+    no_hit_lru_scorer,
+    prefix_cache_scorer,
+    queue_scorer,
+    running_requests_scorer,
+)
+from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.scheduler import Profile, Scheduler, WeightedScorer
+from igw.scheduling.settings import RoutingSettings
+
+WEIGHT_KEYS: Final[Mapping[str, str]] = {
+    # InferenceGatewayConfig ``weights`` key -> plugin type
+    "queue": queue_scorer.TYPE,
+    "kvCache": kv_cache_scorer.TYPE,
+    "prefix": prefix_cache_scorer.TYPE,
+    "lru": no_hit_lru_scorer.TYPE,
+    "loraAffinity": lora_affinity_scorer.TYPE,
+    "runningRequests": running_requests_scorer.TYPE,
+    "predictedLatency": endpoint_speed_scorer.TYPE,
+}
+_FIELD_OF_KEY: Final[Mapping[str, str]] = {
+    "queue": "queue",
+    "kvCache": "kv_cache",
+    "prefix": "prefix",
+    "lru": "lru",
+    "loraAffinity": "lora_affinity",
+    "runningRequests": "running_requests",
+    "predictedLatency": "predicted_latency",
+}
+DEFAULT_WEIGHTS: Final[Mapping[str, float]] = {"queue": 2, "kvCache": 2, "prefix": 3, "predictedLatency": 1}
+DEFAULT_LORA_AFFINITY_WEIGHT: Final = 1.0
+
+
+def default_weights(*, lora_adapters: bool) -> dict[str, float]:
+    weights = dict(DEFAULT_WEIGHTS)
+    if lora_adapters:
+        weights["loraAffinity"] = DEFAULT_LORA_AFFINITY_WEIGHT
+    return weights
+
+
+def effective_weights(weights: Weights | None, *, lora_adapters: bool) -> dict[str, float]:
+    """Defaults overlaid with the fields the user set (``None`` = not set; 0 disables a scorer)."""
+    merged = default_weights(lora_adapters=lora_adapters)
+    if weights is not None:
+        for key, field_name in _FIELD_OF_KEY.items():
+            value = getattr(weights, field_name)
+            if value is not None:
+                merged[key] = float(value)
+    return merged
+
+
+def profile_from_weights(weights: Mapping[str, float]) -> Profile:
+    """Scorers in a fixed order (prefix before no-hit-LRU, which reads its state), max-score picker.
+
+    Keys are ``weights`` keys (``queue``, ``kvCache``...) or plugin type names (for scorers such as
+    ``active-request-scorer`` that the CRD has no key for).
+    """
+    problems: list[str] = []
+    by_type: dict[str, float] = {}
+    for key, weight in weights.items():
+        type_name = WEIGHT_KEYS.get(key, key)
+        if type_name not in REGISTRY.types():
+            problems.append(f"weights.{key}: unknown scorer (known: {', '.join(sorted(WEIGHT_KEYS))})")
+            continue
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+            problems.append(f"weights.{key}: must be a non-negative number, got {weight!r}")
+            continue
+        by_type[type_name] = float(weight)
+    scorers: list[WeightedScorer] = []
+    order = [*WEIGHT_KEYS.values(), *sorted(set(by_type) - set(WEIGHT_KEYS.values()))]
+    for type_name in order:
+        weight = by_type.get(type_name, 0.0)
+        if weight <= 0:
+            continue
+        plugin = REGISTRY.create(type_name, path=f"weights.{type_name}")
+        if not isinstance(plugin, Scorer):
+            problems.append(f"weights.{type_name}: {type_name} is not a scorer")
+            continue
+        scorers.append(WeightedScorer(plugin, weight))
+    if problems:
+        raise SchedulerConfigError(problems)
+    return Profile(filters=(), scorers=tuple(scorers), picker=MaxScorePicker())
+
+
+def scheduler_from_weights(
+    weights: Mapping[str, float],
+    *,
+    name: str = "scheduler",
+    routing: RoutingSettings | None = None,
+    rng: random.Random,
+    clock: Callable[[], float] | None = None,
+) -> Scheduler:
+    return Scheduler(name=name, profile=profile_from_weights(weights), settings=routing, rng=rng, clock=clock)
+
+
+def scheduler_from_picker_config(
+    doc: Mapping[str, Any],
+    *,
+    name: str = "scheduler",
+    routing: RoutingSettings | None = None,
+    rng: random.Random,
+    clock: Callable[[], float] | None = None,
+) -> Scheduler:
+    profile, settings = profile_from_picker_config(doc, settings=routing or RoutingSettings())
+    return Scheduler(name=name, profile=profile, settings=settings, rng=rng, clock=clock)
+
+
+def scheduler_from_spec(
+    spec: SchedulerSpec,
+    *,
+    routing: RoutingSettings | None = None,
+    rng: random.Random,
+    clock: Callable[[], float] | None = None,
+    picker_config: Mapping[str, Any] | None = None,
+) -> Scheduler:
+    """The scheduler for one ``spec.schedulers[]`` entry.
+
+    With ``configMapRef`` the caller must pass the referenced EndpointPickerConfig as
+    ``picker_config`` (the gateway reads it from the cluster or from ``--config-maps``).
+    """
+    if spec.config_map_ref is not None:
+        if picker_config is None:
+            ref = spec.config_map_ref
+            raise SchedulerConfigError(
+                [
+                    f"scheduler {spec.name!r}: configMapRef {ref.name}/{ref.key} was not provided; "
+                    "the EndpointPickerConfig it names is required"
+                ]
+            )
+        return scheduler_from_picker_config(
+            picker_config, name=spec.name, routing=routing, rng=rng, clock=clock
+        )
+    weights = effective_weights(spec.weights, lora_adapters=bool(spec.lora_adapters))
+    return scheduler_from_weights(weights, name=spec.name, routing=routing, rng=rng, clock=clock)

@@ -1,0 +1,112 @@
+"""Contracts of the scheduling framework: filters, scorers and pickers, and the per-pick context.
+
+The framework is a pure library: no I/O, no clock reads, no global random state. Everything a plugin
+needs arrives in :class:`CycleContext` (the request, the caller's ``now``, the injected random source
+and a scratch dict shared by the plugins of one pick). This is what lets the discrete-event simulator
+run the gateway's scheduler unchanged in virtual time.
+
+Shape of one decision (see :mod:`igw.scheduling.scheduler`)::
+
+    candidates = filters(endpoints)                     # each Filter narrows the list
+    total[i]   = sum(weight_s * clamp(score_s[i]))      # each Scorer returns one value per candidate
+    ranking    = picker(candidates, total)              # best first; the rest become fallbacks
+    for plugin in plugins: plugin.on_picked(ctx, chosen)  # e.g. the prefix index learns the pick
+
+Scorers return ``None`` for a candidate whose signal is missing (an engine that does not publish it).
+The framework never turns that into a silent zero: it imputes the mean of the scored candidates (or
+leaves the scorer out of the sum when nobody has the signal) and reports the imputation.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
+
+
+@dataclass(slots=True)
+class CycleContext:
+    """Everything one scheduling cycle (one ``pick``) shares between plugins."""
+
+    request: RoutingRequest
+    now: float
+    rng: random.Random
+    state: dict[str, Any] = field(default_factory=dict)
+    """Scratch space for plugins that cooperate within one pick (the prefix scorer publishes its
+    hashes and hit flag here; the no-hit-LRU scorer reads them)."""
+
+
+class PluginHooks:
+    """No-op lifecycle hooks; plugins that keep state override the ones they need."""
+
+    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        """Called once per successful pick with the chosen endpoint (GIE's PreRequest)."""
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        """Called when a dispatched request finishes (GIE's ResponseComplete)."""
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        """Called when endpoints leave the pool, so per-endpoint state can be dropped."""
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    type_name: str
+    name: str
+
+    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None: ...
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None: ...
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None: ...
+
+
+@runtime_checkable
+class Filter(Plugin, Protocol):
+    """Narrows the candidate list. Returning an empty list means "no endpoint can serve this"."""
+
+    def filter(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[EndpointView]: ...
+
+
+@runtime_checkable
+class Scorer(Plugin, Protocol):
+    """Scores every candidate in [0, 1] (higher is better), aligned with ``endpoints``.
+
+    ``None`` marks a candidate whose required signal is missing. ``signal`` names that signal for
+    reports (``"kv_usage"``...); ``""`` for scorers that only use the gateway's own state.
+    """
+
+    signal: str
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]: ...
+
+
+@runtime_checkable
+class Picker(Plugin, Protocol):
+    """Orders candidates best-first from their total scores (ties and randomness via ``ctx.rng``)."""
+
+    def rank(self, ctx: CycleContext, totals: Sequence[float]) -> list[int]: ...
+
+    """Indices into the candidate list, best first. May be shorter than the candidate list."""
+
+
+def clamp01(value: float) -> float:
+    """The framework's score range: anything outside [0, 1] (or NaN) is clamped, as in GIE."""
+    if value != value:  # NaN
+        return 0.0
+    return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
+
+
+def min_max_inverse(values: Sequence[float | None]) -> list[float | None]:
+    """``(max - v) / (max - min)`` over the values present; all equal -> 1.0 (GIE queue scorer)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return [None] * len(values)
+    lo, hi = min(present), max(present)
+    if hi == lo:
+        return [None if v is None else 1.0 for v in values]
+    span = hi - lo
+    return [None if v is None else (hi - v) / span for v in values]

@@ -1,0 +1,169 @@
+"""Build a :class:`~igw.scheduling.scheduler.Profile` from an ``EndpointPickerConfig`` document.
+
+This is the ``configMapRef`` path of a scheduler: the referenced ConfigMap key holds a GIE/llm-d
+plugins file, which must load here unchanged::
+
+    apiVersion: inference.networking.x-k8s.io/v1alpha1
+    kind: EndpointPickerConfig
+    plugins:
+    - type: queue-scorer
+    - type: prefix-cache-scorer
+      parameters: {blockSize: 64}
+    schedulingProfiles:
+    - name: default
+      plugins: [{pluginRef: queue-scorer, weight: 2}, {pluginRef: prefix-cache-scorer, weight: 3}]
+    saturationDetector: {queueDepthThreshold: 5, kvCacheUtilThreshold: 0.8, metricsStalenessThreshold: 200ms}
+
+Rules (GIE's loader): a plugin's name defaults to its type and must be unique; an omitted scorer
+weight is 1; no profiles -> a ``default`` profile referencing every plugin; no picker ->
+``max-score-picker``. igw runs one profile, so more than one is an error. Every problem is reported
+with its path, all at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from igw.config.durations import parse_duration
+from igw.scheduling.builtin import REGISTRY
+from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.framework import Filter, Picker, Plugin, Scorer
+from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.registry import PluginRegistry
+from igw.scheduling.scheduler import Profile, WeightedScorer
+from igw.scheduling.settings import RoutingSettings
+
+API_VERSIONS: Final = frozenset({"inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1"})
+KIND: Final = "EndpointPickerConfig"
+_TOP_LEVEL: Final = frozenset(
+    {"apiVersion", "kind", "plugins", "schedulingProfiles", "saturationDetector", "featureGates"}
+)
+DEFAULT_SCORER_WEIGHT: Final = 1.0
+
+
+def _instantiate(doc: Mapping[str, Any], registry: PluginRegistry, problems: list[str]) -> dict[str, Plugin]:
+    plugins: dict[str, Plugin] = {}
+    raw_plugins = doc.get("plugins", [])
+    if not isinstance(raw_plugins, list):
+        problems.append("plugins: must be a list")
+        return plugins
+    for i, item in enumerate(raw_plugins):
+        path = f"plugins[{i}]"
+        if not isinstance(item, Mapping):
+            problems.append(f"{path}: must be a mapping with 'type'")
+            continue
+        unknown = sorted(set(item) - {"name", "type", "parameters"})
+        if unknown:
+            problems.append(f"{path}: unknown field {unknown[0]!r}")
+        type_name = item.get("type")
+        if not isinstance(type_name, str) or not type_name:
+            problems.append(f"{path}.type: required")
+            continue
+        name = item.get("name") or type_name
+        if name in plugins:
+            problems.append(f"{path}.name: duplicate plugin name {name!r}")
+            continue
+        try:
+            plugins[name] = registry.create(type_name, name=name, params=item.get("parameters"), path=path)
+        except SchedulerConfigError as exc:
+            problems.extend(exc.problems)
+    return plugins
+
+
+def _profile(doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[str]) -> Profile:
+    raw_profiles = doc.get("schedulingProfiles")
+    refs: list[tuple[str, Any, str]] = []
+    if raw_profiles is None:
+        refs = [(name, None, f"plugins[{name}]") for name in plugins]
+    elif not isinstance(raw_profiles, list) or len(raw_profiles) != 1:
+        problems.append("schedulingProfiles: igw runs exactly one scheduling profile; give one entry")
+    else:
+        prof = raw_profiles[0]
+        entries = prof.get("plugins", []) if isinstance(prof, Mapping) else None
+        if not isinstance(entries, list):
+            problems.append("schedulingProfiles[0].plugins: must be a list")
+            entries = []
+        for j, entry in enumerate(entries):
+            path = f"schedulingProfiles[0].plugins[{j}]"
+            ref = entry.get("pluginRef") if isinstance(entry, Mapping) else None
+            if ref not in plugins:
+                problems.append(f"{path}.pluginRef: references undefined plugin {ref!r}")
+                continue
+            refs.append((ref, entry.get("weight"), path))
+    filters: list[Filter] = []
+    scorers: list[WeightedScorer] = []
+    pickers: list[Picker] = []
+    for ref, weight, path in refs:
+        plugin = plugins[ref]
+        if isinstance(plugin, Scorer):
+            w = DEFAULT_SCORER_WEIGHT if weight is None else weight
+            if isinstance(w, bool) or not isinstance(w, int | float) or w < 0:
+                problems.append(f"{path}.weight: must be a non-negative number, got {weight!r}")
+                continue
+            if w > 0:
+                scorers.append(WeightedScorer(plugin, float(w)))
+        elif isinstance(plugin, Filter):
+            filters.append(plugin)
+        elif isinstance(plugin, Picker):
+            pickers.append(plugin)
+    if len(pickers) > 1:
+        problems.append(f"schedulingProfiles[0]: more than one picker ({', '.join(p.name for p in pickers)})")
+    picker: Picker = pickers[0] if pickers else MaxScorePicker()
+    return Profile(filters=tuple(filters), scorers=tuple(scorers), picker=picker)
+
+
+def _saturation(doc: Mapping[str, Any], settings: RoutingSettings, problems: list[str]) -> RoutingSettings:
+    sd = doc.get("saturationDetector")
+    if sd is None:
+        return settings
+    if not isinstance(sd, Mapping):
+        problems.append("saturationDetector: must be a mapping")
+        return settings
+    changes: dict[str, Any] = {}
+    for key in sorted(sd):
+        value = sd[key]
+        path = f"saturationDetector.{key}"
+        if key == "queueDepthThreshold":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                problems.append(f"{path}: must be a non-negative integer, got {value!r}")
+            else:
+                changes["queue_depth_threshold"] = value
+        elif key == "kvCacheUtilThreshold":
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                problems.append(f"{path}: must be a number between 0 and 1, got {value!r}")
+            else:
+                changes["kv_cache_util_threshold"] = float(value)
+        elif key == "metricsStalenessThreshold":
+            try:
+                changes["stale_threshold_s"] = parse_duration(value)
+            except ValueError as exc:
+                problems.append(f"{path}: {exc}")
+        else:
+            problems.append(f"{path}: unknown field")
+    return dataclasses.replace(settings, **changes)
+
+
+def profile_from_picker_config(
+    doc: Mapping[str, Any],
+    *,
+    settings: RoutingSettings,
+    registry: PluginRegistry = REGISTRY,
+) -> tuple[Profile, RoutingSettings]:
+    """The profile and the routing settings with the document's ``saturationDetector`` applied."""
+    problems: list[str] = []
+    if not isinstance(doc, Mapping):
+        raise SchedulerConfigError(["EndpointPickerConfig: must be a mapping"])
+    for key in sorted(set(doc) - _TOP_LEVEL):
+        problems.append(f"{key}: unknown field")
+    if "apiVersion" in doc and doc["apiVersion"] not in API_VERSIONS:
+        problems.append(f"apiVersion: expected one of {sorted(API_VERSIONS)}, got {doc['apiVersion']!r}")
+    if "kind" in doc and doc["kind"] != KIND:
+        problems.append(f"kind: expected {KIND!r}, got {doc['kind']!r}")
+    plugins = _instantiate(doc, registry, problems)
+    profile = _profile(doc, plugins, problems)
+    settings = _saturation(doc, settings, problems)
+    if problems:
+        raise SchedulerConfigError(problems)
+    return profile, settings

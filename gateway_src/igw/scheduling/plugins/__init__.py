@@ -1,0 +1,1 @@
+"""Built-in scheduling plugins, one module each (registered in :mod:`igw.scheduling.builtin`)."""

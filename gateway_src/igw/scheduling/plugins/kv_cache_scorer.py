@@ -1,0 +1,36 @@
+"""``kv-cache-utilization-scorer``: prefer endpoints with free KV-cache.
+
+Formula (GIE): ``1 - kv`` with ``kv`` the KV-cache utilisation fraction (``vllm:kv_cache_usage_perc``,
+falling back to the pre-0.9.2 ``vllm:gpu_cache_usage_perc``; ``sglang:token_usage``). Absolute, not
+normalised across candidates. Category: distribution. Signal: ``kv_usage``. Parameters: none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.params import ParamReader
+from igw.scheduling.types import EndpointView
+
+TYPE = "kv-cache-utilization-scorer"
+
+
+class KvCacheScorer(PluginHooks):
+    type_name = TYPE
+    signal = "kv_usage"
+
+    def __init__(self, *, name: str = TYPE) -> None:
+        self.name = name
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        return [
+            None if e.metrics is None or e.metrics.kv_usage is None else 1.0 - e.metrics.kv_usage
+            for e in endpoints
+        ]
+
+
+def factory(name: str, params: Mapping[str, Any], path: str) -> KvCacheScorer:
+    ParamReader(params, path=path).finish()
+    return KvCacheScorer(name=name)

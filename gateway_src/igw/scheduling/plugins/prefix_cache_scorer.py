@@ -1,0 +1,115 @@
+"""``prefix-cache-scorer``: prefer endpoints that probably hold the request's prompt prefix in KV cache.
+
+Formula (GIE approximate scorer): ``matched_blocks / total_blocks`` of the request, where matched is
+the longest chain of the request's block hashes this gateway previously sent to the endpoint (see
+:mod:`.prefix_index`); a prompt shorter than one block scores 0 everywhere. Category: affinity.
+Signal: none required. Block size and LRU size are *auto-tuned* from ``cache_config_info``
+(``block_size`` x 4 characters; ``num_gpu_blocks`` per endpoint) when the engine publishes it.
+
+Parameters (all optional): ``blockSize`` (characters, default 64), ``autoTune`` (default true),
+``maxPrefixBlocksToMatch`` (default 256), ``lruCapacityPerServer`` (default 31250).
+
+Publishes to the cycle state: ``prefix.hashes`` (list of ints) and ``prefix.any_hit`` (bool), read
+by ``no-hit-lru-scorer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.params import ParamReader
+from igw.scheduling.plugins.prefix_index import (
+    DEFAULT_BLOCK_CHARS,
+    DEFAULT_LRU_CAPACITY,
+    DEFAULT_MAX_BLOCKS,
+    PrefixIndex,
+    prefix_hashes,
+)
+from igw.scheduling.types import EndpointKey, EndpointView
+
+TYPE = "prefix-cache-scorer"
+CHARS_PER_TOKEN = 4
+STATE_HASHES = "prefix.hashes"
+STATE_ANY_HIT = "prefix.any_hit"
+
+
+class PrefixCacheScorer(PluginHooks):
+    type_name = TYPE
+    signal = ""
+
+    def __init__(
+        self,
+        *,
+        name: str = TYPE,
+        block_chars: int = DEFAULT_BLOCK_CHARS,
+        auto_tune: bool = True,
+        max_blocks: int = DEFAULT_MAX_BLOCKS,
+        lru_capacity: int = DEFAULT_LRU_CAPACITY,
+    ) -> None:
+        self.name = name
+        self.block_chars = block_chars
+        self.auto_tune = auto_tune
+        self.max_blocks = max_blocks
+        self.lru_capacity = lru_capacity
+        self.index = PrefixIndex()
+
+    def _block_chars(self, endpoints: Sequence[EndpointView]) -> int:
+        if self.auto_tune:
+            for e in endpoints:
+                if e.metrics is not None and e.metrics.block_size:
+                    return e.metrics.block_size * CHARS_PER_TOKEN
+        return self.block_chars
+
+    def _hashes(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[int]:
+        hashes: list[int] | None = ctx.state.get(STATE_HASHES)
+        if hashes is None:
+            req = ctx.request
+            hashes = prefix_hashes(
+                req.model,
+                req.prefix_text,
+                block_chars=self._block_chars(endpoints),
+                max_blocks=self.max_blocks,
+            )
+            ctx.state[STATE_HASHES] = hashes
+        return hashes
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        hashes = self._hashes(ctx, endpoints)
+        if not hashes:
+            ctx.state[STATE_ANY_HIT] = False
+            return [0.0] * len(endpoints)
+        counts = self.index.match(hashes)
+        total = len(hashes)
+        scores: list[float | None] = [counts.get(e.key, 0) / total for e in endpoints]
+        ctx.state[STATE_ANY_HIT] = any(s for s in scores)
+        return scores
+
+    def capacity_for(self, endpoint: EndpointView) -> int:
+        m = endpoint.metrics
+        if self.auto_tune and m is not None and m.num_gpu_blocks:
+            return m.num_gpu_blocks
+        return self.lru_capacity
+
+    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        hashes = self._hashes(ctx, (endpoint,))
+        if hashes:
+            self.index.insert(endpoint.key, hashes, capacity=self.capacity_for(endpoint))
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        for key in keys:
+            self.index.remove_endpoint(key)
+
+
+def factory(name: str, params: Mapping[str, Any], path: str) -> PrefixCacheScorer:
+    r = ParamReader(params, path=path)
+    plugin = PrefixCacheScorer(
+        name=name,
+        block_chars=r.integer("blockSize", DEFAULT_BLOCK_CHARS, minimum=1),
+        auto_tune=r.boolean("autoTune", True),
+        max_blocks=r.integer("maxPrefixBlocksToMatch", DEFAULT_MAX_BLOCKS, minimum=1),
+        lru_capacity=r.integer("lruCapacityPerServer", DEFAULT_LRU_CAPACITY, minimum=1),
+    )
+    r.finish()
+    return plugin

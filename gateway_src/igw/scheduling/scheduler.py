@@ -1,0 +1,200 @@
+"""The scheduler: one scheduling profile (filters -> weighted scorers -> picker) behind the shared
+:class:`~igw.scheduling.types.RoutingPolicy` interface, plus eligibility and saturation.
+
+Order of one ``pick`` (all in memory, no I/O, time only from ``now``):
+
+1. No endpoints at all -> ``NO_ENDPOINTS`` (503).
+2. **Eligibility**: an endpoint is *fresh* when it has a successful scrape, its last scrape did not
+   fail, and the scrape is at most ``stale_threshold_s`` old. Stale or failing endpoints are excluded
+   (GIE keeps routing to them, their issue #1497) and come back by themselves once fresh metrics
+   arrive. If *no* endpoint is fresh, the scheduler does not fail: it ranks every endpoint by the
+   gateway's own in-flight counts only (``active-request-scorer``).
+3. Filters narrow the fresh set; an empty result -> ``NO_ENDPOINTS``.
+4. **Saturation**: no candidate with spare capacity -> ``SATURATED`` with a computed Retry-After.
+5. Scorers: each value clamped to [0, 1], multiplied by its weight, summed (not normalised, as GIE).
+   Missing signals (``None``) are imputed with the mean of the candidates that have the signal, and
+   a scorer nobody can feed contributes nothing; both are named in ``RoutingDecision.reason``.
+6. The picker ranks; the first is the pick, the next ones are connect-failure fallbacks; every
+   plugin's ``on_picked`` runs (the prefix index learns the pick).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from igw.scheduling.framework import CycleContext, Filter, Picker, Plugin, Scorer, clamp01
+from igw.scheduling.plugins.inflight_scorer import InflightScorer
+from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
+from igw.scheduling.settings import RoutingSettings
+from igw.scheduling.types import (
+    DecisionKind,
+    EndpointKey,
+    EndpointView,
+    RequestOutcome,
+    RoutingDecision,
+    RoutingRequest,
+)
+
+TOTAL = "total"
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedScorer:
+    scorer: Scorer
+    weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """One scheduling profile: what runs, in order, for each pick."""
+
+    filters: tuple[Filter, ...]
+    scorers: tuple[WeightedScorer, ...]
+    picker: Picker
+
+    def describe(self) -> dict[str, float]:
+        """Scorer name -> weight (for logs, ``/readyz`` and the benchmark's reports)."""
+        return {ws.scorer.name: ws.weight for ws in self.scorers}
+
+
+class Scheduler:
+    """The gateway's endpoint picker for one model (one ``spec.schedulers[]`` entry)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        profile: Profile,
+        settings: RoutingSettings | None = None,
+        rng: random.Random,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.name = name
+        self.profile = profile
+        self.settings = settings or RoutingSettings()
+        self.rng = rng
+        self.clock = clock
+        """Kept for plugins that may need it later; every decision uses the ``now`` it is given."""
+        self.drain = DrainTracker(window_s=self.settings.drain_window_s)
+        self._fallback_scorer = InflightScorer(name="active-request-scorer(all-stale fallback)")
+        self._plugins: tuple[Plugin, ...] = (
+            *profile.filters,
+            *(ws.scorer for ws in profile.scorers),
+            profile.picker,
+        )
+
+    def is_fresh(self, endpoint: EndpointView, now: float) -> bool:
+        if endpoint.metrics is None or endpoint.scraped_at is None or endpoint.scrape_failing:
+            return False
+        return now - endpoint.scraped_at <= self.settings.stale_threshold_s
+
+    def pick(
+        self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+    ) -> RoutingDecision:
+        if not endpoints:
+            return RoutingDecision(kind=DecisionKind.NO_ENDPOINTS, reason="no endpoints discovered")
+        ctx = CycleContext(request=request, now=now, rng=self.rng)
+        fresh = [e for e in endpoints if self.is_fresh(e, now)]
+        if not fresh:
+            return self._pick_all_stale(ctx, endpoints)
+        candidates = fresh
+        for f in self.profile.filters:
+            candidates = f.filter(ctx, candidates)
+            if not candidates:
+                return RoutingDecision(
+                    kind=DecisionKind.NO_ENDPOINTS, reason=f"filter {f.name!r} removed every endpoint"
+                )
+        s = self.settings
+        q_thr, kv_thr = s.queue_depth_threshold, s.kv_cache_util_threshold
+        if not any(has_capacity(e, queue_threshold=q_thr, kv_threshold=kv_thr) for e in candidates):
+            retry = retry_after_seconds(
+                candidates,
+                drain=self.drain,
+                now=now,
+                queue_threshold=q_thr,
+                min_s=s.retry_after_min_s,
+                max_s=s.retry_after_max_s,
+            )
+            return RoutingDecision(
+                kind=DecisionKind.SATURATED,
+                retry_after_s=float(retry),
+                reason=f"all {len(candidates)} fresh endpoints are over queue {q_thr} or KV {kv_thr}",
+            )
+        return self._score_and_pick(ctx, candidates, self.profile.scorers, stale=len(endpoints) - len(fresh))
+
+    def _pick_all_stale(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> RoutingDecision:
+        decision = self._score_and_pick(
+            ctx, endpoints, (WeightedScorer(self._fallback_scorer, 1.0),), stale=0
+        )
+        return RoutingDecision(
+            kind=decision.kind,
+            endpoint=decision.endpoint,
+            fallbacks=decision.fallbacks,
+            scores=decision.scores,
+            reason=f"all {len(endpoints)} endpoints have stale or failing metrics: "
+            "ranked by the gateway's own in-flight counts",
+        )
+
+    def _score_and_pick(
+        self,
+        ctx: CycleContext,
+        candidates: Sequence[EndpointView],
+        scorers: Sequence[WeightedScorer],
+        *,
+        stale: int,
+    ) -> RoutingDecision:
+        n = len(candidates)
+        totals = [0.0] * n
+        columns: list[tuple[str, float, list[float]]] = []
+        notes: list[str] = []
+        for ws in scorers:
+            raw = ws.scorer.score(ctx, candidates)
+            present = [clamp01(v) for v in raw if v is not None]
+            if not present:
+                if ws.scorer.signal:
+                    notes.append(f"{ws.scorer.name}: no candidate publishes {ws.scorer.signal}, not scored")
+                continue
+            if len(present) == n:
+                values = present
+            else:
+                mean = sum(present) / len(present)
+                values = [mean if v is None else clamp01(v) for v in raw]
+                if ws.scorer.signal:
+                    notes.append(
+                        f"{ws.scorer.name}: {ws.scorer.signal} missing on {n - len(present)} endpoints, "
+                        "imputed with the mean"
+                    )
+            w = ws.weight
+            for i in range(n):
+                totals[i] += w * values[i]
+            columns.append((ws.scorer.name, w, values))
+        ranked = self.profile.picker.rank(ctx, totals)
+        chosen = candidates[ranked[0]]
+        for plugin in self._plugins:
+            plugin.on_picked(ctx, chosen)
+        scores = {
+            candidates[i].key: {**{name: w * vals[i] for name, w, vals in columns}, TOTAL: totals[i]}
+            for i in ranked
+        }
+        if stale:
+            notes.append(f"{stale} stale endpoints excluded")
+        return RoutingDecision(
+            kind=DecisionKind.PICKED,
+            endpoint=chosen.key,
+            fallbacks=tuple(candidates[i].key for i in ranked[1:]),
+            scores=scores,
+            reason="; ".join(notes),
+        )
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        self.drain.record(outcome.endpoint, now)
+        for plugin in self._plugins:
+            plugin.on_complete(outcome, now=now)
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        for key in keys:
+            self.drain.forget(key)
+        for plugin in self._plugins:
+            plugin.on_endpoints_removed(keys)

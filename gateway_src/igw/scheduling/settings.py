@@ -1,0 +1,106 @@
+"""Typed reader of our routing extension, ``spec.extensions.routing`` (schema:
+``schemas/extensions/routing.schema.json``).
+
+The JSON Schema validates the raw mapping; this module turns it into plain values with the defaults
+stated once, here and in the schema (a test keeps the two equal). Durations are Gateway API
+durations (``50ms``, ``1s``), parsed with :func:`igw.config.durations.parse_duration`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from igw.config.durations import parse_duration
+from igw.scheduling.errors import SchedulerConfigError
+
+EXTENSION_NAME: Final = "routing"
+
+DEFAULT_SCRAPE_INTERVAL: Final = "50ms"
+DEFAULT_SCRAPE_TIMEOUT: Final = "500ms"
+DEFAULT_STALE_THRESHOLD: Final = "1s"
+DEFAULT_QUEUE_DEPTH_THRESHOLD: Final = 5
+DEFAULT_KV_CACHE_UTIL_THRESHOLD: Final = 0.8
+DEFAULT_RETRY_AFTER_MIN_SECONDS: Final = 1
+DEFAULT_RETRY_AFTER_MAX_SECONDS: Final = 30
+DEFAULT_DRAIN_WINDOW: Final = "30s"
+DEFAULT_CONNECT_TIMEOUT: Final = "2s"
+DEFAULT_STREAM_IDLE_TIMEOUT: Final = "60s"
+DEFAULT_CONFIG_RELOAD_INTERVAL: Final = "1s"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoutingSettings:
+    """Routing knobs beyond AWS's InferenceGatewayConfig, in seconds where they are durations."""
+
+    scrape_interval_s: float = 0.05
+    """How often each endpoint's ``/metrics`` is fetched."""
+    scrape_timeout_s: float = 0.5
+    """A scrape slower than this counts as failed (the endpoint is then excluded)."""
+    stale_threshold_s: float = 1.0
+    """Metrics older than this exclude the endpoint from scheduling until fresh ones arrive."""
+    queue_depth_threshold: int = DEFAULT_QUEUE_DEPTH_THRESHOLD
+    """An endpoint with more waiting requests than this has no spare capacity (saturation)."""
+    kv_cache_util_threshold: float = DEFAULT_KV_CACHE_UTIL_THRESHOLD
+    """An endpoint with KV-cache utilisation above this fraction has no spare capacity."""
+    retry_after_min_s: int = DEFAULT_RETRY_AFTER_MIN_SECONDS
+    retry_after_max_s: int = DEFAULT_RETRY_AFTER_MAX_SECONDS
+    """Bounds of the computed ``Retry-After`` (whole seconds) on a 429 for a saturated pool."""
+    drain_window_s: float = 30.0
+    """Completions within this window give the observed drain rate behind ``Retry-After``."""
+    connect_timeout_s: float = 2.0
+    """Upstream TCP connect timeout; a connect failure is retried once on the next-best endpoint."""
+    stream_idle_timeout_s: float = 60.0
+    """A streaming upstream silent this long is treated as dead (terminal SSE error event).
+    Non-streaming requests are bounded by ``routeTimeout`` only: their upstream is silent until done."""
+    config_reload_interval_s: float = 1.0
+    """How often ``igw serve`` checks its configuration file for changes."""
+
+    @staticmethod
+    def from_extension(raw: Mapping[str, Any] | None) -> RoutingSettings:
+        """Build from a *schema-validated* ``spec.extensions.routing`` mapping (``None`` = defaults)."""
+        raw = raw or {}
+        problems: list[str] = []
+
+        def duration(key: str, default: str) -> float:
+            try:
+                return parse_duration(raw.get(key, default))
+            except ValueError as exc:
+                problems.append(f"spec.extensions.routing.{key}: {exc}")
+                return parse_duration(default)
+
+        saturation = raw.get("saturation", {})
+        retry_after = raw.get("retryAfter", {})
+        settings = RoutingSettings(
+            scrape_interval_s=duration("scrapeInterval", DEFAULT_SCRAPE_INTERVAL),
+            scrape_timeout_s=duration("scrapeTimeout", DEFAULT_SCRAPE_TIMEOUT),
+            stale_threshold_s=duration("staleThreshold", DEFAULT_STALE_THRESHOLD),
+            queue_depth_threshold=int(saturation.get("queueDepthThreshold", DEFAULT_QUEUE_DEPTH_THRESHOLD)),
+            kv_cache_util_threshold=float(
+                saturation.get("kvCacheUtilThreshold", DEFAULT_KV_CACHE_UTIL_THRESHOLD)
+            ),
+            retry_after_min_s=int(retry_after.get("minSeconds", DEFAULT_RETRY_AFTER_MIN_SECONDS)),
+            retry_after_max_s=int(retry_after.get("maxSeconds", DEFAULT_RETRY_AFTER_MAX_SECONDS)),
+            drain_window_s=duration("drainWindow", DEFAULT_DRAIN_WINDOW),
+            connect_timeout_s=duration("connectTimeout", DEFAULT_CONNECT_TIMEOUT),
+            stream_idle_timeout_s=duration("streamIdleTimeout", DEFAULT_STREAM_IDLE_TIMEOUT),
+            config_reload_interval_s=duration("configReloadInterval", DEFAULT_CONFIG_RELOAD_INTERVAL),
+        )
+        if settings.retry_after_min_s > settings.retry_after_max_s:
+            problems.append(
+                "spec.extensions.routing.retryAfter: minSeconds "
+                f"({settings.retry_after_min_s}) is greater than maxSeconds ({settings.retry_after_max_s})"
+            )
+        if settings.scrape_interval_s <= 0:
+            problems.append("spec.extensions.routing.scrapeInterval: must be greater than 0s")
+        if settings.scrape_timeout_s <= 0:
+            problems.append("spec.extensions.routing.scrapeTimeout: must be greater than 0s")
+        if settings.stale_threshold_s <= settings.scrape_interval_s:
+            problems.append(
+                "spec.extensions.routing.staleThreshold: must be longer than scrapeInterval, "
+                "or every endpoint would be stale between two scrapes"
+            )
+        if problems:
+            raise SchedulerConfigError(problems)
+        return settings

@@ -1,0 +1,62 @@
+"""Builds the gateway's RequestGuard from a validated :class:`~igw.config.model.GatewayConfig`.
+
+Reads ``spec.auth.jwt.provider`` and our extensions ``spec.extensions.authorization`` and
+``spec.extensions.rateLimits``. The result must be started (``await guard.start()``: begins the
+JWKS fetch) and closed by the gateway. With ``spec.auth`` absent the guard still serves, openly,
+and says so (see :mod:`igw.security.guard`).
+"""
+
+from __future__ import annotations
+
+import random
+import ssl
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from igw.config.model import GatewayConfig
+from igw.security.clock import SYSTEM_CLOCK, Clock, system_random
+from igw.security.guard import SecurityGuard
+from igw.security.jwks import JwksCache
+from igw.security.metrics import SecurityMetrics
+from igw.security.ratelimit.backend import BACKENDS
+from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.settings import AuthorizationSettings, RateLimitSettings
+from igw.security.verifier import TokenVerifier
+
+
+def build_request_guard(
+    config: GatewayConfig,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    rng: random.Random | None = None,
+    registry: CollectorRegistry | None = None,
+    jwks_ssl_context: ssl.SSLContext | None = None,
+) -> SecurityGuard:
+    """The guard enforcing ``config``.
+
+    ``registry``: where the security metrics are registered (default: prometheus_client's global
+    registry; pass a fresh one when several guards live in one process, as in tests).
+    ``jwks_ssl_context``: trust for the issuer's HTTPS endpoints (default: the system trust store).
+    """
+    settings = AuthorizationSettings.from_mapping(config.extensions.get("authorization"))
+    limits = RateLimitSettings.from_mapping(config.extensions.get("rateLimits"))
+    metrics = SecurityMetrics(registry=registry if registry is not None else REGISTRY)
+    limiter = RateLimiter(
+        settings=limits, backend=BACKENDS[limits.backend](limits, clock), clock=clock, metrics=metrics
+    )
+    if config.auth is None:
+        return SecurityGuard(settings=settings, verifier=None, jwks=None, limiter=limiter, metrics=metrics)
+    provider = config.auth.jwt_provider
+    jwks = JwksCache(
+        jwks_uri=provider.jwks_uri,
+        issuer=provider.issuer,
+        settings=settings.jwks,
+        algorithms=settings.algorithms,
+        oidc_discovery=settings.oidc_discovery,
+        clock=clock,
+        rng=rng if rng is not None else system_random(),
+        ssl_context=jwks_ssl_context,
+        metrics=metrics,
+    )
+    verifier = TokenVerifier(provider=provider, settings=settings, jwks=jwks, clock=clock, metrics=metrics)
+    return SecurityGuard(settings=settings, verifier=verifier, jwks=jwks, limiter=limiter, metrics=metrics)

@@ -1,0 +1,156 @@
+"""The gateway's :class:`~igw.gateway.guards.RequestGuard`: authentication, authorization, rate limits.
+
+One class serves both modes so behaviour that does not depend on authentication (stripping
+spoofed identity headers, rate limits for the anonymous tenant) is the same in both:
+
+- **authenticated** (``spec.auth`` set): every inference request needs exactly one
+  ``Authorization: Bearer <JWT>`` header. The scheme name is matched case-insensitively
+  (RFC 9110 §11.1) and must be followed by exactly one space and the token; tokens in the query
+  string (``?access_token=``) are never read. Any failure is a 401 with
+  ``WWW-Authenticate: Bearer error="invalid_token"``; nothing else escapes (an unexpected error in
+  verification is logged and still answered 401, never 5xx). ``Authorization`` is stripped before
+  proxying unless ``forwardAuthorization`` is set.
+- **open** (``spec.auth`` absent, AWS-compatible): every request passes as the anonymous
+  principal. It is said loudly: a startup warning, ``igw_auth_enabled 0``, and the readiness detail.
+  ``Authorization`` is passed through untouched (the model server may check it itself).
+
+In both modes client copies of every forwarded identity header (``tenantHeader``,
+``forwardClaims``) are stripped, so an identity header reaching a model server always came from us.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from igw.gateway.guards import ANONYMOUS, GuardReadiness, Principal
+from igw.security.authorization import ModelAccessPolicy
+from igw.security.denials import forbidden_model, unauthorized
+from igw.security.jwks import JwksCache
+from igw.security.metrics import SecurityMetrics
+from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.settings import AuthorizationSettings
+from igw.security.token import TokenRejected
+from igw.security.verifier import TokenVerifier
+
+log = logging.getLogger("igw.security")
+
+AUTH_DISABLED_DETAIL = (
+    "authentication DISABLED: spec.auth is not set, inference requests are not authenticated "
+    "(network controls only)"
+)
+
+
+class SecurityGuard:
+    def __init__(
+        self,
+        *,
+        settings: AuthorizationSettings,
+        verifier: TokenVerifier | None,
+        jwks: JwksCache | None,
+        limiter: RateLimiter | None,
+        metrics: SecurityMetrics,
+    ) -> None:
+        self._settings = settings
+        self._verifier = verifier
+        self._jwks = jwks
+        self._limiter = limiter
+        self._metrics = metrics
+        self._model_access = ModelAccessPolicy(settings.model_access)
+        stripped = set(settings.forwarded_header_names)
+        if verifier is not None and not settings.forward_authorization:
+            stripped.add("authorization")
+        self.stripped_request_headers: frozenset[str] = frozenset(stripped)
+        metrics.auth_enabled.set(1 if verifier is not None else 0)
+
+    @property
+    def auth_enabled(self) -> bool:
+        return self._verifier is not None
+
+    @property
+    def jwks(self) -> JwksCache | None:
+        """The JWKS cache (``None`` when authentication is off), for diagnostics and tests."""
+        return self._jwks
+
+    # -- RequestGuard --------------------------------------------------------------------------
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        if self._verifier is None:
+            return ANONYMOUS
+        values = header_values(headers, "authorization")
+        if not values:
+            raise self._deny("missing_token", token_present=False)
+        if len(values) > 1:
+            raise self._deny("multiple_authorization_headers", token_present=True)
+        token = bearer_token(values[0])
+        if token is None:
+            raise self._deny("not_bearer", token_present=True)
+        try:
+            principal = await self._verifier.verify(token)
+        except TokenRejected as exc:
+            raise self._deny(exc.reason, token_present=True) from None
+        except Exception:
+            log.exception("unexpected error while verifying a bearer token; answering 401")
+            raise self._deny("internal_error", token_present=True) from None
+        self._metrics.auth_allowed.inc()
+        return principal
+
+    def authorize(self, principal: Principal, *, model: str) -> None:
+        if self._model_access.allows(principal.claims, model=model):
+            return
+        if self._limiter is not None:
+            self._limiter.count_forbidden(principal.tenant)
+        raise forbidden_model(model=model, tenant=principal.tenant)
+
+    async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None:
+        if self._limiter is not None:
+            await self._limiter.admit(tenant=principal.tenant, est_tokens=est_tokens)
+
+    async def account(
+        self, principal: Principal, *, model: str, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        if self._limiter is not None:
+            await self._limiter.account(
+                tenant=principal.tenant, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+            )
+
+    def readiness(self) -> GuardReadiness:
+        if self._jwks is None:
+            return GuardReadiness(ready=True, detail=AUTH_DISABLED_DETAIL)
+        return GuardReadiness(ready=self._jwks.ready(), detail=self._jwks.readiness_detail())
+
+    async def start(self) -> None:
+        if self._jwks is None:
+            log.warning("%s; set spec.auth.jwt.provider to require a verified JWT", AUTH_DISABLED_DETAIL)
+            return
+        await self._jwks.start()
+
+    async def close(self) -> None:
+        if self._jwks is not None:
+            await self._jwks.close()
+        if self._limiter is not None:
+            await self._limiter.close()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _deny(self, reason: str, *, token_present: bool) -> Exception:
+        self._metrics.auth_denied.labels(reason=reason).inc()
+        log.debug("bearer token refused: %s", reason)
+        return unauthorized(reason=reason, token_present=token_present)
+
+
+def header_values(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of header ``name`` (case-insensitive), from a multidict or a plain mapping."""
+    getall: Any = getattr(headers, "getall", None)
+    if getall is not None:
+        return list(getall(name, ()))
+    return [value for key, value in headers.items() if key.lower() == name]
+
+
+def bearer_token(value: str) -> str | None:
+    """The token of ``Bearer <token>``; ``None`` for other schemes or malformed values."""
+    scheme, sep, token = value.partition(" ")
+    if not sep or scheme.lower() != "bearer" or not token or token != token.strip() or " " in token:
+        return None
+    return token

@@ -1,0 +1,172 @@
+"""JWK Set parsing: each usable key bound to exactly the algorithms its type allows (RFC 8725 §3.1).
+
+A key that is unsafe or ambiguous is skipped and logged, never used (attack case J22): HMAC
+(``oct``) keys, RSA moduli under 2048 bits or bad exponents, keys carrying private material,
+``use`` other than ``sig``, an ``alg`` that does not fit the key type or is not allowed, curves
+we do not verify, malformed members, and every key whose ``kid`` appears more than once.
+The key objects are parsed by PyJWT/cryptography (which check that EC points lie on the curve).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
+
+from igw.security.token import MAX_KID_CHARS
+
+log = logging.getLogger("igw.security.jwks")
+
+MIN_RSA_BITS: Final = 2048
+_RSA_ALGS: Final = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
+_EC_ALGS_BY_CURVE: Final = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
+_OKP_CURVES: Final = frozenset({"Ed25519", "Ed448"})
+_PRIVATE_MEMBERS: Final = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
+
+PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey | ed448.Ed448PublicKey
+
+
+class KeySkipped(ValueError):
+    """One JWK is not usable; the reason is logged and the rest of the set is kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerificationKey:
+    kid: str | None
+    algorithms: frozenset[str]
+    """The only algorithms this key may verify (one when the JWK states ``alg``)."""
+    key: PublicKey
+
+
+@dataclass(frozen=True, slots=True)
+class KeySet:
+    by_kid: Mapping[str, VerificationKey] = field(default_factory=dict)
+    without_kid: tuple[VerificationKey, ...] = ()
+    skipped: tuple[str, ...] = ()
+    """``"<index>: <reason>"`` for each JWK that was not used."""
+
+    def __len__(self) -> int:
+        return len(self.by_kid) + len(self.without_kid)
+
+    def candidates(self, *, kid: str | None, alg: str) -> tuple[VerificationKey, ...]:
+        """Keys that may verify a token with this ``kid``/``alg``; a token without ``kid`` may use any
+        key bound to its algorithm (as Envoy does), a token with one only that key."""
+        if kid is not None:
+            key = self.by_kid.get(kid)
+            return (key,) if key is not None and alg in key.algorithms else ()
+        every = (*self.by_kid.values(), *self.without_kid)
+        return tuple(k for k in every if alg in k.algorithms)
+
+
+def parse_jwks(document: Any, *, allowed_algorithms: Collection[str], max_keys: int) -> KeySet:
+    """Parse a JWKS document; raises ``ValueError`` only when the document as a whole is unusable."""
+    if not isinstance(document, Mapping) or not isinstance(document.get("keys"), list):
+        raise ValueError('JWKS document is not an object with a "keys" array')
+    raw_keys: list[Any] = document["keys"]
+    if len(raw_keys) > max_keys:
+        raise ValueError(f"JWKS has {len(raw_keys)} keys, more than the cap of {max_keys}")
+    allowed = frozenset(allowed_algorithms)
+    parsed: list[VerificationKey] = []
+    skipped: list[str] = []
+    for index, raw in enumerate(raw_keys):
+        try:
+            parsed.append(parse_jwk(raw, allowed_algorithms=allowed))
+        except KeySkipped as exc:
+            skipped.append(f"{index}: {exc}")
+    kid_counts: dict[str, int] = {}
+    for key in parsed:
+        if key.kid is not None:
+            kid_counts[key.kid] = kid_counts.get(key.kid, 0) + 1
+    by_kid: dict[str, VerificationKey] = {}
+    without_kid: list[VerificationKey] = []
+    for key in parsed:
+        if key.kid is None:
+            without_kid.append(key)
+        elif kid_counts[key.kid] > 1:
+            skipped.append(f"kid {key.kid!r}: duplicate kid, every copy ignored")
+        else:
+            by_kid[key.kid] = key
+    for line in skipped:
+        log.warning("JWKS key skipped: %s", line)
+    return KeySet(by_kid=by_kid, without_kid=tuple(without_kid), skipped=tuple(skipped))
+
+
+def parse_jwk(raw: Any, *, allowed_algorithms: frozenset[str]) -> VerificationKey:
+    if not isinstance(raw, Mapping):
+        raise KeySkipped("not a JSON object")
+    kid = raw.get("kid")
+    if kid is not None and (not isinstance(kid, str) or not kid or len(kid) > MAX_KID_CHARS):
+        raise KeySkipped("kid is not a short non-empty string")
+    use = raw.get("use")
+    if use is not None and use != "sig":
+        raise KeySkipped(f"use is {use!r}, not 'sig'")
+    key_ops = raw.get("key_ops")
+    if key_ops is not None and (not isinstance(key_ops, list) or "verify" not in key_ops):
+        raise KeySkipped("key_ops does not include 'verify'")
+    if _PRIVATE_MEMBERS & raw.keys():
+        raise KeySkipped("key carries private or symmetric key material")
+    kty = raw.get("kty")
+    key: PublicKey
+    if kty == "RSA":
+        compatible, key = _RSA_ALGS, _rsa_key(raw)
+    elif kty == "EC":
+        compatible, key = _ec_key(raw)
+    elif kty == "OKP":
+        compatible, key = _okp_key(raw)
+    else:
+        raise KeySkipped(f"kty {kty!r} is not an asymmetric signing key type")
+    stated = raw.get("alg")
+    if stated is not None:
+        if stated not in compatible:
+            raise KeySkipped(f"alg {stated!r} does not fit a {kty} key")
+        compatible = frozenset({stated})
+    usable = compatible & allowed_algorithms
+    if not usable:
+        raise KeySkipped("none of the key's algorithms is allowed")
+    return VerificationKey(kid=kid, algorithms=usable, key=key)
+
+
+def _rsa_key(raw: Mapping[str, Any]) -> rsa.RSAPublicKey:
+    try:
+        key = RSAAlgorithm.from_jwk(dict(raw))
+    except Exception as exc:  # PyJWT raises several types for malformed members
+        raise KeySkipped(f"malformed RSA key: {type(exc).__name__}") from None
+    if not isinstance(key, rsa.RSAPublicKey):
+        raise KeySkipped("not an RSA public key")
+    if key.key_size < MIN_RSA_BITS:
+        raise KeySkipped(f"RSA modulus is {key.key_size} bits, under {MIN_RSA_BITS}")
+    exponent = key.public_numbers().e
+    if exponent < 3 or exponent % 2 == 0:
+        raise KeySkipped(f"RSA public exponent {exponent} is unsafe")
+    return key
+
+
+def _ec_key(raw: Mapping[str, Any]) -> tuple[frozenset[str], ec.EllipticCurvePublicKey]:
+    alg = _EC_ALGS_BY_CURVE.get(str(raw.get("crv")))
+    if alg is None:
+        raise KeySkipped(f"EC curve {raw.get('crv')!r} is not supported")
+    try:
+        key = ECAlgorithm.from_jwk(dict(raw))
+    except Exception as exc:
+        raise KeySkipped(f"malformed EC key: {type(exc).__name__}") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise KeySkipped("not an EC public key")
+    return frozenset({alg}), key
+
+
+def _okp_key(
+    raw: Mapping[str, Any],
+) -> tuple[frozenset[str], ed25519.Ed25519PublicKey | ed448.Ed448PublicKey]:
+    if raw.get("crv") not in _OKP_CURVES:
+        raise KeySkipped(f"OKP curve {raw.get('crv')!r} is not a signature curve")
+    try:
+        key = OKPAlgorithm.from_jwk(dict(raw))
+    except Exception as exc:
+        raise KeySkipped(f"malformed OKP key: {type(exc).__name__}") from None
+    if not isinstance(key, ed25519.Ed25519PublicKey | ed448.Ed448PublicKey):
+        raise KeySkipped("not an EdDSA public key")
+    return frozenset({"EdDSA"}), key

@@ -1,0 +1,297 @@
+"""The asynchronous JWKS cache: keys of one issuer, fetched over HTTPS and kept fresh.
+
+Why not PyJWT's ``PyJWKClient``: it is synchronous (it would block the event loop), refetches on
+every unknown ``kid`` and dropped its cache on a fetch error (CVE-2026-48524). Behaviour here:
+
+- **Single flight**: at most one fetch in progress; concurrent callers wait for it.
+- **TTL with background refresh**: the refresh task refetches ``ttl_s`` after the last success.
+- **Failure backoff**: after a failed fetch the next attempt waits 0.5 s, doubling, capped at 2 s
+  while no usable keys exist (so the gateway becomes ready within ~2 s of the issuer recovering)
+  and at ``min(ttl_s, 30 s)`` while stale keys are still in use.
+- **Unknown ``kid``**: triggers one refetch, at most once per ``unknown_kid_cooldown_s`` for the whole
+  cache (so a flood of random kids costs at most one fetch per cooldown window).
+- **Stale while error**: a failed refresh keeps the last good keys; they are used for at most
+  ``max_stale_s`` after their fetch, then the cache fails closed (every token is refused, not ready).
+- **Replacement on success**: a fetched set that parses to zero usable keys counts as a failure;
+  otherwise it replaces the old one entirely (removed keys stop verifying - attack case J26).
+- **OIDC discovery** (optional): ``<issuer>/.well-known/openid-configuration`` is fetched, its
+  ``issuer`` must equal the configured one exactly, and its ``jwks_uri`` (HTTPS) is used; if
+  discovery fails the configured ``remoteJWKS.uri`` is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import ssl
+from collections.abc import Collection
+from typing import Final
+
+import aiohttp
+
+from igw.security.clock import Clock
+from igw.security.fetch import FetchError, fetch_json, require_https
+from igw.security.jwk import KeySet, VerificationKey, parse_jwks
+from igw.security.metrics import SecurityMetrics
+from igw.security.settings import JwksSettings
+
+log = logging.getLogger("igw.security.jwks")
+
+FIRST_RETRY_S: Final = 0.5
+COLD_RETRY_CAP_S: Final = 2.0
+STALE_RETRY_CAP_S: Final = 30.0
+DISCOVERY_PATH: Final = "/.well-known/openid-configuration"
+
+
+class JwksUnavailable(Exception):
+    """No usable keys: never fetched successfully, or the last good set is older than max stale."""
+
+
+class JwksCache:
+    def __init__(
+        self,
+        *,
+        jwks_uri: str,
+        issuer: str,
+        settings: JwksSettings,
+        algorithms: Collection[str],
+        oidc_discovery: bool = False,
+        clock: Clock,
+        rng: random.Random,
+        ssl_context: ssl.SSLContext | None = None,
+        metrics: SecurityMetrics | None = None,
+    ) -> None:
+        try:
+            require_https(jwks_uri)
+        except FetchError as exc:
+            raise ValueError(f"spec.auth.jwt.provider.remoteJWKS.uri: {exc.reason}") from None
+        self._configured_uri = jwks_uri
+        self._issuer = issuer
+        self._settings = settings
+        self._algorithms = frozenset(algorithms)
+        self._discovery = oidc_discovery
+        self._clock = clock
+        self._rng = rng
+        self._ssl_context = ssl_context
+        self._metrics = metrics
+        self._session: aiohttp.ClientSession | None = None
+        self._keys: KeySet | None = None
+        self._fetched_at: float | None = None
+        self._generation = 0
+        self._inflight: asyncio.Task[None] | None = None
+        self._failures = 0
+        self._next_attempt_at = float("-inf")
+        self._last_kid_refetch_at = float("-inf")
+        self._refresher: asyncio.Task[None] | None = None
+        self.fetch_count = 0
+        """Fetch attempts so far (tests use it to bound refetches; the metric is jwks_fetch_total)."""
+        self.last_error: str | None = None
+        if metrics is not None:
+            metrics.jwks_age.set_function(lambda: -1.0 if (age := self.age_s()) is None else age)
+            metrics.jwks_ready.set_function(lambda: 1.0 if self.ready() else 0.0)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, *, background: bool = True) -> None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=4, ttl_dns_cache=60),
+                raise_for_status=False,
+            )
+        if background and self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_loop(), name="igw-jwks-refresh")
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._refresher, self._inflight) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._refresher = self._inflight = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """Increments whenever the key set is replaced or expires; verified-token caches key on it."""
+        return self._generation
+
+    def age_s(self) -> float | None:
+        return None if self._fetched_at is None else self._clock() - self._fetched_at
+
+    def usable_keys(self) -> KeySet | None:
+        age = self.age_s()
+        if self._keys is None or age is None or age > self._settings.max_stale_s:
+            return None
+        return self._keys
+
+    def ready(self) -> bool:
+        return self.usable_keys() is not None
+
+    def readiness_detail(self) -> str:
+        age = self.age_s()
+        if self._keys is None:
+            why = f": {self.last_error}" if self.last_error else ""
+            return f"JWKS not loaded yet{why}"
+        assert age is not None
+        if age > self._settings.max_stale_s:
+            return (
+                f"JWKS is {age:.0f} s old, beyond max stale {self._settings.max_stale_s:.0f} s (fail closed)"
+            )
+        stale = " (stale: refresh failing)" if self.last_error else ""
+        return f"JWKS: {len(self._keys)} keys, {age:.0f} s old{stale}"
+
+    def load_document(self, document: object) -> None:
+        """Install a JWKS document as if just fetched (a static JWKS, or keys for a benchmark).
+
+        Raises ``ValueError`` when the document has no usable key.
+        """
+        keys = parse_jwks(document, allowed_algorithms=self._algorithms, max_keys=self._settings.max_keys)
+        if not len(keys):
+            raise ValueError("JWKS has no usable keys")
+        self._install(keys)
+
+    def _install(self, keys: KeySet) -> None:
+        self._keys = keys
+        self._fetched_at = self._clock()
+        self._generation += 1
+        self._failures = 0
+        self._next_attempt_at = float("-inf")
+        self.last_error = None
+        if self._metrics is not None:
+            self._metrics.jwks_keys.set(len(keys))
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    async def candidates(self, *, kid: str | None, alg: str) -> tuple[VerificationKey, ...]:
+        """Keys that may verify a token with ``kid``/``alg``; raises :class:`JwksUnavailable`."""
+        keys = self.usable_keys()
+        if keys is None:
+            if self._inflight is not None or self._clock() >= self._next_attempt_at:
+                await self.refresh()
+            keys = self.usable_keys()
+            if keys is None:
+                raise JwksUnavailable(self.readiness_detail())
+        found = keys.candidates(kid=kid, alg=alg)
+        if found or kid is None or kid in keys.by_kid:
+            return found
+        if self._inflight is None:
+            now = self._clock()
+            if now - self._last_kid_refetch_at < self._settings.unknown_kid_cooldown_s:
+                return ()
+            self._last_kid_refetch_at = now
+        await self.refresh()
+        keys = self.usable_keys()
+        return () if keys is None else keys.candidates(kid=kid, alg=alg)
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Fetch now (joining a fetch already in flight); never raises for issuer failures."""
+        if self._inflight is None:
+            self._inflight = asyncio.create_task(self._fetch_and_install(), name="igw-jwks-fetch")
+            self._inflight.add_done_callback(self._clear_inflight)
+        await asyncio.shield(self._inflight)
+
+    def _clear_inflight(self, task: asyncio.Task[None]) -> None:
+        if self._inflight is task:
+            self._inflight = None
+
+    async def _fetch_and_install(self) -> None:
+        if self._session is None:
+            await self.start(background=False)
+        assert self._session is not None
+        self.fetch_count += 1
+        try:
+            uri = await self._jwks_uri(self._session)
+            document = await fetch_json(
+                self._session,
+                uri,
+                timeout_s=self._settings.fetch_timeout_s,
+                max_bytes=self._settings.max_bytes,
+                ssl_context=self._ssl_context,
+            )
+            try:
+                keys = parse_jwks(
+                    document, allowed_algorithms=self._algorithms, max_keys=self._settings.max_keys
+                )
+            except ValueError as exc:
+                raise FetchError(str(exc)) from None
+            if not len(keys):
+                raise FetchError("JWKS has no usable keys")
+        except FetchError as exc:
+            self._on_failure(exc.reason)
+            return
+        was_ready = self.ready()
+        self._install(keys)
+        if self._metrics is not None:
+            self._metrics.jwks_fetch.labels(result="success").inc()
+        if not was_ready:
+            log.info("JWKS loaded from %s: %d usable keys", uri, len(keys))
+
+    def _on_failure(self, reason: str) -> None:
+        self._failures += 1
+        self.last_error = reason
+        cap = COLD_RETRY_CAP_S if self.usable_keys() is None else min(self._settings.ttl_s, STALE_RETRY_CAP_S)
+        delay = min(cap, FIRST_RETRY_S * 2 ** (self._failures - 1))
+        delay *= 0.8 + 0.4 * self._rng.random()
+        self._next_attempt_at = self._clock() + delay
+        if self._metrics is not None:
+            self._metrics.jwks_fetch.labels(result="failure").inc()
+        log.warning(
+            "JWKS fetch from issuer %s failed (%s); %s; retry in %.1f s",
+            self._issuer,
+            reason,
+            self.readiness_detail(),
+            delay,
+        )
+
+    async def _jwks_uri(self, session: aiohttp.ClientSession) -> str:
+        if not self._discovery:
+            return self._configured_uri
+        url = self._issuer.rstrip("/") + DISCOVERY_PATH
+        try:
+            meta = await fetch_json(
+                session,
+                url,
+                timeout_s=self._settings.fetch_timeout_s,
+                max_bytes=self._settings.max_bytes,
+                ssl_context=self._ssl_context,
+            )
+            if not isinstance(meta, dict) or meta.get("issuer") != self._issuer:
+                raise FetchError("discovery document issuer does not equal the configured issuer")
+            uri = meta.get("jwks_uri")
+            if not isinstance(uri, str):
+                raise FetchError("discovery document has no jwks_uri")
+            require_https(uri)
+            return uri
+        except FetchError as exc:
+            log.warning("OIDC discovery at %s failed (%s); using remoteJWKS.uri", url, exc.reason)
+            return self._configured_uri
+
+    # -- background refresh --------------------------------------------------------------------
+
+    def _next_refresh_in(self) -> float:
+        now = self._clock()
+        if self._fetched_at is None or self._failures:
+            return max(0.0, self._next_attempt_at - now)
+        return max(0.0, self._fetched_at + self._settings.ttl_s - now)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            delay = self._next_refresh_in()
+            if delay > 0:
+                # Sleep, then recompute: an on-demand fetch meanwhile may have moved the due time.
+                await asyncio.sleep(delay)
+                continue
+            try:
+                await self.refresh()
+            except Exception:  # a bug must not kill the refresher; log it loudly and keep going
+                log.exception("JWKS refresh crashed")
+                await asyncio.sleep(COLD_RETRY_CAP_S)

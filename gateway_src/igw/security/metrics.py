@@ -1,0 +1,73 @@
+"""Prometheus metrics of request security, registered on an injected registry.
+
+Names (all prefixed ``igw_``): ``auth_enabled`` (gauge, 0 when ``spec.auth`` is absent),
+``auth_allowed_total``, ``auth_denied_total{reason}``, ``auth_token_cache_total{result}``,
+``jwks_fetch_total{result}``, ``jwks_keys``, ``jwks_age_seconds``, ``jwks_ready``,
+``tenant_requests_total{tenant,outcome}``, ``tenant_tokens_total{tenant,kind}``,
+``ratelimit_backend_errors_total{backend}``, ``ratelimit_backend_up{backend}``.
+
+``tenant`` values come only from verified tokens (or the configured anonymous tenant), so their
+cardinality is bounded by the issuer, not by clients.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class SecurityMetrics:
+    def __init__(self, *, registry: CollectorRegistry) -> None:
+        self.auth_enabled = Gauge(
+            "igw_auth_enabled",
+            "1 when spec.auth is set and every inference request needs a verified JWT; 0 when open.",
+            registry=registry,
+        )
+        self.auth_allowed = Counter(
+            "igw_auth_allowed", "Requests whose bearer token verified.", registry=registry
+        )
+        self.auth_denied = Counter(
+            "igw_auth_denied", "Requests refused with 401, by reason.", ["reason"], registry=registry
+        )
+        self.token_cache = Counter(
+            "igw_auth_token_cache",
+            "Verified-token cache lookups (hit skips signature verification).",
+            ["result"],
+            registry=registry,
+        )
+        self.jwks_fetch = Counter(
+            "igw_jwks_fetch", "JWKS fetch attempts, by result.", ["result"], registry=registry
+        )
+        self.jwks_keys = Gauge("igw_jwks_keys", "Usable keys in the cached JWKS.", registry=registry)
+        self.jwks_age = Gauge(
+            "igw_jwks_age_seconds",
+            "Seconds since the JWKS was last fetched successfully (-1 before the first).",
+            registry=registry,
+        )
+        self.jwks_ready = Gauge(
+            "igw_jwks_ready", "1 when usable (not too stale) keys are loaded.", registry=registry
+        )
+        self.tenant_requests = Counter(
+            "igw_tenant_requests",
+            "Inference requests per tenant by outcome (admitted, forbidden, limited_requests, "
+            "limited_tokens, limiter_unavailable).",
+            ["tenant", "outcome"],
+            registry=registry,
+        )
+        self.tenant_tokens = Counter(
+            "igw_tenant_tokens",
+            "Tokens accounted per tenant (from the model server's usage), by kind.",
+            ["tenant", "kind"],
+            registry=registry,
+        )
+        self.ratelimit_backend_errors = Counter(
+            "igw_ratelimit_backend_errors",
+            "Rate-limit backend failures (the unavailable policy was applied).",
+            ["backend"],
+            registry=registry,
+        )
+        self.ratelimit_backend_up = Gauge(
+            "igw_ratelimit_backend_up",
+            "1 while the rate-limit backend answers.",
+            ["backend"],
+            registry=registry,
+        )

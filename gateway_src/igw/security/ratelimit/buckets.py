@@ -1,0 +1,81 @@
+"""Token-bucket arithmetic and the admission rule, in one place so both backends agree.
+
+Two buckets per tenant:
+
+- **requests**: capacity ``burst``, refilled at ``requestsPerSecond``; each admitted request takes 1.
+- **tokens**: capacity ``tokenBurst`` (default one minute's worth), refilled at ``tokensPerMinute / 60``
+  per second. Admission does not take tokens (the real count is only known from the response's
+  ``usage``); it requires the bucket to hold at least ``max(1, min(estimate, capacity))``. After
+  the response, the actual prompt + completion tokens are debited, which may drive the bucket
+  negative: the tenant then waits until it refills (the debt is paid, not forgotten).
+
+When the token bucket refuses, the request bucket is left untouched. ``Retry-After`` is the time
+until the refusing bucket holds what was asked, at its refill rate.
+
+The Redis backend implements exactly this in Lua (``igw.security.ratelimit.redis_backend``); the tests run
+the same cases against both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from igw.security.settings import TenantLimits
+
+LimitName = Literal["requests", "tokens"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    limit: LimitName | None = None
+    retry_after_s: float = 0.0
+
+
+ALLOW = Decision(allowed=True)
+
+
+@dataclass(slots=True)
+class Bucket:
+    level: float
+    updated_at: float
+
+    def refill(self, *, now: float, rate: float, capacity: float) -> None:
+        elapsed = max(0.0, now - self.updated_at)
+        self.level = min(capacity, self.level + elapsed * rate)
+        self.updated_at = max(self.updated_at, now)
+
+
+def token_rate(limits: TenantLimits) -> float:
+    return 0.0 if limits.tokens_per_minute is None else limits.tokens_per_minute / 60.0
+
+
+def tokens_needed(limits: TenantLimits, est_tokens: int) -> float:
+    return float(max(1, min(max(0, est_tokens), int(limits.token_capacity))))
+
+
+def decide(
+    *,
+    limits: TenantLimits,
+    requests: Bucket | None,
+    tokens: Bucket | None,
+    est_tokens: int,
+) -> Decision:
+    """Apply the admission rule to already-refilled buckets, taking one request token if admitted."""
+    if tokens is not None:
+        need = tokens_needed(limits, est_tokens)
+        if tokens.level < need:
+            return Decision(
+                allowed=False, limit="tokens", retry_after_s=(need - tokens.level) / token_rate(limits)
+            )
+    if requests is not None:
+        assert limits.requests_per_second is not None
+        if requests.level < 1.0:
+            return Decision(
+                allowed=False,
+                limit="requests",
+                retry_after_s=(1.0 - requests.level) / limits.requests_per_second,
+            )
+        requests.level -= 1.0
+    return ALLOW

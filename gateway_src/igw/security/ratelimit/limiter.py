@@ -1,0 +1,144 @@
+"""What the guard calls for rate limiting: limits per tenant, the unavailable policy, 429s, counters.
+
+When the backend cannot decide (Redis unreachable or slower than its timeouts), the configured
+``onRedisUnavailable`` policy applies and Redis is not asked again for ``retryAfterFailureSeconds``
+(so an outage adds no per-request latency):
+
+- ``local`` (default): this replica's own buckets decide - limits stay enforced, per replica;
+- ``allow``: fail open - the request is admitted;
+- ``deny``: fail closed - 429 with ``Retry-After: 1`` (never a 5xx).
+
+Accounting during an outage goes to the local buckets under ``local`` and is dropped otherwise.
+Every failure is logged (rate-limited to one line per outage) and counted
+(``igw_ratelimit_backend_errors_total``, ``igw_ratelimit_backend_up``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from igw.security.clock import Clock
+from igw.security.denials import limiter_unavailable, rate_limited
+from igw.security.metrics import SecurityMetrics
+from igw.security.ratelimit.backend import BackendUnavailable, RateLimitBackend
+from igw.security.ratelimit.buckets import Decision
+from igw.security.ratelimit.local import LocalBuckets
+from igw.security.settings import RateLimitSettings, TenantLimits
+
+log = logging.getLogger("igw.security.ratelimit")
+
+
+class RateLimiter:
+    def __init__(
+        self,
+        *,
+        settings: RateLimitSettings,
+        backend: RateLimitBackend,
+        clock: Clock,
+        metrics: SecurityMetrics | None = None,
+    ) -> None:
+        self._settings = settings
+        self._backend = backend
+        self._fallback = backend if isinstance(backend, LocalBuckets) else LocalBuckets(clock=clock)
+        self._clock = clock
+        self._metrics = metrics
+        self._down_until = float("-inf")
+        self._down_logged = False
+        if metrics is not None:
+            metrics.ratelimit_backend_up.labels(backend=backend.name).set(1)
+
+    @property
+    def backend_name(self) -> str:
+        return self._backend.name
+
+    def tenant_key(self, tenant: str | None) -> str:
+        return tenant if tenant else self._settings.anonymous_tenant
+
+    async def admit(self, *, tenant: str | None, est_tokens: int) -> None:
+        """Raise ``GuardDenied`` (429) when the tenant is over a limit; count the outcome."""
+        key = self.tenant_key(tenant)
+        limits = self._settings.limits_for(key)
+        if not limits.limited:
+            self._count(key, "admitted")
+            return
+        decision = await self._decide(key, limits, est_tokens)
+        if decision is None:
+            self._count(key, "limiter_unavailable")
+            raise limiter_unavailable(tenant=key)
+        if not decision.allowed:
+            assert decision.limit is not None
+            self._count(key, f"limited_{decision.limit}")
+            raise rate_limited(tenant=key, limit=decision.limit, retry_after_s=decision.retry_after_s)
+        self._count(key, "admitted")
+
+    async def account(self, *, tenant: str | None, prompt_tokens: int, completion_tokens: int) -> None:
+        key = self.tenant_key(tenant)
+        if self._metrics is not None:
+            self._metrics.tenant_tokens.labels(tenant=key, kind="prompt").inc(max(0, prompt_tokens))
+            self._metrics.tenant_tokens.labels(tenant=key, kind="completion").inc(max(0, completion_tokens))
+        limits = self._settings.limits_for(key)
+        total = max(0, prompt_tokens) + max(0, completion_tokens)
+        if limits.tokens_per_minute is None or total == 0:
+            return
+        if self._backend_usable():
+            try:
+                await self._backend.account(tenant=key, limits=limits, tokens=total)
+                self._backend_ok()
+                return
+            except BackendUnavailable as exc:
+                self._backend_failed(str(exc))
+        if self._settings.on_redis_unavailable == "local":
+            await self._fallback.account(tenant=key, limits=limits, tokens=total)
+
+    async def close(self) -> None:
+        await self._backend.close()
+
+    def count_forbidden(self, tenant: str | None) -> None:
+        self._count(self.tenant_key(tenant), "forbidden")
+
+    # -- internals -----------------------------------------------------------------------------
+
+    async def _decide(self, key: str, limits: TenantLimits, est_tokens: int) -> Decision | None:
+        """The decision, or ``None`` when it must be refused because the backend is down (policy deny)."""
+        if self._backend_usable():
+            try:
+                decision = await self._backend.admit(tenant=key, limits=limits, est_tokens=est_tokens)
+                self._backend_ok()
+                return decision
+            except BackendUnavailable as exc:
+                self._backend_failed(str(exc))
+        policy = self._settings.on_redis_unavailable
+        if policy == "allow":
+            return Decision(allowed=True)
+        if policy == "deny":
+            return None
+        return await self._fallback.admit(tenant=key, limits=limits, est_tokens=est_tokens)
+
+    def _backend_usable(self) -> bool:
+        return self._backend is self._fallback or self._clock() >= self._down_until
+
+    def _backend_ok(self) -> None:
+        if self._down_logged:
+            log.warning("rate-limit backend %s is answering again", self._backend.name)
+            self._down_logged = False
+            if self._metrics is not None:
+                self._metrics.ratelimit_backend_up.labels(backend=self._backend.name).set(1)
+
+    def _backend_failed(self, reason: str) -> None:
+        self._down_until = self._clock() + self._settings.redis.retry_after_failure_s
+        if self._metrics is not None:
+            self._metrics.ratelimit_backend_errors.labels(backend=self._backend.name).inc()
+            self._metrics.ratelimit_backend_up.labels(backend=self._backend.name).set(0)
+        if not self._down_logged:
+            log.error(
+                "rate-limit backend %s unavailable (%s); policy onRedisUnavailable=%s for %.1f s",
+                self._backend.name,
+                reason,
+                self._settings.on_redis_unavailable,
+                self._settings.redis.retry_after_failure_s,
+            )
+            self._down_logged = True
+
+    def _count(self, tenant: str, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.tenant_requests.labels(tenant=tenant, outcome=outcome).inc()

@@ -1,0 +1,50 @@
+"""In-process token buckets: the default backend, and the fallback while Redis is unreachable.
+
+Limits are per gateway replica: with N replicas a tenant gets up to N times its limit. Use the
+Redis backend for limits shared across replicas.
+"""
+
+from __future__ import annotations
+
+from igw.security.clock import Clock
+from igw.security.ratelimit.buckets import Bucket, Decision, decide, token_rate
+from igw.security.settings import TenantLimits
+
+
+class LocalBuckets:
+    name = "local"
+
+    def __init__(self, *, clock: Clock) -> None:
+        self._clock = clock
+        self._requests: dict[str, Bucket] = {}
+        self._tokens: dict[str, Bucket] = {}
+
+    def _bucket(self, table: dict[str, Bucket], tenant: str, *, rate: float, capacity: float) -> Bucket:
+        now = self._clock()
+        bucket = table.get(tenant)
+        if bucket is None:
+            bucket = table[tenant] = Bucket(level=capacity, updated_at=now)
+        else:
+            bucket.refill(now=now, rate=rate, capacity=capacity)
+        return bucket
+
+    async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int) -> Decision:
+        requests = tokens = None
+        if limits.requests_per_second is not None:
+            requests = self._bucket(
+                self._requests, tenant, rate=limits.requests_per_second, capacity=limits.request_capacity
+            )
+        if limits.tokens_per_minute is not None:
+            tokens = self._bucket(
+                self._tokens, tenant, rate=token_rate(limits), capacity=limits.token_capacity
+            )
+        return decide(limits=limits, requests=requests, tokens=tokens, est_tokens=est_tokens)
+
+    async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None:
+        if limits.tokens_per_minute is None or tokens <= 0:
+            return
+        bucket = self._bucket(self._tokens, tenant, rate=token_rate(limits), capacity=limits.token_capacity)
+        bucket.level -= tokens
+
+    async def close(self) -> None:
+        return None

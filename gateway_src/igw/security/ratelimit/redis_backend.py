@@ -1,0 +1,118 @@
+"""Token buckets in Redis, shared by every gateway replica.
+
+One Lua script per decision keeps read-refill-decide-write atomic across replicas, and uses
+Redis's own ``TIME`` so replicas with skewed clocks still share one timeline. The arithmetic is
+:mod:`igw.security.ratelimit.buckets`, transcribed; keys are ``<prefix><tenant>:req`` and
+``<prefix><tenant>:tok`` (hashes ``{l: level, t: updated_at}``) and expire once the bucket would be
+full again, so idle tenants cost nothing. Any Redis error or timeout raises
+:class:`~igw.security.ratelimit.backend.BackendUnavailable`; the limiter decides what happens then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+import redis.asyncio as redis_asyncio
+from redis.exceptions import RedisError
+
+from igw.security.ratelimit.backend import BackendUnavailable
+from igw.security.ratelimit.buckets import Decision, token_rate, tokens_needed
+from igw.security.settings import RedisSettings, TenantLimits
+
+_SCRIPT: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local op = ARGV[1]
+local req_rate, req_cap = tonumber(ARGV[2]), tonumber(ARGV[3])
+local tok_rate, tok_cap = tonumber(ARGV[4]), tonumber(ARGV[5])
+local amount = tonumber(ARGV[6])
+
+local function load(key, rate, cap)
+  local v = redis.call('HMGET', key, 'l', 't')
+  local level, ts = tonumber(v[1]), tonumber(v[2])
+  if level == nil or ts == nil then return cap end
+  local elapsed = now - ts
+  if elapsed < 0 then elapsed = 0 end
+  level = level + elapsed * rate
+  if level > cap then level = cap end
+  return level
+end
+
+local function save(key, level, rate, cap)
+  redis.call('HSET', key, 'l', string.format('%.17g', level), 't', string.format('%.17g', now))
+  local ttl = math.ceil((cap - level) / rate) + 60
+  redis.call('EXPIRE', key, ttl)
+end
+
+if op == 'account' then
+  if tok_rate > 0 and amount > 0 then
+    local level = load(KEYS[2], tok_rate, tok_cap) - amount
+    save(KEYS[2], level, tok_rate, tok_cap)
+  end
+  return {1, 0, 0}
+end
+
+if tok_rate > 0 then
+  local level = load(KEYS[2], tok_rate, tok_cap)
+  if level < amount then
+    return {0, 2, math.ceil((amount - level) / tok_rate * 1000)}
+  end
+end
+if req_rate > 0 then
+  local level = load(KEYS[1], req_rate, req_cap)
+  if level < 1 then
+    return {0, 1, math.ceil((1 - level) / req_rate * 1000)}
+  end
+  save(KEYS[1], level - 1, req_rate, req_cap)
+end
+return {1, 0, 0}
+"""
+
+
+class RedisBuckets:
+    name = "redis"
+
+    def __init__(self, *, settings: RedisSettings) -> None:
+        self._settings = settings
+        self._client: redis_asyncio.Redis[bytes] = redis_asyncio.Redis.from_url(
+            settings.url,
+            socket_connect_timeout=settings.connect_timeout_s,
+            socket_timeout=settings.command_timeout_s,
+            retry_on_timeout=False,
+        )
+        self._script = self._client.register_script(_SCRIPT)
+
+    def _keys(self, tenant: str) -> list[str]:
+        base = f"{self._settings.key_prefix}{tenant}"
+        return [f"{base}:req", f"{base}:tok"]
+
+    async def _run(self, tenant: str, args: list[Any]) -> list[int]:
+        try:
+            async with asyncio.timeout(self._settings.connect_timeout_s + self._settings.command_timeout_s):
+                result = await self._script(keys=self._keys(tenant), args=args)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise BackendUnavailable(f"redis: {type(exc).__name__}: {exc}") from None
+        return [int(x) for x in result]
+
+    @staticmethod
+    def _rates(limits: TenantLimits) -> list[Any]:
+        req_rate = limits.requests_per_second or 0.0
+        return [req_rate, limits.request_capacity, token_rate(limits), limits.token_capacity]
+
+    async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int) -> Decision:
+        need = tokens_needed(limits, est_tokens) if limits.tokens_per_minute is not None else 0
+        allowed, which, retry_ms = await self._run(tenant, ["admit", *self._rates(limits), need])
+        if allowed:
+            return Decision(allowed=True)
+        return Decision(
+            allowed=False, limit="tokens" if which == 2 else "requests", retry_after_s=retry_ms / 1000
+        )
+
+    async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None:
+        if limits.tokens_per_minute is None or tokens <= 0:
+            return
+        await self._run(tenant, ["account", *self._rates(limits), tokens])
+
+    async def close(self) -> None:
+        await self._client.aclose()  # type: ignore[attr-defined]  # types-redis predates aclose

@@ -1,0 +1,305 @@
+"""Typed readers for our security extensions, with their documented defaults.
+
+``spec.extensions.authorization``, ``spec.extensions.rateLimits`` and ``spec.extensions.tlsTermination``
+arrive as raw mappings that already passed their JSON Schemas (``schemas/extensions/*.schema.json``).
+Durations are Gateway API durations (``10s``, ``5m``, ``250ms``), as everywhere else in the
+configuration. This module is the one place their defaults are applied;
+``tests/security/test_settings.py`` checks that every ``default`` stated in a schema equals the
+default here, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from igw.config.durations import parse_duration
+
+DEFAULT_ALGORITHMS: Final[tuple[str, ...]] = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+)
+"""Asymmetric algorithms only: a gateway verifying an issuer's tokens never holds an HMAC secret."""
+
+MIN_UNKNOWN_KID_COOLDOWN_S: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class JwksSettings:
+    ttl_s: float = 300.0
+    """Keys are refreshed in the background this long after the last successful fetch."""
+    max_stale_s: float = 86_400.0
+    """While the issuer is down, the last good keys are used for at most this long; then fail closed."""
+    unknown_kid_cooldown_s: float = 30.0
+    """An unknown ``kid`` triggers at most one refetch per this many seconds (never below 10 s)."""
+    fetch_timeout_s: float = 5.0
+    max_bytes: int = 524_288
+    max_keys: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimHeader:
+    claim: str
+    """Claim name; nested claims with dots, for example ``org.id``."""
+    header: str
+    """Header name set on the upstream request (client copies are always stripped)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAccessRule:
+    """Callers whose ``claim`` holds any of ``values`` may use ``models`` (exact names or ``*`` globs)."""
+
+    claim: str
+    values: tuple[str, ...]
+    models: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedTokenCacheSettings:
+    max_entries: int = 10_000
+    """0 disables the cache; every request then pays a signature verification."""
+    max_age_s: float = 60.0
+    """A cached verdict is reused for at most this long, and never past the token's ``exp``."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationSettings:
+    tenant_claim: str = "tenant"
+    tenant_header: str | None = "x-igw-tenant"
+    """Header carrying the tenant to model servers; ``None`` (``tenantHeader: ""``) to not forward it."""
+    require_tenant: bool = False
+    """When true, a verified token without the tenant claim is refused (401)."""
+    model_access: tuple[ModelAccessRule, ...] = ()
+    """Empty: every authenticated caller may use every model. Non-empty: default deny."""
+    forward_claims: tuple[ClaimHeader, ...] = ()
+    forward_authorization: bool = False
+    max_forwarded_header_bytes: int = 1024
+    algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS
+    clock_skew_s: float = 60.0
+    max_token_lifetime_s: float | None = None
+    """When set, tokens whose ``exp`` lies further than this in the future are refused (RFC 8725 advice)."""
+    max_token_bytes: int = 8192
+    allowed_token_types: tuple[str, ...] = ()
+    """When non-empty, the JOSE ``typ`` header must be one of these (case-insensitive,
+    ``application/`` optional)."""
+    oidc_discovery: bool = False
+    jwks: JwksSettings = field(default_factory=JwksSettings)
+    verified_token_cache: VerifiedTokenCacheSettings = field(default_factory=VerifiedTokenCacheSettings)
+
+    @property
+    def forwarded_header_names(self) -> frozenset[str]:
+        names = {ch.header.lower() for ch in self.forward_claims}
+        if self.tenant_header:
+            names.add(self.tenant_header.lower())
+        return frozenset(names)
+
+    @staticmethod
+    def from_mapping(raw: Mapping[str, Any] | None) -> AuthorizationSettings:
+        raw = raw or {}
+        jwks_raw: Mapping[str, Any] = raw.get("jwks", {})
+        jwks_defaults = JwksSettings()
+        jwks = JwksSettings(
+            ttl_s=_duration(jwks_raw, "ttl", jwks_defaults.ttl_s),
+            max_stale_s=_duration(jwks_raw, "maxStale", jwks_defaults.max_stale_s),
+            unknown_kid_cooldown_s=_duration(
+                jwks_raw, "unknownKidCooldown", jwks_defaults.unknown_kid_cooldown_s
+            ),
+            fetch_timeout_s=_duration(jwks_raw, "fetchTimeout", jwks_defaults.fetch_timeout_s),
+            max_bytes=int(jwks_raw.get("maxBytes", jwks_defaults.max_bytes)),
+            max_keys=int(jwks_raw.get("maxKeys", jwks_defaults.max_keys)),
+        )
+        if jwks.unknown_kid_cooldown_s < MIN_UNKNOWN_KID_COOLDOWN_S:
+            raise ValueError(
+                "spec.extensions.authorization.jwks.unknownKidCooldown: must be at least 10s "
+                f"(got {jwks.unknown_kid_cooldown_s:g} s); "
+                "a shorter cooldown lets unknown-kid floods hammer the issuer"
+            )
+        cache_raw: Mapping[str, Any] = raw.get("verifiedTokenCache", {})
+        cache_defaults = VerifiedTokenCacheSettings()
+        cache = VerifiedTokenCacheSettings(
+            max_entries=int(cache_raw.get("maxEntries", cache_defaults.max_entries)),
+            max_age_s=_duration(cache_raw, "maxAge", cache_defaults.max_age_s),
+        )
+        defaults = AuthorizationSettings()
+        lifetime = raw.get("maxTokenLifetime")
+        return AuthorizationSettings(
+            tenant_claim=str(raw.get("tenantClaim", defaults.tenant_claim)),
+            tenant_header=str(raw.get("tenantHeader", defaults.tenant_header)) or None,
+            require_tenant=bool(raw.get("requireTenant", defaults.require_tenant)),
+            model_access=tuple(
+                ModelAccessRule(
+                    claim=str(rule["claim"]),
+                    values=_strings(rule["values"]),
+                    models=_strings(rule["models"]),
+                )
+                for rule in raw.get("modelAccess", ())
+            ),
+            forward_claims=tuple(
+                ClaimHeader(claim=str(item["claim"]), header=str(item["header"]))
+                for item in raw.get("forwardClaims", ())
+            ),
+            forward_authorization=bool(raw.get("forwardAuthorization", defaults.forward_authorization)),
+            max_forwarded_header_bytes=int(
+                raw.get("maxForwardedHeaderBytes", defaults.max_forwarded_header_bytes)
+            ),
+            algorithms=_strings(raw.get("algorithms", defaults.algorithms)),
+            clock_skew_s=_duration(raw, "clockSkew", defaults.clock_skew_s),
+            max_token_lifetime_s=None if lifetime is None else parse_duration(lifetime),
+            max_token_bytes=int(raw.get("maxTokenBytes", defaults.max_token_bytes)),
+            allowed_token_types=_strings(raw.get("allowedTokenTypes", defaults.allowed_token_types)),
+            oidc_discovery=bool(raw.get("oidcDiscovery", defaults.oidc_discovery)),
+            jwks=jwks,
+            verified_token_cache=cache,
+        )
+
+
+RedisUnavailablePolicy = Literal["local", "allow", "deny"]
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    requests_per_second: float | None = None
+    """``None``: no request-rate limit."""
+    burst: int | None = None
+    """Request bucket capacity; defaults to ``max(1, ceil(requests_per_second))``."""
+    tokens_per_minute: float | None = None
+    """``None``: no token limit. Tokens are ``usage.prompt_tokens + usage.completion_tokens``."""
+    token_burst: int | None = None
+    """Token bucket capacity; defaults to ``tokens_per_minute`` (one minute's worth)."""
+
+    @property
+    def request_capacity(self) -> float:
+        if self.requests_per_second is None:
+            return 0.0
+        if self.burst is not None:
+            return float(self.burst)
+        return float(max(1, -(-self.requests_per_second // 1)))
+
+    @property
+    def token_capacity(self) -> float:
+        if self.tokens_per_minute is None:
+            return 0.0
+        return float(self.token_burst if self.token_burst is not None else self.tokens_per_minute)
+
+    @property
+    def limited(self) -> bool:
+        return self.requests_per_second is not None or self.tokens_per_minute is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSettings:
+    url: str = "redis://127.0.0.1:6379/0"
+    key_prefix: str = "igw:rl:"
+    connect_timeout_s: float = 0.25
+    command_timeout_s: float = 0.25
+    retry_after_failure_s: float = 5.0
+    """After Redis fails, it is not asked again for this long (the unavailable policy applies meanwhile)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitSettings:
+    backend: Literal["local", "redis"] = "local"
+    redis: RedisSettings = field(default_factory=RedisSettings)
+    on_redis_unavailable: RedisUnavailablePolicy = "local"
+    """``local``: this replica's own buckets decide; ``allow``: fail open; ``deny``: fail closed (429)."""
+    default: TenantLimits = field(default_factory=TenantLimits)
+    tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
+    anonymous_tenant: str = "anonymous"
+    """Bucket key for callers without a tenant (no ``spec.auth``, or a token without the tenant claim)."""
+
+    def limits_for(self, tenant: str) -> TenantLimits:
+        return self.tenants.get(tenant, self.default)
+
+    @property
+    def enabled(self) -> bool:
+        return self.default.limited or any(t.limited for t in self.tenants.values())
+
+    @staticmethod
+    def from_mapping(raw: Mapping[str, Any] | None) -> RateLimitSettings:
+        raw = raw or {}
+        defaults = RateLimitSettings()
+        redis_raw: Mapping[str, Any] = raw.get("redis", {})
+        rd = RedisSettings()
+        redis = RedisSettings(
+            url=str(redis_raw.get("url", rd.url)),
+            key_prefix=str(redis_raw.get("keyPrefix", rd.key_prefix)),
+            connect_timeout_s=_duration(redis_raw, "connectTimeout", rd.connect_timeout_s),
+            command_timeout_s=_duration(redis_raw, "commandTimeout", rd.command_timeout_s),
+            retry_after_failure_s=_duration(redis_raw, "retryAfterFailure", rd.retry_after_failure_s),
+        )
+        return RateLimitSettings(
+            backend=raw.get("backend", defaults.backend),
+            redis=redis,
+            on_redis_unavailable=raw.get("onRedisUnavailable", defaults.on_redis_unavailable),
+            default=_tenant_limits(raw.get("default", {})),
+            tenants=_tenant_overrides(raw.get("tenants", ())),
+            anonymous_tenant=str(raw.get("anonymousTenant", defaults.anonymous_tenant)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TlsTerminationSettings:
+    cert_file: str
+    key_file: str
+    min_version: Literal["TLSv1.2", "TLSv1.3"] = "TLSv1.2"
+    reload_interval_s: float = 10.0
+    """How often the certificate and key files are checked for changes (cert-manager rewrites them)."""
+
+    @staticmethod
+    def from_mapping(raw: Mapping[str, Any] | None) -> TlsTerminationSettings | None:
+        if not raw:
+            return None
+        defaults_min: Literal["TLSv1.2", "TLSv1.3"] = "TLSv1.2"
+        return TlsTerminationSettings(
+            cert_file=str(raw["certFile"]),
+            key_file=str(raw["keyFile"]),
+            min_version=raw.get("minVersion", defaults_min),
+            reload_interval_s=_duration(raw, "reloadInterval", 10.0),
+        )
+
+
+def _tenant_overrides(items: Sequence[Mapping[str, Any]]) -> dict[str, TenantLimits]:
+    overrides: dict[str, TenantLimits] = {}
+    for index, item in enumerate(items):
+        tenant = str(item["tenant"])
+        if tenant in overrides:
+            raise ValueError(
+                f"spec.extensions.rateLimits.tenants[{index}].tenant: {tenant!r} is listed more than once"
+            )
+        overrides[tenant] = _tenant_limits(item)
+    return overrides
+
+
+def _tenant_limits(raw: Mapping[str, Any]) -> TenantLimits:
+    def opt_float(name: str) -> float | None:
+        value = raw.get(name)
+        return None if value is None else float(value)
+
+    def opt_int(name: str) -> int | None:
+        value = raw.get(name)
+        return None if value is None else int(value)
+
+    return TenantLimits(
+        requests_per_second=opt_float("requestsPerSecond"),
+        burst=opt_int("burst"),
+        tokens_per_minute=opt_float("tokensPerMinute"),
+        token_burst=opt_int("tokenBurst"),
+    )
+
+
+def _duration(raw: Mapping[str, Any], name: str, default: float) -> float:
+    value = raw.get(name)
+    return default if value is None else parse_duration(value)
+
+
+def _strings(values: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(str(v) for v in values)

@@ -1,0 +1,108 @@
+"""Bearer-token verification: the order of checks and where each one lives.
+
+1. verified-token cache (:mod:`igw.security.token_cache`) - a hit skips everything below;
+2. strict compact-JWS parsing and header checks (:mod:`igw.security.token`) - no I/O;
+3. claims against the provider (:mod:`igw.security.claims`) - still no I/O, so wrong issuers and
+   expired tokens never trigger a JWKS fetch;
+4. key lookup in the JWKS cache (:mod:`igw.security.jwks`) - may wait for a single-flight fetch;
+5. signature verification by PyJWT's algorithm objects (``cryptography``), with the algorithm
+   bound to the key (never chosen by the token alone);
+6. tenant and forwarded headers from the verified claims (:mod:`igw.security.identity`).
+
+Every refusal raises :class:`~igw.security.token.TokenRejected` with a short reason.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from jwt.algorithms import Algorithm, get_default_algorithms
+
+from igw.config.model import JwtProvider
+from igw.gateway.guards import Principal
+from igw.security.claims import ClaimRules, validate_claims
+from igw.security.clock import Clock
+from igw.security.identity import build_principal
+from igw.security.jwks import JwksCache, JwksUnavailable
+from igw.security.metrics import SecurityMetrics
+from igw.security.settings import AuthorizationSettings
+from igw.security.token import parse_compact_jws, reject
+from igw.security.token_cache import VerifiedTokenCache
+
+_FORBIDDEN_ALGORITHMS: Final = frozenset({"none", "HS256", "HS384", "HS512"})
+
+
+class TokenVerifier:
+    def __init__(
+        self,
+        *,
+        provider: JwtProvider,
+        settings: AuthorizationSettings,
+        jwks: JwksCache,
+        clock: Clock,
+        metrics: SecurityMetrics | None = None,
+    ) -> None:
+        library = get_default_algorithms()
+        unsupported = [a for a in settings.algorithms if a in _FORBIDDEN_ALGORITHMS or a not in library]
+        if unsupported:
+            raise ValueError(f"authorization.algorithms: not allowed or not supported: {unsupported}")
+        self._algorithms: dict[str, Algorithm] = {name: library[name] for name in settings.algorithms}
+        self._settings = settings
+        self._rules = ClaimRules.for_provider(
+            provider, clock_skew_s=settings.clock_skew_s, max_lifetime_s=settings.max_token_lifetime_s
+        )
+        self._jwks = jwks
+        self._clock = clock
+        self.cache = VerifiedTokenCache(
+            max_entries=settings.verified_token_cache.max_entries,
+            max_age_s=settings.verified_token_cache.max_age_s,
+        )
+        self._cache_hit = None if metrics is None else metrics.token_cache.labels(result="hit")
+        self._cache_miss = None if metrics is None else metrics.token_cache.labels(result="miss")
+
+    async def verify(self, token: str) -> Principal:
+        now = self._clock()
+        generation = self._jwks.generation
+        cached = self.cache.get(token, now=now, generation=generation)
+        if cached is not None and self._jwks.ready():
+            if self._cache_hit is not None:
+                self._cache_hit.inc()
+            return cached
+        if self._cache_miss is not None and self.cache.enabled:
+            self._cache_miss.inc()
+        parsed = parse_compact_jws(
+            token,
+            max_bytes=self._settings.max_token_bytes,
+            algorithms=self._algorithms.keys(),
+            allowed_types=self._settings.allowed_token_types,
+        )
+        exp = validate_claims(parsed.claims, rules=self._rules, now=now)
+        try:
+            candidates = await self._jwks.candidates(kid=parsed.kid, alg=parsed.alg)
+        except JwksUnavailable:
+            reject("jwks_unavailable")
+        if not candidates:
+            reject("no_matching_key")
+        algorithm = self._algorithms[parsed.alg]
+        if not any(
+            verify_signature(algorithm, key.key, parsed.signing_input, parsed.signature) for key in candidates
+        ):
+            reject("bad_signature")
+        principal = build_principal(parsed.claims, settings=self._settings)
+        self.cache.put(
+            token,
+            principal,
+            now=now,
+            expires_at=exp + self._settings.clock_skew_s,
+            generation=self._jwks.generation,
+        )
+        return principal
+
+
+def verify_signature(algorithm: Algorithm, key: object, message: bytes, signature: bytes) -> bool:
+    """PyJWT's algorithm object over ``cryptography``; any library complaint is a bad signature."""
+    try:
+        return bool(algorithm.verify(message, key, signature))
+    except (ValueError, TypeError):
+        # Wrong signature length or a key/algorithm mismatch inside the library: not a valid signature.
+        return False

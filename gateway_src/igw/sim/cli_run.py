@@ -1,0 +1,68 @@
+"""``igw sim run``: one DES run of a generated workload or a trace through a named routing policy."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict
+
+from igw.sim.des import SimulationError, simulate
+from igw.sim.request import SimRequest
+from igw.sim.spec import FleetSpec, SpecError
+from igw.sim.workloads import WorkloadError, gamma_arrivals, length_profile, replay, synthetic
+
+
+def run_des_command(
+    *,
+    spec_path: str,
+    policy_name: str,
+    count: int,
+    rate: float,
+    cv: float,
+    lengths: str,
+    trace: str | None,
+    seed: int,
+    scrape_interval_s: float,
+    max_retries: int,
+    records_path: str | None,
+) -> int:
+    from igw.bench.policies.registry import PolicyContext, build_policy
+
+    try:
+        spec = FleetSpec.from_yaml(spec_path)
+        model = spec.pods[0].model_name
+        rng = random.Random(seed)
+        requests: Iterator[SimRequest]
+        if trace is not None:
+            requests = replay(trace, model=model, rng=rng)
+        else:
+            prompt_lengths, output_lengths = length_profile(lengths)
+            requests = synthetic(
+                count=count,
+                arrivals=gamma_arrivals(rate=rate, cv=cv, rng=rng),
+                prompt_lengths=prompt_lengths,
+                output_lengths=output_lengths,
+                model=model,
+                rng=rng,
+            )
+        policy = build_policy(policy_name, PolicyContext(rng=random.Random(seed + 1)))
+        result = simulate(
+            pods=spec.pods,
+            requests=requests,
+            policy=policy,
+            seed=seed,
+            scrape_interval_s=scrape_interval_s,
+            max_retries=max_retries,
+        )
+    except (SpecError, WorkloadError, SimulationError, ValueError) as exc:
+        print(f"igw sim run: {exc}", file=sys.stderr)
+        return 2
+    summary = result.summary()
+    print(json.dumps(summary, indent=2))
+    if records_path is not None:
+        with open(records_path, "w", encoding="utf-8") as fh:
+            for rec in result.records:
+                fh.write(json.dumps(asdict(rec)) + "\n")
+    return 0

@@ -1,0 +1,603 @@
+"""A live, OpenAI-compatible model server (vLLM or SGLang flavour) wrapping one :class:`Engine`.
+
+Cheap on CPU by construction: the engine is stepped by one asyncio task per pod that sleeps exactly
+until the end of the current step (virtual step time x ``time_scale``) - no polling, no busy loop - so a
+single event loop can host many pods. Requests join the engine's waiting queue when they arrive and
+are scheduled at the next step boundary (continuous batching). Client disconnect cancels the handler
+(aiohttp ``handler_cancellation``), which aborts the request and frees its KV blocks at once.
+
+Faults (``FaultSpec``) are applied per pod, at start or at run time through :meth:`LivePod.inject`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from aiohttp import web
+
+from igw.sim.engine import Engine, EngineRequest, RequestRejected
+from igw.sim.metrics_page import CONTENT_TYPE, PageContext, render_sglang, render_vllm
+from igw.sim.pod_stats import PodStats
+from igw.sim.spec import EngineKind, FaultKind, FaultSpec, PodSpec, StreamCut
+from igw.sim.tokens import count_tokens, generated_text, output_token_text, request_block_hashes
+
+TIME_SCALE_HEADER: Final = "x-igw-sim-time-scale"
+MAX_BODY_BYTES: Final = 8 * 1024 * 1024
+DEFAULT_MAX_TOKENS_COMPLETIONS: Final = 16
+DEFAULT_MAX_TOKENS_CHAT: Final = 128
+RESYNC_WALL_S: Final = 0.05
+"""A pod whose step ends more than this (wall seconds) late restarts its virtual clock from now."""
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ApiError(Exception):
+    """An OpenAI-style error response (vLLM's ``ErrorResponse`` shape)."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+    def response(self) -> web.Response:
+        kind = {400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError"}.get(
+            self.status, "InternalServerError"
+        )
+        body = {
+            "object": "error",
+            "message": self.message,
+            "type": kind,
+            "param": self.param,
+            "code": self.status,
+        }
+        return web.json_response(body, status=self.status, dumps=lambda o: orjson.dumps(o).decode())
+
+
+@dataclass(slots=True)
+class _Parsed:
+    model: str
+    adapter: str | None
+    prompt_text: str
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    chat: bool
+
+
+class _Stream:
+    """Token events of one request, pushed by the driver and consumed by its handler."""
+
+    __slots__ = ("done", "queue", "req")
+
+    def __init__(self, req: EngineRequest) -> None:
+        self.req = req
+        self.queue: asyncio.Queue[int] = asyncio.Queue()
+        self.done = False
+
+
+class LivePod:
+    """One simulated model-server pod on a real loopback socket."""
+
+    def __init__(self, *, spec: PodSpec, seed: int, time_scale: float, host: str = "127.0.0.1") -> None:
+        self.spec = spec
+        self.host = host
+        self.time_scale = time_scale
+        self.preset = spec.resolved_preset()
+        self._rng = random.Random(seed)
+        self.engine = Engine(
+            preset=self.preset,
+            rng=random.Random(seed ^ 0x5EED),
+            jitter_sigma=spec.jitter_sigma,
+            prefix_caching=spec.prefix_caching,
+            max_loras=spec.effective_max_loras,
+        )
+        self.stats = PodStats(max_model_len=self.preset.max_model_len)
+        self.port = spec.port
+        self.faults: dict[FaultKind, FaultSpec] = {}
+        self._created_unix = time.time()
+        self._ctx = PageContext(
+            model_name=spec.model_name,
+            version=spec.version,
+            max_model_len=self.preset.max_model_len,
+            gpu_memory_utilization=self.preset.gpu_memory_utilization,
+            prefix_caching=spec.prefix_caching,
+            created_unix=self._created_unix,
+            max_lora=spec.effective_max_loras,
+        )
+        self._streams: dict[str, _Stream] = {}
+        self._active: dict[int, web.Request] = {}
+        self._ids = itertools.count()
+        self._wake = asyncio.Event()
+        self._unhang = asyncio.Event()
+        self._unhang.set()
+        self._frozen_page: str | None = None
+        self._vclock = 0.0
+        self._t0 = 0.0
+        self._driver: asyncio.Task[None] | None = None
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._gen_mark = (0.0, 0)
+        self._gen_throughput = 0.0
+        self.killed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def key(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def vnow(self) -> float:
+        """Virtual (GPU) seconds since start: wall seconds / time_scale."""
+        return (asyncio.get_running_loop().time() - self._t0) / self.time_scale
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._t0 = loop.time()
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._middleware])
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        await self._listen()
+        self._driver = asyncio.create_task(self._drive(), name=f"sim-pod-{self.spec.name}")
+        for fault in self.spec.faults:
+            await self.inject(fault)
+
+    async def _listen(self) -> None:
+        assert self._runner is not None
+        self._site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await self._site.start()
+        server = self._site._server
+        if self.port == 0 and server is not None:
+            sockets = getattr(server, "sockets", None) or []
+            self.port = sockets[0].getsockname()[1]
+        self.killed = False
+
+    async def stop(self) -> None:
+        self._unhang.set()
+        if self._driver is not None:
+            self._driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._driver
+            self._driver = None
+        self._cut_all(StreamCut.FIN)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ------------------------------------------------------------------ faults
+    async def inject(self, fault: FaultSpec) -> None:
+        """Start a fault now (replacing one of the same kind)."""
+        self.faults[fault.kind] = fault
+        if fault.kind is FaultKind.SLOW:
+            self.engine.slowdown = fault.factor
+        elif fault.kind is FaultKind.HANG:
+            self._unhang.clear()
+        elif fault.kind is FaultKind.FREEZE_METRICS:
+            self._frozen_page = self._render()
+        elif fault.kind is FaultKind.KILL and not self.killed:
+            self.killed = True
+            if self._site is not None:
+                await self._site.stop()
+                self._site = None
+            self._cut_all(StreamCut.RST)
+
+    async def clear(self, kind: FaultKind | None = None) -> None:
+        """End one fault (or all); a killed pod listens again on the same port."""
+        kinds = list(self.faults) if kind is None else [kind]
+        for k in kinds:
+            self.faults.pop(k, None)
+            if k is FaultKind.SLOW:
+                self.engine.slowdown = 1.0
+            elif k is FaultKind.HANG:
+                self._unhang.set()
+            elif k is FaultKind.FREEZE_METRICS:
+                self._frozen_page = None
+            elif k is FaultKind.KILL and self.killed:
+                await self._listen()
+
+    def _cut_all(self, mode: StreamCut) -> None:
+        now = self._vnow_safe()
+        for stream in list(self._streams.values()):
+            self.engine.abort(stream.req.request_id, now=now)
+        for request in list(self._active.values()):
+            _cut_connection(request, mode)
+        self._active.clear()
+
+    def _vnow_safe(self) -> float:
+        try:
+            return self.vnow()
+        except RuntimeError:
+            return self._vclock
+
+    # ------------------------------------------------------------------ engine driver
+    async def _drive(self) -> None:
+        """Step the engine in virtual time mapped to wall time; sleeps while idle."""
+        engine = self.engine
+        stats = self.stats
+        while True:
+            if not engine.has_work():
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            # Keep virtual time continuous across timer overshoot (sleep targets are absolute, so a late
+            # wake-up does not accumulate); re-sync only when the loop fell clearly behind or was idle.
+            vnow = self.vnow()
+            start = self._vclock if vnow - self._vclock < RESYNC_WALL_S / self.time_scale else vnow
+            q0, h0 = engine.counters.prefix_queries, engine.counters.prefix_hits
+            batch = engine.schedule(start)
+            if batch is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            dq = engine.counters.prefix_queries - q0
+            if dq:
+                stats.last_prefill_hit_rate = (engine.counters.prefix_hits - h0) / dq
+            end = start + batch.duration
+            delay = (end - self.vnow()) * self.time_scale
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._vclock = end
+            previous = {r.request_id: r.last_token_at for r in batch.requests}
+            out = engine.complete(batch, end)
+            stats.iteration_tokens.observe(batch.num_tokens)
+            for req in out.emitted:
+                stats.on_token(req, previous_token_at=previous.get(req.request_id), now=end)
+                stream = self._streams.get(req.request_id)
+                if stream is not None:
+                    stream.queue.put_nowait(req.output_tokens)
+            for req in out.finished:
+                stats.on_finish(req, requested_max_tokens=req.max_output_tokens)
+                stream = self._streams.get(req.request_id)
+                if stream is not None:
+                    stream.done = True
+                    stream.queue.put_nowait(-1)
+            if self.spec.effective_max_loras:
+                stats.note_lora_state(
+                    running=",".join(sorted(engine.running_adapters())),
+                    waiting=",".join(sorted(engine.waiting_adapters())),
+                    unix_now=time.time(),
+                )
+
+    # ------------------------------------------------------------------ HTTP
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.monotonic()
+        self._active[id(request)] = request
+        status = 500
+        try:
+            if not self._unhang.is_set():
+                await self._unhang.wait()
+            try:
+                response = await handler(request)
+            except ApiError as exc:
+                response = exc.response()
+            except web.HTTPException as exc:
+                status = exc.status
+                raise
+            if not response.prepared:
+                response.headers[TIME_SCALE_HEADER] = repr(self.time_scale)
+            status = response.status
+            return response
+        finally:
+            self._active.pop(id(request), None)
+            if request.path not in ("/metrics", "/health"):
+                # Unmatched paths are grouped as "none" like prometheus-fastapi-instrumentator, so a
+                # scanner cannot grow the page without bound.
+                resource = request.match_info.route.resource
+                self.stats.on_http(
+                    handler=resource.canonical if resource is not None else "none",
+                    method=request.method,
+                    status=status,
+                    duration_s=time.monotonic() - started,
+                )
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        created = int(self._created_unix)
+        base = self.spec.model_name
+        owner = "vllm" if self.spec.engine is EngineKind.VLLM else "sglang"
+        data: list[dict[str, Any]] = [
+            {
+                "id": base,
+                "object": "model",
+                "created": created,
+                "owned_by": owner,
+                "root": base,
+                "parent": None,
+                "max_model_len": self.preset.max_model_len,
+            }
+        ]
+        data += [
+            {
+                "id": a,
+                "object": "model",
+                "created": created,
+                "owned_by": owner,
+                "root": f"/adapters/{a}",
+                "parent": base,
+            }
+            for a in self.spec.lora_adapters
+        ]
+        return _json({"object": "list", "data": data})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if not self.spec.exposes_metrics:
+            return web.Response(status=404, text="Not Found")
+        text = self._frozen_page if self._frozen_page is not None else self._render()
+        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+
+    def _render(self) -> str:
+        vnow = self._vnow_safe()
+        if self.spec.engine is EngineKind.SGLANG:
+            t_mark, g_mark = self._gen_mark
+            gen = self.engine.counters.generation_tokens
+            if vnow - t_mark >= 1.0:
+                self._gen_throughput = (gen - g_mark) / (vnow - t_mark)
+                self._gen_mark = (vnow, gen)
+            return render_sglang(
+                ctx=self._ctx, engine=self.engine, stats=self.stats, gen_throughput=self._gen_throughput
+            )
+        return render_vllm(
+            ctx=self._ctx,
+            engine=self.engine,
+            stats=self.stats,
+            unix_now=time.time(),
+            uptime_s=time.time() - self._created_unix,
+        )
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        body = await _read_json(request)
+        parsed = self._parse(body, chat=chat)
+        err = self.faults.get(FaultKind.ERROR_RATE)
+        if err is not None and self._rng.random() < err.rate:
+            raise ApiError(err.status, "injected fault: simulated server error")
+        self.stats.requests_received += 1
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{self.spec.name}-{next(self._ids)}"
+        req = EngineRequest(
+            request_id=request_id,
+            prompt_tokens=count_tokens(parsed.prompt_text),
+            max_output_tokens=parsed.max_tokens,
+            block_hashes=request_block_hashes(
+                parsed.prompt_text,
+                output_tokens=parsed.max_tokens,
+                block_size=self.engine.block_size,
+                salt=parsed.adapter or "",
+            ),
+            adapter=parsed.adapter,
+            arrival=self.vnow(),
+        )
+        try:
+            self.engine.add(req)
+        except RequestRejected as exc:
+            raise ApiError(400, str(exc), param="max_tokens" if "max_tokens" in str(exc) else None) from None
+        stream = _Stream(req)
+        self._streams[request_id] = stream
+        self._wake.set()
+        try:
+            if parsed.stream:
+                return await self._respond_stream(request, parsed, stream)
+            return await self._respond_whole(parsed, stream)
+        finally:
+            self._streams.pop(request_id, None)
+            if req.finish_reason is None:
+                self.engine.abort(request_id, now=self._vnow_safe())
+
+    def _parse(self, body: object, *, chat: bool) -> _Parsed:
+        if not isinstance(body, dict):
+            raise ApiError(400, "request body must be a JSON object")
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise ApiError(400, "'model' is required and must be a string", param="model")
+        adapter: str | None = None
+        if model != self.spec.model_name:
+            if model not in self.spec.lora_adapters:
+                raise ApiError(404, f"The model `{model}` does not exist.", param="model")
+            adapter = model
+        if chat:
+            prompt_text = _chat_prompt(body.get("messages"))
+            raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
+            default_max = DEFAULT_MAX_TOKENS_CHAT
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                prompt = prompt[0]
+            if not isinstance(prompt, str) or not prompt:
+                raise ApiError(400, "'prompt' must be a non-empty string", param="prompt")
+            prompt_text = prompt
+            raw_max = body.get("max_tokens")
+            default_max = DEFAULT_MAX_TOKENS_COMPLETIONS
+        if raw_max is None:
+            max_tokens = default_max
+        elif isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1:
+            raise ApiError(400, "'max_tokens' must be a positive integer", param="max_tokens")
+        else:
+            max_tokens = raw_max
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise ApiError(400, "'stream' must be a boolean", param="stream")
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise ApiError(400, "'stream_options' must be an object", param="stream_options")
+        include_usage = bool(options.get("include_usage", False))
+        return _Parsed(model, adapter, prompt_text, max_tokens, stream, include_usage, chat)
+
+    def _usage(self, req: EngineRequest) -> dict[str, Any]:
+        return {
+            "prompt_tokens": req.prompt_tokens,
+            "completion_tokens": req.output_tokens,
+            "total_tokens": req.prompt_tokens + req.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
+        }
+
+    async def _respond_whole(self, parsed: _Parsed, stream: _Stream) -> web.Response:
+        while await stream.queue.get() != -1:
+            pass
+        req = stream.req
+        text = generated_text(req.output_tokens)
+        created = int(time.time())
+        if parsed.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": req.finish_reason,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason}
+            obj = "text_completion"
+        return _json(
+            {
+                "id": req.request_id,
+                "object": obj,
+                "created": created,
+                "model": parsed.model,
+                "choices": [choice],
+                "usage": self._usage(req),
+            }
+        )
+
+    async def _respond_stream(
+        self, request: web.Request, parsed: _Parsed, stream: _Stream
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                TIME_SCALE_HEADER: repr(self.time_scale),
+            }
+        )
+        await resp.prepare(request)
+        req = stream.req
+        created = int(time.time())
+        obj = "chat.completion.chunk" if parsed.chat else "text_completion"
+        cut = self.faults.get(FaultKind.DIE_MID_STREAM)
+        sent = 0
+        if parsed.chat:
+            first = {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+            await resp.write(_sse(req.request_id, obj, created, parsed.model, first))
+        while True:
+            idx = await stream.queue.get()
+            if idx == -1:
+                break
+            if cut is not None and sent >= cut.after_tokens:
+                self.engine.abort(req.request_id, now=self._vnow_safe())
+                _cut_connection(request, cut.mode)
+                if cut.mode is StreamCut.STALL:
+                    await asyncio.Event().wait()
+                return resp
+            finish = "length" if idx >= req.max_output_tokens else None
+            text = output_token_text(idx - 1)
+            if parsed.chat:
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "delta": {"content": text},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            else:
+                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            await resp.write(_sse(req.request_id, obj, created, parsed.model, choice))
+            sent += 1
+        if parsed.include_usage:
+            payload = {
+                "id": req.request_id,
+                "object": obj,
+                "created": created,
+                "model": parsed.model,
+                "choices": [],
+                "usage": self._usage(req),
+            }
+            await resp.write(b"data: " + orjson.dumps(payload) + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+def _sse(rid: str, obj: str, created: int, model: str, choice: dict[str, Any]) -> bytes:
+    payload = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _json(obj: object, *, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
+
+
+async def _read_json(request: web.Request) -> object:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, f"request body larger than {MAX_BODY_BYTES} bytes") from None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+
+
+def _chat_prompt(messages: object) -> str:
+    """Flatten chat messages with a simple template (``<|role|>content``); roles are part of the prefix."""
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+    parts: list[str] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(
+                400, f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]"
+            )
+        content = m.get("content", "")
+        if isinstance(content, list):
+            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            content = "".join(t for t in texts if isinstance(t, str))
+        if not isinstance(content, str):
+            raise ApiError(
+                400, f"messages[{i}].content must be a string or text parts", param=f"messages[{i}].content"
+            )
+        parts.append(f"<|{m['role']}|>{content}")
+    return "".join(parts) + "<|assistant|>"
+
+
+def _cut_connection(request: web.Request, mode: StreamCut) -> None:
+    """Drop a client connection: FIN (orderly close), RST (linger 0) or STALL (leave it open, silent)."""
+    if mode is StreamCut.STALL:
+        return
+    transport = request.transport
+    if transport is None:
+        return
+    if mode is StreamCut.RST:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    else:
+        transport.close()

@@ -1,0 +1,384 @@
+"""Typed description of a simulated fleet (``FleetSpec`` / ``PodSpec`` / ``FaultSpec``) and its YAML loader.
+
+The same ``PodSpec`` drives a live pod (:mod:`igw.sim.live`) and a DES pod (:mod:`igw.sim.des`), so
+the two modes cannot drift apart. Loading is strict: unknown fields, wrong types and bad values raise
+:class:`SpecError` naming the offending field path (``pods[1].engine_version``) and nothing is started.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import yaml
+from packaging.version import InvalidVersion, Version
+
+from igw.sim.presets import PRESETS, Preset, get_preset
+
+_E = TypeVar("_E", bound=enum.StrEnum)
+
+
+class SpecError(ValueError):
+    """A fleet spec is invalid; the message starts with the field path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+class EngineKind(enum.StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
+class FaultKind(enum.StrEnum):
+    KILL = "kill"
+    """Stop listening: connections are refused; in-flight streams are cut."""
+    HANG = "hang"
+    """Accept connections and never answer (every endpoint, /metrics and /health included)."""
+    FREEZE_METRICS = "freeze_metrics"
+    """Serve the /metrics page captured when the fault started (stale values)."""
+    SLOW = "slow"
+    """Multiply every engine step time by ``factor``."""
+    ERROR_RATE = "error_rate"
+    """Answer a fraction ``rate`` of inference requests with HTTP ``status``."""
+    DIE_MID_STREAM = "die_mid_stream"
+    """Cut every streaming response after ``after_tokens`` tokens (``mode``: fin, rst or stall)."""
+
+
+class StreamCut(enum.StrEnum):
+    FIN = "fin"
+    RST = "rst"
+    STALL = "stall"
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    kind: FaultKind
+    factor: float = 1.0
+    rate: float = 0.0
+    status: int = 500
+    after_tokens: int = 1
+    mode: StreamCut = StreamCut.FIN
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, FaultKind):
+            object.__setattr__(self, "kind", _enum(FaultKind, self.kind, "kind"))
+        if not isinstance(self.mode, StreamCut):
+            object.__setattr__(self, "mode", _enum(StreamCut, self.mode, "mode"))
+
+    @classmethod
+    def from_mapping(cls, data: object, *, path: str) -> FaultSpec:
+        m = _mapping(data, path)
+        _only(m, {"kind", "factor", "rate", "status", "after_tokens", "mode"}, path)
+        kind = _enum(FaultKind, _req(m, "kind", path), f"{path}.kind")
+        factor = _number(m.get("factor", 1.0), f"{path}.factor", minimum=0.01)
+        rate = _number(m.get("rate", 0.0), f"{path}.rate", minimum=0.0, maximum=1.0)
+        status = _int(m.get("status", 500), f"{path}.status", minimum=400, maximum=599)
+        after = _int(m.get("after_tokens", 1), f"{path}.after_tokens", minimum=0)
+        mode = _enum(StreamCut, m.get("mode", "fin"), f"{path}.mode")
+        return cls(kind=kind, factor=factor, rate=rate, status=status, after_tokens=after, mode=mode)
+
+    def to_mapping(self) -> dict[str, object]:
+        return {
+            "kind": self.kind.value,
+            "factor": self.factor,
+            "rate": self.rate,
+            "status": self.status,
+            "after_tokens": self.after_tokens,
+            "mode": self.mode.value,
+        }
+
+
+SGLANG_MIN_METRICS_VERSION: Final = Version("0.3.5.post1")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_ADAPTER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    """One simulated model-server pod."""
+
+    preset: str
+    name: str = ""
+    engine: EngineKind = EngineKind.VLLM
+    engine_version: str = "0.10.1"
+    enable_metrics: bool = True
+    """SGLang's ``--enable-metrics`` (vLLM always serves /metrics)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    lora_adapters: tuple[str, ...] = ()
+    max_loras: int = 0
+    """GPU LoRA slots; 0 means 1 when adapters are configured (vLLM's default ``--max-loras``)."""
+    served_model_name: str = ""
+    """Base model name in the API; defaults to the preset's HuggingFace name."""
+    port: int = 0
+    faults: tuple[FaultSpec, ...] = ()
+    jitter_sigma: float = 0.05
+    prefix_caching: bool = True
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+
+    def __post_init__(self) -> None:
+        """Coerce plain strings/lists (direct construction in Python) to the typed forms."""
+        if not isinstance(self.engine, EngineKind):
+            object.__setattr__(self, "engine", _enum(EngineKind, self.engine, "engine"))
+        if self.preset not in PRESETS:
+            raise SpecError("preset", f"unknown preset {self.preset!r}; known: {', '.join(sorted(PRESETS))}")
+        object.__setattr__(self, "lora_adapters", tuple(self.lora_adapters))
+        object.__setattr__(self, "faults", tuple(self.faults))
+        try:
+            Version(self.engine_version)
+        except InvalidVersion:
+            raise SpecError("engine_version", f"not a valid version: {self.engine_version!r}") from None
+
+    def resolved_preset(self) -> Preset:
+        """The preset with this pod's scheduler overrides applied."""
+        preset = get_preset(self.preset)
+        changes: dict[str, object] = {}
+        if self.max_num_seqs is not None:
+            changes["max_num_seqs"] = self.max_num_seqs
+        if self.max_num_batched_tokens is not None:
+            changes["max_num_batched_tokens"] = self.max_num_batched_tokens
+        if self.gpu_memory_utilization is not None:
+            changes["gpu_memory_utilization"] = self.gpu_memory_utilization
+        return preset.with_overrides(**changes) if changes else preset
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or get_preset(self.preset).model.served_name
+
+    @property
+    def effective_max_loras(self) -> int:
+        if not self.lora_adapters:
+            return 0
+        return self.max_loras if self.max_loras > 0 else 1
+
+    @property
+    def version(self) -> Version:
+        return Version(self.engine_version)
+
+    @property
+    def exposes_metrics(self) -> bool:
+        """SGLang serves /metrics only with --enable-metrics and from 0.3.5.post1 on."""
+        if self.engine is EngineKind.VLLM:
+            return True
+        return self.enable_metrics and self.version >= SGLANG_MIN_METRICS_VERSION
+
+    @classmethod
+    def from_mapping(cls, data: object, *, path: str) -> PodSpec:
+        m = _mapping(data, path)
+        allowed = {
+            "preset",
+            "name",
+            "engine",
+            "engine_version",
+            "enable_metrics",
+            "labels",
+            "lora_adapters",
+            "max_loras",
+            "served_model_name",
+            "port",
+            "faults",
+            "jitter_sigma",
+            "prefix_caching",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "gpu_memory_utilization",
+            "replicas",
+        }
+        _only(m, allowed, path)
+        preset = _str(_req(m, "preset", path), f"{path}.preset")
+        if preset not in PRESETS:
+            raise SpecError(
+                f"{path}.preset", f"unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}"
+            )
+        version = _str(m.get("engine_version", "0.10.1"), f"{path}.engine_version")
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise SpecError(f"{path}.engine_version", f"not a valid version: {version!r}") from None
+        labels_raw = _mapping(m.get("labels", {}), f"{path}.labels")
+        labels: dict[str, str] = {}
+        for k, v in labels_raw.items():
+            kp = f"{path}.labels.{k}"
+            if not isinstance(k, str) or not _LABEL_KEY.match(k):
+                raise SpecError(kp, "not a valid Kubernetes label key")
+            value = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+            if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+                raise SpecError(kp, f"not a valid Kubernetes label value: {v!r}")
+            labels[k] = value
+        adapters_raw = _list(m.get("lora_adapters", []), f"{path}.lora_adapters")
+        adapters: list[str] = []
+        for i, a in enumerate(adapters_raw):
+            ap = f"{path}.lora_adapters[{i}]"
+            if not isinstance(a, str) or not _ADAPTER.match(a):
+                raise SpecError(ap, f"not a valid adapter name: {a!r}")
+            if a in adapters:
+                raise SpecError(ap, f"duplicate adapter {a!r}")
+            adapters.append(a)
+        faults = tuple(
+            FaultSpec.from_mapping(f, path=f"{path}.faults[{i}]")
+            for i, f in enumerate(_list(m.get("faults", []), f"{path}.faults"))
+        )
+        gmu = m.get("gpu_memory_utilization")
+        return cls(
+            preset=preset,
+            name=_str(m.get("name", ""), f"{path}.name"),
+            engine=_enum(EngineKind, m.get("engine", "vllm"), f"{path}.engine"),
+            engine_version=version,
+            enable_metrics=_bool(m.get("enable_metrics", True), f"{path}.enable_metrics"),
+            labels=labels,
+            lora_adapters=tuple(adapters),
+            max_loras=_int(m.get("max_loras", 0), f"{path}.max_loras", minimum=0, maximum=256),
+            served_model_name=_str(m.get("served_model_name", ""), f"{path}.served_model_name"),
+            port=_int(m.get("port", 0), f"{path}.port", minimum=0, maximum=65535),
+            faults=faults,
+            jitter_sigma=_number(
+                m.get("jitter_sigma", 0.05), f"{path}.jitter_sigma", minimum=0.0, maximum=1.0
+            ),
+            prefix_caching=_bool(m.get("prefix_caching", True), f"{path}.prefix_caching"),
+            max_num_seqs=_opt_int(m.get("max_num_seqs"), f"{path}.max_num_seqs"),
+            max_num_batched_tokens=_opt_int(
+                m.get("max_num_batched_tokens"), f"{path}.max_num_batched_tokens"
+            ),
+            gpu_memory_utilization=None
+            if gmu is None
+            else _number(gmu, f"{path}.gpu_memory_utilization", minimum=0.05, maximum=1.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    """A fleet: pods (``replicas`` already expanded, names unique) plus global knobs."""
+
+    pods: tuple[PodSpec, ...]
+    time_scale: float = 1.0
+    """Wall seconds per simulated GPU second: 10 runs ten times slower than a GPU, 0.1 ten times faster."""
+    seed: int = 0
+    host: str = "127.0.0.1"
+
+    @classmethod
+    def from_mapping(cls, data: object, *, path: str = "spec") -> FleetSpec:
+        m = _mapping(data, path)
+        _only(m, {"pods", "time_scale", "seed", "host"}, path)
+        raw_pods = _list(_req(m, "pods", path), f"{path}.pods")
+        if not raw_pods:
+            raise SpecError(f"{path}.pods", "must list at least one pod")
+        pods: list[PodSpec] = []
+        names: set[str] = set()
+        for i, raw in enumerate(raw_pods):
+            pp = f"{path}.pods[{i}]"
+            pod = PodSpec.from_mapping(raw, path=pp)
+            replicas = _int(_mapping(raw, pp).get("replicas", 1), f"{pp}.replicas", minimum=1, maximum=4096)
+            if replicas > 1 and pod.port:
+                raise SpecError(f"{pp}.port", "a fixed port cannot be combined with replicas > 1")
+            base = pod.name or f"pod-{i}"
+            for r in range(replicas):
+                name = base if replicas == 1 else f"{base}-{r}"
+                if name in names:
+                    raise SpecError(f"{pp}.name", f"duplicate pod name {name!r}")
+                names.add(name)
+                pods.append(_with_name(pod, name))
+        host = _str(m.get("host", "127.0.0.1"), f"{path}.host")
+        return cls(
+            pods=tuple(pods),
+            time_scale=_number(m.get("time_scale", 1.0), f"{path}.time_scale", minimum=1e-3, maximum=1e3),
+            seed=_int(m.get("seed", 0), f"{path}.seed", minimum=0),
+            host=host,
+        )
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> FleetSpec:
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise SpecError(str(p), f"cannot read: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise SpecError(str(p), f"invalid YAML: {exc}") from None
+        return cls.from_mapping(data, path="spec")
+
+
+def _with_name(pod: PodSpec, name: str) -> PodSpec:
+    return replace(pod, name=name)
+
+
+# ---------------------------------------------------------------------- field readers
+def _mapping(v: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise SpecError(path, f"expected a mapping, got {type(v).__name__}")
+    return v
+
+
+def _list(v: object, path: str) -> Sequence[Any]:
+    if not isinstance(v, list):
+        raise SpecError(path, f"expected a list, got {type(v).__name__}")
+    return v
+
+
+def _only(m: Mapping[str, Any], allowed: set[str], path: str) -> None:
+    for k in m:
+        if k not in allowed:
+            raise SpecError(f"{path}.{k}", f"unknown field; allowed: {', '.join(sorted(allowed))}")
+
+
+def _req(m: Mapping[str, Any], key: str, path: str) -> Any:
+    if key not in m:
+        raise SpecError(f"{path}.{key}", "required field is missing")
+    return m[key]
+
+
+def _str(v: object, path: str) -> str:
+    if not isinstance(v, str):
+        raise SpecError(path, f"expected a string, got {type(v).__name__}")
+    return v
+
+
+def _bool(v: object, path: str) -> bool:
+    if not isinstance(v, bool):
+        raise SpecError(path, f"expected true or false, got {v!r}")
+    return v
+
+
+def _int(v: object, path: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise SpecError(path, f"expected an integer, got {v!r}")
+    if minimum is not None and v < minimum:
+        raise SpecError(path, f"must be >= {minimum}, got {v}")
+    if maximum is not None and v > maximum:
+        raise SpecError(path, f"must be <= {maximum}, got {v}")
+    return v
+
+
+def _opt_int(v: object, path: str) -> int | None:
+    return None if v is None else _int(v, path, minimum=1)
+
+
+def _number(v: object, path: str, *, minimum: float | None = None, maximum: float | None = None) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise SpecError(path, f"expected a number, got {v!r}")
+    f = float(v)
+    if f != f:
+        raise SpecError(path, "must not be NaN")
+    if minimum is not None and f < minimum:
+        raise SpecError(path, f"must be >= {minimum}, got {f}")
+    if maximum is not None and f > maximum:
+        raise SpecError(path, f"must be <= {maximum}, got {f}")
+    return f
+
+
+def _enum(cls: type[_E], v: object, path: str) -> _E:
+    if not isinstance(v, str):
+        raise SpecError(path, f"expected a string, got {v!r}")
+    try:
+        return cls(v)
+    except ValueError:
+        raise SpecError(path, f"must be one of {', '.join(e.value for e in cls)}, got {v!r}") from None

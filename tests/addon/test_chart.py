@@ -1,0 +1,249 @@
+"""The chart, rendered and linted by Helm's own SDK, every object validated; the EKS add-on rules scan."""
+
+from __future__ import annotations
+
+import copy
+
+import kubernetes_validate
+import pytest
+import yaml
+from igw.addon import chart, configuration, pins, schemas
+from igw.config.validate import validate_document
+
+K8S_VERSION = "1.34.0"
+VALUE_SETS = {
+    "defaults": {},
+    "lb-tls": {
+        "service": {"tls": {"certificateArn": "arn:aws:acm:us-west-2:111111111111:certificate/abc-123"}}
+    },
+    "plain-http-clusterip": {"certManager": {"enabled": False}, "service": {"type": "ClusterIP"}},
+    "monitoring-hard-affinity": {
+        "serviceMonitor": {"enabled": True},
+        "podAntiAffinity": "hard",
+        "replicaCount": 3,
+        "rbac": {"namespaces": ["models-a", "models-b"]},
+    },
+    "irsa-external-issuer": {
+        "serviceAccount": {"roleArn": "arn:aws:iam::111111111111:role/igw-gateway"},
+        "certManager": {"selfSigned": False, "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}},
+        "crds": {"enabled": False},
+    },
+}
+
+
+@pytest.fixture(scope="module", params=sorted(VALUE_SETS))
+def rendered(request):
+    return request.param, chart.render(
+        VALUE_SETS[request.param], release="igw", namespace=pins.ADDON_NAMESPACE
+    )
+
+
+def _kinds(objects):
+    return [o["kind"] for o in objects]
+
+
+def test_every_rendered_object_is_valid(rendered):
+    _, objects = rendered
+    for obj in objects:
+        if obj["apiVersion"].startswith(("cert-manager.io", "monitoring.coreos.com")):
+            assert obj["metadata"]["name"], obj  # third-party CRs: shape only
+            assert obj["spec"], obj
+            continue
+        if obj["kind"] == "CustomResourceDefinition":
+            assert obj["spec"]["names"]["kind"] == "InferenceGatewayConfig"
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        if obj["kind"] == "ConfigMap":
+            document = yaml.safe_load(obj["data"]["inferencegatewayconfig.yaml"])
+            assert validate_document(document) == []
+
+
+def test_deployment_is_hardened(rendered):
+    _, objects = rendered
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deployment["spec"]["replicas"] >= 2
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    context = container["securityContext"]
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"]
+    assert container["resources"]["limits"]
+    assert {"livenessProbe", "readinessProbe", "startupProbe"} <= set(container)
+    assert pod["affinity"]["podAntiAffinity"]
+    assert pod["terminationGracePeriodSeconds"] > container["lifecycle"]["preStop"]["sleep"]["seconds"]
+
+
+def test_defaults_are_secure_and_complete(rendered):
+    name, objects = rendered
+    kinds = _kinds(objects)
+    for kind in (
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "Role",
+        "RoleBinding",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    ):
+        assert kind in kinds, (name, kind)
+    (service,) = [o for o in objects if o["kind"] == "Service"]
+    if service["spec"]["type"] == "LoadBalancer":
+        annotations = service["metadata"]["annotations"]
+        assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+        if "service.beta.kubernetes.io/aws-load-balancer-ssl-cert" in annotations:
+            policy = annotations["service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy"]
+            assert policy == "ELBSecurityPolicy-TLS13-1-2-2021-06"
+
+
+def test_rbac_is_least_privilege(rendered):
+    _, objects = rendered
+    roles = [o for o in objects if o["kind"] in ("Role", "ClusterRole")]
+    assert all(o["kind"] == "Role" for o in roles)
+    for role in roles:
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"]
+            assert "*" not in rule["resources"]
+            assert "secrets" not in rule["resources"]
+            if rule["resources"] != ["inferencegatewayconfigs/status"]:
+                assert set(rule["verbs"]) <= {"get", "list", "watch"}
+
+
+def test_default_render_has_crd_tls_and_no_servicemonitor():
+    kinds = _kinds(chart.render({}))
+    assert "CustomResourceDefinition" in kinds
+    assert "Certificate" in kinds
+    assert "Issuer" in kinds
+    assert "ServiceMonitor" not in kinds
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicaCount": 1}, "/replicaCount"),
+        ({"service": {"tls": {"sslPolicy": "ELBSecurityPolicy-2016-08"}}}, "/service/tls/sslPolicy"),
+        ({"image": {"tag": "latest"}}, "/image/tag"),
+        ({"bogus": 1}, "bogus"),
+        ({"podDisruptionBudget": {"minAvailable": 2}}, "podDisruptionBudget.minAvailable"),
+        ({"certManager": {"selfSigned": False}}, "certManager.issuerRef.name is required"),
+    ],
+    ids=["one-replica", "tls10-policy", "latest-tag", "unknown-key", "pdb-blocks-drain", "issuer-missing"],
+)
+def test_bad_values_fail_with_the_field(values, message):
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError) as caught:
+        chart.render(values)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("kube_version", [f"{v}.0" for v in pins.SUPPORTED_KUBERNETES_VERSIONS])
+def test_helm_lint_strict_passes(kube_version):
+    ci_values = yaml.safe_load((chart.chart_dir() / "ci" / "values.yaml").read_text())
+    result = chart.lint(ci_values, kube_version=kube_version)
+    assert result["errors"] == []
+    assert [m for m in result["messages"] if m["severity"] > 1] == []
+
+
+def test_chart_obeys_eks_addon_rules():
+    assert chart.addon_rule_violations() == []
+
+
+def test_rules_scan_catches_violations(tmp_path):
+    import shutil
+
+    copy_dir = tmp_path / "chart"
+    shutil.copytree(chart.chart_dir(), copy_dir)
+    (copy_dir / "templates" / "bad.yaml").write_text(
+        "metadata:\n  annotations:\n    helm.sh/hook: pre-install\n"
+        '  x: {{ lookup "v1" "Secret" "" "" }}\n  y: {{ .Release.Service }} {{ .Capabilities.KubeVersion }}\n'
+    )
+    metadata = yaml.safe_load((copy_dir / "Chart.yaml").read_text())
+    metadata["dependencies"] = [{"name": "x", "version": "1.0.0", "repository": "https://charts.example.com"}]
+    (copy_dir / "Chart.yaml").write_text(yaml.safe_dump(metadata))
+    rules = {v.rule for v in chart.addon_rule_violations(copy_dir)}
+    assert rules == {
+        "helm hook (helm.sh/hook)",
+        "lookup function",
+        ".Capabilities",
+        ".Release field other than Name/Namespace",
+        "unvendored dependency",
+    }
+
+
+def test_generated_files_are_fresh():
+    from igw.config import paths
+
+    root = paths.REPO_ROOT
+    for relative, target in schemas.GENERATORS:
+        generate = getattr(schemas, target.split(":")[1])
+        assert (root / relative).read_text(encoding="utf-8") == generate(root), (
+            f"{relative} is stale: run igw generate"
+        )
+
+
+def test_configuration_schema_is_draft06_and_closed():
+    schema = schemas.addon_configuration_schema()
+    assert schema["$schema"] == "http://json-schema.org/draft-06/schema#"
+    assert schema["definitions"]["InferenceGateway"]["additionalProperties"] is False
+    assert configuration.problems(yaml.safe_load((chart.chart_dir() / "values.yaml").read_text())) == []
+
+
+def test_configuration_values_errors_name_the_field():
+    assert configuration.problems({"service": {"scheme": "public"}})[0].startswith("service.scheme:")
+    spec = copy.deepcopy(
+        yaml.safe_load((chart.chart_dir() / "values.yaml").read_text())["gateway"]["config"]["spec"]
+    )
+    spec["schedulers"].append(dict(spec["schedulers"][0], name="second"))
+    found = configuration.problems({"gateway": {"config": {"name": "x", "spec": spec}}})
+    assert any(p.startswith("gateway.config.spec.schedulers[1].modelName") for p in found), found
+
+
+def test_package_produces_a_chart_archive(tmp_path):
+    archive = chart.package(destination=tmp_path)
+    assert archive.name == f"{pins.CHART_NAME}-{pins.CHART_VERSION}.tgz"
+    assert archive.stat().st_size > 1000
+
+
+def test_chart_metadata_matches_pins():
+    metadata = yaml.safe_load((chart.chart_dir() / "Chart.yaml").read_text())
+    assert metadata["version"] == pins.CHART_VERSION
+    assert metadata["appVersion"] == pins.APP_VERSION
+
+
+def test_helm_lint_reports_schema_violations():
+    result = chart.lint({"replicaCount": 1}, kube_version="1.34.0")
+    assert any("/replicaCount" in error for error in result["errors"])
+
+
+def _served_config(objects):
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    return yaml.safe_load(config_map["data"]["inferencegatewayconfig.yaml"])
+
+
+def test_pod_tls_is_configured_through_the_served_config():
+    served = _served_config(chart.render({}))
+    assert served["spec"]["extensions"]["tlsTermination"] == {
+        "certFile": "/etc/igw/tls/tls.crt",
+        "keyFile": "/etc/igw/tls/tls.key",
+    }
+    plain = _served_config(chart.render({"certManager": {"enabled": False}}))
+    assert "extensions" not in plain["spec"]
+
+
+def test_rbac_covers_the_served_config_namespace():
+    objects = chart.render(
+        {"gateway": {"config": {"namespace": "models"}}, "rbac": {"namespaces": ["models", "x"]}}
+    )
+    assert _served_config(objects)["metadata"]["namespace"] == "models"
+    assert sorted(o["metadata"]["namespace"] for o in objects if o["kind"] == "Role") == ["models", "x"]
+    bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert {b["subjects"][0]["namespace"] for b in bindings} == {pins.ADDON_NAMESPACE}
+
+
+def test_generators_are_registered_for_igw_generate():
+    from igw.config.generated_files import GENERATED_FILES
+
+    assert set(schemas.GENERATORS) <= set(GENERATED_FILES)

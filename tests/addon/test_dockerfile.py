@@ -1,0 +1,38 @@
+"""The gateway image's build file: multi-stage, pinned base, non-root, only the `gateway` extra."""
+
+from __future__ import annotations
+
+import re
+
+from igw.config import paths
+
+DOCKERFILE = paths.REPO_ROOT / "gateway_src" / "Dockerfile"
+
+
+def _instructions():
+    lines = [line.strip() for line in DOCKERFILE.read_text().splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_multi_stage_on_a_pinned_base():
+    text = DOCKERFILE.read_text()
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
+    assert base is not None
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base.group(1)), base.group(1)
+    stages = [line for line in _instructions() if line.startswith("FROM ")]
+    assert len(stages) == 2
+    assert all("${PYTHON_IMAGE}" in stage for stage in stages)
+
+
+def test_runs_as_non_root_matching_the_chart():
+    users = [line for line in _instructions() if line.startswith("USER ")]
+    assert users == ["USER ${UID}:${UID}"]
+    assert "ARG UID=10001" in _instructions()
+
+
+def test_installs_only_the_gateway_extra():
+    installs = " ".join(line for line in _instructions() if "pip install" in line or "[gateway]" in line)
+    assert "[gateway]" in installs
+    for forbidden in ("cdk", "ops", "sim", "dev", "aws-cdk-lib"):
+        assert f"[{forbidden}" not in installs
+        assert f",{forbidden}" not in installs

@@ -1,0 +1,286 @@
+"""``igw addon`` flows: EKS add-on calls through the one seam (botocore Stubber, checked against the real
+service model), clusters and IAM in moto."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from igw.addon import addon_version, operations, pins
+from igw.addon.eks_api import EksAddonApi
+from igw.cli import main as cli
+from moto import mock_aws
+
+REGION = "us-west-2"
+CLUSTER = "igw"
+ROLE = "igw-gateway"
+OURS = {"clusterName": CLUSTER, "addonName": pins.ADDON_NAME}
+
+
+class VirtualClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+@pytest.fixture(scope="module")
+def moto_aws():
+    """One moto account per module (cluster and gateway role are only read by the flows)."""
+    with mock_aws():
+        eks = boto3.client("eks", region_name=REGION)
+        iam = boto3.client("iam", region_name=REGION)
+        role = iam.create_role(RoleName="eks-cluster", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        eks.create_cluster(name=CLUSTER, roleArn=role, resourcesVpcConfig={"subnetIds": []})
+        gateway = iam.create_role(RoleName=ROLE, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        yield eks, iam, gateway, boto3.client("eks", region_name=REGION)
+
+
+@pytest.fixture
+def aws(moto_aws):
+    """A fresh Stubber on the add-on seam for each test; every stubbed response must be consumed."""
+    eks, iam, gateway, addon_client = moto_aws
+    stubber = Stubber(addon_client)
+    clients = operations.AwsClients(addons=EksAddonApi(addon_client), eks=eks, iam=iam)
+    with stubber:
+        yield clients, stubber, gateway
+    stubber.assert_no_pending_responses()
+
+
+def _addon(name, version, status="ACTIVE", **extra):
+    return {
+        "addon": {
+            "addonName": name,
+            "clusterName": CLUSTER,
+            "addonVersion": version,
+            "status": status,
+            **extra,
+        }
+    }
+
+
+def _dependencies_installed(stubber, *, skip=None, versions=None):
+    for dependency in pins.DEPENDENCY_ADDONS:
+        params = {"clusterName": CLUSTER, "addonName": dependency.name}
+        if dependency.name == skip:
+            stubber.add_client_error(
+                "describe_addon", "ResourceNotFoundException", "No addon", 404, expected_params=params
+            )
+            continue
+        version = (versions or {}).get(dependency.name, dependency.minimum)
+        stubber.add_response("describe_addon", _addon(dependency.name, version), params)
+
+
+def test_create_checks_then_creates_and_waits_for_active(aws):
+    clients, stubber, gateway = aws
+    _dependencies_installed(stubber)
+    stubber.add_response(
+        "create_addon",
+        _addon(pins.ADDON_NAME, pins.ADDON_VERSION, "CREATING"),
+        {
+            "clusterName": CLUSTER,
+            "addonName": pins.ADDON_NAME,
+            "addonVersion": pins.ADDON_VERSION,
+            "resolveConflicts": "OVERWRITE",
+            "configurationValues": '{"replicaCount":3}',
+            "podIdentityAssociations": [{"serviceAccount": pins.GATEWAY_SERVICE_ACCOUNT, "roleArn": gateway}],
+            "namespaceConfig": {"namespace": pins.ADDON_NAMESPACE},
+        },
+    )
+    for status in ("CREATING", "CREATING", "ACTIVE"):
+        stubber.add_response("describe_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION, status), OURS)
+    clock, lines = VirtualClock(), []
+    waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, poll_s=5, progress=lines.append)
+    addon = operations.create(
+        clients=clients, cluster=CLUSTER, role_arn=gateway, values={"replicaCount": 3}, wait=waiter
+    )
+    assert addon["status"] == "ACTIVE"
+    assert lines == [
+        f"{pins.ADDON_NAME} {pins.ADDON_VERSION}: CREATING",
+        f"{pins.ADDON_NAME} {pins.ADDON_VERSION}: ACTIVE",
+    ]
+    assert clock.now == 10
+
+
+def test_missing_dependency_addon_blocks_create(aws):
+    clients, stubber, gateway = aws
+    _dependencies_installed(stubber, skip="cert-manager")
+    with pytest.raises(operations.AddonOperationError) as caught:
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values={})
+    assert "dependency add-on cert-manager is not installed (needs >= v1.18.2-eksbuild.2" in str(caught.value)
+
+
+def test_old_dependency_version_blocks_create(aws):
+    clients, stubber, gateway = aws
+    _dependencies_installed(stubber, versions={"cert-manager": "v1.18.2-eksbuild.1"})
+    with pytest.raises(
+        operations.AddonOperationError,
+        match=r"cert-manager is v1\.18\.2-eksbuild\.1, needs >= v1\.18\.2-eksbuild\.2",
+    ):
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values={})
+
+
+def test_invalid_configuration_fails_before_any_call(aws):
+    clients, _stubber, gateway = aws  # no stubbed response: any API call would raise
+    with pytest.raises(operations.AddonOperationError) as caught:
+        operations.create(
+            clients=clients, cluster=CLUSTER, role_arn=gateway, values={"replicaCount": 1, "bogus": True}
+        )
+    text = str(caught.value)
+    assert "configurationValues.(root): Additional properties are not allowed ('bogus'" in text
+    assert "configurationValues.replicaCount" in text
+
+
+def test_missing_cluster_and_role_are_reported(aws):
+    clients, stubber, gateway = aws
+    with pytest.raises(operations.AddonOperationError, match="cluster 'nope' does not exist"):
+        operations.create(clients=clients, cluster="nope", role_arn=gateway, values={})
+    _dependencies_installed(stubber)
+    with pytest.raises(
+        operations.AddonOperationError, match=r"gateway IAM role .*missing-role does not exist"
+    ):
+        operations.create(
+            clients=clients,
+            cluster=CLUSTER,
+            role_arn="arn:aws:iam::123456789012:role/missing-role",
+            values={},
+        )
+
+
+def test_degraded_addon_prints_health_issues(aws):
+    clients, stubber, gateway = aws
+    _dependencies_installed(stubber)
+    stubber.add_response("create_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION, "CREATING"), None)
+    health = {
+        "issues": [{"code": "InsufficientNumberOfReplicas", "message": "0/2 ready", "resourceIds": ["igw"]}]
+    }
+    stubber.add_response(
+        "describe_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION, "DEGRADED", health=health), OURS
+    )
+    clock = VirtualClock()
+    with pytest.raises(operations.AddonOperationError) as caught:
+        operations.create(
+            clients=clients,
+            cluster=CLUSTER,
+            role_arn=gateway,
+            values={},
+            wait=operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic),
+        )
+    assert "is DEGRADED" in str(caught.value)
+    assert "InsufficientNumberOfReplicas: 0/2 ready [igw]" in str(caught.value)
+
+
+def test_wait_times_out(aws):
+    clients, stubber, _ = aws
+    for _ in range(3):
+        stubber.add_response("describe_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION, "CREATING"), OURS)
+    clock = VirtualClock()
+    waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, poll_s=10, timeout_s=20)
+    with pytest.raises(operations.AddonOperationError, match="timed out after 20 s"):
+        operations.wait_until_settled(clients=clients, cluster=CLUSTER, waiter=waiter)
+
+
+def test_update_and_delete(aws):
+    clients, stubber, _ = aws
+    stubber.add_response("describe_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION), OURS)
+    stubber.add_response(
+        "update_addon",
+        {"update": {"id": "u1", "status": "InProgress", "type": "AddonUpdate"}},
+        {
+            "clusterName": CLUSTER,
+            "addonName": pins.ADDON_NAME,
+            "resolveConflicts": "PRESERVE",
+            "configurationValues": '{"replicaCount":4}',
+        },
+    )
+    result = operations.update(
+        clients=clients,
+        cluster=CLUSTER,
+        values={"replicaCount": 4},
+        version=None,
+        resolve_conflicts="PRESERVE",
+    )
+    assert result["status"] == "InProgress"
+    stubber.add_response("describe_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION), OURS)
+    stubber.add_response(
+        "delete_addon",
+        _addon(pins.ADDON_NAME, pins.ADDON_VERSION, "DELETING"),
+        {"clusterName": CLUSTER, "addonName": pins.ADDON_NAME, "preserve": True},
+    )
+    assert operations.delete(clients=clients, cluster=CLUSTER, preserve=True)["status"] == "DELETING"
+
+
+def test_versions_sorted_newest_first(aws):
+    clients, stubber, _ = aws
+    page = {
+        "addons": [
+            {
+                "addonName": pins.ADDON_NAME,
+                "addonVersions": [
+                    {"addonVersion": "v1.5.0-eksbuild.1"},
+                    {"addonVersion": "v2.0.0-eksbuild.2"},
+                    {"addonVersion": "v2.0.0-eksbuild.10"},
+                ],
+            }
+        ]
+    }
+    stubber.add_response(
+        "describe_addon_versions", {**page, "nextToken": "t"}, {"addonName": pins.ADDON_NAME}
+    )
+    stubber.add_response(
+        "describe_addon_versions", {"addons": []}, {"addonName": pins.ADDON_NAME, "nextToken": "t"}
+    )
+    versions = operations.sorted_versions(clients.addons.addon_versions(name=pins.ADDON_NAME))
+    assert [v["addonVersion"] for v in versions] == [
+        "v2.0.0-eksbuild.10",
+        "v2.0.0-eksbuild.2",
+        "v1.5.0-eksbuild.1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("version", "minimum", "ok"),
+    [
+        ("v2.0.0-eksbuild.2", "v2.0.0-eksbuild.2", True),
+        ("v2.0.0-eksbuild.1", "v2.0.0-eksbuild.2", False),
+        ("v2.1.0-eksbuild.1", "v2.0.0-eksbuild.2", True),
+        ("1.0.1-rc.1", "1.0.1", False),
+    ],
+)
+def test_addon_version_order(version, minimum, ok):
+    assert addon_version.at_least(version, minimum) is ok
+
+
+def test_addon_version_rejects_garbage():
+    with pytest.raises(addon_version.AddonVersionError, match="'latest' is not an add-on version"):
+        addon_version.AddonVersion.parse("latest")
+
+
+def test_cli_rejects_bad_configuration_file(tmp_path, capsys):
+    bad = tmp_path / "values.yaml"
+    bad.write_text("replicaCount: [\n")
+    code = cli.main(
+        [
+            "addon",
+            "create",
+            "--cluster",
+            CLUSTER,
+            "--role-arn",
+            "arn:aws:iam::1:role/x",
+            "--configuration-values",
+            str(bad),
+            "--region",
+            REGION,
+        ]
+    )
+    assert code == 2
+    assert "not valid JSON or YAML" in capsys.readouterr().err
+
+
+def test_cli_package(tmp_path, capsys):
+    assert cli.main(["addon", "package", "--destination", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip().endswith(f"{pins.CHART_NAME}-{pins.CHART_VERSION}.tgz")

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+from igw.bench.policies.oracle import OraclePolicy, PodSnapshot, predicted_ttft, step_time
+
+from tests.bench.helpers import request, views
+
+
+def snap(**kw: float) -> PodSnapshot:
+    base = {
+        "t_ovh": 0.0004, "t_w0": 0.0062, "c_tok": 25e-6, "k_kv": 0.056e-6, "t_ar": 0.0,
+        "max_num_batched_tokens": 8192, "prefill_tokens_ahead": 0, "decoding": 0,
+        "decode_context_tokens": 0, "free_kv_tokens": 400_000, "cached_tokens": 0,
+    }  # fmt: skip
+    base.update(kw)
+    return PodSnapshot(**base)  # type: ignore[arg-type]
+
+
+def test_idle_pod_ttft_is_one_prefill_step() -> None:
+    s = snap()
+    assert predicted_ttft(s, prompt_tokens=1000) == pytest.approx(step_time(s, 1000))
+    # serving-model.md §8.2: a 1k-token prefill alone on an H100 8B takes about 27 ms
+    assert 0.020 < predicted_ttft(s, prompt_tokens=1000) < 0.035
+
+
+def test_queued_prefill_cache_hits_kv_shortage_and_lora_all_count() -> None:
+    idle = predicted_ttft(snap(), prompt_tokens=1000)
+    assert predicted_ttft(snap(prefill_tokens_ahead=20_000), prompt_tokens=1000) > 3 * idle
+    assert predicted_ttft(snap(cached_tokens=960), prompt_tokens=1000) < idle / 2
+    short = snap(free_kv_tokens=100, finishing=((2.0, 500), (5.0, 5000)))
+    assert predicted_ttft(short, prompt_tokens=1000) == pytest.approx(5.0 + step_time(short, 1000))
+    assert predicted_ttft(snap(lora_load_s=0.1), prompt_tokens=1000) == pytest.approx(idle + 0.1)
+    assert predicted_ttft(snap(slowdown=3.0), prompt_tokens=1000) == pytest.approx(3 * idle)
+
+
+def test_oracle_refuses_to_run_without_the_des_hook() -> None:
+    with pytest.raises(RuntimeError, match="bind_oracle"):
+        OraclePolicy(rng=random.Random(0)).pick(request(), views(a=0), now=0.0)

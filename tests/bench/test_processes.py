@@ -1,0 +1,64 @@
+"""Router processes are stopped whatever happens, and start failures say why."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from igw.bench.processes import RouterStartError, router_process
+from igw.bench.rr_proxy import LISTENING_PREFIX
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_proxy_process_announces_its_url_and_is_stopped_on_exit(tmp_path: Path) -> None:
+    log = tmp_path / "proxy.log"
+    argv = [sys.executable, "-m", "igw.bench.rr_proxy", "http://127.0.0.1:9"]
+    async with router_process(
+        name="rr", argv=argv, log_path=log, url_pattern=LISTENING_PREFIX + r"(http://\S+)"
+    ) as url:
+        assert url.startswith("http://127.0.0.1:")
+        pid = int(_pid_of(url, log))
+        assert _alive(pid)
+    assert not _alive(pid)
+
+
+def _pid_of(url: str, log: Path) -> str:
+    # The proxy does not print its pid; find it through /proc by the port it listens on.
+    port = url.rsplit(":", 1)[1]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"igw.bench.rr_proxy" in cmd and b"http://127.0.0.1:9" in cmd:
+                return entry.name
+    raise AssertionError(f"proxy for port {port} not found (log: {log.read_text()})")
+
+
+async def test_exit_before_ready_raises_with_the_log_tail(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", "import sys; print('bad flag --frobnicate'); sys.exit(3)"]
+    with pytest.raises(RouterStartError, match=r"exited with 3:\n.*bad flag --frobnicate"):
+        async with router_process(name="broken", argv=argv, log_path=tmp_path / "b.log", url_pattern="(x)"):
+            pass
+
+
+async def test_never_ready_times_out_and_the_process_is_killed(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", "import time, os; print(os.getpid(), flush=True); time.sleep(60)"]
+    log = tmp_path / "slow.log"
+    with pytest.raises(RouterStartError, match="not ready after"):
+        async with router_process(
+            name="slow", argv=argv, log_path=log, url_pattern="never (x)", timeout_s=1.0
+        ):
+            pass
+    pid = int(log.read_text().split()[0])
+    assert not _alive(pid)

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from igw.bench.report import format_value, write_report
+from igw.bench.results import PolicyRun, ScenarioRun
+from igw.bench.stats import Estimate, RequestSample, summarize
+
+PODS = ["p0", "p1"]
+
+
+def _samples(ttfts: list[float], ep_cycle: list[str]) -> list[RequestSample]:
+    return [
+        RequestSample(
+            endpoint=ep_cycle[i % len(ep_cycle)], ok=True, arrival_s=float(i), ttft_s=t, e2e_s=t + 1.0,
+            itl_s=0.01, prompt_tokens=100, output_tokens=20, cached_tokens=10,
+        )
+        for i, t in enumerate(ttfts)
+    ]  # fmt: skip
+
+
+def _policy(name: str, ttfts_per_seed: list[list[float]], eps: list[str]) -> PolicyRun:
+    run = PolicyRun(policy=name, description=name)
+    for seed, ttfts in enumerate(ttfts_per_seed):
+        samples = _samples(ttfts, eps)
+        run.seeds.append(seed)
+        run.summaries.append(summarize(samples, endpoints=PODS, ttft_slo_s=1.0, duration_s=10.0))
+        if seed == 0:
+            run.samples = samples
+            run.queue_series = {p: [(0.0, 0), (1.0, 3), (2.0, 1)] for p in PODS}
+    return run
+
+
+@pytest.fixture
+def scenario_run() -> ScenarioRun:
+    run = ScenarioRun(scenario="tiny", mode="des", parameters={"fleet": "2 pods", "seed": [0, 1]})
+    run.policies["round-robin"] = _policy("round-robin", [[2.0] * 10, [2.0] * 10], PODS)
+    run.policies["gateway"] = _policy("gateway", [[0.5] * 10, [0.7] * 10], ["p0"])
+    run.policies["oracle"] = _policy("oracle", [[0.4] * 10, [0.4] * 10], PODS)
+    run.policies["vllm-router"] = PolicyRun(policy="vllm-router", description="peer", unavailable="no wheel")
+    return run
+
+
+def test_reductions_and_gaps_are_computed_from_seed_means(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.reduction_vs_baseline("gateway", "ttft_p99_s") == pytest.approx(70.0)
+    assert scenario_run.gap_to_oracle("gateway", "ttft_p99_s") == pytest.approx(50.0)
+    assert scenario_run.reduction_vs_baseline("oracle", "output_tok_per_s") == pytest.approx(0.0)
+    assert scenario_run.reduction_vs_baseline("vllm-router", "ttft_p99_s") is None
+
+
+def test_write_report_produces_markdown_json_and_pngs(tmp_path: Path, scenario_run: ScenarioRun) -> None:
+    md = write_report(scenario_run, tmp_path)
+    text = md.read_text()
+    assert "| gateway | 600 ms ±" in text
+    assert "+70.0 %" in text
+    assert "+50.0 %" in text
+    assert "not run: no wheel" in text
+    assert "- **fleet**: 2 pods" in text
+    for png in ("tiny-ttft-cdf.png", "tiny-queue-depth.png"):
+        data = (tmp_path / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        assert len(data) > 2000
+        assert f"]({png})" in text
+    doc = orjson.loads((tmp_path / "tiny.json").read_bytes())
+    gw = doc["policies"]["gateway"]
+    assert gw["estimates"]["ttft_p99_s"]["mean"] == pytest.approx(0.6)
+    assert gw["reduction_vs_baseline_pct"]["ttft_p99_s"] == pytest.approx(70.0)
+    assert gw["mean_load_share"] == {"p0": 1.0, "p1": 0.0}
+    assert doc["parameters"] == {"fleet": "2 pods", "seed": [0, 1]}
+    assert doc["policies"]["vllm-router"]["unavailable"] == "no wheel"
+    assert len(gw["per_seed"]) == 2
+
+
+def test_format_value_units() -> None:
+    assert format_value("ttft_p99_s", Estimate(mean=0.0123, lo=0.0123, hi=0.0123, n=1)) == "12 ms"
+    assert format_value("ttft_p99_s", Estimate(mean=2.5, lo=2.0, hi=3.0, n=3)) == "2.50 s ±500ms"
+    assert format_value("goodput", Estimate(mean=0.5, lo=0.5, hi=0.5, n=1)) == "50.0 %"
+    assert format_value("output_tok_per_s", None) == "–"
+
+
+def test_summary_puts_the_claim_next_to_measured_reductions(
+    tmp_path: Path, scenario_run: ScenarioRun
+) -> None:
+    from igw.bench.summary import write_summary
+
+    scenario_run.parameters["aws_claim"] = "TTFT p99 −97 %"
+    scenario_run.policies["least-request"] = _policy("least-request", [[1.0] * 10, [1.0] * 10], PODS)
+    write_report(scenario_run, tmp_path)
+    text = write_summary(tmp_path).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| tiny |"))
+    assert "TTFT p99 −97 %" in row
+    assert "-70.0 % / -70.0 %" in row  # gateway-default p95 / p99 vs round-robin
+    assert "least-request: -50.0 %" in row  # the best of the peer-style policies
+    assert "+50 %" in row  # gateway p99 gap to the oracle

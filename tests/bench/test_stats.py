@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from igw.bench.stats import (
+    RequestSample,
+    bootstrap_interval,
+    gap_pct,
+    goodput_fraction,
+    percentile,
+    prefix_hit_rate,
+    reduction_pct,
+    summarize,
+    t_interval,
+)
+
+
+def sample(ep: str, ttft: float | None, *, ok: bool = True, out: int = 10, cached: int = 0) -> RequestSample:
+    return RequestSample(
+        endpoint=ep, ok=ok, arrival_s=0.0, ttft_s=ttft, e2e_s=None if ttft is None else ttft + 1.0,
+        itl_s=0.02, prompt_tokens=100, output_tokens=out, cached_tokens=cached,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("q", [0, 1, 25, 50, 90, 95, 99, 100])
+def test_percentile_matches_numpy_linear(q: float) -> None:
+    values = [random.Random(5).uniform(0, 10) for _ in range(37)]
+    values = [v * (i % 7 + 1) for i, v in enumerate(values)]
+    assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+
+
+def test_percentile_small_cases() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    with pytest.raises(ValueError, match="percentile q"):
+        percentile([1.0], 101)
+
+
+def test_goodput_counts_failures_as_misses() -> None:
+    samples = [sample("a", 0.1), sample("a", 0.5), sample("b", 2.0), sample("b", None, ok=False)]
+    assert goodput_fraction(samples, ttft_slo_s=0.5) == 0.5
+    assert goodput_fraction([], ttft_slo_s=1.0) is None
+
+
+def test_prefix_hit_rate_is_token_weighted() -> None:
+    assert prefix_hit_rate([sample("a", 0.1, cached=50), sample("a", 0.1, cached=0)]) == 0.25
+    assert prefix_hit_rate([sample("a", None, ok=False)]) is None
+
+
+def test_summarize_reports_every_field() -> None:
+    samples = [sample("a", 0.1 * i) for i in range(1, 11)] + [sample("b", None, ok=False)]
+    s = summarize(samples, endpoints=["a", "b", "c"], ttft_slo_s=0.5, duration_s=10.0)
+    assert (s.requests, s.errors) == (11, 1)
+    assert s.ttft_p50_s == pytest.approx(0.55)
+    assert s.ttft_p99_s == pytest.approx(0.991)
+    assert s.e2e_p99_s == pytest.approx(1.991)
+    assert s.itl_p50_s == pytest.approx(0.02)
+    assert s.output_tok_per_s == 10.0
+    assert s.goodput == pytest.approx(5 / 11)
+    assert s.load_share == {"a": pytest.approx(10 / 11), "b": pytest.approx(1 / 11), "c": 0.0}
+    with pytest.raises(ValueError, match="duration_s"):
+        summarize(samples, endpoints=["a"], ttft_slo_s=0.5, duration_s=0.0)
+
+
+def test_t_interval_known_values() -> None:
+    est = t_interval([1.0, 2.0, 3.0])
+    # mean 2, sd 1, t(0.975, 2) = 4.303 -> half width 4.303 / sqrt(3)
+    assert est.mean == 2.0
+    assert est.hi - est.mean == pytest.approx(4.303 / 3**0.5)
+    assert est.lo == pytest.approx(2.0 - 4.303 / 3**0.5)
+    single = t_interval([5.0])
+    assert (single.lo, single.hi, single.n) == (5.0, 5.0, 1)
+    with pytest.raises(ValueError, match="at least one"):
+        t_interval([])
+
+
+def test_bootstrap_interval_is_reproducible_and_brackets_the_mean() -> None:
+    values = [1.0, 2.0, 2.5, 3.0, 10.0]
+    a = bootstrap_interval(values, rng=random.Random(42), resamples=500)
+    b = bootstrap_interval(values, rng=random.Random(42), resamples=500)
+    assert a == b
+    assert a.lo <= a.mean <= a.hi
+    assert a.mean == pytest.approx(3.7)
+    assert a.lo >= 1.0
+    assert a.hi <= 10.0
+    constant = bootstrap_interval([4.0] * 6, rng=random.Random(1), resamples=100)
+    assert (constant.lo, constant.hi) == (4.0, 4.0)
+
+
+def test_reduction_and_gap_percentages() -> None:
+    assert reduction_pct(3.0, baseline=100.0) == pytest.approx(97.0)
+    assert reduction_pct(120.0, baseline=100.0) == pytest.approx(-20.0)
+    assert reduction_pct(None, baseline=1.0) is None
+    assert reduction_pct(1.0, baseline=0.0) is None
+    assert gap_pct(115.0, oracle=100.0) == pytest.approx(15.0)
+    assert gap_pct(1.0, oracle=None) is None

@@ -1,0 +1,83 @@
+"""Fixtures of the CDK tests. This folder has no __init__.py on purpose: as a package it would be named
+``cdk`` and shadow the CDK app package it tests; its modules are prefixed ``test_cdk_`` instead."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    outdir: Path
+    templates: dict[str, dict[str, Any]]
+    """Stack role (network/cluster/platform/inference) -> template."""
+    files: dict[str, Path]
+
+
+def _synthesize(document: dict[str, Any], outdir: Path) -> Synthesized:
+    from cdk import config
+    from cdk.app_builder import build_app
+
+    built = build_app(config.parse(document), outdir=outdir)
+    assembly = built.app.synth()
+    roles = {
+        "network": built.network,
+        "cluster": built.cluster,
+        "platform": built.platform,
+        "inference": built.inference,
+    }
+    templates: dict[str, dict[str, Any]] = {}
+    files: dict[str, Path] = {}
+    for role, stack in roles.items():
+        if stack is None:
+            continue
+        artifact = assembly.get_stack_artifact(stack.artifact_id)
+        templates[role] = artifact.template
+        files[role] = outdir / artifact.template_file
+    return Synthesized(outdir=outdir, templates=templates, files=files)
+
+
+def example_document() -> dict[str, Any]:
+    from cdk import config
+
+    document: dict[str, Any] = yaml.safe_load(config.EXAMPLE_FILE.read_text())
+    return document
+
+
+def variant_document() -> dict[str, Any]:
+    """Every non-default choice at once: imported VPC, API_AND_CONFIG_MAP, public+private endpoint, admin
+    access entry, IRSA instead of Pod Identity, and the add-on self-managed from our chart."""
+    document = example_document()
+    document["network"] = {
+        "vpcId": "vpc-0123456789abcdef0",
+        "privateSubnetIds": [f"subnet-0123456789abcdef{i}" for i in range(3)],
+    }
+    document["cluster"].update(
+        authenticationMode="API_AND_CONFIG_MAP",
+        endpointAccess="publicAndPrivate",
+        publicAccessCidrs=["203.0.113.0/24"],
+        adminRoleArns=["arn:aws:iam::111111111111:role/platform-admin"],
+    )
+    document["platform"]["identity"] = "irsa"
+    document["inference"]["addon"]["mode"] = "selfManaged"
+    return document
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The example deployment config, synthesized once per session."""
+    return _synthesize(example_document(), tmp_path_factory.mktemp("cdk.out"))
+
+
+@pytest.fixture(scope="session")
+def variant(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The variant config, synthesized once per session."""
+    return _synthesize(variant_document(), tmp_path_factory.mktemp("cdk-variant.out"))

@@ -1,0 +1,77 @@
+"""A bad deployment config fails before synthesis, naming the field."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from cdk import config
+
+
+@pytest.fixture
+def example():
+    return yaml.safe_load(config.EXAMPLE_FILE.read_text())
+
+
+def test_example_is_valid(example):
+    parsed = config.parse(example)
+    assert parsed.cluster.authentication_mode == "API"
+    assert [g.instance_type for g in parsed.hyperpod.instance_groups] == ["ml.p5.48xlarge", "ml.g5.12xlarge"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: d["cluster"].update(authenticationMode="CONFIG_MAP"), "cluster.authenticationMode"),
+        (
+            lambda d: d["hyperpod"]["instanceGroups"][1].update(instanceType="p5.48xlarge"),
+            "hyperpod.instanceGroups[1].instanceType",
+        ),
+        (lambda d: d.update(bogus=1), "(root): Additional properties are not allowed ('bogus'"),
+        (
+            lambda d: d["inference"]["addon"].update(version="v1.5.0-eksbuild.1"),
+            "inference.addon.version: v1.5.0-eksbuild.1 is below",
+        ),
+        (
+            lambda d: d["inference"]["addon"]["configurationValues"].update(replicaCount=1),
+            "inference.addon.configurationValues.replicaCount",
+        ),
+        (
+            lambda d: d["inference"]["gatewayConfig"]["spec"].update(bogus=True),
+            "inference.gatewayConfig.spec",
+        ),
+        (
+            lambda d: d["hyperpod"]["instanceGroups"][1].update(name="p5"),
+            "hyperpod.instanceGroups[1].name: duplicates",
+        ),
+        (
+            lambda d: d["cluster"].update(endpointAccess="publicAndPrivate"),
+            "cluster.publicAccessCidrs: required",
+        ),
+    ],
+    ids=[
+        "auth-mode",
+        "instance-type",
+        "unknown-field",
+        "addon-version",
+        "addon-values",
+        "igwc",
+        "dup-group",
+        "public-cidrs",
+    ],
+)
+def test_invalid_config_names_the_field(example, mutate, expected):
+    document = copy.deepcopy(example)
+    mutate(document)
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    assert expected in str(caught.value)
+
+
+def test_unreadable_yaml_names_the_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("account: '1'\nregion: [\n")
+    with pytest.raises(config.DeploymentConfigError, match="line"):
+        config.load(path)

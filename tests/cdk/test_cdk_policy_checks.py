@@ -1,0 +1,43 @@
+"""cdk-nag (AwsSolutions) and cfn-lint over the synthesized assemblies (the example and the variant)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cdk import nag
+
+
+@pytest.fixture(params=["example", "variant"])
+def assembly(request):
+    return request.getfixturevalue("synthesized" if request.param == "example" else "variant")
+
+
+def test_cdk_nag_reports_no_unsuppressed_findings(assembly):
+    violations, acknowledged = nag.read_report(assembly.outdir)
+    assert violations == []
+    assert acknowledged, "the report lists what was acknowledged"
+
+
+def test_every_acknowledgement_is_specific_and_has_a_reason(assembly):
+    _, acknowledged = nag.read_report(assembly.outdir)
+    for finding in acknowledged:
+        assert len(finding.reason or "") >= 40, finding
+        if finding.rule.startswith(("AwsSolutions-IAM4", "AwsSolutions-IAM5")):
+            assert "[" in finding.rule, f"{finding.rule}: acknowledge the exact finding, not the whole rule"
+
+
+def test_cfn_lint_reports_no_errors(assembly):
+    files = [str(path) for path in assembly.files.values()]
+    result = subprocess.run(
+        [sys.executable, "-m", "cfnlint", "--format", "json", *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    findings = json.loads(result.stdout or "[]")
+    errors = [f for f in findings if f["Level"] == "Error"]
+    assert errors == [], errors

@@ -1,0 +1,76 @@
+"""Helpers for the check tests: the secure fixture corpus, mutation, and running checks/CLI."""
+
+from __future__ import annotations
+
+import copy
+import io
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import redirect_stdout
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from igw.checks.framework import CheckContext, CheckOptions, run_checks
+from igw.checks.inventory import Inventory
+from igw.checks.model import Command, Result, Status
+from igw.checks.registry import checks_for
+from igw.checks.sources.manifests import inventory_from_documents
+from igw.cli.main import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SECURE = FIXTURES / "secure"
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def secure_docs() -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for path in sorted(SECURE.glob("*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
+
+
+def find(docs: Iterable[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def mutated(mutate: Callable[[list[dict[str, Any]]], object]) -> list[dict[str, Any]]:
+    docs = copy.deepcopy(secure_docs())
+    mutate(docs)
+    return docs
+
+
+def run(
+    docs: Sequence[dict[str, Any]] | Inventory,
+    command: Command,
+    options: CheckOptions | None = None,
+) -> list[Result]:
+    inventory = docs if isinstance(docs, Inventory) else inventory_from_documents(list(docs), source="test")
+    ctx = CheckContext(inventory=inventory, options=options or CheckOptions(), clock=lambda: NOW)
+    return run_checks(checks_for(command), ctx)
+
+
+def findings(results: Iterable[Result]) -> set[tuple[str, str, str]]:
+    """``(check ID, status, severity)`` of every FAIL/WARN."""
+    return {(r.check_id, r.status.value, r.severity.label) for r in results if r.is_finding}
+
+
+def of(results: Iterable[Result], check_id: str) -> list[Result]:
+    return [r for r in results if r.check_id == check_id]
+
+
+def statuses(results: Iterable[Result], check_id: str) -> set[Status]:
+    return {r.status for r in of(results, check_id)}
+
+
+def write_docs(folder: Path, docs: Iterable[dict[str, Any]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "all.yaml").write_text(yaml.safe_dump_all(list(docs)))
+    return folder
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(list(argv))
+    return code, out.getvalue()

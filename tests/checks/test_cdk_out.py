@@ -1,0 +1,108 @@
+"""The cdk.out source: CloudFormation templates (AWS resources plus embedded manifests and charts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from igw.checks.inventory import Missing
+from igw.checks.model import Command
+from igw.checks.sources.cdk_out import load_cdk_out, render
+
+from tests.checks.helpers import FIXTURES, findings, run
+
+CDK = FIXTURES / "cdk"
+AWS_SIDE = (
+    "IGW-PF001",
+    "IGW-PF002",
+    "IGW-PF003",
+    "IGW-PF004",
+    "IGW-PF005",
+    "IGW-PF006",
+    "IGW-PF007",
+    "IGW-PF008",
+    "IGW-AU102",
+    "IGW-AU301",
+    "IGW-AU302",
+    "IGW-AU303",
+    "IGW-AU304",
+    "IGW-AU501",
+    "IGW-AU502",
+)
+
+
+def _aws_findings(path: Path) -> set[tuple[str, str, str]]:
+    inventory = load_cdk_out(path)
+    assert inventory.errors == []
+    both = run(inventory, Command.PREFLIGHT) + run(inventory, Command.AUDIT)
+    return {f for f in findings(both) if f[0] in AWS_SIDE}
+
+
+def test_secure_stack_has_no_aws_side_findings() -> None:
+    assert _aws_findings(CDK / "secure") == set()
+
+
+def test_insecure_stack_findings() -> None:
+    assert _aws_findings(CDK / "insecure") == {
+        ("IGW-PF001", "FAIL", "HIGH"),  # authentication mode unset → CONFIG_MAP
+        ("IGW-PF002", "FAIL", "CRITICAL"),  # add-on v1.5.0 < v2.0.0-eksbuild.2
+        ("IGW-PF003", "FAIL", "HIGH"),  # cert-manager missing, metrics-server too old
+        ("IGW-PF004", "FAIL", "HIGH"),  # role lacks acm actions
+        ("IGW-PF005", "FAIL", "HIGH"),  # untagged subnets
+        ("IGW-PF008", "FAIL", "HIGH"),  # auto-issue without cert-manager
+        ("IGW-AU102", "FAIL", "HIGH"),  # HTTPS listener without SslPolicy → 2016-08
+        ("IGW-AU301", "WARN", "MEDIUM"),
+        ("IGW-AU302", "FAIL", "HIGH"),
+        ("IGW-AU303", "FAIL", "MEDIUM"),
+        ("IGW-AU304", "FAIL", "MEDIUM"),
+        ("IGW-AU501", "FAIL", "HIGH"),  # s3:*
+        ("IGW-AU502", "FAIL", "HIGH"),  # wildcard :sub
+    }
+
+
+def test_embedded_manifests_and_charts_are_read() -> None:
+    inventory = load_cdk_out(CDK / "secure")
+    kube = inventory.kube.objects
+    assert [c["metadata"]["name"] for c in kube["InferenceGatewayConfig"]] == ["gateway"]  # type: ignore[index]
+    deployments = {d["metadata"]["name"] for d in kube["Deployment"]}  # type: ignore[union-attr]
+    assert deployments == {"llama", "aws-load-balancer-controller"}
+    assert not isinstance(inventory.aws.roles, Missing)
+    [role] = inventory.aws.roles
+    assert role.trust_policy["Statement"][0]["Condition"]["StringEquals"] == {
+        "${Fn::Select}:sub": "system:serviceaccount:hyperpod-inference-system:inference-gateway",
+        "${Fn::Select}:aud": "sts.amazonaws.com",
+    }
+
+
+def test_render_intrinsics() -> None:
+    assert render({"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/X"]]}) == (
+        "arn:${AWS::Partition}:iam::aws:policy/X"
+    )
+    assert render({"Fn::GetAtt": ["Role", "Arn"]}) == "${Role.Arn}"
+    assert render({"Fn::GetAtt": "Role.Arn"}) == "${Role.Arn}"
+    assert render({"Fn::GetAtt": ["Cond", "Value"]}, {"Cond": {"k": "v"}}) == {"k": "v"}
+    assert render({"Fn::If": ["c", 1, 2]}) == "${Fn::If}"
+
+
+def test_bad_templates_are_reported_not_fatal(tmp_path: Path) -> None:
+    (tmp_path / "Broken.template.json").write_text("{not json")
+    (tmp_path / "Odd.template.json").write_text(
+        json.dumps(
+            {
+                "Resources": {
+                    "X": {
+                        "Type": "Custom::AWSCDK-EKS-KubernetesResource",
+                        "Properties": {"Manifest": "[not json"},
+                    }
+                }
+            }
+        )
+    )
+    inventory = load_cdk_out(tmp_path)
+    assert len(inventory.errors) == 2
+    assert "Broken.template.json" in inventory.errors[0]
+    assert "X (Custom::AWSCDK-EKS-KubernetesResource)" in inventory.errors[1]
+
+
+def test_empty_directory_is_an_error(tmp_path: Path) -> None:
+    assert load_cdk_out(tmp_path).errors == [f"{tmp_path}: no *.template.json files (run cdk synth first)"]

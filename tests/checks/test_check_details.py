@@ -1,0 +1,321 @@
+"""Messages and edge cases of individual checks: diagnosis text, clocks, defaults, derived load balancers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from igw.checks.framework import CheckContext, CheckOptions, run_check
+from igw.checks.inventory import Inventory, Missing, MissingFact
+from igw.checks.loadbalancers import from_ingress, from_service
+from igw.checks.model import Command, Severity, SkipKind, Status
+from igw.checks.registry import select
+from igw.checks.selectors import diagnose, selector_from_mapping
+from igw.checks.sources.manifests import inventory_from_documents
+from igw.checks.tls_policies import PolicyGrade, grade
+
+from tests.checks.helpers import NOW, find, mutated, of, run, secure_docs
+
+Docs = list[dict[str, Any]]
+
+
+def _llama_labels(docs: Docs, labels: dict[str, str], namespace: str | None = None) -> None:
+    deployment = find(docs, "Deployment", "llama-8b")
+    deployment["spec"]["template"]["metadata"]["labels"] = labels
+    if namespace:
+        deployment["metadata"]["namespace"] = namespace
+
+
+@pytest.mark.parametrize(
+    ("labels", "namespace", "hint"),
+    [
+        ({"ap": "llama-8b"}, None, "label key 'ap' looks like a typo of the selector's 'app'"),
+        ({"App": "llama-8b"}, None, "label key 'App' looks like a typo"),
+        ({"app": "Llama-8B"}, None, "differs only in case"),
+        ({"app": "llama-8b-instruct"}, None, "differs by a suffix"),
+        ({"app": "llama-8b"}, "ml-staging", "1 matching pod(s) in namespace 'ml-staging'"),
+    ],
+)
+def test_selector_near_miss_diagnosis(labels: dict[str, str], namespace: str | None, hint: str) -> None:
+    results = run(mutated(lambda d: _llama_labels(d, labels, namespace)), Command.PREFLIGHT)
+    failed = [r for r in of(results, "IGW-PF010") if r.status is Status.FAIL]
+    assert len(failed) == 1
+    assert "scheduler llama" in failed[0].resource
+    assert "no pod in namespace 'ml' matches app=llama-8b" in failed[0].message
+    assert hint in failed[0].message
+
+
+def test_unrelated_pods_give_no_false_hint() -> None:
+    selector = selector_from_mapping({"matchLabels": {"app": "llama-8b"}})
+    pods = [{"kind": "Pod", "metadata": {"name": "x", "namespace": "ml", "labels": {"team": "search"}}}]
+    assert diagnose(selector, namespace="ml", pods=pods) == []
+
+
+def test_selector_expressions_and_errors() -> None:
+    selector = selector_from_mapping(
+        {
+            "matchExpressions": [
+                {"key": "app", "operator": "In", "values": ["a", "b"]},
+                {"key": "canary", "operator": "DoesNotExist"},
+            ]
+        }
+    )
+    assert selector.matches({"app": "b"})
+    assert not selector.matches({"app": "b", "canary": "1"})
+    with pytest.raises(ValueError, match=r"matchExpressions\[0\]"):
+        selector_from_mapping({"matchExpressions": [{"key": "app", "operator": "Near"}]})
+
+
+def test_live_pods_must_be_ready() -> None:
+    docs = secure_docs()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "llama-0", "namespace": "ml", "labels": {"app": "llama-8b"}},
+        "spec": find(docs, "Deployment", "llama-8b")["spec"]["template"]["spec"],
+        "status": {"conditions": [{"type": "Ready", "status": "False"}], "podIP": "10.0.0.1"},
+    }
+    inventory = inventory_from_documents([*docs, pod], source="t")
+    inventory.kube.static = False
+    inventory.kube.objects["Pod"] = [pod]
+    results = [r for r in run(inventory, Command.PREFLIGHT) if r.check_id == "IGW-PF010"]
+    llama = next(r for r in results if "scheduler llama" in r.resource)
+    assert llama.status is Status.FAIL
+    assert "match app=llama-8b but none is Ready" in llama.message
+
+
+def test_default_policy_message_names_the_effective_policy() -> None:
+    docs = mutated(
+        lambda d: find(d, "Ingress", "gateway")["metadata"]["annotations"].pop(
+            "alb.ingress.kubernetes.io/ssl-policy"
+        )
+    )
+    [result] = [r for r in of(run(docs, Command.AUDIT), "IGW-AU102") if r.status is Status.FAIL]
+    assert "effective policy ELBSecurityPolicy-2016-08 (the default when no policy is set)" in result.message
+    assert result.resource == "Ingress ml/gateway listener HTTPS:443"
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("ELBSecurityPolicy-TLS13-1-2-Res-PQ-2025-09", PolicyGrade.ALLOWED),
+        ("ELBSecurityPolicy-TLS13-1-3-2021-06", PolicyGrade.ALLOWED),
+        ("ELBSecurityPolicy-TLS13-1-2-FIPS-2023-04", PolicyGrade.ALLOWED),
+        ("ELBSecurityPolicy-2016-08", PolicyGrade.DENIED),
+        ("ELBSecurityPolicy-TLS-1-1-2017-01", PolicyGrade.DENIED),
+        ("ELBSecurityPolicy-FS-1-1-2019-08", PolicyGrade.DENIED),
+        ("ELBSecurityPolicy-TLS13-1-2-Ext2-2021-06", PolicyGrade.DENIED),
+        ("ELBSecurityPolicy-TLS-1-2-2017-01", PolicyGrade.LEGACY),
+        ("ELBSecurityPolicy-TLS13-1-2-Res-PQ-2026-03", PolicyGrade.UNKNOWN),
+    ],
+)
+def test_policy_grades(policy: str, expected: PolicyGrade) -> None:
+    assert grade(policy) is expected
+
+
+def _service(annotations: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "gw", "namespace": "ml", "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 443, "name": "https"}], **spec},
+    }
+
+
+def test_service_load_balancer_defaults() -> None:
+    legacy = from_service(_service({}))
+    assert legacy is not None
+    assert (legacy.scheme, legacy.scheme_explicit) == ("internet-facing", False)
+    lbc = from_service(
+        _service(
+            {
+                "service.beta.kubernetes.io/aws-load-balancer-type": "external",
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn:cert",
+            }
+        )
+    )
+    assert lbc is not None
+    assert lbc.scheme == "internal"
+    assert [(li.protocol, li.ssl_policy) for li in lbc.listeners] == [("TLS", "ELBSecurityPolicy-2016-08")]
+    assert from_service({"kind": "Service", "metadata": {"name": "x"}, "spec": {"type": "ClusterIP"}}) is None
+
+
+def test_legacy_service_is_internet_facing_by_default_and_tcp() -> None:
+    docs = [*secure_docs(), _service({})]
+    results = run(docs, Command.AUDIT)
+    assert {
+        (r.check_id, r.status, r.severity) for r in results if r.resource == "Service ml/gw" and r.is_finding
+    } == {
+        ("IGW-AU301", Status.FAIL, Severity.HIGH),
+        ("IGW-AU302", Status.FAIL, Severity.HIGH),
+        ("IGW-AU305", Status.WARN, Severity.LOW),
+    }
+
+
+def test_ingress_of_other_class_is_ignored() -> None:
+    ingress = {"kind": "Ingress", "metadata": {"name": "n"}, "spec": {"ingressClassName": "nginx"}}
+    assert from_ingress(ingress) is None
+
+
+def _certificate(status: dict[str, Any] | None) -> dict[str, Any]:
+    cert: dict[str, Any] = {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": {"name": "gw", "namespace": "ml"},
+        "spec": {"secretName": "gw-tls"},
+    }
+    if status is not None:
+        cert["status"] = status
+    return cert
+
+
+def _ts(delta: timedelta) -> str:
+    return (NOW + delta).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+READY = [{"type": "Ready", "status": "True"}]
+
+
+@pytest.mark.parametrize(
+    ("status", "expected", "text"),
+    [
+        (
+            {
+                "conditions": READY,
+                "notAfter": _ts(timedelta(days=60)),
+                "renewalTime": _ts(timedelta(days=30)),
+            },
+            (Status.PASS, None),
+            "Ready, valid until",
+        ),
+        (
+            {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "message": "Issuing certificate as Secret does not exist",
+                    }
+                ]
+            },
+            (Status.FAIL, Severity.HIGH),
+            "not Ready: Issuing certificate",
+        ),
+        (
+            {"conditions": READY, "notAfter": _ts(timedelta(days=-1))},
+            (Status.FAIL, Severity.CRITICAL),
+            "expired",
+        ),
+        (
+            {
+                "conditions": READY,
+                "notAfter": _ts(timedelta(days=20)),
+                "renewalTime": _ts(timedelta(days=-2)),
+            },
+            (Status.FAIL, Severity.HIGH),
+            "renewal overdue",
+        ),
+        (
+            {"conditions": READY, "notAfter": _ts(timedelta(days=5))},
+            (Status.WARN, Severity.MEDIUM),
+            "expires in 5.0 days",
+        ),
+    ],
+)
+def test_certificate_states(
+    status: dict[str, Any], expected: tuple[Status, Severity | None], text: str
+) -> None:
+    inventory = inventory_from_documents([_certificate(status)], source="t")
+    [check] = select(Command.AUDIT, only=["IGW-AU103"])
+    [result] = run_check(check, CheckContext(inventory=inventory, clock=lambda: NOW))
+    assert result.status is expected[0]
+    if expected[1] is not None:
+        assert result.severity is expected[1]
+    assert text in result.message
+
+
+def test_certificate_without_status_is_skipped_not_passed() -> None:
+    inventory = inventory_from_documents([_certificate(None)], source="t")
+    [check] = select(Command.AUDIT, only=["IGW-AU103"])
+    [result] = run_check(check, CheckContext(inventory=inventory, clock=lambda: NOW))
+    assert (result.status, result.skip_kind) == (Status.SKIP, SkipKind.NOT_APPLICABLE)
+
+
+def test_missing_facts_and_crashes_become_skips() -> None:
+    class Boom:
+        meta = select(Command.AUDIT, only=["IGW-AU101"])[0].meta
+
+        def run(self, ctx: CheckContext) -> list[Any]:
+            raise KeyError("spec")
+
+    class Absent:
+        meta = Boom.meta
+
+        def run(self, ctx: CheckContext) -> list[Any]:
+            raise MissingFact(Missing("API forbidden: pods", SkipKind.NOT_EVALUATED))
+
+    ctx = CheckContext(inventory=inventory_from_documents([], source="t"))
+    [crash] = run_check(Boom(), ctx)
+    assert crash.status is Status.SKIP
+    assert crash.not_evaluated
+    assert "KeyError" in crash.message
+    [absent] = run_check(Absent(), ctx)
+    assert absent.not_evaluated
+    assert absent.message == "API forbidden: pods"
+
+
+def test_workloads_in_system_namespaces_only_on_request(secure_inventory: Inventory) -> None:
+    default = {r.resource for r in run(secure_inventory, Command.AUDIT) if r.check_id == "IGW-AU409"}
+    assert "Deployment kube-system/aws-load-balancer-controller" not in default
+    everything = run(secure_inventory, Command.AUDIT, CheckOptions(include_system_namespaces=True))
+    probes = [r for r in everything if r.check_id == "IGW-AU409" and "aws-load-balancer" in r.resource]
+    assert probes
+    assert probes[0].status is Status.FAIL
+
+
+def test_unknown_check_id_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown check ID 'IGW-XX1'"):
+        select(Command.AUDIT, only=["IGW-XX1"])
+
+
+def test_every_check_has_complete_metadata() -> None:
+    for command in Command:
+        for check in select(command):
+            meta = check.meta
+            assert meta.id.startswith("IGW-PF" if command is Command.PREFLIGHT else "IGW-AU")
+            assert meta.title
+            assert meta.description
+            assert meta.remediation
+            assert meta.command is command
+
+
+def _tls_ingress(hosts: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {"name": "gw", "namespace": "ml"},
+        "spec": {"ingressClassName": "nginx", "tls": [{"hosts": hosts, "secretName": "gw-tls"}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("hosts", "names", "status"),
+    [
+        (["igw.example.com"], ["igw.example.com"], Status.PASS),
+        (["a.igw.example.com"], ["*.igw.example.com"], Status.PASS),
+        (["a.b.igw.example.com"], ["*.igw.example.com"], Status.FAIL),
+        (["igw.example.com", "api.example.com"], ["igw.example.com"], Status.FAIL),
+        (["IGW.example.com"], ["igw.example.com."], Status.PASS),
+    ],
+)
+def test_certificate_names_cover_ingress_hosts(hosts: list[str], names: list[str], status: Status) -> None:
+    cert = _certificate(None)
+    cert["spec"]["dnsNames"] = names
+    inventory = inventory_from_documents([cert, _tls_ingress(hosts)], source="t")
+    [check] = select(Command.AUDIT, only=["IGW-AU104"])
+    [result] = run_check(check, CheckContext(inventory=inventory, clock=lambda: NOW))
+    assert result.status is status
+    assert result.resource == "Ingress ml/gw secret gw-tls"
+    if status is Status.FAIL:
+        assert "not in Certificate ml/gw names" in result.message

@@ -1,0 +1,328 @@
+"""The deployment corpus: a secure deployment, and one insecure variant per way of getting it wrong.
+
+Each variant must produce exactly the expected findings - no more (false positives) and no fewer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from igw.checks.framework import CheckOptions
+from igw.checks.model import Command
+
+from tests.checks.helpers import find, findings, mutated, run, secure_docs
+
+Docs = list[dict[str, Any]]
+
+
+def test_secure_deployment_has_no_findings() -> None:
+    docs = secure_docs()
+    assert findings(run(docs, Command.AUDIT)) == set()
+    assert findings(run(docs, Command.PREFLIGHT)) == set()
+
+
+def _igwc(docs: Docs) -> dict[str, Any]:
+    return find(docs, "InferenceGatewayConfig", "gateway")
+
+
+def _ingress_ann(docs: Docs) -> dict[str, str]:
+    ann: dict[str, str] = find(docs, "Ingress", "gateway")["metadata"]["annotations"]
+    return ann
+
+
+def _llama(docs: Docs) -> dict[str, Any]:
+    return find(docs, "Deployment", "llama-8b")
+
+
+def _llama_container(docs: Docs) -> dict[str, Any]:
+    container: dict[str, Any] = _llama(docs)["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def _drop_tls(docs: Docs) -> None:
+    del _igwc(docs)["spec"]["tls"]
+    ann = _ingress_ann(docs)
+    del ann["alb.ingress.kubernetes.io/certificate-arn"]
+    ann["alb.ingress.kubernetes.io/listen-ports"] = '[{"HTTP": 80}]'
+    del ann["alb.ingress.kubernetes.io/ssl-redirect"]
+
+
+def _set(path: Callable[[Docs], dict[str, Any]], key: str, value: Any) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        path(docs)[key] = value
+
+    return mutate
+
+
+def _delete(path: Callable[[Docs], dict[str, Any]], key: str) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        del path(docs)[key]
+
+    return mutate
+
+
+def _jwt(docs: Docs) -> dict[str, Any]:
+    provider: dict[str, Any] = _igwc(docs)["spec"]["auth"]["jwt"]["provider"]
+    return provider
+
+
+def _security(docs: Docs) -> dict[str, Any]:
+    sc: dict[str, Any] = _llama_container(docs)["securityContext"]
+    return sc
+
+
+def _pod_security(docs: Docs) -> dict[str, Any]:
+    sc: dict[str, Any] = _llama(docs)["spec"]["template"]["spec"]["securityContext"]
+    return sc
+
+
+def _no_auth(docs: Docs) -> None:
+    del _igwc(docs)["spec"]["auth"]
+
+
+def _internet_facing_no_auth(docs: Docs) -> None:
+    _no_auth(docs)
+    _ingress_ann(docs)["alb.ingress.kubernetes.io/scheme"] = "internet-facing"
+    _ingress_ann(docs)["alb.ingress.kubernetes.io/inbound-cidrs"] = "0.0.0.0/0"
+
+
+def _no_network_policy(docs: Docs) -> None:
+    docs.remove(find(docs, "NetworkPolicy", "default-deny"))
+
+
+def _no_pdb(docs: Docs) -> None:
+    docs.remove(find(docs, "PodDisruptionBudget", "models"))
+
+
+LLAMA = "Deployment ml/llama-8b"
+QWEN = "Deployment ml/qwen-7b"
+
+# (name, mutation, command, expected {(check, status, severity)})
+CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str]]]] = [
+    # ---- TLS
+    ("no-tls", _drop_tls, Command.AUDIT, {("IGW-AU101", "FAIL", "HIGH"), ("IGW-AU303", "FAIL", "MEDIUM")}),
+    (
+        "default-ssl-policy (E1)",
+        _delete(_ingress_ann, "alb.ingress.kubernetes.io/ssl-policy"),
+        Command.AUDIT,
+        {("IGW-AU102", "FAIL", "HIGH")},
+    ),
+    (
+        "ext1-policy (E3)",
+        _set(
+            _ingress_ann, "alb.ingress.kubernetes.io/ssl-policy", "ELBSecurityPolicy-TLS13-1-2-Ext1-2021-06"
+        ),
+        Command.AUDIT,
+        {("IGW-AU102", "FAIL", "HIGH")},
+    ),
+    (
+        "future-policy (E2)",
+        _set(
+            _ingress_ann, "alb.ingress.kubernetes.io/ssl-policy", "ELBSecurityPolicy-TLS13-1-2-Res-PQ-2026-03"
+        ),
+        Command.AUDIT,
+        {("IGW-AU102", "WARN", "MEDIUM")},
+    ),
+    # ---- JWT (E8)
+    ("no-auth", _no_auth, Command.AUDIT, {("IGW-AU201", "FAIL", "HIGH"), ("IGW-AU602", "FAIL", "HIGH")}),
+    (
+        "no-auth-internet-facing",
+        _internet_facing_no_auth,
+        Command.AUDIT,
+        {
+            ("IGW-AU201", "FAIL", "CRITICAL"),
+            ("IGW-AU602", "FAIL", "HIGH"),
+            ("IGW-AU301", "WARN", "MEDIUM"),
+            ("IGW-AU302", "FAIL", "HIGH"),
+        },
+    ),
+    (
+        "http-jwks",
+        _set(_jwt, "remoteJWKS", {"uri": "http://idp.example.com/jwks.json"}),
+        Command.AUDIT,
+        {("IGW-AU202", "FAIL", "HIGH")},
+    ),
+    (
+        "metadata-jwks",
+        _set(_jwt, "remoteJWKS", {"uri": "https://169.254.169.254/latest/jwks"}),
+        Command.AUDIT,
+        {("IGW-AU204", "FAIL", "HIGH")},
+    ),
+    (
+        "cluster-local-jwks",
+        _set(_jwt, "remoteJWKS", {"uri": "https://keycloak.auth.svc.cluster.local/certs"}),
+        Command.AUDIT,
+        {("IGW-AU204", "WARN", "MEDIUM")},
+    ),
+    ("no-audience", _delete(_jwt, "audiences"), Command.AUDIT, {("IGW-AU203", "FAIL", "HIGH")}),
+    (
+        "hs256-and-skew",
+        lambda d: _igwc(d)["spec"]["extensions"]["authorization"].update(
+            algorithms=["RS256", "HS256"], clockSkew="10m"
+        ),
+        Command.AUDIT,
+        {("IGW-AU205", "FAIL", "HIGH")},
+    ),
+    # ---- exposure (E4, E5)
+    (
+        "internet-facing-open",
+        lambda d: _ingress_ann(d).update(
+            {
+                "alb.ingress.kubernetes.io/scheme": "internet-facing",
+                "alb.ingress.kubernetes.io/inbound-cidrs": "0.0.0.0/0",
+            }
+        ),
+        Command.AUDIT,
+        {("IGW-AU301", "WARN", "MEDIUM"), ("IGW-AU302", "FAIL", "HIGH")},
+    ),
+    (
+        "http-without-redirect",
+        _delete(_ingress_ann, "alb.ingress.kubernetes.io/ssl-redirect"),
+        Command.AUDIT,
+        {("IGW-AU303", "FAIL", "MEDIUM")},
+    ),
+    (
+        "invalid-headers-kept",
+        _delete(_ingress_ann, "alb.ingress.kubernetes.io/load-balancer-attributes"),
+        Command.AUDIT,
+        {("IGW-AU304", "FAIL", "MEDIUM")},
+    ),
+    # ---- workload hardening (E7)
+    ("root", _delete(_pod_security, "runAsNonRoot"), Command.AUDIT, set()),  # runAsUser 10001 still non-root
+    (
+        "root-user",
+        lambda d: _pod_security(d).update(runAsNonRoot=False, runAsUser=0),
+        Command.AUDIT,
+        {("IGW-AU401", "FAIL", "MEDIUM")},
+    ),
+    (
+        "writable-root",
+        _set(_security, "readOnlyRootFilesystem", False),
+        Command.AUDIT,
+        {("IGW-AU402", "FAIL", "MEDIUM")},
+    ),
+    ("caps-kept", _set(_security, "capabilities", {}), Command.AUDIT, {("IGW-AU403", "FAIL", "MEDIUM")}),
+    (
+        "sys-admin",
+        _set(_security, "capabilities", {"drop": ["ALL"], "add": ["SYS_ADMIN"]}),
+        Command.AUDIT,
+        {("IGW-AU403", "FAIL", "HIGH")},
+    ),
+    ("no-seccomp", _delete(_pod_security, "seccompProfile"), Command.AUDIT, {("IGW-AU404", "FAIL", "LOW")}),
+    ("privileged", _set(_security, "privileged", True), Command.AUDIT, {("IGW-AU405", "FAIL", "HIGH")}),
+    (
+        "escalation",
+        _delete(_security, "allowPrivilegeEscalation"),
+        Command.AUDIT,
+        {("IGW-AU405", "FAIL", "MEDIUM")},
+    ),
+    ("no-netpol", _no_network_policy, Command.AUDIT, {("IGW-AU406", "FAIL", "MEDIUM")}),
+    ("no-pdb", _no_pdb, Command.AUDIT, {("IGW-AU407", "FAIL", "LOW")}),
+    (
+        "one-replica",
+        lambda d: _llama(d)["spec"].update(replicas=1),
+        Command.AUDIT,
+        {("IGW-AU408", "FAIL", "LOW")},
+    ),
+    (
+        "no-readiness",
+        _delete(_llama_container, "readinessProbe"),
+        Command.AUDIT,
+        {("IGW-AU409", "FAIL", "MEDIUM")},
+    ),
+    # ---- tenancy
+    (
+        "no-rate-limits",
+        lambda d: _igwc(d)["spec"]["extensions"].pop("rateLimits"),
+        Command.AUDIT,
+        {("IGW-AU601", "WARN", "MEDIUM")},
+    ),
+    (
+        "no-tenant-isolation",
+        lambda d: _igwc(d)["spec"]["extensions"].pop("authorization"),
+        Command.AUDIT,
+        {("IGW-AU602", "WARN", "MEDIUM")},
+    ),
+    # ---- pre-flight
+    (
+        "old-vllm",
+        _set(_llama_container, "image", "vllm/vllm-openai:v0.8.5"),
+        Command.PREFLIGHT,
+        {("IGW-PF011", "FAIL", "HIGH")},
+    ),
+    (
+        "latest-vllm",
+        _set(_llama_container, "image", "vllm/vllm-openai:latest"),
+        Command.PREFLIGHT,
+        {("IGW-PF011", "WARN", "MEDIUM")},
+    ),
+    (
+        "sglang-without-metrics",
+        lambda d: find(d, "Deployment", "qwen-7b")["spec"]["template"]["spec"]["containers"][0].update(
+            args=["--model-path", "Qwen/Qwen2.5-7B-Instruct"]
+        ),
+        Command.PREFLIGHT,
+        {("IGW-PF011", "FAIL", "HIGH")},
+    ),
+    (
+        "engine-mismatch",
+        lambda d: _igwc(d)["spec"]["schedulers"][0].update(engineType="sglang"),
+        Command.PREFLIGHT,
+        {("IGW-PF011", "FAIL", "HIGH"), ("IGW-PF012", "FAIL", "HIGH")},
+    ),
+    (
+        "port-mismatch",
+        lambda d: _igwc(d)["spec"]["schedulers"][0].update(targetPort=8080),
+        Command.PREFLIGHT,
+        {("IGW-PF013", "FAIL", "HIGH")},
+    ),
+    (
+        "label-typo",
+        lambda d: _llama(d)["spec"]["template"]["metadata"].update(labels={"ap": "llama-8b"}),
+        Command.PREFLIGHT,
+        {("IGW-PF010", "FAIL", "CRITICAL")},
+    ),
+    (
+        "invalid-config",
+        lambda d: _igwc(d)["spec"].update(bogus=True),
+        Command.PREFLIGHT,
+        {("IGW-PF009", "FAIL", "HIGH")},
+    ),
+    (
+        "crd-missing",
+        lambda d: d.remove(
+            find(d, "CustomResourceDefinition", "inferencegatewayconfigs.inference.sagemaker.aws.amazon.com")
+        ),
+        Command.PREFLIGHT,
+        {("IGW-PF006", "FAIL", "CRITICAL")},
+    ),
+    (
+        "lbc-missing",
+        lambda d: d.remove(find(d, "Deployment", "aws-load-balancer-controller")),
+        Command.PREFLIGHT,
+        {("IGW-PF007", "FAIL", "HIGH")},
+    ),
+    (
+        "auto-issue-without-cert-manager",
+        lambda d: (_igwc(d)["spec"].update(tls={}), d.remove(find(d, "Deployment", "cert-manager"))),
+        Command.PREFLIGHT,
+        {("IGW-PF008", "FAIL", "HIGH")},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutation", "command", "expected"), [c[1:] for c in CORPUS], ids=[c[0] for c in CORPUS]
+)
+def test_insecure_variant_has_exactly_the_expected_findings(
+    mutation: Callable[[Docs], None], command: Command, expected: set[tuple[str, str, str]]
+) -> None:
+    assert findings(run(mutated(mutation), command)) == expected
+
+
+def test_approval_turns_internet_facing_into_a_pass() -> None:
+    docs = mutated(lambda d: _ingress_ann(d).update({"alb.ingress.kubernetes.io/scheme": "internet-facing"}))
+    assert ("IGW-AU301", "WARN", "MEDIUM") in findings(run(docs, Command.AUDIT))
+    assert not findings(run(docs, Command.AUDIT, CheckOptions(allow_internet_facing=True)))

@@ -1,0 +1,144 @@
+"""Hypothesis strategies that build documents *from the JSON Schema itself*.
+
+Generating from the schema (instead of hand-written fixtures) means a field added to the schema is
+exercised without anyone writing a new test. Only the subset of JSON Schema our contract uses is
+supported; anything else raises, so the generator cannot silently skip part of the schema.
+``repair`` then makes a schema-valid document satisfy the cross-field admission rules.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from hypothesis import strategies as st
+from igw.config.jsonpath import PathPart
+
+QUANTITIES = ["1", "500m", "2Gi", "0.5", "128974848", "1e3"]
+URLS = ["https://idp.example.com", "https://login.example.org/realms/ml", "https://a.b.c:8443/x/y"]
+TIMES = ["2026-11-29T10:00:00Z", "2026-01-02T03:04:05.123+01:00"]
+LABEL_KEYS = ["app", "tier", "app.kubernetes.io/name", "team"]
+MAX_ITEMS = 3
+
+
+def _string(node: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    if node.get("format") == "uri":
+        return st.sampled_from(URLS)
+    if node.get("format") == "date-time":
+        return st.sampled_from(TIMES)
+    low, high = node.get("minLength", 0), node.get("maxLength", 40)
+    if "pattern" in node:
+        return st.from_regex(node["pattern"], fullmatch=True).filter(lambda s: low <= len(s) <= high)
+    return st.text(
+        alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=low, max_size=min(high, 40)
+    )
+
+
+def from_schema(node: Mapping[str, Any], *, skip: frozenset[str] = frozenset()) -> st.SearchStrategy[Any]:
+    """Values valid against ``node`` (a ``$ref``-free schema)."""
+    if "const" in node:
+        return st.just(node["const"])
+    if "enum" in node:
+        return st.sampled_from(node["enum"])
+    if node.get("x-kubernetes-int-or-string"):
+        return st.sampled_from(QUANTITIES) | st.integers(min_value=0, max_value=64)
+    kind = node.get("type")
+    if kind == "string":
+        return _string(node)
+    if kind == "integer":
+        return st.integers(min_value=node.get("minimum", -(10**6)), max_value=node.get("maximum", 10**6))
+    if kind == "number":
+        return st.floats(
+            min_value=node.get("minimum", -1e6), max_value=node.get("maximum", 1e6), allow_nan=False
+        )
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "array":
+        items = from_schema(node["items"], skip=skip)
+        low = node.get("minItems", 0)
+        high = min(node.get("maxItems", MAX_ITEMS), max(low, MAX_ITEMS))
+        return st.lists(
+            items, min_size=low, max_size=high, unique_by=str if node.get("uniqueItems") else None
+        )
+    if kind == "object":
+        return _object(node, skip=skip)
+    raise NotImplementedError(f"schema node not supported by the generator: {dict(node)}")
+
+
+def _object(node: Mapping[str, Any], *, skip: frozenset[str]) -> st.SearchStrategy[Any]:
+    props: Mapping[str, Any] = node.get("properties", {})
+    if not props:
+        extra = node.get("additionalProperties")
+        if isinstance(extra, Mapping):
+            return st.dictionaries(st.sampled_from(LABEL_KEYS), from_schema(extra, skip=skip), max_size=2)
+        return st.just({})
+    required = set(node.get("required", ()))
+    fixed = {k: from_schema(v, skip=skip) for k, v in props.items() if k in required and k not in skip}
+    optional = {k: from_schema(v, skip=skip) for k, v in props.items() if k not in required and k not in skip}
+    return st.fixed_dictionaries(fixed, optional=optional)
+
+
+def document_strategy(schema: Mapping[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Whole IGWC documents, extensions included (no status: the controller writes that)."""
+    spec = from_schema(schema["properties"]["spec"])
+    names = st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True)
+    return st.builds(
+        lambda s, n: repair(
+            {
+                "apiVersion": schema["properties"]["apiVersion"]["const"],
+                "kind": schema["properties"]["kind"]["const"],
+                "metadata": {"name": n},
+                "spec": s,
+            }
+        ),
+        spec,
+        names,
+    )
+
+
+def repair(doc: dict[str, Any]) -> dict[str, Any]:
+    """Make a schema-valid document satisfy every cross-field rule in schemas/admission-rules.yaml."""
+    doc = copy.deepcopy(doc)
+    spec = doc["spec"]
+    for index, sched in enumerate(spec["schedulers"]):
+        sched["name"], sched["modelName"] = f"s{index}", f"model-{index}"
+        if "weights" in sched:
+            sched.pop("configMapRef", None)
+            if sched.get("scheduler", "llm-d") != "llm-d":
+                sched["weights"].pop("lru", None)
+        selector = sched["modelSelector"]
+        if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+            selector["matchLabels"] = {"app": f"s{index}"}
+        for expr in selector.get("matchExpressions", []):
+            if expr["operator"] in {"In", "NotIn"}:
+                expr["values"] = expr.get("values") or ["v"]
+            else:
+                expr.pop("values", None)
+    if len(spec["schedulers"]) > 1:
+        spec["bbr"]["enabled"] = True
+    provider = spec.get("auth", {}).get("jwt", {}).get("provider")
+    if provider is not None:
+        claims = provider.get("requiredClaims", [])
+        for index, claim in enumerate(claims):
+            claim["name"] = f"claim{index}"
+        if not provider.get("audiences") and not claims:
+            provider["audiences"] = ["gateway"]
+    return doc
+
+
+def walk(
+    value: Any, node: Mapping[str, Any], path: tuple[PathPart, ...] = ()
+) -> Iterator[tuple[tuple[PathPart, ...], Any, Mapping[str, Any]]]:
+    """Every (path, value, schema node) pair in a document, parents before children."""
+    yield path, value, node
+    if isinstance(value, dict):
+        props = node.get("properties", {})
+        extra = node.get("additionalProperties")
+        for key, sub in value.items():
+            child = props.get(key) or (extra if isinstance(extra, Mapping) else None)
+            if child is not None:
+                yield from walk(sub, child, (*path, key))
+    elif isinstance(value, list) and isinstance(node.get("items"), Mapping):
+        for index, item in enumerate(value):
+            yield from walk(item, node["items"], (*path, index))

@@ -1,0 +1,159 @@
+"""``igw validate`` and ``igw generate`` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from igw.cli.main import main
+from igw.config.crd import CRD_PATH
+from igw.config.generated_files import GENERATED_FILES
+
+from .cases import base_document
+from .support import EXAMPLES
+
+
+def _three_errors(tmp_path: Path) -> Path:
+    doc = base_document()
+    doc["spec"]["foo"] = 1
+    doc["spec"]["schedulers"][1]["targetPort"] = 0
+    doc["spec"]["schedulers"][1]["modelName"] = doc["spec"]["schedulers"][0]["modelName"]
+    path = tmp_path / "three.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", *map(str, EXAMPLES)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "0 problem(s)" in err
+    assert "skipped document 2 (kind ConfigMap)" in err
+
+
+def test_three_errors_are_all_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _three_errors(tmp_path)
+    assert main(["validate", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    assert any('spec.foo: unknown field "spec.foo"' in line for line in lines)
+    assert any("spec.schedulers[1].targetPort: must be >= 1" in line for line in lines)
+    assert any(
+        "spec.schedulers[1].modelName: duplicates spec.schedulers[0].modelName" in line for line in lines
+    )
+    text = path.read_text().splitlines()
+    for line in lines:  # each line points at the line of the offending field
+        file_line = int(line.split(":")[1])
+        field = line.split(": ")[1].rsplit(".", 1)[-1].split("[")[0]
+        assert field in text[file_line - 1], line
+
+
+def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _three_errors(tmp_path)
+    assert main(["validate", "--output", "json", str(path)]) == 1
+    findings = json.loads(capsys.readouterr().out)
+    assert {f["path"] for f in findings} == {
+        "spec.foo",
+        "spec.schedulers[1].targetPort",
+        "spec.schedulers[1].modelName",
+    }
+    assert all({"file", "document", "line", "path", "message", "rule"} <= set(f) for f in findings)
+
+
+def test_multi_document_file_reports_per_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = base_document()
+    bad["spec"]["bbr"]["enabled"] = "maybe"
+    path = tmp_path / "multi.yaml"
+    path.write_text(yaml.safe_dump_all([base_document(), {"kind": "Service"}, bad]))
+    assert main(["validate", "--output", "json", str(path)]) == 1
+    findings = json.loads(capsys.readouterr().out)
+    assert {f["document"] for f in findings} == {3}
+
+
+def test_unreadable_and_syntax_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: InferenceGatewayConfig\nspec:\n  - a\n  b: c\n")
+    assert main(["validate", str(broken), str(tmp_path / "missing.yaml"), str(EXAMPLES[0])]) == 2
+    out = capsys.readouterr().out
+    assert "broken.yaml: line 4" in out
+    assert "cannot read file" in out
+
+
+def test_a_file_without_gateway_configs_is_noted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    assert main(["validate", str(path)]) == 0
+    assert "no InferenceGatewayConfig document" in capsys.readouterr().err
+
+
+def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(base_document())))
+    assert main(["validate", "-"]) == 0
+
+
+def test_usage_error_exits_2() -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["validate"])
+    assert info.value.code == 2
+
+
+def test_generate_check_names_a_stale_file(
+    tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for top in {Path(rel).parts[0] for rel, _ in GENERATED_FILES} | {"schemas"}:
+        if top != "gateway_src":
+            shutil.copytree(repo_root / top, tmp_path / top)
+    bundled = "gateway_src/igw/config/bundled"
+    shutil.copytree(repo_root / bundled, tmp_path / bundled)
+    assert main(["generate", "--root", str(tmp_path)]) == 0
+    assert main(["generate", "--check", "--root", str(tmp_path)]) == 0
+    crd = tmp_path / CRD_PATH
+    crd.write_text(crd.read_text() + "# hand edit\n")
+    (tmp_path / bundled / "admission-rules.yaml").unlink()
+    capsys.readouterr()
+    assert main(["generate", "--check", "--root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"stale: {CRD_PATH}" in out
+    assert f"missing: {bundled}/admission-rules.yaml" in out
+    assert main(["generate", "--root", str(tmp_path)]) == 0
+    assert main(["generate", "--check", "--root", str(tmp_path)]) == 0
+
+
+def test_json_files_get_field_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = base_document()
+    doc["spec"]["schedulers"][1]["targetPort"] = 0
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc, indent=2))
+    assert main(["validate", str(path)]) == 1
+    (line,) = capsys.readouterr().out.splitlines()
+    number = int(line.split(":")[1])
+    assert '"targetPort": 0' in path.read_text().splitlines()[number - 1]
+
+
+def test_real_process_exit_codes_and_streams(tmp_path: Path) -> None:
+    """The command as a user runs it: a separate process, stdout for problems, stderr for notes."""
+    path = _three_errors(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "igw.cli.main", "validate", str(path), str(EXAMPLES[0])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert len(done.stdout.splitlines()) == 3
+    assert "2 InferenceGatewayConfig document(s) checked, 3 problem(s)" in done.stderr
+
+
+def test_broken_contract_exits_2(tmp_path: Path, repo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    schemas = tmp_path / "schemas"
+    shutil.copytree(repo_root / "schemas", schemas)
+    (schemas / "extensions" / "open.schema.json").write_text('{"type": "object"}')
+    monkeypatch.setenv("IGW_SCHEMAS_DIR", str(schemas))
+    assert main(["validate", str(EXAMPLES[0])]) == 2

@@ -1,0 +1,603 @@
+"""Fake Kubernetes API server: the project's ONE seam for the Kubernetes API.
+
+No kube-apiserver can run here, so tests start this aiohttp server on 127.0.0.1 (ephemeral port)
+and point the REAL ``kubernetes`` client at it over HTTP. It serves:
+
+* core/v1 pods, services, configmaps, secrets, serviceaccounts, namespaces, nodes; apps/v1
+  deployments, statefulsets; policy/v1 poddisruptionbudgets; networking.k8s.io/v1 networkpolicies,
+  ingresses; apiextensions.k8s.io/v1 customresourcedefinitions; custom objects
+  ``inference.sagemaker.aws.amazon.com/v1alpha1`` inferencegatewayconfigs and ``cert-manager.io/v1``
+  certificates. Creating a CRD registers its kind, so other custom objects work too
+  (or call :meth:`FakeKubeApiServer.register_kind`).
+* list (namespaced and all-namespaces) honouring ``labelSelector`` (equality, set-based, existence),
+  ``fieldSelector`` (``path=value``/``!=`` on dotted paths) and ``limit``/``continue`` paging; get;
+  create (POST); replace (PUT); patch (merge, strategic-merge treated as merge, JSON patch, apply
+  treated as merge-or-create); delete; ``/status`` subresources; ``/version/``.
+* WATCH (``?watch=true``) for every kind: newline-delimited ``{"type": ADDED|MODIFIED|DELETED,
+  "object": …}`` events, each object carrying its ``metadata.resourceVersion``. Without a
+  resourceVersion (or "0") the stream starts with synthetic ADDED events for the current state;
+  with one it replays later events; after :meth:`KubeStore.compact` an old version gets an
+  ``ERROR`` event with a 410 Status (so relist logic can be tested). ``timeoutSeconds`` is honoured.
+  Label selectors filter on each event's object (a real server also sends DELETED when an object
+  stops matching — this fake does not).
+* failure modes: :meth:`forbid` (403 with the real message shape, for all or some resources),
+  :attr:`required_token` (401 without it), and :func:`unreachable_url` (nothing listening).
+
+Usage from a sync test (the sync client blocks, so the server runs on its own loop thread)::
+
+    from tests.fakes.kube_api import running_fake_kube
+    with running_fake_kube() as kube:
+        kube.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns",
+                  "labels": {"app": "m"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        api = kubernetes.client.CoreV1Api(kube.api_client())
+        pods = api.list_namespaced_pod("ns", label_selector="app in (m,n)")
+        kube.write_kubeconfig(tmp_path / "kubeconfig")       # for code that loads a kubeconfig
+
+Usage from an async test (same loop; call the sync client through ``asyncio.to_thread``)::
+
+    async with FakeKubeApiServer() as kube:
+        api = kubernetes.client.CoreV1Api(kube.api_client())
+        pods = await asyncio.to_thread(api.list_pod_for_all_namespaces)
+
+``kube.requests`` records ``(method, path, query)`` of every request, for asserting what the code
+under test asked for (e.g. that it sent the label selector instead of filtering client-side).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
+from tests.fakes.kube_store import KubeStore, ResourceKind, StoreError, json_patch, merge_patch
+
+__all__ = [
+    "FakeKubeApiServer",
+    "KubeStore",
+    "ResourceKind",
+    "make_pod",
+    "running_fake_kube",
+    "unreachable_url",
+    "write_kubeconfig",
+]
+
+VERSION_INFO: dict[str, str] = {
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.4-eks-fake",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-08-01T00:00:00Z",
+    "goVersion": "go1.24.6",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+_RETURNS_OBJECT_ON_DELETE = {"pods", "services", "serviceaccounts"}
+
+
+def _status(
+    code: int, reason: str, message: str, *, details: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure" if code >= 400 else "Success",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        body["details"] = dict(details)
+    return body
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
+
+
+def _error(exc: StoreError) -> web.Response:
+    return _json(_status(exc.code, exc.reason, exc.message), exc.code)
+
+
+class FakeKubeApiServer:
+    """An aiohttp app plus its :class:`KubeStore`; start it on a loop or in a thread."""
+
+    def __init__(self, *, store: KubeStore | None = None) -> None:
+        self.store = store or KubeStore()
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.required_token: str | None = None
+        self._forbidden: set[str] | None = set()
+        self._forbidden_all = False
+        self._runner: web.AppRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watch_wakeups: set[asyncio.Event] = set()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self.port = 0
+        self.store.on_change = self._notify_threadsafe
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> str:
+        self._loop = asyncio.get_running_loop()
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.05)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1]
+        return self.url
+
+    async def stop(self) -> None:
+        self._closing = True
+        for wakeup in list(self._watch_wakeups):
+            wakeup.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeKubeApiServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def start_in_thread(self) -> FakeKubeApiServer:
+        """Run the server on a private event loop in a daemon thread (for the sync client)."""
+        started = threading.Event()
+        failure: list[BaseException] = []
+        loop = asyncio.new_event_loop()
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as exc:  # pragma: no cover - surfaced to the caller below
+                failure.append(exc)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self.stop())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="fake-kube-api", daemon=True)
+        self._thread.start()
+        started.wait(10)
+        if failure:
+            raise failure[0]
+        return self
+
+    def stop_thread(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._thread = None
+
+    # ---- seeding and fault injection -------------------------------------------------------------------
+    def add(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create ``obj`` (kind from apiVersion/kind, namespace from metadata, default "default")."""
+        kind = self.store.kind_for(api_version=str(obj["apiVersion"]), kind=str(obj["kind"]))
+        namespace = str((obj.get("metadata") or {}).get("namespace") or "default") if kind.namespaced else ""
+        created = self.store.create(kind, namespace, obj)
+        if kind.plural == "customresourcedefinitions":
+            self._register_crd(created)
+        return created
+
+    def add_all(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        for obj in objs:
+            self.add(obj)
+
+    def register_kind(self, kind: ResourceKind) -> None:
+        self.store.register_kind(kind)
+
+    def forbid(self, *plurals: str) -> None:
+        """Answer 403 for these resources (e.g. ``"pods"``), or for everything when none are given."""
+        if plurals:
+            assert self._forbidden is not None
+            self._forbidden.update(plurals)
+        else:
+            self._forbidden_all = True
+
+    def allow_all(self) -> None:
+        self._forbidden = set()
+        self._forbidden_all = False
+
+    def api_client(self, *, token: str | None = None) -> Any:
+        """A ``kubernetes.client.ApiClient`` talking to this server."""
+        import kubernetes
+
+        configuration = kubernetes.client.Configuration()
+        configuration.host = self.url
+        if token or self.required_token:
+            configuration.api_key = {"authorization": f"Bearer {token or self.required_token}"}
+        return kubernetes.client.ApiClient(configuration)
+
+    def write_kubeconfig(
+        self, path: Path | str, *, namespace: str = "default", token: str | None = None
+    ) -> Path:
+        return write_kubeconfig(
+            path, server=self.url, namespace=namespace, token=token or self.required_token
+        )
+
+    # ---- HTTP ------------------------------------------------------------------------------------------
+    def _notify_threadsafe(self) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._wake_watchers)
+
+    def _wake_watchers(self) -> None:
+        for wakeup in list(self._watch_wakeups):
+            wakeup.set()
+
+    def _register_crd(self, crd: Mapping[str, Any]) -> None:
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        for version in spec.get("versions") or []:
+            self.store.register_kind(
+                ResourceKind(
+                    group=str(spec.get("group", "")),
+                    version=str(version.get("name")),
+                    plural=str(names.get("plural")),
+                    kind=str(names.get("kind")),
+                    namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                )
+            )
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        query = dict(request.query)
+        self.requests.append((request.method, request.path, query))
+        expected_auth = f"Bearer {self.required_token}"
+        if self.required_token is not None and request.headers.get("Authorization") != expected_auth:
+            return _json(_status(401, "Unauthorized", "Unauthorized"), 401)
+        parts = [p for p in request.path.split("/") if p]
+        if parts in (["version"],):
+            return _json(VERSION_INFO)
+        if parts == ["api"]:
+            return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+        try:
+            kind, namespace, name, subresource = self._route(parts)
+        except StoreError as exc:
+            return _error(exc)
+        if self._forbidden_all or (self._forbidden and kind.plural in self._forbidden):
+            verb = {
+                "GET": "get" if name else "list",
+                "POST": "create",
+                "PUT": "update",
+                "PATCH": "patch",
+                "DELETE": "delete",
+            }.get(request.method, "get")
+            where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+            message = (
+                f'{kind.plural} is forbidden: User "system:serviceaccount:igw:test" cannot {verb} resource '
+                f'"{kind.plural}" in API group "{kind.group}"{where}'
+            )
+            return _json(_status(403, "Forbidden", message, details={"kind": kind.plural}), 403)
+        try:
+            return await self._dispatch(request, kind, namespace, name, subresource, query)
+        except StoreError as exc:
+            return _error(exc)
+        except SelectorError as exc:
+            return _json(_status(400, "BadRequest", str(exc)), 400)
+
+    def _route(self, parts: list[str]) -> tuple[ResourceKind, str | None, str | None, str | None]:
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise StoreError(404, "NotFound", "the server could not find the requested resource")
+
+        def kind_of(plural: str) -> ResourceKind:
+            kind = self.store.kinds.get((group, version, plural))
+            if kind is None:
+                raise StoreError(404, "NotFound", "the server could not find the requested resource")
+            return kind
+
+        namespaced_path = (
+            len(rest) >= 3 and rest[0] == "namespaces" and (group, version, rest[2]) in self.store.kinds
+        )
+        if namespaced_path:
+            kind = kind_of(rest[2])
+            name = rest[3] if len(rest) > 3 else None
+            sub = rest[4] if len(rest) > 4 else None
+            return kind, rest[1], name, sub
+        if not rest:
+            raise StoreError(404, "NotFound", "the server could not find the requested resource")
+        kind = kind_of(rest[0])
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if name is None:
+            return kind, None, None, None
+        if kind.namespaced:
+            raise StoreError(404, "NotFound", "the server could not find the requested resource")
+        return kind, "", name, sub
+
+    async def _dispatch(
+        self,
+        request: web.Request,
+        kind: ResourceKind,
+        namespace: str | None,
+        name: str | None,
+        subresource: str | None,
+        query: dict[str, str],
+    ) -> web.StreamResponse:
+        ns = namespace or ""
+        method = request.method
+        if name is None:
+            if method == "GET":
+                if query.get("watch") in ("true", "1"):
+                    return await self._watch(request, kind, namespace, query)
+                return self._list(kind, namespace, query)
+            if method == "POST":
+                body = await self._body(request)
+                if kind.namespaced and namespace is None:
+                    raise StoreError(405, "MethodNotAllowed", "create requires a namespace")
+                meta_ns = (body.get("metadata") or {}).get("namespace")
+                if kind.namespaced and meta_ns and meta_ns != ns:
+                    raise StoreError(
+                        400,
+                        "BadRequest",
+                        "the namespace of the provided object does not match the namespace sent "
+                        "on the request",
+                    )
+                created = self.store.create(kind, ns, body)
+                if kind.plural == "customresourcedefinitions":
+                    self._register_crd(created)
+                return _json(created, 201)
+            raise StoreError(405, "MethodNotAllowed", f"method {method} not allowed on a collection")
+        if subresource not in (None, "status"):
+            raise StoreError(404, "NotFound", f"subresource {subresource!r} is not served by the fake")
+        if method == "GET":
+            return _json(self.store.get(kind, ns, name))
+        if method == "PUT":
+            body = await self._body(request)
+            return _json(self.store.replace(kind, ns, name, body, status_only=subresource == "status"))
+        if method == "PATCH":
+            return _json(await self._patch(request, kind, ns, name, subresource))
+        if method == "DELETE":
+            deleted = self.store.delete(kind, ns, name)
+            if kind.plural in _RETURNS_OBJECT_ON_DELETE:
+                return _json(deleted)
+            return _json(
+                {
+                    **_status(200, "", ""),
+                    "status": "Success",
+                    "details": {"name": name, "kind": kind.plural, "uid": deleted["metadata"]["uid"]},
+                }
+            )
+        raise StoreError(405, "MethodNotAllowed", f"method {method} not allowed")
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        text = await request.text()
+        try:
+            body = yaml.safe_load(text) if "yaml" in request.content_type else json.loads(text)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise StoreError(400, "BadRequest", f"malformed request body: {exc}") from exc
+        if not isinstance(body, dict):
+            raise StoreError(400, "BadRequest", "request body must be a JSON object")
+        return body
+
+    async def _patch(
+        self, request: web.Request, kind: ResourceKind, ns: str, name: str, subresource: str | None
+    ) -> dict[str, Any]:
+        content_type = request.content_type
+        text = await request.text()
+        try:
+            patch = yaml.safe_load(text) if "yaml" in content_type else json.loads(text)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise StoreError(400, "BadRequest", f"malformed patch: {exc}") from exc
+        try:
+            current = self.store.get(kind, ns, name)
+        except StoreError:
+            if content_type == "application/apply-patch+yaml":
+                return self.store.create(kind, ns, patch)
+            raise
+        if content_type == "application/json-patch+json":
+            updated = json_patch(current, patch)
+        elif content_type in (
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+            "application/apply-patch+yaml",
+        ):
+            updated = merge_patch(current, patch)
+        else:
+            raise StoreError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format: {content_type}",
+            )
+        updated.setdefault("metadata", {}).pop("resourceVersion", None)
+        return self.store.replace(kind, ns, name, updated, status_only=subresource == "status")
+
+    def _list(self, kind: ResourceKind, namespace: str | None, query: dict[str, str]) -> web.Response:
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"))
+        items, rv = self.store.list(kind, namespace or None)
+        selected = [o for o in items if labels((o.get("metadata") or {}).get("labels") or {}) and fields(o)]
+        metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+        start = 0
+        if query.get("continue"):
+            try:
+                start = int(base64.urlsafe_b64decode(query["continue"].encode()).decode())
+            except ValueError as exc:
+                raise StoreError(410, "Expired", "the provided continue parameter is too old") from exc
+        limit = int(query.get("limit") or 0)
+        if limit > 0:
+            page = selected[start : start + limit]
+            if start + limit < len(selected):
+                metadata["continue"] = base64.urlsafe_b64encode(str(start + limit).encode()).decode()
+                metadata["remainingItemCount"] = len(selected) - start - limit
+            selected = page
+        else:
+            selected = selected[start:]
+        return _json(
+            {
+                "kind": f"{kind.kind}List",
+                "apiVersion": kind.api_version,
+                "metadata": metadata,
+                "items": selected,
+            }
+        )
+
+    async def _watch(
+        self, request: web.Request, kind: ResourceKind, namespace: str | None, query: dict[str, str]
+    ) -> web.StreamResponse:
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"))
+        loop = asyncio.get_running_loop()
+        timeout = float(query.get("timeoutSeconds") or 3600)
+        deadline = loop.time() + timeout
+
+        def wanted(obj: Mapping[str, Any]) -> bool:
+            return bool(labels((obj.get("metadata") or {}).get("labels") or {}) and fields(obj))
+
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+
+        async def send(event_type: str, obj: Mapping[str, Any]) -> None:
+            await response.write(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
+
+        start = query.get("resourceVersion")
+        if not start or start == "0":
+            items, last_rv = self.store.list(kind, namespace or None)
+            for obj in items:
+                if wanted(obj):
+                    await send("ADDED", obj)
+        else:
+            last_rv = int(start)
+        wakeup = asyncio.Event()
+        self._watch_wakeups.add(wakeup)
+        try:
+            while not self._closing:
+                try:
+                    events = self.store.events_after(last_rv)
+                except StoreError as exc:
+                    await send("ERROR", _status(exc.code, exc.reason, exc.message))
+                    break
+                for event in events:
+                    last_rv = event.resource_version
+                    if event.resource != kind.key or (namespace and event.namespace != namespace):
+                        continue
+                    if wanted(event.object):
+                        await send(event.type, event.object)
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                wakeup.clear()
+                if self.store.resource_version != last_rv:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wakeup.wait(), remaining)
+        except (ConnectionResetError, asyncio.CancelledError):
+            self._watch_wakeups.discard(wakeup)
+            raise
+        self._watch_wakeups.discard(wakeup)
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
+        return response
+
+
+@contextlib.contextmanager
+def running_fake_kube(*, store: KubeStore | None = None) -> Iterator[FakeKubeApiServer]:
+    """Sync tests: a fake API server on a background thread, stopped on exit."""
+    server = FakeKubeApiServer(store=store).start_in_thread()
+    try:
+        yield server
+    finally:
+        server.stop_thread()
+
+
+@contextlib.asynccontextmanager
+async def serving_fake_kube(*, store: KubeStore | None = None) -> AsyncIterator[FakeKubeApiServer]:
+    """Async tests: the same server on the running loop."""
+    async with FakeKubeApiServer(store=store) as server:
+        yield server
+
+
+def unreachable_url() -> str:
+    """A loopback URL where nothing listens (bind an ephemeral port, then close it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def write_kubeconfig(
+    path: Path | str, *, server: str, namespace: str = "default", token: str | None = None
+) -> Path:
+    """Write a kubeconfig with one context ``fake`` pointing at ``server``."""
+    user: dict[str, Any] = {"token": token} if token else {"username": "fake"}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": server}}],
+        "users": [{"name": "fake", "user": user}],
+        "contexts": [
+            {"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}
+        ],
+        "current-context": "fake",
+    }
+    target = Path(path)
+    target.write_text(yaml.safe_dump(config))
+    return target
+
+
+def make_pod(
+    *,
+    name: str,
+    namespace: str = "default",
+    labels: Mapping[str, str] | None = None,
+    image: str = "vllm/vllm-openai:v0.10.1",
+    args: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    port: int = 8000,
+    ready: bool = True,
+    pod_ip: str = "10.0.0.10",
+) -> dict[str, Any]:
+    """A realistic Pod (complete enough for the typed client's models) for seeding the fake."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+        "spec": {
+            "containers": [
+                {
+                    "name": "server",
+                    "image": image,
+                    "args": list(args or []),
+                    "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+                    "ports": [{"containerPort": port, "name": "http", "protocol": "TCP"}],
+                }
+            ]
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": pod_ip,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }

@@ -1,0 +1,313 @@
+"""In-memory object store of the fake Kubernetes API server: objects, resource versions, events.
+
+Thread-safe (one lock) because tests seed and mutate it from the test thread while the HTTP
+server reads it from its own event-loop thread. Every mutation bumps a global resourceVersion
+and appends a watch event; watchers are woken through :attr:`KubeStore.on_change`.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceKind:
+    """One served resource: ``group`` is "" for the core API."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.group, self.version, self.plural)
+
+
+BUILTIN_KINDS: tuple[ResourceKind, ...] = (
+    ResourceKind("", "v1", "pods", "Pod", True),
+    ResourceKind("", "v1", "services", "Service", True),
+    ResourceKind("", "v1", "configmaps", "ConfigMap", True),
+    ResourceKind("", "v1", "secrets", "Secret", True),
+    ResourceKind("", "v1", "serviceaccounts", "ServiceAccount", True),
+    ResourceKind("", "v1", "namespaces", "Namespace", False),
+    ResourceKind("", "v1", "nodes", "Node", False),
+    ResourceKind("apps", "v1", "deployments", "Deployment", True),
+    ResourceKind("apps", "v1", "statefulsets", "StatefulSet", True),
+    ResourceKind("apps", "v1", "daemonsets", "DaemonSet", True),
+    ResourceKind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
+    ResourceKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True),
+    ResourceKind("networking.k8s.io", "v1", "ingresses", "Ingress", True),
+    ResourceKind(
+        "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+    ),
+    ResourceKind(
+        "inference.sagemaker.aws.amazon.com",
+        "v1alpha1",
+        "inferencegatewayconfigs",
+        "InferenceGatewayConfig",
+        True,
+    ),
+    ResourceKind("cert-manager.io", "v1", "certificates", "Certificate", True),
+)
+
+ObjectKey = tuple[tuple[str, str, str], str, str]
+"""(resource key, namespace or "", name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    resource_version: int
+    resource: tuple[str, str, str]
+    namespace: str
+    type: str
+    object: dict[str, Any]
+
+
+class StoreError(Exception):
+    """An API error the server turns into a ``Status`` response."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+class KubeStore:
+    """Objects keyed by resource, namespace and name, with a bounded event history for watches."""
+
+    def __init__(self, *, max_events: int = 10_000) -> None:
+        self._lock = threading.RLock()
+        self._objects: dict[ObjectKey, dict[str, Any]] = {}
+        self._events: list[WatchEvent] = []
+        self._max_events = max_events
+        self._oldest_watchable = 0
+        self._rv = 0
+        self.kinds: dict[tuple[str, str, str], ResourceKind] = {k.key: k for k in BUILTIN_KINDS}
+        self.on_change: Callable[[], None] = lambda: None
+
+    # ---- kinds ---------------------------------------------------------------------------------
+    def register_kind(self, kind: ResourceKind) -> None:
+        with self._lock:
+            self.kinds[kind.key] = kind
+
+    def kind_for(self, *, api_version: str, kind: str) -> ResourceKind:
+        group, _, version = api_version.rpartition("/")
+        for candidate in self.kinds.values():
+            if candidate.group == group and candidate.version == version and candidate.kind == kind:
+                return candidate
+        raise StoreError(
+            404, "NotFound", f"the server could not find the requested resource ({api_version} {kind})"
+        )
+
+    # ---- versions and events ---------------------------------------------------------------------
+    @property
+    def resource_version(self) -> int:
+        with self._lock:
+            return self._rv
+
+    def compact(self) -> None:
+        """Forget the event history, so older resourceVersions get 410 Gone on watch."""
+        with self._lock:
+            self._events.clear()
+            self._oldest_watchable = self._rv
+
+    def events_after(self, resource_version: int) -> list[WatchEvent]:
+        with self._lock:
+            if resource_version < self._oldest_watchable:
+                raise StoreError(410, "Expired", f"too old resource version: {resource_version}")
+            return [e for e in self._events if e.resource_version > resource_version]
+
+    def _record(self, kind: ResourceKind, namespace: str, event_type: str, obj: dict[str, Any]) -> None:
+        self._events.append(WatchEvent(self._rv, kind.key, namespace, event_type, copy.deepcopy(obj)))
+        if len(self._events) > self._max_events:
+            dropped = self._events[: len(self._events) - self._max_events]
+            self._oldest_watchable = dropped[-1].resource_version
+            del self._events[: len(dropped)]
+
+    def _bump(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    # ---- CRUD ------------------------------------------------------------------------------------
+    def list(self, kind: ResourceKind, namespace: str | None) -> tuple[list[dict[str, Any]], int]:
+        with self._lock:
+            items = [
+                copy.deepcopy(obj)
+                for (res, ns, _), obj in sorted(self._objects.items())
+                if res == kind.key and (namespace is None or ns == namespace)
+            ]
+            return items, self._rv
+
+    def get(self, kind: ResourceKind, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            obj = self._objects.get((kind.key, namespace, name))
+            if obj is None:
+                raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
+            return copy.deepcopy(obj)
+
+    def create(self, kind: ResourceKind, namespace: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(dict(obj))
+        meta = body.setdefault("metadata", {})
+        name = meta.get("name")
+        if not name and meta.get("generateName"):
+            name = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+            meta["name"] = name
+        if not name:
+            raise StoreError(422, "Invalid", f"{kind.kind}.metadata.name: Required value: name is required")
+        with self._lock:
+            key = (kind.key, namespace, name)
+            if key in self._objects:
+                raise StoreError(409, "AlreadyExists", f'{kind.plural} "{name}" already exists')
+            body["apiVersion"] = kind.api_version
+            body["kind"] = kind.kind
+            if kind.namespaced:
+                meta["namespace"] = namespace
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            meta["generation"] = 1
+            meta["resourceVersion"] = self._bump()
+            self._objects[key] = body
+            self._record(kind, namespace, "ADDED", body)
+            result = copy.deepcopy(body)
+        self.on_change()
+        return result
+
+    def replace(
+        self,
+        kind: ResourceKind,
+        namespace: str,
+        name: str,
+        obj: Mapping[str, Any],
+        *,
+        status_only: bool = False,
+    ) -> dict[str, Any]:
+        body = copy.deepcopy(dict(obj))
+        with self._lock:
+            key = (kind.key, namespace, name)
+            current = self._objects.get(key)
+            if current is None:
+                raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
+            sent_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
+                raise StoreError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {kind.plural} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again",
+                )
+            if status_only:
+                new = copy.deepcopy(current)
+                new["status"] = body.get("status")
+            else:
+                new = body
+                new["status"] = body.get("status", current.get("status"))
+                meta = new.setdefault("metadata", {})
+                for field in ("uid", "creationTimestamp", "namespace", "name"):
+                    if field in current["metadata"]:
+                        meta[field] = current["metadata"][field]
+                old_spec = {k: v for k, v in current.items() if k not in ("metadata", "status")}
+                new_spec = {k: v for k, v in new.items() if k not in ("metadata", "status")}
+                meta["generation"] = current["metadata"].get("generation", 1) + (old_spec != new_spec)
+            new["apiVersion"] = kind.api_version
+            new["kind"] = kind.kind
+            new["metadata"]["resourceVersion"] = self._bump()
+            self._objects[key] = new
+            self._record(kind, namespace, "MODIFIED", new)
+            result = copy.deepcopy(new)
+        self.on_change()
+        return result
+
+    def delete(self, kind: ResourceKind, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            key = (kind.key, namespace, name)
+            obj = self._objects.pop(key, None)
+            if obj is None:
+                raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
+            obj["metadata"]["resourceVersion"] = self._bump()
+            self._record(kind, namespace, "DELETED", obj)
+            result = copy.deepcopy(obj)
+        self.on_change()
+        return result
+
+    def iter_all(self) -> Iterator[dict[str, Any]]:
+        with self._lock:
+            snapshot = [copy.deepcopy(o) for o in self._objects.values()]
+        yield from snapshot
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (also used for strategic-merge and apply patches, see kube_api)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _pointer_parts(pointer: str) -> list[str]:
+    if pointer == "":
+        return []
+    if not pointer.startswith("/"):
+        raise StoreError(422, "Invalid", f"invalid JSON pointer {pointer!r}")
+    return [p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/")]
+
+
+def json_patch(target: Any, operations: Any) -> Any:
+    """RFC 6902 JSON patch: add, remove, replace, test (move/copy are rarely used by clients)."""
+    if not isinstance(operations, list):
+        raise StoreError(422, "Invalid", "json patch must be a list of operations")
+    doc = copy.deepcopy(target)
+    for op in operations:
+        if not isinstance(op, dict) or "op" not in op or "path" not in op:
+            raise StoreError(422, "Invalid", f"malformed json patch operation {op!r}")
+        parts = _pointer_parts(op["path"])
+        if not parts:
+            raise StoreError(422, "Invalid", "json patch on the whole document is not supported")
+        parent: Any = doc
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent.setdefault(part, {})
+        last = parts[-1]
+        kind = op["op"]
+        try:
+            if kind in ("add", "replace"):
+                if isinstance(parent, list):
+                    index = len(parent) if last == "-" else int(last)
+                    if kind == "add":
+                        parent.insert(index, op.get("value"))
+                    else:
+                        parent[index] = op.get("value")
+                else:
+                    if kind == "replace" and last not in parent:
+                        raise StoreError(422, "Invalid", f"replace of missing path {op['path']}")
+                    parent[last] = op.get("value")
+            elif kind == "remove":
+                if isinstance(parent, list):
+                    del parent[int(last)]
+                else:
+                    del parent[last]
+            elif kind == "test":
+                actual = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+                if actual != op.get("value"):
+                    raise StoreError(422, "Invalid", f"test failed at {op['path']}")
+            else:
+                raise StoreError(422, "Invalid", f"unsupported json patch op {kind!r}")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise StoreError(422, "Invalid", f"json patch {kind} {op['path']}: {exc}") from exc
+    return doc

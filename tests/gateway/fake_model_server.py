@@ -1,0 +1,199 @@
+"""A minimal real model server (aiohttp on loopback) for gateway integration tests.
+
+It speaks the OpenAI completions/chat API (SSE or JSON), serves a ``/metrics`` page with the exact
+family names of the engine and version it impersonates, records every request it receives, and can
+be told to misbehave: die mid-stream, hang before the first token, refuse /metrics, answer slowly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    nodelay: bool
+    peer_port: int
+
+
+@dataclass
+class FakeModelServer:
+    name: str
+    engine: str = "vllm"
+    version: str = "0.12.0"
+    host: str = "127.0.0.1"
+    waiting: int = 0
+    running: int = 0
+    kv: float = 0.1
+    running_adapters: str = ""
+    waiting_adapters: str = ""
+    max_lora: int = 0
+    block_size: int = 16
+    num_gpu_blocks: int = 10_000
+    metrics_status: int = 200
+    metrics_frozen: bool = False
+    tokens: int = 5
+    token_delay_s: float = 0.0
+    first_token_delay_s: float = 0.0
+    die_after: int | None = None
+    received: list[Received] = field(default_factory=list)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    scrapes: int = 0
+    port: int = 0
+    _runner: web.AppRunner | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # ---- /metrics ---------------------------------------------------------------------------------
+    def page(self) -> str:
+        if self.engine == "sglang":
+            lab = 'engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"'
+            return "".join(
+                f"# HELP {n} x\n# TYPE {n} gauge\n{n}{{{lab}}} {v}\n"
+                for n, v in (
+                    ("sglang:num_running_reqs", float(self.running)),
+                    ("sglang:num_queue_reqs", float(self.waiting)),
+                    ("sglang:token_usage", self.kv),
+                )
+            )
+        lab = 'engine="0",model_name="m"'
+        lines = [
+            "# HELP python_gc_objects_collected_total Objects collected during gc",
+            "# TYPE python_gc_objects_collected_total counter",
+            'python_gc_objects_collected_total{generation="0"} 1.0',
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{lab}}} {float(self.running)}",
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{{{lab}}} {float(self.waiting)}",
+        ]
+        parts = tuple(int(p) for p in self.version.split(".")[:3])
+        if parts >= (0, 9, 2):
+            lines += ["# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lab}}} {self.kv}"]
+        if parts < (0, 11, 0):
+            lines += [
+                "# TYPE vllm:gpu_cache_usage_perc gauge",
+                f"vllm:gpu_cache_usage_perc{{{lab}}} {self.kv}",
+            ]
+        if self.max_lora:
+            lines += [
+                "# TYPE vllm:lora_requests_info gauge",
+                f'vllm:lora_requests_info{{max_lora="{self.max_lora}",running_lora_adapters="{self.running_adapters}",'
+                f'waiting_lora_adapters="{self.waiting_adapters}"}} 1.7e+09',
+            ]
+        lines += [
+            "# TYPE vllm:cache_config_info gauge",
+            f'vllm:cache_config_info{{block_size="{self.block_size}",engine="0",'
+            f'num_gpu_blocks="{self.num_gpu_blocks}"}} 1.0',
+        ]
+        return "\n".join(lines) + "\n"
+
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        self.scrapes += 1
+        if self.metrics_frozen:
+            await asyncio.sleep(3600)
+        if self.metrics_status != 200:
+            return web.Response(status=self.metrics_status, text="no metrics")
+        return web.Response(text=self.page(), content_type="text/plain")
+
+    # ---- inference --------------------------------------------------------------------------------
+    async def _infer(self, request: web.Request) -> web.StreamResponse:
+        sock = request.transport.get_extra_info("socket") if request.transport else None
+        nodelay = bool(sock and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        body = await request.read()
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.received.append(
+            Received(request.path, dict(request.headers), body, nodelay, peer[1] if peer else 0)
+        )
+        data: dict[str, Any] = orjson.loads(body)
+        try:
+            if self.first_token_delay_s:
+                await asyncio.sleep(self.first_token_delay_s)
+            if not data.get("stream"):
+                return web.json_response(
+                    {
+                        "id": "cmpl-1",
+                        "object": "text_completion",
+                        "server": self.name,
+                        "model": data.get("model"),
+                        "choices": [{"index": 0, "text": "t" * self.tokens, "finish_reason": "length"}],
+                        "usage": {
+                            "prompt_tokens": 7,
+                            "completion_tokens": self.tokens,
+                            "total_tokens": 7 + self.tokens,
+                        },
+                    }
+                )
+            resp = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            )
+            await resp.prepare(request)
+            for i in range(self.tokens):
+                if self.die_after is not None and i == self.die_after:
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return resp
+                event = {"id": "cmpl-1", "server": self.name, "choices": [{"index": 0, "text": f"tok{i}"}]}
+                await resp.write(b"data: " + orjson.dumps(event) + b"\n\n")
+                if self.token_delay_s:
+                    await asyncio.sleep(self.token_delay_s)
+            usage = {"prompt_tokens": 7, "completion_tokens": self.tokens, "total_tokens": 7 + self.tokens}
+            await resp.write(
+                b"data: " + orjson.dumps({"id": "cmpl-1", "choices": [], "usage": usage}) + b"\n\n"
+            )
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+    async def start(self) -> FakeModelServer:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/v1/completions", self._infer)
+        app.router.add_post("/v1/chat/completions", self._infer)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server: Any = site._server
+        self.port = server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+@contextlib.asynccontextmanager
+async def running(*servers: FakeModelServer) -> AsyncIterator[tuple[FakeModelServer, ...]]:
+    for s in servers:
+        await s.start()
+    try:
+        yield servers
+    finally:
+        for s in servers:
+            await s.stop()
+
+
+def closed_port() -> int:
+    """A loopback port with nothing listening (connect -> refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,165 @@
+"""The OpenAI-compatible surface over real loopback HTTP: routing, streaming, headers, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from igw.gateway.model_router import NO_MATCH_MESSAGE
+
+from tests.gateway.conftest import config_doc, scheduler
+from tests.gateway.fake_model_server import FakeModelServer, running
+
+DOC = config_doc(
+    [
+        scheduler("llama", "meta-llama/Llama-3.1-8B-Instruct", loraAdapters=["sql-lora"]),
+        scheduler("qwen", "qwen3"),
+    ],
+    bbr={"maxRequestBodyBytes": 4096},
+)
+
+
+def completion(model: str | None, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"prompt": "Hello there, how are you?", "max_tokens": 5, **extra}
+    if model is not None:
+        body["model"] = model
+    return body
+
+
+async def test_streaming_is_relayed_byte_for_byte_and_event_by_event(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a", tokens=4, token_delay_s=0.05)) as (a,),
+        gateway(DOC, {"llama": [a.key], "qwen": []}) as gw,
+    ):
+        direct = await gw.http.post(f"http://{a.key}/v1/completions", json=completion("x", stream=True))
+        expected = await direct.read()
+        resp = await gw.post("/v1/completions", completion("meta-llama/Llama-3.1-8B-Instruct", stream=True))
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        chunks: list[bytes] = []
+        async for chunk in resp.content.iter_any():
+            chunks.append(chunk)
+        assert b"".join(chunks).replace(b'"x"', b"") == expected.replace(b'"x"', b"")
+        # 50 ms between tokens upstream: arriving as separate chunks proves nothing was buffered
+        assert len(chunks) >= 4
+        assert b"".join(chunks).endswith(b"data: [DONE]\n\n")
+
+
+async def test_routes_by_model_field_and_header_and_sets_gateway_headers(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("llama"), FakeModelServer("qwen")) as (llama, qwen),
+        gateway(DOC, {"llama": [llama.key], "qwen": [qwen.key]}) as gw,
+    ):
+        spoof = {"X-Gateway-Model-Name": "evil", "x-gateway-base-model-name": "evil"}
+        r1 = await gw.post("/v1/completions", completion("qwen3"), headers=spoof)
+        assert (await r1.json())["server"] == "qwen"
+        r2 = await gw.post(
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}]},
+            headers={"x-gateway-model-name": "sql-lora"},
+        )
+        assert r2.status == 200
+        assert (await r2.json())["server"] == "llama"
+        sent_q = qwen.received[-1].headers
+        assert sent_q["X-Gateway-Model-Name"] == "qwen3"
+        assert sent_q["X-Gateway-Base-Model-Name"] == "qwen3"
+        sent_l = llama.received[-1].headers
+        assert (sent_l["X-Gateway-Model-Name"], sent_l["X-Gateway-Base-Model-Name"]) == (
+            "sql-lora",
+            "meta-llama/Llama-3.1-8B-Instruct",
+        )
+        # the client's copies were replaced, not duplicated
+        assert [v for k, v in qwen.received[-1].headers.items() if k.lower() == "x-gateway-model-name"] == [
+            "qwen3"
+        ]
+        assert r1.headers["X-Request-Id"]
+
+
+async def test_error_paths_have_openai_shape(gateway: Any) -> None:
+    async with running(FakeModelServer("a")) as (a,), gateway(DOC, {"llama": [a.key], "qwen": []}) as gw:
+        cases = [
+            (completion("nope"), 404, NO_MATCH_MESSAGE),
+            (completion(None), 404, NO_MATCH_MESSAGE),
+            (b"{not json", 400, "request body is not valid JSON"),
+            (b"[1, 2]", 400, "request body must be a JSON object, got list"),
+            (b"", 400, "request body is empty"),
+            (completion("qwen3", stream="yes"), 400, "'stream' must be true or false"),
+            ({"model": "qwen3"}, 400, "'prompt' is required"),
+            (completion("qwen3"), 503, "no model server endpoint available for 'qwen3'"),
+            (
+                completion("qwen3", prompt="x" * 5000),
+                413,
+                "request body exceeds bbr.maxRequestBodyBytes (4096 bytes)",
+            ),
+        ]
+        for body, status, message in cases:
+            resp = await gw.post("/v1/completions", body)
+            err = (await resp.json())["error"]
+            assert resp.status == status, (body, await resp.text())
+            assert err["message"].startswith(message), err
+            assert set(err) == {"message", "type", "param", "code"}
+        assert a.received == []  # none of them reached a model server
+        resp = await gw.http.get(gw.url + "/v1/nothing")
+        assert resp.status == 404
+        assert "error" in await resp.json()
+
+
+async def test_oversized_chunked_body_is_refused_without_reading_it_all(gateway: Any) -> None:
+    async with running(FakeModelServer("a")) as (a,), gateway(DOC, {"llama": [a.key], "qwen": []}) as gw:
+        host, port = gw.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        sent = 0
+        answer = b""
+        while sent < 1_000_000 and not answer:
+            writer.write(b"400\r\n" + b"x" * 1024 + b"\r\n")  # chunks of 1 KiB, no Content-Length
+            await writer.drain()
+            sent += 1024
+            with contextlib.suppress(TimeoutError):
+                answer = await asyncio.wait_for(reader.read(200), timeout=0.01)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 413")
+        assert sent <= 4096 + 8 * 1024  # answered right after the limit, not after reading everything
+        assert a.received == []
+
+
+async def test_models_lists_configured_models_and_adapters(gateway: Any) -> None:
+    async with running(FakeModelServer("a")) as (a,), gateway(DOC, {"llama": [a.key], "qwen": []}) as gw:
+        resp = await gw.http.get(gw.url + "/v1/models")
+        data = (await resp.json())["data"]
+        assert [(m["id"], m["parent"]) for m in data] == [
+            ("meta-llama/Llama-3.1-8B-Instruct", None),
+            ("qwen3", None),
+            ("sql-lora", "meta-llama/Llama-3.1-8B-Instruct"),
+        ]
+
+
+async def test_non_streaming_usage_metrics_and_nodelay_keepalive(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a", tokens=3)) as (a,),
+        gateway(DOC, {"llama": [a.key], "qwen": []}) as gw,
+    ):
+        for _ in range(3):
+            resp = await gw.post("/v1/completions", completion("meta-llama/Llama-3.1-8B-Instruct"))
+            assert (await resp.json())["usage"]["completion_tokens"] == 3
+        assert all(r.nodelay for r in a.received)  # TCP_NODELAY on the gateway's upstream sockets
+        ports = {r.headers.get("X-Forwarded-Port") for r in a.received}
+        assert ports == {None}
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_requests_total{code="200",model="meta-llama/Llama-3.1-8B-Instruct"} 3.0' in text
+        assert 'igw_tokens_total{direction="out",model="meta-llama/Llama-3.1-8B-Instruct"} 9.0' in text
+        assert f'igw_endpoint_picks_total{{endpoint="{a.key}",scheduler="llama"}} 3.0' in text
+        assert "igw_scheduler_decision_seconds_count" in text
+        assert f'igw_endpoint_queue_depth{{endpoint="{a.key}",scheduler="llama"}}' in text
+
+
+async def test_upstream_connections_are_kept_alive_and_reused(gateway: Any) -> None:
+    async with running(FakeModelServer("a")) as (a,), gateway(DOC, {"llama": [a.key], "qwen": []}) as gw:
+        for _ in range(5):
+            await (await gw.post("/v1/completions", completion("meta-llama/Llama-3.1-8B-Instruct"))).read()
+        assert len(a.received) == 5
+        assert len({r.peer_port for r in a.received}) == 1  # one pooled connection served all five

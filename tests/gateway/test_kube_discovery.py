@@ -1,0 +1,179 @@
+"""In-cluster discovery against the fake Kubernetes API server, through the real ``kubernetes`` client:
+pods Ready / not ready / terminating, changes within a second, bbr-managed LoRA ConfigMaps and
+configMapRef EndpointPickerConfigs."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from igw.config.build import build_gateway_config
+from igw.gateway.app import create_app
+from igw.gateway.discovery.kube import KubeDiscovery
+from igw.gateway.inference import STATE_KEY
+from igw.gateway.launch import picker_configs_from_cluster
+from igw.gateway.serving import serve_app
+
+from tests.fakes.kube_api import make_pod, serving_fake_kube
+from tests.gateway.conftest import config_doc, scheduler, wait_for
+from tests.gateway.fake_model_server import FakeModelServer, running
+
+NS = "inference"
+
+
+def shared_port(*hosts: str) -> int:
+    """A port free on every one of the loopback addresses ``hosts``."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind((hosts[0], 0))
+            port = int(first.getsockname()[1])
+            ok = True
+            for h in hosts[1:]:
+                with socket.socket() as other:
+                    try:
+                        other.bind((h, port))
+                    except OSError:
+                        ok = False
+            if ok:
+                return port
+    raise RuntimeError("no common free port")
+
+
+def bbr_config_map(name: str, base: str, adapters: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {"inference.networking.k8s.io/bbr-managed": "true"},
+        },
+        "data": {"baseModel": base, "adapters": adapters},
+    }
+
+
+async def test_pods_and_bbr_config_maps_drive_routing_within_a_second() -> None:
+    port = shared_port("127.0.0.2", "127.0.0.3")
+    s1 = FakeModelServer("pod-1", host="127.0.0.2", port=port)
+    s2 = FakeModelServer("pod-2", host="127.0.0.3", port=port)
+    async with serving_fake_kube() as kube, running(s1, s2):
+        kube.add(make_pod(name="pod-1", namespace=NS, labels={"app": "llama"}, pod_ip="127.0.0.2", port=port))
+        kube.add(
+            make_pod(name="pod-2", namespace=NS, labels={"app": "llama"}, pod_ip="127.0.0.3", ready=False)
+        )
+        kube.add(make_pod(name="other", namespace=NS, labels={"app": "qwen"}, pod_ip="127.0.0.4"))
+        kube.add(bbr_config_map("adapters", "llama-8b", "- sql-lora\n- chat-lora\n"))
+        kube.add(bbr_config_map("broken", "llama-8b", "not: [a list"))
+        doc = config_doc([scheduler("llama", "llama-8b", targetPort=port)])
+        doc["metadata"]["namespace"] = NS
+        config = build_gateway_config(doc)
+        api_client = kube.api_client()
+        core = kubernetes.client.CoreV1Api(api_client)
+        discovery = KubeDiscovery(api_client=api_client, namespace=NS, schedulers=config.schedulers)
+        app = create_app(config, discovery=discovery, rng=random.Random(1))
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            state = app[STATE_KEY]
+            pool = state.runtime.schedulers["llama"].pool
+
+            def keys() -> set[str]:
+                return set(pool.states)
+
+            await wait_for(lambda: keys() == {s1.key}, what="only the Ready pod")
+            # the selector was sent to the API server, not applied client-side
+            assert any(
+                q.get("labelSelector") == "app=llama"
+                for _, path, q in kube.requests
+                if path.endswith("/pods")
+            )
+
+            await asyncio.to_thread(
+                core.patch_namespaced_pod_status,
+                "pod-2",
+                NS,
+                {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+            )
+            took = await wait_for(lambda: keys() == {s1.key, s2.key}, what="pod-2 became Ready")
+            assert took < 1.0
+
+            await asyncio.to_thread(
+                core.patch_namespaced_pod,
+                "pod-1",
+                NS,
+                {"metadata": {"deletionTimestamp": "2026-11-29T00:00:00Z"}},
+            )
+            took = await wait_for(lambda: keys() == {s2.key}, what="terminating pod-1 removed")
+            assert took < 1.0
+
+            await wait_for(lambda: state.runtime.router.resolve("sql-lora") is not None, what="bbr adapters")
+            route = state.runtime.router.resolve("chat-lora")
+            assert route is not None
+            assert route.base_model == "llama-8b"
+            await wait_for(
+                lambda: state.runtime.schedulers["llama"].scheduler.is_fresh(
+                    pool.states[s2.key].view(), state.clock()
+                )
+            )
+            import aiohttp
+
+            async with aiohttp.ClientSession() as http:
+                resp = await http.post(url + "/v1/completions", json={"model": "sql-lora", "prompt": "x"})
+                assert (await resp.json())["server"] == "pod-2"
+                assert s2.received[-1].headers["X-Gateway-Base-Model-Name"] == "llama-8b"
+                models = [m["id"] for m in (await (await http.get(url + "/v1/models")).json())["data"]]
+                assert models == ["llama-8b", "chat-lora", "sql-lora"]
+
+            await asyncio.to_thread(core.delete_namespaced_config_map, "adapters", NS)
+            took = await wait_for(
+                lambda: state.runtime.router.resolve("sql-lora") is None, what="adapters removed"
+            )
+            assert took < 1.0
+            await asyncio.to_thread(core.delete_namespaced_pod, "pod-2", NS)
+            await wait_for(lambda: keys() == set(), what="deleted pod removed")
+
+
+async def test_config_map_ref_is_read_from_the_cluster() -> None:
+    picker = {
+        "plugins": [{"type": "queue-scorer"}, {"type": "running-requests-size-scorer"}],
+        "schedulingProfiles": [
+            {
+                "name": "default",
+                "plugins": [
+                    {"pluginRef": "queue-scorer", "weight": 4},
+                    {"pluginRef": "running-requests-size-scorer"},
+                ],
+            }
+        ],
+    }
+    async with serving_fake_kube() as kube:
+        kube.add(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "epp", "namespace": NS},
+                "data": {"plugins.yaml": yaml.safe_dump(picker)},
+            }
+        )
+        doc = config_doc([scheduler("llama", "m", configMapRef={"name": "epp", "key": "plugins.yaml"})])
+        doc["metadata"]["namespace"] = NS
+        config = build_gateway_config(doc)
+        pickers = await asyncio.to_thread(picker_configs_from_cluster, config, kube.api_client())
+        app = create_app(config, picker_configs=pickers)
+        assert app[STATE_KEY].runtime.schedulers["llama"].scheduler.profile.describe() == {
+            "queue-scorer": 4.0,
+            "running-requests-size-scorer": 1.0,
+        }
+        missing = build_gateway_config(
+            {
+                **doc,
+                "spec": {**doc["spec"], "schedulers": [scheduler("x", "m", configMapRef={"name": "nope"})]},
+            }
+        )
+        with pytest.raises(ValueError, match="configMapRef inference/nope: HTTP 404"):
+            await asyncio.to_thread(picker_configs_from_cluster, missing, kube.api_client())
+    _ = time

@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+from igw.gateway.metrics_parser import SGLANG, VLLM, parse_labels, parse_page, series
+from packaging.version import Version
+
+L = 'engine="0",model_name="m"'
+
+
+@pytest.mark.parametrize(
+    ("page", "expected"),
+    [
+        pytest.param(
+            f"vllm:num_requests_waiting{{{L}}} 3.0\nvllm:num_requests_running{{{L}}} 7.0\n"
+            f"vllm:kv_cache_usage_perc{{{L}}} 0.25\nvllm:gpu_cache_usage_perc{{{L}}} 0.99\n",
+            {"waiting": 3, "running": 7, "kv_usage": 0.25, "kv_source": "vllm:kv_cache_usage_perc"},
+            id="new-name-preferred-over-old",
+        ),
+        pytest.param(
+            f"vllm:num_requests_waiting{{{L}}} 1\nvllm:gpu_cache_usage_perc{{{L}}} 0.5\n",
+            {"waiting": 1, "running": None, "kv_usage": 0.5, "kv_source": "vllm:gpu_cache_usage_perc"},
+            id="old-name-fallback",
+        ),
+        pytest.param(
+            'vllm:num_requests_waiting{engine="0"} 2\nvllm:num_requests_waiting{engine="1"} 5\n'
+            'vllm:kv_cache_usage_perc{engine="0"} 0.1\nvllm:kv_cache_usage_perc{engine="1"} 0.7\n',
+            {"waiting": 7, "kv_usage": 0.7},
+            id="data-parallel-engines-summed-kv-max",
+        ),
+        pytest.param(
+            "# HELP vllm:num_requests_waiting_total x\n"
+            "vllm:num_requests_waiting_total 99\nvllm:num_requests_waiting 4\n",
+            {"waiting": 4},
+            id="exact-family-name-no-prefix-match-no-labels",
+        ),
+        pytest.param(
+            f"vllm:num_requests_waiting{{{L}}} 3.0 1700000000000\n",
+            {"waiting": 3},
+            id="sample-timestamp-ignored",
+        ),
+        pytest.param(
+            "", {"waiting": None, "running": None, "kv_usage": None, "kv_source": None}, id="empty-page"
+        ),
+    ],
+)
+def test_vllm_signals(page: str, expected: dict[str, object]) -> None:
+    parsed = parse_page(page, VLLM)
+    for field, value in expected.items():
+        got = parsed.kv_source if field == "kv_source" else getattr(parsed.metrics, field)
+        assert got == value, field
+
+
+@pytest.mark.parametrize(
+    ("lora_lines", "active", "waiting", "max_lora"),
+    [
+        pytest.param(
+            [
+                'max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters="" 1.7e9',
+                'max_lora="2",running_lora_adapters="c",waiting_lora_adapters="d" 1.8e9',
+                'max_lora="2",running_lora_adapters="",waiting_lora_adapters="" 1.9e9',
+            ],
+            {"c"},
+            {"d"},
+            2,
+            id="largest-value-non-empty-series",
+        ),
+        pytest.param(
+            ['max_lora="4",running_lora_adapters="",waiting_lora_adapters="" 1.9e9'],
+            set(),
+            set(),
+            4,
+            id="idle-but-enabled",
+        ),
+    ],
+)
+def test_lora_info(lora_lines: list[str], active: set[str], waiting: set[str], max_lora: int) -> None:
+    page = "".join(
+        f"vllm:lora_requests_info{{{line.split(' ')[0]}}} {line.split(' ')[1]}\n" for line in lora_lines
+    )
+    m = parse_page(page, VLLM).metrics
+    assert (m.active_adapters, m.waiting_adapters, m.max_lora) == (active, waiting, max_lora)
+
+
+def test_cache_config_and_missing_report() -> None:
+    page = (
+        'vllm:cache_config_info{block_size="32",engine="0",num_gpu_blocks="None",sliding_window="None"} 1.0\n'
+    )
+    parsed = parse_page(page, VLLM)
+    assert (parsed.metrics.block_size, parsed.metrics.num_gpu_blocks) == (32, None)
+    assert parsed.missing == {
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:lora_requests_info",
+    }
+
+
+def test_sglang_names_and_tp_ranks_not_double_counted() -> None:
+    page = (
+        'sglang:num_queue_reqs{model_name="m",tp_rank="0"} 4.0\n'
+        'sglang:num_queue_reqs{model_name="m",tp_rank="1"} 4.0\n'
+        'sglang:num_running_reqs{model_name="m",tp_rank="0"} 9.0\n'
+        'sglang:token_usage{model_name="m",tp_rank="0"} 0.3\n'
+        'sglang:cache_config_info{num_pages="100",page_size="1"} 1\n'
+    )
+    parsed = parse_page(page, SGLANG)
+    m = parsed.metrics
+    assert (m.waiting, m.running, m.kv_usage, m.block_size, m.num_gpu_blocks) == (4, 9, 0.3, 1, 100)
+    assert parsed.missing == frozenset()
+
+
+def test_labels_with_escapes_commas_and_braces() -> None:
+    assert parse_labels(r'a="x,y",b="q\"uote}",c="",d="back\\slash"') == {
+        "a": "x,y",
+        "b": 'q"uote}',
+        "c": "",
+        "d": "back\\slash",
+    }
+    assert series('x{a="}"} 1\n', "x") == [('a="}"', "1")]
+
+
+@pytest.mark.parametrize("version", ["0.9.1", "0.10.1", "0.12.0"])
+def test_simulator_pages_parse_like_prometheus_client(version: str) -> None:
+    from igw.sim.engine import Engine
+    from igw.sim.metrics_page import PageContext, render_vllm
+    from igw.sim.pod_stats import PodStats
+    from igw.sim.presets import get_preset
+    from prometheus_client.parser import text_string_to_metric_families
+
+    engine = Engine(preset=get_preset("llama-3.1-8b/h100"), rng=random.Random(3))
+    ctx = PageContext(
+        model_name="meta-llama/Llama-3.1-8B-Instruct",
+        version=Version(version),
+        max_model_len=32768,
+        gpu_memory_utilization=0.9,
+        prefix_caching=True,
+        created_unix=1.7e9,
+        max_lora=0,
+    )
+    page = render_vllm(
+        ctx=ctx, engine=engine, stats=PodStats(max_model_len=32768), unix_now=1.7e9, uptime_s=1.0
+    )
+    reference = {
+        s.name: s.value
+        for fam in text_string_to_metric_families(page)
+        for s in fam.samples
+        if not s.name.endswith("_created")
+    }
+    parsed = parse_page(page, VLLM)
+    assert parsed.metrics.waiting == reference["vllm:num_requests_waiting"]
+    assert parsed.metrics.running == reference["vllm:num_requests_running"]
+    kv_name = "vllm:kv_cache_usage_perc" if version != "0.9.1" else "vllm:gpu_cache_usage_perc"
+    assert parsed.metrics.kv_usage == reference[kv_name]
+    assert parsed.kv_source == kv_name
+    assert ("vllm:kv_cache_usage_perc" in parsed.missing) is (version == "0.9.1")
+    assert parsed.metrics.num_gpu_blocks == engine.pool.num_blocks

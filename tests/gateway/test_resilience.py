@@ -1,0 +1,177 @@
+"""Failure behaviour over real loopback HTTP: stale/failing endpoints, saturation, retries,
+upstream death, client disconnect, routeTimeout."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+
+from tests.gateway.conftest import config_doc, scheduler, wait_for
+from tests.gateway.fake_model_server import FakeModelServer, running
+
+MODEL = "m1"
+
+
+def doc(**routing: Any) -> dict[str, Any]:
+    return config_doc([scheduler("pool", MODEL, routeTimeout="500ms")], routing=routing)
+
+
+def req(stream: bool = False) -> dict[str, Any]:
+    return {"model": MODEL, "prompt": "hello", "max_tokens": 3, "stream": stream}
+
+
+async def served_by(gw: Any, n: int = 6) -> list[str]:
+    out = []
+    for _ in range(n):
+        resp = await gw.post("/v1/completions", req())
+        assert resp.status == 200, await resp.text()
+        out.append((await resp.json())["server"])
+    return out
+
+
+async def test_failing_endpoint_is_excluded_and_recovers_by_itself(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("idle", waiting=0), FakeModelServer("busy", waiting=3, kv=0.5)) as (
+            idle,
+            busy,
+        ),
+        gateway(doc(), {"pool": [idle.key, busy.key]}) as gw,
+    ):
+        assert set(await served_by(gw)) == {"idle"}
+        idle.metrics_status = 500
+        await wait_for(lambda: not gw.fresh("pool", idle.key), what="idle excluded")
+        assert set(await served_by(gw)) == {"busy"}
+        idle.metrics_status = 200
+        took = await wait_for(lambda: gw.fresh("pool", idle.key), what="idle back")
+        assert took < 1.0
+        assert set(await served_by(gw)) == {"idle"}
+
+
+async def test_hanging_scrape_goes_stale_then_all_stale_falls_back_to_inflight(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (a, b),
+        gateway(doc(), {"pool": [a.key, b.key]}) as gw,
+    ):
+        a.metrics_frozen = b.metrics_frozen = True
+        await wait_for(lambda: not gw.fresh("pool", a.key) and not gw.fresh("pool", b.key), what="all stale")
+        served = await served_by(gw, 4)
+        assert set(served) <= {"a", "b"}  # still served, not failed
+        readyz = await (await gw.http.get(gw.url + "/readyz")).json()
+        assert readyz["schedulers"]["pool"]["endpoints"][a.key]["fresh"] is False
+
+
+async def test_saturated_pool_answers_429_with_computed_retry_after(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a", waiting=9), FakeModelServer("b", kv=0.95)) as (a, b),
+        gateway(doc(retryAfter={"minSeconds": 2, "maxSeconds": 7}), {"pool": [a.key, b.key]}) as gw,
+    ):
+        t0 = time.perf_counter()
+        resp = await gw.post("/v1/completions", req())
+        assert time.perf_counter() - t0 < 0.5
+        assert resp.status == 429
+        assert resp.headers["Retry-After"] == "7"  # nothing drained yet: the upper bound
+        err = (await resp.json())["error"]
+        assert err["code"] == "pool_saturated"
+        assert a.received == []
+        assert b.received == []
+        b.kv = 0.2  # capacity returns
+        await wait_for(lambda: gw.state.runtime.schedulers["pool"].pool.states[b.key].metrics.kv_usage == 0.2)
+        resp = await gw.post("/v1/completions", req())
+        assert resp.status == 200
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_rejections_total{model="m1",reason="saturated"} 1.0' in metrics
+
+
+async def test_connect_failure_is_retried_once_on_the_next_best(gateway: Any) -> None:
+    slow_scrape = {"scrapeInterval": "10s", "staleThreshold": "30s"}
+    async with (
+        running(FakeModelServer("best", waiting=0), FakeModelServer("next", waiting=4)) as (best, nxt),
+        gateway(doc(**slow_scrape), {"pool": [best.key, nxt.key]}) as gw,
+    ):
+        await best.stop()  # still "fresh" for 30 s, but nothing listens any more
+        resp = await gw.post("/v1/completions", req())
+        assert resp.status == 200
+        assert (await resp.json())["server"] == "next"
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_upstream_retries_total{scheduler="pool"} 1.0' in metrics
+
+
+async def test_upstream_death_mid_stream_ends_with_error_event_and_clean_close(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a", tokens=6, die_after=2, token_delay_s=0.01)) as (a,),
+        gateway(doc(), {"pool": [a.key]}) as gw,
+    ):
+        resp = await gw.post("/v1/completions", req(stream=True))
+        assert resp.status == 200
+        body = await asyncio.wait_for(resp.read(), timeout=2)  # clean EOF, no exception, no hang
+        events = [e for e in body.split(b"\n\n") if e]
+        assert [orjson.loads(e[6:])["choices"][0]["text"] for e in events[:2]] == ["tok0", "tok1"]
+        assert orjson.loads(events[2][6:])["error"]["type"] == "upstream_error"
+        assert events[3] == b"data: [DONE]"
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_partial_stream_errors_total{model="m1"} 1.0' in metrics
+
+
+async def test_client_disconnect_cancels_upstream_within_a_second(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a", first_token_delay_s=30)) as (a,),
+        gateway(config_doc([scheduler("pool", MODEL)]), {"pool": [a.key]}) as gw,
+    ):
+        task = asyncio.create_task(gw.post("/v1/completions", req(stream=True)))
+        await wait_for(lambda: len(a.received) == 1, what="request reached upstream")
+        task.cancel()  # the client goes away while the server is still "thinking"
+        t0 = time.monotonic()
+        await asyncio.wait_for(a.cancelled.wait(), timeout=1.0)
+        assert time.monotonic() - t0 < 1.0
+        inflight = gw.state.runtime.schedulers["pool"].pool.states[a.key]
+        await wait_for(lambda: inflight.inflight == 0, what="in-flight count released")
+
+
+async def test_route_timeout_gives_504_before_headers_and_terminal_event_after(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("slow", first_token_delay_s=5)) as (slow,),
+        gateway(doc(), {"pool": [slow.key]}) as gw,
+    ):
+        t0 = time.perf_counter()
+        resp = await gw.post("/v1/completions", req())
+        assert resp.status == 504
+        assert 0.4 < time.perf_counter() - t0 < 1.5
+        assert "routeTimeout of 0.5s exceeded" in (await resp.json())["error"]["message"]
+    async with (
+        running(FakeModelServer("dribble", tokens=20, token_delay_s=0.1)) as (dribble,),
+        gateway(doc(), {"pool": [dribble.key]}) as gw,
+    ):
+        resp = await gw.post("/v1/completions", req(stream=True))
+        body = await asyncio.wait_for(resp.read(), timeout=3)
+        events = [e for e in body.split(b"\n\n") if e]
+        assert 2 <= len(events) < 20
+        assert b"routeTimeout of 0.5s exceeded" in events[-2]
+        assert events[-1] == b"data: [DONE]"
+
+
+async def test_route_timeout_zero_disables_it(gateway: Any) -> None:
+    d = config_doc([scheduler("pool", MODEL, routeTimeout="0s")])
+    async with (
+        running(FakeModelServer("slowish", first_token_delay_s=0.3)) as (s,),
+        gateway(d, {"pool": [s.key]}) as gw,
+    ):
+        assert gw.state.runtime.schedulers["pool"].route_timeout_s is None
+        resp = await gw.post("/v1/completions", req())
+        assert resp.status == 200
+
+
+async def test_health_and_readiness(gateway: Any) -> None:
+    async with running(FakeModelServer("a")) as (a,), gateway(doc(), {"pool": [a.key]}) as gw:
+        assert await (await gw.http.get(gw.url + "/healthz")).text() == "ok"
+        ready = await gw.http.get(gw.url + "/readyz")
+        assert ready.status == 200
+        detail = await ready.json()
+        assert detail["ready"] is True
+        assert detail["schedulers"]["pool"]["endpoints"][a.key]["fresh"] is True
+        assert detail["guard"] == {"ready": True, "detail": "authentication disabled: spec.auth is not set"}
+    async with gateway(doc(), {"pool": []}, wait_fresh=False) as gw:
+        empty = await gw.http.get(gw.url + "/readyz")
+        assert empty.status == 503  # no endpoint anywhere: not ready

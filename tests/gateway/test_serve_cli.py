@@ -1,0 +1,66 @@
+"""``igw serve`` as a real process: start-up validation, serving, clean SIGTERM shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+from igw.cli.main import main
+
+from tests.gateway.conftest import config_doc, scheduler
+from tests.gateway.fake_model_server import FakeModelServer, running
+
+
+def test_invalid_config_exits_2_with_every_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = config_doc([scheduler("a", "m", weights={"queue": -1}), scheduler("b", "m")])
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(bad))
+    (tmp_path / "e.yaml").write_text("schedulers: {}\n")
+    code = main(["serve", "--config", str(tmp_path / "c.yaml"), "--endpoints", str(tmp_path / "e.yaml")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "spec.schedulers[0].weights.queue" in err
+    assert "modelName" in err
+
+
+async def test_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    async with running(FakeModelServer("pod")) as (pod,):
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler("pool", "m")])))
+        (tmp_path / "e.yaml").write_text(yaml.safe_dump({"schedulers": {"m": [pod.key]}}))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),
+            "--endpoints", str(tmp_path / "e.yaml"), "--host", "127.0.0.1", "--port", "0",
+            stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert proc.stderr is not None
+            url = None
+            while url is None:
+                line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode()
+                assert line, "igw serve exited before serving"
+                found = re.search(r"serving 1 scheduler\(s\) at (http://\S+)", line)
+                url = found.group(1) if found else None
+            async with aiohttp.ClientSession() as http:
+                for _ in range(100):
+                    if (await http.get(url + "/readyz")).status == 200:
+                        break
+                    await asyncio.sleep(0.05)
+                resp = await http.post(url + "/v1/completions", json={"model": "m", "prompt": "hi"})
+                assert resp.status == 200
+                assert (await resp.json())["server"] == "pod"
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), timeout=20) == 0
+            assert proc.stdout is not None
+            access = (await proc.stdout.read()).decode()
+            assert '"status":200' in access  # the JSON access log goes to stdout
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()

@@ -1,0 +1,112 @@
+"""Missing signals reported loudly; hot reload of the configuration file."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.gateway.conftest import config_doc, scheduler, wait_for
+from tests.gateway.fake_model_server import FakeModelServer, running
+
+
+async def test_vllm_091_missing_kv_name_is_reported_once_and_fallback_used(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="igw.gateway.scraper")
+    async with (
+        running(FakeModelServer("old", version="0.9.1", kv=0.42), FakeModelServer("new", kv=0.1)) as (
+            old,
+            new,
+        ),
+        gateway(config_doc([scheduler("pool", "m")]), {"pool": [old.key, new.key]}) as gw,
+    ):
+        await wait_for(lambda: old.scrapes >= 5, what="several scrapes")
+        state = gw.state.runtime.schedulers["pool"].pool.states[old.key]
+        assert state.metrics is not None
+        assert state.metrics.kv_usage == 0.42
+        assert state.kv_source == "vllm:gpu_cache_usage_perc"
+        warnings = [r.getMessage() for r in caplog.records if "vllm:kv_cache_usage_perc" in r.getMessage()]
+        assert len(warnings) == 1
+        assert old.key in warnings[0]
+        assert "upgrade to vLLM >= 0.9.2" in warnings[0]
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        labels = f'endpoint="{old.key}",scheduler="pool",signal="vllm:kv_cache_usage_perc"'
+        assert f"igw_endpoint_signal_missing{{{labels}}} 1.0" in metrics
+        assert f'endpoint="{new.key}",scheduler="pool",signal=' not in metrics
+        readyz = await (await gw.http.get(gw.url + "/readyz")).json()
+        assert readyz["schedulers"]["pool"]["endpoints"][old.key]["missing_signals"] == [
+            "vllm:kv_cache_usage_perc"
+        ]
+
+
+async def test_sglang_without_metrics_is_reported_and_excluded(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="igw.gateway.scraper")
+    d = config_doc([scheduler("sg", "m", engineType="sglang")])
+    async with (
+        running(
+            FakeModelServer("nometrics", engine="sglang", metrics_status=404),
+            FakeModelServer("ok", engine="sglang", waiting=2),
+        ) as (bad, ok),
+        gateway(d, {"sg": [bad.key, ok.key]}, wait_fresh=False) as gw,
+    ):
+        await wait_for(lambda: gw.fresh("sg", ok.key) and bad.scrapes >= 3, what="scrapes")
+        assert gw.state.runtime.schedulers["sg"].pool.states[ok.key].metrics.waiting == 2  # type: ignore[union-attr]
+        for _ in range(4):
+            assert (await (await gw.post("/v1/completions", {"model": "m", "prompt": "x"})).json())[
+                "server"
+            ] == "ok"
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert (
+            f'igw_endpoint_signal_missing{{endpoint="{bad.key}",scheduler="sg",signal="/metrics"}} 1.0'
+            in metrics
+        )
+        assert any("--enable-metrics" in r.getMessage() for r in caplog.records)
+
+
+async def test_hot_reload_applies_valid_config_and_rejects_invalid(gateway: Any) -> None:
+    d = config_doc([scheduler("pool", "m-old")])
+    async with running(FakeModelServer("a")) as (a,), gateway(d, {"pool": [a.key]}, reload=True) as gw:
+        assert (await gw.post("/v1/completions", {"model": "m-old", "prompt": "x"})).status == 200
+        # a valid change: rename the model, add an adapter
+        d2 = config_doc([scheduler("pool", "m-new", loraAdapters=["ad"])])
+        gw.config_path.write_text(yaml.safe_dump(d2))
+        await wait_for(lambda: gw.state.runtime.router.resolve("m-new") is not None, what="reload applied")
+        assert (await gw.post("/v1/completions", {"model": "ad", "prompt": "x"})).status == 200
+        assert (await gw.post("/v1/completions", {"model": "m-old", "prompt": "x"})).status == 404
+        assert gw.fresh("pool", a.key)  # endpoint state carried over
+        # an invalid change: rejected with the validator's message, the running config stays
+        bad = config_doc([scheduler("pool", "m-bad", weights={"queue": -1})])
+        gw.config_path.write_text(yaml.safe_dump(bad))
+        await wait_for(lambda: gw.state.config_error is not None, what="reload rejected")
+        assert "spec.schedulers[0].weights.queue" in (gw.state.config_error or "")
+        assert (await gw.post("/v1/completions", {"model": "m-new", "prompt": "x"})).status == 200
+        readyz = await (await gw.http.get(gw.url + "/readyz")).json()
+        assert "weights.queue" in readyz["config_reload_error"]
+        # a routing-extension cross-field error is rejected too
+        bad2 = config_doc(
+            [scheduler("pool", "m-bad")], routing={"scrapeInterval": "2s", "staleThreshold": "1s"}
+        )
+        gw.config_path.write_text(yaml.safe_dump(bad2))
+        await wait_for(lambda: "staleThreshold" in (gw.state.config_error or ""), what="second rejection")
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_config_reloads_total{result="applied"} 1.0' in metrics
+        assert 'igw_config_reloads_total{result="rejected"} 2.0' in metrics
+
+
+async def test_static_endpoints_file_changes_are_picked_up(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (a, b),
+        gateway(config_doc([scheduler("pool", "m")]), {"pool": [a.key]}) as gw,
+    ):
+        gw.endpoints_path.write_text(yaml.safe_dump({"schedulers": {"pool": [b.key]}}))
+        await wait_for(
+            lambda: gw.fresh("pool", b.key) and a.key not in gw.state.runtime.schedulers["pool"].pool.states
+        )
+        assert (await (await gw.post("/v1/completions", {"model": "m", "prompt": "x"})).json())[
+            "server"
+        ] == "b"

@@ -1,0 +1,197 @@
+"""Table-driven tests of the gateway's small pure pieces: body parsing, model routing, endpoints file,
+endpoint pool, Kubernetes object conversion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from igw.config.model import BbrSpec, ConfigMapRef, GatewayConfig, LabelSelector, SchedulerSpec
+from igw.gateway.discovery.kube import adapters_from_config_map, pod_endpoint
+from igw.gateway.discovery.static_file import EndpointsFileError, parse_endpoints
+from igw.gateway.endpoints import DiscoveredEndpoint, EndpointPool
+from igw.gateway.model_router import ModelRouter
+from igw.gateway.request_body import BadRequestBody, parse_body
+
+
+@pytest.mark.parametrize(
+    ("raw", "chat", "header", "expected"),
+    [
+        pytest.param(
+            b'{"model":"m","prompt":"abcdefgh"}', False, None, ("m", "abcdefgh", 2, False), id="completion"
+        ),
+        pytest.param(
+            b'{"prompt":["ab","cd"]}', False, "h", ("h", "abcd", 1, False), id="header-model-list-prompt"
+        ),
+        pytest.param(
+            b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}',
+            True,
+            None,
+            ("m", '[{"role":"user","content":"hi"}]', 8, True),
+            id="chat-messages-serialised-with-roles",
+        ),
+    ],
+)
+def test_parse_body(raw: bytes, chat: bool, header: str | None, expected: tuple[Any, ...]) -> None:
+    b = parse_body(raw, chat=chat, header_model=header)
+    assert (b.model, b.prefix_text, b.prompt_tokens, b.stream) == expected
+    assert b.raw == raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "chat", "message", "param"),
+    [
+        (b'{"model": 3, "prompt": ""}', False, "'model' must be a string", "model"),
+        (b'{"model": "' + b"x" * 300 + b'", "prompt": ""}', False, "'model' is longer than 256", "model"),
+        (
+            b'{"model": "m", "prompt": "", "max_tokens": "9"}',
+            False,
+            "'max_tokens' must be an integer",
+            "max_tokens",
+        ),
+        (b'{"model": "m", "messages": "hi"}', True, "'messages' must be a list", "messages"),
+        (b"\xff\xfe", False, "request body is not valid JSON", None),
+    ],
+)
+def test_parse_body_errors(raw: bytes, chat: bool, message: str, param: str | None) -> None:
+    with pytest.raises(BadRequestBody) as err:
+        parse_body(raw, chat=chat, header_model=None)
+    assert err.value.message.startswith(message)
+    assert err.value.param == param
+
+
+def spec(name: str, model: str, adapters: tuple[str, ...] = ()) -> SchedulerSpec:
+    return SchedulerSpec(name=name, model_selector=LabelSelector(), model_name=model, lora_adapters=adapters)
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("base-a", ("a", "base-a", None)),
+        ("lora-1", ("a", "base-a", "lora-1")),
+        ("cm-lora", ("b", "base-b", "cm-lora")),
+        ("lora-clash", ("a", "base-a", "lora-clash")),  # loraAdapters beat ConfigMaps
+        ("orphan", None),  # ConfigMap base model nobody serves
+        ("base-b", ("b", "base-b", None)),
+    ],
+)
+def test_model_router(model: str, expected: tuple[str, str, str | None] | None) -> None:
+    router = ModelRouter(
+        [spec("a", "base-a", ("lora-1", "lora-clash")), spec("b", "base-b")],
+        bbr_adapters={"cm-lora": "base-b", "lora-clash": "base-b", "orphan": "nobody"},
+    )
+    route = router.resolve(model)
+    assert (None if route is None else (route.scheduler, route.base_model, route.adapter)) == expected
+    assert router.unroutable_bbr == ("orphan -> nobody",)
+
+
+def test_endpoints_file_parsing_and_errors() -> None:
+    names = {"llama": "llama", "meta/llama": "llama"}
+    got = parse_endpoints(
+        {
+            "schedulers": {
+                "meta/llama": ["10.0.0.1:8000", {"address": "10.0.0.2:8000", "labels": {"gpu": "h100"}}]
+            }
+        },
+        path=Path("e.yaml"),
+        names=names,
+    )
+    assert got == {
+        "llama": [DiscoveredEndpoint("10.0.0.1:8000"), DiscoveredEndpoint("10.0.0.2:8000", {"gpu": "h100"})]
+    }
+    with pytest.raises(EndpointsFileError) as err:
+        parse_endpoints(
+            {"schedulers": {"nope": [], "llama": ["10.0.0.1", {"address": "h:70000", "port": 1}]}},
+            path=Path("e.yaml"),
+            names=names,
+        )
+    assert err.value.problems == (
+        "schedulers.nope: no scheduler or modelName 'nope' in the configuration",
+        "schedulers.llama[0]: expected 'host:port', got '10.0.0.1'",
+        "schedulers.llama[1]: unknown field 'port'",
+        "schedulers.llama[1].address: expected 'host:port' with a port 1-65535, got 'h:70000'",
+    )
+    with pytest.raises(EndpointsFileError, match="exactly one key, 'schedulers'"):
+        parse_endpoints(["x"], path=Path("e.yaml"), names=names)
+
+
+def test_pool_replace_keeps_state_of_survivors() -> None:
+    pool = EndpointPool()
+    assert pool.replace([DiscoveredEndpoint("a:1"), DiscoveredEndpoint("b:1")]) == (["a:1", "b:1"], [])
+    pool.states["a:1"].inflight = 3
+    assert pool.replace([DiscoveredEndpoint("a:1", {"x": "y"}), DiscoveredEndpoint("c:1")]) == (
+        ["c:1"],
+        ["b:1"],
+    )
+    assert pool.states["a:1"].inflight == 3
+    assert pool.states["a:1"].labels == {"x": "y"}
+
+
+def pod(
+    *, phase: str = "Running", ready: str = "True", ip: str | None = "10.1.1.1", deleting: bool = False
+) -> Any:
+    return SimpleNamespace(
+        metadata=SimpleNamespace(
+            name="p", namespace="ns", labels={"app": "x"}, deletion_timestamp="t" if deleting else None
+        ),
+        status=SimpleNamespace(
+            phase=phase, pod_ip=ip, conditions=[SimpleNamespace(type="Ready", status=ready)]
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({}, "10.1.1.1:8000"),
+        ({"ready": "False"}, None),
+        ({"phase": "Pending"}, None),
+        ({"ip": None}, None),
+        ({"deleting": True}, None),
+    ],
+)
+def test_pod_endpoint(kwargs: dict[str, Any], key: str | None) -> None:
+    ep = pod_endpoint(pod(**kwargs), target_port=8000)
+    assert (None if ep is None else ep.key) == key
+
+
+def cm(data: dict[str, str]) -> Any:
+    return SimpleNamespace(metadata=SimpleNamespace(name="c", namespace="ns"), data=data)
+
+
+def test_bbr_config_map() -> None:
+    assert adapters_from_config_map(cm({"baseModel": "b", "adapters": "- x\n- y\n"})) == {"x": "b", "y": "b"}
+    with pytest.raises(ValueError, match=r"ConfigMap ns/c: data.baseModel is missing"):
+        adapters_from_config_map(cm({"adapters": "- x"}))
+    with pytest.raises(ValueError, match=r"data.adapters must be a YAML list"):
+        adapters_from_config_map(cm({"baseModel": "b", "adapters": "x: 1"}))
+
+
+def test_config_map_ref_from_local_directory(tmp_path: Path) -> None:
+    from igw.gateway.launch import picker_configs_from_dir
+
+    cfg = GatewayConfig(
+        name="g",
+        namespace="ns",
+        bbr=BbrSpec(enabled=False),
+        schedulers=(
+            SchedulerSpec(
+                name="s",
+                model_selector=LabelSelector(),
+                model_name="m",
+                config_map_ref=ConfigMapRef(name="epp"),
+            ),
+        ),
+    )
+    with pytest.raises(ValueError, match=r"pass --config-maps DIR \(file DIR/epp/default-plugins.yaml\)"):
+        picker_configs_from_dir(cfg, None)
+    (tmp_path / "epp").mkdir()
+    (tmp_path / "epp" / "default-plugins.yaml").write_text("plugins: [{type: queue-scorer}]\n")
+    assert picker_configs_from_dir(cfg, tmp_path) == {
+        "epp/default-plugins.yaml": {"plugins": [{"type": "queue-scorer"}]}
+    }
+    (tmp_path / "epp" / "default-plugins.yaml").write_text("- not a mapping\n")
+    with pytest.raises(ValueError, match="is not a YAML mapping"):
+        picker_configs_from_dir(cfg, tmp_path)

@@ -1,0 +1,133 @@
+"""Key integration paths against the project's simulated vLLM/SGLang fleet (``igw.sim.live``): real
+model-server behaviour (continuous batching, exact metric names per engine version, faults)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import pytest
+from igw.sim.live import run_fleet
+from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
+
+from tests.gateway.conftest import config_doc, scheduler, wait_for
+
+
+def fleet(*pods: Mapping[str, Any]) -> FleetSpec:
+    return FleetSpec.from_mapping({"time_scale": 0.05, "seed": 7, "pods": list(pods)})
+
+
+def pod(name: str, model: str = "llama", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "preset": "llama-3.1-8b/h100", "served_model_name": model, **extra}
+
+
+def served_by(body: Mapping[str, Any]) -> str:
+    return str(body["id"]).split("-")[1]  # the simulator names the pod in the response id
+
+
+async def test_routes_models_and_adapters_to_their_pools(gateway: Any) -> None:
+    spec = fleet(pod("l0", lora_adapters=["sql"]), pod("l1", lora_adapters=["sql"]), pod("q0", "qwen"))
+    doc = config_doc([scheduler("llama", "llama", loraAdapters=["sql"]), scheduler("qwen", "qwen")])
+    async with run_fleet(spec, admin=False) as f:
+        keys = {p.name: p.key for p in f.pods}
+        eps = {"llama": [keys["l0"], keys["l1"]], "qwen": [keys["q0"]]}
+        async with gateway(doc, eps) as gw:
+            for model, pods in (("llama", {"l0", "l1"}), ("sql", {"l0", "l1"}), ("qwen", {"q0"})):
+                resp = await gw.post(
+                    "/v1/completions", {"model": model, "prompt": "hello world", "max_tokens": 4}
+                )
+                assert resp.status == 200, await resp.text()
+                body = await resp.json()
+                assert served_by(body) in pods
+                assert body["usage"]["completion_tokens"] == 4
+
+
+async def test_vllm_091_impersonation_reports_the_missing_kv_name(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="igw.gateway.scraper")
+    spec = fleet(pod("old", engine_version="0.9.1"), pod("new", engine_version="0.12.0"))
+    async with run_fleet(spec, admin=False) as f:
+        old, new = f.pods
+        async with gateway(config_doc([scheduler("llama", "llama")]), {"llama": [old.key, new.key]}) as gw:
+            state = gw.state.runtime.schedulers["llama"].pool.states
+            await wait_for(lambda: state[old.key].kv_source is not None)
+            assert state[old.key].kv_source == "vllm:gpu_cache_usage_perc"
+            assert state[new.key].kv_source == "vllm:kv_cache_usage_perc"
+            assert state[old.key].missing == {"vllm:kv_cache_usage_perc"}
+            assert state[new.key].missing == frozenset()
+            metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+            labels = f'endpoint="{old.key}",scheduler="llama",signal="vllm:kv_cache_usage_perc"'
+            assert f"igw_endpoint_signal_missing{{{labels}}} 1.0" in metrics
+            logged = [r for r in caplog.records if "vllm:kv_cache_usage_perc" in r.getMessage()]
+            assert len(logged) == 1
+            readyz = await (await gw.http.get(gw.url + "/readyz")).json()
+            assert readyz["schedulers"]["llama"]["endpoints"][old.key]["missing_signals"] == [
+                "vllm:kv_cache_usage_perc"
+            ]
+
+
+async def test_sglang_without_enable_metrics_is_reported_and_not_routed_to(gateway: Any) -> None:
+    spec = fleet(
+        pod("bare", engine="sglang", engine_version="0.4.6", enable_metrics=False),
+        pod("good", engine="sglang", engine_version="0.4.6"),
+    )
+    doc = config_doc([scheduler("sg", "llama", engineType="sglang")])
+    async with run_fleet(spec, admin=False) as f:
+        bare, good = f.pods
+        async with gateway(doc, {"sg": [bare.key, good.key]}, wait_fresh=False) as gw:
+            states = gw.state.runtime.schedulers["sg"].pool.states
+            await wait_for(lambda: gw.fresh("sg", good.key) and "/metrics" in states[bare.key].missing)
+            for _ in range(4):
+                body = await (await gw.post("/v1/completions", {"model": "llama", "prompt": "x y z"})).json()
+                assert served_by(body) == "good"
+
+
+async def test_hung_pod_is_excluded_and_recovers_when_it_answers_again(gateway: Any) -> None:
+    # HANG rather than KILL: the simulator's KILL stops listening but keeps serving idle keep-alive
+    # connections, so a pooled scraper still gets answers (reported to the simulator's owner).
+    spec = fleet(pod("a"), pod("b"))
+    async with run_fleet(spec, admin=False) as f:
+        a, b = f.pods
+        async with gateway(config_doc([scheduler("llama", "llama")]), {"llama": [a.key, b.key]}) as gw:
+            await f.inject("a", FaultSpec(kind=FaultKind.HANG))
+            await wait_for(lambda: not gw.fresh("llama", a.key), what="hung pod excluded")
+            for i in range(6):
+                resp = await gw.post("/v1/completions", {"model": "llama", "prompt": f"question {i}"})
+                assert resp.status == 200
+                assert served_by(await resp.json()) == "b"
+            await f.clear("a")
+            took = await wait_for(lambda: gw.fresh("llama", a.key), what="pod back")
+            assert took < 1.0
+
+
+@pytest.mark.parametrize("mode", [StreamCut.FIN, StreamCut.RST, StreamCut.STALL])
+async def test_upstream_cut_mid_stream_gives_terminal_error_event(gateway: Any, mode: StreamCut) -> None:
+    spec = fleet(pod("a", faults=[{"kind": "die_mid_stream", "after_tokens": 2, "mode": mode.value}]))
+    doc = config_doc([scheduler("llama", "llama")], routing={"streamIdleTimeout": "500ms"})
+    async with run_fleet(spec, admin=False) as f, gateway(doc, {"llama": [f.pods[0].key]}) as gw:
+        resp = await gw.post(
+            "/v1/completions", {"model": "llama", "prompt": "tell me", "max_tokens": 20, "stream": True}
+        )
+        body = await asyncio.wait_for(resp.read(), timeout=3)
+        events = [e for e in body.split(b"\n\n") if e]
+        assert len(events) == 4  # two tokens, the error event, [DONE]
+        assert orjson.loads(events[2][6:])["error"]["type"] == "upstream_error"
+        assert events[3] == b"data: [DONE]"
+
+
+async def test_client_disconnect_aborts_the_engine_request(gateway: Any) -> None:
+    spec = fleet(pod("a"))
+    async with run_fleet(spec, admin=False) as f:
+        live = f.pod("a")
+        async with gateway(config_doc([scheduler("llama", "llama")]), {"llama": [f.pods[0].key]}) as gw:
+            body = {"model": "llama", "prompt": "write a long story", "max_tokens": 4000, "stream": True}
+            resp = await gw.post("/v1/completions", body)
+            await resp.content.readany()  # generation is running
+            assert live.engine.num_running == 1
+            resp.close()  # the client goes away
+            took = await wait_for(lambda: live.engine.num_running == 0, within=1.0, what="engine abort")
+            assert took < 1.0

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import collections
+
+import pytest
+from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.plugins.weighted_random_picker import WeightedRandomPicker
+
+from tests.scheduling.helpers import ctx
+
+
+@pytest.mark.parametrize(
+    ("totals", "k", "expected"),
+    [
+        pytest.param([0.1, 0.9, 0.5], 1, [1], id="max-wins"),
+        pytest.param([0.1, 0.9, 0.5], 3, [1, 2, 0], id="ranked-fallbacks"),
+        pytest.param([0.3], 3, [0], id="single"),
+    ],
+)
+def test_max_score_ranking(totals: list[float], k: int, expected: list[int]) -> None:
+    assert MaxScorePicker(max_endpoints=k).rank(ctx(), totals) == expected
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_max_score_ties_are_uniformly_random(k: int) -> None:
+    picker = MaxScorePicker(max_endpoints=k)
+    c = ctx(seed=3)
+    counts = collections.Counter(picker.rank(c, [1.0, 1.0, 1.0, 0.2])[0] for _ in range(3000))
+    assert set(counts) == {0, 1, 2}
+    assert all(900 < counts[i] < 1100 for i in range(3))
+
+
+def test_weighted_random_is_proportional_to_score() -> None:
+    picker = WeightedRandomPicker(max_endpoints=1)
+    c = ctx(seed=11)
+    counts = collections.Counter(picker.rank(c, [1.0, 3.0, 0.0])[0] for _ in range(4000))
+    assert counts[2] == 0
+    assert 0.70 < counts[1] / 4000 < 0.80
+
+
+def test_weighted_random_all_zero_is_uniform_and_returns_k() -> None:
+    picker = WeightedRandomPicker(max_endpoints=2)
+    c = ctx(seed=5)
+    ranks = [picker.rank(c, [0.0, 0.0, 0.0]) for _ in range(900)]
+    assert all(len(r) == 2 and len(set(r)) == 2 for r in ranks)
+    counts = collections.Counter(r[0] for r in ranks)
+    assert all(240 < counts[i] < 360 for i in range(3))

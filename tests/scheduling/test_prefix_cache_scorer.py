@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import pytest
+import xxhash
+from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.plugins import prefix_cache_scorer
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, PrefixCacheScorer
+from igw.scheduling.plugins.prefix_index import PrefixIndex, prefix_hashes
+
+from tests.scheduling.helpers import ctx, ep, req
+
+A = "a" * 64
+B = "b" * 64
+C = "c" * 64
+
+
+def test_hash_chain_matches_the_documented_construction() -> None:
+    h0 = xxhash.xxh64_intdigest(b"m")
+    h1 = xxhash.xxh64_intdigest(A.encode() + h0.to_bytes(8, "little"))
+    h2 = xxhash.xxh64_intdigest(B.encode() + h1.to_bytes(8, "little"))
+    assert prefix_hashes("m", A + B + "tail", block_chars=64, max_blocks=256) == [h1, h2]
+
+
+@pytest.mark.parametrize(
+    ("text", "block", "max_blocks", "count"),
+    [
+        pytest.param("x" * 63, 64, 256, 0, id="shorter-than-a-block"),
+        pytest.param("x" * 130, 64, 256, 2, id="partial-block-ignored"),
+        pytest.param("x" * 6400, 64, 10, 10, id="truncated-to-max-blocks"),
+        pytest.param("x" * 128, 16, 256, 8, id="block-size"),
+    ],
+)
+def test_block_counting(text: str, block: int, max_blocks: int, count: int) -> None:
+    assert len(prefix_hashes("m", text, block_chars=block, max_blocks=max_blocks)) == count
+
+
+def test_prefixes_differ_by_model() -> None:
+    assert prefix_hashes("m1", A, block_chars=64, max_blocks=9) != prefix_hashes(
+        "m2", A, block_chars=64, max_blocks=9
+    )
+
+
+@pytest.mark.parametrize(
+    ("sent", "query", "expected"),
+    [
+        pytest.param({"e1": A + B + C}, A + B + C, [1.0, 0.0], id="full-hit"),
+        pytest.param({"e1": A + B}, A + B + C, [2 / 3, 0.0], id="partial-hit"),
+        pytest.param({"e1": A, "e2": A + B}, A + B + C, [1 / 3, 2 / 3], id="longest-prefix-wins"),
+        pytest.param({"e1": B + C}, A + B + C, [0.0, 0.0], id="chain-breaks-on-first-block"),
+        pytest.param({}, "short", [0.0, 0.0], id="short-prompt-scores-0"),
+    ],
+)
+def test_prefix_scores(sent: dict[str, str], query: str, expected: list[float]) -> None:
+    scorer = PrefixCacheScorer(auto_tune=False)
+    eps = {k: ep(k) for k in ("e1", "e2")}
+    for key, text in sent.items():
+        scorer.on_picked(ctx(req(text)), eps[key])
+    c = ctx(req(query))
+    assert scorer.score(c, [eps["e1"], eps["e2"]]) == pytest.approx(expected)
+    assert c.state[STATE_ANY_HIT] == any(expected)
+
+
+def test_block_size_auto_tuned_from_cache_config_info() -> None:
+    scorer = PrefixCacheScorer(auto_tune=True)
+    e = ep("e1", block_size=4)  # 4 tokens x 4 chars = 16-char blocks
+    c = ctx(req("y" * 64))
+    scorer.score(c, [e])
+    assert len(c.state["prefix.hashes"]) == 4
+
+
+def test_lru_sized_from_num_gpu_blocks_evicts_oldest() -> None:
+    scorer = PrefixCacheScorer(auto_tune=True)
+    e = ep("e1", block_size=16, num_gpu_blocks=2)  # 64-char blocks, room for 2
+    scorer.on_picked(ctx(req(A + B)), e)
+    scorer.on_picked(ctx(req(C)), e)  # C evicts A
+    assert scorer.index.size("e1") == 2
+    assert scorer.score(ctx(req(A + B)), [e]) == [0.0]
+
+
+def test_removed_endpoint_is_forgotten() -> None:
+    scorer = PrefixCacheScorer(auto_tune=False)
+    e = ep("e1")
+    scorer.on_picked(ctx(req(A)), e)
+    scorer.on_endpoints_removed(["e1"])
+    assert scorer.score(ctx(req(A)), [e]) == [0.0]
+
+
+def test_index_eviction_keeps_other_holders() -> None:
+    index = PrefixIndex()
+    index.insert("e1", [1, 2], capacity=10)
+    index.insert("e2", [1], capacity=10)
+    index.remove_endpoint("e1")
+    assert index.match([1, 2]) == {"e2": 1}
+
+
+def test_factory_reports_bad_parameters_with_path() -> None:
+    with pytest.raises(SchedulerConfigError) as err:
+        prefix_cache_scorer.factory("p", {"blockSize": 0, "autoTune": "yes"}, "plugins[1].parameters")
+    assert err.value.problems == (
+        "plugins[1].parameters.blockSize: must be >= 1, got 0",
+        "plugins[1].parameters.autoTune: must be true or false, got 'yes'",
+    )

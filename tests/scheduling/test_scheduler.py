@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+from igw.scheduling.factory import scheduler_from_weights
+from igw.scheduling.scheduler import Scheduler
+from igw.scheduling.settings import RoutingSettings
+from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingPolicy
+
+from tests.scheduling.helpers import ep, req
+
+SETTINGS = RoutingSettings(stale_threshold_s=1.0)
+
+
+def sched(weights: dict[str, float] | None = None, *, seed: int = 1) -> Scheduler:
+    return scheduler_from_weights(
+        weights or {"queue": 2, "kvCache": 2, "prefix": 3}, routing=SETTINGS, rng=random.Random(seed)
+    )
+
+
+def test_scheduler_implements_the_shared_routing_policy() -> None:
+    assert isinstance(sched(), RoutingPolicy)
+
+
+def test_no_endpoints_is_503_kind() -> None:
+    assert sched().pick(req(), [], now=0.0).kind is DecisionKind.NO_ENDPOINTS
+
+
+def test_weighted_sum_picks_least_loaded_and_reports_scores() -> None:
+    d = sched().pick(req(), [ep("busy", waiting=4, kv=0.5), ep("idle", waiting=0, kv=0.1)], now=0.5)
+    assert d.kind is DecisionKind.PICKED
+    assert d.endpoint == "idle"
+    assert d.fallbacks == ("busy",)
+    assert d.scores["idle"] == pytest.approx(
+        {"queue-scorer": 2.0, "kv-cache-utilization-scorer": 1.8, "prefix-cache-scorer": 0.0, "total": 3.8}
+    )
+    assert d.scores["busy"]["total"] == pytest.approx(0.0 + 1.0)
+
+
+def test_prefix_affinity_is_learned_on_pick() -> None:
+    s = sched({"prefix": 3, "queue": 1})
+    text = "system prompt " * 40
+    eps = [ep("e1"), ep("e2"), ep("e3")]
+    first = s.pick(req(text), eps, now=0.0).endpoint
+    assert all(s.pick(req(text + f" q{i}"), eps, now=0.0).endpoint == first for i in range(10))
+
+
+@pytest.mark.parametrize(
+    ("endpoint_kwargs", "why"),
+    [
+        pytest.param({"scraped_at": -1.5}, "older than the threshold", id="stale"),
+        pytest.param({"failing": True}, "last scrape failed", id="failing"),
+        pytest.param({"no_metrics": True}, "never scraped", id="never-scraped"),
+    ],
+)
+def test_ineligible_endpoint_is_excluded(endpoint_kwargs: dict[str, object], why: str) -> None:
+    bad = ep("bad", waiting=0, kv=0.0, **endpoint_kwargs)  # type: ignore[arg-type]
+    good = ep("good", waiting=4, kv=0.7)
+    for _ in range(20):
+        d = sched().pick(req(), [bad, good], now=0.0)
+        assert d.endpoint == "good", why
+        assert "bad" not in d.fallbacks
+    assert "1 stale endpoints excluded" in d.reason
+
+
+def test_stale_endpoint_recovers_when_fresh_metrics_arrive() -> None:
+    s = sched()
+    good = ep("other", waiting=3, kv=0.5)
+    assert s.pick(req(), [ep("idle", scraped_at=0.0), good], now=2.0).endpoint == "other"
+    assert s.pick(req(), [ep("idle", scraped_at=2.0), good], now=2.0).endpoint == "idle"
+
+
+def test_all_stale_falls_back_to_own_inflight_counts() -> None:
+    eps = [
+        ep("a", scraped_at=-9, inflight=5),
+        ep("b", failing=True, inflight=1),
+        ep("c", no_metrics=True, inflight=3),
+    ]
+    d = sched().pick(req(), eps, now=0.0)
+    assert d.kind is DecisionKind.PICKED
+    assert d.endpoint == "b"
+    assert "ranked by the gateway's own in-flight counts" in d.reason
+
+
+def test_saturated_pool_gives_429_kind_with_bounded_retry_after() -> None:
+    eps = [ep("a", waiting=9), ep("b", kv=0.95), ep("stale-idle", scraped_at=-5)]
+    d = sched().pick(req(), eps, now=0.0)
+    assert d.kind is DecisionKind.SATURATED
+    assert d.retry_after_s == SETTINGS.retry_after_max_s  # nothing drained yet: upper bound
+
+
+def test_retry_after_follows_observed_drain_rate() -> None:
+    s = sched()
+    for i in range(20):  # "a" completed 2 requests per second over 10 s
+        s.on_complete(RequestOutcome(request_id=str(i), endpoint="a", ok=True), now=i * 0.5)
+    d = s.pick(req(), [ep("a", waiting=9, scraped_at=10.0)], now=10.0)
+    # needs (9 - 5) + 1 = 5 completions at ~2/s -> 3 s (rounded up)
+    assert d.kind is DecisionKind.SATURATED
+    assert d.retry_after_s == 3.0
+
+
+def test_one_endpoint_with_capacity_means_not_saturated() -> None:
+    d = sched().pick(req(), [ep("a", waiting=9), ep("b", waiting=5, kv=0.8)], now=0.0)
+    assert d.endpoint == "b"
+
+
+def test_missing_signal_is_imputed_and_reported_not_zeroed() -> None:
+    # "old" runs vLLM 0.9.1 (no KV signal). A silent zero would make it look empty (score 2.0).
+    eps = [ep("old", kv=None), ep("x", kv=0.2), ep("y", kv=0.6)]
+    d = sched({"kvCache": 2}).pick(req(), eps, now=0.0)
+    assert d.endpoint == "x"
+    assert d.scores["old"]["kv-cache-utilization-scorer"] == pytest.approx(2 * 0.6)
+    assert "kv_usage missing on 1 endpoints, imputed with the mean" in d.reason
+
+
+def test_scorer_nobody_can_feed_is_left_out() -> None:
+    d = sched({"kvCache": 2, "queue": 1}).pick(
+        req(), [ep("a", kv=None), ep("b", kv=None, waiting=1)], now=0.0
+    )
+    assert d.endpoint == "a"
+    assert "kv-cache-utilization-scorer" not in d.scores["a"]
+    assert "no candidate publishes kv_usage" in d.reason
+
+
+def test_removed_endpoints_drop_plugin_state() -> None:
+    s = sched({"prefix": 3})
+    text = "z" * 256
+    s.pick(req(text), [ep("a")], now=0.0)
+    s.on_endpoints_removed(["a"])
+    d = s.pick(req(text), [ep("a"), ep("b")], now=0.0)
+    assert d.scores[d.endpoint]["prefix-cache-scorer"] == 0.0

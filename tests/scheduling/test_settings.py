@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from igw.config.durations import parse_duration
+from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.settings import RoutingSettings
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "extensions" / "routing.schema.json"
+
+
+def schema() -> dict[str, Any]:
+    return dict(json.loads(SCHEMA_PATH.read_text()))
+
+
+def test_schema_is_closed_and_valid() -> None:
+    s = schema()
+    jsonschema.Draft202012Validator.check_schema(s)
+    assert s["additionalProperties"] is False
+    assert s["properties"]["saturation"]["additionalProperties"] is False
+    with pytest.raises(jsonschema.ValidationError, match="'scrapeIntervall' was unexpected"):
+        jsonschema.validate({"scrapeIntervall": "50ms"}, s)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"staleThreshold": "1.5s"}, s)
+
+
+def test_schema_defaults_equal_the_code_defaults() -> None:
+    s = schema()["properties"]
+    code = RoutingSettings()
+    assert RoutingSettings.from_extension(None) == code
+    durations = {
+        "scrapeInterval": code.scrape_interval_s,
+        "scrapeTimeout": code.scrape_timeout_s,
+        "staleThreshold": code.stale_threshold_s,
+        "drainWindow": code.drain_window_s,
+        "connectTimeout": code.connect_timeout_s,
+        "streamIdleTimeout": code.stream_idle_timeout_s,
+        "configReloadInterval": code.config_reload_interval_s,
+    }
+    for key, seconds in durations.items():
+        assert parse_duration(s[key]["default"]) == pytest.approx(seconds), key
+    assert s["saturation"]["properties"]["queueDepthThreshold"]["default"] == code.queue_depth_threshold
+    assert s["saturation"]["properties"]["kvCacheUtilThreshold"]["default"] == code.kv_cache_util_threshold
+    assert s["retryAfter"]["properties"]["minSeconds"]["default"] == code.retry_after_min_s
+    assert s["retryAfter"]["properties"]["maxSeconds"]["default"] == code.retry_after_max_s
+    assert code.stale_threshold_s <= 1.0
+
+
+def test_values_are_read() -> None:
+    raw = {
+        "scrapeInterval": "20ms",
+        "staleThreshold": "300ms",
+        "saturation": {"queueDepthThreshold": 2, "kvCacheUtilThreshold": 0.5},
+        "retryAfter": {"minSeconds": 2, "maxSeconds": 9},
+    }
+    jsonschema.validate(raw, schema())
+    got = RoutingSettings.from_extension(raw)
+    assert (got.scrape_interval_s, got.stale_threshold_s) == pytest.approx((0.02, 0.3))
+    assert (got.queue_depth_threshold, got.kv_cache_util_threshold) == (2, 0.5)
+    assert (got.retry_after_min_s, got.retry_after_max_s) == (2, 9)
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        pytest.param(
+            {"retryAfter": {"minSeconds": 10, "maxSeconds": 5}}, "retryAfter: minSeconds (10)", id="bounds"
+        ),
+        pytest.param(
+            {"scrapeInterval": "2s"}, "staleThreshold: must be longer than scrapeInterval", id="stale"
+        ),
+        pytest.param({"scrapeTimeout": "0s"}, "scrapeTimeout: must be greater than 0s", id="timeout"),
+    ],
+)
+def test_cross_field_rules(raw: dict[str, Any], problem: str) -> None:
+    with pytest.raises(SchedulerConfigError) as err:
+        RoutingSettings.from_extension(raw)
+    assert any(problem in p for p in err.value.problems)

@@ -1,0 +1,266 @@
+"""The JWKS cache against a real HTTPS issuer on loopback: cold start (A8), outages of every kind
+and recovery (A7, J28), unknown-kid floods (A5, J4), rotation under traffic (A6, J26, J27), single
+flight, background refresh, OIDC discovery, and a multi-token request during an outage (A12)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+
+import pytest
+import trustme
+from igw.gateway.guards import GuardDenied
+from multidict import CIMultiDict
+
+from tests.security.helpers import (
+    GuardMaker,
+    JwksServer,
+    Keys,
+    TokenFactory,
+    bearer,
+    mint,
+    wait_until,
+)
+
+SHORT = {"authorization": {"jwks": {"fetchTimeout": "300ms"}}}
+
+
+async def refused(guard: object, headers: object) -> GuardDenied:
+    with pytest.raises(GuardDenied) as info:
+        await guard.authenticate(headers)  # type: ignore[attr-defined]
+    assert info.value.status == 401
+    return info.value
+
+
+async def test_a8_cold_start_with_issuer_down_is_not_ready_and_refuses(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory
+) -> None:
+    jwks_server.mode, jwks_server.status = "status", 503
+    guard = await make_guard(wait_ready=False, real_clock=True)
+    tokens.clock.now = time.time()
+    assert guard.jwks is not None
+    jwks = guard.jwks
+    await wait_until(lambda: jwks.last_error is not None, timeout_s=5)
+    readiness = guard.readiness()
+    assert not readiness.ready
+    assert "JWKS not loaded" in readiness.detail
+    assert "HTTP 503" in readiness.detail
+    for _ in range(3):
+        await refused(guard, bearer(tokens.token()))  # never 200 without verification
+    jwks_server.mode = "ok"
+    recovered_at = time.monotonic()
+    await wait_until(lambda: guard.readiness().ready, timeout_s=5)
+    assert time.monotonic() - recovered_at <= 2.5, "ready within ~2 s of the issuer recovering"
+    assert (await guard.authenticate(bearer(tokens.token()))).authenticated
+    assert make_guard.metric("igw_jwks_ready") == 1
+
+
+async def test_cold_start_fetch_is_single_flight(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory
+) -> None:
+    jwks_server.delay_s = 0.2
+    guard = await make_guard(wait_ready=False)
+    results = await asyncio.gather(*(guard.authenticate(bearer(tokens.token())) for _ in range(50)))
+    assert all(p.authenticated for p in results)
+    assert jwks_server.fetches == 1
+
+
+@pytest.mark.parametrize(
+    "mode",
+    ["slow", "status-500", "status-404", "tls-error", "html", "huge", "redirect_http", "redirect_other_host"],
+)
+async def test_a7_j28_issuer_outage_keeps_last_good_keys_until_max_stale_then_fails_closed(
+    mode: str, make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory, ca: trustme.CA
+) -> None:
+    guard = await make_guard(
+        extensions={"authorization": {"jwks": {"fetchTimeout": "300ms", "maxStale": "1h"}}}
+    )
+    good = bearer(tokens.token())
+    assert (await guard.authenticate(good)).authenticated
+    if mode == "slow":
+        jwks_server.delay_s = 2.0
+    elif mode.startswith("status-"):
+        jwks_server.mode, jwks_server.status = "status", int(mode.split("-")[1])
+    elif mode == "tls-error":
+        trustme.CA().issue_cert("127.0.0.1").configure_cert(jwks_server.ssl_context)  # untrusted cert
+    else:
+        jwks_server.mode = mode
+    jwks = guard.jwks
+    assert jwks is not None
+    tokens.clock.advance(301)  # past the TTL
+    lag_probe = asyncio.create_task(_max_loop_lag(0.3))
+    await jwks.refresh()
+    assert await lag_probe < 0.1, "a failing fetch must never block the event loop"
+    assert jwks.last_error is not None
+    good = bearer(tokens.token())
+    assert (await guard.authenticate(good)).authenticated, "stale keys keep verifying"
+    assert guard.readiness().ready
+    assert "stale" in guard.readiness().detail
+    tokens.clock.advance(3600)  # beyond max stale
+    fresh = bearer(tokens.token())
+    await refused(guard, fresh)
+    assert not guard.readiness().ready
+    assert "fail closed" in guard.readiness().detail
+    assert make_guard.metric("igw_jwks_fetch_total", {"result": "failure"}) >= 1
+    # recovery: the next request after the (cold) retry backoff fetches again
+    if mode == "tls-error":
+        ca.issue_cert("127.0.0.1").configure_cert(jwks_server.ssl_context)
+    jwks_server.mode, jwks_server.delay_s = "ok", 0.0
+    tokens.clock.advance(3)
+    assert (await guard.authenticate(bearer(tokens.token()))).authenticated
+    assert guard.readiness().ready
+
+
+async def _max_loop_lag(duration_s: float) -> float:
+    worst = 0.0
+    end = time.monotonic() + duration_s
+    while time.monotonic() < end:
+        before = time.monotonic()
+        await asyncio.sleep(0.005)
+        worst = max(worst, time.monotonic() - before - 0.005)
+    return worst
+
+
+async def test_a5_j4_unknown_kid_flood_refetches_at_most_once_per_cooldown(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory, keys: Keys
+) -> None:
+    guard = await make_guard(extensions={"authorization": {"jwks": {"unknownKidCooldown": "10s"}}})
+    start_fetches = jwks_server.fetches
+    rng = random.Random(7)
+    claims = tokens.claims(exp=int(tokens.clock()) + 3600)
+    window_s, step_s = 30.0, 0.05
+    elapsed = 0.0
+    valid = bearer(tokens.token(exp=int(tokens.clock()) + 3600))
+    while elapsed < window_s:
+        kid = f"kid-{rng.getrandbits(64):x}"
+        forged = mint(keys.attacker, claims, header={"alg": "RS256", "kid": kid})
+        await refused(guard, bearer(forged))
+        assert (await guard.authenticate(valid)).authenticated  # valid traffic unaffected
+        tokens.clock.advance(step_s)
+        elapsed += step_s
+    flood_fetches = jwks_server.fetches - start_fetches
+    assert 1 <= flood_fetches <= math.ceil(window_s / 10) + 1
+    assert make_guard.metric("igw_auth_denied_total", {"reason": "no_matching_key"}) == 600
+
+
+async def test_a6_j27_j26_rotation_under_traffic(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory, keys: Keys
+) -> None:
+    jwks_server.set_keys(keys.rsa)
+    guard = await make_guard()
+    signer = [keys.rsa]
+    failures: list[str] = []
+    stop = asyncio.Event()
+
+    async def traffic() -> int:
+        sent = 0
+        while not stop.is_set():
+            key = signer[0]
+            try:
+                await guard.authenticate(bearer(tokens.token(key, jti=str(sent))))
+            except GuardDenied:
+                failures.append(key.kid)
+            sent += 1
+            await asyncio.sleep(0)
+        return sent
+
+    runner = asyncio.create_task(traffic())
+    await asyncio.sleep(0.05)
+    jwks_server.set_keys(keys.rsa, keys.rsa2)  # 1. publish kid2
+    await asyncio.sleep(0.05)
+    signer[0] = keys.rsa2  # 2. the issuer switches signer: first kid2 token triggers one refetch
+    await asyncio.sleep(0.2)
+    stop.set()
+    sent = await runner
+    assert sent > 50
+    assert failures == [], "no false 401 during rotation"
+    old_token = bearer(tokens.token(keys.rsa))
+    assert (await guard.authenticate(old_token)).authenticated  # kid1 still published
+    jwks_server.set_keys(keys.rsa2)  # 3. remove kid1
+    tokens.clock.advance(301)  # next TTL refresh picks up the removal
+    assert guard.jwks is not None
+    await guard.jwks.refresh()
+    await refused(guard, old_token)  # J26: even though this exact token was cached as valid
+    assert (await guard.authenticate(bearer(tokens.token(keys.rsa2)))).authenticated
+
+
+async def test_background_refresh_happens_without_traffic(
+    make_guard: GuardMaker, jwks_server: JwksServer
+) -> None:
+    await make_guard(real_clock=True, extensions={"authorization": {"jwks": {"ttl": "1s"}}})
+    first = jwks_server.fetches
+    await wait_until(lambda: jwks_server.fetches > first, timeout_s=3)
+
+
+async def test_a12_multiple_tokens_during_outage_is_refused_without_crash(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory
+) -> None:
+    guard = await make_guard(extensions=SHORT)
+    jwks_server.mode, jwks_server.status = "status", 500
+    tokens.clock.advance(90_000)  # beyond the default max stale: JWKS unusable
+    headers: CIMultiDict[str] = CIMultiDict()
+    headers.add("Authorization", f"Bearer {tokens.token()}")
+    headers.add("Authorization", "Bearer garbage")
+    await asyncio.gather(*(refused(guard, headers) for _ in range(20)))
+    await refused(guard, bearer(tokens.token()))
+    assert make_guard.metric("igw_auth_denied_total", {"reason": "jwks_unavailable"}) == 1
+
+
+async def test_issuer_checks_happen_before_any_jwks_fetch(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory
+) -> None:
+    """Envoy's order: wrong issuer / expired tokens never cause a fetch, even at cold start."""
+    jwks_server.mode, jwks_server.status = "status", 500
+    guard = await make_guard(wait_ready=False)
+    assert guard.jwks is not None
+    jwks = guard.jwks
+    await wait_until(lambda: jwks.last_error is not None, timeout_s=5)
+    before = jwks_server.fetches
+    await refused(guard, bearer(tokens.token(iss="https://other")))
+    await refused(guard, bearer(tokens.token(exp=int(tokens.clock()) - 3600)))
+    assert jwks_server.fetches == before
+
+
+async def test_oidc_discovery_uses_discovered_jwks_uri(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory
+) -> None:
+    jwks_server.discovery = {"issuer": jwks_server.issuer, "jwks_uri": f"{jwks_server.base}/keys2"}
+    guard = await make_guard(extensions={"authorization": {"oidcDiscovery": True}})
+    assert jwks_server.hits.get("/keys2") == 1
+    assert "/jwks" not in jwks_server.hits
+    assert (await guard.authenticate(bearer(tokens.token()))).authenticated
+
+
+@pytest.mark.parametrize(
+    "discovery",
+    [
+        {"issuer": "https://impostor.example", "jwks_uri": "/keys2"},
+        {"issuer": "ISSUER", "jwks_uri": "http://127.0.0.1/keys2"},
+        {"issuer": "ISSUER"},
+        None,
+    ],
+    ids=["issuer-mismatch", "jwks-uri-not-https", "no-jwks-uri", "no-discovery-document"],
+)
+async def test_oidc_discovery_failure_falls_back_to_remote_jwks_uri(
+    discovery: dict[str, str] | None, make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory
+) -> None:
+    if discovery is not None:
+        discovery = {k: v.replace("ISSUER", jwks_server.issuer) for k, v in discovery.items()}
+        if discovery.get("jwks_uri") == "/keys2":
+            discovery["jwks_uri"] = f"{jwks_server.base}/keys2"
+    jwks_server.discovery = discovery
+    guard = await make_guard(extensions={"authorization": {"oidcDiscovery": True}})
+    assert jwks_server.hits.get("/keys2", 0) == 0
+    assert jwks_server.hits["/jwks"] == 1
+    assert (await guard.authenticate(bearer(tokens.token()))).authenticated
+
+
+async def test_same_host_redirect_is_followed(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory
+) -> None:
+    jwks_server.mode = "redirect_same"
+    guard = await make_guard()
+    assert jwks_server.hits.get("/jwks-moved") == 1
+    assert (await guard.authenticate(bearer(tokens.token()))).authenticated

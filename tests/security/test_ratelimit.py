@@ -1,0 +1,270 @@
+"""Per-tenant rate limits on the local backend and on a real ``redis-server`` (same cases on both),
+limits shared by two guards through one Redis, and the stated behaviour when Redis is unreachable."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from igw.gateway.guards import GuardDenied
+from igw.security.metrics import SecurityMetrics
+from igw.security.ratelimit.backend import BACKENDS
+from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.settings import RateLimitSettings
+from prometheus_client import CollectorRegistry
+
+from tests.security.helpers import (
+    GuardMaker,
+    ManualClock,
+    RedisServer,
+    TokenFactory,
+    bearer,
+    free_port,
+    start_redis,
+)
+
+LimiterMaker = Callable[..., Awaitable[RateLimiter]]
+
+
+@pytest.fixture(params=["local", "redis"])
+async def make_limiter(
+    request: pytest.FixtureRequest, clock: ManualClock
+) -> AsyncIterator[tuple[LimiterMaker, CollectorRegistry]]:
+    kind: str = request.param
+    registry = CollectorRegistry()
+    metrics = SecurityMetrics(registry=registry)
+    made: list[RateLimiter] = []
+    server: RedisServer | None = None
+    if kind == "redis":
+        server = request.getfixturevalue("redis_server")
+
+    async def make(**raw: Any) -> RateLimiter:
+        raw = {"backend": kind, **raw}
+        if server is not None:
+            raw["redis"] = {"url": server.url}
+        settings = RateLimitSettings.from_mapping(raw)
+        limiter = RateLimiter(
+            settings=settings, backend=BACKENDS[kind](settings, clock), clock=clock, metrics=metrics
+        )
+        made.append(limiter)
+        return limiter
+
+    yield make, registry
+    for limiter in made:
+        await limiter.close()
+
+
+async def denied(coro: Awaitable[None]) -> GuardDenied:
+    with pytest.raises(GuardDenied) as info:
+        await coro
+    assert info.value.status == 429
+    return info.value
+
+
+async def test_request_burst_then_429_with_retry_after(
+    make_limiter: tuple[LimiterMaker, CollectorRegistry],
+) -> None:
+    make, registry = make_limiter
+    limiter = await make(default={"requestsPerSecond": 0.001, "burst": 3})
+    for _ in range(3):
+        await limiter.admit(tenant="team-a", est_tokens=10)
+    refusal = await denied(limiter.admit(tenant="team-a", est_tokens=10))
+    assert refusal.code == "rate_limit_exceeded"
+    assert 999 <= int(refusal.headers["Retry-After"]) <= 1000
+    assert "team-a" in refusal.message
+    assert "requests" in refusal.message
+    await limiter.admit(tenant="team-b", est_tokens=10)  # tenants are isolated
+    sample = registry.get_sample_value
+    assert sample("igw_tenant_requests_total", {"tenant": "team-a", "outcome": "admitted"}) == 3
+    assert sample("igw_tenant_requests_total", {"tenant": "team-a", "outcome": "limited_requests"}) == 1
+
+
+async def test_tenant_override_and_anonymous_tenant(
+    make_limiter: tuple[LimiterMaker, CollectorRegistry],
+) -> None:
+    make, registry = make_limiter
+    limiter = await make(
+        default={"requestsPerSecond": 0.001, "burst": 1},
+        tenants=[{"tenant": "vip", "requestsPerSecond": 0.001, "burst": 5}],
+    )
+    for _ in range(5):
+        await limiter.admit(tenant="vip", est_tokens=1)
+    await denied(limiter.admit(tenant="vip", est_tokens=1))
+    await limiter.admit(tenant=None, est_tokens=1)
+    await denied(limiter.admit(tenant=None, est_tokens=1))
+    assert (
+        registry.get_sample_value(
+            "igw_tenant_requests_total", {"tenant": "anonymous", "outcome": "limited_requests"}
+        )
+        == 1
+    )
+
+
+async def test_tokens_per_minute_from_usage(make_limiter: tuple[LimiterMaker, CollectorRegistry]) -> None:
+    make, registry = make_limiter
+    limiter = await make(default={"tokensPerMinute": 600})  # 10 tokens/s, bucket of 600
+    await limiter.admit(tenant="t", est_tokens=100)
+    await limiter.account(tenant="t", prompt_tokens=500, completion_tokens=200)  # bucket now -100
+    refusal = await denied(limiter.admit(tenant="t", est_tokens=100))
+    assert "tokens" in refusal.message
+    assert 19 <= int(refusal.headers["Retry-After"]) <= 21  # (100 - -100) / 10 per s
+    sample = registry.get_sample_value
+    assert sample("igw_tenant_tokens_total", {"tenant": "t", "kind": "prompt"}) == 500
+    assert sample("igw_tenant_tokens_total", {"tenant": "t", "kind": "completion"}) == 200
+    assert sample("igw_tenant_requests_total", {"tenant": "t", "outcome": "limited_tokens"}) == 1
+
+
+async def test_estimate_larger_than_bucket_needs_only_a_full_bucket(
+    make_limiter: tuple[LimiterMaker, CollectorRegistry],
+) -> None:
+    make, _ = make_limiter
+    limiter = await make(default={"tokensPerMinute": 60, "tokenBurst": 50})
+    await limiter.admit(tenant="t", est_tokens=10_000)  # capped at the bucket size: a full bucket admits
+
+
+async def test_token_refusal_does_not_consume_a_request(clock: ManualClock) -> None:
+    settings = RateLimitSettings.from_mapping(
+        {"default": {"requestsPerSecond": 1, "burst": 1, "tokensPerMinute": 60, "tokenBurst": 10}}
+    )
+    limiter = RateLimiter(settings=settings, backend=BACKENDS["local"](settings, clock), clock=clock)
+    await limiter.account(tenant="t", prompt_tokens=20, completion_tokens=0)  # -10 tokens
+    await denied(limiter.admit(tenant="t", est_tokens=1))
+    clock.advance(11)  # tokens back to 1; the request bucket was never drawn
+    await limiter.admit(tenant="t", est_tokens=1)
+
+
+async def test_local_refill_with_injected_clock(clock: ManualClock) -> None:
+    settings = RateLimitSettings.from_mapping({"default": {"requestsPerSecond": 2, "burst": 2}})
+    limiter = RateLimiter(settings=settings, backend=BACKENDS["local"](settings, clock), clock=clock)
+    await limiter.admit(tenant="t", est_tokens=1)
+    await limiter.admit(tenant="t", est_tokens=1)
+    refusal = await denied(limiter.admit(tenant="t", est_tokens=1))
+    assert refusal.headers["Retry-After"] == "1"
+    clock.advance(0.5)
+    await limiter.admit(tenant="t", est_tokens=1)
+    await denied(limiter.admit(tenant="t", est_tokens=1))
+
+
+async def test_no_limits_still_counts_per_tenant(clock: ManualClock) -> None:
+    registry = CollectorRegistry()
+    settings = RateLimitSettings.from_mapping(None)
+    limiter = RateLimiter(
+        settings=settings,
+        backend=BACKENDS["local"](settings, clock),
+        clock=clock,
+        metrics=SecurityMetrics(registry=registry),
+    )
+    for _ in range(100):
+        await limiter.admit(tenant="t", est_tokens=1)
+    assert (
+        registry.get_sample_value("igw_tenant_requests_total", {"tenant": "t", "outcome": "admitted"}) == 100
+    )
+
+
+async def test_two_guards_share_one_redis_limit(
+    make_guard: GuardMaker, tokens: TokenFactory, redis_server: RedisServer
+) -> None:
+    limits = {
+        "backend": "redis",
+        "redis": {"url": redis_server.url},
+        "default": {"requestsPerSecond": 0.001, "burst": 5},
+    }
+    first = await make_guard(extensions={"rateLimits": limits})
+    second = await make_guard(extensions={"rateLimits": limits})
+    principal = await first.authenticate(bearer(tokens.token()))
+    outcomes: list[int] = []
+    for guard in (first, second, first, second, first, second, first, second):
+        try:
+            await guard.admit(principal, model="m", est_tokens=1)
+            outcomes.append(200)
+        except GuardDenied as exc:
+            outcomes.append(exc.status)
+    assert outcomes == [200] * 5 + [429] * 3, "five per tenant across both replicas, not five each"
+
+
+@pytest.mark.parametrize(
+    ("policy", "expect"),
+    [("local", "local-limits"), ("allow", "admitted"), ("deny", "refused")],
+)
+async def test_redis_unreachable_policy(policy: str, expect: str, clock: ManualClock) -> None:
+    registry = CollectorRegistry()
+    raw = {
+        "backend": "redis",
+        "redis": {"url": f"redis://127.0.0.1:{free_port()}/0", "connectTimeout": "200ms"},
+        "onRedisUnavailable": policy,
+        "default": {"requestsPerSecond": 0.001, "burst": 2},
+    }
+    settings = RateLimitSettings.from_mapping(raw)
+    limiter = RateLimiter(
+        settings=settings,
+        backend=BACKENDS["redis"](settings, clock),
+        clock=clock,
+        metrics=SecurityMetrics(registry=registry),
+    )
+    try:
+        outcomes = []
+        for _ in range(3):
+            try:
+                await limiter.admit(tenant="t", est_tokens=1)
+                outcomes.append("ok")
+            except GuardDenied as exc:
+                outcomes.append(f"{exc.status} {exc.code}")
+        if expect == "local-limits":
+            assert outcomes == ["ok", "ok", "429 rate_limit_exceeded"]
+        elif expect == "admitted":
+            assert outcomes == ["ok", "ok", "ok"]
+        else:
+            assert outcomes == ["429 rate_limiter_unavailable"] * 3
+        assert registry.get_sample_value("igw_ratelimit_backend_up", {"backend": "redis"}) == 0
+        # one attempt per retryAfterFailure window, not one per request
+        assert registry.get_sample_value("igw_ratelimit_backend_errors_total", {"backend": "redis"}) == 1
+    finally:
+        await limiter.close()
+
+
+async def test_redis_outage_and_recovery(clock: ManualClock) -> None:
+    registry = CollectorRegistry()
+    with tempfile.TemporaryDirectory(prefix="igw-redis-") as workdir:
+        server = start_redis(Path(workdir))
+        settings = RateLimitSettings.from_mapping(
+            {
+                "backend": "redis",
+                "redis": {"url": server.url},
+                "default": {"requestsPerSecond": 0.001, "burst": 3},
+            }
+        )
+        limiter = RateLimiter(
+            settings=settings,
+            backend=BACKENDS["redis"](settings, clock),
+            clock=clock,
+            metrics=SecurityMetrics(registry=registry),
+        )
+        try:
+            await limiter.admit(tenant="t", est_tokens=1)  # redis bucket: 2 left
+            server.stop()
+            await limiter.admit(tenant="t", est_tokens=1)  # local fallback (fresh bucket of 3)
+            assert registry.get_sample_value("igw_ratelimit_backend_up", {"backend": "redis"}) == 0
+            server = start_redis(Path(workdir), port=server.port)
+            clock.advance(6)  # past retryAfterFailure: Redis is asked again
+            await limiter.admit(tenant="t", est_tokens=1)
+            await limiter.admit(tenant="t", est_tokens=1)  # redis remembered nothing: fresh server
+            assert registry.get_sample_value("igw_ratelimit_backend_up", {"backend": "redis"}) == 1
+        finally:
+            await limiter.close()
+            server.stop()
+
+
+def test_duplicate_tenant_override_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match=r"rateLimits\.tenants\[1\]\.tenant"):
+        RateLimitSettings.from_mapping({"tenants": [{"tenant": "a"}, {"tenant": "a"}]})
+
+
+def test_missing_redis_server_fails_loudly_instead_of_skipping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server anywhere on PATH
+    with pytest.raises(pytest.fail.Exception, match="redis-server is not installed"):
+        start_redis(tmp_path)

@@ -1,0 +1,212 @@
+"""TLS termination: version floor, cipher policy, TLS 1.3 preference and certificate reload, checked
+with real handshakes against a real aiohttp server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trustme
+from aiohttp import web
+from igw.security.tls import CertificateReloader, build_server_ssl_context, build_server_tls
+
+
+def write_pair(ca: trustme.CA, folder: Path, *names: str) -> tuple[Path, Path]:
+    cert = ca.issue_cert(*(names or ("127.0.0.1",)))
+    cert_file, key_file = folder / "tls.crt", folder / "tls.key"
+    cert_file.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    key_file.write_bytes(cert.private_key_pem.bytes())
+    return cert_file, key_file
+
+
+async def _ok(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+class Server:
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.context = context
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/", _ok)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=self.context)
+        await site.start()
+        assert site._server is not None
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def handshake(self, client: ssl.SSLContext) -> tuple[str | None, str | None, bytes | None]:
+        """(TLS version, cipher, peer certificate DER) of a fresh connection."""
+        _reader, writer = await asyncio.open_connection(
+            "127.0.0.1", self.port, ssl=client, server_hostname="127.0.0.1"
+        )
+        try:
+            obj = writer.get_extra_info("ssl_object")
+            cipher = obj.cipher()
+            return obj.version(), cipher[0] if cipher else None, obj.getpeercert(binary_form=True)
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    """An RSA CA, so RSA key-exchange cipher suites are possible at all (and must be refused)."""
+    return trustme.CA(key_type=trustme.KeyType.RSA)
+
+
+@pytest.fixture
+async def tls_server(tmp_path: Path, ca: trustme.CA) -> AsyncIterator[tuple[Server, Path, Path]]:
+    cert_file, key_file = write_pair(ca, tmp_path)
+    server = Server(build_server_ssl_context(cert_file=cert_file, key_file=key_file))
+    await server.start()
+    yield server, cert_file, key_file
+    assert server.runner is not None
+    await server.runner.cleanup()
+
+
+def client(
+    ca: trustme.CA, *, max_version: ssl.TLSVersion | None = None, ciphers: str | None = None
+) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    ctx.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+    if max_version is not None:
+        ctx.maximum_version = max_version
+    if ciphers is not None:
+        ctx.set_ciphers(ciphers)
+    return ctx
+
+
+async def test_tls13_is_preferred(tls_server: tuple[Server, Path, Path], ca: trustme.CA) -> None:
+    server, _, _ = tls_server
+    version, _, _ = await server.handshake(client(ca))
+    assert version == "TLSv1.3"
+
+
+async def test_tls12_uses_only_ecdhe_aead(tls_server: tuple[Server, Path, Path], ca: trustme.CA) -> None:
+    server, _, _ = tls_server
+    version, cipher, _ = await server.handshake(client(ca, max_version=ssl.TLSVersion.TLSv1_2))
+    assert version == "TLSv1.2"
+    assert cipher is not None
+    assert cipher.startswith("ECDHE-")
+    assert "GCM" in cipher or "CHACHA20" in cipher
+
+
+@pytest.mark.parametrize(
+    "ciphers",
+    ["ECDHE-RSA-AES128-SHA:ECDHE-ECDSA-AES128-SHA"],
+    ids=["ecdhe-cbc-sha1"],
+)
+async def test_weak_tls12_ciphers_are_refused(
+    ciphers: str, tls_server: tuple[Server, Path, Path], ca: trustme.CA
+) -> None:
+    server, _, _ = tls_server
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        await server.handshake(
+            client(ca, max_version=ssl.TLSVersion.TLSv1_2, ciphers=ciphers + ":@SECLEVEL=0")
+        )
+
+
+def test_server_offers_only_ecdhe_aead_for_tls12(tls_server: tuple[Server, Path, Path]) -> None:
+    server, _, _ = tls_server
+    tls12 = [c for c in server.context.get_ciphers() if c["protocol"] == "TLSv1.2"]
+    assert tls12
+    for cipher in tls12:
+        assert cipher["kea"] == "kx-ecdhe", cipher["name"]
+        assert cipher["aead"], cipher["name"]
+
+
+async def test_tls11_is_refused(tls_server: tuple[Server, Path, Path], ca: trustme.CA) -> None:
+    server, _, _ = tls_server
+    with pytest.warns(DeprecationWarning, match="TLSv1_1"):
+        old = client(ca, max_version=ssl.TLSVersion.TLSv1_1)
+    with contextlib.suppress(ssl.SSLError):
+        old.set_ciphers("DEFAULT:@SECLEVEL=0")
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        await server.handshake(old)
+
+
+async def test_min_version_13(tmp_path: Path, ca: trustme.CA) -> None:
+    cert_file, key_file = write_pair(ca, tmp_path)
+    server = Server(build_server_ssl_context(cert_file=cert_file, key_file=key_file, min_version="TLSv1.3"))
+    await server.start()
+    try:
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            await server.handshake(client(ca, max_version=ssl.TLSVersion.TLSv1_2))
+        assert (await server.handshake(client(ca)))[0] == "TLSv1.3"
+    finally:
+        assert server.runner is not None
+        await server.runner.cleanup()
+
+
+async def test_certificate_reload_when_files_change(
+    tls_server: tuple[Server, Path, Path], ca: trustme.CA, tmp_path: Path
+) -> None:
+    server, cert_file, key_file = tls_server
+    reloader = CertificateReloader(
+        context=server.context, cert_file=cert_file, key_file=key_file, interval_s=0.05
+    )
+    _, _, before = await server.handshake(client(ca))
+    assert not reloader.check_now()  # unchanged files: nothing to do
+    new_dir = tmp_path / "new"
+    new_dir.mkdir()
+    new_cert, new_key = write_pair(ca, new_dir)
+    cert_file.write_bytes(new_cert.read_bytes())
+    key_file.write_bytes(new_key.read_bytes())
+    await reloader.start()
+    try:
+        for _ in range(100):
+            if reloader.reloads:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await reloader.close()
+    assert reloader.reloads == 1
+    _, _, after = await server.handshake(client(ca))
+    assert after != before
+    assert after is not None
+    assert after == ssl.PEM_cert_to_DER_cert(
+        new_cert.read_text().split("-----END CERTIFICATE-----")[0] + "-----END CERTIFICATE-----\n"
+    )
+
+
+async def test_bad_new_pair_keeps_the_old_certificate(
+    tls_server: tuple[Server, Path, Path], ca: trustme.CA, tmp_path: Path
+) -> None:
+    server, cert_file, key_file = tls_server
+    reloader = CertificateReloader(
+        context=server.context, cert_file=cert_file, key_file=key_file, interval_s=1
+    )
+    _, _, before = await server.handshake(client(ca))
+    other = tmp_path / "other"
+    other.mkdir()
+    _, other_key = write_pair(ca, other)
+    key_file.write_bytes(other_key.read_bytes())  # key no longer matches the certificate
+    assert not reloader.check_now()
+    assert reloader.last_error is not None
+    _, _, after = await server.handshake(client(ca))
+    assert after == before
+
+
+def test_build_server_tls_from_extensions(tmp_path: Path, ca: trustme.CA) -> None:
+    assert build_server_tls({}) is None
+    cert_file, key_file = write_pair(ca, tmp_path)
+    built = build_server_tls(
+        {"tlsTermination": {"certFile": str(cert_file), "keyFile": str(key_file), "minVersion": "TLSv1.3"}}
+    )
+    assert built is not None
+    context, _ = built
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_3
+    with pytest.raises(FileNotFoundError):
+        build_server_tls(
+            {"tlsTermination": {"certFile": str(tmp_path / "missing"), "keyFile": str(key_file)}}
+        )

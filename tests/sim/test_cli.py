@@ -1,0 +1,84 @@
+"""``igw sim`` verbs: fleet (subprocess, signals), run, presets, and errors naming the field."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from igw.cli.main import main
+
+SPEC = """
+time_scale: 0.1
+pods:
+  - name: a
+    preset: llama-3.1-8b/h100
+    labels: {gpu: h100}
+  - name: b
+    preset: llama-3.1-8b/a10g
+    engine: sglang
+    engine_version: "0.4.6"
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_fleet_prints_json_and_stops_cleanly_on_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "igw.cli.main", "sim", "fleet", "--spec", str(spec), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        described = json.loads(proc.stdout.readline())
+        assert [p["name"] for p in described["pods"]] == ["a", "b"]
+        assert described["pods"][0]["labels"] == {"gpu": "h100"}
+        assert described["time_scale"] == 0.1
+        with urllib.request.urlopen(described["pods"][0]["url"] + "/health", timeout=5) as r:
+            assert r.status == 200
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0
+        assert "stopped" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_fleet_rejects_a_bad_spec_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("pods:\n  - preset: llama-3.1-8b/h100\n    engine: tgi\n", encoding="utf-8")
+    assert main(["sim", "fleet", "--spec", str(spec)]) == 2
+    assert "spec.pods[0].engine" in capsys.readouterr().err
+
+
+def test_run_prints_a_summary_and_writes_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    records = tmp_path / "records.jsonl"
+    args = ["sim", "run", "--spec", str(spec), "--requests", "50", "--rate", "5", "--records", str(records)]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"] == 50
+    assert summary["policy"] == "round-robin"
+    lines = records.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 50
+    assert json.loads(lines[0])["status"] == 200
+    assert main([*args[:4], "--lengths", "nope"]) == 2
+
+
+def test_presets_lists_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "presets"]) == 0
+    out = capsys.readouterr().out
+    assert "llama-3.1-8b/a10g" in out
+    assert "qwen3-235b-fp8/8xh100" in out

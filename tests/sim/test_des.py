@@ -1,0 +1,331 @@
+"""The discrete-event simulator: records, scrape semantics, rejections, faults, oracle hook, determinism."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Sequence
+
+import pytest
+from igw.scheduling.types import DecisionKind, EndpointView, RoutingDecision, RoutingRequest
+from igw.sim.des import SimulationError, simulate
+from igw.sim.request import SimRequest
+from igw.sim.spec import FaultKind, FaultSpec, PodSpec
+from igw.sim.truth import PodTruth
+from igw.sim.workloads import (
+    AZURE_CONV_INPUT,
+    AZURE_CONV_OUTPUT,
+    SHAREGPT_INPUT,
+    SHAREGPT_OUTPUT,
+    gamma_arrivals,
+    poisson_arrivals,
+    shared_prefix,
+    synthetic,
+    take,
+    with_lora_mix,
+)
+
+from tests.sim.conftest import RoundRobin
+
+H100 = PodSpec(preset="llama-3.1-8b/h100", name="h")
+A10G = PodSpec(preset="llama-3.1-8b/a10g", name="a")
+
+
+def workload(n: int, *, rate: float = 20.0, seed: int = 5) -> list[SimRequest]:
+    rng = random.Random(seed)
+    return take(
+        synthetic(
+            count=n,
+            arrivals=poisson_arrivals(rate=rate, rng=rng),
+            prompt_lengths=SHAREGPT_INPUT,
+            output_lengths=SHAREGPT_OUTPUT,
+            model="m",
+            rng=rng,
+        ),
+        n,
+    )
+
+
+def test_records_carry_latencies_and_tokens() -> None:
+    reqs = workload(200)
+    res = simulate(pods=[H100, H100], requests=reqs, policy=RoundRobin(), seed=1)
+    assert len(res.records) == 200
+    assert all(r.ok for r in res.records)
+    r = res.records[0]
+    assert r.pod is not None
+    assert r.ttft is not None
+    assert r.e2e is not None
+    assert r.ttft <= r.e2e
+    assert r.output_tokens == reqs[0].output_tokens
+    assert r.prompt_tokens == reqs[0].prompt_tokens
+    assert {rec.pod for rec in res.records} == set(res.pods)
+    s = res.summary()
+    assert s["served"] == 200
+    assert s["ttft_p99"] >= s["ttft_p50"] > 0
+
+
+def test_same_seed_same_records_other_seed_differs() -> None:
+    def run(seed: int) -> list[tuple[float | None, float | None]]:
+        res = simulate(pods=[H100, A10G], requests=workload(100), policy=RoundRobin(), seed=seed)
+        return [(r.ttft, r.e2e) for r in res.records]
+
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+def test_policy_sees_scrapes_with_age_and_exact_inflight() -> None:
+    policy = RoundRobin()
+    simulate(
+        pods=[H100, H100], requests=workload(300, rate=50), policy=policy, seed=1, scrape_interval_s=0.05
+    )
+    ages = []
+    for now, views in policy.seen:
+        for v in views:
+            if v.scraped_at is not None:
+                age = v.metrics_age(now)
+                assert age is not None
+                assert 0 <= age < 0.05 + 1e-9
+                ages.append(age)
+            assert v.inflight >= 0
+    assert len(ages) > 100
+    assert max(ages) > 0.02
+    busy = [v for _, views in policy.seen for v in views if v.inflight > 0]
+    assert busy
+    assert any(v.metrics is not None and v.metrics.running for v in busy)
+
+
+def test_scraped_state_lags_the_truth() -> None:
+    # one pod, requests arriving faster than the scrape interval: the router's in-flight count runs
+    # ahead of the scraped running+waiting numbers on some decisions.
+    policy = RoundRobin()
+    reqs = [
+        SimRequest(
+            request_id=f"r{i}",
+            arrival=0.001 * i,
+            prompt_text="x" * 400,
+            prompt_tokens=100,
+            output_tokens=50,
+            model="m",
+        )
+        for i in range(20)
+    ]
+    simulate(pods=[H100], requests=reqs, policy=policy, seed=0, scrape_interval_s=0.05)
+    lagging = 0
+    for _, (v,) in policy.seen:
+        seen = 0 if v.metrics is None else (v.metrics.running or 0) + (v.metrics.waiting or 0)
+        if v.inflight > seen:
+            lagging += 1
+    assert lagging >= 10
+
+
+def test_metrics_follow_engine_kind() -> None:
+    policy = RoundRobin()
+    pods = [
+        PodSpec(preset="llama-3.1-8b/h100", name="v", lora_adapters=("x",)),
+        PodSpec(preset="llama-3.1-8b/h100", name="s", engine="sglang", engine_version="0.4.6"),  # type: ignore[arg-type]
+        PodSpec(
+            preset="llama-3.1-8b/h100",
+            name="n",
+            engine="sglang",
+            engine_version="0.4.6",
+            enable_metrics=False,
+        ),  # type: ignore[arg-type]
+    ]
+    simulate(pods=pods, requests=workload(30), policy=policy, seed=0)
+    _, views = policy.seen[-1]
+    vllm, sgl, none = views
+    assert vllm.metrics is not None
+    assert vllm.metrics.max_lora == 1
+    assert vllm.metrics.block_size == 16
+    assert sgl.metrics is not None
+    assert sgl.metrics.max_lora is None
+    assert sgl.metrics.num_gpu_blocks is None
+    assert none.metrics is None
+    assert none.scrape_failing
+
+
+class Saturated(RoundRobin):
+    name = "always-429"
+
+    def pick(
+        self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+    ) -> RoutingDecision:
+        self.seen.append((now, tuple(endpoints)))
+        if self.i < 2:
+            self.i += 1
+            return RoutingDecision(kind=DecisionKind.SATURATED, retry_after_s=0.5)
+        return super().pick(request, endpoints, now=now)
+
+
+def test_429_is_recorded_and_optionally_retried_after_retry_after() -> None:
+    reqs = workload(1)
+    res = simulate(pods=[H100], requests=reqs, policy=Saturated(), seed=0)
+    assert res.records[0].status == 429
+    assert res.records[0].retry_after_s == 0.5
+    assert res.records[0].rejected
+    res = simulate(pods=[H100], requests=reqs, policy=Saturated(), seed=0, max_retries=3)
+    rec = res.records[0]
+    assert rec.ok
+    assert rec.attempts == 3
+    assert rec.ttft is not None
+    assert rec.ttft >= 1.0
+
+
+class NoEndpoints(RoundRobin):
+    def pick(
+        self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+    ) -> RoutingDecision:
+        return RoutingDecision(kind=DecisionKind.NO_ENDPOINTS)
+
+
+def test_503_is_recorded() -> None:
+    res = simulate(pods=[H100], requests=workload(3), policy=NoEndpoints(), seed=0)
+    assert [r.status for r in res.records] == [503, 503, 503]
+
+
+def test_killed_pod_fails_over_to_fallbacks_and_error_rate_fails() -> None:
+    class WithFallback(RoundRobin):
+        def pick(
+            self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+        ) -> RoutingDecision:
+            return RoutingDecision(
+                kind=DecisionKind.PICKED, endpoint=endpoints[0].key, fallbacks=(endpoints[1].key,)
+            )
+
+    dead = PodSpec(preset="llama-3.1-8b/h100", name="dead", faults=(FaultSpec(kind=FaultKind.KILL),))
+    res = simulate(pods=[dead, H100], requests=workload(10), policy=WithFallback(), seed=0)
+    assert all(r.ok and r.pod == list(res.pods)[1] for r in res.records)
+    flaky = PodSpec(
+        preset="llama-3.1-8b/h100", name="f", faults=(FaultSpec(kind=FaultKind.ERROR_RATE, rate=1.0),)
+    )
+    policy = RoundRobin()
+    res = simulate(pods=[flaky], requests=workload(5), policy=policy, seed=0)
+    assert all(r.status == 500 for r in res.records)
+    assert not any(o.ok for o in policy.outcomes)
+
+
+def test_live_only_faults_are_refused() -> None:
+    hung = PodSpec(preset="llama-3.1-8b/h100", faults=(FaultSpec(kind=FaultKind.HANG),))
+    with pytest.raises(SimulationError, match="hang"):
+        simulate(pods=[hung], requests=[], policy=RoundRobin(), seed=0)
+
+
+def test_slow_pod_is_slower() -> None:
+    slow = PodSpec(
+        preset="llama-3.1-8b/h100", jitter_sigma=0, faults=(FaultSpec(kind=FaultKind.SLOW, factor=3.0),)
+    )
+    fast = PodSpec(preset="llama-3.1-8b/h100", jitter_sigma=0)
+    reqs = workload(1)
+    a = simulate(pods=[fast], requests=reqs, policy=RoundRobin(), seed=0).records[0]
+    b = simulate(pods=[slow], requests=reqs, policy=RoundRobin(), seed=0).records[0]
+    assert b.e2e == pytest.approx(3 * (a.e2e or 0), rel=1e-6)
+
+
+def test_bad_input_is_named() -> None:
+    unsorted = [*workload(2)][::-1]
+    with pytest.raises(SimulationError, match="sorted by arrival"):
+        simulate(pods=[H100], requests=unsorted, policy=RoundRobin(), seed=0)
+    with pytest.raises(SimulationError, match="at least one pod"):
+        simulate(pods=[], requests=[], policy=RoundRobin(), seed=0)
+    first = workload(1)[0]
+    again = SimRequest(**{**{f: getattr(first, f) for f in first.__slots__}, "arrival": 100.0})
+    with pytest.raises(SimulationError, match="duplicate"):
+        simulate(pods=[H100], requests=[first, again], policy=RoundRobin(), seed=0)
+
+
+class Oracle(RoundRobin):
+    """Routes each request to the pod holding most of its prefix right now (exact state)."""
+
+    name = "test-oracle"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookup: object = None
+        self.truths: list[PodTruth] = []
+
+    def bind_oracle(self, lookup: object) -> None:
+        self.lookup = lookup
+
+    def pick(
+        self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+    ) -> RoutingDecision:
+        assert callable(self.lookup)
+        truths = [self.lookup(e.key) for e in endpoints]
+        self.truths = truths
+        best = max(
+            range(len(endpoints)),
+            key=lambda i: (
+                truths[i].cached_prefix_tokens(request.prefix_text),
+                -truths[i].running - truths[i].waiting,
+            ),
+        )
+        return RoutingDecision(kind=DecisionKind.PICKED, endpoint=endpoints[best].key)
+
+
+def test_oracle_hook_gives_exact_instantaneous_state() -> None:
+    rng = random.Random(0)
+    reqs = take(
+        shared_prefix(
+            groups=4,
+            prompts_per_group=20,
+            system_prompt_len=1024,
+            question_len=64,
+            output_len=32,
+            arrivals=poisson_arrivals(rate=40, rng=rng),
+            model="m",
+            rng=rng,
+        ),
+        80,
+    )
+    oracle = Oracle()
+    res = simulate(pods=[H100] * 4, requests=reqs, policy=oracle, seed=0)
+    rr = simulate(pods=[H100] * 4, requests=reqs, policy=RoundRobin(), seed=0)
+    assert oracle.truths
+    assert isinstance(oracle.truths[0], PodTruth)
+    t = oracle.truths[0]
+    assert t.num_gpu_blocks == t.preset.num_gpu_blocks
+    assert 0 <= t.kv_usage <= 1
+    assert t.block_size == 16
+    assert t.step_time(num_tokens=1) > 0
+    assert res.summary()["cached_token_fraction"] > rr.summary()["cached_token_fraction"]
+
+
+def test_queue_depth_series_is_sampled_regularly() -> None:
+    res = simulate(
+        pods=[A10G], requests=workload(300, rate=30), policy=RoundRobin(), seed=0, sample_interval_s=0.5
+    )
+    series = next(iter(res.series.values()))
+    assert series.times[0] == 0.0
+    gaps = {round(b - a, 6) for a, b in zip(series.times, series.times[1:], strict=False)}
+    assert all(g > 0 and (g / 0.5) == pytest.approx(round(g / 0.5)) for g in gaps)
+    assert max(series.waiting) > 0
+    assert series.times[-1] <= res.end_time
+
+
+def test_fast_forward_gives_identical_records_and_series() -> None:
+    rng = random.Random(9)
+    base = synthetic(
+        count=600,
+        arrivals=gamma_arrivals(rate=4, cv=3, rng=rng),
+        prompt_lengths=AZURE_CONV_INPUT,
+        output_lengths=AZURE_CONV_OUTPUT,
+        model="m",
+        rng=rng,
+    )
+    reqs = take(with_lora_mix(base, adapters={"x": 1, "y": 1}, base_weight=2, rng=rng), 600)
+    pods = [
+        PodSpec(preset="llama-3.1-8b/h100", name="h", lora_adapters=("x", "y")),
+        PodSpec(preset="llama-3.1-8b/a10g", name="a", lora_adapters=("x", "y")),
+        PodSpec(preset="qwen3-235b-fp8/8xh100", name="q", lora_adapters=("x", "y")),
+    ]
+    runs = [
+        simulate(
+            pods=pods, requests=reqs, policy=RoundRobin(), seed=4, fast_forward=ff, sample_interval_s=0.25
+        )
+        for ff in (False, True)
+    ]
+    slow, fast = runs
+    assert sum(r.preemptions for r in slow.records) > 0  # KV pressure on the A10G is part of the check
+    assert [dataclasses.astuple(r) for r in slow.records] == [dataclasses.astuple(r) for r in fast.records]
+    assert slow.series == fast.series
+    assert (slow.steps, slow.end_time) == (fast.steps, fast.end_time)

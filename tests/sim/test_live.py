@@ -1,0 +1,357 @@
+"""The live fleet over real loopback HTTP: OpenAI API, /metrics, disconnects, faults, admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import pytest
+from igw.sim.live import RunningFleet, run_fleet
+from igw.sim.server import TIME_SCALE_HEADER
+from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
+from igw.sim.tokens import generated_text
+from prometheus_client.parser import text_string_to_metric_families
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def fleet_spec(*pods: Mapping[str, Any], time_scale: float = 0.2) -> FleetSpec:
+    return FleetSpec.from_mapping({"time_scale": time_scale, "seed": 1, "pods": list(pods)})
+
+
+H100 = {"name": "h", "preset": "llama-3.1-8b/h100", "labels": {"gpu": "h100"}, "lora_adapters": ["sql"]}
+
+
+async def _metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    async with session.get(url + "/metrics") as r:
+        assert r.status == 200
+        text = await r.text()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, s.value)
+    return out
+
+
+async def _sse(resp: aiohttp.ClientResponse) -> list[str]:
+    events = []
+    async for raw in resp.content:
+        line = raw.decode().strip()
+        if line.startswith("data: "):
+            events.append(line[6:])
+    return events
+
+
+async def test_fleet_exposes_pods_with_keys_and_labels() -> None:
+    spec = fleet_spec(
+        H100, {"name": "s", "preset": "llama-3.1-8b/a10g", "engine": "sglang", "engine_version": "0.4.6"}
+    )
+    async with run_fleet(spec) as fleet:
+        keys = [p.key for p in fleet.pods]
+        assert all(k.startswith("127.0.0.1:") and int(k.split(":")[1]) > 0 for k in keys)
+        assert len(set(keys)) == 2
+        assert fleet.pods[0].labels == {"gpu": "h100"}
+        assert fleet.pods[1].engine == "sglang"
+        async with aiohttp.ClientSession() as s:
+            async with s.get(fleet.pods[0].url + "/health") as r:
+                assert r.status == 200
+                assert r.headers[TIME_SCALE_HEADER] == "0.2"
+            async with s.get(fleet.pods[0].url + "/v1/models") as r:
+                ids = [m["id"] for m in (await r.json())["data"]]
+                assert ids == [MODEL, "sql"]
+    async with aiohttp.ClientSession() as s:  # stopped on exit
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await s.get(f"http://{keys[0]}/health")
+
+
+async def test_completion_usage_and_prefix_cache_over_http() -> None:
+    prompt = "abcd" * 400  # 400 tokens = 25 full blocks
+    async with run_fleet(fleet_spec(H100)) as fleet:
+        url = fleet.pods[0].url
+        async with aiohttp.ClientSession() as s:
+            bodies = []
+            for _ in range(2):
+                async with s.post(
+                    url + "/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 5}
+                ) as r:
+                    assert r.status == 200
+                    bodies.append(await r.json())
+            assert bodies[0]["usage"]["prompt_tokens"] == 400
+            assert bodies[0]["usage"]["completion_tokens"] == 5
+            assert bodies[0]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+            assert bodies[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 384
+            assert bodies[1]["choices"][0]["finish_reason"] == "length"
+            m = await _metrics(s, url)
+            assert m["vllm:prefix_cache_hits_total"] == 384
+            assert m["vllm:prefix_cache_queries_total"] == 800
+            assert m["vllm:time_to_first_token_seconds_count"] == 2
+            assert m["vllm:request_success_total"] >= 0
+
+
+async def test_streaming_sends_one_event_per_token_then_done() -> None:
+    async with run_fleet(fleet_spec(H100)) as fleet:
+        url = fleet.pods[0].url
+        async with aiohttp.ClientSession() as s:
+            body = {
+                "model": MODEL,
+                "prompt": "hello " * 50,
+                "max_tokens": 7,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            async with s.post(url + "/v1/completions", json=body) as r:
+                assert r.headers["Content-Type"].startswith("text/event-stream")
+                events = await _sse(r)
+            assert events[-1] == "[DONE]"
+            chunks = [json.loads(e) for e in events[:-1]]
+            tokens = [c for c in chunks if c["choices"]]
+            assert len(tokens) == 7
+            assert tokens[-1]["choices"][0]["finish_reason"] == "length"
+            assert chunks[-1]["usage"]["completion_tokens"] == 7
+            chat = {
+                "model": "sql",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 3,
+                "stream": True,
+            }
+            async with s.post(url + "/v1/chat/completions", json=chat) as r:
+                events = await _sse(r)
+            deltas = [json.loads(e)["choices"][0]["delta"] for e in events[:-1]]
+            assert deltas[0] == {"role": "assistant", "content": ""}
+            assert len(deltas) == 4
+            async with s.post(url + "/v1/chat/completions", json={**chat, "stream": False}) as r:
+                whole = await r.json()
+            assert whole["object"] == "chat.completion"
+            assert whole["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (json.dumps({"prompt": "x"}).encode(), 400, "'model'"),
+        (json.dumps({"model": "gpt-x", "prompt": "x"}).encode(), 404, "does not exist"),
+        (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 0}).encode(), 400, "max_tokens"),
+        (json.dumps({"model": MODEL, "prompt": ""}).encode(), 400, "prompt"),
+        (json.dumps({"model": MODEL, "prompt": "x", "stream": "yes"}).encode(), 400, "stream"),
+        (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 10**7}).encode(), 400, "max_model_len"),
+    ],
+)
+async def test_bad_requests_get_openai_style_errors(body: bytes, status: int, needle: str) -> None:
+    async with (
+        run_fleet(fleet_spec(H100)) as fleet,
+        aiohttp.ClientSession() as s,
+        s.post(fleet.pods[0].url + "/v1/completions", data=body) as r,
+    ):
+        assert r.status == status
+        err = await r.json()
+    assert err["object"] == "error"
+    assert needle in err["message"]
+    assert err["code"] == status
+
+
+async def test_oversized_body_is_refused() -> None:
+    async with (
+        run_fleet(fleet_spec(H100)) as fleet,
+        aiohttp.ClientSession() as s,
+        s.post(fleet.pods[0].url + "/v1/completions", data=b"x" * (9 * 1024 * 1024)) as r,
+    ):
+        assert r.status == 413
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "flag", "served"),
+    [("sglang", "0.4.6", True, True), ("sglang", "0.4.6", False, False), ("sglang", "0.3.4", True, False)],
+)
+async def test_sglang_metrics_only_with_flag_and_version(
+    engine: str, version: str, flag: bool, served: bool
+) -> None:
+    pod = {"preset": "llama-3.1-8b/h100", "engine": engine, "engine_version": version, "enable_metrics": flag}
+    async with (
+        run_fleet(fleet_spec(pod)) as fleet,
+        aiohttp.ClientSession() as s,
+        s.get(fleet.pods[0].url + "/metrics") as r,
+    ):
+        assert (r.status == 200) is served
+        if served:
+            assert "sglang:num_queue_reqs" in await r.text()
+
+
+async def test_client_disconnect_aborts_and_frees_kv_blocks() -> None:
+    async with run_fleet(fleet_spec(H100, time_scale=1.0)) as fleet:
+        pod = fleet.pod("h")
+        async with aiohttp.ClientSession() as s:
+            body = {"model": MODEL, "prompt": "z" * 40_000, "max_tokens": 5000, "stream": True}
+            resp = await s.post(pod.url + "/v1/completions", json=body)
+            await resp.content.readline()
+            for _ in range(100):
+                if pod.engine.pool.usage > 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert pod.engine.pool.usage > 0
+            assert pod.engine.num_running == 1
+            resp.close()
+            for _ in range(200):
+                if pod.engine.num_running == 0:
+                    break
+                await asyncio.sleep(0.01)
+        assert pod.engine.num_running == 0
+        assert pod.engine.pool.usage == 0.0
+        assert pod.engine.counters.finished_by_reason["abort"] == 1
+
+
+async def test_non_streaming_disconnect_aborts_too() -> None:
+    async with run_fleet(fleet_spec(H100, time_scale=1.0)) as fleet:
+        pod = fleet.pod("h")
+        async with aiohttp.ClientSession() as s:
+            body = {"model": MODEL, "prompt": "q" * 400, "max_tokens": 5000}
+            with pytest.raises(asyncio.TimeoutError):
+                await s.post(pod.url + "/v1/completions", json=body, timeout=aiohttp.ClientTimeout(total=0.2))
+        for _ in range(200):
+            if pod.engine.num_running == 0 and pod.engine.num_waiting == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert pod.engine.num_running == 0
+        assert pod.engine.pool.usage == 0.0
+
+
+async def _admin(fleet: RunningFleet, method: str, path: str, body: object = None) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.request(method, fleet.admin_url + path, json=body) as r:
+        return r.status, await r.json()
+
+
+async def test_kill_and_revive_through_the_admin_api() -> None:
+    async with run_fleet(fleet_spec(H100)) as fleet:
+        url = fleet.pods[0].url
+        status, out = await _admin(fleet, "POST", "/pods/h/faults", {"kind": "kill"})
+        assert status == 200
+        assert out["faults"][0]["kind"] == "kill"
+        async with aiohttp.ClientSession() as s:
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await s.get(url + "/health")
+            status, _ = await _admin(fleet, "DELETE", f"/pods/{fleet.pods[0].key}/faults")
+            assert status == 200
+            async with s.get(url + "/health") as r:
+                assert r.status == 200
+
+
+async def test_admin_api_rejects_bad_input_naming_the_field() -> None:
+    async with run_fleet(fleet_spec(H100)) as fleet:
+        status, out = await _admin(fleet, "POST", "/pods/h/faults", {"kind": "slow", "factor": "fast"})
+        assert status == 400
+        assert out["field"] == "fault.factor"
+        status, out = await _admin(fleet, "POST", "/pods/nobody/faults", {"kind": "kill"})
+        assert status == 404
+        status, out = await _admin(fleet, "DELETE", "/pods/h/faults/explode")
+        assert status == 400
+        assert out["field"] == "kind"
+        status, out = await _admin(fleet, "GET", "/pods")
+        assert status == 200
+        assert out["time_scale"] == 0.2
+        assert out["pods"][0]["name"] == "h"
+
+
+async def test_hang_accepts_connections_but_never_answers() -> None:
+    async with run_fleet(fleet_spec(H100)) as fleet:
+        await fleet.inject("h", FaultSpec(kind=FaultKind.HANG))
+        async with aiohttp.ClientSession() as s:
+            with pytest.raises(asyncio.TimeoutError):
+                await s.get(fleet.pods[0].url + "/metrics", timeout=aiohttp.ClientTimeout(total=0.3))
+            await fleet.clear("h", FaultKind.HANG)
+            async with s.get(fleet.pods[0].url + "/health") as r:
+                assert r.status == 200
+
+
+async def test_freeze_metrics_serves_stale_values() -> None:
+    async with run_fleet(fleet_spec(H100)) as fleet:
+        url = fleet.pods[0].url
+        async with aiohttp.ClientSession() as s:
+            await fleet.inject("h", FaultSpec(kind=FaultKind.FREEZE_METRICS))
+            async with s.post(
+                url + "/v1/completions", json={"model": MODEL, "prompt": "x" * 80, "max_tokens": 2}
+            ) as r:
+                assert r.status == 200
+            assert (await _metrics(s, url))["vllm:generation_tokens_total"] == 0
+            await fleet.clear("h")
+            assert (await _metrics(s, url))["vllm:generation_tokens_total"] == 2
+
+
+async def test_error_rate_and_slow_down() -> None:
+    async with run_fleet(fleet_spec(H100, time_scale=0.5)) as fleet:
+        url = fleet.pods[0].url
+        pod = fleet.pod("h")
+        async with aiohttp.ClientSession() as s:
+            await fleet.inject("h", FaultSpec(kind=FaultKind.ERROR_RATE, rate=1.0, status=503))
+            async with s.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}) as r:
+                assert r.status == 503
+            await fleet.clear("h")
+            await fleet.inject("h", FaultSpec(kind=FaultKind.SLOW, factor=4.0))
+            assert pod.engine.slowdown == 4.0
+            async with s.post(
+                url + "/v1/completions", json={"model": MODEL, "prompt": "x" * 40, "max_tokens": 20}
+            ) as r:
+                assert r.status == 200
+        unslowed = pod.engine.step_time_estimate(num_tokens=1, sum_ctx=11) / pod.engine.slowdown
+        assert pod.stats.itl.total / pod.stats.itl.n == pytest.approx(4 * unslowed, rel=0.2)
+
+
+async def test_die_mid_stream_cuts_the_connection_without_done() -> None:
+    async with run_fleet(fleet_spec(H100)) as fleet:
+        await fleet.inject("h", FaultSpec(kind=FaultKind.DIE_MID_STREAM, after_tokens=2, mode=StreamCut.RST))
+        pod = fleet.pod("h")
+        async with aiohttp.ClientSession() as s:
+            body = {"model": MODEL, "prompt": "x" * 40, "max_tokens": 20, "stream": True}
+            events: list[str] = []
+
+            async def read_all() -> None:
+                async with s.post(pod.url + "/v1/completions", json=body) as r:
+                    async for raw in r.content:
+                        if raw.startswith(b"data: "):
+                            events.append(raw.decode())
+
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await read_all()
+        assert len(events) == 2
+        assert all("[DONE]" not in e for e in events)
+        assert pod.engine.num_running == 0
+        assert pod.engine.pool.usage == 0.0
+
+
+async def test_http_families_count_requests_by_status_class() -> None:
+    async with run_fleet(fleet_spec(H100)) as fleet, aiohttp.ClientSession() as s:
+        url = fleet.pods[0].url
+        async with s.get(url + "/v1/nothing-here") as r:
+            assert r.status == 404
+        async with s.post(
+            url + "/v1/completions", json={"model": MODEL, "prompt": "x" * 8, "max_tokens": 1}
+        ) as r:
+            assert r.status == 200
+        async with s.get(url + "/metrics") as r:
+            text = await r.text()
+    samples = {
+        (dict(s.labels)["handler"], dict(s.labels)["status"]): s.value
+        for fam in text_string_to_metric_families(text)
+        if fam.name == "http_requests"
+        for s in fam.samples
+        if s.name == "http_requests_total"
+    }
+    assert samples[("none", "4xx")] == 1.0
+    assert samples[("/v1/completions", "2xx")] == 1.0
+
+
+async def test_follow_up_turn_hits_the_cached_answer_over_http() -> None:
+    first_prompt = "q" * 400  # 100 tokens
+    async with run_fleet(fleet_spec(H100)) as fleet, aiohttp.ClientSession() as s:
+        url = fleet.pods[0].url + "/v1/completions"
+        async with s.post(url, json={"model": MODEL, "prompt": first_prompt, "max_tokens": 60}) as r:
+            answer = (await r.json())["choices"][0]["text"]
+        assert answer == generated_text(60)
+        follow_up = first_prompt + answer + "w" * 40
+        async with s.post(url, json={"model": MODEL, "prompt": follow_up, "max_tokens": 2}) as r:
+            usage = (await r.json())["usage"]
+    assert usage["prompt_tokens"] == 170
+    # 159 tokens were computed (the last generated token never is): 9 whole blocks
+    assert usage["prompt_tokens_details"]["cached_tokens"] == 144

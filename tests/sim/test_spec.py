@@ -1,0 +1,101 @@
+"""Fleet specs: YAML loading, replicas, and clear errors naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from igw.sim.spec import EngineKind, FaultKind, FleetSpec, PodSpec, SpecError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "gateway_src/igw/sim/examples/mixed-fleet.yaml"
+
+
+def test_example_spec_loads_and_expands_replicas() -> None:
+    spec = FleetSpec.from_yaml(EXAMPLE)
+    names = [p.name for p in spec.pods]
+    assert names == ["h100-0", "h100-1", "a10g", "old-vllm", "sglang-nometrics"]
+    assert spec.pods[0].labels == {"app": "llama-8b", "gpu": "h100"}
+    assert spec.pods[0].effective_max_loras == 2
+    assert spec.pods[4].engine is EngineKind.SGLANG
+    assert not spec.pods[4].exposes_metrics
+    assert spec.pods[4].faults[0].kind is FaultKind.SLOW
+
+
+@pytest.mark.parametrize(
+    ("doc", "path"),
+    [
+        ({"pods": [{"preset": "llama-3.1-8b/h100", "colour": "red"}]}, "spec.pods[0].colour"),
+        ({"pods": [{"preset": "nope/h100"}]}, "spec.pods[0].preset"),
+        (
+            {"pods": [{"preset": "llama-3.1-8b/h100", "engine_version": "latest!"}]},
+            "spec.pods[0].engine_version",
+        ),
+        ({"pods": [{"preset": "llama-3.1-8b/h100", "engine": "tgi"}]}, "spec.pods[0].engine"),
+        (
+            {"pods": [{"preset": "llama-3.1-8b/h100", "labels": {"bad key!": "x"}}]},
+            "spec.pods[0].labels.bad key!",
+        ),
+        ({"pods": [{"preset": "llama-3.1-8b/h100", "labels": {"gpu": "a b"}}]}, "spec.pods[0].labels.gpu"),
+        (
+            {"pods": [{"preset": "llama-3.1-8b/h100", "faults": [{"kind": "explode"}]}]},
+            "spec.pods[0].faults[0].kind",
+        ),
+        (
+            {"pods": [{"preset": "llama-3.1-8b/h100", "faults": [{"kind": "error_rate", "rate": 2}]}]},
+            "spec.pods[0].faults[0].rate",
+        ),
+        ({"pods": [{"preset": "llama-3.1-8b/h100", "replicas": 0}]}, "spec.pods[0].replicas"),
+        ({"pods": [{"preset": "llama-3.1-8b/h100", "port": 8000, "replicas": 2}]}, "spec.pods[0].port"),
+        (
+            {
+                "pods": [
+                    {"preset": "llama-3.1-8b/h100", "name": "a"},
+                    {"preset": "llama-3.1-8b/h100", "name": "a"},
+                ]
+            },
+            "spec.pods[1].name",
+        ),
+        (
+            {"pods": [{"preset": "llama-3.1-8b/h100", "lora_adapters": ["a", "a"]}]},
+            "spec.pods[0].lora_adapters[1]",
+        ),
+        ({"pods": [{"preset": "llama-3.1-8b/h100", "max_loras": "2"}]}, "spec.pods[0].max_loras"),
+        ({"pods": [], "time_scale": 1}, "spec.pods"),
+        ({"pods": [{"preset": "llama-3.1-8b/h100"}], "time_scale": 0}, "spec.time_scale"),
+        ({"pods": [{"preset": "llama-3.1-8b/h100"}], "extra": 1}, "spec.extra"),
+        ({"nopods": 1}, "spec.nopods"),
+        ([1, 2], "spec"),
+    ],
+)
+def test_bad_specs_name_the_field(doc: object, path: str) -> None:
+    with pytest.raises(SpecError) as info:
+        FleetSpec.from_mapping(doc)
+    assert info.value.path == path
+    assert str(info.value).startswith(path)
+
+
+def test_yaml_errors_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pods: [\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="invalid YAML"):
+        FleetSpec.from_yaml(bad)
+    with pytest.raises(SpecError, match="cannot read"):
+        FleetSpec.from_yaml(tmp_path / "missing.yaml")
+
+
+def test_sglang_metrics_need_flag_and_version() -> None:
+    base = {"preset": "llama-3.1-8b/h100", "engine": "sglang"}
+    assert PodSpec.from_mapping({**base, "engine_version": "0.3.5.post1"}, path="p").exposes_metrics
+    assert not PodSpec.from_mapping({**base, "engine_version": "0.3.5"}, path="p").exposes_metrics
+    assert not PodSpec.from_mapping(
+        {**base, "engine_version": "0.4.0", "enable_metrics": False}, path="p"
+    ).exposes_metrics
+
+
+def test_overrides_reach_the_preset() -> None:
+    pod = PodSpec.from_mapping(
+        {"preset": "llama-3.1-8b/h100", "max_num_seqs": 256, "gpu_memory_utilization": 0.8}, path="p"
+    )
+    preset = pod.resolved_preset()
+    assert preset.max_num_seqs == 256
+    assert preset.gpu_memory_utilization == 0.8
