@@ -16,6 +16,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
 from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from constructs import Construct
+from igw.addon import addon_version, pins
 
 from cdk.config import ClusterConfig
 from cdk.constructs.nag_ack import acknowledge, arn_of, managed_policy
@@ -73,6 +74,19 @@ class EksCluster(Construct):
         assert isinstance(cfn_cluster, eks.CfnCluster)
         cfn_cluster.add_property_override("AccessConfig.AuthenticationMode", config.authentication_mode)
 
+        if not addon_version.at_least(pins.VPC_CNI_VERSION, pins.VPC_CNI_MINIMUM_VERSION):
+            raise ValueError(
+                f"vpc-cni {pins.VPC_CNI_VERSION} is below HyperPod's {pins.VPC_CNI_MINIMUM_VERSION}"
+            )
+        # HyperPod nodes need the VPC CNI at 1.18.3 or newer: manage it instead of trusting the bootstrap one.
+        self.vpc_cni = eks.CfnAddon(
+            self,
+            "VpcCni",
+            cluster_name=self.cluster.cluster_name,
+            addon_name=pins.VPC_CNI_ADDON,
+            addon_version=pins.VPC_CNI_VERSION,
+            resolve_conflicts="OVERWRITE",
+        )
         self.nodegroup = self.cluster.add_nodegroup_capacity(
             "System",
             instance_types=[ec2.InstanceType(config.system_instance_type)],

@@ -39,7 +39,8 @@ def lifecycle_bucket_name(*, hyperpod_name: str, account: str, region: str) -> s
 
 
 class HyperPodCluster(Construct):
-    """Exposes ``cluster`` (the L1), ``execution_role``, ``lifecycle_bucket``."""
+    """Exposes ``cluster`` (the L1), ``execution_role``, ``lifecycle_bucket``; created ``after`` the given
+    constructs (the VPC CNI add-on)."""
 
     def __init__(
         self,
@@ -49,6 +50,7 @@ class HyperPodCluster(Construct):
         config: HyperPodConfig,
         eks_cluster: eks.Cluster,
         private_subnets: Sequence[ec2.ISubnet],
+        after: Sequence[Construct] = (),
     ) -> None:
         super().__init__(scope, id_)
         stack = cdk.Stack.of(self)
@@ -119,7 +121,7 @@ class HyperPodCluster(Construct):
             ),
             instance_groups=[self._instance_group(group) for group in config.instance_groups],
         )
-        self.cluster.node.add_dependency(self.scripts)
+        self.cluster.node.add_dependency(self.scripts, *after)
 
     def _instance_group(
         self, group: InstanceGroupConfig

@@ -48,6 +48,7 @@ class ClusterStack(cdk.Stack):
             config=config.hyperpod,
             eks_cluster=self.cluster,
             private_subnets=network.private_subnets,
+            after=[self.eks.vpc_cni],
         )
         cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         cdk.CfnOutput(self, "HyperPodClusterArn", value=self.hyperpod.cluster.attr_cluster_arn)

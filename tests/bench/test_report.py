@@ -87,6 +87,7 @@ def test_summary_puts_the_claim_next_to_measured_reductions(
 
     scenario_run.parameters["aws_claim"] = "TTFT p99 −97 %"
     scenario_run.policies["least-request"] = _policy("least-request", [[1.0] * 10, [1.0] * 10], PODS)
+    scenario_run.policies["gateway-default"] = scenario_run.policies.pop("gateway")
     write_report(scenario_run, tmp_path)
     text = write_summary(tmp_path).read_text()
     row = next(line for line in text.splitlines() if line.startswith("| tiny |"))

@@ -1,5 +1,5 @@
-"""Fixtures of the CDK tests. This folder has no __init__.py on purpose: as a package it would be named
-``cdk`` and shadow the CDK app package it tests; its modules are prefixed ``test_cdk_`` instead."""
+"""Fixtures of the CDK tests: each deployment config is synthesized once per test session and every
+test reads that cloud assembly (a synthesis costs seconds of jsii/node time)."""
 
 from __future__ import annotations
 

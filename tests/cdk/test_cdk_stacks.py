@@ -199,3 +199,13 @@ def _normalized(document):
         s["Sid"]: {**s, "Action": listed(s["Action"]), "Resource": listed(s["Resource"])}
         for s in document["Statement"]
     }
+
+
+def test_hyperpod_waits_for_the_pinned_vpc_cni(synthesized):
+    cluster = _template(synthesized, "cluster")
+    cni = cluster.find_resources("AWS::EKS::Addon", {"Properties": {"AddonName": pins.VPC_CNI_ADDON}})
+    assert len(cni) == 1
+    (cni_id, cni_resource) = next(iter(cni.items()))
+    assert cni_resource["Properties"]["AddonVersion"] == pins.VPC_CNI_VERSION
+    (hyperpod,) = cluster.find_resources("AWS::SageMaker::Cluster").values()
+    assert cni_id in hyperpod["DependsOn"]

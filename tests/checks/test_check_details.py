@@ -319,3 +319,11 @@ def test_certificate_names_cover_ingress_hosts(hosts: list[str], names: list[str
     assert result.resource == "Ingress ml/gw secret gw-tls"
     if status is Status.FAIL:
         assert "not in Certificate ml/gw names" in result.message
+
+
+def test_partially_unreadable_load_balancers_are_not_evaluated(secure_inventory: Inventory) -> None:
+    secure_inventory.kube.objects["Service"] = Missing("API forbidden: services", SkipKind.NOT_EVALUATED)
+    for check_id in ("IGW-AU102", "IGW-AU301", "IGW-AU302"):
+        [result] = of(run(secure_inventory, Command.AUDIT), check_id)
+        assert (result.status, result.skip_kind) == (Status.SKIP, SkipKind.NOT_EVALUATED)
+        assert result.message == "API forbidden: services"

@@ -215,3 +215,24 @@ def test_live_source_reads_every_page(kube: FakeKubeApiServer) -> None:
     assert all(p["kind"] == "Pod" for p in pods)
     pages = [q for m, path, q in kube.requests if path == "/api/v1/pods"]
     assert [q.get("limit") for q in pages] == ["3", "3", "3"]
+
+
+def test_selector_watch_sees_objects_enter_and_leave(kube: FakeKubeApiServer) -> None:
+    api = kubernetes.client.CoreV1Api(kube.api_client())
+    kube.add(make_pod(name="p", namespace="ns", labels={"app": "other"}))
+    seen: list[tuple[str, str]] = []
+
+    def relabel() -> None:
+        api.patch_namespaced_pod("p", "ns", {"metadata": {"labels": {"app": "m"}}})
+        api.patch_namespaced_pod("p", "ns", {"metadata": {"annotations": {"x": "1"}}})
+        api.patch_namespaced_pod("p", "ns", {"metadata": {"labels": {"app": "gone"}}})
+
+    timer = threading.Timer(0.2, relabel)
+    timer.start()
+    watcher = kubernetes.watch.Watch()
+    for event in watcher.stream(api.list_namespaced_pod, "ns", label_selector="app=m", timeout_seconds=5):
+        seen.append((event["type"], event["object"].metadata.labels["app"]))
+        if event["type"] == "DELETED":
+            watcher.stop()
+    timer.join()
+    assert seen == [("ADDED", "m"), ("MODIFIED", "m"), ("DELETED", "gone")]

@@ -18,8 +18,8 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   resourceVersion (or "0") the stream starts with synthetic ADDED events for the current state;
   with one it replays later events; after :meth:`KubeStore.compact` an old version gets an
   ``ERROR`` event with a 410 Status (so relist logic can be tested). ``timeoutSeconds`` is honoured.
-  Label selectors filter on each event's object (a real server also sends DELETED when an object
-  stops matching — this fake does not).
+  With a label/field selector, a modification that makes an object start (stop) matching arrives as
+  ADDED (DELETED), as the API server's watch cache does.
 * failure modes: :meth:`forbid` (403 with the real message shape, for all or some resources),
   :attr:`required_token` (401 without it), and :func:`unreachable_url` (nothing listening).
 
@@ -503,8 +503,13 @@ class FakeKubeApiServer:
                     last_rv = event.resource_version
                     if event.resource != kind.key or (namespace and event.namespace != namespace):
                         continue
-                    if wanted(event.object):
-                        await send(event.type, event.object)
+                    event_type = _selected_event_type(
+                        event.type,
+                        wanted(event.object),
+                        event.previous is not None and wanted(event.previous),
+                    )
+                    if event_type is not None:
+                        await send(event_type, event.object)
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -520,6 +525,15 @@ class FakeKubeApiServer:
         with contextlib.suppress(ConnectionResetError):
             await response.write_eof()
         return response
+
+
+def _selected_event_type(event_type: str, matches_now: bool, matched_before: bool) -> str | None:
+    """What a selector watch sees: entering the selection is ADDED, leaving it DELETED."""
+    if event_type != "MODIFIED":
+        return event_type if matches_now else None
+    if matches_now:
+        return "MODIFIED" if matched_before else "ADDED"
+    return "DELETED" if matched_before else None
 
 
 @contextlib.contextmanager

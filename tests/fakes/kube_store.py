@@ -73,6 +73,8 @@ class WatchEvent:
     namespace: str
     type: str
     object: dict[str, Any]
+    previous: dict[str, Any] | None = None
+    """The object before a MODIFIED event (lets selector watches turn it into ADDED/DELETED)."""
 
 
 class StoreError(Exception):
@@ -130,8 +132,17 @@ class KubeStore:
                 raise StoreError(410, "Expired", f"too old resource version: {resource_version}")
             return [e for e in self._events if e.resource_version > resource_version]
 
-    def _record(self, kind: ResourceKind, namespace: str, event_type: str, obj: dict[str, Any]) -> None:
-        self._events.append(WatchEvent(self._rv, kind.key, namespace, event_type, copy.deepcopy(obj)))
+    def _record(
+        self,
+        kind: ResourceKind,
+        namespace: str,
+        event_type: str,
+        obj: dict[str, Any],
+        previous: dict[str, Any] | None = None,
+    ) -> None:
+        self._events.append(
+            WatchEvent(self._rv, kind.key, namespace, event_type, copy.deepcopy(obj), copy.deepcopy(previous))
+        )
         if len(self._events) > self._max_events:
             dropped = self._events[: len(self._events) - self._max_events]
             self._oldest_watchable = dropped[-1].resource_version
@@ -225,7 +236,7 @@ class KubeStore:
             new["kind"] = kind.kind
             new["metadata"]["resourceVersion"] = self._bump()
             self._objects[key] = new
-            self._record(kind, namespace, "MODIFIED", new)
+            self._record(kind, namespace, "MODIFIED", new, previous=current)
             result = copy.deepcopy(new)
         self.on_change()
         return result

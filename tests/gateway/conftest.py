@@ -99,11 +99,12 @@ def gateway(tmp_path: Path) -> Callable[..., Any]:
         endpoints_path = tmp_path / "endpoints.yaml"
         endpoints_path.write_text(yaml.safe_dump({"schedulers": dict(endpoints)}))
         config = load_gateway_config(config_path)
-        names = {s.name: s.name for s in config.schedulers}
         app = create_app(
             config,
             guard=guard,
-            discovery=StaticFileDiscovery(endpoints_path, names=names, poll_interval_s=0.05),
+            discovery=StaticFileDiscovery.for_schedulers(
+                endpoints_path, config.schedulers, poll_interval_s=0.05
+            ),
             rng=random.Random(42),
             config_path=config_path if reload else None,
         )

@@ -70,7 +70,9 @@ async def test_pods_and_bbr_config_maps_drive_routing_within_a_second() -> None:
         kube.add(make_pod(name="other", namespace=NS, labels={"app": "qwen"}, pod_ip="127.0.0.4"))
         kube.add(bbr_config_map("adapters", "llama-8b", "- sql-lora\n- chat-lora\n"))
         kube.add(bbr_config_map("broken", "llama-8b", "not: [a list"))
-        doc = config_doc([scheduler("llama", "llama-8b", targetPort=port)])
+        doc = config_doc(
+            [scheduler("llama", "llama-8b", targetPort=port), scheduler("qwen", "qwen", targetPort=port)]
+        )
         doc["metadata"]["namespace"] = NS
         config = build_gateway_config(doc)
         api_client = kube.api_client()
@@ -85,6 +87,10 @@ async def test_pods_and_bbr_config_maps_drive_routing_within_a_second() -> None:
                 return set(pool.states)
 
             await wait_for(lambda: keys() == {s1.key}, what="only the Ready pod")
+            qwen_pool = state.runtime.schedulers["qwen"].pool
+            await wait_for(
+                lambda: set(qwen_pool.states) == {f"127.0.0.4:{port}"}, what="second scheduler's pods"
+            )
             # the selector was sent to the API server, not applied client-side
             assert any(
                 q.get("labelSelector") == "app=llama"
@@ -126,7 +132,24 @@ async def test_pods_and_bbr_config_maps_drive_routing_within_a_second() -> None:
                 assert (await resp.json())["server"] == "pod-2"
                 assert s2.received[-1].headers["X-Gateway-Base-Model-Name"] == "llama-8b"
                 models = [m["id"] for m in (await (await http.get(url + "/v1/models")).json())["data"]]
-                assert models == ["llama-8b", "chat-lora", "sql-lora"]
+                assert models == ["llama-8b", "qwen", "chat-lora", "sql-lora"]
+
+            # a reload that changes the selector restarts that scheduler's watch
+            other_doc = config_doc(
+                [
+                    scheduler(
+                        "llama", "llama-8b", targetPort=port, modelSelector={"matchLabels": {"app": "qwen"}}
+                    )
+                ]
+            )
+            other_doc["metadata"]["namespace"] = NS
+            state.apply_config(build_gateway_config(other_doc))
+            other_pool = state.runtime.schedulers["llama"].pool
+            await wait_for(lambda: set(other_pool.states) == {f"127.0.0.4:{port}"}, what="watch retargeted")
+            state.apply_config(config)
+            await wait_for(
+                lambda: set(state.runtime.schedulers["llama"].pool.states) == {s2.key}, what="back"
+            )
 
             await asyncio.to_thread(core.delete_namespaced_config_map, "adapters", NS)
             took = await wait_for(
@@ -134,7 +157,8 @@ async def test_pods_and_bbr_config_maps_drive_routing_within_a_second() -> None:
             )
             assert took < 1.0
             await asyncio.to_thread(core.delete_namespaced_pod, "pod-2", NS)
-            await wait_for(lambda: keys() == set(), what="deleted pod removed")
+            final_pool = state.runtime.schedulers["llama"].pool
+            await wait_for(lambda: set(final_pool.states) == set(), what="deleted pod removed")
 
 
 async def test_config_map_ref_is_read_from_the_cluster() -> None:

@@ -110,3 +110,18 @@ async def test_static_endpoints_file_changes_are_picked_up(gateway: Any) -> None
         assert (await (await gw.post("/v1/completions", {"model": "m", "prompt": "x"})).json())[
             "server"
         ] == "b"
+
+
+async def test_reload_adding_a_scheduler_makes_discovery_follow(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (a, b),
+        gateway(config_doc([scheduler("pool", "m")]), {"pool": [a.key]}, reload=True) as gw,
+    ):
+        gw.config_path.write_text(
+            yaml.safe_dump(config_doc([scheduler("pool", "m"), scheduler("second", "m2")]))
+        )
+        await wait_for(lambda: "second" in gw.state.runtime.schedulers, what="reload applied")
+        gw.endpoints_path.write_text(yaml.safe_dump({"schedulers": {"pool": [a.key], "m2": [b.key]}}))
+        await wait_for(lambda: gw.fresh("second", b.key), what="new scheduler's endpoint discovered")
+        resp = await gw.post("/v1/completions", {"model": "m2", "prompt": "x"})
+        assert (await resp.json())["server"] == "b"

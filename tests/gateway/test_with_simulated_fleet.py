@@ -16,8 +16,8 @@ from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
 from tests.gateway.conftest import config_doc, scheduler, wait_for
 
 
-def fleet(*pods: Mapping[str, Any]) -> FleetSpec:
-    return FleetSpec.from_mapping({"time_scale": 0.05, "seed": 7, "pods": list(pods)})
+def fleet(*pods: Mapping[str, Any], time_scale: float = 0.05) -> FleetSpec:
+    return FleetSpec.from_mapping({"time_scale": time_scale, "seed": 7, "pods": list(pods)})
 
 
 def pod(name: str, model: str = "llama", **extra: Any) -> dict[str, Any]:
@@ -131,3 +131,29 @@ async def test_client_disconnect_aborts_the_engine_request(gateway: Any) -> None
             resp.close()  # the client goes away
             took = await wait_for(lambda: live.engine.num_running == 0, within=1.0, what="engine abort")
             assert took < 1.0
+
+
+async def test_measured_speed_steers_traffic_to_the_faster_gpu(gateway: Any) -> None:
+    spec = fleet(
+        pod("fast", labels={"gpu": "h100"}), pod("slow", preset="llama-3.1-8b/a10g", labels={"gpu": "a10g"})
+    )
+    # speed only (prefix off), so the measured inter-token latency decides once both are measured
+    doc = config_doc([scheduler("llama", "llama", weights={"prefix": 0, "queue": 0, "kvCache": 0})])
+    async with run_fleet(spec, admin=False) as f:
+        fast, slow = f.pods
+        async with gateway(doc, {"llama": [fast.key, slow.key]}) as gw:
+            speed = gw.state.runtime.schedulers["llama"].scheduler.profile.scorers[0].scorer
+            assert speed.type_name == "endpoint-speed-scorer"
+            body = {"model": "llama", "prompt": "count to twenty", "max_tokens": 6, "stream": True}
+            for _ in range(12):
+                await (await gw.post("/v1/completions", body)).read()
+                if len(speed.itl) == 2:  # type: ignore[attr-defined]
+                    break
+            itl = speed.itl  # type: ignore[attr-defined]
+            assert set(itl) == {fast.key, slow.key}
+            assert itl[fast.key] < itl[slow.key]
+            served = []
+            for _ in range(6):
+                resp = await gw.post("/v1/completions", {**body, "stream": False})
+                served.append(served_by(await resp.json()))
+            assert served == ["fast"] * 6

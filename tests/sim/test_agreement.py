@@ -1,13 +1,16 @@
 """The live servers and the DES agree on a small workload (same engine model, same prefix hashing).
 
-Tolerance: per-request TTFT and E2E within 15 % + 15 ms of simulated time (event-loop and HTTP overhead
-on a shared 2-core machine), and the cached-token counts exactly equal. Jitter is off on both sides.
+Tolerance (simulated time, jitter off on both sides, time_scale 2 so event-loop overhead counts half):
+the mean TTFT within 10 % + 5 ms and the mean E2E within 5 % + 5 ms; each request's TTFT and E2E
+within 15 % + 50 ms (an arrival can land on either side of a step boundary: up to one A10G step); the
+cached-token counts exactly equal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import statistics
 
 import aiohttp
 from igw.sim.des import simulate
@@ -18,7 +21,7 @@ from igw.sim.workloads import FixedLength, poisson_arrivals, shared_prefix, synt
 
 from tests.sim.conftest import RoundRobin
 
-TIME_SCALE = 1.0
+TIME_SCALE = 2.0
 POD = {"preset": "llama-3.1-8b/a10g", "jitter_sigma": 0.0}
 
 
@@ -93,7 +96,13 @@ async def test_live_and_des_agree_on_a_small_workload() -> None:
     for rec, (ttft, e2e, cached) in zip(des.records, live, strict=True):
         assert rec.ttft is not None
         assert rec.e2e is not None
-        assert abs(ttft - rec.ttft) <= 0.15 * rec.ttft + 0.015, (rec.request_id, ttft, rec.ttft)
-        assert abs(e2e - rec.e2e) <= 0.15 * rec.e2e + 0.015, (rec.request_id, e2e, rec.e2e)
+        assert abs(ttft - rec.ttft) <= 0.15 * rec.ttft + 0.05, (rec.request_id, ttft, rec.ttft)
+        assert abs(e2e - rec.e2e) <= 0.15 * rec.e2e + 0.05, (rec.request_id, e2e, rec.e2e)
         assert cached == rec.cached_tokens
+    des_ttft = statistics.fmean(r.ttft or 0.0 for r in des.records)
+    des_e2e = statistics.fmean(r.e2e or 0.0 for r in des.records)
+    live_ttft = statistics.fmean(t for t, _, _ in live)
+    live_e2e = statistics.fmean(e for _, e, _ in live)
+    assert abs(live_ttft - des_ttft) <= 0.10 * des_ttft + 0.005, (live_ttft, des_ttft)
+    assert abs(live_e2e - des_e2e) <= 0.05 * des_e2e + 0.005, (live_e2e, des_e2e)
     assert sum(r.cached_tokens for r in des.records) > 0

@@ -205,9 +205,84 @@ def test_killed_pod_fails_over_to_fallbacks_and_error_rate_fails() -> None:
 
 
 def test_live_only_faults_are_refused() -> None:
-    hung = PodSpec(preset="llama-3.1-8b/h100", faults=(FaultSpec(kind=FaultKind.HANG),))
-    with pytest.raises(SimulationError, match="hang"):
-        simulate(pods=[hung], requests=[], policy=RoundRobin(), seed=0)
+    cut = PodSpec(preset="llama-3.1-8b/h100", faults=(FaultSpec(kind=FaultKind.DIE_MID_STREAM),))
+    with pytest.raises(SimulationError, match="die_mid_stream"):
+        simulate(pods=[cut], requests=[], policy=RoundRobin(), seed=0)
+
+
+def _steady(n: int, *, every: float = 0.1) -> list[SimRequest]:
+    return [
+        SimRequest(
+            request_id=f"s{i}",
+            arrival=i * every,
+            prompt_text=f"{i:04d}" * 100,
+            prompt_tokens=100,
+            output_tokens=20,
+            model="m",
+        )
+        for i in range(n)
+    ]
+
+
+def test_hang_window_stalls_the_pod_and_its_scrapes() -> None:
+    hang = FaultSpec(kind=FaultKind.HANG, start_s=1.0, end_s=3.0)
+    pods = [PodSpec(preset="llama-3.1-8b/h100", name="hung", faults=(hang,)), H100]
+    policy = RoundRobin()
+    res = simulate(pods=pods, requests=_steady(60), policy=policy, seed=0)
+    hung_key = next(iter(res.pods))
+    during = [r for r in res.records if r.pod == hung_key and 1.05 <= r.arrival < 2.9]
+    assert during
+    assert all(r.ok and r.arrival + (r.ttft or 0) >= 3.0 for r in during)  # answered only after the hang
+    ages = [v.metrics_age(now) for now, views in policy.seen if 2.5 <= now < 3.0 for v in views[:1]]
+    assert all(v.scrape_failing for now, views in policy.seen if 1.1 <= now < 3.0 for v in views[:1])
+    assert min(a for a in ages if a is not None) > 1.4  # the router's last scrape of it grows old
+    after = [views[0] for now, views in policy.seen if now >= 3.1]
+    assert after
+    assert not after[-1].scrape_failing
+
+
+def test_kill_window_fails_inflight_and_restarts_empty() -> None:
+    kill = FaultSpec(kind=FaultKind.KILL, start_s=1.02, end_s=2.0)
+    pods = [PodSpec(preset="llama-3.1-8b/h100", name="k", faults=(kill,)), H100]
+    policy = RoundRobin()
+    res = simulate(pods=pods, requests=_steady(40, every=0.05), policy=policy, seed=0)
+    key = next(iter(res.pods))
+    failed = [r for r in res.records if r.status == 502]
+    assert failed
+    assert all(r.pod == key for r in failed)
+    assert any(not o.ok for o in policy.outcomes)
+    assert [r for r in res.records if r.pod == key and r.arrival > 2.0 and r.ok]  # back after the window
+
+
+def test_slow_window_only_slows_inside_it() -> None:
+    slow = FaultSpec(kind=FaultKind.SLOW, factor=5.0, start_s=1.0, end_s=2.0)
+    pod = PodSpec(preset="llama-3.1-8b/h100", jitter_sigma=0.0, faults=(slow,))
+    res = simulate(pods=[pod], requests=_steady(30), policy=RoundRobin(), seed=0)
+    inside = [r.e2e or 0 for r in res.records if 1.0 <= r.arrival < 1.4]
+    outside = [r.e2e or 0 for r in res.records if r.arrival >= 2.5]
+    assert min(inside) > 3 * max(outside)
+
+
+def test_fault_windows_keep_fast_forward_exact() -> None:
+    faults = (
+        FaultSpec(kind=FaultKind.SLOW, factor=2.0, start_s=0.5, end_s=1.5),
+        FaultSpec(kind=FaultKind.HANG, start_s=2.0, end_s=2.5),
+    )
+    pods = [PodSpec(preset="llama-3.1-8b/h100", name="f", faults=faults), H100]
+    reqs = workload(150, rate=40)
+    a, b = (
+        simulate(pods=pods, requests=reqs, policy=RoundRobin(), seed=2, fast_forward=ff)
+        for ff in (False, True)
+    )
+    assert [dataclasses.astuple(r) for r in a.records] == [dataclasses.astuple(r) for r in b.records]
+    assert a.series == b.series
+
+
+def test_requests_on_a_pod_hung_to_the_end_are_504() -> None:
+    pod = PodSpec(preset="llama-3.1-8b/h100", faults=(FaultSpec(kind=FaultKind.HANG, start_s=0.5),))
+    res = simulate(pods=[pod], requests=_steady(10), policy=RoundRobin(), seed=0)
+    assert {r.status for r in res.records if r.arrival > 0.6} == {504}
+    assert res.end_time < 10  # the open-ended fault does not keep the simulation running
 
 
 def test_slow_pod_is_slower() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -355,3 +356,16 @@ async def test_follow_up_turn_hits_the_cached_answer_over_http() -> None:
     assert usage["prompt_tokens"] == 170
     # 159 tokens were computed (the last generated token never is): 9 whole blocks
     assert usage["prompt_tokens_details"]["cached_tokens"] == 144
+
+
+async def test_an_overloaded_event_loop_is_reported_as_lag() -> None:
+    async with run_fleet(fleet_spec(H100, time_scale=1.0)) as fleet, aiohttp.ClientSession() as s:
+        pod = fleet.pod("h")
+        body = {"model": MODEL, "prompt": "x" * 400, "max_tokens": 40, "stream": True}
+        async with s.post(pod.url + "/v1/completions", json=body) as r:
+            await r.content.readline()
+            time.sleep(0.2)  # noqa: ASYNC251 - deliberately block the loop, as an overloaded host would
+            await r.read()
+        assert pod.lagged_steps >= 1
+        assert pod.max_lag_s >= 0.1
+        assert fleet.describe()["pods"][0]["lagged_steps"] == pod.lagged_steps  # type: ignore[index]

@@ -45,6 +45,14 @@ def test_example_spec_loads_and_expands_replicas() -> None:
             "spec.pods[0].faults[0].rate",
         ),
         ({"pods": [{"preset": "llama-3.1-8b/h100", "replicas": 0}]}, "spec.pods[0].replicas"),
+        (
+            {
+                "pods": [
+                    {"preset": "llama-3.1-8b/h100", "faults": [{"kind": "hang", "start_s": 2, "end_s": 1}]}
+                ]
+            },
+            "spec.pods[0].faults[0].end_s",
+        ),
         ({"pods": [{"preset": "llama-3.1-8b/h100", "port": 8000, "replicas": 2}]}, "spec.pods[0].port"),
         (
             {

@@ -54,6 +54,11 @@ LOAD_BALANCER_CONTROLLER_CHART_VERSION: Final = "1.13.2"
 LOAD_BALANCER_CONTROLLER_NAMESPACE: Final = "kube-system"
 LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT: Final = "aws-load-balancer-controller"
 
+VPC_CNI_ADDON: Final = "vpc-cni"
+VPC_CNI_MINIMUM_VERSION: Final = "v1.18.3-eksbuild.1"
+"""HyperPod with EKS orchestration supports only the VPC CNI, from 1.18.3."""
+VPC_CNI_VERSION: Final = "v1.19.2-eksbuild.1"
+
 POD_IDENTITY_AGENT_ADDON: Final = "eks-pod-identity-agent"
 POD_IDENTITY_AGENT_VERSION: Final = "v1.3.8-eksbuild.2"
 

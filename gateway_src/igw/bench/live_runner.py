@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from igw.bench.capacity import FleetCapacity, fleet_capacity
 from igw.bench.loadgen import LiveRequest, drive
@@ -225,6 +225,21 @@ async def run_live(
     return run
 
 
+DES_EQUIVALENT: Final[dict[str, str]] = {
+    "sglang-router": "sglang-cache-aware",
+    "vllm-router": "least-request",
+}
+"""The DES policy that models each peer process in the agreement check: sglang-router's cache_aware
+algorithm, and vllm-router's cache_aware *without* ``/render`` token ids, which is least-load."""
+
+
+def _renamed_to_live(des: ScenarioRun) -> ScenarioRun:
+    back = {v: k for k, v in DES_EQUIVALENT.items()}
+    renamed = ScenarioRun(scenario=des.scenario, mode=des.mode, parameters=des.parameters, oracle=des.oracle)
+    renamed.policies = {back.get(n, n): p for n, p in des.policies.items()}
+    return renamed
+
+
 def run_live_cli(
     args: Any, *, console: Any, out: Path, seeds: Sequence[int], policies: Sequence[str], command: str
 ) -> int:
@@ -269,7 +284,7 @@ def run_live_cli(
         console.print(scenario_table(live))
         console.print(share_table(live))
         if args.check_agreement:
-            des_policies = [p for p in routers if p in ("round-robin", "gateway-default", "gateway-tuned")]
+            des_policies = [DES_EQUIVALENT.get(p, p) for p in routers]
             with console.status(f"{scenario.name}: DES at the same scale"):
                 des = run_des(
                     scenario,
@@ -280,10 +295,11 @@ def run_live_cli(
                 )  # fmt: skip
             des.scenario = f"{scenario.name}-des-same-scale"
             console.print(scenario_table(des))
-            agreements = compare(des, live)
+            agreements = compare(_renamed_to_live(des), live)
             for a in agreements:
                 console.print(a.describe())
             live.parameters["agreement_with_des"] = [a.describe() for a in agreements]
+            live.parameters["des_equivalents"] = {k: v for k, v in DES_EQUIVALENT.items() if k in routers}
             index.append(write_report(des, out).name)
         index.append(write_report(live, out).name)
     (out / "index.md").write_text(

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from igw.checks.framework import CheckContext
 from igw.checks.inventory import Listener, LoadBalancer, Manifest, Missing, MissingFact
 from igw.checks.k8s import annotations_of, ref, spec
+from igw.checks.model import SkipKind
 from igw.checks.tls_policies import AWS_DEFAULT_POLICY
 
 ALB = "alb.ingress.kubernetes.io/"
@@ -130,7 +131,11 @@ def from_service(service: Manifest) -> LoadBalancer | None:
 
 
 def load_balancers(ctx: CheckContext) -> list[LoadBalancer]:
-    """Every load balancer the sources know of; :class:`MissingFact` only when no source can tell."""
+    """Every load balancer the sources know of.
+
+    Raises :class:`MissingFact` when any source that should know could not be read (a partial list
+    would let an unseen internet-facing listener pass), or when no source can know at all.
+    """
     found: list[LoadBalancer] = []
     missing: list[Missing] = []
     kube = ctx.inventory.kube
@@ -145,6 +150,9 @@ def load_balancers(ctx: CheckContext) -> list[LoadBalancer]:
         missing.append(aws)
     else:
         found.extend(aws)
+    unreadable = [m for m in missing if m.kind is SkipKind.NOT_EVALUATED]
+    if unreadable:
+        raise MissingFact(unreadable[0])
     if not found and len(missing) == 3:
-        raise MissingFact(next((m for m in missing if m.kind.value == "not-evaluated"), missing[0]))
+        raise MissingFact(missing[0])
     return found

@@ -54,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights", default=None, help='gateway weights as JSON, e.g. \'{"queue":3,"prefix":2}\''
     )
     parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=0.05,
+        help="DES: seconds between metric scrapes (default 0.05)",
+    )
+    parser.add_argument(
         "--admission", action="store_true", help="keep the gateway's 429 admission on (off by default)"
     )
     parser.add_argument(

@@ -162,6 +162,7 @@ def create_app(
         try:
             if discovery is not None:
                 await discovery.start(state)
+                state.on_config_applied.append(lambda cfg: discovery.retarget(cfg.schedulers))
                 log.info("endpoint discovery: %s", discovery.describe())
             state.scraper.sync()
             if reloader is not None:

@@ -122,10 +122,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         def load_pickers(cfg: GatewayConfig) -> PickerConfigs:
             return picker_configs_from_dir(cfg, directory)
 
-        names = {s.name: s.name for s in config.schedulers} | {
-            s.model_name: s.name for s in config.schedulers
-        }
-        discovery = StaticFileDiscovery(Path(options.endpoints_file), names=names)
+        discovery = StaticFileDiscovery.for_schedulers(Path(options.endpoints_file), config.schedulers)
     try:
         pickers = await asyncio.to_thread(load_pickers, config)
         guard = build_guard(config, registry)

@@ -43,6 +43,8 @@ class GatewayState:
         self.discovered: dict[str, list[DiscoveredEndpoint]] = {}
         self.bbr_adapters: dict[str, str] = {}
         self.discovery_ready = False
+        self.on_config_applied: list[Callable[[GatewayConfig], None]] = []
+        """Called after a reload is applied (discovery follows new scheduler names and selectors)."""
         self.config_error: str | None = None
         """The last rejected reload's message (shown in /readyz until a valid config is applied)."""
 
@@ -85,6 +87,8 @@ class GatewayState:
                     sr.scheduler.on_endpoints_removed(removed)
         self.runtime = new
         self.config_error = None
+        for hook in self.on_config_applied:
+            hook(config)
         if self.scraper is not None:
             self.scraper.sync()
 

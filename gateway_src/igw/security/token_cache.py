@@ -43,7 +43,7 @@ class VerifiedTokenCache:
 
     @staticmethod
     def _key(token: str) -> bytes:
-        return hashlib.blake2b(token.encode("ascii", "replace"), digest_size=16).digest()
+        return hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
     def get(self, token: str, *, now: float, generation: int) -> Principal | None:
         if not self._max_entries:

@@ -41,7 +41,7 @@ from igw.scheduling.types import (
 from igw.sim import decode_run
 from igw.sim.engine import Batch, Engine, EngineRequest, RequestRejected
 from igw.sim.request import SimRequest
-from igw.sim.spec import EngineKind, FaultKind, PodSpec
+from igw.sim.spec import EngineKind, FaultKind, FaultSpec, PodSpec
 from igw.sim.tokens import request_block_hashes
 from igw.sim.truth import PodTruth
 
@@ -161,6 +161,7 @@ class _SimPod:
         "error_rate",
         "event_seq",
         "frozen",
+        "hung",
         "index",
         "inflight",
         "inflight_tokens",
@@ -179,6 +180,7 @@ class _SimPod:
         "scraped_at",
         "series",
         "spec",
+        "stalled",
         "view",
     )
 
@@ -218,19 +220,31 @@ class _SimPod:
         self.metrics: EngineMetrics | None = None
         self.scraped_at: float | None = None
         self.view: EndpointView | None = None
+        self.hung = False
+        self.stalled = False
+        """A step ended while the pod was hung; it completes when the hang ends."""
         for fault in spec.faults:
-            if fault.kind is FaultKind.SLOW:
-                self.engine.slowdown = fault.factor
-            elif fault.kind is FaultKind.ERROR_RATE:
-                self.error_rate = fault.rate
-            elif fault.kind is FaultKind.FREEZE_METRICS:
-                self.frozen = True
-            elif fault.kind is FaultKind.KILL:
-                self.killed = True
-            else:
+            if fault.kind is FaultKind.DIE_MID_STREAM:
                 raise SimulationError(
                     f"pod {spec.name!r}: fault {fault.kind.value!r} is only supported by the live fleet"
                 )
+            if fault.start_s == 0:
+                self.set_fault(fault, active=True)
+
+    def set_fault(self, fault: FaultSpec, *, active: bool) -> None:
+        """Switch the flags of one fault (side effects on requests are the runner's job)."""
+        kind = fault.kind
+        if kind is FaultKind.SLOW:
+            self.engine.slowdown = fault.factor if active else 1.0
+        elif kind is FaultKind.ERROR_RATE:
+            self.error_rate = fault.rate if active else 0.0
+        elif kind is FaultKind.FREEZE_METRICS:
+            self.frozen = active
+        elif kind is FaultKind.KILL:
+            self.killed = active
+        elif kind is FaultKind.HANG:
+            self.hung = active
+        self.view = None
 
     def observe(self, now: float) -> None:
         """Take the scrapes/samples due at ticks <= ``now``.
@@ -274,7 +288,7 @@ class _SimPod:
         self.next_due = min(self.phase + (self.scrape_k + 1) * interval, (self.sample_k + 1) * si)
 
     def _scrape(self, tick: float) -> None:
-        if self.publishes and not self.killed:
+        if self.publishes and not self.killed and not self.hung:
             if not (self.frozen and self.metrics is not None):
                 self.metrics = self._snapshot()
             self.scraped_at = tick
@@ -311,7 +325,7 @@ class _SimPod:
                 key=self.key,
                 metrics=self.metrics,
                 scraped_at=self.scraped_at,
-                scrape_failing=self.killed or not self.publishes,
+                scrape_failing=self.killed or self.hung or not self.publishes,
                 inflight=self.inflight,
                 inflight_tokens=self.inflight_tokens,
                 labels=self.labels,
@@ -322,6 +336,7 @@ class _SimPod:
 
 _ARRIVAL = 0
 _STEP = 1
+_FAULT = 2
 
 
 class _Pending:
@@ -387,6 +402,9 @@ def simulate(
         fast_forward=fast_forward,
     )
     end = runner.run(iter(requests))
+    for record in runner.records:
+        if record.status == 0:
+            record.status = 504  # dispatched to a pod that never answered (hung to the end)
     for p in sim_pods:
         p.observe(end)
     return SimulationResult(
@@ -425,9 +443,19 @@ class _Runner:
         self.records: list[RequestRecord] = []
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
+        self.work_events = 0
+        """Step and retry events in the heap: fault events alone do not keep the run going."""
         self.pending: dict[str, _Pending] = {}
+        for pod in pods:
+            for fault in pod.spec.faults:
+                if fault.start_s > 0:
+                    self.push(fault.start_s, _FAULT, (pod, fault, True))
+                if fault.end_s is not None:
+                    self.push(fault.end_s, _FAULT, (pod, fault, False))
 
     def push(self, t: float, kind: int, payload: Any) -> int:
+        if kind != _FAULT:
+            self.work_events += 1
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, payload))
         return self.seq
@@ -465,9 +493,14 @@ class _Runner:
                 self.records.append(record)
                 self._route(_Pending(nxt, record), now)
                 nxt = next(it, None)
-            elif heap:
+            elif heap and (self.work_events or self.pending):
                 t, seq, kind, payload = heapq.heappop(heap)
-                if kind == _STEP:
+                if kind != _FAULT:
+                    self.work_events -= 1
+                if kind == _FAULT:
+                    now = t
+                    self._fault_event(*payload, now=t)
+                elif kind == _STEP:
                     if seq != payload.event_seq:
                         continue  # superseded (a decode run cut short by an arrival)
                     now = t
@@ -552,7 +585,7 @@ class _Runner:
         pod.view = None
         if pod.run is not None:
             self._cut_run(pod, now)
-        elif pod.batch is None:
+        elif pod.batch is None and not pod.hung:
             self._start_step(pod, now)
 
     def _fail(self, p: _Pending, key: EndpointKey, status: int, now: float) -> None:
@@ -593,6 +626,9 @@ class _Runner:
         if pod.run is not None:
             pod.batch = decode_run.cut(pod.engine, pod.run, now)
             pod.run = None
+        if pod.hung:
+            pod.stalled = True  # the GPU is stuck: this step completes when the hang ends
+            return
         batch = pod.batch
         assert batch is not None
         out = pod.engine.complete(batch, now, collect_emitted=False)
@@ -603,6 +639,37 @@ class _Runner:
                 self._finish(pod, ereq, now)
         if pod.engine.has_work():
             self._start_step(pod, now)
+
+    # ------------------------------------------------------------------ faults with a time window
+    def _fault_event(self, pod: _SimPod, fault: FaultSpec, active: bool, *, now: float) -> None:
+        pod.observe(now)
+        if pod.run is not None:
+            self._cut_run(pod, now)  # its precomputed steps assumed the old speed
+        pod.set_fault(fault, active=active)
+        if fault.kind is FaultKind.KILL and active:
+            self._kill(pod, now)
+        elif fault.kind is FaultKind.HANG and not active:
+            if pod.stalled:
+                pod.stalled = False
+                self._step_end(pod, now)
+            elif pod.batch is None and pod.engine.has_work():
+                self._start_step(pod, now)
+
+    def _kill(self, pod: _SimPod, now: float) -> None:
+        """The pod dies: its requests fail (502, connection reset), it restarts with an empty cache."""
+        victims = [p for p in self.pending.values() if p.pod is pod]
+        for p in victims:
+            del self.pending[p.sim.request_id]
+            pod.engine.abort(p.sim.request_id, now=now)
+            pod.inflight -= 1
+            pod.inflight_tokens -= p.sim.prompt_tokens + p.sim.output_tokens
+            self._fail(p, pod.key, 502, now)
+        pod.batch = None
+        pod.run = None
+        pod.stalled = False
+        pod.event_seq = -1
+        pod.engine.pool.reset_prefix_cache()
+        pod.view = None
 
     def _finish(self, pod: _SimPod, ereq: EngineRequest, now: float) -> None:
         p = self.pending.pop(ereq.request_id)

@@ -8,7 +8,7 @@ routing pay off and makes ``kv_cache_usage_perc`` blind to cached prefixes (free
 
 Simplification versus vLLM (documented in docs/simulator.md): allocation takes never-hashed free
 blocks before evicting cached-free ones (vLLM pops one shared LRU queue), which retains slightly more
-cache; and only prompt blocks are hashed (generated-token blocks are never reused by workloads here).
+cache.
 """
 
 from __future__ import annotations

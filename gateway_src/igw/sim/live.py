@@ -98,7 +98,12 @@ class RunningFleet:
             "time_scale": self.time_scale,
             "admin_url": self.admin_url,
             "pods": [
-                {**i.to_mapping(), "faults": [f.to_mapping() for f in p.faults.values()]}
+                {
+                    **i.to_mapping(),
+                    "faults": [f.to_mapping() for f in p.faults.values()],
+                    "lagged_steps": p.lagged_steps,
+                    "max_lag_s": round(p.max_lag_s, 6),
+                }
                 for i, p in zip(self.pods, self._pods, strict=True)
             ],
         }

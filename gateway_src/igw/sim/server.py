@@ -122,6 +122,8 @@ class LivePod:
         self._unhang = asyncio.Event()
         self._unhang.set()
         self._frozen_page: str | None = None
+        self._page_cache: tuple[tuple[int | float, ...], str] | None = None
+        self._fault_tasks: list[asyncio.Task[None]] = []
         self._vclock = 0.0
         self._t0 = 0.0
         self._driver: asyncio.Task[None] | None = None
@@ -130,6 +132,10 @@ class LivePod:
         self._gen_mark = (0.0, 0)
         self._gen_throughput = 0.0
         self.killed = False
+        self.lagged_steps = 0
+        """Steps that started more than RESYNC_WALL_S late (the host is too slow for this time scale)."""
+        self.max_lag_s = 0.0
+        self._was_busy = False
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -158,7 +164,19 @@ class LivePod:
         await self._listen()
         self._driver = asyncio.create_task(self._drive(), name=f"sim-pod-{self.spec.name}")
         for fault in self.spec.faults:
+            if fault.start_s == 0:
+                await self.inject(fault)
+            if fault.start_s > 0 or fault.end_s is not None:
+                self._fault_tasks.append(asyncio.create_task(self._fault_window(fault)))
+
+    async def _fault_window(self, fault: FaultSpec) -> None:
+        """Start and/or end a spec fault at its simulated times (mapped through the time scale)."""
+        if fault.start_s > 0:
+            await asyncio.sleep(fault.start_s * self.time_scale)
             await self.inject(fault)
+        if fault.end_s is not None:
+            await asyncio.sleep((fault.end_s - fault.start_s) * self.time_scale)
+            await self.clear(fault.kind)
 
     async def _listen(self) -> None:
         assert self._runner is not None
@@ -171,6 +189,8 @@ class LivePod:
         self.killed = False
 
     async def stop(self) -> None:
+        for task in self._fault_tasks:
+            task.cancel()
         self._unhang.set()
         if self._driver is not None:
             self._driver.cancel()
@@ -234,13 +254,22 @@ class LivePod:
         stats = self.stats
         while True:
             if not engine.has_work():
+                self._was_busy = False
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             # Keep virtual time continuous across timer overshoot (sleep targets are absolute, so a late
             # wake-up does not accumulate); re-sync only when the loop fell clearly behind or was idle.
             vnow = self.vnow()
-            start = self._vclock if vnow - self._vclock < RESYNC_WALL_S / self.time_scale else vnow
+            late = vnow - self._vclock
+            if late < RESYNC_WALL_S / self.time_scale:
+                start = self._vclock
+            else:
+                start = vnow
+                if self._vclock > 0 and self._was_busy:
+                    # The host could not keep up: simulated latencies now include event-loop delay.
+                    self.lagged_steps += 1
+                    self.max_lag_s = max(self.max_lag_s, late * self.time_scale)
             q0, h0 = engine.counters.prefix_queries, engine.counters.prefix_hits
             batch = engine.schedule(start)
             if batch is None:
@@ -255,6 +284,7 @@ class LivePod:
             if delay > 0:
                 await asyncio.sleep(delay)
             self._vclock = end
+            self._was_busy = True
             previous = {r.request_id: r.last_token_at for r in batch.requests}
             out = engine.complete(batch, end)
             stats.iteration_tokens.observe(batch.num_tokens)
@@ -347,6 +377,28 @@ class LivePod:
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
     def _render(self) -> str:
+        """The current page; an idle pod's page is reused until something it shows changes."""
+        e = self.engine
+        c = e.counters
+        key = (
+            c.steps,
+            c.preemptions,
+            sum(c.finished_by_reason.values()),
+            e.num_waiting,
+            e.num_running,
+            e.pool.num_free,
+            self.stats.requests_received,
+            sum(self.stats.http_requests.values()),
+            len(self.stats.lora_series),
+            int(time.time()),
+        )
+        if self._page_cache is not None and self._page_cache[0] == key:
+            return self._page_cache[1]
+        text = self._render_now()
+        self._page_cache = (key, text)
+        return text
+
+    def _render_now(self) -> str:
         vnow = self._vnow_safe()
         if self.spec.engine is EngineKind.SGLANG:
             t_mark, g_mark = self._gen_mark

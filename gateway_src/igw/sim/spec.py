@@ -64,24 +64,46 @@ class FaultSpec:
     status: int = 500
     after_tokens: int = 1
     mode: StreamCut = StreamCut.FIN
+    start_s: float = 0.0
+    """When the fault begins, in simulated seconds from the start (spec faults only)."""
+    end_s: float | None = None
+    """When it ends (None: never); a killed pod comes back empty, a hung one resumes."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, FaultKind):
             object.__setattr__(self, "kind", _enum(FaultKind, self.kind, "kind"))
         if not isinstance(self.mode, StreamCut):
             object.__setattr__(self, "mode", _enum(StreamCut, self.mode, "mode"))
+        if self.start_s < 0:
+            raise SpecError("start_s", f"must be >= 0, got {self.start_s}")
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise SpecError("end_s", f"must be > start_s ({self.start_s}), got {self.end_s}")
 
     @classmethod
     def from_mapping(cls, data: object, *, path: str) -> FaultSpec:
         m = _mapping(data, path)
-        _only(m, {"kind", "factor", "rate", "status", "after_tokens", "mode"}, path)
+        _only(m, {"kind", "factor", "rate", "status", "after_tokens", "mode", "start_s", "end_s"}, path)
         kind = _enum(FaultKind, _req(m, "kind", path), f"{path}.kind")
         factor = _number(m.get("factor", 1.0), f"{path}.factor", minimum=0.01)
         rate = _number(m.get("rate", 0.0), f"{path}.rate", minimum=0.0, maximum=1.0)
         status = _int(m.get("status", 500), f"{path}.status", minimum=400, maximum=599)
         after = _int(m.get("after_tokens", 1), f"{path}.after_tokens", minimum=0)
         mode = _enum(StreamCut, m.get("mode", "fin"), f"{path}.mode")
-        return cls(kind=kind, factor=factor, rate=rate, status=status, after_tokens=after, mode=mode)
+        start = _number(m.get("start_s", 0.0), f"{path}.start_s", minimum=0.0)
+        raw_end = m.get("end_s")
+        end = None if raw_end is None else _number(raw_end, f"{path}.end_s", minimum=0.0)
+        if end is not None and end <= start:
+            raise SpecError(f"{path}.end_s", f"must be > start_s ({start}), got {end}")
+        return cls(
+            kind=kind,
+            factor=factor,
+            rate=rate,
+            status=status,
+            after_tokens=after,
+            mode=mode,
+            start_s=start,
+            end_s=end,
+        )
 
     def to_mapping(self) -> dict[str, object]:
         return {
@@ -91,6 +113,8 @@ class FaultSpec:
             "status": self.status,
             "after_tokens": self.after_tokens,
             "mode": self.mode.value,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
         }
 
 

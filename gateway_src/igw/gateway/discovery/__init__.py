@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from igw.config.model import SchedulerSpec
 from igw.gateway.endpoints import DiscoveredEndpoint
 
 
@@ -20,5 +21,9 @@ class DiscoverySource(Protocol):
     async def start(self, sink: DiscoverySink) -> None: ...
 
     async def stop(self) -> None: ...
+
+    def retarget(self, schedulers: tuple[SchedulerSpec, ...]) -> None:
+        """A reloaded configuration changed the schedulers: follow the new names and selectors."""
+        ...
 
     def describe(self) -> str: ...

@@ -147,6 +147,10 @@ class KubeDiscovery:
         self.namespace = namespace
         self.schedulers = schedulers
         self._threads: list[_WatchThread] = []
+        self._pod_threads: dict[str, tuple[tuple[str, int], _WatchThread]] = {}
+        self._generation: dict[str, int] = {}
+        self._sink: DiscoverySink | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def describe(self) -> str:
         return f"Kubernetes API, namespace {self.namespace}"
@@ -156,16 +160,8 @@ class KubeDiscovery:
 
         core = client.CoreV1Api(self.api_client)
         loop = asyncio.get_running_loop()
-        for spec in self.schedulers:
-            self._threads.append(
-                _WatchThread(
-                    name=f"pods/{spec.name}",
-                    list_fn=core.list_namespaced_pod,
-                    kwargs={"namespace": self.namespace, "label_selector": spec.model_selector.to_query()},
-                    on_objects=self._pods_handler(sink, spec),
-                    loop=loop,
-                )
-            )
+        self._sink, self._loop = sink, loop
+        self.retarget(self.schedulers)
         self._threads.append(
             _WatchThread(
                 name="configmaps/bbr-managed",
@@ -177,6 +173,44 @@ class KubeDiscovery:
         )
         for t in self._threads:
             t.start()
+
+    def retarget(self, schedulers: tuple[SchedulerSpec, ...]) -> None:
+        """(Re)start the pod watch of every scheduler whose name, selector or target port changed."""
+        from kubernetes import client
+
+        if self._sink is None or self._loop is None:
+            self.schedulers = schedulers
+            return
+        core = client.CoreV1Api(self.api_client)
+        wanted = {s.name: ((s.model_selector.to_query(), s.target_port), s) for s in schedulers}
+        for name, (identity, thread) in list(self._pod_threads.items()):
+            if name not in wanted or wanted[name][0] != identity:
+                thread.stop()
+                del self._pod_threads[name]
+                self._generation[name] = self._generation.get(name, 0) + 1
+        for name, (identity, spec) in wanted.items():
+            if name in self._pod_threads:
+                continue
+            handler = self._pods_handler(self._sink, spec)
+            generation = self._generation[name] = self._generation.get(name, 0) + 1
+
+            def current_only(
+                pods: dict[str, Any], name: str = name, generation: int = generation, handler: Any = handler
+            ) -> None:
+                # A stopped watch may still have a snapshot queued on the loop: drop it.
+                if self._generation.get(name) == generation:
+                    handler(pods)
+
+            thread = _WatchThread(
+                name=f"pods/{name}",
+                list_fn=core.list_namespaced_pod,
+                kwargs={"namespace": self.namespace, "label_selector": identity[0]},
+                on_objects=current_only,
+                loop=self._loop,
+            )
+            self._pod_threads[name] = (identity, thread)
+            thread.start()
+        self.schedulers = schedulers
 
     @staticmethod
     def _pods_handler(sink: DiscoverySink, spec: SchedulerSpec) -> Callable[[dict[str, Any]], None]:
@@ -214,7 +248,10 @@ class KubeDiscovery:
     async def stop(self) -> None:
         for t in self._threads:
             t.stop()
+        for _, t in self._pod_threads.values():
+            t.stop()
         self._threads.clear()
+        self._pod_threads.clear()
 
 
 def read_picker_config(api_client: Any, *, namespace: str, name: str, key: str) -> Mapping[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from igw.config.model import SchedulerSpec
 from igw.gateway.discovery import DiscoverySink
 from igw.gateway.endpoints import DiscoveredEndpoint
 
@@ -98,6 +99,11 @@ def read_endpoints_file(path: Path, *, names: Mapping[str, str]) -> dict[str, li
     return parse_endpoints(doc, path=path, names=names)
 
 
+def scheduler_names(schedulers: Sequence[SchedulerSpec]) -> dict[str, str]:
+    """Keys accepted in the file (scheduler name or modelName) -> scheduler name."""
+    return {s.model_name: s.name for s in schedulers} | {s.name: s.name for s in schedulers}
+
+
 class StaticFileDiscovery:
     def __init__(self, path: Path, *, names: Mapping[str, str], poll_interval_s: float = 1.0) -> None:
         self.path = path
@@ -105,6 +111,17 @@ class StaticFileDiscovery:
         self.poll_interval_s = poll_interval_s
         self._task: asyncio.Task[None] | None = None
         self._stamp: tuple[float, int] | None = None
+
+    @classmethod
+    def for_schedulers(
+        cls, path: Path, schedulers: Sequence[SchedulerSpec], *, poll_interval_s: float = 1.0
+    ) -> StaticFileDiscovery:
+        return cls(path, names=scheduler_names(schedulers), poll_interval_s=poll_interval_s)
+
+    def retarget(self, schedulers: tuple[SchedulerSpec, ...]) -> None:
+        """New scheduler names: re-read the file at the next poll even if it did not change."""
+        self.names = scheduler_names(schedulers)
+        self._stamp = None
 
     def describe(self) -> str:
         return f"static endpoints file {self.path}"
