@@ -82,3 +82,9 @@ def test_presets_lists_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "llama-3.1-8b/a10g" in out
     assert "qwen3-235b-fp8/8xh100" in out
+    assert main(["sim", "presets", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 6
+    h100 = next(r for r in rows if r["preset"] == "llama-3.1-8b/h100")
+    assert h100["num_gpu_blocks"] == 27485
+    assert h100["sources"]

@@ -245,7 +245,7 @@ def test_kill_window_fails_inflight_and_restarts_empty() -> None:
     kill = FaultSpec(kind=FaultKind.KILL, start_s=1.02, end_s=2.0)
     pods = [PodSpec(preset="llama-3.1-8b/h100", name="k", faults=(kill,)), H100]
     policy = RoundRobin()
-    res = simulate(pods=pods, requests=_steady(40, every=0.05), policy=policy, seed=0)
+    res = simulate(pods=pods, requests=_steady(60, every=0.05), policy=policy, seed=0)
     key = next(iter(res.pods))
     failed = [r for r in res.records if r.status == 502]
     assert failed

@@ -227,8 +227,15 @@ async def _admin(fleet: RunningFleet, method: str, path: str, body: object = Non
 async def test_kill_and_revive_through_the_admin_api() -> None:
     async with run_fleet(fleet_spec(H100)) as fleet:
         url = fleet.pods[0].url
+        async with aiohttp.ClientSession() as s:
+            body = {"model": MODEL, "prompt": "k" * 400, "max_tokens": 2}
+            async with s.post(url + "/v1/completions", json=body) as r:
+                assert r.status == 200
+        pool = fleet.pod("h").engine.pool
+        assert pool.num_free > pool.free_anonymous  # the prompt's blocks are cached-but-free
         status, out = await _admin(fleet, "POST", "/pods/h/faults", {"kind": "kill"})
         assert status == 200
+        assert pool.num_free == pool.free_anonymous  # a killed server loses its prefix cache
         assert out["faults"][0]["kind"] == "kill"
         async with aiohttp.ClientSession() as s:
             with pytest.raises(aiohttp.ClientConnectionError):
@@ -369,3 +376,23 @@ async def test_an_overloaded_event_loop_is_reported_as_lag() -> None:
         assert pod.lagged_steps >= 1
         assert pod.max_lag_s >= 0.1
         assert fleet.describe()["pods"][0]["lagged_steps"] == pod.lagged_steps  # type: ignore[index]
+
+
+async def test_spec_fault_windows_start_and_end_on_time() -> None:
+    pod = {
+        **H100,
+        "faults": [
+            {"kind": "slow", "factor": 3, "end_s": 0.5},
+            {"kind": "hang", "start_s": 0.25, "end_s": 0.75},
+        ],
+    }
+    async with run_fleet(fleet_spec(pod, time_scale=0.2)) as fleet:
+        live = fleet.pod("h")
+        assert live.engine.slowdown == 3.0
+        assert FaultKind.HANG not in live.faults
+        await asyncio.sleep(0.3 * 0.2)
+        assert FaultKind.HANG in live.faults
+        await asyncio.sleep(0.3 * 0.2)
+        assert live.engine.slowdown == 1.0
+        await asyncio.sleep(0.3 * 0.2)
+        assert live.faults == {}

@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--records", default=None, help="write per-request records to this JSONL file")
 
-    sub.add_parser("presets", help="list GPU/model presets with derived KV capacity and step times")
+    presets = sub.add_parser("presets", help="list GPU/model presets with derived KV capacity and step times")
+    presets.add_argument("--json", action="store_true", help="one JSON object per preset, with sources")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +76,6 @@ def run(args: argparse.Namespace) -> int:
     if args.sim_command == "presets":
         from igw.sim.cli_presets import print_presets
 
-        print_presets(sys.stdout)
+        print_presets(sys.stdout, as_json=args.json)
         return 0
     return 2

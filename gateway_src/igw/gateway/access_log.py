@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import orjson
 
@@ -31,7 +31,7 @@ class AccessRecord:
     status: int = 0
     endpoint: str | None = None
     attempts: int = 0
-    scores: dict[str, Any] | None = None
+    scores: Mapping[str, Mapping[str, float]] | None = None
     decision_us: float | None = None
     reason: str | None = None
     duration_ms: float | None = None
@@ -42,5 +42,9 @@ class AccessRecord:
     error: str | None = None
 
     def emit(self) -> None:
-        if access_log.isEnabledFor(logging.INFO):
-            access_log.info(orjson.dumps({k: v for k, v in asdict(self).items() if v is not None}).decode())
+        if not access_log.isEnabledFor(logging.INFO):
+            return
+        record = {k: v for k, v in asdict(self).items() if v is not None}
+        if self.scores:
+            record["scores"] = {k: {n: round(v, 4) for n, v in s.items()} for k, s in self.scores.items()}
+        access_log.info(orjson.dumps(record).decode())

@@ -128,9 +128,7 @@ def _decide(ctx: _Ctx, sr: SchedulerRuntime, rreq: RoutingRequest) -> RoutingDec
     ctx.state.metrics.child(ctx.state.metrics.decision, sr.spec.name).observe(elapsed)
     ctx.record.decision_us = round(elapsed * 1e6, 1)
     ctx.record.reason = decision.reason or None
-    ctx.record.scores = {
-        k: {n: round(v, 4) for n, v in s.items()} for k, s in decision.scores.items()
-    } or None
+    ctx.record.scores = decision.scores or None  # rounded only if the access log is written
     return decision
 
 

@@ -88,10 +88,19 @@ def gateway_process(workdir: Path, *, backend: str) -> Iterator[tuple[str, subpr
     (workdir / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"perf": [backend]}}))
     port = free_port()
     cmd = [
-        sys.executable, "-m", "igw.cli.main", "serve", "--config", str(workdir / "igwc.yaml"),
-        "--endpoints", str(workdir / "endpoints.yaml"), "--host", "127.0.0.1", "--port", str(port),
-        "--log-level", "warning",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "igw.cli.main",
+        "serve",
+        "--config",
+        str(workdir / "igwc.yaml"),
+        "--endpoints",
+        str(workdir / "endpoints.yaml"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]  # fmt: skip  (default log level: the JSON access log is written, to /dev/null, as deployed)
     log = (workdir / "gateway.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
     try:

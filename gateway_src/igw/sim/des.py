@@ -15,9 +15,13 @@ enabled, ``lora_requests_info``; SGLang publishes queue, running and token usage
 Rejections: ``SATURATED`` is recorded as HTTP 429 and ``NO_ENDPOINTS`` as 503. With
 ``max_retries > 0`` the request is offered again after ``retry_after_s`` (or ``default_retry_after_s``)
 like a well-behaved client, up to that many times; its record keeps the original arrival, so TTFT
-includes the back-off. Faults supported here: ``slow``, ``error_rate``, ``freeze_metrics`` and ``kill``
-(scrapes fail, dispatch fails over to the decision's fallbacks); ``hang`` and ``die_mid_stream`` are
-live-only and rejected with a clear error.
+includes the back-off. Faults (from t=0 or in a ``start_s``/``end_s`` window): ``slow``,
+``error_rate``, ``freeze_metrics``, ``kill`` (in-flight requests fail with 502, dispatch fails over to
+the decision's fallbacks, the pod returns with an empty cache) and ``hang`` (scrapes fail, the engine
+stops until the window ends); ``die_mid_stream`` is live-only and rejected with a clear error.
+
+Modules: this one runs the event loop; :mod:`igw.sim.des_pod` holds a pod's scrape state and faults;
+:mod:`igw.sim.des_result` the records and series; :mod:`igw.sim.decode_run` the exact fast-forward.
 """
 
 from __future__ import annotations
@@ -26,312 +30,33 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
-    EndpointView,
-    EngineMetrics,
     RequestOutcome,
     RoutingPolicy,
     RoutingRequest,
 )
 from igw.sim import decode_run
-from igw.sim.engine import Batch, Engine, EngineRequest, RequestRejected
+from igw.sim.des_pod import SimPod, pod_key
+from igw.sim.des_result import PodSeries, RequestRecord, SimulationError, SimulationResult, percentile
+from igw.sim.engine import EngineRequest, RequestRejected
 from igw.sim.request import SimRequest
-from igw.sim.spec import EngineKind, FaultKind, FaultSpec, PodSpec
+from igw.sim.spec import FaultKind, FaultSpec, PodSpec
 from igw.sim.tokens import request_block_hashes
 from igw.sim.truth import PodTruth
 
-
-class SimulationError(ValueError):
-    """The simulation cannot run as asked (bad input named in the message)."""
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """Outcome of one workload request."""
-
-    request_id: str
-    arrival: float
-    pod: EndpointKey | None
-    status: int
-    """200 served; 429 saturated; 503 no endpoints; 400 rejected by the engine; 404 unknown adapter;
-    5xx injected errors or a dead pod."""
-    prompt_tokens: int
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    ttft: float | None = None
-    itl: float | None = None
-    e2e: float | None = None
-    queue_time: float | None = None
-    preemptions: int = 0
-    attempts: int = 1
-    retry_after_s: float | None = None
-    model: str = ""
-    group: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == 200
-
-    @property
-    def preempted(self) -> bool:
-        return self.preemptions > 0
-
-    @property
-    def rejected(self) -> bool:
-        return self.status in (429, 503)
-
-
-@dataclass(slots=True)
-class PodSeries:
-    """Regularly sampled state of one pod (a step function: each value holds until the next sample)."""
-
-    times: list[float] = field(default_factory=list)
-    waiting: list[int] = field(default_factory=list)
-    running: list[int] = field(default_factory=list)
-    kv_usage: list[float] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class SimulationResult:
-    records: list[RequestRecord]
-    series: dict[EndpointKey, PodSeries]
-    pods: dict[EndpointKey, PodSpec]
-    policy_name: str
-    seed: int
-    scrape_interval_s: float
-    end_time: float
-    steps: int
-
-    def served(self) -> list[RequestRecord]:
-        return [r for r in self.records if r.ok]
-
-    def summary(self) -> dict[str, Any]:
-        """Headline numbers (TTFT/ITL/E2E percentiles over served requests, rejection counts)."""
-        served = self.served()
-        ttft = sorted(r.ttft for r in served if r.ttft is not None)
-        itl = sorted(r.itl for r in served if r.itl is not None)
-        e2e = sorted(r.e2e for r in served if r.e2e is not None)
-        out_tokens = sum(r.output_tokens for r in served)
-        return {
-            "policy": self.policy_name,
-            "requests": len(self.records),
-            "served": len(served),
-            "rejected_429": sum(1 for r in self.records if r.status == 429),
-            "rejected_503": sum(1 for r in self.records if r.status == 503),
-            "errors": sum(1 for r in self.records if not r.ok and not r.rejected),
-            "preempted": sum(1 for r in served if r.preempted),
-            "ttft_p50": percentile(ttft, 50),
-            "ttft_p95": percentile(ttft, 95),
-            "ttft_p99": percentile(ttft, 99),
-            "itl_p50": percentile(itl, 50),
-            "e2e_p50": percentile(e2e, 50),
-            "output_tokens_per_s": out_tokens / self.end_time if self.end_time > 0 else 0.0,
-            "cached_token_fraction": (
-                sum(r.cached_tokens for r in served) / max(1, sum(r.prompt_tokens for r in served))
-            ),
-            "sim_seconds": self.end_time,
-            "engine_steps": self.steps,
-        }
-
-
-def percentile(sorted_values: Sequence[float], p: float) -> float | None:
-    """Nearest-rank percentile of already sorted values (None when empty)."""
-    if not sorted_values:
-        return None
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
-def pod_key(index: int) -> EndpointKey:
-    """The DES's stand-in pod address (``10.x.y.z:8000``, like a pod IP and target port)."""
-    return f"10.{(index >> 16) & 255}.{(index >> 8) & 255}.{index & 255}:8000"
-
-
-class _SimPod:
-    """One pod inside the DES: engine, scrape state, router bookkeeping."""
-
-    __slots__ = (
-        "batch",
-        "engine",
-        "error_rate",
-        "event_seq",
-        "frozen",
-        "hung",
-        "index",
-        "inflight",
-        "inflight_tokens",
-        "key",
-        "killed",
-        "labels",
-        "metrics",
-        "next_due",
-        "phase",
-        "publishes",
-        "run",
-        "sample_interval",
-        "sample_k",
-        "scrape_interval",
-        "scrape_k",
-        "scraped_at",
-        "series",
-        "spec",
-        "stalled",
-        "view",
-    )
-
-    def __init__(
-        self, *, index: int, spec: PodSpec, rng: random.Random, scrape_interval: float, sample_interval: float
-    ) -> None:
-        self.index = index
-        self.spec = spec
-        self.key = pod_key(index)
-        self.labels = dict(spec.labels)
-        self.engine = Engine(
-            preset=spec.resolved_preset(),
-            rng=random.Random(rng.getrandbits(64)),
-            jitter_sigma=spec.jitter_sigma,
-            prefix_caching=spec.prefix_caching,
-            max_loras=spec.effective_max_loras,
-        )
-        self.batch: Batch | None = None
-        self.inflight = 0
-        self.inflight_tokens = 0
-        self.scrape_interval = scrape_interval
-        self.phase = rng.random() * scrape_interval
-        self.scrape_k = -1
-        """Index of the last scrape tick taken (ticks at ``phase + k * interval``)."""
-        self.sample_k = -1
-        """Index of the last sample taken (samples at ``k * sample_interval``)."""
-        self.next_due = 0.0
-        self.run: decode_run.DecodeRun | None = None
-        self.event_seq = 0
-        """Heap sequence number of this pod's valid step-end event (older ones are stale)."""
-        self.sample_interval = sample_interval
-        self.series = PodSeries()
-        self.publishes = spec.exposes_metrics
-        self.killed = False
-        self.frozen = False
-        self.error_rate = 0.0
-        self.metrics: EngineMetrics | None = None
-        self.scraped_at: float | None = None
-        self.view: EndpointView | None = None
-        self.hung = False
-        self.stalled = False
-        """A step ended while the pod was hung; it completes when the hang ends."""
-        for fault in spec.faults:
-            if fault.kind is FaultKind.DIE_MID_STREAM:
-                raise SimulationError(
-                    f"pod {spec.name!r}: fault {fault.kind.value!r} is only supported by the live fleet"
-                )
-            if fault.start_s == 0:
-                self.set_fault(fault, active=True)
-
-    def set_fault(self, fault: FaultSpec, *, active: bool) -> None:
-        """Switch the flags of one fault (side effects on requests are the runner's job)."""
-        kind = fault.kind
-        if kind is FaultKind.SLOW:
-            self.engine.slowdown = fault.factor if active else 1.0
-        elif kind is FaultKind.ERROR_RATE:
-            self.error_rate = fault.rate if active else 0.0
-        elif kind is FaultKind.FREEZE_METRICS:
-            self.frozen = active
-        elif kind is FaultKind.KILL:
-            self.killed = active
-        elif kind is FaultKind.HANG:
-            self.hung = active
-        self.view = None
-
-    def observe(self, now: float) -> None:
-        """Take the scrapes/samples due at ticks <= ``now``.
-
-        Must be called before every change of the engine's state at time ``now``. Without a decode run
-        the state has been constant since the last change, so the latest scrape tick and the missed
-        sample ticks all see the current state. During a decode run the state changes at every step,
-        so the run is materialised at each tick in time order first.
-        """
-        if now < self.next_due:
-            return
-        interval = self.scrape_interval
-        si = self.sample_interval
-        k_scrape = math.floor((now - self.phase) / interval)
-        k_sample = math.floor(now / si)
-        run = self.run
-        if run is None:
-            if k_scrape > self.scrape_k:
-                self._scrape(self.phase + k_scrape * interval)
-            if k_sample > self.sample_k:
-                first = self.sample_k + 1
-                self._sample(first * si)
-                if k_sample > first:
-                    self._sample(k_sample * si)
-        else:
-            events = [(k * si, 0) for k in range(self.sample_k + 1, k_sample + 1)]
-            if k_scrape > self.scrape_k:
-                events.append((self.phase + k_scrape * interval, 1))
-            events.sort()
-            for tau, kind in events:
-                decode_run.advance(self.engine, run, tau)
-                if kind:
-                    self._scrape(tau)
-                else:
-                    self._sample(tau)
-            decode_run.advance(self.engine, run, now)
-        if k_scrape > self.scrape_k:
-            self.scrape_k = k_scrape
-        if k_sample > self.sample_k:
-            self.sample_k = k_sample
-        self.next_due = min(self.phase + (self.scrape_k + 1) * interval, (self.sample_k + 1) * si)
-
-    def _scrape(self, tick: float) -> None:
-        if self.publishes and not self.killed and not self.hung:
-            if not (self.frozen and self.metrics is not None):
-                self.metrics = self._snapshot()
-            self.scraped_at = tick
-            self.view = None
-
-    def _sample(self, t: float) -> None:
-        e = self.engine
-        s = self.series
-        s.times.append(t)
-        s.waiting.append(e.num_waiting)
-        s.running.append(e.num_running)
-        s.kv_usage.append(e.pool.usage)
-
-    def _snapshot(self) -> EngineMetrics:
-        e = self.engine
-        if self.spec.engine is EngineKind.SGLANG:
-            return EngineMetrics(waiting=e.num_waiting, running=e.num_running, kv_usage=e.pool.usage)
-        lora = self.spec.effective_max_loras > 0
-        return EngineMetrics(
-            waiting=e.num_waiting,
-            running=e.num_running,
-            kv_usage=e.pool.usage,
-            active_adapters=e.running_adapters() if lora else None,
-            waiting_adapters=e.waiting_adapters() if lora else None,
-            max_lora=self.spec.effective_max_loras if lora else None,
-            block_size=e.block_size,
-            num_gpu_blocks=e.pool.num_blocks,
-        )
-
-    def endpoint_view(self) -> EndpointView:
-        v = self.view
-        if v is None:
-            v = EndpointView(
-                key=self.key,
-                metrics=self.metrics,
-                scraped_at=self.scraped_at,
-                scrape_failing=self.killed or self.hung or not self.publishes,
-                inflight=self.inflight,
-                inflight_tokens=self.inflight_tokens,
-                labels=self.labels,
-            )
-            self.view = v
-        return v
+__all__ = [
+    "PodSeries",
+    "RequestRecord",
+    "SimulationError",
+    "SimulationResult",
+    "percentile",
+    "pod_key",
+    "simulate",
+]
 
 
 _ARRIVAL = 0
@@ -349,7 +74,7 @@ class _Pending:
         self.record = record
         self.attempts = 1
         self.engine_req: EngineRequest | None = None
-        self.pod: _SimPod | None = None
+        self.pod: SimPod | None = None
 
 
 def simulate(
@@ -379,9 +104,7 @@ def simulate(
         raise SimulationError("sample_interval_s must be > 0")
     rng = random.Random(seed)
     sim_pods = [
-        _SimPod(
-            index=i, spec=p, rng=rng, scrape_interval=scrape_interval_s, sample_interval=sample_interval_s
-        )
+        SimPod(index=i, spec=p, rng=rng, scrape_interval=scrape_interval_s, sample_interval=sample_interval_s)
         for i, p in enumerate(pods)
     ]
     by_key = {p.key: p for p in sim_pods}
@@ -423,8 +146,8 @@ class _Runner:
     def __init__(
         self,
         *,
-        pods: list[_SimPod],
-        by_key: dict[EndpointKey, _SimPod],
+        pods: list[SimPod],
+        by_key: dict[EndpointKey, SimPod],
         policy: RoutingPolicy,
         rng: random.Random,
         base_model: str,
@@ -549,7 +272,7 @@ class _Runner:
             delay = decision.retry_after_s if decision.retry_after_s else self.default_retry_after_s
             self.push(now + max(delay, 1e-6), _ARRIVAL, p)
 
-    def _dispatch(self, p: _Pending, pod: _SimPod, now: float) -> None:
+    def _dispatch(self, p: _Pending, pod: SimPod, now: float) -> None:
         sim = p.sim
         record = p.record
         record.pod = pod.key
@@ -599,7 +322,7 @@ class _Runner:
         )
 
     # ------------------------------------------------------------------ engines
-    def _start_step(self, pod: _SimPod, now: float) -> None:
+    def _start_step(self, pod: SimPod, now: float) -> None:
         if self.fast_forward:
             run = decode_run.begin(pod.engine, now)
             if run is not None:
@@ -612,7 +335,7 @@ class _Runner:
         if batch is not None:
             pod.event_seq = self.push(now + batch.duration, _STEP, pod)
 
-    def _cut_run(self, pod: _SimPod, now: float) -> None:
+    def _cut_run(self, pod: SimPod, now: float) -> None:
         """A request joined a pod in a decode run: the step in progress becomes an ordinary batch."""
         run = pod.run
         assert run is not None
@@ -621,7 +344,7 @@ class _Runner:
         pod.batch = batch
         pod.event_seq = self.push(run.ends[run.applied], _STEP, pod)
 
-    def _step_end(self, pod: _SimPod, now: float) -> None:
+    def _step_end(self, pod: SimPod, now: float) -> None:
         pod.observe(now)
         if pod.run is not None:
             pod.batch = decode_run.cut(pod.engine, pod.run, now)
@@ -641,7 +364,7 @@ class _Runner:
             self._start_step(pod, now)
 
     # ------------------------------------------------------------------ faults with a time window
-    def _fault_event(self, pod: _SimPod, fault: FaultSpec, active: bool, *, now: float) -> None:
+    def _fault_event(self, pod: SimPod, fault: FaultSpec, active: bool, *, now: float) -> None:
         pod.observe(now)
         if pod.run is not None:
             self._cut_run(pod, now)  # its precomputed steps assumed the old speed
@@ -655,7 +378,7 @@ class _Runner:
             elif pod.batch is None and pod.engine.has_work():
                 self._start_step(pod, now)
 
-    def _kill(self, pod: _SimPod, now: float) -> None:
+    def _kill(self, pod: SimPod, now: float) -> None:
         """The pod dies: its requests fail (502, connection reset), it restarts with an empty cache."""
         victims = [p for p in self.pending.values() if p.pod is pod]
         for p in victims:
@@ -671,7 +394,7 @@ class _Runner:
         pod.engine.pool.reset_prefix_cache()
         pod.view = None
 
-    def _finish(self, pod: _SimPod, ereq: EngineRequest, now: float) -> None:
+    def _finish(self, pod: SimPod, ereq: EngineRequest, now: float) -> None:
         p = self.pending.pop(ereq.request_id)
         sim = p.sim
         record = p.record

@@ -19,7 +19,6 @@ import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -27,52 +26,25 @@ from aiohttp import web
 
 from igw.sim.engine import Engine, EngineRequest, RequestRejected
 from igw.sim.metrics_page import CONTENT_TYPE, PageContext, render_sglang, render_vllm
+from igw.sim.openai_api import (
+    MAX_BODY_BYTES,
+    ApiError,
+    ParsedRequest,
+    json_response,
+    parse_request,
+    read_json,
+    sse_event,
+    usage,
+)
 from igw.sim.pod_stats import PodStats
 from igw.sim.spec import EngineKind, FaultKind, FaultSpec, PodSpec, StreamCut
 from igw.sim.tokens import count_tokens, generated_text, output_token_text, request_block_hashes
 
 TIME_SCALE_HEADER: Final = "x-igw-sim-time-scale"
-MAX_BODY_BYTES: Final = 8 * 1024 * 1024
-DEFAULT_MAX_TOKENS_COMPLETIONS: Final = 16
-DEFAULT_MAX_TOKENS_CHAT: Final = 128
 RESYNC_WALL_S: Final = 0.05
 """A pod whose step ends more than this (wall seconds) late restarts its virtual clock from now."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class ApiError(Exception):
-    """An OpenAI-style error response (vLLM's ``ErrorResponse`` shape)."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-
-    def response(self) -> web.Response:
-        kind = {400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError"}.get(
-            self.status, "InternalServerError"
-        )
-        body = {
-            "object": "error",
-            "message": self.message,
-            "type": kind,
-            "param": self.param,
-            "code": self.status,
-        }
-        return web.json_response(body, status=self.status, dumps=lambda o: orjson.dumps(o).decode())
-
-
-@dataclass(slots=True)
-class _Parsed:
-    model: str
-    adapter: str | None
-    prompt_text: str
-    max_tokens: int
-    stream: bool
-    include_usage: bool
-    chat: bool
 
 
 class _Stream:
@@ -218,6 +190,7 @@ class LivePod:
                 await self._site.stop()
                 self._site = None
             self._cut_all(StreamCut.RST)
+            self.engine.pool.reset_prefix_cache()  # a restarted server starts with an empty cache
 
     async def clear(self, kind: FaultKind | None = None) -> None:
         """End one fault (or all); a killed pod listens again on the same port."""
@@ -368,7 +341,7 @@ class LivePod:
             }
             for a in self.spec.lora_adapters
         ]
-        return _json({"object": "list", "data": data})
+        return json_response({"object": "list", "data": data})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         if not self.spec.exposes_metrics:
@@ -424,8 +397,10 @@ class LivePod:
         return await self._serve(request, chat=True)
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
-        body = await _read_json(request)
-        parsed = self._parse(body, chat=chat)
+        body = await read_json(request)
+        parsed = parse_request(
+            body, chat=chat, base_model=self.spec.model_name, adapters=self.spec.lora_adapters
+        )
         err = self.faults.get(FaultKind.ERROR_RATE)
         if err is not None and self._rng.random() < err.rate:
             raise ApiError(err.status, "injected fault: simulated server error")
@@ -460,54 +435,7 @@ class LivePod:
             if req.finish_reason is None:
                 self.engine.abort(request_id, now=self._vnow_safe())
 
-    def _parse(self, body: object, *, chat: bool) -> _Parsed:
-        if not isinstance(body, dict):
-            raise ApiError(400, "request body must be a JSON object")
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise ApiError(400, "'model' is required and must be a string", param="model")
-        adapter: str | None = None
-        if model != self.spec.model_name:
-            if model not in self.spec.lora_adapters:
-                raise ApiError(404, f"The model `{model}` does not exist.", param="model")
-            adapter = model
-        if chat:
-            prompt_text = _chat_prompt(body.get("messages"))
-            raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
-            default_max = DEFAULT_MAX_TOKENS_CHAT
-        else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if not isinstance(prompt, str) or not prompt:
-                raise ApiError(400, "'prompt' must be a non-empty string", param="prompt")
-            prompt_text = prompt
-            raw_max = body.get("max_tokens")
-            default_max = DEFAULT_MAX_TOKENS_COMPLETIONS
-        if raw_max is None:
-            max_tokens = default_max
-        elif isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1:
-            raise ApiError(400, "'max_tokens' must be a positive integer", param="max_tokens")
-        else:
-            max_tokens = raw_max
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise ApiError(400, "'stream' must be a boolean", param="stream")
-        options = body.get("stream_options") or {}
-        if not isinstance(options, dict):
-            raise ApiError(400, "'stream_options' must be an object", param="stream_options")
-        include_usage = bool(options.get("include_usage", False))
-        return _Parsed(model, adapter, prompt_text, max_tokens, stream, include_usage, chat)
-
-    def _usage(self, req: EngineRequest) -> dict[str, Any]:
-        return {
-            "prompt_tokens": req.prompt_tokens,
-            "completion_tokens": req.output_tokens,
-            "total_tokens": req.prompt_tokens + req.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
-        }
-
-    async def _respond_whole(self, parsed: _Parsed, stream: _Stream) -> web.Response:
+    async def _respond_whole(self, parsed: ParsedRequest, stream: _Stream) -> web.Response:
         while await stream.queue.get() != -1:
             pass
         req = stream.req
@@ -523,19 +451,19 @@ class LivePod:
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason}
             obj = "text_completion"
-        return _json(
+        return json_response(
             {
                 "id": req.request_id,
                 "object": obj,
                 "created": created,
                 "model": parsed.model,
                 "choices": [choice],
-                "usage": self._usage(req),
+                "usage": usage(req),
             }
         )
 
     async def _respond_stream(
-        self, request: web.Request, parsed: _Parsed, stream: _Stream
+        self, request: web.Request, parsed: ParsedRequest, stream: _Stream
     ) -> web.StreamResponse:
         resp = web.StreamResponse(
             headers={
@@ -557,7 +485,7 @@ class LivePod:
                 "logprobs": None,
                 "finish_reason": None,
             }
-            await resp.write(_sse(req.request_id, obj, created, parsed.model, first))
+            await resp.write(sse_event(req.request_id, obj, created, parsed.model, first))
         while True:
             idx = await stream.queue.get()
             if idx == -1:
@@ -579,7 +507,7 @@ class LivePod:
                 }
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-            await resp.write(_sse(req.request_id, obj, created, parsed.model, choice))
+            await resp.write(sse_event(req.request_id, obj, created, parsed.model, choice))
             sent += 1
         if parsed.include_usage:
             payload = {
@@ -588,54 +516,12 @@ class LivePod:
                 "created": created,
                 "model": parsed.model,
                 "choices": [],
-                "usage": self._usage(req),
+                "usage": usage(req),
             }
             await resp.write(b"data: " + orjson.dumps(payload) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
-
-
-def _sse(rid: str, obj: str, created: int, model: str, choice: dict[str, Any]) -> bytes:
-    payload = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-def _json(obj: object, *, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
-
-
-async def _read_json(request: web.Request) -> object:
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ApiError(413, f"request body larger than {MAX_BODY_BYTES} bytes") from None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
-
-
-def _chat_prompt(messages: object) -> str:
-    """Flatten chat messages with a simple template (``<|role|>content``); roles are part of the prefix."""
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
-    parts: list[str] = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ApiError(
-                400, f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]"
-            )
-        content = m.get("content", "")
-        if isinstance(content, list):
-            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            content = "".join(t for t in texts if isinstance(t, str))
-        if not isinstance(content, str):
-            raise ApiError(
-                400, f"messages[{i}].content must be a string or text parts", param=f"messages[{i}].content"
-            )
-        parts.append(f"<|{m['role']}|>{content}")
-    return "".join(parts) + "<|assistant|>"
 
 
 def _cut_connection(request: web.Request, mode: StreamCut) -> None:

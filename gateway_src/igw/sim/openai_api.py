@@ -1,0 +1,147 @@
+"""The OpenAI-compatible request/response surface of a simulated model server (no engine logic).
+
+Validation follows vLLM's behaviour for what routing and benchmarks send; unknown OpenAI parameters
+(temperature, top_p, ...) are accepted and ignored, as vLLM does. Errors use vLLM's ``ErrorResponse``
+shape and name the offending field in ``param``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from aiohttp import web
+
+from igw.sim.engine import EngineRequest
+
+MAX_BODY_BYTES: Final = 8 * 1024 * 1024
+DEFAULT_MAX_TOKENS_COMPLETIONS: Final = 16
+DEFAULT_MAX_TOKENS_CHAT: Final = 128
+
+
+class ApiError(Exception):
+    """An OpenAI-style error response (vLLM's ``ErrorResponse`` shape)."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+    def response(self) -> web.Response:
+        kind = {400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError"}.get(
+            self.status, "InternalServerError"
+        )
+        body = {
+            "object": "error",
+            "message": self.message,
+            "type": kind,
+            "param": self.param,
+            "code": self.status,
+        }
+        return web.json_response(body, status=self.status, dumps=lambda o: orjson.dumps(o).decode())
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    model: str
+    adapter: str | None
+    prompt_text: str
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    chat: bool
+
+
+def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[str, ...]) -> ParsedRequest:
+    """Validate an OpenAI completion / chat-completion body (errors name the field)."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, "'model' is required and must be a string", param="model")
+    adapter: str | None = None
+    if model != base_model:
+        if model not in adapters:
+            raise ApiError(404, f"The model `{model}` does not exist.", param="model")
+        adapter = model
+    if chat:
+        prompt_text = chat_prompt(body.get("messages"))
+        raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
+        default_max = DEFAULT_MAX_TOKENS_CHAT
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str) or not prompt:
+            raise ApiError(400, "'prompt' must be a non-empty string", param="prompt")
+        prompt_text = prompt
+        raw_max = body.get("max_tokens")
+        default_max = DEFAULT_MAX_TOKENS_COMPLETIONS
+    if raw_max is None:
+        max_tokens = default_max
+    elif isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1:
+        raise ApiError(400, "'max_tokens' must be a positive integer", param="max_tokens")
+    else:
+        max_tokens = raw_max
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be a boolean", param="stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise ApiError(400, "'stream_options' must be an object", param="stream_options")
+    include_usage = bool(options.get("include_usage", False))
+    return ParsedRequest(model, adapter, prompt_text, max_tokens, stream, include_usage, chat)
+
+
+def usage(req: EngineRequest) -> dict[str, Any]:
+    """The ``usage`` object, cached prompt tokens included."""
+    return {
+        "prompt_tokens": req.prompt_tokens,
+        "completion_tokens": req.output_tokens,
+        "total_tokens": req.prompt_tokens + req.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
+    }
+
+
+def sse_event(rid: str, obj: str, created: int, model: str, choice: dict[str, Any]) -> bytes:
+    payload = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def json_response(obj: object, *, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
+
+
+async def read_json(request: web.Request) -> object:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, f"request body larger than {MAX_BODY_BYTES} bytes") from None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+
+
+def chat_prompt(messages: object) -> str:
+    """Flatten chat messages with a simple template (``<|role|>content``); roles are part of the prefix."""
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+    parts: list[str] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(
+                400, f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]"
+            )
+        content = m.get("content", "")
+        if isinstance(content, list):
+            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            content = "".join(t for t in texts if isinstance(t, str))
+        if not isinstance(content, str):
+            raise ApiError(
+                400, f"messages[{i}].content must be a string or text parts", param=f"messages[{i}].content"
+            )
+        parts.append(f"<|{m['role']}|>{content}")
+    return "".join(parts) + "<|assistant|>"
