@@ -121,9 +121,9 @@ class FakeModelServer:
         )
         data: dict[str, Any] = orjson.loads(body)
         try:
-            if self.first_token_delay_s:
-                await asyncio.sleep(self.first_token_delay_s)
             if not data.get("stream"):
+                if self.first_token_delay_s:
+                    await asyncio.sleep(self.first_token_delay_s)
                 return web.json_response(
                     {
                         "id": "cmpl-1",
@@ -142,6 +142,8 @@ class FakeModelServer:
                 headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
             )
             await resp.prepare(request)
+            if self.first_token_delay_s:  # like vLLM: headers at once, then the prefill
+                await asyncio.sleep(self.first_token_delay_s)
             for i in range(self.tokens):
                 if self.die_after is not None and i == self.die_after:
                     assert request.transport is not None

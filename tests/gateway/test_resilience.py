@@ -175,3 +175,20 @@ async def test_health_and_readiness(gateway: Any) -> None:
     async with gateway(doc(), {"pool": []}, wait_fresh=False) as gw:
         empty = await gw.http.get(gw.url + "/readyz")
         assert empty.status == 503  # no endpoint anywhere: not ready
+
+
+async def test_silent_prefill_gets_sse_keepalive_comments(gateway: Any) -> None:
+    d = config_doc([scheduler("pool", MODEL)], routing={"sseKeepAliveInterval": "100ms"})
+    async with (
+        running(FakeModelServer("thinker", tokens=3, first_token_delay_s=0.45)) as (s,),
+        gateway(d, {"pool": [s.key]}) as gw,
+    ):
+        resp = await gw.post("/v1/completions", req(stream=True))
+        assert resp.status == 200
+        body = await resp.read()
+        pings = body.count(b": ping\n\n")
+        assert 2 <= pings <= 6
+        assert body.startswith(b": ping\n\n")
+        events = [e for e in body.replace(b": ping\n\n", b"").split(b"\n\n") if e]
+        assert [orjson.loads(e[6:])["choices"][0]["text"] for e in events[:3]] == ["tok0", "tok1", "tok2"]
+        assert events[-1] == b"data: [DONE]"

@@ -37,6 +37,7 @@ async def test_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),
             "--endpoints", str(tmp_path / "e.yaml"), "--host", "127.0.0.1", "--port", "0",
+            "--drain-seconds", "1",
             stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         try:
@@ -55,7 +56,18 @@ async def test_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
                 resp = await http.post(url + "/v1/completions", json={"model": "m", "prompt": "hi"})
                 assert resp.status == 200
                 assert (await resp.json())["server"] == "pod"
-            proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM)
+                draining = None
+                for _ in range(100):  # during the drain: not ready, but still serving
+                    draining = await http.get(url + "/readyz")
+                    if draining.status == 503:
+                        break
+                    await asyncio.sleep(0.02)
+                assert draining is not None
+                assert (await draining.json())["draining"] is True
+                assert (
+                    await http.post(url + "/v1/completions", json={"model": "m", "prompt": "hi"})
+                ).status == 200
             assert await asyncio.wait_for(proc.wait(), timeout=20) == 0
             assert proc.stdout is not None
             access = (await proc.stdout.read()).decode()

@@ -40,6 +40,7 @@ def test_schema_defaults_equal_the_code_defaults() -> None:
         "connectTimeout": code.connect_timeout_s,
         "streamIdleTimeout": code.stream_idle_timeout_s,
         "configReloadInterval": code.config_reload_interval_s,
+        "sseKeepAliveInterval": code.sse_keepalive_interval_s,
     }
     for key, seconds in durations.items():
         assert parse_duration(s[key]["default"]) == pytest.approx(seconds), key

@@ -21,7 +21,6 @@ from igw.bench.stats import percentile
 from igw.bench.workload import fleet_pods, flood_requests
 from igw.sim.des import simulate
 from igw.sim.presets import get_preset
-from igw.sim.spec import PodSpec
 
 MIN_FLOOD = 300
 MAX_FLOOD = 3000
@@ -92,7 +91,3 @@ def fleet_capacity(
         per_type.append(cap)
         total += cap.requests_per_s * group.count
     return FleetCapacity(per_type=tuple(per_type), requests_per_s=total)
-
-
-def single_pod(scenario: Scenario, group: PodGroup) -> PodSpec:
-    return next(p for p in fleet_pods(scenario) if p.preset == group.preset)

@@ -32,9 +32,9 @@ def scenario_table(run: ScenarioRun) -> Any:
     for _, header in _COLUMNS:
         table.add_column(header, justify="right")
     table.add_column("err", justify="right")
-    table.add_column("p99 vs RR", justify="right")
+    table.add_column("p99 cut vs RR", justify="right")
     if run.oracle is not None:
-        table.add_column("p99 vs oracle", justify="right")
+        table.add_column("p99 above oracle", justify="right")
     for name, pol in run.policies.items():
         if pol.unavailable is not None:
             table.add_row(name, f"[yellow]not run: {pol.unavailable}[/yellow]")

@@ -35,18 +35,18 @@ def fleet_pods(scenario: Scenario) -> list[PodSpec]:
     adapters = adapter_names(scenario)
     for group in scenario.fleet:
         gpu = group.preset.split("/")[-1]
-        for i in range(group.count):
-            pods.append(
-                PodSpec(
-                    preset=group.preset,
-                    name=f"{gpu}-{len([p for p in pods if p.preset == group.preset])}",
-                    engine=EngineKind(group.engine),
-                    labels={"gpu": gpu, "app": "model-server"},
-                    lora_adapters=adapters,
-                    max_loras=scenario.max_loras or 0,
-                )
+        already = sum(1 for p in pods if p.labels["gpu"] == gpu)
+        pods.extend(
+            PodSpec(
+                preset=group.preset,
+                name=f"{gpu}-{already + i}",
+                engine=EngineKind(group.engine),
+                labels={"gpu": gpu, "app": "model-server"},
+                lora_adapters=adapters,
+                max_loras=scenario.max_loras or 0,
             )
-            del i
+            for i in range(group.count)
+        )
     return pods
 
 

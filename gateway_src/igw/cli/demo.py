@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rate", type=float, default=20.0, help="offered requests per wall second (default 20)"
     )
-    parser.add_argument("--drain", type=float, default=45.0, help="wall seconds to wait after the last request")
+    parser.add_argument("--drain", type=float, default=45.0, help="wall s to wait after the last send")
     parser.add_argument(
         "--routers",
         default="round-robin,gateway-default",

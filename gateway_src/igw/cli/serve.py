@@ -43,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks one)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=5.0,
+        help="after SIGTERM, report not-ready for this long before stopping (default 5)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         reload=not args.no_reload,
+        drain_s=args.drain_seconds,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):  # uvloop is in the gateway extra; plain asyncio otherwise

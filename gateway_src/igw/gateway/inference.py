@@ -219,6 +219,7 @@ async def _schedule_and_proxy(
                     idle_timeout_s=state.runtime.settings.stream_idle_timeout_s if body.stream else None,
                     response_headers={"X-Request-Id": ctx.record.request_id},
                     on_prepared=prepared.append,
+                    keepalive_s=state.runtime.settings.sse_keepalive_interval_s,
                 )
             ok = result.ok
         except ConnectFailed as exc:

@@ -24,6 +24,7 @@ from igw.config.model import GatewayConfig
 from igw.gateway.app import create_app
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.guards import OpenGuard, RequestGuard
+from igw.gateway.inference import STATE_KEY
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import serve_app
 
@@ -44,6 +45,9 @@ class LaunchOptions:
     host: str = "0.0.0.0"
     port: int = 8080
     reload: bool = True
+    drain_s: float = 5.0
+    """After SIGTERM: seconds /readyz answers 503 while requests are still served, so the load
+    balancer stops routing here first; then in-flight requests finish and the process exits."""
 
 
 def picker_configs_from_dir(config: GatewayConfig, directory: Path | None) -> PickerConfigs:
@@ -150,6 +154,9 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         log.info("igw gateway %s serving %d scheduler(s) at %s", config.name, len(config.schedulers), url)
         try:
             await stop.wait()
+            app[STATE_KEY].draining = True
+            log.info("stopping: readiness is now false; draining for %gs", options.drain_s)
+            await asyncio.sleep(options.drain_s)
         finally:
             if tls is not None:
                 await tls[1].close()

@@ -43,6 +43,8 @@ class GatewayState:
         self.discovered: dict[str, list[DiscoveredEndpoint]] = {}
         self.bbr_adapters: dict[str, str] = {}
         self.discovery_ready = False
+        self.draining = False
+        """Set on SIGTERM: /readyz answers 503 so load balancers stop sending before we stop serving."""
         self.on_config_applied: list[Callable[[GatewayConfig], None]] = []
         """Called after a reload is applied (discovery follows new scheduler names and selectors)."""
         self.config_error: str | None = None
@@ -129,5 +131,7 @@ class GatewayState:
         }
         if self.config_error:
             detail["config_reload_error"] = self.config_error
-        ready = self.discovery_ready and any_usable and guard.ready
+        if self.draining:
+            detail["draining"] = True
+        ready = self.discovery_ready and any_usable and guard.ready and not self.draining
         return ready, detail

@@ -127,6 +127,7 @@ async def exchange(
     idle_timeout_s: float | None,
     response_headers: Mapping[str, str],
     on_prepared: Callable[[web.StreamResponse], None],
+    keepalive_s: float = 0.0,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` and relay the answer. Raises :class:`ConnectFailed` before anything was
     sent to the client; every later failure is turned into a response (or a terminal SSE event)."""
@@ -151,7 +152,12 @@ async def exchange(
     try:
         if upstream.content_type == "text/event-stream":
             return await _relay_stream(
-                request, upstream, started=started, extra=response_headers, on_prepared=on_prepared
+                request,
+                upstream,
+                started=started,
+                extra=response_headers,
+                on_prepared=on_prepared,
+                keepalive_s=keepalive_s,
             )
         return await _relay_whole(upstream, extra=response_headers, started=started)
     finally:
@@ -190,21 +196,35 @@ async def _relay_stream(
     started: float,
     extra: Mapping[str, str],
     on_prepared: Callable[[web.StreamResponse], None],
+    keepalive_s: float,
 ) -> ExchangeResult:
+    """Relay an SSE response. The client's response is started when the first upstream bytes arrive
+    (headers and first event leave back to back, which keeps the added TTFT down), so an upstream
+    that fails before sending anything still gets a proper HTTP error instead of a broken stream."""
     response = web.StreamResponse(status=upstream.status, headers=_response_headers(upstream, extra))
     result = ExchangeResult(
         response=response, status=upstream.status, ok=upstream.status < 500, streamed=True
     )
-    try:
-        await response.prepare(request)
-    except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
-        raise ClientGone() from exc
-    on_prepared(response)
     last: float | None = None
     usage: Mapping[str, int] | None = None
+    reader = upstream.content
     try:
-        async for chunk in upstream.content.iter_any():
+        while True:
+            quiet = asyncio.timeout(keepalive_s or None)
             try:
+                async with quiet:
+                    chunk = await reader.readany()
+            except TimeoutError:
+                if not quiet.expired():
+                    raise  # aiohttp's streamIdleTimeout, handled below
+                await _keepalive(request, response, on_prepared)
+                continue
+            if not chunk:
+                break
+            try:
+                if not response.prepared:
+                    await response.prepare(request)
+                    on_prepared(response)
                 await response.write(chunk)
             except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
                 raise ClientGone() from exc
@@ -228,15 +248,37 @@ async def _relay_stream(
             if isinstance(exc, TimeoutError)
             else "closed the stream"
         )
+        message = f"upstream model server {kind} before the response was complete"
+        if not response.prepared:  # nothing sent to the client yet: a plain HTTP error
+            return ExchangeResult(
+                response=error_response(502, message=message, error_type="upstream_error", code=502),
+                status=502,
+                ok=False,
+                error=f"upstream {kind}: {type(exc).__name__}",
+            )
         result.ok = False
         result.error = f"upstream {kind}: {type(exc).__name__}"
-        await _terminal_error(
-            response, message=f"upstream model server {kind} before the response was complete"
-        )
+        await _terminal_error(response, message=message)
     result.usage = usage
     with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
+        if not response.prepared:
+            await response.prepare(request)
+            on_prepared(response)
         await response.write_eof()
     return result
+
+
+async def _keepalive(
+    request: web.Request, response: web.StreamResponse, on_prepared: Callable[[web.StreamResponse], None]
+) -> None:
+    """An SSE comment line (ignored by clients) so idle-timeout proxies keep a silent stream open."""
+    try:
+        if not response.prepared:
+            await response.prepare(request)
+            on_prepared(response)
+        await response.write(b": ping\n\n")
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
+        raise ClientGone() from exc
 
 
 async def _terminal_error(response: web.StreamResponse, *, message: str) -> None:

@@ -28,6 +28,7 @@ DEFAULT_DRAIN_WINDOW: Final = "30s"
 DEFAULT_CONNECT_TIMEOUT: Final = "2s"
 DEFAULT_STREAM_IDLE_TIMEOUT: Final = "60s"
 DEFAULT_CONFIG_RELOAD_INTERVAL: Final = "1s"
+DEFAULT_SSE_KEEPALIVE_INTERVAL: Final = "15s"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +55,8 @@ class RoutingSettings:
     stream_idle_timeout_s: float = 60.0
     """A streaming upstream silent this long is treated as dead (terminal SSE error event).
     Non-streaming requests are bounded by ``routeTimeout`` only: their upstream is silent until done."""
+    sse_keepalive_interval_s: float = 15.0
+    """A silent stream gets an SSE ``: ping`` comment this often (ALB idle timeout is 60 s); 0 = off."""
     config_reload_interval_s: float = 1.0
     """How often ``igw serve`` checks its configuration file for changes."""
 
@@ -85,6 +88,7 @@ class RoutingSettings:
             drain_window_s=duration("drainWindow", DEFAULT_DRAIN_WINDOW),
             connect_timeout_s=duration("connectTimeout", DEFAULT_CONNECT_TIMEOUT),
             stream_idle_timeout_s=duration("streamIdleTimeout", DEFAULT_STREAM_IDLE_TIMEOUT),
+            sse_keepalive_interval_s=duration("sseKeepAliveInterval", DEFAULT_SSE_KEEPALIVE_INTERVAL),
             config_reload_interval_s=duration("configReloadInterval", DEFAULT_CONFIG_RELOAD_INTERVAL),
         )
         if settings.retry_after_min_s > settings.retry_after_max_s:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from igw.bench.policies.baselines import LeastRequestPolicy, PowerOfTwoPolicy, RandomPolicy, RoundRobinPolicy
@@ -27,8 +27,7 @@ class PolicyContext:
     weights: Mapping[str, float] | None = None
     """Explicit gateway weights (``igw bench --weights``); ``None`` = the entry's own."""
     saturation_off: bool = True
-    """Disable the gateway's 429 admission so every policy serves every request (see ``gateway``)."""
-    extras: Mapping[str, object] = field(default_factory=dict)
+    """Disable the gateway's 429 admission so every policy serves every request (see ``_gateway``)."""
 
 
 PolicyBuilder = Callable[[PolicyContext], RoutingPolicy]
