@@ -38,3 +38,17 @@ def test_des_run_is_reproducible_and_ranks_the_oracle_above_round_robin_on_a_mix
     [a95, a99] = compare(first, again)
     assert a95.agrees
     assert a99.agrees
+
+
+def test_tune_ranks_candidates_by_their_p99_relative_to_the_oracle() -> None:
+    import math
+
+    from igw.bench.tune import tune
+
+    candidates = [{"queue": 2, "kvCache": 2, "prefix": 3, "predictedLatency": 1}, {"prefix": 1}]
+    rows, baselines = tune([DEMO], candidates=candidates, duration_scale=0.05)
+    assert [r.objective for r in rows] == sorted(r.objective for r in rows)
+    assert all(math.isfinite(r.objective) and r.objective > 0 for r in rows)
+    # Prefix-only routing is blind to the A10Gs' slowness on a mixed fleet: it must rank last.
+    assert rows[-1].weights == {"prefix": 1}
+    assert baselines[DEMO.name]["oracle"] < baselines[DEMO.name]["round-robin"]

@@ -62,3 +62,45 @@ async def test_never_ready_times_out_and_the_process_is_killed(tmp_path: Path) -
             pass
     pid = int(log.read_text().split()[0])
     assert not _alive(pid)
+
+
+def _children(ppid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == ppid:
+                out.append(int(entry.name))
+    return out
+
+
+def test_sigterm_during_the_demo_stops_the_router_process_and_exits_130(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "igw.cli.main", "demo", "--out", str(tmp_path / "out"), "--requests", "200"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        routers: list[int] = []
+        while not routers and time.monotonic() < deadline:
+            time.sleep(0.2)
+            routers = [
+                p for p in _children(demo.pid) if b"rr_proxy" in Path(f"/proc/{p}/cmdline").read_bytes()
+            ]
+        assert routers, "the demo never started its round-robin proxy"
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(timeout=30) == 130
+        for pid in routers:
+            assert not _alive(pid)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()

@@ -93,11 +93,15 @@ def gateway(tmp_path: Path) -> Callable[..., Any]:
         guard: RequestGuard | None = None,
         wait_fresh: bool = True,
         reload: bool = False,
+        services: Mapping[str, list[str]] | None = None,
     ) -> AsyncIterator[Gateway]:
         config_path = tmp_path / "igwc.yaml"
         config_path.write_text(yaml.safe_dump(doc))
         endpoints_path = tmp_path / "endpoints.yaml"
-        endpoints_path.write_text(yaml.safe_dump({"schedulers": dict(endpoints)}))
+        endpoints_doc: dict[str, Any] = {"schedulers": dict(endpoints)}
+        if services is not None:
+            endpoints_doc["services"] = dict(services)
+        endpoints_path.write_text(yaml.safe_dump(endpoints_doc))
         config = load_gateway_config(config_path)
         app = create_app(
             config,

@@ -8,9 +8,17 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from igw.config.model import BbrSpec, ConfigMapRef, GatewayConfig, LabelSelector, SchedulerSpec
+from igw.config.model import (
+    BbrSpec,
+    ConfigMapRef,
+    DefaultBackend,
+    GatewayConfig,
+    LabelSelector,
+    SchedulerSpec,
+)
+from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.discovery.kube import adapters_from_config_map, pod_endpoint
-from igw.gateway.discovery.static_file import EndpointsFileError, parse_endpoints
+from igw.gateway.discovery.static_file import EndpointsFileError, parse_endpoints, parse_services
 from igw.gateway.endpoints import DiscoveredEndpoint, EndpointPool
 from igw.gateway.model_router import ModelRouter
 from igw.gateway.request_body import BadRequestBody, parse_body
@@ -113,8 +121,31 @@ def test_endpoints_file_parsing_and_errors() -> None:
         "schedulers.llama[1]: unknown field 'port'",
         "schedulers.llama[1].address: expected 'host:port' with a port 1-65535, got 'h:70000'",
     )
-    with pytest.raises(EndpointsFileError, match="exactly one key, 'schedulers'"):
+    with pytest.raises(EndpointsFileError, match=r"the key 'schedulers' \(and optionally 'services'\)"):
         parse_endpoints(["x"], path=Path("e.yaml"), names=names)
+    with pytest.raises(EndpointsFileError, match="optionally 'services'"):
+        parse_endpoints({"schedulers": {}, "extra": {}}, path=Path("e.yaml"), names=names)
+
+
+def test_services_section_and_default_backend_addresses() -> None:
+    doc = {"schedulers": {}, "services": {"fallback": ["127.0.0.1:9000", "127.0.0.1:9001"]}}
+    assert parse_services(doc, path=Path("e.yaml")) == {"fallback": ["127.0.0.1:9000", "127.0.0.1:9001"]}
+    assert parse_services({"schedulers": {}}, path=Path("e.yaml")) == {}
+    with pytest.raises(EndpointsFileError) as err:
+        parse_services({"services": {"a": [], "b": ["nohost"]}}, path=Path("e.yaml"))
+    assert err.value.problems == (
+        "services.a: expected a non-empty list of 'host:port'",
+        "services.b[0]: expected 'host:port', got 'nohost'",
+    )
+    local = DefaultBackendResolver(service_domain=None)
+    assert local.address(None) is None
+    assert local.address(DefaultBackend(name=None)) is None
+    assert local.address(DefaultBackend(name="localhost", port=9000)) == "localhost:9000"
+    local.apply_services(parse_services(doc, path=Path("e.yaml")))
+    spec = DefaultBackend(name="fallback")
+    assert [local.address(spec) for _ in range(3)] == ["127.0.0.1:9000", "127.0.0.1:9001", "127.0.0.1:9000"]
+    cluster = DefaultBackendResolver(service_domain="inference.svc")
+    assert cluster.address(DefaultBackend(name="fallback")) == "fallback.inference.svc:8000"
 
 
 def test_pool_replace_keeps_state_of_survivors() -> None:

@@ -86,15 +86,16 @@ async def test_sglang_without_enable_metrics_is_reported_and_not_routed_to(gatew
                 assert served_by(body) == "good"
 
 
-async def test_hung_pod_is_excluded_and_recovers_when_it_answers_again(gateway: Any) -> None:
-    # HANG rather than KILL: the simulator's KILL stops listening but keeps serving idle keep-alive
-    # connections, so a pooled scraper still gets answers (reported to the simulator's owner).
+@pytest.mark.parametrize("fault", [FaultKind.KILL, FaultKind.HANG])
+async def test_dead_or_hung_pod_is_excluded_and_recovers(gateway: Any, fault: FaultKind) -> None:
+    # KILL closes the pod's pooled keep-alive connections too (a dead process), so the scraper's
+    # next scrape fails at once; HANG leaves them open and silent until the scrape timeout.
     spec = fleet(pod("a"), pod("b"))
     async with run_fleet(spec, admin=False) as f:
         a, b = f.pods
         async with gateway(config_doc([scheduler("llama", "llama")]), {"llama": [a.key, b.key]}) as gw:
-            await f.inject("a", FaultSpec(kind=FaultKind.HANG))
-            await wait_for(lambda: not gw.fresh("llama", a.key), what="hung pod excluded")
+            await f.inject("a", FaultSpec(kind=fault))
+            await wait_for(lambda: not gw.fresh("llama", a.key), what=f"{fault.value} pod excluded")
             for i in range(6):
                 resp = await gw.post("/v1/completions", {"model": "llama", "prompt": f"question {i}"})
                 assert resp.status == 200

@@ -246,6 +246,25 @@ async def test_kill_and_revive_through_the_admin_api() -> None:
                 assert r.status == 200
 
 
+async def test_kill_also_closes_idle_keep_alive_connections() -> None:
+    """A killed pod is a dead process: a pooled client must not get answers over an old connection."""
+    async with run_fleet(fleet_spec(H100), admin=False) as fleet:
+        pod = fleet.pods[0]
+        connector = aiohttp.TCPConnector(limit=1, keepalive_timeout=60)
+        async with aiohttp.ClientSession(connector=connector) as s:
+            async with s.get(pod.url + "/health") as r:
+                assert r.status == 200
+                await r.read()
+            await fleet.inject("h", FaultSpec(kind=FaultKind.KILL))
+            for _ in range(3):
+                with pytest.raises(aiohttp.ClientConnectionError):
+                    async with s.get(pod.url + "/metrics") as r:
+                        await r.read()
+            await fleet.clear("h")
+            async with s.get(pod.url + "/health") as r:
+                assert r.status == 200
+
+
 async def test_admin_api_rejects_bad_input_naming_the_field() -> None:
     async with run_fleet(fleet_spec(H100)) as fleet:
         status, out = await _admin(fleet, "POST", "/pods/h/faults", {"kind": "slow", "factor": "fast"})

@@ -6,8 +6,9 @@ large as ``max_num_seqs`` and the KV cache allow), and the steady completion rat
 the 20th and 80th percentile of finish times (skipping the ramp-up and the drain). Fleet capacity is
 the sum over pods. No routing policy is involved, so no policy is favoured by the choice of rate.
 
-A sweep of offered rates around that figure (:func:`sweep`) shows where queueing sets in; it is
-reported alongside, not used to pick the rate.
+This is a saturation probe, not a sweep of offered rates: a first try at a Poisson sweep around the
+probed figure needed windows much longer than the scenarios' to show the knee reliably, so it was
+left out rather than reported half-measured (docs/benchmark.md, "Not done yet").
 """
 
 from __future__ import annotations

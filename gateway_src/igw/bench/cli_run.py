@@ -66,6 +66,8 @@ def run_bench(args: argparse.Namespace) -> int:
             raise ValueError(f"--summarize: {directory} is not a directory")
         print(write_summary(directory).read_text())
         return 0
+    if args.tune:
+        return _run_tune(args)
     if not args.scenarios and not args.trace:
         raise ValueError("name at least one scenario (see --list) or pass --trace FILE")
     if args.duration_scale <= 0:
@@ -129,4 +131,60 @@ def run_bench(args: argparse.Namespace) -> int:
 
         index.append(write_summary(out).name)
     console.print(f"reports written to {out}/ ({', '.join(index)}) in {time.monotonic() - started:.0f}s")
+    return 0
+
+
+def _run_tune(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from igw.bench.tune import DEFAULT_CANDIDATES, DEFAULT_SCENARIOS, tune
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=170)
+    scenarios = resolve(list(args.scenarios) or list(DEFAULT_SCENARIOS))
+    weights = _parse_weights(args.weights)
+    candidates = [DEFAULT_CANDIDATES[0], weights] if weights is not None else list(DEFAULT_CANDIDATES)
+    seeds = args.seeds or [1]
+    scale = args.duration_scale * 0.25
+    with console.status("tuning") as status:
+        rows, baselines = tune(scenarios, candidates=candidates, seeds=seeds, duration_scale=scale,
+                               progress=status.update)  # fmt: skip
+    table = Table(
+        title="gateway weight candidates, best first (TTFT p99 in ms; objective = geomean p99 / oracle)"
+    )
+    table.add_column("weights", overflow="fold", max_width=44)
+    for s in scenarios:
+        b = baselines[s.name]
+        table.add_column(
+            f"{s.name}\n(RR {b['round-robin'] * 1000:.0f}, oracle {b['oracle'] * 1000:.0f})", justify="right"
+        )
+    table.add_column("objective", justify="right")
+    for row in rows:
+        table.add_row(
+            orjson.dumps(row.weights).decode(),
+            *(f"{row.p99_s[s.name] * 1000:.0f}" for s in scenarios),
+            f"{row.objective:.2f}",
+        )
+    console.print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "command": "igw bench " + shlex.join(sys.argv[2:]),
+        "seeds": seeds,
+        "duration_scale": scale,
+        "baselines_p99_s": baselines,
+        "candidates": [
+            {
+                "weights": r.weights,
+                "p99_s": r.p99_s,
+                "ratio_to_oracle": r.ratio_to_oracle,
+                "objective": r.objective,
+            }
+            for r in rows
+        ],
+    }
+    (out / "tune.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    console.print(f"written {out / 'tune.json'}; best: {orjson.dumps(rows[0].weights).decode()}")
     return 0

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from pathlib import Path
 
 from igw.bench.capacity import fleet_capacity
 from igw.bench.console import scenario_table, share_table
+from igw.bench.interrupt import run_interruptible
 from igw.bench.live_runner import LiveOptions, run_live
 from igw.bench.report import write_report
 from igw.bench.routers import ROUTERS
@@ -94,7 +94,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 on_router=on_router,
                 command="igw demo " + " ".join(sys.argv[2:]),
             )
-            run = asyncio.run(live)
+            run = run_interruptible(live)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: every process the demo started has been stopped[/yellow]")
         return 130

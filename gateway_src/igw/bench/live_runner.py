@@ -247,6 +247,7 @@ def run_live_cli(
     from igw.bench.agreement import compare
     from igw.bench.console import scenario_table, share_table
     from igw.bench.des_runner import DesOptions, run_des
+    from igw.bench.interrupt import run_interruptible
     from igw.bench.peers import install
     from igw.bench.report import write_report
     from igw.bench.scenarios import resolve
@@ -277,7 +278,7 @@ def run_live_cli(
             weights=args.parsed_weights,
         )
         with console.status(f"{scenario.name}: live") as status:
-            live = asyncio.run(
+            live = run_interruptible(
                 run_live(scenario, options=options, capacity=cap, say=status.update, command=command)
             )
         live.scenario = f"{scenario.name}-live"

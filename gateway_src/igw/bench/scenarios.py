@@ -65,8 +65,9 @@ class SteadyLoad:
 
 @dataclass(frozen=True, slots=True)
 class BurstLoad:
-    """On/off arrivals: Poisson at ``calm_fraction`` of capacity, and every ``period_s`` a burst of
-    ``burst_s`` seconds at ``peak_fraction`` of capacity (above 1: the fleet is overloaded)."""
+    """On/off arrivals (Markov-modulated Poisson): ``calm_fraction`` of capacity, bursts at
+    ``peak_fraction`` (above 1: the fleet is overloaded); burst and calm durations are exponential
+    with means ``burst_s`` and ``period_s - burst_s``."""
 
     calm_fraction: float
     peak_fraction: float
@@ -147,8 +148,9 @@ def _describe_load(load: Load) -> str:
     if isinstance(load, SteadyLoad):
         return f"Poisson at {load.fraction:.0%} of measured capacity"
     return (
-        f"on/off: {load.calm_fraction:.0%} of capacity, bursts of {load.burst_s:g} s at "
-        f"{load.peak_fraction:.0%} every {load.period_s:g} s (mean {load.mean_fraction():.0%})"
+        f"on/off (Markov-modulated Poisson): {load.calm_fraction:.0%} of capacity, bursts at "
+        f"{load.peak_fraction:.0%} lasting {load.burst_s:g} s on average, calm periods "
+        f"{load.period_s - load.burst_s:g} s on average (mean load {load.mean_fraction():.0%})"
     )
 
 

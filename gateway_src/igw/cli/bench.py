@@ -7,6 +7,7 @@ Examples::
     igw bench all --seeds 1,2,3,4,5 --out bench-results
     igw bench homogeneous-steady --policies round-robin,gateway-default,oracle --quick
     igw bench --trace trace.jsonl --fleet fleet.yaml
+    igw bench --tune                               # weight search (default candidates and scenarios)
     igw bench mixed-fleet-8b --mode live --peers   # real HTTP: gateway, round-robin proxy, peer routers
 """
 
@@ -40,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--list", action="store_true", help="list scenarios and policies, then exit")
     parser.add_argument("--summarize", metavar="DIR", help="rebuild DIR/summary.md from a run's JSON reports")
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="rank gateway weight candidates by TTFT p99 / oracle's over the scenarios (DES, quick scale)",
+    )
     parser.add_argument("--trace", metavar="FILE", help="replay a JSONL/CSV trace instead of a scenario")
     parser.add_argument("--fleet", metavar="FLEET.yaml", help="fleet for --trace (default: mixed-fleet-8b's)")
     parser.add_argument("--trace-speedup", type=float, default=1.0, help="divide trace arrival times by this")
@@ -88,3 +94,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"igw bench: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("igw bench: interrupted; every process it started has been stopped", file=sys.stderr)
+        return 130

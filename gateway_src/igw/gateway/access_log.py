@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 import orjson
 
@@ -44,7 +44,12 @@ class AccessRecord:
     def emit(self) -> None:
         if not access_log.isEnabledFor(logging.INFO):
             return
-        record = {k: v for k, v in asdict(self).items() if v is not None}
+        # Not dataclasses.asdict: it deep-copies ``scores`` (~100 calls per request, the largest
+        # share of the gateway's own per-request CPU when profiled); a shallow read is enough here.
+        record = {k: v for k in _FIELDS if (v := getattr(self, k)) is not None}
         if self.scores:
             record["scores"] = {k: {n: round(v, 4) for n, v in s.items()} for k, s in self.scores.items()}
         access_log.info(orjson.dumps(record).decode())
+
+
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(AccessRecord))

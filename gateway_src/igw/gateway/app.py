@@ -25,9 +25,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from igw.config.model import GatewayConfig
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.errors import error_response
-from igw.gateway.guards import GuardDenied, OpenGuard, RequestGuard
+from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import SESSION_KEY, STATE_KEY, handle_inference
-from igw.gateway.reload import ConfigReloader, PickerConfigLoader
+from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.scraper import Scraper
 from igw.gateway.state import GatewayState
@@ -110,6 +110,8 @@ def create_app(
     config: GatewayConfig,
     *,
     guard: RequestGuard | None = None,
+    guard_factory: GuardFactory | None = None,
+    guard_ready_timeout_s: float = GUARD_READY_TIMEOUT_S,
     discovery: DiscoverySource | None = None,
     clock: Callable[[], float] = time.monotonic,
     rng: random.Random | None = None,
@@ -117,20 +119,28 @@ def create_app(
     config_path: Path | None = None,
     load_picker_configs: PickerConfigLoader | None = None,
     registry: CollectorRegistry | None = None,
+    service_domain: str | None = None,
 ) -> web.Application:
     """Build the gateway for ``config``.
 
-    ``guard``: request security (default :class:`OpenGuard`); ``discovery``: where endpoints come
-    from; ``config_path``: enables hot reload of that file; ``load_picker_configs``: resolves the
-    ``configMapRef`` EndpointPickerConfigs of a reloaded config (in-cluster: from ConfigMaps).
+    ``guard``: request security (default: ``guard_factory(config)``, else :class:`OpenGuard`);
+    ``guard_factory``: also rebuilds the guard when a hot reload changes what it reads
+    (``spec.auth``, ``spec.extensions.authorization``/``rateLimits``; without a factory the guard is
+    fixed); ``discovery``: where endpoints come from; ``config_path``: enables hot reload of that
+    file; ``load_picker_configs``: resolves the ``configMapRef`` EndpointPickerConfigs of a
+    reloaded config (in-cluster: from ConfigMaps); ``service_domain``: in-cluster
+    ``<namespace>.svc``, the DNS suffix of ``spec.bbr.defaultBackend`` Services.
     """
+    if guard is None:
+        guard = guard_factory(config) if guard_factory is not None else OpenGuard()
     state = GatewayState(
         config,
-        guard=guard if guard is not None else OpenGuard(),
+        guard=guard,
         clock=clock,
         rng=rng if rng is not None else random.Random(),
         picker_configs=picker_configs,
         registry=registry,
+        service_domain=service_domain,
     )
     app = web.Application(client_max_size=config.bbr.max_request_body_bytes, middlewares=[_openai_errors])
     app[STATE_KEY] = state
@@ -155,7 +165,13 @@ def create_app(
             runtime=lambda: state.runtime, session=scrape, clock=clock, metrics=state.metrics
         )
         reloader = (
-            ConfigReloader(config_path, state=state, load_picker_configs=load_picker_configs)
+            ConfigReloader(
+                config_path,
+                state=state,
+                load_picker_configs=load_picker_configs,
+                guard_factory=guard_factory,
+                guard_ready_timeout_s=guard_ready_timeout_s,
+            )
             if config_path is not None
             else None
         )

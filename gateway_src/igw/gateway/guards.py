@@ -15,9 +15,12 @@ must never raise anything else for bad client input (a bad token is a 401, not a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from igw.config.model import GatewayConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +119,16 @@ class OpenGuard:
 
     async def close(self) -> None:
         return None
+
+
+GuardFactory = Callable[["GatewayConfig"], RequestGuard]
+"""Builds the guard for a configuration (at start-up and on every hot reload that changes
+:func:`guard_inputs`); may raise ``ValueError`` naming the field of a bad setting."""
+
+GUARD_EXTENSIONS = ("authorization", "rateLimits")
+"""The ``spec.extensions`` sub-objects request security reads (besides ``spec.auth``)."""
+
+
+def guard_inputs(config: GatewayConfig) -> tuple[object, ...]:
+    """The parts of a configuration a guard is built from: a reload rebuilds it when they change."""
+    return (config.auth, *(config.extensions.get(name) for name in GUARD_EXTENSIONS))

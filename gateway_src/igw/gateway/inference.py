@@ -18,8 +18,9 @@ import aiohttp
 from aiohttp import web
 
 from igw.gateway.access_log import AccessRecord
+from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.errors import error_response
-from igw.gateway.guards import GuardDenied, Principal
+from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE, ModelRoute
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, InferenceBody, parse_body, read_limited
 from igw.gateway.runtime import SchedulerRuntime
@@ -47,6 +48,8 @@ MAX_ATTEMPTS = 2
 @dataclass(slots=True)
 class _Ctx:
     state: GatewayState
+    guard: RequestGuard
+    """The guard this request started with: a hot reload may swap ``state.guard`` meanwhile."""
     record: AccessRecord
     started: float
     model_label: str = UNKNOWN_MODEL
@@ -67,10 +70,12 @@ async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamRes
     state = request.app[STATE_KEY]
     started = time.perf_counter()
     request_id = request.headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex
-    ctx = _Ctx(state, AccessRecord(request_id=request_id, method=request.method, path=request.path), started)
+    guard = state.guard
+    record = AccessRecord(request_id=request_id, method=request.method, path=request.path)
+    ctx = _Ctx(state, guard, record, started)
     rt = state.runtime
     try:
-        principal = await state.guard.authenticate(request.headers)
+        principal = await guard.authenticate(request.headers)
         try:
             raw = await read_limited(request, limit=rt.config.bbr.max_request_body_bytes)
             body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
@@ -85,6 +90,15 @@ async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamRes
             )
         route = rt.router.resolve(body.model) if body.model else None
         if route is None:
+            target = state.default_backend.address(rt.config.bbr.default_backend)
+            if target is not None:
+                ctx.record.model, ctx.record.scheduler = body.model, DEFAULT_BACKEND_SCHEDULER
+                ctx.record.stream = body.stream
+                guard.authorize(principal, model=body.model or "")
+                await guard.admit(
+                    principal, model=body.model or "", est_tokens=body.prompt_tokens + (body.max_tokens or 0)
+                )
+                return await _proxy_to_default_backend(request, ctx, target, body, principal)
             return _finish(
                 ctx,
                 error_response(
@@ -102,8 +116,8 @@ async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamRes
             route.scheduler,
         )
         ctx.record.stream = body.stream
-        state.guard.authorize(principal, model=route.model)
-        await state.guard.admit(
+        guard.authorize(principal, model=route.model)
+        await guard.admit(
             principal, model=route.model, est_tokens=body.prompt_tokens + (body.max_tokens or 0)
         )
         sr = rt.schedulers[route.scheduler]
@@ -180,7 +194,7 @@ async def _schedule_and_proxy(
             ),
         )
     strip = (
-        state.guard.stripped_request_headers
+        ctx.guard.stripped_request_headers
         | {MODEL_HEADER, BASE_MODEL_HEADER}
         | {h.lower() for h in principal.forward_headers}
     )
@@ -268,20 +282,77 @@ async def _schedule_and_proxy(
                 code=502,
             ),
         )
+    return await _complete(ctx, result, body=body, principal=principal, model=route.model)
+
+
+async def _complete(
+    ctx: _Ctx, result: ExchangeResult, *, body: InferenceBody, principal: Principal, model: str
+) -> web.StreamResponse:
+    """After the upstream exchange: metrics, errors, token accounting with the guard, access log."""
+    m = ctx.state.metrics
     _observe(ctx, result)
     if result.error:
         ctx.record.error = result.error
         if result.streamed:
-            state.metrics.child(state.metrics.stream_errors, ctx.model_label).inc()
+            m.child(m.stream_errors, ctx.model_label).inc()
     usage = result.usage or {}
     prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens)
     completion_tokens = usage.get("completion_tokens", result.events)
     ctx.record.prompt_tokens, ctx.record.completion_tokens = prompt_tokens, completion_tokens
     with contextlib.suppress(GuardDenied):
-        await state.guard.account(
-            principal, model=route.model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        await ctx.guard.account(
+            principal, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
         )
     return _finish(ctx, result.response)
+
+
+async def _proxy_to_default_backend(
+    request: web.Request, ctx: _Ctx, target: str, body: InferenceBody, principal: Principal
+) -> web.StreamResponse:
+    """Forward, unscheduled, to ``spec.bbr.defaultBackend`` (see :mod:`igw.gateway.default_backend`)."""
+    settings = ctx.state.runtime.settings
+    ctx.record.endpoint, ctx.record.attempts = target, 1
+    add = {**principal.forward_headers, "X-Request-Id": ctx.record.request_id}
+    if body.model:
+        add["X-Gateway-Model-Name"] = body.model
+    strip = (
+        ctx.guard.stripped_request_headers
+        | {MODEL_HEADER, BASE_MODEL_HEADER}
+        | {h.lower() for h in principal.forward_headers}
+    )
+    prepared: list[web.StreamResponse] = []
+    try:
+        result = await exchange(
+            request,
+            session=request.app[SESSION_KEY],
+            endpoint=target,
+            body=body.raw,
+            headers=upstream_headers(request.headers, strip=strip, add=add),
+            started=ctx.started,
+            connect_timeout_s=settings.connect_timeout_s,
+            idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
+            response_headers={"X-Request-Id": ctx.record.request_id},
+            on_prepared=prepared.append,
+            keepalive_s=settings.sse_keepalive_interval_s,
+        )
+    except ConnectFailed as exc:
+        ctx.record.error = f"connect to default backend {target} failed: {exc}"
+        return _finish(
+            ctx,
+            error_response(
+                502,
+                message=f"could not connect to the default backend {target}",
+                error_type="upstream_error",
+                code=502,
+            ),
+        )
+    except ClientGone:
+        _client_gone(ctx)
+        return prepared[0] if prepared else web.Response(status=CLIENT_CLOSED)
+    except asyncio.CancelledError:
+        _client_gone(ctx)
+        raise
+    return await _complete(ctx, result, body=body, principal=principal, model=body.model or "")
 
 
 def _client_gone(ctx: _Ctx) -> None:

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from igw.config.model import GatewayConfig
 from igw.gateway.app import create_app
 from igw.gateway.discovery import DiscoverySource
-from igw.gateway.guards import OpenGuard, RequestGuard
+from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import serve_app
@@ -94,15 +94,22 @@ def kube_api_client(kubeconfig: str | None) -> Any:
     return client.ApiClient()
 
 
-def build_guard(config: GatewayConfig, registry: CollectorRegistry) -> RequestGuard:
-    """``igw.security``'s guard when installed (it reads spec.auth and our extensions), else open."""
+def guard_factory(registry: CollectorRegistry) -> GuardFactory:
+    """``igw.security``'s guards when installed (they read spec.auth and our extensions), else open.
+
+    A factory rather than one guard, so a hot reload that changes ``spec.auth`` or the security
+    extensions rebuilds the guard (see :mod:`igw.gateway.reload`).
+    """
     if importlib.util.find_spec("igw.security.factory") is None:
         log.warning("igw.security is not installed: requests are not authenticated (OpenGuard)")
-        return OpenGuard()
-    from igw.security.factory import build_request_guard
 
-    guard: RequestGuard = build_request_guard(config, registry=registry)
-    return guard
+        def open_guard(config: GatewayConfig) -> RequestGuard:
+            return OpenGuard()
+
+        return open_guard
+    from igw.security.factory import RequestGuardFactory
+
+    return RequestGuardFactory(registry=registry)
 
 
 async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
@@ -129,16 +136,16 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         discovery = StaticFileDiscovery.for_schedulers(Path(options.endpoints_file), config.schedulers)
     try:
         pickers = await asyncio.to_thread(load_pickers, config)
-        guard = build_guard(config, registry)
         tls = _tls(config)
         app = create_app(
             config,
-            guard=guard,
+            guard_factory=guard_factory(registry),
             discovery=discovery,
             picker_configs=pickers,
             config_path=Path(options.config_path) if options.reload else None,
             load_picker_configs=load_pickers,
             registry=registry,
+            service_domain=f"{config.namespace}.svc" if options.in_cluster else None,
         )
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc

@@ -1,10 +1,17 @@
 """Hot reload of the configuration file: poll, validate, swap - or keep the running config.
 
 The file is checked every ``configReloadInterval``; when its content changes it is loaded with the
-config engineer's loader (schema + admission rules) and the gateway runtime is rebuilt. Any failure
-(YAML, schema, admission rule, EndpointPickerConfig, routing extension) is logged with the
-validator's own message, counted as ``igw_config_reloads{result="rejected"}`` and shown in
-``/readyz``; the running configuration stays in force.
+config engineer's loader (schema + admission rules) and the gateway runtime is rebuilt. When the
+parts request security reads change (``spec.auth``, ``spec.extensions.authorization`` /
+``rateLimits``, see :func:`~igw.gateway.guards.guard_inputs`) and the gateway has a guard factory,
+a new request guard is built and started first and must become ready (JWKS loaded) within
+``guard_ready_timeout_s``; then runtime and guard are swapped together (no await in between, so no
+request sees one without the other) and the old guard is closed.
+
+Any failure (YAML, schema, admission rule, EndpointPickerConfig, routing extension, a guard setting,
+a guard that does not become ready) is logged with its own message, counted as
+``igw_config_reloads{result="rejected"}`` and shown in ``/readyz``; the running configuration and
+guard stay in force and a half-built new guard is closed.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from pathlib import Path
 from igw.config.errors import ConfigError
 from igw.config.loader import load_gateway_config
 from igw.config.model import GatewayConfig
+from igw.gateway.guards import GuardFactory, RequestGuard, guard_inputs
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.state import GatewayState
 from igw.scheduling.errors import SchedulerConfigError
@@ -26,6 +34,14 @@ from igw.scheduling.errors import SchedulerConfigError
 log = logging.getLogger("igw.gateway.reload")
 
 PickerConfigLoader = Callable[[GatewayConfig], PickerConfigs]
+GUARD_READY_TIMEOUT_S = 10.0
+"""How long a reloaded guard may take to become ready (load its issuer's keys) before the reload is
+rejected; twice the default JWKS fetch timeout."""
+_READY_POLL_S = 0.02
+
+
+class GuardReloadError(ValueError):
+    """The new configuration's request guard could not be built or did not become ready."""
 
 
 def _digest(path: Path) -> str:
@@ -39,10 +55,14 @@ class ConfigReloader:
         *,
         state: GatewayState,
         load_picker_configs: PickerConfigLoader | None = None,
+        guard_factory: GuardFactory | None = None,
+        guard_ready_timeout_s: float = GUARD_READY_TIMEOUT_S,
     ) -> None:
         self.path = path
         self.state = state
         self.load_picker_configs = load_picker_configs
+        self.guard_factory = guard_factory
+        self.guard_ready_timeout_s = guard_ready_timeout_s
         self._digest = _digest(path)
         self._task: asyncio.Task[None] | None = None
 
@@ -69,17 +89,55 @@ class ConfigReloader:
         if digest == self._digest:
             return None
         self._digest = digest
+        new_guard: RequestGuard | None = None
         try:
             config = load_gateway_config(self.path)
             pickers = None
             if self.load_picker_configs is not None:
                 pickers = await asyncio.to_thread(self.load_picker_configs, config)
+            new_guard = await self._next_guard(config)
             self.state.apply_config(config, picker_configs=pickers)
         except (ConfigError, SchedulerConfigError, ValueError) as exc:
+            if new_guard is not None:
+                await new_guard.close()
             return self._reject(str(exc))
+        if new_guard is not None:
+            old_guard, self.state.guard = self.state.guard, new_guard
+            await old_guard.close()
+            log.info("request guard rebuilt: %s", new_guard.readiness().detail)
         self.state.metrics.config_reloads.labels("applied").inc()
         log.info("configuration %s reloaded and applied", self.path)
         return True
+
+    async def _next_guard(self, config: GatewayConfig) -> RequestGuard | None:
+        """A started, ready guard for ``config``, or ``None`` when the running one still fits."""
+        if self.guard_factory is None or guard_inputs(config) == guard_inputs(self.state.runtime.config):
+            return None
+        try:
+            guard = self.guard_factory(config)
+        except ValueError as exc:
+            raise GuardReloadError(f"request guard: {exc}") from exc
+        try:
+            await guard.start()
+            await self._wait_ready(guard)
+        except BaseException as exc:
+            await guard.close()
+            if isinstance(exc, GuardReloadError):
+                raise
+            if isinstance(exc, Exception):
+                raise GuardReloadError(f"request guard failed to start: {exc!r}") from exc
+            raise
+        return guard
+
+    async def _wait_ready(self, guard: RequestGuard) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.guard_ready_timeout_s
+        while not (readiness := guard.readiness()).ready:
+            if loop.time() >= deadline:
+                raise GuardReloadError(
+                    f"request guard not ready after {self.guard_ready_timeout_s:g}s: {readiness.detail}"
+                )
+            await asyncio.sleep(_READY_POLL_S)
 
     def _reject(self, message: str) -> bool:
         self.state.config_error = message

@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from igw.config.model import GatewayConfig
+from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.guards import RequestGuard
 from igw.gateway.runtime import GatewayRuntime, PickerConfigs
@@ -33,6 +34,7 @@ class GatewayState:
         rng: random.Random,
         picker_configs: PickerConfigs | None = None,
         registry: CollectorRegistry | None = None,
+        service_domain: str | None = None,
     ) -> None:
         self.guard = guard
         self.clock = clock
@@ -42,6 +44,8 @@ class GatewayState:
         self.scraper: Scraper | None = None
         self.discovered: dict[str, list[DiscoveredEndpoint]] = {}
         self.bbr_adapters: dict[str, str] = {}
+        self.default_backend = DefaultBackendResolver(service_domain=service_domain)
+        """Where requests matching no scheduler go (``spec.bbr.defaultBackend``), see its module."""
         self.discovery_ready = False
         self.draining = False
         """Set on SIGTERM: /readyz answers 503 so load balancers stop sending before we stop serving."""
@@ -70,6 +74,9 @@ class GatewayState:
             log.info("bbr-managed LoRA adapters: %s", dict(sorted(adapters.items())))
         self.bbr_adapters = dict(adapters)
         self.runtime.with_bbr_adapters(self.bbr_adapters)
+
+    def apply_services(self, services: Mapping[str, Sequence[str]]) -> None:
+        self.default_backend.apply_services(services)
 
     # ---- hot reload -----------------------------------------------------------------------------
     def apply_config(self, config: GatewayConfig, *, picker_configs: PickerConfigs | None = None) -> None:

@@ -24,23 +24,56 @@ from igw.security.settings import AuthorizationSettings, RateLimitSettings
 from igw.security.verifier import TokenVerifier
 
 
+class RequestGuardFactory:
+    """Builds successive guards for one gateway (start-up, then each hot reload), sharing metrics.
+
+    Prometheus refuses to register a metric name twice in one registry, so every guard built here
+    reports through the same :class:`SecurityMetrics`. Satisfies ``igw.gateway.guards.GuardFactory``.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: CollectorRegistry | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+        jwks_ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._metrics = SecurityMetrics(registry=registry if registry is not None else REGISTRY)
+        self._clock = clock
+        self._rng = rng
+        self._jwks_ssl_context = jwks_ssl_context
+
+    def __call__(self, config: GatewayConfig) -> SecurityGuard:
+        return build_request_guard(
+            config,
+            clock=self._clock,
+            rng=self._rng,
+            metrics=self._metrics,
+            jwks_ssl_context=self._jwks_ssl_context,
+        )
+
+
 def build_request_guard(
     config: GatewayConfig,
     *,
     clock: Clock = SYSTEM_CLOCK,
     rng: random.Random | None = None,
     registry: CollectorRegistry | None = None,
+    metrics: SecurityMetrics | None = None,
     jwks_ssl_context: ssl.SSLContext | None = None,
 ) -> SecurityGuard:
-    """The guard enforcing ``config``.
+    """The guard enforcing ``config``; raises ``ValueError`` naming the field for a bad setting.
 
     ``registry``: where the security metrics are registered (default: prometheus_client's global
     registry; pass a fresh one when several guards live in one process, as in tests).
+    ``metrics``: already registered metrics to report through instead (see :class:`RequestGuardFactory`).
     ``jwks_ssl_context``: trust for the issuer's HTTPS endpoints (default: the system trust store).
     """
     settings = AuthorizationSettings.from_mapping(config.extensions.get("authorization"))
     limits = RateLimitSettings.from_mapping(config.extensions.get("rateLimits"))
-    metrics = SecurityMetrics(registry=registry if registry is not None else REGISTRY)
+    if metrics is None:
+        metrics = SecurityMetrics(registry=registry if registry is not None else REGISTRY)
     limiter = RateLimiter(
         settings=limits, backend=BACKENDS[limits.backend](limits, clock), clock=clock, metrics=metrics
     )

@@ -21,6 +21,7 @@ In both modes client copies of every forwarded identity header (``tenantHeader``
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,7 +63,7 @@ class SecurityGuard:
         if verifier is not None and not settings.forward_authorization:
             stripped.add("authorization")
         self.stripped_request_headers: frozenset[str] = frozenset(stripped)
-        metrics.auth_enabled.set(1 if verifier is not None else 0)
+        self._previous_owner: weakref.ref[SecurityGuard] | None = None
 
     @property
     def auth_enabled(self) -> bool:
@@ -121,18 +122,38 @@ class SecurityGuard:
         return GuardReadiness(ready=self._jwks.ready(), detail=self._jwks.readiness_detail())
 
     async def start(self) -> None:
+        self._claim_auth_gauge()
         if self._jwks is None:
             log.warning("%s; set spec.auth.jwt.provider to require a verified JWT", AUTH_DISABLED_DETAIL)
             return
         await self._jwks.start()
 
     async def close(self) -> None:
+        self._release_auth_gauge()
         if self._jwks is not None:
             await self._jwks.close()
         if self._limiter is not None:
             await self._limiter.close()
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _claim_auth_gauge(self) -> None:
+        """``igw_auth_enabled`` shows the most recently started guard's mode."""
+        owner = self._metrics.auth_enabled_owner
+        self._previous_owner = None
+        if isinstance(owner, SecurityGuard) and owner is not self:
+            self._previous_owner = weakref.ref(owner)
+        self._metrics.auth_enabled_owner = self
+        self._metrics.auth_enabled.set(1 if self.auth_enabled else 0)
+
+    def _release_auth_gauge(self) -> None:
+        """A started guard closed without replacing its predecessor (a rejected hot reload) hands
+        the gauge back, so it never claims authentication the serving guard does not enforce."""
+        previous = self._previous_owner() if self._previous_owner is not None else None
+        self._previous_owner = None
+        if self._metrics.auth_enabled_owner is self and previous is not None:
+            self._metrics.auth_enabled_owner = previous
+            self._metrics.auth_enabled.set(1 if previous.auth_enabled else 0)
 
     def _deny(self, reason: str, *, token_present: bool) -> Exception:
         self._metrics.auth_denied.labels(reason=reason).inc()

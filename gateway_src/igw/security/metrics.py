@@ -12,11 +12,17 @@ cardinality is bounded by the issuer, not by clients.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.metrics import MetricWrapperBase
 
 
 class SecurityMetrics:
     def __init__(self, *, registry: CollectorRegistry) -> None:
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self.auth_enabled_owner: object | None = None
+        """The started guard whose mode ``auth_enabled`` shows (guards are swapped on hot reload)."""
         self.auth_enabled = Gauge(
             "igw_auth_enabled",
             "1 when spec.auth is set and every inference request needs a verified JWT; 0 when open.",
@@ -71,3 +77,13 @@ class SecurityMetrics:
             ["backend"],
             registry=registry,
         )
+
+    def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        """``metric.labels(*labels)`` (positional, in declaration order), cached: the lookup costs
+        several µs and per-tenant counters are touched on every request. Tenants come from verified
+        tokens only (see the module docstring), so the cache is bounded like the label set."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found

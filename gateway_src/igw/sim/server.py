@@ -190,6 +190,7 @@ class LivePod:
                 await self._site.stop()
                 self._site = None
             self._cut_all(StreamCut.RST)
+            self._close_idle_connections()
             self.engine.pool.reset_prefix_cache()  # a restarted server starts with an empty cache
 
     async def clear(self, kind: FaultKind | None = None) -> None:
@@ -205,6 +206,18 @@ class LivePod:
                 self._frozen_page = None
             elif k is FaultKind.KILL and self.killed:
                 await self._listen()
+
+    def _close_idle_connections(self) -> None:
+        """Close every remaining (idle keep-alive) connection, as the kernel does for a dead process.
+
+        Stopping the listener alone would leave pooled clients (the gateway's scraper) talking to a
+        "killed" pod over connections they opened before the kill.
+        """
+        server = self._runner.server if self._runner is not None else None
+        if server is None:
+            return
+        for handler in server.connections:
+            handler.force_close()
 
     def _cut_all(self, mode: StreamCut) -> None:
         now = self._vnow_safe()

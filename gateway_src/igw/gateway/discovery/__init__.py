@@ -16,6 +16,10 @@ class DiscoverySink(Protocol):
 
     def apply_bbr_adapters(self, adapters: Mapping[str, str]) -> None: ...
 
+    def apply_services(self, services: Mapping[str, Sequence[str]]) -> None:
+        """Named plain backends (``host:port`` lists), e.g. ``spec.bbr.defaultBackend`` locally."""
+        ...
+
 
 class DiscoverySource(Protocol):
     async def start(self, sink: DiscoverySink) -> None: ...

@@ -1,13 +1,16 @@
 """Static endpoints for local use: ``igw serve --endpoints FILE`` (YAML or JSON), re-read on change.
 
 Format - scheduler names (or their ``modelName``) to endpoint lists; an entry is ``host:port`` or a
-mapping with ``address`` and optional ``labels``::
+mapping with ``address`` and optional ``labels``; optionally ``services``, plain backends by name
+(what a Kubernetes Service name would resolve to, e.g. ``spec.bbr.defaultBackend.name``)::
 
     schedulers:
       llama:
         - 127.0.0.1:8001
         - address: 127.0.0.1:8002
           labels: {gpu: a10g}
+    services:
+      fallback-svc: [127.0.0.1:9000]
 
 A file that fails to parse on a later change is reported and ignored (the previous endpoints stay),
 the same rule as the configuration file's hot reload.
@@ -53,10 +56,13 @@ def parse_endpoints(doc: Any, *, path: Path, names: Mapping[str, str]) -> dict[s
     problems: list[str] = []
     if (
         not isinstance(doc, Mapping)
-        or set(doc) != {"schedulers"}
+        or "schedulers" not in doc
+        or not set(doc) <= {"schedulers", "services"}
         or not isinstance(doc["schedulers"], Mapping)
     ):
-        raise EndpointsFileError(path, ["expected a mapping with exactly one key, 'schedulers'"])
+        raise EndpointsFileError(
+            path, ["expected a mapping with the key 'schedulers' (and optionally 'services')"]
+        )
     out: dict[str, list[DiscoveredEndpoint]] = {}
     for key, entries in doc["schedulers"].items():
         where = f"schedulers.{key}"
@@ -91,12 +97,33 @@ def parse_endpoints(doc: Any, *, path: Path, names: Mapping[str, str]) -> dict[s
     return out
 
 
-def read_endpoints_file(path: Path, *, names: Mapping[str, str]) -> dict[str, list[DiscoveredEndpoint]]:
+def parse_services(doc: Any, *, path: Path) -> dict[str, list[str]]:
+    """The optional ``services`` section: name -> list of ``host:port``."""
+    raw = doc.get("services", {}) if isinstance(doc, Mapping) else {}
+    if not isinstance(raw, Mapping):
+        raise EndpointsFileError(path, ["services: expected a mapping of name to a list of 'host:port'"])
+    problems: list[str] = []
+    out: dict[str, list[str]] = {}
+    for name, entries in raw.items():
+        if not isinstance(entries, list) or not entries:
+            problems.append(f"services.{name}: expected a non-empty list of 'host:port'")
+            continue
+        addresses = [_address(e, f"services.{name}[{i}]", problems) for i, e in enumerate(entries)]
+        out[str(name)] = [a for a in addresses if a is not None]
+    if problems:
+        raise EndpointsFileError(path, problems)
+    return out
+
+
+def read_endpoints_file(
+    path: Path, *, names: Mapping[str, str]
+) -> tuple[dict[str, list[DiscoveredEndpoint]], dict[str, list[str]]]:
+    """(endpoints per scheduler, services); either part failing rejects the whole file."""
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise EndpointsFileError(path, [str(exc)]) from exc
-    return parse_endpoints(doc, path=path, names=names)
+    return parse_endpoints(doc, path=path, names=names), parse_services(doc, path=path)
 
 
 def scheduler_names(schedulers: Sequence[SchedulerSpec]) -> dict[str, str]:
@@ -129,9 +156,10 @@ class StaticFileDiscovery:
     def _load_into(self, sink: DiscoverySink) -> None:
         st = self.path.stat()
         self._stamp = (st.st_mtime, st.st_size)
-        found = read_endpoints_file(self.path, names=self.names)
+        found, services = read_endpoints_file(self.path, names=self.names)
         for sched in set(self.names.values()):
             sink.apply_endpoints(sched, found.get(sched, []))
+        sink.apply_services(services)
 
     async def start(self, sink: DiscoverySink) -> None:
         self._load_into(sink)  # a bad file at start-up is fatal: raise to the caller

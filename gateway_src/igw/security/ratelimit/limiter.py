@@ -74,8 +74,9 @@ class RateLimiter:
     async def account(self, *, tenant: str | None, prompt_tokens: int, completion_tokens: int) -> None:
         key = self.tenant_key(tenant)
         if self._metrics is not None:
-            self._metrics.tenant_tokens.labels(tenant=key, kind="prompt").inc(max(0, prompt_tokens))
-            self._metrics.tenant_tokens.labels(tenant=key, kind="completion").inc(max(0, completion_tokens))
+            m = self._metrics
+            m.child(m.tenant_tokens, key, "prompt").inc(max(0, prompt_tokens))
+            m.child(m.tenant_tokens, key, "completion").inc(max(0, completion_tokens))
         limits = self._settings.limits_for(key)
         total = max(0, prompt_tokens) + max(0, completion_tokens)
         if limits.tokens_per_minute is None or total == 0:
@@ -141,4 +142,4 @@ class RateLimiter:
 
     def _count(self, tenant: str, outcome: str) -> None:
         if self._metrics is not None:
-            self._metrics.tenant_requests.labels(tenant=tenant, outcome=outcome).inc()
+            self._metrics.child(self._metrics.tenant_requests, tenant, outcome).inc()
