@@ -6,10 +6,12 @@ benchmark package stays cheap.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from igw.bench.results import ScenarioRun
+from igw.bench.stats import RequestSample
 
 MAX_QUEUE_PANELS = 6
 """At most this many policies get a queue-depth panel (baseline, gateway and oracle come first)."""
@@ -24,16 +26,30 @@ def _pyplot() -> Any:
     return plt
 
 
+def ttft_cdf_points(samples: Sequence[RequestSample]) -> tuple[list[float], list[float], int]:
+    """CDF points (TTFT seconds, cumulative fraction of *all* samples) and the count not answered."""
+    ttft = sorted(s.ttft_s for s in samples if s.ok and s.ttft_s is not None)
+    offered = len(samples)
+    ys = [(i + 1) / offered for i in range(len(ttft))]
+    return [max(t, 1e-4) for t in ttft], ys, offered - len(ttft)
+
+
 def plot_ttft_cdf(run: ScenarioRun, path: Path) -> Path:
-    """Empirical CDF of TTFT (first seed) per policy, log-scaled time axis."""
+    """Empirical CDF of TTFT (first seed) per policy, log-scaled time axis.
+
+    The denominator is *every* request the policy was offered, so a policy whose requests failed or
+    were never answered plateaus below 1.0 instead of looking fast on the few it did serve.
+    """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, pol in run.policies.items():
-        ttft = sorted(s.ttft_s for s in pol.samples if s.ok and s.ttft_s is not None)
-        if not ttft:
+        xs, ys, unanswered = ttft_cdf_points(pol.samples)
+        if not xs:
             continue
-        ys = [(i + 1) / len(ttft) for i in range(len(ttft))]
-        ax.step([max(t, 1e-4) for t in ttft], ys, where="post", label=name)
+        offered = len(pol.samples)
+        label = name if unanswered == 0 else f"{name} ({unanswered} of {offered} failed or unanswered)"
+        ax.step(xs, ys, where="post", label=label)
+    ax.set_ylim(0.0, 1.02)
     ax.set_xscale("log")
     ax.set_xlabel("TTFT (s, log scale)")
     ax.set_ylabel("fraction of requests")

@@ -15,6 +15,7 @@ from igw.scheduling.plugins import (
     lora_affinity_scorer,
     max_score_picker,
     no_hit_lru_scorer,
+    predicted_ttft_scorer,
     prefix_cache_scorer,
     queue_scorer,
     running_requests_scorer,
@@ -50,6 +51,7 @@ def build_registry() -> PluginRegistry:
     registry.register(inflight_scorer.TYPE, inflight_scorer.factory)
     registry.register(no_hit_lru_scorer.TYPE, no_hit_lru_scorer.factory)
     registry.register(endpoint_speed_scorer.TYPE, endpoint_speed_scorer.factory)
+    registry.register(predicted_ttft_scorer.TYPE, predicted_ttft_scorer.factory)
     registry.register(label_selector_filter.TYPE, label_selector_filter.factory)
     registry.register(max_score_picker.TYPE, max_score_picker.factory)
     registry.register(weighted_random_picker.TYPE, weighted_random_picker.factory)

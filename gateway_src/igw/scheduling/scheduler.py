@@ -9,6 +9,8 @@ Order of one ``pick`` (all in memory, no I/O, time only from ``now``):
    (GIE keeps routing to them, their issue #1497) and come back by themselves once fresh metrics
    arrive. If *no* endpoint is fresh, the scheduler does not fail: it ranks every endpoint by the
    gateway's own in-flight counts only (``active-request-scorer``).
+   Fresh endpoints' ``waiting`` and KV usage then include this scheduler's own dispatches since
+   their scrape (:mod:`igw.scheduling.dispatch_ledger`), so picks between two scrapes do not herd.
 3. Filters narrow the fresh set; an empty result -> ``NO_ENDPOINTS``.
 4. **Saturation**: no candidate with spare capacity -> ``SATURATED`` with a computed Retry-After.
 5. Scorers: each value clamped to [0, 1], multiplied by its weight, summed (not normalised, as GIE).
@@ -24,6 +26,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.framework import CycleContext, Filter, Picker, Plugin, Scorer, clamp01
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
@@ -70,6 +73,7 @@ class Scheduler:
         settings: RoutingSettings | None = None,
         rng: random.Random,
         clock: Callable[[], float] | None = None,
+        compensate_dispatches: bool = True,
     ) -> None:
         self.name = name
         self.profile = profile
@@ -78,6 +82,11 @@ class Scheduler:
         self.clock = clock
         """Kept for plugins that may need it later; every decision uses the ``now`` it is given."""
         self.drain = DrainTracker(window_s=self.settings.drain_window_s)
+        self.ledger: DispatchLedger | None = (
+            DispatchLedger(horizon_s=self.settings.stale_threshold_s) if compensate_dispatches else None
+        )
+        """Own dispatches not yet visible in a scrape (see :mod:`igw.scheduling.dispatch_ledger`);
+        ``None`` scores the raw scraped metrics, as GIE does."""
         self._fallback_scorer = InflightScorer(name="active-request-scorer(all-stale fallback)")
         self._plugins: tuple[Plugin, ...] = (
             *profile.filters,
@@ -99,6 +108,8 @@ class Scheduler:
         fresh = [e for e in endpoints if self.is_fresh(e, now)]
         if not fresh:
             return self._pick_all_stale(ctx, endpoints)
+        if self.ledger is not None:
+            fresh = self.ledger.effective(fresh, now=now)
         candidates = fresh
         for f in self.profile.filters:
             candidates = f.filter(ctx, candidates)
@@ -172,6 +183,8 @@ class Scheduler:
             columns.append((ws.scorer.name, w, values))
         ranked = self.profile.picker.rank(ctx, totals)
         chosen = candidates[ranked[0]]
+        if self.ledger is not None:
+            self.ledger.record(chosen.key, now=ctx.now, prompt_tokens=ctx.request.prompt_tokens)
         for plugin in self._plugins:
             plugin.on_picked(ctx, chosen)
         scores = {
@@ -190,11 +203,15 @@ class Scheduler:
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         self.drain.record(outcome.endpoint, now)
+        if self.ledger is not None:
+            self.ledger.on_complete(outcome)
         for plugin in self._plugins:
             plugin.on_complete(outcome, now=now)
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:
             self.drain.forget(key)
+        if self.ledger is not None:
+            self.ledger.forget(keys)
         for plugin in self._plugins:
             plugin.on_endpoints_removed(keys)

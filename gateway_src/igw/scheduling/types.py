@@ -71,6 +71,10 @@ class EndpointView:
     """Estimated prompt + max output tokens of those in-flight requests."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Pod labels (engine type, GPU generation, role...)."""
+    unreflected_dispatches: int = 0
+    """Requests this router dispatched to the endpoint after ``scraped_at`` that are probably still
+    waiting there (see :mod:`igw.scheduling.dispatch_ledger`). Filled in by the scheduler itself from
+    its own dispatch record; callers leave it 0."""
 
     def metrics_age(self, now: float) -> float | None:
         """Seconds since the last successful scrape, or ``None`` if there never was one."""
