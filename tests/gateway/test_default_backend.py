@@ -5,9 +5,10 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+import yaml
 from igw.gateway.model_router import NO_MATCH_MESSAGE
 
-from tests.gateway.conftest import config_doc, scheduler
+from tests.gateway.conftest import config_doc, scheduler, wait_for
 from tests.gateway.fake_model_server import FakeModelServer, running
 
 
@@ -77,3 +78,20 @@ async def test_default_backend_by_host_name_and_502_when_it_is_down(gateway: Any
             resp = await gw.post("/v1/completions", {"model": "other", "prompt": "x"})
             assert resp.status == 502
             assert "default backend" in (await resp.json())["error"]["message"]
+
+
+async def test_hot_reload_adds_and_removes_the_default_backend(gateway: Any) -> None:
+    async with running(FakeModelServer("a"), FakeModelServer("fb")) as (a, fb):
+        services = {"fallback-svc": [fb.key]}
+        async with gateway(doc(None), {"llama": [a.key]}, services=services, reload=True) as gw:
+            assert (await gw.post("/v1/completions", {"model": "other", "prompt": "x"})).status == 404
+            gw.config_path.write_text(yaml.safe_dump(doc({"name": "fallback-svc"})))
+            await wait_for(
+                lambda: gw.state.runtime.config.bbr.default_backend is not None, what="reload applied"
+            )
+            resp = await gw.post("/v1/completions", {"model": "other", "prompt": "x"})
+            assert (await resp.json())["server"] == "fb"
+            gw.config_path.write_text(yaml.safe_dump(doc(None)))
+            await wait_for(lambda: gw.state.runtime.config.bbr.default_backend is None, what="removed")
+            assert (await gw.post("/v1/completions", {"model": "other", "prompt": "x"})).status == 404
+            assert len(fb.received) == 1

@@ -142,21 +142,21 @@ async def test_measured_speed_steers_traffic_to_the_faster_gpu(gateway: Any) -> 
         pod("slow", preset="llama-3.1-8b/a10g", labels={"gpu": "a10g"}),
         time_scale=1.0,
     )
-    # speed only (prefix off), so the measured inter-token latency decides once both are measured
+    # speed only (prefix off), so the measured time to first token decides once both are measured
     doc = config_doc([scheduler("llama", "llama", weights={"prefix": 0, "queue": 0, "kvCache": 0})])
     async with run_fleet(spec, admin=False) as f:
         fast, slow = f.pods
         async with gateway(doc, {"llama": [fast.key, slow.key]}) as gw:
             speed = gw.state.runtime.schedulers["llama"].scheduler.profile.scorers[0].scorer
-            assert speed.type_name == "endpoint-speed-scorer"
+            assert speed.type_name == "predicted-ttft-scorer"
             body = {"model": "llama", "prompt": "count to twenty", "max_tokens": 6, "stream": True}
             for _ in range(12):
                 await (await gw.post("/v1/completions", body)).read()
-                if len(speed.itl) == 2:  # type: ignore[attr-defined]
+                if len(speed.ttft.values) == 2:  # type: ignore[attr-defined]
                     break
-            itl = speed.itl  # type: ignore[attr-defined]
-            assert set(itl) == {fast.key, slow.key}
-            assert itl[fast.key] < itl[slow.key]
+            ttft = speed.ttft.values  # type: ignore[attr-defined]
+            assert set(ttft) == {fast.key, slow.key}
+            assert ttft[fast.key] < ttft[slow.key]
             served = []
             for _ in range(6):
                 resp = await gw.post("/v1/completions", {**body, "stream": False})

@@ -1,32 +1,28 @@
-"""Staleness compensation: add the router's own recent dispatches to each endpoint's scraped metrics.
+"""Staleness compensation: count the router's own dispatches that a scrape cannot show yet.
 
-Why: every pick between two scrapes of an endpoint sees the *same* snapshot, and an engine publishes a
-new request in ``waiting`` / KV usage only after it has received (and, for KV, scheduled) it. A
-deterministic max-score picker therefore sends every request of that window to the same "best" pod
-(herding). Measured on ``igw bench homogeneous-steady``: the KV-utilisation scorer alone gave TTFT
-p50 91 ms vs 19 ms for round-robin, because consecutive arrivals piled onto the pod whose KV looked
-emptiest. Serious routers account for their own dispatches since the snapshot; so does this layer.
+Why: every pick between two scrapes of an endpoint sees the *same* snapshot, and an engine shows a
+new request in ``waiting`` only after it has received it. A deterministic max-score picker therefore
+sends every request of that window to the same "best" pod (herding). Measured on
+``igw bench homogeneous-steady --quick``: gateway-default (queue 2, kvCache 2, prefix 3,
+predictedLatency 1) had TTFT p50 69 ms vs 19 ms for round-robin. Serious routers account for their
+own dispatches since the snapshot; so does this layer.
 
-What it does, per endpoint, before any scorer runs:
+Per endpoint the ledger annotates the view with ``unreflected_dispatches``: requests this router
+dispatched there at or after ``scraped_at`` *and* less than the endpoint's measured time to first
+token ago (an exponentially weighted mean of ``RequestOutcome.ttft_s``). A request older than its
+endpoint's TTFT has most likely been scheduled already, so counting it as waiting would over-penalise
+fast endpoints: an H100 that admits a request within ~30 ms carries it for ~30 ms, an A10G for its
+~250 ms. Without a TTFT measurement yet, every dispatch since the scrape counts.
 
-* ``effective waiting = scraped waiting + n`` where ``n`` = requests this router dispatched to the
-  endpoint at or after ``scraped_at`` (not yet visible in the scrape) *and* less than the endpoint's
-  measured time to first token ago (an exponentially weighted mean of ``RequestOutcome.ttft_s``):
-  a request older than that has most likely been scheduled already, so counting it as waiting would
-  over-penalise fast endpoints. This is what keeps the compensation speed-aware on mixed fleets: an
-  H100 that admits a request within ~30 ms carries it for ~30 ms, an A10G for its ~250 ms;
-* ``effective KV usage = scraped usage + their estimated prompt blocks / num_gpu_blocks`` when the
-  endpoint publishes its block size and block count (vLLM ``cache_config_info``), capped at 1.
-
-The GIE scorer formulas are untouched: they simply read the effective metrics. Entries are dropped
-as soon as a scrape at or after their dispatch time arrives (the engine then reports them itself), or
-after ``horizon_s`` for an endpoint that stops being scraped, so memory stays bounded without any
-completion callback.
+The scraped metrics themselves are left untouched, so the GIE scorers (queue, KV, prefix, LoRA) keep
+their documented semantics; the speed-aware ``predicted-ttft-scorer`` (``predictedLatency``) is the
+scorer that reads the annotation. Entries are dropped as soon as a scrape at or after their dispatch
+time arrives (the engine then reports them itself), or after ``horizon_s`` for an endpoint that is
+no longer scraped, so memory stays bounded without any completion callback.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
@@ -38,55 +34,46 @@ DEFAULT_TTFT_ALPHA = 0.2
 
 
 class DispatchLedger:
-    """Dispatches per endpoint not yet reflected in that endpoint's latest scrape."""
+    """Dispatch times per endpoint not yet reflected in that endpoint's latest scrape."""
 
     def __init__(self, *, horizon_s: float, ttft_alpha: float = DEFAULT_TTFT_ALPHA) -> None:
         self.horizon_s = horizon_s
         self.ttft = EndpointEwma(alpha=ttft_alpha)
-        self._pending: dict[EndpointKey, deque[tuple[float, int]]] = {}
+        self._pending: dict[EndpointKey, deque[float]] = {}
+
+    def record(self, key: EndpointKey, *, now: float) -> None:
+        """Remember one dispatch (called once per successful pick)."""
+        self._pending.setdefault(key, deque()).append(now)
 
     def on_complete(self, outcome: RequestOutcome) -> None:
-        """Learn the endpoint's time to first token (how long a dispatch stays "waiting")."""
+        """Learn the endpoint's time to first token (how long a dispatch is taken to stay waiting)."""
         if outcome.ok and outcome.ttft_s is not None and outcome.ttft_s >= 0:
             self.ttft.observe(outcome.endpoint, outcome.ttft_s)
 
-    def record(self, key: EndpointKey, *, now: float, prompt_tokens: int) -> None:
-        """Remember one dispatch (called once per successful pick)."""
-        self._pending.setdefault(key, deque()).append((now, max(0, prompt_tokens)))
-
-    def unreflected(self, view: EndpointView, *, now: float) -> tuple[int, int]:
-        """``(requests, prompt tokens)`` dispatched to ``view`` since its scrape; prunes older ones."""
+    def unreflected(self, view: EndpointView, *, now: float) -> int:
+        """Dispatches to ``view`` since its scrape and within its TTFT; prunes reflected ones."""
         queue = self._pending.get(view.key)
         if not queue:
-            return 0, 0
+            return 0
         cutoff = now - self.horizon_s
         if view.scraped_at is not None:
             cutoff = max(cutoff, view.scraped_at)
-        while queue and queue[0][0] < cutoff:
+        while queue and queue[0] < cutoff:
             queue.popleft()
         if not queue:
             del self._pending[view.key]
-            return 0, 0
+            return 0
         ttft = self.ttft.get(view.key)
         admitted_before = cutoff if ttft is None else max(cutoff, now - ttft)
-        recent = [tokens for t, tokens in queue if t >= admitted_before]
-        return len(recent), sum(recent)
+        return sum(1 for t in queue if t >= admitted_before)
 
-    def effective(self, views: Sequence[EndpointView], *, now: float) -> list[EndpointView]:
-        """Views whose ``waiting`` and ``kv_usage`` include this router's unreflected dispatches."""
-        return [self._effective_view(v, now=now) for v in views]
-
-    def _effective_view(self, view: EndpointView, *, now: float) -> EndpointView:
-        count, tokens = self.unreflected(view, now=now)
-        m = view.metrics
-        if count == 0 or m is None:
-            return view
-        waiting = None if m.waiting is None else m.waiting + count
-        kv = m.kv_usage
-        if kv is not None and m.block_size and m.num_gpu_blocks:
-            blocks = math.ceil(tokens / m.block_size) if tokens else count
-            kv = min(1.0, kv + blocks / m.num_gpu_blocks)
-        return replace(view, metrics=replace(m, waiting=waiting, kv_usage=kv))
+    def annotate(self, views: Sequence[EndpointView], *, now: float) -> list[EndpointView]:
+        """The views with ``unreflected_dispatches`` filled in."""
+        out: list[EndpointView] = []
+        for v in views:
+            n = self.unreflected(v, now=now)
+            out.append(v if n == v.unreflected_dispatches else replace(v, unreflected_dispatches=n))
+        return out
 
     def forget(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:

@@ -9,8 +9,12 @@ the ConfigMap content):
 * :func:`scheduler_from_picker_config` - an EndpointPickerConfig mapping.
 
 Default weights: queue 2, kvCache 2, prefix 3 (GIE >= v1.2); loraAffinity 1 when the scheduler has
-``loraAdapters``; predictedLatency 1, which igw maps to its measured-speed scorer
-(``endpoint-speed-scorer``) so mixed GPU generations are accounted for out of the box.
+``loraAdapters``; predictedLatency 1, which igw maps to ``predicted-ttft-scorer`` (measured TTFT per
+endpoint x requests waiting there, including this router's dispatches the scrape cannot show yet).
+That default is igw's, not GIE's: without it the GIE scorers herd between scrapes on identical pods
+(homogeneous-steady TTFT p50 +222 % vs round-robin) and count an A10G's queue like an H100's on mixed
+fleets; ``predictedLatency: 0`` restores GIE's queue/kvCache/prefix behaviour exactly.
+``endpoint-speed-scorer`` (raw measured decode speed) stays available by its plugin type name.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.framework import Scorer
 from igw.scheduling.picker_config import profile_from_picker_config
 from igw.scheduling.plugins import (
-    endpoint_speed_scorer,
     kv_cache_scorer,
     lora_affinity_scorer,
     no_hit_lru_scorer,
+    predicted_ttft_scorer,
     prefix_cache_scorer,
     queue_scorer,
     running_requests_scorer,
@@ -45,7 +49,7 @@ WEIGHT_KEYS: Final[Mapping[str, str]] = {
     "lru": no_hit_lru_scorer.TYPE,
     "loraAffinity": lora_affinity_scorer.TYPE,
     "runningRequests": running_requests_scorer.TYPE,
-    "predictedLatency": endpoint_speed_scorer.TYPE,
+    "predictedLatency": predicted_ttft_scorer.TYPE,
 }
 _FIELD_OF_KEY: Final[Mapping[str, str]] = {
     "queue": "queue",

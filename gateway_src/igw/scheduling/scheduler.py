@@ -9,8 +9,9 @@ Order of one ``pick`` (all in memory, no I/O, time only from ``now``):
    (GIE keeps routing to them, their issue #1497) and come back by themselves once fresh metrics
    arrive. If *no* endpoint is fresh, the scheduler does not fail: it ranks every endpoint by the
    gateway's own in-flight counts only (``active-request-scorer``).
-   Fresh endpoints' ``waiting`` and KV usage then include this scheduler's own dispatches since
-   their scrape (:mod:`igw.scheduling.dispatch_ledger`), so picks between two scrapes do not herd.
+   Fresh endpoints are annotated with this scheduler's own dispatches since their scrape
+   (``unreflected_dispatches``, :mod:`igw.scheduling.dispatch_ledger`), which the speed-aware
+   ``predicted-ttft-scorer`` adds to ``waiting`` so picks between two scrapes do not herd.
 3. Filters narrow the fresh set; an empty result -> ``NO_ENDPOINTS``.
 4. **Saturation**: no candidate with spare capacity -> ``SATURATED`` with a computed Retry-After.
 5. Scorers: each value clamped to [0, 1], multiplied by its weight, summed (not normalised, as GIE).
@@ -86,7 +87,7 @@ class Scheduler:
             DispatchLedger(horizon_s=self.settings.stale_threshold_s) if compensate_dispatches else None
         )
         """Own dispatches not yet visible in a scrape (see :mod:`igw.scheduling.dispatch_ledger`);
-        ``None`` scores the raw scraped metrics, as GIE does."""
+        ``None`` leaves ``unreflected_dispatches`` at 0."""
         self._fallback_scorer = InflightScorer(name="active-request-scorer(all-stale fallback)")
         self._plugins: tuple[Plugin, ...] = (
             *profile.filters,
@@ -109,7 +110,7 @@ class Scheduler:
         if not fresh:
             return self._pick_all_stale(ctx, endpoints)
         if self.ledger is not None:
-            fresh = self.ledger.effective(fresh, now=now)
+            fresh = self.ledger.annotate(fresh, now=now)
         candidates = fresh
         for f in self.profile.filters:
             candidates = f.filter(ctx, candidates)
@@ -184,7 +185,7 @@ class Scheduler:
         ranked = self.profile.picker.rank(ctx, totals)
         chosen = candidates[ranked[0]]
         if self.ledger is not None:
-            self.ledger.record(chosen.key, now=ctx.now, prompt_tokens=ctx.request.prompt_tokens)
+            self.ledger.record(chosen.key, now=ctx.now)
         for plugin in self._plugins:
             plugin.on_picked(ctx, chosen)
         scores = {

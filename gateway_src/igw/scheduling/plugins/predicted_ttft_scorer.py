@@ -9,8 +9,8 @@ work*.
 
 Formula: ``predicted_i = ttft_i * (1 + waiting_i)`` where ``ttft_i`` is an exponentially weighted
 mean of the time to first token this gateway measured on endpoint ``i`` (``RequestOutcome.ttft_s``)
-and ``waiting_i`` is the endpoint's waiting count as the scheduler sees it (the scrape plus this
-router's dispatches since the scrape, see :mod:`igw.scheduling.dispatch_ledger`). Score:
+and ``waiting_i`` is the scraped waiting count plus ``EndpointView.unreflected_dispatches`` (this
+router's dispatches the scrape cannot show yet, see :mod:`igw.scheduling.dispatch_ledger`). Score:
 ``min(predicted) / predicted_i`` (the best endpoint scores 1.0; twice the predicted TTFT scores 0.5):
 a ratio rather than min-max, so one pathological endpoint does not flatten the differences between
 the others. Endpoints not measured yet take the mean measured TTFT (new pods are neither favoured
@@ -47,7 +47,10 @@ class PredictedTtftScorer(PluginHooks):
         measured = [self.ttft.get(e.key) for e in endpoints]
         present = [v for v in measured if v is not None]
         fallback = sum(present) / len(present) if present else 1.0
-        return [(fallback if t is None else t) * (1 + _work_ahead(e)) for t, e in zip(measured, endpoints)]
+        return [
+            (fallback if t is None else t) * (1 + _work_ahead(e))
+            for t, e in zip(measured, endpoints, strict=True)
+        ]
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         predicted = self.predicted(endpoints)
@@ -64,10 +67,11 @@ class PredictedTtftScorer(PluginHooks):
 
 
 def _work_ahead(endpoint: EndpointView) -> int:
-    """Requests ahead of a new one: the (effective) waiting count, else the gateway's in-flight count."""
+    """Requests ahead of a new one: scraped waiting plus this router's dispatches the scrape cannot
+    show yet; without a waiting signal, the gateway's own in-flight count."""
     m = endpoint.metrics
     if m is not None and m.waiting is not None:
-        return max(0, m.waiting)
+        return max(0, m.waiting) + max(0, endpoint.unreflected_dispatches)
     return max(0, endpoint.inflight)
 
 
