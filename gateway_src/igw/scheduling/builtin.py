@@ -13,6 +13,7 @@ from igw.scheduling.plugins import (
     kv_cache_scorer,
     label_selector_filter,
     lora_affinity_scorer,
+    lora_slot_filter,
     max_score_picker,
     no_hit_lru_scorer,
     predicted_ttft_scorer,
@@ -53,6 +54,7 @@ def build_registry() -> PluginRegistry:
     registry.register(endpoint_speed_scorer.TYPE, endpoint_speed_scorer.factory)
     registry.register(predicted_ttft_scorer.TYPE, predicted_ttft_scorer.factory)
     registry.register(label_selector_filter.TYPE, label_selector_filter.factory)
+    registry.register(lora_slot_filter.TYPE, lora_slot_filter.factory)
     registry.register(max_score_picker.TYPE, max_score_picker.factory)
     registry.register(weighted_random_picker.TYPE, weighted_random_picker.factory)
     registry.register(SINGLE_PROFILE_HANDLER, _single_profile_handler)

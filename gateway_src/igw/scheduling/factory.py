@@ -37,6 +37,7 @@ from igw.scheduling.plugins import (
     queue_scorer,
     running_requests_scorer,
 )
+from igw.scheduling.plugins.lora_slot_filter import LoraSlotFilter
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.scheduler import Profile, Scheduler, WeightedScorer
 from igw.scheduling.settings import RoutingSettings
@@ -112,7 +113,9 @@ def profile_from_weights(weights: Mapping[str, float]) -> Profile:
         scorers.append(WeightedScorer(plugin, weight))
     if problems:
         raise SchedulerConfigError(problems)
-    return Profile(filters=(), scorers=tuple(scorers), picker=MaxScorePicker())
+    lora_aware = by_type.get(lora_affinity_scorer.TYPE, 0.0) > 0
+    filters = (LoraSlotFilter(),) if lora_aware else ()
+    return Profile(filters=filters, scorers=tuple(scorers), picker=MaxScorePicker())
 
 
 def scheduler_from_weights(

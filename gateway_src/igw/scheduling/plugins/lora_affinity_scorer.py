@@ -24,7 +24,9 @@ WAITING = 0.6
 NONE = 0.0
 
 
-def _score_one(adapter: str, endpoint: EndpointView) -> float | None:
+def adapter_affinity(adapter: str, endpoint: EndpointView) -> float | None:
+    """The GIE score of one endpoint for ``adapter`` (``None``: no LoRA metrics); shared with
+    ``lora-slot-filter``."""
     m = endpoint.metrics
     if m is None or m.max_lora is None:
         return None
@@ -50,7 +52,7 @@ class LoraAffinityScorer(PluginHooks):
         adapter = ctx.request.adapter
         if adapter is None:
             return [1.0] * len(endpoints)
-        return [_score_one(adapter, e) for e in endpoints]
+        return [adapter_affinity(adapter, e) for e in endpoints]
 
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> LoraAffinityScorer:
