@@ -4,8 +4,10 @@ Prints, on this machine and in one run: added latency p50/p99 at concurrency 1 a
 minus direct path, same client, alternating rounds), the gateway's CPU microseconds per request,
 added streaming TTFT, scheduler decision time at 16 and 1,000 endpoints, and the parse time of a
 realistic vLLM ``/metrics`` page - each against a baseline from the same run, with the issue's
-target and whether it was met. Peer routers (sglang-router, vllm-router) are measured only when
-installed; otherwise the report says so.
+target and whether it was met. Peer routers (sglang-router, vllm-router; from ``.peers/venv/bin``
+as ``igw bench --peers`` installs them, or ``PATH``) run in front of the same backend as separate
+processes and are driven and CPU-accounted exactly like the gateway; a peer that is absent, dies or
+never answers gets a "not measured" row with the reason.
 
 Example::
 
@@ -15,9 +17,11 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import shutil
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 HELP = "Gateway overhead vs a direct connection: added latency, CPU/request, TTFT, decision and parse time."
@@ -68,85 +72,162 @@ def _micro(rows: list[dict[str, Any]]) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """A process in front of the backend, driven exactly like the gateway: its label and address,
+    and its pid for CPU accounting."""
+
+    label: str
+    base: str
+    pid: int
+
+
+async def _drive(
+    target: _Target, *, backend: str, concurrency: int, per_round: int, rounds: int
+) -> tuple[list[float], list[float], float]:
+    """Alternating direct/target rounds; returns direct and target latencies and CPU µs/request."""
+    from igw.gateway.perf_load import closed_loop, cpu_seconds
+
+    direct: list[float] = []
+    via: list[float] = []
+    cpu = 0.0
+    for _ in range(rounds):
+        direct += (await closed_loop(backend, concurrency=concurrency, requests=per_round)).latencies_ms
+        c0 = cpu_seconds(target.pid)
+        via += (await closed_loop(target.base, concurrency=concurrency, requests=per_round)).latencies_ms
+        cpu += cpu_seconds(target.pid) - c0
+    return direct, via, cpu / (per_round * rounds) * 1e6
+
+
+async def _start_peers(
+    stack: contextlib.ExitStack, workdir: Path, *, backend: str
+) -> tuple[list[_Target], dict[str, str]]:
+    """Start every peer router; a peer that is absent, dies or never answers is returned with the reason."""
+    from igw.bench.peers import PACKAGES
+    from igw.bench.processes import RouterStartError
+    from igw.gateway.perf_load import PEER_POLICY, peer_process, wait_peer_ready
+
+    started: list[_Target] = []
+    failed: dict[str, str] = {}
+    for router, package in PACKAGES.items():
+        label = f"{package} ({PEER_POLICY})"
+        own = contextlib.ExitStack()
+        try:
+            base, proc = own.enter_context(peer_process(workdir, router=router, backend=backend))
+            await wait_peer_ready(base, proc=proc, log_path=workdir / f"{package}.log")
+            await _warm_up(base)
+        except (RouterStartError, OSError, RuntimeError) as exc:
+            own.close()
+            failed[label] = str(exc)
+            continue
+        stack.push(own.pop_all())
+        started.append(_Target(label=label, base=base, pid=proc.pid))
+    return started, failed
+
+
+async def _warm_up(base: str) -> None:
+    """Connection pools and caches warmed the same way for every target."""
+    from igw.gateway.perf_load import closed_loop
+
+    await closed_loop(base, concurrency=8, requests=500)
+
+
 async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     import tempfile
-    from pathlib import Path
 
-    from igw.gateway.perf_load import backend_process, closed_loop, cpu_seconds, gateway_process, wait_ready
+    from igw.gateway.perf_load import backend_process, closed_loop, gateway_process, wait_ready
 
     with (
         tempfile.TemporaryDirectory() as tmp,
         backend_process(chunks=20, interval=0.005) as (backend, _),
         gateway_process(Path(tmp), backend=backend) as (gateway, proc),
+        contextlib.ExitStack() as peer_stack,
     ):
-        if True:
-            await wait_ready(gateway)
-            await closed_loop(gateway, concurrency=8, requests=500)  # warm-up (JIT-free, but pools/caches)
-            await closed_loop(backend, concurrency=8, requests=500)
-            for concurrency, per_round in ((1, args.requests), (32, args.requests * 2)):
-                direct: list[float] = []
-                via: list[float] = []
-                cpu = 0.0
-                served = 0
-                for _ in range(args.rounds):
-                    direct += (
-                        await closed_loop(backend, concurrency=concurrency, requests=per_round)
-                    ).latencies_ms
-                    c0 = cpu_seconds(proc.pid)
-                    via += (
-                        await closed_loop(gateway, concurrency=concurrency, requests=per_round)
-                    ).latencies_ms
-                    cpu += cpu_seconds(proc.pid) - c0
-                    served += per_round
+        await wait_ready(gateway)
+        await _warm_up(gateway)  # warm-up (JIT-free, but pools/caches)
+        await _warm_up(backend)
+        peers, failed = await _start_peers(peer_stack, Path(tmp), backend=backend)
+        targets = [_Target(label="gateway", base=gateway, pid=proc.pid), *peers]
+        for concurrency, per_round in ((1, args.requests), (32, args.requests * 2)):
+            cpu_us: dict[str, float] = {}
+            for target in targets:
+                direct, via, cpu_us[target.label] = await _drive(
+                    target, backend=backend, concurrency=concurrency, per_round=per_round, rounds=args.rounds
+                )
                 _p = _pct
                 add50, add99 = _p(via, 50) - _p(direct, 50), _p(via, 99) - _p(direct, 99)
+                is_gateway = target.label == "gateway"
                 rows.append(
                     _row(
-                        f"added latency, concurrency {concurrency}",
-                        f"p50 +{add50:.3f} ms, p99 +{add99:.3f} ms (gateway p50 {_p(via, 50):.3f} ms)",
+                        f"{'' if is_gateway else target.label + ' '}added latency, concurrency {concurrency}",
+                        f"p50 +{add50:.3f} ms, p99 +{add99:.3f} ms ({target.label} p50 {_p(via, 50):.3f} ms)",
                         f"direct p50 {_p(direct, 50):.3f} ms, p99 {_p(direct, 99):.3f} ms",
-                        "p50 <= 0.5 ms" if concurrency == 1 else "(report)",
-                        add50 <= 0.5 if concurrency == 1 else None,
+                        "p50 <= 0.5 ms" if concurrency == 1 and is_gateway else "(report)",
+                        add50 <= 0.5 if concurrency == 1 and is_gateway else None,
                     )
                 )
+            for label, reason in failed.items():
                 rows.append(
-                    _row(
-                        f"gateway CPU per request, concurrency {concurrency}",
-                        f"{cpu / served * 1e6:.0f} µs",
-                        _peer_note(),
-                        "<= sglang-router's (c=32)" if concurrency == 32 else "(report)",
-                        None,
-                    )
+                    _row(f"{label}, concurrency {concurrency}", "not measured", reason, "(report)", None)
                 )
-            direct_t: list[float] = []
-            via_t: list[float] = []
-            for _ in range(args.rounds):
-                n = args.stream_requests
-                direct_t += (await closed_loop(backend, concurrency=1, requests=n, stream=True)).latencies_ms
-                via_t += (await closed_loop(gateway, concurrency=1, requests=n, stream=True)).latencies_ms
-            added = _pct(via_t, 50) - _pct(direct_t, 50)
+            rows.extend(_cpu_rows(cpu_us, concurrency=concurrency, failed=failed))
+        direct_t: list[float] = []
+        via_t: list[float] = []
+        for _ in range(args.rounds):
+            n = args.stream_requests
+            direct_t += (await closed_loop(backend, concurrency=1, requests=n, stream=True)).latencies_ms
+            via_t += (await closed_loop(gateway, concurrency=1, requests=n, stream=True)).latencies_ms
+        added = _pct(via_t, 50) - _pct(direct_t, 50)
+        rows.append(
+            _row(
+                "added streaming TTFT, concurrency 1",
+                f"p50 +{added:.3f} ms, p99 +{_pct(via_t, 99) - _pct(direct_t, 99):.3f} ms",
+                f"direct TTFT p50 {_pct(direct_t, 50):.3f} ms",
+                "p50 <= 1 ms",
+                added <= 1.0,
+            )
+        )
+
+
+def _cpu_rows(cpu_us: dict[str, float], *, concurrency: int, failed: dict[str, str]) -> list[dict[str, Any]]:
+    """CPU µs/request rows: the gateway's (with the target at c=32), then each peer's."""
+    reference = next((label for label in cpu_us if label.startswith("sglang-router")), None)
+    peers = "; ".join(f"{label} {us:.0f} µs" for label, us in cpu_us.items() if label != "gateway")
+    baseline = peers or "no peer measured"
+    met: bool | None = None
+    if concurrency == 32:
+        if reference is not None:
+            met = cpu_us["gateway"] <= cpu_us[reference]
+        else:
+            why = next((r for label, r in failed.items() if label.startswith("sglang-router")), "")
+            baseline += f" (sglang-router not measured: {why})"
+    rows = [
+        _row(
+            f"gateway CPU per request, concurrency {concurrency}",
+            f"{cpu_us['gateway']:.0f} µs",
+            baseline,
+            "<= sglang-router's (c=32)" if concurrency == 32 else "(report)",
+            met,
+        )
+    ]
+    for label, us in cpu_us.items():
+        if label != "gateway":
             rows.append(
                 _row(
-                    "added streaming TTFT, concurrency 1",
-                    f"p50 +{added:.3f} ms, p99 +{_pct(via_t, 99) - _pct(direct_t, 99):.3f} ms",
-                    f"direct TTFT p50 {_pct(direct_t, 50):.3f} ms",
-                    "p50 <= 1 ms",
-                    added <= 1.0,
+                    f"{label} CPU per request, concurrency {concurrency}",
+                    f"{us:.0f} µs",
+                    "-",
+                    "(report)",
+                    None,
                 )
             )
+    return rows
 
 
 def _pct(values: list[float], q: float) -> float:
     from igw.bench.stats import percentile
 
     return percentile(values, q) or 0.0
-
-
-def _peer_note() -> str:
-    found = [name for name in ("smg", "sglang-router", "vllm-router") if shutil.which(name)]
-    if not found:
-        return "sglang-router / vllm-router not installed: peer CPU not measured"
-    return f"peers on PATH but not driven by this version: {', '.join(found)}"
 
 
 def run(args: argparse.Namespace) -> int:

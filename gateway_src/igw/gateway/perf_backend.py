@@ -2,16 +2,17 @@
 
 ``python -m igw.gateway.perf_backend --chunks 20 --chunk-interval 0.005`` prints ``PORT <n>`` and
 serves: ``POST /v1/completions`` and ``/v1/chat/completions`` (a fixed small JSON body, or an SSE
-stream of ``--chunks`` events ``--chunk-interval`` seconds apart when ``"stream": true``) and
-``GET /metrics`` (a realistic vLLM page, rendered once by the simulator's page writer when it is
-installed). Its cost is the same for the direct and the gateway path, so differences are the
-gateway's.
+stream of ``--chunks`` events ``--chunk-interval`` seconds apart when ``"stream": true``),
+``GET /health`` (for peer routers' worker probes) and ``GET /metrics`` (a realistic vLLM page,
+rendered once by the simulator's page writer when it is installed). Its cost is the same for the
+direct and the gateway path, so differences are the gateway's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 
 from aiohttp import web
@@ -75,10 +76,15 @@ def build_app(*, chunks: int, interval: float) -> web.Application:
     async def metrics(request: web.Request) -> web.StreamResponse:
         return web.Response(body=page, content_type="text/plain")
 
+    async def health(request: web.Request) -> web.StreamResponse:
+        # Peer routers (sglang-router, vllm-router) probe /health before sending a worker traffic.
+        return web.Response(text="ok")
+
     app = web.Application()
     app.router.add_post("/v1/completions", infer)
     app.router.add_post("/v1/chat/completions", infer)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/health", health)
     return app
 
 
@@ -98,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=20)
     parser.add_argument("--chunk-interval", type=float, default=0.005)
     args = parser.parse_args(argv)
+    # sglang-router opens its worker connection with an HTTP/2 preface first and falls back to
+    # HTTP/1.1; aiohttp logs each refused preface as an error traceback that would bury the report.
+    # Real failures still surface: the load client raises on any non-200 answer.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     try:
         import uvloop
 

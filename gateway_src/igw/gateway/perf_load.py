@@ -12,17 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import yaml
 
+from igw.bench.peers import BINARIES, PACKAGES, venv_bin
+from igw.bench.processes import RouterStartError
 from igw.bench.stats import percentile
 
 PROMPT = "You are a helpful assistant. " * 20
@@ -154,3 +157,93 @@ async def closed_loop(base: str, *, concurrency: int, requests: int, stream: boo
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return LoadResult(latencies_ms=latencies, wall_s=time.perf_counter() - t0)
+
+
+PEER_POLICY = "round_robin"
+"""One worker behind each peer, so routing policy cannot matter; round_robin is the peers' cheapest
+(no prefix tree, and vllm-router's cache_aware would add a ``/v1/completions/render`` call per
+request that the near-free backend does not serve, reference/peers.md §4)."""
+
+
+def peer_executable(router: str, *, which: Callable[[str], str | None] = shutil.which) -> str | None:
+    """The peer's executable: ``.peers/venv/bin`` (where ``igw bench --peers`` installs it) first,
+    then ``PATH`` (its main console script, then the package-named one); None when neither has it."""
+    local = venv_bin(BINARIES[router])
+    if local.exists():
+        return str(local)
+    return which(BINARIES[router]) or which(PACKAGES[router])
+
+
+def peer_command(router: str, *, executable: str, port: int, metrics_port: int, backend: str) -> list[str]:
+    """The command lines that worked here (reference/peers.md §1.2, §2.2) with one worker; the
+    Prometheus port is explicit because both peers default to 29000 and would collide."""
+    argv = [executable, "launch"] if router == "sglang" else [executable]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", f"http://{backend}"]
+    argv += [
+        "--policy",
+        PEER_POLICY,
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(metrics_port),
+    ]
+    argv += ["--log-level", "warn" if router == "sglang" else "warning"]
+    return argv
+
+
+@contextlib.contextmanager
+def peer_process(
+    workdir: Path, *, router: str, backend: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start a peer router in front of ``backend`` as its own process (not yet ready: see
+    :func:`wait_peer_ready`); raises RouterStartError when it is not installed."""
+    executable = peer_executable(router)
+    if executable is None:
+        raise RouterStartError(
+            f"{PACKAGES[router]} not installed (not in {venv_bin('')} nor on PATH;"
+            " `igw bench --peers` installs it)"
+        )
+    port = free_port()
+    argv = peer_command(router, executable=executable, port=port, metrics_port=free_port(), backend=backend)
+    log_path = workdir / f"{PACKAGES[router]}.log"
+    log = log_path.open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+def _log_tail(path: Path, lines: int = 5) -> str:
+    tail = path.read_text(errors="replace").strip().splitlines()[-lines:]
+    return " | ".join(tail) or "no output"
+
+
+async def wait_peer_ready(
+    base: str, *, proc: subprocess.Popen[bytes], log_path: Path, within_s: float = 60.0
+) -> None:
+    """Both peers answer 503 until their worker is registered: wait for one real completion, and
+    fail with the exit status and log tail as soon as the process dies."""
+    deadline = time.monotonic() + within_s
+    body = {"model": "fake-model", "prompt": "ready?", "max_tokens": 1}
+    last = "no answer"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RouterStartError(f"exited with {proc.returncode}: {_log_tail(log_path)}")
+            try:
+                async with session.post(f"http://{base}/v1/completions", json=body) as resp:
+                    await resp.read()
+                    if resp.status == 200:
+                        return
+                    last = f"HTTP {resp.status}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                last = type(exc).__name__
+            await asyncio.sleep(0.25)
+    raise RouterStartError(f"no successful completion within {within_s:.0f}s (last: {last})")
