@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.framework import CycleContext, Filter, Picker, Plugin, Scorer, clamp01
@@ -163,6 +164,16 @@ class Scheduler:
         notes: list[str] = []
         for ws in scorers:
             raw = ws.scorer.score(ctx, candidates)
+            if None not in raw:
+                # Hot path (every candidate scored): clamp inline, as clamp01 does. ``not v >= 0``
+                # is true for negatives and NaN, both of which clamp to 0.
+                w = ws.weight
+                scored = cast("Sequence[float]", raw)
+                values = [0.0 if not v >= 0.0 else 1.0 if v > 1.0 else v for v in scored]
+                for i in range(n):
+                    totals[i] += w * values[i]
+                columns.append((ws.scorer.name, w, values))
+                continue
             present = [clamp01(v) for v in raw if v is not None]
             if not present:
                 if ws.scorer.signal:
