@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from igw.sim.live import run_fleet
@@ -146,6 +147,14 @@ async def test_measured_speed_steers_traffic_to_the_faster_gpu(gateway: Any) -> 
     doc = config_doc([scheduler("llama", "llama", weights={"prefix": 0, "queue": 0, "kvCache": 0})])
     async with run_fleet(spec, admin=False) as f:
         fast, slow = f.pods
+        # Warm both pods directly first: the first request served in the fleet's process pays
+        # one-time costs (lazy imports, first socket) that would otherwise be measured as that
+        # pod's "speed" and make whichever pod happened to be picked first look slow.
+        async with aiohttp.ClientSession() as direct:
+            for key in (fast.key, slow.key):
+                warm = {"model": "llama", "prompt": "warm up", "max_tokens": 1}
+                async with direct.post(f"http://{key}/v1/completions", json=warm) as resp:
+                    assert resp.status == 200
         async with gateway(doc, {"llama": [fast.key, slow.key]}) as gw:
             speed = gw.state.runtime.schedulers["llama"].scheduler.profile.scorers[0].scorer
             assert speed.type_name == "predicted-ttft-scorer"
