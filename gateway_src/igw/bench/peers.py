@@ -17,7 +17,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -61,17 +61,37 @@ def install(routers: list[str], *, say: object = print) -> dict[str, str]:
     return failures
 
 
+def peer_argv(
+    *,
+    router: str,
+    executable: str,
+    port: int,
+    metrics_port: int,
+    worker_urls: Sequence[str],
+    policy: str,
+) -> list[str]:
+    """The peer's command line as it worked here (reference/peers.md §1.2, §2.2). The Prometheus
+    port is explicit because both peers default to 29000 and would collide."""
+    argv = [executable, "launch"] if router == "sglang" else [executable]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", *worker_urls, "--policy", policy]
+    argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port)]
+    argv += ["--log-level", "warn" if router == "sglang" else "warning"]
+    return argv
+
+
 @contextlib.asynccontextmanager
 async def peer_router(*, router: str, policy: str, ctx: RouterContext) -> AsyncIterator[str]:
     if not installed(router):
         raise RouterStartError(f"{PACKAGES[router]} is not installed (run with --peers to install it)")
     port, metrics_port = free_port(), free_port()
-    argv = [str(venv_bin(BINARIES[router]))]
-    if router == "sglang":
-        argv.append("launch")
-    argv += ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", *ctx.pod_urls, "--policy", policy]
-    argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port)]
-    argv += ["--log-level", "warn" if router == "sglang" else "warning"]
+    argv = peer_argv(
+        router=router,
+        executable=str(venv_bin(BINARIES[router])),
+        port=port,
+        metrics_port=metrics_port,
+        worker_urls=ctx.pod_urls,
+        policy=policy,
+    )
     url = f"http://127.0.0.1:{port}"
     async with router_process(
         name=PACKAGES[router],

@@ -24,7 +24,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from igw.bench.peers import BINARIES, PACKAGES, venv_bin
+from igw.bench.peers import BINARIES, PACKAGES, peer_argv, venv_bin
 from igw.bench.processes import RouterStartError
 from igw.bench.stats import percentile
 
@@ -175,20 +175,15 @@ def peer_executable(router: str, *, which: Callable[[str], str | None] = shutil.
 
 
 def peer_command(router: str, *, executable: str, port: int, metrics_port: int, backend: str) -> list[str]:
-    """The command lines that worked here (reference/peers.md §1.2, §2.2) with one worker; the
-    Prometheus port is explicit because both peers default to 29000 and would collide."""
-    argv = [executable, "launch"] if router == "sglang" else [executable]
-    argv += ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", f"http://{backend}"]
-    argv += [
-        "--policy",
-        PEER_POLICY,
-        "--prometheus-host",
-        "127.0.0.1",
-        "--prometheus-port",
-        str(metrics_port),
-    ]
-    argv += ["--log-level", "warn" if router == "sglang" else "warning"]
-    return argv
+    """The benchmark's command line for a peer: one worker (the near-free backend), ``PEER_POLICY``."""
+    return peer_argv(
+        router=router,
+        executable=executable,
+        port=port,
+        metrics_port=metrics_port,
+        worker_urls=[f"http://{backend}"],
+        policy=PEER_POLICY,
+    )
 
 
 @contextlib.contextmanager

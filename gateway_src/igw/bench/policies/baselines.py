@@ -29,6 +29,13 @@ class _StatelessHooks:
         del keys
 
 
+class _SeededPolicy(_StatelessHooks):
+    """A baseline that draws from the injected random source (for picks and tie-breaks)."""
+
+    def __init__(self, *, rng: random.Random) -> None:
+        self._rng = rng
+
+
 class RoundRobinPolicy(_StatelessHooks):
     """Cycle through the endpoints in key order, ignoring all load signals.
 
@@ -53,13 +60,10 @@ class RoundRobinPolicy(_StatelessHooks):
         return picked(chosen.key, endpoints, reason="round-robin")
 
 
-class RandomPolicy(_StatelessHooks):
+class RandomPolicy(_SeededPolicy):
     """Uniformly random endpoint (kube-proxy iptables mode)."""
 
     name = "random"
-
-    def __init__(self, *, rng: random.Random) -> None:
-        self._rng = rng
 
     def pick(
         self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
@@ -78,13 +82,10 @@ def _least_inflight(candidates: Sequence[EndpointView], rng: random.Random) -> E
     return tied[0] if len(tied) == 1 else rng.choice(tied)
 
 
-class LeastRequestPolicy(_StatelessHooks):
+class LeastRequestPolicy(_SeededPolicy):
     """Fewest requests in flight from this router, over all endpoints."""
 
     name = "least-request"
-
-    def __init__(self, *, rng: random.Random) -> None:
-        self._rng = rng
 
     def pick(
         self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
@@ -95,13 +96,10 @@ class LeastRequestPolicy(_StatelessHooks):
         return picked(_least_inflight(endpoints, self._rng).key, endpoints, reason="least-request")
 
 
-class PowerOfTwoPolicy(_StatelessHooks):
+class PowerOfTwoPolicy(_SeededPolicy):
     """Sample two distinct endpoints at random and keep the one with fewer requests in flight."""
 
     name = "power-of-two"
-
-    def __init__(self, *, rng: random.Random) -> None:
-        self._rng = rng
 
     def pick(
         self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
