@@ -124,3 +124,18 @@ def test_config_rejects_out_of_range_values_naming_the_field(field_values: dict[
     name = next(iter(field_values))
     with pytest.raises(ValueError, match=name.split("_")[0]):
         CacheAwareConfig(**field_values)  # type: ignore[arg-type]
+
+
+def test_vllm_router_model_is_the_same_algorithm_with_its_own_defaults() -> None:
+    import random
+
+    from igw.bench.live_runner import DES_EQUIVALENT
+    from igw.bench.policies.registry import POLICIES, PolicyContext, build_policy
+
+    assert set(DES_EQUIVALENT.values()) <= set(POLICIES)
+    policy = build_policy("vllm-cache-aware", PolicyContext(rng=random.Random(1)))
+    assert isinstance(policy, CacheAwarePolicy)
+    assert policy.name == "vllm-cache-aware"
+    assert policy.config.eviction_interval_s == 120.0
+    assert policy.config.max_tree_size == 33_554_432
+    assert policy.config.cache_threshold == CacheAwareConfig().cache_threshold

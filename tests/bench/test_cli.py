@@ -20,6 +20,10 @@ from igw.cli.main import main
         ),
         (["bench", "homogeneous-steady", "--duration-scale", "0"], "--duration-scale must be > 0"),
         (["bench"], "name at least one scenario"),
+        (
+            ["bench", "demo-mixed-8b", "--mode", "live", "--check-agreement", "--agreement-des-seeds", "1"],
+            "--agreement-des-seeds: at least 2",
+        ),
         (["bench", "--trace", "t.jsonl", "--mode", "live"], "--trace runs in DES mode only"),
         (["demo", "--routers", "round-robin,warp"], "--routers: unknown warp"),
         (["demo", "--requests", "3"], "--requests must be >= 10"),

@@ -95,3 +95,33 @@ def test_summary_puts_the_claim_next_to_measured_reductions(
     assert "-70.0 % / -70.0 %" in row  # gateway-default p95 / p99 vs round-robin
     assert "least-request: -50.0 %" in row  # the best of the peer-style policies
     assert "+50 %" in row  # gateway p99 gap to the oracle
+
+
+def test_console_table_states_fleet_workload_load_seeds_and_capacity() -> None:
+    from igw.bench.console import scenario_caption, scenario_table
+    from igw.bench.results import ScenarioRun
+    from rich.console import Console
+
+    params = {
+        "fleet": "2x h100",
+        "workload": "sharegpt",
+        "load": "Poisson at 70%",
+        "seeds": [1, 2],
+        "capacity": "100 req/s",
+        "capacity_sweep": "h100: plateau 84% of the probe",
+        "command": "x",
+    }
+    run = ScenarioRun(scenario="s", mode="des", parameters=params)
+    caption = scenario_caption(run)
+    for key in (
+        "fleet: 2x h100",
+        "workload: sharegpt",
+        "load: Poisson at 70%",
+        "seeds: [1, 2]",
+        "plateau 84%",
+    ):
+        assert key in caption
+    assert "command" not in caption
+    console = Console(width=200, record=True)
+    console.print(scenario_table(run))
+    assert "Poisson at 70%" in console.export_text()

@@ -415,3 +415,42 @@ async def test_spec_fault_windows_start_and_end_on_time() -> None:
         assert live.engine.slowdown == 1.0
         await asyncio.sleep(0.3 * 0.2)
         assert live.faults == {}
+
+
+async def test_vllm_pods_serve_token_ids_for_prefix_routers() -> None:
+    """vllm-router's cache_aware asks /v1/completions/render for token ids; equal prefixes share ids."""
+    from igw.sim.tokens import count_tokens
+
+    shared = "You are a helpful assistant. " * 20
+    sglang = {"name": "s", "preset": "llama-3.1-8b/a10g", "engine": "sglang", "engine_version": "0.4.6"}
+    async with run_fleet(fleet_spec(H100, sglang)) as fleet:
+        url = fleet.pods[0].url
+        async with aiohttp.ClientSession() as s:
+            rendered = []
+            for suffix in ("first question?", "another, longer question!"):
+                body = {"model": MODEL, "prompt": shared + suffix, "max_tokens": 4}
+                async with s.post(url + "/v1/completions/render", json=body) as r:
+                    assert r.status == 200
+                    (item,) = await r.json()
+                    assert item["model"] == MODEL
+                    assert len(item["token_ids"]) == count_tokens(shared + suffix)
+                    rendered.append(item["token_ids"])
+            common = len(shared) // 4
+            assert rendered[0][:common] == rendered[1][:common]
+            assert rendered[0][common:] != rendered[1][common:]
+            async with s.post(url + "/tokenize", json={"model": MODEL, "prompt": shared}) as r:
+                tok = await r.json()
+                assert tok["count"] == len(tok["tokens"]) == common
+                assert tok["tokens"] == rendered[0][:common]
+            chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+            async with s.post(url + "/tokenize", json=chat) as r:
+                assert r.status == 200 and (await r.json())["count"] >= 1
+            async with s.post(url + "/v1/completions/render", json={"model": "nope", "prompt": "x"}) as r:
+                assert r.status == 404 and (await r.json())["param"] == "model"
+            async with s.post(url + "/v1/completions/render", data=b"{not json") as r:
+                assert r.status == 400
+            async with s.post(fleet.pods[1].url + "/v1/completions/render", json=body) as r:
+                assert r.status == 404  # SGLang has no render endpoint: its routers match on text
+            # Rendering generates nothing: the engine saw no request.
+            metrics = await _metrics(s, url)
+            assert metrics.get("vllm:request_success_total", 0.0) == 0.0

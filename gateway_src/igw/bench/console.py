@@ -23,11 +23,26 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{v:+.1f}%"
 
 
+_CAPTION_KEYS = ("fleet", "workload", "load", "offered_rate_rps", "seeds", "capacity", "capacity_sweep")
+
+
+def scenario_caption(run: ScenarioRun) -> str:
+    """What every scenario's output must state: fleet, workload, load level, seeds, measured capacity."""
+    p = run.parameters
+    return "\n".join(f"{k}: {p[k]}" for k in _CAPTION_KEYS if k in p)
+
+
 def scenario_table(run: ScenarioRun) -> Any:
     """One row per policy: latency/rate columns (means; ± over seeds), errors, p99 vs baseline and oracle."""
     from rich.table import Table
 
-    table = Table(title=f"{run.scenario} ({run.mode})", title_justify="left", pad_edge=False)
+    table = Table(
+        title=f"{run.scenario} ({run.mode})",
+        title_justify="left",
+        caption=scenario_caption(run),
+        caption_justify="left",
+        pad_edge=False,
+    )
     table.add_column("policy", no_wrap=True)
     for _, header in _COLUMNS:
         table.add_column(header, justify="right")

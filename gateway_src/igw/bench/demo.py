@@ -46,11 +46,15 @@ def run_demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
     console.rule("[bold]igw demo[/bold]: GPU-aware gateway vs round-robin on a simulated mixed fleet")
     console.print(f"fleet: {DEMO.describe()['fleet']}; workload: {DEMO.describe()['workload']}")
-    with console.status("measuring fleet capacity (one pod of each type flooded, in the DES)"):
+    with console.status(
+        "measuring fleet capacity (a flood, then an offered-rate sweep per pod type, in the DES)"
+    ):
         cap = fleet_capacity(DEMO, seed=DEMO.seeds[0])
     virtual_rps = mean_fraction(DEMO) * cap.requests_per_s
     duration_scale = (args.requests / virtual_rps) / DEMO.duration_s
     console.print(f"capacity: {cap.describe()}")
+    for line in cap.sweep_lines():
+        console.print(f"  sweep {line}")
     console.print(
         f"load: {DEMO.describe()['load']} = {virtual_rps:.0f} req/s of simulated GPU time, "
         f"{args.requests} requests per router at {args.rate:g} req/s wall"

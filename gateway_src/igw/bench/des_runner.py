@@ -103,6 +103,7 @@ def run_des(
         "duration_s": duration,
         "seeds": list(options.seeds),
         "capacity": cap.describe(),
+        "capacity_sweep": "; ".join(cap.sweep_lines()) or "not run",
         "offered_rate_rps": round(mean_fraction(scenario) * cap.requests_per_s, 3),
         "scrape_interval_s": options.scrape_interval_s,
         "gateway_admission": "off (no 429s; every policy serves every request)"

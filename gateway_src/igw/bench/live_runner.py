@@ -183,6 +183,7 @@ async def run_live(
             "duration_s": duration,
             "seeds": list(options.seeds),
             "capacity": cap.describe(),
+            "capacity_sweep": "; ".join(cap.sweep_lines()) or "not run",
             "offered_rate_rps": round(virtual_rps, 3),
             "time_scale": f"{scale:.3f} wall s per simulated GPU s (latencies are GPU time = wall / scale)",
             "offered_wall_rps": round(virtual_rps / scale, 2),
@@ -227,10 +228,22 @@ async def run_live(
 
 DES_EQUIVALENT: Final[dict[str, str]] = {
     "sglang-router": "sglang-cache-aware",
-    "vllm-router": "least-request",
+    "vllm-router": "vllm-cache-aware",
 }
-"""The DES policy that models each peer process in the agreement check: sglang-router's cache_aware
-algorithm, and vllm-router's cache_aware *without* ``/render`` token ids, which is least-load."""
+"""The DES policy that models each peer process in the agreement check: both run cache_aware (vllm-router
+on the token ids the simulated vLLM pods' ``/v1/completions/render`` returns), with their own defaults."""
+
+
+def agreement_des_seeds(*, live_seeds: Sequence[int], count: int) -> list[int]:
+    """Seeds for the DES side of the agreement check: the live seeds first, then the next integers
+    until ``count`` (the DES at live scale takes seconds, so it can afford many more repeats)."""
+    out = list(dict.fromkeys(live_seeds))
+    candidate = 1
+    while len(out) < count:
+        if candidate not in out:
+            out.append(candidate)
+        candidate += 1
+    return out
 
 
 def _renamed_to_live(des: ScenarioRun) -> ScenarioRun:
@@ -252,6 +265,13 @@ def run_live_cli(
     from igw.bench.report import write_report
     from igw.bench.scenarios import resolve
 
+    if args.check_agreement and len(seeds) < 2:
+        console.print(
+            "[yellow]--check-agreement with one live seed: pairs are compared on a 10 % tolerance alone, "
+            "without a significance test; use --seeds 1,2,3[/yellow]"
+        )
+    if args.check_agreement and args.agreement_des_seeds < 2:
+        raise ValueError("--agreement-des-seeds: at least 2 (the tie rule needs seed-to-seed variation)")
     routers = [p for p in policies if p in ROUTERS]
     skipped = [p for p in policies if p not in ROUTERS]
     if skipped:
@@ -286,10 +306,11 @@ def run_live_cli(
         console.print(share_table(live))
         if args.check_agreement:
             des_policies = [DES_EQUIVALENT.get(p, p) for p in routers]
-            with console.status(f"{scenario.name}: DES at the same scale"):
+            des_seeds = agreement_des_seeds(live_seeds=seeds, count=args.agreement_des_seeds)
+            with console.status(f"{scenario.name}: DES at the same scale, {len(des_seeds)} seeds"):
                 des = run_des(
                     scenario,
-                    options=DesOptions(policies=des_policies, seeds=seeds, duration_scale=duration_scale,
+                    options=DesOptions(policies=des_policies, seeds=des_seeds, duration_scale=duration_scale,
                                        weights=args.parsed_weights),
                     capacity=cap,
                     command=command,

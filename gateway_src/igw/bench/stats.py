@@ -133,6 +133,17 @@ class Estimate:
     n: int
 
 
+def t_critical_975(df: float) -> float:
+    """Two-sided 95 % critical value of Student's t for ``df`` degrees of freedom (may be fractional,
+    as Welch's test gives). Rounded *down* to a tabulated df, which can only make a test stricter;
+    df ≥ 120 uses the normal quantile."""
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    if df >= 120:
+        return _Z975
+    return _T975[min(max(int(df), 1), len(_T975)) - 1]
+
+
 def t_interval(values: Sequence[float], *, confidence: float = 0.95) -> Estimate:
     """Student-t interval for the mean of independent runs (seeds)."""
     if confidence != 0.95:

@@ -129,6 +129,15 @@ def scenario_requests(
     )
 
 
+def poisson_requests(scenario: Scenario, *, rate_rps: float, count: int, seed: int) -> list[SimRequest]:
+    """``count`` requests of the scenario's workload arriving as a Poisson stream at ``rate_rps``
+    (the capacity sweep's offered load; the scenario's own load shape is not involved)."""
+    rng = random.Random(seed)
+    return _stream(
+        scenario, arrivals=workloads.poisson_arrivals(rate=rate_rps, rng=rng), count=count, rng=rng
+    )
+
+
 def flood_requests(scenario: Scenario, *, count: int, seed: int) -> list[SimRequest]:
     """``count`` requests of the scenario's workload all arriving at t=0 (saturation measurement)."""
     return _stream(scenario, arrivals=itertools.repeat(0.0), count=count, rng=random.Random(seed))

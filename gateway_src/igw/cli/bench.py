@@ -81,7 +81,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check-agreement",
         action="store_true",
-        help="live mode: also run the DES at the same scale, compare rankings",
+        help="live mode: also run the DES at the same scale, compare rankings (use 3+ live seeds)",
+    )
+    parser.add_argument(
+        "--agreement-des-seeds",
+        type=int,
+        default=10,
+        help="--check-agreement: DES seeds at the same scale (cheap; default 10)",
     )
     parser.add_argument("--out", default="bench-results", help="report directory (Markdown, JSON, PNG)")
 

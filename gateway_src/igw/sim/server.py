@@ -38,7 +38,13 @@ from igw.sim.openai_api import (
 )
 from igw.sim.pod_stats import PodStats
 from igw.sim.spec import EngineKind, FaultKind, FaultSpec, PodSpec, StreamCut
-from igw.sim.tokens import count_tokens, generated_text, output_token_text, request_block_hashes
+from igw.sim.tokens import (
+    count_tokens,
+    generated_text,
+    output_token_text,
+    request_block_hashes,
+    token_ids,
+)
 
 TIME_SCALE_HEADER: Final = "x-igw-sim-time-scale"
 RESYNC_WALL_S: Final = 0.05
@@ -131,6 +137,10 @@ class LivePod:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
+        if self.spec.engine is EngineKind.VLLM:
+            # vLLM's token endpoints: vllm-router's cache_aware matches prefixes on the ids they return.
+            app.router.add_post("/tokenize", self._tokenize)
+            app.router.add_post("/v1/completions/render", self._render_completion)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         await self._listen()
@@ -402,6 +412,33 @@ class LivePod:
             unix_now=time.time(),
             uptime_s=time.time() - self._created_unix,
         )
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM ``POST /tokenize``: a completion (``prompt``) or chat (``messages``) body."""
+        body = await read_json(request)
+        chat = isinstance(body, dict) and "messages" in body
+        parsed = parse_request(
+            body, chat=chat, base_model=self.spec.model_name, adapters=self.spec.lora_adapters
+        )
+        ids = token_ids(parsed.prompt_text)
+        return json_response(
+            {"count": len(ids), "max_model_len": self.preset.max_model_len, "tokens": ids, "token_strs": None}
+        )
+
+    async def _render_completion(self, request: web.Request) -> web.Response:
+        """vLLM ``POST /v1/completions/render``: the prompt's token ids, without generating anything."""
+        body = await read_json(request)
+        parsed = parse_request(
+            body, chat=False, base_model=self.spec.model_name, adapters=self.spec.lora_adapters
+        )
+        rendered = {
+            "request_id": f"cmpl-{self.spec.name}-render-{next(self._ids)}",
+            "token_ids": token_ids(parsed.prompt_text),
+            "sampling_params": {"max_tokens": parsed.max_tokens},
+            "model": parsed.model,
+            "token_offsets": None,
+        }
+        return json_response([rendered])
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=False)

@@ -27,6 +27,25 @@ def count_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / CHARS_PER_TOKEN)) if text else 0
 
 
+VOCAB_SIZE: Final = 128_256
+"""Token ids are drawn from a Llama-3-sized vocabulary (only their equality matters to routers)."""
+
+
+def token_ids(text: str) -> list[int]:
+    """Stand-in token ids for ``text``: one id per :data:`CHARS_PER_TOKEN` characters.
+
+    Served by the vLLM-flavoured ``/tokenize`` and ``/v1/completions/render`` endpoints so that routers
+    which match prefixes on token ids (vllm-router's ``cache_aware``) see the same prefix structure the
+    engine's block cache sees: equal text chunks give equal ids, so a shared character prefix is a
+    shared token-id prefix.
+    """
+    digest = xxhash.xxh32_intdigest
+    return [
+        digest(text[i : i + CHARS_PER_TOKEN].encode(), seed=_ROOT_SEED & 0xFFFF_FFFF) % VOCAB_SIZE
+        for i in range(0, len(text), CHARS_PER_TOKEN)
+    ]
+
+
 def block_hashes(text: str, *, block_size: int, salt: str = "") -> tuple[int, ...]:
     """Chained 64-bit hashes of every *full* block of ``text``.
 

@@ -25,7 +25,7 @@ from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, Rout
 
 @dataclass(frozen=True, slots=True)
 class CacheAwareConfig:
-    """sglang-router 0.3.2 defaults (``smg launch --help``)."""
+    """sglang-router 0.3.2 defaults (``smg launch --help``); :data:`VLLM_ROUTER_DEFAULTS` for vllm-router."""
 
     cache_threshold: float = 0.3
     balance_abs_threshold: int = 64
@@ -44,12 +44,17 @@ class CacheAwareConfig:
             raise ValueError("eviction_interval_s and max_tree_size must be > 0")
 
 
+VLLM_ROUTER_DEFAULTS = CacheAwareConfig(eviction_interval_s=120.0, max_tree_size=33_554_432)
+"""vllm-router 0.1.17's ``cache_aware`` defaults (reference/peers.md §1.3). It matches on the token ids
+that ``/v1/completions/render`` returns; the simulator's ids are one per 4 characters of text, so the
+character tree here gives the same match rates."""
+
+
 class CacheAwarePolicy:
     """sglang-router ``cache_aware`` over router-local in-flight counts and a character tree."""
 
-    name = "sglang-cache-aware"
-
-    def __init__(self, *, config: CacheAwareConfig | None = None) -> None:
+    def __init__(self, *, config: CacheAwareConfig | None = None, name: str = "sglang-cache-aware") -> None:
+        self.name = name
         self.config = config or CacheAwareConfig()
         self._trees: dict[str, ApproximateRadixTree] = {}
         self._last_eviction: float | None = None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from igw.bench.policies.baselines import LeastRequestPolicy, PowerOfTwoPolicy, RandomPolicy, RoundRobinPolicy
-from igw.bench.policies.cache_aware import CacheAwarePolicy
+from igw.bench.policies.cache_aware import VLLM_ROUTER_DEFAULTS, CacheAwarePolicy
 from igw.scheduling.types import RoutingPolicy
 
 
@@ -105,6 +105,11 @@ _ENTRIES: Final[tuple[PolicyEntry, ...]] = (
         "sglang-cache-aware",
         "sglang-router cache_aware (approximate radix tree, balance thresholds 64/1.5, cache 0.3)",
         lambda c: CacheAwarePolicy(),
+    ),
+    PolicyEntry(
+        "vllm-cache-aware",
+        "vllm-router cache_aware (the same algorithm on /render token ids; eviction 120 s, smaller tree)",
+        lambda c: CacheAwarePolicy(config=VLLM_ROUTER_DEFAULTS, name="vllm-cache-aware"),
     ),
     PolicyEntry("gateway-default", "igw scheduler, default weights", _gateway(_default_weights)),
     PolicyEntry("gateway-tuned", "igw scheduler, weights found by tuning", _gateway(_tuned_weights)),

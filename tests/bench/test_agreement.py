@@ -1,0 +1,115 @@
+"""The DES/live ranking-agreement check: its tie rule and its verdicts on hand-built runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+from igw.bench.agreement import compare, ranking, separation, welch_significant
+from igw.bench.results import PolicyRun, ScenarioRun
+from igw.bench.stats import RunSummary, t_critical_975
+
+
+def _summary(p99: float) -> RunSummary:
+    return RunSummary(
+        requests=100, errors=0, ttft_p50_s=p99 / 10, ttft_p95_s=p99 * 0.9, ttft_p99_s=p99,
+        itl_p50_s=0.01, itl_p99_s=0.02, e2e_p99_s=p99 * 2, output_tok_per_s=1000.0, goodput=1.0,
+        prefix_hit_rate=0.0, load_share={},
+    )  # fmt: skip
+
+
+def _run(mode: str, p99_by_policy: Mapping[str, Sequence[float]]) -> ScenarioRun:
+    run = ScenarioRun(scenario="s", mode=mode, parameters={})
+    for name, values in p99_by_policy.items():
+        run.policies[name] = PolicyRun(
+            policy=name,
+            description=name,
+            seeds=list(range(len(values))),
+            summaries=[_summary(v) for v in values],
+        )
+    return run
+
+
+def test_t_critical_values_round_df_down_and_reject_nonsense() -> None:
+    assert t_critical_975(4) == 2.776
+    assert t_critical_975(4.9) == 2.776  # rounded down: stricter
+    assert t_critical_975(0.5) == 12.706
+    assert t_critical_975(45) == 2.042
+    assert t_critical_975(500) == pytest.approx(1.96, abs=1e-3)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        t_critical_975(0)
+
+
+def test_welch_test_on_known_samples() -> None:
+    # means 2 and 5, s² = 1 each, n = 3: t = 3 / sqrt(2/3) = 3.67 > t(0.975, df = 4) = 2.776
+    assert welch_significant([1, 2, 3], [4, 5, 6])
+    # the same spread, means 0.5 apart: t = 0.61
+    assert not welch_significant([1, 2, 3], [1.5, 2.5, 3.5])
+    assert welch_significant([1, 1], [2, 2])  # deterministic difference
+    assert not welch_significant([1, 1], [1, 1])
+    with pytest.raises(ValueError, match="at least two"):
+        welch_significant([1], [2, 3])
+
+
+def test_separation_needs_both_the_tolerance_and_significance() -> None:
+    assert separation([1.0, 1.01, 0.99], [2.0, 2.02, 1.98], tolerance=0.1) == -1
+    assert separation([2.0, 2.02, 1.98], [1.0, 1.01, 0.99], tolerance=0.1) == 1
+    # 20 % apart on average but the seeds overlap widely: a tie
+    assert separation([1.0, 2.2, 1.4], [1.8, 1.6, 2.2], tolerance=0.1) == 0
+    # significant but within the tolerance: a tie
+    assert separation([1.0, 1.0, 1.0], [1.05, 1.05, 1.05], tolerance=0.1) == 0
+    # one seed: the tolerance alone decides
+    assert separation([1.8], [2.2], tolerance=0.1) == -1
+
+
+def test_opposite_significant_orders_disagree() -> None:
+    des = _run("des", {"a": [1.0, 1.1, 0.9], "b": [3.0, 3.1, 2.9]})
+    live = _run("live", {"a": [3.0, 3.2, 2.8], "b": [1.0, 1.1, 0.9]})
+    (p99,) = compare(des, live, metrics=["ttft_p99_s"])
+    assert not p99.agrees
+    assert p99.contradictions == (("a", "b"),)
+    assert "DISAGREE on a/b" in p99.describe()
+
+
+def test_noisy_pair_is_a_tie_not_a_contradiction_but_clear_pairs_still_count() -> None:
+    # The measured situation: two peers running the same algorithm swap places between runs.
+    des = _run(
+        "des", {"gw": [0.5, 0.55, 0.45], "sgl": [1.6, 2.3, 1.8], "vllm": [2.2, 1.7, 2.1], "rr": [4, 4.2, 4.1]}
+    )
+    live = _run(
+        "live",
+        {"gw": [0.3, 0.35, 0.7], "sgl": [2.2, 1.9, 2.0], "vllm": [1.8, 2.1, 1.9], "rr": [2.4, 2.5, 2.4]},
+    )
+    (p99,) = compare(des, live, metrics=["ttft_p99_s"])
+    assert p99.agrees
+    assert ("sgl", "vllm") in p99.ties
+    assert ("gw", "rr") in p99.confirmed
+    assert ("gw", "sgl") in p99.confirmed
+    assert not p99.single_seed
+    assert ranking(des, metric="ttft_p99_s", policies=["rr", "gw"]) == ("gw", "rr")
+
+
+def test_single_seed_runs_are_flagged() -> None:
+    des = _run("des", {"a": [1.0], "b": [2.0]})
+    live = _run("live", {"a": [2.0], "b": [1.0]})
+    (p99,) = compare(des, live, metrics=["ttft_p99_s"])
+    assert not p99.agrees
+    assert p99.single_seed
+    assert "tolerance only" in p99.describe()
+
+
+def test_policies_missing_or_unavailable_in_one_mode_are_left_out() -> None:
+    des = _run("des", {"a": [1.0, 1.0], "b": [2.0, 2.0], "c": [3.0, 3.0]})
+    live = _run("live", {"a": [1.0, 1.0], "b": [2.0, 2.0], "c": [3.0, 3.0]})
+    live.policies["c"].unavailable = "not installed"
+    (p99,) = compare(des, live, metrics=["ttft_p99_s"])
+    assert p99.des_order == p99.live_order == ("a", "b")
+    assert p99.confirmed == (("a", "b"),)
+
+
+def test_des_side_of_the_check_keeps_the_live_seeds_and_adds_more() -> None:
+    from igw.bench.live_runner import agreement_des_seeds
+
+    assert agreement_des_seeds(live_seeds=[1, 2, 3], count=5) == [1, 2, 3, 4, 5]
+    assert agreement_des_seeds(live_seeds=[7, 3], count=4) == [7, 3, 1, 2]
+    assert agreement_des_seeds(live_seeds=[1, 2, 3], count=2) == [1, 2, 3]  # never fewer than live
