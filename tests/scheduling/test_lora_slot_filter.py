@@ -6,7 +6,7 @@ import pytest
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import profile_from_weights
 from igw.scheduling.plugins.lora_slot_filter import LoraSlotFilter, factory
-from igw.scheduling.types import EndpointView
+from igw.scheduling.types import EndpointView, RequestOutcome
 
 from tests.scheduling.helpers import ctx, ep, req
 
@@ -52,6 +52,30 @@ def lora_ep(key: str, *, active: frozenset[str], waiting: frozenset[str] = froze
             id="unknown-is-not-penalised",
         ),
         pytest.param(
+            [
+                lora_ep("blocked", active=A | {"x"}, waiting=frozenset({"rare"})),
+                lora_ep("clear", active=A | {"y"}),
+            ],
+            "a",
+            ["clear"],
+            id="pod-where-another-adapter-starves-is-avoided",
+        ),
+        pytest.param(
+            [
+                lora_ep("blocked", active=A | {"x"}, waiting=frozenset({"x", "a"})),
+                lora_ep("clear", active=A | {"y"}),
+            ],
+            "a",
+            ["blocked", "clear"],
+            id="waiting-for-batch-space-is-not-starvation",
+        ),
+        pytest.param(
+            [lora_ep("rare-waits", active=OTHERS, waiting=frozenset({"rare"}))],
+            "rare",
+            ["rare-waits"],
+            id="the-starving-adapter-itself-still-joins-its-queue",
+        ),
+        pytest.param(
             [lora_ep("busy", active=OTHERS), lora_ep("running", active=A)],
             None,
             ["busy", "running"],
@@ -83,3 +107,101 @@ def test_factory_takes_no_parameters() -> None:
     assert factory("f", {}, "plugins[0].parameters").name == "f"
     with pytest.raises(SchedulerConfigError, match=r"unknown"):
         factory("f", {"x": 1}, "plugins[0].parameters")
+
+
+def test_adapters_sent_since_the_scrape_claim_slots() -> None:
+    """Two cold adapters inside one scrape window must not both be sent to the pod showing one free
+    slot (the second one would wait there for a slot)."""
+    filt = LoraSlotFilter()
+    one_free = lora_ep("one-free", active=frozenset({"x"}), waiting=frozenset())
+    other_free = lora_ep("other-free", active=frozenset({"y"}), waiting=frozenset())
+    first = ctx(req("q", adapter="a"), now=0.01)
+    assert [e.key for e in filt.filter(first, [one_free])] == ["one-free"]
+    filt.on_picked(first, one_free)
+    second = ctx(req("q", adapter="b"), now=0.02)
+    assert [e.key for e in filt.filter(second, [one_free, other_free])] == ["other-free"]
+    # With the free slot elsewhere taken too, the same adapter joins the one it was sent to (tier 3:
+    # it will be loaded together), not a pod where it would need yet another slot.
+    filt.on_picked(second, other_free)
+    again = ctx(req("q", adapter="a"), now=0.03)
+    assert [e.key for e in filt.filter(again, [one_free, other_free])] == ["one-free"]
+
+
+def test_a_newer_scrape_replaces_what_the_filter_remembers() -> None:
+    filt = LoraSlotFilter()
+    before = lora_ep("p", active=frozenset({"x"}), waiting=frozenset())
+    filt.on_picked(ctx(req("q", adapter="a"), now=0.01), before)
+    assert filt.unreflected(before) == frozenset({"a"})
+    rescraped = ep(
+        "p", active=frozenset({"x", "a"}), waiting_adapters=frozenset(), max_lora=2, scraped_at=0.05
+    )
+    assert filt.unreflected(rescraped) == frozenset()
+    # b still fits: the scrape shows a running, one slot per adapter.
+    out = filt.filter(ctx(req("q", adapter="b"), now=0.06), [rescraped])
+    assert [e.key for e in out] == ["p"]
+
+
+def test_removed_endpoints_are_forgotten() -> None:
+    filt = LoraSlotFilter()
+    view = lora_ep("p", active=frozenset({"x"}))
+    filt.on_picked(ctx(req("q", adapter="a"), now=0.01), view)
+    filt.on_endpoints_removed(["p"])
+    assert filt.unreflected(view) == frozenset()
+
+
+def test_base_model_picks_are_not_remembered() -> None:
+    filt = LoraSlotFilter()
+    view = lora_ep("p", active=frozenset({"x"}))
+    filt.on_picked(ctx(req("q"), now=0.01), view)
+    assert filt.unreflected(view) == frozenset()
+
+
+def _send(filt: LoraSlotFilter, view: EndpointView, adapter: str, request_id: str) -> None:
+    filt.on_picked(ctx(req("q", adapter=adapter, request_id=request_id), now=0.0), view)
+
+
+def test_every_pod_blocked_the_drain_victim_stops_feeding_its_slot() -> None:
+    """Regression (lora-multi-adapter, seed 1: one adapter waited up to 60 s on a pod whose three
+    slots held rare adapters that ran nowhere else): the running adapter with the fewest unfinished
+    requests there gets no new ones there, so its slot frees and the starving adapter loads."""
+    filt = LoraSlotFilter()
+    starving = ep(
+        "p", active=frozenset({"x", "y"}), waiting_adapters=frozenset({"rare"}), max_lora=2, scraped_at=-1.0
+    )
+    other = lora_ep("q", active=frozenset({"u", "v"}))
+    _send(filt, starving, "x", "r1")
+    _send(filt, starving, "x", "r2")
+    _send(filt, starving, "y", "r3")
+    assert filt.drain_victim(starving) == "y"
+    # y runs only on p: it is sent elsewhere (to wait for a slot there) rather than keep p's slot.
+    assert [e.key for e in filt.filter(ctx(req("q", adapter="y")), [starving, other])] == ["q"]
+    # x is not the victim and runs only on p: it keeps going there.
+    assert [e.key for e in filt.filter(ctx(req("q", adapter="x")), [starving, other])] == ["p"]
+    # Once y's requests finish elsewhere counts drop, the victim is recomputed from what is left.
+    filt.on_complete(RequestOutcome(request_id="r1", endpoint="p", ok=True), now=1.0)
+    filt.on_complete(RequestOutcome(request_id="r2", endpoint="p", ok=True), now=1.0)
+    assert filt.drain_victim(starving) == "x"
+
+
+def test_no_victim_without_a_starving_adapter() -> None:
+    filt = LoraSlotFilter()
+    assert filt.drain_victim(lora_ep("p", active=OTHERS)) is None
+    assert filt.drain_victim(lora_ep("p", active=OTHERS, waiting=frozenset({"x"}))) is None
+
+
+def test_a_lone_endpoint_still_serves_its_victim_adapter() -> None:
+    filt = LoraSlotFilter()
+    only = ep("p", active=frozenset({"x", "y"}), waiting_adapters=frozenset({"rare"}), max_lora=2)
+    assert filt.drain_victim(only) == "x"
+    assert [e.key for e in filt.filter(ctx(req("q", adapter="x")), [only])] == ["p"]
+
+
+def test_retries_and_removed_endpoints_release_counts() -> None:
+    filt = LoraSlotFilter()
+    p, q = lora_ep("p", active=A), lora_ep("q", active=A)
+    _send(filt, p, "a", "r1")
+    _send(filt, q, "a", "r1")  # the same request retried on q
+    assert filt._counts == {("q", "a"): 1}
+    filt.on_endpoints_removed(["q"])
+    assert filt._counts == {}
+    assert filt._inflight == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -75,3 +76,76 @@ def test_factory_rejects_unknown_and_out_of_range_parameters() -> None:
         factory("p", {"alpha": 2}, "plugins[0].parameters")
     with pytest.raises(SchedulerConfigError, match=r"alhpa"):
         factory("p", {"alhpa": 0.5}, "plugins[0].parameters")
+
+
+def _feed(scorer: PredictedTtftScorer, key: str, samples: list[float]) -> None:
+    for i, ttft in enumerate(samples):
+        scorer.on_complete(
+            RequestOutcome(request_id=f"{key}{i}", endpoint=key, ok=True, ttft_s=ttft), now=0.0
+        )
+
+
+NOISY = [0.01, 0.04, 0.02, 0.05, 0.015, 0.03, 0.06, 0.02, 0.025, 0.035, 0.012, 0.045] * 2
+"""Per-request TTFTs of one pod: several-fold spread, as prompt lengths make it."""
+
+
+def test_identical_pods_whose_means_differ_by_chance_score_alike() -> None:
+    """Regression (homogeneous-steady herding): a pod that was lucky lately is not 'faster'."""
+    scorer = PredictedTtftScorer()
+    _feed(scorer, "lucky", [*NOISY[:-4], *[0.02] * 4])
+    _feed(scorer, "unlucky", [*NOISY[:-4], *[0.035] * 4])
+    raw = [scorer.ttft.get("lucky"), scorer.ttft.get("unlucky")]
+    assert raw[0] is not None
+    assert raw[1] is not None
+    assert raw[1] > 1.3 * raw[0]
+    assert scorer.score(ctx(), [view("lucky"), view("unlucky")]) == [1.0, 1.0]
+    # Work ahead still counts in full.
+    assert scorer.score(ctx(), [view("lucky", waiting=1), view("unlucky")]) == pytest.approx([0.5, 1.0])
+
+
+def test_a_real_speed_difference_survives_the_noise_test() -> None:
+    scorer = PredictedTtftScorer()
+    _feed(scorer, "h100", NOISY)
+    _feed(scorer, "a10g", [t * 10 for t in NOISY])
+    scores = scorer.score(ctx(), [view("h100"), view("a10g")])
+    assert scores[0] == 1.0
+    assert scores[1] == pytest.approx(0.1, rel=0.05)
+
+
+def test_endpoints_with_few_samples_keep_their_own_mean() -> None:
+    scorer = PredictedTtftScorer()
+    _feed(scorer, "settled", NOISY)
+    _feed(scorer, "new", [0.2, 0.3])
+    pooled = scorer.pooled_ttft([view("settled"), view("new")])
+    assert pooled == [scorer.ttft.get("settled"), scorer.ttft.get("new")]
+
+
+def test_noise_z_zero_compares_raw_means() -> None:
+    scorer = factory("p", {"noiseZ": 0}, "plugins[0].parameters")
+    _feed(scorer, "a", [*NOISY[:-4], 0.01, 0.01, 0.012, 0.011])
+    _feed(scorer, "b", [*NOISY[:-4], 0.05, 0.06, 0.045, 0.05])
+    scores = scorer.score(ctx(), [view("a"), view("b")])
+    assert scores[0] == 1.0
+    assert scores[1] < 0.9
+
+
+def test_noise_z_must_be_non_negative() -> None:
+    with pytest.raises(SchedulerConfigError, match=r"noiseZ"):
+        factory("p", {"noiseZ": -1}, "plugins[0].parameters")
+
+
+def _set_measurement(scorer: PredictedTtftScorer, key: str, *, ttft: float, log_sd: float) -> None:
+    """Pin an endpoint's learned state (mean TTFT, log-space spread) as after 100 samples."""
+    for ewma, value, var in ((scorer.ttft, ttft, 0.0), (scorer.log_ttft, math.log(ttft), log_sd**2)):
+        ewma.values[key] = value
+        ewma.variances[key] = var
+        ewma.counts[key] = 100
+
+
+def test_groups_do_not_chain_small_steps_into_a_large_difference() -> None:
+    """Each step (x1.5) is inside 2 standard errors, the first-to-last (x2.25) is not."""
+    scorer = PredictedTtftScorer()
+    for key, ttft in (("a", 0.02), ("b", 0.03), ("c", 0.045)):
+        _set_measurement(scorer, key, ttft=ttft, log_sd=0.45)
+    pooled = scorer.pooled_ttft([view("a"), view("b"), view("c")])
+    assert pooled == pytest.approx([0.025, 0.025, 0.045])

@@ -3,29 +3,80 @@
 Shared by the plugins and layers that learn an endpoint's speed from ``RequestOutcome`` (time to
 first token for :mod:`igw.scheduling.dispatch_ledger` and ``predicted-ttft-scorer``), so they age
 samples the same way and forget removed endpoints the same way.
+
+Each mean also carries its own *noise*: an exponentially weighted variance of the samples, from which
+:meth:`EndpointEwma.standard_error` gives how far the mean typically strays from the endpoint's true
+value. Why: per-request TTFTs vary several-fold with prompt length and step timing, so the means of
+identical pods differ by chance, and a scorer that reads every difference as a speed difference keeps
+sending traffic to whichever pod was lucky last (measured on ``igw bench homogeneous-steady``; see
+``predicted-ttft-scorer``). Consumers compare differences against this noise before trusting them.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from igw.scheduling.types import EndpointKey
 
 
 class EndpointEwma:
-    """``mean += alpha * (sample - mean)`` per endpoint; the first sample is taken as is."""
+    """``mean += alpha * (sample - mean)`` per endpoint; the first sample is taken as is.
+
+    Alongside, ``var = (1 - alpha) * (var + alpha * (sample - old_mean) ** 2)`` (the exponentially
+    weighted variance of the samples, West 1979), 0 after the first sample.
+    """
 
     def __init__(self, *, alpha: float) -> None:
         self.alpha = alpha
         self.values: dict[EndpointKey, float] = {}
+        self.variances: dict[EndpointKey, float] = {}
+        self.counts: dict[EndpointKey, int] = {}
 
     def observe(self, key: EndpointKey, sample: float) -> None:
         old = self.values.get(key)
-        self.values[key] = sample if old is None else old + self.alpha * (sample - old)
+        if old is None:
+            self.values[key] = sample
+            self.variances[key] = 0.0
+            self.counts[key] = 1
+            return
+        a = self.alpha
+        diff = sample - old
+        self.values[key] = old + a * diff
+        self.variances[key] = (1.0 - a) * (self.variances.get(key, 0.0) + a * diff * diff)
+        self.counts[key] = self.counts.get(key, 1) + 1
+
+    @property
+    def settled_count(self) -> int:
+        """Samples after which the mean spans its full window (``2 / alpha - 1``, at least 2: one
+        sample has no spread to estimate noise from)."""
+        return max(2, math.ceil(2.0 / self.alpha - 1.0)) if self.alpha > 0 else 2
+
+    def count(self, key: EndpointKey) -> int:
+        return self.counts.get(key, 0)
 
     def get(self, key: EndpointKey) -> float | None:
         return self.values.get(key)
 
+    def standard_error(self, key: EndpointKey) -> float | None:
+        """Typical error of the mean: ``sd * sqrt(alpha / (2 - alpha))`` once it spans its window.
+
+        While fewer samples than the EWMA's effective window (``2 / alpha - 1``) have arrived, the
+        mean is one of only ``n`` samples, so ``sd / sqrt(n)`` is used instead (the larger one).
+        ``None`` without a sample; with one sample the error is unknown and reported as infinite.
+        """
+        n = self.counts.get(key, 0)
+        if n == 0:
+            return None
+        if n == 1:
+            return math.inf
+        a = self.alpha
+        sd = math.sqrt(self.variances.get(key, 0.0))
+        window_error = sd * math.sqrt(a / (2.0 - a)) if a < 2.0 else sd
+        return max(window_error, sd / math.sqrt(n))
+
     def forget(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:
             self.values.pop(key, None)
+            self.variances.pop(key, None)
+            self.counts.pop(key, None)

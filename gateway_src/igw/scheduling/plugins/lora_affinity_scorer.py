@@ -24,14 +24,17 @@ WAITING = 0.6
 NONE = 0.0
 
 
-def adapter_affinity(adapter: str, endpoint: EndpointView) -> float | None:
+def adapter_affinity(
+    adapter: str, endpoint: EndpointView, *, unreflected: frozenset[str] = frozenset()
+) -> float | None:
     """The GIE score of one endpoint for ``adapter`` (``None``: no LoRA metrics); shared with
-    ``lora-slot-filter``."""
+    ``lora-slot-filter``, which passes as ``unreflected`` the adapters it sent to the endpoint since
+    the scrape (counted as waiting: they claim slots the scrape cannot show yet)."""
     m = endpoint.metrics
     if m is None or m.max_lora is None:
         return None
     active = m.active_adapters or frozenset()
-    waiting = m.waiting_adapters or frozenset()
+    waiting = (m.waiting_adapters or frozenset()) | (unreflected - active)
     if adapter in active:
         return ACTIVE
     if len(active) + len(waiting) < m.max_lora:
