@@ -16,6 +16,7 @@ no policy is favoured by the choice of rate.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -119,7 +120,7 @@ def probe_capacity(scenario: Scenario, group: PodGroup, *, seed: int) -> PodCapa
     )
 
 
-SWEEP_BY_DEFAULT = False
+SWEEP_BY_DEFAULT = True
 
 
 def fleet_capacity(
@@ -129,12 +130,18 @@ def fleet_capacity(
     on_progress: Callable[[str], None] | None = None,
     sweep: bool | None = None,
 ) -> FleetCapacity:
+    """Capacity of the scenario's fleet (sum over pods); deterministic, so memoised per process."""
+    if on_progress is not None:
+        on_progress("capacity: flood probe, then an offered-rate sweep per pod type")
+    return _fleet_capacity(scenario, seed, SWEEP_BY_DEFAULT if sweep is None else sweep)
+
+
+@functools.lru_cache(maxsize=32)
+def _fleet_capacity(scenario: Scenario, seed: int, sweep: bool) -> FleetCapacity:
     per_type: list[PodCapacity] = []
     total = 0.0
     for group in scenario.fleet:
-        if on_progress is not None:
-            on_progress(f"capacity probe: {group.preset}")
-        cap = pod_capacity(scenario, group, seed=seed, sweep=SWEEP_BY_DEFAULT if sweep is None else sweep)
+        cap = pod_capacity(scenario, group, seed=seed, sweep=sweep)
         per_type.append(cap)
         total += cap.requests_per_s * group.count
     return FleetCapacity(per_type=tuple(per_type), requests_per_s=total)
