@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 
 import jsonschema
 import yaml
+
 from igw.addon import addon_version, configuration, pins
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent

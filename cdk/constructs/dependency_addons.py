@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
-from igw.addon import addon_version, pins
 
 from cdk.config import IdentityMode
 from cdk.constructs.nag_ack import acknowledge
 from cdk.constructs.workload_role import WorkloadRole
+from igw.addon import addon_version, pins
 
 S3_CSI_NAMESPACE = "kube-system"
 S3_CSI_SERVICE_ACCOUNT = "s3-csi-driver-sa"

@@ -16,10 +16,10 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
 from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from constructs import Construct
-from igw.addon import addon_version, pins
 
 from cdk.config import ClusterConfig
 from cdk.constructs.nag_ack import acknowledge, arn_of, managed_policy
+from igw.addon import addon_version, pins
 
 SYSTEM_POOL_LABEL = "igw.dev/pool"
 ALL_LOG_TYPES = (

@@ -12,11 +12,11 @@ import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
-from igw.addon import pins
 
 from cdk.config import IdentityMode
 from cdk.constructs.nag_ack import acknowledge, partition_of
 from cdk.constructs.workload_role import WorkloadRole
+from igw.addon import pins
 
 CLUSTER_TAG = "igw.dev/cluster"
 

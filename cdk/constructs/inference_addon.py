@@ -16,12 +16,12 @@ import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
-from igw.addon import addon_version, configuration, pins, schemas
 
 from cdk.config import REPO_ROOT, AddonConfig, IdentityMode
 from cdk.constructs.gateway_role import GatewayRole
 from cdk.constructs.nag_ack import acknowledge, asset_bucket
 from cdk.constructs.typing_fixes import as_icluster
+from igw.addon import addon_version, configuration, pins, schemas
 
 
 class InferenceAddon(Construct):

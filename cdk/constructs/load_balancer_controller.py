@@ -16,12 +16,12 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
-from igw.addon import pins
 
 from cdk.config import IdentityMode
 from cdk.constructs.nag_ack import acknowledge
 from cdk.constructs.typing_fixes import as_icluster
 from cdk.constructs.workload_role import WorkloadRole
+from igw.addon import pins
 
 POLICY_FILE = Path(__file__).resolve().parent / "load_balancer_controller_iam_policy.json"
 DEFAULT_SSL_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"

@@ -7,6 +7,7 @@ import copy
 import kubernetes_validate
 import pytest
 import yaml
+
 from igw.addon import chart, configuration, pins, schemas
 from igw.config.validate import validate_document
 

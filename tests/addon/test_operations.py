@@ -6,10 +6,11 @@ from __future__ import annotations
 import boto3
 import pytest
 from botocore.stub import Stubber
+from moto import mock_aws
+
 from igw.addon import addon_version, operations, pins
 from igw.addon.eks_api import EksAddonApi
 from igw.cli import main as cli
-from moto import mock_aws
 
 REGION = "us-west-2"
 CLUSTER = "igw"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import pytest
+
 from igw.bench.agreement import compare, ranking, separation, welch_significant
 from igw.bench.results import PolicyRun, ScenarioRun
 from igw.bench.stats import RunSummary, t_critical_975

@@ -5,7 +5,6 @@ from collections import Counter
 
 from igw.bench.policies.baselines import LeastRequestPolicy, PowerOfTwoPolicy, RandomPolicy, RoundRobinPolicy
 from igw.scheduling.types import DecisionKind
-
 from tests.bench.helpers import request, views
 
 

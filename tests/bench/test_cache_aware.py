@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.bench.policies.cache_aware import CacheAwareConfig, CacheAwarePolicy
 from igw.bench.policies.radix_tree import ApproximateRadixTree
-
 from tests.bench.helpers import request, views
 
 ALL = {"w1", "w2", "w3"}

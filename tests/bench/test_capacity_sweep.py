@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.bench.capacity import fleet_capacity, pod_capacity, probe_capacity
 from igw.bench.capacity_sweep import PodSweep, SweepStep, _sustained_rps, sweep_pod
 from igw.bench.scenarios import DEMO

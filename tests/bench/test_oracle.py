@@ -3,8 +3,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from igw.bench.policies.oracle import OraclePolicy, PodSnapshot, predicted_ttft, step_time
 
+from igw.bench.policies.oracle import OraclePolicy, PodSnapshot, predicted_ttft, step_time
 from tests.bench.helpers import request, views
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.bench.plots import ttft_cdf_points
 from igw.bench.stats import RequestSample
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from igw.bench.processes import RouterStartError, router_process
 from igw.bench.rr_proxy import LISTENING_PREFIX
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+
 from igw.bench.report import format_value, write_report
 from igw.bench.results import PolicyRun, ScenarioRun
 from igw.bench.stats import Estimate, RequestSample, summarize
@@ -98,9 +99,10 @@ def test_summary_puts_the_claim_next_to_measured_reductions(
 
 
 def test_console_table_states_fleet_workload_load_seeds_and_capacity() -> None:
+    from rich.console import Console
+
     from igw.bench.console import scenario_caption, scenario_table
     from igw.bench.results import ScenarioRun
-    from rich.console import Console
 
     params = {
         "fleet": "2x h100",

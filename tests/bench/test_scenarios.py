@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from igw.bench.scenarios import DEMO, GROUPS, SCENARIOS, BurstLoad, resolve
 from igw.bench.workload import fleet_pods, flood_requests, scenario_requests
 

@@ -4,6 +4,7 @@ import random
 
 import numpy as np
 import pytest
+
 from igw.bench.stats import (
     RequestSample,
     bootstrap_interval,

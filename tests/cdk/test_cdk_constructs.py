@@ -6,7 +6,6 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 from aws_cdk import aws_eks_v2 as eks
-from igw.addon import configuration, pins
 
 from cdk.config import AddonConfig, GatewayConfigManifest, NetworkConfig
 from cdk.constructs.gateway_config_manifest import GatewayConfig, InvalidGatewayConfigError
@@ -15,6 +14,7 @@ from cdk.constructs.hyperpod_cluster import lifecycle_bucket_name
 from cdk.constructs.inference_addon import InferenceAddon
 from cdk.constructs.network import Network
 from cdk.constructs.workload_role import WorkloadRole
+from igw.addon import configuration, pins
 
 ENV = cdk.Environment(account="111111111111", region="us-west-2")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from aws_cdk import assertions
+
 from igw.addon import pins
 
 

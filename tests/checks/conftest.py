@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.checks.inventory import Inventory
 from igw.checks.sources.manifests import load_manifests
-
 from tests.checks.helpers import SECURE
 
 

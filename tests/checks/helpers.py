@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from igw.checks.framework import CheckContext, CheckOptions, run_checks
 from igw.checks.inventory import Inventory
 from igw.checks.model import Command, Result, Status

@@ -8,7 +8,6 @@ from pathlib import Path
 from igw.checks.inventory import Missing
 from igw.checks.model import Command
 from igw.checks.sources.cdk_out import load_cdk_out, render
-
 from tests.checks.helpers import FIXTURES, findings, run
 
 CDK = FIXTURES / "cdk"

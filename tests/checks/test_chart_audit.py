@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.addon import chart
 from igw.checks.model import Command, Severity
 from igw.checks.sources.manifests import inventory_from_documents
-
 from tests.checks.helpers import findings, run
 
 

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+
 from igw.checks.framework import CheckContext, CheckOptions, run_check
 from igw.checks.inventory import Inventory, Missing, MissingFact
 from igw.checks.loadbalancers import from_ingress, from_service
@@ -14,7 +15,6 @@ from igw.checks.registry import select
 from igw.checks.selectors import diagnose, selector_from_mapping
 from igw.checks.sources.manifests import inventory_from_documents
 from igw.checks.tls_policies import PolicyGrade, grade
-
 from tests.checks.helpers import NOW, find, mutated, of, run, secure_docs
 
 Docs = list[dict[str, Any]]

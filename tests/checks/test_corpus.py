@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from igw.checks.framework import CheckOptions
 from igw.checks.model import Command
-
 from tests.checks.helpers import find, findings, mutated, run, secure_docs
 
 Docs = list[dict[str, Any]]

@@ -13,11 +13,12 @@ import pytest
 import trustme
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
 from igw.checks.framework import CheckContext, CheckOptions, run_check
 from igw.checks.model import Command, Severity, SkipKind, Status
 from igw.checks.registry import select
 from igw.checks.sources.manifests import inventory_from_documents
-from jwt.algorithms import RSAAlgorithm
 
 
 def _jwk(bits: int, kid: str) -> dict[str, Any]:

@@ -14,14 +14,14 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
+from moto import mock_aws
+
 from igw.checks.framework import CheckContext, CheckOptions, run_checks
 from igw.checks.model import Command, Severity, SkipKind, Status
 from igw.checks.registry import checks_for
 from igw.checks.sources.aws_api import AwsAccount
 from igw.checks.sources.live import load_live
 from igw.cli.main import main
-from moto import mock_aws
-
 from tests.checks.helpers import SECURE, cli, find, secure_docs
 from tests.fakes.kube_api import (
     FakeKubeApiServer,

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from igw.checks.model import Command
 from igw.checks.sources.cdk_out import load_cdk_out, render
 from igw.checks.sources.documents import static_view
 from igw.checks.sources.manifests import load_manifests
 from igw.checks.sources.yaml_safe import MAX_ALIASES, ManifestFileError, load_documents
-
 from tests.checks.helpers import run
 
 json_values = st.recursive(

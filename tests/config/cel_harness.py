@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import celpy
+
 from igw.config.build import apply_defaults
 from igw.config.errors import Problem
 from igw.config.jsonpath import PathPart, format_path, parse_path

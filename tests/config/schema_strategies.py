@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hypothesis import strategies as st
+
 from igw.config.jsonpath import PathPart
 
 QUANTITIES = ["1", "500m", "2Gi", "0.5", "128974848", "1e3"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from igw.cli.main import main
 from igw.config.crd import CRD_PATH
 from igw.config.generated_files import GENERATED_FILES

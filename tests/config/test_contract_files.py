@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from igw.config.bundle import BUNDLED_PREFIX
 from igw.config.documents import read_documents
 from igw.config.paths import BUNDLED_DIR, SCHEMAS_DIR_ENV, schemas_dir

@@ -10,6 +10,7 @@ import celpy
 import kubernetes_validate
 import pytest
 import yaml
+
 from igw.cli.main import main
 from igw.config.crd import CRD_PATH, build_crd, render_crd, to_structural
 from igw.config.schema import SchemaError, admission_rules

@@ -13,11 +13,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
+
 from igw.config.crd import build_crd
 from igw.config.documents import read_documents
 from igw.config.jsonpath import PathPart, format_path
 from igw.config.validate import is_gateway_config, validate_document
-from jsonschema import Draft202012Validator
 
 from .cases import CASES, Case
 from .support import EXAMPLES

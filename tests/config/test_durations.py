@@ -5,6 +5,7 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from igw.config.durations import DURATION_PATTERN, format_duration, parse_duration
 
 

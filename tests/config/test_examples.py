@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from igw.config.documents import read_documents
 from igw.config.loader import load_gateway_config
 from igw.config.validate import is_gateway_config, validate_document

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from igw.config.build import build_gateway_config
 from igw.config.crd import render_crd
 from igw.config.paths import SCHEMAS_DIR_ENV

@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from igw.config.build import build_gateway_config
 from igw.config.jsonpath import format_path
 from igw.config.schema import resolved_schema

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.config.validate import validate_document
 
 from .cases import CASES, Case, base_document

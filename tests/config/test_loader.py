@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from igw.config.errors import ConfigError
 from igw.config.loader import load_gateway_config
 from igw.config.paths import SCHEMAS_DIR_ENV

@@ -3,6 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
+
 from igw.config.versions import (
     KnownVersion,
     UnknownVersion,
@@ -13,7 +15,6 @@ from igw.config.versions import (
     parse_image_reference,
     parse_version_tag,
 )
-from packaging.version import Version
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+
 from igw.config.loader import load_gateway_config
 from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery

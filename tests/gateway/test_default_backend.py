@@ -6,8 +6,8 @@ import socket
 from typing import Any
 
 import yaml
-from igw.gateway.model_router import NO_MATCH_MESSAGE
 
+from igw.gateway.model_router import NO_MATCH_MESSAGE
 from tests.gateway.conftest import config_doc, scheduler, wait_for
 from tests.gateway.fake_model_server import FakeModelServer, running
 

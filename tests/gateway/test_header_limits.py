@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 import pytest
-from igw.gateway.serving import MAX_HEADER_FIELD_BYTES, MAX_HEADERS, MAX_REQUEST_LINE_BYTES
 
+from igw.gateway.serving import MAX_HEADER_FIELD_BYTES, MAX_HEADERS, MAX_REQUEST_LINE_BYTES
 from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer, running
 

@@ -7,7 +7,6 @@ import contextlib
 from typing import Any
 
 from igw.gateway.model_router import NO_MATCH_MESSAGE
-
 from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer, running
 

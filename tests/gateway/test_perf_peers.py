@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from igw.bench.processes import RouterStartError
 from igw.gateway.perf import _cpu_rows
 from igw.gateway.perf_load import PEER_POLICY, peer_command, peer_executable, peer_process

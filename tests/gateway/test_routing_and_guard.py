@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
-from igw.gateway.guards import GuardDenied, GuardReadiness, Principal
 
+from igw.gateway.guards import GuardDenied, GuardReadiness, Principal
 from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer, running
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
-from igw.cli.main import main
 
+from igw.cli.main import main
 from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer, running
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
 from igw.config.model import (
     BbrSpec,
     ConfigMapRef,

@@ -11,9 +11,9 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+
 from igw.sim.live import run_fleet
 from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
-
 from tests.gateway.conftest import config_doc, scheduler, wait_for
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.types import RequestOutcome
-
 from tests.scheduling.helpers import ep
 
 

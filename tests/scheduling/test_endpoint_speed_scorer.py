@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.scheduling.plugins.endpoint_speed_scorer import EndpointSpeedScorer
 from igw.scheduling.types import RequestOutcome
-
 from tests.scheduling.helpers import ctx, ep
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from igw.config.model import ConfigMapRef, LabelSelector, SchedulerSpec, Weights
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import effective_weights, scheduler_from_spec, scheduler_from_weights

@@ -6,11 +6,11 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from igw.scheduling.factory import DEFAULT_WEIGHTS, profile_from_weights
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import RequestOutcome
-
 from tests.scheduling.helpers import ep, req
 
 

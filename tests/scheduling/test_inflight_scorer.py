@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from igw.scheduling.plugins.inflight_scorer import InflightScorer
 
+from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from tests.scheduling.helpers import ctx, ep
 
 

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 
+from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from tests.scheduling.helpers import ctx, ep
 
 

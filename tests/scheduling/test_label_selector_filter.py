@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from igw.scheduling.plugins.label_selector_filter import LabelSelectorFilter, factory
 
+from igw.scheduling.plugins.label_selector_filter import LabelSelectorFilter, factory
 from tests.scheduling.helpers import ctx, ep
 
 

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from igw.scheduling.plugins.lora_affinity_scorer import LoraAffinityScorer
 
+from igw.scheduling.plugins.lora_affinity_scorer import LoraAffinityScorer
 from tests.scheduling.helpers import ctx, ep, req
 
 F = frozenset

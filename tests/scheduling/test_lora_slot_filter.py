@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import profile_from_weights
 from igw.scheduling.plugins.lora_slot_filter import LoraSlotFilter, factory
 from igw.scheduling.types import EndpointView, RequestOutcome
-
 from tests.scheduling.helpers import ctx, ep, req
 
 A = frozenset({"a"})

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.scheduling.plugins.no_hit_lru_scorer import NoHitLruScorer
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT
-
 from tests.scheduling.helpers import ctx, ep
 
 

@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import scheduler_from_picker_config
 from igw.scheduling.plugins.weighted_random_picker import WeightedRandomPicker

@@ -3,9 +3,9 @@ from __future__ import annotations
 import collections
 
 import pytest
+
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.weighted_random_picker import WeightedRandomPicker
-
 from tests.scheduling.helpers import ctx
 
 

@@ -6,10 +6,10 @@ import math
 from dataclasses import replace
 
 import pytest
+
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer, factory
 from igw.scheduling.types import EndpointView, RequestOutcome
-
 from tests.scheduling.helpers import ctx, ep
 
 

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 import xxhash
+
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.plugins import prefix_cache_scorer
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, PrefixCacheScorer
 from igw.scheduling.plugins.prefix_index import PrefixIndex, prefix_hashes
-
 from tests.scheduling.helpers import ctx, ep, req
 
 A = "a" * 64

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.plugins import queue_scorer
-
 from tests.scheduling.helpers import ctx, ep
 
 

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from igw.scheduling.plugins.running_requests_scorer import RunningRequestsScorer
 
+from igw.scheduling.plugins.running_requests_scorer import RunningRequestsScorer
 from tests.scheduling.helpers import ctx, ep
 
 

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
 
+from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
 from tests.scheduling.helpers import ep
 
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from igw.scheduling.factory import scheduler_from_weights
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingPolicy
-
 from tests.scheduling.helpers import ep, req
 
 SETTINGS = RoutingSettings(stale_threshold_s=1.0)

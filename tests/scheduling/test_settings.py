@@ -6,6 +6,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+
 from igw.config.durations import parse_duration
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.settings import RoutingSettings

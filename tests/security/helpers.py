@@ -21,6 +21,9 @@ import pytest
 import trustme
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm, get_default_algorithms
+from prometheus_client import CollectorRegistry
+
 from igw.config.model import (
     AuthSpec,
     BbrSpec,
@@ -30,8 +33,6 @@ from igw.config.model import (
 )
 from igw.security.factory import build_request_guard
 from igw.security.guard import SecurityGuard
-from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm, get_default_algorithms
-from prometheus_client import CollectorRegistry
 
 AUDIENCE = "igw-test"
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from igw.gateway.guards import GuardDenied
-from igw.security.guard import SecurityGuard
 from multidict import CIMultiDict
 
+from igw.gateway.guards import GuardDenied
+from igw.security.guard import SecurityGuard
 from tests.security.helpers import (
     DELETE,
     GuardMaker,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from igw.config.model import RequiredClaim
 from igw.security.claims import ClaimRules, validate_claims
 from igw.security.token import TokenRejected
-
 from tests.security.helpers import GuardMaker, TokenFactory, bearer
 
 NOW = 1_900_000_000.0

@@ -13,9 +13,9 @@ from typing import Any
 import jwt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from igw.gateway.guards import GuardDenied
 from igw.security.guard import SecurityGuard
-
 from tests.security.helpers import AUDIENCE, GuardMaker, Keys, TokenFactory, b64url, mint, segment
 
 FUZZ = settings(

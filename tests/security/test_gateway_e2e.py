@@ -21,6 +21,9 @@ import aiohttp
 import pytest
 import trustme
 import yaml
+from multidict import CIMultiDict
+from prometheus_client import CollectorRegistry
+
 from igw.config.loader import load_gateway_config
 from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery
@@ -29,9 +32,6 @@ from igw.gateway.serving import serve_app
 from igw.gateway.state import GatewayState
 from igw.security.factory import build_request_guard
 from igw.security.tls import build_server_ssl_context
-from multidict import CIMultiDict
-from prometheus_client import CollectorRegistry
-
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.security.helpers import AUDIENCE, JwksServer, Keys, TokenFactory, wait_until
 from tests.security.test_catalogue import CASES, Ctx

@@ -19,14 +19,14 @@ from typing import Any
 
 import aiohttp
 import yaml
+from prometheus_client import CollectorRegistry
+
 from igw.config.loader import load_gateway_config
 from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.serving import serve_app
 from igw.security.factory import RequestGuardFactory
-from prometheus_client import CollectorRegistry
-
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.security.helpers import JwksServer, TokenFactory, wait_until
 from tests.security.test_gateway_e2e import ROUTING, Gw, doc

@@ -8,8 +8,8 @@ import json
 import logging
 
 import pytest
-from igw.gateway.guards import ANONYMOUS, GuardDenied
 
+from igw.gateway.guards import ANONYMOUS, GuardDenied
 from tests.security.helpers import GuardMaker, TokenFactory, bearer
 
 FORWARD = {

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, rsa, x25519
-from igw.security.jwk import KeySkipped, parse_jwk, parse_jwks
-from igw.security.settings import DEFAULT_ALGORITHMS
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
+from igw.security.jwk import KeySkipped, parse_jwk, parse_jwks
+from igw.security.settings import DEFAULT_ALGORITHMS
 from tests.security.helpers import Keys, b64url
 
 ALLOWED = frozenset(DEFAULT_ALGORITHMS)

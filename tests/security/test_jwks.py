@@ -11,9 +11,9 @@ import time
 
 import pytest
 import trustme
-from igw.gateway.guards import GuardDenied
 from multidict import CIMultiDict
 
+from igw.gateway.guards import GuardDenied
 from tests.security.helpers import (
     GuardMaker,
     JwksServer,

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
+
 from igw.gateway.guards import GuardDenied
 from igw.security.metrics import SecurityMetrics
 from igw.security.ratelimit.backend import BACKENDS
 from igw.security.ratelimit.limiter import RateLimiter
 from igw.security.settings import RateLimitSettings
-from prometheus_client import CollectorRegistry
-
 from tests.security.helpers import (
     GuardMaker,
     ManualClock,

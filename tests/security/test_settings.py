@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
+
 from igw.config.validate import validate_document
 from igw.security.settings import AuthorizationSettings, RateLimitSettings, TlsTerminationSettings
-from jsonschema import Draft202012Validator
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "extensions"
 OURS = ("authorization", "rateLimits", "tlsTermination")
@@ -191,9 +192,9 @@ def test_good_extension_document_passes_the_project_validator() -> None:
 
 
 def test_plain_http_jwks_uri_is_refused_naming_the_field() -> None:
-    from igw.security.factory import build_request_guard
     from prometheus_client import CollectorRegistry
 
+    from igw.security.factory import build_request_guard
     from tests.security.helpers import make_config
 
     config = make_config(issuer="https://idp.example", jwks_uri="http://idp.example/jwks")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trustme
 from aiohttp import web
+
 from igw.security.tls import CertificateReloader, build_server_ssl_context, build_server_tls
 
 

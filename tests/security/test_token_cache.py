@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.gateway.guards import GuardDenied, Principal
 from igw.security.token_cache import VerifiedTokenCache
-
 from tests.security.helpers import GuardMaker, JwksServer, TokenFactory, bearer
 
 P = Principal(subject="s", tenant="t", authenticated=True)

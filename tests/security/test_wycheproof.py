@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jwt.algorithms import get_default_algorithms
+
 from igw.security.jwk import parse_jwks
 from igw.security.settings import DEFAULT_ALGORITHMS
 from igw.security.token import TokenRejected, parse_jws
 from igw.security.verifier import verify_signature
-from jwt.algorithms import get_default_algorithms
 
 VECTORS = Path(__file__).parent / "data" / "wycheproof_json_web_signature_test.json"
 

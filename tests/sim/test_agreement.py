@@ -13,12 +13,12 @@ import random
 import statistics
 
 import aiohttp
+
 from igw.sim.des import simulate
 from igw.sim.live import run_fleet
 from igw.sim.request import SimRequest
 from igw.sim.spec import FleetSpec, PodSpec
 from igw.sim.workloads import FixedLength, poisson_arrivals, shared_prefix, synthetic, take
-
 from tests.sim.conftest import RoundRobin
 
 TIME_SCALE = 2.0

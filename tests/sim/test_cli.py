@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from igw.cli.main import main
 
 SPEC = """

@@ -6,13 +6,13 @@ import itertools
 import random
 
 import pytest
+
 from igw.sim.conversations import multi_turn
 from igw.sim.des import simulate
 from igw.sim.request import SimRequest
 from igw.sim.spec import PodSpec
 from igw.sim.tokens import count_tokens, generated_text, output_token_text
 from igw.sim.workloads import FixedLength, WorkloadError, poisson_arrivals, take
-
 from tests.sim.conftest import RoundRobin
 
 

@@ -7,6 +7,7 @@ import random
 from collections.abc import Sequence
 
 import pytest
+
 from igw.scheduling.types import DecisionKind, EndpointView, RoutingDecision, RoutingRequest
 from igw.sim.des import SimulationError, simulate
 from igw.sim.request import SimRequest
@@ -24,7 +25,6 @@ from igw.sim.workloads import (
     take,
     with_lora_mix,
 )
-
 from tests.sim.conftest import RoundRobin
 
 H100 = PodSpec(preset="llama-3.1-8b/h100", name="h")

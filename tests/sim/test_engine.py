@@ -7,9 +7,9 @@ import random
 from collections.abc import Callable
 
 import pytest
+
 from igw.sim.engine import Engine, RequestRejected
 from igw.sim.presets import get_preset
-
 from tests.sim.conftest import make_request, quiet_engine, run_alone
 
 TextOf = Callable[[int], str]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from igw.sim.kv_cache import BlockPool
 
 

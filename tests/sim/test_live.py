@@ -10,11 +10,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from igw.sim.live import RunningFleet, run_fleet
 from igw.sim.server import TIME_SCALE_HEADER
 from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
 from igw.sim.tokens import generated_text
-from prometheus_client.parser import text_string_to_metric_families
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -444,9 +445,11 @@ async def test_vllm_pods_serve_token_ids_for_prefix_routers() -> None:
                 assert tok["tokens"] == rendered[0][:common]
             chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
             async with s.post(url + "/tokenize", json=chat) as r:
-                assert r.status == 200 and (await r.json())["count"] >= 1
+                assert r.status == 200
+                assert (await r.json())["count"] >= 1
             async with s.post(url + "/v1/completions/render", json={"model": "nope", "prompt": "x"}) as r:
-                assert r.status == 404 and (await r.json())["param"] == "model"
+                assert r.status == 404
+                assert (await r.json())["param"] == "model"
             async with s.post(url + "/v1/completions/render", data=b"{not json") as r:
                 assert r.status == 400
             async with s.post(fleet.pods[1].url + "/v1/completions/render", json=body) as r:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
+from packaging.version import Version
+from prometheus_client.parser import text_string_to_metric_families
+
 from igw.sim.engine import Engine
 from igw.sim.metrics_page import PageContext, render_sglang, render_vllm
 from igw.sim.pod_stats import PodStats
 from igw.sim.presets import get_preset
-from packaging.version import Version
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.sim.conftest import make_request, run_alone
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from igw.sim.presets import PRESETS, get_preset
 
+from igw.sim.presets import PRESETS, get_preset
 from tests.sim.conftest import quiet_engine
 
 # serving-model.md §2.2 "tokens that fit" and §8.2 "KV capacity (tokens)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from igw.sim.spec import EngineKind, FaultKind, FleetSpec, PodSpec, SpecError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "gateway_src/igw/sim/examples/mixed-fleet.yaml"

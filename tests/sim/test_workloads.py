@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+
 from igw.sim import workloads as w
 from igw.sim.tokens import count_tokens
 
