@@ -43,18 +43,18 @@ class PolicyEntry:
 
 TUNED_WEIGHTS: Final[Mapping[str, float]] = {
     "queue": 2.0,
-    "kvCache": 4.0,
+    "kvCache": 3.0,
     "prefix": 3.0,
     "predictedLatency": 2.0,
-    "active-request-scorer": 1.0,
 }
-"""The best weights found so far by the DES search recorded in docs/benchmark.md.
+"""The best weights found by ``igw bench --tune`` (docs/benchmark.md, "Weight search").
 
-Against the defaults (queue 2, kvCache 2, prefix 3, predictedLatency 1) the decisive change is the
-``active-request-scorer`` (the gateway's own, exact in-flight count): with only scraped signals,
-every request inside one 50 ms scrape window sees the same numbers and the max-score picker sends
-them all to the same pod (herding). ``active-request-scorer`` is not a CRD ``weights`` key, so live
-mode passes these weights as an EndpointPickerConfig (``configMapRef``)."""
+Searched after the scheduler gained its dispatch ledger (its own in-flight count since each scrape,
+which is what the earlier ``active-request-scorer`` term used to supply against herding) and the
+noise-aware predicted-TTFT scorer: at seeds 1-2, half scale, heavier KV-cache and predicted-TTFT terms
+(kvCache 3, predictedLatency 2) brought the geometric mean of TTFT p99 / oracle's p99 over the four
+tuning scenarios from 1.93 (defaults) to 1.75. Live mode passes these as an EndpointPickerConfig
+(``configMapRef``), the route a user with custom weights takes too."""
 
 
 def _gateway(weights_of: Callable[[PolicyContext], Mapping[str, float]]) -> PolicyBuilder:
