@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-BEST_PEER_POLICIES = ("random", "least-request", "power-of-two", "sglang-cache-aware")
+BEST_PEER_POLICIES = ("random", "least-request", "power-of-two", "sglang-cache-aware", "vllm-cache-aware")
 """The policies people would pick instead of the gateway (the peers' algorithms, modelled)."""
 
 
