@@ -38,7 +38,8 @@ class SweepStep:
     offered_fraction: float
     offered_rps: float
     sustained_rps: float
-    """Completions per second between the 10th-percentile and the last arrival."""
+    """Completions per second between the 30th-percentile arrival and the last arrival (the first 30 %
+    of the window is the ramp-up, when the pod has not yet filled its batch)."""
     ttft_p50_s: float | None
     ttft_p99_s: float | None
 
