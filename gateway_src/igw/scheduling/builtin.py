@@ -17,6 +17,7 @@ from igw.scheduling.plugins import (
     max_score_picker,
     no_hit_lru_scorer,
     predicted_ttft_scorer,
+    prefill_collision_scorer,
     prefix_cache_scorer,
     queue_scorer,
     running_requests_scorer,
@@ -53,6 +54,7 @@ def build_registry() -> PluginRegistry:
     registry.register(no_hit_lru_scorer.TYPE, no_hit_lru_scorer.factory)
     registry.register(endpoint_speed_scorer.TYPE, endpoint_speed_scorer.factory)
     registry.register(predicted_ttft_scorer.TYPE, predicted_ttft_scorer.factory)
+    registry.register(prefill_collision_scorer.TYPE, prefill_collision_scorer.factory)
     registry.register(label_selector_filter.TYPE, label_selector_filter.factory)
     registry.register(lora_slot_filter.TYPE, lora_slot_filter.factory)
     registry.register(max_score_picker.TYPE, max_score_picker.factory)

@@ -15,6 +15,9 @@ That default is igw's, not GIE's: without it the GIE scorers herd between scrape
 (homogeneous-steady TTFT p50 +222 % vs round-robin) and count an A10G's queue like an H100's on mixed
 fleets; ``predictedLatency: 0`` restores GIE's queue/kvCache/prefix behaviour exactly.
 ``endpoint-speed-scorer`` (raw measured decode speed) stays available by its plugin type name.
+``prefill-collision-scorer`` (weight 2, igw's too) keeps load-aware picks from landing on a pod that is
+still prefilling this router's previous request (round-robin's even spacing, measured in its
+docstring); it has no ``weights`` key and is switched off together with ``predictedLatency: 0``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from igw.scheduling.plugins import (
     lora_affinity_scorer,
     no_hit_lru_scorer,
     predicted_ttft_scorer,
+    prefill_collision_scorer,
     prefix_cache_scorer,
     queue_scorer,
     running_requests_scorer,
@@ -61,7 +65,16 @@ _FIELD_OF_KEY: Final[Mapping[str, str]] = {
     "runningRequests": "running_requests",
     "predictedLatency": "predicted_latency",
 }
-DEFAULT_WEIGHTS: Final[Mapping[str, float]] = {"queue": 2, "kvCache": 2, "prefix": 3, "predictedLatency": 1}
+PREFILL_COLLISION_KEY: Final = prefill_collision_scorer.TYPE
+"""No ``weights`` key in the InferenceGatewayConfig shape: it rides on ``predictedLatency`` (below)."""
+DEFAULT_PREFILL_COLLISION_WEIGHT: Final = 2.0
+DEFAULT_WEIGHTS: Final[Mapping[str, float]] = {
+    "queue": 2,
+    "kvCache": 2,
+    "prefix": 3,
+    "predictedLatency": 1,
+    PREFILL_COLLISION_KEY: DEFAULT_PREFILL_COLLISION_WEIGHT,
+}
 DEFAULT_LORA_AFFINITY_WEIGHT: Final = 1.0
 
 
@@ -73,13 +86,20 @@ def default_weights(*, lora_adapters: bool) -> dict[str, float]:
 
 
 def effective_weights(weights: Weights | None, *, lora_adapters: bool) -> dict[str, float]:
-    """Defaults overlaid with the fields the user set (``None`` = not set; 0 disables a scorer)."""
+    """Defaults overlaid with the fields the user set (``None`` = not set; 0 disables a scorer).
+
+    ``predictedLatency: 0`` also switches off ``prefill-collision-scorer``: both are igw's additions
+    that read this gateway's own latency measurements, and 0 is documented as "GIE's exact
+    queue/kvCache/prefix behaviour" (the AWS ``weights`` shape has no key of its own for it).
+    """
     merged = default_weights(lora_adapters=lora_adapters)
     if weights is not None:
         for key, field_name in _FIELD_OF_KEY.items():
             value = getattr(weights, field_name)
             if value is not None:
                 merged[key] = float(value)
+    if merged.get("predictedLatency", 0.0) <= 0:
+        merged.pop(PREFILL_COLLISION_KEY, None)
     return merged
 
 

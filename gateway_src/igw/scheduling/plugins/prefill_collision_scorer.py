@@ -1,0 +1,146 @@
+"""``prefill-collision-scorer``: avoid sending a request to a pod that is still prefilling our last one.
+
+Why: an engine batches every prompt that arrives while it is prefilling into the same (longer) step,
+so two requests reaching one pod a few milliseconds apart both see a longer time to first token.
+Round-robin spaces requests evenly and rarely collides; a load-aware picker, which sees the same
+scraped snapshot for several picks, can send the next request to a pod that got one 2 ms ago
+(measured on ``igw bench shared-prefix-8b-low-cache``, half scale, seed 1: 6 % of round-robin's
+requests reached a pod < 10 ms after the previous one there, 42 % of the gateway's). Scraped
+``waiting`` does not show it (a request being prefilled is already *running*), and the dispatch
+ledger drops a dispatch as soon as a scrape reflects it.
+
+Model: per endpoint, this scheduler's own recent dispatches (time, prompt tokens). Each is worked off
+*independently* at the endpoint's measured prompt rate (an exponentially weighted mean of
+``prompt_tokens / ttft_s`` over ``RequestOutcome``; unmeasured endpoints take the mean of the measured
+ones): ``left = max(0, tokens / rate - age)``. Independently, not one after another, because an engine
+prefills the prompts of one step together. A dispatch that a scrape already shows while requests
+are *waiting* there stops counting: it is queued rather than prefilling, and the queue scorers see
+that queue (this also keeps most of a burst's queue-inflated rates out of the sum).
+Score: ``finish_i = pending_i + tokens / rate_i`` (when this request's prefill would end there) and
+``min(finish) / finish_i``, a ratio of finish times rather than a penalty alone, so an idle A10G
+does not outscore an H100 with a little pending work. Until any endpoint has a measured rate every
+endpoint scores 1.0. Category: balance. Signal: none (gateway state). Default weight 2
+(``igw.scheduling.factory``).
+
+What did not work (``igw bench``, gateway-default TTFT p99 before -> after): a serial virtual prefill
+queue with the penalty-only score ``own / (own + pending)`` sent traffic to the A10Gs (half scale,
+seed 1: mixed-fleet-8b 164 -> 230 ms at weight 1); the same queue with the finish-time ratio, 197 ms.
+Zeroing the whole pending sum of an endpoint that shows requests waiting (instead of dropping only
+the dispatches its scrape already shows) helped burst-70b (full scale, seeds 1,2: 8.86 s instead
+of 9.59 s; 8.46 s without this scorer) but hurt lora-multi-adapter (half scale, seeds 1,2: 866 ms
+instead of 206 ms; 465 ms without), where ``waiting`` includes requests waiting for an adapter slot.
+
+Measured (DES, ``igw bench SCENARIO --policies round-robin,gateway-default --seeds 1,2``, full scale,
+gateway-default TTFT p50/p95/p99 without -> with this scorer at weight 2; round-robin in brackets):
+shared-prefix-8b-low-cache 66.9/100.4/114.1 -> 66.1/76.4/87.1 ms (68.5/78.2/85.7);
+homogeneous-steady 19.6/51.4/91.0 -> 19.2/43.2/72.4 ms (18.2/45.6/89.1); mixed-fleet-8b
+21.2/69.9/145.0 -> 21.1/63.3/119.1 ms; shared-prefix-8b-high-cache 20.8/69.2/79.3 ->
+21.1/71.2/83.0 ms; lora-multi-adapter 15.9/45.7/163.9 -> 16.0/42.5/124.3 ms; burst-70b
+3.04/7.58/8.46 -> 2.96/7.49/9.59 s (2.95/8.06/9.86; the p99 rise is seed 1's, 10.83 -> 13.23 s;
+seed 2 6.09 -> 5.94 s). Half scale, seeds 1,2: mixed-fleet-32b 39.1/159.5/471 -> 40.2/150.6/374 ms.
+
+Parameters: ``alpha`` (EWMA weight of a new rate sample, default 0.2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from igw.scheduling.ewma import EndpointEwma
+from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.params import ParamReader
+from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
+
+TYPE = "prefill-collision-scorer"
+DEFAULT_ALPHA = 0.2
+MIN_PROMPT_TOKENS = 1
+"""A request is never counted as zero work (an empty prompt still costs one step)."""
+MAX_TRACKED_DISPATCHES = 256
+"""Bound on remembered dispatches per endpoint (before any rate is measured nothing is pruned)."""
+
+
+class PrefillCollisionScorer(PluginHooks):
+    type_name = TYPE
+    signal = ""
+
+    def __init__(self, *, name: str = TYPE, alpha: float = DEFAULT_ALPHA) -> None:
+        self.name = name
+        self.rate = EndpointEwma(alpha=alpha)
+        """Prompt tokens per second of measured TTFT, per endpoint."""
+        self.recent: dict[EndpointKey, deque[tuple[float, int]]] = {}
+        """This scheduler's own dispatches per endpoint (time, prompt tokens) still being prefilled."""
+
+    def rate_of(self, key: EndpointKey) -> float | None:
+        """Measured prefill rate; unmeasured endpoints take the mean of the measured ones."""
+        own = self.rate.get(key)
+        if own is not None:
+            return own
+        values = self.rate.values
+        return sum(values.values()) / len(values) if values else None
+
+    def pending_s(self, view: EndpointView, *, now: float) -> float:
+        """Prefill work (seconds at the endpoint's rate) left of this scheduler's recent dispatches.
+
+        Each dispatch is worked off independently at the measured rate (an engine prefills the
+        prompts of one step together, it does not queue them one after another), so one dispatch
+        counts for at most its own prefill time; fully worked-off dispatches are dropped. A dispatch
+        the endpoint's scrape already shows while requests wait there is queued, not prefilling, and
+        the queue scorers see it, so it is left out.
+        """
+        queue = self.recent.get(view.key)
+        rate = self.rate_of(view.key)
+        if not queue or rate is None or rate <= 0:
+            return 0.0
+        while queue and queue[0][1] / rate <= now - queue[0][0]:
+            queue.popleft()  # the oldest are dropped once worked off (prompts of similar size)
+        if not queue:
+            del self.recent[view.key]
+            return 0.0
+        m = view.metrics
+        queued = m is not None and m.waiting is not None and m.waiting > 0
+        shown_before = view.scraped_at if queued and view.scraped_at is not None else -math.inf
+        return sum(max(0.0, tokens / rate - (now - t)) for t, tokens in queue if t > shown_before)
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        tokens = max(MIN_PROMPT_TOKENS, ctx.request.prompt_tokens)
+        finish: list[float | None] = []
+        for e in endpoints:
+            rate = self.rate_of(e.key)
+            if rate is None or rate <= 0:
+                finish.append(None)
+                continue
+            finish.append(self.pending_s(e, now=ctx.now) + tokens / rate)
+        present = [f for f in finish if f is not None]
+        if not present:
+            return [1.0] * len(endpoints)
+        best = min(present)
+        return [1.0 if f is None or f <= 0 else best / f for f in finish]
+
+    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        tokens = max(MIN_PROMPT_TOKENS, ctx.request.prompt_tokens)
+        queue = self.recent.setdefault(endpoint.key, deque())
+        queue.append((ctx.now, tokens))
+        if len(queue) > MAX_TRACKED_DISPATCHES:
+            queue.popleft()
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        if not outcome.ok or outcome.ttft_s is None or outcome.ttft_s <= 0 or outcome.prompt_tokens <= 0:
+            return
+        self.rate.observe(outcome.endpoint, outcome.prompt_tokens / outcome.ttft_s)
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        self.rate.forget(keys)
+        for key in keys:
+            self.recent.pop(key, None)
+
+
+def factory(name: str, params: Mapping[str, Any], path: str) -> PrefillCollisionScorer:
+    r = ParamReader(params, path=path)
+    plugin = PrefillCollisionScorer(
+        name=name, alpha=r.number("alpha", DEFAULT_ALPHA, minimum=0.0, maximum=1.0)
+    )
+    r.finish()
+    return plugin
