@@ -25,10 +25,11 @@ DEFAULT_SCENARIOS: Final = (
     "shared-prefix-8b-high-cache",
 )
 DEFAULT_CANDIDATES: Final[tuple[Mapping[str, float], ...]] = (
+    {"queue": 2, "kvCache": 2, "prefix": 3, "predictedLatency": 1, "prefill-collision-scorer": 2},
+    {"queue": 2, "kvCache": 3, "prefix": 3, "predictedLatency": 2, "prefill-collision-scorer": 2},
+    {"queue": 2, "kvCache": 3, "prefix": 3, "predictedLatency": 1, "prefill-collision-scorer": 2},
+    {"queue": 3, "kvCache": 2, "prefix": 3, "predictedLatency": 1, "prefill-collision-scorer": 2},
     {"queue": 2, "kvCache": 2, "prefix": 3, "predictedLatency": 1},
-    {"queue": 2, "kvCache": 3, "prefix": 3, "predictedLatency": 2},
-    {"queue": 2, "kvCache": 3, "prefix": 3, "predictedLatency": 1},
-    {"queue": 3, "kvCache": 2, "prefix": 3, "predictedLatency": 1},
     {"queue": 2, "kvCache": 4, "prefix": 3, "predictedLatency": 2, "active-request-scorer": 1},
     {"queue": 2, "kvCache": 1, "prefix": 3, "predictedLatency": 2, "active-request-scorer": 2},
     {"queue": 3, "kvCache": 1, "prefix": 3, "predictedLatency": 3, "active-request-scorer": 2},
