@@ -130,3 +130,49 @@ def test_removed_endpoints_drop_plugin_state() -> None:
     s.on_endpoints_removed(["a"])
     d = s.pick(req(text), [ep("a"), ep("b")], now=0.0)
     assert d.scores[d.endpoint]["prefix-cache-scorer"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("values", "in_range"),
+    [
+        ([0.0, 0.5, 1.0], True),
+        ([], True),
+        ([0.5, 1.0000001], False),
+        ([-0.1, 0.5], False),
+        ([float("nan"), 0.5], False),  # NaN first: min/max alone would not notice it everywhere
+        ([0.5, float("nan"), 0.2], False),
+        ([0.5, float("inf")], False),
+    ],
+)
+def test_unit_range_fast_path_rejects_out_of_range_and_nan(values: list[float], in_range: bool) -> None:
+    from igw.scheduling.scheduler import _all_in_unit_range
+
+    assert _all_in_unit_range(values) is in_range
+
+
+def test_out_of_range_scores_are_clamped_before_weighting() -> None:
+    from igw.scheduling.framework import CycleContext
+    from igw.scheduling.scheduler import _add_weighted
+
+    class Wild:
+        name = "wild"
+        type_name = "wild"
+        signal = ""
+
+        def score(self, ctx: CycleContext, endpoints: object) -> list[float]:
+            return [float("nan"), 7.0, -3.0]
+
+    from igw.scheduling.scheduler import WeightedScorer
+
+    s = sched({"queue": 1})
+    d = s._score_and_pick(
+        CycleContext(request=req(), now=0.5, rng=random.Random(1)),
+        [ep("a"), ep("b"), ep("c")],
+        (WeightedScorer(Wild(), 2.0),),  # type: ignore[arg-type]
+        stale=0,
+    )
+    assert d.endpoint == "b"
+    assert d.scores["a"]["wild"] == 0.0
+    assert d.scores["b"]["wild"] == 2.0
+    assert d.scores["c"]["wild"] == 0.0
+    assert _add_weighted([1.0, 2.0], [0.5, 0.25], 4.0) == [3.0, 3.0]

@@ -69,9 +69,11 @@ class DispatchLedger:
 
     def annotate(self, views: Sequence[EndpointView], *, now: float) -> list[EndpointView]:
         """The views with ``unreflected_dispatches`` filled in."""
+        pending = self._pending
         out: list[EndpointView] = []
         for v in views:
-            n = self.unreflected(v, now=now)
+            # Most endpoints of a large pool have no recent dispatch: skip the call (hot path).
+            n = self.unreflected(v, now=now) if v.key in pending else 0
             out.append(v if n == v.unreflected_dispatches else replace(v, unreflected_dispatches=n))
         return out
 

@@ -23,9 +23,11 @@ Order of one ``pick`` (all in memory, no I/O, time only from ``now``):
 
 from __future__ import annotations
 
+import operator
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import cast
 
 from igw.scheduling.dispatch_ledger import DispatchLedger
@@ -107,7 +109,16 @@ class Scheduler:
         if not endpoints:
             return RoutingDecision(kind=DecisionKind.NO_ENDPOINTS, reason="no endpoints discovered")
         ctx = CycleContext(request=request, now=now, rng=self.rng)
-        fresh = [e for e in endpoints if self.is_fresh(e, now)]
+        threshold = self.settings.stale_threshold_s
+        # is_fresh, inlined: this runs once per endpoint per request.
+        fresh = [
+            e
+            for e in endpoints
+            if e.metrics is not None
+            and e.scraped_at is not None
+            and not e.scrape_failing
+            and now - e.scraped_at <= threshold
+        ]
         if not fresh:
             return self._pick_all_stale(ctx, endpoints)
         if self.ledger is not None:
@@ -168,10 +179,11 @@ class Scheduler:
                 # Hot path (every candidate scored): clamp inline, as clamp01 does. ``not v >= 0``
                 # is true for negatives and NaN, both of which clamp to 0.
                 w = ws.weight
-                scored = cast("Sequence[float]", raw)
-                values = [0.0 if not v >= 0.0 else 1.0 if v > 1.0 else v for v in scored]
-                for i in range(n):
-                    totals[i] += w * values[i]
+                scored = cast("list[float]", raw)
+                values = scored if _all_in_unit_range(scored) else [
+                    0.0 if not v >= 0.0 else 1.0 if v > 1.0 else v for v in scored
+                ]  # fmt: skip
+                totals = _add_weighted(totals, values, w)
                 columns.append((ws.scorer.name, w, values))
                 continue
             present = [clamp01(v) for v in raw if v is not None]
@@ -190,8 +202,7 @@ class Scheduler:
                         "imputed with the mean"
                     )
             w = ws.weight
-            for i in range(n):
-                totals[i] += w * values[i]
+            totals = _add_weighted(totals, values, w)
             columns.append((ws.scorer.name, w, values))
         ranked = self.profile.picker.rank(ctx, totals)
         chosen = candidates[ranked[0]]
@@ -227,3 +238,18 @@ class Scheduler:
             self.ledger.forget(keys)
         for plugin in self._plugins:
             plugin.on_endpoints_removed(keys)
+
+
+def _all_in_unit_range(values: list[float]) -> bool:
+    """Every value in [0, 1] and none NaN, checked with C-level passes (the usual case: scorers
+    already return clamped values, so the per-value clamp can be skipped). ``sum`` is NaN if any
+    value is, and NaN never equals itself."""
+    if not values:
+        return True
+    total = sum(values)
+    return total == total and min(values) >= 0.0 and max(values) <= 1.0
+
+
+def _add_weighted(totals: list[float], values: Sequence[float], weight: float) -> list[float]:
+    """``totals[i] + values[i] * weight`` for every i, iterated in C (``map`` over ``operator``)."""
+    return list(map(operator.add, totals, map(operator.mul, values, repeat(weight))))

@@ -34,7 +34,10 @@ class MaxScorePicker(PluginHooks):
             ties = [i for i, t in enumerate(totals) if t == best]
             return [ties[0] if len(ties) == 1 else ties[int(rnd() * len(ties))]]
         tiebreak = [rnd() for _ in range(n)]
-        return heapq.nlargest(self.max_endpoints, range(n), key=lambda i: (totals[i], tiebreak[i]))
+        # Tuples compare in C (no Python key call per candidate): order by total, then the random
+        # tie-break; the index only rides along (a full tie on both is impossible in practice).
+        top = heapq.nlargest(self.max_endpoints, zip(totals, tiebreak, range(n), strict=True))
+        return [i for _, _, i in top]
 
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> MaxScorePicker:

@@ -69,7 +69,20 @@ class PredictedTtftScorer(PluginHooks):
     def predicted(self, endpoints: Sequence[EndpointView]) -> list[float]:
         """Predicted TTFT per endpoint in the units of the measurements (1.0 when none yet)."""
         speeds = self.pooled_ttft(endpoints)
-        return [t * (1 + _work_ahead(e)) for t, e in zip(speeds, endpoints, strict=True)]
+        out: list[float] = []
+        for t, e in zip(speeds, endpoints, strict=True):
+            # Requests ahead of a new one: scraped waiting plus this router's dispatches the scrape
+            # cannot show yet; without a waiting signal, the gateway's own in-flight count. (Inline:
+            # this runs once per endpoint per request.)
+            m = e.metrics
+            if m is not None and m.waiting is not None:
+                ahead = (m.waiting if m.waiting > 0 else 0) + (
+                    e.unreflected_dispatches if e.unreflected_dispatches > 0 else 0
+                )
+            else:
+                ahead = e.inflight if e.inflight > 0 else 0
+            out.append(t * (1 + ahead))
+        return out
 
     def pooled_ttft(self, endpoints: Sequence[EndpointView]) -> list[float]:
         """Measured TTFT per endpoint, with differences inside the measurements' noise removed.
@@ -82,8 +95,8 @@ class PredictedTtftScorer(PluginHooks):
         (a tenfold difference) stays apart. Unmeasured endpoints take the mean of the measured ones
         (1.0 when none is measured); unsettled ones keep their own mean.
         """
-        ewma = self.ttft
-        measured = [ewma.get(e.key) for e in endpoints]
+        lookup = self.ttft.values.get
+        measured = [lookup(e.key) for e in endpoints]
         present = [v for v in measured if v is not None]
         fallback = sum(present) / len(present) if present else 1.0
         out = [fallback if t is None else t for t in measured]
@@ -126,15 +139,6 @@ class PredictedTtftScorer(PluginHooks):
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         self.ttft.forget(keys)
         self.log_ttft.forget(keys)
-
-
-def _work_ahead(endpoint: EndpointView) -> int:
-    """Requests ahead of a new one: scraped waiting plus this router's dispatches the scrape cannot
-    show yet; without a waiting signal, the gateway's own in-flight count."""
-    m = endpoint.metrics
-    if m is not None and m.waiting is not None:
-        return max(0, m.waiting) + max(0, endpoint.unreflected_dispatches)
-    return max(0, endpoint.inflight)
 
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> PredictedTtftScorer:

@@ -105,14 +105,21 @@ class PrefillCollisionScorer(PluginHooks):
         return sum(max(0.0, tokens / rate - (now - t)) for t, tokens in queue if t > shown_before)
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        values = self.rate.values
+        if not values:
+            return [1.0] * len(endpoints)  # nothing measured yet: no endpoint can be told apart
         tokens = max(MIN_PROMPT_TOKENS, ctx.request.prompt_tokens)
+        mean = sum(values.values()) / len(values)  # rate_of's fallback, computed once per cycle
+        recent = self.recent
+        now = ctx.now
         finish: list[float | None] = []
         for e in endpoints:
-            rate = self.rate_of(e.key)
-            if rate is None or rate <= 0:
+            rate = values.get(e.key, mean)
+            if rate <= 0:
                 finish.append(None)
                 continue
-            finish.append(self.pending_s(e, now=ctx.now) + tokens / rate)
+            pending = self.pending_s(e, now=now) if e.key in recent else 0.0
+            finish.append(pending + tokens / rate)
         present = [f for f in finish if f is not None]
         if not present:
             return [1.0] * len(endpoints)
