@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from pathlib import Path
+
 from igw.bench.agreement import compare, ranking
 from igw.bench.capacity import fleet_capacity
 from igw.bench.des_runner import DesOptions, run_des
@@ -52,3 +56,24 @@ def test_tune_ranks_candidates_by_their_p99_relative_to_the_oracle() -> None:
     # Prefix-only routing is blind to the A10Gs' slowness on a mixed fleet: it must rank last.
     assert rows[-1].weights == {"prefix": 1}
     assert baselines[DEMO.name]["oracle"] < baselines[DEMO.name]["round-robin"]
+
+
+def test_decisions_out_writes_one_line_per_request_naming_the_pod_it_was_sent_to(tmp_path: Path) -> None:
+    out = tmp_path / "decisions.jsonl"
+    options = DesOptions(
+        policies=["round-robin", "gateway-default"], seeds=[1], duration_scale=0.02, decisions_out=out
+    )
+    run = run_des(DEMO, options=options, capacity=fleet_capacity(DEMO, seed=1))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    by_policy = {p: [r for r in rows if r["policy"] == p] for p in options.policies}
+    for policy, mine in by_policy.items():
+        assert len(mine) == run.policies[policy].summaries[0].requests > 0
+        assert [r["request_id"] for r in mine] == [f"req-{i}" for i in range(len(mine))]
+        shares = Counter(r["pod"] for r in mine if r["status"] == 200)
+        assert set(shares) <= {"h100-0", "h100-1", "a10g-0", "a10g-1"}
+        assert {r["scenario"] for r in mine} == {DEMO.name}
+        assert {r["seed"] for r in mine} == {1}
+    # Round-robin sends request i to pod i mod 4, so the file reflects the real assignment.
+    rr_pods = [r["pod"] for r in by_policy["round-robin"]]
+    assert rr_pods[:8] == rr_pods[:4] * 2
+    assert len(set(rr_pods[:4])) == 4

@@ -98,6 +98,7 @@ def run_bench(args: argparse.Namespace) -> int:
         duration_scale=scale,
         weights=weights,
         saturation_off=not args.admission,
+        decisions_out=Path(args.decisions_out) if args.decisions_out else None,
     )
     index: list[str] = []
     started = time.monotonic()

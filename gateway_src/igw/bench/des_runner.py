@@ -8,6 +8,7 @@ The gateway policies run the gateway's real scheduler code against metric snapsh
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +35,9 @@ class DesOptions:
     """Multiply the scenario's duration (``--quick`` uses a fraction for smoke runs)."""
     weights: dict[str, float] | None = None
     saturation_off: bool = True
+    decisions_out: Path | None = None
+    """Append every request's routing decision (JSON lines: scenario, policy, seed, request id, pod,
+    status) to this file, so a change meant to keep routing identical can be checked by diffing two runs."""
 
 
 def samples_of(result: SimulationResult) -> list[RequestSample]:
@@ -59,6 +63,24 @@ def queue_series(result: SimulationResult, *, names: dict[str, str]) -> dict[str
         names.get(key, key): [(t, w + r) for t, w, r in zip(s.times, s.waiting, s.running, strict=True)]
         for key, s in result.series.items()
     }
+
+
+def write_decisions(
+    path: Path, result: SimulationResult, *, scenario: str, policy: str, names: dict[str, str]
+) -> None:
+    """Append one JSON line per request: which pod the policy sent it to and how it ended."""
+    with path.open("a", encoding="utf-8") as out:
+        for r in result.records:
+            row = {
+                "scenario": scenario,
+                "policy": policy,
+                "seed": result.seed,
+                "request_id": r.request_id,
+                "pod": names.get(r.pod, r.pod) if r.pod is not None else None,
+                "status": r.status,
+                "attempts": r.attempts,
+            }
+            out.write(json.dumps(row, sort_keys=True) + "\n")
 
 
 def run_policy_once(
@@ -130,6 +152,10 @@ def run_des(
                 scenario, policy_name=name, requests=requests, seed=seed, options=options
             )
             names = {key: spec.name for key, spec in result.pods.items()}
+            if options.decisions_out is not None:
+                write_decisions(
+                    options.decisions_out, result, scenario=scenario.name, policy=name, names=names
+                )
             samples = [replace(s, endpoint=names.get(s.endpoint, s.endpoint)) for s in samples_of(result)]
             pol = run.policies[name]
             pol.seeds.append(seed)

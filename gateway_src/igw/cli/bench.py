@@ -89,6 +89,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=10,
         help="--check-agreement: DES seeds at the same scale (cheap; default 10)",
     )
+    parser.add_argument(
+        "--decisions-out",
+        metavar="FILE",
+        help="DES: append each request's routing decision (JSON lines) to FILE, to diff two runs",
+    )
     parser.add_argument("--out", default="bench-results", help="report directory (Markdown, JSON, PNG)")
 
 
