@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from igw.config.model import SchedulerSpec, Weights
 from igw.scheduling.builtin import REGISTRY
+from igw.scheduling.data_flow import Placed, order_by_data_flow
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.framework import Scorer
 from igw.scheduling.picker_config import profile_from_picker_config
@@ -104,7 +105,8 @@ def effective_weights(weights: Weights | None, *, lora_adapters: bool) -> dict[s
 
 
 def profile_from_weights(weights: Mapping[str, float]) -> Profile:
-    """Scorers in a fixed order (prefix before no-hit-LRU, which reads its state), max-score picker.
+    """Scorers in the order of the weight table, then in data-flow order (prefix before no-hit-LRU,
+    which reads its state), max-score picker.
 
     Keys are ``weights`` keys (``queue``, ``kvCache``...) or plugin type names (for scorers such as
     ``active-request-scorer`` that the CRD has no key for).
@@ -120,22 +122,25 @@ def profile_from_weights(weights: Mapping[str, float]) -> Profile:
             problems.append(f"weights.{key}: must be a non-negative number, got {weight!r}")
             continue
         by_type[type_name] = float(weight)
-    scorers: list[WeightedScorer] = []
+    scorers: list[Placed[WeightedScorer]] = []
     order = [*WEIGHT_KEYS.values(), *sorted(set(by_type) - set(WEIGHT_KEYS.values()))]
     for type_name in order:
         weight = by_type.get(type_name, 0.0)
         if weight <= 0:
             continue
-        plugin = REGISTRY.create(type_name, path=f"weights.{type_name}")
+        path = f"weights.{type_name}"
+        plugin = REGISTRY.create(type_name, path=path)
         if not isinstance(plugin, Scorer):
-            problems.append(f"weights.{type_name}: {type_name} is not a scorer")
+            problems.append(f"{path}: {type_name} is not a scorer")
             continue
-        scorers.append(WeightedScorer(plugin, weight))
+        scorers.append(Placed(WeightedScorer(plugin, weight), plugin, path))
     if problems:
         raise SchedulerConfigError(problems)
     lora_aware = by_type.get(lora_affinity_scorer.TYPE, 0.0) > 0
-    filters = (LoraSlotFilter(),) if lora_aware else ()
-    return Profile(filters=filters, scorers=tuple(scorers), picker=MaxScorePicker())
+    slot_filter = LoraSlotFilter()
+    filters = [Placed(slot_filter, slot_filter, "weights.loraAffinity")] if lora_aware else []
+    ordered_filters, ordered_scorers = order_by_data_flow(filters, scorers, None)
+    return Profile(filters=tuple(ordered_filters), scorers=tuple(ordered_scorers), picker=MaxScorePicker())
 
 
 def scheduler_from_weights(

@@ -36,11 +36,20 @@ class CycleContext:
     rng: random.Random
     state: dict[str, Any] = field(default_factory=dict)
     """Scratch space for plugins that cooperate within one pick (the prefix scorer publishes its
-    hashes and hit flag here; the no-hit-LRU scorer reads them)."""
+    hashes and hit flag here; the no-hit-LRU scorer reads them). Every key a plugin reads or writes
+    is declared in its ``consumes`` / ``produces`` (see :class:`PluginHooks`)."""
 
 
 class PluginHooks:
-    """No-op lifecycle hooks; plugins that keep state override the ones they need."""
+    """No-op lifecycle hooks and empty data-flow declarations; plugins override what they need.
+
+    ``consumes`` / ``produces`` name the :attr:`CycleContext.state` keys the plugin reads / writes
+    during a pick; the framework orders a profile's plugins by them (:mod:`igw.scheduling.data_flow`).
+    A plugin that does not derive from this class may declare them the same way, or not at all.
+    """
+
+    consumes: frozenset[str] = frozenset()
+    produces: frozenset[str] = frozenset()
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         """Called once per successful pick with the chosen endpoint (GIE's PreRequest)."""

@@ -17,7 +17,8 @@ plugins file, which must load here unchanged::
 Rules (GIE's loader): a plugin's name defaults to its type and must be unique; an omitted scorer
 weight is 1; no profiles -> a ``default`` profile referencing every plugin; no picker ->
 ``max-score-picker``. igw runs one profile, so more than one is an error. Every problem is reported
-with its path, all at once.
+with its path, all at once. Plugins that share per-pick state run in data-flow order whatever their
+order in the file (:mod:`igw.scheduling.data_flow`): ``no-hit-lru-scorer`` after ``prefix-cache-scorer``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Final
 
 from igw.config.durations import parse_duration
 from igw.scheduling.builtin import REGISTRY
+from igw.scheduling.data_flow import Placed, order_by_data_flow
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.framework import Filter, Picker, Plugin, Scorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
@@ -92,9 +94,9 @@ def _profile(doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[
                 problems.append(f"{path}.pluginRef: references undefined plugin {ref!r}")
                 continue
             refs.append((ref, entry.get("weight"), path))
-    filters: list[Filter] = []
-    scorers: list[WeightedScorer] = []
-    pickers: list[Picker] = []
+    filters: list[Placed[Filter]] = []
+    scorers: list[Placed[WeightedScorer]] = []
+    pickers: list[Placed[Picker]] = []
     for ref, weight, path in refs:
         plugin = plugins[ref]
         if isinstance(plugin, Scorer):
@@ -103,15 +105,23 @@ def _profile(doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[
                 problems.append(f"{path}.weight: must be a non-negative number, got {weight!r}")
                 continue
             if w > 0:
-                scorers.append(WeightedScorer(plugin, float(w)))
+                scorers.append(Placed(WeightedScorer(plugin, float(w)), plugin, path))
         elif isinstance(plugin, Filter):
-            filters.append(plugin)
+            filters.append(Placed(plugin, plugin, path))
         elif isinstance(plugin, Picker):
-            pickers.append(plugin)
+            pickers.append(Placed(plugin, plugin, path))
     if len(pickers) > 1:
-        problems.append(f"schedulingProfiles[0]: more than one picker ({', '.join(p.name for p in pickers)})")
-    picker: Picker = pickers[0] if pickers else MaxScorePicker()
-    return Profile(filters=tuple(filters), scorers=tuple(scorers), picker=picker)
+        names = ", ".join(p.entry.name for p in pickers)
+        problems.append(f"schedulingProfiles[0]: more than one picker ({names})")
+    picker: Picker = pickers[0].entry if pickers else MaxScorePicker()
+    try:
+        ordered_filters, ordered_scorers = order_by_data_flow(
+            filters, scorers, pickers[0] if pickers else None
+        )
+    except SchedulerConfigError as exc:
+        problems.extend(exc.problems)
+        return Profile(filters=(), scorers=(), picker=picker)
+    return Profile(filters=tuple(ordered_filters), scorers=tuple(ordered_scorers), picker=picker)
 
 
 def _saturation(doc: Mapping[str, Any], settings: RoutingSettings, problems: list[str]) -> RoutingSettings:

@@ -4,8 +4,9 @@ endpoints, so new prefixes do not all pile onto one pod (llm-d PR #493).
 Formula: if the prefix scorer found a hit on any candidate -> 0.5 for every candidate (no opinion).
 Cold request -> endpoints never given a cold request score 1.0; the others, ordered from least to
 most recently given one (``p`` = 0 .. k-1 among the k such candidates), score ``(k - 1 - p) / k``.
-On a cold pick the chosen endpoint becomes the most recent. Reads ``prefix.any_hit`` from the cycle
-state; without a ``prefix-cache-scorer`` in the profile every request counts as cold.
+On a cold pick the chosen endpoint becomes the most recent. Reads (declares it ``consumes``)
+``prefix.any_hit`` from the cycle state, so the framework runs it after ``prefix-cache-scorer``
+whatever the configured order; without a prefix scorer in the profile every request counts as cold.
 Category: distribution. Parameters: ``lruSize`` (default 1024).
 """
 
@@ -28,6 +29,7 @@ WARM_SCORE = 0.5
 class NoHitLruScorer(PluginHooks):
     type_name = TYPE
     signal = ""
+    consumes = frozenset({STATE_ANY_HIT})
 
     def __init__(self, *, name: str = TYPE, lru_size: int = DEFAULT_LRU_SIZE) -> None:
         self.name = name

@@ -9,8 +9,8 @@ Signal: none required. Block size and LRU size are *auto-tuned* from ``cache_con
 Parameters (all optional): ``blockSize`` (characters, default 64), ``autoTune`` (default true),
 ``maxPrefixBlocksToMatch`` (default 256), ``lruCapacityPerServer`` (default 31250).
 
-Publishes to the cycle state: ``prefix.hashes`` (list of ints) and ``prefix.any_hit`` (bool), read
-by ``no-hit-lru-scorer``.
+Publishes (declares it ``produces``) to the cycle state: ``prefix.hashes`` (list of ints) and
+``prefix.any_hit`` (bool), read by ``no-hit-lru-scorer``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ STATE_ANY_HIT = "prefix.any_hit"
 class PrefixCacheScorer(PluginHooks):
     type_name = TYPE
     signal = ""
+    produces = frozenset({STATE_HASHES, STATE_ANY_HIT})
 
     def __init__(
         self,
