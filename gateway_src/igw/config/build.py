@@ -28,6 +28,7 @@ from igw.config.model import (
     Weights,
 )
 from igw.config.schema import shared_schema
+from igw.config.weight_keys import SCORER_WEIGHTS
 
 DEFAULT_NAMESPACE = "default"
 
@@ -70,15 +71,7 @@ def _selector(data: Mapping[str, Any]) -> LabelSelector:
 
 
 def _weights(data: Mapping[str, Any]) -> Weights:
-    return Weights(
-        queue=data.get("queue"),
-        kv_cache=data.get("kvCache"),
-        prefix=data.get("prefix"),
-        lru=data.get("lru"),
-        lora_affinity=data.get("loraAffinity"),
-        running_requests=data.get("runningRequests"),
-        predicted_latency=data.get("predictedLatency"),
-    )
+    return Weights(**{row.field: data.get(row.key) for row in SCORER_WEIGHTS})
 
 
 def _scheduler(data: Mapping[str, Any]) -> SchedulerSpec:

@@ -70,7 +70,9 @@ class AuthSpec:
 
 @dataclass(frozen=True, slots=True)
 class Weights:
-    """Scorer weights. ``None`` means "not set": the scheduler applies its default for that scorer."""
+    """Scorer weights. ``None`` means "not set": the scheduler applies its default for that scorer.
+
+    One field per row of :data:`igw.config.weight_keys.SCORER_WEIGHTS` (a test keeps them equal)."""
 
     queue: int | None = None
     kv_cache: int | None = None
@@ -79,9 +81,6 @@ class Weights:
     lora_affinity: int | None = None
     running_requests: int | None = None
     predicted_latency: int | None = None
-
-
-DEFAULT_WEIGHTS: Final = Weights(queue=2, kv_cache=2, prefix=3)
 
 
 @dataclass(frozen=True, slots=True)

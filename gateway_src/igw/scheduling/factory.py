@@ -8,9 +8,10 @@ the ConfigMap content):
 * :func:`scheduler_from_weights` - explicit weights, for weight tuning in the benchmark.
 * :func:`scheduler_from_picker_config` - an EndpointPickerConfig mapping.
 
-Default weights: queue 2, kvCache 2, prefix 3 (GIE >= v1.2); loraAffinity 1 when the scheduler has
-``loraAdapters``; predictedLatency 1, which igw maps to ``predicted-ttft-scorer`` (measured TTFT per
-endpoint x requests waiting there, including this router's dispatches the scrape cannot show yet).
+Default weights (the table in :mod:`igw.config.weight_keys`): queue 2, kvCache 2, prefix 3
+(GIE >= v1.2); loraAffinity 1 when the scheduler has ``loraAdapters``; predictedLatency 1, which
+igw maps to ``predicted-ttft-scorer`` (measured TTFT per endpoint x requests waiting there,
+including this router's dispatches the scrape cannot show yet).
 That default is igw's, not GIE's: without it the GIE scorers herd between scrapes on identical pods
 (homogeneous-steady TTFT p50 +222 % vs round-robin) and count an A10G's queue like an H100's on mixed
 fleets; ``predictedLatency: 0`` restores GIE's queue/kvCache/prefix behaviour exactly.
@@ -27,63 +28,36 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from igw.config.model import SchedulerSpec, Weights
+from igw.config.weight_keys import SCORER_WEIGHTS
+from igw.config.weight_keys import default_weights as table_defaults
 from igw.scheduling.builtin import REGISTRY
 from igw.scheduling.data_flow import Placed, order_by_data_flow
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.framework import Scorer
 from igw.scheduling.picker_config import profile_from_picker_config
-from igw.scheduling.plugins import (
-    kv_cache_scorer,
-    lora_affinity_scorer,
-    no_hit_lru_scorer,
-    predicted_ttft_scorer,
-    prefill_collision_scorer,
-    prefix_cache_scorer,
-    queue_scorer,
-    running_requests_scorer,
-)
+from igw.scheduling.plugins import lora_affinity_scorer, prefill_collision_scorer
 from igw.scheduling.plugins.lora_slot_filter import LoraSlotFilter
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.scheduler import Profile, Scheduler, WeightedScorer
 from igw.scheduling.settings import RoutingSettings
 
-WEIGHT_KEYS: Final[Mapping[str, str]] = {
-    # InferenceGatewayConfig ``weights`` key -> plugin type
-    "queue": queue_scorer.TYPE,
-    "kvCache": kv_cache_scorer.TYPE,
-    "prefix": prefix_cache_scorer.TYPE,
-    "lru": no_hit_lru_scorer.TYPE,
-    "loraAffinity": lora_affinity_scorer.TYPE,
-    "runningRequests": running_requests_scorer.TYPE,
-    "predictedLatency": predicted_ttft_scorer.TYPE,
-}
-_FIELD_OF_KEY: Final[Mapping[str, str]] = {
-    "queue": "queue",
-    "kvCache": "kv_cache",
-    "prefix": "prefix",
-    "lru": "lru",
-    "loraAffinity": "lora_affinity",
-    "runningRequests": "running_requests",
-    "predictedLatency": "predicted_latency",
-}
+WEIGHT_KEYS: Final[Mapping[str, str]] = {row.key: row.plugin_type for row in SCORER_WEIGHTS}
+"""InferenceGatewayConfig ``weights`` key -> plugin type, from the one table
+(:mod:`igw.config.weight_keys`)."""
 PREFILL_COLLISION_KEY: Final = prefill_collision_scorer.TYPE
 """No ``weights`` key in the InferenceGatewayConfig shape: it rides on ``predictedLatency`` (below)."""
 DEFAULT_PREFILL_COLLISION_WEIGHT: Final = 2.0
-DEFAULT_WEIGHTS: Final[Mapping[str, float]] = {
-    "queue": 2,
-    "kvCache": 2,
-    "prefix": 3,
-    "predictedLatency": 1,
-    PREFILL_COLLISION_KEY: DEFAULT_PREFILL_COLLISION_WEIGHT,
-}
-DEFAULT_LORA_AFFINITY_WEIGHT: Final = 1.0
 
 
 def default_weights(*, lora_adapters: bool) -> dict[str, float]:
-    weights = dict(DEFAULT_WEIGHTS)
-    if lora_adapters:
-        weights["loraAffinity"] = DEFAULT_LORA_AFFINITY_WEIGHT
-    return weights
+    """The table's defaults plus ``prefill-collision-scorer`` at its default weight."""
+    return {
+        **table_defaults(lora_adapters=lora_adapters),
+        PREFILL_COLLISION_KEY: DEFAULT_PREFILL_COLLISION_WEIGHT,
+    }
+
+
+DEFAULT_WEIGHTS: Final[Mapping[str, float]] = default_weights(lora_adapters=False)
 
 
 def effective_weights(weights: Weights | None, *, lora_adapters: bool) -> dict[str, float]:
@@ -95,10 +69,10 @@ def effective_weights(weights: Weights | None, *, lora_adapters: bool) -> dict[s
     """
     merged = default_weights(lora_adapters=lora_adapters)
     if weights is not None:
-        for key, field_name in _FIELD_OF_KEY.items():
-            value = getattr(weights, field_name)
+        for row in SCORER_WEIGHTS:
+            value = getattr(weights, row.field)
             if value is not None:
-                merged[key] = float(value)
+                merged[row.key] = float(value)
     if merged.get("predictedLatency", 0.0) <= 0:
         merged.pop(PREFILL_COLLISION_KEY, None)
     return merged
