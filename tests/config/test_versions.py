@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
 
 import pytest
 from packaging.version import Version
@@ -15,6 +15,7 @@ from igw.config.versions import (
     parse_image_reference,
     parse_version_tag,
 )
+from igw.engines import ENGINES
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -163,28 +164,27 @@ def test_unknown_engine_is_an_error() -> None:
         check_model_server(engine="tgi", image="x:1", args=[], env={})
 
 
-def test_requirements_come_from_the_data_file(tmp_path: Path) -> None:
+def test_requirements_come_from_the_engine_catalogue() -> None:
     table = load_requirements()
     assert table["vllm"].minimum_version == Version("0.9.2")
     assert table["sglang"].minimum_version == Version("0.3.5.post1")
     assert [f.flag for f in table["sglang"].required_flags] == ["--enable-metrics"]
+    assert set(table) == set(ENGINES)
 
 
-def test_a_changed_table_changes_the_verdict(tmp_path: Path) -> None:
-    data = tmp_path / "reqs.yaml"
-    data.write_text(
-        "engines:\n  vllm:\n    minimum_version: '0.12.0'\n    kv_cache_metrics:\n"
-        "      - names: ['vllm:kv_cache_usage_perc']\n"
-    )
-    table = load_requirements(data)
+def test_a_changed_catalogue_entry_changes_the_verdict() -> None:
+    stricter = dataclasses.replace(ENGINES["vllm"], minimum_version="0.12.0")
+    table = load_requirements({"vllm": stricter})
     check = check_model_server(
         engine="vllm", image="vllm/vllm-openai:v0.11.0", args=[], env={}, requirements=table
     )
     assert check.verdict is Verdict.FAIL
+    assert check_model_server(engine="vllm", image="vllm/vllm-openai:v0.11.0", args=[], env={}).verdict is (
+        Verdict.OK
+    )
 
 
-def test_malformed_table_is_reported(tmp_path: Path) -> None:
-    data = tmp_path / "bad.yaml"
-    data.write_text("engines:\n  vllm:\n    minimum_version: 'not a version'\n")
-    with pytest.raises(ValueError, match="not a PEP 440 version"):
-        load_requirements(data)
+def test_malformed_catalogue_entry_is_reported_naming_the_field() -> None:
+    bad = dataclasses.replace(ENGINES["vllm"], minimum_version="not a version")
+    with pytest.raises(ValueError, match=r"engine catalogue: vllm\.minimum_version: .*not a PEP 440 version"):
+        load_requirements({"vllm": bad})

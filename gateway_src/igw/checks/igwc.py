@@ -10,11 +10,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from igw import engines
 from igw.checks.inventory import Manifest
 from igw.checks.k8s import namespace_of, ref, spec
 
 DEFAULT_TARGET_PORT = 8000
-DEFAULT_ENGINE = "vllm"
+DEFAULT_ENGINE = engines.DEFAULT_ENGINE
 
 
 @dataclass(frozen=True, slots=True)

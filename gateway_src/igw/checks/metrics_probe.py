@@ -1,8 +1,9 @@
 """Fetch model-server ``/metrics`` pages and tell which scheduling signals they really carry.
 
 The gateway scores on queue depth, running batch size and KV-cache usage under engine-specific
-names (``reference/gie-epp.md`` §1.5). A page can be up yet miss a signal: old vLLM uses only
-``vllm:gpu_cache_usage_perc``; SGLang without ``--enable-metrics`` serves no page at all.
+names, which come from the engine catalogue (:mod:`igw.engines`) as they do for the gateway's parser.
+A page can be up yet miss a signal: old vLLM uses only ``vllm:gpu_cache_usage_perc``; SGLang without
+``--enable-metrics`` serves no page at all.
 """
 
 from __future__ import annotations
@@ -12,19 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from igw.engines import ENGINES, Engine
+from igw.engines import engine as lookup_engine
+
 SIGNALS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
-    "vllm": {
-        "queue": ("vllm:num_requests_waiting",),
-        "running": ("vllm:num_requests_running",),
-        "kv-cache": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    },
-    "sglang": {
-        "queue": ("sglang:num_queue_reqs",),
-        "running": ("sglang:num_running_reqs",),
-        "kv-cache": ("sglang:token_usage",),
-    },
+    name: engine.signals() for name, engine in ENGINES.items()
 }
-"""Signal → accepted names, preferred first (a fallback name is reported as a warning)."""
+"""Engine -> signal -> accepted names, preferred first (a fallback name is reported as a warning)."""
 
 MAX_PAGE_BYTES = 8 * 1024 * 1024
 CONCURRENCY = 32
@@ -58,10 +53,12 @@ class SignalReport:
     """``signal: name`` where only a deprecated fallback name is present."""
 
 
-def evaluate(engine: str, names: set[str]) -> SignalReport:
+def evaluate(engine: str, names: set[str], catalogue: Mapping[str, Engine] = ENGINES) -> SignalReport:
+    """Which of ``engine``'s routing signals the family ``names`` of a page lack or carry only under a
+    deprecated name. ``ValueError`` for an engine the catalogue does not know."""
     missing: list[str] = []
     fallbacks: list[str] = []
-    for signal, candidates in SIGNALS.get(engine, {}).items():
+    for signal, candidates in lookup_engine(engine, catalogue).signals().items():
         present = [n for n in candidates if n in names]
         if not present:
             missing.append(f"{signal} ({' or '.join(candidates)})")

@@ -2,15 +2,16 @@
 
 The scheduler config says ``engineType``; the pod says what really runs. We read the engine from
 the container's argv first (``vllm serve``, ``python -m sglang.launch_server``) because it decides,
-then from the image repository name. Pods are grouped by identical (image, argv, env) so a
-1,000-pod deployment yields one verdict per distinct container, not a thousand copies.
+then from the image repository name, with the detection tokens of the engine catalogue. Pods are
+grouped by identical (image, argv, env) so a 1,000-pod deployment yields one verdict per distinct
+container, not a thousand copies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from igw.checks.framework import CheckContext
 from igw.checks.igwc import SchedulerEntry, schedulers
@@ -18,26 +19,23 @@ from igw.checks.inventory import Manifest, need
 from igw.checks.k8s import container_args, container_env, container_ports, is_pod_ready, ref
 from igw.checks.selectors import by_namespace, matching, selector_from_mapping
 from igw.config.image_refs import parse_image_reference
+from igw.engines import ENGINES
+from igw.engines import detect_engine as detect_in
 
-DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
-"""Port each engine listens on when ``--port`` is not given."""
+DEFAULT_PORTS: Final[Mapping[str, int]] = {name: e.default_port for name, e in ENGINES.items()}
+"""Port each engine listens on when ``--port`` is not given (from the engine catalogue)."""
 
 
 def detect_engine(image: str, argv: Sequence[str]) -> str | None:
-    joined = " ".join(argv).lower()
-    if "sglang" in joined:
-        return "sglang"
-    if "vllm" in joined:
-        return "vllm"
-    try:
-        repository = parse_image_reference(image).repository.lower()
-    except ValueError:
-        repository = image.lower()
-    if "sglang" in repository:
-        return "sglang"
-    if "vllm" in repository:
-        return "vllm"
-    return None
+    """The engine a container runs: from its argv first (it decides), else its image repository."""
+    found = detect_in(" ".join(argv))
+    if found is None:
+        try:
+            repository = parse_image_reference(image).repository
+        except ValueError:
+            repository = image
+        found = detect_in(repository)
+    return None if found is None else found.name
 
 
 def listen_port(engine: str | None, argv: Sequence[str]) -> int | None:

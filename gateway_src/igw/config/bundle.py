@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from igw.config.paths import ADMISSION_RULES_FILE, MODEL_SERVER_REQUIREMENTS_FILE
+from igw.config.paths import ADMISSION_RULES_FILE
 from igw.config.schema import resolved_schema
 
 BUNDLED_PREFIX = "gateway_src/igw/config/bundled"
@@ -30,7 +30,3 @@ def _copy(root: Path, name: str) -> str:
 
 def render_bundled_rules(root: Path) -> str:
     return _copy(root, ADMISSION_RULES_FILE)
-
-
-def render_bundled_requirements(root: Path) -> str:
-    return _copy(root, MODEL_SERVER_REQUIREMENTS_FILE)

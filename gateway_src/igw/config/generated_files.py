@@ -22,10 +22,6 @@ GENERATED_FILES: Final[tuple[tuple[str, str], ...]] = (
         "igw.config.bundle:render_bundled_schema",
     ),
     ("gateway_src/igw/config/bundled/admission-rules.yaml", "igw.config.bundle:render_bundled_rules"),
-    (
-        "gateway_src/igw/config/bundled/model-server-requirements.yaml",
-        "igw.config.bundle:render_bundled_requirements",
-    ),
     ("addon/chart/inference-gateway/values.schema.json", "igw.addon.schemas:render_values_schema"),
     ("addon/configuration-schema.json", "igw.addon.schemas:render_configuration_schema"),
     (

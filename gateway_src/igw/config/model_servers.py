@@ -1,7 +1,7 @@
 """Evaluate a model-server container against the requirements kept as data.
 
 The rules (minimum versions, flags that must or must not be present, which KV-cache metric names a
-version exposes) live in ``schemas/model-server-requirements.yaml`` so that pre-flight checks, the
+version exposes) live in the engine catalogue, :mod:`igw.engines`, so that pre-flight checks, the
 simulator and the gateway all read one table. This module only interprets it. Every requirement
 yields ``ok``, ``fail`` or ``unknown`` - an image whose version cannot be read is "unknown", never
 silently passed or failed.
@@ -15,14 +15,12 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
-import yaml
 from packaging.version import InvalidVersion, Version
 
 from igw.config.image_refs import EngineVersion, KnownVersion, engine_version
-from igw.config.paths import MODEL_SERVER_REQUIREMENTS_FILE, schemas_dir
+from igw.engines import ENGINES, Engine
 
 _K8S_ENV_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
@@ -104,48 +102,40 @@ def _version(value: Any, *, where: str) -> Version:
         raise ValueError(f"{where}: {value!r} is not a PEP 440 version") from exc
 
 
-def _flags(items: Any, *, where: str) -> tuple[FlagRule, ...]:
-    if not isinstance(items, list):
-        raise ValueError(f"{where}: expected a list")
-    return tuple(FlagRule(flag=str(item["flag"]), reason=str(item["reason"]).strip()) for item in items)
-
-
-def _engine(name: str, data: Mapping[str, Any], *, source: str) -> EngineRequirements:
-    where = f"{source}: engines.{name}"
+def _engine(entry: Engine) -> EngineRequirements:
+    where = f"engine catalogue: {entry.name}"
     ranges = tuple(
         MetricRange(
-            names=tuple(str(n) for n in item["names"]),
-            since=_version(item["since"], where=where) if "since" in item else None,
-            before=_version(item["before"], where=where) if "before" in item else None,
+            names=item.names,
+            since=None if item.since is None else _version(item.since, where=f"{where}.kv_cache_metrics"),
+            before=None if item.before is None else _version(item.before, where=f"{where}.kv_cache_metrics"),
         )
-        for item in data.get("kv_cache_metrics", [])
+        for item in entry.kv_cache_metrics
     )
     return EngineRequirements(
-        engine=name,
-        display_name=str(data.get("display_name", name)),
-        minimum_version=_version(data["minimum_version"], where=f"{where}.minimum_version"),
-        minimum_reason=str(data.get("minimum_reason", "")).strip(),
-        required_flags=_flags(data.get("required_flags", []), where=f"{where}.required_flags"),
-        forbidden_flags=_flags(data.get("forbidden_flags", []), where=f"{where}.forbidden_flags"),
+        engine=entry.name,
+        display_name=entry.display_name,
+        minimum_version=_version(entry.minimum_version, where=f"{where}.minimum_version"),
+        minimum_reason=entry.minimum_reason,
+        required_flags=tuple(FlagRule(flag=r.flag, reason=r.reason) for r in entry.required_flags),
+        forbidden_flags=tuple(FlagRule(flag=r.flag, reason=r.reason) for r in entry.forbidden_flags),
         kv_cache_metrics=ranges,
     )
 
 
-@functools.lru_cache(maxsize=8)
-def _load(path: Path) -> Mapping[str, EngineRequirements]:
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    engines = data.get("engines") if isinstance(data, dict) else None
-    if not isinstance(engines, dict) or not engines:
-        raise ValueError(f"{path}: expected a mapping 'engines' with one entry per engine")
-    try:
-        return {name: _engine(name, spec, source=str(path)) for name, spec in engines.items()}
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: malformed requirements entry: {exc}") from exc
+@functools.cache
+def _catalogue_requirements() -> Mapping[str, EngineRequirements]:
+    return {name: _engine(entry) for name, entry in ENGINES.items()}
 
 
-def load_requirements(path: Path | None = None) -> Mapping[str, EngineRequirements]:
-    """The requirements table, by engine name (``vllm``, ``sglang``)."""
-    return _load((path or schemas_dir() / MODEL_SERVER_REQUIREMENTS_FILE).resolve())
+def load_requirements(catalogue: Mapping[str, Engine] | None = None) -> Mapping[str, EngineRequirements]:
+    """The requirements table by engine name, from ``catalogue`` (default: :data:`igw.engines.ENGINES`).
+
+    ``ValueError`` naming the entry and field when a version in it is not a PEP 440 version.
+    """
+    if catalogue is None:
+        return _catalogue_requirements()
+    return {name: _engine(entry) for name, entry in catalogue.items()}
 
 
 def command_tokens(args: Sequence[str], env: Mapping[str, str]) -> list[str]:

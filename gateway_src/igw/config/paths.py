@@ -16,7 +16,6 @@ from typing import Final
 SCHEMAS_DIR_ENV: Final = "IGW_SCHEMAS_DIR"
 MAIN_SCHEMA_FILE: Final = "inferencegatewayconfig.schema.json"
 ADMISSION_RULES_FILE: Final = "admission-rules.yaml"
-MODEL_SERVER_REQUIREMENTS_FILE: Final = "model-server-requirements.yaml"
 EXTENSIONS_SUBDIR: Final = "extensions"
 EXTENSION_SUFFIX: Final = ".schema.json"
 

@@ -1,7 +1,7 @@
 """Public face of engine-version handling: image tags → versions, and the model-server check.
 
 ``parse_version_tag``/``engine_version`` live in :mod:`igw.config.image_refs`; the requirements
-(kept as data in ``schemas/model-server-requirements.yaml``) are evaluated by
+(kept as data in the engine catalogue, :mod:`igw.engines`) are evaluated by
 :mod:`igw.config.model_servers`. Import from here.
 """
 

@@ -4,32 +4,24 @@ A real vLLM page is 50-60 KB and ~560 lines, and every endpoint is scraped every
 the whole exposition format would dominate the gateway's CPU. Instead we look up only the few
 families routing needs with ``str.find`` on ``"\\n<family>"`` (C speed) and parse just those lines.
 
-Per engine (``spec.schedulers[].engineType``):
+Which families to read for each engine (``spec.schedulers[].engineType``) comes from the engine
+catalogue, :mod:`igw.engines`: queue, running, KV-cache usage (preferred name first, deprecated
+fallbacks such as vLLM < 0.9.2's ``vllm:gpu_cache_usage_perc`` after), LoRA info and cache config.
 
-============  ==================================================  ===========================
-signal        vLLM                                                SGLang
-============  ==================================================  ===========================
-waiting       ``vllm:num_requests_waiting`` (sum over engines)    ``sglang:num_queue_reqs``
-running       ``vllm:num_requests_running`` (sum over engines)    ``sglang:num_running_reqs``
-kv_usage      ``vllm:kv_cache_usage_perc``, else the deprecated   ``sglang:token_usage``
-              ``vllm:gpu_cache_usage_perc`` (vLLM < 0.9.2)
-lora          ``vllm:lora_requests_info`` (largest-value series)  (none)
-cache config  ``vllm:cache_config_info``                           ``sglang:cache_config_info``
-              (labels ``block_size``, ``num_gpu_blocks``)          (``page_size``, ``num_pages``)
-============  ==================================================  ===========================
-
-Multi-series gauges: queue/running are summed for vLLM (one series per data-parallel engine) and
-maxed for SGLang (every TP rank repeats the same scheduler numbers); KV takes the maximum.
+Multi-series gauges: queue/running combine as the catalogue says (summed for vLLM, one series per
+data-parallel engine; maxed for SGLang, every TP rank repeats the same numbers); KV takes the maximum.
 ``missing`` names every expected family that is absent, so the caller can report it loudly.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from igw import engines
+from igw.engines import MetricFamilies
 from igw.scheduling.types import EngineMetrics
 
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -37,40 +29,11 @@ _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _ESC = re.compile(r"\\[\\\"n]")
 
 
-@dataclass(frozen=True, slots=True)
-class EngineFamilies:
-    waiting: str
-    running: str
-    kv_usage: tuple[str, ...]
-    """Preferred name first, deprecated fallbacks after."""
-    lora: str | None
-    cache_config: str
-    block_size_label: str
-    num_blocks_label: str
-    combine_load: Callable[[Sequence[float]], float]
-
-
-VLLM: Final = EngineFamilies(
-    waiting="vllm:num_requests_waiting",
-    running="vllm:num_requests_running",
-    kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    lora="vllm:lora_requests_info",
-    cache_config="vllm:cache_config_info",
-    block_size_label="block_size",
-    num_blocks_label="num_gpu_blocks",
-    combine_load=sum,
-)
-SGLANG: Final = EngineFamilies(
-    waiting="sglang:num_queue_reqs",
-    running="sglang:num_running_reqs",
-    kv_usage=("sglang:token_usage",),
-    lora=None,
-    cache_config="sglang:cache_config_info",
-    block_size_label="page_size",
-    num_blocks_label="num_pages",
-    combine_load=max,
-)
-ENGINES: Final = {"vllm": VLLM, "sglang": SGLANG}
+VLLM: Final = engines.VLLM.families
+SGLANG: Final = engines.SGLANG.families
+ENGINES: Final[Mapping[str, MetricFamilies]] = {name: e.families for name, e in engines.ENGINES.items()}
+"""Metric families by ``engineType``, from the engine catalogue."""
+_COMBINE: Final[Mapping[str, Callable[[Sequence[float]], float]]] = {"sum": sum, "max": max}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,15 +101,16 @@ def _int_label(labels: dict[str, str], key: str) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
-def parse_page(text: str, families: EngineFamilies) -> ParsedPage:
+def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
     missing: set[str] = set()
+    combine = _COMBINE[families.combine_load]
 
     def load(name: str) -> int | None:
         values = _values(series(text, name))
         if not values:
             missing.add(name)
             return None
-        return int(families.combine_load(values))
+        return int(combine(values))
 
     waiting = load(families.waiting)
     running = load(families.running)

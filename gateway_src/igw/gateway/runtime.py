@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from igw.config.model import GatewayConfig, SchedulerSpec
+from igw.engines import MetricFamilies
 from igw.gateway.endpoints import EndpointPool, EndpointState
-from igw.gateway.metrics_parser import ENGINES, EngineFamilies
+from igw.gateway.metrics_parser import ENGINES
 from igw.gateway.model_router import ModelRouter
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.scheduler import Scheduler
@@ -37,7 +38,7 @@ class SchedulerRuntime:
     spec: SchedulerSpec
     scheduler: Scheduler
     pool: EndpointPool
-    families: EngineFamilies
+    families: MetricFamilies
     picker_config: Mapping[str, Any] | None
 
     @property

@@ -1,13 +1,16 @@
-"""The ``/metrics`` page of each impersonated engine and version (shared/reference/model-server-metrics.md).
+"""The ``/metrics`` page of each impersonated engine and version, as large and as ordered as real ones.
 
 Pages are rendered by hand (not through a prometheus_client registry) because a fleet of pods is
 scraped every 50 ms on a 2-core machine; the output follows prometheus_client's text format 0.0.4
 exactly (sorted labels, Go-style floats, ``_created`` families) and the tests parse it with
 ``prometheus_client.parser``.
 
-Version rules (vLLM): < 0.9.2 exposes only ``vllm:gpu_cache_usage_perc`` (and the ``gpu_prefix_cache_*``
-counters); 0.9.2 - 0.10.x both the old and the new names (old ones marked DEPRECATED); >= 0.11 only
-``vllm:kv_cache_usage_perc`` / ``vllm:prefix_cache_*`` and the inter-token-latency histograms.
+The families routing reads (queue, running, KV-cache usage, LoRA info, cache config) and which
+KV-cache names a version exposes come from the engine catalogue (:mod:`igw.engines`), the same data
+the gateway's parser and the pre-flight checks read. Version rules (vLLM): < 0.9.2 exposes only
+``vllm:gpu_cache_usage_perc`` (and the ``gpu_prefix_cache_*`` counters); 0.9.2 - 0.10.x both the old
+and the new names (old ones marked DEPRECATED); >= 0.11 only ``vllm:kv_cache_usage_perc`` /
+``vllm:prefix_cache_*`` and the inter-token-latency histograms.
 SGLang: a multiprocess-style page (no ``_created``, no runtime families, ``_sum`` first) only with
 ``--enable-metrics`` and version >= 0.3.5.post1 - callers check :attr:`PodSpec.exposes_metrics`.
 """
@@ -21,6 +24,8 @@ from typing import Final
 from packaging.version import Version
 from prometheus_client.utils import floatToGoString
 
+from igw import engines
+from igw.config.model_servers import load_requirements
 from igw.sim.engine import Engine
 from igw.sim.pod_stats import Histogram, PodStats
 
@@ -32,6 +37,16 @@ SG_0_4: Final = Version("0.4")
 SG_0_5: Final = Version("0.5")
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+VLLM_FAMILIES: Final = engines.VLLM.families
+SGLANG_FAMILIES: Final = engines.SGLANG.families
+VLLM_KV_NAME, VLLM_OLD_KV_NAME = VLLM_FAMILIES.kv_usage
+"""The current KV-cache usage name and the deprecated one it replaced."""
+
+
+def vllm_kv_names(version: Version) -> tuple[str, ...]:
+    """KV-cache usage names a vLLM version exposes, as the catalogue's version ranges say."""
+    return load_requirements()[engines.VLLM.name].kv_cache_metric_names(version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,14 +203,13 @@ def render_vllm(
     )
     lab = f'engine="0",model_name="{_esc(ctx.model_name)}"'
     c = engine.counters
-    old_names = v < V_0_11
-    new_names = v >= V_0_9_2
+    kv_names = vllm_kv_names(v)
+    old_names = VLLM_OLD_KV_NAME in kv_names
+    new_names = VLLM_KV_NAME in kv_names
     page.gauge(
-        "vllm:num_requests_running", "Number of requests in model execution batches.", lab, engine.num_running
+        VLLM_FAMILIES.running, "Number of requests in model execution batches.", lab, engine.num_running
     )
-    page.gauge(
-        "vllm:num_requests_waiting", "Number of requests waiting to be processed.", lab, engine.num_waiting
-    )
+    page.gauge(VLLM_FAMILIES.waiting, "Number of requests waiting to be processed.", lab, engine.num_waiting)
     if v >= V_0_11:
         help_sleep = (
             "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
@@ -206,12 +220,10 @@ def render_vllm(
             page.lines.append(f'vllm:engine_sleep_state{{{lab},sleep_state="{state}"}} {_f(value)}')
     usage = engine.pool.usage
     if new_names:
-        page.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", lab, usage)
+        page.gauge(VLLM_KV_NAME, "KV-cache usage. 1 means 100 percent usage.", lab, usage)
     if old_names:
-        dep = ".DEPRECATED: Use vllm:kv_cache_usage_perc instead." if new_names else "."
-        page.gauge(
-            "vllm:gpu_cache_usage_perc", f"GPU KV-cache usage. 1 means 100 percent usage{dep}", lab, usage
-        )
+        dep = f".DEPRECATED: Use {VLLM_KV_NAME} instead." if new_names else "."
+        page.gauge(VLLM_OLD_KV_NAME, f"GPU KV-cache usage. 1 means 100 percent usage{dep}", lab, usage)
         qdep = " DEPRECATED: Use vllm:prefix_cache_queries instead." if new_names else ""
         hdep = " DEPRECATED: Use vllm:prefix_cache_hits instead." if new_names else ""
         page.counter(
@@ -380,14 +392,12 @@ def render_vllm(
             lab,
             stats.prefill_kv_computed,
         )
-    if ctx.max_lora > 0:
-        page.lines += [
-            "# HELP vllm:lora_requests_info Running stats on lora requests.",
-            "# TYPE vllm:lora_requests_info gauge",
-        ]
+    lora = VLLM_FAMILIES.lora
+    if ctx.max_lora > 0 and lora is not None:
+        page.lines += [f"# HELP {lora} Running stats on lora requests.", f"# TYPE {lora} gauge"]
         for (running, waiting), ts in stats.lora_series.items():
             page.lines.append(
-                f'vllm:lora_requests_info{{max_lora="{ctx.max_lora}",running_lora_adapters="{_esc(running)}",'
+                f'{lora}{{max_lora="{ctx.max_lora}",running_lora_adapters="{_esc(running)}",'
                 f'waiting_lora_adapters="{_esc(waiting)}"}} {_f(ts)}'
             )
     _cache_config_info(page, ctx=ctx, engine=engine)
@@ -397,7 +407,7 @@ def render_vllm(
 
 def _cache_config_info(page: _Page, *, ctx: PageContext, engine: Engine) -> None:
     fields = {
-        "block_size": str(engine.block_size),
+        VLLM_FAMILIES.block_size_label: str(engine.block_size),
         "cache_dtype": "auto",
         "calculate_kv_scales": "False",
         "cpu_kvcache_space_bytes": "None",
@@ -407,7 +417,7 @@ def _cache_config_info(page: _Page, *, ctx: PageContext, engine: Engine) -> None
         "is_attention_free": "False",
         "mamba_page_size_padded": "None",
         "num_cpu_blocks": "None",
-        "num_gpu_blocks": str(engine.pool.num_blocks),
+        VLLM_FAMILIES.num_blocks_label: str(engine.pool.num_blocks),
         "num_gpu_blocks_override": "None",
         "prefix_caching_hash_algo": "sha256" if ctx.version >= V_0_11 else "builtin",
         "sliding_window": "None",
@@ -424,7 +434,7 @@ def _cache_config_info(page: _Page, *, ctx: PageContext, engine: Engine) -> None
             mamba_ssm_cache_dtype="auto",
         )
     labels = ",".join(f'{k}="{v}"' for k, v in sorted(fields.items()))
-    page.gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels, 1.0)
+    page.gauge(VLLM_FAMILIES.cache_config, "Information of the LLMEngine CacheConfig", labels, 1.0)
 
 
 def _http_families(page: _Page, stats: PodStats) -> None:
@@ -458,11 +468,11 @@ def render_sglang(*, ctx: PageContext, engine: Engine, stats: PodStats, gen_thro
     pool = engine.pool
     used_tokens = (pool.num_blocks - pool.num_free) * engine.block_size
     gauges: tuple[tuple[str, str, float], ...] = (
-        ("sglang:num_running_reqs", "The number of running requests.", float(engine.num_running)),
+        (SGLANG_FAMILIES.running, "The number of running requests.", float(engine.num_running)),
         ("sglang:num_used_tokens", "The number of used tokens.", float(used_tokens)),
-        ("sglang:token_usage", "The token usage.", pool.usage),
+        (SGLANG_FAMILIES.kv_usage[0], "The token usage.", pool.usage),
         ("sglang:gen_throughput", "The generation throughput (token/s).", gen_throughput),
-        ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", float(engine.num_waiting)),
+        (SGLANG_FAMILIES.waiting, "The number of requests in the waiting queue.", float(engine.num_waiting)),
         ("sglang:num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0.0),
         ("sglang:cache_hit_rate", "The prefix cache hit rate.", stats.last_prefill_hit_rate),
         ("sglang:spec_accept_length", "The average acceptance length of speculative decoding.", 0.0),

@@ -24,6 +24,7 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
+from igw import engines
 from igw.sim.engine import Engine, EngineRequest, RequestRejected
 from igw.sim.metrics_page import CONTENT_TYPE, PageContext, render_sglang, render_vllm
 from igw.sim.openai_api import (
@@ -124,6 +125,11 @@ class LivePod:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def catalogue_entry(self) -> engines.Engine:
+        """What the engine catalogue says about the impersonated engine (its HTTP paths, names)."""
+        return engines.engine(self.spec.engine.value)
+
     def vnow(self) -> float:
         """Virtual (GPU) seconds since start: wall seconds / time_scale."""
         return (asyncio.get_running_loop().time() - self._t0) / self.time_scale
@@ -134,9 +140,10 @@ class LivePod:
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._middleware])
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/health", self._health)
-        app.router.add_get("/metrics", self._metrics)
+        entry = self.catalogue_entry
+        app.router.add_get(entry.model_info_path, self._models)
+        app.router.add_get(entry.readiness_path, self._health)
+        app.router.add_get(entry.metrics_path, self._metrics)
         if self.spec.engine is EngineKind.VLLM:
             # vLLM's token endpoints: vllm-router's cache_aware matches prefixes on the ids they return.
             app.router.add_post("/tokenize", self._tokenize)
@@ -324,7 +331,7 @@ class LivePod:
             return response
         finally:
             self._active.pop(id(request), None)
-            if request.path not in ("/metrics", "/health"):
+            if request.path not in (self.catalogue_entry.metrics_path, self.catalogue_entry.readiness_path):
                 # Unmatched paths are grouped as "none" like prometheus-fastapi-instrumentator, so a
                 # scanner cannot grow the page without bound.
                 resource = request.match_info.route.resource
@@ -341,7 +348,7 @@ class LivePod:
     async def _models(self, request: web.Request) -> web.Response:
         created = int(self._created_unix)
         base = self.spec.model_name
-        owner = "vllm" if self.spec.engine is EngineKind.VLLM else "sglang"
+        owner = self.catalogue_entry.name
         data: list[dict[str, Any]] = [
             {
                 "id": base,

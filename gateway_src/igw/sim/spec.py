@@ -17,6 +17,7 @@ from typing import Any, Final, TypeVar
 import yaml
 from packaging.version import InvalidVersion, Version
 
+from igw import engines
 from igw.sim.presets import PRESETS, Preset, get_preset
 
 _E = TypeVar("_E", bound=enum.StrEnum)
@@ -118,7 +119,8 @@ class FaultSpec:
         }
 
 
-SGLANG_MIN_METRICS_VERSION: Final = Version("0.3.5.post1")
+SGLANG_MIN_METRICS_VERSION: Final = Version(engines.SGLANG.minimum_version)
+"""The first SGLang release with a /metrics page (the catalogue's minimum)."""
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )

@@ -14,6 +14,7 @@ from igw.checks.k8s import is_pod_ready, ref
 from igw.checks.metrics_probe import evaluate, fetch_pages, metric_names
 from igw.checks.model import CheckMeta, Command, Result, Severity
 from igw.checks.model_servers import ServerGroup, server_groups
+from igw.engines import engine as lookup_engine
 
 META = CheckMeta(
     id="IGW-PF014",
@@ -39,11 +40,16 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
     for group in server_groups(ctx):
         if not isinstance(group, ServerGroup):
             continue
+        try:
+            engine = lookup_engine(group.scheduler.engine_type)
+        except ValueError as exc:
+            yield r.fail(group.resource, f"engineType: {exc}")
+            continue
         targets = []
         for pod in group.pods:
             ip = (pod.get("status") or {}).get("podIP")
             if ip and is_pod_ready(pod):
-                targets.append((pod, f"http://{ip}:{group.scheduler.target_port}/metrics"))
+                targets.append((pod, f"http://{ip}:{group.scheduler.target_port}{engine.metrics_path}"))
         if not targets:
             yield r.skip(group.resource, Missing("no Ready pod with an IP to probe"))
             continue
@@ -54,7 +60,7 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
             if page.page is None:
                 problems.append(f"{ref(pod)}: {url} unreachable ({page.error})")
                 continue
-            report = evaluate(group.scheduler.engine_type, metric_names(page.page))
+            report = evaluate(engine.name, metric_names(page.page))
             if report.missing:
                 problems.append(f"{ref(pod)}: missing {', '.join(report.missing)}")
             if report.fallbacks:

@@ -1,7 +1,7 @@
 """IGW-PF011: model-server engine versions and flags meet the gateway's requirements.
 
 Versions come from the image tag; flags from the container's command, args and env, evaluated by
-``igw.config.versions.check_model_server`` against ``schemas/model-server-requirements.yaml``
+``igw.config.versions.check_model_server`` against the engine catalogue (``igw.engines``)
 (vLLM >= 0.9.2; SGLang >= 0.3.5.post1 with --enable-metrics). A version that cannot be read is a
 warning that says so - never a pass.
 """
