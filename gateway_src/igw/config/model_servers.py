@@ -20,7 +20,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from igw.config.image_refs import EngineVersion, KnownVersion, engine_version
-from igw.engines import ENGINES, Engine
+from igw.engines import ENGINES, Engine, FlagRule
 
 _K8S_ENV_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
@@ -29,12 +29,6 @@ class Verdict(StrEnum):
     OK = "ok"
     FAIL = "fail"
     UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True, slots=True)
-class FlagRule:
-    flag: str
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +111,8 @@ def _engine(entry: Engine) -> EngineRequirements:
         display_name=entry.display_name,
         minimum_version=_version(entry.minimum_version, where=f"{where}.minimum_version"),
         minimum_reason=entry.minimum_reason,
-        required_flags=tuple(FlagRule(flag=r.flag, reason=r.reason) for r in entry.required_flags),
-        forbidden_flags=tuple(FlagRule(flag=r.flag, reason=r.reason) for r in entry.forbidden_flags),
+        required_flags=entry.required_flags,
+        forbidden_flags=entry.forbidden_flags,
         kv_cache_metrics=ranges,
     )
 
