@@ -22,7 +22,7 @@ from igw.config.model import EngineType
 from igw.config.schema import resolved_schema
 from igw.config.versions import Verdict, check_model_server, load_requirements
 from igw.engines import ENGINES, Engine, FlagRule, KvMetricRange, MetricFamilies
-from igw.gateway import metrics_parser
+from igw.gateway import metrics_parser, scraper
 from igw.sim.engine import Engine as SimEngine
 from igw.sim.metrics_page import PageContext, render_sglang, render_vllm
 from igw.sim.pod_stats import PodStats
@@ -71,6 +71,10 @@ def test_consumers_are_built_from_the_catalogue() -> None:
     assert {name: e.signals() for name, e in ENGINES.items()} == metrics_probe.SIGNALS
     assert {name: e.default_port for name, e in ENGINES.items()} == model_servers.DEFAULT_PORTS
     assert set(load_requirements()) == set(ENGINES)
+    for entry in ENGINES.values():
+        for family, advice in entry.missing_advice.items():
+            assert scraper.ADVICE[family] == advice
+        assert entry.families.cache_config in scraper.ADVICE
 
 
 def test_unknown_engine_names_the_known_ones() -> None:

@@ -20,7 +20,7 @@ This module is pure data and imports nothing from igw.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
 
@@ -87,6 +87,8 @@ class Engine:
     """Answers 200 once the model is loaded (what a readiness probe should call)."""
     model_info_path: str = "/v1/models"
     """OpenAI-compatible model list (served model names, LoRA adapters)."""
+    missing_advice: Mapping[str, str] = field(default_factory=dict)
+    """Family name -> what to do when a page lacks it (the gateway logs it with the missing signal)."""
 
     def signals(self) -> Mapping[str, tuple[str, ...]]:
         """Routing signal -> accepted family names, preferred first (what a page must carry)."""
@@ -129,6 +131,11 @@ VLLM: Final = Engine(
     ),
     default_port=8000,
     detect_tokens=("vllm",),
+    missing_advice={
+        "vllm:kv_cache_usage_perc": "vLLM < 0.9.2 publishes KV-cache usage only as the deprecated "
+        "vllm:gpu_cache_usage_perc (used as a fallback; removed in vLLM 0.12): upgrade to vLLM >= 0.9.2",
+        "vllm:lora_requests_info": "LoRA affinity cannot be scored: start vLLM with --enable-lora",
+    },
 )
 
 SGLANG: Final = Engine(

@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import aiohttp
 
+from igw.engines import ENGINES
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.metrics_parser import parse_page
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
@@ -33,16 +34,14 @@ PAGE_MISSING: Final = "/metrics"
 NO_AUTOTUNE: Final = (
     "prefix block size and LRU size cannot be auto-tuned: defaults (64 characters, 31250) apply"
 )
-ADVICE: Final = {
-    "vllm:kv_cache_usage_perc": "vLLM < 0.9.2 publishes KV-cache usage only as the deprecated "
-    "vllm:gpu_cache_usage_perc (used as a fallback; removed in vLLM 0.12): upgrade to vLLM >= 0.9.2",
-    "vllm:lora_requests_info": "LoRA affinity cannot be scored: start vLLM with --enable-lora",
-    "vllm:cache_config_info": NO_AUTOTUNE,
-    "sglang:cache_config_info": NO_AUTOTUNE,
+ADVICE: Final[Mapping[str, str]] = {
+    **{e.families.cache_config: NO_AUTOTUNE for e in ENGINES.values()},
+    **{family: advice for e in ENGINES.values() for family, advice in e.missing_advice.items()},
     PAGE_MISSING: "the model server has no /metrics page (SGLang needs --enable-metrics): "
     "the endpoint is excluded from scheduling",
 }
-_LORA_FAMILIES: Final = frozenset({"vllm:lora_requests_info"})
+"""Missing family -> what to do, from the engine catalogue (:mod:`igw.engines`) plus the gateway's own."""
+_LORA_FAMILIES: Final = frozenset(e.families.lora for e in ENGINES.values() if e.families.lora is not None)
 
 TaskKey = tuple[str, str]
 
