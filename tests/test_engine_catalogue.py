@@ -27,6 +27,7 @@ from igw.sim.engine import Engine as SimEngine
 from igw.sim.metrics_page import PageContext, render_sglang, render_vllm
 from igw.sim.pod_stats import PodStats
 from igw.sim.presets import get_preset
+from igw.sim.spec import EngineKind
 
 THROWAWAY = Engine(
     name="tgi",
@@ -75,6 +76,10 @@ def test_consumers_are_built_from_the_catalogue() -> None:
         for family, advice in entry.missing_advice.items():
             assert scraper.ADVICE[family] == advice
         assert entry.families.cache_config in scraper.ADVICE
+
+
+def test_the_simulator_impersonates_only_catalogued_engines() -> None:
+    assert {kind.value for kind in EngineKind} <= set(ENGINES)
 
 
 def test_unknown_engine_names_the_known_ones() -> None:
