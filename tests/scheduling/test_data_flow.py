@@ -15,7 +15,11 @@ from igw.scheduling.factory import profile_from_weights, scheduler_from_picker_c
 from igw.scheduling.framework import CycleContext, PluginHooks
 from igw.scheduling.picker_config import profile_from_picker_config
 from igw.scheduling.plugins import no_hit_lru_scorer, prefix_cache_scorer
+from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.plugins.no_hit_lru_scorer import NoHitLruScorer
+from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
 from igw.scheduling.registry import PluginRegistry
+from igw.scheduling.scheduler import Profile, WeightedScorer
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import DecisionKind, EndpointView
 from tests.scheduling.helpers import ep, req
@@ -170,3 +174,20 @@ def test_profiles_already_in_data_flow_order_keep_their_order() -> None:
         "lora-affinity-scorer",
         "predicted-ttft-scorer",
     ]
+
+
+def test_a_hand_built_profile_with_the_reader_first_is_rejected() -> None:
+    lru = NoHitLruScorer()
+    prefix = PrefixCacheScorer()
+    with pytest.raises(
+        SchedulerConfigError, match=r"profile\.scorers: .*order is: prefix-cache-scorer, no-hit-lru"
+    ):
+        Profile(
+            filters=(),
+            scorers=(WeightedScorer(lru, 1.0), WeightedScorer(prefix, 1.0)),
+            picker=MaxScorePicker(),
+        )
+    ok = Profile(
+        filters=(), scorers=(WeightedScorer(prefix, 1.0), WeightedScorer(lru, 1.0)), picker=MaxScorePicker()
+    )
+    assert [ws.scorer for ws in ok.scorers] == [prefix, lru]

@@ -121,3 +121,28 @@ def order_by_data_flow(
     if problems:
         raise SchedulerConfigError(problems)
     return [p.entry for p in ordered_filters], [p.entry for p in ordered_scorers]
+
+
+def require_data_flow_order(filters: Sequence[object], scorers: Sequence[object], picker: object) -> None:
+    """``SchedulerConfigError`` unless the plugins, as given, already run in data-flow order.
+
+    The builders order profiles with :func:`order_by_data_flow`; this guards a profile assembled by
+    hand, which would otherwise silently let a reader run before its writer.
+    """
+    placed_filters = [Placed(f, f, f"filters[{i}]") for i, f in enumerate(filters)]
+    placed_scorers = [Placed(s, s, f"scorers[{i}]") for i, s in enumerate(scorers)]
+    ordered_filters, ordered_scorers = order_by_data_flow(
+        placed_filters, placed_scorers, Placed(picker, picker, "picker")
+    )
+    for given, ordered, stage in (
+        (filters, ordered_filters, "filters"),
+        (scorers, ordered_scorers, "scorers"),
+    ):
+        if any(a is not b for a, b in zip(given, ordered, strict=True)):
+            names = ", ".join(str(getattr(p, "name", p)) for p in ordered)
+            raise SchedulerConfigError(
+                [
+                    f"profile.{stage}: a plugin runs before the plugin that writes the state it reads; "
+                    f"data-flow order is: {names}"
+                ]
+            )

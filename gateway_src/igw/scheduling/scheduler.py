@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import cast
 
+from igw.scheduling.data_flow import require_data_flow_order
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.framework import CycleContext, Filter, Picker, Plugin, Scorer, clamp01
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
@@ -55,11 +56,14 @@ class WeightedScorer:
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """One scheduling profile: what runs, in order, for each pick."""
+    """One scheduling profile: what runs, in order, for each pick (in data-flow order, or an error)."""
 
     filters: tuple[Filter, ...]
     scorers: tuple[WeightedScorer, ...]
     picker: Picker
+
+    def __post_init__(self) -> None:
+        require_data_flow_order(self.filters, [ws.scorer for ws in self.scorers], self.picker)
 
     def describe(self) -> dict[str, float]:
         """Scorer name -> weight (for logs, ``/readyz`` and the benchmark's reports)."""
