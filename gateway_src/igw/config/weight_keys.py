@@ -14,7 +14,6 @@ also checks that each one is a registered scorer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -70,8 +69,6 @@ SCORER_WEIGHTS: Final[tuple[WeightKey, ...]] = (
     ),
 )
 """In scoring order: the factory adds scorers in this order (then in data-flow order)."""
-
-BY_KEY: Final[Mapping[str, WeightKey]] = {row.key: row for row in SCORER_WEIGHTS}
 
 
 def default_weights(*, lora_adapters: bool) -> dict[str, float]:
