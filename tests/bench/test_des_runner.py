@@ -8,7 +8,7 @@ from pathlib import Path
 
 from igw.bench.agreement import compare, ranking
 from igw.bench.capacity import fleet_capacity
-from igw.bench.des_runner import DesOptions, run_des
+from igw.bench.des_runner import DesOptions, run_des, run_trace
 from igw.bench.scenarios import DEMO
 
 
@@ -77,3 +77,22 @@ def test_decisions_out_writes_one_line_per_request_naming_the_pod_it_was_sent_to
     rr_pods = [r["pod"] for r in by_policy["round-robin"]]
     assert rr_pods[:8] == rr_pods[:4] * 2
     assert len(set(rr_pods[:4])) == 4
+
+
+def test_decisions_out_also_covers_trace_replays(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "\n".join(
+            json.dumps({"arrival": i * 0.05, "prompt_tokens": 200, "output_tokens": 8, "request_id": f"t{i}"})
+            for i in range(40)
+        )
+        + "\n"
+    )
+    out = tmp_path / "decisions.jsonl"
+    options = DesOptions(policies=["round-robin", "gateway-default"], seeds=[1], decisions_out=out)
+    run_trace(trace, fleet_yaml=None, speedup=1.0, options=options)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["policy"] for r in rows] == ["round-robin"] * 40 + ["gateway-default"] * 40
+    assert {r["scenario"] for r in rows} == {"trace-t"}
+    assert [r["request_id"] for r in rows[:40]] == [f"t{i}" for i in range(40)]
+    assert all(r["status"] == 200 and r["pod"] for r in rows)

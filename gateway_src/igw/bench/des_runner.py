@@ -219,6 +219,10 @@ def run_trace(
             result = simulate(pods=pods, requests=requests, policy=build_policy(name, ctx), seed=seed,
                               scrape_interval_s=options.scrape_interval_s, base_model=model)  # fmt: skip
             names = {key: spec.name for key, spec in result.pods.items()}
+            if options.decisions_out is not None:
+                write_decisions(
+                    options.decisions_out, result, scenario=run.scenario, policy=name, names=names
+                )
             samples = [replace(s, endpoint=names.get(s.endpoint, s.endpoint)) for s in samples_of(result)]
             pol.seeds.append(seed)
             pol.summaries.append(summarize(samples, endpoints=[p.name for p in pods], ttft_slo_s=TRACE_SLO_S,
