@@ -2,9 +2,11 @@
 
 Its nodes run the model servers. Lifecycle scripts live in a bucket whose name starts with
 ``sagemaker-`` (the managed instance policy only grants ``sagemaker-*`` buckets, and SageMaker rejects
-other ``SourceS3Uri`` prefixes); the bundled ``on_create.sh`` is uploaded by the stack. The execution
-role carries the managed ``AmazonSageMakerClusterInstanceRolePolicy`` plus the ENI permissions that
-EKS orchestration needs.
+other ``SourceS3Uri`` prefixes); the bundled ``on_create.sh`` is uploaded by the stack. That name is
+fixed, so the bucket is deleted with the stack (objects first): ``cdk destroy`` then ``cdk deploy``
+must not find it left over. The execution role carries the managed
+``AmazonSageMakerClusterInstanceRolePolicy``, the ENI permissions EKS orchestration needs, ECR pull
+(model-server and plugin images) and ``eks-auth:AssumeRoleForPodIdentity`` for node agents.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from cdk.config import HyperPodConfig, InstanceGroupConfig
-from cdk.constructs.nag_ack import acknowledge, arn_of, asset_bucket, managed_policy
+from cdk.constructs.nag_ack import acknowledge, arn_of, asset_bucket, managed_policy, partition_of
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "lifecycle_scripts"
 SCRIPTS_PREFIX = "lifecycle/"
@@ -83,7 +85,10 @@ class HyperPodCluster(Construct):
             versioned=True,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="lifecycle/",
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+            auto_delete_objects=True,
         )
+        self._acknowledge_auto_delete()
         self.scripts = s3_deployment.BucketDeployment(
             self,
             "UploadScripts",
@@ -183,7 +188,19 @@ class HyperPodCluster(Construct):
             iam.PolicyStatement(
                 sid="TagNetworkInterfaces",
                 actions=["ec2:CreateTags"],
-                resources=["arn:aws:ec2:*:*:network-interface/*"],
+                resources=[f"arn:{cdk.Aws.PARTITION}:ec2:*:*:network-interface/*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PullContainerImages",
+                actions=[
+                    "ecr:GetAuthorizationToken",
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                ],
+                resources=["*"],
             )
         )
         role.add_to_policy(
@@ -209,15 +226,36 @@ class HyperPodCluster(Construct):
             "AwsSolutions-IAM5",
             reason=(
                 "ENI Describe/Create calls for HyperPod nodes take no resource ARN before the ENI "
-                "exists, ENI tags "
-                "apply to ENIs HyperPod creates at run time, and nodes read every script under the "
-                "lifecycle/ prefix"
+                "exists, ENI tags apply to ENIs HyperPod creates at run time, nodes pull images from "
+                "ECR registries of several accounts (AWS's plugin and agent registries, the CDK asset "
+                "repository, model-server images) and ecr:GetAuthorizationToken has no resource, and "
+                "nodes read every script under the lifecycle/ prefix"
             ),
             findings=[
                 "Resource::*",
-                "Resource::arn:aws:ec2:*:*:network-interface/*",
+                "Resource::arn:<AWS::Partition>:ec2:*:*:network-interface/*",
                 f"Resource::{arn_of(self.lifecycle_bucket)}/{SCRIPTS_PREFIX}*",
             ],
+        )
+
+    def _acknowledge_auto_delete(self) -> None:
+        """Deleting the bucket's objects on ``cdk destroy`` is CDK's stack-level custom resource."""
+        stack = cdk.Stack.of(self)
+        provider = stack.node.try_find_child("Custom::S3AutoDeleteObjectsCustomResourceProvider")
+        if provider is None:
+            return
+        acknowledge(
+            provider,
+            "AwsSolutions-IAM4",
+            reason="CDK's auto-delete-objects provider empties the lifecycle bucket on cdk destroy (its "
+            "name is fixed, so it must not outlive the stack); it logs with this AWS managed policy",
+            findings=[managed_policy("service-role/AWSLambdaBasicExecutionRole")],
+        )
+        acknowledge(
+            provider,
+            "AwsSolutions-L1",
+            reason="the auto-delete-objects provider's runtime is pinned by aws-cdk-lib and moves with "
+            "its upgrades",
         )
 
     def _acknowledge_bucket_deployment(self) -> None:
@@ -249,7 +287,7 @@ class HyperPodCluster(Construct):
                     for action in ("GetObject*", "GetBucket*", "List*", "DeleteObject*", "Abort*")
                 ),
                 f"Resource::{arn_of(self.lifecycle_bucket)}/*",
-                f"Resource::arn:aws:s3:::{assets}/*",
+                f"Resource::arn:{partition_of(stack)}:s3:::{assets}/*",
             ],
         )
         acknowledge(

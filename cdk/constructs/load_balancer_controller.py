@@ -19,7 +19,6 @@ from constructs import Construct
 
 from cdk.config import IdentityMode
 from cdk.constructs.nag_ack import acknowledge
-from cdk.constructs.typing_fixes import as_icluster
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import pins
 
@@ -50,10 +49,10 @@ class LoadBalancerController(Construct):
         scope: Construct,
         id_: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         vpc: ec2.IVpc,
         identity: IdentityMode,
-        oidc_provider: eks.OidcProviderNative | None,
+        oidc_provider: iam.IOidcProvider,
     ) -> None:
         super().__init__(scope, id_)
         self.role = WorkloadRole(
@@ -90,7 +89,7 @@ class LoadBalancerController(Construct):
         self.chart = eks.HelmChart(
             self,
             "Chart",
-            cluster=as_icluster(cluster),
+            cluster=cluster,
             chart=pins.LOAD_BALANCER_CONTROLLER_CHART,
             repository=pins.LOAD_BALANCER_CONTROLLER_REPOSITORY,
             version=pins.LOAD_BALANCER_CONTROLLER_CHART_VERSION,

@@ -54,7 +54,7 @@ def example_document() -> dict[str, Any]:
 
 def variant_document() -> dict[str, Any]:
     """Every non-default choice at once: imported VPC, API_AND_CONFIG_MAP, public+private endpoint, admin
-    access entry, IRSA instead of Pod Identity, and the add-on self-managed from our chart."""
+    access entry, IRSA instead of Pod Identity, and AWS's managed add-on instead of our chart."""
     document = example_document()
     document["network"] = {
         "vpcId": "vpc-0123456789abcdef0",
@@ -67,7 +67,30 @@ def variant_document() -> dict[str, Any]:
         adminRoleArns=["arn:aws:iam::111111111111:role/platform-admin"],
     )
     document["platform"]["identity"] = "irsa"
-    document["inference"]["addon"]["mode"] = "selfManaged"
+    document["inference"]["addon"] = {
+        "mode": "awsManaged",
+        "version": "v2.0.0-eksbuild.2",
+        "configurationValues": {"inferenceOperator": {"enabled": True}, "keda": {"enabled": False}},
+    }
+    del document["inference"]["endpoint"]
+    return document
+
+
+EXISTING_OIDC = "arn:aws:iam::111111111111:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE"
+
+
+def existing_document() -> dict[str, Any]:
+    """Existing-cluster mode: the cluster (and vpc-cni) exist; only add-ons and the gateway are created."""
+    document = example_document()
+    del document["network"], document["hyperpod"]
+    document["cluster"] = {"kubernetesVersion": "1.34"}
+    document["existingCluster"] = {
+        "vpcId": "vpc-0123456789abcdef0",
+        "privateSubnetIds": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
+        "oidcProviderArn": EXISTING_OIDC,
+        "clusterSecurityGroupId": "sg-0123456789abcdef0",
+        "installedAddons": ["vpc-cni"],
+    }
     return document
 
 
@@ -81,3 +104,9 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
 def variant(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The variant config, synthesized once per session."""
     return _synthesize(variant_document(), tmp_path_factory.mktemp("cdk-variant.out"))
+
+
+@pytest.fixture(scope="session")
+def existing(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The existing-cluster config, synthesized once per session."""
+    return _synthesize(existing_document(), tmp_path_factory.mktemp("cdk-existing.out"))

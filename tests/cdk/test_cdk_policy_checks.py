@@ -11,9 +11,9 @@ import pytest
 from cdk import nag
 
 
-@pytest.fixture(params=["example", "variant"])
+@pytest.fixture(params=["example", "variant", "existing"])
 def assembly(request):
-    return request.getfixturevalue("synthesized" if request.param == "example" else "variant")
+    return request.getfixturevalue("synthesized" if request.param == "example" else request.param)
 
 
 def test_cdk_nag_reports_no_unsuppressed_findings(assembly):
