@@ -45,53 +45,29 @@ def _synthesize(document: dict[str, Any], outdir: Path) -> Synthesized:
     return Synthesized(outdir=outdir, templates=templates, files=files)
 
 
-def example_document() -> dict[str, Any]:
-    from cdk import config
+EXAMPLES = Path(__file__).resolve().parents[2] / "cdk" / "examples"
+EXISTING_OIDC = "arn:aws:iam::111111111111:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE"
 
-    document: dict[str, Any] = yaml.safe_load(config.EXAMPLE_FILE.read_text())
+
+def _example(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
     return document
+
+
+def example_document() -> dict[str, Any]:
+    """The default: a new VPC, EKS and HyperPod cluster, our chart with our image, TLS and DNS."""
+    return _example("deployment.yaml")
 
 
 def variant_document() -> dict[str, Any]:
     """Every non-default choice at once: imported VPC, API_AND_CONFIG_MAP, public+private endpoint, admin
     access entry, IRSA instead of Pod Identity, and AWS's managed add-on instead of our chart."""
-    document = example_document()
-    document["network"] = {
-        "vpcId": "vpc-0123456789abcdef0",
-        "privateSubnetIds": [f"subnet-0123456789abcdef{i}" for i in range(3)],
-    }
-    document["cluster"].update(
-        authenticationMode="API_AND_CONFIG_MAP",
-        endpointAccess="publicAndPrivate",
-        publicAccessCidrs=["203.0.113.0/24"],
-        adminRoleArns=["arn:aws:iam::111111111111:role/platform-admin"],
-    )
-    document["platform"]["identity"] = "irsa"
-    document["inference"]["addon"] = {
-        "mode": "awsManaged",
-        "version": "v2.0.0-eksbuild.2",
-        "configurationValues": {"inferenceOperator": {"enabled": True}, "keda": {"enabled": False}},
-    }
-    del document["inference"]["endpoint"]
-    return document
-
-
-EXISTING_OIDC = "arn:aws:iam::111111111111:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE"
+    return _example("aws-managed-addon.yaml")
 
 
 def existing_document() -> dict[str, Any]:
     """Existing-cluster mode: the cluster (and vpc-cni) exist; only add-ons and the gateway are created."""
-    document = example_document()
-    del document["network"], document["hyperpod"]
-    document["cluster"] = {"kubernetesVersion": "1.34"}
-    document["existingCluster"] = {
-        "vpcId": "vpc-0123456789abcdef0",
-        "privateSubnetIds": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
-        "oidcProviderArn": EXISTING_OIDC,
-        "clusterSecurityGroupId": "sg-0123456789abcdef0",
-        "installedAddons": ["vpc-cni"],
-    }
-    return document
+    return _example("existing-cluster.yaml")
 
 
 @pytest.fixture(scope="session")
