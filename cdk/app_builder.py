@@ -11,6 +11,7 @@ import aws_cdk as cdk
 
 from cdk import nag
 from cdk.config import REPO_ROOT, DeploymentConfig
+from cdk.constructs import checkov_ack
 from cdk.stacks.cluster_handle import ClusterHandle
 from cdk.stacks.cluster_stack import ClusterStack
 from cdk.stacks.existing_cluster_stack import ExistingClusterStack
@@ -98,5 +99,6 @@ def build_app(config: DeploymentConfig, *, outdir: Path | None = None, app: cdk.
     for stack in built.stacks:
         for key, value in config.tags.items():
             cdk.Tags.of(stack).add(key, value)
+    cdk.Aspects.of(app).add(checkov_ack.CdkProviderFunctions())
     nag.apply_checks(app)
     return built

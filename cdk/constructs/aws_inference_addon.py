@@ -23,6 +23,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from cdk.config import AddonConfig
+from cdk.constructs import checkov_ack
 from cdk.constructs.nag_ack import acknowledge, arn_of, managed_policy
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import aws_addon, pins
@@ -63,7 +64,14 @@ class AwsInferenceAddon(Construct):
             encryption=s3.BucketEncryption.S3_MANAGED,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
+            versioned=True,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+        )
+        checkov_ack.acknowledge(
+            self.access_logs,
+            "CKV_AWS_18",
+            reason="this bucket receives the server access logs of another bucket; logging it into "
+            "itself would loop",
         )
         acknowledge(
             self.access_logs,

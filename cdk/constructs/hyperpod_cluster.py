@@ -25,6 +25,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from cdk.config import HyperPodConfig, InstanceGroupConfig
+from cdk.constructs import checkov_ack
 from cdk.constructs.nag_ack import acknowledge, arn_of, asset_bucket, managed_policy, partition_of
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "lifecycle_scripts"
@@ -62,7 +63,14 @@ class HyperPodCluster(Construct):
             encryption=s3.BucketEncryption.S3_MANAGED,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
+            versioned=True,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+        )
+        checkov_ack.acknowledge(
+            self.access_logs,
+            "CKV_AWS_18",
+            reason="this bucket receives the server access logs of another bucket; logging it into "
+            "itself would loop",
         )
         acknowledge(
             self.access_logs,
@@ -108,6 +116,15 @@ class HyperPodCluster(Construct):
             )
         )
         self._acknowledge_execution_role()
+        default_policy = self.execution_role.node.find_child("DefaultPolicy")
+        for check_id in ("CKV_AWS_109", "CKV_AWS_111"):
+            checkov_ack.acknowledge(
+                default_policy,
+                check_id,
+                reason="ENI create/modify/delete for EKS-orchestrated HyperPod nodes and ECR's "
+                "GetAuthorizationToken take no resource ARN before the ENI exists; the same grants "
+                "are acknowledged for cdk-nag (AwsSolutions-IAM5) with the statement list",
+            )
         self._acknowledge_bucket_deployment()
         security_group = eks_cluster.cluster_security_group_id
         self.cluster = sagemaker.CfnCluster(

@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk.config import IdentityMode
+from cdk.constructs import checkov_ack
 from cdk.constructs.nag_ack import acknowledge
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import pins
@@ -67,6 +68,12 @@ class LoadBalancerController(Construct):
         )
         self.policy = iam.ManagedPolicy(self, "Policy", document=policy_document())
         self.role.role.add_managed_policy(self.policy)
+        checkov_ack.acknowledge(
+            self.policy,
+            "CKV_AWS_111",
+            reason="the controller creates load balancers, target groups and security groups whose ARNs "
+            "exist only at run time; mutations are conditioned on the elbv2.k8s.aws/cluster tag",
+        )
         acknowledge(
             self.policy,
             "AwsSolutions-IAM5",
