@@ -19,11 +19,10 @@ from typing import Final
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from cdk.config import AddonConfig
-from cdk.constructs import checkov_ack
+from cdk.constructs.buckets import access_log_bucket, logged_bucket
 from cdk.constructs.nag_ack import acknowledge, arn_of, managed_policy
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import aws_addon, pins
@@ -58,36 +57,9 @@ class AwsInferenceAddon(Construct):
         found = aws_addon.problems(aws_values)
         if found:
             raise aws_addon.AwsAddonValuesError(found)
-        self.access_logs = s3.Bucket(
-            self,
-            "AccessLogs",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            versioned=True,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
-        )
-        checkov_ack.acknowledge(
-            self.access_logs,
-            "CKV_AWS_18",
-            reason="this bucket receives the server access logs of another bucket; logging it into "
-            "itself would loop",
-        )
-        acknowledge(
-            self.access_logs,
-            "AwsSolutions-S1",
-            reason="this is the server-access-log bucket of the TLS certificate bucket; logging it into "
-            "itself would loop",
-        )
-        self.tls_bucket = s3.Bucket(
-            self,
-            "TlsCertificates",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            versioned=True,
-            server_access_logs_bucket=self.access_logs,
-            server_access_logs_prefix="tls-certificates/",
+        self.access_logs = access_log_bucket(self, "AccessLogs", logs_of="TLS certificate bucket")
+        self.tls_bucket = logged_bucket(
+            self, "TlsCertificates", access_logs=self.access_logs, log_prefix="tls-certificates/"
         )
         operator = WorkloadRole(
             self,

@@ -78,21 +78,9 @@ class EksCluster(Construct):
         assert isinstance(cfn_cluster, eks.CfnCluster)
         cfn_cluster.add_property_override("AccessConfig.AuthenticationMode", config.authentication_mode)
 
-        if not addon_version.at_least(pins.VPC_CNI_VERSION, pins.VPC_CNI_MINIMUM_VERSION):
-            raise ValueError(
-                f"vpc-cni {pins.VPC_CNI_VERSION} is below HyperPod's {pins.VPC_CNI_MINIMUM_VERSION}"
-            )
         # HyperPod nodes need the VPC CNI at 1.18.3 or newer: manage it instead of trusting the bootstrap
         # one. Its network policy agent enforces the NetworkPolicies the gateway chart renders.
-        self.vpc_cni = eks.CfnAddon(
-            self,
-            "VpcCni",
-            cluster_name=self.cluster.cluster_name,
-            addon_name=pins.VPC_CNI_ADDON,
-            addon_version=pins.VPC_CNI_VERSION,
-            resolve_conflicts="OVERWRITE",
-            configuration_values=json.dumps(VPC_CNI_VALUES, sort_keys=True),
-        )
+        self.vpc_cni = vpc_cni_addon(self, "VpcCni", cluster_name=self.cluster.cluster_name)
         self.nodegroup = self.cluster.add_nodegroup_capacity(
             "System",
             instance_types=[ec2.InstanceType(config.system_instance_type)],
@@ -137,6 +125,21 @@ class EksCluster(Construct):
             ),
             findings=[managed_policy("AmazonEKSClusterPolicy")],
         )
+
+
+def vpc_cni_addon(scope: Construct, id_: str, *, cluster_name: str) -> eks.CfnAddon:
+    """The pinned vpc-cni add-on with its network policy agent on."""
+    if not addon_version.at_least(pins.VPC_CNI_VERSION, pins.VPC_CNI_MINIMUM_VERSION):
+        raise ValueError(f"vpc-cni {pins.VPC_CNI_VERSION} is below HyperPod's {pins.VPC_CNI_MINIMUM_VERSION}")
+    return eks.CfnAddon(
+        scope,
+        id_,
+        cluster_name=cluster_name,
+        addon_name=pins.VPC_CNI_ADDON,
+        addon_version=pins.VPC_CNI_VERSION,
+        resolve_conflicts="OVERWRITE",
+        configuration_values=json.dumps(VPC_CNI_VALUES, sort_keys=True),
+    )
 
 
 def acknowledge_kubectl_provider(cluster: eks.ICluster) -> None:

@@ -19,13 +19,13 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3_deployment
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from cdk.config import HyperPodConfig, InstanceGroupConfig
 from cdk.constructs import checkov_ack
+from cdk.constructs.buckets import access_log_bucket, logged_bucket
 from cdk.constructs.nag_ack import acknowledge, arn_of, asset_bucket, managed_policy, partition_of
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "lifecycle_scripts"
@@ -57,42 +57,16 @@ class HyperPodCluster(Construct):
     ) -> None:
         super().__init__(scope, id_)
         stack = cdk.Stack.of(self)
-        self.access_logs = s3.Bucket(
-            self,
-            "AccessLogs",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            versioned=True,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
-        )
-        checkov_ack.acknowledge(
-            self.access_logs,
-            "CKV_AWS_18",
-            reason="this bucket receives the server access logs of another bucket; logging it into "
-            "itself would loop",
-        )
-        acknowledge(
-            self.access_logs,
-            "AwsSolutions-S1",
-            reason=(
-                "this is the server-access-log bucket of the lifecycle bucket; logging it into "
-                "itself would loop"
-            ),
-        )
+        self.access_logs = access_log_bucket(self, "AccessLogs", logs_of="lifecycle bucket")
         self.lifecycle_bucket_name = lifecycle_bucket_name(
             hyperpod_name=config.cluster_name, account=stack.account, region=stack.region
         )
-        self.lifecycle_bucket = s3.Bucket(
+        self.lifecycle_bucket = logged_bucket(
             self,
             "LifecycleScripts",
+            access_logs=self.access_logs,
+            log_prefix="lifecycle/",
             bucket_name=self.lifecycle_bucket_name,
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            versioned=True,
-            server_access_logs_bucket=self.access_logs,
-            server_access_logs_prefix="lifecycle/",
             removal_policy=cdk.RemovalPolicy.DESTROY,
             auto_delete_objects=True,
         )

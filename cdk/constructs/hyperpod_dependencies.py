@@ -148,27 +148,23 @@ class HyperPodDependencies(Construct):
     ) -> None:
         super().__init__(scope, id_)
         self.charts: dict[str, eks.HelmChart] = {}
-        if config.nvidia_device_plugin:
-            self.charts[pins.NVIDIA_DEVICE_PLUGIN_CHART] = eks.HelmChart(
+        plugins = (
+            (config.nvidia_device_plugin, "NvidiaDevicePlugin", pins.NVIDIA_DEVICE_PLUGIN_CHART,
+             pins.NVIDIA_DEVICE_PLUGIN_REPOSITORY, pins.NVIDIA_DEVICE_PLUGIN_VERSION),
+            (config.efa_device_plugin, "EfaDevicePlugin", pins.EFA_DEVICE_PLUGIN_CHART,
+             pins.EFA_DEVICE_PLUGIN_REPOSITORY, pins.EFA_DEVICE_PLUGIN_VERSION),
+        )  # fmt: skip
+        for wanted, construct_id, chart, repository, version in plugins:
+            if not wanted:
+                continue
+            self.charts[chart] = eks.HelmChart(
                 self,
-                "NvidiaDevicePlugin",
+                construct_id,
                 cluster=cluster,
-                chart=pins.NVIDIA_DEVICE_PLUGIN_CHART,
-                repository=pins.NVIDIA_DEVICE_PLUGIN_REPOSITORY,
-                version=pins.NVIDIA_DEVICE_PLUGIN_VERSION,
-                release=pins.NVIDIA_DEVICE_PLUGIN_CHART,
-                namespace="kube-system",
-                values={"affinity": HYPERPOD_NODES, "tolerations": TOLERATE_ALL},
-            )
-        if config.efa_device_plugin:
-            self.charts[pins.EFA_DEVICE_PLUGIN_CHART] = eks.HelmChart(
-                self,
-                "EfaDevicePlugin",
-                cluster=cluster,
-                chart=pins.EFA_DEVICE_PLUGIN_CHART,
-                repository=pins.EFA_DEVICE_PLUGIN_REPOSITORY,
-                version=pins.EFA_DEVICE_PLUGIN_VERSION,
-                release=pins.EFA_DEVICE_PLUGIN_CHART,
+                chart=chart,
+                repository=repository,
+                version=version,
+                release=chart,
                 namespace="kube-system",
                 values={"affinity": HYPERPOD_NODES, "tolerations": TOLERATE_ALL},
             )

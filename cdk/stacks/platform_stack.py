@@ -5,7 +5,6 @@ enforcement) unless the cluster already runs it."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import aws_cdk as cdk
@@ -14,7 +13,7 @@ from constructs import Construct
 
 from cdk.config import DeploymentConfig
 from cdk.constructs.dependency_addons import DependencyAddons
-from cdk.constructs.eks_cluster import VPC_CNI_VALUES
+from cdk.constructs.eks_cluster import vpc_cni_addon
 from cdk.constructs.hyperpod_dependencies import HyperPodDependencies
 from cdk.constructs.load_balancer_controller import LoadBalancerController
 from cdk.stacks.cluster_handle import ClusterHandle
@@ -35,15 +34,7 @@ class PlatformStack(cdk.Stack):
         installed = config.existing_cluster.installed_addons if config.existing_cluster else ()
         self.vpc_cni: eks.CfnAddon | None = None
         if config.existing_cluster is not None and pins.VPC_CNI_ADDON not in installed:
-            self.vpc_cni = eks.CfnAddon(
-                self,
-                "VpcCni",
-                cluster_name=cluster.cluster.cluster_name,
-                addon_name=pins.VPC_CNI_ADDON,
-                addon_version=pins.VPC_CNI_VERSION,
-                resolve_conflicts="OVERWRITE",
-                configuration_values=json.dumps(VPC_CNI_VALUES, sort_keys=True),
-            )
+            self.vpc_cni = vpc_cni_addon(self, "VpcCni", cluster_name=cluster.cluster.cluster_name)
         self.dependency_addons = DependencyAddons(
             self,
             "DependencyAddons",

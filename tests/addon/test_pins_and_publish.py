@@ -182,3 +182,12 @@ def test_package_push_reports_a_denied_token(tmp_path):
     with stubber, pytest.raises(publish.PublishError, match="ecr:GetAuthorizationToken"):
         publish.publish(destination=tmp_path, ecr=ecr, pusher=pusher)
     assert pusher.calls == []
+
+
+def test_chart_names_our_addon_not_awss():
+    import yaml
+
+    from igw.addon import chart
+
+    metadata = yaml.safe_load((chart.chart_dir() / "Chart.yaml").read_text())
+    assert metadata["annotations"]["igw.io/eks-addon-name"] == pins.IGW_ADDON_NAME != pins.AWS_ADDON_NAME
