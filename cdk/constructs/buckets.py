@@ -3,7 +3,7 @@ blocked, TLS-only access, versioning, and server access logs into a sibling buck
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -11,18 +11,17 @@ from constructs import Construct
 from cdk.constructs import checkov_ack
 from cdk.constructs.nag_ack import acknowledge
 
+BASELINE: Final[dict[str, Any]] = {
+    "encryption": s3.BucketEncryption.S3_MANAGED,
+    "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
+    "enforce_ssl": True,
+    "versioned": True,
+}
+
 
 def access_log_bucket(scope: Construct, id_: str, *, logs_of: str) -> s3.Bucket:
     """The bucket receiving ``logs_of``'s server access logs (it cannot log into itself)."""
-    bucket = s3.Bucket(
-        scope,
-        id_,
-        encryption=s3.BucketEncryption.S3_MANAGED,
-        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-        enforce_ssl=True,
-        versioned=True,
-        object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
-    )
+    bucket = s3.Bucket(scope, id_, object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED, **BASELINE)
     reason = f"this is the server-access-log bucket of the {logs_of}; logging it into itself would loop"
     checkov_ack.acknowledge(bucket, "CKV_AWS_18", reason=reason)
     acknowledge(bucket, "AwsSolutions-S1", reason=reason)
@@ -36,11 +35,8 @@ def logged_bucket(
     return s3.Bucket(
         scope,
         id_,
-        encryption=s3.BucketEncryption.S3_MANAGED,
-        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-        enforce_ssl=True,
-        versioned=True,
         server_access_logs_bucket=access_logs,
         server_access_logs_prefix=log_prefix,
+        **BASELINE,
         **extra,
     )

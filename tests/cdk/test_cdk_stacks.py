@@ -325,3 +325,30 @@ def test_hyperpod_waits_for_the_pinned_vpc_cni(synthesized):
     assert cni_resource["Properties"]["AddonVersion"] == pins.VPC_CNI_VERSION
     (hyperpod,) = cluster.find_resources("AWS::SageMaker::Cluster").values()
     assert cni_id in hyperpod["DependsOn"]
+
+
+def test_preflight_on_the_default_assembly_knows_our_gateway(synthesized):
+    """`igw preflight --cdk-out`: our chart counts as the installed gateway (no AWS add-on, no role)."""
+    from igw.checks.model import Command, Status
+    from igw.checks.sources.cdk_out import load_cdk_out
+    from tests.checks.helpers import run
+
+    results = run(load_cdk_out(synthesized.outdir), Command.PREFLIGHT)
+    by_check = {}
+    for result in results:
+        by_check.setdefault(result.check_id, set()).add(result.status)
+    assert by_check["IGW-PF002"] == {Status.PASS}
+    assert by_check["IGW-PF004"] == {Status.SKIP}
+    assert by_check["IGW-PF006"] == {Status.PASS}
+    assert by_check["IGW-PF003"] == {Status.PASS}
+
+
+def test_preflight_on_the_aws_addon_assembly_still_checks_its_role(variant):
+    from igw.checks.model import Command, Status
+    from igw.checks.sources.cdk_out import load_cdk_out
+    from tests.checks.helpers import run
+
+    results = run(load_cdk_out(variant.outdir), Command.PREFLIGHT)
+    statuses = {r.status for r in results if r.check_id == "IGW-PF002"}
+    assert statuses == {Status.PASS}
+    assert {r.status for r in results if r.check_id == "IGW-PF004"} == {Status.PASS}
