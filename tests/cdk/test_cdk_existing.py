@@ -40,8 +40,15 @@ def test_kubectl_handler_gets_an_access_entry_on_the_existing_cluster(existing):
 def test_installed_addons_are_left_alone_and_irsa_uses_the_existing_provider(existing):
     platform = assertions.Template.from_json(existing.templates["platform"])
     names = {a["Properties"]["AddonName"] for a in platform.find_resources("AWS::EKS::Addon").values()}
-    assert pins.VPC_CNI_ADDON not in names
+    assert pins.POD_IDENTITY_AGENT_ADDON not in names
     assert {d.name for d in pins.DEPENDENCY_ADDONS} <= names
+    platform.has_resource_properties(
+        "AWS::EKS::Addon",
+        {
+            "AddonName": pins.VPC_CNI_ADDON,
+            "ConfigurationValues": assertions.Match.serialized_json({"enableNetworkPolicy": "true"}),
+        },
+    )
     platform.resource_count_is("AWS::IAM::OIDCProvider", 0)
     trust = json.dumps(platform.find_resources("AWS::IAM::Role"))
     assert EXISTING_OIDC in trust
