@@ -145,3 +145,28 @@ def test_every_example_config_is_valid_and_synthesized_by_a_fixture():
     assert names == ["aws-managed-addon.yaml", "deployment.yaml", "existing-cluster.yaml"]
     for name in names:
         config.load(EXAMPLES / name)
+
+
+def test_quota_check_before_deploy_compares_the_instance_groups(example, capsys):
+    """`python -m cdk.synth_cli --check-quotas`: the config's groups against ListServiceQuotas (Stubber)."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from cdk import synth_cli
+
+    client = boto3.client("service-quotas", region_name="us-west-2")
+    stubber = Stubber(client)
+    quotas = [
+        {"QuotaName": "ml.p5.48xlarge for cluster usage", "Value": 0.0, "QuotaCode": "L-1"},
+        {"QuotaName": "ml.g5.12xlarge for cluster usage", "Value": 2.0, "QuotaCode": "L-2"},
+    ]
+    stubber.add_response("list_service_quotas", {"Quotas": quotas}, {"ServiceCode": "sagemaker"})
+    with stubber:
+        ok = synth_cli.quotas_ok(config.parse(example), service_quotas=client)
+    assert not ok
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "PASS  quota sagemaker/ml.g5.12xlarge for cluster usage: quota 2 covers 2 instance(s)",
+        "FAIL  quota sagemaker/ml.p5.48xlarge for cluster usage: quota 0 is below the 1 instance(s) the "
+        "groups ask for",
+    ]

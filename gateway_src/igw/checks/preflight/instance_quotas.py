@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
-from igw.checks.inventory import need
-from igw.checks.model import CheckMeta, Command, Result, Severity
+from igw.checks.inventory import InstanceQuota, need
+from igw.checks.model import CheckMeta, Command, Result, Severity, Status
 from igw.checks.sources.aws_api import QUOTA_NAME, QUOTA_SERVICE_CODE
 
 META = CheckMeta(
@@ -24,21 +24,34 @@ META = CheckMeta(
 )
 
 
+def verdict(item: InstanceQuota) -> tuple[Status, str]:
+    """PASS/FAIL/WARN and the message for one instance type (shared with ``cdk.synth_cli``)."""
+    if item.quota is None:
+        return (
+            Status.WARN,
+            f"no such quota found; cannot confirm {item.requested} instance(s) of {item.instance_type}",
+        )
+    if item.quota < item.requested:
+        return (
+            Status.FAIL,
+            f"quota {item.quota:g} is below the {item.requested} instance(s) the groups ask for",
+        )
+    return Status.PASS, f"quota {item.quota:g} covers {item.requested} instance(s)"
+
+
+def resource_of(item: InstanceQuota) -> str:
+    return f"quota {QUOTA_SERVICE_CODE}/{QUOTA_NAME.format(instance_type=item.instance_type)}"
+
+
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
     for item in need(ctx.inventory.aws.instance_quotas):
-        resource = f"quota {QUOTA_SERVICE_CODE}/{QUOTA_NAME.format(instance_type=item.instance_type)}"
-        if item.quota is None:
-            yield r.warn(
-                resource,
-                f"no such quota found; cannot confirm {item.requested} instance(s) of {item.instance_type}",
-                severity=Severity.MEDIUM,
-            )
-        elif item.quota < item.requested:
-            yield r.fail(
-                resource, f"quota {item.quota:g} is below the {item.requested} instance(s) the groups ask for"
-            )
+        status, message = verdict(item)
+        if status is Status.WARN:
+            yield r.warn(resource_of(item), message, severity=Severity.MEDIUM)
+        elif status is Status.FAIL:
+            yield r.fail(resource_of(item), message)
         else:
-            yield r.passed(resource, f"quota {item.quota:g} covers {item.requested} instance(s)")
+            yield r.passed(resource_of(item), message)
 
 
 CHECK = FunctionCheck(META, _run)

@@ -257,26 +257,32 @@ def _hyperpod_instance_counts(account: AwsAccount, cluster_name: str) -> dict[st
     return counts
 
 
-def _instance_quotas(account: AwsAccount, cluster_name: str) -> list[InstanceQuota]:
-    counts = _hyperpod_instance_counts(account, cluster_name)
-    if not counts:
-        return []
+def quota_values(service_quotas: Any) -> dict[str, float]:
+    """Every SageMaker quota of the account by name (``ListServiceQuotas``, all pages)."""
     quotas: dict[str, float] = {}
-    for page in (
-        account.client("service-quotas")
-        .get_paginator("list_service_quotas")
-        .paginate(ServiceCode=QUOTA_SERVICE_CODE)
-    ):
+    for page in service_quotas.get_paginator("list_service_quotas").paginate(ServiceCode=QUOTA_SERVICE_CODE):
         for quota in page.get("Quotas") or []:
             quotas[str(quota.get("QuotaName", ""))] = float(quota.get("Value", 0.0))
+    return quotas
+
+
+def instance_quotas(counts: Mapping[str, int], values: Mapping[str, float]) -> list[InstanceQuota]:
+    """Requested instances per type next to the account's cluster-usage quota for it."""
     return [
         InstanceQuota(
             instance_type=instance_type,
             requested=requested,
-            quota=quotas.get(QUOTA_NAME.format(instance_type=instance_type)),
+            quota=values.get(QUOTA_NAME.format(instance_type=instance_type)),
         )
         for instance_type, requested in sorted(counts.items())
     ]
+
+
+def _instance_quotas(account: AwsAccount, cluster_name: str) -> list[InstanceQuota]:
+    counts = _hyperpod_instance_counts(account, cluster_name)
+    if not counts:
+        return []
+    return instance_quotas(counts, quota_values(account.client("service-quotas")))
 
 
 def aws_view(account: AwsAccount, *, cluster_name: str, extra_role_arns: Iterable[str] = ()) -> AwsView:
