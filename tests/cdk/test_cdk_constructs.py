@@ -321,3 +321,14 @@ def test_lifecycle_bucket_name_is_a_sagemaker_bucket_within_s3_limits(name, expe
     bucket = lifecycle_bucket_name(hyperpod_name=name, account="111111111111", region="us-west-2")
     assert bucket == expected
     assert len(bucket) <= 63
+
+
+def test_acknowledged_asset_bucket_follows_the_bootstrap_qualifier():
+    from cdk.constructs.nag_ack import asset_bucket, partition_of
+
+    default = cdk.Stack(cdk.App(), "Default", env=ENV)
+    assert asset_bucket(default) == "cdk-hnb659fds-assets-111111111111-us-west-2"
+    custom = cdk.Stack(cdk.App(context={"@aws-cdk/core:bootstrapQualifier": "igwprod1"}), "Custom", env=ENV)
+    assert asset_bucket(custom) == "cdk-igwprod1-assets-111111111111-us-west-2"
+    china = cdk.Stack(cdk.App(), "China", env=cdk.Environment(account="111111111111", region="cn-north-1"))
+    assert partition_of(china) == "aws-cn"
