@@ -11,7 +11,10 @@ import aws_cdk as cdk
 
 from cdk import nag
 from cdk.config import REPO_ROOT, DeploymentConfig
+from cdk.constructs import checkov_ack
+from cdk.stacks.cluster_handle import ClusterHandle
 from cdk.stacks.cluster_stack import ClusterStack
+from cdk.stacks.existing_cluster_stack import ExistingClusterStack
 from cdk.stacks.inference_stack import InferenceStack
 from cdk.stacks.network_stack import NetworkStack
 from cdk.stacks.platform_stack import PlatformStack
@@ -32,8 +35,9 @@ def feature_flags() -> dict[str, object]:
 class IgwApp:
     app: cdk.App
     network: NetworkStack | None
-    """``None`` when the VPC is imported (the cluster stack imports it)."""
-    cluster: ClusterStack
+    """``None`` when the VPC is imported (the cluster stack imports it) or the cluster exists."""
+    cluster: ClusterStack | ExistingClusterStack
+    """The cluster this app creates, or the existing one it imports (existing-cluster mode)."""
     platform: PlatformStack
     inference: InferenceStack
 
@@ -49,31 +53,43 @@ def build_app(config: DeploymentConfig, *, outdir: Path | None = None, app: cdk.
     env = cdk.Environment(account=config.account, region=config.region)
     prefix = config.stack_prefix
     network = None
-    if config.network.vpc_id is None:
-        network = NetworkStack(app, f"{prefix}Network", config=config, env=env, description="igw: VPC")
-    cluster = ClusterStack(
-        app,
-        f"{prefix}Cluster",
-        config=config,
-        network=network.network if network else None,
-        env=env,
-        description="igw: EKS + HyperPod",
-    )
+    cluster: ClusterStack | ExistingClusterStack
+    if config.existing_cluster is not None:
+        cluster = ExistingClusterStack(
+            app,
+            f"{prefix}ClusterAccess",
+            config=config,
+            existing=config.existing_cluster,
+            env=env,
+            description="igw: kubectl access to an existing EKS cluster",
+        )
+    else:
+        if config.network.vpc_id is None:
+            network = NetworkStack(app, f"{prefix}Network", config=config, env=env, description="igw: VPC")
+        cluster = ClusterStack(
+            app,
+            f"{prefix}Cluster",
+            config=config,
+            network=network.network if network else None,
+            env=env,
+            description="igw: EKS + HyperPod",
+        )
+    handle: ClusterHandle = cluster
     platform = PlatformStack(
         app,
         f"{prefix}Platform",
         config=config,
-        cluster=cluster,
+        cluster=handle,
         env=env,
-        description="igw: dependency add-ons and the AWS Load Balancer Controller",
+        description="igw: dependency add-ons, the AWS Load Balancer Controller, HyperPod node plugins",
     )
     inference = InferenceStack(
         app,
         f"{prefix}Inference",
         config=config,
-        cluster=cluster,
+        cluster=handle,
         env=env,
-        description="igw: inference gateway add-on",
+        description="igw: the inference gateway",
     )
     if network is not None:
         cluster.add_stack_dependency(network)
@@ -83,5 +99,6 @@ def build_app(config: DeploymentConfig, *, outdir: Path | None = None, app: cdk.
     for stack in built.stacks:
         for key, value in config.tags.items():
             cdk.Tags.of(stack).add(key, value)
+    cdk.Aspects.of(app).add(checkov_ack.CdkProviderFunctions())
     nag.apply_checks(app)
     return built

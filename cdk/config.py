@@ -19,7 +19,7 @@ from typing import Any, Final, Literal
 import jsonschema
 import yaml
 
-from igw.addon import addon_version, configuration, pins
+from igw.addon import addon_version, aws_addon, configuration, pins
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SCHEMA_FILE: Final = REPO_ROOT / "schemas" / "deployment-config.schema.json"
@@ -27,7 +27,7 @@ EXAMPLE_FILE: Final = Path(__file__).resolve().parent / "examples" / "deployment
 
 AuthenticationMode = Literal["API", "API_AND_CONFIG_MAP"]
 IdentityMode = Literal["podIdentity", "irsa"]
-AddonMode = Literal["managed", "selfManaged"]
+AddonMode = Literal["igw", "awsManaged"]
 ConflictPolicy = Literal["OVERWRITE", "NONE", "PRESERVE"]
 
 
@@ -84,17 +84,71 @@ class HyperPodConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HyperPodDependenciesConfig:
+    """The parts of AWS's HyperPod dependencies chart that GPU inference nodes need."""
+
+    nvidia_device_plugin: bool = True
+    efa_device_plugin: bool = True
+    health_monitoring_agent: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class PlatformConfig:
     identity: IdentityMode = "podIdentity"
     model_buckets: tuple[str, ...] = ()
+    hyperpod_dependencies: HyperPodDependenciesConfig = field(default_factory=HyperPodDependenciesConfig)
 
 
 @dataclass(frozen=True, slots=True)
 class AddonConfig:
-    mode: AddonMode = "managed"
+    mode: AddonMode = "igw"
+    """``igw``: our chart through Helm with our image; ``awsManaged``: AWS's add-on."""
     version: str = pins.ADDON_VERSION
+    """AWS's add-on version (``awsManaged`` only)."""
     conflict_policy: ConflictPolicy = "OVERWRITE"
     configuration_values: Mapping[str, Any] = field(default_factory=dict)
+    """Our chart's values (``igw``) or AWS's add-on values (``awsManaged``), each checked against its
+    own schema."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageConfig:
+    """The gateway image: built from ``gateway_src/Dockerfile`` as a CDK asset unless ``repository``
+    names an image that already exists."""
+
+    repository: str | None = None
+    tag: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointConfig:
+    """A DNS name clients outside the cluster trust: an ACM certificate validated in ``zone_name`` and
+    an alias record to the gateway's load balancer."""
+
+    hosted_zone_id: str
+    zone_name: str
+    record_name: str
+
+    @property
+    def fqdn(self) -> str:
+        return f"{self.record_name}.{self.zone_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingClusterConfig:
+    """Deploy into a cluster that already exists (named by ``clusterName``): no VPC, EKS or HyperPod
+    cluster is created, only the platform add-ons and the gateway."""
+
+    vpc_id: str
+    private_subnet_ids: tuple[str, ...]
+    oidc_provider_arn: str | None = None
+    """Its IAM OIDC provider; IRSA roles (S3/FSx CSI drivers, AWS's add-on) need it."""
+    hyperpod_cluster_arn: str | None = None
+    """The HyperPod cluster it orchestrates (AWS's add-on needs it)."""
+    cluster_security_group_id: str | None = None
+    """The cluster security group; the kubectl handler joins it to reach a private endpoint."""
+    installed_addons: tuple[str, ...] = ()
+    """EKS add-ons already on the cluster: not created again (CloudFormation cannot adopt them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +173,8 @@ class DeploymentConfig:
     account: str
     region: str
     cluster_name: str
-    hyperpod: HyperPodConfig
+    hyperpod: HyperPodConfig | None
+    """``None`` in existing-cluster mode."""
     gateway_config: GatewayConfigManifest
     availability_zones: tuple[str, ...] = ()
     stack_prefix: str = "Igw"
@@ -128,6 +183,9 @@ class DeploymentConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     platform: PlatformConfig = field(default_factory=PlatformConfig)
     addon: AddonConfig = field(default_factory=AddonConfig)
+    image: ImageConfig = field(default_factory=ImageConfig)
+    endpoint: EndpointConfig | None = None
+    existing_cluster: ExistingClusterConfig | None = None
 
 
 def _path(parts: Sequence[Any]) -> str:
@@ -162,19 +220,44 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     cluster_sizes = cluster.get("systemNodes", {})
     if cluster_sizes.get("minSize", 2) > cluster_sizes.get("maxSize", 4):
         problems.append("cluster.systemNodes.minSize: larger than cluster.systemNodes.maxSize")
-    names = [group["name"] for group in doc["hyperpod"]["instanceGroups"]]
+    existing = doc.get("existingCluster")
+    if existing is None and "hyperpod" not in doc:
+        problems.append("hyperpod: required unless existingCluster is set")
+    if existing is not None:
+        if "oidcProviderArn" not in existing:
+            problems.append(
+                "existingCluster.oidcProviderArn: required (the S3 and FSx CSI drivers' roles use IRSA)"
+            )
+        if "network" in doc:
+            problems.append("network: not used with existingCluster (give existingCluster.vpcId)")
+    names = [group["name"] for group in doc.get("hyperpod", {}).get("instanceGroups", [])]
     for i, name in enumerate(names):
         if name in names[:i]:
             problems.append(f"hyperpod.instanceGroups[{i}].name: duplicates {name!r}")
     addon = doc["inference"].get("addon", {})
-    version = addon.get("version")
-    if version is not None and not addon_version.at_least(version, pins.ADDON_MINIMUM_VERSION):
-        problems.append(
-            f"inference.addon.version: {version} is below {pins.ADDON_MINIMUM_VERSION}, the first "
-            f"with the gateway"
-        )
+    mode = addon.get("mode", "igw")
     values = addon.get("configurationValues", {})
-    problems += [f"inference.addon.configurationValues.{p}" for p in configuration.problems(values)]
+    if mode == "awsManaged":
+        version = addon.get("version")
+        if version is not None and not addon_version.at_least(version, pins.ADDON_MINIMUM_VERSION):
+            problems.append(
+                f"inference.addon.version: {version} is below {pins.ADDON_MINIMUM_VERSION}, the first "
+                f"with the gateway"
+            )
+        problems += [
+            f"inference.addon.configurationValues.{p}"
+            for p in aws_addon.problems(values, require_generated=False)
+        ]
+        if existing is not None and "hyperpodClusterArn" not in existing:
+            problems.append("existingCluster.hyperpodClusterArn: required by AWS's add-on (awsManaged)")
+        if "endpoint" in doc["inference"]:
+            problems.append(
+                "inference.endpoint: only with mode igw (AWS's add-on runs its own load balancer)"
+            )
+    else:
+        if "version" in addon:
+            problems.append("inference.addon.version: only with mode awsManaged (our chart is local)")
+        problems += [f"inference.addon.configurationValues.{p}" for p in configuration.problems(values)]
     problems += [f"inference.gatewayConfig.{p}" for p in _gateway_config_problems(doc)]
     return problems
 
@@ -196,9 +279,12 @@ def _build(doc: Mapping[str, Any]) -> DeploymentConfig:
     net = doc.get("network", {})
     cluster = doc.get("cluster", {})
     system = cluster.get("systemNodes", {})
-    hyperpod = doc["hyperpod"]
     platform = doc.get("platform", {})
+    dependencies = platform.get("hyperpodDependencies", {})
     addon = doc["inference"].get("addon", {})
+    image = doc["inference"].get("image", {})
+    endpoint = doc["inference"].get("endpoint")
+    existing = doc.get("existingCluster")
     return DeploymentConfig(
         account=doc["account"],
         region=doc["region"],
@@ -223,34 +309,64 @@ def _build(doc: Mapping[str, Any]) -> DeploymentConfig:
             system_min_size=system.get("minSize", 2),
             system_max_size=system.get("maxSize", 4),
         ),
-        hyperpod=HyperPodConfig(
-            cluster_name=hyperpod.get("clusterName", f"{doc['clusterName']}-hyperpod"),
-            node_recovery=hyperpod.get("nodeRecovery", "Automatic"),
-            lifecycle_script_on_create=hyperpod.get("lifecycleScriptOnCreate", "on_create.sh"),
-            instance_groups=tuple(
-                InstanceGroupConfig(
-                    name=group["name"],
-                    instance_type=group["instanceType"],
-                    instance_count=group["instanceCount"],
-                    ebs_volume_size_gb=group.get("ebsVolumeSizeGb", 500),
-                    threads_per_core=group.get("threadsPerCore", 1),
-                    deep_health_checks=tuple(group.get("deepHealthChecks", ())),
-                    labels=dict(group.get("labels", {})),
-                )
-                for group in hyperpod["instanceGroups"]
-            ),
-        ),
+        hyperpod=_hyperpod(doc),
         platform=PlatformConfig(
             identity=platform.get("identity", "podIdentity"),
             model_buckets=tuple(platform.get("modelBuckets", ())),
+            hyperpod_dependencies=HyperPodDependenciesConfig(
+                nvidia_device_plugin=dependencies.get("nvidiaDevicePlugin", True),
+                efa_device_plugin=dependencies.get("efaDevicePlugin", True),
+                health_monitoring_agent=dependencies.get("healthMonitoringAgent", True),
+            ),
         ),
         addon=AddonConfig(
-            mode=addon.get("mode", "managed"),
+            mode=addon.get("mode", "igw"),
             version=addon.get("version", pins.ADDON_VERSION),
             conflict_policy=addon.get("conflictPolicy", "OVERWRITE"),
             configuration_values=dict(addon.get("configurationValues", {})),
         ),
         gateway_config=_manifest(doc["inference"]["gatewayConfig"]),
+        image=ImageConfig(repository=image.get("repository"), tag=image.get("tag")),
+        endpoint=EndpointConfig(
+            hosted_zone_id=endpoint["hostedZoneId"],
+            zone_name=endpoint["zoneName"],
+            record_name=endpoint["recordName"],
+        )
+        if endpoint
+        else None,
+        existing_cluster=ExistingClusterConfig(
+            vpc_id=existing["vpcId"],
+            private_subnet_ids=tuple(existing["privateSubnetIds"]),
+            oidc_provider_arn=existing.get("oidcProviderArn"),
+            hyperpod_cluster_arn=existing.get("hyperpodClusterArn"),
+            cluster_security_group_id=existing.get("clusterSecurityGroupId"),
+            installed_addons=tuple(existing.get("installedAddons", ())),
+        )
+        if existing
+        else None,
+    )
+
+
+def _hyperpod(doc: Mapping[str, Any]) -> HyperPodConfig | None:
+    hyperpod = doc.get("hyperpod")
+    if hyperpod is None:
+        return None
+    return HyperPodConfig(
+        cluster_name=hyperpod.get("clusterName", f"{doc['clusterName']}-hyperpod"),
+        node_recovery=hyperpod.get("nodeRecovery", "Automatic"),
+        lifecycle_script_on_create=hyperpod.get("lifecycleScriptOnCreate", "on_create.sh"),
+        instance_groups=tuple(
+            InstanceGroupConfig(
+                name=group["name"],
+                instance_type=group["instanceType"],
+                instance_count=group["instanceCount"],
+                ebs_volume_size_gb=group.get("ebsVolumeSizeGb", 500),
+                threads_per_core=group.get("threadsPerCore", 1),
+                deep_health_checks=tuple(group.get("deepHealthChecks", ())),
+                labels=dict(group.get("labels", {})),
+            )
+            for group in hyperpod["instanceGroups"]
+        ),
     )
 
 

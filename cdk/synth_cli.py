@@ -8,14 +8,50 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cdk.config import DeploymentConfig
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+
+def quotas_ok(deployment: DeploymentConfig, *, service_quotas: Any = None) -> bool:
+    """Print one line per HyperPod instance type: requested instances against the account's
+    "<type> for cluster usage" quota (pre-flight check IGW-PF031's verdicts, before any cluster exists)."""
+    from igw.checks.model import Status
+    from igw.checks.preflight import instance_quotas
+    from igw.checks.sources import aws_api
+
+    if deployment.hyperpod is None:
+        print("quotas: existing-cluster mode creates no HyperPod instances")
+        return True
+    counts: dict[str, int] = {}
+    for group in deployment.hyperpod.instance_groups:
+        counts[group.instance_type] = counts.get(group.instance_type, 0) + group.instance_count
+    if service_quotas is None:
+        import boto3
+
+        service_quotas = boto3.client("service-quotas", region_name=deployment.region)
+    found = aws_api.instance_quotas(counts, aws_api.quota_values(service_quotas))
+    failed = False
+    for item in found:
+        status, message = instance_quotas.verdict(item)
+        failed = failed or status is Status.FAIL
+        print(f"{status.value:<5} {instance_quotas.resource_of(item)}: {message}")
+    return not failed
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cdk.synth_cli", description=__doc__)
     parser.add_argument("--config", type=Path, default=None, help="deployment config (default: the example)")
     parser.add_argument("--out", type=Path, default=Path("cdk.out"), help="cloud assembly directory")
+    parser.add_argument(
+        "--check-quotas",
+        action="store_true",
+        help="before synthesizing, compare the HyperPod instance groups with the account's Service Quotas "
+        "(needs AWS credentials; everything else stays offline)",
+    )
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -28,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         deployment = config.load(args.config or config.EXAMPLE_FILE)
     except config.DeploymentConfigError as exc:
         print(exc, file=sys.stderr)
+        return 1
+    if args.check_quotas and not quotas_ok(deployment):
         return 1
     app = cdk.App(outdir=str(args.out), context=feature_flags())
     built = build_app(deployment, app=app)

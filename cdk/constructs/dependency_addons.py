@@ -1,24 +1,30 @@
 """The EKS add-ons the inference add-on requires, each at its pinned version (never below its minimum).
 
 Versions come from :data:`igw.addon.pins.DEPENDENCY_ADDONS`; a pin below its minimum fails synthesis.
-The Mountpoint S3 CSI driver gets a read-only role for the configured model buckets.
+The Mountpoint S3 CSI driver gets a read-only role for the configured model buckets and the FSx CSI
+driver's controller a role to manage FSx for Lustre volumes. Both are IRSA roles whatever the
+workload identity mode: Mountpoint's driver v1 reads credentials through IRSA only (EKS Pod Identity
+arrives with its v2), and the FSx driver is documented with IRSA. Add-ons an existing cluster already
+runs are left alone (``skip``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
+import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk.config import IdentityMode
-from cdk.constructs.nag_ack import acknowledge
+from cdk.constructs.nag_ack import acknowledge, managed_policy
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import addon_version, pins
 
-S3_CSI_NAMESPACE = "kube-system"
-S3_CSI_SERVICE_ACCOUNT = "s3-csi-driver-sa"
+S3_CSI_ADDON = "aws-mountpoint-s3-csi-driver"
+FSX_CSI_ADDON = "aws-fsx-csi-driver"
+FSX_POLICY = "AmazonFSxFullAccess"
 
 
 class DependencyAddons(Construct):
@@ -29,14 +35,16 @@ class DependencyAddons(Construct):
         scope: Construct,
         id_: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         identity: IdentityMode,
         model_buckets: Sequence[str],
-        oidc_provider: eks.OidcProviderNative | None,
+        oidc_provider: iam.IOidcProvider,
+        skip: Collection[str] = (),
     ) -> None:
         super().__init__(scope, id_)
+        partition = cdk.Aws.PARTITION
         self.pod_identity_agent: eks.CfnAddon | None = None
-        if identity == "podIdentity":
+        if identity == "podIdentity" and pins.POD_IDENTITY_AGENT_ADDON not in skip:
             self.pod_identity_agent = eks.CfnAddon(
                 self,
                 "PodIdentityAgent",
@@ -51,9 +59,9 @@ class DependencyAddons(Construct):
                 self,
                 "S3CsiRole",
                 cluster=cluster,
-                identity=identity,
-                namespace=S3_CSI_NAMESPACE,
-                service_account=S3_CSI_SERVICE_ACCOUNT,
+                identity="irsa",
+                namespace=pins.CSI_NAMESPACE,
+                service_account=pins.S3_CSI_SERVICE_ACCOUNT,
                 oidc_provider=oidc_provider,
                 associate=False,
                 description="Mountpoint S3 CSI driver: read model weights from the configured buckets",
@@ -62,14 +70,14 @@ class DependencyAddons(Construct):
                 iam.PolicyStatement(
                     sid="ListModelBuckets",
                     actions=["s3:ListBucket"],
-                    resources=[f"arn:aws:s3:::{bucket}" for bucket in model_buckets],
+                    resources=[f"arn:{partition}:s3:::{bucket}" for bucket in model_buckets],
                 )
             )
             self.s3_csi_role.role.add_to_policy(
                 iam.PolicyStatement(
                     sid="ReadModelObjects",
                     actions=["s3:GetObject"],
-                    resources=[f"arn:aws:s3:::{bucket}/*" for bucket in model_buckets],
+                    resources=[f"arn:{partition}:s3:::{bucket}/*" for bucket in model_buckets],
                 )
             )
             acknowledge(
@@ -80,14 +88,35 @@ class DependencyAddons(Construct):
                     "GetObject on the "
                     "configured model buckets' objects is the narrowest grant that serves that"
                 ),
-                findings=[f"Resource::arn:aws:s3:::{bucket}/*" for bucket in model_buckets],
+                findings=[f"Resource::arn:<AWS::Partition>:s3:::{bucket}/*" for bucket in model_buckets],
             )
+        self.fsx_csi_role = WorkloadRole(
+            self,
+            "FsxCsiRole",
+            cluster=cluster,
+            identity="irsa",
+            namespace=pins.CSI_NAMESPACE,
+            service_account=pins.FSX_CSI_CONTROLLER_SERVICE_ACCOUNT,
+            oidc_provider=oidc_provider,
+            associate=False,
+            description="FSx CSI driver controller: create, attach and delete FSx for Lustre volumes",
+        )
+        self.fsx_csi_role.role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(FSX_POLICY))
+        acknowledge(
+            self.fsx_csi_role.role,
+            "AwsSolutions-IAM4",
+            reason="the FSx CSI driver's documented policy is AmazonFSxFullAccess: it creates and deletes "
+            "file systems whose ARNs exist only at run time; the role is bound to its one service account",
+            findings=[managed_policy(FSX_POLICY)],
+        )
         self.addons: dict[str, eks.CfnAddon] = {}
         for dependency in pins.DEPENDENCY_ADDONS:
             if not addon_version.at_least(dependency.pinned, dependency.minimum):
                 raise ValueError(
                     f"{dependency.name}: pinned {dependency.pinned} is below the minimum {dependency.minimum}"
                 )
+            if dependency.name in skip:
+                continue
             addon = eks.CfnAddon(
                 self,
                 _construct_id(dependency.name),
@@ -95,31 +124,18 @@ class DependencyAddons(Construct):
                 addon_name=dependency.name,
                 addon_version=dependency.pinned,
                 resolve_conflicts="OVERWRITE",
-                pod_identity_associations=self._pod_identity_for(dependency.name, identity),
-                service_account_role_arn=self._irsa_role_for(dependency.name, identity),
+                service_account_role_arn=self._irsa_role_for(dependency.name),
             )
             if self.pod_identity_agent is not None:
                 addon.add_resource_dependency(self.pod_identity_agent)
             self.addons[dependency.name] = addon
 
-    def _s3_csi_role(self, name: str) -> WorkloadRole | None:
-        return self.s3_csi_role if name == "aws-mountpoint-s3-csi-driver" else None
-
-    def _pod_identity_for(
-        self, name: str, identity: IdentityMode
-    ) -> list[eks.CfnAddon.PodIdentityAssociationProperty] | None:
-        role = self._s3_csi_role(name)
-        if role is None or identity != "podIdentity":
-            return None
-        return [
-            eks.CfnAddon.PodIdentityAssociationProperty(
-                role_arn=role.role.role_arn, service_account=S3_CSI_SERVICE_ACCOUNT
-            )
-        ]
-
-    def _irsa_role_for(self, name: str, identity: IdentityMode) -> str | None:
-        role = self._s3_csi_role(name)
-        return role.role.role_arn if role is not None and identity == "irsa" else None
+    def _irsa_role_for(self, name: str) -> str | None:
+        if name == S3_CSI_ADDON and self.s3_csi_role is not None:
+            return self.s3_csi_role.role.role_arn
+        if name == FSX_CSI_ADDON:
+            return self.fsx_csi_role.role.role_arn
+        return None
 
 
 def _construct_id(addon_name: str) -> str:

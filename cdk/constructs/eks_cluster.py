@@ -8,6 +8,7 @@ every control-plane log type is on.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import aws_cdk as cdk
@@ -19,9 +20,12 @@ from constructs import Construct
 
 from cdk.config import ClusterConfig
 from cdk.constructs.nag_ack import acknowledge, arn_of, managed_policy
+from cdk.constructs.typing_fixes import as_icluster
 from igw.addon import addon_version, pins
 
 SYSTEM_POOL_LABEL = "igw.dev/pool"
+VPC_CNI_VALUES = {"enableNetworkPolicy": "true"}
+"""vpc-cni configuration: the network policy agent on (the add-on's schema takes the string "true")."""
 ALL_LOG_TYPES = (
     eks.ClusterLoggingTypes.API,
     eks.ClusterLoggingTypes.AUDIT,
@@ -74,19 +78,9 @@ class EksCluster(Construct):
         assert isinstance(cfn_cluster, eks.CfnCluster)
         cfn_cluster.add_property_override("AccessConfig.AuthenticationMode", config.authentication_mode)
 
-        if not addon_version.at_least(pins.VPC_CNI_VERSION, pins.VPC_CNI_MINIMUM_VERSION):
-            raise ValueError(
-                f"vpc-cni {pins.VPC_CNI_VERSION} is below HyperPod's {pins.VPC_CNI_MINIMUM_VERSION}"
-            )
-        # HyperPod nodes need the VPC CNI at 1.18.3 or newer: manage it instead of trusting the bootstrap one.
-        self.vpc_cni = eks.CfnAddon(
-            self,
-            "VpcCni",
-            cluster_name=self.cluster.cluster_name,
-            addon_name=pins.VPC_CNI_ADDON,
-            addon_version=pins.VPC_CNI_VERSION,
-            resolve_conflicts="OVERWRITE",
-        )
+        # HyperPod nodes need the VPC CNI at 1.18.3 or newer: manage it instead of trusting the bootstrap
+        # one. Its network policy agent enforces the NetworkPolicies the gateway chart renders.
+        self.vpc_cni = vpc_cni_addon(self, "VpcCni", cluster_name=self.cluster.cluster_name)
         self.nodegroup = self.cluster.add_nodegroup_capacity(
             "System",
             instance_types=[ec2.InstanceType(config.system_instance_type)],
@@ -110,56 +104,7 @@ class EksCluster(Construct):
         self._acknowledge()
 
     def _acknowledge(self) -> None:
-        provider = self.cluster.kubectl_provider
-        if provider is not None:
-            lambda_basics = (
-                "service-role/AWSLambdaBasicExecutionRole",
-                "service-role/AWSLambdaVPCAccessExecutionRole",
-            )
-            handler_role = provider.node.find_child("Handler").node.find_child("ServiceRole")
-            acknowledge(
-                handler_role,
-                "AwsSolutions-IAM4",
-                reason=(
-                    "CDK's kubectl handler (aws-eks-v2) logs, runs in the VPC and pulls its "
-                    "kubectl image with these "
-                    "AWS managed policies; the provider is aws-cdk-lib's, not ours to reshape"
-                ),
-                findings=[
-                    *(managed_policy(name) for name in lambda_basics),
-                    managed_policy("AmazonEC2ContainerRegistryReadOnly"),
-                    _ecr_public_finding(self.cluster),
-                ],
-            )
-            acknowledge(
-                provider.node.find_child("Handler"),
-                "AwsSolutions-L1",
-                reason=(
-                    "the kubectl handler's Python runtime is chosen by aws-cdk-lib for its "
-                    "kubectl layer and moves "
-                    "with aws-cdk-lib upgrades"
-                ),
-            )
-            on_event = provider.node.find_child("Provider").node.find_child("framework-onEvent")
-            acknowledge(
-                on_event.node.find_child("ServiceRole"),
-                "AwsSolutions-IAM4",
-                reason=(
-                    "the custom-resource framework function of CDK's kubectl provider logs and "
-                    "runs in the VPC "
-                    "with these AWS managed policies"
-                ),
-                findings=[managed_policy(name) for name in lambda_basics],
-            )
-            acknowledge(
-                on_event.node.find_child("ServiceRole"),
-                "AwsSolutions-IAM5",
-                reason=(
-                    "the provider framework may invoke every version of its own handler function "
-                    "(ARN suffix :*)"
-                ),
-                findings=[f"Resource::{arn_of(provider.node.find_child('Handler'))}:*"],
-            )
+        acknowledge_kubectl_provider(as_icluster(self.cluster))
         acknowledge(
             self.nodegroup.role,
             "AwsSolutions-IAM4",
@@ -182,7 +127,75 @@ class EksCluster(Construct):
         )
 
 
-def _ecr_public_finding(cluster: eks.Cluster) -> str:
+def vpc_cni_addon(scope: Construct, id_: str, *, cluster_name: str) -> eks.CfnAddon:
+    """The pinned vpc-cni add-on with its network policy agent on."""
+    if not addon_version.at_least(pins.VPC_CNI_VERSION, pins.VPC_CNI_MINIMUM_VERSION):
+        raise ValueError(f"vpc-cni {pins.VPC_CNI_VERSION} is below HyperPod's {pins.VPC_CNI_MINIMUM_VERSION}")
+    return eks.CfnAddon(
+        scope,
+        id_,
+        cluster_name=cluster_name,
+        addon_name=pins.VPC_CNI_ADDON,
+        addon_version=pins.VPC_CNI_VERSION,
+        resolve_conflicts="OVERWRITE",
+        configuration_values=json.dumps(VPC_CNI_VALUES, sort_keys=True),
+    )
+
+
+def acknowledge_kubectl_provider(cluster: eks.ICluster) -> None:
+    """cdk-nag findings of aws-cdk-lib's kubectl provider (its handler and framework functions)."""
+    provider = cluster.kubectl_provider
+    if provider is not None:
+        lambda_basics = (
+            "service-role/AWSLambdaBasicExecutionRole",
+            "service-role/AWSLambdaVPCAccessExecutionRole",
+        )
+        handler_role = provider.node.find_child("Handler").node.find_child("ServiceRole")
+        acknowledge(
+            handler_role,
+            "AwsSolutions-IAM4",
+            reason=(
+                "CDK's kubectl handler (aws-eks-v2) logs, runs in the VPC and pulls its "
+                "kubectl image with these "
+                "AWS managed policies; the provider is aws-cdk-lib's, not ours to reshape"
+            ),
+            findings=[
+                *(managed_policy(name) for name in lambda_basics),
+                managed_policy("AmazonEC2ContainerRegistryReadOnly"),
+                _ecr_public_finding(cluster),
+            ],
+        )
+        acknowledge(
+            provider.node.find_child("Handler"),
+            "AwsSolutions-L1",
+            reason=(
+                "the kubectl handler's Python runtime is chosen by aws-cdk-lib for its "
+                "kubectl layer and moves "
+                "with aws-cdk-lib upgrades"
+            ),
+        )
+        on_event = provider.node.find_child("Provider").node.find_child("framework-onEvent")
+        acknowledge(
+            on_event.node.find_child("ServiceRole"),
+            "AwsSolutions-IAM4",
+            reason=(
+                "the custom-resource framework function of CDK's kubectl provider logs and "
+                "runs in the VPC "
+                "with these AWS managed policies"
+            ),
+            findings=[managed_policy(name) for name in lambda_basics],
+        )
+        acknowledge(
+            on_event.node.find_child("ServiceRole"),
+            "AwsSolutions-IAM5",
+            reason=(
+                "the provider framework may invoke every version of its own handler function (ARN suffix :*)"
+            ),
+            findings=[f"Resource::{arn_of(provider.node.find_child('Handler'))}:*"],
+        )
+
+
+def _ecr_public_finding(cluster: eks.ICluster) -> str:
     """The kubectl handler's conditional ECR-public policy, as cdk-nag renders it."""
     stack = cdk.Stack.of(cluster)
     provider = cluster.kubectl_provider

@@ -10,7 +10,6 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from cdk.config import GatewayConfigManifest
-from cdk.constructs.typing_fixes import as_icluster
 
 
 class InvalidGatewayConfigError(ValueError):
@@ -21,7 +20,7 @@ class GatewayConfig(Construct):
     """Exposes ``manifest`` (a ``KubernetesManifest``)."""
 
     def __init__(
-        self, scope: Construct, id_: str, *, cluster: eks.Cluster, config: GatewayConfigManifest
+        self, scope: Construct, id_: str, *, cluster: eks.ICluster, config: GatewayConfigManifest
     ) -> None:
         super().__init__(scope, id_)
         from igw.config.validate import validate_document
@@ -31,5 +30,5 @@ class GatewayConfig(Construct):
         if problems:
             raise InvalidGatewayConfigError("\n".join(f"InferenceGatewayConfig {p}" for p in problems))
         self.manifest = eks.KubernetesManifest(
-            self, "Manifest", cluster=as_icluster(cluster), manifest=[document], overwrite=True
+            self, "Manifest", cluster=cluster, manifest=[document], overwrite=True
         )

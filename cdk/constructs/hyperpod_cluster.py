@@ -2,9 +2,11 @@
 
 Its nodes run the model servers. Lifecycle scripts live in a bucket whose name starts with
 ``sagemaker-`` (the managed instance policy only grants ``sagemaker-*`` buckets, and SageMaker rejects
-other ``SourceS3Uri`` prefixes); the bundled ``on_create.sh`` is uploaded by the stack. The execution
-role carries the managed ``AmazonSageMakerClusterInstanceRolePolicy`` plus the ENI permissions that
-EKS orchestration needs.
+other ``SourceS3Uri`` prefixes); the bundled ``on_create.sh`` is uploaded by the stack. That name is
+fixed, so the bucket is deleted with the stack (objects first): ``cdk destroy`` then ``cdk deploy``
+must not find it left over. The execution role carries the managed
+``AmazonSageMakerClusterInstanceRolePolicy``, the ENI permissions EKS orchestration needs, ECR pull
+(model-server and plugin images) and ``eks-auth:AssumeRoleForPodIdentity`` for node agents.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3_deployment
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from cdk.config import HyperPodConfig, InstanceGroupConfig
-from cdk.constructs.nag_ack import acknowledge, arn_of, asset_bucket, managed_policy
+from cdk.constructs import checkov_ack
+from cdk.constructs.buckets import access_log_bucket, logged_bucket
+from cdk.constructs.nag_ack import acknowledge, arn_of, asset_bucket, managed_policy, partition_of
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "lifecycle_scripts"
 SCRIPTS_PREFIX = "lifecycle/"
@@ -54,36 +57,20 @@ class HyperPodCluster(Construct):
     ) -> None:
         super().__init__(scope, id_)
         stack = cdk.Stack.of(self)
-        self.access_logs = s3.Bucket(
-            self,
-            "AccessLogs",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
-        )
-        acknowledge(
-            self.access_logs,
-            "AwsSolutions-S1",
-            reason=(
-                "this is the server-access-log bucket of the lifecycle bucket; logging it into "
-                "itself would loop"
-            ),
-        )
+        self.access_logs = access_log_bucket(self, "AccessLogs", logs_of="lifecycle bucket")
         self.lifecycle_bucket_name = lifecycle_bucket_name(
             hyperpod_name=config.cluster_name, account=stack.account, region=stack.region
         )
-        self.lifecycle_bucket = s3.Bucket(
+        self.lifecycle_bucket = logged_bucket(
             self,
             "LifecycleScripts",
+            access_logs=self.access_logs,
+            log_prefix="lifecycle/",
             bucket_name=self.lifecycle_bucket_name,
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            versioned=True,
-            server_access_logs_bucket=self.access_logs,
-            server_access_logs_prefix="lifecycle/",
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+            auto_delete_objects=True,
         )
+        self._acknowledge_auto_delete()
         self.scripts = s3_deployment.BucketDeployment(
             self,
             "UploadScripts",
@@ -103,6 +90,15 @@ class HyperPodCluster(Construct):
             )
         )
         self._acknowledge_execution_role()
+        default_policy = self.execution_role.node.find_child("DefaultPolicy")
+        for check_id in ("CKV_AWS_109", "CKV_AWS_111"):
+            checkov_ack.acknowledge(
+                default_policy,
+                check_id,
+                reason="ENI create/modify/delete for EKS-orchestrated HyperPod nodes and ECR's "
+                "GetAuthorizationToken take no resource ARN before the ENI exists; the same grants "
+                "are acknowledged for cdk-nag (AwsSolutions-IAM5) with the statement list",
+            )
         self._acknowledge_bucket_deployment()
         security_group = eks_cluster.cluster_security_group_id
         self.cluster = sagemaker.CfnCluster(
@@ -183,7 +179,19 @@ class HyperPodCluster(Construct):
             iam.PolicyStatement(
                 sid="TagNetworkInterfaces",
                 actions=["ec2:CreateTags"],
-                resources=["arn:aws:ec2:*:*:network-interface/*"],
+                resources=[f"arn:{cdk.Aws.PARTITION}:ec2:*:*:network-interface/*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PullContainerImages",
+                actions=[
+                    "ecr:GetAuthorizationToken",
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                ],
+                resources=["*"],
             )
         )
         role.add_to_policy(
@@ -209,15 +217,36 @@ class HyperPodCluster(Construct):
             "AwsSolutions-IAM5",
             reason=(
                 "ENI Describe/Create calls for HyperPod nodes take no resource ARN before the ENI "
-                "exists, ENI tags "
-                "apply to ENIs HyperPod creates at run time, and nodes read every script under the "
-                "lifecycle/ prefix"
+                "exists, ENI tags apply to ENIs HyperPod creates at run time, nodes pull images from "
+                "ECR registries of several accounts (AWS's plugin and agent registries, the CDK asset "
+                "repository, model-server images) and ecr:GetAuthorizationToken has no resource, and "
+                "nodes read every script under the lifecycle/ prefix"
             ),
             findings=[
                 "Resource::*",
-                "Resource::arn:aws:ec2:*:*:network-interface/*",
+                "Resource::arn:<AWS::Partition>:ec2:*:*:network-interface/*",
                 f"Resource::{arn_of(self.lifecycle_bucket)}/{SCRIPTS_PREFIX}*",
             ],
+        )
+
+    def _acknowledge_auto_delete(self) -> None:
+        """Deleting the bucket's objects on ``cdk destroy`` is CDK's stack-level custom resource."""
+        stack = cdk.Stack.of(self)
+        provider = stack.node.try_find_child("Custom::S3AutoDeleteObjectsCustomResourceProvider")
+        if provider is None:
+            return
+        acknowledge(
+            provider,
+            "AwsSolutions-IAM4",
+            reason="CDK's auto-delete-objects provider empties the lifecycle bucket on cdk destroy (its "
+            "name is fixed, so it must not outlive the stack); it logs with this AWS managed policy",
+            findings=[managed_policy("service-role/AWSLambdaBasicExecutionRole")],
+        )
+        acknowledge(
+            provider,
+            "AwsSolutions-L1",
+            reason="the auto-delete-objects provider's runtime is pinned by aws-cdk-lib and moves with "
+            "its upgrades",
         )
 
     def _acknowledge_bucket_deployment(self) -> None:
@@ -249,7 +278,7 @@ class HyperPodCluster(Construct):
                     for action in ("GetObject*", "GetBucket*", "List*", "DeleteObject*", "Abort*")
                 ),
                 f"Resource::{arn_of(self.lifecycle_bucket)}/*",
-                f"Resource::arn:aws:s3:::{assets}/*",
+                f"Resource::arn:{partition_of(stack)}:s3:::{assets}/*",
             ],
         )
         acknowledge(

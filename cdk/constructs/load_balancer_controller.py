@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -18,8 +19,8 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk.config import IdentityMode
+from cdk.constructs import checkov_ack
 from cdk.constructs.nag_ack import acknowledge
-from cdk.constructs.typing_fixes import as_icluster
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import pins
 
@@ -27,14 +28,25 @@ POLICY_FILE = Path(__file__).resolve().parent / "load_balancer_controller_iam_po
 DEFAULT_SSL_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 
 
+AWS_PARTITION_PREFIX = "arn:aws:"
+"""How the upstream policy file spells ARNs; the stack's partition replaces it (aws-cn, aws-us-gov)."""
+
+
+def policy_json(partition: str) -> dict[str, Any]:
+    """The policy file with its ARNs in ``partition`` (a literal or the ``AWS::Partition`` token)."""
+    text = POLICY_FILE.read_text(encoding="utf-8").replace(AWS_PARTITION_PREFIX, f"arn:{partition}:")
+    document: dict[str, Any] = json.loads(text)
+    return document
+
+
 def policy_document() -> iam.PolicyDocument:
-    return iam.PolicyDocument.from_json(json.loads(POLICY_FILE.read_text(encoding="utf-8")))
+    return iam.PolicyDocument.from_json(policy_json(cdk.Aws.PARTITION))
 
 
 def wildcard_resources() -> list[str]:
-    """Every wildcard resource of the policy file, as cdk-nag names the findings."""
+    """Every wildcard resource of the policy, as cdk-nag names the findings (partition as a token)."""
     found: list[str] = []
-    for statement in json.loads(POLICY_FILE.read_text(encoding="utf-8"))["Statement"]:
+    for statement in policy_json("<AWS::Partition>")["Statement"]:
         resources = statement["Resource"]
         for resource in [resources] if isinstance(resources, str) else resources:
             if "*" in resource and f"Resource::{resource}" not in found:
@@ -50,10 +62,10 @@ class LoadBalancerController(Construct):
         scope: Construct,
         id_: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         vpc: ec2.IVpc,
         identity: IdentityMode,
-        oidc_provider: eks.OidcProviderNative | None,
+        oidc_provider: iam.IOidcProvider,
     ) -> None:
         super().__init__(scope, id_)
         self.role = WorkloadRole(
@@ -68,6 +80,12 @@ class LoadBalancerController(Construct):
         )
         self.policy = iam.ManagedPolicy(self, "Policy", document=policy_document())
         self.role.role.add_managed_policy(self.policy)
+        checkov_ack.acknowledge(
+            self.policy,
+            "CKV_AWS_111",
+            reason="the controller creates load balancers, target groups and security groups whose ARNs "
+            "exist only at run time; mutations are conditioned on the elbv2.k8s.aws/cluster tag",
+        )
         acknowledge(
             self.policy,
             "AwsSolutions-IAM5",
@@ -90,7 +108,7 @@ class LoadBalancerController(Construct):
         self.chart = eks.HelmChart(
             self,
             "Chart",
-            cluster=as_icluster(cluster),
+            cluster=cluster,
             chart=pins.LOAD_BALANCER_CONTROLLER_CHART,
             repository=pins.LOAD_BALANCER_CONTROLLER_REPOSITORY,
             version=pins.LOAD_BALANCER_CONTROLLER_CHART_VERSION,

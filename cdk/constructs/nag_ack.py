@@ -37,9 +37,19 @@ def arn_of(resource: IConstruct) -> str:
     return f"<{cdk.Stack.of(resource).get_logical_id(child)}.Arn>"
 
 
+def bootstrap_qualifier(stack: cdk.Stack) -> str:
+    """The bootstrap qualifier the stack's synthesizer uses (``cdk bootstrap --qualifier``, the
+    ``@aws-cdk/core:bootstrapQualifier`` context value, or CDK's default)."""
+    qualifier = stack.synthesizer.bootstrap_qualifier
+    if qualifier is None:
+        context = stack.node.try_get_context("@aws-cdk/core:bootstrapQualifier")
+        qualifier = str(context) if context else cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
+    return qualifier
+
+
 def asset_bucket(stack: cdk.Stack) -> str:
-    """The default-bootstrap asset bucket (qualifier ``hnb659fds``) that CDK's asset grants name."""
-    return f"cdk-hnb659fds-assets-{stack.account}-{stack.region}"
+    """The bootstrap asset bucket that CDK's asset grants name, with the stack's qualifier."""
+    return f"cdk-{bootstrap_qualifier(stack)}-assets-{stack.account}-{stack.region}"
 
 
 def partition_of(stack: cdk.Stack) -> str:

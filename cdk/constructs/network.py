@@ -9,6 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from cdk.config import NetworkConfig
+from cdk.constructs import checkov_ack
 
 INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
 PUBLIC_ELB_TAG = "kubernetes.io/role/elb"
@@ -62,6 +63,12 @@ class Network(Construct):
             gateway_endpoints={
                 "S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)
             },
+        )
+        checkov_ack.acknowledge(
+            vpc.node.find_child("all").node.find_child("LogGroup"),
+            "CKV_AWS_158",
+            reason="VPC flow logs hold addresses and ports, no secrets; CloudWatch Logs encrypts them at "
+            "rest with its own keys, and a customer key would outlive the stack",
         )
         # The Load Balancer Controller discovers subnets by these tags; the gateway's NLB is internal.
         for subnet in vpc.private_subnets:

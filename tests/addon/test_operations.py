@@ -3,19 +3,23 @@ service model), clusters and IAM in moto."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import boto3
 import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from igw.addon import addon_version, operations, pins
+from igw.addon import addon_version, operations, pins, schemas
 from igw.addon.eks_api import EksAddonApi
 from igw.cli import main as cli
+from igw.config import paths
 
 REGION = "us-west-2"
 CLUSTER = "igw"
 ROLE = "igw-gateway"
-OURS = {"clusterName": CLUSTER, "addonName": pins.ADDON_NAME}
+OURS = {"clusterName": CLUSTER, "addonName": pins.IGW_ADDON_NAME}
 
 
 class VirtualClock:
@@ -64,7 +68,8 @@ def _addon(name, version, status="ACTIVE", **extra):
     }
 
 
-def _dependencies_installed(stubber, *, skip=None, versions=None):
+def _dependencies_installed(stubber, *, skip=None, versions=None, agent=True):
+    """Each dependency add-on (and, for Pod Identity, the agent) as ``create``'s pre-checks read them."""
     for dependency in pins.DEPENDENCY_ADDONS:
         params = {"clusterName": CLUSTER, "addonName": dependency.name}
         if dependency.name == skip:
@@ -74,6 +79,12 @@ def _dependencies_installed(stubber, *, skip=None, versions=None):
             continue
         version = (versions or {}).get(dependency.name, dependency.minimum)
         stubber.add_response("describe_addon", _addon(dependency.name, version), params)
+    if agent:
+        stubber.add_response(
+            "describe_addon",
+            _addon(pins.POD_IDENTITY_AGENT_ADDON, pins.POD_IDENTITY_AGENT_VERSION),
+            {"clusterName": CLUSTER, "addonName": pins.POD_IDENTITY_AGENT_ADDON},
+        )
 
 
 def test_create_checks_then_creates_and_waits_for_active(aws):
@@ -81,19 +92,20 @@ def test_create_checks_then_creates_and_waits_for_active(aws):
     _dependencies_installed(stubber)
     stubber.add_response(
         "create_addon",
-        _addon(pins.ADDON_NAME, pins.ADDON_VERSION, "CREATING"),
+        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "CREATING"),
         {
             "clusterName": CLUSTER,
-            "addonName": pins.ADDON_NAME,
-            "addonVersion": pins.ADDON_VERSION,
+            "addonName": pins.IGW_ADDON_NAME,
+            "addonVersion": pins.IGW_ADDON_VERSION,
             "resolveConflicts": "OVERWRITE",
             "configurationValues": '{"replicaCount":3}',
             "podIdentityAssociations": [{"serviceAccount": pins.GATEWAY_SERVICE_ACCOUNT, "roleArn": gateway}],
-            "namespaceConfig": {"namespace": pins.ADDON_NAMESPACE},
         },
     )
     for status in ("CREATING", "CREATING", "ACTIVE"):
-        stubber.add_response("describe_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION, status), OURS)
+        stubber.add_response(
+            "describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, status), OURS
+        )
     clock, lines = VirtualClock(), []
     waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, poll_s=5, progress=lines.append)
     addon = operations.create(
@@ -101,8 +113,8 @@ def test_create_checks_then_creates_and_waits_for_active(aws):
     )
     assert addon["status"] == "ACTIVE"
     assert lines == [
-        f"{pins.ADDON_NAME} {pins.ADDON_VERSION}: CREATING",
-        f"{pins.ADDON_NAME} {pins.ADDON_VERSION}: ACTIVE",
+        f"{pins.IGW_ADDON_NAME} {pins.IGW_ADDON_VERSION}: CREATING",
+        f"{pins.IGW_ADDON_NAME} {pins.IGW_ADDON_VERSION}: ACTIVE",
     ]
     assert clock.now == 10
 
@@ -136,6 +148,88 @@ def test_invalid_configuration_fails_before_any_call(aws):
     assert "configurationValues.replicaCount" in text
 
 
+def test_missing_pod_identity_agent_is_reported_before_any_change(aws):
+    clients, stubber, gateway = aws
+    _dependencies_installed(stubber, agent=False)
+    stubber.add_client_error(
+        "describe_addon",
+        "ResourceNotFoundException",
+        "No addon",
+        404,
+        expected_params={"clusterName": CLUSTER, "addonName": pins.POD_IDENTITY_AGENT_ADDON},
+    )
+    # No create_addon is stubbed: reaching it would fail the test with an unexpected call.
+    with pytest.raises(operations.AddonOperationError) as caught:
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values={})
+    assert "eks-pod-identity-agent is not installed: EKS Pod Identity associations need it" in str(
+        caught.value
+    )
+
+
+def test_create_with_irsa_sends_the_service_account_role(aws):
+    clients, stubber, gateway = aws
+    _dependencies_installed(stubber, agent=False)
+    stubber.add_response(
+        "create_addon",
+        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "CREATING"),
+        {
+            "clusterName": CLUSTER,
+            "addonName": pins.IGW_ADDON_NAME,
+            "addonVersion": pins.IGW_ADDON_VERSION,
+            "resolveConflicts": "OVERWRITE",
+            "configurationValues": '{"serviceAccount":{"roleArn":"' + gateway + '"}}',
+            "serviceAccountRoleArn": gateway,
+        },
+    )
+    created = operations.create(
+        clients=clients, cluster=CLUSTER, role_arn=gateway, values={}, identity="irsa"
+    )
+    assert created["status"] == "CREATING"
+
+
+def test_create_without_a_role_binds_none(aws):
+    clients, stubber, _ = aws
+    _dependencies_installed(stubber, agent=False)
+    stubber.add_response(
+        "create_addon",
+        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "CREATING"),
+        {
+            "clusterName": CLUSTER,
+            "addonName": pins.IGW_ADDON_NAME,
+            "addonVersion": pins.IGW_ADDON_VERSION,
+            "resolveConflicts": "OVERWRITE",
+            "configurationValues": "{}",
+        },
+    )
+    assert (
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=None, values={})["status"] == "CREATING"
+    )
+
+
+def test_update_keeps_the_irsa_role(aws):
+    clients, stubber, gateway = aws
+    installed = _addon(
+        pins.IGW_ADDON_NAME,
+        pins.IGW_ADDON_VERSION,
+        serviceAccountRoleArn=gateway,
+        configurationValues='{"serviceAccount":{"roleArn":"' + gateway + '"},"replicaCount":3}',
+    )
+    stubber.add_response("describe_addon", installed, OURS)
+    stubber.add_response(
+        "update_addon",
+        {"update": {"id": "u2", "status": "InProgress", "type": "AddonUpdate"}},
+        {
+            "clusterName": CLUSTER,
+            "addonName": pins.IGW_ADDON_NAME,
+            "resolveConflicts": "OVERWRITE",
+            "configurationValues": '{"replicaCount":4,"serviceAccount":{"roleArn":"' + gateway + '"}}',
+            "serviceAccountRoleArn": gateway,
+        },
+    )
+    result = operations.update(clients=clients, cluster=CLUSTER, values={"replicaCount": 4}, version=None)
+    assert result["status"] == "InProgress"
+
+
 def test_missing_cluster_and_role_are_reported(aws):
     clients, stubber, gateway = aws
     with pytest.raises(operations.AddonOperationError, match="cluster 'nope' does not exist"):
@@ -155,12 +249,14 @@ def test_missing_cluster_and_role_are_reported(aws):
 def test_degraded_addon_prints_health_issues(aws):
     clients, stubber, gateway = aws
     _dependencies_installed(stubber)
-    stubber.add_response("create_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION, "CREATING"), None)
+    stubber.add_response(
+        "create_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "CREATING"), None
+    )
     health = {
         "issues": [{"code": "InsufficientNumberOfReplicas", "message": "0/2 ready", "resourceIds": ["igw"]}]
     }
     stubber.add_response(
-        "describe_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION, "DEGRADED", health=health), OURS
+        "describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "DEGRADED", health=health), OURS
     )
     clock = VirtualClock()
     with pytest.raises(operations.AddonOperationError) as caught:
@@ -178,7 +274,9 @@ def test_degraded_addon_prints_health_issues(aws):
 def test_wait_times_out(aws):
     clients, stubber, _ = aws
     for _ in range(3):
-        stubber.add_response("describe_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION, "CREATING"), OURS)
+        stubber.add_response(
+            "describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "CREATING"), OURS
+        )
     clock = VirtualClock()
     waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, poll_s=10, timeout_s=20)
     with pytest.raises(operations.AddonOperationError, match="timed out after 20 s"):
@@ -187,13 +285,13 @@ def test_wait_times_out(aws):
 
 def test_update_and_delete(aws):
     clients, stubber, _ = aws
-    stubber.add_response("describe_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION), OURS)
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
     stubber.add_response(
         "update_addon",
         {"update": {"id": "u1", "status": "InProgress", "type": "AddonUpdate"}},
         {
             "clusterName": CLUSTER,
-            "addonName": pins.ADDON_NAME,
+            "addonName": pins.IGW_ADDON_NAME,
             "resolveConflicts": "PRESERVE",
             "configurationValues": '{"replicaCount":4}',
         },
@@ -206,11 +304,11 @@ def test_update_and_delete(aws):
         resolve_conflicts="PRESERVE",
     )
     assert result["status"] == "InProgress"
-    stubber.add_response("describe_addon", _addon(pins.ADDON_NAME, pins.ADDON_VERSION), OURS)
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
     stubber.add_response(
         "delete_addon",
-        _addon(pins.ADDON_NAME, pins.ADDON_VERSION, "DELETING"),
-        {"clusterName": CLUSTER, "addonName": pins.ADDON_NAME, "preserve": True},
+        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "DELETING"),
+        {"clusterName": CLUSTER, "addonName": pins.IGW_ADDON_NAME, "preserve": True},
     )
     assert operations.delete(clients=clients, cluster=CLUSTER, preserve=True)["status"] == "DELETING"
 
@@ -220,7 +318,7 @@ def test_versions_sorted_newest_first(aws):
     page = {
         "addons": [
             {
-                "addonName": pins.ADDON_NAME,
+                "addonName": pins.IGW_ADDON_NAME,
                 "addonVersions": [
                     {"addonVersion": "v1.5.0-eksbuild.1"},
                     {"addonVersion": "v2.0.0-eksbuild.2"},
@@ -230,12 +328,12 @@ def test_versions_sorted_newest_first(aws):
         ]
     }
     stubber.add_response(
-        "describe_addon_versions", {**page, "nextToken": "t"}, {"addonName": pins.ADDON_NAME}
+        "describe_addon_versions", {**page, "nextToken": "t"}, {"addonName": pins.IGW_ADDON_NAME}
     )
     stubber.add_response(
-        "describe_addon_versions", {"addons": []}, {"addonName": pins.ADDON_NAME, "nextToken": "t"}
+        "describe_addon_versions", {"addons": []}, {"addonName": pins.IGW_ADDON_NAME, "nextToken": "t"}
     )
-    versions = operations.sorted_versions(clients.addons.addon_versions(name=pins.ADDON_NAME))
+    versions = operations.sorted_versions(clients.addons.addon_versions(name=pins.IGW_ADDON_NAME))
     assert [v["addonVersion"] for v in versions] == [
         "v2.0.0-eksbuild.10",
         "v2.0.0-eksbuild.2",
@@ -284,4 +382,8 @@ def test_cli_rejects_bad_configuration_file(tmp_path, capsys):
 
 def test_cli_package(tmp_path, capsys):
     assert cli.main(["addon", "package", "--destination", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.strip().endswith(f"{pins.CHART_NAME}-{pins.CHART_VERSION}.tgz")
+    archive, schema = capsys.readouterr().out.split()
+    assert archive.endswith(f"{pins.CHART_NAME}-{pins.CHART_VERSION}.tgz")
+    assert json.loads(Path(schema).read_text()) == json.loads(
+        (paths.REPO_ROOT / schemas.CONFIGURATION_SCHEMA_FILE).read_text()
+    )

@@ -45,30 +45,29 @@ def _synthesize(document: dict[str, Any], outdir: Path) -> Synthesized:
     return Synthesized(outdir=outdir, templates=templates, files=files)
 
 
-def example_document() -> dict[str, Any]:
-    from cdk import config
+EXAMPLES = Path(__file__).resolve().parents[2] / "cdk" / "examples"
+EXISTING_OIDC = "arn:aws:iam::111111111111:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE"
 
-    document: dict[str, Any] = yaml.safe_load(config.EXAMPLE_FILE.read_text())
+
+def _example(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
     return document
+
+
+def example_document() -> dict[str, Any]:
+    """The default: a new VPC, EKS and HyperPod cluster, our chart with our image, TLS and DNS."""
+    return _example("deployment.yaml")
 
 
 def variant_document() -> dict[str, Any]:
     """Every non-default choice at once: imported VPC, API_AND_CONFIG_MAP, public+private endpoint, admin
-    access entry, IRSA instead of Pod Identity, and the add-on self-managed from our chart."""
-    document = example_document()
-    document["network"] = {
-        "vpcId": "vpc-0123456789abcdef0",
-        "privateSubnetIds": [f"subnet-0123456789abcdef{i}" for i in range(3)],
-    }
-    document["cluster"].update(
-        authenticationMode="API_AND_CONFIG_MAP",
-        endpointAccess="publicAndPrivate",
-        publicAccessCidrs=["203.0.113.0/24"],
-        adminRoleArns=["arn:aws:iam::111111111111:role/platform-admin"],
-    )
-    document["platform"]["identity"] = "irsa"
-    document["inference"]["addon"]["mode"] = "selfManaged"
-    return document
+    access entry, IRSA instead of Pod Identity, and AWS's managed add-on instead of our chart."""
+    return _example("aws-managed-addon.yaml")
+
+
+def existing_document() -> dict[str, Any]:
+    """Existing-cluster mode: the cluster (and vpc-cni) exist; only add-ons and the gateway are created."""
+    return _example("existing-cluster.yaml")
 
 
 @pytest.fixture(scope="session")
@@ -81,3 +80,9 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
 def variant(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The variant config, synthesized once per session."""
     return _synthesize(variant_document(), tmp_path_factory.mktemp("cdk-variant.out"))
+
+
+@pytest.fixture(scope="session")
+def existing(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The existing-cluster config, synthesized once per session."""
+    return _synthesize(existing_document(), tmp_path_factory.mktemp("cdk-existing.out"))

@@ -31,8 +31,36 @@ def test_example_is_valid(example):
         ),
         (lambda d: d.update(bogus=1), "(root): Additional properties are not allowed ('bogus'"),
         (
-            lambda d: d["inference"]["addon"].update(version="v1.5.0-eksbuild.1"),
+            lambda d: (
+                d["inference"].update(
+                    addon={"mode": "awsManaged", "version": "v1.5.0-eksbuild.1"}, endpoint=None
+                )
+                or d["inference"].pop("endpoint")
+            ),
             "inference.addon.version: v1.5.0-eksbuild.1 is below",
+        ),
+        (
+            lambda d: d["inference"]["addon"].update(mode="awsManaged"),
+            "inference.addon.configurationValues.(root): Additional properties are not allowed",
+        ),
+        (
+            lambda d: d["inference"]["addon"].update(mode="awsManaged", configurationValues={}),
+            "inference.endpoint: only with mode igw",
+        ),
+        (
+            lambda d: d["inference"]["addon"].update(version="v2.0.0-eksbuild.2"),
+            "inference.addon.version: only with mode awsManaged",
+        ),
+        (
+            lambda d: d["inference"]["addon"]["configurationValues"].update(executionRoleArn="x"),
+            "inference.addon.configurationValues.(root): Additional properties are not allowed",
+        ),
+        (lambda d: d.pop("hyperpod"), "hyperpod: required unless existingCluster is set"),
+        (
+            lambda d: d.update(
+                existingCluster={"vpcId": "vpc-01234567", "privateSubnetIds": ["subnet-01234567"]}
+            ),
+            "existingCluster.oidcProviderArn: required",
         ),
         (
             lambda d: d["inference"]["addon"]["configurationValues"].update(replicaCount=1),
@@ -56,6 +84,12 @@ def test_example_is_valid(example):
         "instance-type",
         "unknown-field",
         "addon-version",
+        "aws-addon-gets-our-keys",
+        "endpoint-with-aws-addon",
+        "version-with-igw",
+        "igw-gets-aws-keys",
+        "no-hyperpod",
+        "existing-without-oidc",
         "addon-values",
         "igwc",
         "dup-group",
@@ -75,3 +109,64 @@ def test_unreadable_yaml_names_the_line(tmp_path):
     path.write_text("account: '1'\nregion: [\n")
     with pytest.raises(config.DeploymentConfigError, match="line"):
         config.load(path)
+
+
+def test_defaults_are_our_chart_with_image_built(example):
+    document = copy.deepcopy(example)
+    del document["inference"]["addon"]["mode"]
+    parsed = config.parse(document)
+    assert parsed.addon.mode == "igw"
+    assert parsed.image.repository is None
+    assert parsed.endpoint is not None
+    assert parsed.endpoint.fqdn == "llm.example.com"
+    assert parsed.existing_cluster is None
+
+
+def test_existing_cluster_mode_needs_no_hyperpod(example):
+    document = copy.deepcopy(example)
+    del document["hyperpod"], document["network"]
+    document["existingCluster"] = {
+        "vpcId": "vpc-01234567",
+        "privateSubnetIds": ["subnet-01234567"],
+        "oidcProviderArn": "arn:aws:iam::111111111111:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/X",
+        "installedAddons": ["vpc-cni"],
+    }
+    parsed = config.parse(document)
+    assert parsed.hyperpod is None
+    assert parsed.existing_cluster is not None
+    assert parsed.existing_cluster.installed_addons == ("vpc-cni",)
+
+
+def test_every_example_config_is_valid_and_synthesized_by_a_fixture():
+    """The examples are what users copy; each one is synthesized by a session fixture in conftest."""
+    from tests.cdk.conftest import EXAMPLES
+
+    names = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
+    assert names == ["aws-managed-addon.yaml", "deployment.yaml", "existing-cluster.yaml"]
+    for name in names:
+        config.load(EXAMPLES / name)
+
+
+def test_quota_check_before_deploy_compares_the_instance_groups(example, capsys):
+    """`python -m cdk.synth_cli --check-quotas`: the config's groups against ListServiceQuotas (Stubber)."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from cdk import synth_cli
+
+    client = boto3.client("service-quotas", region_name="us-west-2")
+    stubber = Stubber(client)
+    quotas = [
+        {"QuotaName": "ml.p5.48xlarge for cluster usage", "Value": 0.0, "QuotaCode": "L-1"},
+        {"QuotaName": "ml.g5.12xlarge for cluster usage", "Value": 2.0, "QuotaCode": "L-2"},
+    ]
+    stubber.add_response("list_service_quotas", {"Quotas": quotas}, {"ServiceCode": "sagemaker"})
+    with stubber:
+        ok = synth_cli.quotas_ok(config.parse(example), service_quotas=client)
+    assert not ok
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "PASS  quota sagemaker/ml.g5.12xlarge for cluster usage: quota 2 covers 2 instance(s)",
+        "FAIL  quota sagemaker/ml.p5.48xlarge for cluster usage: quota 0 is below the 1 instance(s) the "
+        "groups ask for",
+    ]

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 
-from cdk.config import AddonConfig, GatewayConfigManifest, NetworkConfig
+from cdk.config import (
+    AddonConfig,
+    GatewayConfigManifest,
+    HyperPodDependenciesConfig,
+    ImageConfig,
+    NetworkConfig,
+)
+from cdk.constructs.aws_inference_addon import AwsInferenceAddon
 from cdk.constructs.gateway_config_manifest import GatewayConfig, InvalidGatewayConfigError
-from cdk.constructs.gateway_role import CLUSTER_TAG, GatewayRole
+from cdk.constructs.gateway_image import GatewayImage
 from cdk.constructs.hyperpod_cluster import lifecycle_bucket_name
-from cdk.constructs.inference_addon import InferenceAddon
+from cdk.constructs.hyperpod_dependencies import HYPERPOD_NODE_LABEL, HyperPodDependencies, health_agent_image
+from cdk.constructs.igw_chart import IgwChart
 from cdk.constructs.network import Network
 from cdk.constructs.workload_role import WorkloadRole
-from igw.addon import configuration, pins
+from igw.addon import aws_addon, configuration, pins
 
 ENV = cdk.Environment(account="111111111111", region="us-west-2")
 
@@ -24,7 +36,16 @@ def _stack():
 
 
 def _imported_cluster(stack):
-    return eks.Cluster.from_cluster_attributes(stack, "Cluster", cluster_name="igw")
+    """An existing cluster with a kubectl provider (what charts and manifests are applied through)."""
+    provider = eks.KubectlProvider.from_kubectl_provider_attributes(
+        stack,
+        "Kubectl",
+        service_token="arn:aws:lambda:us-west-2:111111111111:function:kubectl",
+        role=iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::111111111111:role/kubectl"),
+    )
+    return eks.Cluster.from_cluster_attributes(
+        stack, "Cluster", cluster_name="igw", kubectl_provider=provider
+    )
 
 
 def test_new_network_tags_subnets_and_logs_flows():
@@ -112,62 +133,164 @@ def test_irsa_role_needs_the_oidc_provider():
         )
 
 
-def test_gateway_role_conditions_every_statement_on_the_cluster_tag():
+def _oidc(stack):
+    return eks.OidcProviderNative.from_oidc_provider_arn(
+        stack, "Oidc", "arn:aws:iam::111111111111:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/X"
+    )
+
+
+GATEWAY_CONFIG = GatewayConfigManifest(
+    name="gw",
+    namespace="models",
+    spec={
+        "bbr": {"enabled": True},
+        "schedulers": [{"name": "a", "modelName": "m1", "modelSelector": {"matchLabels": {"app": "a"}}}],
+    },
+)
+
+
+def _chart_stack(config, *, image=None, certificate_arn=None):
     stack = _stack()
-    GatewayRole(
+    gateway_image = GatewayImage(stack, "Image", config=image or ImageConfig(repository="r.example/igw"))
+    IgwChart(
         stack,
         "Gateway",
         cluster=_imported_cluster(stack),
-        cluster_name="igw",
-        identity="podIdentity",
-        oidc_provider=None,
+        config=config,
+        gateway_config=GATEWAY_CONFIG,
+        image=gateway_image,
+        certificate_arn=certificate_arn,
+    )
+    return stack
+
+
+def test_igw_chart_values_carry_image_served_config_and_certificate():
+    stack = _chart_stack(
+        AddonConfig(configuration_values={"replicaCount": 4}),
+        image=ImageConfig(repository="111111111111.dkr.ecr.us-west-2.amazonaws.com/igw", tag="1.2.3"),
+        certificate_arn="arn:aws:acm:us-west-2:111111111111:certificate/abc",
     )
     template = assertions.Template.from_stack(stack)
-    (policy,) = template.find_resources("AWS::IAM::Policy").values()
-    statements = policy["Properties"]["PolicyDocument"]["Statement"]
-    assert {s["Sid"] for s in statements} == {"ImportTaggedCertificates", "ManageOwnCertificates"}
-    for statement in statements:
-        (condition,) = statement["Condition"]["StringEquals"].items()
-        assert condition[0].endswith(f"/{CLUSTER_TAG}")
-        assert condition[1] == "igw"
-        assert statement["Resource"] == "arn:aws:acm:us-west-2:111111111111:certificate/*"
-    template.resource_count_is("AWS::EKS::PodIdentityAssociation", 0)  # the add-on binds it
+    template.resource_count_is("AWS::EKS::Addon", 0)
+    (chart,) = template.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
+    props = chart["Properties"]
+    assert props["Release"] == pins.CHART_NAME
+    assert props["Namespace"] == pins.ADDON_NAMESPACE
+    values = json.loads(props["Values"])
+    assert values["replicaCount"] == 4
+    assert values["image"] == {
+        "repository": "111111111111.dkr.ecr.us-west-2.amazonaws.com/igw",
+        "tag": "1.2.3",
+    }
+    assert values["gateway"]["config"]["namespace"] == "models"
+    assert values["gateway"]["config"]["spec"]["schedulers"][0]["modelName"] == "m1"
+    assert values["service"]["tls"]["certificateArn"] == "arn:aws:acm:us-west-2:111111111111:certificate/abc"
+    assert "serviceAccount" not in values, "the gateway calls no AWS API: no role"
 
 
-def _addon_stack(config):
+def test_igw_chart_rejects_invalid_values_at_synth():
+    with pytest.raises(configuration.ConfigurationValuesError, match=r"service\.scheme"):
+        _chart_stack(AddonConfig(configuration_values={"service": {"scheme": "public"}}))
+
+
+def test_igw_chart_rejects_aws_addon_keys():
+    with pytest.raises(configuration.ConfigurationValuesError, match="executionRoleArn"):
+        _chart_stack(AddonConfig(configuration_values={"executionRoleArn": "arn:aws:iam::1:role/x"}))
+
+
+def test_gateway_image_is_a_docker_asset_from_the_gateway_dockerfile():
     stack = _stack()
-    cluster = _imported_cluster(stack)
-    gateway = GatewayRole(
-        stack, "Gateway", cluster=cluster, cluster_name="igw", identity="podIdentity", oidc_provider=None
-    )
-    InferenceAddon(
-        stack, "Addon", cluster=cluster, config=config, identity="podIdentity", gateway_role=gateway
+    image = GatewayImage(stack, "Image", config=ImageConfig())
+    assert image.asset is not None
+    assembly = stack.node.root.synth()
+    manifest = json.loads((Path(assembly.directory) / "Test.assets.json").read_text())
+    (docker,) = manifest["dockerImages"].values()
+    assert docker["source"]["dockerFile"] == "gateway_src/Dockerfile"
+    assert docker["source"]["platform"] == "linux/amd64"
+    staged = Path(assembly.directory) / docker["source"]["directory"]
+    assert sorted(p.name for p in staged.iterdir()) == [
+        ".dockerignore",
+        "README.md",
+        "gateway_src",
+        "pyproject.toml",
+    ]
+
+
+def _aws_addon_stack(config):
+    stack = _stack()
+    AwsInferenceAddon(
+        stack,
+        "Addon",
+        cluster=_imported_cluster(stack),
+        oidc_provider=_oidc(stack),
+        config=config,
+        hyperpod_cluster_arn="arn:aws:sagemaker:us-west-2:111111111111:cluster/abc",
     )
     return assertions.Template.from_stack(stack)
 
 
-def test_managed_addon_carries_validated_values():
-    template = _addon_stack(AddonConfig(configuration_values={"replicaCount": 4}, conflict_policy="PRESERVE"))
-    template.has_resource_properties(
-        "AWS::EKS::Addon",
-        {
-            "AddonName": pins.ADDON_NAME,
-            "AddonVersion": pins.ADDON_VERSION,
-            "ResolveConflicts": "PRESERVE",
-            "ConfigurationValues": assertions.Match.serialized_json({"replicaCount": 4}),
-            "NamespaceConfig": {"Namespace": pins.ADDON_NAMESPACE},
-        },
+def test_aws_addon_values_follow_aws_schema_with_irsa_roles():
+    template = _aws_addon_stack(
+        AddonConfig(
+            mode="awsManaged", configuration_values={"keda": {"enabled": False}}, conflict_policy="PRESERVE"
+        )
+    )
+    (addon,) = template.find_resources("AWS::EKS::Addon").values()
+    props = addon["Properties"]
+    assert props["AddonName"] == pins.AWS_ADDON_NAME
+    assert props["ResolveConflicts"] == "PRESERVE"
+    assert "PodIdentityAssociations" not in props
+    values = json.dumps(props["ConfigurationValues"])
+    for key in ("executionRoleArn", "tlsCertificateS3Bucket", "hyperpodClusterArn", "inferenceGateway"):
+        assert key in values
+    assert '\\"alb\\":{\\"enabled\\":false}' in values
+    for ours in ("replicaCount", "gateway", "certManager", "service"):
+        assert f'\\"{ours}\\":' not in values, ours
+    managed = json.dumps(template.find_resources("AWS::IAM::Role"))
+    assert "AmazonSageMakerHyperPodInferenceGatewayAccess" in managed
+    assert "AmazonSageMakerHyperPodInferenceAccess" in managed
+    trust = json.dumps(template.find_resources("Custom::AWSCDKCfnJson"))
+    sa = f"system:serviceaccount:{pins.ADDON_NAMESPACE}:{pins.AWS_GATEWAY_CONTROLLER_SERVICE_ACCOUNT}"
+    assert sa in trust
+    template.resource_count_is("AWS::EKS::PodIdentityAssociation", 0)
+
+
+def test_aws_addon_rejects_our_chart_keys():
+    with pytest.raises(aws_addon.AwsAddonValuesError, match="replicaCount"):
+        _aws_addon_stack(AddonConfig(mode="awsManaged", configuration_values={"replicaCount": 3}))
+
+
+def test_hyperpod_dependencies_install_device_plugins_and_health_agent():
+    stack = _stack()
+    HyperPodDependencies(stack, "Deps", cluster=_imported_cluster(stack), config=HyperPodDependenciesConfig())
+    template = assertions.Template.from_stack(stack)
+    charts = {
+        c["Properties"]["Chart"]: c["Properties"]
+        for c in template.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
+    }
+    assert charts["nvidia-device-plugin"]["Version"] == pins.NVIDIA_DEVICE_PLUGIN_VERSION
+    assert charts["aws-efa-k8s-device-plugin"]["Version"] == pins.EFA_DEVICE_PLUGIN_VERSION
+    assert HYPERPOD_NODE_LABEL in json.dumps(charts["nvidia-device-plugin"]["Values"])
+    (manifest,) = template.find_resources("Custom::AWSCDK-EKS-KubernetesResource").values()
+    assert (
+        "905418368575.dkr.ecr.us-west-2.amazonaws.com/hyperpod-health-monitoring-agent"
+        in manifest["Properties"]["Manifest"]
     )
 
 
-def test_managed_addon_rejects_invalid_values_at_synth():
-    with pytest.raises(configuration.ConfigurationValuesError, match=r"service\.scheme"):
-        _addon_stack(AddonConfig(configuration_values={"service": {"scheme": "public"}}))
-
-
-def test_managed_addon_rejects_versions_without_the_gateway():
-    with pytest.raises(ValueError, match=r"below v2\.0\.0-eksbuild\.2"):
-        _addon_stack(AddonConfig(version="v1.5.0-eksbuild.1"))
+def test_hyperpod_dependencies_can_be_turned_off_and_refuse_unknown_regions():
+    stack = _stack()
+    HyperPodDependencies(
+        stack,
+        "Deps",
+        cluster=_imported_cluster(stack),
+        config=HyperPodDependenciesConfig(
+            nvidia_device_plugin=False, efa_device_plugin=False, health_monitoring_agent=False
+        ),
+    )
+    assert assertions.Template.from_stack(stack).to_json().get("Resources", {}) == {}
+    with pytest.raises(ValueError, match="healthMonitoringAgent: false"):
+        health_agent_image("mars-north-1")
 
 
 def test_gateway_config_manifest_is_validated_at_synth():
@@ -198,3 +321,14 @@ def test_lifecycle_bucket_name_is_a_sagemaker_bucket_within_s3_limits(name, expe
     bucket = lifecycle_bucket_name(hyperpod_name=name, account="111111111111", region="us-west-2")
     assert bucket == expected
     assert len(bucket) <= 63
+
+
+def test_acknowledged_asset_bucket_follows_the_bootstrap_qualifier():
+    from cdk.constructs.nag_ack import asset_bucket, partition_of
+
+    default = cdk.Stack(cdk.App(), "Default", env=ENV)
+    assert asset_bucket(default) == "cdk-hnb659fds-assets-111111111111-us-west-2"
+    custom = cdk.Stack(cdk.App(context={"@aws-cdk/core:bootstrapQualifier": "igwprod1"}), "Custom", env=ENV)
+    assert asset_bucket(custom) == "cdk-igwprod1-assets-111111111111-us-west-2"
+    china = cdk.Stack(cdk.App(), "China", env=cdk.Environment(account="111111111111", region="cn-north-1"))
+    assert partition_of(china) == "aws-cn"

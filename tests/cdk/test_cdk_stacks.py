@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from aws_cdk import assertions
 
@@ -87,6 +88,7 @@ def test_hyperpod_cluster_uses_eks_orchestration_and_sagemaker_bucket(synthesize
     )
     names = [b["Properties"]["BucketName"] for b in buckets.values()]
     assert names == ["sagemaker-igw-inference-hyperpod-111111111111-us-west-2"]
+    assert all(b["DeletionPolicy"] == "Delete" for b in buckets.values())
     cluster.has_resource_properties(
         "AWS::IAM::Role",
         {
@@ -128,7 +130,9 @@ def test_load_balancer_controller_chart_with_its_policy_file_and_pod_identity(sy
     assert lbc[0]["Namespace"] == "kube-system"
     policy_file = json.loads(load_balancer_controller.POLICY_FILE.read_text())
     (policy,) = platform.find_resources("AWS::IAM::ManagedPolicy").values()
-    assert _normalized(policy["Properties"]["PolicyDocument"]) == _normalized(policy_file)
+    rendered = _with_partition(policy["Properties"]["PolicyDocument"], "aws")
+    assert _normalized(rendered) == _normalized(policy_file)
+    assert "arn:aws:" not in json.dumps(policy["Properties"]["PolicyDocument"]), "partition is the stack's"
     platform.has_resource_properties(
         "AWS::EKS::PodIdentityAssociation",
         {"Namespace": "kube-system", "ServiceAccount": pins.LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT},
@@ -145,41 +149,154 @@ def test_load_balancer_controller_chart_with_its_policy_file_and_pod_identity(sy
     assert set(cert_manager_ids) <= set(lbc_resource.get("DependsOn", []))
 
 
-def test_inference_addon_is_managed_with_validated_values_and_pod_identity(synthesized):
+def test_default_installs_our_chart_with_our_image_not_awss_addon(synthesized):
     inference = _template(synthesized, "inference")
-    addons = inference.find_resources("AWS::EKS::Addon")
-    assert len(addons) == 1
-    ((logical, addon),) = addons.items()
-    props = addon["Properties"]
-    assert props["AddonName"] == pins.ADDON_NAME
-    assert props["AddonVersion"] == pins.ADDON_VERSION
-    assert props["ResolveConflicts"] == "OVERWRITE"
-    assert props["PodIdentityAssociations"][0]["ServiceAccount"] == pins.GATEWAY_SERVICE_ACCOUNT
-    assert json.loads(props["ConfigurationValues"]) == {"replicaCount": 3, "service": {"scheme": "internal"}}
+    inference.resource_count_is("AWS::EKS::Addon", 0)
+    inference.resource_count_is("AWS::IAM::Role", 0)  # the gateway calls no AWS API
+    charts = inference.find_resources("Custom::AWSCDK-EKS-HelmChart")
+    ((logical, chart),) = charts.items()
+    props = chart["Properties"]
+    assert props["Release"] == pins.CHART_NAME
+    assert props["Namespace"] == pins.ADDON_NAMESPACE
+    assert "ChartAssetURL" in props
+    values = json.dumps(props["Values"])
+    assert '\\"replicaCount\\":3' in values
+    assert "container-assets" in values, "the image comes from the CDK asset repository"
+    assets = json.loads((synthesized.outdir / "IgwInference.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    assert image["source"]["dockerFile"] == "gateway_src/Dockerfile"
+    assert image["destinations"]
+    (tag,) = {d["imageTag"] for d in image["destinations"].values()}
+    assert tag in values
     manifests = inference.find_resources("Custom::AWSCDK-EKS-KubernetesResource")
-    assert len(manifests) == 1
     (manifest,) = manifests.values()
-    assert logical in manifest["DependsOn"], "the InferenceGatewayConfig must wait for the add-on (its CRD)"
-    document = json.loads(json.dumps(manifest["Properties"]["Manifest"]))
-    assert "InferenceGatewayConfig" in str(document)
+    assert logical in manifest["DependsOn"], "the InferenceGatewayConfig must wait for the chart (its CRD)"
+    assert "InferenceGatewayConfig" in manifest["Properties"]["Manifest"]
 
 
-def test_gateway_role_is_limited_to_tagged_acm_certificates(synthesized):
+def test_tls_listener_certificate_and_dns_record(synthesized):
     inference = _template(synthesized, "inference")
-    policies = inference.find_resources("AWS::IAM::Policy")
-    statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
-    actions = sorted(
-        {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    inference.has_resource_properties(
+        "AWS::CertificateManager::Certificate",
+        {
+            "DomainName": "llm.example.com",
+            "ValidationMethod": "DNS",
+            "DomainValidationOptions": [
+                {"DomainName": "llm.example.com", "HostedZoneId": "Z0123456789ABCDEFGHIJ"}
+            ],
+        },
     )
-    assert actions == [
-        "acm:AddTagsToCertificate",
-        "acm:DeleteCertificate",
-        "acm:DescribeCertificate",
-        "acm:ImportCertificate",
-    ]
-    for statement in statements:
-        assert "Condition" in statement, statement
-        assert statement["Resource"] != "*"
+    ((cert_id, _),) = inference.find_resources("AWS::CertificateManager::Certificate").items()
+    (chart,) = inference.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
+    values = json.dumps(chart["Properties"]["Values"])
+    assert "certificateArn" in values
+    assert cert_id in values, "the NLB's TLS listener presents the certificate"
+    assert "sslPolicy" not in values or "TLS13" in values
+    ((lookup_id, lookup),) = inference.find_resources("Custom::AWSCDK-EKS-KubernetesObjectValue").items()
+    assert lookup["Properties"]["ObjectName"] == pins.CHART_NAME
+    assert lookup["Properties"]["JsonPath"] == ".status.loadBalancer.ingress[0].hostname"
+    inference.has_resource_properties(
+        "AWS::Route53::RecordSet",
+        {
+            "Name": "llm.example.com.",
+            "Type": "CNAME",
+            "HostedZoneId": "Z0123456789ABCDEFGHIJ",
+            "ResourceRecords": [{"Fn::GetAtt": [lookup_id, "Value"]}],
+        },
+    )
+
+
+def test_chart_default_tls_policy_is_tls13_and_scheme_internal():
+    from igw.addon import chart as addon_chart
+
+    objects = addon_chart.render(
+        {"service": {"tls": {"certificateArn": "arn:aws:acm:us-west-2:111111111111:certificate/abc"}}}
+    )
+    (service,) = [o for o in objects if o["kind"] == "Service"]
+    annotations = service["metadata"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy"].startswith(
+        "ELBSecurityPolicy-TLS13"
+    )
+
+
+def test_admin_principals_get_cluster_admin_access_entries(synthesized):
+    cluster = _template(synthesized, "cluster")
+    entries = cluster.find_resources(
+        "AWS::EKS::AccessEntry",
+        {"Properties": {"PrincipalArn": "arn:aws:iam::111111111111:role/platform-admin"}},
+    )
+    (entry,) = entries.values()
+    (policy,) = entry["Properties"]["AccessPolicies"]
+    assert policy["AccessScope"] == {"Type": "cluster"}
+    assert "AmazonEKSClusterAdminPolicy" in json.dumps(policy["PolicyArn"])
+
+
+def test_vpc_cni_enforces_network_policies(synthesized):
+    cluster = _template(synthesized, "cluster")
+    cluster.has_resource_properties(
+        "AWS::EKS::Addon",
+        {
+            "AddonName": pins.VPC_CNI_ADDON,
+            "ConfigurationValues": assertions.Match.serialized_json({"enableNetworkPolicy": "true"}),
+        },
+    )
+
+
+def test_hyperpod_execution_role_can_pull_from_ecr(synthesized):
+    cluster = _template(synthesized, "cluster")
+    policies = cluster.find_resources("AWS::IAM::Policy")
+    statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    pulls = [s for s in statements if s.get("Sid") == "PullContainerImages"]
+    assert len(pulls) == 1
+    assert set(pulls[0]["Action"]) >= {
+        "ecr:GetAuthorizationToken",
+        "ecr:BatchGetImage",
+        "ecr:GetDownloadUrlForLayer",
+    }
+
+
+def test_no_retained_bucket_with_a_fixed_name(synthesized):
+    for role, template in synthesized.templates.items():
+        for logical, resource in template["Resources"].items():
+            if resource["Type"] == "AWS::S3::Bucket" and "BucketName" in resource.get("Properties", {}):
+                assert resource.get("DeletionPolicy") == "Delete", (role, logical)
+                assert resource.get("UpdateReplacePolicy") == "Delete", (role, logical)
+    cluster = _template(synthesized, "cluster")
+    cluster.resource_count_is("Custom::S3AutoDeleteObjects", 1)
+
+
+def test_no_literal_aws_partition_in_our_policies(synthesized):
+    """Our own ARNs use the partition of the stack (a token or the region's literal), never `arn:aws:`
+    typed by hand; what remains literal comes from CDK's partition literals for the known region."""
+    from cdk.constructs import dependency_addons, hyperpod_cluster
+
+    for module in (dependency_addons, hyperpod_cluster):
+        source = Path(module.__file__).read_text()
+        assert '"arn:aws:' not in source
+
+
+def test_hyperpod_dependencies_chart_parts_present(synthesized):
+    platform = _template(synthesized, "platform")
+    charts = {
+        c["Properties"]["Chart"] for c in platform.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
+    }
+    assert {pins.NVIDIA_DEVICE_PLUGIN_CHART, pins.EFA_DEVICE_PLUGIN_CHART} <= charts
+    manifests = json.dumps(platform.find_resources("Custom::AWSCDK-EKS-KubernetesResource"))
+    assert "hyperpod-health-monitoring-agent" in manifests
+
+
+def test_csi_drivers_use_irsa_roles_not_pod_identity(synthesized):
+    platform = _template(synthesized, "platform")
+    for name in ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver"):
+        (addon,) = platform.find_resources("AWS::EKS::Addon", {"Properties": {"AddonName": name}}).values()
+        assert "PodIdentityAssociations" not in addon["Properties"], name
+        assert "ServiceAccountRoleArn" in addon["Properties"], name
+    associations = json.dumps(platform.find_resources("AWS::EKS::PodIdentityAssociation"))
+    assert pins.S3_CSI_SERVICE_ACCOUNT not in associations
+    conditions = json.dumps(platform.find_resources("Custom::AWSCDKCfnJson"))
+    assert f"system:serviceaccount:kube-system:{pins.S3_CSI_SERVICE_ACCOUNT}" in conditions
+    assert f"system:serviceaccount:kube-system:{pins.FSX_CSI_CONTROLLER_SERVICE_ACCOUNT}" in conditions
 
 
 def test_stack_order_platform_before_inference(synthesized):
@@ -188,6 +305,18 @@ def test_stack_order_platform_before_inference(synthesized):
     assert "IgwPlatform" in deps["IgwInference"]
     assert "IgwCluster" in deps["IgwPlatform"]
     assert "IgwNetwork" in deps["IgwCluster"]
+
+
+def _with_partition(value, partition):
+    """The template value with ``Fn::Join`` over ``AWS::Partition`` rendered for ``partition``."""
+    if isinstance(value, list):
+        return [_with_partition(item, partition) for item in value]
+    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return separator.join(partition if part == {"Ref": "AWS::Partition"} else part for part in parts)
+    if isinstance(value, dict):
+        return {key: _with_partition(item, partition) for key, item in value.items()}
+    return value
 
 
 def _normalized(document):
@@ -210,3 +339,30 @@ def test_hyperpod_waits_for_the_pinned_vpc_cni(synthesized):
     assert cni_resource["Properties"]["AddonVersion"] == pins.VPC_CNI_VERSION
     (hyperpod,) = cluster.find_resources("AWS::SageMaker::Cluster").values()
     assert cni_id in hyperpod["DependsOn"]
+
+
+def test_preflight_on_the_default_assembly_knows_our_gateway(synthesized):
+    """`igw preflight --cdk-out`: our chart counts as the installed gateway (no AWS add-on, no role)."""
+    from igw.checks.model import Command, Status
+    from igw.checks.sources.cdk_out import load_cdk_out
+    from tests.checks.helpers import run
+
+    results = run(load_cdk_out(synthesized.outdir), Command.PREFLIGHT)
+    by_check = {}
+    for result in results:
+        by_check.setdefault(result.check_id, set()).add(result.status)
+    assert by_check["IGW-PF002"] == {Status.PASS}
+    assert by_check["IGW-PF004"] == {Status.SKIP}
+    assert by_check["IGW-PF006"] == {Status.PASS}
+    assert by_check["IGW-PF003"] == {Status.PASS}
+
+
+def test_preflight_on_the_aws_addon_assembly_still_checks_its_role(variant):
+    from igw.checks.model import Command, Status
+    from igw.checks.sources.cdk_out import load_cdk_out
+    from tests.checks.helpers import run
+
+    results = run(load_cdk_out(variant.outdir), Command.PREFLIGHT)
+    statuses = {r.status for r in results if r.check_id == "IGW-PF002"}
+    assert statuses == {Status.PASS}
+    assert {r.status for r in results if r.check_id == "IGW-PF004"} == {Status.PASS}

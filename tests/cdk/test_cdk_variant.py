@@ -1,5 +1,5 @@
 """The non-default choices: imported VPC, API_AND_CONFIG_MAP, public endpoint limited to CIDRs, IRSA, and
-the add-on self-managed from our chart."""
+AWS's managed add-on instead of our chart."""
 
 from __future__ import annotations
 
@@ -50,30 +50,44 @@ def test_irsa_roles_trust_only_their_service_account(variant):
     cluster.resource_count_is("AWS::IAM::OIDCProvider", 1)
     platform = _template(variant, "platform")
     platform.resource_count_is("AWS::EKS::PodIdentityAssociation", 0)
-    inference = _template(variant, "inference")
-    roles = inference.find_resources("AWS::IAM::Role")
+    roles = platform.find_resources("AWS::IAM::Role")
     trust = json.dumps([r["Properties"]["AssumeRolePolicyDocument"] for r in roles.values()])
     assert "sts:AssumeRoleWithWebIdentity" in trust
-    # The sub/aud conditions hold the issuer URL (a token), so CDK resolves them through a CfnJson resource.
+    assert "pods.eks.amazonaws.com" not in trust
+    # The sub/aud conditions hold the issuer (a token), so CDK resolves them through a CfnJson resource.
     conditions = json.dumps(
-        [r["Properties"]["Value"] for r in inference.find_resources("Custom::AWSCDKCfnJson").values()]
+        [r["Properties"]["Value"] for r in platform.find_resources("Custom::AWSCDKCfnJson").values()]
     )
-    assert f"system:serviceaccount:{pins.ADDON_NAMESPACE}:{pins.GATEWAY_SERVICE_ACCOUNT}" in conditions
+    namespace = pins.LOAD_BALANCER_CONTROLLER_NAMESPACE
+    sa = f"system:serviceaccount:{namespace}:{pins.LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT}"
+    assert sa in conditions
     assert "sts.amazonaws.com" in conditions
 
 
-def test_self_managed_addon_installs_our_chart_with_the_irsa_role(variant):
+def test_aws_managed_addon_gets_awss_keys_and_none_of_ours(variant):
     inference = _template(variant, "inference")
-    inference.resource_count_is("AWS::EKS::Addon", 0)
-    charts = inference.find_resources("Custom::AWSCDK-EKS-HelmChart")
-    assert len(charts) == 1
-    (chart,) = charts.values()
-    props = chart["Properties"]
-    assert props["Namespace"] == pins.ADDON_NAMESPACE
-    assert "ChartAssetURL" in props
-    values = json.dumps(props["Values"])
-    assert "roleArn" in values
-    assert '\\"replicaCount\\":3' in values
-    manifests = inference.find_resources("Custom::AWSCDK-EKS-KubernetesResource")
-    (manifest,) = manifests.values()
-    assert next(iter(charts)) in manifest["DependsOn"]
+    inference.resource_count_is("Custom::AWSCDK-EKS-HelmChart", 0)
+    addons = inference.find_resources("AWS::EKS::Addon")
+    ((logical, addon),) = addons.items()
+    props = addon["Properties"]
+    assert props["AddonName"] == pins.AWS_ADDON_NAME
+    assert props["AddonVersion"] == "v2.0.0-eksbuild.2"
+    values = json.dumps(props["ConfigurationValues"])
+    for key in (
+        "executionRoleArn",
+        "tlsCertificateS3Bucket",
+        "hyperpodClusterArn",
+        "inferenceGateway",
+        "keda",
+    ):
+        assert f'\\"{key}\\"' in values, key
+    assert '\\"alb\\":{\\"enabled\\":false}' in values, "the platform stack runs the Load Balancer Controller"
+    for ours in ("replicaCount", "gateway", "certManager", "service"):
+        assert f'\\"{ours}\\":' not in values, ours
+    roles = json.dumps(inference.find_resources("AWS::IAM::Role"))
+    assert "AmazonSageMakerHyperPodInferenceGatewayAccess" in roles
+    conditions = json.dumps(inference.find_resources("Custom::AWSCDKCfnJson"))
+    controller = f"system:serviceaccount:{pins.ADDON_NAMESPACE}:{pins.AWS_GATEWAY_CONTROLLER_SERVICE_ACCOUNT}"
+    assert controller in conditions
+    (manifest,) = inference.find_resources("Custom::AWSCDK-EKS-KubernetesResource").values()
+    assert logical in manifest["DependsOn"]

@@ -103,6 +103,7 @@ class EksAddonApi:
         version: str | None,
         configuration_values: str | None,
         resolve_conflicts: str,
+        service_account_role_arn: str | None = None,
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "clusterName": cluster,
@@ -111,6 +112,8 @@ class EksAddonApi:
         }
         if version:
             kwargs["addonVersion"] = version
+        if service_account_role_arn:
+            kwargs["serviceAccountRoleArn"] = service_account_role_arn
         if configuration_values is not None:
             kwargs["configurationValues"] = configuration_values
         try:

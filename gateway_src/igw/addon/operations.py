@@ -1,14 +1,19 @@
-"""``igw addon`` flows: pre-checks, then the EKS call, then waiting for the add-on to settle.
+"""``igw addon`` flows for OUR add-on (:data:`igw.addon.pins.IGW_ADDON_NAME`, the chart in
+``addon/chart`` published as an EKS add-on): pre-checks, then the EKS call, then waiting for it to settle.
 
 ``create`` refuses to call the API until everything it can check locally or read-only passes:
 configuration values valid (same schema EKS enforces), cluster present, each dependency add-on
-installed, ACTIVE and at its minimum version, the gateway's IAM role present. Waiting polls
+installed, ACTIVE and at its minimum version; with a role, the role present and, for EKS Pod Identity,
+the ``eks-pod-identity-agent`` add-on ACTIVE (without it the association is never served). ``update``
+keeps an IRSA role: ``UpdateAddon`` gets the add-on's current ``serviceAccountRoleArn`` again and new
+configuration values keep ``serviceAccount.roleArn`` unless they set it. Waiting polls
 ``describe_addon`` with an injected clock and sleep (tests never sleep) and reports each status
 change; an add-on that goes DEGRADED or *_FAILED ends the wait with its health issues.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +30,7 @@ SETTLED: Final = frozenset({"ACTIVE"})
 FAILED: Final = frozenset({"CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED", "DEGRADED"})
 DEFAULT_TIMEOUT_S: Final = 900.0
 DEFAULT_POLL_S: Final = 10.0
+ADDON: Final = pins.IGW_ADDON_NAME
 
 
 class AddonOperationError(RuntimeError):
@@ -59,7 +65,9 @@ def _role_name(role_arn: str) -> str:
     return role_arn.rsplit("/", 1)[-1]
 
 
-def preflight(*, clients: AwsClients, cluster: str, role_arn: str) -> list[str]:
+def preflight(
+    *, clients: AwsClients, cluster: str, role_arn: str | None, identity: Identity = "pod-identity"
+) -> list[str]:
     """Every reason the add-on cannot be installed on ``cluster`` now (empty when it can)."""
     try:
         clients.eks.describe_cluster(name=cluster)
@@ -88,14 +96,22 @@ def preflight(*, clients: AwsClients, cluster: str, role_arn: str) -> list[str]:
             )
         if installed.get("status") != "ACTIVE":
             problems.append(f"dependency add-on {dependency.name} is {installed.get('status')}, not ACTIVE")
+    if role_arn is None:
+        return problems
+    if identity == "pod-identity":
+        agent = clients.addons.describe_addon(cluster=cluster, name=pins.POD_IDENTITY_AGENT_ADDON)
+        if agent is None or agent.get("status") != "ACTIVE":
+            state = "not installed" if agent is None else f"{agent.get('status')}, not ACTIVE"
+            problems.append(
+                f"{pins.POD_IDENTITY_AGENT_ADDON} is {state}: EKS Pod Identity associations need it "
+                f"(install it, or use --identity irsa)"
+            )
     try:
         clients.iam.get_role(RoleName=_role_name(role_arn))
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "NoSuchEntity":
             raise
-        problems.append(
-            f"gateway IAM role {role_arn} does not exist (create it before the add-on: TLS needs it)"
-        )
+        problems.append(f"gateway IAM role {role_arn} does not exist (create it before the add-on)")
     return problems
 
 
@@ -103,9 +119,9 @@ def create(
     *,
     clients: AwsClients,
     cluster: str,
-    role_arn: str,
+    role_arn: str | None,
     values: Mapping[str, Any],
-    version: str = pins.ADDON_VERSION,
+    version: str = pins.IGW_ADDON_VERSION,
     identity: Identity = "pod-identity",
     resolve_conflicts: ConflictPolicy = "OVERWRITE",
     wait: Waiter | None = None,
@@ -113,29 +129,28 @@ def create(
     """Install the add-on; returns its final description (or the creation response without ``wait``)."""
     problems = [f"configurationValues.{p}" for p in configuration.problems(values)]
     try:
-        if not addon_version.at_least(version, pins.ADDON_MINIMUM_VERSION):
-            problems.append(
-                f"version {version} is below {pins.ADDON_MINIMUM_VERSION}, the first with the gateway"
-            )
+        addon_version.AddonVersion.parse(version)
     except addon_version.AddonVersionError as exc:
         problems.append(f"version: {exc}")
     if problems:
         raise AddonOperationError("refusing to create the add-on: invalid input", problems)
-    problems = preflight(clients=clients, cluster=cluster, role_arn=role_arn)
+    problems = preflight(clients=clients, cluster=cluster, role_arn=role_arn, identity=identity)
     if problems:
         raise AddonOperationError(f"refusing to create the add-on on {cluster}: pre-checks failed", problems)
-    association = [{"serviceAccount": pins.GATEWAY_SERVICE_ACCOUNT, "roleArn": role_arn}]
     final_values = dict(values)
-    if identity == "irsa":
+    pod_identity: list[dict[str, str]] = []
+    if role_arn is not None and identity == "irsa":
         final_values["serviceAccount"] = {**dict(values.get("serviceAccount", {})), "roleArn": role_arn}
+    elif role_arn is not None:
+        pod_identity = [{"serviceAccount": pins.GATEWAY_SERVICE_ACCOUNT, "roleArn": role_arn}]
     created = clients.addons.create_addon(
         cluster=cluster,
-        name=pins.ADDON_NAME,
+        name=ADDON,
         version=version,
         configuration_values=configuration.validated(final_values),
         resolve_conflicts=resolve_conflicts,
-        pod_identity=association if identity == "pod-identity" else (),
-        namespace=pins.ADDON_NAMESPACE,
+        pod_identity=pod_identity,
+        service_account_role_arn=role_arn if identity == "irsa" else None,
     )
     if wait is None:
         return created
@@ -155,29 +170,50 @@ def update(
     problems = (
         [f"configurationValues.{p}" for p in configuration.problems(values)] if values is not None else []
     )
-    if version is not None and not addon_version.at_least(version, pins.ADDON_MINIMUM_VERSION):
-        problems.append(f"version {version} is below {pins.ADDON_MINIMUM_VERSION}")
+    if version is not None:
+        try:
+            addon_version.AddonVersion.parse(version)
+        except addon_version.AddonVersionError as exc:
+            problems.append(f"version: {exc}")
     if problems:
         raise AddonOperationError("refusing to update the add-on: invalid input", problems)
-    if clients.addons.describe_addon(cluster=cluster, name=pins.ADDON_NAME) is None:
-        raise AddonOperationError("cannot update", [f"{pins.ADDON_NAME} is not installed on {cluster}"])
+    current = clients.addons.describe_addon(cluster=cluster, name=ADDON)
+    if current is None:
+        raise AddonOperationError("cannot update", [f"{ADDON} is not installed on {cluster}"])
+    irsa_role = current.get("serviceAccountRoleArn")
+    new_values = _keep_irsa_role(values, current) if values is not None else None
     update_info = clients.addons.update_addon(
         cluster=cluster,
-        name=pins.ADDON_NAME,
+        name=ADDON,
         version=version,
-        configuration_values=configuration.validated(values) if values is not None else None,
+        configuration_values=configuration.validated(new_values) if new_values is not None else None,
         resolve_conflicts=resolve_conflicts,
+        service_account_role_arn=str(irsa_role) if irsa_role else None,
     )
     if wait is None:
         return update_info
     return wait_until_settled(clients=clients, cluster=cluster, waiter=wait)
 
 
+def _keep_irsa_role(values: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
+    """New values with the installed ``serviceAccount.roleArn`` unless they set one themselves."""
+    out = dict(values)
+    try:
+        installed = json.loads(str(current.get("configurationValues") or "{}"))
+    except ValueError:
+        return out
+    role = (installed.get("serviceAccount") or {}).get("roleArn") if isinstance(installed, dict) else None
+    account = dict(out.get("serviceAccount") or {})
+    if role and not account.get("roleArn"):
+        out["serviceAccount"] = {**account, "roleArn": role}
+    return out
+
+
 def delete(*, clients: AwsClients, cluster: str, preserve: bool) -> dict[str, Any]:
     """Remove the add-on; ``preserve`` keeps its Kubernetes resources running."""
-    if clients.addons.describe_addon(cluster=cluster, name=pins.ADDON_NAME) is None:
-        raise AddonOperationError("cannot delete", [f"{pins.ADDON_NAME} is not installed on {cluster}"])
-    return clients.addons.delete_addon(cluster=cluster, name=pins.ADDON_NAME, preserve=preserve)
+    if clients.addons.describe_addon(cluster=cluster, name=ADDON) is None:
+        raise AddonOperationError("cannot delete", [f"{ADDON} is not installed on {cluster}"])
+    return clients.addons.delete_addon(cluster=cluster, name=ADDON, preserve=preserve)
 
 
 def health_lines(addon: Mapping[str, Any]) -> list[str]:
@@ -195,20 +231,18 @@ def wait_until_settled(*, clients: AwsClients, cluster: str, waiter: Waiter) -> 
     deadline = waiter.monotonic() + waiter.timeout_s
     last_status = None
     while True:
-        addon = clients.addons.describe_addon(cluster=cluster, name=pins.ADDON_NAME)
+        addon = clients.addons.describe_addon(cluster=cluster, name=ADDON)
         if addon is None:
-            raise AddonOperationError(
-                "the add-on disappeared while waiting", [f"{pins.ADDON_NAME} on {cluster}"]
-            )
+            raise AddonOperationError("the add-on disappeared while waiting", [f"{ADDON} on {cluster}"])
         status = str(addon.get("status"))
         if status != last_status:
-            waiter.progress(f"{pins.ADDON_NAME} {addon.get('addonVersion', '')}: {status}")
+            waiter.progress(f"{ADDON} {addon.get('addonVersion', '')}: {status}")
             last_status = status
         if status in SETTLED:
             return addon
         if status in FAILED:
             raise AddonOperationError(
-                f"{pins.ADDON_NAME} is {status}", health_lines(addon) or ["EKS reported no health issue"]
+                f"{ADDON} is {status}", health_lines(addon) or ["EKS reported no health issue"]
             )
         if waiter.monotonic() >= deadline:
             raise AddonOperationError(

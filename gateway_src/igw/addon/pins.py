@@ -15,7 +15,18 @@ from typing import Final
 import igw
 
 ADDON_NAME: Final = "amazon-sagemaker-hyperpod-inference"
-"""The EKS add-on whose gateway we re-implement; ``create-addon --addon-name`` takes this."""
+"""AWS's EKS add-on whose gateway we re-implement (what the checks look for on a cluster)."""
+
+AWS_ADDON_NAME: Final = ADDON_NAME
+"""AWS's add-on, installed only when the deployment config asks for it (``inference.addon.mode:
+awsManaged``) and configured to AWS's own schema (:mod:`igw.addon.aws_addon`)."""
+
+IGW_ADDON_NAME: Final = "igw-inference-gateway"
+"""Our add-on's name: the chart in ``addon/chart`` published as an EKS add-on (``igw addon create``).
+A third party cannot publish under AWS's name, so ours differs from :data:`AWS_ADDON_NAME`."""
+
+IGW_ADDON_VERSION: Final = "v0.1.0-eksbuild.1"
+"""The version ``igw addon create`` installs of our add-on, in EKS's ``vX.Y.Z-eksbuild.N`` form."""
 
 ADDON_NAMESPACE: Final = "hyperpod-inference-system"
 """Where the add-on installs (fixed across add-on versions, as EKS requires)."""
@@ -25,6 +36,10 @@ ADDON_MINIMUM_VERSION: Final = "v2.0.0-eksbuild.2"
 
 ADDON_VERSION: Final = "v2.0.0-eksbuild.2"
 """The version the CDK app installs; never below :data:`ADDON_MINIMUM_VERSION`."""
+
+AWS_GATEWAY_CONTROLLER_SERVICE_ACCOUNT: Final = "inference-gateway-controller"
+"""Service account of AWS's gateway controller; its IRSA role carries
+``AmazonSageMakerHyperPodInferenceGatewayAccess`` (AWS's add-on reads it at controller start)."""
 
 GATEWAY_SERVICE_ACCOUNT: Final = "inference-gateway"
 """Service account of the gateway pods; IRSA trust and Pod Identity associations name it."""
@@ -103,3 +118,52 @@ DEPENDENCY_ADDONS: Final[tuple[DependencyAddon, ...]] = (
     ),
 )
 """Dependencies of the inference add-on, in install order (cert-manager first)."""
+
+FSX_CSI_CONTROLLER_SERVICE_ACCOUNT: Final = "fsx-csi-controller-sa"
+"""The FSx CSI controller's service account (kube-system); its IRSA role manages FSx volumes."""
+
+S3_CSI_SERVICE_ACCOUNT: Final = "s3-csi-driver-sa"
+"""The Mountpoint S3 CSI driver's service account (kube-system). Driver v1 reads credentials through
+IRSA only (EKS Pod Identity arrives with v2), so its role is always an IRSA role."""
+
+CSI_NAMESPACE: Final = "kube-system"
+
+NVIDIA_DEVICE_PLUGIN_CHART: Final = "nvidia-device-plugin"
+NVIDIA_DEVICE_PLUGIN_REPOSITORY: Final = "https://nvidia.github.io/k8s-device-plugin"
+NVIDIA_DEVICE_PLUGIN_VERSION: Final = "0.16.1"
+"""The version AWS's HyperPod dependencies chart pins; it makes GPU nodes advertise ``nvidia.com/gpu``."""
+
+EFA_DEVICE_PLUGIN_CHART: Final = "aws-efa-k8s-device-plugin"
+EFA_DEVICE_PLUGIN_REPOSITORY: Final = "https://aws.github.io/eks-charts"
+EFA_DEVICE_PLUGIN_VERSION: Final = "0.5.20"
+"""The version AWS's HyperPod dependencies chart pins; it advertises ``vpc.amazonaws.com/efa``."""
+
+HEALTH_MONITORING_AGENT_NAMESPACE: Final = "aws-hyperpod"
+HEALTH_MONITORING_AGENT_TAG: Final = "1.0.935.0_1.0.282.0"
+"""Image tag of HyperPod's health-monitoring agent (the default of AWS's dependencies chart)."""
+HEALTH_MONITORING_AGENT_REGISTRIES: Final[dict[str, str]] = {
+    "us-east-1": "767398015722",
+    "us-west-2": "905418368575",
+    "us-east-2": "851725546812",
+    "us-west-1": "011528288828",
+    "eu-central-1": "211125453373",
+    "eu-north-1": "654654141839",
+    "eu-west-1": "533267293120",
+    "eu-west-2": "011528288831",
+    "ap-northeast-1": "533267052152",
+    "ap-south-1": "011528288864",
+    "ap-southeast-1": "905418428165",
+    "ap-southeast-2": "851725636348",
+    "sa-east-1": "025066253954",
+}
+"""Account of the regional ECR registry that serves the health-monitoring agent image."""
+
+
+def pinned_addons() -> tuple[tuple[str, str], ...]:
+    """Every EKS add-on version the CDK app installs, as (name, version), for ``--check-pins``."""
+    return (
+        (VPC_CNI_ADDON, VPC_CNI_VERSION),
+        (POD_IDENTITY_AGENT_ADDON, POD_IDENTITY_AGENT_VERSION),
+        *((dependency.name, dependency.pinned) for dependency in DEPENDENCY_ADDONS),
+        (AWS_ADDON_NAME, ADDON_VERSION),
+    )

@@ -140,6 +140,19 @@ class KubeView:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class InstanceQuota:
+    """A HyperPod instance type: how many instances the cluster's groups ask for, and the account's
+    Service Quotas value for that type in cluster usage (``None`` when no such quota exists)."""
+
+    instance_type: str
+    requested: int
+    quota: float | None
+
+
+NOT_COLLECTED = Missing("not collected by this source")
+
+
 @dataclass
 class AwsView:
     cluster: EksCluster | Missing
@@ -147,6 +160,10 @@ class AwsView:
     roles: Sequence[IamRole] | Missing
     subnets: Sequence[Subnet] | Missing
     load_balancers: Sequence[LoadBalancer] | Missing
+    published_addon_versions: Mapping[str, Sequence[Mapping[str, Any]]] | Missing = NOT_COLLECTED
+    """DescribeAddonVersions' ``addonVersions`` per pinned add-on, for the cluster's Kubernetes version."""
+    instance_quotas: Sequence[InstanceQuota] | Missing = NOT_COLLECTED
+    """Per HyperPod instance type of the cluster: requested instances and the account's quota."""
 
     @staticmethod
     def absent(reason: str, kind: SkipKind = SkipKind.NOT_APPLICABLE) -> AwsView:

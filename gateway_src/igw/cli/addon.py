@@ -15,6 +15,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="addon_command", metavar="ACTION", required=True)
     versions = sub.add_parser("versions", help="list published add-on versions, newest first")
     versions.add_argument("--kubernetes-version", help="only versions compatible with this EKS version")
+    versions.add_argument("--addon-name", help="add-on to list (default: ours)")
+    versions.add_argument(
+        "--check-pins",
+        action="store_true",
+        help="check every add-on version the CDK app pins against DescribeAddonVersions for "
+        "--kubernetes-version (default: the pinned Kubernetes version); exit 1 if one is unpublished",
+    )
     _aws_options(versions)
 
     for name, text in (
@@ -34,7 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for ACTIVE")
         _aws_options(action)
         if name == "create":
-            action.add_argument("--role-arn", required=True, help="the gateway's IAM role (ACM import)")
+            action.add_argument(
+                "--role-arn", help="an IAM role for the gateway's service account (it needs none by default)"
+            )
             action.add_argument("--identity", choices=("pod-identity", "irsa"), default="pod-identity")
 
     delete = sub.add_parser("delete", help="remove the add-on")
@@ -42,8 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     delete.add_argument("--preserve", action="store_true", help="keep its Kubernetes resources running")
     _aws_options(delete)
 
-    package = sub.add_parser("package", help="package the chart as a .tgz through Helm's SDK")
+    package = sub.add_parser(
+        "package", help="package the chart as a .tgz (with its configuration schema) through Helm's SDK"
+    )
     package.add_argument("--destination", type=Path, default=Path("dist"), help="output directory")
+    package.add_argument(
+        "--push", action="store_true", help="push it to this account's ECR as an OCI artifact"
+    )
+    package.add_argument("--namespace", default="igw-charts", help="ECR repository namespace (igw-charts)")
+    _aws_options(package)
 
 
 def _aws_options(parser: argparse.ArgumentParser) -> None:
@@ -63,27 +79,64 @@ def _clients(args: argparse.Namespace) -> object:
     )
 
 
+def _package(args: argparse.Namespace) -> int:
+    from igw.addon import publish
+
+    ecr = None
+    if args.push:
+        import boto3
+
+        ecr = boto3.Session(region_name=args.region, profile_name=args.profile).client("ecr")
+    try:
+        published = publish.publish(destination=args.destination, ecr=ecr, namespace=args.namespace)
+    except publish.PublishError as exc:
+        print(f"igw addon package: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(published.archive)
+    print(published.schema)
+    if published.reference:
+        print(published.reference)
+    return 0
+
+
+def _versions(args: argparse.Namespace, addons: object) -> int:
+    from igw.addon import operations, pin_check, pins
+    from igw.addon.eks_api import EksAddonApi
+
+    assert isinstance(addons, EksAddonApi)
+    if args.check_pins:
+        kubernetes = args.kubernetes_version or pins.KUBERNETES_VERSION
+        statuses = pin_check.check_pins(
+            pins.pinned_addons(),
+            lambda name: addons.addon_versions(name=name, kubernetes_version=kubernetes),
+            kubernetes_version=kubernetes,
+        )
+        for status in statuses:
+            print(f"{status.verdict.upper():<12}{status.message}")
+        return EXIT_FAILED if any(s.verdict == "unpublished" for s in statuses) else 0
+    versions = addons.addon_versions(
+        name=args.addon_name or pins.IGW_ADDON_NAME, kubernetes_version=args.kubernetes_version
+    )
+    for item in operations.sorted_versions(versions):
+        clusters = ", ".join(c.get("clusterVersion", "?") for c in item.get("compatibilities", []))
+        print(f"{item.get('addonVersion')}\t{clusters}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    from igw.addon import chart, configuration, operations, pins
+    from igw.addon import configuration, operations, pins
     from igw.addon.eks_api import AddonApiError
 
     try:
         if args.addon_command == "package":
-            print(chart.package(destination=args.destination))
-            return 0
+            return _package(args)
         clients = _clients(args)
         assert isinstance(clients, operations.AwsClients)
         if args.addon_command == "versions":
-            versions = clients.addons.addon_versions(
-                name=pins.ADDON_NAME, kubernetes_version=args.kubernetes_version
-            )
-            for item in operations.sorted_versions(versions):
-                clusters = ", ".join(c.get("clusterVersion", "?") for c in item.get("compatibilities", []))
-                print(f"{item.get('addonVersion')}\t{clusters}")
-            return 0
+            return _versions(args, clients.addons)
         if args.addon_command == "delete":
             operations.delete(clients=clients, cluster=args.cluster, preserve=args.preserve)
-            print(f"{pins.ADDON_NAME}: deleting from {args.cluster}")
+            print(f"{operations.ADDON}: deleting from {args.cluster}")
             return 0
         values = None
         if args.configuration_values is not None:
@@ -99,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                 cluster=args.cluster,
                 role_arn=args.role_arn,
                 values=values or {},
-                version=args.version or pins.ADDON_VERSION,
+                version=args.version or pins.IGW_ADDON_VERSION,
                 identity=args.identity,
                 resolve_conflicts=args.resolve_conflicts,
                 wait=waiter,
@@ -113,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
                 resolve_conflicts=args.resolve_conflicts,
                 wait=waiter,
             )
-        print(f"{pins.ADDON_NAME} {addon.get('addonVersion', '')}: {addon.get('status', 'requested')}")
+        print(f"{operations.ADDON} {addon.get('addonVersion', '')}: {addon.get('status', 'requested')}")
         return 0
     except configuration.ConfigurationValuesError as exc:
         print(f"igw addon: {exc}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""IGW-PF002: our add-on is installed, healthy, and at least the first version with the gateway."""
+"""IGW-PF002: a gateway is installed. Ours (chart or our EKS add-on) passes; otherwise AWS's add-on must be
+installed, healthy, and at least the first version with the gateway."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from igw.addon.pins import ADDON_MINIMUM_VERSION, ADDON_NAME
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.inventory import need
 from igw.checks.model import CheckMeta, Command, Result, Severity
+from igw.checks.preflight._gateway_install import awss_installed, ours_installed
 
 HEALTHY = ("ACTIVE", "UPDATING")
 
 META = CheckMeta(
     id="IGW-PF002",
-    title=f"Add-on {ADDON_NAME} installed at >= {ADDON_MINIMUM_VERSION}",
+    title=f"Gateway installed (ours, or add-on {ADDON_NAME} at >= {ADDON_MINIMUM_VERSION})",
     command=Command.PREFLIGHT,
     category="add-ons",
     severity=Severity.CRITICAL,
@@ -26,6 +28,10 @@ META = CheckMeta(
 
 
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
+    ours = ours_installed(ctx)
+    if ours is not None and not awss_installed(ctx):
+        yield r.passed(ours, "our gateway is installed (AWS's add-on is not needed)")
+        return
     addons = need(ctx.inventory.aws.addons)
     addon = addons.get(ADDON_NAME)
     resource = f"EKS add-on {ADDON_NAME}"

@@ -14,6 +14,7 @@ from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.iam import GATEWAY_ACTIONS, allows, is_gateway_role
 from igw.checks.inventory import IamRole, Missing, need
 from igw.checks.model import CheckMeta, Command, Result, Severity
+from igw.checks.preflight._gateway_install import awss_installed, ours_installed
 
 META = CheckMeta(
     id="IGW-PF004",
@@ -56,6 +57,8 @@ def _candidates(ctx: CheckContext, roles: list[IamRole]) -> list[IamRole]:
 
 
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
+    if not ctx.options.gateway_role_arn and ours_installed(ctx) and not awss_installed(ctx):
+        need(Missing("our gateway calls no AWS API: no IAM role to check"))
     roles = list(need(ctx.inventory.aws.roles))
     found = _candidates(ctx, roles)
     if not found:

@@ -12,11 +12,24 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from igw.checks.inventory import Addon, AwsView, EksCluster, IamRole, Listener, LoadBalancer, Missing, Subnet
+from igw.checks.inventory import (
+    Addon,
+    AwsView,
+    EksCluster,
+    IamRole,
+    InstanceQuota,
+    Listener,
+    LoadBalancer,
+    Missing,
+    Subnet,
+)
 from igw.checks.model import SkipKind
 
 T = TypeVar("T")
-SERVICES = ("eks", "iam", "ec2", "elbv2")
+SERVICES = ("eks", "iam", "ec2", "elbv2", "sagemaker", "service-quotas")
+QUOTA_SERVICE_CODE = "sagemaker"
+QUOTA_NAME = "{instance_type} for cluster usage"
+"""How Service Quotas names the HyperPod (cluster usage) quota of an instance type."""
 
 
 class AwsAccount:
@@ -31,6 +44,11 @@ class AwsAccount:
         self._region = region
         self._profile = profile
         self._session: Any = None
+
+    def provides(self, service: str) -> bool:
+        """Whether ``service`` can be asked: always with a real session; with injected clients (tests)
+        only those injected, so a test never reaches a real endpoint."""
+        return not self._clients or service in self._clients
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -204,6 +222,69 @@ def _load_balancers(account: AwsAccount, vpc_id: str | None) -> list[LoadBalance
     return out
 
 
+def _published_versions(account: AwsAccount, kubernetes_version: str) -> dict[str, list[dict[str, Any]]]:
+    from igw.addon import pins
+
+    eks = account.client("eks")
+    published: dict[str, list[dict[str, Any]]] = {}
+    for name, _pinned in pins.pinned_addons():
+        versions: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"addonName": name, "kubernetesVersion": kubernetes_version}
+        while True:
+            page = eks.describe_addon_versions(**kwargs)
+            for addon in page.get("addons") or []:
+                versions.extend(addon.get("addonVersions") or [])
+            if not page.get("nextToken"):
+                break
+            kwargs["nextToken"] = page["nextToken"]
+        published[name] = versions
+    return published
+
+
+def _hyperpod_instance_counts(account: AwsAccount, cluster_name: str) -> dict[str, int]:
+    """Instances per type in every HyperPod cluster orchestrated by this EKS cluster."""
+    eks_arn = account.client("eks").describe_cluster(name=cluster_name)["cluster"]["arn"]
+    sagemaker = account.client("sagemaker")
+    counts: dict[str, int] = {}
+    for page in sagemaker.get_paginator("list_clusters").paginate():
+        for summary in page.get("ClusterSummaries") or []:
+            cluster = sagemaker.describe_cluster(ClusterName=summary["ClusterName"])
+            if ((cluster.get("Orchestrator") or {}).get("Eks") or {}).get("ClusterArn") != eks_arn:
+                continue
+            for group in cluster.get("InstanceGroups") or []:
+                wanted = int(group.get("TargetCount", group.get("CurrentCount", 0)))
+                counts[group["InstanceType"]] = counts.get(group["InstanceType"], 0) + wanted
+    return counts
+
+
+def quota_values(service_quotas: Any) -> dict[str, float]:
+    """Every SageMaker quota of the account by name (``ListServiceQuotas``, all pages)."""
+    quotas: dict[str, float] = {}
+    for page in service_quotas.get_paginator("list_service_quotas").paginate(ServiceCode=QUOTA_SERVICE_CODE):
+        for quota in page.get("Quotas") or []:
+            quotas[str(quota.get("QuotaName", ""))] = float(quota.get("Value", 0.0))
+    return quotas
+
+
+def instance_quotas(counts: Mapping[str, int], values: Mapping[str, float]) -> list[InstanceQuota]:
+    """Requested instances per type next to the account's cluster-usage quota for it."""
+    return [
+        InstanceQuota(
+            instance_type=instance_type,
+            requested=requested,
+            quota=values.get(QUOTA_NAME.format(instance_type=instance_type)),
+        )
+        for instance_type, requested in sorted(counts.items())
+    ]
+
+
+def _instance_quotas(account: AwsAccount, cluster_name: str) -> list[InstanceQuota]:
+    counts = _hyperpod_instance_counts(account, cluster_name)
+    if not counts:
+        return []
+    return instance_quotas(counts, quota_values(account.client("service-quotas")))
+
+
 def aws_view(account: AwsAccount, *, cluster_name: str, extra_role_arns: Iterable[str] = ()) -> AwsView:
     """Every AWS fact the checks read, each one independently ``Missing`` on failure."""
     described = _attempt(f"eks:DescribeCluster {cluster_name}", lambda: _cluster(account, cluster_name))
@@ -231,4 +312,26 @@ def aws_view(account: AwsAccount, *, cluster_name: str, extra_role_arns: Iterabl
         roles.append(role)
     vpc_id = vpc.get("vpcId")
     lbs = _attempt("elasticloadbalancing:DescribeLoadBalancers", lambda: _load_balancers(account, vpc_id))
-    return AwsView(cluster=cluster, addons=addons, roles=roles, subnets=subnets, load_balancers=lbs)
+    published: dict[str, list[dict[str, Any]]] | Missing = Missing(
+        "the cluster's Kubernetes version is unknown"
+    )
+    if isinstance(cluster, EksCluster) and cluster.version:
+        version = cluster.version
+        published = _attempt("eks:DescribeAddonVersions", lambda: _published_versions(account, version))
+    quotas: list[InstanceQuota] | Missing = Missing(
+        "sagemaker/service-quotas clients not given", SkipKind.NOT_APPLICABLE
+    )
+    if account.provides("sagemaker") and account.provides("service-quotas"):
+        quotas = _attempt(
+            "sagemaker:DescribeCluster/servicequotas:ListServiceQuotas",
+            lambda: _instance_quotas(account, cluster_name),
+        )
+    return AwsView(
+        cluster=cluster,
+        addons=addons,
+        roles=roles,
+        subnets=subnets,
+        load_balancers=lbs,
+        published_addon_versions=published,
+        instance_quotas=quotas,
+    )

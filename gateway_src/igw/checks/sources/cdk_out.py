@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from igw.addon.pins import ADDON_NAME
+from igw.addon.pins import ADDON_NAME, CHART_NAME
 from igw.checks.inventory import (
     Addon,
     AwsView,
@@ -227,7 +227,8 @@ class _TemplateReader:
         self.manifests.extend(docs if isinstance(docs, list) else [docs])
 
     def _Custom_AWSCDK_EKS_HelmChart(self, logical: str, props: Mapping[str, Any]) -> None:  # noqa: N802
-        chart = str(render(props.get("Chart")))
+        # A chart from an asset (ours) has no Chart property; its release names it.
+        chart = str(render(props.get("Chart") or props.get("Release")))
         namespace = str(render(props.get("Namespace") or "default"))
         self.manifests.append(
             {
@@ -332,7 +333,7 @@ def load_cdk_out(root: Path) -> Inventory:
             reader.read(str(path), template)
     if not files:
         reader.errors.append(f"{root}: no *.template.json files (run cdk synth first)")
-    if ADDON_NAME in reader.addons:
+    if ADDON_NAME in reader.addons or _has_our_chart(reader.manifests):
         reader.manifests.append(_implied_crd())
     source = f"cdk.out {root}"
     kube = static_view(reader.manifests, source=source)
@@ -348,13 +349,21 @@ def load_cdk_out(root: Path) -> Inventory:
     return Inventory(kube=kube, aws=aws, source=source, errors=reader.errors)
 
 
+def _has_our_chart(manifests: list[Manifest]) -> bool:
+    """Our chart (``crds.enabled`` by default) brings the InferenceGatewayConfig CRD."""
+    return any(
+        m.get("kind") == "Deployment" and (m.get("metadata") or {}).get("name") == CHART_NAME
+        for m in manifests
+    )
+
+
 def _implied_crd() -> Manifest:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": f"inferencegatewayconfigs.{API_GROUP}",
-            "annotations": {DERIVED_ANNOTATION: f"installed by the {ADDON_NAME} add-on"},
+            "annotations": {DERIVED_ANNOTATION: "installed by the gateway chart or add-on"},
         },
         "spec": {"group": API_GROUP, "versions": [{"name": API_VERSION, "served": True}]},
     }

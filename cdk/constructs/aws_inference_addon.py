@@ -1,0 +1,142 @@
+"""AWS's own add-on, ``amazon-sagemaker-hyperpod-inference`` (only when the deployment config asks for
+``inference.addon.mode: awsManaged``), with what AWS documents it needs:
+
+- an execution role with the managed ``AmazonSageMakerHyperPodInferenceAccess``
+  (``executionRoleArn``), trusted by SageMaker and, through IRSA, by the operator's service account;
+- an S3 bucket for the TLS certificates the operator issues (``tlsCertificateS3Bucket``);
+- an IRSA role for ``hyperpod-inference-system:inference-gateway-controller`` with the managed
+  ``AmazonSageMakerHyperPodInferenceGatewayAccess`` (``inferenceGateway.serviceAccount.roleArn``),
+  created before the add-on because the controller reads it at start;
+- ``alb.enabled: false``: the platform stack already runs the Load Balancer Controller.
+
+The values are checked at synth against AWS's schema (:mod:`igw.addon.aws_addon`), never our chart's.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import aws_cdk as cdk
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from cdk.config import AddonConfig
+from cdk.constructs.buckets import access_log_bucket, logged_bucket
+from cdk.constructs.nag_ack import acknowledge, arn_of, managed_policy
+from cdk.constructs.workload_role import WorkloadRole
+from igw.addon import aws_addon, pins
+
+OPERATOR_SERVICE_ACCOUNT: Final = "hyperpod-inference-controller-manager"
+PLACEHOLDER_ROLE: Final = "arn:aws:iam::111111111111:role/placeholder"
+PLACEHOLDER_CLUSTER: Final = "arn:aws:sagemaker:us-west-2:111111111111:cluster/placeholder"
+
+
+class AwsInferenceAddon(Construct):
+    """Exposes ``addon`` (the ``CfnAddon``), ``execution_role``, ``gateway_role`` and ``tls_bucket``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        cluster: eks.ICluster,
+        oidc_provider: iam.IOidcProvider,
+        config: AddonConfig,
+        hyperpod_cluster_arn: str,
+    ) -> None:
+        super().__init__(scope, id_)
+        aws_values = aws_addon.values_for(
+            config.configuration_values,
+            execution_role_arn=PLACEHOLDER_ROLE,
+            tls_bucket="placeholder-bucket",
+            hyperpod_cluster_arn=PLACEHOLDER_CLUSTER,
+            gateway_role_arn=PLACEHOLDER_ROLE,
+            install_load_balancer_controller=True,
+        )
+        found = aws_addon.problems(aws_values)
+        if found:
+            raise aws_addon.AwsAddonValuesError(found)
+        self.access_logs = access_log_bucket(self, "AccessLogs", logs_of="TLS certificate bucket")
+        self.tls_bucket = logged_bucket(
+            self, "TlsCertificates", access_logs=self.access_logs, log_prefix="tls-certificates/"
+        )
+        operator = WorkloadRole(
+            self,
+            "OperatorIdentity",
+            cluster=cluster,
+            identity="irsa",
+            namespace=pins.ADDON_NAMESPACE,
+            service_account=OPERATOR_SERVICE_ACCOUNT,
+            oidc_provider=oidc_provider,
+            description="HyperPod inference operator (AWS's add-on) execution role",
+            extra_principals=[iam.ServicePrincipal("sagemaker.amazonaws.com")],
+        )
+        self.execution_role = operator.role
+        self.execution_role.add_managed_policy(
+            iam.ManagedPolicy.from_aws_managed_policy_name(aws_addon.EXECUTION_POLICY)
+        )
+        self.tls_bucket.grant_read_write(self.execution_role)
+        gateway = WorkloadRole(
+            self,
+            "GatewayControllerIdentity",
+            cluster=cluster,
+            identity="irsa",
+            namespace=pins.ADDON_NAMESPACE,
+            service_account=pins.AWS_GATEWAY_CONTROLLER_SERVICE_ACCOUNT,
+            oidc_provider=oidc_provider,
+            description="HyperPod inference gateway controller: imports its certificates into ACM",
+        )
+        self.gateway_role = gateway.role
+        self.gateway_role.add_managed_policy(
+            iam.ManagedPolicy.from_aws_managed_policy_name(aws_addon.GATEWAY_POLICY)
+        )
+        self.values = aws_addon.values_for(
+            config.configuration_values,
+            execution_role_arn=self.execution_role.role_arn,
+            tls_bucket=self.tls_bucket.bucket_name,
+            hyperpod_cluster_arn=hyperpod_cluster_arn,
+            gateway_role_arn=self.gateway_role.role_arn,
+            install_load_balancer_controller=True,
+        )
+        self.addon = eks.CfnAddon(
+            self,
+            "Addon",
+            cluster_name=cluster.cluster_name,
+            addon_name=pins.AWS_ADDON_NAME,
+            addon_version=config.version,
+            resolve_conflicts=config.conflict_policy,
+            configuration_values=cdk.Stack.of(self).to_json_string(self.values),
+            namespace_config=eks.CfnAddon.NamespaceConfigProperty(namespace=pins.ADDON_NAMESPACE),
+        )
+        self.addon.node.add_dependency(self.execution_role, self.gateway_role)
+        self._acknowledge()
+
+    def _acknowledge(self) -> None:
+        acknowledge(
+            self.execution_role,
+            "AwsSolutions-IAM4",
+            reason="AWS's add-on documents AmazonSageMakerHyperPodInferenceAccess as the operator "
+            "execution role's policy; AWS maintains it with the operator",
+            findings=[managed_policy(aws_addon.EXECUTION_POLICY)],
+        )
+        acknowledge(
+            self.gateway_role,
+            "AwsSolutions-IAM4",
+            reason="AWS's add-on documents AmazonSageMakerHyperPodInferenceGatewayAccess (ACM import of "
+            "the gateway's own certificates) as the gateway controller's policy",
+            findings=[managed_policy(aws_addon.GATEWAY_POLICY)],
+        )
+        acknowledge(
+            self.execution_role,
+            "AwsSolutions-IAM5",
+            reason="the operator writes certificate objects under any key of its own TLS bucket; CDK's "
+            "read/write grant is scoped to that one bucket",
+            findings=[
+                *(
+                    f"Action::s3:{action}"
+                    for action in ("GetBucket*", "GetObject*", "List*", "Abort*", "DeleteObject*")
+                ),
+                f"Resource::{arn_of(self.tls_bucket)}/*",
+            ],
+        )

@@ -1,0 +1,129 @@
+"""Our gateway on the cluster (the default): the chart in ``addon/chart`` installed through Helm under
+our release name, running the image built from ``gateway_src/Dockerfile``.
+
+The chart values come from the deployment config: the user's ``configurationValues``, the image, the
+served ``InferenceGatewayConfig`` and, with an endpoint, the ACM certificate the load balancer's TLS
+listener presents. They are validated at synth against the chart's own configuration schema with
+placeholders standing in for values CloudFormation only knows at deploy time (image URI, certificate
+ARN), so a mistake fails ``cdk synth`` rather than a Helm install ten minutes into ``cdk deploy``.
+The gateway calls no AWS API, so its service account gets no IAM role.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import aws_cdk as cdk
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+from cdk.config import REPO_ROOT, AddonConfig, GatewayConfigManifest
+from cdk.constructs.gateway_image import GatewayImage
+from cdk.constructs.nag_ack import acknowledge, asset_bucket, partition_of
+from igw.addon import configuration, pins, schemas
+
+PLACEHOLDER_REPOSITORY: Final = "111111111111.dkr.ecr.us-west-2.amazonaws.com/placeholder"
+PLACEHOLDER_CERTIFICATE: Final = (
+    "arn:aws:acm:us-west-2:111111111111:certificate/00000000-0000-0000-0000-000000000000"
+)
+RELEASE: Final = pins.CHART_NAME
+"""Helm release name; with no ``fullnameOverride`` it is also the gateway Service's name."""
+
+
+def chart_values(
+    config: AddonConfig,
+    *,
+    gateway_config: GatewayConfigManifest,
+    repository: str,
+    tag: str,
+    certificate_arn: str | None,
+) -> dict[str, Any]:
+    """The chart values for this deployment (the user's values win where they set the same key)."""
+    values: dict[str, Any] = json.loads(json.dumps(dict(config.configuration_values)))
+    image = values.setdefault("image", {})
+    image.setdefault("repository", repository)
+    image.setdefault("tag", tag)
+    gateway = values.setdefault("gateway", {})
+    gateway.setdefault(
+        "config",
+        {
+            "name": gateway_config.name,
+            "namespace": gateway_config.namespace,
+            "spec": json.loads(json.dumps(gateway_config.spec)),
+        },
+    )
+    if certificate_arn is not None:
+        service = values.setdefault("service", {})
+        service.setdefault("tls", {})["certificateArn"] = certificate_arn
+    return values
+
+
+class IgwChart(Construct):
+    """Exposes ``chart`` (the ``HelmChart``), ``image`` and ``values`` (as sent to Helm)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        cluster: eks.ICluster,
+        config: AddonConfig,
+        gateway_config: GatewayConfigManifest,
+        image: GatewayImage,
+        certificate_arn: str | None,
+    ) -> None:
+        super().__init__(scope, id_)
+        configuration.validated(
+            chart_values(
+                config,
+                gateway_config=gateway_config,
+                repository=PLACEHOLDER_REPOSITORY,
+                tag=pins.APP_VERSION,
+                certificate_arn=PLACEHOLDER_CERTIFICATE if certificate_arn is not None else None,
+            )
+        )
+        self.image = image
+        self.values = chart_values(
+            config,
+            gateway_config=gateway_config,
+            repository=image.repository,
+            tag=image.tag,
+            certificate_arn=certificate_arn,
+        )
+        chart_asset = s3_assets.Asset(self, "ChartAsset", path=str(REPO_ROOT / schemas.CHART_DIR))
+        _acknowledge_chart_asset_read(cluster)
+        self.chart = eks.HelmChart(
+            self,
+            "Chart",
+            cluster=cluster,
+            chart_asset=chart_asset,
+            release=RELEASE,
+            namespace=pins.ADDON_NAMESPACE,
+            create_namespace=True,
+            wait=True,
+            timeout=cdk.Duration.minutes(10),
+            values=self.values,
+        )
+
+
+def _acknowledge_chart_asset_read(cluster: eks.ICluster) -> None:
+    """Installing a chart from an asset grants the kubectl handler read access to the CDK asset bucket."""
+    provider = cluster.kubectl_provider
+    if provider is None:
+        return
+    handler = provider.node.try_find_child("Handler")
+    if handler is None:
+        return
+    stack = cdk.Stack.of(provider)
+    acknowledge(
+        handler.node.find_child("ServiceRole"),
+        "AwsSolutions-IAM5",
+        reason="the kubectl handler downloads our chart from the CDK asset bucket; CDK's asset grant is "
+        "object read on that bucket only",
+        findings=[
+            *(f"Action::s3:{action}" for action in ("GetBucket*", "GetObject*", "List*")),
+            f"Resource::arn:{partition_of(stack)}:s3:::{asset_bucket(stack)}/*",
+        ],
+    )

@@ -1,0 +1,193 @@
+"""`igw addon versions --check-pins` (DescribeAddonVersions through the Stubber, in the service's
+response shape) and `igw addon package --push` (ECR through the Stubber, the OCI push faked)."""
+
+from __future__ import annotations
+
+import base64
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from igw.addon import pin_check, pins, publish
+from igw.addon.eks_api import EksAddonApi
+from igw.cli import addon as addon_cli
+
+K8S = "1.34"
+
+
+def _version(name: str, *, default: bool = False, cluster: str = K8S) -> dict:
+    return {
+        "addonVersion": name,
+        "architecture": ["amd64", "arm64"],
+        "computeTypes": ["ec2"],
+        "compatibilities": [
+            {"clusterVersion": cluster, "platformVersions": ["*"], "defaultVersion": default}
+        ],
+        "requiresConfiguration": False,
+        "requiresIamPermissions": False,
+    }
+
+
+def _page(name: str, versions: list[dict]) -> dict:
+    return {
+        "addons": [
+            {
+                "addonName": name,
+                "type": "networking",
+                "publisher": "eks",
+                "owner": "aws",
+                "addonVersions": versions,
+            }
+        ]
+    }
+
+
+def _published(pinned: str) -> list[dict]:
+    """What EKS lists for a pin: the pin itself and a newer default."""
+    major, rest = pinned.split("-eksbuild.")
+    return [_version(f"{major}-eksbuild.{int(rest) + 1}", default=True), _version(pinned)]
+
+
+@pytest.fixture
+def stubbed():
+    client = boto3.client("eks", region_name="us-west-2")
+    stubber = Stubber(client)
+    with stubber:
+        yield EksAddonApi(client), stubber
+    stubber.assert_no_pending_responses()
+
+
+def test_every_pin_is_checked_for_the_kubernetes_version(stubbed):
+    api, stubber = stubbed
+    for name, version in pins.pinned_addons():
+        stubber.add_response(
+            "describe_addon_versions",
+            _page(name, _published(version)),
+            {"addonName": name, "kubernetesVersion": K8S},
+        )
+    statuses = pin_check.check_pins(
+        pins.pinned_addons(),
+        lambda name: api.addon_versions(name=name, kubernetes_version=K8S),
+        kubernetes_version=K8S,
+    )
+    assert [s.name for s in statuses] == [name for name, _ in pins.pinned_addons()]
+    assert {s.verdict for s in statuses} == {"behind"}
+    assert "EKS's default is now" in statuses[0].message
+
+
+def test_unpublished_pin_names_the_newest_compatible(stubbed):
+    api, stubber = stubbed
+    stubber.add_response(
+        "describe_addon_versions",
+        _page("vpc-cni", [_version("v1.20.4-eksbuild.2", default=True), _version("v1.19.6-eksbuild.7")]),
+        {"addonName": "vpc-cni", "kubernetesVersion": K8S},
+    )
+    (status,) = pin_check.check_pins(
+        [("vpc-cni", "v1.19.2-eksbuild.1")],
+        lambda name: api.addon_versions(name=name, kubernetes_version=K8S),
+        kubernetes_version=K8S,
+    )
+    assert status.verdict == "unpublished"
+    assert status.message == (
+        "vpc-cni v1.19.2-eksbuild.1 is not published for this Kubernetes version; newest compatible is "
+        "v1.20.4-eksbuild.2"
+    )
+
+
+def test_compatibility_with_another_kubernetes_version_does_not_count():
+    status = pin_check.status_of(
+        "metrics-server",
+        "v0.7.2-eksbuild.4",
+        [_version("v0.7.2-eksbuild.4", cluster="1.30")],
+        kubernetes_version=K8S,
+    )
+    assert status.verdict == "unpublished"
+    assert status.newest is None
+
+
+def test_cli_check_pins_exits_1_on_an_unpublished_pin(monkeypatch, capsys):
+    client = boto3.client("eks", region_name="us-west-2")
+    stubber = Stubber(client)
+    for name, version in pins.pinned_addons():
+        versions = (
+            _published(version) if name != "metrics-server" else [_version("v0.8.0-eksbuild.1", default=True)]
+        )
+        stubber.add_response(
+            "describe_addon_versions", _page(name, versions), {"addonName": name, "kubernetesVersion": K8S}
+        )
+    stubber.activate()
+    args = addon_cli.argparse.Namespace(check_pins=True, kubernetes_version=K8S, addon_name=None)
+    assert addon_cli._versions(args, EksAddonApi(client)) == 1
+    out = capsys.readouterr().out
+    assert "UNPUBLISHED metrics-server v0.7.2-eksbuild.4 is not published" in out
+    assert out.count("\n") == len(pins.pinned_addons())
+    stubber.assert_no_pending_responses()
+
+
+class RecordingPusher:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, archive, remote, *, host, username, password):
+        self.calls.append((archive.name, remote, host, username, password))
+
+
+def test_package_push_creates_the_repository_and_pushes_with_ecr_credentials(tmp_path):
+    ecr = boto3.client("ecr", region_name="us-west-2")
+    stubber = Stubber(ecr)
+    repository = f"igw-charts/{pins.CHART_NAME}"
+    stubber.add_client_error(
+        "describe_repositories",
+        "RepositoryNotFoundException",
+        "not found",
+        400,
+        expected_params={"repositoryNames": [repository]},
+    )
+    stubber.add_response(
+        "create_repository",
+        {"repository": {"repositoryName": repository}},
+        {
+            "repositoryName": repository,
+            "imageTagMutability": "IMMUTABLE",
+            "imageScanningConfiguration": {"scanOnPush": True},
+            "encryptionConfiguration": {"encryptionType": "AES256"},
+        },
+    )
+    token = base64.b64encode(b"AWS:secret-password").decode()
+    registry = "111111111111.dkr.ecr.us-west-2.amazonaws.com"
+    stubber.add_response(
+        "get_authorization_token",
+        {"authorizationData": [{"authorizationToken": token, "proxyEndpoint": f"https://{registry}"}]},
+        {},
+    )
+    pusher = RecordingPusher()
+    with stubber:
+        published = publish.publish(destination=tmp_path, ecr=ecr, pusher=pusher)
+    stubber.assert_no_pending_responses()
+    archive = f"{pins.CHART_NAME}-{pins.CHART_VERSION}.tgz"
+    assert pusher.calls == [(archive, f"oci://{registry}/igw-charts", registry, "AWS", "secret-password")]
+    assert published.reference == f"oci://{registry}/igw-charts/{pins.CHART_NAME}:{pins.CHART_VERSION}"
+    assert published.schema.is_file()
+
+
+def test_package_push_reports_a_denied_token(tmp_path):
+    ecr = boto3.client("ecr", region_name="us-west-2")
+    stubber = Stubber(ecr)
+    stubber.add_response(
+        "describe_repositories", {"repositories": []}, {"repositoryNames": [f"igw-charts/{pins.CHART_NAME}"]}
+    )
+    stubber.add_client_error("get_authorization_token", "AccessDeniedException", "denied", 400)
+    pusher = RecordingPusher()
+    with stubber, pytest.raises(publish.PublishError, match="ecr:GetAuthorizationToken"):
+        publish.publish(destination=tmp_path, ecr=ecr, pusher=pusher)
+    assert pusher.calls == []
+
+
+def test_chart_names_our_addon_not_awss():
+    import yaml
+
+    from igw.addon import chart
+
+    metadata = yaml.safe_load((chart.chart_dir() / "Chart.yaml").read_text())
+    assert metadata["annotations"]["igw.io/eks-addon-name"] == pins.IGW_ADDON_NAME != pins.AWS_ADDON_NAME

@@ -1,0 +1,60 @@
+"""Existing-cluster mode: only the platform add-ons and the gateway; no VPC, cluster or HyperPod."""
+
+from __future__ import annotations
+
+import json
+
+from aws_cdk import assertions
+
+from igw.addon import pins
+from tests.cdk.conftest import EXISTING_OIDC
+
+
+def test_existing_cluster_creates_no_vpc_cluster_or_hyperpod(existing):
+    assert set(existing.templates) == {"cluster", "platform", "inference"}
+    for template in existing.templates.values():
+        types = {resource["Type"] for resource in template["Resources"].values()}
+        assert not types & {
+            "AWS::EKS::Cluster",
+            "AWS::EC2::VPC",
+            "AWS::SageMaker::Cluster",
+            "AWS::EKS::Nodegroup",
+        }
+
+
+def test_kubectl_handler_gets_an_access_entry_on_the_existing_cluster(existing):
+    access = assertions.Template.from_json(existing.templates["cluster"])
+    access.has_resource_properties(
+        "AWS::EKS::AccessEntry",
+        {
+            "ClusterName": "igw-inference",
+            "AccessPolicies": [
+                assertions.Match.object_like({"AccessScope": {"Type": "cluster"}}),
+            ],
+        },
+    )
+    (entry,) = access.find_resources("AWS::EKS::AccessEntry").values()
+    assert "Fn::GetAtt" in json.dumps(entry["Properties"]["PrincipalArn"])
+
+
+def test_installed_addons_are_left_alone_and_irsa_uses_the_existing_provider(existing):
+    platform = assertions.Template.from_json(existing.templates["platform"])
+    names = {a["Properties"]["AddonName"] for a in platform.find_resources("AWS::EKS::Addon").values()}
+    assert pins.POD_IDENTITY_AGENT_ADDON not in names
+    assert {d.name for d in pins.DEPENDENCY_ADDONS} <= names
+    platform.has_resource_properties(
+        "AWS::EKS::Addon",
+        {
+            "AddonName": pins.VPC_CNI_ADDON,
+            "ConfigurationValues": assertions.Match.serialized_json({"enableNetworkPolicy": "true"}),
+        },
+    )
+    platform.resource_count_is("AWS::IAM::OIDCProvider", 0)
+    trust = json.dumps(platform.find_resources("AWS::IAM::Role"))
+    assert EXISTING_OIDC in trust
+
+
+def test_gateway_chart_installed_into_the_existing_cluster(existing):
+    inference = assertions.Template.from_json(existing.templates["inference"])
+    (chart,) = inference.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
+    assert chart["Properties"]["ClusterName"] == "igw-inference"
