@@ -26,6 +26,8 @@ from igw.config.model import GatewayConfig
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.errors import error_response
 from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
+from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
+from igw.gateway.heartbeat import heartbeat_context
 from igw.gateway.inference import SESSION_KEY, STATE_KEY, handle_inference
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
@@ -195,4 +197,6 @@ def create_app(
             await state.guard.close()
 
     app.cleanup_ctx.append(services)
+    if config.extensions.get(HEARTBEAT_EXTENSION):
+        app.cleanup_ctx.append(heartbeat_context(state, config.extensions[HEARTBEAT_EXTENSION]))
     return app
