@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -281,6 +281,50 @@ def build_heartbeat(
     )
 
 
+class Ticker:
+    """Runs ``tick`` every ``interval_s`` until :meth:`stop`.
+
+    Stopping sets an event the loop waits on instead of only cancelling the task: redis-py's
+    asyncio client can swallow a ``CancelledError`` that arrives while it checks a pooled
+    connection, which would leave a cancelled loop running and ``stop`` waiting forever. The task
+    is still cancelled if it does not end within ``stop_timeout_s``.
+    """
+
+    def __init__(
+        self,
+        tick: Callable[[], Awaitable[None]],
+        *,
+        interval_s: float,
+        name: str,
+        stop_timeout_s: float = 2.0,
+    ) -> None:
+        self._tick = tick
+        self._interval_s = interval_s
+        self._name = name
+        self._stop_timeout_s = stop_timeout_s
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
+            await self._tick()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._task is None:
+            return
+        done, _ = await asyncio.wait({self._task}, timeout=self._stop_timeout_s)
+        if not done:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
 class HeartbeatPublisher:
     """Publishes :func:`build_heartbeat` every ``interval`` until stopped."""
 
@@ -304,7 +348,7 @@ class HeartbeatPublisher:
         self._window = LoadWindow(settings.window_s)
         self._seq = 0
         self._failing = False
-        self._task: asyncio.Task[None] | None = None
+        self._ticker = Ticker(self._tick, interval_s=settings.interval_s, name="igw-heartbeat")
 
     @property
     def published(self) -> int:
@@ -324,32 +368,25 @@ class HeartbeatPublisher:
         await self._client.set(self._settings.key, beat.encode(), px=int(self._settings.ttl_s * 1000))
         self._seq += 1
 
-    async def _loop(self) -> None:
+    async def _tick(self) -> None:
         from redis.exceptions import RedisError
 
-        while True:
-            try:
-                await self.publish_once()
-                if self._failing:
-                    log.warning("heartbeat to %s is being published again", self._settings.key)
-                    self._failing = False
-            except (RedisError, OSError) as exc:
-                if not self._failing:
-                    log.error(
-                        "heartbeat %s not published (%s); retrying", self._settings.key, type(exc).__name__
-                    )
-                    self._failing = True
-            await asyncio.sleep(self._settings.interval_s)
+        try:
+            await self.publish_once()
+            if self._failing:
+                log.warning("heartbeat to %s is being published again", self._settings.key)
+                self._failing = False
+        except (RedisError, OSError) as exc:
+            if not self._failing:
+                log.error("heartbeat %s not published (%s); retrying", self._settings.key, type(exc).__name__)
+                self._failing = True
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="igw-heartbeat")
+        self._ticker.start()
 
     async def stop(self) -> None:
         """Stop publishing and delete the key, so routers drain this cluster at once, not after staleness."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._ticker.stop()
         with contextlib.suppress(Exception):
             await self._client.delete(self._settings.key)
         await self._client.aclose()  # type: ignore[attr-defined]  # types-redis predates aclose

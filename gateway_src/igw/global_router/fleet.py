@@ -8,13 +8,12 @@ replica computes the same state from the same shared heartbeats, so replicas nee
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Callable
 from typing import Any
 
+from igw.gateway.heartbeat import Ticker
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig
 from igw.global_router.health import ClusterHealth, Transition
 from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown
@@ -50,7 +49,9 @@ class Fleet:
         self.polled = False
         self.transitions: list[Transition] = []
         """Every failover and recovery so far, in order (also counted in the metrics)."""
-        self._task: asyncio.Task[None] | None = None
+        self._ticker = Ticker(
+            self._tick, interval_s=config.heartbeats.poll_interval_s, name="igw-global-poll"
+        )
         self._logged_down = False
         self.evaluate()
 
@@ -102,20 +103,17 @@ class Fleet:
                 self.config.failover.slow_start_s,
             )
 
-    async def _loop(self) -> None:
-        while True:
-            with contextlib.suppress(Exception):  # one bad poll must not end polling
-                await self.poll_once()
-            await asyncio.sleep(self.config.heartbeats.poll_interval_s)
+    async def _tick(self) -> None:
+        try:
+            await self.poll_once()
+        except Exception:  # one bad poll must not end polling
+            log.exception("heartbeat poll failed")
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="igw-global-heartbeats")
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._ticker.stop()
         if self._reader is not None:
             await self._reader.close()
 
