@@ -26,6 +26,7 @@ from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.fleet import Fleet
 from igw.global_router.server import ROUTER_KEY, create_global_app
+from tests.gateway.conftest import wait_for
 from tests.gateway.fake_model_server import FakeModelServer
 from tests.global_router.support import MODEL, beat, global_doc
 from tests.security.helpers import RedisServer
@@ -170,8 +171,11 @@ async def test_cluster_crash_is_redirected_fast_with_no_failed_request(redis_ser
         await asyncio.sleep(0.5)
         killed_at = await fx.crash("east-a")
         for f in fx.fleets:
-            while not any(t.cluster == "east-a" and t.kind == "failover" for t in f.transitions):
-                await asyncio.sleep(0.02)
+            await wait_for(
+                lambda f=f: any(t.cluster == "east-a" and t.kind == "failover" for t in f.transitions),
+                within=10,
+                what="east-a drained",
+            )
         await asyncio.sleep(0.5)
         stop.set()
         await asyncio.gather(*loaders)
@@ -189,8 +193,7 @@ async def test_stale_heartbeat_alone_drains_a_silent_cluster(redis_server: Redis
     async with fleet(redis_server) as fx:
         fx.clusters["east-b"].alive = False  # heartbeats stop, server still answers
         t0 = time.monotonic()
-        while fx.fleets[0].health["east-b"].available():
-            await asyncio.sleep(0.02)
+        await wait_for(lambda: not fx.fleets[0].health["east-b"].available(), within=10, what="drain")
         assert fx.fleets[0].health["east-b"].drain_reason == "stale"
         assert time.monotonic() - t0 >= 0.5  # not before the staleness threshold
         assert "east-b" not in await served_by(fx, 20)
@@ -200,17 +203,16 @@ async def test_stale_heartbeat_alone_drains_a_silent_cluster(redis_server: Redis
 async def test_return_ramps_up_gradually(redis_server: RedisServer) -> None:
     async with fleet(redis_server, failover={**FAST["failover"], "slowStartSeconds": 3}) as fx:
         await fx.crash("east-a")
-        while fx.fleets[0].health["east-a"].available():
-            await asyncio.sleep(0.02)
+        await wait_for(lambda: not fx.fleets[0].health["east-a"].available(), within=10, what="drain")
         await fx.revive("east-a")
-        while not fx.fleets[0].health["east-a"].available():
-            await asyncio.sleep(0.02)
+        await wait_for(lambda: fx.fleets[0].health["east-a"].available(), within=10, what="return")
         early = fx.fleets[0].health["east-a"].ramp(now=time.monotonic())
         assert early < 0.5
         assert 0 < await fx.metric("igw_global_cluster_ramp", cluster="east-a") < 1
         first = await served_by(fx, 40)
-        while fx.fleets[0].health["east-a"].ramp(now=time.monotonic()) < 1.0:
-            await asyncio.sleep(0.05)
+        await wait_for(
+            lambda: fx.fleets[0].health["east-a"].ramp(now=time.monotonic()) >= 1.0, within=10, what="full"
+        )
         later = await served_by(fx, 40)
         assert first["east-a"] < later["east-a"]
         assert await fx.metric("igw_global_recovery_events_total", cluster="east-a") == 1
@@ -274,8 +276,9 @@ async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
         for name in list(fx.clusters):
             await fx.crash(name)
         for f in fx.fleets:
-            while any(h.available() for h in f.health.values()):
-                await asyncio.sleep(0.02)
+            await wait_for(
+                lambda f=f: not any(h.available() for h in f.health.values()), within=10, what="all drained"
+            )
         async with await fx.post({"model": MODEL, "prompt": "x"}) as resp:
             assert resp.status == 503
             assert (await resp.json())["error"]["code"] == "no_healthy_cluster"
