@@ -12,8 +12,8 @@ from typing import Any, Final
 
 import yaml
 
-from igw.config.crd import to_structural
-from igw.config.model import API_GROUP, API_VERSION
+from igw.config.crd import crd_document, to_structural
+from igw.config.model import API_GROUP
 from igw.global_router.schema import KIND, global_schema
 
 PLURAL: Final = "globalrouterconfigs"
@@ -44,33 +44,13 @@ def openapi_schema(folder: Path | None = None) -> dict[str, Any]:
 
 
 def build_crd(folder: Path | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME},
-        "spec": {
-            "group": API_GROUP,
-            "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "shortNames": ["grc"],
-                "categories": ["inference"],
-            },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": API_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [dict(column) for column in PRINTER_COLUMNS],
-                    "schema": {"openAPIV3Schema": openapi_schema(folder)},
-                }
-            ],
-        },
-    }
+    return crd_document(
+        kind=KIND,
+        plural=PLURAL,
+        short_names=("grc",),
+        printer_columns=PRINTER_COLUMNS,
+        schema=openapi_schema(folder),
+    )
 
 
 def render_global_crd(root: Path) -> str:

@@ -3,7 +3,7 @@
 Tenant-wide limits (``spec.rateLimits``) are enforced by the request guard exactly as in a tier-1
 gateway (same settings, same buckets, same 429s). This module adds ``spec.modelRateLimits``: the
 most specific entry for (tenant, model) applies - ``tenant+model``, ``tenant+*``, ``*+model``,
-``*+*`` - with its own pair of token buckets keyed ``<keyPrefix>m:<tenant>|<model>``. The buckets are
+``*+*`` - with its own pair of token buckets keyed ``<keyPrefix><tenant>|model=<model>``. The buckets are
 the tier-1 ones (:mod:`igw.security.ratelimit`: the same arithmetic in one Lua script per decision,
 on Redis's clock), so replicas agree and limits mean the same at both tiers. When Redis cannot
 answer, ``spec.rateLimits.onRedisUnavailable`` applies as in tier 1 (local buckets, allow, deny).
@@ -11,19 +11,14 @@ answer, ``spec.rateLimits.onRedisUnavailable`` applies as in tier 1 (local bucke
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
-from igw.gateway.guards import GuardDenied
 from igw.global_router.config import ModelLimit
 from igw.security.clock import Clock
-from igw.security.denials import limiter_unavailable, rate_limited
-from igw.security.ratelimit.backend import BACKENDS, BackendUnavailable, RateLimitBackend
-from igw.security.ratelimit.buckets import Decision
-from igw.security.ratelimit.local import LocalBuckets
+from igw.security.ratelimit.backend import BACKENDS, RateLimitBackend
+from igw.security.ratelimit.limiter import RateLimiter
 from igw.security.settings import RateLimitSettings, TenantLimits
-
-log = logging.getLogger("igw.global_router")
 
 WILDCARD = "*"
 
@@ -47,7 +42,12 @@ def _limits(entry: ModelLimit) -> TenantLimits:
 
 
 class ModelRateLimits:
-    """Admission and accounting for ``spec.modelRateLimits``."""
+    """Admission and accounting for ``spec.modelRateLimits``.
+
+    Each entry gets a tier-1 :class:`~igw.security.ratelimit.limiter.RateLimiter` whose default limits
+    are the entry's; all share one backend, so the unavailable policy, the local fallback and the 429s
+    are exactly tier 1's. The bucket key names tenant and model (:meth:`bucket_key`).
+    """
 
     def __init__(
         self,
@@ -58,11 +58,13 @@ class ModelRateLimits:
         backend: RateLimitBackend | None = None,
     ) -> None:
         self._entries = tuple(entries)
-        self._settings = settings
-        self._clock = clock
         self._backend = backend if backend is not None else BACKENDS[settings.backend](settings, clock)
-        self._fallback = LocalBuckets(clock=clock)
-        self._down_until = float("-inf")
+        self._limiters = {
+            (e.tenant, e.model): RateLimiter(
+                settings=replace(settings, default=_limits(e), tenants={}), backend=self._backend, clock=clock
+            )
+            for e in self._entries
+        }
 
     @property
     def enabled(self) -> bool:
@@ -70,61 +72,24 @@ class ModelRateLimits:
 
     @staticmethod
     def bucket_key(tenant: str, model: str) -> str:
-        return f"m:{tenant}|{model}"
+        return f"{tenant}|model={model}"
+
+    def _limiter(self, tenant: str, model: str) -> RateLimiter | None:
+        entry = resolve(self._entries, tenant=tenant, model=model)
+        return None if entry is None else self._limiters[(entry.tenant, entry.model)]
 
     async def admit(self, *, tenant: str, model: str, est_tokens: int) -> None:
         """Raise :class:`GuardDenied` (429 + ``Retry-After``) when over the (tenant, model) limit."""
-        entry = resolve(self._entries, tenant=tenant, model=model)
-        if entry is None:
-            return
-        limits = _limits(entry)
-        if not limits.limited:
-            return
-        decision = await self._decide(self.bucket_key(tenant, model), limits, est_tokens)
-        if decision is None:
-            raise limiter_unavailable(tenant=tenant)
-        if not decision.allowed:
-            assert decision.limit is not None
-            denied = rate_limited(tenant=tenant, limit=decision.limit, retry_after_s=decision.retry_after_s)
-            raise GuardDenied(
-                status=denied.status,
-                message=f"{denied.message} on model {model!r}",
-                error_type=denied.error_type,
-                code=denied.code,
-                headers=denied.headers,
-            )
+        limiter = self._limiter(tenant, model)
+        if limiter is not None:
+            await limiter.admit(tenant=self.bucket_key(tenant, model), est_tokens=est_tokens)
 
     async def account(self, *, tenant: str, model: str, tokens: int) -> None:
-        entry = resolve(self._entries, tenant=tenant, model=model)
-        if entry is None or entry.tokens_per_minute is None or tokens <= 0:
-            return
-        key, limits = self.bucket_key(tenant, model), _limits(entry)
-        if self._clock() >= self._down_until:
-            try:
-                await self._backend.account(tenant=key, limits=limits, tokens=tokens)
-                return
-            except BackendUnavailable as exc:
-                self._failed(exc)
-        if self._settings.on_redis_unavailable == "local":
-            await self._fallback.account(tenant=key, limits=limits, tokens=tokens)
-
-    async def _decide(self, key: str, limits: TenantLimits, est_tokens: int) -> Decision | None:
-        if self._clock() >= self._down_until:
-            try:
-                return await self._backend.admit(tenant=key, limits=limits, est_tokens=est_tokens)
-            except BackendUnavailable as exc:
-                self._failed(exc)
-        policy = self._settings.on_redis_unavailable
-        if policy == "allow":
-            return Decision(allowed=True)
-        if policy == "deny":
-            return None
-        return await self._fallback.admit(tenant=key, limits=limits, est_tokens=est_tokens)
-
-    def _failed(self, exc: BackendUnavailable) -> None:
-        if self._clock() >= self._down_until:
-            log.error("model rate-limit backend unavailable (%s); onRedisUnavailable applies", exc)
-        self._down_until = self._clock() + self._settings.redis.retry_after_failure_s
+        limiter = self._limiter(tenant, model)
+        if limiter is not None:
+            await limiter.account(
+                tenant=self.bucket_key(tenant, model), prompt_tokens=tokens, completion_tokens=0
+            )
 
     async def close(self) -> None:
         await self._backend.close()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import aiohttp
@@ -30,6 +30,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from igw.gateway.app import healthz, openai_errors
 from igw.gateway.errors import error_response
 from igw.gateway.guards import GuardDenied, RequestGuard
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
@@ -238,10 +239,6 @@ async def _models(request: web.Request) -> web.StreamResponse:
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
 
-async def _healthz(_request: web.Request) -> web.StreamResponse:
-    return web.Response(text="ok")
-
-
 async def _readyz(request: web.Request) -> web.StreamResponse:
     router = request.app[ROUTER_KEY]
     ready, detail = router.fleet.readiness()
@@ -257,23 +254,6 @@ async def _readyz(request: web.Request) -> web.StreamResponse:
 async def _metrics(request: web.Request) -> web.StreamResponse:
     payload = generate_latest(request.app[ROUTER_KEY].metrics.registry)
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-@web.middleware
-async def _openai_errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return error_response(
-            exc.status,
-            message=f"{request.method} {request.path}: {exc.reason}",
-            error_type="invalid_request_error",
-            headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
-        )
 
 
 def create_global_app(
@@ -322,12 +302,12 @@ def create_global_app(
         fleet=fleet,
         anonymous_tenant=limit_settings.anonymous_tenant,
     )
-    app = web.Application(client_max_size=MAX_REQUEST_BODY_BYTES, middlewares=[_openai_errors])
+    app = web.Application(client_max_size=MAX_REQUEST_BODY_BYTES, middlewares=[openai_errors])
     app[ROUTER_KEY] = router
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_get("/v1/models", _models)
-    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
 
