@@ -219,7 +219,8 @@ async def test_return_ramps_up_gradually(redis_server: RedisServer) -> None:
 
 
 async def test_region_down_goes_cross_region_and_shows_in_metrics(redis_server: RedisServer) -> None:
-    async with fleet(redis_server) as fx:
+    # maxAttempts 1: connect failures to the dead region must not use up the attempts
+    async with fleet(redis_server, routing={"maxAttempts": 1}) as fx:
         await fx.crash("east-a")
         await fx.crash("east-b")
         where = await served_by(fx, 20)

@@ -10,6 +10,7 @@ Examples::
     igw bench --tune                               # weight search (default candidates and scenarios)
     igw bench mixed-fleet-8b --mode live --peers   # real HTTP: gateway, round-robin proxy, peer routers
     igw bench global                               # tier 2: failover, ramp-up, regional failover, cost
+    igw bench global-des                           # tier 2 in virtual time: 10 regions x 20 clusters
 """
 
 from __future__ import annotations
@@ -99,6 +100,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.scenarios == ["global-des"]:
+        from pathlib import Path
+
+        from igw.bench.global_des import run_global_des_command
+
+        seed = args.seeds[0] if args.seeds else 1
+        command = "igw bench global-des" + (" --quick" if args.quick else "")
+        return run_global_des_command(out=Path(args.out), quick=args.quick, seed=seed, command=command)
     if args.scenarios == ["global"]:
         from pathlib import Path
 

@@ -10,7 +10,10 @@ the same OpenAI-shaped errors (:mod:`igw.gateway.errors`). Per request:
 2. ask the fleet for the clusters to try (:mod:`igw.global_router.policy`);
 3. forward to the first with the tier-1 exchange (:func:`igw.gateway.upstream.exchange`); a
    connect failure, a 429 or a 5xx *before anything reached the client* moves on to the next
-   cluster, up to ``routing.maxAttempts`` - so a dying cluster costs no failed non-streaming request;
+   cluster - so a dying cluster costs no failed non-streaming request. ``routing.maxAttempts``
+   bounds the clusters that *answered*; connect failures cost one round trip and no model work,
+   so they move on without counting (a dead region's clusters cannot exhaust the attempts before
+   the healthy region is reached);
 4. once a stream has started it is never retried: an upstream that dies mid-stream ends the
    client's stream with an OpenAI-style SSE error event and ``[DONE]``.
 
@@ -138,7 +141,7 @@ async def _route(
             code="model_not_found",
             param="model",
         )
-    choices = router.fleet.plan(model)[: router.config.routing.max_attempts]
+    choices = router.fleet.plan(model)
     if not choices:
         m.requests.labels(model, "503").inc()
         return error_response(
@@ -155,7 +158,10 @@ async def _route(
     )
     session = request.app[SESSION_KEY]
     last: ExchangeResult | None = None
+    answered = 0
     for choice in choices:
+        if answered >= router.config.routing.max_attempts:
+            break
         cluster = choice.cluster
         m.decisions.labels(cluster.name, cluster.region, choice.reason).inc()
         try:
@@ -176,6 +182,7 @@ async def _route(
             m.retries.labels(cluster.name, "connect").inc()
             continue
         last = result
+        answered += 1
         if not result.response.prepared and result.status in RETRY_STATUSES:
             if result.status != 429:
                 router.fleet.record_outcome(cluster.name, ok=False)
