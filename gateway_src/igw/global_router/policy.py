@@ -17,8 +17,11 @@ here reads a clock, a socket or a global. The order is:
      weighted random order with weight ``capacityWeight × headroom / (predicted P99 TTFT + 50 ms)``
      (load spreads in proportion to capacity and spare room instead of piling onto one cluster);
    - ``cost-first-within-slo``: clusters whose *predicted* P99 TTFT (the heartbeat's recent P99
-     plus ``interRegionPenaltySeconds`` outside the router's region) is under the SLO, cheapest
-     first (equal prices in the weighted order above); then the others, latency-first.
+     plus ``interRegionPenaltySeconds`` outside the router's region) is under the SLO, in the
+     weighted order above with each weight multiplied by ``(cheapest price / price) ** 4``; then
+     the others, latency-first. Weighting rather than strictly cheapest-first keeps every router
+     from piling onto the one cheapest cluster between two heartbeats (which the discrete-event
+     model showed ending in 429s).
 
 The weighted random order is Efraimidis-Spirakis sampling (key ``u ** (1 / w)``): the first
 element is chosen with probability proportional to its weight, and the rest form the retry order.
@@ -28,13 +31,15 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from igw.gateway.heartbeat import Heartbeat
 from igw.global_router.config import ClusterSpec, RoutingSpec
 
+COST_EXPONENT: Final = 4
+"""How strongly cost-first favours cheaper clusters: a cluster twice the price gets 1/16 of the weight."""
 TTFT_FLOOR_S: Final = 0.05
 """Added to the predicted TTFT in the weight, so a cluster without TTFT data is not infinitely good."""
 
@@ -82,15 +87,37 @@ def _weight(state: ClusterState, predicted: float) -> float:
 
 
 def _weighted_order(
-    states: Sequence[ClusterState], *, region: str, routing: RoutingSpec, rng: random.Random
+    states: Sequence[ClusterState],
+    *,
+    region: str,
+    routing: RoutingSpec,
+    rng: random.Random,
+    factor: Callable[[ClusterState], float] = lambda _state: 1.0,
 ) -> list[ClusterState]:
     keyed = []
     for state in states:
-        weight = _weight(state, predicted_ttft(state, region=region, routing=routing))
+        weight = _weight(state, predicted_ttft(state, region=region, routing=routing)) * factor(state)
         u = rng.random() or 1e-12
         keyed.append((math.log(u) / weight, state.spec.name, state))
     keyed.sort(key=lambda item: (item[0], item[1]), reverse=True)
     return [state for _, _, state in keyed]
+
+
+def _cost_factor(states: Sequence[ClusterState]) -> Callable[[ClusterState], float]:
+    """``(cheapest price / price) ** COST_EXPONENT``; a cluster without a price counts as twice the
+    dearest one. Strongly favours cheap clusters without sending *everything* to the cheapest one."""
+    prices = [p for s in states if (p := s.spec.cost_per_million_tokens) is not None and p > 0]
+    if not prices:
+        return lambda _state: 1.0
+    floor, unknown = min(prices), 2 * max(prices)
+
+    def factor(state: ClusterState) -> float:
+        price = state.spec.cost_per_million_tokens
+        if price is None:
+            price = unknown
+        return 1.0 if price <= 0 else (floor / price) ** COST_EXPONENT
+
+    return factor
 
 
 def _latency_first(
@@ -125,14 +152,8 @@ def plan(
         slo = routing.ttft_p99_slo_s
         within = [s for s in roomy if predicted_ttft(s, region=region, routing=routing) < slo]
         over = [s for s in roomy if predicted_ttft(s, region=region, routing=routing) >= slo]
-        by_weight = _weighted_order(within, region=region, routing=routing, rng=rng)
-        rank = {id(s): i for i, s in enumerate(by_weight)}
-        cheapest = sorted(
-            within,
-            key=lambda s: (
-                math.inf if s.spec.cost_per_million_tokens is None else s.spec.cost_per_million_tokens,
-                rank[id(s)],
-            ),
+        cheapest = _weighted_order(
+            within, region=region, routing=routing, rng=rng, factor=_cost_factor(within)
         )
         ordered = [
             *((s, "cost-within-slo") for s in cheapest),
