@@ -10,9 +10,10 @@ import pytest
 
 from tests.gateway.conftest import gateway
 from tests.global_router.support import redis_on_path
+from tests.security.conftest import ca, client_ssl, clock, jwks_server, keys, tokens
 from tests.security.helpers import RedisServer, start_redis
 
-__all__ = ["gateway", "redis_server"]
+__all__ = ["ca", "client_ssl", "clock", "gateway", "jwks_server", "keys", "redis_server", "tokens"]
 
 
 @pytest.fixture
