@@ -86,6 +86,17 @@ class GlobalRouter:
 ROUTER_KEY = web.AppKey("igw_global_router", GlobalRouter)
 
 
+def _no_cluster(message: str) -> web.Response:
+    """503 when no cluster can take the request; clients retry after a second (failover is that fast)."""
+    return error_response(
+        503,
+        message=message,
+        error_type="service_unavailable",
+        code="no_healthy_cluster",
+        headers={"Retry-After": "1"},
+    )
+
+
 def _denied(denied: GuardDenied) -> web.Response:
     return error_response(
         denied.status,
@@ -144,13 +155,7 @@ async def _route(
     choices = router.fleet.plan(model)
     if not choices:
         m.requests.labels(model, "503").inc()
-        return error_response(
-            503,
-            message=f"no cluster serving model {model!r} is available (all drained or not reporting)",
-            error_type="service_unavailable",
-            code="no_healthy_cluster",
-            headers={"Retry-After": "1"},
-        )
+        return _no_cluster(f"no cluster serving model {model!r} is available (all drained or not reporting)")
     headers = upstream_headers(
         request.headers,
         strip=router.guard.stripped_request_headers | {CLUSTER_HEADER, REGION_HEADER},
@@ -205,13 +210,7 @@ async def _route(
         m.requests.labels(model, str(last.status)).inc()
         return last.response
     m.requests.labels(model, "503").inc()
-    return error_response(
-        503,
-        message=f"every cluster tried for model {model!r} failed to connect",
-        error_type="service_unavailable",
-        code="no_healthy_cluster",
-        headers={"Retry-After": "1"},
-    )
+    return _no_cluster(f"every cluster tried for model {model!r} failed to connect")
 
 
 def _observe(
