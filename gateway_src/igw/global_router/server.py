@@ -37,7 +37,7 @@ from igw.gateway.app import healthz, openai_errors
 from igw.gateway.errors import error_response
 from igw.gateway.guards import GuardDenied, RequestGuard
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
-from igw.gateway.upstream import ConnectFailed, ExchangeResult, exchange, upstream_headers
+from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
 from igw.global_router.config import GlobalRouterConfig
 from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
@@ -163,6 +163,7 @@ async def _route(
     )
     session = request.app[SESSION_KEY]
     last: ExchangeResult | None = None
+    prepared: list[web.StreamResponse] = []
     answered = 0
     for choice in choices:
         if answered >= router.config.routing.max_attempts:
@@ -180,12 +181,16 @@ async def _route(
                 connect_timeout_s=router.config.connect_timeout_s,
                 idle_timeout_s=router.config.request_timeout_s,
                 response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
-                on_prepared=lambda _response: None,
+                on_prepared=prepared.append,
             )
         except ConnectFailed:
             router.fleet.record_outcome(cluster.name, ok=False)
             m.retries.labels(cluster.name, "connect").inc()
             continue
+        except ClientGone:
+            # The client left mid-stream; the cluster did nothing wrong. Nothing more can be sent.
+            m.requests.labels(model, "499").inc()
+            return prepared[0] if prepared else web.Response(status=499)
         last = result
         answered += 1
         if not result.response.prepared and result.status in RETRY_STATUSES:
