@@ -138,3 +138,15 @@ def test_load_refuses_a_file_without_exactly_one_document(tmp_path: Path) -> Non
     path.write_text(yaml.safe_dump_all([global_doc(), global_doc()]))
     with pytest.raises(GlobalConfigError, match="expected exactly one GlobalRouterConfig document, found 2"):
         load_global_config(path)
+
+
+def test_global_serve_refuses_an_invalid_config_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = global_doc(routing={"maxAttempts": 0})
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["global", "serve", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "invalid GlobalRouterConfig (1 problem)" in err
+    assert "spec.routing.maxAttempts: must be >= 1" in err
