@@ -37,7 +37,8 @@ def resources(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 def test_cdk_nag_has_no_unsuppressed_findings(synthesized: tuple[Path, dict[str, Any]]) -> None:
     violations, acknowledged = nag.read_report(synthesized[0].parent)
     assert violations == []
-    assert {f.rule for f in acknowledged} == {"AwsSolutions-ECS2", "AwsSolutions-S1", "AwsSolutions-SMG4"}
+    ours = {f.rule for f in acknowledged if f.rule.startswith("AwsSolutions")}
+    assert ours == {"AwsSolutions-ECS2", "AwsSolutions-S1", "AwsSolutions-SMG4"}
     for finding in acknowledged:
         assert len(finding.reason or "") >= 40, finding
 
