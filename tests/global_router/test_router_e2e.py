@@ -195,6 +195,11 @@ async def test_stale_heartbeat_alone_drains_a_silent_cluster(redis_server: Redis
         t0 = time.monotonic()
         await wait_for(lambda: not fx.fleets[0].health["east-b"].available(), within=10, what="drain")
         assert fx.fleets[0].health["east-b"].drain_reason == "stale"
+        # Replicas share nothing but the heartbeats, and agree.
+        await wait_for(lambda: not fx.fleets[1].health["east-b"].available(), within=10, what="replica 1")
+        assert {n: h.available() for n, h in fx.fleets[0].health.items()} == {
+            n: h.available() for n, h in fx.fleets[1].health.items()
+        }
         assert time.monotonic() - t0 >= 0.5  # not before the staleness threshold
         assert "east-b" not in await served_by(fx, 20)
         assert await fx.metric("igw_global_failover_events_total", cluster="east-b", reason="stale") == 1
