@@ -141,3 +141,32 @@ async def test_publisher_failure_is_reported_not_fatal(gateway: Callable[..., An
         await publisher.stop()
         resp = await gw.post("/v1/completions", {"model": "llama", "prompt": "x"})
         assert resp.status == 200
+
+
+async def test_saturated_gateway_reports_saturation_and_its_429_rate(
+    gateway: Callable[..., Any], redis_server: RedisServer
+) -> None:
+    doc = config_doc([scheduler("llama", "llama")])
+    doc["spec"]["extensions"]["globalHeartbeat"] = {
+        "cluster": "east-a",
+        "region": "east",
+        "redis": {"url": redis_server.url, "keyPrefix": "s:hb:"},
+        "interval": "100ms",
+    }
+    busy = FakeModelServer("busy", waiting=500, kv=0.99)
+    async with running(busy), gateway(doc, {"llama": [busy.key]}) as gw:
+        codes = []
+        for _ in range(5):
+            resp = await gw.post("/v1/completions", {"model": "llama", "prompt": "hi"})
+            codes.append(resp.status)
+            await resp.read()
+        assert set(codes) == {429}
+        reader = HeartbeatReader(url=redis_server.url, key_prefix="s:hb:", clusters=["east-a"])
+        try:
+            seen = await poll(reader, lambda b: b.rate_429_per_s > 0)
+        finally:
+            await reader.close()
+        hb = seen["east-a"]
+        assert hb is not None
+        assert hb.saturation == 1.0
+        assert hb.queue_depth == 500
