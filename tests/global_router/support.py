@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from igw.gateway.heartbeat import Heartbeat
+from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig, build_global_config
 
 MODEL = "llama"

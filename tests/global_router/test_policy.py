@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from igw.gateway.heartbeat import Heartbeat
+from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import ClusterSpec, RoutingSpec
 from igw.global_router.policy import ClusterState, plan, predicted_ttft
 from tests.global_router.support import MODEL, beat, cluster

@@ -21,8 +21,8 @@ import redis.asyncio as redis_asyncio
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from igw.gateway.heartbeat import Ticker
 from igw.gateway.serving import serve_app
+from igw.gateway.ticker import Ticker
 from igw.global_router.config import parse_global_config
 from igw.global_router.fleet import Fleet
 from igw.global_router.server import ROUTER_KEY, create_global_app

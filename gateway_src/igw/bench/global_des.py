@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from igw.gateway.heartbeat import Heartbeat
+from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import ClusterSpec, FailoverSpec, RoutingSpec
 from igw.global_router.health import ClusterHealth, Transition
 from igw.global_router.policy import ClusterState, plan

@@ -5,12 +5,13 @@ Opt-in through ``spec.extensions.globalHeartbeat`` (cluster, region, Redis URL).
 global routers (``igw.global_router.heartbeats``) read it. A shared store instead of pushing to each
 router keeps routers stateless and replicas consistent, and needs no consensus of our own.
 
-The document (:class:`Heartbeat`) carries what tier 2 routes on: models and pools, fresh/total
-endpoints, saturation (the share of endpoints without spare capacity by the scheduler's own
-queue/KV thresholds), queue depth, TTFT quantiles and the 429 rate over the last ``window``. The
-quantiles and rates come from deltas of the gateway's own Prometheus series, so the request path
-is not touched at all. ``seq`` increases with every publication: routers judge staleness by when
-they last saw it change, on their own clock, so clock skew between machines does not matter.
+The document (:class:`~igw.gateway.heartbeat_message.Heartbeat`) carries what tier 2 routes
+on: models and pools, fresh/total endpoints, saturation (the share of endpoints without spare
+capacity by the scheduler's own queue/KV thresholds), queue depth, TTFT quantiles and the 429 rate
+over the last ``window``. The quantiles and rates come from deltas of the gateway's own Prometheus
+series, so the request path is not touched at all. ``seq`` increases with every publication:
+routers judge staleness by when they last saw it change, on their own clock, so clock skew between
+machines does not matter.
 
 A publication failure (Redis down) is logged once per outage and retried at the next tick; the
 gateway keeps serving.
@@ -18,18 +19,17 @@ gateway keeps serving.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-import orjson
-
 from igw.config.durations import parse_duration
+from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
+from igw.gateway.ticker import Ticker
 from igw.scheduling.saturation import has_capacity
 
 if TYPE_CHECKING:
@@ -38,92 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("igw.gateway.heartbeat")
 
 EXTENSION: Final = "globalHeartbeat"
-FORMAT_VERSION: Final = 1
-
-
-@dataclass(frozen=True, slots=True)
-class PoolLoad:
-    model: str
-    endpoints_total: int
-    endpoints_fresh: int
-    saturation: float
-    queue_depth: int
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """One tier-1 gateway's state as the global router sees it."""
-
-    cluster: str
-    region: str
-    seq: int
-    sent_at: float
-    """Publisher's wall clock (informational: staleness is judged on the reader's clock by ``seq``)."""
-    models: tuple[str, ...]
-    endpoints_total: int
-    endpoints_fresh: int
-    saturation: float
-    """0 (every endpoint has spare capacity) .. 1 (none has: the gateway answers 429 next)."""
-    queue_depth: int
-    ttft_p50_s: float | None = None
-    ttft_p90_s: float | None = None
-    ttft_p99_s: float | None = None
-    rate_429_per_s: float = 0.0
-    requests_per_s: float = 0.0
-    draining: bool = False
-    pools: Mapping[str, PoolLoad] = field(default_factory=dict)
-    version: int = FORMAT_VERSION
-
-    def encode(self) -> bytes:
-        return orjson.dumps(asdict(self))
-
-    @staticmethod
-    def decode(raw: bytes | str) -> Heartbeat:
-        """Parse a published document; ``ValueError`` naming the field when it is malformed."""
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"heartbeat is not JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ValueError("heartbeat must be a JSON object")
-        try:
-            pools = {
-                str(name): PoolLoad(
-                    model=str(p["model"]),
-                    endpoints_total=int(p["endpoints_total"]),
-                    endpoints_fresh=int(p["endpoints_fresh"]),
-                    saturation=float(p["saturation"]),
-                    queue_depth=int(p["queue_depth"]),
-                )
-                for name, p in dict(data.get("pools") or {}).items()
-            }
-            return Heartbeat(
-                cluster=str(data["cluster"]),
-                region=str(data["region"]),
-                seq=int(data["seq"]),
-                sent_at=float(data["sent_at"]),
-                models=tuple(str(m) for m in data["models"]),
-                endpoints_total=int(data["endpoints_total"]),
-                endpoints_fresh=int(data["endpoints_fresh"]),
-                saturation=min(1.0, max(0.0, float(data["saturation"]))),
-                queue_depth=int(data["queue_depth"]),
-                ttft_p50_s=_opt_float(data.get("ttft_p50_s")),
-                ttft_p90_s=_opt_float(data.get("ttft_p90_s")),
-                ttft_p99_s=_opt_float(data.get("ttft_p99_s")),
-                rate_429_per_s=float(data.get("rate_429_per_s", 0.0)),
-                requests_per_s=float(data.get("requests_per_s", 0.0)),
-                draining=bool(data.get("draining", False)),
-                pools=pools,
-                version=int(data.get("version", FORMAT_VERSION)),
-            )
-        except KeyError as exc:
-            raise ValueError(f"heartbeat lacks field {exc.args[0]!r}") from exc
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"heartbeat has a field of the wrong type: {exc}") from exc
-
-
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,50 +193,6 @@ def build_heartbeat(
         draining=state.draining,
         pools=pools,
     )
-
-
-class Ticker:
-    """Runs ``tick`` every ``interval_s`` until :meth:`stop`.
-
-    Stopping sets an event the loop waits on instead of only cancelling the task: redis-py's
-    asyncio client can swallow a ``CancelledError`` that arrives while it checks a pooled
-    connection, which would leave a cancelled loop running and ``stop`` waiting forever. The task
-    is still cancelled if it does not end within ``stop_timeout_s``.
-    """
-
-    def __init__(
-        self,
-        tick: Callable[[], Awaitable[None]],
-        *,
-        interval_s: float,
-        name: str,
-        stop_timeout_s: float = 2.0,
-    ) -> None:
-        self._tick = tick
-        self._interval_s = interval_s
-        self._name = name
-        self._stop_timeout_s = stop_timeout_s
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        while not self._stopping.is_set():
-            await self._tick()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
-
-    async def stop(self) -> None:
-        self._stopping.set()
-        if self._task is None:
-            return
-        done, _ = await asyncio.wait({self._task}, timeout=self._stop_timeout_s)
-        if not done:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
 
 class HeartbeatPublisher:

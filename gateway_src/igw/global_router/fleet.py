@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from igw.gateway.heartbeat import Ticker
+from igw.gateway.ticker import Ticker
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig
 from igw.global_router.health import ClusterHealth, Transition
 from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from igw.gateway.heartbeat import Heartbeat
+from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import FailoverSpec
 
 RAMP_FLOOR: Final = 0.1

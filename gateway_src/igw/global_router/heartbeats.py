@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from igw.gateway.heartbeat import Heartbeat
+from igw.gateway.heartbeat_message import Heartbeat
 
 log = logging.getLogger("igw.global_router")
 

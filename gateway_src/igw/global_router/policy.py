@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from igw.gateway.heartbeat import Heartbeat
+from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import ClusterSpec, RoutingSpec
 
 COST_EXPONENT: Final = 4
