@@ -18,6 +18,14 @@ def main() -> None:
     chosen = app.node.try_get_context("deploymentConfig") or os.environ.get("IGW_DEPLOYMENT_CONFIG")
     path = Path(chosen) if chosen else config.EXAMPLE_FILE
     build_app(config.load(path), app=app)
+    global_router = app.node.try_get_context("globalRouterConfig") or os.environ.get(
+        "IGW_GLOBAL_ROUTER_CONFIG"
+    )
+    if global_router:
+        from cdk import global_router_config
+        from cdk.stacks.global_router_stack import build_global_router_stack
+
+        build_global_router_stack(app, global_router_config.load(Path(global_router)), apply_nag=False)
     app.synth()
 
 

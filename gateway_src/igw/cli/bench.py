@@ -9,12 +9,16 @@ Examples::
     igw bench --trace trace.jsonl --fleet fleet.yaml
     igw bench --tune                               # weight search (default candidates and scenarios)
     igw bench mixed-fleet-8b --mode live --peers   # real HTTP: gateway, round-robin proxy, peer routers
+    igw bench global                               # tier 2: failover, ramp-up, regional failover, cost
+    igw bench global-des                           # tier 2 in virtual time: 10 regions x 20 clusters
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+DEFAULT_LIVE_RATE = 20.0
 
 HELP = "Benchmark routing policies (gateway, round-robin, peers, oracle) on the simulated fleet."
 
@@ -73,7 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--live-requests", type=int, default=400, help="live mode: requests per router")
     parser.add_argument(
-        "--live-rate", type=float, default=20.0, help="live mode: offered requests per wall s"
+        "--live-rate",
+        type=float,
+        default=DEFAULT_LIVE_RATE,
+        help="live mode: offered requests per wall s (default 20; 10 for `igw bench global`)",
     )
     parser.add_argument(
         "--drain", type=float, default=30.0, help="live mode: wall s to wait after the last send"
@@ -98,6 +105,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.scenarios == ["global-des"]:
+        from pathlib import Path
+
+        from igw.bench.global_des import run_global_des_command
+
+        seed = args.seeds[0] if args.seeds else 1
+        command = "igw bench global-des" + (" --quick" if args.quick else "")
+        return run_global_des_command(out=Path(args.out), quick=args.quick, seed=seed, command=command)
+    if args.scenarios == ["global"]:
+        from pathlib import Path
+
+        from igw.bench.global_run import run_global_command
+
+        rate = args.live_rate if args.live_rate != DEFAULT_LIVE_RATE else 10.0
+        command = "igw bench global" + (" --quick" if args.quick else "")
+        return run_global_command(out=Path(args.out), rate=rate, quick=args.quick, command=command)
     from igw.bench.cli_run import run_bench
 
     try:

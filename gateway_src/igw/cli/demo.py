@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 
+DEFAULT_RATE = 20.0
+GLOBAL_RATE = 10.0
+
 HELP = "Run the local end-to-end demo: simulated GPU fleet, gateway vs round-robin, report."
 
 
@@ -18,7 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="demo-out", help="report directory (default demo-out)")
     parser.add_argument("--requests", type=int, default=600, help="requests per router (default 600)")
     parser.add_argument(
-        "--rate", type=float, default=20.0, help="offered requests per wall second (default 20)"
+        "--rate",
+        type=float,
+        default=DEFAULT_RATE,
+        help=f"offered requests per wall second (default 20; {GLOBAL_RATE:g} with --global)",
     )
     parser.add_argument("--drain", type=float, default=45.0, help="wall s to wait after the last send")
     parser.add_argument(
@@ -26,9 +32,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="round-robin,gateway-default",
         help="comma-separated live routers (also: gateway-tuned, sglang-router, vllm-router)",
     )
+    parser.add_argument(
+        "--global",
+        dest="global_router",
+        action="store_true",
+        help="the tier-2 demo instead: 3 clusters in 2 regions, 2 global router replicas, failover script",
+    )
+    parser.add_argument("--quick", action="store_true", help="with --global: shorter phases")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.global_router:
+        from pathlib import Path
+
+        from igw.bench.global_run import run_global_command
+
+        rate = args.rate if args.rate != DEFAULT_RATE else GLOBAL_RATE
+        command = "igw demo --global" + (" --quick" if args.quick else "")
+        return run_global_command(out=Path(args.out) / "global", rate=rate, quick=args.quick, command=command)
     from igw.bench.demo import run_demo
 
     return run_demo(args)

@@ -19,6 +19,7 @@ SUBCOMMANDS: Final[tuple[tuple[str, str], ...]] = (
     ("validate", "validate"),
     ("generate", "generate"),
     ("serve", "serve"),
+    ("global", "global_router"),
     ("sim", "sim"),
     ("bench", "bench"),
     ("demo", "demo"),

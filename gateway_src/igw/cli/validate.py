@@ -1,4 +1,4 @@
-"""``igw validate FILE...``: check InferenceGatewayConfig files against the contract.
+"""``igw validate FILE...``: check InferenceGatewayConfig and GlobalRouterConfig files.
 
 Prints one line per problem, ``FILE:LINE: PATH: MESSAGE [RULE]``, reporting every problem of every
 document; documents of other kinds in the same file are skipped with a note on stderr. Exit codes:
@@ -10,10 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-HELP = "Validate InferenceGatewayConfig files (YAML, multi-document, or JSON) against the contract."
+if TYPE_CHECKING:
+    from igw.config.errors import Problem
+
+HELP = "Validate InferenceGatewayConfig and GlobalRouterConfig files (YAML, multi-document, or JSON)."
 
 EXIT_VALID = 0
 EXIT_INVALID = 1
@@ -55,30 +59,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int]:
-    """Findings for one file, whether it was readable, and how many IGWC documents it held."""
+def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int, int]:
+    """Findings for one file, whether it was readable, how many documents were checked, how many of
+    them were GlobalRouterConfigs."""
     from igw.config.documents import DocumentReadError, read_documents
     from igw.config.jsonpath import parse_path
     from igw.config.validate import is_gateway_config, validate_document
+    from igw.global_router.schema import is_global_router_config, validate_global_document
 
     try:
         documents = read_documents(name)
     except DocumentReadError as exc:
         message = str(exc).removeprefix(f"{name}: ")
-        return [Finding(name, None, None, "", message, "unreadable")], False, 0
+        return [Finding(name, None, None, "", message, "unreadable")], False, 0, 0
     findings: list[Finding] = []
-    checked = 0
+    checked = global_docs = 0
     for doc in documents:
-        if not is_gateway_config(doc.content):
+        validate: Callable[[Any], list[Problem]]
+        if is_global_router_config(doc.content):
+            validate = validate_global_document
+        elif is_gateway_config(doc.content):
+            validate = validate_document
+        else:
             kind = doc.content.get("kind") if isinstance(doc.content, dict) else None
             what = f"kind {kind}" if kind else f"a {type(doc.content).__name__}, no kind"
             notes.append(f"{name}:{doc.line}: note: skipped document {doc.index + 1} ({what})")
             continue
         checked += 1
-        located = [(doc.line_of(parse_path(p.path)), p) for p in validate_document(doc.content)]
+        global_docs += validate is validate_global_document
+        located = [(doc.line_of(parse_path(p.path)), p) for p in validate(doc.content)]
         for line, problem in sorted(located, key=lambda item: item[0]):
             findings.append(Finding(name, doc.index + 1, line, problem.path, problem.message, problem.rule))
-    return findings, True, checked
+    return findings, True, checked, global_docs
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,9 +107,10 @@ def _run(args: argparse.Namespace) -> int:
     findings: list[Finding] = []
     notes: list[str] = []
     unreadable = False
-    total = 0
+    total = total_global = 0
     for name in args.files:
-        file_findings, readable, checked = _check_file(name, notes)
+        file_findings, readable, checked, global_docs = _check_file(name, notes)
+        total_global += global_docs
         findings.extend(file_findings)
         unreadable = unreadable or not readable
         total += checked
@@ -112,7 +125,9 @@ def _run(args: argparse.Namespace) -> int:
             print(finding.text())
         problems = sum(1 for f in findings if f.rule != "unreadable")
         print(
-            f"{total} InferenceGatewayConfig document(s) checked, {problems} problem(s)"
+            f"{total - total_global} InferenceGatewayConfig document(s)"
+            + (f" and {total_global} GlobalRouterConfig document(s)" if total_global else "")
+            + f" checked, {problems} problem(s)"
             + (", some files unreadable" if unreadable else ""),
             file=sys.stderr,
         )

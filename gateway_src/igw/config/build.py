@@ -107,7 +107,8 @@ def _bbr(data: Mapping[str, Any]) -> BbrSpec:
     )
 
 
-def _auth(data: Mapping[str, Any]) -> AuthSpec:
+def build_auth_spec(data: Mapping[str, Any]) -> AuthSpec:
+    """``spec.auth`` of a validated document (shared with the GlobalRouterConfig, same shape)."""
     provider = data["jwt"]["provider"]
     return AuthSpec(
         jwt_provider=JwtProvider(
@@ -135,7 +136,7 @@ def build_gateway_config(doc: Mapping[str, Any]) -> GatewayConfig:
         bbr=_bbr(spec["bbr"]),
         schedulers=tuple(_scheduler(item) for item in spec["schedulers"]),
         tls=TlsSpec(acm_arn=tls.get("acmArn") or None) if tls is not None else None,
-        auth=_auth(spec["auth"]) if "auth" in spec else None,
+        auth=build_auth_spec(spec["auth"]) if "auth" in spec else None,
         metrics_enabled=metrics.get("enabled", True),
         pod_defaults=dict(spec.get("podDefaults", {})),
         extensions=dict(spec.get("extensions", {})),

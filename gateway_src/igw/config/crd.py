@@ -116,19 +116,27 @@ def openapi_schema(folder: Path | None = None) -> dict[str, Any]:
     return structural
 
 
-def build_crd(folder: Path | None = None) -> dict[str, Any]:
+def crd_document(
+    *,
+    kind: str,
+    plural: str,
+    short_names: tuple[str, ...],
+    printer_columns: tuple[Mapping[str, Any], ...],
+    schema: dict[str, Any],
+) -> dict[str, Any]:
+    """A namespaced, status-subresourced CRD of ours in ``API_GROUP``/``API_VERSION`` for ``schema``."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME},
+        "metadata": {"name": f"{plural}.{API_GROUP}"},
         "spec": {
             "group": API_GROUP,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "shortNames": list(SHORT_NAMES),
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": list(short_names),
                 "categories": ["inference"],
             },
             "scope": "Namespaced",
@@ -138,12 +146,22 @@ def build_crd(folder: Path | None = None) -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [dict(column) for column in PRINTER_COLUMNS],
-                    "schema": {"openAPIV3Schema": openapi_schema(folder)},
+                    "additionalPrinterColumns": [dict(column) for column in printer_columns],
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
     }
+
+
+def build_crd(folder: Path | None = None) -> dict[str, Any]:
+    return crd_document(
+        kind=KIND,
+        plural=PLURAL,
+        short_names=SHORT_NAMES,
+        printer_columns=PRINTER_COLUMNS,
+        schema=openapi_schema(folder),
+    )
 
 
 def render_crd(root: Path) -> str:

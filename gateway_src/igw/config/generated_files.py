@@ -28,6 +28,14 @@ GENERATED_FILES: Final[tuple[tuple[str, str], ...]] = (
         "addon/chart/inference-gateway/templates/crd-inferencegatewayconfigs.yaml",
         "igw.addon.schemas:render_crd_template",
     ),
+    (
+        "crds/globalrouterconfigs.inference.sagemaker.aws.amazon.com.yaml",
+        "igw.global_router.crd:render_global_crd",
+    ),
+    (
+        "gateway_src/igw/config/bundled/globalrouterconfig.schema.json",
+        "igw.global_router.schema:render_bundled_global_schema",
+    ),
 )
 
 Generator = Callable[[Path], str]

@@ -26,6 +26,8 @@ from igw.config.model import GatewayConfig
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.errors import error_response
 from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
+from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
+from igw.gateway.heartbeat import heartbeat_context
 from igw.gateway.inference import SESSION_KEY, STATE_KEY, handle_inference
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
@@ -73,7 +75,7 @@ async def _models(request: web.Request) -> web.StreamResponse:
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
 
-async def _healthz(request: web.Request) -> web.StreamResponse:
+async def healthz(request: web.Request) -> web.StreamResponse:
     return web.Response(text="ok")
 
 
@@ -89,10 +91,10 @@ async def _metrics(request: web.Request) -> web.StreamResponse:
 
 
 @web.middleware
-async def _openai_errors(
+async def openai_errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """aiohttp's own 404/405 become OpenAI-shaped errors too."""
+    """aiohttp's own 404/405 become OpenAI-shaped errors too (also used by the global router)."""
     try:
         return await handler(request)
     except web.HTTPException as exc:
@@ -142,12 +144,12 @@ def create_app(
         registry=registry,
         service_domain=service_domain,
     )
-    app = web.Application(client_max_size=config.bbr.max_request_body_bytes, middlewares=[_openai_errors])
+    app = web.Application(client_max_size=config.bbr.max_request_body_bytes, middlewares=[openai_errors])
     app[STATE_KEY] = state
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_get("/v1/models", _models)
-    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
 
@@ -195,4 +197,6 @@ def create_app(
             await state.guard.close()
 
     app.cleanup_ctx.append(services)
+    if config.extensions.get(HEARTBEAT_EXTENSION):
+        app.cleanup_ctx.append(heartbeat_context(state, config.extensions[HEARTBEAT_EXTENSION]))
     return app

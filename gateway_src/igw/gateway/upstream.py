@@ -131,7 +131,9 @@ async def exchange(
 ) -> ExchangeResult:
     """Forward to ``endpoint`` and relay the answer. Raises :class:`ConnectFailed` before anything was
     sent to the client; every later failure is turned into a response (or a terminal SSE event)."""
-    url = f"http://{endpoint}{request.path_qs}"
+    # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's clusters).
+    base = endpoint if "://" in endpoint else f"http://{endpoint}"
+    url = f"{base}{request.path_qs}"
     timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=idle_timeout_s)
     try:
         upstream = await session.post(url, data=body, headers=headers, timeout=timeout)

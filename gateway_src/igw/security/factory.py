@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import random
 import ssl
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from igw.config.model import GatewayConfig
+from igw.config.model import AuthSpec, GatewayConfig
 from igw.security.clock import SYSTEM_CLOCK, Clock, system_random
 from igw.security.guard import SecurityGuard
 from igw.security.jwks import JwksCache
@@ -70,16 +72,44 @@ def build_request_guard(
     ``metrics``: already registered metrics to report through instead (see :class:`RequestGuardFactory`).
     ``jwks_ssl_context``: trust for the issuer's HTTPS endpoints (default: the system trust store).
     """
-    settings = AuthorizationSettings.from_mapping(config.extensions.get("authorization"))
-    limits = RateLimitSettings.from_mapping(config.extensions.get("rateLimits"))
+    return build_guard(
+        config.auth,
+        authorization=config.extensions.get("authorization"),
+        rate_limits=config.extensions.get("rateLimits"),
+        clock=clock,
+        rng=rng,
+        registry=registry,
+        metrics=metrics,
+        jwks_ssl_context=jwks_ssl_context,
+    )
+
+
+def build_guard(
+    auth: AuthSpec | None,
+    *,
+    authorization: Mapping[str, Any] | None,
+    rate_limits: Mapping[str, Any] | None,
+    clock: Clock = SYSTEM_CLOCK,
+    rng: random.Random | None = None,
+    registry: CollectorRegistry | None = None,
+    metrics: SecurityMetrics | None = None,
+    jwks_ssl_context: ssl.SSLContext | None = None,
+) -> SecurityGuard:
+    """The guard for an ``auth`` spec and the raw ``authorization``/``rateLimits`` settings.
+
+    Shared by a tier-1 gateway (:func:`build_request_guard`) and the global router, whose
+    configuration holds the same three parts at other paths.
+    """
+    settings = AuthorizationSettings.from_mapping(authorization)
+    limits = RateLimitSettings.from_mapping(rate_limits)
     if metrics is None:
         metrics = SecurityMetrics(registry=registry if registry is not None else REGISTRY)
     limiter = RateLimiter(
         settings=limits, backend=BACKENDS[limits.backend](limits, clock), clock=clock, metrics=metrics
     )
-    if config.auth is None:
+    if auth is None:
         return SecurityGuard(settings=settings, verifier=None, jwks=None, limiter=limiter, metrics=metrics)
-    provider = config.auth.jwt_provider
+    provider = auth.jwt_provider
     jwks = JwksCache(
         jwks_uri=provider.jwks_uri,
         issuer=provider.issuer,

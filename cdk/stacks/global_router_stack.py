@@ -1,0 +1,266 @@
+"""The tier-2 global router stack: stateless ``igw global serve`` replicas, ElastiCache Redis, TLS + DNS.
+
+- **Network**: its own VPC (two AZs, one NAT gateway, flow logs); the router reaches the clusters'
+  gateway endpoints in any region over HTTPS through the NAT gateway.
+- **Redis**: an ElastiCache replication group (Multi-AZ with automatic failover, encryption in
+  transit and at rest, AUTH token from Secrets Manager, non-default port) shared by every replica
+  for heartbeats and global rate limits. The tier-1 gateways publish heartbeats to it.
+- **Compute**: an ECS Fargate service of ``replicas`` tasks (the gateway image runs
+  ``igw global serve``), CPU-scaled, in private subnets; the GlobalRouterConfig is passed in the
+  environment with the Redis URLs filled in (the AUTH token is injected as a secret and expanded
+  at start, never written into the template).
+- **Endpoint**: an Application Load Balancer (internal by default) with an ACM certificate
+  validated in the given Route 53 zone, HTTPS only, access logs to an encrypted bucket, and an alias
+  record ``domainName`` -> load balancer.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import aws_cdk as cdk
+import yaml
+from aws_cdk import aws_certificatemanager as acm
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_elasticache as elasticache
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_route53 as route53
+from aws_cdk import aws_route53_targets as targets
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from cdk.constructs.nag_ack import acknowledge
+from cdk.global_router_config import GlobalRouterDeployment
+
+ROUTER_PORT = 8080
+REDIS_PORT = 6380
+"""Not Redis's default 6379 (cdk-nag AwsSolutions-AEC5)."""
+TOKEN_ENV = "IGW_REDIS_TOKEN"
+CONFIG_ENV = "IGW_GLOBAL_CONFIG"
+START_COMMAND = (
+    'python -c \'import os; open("/tmp/global.yaml", "w").write('
+    f'os.path.expandvars(os.environ["{CONFIG_ENV}"]))\' '
+    f"&& exec igw global serve --config /tmp/global.yaml --host 0.0.0.0 --port {ROUTER_PORT}"
+)
+"""Writes the configuration with ``$IGW_REDIS_TOKEN`` expanded (the token never enters the template)."""
+
+
+def router_document(deployment: GlobalRouterDeployment, redis_host: str) -> dict[str, Any]:
+    """The GlobalRouterConfig the tasks run: the given one, its Redis URLs pointing at ElastiCache."""
+    doc: dict[str, Any] = copy.deepcopy(dict(deployment.router_document))
+    url = f"rediss://:${TOKEN_ENV}@{redis_host}:{REDIS_PORT}/0"  # $NAME: cfn-lint flags ${NAME}
+    spec = doc["spec"]
+    heartbeats = spec.setdefault("heartbeats", {})
+    heartbeats["redis"] = {**heartbeats.get("redis", {}), "url": url}
+    if "rateLimits" in spec or spec.get("modelRateLimits"):
+        limits = spec.setdefault("rateLimits", {})
+        limits["backend"] = "redis"
+        limits["redis"] = {**limits.get("redis", {}), "url": url}
+    return doc
+
+
+class GlobalRouterStack(cdk.Stack):
+    def __init__(
+        self, scope: Construct, id_: str, *, deployment: GlobalRouterDeployment, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, id_, **kwargs)
+        d = deployment
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(d.vpc_cidr),
+            availability_zones=list(d.availability_zones),
+            nat_gateways=1,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+                ec2.SubnetConfiguration(
+                    name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=22
+                ),
+                ec2.SubnetConfiguration(
+                    name="cache", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=26
+                ),
+            ],
+        )
+        self.vpc.add_flow_log("FlowLog")
+
+        # -- Redis ------------------------------------------------------------------------------
+        self.redis_token = secretsmanager.Secret(
+            self,
+            "RedisAuthToken",
+            description="AUTH token of the global router's Redis (heartbeats, global rate limits)",
+            generate_secret_string=secretsmanager.SecretStringGenerator(
+                exclude_punctuation=True, password_length=64
+            ),
+        )
+        acknowledge(
+            self.redis_token,
+            "AwsSolutions-SMG4",
+            reason="ElastiCache AUTH tokens rotate through ModifyReplicationGroup (ROTATE then SET), "
+            "which a Secrets Manager rotation Lambda cannot do without restarting every router; "
+            "rotate in a maintenance window with the runbook in docs/global-router.md",
+        )
+        redis_sg = ec2.SecurityGroup(
+            self,
+            "RedisSecurityGroup",
+            vpc=self.vpc,
+            description="global router Redis",
+            allow_all_outbound=False,
+        )
+        subnets = elasticache.CfnSubnetGroup(
+            self,
+            "RedisSubnets",
+            description="global router Redis",
+            subnet_ids=[s.subnet_id for s in self.vpc.isolated_subnets],
+        )
+        self.redis = elasticache.CfnReplicationGroup(
+            self,
+            "Redis",
+            replication_group_description="igw global router: heartbeats and global rate limits",
+            engine="redis",
+            engine_version="7.1",
+            cache_node_type=d.cache_node_type,
+            num_cache_clusters=2,
+            automatic_failover_enabled=True,
+            multi_az_enabled=True,
+            transit_encryption_enabled=True,
+            at_rest_encryption_enabled=True,
+            auth_token=self.redis_token.secret_value.unsafe_unwrap(),
+            port=REDIS_PORT,
+            cache_subnet_group_name=subnets.ref,
+            security_group_ids=[redis_sg.security_group_id],
+            snapshot_retention_limit=1,
+        )
+
+        # -- Router service ---------------------------------------------------------------------
+        cluster = ecs.Cluster(
+            self, "Cluster", vpc=self.vpc, container_insights_v2=ecs.ContainerInsights.ENABLED
+        )
+        task = ecs.FargateTaskDefinition(self, "Task", cpu=1024, memory_limit_mib=2048)
+        log_group = logs.LogGroup(self, "RouterLogs", retention=logs.RetentionDays.ONE_MONTH)
+        document = router_document(d, self.redis.attr_primary_end_point_address)
+        task.add_container(
+            "router",
+            image=ecs.ContainerImage.from_registry(d.image),
+            entry_point=["sh", "-c"],
+            command=[START_COMMAND],
+            environment={CONFIG_ENV: yaml.safe_dump(document, sort_keys=False)},
+            secrets={TOKEN_ENV: ecs.Secret.from_secrets_manager(self.redis_token)},
+            logging=ecs.LogDrivers.aws_logs(stream_prefix="router", log_group=log_group),
+            port_mappings=[ecs.PortMapping(container_port=ROUTER_PORT)],
+            readonly_root_filesystem=False,
+        )
+        acknowledge(
+            task,
+            "AwsSolutions-ECS2",
+            reason="the environment holds only the GlobalRouterConfig (cluster URLs, policies, limits); "
+            "the Redis AUTH token comes from Secrets Manager as an ECS secret",
+        )
+        service_sg = ec2.SecurityGroup(
+            self, "RouterSecurityGroup", vpc=self.vpc, description="global router tasks"
+        )
+        redis_sg.add_ingress_rule(service_sg, ec2.Port.tcp(REDIS_PORT), "routers to Redis")
+        self.service = ecs.FargateService(
+            self,
+            "Service",
+            cluster=cluster,
+            task_definition=task,
+            desired_count=d.replicas,
+            min_healthy_percent=100,
+            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            security_groups=[service_sg],
+            circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
+        )
+        scaling = self.service.auto_scale_task_count(
+            min_capacity=d.replicas, max_capacity=max(10, d.replicas)
+        )
+        scaling.scale_on_cpu_utilization("Cpu", target_utilization_percent=60)
+
+        # -- Endpoint: ALB with TLS, DNS ---------------------------------------------------------
+        zone = route53.HostedZone.from_hosted_zone_attributes(
+            self, "Zone", hosted_zone_id=d.hosted_zone_id, zone_name=d.hosted_zone_name
+        )
+        certificate = acm.Certificate(
+            self,
+            "Certificate",
+            domain_name=d.domain_name,
+            validation=acm.CertificateValidation.from_dns(zone),
+        )
+        alb_sg = ec2.SecurityGroup(
+            self, "LoadBalancerSecurityGroup", vpc=self.vpc, description="global router LB"
+        )
+        for cidr in d.allowed_cidrs or (d.vpc_cidr,):
+            alb_sg.add_ingress_rule(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS clients")
+        self.load_balancer = elbv2.ApplicationLoadBalancer(
+            self,
+            "LoadBalancer",
+            vpc=self.vpc,
+            internet_facing=d.public,
+            security_group=alb_sg,
+            drop_invalid_header_fields=True,
+            vpc_subnets=ec2.SubnetSelection(
+                subnet_type=ec2.SubnetType.PUBLIC if d.public else ec2.SubnetType.PRIVATE_WITH_EGRESS
+            ),
+        )
+        access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(90))],
+        )
+        acknowledge(
+            access_logs,
+            "AwsSolutions-S1",
+            reason="this bucket only receives the load balancer's access logs; logging access to the "
+            "access-log bucket itself would need yet another bucket",
+        )
+        self.load_balancer.log_access_logs(access_logs, prefix="global-router")
+        listener = self.load_balancer.add_listener(
+            "Https",
+            port=443,
+            certificates=[certificate],
+            ssl_policy=elbv2.SslPolicy.RECOMMENDED_TLS,
+            open=False,
+        )
+        listener.add_targets(
+            "Routers",
+            port=ROUTER_PORT,
+            protocol=elbv2.ApplicationProtocol.HTTP,
+            targets=[self.service],
+            health_check=elbv2.HealthCheck(path="/readyz", healthy_http_codes="200"),
+            deregistration_delay=cdk.Duration.seconds(10),
+        )
+        service_sg.add_ingress_rule(alb_sg, ec2.Port.tcp(ROUTER_PORT), "load balancer to routers")
+        route53.ARecord(
+            self,
+            "Alias",
+            zone=zone,
+            record_name=d.domain_name,
+            target=route53.RecordTarget.from_alias(targets.LoadBalancerTarget(self.load_balancer)),
+        )
+        cdk.CfnOutput(self, "Endpoint", value=f"https://{d.domain_name}")
+        cdk.CfnOutput(self, "RedisEndpoint", value=self.redis.attr_primary_end_point_address)
+        cdk.CfnOutput(self, "RedisAuthTokenSecretArn", value=self.redis_token.secret_arn)
+
+
+def build_global_router_stack(
+    app: cdk.App, deployment: GlobalRouterDeployment, *, apply_nag: bool = True
+) -> GlobalRouterStack:
+    """Add the stack to ``app``; ``apply_nag=False`` when the app already runs cdk-nag (``app.py``)."""
+    from cdk import nag
+
+    stack = GlobalRouterStack(
+        app,
+        deployment.stack_name,
+        deployment=deployment,
+        env=cdk.Environment(account=deployment.account, region=deployment.region),
+        description="igw: tier-2 global inference router",
+    )
+    if apply_nag:
+        nag.apply_checks(app)
+    return stack

@@ -1,0 +1,60 @@
+"""``igw global serve``: run a tier-2 global router replica.
+
+Examples::
+
+    igw global serve --config global.yaml                       # region from spec.region
+    igw global serve --config global.yaml --region us-west-2 --port 8090
+
+The configuration (a ``GlobalRouterConfig``) is validated at start-up: exit 2 with every problem
+listed. Replicas are stateless; run several behind a load balancer, all pointing at the same Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
+
+EXIT_CONFIG = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="global_command", metavar="ACTION", required=True)
+    serve = sub.add_parser("serve", help="run one router replica", description="Run one router replica.")
+    serve.add_argument("--config", required=True, metavar="GLOBAL.yaml", help="GlobalRouterConfig file")
+    serve.add_argument("--region", default=None, help="this replica's region (default: spec.region)")
+    serve.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks one)")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=5.0,
+        help="after SIGTERM, report not-ready for this long before stopping (default 5)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from igw.global_router.config import GlobalConfigError, load_global_config
+    from igw.global_router.launch import run_global_router
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = load_global_config(args.config)
+    except GlobalConfigError as exc:
+        print(f"igw global serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(
+            run_global_router(
+                config, host=args.host, port=args.port, region=args.region, drain_s=args.drain_seconds
+            )
+        )
+    return 0

@@ -1,0 +1,172 @@
+"""The fleet as one router replica sees it: clusters, their health, and the routing plan per request.
+
+:class:`Fleet` polls heartbeats (``heartbeats.pollIntervalSeconds``), feeds them and request
+outcomes into each cluster's :class:`~igw.global_router.health.ClusterHealth`, counts failovers and
+recoveries, and asks :func:`~igw.global_router.policy.plan` for the order to try clusters in. Every
+replica computes the same state from the same shared heartbeats, so replicas need no coordination.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from igw.gateway.ticker import Ticker
+from igw.global_router.config import ClusterSpec, GlobalRouterConfig
+from igw.global_router.health import ClusterHealth, Transition
+from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown
+from igw.global_router.metrics import FleetMetrics
+from igw.global_router.policy import Choice, ClusterState, plan
+
+log = logging.getLogger("igw.global_router")
+
+
+class Fleet:
+    def __init__(
+        self,
+        config: GlobalRouterConfig,
+        *,
+        region: str,
+        clock: Callable[[], float],
+        rng: random.Random,
+        metrics: FleetMetrics,
+        reader: HeartbeatReader | None,
+    ) -> None:
+        self.config = config
+        self.region = region
+        self._clock = clock
+        self._rng = rng
+        self._metrics = metrics
+        self._reader = reader
+        self.clusters: dict[str, ClusterSpec] = {c.name: c for c in config.clusters}
+        self.health: dict[str, ClusterHealth] = {
+            c.name: ClusterHealth(c.name, config.failover, heartbeat_required=config.heartbeats.required)
+            for c in config.clusters
+        }
+        self.source_up = reader is None
+        self.polled = False
+        self.transitions: list[Transition] = []
+        """Every failover and recovery so far, in order (also counted in the metrics)."""
+        self._ticker = Ticker(
+            self._tick, interval_s=config.heartbeats.poll_interval_s, name="igw-global-poll"
+        )
+        self._logged_down = False
+        self.evaluate()
+
+    # -- heartbeats ------------------------------------------------------------------------------
+    async def poll_once(self) -> None:
+        if self._reader is not None:
+            try:
+                beats = await self._reader.read()
+            except HeartbeatSourceDown as exc:
+                if not self._logged_down:
+                    log.error("heartbeat store unreadable (%s): staleness suspended", exc)
+                    self._logged_down = True
+                self.source_up = False
+            else:
+                if self._logged_down:
+                    log.warning("heartbeat store readable again")
+                    self._logged_down = False
+                self.source_up = True
+                now = self._clock()
+                for name, beat in beats.items():
+                    self.health[name].observe_heartbeat(beat, now=now)
+        self.polled = True
+        self.evaluate()
+
+    def evaluate(self) -> None:
+        now = self._clock()
+        m = self._metrics
+        m.heartbeat_source_up.set(1 if self.source_up else 0)
+        for name, health in self.health.items():
+            transition = health.evaluate(now=now, source_up=self.source_up)
+            if transition is not None:
+                self._record(transition)
+            spec = self.clusters[name]
+            m.available.labels(name, spec.region).set(1 if health.available() else 0)
+            m.ramp.labels(name).set(health.ramp(now=now))
+            if health.heartbeat_seen_at is not None:
+                m.heartbeat_age.labels(name).set(now - health.heartbeat_seen_at)
+
+    def _record(self, transition: Transition) -> None:
+        self.transitions.append(transition)
+        if transition.kind == "failover":
+            self._metrics.failovers.labels(transition.cluster, transition.reason).inc()
+            log.warning("cluster %s drained (%s)", transition.cluster, transition.reason)
+        else:
+            self._metrics.recoveries.labels(transition.cluster).inc()
+            log.warning(
+                "cluster %s is back; slow start over %.0f s",
+                transition.cluster,
+                self.config.failover.slow_start_s,
+            )
+
+    async def _tick(self) -> None:
+        try:
+            await self.poll_once()
+        except Exception:  # one bad poll must not end polling
+            log.exception("heartbeat poll failed")
+
+    def start(self) -> None:
+        self._ticker.start()
+
+    async def stop(self) -> None:
+        await self._ticker.stop()
+        if self._reader is not None:
+            await self._reader.close()
+
+    # -- requests --------------------------------------------------------------------------------
+    def plan(self, model: str) -> list[Choice]:
+        now = self._clock()
+        states = [
+            ClusterState(
+                spec=spec, heartbeat=self.health[name].heartbeat, ramp=self.health[name].ramp(now=now)
+            )
+            for name, spec in self.clusters.items()
+        ]
+        return plan(model, states, region=self.region, routing=self.config.routing, rng=self._rng)
+
+    def record_outcome(self, cluster: str, *, ok: bool) -> None:
+        """A request's outcome at ``cluster`` (failures drain it after ``failureThreshold``)."""
+        health = self.health[cluster]
+        if ok:
+            health.record_success()
+            return
+        health.record_failure(now=self._clock())
+        self.evaluate()
+
+    def known_model(self, model: str) -> bool:
+        return any(model in spec.models for spec in self.clusters.values())
+
+    def available_models(self) -> list[str]:
+        now = self._clock()
+        models: set[str] = set()
+        for name, spec in self.clusters.items():
+            health = self.health[name]
+            if health.ramp(now=now) > 0:
+                served = set(spec.models)
+                if health.heartbeat is not None:
+                    served &= set(health.heartbeat.models)
+                models |= served
+        return sorted(models)
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        now = self._clock()
+        clusters = {
+            name: {
+                "region": self.clusters[name].region,
+                "available": h.available(),
+                "drain_reason": h.drain_reason,
+                "ramp": round(h.ramp(now=now), 3),
+                "heartbeat_age_s": None
+                if h.heartbeat_seen_at is None
+                else round(now - h.heartbeat_seen_at, 3),
+                "saturation": None if h.heartbeat is None else h.heartbeat.saturation,
+                "ttft_p99_s": None if h.heartbeat is None else h.heartbeat.ttft_p99_s,
+            }
+            for name, h in self.health.items()
+        }
+        ready = self.polled and any(h.available() for h in self.health.values())
+        return ready, {"region": self.region, "heartbeat_source_up": self.source_up, "clusters": clusters}

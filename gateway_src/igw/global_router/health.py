@@ -1,0 +1,129 @@
+"""Per-cluster availability: drained on a stale heartbeat or failing requests, slow start on return.
+
+Pure state with an injected clock (the router passes ``now``), so every transition is table-tested.
+
+- **Heartbeats**: :meth:`ClusterHealth.observe_heartbeat` is called with every heartbeat read; a
+  *new* one is one whose ``seq`` differs from the last seen, and its arrival time is taken on this
+  router's clock. A cluster whose last new heartbeat is older than ``heartbeat_staleness_s`` is
+  drained (``stale``); a heartbeat that disappears (the gateway deleted it on shutdown) drains it at
+  once (``gone``); a heartbeat that says ``draining`` (the gateway got SIGTERM) too. While the
+  heartbeat store itself cannot be read, staleness is suspended (``source_up=False``): a Redis
+  outage must not drain the whole fleet, and passive failure detection still works.
+- **Requests**: ``failure_threshold`` consecutive failures (connect errors, 5xx) eject the cluster
+  for ``ejection_s``; any success resets the count.
+- **Slow start**: when a drained cluster becomes available again its share of traffic ramps
+  linearly from :data:`RAMP_FLOOR` to 1 over ``slow_start_s`` (:meth:`ClusterHealth.ramp`), so a
+  recovering cluster is not hit by a thundering herd.
+
+Transitions are reported as :class:`Transition` values (the router counts them as failover and
+recovery events).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from igw.gateway.heartbeat_message import Heartbeat
+from igw.global_router.config import FailoverSpec
+
+RAMP_FLOOR: Final = 0.1
+"""Share of its full traffic a returning cluster gets at the start of its slow-start window."""
+
+DrainReason = Literal["stale", "gone", "draining", "failures", "no-heartbeat"]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    cluster: str
+    kind: Literal["failover", "recovery"]
+    reason: str
+    at: float
+
+
+class ClusterHealth:
+    def __init__(self, name: str, spec: FailoverSpec, *, heartbeat_required: bool = True) -> None:
+        self.name = name
+        self._spec = spec
+        self._required = heartbeat_required
+        self.heartbeat: Heartbeat | None = None
+        self.heartbeat_seen_at: float | None = None
+        self._gone = False
+        self.consecutive_failures = 0
+        self.ejected_until = float("-inf")
+        self.available_since: float | None = None
+        """When the cluster last became available (``None`` while it is drained)."""
+        self._has_failed = False
+        self.drain_reason: DrainReason | None = "no-heartbeat" if heartbeat_required else None
+
+    # -- inputs --------------------------------------------------------------------------------
+    def observe_heartbeat(self, beat: Heartbeat | None, *, now: float) -> None:
+        """Record what the store holds for this cluster (``None``: no key)."""
+        if beat is None:
+            self._gone = self.heartbeat is not None
+            return
+        self._gone = False
+        if self.heartbeat is None or beat.seq != self.heartbeat.seq:
+            self.heartbeat_seen_at = now
+        self.heartbeat = beat
+
+    def record_success(self) -> None:
+        self.consecutive_failures = 0
+
+    def record_failure(self, *, now: float) -> None:
+        self.consecutive_failures += 1
+        if self.consecutive_failures >= self._spec.failure_threshold:
+            self.ejected_until = now + self._spec.ejection_s
+            self.consecutive_failures = 0
+
+    # -- state ---------------------------------------------------------------------------------
+    def reason_drained(self, *, now: float, source_up: bool) -> DrainReason | None:
+        """Why the cluster gets no traffic now, or ``None`` when it is available."""
+        if now < self.ejected_until:
+            return "failures"
+        if self.heartbeat is None:
+            return "no-heartbeat" if self._required else None
+        if self._gone:
+            return "gone"
+        if self.heartbeat.draining:
+            return "draining"
+        seen = self.heartbeat_seen_at
+        if source_up and seen is not None and now - seen > self._spec.heartbeat_staleness_s:
+            return "stale"
+        return None
+
+    def evaluate(self, *, now: float, source_up: bool) -> Transition | None:
+        """Update availability; the failover or recovery that happened, if any.
+
+        Becoming available for the first time (the router starting, the first heartbeat) is neither
+        a recovery nor a reason to ramp; only a return after a drain is.
+        """
+        reason = self.reason_drained(now=now, source_up=source_up)
+        was_available = self.drain_reason is None
+        self.drain_reason = reason
+        if reason is None:
+            if not was_available:
+                self.available_since = now if self._has_failed else float("-inf")
+                if self._has_failed:
+                    return Transition(self.name, "recovery", "available", now)
+            elif self.available_since is None:
+                self.available_since = float("-inf")
+            return None
+        if was_available:
+            self.available_since = None
+            self._has_failed = True
+            return Transition(self.name, "failover", reason, now)
+        return None
+
+    def available(self) -> bool:
+        return self.drain_reason is None
+
+    def ramp(self, *, now: float) -> float:
+        """Share of full traffic (``RAMP_FLOOR`` .. 1) during slow start; 0 while drained."""
+        if self.drain_reason is not None or self.available_since is None:
+            return 0.0
+        window = self._spec.slow_start_s
+        elapsed = now - self.available_since
+        if window <= 0 or elapsed >= window:
+            return 1.0
+        return RAMP_FLOOR + (1.0 - RAMP_FLOOR) * max(0.0, elapsed) / window

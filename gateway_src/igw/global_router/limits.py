@@ -1,0 +1,95 @@
+"""Global rate limits per tenant *and model*, shared by every router replica through Redis.
+
+Tenant-wide limits (``spec.rateLimits``) are enforced by the request guard exactly as in a tier-1
+gateway (same settings, same buckets, same 429s). This module adds ``spec.modelRateLimits``: the
+most specific entry for (tenant, model) applies - ``tenant+model``, ``tenant+*``, ``*+model``,
+``*+*`` - with its own pair of token buckets keyed ``<keyPrefix><tenant>|model=<model>``. The buckets are
+the tier-1 ones (:mod:`igw.security.ratelimit`: the same arithmetic in one Lua script per decision,
+on Redis's clock), so replicas agree and limits mean the same at both tiers. When Redis cannot
+answer, ``spec.rateLimits.onRedisUnavailable`` applies as in tier 1 (local buckets, allow, deny).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from igw.global_router.config import ModelLimit
+from igw.security.clock import Clock
+from igw.security.ratelimit.backend import BACKENDS, RateLimitBackend
+from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.settings import RateLimitSettings, TenantLimits
+
+WILDCARD = "*"
+
+
+def resolve(entries: Sequence[ModelLimit], *, tenant: str, model: str) -> ModelLimit | None:
+    """The most specific entry for (tenant, model), or ``None``."""
+    table = {(e.tenant, e.model): e for e in entries}
+    for key in ((tenant, model), (tenant, WILDCARD), (WILDCARD, model), (WILDCARD, WILDCARD)):
+        if key in table:
+            return table[key]
+    return None
+
+
+def _limits(entry: ModelLimit) -> TenantLimits:
+    return TenantLimits(
+        requests_per_second=entry.requests_per_second,
+        burst=entry.burst,
+        tokens_per_minute=entry.tokens_per_minute,
+        token_burst=entry.token_burst,
+    )
+
+
+class ModelRateLimits:
+    """Admission and accounting for ``spec.modelRateLimits``.
+
+    Each entry gets a tier-1 :class:`~igw.security.ratelimit.limiter.RateLimiter` whose default limits
+    are the entry's; all share one backend, so the unavailable policy, the local fallback and the 429s
+    are exactly tier 1's. The bucket key names tenant and model (:meth:`bucket_key`).
+    """
+
+    def __init__(
+        self,
+        entries: Sequence[ModelLimit],
+        *,
+        settings: RateLimitSettings,
+        clock: Clock,
+        backend: RateLimitBackend | None = None,
+    ) -> None:
+        self._entries = tuple(entries)
+        self._backend = backend if backend is not None else BACKENDS[settings.backend](settings, clock)
+        self._limiters = {
+            (e.tenant, e.model): RateLimiter(
+                settings=replace(settings, default=_limits(e), tenants={}), backend=self._backend, clock=clock
+            )
+            for e in self._entries
+        }
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._entries)
+
+    @staticmethod
+    def bucket_key(tenant: str, model: str) -> str:
+        return f"{tenant}|model={model}"
+
+    def _limiter(self, tenant: str, model: str) -> RateLimiter | None:
+        entry = resolve(self._entries, tenant=tenant, model=model)
+        return None if entry is None else self._limiters[(entry.tenant, entry.model)]
+
+    async def admit(self, *, tenant: str, model: str, est_tokens: int) -> None:
+        """Raise :class:`GuardDenied` (429 + ``Retry-After``) when over the (tenant, model) limit."""
+        limiter = self._limiter(tenant, model)
+        if limiter is not None:
+            await limiter.admit(tenant=self.bucket_key(tenant, model), est_tokens=est_tokens)
+
+    async def account(self, *, tenant: str, model: str, tokens: int) -> None:
+        limiter = self._limiter(tenant, model)
+        if limiter is not None:
+            await limiter.account(
+                tenant=self.bucket_key(tenant, model), prompt_tokens=tokens, completion_tokens=0
+            )
+
+    async def close(self) -> None:
+        await self._backend.close()

@@ -1,0 +1,95 @@
+"""Fleet metrics of the global router (Prometheus; ``/metrics`` of ``igw global serve``).
+
+Label values are bounded: clusters, regions and models come from the configuration; reasons and
+causes are fixed sets; tenants come from verified tokens (or the anonymous tenant).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from igw.gateway.telemetry import LATENCY_BUCKETS, TTFT_BUCKETS
+
+PREFIX: Final = "igw_global"
+
+
+class FleetMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.decisions = Counter(
+            f"{PREFIX}_routing_decisions",
+            "Requests sent to a cluster, by cluster, its region and why it was chosen "
+            "(same-region, cross-region, cost-within-slo, over-slo, saturated, slow-start).",
+            ["cluster", "region", "reason"],
+            registry=r,
+        )
+        self.retries = Counter(
+            f"{PREFIX}_upstream_retries",
+            "Attempts that moved on to the next cluster, by the cluster left and the cause "
+            "(connect, 429, 503, 5xx).",
+            ["cluster", "cause"],
+            registry=r,
+        )
+        self.failovers = Counter(
+            f"{PREFIX}_failover_events",
+            "Clusters drained, by reason (stale, gone, draining, failures).",
+            ["cluster", "reason"],
+            registry=r,
+        )
+        self.recoveries = Counter(
+            f"{PREFIX}_recovery_events",
+            "Drained clusters that became available again.",
+            ["cluster"],
+            registry=r,
+        )
+        self.available = Gauge(
+            f"{PREFIX}_cluster_available",
+            "1 while the cluster receives traffic.",
+            ["cluster", "region"],
+            registry=r,
+        )
+        self.ramp = Gauge(
+            f"{PREFIX}_cluster_ramp",
+            "Share of full traffic a cluster may take (slow start after a return; 0 drained).",
+            ["cluster"],
+            registry=r,
+        )
+        self.heartbeat_age = Gauge(
+            f"{PREFIX}_heartbeat_age_seconds",
+            "Seconds since this router saw a new heartbeat from the cluster.",
+            ["cluster"],
+            registry=r,
+        )
+        self.heartbeat_source_up = Gauge(
+            f"{PREFIX}_heartbeat_source_up", "1 while the heartbeat store (Redis) answers.", registry=r
+        )
+        self.ratelimit_hits = Counter(
+            f"{PREFIX}_ratelimit_hits",
+            "Requests refused by a global rate limit, by tenant, model and limit (requests, tokens).",
+            ["tenant", "model", "limit"],
+            registry=r,
+        )
+        self.requests = Counter(
+            f"{PREFIX}_requests",
+            "Requests answered, by model and HTTP status.",
+            ["model", "code"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            f"{PREFIX}_request_duration_seconds",
+            "Time from request received to response complete, by serving region and locality "
+            "(same-region, cross-region: the added latency of a regional failover shows here).",
+            ["model", "region", "locality"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            f"{PREFIX}_time_to_first_token_seconds",
+            "Time from request received to the first streamed bytes, by serving region and locality.",
+            ["model", "region", "locality"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )

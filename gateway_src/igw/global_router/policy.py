@@ -1,0 +1,177 @@
+"""The routing policy: for one request, the clusters to try, in order, each with the reason.
+
+Pure: the caller passes the clusters' state, the router's region and a ``random.Random``; nothing
+here reads a clock, a socket or a global. The order is:
+
+1. Only available clusters (ramp > 0) whose configuration lists the model and whose latest
+   heartbeat (if any) still reports it.
+2. **Slow start**: a returning cluster at ramp ``r`` < 1 takes part in a request with probability
+   ``r``; otherwise it is held back to the very end (a last resort), so its traffic grows gradually
+   even when it is the only cluster of its region.
+3. **Saturation**: clusters whose heartbeat reports saturation at or above
+   ``routing.saturationThreshold`` (or no fresh endpoint) go after every cluster with headroom, so
+   traffic moves away before they start answering 429.
+4. Among clusters with headroom:
+
+   - ``latency-first``: the router's own region first, then the others; within each group a
+     weighted random order with weight ``capacityWeight × headroom / (predicted P99 TTFT + 50 ms)``
+     (load spreads in proportion to capacity and spare room instead of piling onto one cluster);
+   - ``cost-first-within-slo``: clusters whose *predicted* P99 TTFT (the heartbeat's recent P99
+     plus ``interRegionPenaltySeconds`` outside the router's region) is under the SLO, in the
+     weighted order above with each weight multiplied by ``(cheapest price / price) ** 4``; then
+     the others, latency-first. Weighting rather than strictly cheapest-first keeps every router
+     from piling onto the one cheapest cluster between two heartbeats (which the discrete-event
+     model showed ending in 429s).
+
+The weighted random order is Efraimidis-Spirakis sampling (key ``u ** (1 / w)``): the first
+element is chosen with probability proportional to its weight, and the rest form the retry order.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from igw.gateway.heartbeat_message import Heartbeat
+from igw.global_router.config import ClusterSpec, RoutingSpec
+
+COST_EXPONENT: Final = 4
+"""How strongly cost-first favours cheaper clusters: a cluster twice the price gets 1/16 of the weight."""
+TTFT_FLOOR_S: Final = 0.05
+"""Added to the predicted TTFT in the weight, so a cluster without TTFT data is not infinitely good."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """What the policy knows about one cluster at decision time."""
+
+    spec: ClusterSpec
+    heartbeat: Heartbeat | None
+    ramp: float
+    """0 while drained; ``RAMP_FLOOR``..1 during slow start; 1 when fully available."""
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    cluster: ClusterSpec
+    reason: str
+    """same-region, cross-region, cost-within-slo, over-slo, saturated, slow-start."""
+    predicted_ttft_s: float
+
+
+def serves(state: ClusterState, model: str) -> bool:
+    if model not in state.spec.models:
+        return False
+    return state.heartbeat is None or model in state.heartbeat.models
+
+
+def predicted_ttft(state: ClusterState, *, region: str, routing: RoutingSpec) -> float:
+    """Recent P99 TTFT reported by the cluster (0 without data) plus the inter-region penalty."""
+    recent = state.heartbeat.ttft_p99_s if state.heartbeat and state.heartbeat.ttft_p99_s else 0.0
+    return recent + (0.0 if state.spec.region == region else routing.inter_region_penalty_s)
+
+
+def is_saturated(state: ClusterState, routing: RoutingSpec) -> bool:
+    beat = state.heartbeat
+    if beat is None:
+        return False
+    return beat.saturation >= routing.saturation_threshold or beat.endpoints_fresh == 0
+
+
+def _weight(state: ClusterState, predicted: float) -> float:
+    headroom = 1.0 - (state.heartbeat.saturation if state.heartbeat else 0.0)
+    return max(1e-9, state.spec.capacity_weight * max(headroom, 0.01) / (predicted + TTFT_FLOOR_S))
+
+
+def _weighted_order(
+    states: Sequence[ClusterState],
+    *,
+    region: str,
+    routing: RoutingSpec,
+    rng: random.Random,
+    factor: Callable[[ClusterState], float] = lambda _state: 1.0,
+) -> list[ClusterState]:
+    keyed = []
+    for state in states:
+        weight = _weight(state, predicted_ttft(state, region=region, routing=routing)) * factor(state)
+        u = rng.random() or 1e-12
+        keyed.append((math.log(u) / weight, state.spec.name, state))
+    keyed.sort(key=lambda item: (item[0], item[1]), reverse=True)
+    return [state for _, _, state in keyed]
+
+
+def _cost_factor(states: Sequence[ClusterState]) -> Callable[[ClusterState], float]:
+    """``(cheapest price / price) ** COST_EXPONENT``; a cluster without a price counts as twice the
+    dearest one. Strongly favours cheap clusters without sending *everything* to the cheapest one."""
+    prices = [p for s in states if (p := s.spec.cost_per_million_tokens) is not None and p > 0]
+    if not prices:
+        return lambda _state: 1.0
+    floor, unknown = min(prices), 2 * max(prices)
+
+    def factor(state: ClusterState) -> float:
+        price = state.spec.cost_per_million_tokens
+        if price is None:
+            price = unknown
+        return 1.0 if price <= 0 else (floor / price) ** COST_EXPONENT
+
+    return factor
+
+
+def _latency_first(
+    states: Sequence[ClusterState], *, region: str, routing: RoutingSpec, rng: random.Random
+) -> list[tuple[ClusterState, str]]:
+    local = [s for s in states if s.spec.region == region]
+    remote = [s for s in states if s.spec.region != region]
+    return [
+        *((s, "same-region") for s in _weighted_order(local, region=region, routing=routing, rng=rng)),
+        *((s, "cross-region") for s in _weighted_order(remote, region=region, routing=routing, rng=rng)),
+    ]
+
+
+def plan(
+    model: str,
+    clusters: Sequence[ClusterState],
+    *,
+    region: str,
+    routing: RoutingSpec,
+    rng: random.Random,
+) -> list[Choice]:
+    """The clusters to try for ``model``, best first; empty when none can serve it."""
+    serving = [c for c in clusters if c.ramp > 0 and serves(c, model)]
+    in_play: list[ClusterState] = []
+    held_back: list[ClusterState] = []
+    for state in serving:
+        (in_play if state.ramp >= 1.0 or rng.random() < state.ramp else held_back).append(state)
+    roomy = [s for s in in_play if not is_saturated(s, routing)]
+    full = [s for s in in_play if is_saturated(s, routing)]
+    ordered: list[tuple[ClusterState, str]]
+    if routing.policy == "cost-first-within-slo":
+        slo = routing.ttft_p99_slo_s
+        within = [s for s in roomy if predicted_ttft(s, region=region, routing=routing) < slo]
+        over = [s for s in roomy if predicted_ttft(s, region=region, routing=routing) >= slo]
+        cheapest = _weighted_order(
+            within, region=region, routing=routing, rng=rng, factor=_cost_factor(within)
+        )
+        ordered = [
+            *((s, "cost-within-slo") for s in cheapest),
+            *((s, "over-slo") for s, _ in _latency_first(over, region=region, routing=routing, rng=rng)),
+        ]
+    else:
+        ordered = _latency_first(roomy, region=region, routing=routing, rng=rng)
+    full.sort(
+        key=lambda s: (
+            s.heartbeat.saturation if s.heartbeat else 0.0,
+            predicted_ttft(s, region=region, routing=routing),
+        )
+    )
+    ordered += [(s, "saturated") for s in full]
+    ordered += [(s, "slow-start") for s in held_back]
+    return [
+        Choice(
+            cluster=s.spec, reason=reason, predicted_ttft_s=predicted_ttft(s, region=region, routing=routing)
+        )
+        for s, reason in ordered
+    ]

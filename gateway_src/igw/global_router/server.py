@@ -1,0 +1,343 @@
+"""``igw global serve``: the OpenAI-compatible front of tier 2.
+
+Same surface as ``igw serve`` (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``,
+``/healthz``, ``/readyz``, ``/metrics``), same request parsing (:mod:`igw.gateway.request_body`),
+the same request guard (:mod:`igw.security`: JWT, per-model authorization, tenant rate limits) and
+the same OpenAI-shaped errors (:mod:`igw.gateway.errors`). Per request:
+
+1. read and parse the body, authenticate, authorize, admit (tenant limits, then
+   ``modelRateLimits``);
+2. ask the fleet for the clusters to try (:mod:`igw.global_router.policy`);
+3. forward to the first with the tier-1 exchange (:func:`igw.gateway.upstream.exchange`); a
+   connect failure, a 429 or a 5xx *before anything reached the client* moves on to the next
+   cluster - so a dying cluster costs no failed non-streaming request. ``routing.maxAttempts``
+   bounds the clusters that *answered*; connect failures cost one round trip and no model work,
+   so they move on without counting (a dead region's clusters cannot exhaust the attempts before
+   the healthy region is reached);
+4. once a stream has started it is never retried: an upstream that dies mid-stream ends the
+   client's stream with an OpenAI-style SSE error event and ``[DONE]``.
+
+Responses carry ``x-igw-cluster`` and ``x-igw-region`` (where the request was served).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Final
+
+import aiohttp
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from igw.gateway.app import healthz, openai_errors
+from igw.gateway.errors import error_response
+from igw.gateway.guards import GuardDenied, RequestGuard
+from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
+from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
+from igw.global_router.config import GlobalRouterConfig
+from igw.global_router.fleet import Fleet
+from igw.global_router.heartbeats import HeartbeatReader
+from igw.global_router.limits import ModelRateLimits
+from igw.global_router.metrics import FleetMetrics
+from igw.security.factory import build_guard
+from igw.security.settings import RateLimitSettings
+
+log = logging.getLogger("igw.global_router")
+
+MAX_REQUEST_BODY_BYTES: Final = 268_435_456
+"""Same default limit as a tier-1 gateway (``bbr.maxRequestBodyBytes``)."""
+RETRY_STATUSES: Final = frozenset({429, 502, 503, 504})
+CLUSTER_HEADER: Final = "x-igw-cluster"
+REGION_HEADER: Final = "x-igw-region"
+MODEL_HEADER: Final = "x-gateway-model-name"
+
+SESSION_KEY = web.AppKey("igw_global_session", aiohttp.ClientSession)
+
+
+class GlobalRouter:
+    """Everything one router replica holds; built by :func:`create_global_app`."""
+
+    def __init__(
+        self,
+        config: GlobalRouterConfig,
+        *,
+        region: str,
+        guard: RequestGuard,
+        model_limits: ModelRateLimits,
+        metrics: FleetMetrics,
+        fleet: Fleet,
+        anonymous_tenant: str,
+    ) -> None:
+        self.config = config
+        self.region = region
+        self.guard = guard
+        self.model_limits = model_limits
+        self.metrics = metrics
+        self.fleet = fleet
+        self.anonymous_tenant = anonymous_tenant
+        self.draining = False
+        """Set on SIGTERM: /readyz answers 503 so the load balancer stops sending first."""
+
+
+ROUTER_KEY = web.AppKey("igw_global_router", GlobalRouter)
+
+
+def _no_cluster(message: str) -> web.Response:
+    """503 when no cluster can take the request; clients retry after a second (failover is that fast)."""
+    return error_response(
+        503,
+        message=message,
+        error_type="service_unavailable",
+        code="no_healthy_cluster",
+        headers={"Retry-After": "1"},
+    )
+
+
+def _denied(denied: GuardDenied) -> web.Response:
+    return error_response(
+        denied.status,
+        message=denied.message,
+        error_type=denied.error_type,
+        code=denied.code,
+        headers=denied.headers,
+    )
+
+
+async def _route(
+    request: web.Request,
+    router: GlobalRouter,
+    *,
+    chat: bool,
+    started: float,
+) -> web.StreamResponse:
+    m = router.metrics
+    try:
+        raw = await read_limited(request, limit=MAX_REQUEST_BODY_BYTES)
+        body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
+    except BodyTooLarge as exc:
+        return error_response(
+            413, message=str(exc), error_type="invalid_request_error", code="request_too_large"
+        )
+    except BadRequestBody as exc:
+        return error_response(400, message=exc.message, error_type="invalid_request_error", param=exc.param)
+    if body.model is None:
+        return error_response(
+            400, message="'model' is required", error_type="invalid_request_error", param="model"
+        )
+    model = body.model
+    est_tokens = body.prompt_tokens
+    tenant = router.anonymous_tenant
+    try:
+        principal = await router.guard.authenticate(request.headers)
+        tenant = principal.tenant or router.anonymous_tenant
+        router.guard.authorize(principal, model=model)
+        await router.guard.admit(principal, model=model, est_tokens=est_tokens)
+        await router.model_limits.admit(tenant=tenant, model=model, est_tokens=est_tokens)
+    except GuardDenied as denied:
+        if denied.status == 429:
+            limit = "tokens" if "(tokens)" in denied.message else "requests"
+            m.ratelimit_hits.labels(tenant, model, limit).inc()
+        m.requests.labels(model, str(denied.status)).inc()
+        return _denied(denied)
+    if not router.fleet.known_model(model):
+        m.requests.labels(model, "404").inc()
+        return error_response(
+            404,
+            message=f"model {model!r} is not served by any cluster of this router",
+            error_type="invalid_request_error",
+            code="model_not_found",
+            param="model",
+        )
+    choices = router.fleet.plan(model)
+    if not choices:
+        m.requests.labels(model, "503").inc()
+        return _no_cluster(f"no cluster serving model {model!r} is available (all drained or not reporting)")
+    headers = upstream_headers(
+        request.headers,
+        strip=router.guard.stripped_request_headers | {CLUSTER_HEADER, REGION_HEADER},
+        add=principal.forward_headers,
+    )
+    session = request.app[SESSION_KEY]
+    last: ExchangeResult | None = None
+    prepared: list[web.StreamResponse] = []
+    answered = 0
+    for choice in choices:
+        if answered >= router.config.routing.max_attempts:
+            break
+        cluster = choice.cluster
+        m.decisions.labels(cluster.name, cluster.region, choice.reason).inc()
+        try:
+            result = await exchange(
+                request,
+                session=session,
+                endpoint=cluster.endpoint,
+                body=raw,
+                headers=headers,
+                started=started,
+                connect_timeout_s=router.config.connect_timeout_s,
+                idle_timeout_s=router.config.request_timeout_s,
+                response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
+                on_prepared=prepared.append,
+            )
+        except ConnectFailed:
+            router.fleet.record_outcome(cluster.name, ok=False)
+            m.retries.labels(cluster.name, "connect").inc()
+            continue
+        except ClientGone:
+            # The client left mid-stream; the cluster did nothing wrong. Nothing more can be sent.
+            m.requests.labels(model, "499").inc()
+            return prepared[0] if prepared else web.Response(status=499)
+        last = result
+        answered += 1
+        if not result.response.prepared and result.status in RETRY_STATUSES:
+            if result.status != 429:
+                router.fleet.record_outcome(cluster.name, ok=False)
+            m.retries.labels(cluster.name, str(result.status) if result.status in (429, 503) else "5xx").inc()
+            continue
+        router.fleet.record_outcome(cluster.name, ok=result.ok)
+        _observe(router, result, model=model, region=cluster.region, started=started)
+        usage = result.usage or {}
+        tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+        if tokens:
+            await router.guard.account(
+                principal,
+                model=model,
+                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                completion_tokens=int(usage.get("completion_tokens", 0)),
+            )
+            await router.model_limits.account(tenant=tenant, model=model, tokens=tokens)
+        return result.response
+    if last is not None:
+        m.requests.labels(model, str(last.status)).inc()
+        return last.response
+    m.requests.labels(model, "503").inc()
+    return _no_cluster(f"every cluster tried for model {model!r} failed to connect")
+
+
+def _observe(
+    router: GlobalRouter, result: ExchangeResult, *, model: str, region: str, started: float
+) -> None:
+    m = router.metrics
+    locality = "same-region" if region == router.region else "cross-region"
+    m.requests.labels(model, str(result.status)).inc()
+    m.duration.labels(model, region, locality).observe(time.perf_counter() - started)
+    if result.ttft_s is not None:
+        m.ttft.labels(model, region, locality).observe(result.ttft_s)
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    return await _route(request, request.app[ROUTER_KEY], chat=True, started=time.perf_counter())
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await _route(request, request.app[ROUTER_KEY], chat=False, started=time.perf_counter())
+
+
+async def _models(request: web.Request) -> web.StreamResponse:
+    router = request.app[ROUTER_KEY]
+    try:
+        await router.guard.authenticate(request.headers)
+    except GuardDenied as denied:
+        return _denied(denied)
+    data = [
+        {"id": name, "object": "model", "created": 0, "owned_by": "igw"}
+        for name in router.fleet.available_models()
+    ]
+    return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
+
+
+async def _readyz(request: web.Request) -> web.StreamResponse:
+    router = request.app[ROUTER_KEY]
+    ready, detail = router.fleet.readiness()
+    guard = router.guard.readiness()
+    detail["guard"] = {"ready": guard.ready, "detail": guard.detail}
+    ready = ready and guard.ready and not router.draining
+    if router.draining:
+        detail["draining"] = True
+    body = orjson.dumps({"ready": ready, **detail}, option=orjson.OPT_INDENT_2)
+    return web.Response(status=200 if ready else 503, body=body, content_type="application/json")
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    payload = generate_latest(request.app[ROUTER_KEY].metrics.registry)
+    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def create_global_app(
+    config: GlobalRouterConfig,
+    *,
+    region: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    rng: random.Random | None = None,
+    registry: CollectorRegistry | None = None,
+    guard: RequestGuard | None = None,
+    reader: HeartbeatReader | None = None,
+    read_heartbeats: bool = True,
+) -> web.Application:
+    """Build a router replica. ``reader``: heartbeat source (default: Redis per ``spec.heartbeats``;
+    ``read_heartbeats=False`` routes on configuration and request outcomes alone - tests)."""
+    metrics = FleetMetrics(registry)
+    limit_settings = RateLimitSettings.from_mapping(config.rate_limits)
+    if guard is None:
+        guard = build_guard(
+            config.auth,
+            authorization=config.authorization,
+            rate_limits=config.rate_limits,
+            clock=clock,
+            registry=metrics.registry,
+        )
+    if reader is None and read_heartbeats:
+        reader = HeartbeatReader(
+            url=config.heartbeats.redis_url,
+            key_prefix=config.heartbeats.key_prefix,
+            clusters=[c.name for c in config.clusters],
+        )
+    fleet = Fleet(
+        config,
+        region=region or config.region,
+        clock=clock,
+        rng=rng if rng is not None else random.Random(),
+        metrics=metrics,
+        reader=reader,
+    )
+    router = GlobalRouter(
+        config,
+        region=region or config.region,
+        guard=guard,
+        model_limits=ModelRateLimits(config.model_limits, settings=limit_settings, clock=clock),
+        metrics=metrics,
+        fleet=fleet,
+        anonymous_tenant=limit_settings.anonymous_tenant,
+    )
+    app = web.Application(client_max_size=MAX_REQUEST_BODY_BYTES, middlewares=[openai_errors])
+    app[ROUTER_KEY] = router
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post("/v1/completions", _completions)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+
+    async def services(app: web.Application) -> AsyncIterator[None]:
+        await guard.start()
+        app[SESSION_KEY] = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=30),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Content-Type"),
+        )
+        await fleet.poll_once()
+        fleet.start()
+        try:
+            yield
+        finally:
+            await fleet.stop()
+            await app[SESSION_KEY].close()
+            await router.model_limits.close()
+            await guard.close()
+
+    app.cleanup_ctx.append(services)
+    return app

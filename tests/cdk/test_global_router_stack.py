@@ -1,0 +1,107 @@
+"""The tier-2 global router stack: synthesized offline, cdk-nag and cfn-lint clean, wired as documented."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdk import nag
+from cdk.global_router_config import EXAMPLE_FILE, GlobalRouterDeploymentError, load, parse
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    import aws_cdk as cdk
+
+    from cdk.app_builder import feature_flags
+    from cdk.stacks.global_router_stack import build_global_router_stack
+
+    outdir = tmp_path_factory.mktemp("global-cdk.out")
+    app = cdk.App(outdir=str(outdir), context=feature_flags())
+    stack = build_global_router_stack(app, load(EXAMPLE_FILE))
+    assembly = app.synth()
+    artifact = assembly.get_stack_artifact(stack.artifact_id)
+    return outdir / artifact.template_file, artifact.template
+
+
+def resources(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [r["Properties"] for r in template["Resources"].values() if r["Type"] == kind]
+
+
+def test_cdk_nag_has_no_unsuppressed_findings(synthesized: tuple[Path, dict[str, Any]]) -> None:
+    violations, acknowledged = nag.read_report(synthesized[0].parent)
+    assert violations == []
+    ours = {f.rule for f in acknowledged if f.rule.startswith("AwsSolutions")}
+    assert ours == {"AwsSolutions-ECS2", "AwsSolutions-S1", "AwsSolutions-SMG4"}
+    for finding in acknowledged:
+        assert len(finding.reason or "") >= 40, finding
+
+
+def test_cfn_lint_reports_no_errors(synthesized: tuple[Path, dict[str, Any]]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cfnlint", "--format", "json", str(synthesized[0])],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    errors = [f for f in json.loads(result.stdout or "[]") if f["Level"] == "Error"]
+    assert errors == []
+
+
+def test_redis_is_encrypted_multi_az_with_auth_on_a_non_default_port(
+    synthesized: tuple[Path, dict[str, Any]],
+) -> None:
+    (redis,) = resources(synthesized[1], "AWS::ElastiCache::ReplicationGroup")
+    assert redis["TransitEncryptionEnabled"] is True
+    assert redis["AtRestEncryptionEnabled"] is True
+    assert redis["MultiAZEnabled"] is True
+    assert redis["AutomaticFailoverEnabled"] is True
+    assert redis["Port"] == 6380
+    assert "resolve:secretsmanager" in json.dumps(redis["AuthToken"])
+
+
+def test_router_tasks_get_the_validated_config_with_redis_filled_in(
+    synthesized: tuple[Path, dict[str, Any]],
+) -> None:
+    (task,) = resources(synthesized[1], "AWS::ECS::TaskDefinition")
+    (container,) = task["ContainerDefinitions"]
+    env = {e["Name"]: e["Value"] for e in container["Environment"]}
+    text = json.dumps(env["IGW_GLOBAL_CONFIG"])
+    assert "rediss://:$IGW_REDIS_TOKEN@" in text
+    assert "igw.use1-a.example.com" in text  # the per-cluster gateway endpoints
+    assert [s["Name"] for s in container["Secrets"]] == ["IGW_REDIS_TOKEN"]
+    assert "igw global serve" in container["Command"][0]
+    (service,) = resources(synthesized[1], "AWS::ECS::Service")
+    assert service["DesiredCount"] == 2
+
+
+def test_endpoint_is_https_internal_with_dns(synthesized: tuple[Path, dict[str, Any]]) -> None:
+    template = synthesized[1]
+    (alb,) = resources(template, "AWS::ElasticLoadBalancingV2::LoadBalancer")
+    assert alb["Scheme"] == "internal"
+    (listener,) = resources(template, "AWS::ElasticLoadBalancingV2::Listener")
+    assert listener["Protocol"] == "HTTPS"
+    assert listener["Port"] == 443
+    (record,) = resources(template, "AWS::Route53::RecordSet")
+    assert record["Name"] == "global.inference.example.com."
+    (cert,) = resources(template, "AWS::CertificateManager::Certificate")
+    assert cert["ValidationMethod"] == "DNS"
+
+
+def test_invalid_router_config_is_refused_with_the_field(tmp_path: Path) -> None:
+    raw = yaml.safe_load(EXAMPLE_FILE.read_text())
+    router = yaml.safe_load((EXAMPLE_FILE.parent / raw["routerConfig"]).read_text())
+    router["spec"]["clusters"][0]["endpoint"] = "ftp://nope"
+    (tmp_path / "router.yaml").write_text(yaml.safe_dump(router))
+    raw["routerConfig"] = "router.yaml"
+    with pytest.raises(GlobalRouterDeploymentError, match=r"spec\.clusters\[0\]\.endpoint"):
+        parse(raw, base=tmp_path, source="global.yaml")
+    del raw["image"]
+    with pytest.raises(GlobalRouterDeploymentError, match="missing required field 'image'"):
+        parse(raw, base=tmp_path, source="global.yaml")

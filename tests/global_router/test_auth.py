@@ -1,0 +1,64 @@
+"""The router's request security is tier 1's: JWT from spec.auth, 401/403 shapes, identity headers."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import aiohttp
+from prometheus_client import CollectorRegistry
+
+from igw.gateway.serving import serve_app
+from igw.global_router.config import parse_global_config
+from igw.global_router.server import create_global_app
+from igw.security.factory import build_guard
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.global_router.support import MODEL, global_doc
+from tests.security.helpers import AUDIENCE, JwksServer, ManualClock, TokenFactory, bearer, wait_until
+
+
+async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    server = FakeModelServer("east-a")
+    async with running(server):
+        doc = global_doc(
+            [{"name": "east-a", "region": "east", "endpoint": f"http://{server.key}", "models": [MODEL]}],
+            heartbeats={"required": False},
+            auth={
+                "jwt": {
+                    "provider": {
+                        "name": "idp",
+                        "issuer": jwks_server.issuer,
+                        "remoteJWKS": {"uri": jwks_server.jwks_uri},
+                        "audiences": [AUDIENCE],
+                    }
+                }
+            },
+            authorization={"tenantClaim": "tenant", "tenantHeader": "x-igw-tenant"},
+        )
+        config = parse_global_config(doc)
+        guard = build_guard(
+            config.auth,
+            authorization=config.authorization,
+            rate_limits=config.rate_limits,
+            clock=clock,
+            registry=CollectorRegistry(),
+            jwks_ssl_context=client_ssl,
+        )
+        app = create_global_app(config, guard=guard, read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+            await wait_until(lambda: guard.readiness().ready, timeout_s=5)
+            body: dict[str, Any] = {"model": MODEL, "prompt": "x"}
+            async with http.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 401
+                assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+                assert (await resp.json())["error"]["type"] == "authentication_error"
+            assert server.received == []
+            headers = {**bearer(tokens.token()), "x-igw-tenant": "spoofed"}
+            async with http.post(url + "/v1/completions", json=body, headers=headers) as resp:
+                assert resp.status == 200
+                assert resp.headers["x-igw-cluster"] == "east-a"
+            forwarded = {k.lower(): v for k, v in server.received[-1].headers.items()}
+            assert "authorization" not in forwarded
+            assert forwarded["x-igw-tenant"] == "team-a"

@@ -1,0 +1,152 @@
+"""GlobalRouterConfig: schema, cross-field rules, defaults, the CRD, and `igw validate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from igw.cli.main import main
+from igw.config.crd import to_structural
+from igw.config.paths import REPO_ROOT
+from igw.config.schema import resolved_schema
+from igw.global_router.config import GlobalConfigError, load_global_config, parse_global_config
+from igw.global_router.crd import build_crd, render_global_crd
+from igw.global_router.schema import global_schema, validate_global_document
+from tests.global_router.support import global_doc
+
+EXAMPLE = REPO_ROOT / "crds" / "examples" / "global" / "global-router.yaml"
+
+
+def keys(node: Any) -> set[str]:
+    if isinstance(node, dict):
+        return set(node).union(*(keys(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(keys(v) for v in node))
+    return set()
+
+
+def problems(doc: dict[str, Any]) -> dict[str, str]:
+    return {p.path: f"{p.rule}: {p.message}" for p in validate_global_document(doc)}
+
+
+def test_the_example_is_valid_and_builds_with_converted_costs() -> None:
+    config = load_global_config(EXAMPLE)
+    assert [c.name for c in config.clusters] == ["use1-a", "use1-b", "usw2-a"]
+    # 4.10 USD/GPU-hour at 2500 tokens/s = 9 M tokens/hour -> 0.4556 USD per million tokens
+    assert config.clusters[0].cost_per_million_tokens == pytest.approx(4.10 / 9.0)
+    assert config.routing.policy == "cost-first-within-slo"
+    assert config.failover.heartbeat_staleness_s == 3
+    assert config.model_limits[1].tenant == "team-a"
+
+
+def test_defaults() -> None:
+    config = parse_global_config(global_doc())
+    assert config.failover.heartbeat_staleness_s == 3.0
+    assert config.failover.slow_start_s == 30.0
+    assert config.routing.policy == "latency-first"
+    assert config.routing.max_attempts == 3
+    assert config.heartbeats.poll_interval_s == 0.5
+    assert config.clusters[0].endpoint == "http://127.0.0.1:1"
+
+
+def test_problems_name_the_field() -> None:
+    doc = global_doc()
+    spec = doc["spec"]
+    spec["clusters"][1]["name"] = "east-a"
+    spec["clusters"][2]["endpoint"] = "http://127.0.0.1:1/"
+    spec["clusters"][0]["cost"] = {"perGpuHour": 3}
+    spec["clusters"][1]["cost"] = {"perGpuHour": 3, "perMillionTokens": 1, "tokensPerGpuSecond": 1}
+    spec["routing"] = {"policy": "cheapest", "saturationThreshold": 2}
+    spec["failover"] = {"heartbeatStalenessSeconds": 0}
+    spec["modelRateLimits"] = [{"tenant": "*", "model": "m"}, {"tenant": "*", "model": "m"}]
+    spec["auth"] = {
+        "jwt": {"provider": {"name": "p", "issuer": "http://x", "remoteJWKS": {"uri": "https://k"}}}
+    }
+    spec["surprise"] = 1
+    found = problems(doc)
+    assert found["spec.clusters[1].name"].startswith("global-unique-name: duplicates spec.clusters[0].name")
+    assert found["spec.clusters[2].endpoint"].startswith("global-unique-endpoint")
+    assert found["spec.clusters[0].cost.tokensPerGpuSecond"].startswith("global-cost-gpu-throughput")
+    assert found["spec.clusters[1].cost"].startswith("global-cost-one-basis")
+    assert found["spec.routing.policy"].startswith("schema.enum")
+    assert found["spec.routing.saturationThreshold"].startswith("schema.maximum")
+    assert found["spec.failover.heartbeatStalenessSeconds"].startswith("schema.minimum")
+    assert found["spec.modelRateLimits[1].model"].startswith("global-unique-model")
+    assert found["spec.auth.jwt.provider.issuer"].startswith("schema.pattern")
+    assert found["spec.surprise"].startswith("schema.unknown-field")
+    with pytest.raises(GlobalConfigError, match=r"invalid GlobalRouterConfig \(\d+ problems\)"):
+        parse_global_config(doc)
+
+
+def test_shared_nodes_are_the_inferencegatewayconfig_ones() -> None:
+    schema = global_schema()
+    igwc = resolved_schema()["properties"]["spec"]["properties"]
+    spec = schema["properties"]["spec"]["properties"]
+    assert spec["auth"] == igwc["auth"]
+    assert spec["authorization"] == igwc["extensions"]["properties"]["authorization"]
+    assert spec["rateLimits"] == igwc["extensions"]["properties"]["rateLimits"]
+    assert "x-igw-same-as" not in keys(schema)
+
+
+def test_bundled_copy_validates_like_the_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bundled = REPO_ROOT / "gateway_src" / "igw" / "config" / "bundled"
+    doc = global_doc(routing={"policy": "nope"})
+    assert problems(doc) == {
+        p.path: f"{p.rule}: {p.message}" for p in validate_global_document(doc, folder=bundled)
+    }
+
+
+def test_crd_is_structural_and_keys_clusters_by_name() -> None:
+    crd = build_crd()
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    found = keys(schema)
+    assert not {k for k in found if k.startswith("x-igw-") or k in {"$ref", "const", "$defs"}}
+    assert '"additionalProperties": false' not in json.dumps(schema)
+    clusters = schema["properties"]["spec"]["properties"]["clusters"]
+    assert clusters["x-kubernetes-list-type"] == "map"
+    assert clusters["x-kubernetes-list-map-keys"] == ["name"]
+    assert to_structural(schema) == schema
+    assert crd["spec"]["names"]["kind"] == "GlobalRouterConfig"
+
+
+def test_committed_crd_is_fresh() -> None:
+    path = REPO_ROOT / "crds" / "globalrouterconfigs.inference.sagemaker.aws.amazon.com.yaml"
+    assert path.read_text(encoding="utf-8") == render_global_crd(REPO_ROOT)
+    assert yaml.safe_load(path.read_text())["metadata"]["name"].startswith("globalrouterconfigs.")
+
+
+def test_igw_validate_reports_global_documents_with_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = global_doc()
+    doc["spec"]["clusters"][2]["region"] = "Not A Region"
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["validate", str(path)]) == 1
+    out = capsys.readouterr()
+    assert "spec.clusters[2].region: must be a region name such as us-east-1" in out.out
+    assert "1 GlobalRouterConfig document(s) checked, 1 problem(s)" in out.err
+    assert main(["validate", str(EXAMPLE)]) == 0
+
+
+def test_load_refuses_a_file_without_exactly_one_document(tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump_all([global_doc(), global_doc()]))
+    with pytest.raises(GlobalConfigError, match="expected exactly one GlobalRouterConfig document, found 2"):
+        load_global_config(path)
+
+
+def test_global_serve_refuses_an_invalid_config_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = global_doc(routing={"maxAttempts": 0})
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["global", "serve", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "invalid GlobalRouterConfig (1 problem)" in err
+    assert "spec.routing.maxAttempts: must be >= 1" in err

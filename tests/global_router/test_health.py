@@ -1,0 +1,106 @@
+"""Failover detection and slow start on an injected clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from igw.global_router.config import FailoverSpec
+from igw.global_router.health import RAMP_FLOOR, ClusterHealth
+from tests.global_router.support import beat
+
+SPEC = FailoverSpec(heartbeat_staleness_s=3.0, failure_threshold=3, ejection_s=5.0, slow_start_s=30.0)
+
+
+def healthy(now: float = 0.0) -> ClusterHealth:
+    h = ClusterHealth("a", SPEC)
+    h.observe_heartbeat(beat("a", seq=1), now=now)
+    assert h.evaluate(now=now, source_up=True) is None  # first availability is not a recovery
+    return h
+
+
+def test_needs_a_heartbeat_before_traffic_unless_configured_otherwise() -> None:
+    h = ClusterHealth("a", SPEC)
+    assert h.evaluate(now=0, source_up=True) is None
+    assert not h.available()
+    assert h.drain_reason == "no-heartbeat"
+    relaxed = ClusterHealth("a", SPEC, heartbeat_required=False)
+    relaxed.evaluate(now=0, source_up=True)
+    assert relaxed.available()
+    assert relaxed.ramp(now=0) == 1.0
+
+
+def test_first_heartbeat_gives_full_share_without_ramp() -> None:
+    assert healthy().ramp(now=0.0) == 1.0
+
+
+def test_stale_heartbeat_drains_after_the_staleness_and_not_before() -> None:
+    h = healthy()
+    h.observe_heartbeat(beat("a", seq=1), now=2.9)  # same seq: not new
+    assert h.evaluate(now=3.0, source_up=True) is None
+    t = h.evaluate(now=3.01, source_up=True)
+    assert t is not None
+    assert (t.kind, t.reason) == ("failover", "stale")
+    assert h.ramp(now=3.01) == 0.0
+
+
+def test_store_outage_suspends_staleness() -> None:
+    h = healthy()
+    assert h.evaluate(now=60.0, source_up=False) is None
+    assert h.available()
+    assert h.evaluate(now=60.0, source_up=True) is not None  # back: the old heartbeat is stale now
+
+
+def test_deleted_or_draining_heartbeat_drains_at_once() -> None:
+    h = healthy()
+    h.observe_heartbeat(None, now=0.5)
+    t = h.evaluate(now=0.5, source_up=True)
+    assert t is not None
+    assert t.reason == "gone"
+    h2 = healthy()
+    h2.observe_heartbeat(beat("a", seq=2, draining=True), now=0.5)
+    t2 = h2.evaluate(now=0.5, source_up=True)
+    assert t2 is not None
+    assert t2.reason == "draining"
+
+
+def test_consecutive_failures_eject_for_the_ejection_time_and_success_resets() -> None:
+    h = healthy()
+    h.record_failure(now=1.0)
+    h.record_failure(now=1.0)
+    h.record_success()
+    h.record_failure(now=1.0)
+    h.record_failure(now=1.0)
+    assert h.evaluate(now=1.0, source_up=True) is None  # 2 in a row, not 3
+    h.record_failure(now=1.0)
+    t = h.evaluate(now=1.0, source_up=True)
+    assert t is not None
+    assert t.reason == "failures"
+    h.observe_heartbeat(beat("a", seq=2), now=5.9)
+    assert h.evaluate(now=5.9, source_up=True) is None
+    back = h.evaluate(now=6.0, source_up=True)
+    assert back is not None
+    assert back.kind == "recovery"
+
+
+def test_slow_start_ramps_linearly_from_the_floor_to_full() -> None:
+    h = healthy()
+    h.evaluate(now=4.0, source_up=True)  # stale
+    assert not h.available()
+    h.observe_heartbeat(beat("a", seq=2), now=10.0)
+    t = h.evaluate(now=10.0, source_up=True)
+    assert t is not None
+    assert t.kind == "recovery"
+    assert h.ramp(now=10.0) == pytest.approx(RAMP_FLOOR)
+    assert h.ramp(now=25.0) == pytest.approx(RAMP_FLOOR + (1 - RAMP_FLOOR) / 2)
+    assert h.ramp(now=40.0) == 1.0
+
+
+def test_zero_slow_start_window_means_full_share_on_return() -> None:
+    h = ClusterHealth("a", FailoverSpec(slow_start_s=0.0))
+    h.observe_heartbeat(beat("a", seq=1), now=0)
+    h.evaluate(now=0, source_up=True)
+    h.observe_heartbeat(None, now=1)
+    h.evaluate(now=1, source_up=True)
+    h.observe_heartbeat(beat("a", seq=2), now=2)
+    h.evaluate(now=2, source_up=True)
+    assert h.ramp(now=2) == 1.0

@@ -1,0 +1,91 @@
+"""Global rate limits per tenant and model: specificity, shared by replicas through a real Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from igw.gateway.guards import GuardDenied
+from igw.global_router.config import ModelLimit
+from igw.global_router.limits import ModelRateLimits, resolve
+from igw.security.settings import RateLimitSettings
+from tests.gateway.fake_model_server import closed_port
+from tests.security.helpers import ManualClock, RedisServer
+
+ENTRIES = (
+    ModelLimit(tenant="*", model="*", requests_per_second=100),
+    ModelLimit(tenant="*", model="llama", requests_per_second=0.001, burst=3),
+    ModelLimit(tenant="team-a", model="*", requests_per_second=50),
+    ModelLimit(tenant="team-a", model="llama", requests_per_second=0.001, burst=1),
+)
+
+
+def test_most_specific_entry_wins() -> None:
+    assert resolve(ENTRIES, tenant="team-a", model="llama") == ENTRIES[3]
+    assert resolve(ENTRIES, tenant="team-a", model="other") == ENTRIES[2]
+    assert resolve(ENTRIES, tenant="team-b", model="llama") == ENTRIES[1]
+    assert resolve(ENTRIES, tenant="team-b", model="other") == ENTRIES[0]
+    assert resolve(ENTRIES[1:2], tenant="x", model="other") is None
+
+
+def settings(url: str, policy: str = "local") -> RateLimitSettings:
+    return RateLimitSettings.from_mapping(
+        {"backend": "redis", "redis": {"url": url, "keyPrefix": "t:grl:"}, "onRedisUnavailable": policy}
+    )
+
+
+async def admitted(limits: ModelRateLimits, n: int, *, tenant: str = "team-b", model: str = "llama") -> int:
+    ok = 0
+    refusals: list[GuardDenied] = []
+    for _ in range(n):
+        try:
+            await limits.admit(tenant=tenant, model=model, est_tokens=10)
+            ok += 1
+        except GuardDenied as denied:
+            refusals.append(denied)
+    for denied in refusals:
+        assert denied.status == 429
+        assert denied.headers["Retry-After"].isdigit()
+        assert f"|model={model}" in denied.message
+    return ok
+
+
+async def test_two_replicas_share_one_bucket_in_redis(redis_server: RedisServer) -> None:
+    clock = ManualClock()
+    one = ModelRateLimits(ENTRIES, settings=settings(redis_server.url), clock=clock)
+    two = ModelRateLimits(ENTRIES, settings=settings(redis_server.url), clock=clock)
+    try:
+        # burst 3 for (*, llama): three admissions in total across both replicas, not three each
+        assert await admitted(one, 2) + await admitted(two, 3) == 3
+        # other tenants and models have their own buckets
+        assert await admitted(two, 1, tenant="team-a") == 1
+        assert await admitted(one, 1, tenant="team-a") == 0
+        assert await admitted(one, 5, model="other") == 5
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_tokens_per_minute_are_debited_after_the_response(redis_server: RedisServer) -> None:
+    entries = (ModelLimit(tenant="*", model="llama", tokens_per_minute=600, token_burst=100),)
+    clock = ManualClock()
+    replica = ModelRateLimits(entries, settings=settings(redis_server.url), clock=clock)
+    other = ModelRateLimits(entries, settings=settings(redis_server.url), clock=clock)
+    try:
+        await replica.admit(tenant="t", model="llama", est_tokens=10)
+        await replica.account(tenant="t", model="llama", tokens=150)  # bucket now in debt
+        with pytest.raises(GuardDenied) as refused:
+            await other.admit(tenant="t", model="llama", est_tokens=10)
+        assert "(tokens)" in refused.value.message
+    finally:
+        await replica.close()
+        await other.close()
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("local", 3), ("allow", 6), ("deny", 0)])
+async def test_redis_outage_applies_the_tier1_policy(policy: str, expected: int) -> None:
+    url = f"redis://127.0.0.1:{closed_port()}/0"
+    limits = ModelRateLimits(ENTRIES, settings=settings(url, policy), clock=ManualClock())
+    try:
+        assert await admitted(limits, 6) == expected
+    finally:
+        await limits.close()

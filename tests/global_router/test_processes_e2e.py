@@ -1,0 +1,149 @@
+"""Real processes on loopback: Redis, two ``igw serve`` publishing heartbeats, two ``igw global serve``.
+
+One tier-1 gateway is killed with SIGKILL while traffic flows: no request fails, both replicas
+drain it, and its stale heartbeat stays drained. Also checks the delay proxy the demo uses for the
+inter-region link, and the measurements the demo report is built from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from igw.bench.global_fleet import (
+    MODEL,
+    ClusterPlan,
+    DelayProxy,
+    GatewayProcess,
+    global_config,
+    redis_process,
+    router_replicas,
+    write_gateway_files,
+)
+from igw.bench.global_run import Sample, Timeline, drained_after, percentile, policy_summary, ramp_curve
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.global_router.support import redis_on_path
+
+PLANS = (ClusterPlan("east-a", "east", 1, 0.5), ClusterPlan("east-b", "east", 1, 0.4))
+
+
+async def readyz(http: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with http.get(url + "/readyz") as resp:
+        data: dict[str, Any] = await resp.json()
+        return data
+
+
+async def all_available(http: aiohttp.ClientSession, urls: list[str]) -> bool:
+    states = [await readyz(http, u) for u in urls]
+    return all(c["available"] for s in states for c in s["clusters"].values())
+
+
+async def test_killed_gateway_is_drained_by_both_replicas_without_failed_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", redis_on_path())
+    servers = {p.name: FakeModelServer(p.name) for p in PLANS}
+    async with running(*servers.values()), redis_process(tmp_path) as redis_url:
+        gateways = {}
+        try:
+            for plan in PLANS:
+                write_gateway_files(plan, [servers[plan.name].key], tmp_path, redis_url)
+                # the fake server is not in the simulator's label set: match any labels
+                doc = yaml.safe_load((tmp_path / f"igwc-{plan.name}.yaml").read_text())
+                doc["spec"]["schedulers"][0]["modelName"] = MODEL
+                (tmp_path / f"igwc-{plan.name}.yaml").write_text(yaml.safe_dump(doc))
+                gateways[plan.name] = GatewayProcess(plan, tmp_path)
+                await gateways[plan.name].start()
+            config = global_config(
+                PLANS,
+                {name: gw.url for name, gw in gateways.items()},
+                region="east",
+                redis_url=redis_url,
+                policy="latency-first",
+                slo_s=1.0,
+                penalty_s=0.05,
+                slow_start_s=5,
+            )
+            path = tmp_path / "global.yaml"
+            path.write_text(yaml.safe_dump(config))
+            async with (
+                router_replicas(path, tmp_path, replicas=2, tag="t") as urls,
+                aiohttp.ClientSession() as http,
+            ):
+                deadline = time.monotonic() + 30
+                while not await all_available(http, urls):
+                    assert time.monotonic() < deadline, "clusters never became available"
+                    await asyncio.sleep(0.1)
+                statuses: list[int] = []
+                served: set[str] = set()
+
+                async def send(i: int) -> None:
+                    body = {"model": MODEL, "prompt": "hi"}
+                    async with http.post(urls[i % 2] + "/v1/completions", json=body) as resp:
+                        statuses.append(resp.status)
+                        served.add(resp.headers.get("x-igw-cluster", ""))
+                        await resp.read()
+
+                for i in range(20):
+                    await send(i)
+                assert served == {"east-a", "east-b"}
+                gateways["east-a"].kill()
+                killed = time.monotonic()
+                for i in range(40):
+                    await send(i)
+                assert set(statuses) == {200}
+                deadline = time.monotonic() + 15
+                while True:
+                    states = [await readyz(http, u) for u in urls]
+                    if all(not s["clusters"]["east-a"]["available"] for s in states):
+                        break
+                    assert time.monotonic() < deadline, states
+                    await asyncio.sleep(0.05)
+                assert time.monotonic() - killed < 5.0  # the issue's redirect target
+        finally:
+            for gw in gateways.values():
+                await gw.stop()
+
+
+async def test_delay_proxy_adds_the_link_latency_both_ways() -> None:
+    server = FakeModelServer("far")
+    async with running(server):
+        proxy = DelayProxy(server.port, delay_s=0.1)
+        url = await proxy.start()
+        try:
+            async with aiohttp.ClientSession() as http:
+                t0 = time.monotonic()
+                async with http.post(url + "/v1/completions", json={"model": "m", "prompt": "x"}) as resp:
+                    assert resp.status == 200
+                    await resp.read()
+                assert time.monotonic() - t0 >= 0.2  # one way each direction
+        finally:
+            await proxy.stop()
+
+
+def test_report_measurements() -> None:
+    timeline = Timeline()
+    timeline.availability = [
+        (1.0, 0, {"a": {"available": True, "ramp": 1}}),
+        (1.2, 0, {"a": {"available": False, "ramp": 0}}),
+        (1.4, 1, {"a": {"available": False, "ramp": 0}}),
+    ]
+    assert drained_after(timeline, "a", 1.0, 2) == pytest.approx(0.4)
+    assert drained_after(timeline, "a", 1.0, 3) is None
+    samples = [
+        Sample(sent_at=t, replica=0, stream=False, status=200, cluster=c)
+        for t, c in [(10.1, "b"), (10.2, "a"), (11.5, "a"), (11.6, "a")]
+    ]
+    assert ramp_curve(samples, "a", start=10.0, end=12.0) == [(0.5, 0.5), (1.5, 1.0)]
+    assert percentile([1.0, 2.0, 3.0], 0.5) == 2.0
+    for s in samples:
+        s.tokens, s.latency_s = 1000, 0.1
+    summary = policy_summary(samples, {"a": 1.0, "b": 0.0})
+    assert summary["cost_per_1k_requests_usd"] == pytest.approx(1000 * 3 * 1000 * 1.0 / 1e6 / 4)
+    assert summary["share"] == {"a": 0.75, "b": 0.25}
