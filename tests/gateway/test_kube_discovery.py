@@ -18,8 +18,8 @@ from igw.config.build import build_gateway_config
 from igw.gateway.app import create_app
 from igw.gateway.discovery.kube import KubeDiscovery
 from igw.gateway.inference import STATE_KEY
-from igw.gateway.launch import picker_configs_from_cluster
 from igw.gateway.serving import serve_app
+from igw.launch import picker_configs_from_cluster
 from tests.fakes.kube_api import make_pod, serving_fake_kube
 from tests.gateway.conftest import config_doc, scheduler, wait_for
 from tests.gateway.fake_model_server import FakeModelServer, running

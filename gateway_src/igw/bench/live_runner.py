@@ -21,13 +21,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
+from igw.bench.agreement import compare
 from igw.bench.capacity import FleetCapacity, fleet_capacity
+from igw.bench.console import scenario_table, share_table
+from igw.bench.des_runner import DesOptions, run_des
+from igw.bench.interrupt import run_interruptible
 from igw.bench.loadgen import LiveRequest, drive
+from igw.bench.peers import install
 from igw.bench.processes import RouterStartError
+from igw.bench.report import write_report
 from igw.bench.results import PolicyRun, ScenarioRun
-from igw.bench.routers import ROUTERS, RouterContext
+from igw.bench.router_context import RouterContext
+from igw.bench.routers import ROUTERS
 from igw.bench.rr_proxy import BACKEND_HEADER
-from igw.bench.scenarios import Scenario
+from igw.bench.scenarios import Scenario, resolve
 from igw.bench.stats import RequestSample, load_share, summarize
 from igw.bench.workload import adapter_names, fleet_pods, mean_fraction, model_name, scenario_requests
 from igw.sim.live import RunningFleet, run_fleet
@@ -257,13 +264,6 @@ def run_live_cli(
     args: Any, *, console: Any, out: Path, seeds: Sequence[int], policies: Sequence[str], command: str
 ) -> int:
     """``igw bench --mode live``: every named scenario at reduced scale, optionally the agreement check."""
-    from igw.bench.agreement import compare
-    from igw.bench.console import scenario_table, share_table
-    from igw.bench.des_runner import DesOptions, run_des
-    from igw.bench.interrupt import run_interruptible
-    from igw.bench.peers import install
-    from igw.bench.report import write_report
-    from igw.bench.scenarios import resolve
 
     if args.check_agreement and len(seeds) < 2:
         console.print(

@@ -13,16 +13,20 @@ machine (reference/peers.md §1.2, §2.2). Known limits of the comparison, state
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Final
 
+import aiohttp
+
 from igw.bench.processes import RouterStartError, free_port, router_process
-from igw.bench.routers import RouterContext
+from igw.bench.router_context import RouterContext
 
 PEERS_DIR: Final = Path(os.environ.get("IGW_PEERS_DIR", ".peers"))
 PACKAGES: Final[dict[str, str]] = {"sglang": "sglang-router", "vllm": "vllm-router"}
@@ -107,10 +111,6 @@ async def peer_router(*, router: str, policy: str, ctx: RouterContext) -> AsyncI
 
 async def _wait_for_workers(url: str, *, model: str, timeout_s: float) -> None:
     """Both peers answer 503 until their workers are registered: wait for one real completion."""
-    import asyncio
-    import time
-
-    import aiohttp
 
     deadline = time.monotonic() + timeout_s
     body = {"model": model, "prompt": "ready?", "max_tokens": 1}

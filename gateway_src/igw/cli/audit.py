@@ -10,7 +10,7 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from igw.checks.cli_common import add_common_arguments
+    from igw.cli.checks_common import add_common_arguments
 
     add_common_arguments(parser)
     policy = parser.add_argument_group("policy")
@@ -29,9 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from igw.checks.cli_common import run_command
     from igw.checks.framework import CheckOptions
     from igw.checks.model import Command
+    from igw.cli.checks_common import run_command
 
     options = CheckOptions(
         allow_internet_facing=args.allow_internet_facing,

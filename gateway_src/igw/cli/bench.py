@@ -93,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from igw.bench.cli_run import run_bench
+    from igw.cli.bench_run import run_bench
 
     try:
         return run_bench(args)

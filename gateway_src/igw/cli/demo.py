@@ -29,6 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from igw.bench.demo import run_demo
+    from igw.cli.demo_run import run_demo
 
     return run_demo(args)

@@ -14,10 +14,10 @@ from typing import Final
 HELP = "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput."
 
 BENCHMARKS: Final[tuple[tuple[str, str], ...]] = (
-    ("gateway", "igw.gateway.perf"),
-    ("auth", "igw.security.perf"),
-    ("des", "igw.sim.perf"),
-    ("checks", "igw.checks.perf"),
+    ("gateway", "igw.perf.gateway"),
+    ("auth", "igw.perf.auth"),
+    ("des", "igw.perf.des"),
+    ("checks", "igw.perf.checks"),
 )
 
 

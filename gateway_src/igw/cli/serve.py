@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     from igw.config.errors import ConfigError
     from igw.config.loader import load_gateway_config
-    from igw.gateway.launch import LaunchError, LaunchOptions, run_gateway
+    from igw.launch import LaunchError, LaunchOptions, run_gateway
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -19,11 +19,12 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from igw.errors import IgwToolingError
 from igw.sim.kv_cache import BlockPool
 from igw.sim.presets import Preset
 
 
-class RequestRejected(ValueError):
+class RequestRejected(IgwToolingError, ValueError):
     """The engine refuses a request outright (too long for the context or the KV cache)."""
 
 

@@ -28,14 +28,16 @@ import math
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Final, Protocol
 
+from igw.errors import IgwToolingError
 from igw.sim.request import SimRequest
 from igw.sim.tokens import count_tokens, synthetic_text
 
 
-class WorkloadError(ValueError):
+class WorkloadError(IgwToolingError, ValueError):
     """Bad workload parameters or a malformed trace (the message names the field or line)."""
 
 
@@ -370,7 +372,6 @@ def _time_value(v: object, where: str) -> float:
             return float(v)
         except ValueError:
             pass
-        from datetime import datetime
 
         try:
             return datetime.fromisoformat(v.strip()).timestamp()

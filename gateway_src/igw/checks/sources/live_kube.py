@@ -17,6 +17,7 @@ from typing import Any
 from igw.checks.inventory import KubeView, Manifest, Missing
 from igw.checks.model import SkipKind
 from igw.config.model import API_GROUP, API_VERSION
+from igw.errors import IgwToolingError
 
 PAGE_SIZE = 500
 REQUEST_TIMEOUT_S = 15.0
@@ -61,7 +62,7 @@ LISTERS: tuple[_Lister, ...] = (
 )
 
 
-class ClusterUnreachable(Exception):
+class ClusterUnreachable(IgwToolingError):
     pass
 
 

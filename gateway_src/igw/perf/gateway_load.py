@@ -56,7 +56,7 @@ def backend_process(*, chunks: int, interval: float) -> Iterator[tuple[str, subp
     cmd = [
         sys.executable,
         "-m",
-        "igw.gateway.perf_backend",
+        "igw.perf.gateway_backend",
         "--chunks",
         str(chunks),
         "--chunk-interval",

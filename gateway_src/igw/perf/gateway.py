@@ -45,8 +45,8 @@ def _row(name: str, value: str, baseline: str, target: str, met: bool | None) ->
 
 
 def _micro(rows: list[dict[str, Any]]) -> None:
-    from igw.gateway.perf_backend import realistic_vllm_page
-    from igw.gateway.perf_micro import decision_time, page_parse_time
+    from igw.perf.gateway_backend import realistic_vllm_page
+    from igw.perf.gateway_micro import decision_time, page_parse_time
 
     for endpoints, picks, target_us in ((16, 3000, 200.0), (1000, 300, 2000.0)):
         t = decision_time(endpoints=endpoints, picks=picks)
@@ -86,7 +86,7 @@ async def _drive(
     target: _Target, *, backend: str, concurrency: int, per_round: int, rounds: int
 ) -> tuple[list[float], list[float], float]:
     """Alternating direct/target rounds; returns direct and target latencies and CPU µs/request."""
-    from igw.gateway.perf_load import closed_loop, cpu_seconds
+    from igw.perf.gateway_load import closed_loop, cpu_seconds
 
     direct: list[float] = []
     via: list[float] = []
@@ -105,7 +105,7 @@ async def _start_peers(
     """Start every peer router; a peer that is absent, dies or never answers is returned with the reason."""
     from igw.bench.peers import PACKAGES
     from igw.bench.processes import RouterStartError
-    from igw.gateway.perf_load import PEER_POLICY, peer_process, wait_peer_ready
+    from igw.perf.gateway_load import PEER_POLICY, peer_process, wait_peer_ready
 
     started: list[_Target] = []
     failed: dict[str, str] = {}
@@ -127,7 +127,7 @@ async def _start_peers(
 
 async def _warm_up(base: str) -> None:
     """Connection pools and caches warmed the same way for every target."""
-    from igw.gateway.perf_load import closed_loop
+    from igw.perf.gateway_load import closed_loop
 
     await closed_loop(base, concurrency=8, requests=500)
 
@@ -135,7 +135,7 @@ async def _warm_up(base: str) -> None:
 async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     import tempfile
 
-    from igw.gateway.perf_load import backend_process, closed_loop, gateway_process, wait_ready
+    from igw.perf.gateway_load import backend_process, closed_loop, gateway_process, wait_ready
 
     with (
         tempfile.TemporaryDirectory() as tmp,

@@ -1,4 +1,8 @@
-"""Assemble and run a gateway process from CLI options (used by ``igw serve``).
+"""Assemble and run a gateway process from CLI options (used by ``igw serve``): the composition root.
+
+It sits above :mod:`igw.gateway` and :mod:`igw.security` because it wires the two together: the gateway
+defines the request-guard port (:mod:`igw.gateway.guards`), security implements it, and neither
+imports the other's internals (the layer contract in ``pyproject.toml``).
 
 Decides, once, the pieces that differ between local and in-cluster use: the discovery source, where
 ``configMapRef`` EndpointPickerConfigs come from, the request guard (``igw.security`` when that
@@ -21,6 +25,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from igw.config.model import GatewayConfig
+from igw.errors import IgwGatewayError
 from igw.gateway.app import create_app
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
@@ -31,7 +36,7 @@ from igw.gateway.serving import serve_app
 log = logging.getLogger("igw.gateway")
 
 
-class LaunchError(Exception):
+class LaunchError(IgwGatewayError):
     """Start-up failed for a reason the operator must fix (message says which)."""
 
 

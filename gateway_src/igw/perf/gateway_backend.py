@@ -1,6 +1,6 @@
 """A near-free model-server stand-in for ``igw perf gateway`` (run as its own process).
 
-``python -m igw.gateway.perf_backend --chunks 20 --chunk-interval 0.005`` prints ``PORT <n>`` and
+``python -m igw.perf.gateway_backend --chunks 20 --chunk-interval 0.005`` prints ``PORT <n>`` and
 serves: ``POST /v1/completions`` and ``/v1/chat/completions`` (a fixed small JSON body, or an SSE
 stream of ``--chunks`` events ``--chunk-interval`` seconds apart when ``"stream": true``),
 ``GET /health`` (for peer routers' worker probes) and ``GET /metrics`` (a realistic vLLM page,
