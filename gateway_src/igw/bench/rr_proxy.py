@@ -8,7 +8,10 @@ generator can attribute requests to pods, the same header the benchmark reads fr
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import itertools
+import signal
 from collections import Counter
 from collections.abc import Sequence
 
@@ -97,9 +100,6 @@ LISTENING_PREFIX = "igw-rr-proxy listening on "
 
 
 async def _serve(backends: Sequence[str]) -> None:
-    import asyncio
-    import signal
-
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -111,13 +111,11 @@ async def _serve(backends: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m igw.bench.rr_proxy URL [URL ...]``: run the proxy as its own process (live mode)."""
-    import argparse
-    import asyncio
-
     parser = argparse.ArgumentParser(prog="igw.bench.rr_proxy", description=__doc__)
     parser.add_argument("backends", nargs="+", help="backend base URLs, e.g. http://127.0.0.1:8001")
     args = parser.parse_args(argv)
     try:
+        # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
         import uvloop
 
         uvloop.install()

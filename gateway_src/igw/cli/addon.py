@@ -52,6 +52,7 @@ def _aws_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _clients(args: argparse.Namespace) -> object:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import boto3
 
     from igw.addon.eks_api import EksAddonApi
@@ -64,6 +65,7 @@ def _clients(args: argparse.Namespace) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.addon import chart, configuration, operations, pins
     from igw.addon.eks_api import AddonApiError
 

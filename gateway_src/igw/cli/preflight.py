@@ -10,6 +10,7 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.cli.checks_common import add_common_arguments
 
     add_common_arguments(parser)
@@ -28,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.checks.framework import CheckOptions
     from igw.checks.model import Command
     from igw.cli.checks_common import run_command

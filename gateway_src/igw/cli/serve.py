@@ -52,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import asyncio
     import contextlib
     import logging
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):  # uvloop is in the gateway extra; plain asyncio otherwise
+        # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
         import uvloop
 
         loop_factory = uvloop.new_event_loop

@@ -51,12 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.sim_command == "fleet":
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.cli.sim_fleet import run_fleet_command
 
         return run_fleet_command(
             spec_path=args.spec, as_json=args.json, time_scale=args.time_scale, duration=args.duration
         )
     if args.sim_command == "run":
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.cli.sim_run import run_des_command
 
         options: dict[str, Any] = {
@@ -74,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         }
         return run_des_command(**options)
     if args.sim_command == "presets":
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.cli.sim_presets import print_presets
 
         print_presets(sys.stdout, as_json=args.json)

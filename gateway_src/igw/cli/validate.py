@@ -57,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int]:
     """Findings for one file, whether it was readable, and how many IGWC documents it held."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.config.documents import DocumentReadError, read_documents
     from igw.config.jsonpath import parse_path
     from igw.config.validate import is_gateway_config, validate_document
@@ -82,6 +83,7 @@ def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.config.schema import SchemaError
 
     try:

@@ -17,9 +17,11 @@ Example::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,7 @@ def _row(name: str, value: str, baseline: str, target: str, met: bool | None) ->
 
 
 def _micro(rows: list[dict[str, Any]]) -> None:
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.perf.gateway_backend import realistic_vllm_page
     from igw.perf.gateway_micro import decision_time, page_parse_time
 
@@ -86,6 +89,7 @@ async def _drive(
     target: _Target, *, backend: str, concurrency: int, per_round: int, rounds: int
 ) -> tuple[list[float], list[float], float]:
     """Alternating direct/target rounds; returns direct and target latencies and CPU µs/request."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.perf.gateway_load import closed_loop, cpu_seconds
 
     direct: list[float] = []
@@ -103,6 +107,7 @@ async def _start_peers(
     stack: contextlib.ExitStack, workdir: Path, *, backend: str
 ) -> tuple[list[_Target], dict[str, str]]:
     """Start every peer router; a peer that is absent, dies or never answers is returned with the reason."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.bench.peers import PACKAGES
     from igw.bench.processes import RouterStartError
     from igw.perf.gateway_load import PEER_POLICY, peer_process, wait_peer_ready
@@ -127,14 +132,14 @@ async def _start_peers(
 
 async def _warm_up(base: str) -> None:
     """Connection pools and caches warmed the same way for every target."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.perf.gateway_load import closed_loop
 
     await closed_loop(base, concurrency=8, requests=500)
 
 
 async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    import tempfile
-
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.perf.gateway_load import backend_process, closed_loop, gateway_process, wait_ready
 
     with (
@@ -225,14 +230,13 @@ def _cpu_rows(cpu_us: dict[str, float], *, concurrency: int, failed: dict[str, s
 
 
 def _pct(values: list[float], q: float) -> float:
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.bench.stats import percentile
 
     return percentile(values, q) or 0.0
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-
     rows: list[dict[str, Any]] = []
     _micro(rows)
     if not args.skip_load:

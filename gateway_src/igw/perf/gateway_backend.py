@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import random
 import sys
 
 from aiohttp import web
@@ -27,8 +28,7 @@ RESPONSE = (
 def realistic_vllm_page() -> str:
     """A vLLM 0.12 page of ~50 KB from the simulator; a minimal page if the simulator is absent."""
     try:
-        import random
-
+        # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
         from packaging.version import Version
 
         from igw.sim.engine import Engine
@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     # Real failures still surface: the load client raises on any non-200 answer.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     try:
+        # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
         import uvloop
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
