@@ -21,8 +21,8 @@ from igw.gateway.inference import STATE_KEY
 from igw.gateway.serving import serve_app
 from igw.launch import picker_configs_from_cluster
 from tests.fakes.kube_api import make_pod, serving_fake_kube
-from tests.gateway.conftest import config_doc, scheduler, wait_for
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
 
 NS = "inference"
 

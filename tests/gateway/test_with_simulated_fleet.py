@@ -14,7 +14,7 @@ import pytest
 
 from igw.sim.live import run_fleet
 from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
-from tests.gateway.conftest import config_doc, scheduler, wait_for
+from tests.gateway.support import config_doc, scheduler, wait_for
 
 
 def fleet(*pods: Mapping[str, Any], time_scale: float = 0.05) -> FleetSpec:

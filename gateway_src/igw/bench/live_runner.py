@@ -43,7 +43,7 @@ from igw.sim.spec import FleetSpec
 
 class _PeerProbeNoise(logging.Filter):
     """Drop the simulated pods' tracebacks for the HTTP/2 preface that sglang-router and vllm-router send
-    as a gRPC probe before falling back to HTTP (reference/peers.md §1.4: harmless, expected)."""
+    as a gRPC probe before falling back to HTTP (harmless and expected)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None

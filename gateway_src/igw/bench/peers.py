@@ -2,8 +2,8 @@
 
 ``igw bench --mode live --peers`` installs them with pip into their own virtual environment
 (``.peers/venv``, git-ignored), printing what it installs; without ``--peers`` an absent install is
-reported as "not installed" in the results, never faked. Command lines follow what worked on this
-machine (reference/peers.md §1.2, §2.2). Known limits of the comparison, stated in the report:
+reported as "not installed" in the results, never faked. Command lines are the peers' documented
+``launch`` flags, bound to loopback. Known limits of the comparison, stated in the report:
 
 * sglang-router 0.3.2 adds ~40 ms to streaming TTFT on keep-alive connections (Nagle x delayed ACK),
   which inflates its TTFT in wall time (less after conversion to GPU time at a time scale > 1);
@@ -74,7 +74,7 @@ def peer_argv(
     worker_urls: Sequence[str],
     policy: str,
 ) -> list[str]:
-    """The peer's command line as it worked here (reference/peers.md §1.2, §2.2). The Prometheus
+    """The peer's command line (its documented flags, bound to loopback). The Prometheus
     port is explicit because both peers default to 29000 and would collide."""
     argv = [executable, "launch"] if router == "sglang" else [executable]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", *worker_urls, "--policy", policy]

@@ -1,8 +1,8 @@
 """Fetch model-server ``/metrics`` pages and tell which scheduling signals they really carry.
 
-The gateway scores on queue depth, running batch size and KV-cache usage under engine-specific
-names (``reference/gie-epp.md`` §1.5). A page can be up yet miss a signal: old vLLM uses only
-``vllm:gpu_cache_usage_perc``; SGLang without ``--enable-metrics`` serves no page at all.
+The gateway scores on queue depth, running batch size and KV-cache usage under engine-specific names (the
+Gateway API Inference Extension's model-server protocol). A page can be up yet miss a signal: old vLLM uses
+only ``vllm:gpu_cache_usage_perc``; SGLang without ``--enable-metrics`` serves no page at all.
 """
 
 from __future__ import annotations

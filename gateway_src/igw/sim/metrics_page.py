@@ -1,4 +1,4 @@
-"""The ``/metrics`` page of each impersonated engine and version (shared/reference/model-server-metrics.md).
+"""The ``/metrics`` page of each impersonated engine and version, as vLLM and SGLang write it.
 
 Pages are rendered by hand (not through a prometheus_client registry) because a fleet of pods is
 scraped every 50 ms on a 2-core machine; the output follows prometheus_client's text format 0.0.4
@@ -58,7 +58,7 @@ def _esc(v: str) -> str:
 
 
 class _Page:
-    """Line builder implementing the exposition rules of model-server-metrics.md §1."""
+    """Line builder implementing the exposition rules of prometheus_client's text format 0.0.4."""
 
     __slots__ = ("created", "lines", "with_created")
 
