@@ -106,7 +106,7 @@ async def _gateway(ctx: RouterContext, *, tuned: bool) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def _round_robin(ctx: RouterContext) -> AsyncIterator[str]:
-    argv = [sys.executable, "-m", "igw.bench.rr_proxy", *ctx.pod_urls]
+    argv = [sys.executable, "-m", "igw.cli.rr_proxy_process", *ctx.pod_urls]
     async with router_process(
         name="round-robin proxy",
         argv=argv,

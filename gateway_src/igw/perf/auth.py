@@ -28,13 +28,6 @@ ISSUER: Final = "https://issuer.perf.invalid"
 AUDIENCE: Final = "perf"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--iterations", type=int, default=3000, help="tokens verified per row (default 3000)")
-    parser.add_argument(
-        "--repeats", type=int, default=3, help="runs per row; the fastest is reported (default 3)"
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Row:
     alg: str

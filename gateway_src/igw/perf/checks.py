@@ -15,13 +15,6 @@ from typing import Any
 HELP = "Check throughput: preflight + audit of a simulated cluster (default 1,000 pods, 50 configs)."
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pods", type=int, default=1000, help="model-server pods (default 1000)")
-    parser.add_argument("--configs", type=int, default=50, help="InferenceGatewayConfigs (default 50)")
-    parser.add_argument("--schedulers", type=int, default=2, help="schedulers per config (default 2)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
-
-
 def _hardened_pod_spec(image: str, port: int) -> dict[str, Any]:
     return {
         "securityContext": {

@@ -29,18 +29,6 @@ from typing import Any
 HELP = "Gateway overhead vs a direct connection: added latency, CPU/request, TTFT, decision and parse time."
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--requests", type=int, default=2000, help="requests per phase at concurrency 1 (default 2000)"
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="alternating direct/gateway rounds (default 3)")
-    parser.add_argument("--stream-requests", type=int, default=200, help="streaming requests per phase")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    parser.add_argument(
-        "--skip-load", action="store_true", help="only the in-process decision and parse benchmarks"
-    )
-
-
 def _row(name: str, value: str, baseline: str, target: str, met: bool | None) -> dict[str, Any]:
     verdict = "n/a" if met is None else ("met" if met else "MISSED")
     return {"metric": name, "value": value, "baseline": baseline, "target": target, "verdict": verdict}

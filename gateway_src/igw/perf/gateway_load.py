@@ -56,7 +56,7 @@ def backend_process(*, chunks: int, interval: float) -> Iterator[tuple[str, subp
     cmd = [
         sys.executable,
         "-m",
-        "igw.perf.gateway_backend",
+        "igw.cli.perf_backend_process",
         "--chunks",
         str(chunks),
         "--chunk-interval",
