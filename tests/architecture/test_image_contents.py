@@ -14,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,23 @@ def test_the_dockerfile_passes_hadolint() -> None:
         [str(hadolint), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_gateway_extra_holds_no_tooling_dependency() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    gateway = {
+        re.split(r"[\[<>=!~ ]", dep, maxsplit=1)[0].lower()
+        for dep in project["optional-dependencies"]["gateway"]
+    }
+    tooling_only = {
+        "aws-cdk-lib",
+        "constructs",
+        "cdk-nag",
+        "boto3",
+        "matplotlib",
+        "numpy",
+        "rich",
+        "helm-python-sdk",
+    }
+    assert gateway, "the gateway extra is empty"
+    assert not gateway & tooling_only, gateway & tooling_only
