@@ -10,14 +10,14 @@ the ConfigMap content):
 
 Default weights: queue 2, kvCache 2, prefix 3 (GIE >= v1.2); loraAffinity 1 when the scheduler has
 ``loraAdapters``; predictedLatency 1, which igw maps to ``predicted-ttft-scorer`` (measured TTFT per
-endpoint x requests waiting there, including this router's dispatches the scrape cannot show yet). That
-default is igw's, not GIE's: without it the GIE scorers herd between scrapes on identical pods
-(docs/scheduler-design.md) and count an A10G's queue like an H100's on mixed fleets; ``predictedLatency: 0``
-restores GIE's queue/kvCache/prefix behaviour exactly. ``endpoint-speed-scorer`` (raw measured decode speed)
-stays available by its plugin type name. ``prefill-collision-scorer`` (weight 2, igw's too) keeps load-aware
-picks from landing on a pod that is still prefilling this router's previous request (round-robin's even
-spacing; measured in docs/scheduler-design.md); it has no ``weights`` key and is switched off together with
-``predictedLatency: 0``.
+endpoint x requests waiting there, including this router's dispatches the scrape cannot show yet).
+That default is igw's, not GIE's: without it the GIE scorers herd between scrapes on identical pods
+(docs/scheduler-design.md) and count an A10G's queue like an H100's on mixed
+fleets; ``predictedLatency: 0`` restores GIE's queue/kvCache/prefix behaviour exactly.
+``endpoint-speed-scorer`` (raw measured decode speed) stays available by its plugin type name.
+``prefill-collision-scorer`` (weight 2, igw's too) keeps load-aware picks from landing on a pod that is
+still prefilling this router's previous request (round-robin's even spacing; measured in
+docs/scheduler-design.md); it has no ``weights`` key and is switched off with ``predictedLatency: 0``.
 """
 
 from __future__ import annotations
