@@ -38,12 +38,13 @@ async def test_cold_prompts_spread_over_the_endpoints(gateway: Any) -> None:
         running(*servers),
         gateway(config_doc([scheduler("pool", "m")]), {"pool": [s.key for s in servers]}) as gw,
     ):
-        chosen = []
-        for topic in ("astronomy", "botany", "cartography"):
-            # No prompt shares a cache block with another: every request is cold everywhere.
-            body = {"model": "m", "prompt": f"{topic} question number {len(chosen)}: " * 30}
-            chosen.append((await (await gw.post("/v1/completions", body)).json())["server"])
-        assert sorted(chosen) == ["s0", "s1", "s2"], chosen  # one cold prompt per idle pod
+        chosen = Counter()
+        for i in range(12):
+            # No prompt shares a cache block with another: every request is cold on every pod, the
+            # pods look alike, so nothing may pull the requests onto one of them.
+            body = {"model": "m", "prompt": f"topic {i}: unrelated question number {i * 7919} " * 20}
+            chosen[(await (await gw.post("/v1/completions", body)).json())["server"]] += 1
+        assert len(chosen) >= 2, chosen  # spread, not herded onto one pod
 
 
 async def test_lora_request_prefers_endpoint_running_the_adapter(gateway: Any) -> None:

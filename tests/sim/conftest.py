@@ -1,5 +1,19 @@
-"""Simulator test fixtures; they and the helpers tests import live in :mod:`tests.sim.support`."""
+"""Simulator test fixtures; the helpers tests import live in :mod:`tests.sim.support`."""
 
-from tests.sim.support import text_of
+from __future__ import annotations
 
-__all__ = ["text_of"]
+import random
+
+import pytest
+
+from igw.sim.tokens import synthetic_text
+
+
+@pytest.fixture
+def text_of() -> object:
+    rng = random.Random(1234)
+
+    def make(tokens: int) -> str:
+        return synthetic_text(tokens=tokens, rng=rng)
+
+    return make

@@ -1,11 +1,9 @@
-"""Helpers for the simulator tests: tiny routing policies, request builders and the `text_of` fixture."""
+"""Helpers the simulator tests import: tiny routing policies, request builders, a quiet engine."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-
-import pytest
 
 from igw.scheduling.types import (
     DecisionKind,
@@ -17,7 +15,7 @@ from igw.scheduling.types import (
 )
 from igw.sim.engine import Engine, EngineRequest
 from igw.sim.presets import get_preset
-from igw.sim.tokens import block_hashes, synthetic_text
+from igw.sim.tokens import block_hashes
 
 
 class RoundRobin:
@@ -68,16 +66,6 @@ def make_request(
         adapter=adapter,
         arrival=arrival,
     )
-
-
-@pytest.fixture
-def text_of() -> object:
-    rng = random.Random(1234)
-
-    def make(tokens: int) -> str:
-        return synthetic_text(tokens=tokens, rng=rng)
-
-    return make
 
 
 def quiet_engine(preset: str = "llama-3.1-8b/h100", **kw: object) -> Engine:
