@@ -102,8 +102,9 @@ async def test_dead_or_hung_pod_is_excluded_and_recovers(gateway: Any, fault: Fa
                 assert resp.status == 200
                 assert served_by(await resp.json()) == "b"
             await f.clear("a")
-            took = await wait_for(lambda: gw.fresh("llama", a.key), what="pod back")
-            assert took < 1.0
+            # Back by itself once scraped again; the bound is generous (a loaded machine delays
+            # scrapes), the assertion is the recovery, not its speed.
+            await wait_for(lambda: gw.fresh("llama", a.key), within=15.0, what="pod back")
 
 
 @pytest.mark.parametrize("mode", [StreamCut.FIN, StreamCut.RST, StreamCut.STALL])
@@ -131,8 +132,9 @@ async def test_client_disconnect_aborts_the_engine_request(gateway: Any) -> None
             await resp.content.readany()  # generation is running
             assert live.engine.num_running == 1
             resp.close()  # the client goes away
-            took = await wait_for(lambda: live.engine.num_running == 0, within=1.0, what="engine abort")
-            assert took < 1.0
+            # 4,000 tokens at real pace take far longer than this bound: reaching zero running
+            # requests within it means the request was aborted, not finished.
+            await wait_for(lambda: live.engine.num_running == 0, within=10.0, what="engine abort")
 
 
 async def test_measured_speed_steers_traffic_to_the_faster_gpu(gateway: Any) -> None:
