@@ -11,8 +11,8 @@ import ast
 from pathlib import Path
 
 from igw.config.paths import REPO_ROOT
+from tests.architecture.support import SOURCE_ROOT, assert_none, offenders, python_files, sample
 
-SOURCE_ROOT = REPO_ROOT / "gateway_src" / "igw"
 CLI_PACKAGE = SOURCE_ROOT / "cli"
 PARSER_CALLS = frozenset(
     {"ArgumentParser", "add_argument", "add_argument_group", "add_subparsers", "add_parser", "parse_args"}
@@ -32,24 +32,19 @@ def parser_calls(path: Path, *, root: Path = REPO_ROOT) -> list[str]:
     return [text for _, text in sorted(found)]
 
 
-def test_no_argument_parsing_outside_the_cli_package() -> None:
-    offenders = [
-        call
-        for path in sorted(SOURCE_ROOT.rglob("*.py"))
-        if not path.is_relative_to(CLI_PACKAGE)
-        for call in parser_calls(path)
-    ]
-    assert not offenders, "argument parsing outside igw.cli:\n" + "\n".join(offenders)
-
-
 def test_the_check_sees_parser_calls(tmp_path: Path) -> None:
-    sample = tmp_path / "sample.py"
-    sample.write_text(
+    module = sample(
+        tmp_path,
         "import argparse\n"
         "parser = argparse.ArgumentParser()\n"
         "parser.add_argument('--x')\n"
-        "def run(args: argparse.Namespace) -> None: ...\n"
+        "def run(args: argparse.Namespace) -> None: ...\n",
     )
-    found = [line.rsplit(": ", 1)[1] for line in parser_calls(sample, root=tmp_path)]
+    found = [line.rsplit(": ", 1)[1] for line in parser_calls(module, root=tmp_path)]
     assert found == ["ArgumentParser", "add_argument"]
     assert parser_calls(CLI_PACKAGE / "perf.py"), "the cli package itself must show up as parsing"
+
+
+def test_no_argument_parsing_outside_the_cli_package() -> None:
+    found = offenders(python_files(SOURCE_ROOT, skip=CLI_PACKAGE), parser_calls)
+    assert_none(found, "argument parsing outside igw.cli")

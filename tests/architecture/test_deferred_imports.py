@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from igw.config.paths import REPO_ROOT
+from tests.architecture.support import SOURCE_ROOT, assert_none, offenders, python_files, sample
 
-SOURCE_ROOT = REPO_ROOT / "gateway_src" / "igw"
 REASON = re.compile(r"#\s*deferred:\s*\S.{5,}")
 
 
@@ -65,25 +65,28 @@ def has_reason(group: ImportGroup) -> bool:
     return bool(REASON.search(own_line)) or (above.startswith("#") and bool(REASON.search(above)))
 
 
-def test_every_function_level_import_says_why_it_is_deferred() -> None:
-    missing = [
+def unexplained_imports(path: Path) -> list[str]:
+    return [
         f"{group.path.relative_to(REPO_ROOT)}:{group.first_line}: {group.text}"
-        for path in sorted(SOURCE_ROOT.rglob("*.py"))
         for group in function_level_import_groups(path)
         if not has_reason(group)
     ]
-    assert not missing, "function-level imports without a '# deferred: <why>' comment:\n" + "\n".join(missing)
+
+
+def test_every_function_level_import_says_why_it_is_deferred() -> None:
+    found = offenders(python_files(SOURCE_ROOT), unexplained_imports)
+    assert_none(found, "function-level imports without a '# deferred: <why>' comment")
 
 
 def test_the_check_finds_unexplained_and_accepts_explained_imports(tmp_path: Path) -> None:
-    module = tmp_path / "sample.py"
-    module.write_text(
+    module = sample(
+        tmp_path,
         "import os\n\n"
         "def plain():\n    import json\n    import sys\n    return json, sys\n\n"
         "def explained():\n    # deferred: optional dependency (the ops extra)\n"
         "    import yaml\n    return yaml\n\n"
         "async def nested():\n    try:\n        import uvloop  # deferred: optional speed-up\n"
-        "    except ImportError:\n        import asyncio\n    return os\n"
+        "    except ImportError:\n        import asyncio\n    return os\n",
     )
     groups = function_level_import_groups(module)
     found = [(group.first_line, has_reason(group)) for group in groups]

@@ -7,8 +7,7 @@ import tomllib
 from pathlib import Path
 
 from igw.config.paths import REPO_ROOT
-
-TESTS_ROOT = REPO_ROOT / "tests"
+from tests.architecture.support import TESTS_ROOT, assert_none, offenders, python_files, sample
 
 
 def conftest_imports(path: Path, *, root: Path = REPO_ROOT) -> list[str]:
@@ -26,18 +25,8 @@ def conftest_imports(path: Path, *, root: Path = REPO_ROOT) -> list[str]:
 
 
 def test_no_test_imports_from_a_conftest() -> None:
-    offenders = [hit for path in sorted(TESTS_ROOT.rglob("*.py")) for hit in conftest_imports(path)]
-    assert not offenders, "import helpers from a support module, not conftest.py:\n" + "\n".join(offenders)
-
-
-def test_the_check_finds_conftest_imports(tmp_path: Path) -> None:
-    sample = tmp_path / "test_sample.py"
-    sample.write_text(
-        "from tests.gateway.conftest import config_doc\n"
-        "from tests.gateway import support\n"
-        "from tests.sim import conftest\n"
-    )
-    assert conftest_imports(sample, root=tmp_path) == ["test_sample.py:1", "test_sample.py:3"]
+    found = offenders(python_files(TESTS_ROOT), conftest_imports)
+    assert_none(found, "import helpers from a support module, not conftest.py")
 
 
 def test_pytest_runs_strict() -> None:
@@ -45,3 +34,13 @@ def test_pytest_runs_strict() -> None:
     assert options["filterwarnings"][0] == "error"
     assert options["xfail_strict"] is True
     assert {"--strict-config", "--strict-markers"} <= set(options["addopts"].split())
+
+
+def test_the_check_finds_conftest_imports(tmp_path: Path) -> None:
+    module = sample(
+        tmp_path,
+        "from tests.gateway.conftest import config_doc\n"
+        "from tests.gateway import support\n"
+        "from tests.sim import conftest\n",
+    )
+    assert conftest_imports(module, root=tmp_path) == ["sample.py:1", "sample.py:3"]

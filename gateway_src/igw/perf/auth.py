@@ -28,18 +28,20 @@ ISSUER: Final = "https://issuer.perf.invalid"
 AUDIENCE: Final = "perf"
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    alg: str
-    name: str
-    cpu_us: float
-    wall_us: float
-
-
 def run(args: argparse.Namespace) -> int:
     rows = asyncio.run(_measure(iterations=max(1, args.iterations), repeats=max(1, args.repeats)))
     _print(rows, iterations=args.iterations)
     return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the report: the algorithm, what was measured, and its cost per token."""
+
+    alg: str
+    name: str
+    cpu_us: float
+    wall_us: float
 
 
 async def _measure(*, iterations: int, repeats: int) -> list[Row]:
