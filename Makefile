@@ -20,6 +20,7 @@ venv: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check gateway_src cdk tests app.py
 	$(BIN)/ruff format --check gateway_src cdk tests app.py
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy gateway_src/igw cdk app.py

@@ -16,7 +16,7 @@ def test_capacity_probe_sees_the_h100_much_faster_than_the_a10g() -> None:
     cap = fleet_capacity(DEMO, seed=1)
     by_type = {c.preset: c.requests_per_s for c in cap.per_type}
     ratio = by_type["llama-3.1-8b/h100"] / by_type["llama-3.1-8b/a10g"]
-    assert 5 < ratio < 30  # serving-model.md §7: ~5x decode, ~10x prefill
+    assert 5 < ratio < 30  # A10G vs H100: ~5x decode, ~10x prefill (docs/simulator.md, Presets)
     assert cap.requests_per_s == sum(c.requests_per_s * 2 for c in cap.per_type)
 
 

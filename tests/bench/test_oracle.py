@@ -21,7 +21,7 @@ def snap(**kw: float) -> PodSnapshot:
 def test_idle_pod_ttft_is_one_prefill_step() -> None:
     s = snap()
     assert predicted_ttft(s, prompt_tokens=1000) == pytest.approx(step_time(s, 1000))
-    # serving-model.md §8.2: a 1k-token prefill alone on an H100 8B takes about 27 ms
+    # docs/simulator.md, Presets: a 1k-token prefill alone on an H100 8B takes about 27 ms
     assert 0.020 < predicted_ttft(s, prompt_tokens=1000) < 0.035
 
 

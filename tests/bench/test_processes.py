@@ -22,7 +22,7 @@ def _alive(pid: int) -> bool:
 
 async def test_proxy_process_announces_its_url_and_is_stopped_on_exit(tmp_path: Path) -> None:
     log = tmp_path / "proxy.log"
-    argv = [sys.executable, "-m", "igw.bench.rr_proxy", "http://127.0.0.1:9"]
+    argv = [sys.executable, "-m", "igw.cli.rr_proxy_process", "http://127.0.0.1:9"]
     async with router_process(
         name="rr", argv=argv, log_path=log, url_pattern=LISTENING_PREFIX + r"(http://\S+)"
     ) as url:
@@ -41,7 +41,7 @@ def _pid_of(url: str, log: Path) -> str:
                 cmd = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"igw.bench.rr_proxy" in cmd and b"http://127.0.0.1:9" in cmd:
+            if b"igw.cli.rr_proxy_process" in cmd and b"http://127.0.0.1:9" in cmd:
                 return entry.name
     raise AssertionError(f"proxy for port {port} not found (log: {log.read_text()})")
 

@@ -9,7 +9,6 @@ from igw.config.model import (
     BbrSpec,
     ConfigMapRef,
     DefaultBackend,
-    GatewayConfig,
     SchedulerSpec,
 )
 from igw.config.schema import resolved_schema
@@ -84,7 +83,7 @@ def test_weights_default_only_inside_a_given_weights_object() -> None:
 
 
 def test_full_document_is_read_field_by_field() -> None:
-    config = GatewayConfig.from_document(base_document())
+    config = build_gateway_config(base_document())
     llama, qwen = config.schedulers
     assert llama.route_timeout_s == 30.0
     assert llama.lora_adapters == ("sql-lora",)

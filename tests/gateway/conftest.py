@@ -4,10 +4,8 @@ blindly."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import random
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,45 +22,7 @@ from igw.gateway.guards import RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.serving import serve_app
 from igw.gateway.state import GatewayState
-
-FAST_ROUTING = {
-    "scrapeInterval": "20ms",
-    "staleThreshold": "400ms",
-    "scrapeTimeout": "200ms",
-    "configReloadInterval": "100ms",
-}
-
-
-def config_doc(
-    schedulers: list[dict[str, Any]],
-    *,
-    routing: Mapping[str, Any] | None = None,
-    bbr: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
-        "kind": "InferenceGatewayConfig",
-        "metadata": {"name": "test-gw", "namespace": "inference"},
-        "spec": {
-            "bbr": {"enabled": True, **(bbr or {})},
-            "schedulers": schedulers,
-            "extensions": {"routing": {**FAST_ROUTING, **(routing or {})}},
-        },
-    }
-
-
-def scheduler(name: str, model: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "modelName": model, "modelSelector": {"matchLabels": {"app": name}}, **extra}
-
-
-async def wait_for(cond: Callable[[], bool], *, within: float = 3.0, what: str = "condition") -> float:
-    """Poll ``cond`` every 10 ms; returns the seconds it took, fails the test after ``within``."""
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > within:
-            pytest.fail(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - t0
+from tests.gateway.support import wait_for
 
 
 @dataclass

@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 
 from igw.gateway.model_router import NO_MATCH_MESSAGE
-from tests.gateway.conftest import config_doc, scheduler, wait_for
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
 
 
 def doc(default_backend: dict[str, Any] | None) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from igw.gateway.serving import MAX_HEADER_FIELD_BYTES, MAX_HEADERS, MAX_REQUEST_LINE_BYTES
-from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
 
 DOC = config_doc([scheduler("llama", "llama")])
 BODY = {"model": "llama", "prompt": "hi", "max_tokens": 2}

@@ -7,8 +7,8 @@ import contextlib
 from typing import Any
 
 from igw.gateway.model_router import NO_MATCH_MESSAGE
-from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
 
 DOC = config_doc(
     [

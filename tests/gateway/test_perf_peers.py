@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from igw.bench.processes import RouterStartError
-from igw.gateway.perf import _cpu_rows
-from igw.gateway.perf_load import PEER_POLICY, peer_command, peer_executable, peer_process
+from igw.perf.gateway import _cpu_rows
+from igw.perf.gateway_load import PEER_POLICY, peer_command, peer_executable, peer_process
 
 
 def _no_path(name: str) -> str | None:

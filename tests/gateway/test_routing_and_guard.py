@@ -11,11 +11,11 @@ import orjson
 import pytest
 
 from igw.gateway.guards import GuardDenied, GuardReadiness, Principal
-from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
 
 
-async def test_shared_prefix_sticks_to_one_endpoint_and_cold_prompts_spread(gateway: Any) -> None:
+async def test_shared_prefix_sticks_to_one_endpoint(gateway: Any) -> None:
     servers = [FakeModelServer(f"s{i}") for i in range(3)]
     async with (
         running(*servers),
@@ -30,6 +30,21 @@ async def test_shared_prefix_sticks_to_one_endpoint_and_cold_prompts_spread(gate
                 got[(await (await gw.post("/v1/completions", body)).json())["server"]] += 1
             groups[g] = got
         assert all(len(c) == 1 for c in groups.values()), groups  # each prefix group stays on one pod
+
+
+async def test_cold_prompts_spread_over_the_endpoints(gateway: Any) -> None:
+    servers = [FakeModelServer(f"s{i}") for i in range(3)]
+    async with (
+        running(*servers),
+        gateway(config_doc([scheduler("pool", "m")]), {"pool": [s.key for s in servers]}) as gw,
+    ):
+        chosen = Counter()
+        for i in range(12):
+            # No prompt shares a cache block with another: every request is cold on every pod, the
+            # pods look alike, so nothing may pull the requests onto one of them.
+            body = {"model": "m", "prompt": f"topic {i}: unrelated question number {i * 7919} " * 20}
+            chosen[(await (await gw.post("/v1/completions", body)).json())["server"]] += 1
+        assert len(chosen) >= 2, chosen  # spread, not herded onto one pod
 
 
 async def test_lora_request_prefers_endpoint_running_the_adapter(gateway: Any) -> None:

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from igw.cli.main import main
-from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
 
 
 def test_invalid_config_exits_2_with_every_problem(

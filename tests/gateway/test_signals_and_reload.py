@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.gateway.conftest import config_doc, scheduler, wait_for
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
 
 
 async def test_vllm_091_missing_kv_name_is_reported_once_and_fallback_used(

@@ -202,7 +202,7 @@ def test_bbr_config_map() -> None:
 
 
 def test_config_map_ref_from_local_directory(tmp_path: Path) -> None:
-    from igw.gateway.launch import picker_configs_from_dir
+    from igw.launch import picker_configs_from_dir
 
     cfg = GatewayConfig(
         name="g",

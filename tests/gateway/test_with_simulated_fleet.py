@@ -14,7 +14,7 @@ import pytest
 
 from igw.sim.live import run_fleet
 from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
-from tests.gateway.conftest import config_doc, scheduler, wait_for
+from tests.gateway.support import config_doc, scheduler, wait_for
 
 
 def fleet(*pods: Mapping[str, Any], time_scale: float = 0.05) -> FleetSpec:
@@ -102,8 +102,9 @@ async def test_dead_or_hung_pod_is_excluded_and_recovers(gateway: Any, fault: Fa
                 assert resp.status == 200
                 assert served_by(await resp.json()) == "b"
             await f.clear("a")
-            took = await wait_for(lambda: gw.fresh("llama", a.key), what="pod back")
-            assert took < 1.0
+            # Back by itself once scraped again; the bound is generous (a loaded machine delays
+            # scrapes), the assertion is the recovery, not its speed.
+            await wait_for(lambda: gw.fresh("llama", a.key), within=15.0, what="pod back")
 
 
 @pytest.mark.parametrize("mode", [StreamCut.FIN, StreamCut.RST, StreamCut.STALL])
@@ -114,7 +115,7 @@ async def test_upstream_cut_mid_stream_gives_terminal_error_event(gateway: Any, 
         resp = await gw.post(
             "/v1/completions", {"model": "llama", "prompt": "tell me", "max_tokens": 20, "stream": True}
         )
-        body = await asyncio.wait_for(resp.read(), timeout=3)
+        body = await asyncio.wait_for(resp.read(), timeout=15)  # a hang never ends; generous for load
         events = [e for e in body.split(b"\n\n") if e]
         assert len(events) == 4  # two tokens, the error event, [DONE]
         assert orjson.loads(events[2][6:])["error"]["type"] == "upstream_error"
@@ -131,8 +132,9 @@ async def test_client_disconnect_aborts_the_engine_request(gateway: Any) -> None
             await resp.content.readany()  # generation is running
             assert live.engine.num_running == 1
             resp.close()  # the client goes away
-            took = await wait_for(lambda: live.engine.num_running == 0, within=1.0, what="engine abort")
-            assert took < 1.0
+            # 4,000 tokens at real pace take far longer than this bound: reaching zero running
+            # requests within it means the request was aborted, not finished.
+            await wait_for(lambda: live.engine.num_running == 0, within=10.0, what="engine abort")
 
 
 async def test_measured_speed_steers_traffic_to_the_faster_gpu(gateway: Any) -> None:

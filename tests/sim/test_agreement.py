@@ -19,7 +19,7 @@ from igw.sim.live import run_fleet
 from igw.sim.request import SimRequest
 from igw.sim.spec import FleetSpec, PodSpec
 from igw.sim.workloads import FixedLength, poisson_arrivals, shared_prefix, synthetic, take
-from tests.sim.conftest import RoundRobin
+from tests.sim.support import RoundRobin
 
 TIME_SCALE = 2.0
 POD = {"preset": "llama-3.1-8b/a10g", "jitter_sigma": 0.0}

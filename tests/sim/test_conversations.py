@@ -13,7 +13,7 @@ from igw.sim.request import SimRequest
 from igw.sim.spec import PodSpec
 from igw.sim.tokens import count_tokens, generated_text, output_token_text
 from igw.sim.workloads import FixedLength, WorkloadError, poisson_arrivals, take
-from tests.sim.conftest import RoundRobin
+from tests.sim.support import RoundRobin
 
 
 def _chat(sessions: int = 6, turns: int = 4) -> list[SimRequest]:

@@ -25,7 +25,7 @@ from igw.sim.workloads import (
     take,
     with_lora_mix,
 )
-from tests.sim.conftest import RoundRobin
+from tests.sim.support import RoundRobin
 
 H100 = PodSpec(preset="llama-3.1-8b/h100", name="h")
 A10G = PodSpec(preset="llama-3.1-8b/a10g", name="a")

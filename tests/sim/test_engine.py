@@ -10,7 +10,7 @@ import pytest
 
 from igw.sim.engine import Engine, RequestRejected
 from igw.sim.presets import get_preset
-from tests.sim.conftest import make_request, quiet_engine, run_alone
+from tests.sim.support import make_request, quiet_engine, run_alone
 
 TextOf = Callable[[int], str]
 

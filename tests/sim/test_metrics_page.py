@@ -12,7 +12,7 @@ from igw.sim.engine import Engine
 from igw.sim.metrics_page import PageContext, render_sglang, render_vllm
 from igw.sim.pod_stats import PodStats
 from igw.sim.presets import get_preset
-from tests.sim.conftest import make_request, run_alone
+from tests.sim.support import make_request, run_alone
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

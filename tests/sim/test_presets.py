@@ -1,13 +1,13 @@
-"""Presets reproduce serving-model.md §2.2 (KV capacity) and §8.2 (step times, ratios)."""
+"""Presets reproduce the published KV capacities and step times (docs/simulator.md, Presets)."""
 
 from __future__ import annotations
 
 import pytest
 
 from igw.sim.presets import PRESETS, get_preset
-from tests.sim.conftest import quiet_engine
+from tests.sim.support import quiet_engine
 
-# serving-model.md §2.2 "tokens that fit" and §8.2 "KV capacity (tokens)"
+# KV tokens that fit at gpu_memory_utilization 0.9 (docs/simulator.md, Presets)
 KV_TOKENS = {
     "llama-3.1-8b/h100": 440_000,
     "llama-3.1-8b/a10g": 33_000,

@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from functools import total_ordering
 from typing import Final
 
+from igw.errors import IgwToolingError
+
 _PATTERN: Final = re.compile(
     r"^v?(?P<major>0|[1-9]\d*)\.(?P<minor>0|[1-9]\d*)\.(?P<patch>0|[1-9]\d*)"
     r"(?:-(?:eksbuild\.(?P<build>\d+)|(?P<pre>[0-9A-Za-z.-]+)))?$"
 )
 
 
-class AddonVersionError(ValueError):
+class AddonVersionError(IgwToolingError, ValueError):
     """A string is not an EKS add-on version."""
 
 

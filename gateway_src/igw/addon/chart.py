@@ -46,6 +46,7 @@ def render(
     directory: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Every object the chart renders for ``values`` (Helm validates them against values.schema.json)."""
+    # deferred: optional dependency: helm-python-sdk (ops extra) is needed only to render the chart
     import helm_python as helm
 
     chart = helm.Chart.load(str(directory or chart_dir()))
@@ -65,6 +66,7 @@ def lint(
     values: Mapping[str, Any] | None = None, *, kube_version: str | None = None, directory: Path | None = None
 ) -> dict[str, Any]:
     """``helm lint --strict`` as data (``errors`` and ``messages``)."""
+    # deferred: optional dependency: helm-python-sdk (ops extra) is needed only to render the chart
     import helm_python as helm
 
     result: dict[str, Any] = helm.lint(
@@ -75,6 +77,7 @@ def lint(
 
 def package(*, destination: Path, directory: Path | None = None) -> Path:
     """The chart as ``<name>-<version>.tgz`` in ``destination``."""
+    # deferred: optional dependency: helm-python-sdk (ops extra) is needed only to render the chart
     import helm_python as helm
 
     destination.mkdir(parents=True, exist_ok=True)

@@ -15,9 +15,11 @@ import jsonschema
 import yaml
 
 from igw.addon import schemas
+from igw.config.validate import validate_document
+from igw.errors import IgwToolingError
 
 
-class ConfigurationValuesError(ValueError):
+class ConfigurationValuesError(IgwToolingError, ValueError):
     """``configurationValues`` are unreadable or invalid; ``problems`` names each field."""
 
     def __init__(self, problems: Sequence[str]) -> None:
@@ -53,7 +55,6 @@ def problems(values: Mapping[str, Any]) -> list[str]:
 
 
 def _igwc_problems(config: Mapping[str, Any]) -> list[str]:
-    from igw.config.validate import validate_document
 
     document = {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",

@@ -13,8 +13,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from igw.errors import IgwToolingError
 
-class AddonApiError(RuntimeError):
+
+class AddonApiError(IgwToolingError, RuntimeError):
     """An EKS add-on call failed; ``code`` is AWS's error code (``ResourceNotFoundException`` …)."""
 
     def __init__(self, operation: str, code: str, message: str) -> None:

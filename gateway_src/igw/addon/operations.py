@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 
 from igw.addon import addon_version, configuration, pins
 from igw.addon.eks_api import EksAddonApi
+from igw.errors import IgwToolingError
 
 ConflictPolicy = Literal["OVERWRITE", "NONE", "PRESERVE"]
 Identity = Literal["pod-identity", "irsa"]
@@ -33,7 +34,7 @@ DEFAULT_POLL_S: Final = 10.0
 ADDON: Final = pins.IGW_ADDON_NAME
 
 
-class AddonOperationError(RuntimeError):
+class AddonOperationError(IgwToolingError, RuntimeError):
     """An ``igw addon`` operation could not be done; ``problems`` says why, one line each."""
 
     def __init__(self, summary: str, problems: list[str]) -> None:

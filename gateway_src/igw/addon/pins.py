@@ -3,8 +3,9 @@
 The CDK app (``cdk/``), the ``igw addon`` command and the chart generator all read these constants,
 so a version bump is a one-line change here and every consumer (and its tests) follows.
 
-Sources: ``shared/reference/aws-eks-cdk.md`` §1.1 (add-on name, namespace, dependency minimums),
-§3.1 (Kubernetes versions available in aws-cdk-lib), §6 (cert-manager and the Load Balancer Controller).
+Sources: the SageMaker HyperPod inference set-up guide and release notes (add-on name, namespace,
+dependency minimums), aws-cdk-lib's ``aws_eks.KubernetesVersion`` (Kubernetes versions), the EKS
+community add-ons page (cert-manager) and the AWS Load Balancer Controller's Helm chart.
 """
 
 from __future__ import annotations

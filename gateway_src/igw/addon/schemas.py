@@ -27,6 +27,7 @@ import yaml
 
 from igw.addon import pins
 from igw.config import crd, paths, schema
+from igw.errors import IgwToolingError
 
 DRAFT_06: Final = "http://json-schema.org/draft-06/schema#"
 DRAFT_07: Final = "http://json-schema.org/draft-07/schema#"
@@ -63,7 +64,7 @@ _UNSUPPORTED_IN_DRAFT_06: Final = frozenset(
 _DROPPED: Final = frozenset({"$schema", "$id", "$comment"})
 
 
-class SchemaGenerationError(RuntimeError):
+class SchemaGenerationError(IgwToolingError, RuntimeError):
     """The source schemas cannot be turned into the add-on's schemas (names the JSON path)."""
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.table import Table
+
 from igw.bench.report import format_value
 from igw.bench.results import ScenarioRun
 
@@ -34,7 +36,6 @@ def scenario_caption(run: ScenarioRun) -> str:
 
 def scenario_table(run: ScenarioRun) -> Any:
     """One row per policy: latency/rate columns (means; ± over seeds), errors, p99 vs baseline and oracle."""
-    from rich.table import Table
 
     table = Table(
         title=f"{run.scenario} ({run.mode})",
@@ -65,7 +66,6 @@ def scenario_table(run: ScenarioRun) -> Any:
 
 def share_table(run: ScenarioRun) -> Any:
     """Per-pod share of requests, pods as rows and policies as columns."""
-    from rich.table import Table
 
     measured = [(n, p.mean_load_share()) for n, p in run.policies.items() if p.summaries]
     table = Table(title="per-pod share of requests", title_justify="left", pad_edge=False)

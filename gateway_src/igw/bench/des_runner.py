@@ -17,11 +17,13 @@ from pathlib import Path
 from igw.bench.capacity import FleetCapacity, fleet_capacity
 from igw.bench.policies.registry import POLICIES, PolicyContext, build_policy
 from igw.bench.results import PolicyRun, ScenarioRun
-from igw.bench.scenarios import LoraShape, Scenario
+from igw.bench.scenarios import SCENARIOS, LoraShape, Scenario
 from igw.bench.stats import RequestSample, summarize
 from igw.bench.workload import fleet_pods, mean_fraction, model_name, scenario_requests
+from igw.sim import workloads
 from igw.sim.des import SimulationResult, simulate
 from igw.sim.request import SimRequest
+from igw.sim.spec import FleetSpec
 
 Progress = Callable[[str], None]
 
@@ -183,9 +185,6 @@ def run_trace(
     command: str = "",
 ) -> ScenarioRun:
     """Replay a trace file on a fleet (a FLEET.yaml, or mixed-fleet-8b's fleet) under every policy."""
-    from igw.bench.scenarios import SCENARIOS
-    from igw.sim import workloads
-    from igw.sim.spec import FleetSpec
 
     say = progress or (lambda _msg: None)
     pods = (

@@ -21,13 +21,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
+from igw.bench.agreement import compare
 from igw.bench.capacity import FleetCapacity, fleet_capacity
+from igw.bench.console import scenario_table, share_table
+from igw.bench.des_runner import DesOptions, run_des
+from igw.bench.interrupt import run_interruptible
 from igw.bench.loadgen import LiveRequest, drive
+from igw.bench.peers import install
 from igw.bench.processes import RouterStartError
+from igw.bench.report import write_report
 from igw.bench.results import PolicyRun, ScenarioRun
-from igw.bench.routers import ROUTERS, RouterContext
+from igw.bench.router_context import RouterContext
+from igw.bench.routers import ROUTERS
 from igw.bench.rr_proxy import BACKEND_HEADER
-from igw.bench.scenarios import Scenario
+from igw.bench.scenarios import Scenario, resolve
 from igw.bench.stats import RequestSample, load_share, summarize
 from igw.bench.workload import adapter_names, fleet_pods, mean_fraction, model_name, scenario_requests
 from igw.sim.live import RunningFleet, run_fleet
@@ -36,7 +43,7 @@ from igw.sim.spec import FleetSpec
 
 class _PeerProbeNoise(logging.Filter):
     """Drop the simulated pods' tracebacks for the HTTP/2 preface that sglang-router and vllm-router send
-    as a gRPC probe before falling back to HTTP (reference/peers.md §1.4: harmless, expected)."""
+    as a gRPC probe before falling back to HTTP (harmless and expected)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
@@ -257,13 +264,6 @@ def run_live_cli(
     args: Any, *, console: Any, out: Path, seeds: Sequence[int], policies: Sequence[str], command: str
 ) -> int:
     """``igw bench --mode live``: every named scenario at reduced scale, optionally the agreement check."""
-    from igw.bench.agreement import compare
-    from igw.bench.console import scenario_table, share_table
-    from igw.bench.des_runner import DesOptions, run_des
-    from igw.bench.interrupt import run_interruptible
-    from igw.bench.peers import install
-    from igw.bench.report import write_report
-    from igw.bench.scenarios import resolve
 
     if args.check_agreement and len(seeds) < 2:
         console.print(

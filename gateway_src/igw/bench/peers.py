@@ -2,8 +2,8 @@
 
 ``igw bench --mode live --peers`` installs them with pip into their own virtual environment
 (``.peers/venv``, git-ignored), printing what it installs; without ``--peers`` an absent install is
-reported as "not installed" in the results, never faked. Command lines follow what worked on this
-machine (reference/peers.md §1.2, §2.2). Known limits of the comparison, stated in the report:
+reported as "not installed" in the results, never faked. Command lines are the peers' documented
+``launch`` flags, bound to loopback. Known limits of the comparison, stated in the report:
 
 * sglang-router 0.3.2 adds ~40 ms to streaming TTFT on keep-alive connections (Nagle x delayed ACK),
   which inflates its TTFT in wall time (less after conversion to GPU time at a time scale > 1);
@@ -13,16 +13,20 @@ machine (reference/peers.md §1.2, §2.2). Known limits of the comparison, state
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Final
 
+import aiohttp
+
 from igw.bench.processes import RouterStartError, free_port, router_process
-from igw.bench.routers import RouterContext
+from igw.bench.router_context import RouterContext
 
 PEERS_DIR: Final = Path(os.environ.get("IGW_PEERS_DIR", ".peers"))
 PACKAGES: Final[dict[str, str]] = {"sglang": "sglang-router", "vllm": "vllm-router"}
@@ -70,7 +74,7 @@ def peer_argv(
     worker_urls: Sequence[str],
     policy: str,
 ) -> list[str]:
-    """The peer's command line as it worked here (reference/peers.md §1.2, §2.2). The Prometheus
+    """The peer's command line (its documented flags, bound to loopback). The Prometheus
     port is explicit because both peers default to 29000 and would collide."""
     argv = [executable, "launch"] if router == "sglang" else [executable]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", *worker_urls, "--policy", policy]
@@ -107,10 +111,6 @@ async def peer_router(*, router: str, policy: str, ctx: RouterContext) -> AsyncI
 
 async def _wait_for_workers(url: str, *, model: str, timeout_s: float) -> None:
     """Both peers answer 503 until their workers are registered: wait for one real completion."""
-    import asyncio
-    import time
-
-    import aiohttp
 
     deadline = time.monotonic() + timeout_s
     body = {"model": model, "prompt": "ready?", "max_tokens": 1}

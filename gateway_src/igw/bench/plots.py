@@ -18,9 +18,11 @@ MAX_QUEUE_PANELS = 6
 
 
 def _pyplot() -> Any:
+    # deferred: matplotlib (sim extra) loads only when plotting, its Agg backend chosen before pyplot
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: matplotlib (sim extra) loads only when plotting, its Agg backend chosen before pyplot
     import matplotlib.pyplot as plt
 
     return plt

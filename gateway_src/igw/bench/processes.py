@@ -22,8 +22,10 @@ from typing import BinaryIO
 
 import aiohttp
 
+from igw.errors import IgwToolingError
 
-class RouterStartError(RuntimeError):
+
+class RouterStartError(IgwToolingError, RuntimeError):
     """A router process exited or never became ready; the message quotes the end of its log."""
 
 

@@ -8,33 +8,22 @@ stopping the process on exit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
+from igw.bench.peers import peer_router
+from igw.bench.policies.registry import TUNED_WEIGHTS
 from igw.bench.processes import router_process
+from igw.bench.router_context import RouterContext, RouterStarter
 from igw.bench.rr_proxy import LISTENING_PREFIX
-
-
-@dataclass(frozen=True, slots=True)
-class RouterContext:
-    """What a router needs: the pods' URLs and labels, the model, a work directory for its files."""
-
-    pod_urls: tuple[str, ...]
-    pod_labels: tuple[Mapping[str, str], ...]
-    model: str
-    workdir: Path
-    weights: Mapping[str, float] | None = None
-    lora_adapters: tuple[str, ...] = ()
-
-
-RouterStarter = Callable[[RouterContext], AbstractAsyncContextManager[str]]
+from igw.scheduling.factory import WEIGHT_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +63,6 @@ def gateway_config(ctx: RouterContext, *, picker_ref: bool) -> dict[str, Any]:
 
 def picker_config(weights: Mapping[str, float]) -> dict[str, Any]:
     """An EndpointPickerConfig holding explicit weights (including scorers the CRD has no key for)."""
-    from igw.scheduling.factory import WEIGHT_KEYS
 
     plugins = [{"type": WEIGHT_KEYS.get(k, k)} for k, w in weights.items() if w > 0]
     refs = [{"pluginRef": WEIGHT_KEYS.get(k, k), "weight": w} for k, w in weights.items() if w > 0]
@@ -88,7 +76,6 @@ def picker_config(weights: Mapping[str, float]) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def _gateway(ctx: RouterContext, *, tuned: bool) -> AsyncIterator[str]:
-    from igw.bench.policies.registry import TUNED_WEIGHTS
 
     name = "gateway-tuned" if tuned else "gateway-default"
     work = ctx.workdir / name
@@ -113,15 +100,13 @@ async def _gateway(ctx: RouterContext, *, tuned: bool) -> AsyncIterator[str]:
         log_path=work / "gateway.log",
         url_pattern=r"serving \d+ scheduler\(s\) at (http://\S+)",
     ) as url:
-        import asyncio
-
         await asyncio.sleep(1.0)  # first scrapes of every pod (50 ms interval) before traffic
         yield url
 
 
 @contextlib.asynccontextmanager
 async def _round_robin(ctx: RouterContext) -> AsyncIterator[str]:
-    argv = [sys.executable, "-m", "igw.bench.rr_proxy", *ctx.pod_urls]
+    argv = [sys.executable, "-m", "igw.cli.rr_proxy_process", *ctx.pod_urls]
     async with router_process(
         name="round-robin proxy",
         argv=argv,
@@ -133,8 +118,6 @@ async def _round_robin(ctx: RouterContext) -> AsyncIterator[str]:
 
 def _peer(router: str, policy: str) -> RouterStarter:
     def start(ctx: RouterContext) -> AbstractAsyncContextManager[str]:
-        from igw.bench.peers import peer_router
-
         return peer_router(router=router, policy=policy, ctx=ctx)
 
     return start

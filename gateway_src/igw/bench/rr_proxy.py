@@ -8,7 +8,9 @@ generator can attribute requests to pods, the same header the benchmark reads fr
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import signal
 from collections import Counter
 from collections.abc import Sequence
 
@@ -96,10 +98,8 @@ class RoundRobinProxy:
 LISTENING_PREFIX = "igw-rr-proxy listening on "
 
 
-async def _serve(backends: Sequence[str]) -> None:
-    import asyncio
-    import signal
-
+async def serve_until_signalled(backends: Sequence[str]) -> None:
+    """Serve on a free loopback port, print it after :data:`LISTENING_PREFIX`, stop on SIGTERM/SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -107,25 +107,3 @@ async def _serve(backends: Sequence[str]) -> None:
     async with RoundRobinProxy(backends=backends) as proxy:
         print(LISTENING_PREFIX + proxy.url, flush=True)
         await stop.wait()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m igw.bench.rr_proxy URL [URL ...]``: run the proxy as its own process (live mode)."""
-    import argparse
-    import asyncio
-
-    parser = argparse.ArgumentParser(prog="igw.bench.rr_proxy", description=__doc__)
-    parser.add_argument("backends", nargs="+", help="backend base URLs, e.g. http://127.0.0.1:8001")
-    args = parser.parse_args(argv)
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop is a declared dependency
-        pass
-    asyncio.run(_serve(args.backends))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

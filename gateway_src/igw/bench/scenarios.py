@@ -24,7 +24,7 @@ class PodGroup:
 
 @dataclass(frozen=True, slots=True)
 class LengthMix:
-    """Independent prompts with prompt/output lengths from a fitted distribution (serving-model.md §5)."""
+    """Independent prompts, prompt/output lengths from a fitted distribution (docs/simulator.md)."""
 
     kind: Literal["sharegpt", "azure-conv", "azure-code"]
     max_prompt_tokens: int | None = None

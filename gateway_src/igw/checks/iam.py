@@ -21,7 +21,7 @@ GATEWAY_ACTIONS: Final = (
     "acm:DescribeCertificate",
     "acm:DeleteCertificate",
 )
-"""What the gateway's certificate-issuer role must be allowed to do (reference: aws-eks-cdk.md §1.1)."""
+"""What the gateway's certificate-issuer role must be allowed to do (HyperPod inference set-up guide)."""
 
 KNOWN_MANAGED_POLICIES: Final[Mapping[str, tuple[str, ...]]] = {
     "AmazonSageMakerHyperPodInferenceGatewayAccess": GATEWAY_ACTIONS,

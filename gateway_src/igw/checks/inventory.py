@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from igw.checks.model import SkipKind
+from igw.errors import IgwToolingError
 
 Manifest = Mapping[str, Any]
 T = TypeVar("T")
@@ -43,7 +44,7 @@ class Missing:
     kind: SkipKind = SkipKind.NOT_APPLICABLE
 
 
-class MissingFact(Exception):
+class MissingFact(IgwToolingError):
     """Raised by :func:`need` inside a check; the runner turns it into a SKIP result."""
 
     def __init__(self, missing: Missing) -> None:

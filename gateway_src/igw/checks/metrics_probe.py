@@ -75,6 +75,7 @@ class Fetched:
 
 
 async def _fetch_all(urls: Sequence[str], timeout_s: float) -> list[Fetched]:
+    # deferred: optional dependency: aiohttp (ops extra) only for live probes; checks also run offline
     import aiohttp
 
     semaphore = asyncio.Semaphore(CONCURRENCY)

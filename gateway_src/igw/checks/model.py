@@ -1,10 +1,9 @@
 """Vocabulary of the checks: severities, statuses, cross-references, check metadata, results.
 
-Severity follows Trivy's ladder (CRITICAL…INFO) and status kube-bench's (PASS/FAIL/WARN/SKIP), as
-``shared/reference/security-reliability.md`` §2.5 recommends, so the output reads like the tools
-security teams already know. A SKIP carries *why*: ``not-applicable`` (this source cannot know the
-fact, e.g. runtime state from manifests) or ``not-evaluated`` (the fact exists but we could not read
-it: API unreachable or forbidden) - only the latter makes the run incomplete (exit code 3).
+Severity follows Trivy's ladder (CRITICAL…INFO) and status kube-bench's (PASS/FAIL/WARN/SKIP), so the output
+reads like the tools security teams already know. A SKIP carries *why*: ``not-applicable`` (this source
+cannot know the fact, e.g. runtime state from manifests) or ``not-evaluated`` (the fact exists but we could
+not read it: API unreachable or forbidden) - only the latter makes the run incomplete (exit code 3).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ELB TLS security policies as data: an allow-list, a deny-list, and everything else is unknown.
 
 Trivy (AWS-0047) uses only a deny-list, so a policy AWS adds tomorrow passes silently; we grade
-against an allow-list and *warn* on unknown names (``reference/security-reliability.md`` §2.1, E1–E3).
+against an allow-list and *warn* on unknown names.
 CLI, CloudFormation, CDK and the Load Balancer Controller all default to ELBSecurityPolicy-2016-08.
 """
 

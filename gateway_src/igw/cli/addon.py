@@ -68,6 +68,7 @@ def _aws_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _clients(args: argparse.Namespace) -> object:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import boto3
 
     from igw.addon.eks_api import EksAddonApi
@@ -124,7 +125,8 @@ def _versions(args: argparse.Namespace, addons: object) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from igw.addon import configuration, operations, pins
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.addon import chart, configuration, operations, pins
     from igw.addon.eks_api import AddonApiError
 
     try:

@@ -10,7 +10,8 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from igw.checks.cli_common import add_common_arguments
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.cli.checks_common import add_common_arguments
 
     add_common_arguments(parser)
     policy = parser.add_argument_group("policy")
@@ -29,9 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from igw.checks.cli_common import run_command
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.checks.framework import CheckOptions
     from igw.checks.model import Command
+    from igw.cli.checks_common import run_command
 
     options = CheckOptions(
         allow_internet_facing=args.allow_internet_facing,

@@ -16,6 +16,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import sys
 
 DEFAULT_LIVE_RATE = 20.0
@@ -106,22 +107,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.scenarios == ["global-des"]:
-        from pathlib import Path
-
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.global_des import run_global_des_command
 
         seed = args.seeds[0] if args.seeds else 1
         command = "igw bench global-des" + (" --quick" if args.quick else "")
         return run_global_des_command(out=Path(args.out), quick=args.quick, seed=seed, command=command)
     if args.scenarios == ["global"]:
-        from pathlib import Path
-
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.global_run import run_global_command
 
         rate = args.live_rate if args.live_rate != DEFAULT_LIVE_RATE else 10.0
         command = "igw bench global" + (" --quick" if args.quick else "")
         return run_global_command(out=Path(args.out), rate=rate, quick=args.quick, command=command)
-    from igw.bench.cli_run import run_bench
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.cli.bench_run import run_bench
 
     try:
         return run_bench(args)

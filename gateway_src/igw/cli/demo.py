@@ -10,6 +10,7 @@ stopped on exit, error or Ctrl-C.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 DEFAULT_RATE = 20.0
 GLOBAL_RATE = 10.0
@@ -43,13 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.global_router:
-        from pathlib import Path
-
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.global_run import run_global_command
 
         rate = args.rate if args.rate != DEFAULT_RATE else GLOBAL_RATE
         command = "igw demo --global" + (" --quick" if args.quick else "")
         return run_global_command(out=Path(args.out) / "global", rate=rate, quick=args.quick, command=command)
-    from igw.bench.demo import run_demo
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.cli.demo_run import run_demo
 
     return run_demo(args)

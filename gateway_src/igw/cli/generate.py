@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.config.generated_files import GENERATED_FILES, file_status, write_file
     from igw.config.paths import REPO_ROOT, checkout_schemas_dir
 

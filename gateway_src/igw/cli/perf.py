@@ -1,29 +1,83 @@
 """``igw perf NAME``: component micro-benchmarks (each prints ratios against a baseline from the same run).
 
 Routing-policy benchmarks on the simulated fleet are ``igw bench``; these measure our own
-components' cost. The registry below is explicit: one entry per benchmark module, each module
-defining ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+components' cost. The registry below is explicit: one entry per benchmark, naming its module under
+:mod:`igw.perf` (which defines ``HELP`` and ``run(args) -> int``) and its command-line options, which
+live here with every other command's.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Callable
 from typing import Final
 
 HELP = "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput."
 
-BENCHMARKS: Final[tuple[tuple[str, str], ...]] = (
-    ("gateway", "igw.gateway.perf"),
-    ("auth", "igw.security.perf"),
-    ("des", "igw.sim.perf"),
-    ("checks", "igw.checks.perf"),
+
+def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--requests", type=int, default=2000, help="requests per phase at concurrency 1 (default 2000)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternating direct/gateway rounds (default 3)")
+    parser.add_argument("--stream-requests", type=int, default=200, help="streaming requests per phase")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument(
+        "--skip-load", action="store_true", help="only the in-process decision and parse benchmarks"
+    )
+
+
+def _auth_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--iterations", type=int, default=3000, help="tokens verified per row (default 3000)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs per row; the fastest is reported (default 3)"
+    )
+
+
+def _des_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--pods", type=int, default=64)
+    parser.add_argument("--preset", default="llama-3.1-8b/h100")
+    parser.add_argument(
+        "--load",
+        type=float,
+        default=0.6,
+        help="offered load per pod as a fraction of ~12.5 req/s (ShareGPT on H100)",
+    )
+    parser.add_argument("--policy", default="round-robin", help="policy from the benchmark registry")
+    parser.add_argument("--lengths", default="sharegpt")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target-s", type=float, default=60.0)
+    parser.add_argument(
+        "--no-fast-forward", action="store_true", help="step every decode one by one (same records, slower)"
+    )
+    parser.add_argument(
+        "--metrics-page",
+        action="store_true",
+        help="instead: cost of rendering a live pod's vLLM /metrics page (cold vs cached vs busy)",
+    )
+
+
+def _checks_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pods", type=int, default=1000, help="model-server pods (default 1000)")
+    parser.add_argument("--configs", type=int, default=50, help="InferenceGatewayConfigs (default 50)")
+    parser.add_argument("--schedulers", type=int, default=2, help="schedulers per config (default 2)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
+
+
+BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (
+    # (benchmark name, module under igw.perf defining HELP and run(args), its command-line options)
+    ("gateway", "igw.perf.gateway", _gateway_arguments),
+    ("auth", "igw.perf.auth", _auth_arguments),
+    ("des", "igw.perf.des", _des_arguments),
+    ("checks", "igw.perf.checks", _checks_arguments),
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="benchmark", metavar="NAME", required=True)
-    for name, module_name in BENCHMARKS:
+    for name, module_name, add_options in BENCHMARKS:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -31,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 continue
             raise
         cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(cmd)
+        add_options(cmd)
         cmd.set_defaults(_perf_run=module.run)
 
 

@@ -52,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import asyncio
     import contextlib
     import logging
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     from igw.config.errors import ConfigError
     from igw.config.loader import load_gateway_config
-    from igw.gateway.launch import LaunchError, LaunchOptions, run_gateway
+    from igw.launch import LaunchError, LaunchOptions, run_gateway
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):  # uvloop is in the gateway extra; plain asyncio otherwise
+        # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
         import uvloop
 
         loop_factory = uvloop.new_event_loop

@@ -51,13 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.sim_command == "fleet":
-        from igw.sim.cli_fleet import run_fleet_command
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+        from igw.cli.sim_fleet import run_fleet_command
 
         return run_fleet_command(
             spec_path=args.spec, as_json=args.json, time_scale=args.time_scale, duration=args.duration
         )
     if args.sim_command == "run":
-        from igw.sim.cli_run import run_des_command
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+        from igw.cli.sim_run import run_des_command
 
         options: dict[str, Any] = {
             "spec_path": args.spec,
@@ -74,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         }
         return run_des_command(**options)
     if args.sim_command == "presets":
-        from igw.sim.cli_presets import print_presets
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+        from igw.cli.sim_presets import print_presets
 
         print_presets(sys.stdout, as_json=args.json)
         return 0

@@ -62,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int, int]:
     """Findings for one file, whether it was readable, how many documents were checked, how many of
     them were GlobalRouterConfigs."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.config.documents import DocumentReadError, read_documents
     from igw.config.jsonpath import parse_path
     from igw.config.validate import is_gateway_config, validate_document
@@ -94,6 +95,7 @@ def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int, 
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.config.schema import SchemaError
 
     try:

@@ -16,8 +16,10 @@ from typing import Any
 
 import yaml
 
+from igw.errors import IgwConfigError
 
-class DocumentReadError(ValueError):
+
+class DocumentReadError(IgwConfigError, ValueError):
     """The file cannot be read or parsed; the message names the file and, for syntax, the line."""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from igw.errors import IgwConfigError
+
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -28,7 +30,7 @@ class Problem:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-class ConfigError(ValueError):
+class ConfigError(IgwConfigError, ValueError):
     """A configuration could not be loaded; ``problems`` lists every reason, ``source`` the file."""
 
     def __init__(self, problems: Sequence[Problem], *, source: str | None = None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from igw.config.build import build_gateway_config
 from igw.config.documents import DocumentReadError, read_documents
 from igw.config.errors import ConfigError, Problem
 from igw.config.model import GatewayConfig
@@ -34,7 +35,7 @@ def load_gateway_config(path: str | Path) -> GatewayConfig:
             raise ConfigError(
                 problems, source=f"{source} (document {document.index + 1}, line {document.line})"
             )
-        return GatewayConfig.from_document(document.content)
+        return build_gateway_config(document.content)
     raise ConfigError(
         [
             Problem(

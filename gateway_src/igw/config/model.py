@@ -4,7 +4,7 @@ The JSON Schema in ``schemas/`` is the contract; this module is how Python code 
 that already passed validation (``igw.config.validate``). Field names follow the CRD (camelCase in
 YAML, snake_case here). Defaults are the documented ones and are applied here, in one place.
 
-Construct with :func:`GatewayConfig.from_document`; it assumes a valid document and raises
+Construct with :func:`igw.config.build.build_gateway_config`; it assumes a valid document and raises
 ``KeyError``/``TypeError`` on anything else, so callers must validate first.
 """
 
@@ -166,12 +166,6 @@ class GatewayConfig:
     extensions: Mapping[str, Any] = field(default_factory=dict)
     """Our own fields beyond AWS's shape (``spec.x-igw`` is *not* used; see ``schemas/README.md``).
     Raw validated mappings keyed by extension name, interpreted by the component that owns them."""
-
-    @staticmethod
-    def from_document(doc: Mapping[str, Any]) -> GatewayConfig:
-        from igw.config.build import build_gateway_config
-
-        return build_gateway_config(doc)
 
     def scheduler_for_model(self, model: str) -> SchedulerSpec | None:
         for sched in self.schedulers:

@@ -30,6 +30,7 @@ from igw.config.paths import (
     MAIN_SCHEMA_FILE,
     schemas_dir,
 )
+from igw.errors import IgwConfigError
 
 EXTENSION_NAME: Final = re.compile(r"^[a-z][A-Za-z0-9]*$")
 """Extension names are camelCase field names (``routing``, ``rateLimits``)."""
@@ -37,7 +38,7 @@ EXTENSION_NAME: Final = re.compile(r"^[a-z][A-Za-z0-9]*$")
 _LOCAL_REF: Final = "#/$defs/"
 
 
-class SchemaError(RuntimeError):
+class SchemaError(IgwConfigError, RuntimeError):
     """A file in ``schemas/`` is itself broken (a bug in the contract, not in a user's document)."""
 
 

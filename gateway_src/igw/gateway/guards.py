@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from igw.errors import IgwGatewayError
+
 if TYPE_CHECKING:
     from igw.config.model import GatewayConfig
 
@@ -39,7 +41,7 @@ class Principal:
 ANONYMOUS = Principal()
 
 
-class GuardDenied(Exception):
+class GuardDenied(IgwGatewayError):
     """A request refused by the guard; carries the full response to send."""
 
     def __init__(

@@ -26,6 +26,7 @@ from pathlib import Path
 from igw.config.errors import ConfigError
 from igw.config.loader import load_gateway_config
 from igw.config.model import GatewayConfig
+from igw.errors import IgwGatewayError
 from igw.gateway.guards import GuardFactory, RequestGuard, guard_inputs
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.state import GatewayState
@@ -40,7 +41,7 @@ rejected; twice the default JWKS fetch timeout."""
 _READY_POLL_S = 0.02
 
 
-class GuardReloadError(ValueError):
+class GuardReloadError(IgwGatewayError, ValueError):
     """The new configuration's request guard could not be built or did not become ready."""
 
 

@@ -18,17 +18,19 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
+from igw.errors import IgwGatewayError
+
 CHARS_PER_TOKEN: Final = 4
 MAX_MODEL_NAME_LENGTH: Final = 256
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(IgwGatewayError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"request body exceeds bbr.maxRequestBodyBytes ({limit} bytes)")
         self.limit = limit
 
 
-class BadRequestBody(Exception):
+class BadRequestBody(IgwGatewayError):
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message

@@ -28,6 +28,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from igw.errors import IgwGatewayError
 from igw.gateway.errors import error_response, sse_error_event
 
 HOP_BY_HOP: Final = frozenset(
@@ -48,11 +49,11 @@ HOP_BY_HOP: Final = frozenset(
 CONNECT_ERRORS: Final = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
-class ConnectFailed(Exception):
+class ConnectFailed(IgwGatewayError):
     """The upstream could not be connected to: safe to retry elsewhere."""
 
 
-class ClientGone(Exception):
+class ClientGone(IgwGatewayError):
     """The client closed its connection while we were writing to it."""
 
 

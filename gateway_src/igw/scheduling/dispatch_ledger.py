@@ -2,17 +2,16 @@
 
 Why: every pick between two scrapes of an endpoint sees the *same* snapshot, and an engine shows a
 new request in ``waiting`` only after it has received it. A deterministic max-score picker therefore
-sends every request of that window to the same "best" pod (herding). Measured on
-``igw bench homogeneous-steady --quick``: gateway-default (queue 2, kvCache 2, prefix 3,
-predictedLatency 1) had TTFT p50 69 ms vs 19 ms for round-robin. Serious routers account for their
+sends every request of that window to the same "best" pod (herding; docs/scheduler-design.md has
+the measurement). Serious routers account for their
 own dispatches since the snapshot; so does this layer.
 
 Per endpoint the ledger annotates the view with ``unreflected_dispatches``: requests this router
 dispatched there at or after ``scraped_at`` *and* less than the endpoint's measured time to first
 token ago (an exponentially weighted mean of ``RequestOutcome.ttft_s``). A request older than its
 endpoint's TTFT has most likely been scheduled already, so counting it as waiting would over-penalise
-fast endpoints: an H100 that admits a request within ~30 ms carries it for ~30 ms, an A10G for its
-~250 ms. Without a TTFT measurement yet, every dispatch since the scrape counts.
+fast endpoints: an H100 admits a request far sooner than an A10G, so it carries it for less time.
+Without a TTFT measurement yet, every dispatch since the scrape counts.
 
 The scraped metrics themselves are left untouched, so the GIE scorers (queue, KV, prefix, LoRA) keep
 their documented semantics; the speed-aware ``predicted-ttft-scorer`` (``predictedLatency``) is the

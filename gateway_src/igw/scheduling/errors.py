@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from igw.errors import IgwSchedulingError
 
-class SchedulerConfigError(ValueError):
+
+class SchedulerConfigError(IgwSchedulingError, ValueError):
     """A scheduler, plugin or EndpointPickerConfig could not be built; ``problems`` lists why."""
 
     def __init__(self, problems: Sequence[str]) -> None:

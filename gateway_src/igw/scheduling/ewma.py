@@ -8,7 +8,7 @@ Each mean also carries its own *noise*: an exponentially weighted variance of th
 :meth:`EndpointEwma.standard_error` gives how far the mean typically strays from the endpoint's true
 value. Why: per-request TTFTs vary several-fold with prompt length and step timing, so the means of
 identical pods differ by chance, and a scorer that reads every difference as a speed difference keeps
-sending traffic to whichever pod was lucky last (measured on ``igw bench homogeneous-steady``; see
+sending traffic to whichever pod was lucky last (docs/scheduler-design.md,
 ``predicted-ttft-scorer``). Consumers compare differences against this noise before trusting them.
 """
 

@@ -13,12 +13,12 @@ Default weights (the table in :mod:`igw.config.weight_keys`): queue 2, kvCache 2
 igw maps to ``predicted-ttft-scorer`` (measured TTFT per endpoint x requests waiting there,
 including this router's dispatches the scrape cannot show yet).
 That default is igw's, not GIE's: without it the GIE scorers herd between scrapes on identical pods
-(homogeneous-steady TTFT p50 +222 % vs round-robin) and count an A10G's queue like an H100's on mixed
+(docs/scheduler-design.md) and count an A10G's queue like an H100's on mixed
 fleets; ``predictedLatency: 0`` restores GIE's queue/kvCache/prefix behaviour exactly.
 ``endpoint-speed-scorer`` (raw measured decode speed) stays available by its plugin type name.
 ``prefill-collision-scorer`` (weight 2, igw's too) keeps load-aware picks from landing on a pod that is
-still prefilling this router's previous request (round-robin's even spacing, measured in its
-docstring); it has no ``weights`` key and is switched off together with ``predictedLatency: 0``.
+still prefilling this router's previous request (round-robin's even spacing; measured in
+docs/scheduler-design.md); it has no ``weights`` key and is switched off with ``predictedLatency: 0``.
 """
 
 from __future__ import annotations

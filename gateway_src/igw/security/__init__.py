@@ -22,6 +22,5 @@ One concern per module:
 - ``denials``         the 401/403/429 responses; ``metrics`` the Prometheus series
 - ``guard``           the RequestGuard implementation; ``factory`` builds it from a GatewayConfig
 - ``tls``             the server SSL context and certificate reload
-- ``perf``            ``igw perf auth``
 - ``clock``           the injectable clock and random source
 """

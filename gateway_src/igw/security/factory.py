@@ -20,8 +20,8 @@ from igw.security.clock import SYSTEM_CLOCK, Clock, system_random
 from igw.security.guard import SecurityGuard
 from igw.security.jwks import JwksCache
 from igw.security.metrics import SecurityMetrics
-from igw.security.ratelimit.backend import BACKENDS
 from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.ratelimit.registry import BACKENDS
 from igw.security.settings import AuthorizationSettings, RateLimitSettings
 from igw.security.verifier import TokenVerifier
 

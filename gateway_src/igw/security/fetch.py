@@ -16,11 +16,13 @@ from typing import Any, Final
 import aiohttp
 from yarl import URL
 
+from igw.errors import IgwSecurityError
+
 MAX_REDIRECTS: Final = 3
 _READ_CHUNK: Final = 65_536
 
 
-class FetchError(Exception):
+class FetchError(IgwSecurityError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason

@@ -17,6 +17,7 @@ from typing import Any, Final
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
+from igw.errors import IgwSecurityError
 from igw.security.token import MAX_KID_CHARS
 
 log = logging.getLogger("igw.security.jwks")
@@ -30,7 +31,7 @@ _PRIVATE_MEMBERS: Final = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"
 PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey | ed448.Ed448PublicKey
 
 
-class KeySkipped(ValueError):
+class KeySkipped(IgwSecurityError, ValueError):
     """One JWK is not usable; the reason is logged and the rest of the set is kept."""
 
 

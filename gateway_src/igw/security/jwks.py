@@ -31,6 +31,7 @@ from typing import Final
 
 import aiohttp
 
+from igw.errors import IgwSecurityError
 from igw.security.clock import Clock
 from igw.security.fetch import FetchError, fetch_json, require_https
 from igw.security.jwk import KeySet, VerificationKey, parse_jwks
@@ -45,7 +46,7 @@ STALE_RETRY_CAP_S: Final = 30.0
 DISCOVERY_PATH: Final = "/.well-known/openid-configuration"
 
 
-class JwksUnavailable(Exception):
+class JwksUnavailable(IgwSecurityError):
     """No usable keys: never fetched successfully, or the last good set is older than max stale."""
 
 

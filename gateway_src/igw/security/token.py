@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, NoReturn
 
+from igw.errors import IgwSecurityError
+
 MAX_KID_CHARS: Final = 256
 _SEGMENT: Final = re.compile(r"[A-Za-z0-9_-]+")
 _URLSAFE_TO_STD: Final = bytes.maketrans(b"-_", b"+/")
 
 
-class TokenRejected(Exception):
+class TokenRejected(IgwSecurityError):
     """The token is not acceptable; ``reason`` is for logs and metrics, never for the client."""
 
     def __init__(self, reason: str) -> None:

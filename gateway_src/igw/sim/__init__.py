@@ -12,5 +12,6 @@ Modules (one concern each; docs/simulator.md has the full guide):
 * :mod:`igw.sim.request`, :mod:`igw.sim.workloads`, :mod:`igw.sim.conversations` - traffic.
 * :mod:`igw.sim.des`, :mod:`igw.sim.decode_run`, :mod:`igw.sim.truth` - the discrete-event simulator,
   its exact fast-forward, and the oracle's view of a pod.
-* :mod:`igw.sim.perf` - ``igw perf des``; ``cli_*`` modules back the ``igw sim`` verbs.
+
+The ``igw sim`` verbs live in :mod:`igw.cli` (``sim_*``) and ``igw perf des`` in :mod:`igw.perf.des`.
 """

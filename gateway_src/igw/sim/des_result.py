@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from igw.errors import IgwToolingError
 from igw.scheduling.types import EndpointKey
 from igw.sim.spec import PodSpec
 
 
-class SimulationError(ValueError):
+class SimulationError(IgwToolingError, ValueError):
     """The simulation cannot run as asked (bad input named in the message)."""
 
 

@@ -5,11 +5,11 @@ server's asyncio task) calls :meth:`Engine.schedule` at virtual time ``t`` to fo
 learn its duration ``d``, then :meth:`Engine.complete` at ``t + d`` to apply it. Requests that arrive
 in between wait for the next step, which is exactly continuous batching.
 
-Scheduling follows vLLM V1 (serving-model.md §2.3, §8.4): running requests first (decodes and
-continuing prefill chunks) within ``max_num_batched_tokens``; on a block shortage the *newest* running
-request is preempted (blocks freed, recomputed later from the front of the waiting queue); then
-waiting requests FCFS while the token budget, ``max_num_seqs``, free blocks and ``max_loras`` allow
-(a request whose adapter has no slot is skipped, later ones may pass it). Step time is §8.1's formula.
+Scheduling follows vLLM V1's scheduler (``vllm/v1/core/sched/scheduler.py``): running requests first
+(decodes and continuing prefill chunks) within ``max_num_batched_tokens``; on a block shortage the *newest*
+running request is preempted (blocks freed, recomputed later from the front of the waiting queue); then
+waiting requests FCFS while the token budget, ``max_num_seqs``, free blocks and ``max_loras`` allow (a
+request whose adapter has no slot is skipped, later ones may pass it). Step time is §8.1's formula.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from igw.errors import IgwToolingError
 from igw.sim.kv_cache import BlockPool
 from igw.sim.presets import Preset
 
 
-class RequestRejected(ValueError):
+class RequestRejected(IgwToolingError, ValueError):
     """The engine refuses a request outright (too long for the context or the KV cache)."""
 
 
@@ -367,7 +368,7 @@ class Engine:
         self._jitter_buf.extendleft(reversed(unused))
 
     def _base_step_time(self, num_tokens: int, sum_ctx: int, attn_pairs: float, lora: bool) -> float:
-        """serving-model.md §8.1: overhead + pnorm2(weights, compute) + KV reads + prefill attention + AR."""
+        """Overhead + pnorm2(weights, compute) + KV reads + prefill attention + AR (docs/simulator.md)."""
         c = self.preset.cost
         t_w = c.t_w0
         model = self.preset.model

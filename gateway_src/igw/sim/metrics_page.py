@@ -73,7 +73,7 @@ def _esc(v: str) -> str:
 
 
 class _Page:
-    """Line builder implementing the exposition rules of model-server-metrics.md §1."""
+    """Line builder implementing the exposition rules of prometheus_client's text format 0.0.4."""
 
     __slots__ = ("created", "lines", "with_created")
 

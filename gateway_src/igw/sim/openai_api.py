@@ -13,6 +13,7 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
+from igw.errors import IgwToolingError
 from igw.sim.engine import EngineRequest
 
 MAX_BODY_BYTES: Final = 8 * 1024 * 1024
@@ -20,7 +21,7 @@ DEFAULT_MAX_TOKENS_COMPLETIONS: Final = 16
 DEFAULT_MAX_TOKENS_CHAT: Final = 128
 
 
-class ApiError(Exception):
+class ApiError(IgwToolingError):
     """An OpenAI-style error response (vLLM's ``ErrorResponse`` shape)."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None) -> None:

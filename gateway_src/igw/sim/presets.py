@@ -1,9 +1,10 @@
 """Deployment presets: a model on a GPU type at a tensor-parallel degree, with every number's source.
 
-All numbers come from ``shared/reference/serving-model.md`` (§2.1 model shapes, §2.2 memory arithmetic,
-§2.3 scheduler defaults, §8.2 step-time parameters). Confidence tags there: [M] measured, [C] read from
-source, [D] derived. KV capacity is *derived* here from GPU memory, weights, reserve and
-``gpu_memory_utilization`` (not copied), so changing the utilisation changes the block count as vLLM would.
+Every number carries its source in the preset (``igw sim presets --json``): model shapes from the
+models' configurations, memory arithmetic and scheduler defaults from vLLM, step-time parameters from
+published measurements, each tagged [M] measured, [C] read from source or [D] derived. KV capacity
+is *derived* here from GPU memory, weights, reserve and ``gpu_memory_utilization`` (not copied), so
+changing the utilisation changes the block count as vLLM would.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ GIB: Final = 1024**3
 
 @dataclass(frozen=True, slots=True)
 class ModelShape:
-    """Architecture numbers that set KV bytes and weight bytes (serving-model.md §2.1, model configs [C])."""
+    """Architecture numbers that set KV bytes and weight bytes (the models' configurations [C])."""
 
     name: str
     served_name: str
@@ -37,7 +38,7 @@ class ModelShape:
 
 @dataclass(frozen=True, slots=True)
 class GpuType:
-    """Device numbers (serving-model.md §1.3, §2.2: memory 'as reported' by the driver)."""
+    """Device numbers (memory 'as reported' by the driver; docs/simulator.md, Presets)."""
 
     name: str
     memory_gib: float
@@ -47,7 +48,7 @@ class GpuType:
 
 @dataclass(frozen=True, slots=True)
 class StepCost:
-    """Step-time parameters of serving-model.md §8.1/§8.2 (seconds)."""
+    """Step-time parameters of the formula in docs/simulator.md, Engine model (seconds)."""
 
     t_ovh: float
     t_w0: float
@@ -144,9 +145,9 @@ QWEN3_235B_FP8 = ModelShape(
 H100 = GpuType(name="h100", memory_gib=79.6, activation_reserve_gib=3.0)
 A10G = GpuType(name="a10g", memory_gib=22.5, activation_reserve_gib=1.2)
 
-_SRC_STEP = "serving-model.md §8.2 (step-time parameters; §8.3 derivations)"
-_SRC_KV = "serving-model.md §2.1-2.2 (KV bytes/token, memory arithmetic)"
-_SRC_SCHED = "serving-model.md §2.3 (vLLM get_batch_defaults: >=70 GiB GPUs 8192/1024, else 2048/256)"
+_SRC_STEP = "docs/simulator.md, Presets (step-time parameters and their derivation)"
+_SRC_KV = "model configurations [C] and vLLM memory arithmetic [D] (KV bytes/token, capacity)"
+_SRC_SCHED = "vLLM EngineArgs.get_batch_defaults [C]: >=70 GiB GPUs 8192/1024, else 2048/256"
 
 PRESETS: Final[dict[str, Preset]] = {
     p.key: p

@@ -18,12 +18,13 @@ import yaml
 from packaging.version import InvalidVersion, Version
 
 from igw import engines
+from igw.errors import IgwToolingError
 from igw.sim.presets import PRESETS, Preset, get_preset
 
 _E = TypeVar("_E", bound=enum.StrEnum)
 
 
-class SpecError(ValueError):
+class SpecError(IgwToolingError, ValueError):
     """A fleet spec is invalid; the message starts with the field path."""
 
     def __init__(self, path: str, message: str) -> None:

@@ -30,7 +30,7 @@ class PodTruth:
 
     @property
     def cost(self) -> StepCost:
-        """Step-time parameters (serving-model.md §8.1); multiply by :attr:`slowdown` for the pod's speed."""
+        """Step-time parameters (docs/simulator.md); multiply by :attr:`slowdown` for the pod's speed."""
         return self.engine.preset.cost
 
     @property
@@ -92,5 +92,5 @@ class PodTruth:
         return self.engine.pool.is_cached(block_hash)
 
     def step_time(self, *, num_tokens: int, decode_context_tokens: int = 0) -> float:
-        """Predicted step time without jitter (formula of serving-model.md §8.1, slowdown included)."""
+        """Predicted step time without jitter (docs/simulator.md, Engine model; slowdown included)."""
         return self.engine.step_time_estimate(num_tokens=num_tokens, sum_ctx=decode_context_tokens)

@@ -4,19 +4,19 @@ Everything is deterministic for a given ``random.Random`` and lazy, so a 100,000
 all prompt texts in memory. Prompt text has exactly ``prompt_tokens`` tokens under the simulator's
 tokenisation (:mod:`igw.sim.tokens`), so the DES and a live run over HTTP see the same prefix blocks.
 
-Arrival processes (serving-model.md §5.4): Poisson; Gamma inter-arrivals with a stated coefficient of
-variation (vLLM's ``--burstiness b`` is ``cv = 1/sqrt(b)``); on/off (Markov-modulated Poisson: calm rate,
-bursts of ``burst_rate`` with exponential on/off durations).
+Arrival processes: Poisson; Gamma inter-arrivals with a stated coefficient of variation (vLLM's
+``--burstiness b`` is ``cv = 1/sqrt(b)``); on/off (Markov-modulated Poisson: calm rate, bursts of
+``burst_rate`` with exponential on/off durations).
 
 Length profiles (documented with their fit in docs/simulator.md):
 
-* ``sharegpt`` - lognormal stand-in suggested by serving-model.md §5.2 (vLLM PR #18566 reports means of
+* ``sharegpt`` - lognormal stand-in for the ShareGPT benchmark set (vLLM PR #18566 reports means of
   230 input / 203 output tokens with the Llama-3 tokenizer): input median 120, sigma 1.141 (mean 230 before
   clipping to [4, 4096]); output median 150, sigma 0.778 (mean 203 before clipping to [1, 2048]).
 * ``azure-conv`` / ``azure-code`` - Azure LLM inference traces 2023 (Splitwise, Vidur's processed copies;
-  serving-model.md §5.1): inverse-CDF sampling with log-linear interpolation through the published p50,
-  p90 and p99 exactly, plus a p10 knot and tail end chosen so the mean matches the published mean
-  (conversation output: -9 %, see the docs).
+  statistics of their request lengths): inverse-CDF sampling with log-linear interpolation through the
+  published p50, p90 and p99 exactly, plus a p10 knot and tail end chosen so the mean matches the published
+  mean (conversation output: -9 %, see the docs).
 """
 
 from __future__ import annotations
@@ -28,14 +28,16 @@ import math
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Final, Protocol
 
+from igw.errors import IgwToolingError
 from igw.sim.request import SimRequest
 from igw.sim.tokens import count_tokens, synthetic_text
 
 
-class WorkloadError(ValueError):
+class WorkloadError(IgwToolingError, ValueError):
     """Bad workload parameters or a malformed trace (the message names the field or line)."""
 
 
@@ -370,7 +372,6 @@ def _time_value(v: object, where: str) -> float:
             return float(v)
         except ValueError:
             pass
-        from datetime import datetime
 
         try:
             return datetime.fromisoformat(v.strip()).timestamp()

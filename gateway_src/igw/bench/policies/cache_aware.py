@@ -1,6 +1,6 @@
 """sglang-router's ``cache_aware`` policy (also vllm-router's), as published in their source.
 
-Algorithm (``smg:src/policies/cache_aware.rs``, reference/peers.md §6.1):
+Algorithm (sglang-router's ``src/policies/cache_aware.rs``):
 
 1. Loads are the router's own in-flight counts. The fleet is *imbalanced* iff
    ``max - min > balance_abs_threshold`` **and** ``max > balance_rel_threshold * min``; then the
@@ -45,7 +45,7 @@ class CacheAwareConfig:
 
 
 VLLM_ROUTER_DEFAULTS = CacheAwareConfig(eviction_interval_s=120.0, max_tree_size=33_554_432)
-"""vllm-router 0.1.17's ``cache_aware`` defaults (reference/peers.md §1.3). It matches on the token ids
+"""vllm-router 0.1.17's ``cache_aware`` defaults (its command-line help). It matches on the token ids
 that ``/v1/completions/render`` returns; the simulator's ids are one per 4 characters of text, so the
 character tree here gives the same match rates."""
 

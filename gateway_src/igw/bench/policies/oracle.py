@@ -6,8 +6,8 @@ the least *predicted* time to first token, computed from exact state:
 
 * prefill work ahead of the request: uncomputed prompt tokens of waiting and running requests, plus
   the request's own prompt minus the blocks that pod has cached *right now*;
-* the step time of the pod's model/GPU preset (serving-model.md §8.1 formula, without jitter) with
-  its current decode batch and context, so a slow A10G and a busy H100 are compared in seconds;
+* the step time of the pod's model/GPU preset (docs/simulator.md, Engine model; without jitter)
+  with its current decode batch and context, so a slow A10G and a busy H100 are compared in seconds;
 * KV-cache shortfall: if the free blocks cannot hold the work ahead, the wait until enough running
   requests finish (their exact remaining output lengths are known to the simulator);
 * a LoRA adapter that is not resident costs its load time, and when every adapter slot is busy with
@@ -66,7 +66,7 @@ class PodSnapshot:
 
 
 def step_time(s: PodSnapshot, tokens: int) -> float:
-    """serving-model.md §8.1 step time for a batch of ``tokens`` tokens (dense weights, no jitter)."""
+    """Step time (docs/simulator.md, Engine model) of a batch of ``tokens`` tokens (dense, no jitter)."""
     return (
         s.t_ovh + math.hypot(s.t_w0, s.c_tok * tokens) + s.k_kv * s.decode_context_tokens + s.t_ar
     ) * s.slowdown

@@ -14,6 +14,9 @@ from typing import Final
 
 from igw.bench.policies.baselines import LeastRequestPolicy, PowerOfTwoPolicy, RandomPolicy, RoundRobinPolicy
 from igw.bench.policies.cache_aware import VLLM_ROUTER_DEFAULTS, CacheAwarePolicy
+from igw.bench.policies.oracle import OraclePolicy
+from igw.scheduling.factory import default_weights, scheduler_from_weights
+from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import RoutingPolicy
 
 
@@ -61,8 +64,6 @@ which is added here at its default weight, as the gateway adds it to any CRD ``w
 
 def _gateway(weights_of: Callable[[PolicyContext], Mapping[str, float]]) -> PolicyBuilder:
     def build(ctx: PolicyContext) -> RoutingPolicy:
-        from igw.scheduling.factory import scheduler_from_weights
-        from igw.scheduling.settings import RoutingSettings
 
         routing = RoutingSettings()
         if ctx.saturation_off:
@@ -76,7 +77,6 @@ def _gateway(weights_of: Callable[[PolicyContext], Mapping[str, float]]) -> Poli
 
 
 def _default_weights(ctx: PolicyContext) -> Mapping[str, float]:
-    from igw.scheduling.factory import default_weights
 
     return ctx.weights or default_weights(lora_adapters=ctx.lora)
 
@@ -89,7 +89,6 @@ def _tuned_weights(ctx: PolicyContext) -> Mapping[str, float]:
 
 
 def _oracle(ctx: PolicyContext) -> RoutingPolicy:
-    from igw.bench.policies.oracle import OraclePolicy
 
     return OraclePolicy(rng=ctx.rng)
 

@@ -46,6 +46,7 @@ class _Probe:
 
 
 async def _probe(uri: str, issuer: str, *, timeout_s: float, context: ssl.SSLContext | None) -> _Probe:
+    # deferred: optional dependency: aiohttp (ops extra) only for live probes; checks also run offline
     import aiohttp
 
     from igw.security.fetch import FetchError, fetch_json

@@ -23,6 +23,7 @@ SEVERITY_STYLE = {
 
 
 def render_table(report: Report, *, console: Any, show_passed: bool = False) -> None:
+    # deferred: optional dependency: rich (ops extra), only for the table output
     from rich.table import Table
 
     table = Table(title=f"igw {report.command.value} - {report.source}", show_lines=False, expand=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from igw.checks.inventory import (
     Addon,
@@ -53,6 +54,7 @@ class AwsAccount:
     def client(self, service: str) -> Any:
         if service not in self._clients:
             if self._session is None:
+                # deferred: optional dependency: boto3 (ops extra), only for reads from a live AWS account
                 import boto3
 
                 self._session = boto3.Session(region_name=self._region, profile_name=self._profile)
@@ -62,6 +64,7 @@ class AwsAccount:
 
 def _attempt(what: str, call: Callable[[], T]) -> T | Missing:
     """Run one AWS read; turn credential/permission/network failures into a not-evaluated Missing."""
+    # deferred: optional dependency: boto3 (ops extra), only for reads from a live AWS account
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
@@ -129,8 +132,6 @@ def _role_arns_from_addons(addons: Mapping[str, Addon]) -> list[str]:
 
 def _document(raw: Any) -> Mapping[str, Any]:
     if isinstance(raw, str):
-        from urllib.parse import unquote
-
         return dict(json.loads(unquote(raw)))
     return dict(raw or {})
 

@@ -10,6 +10,7 @@ without further attempts, so an unreachable API costs one timeout, not thirteen.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from igw.checks.inventory import KubeView, Manifest, Missing
 from igw.checks.model import SkipKind
 from igw.config.model import API_GROUP, API_VERSION
+from igw.errors import IgwToolingError
 
 PAGE_SIZE = 500
 REQUEST_TIMEOUT_S = 15.0
@@ -61,7 +63,7 @@ LISTERS: tuple[_Lister, ...] = (
 )
 
 
-class ClusterUnreachable(Exception):
+class ClusterUnreachable(IgwToolingError):
     pass
 
 
@@ -96,6 +98,7 @@ def _list_all(call: Callable[..., Any], args: tuple[str, ...], kind: str) -> lis
 
 def live_kube_view(api_client: Any, *, source: str) -> KubeView:
     """List every kind through ``api_client`` (a ``kubernetes.client.ApiClient``)."""
+    # deferred: optional dependency: the kubernetes client (ops extra), only for a live cluster
     import kubernetes
     import urllib3
 
@@ -126,8 +129,7 @@ def live_kube_view(api_client: Any, *, source: str) -> KubeView:
 
 def make_api_client(*, kubeconfig: str | None, context: str | None) -> Any:
     """Kubeconfig (explicit, ``$KUBECONFIG`` or ``~/.kube/config``), else in-cluster credentials."""
-    import os
-
+    # deferred: optional dependency: the kubernetes client (ops extra), only for a live cluster
     import kubernetes
 
     if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):

@@ -12,12 +12,14 @@ from typing import Any
 
 import yaml
 
+from igw.errors import IgwToolingError
+
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MAX_ALIASES = 1000
 MAX_EXPANDED_NODES = 2_000_000
 
 
-class ManifestFileError(ValueError):
+class ManifestFileError(IgwToolingError, ValueError):
     """A file that cannot be read as manifests; the message names the file and the reason."""
 
 

@@ -103,6 +103,7 @@ class _WatchThread:
             self._stop.set()
 
     def _run(self) -> None:
+        # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
@@ -156,6 +157,7 @@ class KubeDiscovery:
         return f"Kubernetes API, namespace {self.namespace}"
 
     async def start(self, sink: DiscoverySink) -> None:
+        # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
         from kubernetes import client
 
         core = client.CoreV1Api(self.api_client)
@@ -176,6 +178,7 @@ class KubeDiscovery:
 
     def retarget(self, schedulers: tuple[SchedulerSpec, ...]) -> None:
         """(Re)start the pod watch of every scheduler whose name, selector or target port changed."""
+        # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
         from kubernetes import client
 
         if self._sink is None or self._loop is None:
@@ -256,6 +259,7 @@ class KubeDiscovery:
 
 def read_picker_config(api_client: Any, *, namespace: str, name: str, key: str) -> Mapping[str, Any]:
     """The EndpointPickerConfig in ConfigMap ``name`` under ``key`` (``configMapRef``)."""
+    # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 

@@ -28,13 +28,14 @@ from typing import Any
 import yaml
 
 from igw.config.model import SchedulerSpec
+from igw.errors import IgwGatewayError
 from igw.gateway.discovery import DiscoverySink
 from igw.gateway.endpoints import DiscoveredEndpoint
 
 log = logging.getLogger("igw.gateway.discovery")
 
 
-class EndpointsFileError(ValueError):
+class EndpointsFileError(IgwGatewayError, ValueError):
     def __init__(self, path: Path, problems: Sequence[str]) -> None:
         self.problems = tuple(problems)
         super().__init__(f"{path}: " + "; ".join(problems))

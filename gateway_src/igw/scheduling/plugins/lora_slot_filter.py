@@ -4,7 +4,7 @@ Why: the GIE ``lora-affinity-scorer`` gives a pod whose LoRA slots are all busy 
 adapters 0.0 against 0.8 for a free slot, but with weight 1 next to queue 2 / kvCache 2 /
 predictedLatency 1 a slightly less loaded pod still wins, and the request then waits there until one
 of the other adapters fully drains, which with popular adapters may take tens of seconds
-(``igw bench lora-multi-adapter``: TTFT p95 ~60 s). Such a pod is nearly unschedulable for the
+(docs/scheduler-design.md). Such a pod is nearly unschedulable for the
 request, so this is a filter, not a score.
 
 Rule, per request with adapter ``a`` (tiers by the GIE scorer's categories):
@@ -19,26 +19,22 @@ The first non-empty tier is kept. An endpoint where ``a`` is the *drain victim* 
 of every tier unless it is the only endpoint. Endpoints without LoRA metrics are kept in the first
 tier (unknown is not penalised). Base-model requests pass unfiltered. Parameters: none.
 
-**Slots claimed since the scrape.** Between two scrapes every pick sees the same adapter sets, so
-a pod showing one free slot used to receive *every* cold adapter of that 50 ms window (six different
-adapters to one pod at start-up, measured). The filter therefore remembers which adapters it sent to
-each endpoint at or after that endpoint's scrape and counts them as waiting (they claim slots the
-scrape cannot show yet), the same idea as the scheduler's dispatch ledger for queue counts.
+**Slots claimed since the scrape.** Between two scrapes every pick sees the same adapter sets, so a pod
+showing one free slot would receive *every* cold adapter of that scrape window. The filter therefore
+remembers which adapters it sent to each endpoint at or after that endpoint's scrape and counts them as
+waiting (they claim slots the scrape cannot show yet), the same idea as the scheduler's dispatch ledger for
+queue counts.
 
 **Starvation.** An engine loads a waiting adapter only when one of its slots is free of running
 requests. A pod whose slots hold adapters that the router keeps feeding never frees one, so an
-adapter queued there waits until traffic stops (``igw bench lora-multi-adapter``, seed 1: one
-adapter's requests waited up to 60 s on one pod for the whole run). Two rules break this. Tier 1
+adapter queued there waits until traffic stops. Two rules break this. Tier 1
 sends other adapters' requests to pods where nothing starves whenever they can run there. And when
 they cannot (every pod's slots are full, the adapter runs only on the blocked pod), the blocked pod
 names one *drain victim*, the running adapter with the fewest of this scheduler's unfinished
 requests there (it frees its slot soonest; counted from ``on_picked`` / ``on_complete``), and the
 victim's new requests go elsewhere, so its slot frees and the starving adapter loads.
 
-Measured with ``igw bench lora-multi-adapter --policies round-robin,gateway-default,oracle --seeds
-1,2`` (full scale), TTFT p99 per seed: 4.47 s / 244 ms before, 150 / 173 ms after (mean 161 ms; the
-oracle's 211 / 148 ms, mean 179 ms). With the tiers but without the victim rule one seed kept an
-adapter waiting up to 60 s (p99 51 s); without the since-scrape slots p99 was 2.1 s (half scale).
+Measurements of each rule: docs/scheduler-design.md.
 """
 
 from __future__ import annotations

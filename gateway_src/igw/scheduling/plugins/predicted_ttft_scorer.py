@@ -1,8 +1,8 @@
 """``predicted-ttft-scorer``: prefer the endpoint where this request should see its first token soonest.
 
 Why not raw speed: scoring endpoints by their measured speed alone (``endpoint-speed-scorer``) sends
-every request to the fastest-looking pod until its numbers degrade (measured on ``igw bench
-homogeneous-steady``: TTFT p50 2.47 s vs 19 ms for round-robin). Why not raw counts: a queue or
+every request to the fastest-looking pod until its numbers degrade (herding; measured in
+docs/scheduler-design.md). Why not raw counts: a queue or
 in-flight count treats one waiting request on an H100 like one on an A10G, which pulls traffic onto
 slow pods in mixed fleets. This scorer multiplies the two: *work ahead × measured time per unit of
 work*.
@@ -26,11 +26,7 @@ So measured means are compared in log space (TTFT noise is relative) against the
 is at most ``noiseZ`` combined standard errors above the group's first (fastest) member, and the
 members all take the group's mean TTFT (so small steps cannot chain an A10G to the H100s).
 Endpoints with fewer samples than the EWMA's window keep their own mean and join no group (a few
-samples have no trustworthy noise estimate).
-Measured with ``igw bench SCENARIO --policies round-robin,gateway-default,oracle --seeds 1,2`` (full
-scale, TTFT p50/p95/p99 means before -> after): homogeneous-steady 27.5/71.6/117.8 ->
-27.1/70.1/114.4 ms (round-robin 23.7/61.3/113.1 ms); mixed-fleet-8b 29.8/93.0/194.3 ->
-29.7/93.5/198.3 ms (seed 1 p99 -2.4 %, seed 2 +6.3 %: within the run-to-run spread).
+samples have no trustworthy noise estimate). Its effect is measured in docs/scheduler-design.md.
 
 Parameters: ``alpha`` (EWMA weight of a new TTFT sample, default 0.2), ``noiseZ`` (how many
 standard errors apart two endpoints must be to count as different speeds, default 2; 0 compares

@@ -3,9 +3,8 @@
 Why: an engine batches every prompt that arrives while it is prefilling into the same (longer) step,
 so two requests reaching one pod a few milliseconds apart both see a longer time to first token.
 Round-robin spaces requests evenly and rarely collides; a load-aware picker, which sees the same
-scraped snapshot for several picks, can send the next request to a pod that got one 2 ms ago
-(measured on ``igw bench shared-prefix-8b-low-cache``, half scale, seed 1: 6 % of round-robin's
-requests reached a pod < 10 ms after the previous one there, 42 % of the gateway's). Scraped
+scraped snapshot for several picks, can send the next request to a pod that got one a moment ago
+(docs/scheduler-design.md has the measured rates). Scraped
 ``waiting`` does not show it (a request being prefilled is already *running*), and the dispatch
 ledger drops a dispatch as soon as a scrape reflects it.
 
@@ -22,22 +21,9 @@ does not outscore an H100 with a little pending work. Until any endpoint has a m
 endpoint scores 1.0. Category: balance. Signal: none (gateway state). Default weight 2
 (``igw.scheduling.factory``).
 
-What did not work (``igw bench``, gateway-default TTFT p99 before -> after): a serial virtual prefill
-queue with the penalty-only score ``own / (own + pending)`` sent traffic to the A10Gs (half scale,
-seed 1: mixed-fleet-8b 164 -> 230 ms at weight 1); the same queue with the finish-time ratio, 197 ms.
-Zeroing the whole pending sum of an endpoint that shows requests waiting (instead of dropping only
-the dispatches its scrape already shows) helped burst-70b (full scale, seeds 1,2: 8.86 s instead
-of 9.59 s; 8.46 s without this scorer) but hurt lora-multi-adapter (half scale, seeds 1,2: 866 ms
-instead of 206 ms; 465 ms without), where ``waiting`` includes requests waiting for an adapter slot.
-
-Measured (DES, ``igw bench SCENARIO --policies round-robin,gateway-default --seeds 1,2``, full scale,
-gateway-default TTFT p50/p95/p99 without -> with this scorer at weight 2; round-robin in brackets):
-shared-prefix-8b-low-cache 66.9/100.4/114.1 -> 66.1/76.4/87.1 ms (68.5/78.2/85.7);
-homogeneous-steady 19.6/51.4/91.0 -> 19.2/43.2/72.4 ms (18.2/45.6/89.1); mixed-fleet-8b
-21.2/69.9/145.0 -> 21.1/63.3/119.1 ms; shared-prefix-8b-high-cache 20.8/69.2/79.3 ->
-21.1/71.2/83.0 ms; lora-multi-adapter 15.9/45.7/163.9 -> 16.0/42.5/124.3 ms; burst-70b
-3.04/7.58/8.46 -> 2.96/7.49/9.59 s (2.95/8.06/9.86; the p99 rise is seed 1's, 10.83 -> 13.23 s;
-seed 2 6.09 -> 5.94 s). Half scale, seeds 1,2: mixed-fleet-32b 39.1/159.5/471 -> 40.2/150.6/374 ms.
+Design alternatives that did not work (a serial virtual prefill queue; zeroing the whole pending
+sum of an endpoint that shows requests waiting) and the measurements with and without this scorer
+are in docs/scheduler-design.md.
 
 Parameters: ``alpha`` (EWMA weight of a new rate sample, default 0.2).
 """

@@ -1,16 +1,15 @@
-"""The rate-limit backend interface and its one registry."""
+"""The rate-limit backend interface (the registry of implementations is :mod:`.registry`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Protocol
 
-from igw.security.clock import Clock
+from igw.errors import IgwSecurityError
 from igw.security.ratelimit.buckets import Decision
-from igw.security.settings import RateLimitSettings, TenantLimits
+from igw.security.settings import TenantLimits
 
 
-class BackendUnavailable(Exception):
+class BackendUnavailable(IgwSecurityError):
     """The backend could not decide (Redis down or slow); the limiter applies its unavailable policy."""
 
 
@@ -22,21 +21,3 @@ class RateLimitBackend(Protocol):
     async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None: ...
 
     async def close(self) -> None: ...
-
-
-BackendFactory = Callable[[RateLimitSettings, Clock], RateLimitBackend]
-
-
-def _local(settings: RateLimitSettings, clock: Clock) -> RateLimitBackend:
-    from igw.security.ratelimit.local import LocalBuckets
-
-    return LocalBuckets(clock=clock)
-
-
-def _redis(settings: RateLimitSettings, clock: Clock) -> RateLimitBackend:
-    from igw.security.ratelimit.redis_backend import RedisBuckets
-
-    return RedisBuckets(settings=settings.redis)
-
-
-BACKENDS: Final[dict[str, BackendFactory]] = {"local": _local, "redis": _redis}

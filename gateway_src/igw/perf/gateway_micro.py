@@ -92,6 +92,7 @@ def decision_time(*, endpoints: int, picks: int, seed: int = 1) -> Timing:
 
 
 def page_parse_time(page: str, *, runs: int) -> Timing:
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from prometheus_client.parser import text_string_to_metric_families
 
     samples = _time(lambda: parse_page(page, VLLM), runs)

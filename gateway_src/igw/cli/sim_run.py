@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 
+from igw.bench.policies.registry import PolicyContext, build_policy
 from igw.sim.des import SimulationError, simulate
 from igw.sim.request import SimRequest
 from igw.sim.spec import FleetSpec, SpecError
@@ -28,7 +29,6 @@ def run_des_command(
     max_retries: int,
     records_path: str | None,
 ) -> int:
-    from igw.bench.policies.registry import PolicyContext, build_policy
 
     try:
         spec = FleetSpec.from_yaml(spec_path)

@@ -9,9 +9,17 @@ import time
 from pathlib import Path
 
 import orjson
+from rich.console import Console
+from rich.table import Table
 
+from igw.bench.console import scenario_table, share_table
+from igw.bench.des_runner import DesOptions, run_des, run_trace
+from igw.bench.live_runner import run_live_cli
 from igw.bench.policies.registry import DEFAULT_POLICIES, POLICIES
+from igw.bench.report import write_report
 from igw.bench.scenarios import GROUPS, SCENARIOS, resolve
+from igw.bench.summary import write_summary
+from igw.bench.tune import DEFAULT_CANDIDATES, DEFAULT_SCENARIOS, tune
 
 
 def _print_catalogue() -> None:
@@ -53,14 +61,11 @@ def _policies(args: argparse.Namespace) -> list[str]:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     if args.list:
         _print_catalogue()
         return 0
     if args.summarize:
-        from igw.bench.summary import write_summary
-
         directory = Path(args.summarize)
         if not directory.is_dir():
             raise ValueError(f"--summarize: {directory} is not a directory")
@@ -82,15 +87,10 @@ def run_bench(args: argparse.Namespace) -> int:
     weights = _parse_weights(args.weights)
     policies = _policies(args)
     if args.mode == "live":
-        from igw.bench.live_runner import run_live_cli
-
         if args.trace:
             raise ValueError("--trace runs in DES mode only")
         args.parsed_weights = weights
         return run_live_cli(args, console=console, out=out, seeds=seeds, policies=policies, command=command)
-    from igw.bench.console import scenario_table, share_table
-    from igw.bench.des_runner import DesOptions, run_des, run_trace
-    from igw.bench.report import write_report
 
     options = DesOptions(
         policies=policies,
@@ -128,18 +128,12 @@ def run_bench(args: argparse.Namespace) -> int:
         + "\n"
     )
     if not args.trace:
-        from igw.bench.summary import write_summary
-
         index.append(write_summary(out).name)
     console.print(f"reports written to {out}/ ({', '.join(index)}) in {time.monotonic() - started:.0f}s")
     return 0
 
 
 def _run_tune(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from igw.bench.tune import DEFAULT_CANDIDATES, DEFAULT_SCENARIOS, tune
 
     console = Console()
     if not console.is_terminal:

@@ -1,4 +1,8 @@
-"""Assemble and run a gateway process from CLI options (used by ``igw serve``).
+"""Assemble and run a gateway process from CLI options (used by ``igw serve``): the composition root.
+
+It sits above :mod:`igw.gateway` and :mod:`igw.security` because it wires the two together: the gateway
+defines the request-guard port (:mod:`igw.gateway.guards`), security implements it, and neither
+imports the other's internals (the layer contract in ``pyproject.toml``).
 
 Decides, once, the pieces that differ between local and in-cluster use: the discovery source, where
 ``configMapRef`` EndpointPickerConfigs come from, the request guard (``igw.security`` when that
@@ -21,8 +25,10 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from igw.config.model import GatewayConfig
+from igw.errors import IgwGatewayError
 from igw.gateway.app import create_app
 from igw.gateway.discovery import DiscoverySource
+from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.runtime import PickerConfigs, picker_config_key
@@ -31,7 +37,7 @@ from igw.gateway.serving import serve_app
 log = logging.getLogger("igw.gateway")
 
 
-class LaunchError(Exception):
+class LaunchError(IgwGatewayError):
     """Start-up failed for a reason the operator must fix (message says which)."""
 
 
@@ -72,6 +78,7 @@ def picker_configs_from_dir(config: GatewayConfig, directory: Path | None) -> Pi
 
 
 def picker_configs_from_cluster(config: GatewayConfig, api_client: Any) -> PickerConfigs:
+    # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
     from igw.gateway.discovery.kube import read_picker_config
 
     out: dict[str, Mapping[str, Any]] = {}
@@ -85,6 +92,7 @@ def picker_configs_from_cluster(config: GatewayConfig, api_client: Any) -> Picke
 
 
 def kube_api_client(kubeconfig: str | None) -> Any:
+    # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
     from kubernetes import client, config
 
     if kubeconfig:
@@ -107,6 +115,7 @@ def guard_factory(registry: CollectorRegistry) -> GuardFactory:
             return OpenGuard()
 
         return open_guard
+    # deferred: optional package: a slim install may lack igw.security (checked by find_spec above)
     from igw.security.factory import RequestGuardFactory
 
     return RequestGuardFactory(registry=registry)
@@ -116,6 +125,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     registry = CollectorRegistry(auto_describe=True)
     discovery: DiscoverySource
     if options.in_cluster:
+        # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
         from igw.gateway.discovery.kube import KubeDiscovery
 
         api = kube_api_client(options.kubeconfig)
@@ -125,8 +135,6 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
 
         discovery = KubeDiscovery(api_client=api, namespace=config.namespace, schedulers=config.schedulers)
     else:
-        from igw.gateway.discovery.static_file import StaticFileDiscovery
-
         assert options.endpoints_file is not None
         directory = Path(options.config_maps_dir) if options.config_maps_dir else None
 
@@ -173,6 +181,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
 def _tls(config: GatewayConfig) -> Any:
     if importlib.util.find_spec("igw.security.tls") is None:
         return None
+    # deferred: optional package: a slim install may lack igw.security (checked by find_spec above)
     from igw.security.tls import build_server_tls
 
     try:

@@ -7,6 +7,9 @@ import sys
 import time
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
 from igw.bench.capacity import fleet_capacity
 from igw.bench.console import scenario_table, share_table
 from igw.bench.interrupt import run_interruptible
@@ -29,8 +32,6 @@ def _routers(raw: str) -> list[str]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     console = Console()
     if not console.is_terminal:

@@ -1,6 +1,6 @@
 """A near-free model-server stand-in for ``igw perf gateway`` (run as its own process).
 
-``python -m igw.gateway.perf_backend --chunks 20 --chunk-interval 0.005`` prints ``PORT <n>`` and
+``python -m igw.cli.perf_backend_process --chunks 20 --chunk-interval 0.005`` prints ``PORT <n>`` and
 serves: ``POST /v1/completions`` and ``/v1/chat/completions`` (a fixed small JSON body, or an SSE
 stream of ``--chunks`` events ``--chunk-interval`` seconds apart when ``"stream": true``),
 ``GET /health`` (for peer routers' worker probes) and ``GET /metrics`` (a realistic vLLM page,
@@ -10,10 +10,8 @@ direct and the gateway path, so differences are the gateway's.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
-import sys
+import random
 
 from aiohttp import web
 
@@ -27,8 +25,7 @@ RESPONSE = (
 def realistic_vllm_page() -> str:
     """A vLLM 0.12 page of ~50 KB from the simulator; a minimal page if the simulator is absent."""
     try:
-        import random
-
+        # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
         from packaging.version import Version
 
         from igw.sim.engine import Engine
@@ -88,7 +85,8 @@ def build_app(*, chunks: int, interval: float) -> web.Application:
     return app
 
 
-async def _serve(chunks: int, interval: float) -> None:
+async def serve_forever(chunks: int, interval: float) -> None:
+    """Serve on a free loopback port and print ``PORT <n>``; runs until the process is stopped."""
     runner = web.AppRunner(build_app(chunks=chunks, interval=interval), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
@@ -97,26 +95,3 @@ async def _serve(chunks: int, interval: float) -> None:
     sockets = getattr(server, "sockets", None) or []
     print(f"PORT {sockets[0].getsockname()[1]}", flush=True)
     await asyncio.Event().wait()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--chunks", type=int, default=20)
-    parser.add_argument("--chunk-interval", type=float, default=0.005)
-    args = parser.parse_args(argv)
-    # sglang-router opens its worker connection with an HTTP/2 preface first and falls back to
-    # HTTP/1.1; aiohttp logs each refused preface as an error traceback that would bury the report.
-    # Real failures still surface: the load client raises on any non-200 answer.
-    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
-    try:
-        import uvloop
-
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(_serve(args.chunks, args.chunk_interval))
-    except KeyboardInterrupt:
-        pass
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,26 +17,16 @@ Example::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 HELP = "Gateway overhead vs a direct connection: added latency, CPU/request, TTFT, decision and parse time."
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--requests", type=int, default=2000, help="requests per phase at concurrency 1 (default 2000)"
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="alternating direct/gateway rounds (default 3)")
-    parser.add_argument("--stream-requests", type=int, default=200, help="streaming requests per phase")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    parser.add_argument(
-        "--skip-load", action="store_true", help="only the in-process decision and parse benchmarks"
-    )
 
 
 def _row(name: str, value: str, baseline: str, target: str, met: bool | None) -> dict[str, Any]:
@@ -45,8 +35,9 @@ def _row(name: str, value: str, baseline: str, target: str, met: bool | None) ->
 
 
 def _micro(rows: list[dict[str, Any]]) -> None:
-    from igw.gateway.perf_backend import realistic_vllm_page
-    from igw.gateway.perf_micro import decision_time, page_parse_time
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.gateway_backend import realistic_vllm_page
+    from igw.perf.gateway_micro import decision_time, page_parse_time
 
     for endpoints, picks, target_us in ((16, 3000, 200.0), (1000, 300, 2000.0)):
         t = decision_time(endpoints=endpoints, picks=picks)
@@ -86,7 +77,8 @@ async def _drive(
     target: _Target, *, backend: str, concurrency: int, per_round: int, rounds: int
 ) -> tuple[list[float], list[float], float]:
     """Alternating direct/target rounds; returns direct and target latencies and CPU µs/request."""
-    from igw.gateway.perf_load import closed_loop, cpu_seconds
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.gateway_load import closed_loop, cpu_seconds
 
     direct: list[float] = []
     via: list[float] = []
@@ -103,9 +95,10 @@ async def _start_peers(
     stack: contextlib.ExitStack, workdir: Path, *, backend: str
 ) -> tuple[list[_Target], dict[str, str]]:
     """Start every peer router; a peer that is absent, dies or never answers is returned with the reason."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.bench.peers import PACKAGES
     from igw.bench.processes import RouterStartError
-    from igw.gateway.perf_load import PEER_POLICY, peer_process, wait_peer_ready
+    from igw.perf.gateway_load import PEER_POLICY, peer_process, wait_peer_ready
 
     started: list[_Target] = []
     failed: dict[str, str] = {}
@@ -127,15 +120,15 @@ async def _start_peers(
 
 async def _warm_up(base: str) -> None:
     """Connection pools and caches warmed the same way for every target."""
-    from igw.gateway.perf_load import closed_loop
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.gateway_load import closed_loop
 
     await closed_loop(base, concurrency=8, requests=500)
 
 
 async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    import tempfile
-
-    from igw.gateway.perf_load import backend_process, closed_loop, gateway_process, wait_ready
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.gateway_load import backend_process, closed_loop, gateway_process, wait_ready
 
     with (
         tempfile.TemporaryDirectory() as tmp,
@@ -225,14 +218,13 @@ def _cpu_rows(cpu_us: dict[str, float], *, concurrency: int, failed: dict[str, s
 
 
 def _pct(values: list[float], q: float) -> float:
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.bench.stats import percentile
 
     return percentile(values, q) or 0.0
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-
     rows: list[dict[str, Any]] = []
     _micro(rows)
     if not args.skip_load:

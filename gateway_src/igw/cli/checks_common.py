@@ -76,13 +76,16 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _load(args: argparse.Namespace, console: Any) -> Inventory:
     if args.manifests is not None:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.checks.sources.manifests import load_manifests
 
         return load_manifests(args.manifests)
     if args.cdk_out is not None:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.checks.sources.cdk_out import load_cdk_out
 
         return load_cdk_out(args.cdk_out)
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.checks.sources.aws_api import AwsAccount
     from igw.checks.sources.live import load_live
     from igw.checks.sources.live_kube import make_api_client
@@ -98,6 +101,7 @@ def _load(args: argparse.Namespace, console: Any) -> Inventory:
 
 
 def run_command(args: argparse.Namespace, command: Command, options: CheckOptions) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from rich.console import Console
 
     from igw.checks.registry import select
@@ -123,6 +127,7 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
         args.output == "table" and args.output_file is None and not inventory.kube.static and err.is_terminal
     )
     if live_table:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from rich.progress import Progress
 
         with Progress(console=err, transient=True) as progress:
@@ -149,11 +154,13 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
 
 
 def _emit(report: Any, args: argparse.Namespace) -> None:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from rich.console import Console
 
     if args.output == "table":
         stream = args.output_file.open("w", encoding="utf-8") if args.output_file else sys.stdout
         try:
+            # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
             from igw.checks.render.table import render_table
 
             console = Console(file=stream, width=160 if args.output_file else None)
@@ -163,14 +170,17 @@ def _emit(report: Any, args: argparse.Namespace) -> None:
                 stream.close()
         return
     if args.output == "json":
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.checks.render.json_out import render_json
 
         text = render_json(report)
     elif args.output == "sarif":
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.checks.render.sarif import render_sarif
 
         text = render_sarif(report)
     else:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.checks.render.junit import render_junit
 
         text = render_junit(report)

@@ -56,7 +56,7 @@ def backend_process(*, chunks: int, interval: float) -> Iterator[tuple[str, subp
     cmd = [
         sys.executable,
         "-m",
-        "igw.gateway.perf_backend",
+        "igw.cli.perf_backend_process",
         "--chunks",
         str(chunks),
         "--chunk-interval",
@@ -162,7 +162,7 @@ async def closed_loop(base: str, *, concurrency: int, requests: int, stream: boo
 PEER_POLICY = "round_robin"
 """One worker behind each peer, so routing policy cannot matter; round_robin is the peers' cheapest
 (no prefix tree, and vllm-router's cache_aware would add a ``/v1/completions/render`` call per
-request that the near-free backend does not serve, reference/peers.md §4)."""
+request that the near-free backend does not serve)."""
 
 
 def peer_executable(router: str, *, which: Callable[[str], str | None] = shutil.which) -> str | None:

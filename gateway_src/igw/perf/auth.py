@@ -28,28 +28,24 @@ ISSUER: Final = "https://issuer.perf.invalid"
 AUDIENCE: Final = "perf"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--iterations", type=int, default=3000, help="tokens verified per row (default 3000)")
-    parser.add_argument(
-        "--repeats", type=int, default=3, help="runs per row; the fastest is reported (default 3)"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    alg: str
-    name: str
-    cpu_us: float
-    wall_us: float
-
-
 def run(args: argparse.Namespace) -> int:
     rows = asyncio.run(_measure(iterations=max(1, args.iterations), repeats=max(1, args.repeats)))
     _print(rows, iterations=args.iterations)
     return 0
 
 
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the report: the algorithm, what was measured, and its cost per token."""
+
+    alg: str
+    name: str
+    cpu_us: float
+    wall_us: float
+
+
 async def _measure(*, iterations: int, repeats: int) -> list[Row]:
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     import jwt
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from jwt.algorithms import ECAlgorithm, RSAAlgorithm, get_default_algorithms
@@ -111,6 +107,7 @@ async def _measure(*, iterations: int, repeats: int) -> list[Row]:
 
 
 def _guard(jwk: dict[str, Any], *, cache_entries: int) -> Any:
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from prometheus_client import CollectorRegistry
 
     from igw.config.model import AuthSpec, BbrSpec, GatewayConfig, JwtProvider

@@ -1,0 +1,52 @@
+"""Helpers the gateway tests import: InferenceGatewayConfig documents and polling without blind sleeps.
+
+The fixture that starts a gateway (``gateway``) lives in ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+FAST_ROUTING = {
+    "scrapeInterval": "20ms",
+    "staleThreshold": "400ms",
+    "scrapeTimeout": "200ms",
+    "configReloadInterval": "100ms",
+}
+
+
+def config_doc(
+    schedulers: list[dict[str, Any]],
+    *,
+    routing: Mapping[str, Any] | None = None,
+    bbr: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+        "kind": "InferenceGatewayConfig",
+        "metadata": {"name": "test-gw", "namespace": "inference"},
+        "spec": {
+            "bbr": {"enabled": True, **(bbr or {})},
+            "schedulers": schedulers,
+            "extensions": {"routing": {**FAST_ROUTING, **(routing or {})}},
+        },
+    }
+
+
+def scheduler(name: str, model: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "modelName": model, "modelSelector": {"matchLabels": {"app": name}}, **extra}
+
+
+async def wait_for(cond: Callable[[], bool], *, within: float = 3.0, what: str = "condition") -> float:
+    """Poll ``cond`` every 10 ms; returns the seconds it took, fails the test after ``within``."""
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > within:
+            pytest.fail(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - t0
