@@ -27,6 +27,7 @@ SUBTREE_BY_PACKAGE: dict[str, type[IgwError]] = {
     "igw.gateway": IgwGatewayError,
     "igw.launch": IgwGatewayError,
     "igw.security": IgwSecurityError,
+    "igw.global_router": IgwGatewayError,
 }
 """Packages not listed here are tooling (sim, bench, perf, checks, addon, cli, ...)."""
 
@@ -63,6 +64,8 @@ def test_every_exception_derives_from_its_areas_subtree(cls: type[BaseException]
     if cls.__module__ == "igw.errors":
         assert issubclass(cls, IgwError)
         return
+    if issubclass(cls, IgwConfigError):
+        return  # any area may reject its own configuration with a config error
     assert issubclass(cls, subtree), (
         f"{cls.__module__}.{cls.__qualname__} must derive from {subtree.__name__}"
     )

@@ -24,8 +24,10 @@ from igw.config.paths import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "gateway_src" / "Dockerfile"
 CORE_PACKAGES = {"igw.config", "igw.scheduling", "igw.gateway", "igw.security"}
-IMAGE_CLI_MODULES = {"__init__.py", "main.py", "registry.py", "serve.py", "validate.py"}
-TOOLING = ("sim", "bench", "perf", "checks", "addon", "operator", "global_router")
+IMAGE_CLI_MODULES = {"__init__.py", "main.py", "registry.py", "serve.py", "validate.py", "global_router.py"}
+PRODUCT_PACKAGES = CORE_PACKAGES | {"igw.global_router"}
+"""The core plus the tier-2 router (``igw global serve``), which runs from the same image."""
+TOOLING = ("sim", "bench", "perf", "checks", "addon", "operator")
 
 
 def build_stage_copies() -> list[tuple[list[str], str]]:
@@ -67,14 +69,14 @@ def image_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_holds_the_product_core_and_no_tooling(image_tree: Path) -> None:
     packages = set(find_namespace_packages(where=str(image_tree / "gateway_src"), include=["igw*"]))
     top_level = {".".join(name.split(".")[:2]) for name in packages if name != "igw"}
-    assert top_level == CORE_PACKAGES | {"igw.cli"}
+    assert top_level == PRODUCT_PACKAGES | {"igw.cli"}
     for tooling in TOOLING:
         assert f"igw.{tooling}" not in packages
     assert not (image_tree / "gateway_src" / "igw" / "cdk").exists()
     cli = {path.name for path in (image_tree / "gateway_src" / "igw" / "cli").iterdir()}
     assert cli == IMAGE_CLI_MODULES
     modules = {path.name for path in (image_tree / "gateway_src" / "igw").glob("*.py")}
-    assert modules == {"__init__.py", "errors.py", "launch.py"}
+    assert modules == {"__init__.py", "engines.py", "errors.py", "launch.py"}
 
 
 def test_the_image_entry_point_serves_without_tooling(image_tree: Path) -> None:
@@ -102,10 +104,11 @@ print(json.dumps({"file": igw.__file__, "help": out.getvalue(), "packages": load
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert Path(report["file"]).is_relative_to(image_tree), report["file"]
     commands = set(re.findall(r"^ {4}([a-z]+)\b", report["help"], flags=re.MULTILINE))
-    assert commands == {"serve", "validate"}, report["help"]
+    assert commands == {"serve", "validate", "global"}, report["help"]
     assert set(report["packages"]) <= {
         "cli",
         "config",
+        "engines",
         "errors",
         "gateway",
         "launch",

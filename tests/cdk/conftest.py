@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cdk.support import EXAMPLES
+
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 
@@ -43,10 +45,6 @@ def _synthesize(document: dict[str, Any], outdir: Path) -> Synthesized:
         templates[role] = artifact.template
         files[role] = outdir / artifact.template_file
     return Synthesized(outdir=outdir, templates=templates, files=files)
-
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "cdk" / "examples"
-EXISTING_OIDC = "arn:aws:iam::111111111111:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE"
 
 
 def _example(name: str) -> dict[str, Any]:

@@ -139,7 +139,7 @@ def test_existing_cluster_mode_needs_no_hyperpod(example):
 
 def test_every_example_config_is_valid_and_synthesized_by_a_fixture():
     """The examples are what users copy; each one is synthesized by a session fixture in conftest."""
-    from tests.cdk.conftest import EXAMPLES
+    from tests.cdk.support import EXAMPLES
 
     names = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
     assert names == ["aws-managed-addon.yaml", "deployment.yaml", "existing-cluster.yaml"]

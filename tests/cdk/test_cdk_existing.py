@@ -7,7 +7,7 @@ import json
 from aws_cdk import assertions
 
 from igw.addon import pins
-from tests.cdk.conftest import EXISTING_OIDC
+from tests.cdk.support import EXISTING_OIDC
 
 
 def test_existing_cluster_creates_no_vpc_cluster_or_hyperpod(existing):

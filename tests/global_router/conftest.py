@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.conftest import gateway
+from tests.gateway.fixtures import gateway
 from tests.global_router.support import redis_on_path
-from tests.security.conftest import ca, client_ssl, clock, jwks_server, keys, tokens
+from tests.security.fixtures import ca, client_ssl, clock, jwks_server, keys, tokens
 from tests.security.helpers import RedisServer, start_redis
 
 __all__ = ["ca", "client_ssl", "clock", "gateway", "jwks_server", "keys", "redis_server", "tokens"]

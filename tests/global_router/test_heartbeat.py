@@ -13,8 +13,8 @@ import redis.asyncio as redis_asyncio
 from igw.gateway.heartbeat import HeartbeatPublisher, HeartbeatSettings, quantile_from_buckets
 from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown
-from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
+from tests.gateway.support import config_doc, scheduler
 from tests.global_router.support import beat
 from tests.security.helpers import RedisServer
 

@@ -26,8 +26,8 @@ from igw.gateway.ticker import Ticker
 from igw.global_router.config import parse_global_config
 from igw.global_router.fleet import Fleet
 from igw.global_router.server import ROUTER_KEY, create_global_app
-from tests.gateway.conftest import wait_for
 from tests.gateway.fake_model_server import FakeModelServer
+from tests.gateway.support import wait_for
 from tests.global_router.support import MODEL, beat, global_doc
 from tests.security.helpers import RedisServer
 

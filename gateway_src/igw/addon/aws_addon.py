@@ -17,6 +17,8 @@ from typing import Any, Final
 
 import jsonschema
 
+from igw.errors import IgwToolingError
+
 SCHEMA_FILE: Final = Path(__file__).resolve().parent / "aws_hyperpod_inference.schema.json"
 
 EXECUTION_POLICY: Final = "AmazonSageMakerHyperPodInferenceAccess"
@@ -26,7 +28,7 @@ GATEWAY_POLICY: Final = "AmazonSageMakerHyperPodInferenceGatewayAccess"
 """AWS managed policy of the gateway controller's IRSA role (ACM import of auto-issued certificates)."""
 
 
-class AwsAddonValuesError(ValueError):
+class AwsAddonValuesError(IgwToolingError, ValueError):
     """Values for AWS's add-on break its schema; ``problems`` names each field."""
 
     def __init__(self, problems: Sequence[str]) -> None:

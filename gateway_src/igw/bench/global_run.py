@@ -25,6 +25,7 @@ import contextlib
 import json
 import math
 import random
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -388,8 +389,7 @@ def summarize(
 
 def run_global_command(*, out: Path, rate: float, quick: bool, command: str) -> int:
     """What ``igw demo --global`` and ``igw bench global`` run: the whole script, then the report."""
-    import sys
-
+    # deferred: start-up cost: the report's plotting stack loads only when a run finishes
     from igw.bench.global_report import write_global_report
     from igw.bench.processes import RouterStartError
 

@@ -81,10 +81,12 @@ def _clients(args: argparse.Namespace) -> object:
 
 
 def _package(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.addon import publish
 
     ecr = None
     if args.push:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         import boto3
 
         ecr = boto3.Session(region_name=args.region, profile_name=args.profile).client("ecr")
@@ -101,6 +103,7 @@ def _package(args: argparse.Namespace) -> int:
 
 
 def _versions(args: argparse.Namespace, addons: object) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.addon import operations, pin_check, pins
     from igw.addon.eks_api import EksAddonApi
 
@@ -126,7 +129,7 @@ def _versions(args: argparse.Namespace, addons: object) -> int:
 
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
-    from igw.addon import chart, configuration, operations, pins
+    from igw.addon import configuration, operations, pins
     from igw.addon.eks_api import AddonApiError
 
     try:

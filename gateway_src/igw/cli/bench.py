@@ -16,8 +16,8 @@ Examples::
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import sys
+from pathlib import Path
 
 DEFAULT_LIVE_RATE = 20.0
 

@@ -12,7 +12,9 @@ listed. Replicas are stateless; run several behind a load balancer, all pointing
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import logging
 import sys
 
 HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
@@ -37,9 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-    import logging
-
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.global_router.config import GlobalConfigError, load_global_config
     from igw.global_router.launch import run_global_router
 

@@ -206,6 +206,7 @@ class HeartbeatPublisher:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        # deferred: optional dependency: redis is imported only when this feature is configured
         import redis.asyncio as redis_asyncio
 
         self._state = state
@@ -239,6 +240,7 @@ class HeartbeatPublisher:
         self._seq += 1
 
     async def _tick(self) -> None:
+        # deferred: optional dependency: redis is imported only when this feature is configured
         from redis.exceptions import RedisError
 
         try:

@@ -11,17 +11,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from igw.errors import IgwGatewayError
 from igw.gateway.heartbeat_message import Heartbeat
 
 log = logging.getLogger("igw.global_router")
 
 
-class HeartbeatSourceDown(Exception):
+class HeartbeatSourceDown(IgwGatewayError):
     """The heartbeat store could not be read."""
 
 
 class HeartbeatReader:
     def __init__(self, *, url: str, key_prefix: str, clusters: Sequence[str], timeout_s: float = 0.5) -> None:
+        # deferred: optional dependency: redis is imported only when this feature is configured
         import redis.asyncio as redis_asyncio
 
         self._client = redis_asyncio.Redis.from_url(
@@ -33,6 +35,7 @@ class HeartbeatReader:
 
     async def read(self) -> dict[str, Heartbeat | None]:
         """``{cluster: heartbeat or None}`` for every configured cluster."""
+        # deferred: optional dependency: redis is imported only when this feature is configured
         from redis.exceptions import RedisError
 
         try:

@@ -16,8 +16,9 @@ from dataclasses import replace
 
 from igw.global_router.config import ModelLimit
 from igw.security.clock import Clock
-from igw.security.ratelimit.backend import BACKENDS, RateLimitBackend
+from igw.security.ratelimit.backend import RateLimitBackend
 from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.ratelimit.registry import BACKENDS
 from igw.security.settings import RateLimitSettings, TenantLimits
 
 WILDCARD = "*"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -38,7 +39,6 @@ def is_global_router_config(doc: Any) -> bool:
 
 
 def _schema_folder() -> Path:
-    import os
 
     override = os.environ.get(SCHEMAS_DIR_ENV)
     if override and (Path(override) / SCHEMA_FILE).is_file():

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
+from igw.addon import pins
 from igw.checks.inventory import (
     Addon,
     AwsView,
@@ -224,7 +225,6 @@ def _load_balancers(account: AwsAccount, vpc_id: str | None) -> list[LoadBalance
 
 
 def _published_versions(account: AwsAccount, kubernetes_version: str) -> dict[str, list[dict[str, Any]]]:
-    from igw.addon import pins
 
     eks = account.client("eks")
     published: dict[str, list[dict[str, Any]]] = {}
