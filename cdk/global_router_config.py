@@ -1,4 +1,5 @@
-"""The global router's deployment file (``cdk/examples/global-router.yaml``): where and how to run tier 2.
+"""The global router's deployment file (``cdk/examples/global/global-router.yaml``): where and how to run
+tier 2.
 
 Kept apart from the per-cluster deployment config: the router is one stack in one region in front
 of many clusters, each deployed by its own per-cluster app. ``routerConfig`` names a
@@ -88,4 +89,4 @@ def load(path: Path) -> GlobalRouterDeployment:
     return parse(yaml.safe_load(path.read_text(encoding="utf-8")), base=path.parent, source=str(path))
 
 
-EXAMPLE_FILE = Path(__file__).resolve().parent / "examples" / "global-router.yaml"
+EXAMPLE_FILE = Path(__file__).resolve().parent / "examples" / "global" / "global-router.yaml"

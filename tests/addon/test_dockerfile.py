@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from igw.config import paths
 
@@ -64,6 +65,9 @@ def test_build_context_is_narrowed_by_dockerignore():
     assert lines[0] == "*"
     assert {"!pyproject.toml", "!README.md", "!gateway_src"} <= set(lines)
     copies = [line for line in _instructions() if line.startswith("COPY ") and "--from" not in line]
+    allowed = {line.removeprefix("!") for line in lines if line.startswith("!")}
     for copy in copies:
         for source in copy.split()[1:-1]:
-            assert f"!{source.rstrip('/').removeprefix('./')}" in lines, source
+            path = Path(source.rstrip("/").removeprefix("./"))
+            # a source is in the context when it, or a folder above it, is re-included
+            assert {str(path), *map(str, path.parents)} & allowed, source
