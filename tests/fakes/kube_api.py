@@ -56,8 +56,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from aiohttp import web
+from aiohttp import ClientConnectionError, web
 
+from tests.fakes.kube_discovery import group_document, group_list, resource_list, table, wants_table
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakes.kube_store import KubeStore, ResourceKind, StoreError, json_patch, merge_patch
 
@@ -126,6 +127,8 @@ class FakeKubeApiServer:
         self._closing = False
         self._thread: threading.Thread | None = None
         self.port = 0
+        self.bookmark_interval_s = 1.0
+        """How often an idle watch that asked for bookmarks gets a ``BOOKMARK`` event."""
         self.store.on_change = self._notify_threadsafe
 
     # ---- lifecycle ---------------------------------------------------------------------------------
@@ -264,8 +267,29 @@ class FakeKubeApiServer:
                     plural=str(names.get("plural")),
                     kind=str(names.get("kind")),
                     namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                    short_names=tuple(names.get("shortNames") or ()),
+                    status_subresource="status" in (version.get("subresources") or {}),
+                    printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
                 )
             )
+
+    def _discovery(self, parts: list[str]) -> web.Response | None:
+        """Legacy discovery documents, or ``None`` when the path is not a discovery path."""
+        kinds = list(self.store.kinds.values())
+        if parts == ["api", "v1"]:
+            return _json(resource_list("v1", [k for k in kinds if not k.group]))
+        if parts == ["apis"]:
+            return _json(group_list(kinds))
+        if len(parts) == 2 and parts[0] == "apis":
+            versions = sorted({k.version for k in kinds if k.group == parts[1]})
+            if versions:
+                return _json(group_document(parts[1], versions))
+        if len(parts) == 3 and parts[0] == "apis":
+            group, version = parts[1], parts[2]
+            matching = [k for k in kinds if k.group == group and k.version == version]
+            if matching:
+                return _json(resource_list(f"{group}/{version}", matching))
+        return None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
@@ -278,6 +302,9 @@ class FakeKubeApiServer:
             return _json(VERSION_INFO)
         if parts == ["api"]:
             return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+        discovery = self._discovery(parts)
+        if discovery is not None:
+            return discovery
         try:
             kind, namespace, name, subresource = self._route(parts)
         except StoreError as exc:
@@ -351,7 +378,9 @@ class FakeKubeApiServer:
             if method == "GET":
                 if query.get("watch") in ("true", "1"):
                     return await self._watch(request, kind, namespace, query)
-                return self._list(kind, namespace, query)
+                return self._list(
+                    kind, namespace, query, table_wanted=wants_table(request.headers.get("Accept", ""))
+                )
             if method == "POST":
                 body = await self._body(request)
                 if kind.namespaced and namespace is None:
@@ -372,7 +401,10 @@ class FakeKubeApiServer:
         if subresource not in (None, "status"):
             raise StoreError(404, "NotFound", f"subresource {subresource!r} is not served by the fake")
         if method == "GET":
-            return _json(self.store.get(kind, ns, name))
+            found = self.store.get(kind, ns, name)
+            if wants_table(request.headers.get("Accept", "")):
+                return _json(table(kind, [found], found["metadata"]["resourceVersion"]))
+            return _json(found)
         if method == "PUT":
             body = await self._body(request)
             return _json(self.store.replace(kind, ns, name, body, status_only=subresource == "status"))
@@ -433,7 +465,9 @@ class FakeKubeApiServer:
         updated.setdefault("metadata", {}).pop("resourceVersion", None)
         return self.store.replace(kind, ns, name, updated, status_only=subresource == "status")
 
-    def _list(self, kind: ResourceKind, namespace: str | None, query: dict[str, str]) -> web.Response:
+    def _list(
+        self, kind: ResourceKind, namespace: str | None, query: dict[str, str], *, table_wanted: bool = False
+    ) -> web.Response:
         labels = parse_label_selector(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector"))
         items, rv = self.store.list(kind, namespace or None)
@@ -454,6 +488,8 @@ class FakeKubeApiServer:
             selected = page
         else:
             selected = selected[start:]
+        if table_wanted:
+            return _json(table(kind, selected, str(rv)))
         return _json(
             {
                 "kind": f"{kind.kind}List",
@@ -482,6 +518,7 @@ class FakeKubeApiServer:
         async def send(event_type: str, obj: Mapping[str, Any]) -> None:
             await response.write(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
 
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         start = query.get("resourceVersion")
         if not start or start == "0":
             items, last_rv = self.store.list(kind, namespace or None)
@@ -516,13 +553,21 @@ class FakeKubeApiServer:
                 wakeup.clear()
                 if self.store.resource_version != last_rv:
                     continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wakeup.wait(), remaining)
-        except (ConnectionResetError, asyncio.CancelledError):
+                wait_s = min(remaining, self.bookmark_interval_s) if bookmarks else remaining
+                try:
+                    await asyncio.wait_for(wakeup.wait(), wait_s)
+                except TimeoutError:
+                    if bookmarks:
+                        marker = {"apiVersion": kind.api_version, "kind": kind.kind}
+                        await send("BOOKMARK", {**marker, "metadata": {"resourceVersion": str(last_rv)}})
+        except asyncio.CancelledError:
             self._watch_wakeups.discard(wakeup)
             raise
+        except (ConnectionResetError, ClientConnectionError):
+            self._watch_wakeups.discard(wakeup)
+            return response
         self._watch_wakeups.discard(wakeup)
-        with contextlib.suppress(ConnectionResetError):
+        with contextlib.suppress(ConnectionResetError, ClientConnectionError):
             await response.write_eof()
         return response
 

@@ -1,0 +1,222 @@
+"""End to end: the operator (kopf + the real client) against the fake API server, object by object."""
+
+from __future__ import annotations
+
+import yaml
+
+from igw.operator.dataplane import CONFIG_KEY
+from tests.fakes.kube_api import FakeKubeApiServer, make_pod
+from tests.operator.harness import (
+    OperatorThread,
+    condition,
+    find,
+    igwc,
+    mark_deployment_ready,
+    owned_by,
+    update_spec,
+    wait_for,
+)
+
+DATA_PLANE_KINDS = {
+    "ConfigMap",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "Deployment",
+    "Service",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+}
+
+
+def _served_spec(kube: FakeKubeApiServer, name: str) -> dict[str, object]:
+    config_map = find(kube, "ConfigMap", "inference", f"{name}-gateway-config")
+    assert config_map is not None
+    return dict(yaml.safe_load(config_map["data"][CONFIG_KEY])["spec"])
+
+
+def test_apply_creates_an_owned_data_plane_and_becomes_ready(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    cluster.add(make_pod(name="llama-0", namespace="inference", labels={"app": "llama"}))
+    created = cluster.add(igwc("chat"))
+    uid = created["metadata"]["uid"]
+
+    owned = wait_for(
+        lambda: {o["kind"] for o in owned_by(cluster, uid)} >= DATA_PLANE_KINDS or None, what="data plane"
+    )
+    assert owned
+    deployment = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert deployment is not None
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"][:3] == [
+        "serve",
+        "--config",
+        "/etc/igw/config/config.yaml",
+    ]
+    service = find(cluster, "Service", "inference", "chat-gateway")
+    assert service is not None
+    annotations = service["metadata"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    assert _served_spec(cluster, "chat") == created["spec"]
+    accepted = wait_for(
+        lambda: condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")
+    )
+    assert accepted["status"] == "True"
+    programmed = wait_for(
+        lambda: condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    )
+    assert programmed["status"] == "True"
+    # No gateway replica is ready until the Deployment controller says so.
+    not_ready = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Ready")
+    assert (not_ready["status"], not_ready["reason"]) == ("False", "GatewayNotReady")
+
+    mark_deployment_ready(cluster, "inference", "chat-gateway")
+    ready = wait_for(
+        lambda: (
+            (c := condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Ready"))
+            and c["status"] == "True"
+            and c
+        ),
+        what="Ready=True",
+    )
+    assert ready["reason"] == "Ready"
+    obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert obj is not None
+    status = obj["status"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    assert status["readyEndpoints"] == 1
+    assert status["models"] == "llama"
+    assert status["address"] == "chat-gateway.inference.svc"
+    [scheduler] = status["schedulers"]
+    assert scheduler["endpoints"] == {"found": 1, "ready": 1, "stale": 0}
+    assert scheduler["rolloutState"] == "Available"
+    assert condition(obj, "BBRReady")["status"] == "True"
+    assert condition(obj, "AdmissionBlocked")["status"] == "False"
+    events = [
+        o for o in cluster.store.iter_all() if o["kind"] == "Event" and o["involvedObject"]["uid"] == uid
+    ]
+    reasons = {e["reason"] for e in events}
+    assert {"AcceptedValid", "GatewayProgrammedProgrammed", "ReadyReady"} <= reasons
+
+
+def test_invalid_spec_is_refused_and_the_previous_data_plane_stays(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    cluster.add(igwc("chat"))
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+    before = _served_spec(cluster, "chat")
+    deployment_rv = find(cluster, "Deployment", "inference", "chat-gateway")["metadata"]["resourceVersion"]  # type: ignore[index]
+
+    def break_it(spec: dict[str, object]) -> None:
+        spec["schedulers"] = [
+            {"name": "main", "modelName": "llama", "modelSelector": {"matchLabels": {"app": "llama"}}},
+            {
+                "name": "main2",
+                "modelName": "llama",
+                "modelSelector": {"matchLabels": {"app": "x"}},
+                "bogus": 1,
+            },
+        ]
+
+    update_spec(cluster, "inference", "chat", break_it)
+    refused = wait_for(
+        lambda: (
+            (c := condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted"))
+            and c["status"] == "False"
+            and c
+        ),
+        what="Accepted=False",
+    )
+    assert refused["reason"] == "InvalidSpec"
+    assert "spec.schedulers[1].bogus" in refused["message"]
+    assert "spec.schedulers[1].modelName" in refused["message"]
+    obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert condition(obj, "AdmissionBlocked")["status"] == "True"
+    assert condition(obj, "GatewayProgrammed")["status"] == "True"
+    assert _served_spec(cluster, "chat") == before
+    deployment = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert deployment is not None
+    assert deployment["metadata"]["resourceVersion"] == deployment_rv
+
+
+def test_spec_change_is_rendered_and_rolled(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
+    cluster.add(igwc("chat"))
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+
+    def grow(spec: dict[str, object]) -> None:
+        schedulers = spec["schedulers"]
+        assert isinstance(schedulers, list)
+        schedulers[0]["replicas"] = 3
+        schedulers.append(
+            {"name": "mistral", "modelName": "mistral", "modelSelector": {"matchLabels": {"app": "mistral"}}}
+        )
+
+    update_spec(cluster, "inference", "chat", grow)
+    wait_for(
+        lambda: len(_served_spec(cluster, "chat")["schedulers"]) == 2,  # type: ignore[arg-type]
+        what="new spec rendered",
+    )
+    deployment = wait_for(
+        lambda: (
+            (d := find(cluster, "Deployment", "inference", "chat-gateway"))
+            and d["spec"]["replicas"] == 3
+            and d
+        ),
+        what="replicas from the spec",
+    )
+    assert deployment["spec"]["replicas"] == 3
+    obj = wait_for(
+        lambda: (
+            (o := find(cluster, "InferenceGatewayConfig", "inference", "chat"))
+            and o.get("status", {}).get("observedGeneration") == o["metadata"]["generation"]
+            and len(o["status"]["schedulers"]) == 2
+            and o
+        ),
+        what="status of generation 2",
+    )
+    assert obj["status"]["models"] == "llama, mistral"
+    assert [s["rolloutState"] for s in obj["status"]["schedulers"]] == ["Pending", "Pending"]
+
+
+def test_delete_collects_the_data_plane_but_not_the_model_servers(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    cluster.add(make_pod(name="llama-0", namespace="inference", labels={"app": "llama"}))
+    created = cluster.add(igwc("chat"))
+    uid = created["metadata"]["uid"]
+    wait_for(lambda: len(owned_by(cluster, uid)) == len(DATA_PLANE_KINDS), what="data plane")
+    kind = cluster.store.kind_for(
+        api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
+    )
+    cluster.store.delete(kind, "inference", "chat")
+    assert owned_by(cluster, uid) == []
+    assert find(cluster, "Pod", "inference", "llama-0") is not None
+    assert find(cluster, "Deployment", "inference", "chat-gateway") is None
+
+
+def test_deleted_child_is_put_back(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
+    cluster.add(igwc("chat"))
+    wait_for(lambda: find(cluster, "NetworkPolicy", "inference", "chat-gateway"), what="network policy")
+    kind = cluster.store.kind_for(api_version="networking.k8s.io/v1", kind="NetworkPolicy")
+    cluster.store.delete(kind, "inference", "chat-gateway")
+    wait_for(lambda: find(cluster, "NetworkPolicy", "inference", "chat-gateway"), what="network policy again")
+
+
+def test_same_model_in_two_configs_is_a_conflict_on_the_newer(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    cluster.add(igwc("first", model="llama"))
+    wait_for(lambda: find(cluster, "Deployment", "inference", "first-gateway"), what="first data plane")
+    cluster.add(igwc("second", model="llama"))
+    refused = wait_for(
+        lambda: condition(find(cluster, "InferenceGatewayConfig", "inference", "second"), "Accepted"),
+        what="second object's status",
+    )
+    assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
+    assert '"first"' in refused["message"]
+    assert find(cluster, "Deployment", "inference", "second-gateway") is None
+    assert (
+        condition(find(cluster, "InferenceGatewayConfig", "inference", "first"), "Accepted")["status"]
+        == "True"
+    )
