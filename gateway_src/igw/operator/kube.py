@@ -30,8 +30,9 @@ def desired_hash(obj: Mapping[str, Any]) -> str:
 class Kube:
     """Dict-in, dict-out access to any kind through one ``kubernetes.client.ApiClient``."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, *, reporting_instance: str = "") -> None:
         self._api_client = api_client
+        self._reporting_instance = reporting_instance
         self._dynamic: Any = None
         self._discovery_lock = threading.Lock()
 
@@ -111,8 +112,9 @@ class Kube:
             "reason": reason,
             "message": message[:1024],
             "type": "Warning" if warning else "Normal",
-            "source": {"component": "igw-operator"},
+            "source": {"component": "igw-operator", "host": self._reporting_instance},
             "reportingComponent": "igw-operator",
+            "reportingInstance": self._reporting_instance,
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,

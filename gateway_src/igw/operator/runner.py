@@ -58,7 +58,7 @@ async def run_operator(options: OperatorOptions, *, stop: asyncio.Event | None =
     """Serve until ``stop`` is set (exit 0) or the Lease is lost (exit :data:`EXIT_LOST_LEASE`)."""
     stop = stop or asyncio.Event()
     api_client = make_api_client(kubeconfig=options.kubeconfig, context=None)
-    reconciler = Reconciler(Kube(api_client), options.data_plane)
+    reconciler = Reconciler(Kube(api_client, reporting_instance=options.identity), options.data_plane)
     registry = build_registry(reconciler, connection_for(api_client), resync_s=options.resync_s)
     election: LeaseElection | None = None
     lost = asyncio.Event()
