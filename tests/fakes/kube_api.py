@@ -58,7 +58,15 @@ from typing import Any
 import yaml
 from aiohttp import ClientConnectionError, web
 
-from tests.fakes.kube_discovery import group_document, group_list, resource_list, table, wants_table
+from tests.fakes.kube_discovery import (
+    group_document,
+    group_list,
+    openapi_group_version,
+    openapi_root,
+    resource_list,
+    table,
+    wants_table,
+)
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakes.kube_store import KubeStore, ResourceKind, StoreError, json_patch, merge_patch
 
@@ -276,6 +284,11 @@ class FakeKubeApiServer:
     def _discovery(self, parts: list[str]) -> web.Response | None:
         """Legacy discovery documents, or ``None`` when the path is not a discovery path."""
         kinds = list(self.store.kinds.values())
+        if parts == ["openapi", "v3"]:
+            return _json(openapi_root(kinds))
+        if parts[:2] == ["openapi", "v3"]:
+            document = openapi_group_version("/".join(parts[2:]), kinds)
+            return _json(document) if document is not None else None
         if parts == ["api", "v1"]:
             return _json(resource_list("v1", [k for k in kinds if not k.group]))
         if parts == ["apis"]:

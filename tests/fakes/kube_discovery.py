@@ -184,3 +184,48 @@ def table(kind: ResourceKind, items: list[dict[str, Any]], resource_version: str
         "columnDefinitions": definitions,
         "rows": rows,
     }
+
+
+def _group_version_path(kind: ResourceKind) -> str:
+    return f"apis/{kind.group}/{kind.version}" if kind.group else "api/v1"
+
+
+def openapi_root(kinds: Iterable[ResourceKind]) -> dict[str, Any]:
+    """``/openapi/v3``: where each group/version's document lives."""
+    paths = sorted({_group_version_path(k) for k in kinds})
+    return {"paths": {p: {"serverRelativeURL": f"/openapi/v3/{p}?hash=fake"} for p in paths}}
+
+
+def openapi_group_version(path: str, kinds: Iterable[ResourceKind]) -> dict[str, Any] | None:
+    """A group/version's OpenAPI v3 document: enough operations for ``kubectl`` to see that the
+    server validates fields itself (``fieldValidation``), so it sends objects without a local schema."""
+    matching = [k for k in kinds if _group_version_path(k) == path]
+    if not matching:
+        return None
+    parameters = [
+        {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+        for name in ("dryRun", "fieldManager", "fieldValidation")
+    ]
+    paths: dict[str, Any] = {}
+    for kind in matching:
+        gvk = [{"group": kind.group, "version": kind.version, "kind": kind.kind}]
+        scope = (
+            f"/{path}/namespaces/{{namespace}}/{kind.plural}" if kind.namespaced else f"/{path}/{kind.plural}"
+        )
+
+        def operation(verb: str, gvk: list[dict[str, str]] = gvk) -> dict[str, Any]:
+            return {
+                "parameters": parameters,
+                "x-kubernetes-action": verb,
+                "x-kubernetes-group-version-kind": gvk[0],
+                "responses": {"200": {"description": "OK"}},
+            }
+
+        paths[scope] = {"post": operation("post")}
+        paths[f"{scope}/{{name}}"] = {"put": operation("put"), "patch": operation("patch")}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.4"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }
