@@ -30,7 +30,6 @@ from igw.config.model_servers import Verdict, check_model_server
 from igw.operator.admission import Refusal
 
 CONDITION_TYPES: Final = ("Accepted", "AdmissionBlocked", "GatewayProgrammed", "BBRReady", "Ready")
-_SIGNAL_REQUIREMENTS: Final = ("kv-metrics", "required-flag:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +71,8 @@ def _pod_ready(pod: Mapping[str, Any]) -> bool:
 
 
 def _signal_problems(pod: Mapping[str, Any], engine: str) -> list[str]:
-    """Requirements on a model-server container that leave the scheduler without a signal."""
+    """Failed model-server requirements: each one leaves the scheduler without a signal it scores on
+    (every rule in the requirements table is about the metrics: version, flags, KV-cache names)."""
     problems: list[str] = []
     for container in (pod.get("spec") or {}).get("containers") or []:
         env = {str(e.get("name")): str(e.get("value", "")) for e in container.get("env") or []}
@@ -86,7 +86,7 @@ def _signal_problems(pod: Mapping[str, Any], engine: str) -> list[str]:
         problems += [
             f"{container.get('name')}: {result.message}"
             for result in check.results
-            if result.verdict is Verdict.FAIL and result.requirement.startswith(_SIGNAL_REQUIREMENTS)
+            if result.verdict is Verdict.FAIL
         ]
     return problems
 
