@@ -20,6 +20,14 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   ``ERROR`` event with a 410 Status (so relist logic can be tested). ``timeoutSeconds`` is honoured.
   With a label/field selector, a modification that makes an object start (stop) matching arrives as
   ADDED (DELETED), as the API server's watch cache does.
+* what controllers and ``kubectl`` need beyond CRUD: legacy discovery (``/api/v1``, ``/apis``,
+  ``/apis/<group>/<version>`` with short names and ``<plural>/status``), OpenAPI v3 documents just
+  complete enough for ``kubectl`` to leave field validation to the server, ``meta.k8s.io/v1``
+  ``Table`` answers (CRD printer columns) for ``kubectl get``, ``BOOKMARK`` events on idle watches
+  that set ``allowWatchBookmarks``, ``coordination.k8s.io`` Leases, core Events, RBAC objects,
+  owner-reference garbage collection on delete (immediate and transitive), and writes to a main
+  resource that keep its ``/status`` subresource as stored (optimistic concurrency by
+  ``resourceVersion`` on replace: 409 Conflict).
 * failure modes: :meth:`forbid` (403 with the real message shape, for all or some resources),
   :attr:`required_token` (401 without it), and :func:`unreachable_url` (nothing listening).
 

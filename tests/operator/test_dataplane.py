@@ -1,4 +1,4 @@
-"""The data-plane objects the operator renders: valid Kubernetes, least privilege, owned, TLS as configured."""
+"""The data-plane objects the operator renders: valid Kubernetes, least privilege, owned, TLS."""
 
 from __future__ import annotations
 
