@@ -49,10 +49,12 @@ def test_apply_creates_an_owned_data_plane_and_becomes_ready(
     deployment = find(cluster, "Deployment", "inference", "chat-gateway")
     assert deployment is not None
     assert deployment["spec"]["replicas"] == 2
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"][:3] == [
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"][:5] == [
         "serve",
         "--config",
-        "/etc/igw/config/config.yaml",
+        "/var/run/igw/config.yaml",
+        "--config-map",
+        "inference/chat-gateway-config/config.yaml",
     ]
     service = find(cluster, "Service", "inference", "chat-gateway")
     assert service is not None

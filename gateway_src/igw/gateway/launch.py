@@ -45,6 +45,9 @@ class LaunchOptions:
     host: str = "0.0.0.0"
     port: int = 8080
     reload: bool = True
+    config_map: str | None = None
+    """``NAMESPACE/NAME[/KEY]``: keep ``config_path`` equal to that ConfigMap key (in-cluster only;
+    see :mod:`igw.gateway.config_sync`)."""
     drain_s: float = 5.0
     """After SIGTERM: seconds /readyz answers 503 while requests are still served, so the load
     balancer stops routing here first; then in-flight requests finish and the process exits."""
@@ -124,6 +127,13 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             return picker_configs_from_cluster(cfg, api)
 
         discovery = KubeDiscovery(api_client=api, namespace=config.namespace, schedulers=config.schedulers)
+        if options.config_map:
+            from igw.gateway.config_sync import ConfigMapFileSync, ConfigMapRef
+
+            config_sync = ConfigMapFileSync(
+                api, ConfigMapRef.parse(options.config_map), Path(options.config_path)
+            )
+            config_sync.start(asyncio.get_running_loop())
     else:
         from igw.gateway.discovery.static_file import StaticFileDiscovery
 

@@ -1,7 +1,8 @@
 """The data plane of one InferenceGatewayConfig, as the Kubernetes objects the operator applies.
 
-Pure functions of the object and the operator's settings: a Deployment of ``igw serve`` pods that
-read the rendered configuration from a mounted ConfigMap (the gateway hot-reloads it), a Service
+Pure functions of the object and the operator's settings: a ConfigMap holding the admitted spec
+(the operator writes it only after admission), a Deployment of ``igw serve`` pods that watch that
+ConfigMap and hot-reload it (``--config-map``, see :mod:`igw.gateway.config_sync`), a Service
 (an internal NLB through the AWS Load Balancer Controller unless the object says otherwise, with
 the ACM certificate of ``spec.tls`` on a TLS listener), a ServiceAccount with a Role that only reads
 pods and ConfigMaps in the object's namespace, a PodDisruptionBudget and a NetworkPolicy. Every
@@ -20,7 +21,7 @@ import yaml
 from igw.config.model import API_GROUP, API_VERSION, KIND
 
 CONFIG_KEY: Final = "config.yaml"
-CONFIG_MOUNT: Final = "/etc/igw/config"
+CONFIG_DIR: Final = "/var/run/igw"
 GATEWAY_PORT: Final = 8080
 CONFIG_LABEL: Final = f"{API_GROUP}/config"
 MANAGED_BY: Final = "igw-operator"
@@ -154,7 +155,9 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
         "args": [
             "serve",
             "--config",
-            f"{CONFIG_MOUNT}/{CONFIG_KEY}",
+            f"{CONFIG_DIR}/{CONFIG_KEY}",
+            "--config-map",
+            f"{igwc['metadata']['namespace']}/{name}-config/{CONFIG_KEY}",
             "--in-cluster",
             "--port",
             str(GATEWAY_PORT),
@@ -167,7 +170,7 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}],
     }
     for field in ("resources", "env", "envFrom"):
         if defaults.get(field):
@@ -183,7 +186,7 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
-        "volumes": [{"name": "config", "configMap": {"name": f"{name}-config"}}],
+        "volumes": [{"name": "config", "emptyDir": {"sizeLimit": "1Mi"}}],
     }
     for field in ("nodeSelector", "tolerations", "affinity"):
         if defaults.get(field):
