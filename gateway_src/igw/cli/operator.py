@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     election.add_argument("--lease-name", default="igw-operator", help="default igw-operator")
     election.add_argument("--lease-namespace", default="kube-system", help="default kube-system")
     election.add_argument("--identity", help="this replica's holder identity (default: host name and pid)")
+    parser.add_argument(
+        "--health-port", type=int, metavar="PORT", help="serve GET /healthz on this port (probes)"
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -76,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         leader_election=not args.no_leader_election,
         lease_name=args.lease_name,
         lease_namespace=args.lease_namespace,
+        health_port=args.health_port,
         **({"identity": args.identity} if args.identity else {}),
     )
 

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,30 @@ class OperatorOptions:
     lease_name: str = "igw-operator"
     lease_namespace: str = "kube-system"
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    health_port: int | None = None
+    """Serve ``/healthz`` here (probes); a standby replica is healthy too."""
+
+
+@contextlib.asynccontextmanager
+async def _health_server(port: int | None) -> AsyncIterator[None]:
+    """``GET /healthz`` answers 200 while the process runs (leader or standby)."""
+    if port is None:
+        yield
+        return
+    from aiohttp import web
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", port).start()
+    try:
+        yield
+    finally:
+        await runner.cleanup()
 
 
 def connection_for(api_client: Any) -> Connection:
@@ -56,7 +80,11 @@ def connection_for(api_client: Any) -> Connection:
 
 async def run_operator(options: OperatorOptions, *, stop: asyncio.Event | None = None) -> int:
     """Serve until ``stop`` is set (exit 0) or the Lease is lost (exit :data:`EXIT_LOST_LEASE`)."""
-    stop = stop or asyncio.Event()
+    async with _health_server(options.health_port):
+        return await _run(options, stop or asyncio.Event())
+
+
+async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
     api_client = make_api_client(kubeconfig=options.kubeconfig, context=None)
     reconciler = Reconciler(Kube(api_client, reporting_instance=options.identity), options.data_plane)
     registry = build_registry(reconciler, connection_for(api_client), resync_s=options.resync_s)
