@@ -25,4 +25,5 @@ def kubeconfig(cluster: FakeKubeApiServer, tmp_path: Path) -> Path:
 @pytest.fixture
 def operator(kubeconfig: Path) -> Iterator[OperatorThread]:
     """One operator (no election) with a fast resync, acting on the fake cluster."""
-    yield from running_operator(kubeconfig)
+    with running_operator(kubeconfig) as running:
+        yield running

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import threading
 import time
@@ -151,6 +152,7 @@ def operator_options(kubeconfig: Path, **overrides: Any) -> OperatorOptions:
     return OperatorOptions(**settings)
 
 
+@contextlib.contextmanager
 def running_operator(kubeconfig: Path, **overrides: Any) -> Iterator[OperatorThread]:
     operator = OperatorThread(operator_options(kubeconfig, **overrides)).start()
     try:
