@@ -43,8 +43,9 @@ class Transition:
 
     @property
     def warning(self) -> bool:
+        """Whether the new state needs attention (a feature switched off on purpose does not)."""
         healthy = "False" if self.type == "AdmissionBlocked" else "True"
-        return self.status != healthy
+        return self.status != healthy and self.reason != "Disabled"
 
 
 @dataclass(frozen=True, slots=True)
