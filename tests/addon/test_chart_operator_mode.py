@@ -54,6 +54,7 @@ def test_default_mode_installs_the_operator_and_nothing_per_config() -> None:
             "CustomResourceDefinition",
             "Deployment",
             "PodDisruptionBudget",
+            "NetworkPolicy",
             "ClusterRole",
             "ClusterRoleBinding",
             "Role",
@@ -61,6 +62,10 @@ def test_default_mode_installs_the_operator_and_nothing_per_config() -> None:
             "ServiceAccount",
         }
     )
+    names = {o["metadata"]["name"] for o in objects if o["kind"] not in ("CustomResourceDefinition",)}
+    assert all(name.startswith("igw-operator") for name in names), names
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     assert deployment["metadata"]["name"] == "igw-operator"
     assert deployment["spec"]["replicas"] == 2

@@ -296,19 +296,27 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
             find(d, "CustomResourceDefinition", "inferencegatewayconfigs.inference.sagemaker.aws.amazon.com")
         ),
         Command.PREFLIGHT,
-        {("IGW-PF006", "FAIL", "CRITICAL")},
+        {("IGW-PF006", "WARN", "INFO")},
+    ),
+    (
+        "crd-owned-by-another-installation",
+        lambda d: find(
+            d, "CustomResourceDefinition", "inferencegatewayconfigs.inference.sagemaker.aws.amazon.com"
+        )["metadata"].update(labels={"app.kubernetes.io/managed-by": "EKS"}),
+        Command.PREFLIGHT,
+        {("IGW-PF006", "WARN", "MEDIUM")},
     ),
     (
         "lbc-missing",
         lambda d: d.remove(find(d, "Deployment", "aws-load-balancer-controller")),
         Command.PREFLIGHT,
-        {("IGW-PF007", "FAIL", "HIGH")},
+        {("IGW-PF007", "WARN", "INFO")},
     ),
     (
         "auto-issue-without-cert-manager",
         lambda d: (_igwc(d)["spec"].update(tls={}), d.remove(find(d, "Deployment", "cert-manager"))),
         Command.PREFLIGHT,
-        {("IGW-PF008", "FAIL", "HIGH")},
+        {("IGW-PF008", "WARN", "MEDIUM")},
     ),
 ]
 
