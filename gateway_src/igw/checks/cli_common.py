@@ -110,6 +110,11 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
     except ValueError as exc:
         err.print(f"[red]error:[/] {exc}")
         return EXIT_USAGE
+    target = args.output_file
+    if target is not None and (target.is_dir() or not target.parent.is_dir()):
+        problem = "is a directory" if target.is_dir() else f"folder {target.parent} does not exist"
+        err.print(f"[red]error:[/] --output-file {target}: {problem}")
+        return EXIT_USAGE
     try:
         inventory = _load(args, err)
     except FileNotFoundError as exc:
@@ -143,8 +148,14 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
         fail_on=fail_on,
         exit_code=code,
         source_errors=inventory.errors,
+        locations=inventory.locations,
+        default_location=inventory.default_location,
     )
-    _emit(report, args)
+    try:
+        _emit(report, args)
+    except OSError as exc:  # e.g. no permission to write --output-file
+        err.print(f"[red]error:[/] --output-file {args.output_file}: {exc.strerror or exc}")
+        return EXIT_USAGE
     return code
 
 

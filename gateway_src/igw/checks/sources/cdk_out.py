@@ -29,6 +29,7 @@ from igw.checks.inventory import (
     LoadBalancer,
     Manifest,
     Missing,
+    SourceLocation,
     Subnet,
 )
 from igw.checks.k8s import DERIVED_ANNOTATION
@@ -345,7 +346,8 @@ def load_cdk_out(root: Path) -> Inventory:
         subnets=reader.subnets or Missing("no AWS::EC2::Subnet in the templates (imported VPC?)"),
         load_balancers=reader.load_balancers(),
     )
-    return Inventory(kube=kube, aws=aws, source=source, errors=reader.errors)
+    default = SourceLocation(str(files[0])) if files else SourceLocation(str(root))
+    return Inventory(kube=kube, aws=aws, source=source, errors=reader.errors, default_location=default)
 
 
 def _implied_crd() -> Manifest:
