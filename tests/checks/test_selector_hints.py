@@ -27,6 +27,6 @@ def test_no_near_miss_lists_existing_values_nearest_first() -> None:
     far = selector_from_mapping({"matchLabels": {"app": "llama-70b"}})
     assert diagnose(far, namespace="ns", pods=PODS) == []
     assert nearest_values(far, namespace="ns", pods=PODS) == [
-        "existing values of app in 'ns', nearest first: qwen, vllm-lama"
+        "existing values of app in 'ns', nearest first: vllm-lama, qwen"
     ]
     assert nearest_values(far, namespace="empty", pods=PODS) == []
