@@ -77,6 +77,24 @@ def wait_for(probe: Callable[[], T | None], *, timeout: float = 30.0, what: str 
     raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
 
 
+def wait_condition(
+    kube: FakeKubeApiServer,
+    name: str,
+    kind: str,
+    status: str | None = None,
+    *,
+    namespace: str = "inference",
+    timeout: float = 30.0,
+) -> dict[str, Any]:
+    """The condition ``kind`` of an InferenceGatewayConfig once it exists (and has ``status``, if given)."""
+
+    def probe() -> dict[str, Any] | None:
+        found = condition(find(kube, "InferenceGatewayConfig", namespace, name), kind)
+        return found if found and (status is None or found.get("status") == status) else None
+
+    return wait_for(probe, timeout=timeout, what=f"{kind}={status or 'any'} on {namespace}/{name}")
+
+
 def mark_deployment_ready(kube: FakeKubeApiServer, namespace: str, name: str) -> None:
     """Play the Deployment controller: every desired replica updated and ready."""
     current = find(kube, "Deployment", namespace, name)

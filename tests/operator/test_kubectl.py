@@ -11,7 +11,14 @@ import pytest
 import yaml
 
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod
-from tests.operator.harness import OperatorThread, condition, find, igwc, mark_deployment_ready, wait_for
+from tests.operator.harness import (
+    OperatorThread,
+    find,
+    igwc,
+    mark_deployment_ready,
+    wait_condition,
+    wait_for,
+)
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
@@ -42,23 +49,24 @@ def test_apply_get_describe_reapply_delete(
     )
     wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
     mark_deployment_ready(cluster, "inference", "chat-gateway")
-    wait_for(
-        lambda: (
-            condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Ready").get("status")
-            == "True"
-        ),
-        what="Ready=True",
-    )
+    wait_condition(cluster, "chat", "Ready", "True")
 
     table = kubectl(kubeconfig, "get", "igwc", "-n", "inference")
     header, row = table.strip().splitlines()
     assert header.split() == ["NAME", "MODELS", "READY", "ENDPOINTS", "ADDRESS", "BBR", "AGE"]
     assert row.split()[:6] == ["chat", "llama", "True", "1", "chat-gateway.inference.svc", "true"]
 
-    described = kubectl(kubeconfig, "describe", "igwc", "chat", "-n", "inference")
+    # The events follow the status they describe by one API call: wait for the last one.
+    described = wait_for(
+        lambda: (
+            (text := kubectl(kubeconfig, "describe", "igwc", "chat", "-n", "inference"))
+            and "ReadyReady" in text
+            and text
+        ),
+        what="the ReadyReady event in kubectl describe",
+    )
     assert "Rollout State:  Available" in described
     assert "AcceptedValid" in described
-    assert "ReadyReady" in described
 
     changed = igwc("chat")
     changed["spec"]["schedulers"][0]["modelName"] = "llama-3.1"

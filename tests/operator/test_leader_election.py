@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.kube_api import FakeKubeApiServer
-from tests.operator.harness import condition, find, igwc, wait_for
+from tests.operator.harness import find, igwc, wait_condition, wait_for
 
 LEASE_DURATION_S = 8
 RETRY_PERIOD_S = 2
@@ -78,12 +78,8 @@ def test_one_operator_acts_and_the_other_takes_over(
     holder = wait_for(lambda: _lease(cluster).get("holderIdentity"), timeout=60, what="a lease holder")
     standby = "beta" if holder == "alpha" else "alpha"
     cluster.add(igwc("chat"))
-    wait_for(
-        lambda: condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed"),
-        timeout=60,
-        what="the leader reconciling",
-    )
-    assert _reporters(cluster, "chat") == {holder}
+    wait_condition(cluster, "chat", "GatewayProgrammed", timeout=60)
+    assert wait_for(lambda: _reporters(cluster, "chat"), what="events of the first object") == {holder}
     deployments = [o for o in cluster.store.iter_all() if o["kind"] == "Deployment"]
     assert [d["metadata"]["name"] for d in deployments] == ["chat-gateway"]
 
@@ -100,13 +96,7 @@ def test_one_operator_acts_and_the_other_takes_over(
     assert takeover_s <= 15
 
     cluster.add(igwc("second", model="mistral", app="mistral"))
-    wait_for(
-        lambda: condition(
-            find(cluster, "InferenceGatewayConfig", "inference", "second"), "GatewayProgrammed"
-        ),
-        timeout=60,
-        what="the new leader reconciling",
-    )
-    assert _reporters(cluster, "second") == {standby}
+    wait_condition(cluster, "second", "GatewayProgrammed", timeout=60)
+    assert wait_for(lambda: _reporters(cluster, "second"), what="events of the second object") == {standby}
     names = sorted(o["metadata"]["name"] for o in cluster.store.iter_all() if o["kind"] == "Deployment")
     assert names == ["chat-gateway", "second-gateway"]

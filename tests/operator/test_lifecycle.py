@@ -14,6 +14,7 @@ from tests.operator.harness import (
     mark_deployment_ready,
     owned_by,
     update_spec,
+    wait_condition,
     wait_for,
 )
 
@@ -61,27 +62,16 @@ def test_apply_creates_an_owned_data_plane_and_becomes_ready(
     annotations = service["metadata"]["annotations"]
     assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
     assert _served_spec(cluster, "chat") == created["spec"]
-    accepted = wait_for(
-        lambda: condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")
-    )
+    accepted = wait_condition(cluster, "chat", "Accepted")
     assert accepted["status"] == "True"
-    programmed = wait_for(
-        lambda: condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
-    )
+    programmed = wait_condition(cluster, "chat", "GatewayProgrammed")
     assert programmed["status"] == "True"
     # No gateway replica is ready until the Deployment controller says so.
     not_ready = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Ready")
     assert (not_ready["status"], not_ready["reason"]) == ("False", "GatewayNotReady")
 
     mark_deployment_ready(cluster, "inference", "chat-gateway")
-    ready = wait_for(
-        lambda: (
-            (c := condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Ready"))
-            and c["status"] == "True"
-            and c
-        ),
-        what="Ready=True",
-    )
+    ready = wait_condition(cluster, "chat", "Ready", "True")
     assert ready["reason"] == "Ready"
     obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
     assert obj is not None
@@ -95,11 +85,18 @@ def test_apply_creates_an_owned_data_plane_and_becomes_ready(
     assert scheduler["rolloutState"] == "Available"
     assert condition(obj, "BBRReady")["status"] == "True"
     assert condition(obj, "AdmissionBlocked")["status"] == "False"
-    events = [
-        o for o in cluster.store.iter_all() if o["kind"] == "Event" and o["involvedObject"]["uid"] == uid
-    ]
-    reasons = {e["reason"] for e in events}
-    assert {"AcceptedValid", "GatewayProgrammedProgrammed", "ReadyReady"} <= reasons
+    wanted = {"AcceptedValid", "GatewayProgrammedProgrammed", "ReadyReady"}
+
+    def reasons() -> set[str] | None:
+        posted = {
+            str(e["reason"])
+            for e in cluster.store.iter_all()
+            if e["kind"] == "Event" and e["involvedObject"]["uid"] == uid
+        }
+        return posted if wanted <= posted else None
+
+    # Events are posted right after the status they describe: wait for them, too.
+    assert wanted <= wait_for(reasons, what="the transition events")
 
 
 def test_invalid_spec_is_refused_and_the_previous_data_plane_stays(
@@ -122,14 +119,7 @@ def test_invalid_spec_is_refused_and_the_previous_data_plane_stays(
         ]
 
     update_spec(cluster, "inference", "chat", break_it)
-    refused = wait_for(
-        lambda: (
-            (c := condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted"))
-            and c["status"] == "False"
-            and c
-        ),
-        what="Accepted=False",
-    )
+    refused = wait_condition(cluster, "chat", "Accepted", "False")
     assert refused["reason"] == "InvalidSpec"
     assert "spec.schedulers[1].bogus" in refused["message"]
     assert "spec.schedulers[1].modelName" in refused["message"]
@@ -211,10 +201,7 @@ def test_same_model_in_two_configs_is_a_conflict_on_the_newer(
     cluster.add(igwc("first", model="llama"))
     wait_for(lambda: find(cluster, "Deployment", "inference", "first-gateway"), what="first data plane")
     cluster.add(igwc("second", model="llama"))
-    refused = wait_for(
-        lambda: condition(find(cluster, "InferenceGatewayConfig", "inference", "second"), "Accepted"),
-        what="second object's status",
-    )
+    refused = wait_condition(cluster, "second", "Accepted")
     assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
     assert '"first"' in refused["message"]
     assert find(cluster, "Deployment", "inference", "second-gateway") is None

@@ -21,7 +21,14 @@ from typing import Any
 import pytest
 
 from tests.fakes.kube_api import FakeKubeApiServer
-from tests.operator.harness import OperatorThread, condition, find, igwc, update_spec, wait_for
+from tests.operator.harness import (
+    OperatorThread,
+    find,
+    igwc,
+    update_spec,
+    wait_condition,
+    wait_for,
+)
 
 
 def _free_port() -> int:
@@ -112,13 +119,7 @@ def test_spec_and_adapter_changes_are_served_within_seconds(
         spec["schedulers"][0]["targetPort"] = 0
 
     update_spec(cluster, "inference", "chat", break_it)
-    wait_for(
-        lambda: (
-            condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted").get("status")
-            == "False"
-        ),
-        what="the refusal",
-    )
+    wait_condition(cluster, "chat", "Accepted", "False")
     for _ in range(10):
         assert "refused-model" not in (gateway.models() or set())
     assert gateway.failures == []

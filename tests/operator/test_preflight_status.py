@@ -10,11 +10,11 @@ from tests.checks.helpers import cli
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod
 from tests.operator.harness import (
     OperatorThread,
-    condition,
     find,
     igwc,
     mark_deployment_ready,
     update_spec,
+    wait_condition,
     wait_for,
 )
 
@@ -33,13 +33,7 @@ def test_preflight_reports_ready_degraded_and_refused_objects(
     cluster.add(igwc("chat"))
     wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
     mark_deployment_ready(cluster, "inference", "chat-gateway")
-    wait_for(
-        lambda: (
-            condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Ready").get("status")
-            == "True"
-        ),
-        what="Ready",
-    )
+    wait_condition(cluster, "chat", "Ready", "True")
     [degraded] = _status_results(kubeconfig)
     assert (degraded["status"], degraded["resource"]) == (
         "WARN",
@@ -51,13 +45,7 @@ def test_preflight_reports_ready_degraded_and_refused_objects(
         spec["schedulers"][0]["targetPort"] = 0
 
     update_spec(cluster, "inference", "chat", break_it)
-    wait_for(
-        lambda: (
-            condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted").get("status")
-            == "False"
-        ),
-        what="the refusal",
-    )
+    wait_condition(cluster, "chat", "Accepted", "False")
     [refused] = _status_results(kubeconfig)
     assert (refused["status"], refused["severity"]) == ("FAIL", "CRITICAL")
     assert "spec.schedulers[0].targetPort" in refused["message"]
