@@ -66,32 +66,44 @@ class Gateway:
 
 
 @pytest.fixture
-def gateway(
+def gateways(
     cluster: FakeKubeApiServer, kubeconfig: Path, operator: OperatorThread, tmp_path: Path
-) -> Iterator[Gateway]:
+) -> Iterator[list[Gateway]]:
+    """Two replicas of the operator's Deployment, each ``igw serve`` with the Deployment's arguments."""
     cluster.add(igwc("chat", model="llama"))
     deployment = wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
-    args = list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
-    args[args.index("--config") + 1] = str(tmp_path / "served" / "config.yaml")
-    port = _free_port()
-    args[args.index("--port") + 1] = str(port)
-    args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--drain-seconds", "0"]
-    served = Gateway(args, port, tmp_path / "gateway.log")
+    started: list[Gateway] = []
+    for replica in range(2):
+        args = list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+        args[args.index("--config") + 1] = str(tmp_path / f"replica-{replica}" / "config.yaml")
+        port = _free_port()
+        args[args.index("--port") + 1] = str(port)
+        args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--drain-seconds", "0"]
+        started.append(Gateway(args, port, tmp_path / f"gateway-{replica}.log"))
     try:
-        yield served
+        yield started
     finally:
-        served.process.terminate()
-        try:
-            served.process.wait(20)
-        except subprocess.TimeoutExpired:
-            served.process.kill()
-            served.process.wait(5)
+        for served in started:
+            served.process.terminate()
+        for served in started:
+            try:
+                served.process.wait(20)
+            except subprocess.TimeoutExpired:
+                served.process.kill()
+                served.process.wait(5)
+
+
+def _all_serve(gateways: list[Gateway], model: str) -> bool:
+    return all(model in (g.models() or set()) for g in gateways)
 
 
 def test_spec_and_adapter_changes_are_served_within_seconds(
-    cluster: FakeKubeApiServer, gateway: Gateway
+    cluster: FakeKubeApiServer, gateways: list[Gateway]
 ) -> None:
-    assert wait_for(lambda: gateway.models(), timeout=60, what="the gateway up") == {"llama"}
+    for gateway in gateways:
+        assert wait_for(lambda gateway=gateway: gateway.models(), timeout=60, what="a replica up") == {
+            "llama"
+        }
 
     cluster.add(
         {
@@ -105,14 +117,14 @@ def test_spec_and_adapter_changes_are_served_within_seconds(
             "data": {"baseModel": "llama", "adapters": "- sql-lora\n"},
         }
     )
-    wait_for(lambda: "sql-lora" in (gateway.models() or set()), what="the adapter in /v1/models")
+    wait_for(lambda: _all_serve(gateways, "sql-lora"), what="the adapter in /v1/models of every replica")
 
     def rename(spec: dict[str, Any]) -> None:
         spec["schedulers"][0]["modelName"] = "llama-3.1"
 
     update_spec(cluster, "inference", "chat", rename)
-    wait_for(lambda: "llama-3.1" in (gateway.models() or set()), what="the renamed model in /v1/models")
-    assert "llama" not in (gateway.models() or set())
+    wait_for(lambda: _all_serve(gateways, "llama-3.1"), what="the renamed model in every replica")
+    assert not any("llama" in (g.models() or set()) for g in gateways)
 
     def break_it(spec: dict[str, Any]) -> None:
         spec["schedulers"][0]["modelName"] = "refused-model"
@@ -121,5 +133,5 @@ def test_spec_and_adapter_changes_are_served_within_seconds(
     update_spec(cluster, "inference", "chat", break_it)
     wait_condition(cluster, "chat", "Accepted", "False")
     for _ in range(10):
-        assert "refused-model" not in (gateway.models() or set())
-    assert gateway.failures == []
+        assert not any("refused-model" in (g.models() or set()) for g in gateways)
+    assert [g.failures for g in gateways] == [[], []]

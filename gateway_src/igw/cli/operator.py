@@ -6,8 +6,9 @@ Examples::
     igw operator --namespace inference --namespace team-b
     igw operator --kubeconfig ~/.kube/config --no-leader-election   # from a workstation, alone
 
-Exit codes: 0 stopped (SIGTERM / Ctrl-C), 2 bad usage or no cluster access, 3 the leader Lease was
-lost (the process exits so that Kubernetes restarts it as a fresh candidate).
+Exit codes: 0 stopped (SIGTERM / Ctrl-C), 1 the operator framework stopped with an error, 2 bad
+usage or no cluster access, 3 the leader Lease was lost (the process exits so that Kubernetes
+restarts it as a fresh candidate).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from igw.operator.reconcile import Reconciler
 log = logging.getLogger("igw.operator")
 
 EXIT_STOPPED = 0
+EXIT_CRASHED = 1
 EXIT_LOST_LEASE = 3
 
 
@@ -121,6 +122,9 @@ async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
     )
     watchers = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait()), running}
     await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
+    crashed = running.done() and not running.cancelled() and running.exception() is not None
+    if crashed:
+        log.error("%s: kopf stopped with an error: %r", options.identity, running.exception())
     kopf_stop.set()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await asyncio.wait_for(running, 10)
@@ -131,4 +135,4 @@ async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
     if lost.is_set():
         log.error("%s: lost the Lease; exiting so a fresh candidate takes its place", options.identity)
         return EXIT_LOST_LEASE
-    return EXIT_STOPPED
+    return EXIT_CRASHED if crashed else EXIT_STOPPED
