@@ -147,3 +147,14 @@ def test_bbr_disabled_is_reported_as_such() -> None:
     spec = {**SPEC, "bbr": {"enabled": False}}
     status, _ = compute_status(_igwc(), _seen({}, served_spec=spec), now=NOW)
     assert _conditions(status)["BBRReady"] == ("False", "Disabled")
+
+
+def test_auto_issue_tls_is_called_out_as_not_done() -> None:
+    spec = {**SPEC, "tls": {}}
+    status, _ = compute_status(_igwc(), _seen({}, served_spec=spec), now=NOW)
+    programmed = next(c for c in status["conditions"] if c["type"] == "GatewayProgrammed")
+    assert "plain HTTP" in programmed["message"]
+    with_arn = {**SPEC, "tls": {"acmArn": "arn:aws:acm:us-west-2:123456789012:certificate/abc"}}
+    status, _ = compute_status(_igwc(), _seen({}, served_spec=with_arn), now=NOW)
+    programmed = next(c for c in status["conditions"] if c["type"] == "GatewayProgrammed")
+    assert "plain HTTP" not in programmed["message"]

@@ -162,11 +162,15 @@ def _conditions(
     if seen.apply_error is not None:
         out["GatewayProgrammed"] = ("False", "ApplyFailed", seen.apply_error)
     elif seen.programmed:
-        out["GatewayProgrammed"] = (
-            "True",
-            "Programmed",
-            "Deployment, Service, configuration, RBAC, PDB and NetworkPolicy applied",
-        )
+        applied = "Deployment, Service, configuration, RBAC, PDB and NetworkPolicy applied"
+        tls = spec.get("tls")
+        if isinstance(tls, dict) and not tls.get("acmArn"):
+            # Certificate auto-issue (cert-manager, then import into ACM) is not done by igw operator.
+            applied += (
+                "; spec.tls asks for an auto-issued certificate, which igw operator does not issue: "
+                "the Service listens in plain HTTP until spec.tls.acmArn names a certificate"
+            )
+        out["GatewayProgrammed"] = ("True", "Programmed", applied)
     else:
         out["GatewayProgrammed"] = ("False", "NotProgrammed", "no spec of this object has been admitted yet")
     if not (spec.get("bbr") or {}).get("enabled", True):
