@@ -92,11 +92,12 @@ def test_operator_rbac_grants_exactly_what_it_uses() -> None:
     assert not any(resource == "secrets" for _, resource in grants)
 
 
-def test_namespace_list_gives_namespaced_roles_and_a_crd_only_cluster_role() -> None:
+def test_namespace_list_gives_namespaced_roles_and_a_read_only_cluster_role() -> None:
     objects = _objects({"operator": {"namespaces": ["models-a", "models-b"]}})
     (cluster_role,) = [o for o in objects if o["kind"] == "ClusterRole"]
     assert _grants(cluster_role["rules"]) == {
-        ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"}
+        ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+        ("", "namespaces"): {"get", "list", "watch"},
     }
     roles = {
         o["metadata"]["namespace"]: o

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 from igw.operator.dataplane import CONFIG_KEY
@@ -13,6 +15,7 @@ from tests.operator.harness import (
     igwc,
     mark_deployment_ready,
     owned_by,
+    running_operator,
     update_spec,
     wait_condition,
     wait_for,
@@ -209,3 +212,18 @@ def test_same_model_in_two_configs_is_a_conflict_on_the_newer(
         condition(find(cluster, "InferenceGatewayConfig", "inference", "first"), "Accepted")["status"]
         == "True"
     )
+
+
+def test_a_namespace_list_limits_what_is_reconciled(cluster: FakeKubeApiServer, kubeconfig: Path) -> None:
+    for namespace in ("inference", "elsewhere"):
+        cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    with running_operator(kubeconfig, namespaces=("inference",)):
+        cluster.add(igwc("watched"))
+        cluster.add(igwc("ignored", namespace="elsewhere"))
+        wait_for(lambda: find(cluster, "Deployment", "inference", "watched-gateway"), what="the watched one")
+        # The watched object's whole first pass is done; the other namespace still has nothing.
+        wait_condition(cluster, "watched", "Ready")
+    assert find(cluster, "Deployment", "elsewhere", "ignored-gateway") is None
+    ignored = find(cluster, "InferenceGatewayConfig", "elsewhere", "ignored")
+    assert ignored is not None
+    assert "status" not in ignored
