@@ -13,7 +13,6 @@ data plane is removed by owner references, so no finalizer blocks ``kubectl dele
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -80,5 +79,4 @@ def build_registry(
     kopf.timer(*resource, registry=registry, id="resync", interval=resync_s, initial_delay=resync_s)(
         reconcile
     )
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     return registry
