@@ -113,3 +113,16 @@ def test_network_policy_allows_the_model_server_ports() -> None:
     egress_ports = [p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]]
     assert 9000 in egress_ports
     assert 8000 not in egress_ports
+
+
+def test_gateway_container_has_requests_and_limits_unless_the_spec_sets_them() -> None:
+    (deployment,) = [o for o in desired_objects(_igwc(), DataPlaneSettings()) if o["kind"] == "Deployment"]
+    resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert set(resources) == {"requests", "limits"}
+    mine = {"requests": {"cpu": "1"}}
+    (custom,) = [
+        o
+        for o in desired_objects(_igwc(podDefaults={"resources": mine}), DataPlaneSettings())
+        if o["kind"] == "Deployment"
+    ]
+    assert custom["spec"]["template"]["spec"]["containers"][0]["resources"] == mine

@@ -13,7 +13,7 @@ lets the garbage collector remove its data plane (model deployments are not owne
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import yaml
@@ -36,8 +36,17 @@ class DataPlaneSettings:
 
     image: str = "public.ecr.aws/igw/inference-gateway:0.1.0"
     image_pull_policy: str = "IfNotPresent"
-    run_as_user: int = 65532
+    run_as_user: int = 10001
+    """The image's non-root user (``gateway_src/Dockerfile``)."""
     https_egress_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    resources: Mapping[str, Any] = field(
+        default_factory=lambda: {
+            "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "64Mi"},
+            "limits": {"cpu": "2", "memory": "1Gi", "ephemeral-storage": "256Mi"},
+        }
+    )
+    """Gateway container requests/limits unless ``spec.podDefaults.resources`` sets them (the
+    chart's gateway-mode defaults)."""
 
 
 def base_name(igwc_name: str) -> str:
@@ -172,9 +181,10 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
         },
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}],
     }
-    for field in ("resources", "env", "envFrom"):
-        if defaults.get(field):
-            container[field] = defaults[field]
+    container["resources"] = dict(defaults.get("resources") or settings.resources)
+    for key in ("env", "envFrom"):
+        if defaults.get(key):
+            container[key] = defaults[key]
     pod: dict[str, Any] = {
         "serviceAccountName": name,
         "automountServiceAccountToken": True,
@@ -188,9 +198,9 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
         "containers": [container],
         "volumes": [{"name": "config", "emptyDir": {"sizeLimit": "1Mi"}}],
     }
-    for field in ("nodeSelector", "tolerations", "affinity"):
-        if defaults.get(field):
-            pod[field] = defaults[field]
+    for key in ("nodeSelector", "tolerations", "affinity"):
+        if defaults.get(key):
+            pod[key] = defaults[key]
     return pod
 
 
