@@ -8,11 +8,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from igw.config.validate import validate_document
 from igw.operator.dataplane import (
     CONFIG_KEY,
     DataPlaneSettings,
     desired_objects,
     gateway_replicas,
+    served_document,
 )
 
 K8S_VERSION = "1.33.0"
@@ -126,3 +128,14 @@ def test_gateway_container_has_requests_and_limits_unless_the_spec_sets_them() -
         if o["kind"] == "Deployment"
     ]
     assert custom["spec"]["template"]["spec"]["containers"][0]["resources"] == mine
+
+
+def test_network_policy_lets_shared_rate_limits_reach_redis() -> None:
+    limits = {"backend": "redis", "redis": {"url": "rediss://cache.example.internal:6380/0"}}
+    igwc = _igwc(extensions={"rateLimits": limits})
+    assert validate_document(served_document(igwc)) == []
+    policy = _by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
+    egress_ports = [p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]]
+    assert 6380 in egress_ports
+    plain = _by_kind(desired_objects(_igwc(), DataPlaneSettings()))["NetworkPolicy"]
+    assert 6380 not in [p["port"] for rule in plain["spec"]["egress"] for p in rule["ports"]]

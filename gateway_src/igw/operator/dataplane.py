@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -28,6 +29,7 @@ MANAGED_BY: Final = "igw-operator"
 TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 DEFAULT_REPLICAS: Final = 2
 DEFAULT_TARGET_PORT: Final = 8000
+REDIS_PORT: Final = 6379
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,13 +275,32 @@ def disruption_budget(igwc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _redis_port(spec: Mapping[str, Any]) -> int | None:
+    """The Redis port shared rate limits use (``spec.extensions.rateLimits``), if any."""
+    limits = (spec.get("extensions") or {}).get("rateLimits") or {}
+    if limits.get("backend") != "redis":
+        return None
+    url = urlsplit(str((limits.get("redis") or {}).get("url") or "redis://127.0.0.1:6379/0"))
+    if url.scheme == "unix":
+        return None
+    try:
+        return url.port or REDIS_PORT
+    except ValueError:
+        return REDIS_PORT
+
+
 def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
-    """Clients in on the gateway port; out only to DNS, the model servers' ports and HTTPS."""
+    """Clients in on the gateway port; out only to DNS, the model servers' ports, HTTPS (API server,
+    JWKS) and, with shared rate limits, the Redis port."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
     model_ports = sorted(
         {int(s.get("targetPort", DEFAULT_TARGET_PORT)) for s in spec.get("schedulers") or []}
     ) or [DEFAULT_TARGET_PORT]
+    extra: list[dict[str, Any]] = []
+    redis_port = _redis_port(spec)
+    if redis_port is not None:
+        extra.append({"ports": [{"port": redis_port, "protocol": "TCP"}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -308,6 +329,7 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
                     "to": [{"ipBlock": {"cidr": cidr}} for cidr in settings.https_egress_cidrs],
                     "ports": [{"port": 443, "protocol": "TCP"}],
                 },
+                *extra,
             ],
         },
     }
