@@ -212,6 +212,13 @@ def test_same_model_in_two_configs_is_a_conflict_on_the_newer(
         condition(find(cluster, "InferenceGatewayConfig", "inference", "first"), "Accepted")["status"]
         == "True"
     )
+    # Once the older object is gone, the newer one is admitted at the next pass.
+    kind = cluster.store.kind_for(
+        api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
+    )
+    cluster.store.delete(kind, "inference", "first")
+    wait_condition(cluster, "second", "Accepted", "True")
+    wait_for(lambda: find(cluster, "Deployment", "inference", "second-gateway"), what="second data plane")
 
 
 def test_a_namespace_list_limits_what_is_reconciled(cluster: FakeKubeApiServer, kubeconfig: Path) -> None:
