@@ -154,7 +154,9 @@ def test_auto_issue_tls_is_called_out_as_not_done() -> None:
     status, _ = compute_status(_igwc(), _seen({}, served_spec=spec), now=NOW)
     programmed = next(c for c in status["conditions"] if c["type"] == "GatewayProgrammed")
     assert "plain HTTP" in programmed["message"]
-    with_arn = {**SPEC, "tls": {"acmArn": "arn:aws:acm:us-west-2:123456789012:certificate/abc"}}
+    arn = "arn:aws:acm:us-west-2:123456789012:certificate/abc"
+    with_arn = {**SPEC, "tls": {"acmArn": arn}}
     status, _ = compute_status(_igwc(), _seen({}, served_spec=with_arn), now=NOW)
     programmed = next(c for c in status["conditions"] if c["type"] == "GatewayProgrammed")
     assert "plain HTTP" not in programmed["message"]
+    assert status["tls"] == {"acmArn": arn}

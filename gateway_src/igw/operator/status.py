@@ -250,7 +250,9 @@ def compute_status(
         "readyEndpoints": sum(s["endpoints"]["ready"] for s in schedulers),
         "address": _address(seen.service),
     }
-    tls = (igwc.get("status") or {}).get("tls")
-    if tls:
-        status_body["tls"] = tls
+    acm_arn = (spec.get("tls") or {}).get("acmArn") if isinstance(spec.get("tls"), dict) else None
+    if acm_arn and seen.programmed:
+        status_body["tls"] = {"acmArn": str(acm_arn)}
+    elif (igwc.get("status") or {}).get("tls"):
+        status_body["tls"] = (igwc.get("status") or {})["tls"]
     return status_body, transitions
