@@ -13,6 +13,7 @@ data plane is removed by owner references, so no finalizer blocks ``kubectl dele
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -51,14 +52,19 @@ def build_settings() -> kopf.OperatorSettings:
 
 
 def build_registry(
-    reconciler: Reconciler, connection: Connection, *, resync_s: float
+    reconciler: Reconciler, connect: Callable[[], Connection], *, resync_s: float
 ) -> kopf.OperatorRegistry:
-    """A private registry (several operators can run in one process, as the tests do)."""
+    """A private registry (several operators can run in one process, as the tests do).
+
+    ``connect`` is asked again whenever kopf logs in anew (after a 401), so a rotated service-account
+    token is picked up.
+    """
     registry = kopf.OperatorRegistry()
     resource = (API_GROUP, API_VERSION, PLURAL)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
+        connection = connect()
         return kopf.ConnectionInfo(
             server=connection.server,
             token=connection.token,

@@ -66,7 +66,11 @@ async def _health_server(port: int | None) -> AsyncIterator[None]:
 
 
 def connection_for(api_client: Any) -> Connection:
+    """kopf's view of the client's configuration; refreshes the token first (in-cluster tokens rotate)."""
     configuration = api_client.configuration
+    refresh = getattr(configuration, "refresh_api_key_hook", None)
+    if callable(refresh):
+        refresh(configuration)
     authorization = str((configuration.api_key or {}).get("authorization") or "")
     token = authorization.removeprefix("Bearer ").strip() or None
     return Connection(
@@ -88,7 +92,7 @@ async def run_operator(options: OperatorOptions, *, stop: asyncio.Event | None =
 async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
     api_client = make_api_client(kubeconfig=options.kubeconfig, context=None)
     reconciler = Reconciler(Kube(api_client, reporting_instance=options.identity), options.data_plane)
-    registry = build_registry(reconciler, connection_for(api_client), resync_s=options.resync_s)
+    registry = build_registry(reconciler, lambda: connection_for(api_client), resync_s=options.resync_s)
     election: LeaseElection | None = None
     lost = asyncio.Event()
     if options.leader_election:
