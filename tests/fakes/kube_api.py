@@ -141,6 +141,9 @@ class FakeKubeApiServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watch_wakeups: set[asyncio.Event] = set()
         self._closing = False
+        self._watch_epoch = 0
+        self.gone_sent = 0
+        """How many watches were answered 410 Gone (see :meth:`expire_watches`)."""
         self._thread: threading.Thread | None = None
         self.port = 0
         self.bookmark_interval_s = 1.0
@@ -230,6 +233,14 @@ class FakeKubeApiServer:
 
     def register_kind(self, kind: ResourceKind) -> None:
         self.store.register_kind(kind)
+
+    def expire_watches(self) -> None:
+        """Compact the history past every client and end all open watches (an API server restart
+        after etcd compaction): clients that resume from their resourceVersion get 410 Gone and
+        must re-list."""
+        self.store.compact(advance=True)
+        self._watch_epoch += 1
+        self._notify_threadsafe()
 
     def forbid(self, *plurals: str) -> None:
         """Answer 403 for these resources (e.g. ``"pods"``), or for everything when none are given."""
@@ -550,11 +561,13 @@ class FakeKubeApiServer:
             last_rv = int(start)
         wakeup = asyncio.Event()
         self._watch_wakeups.add(wakeup)
+        epoch = self._watch_epoch
         try:
-            while not self._closing:
+            while not self._closing and self._watch_epoch == epoch:
                 try:
                     events = self.store.events_after(last_rv)
                 except StoreError as exc:
+                    self.gone_sent += exc.code == 410
                     await send("ERROR", _status(exc.code, exc.reason, exc.message))
                     break
                 for event in events:

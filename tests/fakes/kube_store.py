@@ -132,9 +132,15 @@ class KubeStore:
         with self._lock:
             return self._rv
 
-    def compact(self) -> None:
-        """Forget the event history, so older resourceVersions get 410 Gone on watch."""
+    def compact(self, *, advance: bool = False) -> None:
+        """Forget the event history, so older resourceVersions get 410 Gone on watch.
+
+        ``advance`` also moves the resourceVersion on (as unrelated writes do on a real server), so
+        even a client that had seen everything is too old afterwards.
+        """
         with self._lock:
+            if advance:
+                self._rv += 1
             self._events.clear()
             self._oldest_watchable = self._rv
 

@@ -234,3 +234,13 @@ def test_a_namespace_list_limits_what_is_reconciled(cluster: FakeKubeApiServer, 
     ignored = find(cluster, "InferenceGatewayConfig", "elsewhere", "ignored")
     assert ignored is not None
     assert "status" not in ignored
+
+
+def test_the_operator_relists_after_410_gone(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
+    cluster.add(igwc("before"))
+    wait_condition(cluster, "before", "GatewayProgrammed")
+    cluster.expire_watches()
+    cluster.add(igwc("after", model="mistral", app="mistral"))
+    wait_condition(cluster, "after", "GatewayProgrammed")
+    assert find(cluster, "Deployment", "inference", "after-gateway") is not None
+    assert cluster.gone_sent >= 1, "the operator's watch should have resumed from a compacted version"
