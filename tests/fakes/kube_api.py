@@ -17,7 +17,9 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   "object": …}`` events, each object carrying its ``metadata.resourceVersion``. Without a
   resourceVersion (or "0") the stream starts with synthetic ADDED events for the current state;
   with one it replays later events; after :meth:`KubeStore.compact` an old version gets an
-  ``ERROR`` event with a 410 Status (so relist logic can be tested). ``timeoutSeconds`` is honoured.
+  ``ERROR`` event with a 410 Status (so relist logic can be tested; :meth:`FakeKubeApiServer.expire_watches`
+  also ends every open watch, so running clients resume, get 410 and must re-list). ``timeoutSeconds``
+  is honoured.
   With a label/field selector, a modification that makes an object start (stop) matching arrives as
   ADDED (DELETED), as the API server's watch cache does.
 * what controllers and ``kubectl`` need beyond CRUD: legacy discovery (``/api/v1``, ``/apis``,
