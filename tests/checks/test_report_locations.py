@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.checks.helpers import cli, find, mutated
+from tests.checks.helpers import FIXTURES, cli, find, mutated
 
 
 def _insecure_folder(tmp_path: Path) -> Path:
@@ -75,3 +75,18 @@ def test_a_bad_output_file_is_a_usage_error(
     err = capsys.readouterr().err
     assert "--output-file" in err
     assert "Traceback" not in err
+
+
+def test_cdk_out_results_point_at_the_template_and_the_resource_line() -> None:
+    folder = FIXTURES / "cdk" / "insecure"
+    _, out = cli("audit", "--cdk-out", str(folder), "-o", "sarif")
+    results = json.loads(out)["runs"][0]["results"]
+    assert results
+    template = str(folder / "Platform.template.json")
+    assert all(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == template for r in results)
+    lines = (folder / "Platform.template.json").read_text().splitlines()
+    located = [r for r in results if "region" in r["locations"][0]["physicalLocation"]]
+    assert located, "manifests applied by the stack should carry the line of their resource"
+    for result in located:
+        line = lines[result["locations"][0]["physicalLocation"]["region"]["startLine"] - 1]
+        assert line.strip() == '"Workloads": {'  # the KubernetesResource that applies the manifests
