@@ -1,16 +1,14 @@
-"""The operator demo runs end to end on loopback and answers a request through the gateway it created."""
+"""``igw demo --operator`` runs end to end on loopback and answers a request through the gateway it created."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.operator import demo
+from igw.cli.main import main
 
 
-def test_demo_prints_status_and_a_completion(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert demo.main(["--workdir", str(tmp_path)]) == 0
+def test_demo_prints_status_and_a_completion(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--operator"]) == 0
     out = capsys.readouterr().out
     assert "Rollout State:  Available" in out or "rolloutState: Available" in out
     assert '"finish_reason"' in out
