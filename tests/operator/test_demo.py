@@ -1,4 +1,4 @@
-"""``igw demo --operator`` runs end to end on loopback and answers a request through the gateway it created."""
+"""``igw demo --operator`` runs on loopback and answers a request through the gateway it created."""
 
 from __future__ import annotations
 
