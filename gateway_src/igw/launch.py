@@ -28,6 +28,7 @@ from igw.config.model import GatewayConfig
 from igw.errors import IgwGatewayError
 from igw.gateway.app import create_app
 from igw.gateway.discovery import DiscoverySource
+from igw.gateway.discovery.kube_client import make_api_client
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
@@ -51,6 +52,9 @@ class LaunchOptions:
     host: str = "0.0.0.0"
     port: int = 8080
     reload: bool = True
+    config_map: str | None = None
+    """``NAMESPACE/NAME[/KEY]``: keep ``config_path`` equal to that ConfigMap key (in-cluster only;
+    see :mod:`igw.gateway.config_sync`)."""
     drain_s: float = 5.0
     """After SIGTERM: seconds /readyz answers 503 while requests are still served, so the load
     balancer stops routing here first; then in-flight requests finish and the process exits."""
@@ -91,17 +95,6 @@ def picker_configs_from_cluster(config: GatewayConfig, api_client: Any) -> Picke
     return out
 
 
-def kube_api_client(kubeconfig: str | None) -> Any:
-    # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
-    from kubernetes import client, config
-
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    else:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
-
-
 def guard_factory(registry: CollectorRegistry) -> GuardFactory:
     """``igw.security``'s guards when installed (they read spec.auth and our extensions), else open.
 
@@ -128,12 +121,19 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
         from igw.gateway.discovery.kube import KubeDiscovery
 
-        api = kube_api_client(options.kubeconfig)
+        api = make_api_client(kubeconfig=options.kubeconfig)
 
         def load_pickers(cfg: GatewayConfig) -> PickerConfigs:
             return picker_configs_from_cluster(cfg, api)
 
         discovery = KubeDiscovery(api_client=api, namespace=config.namespace, schedulers=config.schedulers)
+        if options.config_map:
+            from igw.gateway.config_sync import ConfigMapFileSync, ConfigMapRef
+
+            config_sync = ConfigMapFileSync(
+                api, ConfigMapRef.parse(options.config_map), Path(options.config_path)
+            )
+            config_sync.start(asyncio.get_running_loop())
     else:
         assert options.endpoints_file is not None
         directory = Path(options.config_maps_dir) if options.config_maps_dir else None

@@ -1,4 +1,5 @@
-"""The gateway image's build file: multi-stage, pinned base, non-root, only the `gateway` extra."""
+"""The gateway image's build file: multi-stage, pinned base, non-root, only the `gateway` and `operator`
+extras (the add-on image runs both `igw serve` and `igw operator`)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ def test_runs_as_non_root_matching_the_chart():
     assert "ARG UID=10001" in _instructions()
 
 
-def test_installs_only_the_gateway_extra():
-    installs = " ".join(line for line in _instructions() if "pip install" in line or "[gateway]" in line)
-    assert "[gateway]" in installs
+def test_installs_only_the_gateway_and_operator_extras():
+    installs = " ".join(line for line in _instructions() if "pip install" in line or "[gateway" in line)
+    assert "[gateway,operator]" in installs
     for forbidden in ("cdk", "ops", "sim", "dev", "aws-cdk-lib"):
         assert f"[{forbidden}" not in installs
         assert f",{forbidden}" not in installs

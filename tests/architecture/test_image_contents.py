@@ -24,10 +24,19 @@ from igw.config.paths import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "gateway_src" / "Dockerfile"
 CORE_PACKAGES = {"igw.config", "igw.scheduling", "igw.gateway", "igw.security"}
-IMAGE_CLI_MODULES = {"__init__.py", "main.py", "registry.py", "serve.py", "validate.py", "global_router.py"}
-PRODUCT_PACKAGES = CORE_PACKAGES | {"igw.global_router"}
-"""The core plus the tier-2 router (``igw global serve``), which runs from the same image."""
-TOOLING = ("sim", "bench", "perf", "checks", "addon", "operator")
+IMAGE_CLI_MODULES = {
+    "__init__.py",
+    "main.py",
+    "registry.py",
+    "serve.py",
+    "validate.py",
+    "global_router.py",
+    "operator.py",
+}
+PRODUCT_PACKAGES = CORE_PACKAGES | {"igw.global_router", "igw.operator"}
+"""The core plus the tier-2 router (``igw global serve``) and the add-on's operator (``igw operator``),
+which run from the same image."""
+TOOLING = ("sim", "bench", "perf", "checks", "addon")
 
 
 def build_stage_copies() -> list[tuple[list[str], str]]:
@@ -104,7 +113,7 @@ print(json.dumps({"file": igw.__file__, "help": out.getvalue(), "packages": load
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert Path(report["file"]).is_relative_to(image_tree), report["file"]
     commands = set(re.findall(r"^ {4}([a-z]+)\b", report["help"], flags=re.MULTILINE))
-    assert commands == {"serve", "validate", "global"}, report["help"]
+    assert commands == {"serve", "validate", "global", "operator"}, report["help"]
     assert set(report["packages"]) <= {
         "cli",
         "config",

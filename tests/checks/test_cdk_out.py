@@ -48,7 +48,7 @@ def test_insecure_stack_findings() -> None:
         ("IGW-PF003", "FAIL", "HIGH"),  # cert-manager missing, metrics-server too old
         ("IGW-PF004", "FAIL", "HIGH"),  # role lacks acm actions
         ("IGW-PF005", "FAIL", "HIGH"),  # untagged subnets
-        ("IGW-PF008", "FAIL", "HIGH"),  # auto-issue without cert-manager
+        ("IGW-PF008", "WARN", "MEDIUM"),  # auto-issue, cert-manager not declared here (PF003 has it)
         ("IGW-AU102", "FAIL", "HIGH"),  # HTTPS listener without SslPolicy → 2016-08
         ("IGW-AU301", "WARN", "MEDIUM"),
         ("IGW-AU302", "FAIL", "HIGH"),

@@ -5,6 +5,7 @@ Each variant must produce exactly the expected findings - no more (false positiv
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,15 @@ def _drop_tls(docs: Docs) -> None:
     del ann["alb.ingress.kubernetes.io/certificate-arn"]
     ann["alb.ingress.kubernetes.io/listen-ports"] = '[{"HTTP": 80}]'
     del ann["alb.ingress.kubernetes.io/ssl-redirect"]
+
+
+def _drop_tls_keep_another_https_ingress(docs: Docs) -> None:
+    """TLS off on the gateway's own Ingress, while an unrelated app in the cluster serves HTTPS."""
+    other = copy.deepcopy(find(docs, "Ingress", "gateway"))
+    other["metadata"]["name"] = "dashboard"
+    other["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] = "grafana"
+    _drop_tls(docs)
+    docs.append(other)
 
 
 def _set(path: Callable[[Docs], dict[str, Any]], key: str, value: Any) -> Callable[[Docs], None]:
@@ -103,6 +113,12 @@ QWEN = "Deployment ml/qwen-7b"
 CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str]]]] = [
     # ---- TLS
     ("no-tls", _drop_tls, Command.AUDIT, {("IGW-AU101", "FAIL", "HIGH"), ("IGW-AU303", "FAIL", "MEDIUM")}),
+    (
+        "no-tls-but-another-app-has-https",
+        _drop_tls_keep_another_https_ingress,
+        Command.AUDIT,
+        {("IGW-AU101", "FAIL", "HIGH"), ("IGW-AU303", "FAIL", "MEDIUM")},
+    ),
     (
         "default-ssl-policy (E1)",
         _delete(_ingress_ann, "alb.ingress.kubernetes.io/ssl-policy"),
@@ -296,19 +312,27 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
             find(d, "CustomResourceDefinition", "inferencegatewayconfigs.inference.sagemaker.aws.amazon.com")
         ),
         Command.PREFLIGHT,
-        {("IGW-PF006", "FAIL", "CRITICAL")},
+        {("IGW-PF006", "WARN", "INFO")},
+    ),
+    (
+        "crd-owned-by-another-installation",
+        lambda d: find(
+            d, "CustomResourceDefinition", "inferencegatewayconfigs.inference.sagemaker.aws.amazon.com"
+        )["metadata"].update(labels={"app.kubernetes.io/managed-by": "EKS"}),
+        Command.PREFLIGHT,
+        {("IGW-PF006", "WARN", "MEDIUM")},
     ),
     (
         "lbc-missing",
         lambda d: d.remove(find(d, "Deployment", "aws-load-balancer-controller")),
         Command.PREFLIGHT,
-        {("IGW-PF007", "FAIL", "HIGH")},
+        {("IGW-PF007", "WARN", "INFO")},
     ),
     (
         "auto-issue-without-cert-manager",
         lambda d: (_igwc(d)["spec"].update(tls={}), d.remove(find(d, "Deployment", "cert-manager"))),
         Command.PREFLIGHT,
-        {("IGW-PF008", "FAIL", "HIGH")},
+        {("IGW-PF008", "WARN", "MEDIUM")},
     ),
 ]
 

@@ -17,9 +17,19 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   "object": …}`` events, each object carrying its ``metadata.resourceVersion``. Without a
   resourceVersion (or "0") the stream starts with synthetic ADDED events for the current state;
   with one it replays later events; after :meth:`KubeStore.compact` an old version gets an
-  ``ERROR`` event with a 410 Status (so relist logic can be tested). ``timeoutSeconds`` is honoured.
+  ``ERROR`` event with a 410 Status (so relist logic can be tested; :meth:`FakeKubeApiServer.expire_watches`
+  also ends every open watch, so running clients resume, get 410 and must re-list). ``timeoutSeconds``
+  is honoured.
   With a label/field selector, a modification that makes an object start (stop) matching arrives as
   ADDED (DELETED), as the API server's watch cache does.
+* what controllers and ``kubectl`` need beyond CRUD: legacy discovery (``/api/v1``, ``/apis``,
+  ``/apis/<group>/<version>`` with short names and ``<plural>/status``), OpenAPI v3 documents just
+  complete enough for ``kubectl`` to leave field validation to the server, ``meta.k8s.io/v1``
+  ``Table`` answers (CRD printer columns) for ``kubectl get``, ``BOOKMARK`` events on idle watches
+  that set ``allowWatchBookmarks``, ``coordination.k8s.io`` Leases, core Events, RBAC objects,
+  owner-reference garbage collection on delete (immediate and transitive), and writes to a main
+  resource that keep its ``/status`` subresource as stored (optimistic concurrency by
+  ``resourceVersion`` on replace: 409 Conflict).
 * failure modes: :meth:`forbid` (403 with the real message shape, for all or some resources),
   :attr:`required_token` (401 without it), and :func:`unreachable_url` (nothing listening).
 
@@ -56,8 +66,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from aiohttp import web
+from aiohttp import ClientConnectionError, web
 
+from tests.fakes.kube_discovery import (
+    group_document,
+    group_list,
+    openapi_group_version,
+    openapi_root,
+    resource_list,
+    table,
+    wants_table,
+)
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakes.kube_store import KubeStore, ResourceKind, StoreError, json_patch, merge_patch
 
@@ -124,8 +143,13 @@ class FakeKubeApiServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watch_wakeups: set[asyncio.Event] = set()
         self._closing = False
+        self._watch_epoch = 0
+        self.gone_sent = 0
+        """How many watches were answered 410 Gone (see :meth:`expire_watches`)."""
         self._thread: threading.Thread | None = None
         self.port = 0
+        self.bookmark_interval_s = 1.0
+        """How often an idle watch that asked for bookmarks gets a ``BOOKMARK`` event."""
         self.store.on_change = self._notify_threadsafe
 
     # ---- lifecycle ---------------------------------------------------------------------------------
@@ -212,6 +236,14 @@ class FakeKubeApiServer:
     def register_kind(self, kind: ResourceKind) -> None:
         self.store.register_kind(kind)
 
+    def expire_watches(self) -> None:
+        """Compact the history past every client and end all open watches (an API server restart
+        after etcd compaction): clients that resume from their resourceVersion get 410 Gone and
+        must re-list."""
+        self.store.compact(advance=True)
+        self._watch_epoch += 1
+        self._notify_threadsafe()
+
     def forbid(self, *plurals: str) -> None:
         """Answer 403 for these resources (e.g. ``"pods"``), or for everything when none are given."""
         if plurals:
@@ -264,8 +296,34 @@ class FakeKubeApiServer:
                     plural=str(names.get("plural")),
                     kind=str(names.get("kind")),
                     namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                    short_names=tuple(names.get("shortNames") or ()),
+                    status_subresource="status" in (version.get("subresources") or {}),
+                    printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
                 )
             )
+
+    def _discovery(self, parts: list[str]) -> web.Response | None:
+        """Legacy discovery documents, or ``None`` when the path is not a discovery path."""
+        kinds = list(self.store.kinds.values())
+        if parts == ["openapi", "v3"]:
+            return _json(openapi_root(kinds))
+        if parts[:2] == ["openapi", "v3"]:
+            document = openapi_group_version("/".join(parts[2:]), kinds)
+            return _json(document) if document is not None else None
+        if parts == ["api", "v1"]:
+            return _json(resource_list("v1", [k for k in kinds if not k.group]))
+        if parts == ["apis"]:
+            return _json(group_list(kinds))
+        if len(parts) == 2 and parts[0] == "apis":
+            versions = sorted({k.version for k in kinds if k.group == parts[1]})
+            if versions:
+                return _json(group_document(parts[1], versions))
+        if len(parts) == 3 and parts[0] == "apis":
+            group, version = parts[1], parts[2]
+            matching = [k for k in kinds if k.group == group and k.version == version]
+            if matching:
+                return _json(resource_list(f"{group}/{version}", matching))
+        return None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
@@ -278,6 +336,9 @@ class FakeKubeApiServer:
             return _json(VERSION_INFO)
         if parts == ["api"]:
             return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+        discovery = self._discovery(parts)
+        if discovery is not None:
+            return discovery
         try:
             kind, namespace, name, subresource = self._route(parts)
         except StoreError as exc:
@@ -351,7 +412,9 @@ class FakeKubeApiServer:
             if method == "GET":
                 if query.get("watch") in ("true", "1"):
                     return await self._watch(request, kind, namespace, query)
-                return self._list(kind, namespace, query)
+                return self._list(
+                    kind, namespace, query, table_wanted=wants_table(request.headers.get("Accept", ""))
+                )
             if method == "POST":
                 body = await self._body(request)
                 if kind.namespaced and namespace is None:
@@ -372,7 +435,10 @@ class FakeKubeApiServer:
         if subresource not in (None, "status"):
             raise StoreError(404, "NotFound", f"subresource {subresource!r} is not served by the fake")
         if method == "GET":
-            return _json(self.store.get(kind, ns, name))
+            found = self.store.get(kind, ns, name)
+            if wants_table(request.headers.get("Accept", "")):
+                return _json(table(kind, [found], found["metadata"]["resourceVersion"]))
+            return _json(found)
         if method == "PUT":
             body = await self._body(request)
             return _json(self.store.replace(kind, ns, name, body, status_only=subresource == "status"))
@@ -433,7 +499,9 @@ class FakeKubeApiServer:
         updated.setdefault("metadata", {}).pop("resourceVersion", None)
         return self.store.replace(kind, ns, name, updated, status_only=subresource == "status")
 
-    def _list(self, kind: ResourceKind, namespace: str | None, query: dict[str, str]) -> web.Response:
+    def _list(
+        self, kind: ResourceKind, namespace: str | None, query: dict[str, str], *, table_wanted: bool = False
+    ) -> web.Response:
         labels = parse_label_selector(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector"))
         items, rv = self.store.list(kind, namespace or None)
@@ -454,6 +522,8 @@ class FakeKubeApiServer:
             selected = page
         else:
             selected = selected[start:]
+        if table_wanted:
+            return _json(table(kind, selected, str(rv)))
         return _json(
             {
                 "kind": f"{kind.kind}List",
@@ -482,6 +552,7 @@ class FakeKubeApiServer:
         async def send(event_type: str, obj: Mapping[str, Any]) -> None:
             await response.write(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
 
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         start = query.get("resourceVersion")
         if not start or start == "0":
             items, last_rv = self.store.list(kind, namespace or None)
@@ -492,11 +563,13 @@ class FakeKubeApiServer:
             last_rv = int(start)
         wakeup = asyncio.Event()
         self._watch_wakeups.add(wakeup)
+        epoch = self._watch_epoch
         try:
-            while not self._closing:
+            while not self._closing and self._watch_epoch == epoch:
                 try:
                     events = self.store.events_after(last_rv)
                 except StoreError as exc:
+                    self.gone_sent += exc.code == 410
                     await send("ERROR", _status(exc.code, exc.reason, exc.message))
                     break
                 for event in events:
@@ -516,13 +589,21 @@ class FakeKubeApiServer:
                 wakeup.clear()
                 if self.store.resource_version != last_rv:
                     continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wakeup.wait(), remaining)
-        except (ConnectionResetError, asyncio.CancelledError):
+                wait_s = min(remaining, self.bookmark_interval_s) if bookmarks else remaining
+                try:
+                    await asyncio.wait_for(wakeup.wait(), wait_s)
+                except TimeoutError:
+                    if bookmarks:
+                        marker = {"apiVersion": kind.api_version, "kind": kind.kind}
+                        await send("BOOKMARK", {**marker, "metadata": {"resourceVersion": str(last_rv)}})
+        except asyncio.CancelledError:
             self._watch_wakeups.discard(wakeup)
             raise
+        except (ConnectionResetError, ClientConnectionError):
+            self._watch_wakeups.discard(wakeup)
+            return response
         self._watch_wakeups.discard(wakeup)
-        with contextlib.suppress(ConnectionResetError):
+        with contextlib.suppress(ConnectionResetError, ClientConnectionError):
             await response.write_eof()
         return response
 

@@ -25,6 +25,12 @@ class ResourceKind:
     plural: str
     kind: str
     namespaced: bool
+    short_names: tuple[str, ...] = ()
+    status_subresource: bool = False
+    """Whether ``/status`` is a separate subresource: then writes to the main resource keep the
+    stored status, as the API server does for built-in kinds and CRDs declaring it."""
+    printer_columns: tuple[Mapping[str, Any], ...] = ()
+    """A CRD's ``additionalPrinterColumns`` (server-side ``kubectl get`` tables)."""
 
     @property
     def api_version(self) -> str:
@@ -37,6 +43,10 @@ class ResourceKind:
 
 BUILTIN_KINDS: tuple[ResourceKind, ...] = (
     ResourceKind("", "v1", "pods", "Pod", True),
+    ResourceKind("", "v1", "events", "Event", True, ("ev",)),
+    ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True),
+    ResourceKind("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    ResourceKind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
     ResourceKind("", "v1", "services", "Service", True),
     ResourceKind("", "v1", "configmaps", "ConfigMap", True),
     ResourceKind("", "v1", "secrets", "Secret", True),
@@ -57,6 +67,8 @@ BUILTIN_KINDS: tuple[ResourceKind, ...] = (
         "v1alpha1",
         "inferencegatewayconfigs",
         "InferenceGatewayConfig",
+        True,
+        ("igwc",),
         True,
     ),
     ResourceKind("cert-manager.io", "v1", "certificates", "Certificate", True),
@@ -120,9 +132,15 @@ class KubeStore:
         with self._lock:
             return self._rv
 
-    def compact(self) -> None:
-        """Forget the event history, so older resourceVersions get 410 Gone on watch."""
+    def compact(self, *, advance: bool = False) -> None:
+        """Forget the event history, so older resourceVersions get 410 Gone on watch.
+
+        ``advance`` also moves the resourceVersion on (as unrelated writes do on a real server), so
+        even a client that had seen everything is too old afterwards.
+        """
         with self._lock:
+            if advance:
+                self._rv += 1
             self._events.clear()
             self._oldest_watchable = self._rv
 
@@ -224,7 +242,10 @@ class KubeStore:
                 new["status"] = body.get("status")
             else:
                 new = body
-                new["status"] = body.get("status", current.get("status"))
+                if kind.status_subresource or "status" not in body:
+                    new["status"] = current.get("status")
+                if new.get("status") is None:
+                    new.pop("status", None)
                 meta = new.setdefault("metadata", {})
                 for field in ("uid", "creationTimestamp", "namespace", "name"):
                     if field in current["metadata"]:
@@ -242,6 +263,7 @@ class KubeStore:
         return result
 
     def delete(self, kind: ResourceKind, namespace: str, name: str) -> dict[str, Any]:
+        """Delete one object and, like the garbage collector, every object it owns (transitively)."""
         with self._lock:
             key = (kind.key, namespace, name)
             obj = self._objects.pop(key, None)
@@ -250,8 +272,24 @@ class KubeStore:
             obj["metadata"]["resourceVersion"] = self._bump()
             self._record(kind, namespace, "DELETED", obj)
             result = copy.deepcopy(obj)
+            self._collect_dependents(str(obj["metadata"].get("uid", "")))
         self.on_change()
         return result
+
+    def _collect_dependents(self, owner_uid: str) -> None:
+        """Delete objects whose ownerReferences name ``owner_uid``; called with the lock held."""
+        if not owner_uid:
+            return
+        dependents = [
+            key
+            for key, obj in self._objects.items()
+            if any(
+                ref.get("uid") == owner_uid
+                for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+            )
+        ]
+        for resource, namespace, name in dependents:
+            self.delete(self.kinds[resource], namespace, name)
 
     def iter_all(self) -> Iterator[dict[str, Any]]:
         with self._lock:

@@ -172,6 +172,14 @@ class AwsView:
         return AwsView(missing, missing, missing, missing, missing)
 
 
+@dataclass(frozen=True, slots=True)
+class SourceLocation:
+    """Where a resource is declared: a file (path as given on the command line) and its first line."""
+
+    uri: str
+    line: int | None = None
+
+
 @dataclass
 class Inventory:
     kube: KubeView
@@ -180,3 +188,7 @@ class Inventory:
     """Human description: ``cluster arn:…``, ``manifests ./deploy``, ``cdk.out ./cdk.out``."""
     errors: list[str] = field(default_factory=list)
     """Source-level problems (unparseable file, …) reported once by the CLI."""
+    locations: dict[str, SourceLocation] = field(default_factory=dict)
+    """Declaring file and line by resource (``Kind namespace/name``), for static sources."""
+    default_location: SourceLocation | None = None
+    """Where results without a resource of their own point (the folder or template scanned)."""

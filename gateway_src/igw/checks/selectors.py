@@ -68,7 +68,24 @@ def _value_hint(wanted: str, have: str) -> str | None:
         return "differs by a suffix"
     if have.endswith(wanted) or wanted.endswith(have):
         return "differs by a prefix"
+    if _edit_distance(wanted, have) <= max(1, min(2, len(wanted) // 4)):
+        return "differs by a typo"
     return None
+
+
+def nearest_values(
+    selector: LabelSelector, *, namespace: str, pods: Iterable[Manifest], limit: int = 3
+) -> list[str]:
+    """For each equality of ``selector``, the existing values of its key in ``namespace``, nearest first."""
+    pods = list(pods)
+    out: list[str] = []
+    for key, wanted in selector.match_labels.items():
+        values = {labels_of(p)[key] for p in pods if namespace_of(p) == namespace and key in labels_of(p)}
+        values.discard(wanted)
+        if values:
+            ranked = sorted(values, key=lambda v: (_edit_distance(wanted, v), v))[:limit]
+            out.append(f"existing values of {key} in {namespace!r}, nearest first: {', '.join(ranked)}")
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,7 +88,7 @@ def _load(args: argparse.Namespace, console: Any) -> Inventory:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.checks.sources.aws_api import AwsAccount
     from igw.checks.sources.live import load_live
-    from igw.checks.sources.live_kube import make_api_client
+    from igw.gateway.discovery.kube_client import make_api_client
 
     with console.status("reading the cluster…"):
         api_client = make_api_client(kubeconfig=args.kubeconfig, context=args.context)
@@ -113,6 +113,11 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
         checks = select(command, only=args.check, skip=args.skip_check)
     except ValueError as exc:
         err.print(f"[red]error:[/] {exc}")
+        return EXIT_USAGE
+    target = args.output_file
+    if target is not None and (target.is_dir() or not target.parent.is_dir()):
+        problem = "is a directory" if target.is_dir() else f"folder {target.parent} does not exist"
+        err.print(f"[red]error:[/] --output-file {target}: {problem}")
         return EXIT_USAGE
     try:
         inventory = _load(args, err)
@@ -148,8 +153,14 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
         fail_on=fail_on,
         exit_code=code,
         source_errors=inventory.errors,
+        locations=inventory.locations,
+        default_location=inventory.default_location,
     )
-    _emit(report, args)
+    try:
+        _emit(report, args)
+    except OSError as exc:  # e.g. no permission to write --output-file
+        err.print(f"[red]error:[/] --output-file {args.output_file}: {exc.strerror or exc}")
+        return EXIT_USAGE
     return code
 
 

@@ -10,6 +10,7 @@ stopped on exit, error or Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 DEFAULT_RATE = 20.0
@@ -29,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--drain", type=float, default=45.0, help="wall s to wait after the last send")
     parser.add_argument(
+        "--operator",
+        action="store_true",
+        help="instead: the operator demo (fake API server, igw operator, kubectl, a request through the "
+        "gateway it created); runs from a source checkout, see docs/operating.md",
+    )
+    parser.add_argument(
         "--routers",
         default="round-robin,gateway-default",
         help="comma-separated live routers (also: gateway-tuned, sglang-router, vllm-router)",
@@ -43,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.operator:
+        return _operator_demo()
     if args.global_router:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.global_run import run_global_command
@@ -54,3 +63,23 @@ def run(args: argparse.Namespace) -> int:
     from igw.cli.demo_run import run_demo
 
     return run_demo(args)
+
+
+def _operator_demo() -> int:
+    """The operator demo needs the test suite's fake Kubernetes API server, so it lives in tests/."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.config.paths import REPO_ROOT
+
+    if (REPO_ROOT / "tests" / "operator" / "demo.py").is_file() and str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))  # a source checkout (editable install): tests/ is importable
+    try:
+        # deferred: optional dependency: tests/ exists only in a source checkout
+        from tests.operator.demo import main as operator_demo
+    except ImportError:
+        print(
+            "igw demo --operator: run it from a source checkout (it uses tests/fakes, the fake "
+            "Kubernetes API server): cd to the repository and run `python -m tests.operator.demo`",
+            file=sys.stderr,
+        )
+        return 2
+    return operator_demo([])

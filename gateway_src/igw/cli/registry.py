@@ -26,5 +26,6 @@ SUBCOMMANDS: Final[tuple[tuple[str, str], ...]] = (
     ("preflight", "preflight"),
     ("audit", "audit"),
     ("addon", "addon"),
+    ("operator", "operator"),
     ("perf", "perf"),
 )

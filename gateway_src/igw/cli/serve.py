@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --in-cluster: use this kubeconfig instead of the pod's account",
     )
     parser.add_argument(
+        "--config-map",
+        metavar="NS/NAME[/KEY]",
+        help="with --in-cluster: keep --config equal to this ConfigMap key (default key config.yaml), "
+        "fetched at start and on every change (what igw operator's gateway pods use)",
+    )
+    parser.add_argument(
         "--config-maps",
         metavar="DIR",
         help="with --endpoints: directory holding configMapRef EndpointPickerConfigs as DIR/<name>/<key>",
@@ -57,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     import contextlib
     import logging
     from collections.abc import Callable
+    from pathlib import Path
 
     from igw.config.errors import ConfigError
     from igw.config.loader import load_gateway_config
@@ -74,6 +81,23 @@ def run(args: argparse.Namespace) -> int:
     access = logging.StreamHandler(sys.stdout)
     access.setFormatter(logging.Formatter("%(message)s"))
     logging.getLogger("igw.access").addHandler(access)
+    if args.config_map:
+        if not args.in_cluster:
+            print("igw serve: --config-map needs --in-cluster", file=sys.stderr)
+            return EXIT_CONFIG
+        # deferred: start-up cost: the kubernetes client loads only for --config-map
+        from igw.gateway.config_sync import ConfigMapRef, ConfigSyncError, fetch_config_map
+        from igw.gateway.discovery.kube_client import make_api_client
+
+        try:
+            fetch_config_map(
+                make_api_client(kubeconfig=args.kubeconfig),
+                ConfigMapRef.parse(args.config_map),
+                Path(args.config),
+            )
+        except ConfigSyncError as exc:
+            print(f"igw serve: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     try:
         config = load_gateway_config(args.config)
     except ConfigError as exc:
@@ -85,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         in_cluster=args.in_cluster,
         kubeconfig=args.kubeconfig,
         config_maps_dir=args.config_maps,
+        config_map=args.config_map,
         host=args.host,
         port=args.port,
         reload=not args.no_reload,

@@ -42,7 +42,10 @@ _CRD_FORMATS: Final = frozenset(
     }
 )
 PRINTER_COLUMNS: Final = (
+    {"name": "Models", "type": "string", "jsonPath": ".status.models"},
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {"name": "Endpoints", "type": "integer", "jsonPath": ".status.readyEndpoints"},
+    {"name": "Address", "type": "string", "jsonPath": ".status.address"},
     {"name": "BBR", "type": "boolean", "jsonPath": ".spec.bbr.enabled"},
     {"name": "TLS-ARN", "type": "string", "jsonPath": ".status.tls.acmArn", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

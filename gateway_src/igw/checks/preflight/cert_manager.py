@@ -47,6 +47,12 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
     for result in component_status(ctx, r, what="cert-manager", matches=named("cert-manager")):
         if result.status is Status.FAIL and who:
             yield r.fail(result.resource, f"{result.message}; TLS auto-issue of {who} depends on it")
+        elif result.status is Status.WARN and who:
+            yield r.warn(
+                result.resource,
+                f"{result.message}; TLS auto-issue of {who} depends on it",
+                severity=Severity.MEDIUM,
+            )
         else:
             yield result
 

@@ -13,7 +13,7 @@ from igw.checks.igwc import schedulers
 from igw.checks.inventory import need
 from igw.checks.k8s import is_pod_ready
 from igw.checks.model import CheckMeta, Command, Result, Severity
-from igw.checks.selectors import by_namespace, diagnose, matching, selector_from_mapping
+from igw.checks.selectors import by_namespace, diagnose, matching, nearest_values, selector_from_mapping
 
 META = CheckMeta(
     id="IGW-PF010",
@@ -56,7 +56,9 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
                     severity=Severity.HIGH,
                 )
             else:
-                hints = diagnose(selector, namespace=sched.namespace, pods=pods)
+                hints = diagnose(selector, namespace=sched.namespace, pods=pods) or nearest_values(
+                    selector, namespace=sched.namespace, pods=pods
+                )
                 why = f"; near misses: {' | '.join(hints)}" if hints else ""
                 yield r.fail(sched.resource, f"no pod in namespace {sched.namespace!r} matches {query}{why}")
 

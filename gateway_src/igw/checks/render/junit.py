@@ -2,6 +2,8 @@
 
 FAIL → ``<failure>``; WARN → ``<failure>`` only at or above ``--fail-on`` (else ``<system-out>``, so a CI
 dashboard agrees with the exit code); SKIP → ``<skipped message=reason>``; PASS → an empty testcase.
+A source that failed to load is an ``<error>`` in a ``sources`` suite, so CI shows a broken input as
+an error rather than as checks that were merely skipped.
 """
 
 from __future__ import annotations
@@ -46,8 +48,17 @@ def render_junit(report: Report) -> str:
             suite.set(key, str(value))
         suite.set("errors", "0")
     total = {k: sum(c[k] for c in counts.values()) for k in ("tests", "failures", "skipped")}
+    if report.source_errors:
+        sources = ET.SubElement(suites, "testsuite", name="sources", tests=str(len(report.source_errors)))
+        sources.set("failures", "0")
+        sources.set("skipped", "0")
+        sources.set("errors", str(len(report.source_errors)))
+        for error in report.source_errors:
+            case = ET.SubElement(sources, "testcase", classname="source", name=error.split(": ", 1)[0])
+            ET.SubElement(case, "error", message=error, type="SourceNotLoaded")
+        total["tests"] += len(report.source_errors)
     for key, value in total.items():
         suites.set(key, str(value))
-    suites.set("errors", "0")
+    suites.set("errors", str(len(report.source_errors)))
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

@@ -1,9 +1,11 @@
 """SARIF 2.1.0 output for code-scanning UIs.
 
 One rule per check (with ``properties.security-severity`` 0-10 so GitHub maps CRITICAL/HIGH/
-MEDIUM/LOW) and one result per FAIL/WARN; PASS and SKIP are not alerts. Kubernetes resources have no
-file location, so results carry a logical location (the resource) - valid SARIF, and the shape
-other Kubernetes scanners use.
+MEDIUM/LOW) and one result per FAIL/WARN; PASS and SKIP are not alerts. Each result carries a
+logical location (the resource) and, for static sources, a physical one - the manifest file and the
+line its document starts on, or the CDK template - because code-scanning services reject results
+without a file. A source that failed to load (an unreadable file, a template that does not parse) is
+an error-level tool execution notification, and the run is marked unsuccessful.
 """
 
 from __future__ import annotations
@@ -25,6 +27,19 @@ def _level(status: Status, severity: Severity) -> str:
     if severity is Severity.INFO:
         return "note"
     return "error"
+
+
+def _location(report: Report, resource: str) -> dict[str, Any]:
+    location: dict[str, Any] = {
+        "logicalLocations": [{"name": resource, "fullyQualifiedName": resource, "kind": "resource"}]
+    }
+    found = report.location(resource)
+    if found is not None:
+        physical: dict[str, Any] = {"artifactLocation": {"uri": found.uri}}
+        if found.line is not None:
+            physical["region"] = {"startLine": found.line}
+        location["physicalLocation"] = physical
+    return location
 
 
 def to_sarif(report: Report) -> dict[str, Any]:
@@ -57,17 +72,7 @@ def to_sarif(report: Report) -> dict[str, Any]:
                 "ruleIndex": index[result.check_id],
                 "level": _level(result.status, result.severity),
                 "message": {"text": f"{result.resource}: {result.message}"},
-                "locations": [
-                    {
-                        "logicalLocations": [
-                            {
-                                "name": result.resource,
-                                "fullyQualifiedName": result.resource,
-                                "kind": "resource",
-                            }
-                        ]
-                    }
-                ],
+                "locations": [_location(report, result.resource)],
                 "partialFingerprints": {"igw/resource": f"{result.check_id}|{result.resource}"},
                 "properties": {
                     "security-severity": f"{result.severity.security_severity:.1f}",
@@ -93,11 +98,20 @@ def to_sarif(report: Report) -> dict[str, Any]:
                 "results": results,
                 "invocations": [
                     {
-                        "executionSuccessful": report.exit_code in (0, 1),
+                        "executionSuccessful": report.exit_code in (0, 1) and not report.source_errors,
                         "toolExecutionNotifications": [
-                            {"level": "warning", "message": {"text": f"{r.check_id} skipped: {r.message}"}}
-                            for r in report.results
-                            if r.not_evaluated
+                            *(
+                                {"level": "error", "message": {"text": f"source not loaded: {error}"}}
+                                for error in report.source_errors
+                            ),
+                            *(
+                                {
+                                    "level": "warning",
+                                    "message": {"text": f"{r.check_id} skipped: {r.message}"},
+                                }
+                                for r in report.results
+                                if r.not_evaluated
+                            ),
                         ],
                     }
                 ],

@@ -14,6 +14,7 @@ installs.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,10 @@ from igw.checks.inventory import (
     LoadBalancer,
     Manifest,
     Missing,
+    SourceLocation,
     Subnet,
 )
-from igw.checks.k8s import DERIVED_ANNOTATION
+from igw.checks.k8s import DERIVED_ANNOTATION, ref
 from igw.checks.loadbalancers import APPROVAL_ANNOTATION
 from igw.checks.sources.documents import static_view
 from igw.checks.sources.yaml_safe import ManifestFileError, read_text
@@ -115,8 +117,13 @@ class _TemplateReader:
         self.manifests: list[Any] = []
         self.errors: list[str] = []
         self.cfn_json: dict[str, Any] = {}
+        self.locations: dict[str, SourceLocation] = {}
+        self._file = ""
+        self._lines: Mapping[str, int] = {}
 
-    def read(self, name: str, template: Mapping[str, Any]) -> None:
+    def read(self, name: str, template: Mapping[str, Any], lines: Mapping[str, int] | None = None) -> None:
+        """Read one template; ``lines`` (logical ID -> line) lets results point into the file."""
+        self._file, self._lines = name, lines or {}
         self.cfn_json = _cfn_json_values(template)
         for logical, kind, props in _resources(template):
             handler = getattr(self, "_" + kind.replace("::", "_").replace("-", "_"), None)
@@ -224,7 +231,11 @@ class _TemplateReader:
     def _Custom_AWSCDK_EKS_KubernetesResource(self, logical: str, props: Mapping[str, Any]) -> None:  # noqa: N802
         text = render(props.get("Manifest"))
         docs = json.loads(text) if isinstance(text, str) else text
-        self.manifests.extend(docs if isinstance(docs, list) else [docs])
+        docs = docs if isinstance(docs, list) else [docs]
+        self.manifests.extend(docs)
+        for doc in docs:
+            if isinstance(doc, Mapping) and doc.get("kind"):
+                self.locations.setdefault(ref(doc), SourceLocation(self._file, self._lines.get(logical)))
 
     def _Custom_AWSCDK_EKS_HelmChart(self, logical: str, props: Mapping[str, Any]) -> None:  # noqa: N802
         # A chart from an asset (ours) has no Chart property; its release names it.
@@ -325,12 +336,13 @@ def load_cdk_out(root: Path) -> Inventory:
     files = template_files(root)
     for path in files:
         try:
-            template = json.loads(read_text(path))
+            text = read_text(path)
+            template = json.loads(text)
         except (ValueError, ManifestFileError, OSError) as exc:
             reader.errors.append(f"{path}: {exc}")
             continue
         if isinstance(template, Mapping):
-            reader.read(str(path), template)
+            reader.read(str(path), template, _logical_id_lines(text))
     if not files:
         reader.errors.append(f"{root}: no *.template.json files (run cdk synth first)")
     if ADDON_NAME in reader.addons or _has_our_chart(reader.manifests):
@@ -346,7 +358,28 @@ def load_cdk_out(root: Path) -> Inventory:
         subnets=reader.subnets or Missing("no AWS::EC2::Subnet in the templates (imported VPC?)"),
         load_balancers=reader.load_balancers(),
     )
-    return Inventory(kube=kube, aws=aws, source=source, errors=reader.errors)
+    default = SourceLocation(str(files[0])) if files else SourceLocation(str(root))
+    return Inventory(
+        kube=kube,
+        aws=aws,
+        source=source,
+        errors=reader.errors,
+        locations=reader.locations,
+        default_location=default,
+    )
+
+
+_LOGICAL_ID_LINE = re.compile(r'^\s*"([A-Za-z0-9]+)":\s*\{\s*$')
+
+
+def _logical_id_lines(text: str) -> dict[str, int]:
+    """The 1-based line where each ``"LogicalId": {`` key first opens in a synthesized template."""
+    lines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _LOGICAL_ID_LINE.match(line)
+        if match:
+            lines.setdefault(match.group(1), number)
+    return lines
 
 
 def _has_our_chart(manifests: list[Manifest]) -> bool:

@@ -10,7 +10,6 @@ without further attempts, so an unreachable API costs one timeout, not thirteen.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -125,23 +124,6 @@ def live_kube_view(api_client: Any, *, source: str) -> KubeView:
             )
             return KubeView(objects={lst.kind: missing for lst in LISTERS}, static=False, source=source)
     return KubeView(objects=objects, static=False, source=source)
-
-
-def make_api_client(*, kubeconfig: str | None, context: str | None) -> Any:
-    """Kubeconfig (explicit, ``$KUBECONFIG`` or ``~/.kube/config``), else in-cluster credentials."""
-    # deferred: optional dependency: the kubernetes client (ops extra), only for a live cluster
-    import kubernetes
-
-    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, context=context, client_configuration=configuration
-        )
-    configuration.retries = 1
-    return kubernetes.client.ApiClient(configuration)
 
 
 def service_account_roles(objects: Mapping[str, list[Manifest] | Missing]) -> list[str]:

@@ -9,7 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from igw.checks.inventory import AwsView, Inventory
+import yaml
+
+from igw.checks.inventory import AwsView, Inventory, SourceLocation
+from igw.checks.k8s import ref
 from igw.checks.sources.documents import static_view
 from igw.checks.sources.yaml_safe import ManifestFileError, load_documents, read_text
 
@@ -27,14 +30,23 @@ def load_manifests(root: Path) -> Inventory:
         raise FileNotFoundError(f"{root}: no such file or directory")
     docs: list[Any] = []
     errors: list[str] = []
-    for path in manifest_files(root):
+    locations: dict[str, SourceLocation] = {}
+    files = manifest_files(root)
+    for path in files:
         try:
             text = read_text(path)
             if "{{" in text and "}}" in text and path.parent.name == "templates":
                 raise ManifestFileError("an unrendered Helm template (render the chart first)")
-            docs.extend(load_documents(text))
+            loaded = load_documents(text)
         except (ManifestFileError, OSError) as exc:
             errors.append(f"{path}: {exc}")
+            continue
+        docs.extend(loaded)
+        for doc, line in zip(loaded, _start_lines(text, len(loaded)), strict=True):
+            if isinstance(doc, dict) and doc.get("kind"):
+                locations.setdefault(ref(doc), SourceLocation(str(path), line))
+    if not files or (not docs and not errors):
+        raise FileNotFoundError(f"{root}: no manifests found (no .yaml, .yml or .json file with a document)")
     source = f"manifests {root}"
     return Inventory(
         kube=static_view(docs, source=source),
@@ -43,7 +55,22 @@ def load_manifests(root: Path) -> Inventory:
         ),
         source=source,
         errors=errors,
+        locations=locations,
+        default_location=SourceLocation(str(root)),
     )
+
+
+def _start_lines(text: str, count: int) -> list[int | None]:
+    """The 1-based line each document starts on (``None`` each when the text cannot be re-read)."""
+    try:
+        lines: list[int | None] = [
+            node.start_mark.line + 1
+            for node in yaml.compose_all(text, Loader=yaml.SafeLoader)
+            if node is not None
+        ]
+    except yaml.YAMLError:
+        return [None] * count
+    return lines if len(lines) == count else [None] * count
 
 
 def inventory_from_documents(docs: list[Any], *, source: str) -> Inventory:

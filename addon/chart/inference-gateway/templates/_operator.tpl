@@ -1,0 +1,56 @@
+{{/* Names and labels of the operator (mode: operator). */}}
+{{- define "igw.operatorName" -}}
+{{- printf "%s-operator" (include "igw.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "igw.operatorSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "igw.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "igw.operatorLabels" -}}
+helm.sh/chart: {{ include "igw.chart" . }}
+{{ include "igw.operatorSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: inference-gateway
+{{- end }}
+
+{{/*
+What the operator does in a watched namespace, verb by verb (igw/operator/kube.py and kopf):
+read, create and replace (update) each data-plane kind; list pods for status; post Events.
+It must itself hold the read access it grants the gateway pods' Role (pods, ConfigMaps), or the API
+server refuses to create that Role (RBAC escalation prevention).
+*/}}
+{{- define "igw.operatorNamespacedRules" -}}
+- apiGroups: ["inference.sagemaker.aws.amazon.com"]
+  resources: ["inferencegatewayconfigs"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["inference.sagemaker.aws.amazon.com"]
+  resources: ["inferencegatewayconfigs/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "update"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["services", "serviceaccounts"]
+  verbs: ["get", "create", "update"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "create", "update"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "create", "update"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "update"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "update"]
+{{- end }}

@@ -1,0 +1,103 @@
+"""``igw operator``: turn every InferenceGatewayConfig into a running gateway, with status and events.
+
+Examples::
+
+    igw operator                                     # in a pod: the service account, all namespaces
+    igw operator --namespace inference --namespace team-b
+    igw operator --kubeconfig ~/.kube/config --no-leader-election   # from a workstation, alone
+
+Exit codes: 0 stopped (SIGTERM / Ctrl-C), 1 the operator framework stopped with an error, 2 bad
+usage or no cluster access, 3 the leader Lease was lost (the process exits so that Kubernetes
+restarts it as a fresh candidate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "Run the operator: reconcile InferenceGatewayConfig objects into gateway data planes."
+
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", help="use this kubeconfig instead of the pod's account"
+    )
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch only this namespace (repeatable); default: all namespaces",
+    )
+    parser.add_argument(
+        "--gateway-image",
+        default="public.ecr.aws/igw/inference-gateway:0.1.0",
+        metavar="IMAGE",
+        help="image of the gateway pods the operator creates",
+    )
+    parser.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=5.0,
+        help="how often each object's data plane and status are re-checked (default 5)",
+    )
+    election = parser.add_argument_group("leader election (a coordination.k8s.io Lease)")
+    election.add_argument(
+        "--no-leader-election", action="store_true", help="act without a Lease (one replica only)"
+    )
+    election.add_argument("--lease-name", default="igw-operator", help="default igw-operator")
+    election.add_argument("--lease-namespace", default="kube-system", help="default kube-system")
+    election.add_argument("--identity", help="this replica's holder identity (default: host name and pid)")
+    parser.add_argument(
+        "--health-port", type=int, metavar="PORT", help="serve GET /healthz on this port (probes)"
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+    import logging
+    import signal
+
+    from igw.operator.dataplane import DataPlaneSettings
+    from igw.operator.runner import OperatorOptions, run_operator
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.resync_seconds <= 0:
+        print("igw operator: --resync-seconds must be positive", file=sys.stderr)
+        return EXIT_USAGE
+    options = OperatorOptions(
+        kubeconfig=args.kubeconfig,
+        namespaces=tuple(args.namespace),
+        data_plane=DataPlaneSettings(image=args.gateway_image),
+        resync_s=args.resync_seconds,
+        leader_election=not args.no_leader_election,
+        lease_name=args.lease_name,
+        lease_namespace=args.lease_namespace,
+        health_port=args.health_port,
+        **({"identity": args.identity} if args.identity else {}),
+    )
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(signum, stop.set)
+        return await run_operator(options, stop=stop)
+
+    try:
+        return asyncio.run(main())
+    except Exception as exc:  # kubeconfig / in-cluster configuration errors
+        from kubernetes.config import ConfigException
+
+        if isinstance(exc, ConfigException):
+            print(f"igw operator: cannot reach the cluster: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        raise

@@ -1,0 +1,80 @@
+"""Admission of an InferenceGatewayConfig by the operator: the rules of ``igw validate``, then conflicts.
+
+An object is checked as ``igw validate`` checks a file (JSON Schema, admission rules - the same
+rules the CRD carries as CEL), so a cluster that lacks the CRD's validation (an older CRD, or
+server-side validation switched off) still never gets a data plane from an invalid object.
+
+Cross-object rule: two configs in one namespace serving the same ``modelName`` would both discover
+that namespace's model servers, and clients could not tell which endpoint serves the model. The
+newer object (later ``creationTimestamp``, then name) is refused with a message naming the older one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from igw.config.validate import validate_document
+from igw.operator.dataplane import served_document
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why an object is not admitted: a condition reason and one message per problem."""
+
+    reason: str
+    messages: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return "; ".join(self.messages)
+
+
+def spec_problems(igwc: Mapping[str, Any]) -> list[str]:
+    """Every problem of the object, as ``path: message [rule]`` lines (empty when valid)."""
+    problems = validate_document(served_document(igwc))
+    return [f"{p.path}: {p.message} [{p.rule}]" if p.path else f"{p.message} [{p.rule}]" for p in problems]
+
+
+def _age_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+
+
+def _model_names(obj: Mapping[str, Any]) -> set[str]:
+    return {
+        str(s.get("modelName"))
+        for s in (obj.get("spec") or {}).get("schedulers") or []
+        if isinstance(s, Mapping) and s.get("modelName")
+    }
+
+
+def model_conflicts(igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Model names ``igwc`` shares with an older object of its namespace, one message each."""
+    me = igwc["metadata"]
+    mine = _model_names(igwc)
+    messages: list[str] = []
+    for other in sorted(neighbours, key=_age_key):
+        meta = other.get("metadata") or {}
+        if meta.get("uid") == me.get("uid") or meta.get("namespace") != me.get("namespace"):
+            continue
+        if _age_key(other) >= _age_key(igwc):
+            continue
+        for model in sorted(mine & _model_names(other)):
+            messages.append(
+                f'spec.schedulers[].modelName: "{model}" is already served by InferenceGatewayConfig '
+                f'"{meta.get("name")}" in namespace "{me.get("namespace")}" (the older object keeps it)'
+            )
+    return messages
+
+
+def admit(igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]]) -> Refusal | None:
+    """``None`` when the object may be programmed, else why not (invalid spec before conflicts)."""
+    problems = spec_problems(igwc)
+    if problems:
+        return Refusal("InvalidSpec", tuple(problems))
+    conflicts = model_conflicts(igwc, neighbours)
+    if conflicts:
+        return Refusal("ModelNameConflict", tuple(conflicts))
+    return None

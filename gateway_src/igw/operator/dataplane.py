@@ -1,0 +1,349 @@
+"""The data plane of one InferenceGatewayConfig, as the Kubernetes objects the operator applies.
+
+Pure functions of the object and the operator's settings: a ConfigMap holding the admitted spec
+(the operator writes it only after admission), a Deployment of ``igw serve`` pods that watch that
+ConfigMap and hot-reload it (``--config-map``, see :mod:`igw.gateway.config_sync`), a Service
+(an internal NLB through the AWS Load Balancer Controller unless the object says otherwise, with
+the ACM certificate of ``spec.tls`` on a TLS listener), a ServiceAccount with a Role that only reads
+pods and ConfigMaps in the object's namespace, a PodDisruptionBudget and a NetworkPolicy. Every
+object carries a controller owner reference to the InferenceGatewayConfig, so deleting the object
+lets the garbage collector remove its data plane (model deployments are not owned and keep running).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import yaml
+
+from igw.config.model import API_GROUP, API_VERSION, KIND
+
+CONFIG_KEY: Final = "config.yaml"
+CONFIG_DIR: Final = "/var/run/igw"
+GATEWAY_PORT: Final = 8080
+CONFIG_LABEL: Final = f"{API_GROUP}/config"
+MANAGED_BY: Final = "igw-operator"
+TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+DEFAULT_REPLICAS: Final = 2
+DEFAULT_TARGET_PORT: Final = 8000
+REDIS_PORT: Final = 6379
+
+
+@dataclass(frozen=True, slots=True)
+class DataPlaneSettings:
+    """What the operator puts into every data plane (from its command line / chart values)."""
+
+    image: str = "public.ecr.aws/igw/inference-gateway:0.1.0"
+    image_pull_policy: str = "IfNotPresent"
+    run_as_user: int = 10001
+    """The image's non-root user (``gateway_src/Dockerfile``)."""
+    https_egress_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    resources: Mapping[str, Any] = field(
+        default_factory=lambda: {
+            "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "64Mi"},
+            "limits": {"cpu": "2", "memory": "1Gi", "ephemeral-storage": "256Mi"},
+        }
+    )
+    """Gateway container requests/limits unless ``spec.podDefaults.resources`` sets them (the
+    chart's gateway-mode defaults)."""
+
+
+def base_name(igwc_name: str) -> str:
+    """Name shared by the data-plane objects of the InferenceGatewayConfig ``igwc_name``."""
+    return f"{igwc_name}-gateway"
+
+
+def selector_labels(igwc_name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "inference-gateway", "app.kubernetes.io/instance": igwc_name}
+
+
+def _labels(igwc_name: str) -> dict[str, str]:
+    return {
+        **selector_labels(igwc_name),
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        CONFIG_LABEL: igwc_name,
+    }
+
+
+def owner_reference(igwc: Mapping[str, Any]) -> dict[str, Any]:
+    meta = igwc["metadata"]
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def served_document(igwc: Mapping[str, Any]) -> dict[str, Any]:
+    """The document the gateway serves: the object's identity and spec, nothing cluster-owned."""
+    meta = igwc["metadata"]
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "spec": dict(igwc.get("spec") or {}),
+    }
+
+
+def gateway_replicas(spec: Mapping[str, Any]) -> int:
+    """The gateway serves every scheduler, so it runs as many replicas as the largest asks for."""
+    schedulers = spec.get("schedulers") or []
+    return max((int(s.get("replicas", DEFAULT_REPLICAS)) for s in schedulers), default=DEFAULT_REPLICAS)
+
+
+def _data_plane_extension(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (spec.get("extensions") or {}).get("dataPlane") or {}
+
+
+def _metadata(igwc: Mapping[str, Any], name: str) -> dict[str, Any]:
+    meta = igwc["metadata"]
+    return {
+        "name": name,
+        "namespace": meta["namespace"],
+        "labels": _labels(meta["name"]),
+        "ownerReferences": [owner_reference(igwc)],
+    }
+
+
+def config_map(igwc: Mapping[str, Any]) -> dict[str, Any]:
+    name = base_name(igwc["metadata"]["name"])
+    text = yaml.safe_dump(served_document(igwc), sort_keys=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(igwc, f"{name}-config"),
+        "data": {CONFIG_KEY: text},
+    }
+
+
+def service_account(igwc: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _metadata(igwc, base_name(igwc["metadata"]["name"])),
+        "automountServiceAccountToken": True,
+    }
+
+
+def role(igwc: Mapping[str, Any]) -> dict[str, Any]:
+    """Pod discovery and LoRA / EndpointPickerConfig ConfigMaps, read-only, this namespace only."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _metadata(igwc, base_name(igwc["metadata"]["name"])),
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+        ],
+    }
+
+
+def role_binding(igwc: Mapping[str, Any]) -> dict[str, Any]:
+    name = base_name(igwc["metadata"]["name"])
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _metadata(igwc, name),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": igwc["metadata"]["namespace"]}],
+    }
+
+
+def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
+    spec = igwc.get("spec") or {}
+    defaults = spec.get("podDefaults") or {}
+    name = base_name(igwc["metadata"]["name"])
+    container: dict[str, Any] = {
+        "name": "gateway",
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "args": [
+            "serve",
+            "--config",
+            f"{CONFIG_DIR}/{CONFIG_KEY}",
+            "--config-map",
+            f"{igwc['metadata']['namespace']}/{name}-config/{CONFIG_KEY}",
+            "--in-cluster",
+            "--port",
+            str(GATEWAY_PORT),
+        ],
+        "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 2},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}],
+    }
+    container["resources"] = dict(defaults.get("resources") or settings.resources)
+    for key in ("env", "envFrom"):
+        if defaults.get(key):
+            container[key] = defaults[key]
+    pod: dict[str, Any] = {
+        "serviceAccountName": name,
+        "automountServiceAccountToken": True,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": settings.run_as_user,
+            "runAsGroup": settings.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [{"name": "config", "emptyDir": {"sizeLimit": "1Mi"}}],
+    }
+    for key in ("nodeSelector", "tolerations", "affinity"):
+        if defaults.get(key):
+            pod[key] = defaults[key]
+    return pod
+
+
+def deployment(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
+    """``igw serve`` pods; a rolling update never drops below the desired count."""
+    spec = igwc.get("spec") or {}
+    igwc_name = igwc["metadata"]["name"]
+    defaults = spec.get("podDefaults") or {}
+    template_meta: dict[str, Any] = {"labels": {**dict(defaults.get("labels") or {}), **_labels(igwc_name)}}
+    if defaults.get("annotations"):
+        template_meta["annotations"] = dict(defaults["annotations"])
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(igwc, base_name(igwc_name)),
+        "spec": {
+            "replicas": gateway_replicas(spec),
+            "selector": {"matchLabels": selector_labels(igwc_name)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {"metadata": template_meta, "spec": _pod_spec(igwc, settings)},
+        },
+    }
+
+
+def service(igwc: Mapping[str, Any]) -> dict[str, Any]:
+    """The client endpoint: internal NLB (IP targets) by default; TLS on 443 with ``spec.tls.acmArn``."""
+    spec = igwc.get("spec") or {}
+    extension = _data_plane_extension(spec)
+    service_type = str(extension.get("serviceType", "LoadBalancer"))
+    acm_arn = str((spec.get("tls") or {}).get("acmArn") or "")
+    port_name = "https" if acm_arn else "http"
+    annotations: dict[str, str] = {}
+    service_spec: dict[str, Any] = {
+        "type": service_type,
+        "selector": selector_labels(igwc["metadata"]["name"]),
+        "ports": [
+            {"name": port_name, "port": 443 if acm_arn else 80, "targetPort": "http", "protocol": "TCP"}
+        ],
+    }
+    if service_type == "LoadBalancer":
+        prefix = "service.beta.kubernetes.io/aws-load-balancer"
+        annotations |= {
+            f"{prefix}-type": "external",
+            f"{prefix}-nlb-target-type": "ip",
+            f"{prefix}-scheme": str(extension.get("scheme", "internal")),
+            f"{prefix}-healthcheck-protocol": "HTTP",
+            f"{prefix}-healthcheck-path": "/readyz",
+        }
+        if acm_arn:
+            annotations |= {
+                f"{prefix}-ssl-cert": acm_arn,
+                f"{prefix}-ssl-ports": port_name,
+                f"{prefix}-ssl-negotiation-policy": TLS_POLICY,
+                f"{prefix}-backend-protocol": "tcp",
+            }
+        service_spec["loadBalancerClass"] = "service.k8s.aws/nlb"
+    metadata = _metadata(igwc, base_name(igwc["metadata"]["name"]))
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": service_spec}
+
+
+def disruption_budget(igwc: Mapping[str, Any]) -> dict[str, Any]:
+    igwc_name = igwc["metadata"]["name"]
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(igwc, base_name(igwc_name)),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(igwc_name)}},
+    }
+
+
+def _redis_port(spec: Mapping[str, Any]) -> int | None:
+    """The Redis port shared rate limits use (``spec.extensions.rateLimits``), if any."""
+    limits = (spec.get("extensions") or {}).get("rateLimits") or {}
+    if limits.get("backend") != "redis":
+        return None
+    url = urlsplit(str((limits.get("redis") or {}).get("url") or "redis://127.0.0.1:6379/0"))
+    if url.scheme == "unix":
+        return None
+    try:
+        return url.port or REDIS_PORT
+    except ValueError:
+        return REDIS_PORT
+
+
+def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
+    """Clients in on the gateway port; out only to DNS, the model servers' ports, HTTPS (API server,
+    JWKS) and, with shared rate limits, the Redis port."""
+    spec = igwc.get("spec") or {}
+    igwc_name = igwc["metadata"]["name"]
+    model_ports = sorted(
+        {int(s.get("targetPort", DEFAULT_TARGET_PORT)) for s in spec.get("schedulers") or []}
+    ) or [DEFAULT_TARGET_PORT]
+    extra: list[dict[str, Any]] = []
+    redis_port = _redis_port(spec)
+    if redis_port is not None:
+        extra.append({"ports": [{"port": redis_port, "protocol": "TCP"}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(igwc, base_name(igwc_name)),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(igwc_name)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"ports": [{"port": GATEWAY_PORT, "protocol": "TCP"}]}],
+            "egress": [
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                            },
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
+                    "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+                },
+                {
+                    "to": [{"namespaceSelector": {}}],
+                    "ports": [{"port": port, "protocol": "TCP"} for port in model_ports],
+                },
+                {
+                    "to": [{"ipBlock": {"cidr": cidr}} for cidr in settings.https_egress_cidrs],
+                    "ports": [{"port": 443, "protocol": "TCP"}],
+                },
+                *extra,
+            ],
+        },
+    }
+
+
+def desired_objects(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> list[dict[str, Any]]:
+    """Every data-plane object, in apply order (configuration and identity before the pods)."""
+    return [
+        config_map(igwc),
+        service_account(igwc),
+        role(igwc),
+        role_binding(igwc),
+        deployment(igwc, settings),
+        service(igwc),
+        disruption_budget(igwc),
+        network_policy(igwc, settings),
+    ]

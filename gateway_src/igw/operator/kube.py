@@ -1,0 +1,140 @@
+"""The operator's view of the Kubernetes API: the official client's dynamic client, awaited in threads.
+
+The ``kubernetes`` client is synchronous; every call runs in a worker thread so kopf's event loop
+never blocks. Objects go in and come out as plain dicts. :meth:`Kube.apply` is create-or-replace
+keyed by a hash of the desired object stored in an annotation: an unchanged object is not
+written again (no churn, no spurious rollouts), a changed or deleted one is put back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from igw.config.model import API_GROUP, API_VERSION, KIND
+
+APPLIED_HASH: Final = f"{API_GROUP}/applied-hash"
+IGWC_API_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
+_KEPT_SERVICE_FIELDS: Final = ("clusterIP", "clusterIPs", "healthCheckNodePort", "ipFamilies")
+
+
+def desired_hash(obj: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class Kube:
+    """Dict-in, dict-out access to any kind through one ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api_client: Any, *, reporting_instance: str = "") -> None:
+        self._api_client = api_client
+        self._reporting_instance = reporting_instance
+        self._dynamic: Any = None
+        self._discovery_lock = threading.Lock()
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        # The dynamic client reads the API's discovery documents when it is built: do that lazily,
+        # in the worker thread, never on the event loop.
+        with self._discovery_lock:
+            if self._dynamic is None:
+                from kubernetes.dynamic import DynamicClient
+
+                self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
+        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+
+    # ---- sync bodies (run in threads) -------------------------------------------------------------
+    def _get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        try:
+            found: dict[str, Any] = (
+                self._resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
+            )
+        except NotFoundError:
+            return None
+        return found
+
+    def _list(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str | None
+    ) -> list[dict[str, Any]]:
+        result = self._resource(api_version, kind).get(namespace=namespace, label_selector=label_selector)
+        return [dict(item) for item in result.to_dict().get("items") or []]
+
+    def _apply(self, desired: Mapping[str, Any]) -> bool:
+        """Create or replace ``desired``; ``True`` when something was written."""
+        body = json.loads(json.dumps(desired))
+        meta = body["metadata"]
+        digest = desired_hash(desired)
+        meta.setdefault("annotations", {})[APPLIED_HASH] = digest
+        resource = self._resource(body["apiVersion"], body["kind"])
+        current = self._get(body["apiVersion"], body["kind"], meta["namespace"], meta["name"])
+        if current is None:
+            resource.create(body=body, namespace=meta["namespace"])
+            return True
+        if ((current.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH) == digest:
+            return False
+        meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+        if body["kind"] == "Service":
+            for field in _KEPT_SERVICE_FIELDS:
+                if field in (current.get("spec") or {}):
+                    body["spec"][field] = current["spec"][field]
+        resource.replace(body=body, name=meta["name"], namespace=meta["namespace"])
+        return True
+
+    def _patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        resource = self._resource(IGWC_API_VERSION, KIND)
+        resource.status.patch(
+            body={"status": dict(status)},
+            name=name,
+            namespace=namespace,
+            content_type="application/merge-patch+json",
+        )
+
+    def _event(self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:
+        meta = involved["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion", IGWC_API_VERSION),
+                "kind": involved.get("kind", KIND),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": "igw-operator", "host": self._reporting_instance},
+            "reportingComponent": "igw-operator",
+            "reportingInstance": self._reporting_instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._resource("v1", "Event").create(body=event, namespace=meta["namespace"])
+
+    # ---- async surface ------------------------------------------------------------------------------
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self._get, api_version, kind, namespace, name)
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str | None, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._list, api_version, kind, namespace, label_selector)
+
+    async def apply(self, desired: Mapping[str, Any]) -> bool:
+        return await asyncio.to_thread(self._apply, desired)
+
+    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        await asyncio.to_thread(self._patch_status, namespace, name, status)
+
+    async def event(self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:
+        await asyncio.to_thread(self._event, involved, reason=reason, message=message, warning=warning)

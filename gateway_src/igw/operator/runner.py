@@ -1,0 +1,142 @@
+"""Run the operator: connect, win the Lease (when electing), run kopf until stopped or the lease is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from igw.gateway.discovery.kube_client import make_api_client
+from igw.operator.dataplane import DataPlaneSettings
+from igw.operator.election import ElectionSettings, LeaseElection
+from igw.operator.handlers import Connection, build_registry, build_settings
+from igw.operator.kube import Kube
+from igw.operator.reconcile import Reconciler
+
+log = logging.getLogger("igw.operator")
+
+EXIT_STOPPED = 0
+EXIT_CRASHED = 1
+EXIT_LOST_LEASE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorOptions:
+    kubeconfig: str | None = None
+    """``None``: the pod's service account (in-cluster)."""
+    namespaces: Sequence[str] = ()
+    """Watch only these namespaces; empty watches all of them."""
+    data_plane: DataPlaneSettings = field(default_factory=DataPlaneSettings)
+    resync_s: float = 5.0
+    leader_election: bool = True
+    lease_name: str = "igw-operator"
+    lease_namespace: str = "kube-system"
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    health_port: int | None = None
+    """Serve ``/healthz`` here (probes); a standby replica is healthy too."""
+
+
+@contextlib.asynccontextmanager
+async def _health_server(port: int | None) -> AsyncIterator[None]:
+    """``GET /healthz`` answers 200 while the process runs (leader or standby)."""
+    if port is None:
+        yield
+        return
+    from aiohttp import web
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", port).start()
+    try:
+        yield
+    finally:
+        await runner.cleanup()
+
+
+def connection_for(api_client: Any) -> Connection:
+    """kopf's view of the client's configuration; refreshes the token first (in-cluster tokens rotate)."""
+    configuration = api_client.configuration
+    refresh = getattr(configuration, "refresh_api_key_hook", None)
+    if callable(refresh):
+        refresh(configuration)
+    authorization = str((configuration.api_key or {}).get("authorization") or "")
+    token = authorization.removeprefix("Bearer ").strip() or None
+    return Connection(
+        server=str(configuration.host),
+        token=token,
+        ca_path=configuration.ssl_ca_cert,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+        insecure=not configuration.verify_ssl,
+    )
+
+
+async def run_operator(options: OperatorOptions, *, stop: asyncio.Event | None = None) -> int:
+    """Serve until ``stop`` is set (exit 0) or the Lease is lost (exit :data:`EXIT_LOST_LEASE`)."""
+    async with _health_server(options.health_port):
+        return await _run(options, stop or asyncio.Event())
+
+
+async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
+    api_client = make_api_client(kubeconfig=options.kubeconfig, context=None)
+    reconciler = Reconciler(Kube(api_client, reporting_instance=options.identity), options.data_plane)
+    registry = build_registry(reconciler, lambda: connection_for(api_client), resync_s=options.resync_s)
+    election: LeaseElection | None = None
+    lost = asyncio.Event()
+    if options.leader_election:
+        election = LeaseElection(
+            ElectionSettings(options.lease_name, options.lease_namespace, options.identity), api_client
+        )
+        lost = election.lost
+        election.start()
+        log.info(
+            "%s: campaigning for Lease %s/%s", options.identity, options.lease_namespace, options.lease_name
+        )
+        waiter = asyncio.ensure_future(election.leading.wait())
+        stopper = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        stopper.cancel()
+        if stop.is_set():
+            election.stop()
+            return EXIT_STOPPED
+        log.info("%s: leading; starting to reconcile", options.identity)
+    kopf_stop = asyncio.Event()
+    running = asyncio.ensure_future(
+        kopf.operator(
+            registry=registry,
+            settings=build_settings(),
+            standalone=True,
+            clusterwide=not options.namespaces,
+            namespaces=list(options.namespaces),
+            stop_flag=kopf_stop,
+        )
+    )
+    watchers = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait()), running}
+    await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
+    crashed = running.done() and not running.cancelled() and running.exception() is not None
+    if crashed:
+        log.error("%s: kopf stopped with an error: %r", options.identity, running.exception())
+    kopf_stop.set()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await asyncio.wait_for(running, 10)
+    for task in watchers:
+        task.cancel()
+    if election is not None:
+        election.stop()
+    if lost.is_set():
+        log.error("%s: lost the Lease; exiting so a fresh candidate takes its place", options.identity)
+        return EXIT_LOST_LEASE
+    return EXIT_CRASHED if crashed else EXIT_STOPPED

@@ -1,0 +1,258 @@
+"""The status the operator writes on an InferenceGatewayConfig, computed from what it observed.
+
+Conditions (the AWS set, see ``docs/operating.md`` for every reason):
+
+* ``Accepted`` - the latest spec passed admission (``Valid``) or not (``InvalidSpec``,
+  ``ModelNameConflict``, with the path-named problems as the message).
+* ``AdmissionBlocked`` - the inverse view for dashboards: ``True`` while the latest spec is refused
+  and the previous data plane keeps serving.
+* ``GatewayProgrammed`` - the data-plane objects were applied (``Programmed``), could not be
+  (``ApplyFailed``), or never were because no spec was ever admitted (``NotProgrammed``).
+* ``BBRReady`` - body-based routing is on and a gateway replica is ready (``Ready``), waiting
+  (``GatewayNotReady``), or switched off (``Disabled``).
+* ``Ready`` - programmed, at least one gateway replica ready and every scheduler has a ready
+  endpoint (``Ready``), else the first reason that fails.
+
+``schedulers[]`` reports, per scheduler of the spec being served, model-server pods found / ready /
+stale (ready, but a requirement for its signals fails), the missing signals in words, and
+``rolloutState``. A condition keeps its ``lastTransitionTime`` until its status changes; every
+change of status or reason is a :class:`Transition`, which the operator posts as an Event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from igw.config.model_servers import Verdict, check_model_server
+from igw.operator.admission import Refusal
+
+CONDITION_TYPES: Final = ("Accepted", "AdmissionBlocked", "GatewayProgrammed", "BBRReady", "Ready")
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One condition changing status or reason (becomes a Kubernetes Event)."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+    @property
+    def warning(self) -> bool:
+        """Whether the new state needs attention (a feature switched off on purpose does not)."""
+        healthy = "False" if self.type == "AdmissionBlocked" else "True"
+        return self.status != healthy and self.reason != "Disabled"
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the operator saw of one object's data plane in this pass."""
+
+    refusal: Refusal | None
+    programmed: bool
+    """The data plane of the served spec exists (applied in this pass or earlier)."""
+    apply_error: str | None
+    served_spec: Mapping[str, Any] | None
+    """The spec the gateway serves (the rendered ConfigMap), ``None`` before the first admission."""
+    deployment: Mapping[str, Any] | None
+    service: Mapping[str, Any] | None
+    pods: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    """Model-server pods matching each served scheduler's selector, by scheduler name."""
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if (pod.get("metadata") or {}).get("deletionTimestamp") or status.get("phase") != "Running":
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _signal_problems(pod: Mapping[str, Any], engine: str) -> list[str]:
+    """Failed model-server requirements: each one leaves the scheduler without a signal it scores on
+    (every rule in the requirements table is about the metrics: version, flags, KV-cache names)."""
+    problems: list[str] = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        env = {str(e.get("name")): str(e.get("value", "")) for e in container.get("env") or []}
+        args = [*(container.get("command") or []), *(container.get("args") or [])]
+        try:
+            check = check_model_server(
+                engine=engine, image=str(container.get("image", "")), args=args, env=env
+            )
+        except ValueError:
+            continue
+        problems += [
+            f"{container.get('name')}: {result.message}"
+            for result in check.results
+            if result.verdict is Verdict.FAIL
+        ]
+    return problems
+
+
+def _deployment_ready(deployment: Mapping[str, Any] | None) -> tuple[int, bool]:
+    """Ready gateway replicas, and whether a rollout is still under way."""
+    if deployment is None:
+        return 0, True
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    desired = int(spec.get("replicas", 1))
+    ready = int(status.get("readyReplicas", 0))
+    updated = int(status.get("updatedReplicas", 0))
+    generation = int((deployment.get("metadata") or {}).get("generation", 0))
+    rolling = int(status.get("observedGeneration", 0)) < generation or updated < desired or ready < desired
+    return ready, rolling
+
+
+def _scheduler_status(
+    scheduler: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, programmed: bool, gateway_ready: bool
+) -> dict[str, Any]:
+    engine = str(scheduler.get("engineType", "vllm"))
+    ready_pods = [p for p in pods if _pod_ready(p)]
+    missing: list[str] = []
+    stale = 0
+    for pod in ready_pods:
+        problems = _signal_problems(pod, engine)
+        stale += bool(problems)
+        missing += [m for m in problems if m not in missing]
+    if not programmed or not pods:
+        state = "Pending"
+    elif not gateway_ready:
+        state = "Progressing"
+    elif not ready_pods or missing:
+        state = "Degraded"
+    else:
+        state = "Available"
+    return {
+        "name": str(scheduler.get("name")),
+        "currentScheduler": str(scheduler.get("scheduler", "llm-d")),
+        "rolloutState": state,
+        "endpoints": {"found": len(pods), "ready": len(ready_pods), "stale": stale},
+        "missingSignals": missing,
+    }
+
+
+def _address(service: Mapping[str, Any] | None) -> str:
+    if service is None:
+        return ""
+    ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    for entry in ingress:
+        if entry.get("hostname") or entry.get("ip"):
+            return str(entry.get("hostname") or entry.get("ip"))
+    meta = service.get("metadata") or {}
+    return f"{meta.get('name')}.{meta.get('namespace')}.svc"
+
+
+def _conditions(
+    igwc: Mapping[str, Any], seen: Observation, schedulers: list[dict[str, Any]]
+) -> dict[str, tuple[str, str, str]]:
+    """``{type: (status, reason, message)}`` for every condition type."""
+    spec = seen.served_spec or {}
+    gateway_ready, _ = _deployment_ready(seen.deployment)
+    refused = seen.refusal
+    out: dict[str, tuple[str, str, str]] = {}
+    if refused is None:
+        out["Accepted"] = ("True", "Valid", "the spec passed schema, admission and conflict checks")
+        out["AdmissionBlocked"] = ("False", "Admitted", "the latest spec is the one being served")
+    else:
+        out["Accepted"] = ("False", refused.reason, refused.message)
+        keeps = "the previous data plane keeps serving" if seen.programmed else "no data plane exists yet"
+        out["AdmissionBlocked"] = ("True", refused.reason, f"the latest spec was refused; {keeps}")
+    if seen.apply_error is not None:
+        out["GatewayProgrammed"] = ("False", "ApplyFailed", seen.apply_error)
+    elif seen.programmed:
+        applied = "Deployment, Service, configuration, RBAC, PDB and NetworkPolicy applied"
+        tls = spec.get("tls")
+        if isinstance(tls, dict) and not tls.get("acmArn"):
+            # Certificate auto-issue (cert-manager, then import into ACM) is not done by igw operator.
+            applied += (
+                "; spec.tls asks for an auto-issued certificate, which igw operator does not issue: "
+                "the Service listens in plain HTTP until spec.tls.acmArn names a certificate"
+            )
+        out["GatewayProgrammed"] = ("True", "Programmed", applied)
+    else:
+        out["GatewayProgrammed"] = ("False", "NotProgrammed", "no spec of this object has been admitted yet")
+    if not (spec.get("bbr") or {}).get("enabled", True):
+        out["BBRReady"] = (
+            "False",
+            "Disabled",
+            "body-based routing is switched off (spec.bbr.enabled: false)",
+        )
+    elif gateway_ready > 0:
+        out["BBRReady"] = (
+            "True",
+            "Ready",
+            f"{gateway_ready} gateway replica(s) route by the request body's model",
+        )
+    else:
+        out["BBRReady"] = ("False", "GatewayNotReady", "no gateway replica is ready yet")
+    without = [s["name"] for s in schedulers if s["endpoints"]["ready"] == 0]
+    if out["GatewayProgrammed"][0] != "True":
+        out["Ready"] = ("False", "NotProgrammed", out["GatewayProgrammed"][2])
+    elif gateway_ready == 0:
+        out["Ready"] = ("False", "GatewayNotReady", "no gateway replica is ready yet")
+    elif without:
+        out["Ready"] = (
+            "False",
+            "NoReadyEndpoints",
+            f"no ready model-server pod for scheduler(s): {', '.join(without)}",
+        )
+    else:
+        out["Ready"] = (
+            "True",
+            "Ready",
+            f"{gateway_ready} gateway replica(s) serving {len(schedulers)} scheduler(s)",
+        )
+    return out
+
+
+def compute_status(
+    igwc: Mapping[str, Any], seen: Observation, *, now: datetime
+) -> tuple[dict[str, Any], list[Transition]]:
+    """The new ``status`` of ``igwc`` and the condition transitions since its current status."""
+    spec = seen.served_spec or {}
+    gateway_ready, rolling = _deployment_ready(seen.deployment)
+    schedulers = [
+        _scheduler_status(
+            s,
+            seen.pods.get(str(s.get("name")), []),
+            programmed=seen.programmed,
+            gateway_ready=gateway_ready > 0 and not rolling,
+        )
+        for s in spec.get("schedulers") or []
+    ]
+    generation = int((igwc.get("metadata") or {}).get("generation", 0))
+    previous = {c.get("type"): c for c in (igwc.get("status") or {}).get("conditions") or []}
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions: list[dict[str, Any]] = []
+    transitions: list[Transition] = []
+    for kind, (status, reason, message) in _conditions(igwc, seen, schedulers).items():
+        before = previous.get(kind) or {}
+        changed_status = before.get("status") != status
+        if changed_status or before.get("reason") != reason:
+            transitions.append(Transition(kind, status, reason, message))
+        conditions.append(
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "observedGeneration": generation,
+                "lastTransitionTime": stamp if changed_status else before.get("lastTransitionTime", stamp),
+            }
+        )
+    status_body: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": conditions,
+        "schedulers": schedulers,
+        "models": ", ".join(str(s.get("modelName")) for s in spec.get("schedulers") or []),
+        "readyEndpoints": sum(s["endpoints"]["ready"] for s in schedulers),
+        "address": _address(seen.service),
+    }
+    acm_arn = (spec.get("tls") or {}).get("acmArn") if isinstance(spec.get("tls"), dict) else None
+    if acm_arn and seen.programmed:
+        status_body["tls"] = {"acmArn": str(acm_arn)}
+    elif (igwc.get("status") or {}).get("tls"):
+        status_body["tls"] = (igwc.get("status") or {})["tls"]
+    return status_body, transitions

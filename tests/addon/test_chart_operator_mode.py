@@ -1,0 +1,126 @@
+"""The chart's default mode: the CRD, the operator (HA) and its exact RBAC; nothing per config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from igw.addon import chart, pins
+from igw.operator.dataplane import DataPlaneSettings, desired_objects
+
+DATA_PLANE_VERBS = {"get", "create", "update"}
+
+
+def _objects(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+
+
+def _grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def _plural(kind: str) -> str:
+    return {"NetworkPolicy": "networkpolicies", "PodDisruptionBudget": "poddisruptionbudgets"}.get(
+        kind, kind.lower() + "s"
+    )
+
+
+def _expected_namespaced_grants() -> dict[tuple[str, str], set[str]]:
+    """What the operator calls: CRUD-less apply of every data-plane kind, plus reads and status."""
+    igwc = {"metadata": {"name": "x", "namespace": "n", "uid": "u"}, "spec": {"schedulers": []}}
+    expected: dict[tuple[str, str], set[str]] = {}
+    for obj in desired_objects(igwc, DataPlaneSettings()):
+        group = obj["apiVersion"].rpartition("/")[0]
+        expected.setdefault((group, _plural(obj["kind"])), set()).update(DATA_PLANE_VERBS)
+    group = "inference.sagemaker.aws.amazon.com"
+    expected[(group, "inferencegatewayconfigs")] = {"get", "list", "watch", "patch"}
+    expected[(group, "inferencegatewayconfigs/status")] = {"patch"}
+    expected[("", "events")] = {"create"}
+    expected[("", "pods")] = {"get", "list", "watch"}
+    # The gateway pods' Role grants list/watch on ConfigMaps; the operator must hold it to grant it.
+    expected[("", "configmaps")] |= {"list", "watch"}
+    return expected
+
+
+def test_default_mode_installs_the_operator_and_nothing_per_config() -> None:
+    objects = _objects({})
+    kinds = sorted({o["kind"] for o in objects})
+    assert kinds == sorted(
+        {
+            "CustomResourceDefinition",
+            "Deployment",
+            "PodDisruptionBudget",
+            "NetworkPolicy",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "ServiceAccount",
+        }
+    )
+    names = {o["metadata"]["name"] for o in objects if o["kind"] not in ("CustomResourceDefinition",)}
+    assert all(name.startswith("igw-operator") for name in names), names
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert deployment["metadata"]["name"] == "igw-operator"
+    assert deployment["spec"]["replicas"] == 2
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[0] == "operator"
+    assert args[args.index("--lease-namespace") + 1] == pins.ADDON_NAMESPACE
+    assert args[args.index("--identity") + 1] == "$(POD_NAME)"
+    assert args[args.index("--gateway-image") + 1] == container["image"]
+    assert "--namespace" not in args
+
+
+def test_operator_rbac_grants_exactly_what_it_uses() -> None:
+    objects = _objects({})
+    (cluster_role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    grants = _grants(cluster_role["rules"])
+    expected = _expected_namespaced_grants()
+    expected[("apiextensions.k8s.io", "customresourcedefinitions")] = {"get", "list", "watch"}
+    assert grants == expected
+    (lease_role,) = [o for o in objects if o["kind"] == "Role"]
+    assert lease_role["metadata"]["namespace"] == pins.ADDON_NAMESPACE
+    assert _grants(lease_role["rules"]) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+    assert all("*" not in verbs for verbs in grants.values())
+    assert not any(resource == "secrets" for _, resource in grants)
+
+
+def test_namespace_list_gives_namespaced_roles_and_a_read_only_cluster_role() -> None:
+    objects = _objects({"operator": {"namespaces": ["models-a", "models-b"]}})
+    (cluster_role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert _grants(cluster_role["rules"]) == {
+        ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+        ("", "namespaces"): {"get", "list", "watch"},
+    }
+    roles = {
+        o["metadata"]["namespace"]: o
+        for o in objects
+        if o["kind"] == "Role" and "leader" not in o["metadata"]["name"]
+    }
+    assert sorted(roles) == ["models-a", "models-b"]
+    for role in roles.values():
+        assert _grants(role["rules"]) == _expected_namespaced_grants()
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--namespace"] == ["models-a", "models-b"]
+
+
+def test_crd_install_is_skippable() -> None:
+    kinds = {o["kind"] for o in _objects({"crds": {"enabled": False}})}
+    assert "CustomResourceDefinition" not in kinds
+    assert "Deployment" in kinds
+
+
+def test_gateway_mode_stays_available_and_renders_no_operator() -> None:
+    objects = _objects({"mode": "gateway"})
+    names = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert ("Deployment", "igw") in names
+    assert ("ConfigMap", "igw-config") in names
+    assert not any(name.endswith("-operator") for _, name in names)

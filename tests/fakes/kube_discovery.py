@@ -1,0 +1,231 @@
+"""Discovery documents and server-side tables of the fake Kubernetes API server.
+
+Clients find resources before they use them: ``kubectl`` and kopf read ``/api``, ``/api/v1``,
+``/apis`` and ``/apis/<group>/<version>`` (the legacy, unaggregated discovery, which every client
+still accepts when the server does not answer in the aggregated format). ``kubectl get`` asks for a
+``meta.k8s.io/v1`` ``Table`` and prints its columns; for a custom resource the columns come from the
+CRD's ``additionalPrinterColumns``, evaluated here with the small JSONPath subset CRDs use
+(``.a.b``, ``[0]``, ``[*]``, ``[?(@.key=="value")]``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from tests.fakes.kube_store import ResourceKind
+
+_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+_FILTER = re.compile(r"""\[\?\(@\.([\w.]+)\s*==\s*["']([^"']*)["']\)\]""")
+
+
+def _resource_entry(kind: ResourceKind) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": kind.plural,
+        "singularName": kind.kind.lower(),
+        "namespaced": kind.namespaced,
+        "kind": kind.kind,
+        "verbs": list(_VERBS),
+    }
+    if kind.short_names:
+        entry["shortNames"] = list(kind.short_names)
+    return entry
+
+
+def resource_list(group_version: str, kinds: Iterable[ResourceKind]) -> dict[str, Any]:
+    """``APIResourceList`` of one group/version, with ``<plural>/status`` for status subresources."""
+    resources: list[dict[str, Any]] = []
+    for kind in sorted(kinds, key=lambda k: k.plural):
+        resources.append(_resource_entry(kind))
+        if kind.status_subresource:
+            resources.append(
+                {
+                    "name": f"{kind.plural}/status",
+                    "singularName": "",
+                    "namespaced": kind.namespaced,
+                    "kind": kind.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": resources,
+    }
+
+
+def group_list(kinds: Iterable[ResourceKind]) -> dict[str, Any]:
+    """``APIGroupList`` of every named group (the core group is served under ``/api``)."""
+    versions: dict[str, list[str]] = {}
+    for kind in kinds:
+        if kind.group and kind.version not in versions.setdefault(kind.group, []):
+            versions[kind.group].append(kind.version)
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [group_document(group, found) for group, found in sorted(versions.items())],
+    }
+
+
+def group_document(group: str, versions: list[str]) -> dict[str, Any]:
+    entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": group,
+        "versions": entries,
+        "preferredVersion": entries[0],
+    }
+
+
+def wants_table(accept: str) -> bool:
+    """Whether an ``Accept`` header asks for a ``Table`` (what ``kubectl get`` sends first)."""
+    return "as=Table" in accept
+
+
+def jsonpath_values(obj: Any, path: str) -> list[Any]:
+    """Values at a printer-column JSONPath; an empty list when the path does not resolve."""
+    current: list[Any] = [obj]
+    rest = path.strip()
+    while rest:
+        if rest.startswith("."):
+            match = re.match(r"\.([\w-]+)", rest)
+            if match is None:
+                return []
+            key, rest = match.group(1), rest[match.end() :]
+            current = [c[key] for c in current if isinstance(c, Mapping) and key in c]
+            continue
+        filtered = _FILTER.match(rest)
+        if filtered:
+            field, wanted = filtered.group(1), filtered.group(2)
+            rest = rest[filtered.end() :]
+            current = [
+                item
+                for c in current
+                if isinstance(c, list)
+                for item in c
+                if [str(v) for v in jsonpath_values(item, "." + field)][:1] == [wanted]
+            ]
+            continue
+        index = re.match(r"\[(\*|\d+)\]", rest)
+        if index is None:
+            return []
+        rest = rest[index.end() :]
+        if index.group(1) == "*":
+            current = [item for c in current if isinstance(c, list) for item in c]
+        else:
+            n = int(index.group(1))
+            current = [c[n] for c in current if isinstance(c, list) and len(c) > n]
+    return current
+
+
+def human_age(timestamp: str, *, now: datetime | None = None) -> str:
+    """``kubectl``'s short age (``45s``, ``12m``, ``3h``, ``2d``) for an RFC 3339 timestamp."""
+    try:
+        then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return "<invalid>"
+    seconds = max(0, int(((now or datetime.now(UTC)) - then).total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 3 * 3600:
+        return f"{seconds // 60}m"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def _cell(obj: Mapping[str, Any], column: Mapping[str, Any]) -> Any:
+    values = jsonpath_values(obj, str(column.get("jsonPath", "")))
+    if not values:
+        return None
+    value = values[0]
+    if column.get("type") == "date" and isinstance(value, str):
+        return human_age(value)
+    return value
+
+
+def table(kind: ResourceKind, items: list[dict[str, Any]], resource_version: str) -> dict[str, Any]:
+    """A ``meta.k8s.io/v1`` ``Table``: Name, then the kind's printer columns (or Age)."""
+    columns: list[Mapping[str, Any]] = list(kind.printer_columns) or [
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    ]
+    definitions = [
+        {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
+        *(
+            {
+                "name": str(c["name"]),
+                "type": str(c.get("type", "string")),
+                "format": "",
+                "description": str(c.get("description", "")),
+                "priority": int(c.get("priority", 0)),
+            }
+            for c in columns
+        ),
+    ]
+    rows = [
+        {
+            "cells": [item["metadata"]["name"], *(_cell(item, c) for c in columns)],
+            "object": {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": item["metadata"],
+            },
+        }
+        for item in items
+    ]
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": definitions,
+        "rows": rows,
+    }
+
+
+def _group_version_path(kind: ResourceKind) -> str:
+    return f"apis/{kind.group}/{kind.version}" if kind.group else "api/v1"
+
+
+def openapi_root(kinds: Iterable[ResourceKind]) -> dict[str, Any]:
+    """``/openapi/v3``: where each group/version's document lives."""
+    paths = sorted({_group_version_path(k) for k in kinds})
+    return {"paths": {p: {"serverRelativeURL": f"/openapi/v3/{p}?hash=fake"} for p in paths}}
+
+
+def openapi_group_version(path: str, kinds: Iterable[ResourceKind]) -> dict[str, Any] | None:
+    """A group/version's OpenAPI v3 document: enough operations for ``kubectl`` to see that the
+    server validates fields itself (``fieldValidation``), so it sends objects without a local schema."""
+    matching = [k for k in kinds if _group_version_path(k) == path]
+    if not matching:
+        return None
+    parameters = [
+        {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+        for name in ("dryRun", "fieldManager", "fieldValidation")
+    ]
+    paths: dict[str, Any] = {}
+    for kind in matching:
+        gvk = [{"group": kind.group, "version": kind.version, "kind": kind.kind}]
+        scope = (
+            f"/{path}/namespaces/{{namespace}}/{kind.plural}" if kind.namespaced else f"/{path}/{kind.plural}"
+        )
+
+        def operation(verb: str, gvk: list[dict[str, str]] = gvk) -> dict[str, Any]:
+            return {
+                "parameters": parameters,
+                "x-kubernetes-action": verb,
+                "x-kubernetes-group-version-kind": gvk[0],
+                "responses": {"200": {"description": "OK"}},
+            }
+
+        paths[scope] = {"post": operation("post")}
+        paths[f"{scope}/{{name}}"] = {"put": operation("put"), "patch": operation("patch")}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.4"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }

@@ -1,0 +1,179 @@
+"""Helpers for operator tests: a fake cluster with the CRD installed, operators in threads, polling."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from igw.config.crd import CRD_PATH
+from igw.operator.runner import OperatorOptions, run_operator
+from tests.fakes.kube_api import FakeKubeApiServer
+
+ROOT = Path(__file__).resolve().parents[2]
+IGWC_API = ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inferencegatewayconfigs")
+T = TypeVar("T")
+
+
+def install_crd(kube: FakeKubeApiServer) -> None:
+    kube.add(yaml.safe_load((ROOT / CRD_PATH).read_text()))
+
+
+def igwc(
+    name: str, namespace: str = "inference", *, model: str = "llama", app: str = "llama"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+        "kind": "InferenceGatewayConfig",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "bbr": {"enabled": True},
+            "schedulers": [
+                {"name": "main", "modelName": model, "modelSelector": {"matchLabels": {"app": app}}}
+            ],
+        },
+    }
+
+
+def find(kube: FakeKubeApiServer, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    for obj in kube.store.iter_all():
+        meta = obj["metadata"]
+        if obj["kind"] == kind and meta.get("namespace", "") == namespace and meta["name"] == name:
+            return obj
+    return None
+
+
+def owned_by(kube: FakeKubeApiServer, uid: str) -> list[dict[str, Any]]:
+    return [
+        obj
+        for obj in kube.store.iter_all()
+        if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
+    ]
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    for entry in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if entry["type"] == kind:
+            return dict(entry)
+    return {}
+
+
+def wait_for(probe: Callable[[], T | None], *, timeout: float = 30.0, what: str = "condition") -> T:
+    """Poll ``probe`` until it returns something truthy (no wall-clock assertion, only a give-up time)."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+
+
+def wait_condition(
+    kube: FakeKubeApiServer,
+    name: str,
+    kind: str,
+    status: str | None = None,
+    *,
+    namespace: str = "inference",
+    timeout: float = 30.0,
+) -> dict[str, Any]:
+    """The condition ``kind`` of an InferenceGatewayConfig once it exists (and has ``status``, if given)."""
+
+    def probe() -> dict[str, Any] | None:
+        found = condition(find(kube, "InferenceGatewayConfig", namespace, name), kind)
+        return found if found and (status is None or found.get("status") == status) else None
+
+    return wait_for(probe, timeout=timeout, what=f"{kind}={status or 'any'} on {namespace}/{name}")
+
+
+def mark_deployment_ready(kube: FakeKubeApiServer, namespace: str, name: str) -> None:
+    """Play the Deployment controller: every desired replica updated and ready."""
+    current = find(kube, "Deployment", namespace, name)
+    assert current is not None, f"no Deployment {namespace}/{name}"
+    replicas = current["spec"]["replicas"]
+    body = copy.deepcopy(current)
+    body["status"] = {
+        "observedGeneration": current["metadata"]["generation"],
+        "replicas": replicas,
+        "updatedReplicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+    }
+    kind = kube.store.kind_for(api_version="apps/v1", kind="Deployment")
+    kube.store.replace(kind, namespace, name, body, status_only=True)
+
+
+def update_spec(
+    kube: FakeKubeApiServer, namespace: str, name: str, mutate: Callable[[dict[str, Any]], None]
+) -> None:
+    current = find(kube, "InferenceGatewayConfig", namespace, name)
+    assert current is not None
+    mutate(current["spec"])
+    current["metadata"].pop("resourceVersion", None)
+    kind = kube.store.kind_for(
+        api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
+    )
+    kube.store.replace(kind, namespace, name, current)
+
+
+class OperatorThread:
+    """``run_operator`` on its own event loop in a thread; :meth:`stop` ends it and returns its exit code."""
+
+    def __init__(self, options: OperatorOptions) -> None:
+        self.options = options
+        self.exit_code: int | None = None
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="igw-operator", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def main() -> int:
+            self._stop = asyncio.Event()
+            self._started.set()
+            return await run_operator(self.options, stop=self._stop)
+
+        self.exit_code = self._loop.run_until_complete(main())
+        self._loop.close()
+
+    def start(self) -> OperatorThread:
+        self._thread.start()
+        self._started.wait(10)
+        return self
+
+    def stop(self) -> int | None:
+        if self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+        return self.exit_code
+
+
+def operator_options(kubeconfig: Path, **overrides: Any) -> OperatorOptions:
+    settings: dict[str, Any] = {
+        "kubeconfig": str(kubeconfig),
+        "resync_s": 0.5,
+        "leader_election": False,
+        "lease_namespace": "default",
+    }
+    settings.update(overrides)
+    return OperatorOptions(**settings)
+
+
+@contextlib.contextmanager
+def running_operator(kubeconfig: Path, **overrides: Any) -> Iterator[OperatorThread]:
+    operator = OperatorThread(operator_options(kubeconfig, **overrides)).start()
+    try:
+        yield operator
+    finally:
+        operator.stop()

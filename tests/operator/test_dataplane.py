@@ -1,0 +1,141 @@
+"""The data-plane objects the operator renders: valid Kubernetes, least privilege, owned, TLS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from igw.config.validate import validate_document
+from igw.operator.dataplane import (
+    CONFIG_KEY,
+    DataPlaneSettings,
+    desired_objects,
+    gateway_replicas,
+    served_document,
+)
+
+K8S_VERSION = "1.33.0"
+ARN = "arn:aws:acm:us-west-2:123456789012:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+
+
+def _igwc(**spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "bbr": {"enabled": True},
+        "schedulers": [
+            {"name": "main", "modelName": "llama", "modelSelector": {"matchLabels": {"app": "llama"}}}
+        ],
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+        "kind": "InferenceGatewayConfig",
+        "metadata": {"name": "chat", "namespace": "inference", "uid": "1234", "generation": 3},
+        "spec": body,
+    }
+
+
+def _by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o for o in objects}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"tls": {"acmArn": ARN}},
+        {"extensions": {"dataPlane": {"serviceType": "ClusterIP"}}},
+        {"podDefaults": {"nodeSelector": {"pool": "cpu"}, "resources": {"requests": {"cpu": "500m"}}}},
+    ],
+    ids=["default", "tls", "cluster-ip", "pod-defaults"],
+)
+def test_every_object_is_strictly_valid_and_owned(spec: dict[str, Any]) -> None:
+    for obj in desired_objects(_igwc(**spec), DataPlaneSettings()):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        [owner] = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            "InferenceGatewayConfig",
+            "chat",
+            "1234",
+            True,
+        )
+        assert obj["metadata"]["namespace"] == "inference"
+
+
+def test_role_only_reads_pods_and_config_maps() -> None:
+    role = _by_kind(desired_objects(_igwc(), DataPlaneSettings()))["Role"]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+    ]
+
+
+def test_tls_puts_the_acm_certificate_on_an_internal_nlb_listener() -> None:
+    service = _by_kind(desired_objects(_igwc(tls={"acmArn": ARN}), DataPlaneSettings()))["Service"]
+    annotations = service["metadata"]["annotations"]
+    prefix = "service.beta.kubernetes.io/aws-load-balancer"
+    assert annotations[f"{prefix}-ssl-cert"] == ARN
+    assert annotations[f"{prefix}-ssl-ports"] == "https"
+    assert annotations[f"{prefix}-scheme"] == "internal"
+    assert annotations[f"{prefix}-ssl-negotiation-policy"].startswith("ELBSecurityPolicy-TLS13")
+    assert service["spec"]["ports"][0]["port"] == 443
+    plain = _by_kind(desired_objects(_igwc(), DataPlaneSettings()))["Service"]
+    assert f"{prefix}-ssl-cert" not in plain["metadata"]["annotations"]
+    assert plain["spec"]["ports"][0]["port"] == 80
+
+
+def test_cluster_ip_service_has_no_load_balancer_annotations() -> None:
+    objects = desired_objects(
+        _igwc(extensions={"dataPlane": {"serviceType": "ClusterIP"}}), DataPlaneSettings()
+    )
+    service = _by_kind(objects)["Service"]
+    assert service["spec"]["type"] == "ClusterIP"
+    assert "annotations" not in service["metadata"]
+
+
+def test_config_map_carries_exactly_the_objects_spec() -> None:
+    igwc = _igwc(auth={"jwt": {"provider": {"issuer": "https://issuer.example.com", "audiences": ["a"]}}})
+    config_map = _by_kind(desired_objects(igwc, DataPlaneSettings()))["ConfigMap"]
+    served = yaml.safe_load(config_map["data"][CONFIG_KEY])
+    assert served["spec"] == igwc["spec"]
+    assert served["metadata"] == {"name": "chat", "namespace": "inference"}
+
+
+def test_replicas_follow_the_largest_scheduler() -> None:
+    assert gateway_replicas({"schedulers": [{"replicas": 1}, {"replicas": 4}]}) == 4
+    assert gateway_replicas({"schedulers": [{}]}) == 2
+
+
+def test_network_policy_allows_the_model_server_ports() -> None:
+    igwc = _igwc()
+    igwc["spec"]["schedulers"][0]["targetPort"] = 9000
+    policy = _by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
+    egress_ports = [p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]]
+    assert 9000 in egress_ports
+    assert 8000 not in egress_ports
+
+
+def test_gateway_container_has_requests_and_limits_unless_the_spec_sets_them() -> None:
+    (deployment,) = [o for o in desired_objects(_igwc(), DataPlaneSettings()) if o["kind"] == "Deployment"]
+    resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert set(resources) == {"requests", "limits"}
+    mine = {"requests": {"cpu": "1"}}
+    (custom,) = [
+        o
+        for o in desired_objects(_igwc(podDefaults={"resources": mine}), DataPlaneSettings())
+        if o["kind"] == "Deployment"
+    ]
+    assert custom["spec"]["template"]["spec"]["containers"][0]["resources"] == mine
+
+
+def test_network_policy_lets_shared_rate_limits_reach_redis() -> None:
+    limits = {"backend": "redis", "redis": {"url": "rediss://cache.example.internal:6380/0"}}
+    igwc = _igwc(extensions={"rateLimits": limits})
+    assert validate_document(served_document(igwc)) == []
+    policy = _by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
+    egress_ports = [p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]]
+    assert 6380 in egress_ports
+    plain = _by_kind(desired_objects(_igwc(), DataPlaneSettings()))["NetworkPolicy"]
+    assert 6380 not in [p["port"] for rule in plain["spec"]["egress"] for p in rule["ports"]]

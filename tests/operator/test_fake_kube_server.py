@@ -1,0 +1,126 @@
+"""What the fake API server does for the operator's clients: watches with bookmarks and 410, GC, status."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
+from tests.operator.harness import find, igwc, install_crd
+
+
+@pytest.fixture
+def kube() -> Any:
+    with running_fake_kube() as server:
+        install_crd(server)
+        server.bookmark_interval_s = 0.05
+        yield server
+
+
+def _get(kube: FakeKubeApiServer, path: str, **query: str) -> bytes:
+    url = f"{kube.url}{path}?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body: bytes = response.read()
+    return body
+
+
+def _watch_lines(kube: FakeKubeApiServer, path: str, **query: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in _get(kube, path, **query).decode().splitlines() if line]
+
+
+def test_watch_sends_bookmarks_when_asked(kube: FakeKubeApiServer) -> None:
+    kube.add(igwc("chat"))
+    rv = str(kube.store.resource_version)
+    path = "/apis/inference.sagemaker.aws.amazon.com/v1alpha1/inferencegatewayconfigs"
+    events = _watch_lines(
+        kube, path, watch="true", allowWatchBookmarks="true", resourceVersion=rv, timeoutSeconds="1"
+    )
+    assert events
+    assert {e["type"] for e in events} == {"BOOKMARK"}
+    assert events[0]["object"]["metadata"]["resourceVersion"] == rv
+    quiet = _watch_lines(kube, path, watch="true", resourceVersion=rv, timeoutSeconds="1")
+    assert quiet == []
+
+
+def test_old_resource_version_gets_410_then_relist_works(kube: FakeKubeApiServer) -> None:
+    kube.add(igwc("chat"))
+    old = "1"
+    kube.store.compact()
+    path = "/apis/inference.sagemaker.aws.amazon.com/v1alpha1/inferencegatewayconfigs"
+    [event] = _watch_lines(kube, path, watch="true", resourceVersion=old, timeoutSeconds="1")
+    assert event["type"] == "ERROR"
+    assert event["object"]["code"] == 410
+    custom = kubernetes.client.CustomObjectsApi(kube.api_client())
+    listed = custom.list_cluster_custom_object(
+        "inference.sagemaker.aws.amazon.com", "v1alpha1", "inferencegatewayconfigs"
+    )
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["chat"]
+
+
+def test_deleting_an_owner_collects_its_dependents_transitively(kube: FakeKubeApiServer) -> None:
+    owner = kube.add(igwc("chat"))
+    ref = {"apiVersion": "v1", "kind": "X", "name": "chat", "uid": owner["metadata"]["uid"]}
+    child = kube.add(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "inference", "ownerReferences": [ref]},
+            "spec": {},
+        }
+    )
+    grandchild_ref = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "d",
+        "uid": child["metadata"]["uid"],
+    }
+    kube.add(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "g", "namespace": "inference", "ownerReferences": [grandchild_ref]},
+        }
+    )
+    kube.add(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "free", "namespace": "inference"}}
+    )
+    custom = kubernetes.client.CustomObjectsApi(kube.api_client())
+    custom.delete_namespaced_custom_object(
+        "inference.sagemaker.aws.amazon.com", "v1alpha1", "inference", "inferencegatewayconfigs", "chat"
+    )
+    assert find(kube, "Deployment", "inference", "d") is None
+    assert find(kube, "ConfigMap", "inference", "g") is None
+    assert find(kube, "ConfigMap", "inference", "free") is not None
+
+
+def test_main_resource_writes_keep_the_status_subresource(kube: FakeKubeApiServer) -> None:
+    kube.add(igwc("chat"))
+    custom = kubernetes.client.CustomObjectsApi(kube.api_client())
+    args = ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inference", "inferencegatewayconfigs", "chat")
+    custom.patch_namespaced_custom_object_status(*args, {"status": {"models": "llama"}})
+    updated = custom.patch_namespaced_custom_object(
+        *args, {"status": {"models": "forged"}, "metadata": {"labels": {"a": "b"}}}
+    )
+    assert updated["status"] == {"models": "llama"}
+    assert updated["metadata"]["generation"] == 1
+    spec_change = custom.patch_namespaced_custom_object(*args, {"spec": {"bbr": {"enabled": False}}})
+    assert spec_change["metadata"]["generation"] == 2
+    stale = dict(updated)
+    with pytest.raises(ApiException) as conflict:
+        custom.replace_namespaced_custom_object(*args, stale)
+    assert conflict.value.status == 409
+
+
+def test_discovery_lists_short_names_and_status_subresources(kube: FakeKubeApiServer) -> None:
+    document = json.loads(_get(kube, "/apis/inference.sagemaker.aws.amazon.com/v1alpha1"))
+    resources = {r["name"]: r for r in document["resources"]}
+    assert resources["inferencegatewayconfigs"]["shortNames"] == ["igwc"]
+    assert "inferencegatewayconfigs/status" in resources
+    groups = json.loads(_get(kube, "/apis"))
+    assert "coordination.k8s.io" in {g["name"] for g in groups["groups"]}

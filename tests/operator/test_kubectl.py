@@ -1,0 +1,93 @@
+"""The real ``kubectl`` (v1.32 client) drives the operator through the fake API server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fakes.kube_api import FakeKubeApiServer, make_pod
+from tests.operator.harness import (
+    OperatorThread,
+    find,
+    igwc,
+    mark_deployment_ready,
+    wait_condition,
+    wait_for,
+)
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
+
+
+def kubectl(kubeconfig: Path, *args: str) -> str:
+    result = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KUBECTL_EXTERNAL_DIFF": ""},
+        check=False,
+    )
+    assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
+    return result.stdout
+
+
+def test_apply_get_describe_reapply_delete(
+    cluster: FakeKubeApiServer, kubeconfig: Path, operator: OperatorThread, tmp_path: Path
+) -> None:
+    cluster.add(make_pod(name="llama-0", namespace="inference", labels={"app": "llama"}))
+    manifest = tmp_path / "chat.yaml"
+    manifest.write_text(yaml.safe_dump(igwc("chat")))
+
+    assert "inferencegatewayconfig.inference.sagemaker.aws.amazon.com/chat created" in kubectl(
+        kubeconfig, "apply", "-f", str(manifest)
+    )
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+    mark_deployment_ready(cluster, "inference", "chat-gateway")
+    wait_condition(cluster, "chat", "Ready", "True")
+
+    table = kubectl(kubeconfig, "get", "igwc", "-n", "inference")
+    header, row = table.strip().splitlines()
+    assert header.split() == ["NAME", "MODELS", "READY", "ENDPOINTS", "ADDRESS", "BBR", "AGE"]
+    assert row.split()[:6] == ["chat", "llama", "True", "1", "chat-gateway.inference.svc", "true"]
+
+    # The events follow the status they describe by one API call: wait for the last one.
+    described = wait_for(
+        lambda: (
+            (text := kubectl(kubeconfig, "describe", "igwc", "chat", "-n", "inference"))
+            and "ReadyReady" in text
+            and text
+        ),
+        what="the ReadyReady event in kubectl describe",
+    )
+    assert "Rollout State:  Available" in described
+    assert "AcceptedValid" in described
+
+    changed = igwc("chat")
+    changed["spec"]["schedulers"][0]["modelName"] = "llama-3.1"
+    manifest.write_text(yaml.safe_dump(changed))
+    assert "configured" in kubectl(kubeconfig, "apply", "-f", str(manifest))
+    wait_for(
+        lambda: "llama-3.1" in kubectl(kubeconfig, "get", "igwc", "chat", "-n", "inference"),
+        what="the new model in kubectl get",
+    )
+    broken = igwc("chat")
+    broken["spec"]["schedulers"][0]["targetPort"] = 70000
+    manifest.write_text(yaml.safe_dump(broken))
+    kubectl(kubeconfig, "apply", "-f", str(manifest))
+    wait_for(
+        lambda: (
+            "spec.schedulers[0].targetPort"
+            in kubectl(kubeconfig, "describe", "igwc", "chat", "-n", "inference")
+        ),
+        what="the refusal in kubectl describe",
+    )
+
+    assert "deleted" in kubectl(kubeconfig, "delete", "-f", str(manifest))
+    assert find(cluster, "Deployment", "inference", "chat-gateway") is None
+    assert find(cluster, "Pod", "inference", "llama-0") is not None

@@ -1,0 +1,246 @@
+"""End to end: the operator (kopf + the real client) against the fake API server, object by object."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from igw.operator.dataplane import CONFIG_KEY
+from tests.fakes.kube_api import FakeKubeApiServer, make_pod
+from tests.operator.harness import (
+    OperatorThread,
+    condition,
+    find,
+    igwc,
+    mark_deployment_ready,
+    owned_by,
+    running_operator,
+    update_spec,
+    wait_condition,
+    wait_for,
+)
+
+DATA_PLANE_KINDS = {
+    "ConfigMap",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "Deployment",
+    "Service",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+}
+
+
+def _served_spec(kube: FakeKubeApiServer, name: str) -> dict[str, object]:
+    config_map = find(kube, "ConfigMap", "inference", f"{name}-gateway-config")
+    assert config_map is not None
+    return dict(yaml.safe_load(config_map["data"][CONFIG_KEY])["spec"])
+
+
+def test_apply_creates_an_owned_data_plane_and_becomes_ready(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    cluster.add(make_pod(name="llama-0", namespace="inference", labels={"app": "llama"}))
+    created = cluster.add(igwc("chat"))
+    uid = created["metadata"]["uid"]
+
+    owned = wait_for(
+        lambda: {o["kind"] for o in owned_by(cluster, uid)} >= DATA_PLANE_KINDS or None, what="data plane"
+    )
+    assert owned
+    deployment = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert deployment is not None
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"][:5] == [
+        "serve",
+        "--config",
+        "/var/run/igw/config.yaml",
+        "--config-map",
+        "inference/chat-gateway-config/config.yaml",
+    ]
+    service = find(cluster, "Service", "inference", "chat-gateway")
+    assert service is not None
+    annotations = service["metadata"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    assert _served_spec(cluster, "chat") == created["spec"]
+    accepted = wait_condition(cluster, "chat", "Accepted")
+    assert accepted["status"] == "True"
+    programmed = wait_condition(cluster, "chat", "GatewayProgrammed")
+    assert programmed["status"] == "True"
+    # No gateway replica is ready until the Deployment controller says so.
+    not_ready = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Ready")
+    assert (not_ready["status"], not_ready["reason"]) == ("False", "GatewayNotReady")
+
+    mark_deployment_ready(cluster, "inference", "chat-gateway")
+    ready = wait_condition(cluster, "chat", "Ready", "True")
+    assert ready["reason"] == "Ready"
+    obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert obj is not None
+    status = obj["status"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    assert status["readyEndpoints"] == 1
+    assert status["models"] == "llama"
+    assert status["address"] == "chat-gateway.inference.svc"
+    [scheduler] = status["schedulers"]
+    assert scheduler["endpoints"] == {"found": 1, "ready": 1, "stale": 0}
+    assert scheduler["rolloutState"] == "Available"
+    assert condition(obj, "BBRReady")["status"] == "True"
+    assert condition(obj, "AdmissionBlocked")["status"] == "False"
+    wanted = {"AcceptedValid", "GatewayProgrammedProgrammed", "ReadyReady"}
+
+    def reasons() -> set[str] | None:
+        posted = {
+            str(e["reason"])
+            for e in cluster.store.iter_all()
+            if e["kind"] == "Event" and e["involvedObject"]["uid"] == uid
+        }
+        return posted if wanted <= posted else None
+
+    # Events are posted right after the status they describe: wait for them, too.
+    assert wanted <= wait_for(reasons, what="the transition events")
+
+
+def test_invalid_spec_is_refused_and_the_previous_data_plane_stays(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    cluster.add(igwc("chat"))
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+    before = _served_spec(cluster, "chat")
+    deployment_rv = find(cluster, "Deployment", "inference", "chat-gateway")["metadata"]["resourceVersion"]  # type: ignore[index]
+
+    def break_it(spec: dict[str, object]) -> None:
+        spec["schedulers"] = [
+            {"name": "main", "modelName": "llama", "modelSelector": {"matchLabels": {"app": "llama"}}},
+            {
+                "name": "main2",
+                "modelName": "llama",
+                "modelSelector": {"matchLabels": {"app": "x"}},
+                "bogus": 1,
+            },
+        ]
+
+    update_spec(cluster, "inference", "chat", break_it)
+    refused = wait_condition(cluster, "chat", "Accepted", "False")
+    assert refused["reason"] == "InvalidSpec"
+    assert "spec.schedulers[1].bogus" in refused["message"]
+    assert "spec.schedulers[1].modelName" in refused["message"]
+    obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert condition(obj, "AdmissionBlocked")["status"] == "True"
+    assert condition(obj, "GatewayProgrammed")["status"] == "True"
+    assert _served_spec(cluster, "chat") == before
+    deployment = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert deployment is not None
+    assert deployment["metadata"]["resourceVersion"] == deployment_rv
+
+
+def test_spec_change_is_rendered_and_rolled(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
+    cluster.add(igwc("chat"))
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+
+    def grow(spec: dict[str, object]) -> None:
+        schedulers = spec["schedulers"]
+        assert isinstance(schedulers, list)
+        schedulers[0]["replicas"] = 3
+        schedulers.append(
+            {"name": "mistral", "modelName": "mistral", "modelSelector": {"matchLabels": {"app": "mistral"}}}
+        )
+
+    update_spec(cluster, "inference", "chat", grow)
+    wait_for(
+        lambda: len(_served_spec(cluster, "chat")["schedulers"]) == 2,  # type: ignore[arg-type]
+        what="new spec rendered",
+    )
+    deployment = wait_for(
+        lambda: (
+            (d := find(cluster, "Deployment", "inference", "chat-gateway"))
+            and d["spec"]["replicas"] == 3
+            and d
+        ),
+        what="replicas from the spec",
+    )
+    assert deployment["spec"]["replicas"] == 3
+    obj = wait_for(
+        lambda: (
+            (o := find(cluster, "InferenceGatewayConfig", "inference", "chat"))
+            and o.get("status", {}).get("observedGeneration") == o["metadata"]["generation"]
+            and len(o["status"]["schedulers"]) == 2
+            and o
+        ),
+        what="status of generation 2",
+    )
+    assert obj["status"]["models"] == "llama, mistral"
+    assert [s["rolloutState"] for s in obj["status"]["schedulers"]] == ["Pending", "Pending"]
+
+
+def test_delete_collects_the_data_plane_but_not_the_model_servers(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    cluster.add(make_pod(name="llama-0", namespace="inference", labels={"app": "llama"}))
+    created = cluster.add(igwc("chat"))
+    uid = created["metadata"]["uid"]
+    wait_for(lambda: len(owned_by(cluster, uid)) == len(DATA_PLANE_KINDS), what="data plane")
+    kind = cluster.store.kind_for(
+        api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
+    )
+    cluster.store.delete(kind, "inference", "chat")
+    assert owned_by(cluster, uid) == []
+    assert find(cluster, "Pod", "inference", "llama-0") is not None
+    assert find(cluster, "Deployment", "inference", "chat-gateway") is None
+
+
+def test_deleted_child_is_put_back(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
+    cluster.add(igwc("chat"))
+    wait_for(lambda: find(cluster, "NetworkPolicy", "inference", "chat-gateway"), what="network policy")
+    kind = cluster.store.kind_for(api_version="networking.k8s.io/v1", kind="NetworkPolicy")
+    cluster.store.delete(kind, "inference", "chat-gateway")
+    wait_for(lambda: find(cluster, "NetworkPolicy", "inference", "chat-gateway"), what="network policy again")
+
+
+def test_same_model_in_two_configs_is_a_conflict_on_the_newer(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    cluster.add(igwc("first", model="llama"))
+    wait_for(lambda: find(cluster, "Deployment", "inference", "first-gateway"), what="first data plane")
+    cluster.add(igwc("second", model="llama"))
+    refused = wait_condition(cluster, "second", "Accepted")
+    assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
+    assert '"first"' in refused["message"]
+    assert find(cluster, "Deployment", "inference", "second-gateway") is None
+    assert (
+        condition(find(cluster, "InferenceGatewayConfig", "inference", "first"), "Accepted")["status"]
+        == "True"
+    )
+    # Once the older object is gone, the newer one is admitted at the next pass.
+    kind = cluster.store.kind_for(
+        api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
+    )
+    cluster.store.delete(kind, "inference", "first")
+    wait_condition(cluster, "second", "Accepted", "True")
+    wait_for(lambda: find(cluster, "Deployment", "inference", "second-gateway"), what="second data plane")
+
+
+def test_a_namespace_list_limits_what_is_reconciled(cluster: FakeKubeApiServer, kubeconfig: Path) -> None:
+    for namespace in ("inference", "elsewhere"):
+        cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    with running_operator(kubeconfig, namespaces=("inference",)):
+        cluster.add(igwc("watched"))
+        cluster.add(igwc("ignored", namespace="elsewhere"))
+        wait_for(lambda: find(cluster, "Deployment", "inference", "watched-gateway"), what="the watched one")
+        # The watched object's whole first pass is done; the other namespace still has nothing.
+        wait_condition(cluster, "watched", "Ready")
+    assert find(cluster, "Deployment", "elsewhere", "ignored-gateway") is None
+    ignored = find(cluster, "InferenceGatewayConfig", "elsewhere", "ignored")
+    assert ignored is not None
+    assert "status" not in ignored
+
+
+def test_the_operator_relists_after_410_gone(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
+    cluster.add(igwc("before"))
+    wait_condition(cluster, "before", "GatewayProgrammed")
+    cluster.expire_watches()
+    cluster.add(igwc("after", model="mistral", app="mistral"))
+    wait_condition(cluster, "after", "GatewayProgrammed")
+    assert find(cluster, "Deployment", "inference", "after-gateway") is not None
+    assert cluster.gone_sent >= 1, "the operator's watch should have resumed from a compacted version"

@@ -1,0 +1,137 @@
+"""Gateway pods serve their object live: ``igw serve`` exactly as the operator's Deployment runs it.
+
+The gateway process follows the operator-rendered ConfigMap through the API (``--config-map``) and
+the LoRA ConfigMaps labelled ``inference.networking.k8s.io/bbr-managed``; a spec change reaches
+``/v1/models`` within seconds, a refused spec never does, and no request fails meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.kube_api import FakeKubeApiServer
+from tests.operator.harness import (
+    OperatorThread,
+    find,
+    igwc,
+    update_spec,
+    wait_condition,
+    wait_for,
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+class Gateway:
+    def __init__(self, args: list[str], port: int, log: Path) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.failures: list[str] = []
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "igw.cli.main", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ},
+            )
+
+    def models(self) -> set[str] | None:
+        """Model ids from /v1/models; ``None`` while the gateway is not up yet (not a failure)."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=5) as response:
+                body: dict[str, Any] = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            self.failures.append(f"HTTP {exc.code}")
+            return set()
+        except (urllib.error.URLError, ConnectionError):
+            if self.process.poll() is not None:
+                raise AssertionError(f"igw serve exited with {self.process.returncode}") from None
+            return None
+        return {str(m["id"]) for m in body["data"]}
+
+
+@pytest.fixture
+def gateways(
+    cluster: FakeKubeApiServer, kubeconfig: Path, operator: OperatorThread, tmp_path: Path
+) -> Iterator[list[Gateway]]:
+    """Two replicas of the operator's Deployment, each ``igw serve`` with the Deployment's arguments."""
+    cluster.add(igwc("chat", model="llama"))
+    deployment = wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+    started: list[Gateway] = []
+    for replica in range(2):
+        args = list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+        args[args.index("--config") + 1] = str(tmp_path / f"replica-{replica}" / "config.yaml")
+        port = _free_port()
+        args[args.index("--port") + 1] = str(port)
+        args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--drain-seconds", "0"]
+        started.append(Gateway(args, port, tmp_path / f"gateway-{replica}.log"))
+    try:
+        yield started
+    finally:
+        for served in started:
+            served.process.terminate()
+        for served in started:
+            try:
+                served.process.wait(20)
+            except subprocess.TimeoutExpired:
+                served.process.kill()
+                served.process.wait(5)
+
+
+def _all_serve(gateways: list[Gateway], model: str) -> bool:
+    return all(model in (g.models() or set()) for g in gateways)
+
+
+def test_spec_and_adapter_changes_are_served_within_seconds(
+    cluster: FakeKubeApiServer, gateways: list[Gateway]
+) -> None:
+    for gateway in gateways:
+        assert wait_for(lambda gateway=gateway: gateway.models(), timeout=60, what="a replica up") == {
+            "llama"
+        }
+
+    cluster.add(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "llama-adapters",
+                "namespace": "inference",
+                "labels": {"inference.networking.k8s.io/bbr-managed": "true"},
+            },
+            "data": {"baseModel": "llama", "adapters": "- sql-lora\n"},
+        }
+    )
+    wait_for(lambda: _all_serve(gateways, "sql-lora"), what="the adapter in /v1/models of every replica")
+
+    def rename(spec: dict[str, Any]) -> None:
+        spec["schedulers"][0]["modelName"] = "llama-3.1"
+
+    update_spec(cluster, "inference", "chat", rename)
+    wait_for(lambda: _all_serve(gateways, "llama-3.1"), what="the renamed model in every replica")
+    assert not any("llama" in (g.models() or set()) for g in gateways)
+
+    def break_it(spec: dict[str, Any]) -> None:
+        spec["schedulers"][0]["modelName"] = "refused-model"
+        spec["schedulers"][0]["targetPort"] = 0
+
+    update_spec(cluster, "inference", "chat", break_it)
+    wait_condition(cluster, "chat", "Accepted", "False")
+    for _ in range(10):
+        assert not any("refused-model" in (g.models() or set()) for g in gateways)
+    assert [g.failures for g in gateways] == [[], []]

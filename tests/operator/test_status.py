@@ -1,0 +1,162 @@
+"""Status computation: conditions, per-scheduler endpoints and signals, transitions (injected clock)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from igw.operator.admission import Refusal
+from igw.operator.status import Observation, compute_status
+from tests.fakes.kube_api import make_pod
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+SPEC: dict[str, Any] = {
+    "bbr": {"enabled": True},
+    "schedulers": [
+        {"name": "llama", "modelName": "llama", "modelSelector": {"matchLabels": {"app": "llama"}}},
+        {
+            "name": "qwen",
+            "modelName": "qwen",
+            "engineType": "sglang",
+            "modelSelector": {"matchLabels": {"app": "qwen"}},
+        },
+    ],
+}
+READY_DEPLOYMENT = {
+    "metadata": {"generation": 1},
+    "spec": {"replicas": 2},
+    "status": {"observedGeneration": 1, "readyReplicas": 2, "updatedReplicas": 2},
+}
+
+
+def _igwc(status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "chat", "namespace": "ns", "generation": 4},
+        "spec": SPEC,
+        "status": status or {},
+    }
+
+
+def _seen(pods: dict[str, list[dict[str, Any]]], **overrides: Any) -> Observation:
+    values: dict[str, Any] = {
+        "refusal": None,
+        "programmed": True,
+        "apply_error": None,
+        "served_spec": SPEC,
+        "deployment": READY_DEPLOYMENT,
+        "service": {"metadata": {"name": "chat-gateway", "namespace": "ns"}},
+        "pods": pods,
+    }
+    values.update(overrides)
+    return Observation(**values)
+
+
+def _conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_missing_signals_are_named_and_degrade_the_scheduler() -> None:
+    pods = {
+        "llama": [make_pod(name="old", labels={"app": "llama"}, image="vllm/vllm-openai:v0.8.5")],
+        "qwen": [
+            make_pod(
+                name="q",
+                labels={"app": "qwen"},
+                image="lmsysorg/sglang:v0.4.6.post1",
+                args=["python3", "-m", "sglang.launch_server"],
+            )
+        ],
+    }
+    status, _ = compute_status(_igwc(), _seen(pods), now=NOW)
+    llama, qwen = status["schedulers"]
+    assert llama["endpoints"] == {"found": 1, "ready": 1, "stale": 1}
+    assert llama["rolloutState"] == "Degraded"
+    assert any("0.8.5" in m for m in llama["missingSignals"])
+    assert qwen["rolloutState"] == "Degraded"
+    assert any("--enable-metrics" in m for m in qwen["missingSignals"])
+    assert _conditions(status)["Ready"] == ("True", "Ready")
+
+
+def test_ready_needs_a_ready_endpoint_per_scheduler() -> None:
+    pods = {
+        "llama": [make_pod(name="a", labels={"app": "llama"})],
+        "qwen": [make_pod(name="b", labels={"app": "qwen"}, ready=False)],
+    }
+    status, _ = compute_status(_igwc(), _seen(pods), now=NOW)
+    assert _conditions(status)["Ready"] == ("False", "NoReadyEndpoints")
+    assert [s["rolloutState"] for s in status["schedulers"]] == ["Available", "Degraded"]
+    assert status["readyEndpoints"] == 1
+    assert status["observedGeneration"] == 4
+
+
+def test_refused_spec_blocks_admission_but_keeps_the_served_one() -> None:
+    refusal = Refusal(
+        "InvalidSpec", ("spec.schedulers[0].targetPort: must be at most 65535 [schema.maximum]",)
+    )
+    status, _ = compute_status(_igwc(), _seen({}, refusal=refusal), now=NOW)
+    conditions = _conditions(status)
+    assert conditions["Accepted"] == ("False", "InvalidSpec")
+    assert conditions["AdmissionBlocked"] == ("True", "InvalidSpec")
+    assert conditions["GatewayProgrammed"] == ("True", "Programmed")
+    accepted = next(c for c in status["conditions"] if c["type"] == "Accepted")
+    assert "spec.schedulers[0].targetPort" in accepted["message"]
+
+
+def test_never_admitted_object_is_pending() -> None:
+    refusal = Refusal("ModelNameConflict", ("clash",))
+    seen = _seen({}, refusal=refusal, programmed=False, served_spec=None, deployment=None, service=None)
+    status, _ = compute_status(_igwc(), seen, now=NOW)
+    assert _conditions(status)["Ready"] == ("False", "NotProgrammed")
+    assert status["schedulers"] == []
+    assert status["address"] == ""
+
+
+def test_transitions_only_on_change_and_times_are_kept() -> None:
+    pods = {"llama": [make_pod(name="a", labels={"app": "llama"})], "qwen": []}
+    first, transitions = compute_status(_igwc(), _seen(pods), now=NOW)
+    assert {t.type for t in transitions} == {
+        "Accepted",
+        "AdmissionBlocked",
+        "GatewayProgrammed",
+        "BBRReady",
+        "Ready",
+    }
+    later = NOW + timedelta(minutes=5)
+    second, again = compute_status(_igwc(first), _seen(pods), now=later)
+    assert again == []
+    assert second["conditions"] == first["conditions"]
+    pods["qwen"] = [make_pod(name="b", labels={"app": "qwen"})]
+    third, changed = compute_status(_igwc(second), _seen(pods), now=later)
+    assert [(t.type, t.status, t.warning) for t in changed] == [("Ready", "True", False)]
+    ready = next(c for c in third["conditions"] if c["type"] == "Ready")
+    assert ready["lastTransitionTime"] == "2026-12-01T12:05:00Z"
+
+
+def test_load_balancer_hostname_is_the_address() -> None:
+    service = {
+        "metadata": {"name": "chat-gateway", "namespace": "ns"},
+        "status": {
+            "loadBalancer": {"ingress": [{"hostname": "k8s-ns-chat-123.elb.us-west-2.amazonaws.com"}]}
+        },
+    }
+    status, _ = compute_status(_igwc(), _seen({}, service=service), now=NOW)
+    assert status["address"] == "k8s-ns-chat-123.elb.us-west-2.amazonaws.com"
+
+
+def test_bbr_disabled_is_reported_as_such() -> None:
+    spec = {**SPEC, "bbr": {"enabled": False}}
+    status, _ = compute_status(_igwc(), _seen({}, served_spec=spec), now=NOW)
+    assert _conditions(status)["BBRReady"] == ("False", "Disabled")
+
+
+def test_auto_issue_tls_is_called_out_as_not_done() -> None:
+    spec = {**SPEC, "tls": {}}
+    status, _ = compute_status(_igwc(), _seen({}, served_spec=spec), now=NOW)
+    programmed = next(c for c in status["conditions"] if c["type"] == "GatewayProgrammed")
+    assert "plain HTTP" in programmed["message"]
+    arn = "arn:aws:acm:us-west-2:123456789012:certificate/abc"
+    with_arn = {**SPEC, "tls": {"acmArn": arn}}
+    status, _ = compute_status(_igwc(), _seen({}, served_spec=with_arn), now=NOW)
+    programmed = next(c for c in status["conditions"] if c["type"] == "GatewayProgrammed")
+    assert "plain HTTP" not in programmed["message"]
+    assert status["tls"] == {"acmArn": arn}
