@@ -128,6 +128,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
 
         discovery = KubeDiscovery(api_client=api, namespace=config.namespace, schedulers=config.schedulers)
         if options.config_map:
+            # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
             from igw.gateway.config_sync import ConfigMapFileSync, ConfigMapRef
 
             config_sync = ConfigMapFileSync(

@@ -58,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import asyncio
     import contextlib
     import logging
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     except Exception as exc:  # kubeconfig / in-cluster configuration errors
+        # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
         from kubernetes.config import ConfigException
 
         if isinstance(exc, ConfigException):

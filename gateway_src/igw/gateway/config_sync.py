@@ -22,12 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from igw.errors import IgwGatewayError
+
 log = logging.getLogger("igw.gateway.config_sync")
 
 DEFAULT_KEY: Final = "config.yaml"
 
 
-class ConfigSyncError(ValueError):
+class ConfigSyncError(IgwGatewayError, ValueError):
     """The ConfigMap reference is malformed, or the ConfigMap / key cannot be read at start-up."""
 
 
@@ -69,6 +71,7 @@ def _key_text(config_map: Any, ref: ConfigMapRef) -> str | None:
 
 def fetch_config_map(api_client: Any, ref: ConfigMapRef, path: Path) -> None:
     """Write the ConfigMap's key to ``path`` now (start-up); :class:`ConfigSyncError` if unreadable."""
+    # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -94,6 +97,7 @@ class ConfigMapFileSync:
         self._watch: Any = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
         from kubernetes import client
 
         from igw.gateway.discovery.kube import _WatchThread

@@ -47,6 +47,7 @@ class LeaseElection:
         self._release.set()
 
     def _campaign(self) -> None:
+        # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
         from kubernetes import client
         from kubernetes.leaderelection import electionconfig, leaderelection
         from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock

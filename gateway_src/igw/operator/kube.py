@@ -41,6 +41,7 @@ class Kube:
         # in the worker thread, never on the event loop.
         with self._discovery_lock:
             if self._dynamic is None:
+                # deferred: start-up cost: the dynamic client reads discovery documents when built
                 from kubernetes.dynamic import DynamicClient
 
                 self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
@@ -48,6 +49,7 @@ class Kube:
 
     # ---- sync bodies (run in threads) -------------------------------------------------------------
     def _get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
         from kubernetes.dynamic.exceptions import NotFoundError
 
         try:

@@ -49,6 +49,7 @@ async def _health_server(port: int | None) -> AsyncIterator[None]:
     if port is None:
         yield
         return
+    # deferred: start-up cost: aiohttp loads only when --health-port is set
     from aiohttp import web
 
     async def healthz(_: web.Request) -> web.Response:
