@@ -210,13 +210,19 @@ def write_gateway_files(cluster: ClusterPlan, pods: Sequence[str], workdir: Path
 
 
 class DelayProxy:
-    """A TCP proxy that delivers every chunk ``delay_s`` after it arrived, both directions."""
+    """A TCP proxy that delivers every chunk ``delay_s`` after it arrived, both directions.
+
+    ``stop`` closes the listening socket and every connection still open through the proxy (both
+    the client side and the upstream side), so nothing outlives the proxy: ``asyncio.Server.close``
+    alone leaves accepted connections open on Python 3.11.
+    """
 
     def __init__(self, upstream_port: int, *, delay_s: float) -> None:
         self._upstream_port = upstream_port
         self._delay_s = delay_s
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
 
     async def start(self) -> str:
@@ -243,30 +249,64 @@ class DelayProxy:
                     await writer.drain()
 
         task = loop.create_task(deliver())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         try:
             while data := await reader.read(65536):
                 queue.put_nowait((loop.time() + self._delay_s, data))
         except OSError:
             pass
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
         finally:
             queue.put_nowait((loop.time() + self._delay_s, b""))
-            await task
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        if handler is not None:
+            self._tasks.add(handler)
+        writers = [writer]
+        self._writers.add(writer)
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
-        except OSError:
-            writer.close()  # the remote cluster is down: the client sees a reset, as across a real link
-            return
-        await asyncio.gather(
-            self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True
-        )
+            try:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
+            except OSError:
+                return  # the remote cluster is down: the client sees a reset, as across a real link
+            writers.append(up_writer)
+            self._writers.add(up_writer)
+            await asyncio.gather(
+                self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True
+            )
+        finally:
+            for w in writers:
+                self._writers.discard(w)
+                await _close_writer(w)
+            if handler is not None:
+                self._tasks.discard(handler)
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+        for w in list(self._writers):
+            await _close_writer(w)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
+
+
+async def _close_writer(writer: asyncio.StreamWriter) -> None:
+    """Close one side of a proxied connection and wait until its socket is released."""
+    writer.close()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(writer.wait_closed(), 2.0)
 
 
 def global_config(
