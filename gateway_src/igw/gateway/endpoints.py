@@ -38,6 +38,18 @@ class EndpointState:
     inflight: int = 0
     inflight_tokens: int = 0
     picks: int = 0
+    max_model_len: int | None = None
+    """Longest prompt + output the model server accepts (from its ``/v1/models``), when known."""
+
+    def dispatched(self, est_tokens: int) -> None:
+        """A request was sent to this endpoint (``est_tokens``: prompt + max output tokens)."""
+        self.inflight += 1
+        self.inflight_tokens += est_tokens
+        self.picks += 1
+
+    def completed(self, est_tokens: int) -> None:
+        self.inflight -= 1
+        self.inflight_tokens -= est_tokens
 
     def view(self) -> EndpointView:
         return EndpointView(
@@ -78,6 +90,13 @@ class EndpointPool:
                 state.labels = dict(d.labels)
                 state.pod = d.pod
         return added, removed
+
+    def largest_context(self) -> int | None:
+        """The largest ``max_model_len`` in the pool; ``None`` while any endpoint's is unknown."""
+        lengths = [s.max_model_len for s in self.states.values()]
+        if not lengths or None in lengths:
+            return None
+        return max(n for n in lengths if n is not None)
 
     def views(self) -> list[EndpointView]:
         return [s.view() for s in self.states.values()]
