@@ -24,6 +24,19 @@ class DiscoveredEndpoint:
 
 
 @dataclass(slots=True)
+class PageTracker:
+    """How an endpoint's ``/metrics`` page changes (frozen-page detection, see the scraper)."""
+
+    digest: int | None = None
+    changed_at: float | None = None
+    picks_seen: int = 0
+    """``EndpointState.picks`` when the page last changed."""
+    unseen_since: float | None = None
+    """When a dispatch the page has not reflected was first noticed."""
+    frozen: bool = False
+
+
+@dataclass(slots=True)
 class EndpointState:
     key: EndpointKey
     labels: Mapping[str, str]
@@ -38,6 +51,7 @@ class EndpointState:
     inflight: int = 0
     inflight_tokens: int = 0
     picks: int = 0
+    page: PageTracker = field(default_factory=PageTracker)
     max_model_len: int | None = None
     """Longest prompt + output the model server accepts (from its ``/v1/models``), when known."""
 
@@ -60,6 +74,7 @@ class EndpointState:
             inflight=self.inflight,
             inflight_tokens=self.inflight_tokens,
             labels=self.labels,
+            max_model_len=self.max_model_len,
         )
 
 

@@ -125,6 +125,8 @@ class GatewayState:
                     "missing_signals": sorted(st.missing),
                     "kv_source": st.kv_source,
                     "inflight": st.inflight,
+                    "metrics_frozen": st.page.frozen,
+                    "max_model_len": st.max_model_len,
                 }
             schedulers[name] = {
                 "model": sr.spec.model_name,
