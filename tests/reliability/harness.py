@@ -1,0 +1,213 @@
+"""Helpers for the reliability suite: a simulated fleet (in this process) in front of which runs
+either ``igw serve`` as a real subprocess (everything it prints is captured, for secret scans) or
+an in-process gateway (for tests that inspect its state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from igw.config.loader import load_gateway_config
+from igw.gateway.app import create_app
+from igw.gateway.discovery.static_file import StaticFileDiscovery
+from igw.gateway.inference import STATE_KEY
+from igw.gateway.serving import ServerLimits, serve_app
+from igw.gateway.state import GatewayState
+from igw.sim.spec import FleetSpec
+
+MODEL = "llama"
+QUICK_ROUTING = {
+    "scrapeInterval": "20ms",
+    "staleThreshold": "400ms",
+    "scrapeTimeout": "200ms",
+    "configReloadInterval": "100ms",
+}
+
+
+def gateway_doc(
+    *,
+    routing: Mapping[str, Any] | None = None,
+    bbr: Mapping[str, Any] | None = None,
+    **scheduler_extra: Any,
+) -> dict[str, Any]:
+    """An InferenceGatewayConfig with one scheduler ``llama`` for model ``llama``."""
+    return {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+        "kind": "InferenceGatewayConfig",
+        "metadata": {"name": "reliability", "namespace": "inference"},
+        "spec": {
+            "bbr": {"enabled": True, **(bbr or {})},
+            "schedulers": [
+                {
+                    "name": MODEL,
+                    "modelName": MODEL,
+                    "modelSelector": {"matchLabels": {"app": MODEL}},
+                    **scheduler_extra,
+                }
+            ],
+            "extensions": {"routing": {**QUICK_ROUTING, **(routing or {})}},
+        },
+    }
+
+
+def fleet_spec(*presets: str, time_scale: float = 0.05, **pod_extra: Any) -> FleetSpec:
+    """Pods ``p0``, ``p1``... serving ``llama`` on the given simulator presets."""
+    pods = [
+        {"name": f"p{i}", "preset": preset, "served_model_name": MODEL, **pod_extra}
+        for i, preset in enumerate(presets)
+    ]
+    return FleetSpec.from_mapping({"time_scale": time_scale, "seed": 7, "pods": pods})
+
+
+def served_by(body: Mapping[str, Any]) -> str:
+    """The simulated pod that answered (the simulator puts its name in the response id)."""
+    return str(body["id"]).split("-")[1]
+
+
+async def wait_until(cond: Callable[[], bool], *, within: float, what: str) -> float:
+    """Poll ``cond`` every 10 ms; the seconds it took; fails the test after ``within``."""
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > within:
+            pytest.fail(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - t0
+
+
+def write_config(tmp_path: Path, doc: Mapping[str, Any], endpoints: Sequence[str]) -> tuple[Path, Path]:
+    config = tmp_path / "igwc.yaml"
+    config.write_text(yaml.safe_dump(dict(doc)))
+    eps = tmp_path / "endpoints.yaml"
+    eps.write_text(yaml.safe_dump({"schedulers": {MODEL: list(endpoints)}}))
+    return config, eps
+
+
+@dataclass
+class ServeProcess:
+    """A running ``igw serve``; ``lines`` holds everything it printed (stdout and stderr)."""
+
+    proc: asyncio.subprocess.Process
+    url: str
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    async def stop(self, *, within: float = 60.0) -> int:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), timeout=within)
+
+
+async def _pump(stream: asyncio.StreamReader, sink: list[str]) -> None:
+    while line := await stream.readline():
+        sink.append(line.decode("utf-8", errors="replace"))
+
+
+@contextlib.asynccontextmanager
+async def igw_serve(
+    tmp_path: Path, doc: Mapping[str, Any], endpoints: Sequence[str], *args: str, ready: bool = True
+) -> AsyncIterator[ServeProcess]:
+    """``igw serve`` on a free loopback port; SIGTERM (then kill) on exit."""
+    config, eps = write_config(tmp_path, doc, endpoints)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
+        "--host", "127.0.0.1", "--port", "0", "--no-reload", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    lines: list[str] = []
+    pumps = [asyncio.create_task(_pump(proc.stdout, lines))]
+    try:
+        url = None
+        while url is None:
+            line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode(errors="replace")
+            assert line, "igw serve exited before serving:\n" + "".join(lines)
+            lines.append(line)
+            found = re.search(r"serving 1 scheduler\(s\) at (http://\S+)", line)
+            url = found.group(1) if found else None
+        pumps.append(asyncio.create_task(_pump(proc.stderr, lines)))
+        served = ServeProcess(proc=proc, url=url, lines=lines)
+        if ready:
+            async with aiohttp.ClientSession() as http:
+                for _ in range(600):
+                    with contextlib.suppress(aiohttp.ClientError):
+                        if (await http.get(url + "/readyz")).status == 200:
+                            break
+                    await asyncio.sleep(0.05)
+                else:
+                    pytest.fail("igw serve never became ready:\n" + "".join(lines))
+        yield served
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=60)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        for pump in pumps:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(pump, timeout=5)
+
+
+@dataclass
+class InProcessGateway:
+    url: str
+    state: GatewayState
+    http: aiohttp.ClientSession
+
+    def fresh(self, key: str) -> bool:
+        sr = self.state.runtime.schedulers[MODEL]
+        st = sr.pool.states.get(key)
+        return st is not None and sr.scheduler.is_fresh(st.view(), self.state.clock())
+
+    def endpoint(self, key: str) -> Any:
+        return self.state.runtime.schedulers[MODEL].pool.states[key]
+
+    async def complete(self, prompt: str, **extra: Any) -> aiohttp.ClientResponse:
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": 8, **extra}
+        return await self.http.post(self.url + "/v1/completions", json=body)
+
+
+@contextlib.asynccontextmanager
+async def in_process_gateway(
+    tmp_path: Path,
+    doc: Mapping[str, Any],
+    endpoints: Sequence[str],
+    *,
+    limits: ServerLimits | None = None,
+    wait_fresh: bool = True,
+) -> AsyncIterator[InProcessGateway]:
+    config_path, eps = write_config(tmp_path, doc, endpoints)
+    config = load_gateway_config(config_path)
+    app = create_app(
+        config,
+        discovery=StaticFileDiscovery.for_schedulers(eps, config.schedulers, poll_interval_s=0.05),
+        rng=random.Random(42),
+    )
+    async with (
+        serve_app(app, host="127.0.0.1", port=0, limits=limits or ServerLimits(stream_grace_s=1)) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        gw = InProcessGateway(url=url, state=app[STATE_KEY], http=http)
+        if wait_fresh:
+            for key in endpoints:
+                await wait_until(lambda k=key: gw.fresh(k), within=10, what=f"{key} scraped")
+        yield gw
