@@ -20,7 +20,7 @@ _JWT: Final = re.compile(r"eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-
 _BEARER: Final = re.compile(r"(?i)\b(bearer|basic)\s+[^\s,;\"']+")
 _CREDENTIAL_HEADER: Final = re.compile(
     r"(?i)\b((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey|x-auth-token)"
-    r"(\"?\s*[:=]\s*\"?)([^\r\n\"]*)"
+    r"([\"']?\s*[:=]\s*[\"']?)([^\r\n\"']*)"
 )
 
 
