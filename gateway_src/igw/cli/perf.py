@@ -11,13 +11,14 @@ import argparse
 import importlib
 from typing import Final
 
-HELP = "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput."
+HELP = "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak."
 
 BENCHMARKS: Final[tuple[tuple[str, str], ...]] = (
     ("gateway", "igw.gateway.perf"),
     ("auth", "igw.security.perf"),
     ("des", "igw.sim.perf"),
     ("checks", "igw.checks.perf"),
+    ("soak", "igw.perf.soak"),
 )
 
 

@@ -1,0 +1,1 @@
+"""Benchmark and endurance tooling (``igw perf ...``); never imported by the product packages."""
