@@ -8,18 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import re
-import signal
-import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import yaml
+from aiohttp import web
 
 from igw.config.loader import load_gateway_config
 from igw.gateway.app import create_app
@@ -27,7 +25,11 @@ from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.state import GatewayState
+from igw.perf.serve_process import ServeProcess, serve_process
 from igw.sim.spec import FleetSpec
+from tests.gateway.fake_model_server import FakeModelServer
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 MODEL = "llama"
 QUICK_ROUTING = {
@@ -97,74 +99,60 @@ def write_config(tmp_path: Path, doc: Mapping[str, Any], endpoints: Sequence[str
 
 
 @dataclass
-class ServeProcess:
+class ServedGateway:
     """A running ``igw serve``; ``lines`` holds everything it printed (stdout and stderr)."""
 
-    proc: asyncio.subprocess.Process
-    url: str
-    lines: list[str] = field(default_factory=list)
+    process: ServeProcess
+    lines: list[str]
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    @property
+    def proc(self) -> asyncio.subprocess.Process:
+        return self.process.proc
 
     @property
     def output(self) -> str:
         return "".join(self.lines)
 
-    async def stop(self, *, within: float = 60.0) -> int:
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.proc.wait(), timeout=within)
-
-
-async def _pump(stream: asyncio.StreamReader, sink: list[str]) -> None:
-    while line := await stream.readline():
-        sink.append(line.decode("utf-8", errors="replace"))
+    async def stop(self) -> int:
+        return await self.process.stop()
 
 
 @contextlib.asynccontextmanager
 async def igw_serve(
-    tmp_path: Path, doc: Mapping[str, Any], endpoints: Sequence[str], *args: str, ready: bool = True
-) -> AsyncIterator[ServeProcess]:
-    """``igw serve`` on a free loopback port; SIGTERM (then kill) on exit."""
+    tmp_path: Path, doc: Mapping[str, Any], endpoints: Sequence[str], *args: str
+) -> AsyncIterator[ServedGateway]:
+    """``igw serve`` on a free loopback port, ready; SIGTERM (then kill) on exit."""
     config, eps = write_config(tmp_path, doc, endpoints)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
-        "--host", "127.0.0.1", "--port", "0", "--no-reload", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    assert proc.stderr is not None
     lines: list[str] = []
-    pumps = [asyncio.create_task(_pump(proc.stdout, lines))]
+    async with serve_process(config, eps, *args, on_line=lines.append) as process:
+        yield ServedGateway(process, lines)
+
+
+@contextlib.asynccontextmanager
+async def scripted_upstream(routes: Mapping[str, Handler]) -> AsyncIterator[str]:
+    """A loopback model server with the given ``"METHOD /path"`` handlers plus a valid vLLM
+    ``/metrics`` page; yields its ``host:port``."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=FakeModelServer("scripted").page(), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    for route, handler in routes.items():
+        method, path = route.split(" ", 1)
+        app.router.add_route(method, path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
     try:
-        url = None
-        while url is None:
-            line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode(errors="replace")
-            assert line, "igw serve exited before serving:\n" + "".join(lines)
-            lines.append(line)
-            found = re.search(r"serving 1 scheduler\(s\) at (http://\S+)", line)
-            url = found.group(1) if found else None
-        pumps.append(asyncio.create_task(_pump(proc.stderr, lines)))
-        served = ServeProcess(proc=proc, url=url, lines=lines)
-        if ready:
-            async with aiohttp.ClientSession() as http:
-                for _ in range(600):
-                    with contextlib.suppress(aiohttp.ClientError):
-                        if (await http.get(url + "/readyz")).status == 200:
-                            break
-                    await asyncio.sleep(0.05)
-                else:
-                    pytest.fail("igw serve never became ready:\n" + "".join(lines))
-        yield served
+        yield f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), timeout=60)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        for pump in pumps:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(pump, timeout=5)
+        await runner.cleanup()
 
 
 @dataclass

@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.picker_config import profile_from_picker_config
 from igw.scheduling.settings import RoutingSettings
 from igw.sim.live import run_fleet
-from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, in_process_gateway
+from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, in_process_gateway, scripted_upstream
 
 BAD_THRESHOLDS = [
     ({"queueDepthThreshold": 0}, "queueDepthThreshold"),
@@ -95,42 +93,25 @@ async def test_simulator_refuses_oversized_max_tokens_before_generating(max_toke
 FIRST_TOKEN_DELAY_S = 0.3
 
 
-@contextlib.asynccontextmanager
-async def role_first_upstream() -> AsyncIterator[str]:
-    """A model server that sends the role chunk at once and the first token only later."""
-
-    async def chat(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
-        await resp.write(b"data: " + orjson.dumps(role) + b"\n\n")
-        await asyncio.sleep(FIRST_TOKEN_DELAY_S)
-        token = {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]}
-        await resp.write(b"data: " + orjson.dumps(token) + b"\n\ndata: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
-
-    async def metrics(request: web.Request) -> web.Response:
-        from tests.gateway.fake_model_server import FakeModelServer
-
-        return web.Response(text=FakeModelServer("x").page(), content_type="text/plain")
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-    finally:
-        await runner.cleanup()
+async def role_chunk_first(request: web.Request) -> web.StreamResponse:
+    """A chat stream whose role chunk comes at once and whose first token comes only later."""
+    await request.read()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    await resp.write(b"data: " + orjson.dumps(role) + b"\n\n")
+    await asyncio.sleep(FIRST_TOKEN_DELAY_S)
+    token = {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]}
+    await resp.write(b"data: " + orjson.dumps(token) + b"\n\ndata: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
 
 
 async def test_gateway_ttft_is_the_first_content_token_not_the_role_chunk(tmp_path: Path) -> None:
-    async with role_first_upstream() as key, in_process_gateway(tmp_path, gateway_doc(), [key]) as gw:
+    async with (
+        scripted_upstream({"POST /v1/chat/completions": role_chunk_first}) as key,
+        in_process_gateway(tmp_path, gateway_doc(), [key]) as gw,
+    ):
         t0 = time.monotonic()
         resp = await gw.http.post(
             gw.url + "/v1/chat/completions",

@@ -4,9 +4,7 @@ HTTP never echoes the request; no token reaches any response or any line the pro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -16,7 +14,7 @@ from aiohttp import web
 
 from igw.sim.live import run_fleet
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, igw_serve
+from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, igw_serve, scripted_upstream
 
 TOKEN = jwt.encode({"sub": "alice", "exp": int(time.time()) + 3600}, "k" * 32, algorithm="HS256")
 BEARER = f"Bearer {TOKEN}"
@@ -70,31 +68,10 @@ def assert_openai_error(
     assert TOKEN[:20] not in body.decode("latin-1")
 
 
-@contextlib.asynccontextmanager
-async def plain_text_upstream(status: int) -> AsyncIterator[str]:
-    """A model server that answers every inference request with a plain-text error."""
-
-    async def fail(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(
-            status=status, text=f"Internal Server Error: {request.headers.get('Authorization')}"
-        )
-
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text=FakeModelServer("x").page(), content_type="text/plain")
-
-    app = web.Application()
-    app.router.add_post("/v1/completions", fail)
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+async def plain_text_error(request: web.Request) -> web.Response:
+    """A model server's plain-text 500 that echoes the request's credentials."""
+    await request.read()
+    return web.Response(status=500, text=f"Internal Server Error: {request.headers.get('Authorization')}")
 
 
 async def test_malformed_http_and_every_error_path_are_openai_shaped_and_leak_no_token(
@@ -142,7 +119,10 @@ async def test_malformed_http_and_every_error_path_are_openai_shaped_and_leak_no
 
 
 async def test_non_json_upstream_errors_are_wrapped_keeping_the_status(tmp_path: Path) -> None:
-    async with plain_text_upstream(500) as key, igw_serve(tmp_path, gateway_doc(), [key]) as gw:
+    async with (
+        scripted_upstream({"POST /v1/completions": plain_text_error}) as key,
+        igw_serve(tmp_path, gateway_doc(), [key]) as gw,
+    ):
         async with aiohttp.ClientSession() as http:
             resp = await http.post(
                 gw.url + "/v1/completions",

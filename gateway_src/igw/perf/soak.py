@@ -24,9 +24,7 @@ import contextlib
 import os
 import random
 import re
-import signal
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -38,6 +36,7 @@ import aiohttp
 import orjson
 import yaml
 
+from igw.perf.serve_process import serve_process
 from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
 
@@ -48,14 +47,22 @@ RSS_GROWTH_LIMIT: Final = 0.05
 REQUEST_TIMEOUT_S: Final = 120.0
 WARM_UP_SHARE: Final = 0.2
 """RSS growth is measured from this share of a phase to its end, both under the phase's load."""
-SETTLE_S: Final = 35.0
-"""Idle wait before counting descriptors: longer than the upstream pool's 30 s keep-alive."""
+SETTLE_S: Final = 65.0
+"""Idle wait before counting descriptors: aiohttp closes pooled upstream connections idle for 30 s
+on a timer with the same period, so up to 60 s after their last use."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--minutes", type=float, default=30.0, help="length of each load phase (default 30)")
     parser.add_argument("--pods", type=int, default=2, help="simulated H100 pods (default 2)")
-    parser.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per wall second")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=4.0,
+        help="wall seconds per simulated second (default 4: the simulated GPUs, not this machine's CPU, "
+        "must be the bottleneck, or the overload phase measures the load generator)",
+    )
+    parser.add_argument("--log", type=Path, help="keep igw serve's log and access log in this file")
     parser.add_argument("--calibrate-seconds", type=float, default=20.0, help="capacity measurement length")
     parser.add_argument("--concurrency", type=int, default=96, help="closed-loop clients when calibrating")
     parser.add_argument("--seed", type=int, default=1)
@@ -173,7 +180,10 @@ async def open_loop(url: str, *, rate: float, seconds: float, rng: random.Random
 
 
 @contextlib.asynccontextmanager
-async def gateway_process(workdir: Path, endpoints: list[str]) -> AsyncIterator[tuple[str, int]]:
+async def gateway_process(
+    workdir: Path, endpoints: list[str], log_path: Path
+) -> AsyncIterator[tuple[str, int]]:
+    """``igw serve`` for the fleet; its log and access log (one line per request) go to a file."""
     config = {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
@@ -187,50 +197,11 @@ async def gateway_process(workdir: Path, endpoints: list[str]) -> AsyncIterator[
     }
     (workdir / "igwc.yaml").write_text(yaml.safe_dump(config))
     (workdir / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"soak": endpoints}}))
-    log = (workdir / "gateway.log").open("wb")  # its log and access log: one line per request
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "igw.cli.main", "serve", "--config", str(workdir / "igwc.yaml"),
-        "--endpoints", str(workdir / "endpoints.yaml"), "--host", "127.0.0.1", "--port", "0",
-        "--no-reload",
-        stdout=log, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    drainer: asyncio.Task[None] | None = None
-    try:
-        url = None
-        while url is None:
-            line = await asyncio.wait_for(proc.stderr.readline(), timeout=60)
-            if not line:
-                raise RuntimeError("igw serve exited before serving")
-            log.write(line)
-            found = re.search(rb"serving 1 scheduler\(s\) at (http://\S+)", line)
-            url = found.group(1).decode() if found else None
-
-        async def drain() -> None:
-            assert proc.stderr is not None
-            while chunk := await proc.stderr.read(65536):
-                log.write(chunk)
-
-        drainer = asyncio.create_task(drain())
-        async with aiohttp.ClientSession() as http:
-            for _ in range(600):
-                with contextlib.suppress(aiohttp.ClientError):
-                    if (await http.get(url + "/readyz")).status == 200:
-                        break
-                await asyncio.sleep(0.05)
-        yield url, proc.pid
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), timeout=60)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        if drainer is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(drainer, timeout=5)
-        log.close()
+    with log_path.open("w") as log:
+        async with serve_process(
+            workdir / "igwc.yaml", workdir / "endpoints.yaml", on_line=log.write
+        ) as served:
+            yield served.url, served.pid
 
 
 async def _phase(
@@ -258,7 +229,10 @@ async def soak(args: argparse.Namespace) -> list[PhaseReport]:
     with tempfile.TemporaryDirectory(prefix="igw-soak-") as tmp:
         async with (
             run_fleet(spec, admin=False) as fleet,
-            gateway_process(Path(tmp), [p.key for p in fleet.pods]) as (base, pid),
+            gateway_process(Path(tmp), [p.key for p in fleet.pods], args.log or Path(tmp) / "gw.log") as (
+                base,
+                pid,
+            ),
         ):
             url = base + "/v1/completions"
             fds = open_fds(pid)
