@@ -178,7 +178,9 @@ async def exchange(
     """Forward to ``endpoint`` and relay the answer. Raises :class:`ConnectFailed` before anything was
     sent to the client; every later failure is turned into a response (or a terminal SSE event)."""
     url = f"http://{endpoint}{request.path_qs}"
-    timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=idle_timeout_s)
+    # sock_connect, not connect: waiting for a free pooled connection is not a connect failure (it
+    # would turn pool exhaustion under load into retries and 502s); routeTimeout bounds the wait.
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=idle_timeout_s)
     try:
         upstream = await session.post(url, data=body, headers=headers, timeout=timeout)
     except CONNECT_ERRORS as exc:
