@@ -33,6 +33,7 @@ async def raw_exchange(url: str, request: bytes) -> tuple[int, dict[str, str], b
         writer.close()
     head, _, body = data.partition(b"\r\n\r\n")
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    assert status_line.startswith("HTTP/1.1 "), status_line
     headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
     return int(status_line.split()[1]), headers, body
 

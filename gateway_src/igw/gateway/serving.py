@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Final
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
@@ -238,9 +238,18 @@ class _GatewayRequestHandler(RequestHandler):
         else:
             code, text = "internal_error", "internal error in the gateway"
             log.error("request %s: unhandled error", rid, exc_info=exc)
+        _answer_as_http11(request)
         response = gateway_error(code, text, request_id=rid)
         response.force_close()
         return response
+
+
+def _answer_as_http11(request: BaseRequest) -> None:
+    """aiohttp stands an unparseable request in as an HTTP/1.0 one, so its answer would say
+    ``HTTP/1.0``; the gateway speaks HTTP/1.1, also when it refuses a request."""
+    if request._version < HttpVersion11:
+        request._version = HttpVersion11
+        request._cache.pop("version", None)  # ``version`` is a cached property
 
 
 class _GatewayServer(web.Server):
