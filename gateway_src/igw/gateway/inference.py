@@ -79,9 +79,10 @@ async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamRes
     guard = state.guard  # a hot reload may swap state.guard while this request runs
     try:
         principal = await guard.authenticate(request.headers)
-        forward, body = await _route(request, state, guard, principal, obs, chat=chat)
-        if isinstance(forward, web.StreamResponse):
-            return obs.finish(forward)
+        routed = await _route(request, state, guard, principal, obs, chat=chat)
+        if isinstance(routed, web.StreamResponse):
+            return obs.finish(routed)
+        forward, body = routed
         state.inflight.enter()
         try:
             return await _forward(request, state, guard, principal, obs, body, forward)
@@ -99,11 +100,10 @@ async def _route(
     obs: RequestObserver,
     *,
     chat: bool,
-) -> tuple[_Forward | web.Response, InferenceBody]:
+) -> tuple[_Forward, InferenceBody] | web.Response:
     """Read and parse the body, find the scheduler, admit, and pick: a forward plan or an error."""
     rt = state.runtime
     rid = obs.request_id
-    empty = InferenceBody(raw=b"", model=None, stream=False, prefix_text="", prompt_tokens=0, max_tokens=None)
     body_timeout_s = request.app.get(LIMITS_KEY, DEFAULT_LIMITS).body_timeout_s
     try:
         async with asyncio.timeout(body_timeout_s):
@@ -111,17 +111,17 @@ async def _route(
         body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
     except TimeoutError:
         message = f"request body not received within {body_timeout_s:g}s"
-        return gateway_error("request_timeout", message, request_id=rid, headers=_CLOSE), empty
+        return gateway_error("request_timeout", message, request_id=rid, headers=_CLOSE)
     except BodyTooLarge as exc:
-        return gateway_error("request_too_large", str(exc), request_id=rid), empty
+        return gateway_error("request_too_large", str(exc), request_id=rid)
     except BadRequestBody as exc:
-        return gateway_error("invalid_request", exc.message, param=exc.param, request_id=rid), empty
+        return gateway_error("invalid_request", exc.message, param=exc.param, request_id=rid)
     est_tokens = body.prompt_tokens + (body.max_tokens or 0)
     route = rt.router.resolve(body.model) if body.model else None
     if route is None:
         target = state.default_backend.address(rt.config.bbr.default_backend)
         if target is None:
-            return gateway_error("model_not_found", NO_MATCH_MESSAGE, param="model", request_id=rid), body
+            return gateway_error("model_not_found", NO_MATCH_MESSAGE, param="model", request_id=rid)
         obs.routed(model=body.model, scheduler=DEFAULT_BACKEND_SCHEDULER, stream=body.stream)
         guard.authorize(principal, model=body.model or "")
         await guard.admit(principal, model=body.model or "", est_tokens=est_tokens)
@@ -147,7 +147,7 @@ async def _route(
             f"this request needs {est_tokens} tokens (prompt ~{body.prompt_tokens} + max_tokens "
             f"{body.max_tokens or 0}) but no model server for {route.base_model!r} accepts more than {limit}"
         )
-        return gateway_error("context_length_exceeded", message, param="max_tokens", request_id=rid), body
+        return gateway_error("context_length_exceeded", message, param="max_tokens", request_id=rid)
     rreq = RoutingRequest(
         request_id=rid,
         model=route.model,
@@ -167,11 +167,11 @@ async def _route(
         message = (
             f"inference pool for {route.base_model!r} is saturated ({decision.reason}); retry after {retry}s"
         )
-        return gateway_error("pool_saturated", message, headers={"Retry-After": retry}, request_id=rid), body
+        return gateway_error("pool_saturated", message, headers={"Retry-After": retry}, request_id=rid)
     if decision.kind is DecisionKind.NO_ENDPOINTS or decision.endpoint is None:
         obs.rejected("no_endpoints")
         message = f"no model server endpoint available for {route.base_model!r}: {decision.reason}"
-        return gateway_error("no_endpoints", message, request_id=rid), body
+        return gateway_error("no_endpoints", message, request_id=rid)
     plan = _Forward(
         candidates=[decision.endpoint, *decision.fallbacks][:MAX_ATTEMPTS],
         sr=sr,
