@@ -63,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "must be the bottleneck, or the overload phase measures the load generator)",
     )
     parser.add_argument("--log", type=Path, help="keep igw serve's log and access log in this file")
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=SETTLE_S,
+        help=f"idle wait before counting descriptors (default {SETTLE_S:g})",
+    )
     parser.add_argument("--calibrate-seconds", type=float, default=20.0, help="capacity measurement length")
     parser.add_argument("--concurrency", type=int, default=96, help="closed-loop clients when calibrating")
     parser.add_argument("--seed", type=int, default=1)
@@ -205,7 +211,7 @@ async def gateway_process(
 
 
 async def _phase(
-    name: str, url: str, pid: int, *, rate: float, seconds: float, rng: random.Random
+    name: str, url: str, pid: int, *, rate: float, seconds: float, settle_s: float, rng: random.Random
 ) -> PhaseReport:
     fds_start = open_fds(pid)
     run = asyncio.create_task(open_loop(url, rate=rate, seconds=seconds, rng=rng))
@@ -214,7 +220,7 @@ async def _phase(
     await asyncio.sleep(seconds * (0.99 - WARM_UP_SHARE))
     end = rss_kib(pid)
     tally = await run
-    await asyncio.sleep(SETTLE_S)
+    await asyncio.sleep(settle_s)
     return PhaseReport(name, rate, seconds, tally, warm, end, fds_start, open_fds(pid))
 
 
@@ -240,7 +246,7 @@ async def soak(args: argparse.Namespace) -> list[PhaseReport]:
                 url, seconds=args.calibrate_seconds, concurrency=args.concurrency, rng=rng
             )
             capacity = calib.ok / args.calibrate_seconds
-            await asyncio.sleep(SETTLE_S)
+            await asyncio.sleep(args.settle_seconds)
             rss = rss_kib(pid)
             reports.append(
                 PhaseReport(
@@ -248,8 +254,10 @@ async def soak(args: argparse.Namespace) -> list[PhaseReport]:
                 )
             )
             for name, share in (("steady 80%", 0.8), ("overload 150%", 1.5)):
+                seconds = args.minutes * 60
+                rate = capacity * share
                 phase = await _phase(
-                    name, url, pid, rate=capacity * share, seconds=args.minutes * 60, rng=rng
+                    name, url, pid, rate=rate, seconds=seconds, settle_s=args.settle_seconds, rng=rng
                 )
                 reports.append(phase)
     return reports
