@@ -27,17 +27,12 @@ from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.state import GatewayState
 from igw.perf.serve_process import ServeProcess, serve_process
 from igw.sim.spec import FleetSpec
+from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 MODEL = "llama"
-QUICK_ROUTING = {
-    "scrapeInterval": "20ms",
-    "staleThreshold": "400ms",
-    "scrapeTimeout": "200ms",
-    "configReloadInterval": "100ms",
-}
 
 
 def gateway_doc(
@@ -46,24 +41,8 @@ def gateway_doc(
     bbr: Mapping[str, Any] | None = None,
     **scheduler_extra: Any,
 ) -> dict[str, Any]:
-    """An InferenceGatewayConfig with one scheduler ``llama`` for model ``llama``."""
-    return {
-        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
-        "kind": "InferenceGatewayConfig",
-        "metadata": {"name": "reliability", "namespace": "inference"},
-        "spec": {
-            "bbr": {"enabled": True, **(bbr or {})},
-            "schedulers": [
-                {
-                    "name": MODEL,
-                    "modelName": MODEL,
-                    "modelSelector": {"matchLabels": {"app": MODEL}},
-                    **scheduler_extra,
-                }
-            ],
-            "extensions": {"routing": {**QUICK_ROUTING, **(routing or {})}},
-        },
-    }
+    """An InferenceGatewayConfig with one scheduler ``llama`` for model ``llama`` (fast scrapes)."""
+    return config_doc([scheduler(MODEL, MODEL, **scheduler_extra)], routing=routing, bbr=bbr)
 
 
 def fleet_spec(*presets: str, time_scale: float = 0.05, **pod_extra: Any) -> FleetSpec:
