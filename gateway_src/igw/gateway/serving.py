@@ -147,11 +147,12 @@ class _GatewayRequestHandler(RequestHandler):
     """aiohttp's connection handler with the gateway's error responses, head timeout and eviction."""
 
     # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
-    __slots__ = ("_head_timer", "_limits")
+    __slots__ = ("_head_timer", "_limits", "_max_connections")
 
-    def __init__(self, *args: object, limits: ServerLimits, **kwargs: object) -> None:
+    def __init__(self, *args: object, limits: ServerLimits, max_connections: int, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._limits = limits
+        self._max_connections = max_connections
         self._head_timer: asyncio.TimerHandle | None = None
 
     # ---- connection limit ----------------------------------------------------------------------
@@ -160,7 +161,7 @@ class _GatewayRequestHandler(RequestHandler):
         manager = self._manager
         if manager is None:
             return
-        cap = effective_max_connections(self._limits)
+        cap = self._max_connections
         if len(manager.connections) <= cap:
             return
         for other in manager.connections:
@@ -254,9 +255,12 @@ def _answer_as_http11(request: BaseRequest) -> None:
 
 class _GatewayServer(web.Server):
     limits: ServerLimits = ServerLimits()
+    max_connections: int = 10_000  # replaced by GatewayRunner with the capped value
 
     def __call__(self) -> RequestHandler:
-        return _GatewayRequestHandler(self, loop=self._loop, limits=self.limits, **self._kwargs)
+        return _GatewayRequestHandler(
+            self, loop=self._loop, limits=self.limits, max_connections=self.max_connections, **self._kwargs
+        )
 
 
 class GatewayRunner(web.AppRunner):
@@ -277,6 +281,7 @@ class GatewayRunner(web.AppRunner):
         server.__class__ = _GatewayServer
         assert isinstance(server, _GatewayServer)
         server.limits = self.limits
+        server.max_connections = effective_max_connections(self.limits)
         return server
 
 
