@@ -17,7 +17,7 @@ import importlib.util
 import logging
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.runtime import PickerConfigs, picker_config_key
-from igw.gateway.serving import serve_app
+from igw.gateway.serving import ServerLimits, effective_max_connections, raise_fd_limit, serve_app
 
 log = logging.getLogger("igw.gateway")
 
@@ -55,9 +55,10 @@ class LaunchOptions:
     config_map: str | None = None
     """``NAMESPACE/NAME[/KEY]``: keep ``config_path`` equal to that ConfigMap key (in-cluster only;
     see :mod:`igw.gateway.config_sync`)."""
-    drain_s: float = 5.0
-    """After SIGTERM: seconds /readyz answers 503 while requests are still served, so the load
-    balancer stops routing here first; then in-flight requests finish and the process exits."""
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    """Client timeouts and limits, and the shutdown timing: after SIGTERM ``/readyz`` answers 503
+    for ``drain_s`` while requests are still served (so the load balancer stops routing here
+    first), then no new connections, in-flight requests get ``stream_grace_s``, then the exit."""
 
 
 def picker_configs_from_dir(config: GatewayConfig, directory: Path | None) -> PickerConfigs:
@@ -115,6 +116,15 @@ def guard_factory(registry: CollectorRegistry) -> GuardFactory:
 
 
 async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
+    problems = options.limits.problems()
+    if problems:
+        raise LaunchError("; ".join(problems))
+    fd_limit = raise_fd_limit()
+    log.info(
+        "file descriptors: %d; at most %d client connections",
+        fd_limit,
+        effective_max_connections(options.limits),
+    )
     registry = CollectorRegistry(auto_describe=True)
     discovery: DiscoverySource
     if options.in_cluster:
@@ -164,15 +174,23 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     ssl_context = None if tls is None else tls[0]
-    async with serve_app(app, host=options.host, port=options.port, ssl_context=ssl_context) as url:
+    limits = options.limits
+    async with serve_app(
+        app, host=options.host, port=options.port, ssl_context=ssl_context, limits=limits
+    ) as url:
         if tls is not None:
             await tls[1].start()
         log.info("igw gateway %s serving %d scheduler(s) at %s", config.name, len(config.schedulers), url)
         try:
             await stop.wait()
             app[STATE_KEY].draining = True
-            log.info("stopping: readiness is now false; draining for %gs", options.drain_s)
-            await asyncio.sleep(options.drain_s)
+            log.info(
+                "stopping: not ready; serving for %gs more, then up to %gs for in-flight requests",
+                limits.drain_s,
+                limits.stream_grace_s,
+            )
+            await asyncio.sleep(limits.drain_s)
+            log.info("drain period over: no new connections")
         finally:
             if tls is not None:
                 await tls[1].close()

@@ -268,3 +268,32 @@ def test_generators_are_registered_for_igw_generate():
     from igw.config.generated_files import GENERATED_FILES
 
     assert set(schemas.GENERATORS) <= set(GENERATED_FILES)
+
+
+@pytest.mark.parametrize(("grace", "pre_stop"), [(60, 15), (120, 30), (30, 15)])
+def test_termination_grace_covers_the_gateway_shutdown(grace, pre_stop):
+    """preStop sleep + drain + stream grace + the final cut (SSE error events) fit the grace period."""
+    from igw.gateway.shutdown import CUT_WAIT_S
+
+    values = {"terminationGracePeriodSeconds": grace, "preStopSleepSeconds": pre_stop}
+    objects = chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "gateway"]
+    args = container["args"]
+    drain = float(args[args.index("--drain-seconds") + 1])
+    stream_grace = float(args[args.index("--stream-grace-seconds") + 1])
+    sleep = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pod["terminationGracePeriodSeconds"] == grace
+    assert sleep == pre_stop
+    assert stream_grace >= 0
+    assert sleep + drain + stream_grace + CUT_WAIT_S + 5 <= grace
+
+
+def test_a_grace_period_too_short_for_the_shutdown_fails_with_the_field():
+    import helm_python as helm
+
+    values = {"terminationGracePeriodSeconds": 20, "preStopSleepSeconds": 15}
+    with pytest.raises(helm.HelmError) as caught:
+        chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+    assert "terminationGracePeriodSeconds" in str(caught.value)

@@ -95,7 +95,24 @@ def test_cache_config_and_missing_report() -> None:
         "vllm:num_requests_running",
         "vllm:kv_cache_usage_perc",
         "vllm:lora_requests_info",
+        "vllm:cache_config_info{num_gpu_blocks}",  # "None" is not a number: reported, not dropped
     }
+
+
+@pytest.mark.parametrize(
+    ("page", "signal"),
+    [
+        ('vllm:cache_config_info{block_size="x16",num_gpu_blocks="100"} 1\n', "block_size"),
+        ('vllm:cache_config_info{block_size="16",num_gpu_blocks="-1"} 1\n', "num_gpu_blocks"),
+        ('vllm:lora_requests_info{max_lora="four",running_lora_adapters="a"} 1\n', "max_lora"),
+    ],
+)
+def test_unparseable_integer_labels_are_reported_as_missing_signals(page: str, signal: str) -> None:
+    parsed = parse_page(page, VLLM)
+    family = page.split("{")[0]
+    assert f"{family}{{{signal}}}" in parsed.missing
+    others = {"block_size", "num_gpu_blocks", "max_lora"} - {signal}
+    assert not [s for s in parsed.missing if any(f"{{{o}}}" in s for o in others)]
 
 
 def test_sglang_names_and_tp_ranks_not_double_counted() -> None:

@@ -155,7 +155,7 @@ THROUGH_HTTP: dict[str, int] = {
     # RFC 9110 §5.5: the HTTP layer strips trailing whitespace from field values, so the guard sees
     # a well-formed "Bearer <valid token>" - a genuinely valid request.
     "J25-trailing-space": 200,
-    # A header field over 16 KiB (igw.gateway.serving.MAX_HEADER_FIELD_BYTES) is refused by the
+    # A header field over 16 KiB (igw.gateway.serving.ServerLimits.max_header_field_bytes) is refused by the
     # HTTP layer with 431 before any handler runs; smaller oversized tokens get the guard's 401
     # (maxTokenBytes), so J5-kid-10kb and J16-9kb are 401s.
     "J16-10mb-segment": 431,

@@ -11,9 +11,13 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
-HELP = "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput."
+HELP = "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak."
+
+SOAK_SETTLE_S: Final = 65.0
+"""Default idle wait of ``igw perf soak`` before counting descriptors (see :data:`igw.perf.soak.SETTLE_S`)."""
 
 
 def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,12 +70,35 @@ def _checks_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
 
 
+def _soak_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--minutes", type=float, default=30.0, help="length of each load phase (default 30)")
+    parser.add_argument("--pods", type=int, default=2, help="simulated H100 pods (default 2)")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=4.0,
+        help="wall seconds per simulated second (default 4: the simulated GPUs, not this machine's CPU, "
+        "must be the bottleneck, or the overload phase measures the load generator)",
+    )
+    parser.add_argument("--log", type=Path, help="keep igw serve's log and access log in this file")
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=SOAK_SETTLE_S,
+        help=f"idle wait before counting descriptors (default {SOAK_SETTLE_S:g})",
+    )
+    parser.add_argument("--calibrate-seconds", type=float, default=20.0, help="capacity measurement length")
+    parser.add_argument("--concurrency", type=int, default=96, help="closed-loop clients when calibrating")
+    parser.add_argument("--seed", type=int, default=1)
+
+
 BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (
     # (benchmark name, module under igw.perf defining HELP and run(args), its command-line options)
     ("gateway", "igw.perf.gateway", _gateway_arguments),
     ("auth", "igw.perf.auth", _auth_arguments),
     ("des", "igw.perf.des", _des_arguments),
     ("checks", "igw.perf.checks", _checks_arguments),
+    ("soak", "igw.perf.soak", _soak_arguments),
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the endpoint picker)."
 
@@ -49,12 +50,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks one)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
-    parser.add_argument(
-        "--drain-seconds",
-        type=float,
-        default=5.0,
-        help="after SIGTERM, report not-ready for this long before stopping (default 5)",
-    )
+    d = _default_limits()
+    limits = parser.add_argument_group("client timeouts, limits and shutdown")
+    for flag, dest, kind, text in (
+        ("--header-timeout", "header_timeout_s", float, "seconds for a request head, from its first byte"),
+        ("--body-timeout", "body_timeout_s", float, "seconds for a request body"),
+        (
+            "--keepalive-timeout",
+            "keepalive_timeout_s",
+            float,
+            "idle seconds before a client connection closes (<= 120)",
+        ),
+        ("--max-connections", "max_connections", int, "client connections (capped below the fd limit)"),
+        ("--max-headers", "max_headers", int, "request header fields"),
+        ("--max-header-bytes", "max_header_field_bytes", int, "bytes in one request header field"),
+        ("--drain-seconds", "drain_s", float, "after SIGTERM: seconds not-ready while still serving"),
+        (
+            "--stream-grace-seconds",
+            "stream_grace_s",
+            float,
+            "after the drain: seconds for in-flight requests",
+        ),
+    ):
+        default = getattr(d, dest)
+        limits.add_argument(flag, dest=dest, type=kind, default=default, help=f"{text} (default {default:g})")
+
+
+def _default_limits() -> Any:
+    # Imported here like every gateway import of this module: ``igw --help`` must not load aiohttp.
+    from igw.gateway.serving import ServerLimits
+
+    return ServerLimits()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,15 +89,19 @@ def run(args: argparse.Namespace) -> int:
     import contextlib
     import logging
     from collections.abc import Callable
+    from dataclasses import fields
     from pathlib import Path
 
     from igw.config.errors import ConfigError
     from igw.config.loader import load_gateway_config
+    from igw.gateway.redaction import RedactingFormatter
+    from igw.gateway.serving import ServerLimits
     from igw.launch import LaunchError, LaunchOptions, run_gateway
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=args.log_level.upper())
+    # Every line the process logs passes through redaction (tokens, credential headers, JWTs).
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # Our formats use none of these LogRecord fields; collecting them costs several µs per record,
     # and the access log writes one record per request (the logging HOWTO's "Optimization" section).
     logging.logThreads = False
@@ -79,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     logging.logMultiprocessing = False
     logging.getLogger("igw.access").propagate = False
     access = logging.StreamHandler(sys.stdout)
-    access.setFormatter(logging.Formatter("%(message)s"))
+    access.setFormatter(RedactingFormatter("%(message)s"))
     logging.getLogger("igw.access").addHandler(access)
     if args.config_map:
         if not args.in_cluster:
@@ -113,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         reload=not args.no_reload,
-        drain_s=args.drain_seconds,
+        limits=ServerLimits(**{f.name: getattr(args, f.name) for f in fields(ServerLimits)}),
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):  # uvloop is in the gateway extra; plain asyncio otherwise

@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Final
 
 import aiohttp
 import orjson
@@ -24,14 +25,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from igw.config.model import GatewayConfig
 from igw.gateway.discovery import DiscoverySource
-from igw.gateway.errors import error_response
+from igw.gateway.errors import REQUEST_ID_HEADER, denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
 from igw.gateway.heartbeat import heartbeat_context
-from igw.gateway.inference import SESSION_KEY, STATE_KEY, handle_inference
+from igw.gateway.inference import REQUEST_ID_KEY, SESSION_KEY, STATE_KEY, handle_inference, request_id_for
+from igw.gateway.redaction import redact
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.scraper import Scraper
+from igw.gateway.serving import INFLIGHT_KEY
 from igw.gateway.state import GatewayState
 
 log = logging.getLogger("igw.gateway")
@@ -54,13 +57,7 @@ async def _models(request: web.Request) -> web.StreamResponse:
     try:
         await state.guard.authenticate(request.headers)
     except GuardDenied as denied:
-        return error_response(
-            denied.status,
-            message=denied.message,
-            error_type=denied.error_type,
-            code=denied.code,
-            headers=denied.headers,
-        )
+        return denial_response(denied)
     data = [
         {
             "id": r.model,
@@ -90,22 +87,32 @@ async def _metrics(request: web.Request) -> web.StreamResponse:
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+_HTTP_ERROR_CODES: Final = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
 @web.middleware
 async def openai_errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """aiohttp's own 404/405 become OpenAI-shaped errors too (also used by the global router)."""
+    """Every response carries an ``X-Request-Id``; aiohttp's own 4xx become OpenAI-shaped errors (also
+    used by the global router)."""
+    request_id = request_id_for(request.headers)
+    request[REQUEST_ID_KEY] = request_id
     try:
-        return await handler(request)
+        response = await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(
-            exc.status,
-            message=f"{request.method} {request.path}: {exc.reason}",
-            error_type="invalid_request_error",
+        code = _HTTP_ERROR_CODES.get(exc.status, "invalid_request")
+        response = gateway_error(
+            code,
+            f"{request.method} {redact(request.path[:200])}: {exc.reason}",
+            status=exc.status,
             headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
         )
+    if not response.prepared and REQUEST_ID_HEADER not in response.headers:
+        response.headers[REQUEST_ID_HEADER] = request_id
+    return response
 
 
 def create_app(
@@ -146,6 +153,7 @@ def create_app(
     )
     app = web.Application(client_max_size=config.bbr.max_request_body_bytes, middlewares=[openai_errors])
     app[STATE_KEY] = state
+    app[INFLIGHT_KEY] = state.inflight
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_get("/v1/models", _models)

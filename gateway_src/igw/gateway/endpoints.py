@@ -24,6 +24,19 @@ class DiscoveredEndpoint:
 
 
 @dataclass(slots=True)
+class PageTracker:
+    """How an endpoint's ``/metrics`` page changes (frozen-page detection, see the scraper)."""
+
+    digest: int | None = None
+    changed_at: float | None = None
+    picks_seen: int = 0
+    """``EndpointState.picks`` when the page last changed."""
+    unseen_since: float | None = None
+    """When a dispatch the page has not reflected was first noticed."""
+    frozen: bool = False
+
+
+@dataclass(slots=True)
 class EndpointState:
     key: EndpointKey
     labels: Mapping[str, str]
@@ -38,6 +51,19 @@ class EndpointState:
     inflight: int = 0
     inflight_tokens: int = 0
     picks: int = 0
+    page: PageTracker = field(default_factory=PageTracker)
+    max_model_len: int | None = None
+    """Longest prompt + output the model server accepts (from its ``/v1/models``), when known."""
+
+    def dispatched(self, est_tokens: int) -> None:
+        """A request was sent to this endpoint (``est_tokens``: prompt + max output tokens)."""
+        self.inflight += 1
+        self.inflight_tokens += est_tokens
+        self.picks += 1
+
+    def completed(self, est_tokens: int) -> None:
+        self.inflight -= 1
+        self.inflight_tokens -= est_tokens
 
     def view(self) -> EndpointView:
         return EndpointView(
@@ -48,6 +74,7 @@ class EndpointState:
             inflight=self.inflight,
             inflight_tokens=self.inflight_tokens,
             labels=self.labels,
+            max_model_len=self.max_model_len,
         )
 
 
@@ -78,6 +105,13 @@ class EndpointPool:
                 state.labels = dict(d.labels)
                 state.pod = d.pod
         return added, removed
+
+    def largest_context(self) -> int | None:
+        """The largest ``max_model_len`` in the pool; ``None`` while any endpoint's is unknown."""
+        lengths = [s.max_model_len for s in self.states.values()]
+        if not lengths or None in lengths:
+            return None
+        return max(n for n in lengths if n is not None)
 
     def views(self) -> list[EndpointView]:
         return [s.view() for s in self.states.values()]

@@ -2,42 +2,104 @@
 
 OpenAI SDKs parse this body and raise typed exceptions from the status code, so every error the
 gateway itself produces uses this shape, with a message that names the field or header at fault.
+
+:data:`ERRORS` is the one table of the gateway's own error codes: each ``code`` (always a string)
+fixes its HTTP status and OpenAI ``type``. Handlers name a code and a message; they never choose a
+status or a type themselves. Refusals from the request guard (:class:`GuardDenied`) carry their own
+status, type and code (request security owns those) and become a response in :func:`denial_response`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
 
 import orjson
 from aiohttp import web
 
-JSON = "application/json"
+from igw.gateway.guards import GuardDenied
+
+JSON: Final = "application/json"
+REQUEST_ID_HEADER: Final = "X-Request-Id"
 
 
-def error_body(
-    *, message: str, error_type: str, code: str | int | None = None, param: str | None = None
-) -> bytes:
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    """The HTTP status and OpenAI error ``type`` of one gateway error code."""
+
+    status: int
+    type: str
+
+
+_INVALID: Final = "invalid_request_error"
+ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
+    {
+        # The client's request is wrong.
+        "invalid_request": ErrorKind(400, _INVALID),
+        "bad_http_request": ErrorKind(400, _INVALID),
+        "context_length_exceeded": ErrorKind(400, _INVALID),
+        "not_found": ErrorKind(404, _INVALID),
+        "model_not_found": ErrorKind(404, _INVALID),
+        "method_not_allowed": ErrorKind(405, _INVALID),
+        "request_timeout": ErrorKind(408, _INVALID),
+        "request_too_large": ErrorKind(413, _INVALID),
+        "request_line_too_long": ErrorKind(414, _INVALID),
+        "request_header_too_large": ErrorKind(431, _INVALID),
+        # The fleet cannot take the request now.
+        "pool_saturated": ErrorKind(429, "rate_limit_error"),
+        "no_endpoints": ErrorKind(503, "service_unavailable"),
+        "shutting_down": ErrorKind(503, "service_unavailable"),
+        "no_healthy_cluster": ErrorKind(503, "service_unavailable"),  # the tier-2 router's
+        # Something failed between the gateway and the model server, or in the gateway.
+        "internal_error": ErrorKind(500, "server_error"),
+        "upstream_connect_failed": ErrorKind(502, "upstream_error"),
+        "upstream_error": ErrorKind(502, "upstream_error"),
+        "route_timeout": ErrorKind(504, "timeout"),
+    }
+)
+
+
+def error_body(*, message: str, error_type: str, code: str | None = None, param: str | None = None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
 
 
-def error_response(
-    status: int,
-    *,
-    message: str,
-    error_type: str,
-    code: str | int | None = None,
-    param: str | None = None,
-    headers: Mapping[str, str] | None = None,
+def _response(
+    status: int, body: bytes, *, request_id: str | None, headers: Mapping[str, str] | None
 ) -> web.Response:
-    return web.Response(
-        status=status,
-        body=error_body(message=message, error_type=error_type, code=code, param=param),
-        content_type=JSON,
-        headers=dict(headers or {}),
-    )
+    out = dict(headers or {})
+    if request_id is not None:
+        out[REQUEST_ID_HEADER] = request_id
+    return web.Response(status=status, body=body, content_type=JSON, headers=out)
 
 
-def sse_error_event(*, message: str, error_type: str, code: str | int | None) -> bytes:
-    """The terminal event of a stream whose upstream died: an OpenAI-style error, then ``[DONE]``."""
-    body = error_body(message=message, error_type=error_type, code=code)
+def gateway_error(
+    code: str,
+    message: str,
+    *,
+    param: str | None = None,
+    request_id: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    status: int | None = None,
+) -> web.Response:
+    """The response for gateway error ``code`` (a key of :data:`ERRORS`).
+
+    ``status`` overrides the table's status only where the status is not the gateway's to choose:
+    an upstream error wrapped in the OpenAI shape keeps the model server's status.
+    """
+    kind = ERRORS[code]
+    body = error_body(message=message, error_type=kind.type, code=code, param=param)
+    return _response(status or kind.status, body, request_id=request_id, headers=headers)
+
+
+def denial_response(denied: GuardDenied, *, request_id: str | None = None) -> web.Response:
+    """The response for a request the guard refused (401/403/429, as the guard decided)."""
+    body = error_body(message=denied.message, error_type=denied.error_type, code=denied.code)
+    return _response(denied.status, body, request_id=request_id, headers=denied.headers)
+
+
+def sse_error_event(code: str, message: str) -> bytes:
+    """The terminal event of a stream that cannot complete: an OpenAI-style error, then ``[DONE]``."""
+    body = error_body(message=message, error_type=ERRORS[code].type, code=code)
     return b"data: " + body + b"\n\ndata: [DONE]\n\n"

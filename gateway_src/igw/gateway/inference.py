@@ -1,8 +1,13 @@
 """``POST /v1/chat/completions`` and ``POST /v1/completions``: the whole request path.
 
 authenticate -> read body (413) -> parse (400) -> body-based route (404) -> authorize -> admit ->
-schedule (429 saturated + Retry-After, 503 no endpoints) -> proxy (connect retry once; SSE relay;
-routeTimeout 504 / terminal event) -> account -> metrics, scheduler feedback, access log.
+context length (400) -> schedule (429 saturated + Retry-After, 503 no endpoints) -> forward (connect
+retry once; SSE relay; routeTimeout 504 / terminal event) -> account.
+
+Requests that match no scheduler but have a ``spec.bbr.defaultBackend`` take the same forward path
+with that one target and no scheduler. Telemetry (metrics, access log) goes through the request's
+:class:`~igw.gateway.observer.RequestObserver`; error responses come from the one table in
+:mod:`igw.gateway.errors`.
 """
 
 from __future__ import annotations
@@ -10,153 +15,141 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 import aiohttp
 from aiohttp import web
 
-from igw.gateway.access_log import AccessRecord
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
-from igw.gateway.errors import error_response
+from igw.gateway.errors import denial_response, gateway_error, sse_error_event
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
-from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE, ModelRoute
+from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
+from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, InferenceBody, parse_body, read_limited
 from igw.gateway.runtime import SchedulerRuntime
+from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
-from igw.gateway.telemetry import UNKNOWN_MODEL
-from igw.gateway.upstream import (
-    ClientGone,
-    ConnectFailed,
-    ExchangeResult,
-    exchange,
-    terminal_timeout,
-    upstream_headers,
-)
-from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingDecision, RoutingRequest
+from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
+from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingRequest
 
 STATE_KEY = web.AppKey("igw_state", GatewayState)
 SESSION_KEY = web.AppKey("igw_upstream_session", aiohttp.ClientSession)
-REQUEST_ID_HEADER = "x-request-id"
-CLIENT_CLOSED = 499
-"""Status recorded (metrics, access log) for requests the client abandoned (nginx's convention)."""
-MAX_ATTEMPTS = 2
+REQUEST_ID_HEADER: Final = "x-request-id"
+REQUEST_ID_KEY: Final = web.RequestKey("igw_request_id", str)
+"""Where the app's middleware leaves the request's id (see :func:`request_id_for`)."""
+MAX_ATTEMPTS: Final = 2
 """The pick plus one retry on the next-best endpoint after a connect failure."""
+DEFAULT_LIMITS: Final = ServerLimits()
+_CLOSE: Final = {"Connection": "close"}
+_CLIENT_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+"""A client-supplied ``X-Request-Id`` is reused only when it looks like an id (it is echoed back and
+logged); anything else - a token pasted by mistake, control bytes, a 10 kB value - gets a fresh id."""
 
 
-@dataclass(slots=True)
-class _Ctx:
-    state: GatewayState
-    guard: RequestGuard
-    """The guard this request started with: a hot reload may swap ``state.guard`` meanwhile."""
-    record: AccessRecord
-    started: float
-    model_label: str = UNKNOWN_MODEL
+def request_id_for(headers: Mapping[str, str]) -> str:
+    """The client's ``X-Request-Id`` when it is a plausible id, else a fresh one."""
+    given = headers.get(REQUEST_ID_HEADER)
+    if given and _CLIENT_REQUEST_ID.fullmatch(given) and given.count(".") < 2:  # not a JWT
+        return given
+    return uuid.uuid4().hex
 
 
-def _finish(ctx: _Ctx, response: web.StreamResponse) -> web.StreamResponse:
-    rec = ctx.record
-    rec.status = response.status
-    rec.duration_ms = round((time.perf_counter() - ctx.started) * 1000, 3)
-    m = ctx.state.metrics
-    m.child(m.requests, ctx.model_label, str(response.status)).inc()
-    m.child(m.duration, ctx.model_label).observe(time.perf_counter() - ctx.started)
-    rec.emit()
-    return response
+@dataclass(slots=True, kw_only=True)
+class _Forward:
+    """Where and how one request is forwarded (a scheduled pick or the default backend)."""
+
+    candidates: list[str]
+    sr: SchedulerRuntime | None
+    """The scheduler that picked ``candidates`` (in-flight accounting and feedback), or ``None``."""
+    add_headers: dict[str, str]
+    timeout_s: float | None
+    what: str
+    """What the client asked for, for error messages (``'model-x'`` or ``the default backend``)."""
 
 
 async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamResponse:
     state = request.app[STATE_KEY]
-    started = time.perf_counter()
-    request_id = request.headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex
-    guard = state.guard
-    record = AccessRecord(request_id=request_id, method=request.method, path=request.path)
-    ctx = _Ctx(state, guard, record, started)
-    rt = state.runtime
+    request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
+    obs = RequestObserver(state.metrics, request_id=request_id, method=request.method, path=request.path)
+    guard = state.guard  # a hot reload may swap state.guard while this request runs
     try:
         principal = await guard.authenticate(request.headers)
+        routed = await _route(request, state, guard, principal, obs, chat=chat)
+        if isinstance(routed, web.StreamResponse):
+            return obs.finish(routed)
+        forward, body = routed
+        state.inflight.enter()
         try:
-            raw = await read_limited(request, limit=rt.config.bbr.max_request_body_bytes)
-            body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
-        except BodyTooLarge as exc:
-            return _finish(
-                ctx, error_response(413, message=str(exc), error_type="invalid_request_error", code=413)
-            )
-        except BadRequestBody as exc:
-            return _finish(
-                ctx,
-                error_response(400, message=exc.message, error_type="invalid_request_error", param=exc.param),
-            )
-        route = rt.router.resolve(body.model) if body.model else None
-        if route is None:
-            target = state.default_backend.address(rt.config.bbr.default_backend)
-            if target is not None:
-                ctx.record.model, ctx.record.scheduler = body.model, DEFAULT_BACKEND_SCHEDULER
-                ctx.record.stream = body.stream
-                guard.authorize(principal, model=body.model or "")
-                await guard.admit(
-                    principal, model=body.model or "", est_tokens=body.prompt_tokens + (body.max_tokens or 0)
-                )
-                return await _proxy_to_default_backend(request, ctx, target, body, principal)
-            return _finish(
-                ctx,
-                error_response(
-                    404,
-                    message=NO_MATCH_MESSAGE,
-                    error_type="invalid_request_error",
-                    param="model",
-                    code="model_not_found",
-                ),
-            )
-        ctx.model_label = route.model
-        ctx.record.model, ctx.record.base_model, ctx.record.scheduler = (
-            route.model,
-            route.base_model,
-            route.scheduler,
-        )
-        ctx.record.stream = body.stream
-        guard.authorize(principal, model=route.model)
-        await guard.admit(
-            principal, model=route.model, est_tokens=body.prompt_tokens + (body.max_tokens or 0)
-        )
-        sr = rt.schedulers[route.scheduler]
-        return await _schedule_and_proxy(request, ctx, sr, route, body, principal)
+            return await _forward(request, state, guard, principal, obs, body, forward)
+        finally:
+            state.inflight.leave()
     except GuardDenied as denied:
-        return _finish(
-            ctx,
-            error_response(
-                denied.status,
-                message=denied.message,
-                error_type=denied.error_type,
-                code=denied.code,
-                headers=denied.headers,
-            ),
-        )
+        return obs.finish(denial_response(denied, request_id=obs.request_id))
 
 
-def _decide(ctx: _Ctx, sr: SchedulerRuntime, rreq: RoutingRequest) -> RoutingDecision:
-    t0 = time.perf_counter()
-    decision = sr.scheduler.pick(rreq, sr.pool.views(), now=ctx.state.clock())
-    elapsed = time.perf_counter() - t0
-    ctx.state.metrics.child(ctx.state.metrics.decision, sr.spec.name).observe(elapsed)
-    ctx.record.decision_us = round(elapsed * 1e6, 1)
-    ctx.record.reason = decision.reason or None
-    ctx.record.scores = decision.scores or None  # rounded only if the access log is written
-    return decision
-
-
-async def _schedule_and_proxy(
+async def _route(
     request: web.Request,
-    ctx: _Ctx,
-    sr: SchedulerRuntime,
-    route: ModelRoute,
-    body: InferenceBody,
+    state: GatewayState,
+    guard: RequestGuard,
     principal: Principal,
-) -> web.StreamResponse:
-    state = ctx.state
+    obs: RequestObserver,
+    *,
+    chat: bool,
+) -> tuple[_Forward, InferenceBody] | web.Response:
+    """Read and parse the body, find the scheduler, admit, and pick: a forward plan or an error."""
+    rt = state.runtime
+    rid = obs.request_id
+    body_timeout_s = request.app.get(LIMITS_KEY, DEFAULT_LIMITS).body_timeout_s
+    try:
+        async with asyncio.timeout(body_timeout_s):
+            raw = await read_limited(request, limit=rt.config.bbr.max_request_body_bytes)
+        body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
+    except TimeoutError:
+        message = f"request body not received within {body_timeout_s:g}s"
+        return gateway_error("request_timeout", message, request_id=rid, headers=_CLOSE)
+    except BodyTooLarge as exc:
+        return gateway_error("request_too_large", str(exc), request_id=rid)
+    except BadRequestBody as exc:
+        return gateway_error("invalid_request", exc.message, param=exc.param, request_id=rid)
+    est_tokens = body.prompt_tokens + (body.max_tokens or 0)
+    route = rt.router.resolve(body.model) if body.model else None
+    if route is None:
+        target = state.default_backend.address(rt.config.bbr.default_backend)
+        if target is None:
+            return gateway_error("model_not_found", NO_MATCH_MESSAGE, param="model", request_id=rid)
+        obs.routed(model=body.model, scheduler=DEFAULT_BACKEND_SCHEDULER, stream=body.stream)
+        guard.authorize(principal, model=body.model or "")
+        await guard.admit(principal, model=body.model or "", est_tokens=est_tokens)
+        add = {"X-Gateway-Model-Name": body.model} if body.model else {}
+        plan = _Forward(
+            candidates=[target], sr=None, add_headers=add, timeout_s=None, what="the default backend"
+        )
+        return plan, body
+    obs.routed(
+        model=route.model,
+        base_model=route.base_model,
+        scheduler=route.scheduler,
+        stream=body.stream,
+        configured=True,
+    )
+    guard.authorize(principal, model=route.model)
+    await guard.admit(principal, model=route.model, est_tokens=est_tokens)
+    sr = rt.schedulers[route.scheduler]
+    limit = sr.pool.largest_context()
+    if limit is not None and est_tokens > limit:
+        obs.rejected("context_length")
+        message = (
+            f"this request needs {est_tokens} tokens (prompt ~{body.prompt_tokens} + max_tokens "
+            f"{body.max_tokens or 0}) but no model server for {route.base_model!r} accepts more than {limit}"
+        )
+        return gateway_error("context_length_exceeded", message, param="max_tokens", request_id=rid)
     rreq = RoutingRequest(
-        request_id=ctx.record.request_id,
+        request_id=rid,
         model=route.model,
         base_model=route.base_model,
         prefix_text=body.prefix_text,
@@ -165,222 +158,142 @@ async def _schedule_and_proxy(
         adapter=route.adapter,
         tenant=principal.tenant,
     )
-    decision = _decide(ctx, sr, rreq)
+    t0 = time.perf_counter()
+    decision = sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock())
+    obs.decided(sr.spec.name, decision, time.perf_counter() - t0)
     if decision.kind is DecisionKind.SATURATED:
+        obs.rejected("saturated")
         retry = str(math.ceil(decision.retry_after_s or 1))
-        state.metrics.child(state.metrics.rejections, route.model, "saturated").inc()
-        return _finish(
-            ctx,
-            error_response(
-                429,
-                message=(
-                    f"inference pool for {route.base_model!r} is saturated ({decision.reason}); "
-                    f"retry after {retry}s"
-                ),
-                error_type="rate_limit_error",
-                code="pool_saturated",
-                headers={"Retry-After": retry},
-            ),
+        message = (
+            f"inference pool for {route.base_model!r} is saturated ({decision.reason}); retry after {retry}s"
         )
+        return gateway_error("pool_saturated", message, headers={"Retry-After": retry}, request_id=rid)
     if decision.kind is DecisionKind.NO_ENDPOINTS or decision.endpoint is None:
-        state.metrics.child(state.metrics.rejections, route.model, "no_endpoints").inc()
-        return _finish(
-            ctx,
-            error_response(
-                503,
-                message=f"no model server endpoint available for {route.base_model!r}: {decision.reason}",
-                error_type="service_unavailable",
-                code="no_endpoints",
-            ),
-        )
+        obs.rejected("no_endpoints")
+        message = f"no model server endpoint available for {route.base_model!r}: {decision.reason}"
+        return gateway_error("no_endpoints", message, request_id=rid)
+    plan = _Forward(
+        candidates=[decision.endpoint, *decision.fallbacks][:MAX_ATTEMPTS],
+        sr=sr,
+        add_headers={"X-Gateway-Model-Name": route.model, "X-Gateway-Base-Model-Name": route.base_model},
+        timeout_s=sr.route_timeout_s,
+        what=repr(route.base_model),
+    )
+    return plan, body
+
+
+async def _forward(
+    request: web.Request,
+    state: GatewayState,
+    guard: RequestGuard,
+    principal: Principal,
+    obs: RequestObserver,
+    body: InferenceBody,
+    plan: _Forward,
+) -> web.StreamResponse:
+    """Send to the first candidate that accepts a connection; relay its answer; account."""
+    settings = state.runtime.settings
     strip = (
-        ctx.guard.stripped_request_headers
+        guard.stripped_request_headers
         | {MODEL_HEADER, BASE_MODEL_HEADER}
         | {h.lower() for h in principal.forward_headers}
     )
-    add = {
-        **principal.forward_headers,
-        "X-Gateway-Model-Name": route.model,
-        "X-Gateway-Base-Model-Name": route.base_model,
-        "X-Request-Id": ctx.record.request_id,
-    }
+    add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": obs.request_id}
     headers = upstream_headers(request.headers, strip=strip, add=add)
-    candidates = [decision.endpoint, *decision.fallbacks][:MAX_ATTEMPTS]
-    timeout_s = sr.route_timeout_s
+    est_tokens = body.prompt_tokens + (body.max_tokens or 0)
+    scheduler = plan.sr.spec.name if plan.sr is not None else None
     prepared: list[web.StreamResponse] = []
     result: ExchangeResult | None = None
-    for attempt, key in enumerate(candidates, start=1):
-        ep = sr.pool.states.get(key)
-        if ep is None:
+    for attempt, key in enumerate(plan.candidates, start=1):
+        ep = plan.sr.pool.states.get(key) if plan.sr is not None else None
+        if plan.sr is not None and ep is None:
             continue
-        ctx.record.attempts, ctx.record.endpoint = attempt, key
-        ep.inflight += 1
-        ep.inflight_tokens += body.prompt_tokens + (body.max_tokens or 0)
-        ep.picks += 1
-        state.metrics.child(state.metrics.picks, sr.spec.name, key).inc()
-        ok = False
+        obs.attempt(attempt, key, scheduler=scheduler)
+        if ep is not None:
+            ep.dispatched(est_tokens)
         connected = True
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(plan.timeout_s):
                 result = await exchange(
                     request,
                     session=request.app[SESSION_KEY],
                     endpoint=key,
                     body=body.raw,
                     headers=headers,
-                    started=ctx.started,
-                    connect_timeout_s=state.runtime.settings.connect_timeout_s,
-                    idle_timeout_s=state.runtime.settings.stream_idle_timeout_s if body.stream else None,
-                    response_headers={"X-Request-Id": ctx.record.request_id},
+                    started=obs.started,
+                    connect_timeout_s=settings.connect_timeout_s,
+                    idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
+                    response_headers={"X-Request-Id": obs.request_id},
                     on_prepared=prepared.append,
-                    keepalive_s=state.runtime.settings.sse_keepalive_interval_s,
+                    keepalive_s=settings.sse_keepalive_interval_s,
                 )
-            ok = result.ok
         except ConnectFailed as exc:
             connected = False
-            ctx.record.error = f"connect to {key} failed: {exc}"
-            if attempt < len(candidates):
-                state.metrics.child(state.metrics.retries, sr.spec.name).inc()
+            retry = attempt < len(plan.candidates)
+            obs.connect_failed(key, str(exc), retrying_on=scheduler if retry else None)
             continue
         except TimeoutError:
-            ctx.record.error = f"routeTimeout {timeout_s:g}s exceeded"
+            timeout = plan.timeout_s or 0
+            obs.failed(f"routeTimeout {timeout:g}s exceeded", stream_broken=bool(prepared))
             if prepared:
-                await terminal_timeout(prepared[0], seconds=timeout_s or 0)
-                state.metrics.child(state.metrics.stream_errors, ctx.model_label).inc()
-                return _finish(ctx, prepared[0])
-            return _finish(
-                ctx,
-                error_response(
-                    504,
-                    message=f"routeTimeout of {timeout_s:g}s exceeded waiting for {route.base_model!r}",
-                    error_type="timeout",
-                    code=504,
-                ),
-            )
+                await _end_stream(prepared[0], "route_timeout", f"routeTimeout of {timeout:g}s exceeded")
+                return obs.finish(prepared[0])
+            message = f"routeTimeout of {timeout:g}s exceeded waiting for {plan.what}"
+            return obs.finish(gateway_error("route_timeout", message, request_id=obs.request_id))
         except ClientGone:
-            _client_gone(ctx)
+            obs.client_gone()
             return prepared[0] if prepared else web.Response(status=CLIENT_CLOSED)
         except asyncio.CancelledError:
-            _client_gone(ctx)
-            raise
+            if not state.inflight.cutting:
+                obs.client_gone()
+                raise
+            # The shutdown grace ran out: answer the way a broken upstream would, retryable.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            message = "the gateway is shutting down; retry the request"
+            obs.failed("ended by shutdown after the stream grace", stream_broken=bool(prepared))
+            if prepared:
+                await _end_stream(prepared[0], "shutting_down", message)
+                return obs.finish(prepared[0])
+            return obs.finish(gateway_error("shutting_down", message, request_id=obs.request_id))
         finally:
-            ep.inflight -= 1
-            ep.inflight_tokens -= body.prompt_tokens + (body.max_tokens or 0)
-            if connected:
-                _feedback(ctx, sr, key, result, ok)
+            if ep is not None:
+                ep.completed(est_tokens)
+            if connected and plan.sr is not None:
+                _feedback(plan.sr, key, obs, result, now=state.clock())
         break
     if result is None:
-        return _finish(
-            ctx,
-            error_response(
-                502,
-                message=(
-                    f"could not connect to a model server for {route.base_model!r} "
-                    f"after {ctx.record.attempts} attempts"
-                ),
-                error_type="upstream_error",
-                code=502,
-            ),
-        )
-    return await _complete(ctx, result, body=body, principal=principal, model=route.model)
-
-
-async def _complete(
-    ctx: _Ctx, result: ExchangeResult, *, body: InferenceBody, principal: Principal, model: str
-) -> web.StreamResponse:
-    """After the upstream exchange: metrics, errors, token accounting with the guard, access log."""
-    m = ctx.state.metrics
-    _observe(ctx, result)
-    if result.error:
-        ctx.record.error = result.error
-        if result.streamed:
-            m.child(m.stream_errors, ctx.model_label).inc()
+        message = f"could not connect to a model server for {plan.what} after {obs.record.attempts} attempts"
+        if plan.sr is None:
+            message = f"could not connect to the default backend {plan.candidates[0]}"
+        return obs.finish(gateway_error("upstream_connect_failed", message, request_id=obs.request_id))
     usage = result.usage or {}
     prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens)
     completion_tokens = usage.get("completion_tokens", result.events)
-    ctx.record.prompt_tokens, ctx.record.completion_tokens = prompt_tokens, completion_tokens
+    obs.exchanged(result, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     with contextlib.suppress(GuardDenied):
-        await ctx.guard.account(
-            principal, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        await guard.account(
+            principal,
+            model=obs.record.model or "",
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
         )
-    return _finish(ctx, result.response)
+    return obs.finish(result.response)
 
 
-async def _proxy_to_default_backend(
-    request: web.Request, ctx: _Ctx, target: str, body: InferenceBody, principal: Principal
-) -> web.StreamResponse:
-    """Forward, unscheduled, to ``spec.bbr.defaultBackend`` (see :mod:`igw.gateway.default_backend`)."""
-    settings = ctx.state.runtime.settings
-    ctx.record.endpoint, ctx.record.attempts = target, 1
-    add = {**principal.forward_headers, "X-Request-Id": ctx.record.request_id}
-    if body.model:
-        add["X-Gateway-Model-Name"] = body.model
-    strip = (
-        ctx.guard.stripped_request_headers
-        | {MODEL_HEADER, BASE_MODEL_HEADER}
-        | {h.lower() for h in principal.forward_headers}
-    )
-    prepared: list[web.StreamResponse] = []
-    try:
-        result = await exchange(
-            request,
-            session=request.app[SESSION_KEY],
-            endpoint=target,
-            body=body.raw,
-            headers=upstream_headers(request.headers, strip=strip, add=add),
-            started=ctx.started,
-            connect_timeout_s=settings.connect_timeout_s,
-            idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
-            response_headers={"X-Request-Id": ctx.record.request_id},
-            on_prepared=prepared.append,
-            keepalive_s=settings.sse_keepalive_interval_s,
-        )
-    except ConnectFailed as exc:
-        ctx.record.error = f"connect to default backend {target} failed: {exc}"
-        return _finish(
-            ctx,
-            error_response(
-                502,
-                message=f"could not connect to the default backend {target}",
-                error_type="upstream_error",
-                code=502,
-            ),
-        )
-    except ClientGone:
-        _client_gone(ctx)
-        return prepared[0] if prepared else web.Response(status=CLIENT_CLOSED)
-    except asyncio.CancelledError:
-        _client_gone(ctx)
-        raise
-    return await _complete(ctx, result, body=body, principal=principal, model=body.model or "")
+async def _end_stream(response: web.StreamResponse, code: str, message: str) -> None:
+    """Finish a started SSE response with an error event and ``[DONE]`` (the client may be gone)."""
+    with contextlib.suppress(
+        ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError
+    ):
+        await response.write(sse_error_event(code, message))
+        await response.write_eof()
 
 
-def _client_gone(ctx: _Ctx) -> None:
-    """The client went away: the upstream request was cancelled (its connection closed)."""
-    m = ctx.state.metrics
-    ctx.record.error = "client disconnected; upstream request cancelled"
-    ctx.record.status = CLIENT_CLOSED
-    m.child(m.client_disconnects, ctx.model_label).inc()
-    m.child(m.requests, ctx.model_label, str(CLIENT_CLOSED)).inc()
-    ctx.record.emit()
-
-
-def _observe(ctx: _Ctx, result: ExchangeResult) -> None:
-    m = ctx.state.metrics
-    if result.ttft_s is not None:
-        m.child(m.ttft, ctx.model_label).observe(result.ttft_s)
-        ctx.record.ttft_ms = round(result.ttft_s * 1000, 3)
-    itl = m.child(m.itl, ctx.model_label)
-    for gap in result.gaps:
-        itl.observe(gap)
-    if result.usage:
-        if "prompt_tokens" in result.usage:
-            m.child(m.tokens, ctx.model_label, "in").inc(result.usage["prompt_tokens"])
-        if "completion_tokens" in result.usage:
-            m.child(m.tokens, ctx.model_label, "out").inc(result.usage["completion_tokens"])
-
-
-def _feedback(ctx: _Ctx, sr: SchedulerRuntime, key: str, result: ExchangeResult | None, ok: bool) -> None:
+def _feedback(
+    sr: SchedulerRuntime, key: str, obs: RequestObserver, result: ExchangeResult | None, *, now: float
+) -> None:
     """Tell the scheduler how the request went (drain rate, measured speed)."""
     itl = None
     out_tokens = 0
@@ -392,16 +305,16 @@ def _feedback(ctx: _Ctx, sr: SchedulerRuntime, key: str, result: ExchangeResult 
         if result.gaps:
             itl = sum(result.gaps) / len(result.gaps)
         elif out_tokens >= 2:
-            itl = (time.perf_counter() - ctx.started) / out_tokens
+            itl = (time.perf_counter() - obs.started) / out_tokens
     sr.scheduler.on_complete(
         RequestOutcome(
-            request_id=ctx.record.request_id,
+            request_id=obs.request_id,
             endpoint=key,
-            ok=ok,
+            ok=result is not None and result.ok,
             ttft_s=ttft,
             itl_s=itl,
-            prompt_tokens=ctx.record.prompt_tokens or 0,
+            prompt_tokens=obs.record.prompt_tokens or 0,
             output_tokens=out_tokens,
         ),
-        now=ctx.state.clock(),
+        now=now,
     )

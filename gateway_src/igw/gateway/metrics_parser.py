@@ -96,14 +96,21 @@ def _split_adapters(value: str | None) -> frozenset[str]:
     return frozenset(a for a in (value or "").split(",") if a)
 
 
-def _int_label(labels: dict[str, str], key: str) -> int | None:
-    raw = labels.get(key, "")
-    return int(raw) if raw.isdigit() else None
+def label_signal(family: str, label: str) -> str:
+    """The name a missing or unparseable integer label is reported under: ``family{label}``."""
+    return f"{family}{{{label}}}"
 
 
 def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
     missing: set[str] = set()
     combine = _COMBINE[families.combine_load]
+
+    def int_label(labels: dict[str, str], family: str, key: str) -> int | None:
+        raw = labels.get(key, "").strip()
+        if raw.isdigit():
+            return int(raw)
+        missing.add(label_signal(family, key))  # absent or not an integer: a missing signal
+        return None
 
     def load(name: str) -> int | None:
         values = _values(series(text, name))
@@ -148,15 +155,15 @@ def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
             chosen = best[1] if best is not None else fallback
             active = _split_adapters(chosen.get("running_lora_adapters"))
             waiting_adapters = _split_adapters(chosen.get("waiting_lora_adapters"))
-            max_lora = _int_label(chosen, "max_lora")
+            max_lora = int_label(chosen, families.lora, "max_lora")
 
     block_size: int | None = None
     num_blocks: int | None = None
     cache = series(text, families.cache_config)
     if cache:
         labels = parse_labels(cache[0][0])
-        block_size = _int_label(labels, families.block_size_label)
-        num_blocks = _int_label(labels, families.num_blocks_label)
+        block_size = int_label(labels, families.cache_config, families.block_size_label)
+        num_blocks = int_label(labels, families.cache_config, families.num_blocks_label)
     else:
         missing.add(families.cache_config)
 

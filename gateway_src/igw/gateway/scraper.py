@@ -5,6 +5,17 @@ changes the pools. Each successful scrape stores the parsed signals with the clo
 a failed one (timeout, refused connection, non-200, unreadable page) marks the endpoint failing,
 which excludes it from scheduling until a scrape succeeds again.
 
+A page that is still served but no longer changes is *frozen*: when the page stays byte-identical
+for ``staleThreshold`` after the gateway dispatched a request to the endpoint (a live model server's
+counters move with every request it receives), its metrics are no longer trusted - the endpoint is
+treated as stale from the page's last change, so it is excluded at most ``staleThreshold`` plus one
+scrape interval after the first request it did not account for. It is logged once, shown as
+``igw_endpoint_metrics_frozen`` and in ``/readyz``, and trusted again as soon as the page changes.
+
+Each endpoint's context window (``max_model_len``) is read from its ``/v1/models`` (vLLM and SGLang
+publish it per model) when its scraping starts and every :data:`MODEL_INFO_REFRESH_S` after that;
+the ``context-length-filter`` uses it.
+
 Missing signals are reported loudly and exactly once per (endpoint, family): a warning log naming
 the family and what to do about it, the gauge ``igw_endpoint_signal_missing`` (via the endpoint
 state) and the ``/readyz`` detail. ``/metrics`` answering 404 is itself reported as the missing
@@ -20,16 +31,21 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 import aiohttp
+import orjson
 
 from igw.engines import ENGINES
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.metrics_parser import parse_page
+from igw.gateway.model_info import max_model_len
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
 from igw.gateway.telemetry import GatewayMetrics
 
 log = logging.getLogger("igw.gateway.scraper")
 
 MAX_PAGE_BYTES: Final = 16 * 1024 * 1024
+MAX_MODELS_BYTES: Final = 1024 * 1024
+MODEL_INFO_REFRESH_S: Final = 60.0
+"""How often an endpoint's ``/v1/models`` is read again (a restarted pod may have a new limit)."""
 PAGE_MISSING: Final = "/metrics"
 NO_AUTOTUNE: Final = (
     "prefix block size and LRU size cannot be auto-tuned: defaults (64 characters, 31250) apply"
@@ -41,6 +57,11 @@ ADVICE: Final[Mapping[str, str]] = {
     "the endpoint is excluded from scheduling",
 }
 """Missing family -> what to do, from the engine catalogue (:mod:`igw.engines`) plus the gateway's own."""
+IMPUTED: Final = "routing treats this signal as missing (imputed, not zero)"
+LABEL_ADVICE: Final = (
+    "the label is absent or not an integer: prefix auto-tuning (block size, cache size) or LoRA slot "
+    "accounting cannot use it"
+)
 _LORA_FAMILIES: Final = frozenset(e.families.lora for e in ENGINES.values() if e.families.lora is not None)
 
 TaskKey = tuple[str, str]
@@ -87,6 +108,7 @@ class Scraper:
         return None if sr is None or state is None else (sr, state)
 
     async def _loop(self, scheduler: str, key: str) -> None:
+        models_read_at: float | None = None
         while True:
             found = self._lookup(scheduler, key)
             if found is None:
@@ -94,9 +116,29 @@ class Scraper:
             sr, state = found
             settings = self._runtime().settings
             started = self._clock()
+            due = models_read_at is None or started - models_read_at >= MODEL_INFO_REFRESH_S
+            if due and await self.read_model_info(sr, state, timeout_s=settings.scrape_timeout_s):
+                models_read_at = started
             await self.scrape_once(sr, state, timeout_s=settings.scrape_timeout_s)
             elapsed = self._clock() - started
             await asyncio.sleep(max(0.0, settings.scrape_interval_s - elapsed))
+
+    async def read_model_info(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
+        """Learn ``max_model_len`` from ``GET /v1/models``; True when the page was read."""
+        url = f"http://{state.key}/v1/models"
+        try:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                if resp.status != 200:
+                    return resp.status == 404  # a server without the page: do not ask every scrape
+                raw = await resp.content.read(MAX_MODELS_BYTES)
+            doc = orjson.loads(raw)
+        except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError):
+            return False
+        limit = max_model_len(doc, model=sr.spec.model_name)
+        if limit != state.max_model_len:
+            log.info("endpoint %s (%s) context window: %s tokens", state.key, sr.spec.name, limit)
+            state.max_model_len = limit
+        return True
 
     async def scrape_once(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> None:
         url = f"http://{state.key}/metrics"
@@ -113,19 +155,52 @@ class Scraper:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._fail(sr, state, f"scrape failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return
+        now = self._clock()
+        if self._frozen(sr, state, hash(raw), now, stale_after_s=self._runtime().settings.stale_threshold_s):
+            return
         parsed = parse_page(text, sr.families)
         missing = parsed.missing
         if not sr.spec.lora_adapters:
-            missing = missing - _LORA_FAMILIES
+            missing = frozenset(m for m in missing if m.split("{")[0] not in _LORA_FAMILIES)
         state.metrics = parsed.metrics
         state.kv_source = parsed.kv_source
-        state.scraped_at = self._clock()
+        state.scraped_at = now
         if state.scrape_failing:
             log.info("endpoint %s (%s) scrapes again: back in scheduling", state.key, sr.spec.name)
         state.scrape_failing = False
         state.last_error = None
         self._set_missing(sr, state, missing)
         self._metrics.child(self._metrics.scrapes, "ok").inc()
+
+    def _frozen(
+        self, sr: SchedulerRuntime, state: EndpointState, digest: int, now: float, *, stale_after_s: float
+    ) -> bool:
+        """Track page changes; True while the page is frozen (its metrics must not be refreshed)."""
+        page = state.page
+        if digest != page.digest:
+            page.digest, page.changed_at, page.picks_seen, page.unseen_since = digest, now, state.picks, None
+            if page.frozen:
+                page.frozen = False
+                log.info("endpoint %s (%s) metrics move again: back in scheduling", state.key, sr.spec.name)
+            return False
+        if page.frozen:
+            return True
+        if state.picks > page.picks_seen or state.inflight > 0:
+            if page.unseen_since is None:
+                page.unseen_since = now
+            elif now - page.unseen_since >= stale_after_s:
+                page.frozen = True
+                if page.changed_at is not None:
+                    state.scraped_at = min(state.scraped_at or page.changed_at, page.changed_at)
+                log.warning(
+                    "endpoint %s (%s) excluded from scheduling: its /metrics page has not changed for "
+                    "%.1fs while requests were sent to it (frozen metrics)",
+                    state.key,
+                    sr.spec.name,
+                    now - (page.changed_at or now),
+                )
+                return True
+        return False
 
     def _fail(
         self, sr: SchedulerRuntime, state: EndpointState, error: str, *, missing: frozenset[str] = frozenset()
@@ -149,7 +224,7 @@ class Scraper:
                     sr.spec.name,
                     sr.spec.engine_type,
                     family,
-                    ADVICE.get(family, "routing treats this signal as missing (imputed, not zero)"),
+                    ADVICE.get(family, LABEL_ADVICE if "{" in family else IMPUTED),
                 )
         for family in state.missing - missing:
             log.info("endpoint %s now publishes %s", state.key, family)

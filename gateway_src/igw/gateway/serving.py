@@ -1,65 +1,220 @@
-"""Run a gateway app on a socket, with the settings the data plane depends on.
+"""Run a gateway app on a socket: connection limits, timeouts, HTTP-level errors, graceful stop.
 
 ``handler_cancellation=True`` is what makes a client disconnect cancel the request handler, which
 closes the upstream connection immediately (even while waiting for the first token), so the model
 server stops generating for nobody. aiohttp sets TCP_NODELAY on every connection it makes or accepts.
 
-Request header limits are set here deliberately, not left to aiohttp's defaults:
+:class:`ServerLimits` holds every client-side timeout and limit (``igw serve`` options; defaults are
+safe for an internet-facing gateway behind a load balancer):
 
-- one header field (name + value) may be up to :data:`MAX_HEADER_FIELD_BYTES` (16 KiB), so a bearer
-  token at the guard's own cap (``maxTokenBytes``, 8192 by default, plus ``Bearer ``) reaches the
-  guard and larger-but-plausible ones get the guard's 401 rather than a parser error;
-- at most :data:`MAX_HEADERS` header fields (Envoy's ``max_headers_count``);
-- the request line (method + target) may be up to :data:`MAX_REQUEST_LINE_BYTES`.
+- a request head (request line + headers) must arrive within ``header_timeout_s`` of its first byte,
+  and a request body within ``body_timeout_s``; a connection idle between requests is closed after
+  ``keepalive_timeout_s`` (also the limit for a connection that never sends a byte);
+- at most ``max_connections`` client connections are open; at the limit, a new connection evicts the
+  oldest one that has no request in progress (an idle or stalled connection), else it is refused -
+  so stalled clients cannot deny service to healthy ones;
+- one header field (name + value) may be up to ``max_header_field_bytes`` (a bearer token at the
+  guard's own cap of 8192 bytes reaches the guard, which answers 401), at most ``max_headers``
+  fields, and a request line of up to :data:`MAX_REQUEST_LINE_BYTES`.
 
-A request over a header limit is answered **431 Request Header Fields Too Large** (a request line
-over its limit **414 URI Too Long**) with an OpenAI-shaped body, logged once at INFO without the
-offending bytes (they may be a token) - not aiohttp's plain-text 400 with an ERROR traceback.
+aiohttp answers HTTP-parser errors (malformed request line, a control byte in a header, conflicting
+``Content-Length``/``Transfer-Encoding``, over-limit heads) with a plain-text 400 that echoes the
+offending bytes and logs a traceback. :class:`_GatewayRequestHandler` replaces that: an OpenAI-shaped
+error (400, 414 or 431) with an ``X-Request-Id``, a fixed message that never quotes the request, and
+one warning line - the bytes at fault may be a credential.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import resource
 import ssl
+import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Final
 
-from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp import HttpVersion11, web
+from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from igw.gateway.errors import error_response
+from igw.gateway.errors import REQUEST_ID_HEADER, gateway_error
+from igw.gateway.shutdown import InflightRequests
 
 log = logging.getLogger("igw.gateway")
 
-MAX_HEADER_FIELD_BYTES = 16384
-"""Largest single request header field (name + value), in bytes."""
-MAX_HEADERS = 100
-"""Most request header fields (Envoy's default ``max_headers_count``)."""
-MAX_REQUEST_LINE_BYTES = 8190
-"""Largest request line (aiohttp's default; must differ from MAX_HEADER_FIELD_BYTES, see below)."""
+MAX_REQUEST_LINE_BYTES: Final = 8190
+"""Largest request line (aiohttp's default; must differ from the header field limit, see below)."""
+FD_RESERVE: Final = 256
+"""File descriptors kept free of client connections (upstream, scrape, discovery, logs)."""
 
 
-def _oversize_status(exc: BaseException | None) -> tuple[int, str] | None:
-    """(status, message) when ``exc`` is the HTTP parser refusing an over-limit request head.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerLimits:
+    """Client-side timeouts and limits of the gateway's listener (see the module docstring)."""
 
-    aiohttp raises :class:`LineTooLong` with the limit it hit as ``args[1]``; the request-line and
-    header-field limits have distinct values, which tells the two apart.
-    """
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    keepalive_timeout_s: float = 75.0
+    max_connections: int = 10_000
+    """Capped at start to the process's file-descriptor limit minus :data:`FD_RESERVE`."""
+    max_headers: int = 100
+    """Envoy's default ``max_headers_count``."""
+    max_header_field_bytes: int = 16_384
+    drain_s: float = 5.0
+    """After SIGTERM: seconds ``/readyz`` answers 503 while requests are still accepted and served."""
+    stream_grace_s: float = 25.0
+    """After the drain: seconds in-flight streams get to finish before they are ended with an SSE
+    error event; the process exits within ``drain_s + stream_grace_s`` (plus a few seconds)."""
+
+    def problems(self) -> list[str]:
+        """Every invalid setting, named by its ``igw serve`` option."""
+        out = []
+        for option, value in (
+            ("--header-timeout", self.header_timeout_s),
+            ("--body-timeout", self.body_timeout_s),
+            ("--keepalive-timeout", self.keepalive_timeout_s),
+        ):
+            if not value > 0:
+                out.append(f"{option}: must be greater than 0 (got {value:g})")
+        if self.keepalive_timeout_s > 120:
+            out.append(f"--keepalive-timeout: at most 120 seconds (got {self.keepalive_timeout_s:g})")
+        if self.max_connections < 1:
+            out.append(f"--max-connections: must be at least 1 (got {self.max_connections})")
+        if self.max_headers < 1:
+            out.append(f"--max-headers: must be at least 1 (got {self.max_headers})")
+        if not 1024 <= self.max_header_field_bytes != MAX_REQUEST_LINE_BYTES:
+            out.append(
+                f"--max-header-bytes: at least 1024 and not {MAX_REQUEST_LINE_BYTES} "
+                f"(got {self.max_header_field_bytes})"
+            )
+        if self.drain_s < 0 or self.stream_grace_s < 0:
+            out.append("--drain-seconds / --stream-grace-seconds: must not be negative")
+        return out
+
+
+LIMITS_KEY = web.AppKey("igw_server_limits", ServerLimits)
+INFLIGHT_KEY = web.AppKey("igw_inflight", InflightRequests)
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit; returns the (new) soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1_048_576)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def effective_max_connections(limits: ServerLimits) -> int:
+    """``limits.max_connections``, lowered to stay below the file-descriptor limit."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return limits.max_connections
+    return max(1, min(limits.max_connections, soft - FD_RESERVE))
+
+
+def _refusal(exc: BaseException | None, limits: ServerLimits) -> tuple[str, str]:
+    """(error code, fixed message) for an HTTP-parser error; never quotes the request's bytes."""
     if isinstance(exc, LineTooLong):
         limit = exc.args[1] if len(exc.args) > 1 else None
         if limit == MAX_REQUEST_LINE_BYTES:
-            return 414, f"request line longer than {MAX_REQUEST_LINE_BYTES} bytes"
-        return 431, f"a request header field is longer than {MAX_HEADER_FIELD_BYTES} bytes"
-    if isinstance(exc, BadHttpMessage) and "too many headers" in str(exc).lower():
-        return 431, f"more than {MAX_HEADERS} request header fields"
-    return None
+            return "request_line_too_long", f"request line longer than {MAX_REQUEST_LINE_BYTES} bytes"
+        return (
+            "request_header_too_large",
+            f"a request header field is longer than {limits.max_header_field_bytes} bytes",
+        )
+    text = str(exc).lower() if exc is not None else ""
+    if isinstance(exc, BadHttpMessage) and "too many headers" in text:
+        return "request_header_too_large", f"more than {limits.max_headers} request header fields"
+    if isinstance(exc, BadHttpMethod):
+        return "bad_http_request", "malformed or unsupported HTTP method"
+    if "content-length" in text or "transfer-encoding" in text or "chunk" in text:
+        return (
+            "bad_http_request",
+            "malformed HTTP request framing (invalid or conflicting Content-Length / Transfer-Encoding)",
+        )
+    if "header" in text or "invalid character" in text:
+        return "bad_http_request", "malformed HTTP request header (invalid name or a control character)"
+    return "bad_http_request", "malformed HTTP request"
 
 
 class _GatewayRequestHandler(RequestHandler):
-    """aiohttp's connection handler, answering over-limit request heads with 431/414."""
+    """aiohttp's connection handler with the gateway's error responses, head timeout and eviction."""
 
+    # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
+    __slots__ = ("_head_timer", "_limits", "_max_connections")
+
+    def __init__(self, *args: object, limits: ServerLimits, max_connections: int, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._limits = limits
+        self._max_connections = max_connections
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    # ---- connection limit ----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        manager = self._manager
+        if manager is None:
+            return
+        cap = self._max_connections
+        if len(manager.connections) <= cap:
+            return
+        for other in manager.connections:
+            if other is not self and isinstance(other, _GatewayRequestHandler) and other.evictable():
+                log.warning("connection limit %d reached: closed an idle or stalled connection", cap)
+                other.force_close()
+                return
+        log.warning("connection limit %d reached: refused a new connection", cap)
+        self.force_close()
+
+    def evictable(self) -> bool:
+        """No request is being handled on this connection (it is idle or still sending its head)."""
+        return not self._request_in_progress and not self._messages
+
+    # ---- request-head timeout --------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        waiting_for_head = not self._request_in_progress and not self._messages
+        if waiting_for_head and self._head_timer is None and data:
+            self._head_timer = self._loop.call_later(self._limits.header_timeout_s, self._head_timed_out)
+        super().data_received(data)
+        if self._head_timer is not None and (self._messages or self._request_in_progress):
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._request_in_progress or self._messages or self.transport is None:
+            return
+        rid = uuid.uuid4().hex
+        log.warning(
+            "closed a connection whose request head did not arrive within %gs (request id %s)",
+            self._limits.header_timeout_s,
+            rid,
+        )
+        body = gateway_error(
+            "request_timeout", f"request head not received within {self._limits.header_timeout_s:g}s"
+        ).body
+        assert isinstance(body, bytes)
+        head = (
+            "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n{REQUEST_ID_HEADER}: {rid}\r\nConnection: close\r\n\r\n"
+        )
+        with contextlib.suppress(Exception):
+            self.transport.write(head.encode() + body)
+        self.force_close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    # ---- errors aiohttp answers itself -----------------------------------------------------------
     def handle_error(
         self,
         request: BaseRequest,
@@ -67,34 +222,66 @@ class _GatewayRequestHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        refused = _oversize_status(exc)
-        if refused is None or request.writer.output_size > 0:
-            return super().handle_error(request, status, exc, message)
-        code, text = refused
-        log.info("refused a request from %s with %d: %s", request.remote, code, text)
-        response = error_response(
-            code, message=text, error_type="invalid_request_error", code="request_header_too_large"
-        )
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response had started: the connection is closed instead")
+        rid = uuid.uuid4().hex
+        if isinstance(exc, HttpProcessingError) or (status == 400 and exc is None):
+            code, text = _refusal(exc, self._limits)
+            log.warning(
+                "refused a malformed HTTP request from %s (request id %s): %s",
+                request.remote,
+                rid,
+                text,
+            )
+        elif status == 504:
+            code, text = "route_timeout", "the request handler timed out"
+            log.warning("request %s: handler timed out", rid)
+        else:
+            code, text = "internal_error", "internal error in the gateway"
+            log.error("request %s: unhandled error", rid, exc_info=exc)
+        _answer_as_http11(request)
+        response = gateway_error(code, text, request_id=rid)
         response.force_close()
         return response
 
 
+def _answer_as_http11(request: BaseRequest) -> None:
+    """aiohttp stands an unparseable request in as an HTTP/1.0 one, so its answer would say
+    ``HTTP/1.0``; the gateway speaks HTTP/1.1, also when it refuses a request."""
+    if request._version < HttpVersion11:
+        request._version = HttpVersion11
+        request._cache.pop("version", None)  # ``version`` is a cached property
+
+
 class _GatewayServer(web.Server):
+    limits: ServerLimits = ServerLimits()
+    max_connections: int = 10_000  # replaced by GatewayRunner with the capped value
+
     def __call__(self) -> RequestHandler:
-        return _GatewayRequestHandler(self, loop=self._loop, **self._kwargs)
+        return _GatewayRequestHandler(
+            self, loop=self._loop, limits=self.limits, max_connections=self.max_connections, **self._kwargs
+        )
 
 
 class GatewayRunner(web.AppRunner):
     """An :class:`~aiohttp.web.AppRunner` whose connections use :class:`_GatewayRequestHandler`.
 
     aiohttp has no public hook for the connection handler class; the server object the app builds
-    is re-classed (it adds no state), and ``tests/gateway`` pins the behaviour over real HTTP so an
-    aiohttp upgrade that breaks this fails a test rather than silently reverting to 400.
+    is re-classed (it adds no state of its own beyond the limits), and ``tests/gateway`` pins the
+    behaviour over real HTTP so an aiohttp upgrade that breaks this fails a test rather than
+    silently reverting to aiohttp's plain-text errors.
     """
+
+    def __init__(self, app: web.Application, *, limits: ServerLimits, **kwargs: object) -> None:
+        super().__init__(app, **kwargs)  # type: ignore[arg-type]
+        self.limits = limits
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = _GatewayServer
+        assert isinstance(server, _GatewayServer)
+        server.limits = self.limits
+        server.max_connections = effective_max_connections(self.limits)
         return server
 
 
@@ -109,16 +296,31 @@ def _bound_port(site: web.TCPSite) -> int:
 
 @contextlib.asynccontextmanager
 async def serve_app(
-    app: web.Application, *, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+    app: web.Application,
+    *,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
+    limits: ServerLimits | None = None,
 ) -> AsyncIterator[str]:
-    """Serve ``app``; yields its base URL (port 0 picks a free port). Stops everything on exit."""
+    """Serve ``app``; yields its base URL (port 0 picks a free port).
+
+    On exit: stop accepting connections, give in-flight requests ``limits.stream_grace_s`` to
+    finish, end the rest (SSE error event, or 503), then close every connection and the services.
+    """
+    limits = limits or ServerLimits()
+    if not app.frozen:
+        app[LIMITS_KEY] = limits
     runner = GatewayRunner(
         app,
+        limits=limits,
         handler_cancellation=True,
         access_log=None,
-        max_field_size=MAX_HEADER_FIELD_BYTES,
-        max_headers=MAX_HEADERS,
+        keepalive_timeout=limits.keepalive_timeout_s,
+        max_field_size=limits.max_header_field_bytes,
+        max_headers=limits.max_headers,
         max_line_size=MAX_REQUEST_LINE_BYTES,
+        shutdown_timeout=1.0,
     )
     await runner.setup()
     try:
@@ -128,4 +330,10 @@ async def serve_app(
         scheme = "https" if ssl_context is not None else "http"
         yield f"{scheme}://{host}:{sock_port}"
     finally:
+        inflight = app.get(INFLIGHT_KEY)
+        for open_site in list(runner.sites):
+            await open_site.stop()
+        if inflight is not None:
+            await inflight.wait(limits.stream_grace_s)
+            await inflight.cut()
         await runner.cleanup()

@@ -19,6 +19,7 @@ from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.guards import RequestGuard
 from igw.gateway.runtime import GatewayRuntime, PickerConfigs
 from igw.gateway.scraper import Scraper
+from igw.gateway.shutdown import InflightRequests
 from igw.gateway.telemetry import GatewayMetrics
 
 log = logging.getLogger("igw.gateway")
@@ -47,6 +48,8 @@ class GatewayState:
         self.default_backend = DefaultBackendResolver(service_domain=service_domain)
         """Where requests matching no scheduler go (``spec.bbr.defaultBackend``), see its module."""
         self.discovery_ready = False
+        self.inflight = InflightRequests()
+        """Requests being forwarded, so a shutdown can wait for them and then end them cleanly."""
         self.draining = False
         """Set on SIGTERM: /readyz answers 503 so load balancers stop sending before we stop serving."""
         self.on_config_applied: list[Callable[[GatewayConfig], None]] = []
@@ -122,6 +125,8 @@ class GatewayState:
                     "missing_signals": sorted(st.missing),
                     "kv_source": st.kv_source,
                     "inflight": st.inflight,
+                    "metrics_frozen": st.page.frozen,
+                    "max_model_len": st.max_model_len,
                 }
             schedulers[name] = {
                 "model": sr.spec.model_name,

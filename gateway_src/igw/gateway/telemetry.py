@@ -59,6 +59,11 @@ class _EndpointCollector(Collector):
             "Requests this gateway has in flight to the endpoint.",
             labels=labels,
         )
+        frozen = GaugeMetricFamily(
+            "igw_endpoint_metrics_frozen",
+            "1 while the endpoint's /metrics page no longer changes although requests were sent to it.",
+            labels=labels,
+        )
         missing = GaugeMetricFamily(
             "igw_endpoint_signal_missing",
             "1 when the endpoint does not publish a signal routing uses (the value names the metric family).",
@@ -70,6 +75,7 @@ class _EndpointCollector(Collector):
             if st.scraped_at is not None:
                 age.add_metric(lv, max(0.0, now - st.scraped_at))
             failing.add_metric(lv, 1.0 if st.scrape_failing else 0.0)
+            frozen.add_metric(lv, 1.0 if st.page.frozen else 0.0)
             inflight.add_metric(lv, float(st.inflight))
             m = st.metrics
             if m is not None:
@@ -81,7 +87,7 @@ class _EndpointCollector(Collector):
                     kv.add_metric(lv, m.kv_usage)
             for signal in sorted(st.missing):
                 missing.add_metric([sched, st.key, signal], 1.0)
-        yield from (age, failing, queue, running, kv, inflight, missing)
+        yield from (age, failing, frozen, queue, running, kv, inflight, missing)
 
 
 class GatewayMetrics:

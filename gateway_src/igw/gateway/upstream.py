@@ -29,7 +29,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from igw.errors import IgwGatewayError
-from igw.gateway.errors import error_response, sse_error_event
+from igw.gateway.errors import gateway_error, sse_error_event
 
 HOP_BY_HOP: Final = frozenset(
     {
@@ -65,11 +65,22 @@ class ExchangeResult:
     """The model server produced a complete response (status < 500 and no mid-stream failure)."""
     streamed: bool = False
     ttft_s: float | None = None
-    """Seconds from the start of the gateway's handling to the first body byte sent to the client."""
+    """Seconds from the start of the gateway's handling to the first generated token relayed."""
     gaps: list[float] = field(default_factory=list)
     events: int = 0
     usage: Mapping[str, int] | None = None
     error: str | None = None
+
+
+def _hop_by_hop(headers: Mapping[str, str]) -> frozenset[str]:
+    """:data:`HOP_BY_HOP` plus every header the message's ``Connection`` header names (RFC 9110 7.6.1)."""
+    named = {
+        token.strip().lower()
+        for name, value in headers.items()
+        if name.lower() == "connection"
+        for token in value.split(",")
+    }
+    return HOP_BY_HOP | named if named else HOP_BY_HOP
 
 
 def upstream_headers(
@@ -79,9 +90,10 @@ def upstream_headers(
     add: Mapping[str, str],
 ) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
+    drop = _hop_by_hop(client)
     for name, value in client.items():
         low = name.lower()
-        if low in HOP_BY_HOP or low in strip:
+        if low in drop or low in strip:
             continue
         out.add(name, value)
     for name, value in add.items():
@@ -106,10 +118,44 @@ def _usage_in_events(chunk: bytes) -> Mapping[str, int] | None:
     return found
 
 
+def _carries_token(chunk: bytes) -> bool:
+    """Whether SSE bytes carry generated output, not only the role chunk a chat stream opens with.
+
+    TTFT is the time to the first *token*: vLLM sends the role chunk with the first token, other
+    servers before prefill, and counting that would make slow-prefill pods look fast. Bytes that do
+    not parse as complete events (an event split across reads) count as output.
+    """
+    for line in chunk.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return True
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return True
+        if not isinstance(event, dict):
+            return True
+        for choice in event.get("choices") or ():
+            if not isinstance(choice, dict):
+                return True
+            delta = choice.get("delta")
+            source = delta if isinstance(delta, dict) else choice
+            if source.get("text") or source.get("content") or source.get("reasoning_content"):
+                return True
+            if source.get("tool_calls") or choice.get("finish_reason"):
+                return True
+        if "error" in event:
+            return True
+    return False
+
+
 def _response_headers(upstream: aiohttp.ClientResponse, extra: Mapping[str, str]) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
+    drop = _hop_by_hop(upstream.headers)
     for name, value in upstream.headers.items():
-        if name.lower() not in HOP_BY_HOP:
+        if name.lower() not in drop:
             out.add(name, value)
     for name, value in extra.items():
         out[name] = value
@@ -135,18 +181,17 @@ async def exchange(
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's clusters).
     base = endpoint if "://" in endpoint else f"http://{endpoint}"
     url = f"{base}{request.path_qs}"
-    timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=idle_timeout_s)
+    # sock_connect, not connect: waiting for a free pooled connection is not a connect failure (it
+    # would turn pool exhaustion under load into retries and 502s); routeTimeout bounds the wait.
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=idle_timeout_s)
     try:
         upstream = await session.post(url, data=body, headers=headers, timeout=timeout)
     except CONNECT_ERRORS as exc:
         raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
     except (aiohttp.ClientError, TimeoutError) as exc:
         return ExchangeResult(
-            response=error_response(
-                502,
-                message=f"upstream {endpoint} failed before responding: {type(exc).__name__}",
-                error_type="upstream_error",
-                code=502,
+            response=gateway_error(
+                "upstream_error", f"upstream {endpoint} failed before responding: {type(exc).__name__}"
             ),
             status=502,
             ok=False,
@@ -174,22 +219,37 @@ async def _relay_whole(
         payload = await upstream.read()
     except (aiohttp.ClientError, TimeoutError) as exc:
         return ExchangeResult(
-            response=error_response(
-                502,
-                message=f"upstream failed while sending its response: {type(exc).__name__}",
-                error_type="upstream_error",
-                code=502,
+            response=gateway_error(
+                "upstream_error", f"upstream failed while sending its response: {type(exc).__name__}"
             ),
             status=502,
             ok=False,
             error=f"{type(exc).__name__}: {exc}",
         )
     usage = None
-    if upstream.content_type == "application/json" and "content-encoding" not in upstream.headers:
+    is_json = upstream.content_type == "application/json" and "content-encoding" not in upstream.headers
+    if is_json:
         with contextlib.suppress(orjson.JSONDecodeError):
             usage = _usage_from(orjson.loads(payload))
-    response = web.Response(status=upstream.status, body=payload, headers=_response_headers(upstream, extra))
+    if upstream.status >= 400 and not is_json:
+        response = _wrapped_error(upstream, extra)
+    else:
+        response = web.Response(
+            status=upstream.status, body=payload, headers=_response_headers(upstream, extra)
+        )
     return ExchangeResult(response=response, status=upstream.status, ok=upstream.status < 500, usage=usage)
+
+
+def _wrapped_error(upstream: aiohttp.ClientResponse, extra: Mapping[str, str]) -> web.Response:
+    """A non-JSON upstream error in the OpenAI shape, keeping its status (the body is not relayed:
+    it is not meant for API clients and may echo the request)."""
+    keep = {k: v for k, v in upstream.headers.items() if k.lower() == "retry-after"}
+    return gateway_error(
+        "upstream_error",
+        f"the model server answered HTTP {upstream.status} {upstream.reason or ''}".rstrip(),
+        status=upstream.status,
+        headers={**keep, **extra},
+    )
 
 
 async def _relay_stream(
@@ -232,11 +292,12 @@ async def _relay_stream(
             except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
                 raise ClientGone() from exc
             now = time.perf_counter()
-            if last is None:
-                result.ttft_s = now - started
-            else:
+            if last is not None:
                 result.gaps.append(now - last)
-            last = now
+                last = now
+            elif _carries_token(chunk):
+                result.ttft_s = now - started
+                last = now
             result.events += chunk.count(b"\n\n")
             if b'"usage"' in chunk:
                 usage = _usage_in_events(chunk) or usage
@@ -254,7 +315,7 @@ async def _relay_stream(
         message = f"upstream model server {kind} before the response was complete"
         if not response.prepared:  # nothing sent to the client yet: a plain HTTP error
             return ExchangeResult(
-                response=error_response(502, message=message, error_type="upstream_error", code=502),
+                response=gateway_error("upstream_error", message),
                 status=502,
                 ok=False,
                 error=f"upstream {kind}: {type(exc).__name__}",
@@ -286,13 +347,4 @@ async def _keepalive(
 
 async def _terminal_error(response: web.StreamResponse, *, message: str) -> None:
     with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
-        await response.write(sse_error_event(message=message, error_type="upstream_error", code=502))
-
-
-async def terminal_timeout(response: web.StreamResponse, *, seconds: float) -> None:
-    """routeTimeout expired after the stream started: tell the client and close cleanly."""
-    await _terminal_error(response, message=f"routeTimeout of {seconds:g}s exceeded")
-    with contextlib.suppress(
-        ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError
-    ):
-        await response.write_eof()
+        await response.write(sse_error_event("upstream_error", message))

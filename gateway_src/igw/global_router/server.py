@@ -34,7 +34,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from igw.gateway.app import healthz, openai_errors
-from igw.gateway.errors import error_response
+from igw.gateway.errors import denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, RequestGuard
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
 from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
@@ -88,23 +88,11 @@ ROUTER_KEY = web.AppKey("igw_global_router", GlobalRouter)
 
 def _no_cluster(message: str) -> web.Response:
     """503 when no cluster can take the request; clients retry after a second (failover is that fast)."""
-    return error_response(
-        503,
-        message=message,
-        error_type="service_unavailable",
-        code="no_healthy_cluster",
-        headers={"Retry-After": "1"},
-    )
+    return gateway_error("no_healthy_cluster", message, headers={"Retry-After": "1"})
 
 
 def _denied(denied: GuardDenied) -> web.Response:
-    return error_response(
-        denied.status,
-        message=denied.message,
-        error_type=denied.error_type,
-        code=denied.code,
-        headers=denied.headers,
-    )
+    return denial_response(denied)
 
 
 async def _route(
@@ -119,15 +107,11 @@ async def _route(
         raw = await read_limited(request, limit=MAX_REQUEST_BODY_BYTES)
         body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
     except BodyTooLarge as exc:
-        return error_response(
-            413, message=str(exc), error_type="invalid_request_error", code="request_too_large"
-        )
+        return gateway_error("request_too_large", str(exc))
     except BadRequestBody as exc:
-        return error_response(400, message=exc.message, error_type="invalid_request_error", param=exc.param)
+        return gateway_error("invalid_request", exc.message, param=exc.param)
     if body.model is None:
-        return error_response(
-            400, message="'model' is required", error_type="invalid_request_error", param="model"
-        )
+        return gateway_error("invalid_request", "'model' is required", param="model")
     model = body.model
     est_tokens = body.prompt_tokens
     tenant = router.anonymous_tenant
@@ -145,12 +129,8 @@ async def _route(
         return _denied(denied)
     if not router.fleet.known_model(model):
         m.requests.labels(model, "404").inc()
-        return error_response(
-            404,
-            message=f"model {model!r} is not served by any cluster of this router",
-            error_type="invalid_request_error",
-            code="model_not_found",
-            param="model",
+        return gateway_error(
+            "model_not_found", f"model {model!r} is not served by any cluster of this router", param="model"
         )
     choices = router.fleet.plan(model)
     if not choices:

@@ -9,4 +9,6 @@ the same run (the routing-policy benchmark on the simulated fleet is :mod:`igw.b
 * :mod:`igw.perf.auth` - ``igw perf auth``: the request guard's cost per token shape.
 * :mod:`igw.perf.des` - ``igw perf des``: discrete-event simulator speed.
 * :mod:`igw.perf.checks` - ``igw perf checks``: pre-flight/audit check throughput.
+* :mod:`igw.perf.soak` - ``igw perf soak``: endurance of ``igw serve`` at 80 % and 150 % load (lost
+  requests, RSS and descriptor growth).
 """

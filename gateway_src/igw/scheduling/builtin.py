@@ -8,6 +8,7 @@ from typing import Any
 from igw.scheduling.framework import PluginHooks
 from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins import (
+    context_length_filter,
     endpoint_speed_scorer,
     inflight_scorer,
     kv_cache_scorer,
@@ -57,6 +58,7 @@ def build_registry() -> PluginRegistry:
     registry.register(prefill_collision_scorer.TYPE, prefill_collision_scorer.factory)
     registry.register(label_selector_filter.TYPE, label_selector_filter.factory)
     registry.register(lora_slot_filter.TYPE, lora_slot_filter.factory)
+    registry.register(context_length_filter.TYPE, context_length_filter.factory)
     registry.register(max_score_picker.TYPE, max_score_picker.factory)
     registry.register(weighted_random_picker.TYPE, weighted_random_picker.factory)
     registry.register(SINGLE_PROFILE_HANDLER, _single_profile_handler)

@@ -152,7 +152,14 @@ def _saturation(doc: Mapping[str, Any], settings: RoutingSettings, problems: lis
                 problems.append(f"{path}: {exc}")
         else:
             problems.append(f"{path}: unknown field")
-    return dataclasses.replace(settings, **changes)
+    updated = dataclasses.replace(settings, **changes)
+    paths = {
+        "queue_depth_threshold": "saturationDetector.queueDepthThreshold",
+        "kv_cache_util_threshold": "saturationDetector.kvCacheUtilThreshold",
+        "stale_threshold_s": "saturationDetector.metricsStalenessThreshold",
+    }
+    problems += updated.problems({name: path for name, path in paths.items() if name in changes})
+    return updated
 
 
 def profile_from_picker_config(

@@ -33,6 +33,7 @@ from typing import cast
 from igw.scheduling.data_flow import require_data_flow_order
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.framework import CycleContext, Filter, Picker, Plugin, Scorer, clamp01
+from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
 from igw.scheduling.settings import RoutingSettings
@@ -112,6 +113,12 @@ class Scheduler:
     ) -> RoutingDecision:
         if not endpoints:
             return RoutingDecision(kind=DecisionKind.NO_ENDPOINTS, reason="no endpoints discovered")
+        endpoints = fitting(request, endpoints)  # before everything, the all-stale fallback included
+        if not endpoints:
+            return RoutingDecision(
+                kind=DecisionKind.NO_ENDPOINTS,
+                reason=f"no endpoint's context window holds {tokens_needed(request)} tokens",
+            )
         ctx = CycleContext(request=request, now=now, rng=self.rng)
         threshold = self.settings.stale_threshold_s
         # is_fresh, inlined: this runs once per endpoint per request.

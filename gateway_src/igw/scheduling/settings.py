@@ -22,6 +22,8 @@ DEFAULT_SCRAPE_TIMEOUT: Final = "500ms"
 DEFAULT_STALE_THRESHOLD: Final = "1s"
 DEFAULT_QUEUE_DEPTH_THRESHOLD: Final = 5
 DEFAULT_KV_CACHE_UTIL_THRESHOLD: Final = 0.8
+MIN_KV_CACHE_UTIL_THRESHOLD: Final = 0.01
+"""The schema's minimum too: 0 would mark every endpoint saturated (its KV usage is never below 0)."""
 DEFAULT_RETRY_AFTER_MIN_SECONDS: Final = 1
 DEFAULT_RETRY_AFTER_MAX_SECONDS: Final = 30
 DEFAULT_DRAIN_WINDOW: Final = "30s"
@@ -60,6 +62,33 @@ class RoutingSettings:
     config_reload_interval_s: float = 1.0
     """How often ``igw serve`` checks its configuration file for changes."""
 
+    def problems(self, paths: Mapping[str, str]) -> list[str]:
+        """Range problems of the fields named in ``paths`` (field name -> config path for messages).
+
+        One check for both places thresholds come from (``spec.extensions.routing`` and an
+        EndpointPickerConfig's ``saturationDetector``), so they accept exactly the same values.
+        """
+        out: list[str] = []
+        if "queue_depth_threshold" in paths and self.queue_depth_threshold < 1:
+            out.append(
+                f"{paths['queue_depth_threshold']}: must be at least 1, got {self.queue_depth_threshold} "
+                "(0 would mark an endpoint saturated whenever one request waits)"
+            )
+        if (
+            "kv_cache_util_threshold" in paths
+            and not MIN_KV_CACHE_UTIL_THRESHOLD <= self.kv_cache_util_threshold <= 1
+        ):
+            out.append(
+                f"{paths['kv_cache_util_threshold']}: must be between {MIN_KV_CACHE_UTIL_THRESHOLD} and 1, "
+                f"got {self.kv_cache_util_threshold:g} (0 would mark every endpoint saturated)"
+            )
+        if "stale_threshold_s" in paths and self.stale_threshold_s <= self.scrape_interval_s:
+            out.append(
+                f"{paths['stale_threshold_s']}: must be longer than scrapeInterval "
+                f"({self.scrape_interval_s:g}s), or every endpoint would be stale between two scrapes"
+            )
+        return out
+
     @staticmethod
     def from_extension(raw: Mapping[str, Any] | None) -> RoutingSettings:
         """Build from a *schema-validated* ``spec.extensions.routing`` mapping (``None`` = defaults)."""
@@ -91,6 +120,13 @@ class RoutingSettings:
             sse_keepalive_interval_s=duration("sseKeepAliveInterval", DEFAULT_SSE_KEEPALIVE_INTERVAL),
             config_reload_interval_s=duration("configReloadInterval", DEFAULT_CONFIG_RELOAD_INTERVAL),
         )
+        problems += settings.problems(
+            {
+                "queue_depth_threshold": "spec.extensions.routing.saturation.queueDepthThreshold",
+                "kv_cache_util_threshold": "spec.extensions.routing.saturation.kvCacheUtilThreshold",
+                "stale_threshold_s": "spec.extensions.routing.staleThreshold",
+            }
+        )
         if settings.retry_after_min_s > settings.retry_after_max_s:
             problems.append(
                 "spec.extensions.routing.retryAfter: minSeconds "
@@ -100,11 +136,6 @@ class RoutingSettings:
             problems.append("spec.extensions.routing.scrapeInterval: must be greater than 0s")
         if settings.scrape_timeout_s <= 0:
             problems.append("spec.extensions.routing.scrapeTimeout: must be greater than 0s")
-        if settings.stale_threshold_s <= settings.scrape_interval_s:
-            problems.append(
-                "spec.extensions.routing.staleThreshold: must be longer than scrapeInterval, "
-                "or every endpoint would be stale between two scrapes"
-            )
         if problems:
             raise SchedulerConfigError(problems)
         return settings

@@ -71,6 +71,8 @@ class EndpointView:
     """Estimated prompt + max output tokens of those in-flight requests."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Pod labels (engine type, GPU generation, role...)."""
+    max_model_len: int | None = None
+    """The longest prompt + output the endpoint accepts (from its ``/v1/models``); ``None``: unknown."""
     unreflected_dispatches: int = 0
     """Requests this router dispatched to the endpoint after ``scraped_at`` that are probably still
     waiting there (see :mod:`igw.scheduling.dispatch_ledger`). Filled in by the scheduler itself from

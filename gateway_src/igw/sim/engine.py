@@ -163,20 +163,28 @@ class Engine:
         self._jitter_buf: deque[float] = deque()
 
     # ------------------------------------------------------------------ requests in and out
-    def add(self, request: EngineRequest) -> None:
-        """Queue a request (FCFS); :class:`RequestRejected` if it could never run on this replica."""
-        total = request.prompt_tokens + request.max_output_tokens
-        if request.prompt_tokens <= 0:
-            raise RequestRejected("prompt must contain at least one token")
+    def size_error(self, prompt_tokens: int, max_output_tokens: int) -> str | None:
+        """Why a request of this size could never run on this replica, or ``None`` if it could.
+
+        Cheap (arithmetic only), so servers call it before building anything sized by the request.
+        """
+        total = prompt_tokens + max_output_tokens
+        if prompt_tokens <= 0:
+            return "prompt must contain at least one token"
         if total > self.preset.max_model_len:
-            raise RequestRejected(
-                f"prompt ({request.prompt_tokens} tokens) + max_tokens ({request.max_output_tokens}) "
+            return (
+                f"prompt ({prompt_tokens} tokens) + max_tokens ({max_output_tokens}) "
                 f"exceeds max_model_len {self.preset.max_model_len}"
             )
         if -(-total // self.block_size) > self.pool.num_blocks:
-            raise RequestRejected(
-                f"request needs more KV blocks than the cache holds ({self.pool.num_blocks})"
-            )
+            return f"request needs more KV blocks than the cache holds ({self.pool.num_blocks})"
+        return None
+
+    def add(self, request: EngineRequest) -> None:
+        """Queue a request (FCFS); :class:`RequestRejected` if it could never run on this replica."""
+        problem = self.size_error(request.prompt_tokens, request.max_output_tokens)
+        if problem is not None:
+            raise RequestRejected(problem)
         if request.adapter is not None and self.max_loras <= 0:
             raise RequestRejected("LoRA is not enabled on this server")
         if request.request_id in self._by_id:

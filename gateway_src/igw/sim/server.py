@@ -462,10 +462,15 @@ class LivePod:
         if err is not None and self._rng.random() < err.rate:
             raise ApiError(err.status, "injected fault: simulated server error")
         self.stats.requests_received += 1
+        prompt_tokens = count_tokens(parsed.prompt_text)
+        # Checked before anything sized by max_tokens is built (a huge max_tokens must be a fast 400).
+        problem = self.engine.size_error(prompt_tokens, parsed.max_tokens)
+        if problem is not None:
+            raise ApiError(400, problem, param="max_tokens" if "max_tokens" in problem else None)
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{self.spec.name}-{next(self._ids)}"
         req = EngineRequest(
             request_id=request_id,
-            prompt_tokens=count_tokens(parsed.prompt_text),
+            prompt_tokens=prompt_tokens,
             max_output_tokens=parsed.max_tokens,
             block_hashes=request_block_hashes(
                 parsed.prompt_text,
@@ -535,6 +540,9 @@ class LivePod:
         obj = "chat.completion.chunk" if parsed.chat else "text_completion"
         cut = self.faults.get(FaultKind.DIE_MID_STREAM)
         sent = 0
+        # vLLM sends a chat stream's role chunk together with the first generated token (after
+        # prefill), not when the request arrives; it is prepended to the first token's event.
+        role = b""
         if parsed.chat:
             first = {
                 "index": 0,
@@ -542,7 +550,7 @@ class LivePod:
                 "logprobs": None,
                 "finish_reason": None,
             }
-            await resp.write(sse_event(req.request_id, obj, created, parsed.model, first))
+            role = sse_event(req.request_id, obj, created, parsed.model, first)
         while True:
             idx = await stream.queue.get()
             if idx == -1:
@@ -564,7 +572,8 @@ class LivePod:
                 }
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-            await resp.write(sse_event(req.request_id, obj, created, parsed.model, choice))
+            event = sse_event(req.request_id, obj, created, parsed.model, choice)
+            await resp.write(role + event if sent == 0 else event)
             sent += 1
         if parsed.include_usage:
             payload = {

@@ -1,0 +1,70 @@
+"""The requests a stopping gateway still owes an answer.
+
+On SIGTERM the gateway (see :func:`igw.gateway.serving.serve_app` and :mod:`igw.gateway.launch`)
+first reports not-ready while still serving (the drain period), then stops accepting connections and
+gives in-flight requests up to the *stream grace* to finish on their own. Requests still running
+after that are ended by :meth:`InflightRequests.cut`: their handlers are cancelled, and the request
+path turns that cancellation into an answer - a started stream gets a final SSE error event
+(``code: shutting_down``) and ``data: [DONE]``, a request not yet answered a 503 ``shutting_down`` -
+so a client sees a clean, retryable ending instead of a truncated response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+log = logging.getLogger("igw.gateway")
+
+CUT_WAIT_S: Final = 5.0
+"""How long :meth:`InflightRequests.cut` waits for cancelled handlers to write their answer."""
+
+
+class InflightRequests:
+    """The handler tasks of requests being forwarded to a model server; one registry per gateway."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.cutting = False
+        """True once :meth:`cut` began: a cancelled handler answers its client instead of giving up."""
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def enter(self) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            self._idle.clear()
+
+    def leave(self) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.discard(task)
+        if not self._tasks:
+            self._idle.set()
+
+    async def wait(self, grace_s: float) -> int:
+        """Wait up to ``grace_s`` for every request to finish; returns how many are still running."""
+        if self._tasks and grace_s > 0:
+            log.info("waiting up to %gs for %d in-flight request(s)", grace_s, len(self._tasks))
+            try:
+                async with asyncio.timeout(grace_s):
+                    await self._idle.wait()
+            except TimeoutError:
+                pass
+        return len(self._tasks)
+
+    async def cut(self) -> None:
+        """End every in-flight request now (SSE error event + ``[DONE]``, or a 503)."""
+        self.cutting = True
+        tasks = list(self._tasks)
+        if not tasks:
+            return
+        log.warning("shutdown grace over: ending %d in-flight request(s)", len(tasks))
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=CUT_WAIT_S)

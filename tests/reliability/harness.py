@@ -1,0 +1,180 @@
+"""Helpers for the reliability suite: a simulated fleet (in this process) in front of which runs
+either ``igw serve`` as a real subprocess (everything it prints is captured, for secret scans) or
+an in-process gateway (for tests that inspect its state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+
+from igw.config.loader import load_gateway_config
+from igw.gateway.app import create_app
+from igw.gateway.discovery.static_file import StaticFileDiscovery
+from igw.gateway.inference import STATE_KEY
+from igw.gateway.serving import ServerLimits, serve_app
+from igw.gateway.state import GatewayState
+from igw.perf.serve_process import ServeProcess, serve_process
+from igw.sim.spec import FleetSpec
+from tests.gateway.conftest import config_doc, scheduler
+from tests.gateway.fake_model_server import FakeModelServer
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+MODEL = "llama"
+
+
+def gateway_doc(
+    *,
+    routing: Mapping[str, Any] | None = None,
+    bbr: Mapping[str, Any] | None = None,
+    **scheduler_extra: Any,
+) -> dict[str, Any]:
+    """An InferenceGatewayConfig with one scheduler ``llama`` for model ``llama`` (fast scrapes)."""
+    return config_doc([scheduler(MODEL, MODEL, **scheduler_extra)], routing=routing, bbr=bbr)
+
+
+def fleet_spec(*presets: str, time_scale: float = 0.05, **pod_extra: Any) -> FleetSpec:
+    """Pods ``p0``, ``p1``... serving ``llama`` on the given simulator presets."""
+    pods = [
+        {"name": f"p{i}", "preset": preset, "served_model_name": MODEL, **pod_extra}
+        for i, preset in enumerate(presets)
+    ]
+    return FleetSpec.from_mapping({"time_scale": time_scale, "seed": 7, "pods": pods})
+
+
+def served_by(body: Mapping[str, Any]) -> str:
+    """The simulated pod that answered (the simulator puts its name in the response id)."""
+    return str(body["id"]).split("-")[1]
+
+
+async def wait_until(cond: Callable[[], bool], *, within: float, what: str) -> float:
+    """Poll ``cond`` every 10 ms; the seconds it took; fails the test after ``within``."""
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > within:
+            pytest.fail(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - t0
+
+
+def write_config(tmp_path: Path, doc: Mapping[str, Any], endpoints: Sequence[str]) -> tuple[Path, Path]:
+    config = tmp_path / "igwc.yaml"
+    config.write_text(yaml.safe_dump(dict(doc)))
+    eps = tmp_path / "endpoints.yaml"
+    eps.write_text(yaml.safe_dump({"schedulers": {MODEL: list(endpoints)}}))
+    return config, eps
+
+
+@dataclass
+class ServedGateway:
+    """A running ``igw serve``; ``lines`` holds everything it printed (stdout and stderr)."""
+
+    process: ServeProcess
+    lines: list[str]
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    @property
+    def proc(self) -> asyncio.subprocess.Process:
+        return self.process.proc
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    async def stop(self) -> int:
+        return await self.process.stop()
+
+
+@contextlib.asynccontextmanager
+async def igw_serve(
+    tmp_path: Path, doc: Mapping[str, Any], endpoints: Sequence[str], *args: str
+) -> AsyncIterator[ServedGateway]:
+    """``igw serve`` on a free loopback port, ready; SIGTERM (then kill) on exit."""
+    config, eps = write_config(tmp_path, doc, endpoints)
+    lines: list[str] = []
+    async with serve_process(config, eps, *args, on_line=lines.append) as process:
+        yield ServedGateway(process, lines)
+
+
+@contextlib.asynccontextmanager
+async def scripted_upstream(routes: Mapping[str, Handler]) -> AsyncIterator[str]:
+    """A loopback model server with the given ``"METHOD /path"`` handlers plus a valid vLLM
+    ``/metrics`` page; yields its ``host:port``."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=FakeModelServer("scripted").page(), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    for route, handler in routes.items():
+        method, path = route.split(" ", 1)
+        app.router.add_route(method, path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+@dataclass
+class InProcessGateway:
+    url: str
+    state: GatewayState
+    http: aiohttp.ClientSession
+
+    def fresh(self, key: str) -> bool:
+        sr = self.state.runtime.schedulers[MODEL]
+        st = sr.pool.states.get(key)
+        return st is not None and sr.scheduler.is_fresh(st.view(), self.state.clock())
+
+    def endpoint(self, key: str) -> Any:
+        return self.state.runtime.schedulers[MODEL].pool.states[key]
+
+    async def complete(self, prompt: str, **extra: Any) -> aiohttp.ClientResponse:
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": 8, **extra}
+        return await self.http.post(self.url + "/v1/completions", json=body)
+
+
+@contextlib.asynccontextmanager
+async def in_process_gateway(
+    tmp_path: Path,
+    doc: Mapping[str, Any],
+    endpoints: Sequence[str],
+    *,
+    limits: ServerLimits | None = None,
+    wait_fresh: bool = True,
+) -> AsyncIterator[InProcessGateway]:
+    config_path, eps = write_config(tmp_path, doc, endpoints)
+    config = load_gateway_config(config_path)
+    app = create_app(
+        config,
+        discovery=StaticFileDiscovery.for_schedulers(eps, config.schedulers, poll_interval_s=0.05),
+        rng=random.Random(42),
+    )
+    async with (
+        serve_app(app, host="127.0.0.1", port=0, limits=limits or ServerLimits(stream_grace_s=1)) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        gw = InProcessGateway(url=url, state=app[STATE_KEY], http=http)
+        if wait_fresh:
+            for key in endpoints:
+                await wait_until(lambda k=key: gw.fresh(k), within=10, what=f"{key} scraped")
+        yield gw

@@ -1,0 +1,74 @@
+"""The redacting log formatter masks every credential shape, on every logger and in tracebacks."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+from multidict import CIMultiDict
+
+from igw.gateway.redaction import MASK, RedactingFormatter, redact
+from igw.gateway.upstream import upstream_headers
+
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLWJ5dGVz"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"Authorization: Bearer {JWT}",
+        "authorization: Basic dXNlcjpwYXNz",
+        "Proxy-Authorization: secret-value",
+        "Cookie: session=abcdef; other=1",
+        "x-api-key: sk-live-123456",
+        "{'api-key': 'sk-live-123456'}",
+        f"bad header value {JWT}\x01 in request",
+        f"token={JWT}",
+    ],
+)
+def test_credentials_are_masked(text: str) -> None:
+    out = redact(text)
+    assert MASK in out
+    for secret in (JWT, "dXNlcjpwYXNz", "secret-value", "abcdef", "sk-live-123456"):
+        assert secret not in out
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    text = "endpoint 10.0.0.1:8000 (llama) excluded: scrape failed: TimeoutError"
+    assert redact(text) == text
+
+
+def test_formatter_masks_messages_arguments_and_tracebacks() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(RedactingFormatter("%(levelname)s %(message)s"))
+    log = logging.getLogger("tests.redaction")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("header was %s", f"Bearer {JWT}")
+        try:
+            raise ValueError(f"cannot parse {JWT}")
+        except ValueError:
+            log.exception("failed")
+    finally:
+        log.removeHandler(handler)
+    printed = stream.getvalue()
+    assert JWT not in printed
+    assert "Traceback" in printed  # the traceback itself is kept, only the secret is masked
+    assert printed.count(MASK) >= 2
+
+
+def test_hop_by_hop_headers_and_those_named_in_connection_are_dropped() -> None:
+    client = CIMultiDict(
+        {
+            "Connection": "close, X-Private",
+            "X-Private": "1",
+            "Keep-Alive": "5",
+            "TE": "trailers",
+            "X-Kept": "2",
+        }
+    )
+    out = upstream_headers(client, strip=frozenset(), add={"X-Request-Id": "r"})
+    assert dict(out) == {"X-Kept": "2", "X-Request-Id": "r"}

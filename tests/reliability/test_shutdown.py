@@ -1,0 +1,78 @@
+"""SIGTERM: not ready at once, still serving for the drain period, then no new connections;
+in-flight streams get the stream grace, then end with an SSE error event and ``[DONE]``."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from igw.sim.live import run_fleet
+from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, igw_serve
+
+DRAIN_S = 1.5
+GRACE_S = 2.0
+
+
+async def read_stream(http: aiohttp.ClientSession, url: str, max_tokens: int) -> list[bytes]:
+    resp = await http.post(
+        url + "/v1/completions",
+        json={"model": MODEL, "prompt": "tell a story", "max_tokens": max_tokens, "stream": True},
+    )
+    assert resp.status == 200
+    return [e for e in (await resp.read()).split(b"\n\n") if e]
+
+
+async def test_sigterm_drains_then_ends_long_streams_cleanly(tmp_path: Path) -> None:
+    # time_scale 1: simulated time runs at wall speed, so 5,000 tokens take far longer than the grace.
+    async with run_fleet(fleet_spec("llama-3.1-8b/h100", time_scale=1.0), admin=False) as fleet:
+        args = ("--drain-seconds", str(DRAIN_S), "--stream-grace-seconds", str(GRACE_S))
+        async with (
+            igw_serve(tmp_path, gateway_doc(), [fleet.pods[0].key], *args) as gw,
+            aiohttp.ClientSession() as http,
+        ):
+            long = asyncio.create_task(read_stream(http, gw.url, 5000))
+            short = asyncio.create_task(read_stream(http, gw.url, 20))
+            await asyncio.sleep(0.5)  # both streams running
+            t0 = time.monotonic()
+            gw.proc.send_signal(signal.SIGTERM)
+            for _ in range(500):  # "at once": the first answers after the signal is handled
+                if (await http.get(gw.url + "/readyz")).status == 503:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("/readyz never answered 503 after SIGTERM")
+            # still served during the drain period, on a new connection too
+            async with aiohttp.ClientSession() as fresh:
+                resp = await fresh.post(
+                    gw.url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2}
+                )
+                assert resp.status == 200
+            refused = False
+            while not refused:
+                try:
+                    async with aiohttp.ClientSession() as fresh:
+                        await fresh.get(gw.url + "/healthz")
+                    await asyncio.sleep(0.05)
+                except aiohttp.ClientConnectorError:
+                    refused = True
+            assert time.monotonic() - t0 >= DRAIN_S * 0.9  # no new connections only after the drain
+            short_events = await short
+            long_events = await long
+            code = await gw.stop()
+            elapsed = time.monotonic() - t0
+    assert short_events[-1] == b"data: [DONE]"
+    assert not [e for e in short_events if b'"error"' in e]
+    assert long_events[-1] == b"data: [DONE]"
+    error = orjson.loads(long_events[-2].removeprefix(b"data: "))["error"]
+    assert error["code"] == "shutting_down"
+    assert len(long_events) > 3  # tokens were relayed before the grace ran out
+    assert code == 0
+    assert elapsed >= DRAIN_S + GRACE_S * 0.9  # the stream got its grace
+    # Generous upper bound for a loaded machine: drain + grace + the final cut (5 s) + start-up noise.
+    assert elapsed < DRAIN_S + GRACE_S + 30
+    assert "Traceback" not in gw.output
