@@ -86,7 +86,7 @@ def test_example_is_valid(example):
             lambda d: d["inference"]["addon"]["configurationValues"].update(
                 serviceAccount={"roleArn": "arn:aws:iam::111111111111:role/gateway"}
             ),
-            "inference.addon.configurationValues.serviceAccount: has no effect with the chart's mode operator",
+            "inference.addon.configurationValues.serviceAccount: has no effect with the chart's mode",
         ),
         (
             lambda d: d["inference"]["gatewayConfig"]["spec"].update(
