@@ -19,7 +19,7 @@ from typing import Any, Final, Literal
 import jsonschema
 import yaml
 
-from igw.addon import addon_version, aws_addon, configuration, pins
+from igw.addon import addon_version, aws_addon, chart, configuration, pins
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SCHEMA_FILE: Final = REPO_ROOT / "schemas" / "deployment-config.schema.json"
@@ -28,6 +28,7 @@ EXAMPLE_FILE: Final = Path(__file__).resolve().parent / "examples" / "deployment
 AuthenticationMode = Literal["API", "API_AND_CONFIG_MAP"]
 IdentityMode = Literal["podIdentity", "irsa"]
 AddonMode = Literal["igw", "awsManaged"]
+ChartMode = Literal["operator", "gateway"]
 ConflictPolicy = Literal["OVERWRITE", "NONE", "PRESERVE"]
 
 
@@ -110,6 +111,13 @@ class AddonConfig:
     """Our chart's values (``igw``) or AWS's add-on values (``awsManaged``), each checked against its
     own schema."""
 
+    @property
+    def chart_mode(self) -> ChartMode:
+        """Our chart's ``mode`` (``igw`` only): ``operator`` (the chart's default: the operator turns the
+        applied InferenceGatewayConfig into its gateway) unless the values ask for ``gateway`` (one
+        gateway the chart renders from ``gateway.config``)."""
+        return "gateway" if self.configuration_values.get("mode") == "gateway" else "operator"
+
 
 @dataclass(frozen=True, slots=True)
 class ImageConfig:
@@ -159,12 +167,17 @@ class GatewayConfigManifest:
     namespace: str
     spec: Mapping[str, Any]
 
-    def document(self) -> dict[str, Any]:
+    def document(self, *, acm_arn: str | None = None) -> dict[str, Any]:
+        """The manifest; with ``acm_arn``, ``spec.tls.acmArn`` names that certificate (the operator puts
+        it on the load balancer's TLS listener)."""
+        spec: dict[str, Any] = json.loads(json.dumps(self.spec))
+        if acm_arn is not None:
+            spec["tls"] = {**dict(spec.get("tls") or {}), "acmArn": acm_arn}
         return {
             "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
             "kind": "InferenceGatewayConfig",
             "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": json.loads(json.dumps(self.spec)),
+            "spec": spec,
         }
 
 
@@ -258,6 +271,21 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
         if "version" in addon:
             problems.append("inference.addon.version: only with mode awsManaged (our chart is local)")
         problems += [f"inference.addon.configurationValues.{p}" for p in configuration.problems(values)]
+        if values.get("mode", "operator") == "operator":
+            problems += [
+                f"inference.addon.configurationValues.{key}: has no effect with the chart's mode operator "
+                f"(the operator builds the gateway from inference.gatewayConfig: replicas from "
+                f"spec.schedulers[].replicas, the Service from spec.tls and spec.extensions.dataPlane; "
+                f"gateway pods call no AWS API and need no role); remove it, or set mode: gateway"
+                for key in chart.GATEWAY_MODE_ONLY_VALUES
+                if key in values
+            ]
+        acm_arn = ((doc["inference"]["gatewayConfig"]["spec"].get("tls") or {}).get("acmArn")) or ""
+        if "endpoint" in doc["inference"] and acm_arn:
+            problems.append(
+                "inference.gatewayConfig.spec.tls.acmArn: leave it empty with inference.endpoint (the app "
+                "puts the endpoint's certificate there)"
+            )
     problems += [f"inference.gatewayConfig.{p}" for p in _gateway_config_problems(doc)]
     return problems
 

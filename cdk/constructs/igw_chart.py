@@ -1,12 +1,18 @@
 """Our gateway on the cluster (the default): the chart in ``addon/chart`` installed through Helm under
 our release name, running the image built from ``gateway_src/Dockerfile``.
 
-The chart values come from the deployment config: the user's ``configurationValues``, the image, the
-served ``InferenceGatewayConfig`` and, with an endpoint, the ACM certificate the load balancer's TLS
-listener presents. They are validated at synth against the chart's own configuration schema with
-placeholders standing in for values CloudFormation only knows at deploy time (image URI, certificate
-ARN), so a mistake fails ``cdk synth`` rather than a Helm install ten minutes into ``cdk deploy``.
-The gateway calls no AWS API, so its service account gets no IAM role.
+In the chart's default ``mode: operator`` the chart installs the InferenceGatewayConfig CRD and
+``igw operator`` (image: the built asset, which is also the image of the gateways it creates) with its
+RBAC, and nothing per configuration: the inference stack applies the deployment config's
+InferenceGatewayConfig and the operator brings up that object's gateway. With ``mode: gateway`` (an
+explicit choice in ``inference.addon.configurationValues``) the chart runs one gateway itself, serving
+the deployment config's InferenceGatewayConfig from its ConfigMap, and with an endpoint the ACM
+certificate goes on the chart's Service.
+
+The values are validated at synth against the chart's own configuration schema with placeholders
+standing in for values CloudFormation only knows at deploy time (image URI, certificate ARN), so a
+mistake fails ``cdk synth`` rather than a Helm install ten minutes into ``cdk deploy``. The gateway
+calls no AWS API, so no service account gets an IAM role.
 """
 
 from __future__ import annotations
@@ -20,16 +26,15 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from cdk.config import REPO_ROOT, AddonConfig, GatewayConfigManifest
+from cdk.constructs.gateway_endpoint import PLACEHOLDER_CERTIFICATE
 from cdk.constructs.gateway_image import GatewayImage
 from cdk.constructs.nag_ack import acknowledge, asset_bucket, partition_of
 from igw.addon import configuration, pins, schemas
 
 PLACEHOLDER_REPOSITORY: Final = "111111111111.dkr.ecr.us-west-2.amazonaws.com/placeholder"
-PLACEHOLDER_CERTIFICATE: Final = (
-    "arn:aws:acm:us-west-2:111111111111:certificate/00000000-0000-0000-0000-000000000000"
-)
 RELEASE: Final = pins.CHART_NAME
-"""Helm release name; with no ``fullnameOverride`` it is also the gateway Service's name."""
+"""Helm release name; with no ``fullnameOverride`` it is also the gateway Service's name (``mode:
+gateway``)."""
 
 
 def chart_values(
@@ -40,11 +45,18 @@ def chart_values(
     tag: str,
     certificate_arn: str | None,
 ) -> dict[str, Any]:
-    """The chart values for this deployment (the user's values win where they set the same key)."""
+    """The chart values for this deployment (the user's values win where they set the same key).
+
+    ``mode`` is always explicit. Only ``mode: gateway`` gets the served configuration and the
+    certificate: in operator mode both travel in the applied InferenceGatewayConfig instead.
+    """
     values: dict[str, Any] = json.loads(json.dumps(dict(config.configuration_values)))
+    values["mode"] = config.chart_mode
     image = values.setdefault("image", {})
     image.setdefault("repository", repository)
     image.setdefault("tag", tag)
+    if config.chart_mode == "operator":
+        return values
     gateway = values.setdefault("gateway", {})
     gateway.setdefault(
         "config",

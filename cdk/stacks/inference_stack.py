@@ -1,12 +1,18 @@
 """The inference stack: the gateway and the InferenceGatewayConfig it serves.
 
-By default our chart (``addon/chart``) is installed through Helm with the image built from
-``gateway_src/Dockerfile``; with an endpoint, an ACM certificate on the load balancer's TLS listener and
-a Route 53 record. With ``inference.addon.mode: awsManaged`` AWS's add-on is installed instead, with
-the roles and bucket AWS documents.
+By default our chart (``addon/chart``) is installed through Helm in its operator mode with the image
+built from ``gateway_src/Dockerfile``; the deployment config's InferenceGatewayConfig is applied after
+it and the operator turns that object into its gateway (Deployment, Service ``<name>-gateway`` in the
+object's namespace, …). With an endpoint, the ACM certificate goes into the object's
+``spec.tls.acmArn`` (the operator's Service gets the TLS 1.3 listener) and a Route 53 record points at
+the load balancer of that Service. With the chart's ``mode: gateway`` the chart runs the gateway
+itself (Service ``inference-gateway`` in the add-on namespace, certificate in the chart values). With
+``inference.addon.mode: awsManaged`` AWS's add-on is installed instead, with the roles and bucket AWS
+documents.
 
 Ordering: the stack depends on the platform stack (cert-manager and the Load Balancer Controller first);
-inside it the chart or add-on (which brings the CRD) comes before the InferenceGatewayConfig.
+inside it the chart or add-on (which brings the CRD) comes before the InferenceGatewayConfig, and the
+record's host-name lookup after both.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from cdk.constructs.gateway_image import GatewayImage
 from cdk.constructs.igw_chart import RELEASE, IgwChart
 from cdk.stacks.cluster_handle import ClusterHandle
 from igw.addon import pins
+from igw.operator.dataplane import base_name
 
 
 class InferenceStack(cdk.Stack):
@@ -34,6 +41,7 @@ class InferenceStack(cdk.Stack):
         installed: Construct
         self.chart: IgwChart | None = None
         self.aws_addon: AwsInferenceAddon | None = None
+        certificate: GatewayCertificate | None = None
         if config.addon.mode == "awsManaged":
             if cluster.hyperpod_cluster_arn is None:
                 raise ValueError("AWS's add-on needs the HyperPod cluster ARN")
@@ -48,9 +56,8 @@ class InferenceStack(cdk.Stack):
             installed = self.aws_addon.addon
             cdk.CfnOutput(self, "GatewayControllerRoleArn", value=self.aws_addon.gateway_role.role_arn)
         else:
-            certificate = (
-                GatewayCertificate(self, "Certificate", config=config.endpoint) if config.endpoint else None
-            )
+            if config.endpoint is not None:
+                certificate = GatewayCertificate(self, "Certificate", config=config.endpoint)
             self.image = GatewayImage(self, "GatewayImage", config=config.image)
             self.chart = IgwChart(
                 self,
@@ -62,19 +69,31 @@ class InferenceStack(cdk.Stack):
                 certificate_arn=certificate.certificate.certificate_arn if certificate else None,
             )
             installed = self.chart.chart
-            if certificate is not None and config.endpoint is not None:
-                self.dns = GatewayDnsRecord(
-                    self,
-                    "Dns",
-                    cluster=cluster.cluster,
-                    config=config.endpoint,
-                    zone=certificate.zone,
-                    service_name=RELEASE,
-                    namespace=pins.ADDON_NAMESPACE,
-                    after=self.chart.chart,
-                )
-                cdk.CfnOutput(self, "GatewayUrl", value=f"https://{config.endpoint.fqdn}")
+        operator_mode = self.chart is not None and config.addon.chart_mode == "operator"
         self.gateway_config = GatewayConfig(
-            self, "GatewayConfig", cluster=cluster.cluster, config=config.gateway_config
+            self,
+            "GatewayConfig",
+            cluster=cluster.cluster,
+            config=config.gateway_config,
+            acm_arn=certificate.certificate.certificate_arn if certificate and operator_mode else None,
         )
         self.gateway_config.node.add_dependency(installed)
+        if certificate is not None and config.endpoint is not None:
+            # The Service whose load balancer the record names: the operator's for the applied object,
+            # or the chart's own in gateway mode.
+            if operator_mode:
+                service_name = base_name(config.gateway_config.name)
+                namespace = config.gateway_config.namespace
+            else:
+                service_name, namespace = RELEASE, pins.ADDON_NAMESPACE
+            self.dns = GatewayDnsRecord(
+                self,
+                "Dns",
+                cluster=cluster.cluster,
+                config=config.endpoint,
+                zone=certificate.zone,
+                service_name=service_name,
+                namespace=namespace,
+                after=[installed, self.gateway_config.manifest],
+            )
+            cdk.CfnOutput(self, "GatewayUrl", value=f"https://{config.endpoint.fqdn}")

@@ -124,3 +124,24 @@ def test_gateway_mode_stays_available_and_renders_no_operator() -> None:
     assert ("Deployment", "igw") in names
     assert ("ConfigMap", "igw-config") in names
     assert not any(name.endswith("-operator") for _, name in names)
+
+
+GATEWAY_MODE_SETTINGS: dict[str, Any] = {
+    "replicaCount": 5,
+    "gateway": {"port": 9443, "config": {"name": "other", "spec": {"bbr": {"enabled": False}}}},
+    "service": {"scheme": "internet-facing", "port": 8443},
+    "certManager": {"enabled": False},
+    "serviceAccount": {"name": "custom", "roleArn": "arn:aws:iam::111111111111:role/gateway"},
+}
+"""A changed setting for every key of ``chart.GATEWAY_MODE_ONLY_VALUES``."""
+
+
+def test_gateway_mode_only_values_change_nothing_in_operator_mode() -> None:
+    """The deployment config refuses these keys in operator mode; this is why: they are inert there
+    (and each changes what gateway mode renders, so the list names no key by mistake)."""
+    assert set(GATEWAY_MODE_SETTINGS) == set(chart.GATEWAY_MODE_ONLY_VALUES)
+    baseline = _objects({})
+    gateway_baseline = _objects({"mode": "gateway"})
+    for key, setting in GATEWAY_MODE_SETTINGS.items():
+        assert _objects({key: setting}) == baseline, key
+        assert _objects({"mode": "gateway", key: setting}) != gateway_baseline, key

@@ -20,6 +20,8 @@ REGION = "us-west-2"
 CLUSTER = "igw"
 ROLE = "igw-gateway"
 OURS = {"clusterName": CLUSTER, "addonName": pins.IGW_ADDON_NAME}
+GATEWAY_MODE = {"mode": "gateway"}
+"""The chart mode whose pods run as the gateway service account a role can be bound to."""
 
 
 class VirtualClock:
@@ -98,7 +100,7 @@ def test_create_checks_then_creates_and_waits_for_active(aws):
             "addonName": pins.IGW_ADDON_NAME,
             "addonVersion": pins.IGW_ADDON_VERSION,
             "resolveConflicts": "OVERWRITE",
-            "configurationValues": '{"replicaCount":3}',
+            "configurationValues": '{"mode":"gateway","replicaCount":3}',
             "podIdentityAssociations": [{"serviceAccount": pins.GATEWAY_SERVICE_ACCOUNT, "roleArn": gateway}],
         },
     )
@@ -109,7 +111,11 @@ def test_create_checks_then_creates_and_waits_for_active(aws):
     clock, lines = VirtualClock(), []
     waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, poll_s=5, progress=lines.append)
     addon = operations.create(
-        clients=clients, cluster=CLUSTER, role_arn=gateway, values={"replicaCount": 3}, wait=waiter
+        clients=clients,
+        cluster=CLUSTER,
+        role_arn=gateway,
+        values={**GATEWAY_MODE, "replicaCount": 3},
+        wait=waiter,
     )
     assert addon["status"] == "ACTIVE"
     assert lines == [
@@ -123,7 +129,7 @@ def test_missing_dependency_addon_blocks_create(aws):
     clients, stubber, gateway = aws
     _dependencies_installed(stubber, skip="cert-manager")
     with pytest.raises(operations.AddonOperationError) as caught:
-        operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values={})
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values=GATEWAY_MODE)
     assert "dependency add-on cert-manager is not installed (needs >= v1.18.2-eksbuild.2" in str(caught.value)
 
 
@@ -134,7 +140,7 @@ def test_old_dependency_version_blocks_create(aws):
         operations.AddonOperationError,
         match=r"cert-manager is v1\.18\.2-eksbuild\.1, needs >= v1\.18\.2-eksbuild\.2",
     ):
-        operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values={})
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values=GATEWAY_MODE)
 
 
 def test_invalid_configuration_fails_before_any_call(aws):
@@ -160,7 +166,7 @@ def test_missing_pod_identity_agent_is_reported_before_any_change(aws):
     )
     # No create_addon is stubbed: reaching it would fail the test with an unexpected call.
     with pytest.raises(operations.AddonOperationError) as caught:
-        operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values={})
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values=GATEWAY_MODE)
     assert "eks-pod-identity-agent is not installed: EKS Pod Identity associations need it" in str(
         caught.value
     )
@@ -177,14 +183,26 @@ def test_create_with_irsa_sends_the_service_account_role(aws):
             "addonName": pins.IGW_ADDON_NAME,
             "addonVersion": pins.IGW_ADDON_VERSION,
             "resolveConflicts": "OVERWRITE",
-            "configurationValues": '{"serviceAccount":{"roleArn":"' + gateway + '"}}',
+            "configurationValues": '{"mode":"gateway","serviceAccount":{"roleArn":"' + gateway + '"}}',
             "serviceAccountRoleArn": gateway,
         },
     )
     created = operations.create(
-        clients=clients, cluster=CLUSTER, role_arn=gateway, values={}, identity="irsa"
+        clients=clients, cluster=CLUSTER, role_arn=gateway, values=GATEWAY_MODE, identity="irsa"
     )
     assert created["status"] == "CREATING"
+
+
+def test_a_role_is_refused_in_operator_mode_before_any_call(aws):
+    """Operator mode runs no pod as the chart's gateway service account: a role bound to it would reach
+    nothing (each config's gateway runs as <name>-gateway in its namespace and calls no AWS API)."""
+    clients, _stubber, gateway = aws  # no stubbed response: any API call would raise
+    for values in ({}, {"mode": "operator"}):
+        with pytest.raises(operations.AddonOperationError) as caught:
+            operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values=values)
+        assert "role: with the chart's mode operator no pod runs as service account inference-gateway" in str(
+            caught.value
+        )
 
 
 def test_create_without_a_role_binds_none(aws):
@@ -233,7 +251,7 @@ def test_update_keeps_the_irsa_role(aws):
 def test_missing_cluster_and_role_are_reported(aws):
     clients, stubber, gateway = aws
     with pytest.raises(operations.AddonOperationError, match="cluster 'nope' does not exist"):
-        operations.create(clients=clients, cluster="nope", role_arn=gateway, values={})
+        operations.create(clients=clients, cluster="nope", role_arn=gateway, values=GATEWAY_MODE)
     _dependencies_installed(stubber)
     with pytest.raises(
         operations.AddonOperationError, match=r"gateway IAM role .*missing-role does not exist"
@@ -242,7 +260,7 @@ def test_missing_cluster_and_role_are_reported(aws):
             clients=clients,
             cluster=CLUSTER,
             role_arn="arn:aws:iam::123456789012:role/missing-role",
-            values={},
+            values=GATEWAY_MODE,
         )
 
 
@@ -264,7 +282,7 @@ def test_degraded_addon_prints_health_issues(aws):
             clients=clients,
             cluster=CLUSTER,
             role_arn=gateway,
-            values={},
+            values=GATEWAY_MODE,
             wait=operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic),
         )
     assert "is DEGRADED" in str(caught.value)

@@ -57,6 +57,17 @@ def example_document() -> dict[str, Any]:
     return _example("deployment.yaml")
 
 
+def gateway_mode_document() -> dict[str, Any]:
+    """The default config with the chart's explicit ``mode: gateway``: the chart runs one gateway itself."""
+    document = example_document()
+    document["inference"]["addon"]["configurationValues"] = {
+        "mode": "gateway",
+        "replicaCount": 3,
+        "service": {"scheme": "internal"},
+    }
+    return document
+
+
 def variant_document() -> dict[str, Any]:
     """Every non-default choice at once: imported VPC, API_AND_CONFIG_MAP, public+private endpoint, admin
     access entry, IRSA instead of Pod Identity, and AWS's managed add-on instead of our chart."""
@@ -72,6 +83,12 @@ def existing_document() -> dict[str, Any]:
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The example deployment config, synthesized once per session."""
     return _synthesize(example_document(), tmp_path_factory.mktemp("cdk.out"))
+
+
+@pytest.fixture(scope="session")
+def gateway_mode(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The default config in the chart's gateway mode, synthesized once per session."""
+    return _synthesize(gateway_mode_document(), tmp_path_factory.mktemp("cdk-gateway-mode.out"))
 
 
 @pytest.fixture(scope="session")

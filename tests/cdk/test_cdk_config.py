@@ -78,6 +78,22 @@ def test_example_is_valid(example):
             lambda d: d["cluster"].update(endpointAccess="publicAndPrivate"),
             "cluster.publicAccessCidrs: required",
         ),
+        (
+            lambda d: d["inference"]["addon"]["configurationValues"].update(replicaCount=3),
+            "inference.addon.configurationValues.replicaCount: has no effect with the chart's mode operator",
+        ),
+        (
+            lambda d: d["inference"]["addon"]["configurationValues"].update(
+                serviceAccount={"roleArn": "arn:aws:iam::111111111111:role/gateway"}
+            ),
+            "inference.addon.configurationValues.serviceAccount: has no effect with the chart's mode",
+        ),
+        (
+            lambda d: d["inference"]["gatewayConfig"]["spec"].update(
+                tls={"acmArn": "arn:aws:acm:us-west-2:111111111111:certificate/abc"}
+            ),
+            "inference.gatewayConfig.spec.tls.acmArn: leave it empty with inference.endpoint",
+        ),
     ],
     ids=[
         "auth-mode",
@@ -94,6 +110,9 @@ def test_example_is_valid(example):
         "igwc",
         "dup-group",
         "public-cidrs",
+        "gateway-only-value-in-operator-mode",
+        "stale-gateway-role-in-operator-mode",
+        "second-certificate-with-endpoint",
     ],
 )
 def test_invalid_config_names_the_field(example, mutate, expected):
@@ -102,6 +121,14 @@ def test_invalid_config_names_the_field(example, mutate, expected):
     with pytest.raises(config.DeploymentConfigError) as caught:
         config.parse(document, source="deploy.yaml")
     assert expected in str(caught.value)
+
+
+def test_chart_mode_is_operator_unless_the_values_ask_for_gateway(example):
+    assert config.parse(example).addon.chart_mode == "operator"
+    document = copy.deepcopy(example)
+    document["inference"]["addon"]["configurationValues"] = {"mode": "gateway", "replicaCount": 3}
+    parsed = config.parse(document)
+    assert parsed.addon.chart_mode == "gateway"
 
 
 def test_unreadable_yaml_names_the_line(tmp_path):

@@ -164,19 +164,38 @@ def _chart_stack(config, *, image=None, certificate_arn=None):
     return stack
 
 
-def test_igw_chart_values_carry_image_served_config_and_certificate():
-    stack = _chart_stack(
-        AddonConfig(configuration_values={"replicaCount": 4}),
-        image=ImageConfig(repository="111111111111.dkr.ecr.us-west-2.amazonaws.com/igw", tag="1.2.3"),
-        certificate_arn="arn:aws:acm:us-west-2:111111111111:certificate/abc",
-    )
+def _chart_values(stack):
     template = assertions.Template.from_stack(stack)
     template.resource_count_is("AWS::EKS::Addon", 0)
     (chart,) = template.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
     props = chart["Properties"]
     assert props["Release"] == pins.CHART_NAME
     assert props["Namespace"] == pins.ADDON_NAMESPACE
-    values = json.loads(props["Values"])
+    return json.loads(props["Values"])
+
+
+def test_igw_chart_values_in_operator_mode_carry_the_image_and_nothing_per_config():
+    stack = _chart_stack(
+        AddonConfig(configuration_values={"operator": {"replicaCount": 3}}),
+        image=ImageConfig(repository="111111111111.dkr.ecr.us-west-2.amazonaws.com/igw", tag="1.2.3"),
+        certificate_arn="arn:aws:acm:us-west-2:111111111111:certificate/abc",
+    )
+    values = _chart_values(stack)
+    assert values == {
+        "mode": "operator",
+        "operator": {"replicaCount": 3},
+        "image": {"repository": "111111111111.dkr.ecr.us-west-2.amazonaws.com/igw", "tag": "1.2.3"},
+    }, "the served config and the certificate travel in the InferenceGatewayConfig; no role anywhere"
+
+
+def test_igw_chart_values_in_gateway_mode_carry_image_served_config_and_certificate():
+    stack = _chart_stack(
+        AddonConfig(configuration_values={"mode": "gateway", "replicaCount": 4}),
+        image=ImageConfig(repository="111111111111.dkr.ecr.us-west-2.amazonaws.com/igw", tag="1.2.3"),
+        certificate_arn="arn:aws:acm:us-west-2:111111111111:certificate/abc",
+    )
+    values = _chart_values(stack)
+    assert values["mode"] == "gateway"
     assert values["replicaCount"] == 4
     assert values["image"] == {
         "repository": "111111111111.dkr.ecr.us-west-2.amazonaws.com/igw",
@@ -186,6 +205,22 @@ def test_igw_chart_values_carry_image_served_config_and_certificate():
     assert values["gateway"]["config"]["spec"]["schedulers"][0]["modelName"] == "m1"
     assert values["service"]["tls"]["certificateArn"] == "arn:aws:acm:us-west-2:111111111111:certificate/abc"
     assert "serviceAccount" not in values, "the gateway calls no AWS API: no role"
+
+
+def test_gateway_config_manifest_carries_the_certificate_and_validates_a_token_as_an_arn():
+    stack = _stack()
+    arn = cdk.CfnParameter(stack, "SomeCertificate").value_as_string
+    GatewayConfig(stack, "Config", cluster=_imported_cluster(stack), config=GATEWAY_CONFIG, acm_arn=arn)
+    (resource,) = (
+        assertions.Template.from_stack(stack).find_resources("Custom::AWSCDK-EKS-KubernetesResource").values()
+    )
+    parts = resource["Properties"]["Manifest"]["Fn::Join"][1]
+    assert parts[parts.index({"Ref": "SomeCertificate"}) - 1].endswith('"tls":{"acmArn":"')
+    other = _stack()
+    with pytest.raises(InvalidGatewayConfigError, match="acmArn"):
+        GatewayConfig(
+            other, "Bad", cluster=_imported_cluster(other), config=GATEWAY_CONFIG, acm_arn="not-an-arn"
+        )
 
 
 def test_igw_chart_rejects_invalid_values_at_synth():

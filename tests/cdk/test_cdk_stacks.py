@@ -8,6 +8,7 @@ from pathlib import Path
 from aws_cdk import assertions
 
 from igw.addon import pins
+from tests.cdk.support import CERTIFICATE_ARN, inference_kubernetes_inputs
 
 
 def _template(synthesized, role: str) -> assertions.Template:
@@ -160,8 +161,10 @@ def test_default_installs_our_chart_with_our_image_not_awss_addon(synthesized):
     assert props["Namespace"] == pins.ADDON_NAMESPACE
     assert "ChartAssetURL" in props
     values = json.dumps(props["Values"])
-    assert '\\"replicaCount\\":3' in values
-    assert "container-assets" in values, "the image comes from the CDK asset repository"
+    _, helm = inference_kubernetes_inputs(synthesized.templates["inference"])
+    assert helm["Values"]["mode"] == "operator"
+    assert "gateway" not in helm["Values"], "operator mode: the applied InferenceGatewayConfig is served"
+    assert "container-assets" in helm["Values"]["image"]["repository"], "the image is the CDK asset"
     assets = json.loads((synthesized.outdir / "IgwInference.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
     assert image["source"]["dockerFile"] == "gateway_src/Dockerfile"
@@ -171,7 +174,7 @@ def test_default_installs_our_chart_with_our_image_not_awss_addon(synthesized):
     manifests = inference.find_resources("Custom::AWSCDK-EKS-KubernetesResource")
     (manifest,) = manifests.values()
     assert logical in manifest["DependsOn"], "the InferenceGatewayConfig must wait for the chart (its CRD)"
-    assert "InferenceGatewayConfig" in manifest["Properties"]["Manifest"]
+    assert "InferenceGatewayConfig" in json.dumps(manifest["Properties"]["Manifest"])
 
 
 def test_tls_listener_certificate_and_dns_record(synthesized):
@@ -187,14 +190,17 @@ def test_tls_listener_certificate_and_dns_record(synthesized):
         },
     )
     ((cert_id, _),) = inference.find_resources("AWS::CertificateManager::Certificate").items()
-    (chart,) = inference.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
-    values = json.dumps(chart["Properties"]["Values"])
-    assert "certificateArn" in values
-    assert cert_id in values, "the NLB's TLS listener presents the certificate"
-    assert "sslPolicy" not in values or "TLS13" in values
+    ((chart_id, chart),) = inference.find_resources("Custom::AWSCDK-EKS-HelmChart").items()
+    assert "certificateArn" not in json.dumps(chart["Properties"]["Values"]), "operator mode: in the object"
+    ((manifest_id, manifest),) = inference.find_resources("Custom::AWSCDK-EKS-KubernetesResource").items()
+    assert {"Ref": cert_id} in manifest["Properties"]["Manifest"]["Fn::Join"][1]
+    (igwc,), _ = inference_kubernetes_inputs(synthesized.templates["inference"])
+    assert igwc["spec"]["tls"] == {"acmArn": CERTIFICATE_ARN}, "the operator's TLS listener presents it"
     ((lookup_id, lookup),) = inference.find_resources("Custom::AWSCDK-EKS-KubernetesObjectValue").items()
-    assert lookup["Properties"]["ObjectName"] == pins.CHART_NAME
+    assert lookup["Properties"]["ObjectName"] == "llm-gateway-gateway", "the operator's Service"
+    assert lookup["Properties"]["ObjectNamespace"] == "default"
     assert lookup["Properties"]["JsonPath"] == ".status.loadBalancer.ingress[0].hostname"
+    assert {chart_id, manifest_id} <= set(lookup["DependsOn"]), "read once the operator can have made it"
     inference.has_resource_properties(
         "AWS::Route53::RecordSet",
         {
@@ -206,18 +212,24 @@ def test_tls_listener_certificate_and_dns_record(synthesized):
     )
 
 
-def test_chart_default_tls_policy_is_tls13_and_scheme_internal():
-    from igw.addon import chart as addon_chart
+def test_operator_service_for_the_apps_config_is_internal_with_a_tls13_listener(synthesized):
+    """The Service the operator renders for the applied InferenceGatewayConfig: internal NLB, the
+    endpoint's certificate on 443 with the TLS 1.3 policy."""
+    from igw.operator import dataplane
 
-    objects = addon_chart.render(
-        {"service": {"tls": {"certificateArn": "arn:aws:acm:us-west-2:111111111111:certificate/abc"}}}
-    )
-    (service,) = [o for o in objects if o["kind"] == "Service"]
+    manifests, _ = inference_kubernetes_inputs(synthesized.templates["inference"])
+    (igwc,) = manifests
+    igwc["metadata"]["uid"] = "uid-of-the-applied-object"
+    service = dataplane.service(igwc)
+    assert service["metadata"]["name"] == "llm-gateway-gateway"
+    assert service["metadata"]["namespace"] == "default"
     annotations = service["metadata"]["annotations"]
     assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-ssl-cert"] == CERTIFICATE_ARN
     assert annotations["service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy"].startswith(
         "ELBSecurityPolicy-TLS13"
     )
+    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [("https", 443)]
 
 
 def test_admin_principals_get_cluster_admin_access_entries(synthesized):

@@ -3,8 +3,11 @@
 
 ``create`` refuses to call the API until everything it can check locally or read-only passes:
 configuration values valid (same schema EKS enforces), cluster present, each dependency add-on
-installed, ACTIVE and at its minimum version; with a role, the role present and, for EKS Pod Identity,
-the ``eks-pod-identity-agent`` add-on ACTIVE (without it the association is never served). ``update``
+installed, ACTIVE and at its minimum version; with a role, the chart's ``mode: gateway`` (in the
+default operator mode no pod runs as the service account a role would be bound to: each
+InferenceGatewayConfig's gateway runs as ``<name>-gateway`` in its own namespace and calls no AWS API),
+the role present and, for EKS Pod Identity, the ``eks-pod-identity-agent`` add-on ACTIVE (without it the
+association is never served). ``update``
 keeps an IRSA role: ``UpdateAddon`` gets the add-on's current ``serviceAccountRoleArn`` again and new
 configuration values keep ``serviceAccount.roleArn`` unless they set it. Waiting polls
 ``describe_addon`` with an injected clock and sleep (tests never sleep) and reports each status
@@ -133,6 +136,13 @@ def create(
         addon_version.AddonVersion.parse(version)
     except addon_version.AddonVersionError as exc:
         problems.append(f"version: {exc}")
+    if role_arn is not None and values.get("mode", "operator") != "gateway":
+        problems.append(
+            f"role: with the chart's mode operator no pod runs as service account "
+            f"{pins.GATEWAY_SERVICE_ACCOUNT} (each InferenceGatewayConfig's gateway runs as "
+            f"<name>-gateway in its own namespace and calls no AWS API); omit --role-arn, or set "
+            f"mode: gateway in the values"
+        )
     if problems:
         raise AddonOperationError("refusing to create the add-on: invalid input", problems)
     problems = preflight(clients=clients, cluster=cluster, role_arn=role_arn, identity=identity)

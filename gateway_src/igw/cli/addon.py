@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         _aws_options(action)
         if name == "create":
             action.add_argument(
-                "--role-arn", help="an IAM role for the gateway's service account (it needs none by default)"
+                "--role-arn",
+                help="an IAM role for the chart's gateway service account (mode: gateway only)",
             )
             action.add_argument("--identity", choices=("pod-identity", "irsa"), default="pod-identity")
 
