@@ -275,7 +275,7 @@ def test_termination_grace_covers_the_gateway_shutdown(grace, pre_stop):
     """preStop sleep + drain + stream grace + the final cut (SSE error events) fit the grace period."""
     from igw.gateway.shutdown import CUT_WAIT_S
 
-    values = {"terminationGracePeriodSeconds": grace, "preStopSleepSeconds": pre_stop}
+    values = {"mode": "gateway", "terminationGracePeriodSeconds": grace, "preStopSleepSeconds": pre_stop}
     objects = chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
@@ -293,7 +293,7 @@ def test_termination_grace_covers_the_gateway_shutdown(grace, pre_stop):
 def test_a_grace_period_too_short_for_the_shutdown_fails_with_the_field():
     import helm_python as helm
 
-    values = {"terminationGracePeriodSeconds": 20, "preStopSleepSeconds": 15}
+    values = {"mode": "gateway", "terminationGracePeriodSeconds": 20, "preStopSleepSeconds": 15}
     with pytest.raises(helm.HelmError) as caught:
         chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
     assert "terminationGracePeriodSeconds" in str(caught.value)

@@ -139,3 +139,27 @@ def test_network_policy_lets_shared_rate_limits_reach_redis() -> None:
     assert 6380 in egress_ports
     plain = _by_kind(desired_objects(_igwc(), DataPlaneSettings()))["NetworkPolicy"]
     assert 6380 not in [p["port"] for rule in plain["spec"]["egress"] for p in rule["ports"]]
+
+
+@pytest.mark.parametrize(("grace", "pre_stop"), [(60, 15), (120, 30), (30, 15)])
+def test_termination_grace_covers_the_gateway_shutdown(grace: int, pre_stop: int) -> None:
+    """preStop sleep + drain + stream grace + the final cut (SSE error events) fit the grace period,
+    as in the chart's gateway mode."""
+    from igw.gateway.shutdown import CUT_WAIT_S
+
+    settings = DataPlaneSettings(termination_grace_s=grace, pre_stop_s=pre_stop)
+    (deployment,) = [o for o in desired_objects(_igwc(), settings) if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    drain = float(args[args.index("--drain-seconds") + 1])
+    stream_grace = float(args[args.index("--stream-grace-seconds") + 1])
+    assert pod["terminationGracePeriodSeconds"] == grace
+    assert container["lifecycle"]["preStop"]["sleep"]["seconds"] == pre_stop
+    assert stream_grace >= 0
+    assert pre_stop + drain + stream_grace + CUT_WAIT_S + 5 <= grace
+
+
+def test_a_grace_period_too_short_for_the_shutdown_is_refused() -> None:
+    with pytest.raises(ValueError, match="termination grace 20s must be at least"):
+        desired_objects(_igwc(), DataPlaneSettings(termination_grace_s=20, pre_stop_s=15))

@@ -31,6 +31,11 @@ DEFAULT_REPLICAS: Final = 2
 DEFAULT_TARGET_PORT: Final = 8000
 REDIS_PORT: Final = 6379
 
+DRAIN_S: Final = 5
+"""Seconds ``/readyz`` answers 503 after SIGTERM while requests are still served."""
+SHUTDOWN_RESERVE_S: Final = 10
+"""Seconds kept for ending the streams still running after the grace (SSE error events) and the exit."""
+
 
 @dataclass(frozen=True, slots=True)
 class DataPlaneSettings:
@@ -49,6 +54,22 @@ class DataPlaneSettings:
     )
     """Gateway container requests/limits unless ``spec.podDefaults.resources`` sets them (the
     chart's gateway-mode defaults)."""
+    termination_grace_s: int = 60
+    """Seconds a terminating gateway pod gets (the chart's gateway-mode default)."""
+    pre_stop_s: int = 15
+    """preStop sleep: the pod keeps serving while the load balancer deregisters it."""
+
+    def shutdown_args(self) -> list[str]:
+        """``igw serve`` shutdown timing that always fits :attr:`termination_grace_s`: the preStop sleep,
+        :data:`DRAIN_S` not-ready while serving, the stream grace, then :data:`SHUTDOWN_RESERVE_S` to
+        end what is left with SSE error events (the chart derives the same numbers)."""
+        stream_grace = self.termination_grace_s - self.pre_stop_s - DRAIN_S - SHUTDOWN_RESERVE_S
+        if stream_grace < 0:
+            raise ValueError(
+                f"termination grace {self.termination_grace_s}s must be at least the preStop sleep "
+                f"({self.pre_stop_s}s) + {DRAIN_S + SHUTDOWN_RESERVE_S}s (drain and shutdown)"
+            )
+        return ["--drain-seconds", str(DRAIN_S), "--stream-grace-seconds", str(stream_grace)]
 
 
 def base_name(igwc_name: str) -> str:
@@ -172,6 +193,7 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             "--in-cluster",
             "--port",
             str(GATEWAY_PORT),
+            *settings.shutdown_args(),
         ],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 2},
@@ -182,6 +204,8 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             "capabilities": {"drop": ["ALL"]},
         },
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}],
+        # Keep serving while the load balancer deregisters the pod, then drain in-flight streams.
+        "lifecycle": {"preStop": {"sleep": {"seconds": settings.pre_stop_s}}},
     }
     container["resources"] = dict(defaults.get("resources") or settings.resources)
     for key in ("env", "envFrom"):
@@ -197,6 +221,7 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             "runAsGroup": settings.run_as_user,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
+        "terminationGracePeriodSeconds": settings.termination_grace_s,
         "containers": [container],
         "volumes": [{"name": "config", "emptyDir": {"sizeLimit": "1Mi"}}],
     }
