@@ -80,7 +80,7 @@ class GatewayRuntime:
                 scheduler = old.scheduler
             else:
                 scheduler = scheduler_from_spec(
-                    spec, routing=self.settings, rng=rng, clock=clock, picker_config=picker_config
+                    spec, routing=self.settings, rng=rng, picker_config=picker_config
                 )
             pool = old.pool if old is not None else EndpointPool()
             self.schedulers[spec.name] = SchedulerRuntime(

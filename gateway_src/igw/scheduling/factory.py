@@ -24,7 +24,7 @@ docs/scheduler-design.md); it has no ``weights`` key and is switched off with ``
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from igw.config.model import SchedulerSpec, Weights
@@ -123,9 +123,8 @@ def scheduler_from_weights(
     name: str = "scheduler",
     routing: RoutingSettings | None = None,
     rng: random.Random,
-    clock: Callable[[], float] | None = None,
 ) -> Scheduler:
-    return Scheduler(name=name, profile=profile_from_weights(weights), settings=routing, rng=rng, clock=clock)
+    return Scheduler(name=name, profile=profile_from_weights(weights), settings=routing, rng=rng)
 
 
 def scheduler_from_picker_config(
@@ -134,10 +133,9 @@ def scheduler_from_picker_config(
     name: str = "scheduler",
     routing: RoutingSettings | None = None,
     rng: random.Random,
-    clock: Callable[[], float] | None = None,
 ) -> Scheduler:
     profile, settings = profile_from_picker_config(doc, settings=routing or RoutingSettings())
-    return Scheduler(name=name, profile=profile, settings=settings, rng=rng, clock=clock)
+    return Scheduler(name=name, profile=profile, settings=settings, rng=rng)
 
 
 def scheduler_from_spec(
@@ -145,7 +143,6 @@ def scheduler_from_spec(
     *,
     routing: RoutingSettings | None = None,
     rng: random.Random,
-    clock: Callable[[], float] | None = None,
     picker_config: Mapping[str, Any] | None = None,
 ) -> Scheduler:
     """The scheduler for one ``spec.schedulers[]`` entry.
@@ -162,8 +159,6 @@ def scheduler_from_spec(
                     "the EndpointPickerConfig it names is required"
                 ]
             )
-        return scheduler_from_picker_config(
-            picker_config, name=spec.name, routing=routing, rng=rng, clock=clock
-        )
+        return scheduler_from_picker_config(picker_config, name=spec.name, routing=routing, rng=rng)
     weights = effective_weights(spec.weights, lora_adapters=bool(spec.lora_adapters))
-    return scheduler_from_weights(weights, name=spec.name, routing=routing, rng=rng, clock=clock)
+    return scheduler_from_weights(weights, name=spec.name, routing=routing, rng=rng)

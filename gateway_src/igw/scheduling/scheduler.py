@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import operator
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import cast
@@ -81,15 +81,12 @@ class Scheduler:
         profile: Profile,
         settings: RoutingSettings | None = None,
         rng: random.Random,
-        clock: Callable[[], float] | None = None,
         compensate_dispatches: bool = True,
     ) -> None:
         self.name = name
         self.profile = profile
         self.settings = settings or RoutingSettings()
         self.rng = rng
-        self.clock = clock
-        """Kept for plugins that may need it later; every decision uses the ``now`` it is given."""
         self.drain = DrainTracker(window_s=self.settings.drain_window_s)
         self.ledger: DispatchLedger | None = (
             DispatchLedger(horizon_s=self.settings.stale_threshold_s) if compensate_dispatches else None
