@@ -88,7 +88,7 @@ def run_bench(args: argparse.Namespace) -> int:
             raise ValueError("--trace runs in DES mode only")
         args.parsed_weights = weights
         return run_live_cli(args, console=console, out=out, seeds=seeds, policies=policies, command=command)
-    from igw.bench.console import scenario_table, share_table
+    from igw.bench.console import failure_exit_status, scenario_table, share_table
     from igw.bench.des_runner import DesOptions, run_des, run_trace
     from igw.bench.report import write_report
 
@@ -132,7 +132,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
         index.append(write_summary(out).name)
     console.print(f"reports written to {out}/ ({', '.join(index)}) in {time.monotonic() - started:.0f}s")
-    return 0
+    return failure_exit_status(console, runs, allowed=args.allow_failures)
 
 
 def _run_tune(args: argparse.Namespace) -> int:

@@ -94,6 +94,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="DES: append each request's routing decision (JSON lines) to FILE, to diff two runs",
     )
+    parser.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help="exit 0 even when requests failed (they still count as infinite latency and against goodput)",
+    )
     parser.add_argument("--out", default="bench-results", help="report directory (Markdown, JSON, PNG)")
 
 
