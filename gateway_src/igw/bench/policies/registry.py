@@ -14,6 +14,7 @@ from typing import Final
 
 from igw.bench.policies.baselines import LeastRequestPolicy, PowerOfTwoPolicy, RandomPolicy, RoundRobinPolicy
 from igw.bench.policies.cache_aware import VLLM_ROUTER_DEFAULTS, CacheAwarePolicy
+from igw.bench.policies.kube_service import KubeServicePolicy
 from igw.scheduling.types import RoutingPolicy
 
 
@@ -96,7 +97,14 @@ def _oracle(ctx: PolicyContext) -> RoutingPolicy:
 
 _ENTRIES: Final[tuple[PolicyEntry, ...]] = (
     PolicyEntry(
-        "round-robin", "Kubernetes Service baseline (kube-proxy IPVS rr)", lambda c: RoundRobinPolicy()
+        "round-robin",
+        "per-request round-robin (kube-proxy IPVS rr, kindest Service model)",
+        lambda c: RoundRobinPolicy(),
+    ),
+    PolicyEntry(
+        "kube-service",
+        "Kubernetes Service behind a load balancer: random pod per connection, 4 clients x 10 keep-alive",
+        lambda c: KubeServicePolicy(rng=c.rng),
     ),
     PolicyEntry("random", "kube-proxy iptables mode: uniform random", lambda c: RandomPolicy(rng=c.rng)),
     PolicyEntry(
