@@ -20,12 +20,16 @@ from igw.scheduling.plugins import (
     prefill_collision_scorer,
     prefix_cache_scorer,
     queue_scorer,
+    random_picker,
     running_requests_scorer,
+    token_load_scorer,
+    utilization_detector,
     weighted_random_picker,
 )
 from igw.scheduling.registry import PluginRegistry
 
 SINGLE_PROFILE_HANDLER = "single-profile-handler"
+INFLIGHT_LOAD_PRODUCER = "inflight-load-producer"
 
 
 class SingleProfileHandler(PluginHooks):
@@ -41,6 +45,22 @@ class SingleProfileHandler(PluginHooks):
 def _single_profile_handler(name: str, params: Mapping[str, Any], path: str) -> SingleProfileHandler:
     ParamReader(params, path=path).finish()
     return SingleProfileHandler(name=name)
+
+
+class InflightLoadProducer(PluginHooks):
+    """Accepted so GIE v1.5 files using ``token-load-scorer`` load unchanged: there this producer
+    counts each endpoint's in-flight tokens; igw always keeps that count (``EndpointView.inflight_tokens``),
+    so the plugin takes no part in a pick."""
+
+    type_name = INFLIGHT_LOAD_PRODUCER
+
+    def __init__(self, *, name: str) -> None:
+        self.name = name
+
+
+def _inflight_load_producer(name: str, params: Mapping[str, Any], path: str) -> InflightLoadProducer:
+    ParamReader(params, path=path).finish()
+    return InflightLoadProducer(name=name)
 
 
 def build_registry() -> PluginRegistry:
@@ -59,7 +79,11 @@ def build_registry() -> PluginRegistry:
     registry.register(lora_slot_filter.TYPE, lora_slot_filter.factory)
     registry.register(max_score_picker.TYPE, max_score_picker.factory)
     registry.register(weighted_random_picker.TYPE, weighted_random_picker.factory)
+    registry.register(random_picker.TYPE, random_picker.factory)
+    registry.register(token_load_scorer.TYPE, token_load_scorer.factory)
+    registry.register(utilization_detector.TYPE, utilization_detector.factory)
     registry.register(SINGLE_PROFILE_HANDLER, _single_profile_handler)
+    registry.register(INFLIGHT_LOAD_PRODUCER, _inflight_load_producer)
     return registry
 
 
