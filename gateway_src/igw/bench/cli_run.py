@@ -13,6 +13,9 @@ import orjson
 from igw.bench.policies.registry import DEFAULT_POLICIES, POLICIES
 from igw.bench.scenarios import GROUPS, SCENARIOS, resolve
 
+RANDOM_FAMILY = "random"
+"""``igw bench random``: the scenario name that draws a random family (``--count``, ``--seed``)."""
+
 
 def _print_catalogue() -> None:
     print("scenarios:")
@@ -22,6 +25,7 @@ def _print_catalogue() -> None:
         print(f"  {'':30} fleet: {d['fleet']}; load: {d['load']}; workload: {d['workload']}")
     for name, members in GROUPS.items():
         print(f"  {name:30} group: {', '.join(members)}")
+    print(f"  {RANDOM_FAMILY:30} a random family of --count scenarios drawn with --seed (igw bench random)")
     print("policies:")
     for e in POLICIES.values():
         print(f"  {e.name:22} {e.description}")
@@ -92,6 +96,16 @@ def run_bench(args: argparse.Namespace) -> int:
     from igw.bench.des_runner import DesOptions, run_des, run_trace
     from igw.bench.report import write_report
 
+    random_family = list(args.scenarios) == [RANDOM_FAMILY]
+    if random_family:
+        from igw.bench.random_family import family
+
+        scenarios = family(args.seed, args.count)
+        seeds = args.seeds or [1]
+    elif args.trace:
+        scenarios = []
+    else:
+        scenarios = resolve(list(args.scenarios))
     options = DesOptions(
         policies=policies,
         seeds=seeds,
@@ -112,7 +126,7 @@ def run_bench(args: argparse.Namespace) -> int:
                               options=options, progress=progress, command=command)]  # fmt: skip
         else:
             runs = []
-            for scenario in resolve(list(args.scenarios)):
+            for scenario in scenarios:
                 runs.append(run_des(scenario, options=options, progress=progress, command=command))
                 console.print(scenario_table(runs[-1]))
                 console.print(share_table(runs[-1]))
@@ -131,6 +145,13 @@ def run_bench(args: argparse.Namespace) -> int:
         from igw.bench.summary import write_summary
 
         index.append(write_summary(out).name)
+    if random_family:
+        from igw.bench.random_family import family_verdict, verdict_markdown
+
+        text = verdict_markdown(family_verdict(runs), command=command)
+        (out / "random-family.md").write_text(text)
+        index.append("random-family.md")
+        console.print(text)
     console.print(f"reports written to {out}/ ({', '.join(index)}) in {time.monotonic() - started:.0f}s")
     return failure_exit_status(console, runs, allowed=args.allow_failures)
 

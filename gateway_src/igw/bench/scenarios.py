@@ -20,6 +20,8 @@ class PodGroup:
     preset: str
     count: int
     engine: Literal["vllm", "sglang"] = "vllm"
+    max_loras: int | None = None
+    """GPU LoRA slots of these pods (``None``: the scenario's ``max_loras``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +121,7 @@ class Scenario:
         """The parameters every output states: fleet, workload, load level, duration, SLO, seeds."""
         return {
             "summary": self.summary,
-            "fleet": ", ".join(f"{g.count}× {g.preset} ({g.engine})" for g in self.fleet),
+            "fleet": ", ".join(_describe_group(g) for g in self.fleet),
             "workload": _describe_workload(self.workload),
             "load": _describe_load(self.load),
             "duration_s": self.duration_s,
@@ -129,6 +131,11 @@ class Scenario:
             "max_loras": self.max_loras,
             "aws_claim": None if self.claim is None else _describe_claim(self.claim),
         }
+
+
+def _describe_group(g: PodGroup) -> str:
+    slots = "" if g.max_loras is None else f", max-loras {g.max_loras}"
+    return f"{g.count}× {g.preset} ({g.engine}{slots})"
 
 
 def _describe_workload(w: Workload) -> str:
