@@ -97,6 +97,7 @@ def run_policy_once(
         lora=isinstance(scenario.workload, LoraShape),
         weights=options.weights,
         saturation_off=options.saturation_off,
+        slo=(scenario.ttft_slo_s, scenario.tpot_slo_s),
     )
     policy = build_policy(policy_name, ctx)
     return simulate(
@@ -245,7 +246,8 @@ def run_trace(
         for seed in options.seeds:
             say(f"trace, seed {seed}: {name} ({len(requests)} requests)")
             ctx = PolicyContext(rng=random.Random(seed * 7919 + 17), weights=options.weights,
-                                saturation_off=options.saturation_off, lora=lora)  # fmt: skip
+                                saturation_off=options.saturation_off, lora=lora,
+                                slo=(TRACE_SLO_S, TRACE_TPOT_SLO_S))  # fmt: skip
             result = simulate(pods=pods, requests=requests, policy=build_policy(name, ctx), seed=seed,
                               scrape_interval_s=options.scrape_interval_s, base_model=model)  # fmt: skip
             record_result(run, name, result, pods=pods, slo=(TRACE_SLO_S, TRACE_TPOT_SLO_S), options=options)
