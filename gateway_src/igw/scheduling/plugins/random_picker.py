@@ -7,32 +7,20 @@ the pick plus two fallbacks).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from igw.scheduling.framework import CycleContext, PluginHooks
-from igw.scheduling.params import ParamReader
+from igw.scheduling.framework import CycleContext
+from igw.scheduling.plugins.picker_base import CountedPicker, counted_picker_factory
 
 TYPE = "random-picker"
-DEFAULT_MAX_ENDPOINTS = 3
 
 
-class RandomPicker(PluginHooks):
+class RandomPicker(CountedPicker):
     type_name = TYPE
-
-    def __init__(self, *, name: str = TYPE, max_endpoints: int = DEFAULT_MAX_ENDPOINTS) -> None:
-        self.name = name
-        self.max_endpoints = max_endpoints
 
     def rank(self, ctx: CycleContext, totals: Sequence[float]) -> list[int]:
         n = len(totals)
         return ctx.rng.sample(range(n), min(self.max_endpoints, n))
 
 
-def factory(name: str, params: Mapping[str, Any], path: str) -> RandomPicker:
-    r = ParamReader(params, path=path)
-    plugin = RandomPicker(
-        name=name, max_endpoints=r.integer("maxNumOfEndpoints", DEFAULT_MAX_ENDPOINTS, minimum=1)
-    )
-    r.finish()
-    return plugin
+factory = counted_picker_factory(RandomPicker)
