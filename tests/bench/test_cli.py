@@ -26,6 +26,7 @@ from igw.cli.main import main
             "--agreement-des-seeds: at least 2",
         ),
         (["bench", "--trace", "t.jsonl", "--mode", "live"], "--trace runs in DES mode only"),
+        (["bench", "random", "--count", "0"], "--count must be >= 1"),
         (["demo", "--routers", "round-robin,warp"], "--routers: unknown warp"),
         (["demo", "--requests", "3"], "--requests must be >= 10"),
     ],
