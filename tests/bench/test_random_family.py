@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,33 @@ def test_verdicts_count_closeness_and_peer_losses() -> None:
     assert "Within 15 % of the oracle: 1 of 3" in text
     assert "Worse than the best peer: 1 of 3" in text
     assert "| c | failed |" in text
+
+
+def test_verdicts_are_read_from_run_reports(tmp_path: Path) -> None:
+    import orjson
+
+    from igw.bench.random_family import family_verdict
+    from igw.cli.main import main
+
+    def doc(name: str, p99: dict[str, float | None]) -> dict[str, object]:
+        return {
+            "scenario": name,
+            "mode": "des",
+            "parameters": {},
+            "policies": {
+                p: {"unavailable": None, "estimates": {"ttft_p99_s": {"mean": v, "lo": v, "hi": v, "n": 1}},
+                    "reduction_vs_baseline_pct": {}, "gap_to_oracle_pct": {}}
+                for p, v in p99.items()
+            },
+        }  # fmt: skip
+
+    a = doc("random-1-00", {"gateway-default": 0.11, "oracle": 0.1, "least-request": 0.5})
+    b = doc("random-1-01", {"gateway-default": None, "oracle": 0.1, "least-request": 0.5})
+    [va, vb] = family_verdict([a, b])
+    assert va.close_to_oracle
+    assert not va.worse_than_best_peer
+    assert vb.gateway_p99_s == math.inf  # a null mean is a failed percentile
+    for d in (a, b):
+        (tmp_path / f"{d['scenario']}.json").write_bytes(orjson.dumps(d))
+    assert main(["bench", "--summarize", str(tmp_path)]) == 0
+    assert "Within 15 % of the oracle: 1 of 2" in (tmp_path / "random-family.md").read_text()

@@ -69,6 +69,7 @@ def run_bench(args: argparse.Namespace) -> int:
         if not directory.is_dir():
             raise ValueError(f"--summarize: {directory} is not a directory")
         print(write_summary(directory).read_text())
+        _summarize_family(directory)
         return 0
     if args.tune:
         return _run_tune(args)
@@ -148,12 +149,25 @@ def run_bench(args: argparse.Namespace) -> int:
     if random_family:
         from igw.bench.random_family import family_verdict, verdict_markdown
 
-        text = verdict_markdown(family_verdict(runs), command=command)
+        text = verdict_markdown(family_verdict([r.to_json() for r in runs]), command=command)
         (out / "random-family.md").write_text(text)
         index.append("random-family.md")
         console.print(text)
     console.print(f"reports written to {out}/ ({', '.join(index)}) in {time.monotonic() - started:.0f}s")
     return failure_exit_status(console, runs, allowed=args.allow_failures)
+
+
+def _summarize_family(directory: Path) -> None:
+    """``--summarize`` on a random-family run also rebuilds ``random-family.md`` (from what finished)."""
+    from igw.bench.random_family import family_verdict, is_family_member, verdict_markdown
+
+    docs = [orjson.loads(p.read_bytes()) for p in sorted(directory.glob("*.json"))]
+    members = [d for d in docs if isinstance(d, dict) and is_family_member(str(d.get("scenario", "")))]
+    if members:
+        command = f"igw bench --summarize {directory}"
+        text = verdict_markdown(family_verdict(members), command=command)
+        (directory / "random-family.md").write_text(text)
+        print(text)
 
 
 def _run_tune(args: argparse.Namespace) -> int:

@@ -17,12 +17,12 @@ TTFT p99 is within 15 % of the oracle's and whether it is worse than the best pe
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from igw.bench.results import ScenarioRun
 from igw.bench.scenarios import (
     BurstLoad,
     LengthMix,
@@ -142,19 +142,27 @@ class Verdict:
         return self.gateway_p99_s > self.best_peer_p99_s
 
 
-def _p99(run: ScenarioRun, policy: str) -> float | None:
-    pol = run.policies.get(policy)
-    est = None if pol is None or pol.unavailable else pol.estimate("ttft_p99_s")
-    return None if est is None else est.mean
+def _p99(doc: Mapping[str, Any], policy: str) -> float | None:
+    """A policy's across-seed mean TTFT p99 from a run's JSON report (``null`` mean = failed)."""
+    entry = doc["policies"].get(policy)
+    est = None if entry is None or entry.get("unavailable") else entry["estimates"].get("ttft_p99_s")
+    if est is None:
+        return None
+    return math.inf if est["mean"] is None else float(est["mean"])
 
 
-def family_verdict(runs: Sequence[ScenarioRun], *, gateway: str = "gateway-default") -> list[Verdict]:
+def family_verdict(docs: Sequence[Mapping[str, Any]], *, gateway: str = "gateway-default") -> list[Verdict]:
+    """One verdict per run report (``ScenarioRun.to_json()`` or a ``<scenario>.json`` file)."""
     out: list[Verdict] = []
-    for run in runs:
-        peers = [(p, v) for p in BEST_PEER_POLICIES if (v := _p99(run, p)) is not None]
+    for doc in docs:
+        peers = [(p, v) for p in BEST_PEER_POLICIES if (v := _p99(doc, p)) is not None]
         best = min(peers, key=lambda pv: pv[1]) if peers else (None, None)
-        out.append(Verdict(run.scenario, _p99(run, gateway), _p99(run, "oracle"), best[0], best[1]))
+        out.append(Verdict(doc["scenario"], _p99(doc, gateway), _p99(doc, "oracle"), best[0], best[1]))
     return out
+
+
+def is_family_member(name: str) -> bool:
+    return name.startswith("random-")
 
 
 def verdict_markdown(verdicts: Sequence[Verdict], *, command: str) -> str:
