@@ -120,6 +120,8 @@ def run_des(
 ) -> ScenarioRun:
     say = progress or (lambda _msg: None)
     cap = capacity or fleet_capacity(scenario, seed=options.seeds[0], on_progress=say)
+    if not cap.requests_per_s > 0:
+        raise ValueError(f"{scenario.name}: measured capacity is {cap.describe()}; no load level can be set")
     duration = scenario.duration_s * options.duration_scale
     pods = fleet_pods(scenario)
     params = {

@@ -5,7 +5,7 @@ types (the preset catalogue holds two per model: H100 and A10G for 8B, 2×H100 a
 4–16 pods split between them, then a workload and a load:
 
 * workload: independent prompts with the ShareGPT, Azure conversation (long outputs) or Azure code
-  (long prompts) length fits; shared system prompts (inference-perf shape, 16–128 groups, 512–4096
+  (long prompts) length fits; shared system prompts (inference-perf shape, 64–256 groups of 16–32 prompts, 512–4096
   shared tokens); or a LoRA mix (4–15 adapters, Zipf 0.8–1.4) where one GPU type has 1–2 adapter
   slots per pod and the other 4;
 * load: Poisson at 50–110 % of the measured capacity, or bursts (on/off) whose mean lies in that range.
@@ -56,9 +56,11 @@ _LENGTHS: Final[dict[str, LengthMix]] = {
 def _workload(rng: random.Random) -> tuple[Workload, str]:
     kind = rng.choice(("sharegpt", "azure-conv", "azure-code", "shared-prefix", "lora"))
     if kind == "shared-prefix":
+        # At least 1,024 distinct requests (the shape yields groups x prompts of them), so the capacity
+        # sweep and the run have enough traffic; popularity stays uniform as in inference-perf.
         return SharedPrefixShape(
-            num_groups=rng.choice((16, 32, 64, 128)),
-            prompts_per_group=rng.choice((8, 16, 32)),
+            num_groups=rng.choice((64, 128, 256)),
+            prompts_per_group=rng.choice((16, 32)),
             system_prompt_len=rng.choice((512, 1024, 2048, 4096)),
             question_len=rng.choice((64, 128, 256)),
             output_len=rng.choice((64, 128, 256, 512)),
