@@ -5,9 +5,9 @@ types (the preset catalogue holds two per model: H100 and A10G for 8B, 2×H100 a
 4–16 pods split between them, then a workload and a load:
 
 * workload: independent prompts with the ShareGPT, Azure conversation (long outputs) or Azure code
-  (long prompts) length fits; shared system prompts (inference-perf shape, 64–256 groups of 16–32 prompts, 512–4096
-  shared tokens); or a LoRA mix (4–15 adapters, Zipf 0.8–1.4) where one GPU type has 1–2 adapter
-  slots per pod and the other 4;
+  (long prompts) length fits; shared system prompts (inference-perf shape, 64–256 groups of 16–32
+  prompts, 512–4096 shared tokens); or a LoRA mix (4–15 adapters, Zipf 0.8–1.4) where one GPU
+  type has 1–2 adapter slots per pod and the other 4;
 * load: Poisson at 50–110 % of the measured capacity, or bursts (on/off) whose mean lies in that range.
 
 Capacities are measured per scenario as for the catalogue scenarios (:mod:`igw.bench.capacity`), so
