@@ -52,7 +52,12 @@ class FleetCapacity:
     requests_per_s: float
 
     def describe(self) -> str:
-        parts = ", ".join(f"{c.preset} {c.requests_per_s:.2f} req/s" for c in self.per_type)
+        presets = [c.preset for c in self.per_type]
+
+        def label(c: PodCapacity) -> str:  # the engine only where one preset runs under two engines
+            return f"{c.preset} ({c.engine})" if presets.count(c.preset) > 1 else c.preset
+
+        parts = ", ".join(f"{label(c)} {c.requests_per_s:.2f} req/s" for c in self.per_type)
         how = (
             "per pod type: the plateau of an offered-rate sweep on one pod"
             if all(c.sweep is not None for c in self.per_type)
