@@ -30,28 +30,28 @@ from igw.sim.presets import get_preset
 from igw.sim.spec import EngineKind
 
 THROWAWAY = Engine(
-    name="tgi",
-    display_name="Text Generation Inference",
+    name="fakeserve",
+    display_name="A throwaway engine",
     families=MetricFamilies(
-        waiting="tgi_queue_size",
-        running="tgi_batch_current_size",
-        kv_usage=("tgi_kv_usage_ratio", "tgi_old_kv_usage"),
+        waiting="fake_queue_size",
+        running="fake_batch_current_size",
+        kv_usage=("fake_kv_usage_ratio", "fake_old_kv_usage"),
         lora=None,
-        cache_config="tgi_cache_info",
+        cache_config="fake_cache_info",
         block_size_label="block_tokens",
         num_blocks_label="blocks",
         combine_load="max",
     ),
     minimum_version="2.1.0",
-    minimum_reason="the first release with tgi_kv_usage_ratio",
+    minimum_reason="the first release with fake_kv_usage_ratio",
     required_flags=(FlagRule("--enable-prometheus", "no page without it"),),
     forbidden_flags=(),
     kv_cache_metrics=(
-        KvMetricRange(("tgi_old_kv_usage",), before="2.1.0"),
-        KvMetricRange(("tgi_kv_usage_ratio",), since="2.1.0"),
+        KvMetricRange(("fake_old_kv_usage",), before="2.1.0"),
+        KvMetricRange(("fake_kv_usage_ratio",), since="2.1.0"),
     ),
     default_port=8080,
-    detect_tokens=("text-generation",),
+    detect_tokens=("fakeserve",),
 )
 WITH_THROWAWAY = {**ENGINES, THROWAWAY.name: THROWAWAY}
 
@@ -59,12 +59,13 @@ WITH_THROWAWAY = {**ENGINES, THROWAWAY.name: THROWAWAY}
 def test_schema_engine_type_enum_and_default_are_the_catalogue() -> None:
     scheduler = resolved_schema()["properties"]["spec"]["properties"]["schedulers"]["items"]
     prop = scheduler["properties"]["engineType"]
-    assert prop["enum"] == list(ENGINES)
+    assert prop["enum"] == list(engines.AWS_ENGINE_TYPES)  # AWS's enum, unchanged
+    assert set(engines.AWS_ENGINE_TYPES) <= set(ENGINES)
     assert prop["default"] == engines.DEFAULT_ENGINE
 
 
-def test_config_model_engine_type_is_the_catalogue() -> None:
-    assert get_args(EngineType) == tuple(ENGINES)
+def test_config_model_engine_type_is_aws_enum() -> None:
+    assert get_args(EngineType) == engines.AWS_ENGINE_TYPES
 
 
 def test_consumers_are_built_from_the_catalogue() -> None:
@@ -75,7 +76,8 @@ def test_consumers_are_built_from_the_catalogue() -> None:
     for entry in ENGINES.values():
         for family, advice in entry.missing_advice.items():
             assert scraper.ADVICE[family] == advice
-        assert entry.families.cache_config in scraper.ADVICE
+        if entry.families.cache_config is not None:
+            assert entry.families.cache_config in scraper.ADVICE
 
 
 def test_the_simulator_impersonates_only_catalogued_engines() -> None:
@@ -83,51 +85,51 @@ def test_the_simulator_impersonates_only_catalogued_engines() -> None:
 
 
 def test_unknown_engine_names_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown engine 'tgi'; known engines: sglang, vllm"):
-        engines.engine("tgi")
-    with pytest.raises(ValueError, match="known engines: sglang, vllm"):
-        metrics_probe.evaluate("tgi", set())
+    with pytest.raises(ValueError, match="unknown engine 'nope'; known engines: sglang, tgi, vllm"):
+        engines.engine("nope")
+    with pytest.raises(ValueError, match="known engines: sglang, tgi, vllm"):
+        metrics_probe.evaluate("nope", set())
 
 
 def test_a_new_entry_is_read_by_the_gateway_parser() -> None:
     page = (
-        "# TYPE tgi_queue_size gauge\n"
-        'tgi_queue_size{shard="0"} 4\n'
-        'tgi_queue_size{shard="1"} 4\n'
-        "tgi_batch_current_size 7\n"
-        "tgi_old_kv_usage 0.25\n"
-        'tgi_cache_info{block_tokens="16",blocks="900"} 1\n'
+        "# TYPE fake_queue_size gauge\n"
+        'fake_queue_size{shard="0"} 4\n'
+        'fake_queue_size{shard="1"} 4\n'
+        "fake_batch_current_size 7\n"
+        "fake_old_kv_usage 0.25\n"
+        'fake_cache_info{block_tokens="16",blocks="900"} 1\n'
     )
     parsed = metrics_parser.parse_page(page, THROWAWAY.families)
     assert parsed.metrics.waiting == 4  # "max": every shard repeats the scheduler's numbers
     assert parsed.metrics.running == 7
     assert parsed.metrics.kv_usage == 0.25
-    assert parsed.kv_source == "tgi_old_kv_usage"
-    assert parsed.missing == {"tgi_kv_usage_ratio"}
+    assert parsed.kv_source == "fake_old_kv_usage"
+    assert parsed.missing == {"fake_kv_usage_ratio"}
     assert (parsed.metrics.block_size, parsed.metrics.num_gpu_blocks) == (16, 900)
 
 
 def test_a_new_entry_is_read_by_the_metrics_probe() -> None:
-    report = metrics_probe.evaluate("tgi", {"tgi_queue_size", "tgi_old_kv_usage"}, WITH_THROWAWAY)
-    assert report.missing == ("running (tgi_batch_current_size)",)
-    assert report.fallbacks == ("kv-cache: only tgi_old_kv_usage (expected tgi_kv_usage_ratio)",)
+    report = metrics_probe.evaluate("fakeserve", {"fake_queue_size", "fake_old_kv_usage"}, WITH_THROWAWAY)
+    assert report.missing == ("running (fake_batch_current_size)",)
+    assert report.fallbacks == ("kv-cache: only fake_old_kv_usage (expected fake_kv_usage_ratio)",)
 
 
 def test_a_new_entry_is_read_by_the_model_server_check_and_detection() -> None:
     table = load_requirements(WITH_THROWAWAY)
-    image = "ghcr.io/huggingface/text-generation-inference:2.0.4"
+    image = "example.com/fakeserve:2.0.4"
     check = check_model_server(
-        engine="tgi", image=image, args=["--enable-prometheus"], env={}, requirements=table
+        engine="fakeserve", image=image, args=["--enable-prometheus"], env={}, requirements=table
     )
     assert check.verdict is Verdict.FAIL
-    assert check.kv_cache_metrics == ("tgi_old_kv_usage",)
+    assert check.kv_cache_metrics == ("fake_old_kv_usage",)
     newer = check_model_server(
-        engine="tgi", image=image.replace("2.0.4", "2.2.0"), args=[], env={}, requirements=table
+        engine="fakeserve", image=image.replace("2.0.4", "2.2.0"), args=[], env={}, requirements=table
     )
     assert [r.requirement for r in newer.results if r.verdict is Verdict.FAIL] == [
         "required-flag:--enable-prometheus"
     ]
-    assert engines.detect_engine("text-generation-launcher --port 8080", WITH_THROWAWAY) is THROWAWAY
+    assert engines.detect_engine("fakeserve --port 8080", WITH_THROWAWAY) is THROWAWAY
     assert engines.detect_engine("python -m sglang.launch_server --model x", WITH_THROWAWAY) is engines.SGLANG
 
 

@@ -9,8 +9,15 @@ part of igw needs lives here, so the parts cannot drift apart:
   each version range exposes (the pre-flight model-server check, the simulator's version rules);
 * the HTTP paths of its metrics page, readiness probe and model list, its default port and how to
   recognise it in a container's argv or image (pre-flight checks, the simulator's servers);
-* the ``engineType`` enum of the InferenceGatewayConfig schema, checked against :data:`ENGINES`
-  by a test.
+* AWS's ``engineType`` enum of the InferenceGatewayConfig schema (:data:`AWS_ENGINE_TYPES`, a subset
+  of :data:`ENGINES`, checked by a test); the other engines (TGI, and a ``generic`` engine whose
+  families are metric specs from the config, :func:`generic_engine`) are chosen per scheduler under
+  ``spec.extensions.engines``, so AWS's enum stays exactly as AWS documents it.
+
+Families may carry label filters, as GIE's metric specs do: ``name{label="value",other="x"}`` reads
+only the series with those labels (:func:`parse_metric_spec`). An engine that does not publish a
+signal at all (TGI has no KV-cache gauge) lists no family for it: the scheduler then leaves that
+scorer out for its pods, and nobody is told to fix what cannot be fixed.
 
 Adding an engine is one :class:`Engine` entry in :data:`ENGINES` plus its tests. Versions are PEP 440
 strings compared with plain ordering, so a pre-release of a minimum (``0.9.2rc1``) is *below* it.
@@ -19,6 +26,7 @@ This module is pure data and imports nothing from igw.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -29,15 +37,16 @@ class MetricFamilies:
     """Prometheus families an engine publishes for the signals routing scores on."""
 
     waiting: str
-    """Requests queued, not yet scheduled."""
+    """Requests queued, not yet scheduled (a metric spec: a family name, optionally with labels)."""
     running: str
     """Requests in the running batch."""
     kv_usage: tuple[str, ...]
-    """KV-cache utilisation (fraction 0..1): preferred name first, deprecated fallbacks after."""
+    """KV-cache utilisation (fraction 0..1): preferred name first, deprecated fallbacks after; empty
+    when the engine publishes no such gauge."""
     lora: str | None
     """LoRA info gauge with ``running_lora_adapters``/``waiting_lora_adapters``/``max_lora`` labels."""
-    cache_config: str
-    """Info gauge carrying the KV block size and the number of KV blocks as labels."""
+    cache_config: str | None
+    """Info gauge carrying the KV block size and the number of KV blocks as labels (``None``: none)."""
     block_size_label: str
     num_blocks_label: str
     combine_load: Literal["sum", "max"]
@@ -91,9 +100,13 @@ class Engine:
     """Family name -> what to do when a page lacks it (the gateway logs it with the missing signal)."""
 
     def signals(self) -> Mapping[str, tuple[str, ...]]:
-        """Routing signal -> accepted family names, preferred first (what a page must carry)."""
+        """Routing signal -> accepted family names, preferred first (what a page must carry; a signal
+        the engine does not publish at all is absent)."""
         f = self.families
-        return {"queue": (f.waiting,), "running": (f.running,), "kv-cache": f.kv_usage}
+        out: dict[str, tuple[str, ...]] = {"queue": (f.waiting,), "running": (f.running,)}
+        if f.kv_usage:
+            out["kv-cache"] = f.kv_usage
+        return {k: tuple(metric_family(n) for n in v) for k, v in out.items()}
 
 
 VLLM: Final = Engine(
@@ -170,8 +183,101 @@ SGLANG: Final = Engine(
     detect_first=True,
 )
 
-ENGINES: Final[Mapping[str, Engine]] = {e.name: e for e in (VLLM, SGLANG)}
-"""By ``engineType``, in the order the schema's enum lists them."""
+TGI: Final = Engine(
+    name="tgi",
+    display_name="Text Generation Inference",
+    families=MetricFamilies(
+        waiting="tgi_queue_size",
+        running="tgi_batch_current_size",
+        kv_usage=(),
+        lora=None,
+        cache_config=None,
+        block_size_label="",
+        num_blocks_label="",
+        combine_load="max",
+    ),
+    minimum_version="2.0.0",
+    minimum_reason=(
+        "igw forwards OpenAI-style /v1/completions and /v1/chat/completions; TGI serves the completions "
+        "route from 2.0 on (1.4 added only the chat Messages API)."
+    ),
+    required_flags=(),
+    forbidden_flags=(),
+    kv_cache_metrics=(),
+    default_port=80,
+    detect_tokens=("text-generation-inference", "text-generation-launcher"),
+    detect_first=True,
+    model_info_path="/v1/models",
+    missing_advice={},
+)
+"""Hugging Face TGI: queue and batch size only (no KV-cache or LoRA gauge on its /metrics page), one
+router per server, so one series per family. The container image listens on port 80."""
+
+ENGINES: Final[Mapping[str, Engine]] = {e.name: e for e in (VLLM, SGLANG, TGI)}
+"""By engine name: AWS's ``engineType`` values first, in the order the schema's enum lists them."""
+
+AWS_ENGINE_TYPES: Final[tuple[str, ...]] = (VLLM.name, SGLANG.name)
+"""AWS's ``engineType`` enum, unchanged; other engines are selected under ``spec.extensions.engines``."""
+
+GENERIC: Final = "generic"
+"""The engine whose families are metric specs given in the config (:func:`generic_engine`)."""
+
+_SPEC = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$")
+_SPEC_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"?([^",]*)"?\s*(?:,|$)')
+
+
+def parse_metric_spec(spec: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``name{label=value,...}`` -> (family name, required label pairs); quotes around values are
+    optional, as in GIE's metric-spec flags. ``ValueError`` naming the spec when it is malformed."""
+    m = _SPEC.match(spec.strip())
+    if m is None:
+        raise ValueError(f"invalid metric spec {spec!r}: expected name or name{{label=value,...}}")
+    name, body = m.group(1), m.group(2)
+    if body is None or not body.strip():
+        return name, ()
+    labels: list[tuple[str, str]] = []
+    pos = 0
+    while pos < len(body):
+        lm = _SPEC_LABEL.match(body, pos)
+        if lm is None or lm.end() == pos:
+            raise ValueError(f"invalid metric spec {spec!r}: labels must be label=value pairs")
+        labels.append((lm.group(1), lm.group(2)))
+        pos = lm.end()
+    return name, tuple(labels)
+
+
+def metric_family(spec: str) -> str:
+    """The family name of a metric spec (its labels dropped)."""
+    return parse_metric_spec(spec)[0]
+
+
+def generic_engine(*, queue: str, running: str, kv_usage: str | None = None) -> Engine:
+    """An engine known only by the metric specs a config gives for its signals (any OpenAI-compatible
+    server with a Prometheus page). No version or flag requirements: pre-flight cannot know them."""
+    for spec in (queue, running, *(() if kv_usage is None else (kv_usage,))):
+        parse_metric_spec(spec)
+    return Engine(
+        name=GENERIC,
+        display_name="generic OpenAI-compatible server",
+        families=MetricFamilies(
+            waiting=queue,
+            running=running,
+            kv_usage=() if kv_usage is None else (kv_usage,),
+            lora=None,
+            cache_config=None,
+            block_size_label="",
+            num_blocks_label="",
+            combine_load="max",
+        ),
+        minimum_version="0",
+        minimum_reason="a generic engine has no known minimum version",
+        required_flags=(),
+        forbidden_flags=(),
+        kv_cache_metrics=(),
+        default_port=8000,
+        detect_tokens=(),
+    )
+
 
 DEFAULT_ENGINE: Final = VLLM.name
 """``engineType`` when a scheduler does not set it (the schema's default)."""

@@ -26,6 +26,7 @@ from igw.cli.main import main
             "--agreement-des-seeds: at least 2",
         ),
         (["bench", "--trace", "t.jsonl", "--mode", "live"], "--trace runs in DES mode only"),
+        (["bench", "random", "--count", "0"], "--count must be >= 1"),
         (["demo", "--routers", "round-robin,warp"], "--routers: unknown warp"),
         (["demo", "--requests", "3"], "--requests must be >= 10"),
     ],
@@ -64,3 +65,55 @@ def test_trace_replay_runs_every_policy_and_writes_the_report(tmp_path: Path) ->
     assert "| round-robin |" in text
     assert (out / "trace-trace.json").exists()
     assert (out / "index.md").exists()
+
+
+def test_a_trace_naming_what_the_fleet_cannot_serve_is_rejected_before_it_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    rows = [f'{{"arrival": {i * 0.02}, "prompt_tokens": 50, "output_tokens": 5}}' for i in range(20)]
+    rows += [f'{{"arrival": {1 + i * 0.02}, "prompt_tokens": 50, "output_tokens": 5, "adapter": "ghost"}}'
+             for i in range(3)]  # fmt: skip
+    trace.write_text("\n".join(rows))
+    out = tmp_path / "out"
+    assert main(["bench", "--trace", str(trace), "--seeds", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "3 requests name what no pod of the fleet serves" in err
+    assert "adapter 'ghost': 3 requests (first trace-20)" in err
+    assert not out.exists()
+
+
+def test_failed_requests_make_the_run_exit_nonzero_unless_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fleet whose pod dies mid-run: its requests fail, the command says so and exits 1."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "pods:\n"
+        "  - {name: h100-0, preset: llama-3.1-8b/h100}\n"
+        "  - name: h100-1\n"
+        "    preset: llama-3.1-8b/h100\n"
+        "    faults: [{kind: kill, start_s: 0.5}]\n"
+    )
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        "\n".join(
+            f'{{"arrival": {i * 0.02}, "prompt_tokens": 200, "output_tokens": 200}}' for i in range(100)
+        )
+    )
+    argv = [
+        "bench",
+        "--trace",
+        str(trace),
+        "--fleet",
+        str(fleet),
+        "--policies",
+        "round-robin",
+        "--seeds",
+        "1",
+    ]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 1
+    assert "failed requests: trace-trace/round-robin:" in capsys.readouterr().out
+    assert main([*argv, "--out", str(tmp_path / "b"), "--allow-failures"]) == 0
+    report = (tmp_path / "b" / "trace-trace.md").read_text()
+    assert "| failed |" in report

@@ -96,3 +96,20 @@ def test_decisions_out_also_covers_trace_replays(tmp_path: Path) -> None:
     assert {r["scenario"] for r in rows} == {"trace-t"}
     assert [r["request_id"] for r in rows[:40]] == [f"t{i}" for i in range(40)]
     assert all(r["status"] == 200 and r["pod"] for r in rows)
+
+
+def test_capacity_description_names_the_engine_only_where_a_preset_runs_under_two() -> None:
+    from igw.bench.capacity import FleetCapacity, PodCapacity
+
+    cap = FleetCapacity(
+        per_type=(
+            PodCapacity("llama-3.1-8b/h100", "vllm", 86.0, 1.0, 300, 86.0),
+            PodCapacity("llama-3.1-8b/h100", "sglang", 62.0, 1.0, 300, 62.0),
+            PodCapacity("llama-3.1-8b/a10g", "vllm", 3.5, 1.0, 300, 3.5),
+        ),
+        requests_per_s=151.5,
+    )
+    assert cap.describe() == (
+        "151.50 req/s (llama-3.1-8b/h100 (vllm) 86.00 req/s, llama-3.1-8b/h100 (sglang) 62.00 req/s, "
+        "llama-3.1-8b/a10g 3.50 req/s; one pod of each type flooded)"
+    )

@@ -38,3 +38,37 @@ def test_queued_prefill_cache_hits_kv_shortage_and_lora_all_count() -> None:
 def test_oracle_refuses_to_run_without_the_des_hook() -> None:
     with pytest.raises(RuntimeError, match="bind_oracle"):
         OraclePolicy(rng=random.Random(0)).pick(request(), views(a=0), now=0.0)
+
+
+@pytest.mark.parametrize(
+    ("pod", "slo", "meets"),
+    [
+        ({}, (1.0, 0.1), True),  # idle H100-like pod
+        ({"prefill_tokens_ahead": 400_000}, (1.0, 0.1), False),  # TTFT over its SLO
+        ({"decoding": 900, "decode_context_tokens": 900_000}, (1.0, 0.02), False),  # slow decode batch
+        ({"decoding": 900, "decode_context_tokens": 900_000}, (1.0, 0.2), True),
+        ({"slowdown": 20.0}, (1.0, 0.1), False),  # every step 20x slower: TPOT over 0.1 s
+    ],
+)
+def test_slo_objective_needs_both_ttft_and_tpot(
+    pod: dict[str, float], slo: tuple[float, float], meets: bool
+) -> None:
+    from igw.bench.policies.oracle import meets_slo, predicted_tpot
+
+    s = snap(**pod)
+    assert predicted_tpot(s) == pytest.approx(step_time(s, int(s.decoding) + 1))
+    assert meets_slo(s, prompt_tokens=500, slo=slo) is meets
+
+
+def test_oracle_slo_runs_in_the_des_and_keeps_goodput_at_least_the_oracles() -> None:
+    from igw.bench.capacity import fleet_capacity
+    from igw.bench.des_runner import DesOptions, run_des
+    from igw.bench.scenarios import DEMO
+
+    options = DesOptions(policies=["round-robin", "oracle", "oracle-slo"], seeds=[1], duration_scale=0.05)
+    run = run_des(DEMO, options=options, capacity=fleet_capacity(DEMO, seed=1))
+    oracle, slo = run.policies["oracle"].summaries[0], run.policies["oracle-slo"].summaries[0]
+    assert oracle.requests == slo.requests
+    assert slo.goodput is not None
+    assert oracle.goodput is not None
+    assert slo.goodput >= oracle.goodput - 0.02

@@ -95,7 +95,32 @@ def test_summary_puts_the_claim_next_to_measured_reductions(
     assert "TTFT p99 −97 %" in row
     assert "-70.0 % / -70.0 %" in row  # gateway-default p95 / p99 vs round-robin
     assert "least-request: -50.0 %" in row  # the best of the peer-style policies
-    assert "+50 %" in row  # gateway p99 gap to the oracle
+    assert "+50.0 %" in row  # gateway p99 gap to the oracle
+    assert "-40.0 %" in row  # gateway p99 (0.6 s) against the best peer's (1.0 s)
+
+
+def test_summary_compares_with_kube_service_and_shows_failures(
+    tmp_path: Path, scenario_run: ScenarioRun
+) -> None:
+    from igw.bench.summary import write_summary
+
+    scenario_run.policies["kube-service"] = _policy("kube-service", [[4.0] * 10, [4.0] * 10], PODS)
+    scenario_run.policies["gateway-default"] = scenario_run.policies.pop("gateway")
+    failing = _policy("least-request", [[1.0] * 10, [1.0] * 10], PODS)
+    failed = RequestSample(endpoint="p0", ok=False, arrival_s=0.0, ttft_s=None, e2e_s=None, itl_s=None)
+    failing.summaries[0] = summarize(
+        [*failing.samples, failed], endpoints=PODS, ttft_slo_s=1.0, duration_s=10.0
+    )
+    scenario_run.policies["least-request"] = failing
+    write_report(scenario_run, tmp_path)
+    report = (tmp_path / "tiny.md").read_text()
+    assert "| least-request | " in report
+    assert "failed" in next(line for line in report.splitlines() if line.startswith("| least-request |"))
+    row = next(
+        line for line in write_summary(tmp_path).read_text().splitlines() if line.startswith("| tiny |")
+    )
+    assert "| -85.0 % |" in row  # gateway p99 0.6 s against kube-service's 4.0 s
+    assert "(failed / failed)" in row  # least-request's ITL/E2E p99 reach into its failed request
 
 
 def test_console_table_states_fleet_workload_load_seeds_and_capacity() -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -55,9 +56,11 @@ def test_summarize_reports_every_field() -> None:
     samples = [sample("a", 0.1 * i) for i in range(1, 11)] + [sample("b", None, ok=False)]
     s = summarize(samples, endpoints=["a", "b", "c"], ttft_slo_s=0.5, duration_s=10.0)
     assert (s.requests, s.errors) == (11, 1)
-    assert s.ttft_p50_s == pytest.approx(0.55)
-    assert s.ttft_p99_s == pytest.approx(0.991)
-    assert s.e2e_p99_s == pytest.approx(1.991)
+    # the failed request sorts last as an infinite latency: the median moves up one order statistic
+    assert s.ttft_p50_s == pytest.approx(0.6)
+    assert s.ttft_p95_s == math.inf  # rank 9.5 interpolates towards the failure
+    assert s.ttft_p99_s == math.inf
+    assert s.e2e_p99_s == math.inf
     assert s.itl_p50_s == pytest.approx(0.02)
     assert s.output_tok_per_s == 10.0
     assert s.goodput == pytest.approx(5 / 11)
@@ -98,3 +101,56 @@ def test_reduction_and_gap_percentages() -> None:
     assert reduction_pct(1.0, baseline=0.0) is None
     assert gap_pct(115.0, oracle=100.0) == pytest.approx(15.0)
     assert gap_pct(1.0, oracle=None) is None
+
+
+def test_a_failed_request_worsens_the_reported_percentiles() -> None:
+    """The blind spot this guards: dropping failures from the percentiles made a run with failures
+    report a better tail than the same run with those requests served slowly."""
+    served = [sample("a", 0.01 * i) for i in range(1, 201)]
+    slow = [*served, *(sample("b", 5.0) for _ in range(4))]
+    failed = [*served, *(sample("b", None, ok=False) for _ in range(4))]
+    s_served = summarize(served, endpoints=["a", "b"], ttft_slo_s=1.0, duration_s=10.0)
+    s_slow = summarize(slow, endpoints=["a", "b"], ttft_slo_s=1.0, duration_s=10.0)
+    s_failed = summarize(failed, endpoints=["a", "b"], ttft_slo_s=1.0, duration_s=10.0)
+    assert s_failed.errors == 4
+    for field in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "e2e_p99_s", "itl_p99_s"):
+        assert getattr(s_failed, field) >= getattr(s_slow, field) >= getattr(s_served, field), field
+    assert s_failed.ttft_p99_s == math.inf
+    assert s_failed.ttft_p99_s > s_slow.ttft_p99_s > s_served.ttft_p99_s
+    assert s_failed.goodput == pytest.approx(100 / 204)  # TTFT 0.01 … 1.00 s meet the 1 s SLO
+    assert s_failed.goodput < s_served.goodput
+
+
+def test_timed_out_requests_count_as_failures() -> None:
+    ok = [sample("a", 0.1) for _ in range(9)]
+    timed_out = RequestSample(endpoint="a", ok=False, arrival_s=0.0, ttft_s=2.0, e2e_s=None, itl_s=None,
+                              timed_out=True)  # fmt: skip
+    s = summarize([*ok, timed_out], endpoints=["a"], ttft_slo_s=1.0, duration_s=1.0)
+    assert s.ttft_p99_s == math.inf
+    assert s.goodput == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize(
+    ("ttft", "itl", "expected"),
+    [(0.1, 0.05, True), (0.1, 0.2, False), (2.0, 0.05, False), (0.1, None, True)],
+)
+def test_slo_goodput_needs_both_ttft_and_tpot(ttft: float, itl: float | None, expected: bool) -> None:
+    s = RequestSample(endpoint="a", ok=True, arrival_s=0.0, ttft_s=ttft, e2e_s=1.0, itl_s=itl)
+    assert goodput_fraction([s], ttft_slo_s=1.0, tpot_slo_s=0.1) == (1.0 if expected else 0.0)
+    assert goodput_fraction([s], ttft_slo_s=1.0) == (1.0 if ttft <= 1.0 else 0.0)
+
+
+def test_percentile_reaches_into_failures() -> None:
+    values = [1.0, 2.0, 3.0, math.inf]
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 50) == 2.5
+    assert percentile(values, 100) == math.inf
+    assert percentile(values, 90) == math.inf
+
+
+def test_estimates_and_comparisons_with_failures() -> None:
+    assert t_interval([1.0, math.inf]).mean == math.inf
+    assert reduction_pct(1.0, baseline=math.inf) == 100.0
+    assert reduction_pct(math.inf, baseline=1.0) == -math.inf
+    assert reduction_pct(math.inf, baseline=math.inf) is None
+    assert gap_pct(math.inf, oracle=1.0) == math.inf

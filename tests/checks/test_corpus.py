@@ -73,6 +73,28 @@ def _delete(path: Callable[[Docs], dict[str, Any]], key: str) -> Callable[[Docs]
     return mutate
 
 
+def _tgi(image: str) -> Callable[[Docs], None]:
+    """The llama scheduler's pods run TGI ``image``, and the config lists it under extensions.engines."""
+
+    def mutate(docs: Docs) -> None:
+        _igwc(docs)["spec"].setdefault("extensions", {}).update(engines={"tgi": ["llama"]})
+        _llama_container(docs).update(image=image, args=["--model-id", "meta-llama/Llama-3.1-8B-Instruct",
+                                                        "--port", "8000"])  # fmt: skip
+
+    return mutate
+
+
+def test_a_tgi_scheduler_running_a_current_tgi_passes_preflight() -> None:
+    docs = secure_docs()
+    _tgi("ghcr.io/huggingface/text-generation-inference:3.0.1")(docs)
+    assert findings(run(docs, Command.PREFLIGHT)) == set()
+    generic = secure_docs()
+    _igwc(generic)["spec"].setdefault("extensions", {}).update(
+        engines={"generic": [{"scheduler": "llama", "queue": "vllm:num_requests_waiting", "running": "r"}]}
+    )
+    assert findings(run(generic, Command.PREFLIGHT)) == set()
+
+
 def _jwt(docs: Docs) -> dict[str, Any]:
     provider: dict[str, Any] = _igwc(docs)["spec"]["auth"]["jwt"]["provider"]
     return provider
@@ -287,6 +309,18 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
         lambda d: _igwc(d)["spec"]["schedulers"][0].update(engineType="sglang"),
         Command.PREFLIGHT,
         {("IGW-PF011", "FAIL", "HIGH"), ("IGW-PF012", "FAIL", "HIGH")},
+    ),
+    (
+        "tgi-listed-but-vllm-runs",
+        lambda d: _igwc(d)["spec"].setdefault("extensions", {}).update(engines={"tgi": ["llama"]}),
+        Command.PREFLIGHT,
+        {("IGW-PF011", "FAIL", "HIGH"), ("IGW-PF012", "FAIL", "HIGH")},
+    ),
+    (
+        "old-tgi",
+        _tgi("ghcr.io/huggingface/text-generation-inference:1.4.5"),
+        Command.PREFLIGHT,
+        {("IGW-PF011", "FAIL", "HIGH")},
     ),
     (
         "port-mismatch",

@@ -160,8 +160,8 @@ def test_sglang_needs_version_and_enable_metrics(
 
 
 def test_unknown_engine_is_an_error() -> None:
-    with pytest.raises(ValueError, match="known engines: sglang, vllm"):
-        check_model_server(engine="tgi", image="x:1", args=[], env={})
+    with pytest.raises(ValueError, match="known engines: sglang, tgi, vllm"):
+        check_model_server(engine="nope", image="x:1", args=[], env={})
 
 
 def test_requirements_come_from_the_engine_catalogue() -> None:

@@ -99,9 +99,17 @@ def test_no_profiles_synthesises_default_with_weight_1_and_named_instances() -> 
         ),
         pytest.param({"plugin": []}, "plugin: unknown field", id="unknown-top-level"),
         pytest.param(
-            {"plugins": [{"type": "prefix-cache-scorer", "parameters": {"hashBlockSize": 64}}]},
-            "plugins[0].parameters: unknown field 'hashBlockSize'",
-            id="unknown-parameter",
+            {
+                "plugins": [{"type": "token-load-scorer"}],
+                "saturationDetector": {"pluginRef": "token-load-scorer"},
+            },
+            "saturationDetector.pluginRef: plugin 'token-load-scorer' is not a saturation detector",
+            id="detector-ref-not-a-detector",
+        ),
+        pytest.param(
+            {"saturationDetector": {"pluginRef": "ghost"}},
+            "saturationDetector.pluginRef: references undefined plugin 'ghost'",
+            id="detector-ref-undefined",
         ),
     ],
 )
@@ -115,3 +123,80 @@ def test_all_problems_reported_at_once() -> None:
     with pytest.raises(SchedulerConfigError) as err:
         build({"kind": "X", "plugins": [{"type": "nope"}], "extra": 1})
     assert len(err.value.problems) == 3
+
+
+@pytest.mark.parametrize(
+    ("parameters", "warning", "field", "default"),
+    [
+        ({"blockSize": 0}, "plugins[0].parameters.blockSize: must be >= 1, got 0; using the default instead",
+         "block_chars", 64),
+        ({"blockSize": "big"}, "plugins[0].parameters.blockSize: must be an integer, got 'big'",
+         "block_chars", 64),
+        ({"maxPrefixBlocksToMatch": -5}, "plugins[0].parameters.maxPrefixBlocksToMatch: must be >= 1",
+         "max_blocks", 256),
+        ({"lruCapacityPerServer": 1.5}, "plugins[0].parameters.lruCapacityPerServer: must be an integer",
+         "lru_capacity", 31250),
+        ({"hashBlockSize": 64}, "plugins[0].parameters: unknown field 'hashBlockSize' ignored",
+         "block_chars", 64),
+    ],
+)  # fmt: skip
+def test_invalid_plugin_parameters_fall_back_to_the_reference_defaults_with_a_warning(
+    parameters: dict[str, Any], warning: str, field: str, default: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the reference endpoint picker does, so its config files load unchanged; strict mode rejects."""
+    from igw.scheduling.picker_config import load_picker_config
+
+    doc = {"plugins": [{"type": "prefix-cache-scorer", "parameters": parameters}]}
+    with caplog.at_level("WARNING", logger="igw.scheduling"):
+        profile, _, warnings = load_picker_config(doc, settings=RoutingSettings())
+    assert any(w.startswith(warning) for w in warnings), warnings
+    assert any(warning.split(";")[0] in r.getMessage() for r in caplog.records)
+    assert getattr(profile.scorers[0].scorer, field) == default
+    with pytest.raises(SchedulerConfigError) as err:
+        load_picker_config(doc, settings=RoutingSettings(), strict=True)
+    assert any(p.startswith(warning.split(";")[0].removesuffix(" ignored")) for p in err.value.problems)
+
+
+def test_a_valid_file_loads_without_warnings() -> None:
+    from igw.scheduling.picker_config import load_picker_config
+
+    _, _, warnings = load_picker_config(yaml.safe_load(GIE_DEFAULT), settings=RoutingSettings(), strict=False)
+    assert warnings == []
+
+
+GIE_V15_TOKEN_LOAD = """
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: inflight-load-producer
+- type: token-load-scorer
+  parameters: {queueThresholdTokens: 286720}
+- type: utilization-detector
+  parameters:
+    {queueDepthThreshold: 5, kvCacheUtilThreshold: 0.8, metricsStalenessThreshold: 200ms, headroom: 0.1}
+- type: random-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: utilization-detector}
+  - {pluginRef: token-load-scorer, weight: 1}
+  - {pluginRef: random-picker}
+saturationDetector: {pluginRef: utilization-detector}
+"""
+
+
+def test_a_v1_5_file_with_the_new_plugins_loads_and_wires_the_detector() -> None:
+    from igw.scheduling.picker_config import load_picker_config
+    from igw.scheduling.plugins.random_picker import RandomPicker
+    from igw.scheduling.plugins.token_load_scorer import TokenLoadScorer
+    from igw.scheduling.plugins.utilization_detector import UtilizationDetector
+
+    profile, _, warnings = load_picker_config(yaml.safe_load(GIE_V15_TOKEN_LOAD), settings=RoutingSettings())
+    assert warnings == []
+    assert isinstance(profile.picker, RandomPicker)
+    assert isinstance(profile.scorers[0].scorer, TokenLoadScorer)
+    assert profile.scorers[0].scorer.threshold_tokens == 286720
+    assert isinstance(profile.detector, UtilizationDetector)
+    assert profile.filters == (profile.detector,)
+    assert profile.detector.headroom == pytest.approx(0.1)
+    assert profile.detector.staleness_s == pytest.approx(0.2)

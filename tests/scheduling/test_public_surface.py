@@ -23,6 +23,7 @@ PINNED = {
     "RoutingPolicy",
     "RoutingRequest",
     "SchedulerConfigError",
+    "SaturationDetector",
     "Scorer",
     "clamp01",
     "consumes",

@@ -58,7 +58,7 @@ def test_fleet_rejects_a_bad_spec_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = tmp_path / "bad.yaml"
-    spec.write_text("pods:\n  - preset: llama-3.1-8b/h100\n    engine: tgi\n", encoding="utf-8")
+    spec.write_text("pods:\n  - preset: llama-3.1-8b/h100\n    engine: nope\n", encoding="utf-8")
     assert main(["sim", "fleet", "--spec", str(spec)]) == 2
     assert "spec.pods[0].engine" in capsys.readouterr().err
 

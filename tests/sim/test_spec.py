@@ -31,7 +31,7 @@ def test_example_spec_loads_and_expands_replicas() -> None:
             {"pods": [{"preset": "llama-3.1-8b/h100", "engine_version": "latest!"}]},
             "spec.pods[0].engine_version",
         ),
-        ({"pods": [{"preset": "llama-3.1-8b/h100", "engine": "tgi"}]}, "spec.pods[0].engine"),
+        ({"pods": [{"preset": "llama-3.1-8b/h100", "engine": "nope"}]}, "spec.pods[0].engine"),
         (
             {"pods": [{"preset": "llama-3.1-8b/h100", "labels": {"bad key!": "x"}}]},
             "spec.pods[0].labels.bad key!",

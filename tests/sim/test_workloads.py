@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from igw.sim import workloads as w
-from igw.sim.tokens import count_tokens
+from igw.sim.tokens import CHARS_PER_TOKEN, count_tokens
 
 
 def _gaps(times: list[float]) -> list[float]:
@@ -197,10 +197,36 @@ def test_replay_jsonl_and_azure_csv(tmp_path: Path) -> None:
             "t.jsonl:2: arrival time goes backwards",
         ),
         (
-            '{"timestamp": "yesterday", "input_tokens": 1, "output_tokens": 1}\n',
+            '{"time": "yesterday", "input_tokens": 1, "output_tokens": 1}\n',
             "neither seconds nor ISO-8601",
         ),
-        ('{"timestamp": 1, "input_tokens": 1, "output_tokens": 0}\n', "output length must be >= 1"),
+        ('{"time": 1, "input_tokens": 1, "output_tokens": 0}\n', "output length must be >= 1"),
+        (
+            '{"time": 1, "input_tokens": 9, "output_tokens": 1, "prefix_group": "g"}\n',
+            "t.jsonl:1: prefix_tokens is required on the first row of group 'g'",
+        ),
+        (
+            '{"time": 1, "input_tokens": 9, "output_tokens": 1, "prefix_group": "g", "prefix_tokens": 4}\n'
+            '{"time": 2, "input_tokens": 9, "output_tokens": 1, "prefix_group": "g", "prefix_tokens": 5}\n',
+            "t.jsonl:2: prefix_tokens 5 differs from 4",
+        ),
+        (
+            '{"time": 1, "input_tokens": 3, "output_tokens": 1, "prefix_group": "g", "prefix_tokens": 4}\n',
+            "t.jsonl:1: prefix_tokens 4 exceeds the prompt length 3",
+        ),
+        (
+            '{"time": 1, "input_tokens": 9, "output_tokens": 1, "prefix_tokens": 4}\n',
+            "t.jsonl:1: prefix_tokens needs a prefix_group",
+        ),
+        (
+            '{"time": 1, "input_tokens": 9, "output_tokens": 1, "prefix_group": "a", "shared_prompt_id": "b",'
+            ' "prefix_tokens": 2}\n',
+            "t.jsonl:1: give prefix_group or shared_prompt_id, not both",
+        ),
+        (
+            '{"time": 1, "input_tokens": 9, "output_tokens": 1, "priority": "high"}\n',
+            "priority must be an",
+        ),
     ],
 )
 def test_replay_errors_name_file_and_line(tmp_path: Path, content: str, needle: str) -> None:
@@ -217,3 +243,23 @@ def test_bad_parameters_are_named() -> None:
         next(w.gamma_arrivals(rate=1, cv=-1, rng=random.Random(0)))
     with pytest.raises(w.WorkloadError, match=r"\.jsonl or \.csv"):
         list(w.replay("trace.txt", model="m", rng=random.Random(0)))
+
+
+def test_replay_prefix_groups_adapters_and_priorities(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    rows = [
+        '{"time": 0, "input_tokens": 300, "output_tokens": 5, "prefix_group": "sys-a", "prefix_tokens": 256}',
+        '{"time": 1, "input_tokens": 280, "output_tokens": 5, "prefix_group": "sys-a", "priority": -1}',
+        '{"time": 2, "input_tokens": 300, "output_tokens": 5, "shared_prompt_id": 7, "prefix_tokens": 128}',
+        '{"time": 3, "input_tokens": 300, "output_tokens": 5, "adapter": "sql-lora", "priority": 2}',
+    ]
+    p.write_text("\n".join(rows), encoding="utf-8")
+    a1, a2, b, lora = w.replay(p, model="m", rng=random.Random(0))
+    shared = a1.prompt_text[: 256 * CHARS_PER_TOKEN]
+    assert a2.prompt_text.startswith(shared)
+    assert a1.prompt_text[256 * CHARS_PER_TOKEN :] != a2.prompt_text[256 * CHARS_PER_TOKEN :]
+    assert not b.prompt_text.startswith(shared[: 16 * CHARS_PER_TOKEN])
+    assert [count_tokens(r.prompt_text) for r in (a1, a2, b, lora)] == [300, 280, 300, 300]
+    assert (a1.group, a2.group, b.group, lora.group) == ("sys-a", "sys-a", "7", None)
+    assert (a1.priority, a2.priority, lora.priority) == (0, -1, 2)
+    assert (lora.adapter, lora.model) == ("sql-lora", "sql-lora")

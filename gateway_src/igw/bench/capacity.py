@@ -25,7 +25,7 @@ from igw.bench.policies.baselines import RoundRobinPolicy
 from igw.bench.scenarios import PodGroup, Scenario
 from igw.bench.stats import percentile
 from igw.bench.workload import fleet_pods, flood_requests
-from igw.sim.des import simulate
+from igw.sim.des import SimulationResult, simulate
 from igw.sim.presets import get_preset
 
 MIN_FLOOD = 300
@@ -52,7 +52,12 @@ class FleetCapacity:
     requests_per_s: float
 
     def describe(self) -> str:
-        parts = ", ".join(f"{c.preset} {c.requests_per_s:.2f} req/s" for c in self.per_type)
+        presets = [c.preset for c in self.per_type]
+
+        def label(c: PodCapacity) -> str:  # the engine only where one preset runs under two engines
+            return f"{c.preset} ({c.engine})" if presets.count(c.preset) > 1 else c.preset
+
+        parts = ", ".join(f"{label(c)} {c.requests_per_s:.2f} req/s" for c in self.per_type)
         how = (
             "per pod type: the plateau of an offered-rate sweep on one pod"
             if all(c.sweep is not None for c in self.per_type)
@@ -102,22 +107,30 @@ def probe_capacity(scenario: Scenario, group: PodGroup, *, seed: int) -> PodCapa
         policy=RoundRobinPolicy(),
         seed=seed,
     )
+    rps, tok_s = flood_rate(result, what=group.preset)
+    return PodCapacity(
+        preset=group.preset,
+        engine=group.engine,
+        requests_per_s=rps,
+        output_tokens_per_s=tok_s,
+        flood_requests=n,
+        probe_rps=rps,
+    )
+
+
+def flood_rate(result: SimulationResult, *, what: str) -> tuple[float, float]:
+    """Requests and output tokens per second completed by a flooded pod between the 20th and the 80th
+    percentile of finish times (step 1 of the module docstring)."""
     finished = sorted(r.e2e for r in result.records if r.ok and r.e2e is not None)
     if len(finished) < 10:
-        raise RuntimeError(f"capacity probe of {group.preset}: only {len(finished)} of {n} requests finished")
+        total = len(result.records)
+        raise RuntimeError(f"capacity probe of {what}: only {len(finished)} of {total} requests finished")
     t20, t80 = percentile(finished, 20), percentile(finished, 80)
     assert t20 is not None
     assert t80 is not None
     window = max(t80 - t20, 1e-9)
     served = [r for r in result.records if r.ok and r.e2e is not None and t20 <= r.e2e <= t80]
-    return PodCapacity(
-        preset=group.preset,
-        engine=group.engine,
-        requests_per_s=len(served) / window,
-        output_tokens_per_s=sum(r.output_tokens for r in served) / window,
-        flood_requests=n,
-        probe_rps=len(served) / window,
-    )
+    return len(served) / window, sum(r.output_tokens for r in served) / window
 
 
 SWEEP_BY_DEFAULT = True

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
 
-from igw.bench.report import format_value
-from igw.bench.results import ScenarioRun
+from igw.bench.report import format_pct, format_value
+from igw.bench.results import ScenarioRun, failed_requests
 
 _COLUMNS = (
     ("ttft_p50_s", "TTFT p50"),
@@ -22,7 +23,7 @@ _COLUMNS = (
 
 
 def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{v:+.1f}%"
+    return format_pct(v, unit="%")
 
 
 _CAPTION_KEYS = ("fleet", "workload", "load", "offered_rate_rps", "seeds", "capacity", "capacity_sweep")
@@ -75,3 +76,19 @@ def share_table(run: ScenarioRun) -> Any:
     for pod in sorted({k for _, share in measured for k in share}):
         table.add_row(pod, *(f"{share.get(pod, 0.0) * 100:.1f}%" for _, share in measured))
     return table
+
+
+def failure_exit_status(console: Any, runs: Sequence[ScenarioRun], *, allowed: bool) -> int:
+    """Exit status of a benchmark command: 1 when any request failed (unless ``allowed``), else 0.
+
+    Failures are in the tables already (as infinite latency); this makes them impossible to miss in
+    scripts and CI, where a run that silently lost requests would otherwise pass."""
+    failed = failed_requests(runs)
+    if not failed:
+        return 0
+    listed = ", ".join(f"{k}: {n}" for k, n in failed.items())
+    if allowed:
+        console.print(f"[yellow]failed requests (allowed by --allow-failures): {listed}[/yellow]")
+        return 0
+    console.print(f"[red]failed requests: {listed}; exit status 1 (pass --allow-failures to accept)[/red]")
+    return 1

@@ -19,11 +19,12 @@ from igw.bench.policies.registry import POLICIES, PolicyContext, build_policy
 from igw.bench.results import PolicyRun, ScenarioRun
 from igw.bench.scenarios import SCENARIOS, LoraShape, Scenario
 from igw.bench.stats import RequestSample, summarize
+from igw.bench.trace_fleet import check_servable, trace_capacity
 from igw.bench.workload import fleet_pods, mean_fraction, model_name, scenario_requests
 from igw.sim import workloads
 from igw.sim.des import SimulationResult, simulate
 from igw.sim.request import SimRequest
-from igw.sim.spec import FleetSpec
+from igw.sim.spec import FleetSpec, PodSpec
 
 Progress = Callable[[str], None]
 
@@ -98,6 +99,7 @@ def run_policy_once(
         lora=isinstance(scenario.workload, LoraShape),
         weights=options.weights,
         saturation_off=options.saturation_off,
+        slo=(scenario.ttft_slo_s, scenario.tpot_slo_s),
     )
     policy = build_policy(policy_name, ctx)
     return simulate(
@@ -120,6 +122,8 @@ def run_des(
 ) -> ScenarioRun:
     say = progress or (lambda _msg: None)
     cap = capacity or fleet_capacity(scenario, seed=options.seeds[0], on_progress=say)
+    if not cap.requests_per_s > 0:
+        raise ValueError(f"{scenario.name}: measured capacity is {cap.describe()}; no load level can be set")
     duration = scenario.duration_s * options.duration_scale
     pods = fleet_pods(scenario)
     params = {
@@ -153,26 +157,41 @@ def run_des(
             result = run_policy_once(
                 scenario, policy_name=name, requests=requests, seed=seed, options=options
             )
-            names = {key: spec.name for key, spec in result.pods.items()}
-            if options.decisions_out is not None:
-                write_decisions(
-                    options.decisions_out, result, scenario=scenario.name, policy=name, names=names
-                )
-            samples = [replace(s, endpoint=names.get(s.endpoint, s.endpoint)) for s in samples_of(result)]
-            pol = run.policies[name]
-            pol.seeds.append(seed)
-            pol.summaries.append(
-                summarize(
-                    samples,
-                    endpoints=[p.name for p in pods],
-                    ttft_slo_s=scenario.ttft_slo_s,
-                    duration_s=max(result.end_time, 1e-9),
-                )
-            )
-            if len(pol.seeds) == 1:
-                pol.samples = samples
-                pol.queue_series = queue_series(result, names=names)
+            record_result(run, name, result, pods=pods, slo=(scenario.ttft_slo_s, scenario.tpot_slo_s),
+                          options=options)  # fmt: skip
     return run
+
+
+def record_result(
+    run: ScenarioRun,
+    policy: str,
+    result: SimulationResult,
+    *,
+    pods: Sequence[PodSpec],
+    slo: tuple[float, float],
+    options: DesOptions,
+) -> None:
+    """Add one simulated run (one policy, one seed) to ``run``: its summary, and for the first seed its
+    samples and queue series; append its decisions to ``options.decisions_out`` when set."""
+    names = {key: spec.name for key, spec in result.pods.items()}
+    if options.decisions_out is not None:
+        write_decisions(options.decisions_out, result, scenario=run.scenario, policy=policy, names=names)
+    samples = [replace(s, endpoint=names.get(s.endpoint, s.endpoint)) for s in samples_of(result)]
+    pol = run.policies[policy]
+    pol.seeds.append(result.seed)
+    ttft_slo_s, tpot_slo_s = slo
+    pol.summaries.append(
+        summarize(
+            samples,
+            endpoints=[p.name for p in pods],
+            ttft_slo_s=ttft_slo_s,
+            tpot_slo_s=tpot_slo_s,
+            duration_s=max(result.end_time, 1e-9),
+        )
+    )
+    if len(pol.seeds) == 1:
+        pol.samples = samples
+        pol.queue_series = queue_series(result, names=names)
 
 
 def run_trace(
@@ -184,7 +203,11 @@ def run_trace(
     progress: Progress | None = None,
     command: str = "",
 ) -> ScenarioRun:
-    """Replay a trace file on a fleet (a FLEET.yaml, or mixed-fleet-8b's fleet) under every policy."""
+    """Replay a trace file on a fleet (a FLEET.yaml, or mixed-fleet-8b's fleet) under every policy.
+
+    Before any policy runs, the trace is checked against the fleet (every adapter and model must be
+    served by some pod, :func:`check_servable`) and the fleet's capacity on the trace's own requests is
+    measured, so the report states the offered load as a share of it."""
 
     say = progress or (lambda _msg: None)
     pods = (
@@ -194,6 +217,11 @@ def run_trace(
     requests = list(workloads.replay(path, model=model, rng=random.Random(options.seeds[0]), speedup=speedup))
     if not requests:
         raise ValueError(f"{path}: the trace holds no requests")
+    check_servable(pods, requests, source=str(path))
+    say("capacity: flood probe per pod type on the trace's requests")
+    cap = trace_capacity(pods, requests, seed=options.seeds[0])
+    span = requests[-1].arrival - requests[0].arrival
+    offered = len(requests) / span if span > 0 else float("inf")
     run = ScenarioRun(
         scenario=f"trace-{path.stem}",
         mode="des",
@@ -203,34 +231,30 @@ def run_trace(
             "speedup": speedup,
             "fleet": ", ".join(f"{p.name} ({p.preset})" for p in pods),
             "seeds": list(options.seeds),
+            "capacity": cap.describe(),
+            "offered_rate_rps": round(offered, 3),
+            "load": f"{100 * offered / cap.requests_per_s:.0f}% of measured capacity (mean over the trace)",
             "ttft_slo_s": TRACE_SLO_S,
+            "tpot_slo_s": TRACE_TPOT_SLO_S,
             "command": command,
         },
         oracle="oracle" if "oracle" in options.policies else None,
     )
+    lora = any(r.adapter for r in requests)
     for name in options.policies:
-        pol = run.policies[name] = PolicyRun(policy=name, description=POLICIES[name].description)
+        run.policies[name] = PolicyRun(policy=name, description=POLICIES[name].description)
         for seed in options.seeds:
             say(f"trace, seed {seed}: {name} ({len(requests)} requests)")
             ctx = PolicyContext(rng=random.Random(seed * 7919 + 17), weights=options.weights,
-                                saturation_off=options.saturation_off,
-                                lora=any(r.adapter for r in requests))  # fmt: skip
+                                saturation_off=options.saturation_off, lora=lora,
+                                slo=(TRACE_SLO_S, TRACE_TPOT_SLO_S))  # fmt: skip
             result = simulate(pods=pods, requests=requests, policy=build_policy(name, ctx), seed=seed,
                               scrape_interval_s=options.scrape_interval_s, base_model=model)  # fmt: skip
-            names = {key: spec.name for key, spec in result.pods.items()}
-            if options.decisions_out is not None:
-                write_decisions(
-                    options.decisions_out, result, scenario=run.scenario, policy=name, names=names
-                )
-            samples = [replace(s, endpoint=names.get(s.endpoint, s.endpoint)) for s in samples_of(result)]
-            pol.seeds.append(seed)
-            pol.summaries.append(summarize(samples, endpoints=[p.name for p in pods], ttft_slo_s=TRACE_SLO_S,
-                                           duration_s=max(result.end_time, 1e-9)))  # fmt: skip
-            if len(pol.seeds) == 1:
-                pol.samples = samples
-                pol.queue_series = queue_series(result, names=names)
+            record_result(run, name, result, pods=pods, slo=(TRACE_SLO_S, TRACE_TPOT_SLO_S), options=options)
     return run
 
 
 TRACE_SLO_S = 1.0
 """TTFT SLO used for goodput when replaying a trace (scenarios state their own)."""
+TRACE_TPOT_SLO_S = 0.1
+"""Time-per-output-token SLO used for goodput when replaying a trace."""

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from igw.bench.agreement import compare
 from igw.bench.capacity import FleetCapacity, fleet_capacity
-from igw.bench.console import scenario_table, share_table
+from igw.bench.console import failure_exit_status, scenario_table, share_table
 from igw.bench.des_runner import DesOptions, run_des
 from igw.bench.interrupt import run_interruptible
 from igw.bench.loadgen import LiveRequest, drive
@@ -224,6 +224,7 @@ async def run_live(
                 tell(f"{name}: not run ({pol.unavailable})")
                 continue
             summary = summarize(samples, endpoints=[p.name for p in pods], ttft_slo_s=scenario.ttft_slo_s,
+                                tpot_slo_s=scenario.tpot_slo_s,
                                 duration_s=max(wall / scale, 1e-9))  # fmt: skip
             pol.seeds.append(seed)
             pol.summaries.append(replace(summary, load_share=share or load_share(samples, endpoints=[])))
@@ -284,6 +285,7 @@ def run_live_cli(
         for router, why in failures.items():
             console.print(f"[yellow]{router}: {why}[/yellow]")
     index: list[str] = []
+    live_runs: list[ScenarioRun] = []
     for scenario in resolve(list(args.scenarios)):
         cap = fleet_capacity(scenario, seed=seeds[0])
         virtual_rps = mean_fraction(scenario) * cap.requests_per_s
@@ -302,6 +304,7 @@ def run_live_cli(
                 run_live(scenario, options=options, capacity=cap, say=status.update, command=command)
             )
         live.scenario = f"{scenario.name}-live"
+        live_runs.append(live)
         console.print(scenario_table(live))
         console.print(share_table(live))
         if args.check_agreement:
@@ -331,4 +334,4 @@ def run_live_cli(
         + "\n"
     )
     console.print(f"reports written to {out}/")
-    return 0
+    return failure_exit_status(console, live_runs, allowed=args.allow_failures)

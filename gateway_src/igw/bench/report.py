@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def format_value(field: str, est: Estimate | None) -> str:
     """Seconds as ms or s, fractions as %, rates as integers; ``±`` half-width when n > 1."""
     if est is None:
         return "–"
+    if math.isinf(est.mean):
+        return "failed"  # the percentile reaches into failed requests (infinite latency)
 
     def one(v: float) -> str:
         if field in LATENCY_FIELDS:
@@ -43,8 +46,17 @@ def format_value(field: str, est: Estimate | None) -> str:
     return text
 
 
+def format_pct(v: float | None, *, unit: str = " %") -> str:
+    """A signed percentage; ``±∞`` where one side of the comparison is a failure."""
+    if v is None:
+        return "–"
+    if math.isinf(v):
+        return ("+∞" if v > 0 else "−∞") + unit
+    return f"{v:+.1f}{unit}"
+
+
 def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{v:+.1f} %"
+    return format_pct(v)
 
 
 def _metrics_table(run: ScenarioRun) -> list[str]:

@@ -126,3 +126,14 @@ class ScenarioRun:
                 entry["gap_to_oracle_pct"][f] = self.gap_to_oracle(name, f)
             out["policies"][name] = entry
         return out
+
+
+def failed_requests(runs: Sequence[ScenarioRun]) -> dict[str, int]:
+    """Failed requests per ``scenario/policy`` over all seeds, only where there were any."""
+    out: dict[str, int] = {}
+    for run in runs:
+        for name, pol in run.policies.items():
+            n = sum(s.errors for s in pol.summaries)
+            if n:
+                out[f"{run.scenario}/{name}"] = n
+    return out

@@ -20,6 +20,8 @@ class PodGroup:
     preset: str
     count: int
     engine: Literal["vllm", "sglang"] = "vllm"
+    max_loras: int | None = None
+    """GPU LoRA slots of these pods (``None``: the scenario's ``max_loras``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,9 @@ class Scenario:
     duration_s: float
     """Seconds of arrivals (the run continues until every admitted request finishes)."""
     ttft_slo_s: float
-    """Goodput counts requests whose TTFT is at most this."""
+    """Goodput counts requests whose TTFT is at most this (and whose TPOT meets ``tpot_slo_s``)."""
+    tpot_slo_s: float = 0.1
+    """Time per output token (a request's mean inter-token latency) goodput allows, in seconds."""
     seeds: tuple[int, ...] = (1, 2, 3)
     max_loras: int | None = None
     claim: AwsClaim | None = None
@@ -117,15 +121,21 @@ class Scenario:
         """The parameters every output states: fleet, workload, load level, duration, SLO, seeds."""
         return {
             "summary": self.summary,
-            "fleet": ", ".join(f"{g.count}× {g.preset} ({g.engine})" for g in self.fleet),
+            "fleet": ", ".join(_describe_group(g) for g in self.fleet),
             "workload": _describe_workload(self.workload),
             "load": _describe_load(self.load),
             "duration_s": self.duration_s,
             "ttft_slo_s": self.ttft_slo_s,
+            "tpot_slo_s": self.tpot_slo_s,
             "seeds": list(self.seeds),
             "max_loras": self.max_loras,
             "aws_claim": None if self.claim is None else _describe_claim(self.claim),
         }
+
+
+def _describe_group(g: PodGroup) -> str:
+    slots = "" if g.max_loras is None else f", max-loras {g.max_loras}"
+    return f"{g.count}× {g.preset} ({g.engine}{slots})"
 
 
 def _describe_workload(w: Workload) -> str:
@@ -195,6 +205,7 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             load=SteadyLoad(0.7),
             duration_s=60.0,
             ttft_slo_s=2.0,
+            tpot_slo_s=0.15,
             claim=AwsClaim(ttft_p95_pct=98, ttft_p99_pct=97, throughput_gain_pct=50),
         ),
         Scenario(
@@ -205,6 +216,7 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             load=BurstLoad(calm_fraction=0.4, peak_fraction=1.5, burst_s=10.0, period_s=30.0),
             duration_s=90.0,
             ttft_slo_s=2.0,
+            tpot_slo_s=0.25,
             claim=AwsClaim(ttft_p95_pct=94, ttft_p99_pct=98),
         ),
         Scenario(
@@ -215,6 +227,7 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             load=BurstLoad(calm_fraction=0.4, peak_fraction=1.5, burst_s=10.0, period_s=30.0),
             duration_s=90.0,
             ttft_slo_s=2.0,
+            tpot_slo_s=0.25,
             claim=AwsClaim(ttft_p99_pct=89),
         ),
         Scenario(

@@ -36,13 +36,19 @@ class RequestSample:
     output_tokens: int = 0
     cached_tokens: int = 0
     timed_out: bool = False
-    """Cancelled by the client's deadline; ``ttft_s`` is then the time waited (a lower bound) when no
-    token had arrived, so TTFT percentiles do not flatter a router by dropping its worst requests."""
+    """Cancelled by the client's deadline (then also not ``ok``); ``ttft_s`` is then the time waited when
+    no token had arrived. Like every failure it enters the latency percentiles as :data:`FAILED`."""
+
+
+FAILED: float = math.inf
+"""The latency a failed request contributes to every latency percentile: it never got an answer, so
+it sorts after every success (a run with failures can never report a better tail than without)."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The ``q``-th percentile (0..100) with linear interpolation between order statistics
-    (numpy's default), or ``None`` for an empty input."""
+    (numpy's default), or ``None`` for an empty input. Infinite values (failures) sort last; a
+    percentile that reaches into them is infinite."""
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile q must be in [0, 100], got {q}")
     if not values:
@@ -51,15 +57,35 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     rank = (len(ordered) - 1) * q / 100.0
     low = math.floor(rank)
     high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    frac = rank - low
+    if frac == 0.0 or ordered[low] == ordered[high]:
+        return ordered[low]
+    return ordered[low] + (ordered[high] - ordered[low]) * frac
 
 
-def goodput_fraction(samples: Sequence[RequestSample], *, ttft_slo_s: float) -> float | None:
-    """Share of *all* requests (failed ones included) that succeeded with TTFT <= the SLO."""
+def latency_or_failed(sample: RequestSample, value: float | None) -> float:
+    """``value`` for a successful request; :data:`FAILED` for a failed (or timed-out) one."""
+    if not sample.ok or value is None:
+        return FAILED
+    return value
+
+
+def goodput_fraction(
+    samples: Sequence[RequestSample], *, ttft_slo_s: float, tpot_slo_s: float | None = None
+) -> float | None:
+    """SLO goodput: the share of *all* requests (failed ones included) that succeeded with TTFT <= its
+    SLO and, when ``tpot_slo_s`` is given, a mean time per output token (ITL) <= that SLO too.
+
+    A request with a single output token has no inter-token time and meets any TPOT SLO."""
     if not samples:
         return None
-    good = sum(1 for s in samples if s.ok and s.ttft_s is not None and s.ttft_s <= ttft_slo_s)
-    return good / len(samples)
+
+    def good(s: RequestSample) -> bool:
+        if not s.ok or s.ttft_s is None or s.ttft_s > ttft_slo_s:
+            return False
+        return tpot_slo_s is None or s.itl_s is None or s.itl_s <= tpot_slo_s
+
+    return sum(1 for s in samples if good(s)) / len(samples)
 
 
 def prefix_hit_rate(samples: Sequence[RequestSample]) -> float | None:
@@ -99,14 +125,19 @@ def summarize(
     endpoints: Sequence[str],
     ttft_slo_s: float,
     duration_s: float,
+    tpot_slo_s: float | None = None,
 ) -> RunSummary:
-    """Reduce one run's samples; ``duration_s`` is the span throughput is measured over."""
+    """Reduce one run's samples; ``duration_s`` is the span throughput is measured over.
+
+    Every failed request (an error status, a client timeout, a dropped stream) enters the TTFT, ITL and
+    E2E percentiles as :data:`FAILED` (infinite latency) and counts against the goodput, so failures can
+    only make a policy look worse. Successful single-token requests have no ITL and are left out of it."""
     if duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
     ok = [s for s in samples if s.ok]
-    ttft = [s.ttft_s for s in samples if (s.ok or s.timed_out) and s.ttft_s is not None]
-    itl = [s.itl_s for s in ok if s.itl_s is not None]
-    e2e = [s.e2e_s for s in ok if s.e2e_s is not None]
+    ttft = [latency_or_failed(s, s.ttft_s) for s in samples]
+    itl = [latency_or_failed(s, s.itl_s) for s in samples if not s.ok or s.itl_s is not None]
+    e2e = [latency_or_failed(s, s.e2e_s) for s in samples]
     return RunSummary(
         requests=len(samples),
         errors=len(samples) - len(ok),
@@ -117,7 +148,7 @@ def summarize(
         itl_p99_s=percentile(itl, 99),
         e2e_p99_s=percentile(e2e, 99),
         output_tok_per_s=sum(s.output_tokens for s in ok) / duration_s,
-        goodput=goodput_fraction(samples, ttft_slo_s=ttft_slo_s),
+        goodput=goodput_fraction(samples, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s),
         prefix_hit_rate=prefix_hit_rate(samples),
         load_share=load_share(samples, endpoints=endpoints),
     )
@@ -151,6 +182,9 @@ def t_interval(values: Sequence[float], *, confidence: float = 0.95) -> Estimate
     if not values:
         raise ValueError("t_interval needs at least one value")
     n = len(values)
+    if any(math.isinf(v) for v in values):
+        worst = max(values)  # a seed whose percentile is a failure: the mean is that failure
+        return Estimate(mean=worst, lo=worst, hi=worst, n=n)
     mean = sum(values) / n
     if n == 1:
         return Estimate(mean=mean, lo=mean, hi=mean, n=1)
@@ -188,6 +222,8 @@ def reduction_pct(value: float | None, *, baseline: float | None) -> float | Non
     """How much lower ``value`` is than ``baseline``, in percent (positive = better for latency)."""
     if value is None or baseline is None or baseline == 0:
         return None
+    if math.isinf(value) or math.isinf(baseline):
+        return _infinite_comparison(value, baseline)
     return 100.0 * (baseline - value) / baseline
 
 
@@ -195,4 +231,16 @@ def gap_pct(value: float | None, *, oracle: float | None) -> float | None:
     """How far ``value`` is above the oracle's, in percent (0 = as good as the oracle)."""
     if value is None or oracle is None or oracle == 0:
         return None
+    if math.isinf(value) or math.isinf(oracle):
+        better = _infinite_comparison(value, oracle)
+        return None if better is None else -better
     return 100.0 * (value - oracle) / oracle
+
+
+def _infinite_comparison(value: float, baseline: float) -> float | None:
+    """Reduction of ``value`` against ``baseline`` when a failure (infinity) is involved: a finite value
+    against a failed baseline is a full reduction (+100 %), a failure against a finite one is
+    unboundedly worse (−inf), and two failures are not comparable (``None``)."""
+    if math.isinf(value) and math.isinf(baseline):
+        return None
+    return -math.inf if math.isinf(value) else 100.0

@@ -6,13 +6,19 @@ directory (``igw bench --summarize DIR``) without re-running anything.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from igw.bench.report import format_pct
+from igw.bench.stats import reduction_pct
+
 BEST_PEER_POLICIES = ("random", "least-request", "power-of-two", "sglang-cache-aware", "vllm-cache-aware")
 """The policies people would pick instead of the gateway (the peers' algorithms, modelled)."""
+SERVICE_POLICY = "kube-service"
+"""The faithful Kubernetes Service model (random pod per connection), beside per-request round-robin."""
 
 
 def _red(doc: dict[str, Any], policy: str, field: str) -> float | None:
@@ -24,9 +30,13 @@ def _red(doc: dict[str, Any], policy: str, field: str) -> float | None:
 
 
 def _mean(doc: dict[str, Any], policy: str, field: str) -> float | None:
+    """The across-seed mean of ``field``; an estimate whose mean is JSON ``null`` is a failure (the
+    percentile reached into failed requests, written as infinity, which JSON cannot hold)."""
     entry = doc["policies"].get(policy)
-    est = None if entry is None else entry["estimates"].get(field)
-    return None if est is None else float(est["mean"])
+    est = None if entry is None or entry.get("unavailable") else entry["estimates"].get(field)
+    if est is None:
+        return None
+    return math.inf if est["mean"] is None else float(est["mean"])
 
 
 def _gap(doc: dict[str, Any], policy: str, field: str) -> float | None:
@@ -36,33 +46,57 @@ def _gap(doc: dict[str, Any], policy: str, field: str) -> float | None:
 
 
 def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{-v:+.1f} %"
+    return "–" if v is None else format_pct(-v)
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "–"
+    return "failed" if math.isinf(v) else f"{v * 1000:.0f}"
+
+
+def _share(v: float | None) -> str:
+    return "–" if v is None else f"{v * 100:.0f} %"
 
 
 def summary_rows(docs: list[dict[str, Any]]) -> list[str]:
+    """One row per scenario for the gateway's default weights: TTFT against round-robin, the faithful
+    Service model and the best peer; the gap to the oracle; ITL/E2E p99 against least-request's;
+    SLO goodput beside the oracle's and round-robin's."""
+    gw = "gateway-default"
     lines = [
-        "| scenario | AWS claim (vs RR) | gateway-default p95 / p99 | gateway-tuned p95 / p99 "
-        "| best peer policy (p99) | gateway-default p99 gap to oracle | gateway-tuned p99 gap to oracle "
-        "| TTFT p50 / tok/s vs RR (default) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| scenario | AWS claim (vs RR) | TTFT p95 / p99 vs RR | TTFT p99 vs kube-service "
+        "| best peer (p99 vs RR) | TTFT p99 vs best peer | TTFT p99 gap to oracle (tuned) "
+        "| ITL p99 / E2E p99 ms (least-request) | SLO goodput (oracle, RR) | TTFT p50 / tok/s vs RR |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for doc in docs:
         params = doc["parameters"]
         claim = params.get("aws_claim") or "–"
-        cells = []
-        for pol in ("gateway-default", "gateway-tuned"):
-            cells.append(f"{_pct(_red(doc, pol, 'ttft_p95_s'))} / {_pct(_red(doc, pol, 'ttft_p99_s'))}")
+        vs_rr = f"{_pct(_red(doc, gw, 'ttft_p95_s'))} / {_pct(_red(doc, gw, 'ttft_p99_s'))}"
+        p99 = _mean(doc, gw, "ttft_p99_s")
+        vs_service = _pct(reduction_pct(p99, baseline=_mean(doc, SERVICE_POLICY, "ttft_p99_s")))
         peers = [(p, _mean(doc, p, "ttft_p99_s")) for p in BEST_PEER_POLICIES]
         measured = [(p, v) for p, v in peers if v is not None]
         best = min(measured, key=lambda pv: pv[1]) if measured else None
         best_cell = "–" if best is None else f"{best[0]}: {_pct(_red(doc, best[0], 'ttft_p99_s'))}"
-        gaps = [_gap(doc, pol, "ttft_p99_s") for pol in ("gateway-default", "gateway-tuned")]
-        gap_cells = ["–" if g is None else f"{g:+.0f} %" for g in gaps]
-        p50 = _red(doc, "gateway-default", "ttft_p50_s")
-        tok = _red(doc, "gateway-default", "output_tok_per_s")
+        vs_best = "–" if best is None else _pct(reduction_pct(p99, baseline=best[1]))
+        gaps = [_gap(doc, pol, "ttft_p99_s") for pol in (gw, "gateway-tuned")]
+        gap_cell = " (".join(format_pct(g) for g in gaps) + ")"
+        lr = "least-request"
+        speed = (
+            f"{_ms(_mean(doc, gw, 'itl_p99_s'))} / {_ms(_mean(doc, gw, 'e2e_p99_s'))} "
+            f"({_ms(_mean(doc, lr, 'itl_p99_s'))} / {_ms(_mean(doc, lr, 'e2e_p99_s'))})"
+        )
+        goodput = (
+            f"{_share(_mean(doc, gw, 'goodput'))} ({_share(_mean(doc, 'oracle', 'goodput'))}, "
+            f"{_share(_mean(doc, 'round-robin', 'goodput'))})"
+        )
+        p50 = _red(doc, gw, "ttft_p50_s")
+        tok = _red(doc, gw, "output_tok_per_s")
         lines.append(
-            f"| {doc['scenario']} | {claim} | {cells[0]} | {cells[1]} | {best_cell} | {gap_cells[0]} "
-            f"| {gap_cells[1]} | {_pct(p50)} / {'–' if tok is None else f'{tok:+.1f} %'} |"
+            f"| {doc['scenario']} | {claim} | {vs_rr} | {vs_service} | {best_cell} | {vs_best} | {gap_cell} "
+            f"| {speed} | {goodput} | {_pct(p50)} / {'–' if tok is None else f'{tok:+.1f} %'} |"
         )
     return lines
 
@@ -73,8 +107,10 @@ def write_summary(directory: Path) -> Path:
     text = [
         "# Routing benchmark summary",
         "",
-        "Percentages are changes versus round-robin (negative = lower = better for TTFT; for tok/s",
-        "positive = more throughput); gaps are how far a policy's TTFT p99 is above the oracle's.",
+        "Rows are the gateway with default weights. Percentages are changes versus the named baseline",
+        "(negative = lower = better for TTFT; for tok/s positive = more throughput); gaps are how far",
+        "the gateway's TTFT p99 is above the oracle's. SLO goodput = share of all requests (failures",
+        "included) meeting both the scenario's TTFT and time-per-output-token SLO.",
         "",
         *summary_rows(docs),
         "",

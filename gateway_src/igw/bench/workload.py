@@ -43,7 +43,7 @@ def fleet_pods(scenario: Scenario) -> list[PodSpec]:
                 engine=EngineKind(group.engine),
                 labels={"gpu": gpu, "app": "model-server"},
                 lora_adapters=adapters,
-                max_loras=scenario.max_loras or 0,
+                max_loras=(group.max_loras if group.max_loras is not None else scenario.max_loras) or 0,
             )
             for i in range(group.count)
         )

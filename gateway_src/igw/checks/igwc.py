@@ -38,6 +38,17 @@ class SchedulerEntry:
 
     @property
     def engine_type(self) -> str:
+        """The engine the gateway reads these pods as: ``tgi`` or ``generic`` when
+        ``spec.extensions.engines`` lists this scheduler, else its ``engineType``."""
+        chosen = section(self.config, "extensions", "engines") or {}
+        tgi = chosen.get("tgi")
+        if isinstance(tgi, list) and self.name in tgi:
+            return engines.TGI.name
+        generic = chosen.get("generic")
+        if isinstance(generic, list) and any(
+            isinstance(g, Mapping) and g.get("scheduler") == self.name for g in generic
+        ):
+            return engines.GENERIC
         return str(self.raw.get("engineType") or DEFAULT_ENGINE)
 
     @property

@@ -8,6 +8,7 @@ Examples::
     igw bench homogeneous-steady --policies round-robin,gateway-default,oracle --quick
     igw bench --trace trace.jsonl --fleet fleet.yaml
     igw bench --tune                               # weight search (default candidates and scenarios)
+    igw bench random --count 20 --seed 1           # a random scenario family (fleets, workloads, loads)
     igw bench mixed-fleet-8b --mode live --peers   # real HTTP: gateway, round-robin proxy, peer routers
     igw bench global                               # tier 2: failover, ramp-up, regional failover, cost
     igw bench global-des                           # tier 2 in virtual time: 10 regions x 20 clusters
@@ -101,6 +102,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--decisions-out",
         metavar="FILE",
         help="DES: append each request's routing decision (JSON lines) to FILE, to diff two runs",
+    )
+    parser.add_argument(
+        "--count", type=int, default=20, help="igw bench random: how many scenarios to draw (default 20)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=1, help="igw bench random: which family to draw (default 1)"
+    )
+    parser.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help="exit 0 even when requests failed (they still count as infinite latency and against goodput)",
     )
     parser.add_argument("--out", default="bench-results", help="report directory (Markdown, JSON, PNG)")
 

@@ -12,14 +12,18 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from igw.bench.console import scenario_table, share_table
+from igw.bench.console import failure_exit_status, scenario_table, share_table
 from igw.bench.des_runner import DesOptions, run_des, run_trace
 from igw.bench.live_runner import run_live_cli
 from igw.bench.policies.registry import DEFAULT_POLICIES, POLICIES
+from igw.bench.random_family import family, family_verdict, is_family_member, verdict_markdown
 from igw.bench.report import write_report
 from igw.bench.scenarios import GROUPS, SCENARIOS, resolve
 from igw.bench.summary import write_summary
 from igw.bench.tune import DEFAULT_CANDIDATES, DEFAULT_SCENARIOS, tune
+
+RANDOM_FAMILY = "random"
+"""``igw bench random``: the scenario name that draws a random family (``--count``, ``--seed``)."""
 
 
 def _print_catalogue() -> None:
@@ -30,6 +34,7 @@ def _print_catalogue() -> None:
         print(f"  {'':30} fleet: {d['fleet']}; load: {d['load']}; workload: {d['workload']}")
     for name, members in GROUPS.items():
         print(f"  {name:30} group: {', '.join(members)}")
+    print(f"  {RANDOM_FAMILY:30} a random family of --count scenarios drawn with --seed (igw bench random)")
     print("policies:")
     for e in POLICIES.values():
         print(f"  {e.name:22} {e.description}")
@@ -70,6 +75,7 @@ def run_bench(args: argparse.Namespace) -> int:
         if not directory.is_dir():
             raise ValueError(f"--summarize: {directory} is not a directory")
         print(write_summary(directory).read_text())
+        _summarize_family(directory)
         return 0
     if args.tune:
         return _run_tune(args)
@@ -92,6 +98,14 @@ def run_bench(args: argparse.Namespace) -> int:
         args.parsed_weights = weights
         return run_live_cli(args, console=console, out=out, seeds=seeds, policies=policies, command=command)
 
+    random_family = list(args.scenarios) == [RANDOM_FAMILY]
+    if random_family:
+        scenarios = family(args.seed, args.count)
+        seeds = args.seeds or [1]
+    elif args.trace:
+        scenarios = []
+    else:
+        scenarios = resolve(list(args.scenarios))
     options = DesOptions(
         policies=policies,
         seeds=seeds,
@@ -112,7 +126,7 @@ def run_bench(args: argparse.Namespace) -> int:
                               options=options, progress=progress, command=command)]  # fmt: skip
         else:
             runs = []
-            for scenario in resolve(list(args.scenarios)):
+            for scenario in scenarios:
                 runs.append(run_des(scenario, options=options, progress=progress, command=command))
                 console.print(scenario_table(runs[-1]))
                 console.print(share_table(runs[-1]))
@@ -129,8 +143,24 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     if not args.trace:
         index.append(write_summary(out).name)
+    if random_family:
+        text = verdict_markdown(family_verdict([r.to_json() for r in runs]), command=command)
+        (out / "random-family.md").write_text(text)
+        index.append("random-family.md")
+        console.print(text)
     console.print(f"reports written to {out}/ ({', '.join(index)}) in {time.monotonic() - started:.0f}s")
-    return 0
+    return failure_exit_status(console, runs, allowed=args.allow_failures)
+
+
+def _summarize_family(directory: Path) -> None:
+    """``--summarize`` on a random-family run also rebuilds ``random-family.md`` (from what finished)."""
+    docs = [orjson.loads(p.read_bytes()) for p in sorted(directory.glob("*.json"))]
+    members = [d for d in docs if isinstance(d, dict) and is_family_member(str(d.get("scenario", "")))]
+    if members:
+        command = f"igw bench --summarize {directory}"
+        text = verdict_markdown(family_verdict(members), command=command)
+        (directory / "random-family.md").write_text(text)
+        print(text)
 
 
 def _run_tune(args: argparse.Namespace) -> int:

@@ -211,7 +211,16 @@ def check_model_server(
             )
         )
     metrics: tuple[str, ...] = ()
-    if isinstance(version, KnownVersion):
+    if not req.kv_cache_metrics:
+        # The engine publishes no KV-cache gauge in any version (TGI): nothing to upgrade to.
+        results.append(
+            RequirementResult(
+                "kv-metrics",
+                Verdict.OK,
+                f"{req.display_name} publishes no KV-cache gauge (scorer leaves it out)",
+            )
+        )
+    elif isinstance(version, KnownVersion):
         metrics = req.kv_cache_metric_names(version.version)
         results.append(
             RequirementResult(

@@ -8,6 +8,11 @@ Which families to read for each engine (``spec.schedulers[].engineType``) comes 
 catalogue, :mod:`igw.engines`: queue, running, KV-cache usage (preferred name first, deprecated
 fallbacks such as vLLM < 0.9.2's ``vllm:gpu_cache_usage_perc`` after), LoRA info and cache config.
 
+A family may be a metric spec with label filters (``name{model_name="x"}``, see
+:func:`igw.engines.parse_metric_spec`): only the series carrying those labels count. An engine that
+publishes no KV-cache gauge or cache-config info (TGI, a generic engine without them) lists none, and
+nothing is reported missing for it.
+
 Multi-series gauges: queue/running combine as the catalogue says (summed for vLLM, one series per
 data-parallel engine; maxed for SGLang, every TP rank repeats the same numbers); KV takes the maximum.
 ``missing`` names every expected family that is absent, so the caller can report it loudly.
@@ -15,13 +20,14 @@ data-parallel engine; maxed for SGLang, every TP rank repeats the same numbers);
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from igw import engines
-from igw.engines import MetricFamilies
+from igw.engines import MetricFamilies, parse_metric_spec
 from igw.scheduling.types import EngineMetrics
 
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -31,6 +37,7 @@ _ESC = re.compile(r"\\[\\\"n]")
 
 VLLM: Final = engines.VLLM.families
 SGLANG: Final = engines.SGLANG.families
+TGI: Final = engines.TGI.families
 ENGINES: Final[Mapping[str, MetricFamilies]] = {name: e.families for name, e in engines.ENGINES.items()}
 """Metric families by ``engineType``, from the engine catalogue."""
 _COMBINE: Final[Mapping[str, Callable[[Sequence[float]], float]]] = {"sum": sum, "max": max}
@@ -82,6 +89,20 @@ def parse_labels(text: str) -> dict[str, str]:
     }
 
 
+@functools.lru_cache(maxsize=256)
+def _spec(spec: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return parse_metric_spec(spec)
+
+
+def spec_series(text: str, spec: str) -> list[tuple[str, str]]:
+    """:func:`series` of the spec's family, keeping only series whose labels include the spec's."""
+    name, want = _spec(spec)
+    found = series(text, name)
+    if not want:
+        return found
+    return [(lt, v) for lt, v in found if all(parse_labels(lt).get(k) == val for k, val in want)]
+
+
 def _values(samples: list[tuple[str, str]]) -> list[float]:
     out: list[float] = []
     for _, raw in samples:
@@ -113,7 +134,7 @@ def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
         return None
 
     def load(name: str) -> int | None:
-        values = _values(series(text, name))
+        values = _values(spec_series(text, name))
         if not values:
             missing.add(name)
             return None
@@ -124,11 +145,11 @@ def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
     kv_usage: float | None = None
     kv_source: str | None = None
     for name in families.kv_usage:
-        values = _values(series(text, name))
+        values = _values(spec_series(text, name))
         if values:
             kv_usage, kv_source = max(values), name
             break
-    if kv_source != families.kv_usage[0]:
+    if families.kv_usage and kv_source != families.kv_usage[0]:
         missing.add(families.kv_usage[0])
 
     active: frozenset[str] | None = None
@@ -159,13 +180,14 @@ def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
 
     block_size: int | None = None
     num_blocks: int | None = None
-    cache = series(text, families.cache_config)
-    if cache:
-        labels = parse_labels(cache[0][0])
-        block_size = int_label(labels, families.cache_config, families.block_size_label)
-        num_blocks = int_label(labels, families.cache_config, families.num_blocks_label)
-    else:
-        missing.add(families.cache_config)
+    if families.cache_config is not None:
+        cache = series(text, families.cache_config)
+        if cache:
+            labels = parse_labels(cache[0][0])
+            block_size = int_label(labels, families.cache_config, families.block_size_label)
+            num_blocks = int_label(labels, families.cache_config, families.num_blocks_label)
+        else:
+            missing.add(families.cache_config)
 
     metrics = EngineMetrics(
         waiting=waiting,

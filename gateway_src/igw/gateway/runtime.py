@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from igw.config.engine_selection import scheduler_engines
 from igw.config.model import GatewayConfig, SchedulerSpec
 from igw.engines import MetricFamilies
 from igw.gateway.endpoints import EndpointPool, EndpointState
-from igw.gateway.metrics_parser import ENGINES
 from igw.gateway.model_router import ModelRouter
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.scheduler import Scheduler
@@ -65,6 +65,7 @@ class GatewayRuntime:
         self.rng = rng
         self.clock = clock
         self.schedulers: dict[str, SchedulerRuntime] = {}
+        engines = scheduler_engines(config)
         for spec in config.schedulers:
             key = picker_config_key(spec)
             picker_config = None if key is None else self.picker_configs.get(key)
@@ -87,7 +88,7 @@ class GatewayRuntime:
                 spec=spec,
                 scheduler=scheduler,
                 pool=pool,
-                families=ENGINES[spec.engine_type],
+                families=engines[spec.name].families,
                 picker_config=picker_config,
             )
         self.router = ModelRouter(config.schedulers, bbr_adapters=bbr_adapters)

@@ -51,7 +51,7 @@ NO_AUTOTUNE: Final = (
     "prefix block size and LRU size cannot be auto-tuned: defaults (64 characters, 31250) apply"
 )
 ADVICE: Final[Mapping[str, str]] = {
-    **{e.families.cache_config: NO_AUTOTUNE for e in ENGINES.values()},
+    **{e.families.cache_config: NO_AUTOTUNE for e in ENGINES.values() if e.families.cache_config is not None},
     **{family: advice for e in ENGINES.values() for family, advice in e.missing_advice.items()},
     PAGE_MISSING: "the model server has no /metrics page (SGLang needs --enable-metrics): "
     "the endpoint is excluded from scheduling",

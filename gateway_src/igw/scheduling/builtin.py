@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from igw.scheduling.framework import PluginHooks
 from igw.scheduling.params import ParamReader
@@ -21,27 +21,40 @@ from igw.scheduling.plugins import (
     prefill_collision_scorer,
     prefix_cache_scorer,
     queue_scorer,
+    random_picker,
     running_requests_scorer,
+    token_load_scorer,
+    utilization_detector,
     weighted_random_picker,
 )
-from igw.scheduling.registry import PluginRegistry
+from igw.scheduling.registry import PluginFactory, PluginRegistry
 
 SINGLE_PROFILE_HANDLER = "single-profile-handler"
+INFLIGHT_LOAD_PRODUCER = "inflight-load-producer"
+
+ACCEPTED_ONLY: Final[Mapping[str, str]] = {
+    SINGLE_PROFILE_HANDLER: "igw runs exactly one profile, which is what this handler means in GIE",
+    INFLIGHT_LOAD_PRODUCER: "GIE's producer of per-endpoint in-flight tokens for token-load-scorer; igw "
+    "always keeps that count (EndpointView.inflight_tokens)",
+}
+"""Plugin types accepted so that EndpointPickerConfig files written for GIE load unchanged, although
+they take no part in a pick here (type -> why)."""
 
 
-class SingleProfileHandler(PluginHooks):
-    """Accepted so EndpointPickerConfig files written for GIE load unchanged: igw runs exactly one
-    profile, which is what this handler means there. It takes no part in a pick."""
+class AcceptedPlugin(PluginHooks):
+    """A plugin of an :data:`ACCEPTED_ONLY` type: takes no parameters and no part in a pick."""
 
-    type_name = SINGLE_PROFILE_HANDLER
-
-    def __init__(self, *, name: str) -> None:
+    def __init__(self, *, name: str, type_name: str) -> None:
         self.name = name
+        self.type_name = type_name
 
 
-def _single_profile_handler(name: str, params: Mapping[str, Any], path: str) -> SingleProfileHandler:
-    ParamReader(params, path=path).finish()
-    return SingleProfileHandler(name=name)
+def _accepted(type_name: str) -> PluginFactory:
+    def factory(name: str, params: Mapping[str, Any], path: str) -> AcceptedPlugin:
+        ParamReader(params, path=path).finish()
+        return AcceptedPlugin(name=name, type_name=type_name)
+
+    return factory
 
 
 def build_registry() -> PluginRegistry:
@@ -61,7 +74,11 @@ def build_registry() -> PluginRegistry:
     registry.register(context_length_filter.TYPE, context_length_filter.factory)
     registry.register(max_score_picker.TYPE, max_score_picker.factory)
     registry.register(weighted_random_picker.TYPE, weighted_random_picker.factory)
-    registry.register(SINGLE_PROFILE_HANDLER, _single_profile_handler)
+    registry.register(random_picker.TYPE, random_picker.factory)
+    registry.register(token_load_scorer.TYPE, token_load_scorer.factory)
+    registry.register(utilization_detector.TYPE, utilization_detector.factory)
+    for type_name in ACCEPTED_ONLY:
+        registry.register(type_name, _accepted(type_name))
     return registry
 
 

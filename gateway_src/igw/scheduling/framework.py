@@ -102,6 +102,13 @@ class Picker(Plugin, Protocol):
     """Indices into the candidate list, best first. May be shorter than the candidate list."""
 
 
+@runtime_checkable
+class SaturationDetector(Plugin, Protocol):
+    """Decides admission: the candidates are saturated when :meth:`saturation` is >= 1.0 (GIE v1.5)."""
+
+    def saturation(self, endpoints: Sequence[EndpointView], *, now: float) -> float: ...
+
+
 def clamp01(value: float) -> float:
     """The framework's score range: anything outside [0, 1] (or NaN) is clamped, as in GIE."""
     if value != value:  # NaN

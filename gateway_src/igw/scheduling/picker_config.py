@@ -17,7 +17,14 @@ plugins file, which must load here unchanged::
 Rules (GIE's loader): a plugin's name defaults to its type and must be unique; an omitted scorer
 weight is 1; no profiles -> a ``default`` profile referencing every plugin; no picker ->
 ``max-score-picker``. igw runs one profile, so more than one is an error. Every problem is reported
-with its path, all at once. Plugins that share per-pick state run in data-flow order whatever their
+with its path, all at once.
+
+Plugin *parameters* follow the reference: an invalid value falls back to the plugin's default and an
+unknown parameter is ignored, each with a warning naming its path (logged on ``igw.scheduling`` and
+returned by :func:`load_picker_config`), so a file written for GIE loads unchanged. ``strict=True``
+turns those warnings into errors (``igw validate``-style checking of a file before it ships).
+The v1.5 form ``saturationDetector: {pluginRef: NAME}`` makes a declared ``utilization-detector`` the
+scheduler's admission rule. Plugins that share per-pick state run in data-flow order whatever their
 order in the file (:mod:`igw.scheduling.data_flow`): ``no-hit-lru-scorer`` after ``prefix-cache-scorer``.
 """
 
@@ -31,7 +38,8 @@ from igw.config.durations import parse_duration
 from igw.scheduling.builtin import REGISTRY
 from igw.scheduling.data_flow import Placed, order_by_data_flow
 from igw.scheduling.errors import SchedulerConfigError
-from igw.scheduling.framework import Filter, Picker, Plugin, Scorer
+from igw.scheduling.framework import Filter, Picker, Plugin, SaturationDetector, Scorer
+from igw.scheduling.params import lenient_parameters
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.registry import PluginRegistry
 from igw.scheduling.scheduler import Profile, WeightedScorer
@@ -78,7 +86,11 @@ def _profile(doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[
     raw_profiles = doc.get("schedulingProfiles")
     refs: list[tuple[str, Any, str]] = []
     if raw_profiles is None:
-        refs = [(name, None, f"plugins[{name}]") for name in plugins]
+        # The implicit profile references every plugin except the admission detector (GIE: a
+        # detector filters only where a profile names it).
+        sd = doc.get("saturationDetector")
+        detector_ref = sd.get("pluginRef") if isinstance(sd, Mapping) else None
+        refs = [(name, None, f"plugins[{name}]") for name in plugins if name != detector_ref]
     elif not isinstance(raw_profiles, list) or len(raw_profiles) != 1:
         problems.append("schedulingProfiles: igw runs exactly one scheduling profile; give one entry")
     else:
@@ -124,6 +136,23 @@ def _profile(doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[
     return Profile(filters=tuple(ordered_filters), scorers=tuple(ordered_scorers), picker=picker)
 
 
+def _detector(
+    doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[str]
+) -> SaturationDetector | None:
+    sd = doc.get("saturationDetector")
+    if not isinstance(sd, Mapping) or "pluginRef" not in sd:
+        return None
+    ref = sd["pluginRef"]
+    plugin = plugins.get(ref) if isinstance(ref, str) else None
+    if plugin is None:
+        problems.append(f"saturationDetector.pluginRef: references undefined plugin {ref!r}")
+        return None
+    if not isinstance(plugin, SaturationDetector):
+        problems.append(f"saturationDetector.pluginRef: plugin {ref!r} is not a saturation detector")
+        return None
+    return plugin
+
+
 def _saturation(doc: Mapping[str, Any], settings: RoutingSettings, problems: list[str]) -> RoutingSettings:
     sd = doc.get("saturationDetector")
     if sd is None:
@@ -145,6 +174,8 @@ def _saturation(doc: Mapping[str, Any], settings: RoutingSettings, problems: lis
                 problems.append(f"{path}: must be a number between 0 and 1, got {value!r}")
             else:
                 changes["kv_cache_util_threshold"] = float(value)
+        elif key == "pluginRef":
+            continue  # the v1.5 form, resolved by _detector
         elif key == "metricsStalenessThreshold":
             try:
                 changes["stale_threshold_s"] = parse_duration(value)
@@ -167,8 +198,22 @@ def profile_from_picker_config(
     *,
     settings: RoutingSettings,
     registry: PluginRegistry = REGISTRY,
+    strict: bool = False,
 ) -> tuple[Profile, RoutingSettings]:
     """The profile and the routing settings with the document's ``saturationDetector`` applied."""
+    profile, settings, _ = load_picker_config(doc, settings=settings, registry=registry, strict=strict)
+    return profile, settings
+
+
+def load_picker_config(
+    doc: Mapping[str, Any],
+    *,
+    settings: RoutingSettings,
+    registry: PluginRegistry = REGISTRY,
+    strict: bool = False,
+) -> tuple[Profile, RoutingSettings, list[str]]:
+    """Like :func:`profile_from_picker_config`, also returning the parameter warnings (each naming its
+    path) that lenient loading turned into defaults; with ``strict`` they are errors instead."""
     problems: list[str] = []
     if not isinstance(doc, Mapping):
         raise SchedulerConfigError(["EndpointPickerConfig: must be a mapping"])
@@ -178,9 +223,17 @@ def profile_from_picker_config(
         problems.append(f"apiVersion: expected one of {sorted(API_VERSIONS)}, got {doc['apiVersion']!r}")
     if "kind" in doc and doc["kind"] != KIND:
         problems.append(f"kind: expected {KIND!r}, got {doc['kind']!r}")
-    plugins = _instantiate(doc, registry, problems)
+    warnings: list[str] = []
+    if strict:
+        plugins = _instantiate(doc, registry, problems)
+    else:
+        with lenient_parameters() as warnings:
+            plugins = _instantiate(doc, registry, problems)
     profile = _profile(doc, plugins, problems)
+    detector = _detector(doc, plugins, problems)
+    if detector is not None:
+        profile = dataclasses.replace(profile, detector=detector)
     settings = _saturation(doc, settings, problems)
     if problems:
         raise SchedulerConfigError(problems)
-    return profile, settings
+    return profile, settings, warnings

@@ -13,7 +13,8 @@ Order of one ``pick`` (all in memory, no I/O, time only from ``now``):
    (``unreflected_dispatches``, :mod:`igw.scheduling.dispatch_ledger`), which the speed-aware
    ``predicted-ttft-scorer`` adds to ``waiting`` so picks between two scrapes do not herd.
 3. Filters narrow the fresh set; an empty result -> ``NO_ENDPOINTS``.
-4. **Saturation**: no candidate with spare capacity -> ``SATURATED`` with a computed Retry-After.
+4. **Saturation**: no candidate with spare capacity -> ``SATURATED`` with a computed Retry-After
+   (or, with a saturation-detector plugin in the profile, its saturation level >= 1.0).
 5. Scorers: each value clamped to [0, 1], multiplied by its weight, summed (not normalised, as GIE).
    Missing signals (``None``) are imputed with the mean of the candidates that have the signal, and
    a scorer nobody can feed contributes nothing; both are named in ``RoutingDecision.reason``.
@@ -32,7 +33,7 @@ from typing import cast
 
 from igw.scheduling.data_flow import require_data_flow_order
 from igw.scheduling.dispatch_ledger import DispatchLedger
-from igw.scheduling.framework import CycleContext, Filter, Picker, Plugin, Scorer, clamp01
+from igw.scheduling.framework import CycleContext, Filter, Picker, Plugin, SaturationDetector, Scorer, clamp01
 from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
@@ -62,6 +63,8 @@ class Profile:
     filters: tuple[Filter, ...]
     scorers: tuple[WeightedScorer, ...]
     picker: Picker
+    detector: SaturationDetector | None = None
+    """Admission rule from a saturation-detector plugin; ``None``: the built-in rule (step 4 above)."""
 
     def __post_init__(self) -> None:
         require_data_flow_order(self.filters, [ws.scorer for ws in self.scorers], self.picker)
@@ -140,7 +143,18 @@ class Scheduler:
                 )
         s = self.settings
         q_thr, kv_thr = s.queue_depth_threshold, s.kv_cache_util_threshold
-        if not any(has_capacity(e, queue_threshold=q_thr, kv_threshold=kv_thr) for e in candidates):
+        detector = self.profile.detector
+        if detector is not None:
+            level = detector.saturation(candidates, now=now)
+            if level >= 1.0:
+                retry = retry_after_seconds(candidates, drain=self.drain, now=now, queue_threshold=q_thr,
+                                            min_s=s.retry_after_min_s, max_s=s.retry_after_max_s)  # fmt: skip
+                return RoutingDecision(
+                    kind=DecisionKind.SATURATED,
+                    retry_after_s=float(retry),
+                    reason=f"{detector.name}: saturation {level:.2f} >= 1.0 over {len(candidates)} endpoints",
+                )
+        elif not any(has_capacity(e, queue_threshold=q_thr, kv_threshold=kv_thr) for e in candidates):
             retry = retry_after_seconds(
                 candidates,
                 drain=self.drain,

@@ -175,6 +175,8 @@ class SimPod:
         e = self.engine
         if self.spec.engine is EngineKind.SGLANG:
             return EngineMetrics(waiting=e.num_waiting, running=e.num_running, kv_usage=e.pool.usage)
+        if self.spec.engine is EngineKind.TGI:
+            return EngineMetrics(waiting=e.num_waiting, running=e.num_running)  # no KV-cache gauge
         lora = self.spec.effective_max_loras > 0
         return EngineMetrics(
             waiting=e.num_waiting,

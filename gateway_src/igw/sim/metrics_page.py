@@ -13,6 +13,7 @@ and the new names (old ones marked DEPRECATED); >= 0.11 only ``vllm:kv_cache_usa
 ``vllm:prefix_cache_*`` and the inter-token-latency histograms.
 SGLang: a multiprocess-style page (no ``_created``, no runtime families, ``_sum`` first) only with
 ``--enable-metrics`` and version >= 0.3.5.post1 - callers check :attr:`PodSpec.exposes_metrics`.
+TGI: its router's short unlabelled page (queue, batch size, request counters; no KV-cache gauge).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
 VLLM_FAMILIES: Final = engines.VLLM.families
 SGLANG_FAMILIES: Final = engines.SGLANG.families
+TGI_FAMILIES: Final = engines.TGI.families
 VLLM_KV_NAME, VLLM_OLD_KV_NAME = VLLM_FAMILIES.kv_usage
 """The current KV-cache usage name and the deprecated one it replaced."""
 
@@ -434,6 +436,7 @@ def _cache_config_info(page: _Page, *, ctx: PageContext, engine: Engine) -> None
             mamba_ssm_cache_dtype="auto",
         )
     labels = ",".join(f'{k}="{v}"' for k, v in sorted(fields.items()))
+    assert VLLM_FAMILIES.cache_config is not None  # vLLM publishes one (engine catalogue)
     page.gauge(VLLM_FAMILIES.cache_config, "Information of the LLMEngine CacheConfig", labels, 1.0)
 
 
@@ -606,3 +609,26 @@ def render_sglang(*, ctx: PageContext, engine: Engine, stats: PodStats, gen_thro
             sum_first=True,
         )
     return page.text()
+
+
+def render_tgi(*, ctx: PageContext, engine: Engine) -> str:
+    """A Text Generation Inference page: its router's unlabelled families (the Rust ``metrics``
+    exporter: counters without a ``_total`` suffix). TGI publishes queue and batch size but no
+    KV-cache gauge, which is what the engine catalogue says the gateway can read from it."""
+    del ctx
+    finished = sum(engine.counters.finished_by_reason.values())
+    aborted = engine.counters.finished_by_reason.get("abort", 0)
+    max_tokens = sum(r.num_tokens + r.max_output_tokens - r.output_tokens for r in engine.running)
+    rows: tuple[tuple[str, str, float], ...] = (
+        ("tgi_batch_current_max_tokens", "gauge", float(max_tokens)),
+        (TGI_FAMILIES.running, "gauge", float(engine.num_running)),
+        (TGI_FAMILIES.waiting, "gauge", float(engine.num_waiting)),
+        ("tgi_request_count", "counter", float(finished + engine.num_running + engine.num_waiting)),
+        ("tgi_request_success", "counter", float(finished - aborted)),
+        ("tgi_request_input_count", "counter", float(engine.counters.prompt_tokens)),
+        ("tgi_request_generated_tokens_sum", "counter", float(engine.counters.generation_tokens)),
+    )
+    lines: list[str] = []
+    for name, kind, value in rows:
+        lines += [f"# TYPE {name} {kind}", f"{name} {_f(value)}"]
+    return "\n".join(lines) + "\n"

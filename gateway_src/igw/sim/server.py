@@ -26,7 +26,7 @@ from aiohttp import web
 
 from igw import engines
 from igw.sim.engine import Engine, EngineRequest, RequestRejected
-from igw.sim.metrics_page import CONTENT_TYPE, PageContext, render_sglang, render_vllm
+from igw.sim.metrics_page import CONTENT_TYPE, PageContext, render_sglang, render_tgi, render_vllm
 from igw.sim.openai_api import (
     MAX_BODY_BYTES,
     ApiError,
@@ -349,6 +349,10 @@ class LivePod:
         created = int(self._created_unix)
         base = self.spec.model_name
         owner = self.catalogue_entry.name
+        if self.spec.engine is EngineKind.TGI:
+            # TGI's router lists the one model it serves, owned by its model id, nothing more.
+            tgi = {"id": base, "object": "model", "created": created, "owned_by": base}
+            return web.json_response({"object": "list", "data": [tgi]})
         data: list[dict[str, Any]] = [
             {
                 "id": base,
@@ -403,6 +407,8 @@ class LivePod:
 
     def _render_now(self) -> str:
         vnow = self._vnow_safe()
+        if self.spec.engine is EngineKind.TGI:
+            return render_tgi(ctx=self._ctx, engine=self.engine)
         if self.spec.engine is EngineKind.SGLANG:
             t_mark, g_mark = self._gen_mark
             gen = self.engine.counters.generation_tokens

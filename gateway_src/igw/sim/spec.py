@@ -35,6 +35,7 @@ class SpecError(IgwToolingError, ValueError):
 class EngineKind(enum.StrEnum):
     VLLM = "vllm"
     SGLANG = "sglang"
+    TGI = "tgi"
 
 
 class FaultKind(enum.StrEnum):
@@ -194,8 +195,8 @@ class PodSpec:
 
     @property
     def exposes_metrics(self) -> bool:
-        """SGLang serves /metrics only with --enable-metrics and from 0.3.5.post1 on."""
-        if self.engine is EngineKind.VLLM:
+        """SGLang serves /metrics only with --enable-metrics and from 0.3.5.post1 on; vLLM and TGI always."""
+        if self.engine is not EngineKind.SGLANG:
             return True
         return self.enable_metrics and self.version >= SGLANG_MIN_METRICS_VERSION
 

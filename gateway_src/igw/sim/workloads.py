@@ -280,8 +280,12 @@ def replay(
     Accepted columns/keys: arrival time (``arrival`` | ``timestamp`` | ``TIMESTAMP`` | ``time``: seconds
     or an ISO-8601 timestamp), prompt length (``prompt_tokens`` | ``input_tokens`` | ``ContextTokens`` |
     ``input_length``), output length (``output_tokens`` | ``GeneratedTokens`` | ``output_length``), and
-    optionally ``prompt`` (text; otherwise unique filler text is generated), ``model``, ``adapter``,
-    ``request_id``. Azure 2023 trace CSVs load unchanged. Rows must be in time order.
+    optionally ``prompt`` (text; otherwise filler text is generated), ``model``, ``adapter``,
+    ``request_id``, ``priority`` (an integer) and a shared prefix: ``prefix_group`` (or
+    ``shared_prompt_id``, the id of the system prompt the request starts with) plus ``prefix_tokens``,
+    the shared length (needed on the group's first row; later rows may omit it but not change it).
+    Requests of one group start with the same ``prefix_tokens`` tokens of text, the rest of the prompt is
+    unique. Azure 2023 trace CSVs load unchanged. Rows must be in time order.
     """
     _positive(speedup, "speedup")
     p = Path(path)
@@ -294,6 +298,7 @@ def replay(
         raise WorkloadError(f"{p}: trace must be .jsonl or .csv")
     t0: float | None = None
     last = -math.inf
+    prefixes = _PrefixTexts(rng)
     for count, (line, row) in enumerate(rows):
         if limit is not None and count >= limit:
             return
@@ -306,10 +311,12 @@ def replay(
         if t0 is None:
             t0 = t
         n_out = _int_field(_first(row, _OUT_FIELDS, where, "output length"), where, "output length")
+        group = _group_field(row, where)
         text = row.get("prompt")
         if text is None:
             n_in = _int_field(_first(row, _IN_FIELDS, where, "prompt length"), where, "prompt length")
-            text = synthetic_text(tokens=n_in, rng=rng)
+            shared = "" if group is None else prefixes.text(group, row.get("prefix_tokens"), n_in, where)
+            text = shared + synthetic_text(tokens=n_in - count_tokens(shared), rng=rng)
         elif not isinstance(text, str) or not text:
             raise WorkloadError(f"{where}: prompt must be a non-empty string")
         else:
@@ -326,7 +333,61 @@ def replay(
             output_tokens=n_out,
             model=str(row_model),
             adapter=adapter or None,
+            priority=_priority(row.get("priority"), where),
+            group=group,
         )
+
+
+class _PrefixTexts:
+    """The shared text of each trace prefix group, generated on the group's first row."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+        self._texts: dict[str, str] = {}
+        self._lengths: dict[str, int] = {}
+
+    def text(self, group: str, raw_length: object, prompt_tokens: int, where: str) -> str:
+        known = self._lengths.get(group)
+        if raw_length is None:
+            if known is None:
+                raise WorkloadError(f"{where}: prefix_tokens is required on the first row of group {group!r}")
+            length = known
+        else:
+            length = _int_field(raw_length, where, "prefix_tokens")
+            if known is not None and length != known:
+                raise WorkloadError(
+                    f"{where}: prefix_tokens {length} differs from {known} given earlier for group {group!r}"
+                )
+        if length > prompt_tokens:
+            raise WorkloadError(f"{where}: prefix_tokens {length} exceeds the prompt length {prompt_tokens}")
+        if group not in self._texts:
+            self._lengths[group] = length
+            self._texts[group] = synthetic_text(tokens=length, rng=self._rng)
+        return self._texts[group]
+
+
+def _group_field(row: Mapping[str, object], where: str) -> str | None:
+    names = [n for n in ("prefix_group", "shared_prompt_id") if row.get(n) is not None]
+    if len(names) > 1:
+        raise WorkloadError(f"{where}: give prefix_group or shared_prompt_id, not both")
+    if not names:
+        if row.get("prefix_tokens") is not None:
+            raise WorkloadError(f"{where}: prefix_tokens needs a prefix_group (or shared_prompt_id)")
+        return None
+    value = row[names[0]]
+    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+        raise WorkloadError(f"{where}: {names[0]} must be a non-empty string or integer")
+    return str(value)
+
+
+def _priority(v: object, where: str) -> int:
+    if v is None:
+        return 0
+    try:
+        n = int(str(v)) if not isinstance(v, int) or isinstance(v, bool) else v
+    except ValueError:
+        raise WorkloadError(f"{where}: priority must be an integer, got {v!r}") from None
+    return n
 
 
 def _jsonl_rows(p: Path) -> Iterator[tuple[int, Mapping[str, object]]]:

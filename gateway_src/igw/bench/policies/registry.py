@@ -14,6 +14,7 @@ from typing import Final
 
 from igw.bench.policies.baselines import LeastRequestPolicy, PowerOfTwoPolicy, RandomPolicy, RoundRobinPolicy
 from igw.bench.policies.cache_aware import VLLM_ROUTER_DEFAULTS, CacheAwarePolicy
+from igw.bench.policies.kube_service import KubeServicePolicy
 from igw.bench.policies.oracle import OraclePolicy
 from igw.scheduling.factory import default_weights, scheduler_from_weights
 from igw.scheduling.settings import RoutingSettings
@@ -31,6 +32,8 @@ class PolicyContext:
     """Explicit gateway weights (``igw bench --weights``); ``None`` = the entry's own."""
     saturation_off: bool = True
     """Disable the gateway's 429 admission so every policy serves every request (see ``_gateway``)."""
+    slo: tuple[float, float] | None = None
+    """The run's (TTFT, TPOT) SLO in seconds, for policies whose objective is SLO goodput."""
 
 
 PolicyBuilder = Callable[[PolicyContext], RoutingPolicy]
@@ -93,9 +96,22 @@ def _oracle(ctx: PolicyContext) -> RoutingPolicy:
     return OraclePolicy(rng=ctx.rng)
 
 
+def _oracle_slo(ctx: PolicyContext) -> RoutingPolicy:
+    if ctx.slo is None:
+        raise ValueError("oracle-slo needs the run's SLOs (PolicyContext.slo)")
+    return OraclePolicy(rng=ctx.rng, slo=ctx.slo)
+
+
 _ENTRIES: Final[tuple[PolicyEntry, ...]] = (
     PolicyEntry(
-        "round-robin", "Kubernetes Service baseline (kube-proxy IPVS rr)", lambda c: RoundRobinPolicy()
+        "round-robin",
+        "per-request round-robin (kube-proxy IPVS rr, kindest Service model)",
+        lambda c: RoundRobinPolicy(),
+    ),
+    PolicyEntry(
+        "kube-service",
+        "Kubernetes Service behind a load balancer: random pod per connection, 4 clients x 10 keep-alive",
+        lambda c: KubeServicePolicy(rng=c.rng),
     ),
     PolicyEntry("random", "kube-proxy iptables mode: uniform random", lambda c: RandomPolicy(rng=c.rng)),
     PolicyEntry(
@@ -115,10 +131,17 @@ _ENTRIES: Final[tuple[PolicyEntry, ...]] = (
     PolicyEntry("gateway-default", "igw scheduler, default weights", _gateway(_default_weights)),
     PolicyEntry("gateway-tuned", "igw scheduler, weights found by tuning", _gateway(_tuned_weights)),
     PolicyEntry("oracle", "exact instantaneous pod state: least predicted TTFT", _oracle, needs_oracle=True),
+    PolicyEntry(
+        "oracle-slo",
+        "exact pod state, SLO goodput objective: least predicted TTFT among pods meeting both SLOs",
+        _oracle_slo,
+        needs_oracle=True,
+    ),
 )
 POLICIES: Final[dict[str, PolicyEntry]] = {e.name: e for e in _ENTRIES}
 
-DEFAULT_POLICIES: Final[tuple[str, ...]] = tuple(POLICIES)
+DEFAULT_POLICIES: Final[tuple[str, ...]] = tuple(p for p in POLICIES if p != "oracle-slo")
+"""Every policy but ``oracle-slo`` (opt in with ``--policies``; it doubles the oracle's cost)."""
 
 
 def build_policy(name: str, ctx: PolicyContext) -> RoutingPolicy:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.model import CheckMeta, Command, Result, Severity
 from igw.checks.model_servers import ServerGroup, detect_engine, server_groups
+from igw.engines import GENERIC
 
 META = CheckMeta(
     id="IGW-PF012",
@@ -20,7 +21,8 @@ META = CheckMeta(
     severity=Severity.HIGH,
     description="The engine read from the container's command/args and image must equal the scheduler's "
     "engineType.",
-    remediation="Set spec.schedulers[].engineType to the engine the pods run (vllm or sglang).",
+    remediation="Set spec.schedulers[].engineType to the engine the pods run (vllm or sglang), or list the "
+    "scheduler under spec.extensions.engines (tgi, or generic with metric specs).",
 )
 
 
@@ -30,6 +32,11 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
             continue
         engine = detect_engine(group.image, group.argv)
         declared = group.scheduler.engine_type
+        if declared == GENERIC:
+            yield r.passed(
+                group.resource, f"generic engine (metric specs from the config); container: {engine}"
+            )
+            continue
         if engine is None:
             yield r.warn(
                 group.resource,

@@ -14,6 +14,7 @@ from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.model import CheckMeta, Command, Result, Severity
 from igw.checks.model_servers import ServerGroup, server_groups
 from igw.config.versions import Verdict, check_model_server
+from igw.engines import GENERIC
 
 META = CheckMeta(
     id="IGW-PF011",
@@ -31,6 +32,9 @@ META = CheckMeta(
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
     for group in server_groups(ctx):
         if not isinstance(group, ServerGroup):
+            continue
+        if group.scheduler.engine_type == GENERIC:
+            yield r.passed(group.resource, f"generic engine (metric specs from the config): {group.image}")
             continue
         try:
             check = check_model_server(

@@ -7,22 +7,16 @@ connect-failure retry), best first. Parameters: ``maxNumOfEndpoints``.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from igw.scheduling.framework import CycleContext, PluginHooks
-from igw.scheduling.params import ParamReader
+from igw.scheduling.framework import CycleContext
+from igw.scheduling.plugins.picker_base import CountedPicker, counted_picker_factory
 
 TYPE = "max-score-picker"
-DEFAULT_MAX_ENDPOINTS = 3
 
 
-class MaxScorePicker(PluginHooks):
+class MaxScorePicker(CountedPicker):
     type_name = TYPE
-
-    def __init__(self, *, name: str = TYPE, max_endpoints: int = DEFAULT_MAX_ENDPOINTS) -> None:
-        self.name = name
-        self.max_endpoints = max_endpoints
 
     def rank(self, ctx: CycleContext, totals: Sequence[float]) -> list[int]:
         n = len(totals)
@@ -40,10 +34,4 @@ class MaxScorePicker(PluginHooks):
         return [i for _, _, i in top]
 
 
-def factory(name: str, params: Mapping[str, Any], path: str) -> MaxScorePicker:
-    r = ParamReader(params, path=path)
-    plugin = MaxScorePicker(
-        name=name, max_endpoints=r.integer("maxNumOfEndpoints", DEFAULT_MAX_ENDPOINTS, minimum=1)
-    )
-    r.finish()
-    return plugin
+factory = counted_picker_factory(MaxScorePicker)

@@ -8,23 +8,17 @@ draw is uniform. The top ``maxNumOfEndpoints`` keys are returned (default 3), be
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from igw.scheduling.framework import CycleContext, PluginHooks
-from igw.scheduling.params import ParamReader
+from igw.scheduling.framework import CycleContext
+from igw.scheduling.plugins.picker_base import CountedPicker, counted_picker_factory
 
 TYPE = "weighted-random-picker"
-DEFAULT_MAX_ENDPOINTS = 3
 _TINY = 1e-10
 
 
-class WeightedRandomPicker(PluginHooks):
+class WeightedRandomPicker(CountedPicker):
     type_name = TYPE
-
-    def __init__(self, *, name: str = TYPE, max_endpoints: int = DEFAULT_MAX_ENDPOINTS) -> None:
-        self.name = name
-        self.max_endpoints = max_endpoints
 
     def rank(self, ctx: CycleContext, totals: Sequence[float]) -> list[int]:
         n = len(totals)
@@ -36,10 +30,4 @@ class WeightedRandomPicker(PluginHooks):
         return heapq.nlargest(min(self.max_endpoints, n), range(n), key=keys.__getitem__)
 
 
-def factory(name: str, params: Mapping[str, Any], path: str) -> WeightedRandomPicker:
-    r = ParamReader(params, path=path)
-    plugin = WeightedRandomPicker(
-        name=name, max_endpoints=r.integer("maxNumOfEndpoints", DEFAULT_MAX_ENDPOINTS, minimum=1)
-    )
-    r.finish()
-    return plugin
+factory = counted_picker_factory(WeightedRandomPicker)

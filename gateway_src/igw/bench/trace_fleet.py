@@ -1,0 +1,83 @@
+"""What a trace replay needs to know about its fleet before it runs: can the fleet serve every request,
+and how many requests per second can it sustain on the trace's own mix?
+
+A trace naming an adapter or a model that no pod serves would fail those requests under every policy
+alike; the run would measure the trace, not routing. It is rejected before anything starts, naming
+what is missing. Capacity is measured like a scenario's (one pod of each type flooded with the trace's
+own requests, completion rate between the 20th and 80th percentile of finish times), so the report can
+state the trace's offered load as a fraction of what the fleet sustains.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+
+from igw.bench.capacity import MAX_FLOOD, MIN_FLOOD, FleetCapacity, PodCapacity, flood_rate
+from igw.bench.policies.baselines import RoundRobinPolicy
+from igw.sim.des import simulate
+from igw.sim.presets import get_preset
+from igw.sim.request import SimRequest
+from igw.sim.spec import PodSpec
+
+
+class UnservableTraceError(ValueError):
+    """The trace names adapters or models that no pod of the fleet serves."""
+
+
+def _servable_by(pod: PodSpec, request: SimRequest) -> bool:
+    if request.adapter is not None:
+        return request.adapter in pod.lora_adapters
+    return request.model == pod.model_name
+
+
+def check_servable(pods: Sequence[PodSpec], requests: Sequence[SimRequest], *, source: str) -> None:
+    """Raise :class:`UnservableTraceError` listing every adapter/model of ``requests`` no pod serves."""
+    missing: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    for r in requests:
+        if any(_servable_by(p, r) for p in pods):
+            continue
+        what = f"adapter {r.adapter!r}" if r.adapter is not None else f"model {r.model!r}"
+        missing[what] += 1
+        first.setdefault(what, r.request_id)
+    if not missing:
+        return
+    listed = "; ".join(f"{what}: {n} requests (first {first[what]})" for what, n in missing.most_common())
+    models = sorted({p.model_name for p in pods})
+    adapters = sorted({a for p in pods for a in p.lora_adapters})
+    raise UnservableTraceError(
+        f"{source}: {sum(missing.values())} requests name what no pod of the fleet serves ({listed}); "
+        f"the fleet serves models {models} and adapters {adapters or 'none'} (pass a --fleet serving them)"
+    )
+
+
+def trace_capacity(pods: Sequence[PodSpec], requests: Sequence[SimRequest], *, seed: int) -> FleetCapacity:
+    """Fleet capacity on the trace's own requests: a flood probe per pod type, summed over the pods."""
+    per_type: dict[tuple[str, str], PodCapacity] = {}
+    for pod in pods:
+        key = (pod.preset, pod.engine.value)
+        if key in per_type:
+            continue
+        mine = [r for r in requests if _servable_by(pod, r)]
+        if not mine:
+            continue
+        preset = get_preset(pod.preset)
+        sample = mine[:200]
+        mean_tokens = sum(r.prompt_tokens + r.output_tokens for r in sample) / len(sample)
+        concurrency = min(preset.max_num_seqs, preset.kv_capacity_tokens / mean_tokens)
+        n = int(min(MAX_FLOOD, max(MIN_FLOOD, 4 * concurrency)))
+        flood = [replace(r, arrival=0.0) for r in (mine * (n // len(mine) + 1))[:n]]
+        flood = [replace(r, request_id=f"flood-{i}") for i, r in enumerate(flood)]
+        result = simulate(pods=[pod], requests=flood, policy=RoundRobinPolicy(), seed=seed,
+                          base_model=pod.model_name)  # fmt: skip
+        rps, tok_s = flood_rate(result, what=pod.preset)
+        per_type[key] = PodCapacity(preset=pod.preset, engine=pod.engine.value, requests_per_s=rps,
+                                    output_tokens_per_s=tok_s, flood_requests=n, probe_rps=rps)  # fmt: skip
+    total = sum(
+        per_type[(p.preset, p.engine.value)].requests_per_s
+        for p in pods
+        if (p.preset, p.engine.value) in per_type
+    )
+    return FleetCapacity(per_type=tuple(per_type.values()), requests_per_s=total)

@@ -1,0 +1,85 @@
+"""``igw bench random``: the drawn family covers the stated ranges, deterministically."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from igw.bench.random_family import Verdict, draw, family, verdict_markdown
+from igw.bench.scenarios import BurstLoad, LoraShape, SharedPrefixShape, SteadyLoad
+from igw.bench.workload import fleet_pods
+from igw.sim.presets import get_preset
+
+
+def test_draws_are_deterministic_and_distinct() -> None:
+    assert draw(4, 2) == draw(4, 2)
+    assert draw(4, 2) != draw(4, 3)
+    assert [s.name for s in family(4, 3)] == ["random-4-00", "random-4-01", "random-4-02"]
+    with pytest.raises(ValueError, match="--count must be >= 1"):
+        family(1, 0)
+
+
+def test_the_family_stays_within_its_stated_ranges() -> None:
+    scenarios = family(1, 60)
+    for s in scenarios:
+        assert 4 <= s.pod_count <= 16
+        gpus = {get_preset(g.preset).gpu.name for g in s.fleet}
+        assert len(gpus) == 2
+        assert all(g.count >= 1 for g in s.fleet)
+        load = s.load
+        mean = load.fraction if isinstance(load, SteadyLoad) else load.mean_fraction()
+        assert 0.45 <= mean <= 1.15, s.name
+        if isinstance(s.workload, LoraShape):
+            slots = sorted(p.max_loras for p in fleet_pods(s))
+            assert slots[0] in (1, 2)
+            assert slots[-1] == 4
+    kinds = {type(s.workload).__name__ for s in scenarios} | {type(s.load).__name__ for s in scenarios}
+    assert {"LengthMix", "SharedPrefixShape", "LoraShape", "SteadyLoad", "BurstLoad"} <= kinds
+    assert any(isinstance(s.workload, SharedPrefixShape) for s in scenarios)
+    assert any(isinstance(s.load, BurstLoad) for s in scenarios)
+
+
+def test_verdicts_count_closeness_and_peer_losses() -> None:
+    verdicts = [
+        Verdict("a", 0.110, 0.100, "least-request", 0.2),  # +10 %: close, better than the peer
+        Verdict("b", 0.300, 0.100, "least-request", 0.25),  # +200 %, worse than the peer
+        Verdict("c", math.inf, 0.100, None, None),  # failed requests
+    ]
+    assert [v.close_to_oracle for v in verdicts] == [True, False, False]
+    assert [v.worse_than_best_peer for v in verdicts] == [False, True, False]
+    text = verdict_markdown(verdicts, command="igw bench random")
+    assert "Within 15 % of the oracle: 1 of 3" in text
+    assert "Worse than the best peer: 1 of 3" in text
+    assert "| c | failed |" in text
+
+
+def test_verdicts_are_read_from_run_reports(tmp_path: Path) -> None:
+    import orjson
+
+    from igw.bench.random_family import family_verdict
+    from igw.cli.main import main
+
+    def doc(name: str, p99: dict[str, float | None]) -> dict[str, object]:
+        return {
+            "scenario": name,
+            "mode": "des",
+            "parameters": {},
+            "policies": {
+                p: {"unavailable": None, "estimates": {"ttft_p99_s": {"mean": v, "lo": v, "hi": v, "n": 1}},
+                    "reduction_vs_baseline_pct": {}, "gap_to_oracle_pct": {}}
+                for p, v in p99.items()
+            },
+        }  # fmt: skip
+
+    a = doc("random-1-00", {"gateway-default": 0.11, "oracle": 0.1, "least-request": 0.5})
+    b = doc("random-1-01", {"gateway-default": None, "oracle": 0.1, "least-request": 0.5})
+    [va, vb] = family_verdict([a, b])
+    assert va.close_to_oracle
+    assert not va.worse_than_best_peer
+    assert vb.gateway_p99_s == math.inf  # a null mean is a failed percentile
+    for d in (a, b):
+        (tmp_path / f"{d['scenario']}.json").write_bytes(orjson.dumps(d))
+    assert main(["bench", "--summarize", str(tmp_path)]) == 0
+    assert "Within 15 % of the oracle: 1 of 2" in (tmp_path / "random-family.md").read_text()
