@@ -16,13 +16,14 @@ from dataclasses import replace
 
 from igw.bench.capacity import MAX_FLOOD, MIN_FLOOD, FleetCapacity, PodCapacity, flood_rate
 from igw.bench.policies.baselines import RoundRobinPolicy
+from igw.errors import IgwToolingError
 from igw.sim.des import simulate
 from igw.sim.presets import get_preset
 from igw.sim.request import SimRequest
 from igw.sim.spec import PodSpec
 
 
-class UnservableTraceError(ValueError):
+class UnservableTraceError(IgwToolingError, ValueError):
     """The trace names adapters or models that no pod of the fleet serves."""
 
 

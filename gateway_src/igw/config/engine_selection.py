@@ -14,11 +14,12 @@ from typing import Any, Final
 
 from igw.config.model import GatewayConfig
 from igw.engines import ENGINES, TGI, Engine, generic_engine
+from igw.errors import IgwConfigError
 
 EXTENSION_NAME: Final = "engines"
 
 
-class EngineSelectionError(ValueError):
+class EngineSelectionError(IgwConfigError, ValueError):
     """``spec.extensions.engines`` names an unknown scheduler, one twice, or a malformed metric spec."""
 
 
