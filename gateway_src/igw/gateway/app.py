@@ -36,12 +36,11 @@ from igw.gateway.runtime import PickerConfigs
 from igw.gateway.scraper import Scraper
 from igw.gateway.serving import INFLIGHT_KEY
 from igw.gateway.state import GatewayState
+from igw.gateway.upstream import proxy_session
 
 log = logging.getLogger("igw.gateway")
 
 SCRAPE_SESSION_KEY = web.AppKey("igw_scrape_session", aiohttp.ClientSession)
-UPSTREAM_POOL_LIMIT = 1024
-"""Concurrent upstream connections (keep-alive pooled); Envoy's default circuit-breaker limit."""
 
 
 async def _chat(request: web.Request) -> web.StreamResponse:
@@ -163,11 +162,7 @@ def create_app(
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await state.guard.start()
-        upstream = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=UPSTREAM_POOL_LIMIT, limit_per_host=0, keepalive_timeout=30),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Content-Type"),
-        )
+        upstream = proxy_session()
         scrape = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30))
         app[SESSION_KEY] = upstream
         app[SCRAPE_SESSION_KEY] = scrape

@@ -31,6 +31,20 @@ from multidict import CIMultiDict
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import gateway_error, sse_error_event
 
+UPSTREAM_POOL_LIMIT: Final = 1024
+"""Concurrent upstream connections per process (keep-alive pooled); Envoy's default circuit-breaker limit."""
+
+
+def proxy_session(limit: int = UPSTREAM_POOL_LIMIT) -> aiohttp.ClientSession:
+    """The client session a proxy forwards with: pooled keep-alive connections, bodies relayed as they
+    come (no decompression), no headers of its own added."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=30),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Content-Type"),
+    )
+
+
 HOP_BY_HOP: Final = frozenset(
     {
         "connection",

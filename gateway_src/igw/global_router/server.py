@@ -37,7 +37,14 @@ from igw.gateway.app import healthz, openai_errors
 from igw.gateway.errors import denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, RequestGuard
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
-from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
+from igw.gateway.upstream import (
+    ClientGone,
+    ConnectFailed,
+    ExchangeResult,
+    exchange,
+    proxy_session,
+    upstream_headers,
+)
 from igw.global_router.config import GlobalRouterConfig
 from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
@@ -304,11 +311,7 @@ def create_global_app(
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await guard.start()
-        app[SESSION_KEY] = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=30),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Content-Type"),
-        )
+        app[SESSION_KEY] = proxy_session()
         await fleet.poll_once()
         fleet.start()
         try:
