@@ -1,7 +1,8 @@
 """``POST /v1/chat/completions`` and ``POST /v1/completions``: the whole request path.
 
 authenticate -> read body (413) -> parse (400) -> body-based route (404) -> authorize -> admit ->
-context length (400) -> schedule (429 saturated + Retry-After, 503 no endpoints) -> forward (connect
+context length (400) -> schedule (saturated: wait in the flow-control band's queue when
+``spec.extensions.flowControl`` is set, else 429 + Retry-After; 503 no endpoints) -> forward (connect
 retry once; SSE relay; routeTimeout 504 / terminal event) -> account.
 
 Requests that match no scheduler but have a ``spec.bbr.defaultBackend`` take the same forward path
@@ -27,6 +28,7 @@ from aiohttp import web
 
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.errors import denial_response, gateway_error, sse_error_event
+from igw.gateway.flow_gate import FAIRNESS_HEADER, MAX_QUEUE_MS_HEADER, Refused
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
 from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
@@ -35,7 +37,7 @@ from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
 from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
-from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingRequest
+from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingDecision, RoutingRequest
 
 STATE_KEY = web.AppKey("igw_state", GatewayState)
 SESSION_KEY = web.AppKey("igw_upstream_session", aiohttp.ClientSession)
@@ -162,6 +164,19 @@ async def _route(
     decision = sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock())
     obs.decided(sr.spec.name, decision, time.perf_counter() - t0)
     if decision.kind is DecisionKind.SATURATED:
+        state.flow.configure(rt.flow_settings)
+    if decision.kind is DecisionKind.SATURATED and state.flow.settings is not None:
+        queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw))
+        if isinstance(queued, Refused):
+            obs.rejected("shed")
+            retry = str(queued.retry_after_s)
+            message = (
+                f"inference pool for {route.base_model!r} is saturated and flow control shed this "
+                f"priority {queued.priority} request ({queued.reason.value}); retry after {retry}s"
+            )
+            return gateway_error("request_shed", message, headers={"Retry-After": retry}, request_id=rid)
+        decision = queued
+    if decision.kind is DecisionKind.SATURATED:
         obs.rejected("saturated")
         retry = str(math.ceil(decision.retry_after_s or 1))
         message = (
@@ -180,6 +195,28 @@ async def _route(
         what=repr(route.base_model),
     )
     return plan, body
+
+
+async def _wait_in_queue(
+    request: web.Request,
+    state: GatewayState,
+    principal: Principal,
+    sr: SchedulerRuntime,
+    rreq: RoutingRequest,
+    size_bytes: int,
+) -> RoutingDecision | Refused:
+    """Wait in the request's flow-control band until the pool can take it (or it is shed)."""
+    headers = request.headers
+    max_queue_ms = headers.get(MAX_QUEUE_MS_HEADER, "")
+    return await state.flow.wait(
+        scheduler=sr.spec.name,
+        request_id=rreq.request_id,
+        priority=state.flow.priority(headers),
+        tenant=principal.tenant or headers.get(FAIRNESS_HEADER) or "",
+        size_bytes=size_bytes,
+        max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
+        pick=lambda: sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock()),
+    )
 
 
 async def _forward(

@@ -21,6 +21,8 @@ from igw.gateway.endpoints import EndpointPool, EndpointState
 from igw.gateway.metrics_parser import ENGINES
 from igw.gateway.model_router import ModelRouter
 from igw.scheduling.factory import scheduler_from_spec
+from igw.scheduling.flow_control import EXTENSION_NAME as FLOW_EXTENSION
+from igw.scheduling.flow_control import FlowControlSettings
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.settings import EXTENSION_NAME, RoutingSettings
 
@@ -61,6 +63,9 @@ class GatewayRuntime:
     ) -> None:
         self.config = config
         self.settings = RoutingSettings.from_extension(config.extensions.get(EXTENSION_NAME))
+        flow = config.extensions.get(FLOW_EXTENSION)
+        self.flow_settings = None if flow is None else FlowControlSettings.from_extension(flow)
+        """``spec.extensions.flowControl``: ``None`` when saturated requests are refused at once."""
         self.picker_configs: PickerConfigs = dict(picker_configs or {})
         self.rng = rng
         self.clock = clock

@@ -31,8 +31,9 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
+from igw.config.durations import parse_duration
 from igw.errors import IgwSchedulingError
 
 CRITICAL: Final = 1
@@ -44,6 +45,8 @@ NAMED_PRIORITIES: Final[Mapping[str, int]] = {
     "Sheddable": SHEDDABLE,
 }
 """The three named bands; any other integer priority is allowed and uses the nearest one's limits."""
+EXTENSION_NAME: Final = "flowControl"
+DEFAULT_POLL_INTERVAL: Final = "20ms"
 
 
 class FlowControlError(IgwSchedulingError, ValueError):
@@ -103,6 +106,45 @@ class FlowControlSettings:
     max_bytes: int = 128 << 20
     fairness: Fairness = Fairness.ROUND_ROBIN
     ordering: Ordering = Ordering.FCFS
+    objectives: Mapping[str, int] = field(default_factory=dict)
+    """Objective name -> priority (the ``InferenceObjective`` shape)."""
+    poll_interval_s: float = 0.02
+    """How often waiting requests re-check their pool for capacity."""
+
+    @staticmethod
+    def from_extension(raw: Mapping[str, Any]) -> FlowControlSettings:
+        """Build from a *schema-validated* ``spec.extensions.flowControl`` mapping."""
+        where = f"spec.extensions.{EXTENSION_NAME}"
+        defaults = FlowControlSettings()
+        bands: dict[int, BandLimits] = dict(defaults.bands)
+        if "bands" in raw:
+            bands = {}
+            for i, band in enumerate(raw["bands"]):
+                priority = int(band["priority"])
+                if priority in bands:
+                    raise FlowControlError(f"{where}.bands[{i}].priority: {priority} is listed twice")
+                bands[priority] = BandLimits(
+                    max_requests=int(band.get("maxRequests", 256)),
+                    max_bytes=int(band.get("maxBytes", 64 << 20)),
+                    ttl_s=_duration(band.get("ttl", "30s"), f"{where}.bands[{i}].ttl"),
+                )
+        objectives: dict[str, int] = {}
+        for i, objective in enumerate(raw.get("objectives", ())):
+            name = str(objective["name"])
+            if name in objectives:
+                raise FlowControlError(f"{where}.objectives[{i}].name: {name!r} is listed twice")
+            objectives[name] = int(objective["priority"])
+        return FlowControlSettings(
+            bands=bands,
+            max_requests=int(raw.get("maxRequests", defaults.max_requests)),
+            max_bytes=int(raw.get("maxBytes", defaults.max_bytes)),
+            fairness=Fairness(raw.get("fairness", defaults.fairness)),
+            ordering=Ordering(raw.get("ordering", defaults.ordering)),
+            objectives=objectives,
+            poll_interval_s=_duration(
+                raw.get("pollInterval", DEFAULT_POLL_INTERVAL), f"{where}.pollInterval"
+            ),
+        )
 
     def __post_init__(self) -> None:
         if not self.bands:
@@ -121,6 +163,13 @@ class FlowControlSettings:
             return exact
         nearest = min(self.bands, key=lambda p: (abs(p - priority), p))
         return self.bands[nearest]
+
+
+def _duration(text: str, where: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise FlowControlError(f"{where}: {exc}") from exc
 
 
 def priority_for(objective: str | None, objectives: Mapping[str, int]) -> int:
@@ -237,6 +286,10 @@ class FlowController:
     def depth(self, priority: int) -> int:
         band = self._bands.get(priority)
         return band.count if band is not None else 0
+
+    def priorities(self) -> list[int]:
+        """Every band that has held a request (emptied bands included, for zeroing gauges)."""
+        return sorted(self._bands)
 
     def depths(self) -> dict[int, int]:
         return {p: b.count for p, b in self._bands.items() if b.count}
