@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from igw.config.validate import validate_document
 from igw.scheduling.flow_control import (
     CRITICAL,
     SHEDDABLE,
@@ -20,6 +21,7 @@ from igw.scheduling.flow_control import (
     ShedReason,
     priority_for,
 )
+from tests.config.cases import base_document
 
 BIG = BandLimits(max_requests=100, max_bytes=1 << 20, ttl_s=30.0)
 
@@ -226,3 +228,53 @@ def test_duplicate_request_id_is_refused() -> None:
     _offer(fc, "a")
     with pytest.raises(FlowControlError, match="already queued"):
         _offer(fc, "a")
+
+
+def _flow_doc(flow: dict[str, Any]) -> dict[str, Any]:
+    doc = base_document()
+    doc["spec"]["extensions"] = {"flowControl": flow}
+    return doc
+
+
+def test_extension_settings_are_read_with_defaults() -> None:
+    raw = {
+        "maxRequests": 9,
+        "fairness": "global",
+        "ordering": "edf",
+        "pollInterval": "5ms",
+        "bands": [{"priority": 3, "ttl": "2s"}],
+        "objectives": [{"name": "chat", "priority": 3}],
+    }
+    assert validate_document(_flow_doc(raw)) == []
+    s = FlowControlSettings.from_extension(raw)
+    assert (s.max_requests, s.max_bytes, s.fairness, s.ordering) == (
+        9,
+        128 << 20,
+        Fairness.GLOBAL,
+        Ordering.EDF,
+    )
+    assert s.poll_interval_s == pytest.approx(0.005)
+    assert s.bands == {3: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=2.0)}
+    assert s.objectives == {"chat": 3}
+    assert FlowControlSettings.from_extension({}).bands == FlowControlSettings().bands
+
+
+def test_schema_rejects_bad_flow_control_naming_the_field() -> None:
+    problems = validate_document(_flow_doc({"ordering": "lifo", "bands": [{"priority": 1, "ttl": "soon"}]}))
+    paths = {p.path for p in problems}
+    assert {"spec.extensions.flowControl.ordering", "spec.extensions.flowControl.bands[0].ttl"} <= paths
+
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        ({"bands": [{"priority": 1}, {"priority": 1}]}, "spec.extensions.flowControl.bands[1].priority"),
+        (
+            {"objectives": [{"name": "a", "priority": 1}, {"name": "a", "priority": 2}]},
+            "spec.extensions.flowControl.objectives[1].name",
+        ),
+    ],
+)
+def test_duplicates_are_refused_naming_the_entry(raw: dict[str, Any], path: str) -> None:
+    with pytest.raises(FlowControlError, match=path.replace("[", r"\[").replace("]", r"\]")):
+        FlowControlSettings.from_extension(raw)
