@@ -1,9 +1,10 @@
 """``POST /v1/chat/completions`` and ``POST /v1/completions``: the whole request path.
 
-authenticate -> read body (413) -> parse (400) -> body-based route (404) -> authorize -> admit ->
-context length (400) -> schedule (saturated: wait in the flow-control band's queue when
-``spec.extensions.flowControl`` is set, else 429 + Retry-After; 503 no endpoints) -> forward (connect
-retry once; SSE relay; routeTimeout 504 / terminal event) -> account.
+authenticate -> read body (413) -> parse (400) -> canary rewrite (``spec.extensions.modelRewrites``)
+-> body-based route (404) -> authorize -> admit -> context length (400) -> schedule (saturated: wait
+in the flow-control band's queue when ``spec.extensions.flowControl`` is set, else 429 +
+Retry-After; 503 no endpoints) -> forward (connect retry once; SSE relay; routeTimeout 504 /
+terminal event) -> account.
 
 Requests that match no scheduler but have a ``spec.bbr.defaultBackend`` take the same forward path
 with that one target and no scheduler. Telemetry (metrics, access log) goes through the request's
@@ -30,6 +31,7 @@ from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.errors import denial_response, gateway_error, sse_error_event
 from igw.gateway.flow_gate import FAIRNESS_HEADER, MAX_QUEUE_MS_HEADER, Refused
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
+from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
 from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, InferenceBody, parse_body, read_limited
@@ -118,6 +120,11 @@ async def _route(
         return gateway_error("request_too_large", str(exc), request_id=rid)
     except BadRequestBody as exc:
         return gateway_error("invalid_request", exc.message, param=exc.param, request_id=rid)
+    if body.model:
+        tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
+        target = rt.rewrites.choose(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
+        if target is not None and target != body.model:
+            body = retargeted(body, target)
     est_tokens = body.prompt_tokens + (body.max_tokens or 0)
     route = rt.router.resolve(body.model) if body.model else None
     if route is None:

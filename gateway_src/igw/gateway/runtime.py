@@ -19,6 +19,8 @@ from igw.config.model import GatewayConfig, SchedulerSpec
 from igw.engines import MetricFamilies
 from igw.gateway.endpoints import EndpointPool, EndpointState
 from igw.gateway.metrics_parser import ENGINES
+from igw.gateway.model_rewrite import EXTENSION_NAME as REWRITES_EXTENSION
+from igw.gateway.model_rewrite import ModelRewrites
 from igw.gateway.model_router import ModelRouter
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.flow_control import EXTENSION_NAME as FLOW_EXTENSION
@@ -96,6 +98,10 @@ class GatewayRuntime:
                 picker_config=picker_config,
             )
         self.router = ModelRouter(config.schedulers, bbr_adapters=bbr_adapters)
+        self.rewrites = ModelRewrites.from_extension(
+            config.extensions.get(REWRITES_EXTENSION), routable=lambda m: self.router.resolve(m) is not None
+        )
+        """Canary splits (``spec.extensions.modelRewrites``), swapped with the runtime on reload."""
 
     def with_bbr_adapters(self, adapters: Mapping[str, str]) -> None:
         """Swap in a router built from new bbr-managed ConfigMap data (schedulers unchanged)."""
