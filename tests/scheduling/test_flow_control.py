@@ -278,3 +278,47 @@ def test_schema_rejects_bad_flow_control_naming_the_field() -> None:
 def test_duplicates_are_refused_naming_the_entry(raw: dict[str, Any], path: str) -> None:
     with pytest.raises(FlowControlError, match=path.replace("[", r"\[").replace("]", r"\]")):
         FlowControlSettings.from_extension(raw)
+
+
+@pytest.mark.parametrize(
+    ("objective", "model", "tenant", "expected"),
+    [
+        ("chat", "batch-model", "vip", 5),  # a known objective header wins
+        (None, "batch-model", "vip", -3),  # else the model's objective
+        ("nope", "batch-model", None, -3),  # an unknown objective counts as absent
+        (None, "other", "vip", 2),  # else the tenant's
+        (None, "other", "someone", STANDARD),
+    ],
+)
+def test_priority_by_objective_then_model_then_tenant(
+    objective: str | None, model: str, tenant: str | None, expected: int
+) -> None:
+    raw = {
+        "objectives": [
+            {"name": "chat", "priority": 5},
+            {"name": "batch", "priority": -3, "models": ["batch-model"]},
+            {"name": "gold", "priority": 2, "tenants": ["vip"]},
+        ]
+    }
+    assert validate_document(_flow_doc(raw)) == []
+    s = FlowControlSettings.from_extension(raw)
+    got = priority_for(
+        objective,
+        s.objectives,
+        model=model,
+        tenant=tenant,
+        by_model=s.model_priorities,
+        by_tenant=s.tenant_priorities,
+    )
+    assert got == expected
+
+
+def test_a_model_in_two_objectives_is_refused() -> None:
+    raw = {
+        "objectives": [
+            {"name": "a", "priority": 1, "models": ["m"]},
+            {"name": "b", "priority": 2, "models": ["m"]},
+        ]
+    }
+    with pytest.raises(FlowControlError, match=r"objectives\[1\]\.models\[0\]: 'm' already has"):
+        FlowControlSettings.from_extension(raw)

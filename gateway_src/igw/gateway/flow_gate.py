@@ -97,9 +97,19 @@ class FlowGates:
             for controller in self._controllers.values():
                 controller.settings = settings
 
-    def priority(self, headers: Mapping[str, str]) -> int:
-        objectives = self.settings.objectives if self.settings is not None else {}
-        return priority_for(headers.get(OBJECTIVE_HEADER), objectives)
+    def priority(self, headers: Mapping[str, str], *, model: str, tenant: str) -> int:
+        """The request's band: its objective header, else its model's or tenant's objective, else 0."""
+        s = self.settings
+        if s is None:
+            return priority_for(headers.get(OBJECTIVE_HEADER), {})
+        return priority_for(
+            headers.get(OBJECTIVE_HEADER),
+            s.objectives,
+            model=model,
+            tenant=tenant,
+            by_model=s.model_priorities,
+            by_tenant=s.tenant_priorities,
+        )
 
     async def wait(
         self,

@@ -215,11 +215,12 @@ async def _wait_in_queue(
     """Wait in the request's flow-control band until the pool can take it (or it is shed)."""
     headers = request.headers
     max_queue_ms = headers.get(MAX_QUEUE_MS_HEADER, "")
+    tenant = principal.tenant or headers.get(FAIRNESS_HEADER) or ""
     return await state.flow.wait(
         scheduler=sr.spec.name,
         request_id=rreq.request_id,
-        priority=state.flow.priority(headers),
-        tenant=principal.tenant or headers.get(FAIRNESS_HEADER) or "",
+        priority=state.flow.priority(headers, model=rreq.model, tenant=tenant),
+        tenant=tenant,
         size_bytes=size_bytes,
         max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
         pick=lambda: sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock()),

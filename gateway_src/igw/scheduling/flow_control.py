@@ -108,6 +108,10 @@ class FlowControlSettings:
     ordering: Ordering = Ordering.FCFS
     objectives: Mapping[str, int] = field(default_factory=dict)
     """Objective name -> priority (the ``InferenceObjective`` shape)."""
+    model_priorities: Mapping[str, int] = field(default_factory=dict)
+    """Model or adapter name -> priority, for requests without a known objective."""
+    tenant_priorities: Mapping[str, int] = field(default_factory=dict)
+    """Tenant -> priority, for requests without a known objective or model priority."""
     poll_interval_s: float = 0.02
     """How often waiting requests re-check their pool for capacity."""
 
@@ -129,11 +133,21 @@ class FlowControlSettings:
                     ttl_s=_duration(band.get("ttl", "30s"), f"{where}.bands[{i}].ttl"),
                 )
         objectives: dict[str, int] = {}
+        by_model: dict[str, int] = {}
+        by_tenant: dict[str, int] = {}
         for i, objective in enumerate(raw.get("objectives", ())):
             name = str(objective["name"])
             if name in objectives:
                 raise FlowControlError(f"{where}.objectives[{i}].name: {name!r} is listed twice")
-            objectives[name] = int(objective["priority"])
+            priority = int(objective["priority"])
+            objectives[name] = priority
+            for field_name, table in (("models", by_model), ("tenants", by_tenant)):
+                for j, value in enumerate(objective.get(field_name, ())):
+                    if value in table:
+                        raise FlowControlError(
+                            f"{where}.objectives[{i}].{field_name}[{j}]: {value!r} already has an objective"
+                        )
+                    table[value] = priority
         return FlowControlSettings(
             bands=bands,
             max_requests=int(raw.get("maxRequests", defaults.max_requests)),
@@ -141,6 +155,8 @@ class FlowControlSettings:
             fairness=Fairness(raw.get("fairness", defaults.fairness)),
             ordering=Ordering(raw.get("ordering", defaults.ordering)),
             objectives=objectives,
+            model_priorities=by_model,
+            tenant_priorities=by_tenant,
             poll_interval_s=_duration(
                 raw.get("pollInterval", DEFAULT_POLL_INTERVAL), f"{where}.pollInterval"
             ),
@@ -172,13 +188,30 @@ def _duration(text: str, where: str) -> float:
         raise FlowControlError(f"{where}: {exc}") from exc
 
 
-def priority_for(objective: str | None, objectives: Mapping[str, int]) -> int:
-    """The priority of a request's objective name; unknown or absent objectives are Standard (0)."""
-    if objective is None:
-        return STANDARD
-    if objective in objectives:
-        return objectives[objective]
-    return NAMED_PRIORITIES.get(objective, STANDARD)
+def priority_for(
+    objective: str | None,
+    objectives: Mapping[str, int],
+    *,
+    model: str | None = None,
+    tenant: str | None = None,
+    by_model: Mapping[str, int] | None = None,
+    by_tenant: Mapping[str, int] | None = None,
+) -> int:
+    """A request's priority: its named objective, else its model's, else its tenant's, else 0.
+
+    An objective header naming nothing known counts as absent, so an unknown objective ends up
+    Standard (0) unless the model or tenant has a priority of its own.
+    """
+    if objective is not None:
+        if objective in objectives:
+            return objectives[objective]
+        if objective in NAMED_PRIORITIES:
+            return NAMED_PRIORITIES[objective]
+    if model is not None and by_model and model in by_model:
+        return by_model[model]
+    if tenant is not None and by_tenant and tenant in by_tenant:
+        return by_tenant[tenant]
+    return STANDARD
 
 
 @dataclass(slots=True, kw_only=True)
