@@ -87,9 +87,12 @@ class FlowGates:
         self._controllers: dict[str, FlowController] = {}
         self._waiters: dict[str, _Waiter] = {}
         self.settings: FlowControlSettings | None = None
+        self.retry_after_bounds = (1, 60)
+        """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
 
-    def configure(self, settings: FlowControlSettings | None) -> None:
+    def configure(self, settings: FlowControlSettings | None, *, retry_after_bounds: tuple[int, int]) -> None:
         """Apply the current runtime's settings (``None``: off for new arrivals; queued ones stay)."""
+        self.retry_after_bounds = retry_after_bounds
         if settings is self.settings:
             return
         self.settings = settings
@@ -143,7 +146,7 @@ class FlowGates:
             reason = offer.reason or ShedReason.QUEUE_FULL
             self._count_rejection(scheduler, priority, tenant, reason)
             self._update_depth(scheduler, controller)
-            return Refused(reason, controller.retry_after_s(now), priority)
+            return Refused(reason, self._retry_after(controller, now), priority)
         future: asyncio.Future[RoutingDecision | Refused] = asyncio.get_running_loop().create_future()
         self._waiters[request_id] = _Waiter(pick=pick, future=future, gate=scheduler)
         self._update_depth(scheduler, controller)
@@ -192,8 +195,12 @@ class FlowGates:
             self._count_rejection(scheduler, s.request.priority, s.request.tenant, s.reason)
             waiter = self._waiters.get(s.request.request_id)
             if waiter is not None and not waiter.future.done():
-                refusal = Refused(s.reason, controller.retry_after_s(now), s.request.priority)
+                refusal = Refused(s.reason, self._retry_after(controller, now), s.request.priority)
                 waiter.future.set_result(refusal)
+
+    def _retry_after(self, controller: FlowController, now: float) -> int:
+        low, high = self.retry_after_bounds
+        return controller.retry_after_s(now, min_s=low, max_s=high)
 
     def _count_rejection(self, scheduler: str, priority: int, tenant: str, reason: ShedReason) -> None:
         self.metrics.rejections.labels(scheduler, str(priority), tenant, reason.value).inc()

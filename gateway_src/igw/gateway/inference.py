@@ -171,7 +171,8 @@ async def _route(
     decision = sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock())
     obs.decided(sr.spec.name, decision, time.perf_counter() - t0)
     if decision.kind is DecisionKind.SATURATED:
-        state.flow.configure(rt.flow_settings)
+        bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
+        state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
     if decision.kind is DecisionKind.SATURATED and state.flow.settings is not None:
         queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw))
         if isinstance(queued, Refused):
