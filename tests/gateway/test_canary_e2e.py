@@ -4,11 +4,13 @@ change by hot reload with no failed request."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections import Counter
 from typing import Any
 
 import orjson
+import pytest
 import yaml
 
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -36,7 +38,10 @@ async def served(gw: Any, n: int, headers: dict[str, str] | None = None) -> Coun
     return got
 
 
-async def test_split_follows_the_weights_and_the_target_sees_its_own_model(gateway: Any) -> None:
+async def test_split_follows_the_weights_and_the_target_sees_its_own_model(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="igw.access")
     async with (
         running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
         gateway(doc(70, 30), {"old": [v1.key], "new": [v2.key]}) as gw,
@@ -46,6 +51,11 @@ async def test_split_follows_the_weights_and_the_target_sees_its_own_model(gatew
         assert abs(got["v2"] - 0.3 * n) <= 4 * math.sqrt(n * 0.3 * 0.7)
         assert got["v1"] + got["v2"] == n
         assert {orjson.loads(r.body)["model"] for r in v2.received} == {"llama-v2"}
+        entries = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+        assert {(e["requested_model"], e["model"]) for e in entries} == {
+            ("llama", "llama-v1"),
+            ("llama", "llama-v2"),
+        }
         models = await (await gw.http.get(gw.url + "/v1/models")).json()
         assert {"llama", "llama-v1", "llama-v2"} <= {m["id"] for m in models["data"]}
 

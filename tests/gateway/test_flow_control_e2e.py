@@ -4,7 +4,11 @@ Retry-After, TTL, and a disconnecting client leaving the queue."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
+
+import orjson
+import pytest
 
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
@@ -129,3 +133,22 @@ async def test_without_flow_control_a_saturated_pool_still_answers_429_at_once(g
         status, _, body = await send(gw, "chat")
         assert (status, body["error"]["code"]) == (429, "pool_saturated")
         assert queued(gw) == {}
+
+
+async def test_access_log_names_band_tenant_and_queue_time(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="igw.access")
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(), {"pool": [a.key]}) as gw,
+    ):
+        task = asyncio.create_task(send(gw, "chat", tenant="acme"))
+        await wait_for(lambda: queued(gw) == {10: 1}, what="queued")
+        a.waiting = 0
+        status, _, _ = await asyncio.wait_for(task, timeout=15)
+        assert status == 200
+    entries = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+    entry = next(e for e in entries if e.get("priority") is not None)
+    assert (entry["priority"], entry["tenant"], entry["status"]) == (10, "acme", 200)
+    assert entry["queue_ms"] > 0

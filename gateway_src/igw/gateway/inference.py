@@ -124,6 +124,7 @@ async def _route(
         tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
         target = rt.rewrites.choose(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
         if target is not None and target != body.model:
+            obs.record.requested_model = body.model
             body = retargeted(body, target)
     est_tokens = body.prompt_tokens + (body.max_tokens or 0)
     route = rt.router.resolve(body.model) if body.model else None
@@ -174,7 +175,9 @@ async def _route(
         bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
         state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
     if decision.kind is DecisionKind.SATURATED and state.flow.settings is not None:
-        queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw))
+        queued_at = state.clock()
+        queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw), obs)
+        obs.record.queue_ms = round((state.clock() - queued_at) * 1000, 3)
         if isinstance(queued, Refused):
             obs.rejected("shed")
             retry = str(queued.retry_after_s)
@@ -212,15 +215,19 @@ async def _wait_in_queue(
     sr: SchedulerRuntime,
     rreq: RoutingRequest,
     size_bytes: int,
+    obs: RequestObserver,
 ) -> RoutingDecision | Refused:
     """Wait in the request's flow-control band until the pool can take it (or it is shed)."""
     headers = request.headers
     max_queue_ms = headers.get(MAX_QUEUE_MS_HEADER, "")
     tenant = principal.tenant or headers.get(FAIRNESS_HEADER) or ""
+    priority = state.flow.priority(headers, model=rreq.model, tenant=tenant)
+    obs.record.priority = priority
+    obs.record.tenant = tenant
     return await state.flow.wait(
         scheduler=sr.spec.name,
         request_id=rreq.request_id,
-        priority=state.flow.priority(headers, model=rreq.model, tenant=tenant),
+        priority=priority,
         tenant=tenant,
         size_bytes=size_bytes,
         max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
