@@ -13,6 +13,7 @@ A waiter that is cancelled (its client disconnected) leaves its queue at once.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -86,6 +87,7 @@ class FlowGates:
         self.clock = clock
         self._controllers: dict[str, FlowController] = {}
         self._waiters: dict[str, _Waiter] = {}
+        self._last_pump: dict[str, float] = {}
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -167,11 +169,19 @@ class FlowGates:
         return result
 
     def pump(self, scheduler: str) -> None:
-        """Expire late requests, then dispatch from the top while the pool has capacity."""
+        """Expire late requests, then dispatch from the top while the pool has capacity.
+
+        Every waiter calls this each poll interval; it does its work at most once per interval per
+        scheduler, so hundreds of waiters do not multiply the scheduler runs of an overloaded pool.
+        """
         controller = self._controllers.get(scheduler)
         if controller is None:
             return
         now = self.clock()
+        interval = self.settings.poll_interval_s if self.settings is not None else 0.0
+        if now - self._last_pump.get(scheduler, -math.inf) < interval:
+            return
+        self._last_pump[scheduler] = now
         self._shed(scheduler, controller, tuple(controller.expire(now)))
         while (item := controller.peek(now)) is not None:
             waiter = self._waiters.get(item.request_id)
