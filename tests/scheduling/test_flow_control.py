@@ -199,6 +199,8 @@ def test_retry_after_from_the_dispatch_rate() -> None:
         _take_next(fc, 10.0)
     # 5 dispatches in the 10 s window = 0.5/s; 5 queued + the client itself = 12 s
     assert fc.retry_after_s(10.0) == 12
+    assert fc.retry_after_s(10.0, max_s=8) == 8
+    assert fc.retry_after_s(20.5) == 60  # the dispatches left the window: no evidence again
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -46,6 +47,8 @@ NAMED_PRIORITIES: Final[Mapping[str, int]] = {
 }
 """The three named bands; any other integer priority is allowed and uses the nearest one's limits."""
 EXTENSION_NAME: Final = "flowControl"
+DISPATCH_WINDOW_S: Final = 10.0
+"""How far back dispatches count towards the dispatch rate behind a shed request's ``Retry-After``."""
 DEFAULT_POLL_INTERVAL: Final = "20ms"
 
 
@@ -305,8 +308,8 @@ class FlowController:
         self._by_id: dict[str, QueuedRequest] = {}
         self._seq = itertools.count()
         self._bytes = 0
-        self._dispatched: list[float] = []
-        """Recent dispatch times (for the computed ``Retry-After``)."""
+        self._dispatched: deque[float] = deque()
+        """Dispatch times within the last :data:`DISPATCH_WINDOW_S` (for the computed ``Retry-After``)."""
 
     # -- queries ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -411,6 +414,7 @@ class FlowController:
         self._remove(item)
         band.rotate_past(item.tenant)
         self._dispatched.append(now)
+        self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
 
     def cancel(self, request_id: str) -> QueuedRequest | None:
         """Remove a request whose client went away; ``None`` when it is no longer queued."""
@@ -430,14 +434,17 @@ class FlowController:
         """When the earliest queued request expires (for the caller's timer)."""
         return min((r.deadline for r in self._by_id.values()), default=None)
 
-    def retry_after_s(self, now: float, *, window_s: float = 10.0, min_s: int = 1, max_s: int = 60) -> int:
+    def retry_after_s(self, now: float, *, min_s: int = 1, max_s: int = 60) -> int:
         """Whole seconds a refused client should wait: the queue ahead at the recent dispatch rate."""
-        horizon = now - window_s
-        self._dispatched = [t for t in self._dispatched if t >= horizon]
+        self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
         if not self._dispatched:
             return max_s
-        rate = len(self._dispatched) / window_s
+        rate = len(self._dispatched) / DISPATCH_WINDOW_S
         return max(min_s, min(max_s, math.ceil((len(self._by_id) + 1) / rate)))
+
+    def _forget_dispatches_before(self, horizon: float) -> None:
+        while self._dispatched and self._dispatched[0] < horizon:
+            self._dispatched.popleft()
 
     def _remove(self, item: QueuedRequest) -> None:
         self._bands[item.priority].remove(item)
