@@ -405,6 +405,37 @@ CASES: list[Case] = [
         append(f"{JWT}.requiredClaims", {"name": "team", "valueType": "String", "values": ["x"]}),
         fails=[(f"{JWT}.requiredClaims[1].name", "unique-claim-name")],
     ),
+    case(
+        "duplicate-flow-band-priority",
+        set_(
+            "spec.extensions", {"flowControl": {"bands": [{"priority": 1}, {"priority": 0}, {"priority": 1}]}}
+        ),
+        fails=[("spec.extensions.flowControl.bands[2].priority", "unique-flow-band-priority")],
+    ),
+    case(
+        "duplicate-flow-objective-name",
+        set_(
+            "spec.extensions",
+            {
+                "flowControl": {
+                    "objectives": [{"name": "chat", "priority": 1}, {"name": "chat", "priority": 2}]
+                }
+            },
+        ),
+        fails=[("spec.extensions.flowControl.objectives[1].name", "unique-flow-objective-name")],
+    ),
+    case(
+        "duplicate-rewrite-model",
+        set_(
+            "spec.extensions",
+            {
+                "modelRewrites": {
+                    "rules": [{"model": "m", "targets": [{"model": "sql-lora", "weight": 1}]}] * 2
+                }
+            },
+        ),
+        fails=[("spec.extensions.modelRewrites.rules[1].model", "unique-rewrite-model")],
+    ),
     # several problems at once: all are reported
     case(
         "three-problems",

@@ -180,6 +180,30 @@ def _unique_claim_names(doc: Mapping[str, Any]) -> Iterator[Problem]:
             first_seen[name] = index
 
 
+def _unique_in_extension(extension: str, items: str, field: str, rule: str) -> RuleCheck:
+    """``spec.extensions.<extension>.<items>[].<field>`` must not repeat."""
+
+    def check(doc: Mapping[str, Any]) -> Iterator[Problem]:
+        ext = _mapping(_mapping(_spec(doc).get("extensions")) or {}) or {}
+        entries = _list((_mapping(ext.get(extension)) or {}).get(items))
+        first_seen: dict[Any, int] = {}
+        for index, entry in enumerate(entries):
+            value = entry.get(field) if isinstance(entry, Mapping) else None
+            if value is None or isinstance(value, (dict, list)):
+                continue
+            if value in first_seen:
+                yield _problem(
+                    rule,
+                    ("spec", "extensions", extension, items, index, field),
+                    f"duplicates spec.extensions.{extension}.{items}[{first_seen[value]}].{field} "
+                    f"({json.dumps(value)})",
+                )
+            else:
+                first_seen[value] = index
+
+    return check
+
+
 RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "bbr-required-for-multiple-schedulers": _bbr_required,
     "unique-scheduler-name": _unique("name", "unique-scheduler-name"),
@@ -190,6 +214,13 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "selector-values-match-operator": _selector_values,
     "jwt-audiences-or-claims": _audiences_or_claims,
     "unique-claim-name": _unique_claim_names,
+    "unique-flow-band-priority": _unique_in_extension(
+        "flowControl", "bands", "priority", "unique-flow-band-priority"
+    ),
+    "unique-flow-objective-name": _unique_in_extension(
+        "flowControl", "objectives", "name", "unique-flow-objective-name"
+    ),
+    "unique-rewrite-model": _unique_in_extension("modelRewrites", "rules", "model", "unique-rewrite-model"),
 }
 """The one registry of Python rule checks, keyed by the ids in ``schemas/admission-rules.yaml``."""
 

@@ -4,7 +4,9 @@ Fields: ``ts`` (unix), ``request_id``, ``method``, ``path``, ``model``, ``base_m
 ``status``, ``endpoint`` (the one that served, after any retry), ``attempts``, ``scores`` (the
 per-scorer weighted scores of the chosen endpoint and its fallbacks), ``decision_us``,
 ``reason`` (the scheduler's notes: stale endpoints excluded, imputed signals...), ``duration_ms``,
-``ttft_ms``, ``stream``, ``prompt_tokens``, ``completion_tokens``, ``error``.
+``ttft_ms``, ``stream``, ``prompt_tokens``, ``completion_tokens``, ``error``; for a request that
+waited in a flow-control queue ``priority`` (its band), ``tenant`` (its fairness key) and
+``queue_ms``; for a canary-split request ``requested_model`` (the name the client sent).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class AccessRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str | None = None
+    priority: int | None = None
+    tenant: str | None = None
+    queue_ms: float | None = None
+    requested_model: str | None = None
 
     def emit(self) -> None:
         if not access_log.isEnabledFor(logging.INFO):

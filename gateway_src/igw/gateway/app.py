@@ -68,6 +68,11 @@ async def _models(request: web.Request) -> web.StreamResponse:
         }
         for r in state.runtime.router.models()
     ]
+    listed = {d["id"] for d in data}
+    for name in sorted(set(state.runtime.rewrites.rules) - listed):  # canary names clients may call
+        data.append(
+            {"id": name, "object": "model", "created": 0, "owned_by": "igw", "root": name, "parent": None}
+        )
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
 

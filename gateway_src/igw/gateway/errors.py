@@ -49,6 +49,7 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         "request_header_too_large": ErrorKind(431, _INVALID),
         # The fleet cannot take the request now.
         "pool_saturated": ErrorKind(429, "rate_limit_error"),
+        "request_shed": ErrorKind(429, "rate_limit_error"),  # flow control shed it from its band's queue
         "no_endpoints": ErrorKind(503, "service_unavailable"),
         "shutting_down": ErrorKind(503, "service_unavailable"),
         "no_healthy_cluster": ErrorKind(503, "service_unavailable"),  # the tier-2 router's

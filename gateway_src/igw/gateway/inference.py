@@ -1,8 +1,10 @@
 """``POST /v1/chat/completions`` and ``POST /v1/completions``: the whole request path.
 
-authenticate -> read body (413) -> parse (400) -> body-based route (404) -> authorize -> admit ->
-context length (400) -> schedule (429 saturated + Retry-After, 503 no endpoints) -> forward (connect
-retry once; SSE relay; routeTimeout 504 / terminal event) -> account.
+authenticate -> read body (413) -> parse (400) -> canary rewrite (``spec.extensions.modelRewrites``)
+-> body-based route (404) -> authorize -> admit -> context length (400) -> schedule (saturated: wait
+in the flow-control band's queue when ``spec.extensions.flowControl`` is set, else 429 +
+Retry-After; 503 no endpoints) -> forward (connect retry once; SSE relay; routeTimeout 504 /
+terminal event) -> account.
 
 Requests that match no scheduler but have a ``spec.bbr.defaultBackend`` take the same forward path
 with that one target and no scheduler. Telemetry (metrics, access log) goes through the request's
@@ -27,7 +29,9 @@ from aiohttp import web
 
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.errors import denial_response, gateway_error, sse_error_event
+from igw.gateway.flow_gate import FAIRNESS_HEADER, MAX_QUEUE_MS_HEADER, Refused
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
+from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
 from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, InferenceBody, parse_body, read_limited
@@ -35,7 +39,7 @@ from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
 from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
-from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingRequest
+from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingDecision, RoutingRequest
 
 STATE_KEY = web.AppKey("igw_state", GatewayState)
 SESSION_KEY = web.AppKey("igw_upstream_session", aiohttp.ClientSession)
@@ -116,6 +120,12 @@ async def _route(
         return gateway_error("request_too_large", str(exc), request_id=rid)
     except BadRequestBody as exc:
         return gateway_error("invalid_request", exc.message, param=exc.param, request_id=rid)
+    if body.model:
+        tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
+        target = rt.rewrites.choose(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
+        if target is not None and target != body.model:
+            obs.record.requested_model = body.model
+            body = retargeted(body, target)
     est_tokens = body.prompt_tokens + (body.max_tokens or 0)
     route = rt.router.resolve(body.model) if body.model else None
     if route is None:
@@ -162,6 +172,22 @@ async def _route(
     decision = sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock())
     obs.decided(sr.spec.name, decision, time.perf_counter() - t0)
     if decision.kind is DecisionKind.SATURATED:
+        bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
+        state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
+    if decision.kind is DecisionKind.SATURATED and state.flow.settings is not None:
+        queued_at = state.clock()
+        queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw), obs)
+        obs.record.queue_ms = round((state.clock() - queued_at) * 1000, 3)
+        if isinstance(queued, Refused):
+            obs.rejected("shed")
+            retry = str(queued.retry_after_s)
+            message = (
+                f"inference pool for {route.base_model!r} is saturated and flow control shed this "
+                f"priority {queued.priority} request ({queued.reason.value}); retry after {retry}s"
+            )
+            return gateway_error("request_shed", message, headers={"Retry-After": retry}, request_id=rid)
+        decision = queued
+    if decision.kind is DecisionKind.SATURATED:
         obs.rejected("saturated")
         retry = str(math.ceil(decision.retry_after_s or 1))
         message = (
@@ -180,6 +206,33 @@ async def _route(
         what=repr(route.base_model),
     )
     return plan, body
+
+
+async def _wait_in_queue(
+    request: web.Request,
+    state: GatewayState,
+    principal: Principal,
+    sr: SchedulerRuntime,
+    rreq: RoutingRequest,
+    size_bytes: int,
+    obs: RequestObserver,
+) -> RoutingDecision | Refused:
+    """Wait in the request's flow-control band until the pool can take it (or it is shed)."""
+    headers = request.headers
+    max_queue_ms = headers.get(MAX_QUEUE_MS_HEADER, "")
+    tenant = principal.tenant or headers.get(FAIRNESS_HEADER) or ""
+    priority = state.flow.priority(headers, model=rreq.model, tenant=tenant)
+    obs.record.priority = priority
+    obs.record.tenant = tenant
+    return await state.flow.wait(
+        scheduler=sr.spec.name,
+        request_id=rreq.request_id,
+        priority=priority,
+        tenant=tenant,
+        size_bytes=size_bytes,
+        max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
+        pick=lambda: sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock()),
+    )
 
 
 async def _forward(

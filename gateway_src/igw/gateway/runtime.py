@@ -19,8 +19,12 @@ from igw.config.engine_selection import scheduler_engines
 from igw.config.model import GatewayConfig, SchedulerSpec
 from igw.engines import MetricFamilies
 from igw.gateway.endpoints import EndpointPool, EndpointState
+from igw.gateway.model_rewrite import EXTENSION_NAME as REWRITES_EXTENSION
+from igw.gateway.model_rewrite import ModelRewrites
 from igw.gateway.model_router import ModelRouter
 from igw.scheduling.factory import scheduler_from_spec
+from igw.scheduling.flow_control import EXTENSION_NAME as FLOW_EXTENSION
+from igw.scheduling.flow_control import FlowControlSettings
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.settings import EXTENSION_NAME, RoutingSettings
 
@@ -61,6 +65,9 @@ class GatewayRuntime:
     ) -> None:
         self.config = config
         self.settings = RoutingSettings.from_extension(config.extensions.get(EXTENSION_NAME))
+        flow = config.extensions.get(FLOW_EXTENSION)
+        self.flow_settings = None if flow is None else FlowControlSettings.from_extension(flow)
+        """``spec.extensions.flowControl``: ``None`` when saturated requests are refused at once."""
         self.picker_configs: PickerConfigs = dict(picker_configs or {})
         self.rng = rng
         self.clock = clock
@@ -92,6 +99,10 @@ class GatewayRuntime:
                 picker_config=picker_config,
             )
         self.router = ModelRouter(config.schedulers, bbr_adapters=bbr_adapters)
+        self.rewrites = ModelRewrites.from_extension(
+            config.extensions.get(REWRITES_EXTENSION), routable=lambda m: self.router.resolve(m) is not None
+        )
+        """Canary splits (``spec.extensions.modelRewrites``), swapped with the runtime on reload."""
 
     def with_bbr_adapters(self, adapters: Mapping[str, str]) -> None:
         """Swap in a router built from new bbr-managed ConfigMap data (schedulers unchanged)."""

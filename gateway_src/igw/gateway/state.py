@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from igw.config.model import GatewayConfig
 from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.endpoints import DiscoveredEndpoint
+from igw.gateway.flow_gate import FlowGates
 from igw.gateway.guards import RequestGuard
 from igw.gateway.runtime import GatewayRuntime, PickerConfigs
 from igw.gateway.scraper import Scraper
@@ -42,6 +43,8 @@ class GatewayState:
         self.rng = rng
         self.runtime = GatewayRuntime(config, rng=rng, clock=clock, picker_configs=picker_configs)
         self.metrics = GatewayMetrics(lister=lambda: self.runtime.endpoints(), clock=clock, registry=registry)
+        self.flow = FlowGates(registry=self.metrics.registry, clock=clock)
+        """Flow-control queues per scheduler (``spec.extensions.flowControl``), kept across reloads."""
         self.scraper: Scraper | None = None
         self.discovered: dict[str, list[DiscoveredEndpoint]] = {}
         self.bbr_adapters: dict[str, str] = {}

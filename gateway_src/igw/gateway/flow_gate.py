@@ -1,0 +1,220 @@
+"""Flow control in the request path: a saturated request waits in its band's queue.
+
+Wraps the pure queues of :mod:`igw.scheduling.flow_control` (one :class:`FlowController` per
+scheduler, so one pool's overload never queues another pool's traffic) with asyncio futures. There
+is no background task: every waiting request re-runs :meth:`FlowGates.pump` each poll interval,
+which expires requests past their TTL and, while the head of the highest band can be placed (the
+scheduler no longer answers ``SATURATED``), hands it its routing decision. Capacity is therefore seen
+through the scraped metrics, the same signal the saturation check uses for new arrivals.
+
+A waiter that is cancelled (its client disconnected) leaves its queue at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from igw.scheduling.flow_control import (
+    FlowController,
+    FlowControlSettings,
+    Shed,
+    ShedReason,
+    priority_for,
+)
+from igw.scheduling.types import DecisionKind, RoutingDecision
+
+OBJECTIVE_HEADER: Final = "x-gateway-inference-objective"
+FAIRNESS_HEADER: Final = "x-gateway-inference-fairness-id"
+MAX_QUEUE_MS_HEADER: Final = "x-gateway-max-queue-ms"
+WAIT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+Picker = Callable[[], RoutingDecision]
+"""Re-runs the scheduler for one queued request against the pool as it is now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The request was shed: answer 429 with ``retry_after_s``."""
+
+    reason: ShedReason
+    retry_after_s: int
+    priority: int
+
+
+@dataclass(slots=True)
+class _Waiter:
+    pick: Picker
+    future: asyncio.Future[RoutingDecision | Refused]
+    gate: str
+
+
+class FlowMetrics:
+    """Queue depth, wait time and rejections per band (series named ``igw_flow_*``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.depth = Gauge(
+            "igw_flow_queue_depth",
+            "Requests waiting per scheduler and band.",
+            ["scheduler", "priority"],
+            registry=registry,
+        )
+        self.wait = Histogram(
+            "igw_flow_wait_seconds",
+            "Time a request waited in its band's queue before dispatch.",
+            ["scheduler", "priority"],
+            buckets=WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.rejections = Counter(
+            "igw_flow_rejections",
+            "Requests shed by flow control, by band, tenant and reason.",
+            ["scheduler", "priority", "tenant", "reason"],
+            registry=registry,
+        )
+
+
+class FlowGates:
+    """The queues of every scheduler, kept across configuration reloads."""
+
+    def __init__(self, *, registry: CollectorRegistry, clock: Callable[[], float]) -> None:
+        self.metrics = FlowMetrics(registry)
+        self.clock = clock
+        self._controllers: dict[str, FlowController] = {}
+        self._waiters: dict[str, _Waiter] = {}
+        self._last_pump: dict[str, float] = {}
+        self.settings: FlowControlSettings | None = None
+        self.retry_after_bounds = (1, 60)
+        """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
+
+    def configure(self, settings: FlowControlSettings | None, *, retry_after_bounds: tuple[int, int]) -> None:
+        """Apply the current runtime's settings (``None``: off for new arrivals; queued ones stay)."""
+        self.retry_after_bounds = retry_after_bounds
+        if settings is self.settings:
+            return
+        self.settings = settings
+        if settings is not None:
+            for controller in self._controllers.values():
+                controller.settings = settings
+
+    def priority(self, headers: Mapping[str, str], *, model: str, tenant: str) -> int:
+        """The request's band: its objective header, else its model's or tenant's objective, else 0."""
+        s = self.settings
+        if s is None:
+            return priority_for(headers.get(OBJECTIVE_HEADER), {})
+        return priority_for(
+            headers.get(OBJECTIVE_HEADER),
+            s.objectives,
+            model=model,
+            tenant=tenant,
+            by_model=s.model_priorities,
+            by_tenant=s.tenant_priorities,
+        )
+
+    async def wait(
+        self,
+        *,
+        scheduler: str,
+        request_id: str,
+        priority: int,
+        tenant: str,
+        size_bytes: int,
+        max_queue_s: float | None,
+        pick: Picker,
+    ) -> RoutingDecision | Refused:
+        """Queue the request and wait for a picked decision or a refusal."""
+        settings = self.settings
+        if settings is None:  # turned off by a reload between the caller's check and now
+            return Refused(ShedReason.QUEUE_FULL, 1, priority)
+        controller = self._controllers.get(scheduler)
+        if controller is None:
+            controller = self._controllers[scheduler] = FlowController(settings)
+        now = self.clock()
+        offer = controller.offer(
+            request_id=request_id,
+            priority=priority,
+            tenant=tenant,
+            size_bytes=size_bytes,
+            now=now,
+            client_deadline=None if max_queue_s is None else now + max_queue_s,
+        )
+        self._shed(scheduler, controller, offer.displaced)
+        if not offer.queued:
+            reason = offer.reason or ShedReason.QUEUE_FULL
+            self._count_rejection(scheduler, priority, tenant, reason)
+            self._update_depth(scheduler, controller)
+            return Refused(reason, self._retry_after(controller, now), priority)
+        future: asyncio.Future[RoutingDecision | Refused] = asyncio.get_running_loop().create_future()
+        self._waiters[request_id] = _Waiter(pick=pick, future=future, gate=scheduler)
+        self._update_depth(scheduler, controller)
+        try:
+            while not future.done():
+                self.pump(scheduler)
+                if not future.done():
+                    await asyncio.wait([future], timeout=settings.poll_interval_s)
+            result = future.result()
+        except asyncio.CancelledError:
+            controller.cancel(request_id)
+            self._update_depth(scheduler, controller)
+            raise
+        finally:
+            self._waiters.pop(request_id, None)
+        if isinstance(result, RoutingDecision):
+            self.metrics.wait.labels(scheduler, str(priority)).observe(self.clock() - now)
+        return result
+
+    def pump(self, scheduler: str) -> None:
+        """Expire late requests, then dispatch from the top while the pool has capacity.
+
+        Every waiter calls this each poll interval; it does its work at most once per interval per
+        scheduler, so hundreds of waiters do not multiply the scheduler runs of an overloaded pool.
+        """
+        controller = self._controllers.get(scheduler)
+        if controller is None:
+            return
+        now = self.clock()
+        interval = self.settings.poll_interval_s if self.settings is not None else 0.0
+        if now - self._last_pump.get(scheduler, -math.inf) < interval:
+            return
+        self._last_pump[scheduler] = now
+        self._shed(scheduler, controller, tuple(controller.expire(now)))
+        while (item := controller.peek(now)) is not None:
+            waiter = self._waiters.get(item.request_id)
+            if waiter is None:  # its task is gone without cancelling (should not happen): drop it
+                controller.cancel(item.request_id)
+                continue
+            decision = waiter.pick()
+            if decision.kind is DecisionKind.SATURATED:
+                break
+            controller.take(item, now)
+            waiter.future.set_result(decision)
+        self._update_depth(scheduler, controller)
+
+    def depths(self, scheduler: str) -> dict[int, int]:
+        controller = self._controllers.get(scheduler)
+        return controller.depths() if controller is not None else {}
+
+    def _shed(self, scheduler: str, controller: FlowController, shed: tuple[Shed, ...]) -> None:
+        now = self.clock()
+        for s in shed:
+            self._count_rejection(scheduler, s.request.priority, s.request.tenant, s.reason)
+            waiter = self._waiters.get(s.request.request_id)
+            if waiter is not None and not waiter.future.done():
+                refusal = Refused(s.reason, self._retry_after(controller, now), s.request.priority)
+                waiter.future.set_result(refusal)
+
+    def _retry_after(self, controller: FlowController, now: float) -> int:
+        low, high = self.retry_after_bounds
+        return controller.retry_after_s(now, min_s=low, max_s=high)
+
+    def _count_rejection(self, scheduler: str, priority: int, tenant: str, reason: ShedReason) -> None:
+        self.metrics.rejections.labels(scheduler, str(priority), tenant, reason.value).inc()
+
+    def _update_depth(self, scheduler: str, controller: FlowController) -> None:
+        for priority in controller.priorities():
+            self.metrics.depth.labels(scheduler, str(priority)).set(controller.depth(priority))

@@ -1,0 +1,452 @@
+"""Flow control: per-priority-band queues for requests that arrive while their pool is saturated.
+
+Instead of answering 429 to everyone when a pool is full, a saturated request waits in the queue of
+its *band* (an integer priority; higher is more important; below zero is sheddable, as with the
+reference's ``InferenceObjective``). The dispatcher asks :meth:`FlowController.peek` which request
+should go next, tries to place it, and commits with :meth:`FlowController.take` when it could:
+
+* higher bands always dispatch first;
+* within a band, tenants take turns (round-robin) so one tenant's burst cannot starve another, or
+  the band can use one strict global order instead;
+* within a tenant, first-come-first-served or earliest-deadline-first;
+* capacity is bounded per band and globally, in requests and in bytes;
+* a queued request leaves when its TTL (the band's, or the client's deadline when shorter) passes,
+  or at once when its client goes away (:meth:`FlowController.cancel`).
+
+When an arrival does not fit, shedding goes from the bottom up: an arrival may displace queued
+requests of strictly lower bands (the lowest band and its most recent arrival first), so sheddable
+traffic absorbs the overload, a queued standard request is shed once its TTL passes, and a critical
+request is refused only when there is nothing lower to displace (its own band, or the whole queue,
+full of equal or higher priority work).
+
+The module does no I/O and reads no clock: every call takes ``now`` so the policies are table-tested
+with an injected clock, and the gateway wires the waits and wake-ups around it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from igw.config.durations import parse_duration
+from igw.errors import IgwSchedulingError
+
+CRITICAL: Final = 1
+STANDARD: Final = 0
+SHEDDABLE: Final = -1
+NAMED_PRIORITIES: Final[Mapping[str, int]] = {
+    "Critical": CRITICAL,
+    "Standard": STANDARD,
+    "Sheddable": SHEDDABLE,
+}
+"""The three named bands; any other integer priority is allowed and uses the nearest one's limits."""
+EXTENSION_NAME: Final = "flowControl"
+DISPATCH_WINDOW_S: Final = 10.0
+"""How far back dispatches count towards the dispatch rate behind a shed request's ``Retry-After``."""
+DEFAULT_POLL_INTERVAL: Final = "20ms"
+
+
+class FlowControlError(IgwSchedulingError, ValueError):
+    """Flow-control settings that cannot work (a non-positive capacity or TTL); names the field."""
+
+
+class Fairness(StrEnum):
+    ROUND_ROBIN = "round-robin"
+    """Tenants in a band take turns, one request each."""
+    GLOBAL = "global"
+    """One strict order across all tenants of a band."""
+
+
+class Ordering(StrEnum):
+    FCFS = "fcfs"
+    """First come, first served."""
+    EDF = "edf"
+    """Earliest deadline first (the TTL or the client's deadline, whichever is sooner)."""
+
+
+class ShedReason(StrEnum):
+    BAND_FULL = "band_full"
+    QUEUE_FULL = "queue_full"
+    DISPLACED = "displaced"
+    TTL_EXPIRED = "ttl_expired"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BandLimits:
+    """Capacity and time limits of one band."""
+
+    max_requests: int
+    max_bytes: int
+    ttl_s: float
+
+    def check(self, where: str) -> None:
+        if self.max_requests < 1:
+            raise FlowControlError(f"{where}.maxRequests must be at least 1, got {self.max_requests}")
+        if self.max_bytes < 1:
+            raise FlowControlError(f"{where}.maxBytes must be at least 1, got {self.max_bytes}")
+        if not self.ttl_s > 0:
+            raise FlowControlError(f"{where}.ttl must be positive, got {self.ttl_s:g}s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowControlSettings:
+    """Limits per band (by priority) and for the whole queue, and the ordering policies."""
+
+    bands: Mapping[int, BandLimits] = field(
+        default_factory=lambda: {
+            CRITICAL: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=60.0),
+            STANDARD: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=30.0),
+            SHEDDABLE: BandLimits(max_requests=128, max_bytes=32 << 20, ttl_s=10.0),
+        }
+    )
+    max_requests: int = 512
+    max_bytes: int = 128 << 20
+    fairness: Fairness = Fairness.ROUND_ROBIN
+    ordering: Ordering = Ordering.FCFS
+    objectives: Mapping[str, int] = field(default_factory=dict)
+    """Objective name -> priority (the ``InferenceObjective`` shape)."""
+    model_priorities: Mapping[str, int] = field(default_factory=dict)
+    """Model or adapter name -> priority, for requests without a known objective."""
+    tenant_priorities: Mapping[str, int] = field(default_factory=dict)
+    """Tenant -> priority, for requests without a known objective or model priority."""
+    poll_interval_s: float = 0.02
+    """How often waiting requests re-check their pool for capacity."""
+
+    @staticmethod
+    def from_extension(raw: Mapping[str, Any]) -> FlowControlSettings:
+        """Build from a *schema-validated* ``spec.extensions.flowControl`` mapping."""
+        where = f"spec.extensions.{EXTENSION_NAME}"
+        defaults = FlowControlSettings()
+        bands: dict[int, BandLimits] = dict(defaults.bands)
+        if "bands" in raw:
+            bands = {}
+            for i, band in enumerate(raw["bands"]):
+                priority = int(band["priority"])
+                if priority in bands:
+                    raise FlowControlError(f"{where}.bands[{i}].priority: {priority} is listed twice")
+                bands[priority] = BandLimits(
+                    max_requests=int(band.get("maxRequests", 256)),
+                    max_bytes=int(band.get("maxBytes", 64 << 20)),
+                    ttl_s=_duration(band.get("ttl", "30s"), f"{where}.bands[{i}].ttl"),
+                )
+        objectives: dict[str, int] = {}
+        by_model: dict[str, int] = {}
+        by_tenant: dict[str, int] = {}
+        for i, objective in enumerate(raw.get("objectives", ())):
+            name = str(objective["name"])
+            if name in objectives:
+                raise FlowControlError(f"{where}.objectives[{i}].name: {name!r} is listed twice")
+            priority = int(objective["priority"])
+            objectives[name] = priority
+            for field_name, table in (("models", by_model), ("tenants", by_tenant)):
+                for j, value in enumerate(objective.get(field_name, ())):
+                    if value in table:
+                        raise FlowControlError(
+                            f"{where}.objectives[{i}].{field_name}[{j}]: {value!r} already has an objective"
+                        )
+                    table[value] = priority
+        return FlowControlSettings(
+            bands=bands,
+            max_requests=int(raw.get("maxRequests", defaults.max_requests)),
+            max_bytes=int(raw.get("maxBytes", defaults.max_bytes)),
+            fairness=Fairness(raw.get("fairness", defaults.fairness)),
+            ordering=Ordering(raw.get("ordering", defaults.ordering)),
+            objectives=objectives,
+            model_priorities=by_model,
+            tenant_priorities=by_tenant,
+            poll_interval_s=_duration(
+                raw.get("pollInterval", DEFAULT_POLL_INTERVAL), f"{where}.pollInterval"
+            ),
+        )
+
+    def __post_init__(self) -> None:
+        if not self.bands:
+            raise FlowControlError("flowControl.bands must name at least one band")
+        for priority, limits in self.bands.items():
+            limits.check(f"flowControl.bands[{priority}]")
+        if self.max_requests < 1:
+            raise FlowControlError(f"flowControl.maxRequests must be at least 1, got {self.max_requests}")
+        if self.max_bytes < 1:
+            raise FlowControlError(f"flowControl.maxBytes must be at least 1, got {self.max_bytes}")
+
+    def limits_for(self, priority: int) -> BandLimits:
+        """The band's own limits, else those of the nearest configured priority (ties: the lower)."""
+        exact = self.bands.get(priority)
+        if exact is not None:
+            return exact
+        nearest = min(self.bands, key=lambda p: (abs(p - priority), p))
+        return self.bands[nearest]
+
+
+def _duration(text: str, where: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise FlowControlError(f"{where}: {exc}") from exc
+
+
+def priority_for(
+    objective: str | None,
+    objectives: Mapping[str, int],
+    *,
+    model: str | None = None,
+    tenant: str | None = None,
+    by_model: Mapping[str, int] | None = None,
+    by_tenant: Mapping[str, int] | None = None,
+) -> int:
+    """A request's priority: its named objective, else its model's, else its tenant's, else 0.
+
+    An objective header naming nothing known counts as absent, so an unknown objective ends up
+    Standard (0) unless the model or tenant has a priority of its own.
+    """
+    if objective is not None:
+        if objective in objectives:
+            return objectives[objective]
+        if objective in NAMED_PRIORITIES:
+            return NAMED_PRIORITIES[objective]
+    if model is not None and by_model and model in by_model:
+        return by_model[model]
+    if tenant is not None and by_tenant and tenant in by_tenant:
+        return by_tenant[tenant]
+    return STANDARD
+
+
+@dataclass(slots=True, kw_only=True)
+class QueuedRequest:
+    """One waiting request; ``payload`` is whatever the caller needs to dispatch it."""
+
+    request_id: str
+    priority: int
+    tenant: str
+    size_bytes: int
+    enqueued_at: float
+    deadline: float
+    seq: int = 0
+    payload: object = None
+
+    def key(self, ordering: Ordering) -> tuple[float, int]:
+        return (self.deadline if ordering is Ordering.EDF else self.enqueued_at, self.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    """A request the controller refused or removed, and why."""
+
+    request: QueuedRequest
+    reason: ShedReason
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """The result of :meth:`FlowController.offer`: queued or not, plus anything it displaced."""
+
+    queued: bool
+    reason: ShedReason | None
+    displaced: tuple[Shed, ...] = ()
+
+
+class _Band:
+    """The queued requests of one priority, per tenant, each tenant's list kept in dispatch order."""
+
+    def __init__(self, priority: int, limits: BandLimits) -> None:
+        self.priority = priority
+        self.limits = limits
+        self.tenants: dict[str, list[QueuedRequest]] = {}
+        self.turns: list[str] = []
+        """Round-robin rotation: the tenant whose turn it is comes first."""
+        self.count = 0
+        self.bytes = 0
+
+    def add(self, item: QueuedRequest, ordering: Ordering) -> None:
+        queue = self.tenants.get(item.tenant)
+        if queue is None:
+            queue = self.tenants[item.tenant] = []
+            self.turns.append(item.tenant)
+        bisect.insort(queue, item, key=lambda r: r.key(ordering))
+        self.count += 1
+        self.bytes += item.size_bytes
+
+    def remove(self, item: QueuedRequest) -> None:
+        queue = self.tenants[item.tenant]
+        queue.remove(item)
+        self.count -= 1
+        self.bytes -= item.size_bytes
+        if not queue:
+            del self.tenants[item.tenant]
+            self.turns.remove(item.tenant)
+
+    def head(self, fairness: Fairness, ordering: Ordering) -> QueuedRequest | None:
+        if not self.turns:
+            return None
+        if fairness is Fairness.ROUND_ROBIN:
+            return self.tenants[self.turns[0]][0]
+        return min((q[0] for q in self.tenants.values()), key=lambda r: r.key(ordering))
+
+    def rotate_past(self, tenant: str) -> None:
+        """Give the next tenant its turn after ``tenant`` dispatched."""
+        if tenant in self.turns:
+            self.turns.remove(tenant)
+            self.turns.append(tenant)
+
+    def items(self) -> Iterator[QueuedRequest]:
+        for queue in self.tenants.values():
+            yield from queue
+
+
+class FlowController:
+    """The queues of one pool. Not thread-safe: one event loop owns it."""
+
+    def __init__(self, settings: FlowControlSettings) -> None:
+        self.settings = settings
+        self._bands: dict[int, _Band] = {}
+        self._by_id: dict[str, QueuedRequest] = {}
+        self._seq = itertools.count()
+        self._bytes = 0
+        self._dispatched: deque[float] = deque()
+        """Dispatch times within the last :data:`DISPATCH_WINDOW_S` (for the computed ``Retry-After``)."""
+
+    # -- queries ----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
+
+    def depth(self, priority: int) -> int:
+        band = self._bands.get(priority)
+        return band.count if band is not None else 0
+
+    def priorities(self) -> list[int]:
+        """Every band that has held a request (emptied bands included, for zeroing gauges)."""
+        return sorted(self._bands)
+
+    def depths(self) -> dict[int, int]:
+        return {p: b.count for p, b in self._bands.items() if b.count}
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._by_id
+
+    # -- arrivals ---------------------------------------------------------------------------
+    def offer(
+        self,
+        *,
+        request_id: str,
+        priority: int,
+        tenant: str,
+        size_bytes: int,
+        now: float,
+        client_deadline: float | None = None,
+        payload: object = None,
+    ) -> Offer:
+        """Queue a request, displacing lower-priority work if needed; or refuse it."""
+        if request_id in self._by_id:
+            raise FlowControlError(f"request {request_id!r} is already queued")
+        expired = tuple(self.expire(now))
+        limits = self.settings.limits_for(priority)
+        deadline = now + limits.ttl_s
+        if client_deadline is not None:
+            deadline = min(deadline, client_deadline)
+        item = QueuedRequest(
+            request_id=request_id,
+            priority=priority,
+            tenant=tenant,
+            size_bytes=size_bytes,
+            enqueued_at=now,
+            deadline=deadline,
+            seq=next(self._seq),
+            payload=payload,
+        )
+        band = self._bands.get(priority)
+        band_count = band.count if band is not None else 0
+        band_bytes = band.bytes if band is not None else 0
+        if band_count + 1 > limits.max_requests or band_bytes + size_bytes > limits.max_bytes:
+            return Offer(False, ShedReason.BAND_FULL, expired)
+        victims = self._victims_for(item)
+        if victims is None:
+            return Offer(False, ShedReason.QUEUE_FULL, expired)
+        for victim in victims:
+            self._remove(victim)
+        if band is None:
+            band = self._bands[priority] = _Band(priority, limits)
+        band.add(item, self.settings.ordering)
+        self._by_id[request_id] = item
+        self._bytes += size_bytes
+        displaced = tuple(Shed(v, ShedReason.DISPLACED) for v in victims)
+        return Offer(True, None, expired + displaced)
+
+    def _victims_for(self, item: QueuedRequest) -> list[QueuedRequest] | None:
+        """Queued requests of strictly lower bands to drop so ``item`` fits globally, or ``None``."""
+        count_over = len(self._by_id) + 1 - self.settings.max_requests
+        bytes_over = self._bytes + item.size_bytes - self.settings.max_bytes
+        victims: list[QueuedRequest] = []
+        lower = sorted(p for p in self._bands if p < item.priority)
+        candidates = (
+            r for p in lower for r in sorted(self._bands[p].items(), key=lambda r: r.seq, reverse=True)
+        )
+        while count_over > 0 or bytes_over > 0:
+            victim = next(candidates, None)
+            if victim is None:
+                return None
+            victims.append(victim)
+            count_over -= 1
+            bytes_over -= victim.size_bytes
+        return victims
+
+    # -- departures -------------------------------------------------------------------------
+    def peek(self, now: float) -> QueuedRequest | None:
+        """The request that should dispatch next (highest band, its tenant's turn), not removed."""
+        for priority in sorted(self._bands, reverse=True):
+            head = self._bands[priority].head(self.settings.fairness, self.settings.ordering)
+            if head is not None:
+                return head
+        return None
+
+    def take(self, item: QueuedRequest, now: float) -> None:
+        """Commit the dispatch of ``item`` (normally what :meth:`peek` returned)."""
+        band = self._bands[item.priority]
+        self._remove(item)
+        band.rotate_past(item.tenant)
+        self._dispatched.append(now)
+        self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
+
+    def cancel(self, request_id: str) -> QueuedRequest | None:
+        """Remove a request whose client went away; ``None`` when it is no longer queued."""
+        item = self._by_id.get(request_id)
+        if item is not None:
+            self._remove(item)
+        return item
+
+    def expire(self, now: float) -> Iterator[Shed]:
+        """Remove and yield every request whose deadline has passed."""
+        late = [r for r in self._by_id.values() if r.deadline <= now]
+        for item in late:
+            self._remove(item)
+            yield Shed(item, ShedReason.TTL_EXPIRED)
+
+    def next_deadline(self) -> float | None:
+        """When the earliest queued request expires (for the caller's timer)."""
+        return min((r.deadline for r in self._by_id.values()), default=None)
+
+    def retry_after_s(self, now: float, *, min_s: int = 1, max_s: int = 60) -> int:
+        """Whole seconds a refused client should wait: the queue ahead at the recent dispatch rate."""
+        self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
+        if not self._dispatched:
+            return max_s
+        rate = len(self._dispatched) / DISPATCH_WINDOW_S
+        return max(min_s, min(max_s, math.ceil((len(self._by_id) + 1) / rate)))
+
+    def _forget_dispatches_before(self, horizon: float) -> None:
+        while self._dispatched and self._dispatched[0] < horizon:
+            self._dispatched.popleft()
+
+    def _remove(self, item: QueuedRequest) -> None:
+        self._bands[item.priority].remove(item)
+        del self._by_id[item.request_id]
+        self._bytes -= item.size_bytes

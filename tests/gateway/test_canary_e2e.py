@@ -1,0 +1,78 @@
+"""Canary splitting over real loopback HTTP: the split, stickiness, /v1/models and a live weight
+change by hot reload with no failed request."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections import Counter
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
+
+
+def doc(v1: int, v2: int, **rule: Any) -> dict[str, Any]:
+    d = config_doc([scheduler("old", "llama-v1"), scheduler("new", "llama-v2")])
+    targets = [{"model": "llama-v1", "weight": v1}, {"model": "llama-v2", "weight": v2}]
+    d["spec"]["extensions"]["modelRewrites"] = {"rules": [{"model": "llama", "targets": targets, **rule}]}
+    return d
+
+
+async def served(gw: Any, n: int, headers: dict[str, str] | None = None) -> Counter[str]:
+    async def one() -> str:
+        resp = await gw.post(
+            "/v1/completions", {"model": "llama", "prompt": "hi", "max_tokens": 2}, headers=headers
+        )
+        assert resp.status == 200, await resp.text()
+        return str((await resp.json())["server"])
+
+    got: Counter[str] = Counter()
+    for _ in range(n // 20):
+        got.update(await asyncio.gather(*(one() for _ in range(20))))
+    return got
+
+
+async def test_split_follows_the_weights_and_the_target_sees_its_own_model(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="igw.access")
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(doc(70, 30), {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        n = 400
+        got = await served(gw, n)
+        assert abs(got["v2"] - 0.3 * n) <= 4 * math.sqrt(n * 0.3 * 0.7)
+        assert got["v1"] + got["v2"] == n
+        assert {orjson.loads(r.body)["model"] for r in v2.received} == {"llama-v2"}
+        entries = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+        assert {(e["requested_model"], e["model"]) for e in entries} == {
+            ("llama", "llama-v1"),
+            ("llama", "llama-v2"),
+        }
+        models = await (await gw.http.get(gw.url + "/v1/models")).json()
+        assert {"llama", "llama-v1", "llama-v2"} <= {m["id"] for m in models["data"]}
+
+
+async def test_sticky_tenant_and_live_weight_change_without_failures(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(doc(50, 50, stickyBy="tenant"), {"old": [v1.key], "new": [v2.key]}, reload=True) as gw,
+    ):
+        for tenant in ("alice", "bob", "carol"):
+            assert len(await served(gw, 20, {"x-gateway-inference-fairness-id": tenant})) == 1
+        load = asyncio.create_task(served(gw, 200))  # runs across the reload; every request must succeed
+        gw.config_path.write_text(yaml.safe_dump(doc(0, 100, stickyBy="tenant")))
+        await wait_for(
+            lambda: gw.state.runtime.rewrites.rules["llama"].cumulative[0] == 0.0, within=15, what="reload"
+        )
+        before = await load
+        assert sum(before.values()) == 200
+        after = await served(gw, 40, {"x-gateway-inference-fairness-id": "alice"})
+        assert after == Counter({"v2": 40})

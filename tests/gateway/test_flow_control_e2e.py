@@ -1,0 +1,154 @@
+"""Flow control over real loopback HTTP: saturated requests wait in their band, shedding order,
+Retry-After, TTL, and a disconnecting client leaving the queue."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
+
+MODEL = "m1"
+
+
+def doc(**flow: Any) -> dict[str, Any]:
+    d = config_doc([scheduler("pool", MODEL)], routing={"retryAfter": {"minSeconds": 1, "maxSeconds": 9}})
+    d["spec"]["extensions"]["flowControl"] = {
+        "pollInterval": "10ms",
+        "objectives": [{"name": "chat", "priority": 10}, {"name": "batch", "priority": -5}],
+        **flow,
+    }
+    return d
+
+
+def req() -> dict[str, Any]:
+    return {"model": MODEL, "prompt": "hello", "max_tokens": 3}
+
+
+def queued(gw: Any) -> dict[int, int]:
+    depths: dict[int, int] = gw.state.flow.depths("pool")
+    return depths
+
+
+async def send(gw: Any, objective: str | None, tenant: str = "t1") -> tuple[int, dict[str, str], Any]:
+    headers = {"x-gateway-inference-fairness-id": tenant}
+    if objective is not None:
+        headers["x-gateway-inference-objective"] = objective
+    resp = await gw.post("/v1/completions", req(), headers=headers)
+    return resp.status, dict(resp.headers), await resp.json()
+
+
+async def test_saturated_requests_wait_and_shed_lowest_band_first(gateway: Any) -> None:
+    bands = [
+        {"priority": 10, "maxRequests": 5, "ttl": "60s"},
+        {"priority": 0, "maxRequests": 5, "ttl": "60s"},
+        {"priority": -5, "maxRequests": 5, "ttl": "60s"},
+    ]
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(maxRequests=2, bands=bands), {"pool": [a.key]}) as gw,
+    ):
+        batch = asyncio.create_task(send(gw, "batch"))
+        standard = asyncio.create_task(send(gw, "no-such-objective"))  # unknown objective: Standard
+        await wait_for(lambda: queued(gw) == {-5: 1, 0: 1}, what="batch and standard queued")
+        chat = asyncio.create_task(send(gw, "chat"))
+        # the queue holds 2: the chat request displaces the batch one, which gets 429 + Retry-After
+        status, headers, body = await asyncio.wait_for(batch, timeout=15)
+        assert status == 429
+        assert body["error"]["code"] == "request_shed"
+        assert "priority -5" in body["error"]["message"]
+        assert headers["Retry-After"] == "9"  # nothing dispatched yet: routing.retryAfter.maxSeconds
+        await wait_for(lambda: queued(gw) == {10: 1, 0: 1}, what="chat queued")
+        # a new batch request has nothing lower to displace: refused at once
+        status, headers, body = await send(gw, "batch")
+        assert (status, body["error"]["code"]) == (429, "request_shed")
+        assert "Retry-After" in headers
+        assert a.received == []
+        a.waiting = 0  # capacity returns: both queued requests are served
+        results = await asyncio.wait_for(asyncio.gather(chat, standard), timeout=15)
+        assert [r[0] for r in results] == [200, 200]
+        assert len(a.received) == 2
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert (
+            'igw_flow_rejections_total{priority="-5",reason="displaced",scheduler="pool",tenant="t1"} 1.0'
+            in metrics
+        )
+        assert (
+            'igw_flow_rejections_total{priority="-5",reason="queue_full",scheduler="pool",tenant="t1"} 1.0'
+            in metrics
+        )
+        assert 'igw_flow_queue_depth{priority="10",scheduler="pool"} 0.0' in metrics
+        assert 'igw_flow_wait_seconds_count{priority="10",scheduler="pool"} 1.0' in metrics
+
+
+async def test_queued_request_past_its_ttl_is_shed(gateway: Any) -> None:
+    bands = [{"priority": 0, "ttl": "200ms"}]
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(bands=bands), {"pool": [a.key]}) as gw,
+    ):
+        status, headers, body = await send(gw, None)
+        assert status == 429
+        assert "ttl_expired" in body["error"]["message"]
+        assert "Retry-After" in headers
+        assert a.received == []
+
+
+async def test_client_deadline_header_shortens_the_wait(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(), {"pool": [a.key]}) as gw,
+    ):
+        resp = await gw.post("/v1/completions", req(), headers={"x-gateway-max-queue-ms": "100"})
+        assert resp.status == 429
+        assert "ttl_expired" in (await resp.json())["error"]["message"]
+
+
+async def test_disconnected_client_leaves_the_queue_at_once(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(), {"pool": [a.key]}) as gw,
+    ):
+        task = asyncio.create_task(send(gw, "chat"))
+        await wait_for(lambda: queued(gw) == {10: 1}, what="queued")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await wait_for(lambda: queued(gw) == {}, what="left the queue")
+        a.waiting = 0
+        await asyncio.sleep(0.1)
+        assert a.received == []
+
+
+async def test_without_flow_control_a_saturated_pool_still_answers_429_at_once(gateway: Any) -> None:
+    d = config_doc([scheduler("pool", MODEL)])
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(d, {"pool": [a.key]}) as gw,
+    ):
+        status, _, body = await send(gw, "chat")
+        assert (status, body["error"]["code"]) == (429, "pool_saturated")
+        assert queued(gw) == {}
+
+
+async def test_access_log_names_band_tenant_and_queue_time(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="igw.access")
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(), {"pool": [a.key]}) as gw,
+    ):
+        task = asyncio.create_task(send(gw, "chat", tenant="acme"))
+        await wait_for(lambda: queued(gw) == {10: 1}, what="queued")
+        a.waiting = 0
+        status, _, _ = await asyncio.wait_for(task, timeout=15)
+        assert status == 200
+    entries = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+    entry = next(e for e in entries if e.get("priority") is not None)
+    assert (entry["priority"], entry["tenant"], entry["status"]) == (10, "acme", 200)
+    assert entry["queue_ms"] > 0

@@ -1,0 +1,326 @@
+"""Table tests for the flow-control queues: bands, fairness, ordering, capacity, TTL, cancellation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from igw.config.validate import validate_document
+from igw.scheduling.flow_control import (
+    CRITICAL,
+    SHEDDABLE,
+    STANDARD,
+    BandLimits,
+    Fairness,
+    FlowControlError,
+    FlowController,
+    FlowControlSettings,
+    Offer,
+    Ordering,
+    ShedReason,
+    priority_for,
+)
+from tests.config.cases import base_document
+
+BIG = BandLimits(max_requests=100, max_bytes=1 << 20, ttl_s=30.0)
+
+
+def _settings(**kw: Any) -> FlowControlSettings:
+    kw.setdefault("bands", {CRITICAL: BIG, STANDARD: BIG, SHEDDABLE: BIG})
+    return FlowControlSettings(**kw)
+
+
+def _drain(fc: FlowController, now: float = 0.0) -> list[str]:
+    order: list[str] = []
+    while (item := fc.peek(now)) is not None:
+        fc.take(item, now)
+        order.append(item.request_id)
+    return order
+
+
+def _offer(
+    fc: FlowController,
+    rid: str,
+    priority: int = STANDARD,
+    tenant: str = "t",
+    *,
+    size_bytes: int = 10,
+    now: float = 0.0,
+    client_deadline: float | None = None,
+) -> Offer:
+    return fc.offer(
+        request_id=rid,
+        priority=priority,
+        tenant=tenant,
+        size_bytes=size_bytes,
+        now=now,
+        client_deadline=client_deadline,
+    )
+
+
+def _take_next(fc: FlowController, now: float) -> None:
+    item = fc.peek(now)
+    assert item is not None
+    fc.take(item, now)
+
+
+def test_higher_bands_dispatch_first_any_integer_priority() -> None:
+    fc = FlowController(_settings())
+    for rid, prio in [("s1", SHEDDABLE), ("n1", STANDARD), ("c1", CRITICAL), ("x7", 7), ("n2", STANDARD)]:
+        _offer(fc, rid, prio)
+    assert fc.depths() == {SHEDDABLE: 1, STANDARD: 2, CRITICAL: 1, 7: 1}
+    assert _drain(fc) == ["x7", "c1", "n1", "n2", "s1"]
+    assert len(fc) == 0
+    assert fc.queued_bytes == 0
+
+
+@pytest.mark.parametrize(
+    ("fairness", "expected"),
+    [
+        # a's burst of three arrives first; round-robin still lets b and c go second and third
+        (Fairness.ROUND_ROBIN, ["a1", "b1", "c1", "a2", "b2", "a3"]),
+        (Fairness.GLOBAL, ["a1", "a2", "a3", "b1", "b2", "c1"]),
+    ],
+)
+def test_fairness_across_tenants_within_a_band(fairness: Fairness, expected: list[str]) -> None:
+    fc = FlowController(_settings(fairness=fairness))
+    for i, (rid, tenant) in enumerate(
+        [("a1", "a"), ("a2", "a"), ("a3", "a"), ("b1", "b"), ("b2", "b"), ("c1", "c")]
+    ):
+        _offer(fc, rid, tenant=tenant, now=float(i))
+    assert _drain(fc) == expected
+
+
+@pytest.mark.parametrize(
+    ("ordering", "expected"),
+    [(Ordering.FCFS, ["early", "tight", "late"]), (Ordering.EDF, ["tight", "early", "late"])],
+)
+def test_fcfs_or_earliest_deadline_first(ordering: Ordering, expected: list[str]) -> None:
+    fc = FlowController(_settings(ordering=ordering))
+    _offer(fc, "early", now=0.0)
+    _offer(fc, "tight", now=1.0, client_deadline=5.0)
+    _offer(fc, "late", now=2.0)
+    assert _drain(fc, now=2.0) == expected
+
+
+def test_band_capacity_in_requests_and_bytes() -> None:
+    small = BandLimits(max_requests=2, max_bytes=25, ttl_s=30.0)
+    fc = FlowController(_settings(bands={STANDARD: small, CRITICAL: BIG}))
+    assert _offer(fc, "a").queued
+    assert _offer(fc, "b").queued
+    full = _offer(fc, "c")
+    assert (full.queued, full.reason) == (False, ShedReason.BAND_FULL)
+    _take_next(fc, 0.0)
+    too_big = _offer(fc, "d", size_bytes=16)
+    assert (too_big.queued, too_big.reason) == (False, ShedReason.BAND_FULL)
+    assert _offer(fc, "e", size_bytes=15).queued
+
+
+def test_global_capacity_sheds_sheddable_first_newest_first_and_never_upwards() -> None:
+    fc = FlowController(_settings(max_requests=4))
+    _offer(fc, "s-old", SHEDDABLE, now=0.0)
+    _offer(fc, "s-new", SHEDDABLE, now=1.0)
+    _offer(fc, "n1", STANDARD, now=2.0)
+    _offer(fc, "c1", CRITICAL, now=3.0)
+    # a Standard arrival displaces the newest Sheddable
+    got = _offer(fc, "n2", STANDARD, now=4.0)
+    assert got.queued
+    assert [(d.request.request_id, d.reason) for d in got.displaced] == [("s-new", ShedReason.DISPLACED)]
+    # a Sheddable arrival has nothing lower to displace: refused
+    refused = _offer(fc, "s3", SHEDDABLE, now=5.0)
+    assert (refused.queued, refused.reason) == (False, ShedReason.QUEUE_FULL)
+    # Critical displaces the last Sheddable, then Standard (newest first); never another Critical
+    assert [d.request.request_id for d in _offer(fc, "c2", CRITICAL, now=6.0).displaced] == ["s-old"]
+    assert [d.request.request_id for d in _offer(fc, "c3", CRITICAL, now=7.0).displaced] == ["n2"]
+    assert [d.request.request_id for d in _offer(fc, "c4", CRITICAL, now=8.0).displaced] == ["n1"]
+    last = _offer(fc, "c5", CRITICAL, now=9.0)
+    assert (last.queued, last.reason) == (False, ShedReason.QUEUE_FULL)
+    assert _drain(fc) == ["c1", "c2", "c3", "c4"]
+
+
+def test_global_byte_capacity_displaces_enough_lower_work() -> None:
+    fc = FlowController(_settings(max_bytes=100))
+    for i in range(5):
+        _offer(fc, f"s{i}", SHEDDABLE, size_bytes=20, now=float(i))
+    got = _offer(fc, "c", CRITICAL, size_bytes=50, now=9.0)
+    assert [d.request.request_id for d in got.displaced] == ["s4", "s3", "s2"]
+    assert fc.queued_bytes == 90
+
+
+def test_ttl_per_band_and_client_deadline_when_shorter() -> None:
+    bands = {
+        STANDARD: BandLimits(max_requests=10, max_bytes=1000, ttl_s=5.0),
+        CRITICAL: BandLimits(max_requests=10, max_bytes=1000, ttl_s=60.0),
+    }
+    fc = FlowController(_settings(bands=bands))
+    _offer(fc, "n", STANDARD, now=0.0)
+    _offer(fc, "n-hurry", STANDARD, now=0.0, client_deadline=2.0)
+    _offer(fc, "c", CRITICAL, now=0.0)
+    assert fc.next_deadline() == 2.0
+    assert [s.request.request_id for s in fc.expire(2.0)] == ["n-hurry"]
+    assert list(fc.expire(4.9)) == []
+    assert [(s.request.request_id, s.reason) for s in fc.expire(5.0)] == [("n", ShedReason.TTL_EXPIRED)]
+    assert _drain(fc, 5.0) == ["c"]
+
+
+def test_expired_requests_are_reported_by_the_next_offer() -> None:
+    fc = FlowController(_settings())
+    _offer(fc, "old", now=0.0)
+    got = _offer(fc, "new", now=31.0)
+    assert [(s.request.request_id, s.reason) for s in got.displaced] == [("old", ShedReason.TTL_EXPIRED)]
+
+
+def test_cancel_leaves_at_once_and_frees_capacity() -> None:
+    fc = FlowController(_settings(max_requests=2))
+    _offer(fc, "a", tenant="x")
+    _offer(fc, "b", tenant="y")
+    assert fc.cancel("a") is not None
+    assert "a" not in fc
+    assert fc.cancel("a") is None
+    assert _offer(fc, "c", tenant="x").queued
+    assert _drain(fc) == ["b", "c"]
+
+
+def test_unnamed_priority_uses_nearest_band_limits() -> None:
+    tight = BandLimits(max_requests=1, max_bytes=1000, ttl_s=1.0)
+    fc = FlowController(_settings(bands={CRITICAL: BIG, SHEDDABLE: tight}))
+    assert _offer(fc, "a", -5).queued
+    assert _offer(fc, "b", -5).reason is ShedReason.BAND_FULL
+    assert fc.settings.limits_for(0) is tight  # equidistant from 1 and -1: the lower wins
+
+
+def test_retry_after_from_the_dispatch_rate() -> None:
+    fc = FlowController(_settings())
+    assert fc.retry_after_s(0.0) == 60  # no evidence of draining yet: the upper bound
+    for i in range(10):
+        _offer(fc, f"r{i}", now=float(i))
+    for _ in range(5):
+        _take_next(fc, 10.0)
+    # 5 dispatches in the 10 s window = 0.5/s; 5 queued + the client itself = 12 s
+    assert fc.retry_after_s(10.0) == 12
+    assert fc.retry_after_s(10.0, max_s=8) == 8
+    assert fc.retry_after_s(20.5) == 60  # the dispatches left the window: no evidence again
+
+
+@pytest.mark.parametrize(
+    ("objective", "expected"),
+    [(None, STANDARD), ("Critical", CRITICAL), ("Sheddable", SHEDDABLE), ("chat", 5), ("nope", STANDARD)],
+)
+def test_objective_names_map_to_priorities(objective: str | None, expected: int) -> None:
+    assert priority_for(objective, {"chat": 5}) == expected
+
+
+@pytest.mark.parametrize(
+    ("kw", "path"),
+    [
+        ({"max_requests": 0}, "flowControl.maxRequests"),
+        ({"max_bytes": 0}, "flowControl.maxBytes"),
+        ({"bands": {}}, "flowControl.bands"),
+        ({"bands": {3: BandLimits(max_requests=1, max_bytes=1, ttl_s=0.0)}}, "flowControl.bands[3].ttl"),
+    ],
+)
+def test_bad_settings_name_the_field(kw: dict[str, Any], path: str) -> None:
+    with pytest.raises(FlowControlError, match=path.replace("[", r"\[").replace("]", r"\]")):
+        _settings(**kw)
+
+
+def test_duplicate_request_id_is_refused() -> None:
+    fc = FlowController(_settings())
+    _offer(fc, "a")
+    with pytest.raises(FlowControlError, match="already queued"):
+        _offer(fc, "a")
+
+
+def _flow_doc(flow: dict[str, Any]) -> dict[str, Any]:
+    doc = base_document()
+    doc["spec"]["extensions"] = {"flowControl": flow}
+    return doc
+
+
+def test_extension_settings_are_read_with_defaults() -> None:
+    raw = {
+        "maxRequests": 9,
+        "fairness": "global",
+        "ordering": "edf",
+        "pollInterval": "5ms",
+        "bands": [{"priority": 3, "ttl": "2s"}],
+        "objectives": [{"name": "chat", "priority": 3}],
+    }
+    assert validate_document(_flow_doc(raw)) == []
+    s = FlowControlSettings.from_extension(raw)
+    assert (s.max_requests, s.max_bytes, s.fairness, s.ordering) == (
+        9,
+        128 << 20,
+        Fairness.GLOBAL,
+        Ordering.EDF,
+    )
+    assert s.poll_interval_s == pytest.approx(0.005)
+    assert s.bands == {3: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=2.0)}
+    assert s.objectives == {"chat": 3}
+    assert FlowControlSettings.from_extension({}).bands == FlowControlSettings().bands
+
+
+def test_schema_rejects_bad_flow_control_naming_the_field() -> None:
+    problems = validate_document(_flow_doc({"ordering": "lifo", "bands": [{"priority": 1, "ttl": "soon"}]}))
+    paths = {p.path for p in problems}
+    assert {"spec.extensions.flowControl.ordering", "spec.extensions.flowControl.bands[0].ttl"} <= paths
+
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        ({"bands": [{"priority": 1}, {"priority": 1}]}, "spec.extensions.flowControl.bands[1].priority"),
+        (
+            {"objectives": [{"name": "a", "priority": 1}, {"name": "a", "priority": 2}]},
+            "spec.extensions.flowControl.objectives[1].name",
+        ),
+    ],
+)
+def test_duplicates_are_refused_naming_the_entry(raw: dict[str, Any], path: str) -> None:
+    with pytest.raises(FlowControlError, match=path.replace("[", r"\[").replace("]", r"\]")):
+        FlowControlSettings.from_extension(raw)
+
+
+@pytest.mark.parametrize(
+    ("objective", "model", "tenant", "expected"),
+    [
+        ("chat", "batch-model", "vip", 5),  # a known objective header wins
+        (None, "batch-model", "vip", -3),  # else the model's objective
+        ("nope", "batch-model", None, -3),  # an unknown objective counts as absent
+        (None, "other", "vip", 2),  # else the tenant's
+        (None, "other", "someone", STANDARD),
+    ],
+)
+def test_priority_by_objective_then_model_then_tenant(
+    objective: str | None, model: str, tenant: str | None, expected: int
+) -> None:
+    raw = {
+        "objectives": [
+            {"name": "chat", "priority": 5},
+            {"name": "batch", "priority": -3, "models": ["batch-model"]},
+            {"name": "gold", "priority": 2, "tenants": ["vip"]},
+        ]
+    }
+    assert validate_document(_flow_doc(raw)) == []
+    s = FlowControlSettings.from_extension(raw)
+    got = priority_for(
+        objective,
+        s.objectives,
+        model=model,
+        tenant=tenant,
+        by_model=s.model_priorities,
+        by_tenant=s.tenant_priorities,
+    )
+    assert got == expected
+
+
+def test_a_model_in_two_objectives_is_refused() -> None:
+    raw = {
+        "objectives": [
+            {"name": "a", "priority": 1, "models": ["m"]},
+            {"name": "b", "priority": 2, "models": ["m"]},
+        ]
+    }
+    with pytest.raises(FlowControlError, match=r"objectives\[1\]\.models\[0\]: 'm' already has"):
+        FlowControlSettings.from_extension(raw)
