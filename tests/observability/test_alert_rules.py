@@ -9,10 +9,10 @@ from igw.addon.alert_rules import (
     ALERT_RULES_FILE,
     ALERTS,
     TTFT_SLO_SECONDS,
-    metric_names,
     render_alert_rules,
     rule_groups,
 )
+from igw.addon.promql_names import metric_names
 from igw.config import paths
 from igw.gateway.telemetry import TTFT_BUCKETS
 
@@ -20,9 +20,10 @@ from igw.gateway.telemetry import TTFT_BUCKETS
 def test_metric_names_skips_functions_labels_grouping_and_durations() -> None:
     expr = (
         'sum by (model, le) (rate(igw_a_bucket{le="1.0", code=~"5.."}[5m])) / ignoring(x) '
-        "igw_b offset 1h > 0.5 and on(instance) max(igw_c:ratio) unless time() - 14 * 86400"
+        "igw_b offset 1h > 0.5 and on(instance) max(igw_c:ratio) unless time() - 14 * 86400 "
+        '/ ignoring(endpoint) group_left sum(igw_d{x="$pool"}[$__rate_interval])'
     )
-    assert metric_names(expr) == {"igw_a_bucket", "igw_b", "igw_c:ratio"}
+    assert metric_names(expr) == {"igw_a_bucket", "igw_b", "igw_c:ratio", "igw_d"}
 
 
 def test_every_alert_reads_at_least_one_metric_and_names_are_unique() -> None:

@@ -1,4 +1,5 @@
-"""Names operators know and alerts that read only real series, checked on a live ``igw serve``."""
+"""Names operators know, and alerts and dashboard panels that read only real series, checked on a live
+``igw serve``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from pathlib import Path
 
 from prometheus_client.metrics_core import Metric
 
-from igw.addon.alert_rules import ALERTS, EXTERNAL_METRICS, metric_names
+from igw.addon.alert_rules import ALERTS, EXTERNAL_METRICS
+from igw.addon.dashboards import DASHBOARDS, POOL_VARIABLE_METRIC
+from igw.addon.promql_names import metric_names
 from igw.gateway.epp_compat import EPP_ALIASES, POOL_FAMILIES
 from tests.observability.live_gateway import MODEL, metrics_after_traffic, serving_gateway
 
@@ -47,7 +50,7 @@ async def test_reference_picker_names_carry_the_gateways_values(tmp_path: Path) 
     assert 0.0 <= kv <= 1.0
 
 
-async def test_every_alert_reads_only_series_the_gateway_exports(tmp_path: Path) -> None:
+async def test_every_alert_and_panel_reads_only_series_the_gateway_exports(tmp_path: Path) -> None:
     async with serving_gateway(tmp_path) as url:
         families = await metrics_after_traffic(url)
     exported = set(families) | {s.name for f in families.values() for s in f.samples}
@@ -56,7 +59,14 @@ async def test_every_alert_reads_only_series_the_gateway_exports(tmp_path: Path)
             exported.add(prefix_family.name + "_total")
         if prefix_family.type == "histogram":
             exported |= {prefix_family.name + suffix for suffix in ("_bucket", "_count", "_sum")}
-    dead = {
-        alert.name: sorted(metric_names(alert.expr) - exported - set(EXTERNAL_METRICS)) for alert in ALERTS
-    }
-    assert {name: missing for name, missing in dead.items() if missing} == {}
+    reads = {f"alert {alert.name}": metric_names(alert.expr) for alert in ALERTS}
+    for board in DASHBOARDS:
+        reads[f"{board.uid} variable pool"] = {POOL_VARIABLE_METRIC}
+        for _, panels in board.rows:
+            for panel in panels:
+                reads[f"{board.uid} panel {panel.title}"] = set().union(
+                    *(metric_names(q.expr) for q in panel.queries)
+                )
+    assert all(reads.values()), [where for where, names in reads.items() if not names]
+    dead = {where: sorted(names - exported - set(EXTERNAL_METRICS)) for where, names in reads.items()}
+    assert {where: missing for where, missing in dead.items() if missing} == {}

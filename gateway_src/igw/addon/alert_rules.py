@@ -10,7 +10,6 @@ other components publish (cert-manager's certificate expiry) are listed in
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -160,22 +159,6 @@ ALERTS: Final[tuple[Alert, ...]] = (
     ),
 )
 """Every alert the chart ships."""
-
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_BRACED = re.compile(r"\{[^}]*\}|\[[^\]]*\]")
-_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_IDENT = re.compile(r"(?<![\w.])([A-Za-z_:][A-Za-z0-9_:]*)\b(?!\s*\()")
-_KEYWORDS: Final = frozenset({"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring"})
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression reads.
-
-    Written by hand because no maintained PromQL parser installs from PyPI; it covers the grammar
-    the rules above use: selectors, function calls, aggregations with grouping, binary operators.
-    """
-    bare = _GROUPING.sub(" ", _BRACED.sub(" ", _STRING.sub(" ", expr)))
-    return {name for name in _IDENT.findall(bare) if name not in _KEYWORDS}
 
 
 def rule_groups() -> dict[str, object]:
