@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
+import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import aiohttp
@@ -18,14 +18,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
-from tests.gateway.support import config_doc, scheduler
+from tests.gateway.support import config_doc, scheduler, serving_url
 
 MODEL = "llama"
 
 
 @contextlib.asynccontextmanager
-async def serving_gateway(tmp_path: Path) -> AsyncIterator[str]:
-    """Yield the URL of ``igw serve`` routing ``llama`` to two simulated pods; stop both on exit."""
+async def serving_gateway(
+    tmp_path: Path, *extra_args: str, env: Mapping[str, str] | None = None
+) -> AsyncIterator[str]:
+    """Yield the URL of ``igw serve`` routing ``llama`` to two simulated pods; stop both on exit.
+
+    ``extra_args`` are appended to the command line; ``env`` is added to the process environment.
+    """
     pods = [{"name": f"p{i}", "preset": "llama-3.1-8b/h100", "served_model_name": MODEL} for i in (0, 1)]
     spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 3, "pods": pods})
     async with run_fleet(spec, admin=False) as fleet:
@@ -34,17 +39,13 @@ async def serving_gateway(tmp_path: Path) -> AsyncIterator[str]:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),
             "--endpoints", str(tmp_path / "e.yaml"), "--host", "127.0.0.1", "--port", "0",
-            "--drain-seconds", "0",
+            "--drain-seconds", "0", *extra_args,
             stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
         )  # fmt: skip
         try:
+            url = await serving_url(proc.stderr)
             assert proc.stderr is not None
-            url = None
-            while url is None:
-                line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode()
-                assert line, "igw serve exited before serving"
-                found = re.search(r"serving 1 scheduler\(s\) at (http://\S+)", line)
-                url = found.group(1) if found else None
             drain = asyncio.create_task(_drain(proc.stderr))
             yield url
             proc.send_signal(signal.SIGTERM)
@@ -61,18 +62,23 @@ async def _drain(stream: asyncio.StreamReader) -> None:
         pass
 
 
+async def wait_ready(http: aiohttp.ClientSession, url: str) -> None:
+    for _ in range(200):
+        ready = await http.get(url + "/readyz")
+        ready.release()
+        if ready.status == 200:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{url} never became ready")
+
+
 async def metrics_after_traffic(url: str) -> dict[str, Metric]:
     """Send streamed, plain and failing requests, wait for fresh pod metrics, then scrape.
 
     Returns every exported family by name (a declared family may have no samples yet).
     """
     async with aiohttp.ClientSession() as http:
-        for _ in range(200):
-            ready = await http.get(url + "/readyz")
-            ready.release()
-            if ready.status == 200:
-                break
-            await asyncio.sleep(0.05)
+        await wait_ready(http, url)
         for stream in (False, True, True):
             body = {"model": MODEL, "prompt": "hello world", "max_tokens": 4, "stream": stream}
             resp = await http.post(url + "/v1/completions", json=body)

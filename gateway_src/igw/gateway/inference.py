@@ -159,8 +159,19 @@ async def _route(
         tenant=principal.tenant,
     )
     t0 = time.perf_counter()
-    decision = sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock())
-    obs.decided(sr.spec.name, decision, time.perf_counter() - t0)
+    views = sr.pool.views()
+    decision = sr.scheduler.pick(rreq, views, now=state.clock())
+    elapsed = time.perf_counter() - t0
+    obs.decided(sr.spec.name, decision, elapsed)
+    if state.decision_log is not None:
+        state.decision_log.record(
+            request_id=rid,
+            scheduler=sr.spec.name,
+            model=route.model,
+            candidates=len(views),
+            decision=decision,
+            elapsed_s=elapsed,
+        )
     if decision.kind is DecisionKind.SATURATED:
         obs.rejected("saturated")
         retry = str(math.ceil(decision.retry_after_s or 1))
