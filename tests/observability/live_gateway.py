@@ -34,27 +34,37 @@ async def serving_gateway(
     pods = [{"name": f"p{i}", "preset": "llama-3.1-8b/h100", "served_model_name": MODEL} for i in (0, 1)]
     spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 3, "pods": pods})
     async with run_fleet(spec, admin=False) as fleet:
-        (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler(MODEL, MODEL)])))
-        (tmp_path / "e.yaml").write_text(yaml.safe_dump({"schedulers": {MODEL: [p.key for p in fleet.pods]}}))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),
-            "--endpoints", str(tmp_path / "e.yaml"), "--host", "127.0.0.1", "--port", "0",
-            "--drain-seconds", "0", *extra_args,
-            stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-        )  # fmt: skip
-        try:
-            url = await serving_url(proc.stderr)
-            assert proc.stderr is not None
-            drain = asyncio.create_task(_drain(proc.stderr))
+        keys = [p.key for p in fleet.pods]
+        async with igw_serve(tmp_path, keys, *extra_args, env=env) as url:
             yield url
-            proc.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(proc.wait(), timeout=30)
-            await drain
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def igw_serve(
+    tmp_path: Path, keys: list[str], *extra_args: str, env: Mapping[str, str] | None = None
+) -> AsyncIterator[str]:
+    """Yield the URL of an ``igw serve`` process routing ``llama`` to ``keys``; SIGTERM it on exit."""
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler(MODEL, MODEL)])))
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump({"schedulers": {MODEL: keys}}))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),
+        "--endpoints", str(tmp_path / "e.yaml"), "--host", "127.0.0.1", "--port", "0",
+        "--drain-seconds", "0", *extra_args,
+        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    try:
+        url = await serving_url(proc.stderr)
+        assert proc.stderr is not None
+        drain = asyncio.create_task(_drain(proc.stderr))
+        yield url
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), timeout=30)
+        await drain
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 async def _drain(stream: asyncio.StreamReader) -> None:

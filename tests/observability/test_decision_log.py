@@ -7,18 +7,20 @@ import random
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 import yaml
 
 from igw.cli.main import main
 from igw.errors import IgwGatewayError
 from igw.gateway.debug_api import DEBUG_DECISIONS_PATH, DEBUG_TOKEN_ENV, DecisionDebug
-from igw.gateway.decision_log import DecisionLog
+from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, DecisionLog
 from igw.scheduling.factory import scheduler_from_weights
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import DecisionKind
+from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
-from tests.observability.live_gateway import MODEL, serving_gateway, wait_ready
+from tests.observability.live_gateway import MODEL, igw_serve, serving_gateway, wait_ready
 from tests.scheduling.helpers import ep, req
 
 TOKEN = "operator-debug-token-0123456789"
@@ -41,7 +43,7 @@ def test_ring_buffer_keeps_the_newest_decisions_with_every_score() -> None:
     s = scheduler_from_weights(
         {"queue": 2, "kvCache": 2}, routing=RoutingSettings(stale_threshold_s=1.0), rng=random.Random(1)
     )
-    log = DecisionLog(2)
+    log = DecisionLog(2, token=TOKEN)
     views = [ep("stale", scraped_at=-5.0), ep("a", waiting=3), ep("b", waiting=0)]
     for i in range(3):
         d = s.pick(req(request_id=f"r{i}"), views, now=0.0)
@@ -56,11 +58,14 @@ def test_ring_buffer_keeps_the_newest_decisions_with_every_score() -> None:
     assert len(newest["scored"][0]["scores"]) >= 3  # both scorers and the total
     assert newest["removed"] == [{"endpoint": "stale", "by": "stale or failing metrics"}]
     assert log.latest(1) == entries[:1]
+    assert log.opens(TOKEN)
+    assert not log.opens(None)
+    assert not log.opens(TOKEN[:-1])
 
 
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(IgwGatewayError, match="capacity"):
-        DecisionLog(0)
+        DecisionLog(0, token=TOKEN)
     with pytest.raises(IgwGatewayError, match=DEBUG_TOKEN_ENV):
         DecisionDebug(10, "short")
     assert TOKEN not in repr(DecisionDebug(10, TOKEN))
@@ -123,3 +128,28 @@ async def test_the_debug_page_does_not_exist_unless_enabled(tmp_path: Path) -> N
         resp = await http.get(url + DEBUG_DECISIONS_PATH, headers={"Authorization": f"Bearer {TOKEN}"})
         assert resp.status == 404
         resp.release()
+
+
+async def test_a_request_with_the_token_gets_its_decision_and_the_token_stays_here(tmp_path: Path) -> None:
+    async with running(FakeModelServer("a", waiting=5), FakeModelServer("b")) as (a, b):
+        env = {DEBUG_TOKEN_ENV: TOKEN}
+        gateway = igw_serve(tmp_path, [a.key, b.key], "--debug-decisions", "4", env=env)
+        async with gateway as url, aiohttp.ClientSession() as http:
+            await wait_ready(http, url)
+            body = {"model": MODEL, "prompt": "hi"}
+            resp = await http.post(url + "/v1/completions", json=body, headers={DEBUG_TOKEN_HEADER: TOKEN})
+            assert resp.status == 200
+            served = (await resp.json())["server"]
+            summary = orjson.loads(resp.headers[DECISION_HEADER])
+            assert summary["chosen"] == {"a": a.key, "b": b.key}[served]
+            assert set(summary["scored"]) == {a.key, b.key}
+            assert all("total" in scores for scores in summary["scored"].values())
+            assert summary["removed"] == {}
+            for headers in ({DEBUG_TOKEN_HEADER: "not-the-token-0123456789"}, {}):
+                plain = await http.post(url + "/v1/completions", json=body, headers=headers)
+                assert plain.status == 200
+                assert DECISION_HEADER not in plain.headers
+                await plain.read()
+        forwarded = [r.headers for r in a.received + b.received if r.path == "/v1/completions"]
+        assert len(forwarded) == 3
+        assert all(DEBUG_TOKEN_HEADER.lower() not in {h.lower() for h in hs} for hs in forwarded)

@@ -165,8 +165,8 @@ def create_app(
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
     if decision_debug is not None:
-        state.decision_log = DecisionLog(decision_debug.capacity)
-        add_debug_routes(app, state.decision_log, decision_debug.token)
+        state.decision_log = DecisionLog(decision_debug.capacity, token=decision_debug.token)
+        add_debug_routes(app, state.decision_log)
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await state.guard.start()

@@ -9,7 +9,6 @@ never from a command line, and is compared in constant time). The inference JWTs
 
 from __future__ import annotations
 
-import hmac
 from dataclasses import dataclass
 from typing import Final
 
@@ -43,12 +42,10 @@ class DecisionDebug:
         return f"DecisionDebug(capacity={self.capacity}, token=<redacted>)"
 
 
-def add_debug_routes(app: web.Application, log: DecisionLog, token: str) -> None:
-    expected = token.encode()
-
+def add_debug_routes(app: web.Application, log: DecisionLog) -> None:
     async def decisions(request: web.Request) -> web.Response:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), expected):
+        if scheme.lower() != "bearer" or not log.opens(presented):
             return gateway_error(
                 "debug_token_invalid",
                 f"{DEBUG_DECISIONS_PATH} needs the operator debug token (Authorization: Bearer ...)",

@@ -19,12 +19,13 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import aiohttp
 from aiohttp import web
 
+from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.errors import denial_response, gateway_error, sse_error_event
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
@@ -70,6 +71,8 @@ class _Forward:
     timeout_s: float | None
     what: str
     """What the client asked for, for error messages (``'model-x'`` or ``the default backend``)."""
+    response_headers: dict[str, str] = field(default_factory=dict)
+    """Added to the client's response (the opt-in decision summary)."""
 
 
 async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamResponse:
@@ -163,8 +166,9 @@ async def _route(
     decision = sr.scheduler.pick(rreq, views, now=state.clock())
     elapsed = time.perf_counter() - t0
     obs.decided(sr.spec.name, decision, elapsed)
-    if state.decision_log is not None:
-        state.decision_log.record(
+    log = state.decision_log
+    if log is not None:
+        log.record(
             request_id=rid,
             scheduler=sr.spec.name,
             model=route.model,
@@ -190,6 +194,8 @@ async def _route(
         timeout_s=sr.route_timeout_s,
         what=repr(route.base_model),
     )
+    if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
+        plan.response_headers[DECISION_HEADER] = decision_header(decision)
     return plan, body
 
 
@@ -206,7 +212,7 @@ async def _forward(
     settings = state.runtime.settings
     strip = (
         guard.stripped_request_headers
-        | {MODEL_HEADER, BASE_MODEL_HEADER}
+        | {MODEL_HEADER, BASE_MODEL_HEADER, DEBUG_TOKEN_HEADER.lower()}
         | {h.lower() for h in principal.forward_headers}
     )
     add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": obs.request_id}
@@ -234,7 +240,7 @@ async def _forward(
                     started=obs.started,
                     connect_timeout_s=settings.connect_timeout_s,
                     idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
-                    response_headers={"X-Request-Id": obs.request_id},
+                    response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
                     on_prepared=prepared.append,
                     keepalive_s=settings.sse_keepalive_interval_s,
                 )
