@@ -58,6 +58,8 @@ class LaunchOptions:
     see :mod:`igw.gateway.config_sync`)."""
     decision_debug: DecisionDebug | None = None
     """Keep recent scheduling decisions for ``/debug/decisions`` (off when ``None``)."""
+    emf_interval_s: float | None = None
+    """Log CloudWatch EMF documents at this interval (off when ``None``)."""
     limits: ServerLimits = field(default_factory=ServerLimits)
     """Client timeouts and limits, and the shutdown timing: after SIGTERM ``/readyz`` answers 503
     for ``drain_s`` while requests are still served (so the load balancer stops routing here
@@ -169,6 +171,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             registry=registry,
             service_domain=f"{config.namespace}.svc" if options.in_cluster else None,
             decision_debug=options.decision_debug,
+            emf_interval_s=options.emf_interval_s,
         )
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc

@@ -25,7 +25,7 @@ MODEL = "llama"
 
 @contextlib.asynccontextmanager
 async def serving_gateway(
-    tmp_path: Path, *extra_args: str, env: Mapping[str, str] | None = None
+    tmp_path: Path, *extra_args: str, env: Mapping[str, str] | None = None, stdout: list[str] | None = None
 ) -> AsyncIterator[str]:
     """Yield the URL of ``igw serve`` routing ``llama`` to two simulated pods; stop both on exit.
 
@@ -35,41 +35,52 @@ async def serving_gateway(
     spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 3, "pods": pods})
     async with run_fleet(spec, admin=False) as fleet:
         keys = [p.key for p in fleet.pods]
-        async with igw_serve(tmp_path, keys, *extra_args, env=env) as url:
+        async with igw_serve(tmp_path, keys, *extra_args, env=env, stdout=stdout) as url:
             yield url
 
 
 @contextlib.asynccontextmanager
 async def igw_serve(
-    tmp_path: Path, keys: list[str], *extra_args: str, env: Mapping[str, str] | None = None
+    tmp_path: Path,
+    keys: list[str],
+    *extra_args: str,
+    env: Mapping[str, str] | None = None,
+    stdout: list[str] | None = None,
 ) -> AsyncIterator[str]:
-    """Yield the URL of an ``igw serve`` process routing ``llama`` to ``keys``; SIGTERM it on exit."""
+    """Yield the URL of an ``igw serve`` process routing ``llama`` to ``keys``; SIGTERM it on exit.
+
+    ``stdout``: collects the process's stdout lines (access log, EMF) as they arrive.
+    """
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler(MODEL, MODEL)])))
     (tmp_path / "e.yaml").write_text(yaml.safe_dump({"schedulers": {MODEL: keys}}))
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),
         "--endpoints", str(tmp_path / "e.yaml"), "--host", "127.0.0.1", "--port", "0",
         "--drain-seconds", "0", *extra_args,
-        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL if stdout is None else asyncio.subprocess.PIPE,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
     try:
         url = await serving_url(proc.stderr)
         assert proc.stderr is not None
-        drain = asyncio.create_task(_drain(proc.stderr))
+        drains = [asyncio.create_task(_drain(proc.stderr))]
+        if proc.stdout is not None and stdout is not None:
+            drains.append(asyncio.create_task(_drain(proc.stdout, stdout)))
         yield url
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), timeout=30)
-        await drain
+        await asyncio.gather(*drains)
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
 
 
-async def _drain(stream: asyncio.StreamReader) -> None:
-    while await stream.readline():
-        pass
+async def _drain(stream: asyncio.StreamReader, into: list[str] | None = None) -> None:
+    while line := await stream.readline():
+        if into is not None:
+            into.append(line.decode())
 
 
 async def wait_ready(http: aiohttp.ClientSession, url: str) -> None:

@@ -51,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
     parser.add_argument(
+        "--emf-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="write CloudWatch Embedded Metric Format lines (per-model requests, error rate, P99 "
+        "latency/TTFT; per-pool KV and ready pods) to stdout every SECONDS (default 0: off)",
+    )
+    parser.add_argument(
         "--debug-decisions",
         type=int,
         default=0,
@@ -119,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
     access = logging.StreamHandler(sys.stdout)
     access.setFormatter(RedactingFormatter("%(message)s"))
     logging.getLogger("igw.access").addHandler(access)
+    logging.getLogger("igw.emf").propagate = False
+    logging.getLogger("igw.emf").setLevel(logging.INFO)  # the documents are the output, not diagnostics
+    logging.getLogger("igw.emf").addHandler(access)  # EMF lines share stdout with the access log
     if args.config_map:
         if not args.in_cluster:
             print("igw serve: --config-map needs --in-cluster", file=sys.stderr)
@@ -170,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         reload=not args.no_reload,
         limits=ServerLimits(**{f.name: getattr(args, f.name) for f in fields(ServerLimits)}),
         decision_debug=decision_debug,
+        emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):  # uvloop is in the gateway extra; plain asyncio otherwise

@@ -27,6 +27,7 @@ from igw.config.model import GatewayConfig
 from igw.gateway.debug_api import DecisionDebug, add_debug_routes
 from igw.gateway.decision_log import DecisionLog
 from igw.gateway.discovery import DiscoverySource
+from igw.gateway.emf import emf_context, emf_reporter
 from igw.gateway.errors import REQUEST_ID_HEADER, denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
@@ -132,6 +133,7 @@ def create_app(
     registry: CollectorRegistry | None = None,
     service_domain: str | None = None,
     decision_debug: DecisionDebug | None = None,
+    emf_interval_s: float | None = None,
 ) -> web.Application:
     """Build the gateway for ``config``.
 
@@ -142,7 +144,8 @@ def create_app(
     file; ``load_picker_configs``: resolves the ``configMapRef`` EndpointPickerConfigs of a
     reloaded config (in-cluster: from ConfigMaps); ``service_domain``: in-cluster
     ``<namespace>.svc``, the DNS suffix of ``spec.bbr.defaultBackend`` Services;
-    ``decision_debug``: keep the last decisions and serve them at ``/debug/decisions``.
+    ``decision_debug``: keep the last decisions and serve them at ``/debug/decisions``;
+    ``emf_interval_s``: log CloudWatch EMF documents (logger ``igw.emf``) at this interval.
     """
     if guard is None:
         guard = guard_factory(config) if guard_factory is not None else OpenGuard()
@@ -212,6 +215,8 @@ def create_app(
             await state.guard.close()
 
     app.cleanup_ctx.append(services)
+    if emf_interval_s is not None:
+        app.cleanup_ctx.append(emf_context(emf_reporter(state.metrics), interval_s=emf_interval_s))
     if config.extensions.get(HEARTBEAT_EXTENSION):
         app.cleanup_ctx.append(heartbeat_context(state, config.extensions[HEARTBEAT_EXTENSION]))
     return app

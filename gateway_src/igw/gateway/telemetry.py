@@ -176,7 +176,9 @@ class GatewayMetrics:
             "igw_endpoint_scrapes", "Metrics scrapes by result (ok, error).", ["result"], registry=r
         )
         r.register(_EndpointCollector(lister=lister, clock=clock))
-        r.register(EppCompatCollector(sources=(self.requests, self.duration, self.ttft), lister=lister))
+        self.epp = EppCompatCollector(sources=(self.requests, self.duration, self.ttft), lister=lister)
+        """The reference endpoint picker's names (also read by the CloudWatch EMF reporter)."""
+        r.register(self.epp)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
