@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from igw.config.model import GatewayConfig
 from igw.errors import IgwGatewayError
 from igw.gateway.app import create_app
+from igw.gateway.debug_api import DecisionDebug
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.discovery.kube_client import make_api_client
 from igw.gateway.discovery.static_file import StaticFileDiscovery
@@ -55,6 +56,10 @@ class LaunchOptions:
     config_map: str | None = None
     """``NAMESPACE/NAME[/KEY]``: keep ``config_path`` equal to that ConfigMap key (in-cluster only;
     see :mod:`igw.gateway.config_sync`)."""
+    decision_debug: DecisionDebug | None = None
+    """Keep recent scheduling decisions for ``/debug/decisions`` (off when ``None``)."""
+    emf_interval_s: float | None = None
+    """Log CloudWatch EMF documents at this interval (off when ``None``)."""
     limits: ServerLimits = field(default_factory=ServerLimits)
     """Client timeouts and limits, and the shutdown timing: after SIGTERM ``/readyz`` answers 503
     for ``drain_s`` while requests are still served (so the load balancer stops routing here
@@ -165,6 +170,8 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             load_picker_configs=load_pickers,
             registry=registry,
             service_domain=f"{config.namespace}.svc" if options.in_cluster else None,
+            decision_debug=options.decision_debug,
+            emf_interval_s=options.emf_interval_s,
         )
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc

@@ -6,6 +6,7 @@ The fixture that starts a gateway (``gateway``) lives in ``conftest.py``.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -50,3 +51,14 @@ async def wait_for(cond: Callable[[], bool], *, within: float = 3.0, what: str =
             pytest.fail(f"timed out after {within}s waiting for {what}")
         await asyncio.sleep(0.01)
     return time.monotonic() - t0
+
+
+async def serving_url(stderr: asyncio.StreamReader | None) -> str:
+    """Read an ``igw serve`` process's stderr up to its "serving ... at URL" line; return the URL."""
+    assert stderr is not None
+    while True:
+        line = (await asyncio.wait_for(stderr.readline(), timeout=60)).decode()
+        assert line, "igw serve exited before serving"
+        found = re.search(r"serving \d+ scheduler\(s\) at (http://\S+)", line)
+        if found:
+            return found.group(1)

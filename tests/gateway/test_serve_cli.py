@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import yaml
 
 from igw.cli.main import main
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, scheduler
+from tests.gateway.support import config_doc, scheduler, serving_url
 
 
 def test_invalid_config_exits_2_with_every_problem(
@@ -41,13 +40,7 @@ async def test_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         try:
-            assert proc.stderr is not None
-            url = None
-            while url is None:
-                line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode()
-                assert line, "igw serve exited before serving"
-                found = re.search(r"serving 1 scheduler\(s\) at (http://\S+)", line)
-                url = found.group(1) if found else None
+            url = await serving_url(proc.stderr)
             async with aiohttp.ClientSession() as http:
                 for _ in range(100):
                     if (await http.get(url + "/readyz")).status == 200:

@@ -50,6 +50,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks one)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
+    parser.add_argument(
+        "--emf-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="write CloudWatch Embedded Metric Format lines (per-model requests, error rate, P99 "
+        "latency/TTFT; per-pool KV and ready pods) to stdout every SECONDS (default 0: off)",
+    )
+    parser.add_argument(
+        "--debug-decisions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep the last N scheduling decisions and serve them at /debug/decisions to callers "
+        "presenting the token in $IGW_DEBUG_TOKEN (default 0: off)",
+    )
     d = _default_limits()
     limits = parser.add_argument_group("client timeouts, limits and shutdown")
     for flag, dest, kind, text in (
@@ -111,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
     access = logging.StreamHandler(sys.stdout)
     access.setFormatter(RedactingFormatter("%(message)s"))
     logging.getLogger("igw.access").addHandler(access)
+    logging.getLogger("igw.emf").propagate = False
+    logging.getLogger("igw.emf").setLevel(logging.INFO)  # the documents are the output, not diagnostics
+    logging.getLogger("igw.emf").addHandler(access)  # EMF lines share stdout with the access log
     if args.config_map:
         if not args.in_cluster:
             print("igw serve: --config-map needs --in-cluster", file=sys.stderr)
@@ -133,6 +152,23 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    decision_debug = None
+    if args.debug_decisions:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+        import os
+
+        from igw.errors import IgwGatewayError
+        from igw.gateway.debug_api import DEBUG_TOKEN_ENV, DecisionDebug
+        from igw.gateway.decision_log import MAX_CAPACITY
+
+        if not 1 <= args.debug_decisions <= MAX_CAPACITY:
+            print(f"igw serve: --debug-decisions must be 0..{MAX_CAPACITY}", file=sys.stderr)
+            return EXIT_CONFIG
+        try:
+            decision_debug = DecisionDebug(args.debug_decisions, os.environ.get(DEBUG_TOKEN_ENV, ""))
+        except IgwGatewayError as exc:
+            print(f"igw serve: --debug-decisions: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     options = LaunchOptions(
         config_path=args.config,
         endpoints_file=args.endpoints,
@@ -144,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         reload=not args.no_reload,
         limits=ServerLimits(**{f.name: getattr(args, f.name) for f in fields(ServerLimits)}),
+        decision_debug=decision_debug,
+        emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):  # uvloop is in the gateway extra; plain asyncio otherwise

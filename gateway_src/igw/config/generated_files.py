@@ -36,6 +36,15 @@ GENERATED_FILES: Final[tuple[tuple[str, str], ...]] = (
         "gateway_src/igw/config/bundled/globalrouterconfig.schema.json",
         "igw.global_router.schema:render_bundled_global_schema",
     ),
+    ("addon/chart/inference-gateway/files/alert-rules.yaml", "igw.addon.alert_rules:render_alert_rules"),
+    (
+        "addon/chart/inference-gateway/files/dashboards/igw-overview.json",
+        "igw.addon.dashboards:render_overview",
+    ),
+    (
+        "addon/chart/inference-gateway/files/dashboards/igw-pool.json",
+        "igw.addon.dashboards:render_pool_detail",
+    ),
 )
 
 Generator = Callable[[Path], str]

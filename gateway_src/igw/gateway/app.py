@@ -24,7 +24,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from igw.config.model import GatewayConfig
+from igw.gateway.debug_api import DecisionDebug, add_debug_routes
+from igw.gateway.decision_log import DecisionLog
 from igw.gateway.discovery import DiscoverySource
+from igw.gateway.emf import emf_context, emf_reporter
 from igw.gateway.errors import REQUEST_ID_HEADER, denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
@@ -133,6 +136,8 @@ def create_app(
     load_picker_configs: PickerConfigLoader | None = None,
     registry: CollectorRegistry | None = None,
     service_domain: str | None = None,
+    decision_debug: DecisionDebug | None = None,
+    emf_interval_s: float | None = None,
 ) -> web.Application:
     """Build the gateway for ``config``.
 
@@ -142,7 +147,9 @@ def create_app(
     fixed); ``discovery``: where endpoints come from; ``config_path``: enables hot reload of that
     file; ``load_picker_configs``: resolves the ``configMapRef`` EndpointPickerConfigs of a
     reloaded config (in-cluster: from ConfigMaps); ``service_domain``: in-cluster
-    ``<namespace>.svc``, the DNS suffix of ``spec.bbr.defaultBackend`` Services.
+    ``<namespace>.svc``, the DNS suffix of ``spec.bbr.defaultBackend`` Services;
+    ``decision_debug``: keep the last decisions and serve them at ``/debug/decisions``;
+    ``emf_interval_s``: log CloudWatch EMF documents (logger ``igw.emf``) at this interval.
     """
     if guard is None:
         guard = guard_factory(config) if guard_factory is not None else OpenGuard()
@@ -164,6 +171,9 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
+    if decision_debug is not None:
+        state.decision_log = DecisionLog(decision_debug.capacity, token=decision_debug.token)
+        add_debug_routes(app, state.decision_log)
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await state.guard.start()
@@ -205,6 +215,8 @@ def create_app(
             await state.guard.close()
 
     app.cleanup_ctx.append(services)
+    if emf_interval_s is not None:
+        app.cleanup_ctx.append(emf_context(emf_reporter(state.metrics), interval_s=emf_interval_s))
     if config.extensions.get(HEARTBEAT_EXTENSION):
         app.cleanup_ctx.append(heartbeat_context(state, config.extensions[HEARTBEAT_EXTENSION]))
     return app

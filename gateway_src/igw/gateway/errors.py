@@ -47,6 +47,7 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         "request_too_large": ErrorKind(413, _INVALID),
         "request_line_too_long": ErrorKind(414, _INVALID),
         "request_header_too_large": ErrorKind(431, _INVALID),
+        "debug_token_invalid": ErrorKind(401, "authentication_error"),  # /debug/decisions
         # The fleet cannot take the request now.
         "pool_saturated": ErrorKind(429, "rate_limit_error"),
         "request_shed": ErrorKind(429, "rate_limit_error"),  # flow control shed it from its band's queue

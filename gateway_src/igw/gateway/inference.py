@@ -21,12 +21,13 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import aiohttp
 from aiohttp import web
 
+from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.errors import denial_response, gateway_error, sse_error_event
 from igw.gateway.flow_gate import FAIRNESS_HEADER, MAX_QUEUE_MS_HEADER, Refused
@@ -74,6 +75,8 @@ class _Forward:
     timeout_s: float | None
     what: str
     """What the client asked for, for error messages (``'model-x'`` or ``the default backend``)."""
+    response_headers: dict[str, str] = field(default_factory=dict)
+    """Added to the client's response (the opt-in decision summary)."""
 
 
 async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamResponse:
@@ -169,8 +172,20 @@ async def _route(
         tenant=principal.tenant,
     )
     t0 = time.perf_counter()
-    decision = sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock())
-    obs.decided(sr.spec.name, decision, time.perf_counter() - t0)
+    views = sr.pool.views()
+    decision = sr.scheduler.pick(rreq, views, now=state.clock())
+    elapsed = time.perf_counter() - t0
+    obs.decided(sr.spec.name, decision, elapsed)
+    log = state.decision_log
+    if log is not None:
+        log.record(
+            request_id=rid,
+            scheduler=sr.spec.name,
+            model=route.model,
+            candidates=len(views),
+            decision=decision,
+            elapsed_s=elapsed,
+        )
     if decision.kind is DecisionKind.SATURATED:
         bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
         state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
@@ -205,6 +220,8 @@ async def _route(
         timeout_s=sr.route_timeout_s,
         what=repr(route.base_model),
     )
+    if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
+        plan.response_headers[DECISION_HEADER] = decision_header(decision)
     return plan, body
 
 
@@ -248,7 +265,7 @@ async def _forward(
     settings = state.runtime.settings
     strip = (
         guard.stripped_request_headers
-        | {MODEL_HEADER, BASE_MODEL_HEADER}
+        | {MODEL_HEADER, BASE_MODEL_HEADER, DEBUG_TOKEN_HEADER.lower()}
         | {h.lower() for h in principal.forward_headers}
     )
     add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": obs.request_id}
@@ -276,7 +293,7 @@ async def _forward(
                     started=obs.started,
                     connect_timeout_s=settings.connect_timeout_s,
                     idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
-                    response_headers={"X-Request-Id": obs.request_id},
+                    response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
                     on_prepared=prepared.append,
                     keepalive_s=settings.sse_keepalive_interval_s,
                 )

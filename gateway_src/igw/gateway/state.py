@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from igw.config.model import GatewayConfig
+from igw.gateway.decision_log import DecisionLog
 from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.flow_gate import FlowGates
@@ -46,6 +47,8 @@ class GatewayState:
         self.flow = FlowGates(registry=self.metrics.registry, clock=clock)
         """Flow-control queues per scheduler (``spec.extensions.flowControl``), kept across reloads."""
         self.scraper: Scraper | None = None
+        self.decision_log: DecisionLog | None = None
+        """The last scheduling decisions ("why this pod"), when the gateway runs with a decision log."""
         self.discovered: dict[str, list[DiscoveredEndpoint]] = {}
         self.bbr_adapters: dict[str, str] = {}
         self.default_backend = DefaultBackendResolver(service_domain=service_domain)

@@ -17,6 +17,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from igw.gateway.endpoints import EndpointState
+from igw.gateway.epp_compat import EppCompatCollector
 
 UNKNOWN_MODEL: Final = "(unknown)"
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -175,6 +176,9 @@ class GatewayMetrics:
             "igw_endpoint_scrapes", "Metrics scrapes by result (ok, error).", ["result"], registry=r
         )
         r.register(_EndpointCollector(lister=lister, clock=clock))
+        self.epp = EppCompatCollector(sources=(self.requests, self.duration, self.ttft), lister=lister)
+        """The reference endpoint picker's names (also read by the CloudWatch EMF reporter)."""
+        r.register(self.epp)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import operator
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import cast
@@ -113,11 +113,16 @@ class Scheduler:
     ) -> RoutingDecision:
         if not endpoints:
             return RoutingDecision(kind=DecisionKind.NO_ENDPOINTS, reason="no endpoints discovered")
-        endpoints = fitting(request, endpoints)  # before everything, the all-stale fallback included
+        removed: dict[EndpointKey, str] = {}
+        fits = fitting(request, endpoints)  # before everything, the all-stale fallback included
+        if len(fits) != len(endpoints):
+            _note_removed(removed, endpoints, fits, "context window too small")
+        endpoints = fits
         if not endpoints:
             return RoutingDecision(
                 kind=DecisionKind.NO_ENDPOINTS,
                 reason=f"no endpoint's context window holds {tokens_needed(request)} tokens",
+                removed=removed,
             )
         ctx = CycleContext(request=request, now=now, rng=self.rng)
         threshold = self.settings.stale_threshold_s
@@ -131,15 +136,22 @@ class Scheduler:
             and now - e.scraped_at <= threshold
         ]
         if not fresh:
-            return self._pick_all_stale(ctx, endpoints)
+            return self._pick_all_stale(ctx, endpoints, removed)
+        if len(fresh) != len(endpoints):
+            _note_removed(removed, endpoints, fresh, "stale or failing metrics")
         if self.ledger is not None:
             fresh = self.ledger.annotate(fresh, now=now)
         candidates = fresh
         for f in self.profile.filters:
-            candidates = f.filter(ctx, candidates)
+            kept = f.filter(ctx, candidates)
+            if len(kept) != len(candidates):
+                _note_removed(removed, candidates, kept, f"filter {f.name}")
+            candidates = kept
             if not candidates:
                 return RoutingDecision(
-                    kind=DecisionKind.NO_ENDPOINTS, reason=f"filter {f.name!r} removed every endpoint"
+                    kind=DecisionKind.NO_ENDPOINTS,
+                    reason=f"filter {f.name!r} removed every endpoint",
+                    removed=removed,
                 )
         s = self.settings
         q_thr, kv_thr = s.queue_depth_threshold, s.kv_cache_util_threshold
@@ -167,18 +179,24 @@ class Scheduler:
                 kind=DecisionKind.SATURATED,
                 retry_after_s=float(retry),
                 reason=f"all {len(candidates)} fresh endpoints are over queue {q_thr} or KV {kv_thr}",
+                removed=removed,
             )
-        return self._score_and_pick(ctx, candidates, self.profile.scorers, stale=len(endpoints) - len(fresh))
+        return self._score_and_pick(
+            ctx, candidates, self.profile.scorers, stale=len(endpoints) - len(fresh), removed=removed
+        )
 
-    def _pick_all_stale(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> RoutingDecision:
+    def _pick_all_stale(
+        self, ctx: CycleContext, endpoints: Sequence[EndpointView], removed: dict[EndpointKey, str]
+    ) -> RoutingDecision:
         decision = self._score_and_pick(
-            ctx, endpoints, (WeightedScorer(self._fallback_scorer, 1.0),), stale=0
+            ctx, endpoints, (WeightedScorer(self._fallback_scorer, 1.0),), stale=0, removed=removed
         )
         return RoutingDecision(
             kind=decision.kind,
             endpoint=decision.endpoint,
             fallbacks=decision.fallbacks,
             scores=decision.scores,
+            removed=removed,
             reason=f"all {len(endpoints)} endpoints have stale or failing metrics: "
             "ranked by the gateway's own in-flight counts",
         )
@@ -190,6 +208,7 @@ class Scheduler:
         scorers: Sequence[WeightedScorer],
         *,
         stale: int,
+        removed: Mapping[EndpointKey, str] | None = None,
     ) -> RoutingDecision:
         n = len(candidates)
         totals = [0.0] * n
@@ -244,6 +263,7 @@ class Scheduler:
             fallbacks=tuple(candidates[i].key for i in ranked[1:]),
             scores=scores,
             reason="; ".join(notes),
+            removed=removed if removed is not None else {},
         )
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
@@ -275,3 +295,16 @@ def _all_in_unit_range(values: list[float]) -> bool:
 def _add_weighted(totals: list[float], values: Sequence[float], weight: float) -> list[float]:
     """``totals[i] + values[i] * weight`` for every i, iterated in C (``map`` over ``operator``)."""
     return list(map(operator.add, totals, map(operator.mul, values, repeat(weight))))
+
+
+def _note_removed(
+    removed: dict[EndpointKey, str],
+    before: Sequence[EndpointView],
+    after: Sequence[EndpointView],
+    why: str,
+) -> None:
+    """Record which endpoints a step dropped (called only when it dropped some: no hot-path cost)."""
+    kept = {e.key for e in after}
+    for e in before:
+        if e.key not in kept:
+            removed.setdefault(e.key, why)

@@ -123,6 +123,9 @@ class RoutingDecision:
     retry_after_s: float | None = None
     """For ``SATURATED``: how long the client should wait, computed from the observed drain rate."""
     reason: str = ""
+    removed: Mapping[EndpointKey, str] = field(default_factory=dict)
+    """Endpoints excluded before scoring, each with what excluded it (a filter's name, stale metrics,
+    the context window); for the "why this pod" debug log."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,182 @@
+"""The gateway's Prometheus alert rules as a table, rendered into the chart's PrometheusRule.
+
+:data:`ALERTS` is the one source: ``igw generate`` writes it to
+``addon/chart/inference-gateway/files/alert-rules.yaml`` (the chart embeds that file when
+``prometheusRule.enabled``), and a test checks that every metric an expression reads is on a
+running gateway's ``/metrics`` page, so a renamed metric cannot leave a dead alert. Metrics that
+other components publish (cert-manager's certificate expiry) are listed in
+:data:`EXTERNAL_METRICS` with their source, and are the only exemption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import yaml
+
+ALERT_RULES_FILE: Final = "addon/chart/inference-gateway/files/alert-rules.yaml"
+
+EXTERNAL_METRICS: Final = {
+    "certmanager_certificate_expiration_timestamp_seconds": "cert-manager's controller metrics",
+}
+"""Metrics an alert reads that the gateway does not export, and who does."""
+
+TTFT_SLO_SECONDS: Final = 1.0
+"""TTFT objective: requests whose first token arrives within this many seconds are good (must be a
+boundary of the gateway's TTFT histogram buckets: the burn rate reads that bucket)."""
+TTFT_SLO_TARGET: Final = 0.99
+"""Fraction of requests that must meet :data:`TTFT_SLO_SECONDS` (the P99 objective)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str
+
+
+def _go_float(value: float) -> str:
+    """A bucket boundary as the ``le`` label value the Prometheus client writes (``1.0``, ``0.25``)."""
+    return repr(float(value))
+
+
+def _ttft_bad_ratio(window: str) -> str:
+    le = _go_float(TTFT_SLO_SECONDS)
+    return (
+        f'(1 - sum(rate(igw_time_to_first_token_seconds_bucket{{le="{le}"}}[{window}]))'
+        f" / sum(rate(igw_time_to_first_token_seconds_count[{window}])))"
+    )
+
+
+def _burn(long: str, short: str, factor: float) -> str:
+    budget = round(1 - TTFT_SLO_TARGET, 6)
+    threshold = f"({factor} * {budget})"
+    return f"{_ttft_bad_ratio(long)} > {threshold}\nand\n{_ttft_bad_ratio(short)} > {threshold}"
+
+
+ALERTS: Final[tuple[Alert, ...]] = (
+    Alert(
+        "IgwPoolSaturated",
+        'sum by (model) (rate(igw_rejections_total{reason="saturated"}[5m])) > 0',
+        "10m",
+        "warning",
+        "Model {{ $labels.model }} has been shedding requests (429 saturated) for 10 minutes.",
+        "Every endpoint of the pool is over its saturation thresholds; add replicas or raise the limits.",
+    ),
+    Alert(
+        "IgwPoolKvCacheNearlyFull",
+        "inference_pool_average_kv_cache_utilization > 0.95",
+        "15m",
+        "warning",
+        "Pool {{ $labels.name }} averages over 95% KV-cache use.",
+        "Sustained KV-cache pressure causes preemption and rising latency; scale the pool.",
+    ),
+    Alert(
+        "IgwEndpointScrapeFailing",
+        "igw_endpoint_scrape_failing == 1",
+        "2m",
+        "warning",
+        "Endpoint {{ $labels.endpoint }} of {{ $labels.scheduler }}: metrics scrape failing.",
+        "The gateway routes without this endpoint's load signals; check the model server's /metrics.",
+    ),
+    Alert(
+        "IgwEndpointMetricsStale",
+        "igw_endpoint_scrape_age_seconds > 30",
+        "2m",
+        "warning",
+        "Endpoint {{ $labels.endpoint }} of {{ $labels.scheduler }}: metrics older than 30 s.",
+        "Stale metrics make load-aware routing blind for this endpoint.",
+    ),
+    Alert(
+        "IgwEndpointMetricsFrozen",
+        "igw_endpoint_metrics_frozen == 1",
+        "5m",
+        "warning",
+        "Endpoint {{ $labels.endpoint }}: /metrics no longer changes although it receives traffic.",
+        "A frozen metrics page usually means a hung metrics exporter in the model server.",
+    ),
+    Alert(
+        "IgwEndpointSignalMissing",
+        "igw_endpoint_signal_missing == 1",
+        "10m",
+        "warning",
+        "Endpoint {{ $labels.endpoint }} does not publish {{ $labels.signal }}.",
+        "Routing falls back for this signal; check the engine version and its metric names.",
+    ),
+    Alert(
+        "IgwHigh5xxRatio",
+        'sum(rate(igw_requests_total{code=~"5.."}[5m])) / sum(rate(igw_requests_total[5m])) > 0.05',
+        "5m",
+        "critical",
+        "More than 5% of inference requests fail with a 5xx status.",
+        "Check the gateway access log's error field and the model servers.",
+    ),
+    Alert(
+        "IgwTtftSloFastBurn",
+        _burn("1h", "5m", 14.4),
+        "2m",
+        "critical",
+        "TTFT SLO (P99 under 1 s) error budget burning 14.4x too fast (1h and 5m windows).",
+        "At this rate a 30-day error budget is spent in about two days.",
+    ),
+    Alert(
+        "IgwTtftSloSlowBurn",
+        _burn("6h", "30m", 6.0),
+        "15m",
+        "warning",
+        "TTFT SLO (P99 under 1 s) error budget burning 6x too fast (6h and 30m windows).",
+        "At this rate a 30-day error budget is spent in five days.",
+    ),
+    Alert(
+        "IgwJwksRefreshFailing",
+        'sum(increase(igw_jwks_fetch_total{result="failure"}[15m])) > 0\n'
+        'unless sum(increase(igw_jwks_fetch_total{result="success"}[15m])) > 0',
+        "5m",
+        "warning",
+        "The gateway cannot refresh the JWKS of its token issuer.",
+        "Cached keys keep verifying until they are too stale; then every request is refused with 401.",
+    ),
+    Alert(
+        "IgwJwksNotReady",
+        "igw_jwks_ready == 0 and on(instance) igw_auth_enabled == 1",
+        "5m",
+        "critical",
+        "Authentication is on but the gateway has no usable JWKS keys.",
+        "Every inference request is refused with 401 until the issuer's JWKS can be fetched.",
+    ),
+    Alert(
+        "IgwCertificateExpiringSoon",
+        "certmanager_certificate_expiration_timestamp_seconds - time() < 14 * 86400",
+        "1h",
+        "warning",
+        "Certificate {{ $labels.name }} in {{ $labels.namespace }} expires within 14 days.",
+        "cert-manager should have renewed it; check the Certificate's status and its issuer.",
+    ),
+)
+"""Every alert the chart ships."""
+
+
+def rule_groups() -> dict[str, object]:
+    """The ``spec`` of the PrometheusRule: one group with every alert."""
+    rules = [
+        {
+            "alert": a.name,
+            "expr": a.expr,
+            "for": a.for_,
+            "labels": {"severity": a.severity},
+            "annotations": {"summary": a.summary, "description": a.description},
+        }
+        for a in ALERTS
+    ]
+    return {"groups": [{"name": "igw-gateway", "rules": rules}]}
+
+
+def render_alert_rules(_root: Path) -> str:
+    """The file the chart embeds (``igw generate`` entry)."""
+    header = "# Generated by `igw generate` from igw/addon/alert_rules.py; do not edit.\n"
+    return header + yaml.safe_dump(rule_groups(), sort_keys=False, width=200)

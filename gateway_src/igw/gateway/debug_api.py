@@ -1,0 +1,65 @@
+"""``GET /debug/decisions``: the decision log (:mod:`igw.gateway.decision_log`) for operators.
+
+Registered only when the gateway runs with a decision log, and every call must present the
+operator's debug token (``Authorization: Bearer <token>``; the token comes from the environment,
+never from a command line, and is compared in constant time). The inference JWTs of
+``spec.auth`` do not open it: tenants must not see each other's routing.
+``?limit=N`` returns the newest N entries (default: all kept).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import orjson
+from aiohttp import web
+
+from igw.errors import IgwGatewayError
+from igw.gateway.decision_log import DecisionLog
+from igw.gateway.errors import JSON, gateway_error
+
+DEBUG_DECISIONS_PATH: Final = "/debug/decisions"
+DEBUG_TOKEN_ENV: Final = "IGW_DEBUG_TOKEN"
+MIN_TOKEN_LENGTH: Final = 16
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionDebug:
+    """Turns the decision log on: how many decisions to keep and the token that reads them."""
+
+    capacity: int
+    token: str
+
+    def __post_init__(self) -> None:
+        if len(self.token) < MIN_TOKEN_LENGTH:
+            raise IgwGatewayError(
+                f"{DEBUG_TOKEN_ENV} must hold at least {MIN_TOKEN_LENGTH} characters "
+                "when the decision log is on"
+            )
+
+    def __repr__(self) -> str:  # never print the token
+        return f"DecisionDebug(capacity={self.capacity}, token=<redacted>)"
+
+
+def add_debug_routes(app: web.Application, log: DecisionLog) -> None:
+    async def decisions(request: web.Request) -> web.Response:
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not log.opens(presented):
+            return gateway_error(
+                "debug_token_invalid",
+                f"{DEBUG_DECISIONS_PATH} needs the operator debug token (Authorization: Bearer ...)",
+                param="Authorization",
+            )
+        raw = request.query.get("limit")
+        limit: int | None = None
+        if raw is not None:
+            if not raw.isdigit() or int(raw) < 1:
+                return gateway_error(
+                    "invalid_request", f"limit must be a positive integer, got {raw!r}", param="limit"
+                )
+            limit = int(raw)
+        body = {"capacity": log.capacity, "decisions": log.latest(limit)}
+        return web.Response(body=orjson.dumps(body), content_type=JSON)
+
+    app.router.add_get(DEBUG_DECISIONS_PATH, decisions)

@@ -1,0 +1,97 @@
+""" "Why this pod": the last N scheduling decisions, kept in a bounded ring buffer for operators.
+
+Each entry says which endpoints were candidates, every scored endpoint's per-scorer (weighted)
+scores and total, which endpoints were excluded before scoring and by what (a filter, stale
+metrics, the context window), the picker's choice and its fallbacks. Entries hold routing facts
+only - request id, model, scheduler, endpoint keys and numbers - never a prompt, a header or a
+token, so the page cannot leak credentials.
+
+Off unless the gateway is started with a decision-log size (``igw serve --debug-decisions N``);
+:mod:`igw.gateway.debug_api` serves it to callers presenting the operator token, and a request that
+carries the token in :data:`DEBUG_TOKEN_HEADER` gets its own decision back in
+:data:`DECISION_HEADER` (the token header is never forwarded to the model server).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections import deque
+from typing import Any, Final
+
+import orjson
+
+from igw.errors import IgwGatewayError
+from igw.scheduling.types import RoutingDecision
+
+MAX_CAPACITY: Final = 10_000
+"""Upper bound on the ring size, so a mistyped flag cannot hold unbounded memory."""
+DEBUG_TOKEN_HEADER: Final = "X-Igw-Debug-Token"
+DECISION_HEADER: Final = "X-Igw-Decision"
+HEADER_TOP_N: Final = 5
+"""Scored endpoints listed in :data:`DECISION_HEADER` (the header stays small on large pools)."""
+
+
+class DecisionLog:
+    """A ring buffer of the latest ``capacity`` decisions (older ones are dropped), readable with
+    ``token``."""
+
+    def __init__(self, capacity: int, *, token: str) -> None:
+        if not 1 <= capacity <= MAX_CAPACITY:
+            raise IgwGatewayError(f"decision log capacity must be 1..{MAX_CAPACITY}, got {capacity}")
+        self.capacity = capacity
+        self._token = token.encode()
+        self._entries: deque[dict[str, Any]] = deque(maxlen=capacity)
+
+    def record(
+        self,
+        *,
+        request_id: str,
+        scheduler: str,
+        model: str | None,
+        candidates: int,
+        decision: RoutingDecision,
+        elapsed_s: float,
+    ) -> None:
+        """Append one decision (the scores mapping is copied into plain JSON-ready values)."""
+        ranked = [
+            {"endpoint": key, "rank": rank, "scores": {name: round(v, 6) for name, v in per.items()}}
+            for rank, (key, per) in enumerate(decision.scores.items())
+        ]
+        entry = {
+            "time": time.time(),
+            "request_id": request_id,
+            "scheduler": scheduler,
+            "model": model,
+            "outcome": decision.kind.value,
+            "chosen": decision.endpoint,
+            "fallbacks": list(decision.fallbacks),
+            "candidates": candidates,
+            "scored": ranked,
+            "removed": [{"endpoint": key, "by": why} for key, why in decision.removed.items()],
+            "reason": decision.reason,
+            "decision_us": round(elapsed_s * 1e6, 1),
+        }
+        self._entries.append(entry)
+
+    def opens(self, presented: str | None) -> bool:
+        """Whether ``presented`` is the operator token (compared in constant time)."""
+        return presented is not None and hmac.compare_digest(presented.encode(), self._token)
+
+    def latest(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Newest first, at most ``limit`` (all kept entries when ``None``)."""
+        entries = list(self._entries)
+        entries.reverse()
+        return entries if limit is None else entries[:limit]
+
+
+def decision_header(decision: RoutingDecision) -> str:
+    """A compact JSON summary of one decision for :data:`DECISION_HEADER`: the choice, the top
+    :data:`HEADER_TOP_N` endpoints with their per-scorer scores, what excluded the others."""
+    top = list(decision.scores.items())[:HEADER_TOP_N]
+    summary = {
+        "chosen": decision.endpoint,
+        "scored": {key: {name: round(v, 4) for name, v in per.items()} for key, per in top},
+        "removed": dict(decision.removed),
+    }
+    return orjson.dumps(summary).decode()

@@ -1,0 +1,255 @@
+"""Cluster-level metrics for Amazon CloudWatch as Embedded Metric Format (EMF) log lines.
+
+Every interval the gateway writes one EMF document per model (requests, 5xx error rate, P99
+latency and TTFT over the interval) and one per pool (average KV-cache use, ready pods) to the log
+stream the CloudWatch agent collects (stdout in a container); CloudWatch turns them into metrics
+in :data:`DEFAULT_NAMESPACE` without any API call from the gateway.
+
+The values come from the gateway's own Prometheus families (interval deltas of the counters and
+histogram buckets), so CloudWatch and Prometheus report the same traffic. Quantiles interpolate
+linearly inside the histogram bucket, as Prometheus' ``histogram_quantile`` does.
+
+Written by hand rather than with ``aws-embedded-metrics``: that library flushes through its own
+asynchronous sinks and environment detection; here a document is one JSON line handed to the
+gateway's writer, and :data:`EMF_SCHEMA` (the specification's structure) validates it in tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Final
+
+import orjson
+from aiohttp import web
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import Collector
+
+from igw.gateway.epp_compat import POOL_FAMILIES
+from igw.gateway.telemetry import GatewayMetrics
+from igw.gateway.ticker import Ticker
+
+DEFAULT_NAMESPACE: Final = "InferenceGateway"
+emf_log = logging.getLogger("igw.emf")
+
+EMF_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "required": ["_aws"],
+    "properties": {
+        "_aws": {
+            "type": "object",
+            "required": ["Timestamp", "CloudWatchMetrics"],
+            "properties": {
+                "Timestamp": {"type": "integer", "minimum": 0},
+                "CloudWatchMetrics": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["Namespace", "Dimensions", "Metrics"],
+                        "properties": {
+                            "Namespace": {"type": "string", "minLength": 1, "maxLength": 1024},
+                            "Dimensions": {
+                                "type": "array",
+                                "items": {
+                                    "type": "array",
+                                    "items": {"type": "string", "minLength": 1},
+                                    "maxItems": 30,
+                                },
+                            },
+                            "Metrics": {
+                                "type": "array",
+                                "maxItems": 100,
+                                "items": {
+                                    "type": "object",
+                                    "required": ["Name"],
+                                    "properties": {
+                                        "Name": {"type": "string", "minLength": 1, "maxLength": 1024},
+                                        "Unit": {
+                                            "enum": [
+                                                "Seconds",
+                                                "Microseconds",
+                                                "Milliseconds",
+                                                "Bytes",
+                                                "Percent",
+                                                "Count",
+                                                "Count/Second",
+                                                "None",
+                                            ]
+                                        },
+                                        "StorageResolution": {"enum": [1, 60]},
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        }
+    },
+}
+"""The EMF specification's structure (the subset of units this emitter uses is listed)."""
+
+_MODEL_METRICS: Final = (
+    ("Requests", "Count"),
+    ("ErrorRate", "Percent"),
+    ("LatencyP99", "Milliseconds"),
+    ("TtftP99", "Milliseconds"),
+)
+_POOL_METRICS: Final = (("KvCacheAverage", "Percent"), ("ReadyPods", "Count"))
+
+
+def quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
+    """The ``q`` quantile of cumulative ``(upper bound, count)`` buckets (ending with +Inf), or
+    ``None`` without observations; linear inside a bucket, the last finite bound past it."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower_bound
+            if count == lower_count:
+                return bound
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = bound, count
+    return lower_bound
+
+
+class EmfReporter:
+    """Builds the interval's EMF documents from the gateway's metric families."""
+
+    def __init__(
+        self,
+        *,
+        requests: MetricWrapperBase,
+        duration: MetricWrapperBase,
+        ttft: MetricWrapperBase,
+        pools: Collector,
+        namespace: str = DEFAULT_NAMESPACE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._requests, self._duration, self._ttft, self._pools = requests, duration, ttft, pools
+        self._requests_name = _family_name(requests)
+        self._duration_name = _family_name(duration)
+        self._namespace = namespace
+        self._clock = clock
+        self._previous: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
+
+    def documents(self) -> list[dict[str, Any]]:
+        """This interval's documents (the first call reports everything since start)."""
+        current = dict(self._samples())
+        delta = {k: v - self._previous.get(k, 0.0) for k, v in current.items()}
+        self._previous = current
+        timestamp = int(self._clock() * 1000)
+        out = [self._model_document(model, delta, timestamp) for model in sorted(_models(delta))]
+        out.extend(self._pool_documents(timestamp))
+        return [d for d in out if d is not None]
+
+    def lines(self) -> Iterator[str]:
+        for document in self.documents():
+            yield orjson.dumps(document).decode()
+
+    def _samples(self) -> Iterator[tuple[tuple[str, str, tuple[tuple[str, str], ...]], float]]:
+        for family in (self._requests, self._duration, self._ttft):
+            for metric in family.collect():
+                for s in metric.samples:
+                    if not s.name.endswith("_created"):
+                        yield (metric.name, s.name, tuple(sorted(s.labels.items()))), s.value
+
+    def _model_document(
+        self, model: str, delta: dict[tuple[str, str, tuple[tuple[str, str], ...]], float], timestamp: int
+    ) -> dict[str, Any] | None:
+        requests = errors = 0.0
+        latency: list[tuple[float, float]] = []
+        ttft: list[tuple[float, float]] = []
+        for (family, sample, labels), value in delta.items():
+            lv = dict(labels)
+            if lv.get("model") != model:
+                continue
+            if family == self._requests_name:
+                requests += value
+                if lv.get("code", "").startswith("5"):
+                    errors += value
+            elif sample.endswith("_bucket"):
+                bound = float(lv["le"])
+                (latency if family == self._duration_name else ttft).append((bound, value))
+        if requests <= 0:
+            return None
+        values: dict[str, float] = {"Requests": requests, "ErrorRate": 100.0 * errors / requests}
+        for name, buckets in (("LatencyP99", latency), ("TtftP99", ttft)):
+            q = quantile(0.99, sorted(buckets))
+            if q is not None:
+                values[name] = round(q * 1000, 3)
+        return self._document(timestamp, {"Model": model}, _MODEL_METRICS, values)
+
+    def _pool_documents(self, timestamp: int) -> Iterator[dict[str, Any] | None]:
+        kv: dict[str, float] = {}
+        ready: dict[str, float] = {}
+        for metric in self._pools.collect():
+            for s in metric.samples:
+                if s.name == POOL_FAMILIES[0]:
+                    kv[s.labels["name"]] = s.value
+                elif s.name == POOL_FAMILIES[3]:
+                    ready[s.labels["name"]] = s.value
+        for pool in sorted(ready):
+            values = {"ReadyPods": ready[pool]}
+            if pool in kv:
+                values["KvCacheAverage"] = round(100.0 * kv[pool], 3)
+            yield self._document(timestamp, {"Pool": pool}, _POOL_METRICS, values)
+
+    def _document(
+        self,
+        timestamp: int,
+        dimensions: dict[str, str],
+        metrics: tuple[tuple[str, str], ...],
+        values: dict[str, float],
+    ) -> dict[str, Any]:
+        directive = {
+            "Namespace": self._namespace,
+            "Dimensions": [list(dimensions)],
+            "Metrics": [{"Name": n, "Unit": u} for n, u in metrics if n in values],
+        }
+        return {"_aws": {"Timestamp": timestamp, "CloudWatchMetrics": [directive]}, **dimensions, **values}
+
+
+def _models(delta: dict[tuple[str, str, tuple[tuple[str, str], ...]], float]) -> set[str]:
+    return {dict(labels)["model"] for (_, _, labels) in delta if "model" in dict(labels)}
+
+
+def _family_name(metric: MetricWrapperBase) -> str:
+    return next(iter(metric.collect())).name
+
+
+def emf_reporter(metrics: GatewayMetrics, *, namespace: str = DEFAULT_NAMESPACE) -> EmfReporter:
+    """The reporter for one gateway's metrics."""
+    return EmfReporter(
+        requests=metrics.requests,
+        duration=metrics.duration,
+        ttft=metrics.ttft,
+        pools=metrics.epp,
+        namespace=namespace,
+    )
+
+
+def emf_context(
+    reporter: EmfReporter, *, interval_s: float
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """An aiohttp cleanup context logging the reporter's lines to ``igw.emf`` every ``interval_s``
+    (and once more at shutdown, so the last interval is not lost)."""
+
+    async def tick() -> None:
+        for line in reporter.lines():
+            emf_log.info(line)
+
+    async def context(_app: web.Application) -> AsyncIterator[None]:
+        ticker = Ticker(tick, interval_s=interval_s, name="igw-emf")
+        ticker.start()
+        try:
+            yield
+        finally:
+            await ticker.stop()
+            await tick()
+
+    return context

@@ -1,0 +1,58 @@
+"""The dashboards: generated files fresh, valid Grafana models, shipped by the chart for the sidecar."""
+
+from __future__ import annotations
+
+import json
+
+import kubernetes_validate
+
+from igw.addon import chart, pins
+from igw.addon.dashboards import DASHBOARDS, DASHBOARDS_DIR, render_dashboard
+from igw.config import paths
+
+
+def test_generated_dashboards_are_fresh() -> None:
+    for board in DASHBOARDS:
+        path = paths.REPO_ROOT / DASHBOARDS_DIR / f"{board.uid}.json"
+        assert path.read_text(encoding="utf-8") == render_dashboard(board), f"{path} stale: igw generate"
+
+
+def test_every_panel_has_unique_id_and_ref_ids_and_a_datasource() -> None:
+    for board in DASHBOARDS:
+        model = json.loads(render_dashboard(board))
+        assert model["uid"] == board.uid
+        ids = [p["id"] for p in model["panels"]]
+        assert len(ids) == len(set(ids))
+        queries = [p for p in model["panels"] if p["type"] != "row"]
+        assert len(queries) == sum(len(panels) for _, panels in board.rows)
+        for panel in queries:
+            refs = [t["refId"] for t in panel["targets"]]
+            assert refs == [chr(ord("A") + i) for i in range(len(refs))], panel["title"]
+            assert refs, panel["title"]
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        names = {v["name"] for v in model["templating"]["list"]}
+        assert "datasource" in names
+        assert ("pool" in names) == board.pool_variable
+
+
+def test_chart_ships_dashboards_for_the_sidecar_only_when_enabled() -> None:
+    default = chart.render({"mode": "gateway"}, release="igw", namespace=pins.ADDON_NAMESPACE)
+    assert not [o for o in default if "dashboard" in o["metadata"]["name"]]
+    values = {
+        "mode": "gateway",
+        "grafanaDashboards": {"enabled": True, "annotations": {"grafana_folder": "Inference"}},
+    }
+    objects = chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+    maps = [
+        o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["labels"].get("grafana_dashboard")
+    ]
+    assert len(maps) == len(DASHBOARDS)
+    for config_map in maps:
+        kubernetes_validate.validate(config_map, "1.34.0", strict=True)
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config_map["metadata"]["annotations"] == {"grafana_folder": "Inference"}
+        ((filename, text),) = config_map["data"].items()
+        uid = filename.removesuffix(".json")
+        board = next(b for b in DASHBOARDS if b.uid == uid)
+        assert json.loads(text) == json.loads(render_dashboard(board))
+    assert chart.addon_rule_violations() == []

@@ -1,0 +1,155 @@
+""" "Why this pod": the scheduler names what excluded each endpoint, the ring buffer keeps the last N
+decisions, and ``igw serve --debug-decisions`` serves them only to the operator token."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+import yaml
+
+from igw.cli.main import main
+from igw.errors import IgwGatewayError
+from igw.gateway.debug_api import DEBUG_DECISIONS_PATH, DEBUG_TOKEN_ENV, DecisionDebug
+from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, DecisionLog
+from igw.scheduling.factory import scheduler_from_weights
+from igw.scheduling.settings import RoutingSettings
+from igw.scheduling.types import DecisionKind
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
+from tests.observability.live_gateway import MODEL, igw_serve, serving_gateway, wait_ready
+from tests.scheduling.helpers import ep, req
+
+TOKEN = "operator-debug-token-0123456789"
+
+
+def test_scheduler_names_what_excluded_each_endpoint() -> None:
+    s = scheduler_from_weights(
+        {"queue": 2, "kvCache": 2}, routing=RoutingSettings(stale_threshold_s=1.0), rng=random.Random(1)
+    )
+    views = [ep("stale", scraped_at=-5.0), ep("failing", failing=True), ep("a", waiting=3), ep("b", kv=0.9)]
+    d = s.pick(req(), views, now=0.0)
+    assert d.kind is DecisionKind.PICKED
+    assert d.removed == {"stale": "stale or failing metrics", "failing": "stale or failing metrics"}
+    assert set(d.scores) == {"a", "b"}
+    all_fresh = s.pick(req(), views[2:], now=0.0)
+    assert all_fresh.removed == {}
+
+
+def test_ring_buffer_keeps_the_newest_decisions_with_every_score() -> None:
+    s = scheduler_from_weights(
+        {"queue": 2, "kvCache": 2}, routing=RoutingSettings(stale_threshold_s=1.0), rng=random.Random(1)
+    )
+    log = DecisionLog(2, token=TOKEN)
+    views = [ep("stale", scraped_at=-5.0), ep("a", waiting=3), ep("b", waiting=0)]
+    for i in range(3):
+        d = s.pick(req(request_id=f"r{i}"), views, now=0.0)
+        log.record(request_id=f"r{i}", scheduler="p", model="m", candidates=3, decision=d, elapsed_s=1e-5)
+    entries = log.latest()
+    assert [e["request_id"] for e in entries] == ["r2", "r1"]
+    newest = entries[0]
+    assert newest["chosen"] == "b"
+    assert newest["fallbacks"] == ["a"]
+    assert [c["endpoint"] for c in newest["scored"]] == ["b", "a"]
+    assert set(newest["scored"][0]["scores"]) >= {"total"}
+    assert len(newest["scored"][0]["scores"]) >= 3  # both scorers and the total
+    assert newest["removed"] == [{"endpoint": "stale", "by": "stale or failing metrics"}]
+    assert log.latest(1) == entries[:1]
+    assert log.opens(TOKEN)
+    assert not log.opens(None)
+    assert not log.opens(TOKEN[:-1])
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(IgwGatewayError, match="capacity"):
+        DecisionLog(0, token=TOKEN)
+    with pytest.raises(IgwGatewayError, match=DEBUG_TOKEN_ENV):
+        DecisionDebug(10, "short")
+    assert TOKEN not in repr(DecisionDebug(10, TOKEN))
+
+
+def test_serve_refuses_the_decision_log_without_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(DEBUG_TOKEN_ENV, raising=False)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler(MODEL, MODEL)])))
+    code = main(
+        ["serve", "--config", str(tmp_path / "c.yaml"), "--endpoints", "e.yaml", "--debug-decisions", "5"]
+    )
+    assert code == 2
+    assert DEBUG_TOKEN_ENV in capsys.readouterr().err
+
+
+async def test_serve_shows_recent_decisions_only_to_the_operator_token(tmp_path: Path) -> None:
+    args = ("--debug-decisions", "2")
+    gateway = serving_gateway(tmp_path, *args, env={DEBUG_TOKEN_ENV: TOKEN})
+    async with gateway as url, aiohttp.ClientSession() as http:
+        await wait_ready(http, url)
+        ids = []
+        for _ in range(3):
+            resp = await http.post(
+                url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}
+            )
+            assert resp.status == 200
+            ids.append(resp.headers["X-Request-Id"])
+            await resp.read()
+        for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": TOKEN}):
+            denied = await http.get(url + DEBUG_DECISIONS_PATH, headers=headers)
+            assert denied.status == 401
+            assert (await denied.json())["error"]["param"] == "Authorization"
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        page = await http.get(url + DEBUG_DECISIONS_PATH, headers=auth)
+        assert page.status == 200
+        text = await page.text()
+        assert TOKEN not in text
+        body = await page.json()
+        assert body["capacity"] == 2
+        decisions = body["decisions"]
+        assert [d["request_id"] for d in decisions] == [ids[2], ids[1]]
+        for d in decisions:
+            assert d["scheduler"] == MODEL
+            assert d["outcome"] == "picked"
+            assert d["candidates"] == 2
+            assert d["scored"][0]["endpoint"] == d["chosen"]
+            assert "total" in d["scored"][0]["scores"]
+        one = await (await http.get(url + DEBUG_DECISIONS_PATH + "?limit=1", headers=auth)).json()
+        assert [d["request_id"] for d in one["decisions"]] == [ids[2]]
+        bad = await http.get(url + DEBUG_DECISIONS_PATH + "?limit=0", headers=auth)
+        assert bad.status == 400
+        assert (await bad.json())["error"]["param"] == "limit"
+
+
+async def test_the_debug_page_does_not_exist_unless_enabled(tmp_path: Path) -> None:
+    async with serving_gateway(tmp_path) as url, aiohttp.ClientSession() as http:
+        await wait_ready(http, url)
+        resp = await http.get(url + DEBUG_DECISIONS_PATH, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert resp.status == 404
+        resp.release()
+
+
+async def test_a_request_with_the_token_gets_its_decision_and_the_token_stays_here(tmp_path: Path) -> None:
+    async with running(FakeModelServer("a", waiting=5), FakeModelServer("b")) as (a, b):
+        env = {DEBUG_TOKEN_ENV: TOKEN}
+        gateway = igw_serve(tmp_path, [a.key, b.key], "--debug-decisions", "4", env=env)
+        async with gateway as url, aiohttp.ClientSession() as http:
+            await wait_ready(http, url)
+            body = {"model": MODEL, "prompt": "hi"}
+            resp = await http.post(url + "/v1/completions", json=body, headers={DEBUG_TOKEN_HEADER: TOKEN})
+            assert resp.status == 200
+            served = (await resp.json())["server"]
+            summary = orjson.loads(resp.headers[DECISION_HEADER])
+            assert summary["chosen"] == {"a": a.key, "b": b.key}[served]
+            assert set(summary["scored"]) == {a.key, b.key}
+            assert all("total" in scores for scores in summary["scored"].values())
+            assert summary["removed"] == {}
+            for headers in ({DEBUG_TOKEN_HEADER: "not-the-token-0123456789"}, {}):
+                plain = await http.post(url + "/v1/completions", json=body, headers=headers)
+                assert plain.status == 200
+                assert DECISION_HEADER not in plain.headers
+                await plain.read()
+        forwarded = [r.headers for r in a.received + b.received if r.path == "/v1/completions"]
+        assert len(forwarded) == 3
+        assert all(DEBUG_TOKEN_HEADER.lower() not in {h.lower() for h in hs} for hs in forwarded)

@@ -1,0 +1,85 @@
+"""CloudWatch EMF: documents valid per the specification's structure, interval deltas, quantiles, and
+``igw serve --emf-interval`` writing them to stdout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import jsonschema
+import orjson
+import pytest
+
+from igw.gateway.emf import DEFAULT_NAMESPACE, EMF_SCHEMA, emf_reporter, quantile
+from igw.gateway.telemetry import GatewayMetrics
+from tests.observability.live_gateway import MODEL, serving_gateway, wait_ready
+
+
+def _check(document: dict[str, object]) -> None:
+    """Valid per the schema, and every metric a directive names is a member of the document."""
+    jsonschema.validate(document, EMF_SCHEMA)
+    aws = document["_aws"]
+    assert isinstance(aws, dict)
+    for directive in aws["CloudWatchMetrics"]:
+        for dimension_set in directive["Dimensions"]:
+            assert all(isinstance(document[d], str) for d in dimension_set)
+        for metric in directive["Metrics"]:
+            assert isinstance(document[metric["Name"]], float | int)
+
+
+def test_quantile_interpolates_inside_the_bucket() -> None:
+    buckets = [(0.1, 50.0), (1.0, 100.0), (float("inf"), 100.0)]
+    assert quantile(0.5, buckets) == pytest.approx(0.1)
+    assert quantile(0.75, buckets) == pytest.approx(0.55)
+    assert quantile(0.99, [(0.1, 0.0), (float("inf"), 0.0)]) is None
+    assert quantile(0.99, [(0.1, 0.0), (float("inf"), 4.0)]) == 0.1  # past the last finite bound
+
+
+def test_documents_report_interval_deltas_per_model() -> None:
+    metrics = GatewayMetrics(lister=lambda: [], clock=lambda: 0.0)
+    reporter = emf_reporter(metrics)
+    for code, seconds in (("200", 0.02), ("200", 0.03), ("503", 2.0)):
+        metrics.requests.labels("m", code).inc()
+        metrics.duration.labels("m").observe(seconds)
+    metrics.ttft.labels("m").observe(0.05)
+    (doc,) = reporter.documents()
+    _check(doc)
+    assert doc["Model"] == "m"
+    assert doc["Requests"] == 3
+    assert doc["ErrorRate"] == pytest.approx(100 / 3)
+    assert 1000 < doc["LatencyP99"] <= 2500  # the 503's 2 s lies in the (1, 2.5] bucket
+    assert 40 < doc["TtftP99"] <= 60
+    assert doc["_aws"]["CloudWatchMetrics"][0]["Namespace"] == DEFAULT_NAMESPACE
+    assert reporter.documents() == []  # nothing new in this interval
+    metrics.requests.labels("m", "200").inc()
+    metrics.duration.labels("m").observe(0.02)
+    (later,) = reporter.documents()
+    assert later["Requests"] == 1
+    assert later["ErrorRate"] == 0
+    assert "TtftP99" not in later
+    assert [m["Name"] for m in later["_aws"]["CloudWatchMetrics"][0]["Metrics"]] == [
+        "Requests",
+        "ErrorRate",
+        "LatencyP99",
+    ]
+
+
+async def test_serve_writes_emf_lines_for_models_and_pools(tmp_path: Path) -> None:
+    lines: list[str] = []
+    gateway = serving_gateway(tmp_path, "--emf-interval", "0.2", stdout=lines)
+    async with gateway as url, aiohttp.ClientSession() as http:
+        await wait_ready(http, url)
+        resp = await http.post(
+            url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}
+        )
+        assert resp.status == 200
+        await resp.read()
+    documents = [orjson.loads(line) for line in lines if '"_aws"' in line]
+    for document in documents:
+        _check(document)
+    models = [d for d in documents if "Model" in d]
+    assert sum(d["Requests"] for d in models) == 1
+    pools = [d for d in documents if d.get("Pool") == MODEL]
+    assert pools
+    assert pools[-1]["ReadyPods"] == 2
+    assert 0 <= pools[-1]["KvCacheAverage"] <= 100
