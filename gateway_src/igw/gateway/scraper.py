@@ -158,7 +158,7 @@ class Scraper:
         now = self._clock()
         if self._frozen(sr, state, hash(raw), now, stale_after_s=self._runtime().settings.stale_threshold_s):
             return
-        parsed = parse_page(text, sr.families)
+        parsed = parse_page(text, sr.families, state.page.family_starts)
         missing = parsed.missing
         if not sr.spec.lora_adapters:
             missing = frozenset(m for m in missing if m.split("{")[0] not in _LORA_FAMILIES)
