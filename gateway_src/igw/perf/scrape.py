@@ -34,6 +34,7 @@ from igw.gateway.metrics_parser import VLLM, FamilyStarts, parse_page
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scraper import Scraper
 from igw.gateway.telemetry import GatewayMetrics
+from igw.perf.gateway_load import cpu_seconds
 from igw.perf.scrape_fleet import page_variants
 
 HELP = "Scrape cost: CPU per scrape and per pod, and staleness, for simulated fleets of N pods."
@@ -51,6 +52,8 @@ class ScrapeRow:
     cpu_s: float
     sys_s: float
     """The kernel's share of ``cpu_s`` (loopback TCP: both ends' network stack runs in the caller)."""
+    fleet_cpu_s: float
+    """The fleet process's CPU: near a full core, it (not the scraper) limits the scrapes achieved."""
     staleness_max_s: float
     staleness_p50_s: float
     interval_s: float
@@ -96,8 +99,8 @@ def _config_doc(interval_s: float, stale_s: float) -> dict[str, object]:
 
 
 @contextlib.asynccontextmanager
-async def fleet(pods: int) -> AsyncIterator[list[int]]:
-    """Run the fleet process; yields its ports, closes its stdin (which stops it) on exit."""
+async def fleet(pods: int) -> AsyncIterator[tuple[int, list[int]]]:
+    """Run the fleet process; yields its pid and ports, closes its stdin (which stops it) on exit."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "igw.cli.perf_scrape_fleet_process", "--pods", str(pods),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -108,7 +111,7 @@ async def fleet(pods: int) -> AsyncIterator[list[int]]:
         line = (await asyncio.wait_for(proc.stdout.readline(), FLEET_START_TIMEOUT_S)).decode()
         if not line.startswith("PORTS "):
             raise RuntimeError(f"the scrape fleet did not start: {line.strip()!r}")
-        yield [int(p) for p in line.split()[1].split(",")]
+        yield proc.pid, [int(p) for p in line.split()[1].split(",")]
     finally:
         proc.stdin.close()
         try:
@@ -121,7 +124,7 @@ async def fleet(pods: int) -> AsyncIterator[list[int]]:
 async def measure(pods: int, *, seconds: float, interval_s: float, stale_s: float) -> ScrapeRow:
     """Scrape a fleet of ``pods`` for ``seconds`` after one second of warm-up."""
     clock = time.monotonic
-    async with fleet(pods) as ports:
+    async with fleet(pods) as (fleet_pid, ports):
         runtime = GatewayRuntime(
             build_gateway_config(_config_doc(interval_s, stale_s)), rng=random.Random(0), clock=clock
         )
@@ -141,10 +144,12 @@ async def measure(pods: int, *, seconds: float, interval_s: float, stale_s: floa
 
                 ages: list[float] = []
                 n0, usage0, t0 = scrapes(), resource.getrusage(resource.RUSAGE_SELF), clock()
+                fleet0 = cpu_seconds(fleet_pid)
                 while (now := clock()) - t0 < seconds:
                     ages.append(max(now - (s.scraped_at or 0.0) for s in pool.states.values()))
                     await asyncio.sleep(interval_s)
                 usage, elapsed, done = resource.getrusage(resource.RUSAGE_SELF), clock() - t0, scrapes() - n0
+                fleet_cpu = cpu_seconds(fleet_pid) - fleet0
             finally:
                 await scraper.close()
     if not done:
@@ -155,6 +160,7 @@ async def measure(pods: int, *, seconds: float, interval_s: float, stale_s: floa
         scrapes=int(done),
         cpu_s=usage.ru_utime - usage0.ru_utime + usage.ru_stime - usage0.ru_stime,
         sys_s=usage.ru_stime - usage0.ru_stime,
+        fleet_cpu_s=fleet_cpu,
         staleness_max_s=max(ages),
         staleness_p50_s=statistics.median(ages),
         interval_s=interval_s,
@@ -199,14 +205,16 @@ def _print_rows(rows: list[ScrapeRow], *, header: bool = True) -> None:
     if header:
         print(
             f"{'pods':>6} {'scrapes':>8} {'achieved':>8} {'CPU/scrape':>11} {'of it sys':>10} "
-            f"{'vs 50 µs':>8} {'core %/pod':>10} {'core % total':>12} {'stale p50':>10} {'stale max':>10}"
+            f"{'vs 50 µs':>8} {'core %/pod':>10} {'core % total':>12} {'fleet core %':>12} "
+            f"{'stale p50':>10} {'stale max':>10}"
         )
     for r in rows:
         print(
             f"{r.pods:>6} {r.scrapes:>8} {r.achieved:>8.2f} {r.us_per_scrape:>8.0f} µs "
             f"{r.sys_us_per_scrape:>7.0f} µs "
             f"{r.us_per_scrape / TARGET_US_PER_SCRAPE:>7.1f}× {r.core_pct_per_pod:>10.3f} "
-            f"{r.core_pct_per_pod * r.pods:>12.1f} {r.staleness_p50_s * 1000:>7.0f} ms "
+            f"{r.core_pct_per_pod * r.pods:>12.1f} {r.fleet_cpu_s / r.seconds * 100:>12.1f} "
+            f"{r.staleness_p50_s * 1000:>7.0f} ms "
             f"{r.staleness_max_s * 1000:>7.0f} ms"
         )
 
