@@ -66,6 +66,7 @@ def test_every_simulated_vllm_version_parses_the_same_with_hints(version: str) -
     assert hinted.metrics.running == reference[VLLM.running]
     assert hinted.metrics.kv_usage == reference[kv_name] > 0
     assert hinted.kv_source == kv_name
+    assert (VLLM.kv_usage[0] in hinted.missing) is (version == "0.9.1")
     assert hinted.metrics.num_gpu_blocks == engine.pool.num_blocks
 
 
