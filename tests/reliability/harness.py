@@ -27,8 +27,8 @@ from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.state import GatewayState
 from igw.perf.serve_process import ServeProcess, serve_process
 from igw.sim.spec import FleetSpec
-from tests.gateway.conftest import config_doc, scheduler
 from tests.gateway.fake_model_server import FakeModelServer
+from tests.gateway.support import config_doc, scheduler
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
