@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _default_limits() -> Any:
-    # Imported here like every gateway import of this module: ``igw --help`` must not load aiohttp.
+    # deferred: like every gateway import of this module, ``igw --help`` must not load aiohttp
     from igw.gateway.serving import ServerLimits
 
     return ServerLimits()

@@ -29,6 +29,7 @@ from typing import Final
 import aiohttp
 
 from igw.config.build import build_gateway_config
+from igw.errors import IgwToolingError
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.metrics_parser import VLLM, FamilyStarts, parse_page
 from igw.gateway.runtime import GatewayRuntime
@@ -42,6 +43,10 @@ TARGET_US_PER_SCRAPE: Final = 50.0
 """The issue's goal for one scrape's CPU (HTTP and parsing together)."""
 SCHEDULER: Final = "bench"
 FLEET_START_TIMEOUT_S: Final = 120.0
+
+
+class ScrapeBenchmarkError(IgwToolingError, RuntimeError):
+    """The simulated fleet did not start, or no scrape of it succeeded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +111,11 @@ async def fleet(pods: int) -> AsyncIterator[tuple[int, list[int]]]:
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     if proc.stdin is None or proc.stdout is None:
-        raise RuntimeError("the scrape fleet process has no pipes")
+        raise ScrapeBenchmarkError("the scrape fleet process has no pipes")
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), FLEET_START_TIMEOUT_S)).decode()
         if not line.startswith("PORTS "):
-            raise RuntimeError(f"the scrape fleet did not start: {line.strip()!r}")
+            raise ScrapeBenchmarkError(f"the scrape fleet did not start: {line.strip()!r}")
         yield proc.pid, [int(p) for p in line.split()[1].split(",")]
     finally:
         proc.stdin.close()
@@ -153,7 +158,7 @@ async def measure(pods: int, *, seconds: float, interval_s: float, stale_s: floa
             finally:
                 await scraper.close()
     if not done:
-        raise RuntimeError(f"no scrape of the {pods}-pod fleet succeeded (see the log above)")
+        raise ScrapeBenchmarkError(f"no scrape of the {pods}-pod fleet succeeded (see the log above)")
     return ScrapeRow(
         pods=pods,
         seconds=elapsed,

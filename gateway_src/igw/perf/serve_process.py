@@ -19,12 +19,14 @@ from typing import Final
 
 import aiohttp
 
+from igw.errors import IgwToolingError
+
 START_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 60.0
 _SERVING: Final = re.compile(r"serving \d+ scheduler\(s\) at (https?://\S+)")
 
 
-class ServeStartError(RuntimeError):
+class ServeStartError(IgwToolingError, RuntimeError):
     """``igw serve`` exited, or did not become ready, during start-up."""
 
 
