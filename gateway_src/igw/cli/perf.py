@@ -14,7 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-HELP = "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak."
+HELP = (
+    "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak, scrape cost."
+)
 
 SOAK_SETTLE_S: Final = 65.0
 """Default idle wait of ``igw perf soak`` before counting descriptors (see :data:`igw.perf.soak.SETTLE_S`)."""
@@ -92,6 +94,21 @@ def _soak_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1)
 
 
+def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pods",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[16, 64, 256],
+        help="comma-separated fleet sizes, each measured in turn (default 16,64,256)",
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured wall time per fleet size")
+    parser.add_argument("--interval", type=float, default=0.05, help="scrape interval in seconds (0.05)")
+    parser.add_argument(
+        "--stale-threshold", type=float, default=1.0, help="staleness bound in seconds (default 1.0)"
+    )
+    parser.add_argument("--parse-iterations", type=int, default=2000, help="pages parsed for the parse row")
+
+
 BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (
     # (benchmark name, module under igw.perf defining HELP and run(args), its command-line options)
     ("gateway", "igw.perf.gateway", _gateway_arguments),
@@ -99,6 +116,7 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("des", "igw.perf.des", _des_arguments),
     ("checks", "igw.perf.checks", _checks_arguments),
     ("soak", "igw.perf.soak", _soak_arguments),
+    ("scrape", "igw.perf.scrape", _scrape_arguments),
 )
 
 

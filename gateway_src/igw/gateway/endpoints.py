@@ -34,6 +34,8 @@ class PageTracker:
     unseen_since: float | None = None
     """When a dispatch the page has not reflected was first noticed."""
     frozen: bool = False
+    family_starts: dict[str, int] = field(default_factory=dict)
+    """Where each routing family started on the previous page: the parser's search hints."""
 
 
 @dataclass(slots=True)

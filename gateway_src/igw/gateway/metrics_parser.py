@@ -53,33 +53,83 @@ class ParsedPage:
     """The family the KV value came from, or ``None``."""
 
 
-def series(text: str, name: str) -> list[tuple[str, str]]:
-    """``(label text, value text)`` of every sample line of family ``name`` (exact name match)."""
-    out: list[tuple[str, str]] = []
+HINT_WINDOW: Final = 4096
+"""Characters before a family's previous position where the search for it starts (values that grew
+or shrank earlier on the page move it by a few characters; a family that moved further is found by
+searching the rest of the page)."""
+
+FamilyStarts = dict[str, int]
+"""Family -> where its first sample line started on the endpoint's previous page (a search hint)."""
+
+
+def _is_sample(text: str, i: int, name: str) -> bool:
+    """True when the line at ``i`` is a sample of exactly ``name`` (not of a longer name it prefixes)."""
+    j = i + len(name)
+    return text.startswith(name, i) and text[j : j + 1] in ("{", " ")
+
+
+def _first_sample(text: str, name: str, lo: int = 0, hi: int | None = None) -> int:
+    """Index of the first line in ``text[lo:hi]`` that is a sample of ``name``, or -1."""
+    if lo == 0 and _is_sample(text, 0, name):
+        return 0
     needle = "\n" + name
+    end = len(text) if hi is None else min(len(text), hi + len(needle))
+    k = text.find(needle, max(0, lo - 1), end)
+    while k != -1:
+        if _is_sample(text, k + 1, name):
+            return k + 1
+        k = text.find(needle, k + 1, end)
+    return -1
+
+
+def _group_start(text: str, name: str, hint: int | None) -> int:
+    """Where the samples of ``name`` start: near ``hint`` when it still holds, else by a full search.
+
+    Only the part of the page the hint skipped is searched again when the family is not found after
+    it, so an absent family costs one scan of the page, as without a hint.
+    """
+    if hint is None:
+        return _first_sample(text, name)
+    lo = max(0, hint - HINT_WINDOW)
+    i = _first_sample(text, name, lo)
+    if i == -1:
+        return _first_sample(text, name, 0, lo) if lo else -1
+    if i > 0 and lo > 0:
+        previous = text.rfind("\n", 0, i - 1) + 1
+        if _is_sample(text, previous, name):  # started inside the group: its start lies before lo
+            return _first_sample(text, name)
+    return i
+
+
+def series(text: str, name: str, starts: FamilyStarts | None = None) -> list[tuple[str, str]]:
+    """``(label text, value text)`` of every sample line of family ``name`` (exact name match).
+
+    The exposition format keeps all lines of a family in one group, so reading stops at the first
+    line after the group instead of searching the rest of the page. ``starts`` (one per endpoint)
+    remembers where each family began, so the next page of the same endpoint is searched from there.
+    """
+    i = _group_start(text, name, None if starts is None else starts.get(name))
+    if starts is not None:
+        if i == -1:
+            starts.pop(name, None)
+        else:
+            starts[name] = i
+    out: list[tuple[str, str]] = []
     size = len(name)
-    if text.startswith(name):
-        i = 0
-    else:
-        k = text.find(needle)
-        i = -1 if k == -1 else k + 1
-    while i != -1:
+    while i != -1 and _is_sample(text, i, name):
         j = i + size
-        c = text[j : j + 1]
-        if c == "{" or c == " ":
-            end = text.find("\n", j)
-            line = text[j:] if end == -1 else text[j:end]
-            if c == "{":
-                close = line.rfind("}")
-                rest = line[close + 1 :].split()
-                if close > 0 and rest:
-                    out.append((line[1:close], rest[0]))
-            else:
-                rest = line.split()
-                if rest:
-                    out.append(("", rest[0]))
-        k = text.find(needle, j)
-        i = -1 if k == -1 else k + 1
+        end = text.find("\n", j)
+        line = text[j:] if end == -1 else text[j:end]
+        if line[0] == "{":
+            close = line.rfind("}")
+            rest = line[close + 1 :].split()
+            if close > 0 and rest:
+                out.append((line[1:close], rest[0]))
+        else:
+            rest = line.split()
+            if rest:
+                out.append(("", rest[0]))
+        i = -1 if end == -1 else end + 1
     return out
 
 
@@ -94,10 +144,10 @@ def _spec(spec: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return parse_metric_spec(spec)
 
 
-def spec_series(text: str, spec: str) -> list[tuple[str, str]]:
+def spec_series(text: str, spec: str, starts: FamilyStarts | None = None) -> list[tuple[str, str]]:
     """:func:`series` of the spec's family, keeping only series whose labels include the spec's."""
     name, want = _spec(spec)
-    found = series(text, name)
+    found = series(text, name, starts)
     if not want:
         return found
     return [(lt, v) for lt, v in found if all(parse_labels(lt).get(k) == val for k, val in want)]
@@ -122,7 +172,8 @@ def label_signal(family: str, label: str) -> str:
     return f"{family}{{{label}}}"
 
 
-def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
+def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None = None) -> ParsedPage:
+    """The routing signals on ``text``; ``starts`` is the endpoint's search hints (see :func:`series`)."""
     missing: set[str] = set()
     combine = _COMBINE[families.combine_load]
 
@@ -134,7 +185,7 @@ def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
         return None
 
     def load(name: str) -> int | None:
-        values = _values(spec_series(text, name))
+        values = _values(spec_series(text, name, starts))
         if not values:
             missing.add(name)
             return None
@@ -145,7 +196,7 @@ def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
     kv_usage: float | None = None
     kv_source: str | None = None
     for name in families.kv_usage:
-        values = _values(spec_series(text, name))
+        values = _values(spec_series(text, name, starts))
         if values:
             kv_usage, kv_source = max(values), name
             break
@@ -156,7 +207,7 @@ def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
     waiting_adapters: frozenset[str] | None = None
     max_lora: int | None = None
     if families.lora is not None:
-        lora_series = series(text, families.lora)
+        lora_series = series(text, families.lora, starts)
         if not lora_series:
             missing.add(families.lora)
         else:
@@ -181,7 +232,7 @@ def parse_page(text: str, families: MetricFamilies) -> ParsedPage:
     block_size: int | None = None
     num_blocks: int | None = None
     if families.cache_config is not None:
-        cache = series(text, families.cache_config)
+        cache = series(text, families.cache_config, starts)
         if cache:
             labels = parse_labels(cache[0][0])
             block_size = int_label(labels, families.cache_config, families.block_size_label)

@@ -32,6 +32,7 @@ from typing import Final
 
 import aiohttp
 import orjson
+import xxhash
 
 from igw.engines import ENGINES
 from igw.gateway.endpoints import EndpointState
@@ -156,9 +157,12 @@ class Scraper:
             self._fail(sr, state, f"scrape failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return
         now = self._clock()
-        if self._frozen(sr, state, hash(raw), now, stale_after_s=self._runtime().settings.stale_threshold_s):
+        # xxh3 rather than hash(): the page is a fresh bytes object each scrape, and CPython's SipHash
+        # over a whole page costs as much as parsing it.
+        digest = xxhash.xxh3_64_intdigest(raw)
+        if self._frozen(sr, state, digest, now, stale_after_s=self._runtime().settings.stale_threshold_s):
             return
-        parsed = parse_page(text, sr.families)
+        parsed = parse_page(text, sr.families, state.page.family_starts)
         missing = parsed.missing
         if not sr.spec.lora_adapters:
             missing = frozenset(m for m in missing if m.split("{")[0] not in _LORA_FAMILIES)

@@ -1,0 +1,33 @@
+"""``python -m igw.cli.perf_scrape_fleet_process --pods N``: the simulated fleet of ``igw perf scrape``.
+
+The fleet itself is :mod:`igw.perf.scrape_fleet`; this is its command line. It prints
+``PORTS p1,p2,...`` once every pod listens and stops when its standard input closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from igw.perf.scrape_fleet import run_fleet
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="igw.cli.perf_scrape_fleet_process", description=__doc__)
+    parser.add_argument("--pods", type=int, required=True, help="listening ports (pods) to serve")
+    args = parser.parse_args(argv)
+    try:
+        # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:
+        loop_factory = None
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(run_fleet(args.pods))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""``igw perf scrape``: what keeping N pods' metrics fresh costs one gateway process.
+
+For each fleet size a simulated fleet (:mod:`igw.perf.scrape_fleet`, its own process, so its CPU is
+not counted) serves N realistic vLLM ``/metrics`` pages on loopback, and the gateway's real
+:class:`~igw.gateway.scraper.Scraper` - its HTTP session, parser and frozen-page tracking - scrapes
+every pod at the configured interval for a fixed wall time. Reported per fleet size: this process's
+CPU per scrape and per pod (percent of a core), the scrapes achieved against the interval's ideal,
+and the staleness (the oldest scrape age over all pods, sampled every interval).
+
+Baselines measured in the same run: the parse-only cost of the gateway's parser on the same page
+against ``prometheus_client``'s full text parser, so the share of a scrape spent parsing (versus the
+HTTP client) is visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import resource
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Final
+
+import aiohttp
+
+from igw.config.build import build_gateway_config
+from igw.errors import IgwToolingError
+from igw.gateway.endpoints import DiscoveredEndpoint
+from igw.gateway.metrics_parser import VLLM, FamilyStarts, parse_page
+from igw.gateway.runtime import GatewayRuntime
+from igw.gateway.scraper import Scraper
+from igw.gateway.telemetry import GatewayMetrics
+from igw.perf.gateway_load import cpu_seconds
+from igw.perf.scrape_fleet import page_variants
+
+HELP = "Scrape cost: CPU per scrape and per pod, and staleness, for simulated fleets of N pods."
+TARGET_US_PER_SCRAPE: Final = 50.0
+"""The issue's goal for one scrape's CPU (HTTP and parsing together)."""
+SCHEDULER: Final = "bench"
+FLEET_START_TIMEOUT_S: Final = 120.0
+
+
+class ScrapeBenchmarkError(IgwToolingError, RuntimeError):
+    """The simulated fleet did not start, or no scrape of it succeeded."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeRow:
+    pods: int
+    seconds: float
+    scrapes: int
+    cpu_s: float
+    sys_s: float
+    """The kernel's share of ``cpu_s`` (loopback TCP: both ends' network stack runs in the caller)."""
+    fleet_cpu_s: float
+    """The fleet process's CPU: near a full core, it (not the scraper) limits the scrapes achieved."""
+    staleness_max_s: float
+    staleness_p50_s: float
+    interval_s: float
+
+    @property
+    def us_per_scrape(self) -> float:
+        return self.cpu_s / self.scrapes * 1e6 if self.scrapes else float("inf")
+
+    @property
+    def sys_us_per_scrape(self) -> float:
+        return self.sys_s / self.scrapes * 1e6 if self.scrapes else float("inf")
+
+    @property
+    def core_pct_per_pod(self) -> float:
+        return self.cpu_s / self.seconds / self.pods * 100
+
+    @property
+    def achieved(self) -> float:
+        """Scrapes done over scrapes an exact interval would do (1.0: the scraper keeps up)."""
+        return self.scrapes / (self.pods * self.seconds / self.interval_s)
+
+
+def _config_doc(interval_s: float, stale_s: float) -> dict[str, object]:
+    ms = round(interval_s * 1000)
+    return {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+        "kind": "InferenceGatewayConfig",
+        "metadata": {"name": "perf-scrape", "namespace": "inference"},
+        "spec": {
+            "bbr": {"enabled": False},
+            "schedulers": [
+                {"name": SCHEDULER, "modelName": "m", "modelSelector": {"matchLabels": {"app": "bench"}}}
+            ],
+            "extensions": {
+                "routing": {
+                    "scrapeInterval": f"{ms}ms",
+                    "staleThreshold": f"{round(stale_s * 1000)}ms",
+                    "scrapeTimeout": "1s",
+                }
+            },
+        },
+    }
+
+
+@contextlib.asynccontextmanager
+async def fleet(pods: int) -> AsyncIterator[tuple[int, list[int]]]:
+    """Run the fleet process; yields its pid and ports, closes its stdin (which stops it) on exit."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.perf_scrape_fleet_process", "--pods", str(pods),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    if proc.stdin is None or proc.stdout is None:
+        raise ScrapeBenchmarkError("the scrape fleet process has no pipes")
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), FLEET_START_TIMEOUT_S)).decode()
+        if not line.startswith("PORTS "):
+            raise ScrapeBenchmarkError(f"the scrape fleet did not start: {line.strip()!r}")
+        yield proc.pid, [int(p) for p in line.split()[1].split(",")]
+    finally:
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+async def measure(pods: int, *, seconds: float, interval_s: float, stale_s: float) -> ScrapeRow:
+    """Scrape a fleet of ``pods`` for ``seconds`` after one second of warm-up."""
+    clock = time.monotonic
+    async with fleet(pods) as (fleet_pid, ports):
+        runtime = GatewayRuntime(
+            build_gateway_config(_config_doc(interval_s, stale_s)), rng=random.Random(0), clock=clock
+        )
+        pool = runtime.schedulers[SCHEDULER].pool
+        pool.replace(DiscoveredEndpoint(key=f"127.0.0.1:{p}") for p in ports)
+        metrics = GatewayMetrics(lister=runtime.endpoints, clock=clock)
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            scraper = Scraper(runtime=lambda: runtime, session=session, clock=clock, metrics=metrics)
+            scraper.sync()
+            try:
+                await asyncio.sleep(1.0)
+
+                def scrapes() -> float:
+                    value = metrics.registry.get_sample_value("igw_endpoint_scrapes_total", {"result": "ok"})
+                    return value or 0.0
+
+                ages: list[float] = []
+                n0, usage0, t0 = scrapes(), resource.getrusage(resource.RUSAGE_SELF), clock()
+                fleet0 = cpu_seconds(fleet_pid)
+                while (now := clock()) - t0 < seconds:
+                    ages.append(max(now - (s.scraped_at or 0.0) for s in pool.states.values()))
+                    await asyncio.sleep(interval_s)
+                usage, elapsed, done = resource.getrusage(resource.RUSAGE_SELF), clock() - t0, scrapes() - n0
+                fleet_cpu = cpu_seconds(fleet_pid) - fleet0
+            finally:
+                await scraper.close()
+    if not done:
+        raise ScrapeBenchmarkError(f"no scrape of the {pods}-pod fleet succeeded (see the log above)")
+    return ScrapeRow(
+        pods=pods,
+        seconds=elapsed,
+        scrapes=int(done),
+        cpu_s=usage.ru_utime - usage0.ru_utime + usage.ru_stime - usage0.ru_stime,
+        sys_s=usage.ru_stime - usage0.ru_stime,
+        fleet_cpu_s=fleet_cpu,
+        staleness_max_s=max(ages),
+        staleness_p50_s=statistics.median(ages),
+        interval_s=interval_s,
+    )
+
+
+def _mean_us(fn: Callable[[], object], n: int) -> float:
+    t0 = time.process_time()
+    for _ in range(n):
+        fn()
+    return (time.process_time() - t0) / n * 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class ParseCosts:
+    """Mean CPU µs to parse one realistic page."""
+
+    hinted: float
+    """The gateway's parser with the endpoint's search hints from its previous page (as scraping runs)."""
+    cold: float
+    """The same parser without hints (an endpoint's first page)."""
+    full: float
+    """``prometheus_client``'s full text parser."""
+
+
+def parse_costs(iterations: int) -> ParseCosts:
+    """Parse cost of a realistic vLLM page, with and without hints, and the full-parser baseline."""
+    # deferred: prometheus_client's parser is only this benchmark's baseline
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = page_variants(1)[0].decode()
+    starts: FamilyStarts = {}
+    parse_page(text, VLLM, starts)
+    return ParseCosts(
+        hinted=_mean_us(lambda: parse_page(text, VLLM, starts), iterations),
+        cold=_mean_us(lambda: parse_page(text, VLLM), iterations),
+        full=_mean_us(lambda: list(text_string_to_metric_families(text)), max(1, iterations // 20)),
+    )
+
+
+def _print_rows(rows: list[ScrapeRow], *, header: bool = True) -> None:
+    if header:
+        print(
+            f"{'pods':>6} {'scrapes':>8} {'achieved':>8} {'CPU/scrape':>11} {'of it sys':>10} "
+            f"{'vs 50 µs':>8} {'core %/pod':>10} {'core % total':>12} {'fleet core %':>12} "
+            f"{'stale p50':>10} {'stale max':>10}"
+        )
+    for r in rows:
+        print(
+            f"{r.pods:>6} {r.scrapes:>8} {r.achieved:>8.2f} {r.us_per_scrape:>8.0f} µs "
+            f"{r.sys_us_per_scrape:>7.0f} µs "
+            f"{r.us_per_scrape / TARGET_US_PER_SCRAPE:>7.1f}× {r.core_pct_per_pod:>10.3f} "
+            f"{r.core_pct_per_pod * r.pods:>12.1f} {r.fleet_cpu_s / r.seconds * 100:>12.1f} "
+            f"{r.staleness_p50_s * 1000:>7.0f} ms "
+            f"{r.staleness_max_s * 1000:>7.0f} ms"
+        )
+
+
+async def _run(args: argparse.Namespace) -> list[ScrapeRow]:
+    rows = []
+    for pods in args.pods:
+        rows.append(
+            await measure(pods, seconds=args.seconds, interval_s=args.interval, stale_s=args.stale_threshold)
+        )
+        _print_rows(rows[-1:], header=len(rows) == 1)
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    costs = parse_costs(args.parse_iterations)
+    print(
+        f"parse one {len(page_variants(1)[0]) // 1024} KB vLLM page (CPU): igw parser {costs.hinted:.1f} µs "
+        f"with the previous page's hints, {costs.cold:.1f} µs without ({costs.cold / costs.hinted:.1f}×); "
+        f"prometheus_client full parser {costs.full:.0f} µs ({costs.full / costs.hinted:.0f}×)"
+    )
+    print(
+        f"scraping every {args.interval * 1000:.0f} ms for {args.seconds:g} s per fleet size "
+        f"(stale threshold {args.stale_threshold * 1000:.0f} ms); CPU is this process's only"
+    )
+    try:
+        # deferred: optional speed-up: uvloop (gateway extra), as igw serve runs it
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:
+        loop_factory = None
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        rows = runner.run(_run(args))
+    print("summary (cost curve):")
+    _print_rows(rows)
+    return 0
