@@ -6,6 +6,7 @@ from typing import Any
 
 from igw.addon import chart, pins
 from igw.operator.dataplane import DataPlaneSettings, desired_objects
+from igw.operator.tls import KUBE_ACCESS
 
 DATA_PLANE_VERBS = {"get", "create", "update"}
 
@@ -43,6 +44,8 @@ def _expected_namespaced_grants() -> dict[tuple[str, str], set[str]]:
     expected[("", "pods")] = {"get", "list", "watch"}
     # The gateway pods' Role grants list/watch on ConfigMaps; the operator must hold it to grant it.
     expected[("", "configmaps")] |= {"list", "watch"}
+    for key, verbs in KUBE_ACCESS.items():
+        expected.setdefault(key, set()).update(verbs)
     return expected
 
 
@@ -89,7 +92,8 @@ def test_operator_rbac_grants_exactly_what_it_uses() -> None:
     assert lease_role["metadata"]["namespace"] == pins.ADDON_NAMESPACE
     assert _grants(lease_role["rules"]) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
     assert all("*" not in verbs for verbs in grants.values())
-    assert not any(resource == "secrets" for _, resource in grants)
+    # Secrets: read only (the cert-manager Secret of an auto-issued certificate), never written or listed.
+    assert grants[("", "secrets")] == {"get"}
 
 
 def test_namespace_list_gives_namespaced_roles_and_a_read_only_cluster_role() -> None:
@@ -145,3 +149,25 @@ def test_gateway_mode_only_values_change_nothing_in_operator_mode() -> None:
     for key, setting in GATEWAY_MODE_SETTINGS.items():
         assert _objects({key: setting}) == baseline, key
         assert _objects({"mode": "gateway", key: setting}) != gateway_baseline, key
+
+
+def test_auto_issued_tls_settings_reach_the_operator() -> None:
+    role_arn = "arn:aws:iam::123456789012:role/igw-operator-acm"
+    objects = _objects(
+        {
+            "operator": {
+                "tlsIssuer": "Issuer/team-ca",
+                "selfSignedClusterIssuer": True,
+                "roleArn": role_arn,
+            }
+        }
+    )
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--tls-issuer") + 1] == "Issuer/team-ca"
+    (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
+    assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == role_arn
+    (issuer,) = [o for o in objects if o["kind"] == "ClusterIssuer"]
+    assert (issuer["metadata"]["name"], issuer["spec"]) == ("igw-selfsigned", {"selfSigned": {}})
+    default_args = next(o for o in _objects({}) if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert "--tls-issuer" in default_args["containers"][0]["args"]

@@ -149,14 +149,26 @@ def test_bbr_disabled_is_reported_as_such() -> None:
     assert _conditions(status)["BBRReady"] == ("False", "Disabled")
 
 
-def test_auto_issue_tls_is_called_out_as_not_done() -> None:
+def test_auto_issue_tls_pending_then_reported_in_status() -> None:
     spec = {**SPEC, "tls": {}}
-    status, _ = compute_status(_igwc(), _seen({}, served_spec=spec), now=NOW)
+    pending = ("CertificatePending", "waiting for cert-manager")
+    status, _ = compute_status(_igwc(), _seen({}, served_spec=spec, tls_problem=pending), now=NOW)
     programmed = next(c for c in status["conditions"] if c["type"] == "GatewayProgrammed")
-    assert "plain HTTP" in programmed["message"]
+    assert (programmed["status"], programmed["reason"]) == ("False", "CertificatePending")
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"
+    assert "tls" not in status
+    issued = {
+        "acmArn": "arn:aws:acm:us-west-2:123456789012:certificate/xyz",
+        "issuedAt": "x",
+        "dnsNames": ["a"],
+    }
+    status, _ = compute_status(_igwc(), _seen({}, served_spec=spec, tls_status=issued), now=NOW)
+    programmed = next(c for c in status["conditions"] if c["type"] == "GatewayProgrammed")
+    assert programmed["status"] == "True"
+    assert issued["acmArn"] in programmed["message"]
+    assert status["tls"] == issued
     arn = "arn:aws:acm:us-west-2:123456789012:certificate/abc"
     with_arn = {**SPEC, "tls": {"acmArn": arn}}
     status, _ = compute_status(_igwc(), _seen({}, served_spec=with_arn), now=NOW)
-    programmed = next(c for c in status["conditions"] if c["type"] == "GatewayProgrammed")
-    assert "plain HTTP" not in programmed["message"]
     assert status["tls"] == {"acmArn": arn}

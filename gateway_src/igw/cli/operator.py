@@ -39,6 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="image of the gateway pods the operator creates",
     )
     parser.add_argument(
+        "--tls-issuer",
+        default="ClusterIssuer/igw-selfsigned",
+        metavar="KIND/NAME",
+        help="cert-manager issuer (Issuer/NAME or ClusterIssuer/NAME) of the certificates auto-issued "
+        "for spec.tls: {} and imported into ACM (default ClusterIssuer/igw-selfsigned)",
+    )
+    parser.add_argument(
         "--resync-seconds",
         type=float,
         default=5.0,
@@ -66,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
     from igw.operator.dataplane import DataPlaneSettings
     from igw.operator.runner import OperatorOptions, run_operator
+    from igw.operator.tls import AutoTlsSettings, IssuerRef, TlsIssuerError
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -73,10 +81,16 @@ def run(args: argparse.Namespace) -> int:
     if args.resync_seconds <= 0:
         print("igw operator: --resync-seconds must be positive", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        issuer = IssuerRef.parse(args.tls_issuer)
+    except TlsIssuerError as exc:
+        print(f"igw operator: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     options = OperatorOptions(
         kubeconfig=args.kubeconfig,
         namespaces=tuple(args.namespace),
         data_plane=DataPlaneSettings(image=args.gateway_image),
+        auto_tls=AutoTlsSettings(issuer=issuer),
         resync_s=args.resync_seconds,
         leader_election=not args.no_leader_election,
         lease_name=args.lease_name,

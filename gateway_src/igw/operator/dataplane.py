@@ -252,12 +252,13 @@ def deployment(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str
     }
 
 
-def service(igwc: Mapping[str, Any]) -> dict[str, Any]:
-    """The client endpoint: internal NLB (IP targets) by default; TLS on 443 with ``spec.tls.acmArn``."""
+def service(igwc: Mapping[str, Any], *, issued_acm_arn: str | None = None) -> dict[str, Any]:
+    """The client endpoint: internal NLB (IP targets) by default; TLS on 443 with ``spec.tls.acmArn``
+    or, for ``tls: {}``, with ``issued_acm_arn`` (the auto-issued certificate, :mod:`igw.operator.tls`)."""
     spec = igwc.get("spec") or {}
     extension = _data_plane_extension(spec)
     service_type = str(extension.get("serviceType", "LoadBalancer"))
-    acm_arn = str((spec.get("tls") or {}).get("acmArn") or "")
+    acm_arn = str((spec.get("tls") or {}).get("acmArn") or issued_acm_arn or "")
     port_name = "https" if acm_arn else "http"
     annotations: dict[str, str] = {}
     service_spec: dict[str, Any] = {
@@ -360,15 +361,28 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
     }
 
 
-def desired_objects(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> list[dict[str, Any]]:
-    """Every data-plane object, in apply order (configuration and identity before the pods)."""
+def desired_objects(
+    igwc: Mapping[str, Any], settings: DataPlaneSettings, *, issued_acm_arn: str | None = None
+) -> list[dict[str, Any]]:
+    """Every data-plane object, in apply order (configuration and identity before the pods).
+
+    For ``spec.tls: {}`` the Service waits for the auto-issued certificate (``issued_acm_arn``): a
+    client endpoint that asked for TLS is never opened in plain HTTP meanwhile."""
+    spec = igwc.get("spec") or {}
+    tls = spec.get("tls")
+    waits_for_certificate = isinstance(tls, Mapping) and not tls.get("acmArn") and not issued_acm_arn
     return [
         config_map(igwc),
         service_account(igwc),
         role(igwc),
         role_binding(igwc),
         deployment(igwc, settings),
-        service(igwc),
+        *([] if waits_for_certificate else [service(igwc, issued_acm_arn=issued_acm_arn)]),
         disruption_budget(igwc),
         network_policy(igwc, settings),
     ]
+
+
+def object_metadata(igwc: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Name, namespace, the data plane's labels and the controller owner reference to ``igwc``."""
+    return _metadata(igwc, name)

@@ -8,12 +8,15 @@ status current as pods and rollouts change and puts back data-plane objects some
 kopf keeps its own bookkeeping in annotations under ``operator.igw.dev/`` (the CRD's status is a
 closed schema, so kopf's default ``status.kopf`` stanza would be pruned), posts no Events of its
 own (the reconciler posts one per condition transition) and registers no deletion handler: the
-data plane is removed by owner references, so no finalizer blocks ``kubectl delete``.
+data plane is removed by owner references, so no finalizer blocks ``kubectl delete``. The one thing
+outside the cluster, an ACM certificate imported for ``spec.tls: {}``, is deleted when the watch
+reports the object DELETED (its last status names the ARN); an object deleted while no operator
+runs leaves that certificate behind, found by its ``igw.dev/inference-gateway-config-uid`` tag.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -82,6 +85,12 @@ def build_registry(
     kopf.on.resume(*resource, registry=registry, id="reconcile-on-resume")(reconcile)
     kopf.on.create(*resource, registry=registry, id="reconcile-on-create")(reconcile)
     kopf.on.update(*resource, registry=registry, id="reconcile-on-update")(reconcile)
+
+    @kopf.on.event(*resource, registry=registry, id="forget-on-delete")
+    async def forget(event: Mapping[str, Any], **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            await reconciler.forget(event.get("object") or {})
+
     kopf.timer(*resource, registry=registry, id="resync", interval=resync_s, initial_delay=resync_s)(
         reconcile
     )

@@ -6,6 +6,10 @@ data plane only when admitted (a refused spec leaves the previous data plane unt
 what runs (the rendered configuration actually served, the gateway Deployment and Service, the
 model-server pods of each served scheduler), then writes the status when it changed and posts
 one Event per condition transition. Passes over the same object never overlap.
+
+For ``spec.tls: {}`` the pass first obtains the auto-issued certificate (:mod:`igw.operator.tls`):
+it applies the cert-manager Certificate, imports the Secret's certificate into ACM once cert-manager
+has written it, and only then applies the Service with that ARN on its TLS listener.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,9 +26,25 @@ import yaml
 from igw.config.build import build_gateway_config
 from igw.config.model import KIND
 from igw.operator.admission import admit
-from igw.operator.dataplane import CONFIG_KEY, DataPlaneSettings, base_name, desired_objects
+from igw.operator.dataplane import (
+    CONFIG_KEY,
+    DataPlaneSettings,
+    base_name,
+    desired_objects,
+    object_metadata,
+)
 from igw.operator.kube import IGWC_API_VERSION, Kube
 from igw.operator.status import Observation, compute_status
+from igw.operator.tls import (
+    CERT_MANAGER_API,
+    AcmImporter,
+    AutoTlsSettings,
+    IssuedCertificate,
+    certificate,
+    dns_names,
+    secret_name,
+    wants_auto_issue,
+)
 
 log = logging.getLogger("igw.operator")
 
@@ -41,13 +62,32 @@ def _error_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {body or exc}"[:2000]
 
 
+@dataclass(frozen=True, slots=True)
+class TlsOutcome:
+    """What obtaining an auto-issued certificate gave: its ARN and ``status.tls``, or why not yet."""
+
+    acm_arn: str | None = None
+    status: Mapping[str, Any] | None = None
+    problem: tuple[str, str] | None = None
+    """``(reason, message)`` for GatewayProgrammed=False while there is no certificate to serve."""
+
+
 class Reconciler:
     """Reconciles objects by ``(namespace, name)``; one lock per object serialises its passes."""
 
-    def __init__(self, kube: Kube, settings: DataPlaneSettings, *, clock: Clock = _utc_now) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: DataPlaneSettings,
+        *,
+        clock: Clock = _utc_now,
+        auto_tls: AutoTlsSettings | None = None,
+    ) -> None:
         self._kube = kube
         self._settings = settings
         self._clock = clock
+        self._auto_tls = auto_tls or AutoTlsSettings()
+        self._acm = AcmImporter(self._auto_tls.acm_client_factory)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     async def reconcile(self, namespace: str, name: str) -> None:
@@ -65,9 +105,12 @@ class Reconciler:
         neighbours = await self._kube.list(IGWC_API_VERSION, KIND, namespace)
         refusal = admit(igwc, neighbours)
         apply_error: str | None = None
+        tls = TlsOutcome()
         if refusal is None:
+            if wants_auto_issue(igwc.get("spec") or {}):
+                tls = await self._auto_issue(igwc)
             try:
-                for desired in desired_objects(igwc, self._settings):
+                for desired in desired_objects(igwc, self._settings, issued_acm_arn=tls.acm_arn):
                     if await self._kube.apply(desired):
                         log.info(
                             "%s/%s: applied %s %s",
@@ -79,7 +122,9 @@ class Reconciler:
             except Exception as exc:  # any API refusal is reported on the object, not raised
                 apply_error = _error_text(exc)
                 log.warning("%s/%s: applying the data plane failed: %s", namespace, name, apply_error)
-        seen = await self._observe(igwc, refusal=refusal, apply_error=apply_error)
+        seen = await self._observe(
+            igwc, refusal=refusal, apply_error=apply_error, tls_problem=tls.problem, tls_status=tls.status
+        )
         status, transitions = compute_status(igwc, seen, now=self._clock())
         if _differs(status, igwc.get("status") or {}):
             await self._kube.patch_status(namespace, name, status)
@@ -115,7 +160,80 @@ class Reconciler:
             deployment=deployment,
             service=service,
             pods=pods,
+            tls_problem=admission["tls_problem"],
+            tls_status=admission["tls_status"],
         )
+
+    async def _auto_issue(self, igwc: Mapping[str, Any]) -> TlsOutcome:
+        """Certificate applied, Secret read, certificate in ACM: the ARN, or the step still missing."""
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        meta = igwc["metadata"]
+        namespace, service_name = meta["namespace"], base_name(meta["name"])
+        issuer = self._auto_tls.issuer
+        wanted = certificate(service_name, namespace, issuer, object_metadata(igwc, service_name))
+        try:
+            await self._kube.apply(wanted)
+        except ResourceNotFoundError:
+            return TlsOutcome(
+                problem=(
+                    "CertManagerMissing",
+                    f"spec.tls asks for an auto-issued certificate, but the cluster serves no "
+                    f"{CERT_MANAGER_API} Certificate kind: install cert-manager, or set spec.tls.acmArn",
+                )
+            )
+        except Exception as exc:  # any API refusal is reported on the object, not raised
+            return TlsOutcome(problem=("CertificateFailed", _error_text(exc)))
+        secret = secret_name(service_name)
+        try:
+            issued = IssuedCertificate.from_secret(await self._kube.get("v1", "Secret", namespace, secret))
+        except ValueError as exc:  # not PEM: cert-manager never writes that, someone else did
+            return TlsOutcome(problem=("CertificateInvalid", f"Secret {namespace}/{secret}: {exc}"))
+        if issued is None:
+            return TlsOutcome(
+                problem=(
+                    "CertificatePending",
+                    f"waiting for cert-manager to issue Certificate {namespace}/{service_name} "
+                    f"(issuer {issuer.kind}/{issuer.name}) into Secret {namespace}/{secret}; "
+                    "the Service is created once the certificate is in ACM",
+                )
+            )
+        previous = ((igwc.get("status") or {}).get("tls") or {}).get("acmArn")
+        try:
+            arn = await asyncio.to_thread(
+                self._acm.ensure_imported, issued, arn=previous, uid=meta["uid"], name=meta["name"]
+            )
+        except Exception as exc:  # ACM refusals (permissions, quota) are reported on the object
+            return TlsOutcome(problem=("AcmImportFailed", _error_text(exc)))
+        status = {
+            "acmArn": arn,
+            "issuedAt": issued.issued_at,
+            "dnsNames": dns_names(service_name, namespace),
+        }
+        return TlsOutcome(acm_arn=arn, status=status)
+
+    async def forget(self, igwc: Mapping[str, Any]) -> None:
+        """The object is gone: delete the ACM certificate imported for it (owners collect the rest)."""
+        meta = igwc.get("metadata") or {}
+        arn = ((igwc.get("status") or {}).get("tls") or {}).get("acmArn")
+        if not arn or not meta.get("uid"):
+            return
+        try:
+            deleted = await asyncio.to_thread(self._acm.delete_owned, str(arn), uid=str(meta["uid"]))
+        except Exception as exc:  # logged, not raised: the watch must go on
+            log.warning(
+                "%s/%s: deleting ACM certificate %s failed: %s",
+                meta.get("namespace"),
+                meta.get("name"),
+                arn,
+                _error_text(exc),
+            )
+            return
+        if deleted:
+            log.info(
+                "%s/%s: deleted imported ACM certificate %s", meta.get("namespace"), meta.get("name"), arn
+            )
 
 
 def _differs(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:

@@ -19,6 +19,7 @@ from igw.operator.election import ElectionSettings, LeaseElection
 from igw.operator.handlers import Connection, build_registry, build_settings
 from igw.operator.kube import Kube
 from igw.operator.reconcile import Reconciler
+from igw.operator.tls import AutoTlsSettings
 
 log = logging.getLogger("igw.operator")
 
@@ -34,6 +35,8 @@ class OperatorOptions:
     namespaces: Sequence[str] = ()
     """Watch only these namespaces; empty watches all of them."""
     data_plane: DataPlaneSettings = field(default_factory=DataPlaneSettings)
+    auto_tls: AutoTlsSettings = field(default_factory=AutoTlsSettings)
+    """Issuer and ACM client for ``spec.tls: {}`` (auto-issued certificates)."""
     resync_s: float = 5.0
     leader_election: bool = True
     lease_name: str = "igw-operator"
@@ -92,7 +95,9 @@ async def run_operator(options: OperatorOptions, *, stop: asyncio.Event | None =
 
 async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
     api_client = make_api_client(kubeconfig=options.kubeconfig, context=None)
-    reconciler = Reconciler(Kube(api_client, reporting_instance=options.identity), options.data_plane)
+    reconciler = Reconciler(
+        Kube(api_client, reporting_instance=options.identity), options.data_plane, auto_tls=options.auto_tls
+    )
     registry = build_registry(reconciler, lambda: connection_for(api_client), resync_s=options.resync_s)
     election: LeaseElection | None = None
     lost = asyncio.Event()

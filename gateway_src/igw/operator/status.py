@@ -62,6 +62,10 @@ class Observation:
     service: Mapping[str, Any] | None
     pods: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     """Model-server pods matching each served scheduler's selector, by scheduler name."""
+    tls_problem: tuple[str, str] | None = None
+    """``(reason, message)`` while ``spec.tls: {}`` has no certificate in ACM yet."""
+    tls_status: Mapping[str, Any] | None = None
+    """``status.tls`` of the auto-issued certificate (``acmArn``, ``issuedAt``, ``dnsNames``)."""
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -161,15 +165,12 @@ def _conditions(
         out["AdmissionBlocked"] = ("True", refused.reason, f"the latest spec was refused; {keeps}")
     if seen.apply_error is not None:
         out["GatewayProgrammed"] = ("False", "ApplyFailed", seen.apply_error)
+    elif seen.tls_problem is not None:
+        out["GatewayProgrammed"] = ("False", *seen.tls_problem)
     elif seen.programmed:
         applied = "Deployment, Service, configuration, RBAC, PDB and NetworkPolicy applied"
-        tls = spec.get("tls")
-        if isinstance(tls, dict) and not tls.get("acmArn"):
-            # Certificate auto-issue (cert-manager, then import into ACM) is not done by igw operator.
-            applied += (
-                "; spec.tls asks for an auto-issued certificate, which igw operator does not issue: "
-                "the Service listens in plain HTTP until spec.tls.acmArn names a certificate"
-            )
+        if seen.tls_status:
+            applied += f"; TLS listener with the auto-issued certificate {seen.tls_status.get('acmArn')}"
         out["GatewayProgrammed"] = ("True", "Programmed", applied)
     else:
         out["GatewayProgrammed"] = ("False", "NotProgrammed", "no spec of this object has been admitted yet")
@@ -251,7 +252,9 @@ def compute_status(
         "address": _address(seen.service),
     }
     acm_arn = (spec.get("tls") or {}).get("acmArn") if isinstance(spec.get("tls"), dict) else None
-    if acm_arn and seen.programmed:
+    if seen.tls_status:
+        status_body["tls"] = dict(seen.tls_status)
+    elif acm_arn and seen.programmed:
         status_body["tls"] = {"acmArn": str(acm_arn)}
     elif (igwc.get("status") or {}).get("tls"):
         status_body["tls"] = (igwc.get("status") or {})["tls"]

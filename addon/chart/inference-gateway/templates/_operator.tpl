@@ -18,7 +18,9 @@ app.kubernetes.io/part-of: inference-gateway
 
 {{/*
 What the operator does in a watched namespace, verb by verb (igw/operator/kube.py and kopf):
-read, create and replace (update) each data-plane kind; list pods for status; post Events.
+read, create and replace (update) each data-plane kind; list pods for status; post Events; for
+spec.tls: {} read, create and replace cert-manager Certificates and read their Secrets
+(igw/operator/tls.py KUBE_ACCESS).
 It must itself hold the read access it grants the gateway pods' Role (pods, ConfigMaps), or the API
 server refuses to create that Role (RBAC escalation prevention).
 */}}
@@ -53,4 +55,10 @@ server refuses to create that Role (RBAC escalation prevention).
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "create", "update"]
+- apiGroups: ["cert-manager.io"]
+  resources: ["certificates"]
+  verbs: ["get", "create", "update"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
 {{- end }}

@@ -1,0 +1,207 @@
+"""Auto-issued TLS for ``spec.tls: {}``: a cert-manager Certificate, imported into ACM for the NLB listener.
+
+An InferenceGatewayConfig whose ``spec.tls`` is present without an ``acmArn`` asks for a certificate
+the operator obtains itself. The operator applies a cert-manager ``Certificate`` (owned by the
+object, so garbage collection removes it) for the gateway Service's in-cluster DNS names, issued by
+the issuer the operator is configured with; cert-manager writes the key pair into a Secret. Once
+that Secret holds a certificate, the operator imports it into ACM (tagged with the object's uid),
+and re-imports it under the same ARN whenever the Secret's certificate changes (cert-manager renewed
+it). The ARN then goes on the Service's TLS listener exactly as a user-supplied ``acmArn`` would.
+ACM has no owner references: the imported certificate is deleted when the operator sees the object
+deleted, and only when its uid tag names that object (a user-supplied certificate is never touched).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from cryptography import x509
+
+from igw.errors import IgwToolingError
+
+CERT_MANAGER_API: Final = "cert-manager.io/v1"
+CERTIFICATE_KIND: Final = "Certificate"
+UID_TAG: Final = "igw.dev/inference-gateway-config-uid"
+NAME_TAG: Final = "igw.dev/inference-gateway-config"
+DEFAULT_ISSUER: Final = "ClusterIssuer/igw-selfsigned"
+KUBE_ACCESS: Final[dict[tuple[str, str], frozenset[str]]] = {
+    ("cert-manager.io", "certificates"): frozenset({"get", "create", "update"}),
+    ("", "secrets"): frozenset({"get"}),
+}
+"""The API access auto-issue needs on top of the data plane's, ``(group, resource): verbs`` (the
+Certificate is applied like every data-plane object; the Secret is only read)."""
+_ISSUER_KINDS: Final = ("Issuer", "ClusterIssuer")
+_PEM_END: Final = "-----END CERTIFICATE-----"
+
+
+class TlsIssuerError(IgwToolingError, ValueError):
+    """A ``--tls-issuer`` value that is not ``Issuer/NAME`` or ``ClusterIssuer/NAME``."""
+
+
+@dataclass(frozen=True, slots=True)
+class IssuerRef:
+    """The cert-manager issuer that signs auto-issued gateway certificates."""
+
+    kind: str
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> IssuerRef:
+        kind, _, name = text.partition("/")
+        if kind not in _ISSUER_KINDS or not name:
+            raise TlsIssuerError(f"--tls-issuer {text!r}: expected Issuer/NAME or ClusterIssuer/NAME")
+        return cls(kind, name)
+
+
+AcmClientFactory = Callable[[], Any]
+
+
+def default_acm_client() -> Any:
+    """An ACM client from the pod's own credentials (IRSA / EKS Pod Identity) and region."""
+    # deferred: start-up cost: boto3 loads only when an object asks for an auto-issued certificate
+    import boto3
+
+    return boto3.client("acm")
+
+
+def wants_auto_issue(spec: Mapping[str, Any]) -> bool:
+    """``tls: {}`` or an empty ``acmArn``; an omitted ``tls`` means no TLS at all."""
+    tls = spec.get("tls")
+    return isinstance(tls, Mapping) and not tls.get("acmArn")
+
+
+def secret_name(service_name: str) -> str:
+    return f"{service_name}-tls"
+
+
+def dns_names(service_name: str, namespace: str) -> list[str]:
+    """The Service's in-cluster names, shortest first (the first is the certificate's common name)."""
+    return [
+        service_name,
+        f"{service_name}.{namespace}",
+        f"{service_name}.{namespace}.svc",
+        f"{service_name}.{namespace}.svc.cluster.local",
+    ]
+
+
+def certificate(
+    service_name: str, namespace: str, issuer: IssuerRef, metadata: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The cert-manager Certificate for one gateway Service (``metadata`` carries the owner reference)."""
+    return {
+        "apiVersion": CERT_MANAGER_API,
+        "kind": CERTIFICATE_KIND,
+        "metadata": dict(metadata),
+        "spec": {
+            "secretName": secret_name(service_name),
+            "commonName": service_name,
+            "dnsNames": dns_names(service_name, namespace),
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "usages": ["server auth", "digital signature", "key encipherment"],
+            "issuerRef": {"group": "cert-manager.io", "kind": issuer.kind, "name": issuer.name},
+        },
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedCertificate:
+    """The PEM parts of a cert-manager Secret: the leaf, the rest of the chain, the private key."""
+
+    leaf: str
+    chain: str
+    private_key: str
+    issued_at: str
+    """The leaf's notBefore, RFC 3339."""
+
+    @classmethod
+    def from_secret(cls, secret: Mapping[str, Any] | None) -> IssuedCertificate | None:
+        """``None`` until cert-manager has written both ``tls.crt`` and ``tls.key``."""
+        data = (secret or {}).get("data") or {}
+        if not data.get("tls.crt") or not data.get("tls.key"):
+            return None
+        certs = base64.b64decode(data["tls.crt"]).decode()
+        key = base64.b64decode(data["tls.key"]).decode()
+        blocks = [block.strip() + "\n" + _PEM_END for block in certs.split(_PEM_END) if block.strip()]
+        if not blocks:
+            return None
+        leaf = x509.load_pem_x509_certificate(blocks[0].encode() + b"\n")
+        return cls(
+            leaf=blocks[0] + "\n",
+            chain="\n".join(blocks[1:]) + ("\n" if blocks[1:] else ""),
+            private_key=key,
+            issued_at=leaf.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+
+
+def _same_pem(left: str, right: str) -> bool:
+    return "".join(left.split()) == "".join(right.split())
+
+
+class AcmImporter:
+    """Imports cert-manager certificates into ACM and removes the ones it imported (sync; run in a thread)."""
+
+    def __init__(self, client_factory: AcmClientFactory = default_acm_client) -> None:
+        self._client_factory = client_factory
+        self._client: Any = None
+
+    def _acm(self) -> Any:
+        if self._client is None:
+            self._client = self._client_factory()
+        return self._client
+
+    def _owner_uid(self, arn: str) -> str | None:
+        tags = self._acm().list_tags_for_certificate(CertificateArn=arn).get("Tags") or []
+        return next((str(t.get("Value")) for t in tags if t.get("Key") == UID_TAG), None)
+
+    def ensure_imported(self, issued: IssuedCertificate, *, arn: str | None, uid: str, name: str) -> str:
+        """The ARN holding ``issued``: unchanged when ACM already has it, re-imported under ``arn``
+        when the Secret's certificate changed, a fresh import when there is no (owned) ARN yet."""
+        acm = self._acm()
+        if arn:
+            try:
+                current = acm.get_certificate(CertificateArn=arn).get("Certificate") or ""
+                owned = self._owner_uid(arn) == uid
+            except acm.exceptions.ResourceNotFoundException:
+                current, owned = "", False
+            if owned and _same_pem(current, issued.leaf):
+                return arn
+            if owned:
+                acm.import_certificate(CertificateArn=arn, **self._parts(issued))
+                # A re-import takes no tags; put the owner tags back in case the import dropped them.
+                acm.add_tags_to_certificate(CertificateArn=arn, Tags=self._tags(uid, name))
+                return arn
+        created = acm.import_certificate(**self._parts(issued), Tags=self._tags(uid, name))
+        return str(created["CertificateArn"])
+
+    @staticmethod
+    def _tags(uid: str, name: str) -> list[dict[str, str]]:
+        return [{"Key": UID_TAG, "Value": uid}, {"Key": NAME_TAG, "Value": name}]
+
+    @staticmethod
+    def _parts(issued: IssuedCertificate) -> dict[str, bytes]:
+        parts = {"Certificate": issued.leaf.encode(), "PrivateKey": issued.private_key.encode()}
+        if issued.chain:
+            parts["CertificateChain"] = issued.chain.encode()
+        return parts
+
+    def delete_owned(self, arn: str, *, uid: str) -> bool:
+        """Delete ``arn`` when its uid tag names the deleted object; ``True`` when deleted."""
+        acm = self._acm()
+        try:
+            if self._owner_uid(arn) != uid:
+                return False
+            acm.delete_certificate(CertificateArn=arn)
+        except acm.exceptions.ResourceNotFoundException:
+            return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class AutoTlsSettings:
+    """How the operator auto-issues certificates (``--tls-issuer``, the ACM client)."""
+
+    issuer: IssuerRef = IssuerRef("ClusterIssuer", "igw-selfsigned")
+    acm_client_factory: AcmClientFactory = default_acm_client

@@ -1,0 +1,140 @@
+"""``spec.tls: {}`` end to end: Certificate, ACM import (moto), Service TLS listener, status, delete."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import trustme
+from moto import mock_aws
+
+from igw.operator.tls import UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
+from tests.fakes.kube_api import FakeKubeApiServer
+from tests.operator.harness import find, igwc, running_operator, wait_condition, wait_for
+
+REGION = "us-east-1"
+SSL = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"
+
+
+@pytest.fixture
+def acm() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client("acm", region_name=REGION)
+
+
+def _tls_igwc(name: str) -> dict[str, Any]:
+    obj = igwc(name)
+    obj["spec"]["tls"] = {}
+    return obj
+
+
+def _write_secret(kube: FakeKubeApiServer, name: str, hostname: str) -> str:
+    """Play cert-manager: a real certificate (leaf + CA chain) and key in the Certificate's Secret."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert(hostname)
+    chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
+    data = {
+        "tls.crt": base64.b64encode(chain).decode(),
+        "tls.key": base64.b64encode(leaf.private_key_pem.bytes()).decode(),
+    }
+    current = find(kube, "Secret", "inference", name)
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "inference"}}
+    body |= {"type": "kubernetes.io/tls", "data": data}
+    if current is None:
+        kube.add(body)
+    else:
+        kube.store.replace(kube.store.kind_for(api_version="v1", kind="Secret"), "inference", name, body)
+    return leaf.cert_chain_pems[0].bytes().decode()
+
+
+def _options(acm: Any) -> dict[str, Any]:
+    return {"auto_tls": AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: acm)}
+
+
+def _pem(text: str) -> str:
+    return "".join(text.split())
+
+
+def test_auto_issued_certificate_is_imported_renewed_and_deleted(
+    cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
+) -> None:
+    with running_operator(kubeconfig, **_options(acm)):
+        uid = cluster.add(_tls_igwc("chat"))["metadata"]["uid"]
+        certificate = wait_for(lambda: find(cluster, "Certificate", "inference", "chat-gateway"), what="cert")
+        assert certificate["metadata"]["ownerReferences"][0]["uid"] == uid
+        assert certificate["spec"]["secretName"] == "chat-gateway-tls"
+        assert certificate["spec"]["issuerRef"] == {
+            "group": "cert-manager.io",
+            "kind": "ClusterIssuer",
+            "name": "test-ca",
+        }
+        assert "chat-gateway.inference.svc" in certificate["spec"]["dnsNames"]
+        pending = wait_condition(cluster, "chat", "GatewayProgrammed", "False")
+        assert pending["reason"] == "CertificatePending"
+        assert "inference/chat-gateway-tls" in pending["message"]
+        # No plain-HTTP endpoint while the certificate is missing.
+        assert find(cluster, "Service", "inference", "chat-gateway") is None
+
+        first = _write_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+        assert obj is not None
+        tls = obj["status"]["tls"]
+        arn = tls["acmArn"]
+        assert tls["dnsNames"] == certificate["spec"]["dnsNames"]
+        assert tls["issuedAt"].endswith("Z")
+        assert _pem(acm.get_certificate(CertificateArn=arn)["Certificate"]) == _pem(first)
+        tags = acm.list_tags_for_certificate(CertificateArn=arn)["Tags"]
+        assert {"Key": UID_TAG, "Value": uid} in tags
+        service = find(cluster, "Service", "inference", "chat-gateway")
+        assert service is not None
+        assert service["metadata"]["annotations"][SSL] == arn
+        assert service["spec"]["ports"][0]["port"] == 443
+
+        renewed = _write_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
+        wait_for(
+            lambda: _pem(acm.get_certificate(CertificateArn=arn)["Certificate"]) == _pem(renewed),
+            what="re-import of the renewed certificate",
+        )
+        assert len(acm.list_certificates()["CertificateSummaryList"]) == 1
+        service = find(cluster, "Service", "inference", "chat-gateway")
+        assert service is not None
+        assert service["metadata"]["annotations"][SSL] == arn
+
+        cluster.store.delete(
+            cluster.store.kind_for(
+                api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
+            ),
+            "inference",
+            "chat",
+        )
+        wait_for(lambda: not acm.list_certificates()["CertificateSummaryList"], what="ACM deletion")
+        assert find(cluster, "Certificate", "inference", "chat-gateway") is None
+
+
+def test_without_cert_manager_the_condition_says_so(
+    cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
+) -> None:
+    certificates = cluster.store.kind_for(api_version="cert-manager.io/v1", kind="Certificate")
+    cluster.store.kinds.pop(certificates.key)  # a cluster without cert-manager
+    with running_operator(kubeconfig, **_options(acm)):
+        cluster.add(_tls_igwc("plain"))
+        missing = wait_condition(cluster, "plain", "GatewayProgrammed", "False")
+        assert missing["reason"] == "CertManagerMissing"
+        assert "install cert-manager" in missing["message"]
+        assert find(cluster, "Service", "inference", "plain-gateway") is None
+        assert not acm.list_certificates()["CertificateSummaryList"]
+
+
+def test_a_user_supplied_certificate_is_never_deleted(acm: Any) -> None:
+    ca = trustme.CA()
+    leaf = ca.issue_cert("x.example")
+    arn = acm.import_certificate(
+        Certificate=leaf.cert_chain_pems[0].bytes(), PrivateKey=leaf.private_key_pem.bytes()
+    )["CertificateArn"]
+    assert AcmImporter(lambda: acm).delete_owned(arn, uid="someone") is False
+    assert acm.describe_certificate(CertificateArn=arn)["Certificate"]["CertificateArn"] == arn
