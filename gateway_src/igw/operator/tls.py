@@ -14,6 +14,7 @@ deleted, and only when its uid tag names that object (a user-supplied certificat
 from __future__ import annotations
 
 import base64
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -127,7 +128,10 @@ class IssuedCertificate:
         blocks = [block.strip() + "\n" + _PEM_END for block in certs.split(_PEM_END) if block.strip()]
         if not blocks:
             return None
-        leaf = x509.load_pem_x509_certificate(blocks[0].encode() + b"\n")
+        try:
+            leaf = x509.load_pem_x509_certificate(blocks[0].encode() + b"\n")
+        except ValueError as exc:
+            raise ValueError(f"tls.crt does not start with a PEM certificate ({exc})") from exc
         return cls(
             leaf=blocks[0] + "\n",
             chain="\n".join(blocks[1:]) + ("\n" if blocks[1:] else ""),
@@ -146,11 +150,14 @@ class AcmImporter:
     def __init__(self, client_factory: AcmClientFactory = default_acm_client) -> None:
         self._client_factory = client_factory
         self._client: Any = None
+        self._client_lock = threading.Lock()
 
     def _acm(self) -> Any:
-        if self._client is None:
-            self._client = self._client_factory()
-        return self._client
+        # Passes for several objects run in worker threads at once; build the client only once.
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._client_factory()
+            return self._client
 
     def _owner_uid(self, arn: str) -> str | None:
         tags = self._acm().list_tags_for_certificate(CertificateArn=arn).get("Tags") or []

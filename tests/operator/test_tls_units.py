@@ -1,0 +1,76 @@
+"""The pieces of auto-issued TLS: issuer parsing, the Certificate object, reading cert-manager Secrets."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+import trustme
+
+from igw.cli.main import main
+from igw.errors import IgwToolingError
+from igw.operator.dataplane import DataPlaneSettings, desired_objects
+from igw.operator.tls import IssuedCertificate, IssuerRef, TlsIssuerError, certificate, wants_auto_issue
+
+
+@pytest.mark.parametrize("text", ["igw-ca", "Foo/igw-ca", "ClusterIssuer/", "/x"])
+def test_a_bad_issuer_is_refused_with_the_expected_form(text: str) -> None:
+    with pytest.raises(TlsIssuerError, match="Issuer/NAME or ClusterIssuer/NAME"):
+        IssuerRef.parse(text)
+    assert issubclass(TlsIssuerError, IgwToolingError)
+
+
+def test_the_cli_refuses_a_bad_issuer_before_connecting(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["operator", "--tls-issuer", "letsencrypt", "--no-leader-election"]) == 2
+    assert "--tls-issuer 'letsencrypt'" in capsys.readouterr().err
+
+
+def test_only_an_empty_tls_asks_for_auto_issue() -> None:
+    assert wants_auto_issue({"tls": {}})
+    assert wants_auto_issue({"tls": {"acmArn": ""}})
+    assert not wants_auto_issue({"tls": {"acmArn": "arn:aws:acm:us-east-1:123456789012:certificate/x"}})
+    assert not wants_auto_issue({})
+
+
+def test_the_certificate_names_the_issuer_and_the_service_names() -> None:
+    cert = certificate("chat-gateway", "team", IssuerRef.parse("Issuer/team-ca"), {"name": "chat-gateway"})
+    assert cert["spec"]["issuerRef"] == {"group": "cert-manager.io", "kind": "Issuer", "name": "team-ca"}
+    assert cert["spec"]["dnsNames"][-1] == "chat-gateway.team.svc.cluster.local"
+    assert cert["spec"]["secretName"] == "chat-gateway-tls"
+
+
+def test_the_service_waits_for_the_auto_issued_certificate() -> None:
+    igwc = {
+        "metadata": {"name": "chat", "namespace": "team", "uid": "u"},
+        "spec": {"tls": {}, "schedulers": []},
+    }
+    kinds = [o["kind"] for o in desired_objects(igwc, DataPlaneSettings())]
+    assert "Service" not in kinds
+    arn = "arn:aws:acm:us-east-1:123456789012:certificate/abc"
+    (service,) = [
+        o for o in desired_objects(igwc, DataPlaneSettings(), issued_acm_arn=arn) if o["kind"] == "Service"
+    ]
+    assert service["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-ssl-cert"] == arn
+
+
+def test_a_secret_splits_into_leaf_chain_and_key() -> None:
+    ca = trustme.CA()
+    intermediate = ca.create_child_ca()
+    leaf = intermediate.issue_cert("chat-gateway.team.svc")
+    pems = [blob.bytes() for blob in leaf.cert_chain_pems]
+    assert len(pems) == 2
+    secret = {
+        "data": {
+            "tls.crt": base64.b64encode(b"".join(pems)).decode(),
+            "tls.key": base64.b64encode(leaf.private_key_pem.bytes()).decode(),
+        }
+    }
+    issued = IssuedCertificate.from_secret(secret)
+    assert issued is not None
+    assert issued.leaf.strip() == pems[0].decode().strip()
+    assert issued.chain.strip() == pems[1].decode().strip()
+    assert issued.private_key == leaf.private_key_pem.bytes().decode()
+    assert IssuedCertificate.from_secret({"data": {"tls.key": "eA=="}}) is None
+    assert IssuedCertificate.from_secret(None) is None
+    with pytest.raises(ValueError, match=r"tls\.crt does not start with a PEM certificate"):
+        IssuedCertificate.from_secret({"data": {"tls.crt": "bm90IGEgY2VydA==", "tls.key": "eA=="}})
