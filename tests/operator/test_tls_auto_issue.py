@@ -14,7 +14,7 @@ from moto import mock_aws
 
 from igw.operator.tls import UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
 from tests.fakes.kube_api import FakeKubeApiServer
-from tests.operator.harness import find, igwc, running_operator, wait_condition, wait_for
+from tests.operator.harness import find, igwc, running_operator, update_spec, wait_condition, wait_for
 
 REGION = "us-east-1"
 SSL = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"
@@ -138,3 +138,27 @@ def test_a_user_supplied_certificate_is_never_deleted(acm: Any) -> None:
     )["CertificateArn"]
     assert AcmImporter(lambda: acm).delete_owned(arn, uid="someone") is False
     assert acm.describe_certificate(CertificateArn=arn)["Certificate"]["CertificateArn"] == arn
+
+
+def test_dropping_auto_issue_deletes_the_imported_certificate(
+    cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
+) -> None:
+    with running_operator(kubeconfig, **_options(acm)):
+        cluster.add(_tls_igwc("edge"))
+        wait_for(lambda: find(cluster, "Certificate", "inference", "edge-gateway"), what="Certificate")
+        _write_secret(cluster, "edge-gateway-tls", "edge-gateway.inference.svc")
+        wait_condition(cluster, "edge", "GatewayProgrammed", "True")
+        assert len(acm.list_certificates()["CertificateSummaryList"]) == 1
+
+        update_spec(cluster, "inference", "edge", lambda spec: spec.pop("tls"))
+
+        def retired() -> bool:
+            obj = find(cluster, "InferenceGatewayConfig", "inference", "edge") or {}
+            return "tls" not in (obj.get("status") or {})
+
+        wait_for(retired, what="status.tls removed")
+        assert not acm.list_certificates()["CertificateSummaryList"]
+        service = find(cluster, "Service", "inference", "edge-gateway")
+        assert service is not None
+        assert SSL not in service["metadata"]["annotations"]
+        assert service["spec"]["ports"][0]["port"] == 80

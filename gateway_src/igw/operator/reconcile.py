@@ -122,8 +122,18 @@ class Reconciler:
             except Exception as exc:  # any API refusal is reported on the object, not raised
                 apply_error = _error_text(exc)
                 log.warning("%s/%s: applying the data plane failed: %s", namespace, name, apply_error)
+        retired = False
+        if refusal is None and apply_error is None and not wants_auto_issue(igwc.get("spec") or {}):
+            # The spec stopped asking for auto-issue and the Service no longer names the imported
+            # certificate: delete it (ACM refuses while the load balancer still uses it; retried).
+            retired = await self.forget(igwc)
         seen = await self._observe(
-            igwc, refusal=refusal, apply_error=apply_error, tls_problem=tls.problem, tls_status=tls.status
+            igwc,
+            refusal=refusal,
+            apply_error=apply_error,
+            tls_problem=tls.problem,
+            tls_status=tls.status,
+            tls_retired=retired,
         )
         status, transitions = compute_status(igwc, seen, now=self._clock())
         if _differs(status, igwc.get("status") or {}):
@@ -162,6 +172,7 @@ class Reconciler:
             pods=pods,
             tls_problem=admission["tls_problem"],
             tls_status=admission["tls_status"],
+            tls_retired=admission["tls_retired"],
         )
 
     async def _auto_issue(self, igwc: Mapping[str, Any]) -> TlsOutcome:
@@ -213,15 +224,17 @@ class Reconciler:
         }
         return TlsOutcome(acm_arn=arn, status=status)
 
-    async def forget(self, igwc: Mapping[str, Any]) -> None:
-        """The object is gone: delete the ACM certificate imported for it (owners collect the rest)."""
+    async def forget(self, igwc: Mapping[str, Any]) -> bool:
+        """Delete the ACM certificate auto-issued for ``igwc`` (gone, or no longer asking for one);
+        ``True`` when ``status.tls`` no longer names a certificate of ours (owners collect the rest)."""
         meta = igwc.get("metadata") or {}
-        arn = ((igwc.get("status") or {}).get("tls") or {}).get("acmArn")
-        if not arn or not meta.get("uid"):
-            return
+        previous = (igwc.get("status") or {}).get("tls") or {}
+        arn = previous.get("acmArn")
+        if not arn or not previous.get("issuedAt") or not meta.get("uid"):
+            return False
         try:
             deleted = await asyncio.to_thread(self._acm.delete_owned, str(arn), uid=str(meta["uid"]))
-        except Exception as exc:  # logged, not raised: the watch must go on
+        except Exception as exc:  # logged, not raised: retried on the next pass (or left, once deleted)
             log.warning(
                 "%s/%s: deleting ACM certificate %s failed: %s",
                 meta.get("namespace"),
@@ -229,11 +242,12 @@ class Reconciler:
                 arn,
                 _error_text(exc),
             )
-            return
+            return False
         if deleted:
             log.info(
                 "%s/%s: deleted imported ACM certificate %s", meta.get("namespace"), meta.get("name"), arn
             )
+        return True
 
 
 def _differs(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:

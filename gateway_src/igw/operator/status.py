@@ -66,6 +66,8 @@ class Observation:
     """``(reason, message)`` while ``spec.tls: {}`` has no certificate in ACM yet."""
     tls_status: Mapping[str, Any] | None = None
     """``status.tls`` of the auto-issued certificate (``acmArn``, ``issuedAt``, ``dnsNames``)."""
+    tls_retired: bool = False
+    """The spec stopped asking for auto-issue and the imported certificate was deleted."""
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -252,7 +254,9 @@ def compute_status(
         "address": _address(seen.service),
     }
     acm_arn = (spec.get("tls") or {}).get("acmArn") if isinstance(spec.get("tls"), dict) else None
-    if seen.tls_status:
+    if seen.tls_retired:
+        status_body["tls"] = None  # merge patch: removes the auto-issued certificate's status
+    elif seen.tls_status:
         status_body["tls"] = dict(seen.tls_status)
     elif acm_arn and seen.programmed:
         status_body["tls"] = {"acmArn": str(acm_arn)}
