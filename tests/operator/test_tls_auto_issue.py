@@ -29,6 +29,7 @@ def acm() -> Iterator[Any]:
 def _tls_igwc(name: str) -> dict[str, Any]:
     obj = igwc(name)
     obj["spec"]["tls"] = {}
+    obj["spec"].setdefault("extensions", {})["dataPlane"] = {"hostnames": [f"{name}.llm.example.com"]}
     return obj
 
 
@@ -73,6 +74,7 @@ def test_auto_issued_certificate_is_imported_renewed_and_deleted(
             "name": "test-ca",
         }
         assert "chat-gateway.inference.svc" in certificate["spec"]["dnsNames"]
+        assert certificate["spec"]["dnsNames"][0] == "chat.llm.example.com"  # the client-facing name first
         pending = wait_condition(cluster, "chat", "GatewayProgrammed", "False")
         assert pending["reason"] == "CertificatePending"
         assert "inference/chat-gateway-tls" in pending["message"]

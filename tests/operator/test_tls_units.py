@@ -10,7 +10,14 @@ import trustme
 from igw.cli.main import main
 from igw.errors import IgwToolingError
 from igw.operator.dataplane import DataPlaneSettings, desired_objects
-from igw.operator.tls import IssuedCertificate, IssuerRef, TlsIssuerError, certificate, wants_auto_issue
+from igw.operator.tls import (
+    IssuedCertificate,
+    IssuerRef,
+    TlsIssuerError,
+    certificate,
+    client_hostnames,
+    wants_auto_issue,
+)
 
 
 @pytest.mark.parametrize("text", ["igw-ca", "Foo/igw-ca", "ClusterIssuer/", "/x"])
@@ -37,6 +44,21 @@ def test_the_certificate_names_the_issuer_and_the_service_names() -> None:
     assert cert["spec"]["issuerRef"] == {"group": "cert-manager.io", "kind": "Issuer", "name": "team-ca"}
     assert cert["spec"]["dnsNames"][-1] == "chat-gateway.team.svc.cluster.local"
     assert cert["spec"]["secretName"] == "chat-gateway-tls"
+
+
+def test_client_hostnames_come_first_and_a_long_one_is_not_the_common_name() -> None:
+    issuer = IssuerRef.parse("Issuer/team-ca")
+    spec = {"extensions": {"dataPlane": {"hostnames": ["llm.example.com", "chat-gateway"]}}}
+    cert = certificate("chat-gateway", "team", issuer, {"name": "chat-gateway"}, client_hostnames(spec))
+    names = cert["spec"]["dnsNames"]
+    assert names[:2] == ["llm.example.com", "chat-gateway"]  # no duplicate of the in-cluster short name
+    assert len(names) == len(set(names)) == 5
+    assert cert["spec"]["commonName"] == "llm.example.com"
+    long_name = "a" * 60 + ".example.com"
+    cert = certificate("chat-gateway", "team", issuer, {"name": "chat-gateway"}, [long_name])
+    assert cert["spec"]["dnsNames"][0] == long_name
+    assert cert["spec"]["commonName"] == "chat-gateway"
+    assert client_hostnames({}) == []
 
 
 def test_the_service_waits_for_the_auto_issued_certificate() -> None:

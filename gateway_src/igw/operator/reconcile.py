@@ -41,6 +41,7 @@ from igw.operator.tls import (
     AutoTlsSettings,
     IssuedCertificate,
     certificate,
+    client_hostnames,
     dns_names,
     secret_name,
     wants_auto_issue,
@@ -183,7 +184,8 @@ class Reconciler:
         meta = igwc["metadata"]
         namespace, service_name = meta["namespace"], base_name(meta["name"])
         issuer = self._auto_tls.issuer
-        wanted = certificate(service_name, namespace, issuer, object_metadata(igwc, service_name))
+        hostnames = client_hostnames(igwc.get("spec") or {})
+        wanted = certificate(service_name, namespace, issuer, object_metadata(igwc, service_name), hostnames)
         try:
             await self._kube.apply(wanted)
         except ResourceNotFoundError:
@@ -220,7 +222,7 @@ class Reconciler:
         status = {
             "acmArn": arn,
             "issuedAt": issued.issued_at,
-            "dnsNames": dns_names(service_name, namespace),
+            "dnsNames": dns_names(service_name, namespace, hostnames),
         }
         return TlsOutcome(acm_arn=arn, status=status)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -78,28 +78,42 @@ def secret_name(service_name: str) -> str:
     return f"{service_name}-tls"
 
 
-def dns_names(service_name: str, namespace: str) -> list[str]:
-    """The Service's in-cluster names, shortest first (the first is the certificate's common name)."""
-    return [
+def dns_names(service_name: str, namespace: str, hostnames: Sequence[str] = ()) -> list[str]:
+    """The names the certificate covers: the client-facing ``hostnames`` (``spec.extensions.dataPlane``)
+    first, then the Service's in-cluster names, shortest first; the first is the common name."""
+    in_cluster = [
         service_name,
         f"{service_name}.{namespace}",
         f"{service_name}.{namespace}.svc",
         f"{service_name}.{namespace}.svc.cluster.local",
     ]
+    return [*dict.fromkeys([*hostnames, *in_cluster])]
+
+
+def client_hostnames(spec: Mapping[str, Any]) -> list[str]:
+    """``spec.extensions.dataPlane.hostnames``: the names clients use (schema-validated)."""
+    extension = (spec.get("extensions") or {}).get("dataPlane") or {}
+    return [str(name) for name in extension.get("hostnames") or ()]
 
 
 def certificate(
-    service_name: str, namespace: str, issuer: IssuerRef, metadata: Mapping[str, Any]
+    service_name: str,
+    namespace: str,
+    issuer: IssuerRef,
+    metadata: Mapping[str, Any],
+    hostnames: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The cert-manager Certificate for one gateway Service (``metadata`` carries the owner reference)."""
+    names = dns_names(service_name, namespace, hostnames)
     return {
         "apiVersion": CERT_MANAGER_API,
         "kind": CERTIFICATE_KIND,
         "metadata": dict(metadata),
         "spec": {
             "secretName": secret_name(service_name),
-            "commonName": service_name,
-            "dnsNames": dns_names(service_name, namespace),
+            # X.509 limits a common name to 64 characters; the SANs carry every name either way.
+            "commonName": names[0] if len(names[0]) <= 64 else service_name,
+            "dnsNames": names,
             "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
             "usages": ["server auth", "digital signature", "key encipherment"],
             "issuerRef": {"group": "cert-manager.io", "kind": issuer.kind, "name": issuer.name},
