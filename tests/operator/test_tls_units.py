@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import base64
 
+import boto3
 import pytest
 import trustme
+from moto import mock_aws
 
 from igw.cli.main import main
 from igw.errors import IgwToolingError
 from igw.operator.dataplane import DataPlaneSettings, desired_objects
 from igw.operator.tls import (
+    AcmImporter,
     IssuedCertificate,
     IssuerRef,
     TlsIssuerError,
@@ -96,3 +99,25 @@ def test_a_secret_splits_into_leaf_chain_and_key() -> None:
     assert IssuedCertificate.from_secret(None) is None
     with pytest.raises(ValueError, match=r"tls\.crt does not start with a PEM certificate"):
         IssuedCertificate.from_secret({"data": {"tls.crt": "bm90IGEgY2VydA==", "tls.key": "eA=="}})
+
+
+def test_an_import_retried_without_a_recorded_arn_reuses_the_owned_certificate() -> None:
+    """A status write lost after the first import must not leave a second certificate in ACM."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("chat-gateway.team.svc")
+    issued = IssuedCertificate(
+        leaf=leaf.cert_chain_pems[0].bytes().decode(),
+        chain="".join(blob.bytes().decode() for blob in leaf.cert_chain_pems[1:]),
+        private_key=leaf.private_key_pem.bytes().decode(),
+        issued_at="2026-12-01T00:00:00Z",
+    )
+    with mock_aws():
+        acm = boto3.client("acm", region_name="us-west-2")
+        importer = AcmImporter(lambda: acm)
+        first = importer.ensure_imported(issued, arn=None, uid="uid-1", name="chat")
+        again = importer.ensure_imported(issued, arn=None, uid="uid-1", name="chat")
+        other = importer.ensure_imported(issued, arn=None, uid="uid-2", name="other")
+        assert again == first
+        assert other != first
+        listed = acm.list_certificates(Includes={"keyTypes": ["RSA_2048", "EC_prime256v1"]})
+        assert len(listed["CertificateSummaryList"]) == 2

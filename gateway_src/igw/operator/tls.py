@@ -158,6 +158,10 @@ def _same_pem(left: str, right: str) -> bool:
     return "".join(left.split()) == "".join(right.split())
 
 
+LISTED_KEY_TYPES: Final = ("EC_prime256v1", "EC_secp384r1", "RSA_2048", "RSA_3072", "RSA_4096")
+"""Key types searched for an owned certificate (ACM lists only RSA_2048 unless asked)."""
+
+
 class AcmImporter:
     """Imports cert-manager certificates into ACM and removes the ones it imported (sync; run in a thread)."""
 
@@ -181,6 +185,9 @@ class AcmImporter:
         """The ARN holding ``issued``: unchanged when ACM already has it, re-imported under ``arn``
         when the Secret's certificate changed, a fresh import when there is no (owned) ARN yet."""
         acm = self._acm()
+        # No ARN recorded (first pass, or a status write lost after an import): reuse the certificate
+        # this object already owns, so a retried pass never imports a second one.
+        arn = arn or self._find_owned(uid)
         if arn:
             try:
                 current = acm.get_certificate(CertificateArn=arn).get("Certificate") or ""
@@ -196,6 +203,19 @@ class AcmImporter:
                 return arn
         created = acm.import_certificate(**self._parts(issued), Tags=self._tags(uid, name))
         return str(created["CertificateArn"])
+
+    def _find_owned(self, uid: str) -> str | None:
+        """The imported certificate whose uid tag names this object, if any (one ACM listing)."""
+        acm = self._acm()
+        pages = acm.get_paginator("list_certificates").paginate(Includes={"keyTypes": list(LISTED_KEY_TYPES)})
+        for page in pages:
+            for summary in page.get("CertificateSummaryList") or []:
+                if summary.get("Type", "IMPORTED") != "IMPORTED":
+                    continue
+                arn = str(summary["CertificateArn"])
+                if self._owner_uid(arn) == uid:
+                    return arn
+        return None
 
     @staticmethod
     def _tags(uid: str, name: str) -> list[dict[str, str]]:
