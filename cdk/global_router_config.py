@@ -32,8 +32,9 @@ class GlobalRouterDeployment:
     availability_zones: tuple[str, ...]
     stack_name: str
     vpc_cidr: str
-    image: str
-    """The gateway image (it also runs ``igw global serve``), e.g. the per-cluster app's ECR image."""
+    image: str | None
+    """An existing gateway image URI (it also runs ``igw global serve``), e.g. the per-cluster app's
+    ECR image; ``None`` (the default): built from ``gateway_src/Dockerfile`` as a CDK asset."""
     replicas: int
     public: bool
     allowed_cidrs: tuple[str, ...]
@@ -44,7 +45,7 @@ class GlobalRouterDeployment:
     router_document: Mapping[str, Any]
 
 
-_REQUIRED = ("account", "region", "availabilityZones", "image", "endpoint", "routerConfig")
+_REQUIRED = ("account", "region", "availabilityZones", "endpoint", "routerConfig")
 
 
 def parse(raw: Any, *, base: Path, source: str) -> GlobalRouterDeployment:
@@ -73,7 +74,7 @@ def parse(raw: Any, *, base: Path, source: str) -> GlobalRouterDeployment:
         availability_zones=tuple(str(z) for z in raw["availabilityZones"]),
         stack_name=str(raw.get("stackName", "IgwGlobalRouter")),
         vpc_cidr=str(raw.get("vpcCidr", "10.40.0.0/16")),
-        image=str(raw["image"]),
+        image=str(raw["image"]) if raw.get("image") else None,
         replicas=int(raw.get("replicas", 2)),
         public=bool(endpoint.get("public", False)),
         allowed_cidrs=tuple(str(c) for c in endpoint.get("allowedCidrs", ())),

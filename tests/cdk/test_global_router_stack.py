@@ -38,7 +38,12 @@ def test_cdk_nag_has_no_unsuppressed_findings(synthesized: tuple[Path, dict[str,
     violations, acknowledged = nag.read_report(synthesized[0].parent)
     assert violations == []
     ours = {f.rule for f in acknowledged if f.rule.startswith("AwsSolutions")}
-    assert ours == {"AwsSolutions-ECS2", "AwsSolutions-S1", "AwsSolutions-SMG4"}
+    assert ours == {
+        "AwsSolutions-ECS2",
+        "AwsSolutions-S1",
+        "AwsSolutions-SMG4",
+        "AwsSolutions-IAM5[Resource::*]",
+    }
     for finding in acknowledged:
         assert len(finding.reason or "") >= 40, finding
 
@@ -102,6 +107,52 @@ def test_invalid_router_config_is_refused_with_the_field(tmp_path: Path) -> None
     raw["routerConfig"] = "router.yaml"
     with pytest.raises(GlobalRouterDeploymentError, match=r"spec\.clusters\[0\]\.endpoint"):
         parse(raw, base=tmp_path, source="global.yaml")
-    del raw["image"]
-    with pytest.raises(GlobalRouterDeploymentError, match="missing required field 'image'"):
+    del raw["account"]
+    with pytest.raises(GlobalRouterDeploymentError, match="missing required field 'account'"):
         parse(raw, base=tmp_path, source="global.yaml")
+
+
+def _container_image(template: dict[str, Any]) -> Any:
+    (task,) = resources(template, "AWS::ECS::TaskDefinition")
+    (container,) = task["ContainerDefinitions"]
+    return container["Image"]
+
+
+def test_router_image_is_built_from_the_gateway_dockerfile_by_default(
+    synthesized: tuple[Path, dict[str, Any]],
+) -> None:
+    manifest = json.loads(next(synthesized[0].parent.glob("*.assets.json")).read_text())
+    (docker,) = manifest["dockerImages"].values()
+    assert docker["source"]["dockerFile"] == "gateway_src/Dockerfile"
+    assert docker["source"]["platform"] == "linux/amd64"
+    image = json.dumps(_container_image(synthesized[1]))
+    assert "cdk-hnb659fds-container-assets" in image  # the bootstrap ECR repository
+    assert docker["destinations"]  # pushed by `cdk deploy` from the assembly
+
+
+def test_an_explicit_image_uri_is_used_as_is_without_an_asset(tmp_path: Path) -> None:
+    import aws_cdk as cdk
+    from aws_cdk import assertions
+
+    from cdk.app_builder import feature_flags
+    from cdk.stacks.global_router_stack import GlobalRouterStack
+
+    raw = yaml.safe_load(EXAMPLE_FILE.read_text())
+    uri = "111111111111.dkr.ecr.us-east-1.amazonaws.com/inference-gateway:0.1.0"
+    deployment = parse({**raw, "image": uri}, base=EXAMPLE_FILE.parent, source="global.yaml")
+    assert deployment.image == uri
+    assert load(EXAMPLE_FILE).image is None
+    app = cdk.App(outdir=str(tmp_path), context=feature_flags())
+    stack = GlobalRouterStack(
+        app,
+        "Explicit",
+        deployment=deployment,
+        env=cdk.Environment(account="111111111111", region="us-east-1"),
+    )
+    template = assertions.Template.from_stack(stack)
+    template.has_resource_properties(
+        "AWS::ECS::TaskDefinition",
+        {"ContainerDefinitions": assertions.Match.array_with([assertions.Match.object_like({"Image": uri})])},
+    )
+    manifest = json.loads((Path(app.synth().directory) / "Explicit.assets.json").read_text())
+    assert manifest.get("dockerImages", {}) == {}
