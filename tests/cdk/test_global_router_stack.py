@@ -156,3 +156,53 @@ def test_an_explicit_image_uri_is_used_as_is_without_an_asset(tmp_path: Path) ->
     )
     manifest = json.loads((Path(app.synth().directory) / "Explicit.assets.json").read_text())
     assert manifest.get("dockerImages", {}) == {}
+
+
+def test_redis_admits_the_tier1_networks_on_its_port(synthesized: tuple[Path, dict[str, Any]]) -> None:
+    from aws_cdk import assertions
+
+    template = assertions.Template.from_json(synthesized[1])
+    for cidr in ("10.20.0.0/16", "10.10.0.0/16"):  # a Transit Gateway network and a peer VPC
+        template.has_resource_properties(
+            "AWS::EC2::SecurityGroup",
+            {
+                "GroupDescription": "global router Redis",
+                "SecurityGroupIngress": assertions.Match.array_with(
+                    [assertions.Match.object_like({"CidrIp": cidr, "FromPort": 6380, "ToPort": 6380})]
+                ),
+            },
+        )
+    (peering,) = resources(synthesized[1], "AWS::EC2::VPCPeeringConnection")
+    assert peering["PeerVpcId"] == "vpc-0123456789abcdef0"
+    assert "PeerOwnerId" not in peering  # same account
+    routes = [r for r in resources(synthesized[1], "AWS::EC2::Route") if "VpcPeeringConnectionId" in r]
+    assert len(routes) == 2  # one per Redis (isolated) subnet, one per availability zone
+    assert {r["DestinationCidrBlock"] for r in routes} == {"10.10.0.0/16"}
+    cache_tables = {json.dumps(r["RouteTableId"]) for r in routes}
+    assert all("cache" in t for t in cache_tables), cache_tables
+
+
+def test_tier1_networks_are_validated_with_the_field(tmp_path: Path) -> None:
+    raw = yaml.safe_load(EXAMPLE_FILE.read_text())
+    raw["tier1Networks"] = {
+        "cidrs": ["10.0.0.1/8", "0.0.0.0/0"],
+        "peerVpcs": [
+            {"vpcId": "vpc-1", "cidr": "10.40.1.0/24"},
+            {"vpcId": "vpc-2", "cidr": "10.50.0.0/16", "region": "eu-west-1"},
+            {"cidr": "10.60.0.0/16"},
+        ],
+    }
+    with pytest.raises(GlobalRouterDeploymentError) as caught:
+        parse(raw, base=EXAMPLE_FILE.parent, source="global.yaml")
+    message = str(caught.value)
+    assert "tier1Networks.cidrs[0]: 10.0.0.1/8 has host bits set" in message
+    assert "tier1Networks.cidrs[1]: an IPv4 network narrower than /0" in message
+    assert "tier1Networks.peerVpcs[0].cidr: 10.40.1.0/24 overlaps the router's vpcCidr" in message
+    assert "tier1Networks.peerVpcs[1].region: eu-west-1" in message
+    assert "Transit Gateway" in message
+    assert "tier1Networks.peerVpcs[2].vpcId: required" in message
+    raw["tier1Networks"] = {
+        "peerVpcs": [{"vpcId": "vpc-9", "cidr": "10.9.0.0/16", "account": "222222222222"}]
+    }
+    (peer,) = parse(raw, base=EXAMPLE_FILE.parent, source="global.yaml").tier1_peer_vpcs
+    assert (peer.vpc_id, peer.cidr, peer.account) == ("vpc-9", "10.9.0.0/16", "222222222222")
