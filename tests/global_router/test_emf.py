@@ -3,15 +3,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
+import re
+import signal
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import jsonschema
 import orjson
 import pytest
+import yaml
 
 from igw.gateway.emf import EMF_SCHEMA
 from igw.gateway.serving import serve_app
@@ -22,6 +28,7 @@ from igw.global_router.server import ROUTER_KEY, create_global_app
 from tests.gateway.fake_model_server import FakeModelServer
 from tests.gateway.support import wait_for
 from tests.global_router.support import MODEL, global_doc
+from tests.security.helpers import RedisServer
 
 BURST = 30
 
@@ -127,3 +134,48 @@ async def test_router_writes_fleet_documents_on_the_interval(caplog: pytest.LogC
     assert set(statuses) == {200, 429}  # the drained cluster's requests were retried elsewhere
     cluster_requests = sum(v for k, v in totals.items() if k[0] == "ClusterRequests")
     assert cluster_requests == sum(decisions.values())
+
+
+async def test_global_serve_writes_emf_lines_on_stdout(tmp_path: Path, redis_server: RedisServer) -> None:
+    """``igw global serve --emf-interval``: bare EMF lines on stdout, the last interval flushed at stop."""
+    server = FakeModelServer("east-a")
+    await server.start()
+    doc = global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": f"http://{server.key}", "models": [MODEL]}],
+        heartbeats={"required": False, "redis": {"url": redis_server.url, "keyPrefix": "emf:hb:"}},
+    )
+    (tmp_path / "global.yaml").write_text(yaml.safe_dump(doc))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(tmp_path / "global.yaml"),
+        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0", "--emf-interval", "30",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        url = ""
+        while not url:
+            line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode()
+            assert line, "igw global serve exited before serving"
+            found = re.search(r"serving \d+ cluster\(s\) at (http://\S+)", line)
+            url = found.group(1) if found else ""
+        async with aiohttp.ClientSession() as http:
+            for _ in range(3):
+                async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}) as resp:
+                    assert resp.status == 200, await resp.text()
+        proc.send_signal(signal.SIGTERM)
+        stdout, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await server.stop()
+    assert proc.returncode == 0
+    documents = [orjson.loads(line) for line in stdout.decode().splitlines() if line.strip()]
+    for document in documents:  # every stdout line is an EMF document (the interval outlives the run)
+        _check(document)
+    totals = _totals(documents)
+    assert (
+        totals["RoutingDecisions", (("Cluster", "east-a"), ("Region", "east"), ("Reason", "same-region"))]
+        == 3
+    )
+    assert totals["ClusterRequests", (("Cluster", "east-a"),)] == 3
