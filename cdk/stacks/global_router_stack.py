@@ -5,8 +5,12 @@
 - **Redis**: an ElastiCache replication group (Multi-AZ with automatic failover, encryption in
   transit and at rest, AUTH token from Secrets Manager, non-default port) shared by every replica
   for heartbeats and global rate limits. The tier-1 gateways publish heartbeats to it.
+- **Tier-1 reachability**: the Redis security group admits ``tier1Networks`` (CIDRs reached over
+  a Transit Gateway or peering made elsewhere, and same-region peer VPCs, which the stack peers with
+  and routes from the Redis subnets).
 - **Compute**: an ECS Fargate service of ``replicas`` tasks (the gateway image runs
-  ``igw global serve``), CPU-scaled, in private subnets; the GlobalRouterConfig is passed in the
+  ``igw global serve``; built from ``gateway_src/Dockerfile`` as a Docker image asset unless
+  ``image`` names an existing one), CPU-scaled, in private subnets; the GlobalRouterConfig is passed in the
   environment with the Redis URLs filled in (the AUTH token is injected as a secret and expanded
   at start, never written into the template).
 - **Endpoint**: an Application Load Balancer (internal by default) with an ACM certificate
@@ -33,6 +37,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from cdk.config import ImageConfig
+from cdk.constructs.gateway_image import GatewayImage
 from cdk.constructs.nag_ack import acknowledge
 from cdk.global_router_config import GlobalRouterDeployment
 
@@ -69,6 +75,7 @@ class GlobalRouterStack(cdk.Stack):
     ) -> None:
         super().__init__(scope, id_, **kwargs)
         d = deployment
+        self.gateway_image: GatewayImage | None = None
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
@@ -110,6 +117,7 @@ class GlobalRouterStack(cdk.Stack):
             description="global router Redis",
             allow_all_outbound=False,
         )
+        self._admit_tier1_networks(d, redis_sg)
         subnets = elasticache.CfnSubnetGroup(
             self,
             "RedisSubnets",
@@ -144,7 +152,7 @@ class GlobalRouterStack(cdk.Stack):
         document = router_document(d, self.redis.attr_primary_end_point_address)
         task.add_container(
             "router",
-            image=ecs.ContainerImage.from_registry(d.image),
+            image=self._image(d),
             entry_point=["sh", "-c"],
             command=[START_COMMAND],
             environment={CONFIG_ENV: yaml.safe_dump(document, sort_keys=False)},
@@ -153,6 +161,7 @@ class GlobalRouterStack(cdk.Stack):
             port_mappings=[ecs.PortMapping(container_port=ROUTER_PORT)],
             readonly_root_filesystem=False,
         )
+        self._acknowledge_asset_pull(task)
         acknowledge(
             task,
             "AwsSolutions-ECS2",
@@ -246,6 +255,57 @@ class GlobalRouterStack(cdk.Stack):
         cdk.CfnOutput(self, "Endpoint", value=f"https://{d.domain_name}")
         cdk.CfnOutput(self, "RedisEndpoint", value=self.redis.attr_primary_end_point_address)
         cdk.CfnOutput(self, "RedisAuthTokenSecretArn", value=self.redis_token.secret_arn)
+
+    def _admit_tier1_networks(self, d: GlobalRouterDeployment, redis_sg: ec2.SecurityGroup) -> None:
+        """Tier-1 gateways publish heartbeats to the Redis: admit each configured network on the Redis
+        port; peer each same-region tier-1 VPC and route its CIDR from the Redis subnets (the
+        return path; the tier-1 side adds the route to ``vpcCidr`` and, across accounts, accepts)."""
+        for cidr in d.tier1_cidrs:
+            redis_sg.add_ingress_rule(
+                ec2.Peer.ipv4(cidr), ec2.Port.tcp(REDIS_PORT), f"tier-1 heartbeats from {cidr}"
+            )
+        for i, peer in enumerate(d.tier1_peer_vpcs):
+            peering = ec2.CfnVPCPeeringConnection(
+                self,
+                f"Tier1Peering{i}",
+                vpc_id=self.vpc.vpc_id,
+                peer_vpc_id=peer.vpc_id,
+                peer_owner_id=peer.account,
+            )
+            for j, subnet in enumerate(self.vpc.isolated_subnets):
+                ec2.CfnRoute(
+                    self,
+                    f"Tier1Route{i}x{j}",
+                    route_table_id=subnet.route_table.route_table_id,
+                    destination_cidr_block=peer.cidr,
+                    vpc_peering_connection_id=peering.ref,
+                )
+            redis_sg.add_ingress_rule(
+                ec2.Peer.ipv4(peer.cidr),
+                ec2.Port.tcp(REDIS_PORT),
+                f"tier-1 heartbeats from {peer.vpc_id} ({peer.cidr})",
+            )
+            cdk.CfnOutput(self, f"Tier1PeeringId{i}", value=peering.ref)
+
+    def _image(self, d: GlobalRouterDeployment) -> ecs.ContainerImage:
+        """The named image, else the gateway image built as an asset (the per-cluster app's
+        construct, so both tiers run the same build of ``gateway_src/Dockerfile``)."""
+        if d.image is not None:
+            return ecs.ContainerImage.from_registry(d.image)
+        self.gateway_image = GatewayImage(self, "GatewayImage", config=ImageConfig())
+        assert self.gateway_image.asset is not None  # no repository given: always an asset
+        return ecs.ContainerImage.from_docker_image_asset(self.gateway_image.asset)
+
+    def _acknowledge_asset_pull(self, task: ecs.FargateTaskDefinition) -> None:
+        if self.gateway_image is None:
+            return
+        acknowledge(
+            task.obtain_execution_role(),
+            "AwsSolutions-IAM5",
+            reason="pulling the asset image needs ecr:GetAuthorizationToken, which has no resource-level "
+            "permission; the repository actions are scoped to the bootstrap asset repository",
+            findings=("Resource::*",),
+        )
 
 
 def build_global_router_stack(

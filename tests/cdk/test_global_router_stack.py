@@ -38,7 +38,12 @@ def test_cdk_nag_has_no_unsuppressed_findings(synthesized: tuple[Path, dict[str,
     violations, acknowledged = nag.read_report(synthesized[0].parent)
     assert violations == []
     ours = {f.rule for f in acknowledged if f.rule.startswith("AwsSolutions")}
-    assert ours == {"AwsSolutions-ECS2", "AwsSolutions-S1", "AwsSolutions-SMG4"}
+    assert ours == {
+        "AwsSolutions-ECS2",
+        "AwsSolutions-S1",
+        "AwsSolutions-SMG4",
+        "AwsSolutions-IAM5[Resource::*]",
+    }
     for finding in acknowledged:
         assert len(finding.reason or "") >= 40, finding
 
@@ -102,6 +107,102 @@ def test_invalid_router_config_is_refused_with_the_field(tmp_path: Path) -> None
     raw["routerConfig"] = "router.yaml"
     with pytest.raises(GlobalRouterDeploymentError, match=r"spec\.clusters\[0\]\.endpoint"):
         parse(raw, base=tmp_path, source="global.yaml")
-    del raw["image"]
-    with pytest.raises(GlobalRouterDeploymentError, match="missing required field 'image'"):
+    del raw["account"]
+    with pytest.raises(GlobalRouterDeploymentError, match="missing required field 'account'"):
         parse(raw, base=tmp_path, source="global.yaml")
+
+
+def _container_image(template: dict[str, Any]) -> Any:
+    (task,) = resources(template, "AWS::ECS::TaskDefinition")
+    (container,) = task["ContainerDefinitions"]
+    return container["Image"]
+
+
+def test_router_image_is_built_from_the_gateway_dockerfile_by_default(
+    synthesized: tuple[Path, dict[str, Any]],
+) -> None:
+    manifest = json.loads(next(synthesized[0].parent.glob("*.assets.json")).read_text())
+    (docker,) = manifest["dockerImages"].values()
+    assert docker["source"]["dockerFile"] == "gateway_src/Dockerfile"
+    assert docker["source"]["platform"] == "linux/amd64"
+    image = json.dumps(_container_image(synthesized[1]))
+    assert "cdk-hnb659fds-container-assets" in image  # the bootstrap ECR repository
+    assert docker["destinations"]  # pushed by `cdk deploy` from the assembly
+
+
+def test_an_explicit_image_uri_is_used_as_is_without_an_asset(tmp_path: Path) -> None:
+    import aws_cdk as cdk
+    from aws_cdk import assertions
+
+    from cdk.app_builder import feature_flags
+    from cdk.stacks.global_router_stack import GlobalRouterStack
+
+    raw = yaml.safe_load(EXAMPLE_FILE.read_text())
+    uri = "111111111111.dkr.ecr.us-east-1.amazonaws.com/inference-gateway:0.1.0"
+    deployment = parse({**raw, "image": uri}, base=EXAMPLE_FILE.parent, source="global.yaml")
+    assert deployment.image == uri
+    assert load(EXAMPLE_FILE).image is None
+    app = cdk.App(outdir=str(tmp_path), context=feature_flags())
+    stack = GlobalRouterStack(
+        app,
+        "Explicit",
+        deployment=deployment,
+        env=cdk.Environment(account="111111111111", region="us-east-1"),
+    )
+    template = assertions.Template.from_stack(stack)
+    template.has_resource_properties(
+        "AWS::ECS::TaskDefinition",
+        {"ContainerDefinitions": assertions.Match.array_with([assertions.Match.object_like({"Image": uri})])},
+    )
+    manifest = json.loads((Path(app.synth().directory) / "Explicit.assets.json").read_text())
+    assert manifest.get("dockerImages", {}) == {}
+
+
+def test_redis_admits_the_tier1_networks_on_its_port(synthesized: tuple[Path, dict[str, Any]]) -> None:
+    from aws_cdk import assertions
+
+    template = assertions.Template.from_json(synthesized[1])
+    for cidr in ("10.20.0.0/16", "10.10.0.0/16"):  # a Transit Gateway network and a peer VPC
+        template.has_resource_properties(
+            "AWS::EC2::SecurityGroup",
+            {
+                "GroupDescription": "global router Redis",
+                "SecurityGroupIngress": assertions.Match.array_with(
+                    [assertions.Match.object_like({"CidrIp": cidr, "FromPort": 6380, "ToPort": 6380})]
+                ),
+            },
+        )
+    (peering,) = resources(synthesized[1], "AWS::EC2::VPCPeeringConnection")
+    assert peering["PeerVpcId"] == "vpc-0123456789abcdef0"
+    assert "PeerOwnerId" not in peering  # same account
+    routes = [r for r in resources(synthesized[1], "AWS::EC2::Route") if "VpcPeeringConnectionId" in r]
+    assert len(routes) == 2  # one per Redis (isolated) subnet, one per availability zone
+    assert {r["DestinationCidrBlock"] for r in routes} == {"10.10.0.0/16"}
+    cache_tables = {json.dumps(r["RouteTableId"]) for r in routes}
+    assert all("cache" in t for t in cache_tables), cache_tables
+
+
+def test_tier1_networks_are_validated_with_the_field(tmp_path: Path) -> None:
+    raw = yaml.safe_load(EXAMPLE_FILE.read_text())
+    raw["tier1Networks"] = {
+        "cidrs": ["10.0.0.1/8", "0.0.0.0/0"],
+        "peerVpcs": [
+            {"vpcId": "vpc-1", "cidr": "10.40.1.0/24"},
+            {"vpcId": "vpc-2", "cidr": "10.50.0.0/16", "region": "eu-west-1"},
+            {"cidr": "10.60.0.0/16"},
+        ],
+    }
+    with pytest.raises(GlobalRouterDeploymentError) as caught:
+        parse(raw, base=EXAMPLE_FILE.parent, source="global.yaml")
+    message = str(caught.value)
+    assert "tier1Networks.cidrs[0]: 10.0.0.1/8 has host bits set" in message
+    assert "tier1Networks.cidrs[1]: an IPv4 network narrower than /0" in message
+    assert "tier1Networks.peerVpcs[0].cidr: 10.40.1.0/24 overlaps the router's vpcCidr" in message
+    assert "tier1Networks.peerVpcs[1].region: eu-west-1" in message
+    assert "Transit Gateway" in message
+    assert "tier1Networks.peerVpcs[2].vpcId: required" in message
+    raw["tier1Networks"] = {
+        "peerVpcs": [{"vpcId": "vpc-9", "cidr": "10.9.0.0/16", "account": "222222222222"}]
+    }
+    (peer,) = parse(raw, base=EXAMPLE_FILE.parent, source="global.yaml").tier1_peer_vpcs
+    assert (peer.vpc_id, peer.cidr, peer.account) == ("vpc-9", "10.9.0.0/16", "222222222222")

@@ -4,6 +4,7 @@ Examples::
 
     igw global serve --config global.yaml                       # region from spec.region
     igw global serve --config global.yaml --region us-west-2 --port 8090
+    igw global serve --config global.yaml --emf-interval 60     # fleet metrics as CloudWatch EMF
 
 The configuration (a ``GlobalRouterConfig``) is validated at start-up: exit 2 with every problem
 listed. Replicas are stateless; run several behind a load balancer, all pointing at the same Redis.
@@ -36,6 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="after SIGTERM, report not-ready for this long before stopping (default 5)",
     )
+    serve.add_argument(
+        "--emf-interval",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="write fleet metrics as CloudWatch EMF lines on stdout every S seconds (default 0: off)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,10 +59,19 @@ def run(args: argparse.Namespace) -> int:
     except GlobalConfigError as exc:
         print(f"igw global serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    emf = logging.getLogger("igw.emf")
+    emf.propagate = False  # the documents are the output, not diagnostics: bare JSON lines on stdout
+    emf.setLevel(logging.INFO)
+    emf.addHandler(logging.StreamHandler(sys.stdout))
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(
             run_global_router(
-                config, host=args.host, port=args.port, region=args.region, drain_s=args.drain_seconds
+                config,
+                host=args.host,
+                port=args.port,
+                region=args.region,
+                drain_s=args.drain_seconds,
+                emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
             )
         )
     return 0

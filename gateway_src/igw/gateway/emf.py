@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 from aiohttp import web
@@ -206,12 +206,30 @@ class EmfReporter:
         metrics: tuple[tuple[str, str], ...],
         values: dict[str, float],
     ) -> dict[str, Any]:
-        directive = {
-            "Namespace": self._namespace,
-            "Dimensions": [list(dimensions)],
-            "Metrics": [{"Name": n, "Unit": u} for n, u in metrics if n in values],
-        }
-        return {"_aws": {"Timestamp": timestamp, "CloudWatchMetrics": [directive]}, **dimensions, **values}
+        return emf_document(self._namespace, timestamp, dimensions, metrics, values)
+
+
+def emf_document(
+    namespace: str,
+    timestamp: int,
+    dimensions: dict[str, str],
+    metrics: tuple[tuple[str, str], ...],
+    values: dict[str, float],
+) -> dict[str, Any]:
+    """One EMF document: the ``_aws`` directive naming the ``(name, unit)`` metrics present in
+    ``values`` under one dimension set, with the dimension and metric values as members."""
+    directive = {
+        "Namespace": namespace,
+        "Dimensions": [list(dimensions)],
+        "Metrics": [{"Name": n, "Unit": u} for n, u in metrics if n in values],
+    }
+    return {"_aws": {"Timestamp": timestamp, "CloudWatchMetrics": [directive]}, **dimensions, **values}
+
+
+class EmfSource(Protocol):
+    """Anything that yields this interval's EMF lines (one JSON document each)."""
+
+    def lines(self) -> Iterator[str]: ...
 
 
 def _models(delta: dict[tuple[str, str, tuple[tuple[str, str], ...]], float]) -> set[str]:
@@ -234,7 +252,7 @@ def emf_reporter(metrics: GatewayMetrics, *, namespace: str = DEFAULT_NAMESPACE)
 
 
 def emf_context(
-    reporter: EmfReporter, *, interval_s: float
+    reporter: EmfSource, *, interval_s: float
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """An aiohttp cleanup context logging the reporter's lines to ``igw.emf`` every ``interval_s``
     (and once more at shutdown, so the last interval is not lost)."""

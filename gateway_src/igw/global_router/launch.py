@@ -15,9 +15,15 @@ log = logging.getLogger("igw.global_router")
 
 
 async def run_global_router(
-    config: GlobalRouterConfig, *, host: str, port: int, region: str | None, drain_s: float
+    config: GlobalRouterConfig,
+    *,
+    host: str,
+    port: int,
+    region: str | None,
+    drain_s: float,
+    emf_interval_s: float | None = None,
 ) -> None:
-    app = create_global_app(config, region=region)
+    app = create_global_app(config, region=region, emf_interval_s=emf_interval_s)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

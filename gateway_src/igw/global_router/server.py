@@ -34,6 +34,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from igw.gateway.app import healthz, openai_errors
+from igw.gateway.emf import emf_context
 from igw.gateway.errors import denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, RequestGuard
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
@@ -46,6 +47,7 @@ from igw.gateway.upstream import (
     upstream_headers,
 )
 from igw.global_router.config import GlobalRouterConfig
+from igw.global_router.emf import FleetEmfReporter
 from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.limits import ModelRateLimits
@@ -264,9 +266,11 @@ def create_global_app(
     guard: RequestGuard | None = None,
     reader: HeartbeatReader | None = None,
     read_heartbeats: bool = True,
+    emf_interval_s: float | None = None,
 ) -> web.Application:
     """Build a router replica. ``reader``: heartbeat source (default: Redis per ``spec.heartbeats``;
-    ``read_heartbeats=False`` routes on configuration and request outcomes alone - tests)."""
+    ``read_heartbeats=False`` routes on configuration and request outcomes alone - tests).
+    ``emf_interval_s``: log fleet metrics as CloudWatch EMF lines to ``igw.emf`` this often."""
     metrics = FleetMetrics(registry)
     limit_settings = RateLimitSettings.from_mapping(config.rate_limits)
     if guard is None:
@@ -323,4 +327,6 @@ def create_global_app(
             await guard.close()
 
     app.cleanup_ctx.append(services)
+    if emf_interval_s is not None:
+        app.cleanup_ctx.append(emf_context(FleetEmfReporter(metrics), interval_s=emf_interval_s))
     return app

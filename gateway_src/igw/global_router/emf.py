@@ -1,0 +1,98 @@
+"""Fleet metrics of the global router as CloudWatch Embedded Metric Format (EMF) documents.
+
+``igw global serve --emf-interval S`` writes, every ``S`` seconds, the interval's deltas of the
+router's fleet counters (:class:`~igw.global_router.metrics.FleetMetrics`) as EMF lines on stdout:
+routing decisions by cluster, region and reason; failover events by cluster and reason; recoveries
+by cluster; rate-limit refusals by model and limit (summed over tenants, whose number is not
+bounded by the configuration); and per cluster the requests sent and the attempts that failed
+there and moved on (by cause). Documents come from :func:`igw.gateway.emf.emf_document`, the same
+builder tier 1 uses, so both tiers share one structure and :data:`igw.gateway.emf.EMF_SCHEMA`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+import orjson
+from prometheus_client import Counter
+
+from igw.gateway.emf import emf_document
+from igw.global_router.metrics import FleetMetrics
+
+DEFAULT_FLEET_NAMESPACE: Final = "InferenceGateway/Global"
+
+_Key = tuple[str, tuple[tuple[str, str], ...]]
+
+
+class FleetEmfReporter:
+    """Builds the interval's fleet documents from one router replica's counters."""
+
+    def __init__(
+        self,
+        metrics: FleetMetrics,
+        *,
+        namespace: str = DEFAULT_FLEET_NAMESPACE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._metrics = metrics
+        self._namespace = namespace
+        self._clock = clock
+        self._previous: dict[_Key, float] = {}
+
+    def documents(self) -> list[dict[str, Any]]:
+        """This interval's documents, one per dimension combination that moved (the first call
+        reports everything since start)."""
+        current = dict(self._samples())
+        delta = {k: v - self._previous.get(k, 0.0) for k, v in current.items()}
+        self._previous = current
+        m = self._metrics
+        timestamp = int(self._clock() * 1000)
+        out: list[dict[str, Any]] = []
+
+        def add(family: Counter, name: str, dims: tuple[tuple[str, str], ...]) -> None:
+            sums: dict[tuple[str, ...], float] = defaultdict(float)
+            for labels, value in _family_delta(delta, family):
+                sums[tuple(labels.get(label, "") for label, _ in dims)] += value
+            for values, total in sorted(sums.items()):
+                if total > 0:
+                    dimensions = {dim: v for (_, dim), v in zip(dims, values, strict=True)}
+                    out.append(self._document(timestamp, dimensions, name, total))
+
+        add(
+            m.decisions,
+            "RoutingDecisions",
+            (("cluster", "Cluster"), ("region", "Region"), ("reason", "Reason")),
+        )
+        add(m.failovers, "FailoverEvents", (("cluster", "Cluster"), ("reason", "Reason")))
+        add(m.recoveries, "RecoveryEvents", (("cluster", "Cluster"),))
+        add(m.ratelimit_hits, "RateLimitHits", (("model", "Model"), ("limit", "Limit")))
+        add(m.retries, "ClusterErrors", (("cluster", "Cluster"), ("cause", "Cause")))
+        add(m.decisions, "ClusterRequests", (("cluster", "Cluster"),))
+        return out
+
+    def lines(self) -> Iterator[str]:
+        for document in self.documents():
+            yield orjson.dumps(document).decode()
+
+    def _samples(self) -> Iterator[tuple[_Key, float]]:
+        m = self._metrics
+        for family in (m.decisions, m.failovers, m.recoveries, m.ratelimit_hits, m.retries):
+            for metric in family.collect():
+                for s in metric.samples:
+                    if s.name.endswith("_total"):
+                        yield (metric.name, tuple(sorted(s.labels.items()))), s.value
+
+    def _document(
+        self, timestamp: int, dimensions: dict[str, str], name: str, value: float
+    ) -> dict[str, Any]:
+        return emf_document(self._namespace, timestamp, dimensions, ((name, "Count"),), {name: value})
+
+
+def _family_delta(delta: dict[_Key, float], family: Counter) -> Iterator[tuple[dict[str, str], float]]:
+    name = next(iter(family.collect())).name
+    for (family_name, labels), value in delta.items():
+        if family_name == name:
+            yield dict(labels), value

@@ -1,0 +1,181 @@
+"""Fleet metrics as CloudWatch EMF: ``create_global_app(emf_interval_s=...)`` (``igw global serve
+--emf-interval``) logs schema-valid documents whose counts follow the router's own counters."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import signal
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jsonschema
+import orjson
+import pytest
+import yaml
+
+from igw.gateway.emf import EMF_SCHEMA
+from igw.gateway.serving import serve_app
+from igw.global_router.config import parse_global_config
+from igw.global_router.emf import DEFAULT_FLEET_NAMESPACE, FleetEmfReporter
+from igw.global_router.metrics import FleetMetrics
+from igw.global_router.server import ROUTER_KEY, create_global_app
+from tests.gateway.fake_model_server import FakeModelServer
+from tests.gateway.support import wait_for
+from tests.global_router.support import MODEL, global_doc
+from tests.security.helpers import RedisServer
+
+BURST = 30
+
+
+def _check(document: dict[str, Any]) -> None:
+    jsonschema.validate(document, EMF_SCHEMA)
+    (directive,) = document["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == DEFAULT_FLEET_NAMESPACE
+    for dimension_set in directive["Dimensions"]:
+        assert all(isinstance(document[d], str) and document[d] for d in dimension_set)
+    for metric in directive["Metrics"]:
+        assert isinstance(document[metric["Name"]], float | int)
+
+
+def _totals(documents: list[dict[str, Any]]) -> Counter[tuple[str, tuple[tuple[str, str], ...]]]:
+    """Sum of every metric over the documents, keyed by metric name and dimension values."""
+    totals: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
+    for document in documents:
+        (directive,) = document["_aws"]["CloudWatchMetrics"]
+        dims = tuple((d, document[d]) for d in directive["Dimensions"][0])
+        for metric in directive["Metrics"]:
+            totals[metric["Name"], dims] += document[metric["Name"]]
+    return totals
+
+
+def test_reporter_emits_interval_deltas_only() -> None:
+    metrics = FleetMetrics()
+    reporter = FleetEmfReporter(metrics, clock=lambda: 12.5)
+    metrics.decisions.labels("east-a", "east", "same-region").inc(3)
+    metrics.ratelimit_hits.labels("team-a", MODEL, "requests").inc()
+    metrics.ratelimit_hits.labels("team-b", MODEL, "requests").inc()
+    documents = reporter.documents()
+    for document in documents:
+        _check(document)
+        assert document["_aws"]["Timestamp"] == 12500
+    totals = _totals(documents)
+    assert (
+        totals["RoutingDecisions", (("Cluster", "east-a"), ("Region", "east"), ("Reason", "same-region"))]
+        == 3
+    )
+    assert totals["ClusterRequests", (("Cluster", "east-a"),)] == 3
+    assert totals["RateLimitHits", (("Model", MODEL), ("Limit", "requests"))] == 2  # summed over tenants
+    assert len(documents) == 3
+    assert reporter.documents() == []  # nothing moved since
+    metrics.failovers.labels("east-a", "failures").inc()
+    (later,) = reporter.documents()
+    assert later["FailoverEvents"] == 1
+    assert (later["Cluster"], later["Reason"]) == ("east-a", "failures")
+
+
+async def test_router_writes_fleet_documents_on_the_interval(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="igw.emf")
+    servers = {name: FakeModelServer(name) for name in ("east-a", "east-b", "west-a")}
+    for server in servers.values():
+        await server.start()
+    doc = global_doc(
+        [
+            {"name": n, "region": n.split("-")[0], "endpoint": f"http://{s.key}", "models": [MODEL]}
+            for n, s in servers.items()
+        ],
+        failover={"failureThreshold": 2, "ejectionSeconds": 60, "slowStartSeconds": 1},
+        heartbeats={"required": False},
+        modelRateLimits=[{"tenant": "*", "model": MODEL, "requestsPerSecond": 0.001, "burst": BURST}],
+    )
+    app = create_global_app(
+        parse_global_config(doc), rng=random.Random(3), read_heartbeats=False, emf_interval_s=0.1
+    )
+    router = app[ROUTER_KEY]
+    statuses: Counter[int] = Counter()
+    try:
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+
+            async def send() -> None:
+                async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}) as resp:
+                    statuses[resp.status] += 1
+                    await resp.read()
+
+            for _ in range(4):
+                await send()
+            await wait_for(lambda: '"RoutingDecisions"' in caplog.text, within=10, what="a first EMF tick")
+            await servers["east-a"].stop()
+            while not any(t.kind == "failover" for t in router.fleet.transitions):
+                assert sum(statuses.values()) < BURST, "east-a never drained"
+                await send()
+            while statuses[429] < 2:
+                await send()
+    finally:
+        for server in servers.values():
+            await server.stop()
+    documents = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.emf"]
+    for document in documents:
+        _check(document)
+    assert len({d["_aws"]["Timestamp"] for d in documents}) >= 2  # more than one interval written
+    totals = _totals(documents)
+    decisions = {k: v for k, v in totals.items() if k[0] == "RoutingDecisions"}
+    assert (
+        sum(decisions.values())
+        == statuses[200] + totals["ClusterErrors", (("Cluster", "east-a"), ("Cause", "connect"))]
+    )
+    assert totals["ClusterErrors", (("Cluster", "east-a"), ("Cause", "connect"))] >= 2
+    assert totals["FailoverEvents", (("Cluster", "east-a"), ("Reason", "failures"))] == 1
+    assert totals["RateLimitHits", (("Model", MODEL), ("Limit", "requests"))] == statuses[429] == 2
+    assert set(statuses) == {200, 429}  # the drained cluster's requests were retried elsewhere
+    cluster_requests = sum(v for k, v in totals.items() if k[0] == "ClusterRequests")
+    assert cluster_requests == sum(decisions.values())
+
+
+async def test_global_serve_writes_emf_lines_on_stdout(tmp_path: Path, redis_server: RedisServer) -> None:
+    """``igw global serve --emf-interval``: bare EMF lines on stdout, the last interval flushed at stop."""
+    server = FakeModelServer("east-a")
+    await server.start()
+    doc = global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": f"http://{server.key}", "models": [MODEL]}],
+        heartbeats={"required": False, "redis": {"url": redis_server.url, "keyPrefix": "emf:hb:"}},
+    )
+    (tmp_path / "global.yaml").write_text(yaml.safe_dump(doc))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(tmp_path / "global.yaml"),
+        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0", "--emf-interval", "30",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        url = ""
+        while not url:
+            line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode()
+            assert line, "igw global serve exited before serving"
+            found = re.search(r"serving \d+ cluster\(s\) at (http://\S+)", line)
+            url = found.group(1) if found else ""
+        async with aiohttp.ClientSession() as http:
+            for _ in range(3):
+                async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}) as resp:
+                    assert resp.status == 200, await resp.text()
+        proc.send_signal(signal.SIGTERM)
+        stdout, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await server.stop()
+    assert proc.returncode == 0
+    documents = [orjson.loads(line) for line in stdout.decode().splitlines() if line.strip()]
+    for document in documents:  # every stdout line is an EMF document (the interval outlives the run)
+        _check(document)
+    totals = _totals(documents)
+    assert (
+        totals["RoutingDecisions", (("Cluster", "east-a"), ("Region", "east"), ("Reason", "same-region"))]
+        == 3
+    )
+    assert totals["ClusterRequests", (("Cluster", "east-a"),)] == 3
