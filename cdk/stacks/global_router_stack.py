@@ -47,10 +47,14 @@ REDIS_PORT = 6380
 """Not Redis's default 6379 (cdk-nag AwsSolutions-AEC5)."""
 TOKEN_ENV = "IGW_REDIS_TOKEN"
 CONFIG_ENV = "IGW_GLOBAL_CONFIG"
+EMF_INTERVAL_S = 60
+"""Fleet metrics as CloudWatch EMF on stdout every minute: the awslogs driver sends them to CloudWatch
+Logs, which extracts the metrics (namespace ``InferenceGateway/Global``)."""
 START_COMMAND = (
     'python -c \'import os; open("/tmp/global.yaml", "w").write('
     f'os.path.expandvars(os.environ["{CONFIG_ENV}"]))\' '
-    f"&& exec igw global serve --config /tmp/global.yaml --host 0.0.0.0 --port {ROUTER_PORT}"
+    f"&& exec igw global serve --config /tmp/global.yaml --host 0.0.0.0 --port {ROUTER_PORT} "
+    f"--emf-interval {EMF_INTERVAL_S}"
 )
 """Writes the configuration with ``$IGW_REDIS_TOKEN`` expanded (the token never enters the template)."""
 

@@ -82,6 +82,8 @@ def test_router_tasks_get_the_validated_config_with_redis_filled_in(
     assert "igw.use1-a.example.com" in text  # the per-cluster gateway endpoints
     assert [s["Name"] for s in container["Secrets"]] == ["IGW_REDIS_TOKEN"]
     assert "igw global serve" in container["Command"][0]
+    assert "--emf-interval 60" in container["Command"][0]  # fleet metrics reach CloudWatch as EMF
+    assert container["LogConfiguration"]["LogDriver"] == "awslogs"
     (service,) = resources(synthesized[1], "AWS::ECS::Service")
     assert service["DesiredCount"] == 2
 
