@@ -70,6 +70,22 @@ def _addon(name, version, status="ACTIVE", **extra):
     }
 
 
+def _expect_create(stubber, configuration_values, **extra):
+    """``create_addon`` for our add-on with these configuration values (and extra request fields)."""
+    stubber.add_response(
+        "create_addon",
+        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "CREATING"),
+        {
+            "clusterName": CLUSTER,
+            "addonName": pins.IGW_ADDON_NAME,
+            "addonVersion": pins.IGW_ADDON_VERSION,
+            "resolveConflicts": "OVERWRITE",
+            "configurationValues": configuration_values,
+            **extra,
+        },
+    )
+
+
 def _dependencies_installed(stubber, *, skip=None, versions=None, agent=True):
     """Each dependency add-on (and, for Pod Identity, the agent) as ``create``'s pre-checks read them."""
     for dependency in pins.DEPENDENCY_ADDONS:
@@ -92,17 +108,10 @@ def _dependencies_installed(stubber, *, skip=None, versions=None, agent=True):
 def test_create_checks_then_creates_and_waits_for_active(aws):
     clients, stubber, gateway = aws
     _dependencies_installed(stubber)
-    stubber.add_response(
-        "create_addon",
-        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "CREATING"),
-        {
-            "clusterName": CLUSTER,
-            "addonName": pins.IGW_ADDON_NAME,
-            "addonVersion": pins.IGW_ADDON_VERSION,
-            "resolveConflicts": "OVERWRITE",
-            "configurationValues": '{"mode":"gateway","replicaCount":3}',
-            "podIdentityAssociations": [{"serviceAccount": pins.GATEWAY_SERVICE_ACCOUNT, "roleArn": gateway}],
-        },
+    _expect_create(
+        stubber,
+        '{"mode":"gateway","replicaCount":3}',
+        podIdentityAssociations=[{"serviceAccount": pins.GATEWAY_SERVICE_ACCOUNT, "roleArn": gateway}],
     )
     for status in ("CREATING", "CREATING", "ACTIVE"):
         stubber.add_response(
@@ -175,17 +184,10 @@ def test_missing_pod_identity_agent_is_reported_before_any_change(aws):
 def test_create_with_irsa_sends_the_service_account_role(aws):
     clients, stubber, gateway = aws
     _dependencies_installed(stubber, agent=False)
-    stubber.add_response(
-        "create_addon",
-        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "CREATING"),
-        {
-            "clusterName": CLUSTER,
-            "addonName": pins.IGW_ADDON_NAME,
-            "addonVersion": pins.IGW_ADDON_VERSION,
-            "resolveConflicts": "OVERWRITE",
-            "configurationValues": '{"mode":"gateway","serviceAccount":{"roleArn":"' + gateway + '"}}',
-            "serviceAccountRoleArn": gateway,
-        },
+    _expect_create(
+        stubber,
+        '{"mode":"gateway","serviceAccount":{"roleArn":"' + gateway + '"}}',
+        serviceAccountRoleArn=gateway,
     )
     created = operations.create(
         clients=clients, cluster=CLUSTER, role_arn=gateway, values=GATEWAY_MODE, identity="irsa"
@@ -208,17 +210,7 @@ def test_a_role_is_refused_in_operator_mode_before_any_call(aws):
 def test_create_without_a_role_binds_none(aws):
     clients, stubber, _ = aws
     _dependencies_installed(stubber, agent=False)
-    stubber.add_response(
-        "create_addon",
-        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "CREATING"),
-        {
-            "clusterName": CLUSTER,
-            "addonName": pins.IGW_ADDON_NAME,
-            "addonVersion": pins.IGW_ADDON_VERSION,
-            "resolveConflicts": "OVERWRITE",
-            "configurationValues": "{}",
-        },
-    )
+    _expect_create(stubber, "{}")
     assert (
         operations.create(clients=clients, cluster=CLUSTER, role_arn=None, values={})["status"] == "CREATING"
     )
