@@ -19,7 +19,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from prometheus_client import CollectorRegistry
@@ -35,12 +35,25 @@ from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import ServerLimits, effective_max_connections, raise_fd_limit, serve_app
+from igw.gateway.tracing_options import TracingOptions
+
+if TYPE_CHECKING:
+    from igw.gateway.tracing import Tracing
 
 log = logging.getLogger("igw.gateway")
 
 
 class LaunchError(IgwGatewayError):
     """Start-up failed for a reason the operator must fix (message says which)."""
+
+
+def _tracing(options: TracingOptions | None) -> Tracing | None:
+    if options is None:
+        return None
+    # deferred: start-up cost: the OpenTelemetry SDK and exporter load only when tracing is on
+    from igw.gateway.tracing import Tracing
+
+    return Tracing.exporting(options)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +73,8 @@ class LaunchOptions:
     """Keep recent scheduling decisions for ``/debug/decisions`` (off when ``None``)."""
     emf_interval_s: float | None = None
     """Log CloudWatch EMF documents at this interval (off when ``None``)."""
+    tracing: TracingOptions | None = None
+    """Export OpenTelemetry traces of inference requests over OTLP/HTTP (off when ``None``)."""
     limits: ServerLimits = field(default_factory=ServerLimits)
     """Client timeouts and limits, and the shutdown timing: after SIGTERM ``/readyz`` answers 503
     for ``drain_s`` while requests are still served (so the load balancer stops routing here
@@ -172,6 +187,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             service_domain=f"{config.namespace}.svc" if options.in_cluster else None,
             decision_debug=options.decision_debug,
             emf_interval_s=options.emf_interval_s,
+            tracing=_tracing(options.tracing),
         )
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc

@@ -23,6 +23,7 @@ from igw.gateway.guards import RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.serving import serve_app
 from igw.gateway.state import GatewayState
+from igw.gateway.tracing import Tracing
 from tests.gateway.support import wait_for
 
 
@@ -56,6 +57,7 @@ def gateway(tmp_path: Path) -> Callable[..., Any]:
         wait_fresh: bool = True,
         reload: bool = False,
         services: Mapping[str, list[str]] | None = None,
+        tracing: Tracing | None = None,
     ) -> AsyncIterator[Gateway]:
         config_path = tmp_path / "igwc.yaml"
         config_path.write_text(yaml.safe_dump(doc))
@@ -73,6 +75,7 @@ def gateway(tmp_path: Path) -> Callable[..., Any]:
             ),
             rng=random.Random(42),
             config_path=config_path if reload else None,
+            tracing=tracing,
         )
         async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
             gw = Gateway(

@@ -56,7 +56,7 @@ async def test_unmatched_models_go_to_the_default_backend_from_the_endpoints_fil
             assert not [k for k in fb2.received[0].headers if k.lower() == "x-gateway-model-name"]
             assert len(llama.received) == 1
             text = await (await gw.http.get(gw.url + "/metrics")).text()
-            assert 'igw_requests_total{code="200",model="(unknown)"} 2.0' in text
+            assert 'igw_requests_total{code="200",model="(unknown)",requested_model="(unknown)"} 2.0' in text
 
 
 async def test_default_backend_by_host_name_and_502_when_it_is_down(gateway: Any) -> None:

@@ -149,7 +149,8 @@ async def test_non_streaming_usage_metrics_and_nodelay_keepalive(gateway: Any) -
         ports = {r.headers.get("X-Forwarded-Port") for r in a.received}
         assert ports == {None}
         text = await (await gw.http.get(gw.url + "/metrics")).text()
-        assert 'igw_requests_total{code="200",model="meta-llama/Llama-3.1-8B-Instruct"} 3.0' in text
+        llama = "meta-llama/Llama-3.1-8B-Instruct"
+        assert f'igw_requests_total{{code="200",model="{llama}",requested_model="{llama}"}} 3.0' in text
         assert 'igw_tokens_total{direction="out",model="meta-llama/Llama-3.1-8B-Instruct"} 9.0' in text
         assert f'igw_endpoint_picks_total{{endpoint="{a.key}",scheduler="llama"}} 3.0' in text
         assert "igw_scheduler_decision_seconds_count" in text

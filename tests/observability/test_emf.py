@@ -38,10 +38,11 @@ def test_quantile_interpolates_inside_the_bucket() -> None:
 def test_documents_report_interval_deltas_per_model() -> None:
     metrics = GatewayMetrics(lister=lambda: [], clock=lambda: 0.0)
     reporter = emf_reporter(metrics)
-    for code, seconds in (("200", 0.02), ("200", 0.03), ("503", 2.0)):
-        metrics.requests.labels("m", code).inc()
-        metrics.duration.labels("m").observe(seconds)
-    metrics.ttft.labels("m").observe(0.05)
+    # The 503 was sent to "m" by a canary rewrite of "alias": the model's series are summed.
+    for code, seconds, requested in (("200", 0.02, "m"), ("200", 0.03, "m"), ("503", 2.0, "alias")):
+        metrics.requests.labels("m", requested, code).inc()
+        metrics.duration.labels("m", requested).observe(seconds)
+    metrics.ttft.labels("m", "m").observe(0.05)
     (doc,) = reporter.documents()
     _check(doc)
     assert doc["Model"] == "m"
@@ -51,8 +52,8 @@ def test_documents_report_interval_deltas_per_model() -> None:
     assert 40 < doc["TtftP99"] <= 60
     assert doc["_aws"]["CloudWatchMetrics"][0]["Namespace"] == DEFAULT_NAMESPACE
     assert reporter.documents() == []  # nothing new in this interval
-    metrics.requests.labels("m", "200").inc()
-    metrics.duration.labels("m").observe(0.02)
+    metrics.requests.labels("m", "m", "200").inc()
+    metrics.duration.labels("m", "m").observe(0.02)
     (later,) = reporter.documents()
     assert later["Requests"] == 1
     assert later["ErrorRate"] == 0

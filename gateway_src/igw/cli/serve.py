@@ -66,6 +66,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep the last N scheduling decisions and serve them at /debug/decisions to callers "
         "presenting the token in $IGW_DEBUG_TOKEN (default 0: off)",
     )
+    otel = parser.add_argument_group(
+        "OpenTelemetry traces (off by default; the OTEL_EXPORTER_OTLP_* variables also switch them on)"
+    )
+    otel.add_argument(
+        "--otel-endpoint",
+        metavar="URL",
+        help="send request traces to this OTLP/HTTP receiver (http://collector:4318; the path "
+        "/v1/traces is added when the URL has none)",
+    )
+    otel.add_argument(
+        "--otel-sample-ratio",
+        type=float,
+        metavar="R",
+        help="record this fraction (0..1) of the traces the gateway starts; a sampled incoming "
+        "traceparent is always followed (default: OTEL_TRACES_SAMPLER, else every request)",
+    )
     d = _default_limits()
     limits = parser.add_argument_group("client timeouts, limits and shutdown")
     for flag, dest, kind, text in (
@@ -112,8 +128,14 @@ def run(args: argparse.Namespace) -> int:
     from igw.config.loader import load_gateway_config
     from igw.gateway.redaction import RedactingFormatter
     from igw.gateway.serving import ServerLimits
+    from igw.gateway.tracing_options import TracingConfigError, tracing_options
     from igw.launch import LaunchError, LaunchOptions, run_gateway
 
+    try:
+        tracing = tracing_options(args.otel_endpoint, args.otel_sample_ratio)
+    except TracingConfigError as exc:
+        print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     logging.basicConfig(level=args.log_level.upper())
     # Every line the process logs passes through redaction (tokens, credential headers, JWTs).
     for handler in logging.getLogger().handlers:
@@ -182,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         limits=ServerLimits(**{f.name: getattr(args, f.name) for f in fields(ServerLimits)}),
         decision_debug=decision_debug,
         emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
+        tracing=tracing,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):  # uvloop is in the gateway extra; plain asyncio otherwise

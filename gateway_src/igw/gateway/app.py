@@ -11,12 +11,13 @@ guard -> upstream and scrape HTTP sessions -> scraper -> discovery -> config rel
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import aiohttp
 import orjson
@@ -40,6 +41,9 @@ from igw.gateway.scraper import Scraper
 from igw.gateway.serving import INFLIGHT_KEY
 from igw.gateway.state import GatewayState
 from igw.gateway.upstream import proxy_session
+
+if TYPE_CHECKING:
+    from igw.gateway.tracing import Tracing
 
 log = logging.getLogger("igw.gateway")
 
@@ -138,6 +142,7 @@ def create_app(
     service_domain: str | None = None,
     decision_debug: DecisionDebug | None = None,
     emf_interval_s: float | None = None,
+    tracing: Tracing | None = None,
 ) -> web.Application:
     """Build the gateway for ``config``.
 
@@ -149,7 +154,9 @@ def create_app(
     reloaded config (in-cluster: from ConfigMaps); ``service_domain``: in-cluster
     ``<namespace>.svc``, the DNS suffix of ``spec.bbr.defaultBackend`` Services;
     ``decision_debug``: keep the last decisions and serve them at ``/debug/decisions``;
-    ``emf_interval_s``: log CloudWatch EMF documents (logger ``igw.emf``) at this interval.
+    ``emf_interval_s``: log CloudWatch EMF documents (logger ``igw.emf``) at this interval;
+    ``tracing``: OpenTelemetry spans of every inference request (shut down, flushing what is
+    buffered, when the app stops).
     """
     if guard is None:
         guard = guard_factory(config) if guard_factory is not None else OpenGuard()
@@ -174,10 +181,11 @@ def create_app(
     if decision_debug is not None:
         state.decision_log = DecisionLog(decision_debug.capacity, token=decision_debug.token)
         add_debug_routes(app, state.decision_log)
+    state.tracing = tracing
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await state.guard.start()
-        upstream = proxy_session()
+        upstream = proxy_session(trace_configs=None if tracing is None else [tracing.client_trace_config()])
         scrape = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30))
         app[SESSION_KEY] = upstream
         app[SCRAPE_SESSION_KEY] = scrape
@@ -213,6 +221,8 @@ def create_app(
             await upstream.close()
             await scrape.close()
             await state.guard.close()
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)  # the exporter's final flush blocks
 
     app.cleanup_ctx.append(services)
     if emf_interval_s is not None:

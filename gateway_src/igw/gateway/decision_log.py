@@ -51,9 +51,14 @@ class DecisionLog:
         model: str | None,
         candidates: int,
         decision: RoutingDecision,
-        elapsed_s: float,
+        elapsed_s: float | None,
+        queued_s: float | None = None,
     ) -> None:
-        """Append one decision (the scores mapping is copied into plain JSON-ready values)."""
+        """Append one decision (the scores mapping is copied into plain JSON-ready values).
+
+        ``queued_s``: the decision was the re-pick that dispatched a request after it waited this
+        long in its flow-control queue (the saturated decision that queued it is its own entry);
+        ``elapsed_s`` is ``None`` when the pick was not timed (the queue's re-picks)."""
         ranked = [
             {"endpoint": key, "rank": rank, "scores": {name: round(v, 6) for name, v in per.items()}}
             for rank, (key, per) in enumerate(decision.scores.items())
@@ -70,8 +75,10 @@ class DecisionLog:
             "scored": ranked,
             "removed": [{"endpoint": key, "by": why} for key, why in decision.removed.items()],
             "reason": decision.reason,
-            "decision_us": round(elapsed_s * 1e6, 1),
+            "decision_us": None if elapsed_s is None else round(elapsed_s * 1e6, 1),
         }
+        if queued_s is not None:
+            entry["queued_ms"] = round(queued_s * 1000, 3)
         self._entries.append(entry)
 
     def opens(self, presented: str | None) -> bool:

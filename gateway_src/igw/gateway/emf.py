@@ -162,8 +162,9 @@ class EmfReporter:
         self, model: str, delta: dict[tuple[str, str, tuple[tuple[str, str], ...]], float], timestamp: int
     ) -> dict[str, Any] | None:
         requests = errors = 0.0
-        latency: list[tuple[float, float]] = []
-        ttft: list[tuple[float, float]] = []
+        # Summed over the model's other labels (requested_model): one cumulative series per family.
+        latency: dict[float, float] = {}
+        ttft: dict[float, float] = {}
         for (family, sample, labels), value in delta.items():
             lv = dict(labels)
             if lv.get("model") != model:
@@ -174,12 +175,13 @@ class EmfReporter:
                     errors += value
             elif sample.endswith("_bucket"):
                 bound = float(lv["le"])
-                (latency if family == self._duration_name else ttft).append((bound, value))
+                buckets = latency if family == self._duration_name else ttft
+                buckets[bound] = buckets.get(bound, 0.0) + value
         if requests <= 0:
             return None
         values: dict[str, float] = {"Requests": requests, "ErrorRate": 100.0 * errors / requests}
-        for name, buckets in (("LatencyP99", latency), ("TtftP99", ttft)):
-            q = quantile(0.99, sorted(buckets))
+        for name, summed in (("LatencyP99", latency), ("TtftP99", ttft)):
+            q = quantile(0.99, sorted(summed.items()))
             if q is not None:
                 values[name] = round(q * 1000, 3)
         return self._document(timestamp, {"Model": model}, _MODEL_METRICS, values)

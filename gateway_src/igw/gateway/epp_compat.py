@@ -54,7 +54,9 @@ class EppAlias:
     keep: SampleFilter = _always
 
 
-_OBJECTIVE_LABELS: Final = {"model_name": "model", "target_model_name": "model"}
+_OBJECTIVE_LABELS: Final = {"model_name": "requested_model", "target_model_name": "model"}
+"""The reference's ``model_name`` is the name the client asked for, ``target_model_name`` the model
+it was sent to after a canary rewrite (the same name when no rewrite applied)."""
 
 EPP_ALIASES: Final[tuple[EppAlias, ...]] = (
     EppAlias(

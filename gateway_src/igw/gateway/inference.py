@@ -83,9 +83,14 @@ async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamRes
     state = request.app[STATE_KEY]
     request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
     obs = RequestObserver(state.metrics, request_id=request_id, method=request.method, path=request.path)
+    if state.tracing is not None:  # tracing hook
+        obs.trace = state.tracing.start(
+            request.headers, method=request.method, path=request.path, started=obs.started
+        )
     guard = state.guard  # a hot reload may swap state.guard while this request runs
     try:
         principal = await guard.authenticate(request.headers)
+        obs.authenticated()  # tracing hook
         routed = await _route(request, state, guard, principal, obs, chat=chat)
         if isinstance(routed, web.StreamResponse):
             return obs.finish(routed)
@@ -138,6 +143,7 @@ async def _route(
         obs.routed(model=body.model, scheduler=DEFAULT_BACKEND_SCHEDULER, stream=body.stream)
         guard.authorize(principal, model=body.model or "")
         await guard.admit(principal, model=body.model or "", est_tokens=est_tokens)
+        obs.admitted()  # tracing hook
         add = {"X-Gateway-Model-Name": body.model} if body.model else {}
         plan = _Forward(
             candidates=[target], sr=None, add_headers=add, timeout_s=None, what="the default backend"
@@ -152,6 +158,7 @@ async def _route(
     )
     guard.authorize(principal, model=route.model)
     await guard.admit(principal, model=route.model, est_tokens=est_tokens)
+    obs.admitted()  # tracing hook
     sr = rt.schedulers[route.scheduler]
     limit = sr.pool.largest_context()
     if limit is not None and est_tokens > limit:
@@ -175,7 +182,7 @@ async def _route(
     views = sr.pool.views()
     decision = sr.scheduler.pick(rreq, views, now=state.clock())
     elapsed = time.perf_counter() - t0
-    obs.decided(sr.spec.name, decision, elapsed)
+    obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
     log = state.decision_log
     if log is not None:
         log.record(
@@ -192,7 +199,18 @@ async def _route(
     if decision.kind is DecisionKind.SATURATED and state.flow.settings is not None:
         queued_at = state.clock()
         queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw), obs)
-        obs.record.queue_ms = round((state.clock() - queued_at) * 1000, 3)
+        waited_s = state.clock() - queued_at
+        obs.waited(waited_s, queued.reason.value if isinstance(queued, Refused) else queued)
+        if log is not None and not isinstance(queued, Refused):  # why this pod, after the queue
+            log.record(
+                request_id=rid,
+                scheduler=sr.spec.name,
+                model=route.model,
+                candidates=len(sr.pool.views()),
+                decision=queued,
+                elapsed_s=None,
+                queued_s=waited_s,
+            )
         if isinstance(queued, Refused):
             obs.rejected("shed")
             retry = str(queued.retry_after_s)
@@ -279,6 +297,7 @@ async def _forward(
         if plan.sr is not None and ep is None:
             continue
         obs.attempt(attempt, key, scheduler=scheduler)
+        obs.propagate(headers)  # tracing hook: traceparent of this attempt
         if ep is not None:
             ep.dispatched(est_tokens)
         connected = True

@@ -5,12 +5,16 @@ request path (:mod:`igw.gateway.inference`) states *what happened* (``routed``, 
 ``attempt``, ``finish``...) and never touches a metric or a log field itself. Each request is
 finished exactly once: :meth:`finish` (a response was produced) or :meth:`client_gone` (the client
 left first).
+
+With tracing on, the observer also holds the request's :class:`~igw.gateway.tracing.RequestTrace`
+and tells it the same facts; with tracing off ``trace`` is ``None`` and each method pays one
+attribute test, never a tracer call.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
@@ -19,6 +23,11 @@ from igw.gateway.telemetry import UNKNOWN_MODEL, GatewayMetrics
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.types import RoutingDecision
 
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
+    from igw.gateway.tracing import RequestTrace
+
 CLIENT_CLOSED: Final = 499
 """Status recorded (metrics, access log) for requests the client abandoned (nginx's convention)."""
 
@@ -26,19 +35,40 @@ CLIENT_CLOSED: Final = 499
 class RequestObserver:
     """Telemetry of one inference request: access-log record plus metrics, written as it goes."""
 
-    __slots__ = ("_done", "metrics", "model_label", "record", "started")
+    __slots__ = ("_done", "metrics", "model_label", "record", "requested_label", "started", "trace")
 
-    def __init__(self, metrics: GatewayMetrics, *, request_id: str, method: str, path: str) -> None:
+    def __init__(
+        self,
+        metrics: GatewayMetrics,
+        *,
+        request_id: str,
+        method: str,
+        path: str,
+    ) -> None:
         self.metrics = metrics
         self.record = AccessRecord(request_id=request_id, method=method, path=path)
         self.started = time.perf_counter()
         self.model_label = UNKNOWN_MODEL
         """The ``model`` label of this request's series: only configured models, never client input."""
+        self.requested_label = UNKNOWN_MODEL
+        """The ``requested_model`` label: the configured name a canary rewrite matched, else ``model``."""
+        self.trace: RequestTrace | None = None
+        """The request's spans (set by the request path when tracing is on)."""
         self._done = False
 
     @property
     def request_id(self) -> str:
         return self.record.request_id
+
+    def authenticated(self) -> None:
+        """The caller's credentials were checked (the body is read next)."""
+        if self.trace is not None:
+            self.trace.phase_done("igw.route")
+
+    def admitted(self) -> None:
+        """Authorization and the tenant's rate limit let the request through."""
+        if self.trace is not None:
+            self.trace.phase_done("igw.schedule")
 
     def routed(
         self,
@@ -52,40 +82,73 @@ class RequestObserver:
         """The body was parsed and the request matched a scheduler (or the default backend)."""
         if configured and model is not None:
             self.model_label = model
+            # A rewrite only matches configured source names, so this label stays bounded too.
+            self.requested_label = self.record.requested_model or model
         self.record.model, self.record.base_model, self.record.scheduler = model, base_model, scheduler
         self.record.stream = stream
+        if self.trace is not None:
+            requested = self.record.requested_model
+            self.trace.routed(requested_model=requested, model=model, scheduler=scheduler, stream=stream)
 
-    def decided(self, scheduler: str, decision: RoutingDecision, elapsed_s: float) -> None:
+    def decided(
+        self, scheduler: str, decision: RoutingDecision, elapsed_s: float, *, candidates: int = 0
+    ) -> None:
         self.metrics.child(self.metrics.decision, scheduler).observe(elapsed_s)
         self.record.decision_us = round(elapsed_s * 1e6, 1)
         self.record.reason = decision.reason or None
         self.record.scores = decision.scores or None  # rounded only if the access log is written
+        if self.trace is not None:
+            self.trace.scheduled(scheduler, decision, candidates=candidates)
+
+    def waited(self, waited_s: float, outcome: RoutingDecision | str) -> None:
+        """The request left the flow-control queue: dispatched (``outcome`` is the new decision) or
+        shed (``outcome`` names why)."""
+        self.record.queue_ms = round(waited_s * 1000, 3)
+        if self.trace is not None:
+            decision = outcome if isinstance(outcome, RoutingDecision) else None
+            label = outcome if isinstance(outcome, str) else "dispatched"
+            self.trace.queued(priority=self.record.priority, outcome=label, decision=decision)
 
     def rejected(self, reason: str) -> None:
         """Refused before reaching a model server (``saturated``, ``no_endpoints``, ``context_length``)."""
         self.metrics.child(self.metrics.rejections, self.model_label, reason).inc()
+        if self.trace is not None:
+            self.trace.rejected(reason)
 
     def attempt(self, number: int, endpoint: str, *, scheduler: str | None) -> None:
         self.record.attempts, self.record.endpoint = number, endpoint
         if scheduler is not None:
             self.metrics.child(self.metrics.picks, scheduler, endpoint).inc()
+        if self.trace is not None:
+            self.trace.attempt(number, endpoint)
+
+    def propagate(self, headers: MutableMapping[str, str]) -> None:
+        """Put the trace context of the current attempt in the headers sent to the model server."""
+        if self.trace is not None:
+            self.trace.inject(headers)
 
     def connect_failed(self, endpoint: str, error: str, *, retrying_on: str | None) -> None:
         self.record.error = f"connect to {endpoint} failed: {error}"
         if retrying_on is not None:
             self.metrics.child(self.metrics.retries, retrying_on).inc()
+        if self.trace is not None:
+            self.trace.upstream_done(
+                status=None, ttft_s=None, error=error, input_tokens=None, output_tokens=None
+            )
 
     def failed(self, error: str, *, stream_broken: bool = False) -> None:
         """The request went wrong (``stream_broken``: after the response had started)."""
         self.record.error = error
         if stream_broken:
             self.metrics.child(self.metrics.stream_errors, self.model_label).inc()
+        if self.trace is not None:
+            self.trace.failed(error)
 
     def exchanged(self, result: ExchangeResult, *, prompt_tokens: int, completion_tokens: int) -> None:
         """The upstream exchange finished: latency series, token counters, errors."""
         m = self.metrics
         if result.ttft_s is not None:
-            m.child(m.ttft, self.model_label).observe(result.ttft_s)
+            m.child(m.ttft, self.model_label, self.requested_label).observe(result.ttft_s)
             self.record.ttft_ms = round(result.ttft_s * 1000, 3)
         itl = m.child(m.itl, self.model_label)
         for gap in result.gaps:
@@ -95,6 +158,14 @@ class RequestObserver:
             m.child(m.tokens, self.model_label, "in").inc(usage["prompt_tokens"])
         if "completion_tokens" in usage:
             m.child(m.tokens, self.model_label, "out").inc(usage["completion_tokens"])
+        if self.trace is not None:
+            self.trace.upstream_done(
+                status=result.status,
+                ttft_s=result.ttft_s,
+                error=result.error,
+                input_tokens=usage.get("prompt_tokens"),
+                output_tokens=usage.get("completion_tokens"),
+            )
         if result.error:
             self.failed(result.error, stream_broken=result.streamed)
         self.record.prompt_tokens, self.record.completion_tokens = prompt_tokens, completion_tokens
@@ -104,6 +175,8 @@ class RequestObserver:
         if not self._done:
             self._done = True
             self._emit(response.status)
+            if self.trace is not None:
+                self.trace.finish(response.status, error=self.record.error)
         return response
 
     def client_gone(self) -> None:
@@ -113,12 +186,14 @@ class RequestObserver:
             self.record.error = "client disconnected; upstream request cancelled"
             self.metrics.child(self.metrics.client_disconnects, self.model_label).inc()
             self._emit(CLIENT_CLOSED)
+            if self.trace is not None:
+                self.trace.finish(CLIENT_CLOSED, error=self.record.error)
 
     def _emit(self, status: int) -> None:
         elapsed = time.perf_counter() - self.started
         self.record.status = status
         self.record.duration_ms = round(elapsed * 1000, 3)
         m = self.metrics
-        m.child(m.requests, self.model_label, str(status)).inc()
-        m.child(m.duration, self.model_label).observe(elapsed)
+        m.child(m.requests, self.model_label, self.requested_label, str(status)).inc()
+        m.child(m.duration, self.model_label, self.requested_label).observe(elapsed)
         self.record.emit()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -23,6 +23,9 @@ from igw.gateway.runtime import GatewayRuntime, PickerConfigs
 from igw.gateway.scraper import Scraper
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.telemetry import GatewayMetrics
+
+if TYPE_CHECKING:
+    from igw.gateway.tracing import Tracing
 
 log = logging.getLogger("igw.gateway")
 
@@ -49,6 +52,8 @@ class GatewayState:
         self.scraper: Scraper | None = None
         self.decision_log: DecisionLog | None = None
         """The last scheduling decisions ("why this pod"), when the gateway runs with a decision log."""
+        self.tracing: Tracing | None = None
+        """OpenTelemetry spans of inference requests (``None``: off, no tracer call on the request path)."""
         self.discovered: dict[str, list[DiscoveredEndpoint]] = {}
         self.bbr_adapters: dict[str, str] = {}
         self.default_backend = DefaultBackendResolver(service_domain=service_domain)

@@ -1,7 +1,9 @@
 """The gateway's own Prometheus metrics (served at ``/metrics``), in a registry per gateway instance.
 
 Request-level series are labelled by ``model`` only for configured models and adapters (an unknown
-model is counted as ``model="(unknown)"``), so clients cannot create label cardinality. Per-endpoint
+model is counted as ``model="(unknown)"``), so clients cannot create label cardinality. Requests,
+duration and TTFT also carry ``requested_model``: the name the client sent when a canary rewrite
+(``spec.extensions.modelRewrites``, configured names only) sent it to ``model``, else ``model``. Per-endpoint
 series (scrape age, queue and KV as seen, in-flight) are produced by a collector that reads the live
 endpoint state at scrape time, so a removed endpoint's series disappear with it.
 """
@@ -100,19 +102,22 @@ class GatewayMetrics:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            "igw_requests", "Inference requests by model and HTTP status.", ["model", "code"], registry=r
+            "igw_requests",
+            "Inference requests by model (after any canary rewrite), requested model and HTTP status.",
+            ["model", "requested_model", "code"],
+            registry=r,
         )
         self.duration = Histogram(
             "igw_request_duration_seconds",
             "Time from request received to response complete.",
-            ["model"],
+            ["model", "requested_model"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.ttft = Histogram(
             "igw_time_to_first_token_seconds",
             "Time from request received to the first streamed event sent to the client.",
-            ["model"],
+            ["model", "requested_model"],
             buckets=TTFT_BUCKETS,
             registry=r,
         )

@@ -35,13 +35,17 @@ UPSTREAM_POOL_LIMIT: Final = 1024
 """Concurrent upstream connections per process (keep-alive pooled); Envoy's default circuit-breaker limit."""
 
 
-def proxy_session(limit: int = UPSTREAM_POOL_LIMIT) -> aiohttp.ClientSession:
+def proxy_session(
+    limit: int = UPSTREAM_POOL_LIMIT, *, trace_configs: list[aiohttp.TraceConfig] | None = None
+) -> aiohttp.ClientSession:
     """The client session a proxy forwards with: pooled keep-alive connections, bodies relayed as they
-    come (no decompression), no headers of its own added."""
+    come (no decompression), no headers of its own added. ``trace_configs``: client hooks (the
+    OpenTelemetry connect span, only when tracing is on)."""
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=30),
         auto_decompress=False,
         skip_auto_headers=("User-Agent", "Content-Type"),
+        trace_configs=trace_configs,
     )
 
 

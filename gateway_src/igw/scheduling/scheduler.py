@@ -165,6 +165,7 @@ class Scheduler:
                     kind=DecisionKind.SATURATED,
                     retry_after_s=float(retry),
                     reason=f"{detector.name}: saturation {level:.2f} >= 1.0 over {len(candidates)} endpoints",
+                    removed=removed,
                 )
         elif not any(has_capacity(e, queue_threshold=q_thr, kv_threshold=kv_thr) for e in candidates):
             retry = retry_after_seconds(

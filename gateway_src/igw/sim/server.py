@@ -18,6 +18,7 @@ import random
 import socket
 import struct
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -50,6 +51,8 @@ from igw.sim.tokens import (
 TIME_SCALE_HEADER: Final = "x-igw-sim-time-scale"
 RESYNC_WALL_S: Final = 0.05
 """A pod whose step ends more than this (wall seconds) late restarts its virtual clock from now."""
+TRACE_CONTEXTS_KEPT: Final = 256
+"""Received trace contexts a pod remembers (:attr:`LivePod.trace_contexts`)."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -115,6 +118,9 @@ class LivePod:
         """Steps that started more than RESYNC_WALL_S late (the host is too slow for this time scale)."""
         self.max_lag_s = 0.0
         self._was_busy = False
+        self.trace_contexts: deque[tuple[str, str | None]] = deque(maxlen=TRACE_CONTEXTS_KEPT)
+        """The W3C ``(traceparent, tracestate)`` of the latest requests that carried one, oldest
+        first: lets a test check that the gateway propagates trace context to model servers."""
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -460,6 +466,9 @@ class LivePod:
         return await self._serve(request, chat=True)
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        traceparent = request.headers.get("traceparent")
+        if traceparent is not None:
+            self.trace_contexts.append((traceparent, request.headers.get("tracestate")))
         body = await read_json(request)
         parsed = parse_request(
             body, chat=chat, base_model=self.spec.model_name, adapters=self.spec.lora_adapters

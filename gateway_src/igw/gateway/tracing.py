@@ -1,0 +1,344 @@
+"""OpenTelemetry traces of inference requests: where a slow request spent its time.
+
+One ``SERVER`` span per inference request (continuing the client's W3C ``traceparent``), with a
+child span per phase of the request path:
+
+* ``igw.auth``: authenticating the bearer token;
+* ``igw.route``: reading and parsing the body, the canary rewrite, the body-based model match;
+* ``igw.admit``: authorization and the tenant's rate limit;
+* ``igw.schedule``: the endpoint picker (candidate count, winning pod, the winner's per-scorer
+  scores, which pods filters removed and why);
+* ``igw.queue``: waiting in the flow-control band's queue (only when the pool was saturated);
+* ``igw.upstream`` (``CLIENT``, one per attempt): the exchange with a model server, whose context is
+  sent to it in ``traceparent``/``tracestate``; its child ``igw.upstream.connect`` covers getting a
+  connection and sending the request head (``igw.connection.reused`` says whether a pooled one was
+  used), and the ``gen_ai.first_token`` event marks the first generated token relayed.
+
+Model and token attributes follow the OpenTelemetry GenAI semantic conventions
+(``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.response.model``,
+``gen_ai.usage.input_tokens``/``output_tokens``). Attributes hold routing facts only (models, pod
+addresses, scores, statuses), never a header value, a prompt or a token.
+
+Phases that finish before the next begins are recorded after the fact with their measured start and
+end times (the request path only reports "this phase is done" through its
+:class:`~igw.gateway.observer.RequestObserver`); the upstream spans are live because their context
+has to travel to the model server. Tracing is off unless an OTLP endpoint is configured
+(:mod:`igw.gateway.tracing_options` decides); off means no :class:`RequestTrace` exists and the
+request path makes no tracer call at all.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Mapping, MutableMapping
+from types import SimpleNamespace
+from typing import Final
+
+import aiohttp
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
+
+from igw.gateway.tracing_options import SERVICE_NAME, TracingOptions
+from igw.scheduling.types import RoutingDecision
+
+FIRST_TOKEN_EVENT: Final = "gen_ai.first_token"
+_PROPAGATOR: Final = TraceContextTextMapPropagator()
+_CURRENT_ATTEMPT: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar(
+    "igw_trace_attempt", default=None
+)
+"""The trace whose upstream attempt the current task is making (read by the client trace hooks:
+aiohttp runs them in the task that sends the request)."""
+
+
+class Tracing:
+    """The gateway's tracer provider, and the start of every request's trace."""
+
+    def __init__(self, processor: SpanProcessor, *, sample_ratio: float | None = None) -> None:
+        sampler: Sampler | None = None
+        if sample_ratio is not None:
+            sampler = ParentBased(TraceIdRatioBased(sample_ratio))
+        resource = Resource.create({"service.name": SERVICE_NAME}).merge(Resource.create())
+        self.provider = TracerProvider(resource=resource, sampler=sampler)
+        self.provider.add_span_processor(processor)
+        self.tracer = self.provider.get_tracer("igw.gateway")
+
+    @classmethod
+    def exporting(cls, options: TracingOptions) -> Tracing:
+        """Batch-export to ``options.endpoint`` over OTLP/HTTP (protobuf) from a background thread."""
+        # deferred: optional dependency weight: the exporter (and requests) load only with tracing on
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=options.endpoint)
+        return cls(BatchSpanProcessor(exporter), sample_ratio=options.sample_ratio)
+
+    def start(self, headers: Mapping[str, str], *, method: str, path: str, started: float) -> RequestTrace:
+        """The trace of one request, continuing the client's ``traceparent`` when it sent one."""
+        return RequestTrace(self.tracer, headers, method=method, path=path, started=started)
+
+    def client_trace_config(self) -> aiohttp.TraceConfig:
+        """Hooks for the upstream client session that time ``igw.upstream.connect``."""
+        config = aiohttp.TraceConfig()
+        config.on_request_start.append(_on_request_start)
+        config.on_connection_reuseconn.append(_on_connection_reused)
+        config.on_request_headers_sent.append(_on_request_sent)
+        config.on_request_exception.append(_on_request_exception)
+        return config
+
+    def shutdown(self) -> None:
+        """Export what is still buffered, then stop the exporter."""
+        self.provider.shutdown()
+
+
+def _wall_ns(trace_: RequestTrace, perf: float) -> int:
+    return trace_.wall0_ns + int((perf - trace_.perf0) * 1e9)
+
+
+class RequestTrace:
+    """The spans of one request, written as its :class:`~igw.gateway.observer.RequestObserver` hears
+    what happened."""
+
+    __slots__ = (
+        "_attempt",
+        "_connect",
+        "_ctx",
+        "_mark",
+        "_pending",
+        "_server",
+        "_tracer",
+        "perf0",
+        "wall0_ns",
+    )
+
+    def __init__(
+        self, tracer: trace.Tracer, headers: Mapping[str, str], *, method: str, path: str, started: float
+    ) -> None:
+        self._tracer = tracer
+        self.perf0 = started
+        self.wall0_ns = time.time_ns() - int((time.perf_counter() - started) * 1e9)
+        parent = _PROPAGATOR.extract(headers)
+        self._server = tracer.start_span(
+            f"{method} {path}",
+            context=parent,
+            kind=SpanKind.SERVER,
+            start_time=self.wall0_ns,
+            attributes={
+                "http.request.method": method,
+                "url.path": path,
+                "gen_ai.operation.name": "chat" if path.endswith("/chat/completions") else "text_completion",
+            },
+        )
+        self._ctx: Context = trace.set_span_in_context(self._server, parent)
+        self._mark = started
+        self._pending: str | None = "igw.auth"
+        """The phase in progress since ``_mark``; recorded as failed if the request ends in it."""
+        self._attempt: Span | None = None
+        self._connect: Span | None = None
+
+    @property
+    def recording(self) -> bool:
+        return self._server.is_recording()
+
+    def _phase(self, name: str, attributes: Mapping[str, AttributeValue] | None = None) -> None:
+        now = time.perf_counter()
+        span = self._tracer.start_span(
+            name, context=self._ctx, start_time=_wall_ns(self, self._mark), attributes=attributes
+        )
+        span.end(end_time=_wall_ns(self, now))
+        self._mark = now
+
+    def phase_done(
+        self, next_phase: str | None, attributes: Mapping[str, AttributeValue] | None = None
+    ) -> None:
+        """The pending phase finished now; ``next_phase`` starts."""
+        if self._pending is not None:
+            self._phase(self._pending, attributes)
+        self._pending = next_phase
+
+    def routed(self, *, requested_model: str | None, model: str | None, scheduler: str, stream: bool) -> None:
+        attributes: dict[str, AttributeValue] = {"igw.scheduler": scheduler, "igw.stream": stream}
+        if requested_model or model:
+            self._server.set_attribute("gen_ai.request.model", requested_model or model or "")
+        if model:
+            attributes["gen_ai.request.model"] = model
+            self._server.set_attribute("gen_ai.response.model", model)
+        if requested_model and requested_model != model:
+            attributes["igw.requested_model"] = requested_model
+        self.phase_done("igw.admit", attributes)
+
+    def scheduled(self, scheduler: str, decision: RoutingDecision, *, candidates: int) -> None:
+        """``igw.schedule`` with what the picker saw and chose."""
+        self.phase_done(None, _decision_attributes(scheduler, decision, candidates))
+
+    def queued(self, *, priority: int | None, outcome: str, decision: RoutingDecision | None) -> None:
+        """``igw.queue``: from the saturated decision until dispatch or shedding."""
+        attributes: dict[str, AttributeValue] = {"igw.flow.outcome": outcome}
+        if priority is not None:
+            attributes["igw.flow.priority"] = priority
+        if decision is not None and decision.endpoint is not None:
+            attributes["igw.scheduling.endpoint"] = decision.endpoint
+        self._pending = "igw.queue"
+        self.phase_done(None, attributes)
+
+    def attempt(self, number: int, endpoint: str) -> None:
+        """Start the ``igw.upstream`` span of one attempt (ending the previous one)."""
+        self._pending = None
+        self._end_attempt(None)
+        host, _, port = endpoint.rpartition(":") if "://" not in endpoint else (endpoint, "", "")
+        attributes: dict[str, AttributeValue] = {"igw.attempt": number, "server.address": host}
+        if port.isdigit():
+            attributes["server.port"] = int(port)
+        self._attempt = self._tracer.start_span(
+            "igw.upstream", context=self._ctx, kind=SpanKind.CLIENT, attributes=attributes
+        )
+        _CURRENT_ATTEMPT.set(self)
+
+    def inject(self, headers: MutableMapping[str, str]) -> None:
+        """Set ``traceparent`` (and ``tracestate``) for the model server: the attempt's span context."""
+        span = self._attempt if self._attempt is not None else self._server
+        _PROPAGATOR.inject(headers, context=trace.set_span_in_context(span, self._ctx))
+
+    def connect_started(self) -> None:
+        if self._attempt is not None and self._connect is None:
+            ctx = trace.set_span_in_context(self._attempt, self._ctx)
+            self._connect = self._tracer.start_span("igw.upstream.connect", context=ctx)
+            self._connect.set_attribute("igw.connection.reused", False)
+
+    def connection_reused(self) -> None:
+        if self._connect is not None:
+            self._connect.set_attribute("igw.connection.reused", True)
+
+    def connect_done(self, error: str | None = None) -> None:
+        if self._connect is not None:
+            if error is not None:
+                self._connect.set_status(Status(StatusCode.ERROR, error))
+            self._connect.end()
+            self._connect = None
+
+    def upstream_done(
+        self,
+        *,
+        status: int | None,
+        ttft_s: float | None,
+        error: str | None,
+        input_tokens: int | None,
+        output_tokens: int | None,
+    ) -> None:
+        """The exchange finished: first-token event, status, token usage."""
+        span = self._attempt
+        if span is not None:
+            if status is not None:
+                span.set_attribute("http.response.status_code", status)
+            if ttft_s is not None:
+                span.add_event(
+                    FIRST_TOKEN_EVENT,
+                    {"igw.ttft_ms": round(ttft_s * 1000, 3)},
+                    timestamp=_wall_ns(self, self.perf0 + ttft_s),
+                )
+        for key, value in (
+            ("gen_ai.usage.input_tokens", input_tokens),
+            ("gen_ai.usage.output_tokens", output_tokens),
+        ):
+            if value is not None:
+                self._server.set_attribute(key, value)
+        self._end_attempt(error)
+
+    def failed(self, error: str) -> None:
+        """The request failed after it was routed (connect exhausted, timeout, broken stream)."""
+        self._end_attempt(error)
+        self._server.set_status(Status(StatusCode.ERROR, error))
+
+    def rejected(self, reason: str) -> None:
+        self._server.set_attribute("igw.rejection", reason)
+
+    def _end_attempt(self, error: str | None) -> None:
+        self.connect_done(error)
+        if self._attempt is not None:
+            if error is not None:
+                self._attempt.set_status(Status(StatusCode.ERROR, error))
+                self._attempt.set_attribute("error.type", _error_type(error))
+            self._attempt.end()
+            self._attempt = None
+
+    def finish(self, status: int, *, error: str | None = None) -> None:
+        """End the request's span with its HTTP status (``error``: what went wrong, if anything).
+
+        Like the HTTP semantic conventions, only 5xx marks a server span as failed (plus a stream
+        broken after it started, see :meth:`failed`); every status >= 400 sets ``error.type``.
+        """
+        if self._pending is not None and status >= 400:
+            self._phase(self._pending, {"error.type": str(status)})
+        self._pending = None
+        self._end_attempt(error if status >= 499 else None)
+        self._server.set_attribute("http.response.status_code", status)
+        if status >= 400:
+            self._server.set_attribute("error.type", str(status))
+        if status >= 500:
+            self._server.set_status(Status(StatusCode.ERROR, error or f"HTTP {status}"))
+        self._server.end()
+
+
+def _error_type(error: str) -> str:
+    """A low-cardinality ``error.type``: the exception name that starts our error strings."""
+    head = error.split(":", 1)[0].strip()
+    return head if head and " " not in head else "upstream_error"
+
+
+def _decision_attributes(
+    scheduler: str, decision: RoutingDecision, candidates: int
+) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {
+        "igw.scheduler": scheduler,
+        "igw.scheduling.candidates": candidates,
+        "igw.scheduling.outcome": decision.kind.value,
+    }
+    if decision.reason:
+        attributes["igw.scheduling.reason"] = decision.reason
+    if decision.endpoint is not None:
+        attributes["igw.scheduling.endpoint"] = decision.endpoint
+        for scorer, value in (decision.scores.get(decision.endpoint) or {}).items():
+            attributes[f"igw.scheduling.score.{scorer}"] = value
+    if decision.fallbacks:
+        attributes["igw.scheduling.fallbacks"] = list(decision.fallbacks)
+    if decision.removed:
+        attributes["igw.scheduling.removed"] = [f"{key} ({why})" for key, why in decision.removed.items()]
+    return attributes
+
+
+async def _on_request_start(
+    _session: aiohttp.ClientSession, _ctx: SimpleNamespace, _params: aiohttp.TraceRequestStartParams
+) -> None:
+    current = _CURRENT_ATTEMPT.get()
+    if current is not None:
+        current.connect_started()
+
+
+async def _on_connection_reused(
+    _session: aiohttp.ClientSession, _ctx: SimpleNamespace, _params: aiohttp.TraceConnectionReuseconnParams
+) -> None:
+    current = _CURRENT_ATTEMPT.get()
+    if current is not None:
+        current.connection_reused()
+
+
+async def _on_request_sent(
+    _session: aiohttp.ClientSession, _ctx: SimpleNamespace, _params: aiohttp.TraceRequestHeadersSentParams
+) -> None:
+    current = _CURRENT_ATTEMPT.get()
+    if current is not None:
+        current.connect_done()
+
+
+async def _on_request_exception(
+    _session: aiohttp.ClientSession, _ctx: SimpleNamespace, params: aiohttp.TraceRequestExceptionParams
+) -> None:
+    current = _CURRENT_ATTEMPT.get()
+    if current is not None:
+        current.connect_done(type(params.exception).__name__)

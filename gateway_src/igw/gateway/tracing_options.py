@@ -1,0 +1,68 @@
+"""Whether and where the gateway sends OpenTelemetry traces: ``igw serve --otel-endpoint`` and
+``--otel-sample-ratio``, or the standard ``OTEL_*`` variables.
+
+Kept apart from :mod:`igw.gateway.tracing` so that deciding "tracing is off" (the default) never
+loads the OpenTelemetry SDK.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import urlsplit
+
+from igw.errors import IgwGatewayError
+
+SERVICE_NAME: Final = "igw-gateway"
+"""``service.name`` unless ``OTEL_SERVICE_NAME`` (or ``OTEL_RESOURCE_ATTRIBUTES``) says otherwise."""
+TRACES_PATH: Final = "/v1/traces"
+"""The OTLP/HTTP traces path, appended to an endpoint given without a path."""
+ENDPOINT_ENV: Final = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+"""The standard variables that switch tracing on when no ``--otel-endpoint`` is given."""
+
+
+class TracingConfigError(IgwGatewayError):
+    """The tracing options are unusable (the message names the option)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TracingOptions:
+    """Where spans go and which fraction of new traces is kept."""
+
+    endpoint: str
+    """OTLP/HTTP traces URL (``http://collector:4318/v1/traces``)."""
+    sample_ratio: float | None = None
+    """Fraction of traces started here that are recorded (a sampled incoming ``traceparent`` is
+    always followed); ``None``: the SDK's ``OTEL_TRACES_SAMPLER``/``_ARG`` variables decide."""
+
+
+def tracing_options(
+    endpoint: str | None, sample_ratio: float | None, env: Mapping[str, str] = os.environ
+) -> TracingOptions | None:
+    """The options from ``igw serve --otel-endpoint/--otel-sample-ratio`` or, without the flag, the
+    standard ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` variables; ``None`` when tracing stays off
+    (no endpoint, or ``OTEL_SDK_DISABLED=true``)."""
+    if sample_ratio is not None and not 0.0 <= sample_ratio <= 1.0:
+        raise TracingConfigError(f"--otel-sample-ratio must be between 0 and 1, got {sample_ratio:g}")
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    source = "--otel-endpoint"
+    if not endpoint:
+        traces, generic = (env.get(name, "").strip() for name in ENDPOINT_ENV)
+        if traces:
+            endpoint, source = traces, ENDPOINT_ENV[0]
+        elif generic:
+            # The generic variable names the collector's base URL; the signal path is appended.
+            endpoint, source = generic.rstrip("/") + TRACES_PATH, ENDPOINT_ENV[1]
+        else:
+            return None
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TracingConfigError(
+            f"{source} must be an http(s) URL of an OTLP/HTTP receiver, got {endpoint!r}"
+        )
+    if parts.path in ("", "/"):
+        endpoint = endpoint.rstrip("/") + TRACES_PATH
+    return TracingOptions(endpoint=endpoint, sample_ratio=sample_ratio)

@@ -1,0 +1,228 @@
+"""OpenTelemetry traces of inference requests, recorded by the SDK's in-memory exporter from a real
+gateway on loopback in front of simulated vLLM pods (which record the ``traceparent`` they receive)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from igw.gateway.tracing import FIRST_TOKEN_EVENT, Tracing
+from igw.gateway.tracing_options import TracingConfigError, tracing_options
+from igw.sim.live import RunningFleet, run_fleet
+from igw.sim.spec import FleetSpec
+from tests.gateway.fixtures import Gateway
+from tests.gateway.support import config_doc, scheduler, wait_for
+
+MODEL = "llama"
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+PARENT_ID = "b7ad6b7169203331"
+SECRET = "sk-do-not-trace-7f3a"
+
+
+@contextlib.asynccontextmanager
+async def traced_gateway(
+    gateway: Callable[..., Any], *, sample_ratio: float | None = 1.0
+) -> AsyncIterator[tuple[Gateway, RunningFleet, InMemorySpanExporter]]:
+    """A gateway tracing into memory, routing ``llama`` to two simulated pods."""
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(SimpleSpanProcessor(exporter), sample_ratio=sample_ratio)
+    pods = [{"name": f"p{i}", "preset": "llama-3.1-8b/h100", "served_model_name": MODEL} for i in (0, 1)]
+    spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 3, "pods": pods})
+    async with run_fleet(spec, admin=False) as fleet:
+        keys = [p.key for p in fleet.pods]
+        doc = config_doc([scheduler(MODEL, MODEL)])
+        async with gateway(doc, {MODEL: keys}, tracing=tracing) as gw:
+            yield gw, fleet, exporter
+
+
+def by_name(spans: Sequence[ReadableSpan]) -> dict[str, ReadableSpan]:
+    return {span.name: span for span in spans}
+
+
+async def finished(exporter: InMemorySpanExporter, server_spans: int = 1) -> tuple[ReadableSpan, ...]:
+    """The exported spans once ``server_spans`` requests have ended (the server span ends last)."""
+
+    def done() -> bool:
+        return sum(s.kind is SpanKind.SERVER for s in exporter.get_finished_spans()) >= server_spans
+
+    await wait_for(done, within=10, what="server spans exported")
+    return exporter.get_finished_spans()
+
+
+def all_attribute_text(spans: Sequence[ReadableSpan]) -> str:
+    parts: list[str] = []
+    for span in spans:
+        parts.extend(f"{k}={v!r}" for k, v in (span.attributes or {}).items())
+        for event in span.events:
+            parts.extend(f"{k}={v!r}" for k, v in (event.attributes or {}).items())
+        parts.append(span.status.description or "")
+    return "\n".join(parts)
+
+
+async def test_a_streamed_request_has_a_span_per_phase_and_continues_the_callers_trace(
+    gateway: Callable[..., Any],
+) -> None:
+    async with traced_gateway(gateway) as (gw, fleet, exporter):
+        headers = {
+            "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
+            "tracestate": "vendor=abc",
+            "Authorization": f"Bearer {SECRET}",
+        }
+        body = {
+            "model": MODEL,
+            "prompt": "hello world",
+            "max_tokens": 5,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        resp = await gw.post("/v1/completions", body, headers=headers)
+        assert resp.status == 200, await resp.text()
+        await resp.read()
+        spans = await finished(exporter)
+    named = by_name(spans)
+    assert set(named) == {
+        "POST /v1/completions",
+        "igw.auth",
+        "igw.route",
+        "igw.admit",
+        "igw.schedule",
+        "igw.upstream",
+        "igw.upstream.connect",
+    }
+    server = named["POST /v1/completions"]
+    assert server.kind is SpanKind.SERVER
+    assert f"{server.context.trace_id:032x}" == TRACE_ID
+    assert server.parent is not None
+    assert f"{server.parent.span_id:016x}" == PARENT_ID
+    attrs = dict(server.attributes or {})
+    assert attrs["gen_ai.operation.name"] == "text_completion"
+    assert attrs["gen_ai.request.model"] == attrs["gen_ai.response.model"] == MODEL
+    assert attrs["http.response.status_code"] == 200
+    assert isinstance(attrs["gen_ai.usage.input_tokens"], int)
+    assert attrs["gen_ai.usage.input_tokens"] > 0
+    assert attrs["gen_ai.usage.output_tokens"] == 5
+    assert server.status.status_code is StatusCode.UNSET
+
+    for name in ("igw.auth", "igw.route", "igw.admit", "igw.schedule", "igw.upstream"):
+        child = named[name]
+        assert child.parent is not None, name
+        assert child.parent.span_id == server.context.span_id, name
+        assert child.context.trace_id == server.context.trace_id
+    phases = [named[n] for n in ("igw.auth", "igw.route", "igw.admit", "igw.schedule", "igw.upstream")]
+    for earlier, later in itertools.pairwise(phases):
+        assert earlier.end_time is not None
+        assert later.start_time is not None
+        assert earlier.end_time <= later.start_time, (earlier.name, later.name)
+    assert server.start_time is not None
+    assert server.end_time is not None
+    assert server.start_time <= phases[0].start_time  # type: ignore[operator]
+    assert named["igw.upstream"].end_time <= server.end_time  # type: ignore[operator]
+
+    schedule = dict(named["igw.schedule"].attributes or {})
+    winner = schedule["igw.scheduling.endpoint"]
+    assert schedule["igw.scheduling.candidates"] == 2
+    assert schedule["igw.scheduling.outcome"] == "picked"
+    scores = {k: v for k, v in schedule.items() if k.startswith("igw.scheduling.score.")}
+    assert scores
+    assert all(isinstance(v, float) for v in scores.values())
+
+    upstream = named["igw.upstream"]
+    assert upstream.kind is SpanKind.CLIENT
+    up_attrs = dict(upstream.attributes or {})
+    assert f"{up_attrs['server.address']}:{up_attrs['server.port']}" == winner
+    assert up_attrs["http.response.status_code"] == 200
+    connect = named["igw.upstream.connect"]
+    assert connect.parent is not None
+    assert connect.parent.span_id == upstream.context.span_id
+    assert isinstance((connect.attributes or {})["igw.connection.reused"], bool)
+    (first_token,) = [e for e in upstream.events if e.name == FIRST_TOKEN_EVENT]
+    assert upstream.start_time <= first_token.timestamp <= upstream.end_time  # type: ignore[operator]
+
+    # The model server got the upstream span's context and the caller's tracestate.
+    (received,) = list(fleet.pod(str(winner)).trace_contexts)
+    version, trace_id, parent_id, flags = received[0].split("-")
+    assert (version, trace_id, flags) == ("00", TRACE_ID, "01")
+    assert parent_id == f"{upstream.context.span_id:016x}"
+    assert received[1] == "vendor=abc"
+    assert SECRET not in all_attribute_text(spans)
+
+
+async def test_failures_set_error_status_and_the_phase_they_happened_in(
+    gateway: Callable[..., Any],
+) -> None:
+    async with traced_gateway(gateway) as (gw, _fleet, exporter):
+        unknown = await gw.post("/v1/chat/completions", {"model": "nope", "messages": []})
+        assert unknown.status == 404
+        await unknown.read()
+        spans = await finished(exporter)
+    named = by_name(spans)
+    server = named["POST /v1/chat/completions"]
+    assert (server.attributes or {})["http.response.status_code"] == 404
+    assert (server.attributes or {})["error.type"] == "404"
+    assert server.status.status_code is StatusCode.UNSET  # 4xx is the client's error (HTTP conventions)
+    route = named["igw.route"]
+    assert (route.attributes or {})["error.type"] == "404"
+    assert "igw.upstream" not in named
+    assert "igw.schedule" not in named
+
+
+async def test_an_endpoint_that_refuses_connections_fails_the_upstream_span(
+    gateway: Callable[..., Any],
+) -> None:
+    with socket.socket() as sock:  # a port nothing listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(SimpleSpanProcessor(exporter), sample_ratio=1.0)
+    doc = config_doc([scheduler(MODEL, MODEL)], bbr={"defaultBackend": {"name": "dead-svc", "port": 1}})
+    async with gateway(
+        doc, {MODEL: []}, services={"dead-svc": [dead]}, tracing=tracing, wait_fresh=False
+    ) as gw:
+        resp = await gw.post("/v1/completions", {"model": "other", "prompt": "x"})
+        assert resp.status == 502, await resp.text()
+        await resp.read()
+        spans = await finished(exporter)
+    named = by_name(spans)
+    server = named["POST /v1/completions"]
+    assert server.status.status_code is StatusCode.ERROR
+    upstream = named["igw.upstream"]
+    assert upstream.status.status_code is StatusCode.ERROR
+    assert "ClientConnectorError" in (upstream.status.description or "")
+    assert named["igw.upstream.connect"].status.status_code is StatusCode.ERROR
+
+
+async def test_sampling_ratio_zero_records_nothing_but_still_propagates(
+    gateway: Callable[..., Any],
+) -> None:
+    async with traced_gateway(gateway, sample_ratio=0.0) as (gw, fleet, exporter):
+        body = {"model": MODEL, "prompt": "hello", "max_tokens": 2}
+        resp = await gw.post("/v1/completions", body)
+        assert resp.status == 200
+        await resp.read()
+        followed = await gw.post(
+            "/v1/completions", body, headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+        )
+        assert followed.status == 200
+        await followed.read()
+        spans = await finished(exporter)
+    # Only the request whose caller sampled its trace was recorded (parent-based sampling).
+    assert {f"{s.context.trace_id:032x}" for s in spans} == {TRACE_ID}
+    received = [tp for pod in fleet.pods for tp, _ in fleet.pod(pod.key).trace_contexts]
+    assert len(received) == 2
+    sampled_bits = sorted(int(tp.rsplit("-", 1)[1], 16) & 1 for tp in received)  # W3C flags bit 0
+    assert sampled_bits == [0, 1]
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.5])
+def test_tracing_refuses_a_ratio_outside_zero_to_one(ratio: float) -> None:
+    with pytest.raises(TracingConfigError, match="--otel-sample-ratio"):
+        tracing_options("http://127.0.0.1:4318", ratio, env={})
