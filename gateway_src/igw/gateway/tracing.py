@@ -111,6 +111,7 @@ class RequestTrace:
         "_ctx",
         "_mark",
         "_pending",
+        "_recording",
         "_server",
         "_tracer",
         "perf0",
@@ -136,15 +137,13 @@ class RequestTrace:
             },
         )
         self._ctx: Context = trace.set_span_in_context(self._server, parent)
+        self._recording = self._server.is_recording()
+        """False for a trace the sampler dropped: only its context is propagated, no child spans."""
         self._mark = started
         self._pending: str | None = "igw.auth"
         """The phase in progress since ``_mark``; recorded as failed if the request ends in it."""
         self._attempt: Span | None = None
         self._connect: Span | None = None
-
-    @property
-    def recording(self) -> bool:
-        return self._server.is_recording()
 
     def _phase(self, name: str, attributes: Mapping[str, AttributeValue] | None = None) -> None:
         now = time.perf_counter()
@@ -158,11 +157,13 @@ class RequestTrace:
         self, next_phase: str | None, attributes: Mapping[str, AttributeValue] | None = None
     ) -> None:
         """The pending phase finished now; ``next_phase`` starts."""
-        if self._pending is not None:
+        if self._pending is not None and self._recording:
             self._phase(self._pending, attributes)
         self._pending = next_phase
 
     def routed(self, *, requested_model: str | None, model: str | None, scheduler: str, stream: bool) -> None:
+        if not self._recording:
+            return
         attributes: dict[str, AttributeValue] = {"igw.scheduler": scheduler, "igw.stream": stream}
         if requested_model or model:
             self._server.set_attribute("gen_ai.request.model", requested_model or model or "")
@@ -175,10 +176,14 @@ class RequestTrace:
 
     def scheduled(self, scheduler: str, decision: RoutingDecision, *, candidates: int) -> None:
         """``igw.schedule`` with what the picker saw and chose."""
+        if not self._recording:
+            return
         self.phase_done(None, _decision_attributes(scheduler, decision, candidates))
 
     def queued(self, *, priority: int | None, outcome: str, decision: RoutingDecision | None) -> None:
         """``igw.queue``: from the saturated decision until dispatch or shedding."""
+        if not self._recording:
+            return
         attributes: dict[str, AttributeValue] = {"igw.flow.outcome": outcome}
         if priority is not None:
             attributes["igw.flow.priority"] = priority
@@ -190,6 +195,8 @@ class RequestTrace:
     def attempt(self, number: int, endpoint: str) -> None:
         """Start the ``igw.upstream`` span of one attempt (ending the previous one)."""
         self._pending = None
+        if not self._recording:
+            return
         self._end_attempt(None)
         host, _, port = endpoint.rpartition(":") if "://" not in endpoint else (endpoint, "", "")
         attributes: dict[str, AttributeValue] = {"igw.attempt": number, "server.address": host}
@@ -273,7 +280,7 @@ class RequestTrace:
         Like the HTTP semantic conventions, only 5xx marks a server span as failed (plus a stream
         broken after it started, see :meth:`failed`); every status >= 400 sets ``error.type``.
         """
-        if self._pending is not None and status >= 400:
+        if self._pending is not None and status >= 400 and self._recording:
             self._phase(self._pending, {"error.type": str(status)})
         self._pending = None
         self._end_attempt(error if status >= 499 else None)
