@@ -15,7 +15,7 @@ from igw.cli.main import main
 from igw.errors import IgwGatewayError
 from igw.gateway.debug_api import DEBUG_DECISIONS_PATH, DEBUG_TOKEN_ENV, DecisionDebug
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, DecisionLog
-from igw.scheduling.factory import scheduler_from_weights
+from igw.scheduling.factory import scheduler_from_picker_config, scheduler_from_weights
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import DecisionKind
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -153,3 +153,19 @@ async def test_a_request_with_the_token_gets_its_decision_and_the_token_stays_he
         forwarded = [r.headers for r in a.received + b.received if r.path == "/v1/completions"]
         assert len(forwarded) == 3
         assert all(DEBUG_TOKEN_HEADER.lower() not in {h.lower() for h in hs} for hs in forwarded)
+
+
+def test_a_saturated_decision_from_a_detector_still_names_what_was_excluded() -> None:
+    s = scheduler_from_picker_config(
+        {
+            "plugins": [{"type": "queue-scorer"}, {"name": "sat", "type": "utilization-detector"}],
+            "saturationDetector": {"pluginRef": "sat", "queueDepthThreshold": 1},
+        },
+        routing=RoutingSettings(stale_threshold_s=1.0),
+        rng=random.Random(1),
+    )
+    assert s.profile.detector is not None
+    views = [ep("stale", scraped_at=-5.0), ep("a", waiting=9), ep("b", waiting=9)]
+    d = s.pick(req(), views, now=0.0)
+    assert d.kind is DecisionKind.SATURATED
+    assert d.removed == {"stale": "stale or failing metrics"}

@@ -3,6 +3,7 @@ gateway on loopback in front of simulated vLLM pods (which record the ``tracepar
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import socket
@@ -15,10 +16,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from igw.gateway.decision_log import DecisionLog
 from igw.gateway.tracing import FIRST_TOKEN_EVENT, Tracing
 from igw.gateway.tracing_options import TracingConfigError, tracing_options
 from igw.sim.live import RunningFleet, run_fleet
 from igw.sim.spec import FleetSpec
+from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.fixtures import Gateway
 from tests.gateway.support import config_doc, scheduler, wait_for
 
@@ -226,3 +229,57 @@ async def test_sampling_ratio_zero_records_nothing_but_still_propagates(
 def test_tracing_refuses_a_ratio_outside_zero_to_one(ratio: float) -> None:
     with pytest.raises(TracingConfigError, match="--otel-sample-ratio"):
         tracing_options("http://127.0.0.1:4318", ratio, env={})
+
+
+async def test_a_queued_request_has_a_queue_span_and_its_dispatch_is_in_the_decision_log(
+    gateway: Callable[..., Any],
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(SimpleSpanProcessor(exporter), sample_ratio=1.0)
+    doc = config_doc([scheduler("pool", "m1")])
+    doc["spec"]["extensions"]["flowControl"] = {
+        "pollInterval": "10ms",
+        "bands": [{"priority": 0, "maxRequests": 1, "ttl": "60s"}],
+    }
+    headers = {"x-gateway-inference-fairness-id": "t1"}
+    body = {"model": "m1", "prompt": "hello", "max_tokens": 3}
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc, {"pool": [a.key]}, tracing=tracing) as gw,
+    ):
+        gw.state.decision_log = DecisionLog(10, token="t" * 16)
+        waiting = asyncio.create_task(gw.post("/v1/completions", body, headers=headers))
+        await wait_for(lambda: gw.state.flow.depths("pool") == {0: 1}, what="request queued")
+        shed = await gw.post("/v1/completions", body, headers=headers)  # the band holds one
+        assert shed.status == 429
+        await shed.read()
+        a.waiting = 0
+        resp = await asyncio.wait_for(waiting, timeout=15)
+        assert resp.status == 200
+        await resp.read()
+        spans = await finished(exporter, server_spans=2)
+        entries = gw.state.decision_log.latest()
+    servers = {s.context.trace_id: s for s in spans if s.kind is SpanKind.SERVER}
+    queues = {s.context.trace_id: s for s in spans if s.name == "igw.queue"}
+    by_status = {(s.attributes or {})["http.response.status_code"]: s for s in servers.values()}
+    served, refused = by_status[200], by_status[429]
+    queue = dict(queues[served.context.trace_id].attributes or {})
+    assert queue == {
+        "igw.flow.outcome": "dispatched",
+        "igw.flow.priority": 0,
+        "igw.scheduling.endpoint": a.key,
+    }
+    assert dict(queues[refused.context.trace_id].attributes or {})["igw.flow.outcome"] == "band_full"
+    assert (refused.attributes or {})["igw.rejection"] == "shed"
+    assert refused.status.status_code is StatusCode.UNSET
+    schedule = [
+        s for s in spans if s.name == "igw.schedule" and s.context.trace_id == served.context.trace_id
+    ]
+    assert (schedule[0].attributes or {})["igw.scheduling.outcome"] == "saturated"
+    # Why this pod: both saturated decisions (queued, shed), then the pick that dispatched one.
+    assert [e["outcome"] for e in entries] == ["picked", "saturated", "saturated"]
+    (dispatch,) = [e for e in entries if "queued_ms" in e]
+    assert dispatch["outcome"] == "picked"
+    assert dispatch["chosen"] == a.key
+    assert dispatch["queued_ms"] > 0
+    assert dispatch["decision_us"] is None
