@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from types import SimpleNamespace
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 from opentelemetry import trace
@@ -86,10 +86,12 @@ class Tracing:
     def client_trace_config(self) -> aiohttp.TraceConfig:
         """Hooks for the upstream client session that time ``igw.upstream.connect``."""
         config = aiohttp.TraceConfig()
-        config.on_request_start.append(_on_request_start)
-        config.on_connection_reuseconn.append(_on_connection_reused)
-        config.on_request_headers_sent.append(_on_request_sent)
-        config.on_request_exception.append(_on_request_exception)
+        config.on_request_start.append(_client_hook(lambda t, _: t.connect_started()))
+        config.on_connection_reuseconn.append(_client_hook(lambda t, _: t.connection_reused()))
+        config.on_request_headers_sent.append(_client_hook(lambda t, _: t.connect_done()))
+        config.on_request_exception.append(
+            _client_hook(lambda t, params: t.connect_done(type(params.exception).__name__))
+        )
         return config
 
     def shutdown(self) -> None:
@@ -319,33 +321,15 @@ def _decision_attributes(
     return attributes
 
 
-async def _on_request_start(
-    _session: aiohttp.ClientSession, _ctx: SimpleNamespace, _params: aiohttp.TraceRequestStartParams
-) -> None:
-    current = _CURRENT_ATTEMPT.get()
-    if current is not None:
-        current.connect_started()
+def _client_hook(
+    action: Callable[[RequestTrace, Any], None],
+) -> Callable[[aiohttp.ClientSession, SimpleNamespace, Any], Awaitable[None]]:
+    """An aiohttp client trace callback applying ``action`` to the trace of the attempt being made
+    (aiohttp runs the callbacks in the task that sends the request, where it is current)."""
 
+    async def hook(_session: aiohttp.ClientSession, _ctx: SimpleNamespace, params: Any) -> None:
+        current = _CURRENT_ATTEMPT.get()
+        if current is not None:
+            action(current, params)
 
-async def _on_connection_reused(
-    _session: aiohttp.ClientSession, _ctx: SimpleNamespace, _params: aiohttp.TraceConnectionReuseconnParams
-) -> None:
-    current = _CURRENT_ATTEMPT.get()
-    if current is not None:
-        current.connection_reused()
-
-
-async def _on_request_sent(
-    _session: aiohttp.ClientSession, _ctx: SimpleNamespace, _params: aiohttp.TraceRequestHeadersSentParams
-) -> None:
-    current = _CURRENT_ATTEMPT.get()
-    if current is not None:
-        current.connect_done()
-
-
-async def _on_request_exception(
-    _session: aiohttp.ClientSession, _ctx: SimpleNamespace, params: aiohttp.TraceRequestExceptionParams
-) -> None:
-    current = _CURRENT_ATTEMPT.get()
-    if current is not None:
-        current.connect_done(type(params.exception).__name__)
+    return hook
