@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from igw.gateway.decision_log import DecisionLog
 from igw.gateway.tracing import FIRST_TOKEN_EVENT, Tracing
-from igw.gateway.tracing_options import TracingConfigError, tracing_options
+from igw.gateway.tracing_options import SERVICE_NAME, TracingConfigError, TracingOptions, tracing_options
 from igw.sim.live import RunningFleet, run_fleet
 from igw.sim.spec import FleetSpec
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -283,3 +283,58 @@ async def test_a_queued_request_has_a_queue_span_and_its_dispatch_is_in_the_deci
     assert dispatch["chosen"] == a.key
     assert dispatch["queued_ms"] > 0
     assert dispatch["decision_us"] is None
+
+
+def test_service_name_defaults_to_the_gateway_and_the_environment_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def service_name() -> object:
+        tracing = Tracing(SimpleSpanProcessor(InMemorySpanExporter()))
+        try:
+            return tracing.provider.resource.attributes["service.name"]
+        finally:
+            tracing.shutdown()
+
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    assert service_name() == SERVICE_NAME
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes")
+    assert service_name() == "from-attributes"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    assert service_name() == "from-env"
+
+
+def test_options_come_from_the_flag_or_the_standard_variables() -> None:
+    assert tracing_options(None, None, env={}) is None
+    flag = tracing_options("http://collector:4318", 0.25, env={})
+    assert flag == TracingOptions(endpoint="http://collector:4318/v1/traces", sample_ratio=0.25)
+    kept = tracing_options("https://c.example/otlp/traces", None, env={})
+    assert kept == TracingOptions(endpoint="https://c.example/otlp/traces")
+    generic = tracing_options(None, None, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"})
+    assert generic == TracingOptions(endpoint="http://c:4318/v1/traces")
+    both = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:1/x",
+    }
+    assert tracing_options(None, None, env=both) == TracingOptions(endpoint="http://t:1/x")
+    assert tracing_options("http://c:4318", None, env={"OTEL_SDK_DISABLED": "true"}) is None
+    with pytest.raises(TracingConfigError, match="OTEL_EXPORTER_OTLP_ENDPOINT"):
+        tracing_options(None, None, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "c:4318"})
+
+
+async def test_with_tracing_off_a_callers_traceparent_passes_through_untouched(
+    gateway: Callable[..., Any],
+) -> None:
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        gateway(config_doc([scheduler("p", "m")]), {"p": [a.key]}) as gw,
+    ):
+        assert gw.state.tracing is None
+        plain = await gw.post("/v1/completions", {"model": "m", "prompt": "x"})
+        await plain.read()
+        parent = f"00-{TRACE_ID}-{PARENT_ID}-01"
+        carried = await gw.post(
+            "/v1/completions", {"model": "m", "prompt": "x"}, headers={"traceparent": parent}
+        )
+        await carried.read()
+    assert [r.headers.get("traceparent") for r in a.received] == [None, parent]

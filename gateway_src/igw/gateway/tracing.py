@@ -65,7 +65,9 @@ class Tracing:
         sampler: Sampler | None = None
         if sample_ratio is not None:
             sampler = ParentBased(TraceIdRatioBased(sample_ratio))
-        resource = Resource.create({"service.name": SERVICE_NAME}).merge(Resource.create())
+        resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, SDK defaults
+        if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
         self.provider = TracerProvider(resource=resource, sampler=sampler)
         self.provider.add_span_processor(processor)
         self.tracer = self.provider.get_tracer("igw.gateway")
