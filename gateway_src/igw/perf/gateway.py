@@ -73,7 +73,7 @@ def _tracing_rows(rows: list[dict[str, Any]]) -> None:
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.perf.tracing_micro import observer_costs
 
-    baseline, *variants = observer_costs(requests=2000)
+    baseline, *variants = observer_costs(requests=300, rounds=30)
     for cost in variants:
         added = cost.mean_us - baseline.mean_us
         off = cost.name.startswith("tracing off")
