@@ -67,6 +67,16 @@ class _EndpointCollector(Collector):
             "1 while the endpoint's /metrics page no longer changes although requests were sent to it.",
             labels=labels,
         )
+        adapters = GaugeMetricFamily(
+            "igw_endpoint_lora_adapter",
+            "1 per LoRA adapter the endpoint reports in its running batch or waiting queue (as scraped).",
+            labels=["scheduler", "endpoint", "adapter", "state"],
+        )
+        max_lora = GaugeMetricFamily(
+            "igw_endpoint_max_lora",
+            "GPU LoRA adapter slots the endpoint reports (as scraped).",
+            labels=labels,
+        )
         missing = GaugeMetricFamily(
             "igw_endpoint_signal_missing",
             "1 when the endpoint does not publish a signal routing uses (the value names the metric family).",
@@ -88,9 +98,14 @@ class _EndpointCollector(Collector):
                     running.add_metric(lv, float(m.running))
                 if m.kv_usage is not None:
                     kv.add_metric(lv, m.kv_usage)
+                if m.max_lora is not None:
+                    max_lora.add_metric(lv, float(m.max_lora))
+                for state, names in (("running", m.active_adapters), ("waiting", m.waiting_adapters)):
+                    for adapter in sorted(names or ()):
+                        adapters.add_metric([sched, st.key, adapter, state], 1.0)
             for signal in sorted(st.missing):
                 missing.add_metric([sched, st.key, signal], 1.0)
-        yield from (age, failing, frozen, queue, running, kv, inflight, missing)
+        yield from (age, failing, frozen, queue, running, kv, inflight, adapters, max_lora, missing)
 
 
 class GatewayMetrics:
