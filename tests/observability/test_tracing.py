@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from igw.sim.spec import FleetSpec
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.fixtures import Gateway
 from tests.gateway.support import config_doc, scheduler, wait_for
+from tests.security.helpers import GuardMaker, TokenFactory, bearer
 
 MODEL = "llama"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -338,3 +340,39 @@ async def test_with_tracing_off_a_callers_traceparent_passes_through_untouched(
         )
         await carried.read()
     assert [r.headers.get("traceparent") for r in a.received] == [None, parent]
+
+
+async def test_denials_end_in_the_auth_or_admit_span_and_no_token_is_recorded(
+    gateway: Callable[..., Any], make_guard: GuardMaker, tokens: TokenFactory
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(SimpleSpanProcessor(exporter), sample_ratio=1.0)
+    access = {"modelAccess": [{"claim": "tenant", "values": ["team-a"], "models": ["m"]}]}
+    guard = await make_guard(extensions={"authorization": access}, real_clock=True)
+    good = tokens.token(iat=int(time.time()), exp=int(time.time()) + 600)
+    doc = config_doc([scheduler("p", "m"), scheduler("q", "other")])
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (a, b),
+        gateway(doc, {"p": [a.key], "q": [b.key]}, guard=guard, tracing=tracing) as gw,
+    ):
+        for model, token, status in (("m", "not-a-jwt", 401), ("other", good, 403), ("m", good, 200)):
+            resp = await gw.post("/v1/completions", {"model": model, "prompt": "x"}, headers=bearer(token))
+            assert resp.status == status, await resp.text()
+            await resp.read()
+        spans = await finished(exporter, server_spans=3)
+    traces: dict[int, dict[str, ReadableSpan]] = {}
+    for span in spans:
+        traces.setdefault(span.context.trace_id, {})[span.name] = span
+    by_status = {
+        (t["POST /v1/completions"].attributes or {})["http.response.status_code"]: t for t in traces.values()
+    }
+    unauthenticated, forbidden, served = by_status[401], by_status[403], by_status[200]
+    assert set(unauthenticated) == {"POST /v1/completions", "igw.auth"}
+    assert (unauthenticated["igw.auth"].attributes or {})["error.type"] == "401"
+    assert set(forbidden) == {"POST /v1/completions", "igw.auth", "igw.route", "igw.admit"}
+    assert (forbidden["igw.admit"].attributes or {})["error.type"] == "403"
+    assert "error.type" not in (served["igw.auth"].attributes or {})
+    assert {"igw.schedule", "igw.upstream"} <= set(served)
+    text = all_attribute_text(spans)
+    assert good not in text
+    assert good.split(".")[2] not in text  # not even the signature
