@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import orjson
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -206,8 +208,9 @@ async def test_an_endpoint_that_refuses_connections_fails_the_upstream_span(
 
 
 async def test_sampling_ratio_zero_records_nothing_but_still_propagates(
-    gateway: Callable[..., Any],
+    gateway: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="igw.access")
     async with traced_gateway(gateway, sample_ratio=0.0) as (gw, fleet, exporter):
         body = {"model": MODEL, "prompt": "hello", "max_tokens": 2}
         resp = await gw.post("/v1/completions", body)
@@ -225,6 +228,9 @@ async def test_sampling_ratio_zero_records_nothing_but_still_propagates(
     assert len(received) == 2
     sampled_bits = sorted(int(tp.rsplit("-", 1)[1], 16) & 1 for tp in received)  # W3C flags bit 0
     assert sampled_bits == [0, 1]
+    # The access log names the trace only where one was recorded.
+    logged = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+    assert [entry.get("trace_id") for entry in logged] == [None, TRACE_ID]
 
 
 @pytest.mark.parametrize("ratio", [-0.1, 1.5])

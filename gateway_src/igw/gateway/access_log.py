@@ -6,7 +6,8 @@ per-scorer weighted scores of the chosen endpoint and its fallbacks), ``decision
 ``reason`` (the scheduler's notes: stale endpoints excluded, imputed signals...), ``duration_ms``,
 ``ttft_ms``, ``stream``, ``prompt_tokens``, ``completion_tokens``, ``error``; for a request that
 waited in a flow-control queue ``priority`` (its band), ``tenant`` (its fairness key) and
-``queue_ms``; for a canary-split request ``requested_model`` (the name the client sent).
+``queue_ms``; for a canary-split request ``requested_model`` (the name the client sent); for a
+request whose OpenTelemetry trace was recorded ``trace_id`` (32 hex digits), to find its trace.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class AccessRecord:
     tenant: str | None = None
     queue_ms: float | None = None
     requested_model: str | None = None
+    trace_id: str | None = None
 
     def emit(self) -> None:
         if not access_log.isEnabledFor(logging.INFO):

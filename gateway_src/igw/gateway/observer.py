@@ -191,6 +191,8 @@ class RequestObserver:
 
     def _emit(self, status: int) -> None:
         elapsed = time.perf_counter() - self.started
+        if self.trace is not None:
+            self.record.trace_id = self.trace.recorded_trace_id
         self.record.status = status
         self.record.duration_ms = round(elapsed * 1000, 3)
         m = self.metrics

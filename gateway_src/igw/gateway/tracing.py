@@ -157,6 +157,11 @@ class RequestTrace:
         span.end(end_time=_wall_ns(self, now))
         self._mark = now
 
+    @property
+    def recorded_trace_id(self) -> str | None:
+        """The W3C trace id (32 hex digits) when this trace is recorded, for the access log."""
+        return f"{self._server.get_span_context().trace_id:032x}" if self._recording else None
+
     def phase_done(
         self, next_phase: str | None, attributes: Mapping[str, AttributeValue] | None = None
     ) -> None:
