@@ -382,3 +382,23 @@ async def test_denials_end_in_the_auth_or_admit_span_and_no_token_is_recorded(
     text = all_attribute_text(spans)
     assert good not in text
     assert good.split(".")[2] not in text  # not even the signature
+
+
+async def test_the_connect_span_says_whether_a_pooled_connection_was_reused(
+    gateway: Callable[..., Any],
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(SimpleSpanProcessor(exporter), sample_ratio=1.0)
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        gateway(config_doc([scheduler("p", "m")]), {"p": [a.key]}, tracing=tracing) as gw,
+    ):
+        for n in (1, 2):
+            resp = await gw.post("/v1/completions", {"model": "m", "prompt": "x"})
+            assert resp.status == 200
+            await resp.read()
+            await finished(exporter, server_spans=n)
+        spans = exporter.get_finished_spans()
+    connects = sorted((s for s in spans if s.name == "igw.upstream.connect"), key=lambda s: s.start_time or 0)
+    assert [(s.attributes or {})["igw.connection.reused"] for s in connects] == [False, True]
+    assert all(s.status.status_code is StatusCode.UNSET for s in connects)
