@@ -204,6 +204,7 @@ class RequestTrace:
     def attempt(self, number: int, endpoint: str) -> None:
         """Start the ``igw.upstream`` span of one attempt (ending the previous one)."""
         self._pending = None
+        _CURRENT_ATTEMPT.set(self)  # before any return: no earlier request's trace stays current
         if not self._recording:
             return
         self._end_attempt(None)
@@ -214,7 +215,6 @@ class RequestTrace:
         self._attempt = self._tracer.start_span(
             "igw.upstream", context=self._ctx, kind=SpanKind.CLIENT, attributes=attributes
         )
-        _CURRENT_ATTEMPT.set(self)
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
         """Set ``traceparent`` (and ``tracestate``) for the model server: the attempt's span context."""
