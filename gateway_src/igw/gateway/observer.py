@@ -37,14 +37,7 @@ class RequestObserver:
 
     __slots__ = ("_done", "metrics", "model_label", "record", "requested_label", "started", "trace")
 
-    def __init__(
-        self,
-        metrics: GatewayMetrics,
-        *,
-        request_id: str,
-        method: str,
-        path: str,
-    ) -> None:
+    def __init__(self, metrics: GatewayMetrics, *, request_id: str, method: str, path: str) -> None:
         self.metrics = metrics
         self.record = AccessRecord(request_id=request_id, method=method, path=path)
         self.started = time.perf_counter()
