@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import aiohttp
 import pytest
 
 FAST_ROUTING = {
@@ -62,3 +63,21 @@ async def serving_url(stderr: asyncio.StreamReader | None) -> str:
         found = re.search(r"serving \d+ scheduler\(s\) at (http://\S+)", line)
         if found:
             return found.group(1)
+
+
+async def wait_all_fresh(http: aiohttp.ClientSession, url: str, *, within: float = 60.0) -> None:
+    """Poll ``/readyz`` until every endpoint of every scheduler has a fresh scrape.
+
+    ``/readyz`` answers 200 before the first scrape lands (discovery has reported), so a test that
+    depends on what the pods' metrics say (saturation, per-pod scores) waits for this instead.
+    """
+    t0 = time.monotonic()
+    while True:
+        async with http.get(url + "/readyz") as resp:
+            detail = await resp.json()
+        endpoints = [ep for s in detail.get("schedulers", {}).values() for ep in s["endpoints"].values()]
+        if endpoints and all(ep["fresh"] for ep in endpoints):
+            return
+        if time.monotonic() - t0 > within:
+            pytest.fail(f"timed out after {within}s waiting for fresh scrapes of every endpoint: {detail}")
+        await asyncio.sleep(0.02)

@@ -19,7 +19,7 @@ from igw.perf.serve_process import ServeProcess, serve_process
 from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, scheduler
+from tests.gateway.support import config_doc, scheduler, wait_all_fresh
 
 
 @asynccontextmanager
@@ -42,6 +42,7 @@ async def test_igw_serve_sheds_the_lowest_band_with_retry_after(tmp_path: Path) 
         igw_serve(tmp_path, doc, {"m": [pod.key]}) as gw,
         aiohttp.ClientSession() as http,
     ):
+        await wait_all_fresh(http, gw.url)  # saturation is only known once the pod's page is read
 
         async def send(objective: str) -> aiohttp.ClientResponse:
             body = {"model": "m", "prompt": "hi", "max_tokens": 2}

@@ -19,7 +19,7 @@ from igw.scheduling.factory import scheduler_from_picker_config, scheduler_from_
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import DecisionKind
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, scheduler
+from tests.gateway.support import config_doc, scheduler, wait_all_fresh
 from tests.observability.live_gateway import MODEL, igw_serve, serving_gateway, wait_ready
 from tests.scheduling.helpers import ep, req
 
@@ -135,7 +135,7 @@ async def test_a_request_with_the_token_gets_its_decision_and_the_token_stays_he
         env = {DEBUG_TOKEN_ENV: TOKEN}
         gateway = igw_serve(tmp_path, [a.key, b.key], "--debug-decisions", "4", env=env)
         async with gateway as url, aiohttp.ClientSession() as http:
-            await wait_ready(http, url)
+            await wait_all_fresh(http, url)  # both pods scored, not only the first one scraped
             body = {"model": MODEL, "prompt": "hi"}
             resp = await http.post(url + "/v1/completions", json=body, headers={DEBUG_TOKEN_HEADER: TOKEN})
             assert resp.status == 200
