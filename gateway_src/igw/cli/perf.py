@@ -127,6 +127,18 @@ def _scrape_clients(text: str) -> list[str]:
     return names
 
 
+def _workers_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2],
+        help="comma-separated worker counts; the first is the baseline (default 1,2)",
+    )
+    parser.add_argument("--requests", type=int, default=3000, help="requests per phase (default 3000)")
+    parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients (default 32)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+
+
 def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     def ints(text: str) -> list[int]:
         return [int(n) for n in text.split(",")]
@@ -152,6 +164,7 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("checks", "igw.perf.checks", _checks_arguments),
     ("soak", "igw.perf.soak", _soak_arguments),
     ("scrape", "igw.perf.scrape", _scrape_arguments),
+    ("workers", "igw.perf.workers_throughput", _workers_arguments),
     ("workers-des", "igw.perf.workers_des", _workers_des_arguments),
 )
 

@@ -3,8 +3,9 @@
 For each scenario and seed, the same request list is routed by the gateway's real scheduler run as
 1, 2, 4, 8... workers (:class:`~igw.bench.policies.workers.WorkerSplitPolicy`: shared scrapes,
 separate schedulers and in-flight counts, requests spread over the workers at random as the
-kernel's ``SO_REUSEPORT`` hash does), with and without the mitigation that shares each worker's
-in-flight counts once per scrape interval. Printed per scenario and N: TTFT p50/p99, E2E p99 and
+kernel's ``SO_REUSEPORT`` hash does), without and with the mitigations that share, once per scrape
+interval, each worker's in-flight counts (``inflight``) and also its dispatches for the other
+workers' dispatch ledgers (``dispatches``). Printed per scenario and N: TTFT p50/p99, E2E p99 and
 goodput (mean over seeds), and the TTFT p99 ratio to one worker in the same run.
 """
 
@@ -25,7 +26,7 @@ SCENARIOS: Final = ("mixed-fleet-8b", "shared-prefix-8b-high-cache")
 class QualityRow:
     scenario: str
     workers: int
-    share: bool
+    share: str
     ttft_p50_s: float
     ttft_p99_s: float
     e2e_p99_s: float
@@ -61,8 +62,10 @@ def measure(
     scenario = ALL_SCENARIOS[scenario_name]
     capacity = fleet_capacity(scenario, seed=seeds[0])
     pods = fleet_pods(scenario)
-    variants = [(n, False) for n in workers] + [(n, True) for n in workers if n > 1]
-    summaries: dict[tuple[int, bool], list[object]] = {v: [] for v in variants}
+    variants = [(n, "none") for n in workers] + [
+        (n, share) for share in ("inflight", "dispatches") for n in workers if n > 1
+    ]
+    summaries: dict[tuple[int, str], list[object]] = {v: [] for v in variants}
     for seed in seeds:
         requests = scenario_requests(
             scenario,
@@ -84,7 +87,7 @@ def measure(
                 build,  # type: ignore[arg-type]
                 workers=n,
                 rng=random.Random(seed),
-                share_inflight=share,
+                share=share,
                 report_interval_s=scrape_interval_s,
             )
             result = simulate(
@@ -125,12 +128,12 @@ def measure(
 def print_rows(rows: Sequence[QualityRow]) -> None:
     base = {r.scenario: r.ttft_p99_s for r in rows if r.workers == 1}
     print(
-        f"{'scenario':<30} {'workers':>7} {'in-flight':>10} {'TTFT p50':>9} {'TTFT p99':>9} "
+        f"{'scenario':<30} {'workers':>7} {'shared':>10} {'TTFT p50':>9} {'TTFT p99':>9} "
         f"{'E2E p99':>9} {'goodput':>8} {'p99 vs 1':>8}"
     )
     for r in rows:
         print(
-            f"{r.scenario:<30} {r.workers:>7} {'shared' if r.share else 'own':>10} "
+            f"{r.scenario:<30} {r.workers:>7} {r.share:>10} "
             f"{r.ttft_p50_s:>8.3f}s {r.ttft_p99_s:>8.3f}s {r.e2e_p99_s:>8.2f}s {r.goodput:>8.3f} "
             f"{r.ttft_p99_s / base[r.scenario]:>7.2f}×"
         )

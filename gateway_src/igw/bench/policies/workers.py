@@ -8,9 +8,11 @@ only *its own* requests in flight (the simulator's views carry the whole fleet's
 which is what a single gateway process knows), and each completion goes back to the worker that
 dispatched the request.
 
-Mitigation (``share_inflight``): every worker also counts the other workers' in-flight requests as
-last reported to it - one report per scrape interval, which is what ``igw serve --workers`` sends
-over its scrape channel - so a burst that the others sent since the last scrape is not invisible.
+Mitigations, both on a report per scrape interval (what ``igw serve --workers`` sends over its
+scrape channel): ``share="inflight"`` - every worker also counts the other workers' in-flight
+requests as last reported; ``share="dispatches"`` - additionally, each worker's dispatch ledger
+(:mod:`igw.scheduling.dispatch_ledger`, the herding compensation between scrapes) learns the other
+workers' dispatches, with their original dispatch times, once reported.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from igw.scheduling.types import (
 )
 
 ASSIGNMENTS: Final = ("round-robin", "random")
+SHARING: Final = ("none", "inflight", "dispatches")
 
 
 class WorkerSplitPolicy:
@@ -42,18 +45,23 @@ class WorkerSplitPolicy:
         workers: int,
         rng: random.Random,
         assignment: str = "random",
-        share_inflight: bool = False,
+        share: str = "none",
         report_interval_s: float = 0.05,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers: must be at least 1 (got {workers})")
         if assignment not in ASSIGNMENTS:
             raise ValueError(f"assignment: one of {', '.join(ASSIGNMENTS)} (got {assignment!r})")
+        if share not in SHARING:
+            raise ValueError(f"share: one of {', '.join(SHARING)} (got {share!r})")
         self._workers = [build(i) for i in range(workers)]
         self.name = f"{self._workers[0].name}×{workers}"
         self._rng = rng
         self._assignment = assignment
-        self._share = share_inflight
+        self._share = share != "none"
+        self._share_dispatches = share == "dispatches"
+        self._unreported: list[tuple[float, int, EndpointKey]] = []
+        """Dispatches (time, worker, endpoint) since the last report."""
         self._interval = report_interval_s
         self._next = 0
         self._owner: dict[str, tuple[int, EndpointKey, int]] = {}
@@ -85,7 +93,7 @@ class WorkerSplitPolicy:
         self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
     ) -> RoutingDecision:
         if self._share and now - self._reported_at >= self._interval:
-            self._reported = [{k: list(v) for k, v in w.items()} for w in self._inflight]
+            self._report()
             self._reported_at = now
         worker = self._choose_worker()
         views = [self._view_for(worker, v) for v in endpoints]
@@ -96,7 +104,18 @@ class WorkerSplitPolicy:
             counts = self._inflight[worker].setdefault(decision.endpoint, [0, 0])
             counts[0] += 1
             counts[1] += tokens
+            if self._share_dispatches:
+                self._unreported.append((now, worker, decision.endpoint))
         return decision
+
+    def _report(self) -> None:
+        self._reported = [{k: list(v) for k, v in w.items()} for w in self._inflight]
+        for at, source, key in self._unreported:
+            for index, policy in enumerate(self._workers):
+                ledger = getattr(policy, "ledger", None)
+                if index != source and ledger is not None:
+                    ledger.record(key, now=at)
+        self._unreported.clear()
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         owned = self._owner.pop(outcome.request_id, None)
