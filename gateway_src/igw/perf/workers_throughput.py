@@ -103,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     )
     with contextlib.ExitStack() as stack:
         backend, backend_proc = stack.enter_context(backend_process(chunks=4, interval=0.0))
+        if backend_proc.stdout is not None:
+            stack.callback(backend_proc.stdout.close)  # its PORT line is read; nothing else comes
         bases: dict[int, tuple[str, int]] = {}
         for n in args.workers:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"igw-perf-w{n}-")))
