@@ -152,6 +152,12 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=ints, default=[1, 2, 4, 8], help="worker counts (default 1,2,4,8)")
     parser.add_argument("--seeds", type=ints, default=[1, 2], help="comma-separated seeds (default 1,2)")
     parser.add_argument("--policy", default="gateway-default", help="policy each worker runs")
+    parser.add_argument(
+        "--shares",
+        type=lambda text: [t for t in text.split(",") if t],
+        default=["inflight", "dispatches", "picks"],
+        help="mitigations measured for N > 1: inflight, dispatches, picks (default all three)",
+    )
     parser.add_argument("--duration-scale", type=float, default=0.5, help="multiply scenario durations")
     parser.add_argument("--scrape-interval", type=float, default=0.05, help="scrape interval in seconds")
 

@@ -4,8 +4,9 @@ For each scenario and seed, the same request list is routed by the gateway's rea
 1, 2, 4, 8... workers (:class:`~igw.bench.policies.workers.WorkerSplitPolicy`: shared scrapes,
 separate schedulers and in-flight counts, requests spread over the workers at random as the
 kernel's ``SO_REUSEPORT`` hash does), without and with the mitigations that share, once per scrape
-interval, each worker's in-flight counts (``inflight``) and also its dispatches for the other
-workers' dispatch ledgers (``dispatches``). Printed per scenario and N: TTFT p50/p99, E2E p99 and
+interval, each worker's in-flight counts (``inflight``), also its dispatches for the other
+workers' dispatch ledgers (``dispatches``), and also every pick for the other workers' plugins such
+as the prefix index (``picks``). Printed per scenario and N: TTFT p50/p99, E2E p99 and
 goodput (mean over seeds), and the TTFT p99 ratio to one worker in the same run.
 """
 
@@ -46,6 +47,7 @@ def measure(
     seeds: Sequence[int],
     duration_scale: float,
     scrape_interval_s: float,
+    shares: Sequence[str] = ("inflight", "dispatches", "picks"),
 ) -> list[QualityRow]:
     """Every (N, mitigation) variant on the scenario's identical requests per seed."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
@@ -62,9 +64,7 @@ def measure(
     scenario = ALL_SCENARIOS[scenario_name]
     capacity = fleet_capacity(scenario, seed=seeds[0])
     pods = fleet_pods(scenario)
-    variants = [(n, "none") for n in workers] + [
-        (n, share) for share in ("inflight", "dispatches") for n in workers if n > 1
-    ]
+    variants = [(n, "none") for n in workers] + [(n, share) for share in shares for n in workers if n > 1]
     summaries: dict[tuple[int, str], list[object]] = {v: [] for v in variants}
     for seed in seeds:
         requests = scenario_requests(
@@ -154,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
             seeds=args.seeds,
             duration_scale=args.duration_scale,
             scrape_interval_s=args.scrape_interval,
+            shares=args.shares,
         )
         print_rows([r for r in rows if r.scenario == name])
     print("summary:")

@@ -8,11 +8,14 @@ only *its own* requests in flight (the simulator's views carry the whole fleet's
 which is what a single gateway process knows), and each completion goes back to the worker that
 dispatched the request.
 
-Mitigations, both on a report per scrape interval (what ``igw serve --workers`` sends over its
-scrape channel): ``share="inflight"`` - every worker also counts the other workers' in-flight
-requests as last reported; ``share="dispatches"`` - additionally, each worker's dispatch ledger
-(:mod:`igw.scheduling.dispatch_ledger`, the herding compensation between scrapes) learns the other
-workers' dispatches, with their original dispatch times, once reported.
+Mitigations, each on a report per scrape interval (what a channel like ``igw serve --workers``'
+scrape channel could carry): ``share="inflight"`` - every worker also counts the other workers'
+in-flight requests as last reported; ``share="dispatches"`` - additionally, each worker's dispatch
+ledger (:mod:`igw.scheduling.dispatch_ledger`, the herding compensation between scrapes) learns the
+other workers' dispatches, with their original dispatch times; ``share="picks"`` - additionally,
+every plugin of every other worker learns each pick as if it had made it (``on_picked``: the prefix
+scorer's index of which pod holds which prompt prefix, which otherwise knows only its own worker's
+requests).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Final
 
+from igw.scheduling.framework import CycleContext
 from igw.scheduling.types import (
     EndpointKey,
     EndpointView,
@@ -32,7 +36,7 @@ from igw.scheduling.types import (
 )
 
 ASSIGNMENTS: Final = ("round-robin", "random")
-SHARING: Final = ("none", "inflight", "dispatches")
+SHARING: Final = ("none", "inflight", "dispatches", "picks")
 
 
 class WorkerSplitPolicy:
@@ -59,9 +63,10 @@ class WorkerSplitPolicy:
         self._rng = rng
         self._assignment = assignment
         self._share = share != "none"
-        self._share_dispatches = share == "dispatches"
-        self._unreported: list[tuple[float, int, EndpointKey]] = []
-        """Dispatches (time, worker, endpoint) since the last report."""
+        self._share_dispatches = share in ("dispatches", "picks")
+        self._share_picks = share == "picks"
+        self._unreported: list[tuple[float, int, RoutingRequest, EndpointView]] = []
+        """Dispatches (time, worker, request, endpoint as seen) since the last report."""
         self._interval = report_interval_s
         self._next = 0
         self._owner: dict[str, tuple[int, EndpointKey, int]] = {}
@@ -105,16 +110,23 @@ class WorkerSplitPolicy:
             counts[0] += 1
             counts[1] += tokens
             if self._share_dispatches:
-                self._unreported.append((now, worker, decision.endpoint))
+                seen = next(v for v in views if v.key == decision.endpoint)
+                self._unreported.append((now, worker, request, seen))
         return decision
 
     def _report(self) -> None:
         self._reported = [{k: list(v) for k, v in w.items()} for w in self._inflight]
-        for at, source, key in self._unreported:
+        for at, source, request, view in self._unreported:
             for index, policy in enumerate(self._workers):
+                if index == source:
+                    continue
                 ledger = getattr(policy, "ledger", None)
-                if index != source and ledger is not None:
-                    ledger.record(key, now=at)
+                if ledger is not None:
+                    ledger.record(view.key, now=at)
+                if self._share_picks:
+                    ctx = CycleContext(request=request, now=at, rng=self._rng)
+                    for plugin in getattr(policy, "_plugins", ()):
+                        plugin.on_picked(ctx, view)
         self._unreported.clear()
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
