@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import Final, Protocol
@@ -33,7 +34,7 @@ from typing import Final, Protocol
 import orjson
 import xxhash
 
-from igw.engines import ENGINES
+from igw.engines import ENGINES, MetricFamilies
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.metrics_parser import parse_page
 from igw.gateway.model_info import max_model_len
@@ -106,6 +107,7 @@ class Scraper:
         self._metrics = metrics
         self._tasks: dict[TaskKey, asyncio.Task[None]] = {}
         self._reported: set[tuple[str, str, str]] = set()
+        self._without_lora: dict[MetricFamilies, MetricFamilies] = {}
 
     def sync(self) -> None:
         """Start tasks for new endpoints and stop those of endpoints that left."""
@@ -193,7 +195,9 @@ class Scraper:
         digest = xxhash.xxh3_64_intdigest(raw)
         if self._frozen(sr, state, digest, now, stale_after_s=self._runtime().settings.stale_threshold_s):
             return
-        parsed = parse_page(raw.decode("utf-8", errors="replace"), sr.families, state.page.family_starts)
+        parsed = parse_page(
+            raw.decode("utf-8", errors="replace"), self._families(sr), state.page.family_starts
+        )
         missing = parsed.missing
         if not sr.spec.lora_adapters:
             missing = frozenset(m for m in missing if m.split("{")[0] not in _LORA_FAMILIES)
@@ -206,6 +210,20 @@ class Scraper:
         state.last_error = None
         self._set_missing(sr, state, missing)
         self._metrics.child(self._metrics.scrapes, "ok").inc()
+
+    def _families(self, sr: SchedulerRuntime) -> MetricFamilies:
+        """The families to read for ``sr``: without the LoRA family when no adapter request can reach
+        this scheduler (no ``loraAdapters``, no bbr-managed adapter of its model), since nothing but
+        adapter routing reads it and an absent family costs a scan of the whole page."""
+        lora = sr.families.lora
+        if lora is None or sr.spec.lora_adapters:
+            return sr.families
+        if sr.spec.model_name in self._runtime().router.bbr_adapters.values():
+            return sr.families
+        trimmed = self._without_lora.get(sr.families)
+        if trimmed is None:
+            trimmed = self._without_lora[sr.families] = dataclasses.replace(sr.families, lora=None)
+        return trimmed
 
     def _frozen(
         self, sr: SchedulerRuntime, state: EndpointState, digest: int, now: float, *, stale_after_s: float
