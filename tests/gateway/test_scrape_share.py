@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.config.build import build_gateway_config
-from igw.gateway.endpoints import DiscoveredEndpoint
+from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scrape_client import ScrapeClient
 from igw.gateway.scrape_share import ScrapeFollower, start_scraping
@@ -45,7 +45,7 @@ class Worker:
         self.service: ScrapeService | None = None
 
     @property
-    def state(self):  # type: ignore[no-untyped-def]
+    def state(self) -> EndpointState:
         return next(iter(self.runtime.schedulers["s"].pool.states.values()))
 
     async def start(self) -> None:
