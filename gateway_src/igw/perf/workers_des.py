@@ -17,7 +17,11 @@ import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from igw.bench.stats import RunSummary
+    from igw.scheduling.types import RoutingPolicy
 
 HELP = "Routing quality of --workers N in the DES: N schedulers with their own in-flight counts."
 SCENARIOS: Final = ("mixed-fleet-8b", "shared-prefix-8b-high-cache")
@@ -65,7 +69,7 @@ def measure(
     capacity = fleet_capacity(scenario, seed=seeds[0])
     pods = fleet_pods(scenario)
     variants = [(n, "none") for n in workers] + [(n, share) for share in shares for n in workers if n > 1]
-    summaries: dict[tuple[int, str], list[object]] = {v: [] for v in variants}
+    summaries: dict[tuple[int, str], list[RunSummary]] = {v: [] for v in variants}
     for seed in seeds:
         requests = scenario_requests(
             scenario,
@@ -75,7 +79,7 @@ def measure(
         )
         for n, share in variants:
 
-            def build(index: int, seed: int = seed) -> object:
+            def build(index: int, seed: int = seed) -> RoutingPolicy:
                 ctx = PolicyContext(
                     rng=random.Random(seed * 7919 + 17 + index * 104_729),
                     lora=isinstance(scenario.workload, LoraShape),
@@ -84,7 +88,7 @@ def measure(
                 return build_policy(policy, ctx)
 
             split = WorkerSplitPolicy(
-                build,  # type: ignore[arg-type]
+                build,
                 workers=n,
                 rng=random.Random(seed),
                 share=share,
@@ -98,12 +102,10 @@ def measure(
                 scrape_interval_s=scrape_interval_s,
                 base_model=model_name(scenario),
             )
-            names = {key: spec.name for key, spec in result.pods.items()}
-            samples = samples_of(result)
             summaries[(n, share)].append(
                 summarize(
-                    [s for s in samples],
-                    endpoints=[names.get(k, k) for k in result.pods],
+                    samples_of(result),
+                    endpoints=list(result.pods),
                     ttft_slo_s=scenario.ttft_slo_s,
                     tpot_slo_s=scenario.tpot_slo_s,
                     duration_s=max(result.end_time, 1e-9),
@@ -116,10 +118,10 @@ def measure(
                 scenario=scenario_name,
                 workers=n,
                 share=share,
-                ttft_p50_s=_mean([r.ttft_p50_s for r in runs]),  # type: ignore[attr-defined]
-                ttft_p99_s=_mean([r.ttft_p99_s for r in runs]),  # type: ignore[attr-defined]
-                e2e_p99_s=_mean([r.e2e_p99_s for r in runs]),  # type: ignore[attr-defined]
-                goodput=_mean([r.goodput for r in runs]),  # type: ignore[attr-defined]
+                ttft_p50_s=_mean([r.ttft_p50_s for r in runs]),
+                ttft_p99_s=_mean([r.ttft_p99_s for r in runs]),
+                e2e_p99_s=_mean([r.e2e_p99_s for r in runs]),
+                goodput=_mean([r.goodput for r in runs]),
             )
         )
     return rows
