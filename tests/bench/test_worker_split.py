@@ -11,6 +11,7 @@ from igw.bench.policies.baselines import LeastRequestPolicy
 from igw.bench.policies.registry import PolicyContext, build_policy
 from igw.bench.policies.workers import WorkerSplitPolicy
 from igw.cli.main import main
+from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
 from igw.scheduling.types import EndpointView, EngineMetrics, RequestOutcome, RoutingPolicy, RoutingRequest
 
 VIEWS = [
@@ -21,7 +22,12 @@ VIEWS = [
 
 def request(i: int) -> RoutingRequest:
     return RoutingRequest(
-        request_id=f"r{i}", model="m", base_model="m", prefix_text="hello", prompt_tokens=10, max_tokens=5
+        request_id=f"r{i}",
+        model="m",
+        base_model="m",
+        prefix_text="hello " * 100,
+        prompt_tokens=10,
+        max_tokens=5,
     )
 
 
@@ -109,5 +115,32 @@ def test_workers_des_command_prints_every_variant(capsys: pytest.CaptureFixture[
         ("2", "none"),
         ("2", "inflight"),
         ("2", "dispatches"),
+        ("2", "picks"),
     ]
     assert rows[0][3] == "1.00"
+
+
+def test_shared_picks_teach_the_other_workers_prefix_index() -> None:
+    def build(index: int) -> RoutingPolicy:
+        return build_policy("gateway-default", PolicyContext(rng=random.Random(index)))
+
+    for share, learns in (("dispatches", False), ("picks", True)):
+        split = WorkerSplitPolicy(
+            build,
+            workers=2,
+            rng=random.Random(0),
+            assignment="round-robin",
+            share=share,
+            report_interval_s=0.05,
+        )
+        chosen = split.pick(request(1), VIEWS, now=1.0).endpoint  # worker 0 routes a prompt
+        assert chosen is not None
+        other = split._workers[1]
+        index = next(
+            ws.scorer.index
+            for ws in other.profile.scorers  # type: ignore[attr-defined]
+            if isinstance(ws.scorer, PrefixCacheScorer)
+        )
+        assert index.size(chosen) == 0
+        split.pick(request(2), VIEWS, now=1.06)  # the report after one interval
+        assert (index.size(chosen) > 0) is learns
