@@ -4,8 +4,8 @@ Why not aiohttp's client, which the scraper used before: a scrape is the simples
 is (a fixed ``GET`` without a body, to one ``host:port``, answered by a page held in memory), repeated
 every ``scrapeInterval`` for every pod. aiohttp builds a request object, a response object, a
 connection-pool lookup, a timer context, tracing signals and a stream reader for each one, and
-those dominated the cost of a scrape (about two thirds of it in the profile; see docs/gateway.md,
-"Scrape cost"). This client keeps, per pod, an idle :class:`asyncio.Protocol` connection, writes a
+those dominated the cost of a scrape (docs/gateway.md, "Scrape cost", has the profile and the
+measurements). This client keeps, per pod, an idle :class:`asyncio.Protocol` connection, writes a
 request head encoded once per pod, and feeds the bytes that arrive to ``httptools``' response parser
 (llhttp, the parser Node.js and uvicorn use) - so the HTTP grammar (chunked bodies, keep-alive rules,
 malformed responses) is a maintained library's, and only the connection bookkeeping is written

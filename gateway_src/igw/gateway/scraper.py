@@ -3,7 +3,10 @@
 One asyncio task per (scheduler, endpoint), started and stopped by :meth:`Scraper.sync` as discovery
 changes the pools. Each successful scrape stores the parsed signals with the clock time it finished;
 a failed one (timeout, refused connection, non-200, unreadable page) marks the endpoint failing,
-which excludes it from scheduling until a scrape succeeds again.
+which excludes it from scheduling until a scrape succeeds again. Pages are fetched through a
+:class:`~igw.gateway.scrape_client.PageGetter` (the gateway's: one kept-alive connection per pod);
+with ``igw serve --workers`` only worker 0 scrapes and publishes each outcome to the other workers
+(:mod:`igw.gateway.scrape_share`).
 
 A page that is still served but no longer changes is *frozen*: when the page stays byte-identical
 for ``staleThreshold`` after the gateway dispatched a request to the endpoint (a live model server's
