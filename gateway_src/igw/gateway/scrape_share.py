@@ -11,8 +11,9 @@ worker sends requests to the pod is frozen).
 
 Why a unix socket with newline-delimited JSON rather than shared memory: a snapshot is a few hundred
 bytes and changes once per scrape, so the copy is not the cost - the CPU goes into encoding it once
-and decoding it once per follower, which shared memory would need too; a socket gives per-follower back-pressure and
-tells each side when the other died, which a shared-memory ring would need its own protocol for.
+and decoding it once per follower, which shared memory would need too; a socket gives per-follower
+back-pressure and tells each side when the other died, which a shared-memory ring would need its own
+protocol for.
 ``time.monotonic`` is the same clock in every process of a host (``CLOCK_MONOTONIC``), so scrape
 times travel as they are and staleness means the same thing in every worker.
 
