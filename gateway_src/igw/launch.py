@@ -36,6 +36,7 @@ from igw.gateway.inference import STATE_KEY
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import ServerLimits, effective_max_connections, raise_fd_limit, serve_app
 from igw.gateway.tracing_options import TracingOptions
+from igw.gateway.workers import WorkerRole
 
 if TYPE_CHECKING:
     from igw.gateway.tracing import Tracing
@@ -75,6 +76,8 @@ class LaunchOptions:
     """Log CloudWatch EMF documents at this interval (off when ``None``)."""
     tracing: TracingOptions | None = None
     """Export OpenTelemetry traces of inference requests over OTLP/HTTP (off when ``None``)."""
+    worker: WorkerRole | None = None
+    """This process's place in an ``igw serve --workers N`` group (``None``: a single process)."""
     limits: ServerLimits = field(default_factory=ServerLimits)
     """Client timeouts and limits, and the shutdown timing: after SIGTERM ``/readyz`` answers 503
     for ``drain_s`` while requests are still served (so the load balancer stops routing here
@@ -188,6 +191,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             decision_debug=options.decision_debug,
             emf_interval_s=options.emf_interval_s,
             tracing=_tracing(options.tracing),
+            worker=options.worker,
         )
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc
@@ -199,7 +203,12 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     ssl_context = None if tls is None else tls[0]
     limits = options.limits
     async with serve_app(
-        app, host=options.host, port=options.port, ssl_context=ssl_context, limits=limits
+        app,
+        host=options.host,
+        port=options.port,
+        ssl_context=ssl_context,
+        limits=limits,
+        reuse_port=options.worker is not None,
     ) as url:
         if tls is not None:
             await tls[1].start()

@@ -18,9 +18,10 @@ def test_short_scrape_benchmark_prints_a_row_per_fleet_size(capsys: pytest.Captu
     assert code == 0
     assert re.search(r"igw parser [\d.]+ µs with the previous page's hints", out)
     summary = out.split("summary (cost curve):")[1]
-    rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+) µs", summary, re.M)
-    assert [r[0] for r in rows] == ["2", "3"]
-    for _pods, scrapes, achieved, us in rows:
+    rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+) µs.* (lean|aiohttp)$", summary, re.M)
+    assert [(r[0], r[4]) for r in rows] == [("2", "lean"), ("2", "aiohttp"), ("3", "lean"), ("3", "aiohttp")]
+    assert re.search(r"^\s+3 pods: CPU per scrape lean \d+ µs / aiohttp \d+ µs = [\d.]+×", summary, re.M)
+    for _pods, scrapes, achieved, us, _client in rows:
         assert int(scrapes) > 0
         assert float(achieved) > 0
         assert int(us) > 0

@@ -107,6 +107,59 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         "--stale-threshold", type=float, default=1.0, help="staleness bound in seconds (default 1.0)"
     )
     parser.add_argument("--parse-iterations", type=int, default=2000, help="pages parsed for the parse row")
+    parser.add_argument(
+        "--clients",
+        type=_scrape_clients,
+        default=["lean", "aiohttp"],
+        help="comma-separated HTTP clients, each measured per fleet size: lean (the gateway's), "
+        "aiohttp (the baseline it replaced); default lean,aiohttp",
+    )
+
+
+def _scrape_clients(text: str) -> list[str]:
+    # deferred: start-up cost: igw builds every parser; the benchmark module loads aiohttp
+    from igw.perf.scrape import CLIENTS
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(CLIENTS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown client(s) {unknown}; choose from {', '.join(CLIENTS)}")
+    return names
+
+
+def _workers_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2],
+        help="comma-separated worker counts; the first is the baseline (default 1,2)",
+    )
+    parser.add_argument("--requests", type=int, default=3000, help="requests per phase (default 3000)")
+    parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients (default 32)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+
+
+def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
+    def ints(text: str) -> list[int]:
+        return [int(n) for n in text.split(",")]
+
+    parser.add_argument(
+        "--scenarios",
+        type=lambda text: text.split(","),
+        default=["mixed-fleet-8b", "shared-prefix-8b-high-cache"],
+        help="comma-separated DES scenarios (default mixed-fleet-8b,shared-prefix-8b-high-cache)",
+    )
+    parser.add_argument("--workers", type=ints, default=[1, 2, 4, 8], help="worker counts (default 1,2,4,8)")
+    parser.add_argument("--seeds", type=ints, default=[1, 2], help="comma-separated seeds (default 1,2)")
+    parser.add_argument("--policy", default="gateway-default", help="policy each worker runs")
+    parser.add_argument(
+        "--shares",
+        type=lambda text: [t for t in text.split(",") if t],
+        default=["inflight", "dispatches", "picks"],
+        help="mitigations measured for N > 1: inflight, dispatches, picks (default all three)",
+    )
+    parser.add_argument("--duration-scale", type=float, default=0.5, help="multiply scenario durations")
+    parser.add_argument("--scrape-interval", type=float, default=0.05, help="scrape interval in seconds")
 
 
 BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (
@@ -117,6 +170,8 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("checks", "igw.perf.checks", _checks_arguments),
     ("soak", "igw.perf.soak", _soak_arguments),
     ("scrape", "igw.perf.scrape", _scrape_arguments),
+    ("workers", "igw.perf.workers_throughput", _workers_arguments),
+    ("workers-des", "igw.perf.workers_des", _workers_des_arguments),
 )
 
 

@@ -5,6 +5,7 @@ Examples::
     igw serve --config igwc.yaml --endpoints endpoints.yaml            # local: static endpoints
     igw serve --config igwc.yaml --in-cluster                          # in a pod: watch the API
     igw serve --config igwc.yaml --in-cluster --kubeconfig ~/.kube/config   # outside, same watch
+    igw serve --config igwc.yaml --endpoints endpoints.yaml --workers 2  # two processes, one port
 
 The configuration file is validated at start-up (exit 2 with every problem listed) and hot-reloaded
 when it changes (an invalid new version is rejected and the running one stays).
@@ -48,6 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks one)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gateway processes sharing the port (SO_REUSEPORT); worker 0 scrapes every pod for all, "
+        "/metrics answers for all with a worker label; one dying stops the group (exit 3) (default 1)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
     parser.add_argument(
@@ -106,6 +115,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ):
         default = getattr(d, dest)
         limits.add_argument(flag, dest=dest, type=kind, default=default, help=f"{text} (default {default:g})")
+
+
+_NOT_FORWARDED = frozenset({"help", "workers", "port"})
+
+
+def worker_argv(args: argparse.Namespace, port: int) -> list[str]:
+    """The ``igw serve`` options of ``args`` for one worker of a ``--workers`` group on ``port``."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out: list[str] = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest in _NOT_FORWARDED:
+            continue
+        value = getattr(args, action.dest, None)
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._StoreTrueAction):
+            out += [flag] if value else []
+        elif value is not None and value != action.default:
+            out += [flag, str(value)]
+    return [*out, "--port", str(port)]
 
 
 def _default_limits() -> Any:
@@ -174,6 +203,31 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.gateway.workers import WorkerRole, WorkerSetupError, supervise
+
+    if args.workers < 1:
+        print(f"igw serve: --workers must be at least 1 (got {args.workers})", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        role = WorkerRole.from_env()
+        if role is None and args.workers > 1:
+            return supervise(
+                args.workers,
+                host=args.host,
+                port=args.port,
+                worker_command=lambda port: [
+                    sys.executable,
+                    "-m",
+                    "igw.cli.main",
+                    "serve",
+                    *worker_argv(args, port),
+                ],
+                stop_budget_s=args.drain_s + args.stream_grace_s,
+            )
+    except WorkerSetupError as exc:
+        print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     decision_debug = None
     if args.debug_decisions:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
@@ -205,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
         decision_debug=decision_debug,
         emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
         tracing=tracing,
+        worker=role,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):  # uvloop is in the gateway extra; plain asyncio otherwise

@@ -6,20 +6,20 @@
     async with serve_app(app, host="127.0.0.1", port=0) as url: ...
 
 Background services live in the app's cleanup context, started in order and stopped in reverse:
-guard -> upstream and scrape HTTP sessions -> scraper -> discovery -> config reloader.
+guard -> upstream HTTP session and scrape client -> scraper -> discovery -> config reloader.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -37,17 +37,21 @@ from igw.gateway.inference import REQUEST_ID_KEY, SESSION_KEY, STATE_KEY, handle
 from igw.gateway.redaction import redact
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
-from igw.gateway.scraper import Scraper
+from igw.gateway.scrape_client import ScrapeClient
+from igw.gateway.scrape_share import start_scraping
 from igw.gateway.serving import INFLIGHT_KEY
 from igw.gateway.state import GatewayState
 from igw.gateway.upstream import proxy_session
+from igw.gateway.worker_metrics import WorkerMetrics
+from igw.gateway.workers import WorkerRole
 
 if TYPE_CHECKING:
     from igw.gateway.tracing import Tracing
 
 log = logging.getLogger("igw.gateway")
 
-SCRAPE_SESSION_KEY = web.AppKey("igw_scrape_session", aiohttp.ClientSession)
+WORKER_KEY = web.AppKey("igw_worker", WorkerRole)
+WORKER_METRICS_KEY = web.AppKey("igw_worker_metrics", WorkerMetrics)
 
 
 async def _chat(request: web.Request) -> web.StreamResponse:
@@ -89,12 +93,19 @@ async def healthz(request: web.Request) -> web.StreamResponse:
 
 async def _readyz(request: web.Request) -> web.StreamResponse:
     ready, detail = request.app[STATE_KEY].readiness()
+    worker = request.app.get(WORKER_KEY)
+    if worker is not None:
+        detail["worker"] = {"index": worker.index, "count": worker.count, "pid": os.getpid()}
     body = orjson.dumps({"ready": ready, **detail}, option=orjson.OPT_INDENT_2)
     return web.Response(status=200 if ready else 503, body=body, content_type="application/json")
 
 
 async def _metrics(request: web.Request) -> web.StreamResponse:
-    payload = generate_latest(request.app[STATE_KEY].metrics.registry)
+    workers = request.app.get(WORKER_METRICS_KEY)
+    if workers is not None:
+        payload = await workers.page()
+    else:
+        payload = generate_latest(request.app[STATE_KEY].metrics.registry)
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -143,6 +154,7 @@ def create_app(
     decision_debug: DecisionDebug | None = None,
     emf_interval_s: float | None = None,
     tracing: Tracing | None = None,
+    worker: WorkerRole | None = None,
 ) -> web.Application:
     """Build the gateway for ``config``.
 
@@ -157,6 +169,8 @@ def create_app(
     ``emf_interval_s``: log CloudWatch EMF documents (logger ``igw.emf``) at this interval;
     ``tracing``: OpenTelemetry spans of every inference request (shut down, flushing what is
     buffered, when the app stops).
+    ``worker``: this process's place in an ``igw serve --workers`` group (shared scraping, host-wide
+    ``/metrics``; see :mod:`igw.gateway.workers`).
     """
     if guard is None:
         guard = guard_factory(config) if guard_factory is not None else OpenGuard()
@@ -172,6 +186,14 @@ def create_app(
     app = web.Application(client_max_size=config.bbr.max_request_body_bytes, middlewares=[openai_errors])
     app[STATE_KEY] = state
     app[INFLIGHT_KEY] = state.inflight
+    worker_metrics = None
+    if worker is not None:
+        app[WORKER_KEY] = worker
+        worker_metrics = app[WORKER_METRICS_KEY] = WorkerMetrics(
+            index=worker.index,
+            sockets=[worker.metrics_socket(i) for i in range(worker.count)],
+            render=lambda: generate_latest(state.metrics.registry),
+        )
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_get("/v1/models", _models)
@@ -186,12 +208,13 @@ def create_app(
     async def services(app: web.Application) -> AsyncIterator[None]:
         await state.guard.start()
         upstream = proxy_session(trace_configs=None if tracing is None else [tracing.client_trace_config()])
-        scrape = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30))
+        scrape = ScrapeClient()
         app[SESSION_KEY] = upstream
-        app[SCRAPE_SESSION_KEY] = scrape
-        state.scraper = Scraper(
-            runtime=lambda: state.runtime, session=scrape, clock=clock, metrics=state.metrics
+        state.scraper = await start_scraping(
+            worker, runtime=lambda: state.runtime, client=scrape, clock=clock, metrics=state.metrics
         )
+        if worker_metrics is not None:
+            await worker_metrics.start()
         reloader = (
             ConfigReloader(
                 config_path,
@@ -218,6 +241,8 @@ def create_app(
             if discovery is not None:
                 await discovery.stop()
             await state.scraper.close()
+            if worker_metrics is not None:
+                await worker_metrics.close()
             await upstream.close()
             await scrape.close()
             await state.guard.close()

@@ -3,7 +3,10 @@
 One asyncio task per (scheduler, endpoint), started and stopped by :meth:`Scraper.sync` as discovery
 changes the pools. Each successful scrape stores the parsed signals with the clock time it finished;
 a failed one (timeout, refused connection, non-200, unreadable page) marks the endpoint failing,
-which excludes it from scheduling until a scrape succeeds again.
+which excludes it from scheduling until a scrape succeeds again. Pages are fetched through a
+:class:`~igw.gateway.scrape_client.PageGetter` (the gateway's: one kept-alive connection per pod);
+with ``igw serve --workers`` only worker 0 scrapes and publishes each outcome to the other workers
+(:mod:`igw.gateway.scrape_share`).
 
 A page that is still served but no longer changes is *frozen*: when the page stays byte-identical
 for ``staleThreshold`` after the gateway dispatched a request to the endpoint (a live model server's
@@ -26,19 +29,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Final, Protocol
 
-import aiohttp
 import orjson
 import xxhash
 
-from igw.engines import ENGINES
+from igw.engines import ENGINES, MetricFamilies
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.metrics_parser import parse_page
 from igw.gateway.model_info import max_model_len
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
+from igw.gateway.scrape_client import PageGetter
 from igw.gateway.telemetry import GatewayMetrics
 
 log = logging.getLogger("igw.gateway.scraper")
@@ -66,6 +70,23 @@ LABEL_ADVICE: Final = (
 _LORA_FAMILIES: Final = frozenset(e.families.lora for e in ENGINES.values() if e.families.lora is not None)
 
 TaskKey = tuple[str, str]
+ScrapePublisher = Callable[[str, EndpointState], None]
+"""Called with (scheduler, endpoint state) after each scrape changed it (``--workers``: the leader)."""
+RemoteUsage = Callable[[str, str], tuple[int, int]]
+"""(scheduler, endpoint) -> other workers' (dispatches ever, requests in flight) there."""
+
+
+class ScrapeService(Protocol):
+    """What keeps endpoint states scraped: a :class:`Scraper`, or a ``--workers`` follower."""
+
+    def sync(self) -> None:
+        """Follow the pools' current endpoints (called when discovery or the config changes them)."""
+
+    async def close(self) -> None: ...
+
+
+def _no_remote_usage(scheduler: str, key: str) -> tuple[int, int]:
+    return 0, 0
 
 
 class Scraper:
@@ -73,16 +94,23 @@ class Scraper:
         self,
         *,
         runtime: Callable[[], GatewayRuntime],
-        session: aiohttp.ClientSession,
+        client: PageGetter,
         clock: Callable[[], float],
         metrics: GatewayMetrics,
+        publish: ScrapePublisher | None = None,
+        remote_usage: RemoteUsage = _no_remote_usage,
     ) -> None:
+        """``publish`` and ``remote_usage``: the scrape-sharing hooks of ``igw serve --workers``
+        (:mod:`igw.gateway.scrape_share`); a single process leaves them unset."""
         self._runtime = runtime
-        self._session = session
+        self._publish = publish
+        self._remote_usage = remote_usage
+        self._client = client
         self._clock = clock
         self._metrics = metrics
         self._tasks: dict[TaskKey, asyncio.Task[None]] = {}
         self._reported: set[tuple[str, str, str]] = set()
+        self._without_lora: dict[MetricFamilies, MetricFamilies] = {}
 
     def sync(self) -> None:
         """Start tasks for new endpoints and stop those of endpoints that left."""
@@ -91,6 +119,8 @@ class Scraper:
         for tk in list(self._tasks):
             if tk not in wanted:
                 self._tasks.pop(tk).cancel()
+                if not any(other[1] == tk[1] for other in wanted):
+                    self._client.forget(tk[1])
         for tk in wanted - set(self._tasks):
             self._tasks[tk] = asyncio.create_task(self._loop(*tk), name=f"scrape {tk[0]} {tk[1]}")
 
@@ -126,14 +156,14 @@ class Scraper:
 
     async def read_model_info(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
         """Learn ``max_model_len`` from ``GET /v1/models``; True when the page was read."""
-        url = f"http://{state.key}/v1/models"
         try:
-            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                if resp.status != 200:
-                    return resp.status == 404  # a server without the page: do not ask every scrape
-                raw = await resp.content.read(MAX_MODELS_BYTES)
-            doc = orjson.loads(raw)
-        except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError):
+            resp = await self._client.get(
+                state.key, "/v1/models", timeout_s=timeout_s, max_bytes=MAX_MODELS_BYTES
+            )
+            if resp.status != 200:
+                return resp.status == 404  # a server without the page: do not ask every scrape
+            doc = orjson.loads(resp.body)
+        except (TimeoutError, OSError, orjson.JSONDecodeError):
             return False
         limit = max_model_len(doc, model=sr.spec.model_name)
         if limit != state.max_model_len:
@@ -142,27 +172,35 @@ class Scraper:
         return True
 
     async def scrape_once(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> None:
-        url = f"http://{state.key}/metrics"
+        """Scrape ``state``'s page once and store the outcome (and publish it, with ``--workers``)."""
+        await self._scrape(sr, state, timeout_s=timeout_s)
+        if self._publish is not None:
+            self._publish(sr.spec.name, state)
+
+    async def _scrape(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> None:
         try:
-            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                if resp.status == 404:
-                    self._fail(sr, state, "GET /metrics answered 404", missing=frozenset({PAGE_MISSING}))
-                    return
-                if resp.status != 200:
-                    self._fail(sr, state, f"GET /metrics answered HTTP {resp.status}")
-                    return
-                raw = await resp.content.read(MAX_PAGE_BYTES)
-            text = raw.decode("utf-8", errors="replace")
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            resp = await self._client.get(
+                state.key, "/metrics", timeout_s=timeout_s, max_bytes=MAX_PAGE_BYTES
+            )
+        except (TimeoutError, OSError) as exc:
             self._fail(sr, state, f"scrape failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return
+        if resp.status == 404:
+            self._fail(sr, state, "GET /metrics answered 404", missing=frozenset({PAGE_MISSING}))
+            return
+        if resp.status != 200:
+            self._fail(sr, state, f"GET /metrics answered HTTP {resp.status}")
+            return
+        raw = resp.body
         now = self._clock()
         # xxh3 rather than hash(): the page is a fresh bytes object each scrape, and CPython's SipHash
         # over a whole page costs as much as parsing it.
         digest = xxhash.xxh3_64_intdigest(raw)
         if self._frozen(sr, state, digest, now, stale_after_s=self._runtime().settings.stale_threshold_s):
             return
-        parsed = parse_page(text, sr.families, state.page.family_starts)
+        parsed = parse_page(
+            raw.decode("utf-8", errors="replace"), self._families(sr), state.page.family_starts
+        )
         missing = parsed.missing
         if not sr.spec.lora_adapters:
             missing = frozenset(m for m in missing if m.split("{")[0] not in _LORA_FAMILIES)
@@ -176,20 +214,36 @@ class Scraper:
         self._set_missing(sr, state, missing)
         self._metrics.child(self._metrics.scrapes, "ok").inc()
 
+    def _families(self, sr: SchedulerRuntime) -> MetricFamilies:
+        """The families to read for ``sr``: without the LoRA family when no adapter request can reach
+        this scheduler (no ``loraAdapters``, no bbr-managed adapter of its model), since nothing but
+        adapter routing reads it and an absent family costs a scan of the whole page."""
+        lora = sr.families.lora
+        if lora is None or sr.spec.lora_adapters:
+            return sr.families
+        if sr.spec.model_name in self._runtime().router.bbr_adapters.values():
+            return sr.families
+        trimmed = self._without_lora.get(sr.families)
+        if trimmed is None:
+            trimmed = self._without_lora[sr.families] = dataclasses.replace(sr.families, lora=None)
+        return trimmed
+
     def _frozen(
         self, sr: SchedulerRuntime, state: EndpointState, digest: int, now: float, *, stale_after_s: float
     ) -> bool:
         """Track page changes; True while the page is frozen (its metrics must not be refreshed)."""
         page = state.page
+        remote_picks, remote_inflight = self._remote_usage(sr.spec.name, state.key)
+        picks = state.picks + remote_picks
         if digest != page.digest:
-            page.digest, page.changed_at, page.picks_seen, page.unseen_since = digest, now, state.picks, None
+            page.digest, page.changed_at, page.picks_seen, page.unseen_since = digest, now, picks, None
             if page.frozen:
                 page.frozen = False
                 log.info("endpoint %s (%s) metrics move again: back in scheduling", state.key, sr.spec.name)
             return False
         if page.frozen:
             return True
-        if state.picks > page.picks_seen or state.inflight > 0:
+        if picks > page.picks_seen or state.inflight + remote_inflight > 0:
             if page.unseen_since is None:
                 page.unseen_since = now
             elif now - page.unseen_since >= stale_after_s:

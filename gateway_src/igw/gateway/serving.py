@@ -302,8 +302,11 @@ async def serve_app(
     port: int,
     ssl_context: ssl.SSLContext | None = None,
     limits: ServerLimits | None = None,
+    reuse_port: bool = False,
 ) -> AsyncIterator[str]:
     """Serve ``app``; yields its base URL (port 0 picks a free port).
+
+    ``reuse_port``: bind with ``SO_REUSEPORT`` (``igw serve --workers``: one port, several processes).
 
     On exit: stop accepting connections, give in-flight requests ``limits.stream_grace_s`` to
     finish, end the rest (SSE error event, or 503), then close every connection and the services.
@@ -324,7 +327,9 @@ async def serve_app(
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024)
+        site = web.TCPSite(
+            runner, host, port, ssl_context=ssl_context, backlog=1024, reuse_port=reuse_port or None
+        )
         await site.start()
         sock_port = _bound_port(site)
         scheme = "https" if ssl_context is not None else "http"

@@ -20,7 +20,7 @@ from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.flow_gate import FlowGates
 from igw.gateway.guards import RequestGuard
 from igw.gateway.runtime import GatewayRuntime, PickerConfigs
-from igw.gateway.scraper import Scraper
+from igw.gateway.scraper import ScrapeService
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.telemetry import GatewayMetrics
 
@@ -49,7 +49,7 @@ class GatewayState:
         self.metrics = GatewayMetrics(lister=lambda: self.runtime.endpoints(), clock=clock, registry=registry)
         self.flow = FlowGates(registry=self.metrics.registry, clock=clock)
         """Flow-control queues per scheduler (``spec.extensions.flowControl``), kept across reloads."""
-        self.scraper: Scraper | None = None
+        self.scraper: ScrapeService | None = None
         self.decision_log: DecisionLog | None = None
         """The last scheduling decisions ("why this pod"), when the gateway runs with a decision log."""
         self.tracing: Tracing | None = None

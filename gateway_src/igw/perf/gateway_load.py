@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +75,10 @@ def backend_process(*, chunks: int, interval: float) -> Iterator[tuple[str, subp
 
 
 @contextlib.contextmanager
-def gateway_process(workdir: Path, *, backend: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def gateway_process(
+    workdir: Path, *, backend: str, args: Sequence[str] = ()
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``igw serve`` (plus ``args``) in front of ``backend``; files in ``workdir``."""
     config = {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
@@ -103,6 +106,7 @@ def gateway_process(workdir: Path, *, backend: str) -> Iterator[tuple[str, subpr
         "127.0.0.1",
         "--port",
         str(port),
+        *args,
     ]  # fmt: skip  (default log level: the JSON access log is written, to /dev/null, as deployed)
     log = (workdir / "gateway.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)

@@ -3,7 +3,9 @@
 For each fleet size a simulated fleet (:mod:`igw.perf.scrape_fleet`, its own process, so its CPU is
 not counted) serves N realistic vLLM ``/metrics`` pages on loopback, and the gateway's real
 :class:`~igw.gateway.scraper.Scraper` - its HTTP session, parser and frozen-page tracking - scrapes
-every pod at the configured interval for a fixed wall time. Reported per fleet size: this process's
+every pod at the configured interval for a fixed wall time, once with the gateway's scrape client
+(:mod:`igw.gateway.scrape_client`) and once with aiohttp's client (what the scraper used before, the
+same-run baseline). Reported per fleet size and client: this process's
 CPU per scrape and per pod (percent of a core), the scrapes achieved against the interval's ideal,
 and the staleness (the oldest scrape age over all pods, sampled every interval).
 
@@ -33,6 +35,7 @@ from igw.errors import IgwToolingError
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.metrics_parser import VLLM, FamilyStarts, parse_page
 from igw.gateway.runtime import GatewayRuntime
+from igw.gateway.scrape_client import PageGetter, ScrapeClient, ScrapeRequestError, ScrapeResponse
 from igw.gateway.scraper import Scraper
 from igw.gateway.telemetry import GatewayMetrics
 from igw.perf.gateway_load import cpu_seconds
@@ -43,14 +46,50 @@ TARGET_US_PER_SCRAPE: Final = 50.0
 """The issue's goal for one scrape's CPU (HTTP and parsing together)."""
 SCHEDULER: Final = "bench"
 FLEET_START_TIMEOUT_S: Final = 120.0
+CLIENTS: Final = ("lean", "aiohttp")
+"""``lean``: the gateway's scrape client; ``aiohttp``: the baseline it replaced."""
 
 
 class ScrapeBenchmarkError(IgwToolingError, RuntimeError):
     """The simulated fleet did not start, or no scrape of it succeeded."""
 
 
+class AiohttpGetter:
+    """aiohttp's client behind the scraper's :class:`PageGetter` port: this benchmark's baseline."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+
+    async def get(self, key: str, path: str, *, timeout_s: float, max_bytes: int) -> ScrapeResponse:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        try:
+            async with self._session.get(f"http://{key}{path}", timeout=timeout) as resp:
+                return ScrapeResponse(resp.status, await resp.content.read(max_bytes))
+        except aiohttp.ClientError as exc:
+            raise ScrapeRequestError(str(exc)) from exc
+
+    def forget(self, key: str) -> None:
+        """aiohttp's pool keeps its connections until the session closes."""
+
+
+@contextlib.asynccontextmanager
+async def page_getter(client: str) -> AsyncIterator[PageGetter]:
+    """The named client (:data:`CLIENTS`), closed on exit."""
+    if client == "aiohttp":
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            yield AiohttpGetter(session)
+        return
+    lean = ScrapeClient()
+    try:
+        yield lean
+    finally:
+        await lean.close()
+
+
 @dataclass(frozen=True, slots=True)
 class ScrapeRow:
+    client: str
     pods: int
     seconds: float
     scrapes: int
@@ -126,8 +165,10 @@ async def fleet(pods: int) -> AsyncIterator[tuple[int, list[int]]]:
             await proc.wait()
 
 
-async def measure(pods: int, *, seconds: float, interval_s: float, stale_s: float) -> ScrapeRow:
-    """Scrape a fleet of ``pods`` for ``seconds`` after one second of warm-up."""
+async def measure(
+    pods: int, *, seconds: float, interval_s: float, stale_s: float, client: str = "lean"
+) -> ScrapeRow:
+    """Scrape a fleet of ``pods`` with ``client`` for ``seconds`` after one second of warm-up."""
     clock = time.monotonic
     async with fleet(pods) as (fleet_pid, ports):
         runtime = GatewayRuntime(
@@ -136,9 +177,8 @@ async def measure(pods: int, *, seconds: float, interval_s: float, stale_s: floa
         pool = runtime.schedulers[SCHEDULER].pool
         pool.replace(DiscoveredEndpoint(key=f"127.0.0.1:{p}") for p in ports)
         metrics = GatewayMetrics(lister=runtime.endpoints, clock=clock)
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            scraper = Scraper(runtime=lambda: runtime, session=session, clock=clock, metrics=metrics)
+        async with page_getter(client) as getter:
+            scraper = Scraper(runtime=lambda: runtime, client=getter, clock=clock, metrics=metrics)
             scraper.sync()
             try:
                 await asyncio.sleep(1.0)
@@ -160,6 +200,7 @@ async def measure(pods: int, *, seconds: float, interval_s: float, stale_s: floa
     if not done:
         raise ScrapeBenchmarkError(f"no scrape of the {pods}-pod fleet succeeded (see the log above)")
     return ScrapeRow(
+        client=client,
         pods=pods,
         seconds=elapsed,
         scrapes=int(done),
@@ -211,7 +252,7 @@ def _print_rows(rows: list[ScrapeRow], *, header: bool = True) -> None:
         print(
             f"{'pods':>6} {'scrapes':>8} {'achieved':>8} {'CPU/scrape':>11} {'of it sys':>10} "
             f"{'vs 50 µs':>8} {'core %/pod':>10} {'core % total':>12} {'fleet core %':>12} "
-            f"{'stale p50':>10} {'stale max':>10}"
+            f"{'stale p50':>10} {'stale max':>10} client"
         )
     for r in rows:
         print(
@@ -220,17 +261,38 @@ def _print_rows(rows: list[ScrapeRow], *, header: bool = True) -> None:
             f"{r.us_per_scrape / TARGET_US_PER_SCRAPE:>7.1f}× {r.core_pct_per_pod:>10.3f} "
             f"{r.core_pct_per_pod * r.pods:>12.1f} {r.fleet_cpu_s / r.seconds * 100:>12.1f} "
             f"{r.staleness_p50_s * 1000:>7.0f} ms "
-            f"{r.staleness_max_s * 1000:>7.0f} ms"
+            f"{r.staleness_max_s * 1000:>7.0f} ms {r.client}"
+        )
+
+
+def _print_ratios(rows: list[ScrapeRow]) -> None:
+    by = {(r.client, r.pods): r for r in rows}
+    for pods in dict.fromkeys(r.pods for r in rows):
+        lean, base = by.get(("lean", pods)), by.get(("aiohttp", pods))
+        if lean is None or base is None:
+            continue
+        print(
+            f"{pods:>6} pods: CPU per scrape lean {lean.us_per_scrape:.0f} µs / aiohttp "
+            f"{base.us_per_scrape:.0f} µs = {lean.us_per_scrape / base.us_per_scrape:.2f}×; "
+            f"lean vs the 50 µs target {lean.us_per_scrape / TARGET_US_PER_SCRAPE:.2f}× "
+            f"({'met' if lean.us_per_scrape <= TARGET_US_PER_SCRAPE else 'missed'})"
         )
 
 
 async def _run(args: argparse.Namespace) -> list[ScrapeRow]:
-    rows = []
+    rows: list[ScrapeRow] = []
     for pods in args.pods:
-        rows.append(
-            await measure(pods, seconds=args.seconds, interval_s=args.interval, stale_s=args.stale_threshold)
-        )
-        _print_rows(rows[-1:], header=len(rows) == 1)
+        for client in args.clients:
+            rows.append(
+                await measure(
+                    pods,
+                    seconds=args.seconds,
+                    interval_s=args.interval,
+                    stale_s=args.stale_threshold,
+                    client=client,
+                )
+            )
+            _print_rows(rows[-1:], header=len(rows) == 1)
     return rows
 
 
@@ -256,4 +318,5 @@ def run(args: argparse.Namespace) -> int:
         rows = runner.run(_run(args))
     print("summary (cost curve):")
     _print_rows(rows)
+    _print_ratios(rows)
     return 0

@@ -1,0 +1,238 @@
+"""A lean HTTP/1.1 GET client for scraping: persistent keep-alive connections per pod, nothing else.
+
+Why not aiohttp's client, which the scraper used before: a scrape is the simplest HTTP exchange there
+is (a fixed ``GET`` without a body, to one ``host:port``, answered by a page held in memory), repeated
+every ``scrapeInterval`` for every pod. aiohttp builds a request object, a response object, a
+connection-pool lookup, a timer context, tracing signals and a stream reader for each one, and
+those dominated the cost of a scrape (docs/gateway.md, "Scrape cost", has the profile and the
+measurements). This client keeps, per pod, an idle :class:`asyncio.Protocol` connection, writes a
+request head encoded once per pod, and feeds the bytes that arrive to ``httptools``' response parser
+(llhttp, the parser Node.js and uvicorn use) - so the HTTP grammar (chunked bodies, keep-alive rules,
+malformed responses) is a maintained library's, and only the connection bookkeeping is written
+here, because no maintained client exposes a connection without the per-request layers above it.
+
+One request at a time per connection; concurrent requests to the same pod (two schedulers sharing a
+pod) open a second connection. A connection the server closes, or that fails or times out, is
+dropped and the next request opens a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Protocol, cast
+
+import httptools
+
+from igw.errors import IgwGatewayError
+
+USER_AGENT: Final = "igw-scraper"
+
+
+class ScrapeRequestError(IgwGatewayError, OSError):
+    """A scrape's HTTP exchange failed: refused, reset, malformed, over the size limit, or timed out."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeResponse:
+    status: int
+    body: bytes
+
+
+class PageGetter(Protocol):
+    """What the scraper needs from an HTTP client (``igw perf scrape`` also runs aiohttp through it)."""
+
+    async def get(self, key: str, path: str, *, timeout_s: float, max_bytes: int) -> ScrapeResponse: ...
+
+    def forget(self, key: str) -> None: ...
+
+
+def split_host_port(key: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port); a clear error for anything else."""
+    host, sep, port = key.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ScrapeRequestError(f"endpoint {key!r} is not host:port")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection to one pod; answers one request at a time."""
+
+    def __init__(self, on_idle: Callable[[_Connection], None]) -> None:
+        self._on_idle = on_idle
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[ScrapeResponse] | None = None
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._max_bytes = 0
+        self._status = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self.closed = False
+
+    # ---- asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(ScrapeRequestError("the server switched protocols"))
+        except httptools.HttpParserError as exc:
+            self._fail(ScrapeRequestError(f"malformed HTTP response: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._transport = None
+        reason = f": {exc}" if exc is not None else ""
+        self._fail(ScrapeRequestError(f"the server closed the connection{reason}"))
+
+    # ---- httptools callbacks ----------------------------------------------------------------------
+    def on_headers_complete(self) -> None:
+        self._status = self._parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size > self._max_bytes:
+            self._fail(ScrapeRequestError(f"response body larger than {self._max_bytes} bytes"))
+            return
+        self._chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        self._cancel_timer()
+        body = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks = []
+        if not self._parser.should_keep_alive():
+            self._close()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(ScrapeResponse(self._status, body))
+        if not self.closed:
+            self._on_idle(self)
+
+    # ---- requests ---------------------------------------------------------------------------------
+    def send(self, head: bytes, *, timeout_s: float, max_bytes: int) -> asyncio.Future[ScrapeResponse]:
+        if self._transport is None or self.closed:
+            raise ScrapeRequestError("the connection is closed")
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        self._chunks, self._size, self._max_bytes = [], 0, max_bytes
+        self._timer = loop.call_later(timeout_s, self._timed_out, timeout_s)
+        self._transport.write(head)
+        return self._waiter
+
+    def _timed_out(self, timeout_s: float) -> None:
+        self._timer = None
+        self._fail(TimeoutError(f"no complete response within {timeout_s:g}s"))
+
+    def _fail(self, exc: Exception) -> None:
+        waiter, self._waiter = self._waiter, None
+        self._cancel_timer()
+        self._close()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _close(self) -> None:
+        self.closed = True
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+    def abort(self) -> None:
+        """Drop the connection now (client closing, or a request abandoned by its caller)."""
+        self._fail(ScrapeRequestError("the scrape client closed the connection"))
+
+
+class _Pod:
+    """The idle connections to one ``host:port`` and its pre-encoded request heads."""
+
+    __slots__ = ("heads", "host", "idle", "port")
+
+    def __init__(self, key: str) -> None:
+        self.host, self.port = split_host_port(key)
+        self.idle: list[_Connection] = []
+        self.heads: dict[str, bytes] = {}
+
+    def head(self, key: str, path: str) -> bytes:
+        head = self.heads.get(path)
+        if head is None:
+            head = self.heads[path] = (
+                f"GET {path} HTTP/1.1\r\nHost: {key}\r\nUser-Agent: {USER_AGENT}\r\nAccept: */*\r\n\r\n"
+            ).encode("latin-1")
+        return head
+
+
+class ScrapeClient:
+    """``GET`` pages from pods over kept-alive connections (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, _Pod] = {}
+        self._busy: set[_Connection] = set()
+        self._closed = False
+
+    async def get(self, key: str, path: str, *, timeout_s: float, max_bytes: int) -> ScrapeResponse:
+        """``GET path`` from the pod at ``key`` (``host:port``) within ``timeout_s`` (connect included).
+
+        Raises :class:`ScrapeRequestError` (or ``TimeoutError``) when no complete response arrived;
+        a body over ``max_bytes`` is such a failure, not a truncated page.
+        """
+        if self._closed:
+            raise ScrapeRequestError("the scrape client is closed")
+        pod = self._pods.get(key)
+        if pod is None:
+            pod = self._pods[key] = _Pod(key)
+        conn = None
+        while pod.idle:
+            candidate = pod.idle.pop()
+            if not candidate.closed:
+                conn = candidate
+                break
+        if conn is None:
+            conn = await self._connect(pod, timeout_s)
+        self._busy.add(conn)
+        try:
+            return await conn.send(pod.head(key, path), timeout_s=timeout_s, max_bytes=max_bytes)
+        except asyncio.CancelledError:
+            conn.abort()  # the response may still arrive: this connection is out of step now
+            raise
+        finally:
+            self._busy.discard(conn)
+
+    async def _connect(self, pod: _Pod, timeout_s: float) -> _Connection:
+        loop = asyncio.get_running_loop()
+
+        def on_idle(conn: _Connection) -> None:
+            if not self._closed:
+                pod.idle.append(conn)
+
+        try:
+            async with asyncio.timeout(timeout_s):
+                _, protocol = await loop.create_connection(lambda: _Connection(on_idle), pod.host, pod.port)
+        except TimeoutError:
+            raise TimeoutError(f"connect not completed within {timeout_s:g}s") from None
+        except OSError as exc:
+            raise ScrapeRequestError(f"connect failed: {exc.strerror or exc}") from exc
+        return protocol
+
+    def forget(self, key: str) -> None:
+        """Close the idle connections to ``key`` (the pod left the pools)."""
+        pod = self._pods.pop(key, None)
+        if pod is not None:
+            for conn in pod.idle:
+                conn.abort()
+
+    async def close(self) -> None:
+        self._closed = True
+        for key in list(self._pods):
+            self.forget(key)
+        for conn in list(self._busy):
+            conn.abort()
+        self._busy.clear()
+        await asyncio.sleep(0)  # let the transports' close callbacks run

@@ -1,0 +1,289 @@
+"""One scrape of each pod per interval for the whole host: worker 0 scrapes, the others follow.
+
+With ``igw serve --workers N`` every worker process routes with its own pools, but only the *leader*
+(worker 0) runs the :class:`~igw.gateway.scraper.Scraper`. After every scrape it publishes the
+endpoint's new state - parsed signals, scrape time, failure, missing signals, frozen flag, context
+window - to the *followers* over a unix stream socket in a private directory, and each follower
+writes it into its own :class:`~igw.gateway.endpoints.EndpointState`. The other way, every follower
+reports its per-endpoint dispatch count and in-flight requests once per scrape interval, so the
+leader's frozen-page detection sees the whole host's traffic (a page that stops moving while *any*
+worker sends requests to the pod is frozen).
+
+Why a unix socket with newline-delimited JSON rather than shared memory: a snapshot is a few hundred
+bytes and changes once per scrape, so the copy is not the cost - the CPU goes into encoding it once
+and decoding it once per follower, which shared memory would need too; a socket gives per-follower
+back-pressure and tells each side when the other died, which a shared-memory ring would need its own
+protocol for.
+``time.monotonic`` is the same clock in every process of a host (``CLOCK_MONOTONIC``), so scrape
+times travel as they are and staleness means the same thing in every worker.
+
+A follower whose leader goes away keeps its last snapshots, which age into staleness (the
+scheduler's rule, not this module's); the supervisor ends the whole group when a worker dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, Final
+
+import orjson
+
+from igw.gateway.endpoints import EndpointState
+from igw.gateway.runtime import GatewayRuntime
+from igw.gateway.scrape_client import PageGetter
+from igw.gateway.scraper import Scraper, ScrapeService
+from igw.gateway.telemetry import GatewayMetrics
+from igw.gateway.workers import WorkerRole
+from igw.scheduling.types import EngineMetrics
+
+log = logging.getLogger("igw.gateway.scrape_share")
+
+MAX_FOLLOWER_BACKLOG: Final = 4 * 1024 * 1024
+"""Bytes a follower may leave unread before the leader drops it (it reconnects and resyncs)."""
+RECONNECT_S: Final = 0.05
+MAX_LINE: Final = 1024 * 1024
+_SETS: Final = ("active_adapters", "waiting_adapters")
+
+Usage = dict[tuple[str, str], tuple[int, int]]
+"""(scheduler, endpoint) -> (dispatches ever, requests in flight) of one follower."""
+
+
+def _encode_default(value: object) -> object:
+    if isinstance(value, frozenset):
+        return sorted(value)
+    raise TypeError(f"cannot share a {type(value).__name__}")
+
+
+def snapshot(scheduler: str, state: EndpointState) -> bytes:
+    """One endpoint's scraped state as a channel line."""
+    doc = {
+        "t": "s",
+        "sch": scheduler,
+        "key": state.key,
+        "m": None if state.metrics is None else asdict(state.metrics),
+        "kv": state.kv_source,
+        "at": state.scraped_at,
+        "f": state.scrape_failing,
+        "e": state.last_error,
+        "miss": sorted(state.missing),
+        "len": state.max_model_len,
+        "fz": state.page.frozen,
+    }
+    return orjson.dumps(doc, default=_encode_default) + b"\n"
+
+
+def apply_snapshot(doc: dict[str, Any], state: EndpointState) -> None:
+    """Write a leader's snapshot into a follower's endpoint state."""
+    raw = doc["m"]
+    if raw is None:
+        state.metrics = None
+    else:
+        for name in _SETS:
+            if raw.get(name) is not None:
+                raw[name] = frozenset(raw[name])
+        state.metrics = EngineMetrics(**raw)
+    state.kv_source = doc["kv"]
+    state.scraped_at = doc["at"]
+    state.scrape_failing = doc["f"]
+    state.last_error = doc["e"]
+    state.missing = frozenset(doc["miss"])
+    state.max_model_len = doc["len"]
+    state.page.frozen = doc["fz"]
+
+
+class ScrapeLeader:
+    """Worker 0's side: accept followers, publish each scrape, collect their usage."""
+
+    def __init__(self, path: str, runtime: Callable[[], GatewayRuntime]) -> None:
+        self._path = path
+        self._runtime = runtime
+        self._server: asyncio.Server | None = None
+        self._followers: dict[asyncio.StreamWriter, Usage] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._serve, path=self._path, limit=MAX_LINE)
+
+    def publish(self, scheduler: str, state: EndpointState) -> None:
+        """Send ``state`` to every follower (called by the scraper after each scrape)."""
+        if not self._followers:
+            return
+        line = snapshot(scheduler, state)
+        for writer in list(self._followers):
+            if writer.transport.get_write_buffer_size() > MAX_FOLLOWER_BACKLOG:
+                log.warning("a worker does not read scrape snapshots: disconnected it (it resyncs)")
+                self._followers.pop(writer, None)
+                writer.close()
+                continue
+            writer.write(line)
+
+    def remote_usage(self, scheduler: str, key: str) -> tuple[int, int]:
+        """The other workers' (dispatches ever, requests in flight) to this endpoint, summed."""
+        picks = inflight = 0
+        for usage in self._followers.values():
+            p, i = usage.get((scheduler, key), (0, 0))
+            picks += p
+            inflight += i
+        return picks, inflight
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        self._followers[writer] = {}
+        try:
+            for name, sr in self._runtime().schedulers.items():
+                for state in sr.pool.states.values():
+                    if state.scraped_at is not None or state.scrape_failing:
+                        writer.write(snapshot(name, state))
+            while line := await reader.readline():
+                doc = orjson.loads(line)
+                if doc.get("t") == "u" and writer in self._followers:
+                    self._followers[writer] = {(s, k): (p, i) for s, k, p, i in doc["u"]}
+        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            log.warning("scrape channel to a worker failed: %s", exc)
+        finally:
+            self._followers.pop(writer, None)
+            writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._followers):
+            writer.close()
+        self._followers.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class ScrapeFollower:
+    """A worker other than 0: take every endpoint's state from the leader instead of scraping.
+
+    Has the scraper's ``sync``/``close`` so the gateway state drives it the same way.
+    """
+
+    def __init__(
+        self, path: str, runtime: Callable[[], GatewayRuntime], *, report_interval_s: Callable[[], float]
+    ) -> None:
+        self._path = path
+        self._runtime = runtime
+        self._interval = report_interval_s
+        self._latest: dict[tuple[str, str], dict[str, Any]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    def sync(self) -> None:
+        """Start following (first call) and apply the latest snapshot of endpoints that just appeared."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._follow(), name="scrape follower")
+        for (scheduler, key), doc in self._latest.items():
+            state = self._state(scheduler, key)
+            if state is not None and state.scraped_at != doc["at"]:
+                apply_snapshot(dict(doc), state)
+
+    def _state(self, scheduler: str, key: str) -> EndpointState | None:
+        sr = self._runtime().schedulers.get(scheduler)
+        return None if sr is None else sr.pool.states.get(key)
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                reader, writer = await asyncio.open_unix_connection(self._path, limit=MAX_LINE)
+            except OSError:
+                await asyncio.sleep(RECONNECT_S)
+                continue
+            self.connected.set()
+            reporter = asyncio.create_task(self._report(writer), name="scrape usage report")
+            try:
+                while line := await reader.readline():
+                    doc = orjson.loads(line)
+                    if doc.get("t") != "s":
+                        continue
+                    self._latest[(doc["sch"], doc["key"])] = doc
+                    state = self._state(doc["sch"], doc["key"])
+                    if state is not None:
+                        apply_snapshot(dict(doc), state)
+            except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                log.warning("scrape channel to worker 0 failed: %s", exc)
+            finally:
+                self.connected.clear()
+                reporter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reporter
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+            log.warning("scrape channel to worker 0 closed: reconnecting")
+            await asyncio.sleep(RECONNECT_S)
+
+    async def _report(self, writer: asyncio.StreamWriter) -> None:
+        while True:
+            usage = [
+                [name, key, state.picks, state.inflight]
+                for name, sr in self._runtime().schedulers.items()
+                for key, state in sr.pool.states.items()
+                if state.picks
+            ]
+            writer.write(orjson.dumps({"t": "u", "u": usage}) + b"\n")
+            await asyncio.sleep(self._interval())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+class _LeadingScraper:
+    """Worker 0: the scraper, publishing every scrape to the followers."""
+
+    def __init__(self, scraper: Scraper, leader: ScrapeLeader) -> None:
+        self._scraper = scraper
+        self._leader = leader
+
+    def sync(self) -> None:
+        self._scraper.sync()
+
+    async def close(self) -> None:
+        await self._scraper.close()
+        await self._leader.close()
+
+
+async def start_scraping(
+    role: WorkerRole | None,
+    *,
+    runtime: Callable[[], GatewayRuntime],
+    client: PageGetter,
+    clock: Callable[[], float],
+    metrics: GatewayMetrics,
+) -> ScrapeService:
+    """The scrape service for this process: a plain scraper, or a worker group's leader or follower."""
+    if role is None:
+        return Scraper(runtime=runtime, client=client, clock=clock, metrics=metrics)
+    if not role.leads_scraping:
+        return ScrapeFollower(
+            role.scrape_channel, runtime, report_interval_s=lambda: runtime().settings.scrape_interval_s
+        )
+    leader = ScrapeLeader(role.scrape_channel, runtime)
+    await leader.start()
+    scraper = Scraper(
+        runtime=runtime,
+        client=client,
+        clock=clock,
+        metrics=metrics,
+        publish=leader.publish,
+        remote_usage=leader.remote_usage,
+    )
+    return _LeadingScraper(scraper, leader)

@@ -1,0 +1,115 @@
+"""Whole-host ``/metrics`` for ``igw serve --workers N``: every worker answers for all of them.
+
+A Prometheus scrape of the pod reaches one worker (the kernel picks it per connection). That worker
+collects the other workers' expositions over their unix sockets (each worker serves its own rendered
+registry on ``metrics-<index>.sock`` in the group's private directory) and answers one page in which
+every sample carries a ``worker="<index>"`` label: ``sum without (worker) (...)`` gives the host's
+counters and histograms, and every page shows every worker, so counters never appear to reset when
+consecutive scrapes land on different workers.
+
+Why not ``prometheus_client``'s multiprocess mode: it replaces every metric's storage with
+memory-mapped files chosen by an environment variable before the library is imported, supports only
+its own metric classes (the gateway's per-endpoint gauges are a custom collector over live state),
+and needs a per-gauge aggregation mode; relabelling whole pages keeps each worker's registry as it
+is. The merge is written here because it is a line-level relabelling of the text format (group each
+family's samples under one ``# HELP``/``# TYPE`` header), not a parse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Final
+
+log = logging.getLogger("igw.gateway.worker_metrics")
+
+WORKER_LABEL: Final = "worker"
+FETCH_TIMEOUT_S: Final = 2.0
+MAX_PAGE_BYTES: Final = 64 * 1024 * 1024
+
+
+def label_page(page: bytes, worker: int) -> dict[bytes, list[bytes]]:
+    """``page``'s lines grouped by family (header lines first), each sample labelled with ``worker``."""
+    families: dict[bytes, list[bytes]] = {}
+    current: list[bytes] = families.setdefault(b"", [])
+    label = f'{WORKER_LABEL}="{worker}"'.encode()
+    for line in page.splitlines():
+        if not line:
+            continue
+        if line.startswith(b"#"):
+            parts = line.split(b" ", 3)
+            if len(parts) >= 3 and parts[1] in (b"HELP", b"TYPE"):
+                current = families.setdefault(parts[2], [])
+                current.append(line)
+            continue
+        brace, space = line.find(b"{"), line.find(b" ")
+        if brace != -1 and (space == -1 or brace < space):
+            closing = b"" if line[brace + 1 : brace + 2] == b"}" else b","
+            current.append(line[: brace + 1] + label + closing + line[brace + 1 :])
+        elif space != -1:
+            current.append(line[:space] + b"{" + label + b"}" + line[space:])
+    return families
+
+
+def merge_pages(pages: Sequence[tuple[int, bytes]]) -> bytes:
+    """One exposition from several workers' pages: per family one header, then every worker's samples."""
+    merged: dict[bytes, list[bytes]] = {}
+    for worker, page in pages:
+        for name, lines in label_page(page, worker).items():
+            out = merged.get(name)
+            if out is None:
+                merged[name] = list(lines)
+            else:
+                out.extend(line for line in lines if not line.startswith(b"#"))
+    return b"".join(line + b"\n" for lines in merged.values() for line in lines)
+
+
+class WorkerMetrics:
+    """Serve this worker's page on its socket; gather every worker's page for ``/metrics``."""
+
+    def __init__(self, *, index: int, sockets: Sequence[str], render: Callable[[], bytes]) -> None:
+        self._index = index
+        self._sockets = sockets
+        self._render = render
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._serve, path=self._sockets[self._index])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.write(self._render())
+            await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    async def _fetch(self, index: int) -> tuple[int, bytes] | None:
+        try:
+            async with asyncio.timeout(FETCH_TIMEOUT_S):
+                reader, writer = await asyncio.open_unix_connection(self._sockets[index])
+                try:
+                    page = await reader.read(MAX_PAGE_BYTES)
+                finally:
+                    writer.close()
+                    with contextlib.suppress(OSError):
+                        await writer.wait_closed()
+        except (OSError, TimeoutError) as exc:
+            log.warning("worker %d's metrics could not be read: %s", index, exc)
+            return None
+        return index, page
+
+    async def page(self) -> bytes:
+        """Every reachable worker's metrics, labelled by worker (a missing worker is logged and left out)."""
+        others = [self._fetch(i) for i in range(len(self._sockets)) if i != self._index]
+        fetched = await asyncio.gather(*others)
+        pages = [(self._index, self._render())] + [p for p in fetched if p is not None]
+        return merge_pages(sorted(pages))
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()

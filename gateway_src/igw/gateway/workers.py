@@ -1,0 +1,194 @@
+"""``igw serve --workers N``: N gateway processes on one listening port, and the parent that runs them.
+
+Sharing the port: every worker binds its own listening socket with ``SO_REUSEPORT``, so the kernel
+spreads new connections over the workers by a hash of the connection, and each worker keeps its own
+TLS context, connection limits and drain/grace shutdown exactly as a single process does (a shared
+pre-bound socket would wake every worker for each connection and need the socket passed down). The
+parent resolves the port once (``--port 0`` picks a free one) by binding - not listening - a
+``SO_REUSEPORT`` socket that it holds for its lifetime, so all workers bind the same port.
+
+Scraping: worker 0 scrapes, the others follow its snapshots over a unix socket in a private
+directory the parent creates (see :mod:`igw.gateway.scrape_share`); each worker keeps its own
+in-flight ledger. ``/metrics`` of any worker answers for the whole host (see
+:mod:`igw.gateway.worker_metrics`).
+
+Lifecycle: SIGTERM or SIGINT to the parent is passed to every worker, which drains (``/readyz`` 503
+for ``--drain-seconds`` while serving, then ``--stream-grace-seconds`` for in-flight requests) and
+exits; the parent exits 0 when all did. **A worker that dies on its own ends the group**: the parent
+logs it, sends SIGTERM to the others (they drain the same way) and exits with
+:data:`EXIT_WORKER_DIED`, so the container restarts as a whole. A restart in place was not chosen:
+worker 0 holds the scrape channel and the followers' snapshots would age while it restarts, and a
+pod that silently runs with fewer workers than asked for hides the failure from the orchestrator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import orjson
+
+from igw.errors import IgwGatewayError
+
+log = logging.getLogger("igw.gateway.workers")
+
+WORKER_ENV: Final = "IGW_WORKER"
+"""Set by the parent for each worker: ``{"index": i, "count": n, "dir": private directory}``."""
+EXIT_WORKER_DIED: Final = 3
+POLL_S: Final = 0.1
+KILL_AFTER_S: Final = 10.0
+"""Seconds past a worker's drain + grace budget before the parent kills it."""
+
+
+class WorkerSetupError(IgwGatewayError):
+    """The worker group could not be set up (port reservation, bad worker environment)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRole:
+    """This process's place in a worker group."""
+
+    index: int
+    count: int
+    directory: str
+    """Private (0700) directory of the group's unix sockets."""
+
+    @property
+    def leads_scraping(self) -> bool:
+        return self.index == 0
+
+    @property
+    def scrape_channel(self) -> str:
+        return str(Path(self.directory) / "scrape.sock")
+
+    def metrics_socket(self, index: int) -> str:
+        return str(Path(self.directory) / f"metrics-{index}.sock")
+
+    def to_env(self) -> str:
+        return orjson.dumps({"index": self.index, "count": self.count, "dir": self.directory}).decode()
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> WorkerRole | None:
+        raw = (os.environ if environ is None else environ).get(WORKER_ENV)
+        if not raw:
+            return None
+        try:
+            doc = orjson.loads(raw)
+            role = cls(index=int(doc["index"]), count=int(doc["count"]), directory=str(doc["dir"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise WorkerSetupError(f"${WORKER_ENV} is not a worker role: {exc}") from exc
+        if not 0 <= role.index < role.count:
+            raise WorkerSetupError(f"${WORKER_ENV}: index {role.index} outside 0..{role.count - 1}")
+        return role
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """Bind (without listening) a ``SO_REUSEPORT`` socket on ``host:port``; port 0 picks one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise WorkerSetupError(f"cannot bind {host}:{port} with SO_REUSEPORT: {exc}") from exc
+    return sock
+
+
+def supervise(
+    count: int,
+    *,
+    host: str,
+    port: int,
+    worker_command: Callable[[int], Sequence[str]],
+    stop_budget_s: float,
+) -> int:
+    """Run ``count`` workers (``worker_command(port)`` each) until SIGTERM/SIGINT or one dies.
+
+    Returns 0 after a requested stop in which every worker exited 0, else :data:`EXIT_WORKER_DIED`.
+    """
+    stop_requested = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    reservation = reserve_port(host, port)
+    bound_port: int = reservation.getsockname()[1]
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="igw-workers-") as directory:
+            os.chmod(directory, 0o700)
+            command = list(worker_command(bound_port))
+            for index in range(count):
+                env = {**os.environ, WORKER_ENV: WorkerRole(index, count, directory).to_env()}
+                workers.append(subprocess.Popen(command, env=env))
+            log.info(
+                "igw serve: %d workers (pids %s) on %s:%d",
+                count,
+                " ".join(str(w.pid) for w in workers),
+                host,
+                bound_port,
+            )
+            died = _wait(workers, lambda: stop_requested)
+            if died is not None:
+                log.error(
+                    "worker %d (pid %d) exited with status %s: stopping all workers",
+                    workers.index(died),
+                    died.pid,
+                    died.returncode,
+                )
+            codes = _stop(workers, stop_budget_s + KILL_AFTER_S)
+            if died is not None or any(codes):
+                return EXIT_WORKER_DIED
+            return 0
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        reservation.close()
+
+
+def _wait(
+    workers: list[subprocess.Popen[bytes]], stopping: Callable[[], bool]
+) -> subprocess.Popen[bytes] | None:
+    """Until a stop is requested (None) or a worker exits on its own (that worker)."""
+    while not stopping():
+        for w in workers:
+            if w.poll() is not None:
+                return w
+        time.sleep(POLL_S)
+    return None
+
+
+def _stop(workers: list[subprocess.Popen[bytes]], budget_s: float) -> list[int]:
+    """SIGTERM every running worker, wait up to ``budget_s``, kill the rest; their exit codes."""
+    for w in workers:
+        if w.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                w.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + budget_s
+    codes = []
+    for w in workers:
+        try:
+            codes.append(w.wait(timeout=max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            log.error("worker pid %d did not stop within %gs: killed", w.pid, budget_s)
+            w.kill()
+            codes.append(w.wait())
+    return codes

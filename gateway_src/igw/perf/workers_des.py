@@ -1,0 +1,164 @@
+"""``igw perf workers-des``: routing quality with N independent in-flight ledgers (``--workers N``).
+
+For each scenario and seed, the same request list is routed by the gateway's real scheduler run as
+1, 2, 4, 8... workers (:class:`~igw.bench.policies.workers.WorkerSplitPolicy`: shared scrapes,
+separate schedulers and in-flight counts, requests spread over the workers at random as the
+kernel's ``SO_REUSEPORT`` hash does), without and with the mitigations that share, once per scrape
+interval, each worker's in-flight counts (``inflight``), also its dispatches for the other
+workers' dispatch ledgers (``dispatches``), and also every pick for the other workers' plugins such
+as the prefix index (``picks``). Printed per scenario and N: TTFT p50/p99, E2E p99 and
+goodput (mean over seeds), and the TTFT p99 ratio to one worker in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from igw.bench.stats import RunSummary
+    from igw.scheduling.types import RoutingPolicy
+
+HELP = "Routing quality of --workers N in the DES: N schedulers with their own in-flight counts."
+SCENARIOS: Final = ("mixed-fleet-8b", "shared-prefix-8b-high-cache")
+
+
+@dataclass(frozen=True, slots=True)
+class QualityRow:
+    scenario: str
+    workers: int
+    share: str
+    ttft_p50_s: float
+    ttft_p99_s: float
+    e2e_p99_s: float
+    goodput: float
+
+
+def _mean(values: Sequence[float | None]) -> float:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else float("nan")
+
+
+def measure(
+    scenario_name: str,
+    *,
+    policy: str,
+    workers: Sequence[int],
+    seeds: Sequence[int],
+    duration_scale: float,
+    scrape_interval_s: float,
+    shares: Sequence[str] = ("inflight", "dispatches", "picks"),
+) -> list[QualityRow]:
+    """Every (N, mitigation) variant on the scenario's identical requests per seed."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.bench.capacity import fleet_capacity
+    from igw.bench.des_runner import samples_of
+    from igw.bench.policies.registry import PolicyContext, build_policy
+    from igw.bench.policies.workers import WorkerSplitPolicy
+    from igw.bench.scenarios import SCENARIOS as ALL_SCENARIOS
+    from igw.bench.scenarios import LoraShape
+    from igw.bench.stats import summarize
+    from igw.bench.workload import fleet_pods, model_name, scenario_requests
+    from igw.sim.des import simulate
+
+    scenario = ALL_SCENARIOS[scenario_name]
+    capacity = fleet_capacity(scenario, seed=seeds[0])
+    pods = fleet_pods(scenario)
+    variants = [(n, "none") for n in workers] + [(n, share) for share in shares for n in workers if n > 1]
+    summaries: dict[tuple[int, str], list[RunSummary]] = {v: [] for v in variants}
+    for seed in seeds:
+        requests = scenario_requests(
+            scenario,
+            capacity_rps=capacity.requests_per_s,
+            seed=seed,
+            duration_s=scenario.duration_s * duration_scale,
+        )
+        for n, share in variants:
+
+            def build(index: int, seed: int = seed) -> RoutingPolicy:
+                ctx = PolicyContext(
+                    rng=random.Random(seed * 7919 + 17 + index * 104_729),
+                    lora=isinstance(scenario.workload, LoraShape),
+                    slo=(scenario.ttft_slo_s, scenario.tpot_slo_s),
+                )
+                return build_policy(policy, ctx)
+
+            split = WorkerSplitPolicy(
+                build,
+                workers=n,
+                rng=random.Random(seed),
+                share=share,
+                report_interval_s=scrape_interval_s,
+            )
+            result = simulate(
+                pods=pods,
+                requests=requests,
+                policy=split,
+                seed=seed,
+                scrape_interval_s=scrape_interval_s,
+                base_model=model_name(scenario),
+            )
+            summaries[(n, share)].append(
+                summarize(
+                    samples_of(result),
+                    endpoints=list(result.pods),
+                    ttft_slo_s=scenario.ttft_slo_s,
+                    tpot_slo_s=scenario.tpot_slo_s,
+                    duration_s=max(result.end_time, 1e-9),
+                )
+            )
+    rows = []
+    for (n, share), runs in summaries.items():
+        rows.append(
+            QualityRow(
+                scenario=scenario_name,
+                workers=n,
+                share=share,
+                ttft_p50_s=_mean([r.ttft_p50_s for r in runs]),
+                ttft_p99_s=_mean([r.ttft_p99_s for r in runs]),
+                e2e_p99_s=_mean([r.e2e_p99_s for r in runs]),
+                goodput=_mean([r.goodput for r in runs]),
+            )
+        )
+    return rows
+
+
+def print_rows(rows: Sequence[QualityRow]) -> None:
+    base = {r.scenario: r.ttft_p99_s for r in rows if r.workers == 1}
+    print(
+        f"{'scenario':<30} {'workers':>7} {'shared':>10} {'TTFT p50':>9} {'TTFT p99':>9} "
+        f"{'E2E p99':>9} {'goodput':>8} {'p99 vs 1':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r.scenario:<30} {r.workers:>7} {r.share:>10} "
+            f"{r.ttft_p50_s:>8.3f}s {r.ttft_p99_s:>8.3f}s {r.e2e_p99_s:>8.2f}s {r.goodput:>8.3f} "
+            f"{r.ttft_p99_s / base[r.scenario]:>7.2f}×"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    print(
+        f"policy {args.policy}, seeds {','.join(map(str, args.seeds))}, duration scale "
+        f"{args.duration_scale:g}, scrape interval {args.scrape_interval * 1000:.0f} ms; "
+        "requests spread over the workers at random (SO_REUSEPORT)"
+    )
+    rows: list[QualityRow] = []
+    for name in args.scenarios:
+        rows += measure(
+            name,
+            policy=args.policy,
+            workers=args.workers,
+            seeds=args.seeds,
+            duration_scale=args.duration_scale,
+            scrape_interval_s=args.scrape_interval,
+            shares=args.shares,
+        )
+        print_rows([r for r in rows if r.scenario == name])
+    print("summary:")
+    print_rows(rows)
+    return 0

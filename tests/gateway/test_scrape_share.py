@@ -1,0 +1,159 @@
+"""``--workers`` scrape sharing in one process: a leader and a follower over a real unix socket.
+
+The leader scrapes a real model server on loopback; the follower never contacts it and still sees
+every scrape; the follower's dispatches reach the leader's frozen-page detection. Also the
+whole-host ``/metrics`` merge, checked with ``prometheus_client``'s own parser.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from igw.config.build import build_gateway_config
+from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
+from igw.gateway.runtime import GatewayRuntime
+from igw.gateway.scrape_client import ScrapeClient
+from igw.gateway.scrape_share import ScrapeFollower, start_scraping
+from igw.gateway.scraper import ScrapeService
+from igw.gateway.telemetry import GatewayMetrics
+from igw.gateway.worker_metrics import merge_pages
+from igw.gateway.workers import WorkerRole
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
+
+
+def _runtime(key: str) -> GatewayRuntime:
+    config = build_gateway_config(config_doc([scheduler("s", "m")], routing={"staleThreshold": "300ms"}))
+    rt = GatewayRuntime(config, rng=random.Random(0), clock=time.monotonic)
+    rt.schedulers["s"].pool.replace([DiscoveredEndpoint(key=key)])
+    return rt
+
+
+class Worker:
+    def __init__(self, index: int, directory: Path, key: str) -> None:
+        self.role = WorkerRole(index=index, count=2, directory=str(directory))
+        self.runtime = _runtime(key)
+        self.metrics = GatewayMetrics(lister=self.runtime.endpoints, clock=time.monotonic)
+        self.client = ScrapeClient()
+        self.service: ScrapeService | None = None
+
+    @property
+    def state(self) -> EndpointState:
+        return next(iter(self.runtime.schedulers["s"].pool.states.values()))
+
+    async def start(self) -> None:
+        self.service = await start_scraping(
+            self.role,
+            runtime=lambda: self.runtime,
+            client=self.client,
+            clock=time.monotonic,
+            metrics=self.metrics,
+        )
+        self.service.sync()
+
+    async def close(self) -> None:
+        if self.service is not None:
+            await self.service.close()
+        await self.client.close()
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[tuple[FakeModelServer, Worker, Worker]]:
+    async with running(FakeModelServer("pod", waiting=4, kv=0.25)) as (pod,):
+        leader, follower = Worker(0, tmp_path, pod.key), Worker(1, tmp_path, pod.key)
+        await follower.start()  # before the leader listens: the follower retries until it can connect
+        await leader.start()
+        try:
+            yield pod, leader, follower
+        finally:
+            await follower.close()
+            await leader.close()
+
+
+async def test_only_the_leader_scrapes_and_the_follower_sees_every_scrape(
+    pair: tuple[FakeModelServer, Worker, Worker],
+) -> None:
+    pod, leader, follower = pair
+    assert isinstance(follower.service, ScrapeFollower)
+    await wait_for(lambda: follower.state.metrics is not None, what="the follower's first snapshot")
+    assert follower.state.metrics == leader.state.metrics
+    assert follower.state.metrics.waiting == 4
+    assert follower.state.metrics.kv_usage == pytest.approx(0.25)
+    scrapes_before, scraped_at = pod.scrapes, follower.state.scraped_at
+    await wait_for(lambda: follower.state.scraped_at != scraped_at, what="a newer snapshot")
+    assert pod.scrapes > scrapes_before
+    ok = leader.metrics.registry.get_sample_value("igw_endpoint_scrapes_total", {"result": "ok"})
+    assert ok is not None
+    assert pod.scrapes - 1 <= ok <= pod.scrapes
+    assert follower.metrics.registry.get_sample_value("igw_endpoint_scrapes_total", {"result": "ok"}) in (
+        None,
+        0.0,
+    )
+    assert follower.state.max_model_len == leader.state.max_model_len
+
+
+async def test_failures_reach_the_follower_too(pair: tuple[FakeModelServer, Worker, Worker]) -> None:
+    pod, _leader, follower = pair
+    await wait_for(lambda: follower.state.metrics is not None, what="the first snapshot")
+    pod.metrics_status = 404
+    await wait_for(lambda: follower.state.scrape_failing, what="the failure to be shared")
+    assert follower.state.last_error == "GET /metrics answered 404"
+    assert "/metrics" in follower.state.missing
+    pod.metrics_status = 200
+    await wait_for(lambda: not follower.state.scrape_failing, what="the recovery to be shared")
+
+
+async def test_a_follower_s_dispatches_make_the_leader_detect_a_frozen_page(
+    pair: tuple[FakeModelServer, Worker, Worker],
+) -> None:
+    _pod, leader, follower = pair  # the fake server's page never changes while its values do not
+    await wait_for(lambda: follower.state.metrics is not None, what="the first snapshot")
+    await wait_for(lambda: not leader.state.page.frozen, what="a settled page")
+    await wait_for(lambda: leader.state.page.digest is not None, what="a digest")
+    assert leader.state.picks == 0
+    follower.state.dispatched(10)  # a request only the follower sent
+    await wait_for(lambda: leader.state.page.frozen, within=5, what="frozen detection at the leader")
+    await wait_for(lambda: follower.state.page.frozen, what="the frozen flag at the follower")
+
+
+async def test_usage_reports_are_summed_per_endpoint(pair: tuple[FakeModelServer, Worker, Worker]) -> None:
+    pod, leader, follower = pair
+    await wait_for(lambda: follower.state.metrics is not None, what="the first snapshot")
+    for _ in range(3):
+        follower.state.dispatched(5)
+    follower.state.completed(5)
+    service = leader.service
+    assert service is not None
+    usage = service._leader.remote_usage  # type: ignore[attr-defined]
+    await wait_for(lambda: usage("s", pod.key) == (3, 2), what="the follower's usage at the leader")
+    assert usage("s", "10.0.0.1:1") == (0, 0)
+
+
+def test_worker_pages_merge_into_one_exposition_labelled_by_worker() -> None:
+    pages = []
+    for worker, count in ((0, 2), (1, 5)):
+        registry = CollectorRegistry()
+        c = Counter("igw_requests", "requests", ["model"], registry=registry)
+        c.labels("m").inc(count)
+        Counter("igw_plain", "no labels", registry=registry).inc(worker + 1)
+        pages.append((worker, generate_latest(registry)))
+    text = merge_pages(pages).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    totals = {
+        (s.labels.get("worker"), s.labels.get("model")): s.value
+        for s in families["igw_requests"].samples
+        if s.name == "igw_requests_total"
+    }
+    assert totals == {("0", "m"): 2.0, ("1", "m"): 5.0}
+    plain = {
+        s.labels["worker"]: s.value for s in families["igw_plain"].samples if s.name == "igw_plain_total"
+    }
+    assert plain == {"0": 1.0, "1": 2.0}
+    assert text.count("# TYPE igw_requests_total counter") == 1

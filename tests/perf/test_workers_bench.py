@@ -1,0 +1,85 @@
+"""``igw perf workers`` end to end (tiny phases), and the ``--workers`` command-line plumbing."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+from igw.cli.main import main
+from igw.cli.serve import add_arguments, worker_argv
+from igw.gateway.workers import WORKER_ENV, WorkerRole, WorkerSetupError, reserve_port
+
+
+def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["perf", "workers", "--requests", "60", "--rounds", "1", "--concurrency", "4"])
+    out = capsys.readouterr().out
+    assert code == 0
+    phases = re.findall(r"^\s+([12])\s+(\d+)\s+(\d+) µs\s+([\d.]+)", out, re.M)
+    assert [p[0] for p in phases] == ["1", "2"]
+    assert all(int(rps) > 0 and int(us) > 0 for _n, rps, us, _cores in phases)
+    assert re.search(r"throughput 2 vs 1 worker\(s\) \(median over rounds\): \d+ / \d+ req/s = [\d.]+×", out)
+
+
+def test_worker_argv_forwards_every_option_but_workers_and_port(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        [
+            *("--config", "c.yaml", "--endpoints", "e.yaml", "--workers", "4", "--port", "0", "--no-reload"),
+            *("--drain-seconds", "1.5", "--log-level", "warning"),
+        ]
+    )
+    argv = worker_argv(args, 8123)
+    assert argv[-2:] == ["--port", "8123"]
+    assert "--workers" not in argv
+    assert argv.count("--port") == 1
+    for pair in (["--config", "c.yaml"], ["--endpoints", "e.yaml"], ["--drain-seconds", "1.5"]):
+        i = argv.index(pair[0])
+        assert argv[i : i + 2] == pair
+    assert "--no-reload" in argv
+    assert parser.parse_args(argv).drain_s == 1.5
+
+
+def test_worker_role_round_trips_and_bad_roles_are_named(tmp_path: Path) -> None:
+    role = WorkerRole(index=1, count=3, directory=str(tmp_path))
+    assert WorkerRole.from_env({WORKER_ENV: role.to_env()}) == role
+    assert WorkerRole.from_env({}) is None
+    with pytest.raises(WorkerSetupError, match=r"index 3 outside 0\.\.2"):
+        WorkerRole.from_env({WORKER_ENV: WorkerRole(3, 3, "x").to_env()})
+    with pytest.raises(WorkerSetupError, match=f"\\${WORKER_ENV} is not a worker role"):
+        WorkerRole.from_env({WORKER_ENV: "{}"})
+
+
+def test_reserved_port_is_shared_with_reuse_port_and_a_taken_port_is_refused() -> None:
+    held = reserve_port("127.0.0.1", 0)
+    try:
+        port = held.getsockname()[1]
+        second = reserve_port("127.0.0.1", port)  # what each worker's listener does
+        second.close()
+    finally:
+        held.close()
+    with socket.socket() as plain:  # a listener without SO_REUSEPORT owns its port alone
+        plain.bind(("127.0.0.1", 0))
+        plain.listen()
+        taken = plain.getsockname()[1]
+        with pytest.raises(WorkerSetupError, match=f"cannot bind 127.0.0.1:{taken} with SO_REUSEPORT"):
+            reserve_port("127.0.0.1", taken)
+
+
+def test_zero_workers_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "igwc.yaml"
+    config.write_text(
+        "apiVersion: inference.sagemaker.aws.amazon.com/v1alpha1\nkind: InferenceGatewayConfig\n"
+        "metadata: {name: w, namespace: default}\n"
+        "spec:\n  bbr: {enabled: false}\n  schedulers:\n"
+        "  - {name: s, modelName: m, modelSelector: {matchLabels: {app: s}}}\n"
+    )
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text("schedulers: {s: []}\n")
+    code = main(["serve", "--config", str(config), "--endpoints", str(endpoints), "--workers", "0"])
+    assert code == 2
+    assert "--workers must be at least 1 (got 0)" in capsys.readouterr().err

@@ -1,0 +1,107 @@
+"""``igw serve --workers 2`` as real processes on loopback: one port, both workers serve, one scrape
+per pod per interval for the whole host, host-wide ``/metrics``, clean SIGTERM, a dying worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.reliability.harness import MODEL, gateway_doc, igw_serve, wait_until
+
+INTERVAL_S = 0.05
+
+
+async def _worker_of_new_connection(url: str) -> dict[str, int]:
+    async with aiohttp.ClientSession() as fresh, fresh.get(url + "/readyz") as resp:
+        worker: dict[str, int] = (await resp.json())["worker"]
+        return worker
+
+
+async def test_two_workers_share_the_port_and_one_scrape_per_interval(tmp_path: Path) -> None:
+    routing = {"scrapeInterval": f"{round(INTERVAL_S * 1000)}ms", "staleThreshold": "1s"}
+    async with (
+        running(FakeModelServer("p0"), FakeModelServer("p1")) as pods,
+        igw_serve(tmp_path, gateway_doc(routing=routing), [p.key for p in pods], "--workers", "2") as gw,
+    ):
+        seen: dict[int, int] = {}
+        deadline = time.monotonic() + 60  # the second worker may still be starting on a loaded machine
+        while len(seen) < 2 and time.monotonic() < deadline:
+            worker = await _worker_of_new_connection(gw.url)  # the kernel hashes each new connection
+            assert worker["count"] == 2
+            seen[worker["index"]] = worker["pid"]
+        assert sorted(seen) == [0, 1]
+        assert len(set(seen.values())) == 2
+        assert gw.proc.pid not in seen.values()
+
+        # both workers route inference requests too (a new connection each: the kernel picks the worker)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+            for _ in range(20):
+                resp = await http.post(
+                    gw.url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}
+                )
+                assert resp.status == 200
+                await resp.read()
+
+        start = [p.scrapes for p in pods]
+        t0 = time.monotonic()
+        await asyncio.sleep(2.0)
+        elapsed = time.monotonic() - t0
+        for pod, before in zip(pods, start, strict=True):
+            per_interval = (pod.scrapes - before) / (elapsed / INTERVAL_S)
+            # one scraper for the host: at most one scrape per interval (two workers would double it)
+            assert pod.scrapes > before
+            assert per_interval <= 1.1, per_interval
+
+        async with aiohttp.ClientSession() as fresh, fresh.get(gw.url + "/metrics") as resp:
+            text = await resp.text()
+        workers = {
+            s.labels["worker"]
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "igw_requests_total"
+        }
+        assert workers == {"0", "1"}
+        scrapes = {
+            s.labels["worker"]: s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "igw_endpoint_scrapes_total" and s.labels.get("result") == "ok"
+        }
+        assert scrapes.get("0", 0) > 0
+        assert scrapes.get("1", 0.0) == 0.0
+
+        t_stop = time.monotonic()
+        assert await gw.stop() == 0
+        assert time.monotonic() - t_stop < 60
+    assert "stopping: not ready" in gw.output
+    assert gw.output.count("igw gateway stopped") == 2
+
+
+async def test_a_worker_that_dies_stops_the_group_with_exit_3(tmp_path: Path) -> None:
+    async with (
+        running(FakeModelServer("p0")) as pods,
+        igw_serve(
+            tmp_path,
+            gateway_doc(),
+            [p.key for p in pods],
+            "--workers",
+            "2",
+            "--drain-seconds",
+            "0.2",
+            "--stream-grace-seconds",
+            "0.5",
+        ) as gw,  # fmt: skip
+    ):
+        worker = await _worker_of_new_connection(gw.url)
+        os.kill(worker["pid"], signal.SIGKILL)
+        code = await asyncio.wait_for(gw.proc.wait(), timeout=60)
+        assert code == 3
+        await wait_until(lambda: "stopping all workers" in gw.output, within=5, what="the parent's log")
+        assert f"(pid {worker['pid']}) exited with status -9" in gw.output
