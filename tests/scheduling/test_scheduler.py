@@ -139,15 +139,46 @@ def test_removed_endpoints_drop_plugin_state() -> None:
         ([], True),
         ([0.5, 1.0000001], False),
         ([-0.1, 0.5], False),
-        ([float("nan"), 0.5], False),  # NaN first: min/max alone would not notice it everywhere
-        ([0.5, float("nan"), 0.2], False),
         ([0.5, float("inf")], False),
     ],
 )
-def test_unit_range_fast_path_rejects_out_of_range_and_nan(values: list[float], in_range: bool) -> None:
-    from igw.scheduling.scheduler import _all_in_unit_range
+def test_unit_range_fast_path_rejects_out_of_range(values: list[float], in_range: bool) -> None:
+    from igw.scheduling.scheduler import _in_unit_range
 
-    assert _all_in_unit_range(values) is in_range
+    assert _in_unit_range(values) is in_range
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param([0.5, float("nan"), 0.2], id="nan-inside-min-max-sees-in-range"),
+        pytest.param([float("nan"), 0.5, 0.2], id="nan-first"),
+    ],
+)
+def test_nan_score_is_clamped_to_zero_even_when_the_range_check_misses_it(values: list[float]) -> None:
+    """min/max do not reliably see a NaN; the NaN total it causes sends every column through the
+    clamp, so the NaN endpoint scores 0 and the others keep their values."""
+    from igw.scheduling.framework import CycleContext
+    from igw.scheduling.scheduler import WeightedScorer
+
+    class Nan:
+        name = "nan"
+        type_name = "nan"
+        signal = ""
+
+        def score(self, ctx: CycleContext, endpoints: object) -> list[float]:
+            return list(values)
+
+    s = sched({"queue": 1})
+    d = s._score_and_pick(
+        CycleContext(request=req(), now=0.5, rng=random.Random(1)),
+        [ep("a"), ep("b"), ep("c")],
+        (WeightedScorer(Nan(), 2.0),),  # type: ignore[arg-type]
+        stale=0,
+    )
+    expected = {key: 0.0 if v != v else 2.0 * v for key, v in zip("abc", values, strict=True)}
+    assert {key: per["nan"] for key, per in d.scores.items()} == expected
+    assert d.endpoint == ("a" if values[0] == values[0] else "b")
 
 
 def test_out_of_range_scores_are_clamped_before_weighting() -> None:

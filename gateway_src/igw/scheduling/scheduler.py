@@ -33,7 +33,16 @@ from typing import cast
 
 from igw.scheduling.data_flow import require_data_flow_order
 from igw.scheduling.dispatch_ledger import DispatchLedger
-from igw.scheduling.framework import CycleContext, Filter, Picker, Plugin, SaturationDetector, Scorer, clamp01
+from igw.scheduling.framework import (
+    CycleContext,
+    Filter,
+    Picker,
+    Plugin,
+    SaturationDetector,
+    Scorer,
+    UnitScores,
+    clamp01,
+)
 from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
@@ -216,14 +225,18 @@ class Scheduler:
         notes: list[str] = []
         for ws in scorers:
             raw = ws.scorer.score(ctx, candidates)
+            if type(raw) is UnitScores:  # vouched complete and in range: no checks
+                values = cast("list[float]", raw)
+                totals = _add_weighted(totals, values, ws.weight)
+                columns.append((ws.scorer.name, ws.weight, values))
+                continue
             if None not in raw:
-                # Hot path (every candidate scored): clamp inline, as clamp01 does. ``not v >= 0``
-                # is true for negatives and NaN, both of which clamp to 0.
+                # Hot path (every candidate scored): values already in [0, 1] are used as they are,
+                # others clamped as clamp01 does. A NaN can slip past the range check (min and max
+                # do not see it reliably); it then makes the totals NaN, caught below.
                 w = ws.weight
                 scored = cast("list[float]", raw)
-                values = scored if _all_in_unit_range(scored) else [
-                    0.0 if not v >= 0.0 else 1.0 if v > 1.0 else v for v in scored
-                ]  # fmt: skip
+                values = scored if _in_unit_range(scored) else _clamped(scored)
                 totals = _add_weighted(totals, values, w)
                 columns.append((ws.scorer.name, w, values))
                 continue
@@ -245,6 +258,12 @@ class Scheduler:
             w = ws.weight
             totals = _add_weighted(totals, values, w)
             columns.append((ws.scorer.name, w, values))
+        check = sum(totals)
+        if check != check:  # NaN: some column held a NaN the range check let through
+            columns = [(name, w, _clamped(values)) for name, w, values in columns]
+            totals = [0.0] * n
+            for _, w, values in columns:
+                totals = _add_weighted(totals, values, w)
         ranked = self.profile.picker.rank(ctx, totals)
         chosen = candidates[ranked[0]]
         if self.ledger is not None:
@@ -282,14 +301,15 @@ class Scheduler:
             plugin.on_endpoints_removed(keys)
 
 
-def _all_in_unit_range(values: list[float]) -> bool:
-    """Every value in [0, 1] and none NaN, checked with C-level passes (the usual case: scorers
-    already return clamped values, so the per-value clamp can be skipped). ``sum`` is NaN if any
-    value is, and NaN never equals itself."""
-    if not values:
-        return True
-    total = sum(values)
-    return total == total and min(values) >= 0.0 and max(values) <= 1.0
+def _in_unit_range(values: list[float]) -> bool:
+    """Every value in [0, 1], checked with two C-level passes (the usual case: scorers already
+    return clamped values, so the per-value clamp can be skipped). NaN is not detected here."""
+    return not values or (min(values) >= 0.0 and max(values) <= 1.0)
+
+
+def _clamped(values: Sequence[float]) -> list[float]:
+    """clamp01 of every value, inline: ``not v >= 0`` is true for negatives and NaN, both clamp to 0."""
+    return [0.0 if not v >= 0.0 else 1.0 if v > 1.0 else v for v in values]
 
 
 def _add_weighted(totals: list[float], values: Sequence[float], weight: float) -> list[float]:

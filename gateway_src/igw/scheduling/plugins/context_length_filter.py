@@ -30,7 +30,9 @@ def tokens_needed(request: RoutingRequest) -> int:
 def fitting(request: RoutingRequest, endpoints: Sequence[EndpointView]) -> Sequence[EndpointView]:
     """``endpoints`` that can hold ``request`` (the same sequence object when all of them can)."""
     need = tokens_needed(request)
-    if all(e.max_model_len is None or e.max_model_len >= need for e in endpoints):
+    limits = [e.max_model_len for e in endpoints]
+    known = [n for n in limits if n is not None]
+    if not known or min(known) >= need:
         return endpoints
     return [e for e in endpoints if e.max_model_len is None or e.max_model_len >= need]
 

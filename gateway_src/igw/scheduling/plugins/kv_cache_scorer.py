@@ -25,6 +25,9 @@ class KvCacheScorer(PluginHooks):
         self.name = name
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        kv = ctx.columns(endpoints).kv_usage
+        if kv is not None:
+            return [1.0 - v for v in kv]
         return [
             None if e.metrics is None or e.metrics.kv_usage is None else 1.0 - e.metrics.kv_usage
             for e in endpoints

@@ -36,11 +36,15 @@ raw means).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
-from typing import Any
+from itertools import compress, repeat
+from itertools import count as count_from
+from typing import Any, cast
 
+from igw.scheduling.columns import Columns
 from igw.scheduling.ewma import EndpointEwma
-from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
@@ -62,14 +66,24 @@ class PredictedTtftScorer(PluginHooks):
         self.log_ttft = EndpointEwma(alpha=alpha)
         """The same samples in log space, where their noise is compared (TTFT noise is relative)."""
 
-    def predicted(self, endpoints: Sequence[EndpointView]) -> list[float]:
-        """Predicted TTFT per endpoint in the units of the measurements (1.0 when none yet)."""
-        speeds = self.pooled_ttft(endpoints)
+    def predicted(self, endpoints: Sequence[EndpointView], cols: Columns | None = None) -> list[float]:
+        """Predicted TTFT per endpoint in the units of the measurements (1.0 when none yet).
+
+        ``cols``: the pick's shared reads of ``endpoints`` (:meth:`CycleContext.columns`), if any.
+        """
+        cols = cols or Columns(endpoints)
+        speeds = self.pooled_ttft(endpoints, cols)
+        waiting = cols.waiting
+        if waiting is not None and min(waiting, default=0) >= 0:
+            unreflected = cols.unreflected
+            if min(unreflected, default=0) >= 0:
+                # The usual case (every endpoint publishes ``waiting``, no negative count): the
+                # formula below without its per-endpoint guards.
+                return [t * (1 + (w + u)) for t, w, u in zip(speeds, waiting, unreflected, strict=True)]
         out: list[float] = []
         for t, e in zip(speeds, endpoints, strict=True):
             # Requests ahead of a new one: scraped waiting plus this router's dispatches the scrape
-            # cannot show yet; without a waiting signal, the gateway's own in-flight count. (Inline:
-            # this runs once per endpoint per request.)
+            # cannot show yet; without a waiting signal, the gateway's own in-flight count.
             m = e.metrics
             if m is not None and m.waiting is not None:
                 ahead = (m.waiting if m.waiting > 0 else 0) + (
@@ -80,7 +94,7 @@ class PredictedTtftScorer(PluginHooks):
             out.append(t * (1 + ahead))
         return out
 
-    def pooled_ttft(self, endpoints: Sequence[EndpointView]) -> list[float]:
+    def pooled_ttft(self, endpoints: Sequence[EndpointView], cols: Columns | None = None) -> list[float]:
         """Measured TTFT per endpoint, with differences inside the measurements' noise removed.
 
         Settled endpoints (at least a full EWMA window of samples) are sorted by their log-space mean
@@ -90,40 +104,56 @@ class PredictedTtftScorer(PluginHooks):
         Identical pods thus look identical (the other signals decide), while an A10G next to an H100
         (a tenfold difference) stays apart. Unmeasured endpoints take the mean of the measured ones
         (1.0 when none is measured); unsettled ones keep their own mean.
+
+        Cost: the standard errors are kept up to date when a sample arrives, not computed here, and
+        each group's end is found by a chain of ``map`` calls that runs in C and stops at the first
+        endpoint outside the group; only the sort is per pick and per settled endpoint.
         """
-        lookup = self.ttft.values.get
-        measured = [lookup(e.key) for e in endpoints]
-        present = [v for v in measured if v is not None]
-        fallback = sum(present) / len(present) if present else 1.0
-        out = [fallback if t is None else t for t in measured]
+        keys = (cols or Columns(endpoints)).keys
+        get = self.ttft.values.get
+        measured = [get(k) for k in keys]
+        if None in measured:
+            present = [v for v in measured if v is not None]
+            fallback = sum(present) / len(present) if present else 1.0
+            out = [fallback if t is None else t for t in measured]
+        else:
+            out = cast("list[float]", measured)
         if self.noise_z <= 0:
             return out
         logs = self.log_ttft
-        settled = logs.settled_count
-        order = sorted(
-            (i for i, t in enumerate(measured) if t is not None and logs.count(endpoints[i].key) >= settled),
-            key=lambda i: logs.get(endpoints[i].key) or 0.0,
-        )
-        group: list[int] = []
-        first_log, first_se = 0.0, 0.0
-        for i in [*order, -1]:
-            log_i = 0.0 if i < 0 else logs.get(endpoints[i].key) or 0.0
-            se = math.inf if i < 0 else logs.standard_error(endpoints[i].key) or 0.0
-            # Compared with the group's *first* (fastest) member, not the previous one, so a chain of
-            # small steps cannot join an H100 and an A10G.
-            if group and (i < 0 or log_i - first_log > self.noise_z * math.hypot(se, first_se)):
-                mean = sum(out[j] for j in group) / len(group)
-                for j in group:
-                    out[j] = mean
-                group = []
-            if not group:
-                first_log, first_se = log_i, se
-            group.append(i)
-        return out
+        count, settled = logs.counts.get, logs.settled_count
+        eligible = [i for i, k in enumerate(keys) if count(k, 0) >= settled and measured[i] is not None]
+        if not eligible:
+            return out
+        # Settled endpoints have a log-space mean and a standard error (no None below).
+        log_of, error_of = logs.values.__getitem__, logs.errors.get
+        log_means = {i: log_of(keys[i]) for i in eligible}
+        order = sorted(eligible, key=log_means.__getitem__)  # stable: ties keep endpoint order
+        logs_sorted = [log_means[i] for i in order]
+        errors_sorted = [error_of(keys[i]) or 0.0 for i in order]
+        z, n = self.noise_z, len(order)
+        log_iter, error_iter = iter(logs_sorted), iter(errors_sorted)
+        next(log_iter), next(error_iter)  # the first group starts at position 0
+        start = 0
+        while True:
+            # A group ends at the first later endpoint more than ``z`` combined standard errors above
+            # the group's *first* (fastest) member, not the previous one, so a chain of small steps
+            # cannot join an H100 and an A10G. The iterators are shared, so each endpoint is
+            # compared once: the search for the next group resumes after this group's end.
+            first_log, first_error = logs_sorted[start], errors_sorted[start]
+            above = map(operator.sub, log_iter, repeat(first_log))
+            allowed = map(operator.mul, repeat(z), map(math.hypot, error_iter, repeat(first_error)))
+            end = next(compress(count_from(start + 1), map(operator.gt, above, allowed)), n)
+            _pool(out, order[start:end])
+            if end >= n:
+                return out
+            start = end
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
-        predicted = self.predicted(endpoints)
+        predicted = self.predicted(endpoints, ctx.columns(endpoints))
         best = min(predicted, default=0.0)
+        if best > 0:  # every prediction positive: the ratio below without its guard, each in (0, 1]
+            return UnitScores([best / p for p in predicted])
         return [1.0 if p <= 0 else best / p for p in predicted]
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
@@ -135,6 +165,14 @@ class PredictedTtftScorer(PluginHooks):
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         self.ttft.forget(keys)
         self.log_ttft.forget(keys)
+
+
+def _pool(out: list[float], group: list[int]) -> None:
+    """Give every member of ``group`` (indices into ``out``) the group's mean, summed in group order."""
+    if len(group) > 1:
+        mean = sum([out[j] for j in group]) / len(group)
+        for j in group:
+            out[j] = mean
 
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> PredictedTtftScorer:

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from igw.scheduling.ewma import EndpointEwma
-from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
@@ -88,16 +88,35 @@ class PrefillCollisionScorer(PluginHooks):
         m = view.metrics
         queued = m is not None and m.waiting is not None and m.waiting > 0
         shown_before = view.scraped_at if queued and view.scraped_at is not None else -math.inf
-        return sum(max(0.0, tokens / rate - (now - t)) for t, tokens in queue if t > shown_before)
+        # ``left if left > 0.0 else 0.0`` is ``max(0.0, left)`` (NaN included) without the call.
+        return sum(
+            [
+                left if (left := tokens / rate - (now - t)) > 0.0 else 0.0
+                for t, tokens in queue
+                if t > shown_before
+            ]
+        )
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         values = self.rate.values
         if not values:
-            return [1.0] * len(endpoints)  # nothing measured yet: no endpoint can be told apart
+            return UnitScores([1.0] * len(endpoints))  # nothing measured yet: no endpoint can be told apart
         tokens = max(MIN_PROMPT_TOKENS, ctx.request.prompt_tokens)
         mean = sum(values.values()) / len(values)  # rate_of's fallback, computed once per cycle
         recent = self.recent
         now = ctx.now
+        keys = ctx.columns(endpoints).keys
+        get = values.get
+        rates = [get(k, mean) for k in keys]
+        if min(rates, default=1.0) > 0:
+            # Every rate positive (the usual case): the loop below without its guards; pending
+            # work only for the endpoints that still have dispatches of this scheduler prefilling.
+            work = [tokens / r for r in rates]
+            for i in [i for i, k in enumerate(keys) if k in recent]:
+                work[i] = self.pending_s(endpoints[i], now=now) + work[i]
+            fastest = min(work, default=0.0)
+            if fastest > 0:  # each ratio in (0, 1]
+                return UnitScores([fastest / f for f in work])
         finish: list[float | None] = []
         for e in endpoints:
             rate = values.get(e.key, mean)

@@ -26,6 +26,9 @@ class QueueScorer(PluginHooks):
         self.name = name
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        waiting = ctx.columns(endpoints).waiting
+        if waiting is not None:
+            return min_max_inverse(waiting)
         return min_max_inverse(
             [None if e.metrics is None or e.metrics.waiting is None else e.metrics.waiting for e in endpoints]
         )
