@@ -27,7 +27,7 @@ class EndpointEwma:
     weighted variance of the samples, West 1979), 0 after the first sample.
     """
 
-    def __init__(self, *, alpha: float) -> None:
+    def __init__(self, *, alpha: float, track_changes: bool = False) -> None:
         self.alpha = alpha
         self.values: dict[EndpointKey, float] = {}
         self.variances: dict[EndpointKey, float] = {}
@@ -35,6 +35,10 @@ class EndpointEwma:
         self.errors: dict[EndpointKey, float] = {}
         """:meth:`standard_error` per endpoint, computed when a sample arrives rather than on every
         read (a scheduler reads it for every candidate of every pick)."""
+        self.changed: set[EndpointKey] | None = set() if track_changes else None
+        """With ``track_changes``: endpoints whose state was set or forgotten since the owner last
+        cleared this set (an owner that keeps something derived from every endpoint updates only
+        what changed). ``None`` otherwise, so an owner that never clears it holds nothing."""
 
     def observe(self, key: EndpointKey, sample: float) -> None:
         old = self.values.get(key)
@@ -58,6 +62,8 @@ class EndpointEwma:
         self.variances[key] = variance
         self.counts[key] = count
         self.errors[key] = self._standard_error(variance=variance, count=count)
+        if self.changed is not None:
+            self.changed.add(key)
 
     @property
     def settled_count(self) -> int:
@@ -95,3 +101,5 @@ class EndpointEwma:
             self.variances.pop(key, None)
             self.counts.pop(key, None)
             self.errors.pop(key, None)
+            if self.changed is not None:
+                self.changed.add(key)

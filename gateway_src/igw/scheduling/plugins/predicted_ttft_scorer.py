@@ -36,16 +36,14 @@ raw means).
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Mapping, Sequence
-from itertools import compress, repeat
-from itertools import count as count_from
-from typing import Any, cast
+from typing import Any
 
 from igw.scheduling.columns import Columns
 from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
+from igw.scheduling.plugins.ttft_pool import TtftPool
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
 TYPE = "predicted-ttft-scorer"
@@ -62,9 +60,10 @@ class PredictedTtftScorer(PluginHooks):
     ) -> None:
         self.name = name
         self.noise_z = noise_z
-        self.ttft = EndpointEwma(alpha=alpha)
-        self.log_ttft = EndpointEwma(alpha=alpha)
+        self.ttft = EndpointEwma(alpha=alpha, track_changes=True)
+        self.log_ttft = EndpointEwma(alpha=alpha, track_changes=True)
         """The same samples in log space, where their noise is compared (TTFT noise is relative)."""
+        self.pool = TtftPool(self.ttft, self.log_ttft, noise_z=noise_z)
 
     def predicted(self, endpoints: Sequence[EndpointView], cols: Columns | None = None) -> list[float]:
         """Predicted TTFT per endpoint in the units of the measurements (1.0 when none yet).
@@ -103,51 +102,10 @@ class PredictedTtftScorer(PluginHooks):
         (:meth:`EndpointEwma.standard_error`); every member of a group takes the group's mean TTFT.
         Identical pods thus look identical (the other signals decide), while an A10G next to an H100
         (a tenfold difference) stays apart. Unmeasured endpoints take the mean of the measured ones
-        (1.0 when none is measured); unsettled ones keep their own mean.
-
-        Cost: the standard errors are kept up to date when a sample arrives, not computed here, and
-        each group's end is found by a chain of ``map`` calls that runs in C and stops at the first
-        endpoint outside the group; only the sort is per pick and per settled endpoint.
+        (1.0 when none is measured); unsettled ones keep their own mean. Kept up to date between
+        picks by :class:`~igw.scheduling.plugins.ttft_pool.TtftPool`.
         """
-        keys = (cols or Columns(endpoints)).keys
-        get = self.ttft.values.get
-        measured = [get(k) for k in keys]
-        if None in measured:
-            present = [v for v in measured if v is not None]
-            fallback = sum(present) / len(present) if present else 1.0
-            out = [fallback if t is None else t for t in measured]
-        else:
-            out = cast("list[float]", measured)
-        if self.noise_z <= 0:
-            return out
-        logs = self.log_ttft
-        count, settled = logs.counts.get, logs.settled_count
-        eligible = [i for i, k in enumerate(keys) if count(k, 0) >= settled and measured[i] is not None]
-        if not eligible:
-            return out
-        # Settled endpoints have a log-space mean and a standard error (no None below).
-        log_of, error_of = logs.values.__getitem__, logs.errors.get
-        log_means = {i: log_of(keys[i]) for i in eligible}
-        order = sorted(eligible, key=log_means.__getitem__)  # stable: ties keep endpoint order
-        logs_sorted = [log_means[i] for i in order]
-        errors_sorted = [error_of(keys[i]) or 0.0 for i in order]
-        z, n = self.noise_z, len(order)
-        log_iter, error_iter = iter(logs_sorted), iter(errors_sorted)
-        next(log_iter), next(error_iter)  # the first group starts at position 0
-        start = 0
-        while True:
-            # A group ends at the first later endpoint more than ``z`` combined standard errors above
-            # the group's *first* (fastest) member, not the previous one, so a chain of small steps
-            # cannot join an H100 and an A10G. The iterators are shared, so each endpoint is
-            # compared once: the search for the next group resumes after this group's end.
-            first_log, first_error = logs_sorted[start], errors_sorted[start]
-            above = map(operator.sub, log_iter, repeat(first_log))
-            allowed = map(operator.mul, repeat(z), map(math.hypot, error_iter, repeat(first_error)))
-            end = next(compress(count_from(start + 1), map(operator.gt, above, allowed)), n)
-            _pool(out, order[start:end])
-            if end >= n:
-                return out
-            start = end
+        return self.pool.pooled((cols or Columns(endpoints)).keys)
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         predicted = self.predicted(endpoints, ctx.columns(endpoints))
@@ -165,14 +123,6 @@ class PredictedTtftScorer(PluginHooks):
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         self.ttft.forget(keys)
         self.log_ttft.forget(keys)
-
-
-def _pool(out: list[float], group: list[int]) -> None:
-    """Give every member of ``group`` (indices into ``out``) the group's mean, summed in group order."""
-    if len(group) > 1:
-        mean = sum([out[j] for j in group]) / len(group)
-        for j in group:
-            out[j] = mean
 
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> PredictedTtftScorer:
