@@ -119,9 +119,9 @@ def test_default_scheduler_decides_exactly_as_the_reference_code_on_a_loaded_mix
     assert fast.decisions == reference.decisions  # pick, fallbacks, every weighted score, reason
     picked = {d.endpoint for d in fast.decisions}
     assert len(picked) >= 4, picked  # the load spread over the fleet: the scores did the deciding
-    assert any(
-        d.scores[d.endpoint].get("prefix-cache-scorer", 0.0) > 0 for d in fast.decisions if d.endpoint is not None
-    )  # prefix reuse happened
+    prefix = "prefix-cache-scorer"
+    prefix_scores = [d.scores[d.endpoint].get(prefix, 0.0) for d in fast.decisions if d.endpoint]
+    assert max(prefix_scores) > 0  # prefix reuse happened
     pooled = fast.scheduler.profile.scorers
     ttft = next(ws.scorer for ws in pooled if isinstance(ws.scorer, PredictedTtftScorer))
     settled = [c for c in ttft.log_ttft.counts.values() if c >= ttft.log_ttft.settled_count]
