@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
+from igw.scheduling.types import EndpointKey, EndpointView
 
 _UNSET: object = object()
 
@@ -23,12 +23,11 @@ _UNSET: object = object()
 class Columns:
     """Lazily read fields of ``endpoints`` (the list must not change while this object is used)."""
 
-    __slots__ = ("_keys", "_kv_usage", "_metrics", "_unreflected", "_waiting", "endpoints")
+    __slots__ = ("_keys", "_kv_usage", "_unreflected", "_waiting", "endpoints")
 
     def __init__(self, endpoints: Sequence[EndpointView]) -> None:
         self.endpoints = endpoints
         self._keys: list[EndpointKey] | None = None
-        self._metrics: object = _UNSET
         self._waiting: object = _UNSET
         self._kv_usage: object = _UNSET
         self._unreflected: list[int] | None = None
@@ -40,19 +39,13 @@ class Columns:
         return self._keys
 
     @property
-    def metrics(self) -> list[EngineMetrics] | None:
-        """Every endpoint's scraped metrics, or ``None`` when any endpoint has none."""
-        if self._metrics is _UNSET:
-            metrics = [e.metrics for e in self.endpoints]
-            self._metrics = None if True in [m is None for m in metrics] else metrics
-        return self._metrics  # type: ignore[return-value]  # set just above to one of the two
-
-    @property
     def waiting(self) -> list[int] | None:
         """Scraped ``waiting`` of every endpoint, or ``None`` when any endpoint lacks it."""
         if self._waiting is _UNSET:
-            metrics = self.metrics
-            values = None if metrics is None else [m.waiting for m in metrics]
+            try:  # one pass: an endpoint without metrics raises (None has no ``waiting``)
+                values: list[int | None] | None = [e.metrics.waiting for e in self.endpoints]  # type: ignore[union-attr]
+            except AttributeError:
+                values = None
             self._waiting = None if values is None or None in values else values
         return self._waiting  # type: ignore[return-value]  # set just above to one of the two
 
@@ -60,8 +53,10 @@ class Columns:
     def kv_usage(self) -> list[float] | None:
         """Scraped KV-cache use of every endpoint, or ``None`` when any endpoint lacks it."""
         if self._kv_usage is _UNSET:
-            metrics = self.metrics
-            values = None if metrics is None else [m.kv_usage for m in metrics]
+            try:  # one pass: an endpoint without metrics raises (None has no ``kv_usage``)
+                values: list[float | None] | None = [e.metrics.kv_usage for e in self.endpoints]  # type: ignore[union-attr]
+            except AttributeError:
+                values = None
             self._kv_usage = None if values is None or None in values else values
         return self._kv_usage  # type: ignore[return-value]  # set just above to one of the two
 

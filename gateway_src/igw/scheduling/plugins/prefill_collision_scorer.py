@@ -76,9 +76,15 @@ class PrefillCollisionScorer(PluginHooks):
         the endpoint's scrape already shows while requests wait there is queued, not prefilling, and
         the queue scorers see it, so it is left out.
         """
-        queue = self.recent.get(view.key)
         rate = self.rate_of(view.key)
-        if not queue or rate is None or rate <= 0:
+        if rate is None or rate <= 0:
+            return 0.0
+        return self._pending_at(view, rate, now)
+
+    def _pending_at(self, view: EndpointView, rate: float, now: float) -> float:
+        """:meth:`pending_s` with the endpoint's rate (positive) already looked up."""
+        queue = self.recent.get(view.key)
+        if not queue:
             return 0.0
         while queue and queue[0][1] / rate <= now - queue[0][0]:
             queue.popleft()  # the oldest are dropped once worked off (prompts of similar size)
@@ -107,14 +113,18 @@ class PrefillCollisionScorer(PluginHooks):
         now = ctx.now
         keys = ctx.columns(endpoints).keys
         get = values.get
-        rates = [get(k, mean) for k in keys]
-        if min(rates, default=1.0) > 0:
-            # Every rate positive (the usual case): the loop below without its guards; pending
-            # work only for the endpoints that still have dispatches of this scheduler prefilling.
-            work = [tokens / r for r in rates]
+        try:
+            work = [tokens / get(k, mean) for k in keys]
+        except ZeroDivisionError:  # a zero rate: the guarded loop below
+            work = []
+        if work and min(work) > 0:
+            # Every rate positive and finite (``tokens / rate > 0``; the usual case): the loop below
+            # without its guards; pending work only for the endpoints that still have dispatches
+            # of this scheduler prefilling.
+            pending_at = self._pending_at
             for i in [i for i, k in enumerate(keys) if k in recent]:
-                work[i] = self.pending_s(endpoints[i], now=now) + work[i]
-            fastest = min(work, default=0.0)
+                work[i] = pending_at(endpoints[i], get(keys[i], mean), now) + work[i]
+            fastest = min(work)
             if fastest > 0:  # each ratio in (0, 1]
                 return UnitScores([fastest / f for f in work])
         finish: list[float | None] = []
