@@ -23,7 +23,7 @@ from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScor
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, PrefixCacheScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
 from igw.scheduling.scheduler import Profile, WeightedScorer
-from igw.scheduling.types import EndpointView
+from igw.scheduling.types import EndpointView, RoutingRequest
 
 
 def reference_min_max_inverse(values: Sequence[float | None]) -> list[float | None]:
@@ -213,3 +213,10 @@ def reference_profile(profile: Profile) -> Profile:
     assert isinstance(profile.picker, MaxScorePicker)
     picker = ReferenceMaxScorePicker(max_endpoints=profile.picker.max_endpoints)
     return Profile(filters=profile.filters, scorers=scorers, picker=picker, detector=profile.detector)
+
+
+def reference_fitting(request: RoutingRequest, endpoints: Sequence[EndpointView]) -> Sequence[EndpointView]:
+    need = request.prompt_tokens + (request.max_tokens or 0)
+    if all(e.max_model_len is None or e.max_model_len >= need for e in endpoints):
+        return endpoints
+    return [e for e in endpoints if e.max_model_len is None or e.max_model_len >= need]

@@ -20,6 +20,7 @@ from igw.config.model import LabelSelector, SchedulerSpec
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.framework import CycleContext
+from igw.scheduling.plugins.context_length_filter import fitting
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
@@ -45,6 +46,7 @@ from tests.scheduling.reference import (
     ReferencePredictedTtftScorer,
     ReferencePrefillCollisionScorer,
     ReferenceQueueScorer,
+    reference_fitting,
     reference_pooled_ttft,
     reference_profile,
 )
@@ -265,3 +267,23 @@ def test_dispatch_ledger_matches_its_reference(events: list[tuple[str, str, floa
         assert [v.unreflected_dispatches for v in fast.annotate(views, now=now)] == [
             reference.unreflected(v, now=now) for v in views
         ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    limits=st.lists(st.one_of(st.none(), st.sampled_from([100, 399, 400, 8192])), max_size=6),
+    max_tokens=st.one_of(st.none(), st.integers(min_value=0, max_value=300)),
+)
+def test_context_length_fitting_matches_its_reference(
+    limits: list[int | None], max_tokens: int | None
+) -> None:
+    views = [
+        EndpointView(key=f"e{i}", metrics=None, scraped_at=None, max_model_len=n)
+        for i, n in enumerate(limits)
+    ]
+    request = RoutingRequest(
+        request_id="r", model="m", base_model="m", prefix_text="", prompt_tokens=100, max_tokens=max_tokens
+    )
+    fast, expected = fitting(request, views), reference_fitting(request, views)
+    assert list(fast) == list(expected)
+    assert (fast is views) == (expected is views)  # "all fit" still hands back the same list

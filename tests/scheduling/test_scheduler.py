@@ -140,9 +140,12 @@ def test_removed_endpoints_drop_plugin_state() -> None:
         ([0.5, 1.0000001], False),
         ([-0.1, 0.5], False),
         ([0.5, float("inf")], False),
+        ([0.5, None, 0.2], None),  # a missing signal: the imputing path
+        ([None], None),
+        ([None, None], None),
     ],
 )
-def test_unit_range_fast_path_rejects_out_of_range(values: list[float], in_range: bool) -> None:
+def test_unit_range_fast_path_rejects_out_of_range(values: list[float | None], in_range: bool | None) -> None:
     from igw.scheduling.scheduler import _in_unit_range
 
     assert _in_unit_range(values) is in_range

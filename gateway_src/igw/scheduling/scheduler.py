@@ -24,11 +24,9 @@ Order of one ``pick`` (all in memory, no I/O, time only from ``now``):
 
 from __future__ import annotations
 
-import operator
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import cast
 
 from igw.scheduling.data_flow import require_data_flow_order
@@ -230,13 +228,14 @@ class Scheduler:
                 totals = _add_weighted(totals, values, ws.weight)
                 columns.append((ws.scorer.name, ws.weight, values))
                 continue
-            if None not in raw:
+            in_range = _in_unit_range(raw)
+            if in_range is not None:
                 # Hot path (every candidate scored): values already in [0, 1] are used as they are,
                 # others clamped as clamp01 does. A NaN can slip past the range check (min and max
                 # do not see it reliably); it then makes the totals NaN, caught below.
                 w = ws.weight
                 scored = cast("list[float]", raw)
-                values = scored if _in_unit_range(scored) else _clamped(scored)
+                values = scored if in_range else _clamped(scored)
                 totals = _add_weighted(totals, values, w)
                 columns.append((ws.scorer.name, w, values))
                 continue
@@ -301,10 +300,15 @@ class Scheduler:
             plugin.on_endpoints_removed(keys)
 
 
-def _in_unit_range(values: list[float]) -> bool:
-    """Every value in [0, 1], checked with two C-level passes (the usual case: scorers already
-    return clamped values, so the per-value clamp can be skipped). NaN is not detected here."""
-    return not values or (min(values) >= 0.0 and max(values) <= 1.0)
+def _in_unit_range(values: Sequence[float | None]) -> bool | None:
+    """Whether every value is in [0, 1] (the usual case: scorers already return clamped values, so
+    the per-value clamp can be skipped); ``None`` when a value is missing. Two C-level passes: a
+    ``None`` makes ``min`` or the comparison after it raise, which is how it is detected. NaN is
+    not detected here."""
+    try:
+        return not values or (min(values) >= 0.0 and max(values) <= 1.0)  # type: ignore[type-var,operator]
+    except TypeError:
+        return None
 
 
 def _clamped(values: Sequence[float]) -> list[float]:
@@ -313,8 +317,9 @@ def _clamped(values: Sequence[float]) -> list[float]:
 
 
 def _add_weighted(totals: list[float], values: Sequence[float], weight: float) -> list[float]:
-    """``totals[i] + values[i] * weight`` for every i, iterated in C (``map`` over ``operator``)."""
-    return list(map(operator.add, totals, map(operator.mul, values, repeat(weight))))
+    """``totals[i] + values[i] * weight`` for every i (a comprehension: on CPython 3.11+ faster than
+    ``map`` over ``operator``)."""
+    return [t + v * weight for t, v in zip(totals, values, strict=True)]
 
 
 def _note_removed(
