@@ -145,13 +145,9 @@ class ReferencePrefillCollisionScorer(PrefillCollisionScorer):
 class ReferenceMaxScorePicker(MaxScorePicker):
     def rank(self, ctx: CycleContext, totals: Sequence[float]) -> list[int]:
         n = len(totals)
-        if n == 0:
-            return []
+        if n <= 1 or self.max_endpoints == 1:
+            return super().rank(ctx, totals)  # code the cost work left unchanged
         rnd = ctx.rng.random
-        if self.max_endpoints == 1 or n == 1:
-            best = max(totals)
-            ties = [i for i, t in enumerate(totals) if t == best]
-            return [ties[0] if len(ties) == 1 else ties[int(rnd() * len(ties))]]
         tiebreak = [rnd() for _ in range(n)]
         top = heapq.nlargest(self.max_endpoints, zip(totals, tiebreak, range(n), strict=True))
         return [i for _, _, i in top]

@@ -13,11 +13,13 @@ missing on some endpoint); callers then take their per-endpoint code, which hand
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from igw.scheduling.types import EndpointKey, EndpointView
 
 _UNSET: object = object()
+T = TypeVar("T")
 
 
 class Columns:
@@ -42,23 +44,15 @@ class Columns:
     def waiting(self) -> list[int] | None:
         """Scraped ``waiting`` of every endpoint, or ``None`` when any endpoint lacks it."""
         if self._waiting is _UNSET:
-            try:  # one pass: an endpoint without metrics raises (None has no ``waiting``)
-                values: list[int | None] | None = [e.metrics.waiting for e in self.endpoints]  # type: ignore[union-attr]
-            except AttributeError:
-                values = None
-            self._waiting = None if values is None or None in values else values
-        return self._waiting  # type: ignore[return-value]  # set just above to one of the two
+            self._waiting = _every_present(lambda: [e.metrics.waiting for e in self.endpoints])  # type: ignore[union-attr]
+        return self._waiting  # type: ignore[return-value]  # a list of ints or None, set just above
 
     @property
     def kv_usage(self) -> list[float] | None:
         """Scraped KV-cache use of every endpoint, or ``None`` when any endpoint lacks it."""
         if self._kv_usage is _UNSET:
-            try:  # one pass: an endpoint without metrics raises (None has no ``kv_usage``)
-                values: list[float | None] | None = [e.metrics.kv_usage for e in self.endpoints]  # type: ignore[union-attr]
-            except AttributeError:
-                values = None
-            self._kv_usage = None if values is None or None in values else values
-        return self._kv_usage  # type: ignore[return-value]  # set just above to one of the two
+            self._kv_usage = _every_present(lambda: [e.metrics.kv_usage for e in self.endpoints])  # type: ignore[union-attr]
+        return self._kv_usage  # type: ignore[return-value]  # a list of floats or None, set just above
 
     @property
     def unreflected(self) -> list[int]:
@@ -66,3 +60,14 @@ class Columns:
         if self._unreflected is None:
             self._unreflected = [e.unreflected_dispatches for e in self.endpoints]
         return self._unreflected
+
+
+def _every_present(read: Callable[[], list[T | None]]) -> list[T] | None:
+    """``read()`` (one comprehension over the endpoints' metrics) when it has no ``None``; ``None``
+    when a value is missing or an endpoint has no metrics at all (``None.waiting`` raises, so the
+    comprehension needs no separate test per endpoint)."""
+    try:
+        values = read()
+    except AttributeError:
+        return None
+    return None if None in values else values  # type: ignore[return-value]  # no None, checked
