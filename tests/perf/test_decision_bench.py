@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import re
+
+import pytest
 
 from igw.config.model import LabelSelector, SchedulerSpec
 from igw.perf.gateway_micro import COMPLETION_LAG_PICKS, _Fleet, _view, decision_time
@@ -33,3 +36,20 @@ def test_decision_time_reports_cpu_time_per_pick_against_a_random_pick() -> None
     assert 0 < t.p50_us <= t.p99_us
     assert t.baseline_mean_us > 0
     assert t.ratio > 1  # scoring eight endpoints costs more than indexing a list
+
+
+def test_perf_decide_prints_the_target_ratio_and_where_the_time_goes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from igw.cli.main import main
+
+    assert main(["perf", "decide", "--endpoints", "16,5", "--picks", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "scheduler decision, 16 endpoints, 40 picks" in out
+    assert re.search(r"target p50 <= 100 µs: ratio \d+\.\d\d, (met|MISSED)", out)
+    assert "scheduler decision, 5 endpoints" in out  # no target for this size: reported only
+    for component in ("score prefix-cache-scorer", "rank max-score-picker", "dispatch ledger annotate"):
+        assert component in out
+    shares = [float(m) for m in re.findall(r"(\d+\.\d)%", out)]
+    assert len(shares) >= 18  # nine rows per size
+    assert all(0.0 <= s <= 100.0 for s in shares)

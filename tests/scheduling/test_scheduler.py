@@ -210,3 +210,18 @@ def test_out_of_range_scores_are_clamped_before_weighting() -> None:
     assert d.scores["b"]["wild"] == 2.0
     assert d.scores["c"]["wild"] == 0.0
     assert _add_weighted([1.0, 2.0], [0.5, 0.25], 4.0) == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("count", range(8))
+def test_weighted_sum_adds_columns_in_order_exactly(count: int) -> None:
+    """Three columns per pass give bit for bit the sums of adding one column at a time."""
+    from igw.scheduling.scheduler import _add_weighted, _weighted_sum
+
+    rng = random.Random(count)
+    columns = [
+        (f"s{c}", rng.choice([0.5, 1.0, 2.0, 3.0]), [rng.random() for _ in range(50)]) for c in range(count)
+    ]
+    one_at_a_time = [0.0] * 50
+    for _, w, values in columns:
+        one_at_a_time = _add_weighted(one_at_a_time, values, w)
+    assert _weighted_sum(columns, 50) == one_at_a_time

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Final
 
 HELP = (
-    "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak, scrape cost."
+    "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak, "
+    "scrape cost, decision cost."
 )
 
 SOAK_SETTLE_S: Final = 65.0
@@ -109,6 +110,18 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parse-iterations", type=int, default=2000, help="pages parsed for the parse row")
 
 
+def _decide_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--endpoints",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[16, 1000],
+        help="comma-separated pool sizes (default 16,1000: the two with targets)",
+    )
+    parser.add_argument(
+        "--picks", type=int, default=0, help="picks per size (default: 48,000 / size, >= 300)"
+    )
+
+
 BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (
     # (benchmark name, module under igw.perf defining HELP and run(args), its command-line options)
     ("gateway", "igw.perf.gateway", _gateway_arguments),
@@ -117,6 +130,7 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("checks", "igw.perf.checks", _checks_arguments),
     ("soak", "igw.perf.soak", _soak_arguments),
     ("scrape", "igw.perf.scrape", _scrape_arguments),
+    ("decide", "igw.perf.decide", _decide_arguments),
 )
 
 

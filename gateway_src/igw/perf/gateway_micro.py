@@ -115,12 +115,19 @@ class _Fleet:
         scheduler.on_complete(outcome, now=now)
 
 
-def decision_time(*, endpoints: int, picks: int, seed: int = 1) -> Timing:
+def decision_time(
+    *, endpoints: int, picks: int, seed: int = 1, instrument: Callable[[Scheduler], object] | None = None
+) -> Timing:
     """Default scheduler (every default scorer) on realistic chat prompts, as the gateway runs it at
-    1,000 requests/s: metrics re-scraped every 50 ms, completions feeding the measured TTFTs."""
+    1,000 requests/s: metrics re-scraped every 50 ms, completions feeding the measured TTFTs.
+
+    ``instrument`` is called with the scheduler before the first pick (``igw perf decide`` wraps its
+    plugins there to split the time by component)."""
     rng = random.Random(seed)
     spec = SchedulerSpec(name="bench", model_selector=LabelSelector(), model_name="m")
     scheduler = scheduler_from_spec(spec, rng=random.Random(seed))
+    if instrument is not None:
+        instrument(scheduler)
     now = 1000.0
     keys = [f"10.0.{i // 250}.{i % 250}:8000" for i in range(endpoints)]
     fleet = _Fleet(

@@ -218,15 +218,12 @@ class Scheduler:
         removed: Mapping[EndpointKey, str] | None = None,
     ) -> RoutingDecision:
         n = len(candidates)
-        totals = [0.0] * n
         columns: list[tuple[str, float, list[float]]] = []
         notes: list[str] = []
         for ws in scorers:
             raw = ws.scorer.score(ctx, candidates)
             if type(raw) is UnitScores:  # vouched complete and in range: no checks
-                values = cast("list[float]", raw)
-                totals = _add_weighted(totals, values, ws.weight)
-                columns.append((ws.scorer.name, ws.weight, values))
+                columns.append((ws.scorer.name, ws.weight, cast("list[float]", raw)))
                 continue
             in_range = _in_unit_range(raw)
             if in_range is not None:
@@ -236,7 +233,6 @@ class Scheduler:
                 w = ws.weight
                 scored = cast("list[float]", raw)
                 values = scored if in_range else _clamped(scored)
-                totals = _add_weighted(totals, values, w)
                 columns.append((ws.scorer.name, w, values))
                 continue
             present = [clamp01(v) for v in raw if v is not None]
@@ -254,15 +250,12 @@ class Scheduler:
                         f"{ws.scorer.name}: {ws.scorer.signal} missing on {n - len(present)} endpoints, "
                         "imputed with the mean"
                     )
-            w = ws.weight
-            totals = _add_weighted(totals, values, w)
-            columns.append((ws.scorer.name, w, values))
+            columns.append((ws.scorer.name, ws.weight, values))
+        totals = _weighted_sum(columns, n)
         check = sum(totals)
         if check != check:  # NaN: some column held a NaN the range check let through
             columns = [(name, w, _clamped(values)) for name, w, values in columns]
-            totals = [0.0] * n
-            for _, w, values in columns:
-                totals = _add_weighted(totals, values, w)
+            totals = _weighted_sum(columns, n)
         ranked = self.profile.picker.rank(ctx, totals)
         chosen = candidates[ranked[0]]
         if self.ledger is not None:
@@ -314,6 +307,21 @@ def _in_unit_range(values: Sequence[float | None]) -> bool | None:
 def _clamped(values: Sequence[float]) -> list[float]:
     """clamp01 of every value, inline: ``not v >= 0`` is true for negatives and NaN, both clamp to 0."""
     return [0.0 if not v >= 0.0 else 1.0 if v > 1.0 else v for v in values]
+
+
+def _weighted_sum(columns: Sequence[tuple[str, float, Sequence[float]]], n: int) -> list[float]:
+    """``0.0 + v1[i] * w1 + v2[i] * w2 + ...`` for every i, added left to right in column order.
+
+    Three columns per pass over the candidates (Python evaluates ``t + a * w1 + b * w2`` as
+    ``(t + a * w1) + b * w2``, so the sums are exactly those of one column at a time)."""
+    totals = [0.0] * n
+    for at in range(0, len(columns) - 2, 3):
+        (_, w1, a), (_, w2, b), (_, w3, c) = columns[at : at + 3]
+        totals = [t + x * w1 + y * w2 + z * w3 for t, x, y, z in zip(totals, a, b, c, strict=True)]
+    left = len(columns) % 3
+    for _, w, values in columns[len(columns) - left :] if left else ():
+        totals = _add_weighted(totals, values, w)
+    return totals
 
 
 def _add_weighted(totals: list[float], values: Sequence[float], weight: float) -> list[float]:
