@@ -14,12 +14,22 @@ missing on some endpoint); callers then take their per-endpoint code, which hand
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from igw.scheduling.types import EndpointKey, EndpointView
 
 _UNSET: object = object()
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Present(Generic[T]):
+    """One signal read from every endpoint, none missing, with its smallest and largest value."""
+
+    values: list[T]
+    lo: T
+    hi: T
 
 
 class Columns:
@@ -41,18 +51,18 @@ class Columns:
         return self._keys
 
     @property
-    def waiting(self) -> list[int] | None:
+    def waiting(self) -> Present[int] | None:
         """Scraped ``waiting`` of every endpoint, or ``None`` when any endpoint lacks it."""
         if self._waiting is _UNSET:
             self._waiting = _every_present(lambda: [e.metrics.waiting for e in self.endpoints])  # type: ignore[union-attr]
-        return self._waiting  # type: ignore[return-value]  # a list of ints or None, set just above
+        return self._waiting  # type: ignore[return-value]  # set just above
 
     @property
-    def kv_usage(self) -> list[float] | None:
+    def kv_usage(self) -> Present[float] | None:
         """Scraped KV-cache use of every endpoint, or ``None`` when any endpoint lacks it."""
         if self._kv_usage is _UNSET:
             self._kv_usage = _every_present(lambda: [e.metrics.kv_usage for e in self.endpoints])  # type: ignore[union-attr]
-        return self._kv_usage  # type: ignore[return-value]  # a list of floats or None, set just above
+        return self._kv_usage  # type: ignore[return-value]  # set just above
 
     @property
     def unreflected(self) -> list[int]:
@@ -62,12 +72,17 @@ class Columns:
         return self._unreflected
 
 
-def _every_present(read: Callable[[], list[T | None]]) -> list[T] | None:
-    """``read()`` (one comprehension over the endpoints' metrics) when it has no ``None``; ``None``
-    when a value is missing or an endpoint has no metrics at all (``None.waiting`` raises, so the
-    comprehension needs no separate test per endpoint)."""
+def _every_present(read: Callable[[], list[Any]]) -> Present[Any] | None:
+    """``read()`` (one comprehension over the endpoints' metrics) with its bounds when no value is
+    ``None``; ``None`` when one is, when an endpoint has no metrics at all, or when there are no
+    endpoints. No separate test per endpoint: ``None.waiting`` raises ``AttributeError``, and a
+    ``None`` among numbers makes ``min`` or ``max`` raise ``TypeError`` (a lone ``None`` is caught by
+    the comparison after them). NaN is not detected: the scheduler catches a NaN in the totals."""
     try:
         values = read()
-    except AttributeError:
+        lo, hi = min(values), max(values)
+        if lo is None or hi is None:
+            return None
+    except (AttributeError, TypeError, ValueError):
         return None
-    return None if None in values else values  # type: ignore[return-value]  # no None, checked
+    return Present(values, lo, hi)

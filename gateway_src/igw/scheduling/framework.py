@@ -139,16 +139,24 @@ def clamp01(value: float) -> float:
     return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
 
 
-def min_max_inverse(values: Sequence[float | None]) -> list[float | None]:
-    """``(max - v) / (max - min)`` over the values present; all equal -> 1.0 (GIE queue scorer)."""
-    if None not in values:
-        # Every value present (the usual case): the same arithmetic without the per-value test.
+def min_max_inverse(
+    values: Sequence[float | None], *, bounds: tuple[float, float] | None = None
+) -> list[float | None]:
+    """``(max - v) / (max - min)`` over the values present; all equal -> 1.0 (GIE queue scorer).
+
+    ``bounds``: ``(min, max)`` of ``values`` when the caller already has them and no value is
+    ``None`` (:attr:`igw.scheduling.columns.Columns.waiting`).
+    """
+    if bounds is None and None not in values:
         full = cast("Sequence[float]", values)
-        lo, hi = min(full, default=0.0), max(full, default=0.0)
+        bounds = (min(full, default=0.0), max(full, default=0.0))
+    if bounds is not None:
+        # Every value present (the usual case): the same arithmetic without the per-value test.
+        lo, hi = bounds
         if hi == lo:
-            return UnitScores([1.0] * len(full))
+            return UnitScores([1.0] * len(values))
         span = hi - lo
-        return UnitScores([(hi - v) / span for v in full])
+        return UnitScores([(hi - v) / span for v in cast("Sequence[float]", values)])
     present = [v for v in values if v is not None]
     if not present:
         return [None] * len(values)

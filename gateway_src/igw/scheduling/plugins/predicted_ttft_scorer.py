@@ -73,12 +73,13 @@ class PredictedTtftScorer(PluginHooks):
         cols = cols or Columns(endpoints)
         speeds = self.pooled_ttft(endpoints, cols)
         waiting = cols.waiting
-        if waiting is not None and min(waiting, default=0) >= 0:
+        if waiting is not None and waiting.lo >= 0:
             unreflected = cols.unreflected
             if min(unreflected, default=0) >= 0:
                 # The usual case (every endpoint publishes ``waiting``, no negative count): the
                 # formula below without its per-endpoint guards.
-                return [t * (1 + (w + u)) for t, w, u in zip(speeds, waiting, unreflected, strict=True)]
+                queued = zip(speeds, waiting.values, unreflected, strict=True)
+                return [t * (1 + (w + u)) for t, w, u in queued]
         out: list[float] = []
         for t, e in zip(speeds, endpoints, strict=True):
             # Requests ahead of a new one: scraped waiting plus this router's dispatches the scrape

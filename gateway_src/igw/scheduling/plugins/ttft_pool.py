@@ -40,6 +40,8 @@ class TtftPool:
         self._index: dict[EndpointKey, int] = {}
         self._measured: list[float | None] = []
         """Mean TTFT per candidate position (``None``: not measured)."""
+        self._unmeasured = 0
+        """How many ``None`` ``_measured`` holds (kept current, so a pick need not look)."""
         self._sorted_as: list[float | None] = []
         """Per candidate position: the log mean it is sorted under, ``None`` when it is not settled."""
         # The settled candidates, ascending by (log mean, position); the lists are parallel.
@@ -80,6 +82,7 @@ class TtftPool:
         self._index = {k: i for i, k in enumerate(keys)}
         get = self.ttft.values.get
         self._measured = [get(k) for k in keys]
+        self._unmeasured = sum(1 for t in self._measured if t is None)
         self._sorted_as = [None] * len(keys)
         for lst in (self._pairs, self._positions, self._logs, self._errors, self._ttfts):
             lst.clear()
@@ -108,6 +111,7 @@ class TtftPool:
                 del lst[at]
             self._sorted_as[position] = None
         ttft = self.ttft.values.get(key)
+        self._unmeasured += (ttft is None) - (self._measured[position] is None)
         self._measured[position] = ttft
         logs = self.log_ttft
         if ttft is None or logs.counts.get(key, 0) < logs.settled_count:
@@ -124,8 +128,8 @@ class TtftPool:
     def _base(self) -> list[float]:
         """Measured means, the mean of the measured ones for the others (1.0 when none is)."""
         measured = self._measured
-        if None not in measured:
-            return list(measured)  # type: ignore[arg-type]  # no None, checked just above
+        if not self._unmeasured:
+            return list(measured)  # type: ignore[arg-type]  # no None: counted
         present = [v for v in measured if v is not None]
         fallback = sum(present) / len(present) if present else 1.0
         return [fallback if t is None else t for t in measured]
