@@ -68,3 +68,27 @@ def test_forget_drops_dispatches_and_ttft() -> None:
     ledger.forget(["e1"])
     assert ledger.ttft.get("e1") is None
     assert ledger.unreflected(ep("e1", scraped_at=0.0), now=0.3) == 0
+
+
+def test_annotated_view_keeps_every_other_field() -> None:
+    """The annotation copies the view field by field (for speed): a field added to EndpointView and
+    not copied there would be lost, which this catches."""
+    import dataclasses
+
+    from igw.scheduling.dispatch_ledger import _with_unreflected
+    from igw.scheduling.types import EndpointView, EngineMetrics
+
+    values = {
+        "key": "e1",
+        "metrics": EngineMetrics(waiting=1),
+        "scraped_at": 0.5,
+        "scrape_failing": True,
+        "inflight": 3,
+        "inflight_tokens": 900,
+        "labels": {"gpu": "h100"},
+        "max_model_len": 8192,
+        "unreflected_dispatches": 1,
+    }
+    assert {f.name for f in dataclasses.fields(EndpointView)} == set(values)
+    view = EndpointView(**values)  # type: ignore[arg-type]
+    assert _with_unreflected(view, 4) == dataclasses.replace(view, unreflected_dispatches=4)

@@ -137,9 +137,7 @@ def test_noise_z_must_be_non_negative() -> None:
 def _set_measurement(scorer: PredictedTtftScorer, key: str, *, ttft: float, log_sd: float) -> None:
     """Pin an endpoint's learned state (mean TTFT, log-space spread) as after 100 samples."""
     for ewma, value, var in ((scorer.ttft, ttft, 0.0), (scorer.log_ttft, math.log(ttft), log_sd**2)):
-        ewma.values[key] = value
-        ewma.variances[key] = var
-        ewma.counts[key] = 100
+        ewma.set_state(key, mean=value, variance=var, count=100)
 
 
 def test_groups_do_not_chain_small_steps_into_a_large_difference() -> None:

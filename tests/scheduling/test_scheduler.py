@@ -139,15 +139,49 @@ def test_removed_endpoints_drop_plugin_state() -> None:
         ([], True),
         ([0.5, 1.0000001], False),
         ([-0.1, 0.5], False),
-        ([float("nan"), 0.5], False),  # NaN first: min/max alone would not notice it everywhere
-        ([0.5, float("nan"), 0.2], False),
         ([0.5, float("inf")], False),
+        ([0.5, None, 0.2], None),  # a missing signal: the imputing path
+        ([None], None),
+        ([None, None], None),
     ],
 )
-def test_unit_range_fast_path_rejects_out_of_range_and_nan(values: list[float], in_range: bool) -> None:
-    from igw.scheduling.scheduler import _all_in_unit_range
+def test_unit_range_fast_path_rejects_out_of_range(values: list[float | None], in_range: bool | None) -> None:
+    from igw.scheduling.scheduler import _in_unit_range
 
-    assert _all_in_unit_range(values) is in_range
+    assert _in_unit_range(values) is in_range
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param([0.5, float("nan"), 0.2], id="nan-inside-min-max-sees-in-range"),
+        pytest.param([float("nan"), 0.5, 0.2], id="nan-first"),
+    ],
+)
+def test_nan_score_is_clamped_to_zero_even_when_the_range_check_misses_it(values: list[float]) -> None:
+    """min/max do not reliably see a NaN; the NaN total it causes sends every column through the
+    clamp, so the NaN endpoint scores 0 and the others keep their values."""
+    from igw.scheduling.framework import CycleContext
+    from igw.scheduling.scheduler import WeightedScorer
+
+    class Nan:
+        name = "nan"
+        type_name = "nan"
+        signal = ""
+
+        def score(self, ctx: CycleContext, endpoints: object) -> list[float]:
+            return list(values)
+
+    s = sched({"queue": 1})
+    d = s._score_and_pick(
+        CycleContext(request=req(), now=0.5, rng=random.Random(1)),
+        [ep("a"), ep("b"), ep("c")],
+        (WeightedScorer(Nan(), 2.0),),  # type: ignore[arg-type]
+        stale=0,
+    )
+    expected = {key: 0.0 if v != v else 2.0 * v for key, v in zip("abc", values, strict=True)}
+    assert {key: per["nan"] for key, per in d.scores.items()} == expected
+    assert d.endpoint == ("a" if values[0] == values[0] else "b")
 
 
 def test_out_of_range_scores_are_clamped_before_weighting() -> None:
@@ -176,3 +210,18 @@ def test_out_of_range_scores_are_clamped_before_weighting() -> None:
     assert d.scores["b"]["wild"] == 2.0
     assert d.scores["c"]["wild"] == 0.0
     assert _add_weighted([1.0, 2.0], [0.5, 0.25], 4.0) == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("count", range(8))
+def test_weighted_sum_adds_columns_in_order_exactly(count: int) -> None:
+    """Three columns per pass give bit for bit the sums of adding one column at a time."""
+    from igw.scheduling.scheduler import _add_weighted, _weighted_sum
+
+    rng = random.Random(count)
+    columns = [
+        (f"s{c}", rng.choice([0.5, 1.0, 2.0, 3.0]), [rng.random() for _ in range(50)]) for c in range(count)
+    ]
+    one_at_a_time = [0.0] * 50
+    for _, w, values in columns:
+        one_at_a_time = _add_weighted(one_at_a_time, values, w)
+    assert _weighted_sum(columns, 50) == one_at_a_time

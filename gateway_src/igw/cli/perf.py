@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Final
 
 HELP = (
-    "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak, scrape cost."
+    "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak, "
+    "scrape cost, decision cost."
 )
 
 SOAK_SETTLE_S: Final = 65.0
@@ -162,6 +163,18 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scrape-interval", type=float, default=0.05, help="scrape interval in seconds")
 
 
+def _decide_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--endpoints",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[16, 1000],
+        help="comma-separated pool sizes (default 16,1000: the two with targets)",
+    )
+    parser.add_argument(
+        "--picks", type=int, default=0, help="picks per size (default: 48,000 / size, >= 300)"
+    )
+
+
 BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (
     # (benchmark name, module under igw.perf defining HELP and run(args), its command-line options)
     ("gateway", "igw.perf.gateway", _gateway_arguments),
@@ -172,6 +185,7 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("scrape", "igw.perf.scrape", _scrape_arguments),
     ("workers", "igw.perf.workers_throughput", _workers_arguments),
     ("workers-des", "igw.perf.workers_des", _workers_des_arguments),
+    ("decide", "igw.perf.decide", _decide_arguments),
 )
 
 

@@ -1,5 +1,10 @@
 """In-process micro-benchmarks of ``igw perf gateway``: scheduler decision time and /metrics parsing.
 
+The decision benchmark drives the scheduler as the gateway does at 1,000 requests/s (virtual time):
+scrapes land in turn and replace endpoint views, completions feed the measured TTFT and prefill
+rates, so every default scorer works on live state; only ``pick`` itself is timed, on the thread's
+CPU clock (``time.thread_time``), so other processes on a busy machine do not inflate the figures.
+
 Each prints its own baseline measured in the same run: a uniformly random pick over the same
 endpoint views (the floor any picker pays to look at the candidates), and ``prometheus_client``'s
 full text parser on the same page.
@@ -10,13 +15,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from igw.bench.stats import percentile
 from igw.config.model import LabelSelector, SchedulerSpec
 from igw.gateway.metrics_parser import VLLM, parse_page
 from igw.scheduling.factory import scheduler_from_spec
-from igw.scheduling.types import EndpointView, EngineMetrics, RoutingRequest
+from igw.scheduling.scheduler import Scheduler
+from igw.scheduling.types import EndpointView, EngineMetrics, RequestOutcome, RoutingRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,40 +39,102 @@ class Timing:
         return self.mean_us / self.baseline_mean_us if self.baseline_mean_us else float("inf")
 
 
-def _time(fn: Callable[[], object], n: int) -> list[float]:
+def _time(fn: Callable[[], object], n: int, clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Microseconds per call of ``fn``, ``n`` calls, each timed on ``clock``."""
     out = []
     for _ in range(n):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        out.append((time.perf_counter() - t0) * 1e6)
+        out.append((clock() - t0) * 1e6)
     return out
 
 
-def _views(n: int, rng: random.Random, now: float) -> list[EndpointView]:
-    return [
-        EndpointView(
-            key=f"10.0.{i // 250}.{i % 250}:8000",
-            metrics=EngineMetrics(
-                waiting=rng.randint(0, 4),
-                running=rng.randint(0, 64),
-                kv_usage=rng.uniform(0.0, 0.79),
-                block_size=16,
-                num_gpu_blocks=27_485,
-            ),
-            scraped_at=now - rng.uniform(0.0, 0.05),
-            inflight=rng.randint(0, 8),
+PICK_INTERVAL_S = 0.001
+"""Virtual time between two picks: the gateway at 1,000 requests/s."""
+SCRAPE_INTERVAL_S = 0.05
+"""Every endpoint's metrics are replaced this often (the scraper's default interval), staggered."""
+COMPLETION_LAG_PICKS = 200
+"""A request completes (and its TTFT reaches the scheduler) this many picks after it was routed."""
+WARM_SAMPLES_PER_ENDPOINT = 10
+"""Completions per endpoint before the timed picks (more than the TTFT means' settling window)."""
+
+
+def _metrics(rng: random.Random) -> EngineMetrics:
+    return EngineMetrics(
+        waiting=rng.randint(0, 4),
+        running=rng.randint(0, 64),
+        kv_usage=rng.uniform(0.0, 0.79),
+        block_size=16,
+        num_gpu_blocks=27_485,
+    )
+
+
+def _view(key: str, rng: random.Random, now: float) -> EndpointView:
+    return EndpointView(
+        key=key, metrics=_metrics(rng), scraped_at=now - rng.uniform(0.0, 0.05), inflight=rng.randint(0, 8)
+    )
+
+
+@dataclass(slots=True)
+class _Fleet:
+    """What the gateway hands the scheduler over time: views whose scrapes land in turn (staggered
+    over the scrape interval) and completions that feed the scorers' TTFT and prefill-rate means."""
+
+    views: list[EndpointView]
+    rng: random.Random
+    speeds: dict[str, float]
+    """Mean TTFT per endpoint key (a mixed fleet: up to fourfold differences)."""
+    next_scrape: int = 0
+    routed: list[tuple[str, str]] = field(default_factory=list)
+    """(request id, endpoint) per pick, in order; completed ``COMPLETION_LAG_PICKS`` picks later."""
+
+    def advance(self, scheduler: Scheduler, now: float) -> None:
+        """Untimed between two picks: the scrapes due since the last pick and one completion."""
+        n = len(self.views)
+        due = n * PICK_INTERVAL_S / SCRAPE_INTERVAL_S
+        count = int(due) + (1 if self.rng.random() < due - int(due) else 0)
+        for _ in range(count):
+            i = self.next_scrape
+            self.views[i] = EndpointView(
+                key=self.views[i].key,
+                metrics=_metrics(self.rng),
+                scraped_at=now,
+                inflight=self.rng.randint(0, 8),
+            )
+            self.next_scrape = (i + 1) % n
+        if len(self.routed) > COMPLETION_LAG_PICKS:
+            request_id, key = self.routed[-COMPLETION_LAG_PICKS - 1]
+            self.complete(scheduler, request_id, key, now)
+
+    def complete(self, scheduler: Scheduler, request_id: str, key: str, now: float) -> None:
+        """One request on ``key`` finished: its TTFT (the endpoint's speed, noisy) reaches the scorers."""
+        ttft = self.speeds[key] * self.rng.lognormvariate(0.0, 0.3)
+        outcome = RequestOutcome(
+            request_id=request_id, endpoint=key, ok=True, ttft_s=ttft, prompt_tokens=300, output_tokens=200
         )
-        for i in range(n)
-    ]
+        scheduler.on_complete(outcome, now=now)
 
 
-def decision_time(*, endpoints: int, picks: int, seed: int = 1) -> Timing:
-    """Default-weights scheduler (queue 2, KV 2, prefix 3, speed 1) on realistic chat prompts."""
+def decision_time(
+    *, endpoints: int, picks: int, seed: int = 1, instrument: Callable[[Scheduler], object] | None = None
+) -> Timing:
+    """Default scheduler (every default scorer) on realistic chat prompts, as the gateway runs it at
+    1,000 requests/s: metrics re-scraped every 50 ms, completions feeding the measured TTFTs.
+
+    ``instrument`` is called with the scheduler before the first pick (``igw perf decide`` wraps its
+    plugins there to split the time by component)."""
     rng = random.Random(seed)
     spec = SchedulerSpec(name="bench", model_selector=LabelSelector(), model_name="m")
     scheduler = scheduler_from_spec(spec, rng=random.Random(seed))
+    if instrument is not None:
+        instrument(scheduler)
     now = 1000.0
-    views = _views(endpoints, rng, now)
+    keys = [f"10.0.{i // 250}.{i % 250}:8000" for i in range(endpoints)]
+    fleet = _Fleet(
+        views=[_view(k, rng, now) for k in keys],
+        rng=rng,
+        speeds={k: rng.choice((0.05, 0.08, 0.2)) for k in keys},
+    )
     systems = [f"You are assistant #{g}. " * 40 for g in range(32)]  # ~1 KB shared prefixes
     requests = [
         RoutingRequest(
@@ -78,9 +146,20 @@ def decision_time(*, endpoints: int, picks: int, seed: int = 1) -> Timing:
         )
         for i in range(picks)
     ]
-    it = iter(requests)
-    samples = _time(lambda: scheduler.pick(next(it), views, now=now), picks)
-    baseline = _time(lambda: views[rng.randrange(len(views))].key, picks)
+    for i in range(WARM_SAMPLES_PER_ENDPOINT):  # steady state: every endpoint has settled means
+        for key in keys:
+            fleet.complete(scheduler, f"warm-{i}", key, now)
+    samples: list[float] = []
+    for request in requests:
+        now += PICK_INTERVAL_S
+        fleet.advance(scheduler, now)
+        t0 = time.thread_time()
+        decision = scheduler.pick(request, fleet.views, now=now)
+        samples.append((time.thread_time() - t0) * 1e6)
+        if decision.endpoint is not None:
+            fleet.routed.append((request.request_id, decision.endpoint))
+    views = fleet.views
+    baseline = _time(lambda: views[rng.randrange(len(views))].key, picks, clock=time.thread_time)
     return Timing(
         name=f"scheduler decision, {endpoints} endpoints",
         p50_us=percentile(samples, 50) or 0.0,

@@ -18,13 +18,16 @@ their documented semantics; the speed-aware ``predicted-ttft-scorer`` (``predict
 scorer that reads the annotation. Entries are dropped as soon as a scrape at or after their dispatch
 time arrives (the engine then reports them itself), or after ``horizon_s`` for an endpoint that is
 no longer scraped, so memory stays bounded without any completion callback.
+
+Cost: each endpoint's dispatch times are kept sorted, so pruning and counting are binary searches
+(``bisect``) rather than a walk over every dispatch since the scrape; a pick costs the same whether
+an endpoint got two dispatches since its scrape or two hundred.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from bisect import bisect_left, insort
 from collections.abc import Sequence
-from dataclasses import replace
 
 from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
@@ -38,11 +41,18 @@ class DispatchLedger:
     def __init__(self, *, horizon_s: float, ttft_alpha: float = DEFAULT_TTFT_ALPHA) -> None:
         self.horizon_s = horizon_s
         self.ttft = EndpointEwma(alpha=ttft_alpha)
-        self._pending: dict[EndpointKey, deque[float]] = {}
+        self._pending: dict[EndpointKey, list[float]] = {}
+        """Dispatch times per endpoint, ascending (``record`` keeps them sorted)."""
 
     def record(self, key: EndpointKey, *, now: float) -> None:
         """Remember one dispatch (called once per successful pick)."""
-        self._pending.setdefault(key, deque()).append(now)
+        times = self._pending.get(key)
+        if times is None:
+            self._pending[key] = [now]
+        elif times[-1] <= now:
+            times.append(now)  # the usual case: the caller's clock does not go back
+        else:
+            insort(times, now)
 
     def on_complete(self, outcome: RequestOutcome) -> None:
         """Learn the endpoint's time to first token (how long a dispatch is taken to stay waiting)."""
@@ -51,32 +61,54 @@ class DispatchLedger:
 
     def unreflected(self, view: EndpointView, *, now: float) -> int:
         """Dispatches to ``view`` since its scrape and within its TTFT; prunes reflected ones."""
-        queue = self._pending.get(view.key)
-        if not queue:
+        times = self._pending.get(view.key)
+        if not times:
             return 0
         cutoff = now - self.horizon_s
         if view.scraped_at is not None:
             cutoff = max(cutoff, view.scraped_at)
-        while queue and queue[0] < cutoff:
-            queue.popleft()
-        if not queue:
+        reflected = bisect_left(times, cutoff)
+        if reflected:
+            del times[:reflected]
+        if not times:
             del self._pending[view.key]
             return 0
         ttft = self.ttft.get(view.key)
-        admitted_before = cutoff if ttft is None else max(cutoff, now - ttft)
-        return sum(1 for t in queue if t >= admitted_before)
+        if ttft is None or now - ttft <= cutoff:
+            return len(times)
+        return len(times) - bisect_left(times, now - ttft)
 
     def annotate(self, views: Sequence[EndpointView], *, now: float) -> list[EndpointView]:
         """The views with ``unreflected_dispatches`` filled in."""
         pending = self._pending
-        out: list[EndpointView] = []
-        for v in views:
-            # Most endpoints of a large pool have no recent dispatch: skip the call (hot path).
+        out = list(views)
+        # Most endpoints of a large pool have no recent dispatch: find those that have one (or arrive
+        # with a count, which callers normally leave 0) in one pass, and visit only them.
+        visit = [i for i, v in enumerate(out) if v.key in pending or v.unreflected_dispatches]
+        for i in visit:
+            v = out[i]
             n = self.unreflected(v, now=now) if v.key in pending else 0
-            out.append(v if n == v.unreflected_dispatches else replace(v, unreflected_dispatches=n))
+            if n != v.unreflected_dispatches:
+                out[i] = _with_unreflected(v, n)
         return out
 
     def forget(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:
             self._pending.pop(key, None)
         self.ttft.forget(keys)
+
+
+def _with_unreflected(v: EndpointView, n: int) -> EndpointView:
+    """``dataclasses.replace(v, unreflected_dispatches=n)``, spelled out: ``replace`` re-inspects the
+    dataclass's fields on every call, and this runs once per recently used endpoint per pick."""
+    return EndpointView(
+        key=v.key,
+        metrics=v.metrics,
+        scraped_at=v.scraped_at,
+        scrape_failing=v.scrape_failing,
+        inflight=v.inflight,
+        inflight_tokens=v.inflight_tokens,
+        labels=v.labels,
+        max_model_len=v.max_model_len,
+        unreflected_dispatches=n,
+    )

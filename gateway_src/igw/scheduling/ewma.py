@@ -27,24 +27,43 @@ class EndpointEwma:
     weighted variance of the samples, West 1979), 0 after the first sample.
     """
 
-    def __init__(self, *, alpha: float) -> None:
+    def __init__(self, *, alpha: float, track_changes: bool = False) -> None:
         self.alpha = alpha
         self.values: dict[EndpointKey, float] = {}
         self.variances: dict[EndpointKey, float] = {}
         self.counts: dict[EndpointKey, int] = {}
+        self.errors: dict[EndpointKey, float] = {}
+        """:meth:`standard_error` per endpoint, computed when a sample arrives rather than on every
+        read (a scheduler reads it for every candidate of every pick)."""
+        self.changed: set[EndpointKey] | None = set() if track_changes else None
+        """With ``track_changes``: endpoints whose state was set or forgotten since the owner last
+        cleared this set (an owner that keeps something derived from every endpoint updates only
+        what changed). ``None`` otherwise, so an owner that never clears it holds nothing."""
 
     def observe(self, key: EndpointKey, sample: float) -> None:
         old = self.values.get(key)
         if old is None:
-            self.values[key] = sample
-            self.variances[key] = 0.0
-            self.counts[key] = 1
+            self.set_state(key, mean=sample, variance=0.0, count=1)
             return
         a = self.alpha
         diff = sample - old
-        self.values[key] = old + a * diff
-        self.variances[key] = (1.0 - a) * (self.variances.get(key, 0.0) + a * diff * diff)
-        self.counts[key] = self.counts.get(key, 1) + 1
+        self.set_state(
+            key,
+            mean=old + a * diff,
+            variance=(1.0 - a) * (self.variances.get(key, 0.0) + a * diff * diff),
+            count=self.counts.get(key, 1) + 1,
+        )
+
+    def set_state(self, key: EndpointKey, *, mean: float, variance: float, count: int) -> None:
+        """Set one endpoint's mean, variance and sample count (at least 1), and its standard error."""
+        if count < 1:
+            raise ValueError(f"an EWMA state needs at least one sample, got count {count}")
+        self.values[key] = mean
+        self.variances[key] = variance
+        self.counts[key] = count
+        self.errors[key] = self._standard_error(variance=variance, count=count)
+        if self.changed is not None:
+            self.changed.add(key)
 
     @property
     def settled_count(self) -> int:
@@ -59,24 +78,28 @@ class EndpointEwma:
         return self.values.get(key)
 
     def standard_error(self, key: EndpointKey) -> float | None:
+        """Typical error of the mean (see :meth:`_standard_error`); ``None`` without a sample."""
+        return self.errors.get(key)
+
+    def _standard_error(self, *, variance: float, count: int) -> float:
         """Typical error of the mean: ``sd * sqrt(alpha / (2 - alpha))`` once it spans its window.
 
         While fewer samples than the EWMA's effective window (``2 / alpha - 1``) have arrived, the
         mean is one of only ``n`` samples, so ``sd / sqrt(n)`` is used instead (the larger one).
-        ``None`` without a sample; with one sample the error is unknown and reported as infinite.
+        With one sample the error is unknown and reported as infinite.
         """
-        n = self.counts.get(key, 0)
-        if n == 0:
-            return None
-        if n == 1:
+        if count <= 1:
             return math.inf
         a = self.alpha
-        sd = math.sqrt(self.variances.get(key, 0.0))
+        sd = math.sqrt(variance)
         window_error = sd * math.sqrt(a / (2.0 - a)) if a < 2.0 else sd
-        return max(window_error, sd / math.sqrt(n))
+        return max(window_error, sd / math.sqrt(count))
 
     def forget(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:
             self.values.pop(key, None)
             self.variances.pop(key, None)
             self.counts.pop(key, None)
+            self.errors.pop(key, None)
+            if self.changed is not None:
+                self.changed.add(key)

@@ -22,8 +22,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
+from igw.scheduling.columns import Columns
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
 
 
@@ -38,6 +39,15 @@ class CycleContext:
     """Scratch space for plugins that cooperate within one pick (the prefix scorer publishes its
     hashes and hit flag here; the no-hit-LRU scorer reads them). Every key a plugin reads or writes
     is declared in its ``consumes`` / ``produces`` (see :class:`PluginHooks`)."""
+    _columns: Columns | None = field(default=None, init=False, repr=False, compare=False)
+
+    def columns(self, endpoints: Sequence[EndpointView]) -> Columns:
+        """Fields of ``endpoints`` read once and shared by every plugin that scores the same list in
+        this pick (see :mod:`igw.scheduling.columns`)."""
+        cached = self._columns
+        if cached is None or cached.endpoints is not endpoints:
+            cached = self._columns = Columns(endpoints)
+        return cached
 
 
 class PluginHooks:
@@ -80,12 +90,25 @@ class Filter(Plugin, Protocol):
     def filter(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[EndpointView]: ...
 
 
+class UnitScores(list[float | None]):
+    """Scores a scorer vouches for: one per candidate, none missing, each within [0, 1].
+
+    A scorer may return its scores in this list type instead of a plain list; the scheduler then
+    skips its per-value checks (missing signals, the range clamp), which on a large pool cost as
+    much as the scoring itself. Only the cost differs: a plain list gets the same result through
+    the checks. (Typed ``float | None`` only to fit :meth:`Scorer.score`; it holds no ``None``.)
+    """
+
+    __slots__ = ()
+
+
 @runtime_checkable
 class Scorer(Plugin, Protocol):
     """Scores every candidate in [0, 1] (higher is better), aligned with ``endpoints``.
 
     ``None`` marks a candidate whose required signal is missing. ``signal`` names that signal for
-    reports (``"kv_usage"``...); ``""`` for scorers that only use the gateway's own state.
+    reports (``"kv_usage"``...); ``""`` for scorers that only use the gateway's own state. Scores
+    returned as :class:`UnitScores` skip the scheduler's checks.
     """
 
     signal: str
@@ -116,8 +139,24 @@ def clamp01(value: float) -> float:
     return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
 
 
-def min_max_inverse(values: Sequence[float | None]) -> list[float | None]:
-    """``(max - v) / (max - min)`` over the values present; all equal -> 1.0 (GIE queue scorer)."""
+def min_max_inverse(
+    values: Sequence[float | None], *, bounds: tuple[float, float] | None = None
+) -> list[float | None]:
+    """``(max - v) / (max - min)`` over the values present; all equal -> 1.0 (GIE queue scorer).
+
+    ``bounds``: ``(min, max)`` of ``values`` when the caller already has them and no value is
+    ``None`` (:attr:`igw.scheduling.columns.Columns.waiting`).
+    """
+    if bounds is None and None not in values:
+        full = cast("Sequence[float]", values)
+        bounds = (min(full, default=0.0), max(full, default=0.0))
+    if bounds is not None:
+        # Every value present (the usual case): the same arithmetic without the per-value test.
+        lo, hi = bounds
+        if hi == lo:
+            return UnitScores([1.0] * len(values))
+        span = hi - lo
+        return UnitScores([(hi - v) / span for v in cast("Sequence[float]", values)])
     present = [v for v in values if v is not None]
     if not present:
         return [None] * len(values)

@@ -24,16 +24,23 @@ Order of one ``pick`` (all in memory, no I/O, time only from ``now``):
 
 from __future__ import annotations
 
-import operator
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import cast
 
 from igw.scheduling.data_flow import require_data_flow_order
 from igw.scheduling.dispatch_ledger import DispatchLedger
-from igw.scheduling.framework import CycleContext, Filter, Picker, Plugin, SaturationDetector, Scorer, clamp01
+from igw.scheduling.framework import (
+    CycleContext,
+    Filter,
+    Picker,
+    Plugin,
+    SaturationDetector,
+    Scorer,
+    UnitScores,
+    clamp01,
+)
 from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
@@ -212,20 +219,21 @@ class Scheduler:
         removed: Mapping[EndpointKey, str] | None = None,
     ) -> RoutingDecision:
         n = len(candidates)
-        totals = [0.0] * n
         columns: list[tuple[str, float, list[float]]] = []
         notes: list[str] = []
         for ws in scorers:
             raw = ws.scorer.score(ctx, candidates)
-            if None not in raw:
-                # Hot path (every candidate scored): clamp inline, as clamp01 does. ``not v >= 0``
-                # is true for negatives and NaN, both of which clamp to 0.
+            if type(raw) is UnitScores:  # vouched complete and in range: no checks
+                columns.append((ws.scorer.name, ws.weight, cast("list[float]", raw)))
+                continue
+            in_range = _in_unit_range(raw)
+            if in_range is not None:
+                # Hot path (every candidate scored): values already in [0, 1] are used as they are,
+                # others clamped as clamp01 does. A NaN can slip past the range check (min and max
+                # do not see it reliably); it then makes the totals NaN, caught below.
                 w = ws.weight
                 scored = cast("list[float]", raw)
-                values = scored if _all_in_unit_range(scored) else [
-                    0.0 if not v >= 0.0 else 1.0 if v > 1.0 else v for v in scored
-                ]  # fmt: skip
-                totals = _add_weighted(totals, values, w)
+                values = scored if in_range else _clamped(scored)
                 columns.append((ws.scorer.name, w, values))
                 continue
             present = [clamp01(v) for v in raw if v is not None]
@@ -243,9 +251,12 @@ class Scheduler:
                         f"{ws.scorer.name}: {ws.scorer.signal} missing on {n - len(present)} endpoints, "
                         "imputed with the mean"
                     )
-            w = ws.weight
-            totals = _add_weighted(totals, values, w)
-            columns.append((ws.scorer.name, w, values))
+            columns.append((ws.scorer.name, ws.weight, values))
+        totals = _weighted_sum(columns, n)
+        check = sum(totals)
+        if check != check:  # NaN: some column held a NaN the range check let through
+            columns = [(name, w, _clamped(values)) for name, w, values in columns]
+            totals = _weighted_sum(columns, n)
         ranked = self.profile.picker.rank(ctx, totals)
         chosen = candidates[ranked[0]]
         if self.ledger is not None:
@@ -283,19 +294,41 @@ class Scheduler:
             plugin.on_endpoints_removed(keys)
 
 
-def _all_in_unit_range(values: list[float]) -> bool:
-    """Every value in [0, 1] and none NaN, checked with C-level passes (the usual case: scorers
-    already return clamped values, so the per-value clamp can be skipped). ``sum`` is NaN if any
-    value is, and NaN never equals itself."""
-    if not values:
-        return True
-    total = sum(values)
-    return total == total and min(values) >= 0.0 and max(values) <= 1.0
+def _in_unit_range(values: Sequence[float | None]) -> bool | None:
+    """Whether every value is in [0, 1] (the usual case: scorers already return clamped values, so
+    the per-value clamp can be skipped); ``None`` when a value is missing. Two C-level passes: a
+    ``None`` makes ``min`` or the comparison after it raise, which is how it is detected. NaN is
+    not detected here."""
+    try:
+        return not values or (min(values) >= 0.0 and max(values) <= 1.0)  # type: ignore[type-var,operator]
+    except TypeError:
+        return None
+
+
+def _clamped(values: Sequence[float]) -> list[float]:
+    """clamp01 of every value, inline: ``not v >= 0`` is true for negatives and NaN, both clamp to 0."""
+    return [0.0 if not v >= 0.0 else 1.0 if v > 1.0 else v for v in values]
+
+
+def _weighted_sum(columns: Sequence[tuple[str, float, Sequence[float]]], n: int) -> list[float]:
+    """``0.0 + v1[i] * w1 + v2[i] * w2 + ...`` for every i, added left to right in column order.
+
+    Three columns per pass over the candidates (Python evaluates ``t + a * w1 + b * w2`` as
+    ``(t + a * w1) + b * w2``, so the sums are exactly those of one column at a time)."""
+    totals = [0.0] * n
+    for at in range(0, len(columns) - 2, 3):
+        (_, w1, a), (_, w2, b), (_, w3, c) = columns[at : at + 3]
+        totals = [t + x * w1 + y * w2 + z * w3 for t, x, y, z in zip(totals, a, b, c, strict=True)]
+    left = len(columns) % 3
+    for _, w, values in columns[len(columns) - left :] if left else ():
+        totals = _add_weighted(totals, values, w)
+    return totals
 
 
 def _add_weighted(totals: list[float], values: Sequence[float], weight: float) -> list[float]:
-    """``totals[i] + values[i] * weight`` for every i, iterated in C (``map`` over ``operator``)."""
-    return list(map(operator.add, totals, map(operator.mul, values, repeat(weight))))
+    """``totals[i] + values[i] * weight`` for every i (a comprehension: on CPython 3.11+ faster than
+    ``map`` over ``operator``)."""
+    return [t + v * weight for t, v in zip(totals, values, strict=True)]
 
 
 def _note_removed(

@@ -13,7 +13,7 @@ EndpointPickerConfig may list it explicitly. It takes no parameters.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from igw.scheduling.framework import CycleContext, PluginHooks
 from igw.scheduling.params import ParamReader
@@ -30,7 +30,12 @@ def tokens_needed(request: RoutingRequest) -> int:
 def fitting(request: RoutingRequest, endpoints: Sequence[EndpointView]) -> Sequence[EndpointView]:
     """``endpoints`` that can hold ``request`` (the same sequence object when all of them can)."""
     need = tokens_needed(request)
-    if all(e.max_model_len is None or e.max_model_len >= need for e in endpoints):
+    limits = [e.max_model_len for e in endpoints]
+    unknown = limits.count(None)  # one C-level pass
+    if unknown == len(limits):
+        return endpoints
+    known = [n for n in limits if n is not None] if unknown else cast("list[int]", limits)
+    if min(known) >= need:
         return endpoints
     return [e for e in endpoints if e.max_model_len is None or e.max_model_len >= need]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.types import EndpointView
 
@@ -25,6 +25,11 @@ class KvCacheScorer(PluginHooks):
         self.name = name
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        kv = ctx.columns(endpoints).kv_usage
+        if kv is not None:
+            scores: list[float | None] = [1.0 - v for v in kv.values]
+            # Use within [0, 1] gives scores within [0, 1]: vouched, so the scheduler skips its check.
+            return UnitScores(scores) if kv.lo >= 0.0 and kv.hi <= 1.0 else scores
         return [
             None if e.metrics is None or e.metrics.kv_usage is None else 1.0 - e.metrics.kv_usage
             for e in endpoints

@@ -7,12 +7,16 @@ connect-failure retry), best first. Parameters: ``maxNumOfEndpoints``.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable, Sequence
+from itertools import compress, repeat, starmap
 
 from igw.scheduling.framework import CycleContext
 from igw.scheduling.plugins.picker_base import CountedPicker, counted_picker_factory
 
 TYPE = "max-score-picker"
+PREFILTER_ABOVE = 8
+"""Candidates per returned endpoint above which the ranking first drops totals below the k-th best."""
 
 
 class MaxScorePicker(CountedPicker):
@@ -27,10 +31,22 @@ class MaxScorePicker(CountedPicker):
             best = max(totals)
             ties = [i for i, t in enumerate(totals) if t == best]
             return [ties[0] if len(ties) == 1 else ties[int(rnd() * len(ties))]]
-        tiebreak = [rnd() for _ in range(n)]
+        # One tie-break draw per candidate, always (the random stream stays the same whatever wins).
+        tiebreak = list(starmap(rnd, repeat((), n)))
+        k = self.max_endpoints
         # Tuples compare in C (no Python key call per candidate): order by total, then the random
         # tie-break; the index only rides along (a full tie on both is impossible in practice).
-        top = heapq.nlargest(self.max_endpoints, zip(totals, tiebreak, range(n), strict=True))
+        ranked: Iterable[tuple[float, float, int]] = zip(totals, tiebreak, range(n), strict=True)
+        if n > PREFILTER_ABOVE * k:
+            # Only candidates whose total reaches the k-th largest total can be in the top k: rank
+            # those (usually about k) instead of building a tuple per candidate. Skipped when a
+            # total is NaN, whose comparisons would make the threshold meaningless.
+            total = sum(totals)
+            if total == total:
+                kth = heapq.nlargest(k, totals)[-1]
+                kept = compress(range(n), map(operator.ge, totals, repeat(kth)))
+                ranked = [(totals[i], tiebreak[i], i) for i in kept]
+        top = heapq.nlargest(k, ranked)
         return [i for _, _, i in top]
 
 

@@ -39,9 +39,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from igw.scheduling.columns import Columns
 from igw.scheduling.ewma import EndpointEwma
-from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
+from igw.scheduling.plugins.ttft_pool import TtftPool
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
 TYPE = "predicted-ttft-scorer"
@@ -58,18 +60,30 @@ class PredictedTtftScorer(PluginHooks):
     ) -> None:
         self.name = name
         self.noise_z = noise_z
-        self.ttft = EndpointEwma(alpha=alpha)
-        self.log_ttft = EndpointEwma(alpha=alpha)
+        self.ttft = EndpointEwma(alpha=alpha, track_changes=True)
+        self.log_ttft = EndpointEwma(alpha=alpha, track_changes=True)
         """The same samples in log space, where their noise is compared (TTFT noise is relative)."""
+        self.pool = TtftPool(self.ttft, self.log_ttft, noise_z=noise_z)
 
-    def predicted(self, endpoints: Sequence[EndpointView]) -> list[float]:
-        """Predicted TTFT per endpoint in the units of the measurements (1.0 when none yet)."""
-        speeds = self.pooled_ttft(endpoints)
+    def predicted(self, endpoints: Sequence[EndpointView], cols: Columns | None = None) -> list[float]:
+        """Predicted TTFT per endpoint in the units of the measurements (1.0 when none yet).
+
+        ``cols``: the pick's shared reads of ``endpoints`` (:meth:`CycleContext.columns`), if any.
+        """
+        cols = cols or Columns(endpoints)
+        speeds = self.pooled_ttft(endpoints, cols)
+        waiting = cols.waiting
+        if waiting is not None and waiting.lo >= 0:
+            unreflected = cols.unreflected
+            if min(unreflected, default=0) >= 0:
+                # The usual case (every endpoint publishes ``waiting``, no negative count): the
+                # formula below without its per-endpoint guards.
+                queued = zip(speeds, waiting.values, unreflected, strict=True)
+                return [t * (1 + (w + u)) for t, w, u in queued]
         out: list[float] = []
         for t, e in zip(speeds, endpoints, strict=True):
             # Requests ahead of a new one: scraped waiting plus this router's dispatches the scrape
-            # cannot show yet; without a waiting signal, the gateway's own in-flight count. (Inline:
-            # this runs once per endpoint per request.)
+            # cannot show yet; without a waiting signal, the gateway's own in-flight count.
             m = e.metrics
             if m is not None and m.waiting is not None:
                 ahead = (m.waiting if m.waiting > 0 else 0) + (
@@ -80,7 +94,7 @@ class PredictedTtftScorer(PluginHooks):
             out.append(t * (1 + ahead))
         return out
 
-    def pooled_ttft(self, endpoints: Sequence[EndpointView]) -> list[float]:
+    def pooled_ttft(self, endpoints: Sequence[EndpointView], cols: Columns | None = None) -> list[float]:
         """Measured TTFT per endpoint, with differences inside the measurements' noise removed.
 
         Settled endpoints (at least a full EWMA window of samples) are sorted by their log-space mean
@@ -89,41 +103,16 @@ class PredictedTtftScorer(PluginHooks):
         (:meth:`EndpointEwma.standard_error`); every member of a group takes the group's mean TTFT.
         Identical pods thus look identical (the other signals decide), while an A10G next to an H100
         (a tenfold difference) stays apart. Unmeasured endpoints take the mean of the measured ones
-        (1.0 when none is measured); unsettled ones keep their own mean.
+        (1.0 when none is measured); unsettled ones keep their own mean. Kept up to date between
+        picks by :class:`~igw.scheduling.plugins.ttft_pool.TtftPool`.
         """
-        lookup = self.ttft.values.get
-        measured = [lookup(e.key) for e in endpoints]
-        present = [v for v in measured if v is not None]
-        fallback = sum(present) / len(present) if present else 1.0
-        out = [fallback if t is None else t for t in measured]
-        if self.noise_z <= 0:
-            return out
-        logs = self.log_ttft
-        settled = logs.settled_count
-        order = sorted(
-            (i for i, t in enumerate(measured) if t is not None and logs.count(endpoints[i].key) >= settled),
-            key=lambda i: logs.get(endpoints[i].key) or 0.0,
-        )
-        group: list[int] = []
-        first_log, first_se = 0.0, 0.0
-        for i in [*order, -1]:
-            log_i = 0.0 if i < 0 else logs.get(endpoints[i].key) or 0.0
-            se = math.inf if i < 0 else logs.standard_error(endpoints[i].key) or 0.0
-            # Compared with the group's *first* (fastest) member, not the previous one, so a chain of
-            # small steps cannot join an H100 and an A10G.
-            if group and (i < 0 or log_i - first_log > self.noise_z * math.hypot(se, first_se)):
-                mean = sum(out[j] for j in group) / len(group)
-                for j in group:
-                    out[j] = mean
-                group = []
-            if not group:
-                first_log, first_se = log_i, se
-            group.append(i)
-        return out
+        return self.pool.pooled((cols or Columns(endpoints)).keys)
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
-        predicted = self.predicted(endpoints)
+        predicted = self.predicted(endpoints, ctx.columns(endpoints))
         best = min(predicted, default=0.0)
+        if best > 0:  # every prediction positive: the ratio below without its guard, each in (0, 1]
+            return UnitScores([best / p for p in predicted])
         return [1.0 if p <= 0 else best / p for p in predicted]
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from igw.scheduling.ewma import EndpointEwma
-from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
@@ -76,9 +76,15 @@ class PrefillCollisionScorer(PluginHooks):
         the endpoint's scrape already shows while requests wait there is queued, not prefilling, and
         the queue scorers see it, so it is left out.
         """
-        queue = self.recent.get(view.key)
         rate = self.rate_of(view.key)
-        if not queue or rate is None or rate <= 0:
+        if rate is None or rate <= 0:
+            return 0.0
+        return self._pending_at(view, rate, now)
+
+    def _pending_at(self, view: EndpointView, rate: float, now: float) -> float:
+        """:meth:`pending_s` with the endpoint's rate (positive) already looked up."""
+        queue = self.recent.get(view.key)
+        if not queue:
             return 0.0
         while queue and queue[0][1] / rate <= now - queue[0][0]:
             queue.popleft()  # the oldest are dropped once worked off (prompts of similar size)
@@ -88,16 +94,39 @@ class PrefillCollisionScorer(PluginHooks):
         m = view.metrics
         queued = m is not None and m.waiting is not None and m.waiting > 0
         shown_before = view.scraped_at if queued and view.scraped_at is not None else -math.inf
-        return sum(max(0.0, tokens / rate - (now - t)) for t, tokens in queue if t > shown_before)
+        # ``left if left > 0.0 else 0.0`` is ``max(0.0, left)`` (NaN included) without the call.
+        return sum(
+            [
+                left if (left := tokens / rate - (now - t)) > 0.0 else 0.0
+                for t, tokens in queue
+                if t > shown_before
+            ]
+        )
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         values = self.rate.values
         if not values:
-            return [1.0] * len(endpoints)  # nothing measured yet: no endpoint can be told apart
+            return UnitScores([1.0] * len(endpoints))  # nothing measured yet: no endpoint can be told apart
         tokens = max(MIN_PROMPT_TOKENS, ctx.request.prompt_tokens)
         mean = sum(values.values()) / len(values)  # rate_of's fallback, computed once per cycle
         recent = self.recent
         now = ctx.now
+        keys = ctx.columns(endpoints).keys
+        get = values.get
+        try:
+            work = [tokens / get(k, mean) for k in keys]
+        except ZeroDivisionError:  # a zero rate: the guarded loop below
+            work = []
+        if work and min(work) > 0:
+            # Every rate positive and finite (``tokens / rate > 0``; the usual case): the loop below
+            # without its guards; pending work only for the endpoints that still have dispatches
+            # of this scheduler prefilling.
+            pending_at = self._pending_at
+            for i in [i for i, k in enumerate(keys) if k in recent]:
+                work[i] = pending_at(endpoints[i], get(keys[i], mean), now) + work[i]
+            fastest = min(work)
+            if fastest > 0:  # each ratio in (0, 1]
+                return UnitScores([fastest / f for f in work])
         finish: list[float | None] = []
         for e in endpoints:
             rate = values.get(e.key, mean)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins.prefix_index import (
     DEFAULT_BLOCK_CHARS,
@@ -80,11 +80,16 @@ class PrefixCacheScorer(PluginHooks):
         hashes = self._hashes(ctx, endpoints)
         if not hashes:
             ctx.state[STATE_ANY_HIT] = False
-            return [0.0] * len(endpoints)
+            return UnitScores([0.0] * len(endpoints))
         counts = self.index.match(hashes)
+        if not counts:
+            ctx.state[STATE_ANY_HIT] = False
+            return UnitScores([0.0] * len(endpoints))
         total = len(hashes)
-        scores: list[float | None] = [counts.get(e.key, 0) / total for e in endpoints]
-        ctx.state[STATE_ANY_HIT] = any(s for s in scores)
+        get = counts.get
+        # A matched chain is at most as long as the request's: every score is within [0, 1].
+        scores = UnitScores([get(k, 0) / total for k in ctx.columns(endpoints).keys])
+        ctx.state[STATE_ANY_HIT] = any(scores)
         return scores
 
     def capacity_for(self, endpoint: EndpointView) -> int:

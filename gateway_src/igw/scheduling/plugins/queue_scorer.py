@@ -26,6 +26,9 @@ class QueueScorer(PluginHooks):
         self.name = name
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        waiting = ctx.columns(endpoints).waiting
+        if waiting is not None:  # every endpoint publishes it: min-max from the bounds already read
+            return min_max_inverse(waiting.values, bounds=(waiting.lo, waiting.hi))
         return min_max_inverse(
             [None if e.metrics is None or e.metrics.waiting is None else e.metrics.waiting for e in endpoints]
         )

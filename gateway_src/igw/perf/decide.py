@@ -1,0 +1,83 @@
+"""``igw perf decide``: the scheduler's decision cost, against its targets and split by component.
+
+For each pool size it prints the CPU time per pick of the default scheduler driven as the gateway
+drives it (:func:`igw.perf.gateway_micro.decision_time`: scrapes landing, completions arriving), its
+ratio to the target (100 µs at 16 endpoints, 1 ms at 1,000) and to a random pick over the same
+views (the baseline measured in the same run), then where that time goes: every plugin's hook and
+the dispatch ledger, each timed on the thread's CPU clock around the real call, the remainder being
+the scheduler's own steps (freshness, context-length fit, weighted sums, the decision record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from igw.scheduling.scheduler import Scheduler
+
+HELP = "Scheduler decision cost: CPU time per pick at 16 and 1,000 endpoints, split by plugin."
+TARGETS_US = {16: 100.0, 1000: 1000.0}
+"""Issue targets: decision CPU time per pick (p50) by pool size; other sizes are reported only."""
+
+
+class Breakdown:
+    """Accumulated thread CPU seconds per component while it is installed on a scheduler."""
+
+    def __init__(self) -> None:
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+
+    def install(self, scheduler: Scheduler) -> None:
+        """Wrap every plugin hook a pick calls, and the dispatch ledger's annotation."""
+        profile = scheduler.profile
+        for ws in profile.scorers:
+            self._wrap(ws.scorer, "score", f"score {ws.scorer.name}")
+        for f in profile.filters:
+            self._wrap(f, "filter", f"filter {f.name}")
+        self._wrap(profile.picker, "rank", f"rank {profile.picker.name}")
+        for plugin in {id(p): p for p in (*profile.filters, *(ws.scorer for ws in profile.scorers))}.values():
+            self._wrap(plugin, "on_picked", "on_picked (all plugins)")
+        if scheduler.ledger is not None:
+            self._wrap(scheduler.ledger, "annotate", "dispatch ledger annotate")
+        self._wrap(scheduler, "pick", "TOTAL")
+
+    def _wrap(self, obj: object, method: str, label: str) -> None:
+        inner: Callable[..., Any] = getattr(obj, method)
+        seconds = self.seconds
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                seconds[label] += time.thread_time() - t0
+
+        setattr(obj, method, timed)
+
+
+def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.gateway_micro import decision_time
+
+    for endpoints in args.endpoints:
+        picks = args.picks or max(300, 48_000 // endpoints)
+        t = decision_time(endpoints=endpoints, picks=picks)
+        target = TARGETS_US.get(endpoints)
+        verdict = "(report)" if target is None else ("met" if t.p50_us <= target else "MISSED")
+        print(f"scheduler decision, {endpoints} endpoints, {picks} picks (CPU time per pick)")
+        print(f"  p50 {t.p50_us:.0f} µs, p99 {t.p99_us:.0f} µs, mean {t.mean_us:.0f} µs")
+        print(f"  baseline: {t.baseline} {t.baseline_mean_us:.2f} µs (ratio {t.ratio:.0f}x)")
+        if target is not None:
+            print(f"  target p50 <= {target:.0f} µs: ratio {t.p50_us / target:.2f}, {verdict}")
+        breakdown = Breakdown()
+        decision_time(endpoints=endpoints, picks=picks, instrument=breakdown.install)
+        total = breakdown.seconds.pop("TOTAL")
+        parts = sorted(breakdown.seconds.items(), key=lambda kv: -kv[1])
+        rest = total - sum(breakdown.seconds.values())
+        print("  where a pick's CPU time goes (mean per pick, instrumented run):")
+        for label, seconds in [*parts, ("scheduler's own steps (the rest)", rest)]:
+            print(f"    {label:<40} {seconds / picks * 1e6:8.1f} µs  {seconds / total:6.1%}")
+    return 0

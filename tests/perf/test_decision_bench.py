@@ -1,0 +1,55 @@
+"""The decision micro-benchmark of ``igw perf gateway``: it drives the scheduler as the gateway does."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from igw.config.model import LabelSelector, SchedulerSpec
+from igw.perf.gateway_micro import COMPLETION_LAG_PICKS, _Fleet, _view, decision_time
+from igw.scheduling.factory import scheduler_from_spec
+from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
+
+
+def test_fleet_replaces_scraped_views_and_completes_routed_requests() -> None:
+    rng = random.Random(1)
+    scheduler = scheduler_from_spec(
+        SchedulerSpec(name="b", model_selector=LabelSelector(), model_name="m"), rng=random.Random(1)
+    )
+    keys = [f"10.0.0.{i}:8000" for i in range(100)]
+    fleet = _Fleet(views=[_view(k, rng, 0.0) for k in keys], rng=rng, speeds=dict.fromkeys(keys, 0.1))
+    before = list(fleet.views)
+    fleet.routed = [(str(i), keys[i % 100]) for i in range(COMPLETION_LAG_PICKS + 1)]
+    fleet.advance(scheduler, now=0.001)
+    replaced = [i for i, (a, b) in enumerate(zip(before, fleet.views, strict=True)) if a is not b]
+    assert replaced == [0, 1]  # 100 endpoints x 1 ms / 50 ms: two scrapes land per pick
+    assert all(fleet.views[i].scraped_at == 0.001 for i in replaced)
+    ttft = next(ws.scorer for ws in scheduler.profile.scorers if isinstance(ws.scorer, PredictedTtftScorer))
+    assert ttft.ttft.count(keys[0]) == 1  # the oldest routed request completed
+
+
+def test_decision_time_reports_cpu_time_per_pick_against_a_random_pick() -> None:
+    t = decision_time(endpoints=8, picks=50)
+    assert t.name == "scheduler decision, 8 endpoints"
+    assert 0 < t.p50_us <= t.p99_us
+    assert t.baseline_mean_us > 0
+    assert t.ratio > 1  # scoring eight endpoints costs more than indexing a list
+
+
+def test_perf_decide_prints_the_target_ratio_and_where_the_time_goes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from igw.cli.main import main
+
+    assert main(["perf", "decide", "--endpoints", "16,5", "--picks", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "scheduler decision, 16 endpoints, 40 picks" in out
+    assert re.search(r"target p50 <= 100 µs: ratio \d+\.\d\d, (met|MISSED)", out)
+    assert "scheduler decision, 5 endpoints" in out  # no target for this size: reported only
+    for component in ("score prefix-cache-scorer", "rank max-score-picker", "dispatch ledger annotate"):
+        assert component in out
+    shares = [float(m) for m in re.findall(r"(\d+\.\d)%", out)]
+    assert len(shares) >= 18  # nine rows per size
+    assert all(0.0 <= s <= 100.0 for s in shares)

@@ -1,0 +1,218 @@
+"""Test oracles: the scheduling code as it read before its per-decision cost was cut.
+
+Each class derives from the plugin it checks and overrides only the methods whose cost was cut, with
+the straightforward per-endpoint code (one Python step per candidate, no shared columns, no
+incremental state). The fast versions must return exactly the same values, so the equivalence tests
+compare with ``==``, never with a tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+
+from igw.scheduling.dispatch_ledger import DispatchLedger
+from igw.scheduling.framework import CycleContext
+from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
+from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
+from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, PrefixCacheScorer
+from igw.scheduling.plugins.queue_scorer import QueueScorer
+from igw.scheduling.scheduler import Profile, WeightedScorer
+from igw.scheduling.types import EndpointView, RoutingRequest
+
+
+def reference_min_max_inverse(values: Sequence[float | None]) -> list[float | None]:
+    present = [v for v in values if v is not None]
+    if not present:
+        return [None] * len(values)
+    lo, hi = min(present), max(present)
+    if hi == lo:
+        return [None if v is None else 1.0 for v in values]
+    span = hi - lo
+    return [None if v is None else (hi - v) / span for v in values]
+
+
+class ReferenceQueueScorer(QueueScorer):
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        return reference_min_max_inverse(
+            [None if e.metrics is None or e.metrics.waiting is None else e.metrics.waiting for e in endpoints]
+        )
+
+
+class ReferenceKvCacheScorer(KvCacheScorer):
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        return [
+            None if e.metrics is None or e.metrics.kv_usage is None else 1.0 - e.metrics.kv_usage
+            for e in endpoints
+        ]
+
+
+class ReferencePrefixCacheScorer(PrefixCacheScorer):
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        hashes = self._hashes(ctx, endpoints)
+        if not hashes:
+            ctx.state[STATE_ANY_HIT] = False
+            return [0.0] * len(endpoints)
+        counts = self.index.match(hashes)
+        total = len(hashes)
+        scores: list[float | None] = [counts.get(e.key, 0) / total for e in endpoints]
+        ctx.state[STATE_ANY_HIT] = any(s for s in scores)
+        return scores
+
+
+class ReferencePredictedTtftScorer(PredictedTtftScorer):
+    def predicted(self, endpoints: Sequence[EndpointView], cols: object = None) -> list[float]:
+        speeds = self.pooled_ttft(endpoints)
+        out: list[float] = []
+        for t, e in zip(speeds, endpoints, strict=True):
+            m = e.metrics
+            if m is not None and m.waiting is not None:
+                ahead = (m.waiting if m.waiting > 0 else 0) + (
+                    e.unreflected_dispatches if e.unreflected_dispatches > 0 else 0
+                )
+            else:
+                ahead = e.inflight if e.inflight > 0 else 0
+            out.append(t * (1 + ahead))
+        return out
+
+    def pooled_ttft(self, endpoints: Sequence[EndpointView], cols: object = None) -> list[float]:
+        return reference_pooled_ttft(self, endpoints)
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        predicted = self.predicted(endpoints)
+        best = min(predicted, default=0.0)
+        return [1.0 if p <= 0 else best / p for p in predicted]
+
+
+def reference_pooled_ttft(scorer: PredictedTtftScorer, endpoints: Sequence[EndpointView]) -> list[float]:
+    """Sort every settled endpoint and walk the groups, from scratch, on every call."""
+    lookup = scorer.ttft.values.get
+    measured = [lookup(e.key) for e in endpoints]
+    present = [v for v in measured if v is not None]
+    fallback = sum(present) / len(present) if present else 1.0
+    out = [fallback if t is None else t for t in measured]
+    if scorer.noise_z <= 0:
+        return out
+    logs = scorer.log_ttft
+    settled = logs.settled_count
+    order = sorted(
+        (i for i, t in enumerate(measured) if t is not None and logs.count(endpoints[i].key) >= settled),
+        key=lambda i: logs.get(endpoints[i].key) or 0.0,
+    )
+    group: list[int] = []
+    first_log, first_se = 0.0, 0.0
+    for i in [*order, -1]:
+        log_i = 0.0 if i < 0 else logs.get(endpoints[i].key) or 0.0
+        se = math.inf if i < 0 else logs.standard_error(endpoints[i].key) or 0.0
+        if group and (i < 0 or log_i - first_log > scorer.noise_z * math.hypot(se, first_se)):
+            mean = sum(out[j] for j in group) / len(group)
+            for j in group:
+                out[j] = mean
+            group = []
+        if not group:
+            first_log, first_se = log_i, se
+        group.append(i)
+    return out
+
+
+class ReferencePrefillCollisionScorer(PrefillCollisionScorer):
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        values = self.rate.values
+        if not values:
+            return [1.0] * len(endpoints)
+        tokens = max(1, ctx.request.prompt_tokens)
+        mean = sum(values.values()) / len(values)
+        finish: list[float | None] = []
+        for e in endpoints:
+            rate = values.get(e.key, mean)
+            if rate <= 0:
+                finish.append(None)
+                continue
+            pending = self.pending_s(e, now=ctx.now) if e.key in self.recent else 0.0
+            finish.append(pending + tokens / rate)
+        present = [f for f in finish if f is not None]
+        if not present:
+            return [1.0] * len(endpoints)
+        best = min(present)
+        return [1.0 if f is None or f <= 0 else best / f for f in finish]
+
+
+class ReferenceMaxScorePicker(MaxScorePicker):
+    def rank(self, ctx: CycleContext, totals: Sequence[float]) -> list[int]:
+        n = len(totals)
+        if n <= 1 or self.max_endpoints == 1:
+            return super().rank(ctx, totals)  # code the cost work left unchanged
+        rnd = ctx.rng.random
+        tiebreak = [rnd() for _ in range(n)]
+        top = heapq.nlargest(self.max_endpoints, zip(totals, tiebreak, range(n), strict=True))
+        return [i for _, _, i in top]
+
+
+class ReferenceDispatchLedger(DispatchLedger):
+    """Dispatch times in a deque, counted one by one."""
+
+    def __init__(self, *, horizon_s: float) -> None:
+        super().__init__(horizon_s=horizon_s)
+        self.times: dict[str, deque[float]] = {}
+
+    def record(self, key: str, *, now: float) -> None:
+        self.times.setdefault(key, deque()).append(now)
+
+    def unreflected(self, view: EndpointView, *, now: float) -> int:
+        queue = self.times.get(view.key)
+        if not queue:
+            return 0
+        cutoff = now - self.horizon_s
+        if view.scraped_at is not None:
+            cutoff = max(cutoff, view.scraped_at)
+        while queue and queue[0] < cutoff:
+            queue.popleft()
+        ttft = self.ttft.get(view.key)
+        admitted_before = cutoff if ttft is None else max(cutoff, now - ttft)
+        return sum(1 for t in queue if t >= admitted_before)
+
+    def annotate(self, views: Sequence[EndpointView], *, now: float) -> list[EndpointView]:
+        out: list[EndpointView] = []
+        for v in views:
+            n = self.unreflected(v, now=now) if v.key in self.times else 0
+            out.append(
+                v if n == v.unreflected_dispatches else dataclasses.replace(v, unreflected_dispatches=n)
+            )
+        return out
+
+    def forget(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self.times.pop(key, None)
+        self.ttft.forget(keys)
+
+
+REFERENCES: dict[type, type] = {
+    QueueScorer: ReferenceQueueScorer,
+    KvCacheScorer: ReferenceKvCacheScorer,
+    PrefixCacheScorer: ReferencePrefixCacheScorer,
+    PredictedTtftScorer: ReferencePredictedTtftScorer,
+    PrefillCollisionScorer: ReferencePrefillCollisionScorer,
+}
+
+
+def reference_profile(profile: Profile) -> Profile:
+    """``profile`` with every built-in scorer and the max-score picker replaced by its reference
+    (same names, weights and default parameters; the profile must use default parameters)."""
+    scorers = tuple(
+        WeightedScorer(REFERENCES[type(ws.scorer)](name=ws.scorer.name), ws.weight) for ws in profile.scorers
+    )
+    assert isinstance(profile.picker, MaxScorePicker)
+    picker = ReferenceMaxScorePicker(max_endpoints=profile.picker.max_endpoints)
+    return Profile(filters=profile.filters, scorers=scorers, picker=picker, detector=profile.detector)
+
+
+def reference_fitting(request: RoutingRequest, endpoints: Sequence[EndpointView]) -> Sequence[EndpointView]:
+    need = request.prompt_tokens + (request.max_tokens or 0)
+    if all(e.max_model_len is None or e.max_model_len >= need for e in endpoints):
+        return endpoints
+    return [e for e in endpoints if e.max_model_len is None or e.max_model_len >= need]

@@ -1,0 +1,289 @@
+"""The cheaper decision path decides exactly as the straightforward code it replaced.
+
+Oracles: :mod:`tests.scheduling.reference` (the per-endpoint code before the cost work). Whole
+decisions are compared on a simulated mixed fleet under load (queues, prefix reuse, settled TTFT
+means, dispatches between scrapes), and each fast path is compared on generated inputs that reach
+its edge cases (ties, missing signals, negative counts, unsettled and forgotten endpoints).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from igw.config.model import LabelSelector, SchedulerSpec
+from igw.scheduling.dispatch_ledger import DispatchLedger
+from igw.scheduling.factory import scheduler_from_spec
+from igw.scheduling.framework import CycleContext
+from igw.scheduling.plugins.context_length_filter import fitting
+from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
+from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
+from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
+from igw.scheduling.plugins.queue_scorer import QueueScorer
+from igw.scheduling.scheduler import Scheduler
+from igw.scheduling.types import (
+    EndpointKey,
+    EndpointView,
+    EngineMetrics,
+    RequestOutcome,
+    RoutingDecision,
+    RoutingRequest,
+)
+from igw.sim.des import simulate
+from igw.sim.spec import PodSpec
+from igw.sim.workloads import poisson_arrivals, shared_prefix
+from tests.scheduling.helpers import req
+from tests.scheduling.reference import (
+    ReferenceDispatchLedger,
+    ReferenceKvCacheScorer,
+    ReferenceMaxScorePicker,
+    ReferencePredictedTtftScorer,
+    ReferencePrefillCollisionScorer,
+    ReferenceQueueScorer,
+    reference_fitting,
+    reference_pooled_ttft,
+    reference_profile,
+)
+
+
+@dataclass
+class Recording:
+    """A routing policy that records every decision of the scheduler it wraps."""
+
+    scheduler: Scheduler
+    decisions: list[RoutingDecision] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.scheduler.name
+
+    def pick(
+        self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+    ) -> RoutingDecision:
+        decision = self.scheduler.pick(request, endpoints, now=now)
+        self.decisions.append(decision)
+        return decision
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        self.scheduler.on_complete(outcome, now=now)
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        self.scheduler.on_endpoints_removed(keys)
+
+
+def _default_scheduler(seed: int) -> Scheduler:
+    spec = SchedulerSpec(name="s", model_selector=LabelSelector(), model_name="m")
+    return scheduler_from_spec(spec, rng=random.Random(seed))
+
+
+def _reference_scheduler(seed: int) -> Scheduler:
+    fast = _default_scheduler(seed)
+    scheduler = Scheduler(
+        name=fast.name,
+        profile=reference_profile(fast.profile),
+        settings=fast.settings,
+        rng=random.Random(seed),
+    )
+    scheduler.ledger = ReferenceDispatchLedger(horizon_s=scheduler.settings.stale_threshold_s)
+    return scheduler
+
+
+def _run(policy: Recording, seed: int) -> None:
+    rng = random.Random(seed)
+    pods = [
+        *(PodSpec(preset="llama-3.1-8b/h100", name=f"h100-{i}") for i in range(3)),
+        *(PodSpec(preset="llama-3.1-8b/a10g", name=f"a10g-{i}") for i in range(3)),
+    ]
+    requests = shared_prefix(
+        groups=12,
+        prompts_per_group=40,
+        system_prompt_len=600,
+        question_len=60,
+        output_len=80,
+        arrivals=poisson_arrivals(rate=60.0, rng=rng),
+        model="m",
+        rng=rng,
+    )
+    simulate(pods=pods, requests=requests, policy=policy, seed=seed)
+
+
+def test_default_scheduler_decides_exactly_as_the_reference_code_on_a_loaded_mixed_fleet() -> None:
+    fast, reference = Recording(_default_scheduler(7)), Recording(_reference_scheduler(7))
+    _run(fast, seed=3)
+    _run(reference, seed=3)
+    assert len(fast.decisions) == len(reference.decisions) == 480
+    assert fast.decisions == reference.decisions  # pick, fallbacks, every weighted score, reason
+    picked = {d.endpoint for d in fast.decisions}
+    assert len(picked) >= 4, picked  # the load spread over the fleet: the scores did the deciding
+    prefix = "prefix-cache-scorer"
+    prefix_scores = [d.scores[d.endpoint].get(prefix, 0.0) for d in fast.decisions if d.endpoint]
+    assert max(prefix_scores) > 0  # prefix reuse happened
+    pooled = fast.scheduler.profile.scorers
+    ttft = next(ws.scorer for ws in pooled if isinstance(ws.scorer, PredictedTtftScorer))
+    settled = [c for c in ttft.log_ttft.counts.values() if c >= ttft.log_ttft.settled_count]
+    assert len(settled) >= 4  # noise pooling had settled endpoints to group
+
+
+# --- the TTFT pool against a from-scratch sort, over random sequences of completions ---------------
+
+_KEYS = [f"e{i}" for i in range(8)]
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("observe"), st.sampled_from(_KEYS), st.sampled_from([0.05, 0.05, 0.08, 0.2, 0.21, 1.0])
+        ),
+        st.tuples(st.just("forget"), st.sampled_from(_KEYS), st.just(0.0)),
+        st.tuples(st.just("pick"), st.permutations(_KEYS), st.integers(min_value=1, max_value=len(_KEYS))),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=_OPS, noise_z=st.sampled_from([0.0, 0.5, 2.0]))
+def test_ttft_pool_matches_a_from_scratch_sort(ops: list[tuple[str, object, object]], noise_z: float) -> None:
+    scorer = PredictedTtftScorer(noise_z=noise_z)
+    candidates = [EndpointView(key=k, metrics=None, scraped_at=None) for k in _KEYS]
+    for op, a, b in ops:
+        if op == "observe":
+            scorer.on_complete(
+                RequestOutcome(request_id="r", endpoint=str(a), ok=True, ttft_s=float(b)), now=0.0
+            )  # type: ignore[arg-type]
+        elif op == "forget":
+            scorer.on_endpoints_removed([str(a)])
+        else:
+            order = list(a)  # type: ignore[call-overload]
+            candidates = [EndpointView(key=k, metrics=None, scraped_at=None) for k in order[: int(b)]]  # type: ignore[call-overload]
+        assert scorer.pooled_ttft(candidates) == reference_pooled_ttft(scorer, candidates)
+
+
+def test_ttft_pool_with_a_key_listed_twice_matches_the_reference() -> None:
+    scorer = PredictedTtftScorer()
+    for i in range(12):
+        scorer.on_complete(
+            RequestOutcome(request_id=str(i), endpoint="a", ok=True, ttft_s=0.05 + i / 1000), now=0.0
+        )
+        scorer.on_complete(RequestOutcome(request_id=str(i), endpoint="b", ok=True, ttft_s=0.06), now=0.0)
+    views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in ("a", "b", "a")]
+    for _ in range(2):
+        assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+
+
+# --- scorers, picker and ledger against their references on generated candidate lists -------------
+
+_METRICS = st.one_of(
+    st.none(),
+    st.builds(
+        EngineMetrics,
+        waiting=st.one_of(st.none(), st.integers(min_value=-1, max_value=5)),
+        kv_usage=st.one_of(st.none(), st.sampled_from([0.0, 0.3, 0.5, 1.0, 1.2])),
+    ),
+)
+_VIEWS = st.lists(
+    st.builds(
+        EndpointView,
+        key=st.sampled_from(_KEYS),
+        metrics=_METRICS,
+        scraped_at=st.sampled_from([0.0, 0.5]),
+        inflight=st.integers(min_value=-1, max_value=4),
+        unreflected_dispatches=st.integers(min_value=-1, max_value=3),
+    ),
+    max_size=8,
+    unique_by=lambda v: v.key,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(views=_VIEWS, samples=st.lists(st.tuples(st.sampled_from(_KEYS), st.floats(0.01, 0.5)), max_size=40))
+def test_scorers_match_their_references(views: list[EndpointView], samples: list[tuple[str, float]]) -> None:
+    pairs = [
+        (ReferenceQueueScorer(), QueueScorer()),
+        (ReferenceKvCacheScorer(), KvCacheScorer()),
+        (ReferencePredictedTtftScorer(), PredictedTtftScorer()),
+        (ReferencePrefillCollisionScorer(), PrefillCollisionScorer()),
+    ]
+    for reference, fast in pairs:
+        for i, (key, ttft) in enumerate(samples):
+            outcome = RequestOutcome(request_id=str(i), endpoint=key, ok=True, ttft_s=ttft, prompt_tokens=100)
+            reference.on_complete(outcome, now=1.0)  # type: ignore[attr-defined]
+            fast.on_complete(outcome, now=1.0)  # type: ignore[attr-defined]
+        for view in views[:3]:  # recent dispatches for the prefill-collision scorer
+            for plugin in (reference, fast):
+                plugin.on_picked(CycleContext(request=req(), now=0.9, rng=random.Random(0)), view)  # type: ignore[attr-defined]
+        expected = reference.score(CycleContext(request=req(), now=1.0, rng=random.Random(0)), views)  # type: ignore[attr-defined]
+        got = fast.score(CycleContext(request=req(), now=1.0, rng=random.Random(0)), views)  # type: ignore[attr-defined]
+        assert list(got) == expected, type(fast).__name__
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    totals=st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 3.0, math.nan]), max_size=200),
+    k=st.integers(min_value=1, max_value=5),
+    seed=st.integers(min_value=0, max_value=1000),
+)
+def test_max_score_picker_matches_its_reference(totals: list[float], k: int, seed: int) -> None:
+    # With one endpoint to return, an all-NaN list has no maximum in either version (the scheduler
+    # never ranks NaN totals: it clamps NaN scores first).
+    assume((k > 1 and len(totals) > 1) or not any(t != t for t in totals))
+    fast_rng, reference_rng = random.Random(seed), random.Random(seed)
+    fast = MaxScorePicker(max_endpoints=k).rank(CycleContext(request=req(), now=0.0, rng=fast_rng), totals)
+    expected = ReferenceMaxScorePicker(max_endpoints=k).rank(
+        CycleContext(request=req(), now=0.0, rng=reference_rng), totals
+    )
+    assert fast == expected
+    assert fast_rng.random() == reference_rng.random()  # the same number of draws
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    events=st.lists(
+        st.tuples(
+            st.sampled_from(["record", "scrape", "ttft"]), st.sampled_from(_KEYS[:3]), st.floats(0.0, 0.2)
+        ),
+        max_size=60,
+    )
+)
+def test_dispatch_ledger_matches_its_reference(events: list[tuple[str, str, float]]) -> None:
+    fast, reference = DispatchLedger(horizon_s=1.0), ReferenceDispatchLedger(horizon_s=1.0)
+    scraped = dict.fromkeys(_KEYS[:3], 0.0)
+    now = 0.0
+    for kind, key, value in events:
+        now += value / 4
+        if kind == "record":
+            for ledger in (fast, reference):
+                ledger.record(key, now=now - value / 8)  # sometimes earlier than the last: out of order
+        elif kind == "scrape":
+            scraped[key] = now - value / 2
+        else:
+            for ledger in (fast, reference):
+                ledger.on_complete(RequestOutcome(request_id="r", endpoint=key, ok=True, ttft_s=value))
+        views = [EndpointView(key=k, metrics=None, scraped_at=t) for k, t in scraped.items()]
+        assert [v.unreflected_dispatches for v in fast.annotate(views, now=now)] == [
+            reference.unreflected(v, now=now) for v in views
+        ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    limits=st.lists(st.one_of(st.none(), st.sampled_from([100, 399, 400, 8192])), max_size=6),
+    max_tokens=st.one_of(st.none(), st.integers(min_value=0, max_value=300)),
+)
+def test_context_length_fitting_matches_its_reference(
+    limits: list[int | None], max_tokens: int | None
+) -> None:
+    views = [
+        EndpointView(key=f"e{i}", metrics=None, scraped_at=None, max_model_len=n)
+        for i, n in enumerate(limits)
+    ]
+    request = RoutingRequest(
+        request_id="r", model="m", base_model="m", prefix_text="", prompt_tokens=100, max_tokens=max_tokens
+    )
+    fast, expected = fitting(request, views), reference_fitting(request, views)
+    assert list(fast) == list(expected)
+    assert (fast is views) == (expected is views)  # "all fit" still hands back the same list
