@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from igw.addon import pins
 from igw.gateway.emf_metrics import (
@@ -19,7 +20,16 @@ from igw.gateway.emf_metrics import (
     POOL_METRICS,
 )
 from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE, FLEET_METRICS
-from tests.cdk.conftest import Synthesized, example_document
+from tests.cdk.support import EXAMPLES
+
+Synthesized = Any
+"""The session fixtures' synthesized assembly (``templates``: stack role -> template)."""
+
+
+def example(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    return document
+
 
 TIER1 = {
     **{name: (MODEL_DIMENSION,) for name, _ in MODEL_METRICS},
@@ -98,14 +108,17 @@ def test_with_irsa_the_agent_role_trusts_only_its_service_account(variant: Synth
 
 
 def test_an_addon_the_cluster_already_runs_is_not_created_again(tmp_path: Path) -> None:
-    from tests.cdk.conftest import _synthesize, existing_document
+    from cdk import config
+    from cdk.app_builder import build_app
 
-    document = existing_document()
+    document = example("existing-cluster.yaml")
     document["existingCluster"]["installedAddons"] = [
         *document["existingCluster"].get("installedAddons", []),
         pins.CLOUDWATCH_OBSERVABILITY_ADDON,
     ]
-    platform = _synthesize(document, tmp_path).templates["platform"]
+    built = build_app(config.parse(document), outdir=tmp_path)
+    assert built.platform is not None
+    platform = built.app.synth().get_stack_artifact(built.platform.artifact_id).template
     names = [a["AddonName"] for a in of_type(platform, "AWS::EKS::Addon")]
     assert names  # the other add-ons are still there
     assert pins.CLOUDWATCH_OBSERVABILITY_ADDON not in names
@@ -119,7 +132,7 @@ def test_gateway_dashboard_draws_every_emitted_metric_and_nothing_else(synthesiz
 
 def test_gateway_alarms_per_configured_model_and_pool_watch_emitted_metrics(synthesized: Synthesized) -> None:
     alarms = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
-    schedulers = example_document()["inference"]["gatewayConfig"]["spec"]["schedulers"]
+    schedulers = example("deployment.yaml")["inference"]["gatewayConfig"]["spec"]["schedulers"]
     watched = set()
     for alarm in alarms:
         assert alarm["Namespace"] == DEFAULT_NAMESPACE
