@@ -14,7 +14,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk.config import IdentityMode
-from cdk.constructs.nag_ack import acknowledge, managed_policy
+from cdk.constructs.nag_ack import attach_aws_managed_policy
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import pins
 
@@ -46,13 +46,11 @@ class CloudWatchObservability(Construct):
             associate=False,  # the add-on creates the association itself (podIdentityAssociations)
             description="CloudWatch agent (amazon-cloudwatch-observability): Container Insights and logs",
         )
-        self.role.role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(AGENT_POLICY))
-        acknowledge(
+        attach_aws_managed_policy(
             self.role.role,
-            "AwsSolutions-IAM4",
+            AGENT_POLICY,
             reason="CloudWatchAgentServerPolicy is the policy AWS documents for this add-on's agent; it "
             "writes metrics and logs whose names exist only at run time; bound to its one service account",
-            findings=[managed_policy(AGENT_POLICY)],
         )
         pod_identity = identity == "podIdentity"
         self.addon = eks.CfnAddon(

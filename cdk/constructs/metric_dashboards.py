@@ -140,17 +140,41 @@ class GatewayMetricsDashboard(Construct):
     def _alarm(
         self, key: str, metric: cloudwatch.Metric, *, threshold: float, minutes: int, description: str
     ) -> None:
-        self.alarms[key] = cloudwatch.Alarm(
+        self.alarms[key] = sustained_alarm(
             self,
             f"Alarm{len(self.alarms)}",
-            metric=metric,
-            threshold=threshold,
-            evaluation_periods=minutes,
-            datapoints_to_alarm=minutes,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=description,
+            metric,
+            above=threshold,
+            minutes=minutes,
+            description=description,
         )
+
+
+def sustained_alarm(
+    scope: Construct,
+    id_: str,
+    metric: cloudwatch.IMetric,
+    *,
+    above: float,
+    minutes: int,
+    description: str,
+    inclusive: bool = False,
+) -> cloudwatch.Alarm:
+    """An alarm when every one-minute value of ``minutes`` is above ``above`` (or equal, with
+    ``inclusive``); no data (no traffic, nothing written) is not a breach."""
+    return cloudwatch.Alarm(
+        scope,
+        id_,
+        metric=metric,
+        threshold=above,
+        evaluation_periods=minutes,
+        datapoints_to_alarm=minutes,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+        if inclusive
+        else cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description=description,
+    )
 
 
 def _metric(dimension: str, value: str, metric: tuple[str, str]) -> cloudwatch.Metric:
@@ -228,14 +252,6 @@ class FleetMetricsDashboard(Construct):
             period=PERIOD,
             using_metrics={},
         )
-        return cloudwatch.Alarm(
-            self,
-            id_,
-            metric=query,
-            threshold=threshold,
-            evaluation_periods=minutes,
-            datapoints_to_alarm=minutes,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=description,
+        return sustained_alarm(
+            self, id_, query, above=threshold, minutes=minutes, description=description, inclusive=True
         )

@@ -2,11 +2,12 @@
 
 Reads the gateway's ``/metrics`` and ``/readyz`` every ``--interval`` seconds: ``igw serve`` on this
 machine (``igw top http://127.0.0.1:8080``) or a gateway in a cluster through
-``kubectl port-forward svc/<gateway> 8080:80``. ``--token-env NAME`` sends the token held in that
-environment variable as a bearer token (for pages behind an authenticating proxy; never on the
-command line). ``--screenshot FILE`` runs without a terminal, waits for ``--screenshot-after``
-refreshes and saves the screen as SVG (the picture in docs/observability.md).
-Exit codes: 0 quit, 2 bad usage (including a missing token variable or an unusable URL).
+``kubectl port-forward deploy/<name>-gateway 8080:8080`` (the pod's plain-HTTP port).
+``--token-env NAME`` sends the token held in that environment variable as a bearer token (for pages
+behind an authenticating proxy; never on the command line). ``--screenshot FILE`` runs without a
+terminal, waits for ``--screenshot-after`` refreshes and saves the screen as SVG (the picture in
+docs/observability.md). Exit codes: 0 quit or screenshot saved, 1 no data for the screenshot, 2 bad
+usage (including a missing token variable or an unusable URL).
 """
 
 from __future__ import annotations
