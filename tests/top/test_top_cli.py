@@ -94,6 +94,8 @@ async def test_usage_errors_name_the_option() -> None:
         (("ftp://host",), {}, "URL must be http(s)://host:port"),
         (("http://127.0.0.1:1", "--interval", "0"), {}, "--interval must be at least 0.1"),
         (("http://127.0.0.1:1", "--token-env", "NOT_SET_ANYWHERE"), {}, "NOT_SET_ANYWHERE is not set"),
+        (("http://127.0.0.1:1", "--decisions", "5"), {}, "--decisions needs --token-env"),
+        (("http://127.0.0.1:1", "--decisions", "51"), {}, "--decisions must be 0..50"),
     ]
     for args, env, message in cases:
         rc, out = await igw_top(*args, env=env)

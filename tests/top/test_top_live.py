@@ -16,10 +16,10 @@ from textual.widgets import DataTable
 
 from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
-from igw.top.app import MODEL_COLUMNS, POD_COLUMNS, POOL_COLUMNS, TopApp
+from igw.top.app import DECISION_COLUMNS, MODEL_COLUMNS, POD_COLUMNS, POOL_COLUMNS, TopApp
 from igw.top.source import GatewaySource
 from tests.gateway.support import wait_for
-from tests.observability.live_gateway import MODEL, igw_serve, wait_ready
+from tests.observability.live_gateway import MODEL, igw_serve, serving_gateway, wait_ready
 
 SIZE = (160, 45)
 
@@ -116,6 +116,43 @@ async def test_top_draws_pools_pods_and_models_of_a_live_gateway(tmp_path: Path)
     assert "igw top" in text
     assert "TTFT p99" in text
     assert pods[0]["pod"] in text
+
+
+DEBUG_TOKEN = "debug-token-for-igw-top-0123"
+
+
+async def test_with_the_debug_token_top_shows_why_each_pod_was_picked(tmp_path: Path) -> None:
+    env = {"IGW_DEBUG_TOKEN": DEBUG_TOKEN}
+    async with (
+        serving_gateway(tmp_path, "--debug-decisions", "50", env=env) as url,
+        streaming_traffic(url),
+    ):
+        app = TopApp(GatewaySource(url, token=DEBUG_TOKEN, decisions=5), interval_s=0.3, show_decisions=True)
+        async with app.run_test(size=SIZE):
+            await wait_for(
+                lambda: len(cells(app, "decisions", DECISION_COLUMNS)) == 5, within=60, what="five decisions"
+            )
+            decisions = cells(app, "decisions", DECISION_COLUMNS)
+            pods = {row["pod"] for row in cells(app, "pods", POD_COLUMNS)}
+    for row in decisions:
+        assert (row["pool"], row["model"], row["outcome"]) == (MODEL, MODEL, "picked")
+        assert row["chosen"] in pods
+        assert row["candidates"] == "2"
+        assert row["leading scorer"] != "-"
+        assert re.fullmatch(r"\d+ µs", row["decision"])
+
+
+async def test_a_wrong_debug_token_is_reported_not_printed(tmp_path: Path) -> None:
+    async with serving_gateway(
+        tmp_path, "--debug-decisions", "5", env={"IGW_DEBUG_TOKEN": DEBUG_TOKEN}
+    ) as url:
+        wrong = "not-the-debug-token-0123456"
+        app = TopApp(GatewaySource(url, token=wrong, decisions=5), interval_s=0.2, show_decisions=True)
+        async with app.run_test(size=SIZE):
+            await wait_for(lambda: app.last_error is not None, within=30, what="a refused scrape")
+            status = str(app.query_one("#status").render())
+    assert "/debug/decisions?limit=5: HTTP 401" in status
+    assert wrong not in status
 
 
 async def test_unreachable_gateway_is_named_in_the_status_line() -> None:

@@ -138,3 +138,45 @@ def test_pages_without_readiness_still_show_pods() -> None:
     assert (pod.pool, pod.endpoint, pod.queue, pod.adapters, pod.flags) == ("s", "e:1", 4.0, None, ())
     (pool,) = view.pools
     assert (pool.model, pool.ready_pods) == (None, 0)
+
+
+ENTRY: dict[str, Any] = {
+    "time": 1_900_000_000.0,
+    "request_id": "r1",
+    "scheduler": "pool",
+    "model": "llama",
+    "outcome": "picked",
+    "chosen": "b:1",
+    "fallbacks": ["a:1"],
+    "candidates": 3,
+    "scored": [
+        {"endpoint": "b:1", "rank": 0, "scores": {"queue": 0.2, "prefix-cache": 0.5, "kv-cache": 0.1}},
+        {"endpoint": "a:1", "rank": 1, "scores": {"queue": 0.6, "prefix-cache": 0.0, "kv-cache": 0.1}},
+    ],
+    "removed": [{"endpoint": "c:1", "by": "stale or failing metrics"}],
+    "reason": "highest score",
+    "decision_us": 41.5,
+}
+
+
+def test_a_decision_row_names_the_scorer_that_carried_the_chosen_pod() -> None:
+    view = build_view(None, parse_scrape("", {}, at=0.0, decisions=[ENTRY]))
+    (row,) = view.decisions
+    assert (row.pool, row.model, row.outcome, row.chosen) == ("pool", "llama", "picked", "b:1")
+    assert (row.candidates, row.removed, row.leading_scorer, row.decision_us) == (3, 1, "prefix-cache", 41.5)
+
+
+@pytest.mark.parametrize(
+    ("change", "leading"),
+    [({"outcome": "saturated", "chosen": None}, None), ({"scored": []}, None)],
+    ids=["nothing-chosen", "nothing-scored"],
+)
+def test_a_decision_without_scores_has_no_leading_scorer(change: dict[str, Any], leading: None) -> None:
+    (row,) = build_view(None, parse_scrape("", {}, at=0.0, decisions=[{**ENTRY, **change}])).decisions
+    assert row.leading_scorer is leading
+
+
+def test_a_malformed_decision_entry_names_the_field() -> None:
+    broken = {k: v for k, v in ENTRY.items() if k != "candidates"}
+    with pytest.raises(ScrapeError, match="/debug/decisions: an entry lacks or mistypes 'candidates'"):
+        build_view(None, parse_scrape("", {}, at=0.0, decisions=[broken]))

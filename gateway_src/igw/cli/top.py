@@ -3,11 +3,13 @@
 Reads the gateway's ``/metrics`` and ``/readyz`` every ``--interval`` seconds: ``igw serve`` on this
 machine (``igw top http://127.0.0.1:8080``) or a gateway in a cluster through
 ``kubectl port-forward deploy/<name>-gateway 8080:8080`` (the pod's plain-HTTP port).
-``--token-env NAME`` sends the token held in that environment variable as a bearer token (for pages
-behind an authenticating proxy; never on the command line). ``--screenshot FILE`` runs without a
-terminal, waits for ``--screenshot-after`` refreshes and saves the screen as SVG (the picture in
-docs/observability.md). Exit codes: 0 quit or screenshot saved, 1 no data for the screenshot, 2 bad
-usage (including a missing token variable or an unusable URL).
+``--token-env NAME`` sends the token held in that environment variable as a bearer token (the
+gateway's debug token for ``--decisions``, or pages behind an authenticating proxy; never on the
+command line). ``--decisions N`` adds the last N scheduling decisions (``igw serve
+--debug-decisions``). ``--screenshot FILE`` runs without a terminal, waits for
+``--screenshot-after`` refreshes and saves the screen as SVG (the picture in docs/observability.md).
+Exit codes: 0 quit or screenshot saved, 1 no data for the screenshot, 2 bad usage (including a
+missing token variable or an unusable URL).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ HELP = "Live terminal view of a running gateway: pools, pods (KV, queue, picks, 
 
 EXIT_OK = 0
 EXIT_USAGE = 2
+MAX_DECISIONS = 50
+"""Rows of the decisions table: the screen shows only so many."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--token-env",
         metavar="NAME",
         help="environment variable holding a bearer token to send with every request",
+    )
+    parser.add_argument(
+        "--decisions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also show the last N scheduling decisions from /debug/decisions (igw serve "
+        "--debug-decisions; pass its IGW_DEBUG_TOKEN with --token-env); default 0: off",
     )
     parser.add_argument("--screenshot", metavar="FILE", help="run headless and save the screen as SVG")
     parser.add_argument(
@@ -51,6 +63,12 @@ def run(args: argparse.Namespace) -> int:
     if args.interval < 0.1:
         print(f"igw top: --interval must be at least 0.1, got {args.interval}", file=sys.stderr)
         return EXIT_USAGE
+    if not 0 <= args.decisions <= MAX_DECISIONS:
+        print(f"igw top: --decisions must be 0..{MAX_DECISIONS}, got {args.decisions}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.decisions and not args.token_env:
+        print("igw top: --decisions needs --token-env (the gateway's debug token)", file=sys.stderr)
+        return EXIT_USAGE
     if args.screenshot_after < 1:
         print("igw top: --screenshot-after must be at least 1", file=sys.stderr)
         return EXIT_USAGE
@@ -65,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     from igw.top.screenshot import save_screenshot
     from igw.top.source import GatewaySource
 
-    app = TopApp(GatewaySource(args.url, token=token), interval_s=args.interval)
+    source = GatewaySource(args.url, token=token, decisions=args.decisions)
+    app = TopApp(source, interval_s=args.interval, show_decisions=args.decisions > 0)
     if args.screenshot:
         return save_screenshot(app, args.screenshot, refreshes=args.screenshot_after)
     app.run()

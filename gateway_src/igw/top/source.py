@@ -1,9 +1,10 @@
 """Fetches one gateway's ``/metrics`` and ``/readyz`` over HTTP for ``igw top``.
 
 Works against ``igw serve`` on this machine and against a gateway in a cluster through
-``kubectl port-forward``. When the pages sit behind an authenticating proxy, the operator's token
-(read from an environment variable, never from the command line) is sent as a bearer token; it is
-never printed, and error messages name the URL and the status only.
+``kubectl port-forward``. The operator's token (read from an environment variable, never from the
+command line) is sent as a bearer token: the gateway's debug token opens ``/debug/decisions`` (the
+last scheduling decisions, when asked for), and pages behind an authenticating proxy need one too.
+It is never printed; error messages name the URL and the status only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Final
 import aiohttp
 import orjson
 
+from igw.gateway.debug_api import DEBUG_DECISIONS_PATH
 from igw.top.view import Scrape, ScrapeError, parse_scrape
 
 DEFAULT_TIMEOUT_S: Final = 5.0
@@ -28,11 +30,13 @@ class GatewaySource:
         base_url: str,
         *,
         token: str | None = None,
+        decisions: int = 0,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._decisions = decisions
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
@@ -53,7 +57,14 @@ class GatewaySource:
             raise ScrapeError(f"{self.base_url}/readyz: not JSON ({exc})") from exc
         if not isinstance(readiness, dict):
             raise ScrapeError(f"{self.base_url}/readyz: expected a JSON object")
-        return parse_scrape(metrics, readiness, at=at)
+        decisions: list[Any] = []
+        if self._decisions:
+            path = f"{DEBUG_DECISIONS_PATH}?limit={self._decisions}"
+            try:
+                decisions = orjson.loads(await self._get(path, accept=(200,)))["decisions"]
+            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ScrapeError(f"{self.base_url}{path}: not a decision log ({exc})") from exc
+        return parse_scrape(metrics, readiness, at=at, decisions=decisions)
 
     async def _get(self, path: str, *, accept: tuple[int, ...]) -> str:
         assert self._session is not None

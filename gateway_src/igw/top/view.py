@@ -11,7 +11,7 @@ as they are. Without a previous scrape, rates, shares and quantiles are ``None``
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -59,9 +59,17 @@ class Scrape:
     samples: Mapping[SampleKey, float]
     readiness: Mapping[str, Any]
     """The ``/readyz`` body (``schedulers`` → endpoints with ``fresh`` and ``adapters``); may be empty."""
+    decisions: Sequence[Mapping[str, Any]] = ()
+    """Newest first, from ``/debug/decisions`` when asked for (see :mod:`igw.gateway.decision_log`)."""
 
 
-def parse_scrape(metrics_text: str, readiness: Mapping[str, Any], *, at: float) -> Scrape:
+def parse_scrape(
+    metrics_text: str,
+    readiness: Mapping[str, Any],
+    *,
+    at: float,
+    decisions: Sequence[Mapping[str, Any]] = (),
+) -> Scrape:
     """The samples of a Prometheus text page that ``igw top`` reads, keyed by name and labels."""
     samples: dict[SampleKey, float] = {}
     try:
@@ -71,7 +79,7 @@ def parse_scrape(metrics_text: str, readiness: Mapping[str, Any], *, at: float) 
                     samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
     except ValueError as exc:
         raise ScrapeError(f"/metrics: not a Prometheus text page ({exc})") from exc
-    return Scrape(at=at, samples=samples, readiness=readiness)
+    return Scrape(at=at, samples=samples, readiness=readiness, decisions=decisions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +125,31 @@ class ModelRow:
 
 
 @dataclass(frozen=True, slots=True)
+class DecisionRow:
+    """One scheduling decision: why this pod."""
+
+    at: float
+    """Wall-clock seconds of the decision."""
+    pool: str
+    model: str | None
+    outcome: str
+    chosen: str | None
+    candidates: int
+    removed: int
+    """Endpoints excluded before scoring (stale, context too small, a filter)."""
+    leading_scorer: str | None
+    """The scorer that gave the chosen endpoint its largest weighted score."""
+    decision_us: float
+
+
+@dataclass(frozen=True, slots=True)
 class TopView:
     interval_s: float | None
     """Seconds between the two scrapes (``None`` on the first)."""
     pools: tuple[PoolRow, ...]
     pods: tuple[PodRow, ...]
     models: tuple[ModelRow, ...]
+    decisions: tuple[DecisionRow, ...] = ()
 
 
 def counter_delta(previous: float | None, current: float) -> float:
@@ -179,7 +206,30 @@ def build_view(previous: Scrape | None, current: Scrape) -> TopView:
         pools=_pools(current, pods, pool_picks, interval),
         pods=pods,
         models=() if previous is None or interval is None else _models(previous, current, interval),
+        decisions=tuple(decision_row(entry) for entry in current.decisions),
     )
+
+
+def decision_row(entry: Mapping[str, Any]) -> DecisionRow:
+    """A decision-log entry as a row; a malformed entry is a :class:`ScrapeError` naming the field."""
+    try:
+        chosen = entry["chosen"]
+        scores: Mapping[str, float] = next(
+            (s["scores"] for s in entry["scored"] if s["endpoint"] == chosen), {}
+        )
+        return DecisionRow(
+            at=float(entry["time"]),
+            pool=str(entry["scheduler"]),
+            model=entry["model"],
+            outcome=str(entry["outcome"]),
+            chosen=chosen,
+            candidates=int(entry["candidates"]),
+            removed=len(entry["removed"]),
+            leading_scorer=max(scores, key=lambda name: scores[name]) if scores else None,
+            decision_us=float(entry["decision_us"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ScrapeError(f"/debug/decisions: an entry lacks or mistypes {exc}") from exc
 
 
 def _pods(
