@@ -150,8 +150,8 @@ ENTRY: dict[str, Any] = {
     "fallbacks": ["a:1"],
     "candidates": 3,
     "scored": [
-        {"endpoint": "b:1", "rank": 0, "scores": {"queue": 0.2, "prefix-cache": 0.5, "kv-cache": 0.1}},
-        {"endpoint": "a:1", "rank": 1, "scores": {"queue": 0.6, "prefix-cache": 0.0, "kv-cache": 0.1}},
+        {"endpoint": "b:1", "rank": 0, "scores": {"queue": 0.2, "prefix-cache": 0.5, "total": 0.7}},
+        {"endpoint": "a:1", "rank": 1, "scores": {"queue": 0.6, "prefix-cache": 0.0, "total": 0.6}},
     ],
     "removed": [{"endpoint": "c:1", "by": "stale or failing metrics"}],
     "reason": "highest score",

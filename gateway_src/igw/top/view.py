@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from igw.errors import IgwToolingError
 from igw.gateway.emf import quantile
+from igw.scheduling.scheduler import TOTAL as TOTAL_SCORE
 
 Labels = tuple[tuple[str, str], ...]
 SampleKey = tuple[str, Labels]
@@ -214,9 +215,10 @@ def decision_row(entry: Mapping[str, Any]) -> DecisionRow:
     """A decision-log entry as a row; a malformed entry is a :class:`ScrapeError` naming the field."""
     try:
         chosen = entry["chosen"]
-        scores: Mapping[str, float] = next(
+        per_scorer: Mapping[str, float] = next(
             (s["scores"] for s in entry["scored"] if s["endpoint"] == chosen), {}
         )
+        scores = {name: v for name, v in per_scorer.items() if name != TOTAL_SCORE}
         return DecisionRow(
             at=float(entry["time"]),
             pool=str(entry["scheduler"]),
