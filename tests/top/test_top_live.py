@@ -18,8 +18,15 @@ from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
 from igw.top.app import DECISION_COLUMNS, MODEL_COLUMNS, POD_COLUMNS, POOL_COLUMNS, TopApp
 from igw.top.source import GatewaySource
+from igw.top.view import READ_METRICS, SIGNAL_MISSING
 from tests.gateway.support import wait_for
-from tests.observability.live_gateway import MODEL, igw_serve, serving_gateway, wait_ready
+from tests.observability.live_gateway import (
+    MODEL,
+    igw_serve,
+    metrics_after_traffic,
+    serving_gateway,
+    wait_ready,
+)
 
 SIZE = (160, 45)
 
@@ -116,6 +123,15 @@ async def test_top_draws_pools_pods_and_models_of_a_live_gateway(tmp_path: Path)
     assert "igw top" in text
     assert "TTFT p99" in text
     assert pods[0]["pod"] in text
+
+
+async def test_every_series_top_reads_is_on_a_live_gateways_page(tmp_path: Path) -> None:
+    async with serving_gateway(tmp_path) as url:
+        families = await metrics_after_traffic(url)
+    exported = {s.name for f in families.values() for s in f.samples}
+    # Healthy pods miss no signal: that family is declared, with no series.
+    assert READ_METRICS - exported == {SIGNAL_MISSING}
+    assert families[SIGNAL_MISSING].type == "gauge"
 
 
 DEBUG_TOKEN = "debug-token-for-igw-top-0123"
