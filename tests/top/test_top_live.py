@@ -89,13 +89,14 @@ async def test_top_draws_pools_pods_and_models_of_a_live_gateway(tmp_path: Path)
                 return bool(rows) and rows[0]["TTFT p50"] != "-" and rows[0]["req/s"] != "0.0"
 
             await wait_for(models_drawn, within=60, what="a models row with rates and TTFT")
+            # A pod publishes its LoRA series once it has run a request: wait until both have.
             await wait_for(
                 lambda: (
                     len(cells(app, "pods", POD_COLUMNS)) == 2
-                    and all(r["KV"] != "-" for r in cells(app, "pods", POD_COLUMNS))
+                    and all(r["KV"] != "-" and r["adapters"] != "-" for r in cells(app, "pods", POD_COLUMNS))
                 ),
-                within=30,
-                what="both pods with KV",
+                within=60,
+                what="both pods with KV and LoRA residency",
             )
             await pilot.pause()
             (pool,) = cells(app, "pools", POOL_COLUMNS)
