@@ -18,7 +18,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk.config import IdentityMode
-from cdk.constructs.nag_ack import acknowledge, managed_policy
+from cdk.constructs.nag_ack import acknowledge, attach_aws_managed_policy
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import addon_version, pins
 
@@ -101,13 +101,11 @@ class DependencyAddons(Construct):
             associate=False,
             description="FSx CSI driver controller: create, attach and delete FSx for Lustre volumes",
         )
-        self.fsx_csi_role.role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(FSX_POLICY))
-        acknowledge(
+        attach_aws_managed_policy(
             self.fsx_csi_role.role,
-            "AwsSolutions-IAM4",
+            FSX_POLICY,
             reason="the FSx CSI driver's documented policy is AmazonFSxFullAccess: it creates and deletes "
             "file systems whose ARNs exist only at run time; the role is bound to its one service account",
-            findings=[managed_policy(FSX_POLICY)],
         )
         self.addons: dict[str, eks.CfnAddon] = {}
         for dependency in pins.DEPENDENCY_ADDONS:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
 PACK = "AwsSolutions"
@@ -28,6 +29,12 @@ def acknowledge(construct: IConstruct, rule: str, *, reason: str, findings: Sequ
 def managed_policy(name: str) -> str:
     """The IAM4 finding for an AWS managed policy (``service-role/...`` names included)."""
     return f"Policy::arn:<AWS::Partition>:iam::aws:policy/{name}"
+
+
+def attach_aws_managed_policy(role: iam.IRole, name: str, *, reason: str) -> None:
+    """Attach the AWS managed policy ``name`` to ``role`` and acknowledge exactly that IAM4 finding."""
+    role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(name))
+    acknowledge(role, "AwsSolutions-IAM4", reason=reason, findings=[managed_policy(name)])
 
 
 def arn_of(resource: IConstruct) -> str:

@@ -16,6 +16,8 @@
 - **Endpoint**: an Application Load Balancer (internal by default) with an ACM certificate
   validated in the given Route 53 zone, HTTPS only, access logs to an encrypted bucket, and an alias
   record ``domainName`` -> load balancer.
+- **Metrics**: the tasks write fleet metrics as EMF (routing decisions, failovers, rate-limit hits);
+  a CloudWatch dashboard draws them and alarms fire on failovers and sustained rate limiting.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from constructs import Construct
 
 from cdk.config import ImageConfig
 from cdk.constructs.gateway_image import GatewayImage
+from cdk.constructs.metric_dashboards import FleetMetricsDashboard
 from cdk.constructs.nag_ack import acknowledge
 from cdk.global_router_config import GlobalRouterDeployment
 
@@ -255,6 +258,9 @@ class GlobalRouterStack(cdk.Stack):
             zone=zone,
             record_name=d.domain_name,
             target=route53.RecordTarget.from_alias(targets.LoadBalancerTarget(self.load_balancer)),
+        )
+        self.fleet_metrics = FleetMetricsDashboard(
+            self, "FleetMetrics", dashboard_name=f"{d.stack_name}-fleet"
         )
         cdk.CfnOutput(self, "Endpoint", value=f"https://{d.domain_name}")
         cdk.CfnOutput(self, "RedisEndpoint", value=self.redis.attr_primary_end_point_address)

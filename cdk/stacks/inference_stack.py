@@ -13,6 +13,9 @@ documents.
 Ordering: the stack depends on the platform stack (cert-manager and the Load Balancer Controller first);
 inside it the chart or add-on (which brings the CRD) comes before the InferenceGatewayConfig, and the
 record's host-name lookup after both.
+
+With our chart, a CloudWatch dashboard and per-model/per-pool alarms over the metrics the gateway
+emits as EMF (``cdk/constructs/metric_dashboards.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from cdk.constructs.gateway_config_manifest import GatewayConfig
 from cdk.constructs.gateway_endpoint import GatewayCertificate, GatewayDnsRecord
 from cdk.constructs.gateway_image import GatewayImage
 from cdk.constructs.igw_chart import RELEASE, IgwChart
+from cdk.constructs.metric_dashboards import GatewayMetricsDashboard
 from cdk.stacks.cluster_handle import ClusterHandle
 from igw.addon import pins
 from igw.operator.dataplane import base_name
@@ -69,6 +73,14 @@ class InferenceStack(cdk.Stack):
                 certificate_arn=certificate.certificate.certificate_arn if certificate else None,
             )
             installed = self.chart.chart
+            schedulers = config.gateway_config.spec.get("schedulers") or []
+            self.metrics_dashboard = GatewayMetricsDashboard(
+                self,
+                "GatewayMetrics",
+                dashboard_name=f"{config.cluster_name}-inference-gateway",
+                models=sorted({s["modelName"] for s in schedulers if "modelName" in s}),
+                pools=sorted({s["name"] for s in schedulers if "name" in s}),
+            )
         operator_mode = self.chart is not None and config.addon.chart_mode == "operator"
         self.gateway_config = GatewayConfig(
             self,

@@ -1,7 +1,8 @@
-"""The platform stack: dependency add-ons (cert-manager, metrics-server, S3 and FSx CSI), the Load
-Balancer Controller and the HyperPod node dependencies (device plugins, health agent) — everything
-the gateway needs before it is installed. In existing-cluster mode also vpc-cni (with network policy
-enforcement) unless the cluster already runs it."""
+"""The platform stack: dependency add-ons (cert-manager, metrics-server, S3 and FSx CSI), CloudWatch
+observability (Container Insights, the CloudWatch agent), the Load Balancer Controller and the
+HyperPod node dependencies (device plugins, health agent) — everything the gateway needs before it
+is installed. In existing-cluster mode also vpc-cni (with network policy enforcement) unless the
+cluster already runs it; add-ons the cluster already runs are left alone."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from cdk.config import DeploymentConfig
+from cdk.constructs.cloudwatch_observability import CloudWatchObservability
 from cdk.constructs.dependency_addons import DependencyAddons
 from cdk.constructs.eks_cluster import vpc_cni_addon
 from cdk.constructs.hyperpod_dependencies import HyperPodDependencies
@@ -44,6 +46,16 @@ class PlatformStack(cdk.Stack):
             oidc_provider=cluster.oidc_provider,
             skip=installed,
         )
+        self.cloudwatch: CloudWatchObservability | None = None
+        if pins.CLOUDWATCH_OBSERVABILITY_ADDON not in installed:
+            self.cloudwatch = CloudWatchObservability(
+                self,
+                "CloudWatchObservability",
+                cluster=cluster.cluster,
+                identity=config.platform.identity,
+                oidc_provider=cluster.oidc_provider,
+                after=self.dependency_addons.pod_identity_agent,
+            )
         self.load_balancer_controller = LoadBalancerController(
             self,
             "LoadBalancerController",

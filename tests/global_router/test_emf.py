@@ -22,7 +22,8 @@ import yaml
 from igw.gateway.emf import EMF_SCHEMA
 from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
-from igw.global_router.emf import DEFAULT_FLEET_NAMESPACE, FleetEmfReporter
+from igw.global_router.emf import FleetEmfReporter
+from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import ROUTER_KEY, create_global_app
 from tests.gateway.fake_model_server import FakeModelServer

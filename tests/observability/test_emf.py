@@ -10,7 +10,8 @@ import jsonschema
 import orjson
 import pytest
 
-from igw.gateway.emf import DEFAULT_NAMESPACE, EMF_SCHEMA, emf_reporter, quantile
+from igw.gateway.emf import EMF_SCHEMA, emf_reporter, quantile
+from igw.gateway.emf_metrics import DEFAULT_NAMESPACE
 from igw.gateway.telemetry import GatewayMetrics
 from tests.observability.live_gateway import MODEL, serving_gateway, wait_ready
 

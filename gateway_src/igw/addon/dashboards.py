@@ -5,9 +5,10 @@
 with the Grafana sidecar's label when ``grafanaDashboards.enabled``, and a test checks that every
 metric a panel (or a template variable) reads is on a running gateway's ``/metrics`` page.
 
-Dashboards: *overview* (traffic, errors, latency quantiles, tokens, shedding, scheduler cost,
-security), *pool detail* (one pool, chosen by the ``pool`` variable: ready pods, averages, per-pod
-KV/queue heat maps, pick shares, scrape health).
+Dashboards: *overview* (traffic, errors, latency quantiles, tokens, shedding, 429 by flow-control
+band, scheduler cost, security), *pool detail* (one pool, chosen by the ``pool`` variable: ready
+pods, averages, per-pod KV/queue heat maps, pick shares, scrape health), *security* (401 by reason,
+403 and 429 by tenant, 429 by band and tenant, rate-limit backend, JWKS fetches and readiness).
 """
 
 from __future__ import annotations
@@ -134,6 +135,28 @@ OVERVIEW: Final = Board(
                         Query(f"sum(rate(igw_partial_stream_errors_total{RATE}))", "broken streams"),
                         Query(f"sum(rate(igw_client_disconnects_total{RATE}))", "client disconnects"),
                     ),
+                ),
+            ),
+        ),
+        (
+            "429 by band (flow control)",
+            (
+                Panel(
+                    "429 by band",
+                    "timeseries",
+                    "reqps",
+                    (
+                        Query(
+                            f"sum by (priority, reason) (rate(igw_flow_rejections_total{RATE}))",
+                            "band {{priority}} {{reason}}",
+                        ),
+                    ),
+                ),
+                Panel(
+                    "Queued per band",
+                    "timeseries",
+                    "short",
+                    (Query("sum by (priority) (igw_flow_queue_depth)", "band {{priority}}"),),
                 ),
             ),
         ),
@@ -272,7 +295,106 @@ POOL_DETAIL: Final = Board(
     ),
 )
 
-DASHBOARDS: Final = (OVERVIEW, POOL_DETAIL)
+TENANT_429: Final = 'outcome=~"limited_.*"'
+"""``igw_tenant_requests_total`` outcomes answered 429 (``limited_requests``, ``limited_tokens``)."""
+
+SECURITY: Final = Board(
+    uid="igw-security",
+    title="Inference gateway / Security",
+    rows=(
+        (
+            "Authentication (401)",
+            (
+                Panel("401 by reason", "timeseries", "reqps", (_rate("igw_auth_denied_total", "reason"),)),
+                Panel(
+                    "Verified and refused tokens",
+                    "timeseries",
+                    "reqps",
+                    (
+                        Query(f"sum(rate(igw_auth_allowed_total{RATE}))", "verified"),
+                        Query(f"sum(rate(igw_auth_denied_total{RATE}))", "refused (401)"),
+                    ),
+                ),
+                Panel(
+                    "Authentication on",
+                    "stat",
+                    "short",
+                    (Query("min(igw_auth_enabled)", "enabled"),),
+                    width=8,
+                ),
+                Panel(
+                    "Token cache",
+                    "timeseries",
+                    "reqps",
+                    (_rate("igw_auth_token_cache_total", "result"),),
+                    width=16,
+                ),
+            ),
+        ),
+        (
+            "Authorization (403) and rate limits (429) by tenant",
+            (
+                Panel(
+                    "403 by tenant",
+                    "timeseries",
+                    "reqps",
+                    (_rate("igw_tenant_requests_total", "tenant", '{outcome="forbidden"}'),),
+                ),
+                Panel(
+                    "429 rate-limit hits by tenant and limit",
+                    "timeseries",
+                    "reqps",
+                    (
+                        Query(
+                            "sum by (tenant, outcome) "
+                            f"(rate(igw_tenant_requests_total{{{TENANT_429}}}{RATE}))",
+                            "{{tenant}} {{outcome}}",
+                        ),
+                    ),
+                ),
+                Panel(
+                    "429 by band and tenant (flow control)",
+                    "timeseries",
+                    "reqps",
+                    (
+                        Query(
+                            f"sum by (priority, tenant) (rate(igw_flow_rejections_total{RATE}))",
+                            "band {{priority}} {{tenant}}",
+                        ),
+                    ),
+                ),
+                Panel(
+                    "Rate-limit backend",
+                    "timeseries",
+                    "short",
+                    (
+                        Query("min by (backend) (igw_ratelimit_backend_up)", "{{backend}} up"),
+                        Query(
+                            f"sum by (backend) (rate(igw_ratelimit_backend_errors_total{RATE}))",
+                            "{{backend}} errors/s",
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        (
+            "JWKS",
+            (
+                Panel(
+                    "JWKS fetches by result (failure: a refresh failed)",
+                    "timeseries",
+                    "reqps",
+                    (_rate("igw_jwks_fetch_total", "result"),),
+                ),
+                Panel("JWKS keys ready", "stat", "short", (Query("min(igw_jwks_ready)", "ready"),), width=4),
+                Panel("Usable keys", "stat", "short", (Query("min(igw_jwks_keys)", "keys"),), width=4),
+                Panel("JWKS age", "stat", "s", (Query("max(igw_jwks_age_seconds)", "age"),), width=4),
+            ),
+        ),
+    ),
+)
+
+DASHBOARDS: Final = (OVERVIEW, POOL_DETAIL, SECURITY)
 """Every dashboard the chart ships."""
 
 
@@ -333,3 +455,8 @@ def render_overview(_root: Path) -> str:
 def render_pool_detail(_root: Path) -> str:
     """``igw generate`` entry for :data:`POOL_DETAIL`."""
     return render_dashboard(POOL_DETAIL)
+
+
+def render_security(_root: Path) -> str:
+    """``igw generate`` entry for :data:`SECURITY`."""
+    return render_dashboard(SECURITY)

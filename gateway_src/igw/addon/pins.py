@@ -77,6 +77,11 @@ VPC_CNI_VERSION: Final = "v1.19.2-eksbuild.1"
 
 POD_IDENTITY_AGENT_ADDON: Final = "eks-pod-identity-agent"
 POD_IDENTITY_AGENT_VERSION: Final = "v1.3.8-eksbuild.2"
+CLOUDWATCH_OBSERVABILITY_ADDON: Final = "amazon-cloudwatch-observability"
+"""Container Insights and the CloudWatch agent (Pod Identity from 3.1.0, OTel Container Insights 6.2.0)."""
+CLOUDWATCH_OBSERVABILITY_VERSION: Final = "v6.2.0-eksbuild.1"
+CLOUDWATCH_NAMESPACE: Final = "amazon-cloudwatch"
+CLOUDWATCH_AGENT_SERVICE_ACCOUNT: Final = "cloudwatch-agent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +170,7 @@ def pinned_addons() -> tuple[tuple[str, str], ...]:
     return (
         (VPC_CNI_ADDON, VPC_CNI_VERSION),
         (POD_IDENTITY_AGENT_ADDON, POD_IDENTITY_AGENT_VERSION),
+        (CLOUDWATCH_OBSERVABILITY_ADDON, CLOUDWATCH_OBSERVABILITY_VERSION),
         *((dependency.name, dependency.pinned) for dependency in DEPENDENCY_ADDONS),
         (AWS_ADDON_NAME, ADDON_VERSION),
     )

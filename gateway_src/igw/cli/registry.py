@@ -28,4 +28,5 @@ SUBCOMMANDS: Final[tuple[tuple[str, str], ...]] = (
     ("addon", "addon"),
     ("operator", "operator"),
     ("perf", "perf"),
+    ("top", "top"),
 )

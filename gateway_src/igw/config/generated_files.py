@@ -45,6 +45,10 @@ GENERATED_FILES: Final[tuple[tuple[str, str], ...]] = (
         "addon/chart/inference-gateway/files/dashboards/igw-pool.json",
         "igw.addon.dashboards:render_pool_detail",
     ),
+    (
+        "addon/chart/inference-gateway/files/dashboards/igw-security.json",
+        "igw.addon.dashboards:render_security",
+    ),
 )
 
 Generator = Callable[[Path], str]

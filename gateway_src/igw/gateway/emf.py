@@ -26,11 +26,17 @@ from aiohttp import web
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from igw.gateway.emf_metrics import (
+    DEFAULT_NAMESPACE,
+    MODEL_DIMENSION,
+    MODEL_METRICS,
+    POOL_DIMENSION,
+    POOL_METRICS,
+)
 from igw.gateway.epp_compat import POOL_FAMILIES
 from igw.gateway.telemetry import GatewayMetrics
 from igw.gateway.ticker import Ticker
 
-DEFAULT_NAMESPACE: Final = "InferenceGateway"
 emf_log = logging.getLogger("igw.emf")
 
 EMF_SCHEMA: Final[dict[str, Any]] = {
@@ -89,14 +95,6 @@ EMF_SCHEMA: Final[dict[str, Any]] = {
     },
 }
 """The EMF specification's structure (the subset of units this emitter uses is listed)."""
-
-_MODEL_METRICS: Final = (
-    ("Requests", "Count"),
-    ("ErrorRate", "Percent"),
-    ("LatencyP99", "Milliseconds"),
-    ("TtftP99", "Milliseconds"),
-)
-_POOL_METRICS: Final = (("KvCacheAverage", "Percent"), ("ReadyPods", "Count"))
 
 
 def quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
@@ -184,7 +182,7 @@ class EmfReporter:
             q = quantile(0.99, sorted(summed.items()))
             if q is not None:
                 values[name] = round(q * 1000, 3)
-        return self._document(timestamp, {"Model": model}, _MODEL_METRICS, values)
+        return self._document(timestamp, {MODEL_DIMENSION: model}, MODEL_METRICS, values)
 
     def _pool_documents(self, timestamp: int) -> Iterator[dict[str, Any] | None]:
         kv: dict[str, float] = {}
@@ -199,7 +197,7 @@ class EmfReporter:
             values = {"ReadyPods": ready[pool]}
             if pool in kv:
                 values["KvCacheAverage"] = round(100.0 * kv[pool], 3)
-            yield self._document(timestamp, {"Pool": pool}, _POOL_METRICS, values)
+            yield self._document(timestamp, {POOL_DIMENSION: pool}, POOL_METRICS, values)
 
     def _document(
         self,

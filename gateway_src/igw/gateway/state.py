@@ -135,6 +135,9 @@ class GatewayState:
                     "error": st.last_error,
                     "missing_signals": sorted(st.missing),
                     "kv_source": st.kv_source,
+                    "adapters": None  # LoRA adapters in the running batch, as last scraped
+                    if st.metrics is None or st.metrics.active_adapters is None
+                    else sorted(st.metrics.active_adapters),
                     "inflight": st.inflight,
                     "metrics_frozen": st.page.frozen,
                     "max_model_len": st.max_model_len,

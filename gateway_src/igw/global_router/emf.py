@@ -14,15 +14,14 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Any
 
 import orjson
 from prometheus_client import Counter
 
 from igw.gateway.emf import emf_document
+from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE, FLEET_METRICS
 from igw.global_router.metrics import FleetMetrics
-
-DEFAULT_FLEET_NAMESPACE: Final = "InferenceGateway/Global"
 
 _Key = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -61,16 +60,8 @@ class FleetEmfReporter:
                     dimensions = {dim: v for (_, dim), v in zip(dims, values, strict=True)}
                     out.append(self._document(timestamp, dimensions, name, total))
 
-        add(
-            m.decisions,
-            "RoutingDecisions",
-            (("cluster", "Cluster"), ("region", "Region"), ("reason", "Reason")),
-        )
-        add(m.failovers, "FailoverEvents", (("cluster", "Cluster"), ("reason", "Reason")))
-        add(m.recoveries, "RecoveryEvents", (("cluster", "Cluster"),))
-        add(m.ratelimit_hits, "RateLimitHits", (("model", "Model"), ("limit", "Limit")))
-        add(m.retries, "ClusterErrors", (("cluster", "Cluster"), ("cause", "Cause")))
-        add(m.decisions, "ClusterRequests", (("cluster", "Cluster"),))
+        for metric in FLEET_METRICS:
+            add(getattr(m, metric.family), metric.name, metric.dimensions)
         return out
 
     def lines(self) -> Iterator[str]:

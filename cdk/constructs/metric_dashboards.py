@@ -1,0 +1,257 @@
+"""CloudWatch dashboards and alarms over the metrics the gateway tiers emit as EMF.
+
+Every metric name, dimension and namespace comes from the emitters' own tables
+(:mod:`igw.gateway.emf_metrics` for tier 1, :mod:`igw.global_router.emf_metrics` for tier 2):
+dashboards draw one widget per table entry, and an alarm names its metric through
+:func:`emitted`, which fails synthesis when the emitter no longer has it, so no alarm can watch a
+metric nothing writes.
+
+Dashboard widgets use ``SEARCH`` so that every model, pool or cluster that reports appears without
+being listed (adapters included). Alarms need fixed series: tier 1 alarms per configured model
+and pool (``spec.schedulers``), tier 2 on Metrics Insights queries summed over the whole fleet.
+
+Gateway replicas each write their own documents under the same dimensions; the statistic per
+unit (:data:`STATISTIC_BY_UNIT`) makes the replicas' values add up (counts: sum), average
+(percentages) or take the worst (latency quantiles: maximum).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+from constructs import Construct
+
+from igw.gateway.emf_metrics import (
+    DEFAULT_NAMESPACE,
+    MODEL_DIMENSION,
+    MODEL_METRICS,
+    POOL_DIMENSION,
+    POOL_METRICS,
+)
+from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE, FLEET_METRICS
+
+PERIOD: Final = cdk.Duration.minutes(1)
+"""The emitters' interval (``--emf-interval 60``)."""
+STATISTIC_BY_UNIT: Final = {"Count": "Sum", "Percent": "Average", "Milliseconds": "Maximum"}
+
+
+def emitted(name: str, table: Sequence[tuple[str, str]]) -> tuple[str, str]:
+    """``(name, unit)`` of ``name`` in an emitter's table; an unknown name fails synthesis."""
+    for entry in table:
+        if entry[0] == name:
+            return entry
+    raise ValueError(f"no emitter writes the CloudWatch metric {name!r} (known: {[n for n, _ in table]})")
+
+
+def _search(
+    namespace: str, dimensions: Sequence[str], name: str, statistic: str
+) -> cloudwatch.MathExpression:
+    schema = ",".join([f'"{namespace}"', *dimensions])
+    return cloudwatch.MathExpression(
+        expression=f"SEARCH('{{{schema}}} MetricName=\"{name}\"', '{statistic}', {PERIOD.to_seconds()})",
+        label="",
+        period=PERIOD,
+        using_metrics={},
+    )
+
+
+def _search_widget(namespace: str, dimensions: Sequence[str], name: str, unit: str) -> cloudwatch.GraphWidget:
+    statistic = STATISTIC_BY_UNIT[unit]
+    return cloudwatch.GraphWidget(
+        title=f"{name} by {', '.join(dimensions)} ({statistic.lower()}, {unit})",
+        left=[_search(namespace, dimensions, name, statistic)],
+        width=12,
+        height=6,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAlarmThresholds:
+    """Where the tier-1 alarms fire (the Prometheus alert rules' thresholds, on one-minute data)."""
+
+    error_rate_percent: float = 5.0
+    ttft_p99_ms: float = 1000.0
+    kv_cache_percent: float = 95.0
+    error_minutes: int = 5
+    ttft_minutes: int = 10
+    kv_cache_minutes: int = 15
+
+
+class GatewayMetricsDashboard(Construct):
+    """Tier 1: a dashboard over ``InferenceGateway`` and, per model and pool, the alarms.
+
+    Exposes ``dashboard`` and ``alarms`` (alarm id -> alarm).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        dashboard_name: str,
+        models: Sequence[str],
+        pools: Sequence[str],
+        thresholds: GatewayAlarmThresholds | None = None,
+    ) -> None:
+        super().__init__(scope, id_)
+        t = thresholds or GatewayAlarmThresholds()
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        for model in models:
+            self._alarm(
+                f"ErrorRate-{model}",
+                _metric(MODEL_DIMENSION, model, emitted("ErrorRate", MODEL_METRICS)),
+                threshold=t.error_rate_percent,
+                minutes=t.error_minutes,
+                description=f"{model}: over {t.error_rate_percent}% of requests answered 5xx",
+            )
+            self._alarm(
+                f"TtftP99-{model}",
+                _metric(MODEL_DIMENSION, model, emitted("TtftP99", MODEL_METRICS)),
+                threshold=t.ttft_p99_ms,
+                minutes=t.ttft_minutes,
+                description=f"{model}: P99 time to first token above {t.ttft_p99_ms} ms",
+            )
+        for pool in pools:
+            self._alarm(
+                f"KvCacheAverage-{pool}",
+                _metric(POOL_DIMENSION, pool, emitted("KvCacheAverage", POOL_METRICS)),
+                threshold=t.kv_cache_percent,
+                minutes=t.kv_cache_minutes,
+                description=f"pool {pool}: average KV-cache use above {t.kv_cache_percent}%",
+            )
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
+        self.dashboard.add_widgets(
+            *(_search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION], n, u) for n, u in MODEL_METRICS)
+        )
+        self.dashboard.add_widgets(
+            *(_search_widget(DEFAULT_NAMESPACE, [POOL_DIMENSION], n, u) for n, u in POOL_METRICS)
+        )
+        if self.alarms:
+            self.dashboard.add_widgets(
+                cloudwatch.AlarmStatusWidget(
+                    title="Gateway alarms", alarms=list(self.alarms.values()), width=24
+                )
+            )
+
+    def _alarm(
+        self, key: str, metric: cloudwatch.Metric, *, threshold: float, minutes: int, description: str
+    ) -> None:
+        self.alarms[key] = sustained_alarm(
+            self,
+            f"Alarm{len(self.alarms)}",
+            metric,
+            above=threshold,
+            minutes=minutes,
+            description=description,
+        )
+
+
+def sustained_alarm(
+    scope: Construct,
+    id_: str,
+    metric: cloudwatch.IMetric,
+    *,
+    above: float,
+    minutes: int,
+    description: str,
+    inclusive: bool = False,
+) -> cloudwatch.Alarm:
+    """An alarm when every one-minute value of ``minutes`` is above ``above`` (or equal, with
+    ``inclusive``); no data (no traffic, nothing written) is not a breach."""
+    return cloudwatch.Alarm(
+        scope,
+        id_,
+        metric=metric,
+        threshold=above,
+        evaluation_periods=minutes,
+        datapoints_to_alarm=minutes,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+        if inclusive
+        else cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description=description,
+    )
+
+
+def _metric(dimension: str, value: str, metric: tuple[str, str]) -> cloudwatch.Metric:
+    name, unit = metric
+    return cloudwatch.Metric(
+        namespace=DEFAULT_NAMESPACE,
+        metric_name=name,
+        dimensions_map={dimension: value},
+        statistic=STATISTIC_BY_UNIT[unit],
+        period=PERIOD,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FleetAlarmThresholds:
+    """Where the tier-2 alarms fire: any failover; rate-limit refusals per minute across the fleet."""
+
+    failovers_per_minute: float = 1.0
+    rate_limit_hits_per_minute: float = 100.0
+    rate_limit_minutes: int = 5
+
+
+class FleetMetricsDashboard(Construct):
+    """Tier 2: a dashboard over ``InferenceGateway/Global`` and fleet-wide alarms.
+
+    Exposes ``dashboard`` and ``alarms`` (alarm id -> alarm).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        dashboard_name: str,
+        thresholds: FleetAlarmThresholds | None = None,
+    ) -> None:
+        super().__init__(scope, id_)
+        t = thresholds or FleetAlarmThresholds()
+        table = [(m.name, "Count") for m in FLEET_METRICS]
+        self.alarms = {
+            "FailoverEvents": self._alarm(
+                "FailoverAlarm",
+                emitted("FailoverEvents", table)[0],
+                threshold=t.failovers_per_minute,
+                minutes=1,
+                description="the global router drained a cluster (stale heartbeat, gone, draining, failures)",
+            ),
+            "RateLimitHits": self._alarm(
+                "RateLimitAlarm",
+                emitted("RateLimitHits", table)[0],
+                threshold=t.rate_limit_hits_per_minute,
+                minutes=t.rate_limit_minutes,
+                description=f"over {t.rate_limit_hits_per_minute} requests a minute refused by global limits",
+            ),
+        }
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
+        self.dashboard.add_widgets(
+            *(
+                _search_widget(DEFAULT_FLEET_NAMESPACE, [d for _, d in m.dimensions], m.name, "Count")
+                for m in FLEET_METRICS
+            )
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.AlarmStatusWidget(title="Fleet alarms", alarms=list(self.alarms.values()), width=24)
+        )
+
+    def _alarm(
+        self, id_: str, name: str, *, threshold: float, minutes: int, description: str
+    ) -> cloudwatch.Alarm:
+        (dimensions,) = [m.dimensions for m in FLEET_METRICS if m.name == name][:1]
+        schema = ", ".join([f'"{DEFAULT_FLEET_NAMESPACE}"', *(d for _, d in dimensions)])
+        query = cloudwatch.MathExpression(
+            expression=f"SELECT SUM({name}) FROM SCHEMA({schema})",
+            label=name,
+            period=PERIOD,
+            using_metrics={},
+        )
+        return sustained_alarm(
+            self, id_, query, above=threshold, minutes=minutes, description=description, inclusive=True
+        )

@@ -1,0 +1,91 @@
+"""``igw top URL``: a live terminal view of a running gateway (pools, pods, models).
+
+Reads the gateway's ``/metrics`` and ``/readyz`` every ``--interval`` seconds: ``igw serve`` on this
+machine (``igw top http://127.0.0.1:8080``) or a gateway in a cluster through
+``kubectl port-forward deploy/<name>-gateway 8080:8080`` (the pod's plain-HTTP port).
+``--token-env NAME`` sends the token held in that environment variable as a bearer token (the
+gateway's debug token for ``--decisions``, or pages behind an authenticating proxy; never on the
+command line). ``--decisions N`` adds the last N scheduling decisions (``igw serve
+--debug-decisions``). ``--screenshot FILE`` runs without a terminal, waits for
+``--screenshot-after`` refreshes and saves the screen as SVG (the picture in docs/observability.md).
+Exit codes: 0 quit or screenshot saved, 1 no data for the screenshot, 2 bad usage (including a
+missing token variable or an unusable URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from urllib.parse import urlsplit
+
+HELP = "Live terminal view of a running gateway: pools, pods (KV, queue, picks, scrape age), models."
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+MAX_DECISIONS = 50
+"""Rows of the decisions table: the screen shows only so many."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("url", metavar="URL", help="the gateway's base URL, e.g. http://127.0.0.1:8080")
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between refreshes (default 1; minimum 0.1)"
+    )
+    parser.add_argument(
+        "--token-env",
+        metavar="NAME",
+        help="environment variable holding a bearer token to send with every request",
+    )
+    parser.add_argument(
+        "--decisions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also show the last N scheduling decisions from /debug/decisions (igw serve "
+        "--debug-decisions; pass its IGW_DEBUG_TOKEN with --token-env); default 0: off",
+    )
+    parser.add_argument("--screenshot", metavar="FILE", help="run headless and save the screen as SVG")
+    parser.add_argument(
+        "--screenshot-after",
+        type=int,
+        default=3,
+        metavar="N",
+        help="with --screenshot: refreshes to wait for before saving (default 3)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    parts = urlsplit(args.url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        print(f"igw top: URL must be http(s)://host:port, got {args.url!r}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.interval < 0.1:
+        print(f"igw top: --interval must be at least 0.1, got {args.interval}", file=sys.stderr)
+        return EXIT_USAGE
+    if not 0 <= args.decisions <= MAX_DECISIONS:
+        print(f"igw top: --decisions must be 0..{MAX_DECISIONS}, got {args.decisions}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.decisions and not args.token_env:
+        print("igw top: --decisions needs --token-env (the gateway's debug token)", file=sys.stderr)
+        return EXIT_USAGE
+    if args.screenshot_after < 1:
+        print("igw top: --screenshot-after must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    token = None
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            print(f"igw top: --token-env: environment variable {args.token_env} is not set", file=sys.stderr)
+            return EXIT_USAGE
+    # deferred: start-up cost: textual and aiohttp load only when this command runs (igw builds every parser)
+    from igw.top.app import TopApp
+    from igw.top.screenshot import save_screenshot
+    from igw.top.source import GatewaySource
+
+    source = GatewaySource(args.url, token=token, decisions=args.decisions)
+    app = TopApp(source, interval_s=args.interval, show_decisions=args.decisions > 0)
+    if args.screenshot:
+        return save_screenshot(app, args.screenshot, refreshes=args.screenshot_after)
+    app.run()
+    return EXIT_OK

@@ -1,0 +1,26 @@
+"""The CloudWatch metrics the gateway emits as EMF: namespace, dimensions, metric names and units.
+
+The one table, read by the emitter (:mod:`igw.gateway.emf`) and by the CDK app's CloudWatch dashboard
+and alarms, so a renamed metric cannot leave an alarm watching nothing. Imports nothing, so the CDK
+app reads it without the gateway's server stack.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+DEFAULT_NAMESPACE: Final = "InferenceGateway"
+MODEL_DIMENSION: Final = "Model"
+"""The gateway's ``model`` label: a configured model or adapter name."""
+POOL_DIMENSION: Final = "Pool"
+"""A scheduler (``spec.schedulers[].name``)."""
+
+MODEL_METRICS: Final = (
+    ("Requests", "Count"),
+    ("ErrorRate", "Percent"),
+    ("LatencyP99", "Milliseconds"),
+    ("TtftP99", "Milliseconds"),
+)
+"""``(name, unit)`` of the per-model document (dimension :data:`MODEL_DIMENSION`)."""
+POOL_METRICS: Final = (("KvCacheAverage", "Percent"), ("ReadyPods", "Count"))
+"""``(name, unit)`` of the per-pool document (dimension :data:`POOL_DIMENSION`)."""

@@ -1,0 +1,40 @@
+"""The CloudWatch metrics the global router emits as EMF: namespace, and per metric the counter it
+comes from and its dimensions.
+
+The one table, read by the emitter (:mod:`igw.global_router.emf`) and by the CDK global router
+stack's CloudWatch dashboard and alarms. Imports nothing, so the CDK app reads it without the
+router's server stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+DEFAULT_FLEET_NAMESPACE: Final = "InferenceGateway/Global"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetMetric:
+    """One EMF metric (unit ``Count``): the interval delta of ``family`` summed per dimension set."""
+
+    name: str
+    family: str
+    """Attribute of :class:`igw.global_router.metrics.FleetMetrics` holding the counter."""
+    dimensions: tuple[tuple[str, str], ...]
+    """``(counter label, CloudWatch dimension)`` pairs; other labels are summed away."""
+
+
+FLEET_METRICS: Final = (
+    FleetMetric(
+        "RoutingDecisions",
+        "decisions",
+        (("cluster", "Cluster"), ("region", "Region"), ("reason", "Reason")),
+    ),
+    FleetMetric("FailoverEvents", "failovers", (("cluster", "Cluster"), ("reason", "Reason"))),
+    FleetMetric("RecoveryEvents", "recoveries", (("cluster", "Cluster"),)),
+    FleetMetric("RateLimitHits", "ratelimit_hits", (("model", "Model"), ("limit", "Limit"))),
+    FleetMetric("ClusterErrors", "retries", (("cluster", "Cluster"), ("cause", "Cause"))),
+    FleetMetric("ClusterRequests", "decisions", (("cluster", "Cluster"),)),
+)
+"""Every fleet metric, in the order the documents are written."""

@@ -1,0 +1,246 @@
+"""The ``igw top`` screen: pools, pods, models (and, with the debug token, the last scheduling
+decisions) of one gateway, refreshed every interval.
+
+Drawn with textual (tables that resize with the terminal, a headless test pilot, SVG screenshots).
+Every refresh takes one :class:`~igw.top.view.Scrape` and compares it with the previous one
+(:func:`~igw.top.view.build_view`); a failed scrape keeps the last rows on screen and says what
+failed in the status line, so a port-forward that drops for a second does not blank the view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Final, Protocol
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
+from textual.widgets import DataTable, Footer, Header, Static
+
+from igw.top.view import (
+    DecisionRow,
+    ModelRow,
+    PodRow,
+    PoolRow,
+    Scrape,
+    ScrapeError,
+    TopView,
+    build_view,
+)
+
+POOL_COLUMNS: Final = ("pool", "model", "ready", "pods", "avg KV", "queue", "picks/s")
+POD_COLUMNS: Final = (
+    "pool",
+    "pod",
+    "KV",
+    "queue",
+    "running",
+    "in flight",
+    "adapters",
+    "pick share",
+    "scrape age",
+    "flags",
+)
+MODEL_COLUMNS: Final = (
+    "model",
+    "req/s",
+    "5xx",
+    "out tok/s",
+    "TTFT p50",
+    "TTFT p90",
+    "TTFT p99",
+    "latency p99",
+)
+DECISION_COLUMNS: Final = (
+    "time",
+    "pool",
+    "model",
+    "outcome",
+    "chosen",
+    "candidates",
+    "removed",
+    "leading scorer",
+    "decision",
+)
+DASH: Final = "-"
+
+
+class ScrapeSource(Protocol):
+    """Where the screen's snapshots come from (:class:`~igw.top.source.GatewaySource` over HTTP)."""
+
+    base_url: str
+
+    async def scrape(self) -> Scrape: ...
+
+    async def close(self) -> None: ...
+
+
+def percent(value: float | None) -> str:
+    return DASH if value is None else f"{100 * value:.1f}%"
+
+
+def number(value: float | None, digits: int = 0) -> str:
+    return DASH if value is None else f"{value:.{digits}f}"
+
+
+def milliseconds(seconds: float | None) -> str:
+    return DASH if seconds is None else f"{1000 * seconds:.0f} ms"
+
+
+def pool_cells(row: PoolRow) -> tuple[str, ...]:
+    return (
+        row.pool,
+        row.model or DASH,
+        str(row.ready_pods),
+        str(row.pods),
+        percent(row.kv_average),
+        number(row.queue_total),
+        number(row.picks_per_s, 1),
+    )
+
+
+def pod_cells(row: PodRow) -> tuple[str, ...]:
+    return (
+        row.pool,
+        row.endpoint,
+        percent(row.kv),
+        number(row.queue),
+        number(row.running),
+        number(row.inflight),
+        DASH if row.adapters is None else (",".join(row.adapters) or "none"),
+        percent(row.pick_share),
+        DASH if row.scrape_age_s is None else f"{row.scrape_age_s:.2f} s",
+        " ".join(row.flags) or "ok",
+    )
+
+
+def model_cells(row: ModelRow) -> tuple[str, ...]:
+    return (
+        row.model,
+        number(row.requests_per_s, 1),
+        percent(row.error_ratio),
+        number(row.output_tokens_per_s, 1),
+        milliseconds(row.ttft_p50_s),
+        milliseconds(row.ttft_p90_s),
+        milliseconds(row.ttft_p99_s),
+        milliseconds(row.latency_p99_s),
+    )
+
+
+def decision_cells(row: DecisionRow) -> tuple[str, ...]:
+    return (
+        time.strftime("%H:%M:%S", time.localtime(row.at)),
+        row.pool,
+        row.model or DASH,
+        row.outcome,
+        row.chosen or DASH,
+        str(row.candidates),
+        str(row.removed),
+        row.leading_scorer or DASH,
+        f"{row.decision_us:.0f} µs",
+    )
+
+
+TABLES: Final = (
+    ("pools", "Pools", POOL_COLUMNS),
+    ("pods", "Pods", POD_COLUMNS),
+    ("models", "Models", MODEL_COLUMNS),
+    ("decisions", "Recent decisions (why this pod)", DECISION_COLUMNS),
+)
+
+
+class TopApp(App[None]):
+    """The live view; ``source`` is scraped every ``interval_s`` seconds."""
+
+    TITLE = "igw top"
+    CSS = """
+    .title { text-style: bold; padding: 1 0 0 1; }
+    #status { padding: 0 1; }
+    DataTable { height: auto; max-height: 16; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "Quit")]
+
+    def __init__(
+        self,
+        source: ScrapeSource,
+        *,
+        interval_s: float = 1.0,
+        show_decisions: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.interval_s = interval_s
+        self.show_decisions = show_decisions
+        self._clock = clock
+        self._previous: Scrape | None = None
+        self._busy = False
+        self.refreshes = 0
+        """Successful scrapes drawn so far (tests and ``--screenshot`` wait on it)."""
+        self.view: TopView | None = None
+        self.last_error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(f"{self.source.base_url}: connecting", id="status")
+        for table_id, title, _ in self._tables():
+            yield Static(title, classes="title")
+            yield DataTable(id=table_id, cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for table_id, _, columns in self._tables():
+            self.query_one(f"#{table_id}", DataTable).add_columns(*columns)
+        self.set_interval(self.interval_s, self.refresh_view)
+        self.call_later(self.refresh_view)
+
+    def _tables(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        return TABLES if self.show_decisions else TABLES[:-1]
+
+    async def refresh_view(self) -> None:
+        """Scrape once and redraw; skipped while the previous scrape is still out."""
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            scrape = await self.source.scrape()
+            view = build_view(self._previous, scrape)
+        except ScrapeError as exc:
+            self.last_error = str(exc)
+            with contextlib.suppress(NoMatches):  # the screen may have closed meanwhile
+                self._status(f"scrape failed: {exc} (showing the last good view)")
+            return
+        finally:
+            self._busy = False
+        self._previous, self.view, self.last_error = scrape, view, None
+        stamp = time.strftime("%H:%M:%S", time.localtime(self._clock()))
+        interval = DASH if view.interval_s is None else f"{view.interval_s:.1f} s"
+        try:
+            self._draw(view)
+            self._status(f"{stamp}  rates over {interval}")
+        except NoMatches:  # the screen closed while the scrape was out: nothing left to draw on
+            return
+        self.refreshes += 1
+
+    def _status(self, text: str) -> None:
+        self.query_one("#status", Static).update(f"{self.source.base_url}  {text}")
+
+    def _draw(self, view: TopView) -> None:
+        self._fill("pools", [pool_cells(r) for r in view.pools])
+        self._fill("pods", [pod_cells(r) for r in view.pods])
+        self._fill("models", [model_cells(r) for r in view.models])
+        if self.show_decisions:
+            self._fill("decisions", [decision_cells(r) for r in view.decisions])
+
+    def _fill(self, table_id: str, rows: Sequence[tuple[str, ...]]) -> None:
+        table = self.query_one(f"#{table_id}", DataTable)
+        cursor = table.cursor_row  # keep the operator's place across refreshes
+        table.clear()
+        table.add_rows(rows)
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
+
+    async def on_unmount(self) -> None:
+        await self.source.close()

@@ -1,0 +1,83 @@
+"""Fetches one gateway's ``/metrics`` and ``/readyz`` over HTTP for ``igw top``.
+
+Works against ``igw serve`` on this machine and against a gateway in a cluster through
+``kubectl port-forward``. The operator's token (read from an environment variable, never from the
+command line) is sent as a bearer token: the gateway's debug token opens ``/debug/decisions`` (the
+last scheduling decisions, when asked for), and pages behind an authenticating proxy need one too.
+It is never printed; error messages name the URL and the status only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import aiohttp
+import orjson
+
+from igw.gateway.debug_api import DEBUG_DECISIONS_PATH
+from igw.top.view import Scrape, ScrapeError, parse_scrape
+
+DEFAULT_TIMEOUT_S: Final = 5.0
+
+
+class GatewaySource:
+    """Takes :class:`Scrape` snapshots of the gateway at ``base_url``; close it when done."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        decisions: int = 0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._decisions = decisions
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:  # never print the token
+        return f"GatewaySource({self.base_url!r})"
+
+    async def scrape(self) -> Scrape:
+        """``/metrics`` and ``/readyz`` now; :class:`ScrapeError` names what failed."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+        at = self._clock()
+        metrics = await self._get("/metrics", accept=(200,))
+        readiness_text = await self._get("/readyz", accept=(200, 503))  # 503: not ready, detail still there
+        try:
+            readiness: Any = orjson.loads(readiness_text)
+        except orjson.JSONDecodeError as exc:
+            raise ScrapeError(f"{self.base_url}/readyz: not JSON ({exc})") from exc
+        if not isinstance(readiness, dict):
+            raise ScrapeError(f"{self.base_url}/readyz: expected a JSON object")
+        decisions: list[Any] = []
+        if self._decisions:
+            path = f"{DEBUG_DECISIONS_PATH}?limit={self._decisions}"
+            try:
+                decisions = orjson.loads(await self._get(path, accept=(200,)))["decisions"]
+            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ScrapeError(f"{self.base_url}{path}: not a decision log ({exc})") from exc
+        return parse_scrape(metrics, readiness, at=at, decisions=decisions)
+
+    async def _get(self, path: str, *, accept: tuple[int, ...]) -> str:
+        assert self._session is not None
+        url = self.base_url + path
+        try:
+            async with self._session.get(url) as response:
+                if response.status not in accept:
+                    raise ScrapeError(f"{url}: HTTP {response.status}")
+                return await response.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ScrapeError(f"{url}: {type(exc).__name__}: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

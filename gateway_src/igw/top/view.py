@@ -1,0 +1,337 @@
+"""What ``igw top`` shows, computed from two successive scrapes of one gateway (pure, no I/O).
+
+A :class:`Scrape` is one ``/metrics`` page (every sample keyed by name and labels) plus the
+``/readyz`` detail taken at the same moment. :func:`build_view` compares it with the previous one:
+counters become per-second rates over the interval (a counter that went down restarted, so its
+whole value is the interval's), histogram bucket deltas become quantiles (the interpolation
+Prometheus' ``histogram_quantile`` uses, shared with the CloudWatch reporter), and gauges are shown
+as they are. Without a previous scrape, rates, shares and quantiles are ``None`` (shown as ``-``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from igw.errors import IgwToolingError
+from igw.gateway.emf import quantile
+from igw.scheduling.scheduler import TOTAL as TOTAL_SCORE
+
+Labels = tuple[tuple[str, str], ...]
+SampleKey = tuple[str, Labels]
+
+TTFT_BUCKET: Final = "igw_time_to_first_token_seconds_bucket"
+DURATION_BUCKET: Final = "igw_request_duration_seconds_bucket"
+REQUESTS: Final = "igw_requests_total"
+OUTPUT_TOKENS: Final = "igw_tokens_total"
+PICKS: Final = "igw_endpoint_picks_total"
+READY_PODS: Final = "inference_pool_ready_pods"
+POD_GAUGES: Final = {
+    "kv": "igw_endpoint_kv_cache_usage",
+    "queue": "igw_endpoint_queue_depth",
+    "running": "igw_endpoint_running_requests",
+    "inflight": "igw_endpoint_inflight_requests",
+    "scrape_age": "igw_endpoint_scrape_age_seconds",
+    "failing": "igw_endpoint_scrape_failing",
+    "frozen": "igw_endpoint_metrics_frozen",
+}
+SIGNAL_MISSING: Final = "igw_endpoint_signal_missing"
+READ_METRICS: Final = frozenset(
+    {TTFT_BUCKET, DURATION_BUCKET, REQUESTS, OUTPUT_TOKENS, PICKS, READY_PODS, SIGNAL_MISSING}
+    | set(POD_GAUGES.values())
+)
+"""Every sample name ``igw top`` reads (a test checks each is on a live gateway's page)."""
+
+
+class ScrapeError(IgwToolingError):
+    """A page from the gateway could not be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """One moment of one gateway: its samples and its readiness detail."""
+
+    at: float
+    """Monotonic seconds when the page was taken (only differences matter)."""
+    samples: Mapping[SampleKey, float]
+    readiness: Mapping[str, Any]
+    """The ``/readyz`` body (``schedulers`` → endpoints with ``fresh`` and ``adapters``); may be empty."""
+    decisions: Sequence[Mapping[str, Any]] = ()
+    """Newest first, from ``/debug/decisions`` when asked for (see :mod:`igw.gateway.decision_log`)."""
+
+
+def parse_scrape(
+    metrics_text: str,
+    readiness: Mapping[str, Any],
+    *,
+    at: float,
+    decisions: Sequence[Mapping[str, Any]] = (),
+) -> Scrape:
+    """The samples of a Prometheus text page that ``igw top`` reads, keyed by name and labels."""
+    samples: dict[SampleKey, float] = {}
+    try:
+        for family in text_string_to_metric_families(metrics_text):
+            for s in family.samples:
+                if s.name in READ_METRICS:
+                    samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    except ValueError as exc:
+        raise ScrapeError(f"/metrics: not a Prometheus text page ({exc})") from exc
+    return Scrape(at=at, samples=samples, readiness=readiness, decisions=decisions)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRow:
+    pool: str
+    model: str | None
+    ready_pods: int
+    pods: int
+    kv_average: float | None
+    """Mean KV use (0..1) of the pool's pods that report it."""
+    queue_total: float | None
+    picks_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodRow:
+    pool: str
+    endpoint: str
+    kv: float | None
+    queue: float | None
+    running: float | None
+    inflight: float | None
+    adapters: tuple[str, ...] | None
+    """LoRA adapters in the running batch (``None``: the gateway does not say)."""
+    pick_share: float | None
+    """This pod's share (0..1) of its pool's picks over the interval."""
+    scrape_age_s: float | None
+    flags: tuple[str, ...]
+    """``stale``, ``failing``, ``frozen``, ``missing <signal>`` (empty: healthy)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    model: str
+    requests_per_s: float | None
+    error_ratio: float | None
+    """5xx share of the interval's requests (``None`` without requests)."""
+    output_tokens_per_s: float | None
+    ttft_p50_s: float | None
+    ttft_p90_s: float | None
+    ttft_p99_s: float | None
+    latency_p99_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRow:
+    """One scheduling decision: why this pod."""
+
+    at: float
+    """Wall-clock seconds of the decision."""
+    pool: str
+    model: str | None
+    outcome: str
+    chosen: str | None
+    candidates: int
+    removed: int
+    """Endpoints excluded before scoring (stale, context too small, a filter)."""
+    leading_scorer: str | None
+    """The scorer that gave the chosen endpoint its largest weighted score."""
+    decision_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class TopView:
+    interval_s: float | None
+    """Seconds between the two scrapes (``None`` on the first)."""
+    pools: tuple[PoolRow, ...]
+    pods: tuple[PodRow, ...]
+    models: tuple[ModelRow, ...]
+    decisions: tuple[DecisionRow, ...] = ()
+
+
+def counter_delta(previous: float | None, current: float) -> float:
+    """Increase of a counter between two scrapes; a decrease means it restarted from zero."""
+    if previous is None or current < previous:
+        return current
+    return current - previous
+
+
+def _by_name(scrape: Scrape, name: str) -> Iterable[tuple[dict[str, str], float]]:
+    for (sample, labels), value in scrape.samples.items():
+        if sample == name:
+            yield dict(labels), value
+
+
+def _deltas(previous: Scrape, current: Scrape, name: str) -> Iterable[tuple[dict[str, str], float]]:
+    for (sample, labels), value in current.samples.items():
+        if sample == name:
+            yield dict(labels), counter_delta(previous.samples.get((sample, labels)), value)
+
+
+def _quantiles(
+    previous: Scrape, current: Scrape, name: str, qs: tuple[float, ...]
+) -> dict[str, tuple[float | None, ...]]:
+    buckets: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    for labels, delta in _deltas(previous, current, name):
+        buckets[labels.get("model", "")][float(labels["le"])] += delta
+    return {model: tuple(quantile(q, sorted(b.items())) for q in qs) for model, b in buckets.items()}
+
+
+def _endpoint_readiness(scrape: Scrape) -> dict[tuple[str, str], Mapping[str, Any]]:
+    out: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for pool, detail in (scrape.readiness.get("schedulers") or {}).items():
+        for endpoint, info in (detail.get("endpoints") or {}).items():
+            out[(pool, endpoint)] = info
+    return out
+
+
+def build_view(previous: Scrape | None, current: Scrape) -> TopView:
+    """The rows for ``current``; rates, shares and quantiles need ``previous``."""
+    interval = None if previous is None else current.at - previous.at
+    if interval is not None and interval <= 0:
+        raise ScrapeError(f"scrapes out of order: interval {interval} s")
+    picks: dict[tuple[str, str], float] = {}
+    if previous is not None:
+        for labels, delta in _deltas(previous, current, PICKS):
+            picks[(labels["scheduler"], labels["endpoint"])] = delta
+    pool_picks: dict[str, float] = defaultdict(float)
+    for (pool, _), delta in picks.items():
+        pool_picks[pool] += delta
+    pods = _pods(current, picks, pool_picks)
+    return TopView(
+        interval_s=interval,
+        pools=_pools(current, pods, pool_picks, interval),
+        pods=pods,
+        models=() if previous is None or interval is None else _models(previous, current, interval),
+        decisions=tuple(decision_row(entry) for entry in current.decisions),
+    )
+
+
+def decision_row(entry: Mapping[str, Any]) -> DecisionRow:
+    """A decision-log entry as a row; a malformed entry is a :class:`ScrapeError` naming the field."""
+    try:
+        chosen = entry["chosen"]
+        per_scorer: Mapping[str, float] = next(
+            (s["scores"] for s in entry["scored"] if s["endpoint"] == chosen), {}
+        )
+        scores = {name: v for name, v in per_scorer.items() if name != TOTAL_SCORE}
+        return DecisionRow(
+            at=float(entry["time"]),
+            pool=str(entry["scheduler"]),
+            model=entry["model"],
+            outcome=str(entry["outcome"]),
+            chosen=chosen,
+            candidates=int(entry["candidates"]),
+            removed=len(entry["removed"]),
+            leading_scorer=max(scores, key=lambda name: scores[name]) if scores else None,
+            decision_us=float(entry["decision_us"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ScrapeError(f"/debug/decisions: an entry lacks or mistypes {exc}") from exc
+
+
+def _pods(
+    current: Scrape, picks: Mapping[tuple[str, str], float], pool_picks: Mapping[str, float]
+) -> tuple[PodRow, ...]:
+    gauges: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for field, name in POD_GAUGES.items():
+        for labels, value in _by_name(current, name):
+            gauges[(labels["scheduler"], labels["endpoint"])][field] = value
+    missing: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for labels, value in _by_name(current, SIGNAL_MISSING):
+        if value:
+            missing[(labels["scheduler"], labels["endpoint"])].append(labels["signal"])
+    readiness = _endpoint_readiness(current)
+    rows = []
+    for key in sorted(set(gauges) | set(readiness)):
+        pool, endpoint = key
+        g = gauges.get(key, {})
+        ready = readiness.get(key, {})
+        flags = []
+        if ready.get("fresh") is False:
+            flags.append("stale")
+        if g.get("failing"):
+            flags.append("failing")
+        if g.get("frozen"):
+            flags.append("frozen")
+        flags.extend(f"missing {signal}" for signal in sorted(missing.get(key, ())))
+        adapters = ready.get("adapters")
+        total = pool_picks.get(pool)
+        rows.append(
+            PodRow(
+                pool=pool,
+                endpoint=endpoint,
+                kv=g.get("kv"),
+                queue=g.get("queue"),
+                running=g.get("running"),
+                inflight=g.get("inflight"),
+                adapters=None if adapters is None else tuple(adapters),
+                pick_share=picks.get(key, 0.0) / total if total else None,
+                scrape_age_s=g.get("scrape_age"),
+                flags=tuple(flags),
+            )
+        )
+    return tuple(rows)
+
+
+def _pools(
+    current: Scrape, pods: tuple[PodRow, ...], pool_picks: Mapping[str, float], interval: float | None
+) -> tuple[PoolRow, ...]:
+    ready = {labels["name"]: value for labels, value in _by_name(current, READY_PODS)}
+    schedulers = current.readiness.get("schedulers") or {}
+    members: dict[str, list[PodRow]] = defaultdict(list)
+    for pod in pods:
+        members[pod.pool].append(pod)
+    rows = []
+    for pool in sorted(set(members) | set(ready) | set(schedulers)):
+        mine = members.get(pool, [])
+        kv = [p.kv for p in mine if p.kv is not None]
+        queues = [p.queue for p in mine if p.queue is not None]
+        rows.append(
+            PoolRow(
+                pool=pool,
+                model=(schedulers.get(pool) or {}).get("model"),
+                ready_pods=int(ready.get(pool, 0)),
+                pods=len(mine),
+                kv_average=sum(kv) / len(kv) if kv else None,
+                queue_total=sum(queues) if queues else None,
+                picks_per_s=None if interval is None else pool_picks.get(pool, 0.0) / interval,
+            )
+        )
+    return tuple(rows)
+
+
+def _models(previous: Scrape, current: Scrape, interval: float) -> tuple[ModelRow, ...]:
+    requests: dict[str, float] = defaultdict(float)
+    errors: dict[str, float] = defaultdict(float)
+    for labels, delta in _deltas(previous, current, REQUESTS):
+        requests[labels["model"]] += delta
+        if labels.get("code", "").startswith("5"):
+            errors[labels["model"]] += delta
+    tokens: dict[str, float] = defaultdict(float)
+    for labels, delta in _deltas(previous, current, OUTPUT_TOKENS):
+        if labels.get("direction") == "out":
+            tokens[labels["model"]] += delta
+    ttft = _quantiles(previous, current, TTFT_BUCKET, (0.5, 0.9, 0.99))
+    latency = _quantiles(previous, current, DURATION_BUCKET, (0.99,))
+    rows = []
+    for model in sorted(set(requests) | set(tokens)):
+        p50, p90, p99 = ttft.get(model, (None, None, None))
+        count = requests.get(model, 0.0)
+        rows.append(
+            ModelRow(
+                model=model,
+                requests_per_s=count / interval,
+                error_ratio=errors.get(model, 0.0) / count if count else None,
+                output_tokens_per_s=tokens.get(model, 0.0) / interval,
+                ttft_p50_s=p50,
+                ttft_p90_s=p90,
+                ttft_p99_s=p99,
+                latency_p99_s=latency.get(model, (None,))[0],
+            )
+        )
+    return tuple(rows)

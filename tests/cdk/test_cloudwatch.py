@@ -1,0 +1,188 @@
+"""CloudWatch in the CDK app: the observability add-on with its agent role, and the dashboards and
+alarms over the EMF metrics, each naming only metrics the emitters write (their own tables)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from igw.addon import pins
+from igw.gateway.emf_metrics import (
+    DEFAULT_NAMESPACE,
+    MODEL_DIMENSION,
+    MODEL_METRICS,
+    POOL_DIMENSION,
+    POOL_METRICS,
+)
+from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE, FLEET_METRICS
+from tests.cdk.support import EXAMPLES
+
+Synthesized = Any
+"""The session fixtures' synthesized assembly (``templates``: stack role -> template)."""
+
+
+def example(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    return document
+
+
+TIER1 = {
+    **{name: (MODEL_DIMENSION,) for name, _ in MODEL_METRICS},
+    **{name: (POOL_DIMENSION,) for name, _ in POOL_METRICS},
+}
+"""Metric name -> its dimension set, as the gateway's emitter writes them."""
+TIER2 = {m.name: tuple(d for _, d in m.dimensions) for m in FLEET_METRICS}
+SEARCH = re.compile(r"SEARCH\('\{\"(?P<ns>[^\"]+)\",(?P<dims>[^}]*)\} MetricName=\"(?P<name>\w+)\"'")
+INSIGHTS = re.compile(r"SELECT SUM\((?P<name>\w+)\) FROM SCHEMA\(\"(?P<ns>[^\"]+)\", (?P<dims>[^)]*)\)")
+
+
+def of_type(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [r["Properties"] for r in template["Resources"].values() if r["Type"] == kind]
+
+
+def flat(value: Any) -> str:
+    """A ``Fn::Join`` dashboard body as text (references become ``<ref>``)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        return "".join(flat(part) for part in value["Fn::Join"][1])
+    return "<ref>"
+
+
+def searches(template: dict[str, Any]) -> list[tuple[str, tuple[str, ...], str]]:
+    (dashboard,) = of_type(template, "AWS::CloudWatch::Dashboard")
+    body = json.loads(flat(dashboard["DashboardBody"]).replace("<ref>", "us-west-2"))
+    found = []
+    for widget in body["widgets"]:
+        for line in widget["properties"].get("metrics", []):
+            for entry in line:
+                if isinstance(entry, dict) and "expression" in entry:
+                    m = SEARCH.search(entry["expression"])
+                    assert m, entry["expression"]
+                    found.append((m["ns"], tuple(m["dims"].split(",")), m["name"]))
+    return found
+
+
+def test_the_observability_addon_runs_with_the_agent_role_through_pod_identity(
+    synthesized: Synthesized,
+) -> None:
+    platform = synthesized.templates["platform"]
+    (addon,) = [
+        a
+        for a in of_type(platform, "AWS::EKS::Addon")
+        if a["AddonName"] == pins.CLOUDWATCH_OBSERVABILITY_ADDON
+    ]
+    assert addon["AddonVersion"] == pins.CLOUDWATCH_OBSERVABILITY_VERSION
+    assert "ServiceAccountRoleArn" not in addon
+    (association,) = addon["PodIdentityAssociations"]
+    assert association["ServiceAccount"] == pins.CLOUDWATCH_AGENT_SERVICE_ACCOUNT
+    role_id = association["RoleArn"]["Fn::GetAtt"][0]
+    role = platform["Resources"][role_id]["Properties"]
+    assert [flat(arn) for arn in role["ManagedPolicyArns"]] == [
+        "arn:<ref>:iam::aws:policy/CloudWatchAgentServerPolicy"
+    ]
+    (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+
+
+def test_with_irsa_the_agent_role_trusts_only_its_service_account(variant: Synthesized) -> None:
+    platform = variant.templates["platform"]
+    (addon,) = [
+        a
+        for a in of_type(platform, "AWS::EKS::Addon")
+        if a["AddonName"] == pins.CLOUDWATCH_OBSERVABILITY_ADDON
+    ]
+    assert "PodIdentityAssociations" not in addon
+    role = platform["Resources"][addon["ServiceAccountRoleArn"]["Fn::GetAtt"][0]]["Properties"]
+    (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    conditions_id = statement["Condition"]["StringEquals"]["Fn::GetAtt"][0]
+    conditions = flat(platform["Resources"][conditions_id]["Properties"]["Value"])
+    subject = f"system:serviceaccount:{pins.CLOUDWATCH_NAMESPACE}:{pins.CLOUDWATCH_AGENT_SERVICE_ACCOUNT}"
+    assert f':sub":"{subject}"' in conditions
+
+
+def test_an_addon_the_cluster_already_runs_is_not_created_again(tmp_path: Path) -> None:
+    from cdk import config
+    from cdk.app_builder import build_app
+
+    document = example("existing-cluster.yaml")
+    document["existingCluster"]["installedAddons"] = [
+        *document["existingCluster"].get("installedAddons", []),
+        pins.CLOUDWATCH_OBSERVABILITY_ADDON,
+    ]
+    built = build_app(config.parse(document), outdir=tmp_path)
+    assert built.platform is not None
+    platform = built.app.synth().get_stack_artifact(built.platform.artifact_id).template
+    names = [a["AddonName"] for a in of_type(platform, "AWS::EKS::Addon")]
+    assert names  # the other add-ons are still there
+    assert pins.CLOUDWATCH_OBSERVABILITY_ADDON not in names
+
+
+def test_gateway_dashboard_draws_every_emitted_metric_and_nothing_else(synthesized: Synthesized) -> None:
+    found = searches(synthesized.templates["inference"])
+    assert sorted((name, dims) for _, dims, name in found) == sorted(TIER1.items())
+    assert {ns for ns, _, _ in found} == {DEFAULT_NAMESPACE}
+
+
+def test_gateway_alarms_per_configured_model_and_pool_watch_emitted_metrics(synthesized: Synthesized) -> None:
+    alarms = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
+    schedulers = example("deployment.yaml")["inference"]["gatewayConfig"]["spec"]["schedulers"]
+    watched = set()
+    for alarm in alarms:
+        assert alarm["Namespace"] == DEFAULT_NAMESPACE
+        (dimension,) = alarm["Dimensions"]
+        assert TIER1[alarm["MetricName"]] == (dimension["Name"],), alarm
+        assert alarm["Period"] == 60
+        watched.add((alarm["MetricName"], dimension["Value"]))
+    models = {s["modelName"] for s in schedulers}
+    pools = {s["name"] for s in schedulers}
+    assert watched == (
+        {("ErrorRate", m) for m in models}
+        | {("TtftP99", m) for m in models}
+        | {("KvCacheAverage", p) for p in pools}
+    )
+
+
+def test_aws_managed_addon_gets_no_gateway_dashboard(variant: Synthesized) -> None:
+    assert of_type(variant.templates["inference"], "AWS::CloudWatch::Dashboard") == []
+    assert of_type(variant.templates["inference"], "AWS::CloudWatch::Alarm") == []
+
+
+def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    import aws_cdk as cdk
+
+    from cdk.app_builder import feature_flags
+    from cdk.global_router_config import EXAMPLE_FILE, load
+    from cdk.stacks.global_router_stack import build_global_router_stack
+
+    app = cdk.App(outdir=str(tmp_path_factory.mktemp("fleet-cdk.out")), context=feature_flags())
+    stack = build_global_router_stack(app, load(EXAMPLE_FILE), apply_nag=False)
+    template = app.synth().get_stack_artifact(stack.artifact_id).template
+    found = searches(template)
+    assert sorted((name, dims) for _, dims, name in found) == sorted(TIER2.items())
+    assert {ns for ns, _, _ in found} == {DEFAULT_FLEET_NAMESPACE}
+    queries = []
+    for alarm in of_type(template, "AWS::CloudWatch::Alarm"):
+        (query,) = alarm["Metrics"]
+        m = INSIGHTS.fullmatch(query["Expression"])
+        assert m, query["Expression"]
+        assert m["ns"] == DEFAULT_FLEET_NAMESPACE
+        assert tuple(m["dims"].split(", ")) == TIER2[m["name"]]
+        queries.append(m["name"])
+    assert sorted(queries) == ["FailoverEvents", "RateLimitHits"]
+
+
+def test_an_alarm_on_a_metric_no_emitter_writes_fails_synthesis() -> None:
+    from cdk.constructs.metric_dashboards import emitted
+
+    assert emitted("TtftP99", MODEL_METRICS) == ("TtftP99", "Milliseconds")
+    with pytest.raises(ValueError, match="no emitter writes the CloudWatch metric 'TtftP95'"):
+        emitted("TtftP95", MODEL_METRICS)

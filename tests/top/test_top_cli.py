@@ -1,0 +1,103 @@
+"""``igw top`` as a command: usage errors, the bearer token from the environment, ``--screenshot``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+
+TOKEN = "top-secret-token-0123456789"
+PAGE = """\
+# TYPE igw_endpoint_queue_depth gauge
+igw_endpoint_queue_depth{scheduler="qwen",endpoint="10.0.0.7:8000"} 17
+# TYPE igw_endpoint_kv_cache_usage gauge
+igw_endpoint_kv_cache_usage{scheduler="qwen",endpoint="10.0.0.7:8000"} 0.625
+"""
+READY = {"schedulers": {"qwen": {"model": "Qwen/Qwen3-32B", "endpoints": {"10.0.0.7:8000": {"fresh": True}}}}}
+
+
+@contextlib.asynccontextmanager
+async def guarded_pages() -> AsyncIterator[tuple[str, list[str]]]:
+    """A loopback server answering ``/metrics`` and ``/readyz`` only with ``TOKEN``; yields its URL and
+    the Authorization headers it saw."""
+    seen: list[str] = []
+
+    async def page(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return web.Response(status=401)
+        if request.path == "/metrics":
+            return web.Response(text=PAGE)
+        return web.Response(body=orjson.dumps(READY), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/metrics", page)
+    app.router.add_get("/readyz", page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        await runner.cleanup()
+
+
+async def igw_top(*args: str, env: dict[str, str]) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", "top", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={k: v for k, v in {**os.environ, **env}.items() if k != "TERM"},
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=90)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+async def test_screenshot_with_the_token_from_the_environment(tmp_path: Path) -> None:
+    target = tmp_path / "top.svg"
+    async with guarded_pages() as (url, seen):
+        rc, out = await igw_top(
+            url, "--interval", "0.2", "--token-env", "TOP_TOKEN", "--screenshot", str(target),
+            "--screenshot-after", "2", env={"TOP_TOKEN": TOKEN},
+        )  # fmt: skip
+    assert rc == 0, out
+    assert seen
+    assert set(seen) == {f"Bearer {TOKEN}"}
+    text = target.read_text().replace("&#160;", " ")
+    for cell in ("qwen", "Qwen/Qwen3-32B", "10.0.0.7:8000", "62.5%", "17"):
+        assert cell in text, cell
+    assert TOKEN not in out
+
+
+async def test_a_refused_token_fails_without_printing_it(tmp_path: Path) -> None:
+    async with guarded_pages() as (url, _):
+        rc, out = await igw_top(
+            url, "--interval", "0.1", "--token-env", "TOP_TOKEN", "--screenshot", str(tmp_path / "x.svg"),
+            env={"TOP_TOKEN": "wrong-token-but-also-secret"},
+        )  # fmt: skip
+    assert rc == 1
+    assert f"{url}/metrics: HTTP 401" in out
+    assert "wrong-token-but-also-secret" not in out
+    assert not (tmp_path / "x.svg").exists()
+
+
+async def test_usage_errors_name_the_option() -> None:
+    cases = [
+        (("ftp://host",), {}, "URL must be http(s)://host:port"),
+        (("http://127.0.0.1:1", "--interval", "0"), {}, "--interval must be at least 0.1"),
+        (("http://127.0.0.1:1", "--token-env", "NOT_SET_ANYWHERE"), {}, "NOT_SET_ANYWHERE is not set"),
+        (("http://127.0.0.1:1", "--decisions", "5"), {}, "--decisions needs --token-env"),
+        (("http://127.0.0.1:1", "--decisions", "51"), {}, "--decisions must be 0..50"),
+    ]
+    for args, env, message in cases:
+        rc, out = await igw_top(*args, env=env)
+        assert rc == 2, (args, out)
+        assert message in out, (args, out)

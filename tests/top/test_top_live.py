@@ -1,0 +1,187 @@
+"""``igw top`` against a live ``igw serve`` in front of a simulated fleet, driven headless by textual's
+pilot: the cells it draws, the screenshot, and what it shows when the gateway does not answer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable
+
+from igw.sim.live import run_fleet
+from igw.sim.spec import FleetSpec
+from igw.top.app import DECISION_COLUMNS, MODEL_COLUMNS, POD_COLUMNS, POOL_COLUMNS, TopApp
+from igw.top.source import GatewaySource
+from igw.top.view import READ_METRICS, SIGNAL_MISSING
+from tests.gateway.support import wait_for
+from tests.observability.live_gateway import (
+    MODEL,
+    igw_serve,
+    metrics_after_traffic,
+    serving_gateway,
+    wait_ready,
+)
+
+SIZE = (160, 45)
+
+
+def cells(app: TopApp, table_id: str, columns: tuple[str, ...]) -> list[dict[str, str]]:
+    """The rows a table draws, as column name -> cell text."""
+    table = app.query_one(f"#{table_id}", DataTable)
+    return [
+        {name: str(table.get_cell_at(Coordinate(row, col))) for col, name in enumerate(columns)}
+        for row in range(table.row_count)
+    ]
+
+
+@contextlib.asynccontextmanager
+async def lora_fleet_gateway(tmp_path: Path) -> AsyncIterator[str]:
+    """``igw serve`` routing ``llama`` to two simulated vLLM pods that serve a LoRA adapter."""
+    pods = [
+        {
+            "name": f"p{i}",
+            "preset": "llama-3.1-8b/h100",
+            "served_model_name": MODEL,
+            "lora_adapters": ["sql-lora"],
+        }
+        for i in (0, 1)
+    ]
+    spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 3, "pods": pods})
+    async with run_fleet(spec, admin=False) as fleet, igw_serve(tmp_path, [p.key for p in fleet.pods]) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def streaming_traffic(url: str) -> AsyncIterator[None]:
+    """Streamed completions one after another until the block ends."""
+
+    async def loop(http: aiohttp.ClientSession) -> None:
+        body = {"model": MODEL, "prompt": "hello world", "max_tokens": 8, "stream": True}
+        while True:
+            async with http.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+                await resp.read()
+
+    async with aiohttp.ClientSession() as http:
+        await wait_ready(http, url)
+        task = asyncio.create_task(loop(http))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_top_draws_pools_pods_and_models_of_a_live_gateway(tmp_path: Path) -> None:
+    async with lora_fleet_gateway(tmp_path) as url, streaming_traffic(url):
+        app = TopApp(GatewaySource(url), interval_s=0.3)
+        async with app.run_test(size=SIZE) as pilot:
+
+            def models_drawn() -> bool:
+                rows = cells(app, "models", MODEL_COLUMNS)
+                return bool(rows) and rows[0]["TTFT p50"] != "-" and rows[0]["req/s"] != "0.0"
+
+            await wait_for(models_drawn, within=60, what="a models row with rates and TTFT")
+            # A pod publishes its LoRA series once it has run a request: wait until both have.
+            await wait_for(
+                lambda: (
+                    len(cells(app, "pods", POD_COLUMNS)) == 2
+                    and all(r["KV"] != "-" and r["adapters"] != "-" for r in cells(app, "pods", POD_COLUMNS))
+                ),
+                within=60,
+                what="both pods with KV and LoRA residency",
+            )
+            await pilot.pause()
+            (pool,) = cells(app, "pools", POOL_COLUMNS)
+            pods = cells(app, "pods", POD_COLUMNS)
+            (model,) = cells(app, "models", MODEL_COLUMNS)
+            svg = app.export_screenshot()
+    assert (pool["pool"], pool["model"], pool["ready"], pool["pods"]) == (MODEL, MODEL, "2", "2")
+    assert re.fullmatch(r"\d+\.\d%", pool["avg KV"])
+    for pod in pods:
+        assert pod["pool"] == MODEL
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", pod["pod"])
+        assert re.fullmatch(r"\d+\.\d%", pod["KV"])
+        assert pod["adapters"] == "none"  # the pods report LoRA residency; no adapter request is running
+        assert pod["flags"] == "ok"
+        assert re.fullmatch(r"\d+\.\d\d s", pod["scrape age"])
+    shares = [pod["pick share"] for pod in pods if pod["pick share"] != "-"]
+    assert shares, pods
+    assert abs(sum(float(s.rstrip("%")) for s in shares) - 100.0) <= 0.1 * len(shares)
+    assert model["model"] == MODEL
+    assert float(model["req/s"]) > 0
+    assert model["5xx"] == "0.0%"
+    assert re.fullmatch(r"\d+ ms", model["TTFT p50"])
+    assert re.fullmatch(r"\d+ ms", model["TTFT p99"])
+    text = svg.replace("&#160;", " ")
+    assert "igw top" in text
+    assert "TTFT p99" in text
+    assert pods[0]["pod"] in text
+
+
+async def test_every_series_top_reads_is_on_a_live_gateways_page(tmp_path: Path) -> None:
+    async with serving_gateway(tmp_path) as url:
+        families = await metrics_after_traffic(url)
+    exported = {s.name for f in families.values() for s in f.samples}
+    # Healthy pods miss no signal: that family is declared, with no series.
+    assert READ_METRICS - exported == {SIGNAL_MISSING}
+    assert families[SIGNAL_MISSING].type == "gauge"
+
+
+DEBUG_TOKEN = "debug-token-for-igw-top-0123"
+
+
+async def test_with_the_debug_token_top_shows_why_each_pod_was_picked(tmp_path: Path) -> None:
+    env = {"IGW_DEBUG_TOKEN": DEBUG_TOKEN}
+    async with (
+        serving_gateway(tmp_path, "--debug-decisions", "50", env=env) as url,
+        streaming_traffic(url),
+    ):
+        app = TopApp(GatewaySource(url, token=DEBUG_TOKEN, decisions=5), interval_s=0.3, show_decisions=True)
+        async with app.run_test(size=SIZE):
+            await wait_for(
+                lambda: len(cells(app, "decisions", DECISION_COLUMNS)) == 5, within=60, what="five decisions"
+            )
+            decisions = cells(app, "decisions", DECISION_COLUMNS)
+            pods = {row["pod"] for row in cells(app, "pods", POD_COLUMNS)}
+    for row in decisions:
+        assert (row["pool"], row["model"], row["outcome"]) == (MODEL, MODEL, "picked")
+        assert row["chosen"] in pods
+        assert row["candidates"] == "2"
+        assert row["leading scorer"] not in ("-", "total")
+        assert re.fullmatch(r"\d+ µs", row["decision"])
+
+
+async def test_a_wrong_debug_token_is_reported_not_printed(tmp_path: Path) -> None:
+    async with serving_gateway(
+        tmp_path, "--debug-decisions", "5", env={"IGW_DEBUG_TOKEN": DEBUG_TOKEN}
+    ) as url:
+        wrong = "not-the-debug-token-0123456"
+        app = TopApp(GatewaySource(url, token=wrong, decisions=5), interval_s=0.2, show_decisions=True)
+        async with app.run_test(size=SIZE):
+            await wait_for(lambda: app.last_error is not None, within=30, what="a refused scrape")
+            status = str(app.query_one("#status").render())
+    assert "/debug/decisions?limit=5: HTTP 401" in status
+    assert wrong not in status
+
+
+async def test_unreachable_gateway_is_named_in_the_status_line() -> None:
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    app = TopApp(GatewaySource(url), interval_s=0.2)
+    async with app.run_test(size=SIZE):
+        await wait_for(lambda: app.last_error is not None, within=30, what="a failed scrape")
+        assert app.refreshes == 0
+        assert cells(app, "pods", POD_COLUMNS) == []
+        status = str(app.query_one("#status").render())
+    assert f"{url}/metrics" in status
+    assert "scrape failed" in status

@@ -1,0 +1,182 @@
+"""``igw top``'s arithmetic: rates, shares, quantiles and flags from two scrapes (table-tested)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from igw.top.view import ScrapeError, build_view, counter_delta, parse_scrape
+
+PAGE = """\
+# TYPE igw_requests counter
+igw_requests_total{{model="llama",code="200"}} {ok}
+igw_requests_total{{model="llama",code="503"}} {failed}
+# TYPE igw_tokens counter
+igw_tokens_total{{model="llama",direction="out"}} {tokens}
+igw_tokens_total{{model="llama",direction="in"}} 999
+# TYPE igw_time_to_first_token_seconds histogram
+igw_time_to_first_token_seconds_bucket{{model="llama",le="0.1"}} {fast}
+igw_time_to_first_token_seconds_bucket{{model="llama",le="1.0"}} {slow}
+igw_time_to_first_token_seconds_bucket{{model="llama",le="+Inf"}} {slow}
+igw_time_to_first_token_seconds_count{{model="llama"}} {slow}
+igw_time_to_first_token_seconds_sum{{model="llama"}} 1
+# TYPE igw_endpoint_picks counter
+igw_endpoint_picks_total{{scheduler="pool",endpoint="a:1"}} {picks_a}
+igw_endpoint_picks_total{{scheduler="pool",endpoint="b:1"}} {picks_b}
+# TYPE igw_endpoint_kv_cache_usage gauge
+igw_endpoint_kv_cache_usage{{scheduler="pool",endpoint="a:1"}} 0.25
+igw_endpoint_kv_cache_usage{{scheduler="pool",endpoint="b:1"}} 0.75
+# TYPE igw_endpoint_queue_depth gauge
+igw_endpoint_queue_depth{{scheduler="pool",endpoint="a:1"}} 2
+igw_endpoint_queue_depth{{scheduler="pool",endpoint="b:1"}} 3
+# TYPE igw_endpoint_scrape_failing gauge
+igw_endpoint_scrape_failing{{scheduler="pool",endpoint="a:1"}} 0
+igw_endpoint_scrape_failing{{scheduler="pool",endpoint="b:1"}} 1
+# TYPE igw_endpoint_signal_missing gauge
+igw_endpoint_signal_missing{{scheduler="pool",endpoint="b:1",signal="vllm:lora_requests_info"}} 1
+# TYPE inference_pool_ready_pods gauge
+inference_pool_ready_pods{{name="pool"}} 1
+"""
+
+READY: dict[str, Any] = {
+    "schedulers": {
+        "pool": {
+            "model": "llama",
+            "endpoints": {
+                "a:1": {"fresh": True, "adapters": ["sql-lora"]},
+                "b:1": {"fresh": False, "adapters": None},
+            },
+        }
+    }
+}
+
+
+def scrape(at: float, **counts: float) -> Any:
+    values = {"ok": 0, "failed": 0, "tokens": 0, "fast": 0, "slow": 0, "picks_a": 0, "picks_b": 0}
+    return parse_scrape(PAGE.format(**{**values, **counts}), READY, at=at)
+
+
+@pytest.mark.parametrize(
+    ("previous", "current", "delta"),
+    [(None, 5.0, 5.0), (2.0, 5.0, 3.0), (5.0, 5.0, 0.0), (9.0, 4.0, 4.0)],  # the last: a restart
+)
+def test_counter_delta(previous: float | None, current: float, delta: float) -> None:
+    assert counter_delta(previous, current) == delta
+
+
+def test_first_scrape_has_gauges_but_no_rates() -> None:
+    view = build_view(None, scrape(10.0, ok=4, picks_a=3))
+    assert view.interval_s is None
+    assert view.models == ()
+    (pool,) = view.pools
+    assert (pool.model, pool.ready_pods, pool.pods, pool.picks_per_s) == ("llama", 1, 2, None)
+    assert pool.kv_average == pytest.approx(0.5)
+    assert pool.queue_total == 5
+    a, b = view.pods
+    assert (a.endpoint, a.kv, a.queue, a.adapters, a.pick_share, a.flags) == (
+        "a:1",
+        0.25,
+        2,
+        ("sql-lora",),
+        None,
+        (),
+    )
+    assert b.adapters is None
+    assert b.flags == ("stale", "failing", "missing vllm:lora_requests_info")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        # (counts at t=10, counts at t=12, (req/s, 5xx ratio, out tok/s, picks/s, share of a))
+        ({}, {"ok": 8, "failed": 2, "tokens": 40, "picks_a": 6, "picks_b": 2}, (5.0, 0.2, 20.0, 4.0, 0.75)),
+        ({"ok": 8, "picks_a": 6}, {"ok": 8, "picks_a": 6}, (0.0, None, 0.0, 0.0, None)),
+        ({"ok": 50, "picks_a": 50}, {"ok": 4, "picks_a": 1, "picks_b": 1}, (2.0, 0.0, 0.0, 1.0, 0.5)),
+    ],
+    ids=["traffic", "idle", "gateway-restarted"],
+)
+def test_rates_and_shares_over_the_interval(
+    before: dict[str, float], after: dict[str, float], expected: tuple[Any, ...]
+) -> None:
+    view = build_view(scrape(10.0, **before), scrape(12.0, **after))
+    assert view.interval_s == 2.0
+    (model,) = view.models
+    (pool,) = view.pools
+    a = view.pods[0]
+    got = (model.requests_per_s, model.error_ratio, model.output_tokens_per_s, pool.picks_per_s, a.pick_share)
+    assert got == pytest.approx(expected)
+
+
+def test_ttft_quantiles_come_from_the_interval_buckets_only() -> None:
+    # Before: 100 fast first tokens. In the interval: 10 more, all between 0.1 s and 1 s.
+    view = build_view(scrape(0.0, fast=100, slow=100), scrape(1.0, fast=100, slow=110))
+    (model,) = view.models
+    assert model.ttft_p50_s == pytest.approx(0.1 + 0.9 * 0.5)
+    assert model.ttft_p99_s == pytest.approx(0.1 + 0.9 * 0.99)
+    assert model.latency_p99_s is None  # no duration buckets on the page
+
+
+def test_no_streams_in_the_interval_means_no_quantile() -> None:
+    view = build_view(scrape(0.0, ok=1, fast=3, slow=3), scrape(1.0, ok=2, fast=3, slow=3))
+    (model,) = view.models
+    assert model.requests_per_s == 1.0
+    assert (model.ttft_p50_s, model.ttft_p90_s, model.ttft_p99_s) == (None, None, None)
+
+
+def test_out_of_order_scrapes_and_bad_pages_are_errors() -> None:
+    with pytest.raises(ScrapeError, match="out of order"):
+        build_view(scrape(5.0), scrape(5.0))
+    with pytest.raises(ScrapeError, match="not a Prometheus text page"):
+        parse_scrape("igw_requests_total{model=} nonsense\n", {}, at=0.0)
+
+
+def test_pages_without_readiness_still_show_pods() -> None:
+    text = 'igw_endpoint_queue_depth{scheduler="s",endpoint="e:1"} 4\n'
+    view = build_view(None, parse_scrape(text, {}, at=0.0))
+    (pod,) = view.pods
+    assert (pod.pool, pod.endpoint, pod.queue, pod.adapters, pod.flags) == ("s", "e:1", 4.0, None, ())
+    (pool,) = view.pools
+    assert (pool.model, pool.ready_pods) == (None, 0)
+
+
+ENTRY: dict[str, Any] = {
+    "time": 1_900_000_000.0,
+    "request_id": "r1",
+    "scheduler": "pool",
+    "model": "llama",
+    "outcome": "picked",
+    "chosen": "b:1",
+    "fallbacks": ["a:1"],
+    "candidates": 3,
+    "scored": [
+        {"endpoint": "b:1", "rank": 0, "scores": {"queue": 0.2, "prefix-cache": 0.5, "total": 0.7}},
+        {"endpoint": "a:1", "rank": 1, "scores": {"queue": 0.6, "prefix-cache": 0.0, "total": 0.6}},
+    ],
+    "removed": [{"endpoint": "c:1", "by": "stale or failing metrics"}],
+    "reason": "highest score",
+    "decision_us": 41.5,
+}
+
+
+def test_a_decision_row_names_the_scorer_that_carried_the_chosen_pod() -> None:
+    view = build_view(None, parse_scrape("", {}, at=0.0, decisions=[ENTRY]))
+    (row,) = view.decisions
+    assert (row.pool, row.model, row.outcome, row.chosen) == ("pool", "llama", "picked", "b:1")
+    assert (row.candidates, row.removed, row.leading_scorer, row.decision_us) == (3, 1, "prefix-cache", 41.5)
+
+
+@pytest.mark.parametrize(
+    ("change", "leading"),
+    [({"outcome": "saturated", "chosen": None}, None), ({"scored": []}, None)],
+    ids=["nothing-chosen", "nothing-scored"],
+)
+def test_a_decision_without_scores_has_no_leading_scorer(change: dict[str, Any], leading: None) -> None:
+    (row,) = build_view(None, parse_scrape("", {}, at=0.0, decisions=[{**ENTRY, **change}])).decisions
+    assert row.leading_scorer is leading
+
+
+def test_a_malformed_decision_entry_names_the_field() -> None:
+    broken = {k: v for k, v in ENTRY.items() if k != "candidates"}
+    with pytest.raises(ScrapeError, match="/debug/decisions: an entry lacks or mistypes 'candidates'"):
+        build_view(None, parse_scrape("", {}, at=0.0, decisions=[broken]))
