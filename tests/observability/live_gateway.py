@@ -8,7 +8,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -46,12 +46,16 @@ async def igw_serve(
     *extra_args: str,
     env: Mapping[str, str] | None = None,
     stdout: list[str] | None = None,
+    lora_adapters: Sequence[str] = (),
 ) -> AsyncIterator[str]:
     """Yield the URL of an ``igw serve`` process routing ``llama`` to ``keys``; SIGTERM it on exit.
 
-    ``stdout``: collects the process's stdout lines (access log, EMF) as they arrive.
+    ``stdout``: collects the process's stdout lines (access log, EMF) as they arrive;
+    ``lora_adapters``: the scheduler's ``loraAdapters`` (the gateway reads pods' adapter residency
+    only for schedulers that can receive adapter requests).
     """
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler(MODEL, MODEL)])))
+    extra = {"loraAdapters": list(lora_adapters)} if lora_adapters else {}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler(MODEL, MODEL, **extra)])))
     (tmp_path / "e.yaml").write_text(yaml.safe_dump({"schedulers": {MODEL: keys}}))
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),

@@ -53,7 +53,10 @@ async def lora_fleet_gateway(tmp_path: Path) -> AsyncIterator[str]:
         for i in (0, 1)
     ]
     spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 3, "pods": pods})
-    async with run_fleet(spec, admin=False) as fleet, igw_serve(tmp_path, [p.key for p in fleet.pods]) as url:
+    async with (
+        run_fleet(spec, admin=False) as fleet,
+        igw_serve(tmp_path, [p.key for p in fleet.pods], lora_adapters=["sql-lora"]) as url,
+    ):
         yield url
 
 
