@@ -23,6 +23,9 @@ from typing import Any, Final
 import kopf
 
 from igw.config.crd import PLURAL
+from igw.config.inference_extension import GROUP as EXTENSION_GROUP
+from igw.config.inference_extension import VERSION as EXTENSION_VERSION
+from igw.config.inference_extension_crds import PLURALS as EXTENSION_PLURALS
 from igw.config.model import API_GROUP, API_VERSION
 from igw.operator.reconcile import Reconciler
 
@@ -94,4 +97,21 @@ def build_registry(
     kopf.timer(*resource, registry=registry, id="resync", interval=resync_s, initial_delay=resync_s)(
         reconcile
     )
+
+    # InferenceObjective / InferenceModelRewrite: any change (deletion included) re-runs the pass of
+    # the config they bind to, which merges them and writes their conditions.
+    async def rebind(event: Mapping[str, Any], **_: Any) -> None:
+        obj = event.get("object") or {}
+        if event.get("type") == "DELETED":
+            meta = obj.get("metadata") or {}
+            pool = ((obj.get("spec") or {}).get("poolRef") or {}).get("name")
+            if meta.get("namespace") and pool:
+                await reconciler.reconcile(str(meta["namespace"]), str(pool))
+            return
+        await reconciler.reconcile_bound(obj)
+
+    for kind, plural in EXTENSION_PLURALS.items():
+        kopf.on.event(EXTENSION_GROUP, EXTENSION_VERSION, plural, registry=registry, id=f"rebind-{kind}")(
+            rebind
+        )
     return registry

@@ -117,6 +117,11 @@ class FlowControlSettings:
     """Tenant -> priority, for requests without a known objective or model priority."""
     poll_interval_s: float = 0.02
     """How often waiting requests re-check their pool for capacity."""
+    tenant_labels: frozenset[str] = frozenset()
+    """Tenants that always get their own metric label; when set, every other tenant is ``other``."""
+    max_tenant_labels: int = 32
+    """Without ``tenant_labels``: the first this many distinct tenants get their own label, later
+    ones ``other`` (a client-chosen fairness header cannot grow the series count without bound)."""
 
     @staticmethod
     def from_extension(raw: Mapping[str, Any]) -> FlowControlSettings:
@@ -162,6 +167,10 @@ class FlowControlSettings:
             tenant_priorities=by_tenant,
             poll_interval_s=_duration(
                 raw.get("pollInterval", DEFAULT_POLL_INTERVAL), f"{where}.pollInterval"
+            ),
+            tenant_labels=frozenset(str(t) for t in (raw.get("metrics") or {}).get("tenantLabels", ())),
+            max_tenant_labels=int(
+                (raw.get("metrics") or {}).get("maxTenantLabels", defaults.max_tenant_labels)
             ),
         )
 
