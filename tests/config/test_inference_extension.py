@@ -18,12 +18,11 @@ from igw.config.inference_extension import (
     REWRITE_KIND,
     VERSION,
     cel_rules,
-    instances,
     is_inference_extension_resource,
     validate_resource,
 )
 from igw.config.inference_extension_crds import build_crd
-from igw.config.jsonpath import format_path
+from igw.config.jsonpath import format_path, nodes_at
 
 from .support import REPO_ROOT
 
@@ -98,7 +97,7 @@ def cel_verdicts(doc: dict[str, Any]) -> set[tuple[str, str]]:
     failed: set[tuple[str, str]] = set()
     for rule in cel_rules(str(doc["kind"])):
         program = _ENV.program(_ENV.compile(rule.rule))
-        for parts, node in instances(doc, rule.scope):
+        for parts, node in nodes_at(doc, rule.scope):
             if not bool(program.evaluate({"self": celpy.json_to_cel(node)})):
                 failed.add((format_path(parts), rule.check))
     return failed

@@ -177,24 +177,19 @@ OPERATOR_CRDS: Final = '(and .Values.crds.enabled (eq .Values.mode "operator"))'
 """The InferenceObjective / InferenceModelRewrite CRDs only serve the operator: gateway mode has none."""
 
 
+def _operator_crd_template(kind: str, root: Path) -> str:
+    document = inference_extension_crds.build_crd(kind, root / "schemas")
+    return chart_crd_template(document, inference_extension_crds.crd_path(kind), OPERATOR_CRDS)
+
+
 def render_objective_crd_template(root: Path) -> str:
     """Generator for the chart's InferenceObjective CRD template."""
-    kind = inference_extension.OBJECTIVE_KIND
-    return chart_crd_template(
-        inference_extension_crds.build_crd(kind, root / "schemas"),
-        inference_extension_crds.crd_path(kind),
-        OPERATOR_CRDS,
-    )
+    return _operator_crd_template(inference_extension.OBJECTIVE_KIND, root)
 
 
 def render_rewrite_crd_template(root: Path) -> str:
     """Generator for the chart's InferenceModelRewrite CRD template."""
-    kind = inference_extension.REWRITE_KIND
-    return chart_crd_template(
-        inference_extension_crds.build_crd(kind, root / "schemas"),
-        inference_extension_crds.crd_path(kind),
-        OPERATOR_CRDS,
-    )
+    return _operator_crd_template(inference_extension.REWRITE_KIND, root)
 
 
 GENERATORS: Final[tuple[tuple[str, str], ...]] = (

@@ -12,6 +12,7 @@ Examples::
     igw bench mixed-fleet-8b --mode live --peers   # real HTTP: gateway, round-robin proxy, peer routers
     igw bench global                               # tier 2: failover, ramp-up, regional failover, cost
     igw bench global-des                           # tier 2 in virtual time: 10 regions x 20 clusters
+    igw bench overload-priority                    # flow control at 150 % load, DES (bands, tenants)
 """
 
 from __future__ import annotations
@@ -125,6 +126,13 @@ def run(args: argparse.Namespace) -> int:
         seed = args.seeds[0] if args.seeds else 1
         command = "igw bench global-des" + (" --quick" if args.quick else "")
         return run_global_des_command(out=Path(args.out), quick=args.quick, seed=seed, command=command)
+    if args.scenarios == ["overload-priority"]:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+        from igw.bench.overload_report import run_overload_command
+
+        seed = args.seeds[0] if args.seeds else 1
+        command = "igw bench overload-priority" + (" --quick" if args.quick else "")
+        return run_overload_command(out=Path(args.out), quick=args.quick, seed=seed, command=command)
     if args.scenarios == ["global"]:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.global_run import run_global_command

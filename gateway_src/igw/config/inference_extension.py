@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -22,7 +22,7 @@ from typing import Any, Final
 from jsonschema import Draft202012Validator, FormatChecker
 
 from igw.config.errors import Problem
-from igw.config.jsonpath import PathPart, format_path
+from igw.config.jsonpath import format_path, nodes_at
 from igw.config.paths import BUNDLED_DIR, SCHEMAS_DIR_ENV, checkout_schemas_dir
 from igw.config.schema import SchemaError, inline_refs
 from igw.config.schema_messages import ProblemCollector, json_type
@@ -124,27 +124,11 @@ def cel_rules(kind: str, folder: Path | None = None) -> tuple[CelRule, ...]:
     return tuple(found)
 
 
-def instances(
-    node: Any, scope: tuple[str, ...], trail: tuple[PathPart, ...] = ()
-) -> Iterator[tuple[tuple[PathPart, ...], Any]]:
-    """``(path, value)`` of every node of ``node`` that ``scope`` names."""
-    if not scope:
-        yield trail, node
-        return
-    head, rest = scope[0], scope[1:]
-    if head == "[]":
-        if isinstance(node, list):
-            for index, item in enumerate(node):
-                yield from instances(item, rest, (*trail, index))
-    elif isinstance(node, Mapping) and head in node:
-        yield from instances(node[head], rest, (*trail, head))
-
-
 def rule_problems(doc: Mapping[str, Any], *, folder: Path | None = None) -> list[Problem]:
     kind = str(doc.get("kind"))
     problems: list[Problem] = []
     for rule in cel_rules(kind, folder):
-        for parts, value in instances(doc, rule.scope):
+        for parts, value in nodes_at(doc, rule.scope):
             if isinstance(value, list) and not RULE_CHECKS[rule.check](value):
                 problems.append(Problem(path=format_path(parts), message=rule.message, rule=rule.check))
     return problems
