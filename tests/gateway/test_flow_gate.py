@@ -34,7 +34,8 @@ class Pool:
 
 def _gates(clock: list[float], poll_s: float = 0.001) -> FlowGates:
     gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
-    gates.configure(FlowControlSettings(poll_interval_s=poll_s), retry_after_bounds=(1, 30))
+    settings = FlowControlSettings(poll_interval_s=poll_s, dispatch_per_endpoint=100)
+    gates.configure(settings, retry_after_bounds=(1, 30))
     return gates
 
 
@@ -130,3 +131,21 @@ async def test_tenant_label_allow_list_decides_alone() -> None:
         _no_room(tenant_labels=frozenset({"acme"})), ["acme", "mallory-1", "mallory-2", "acme"]
     )
     assert labels == {"acme", "other"}
+
+
+async def test_one_pass_gives_each_endpoint_at_most_its_dispatch_budget() -> None:
+    clock = [0.0]
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    settings = FlowControlSettings(poll_interval_s=0.5, dispatch_per_endpoint=2)
+    gates.configure(settings, retry_after_bounds=(1, 30))
+    pool = Pool()
+    tasks = [asyncio.create_task(_wait(gates, pool, f"r{i}", STANDARD)) for i in range(5)]
+    await wait_for(lambda: sum(gates.depths("pool").values()) == 5, what="all queued")
+    pool.free = 100  # the scraped metrics say there is room for all of them
+    for now, dispatched in ((1.0, 2), (2.0, 4), (3.0, 5)):
+        clock[0] = now
+        gates.pump("pool")
+        await asyncio.sleep(0)
+        assert sum(gates.depths("pool").values()) == 5 - dispatched
+    results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+    assert [r.kind for r in results if isinstance(r, RoutingDecision)] == [DecisionKind.PICKED] * 5

@@ -12,6 +12,7 @@ band over time under flow control, and the TTFT CDF per band and policy.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections import Counter
@@ -29,6 +30,7 @@ from igw.bench.overload_des import (
     arrivals,
     simulate,
 )
+from igw.bench.overload_live import LiveArm, run_live_overload
 from igw.bench.stats import percentile
 
 UNLOADED_LOAD: Final = 0.5
@@ -79,18 +81,28 @@ def max_min_fair(demands: Mapping[str, int], capacity: int) -> dict[str, float]:
     return fair
 
 
-def band_rows(outcome: Outcome, requests: Sequence[Arrival]) -> list[BandRow]:
+@dataclass(frozen=True, slots=True)
+class Served:
+    """One offered request as the tables see it: band, tenant, and its TTFT when it was served."""
+
+    priority: int
+    tenant: str
+    ttft_s: float | None
+
+
+def rows_for(policy: str, items: Sequence[Served]) -> list[BandRow]:
+    """Per band: offered, served, not served (shed or failed) and TTFT percentiles of the served."""
     rows = []
     for priority, band in BAND_NAMES.items():
-        mine = [r for r in requests if r.priority == priority]
-        ttft = sorted(outcome.ttft_s[r.index] for r in mine if r.index in outcome.ttft_s)
+        mine = [i for i in items if i.priority == priority]
+        ttft = sorted(i.ttft_s for i in mine if i.ttft_s is not None)
         rows.append(
             BandRow(
-                policy=outcome.admission.value,
+                policy=policy,
                 band=band,
                 offered=len(mine),
                 served=len(ttft),
-                shed=sum(r.index in outcome.shed for r in mine),
+                shed=len(mine) - len(ttft),
                 ttft_p50_s=percentile(ttft, 50) if ttft else None,
                 ttft_p99_s=percentile(ttft, 99) if ttft else None,
             )
@@ -98,17 +110,29 @@ def band_rows(outcome: Outcome, requests: Sequence[Arrival]) -> list[BandRow]:
     return rows
 
 
-def tenant_rows(outcome: Outcome, requests: Sequence[Arrival]) -> list[TenantRow]:
+def tenants_for(items: Sequence[Served]) -> list[TenantRow]:
     rows: list[TenantRow] = []
     for priority, band in BAND_NAMES.items():
-        offered = Counter(r.tenant for r in requests if r.priority == priority)
-        served = Counter(r.tenant for r in requests if r.priority == priority and r.index in outcome.ttft_s)
+        offered = Counter(i.tenant for i in items if i.priority == priority)
+        served = Counter(i.tenant for i in items if i.priority == priority and i.ttft_s is not None)
         fair = max_min_fair(offered, sum(served.values()))
         rows.extend(
             TenantRow(band, tenant, offered[tenant], served[tenant], fair[tenant])
             for tenant in sorted(offered)
         )
     return rows
+
+
+def des_items(outcome: Outcome, requests: Sequence[Arrival]) -> list[Served]:
+    return [Served(r.priority, r.tenant, outcome.ttft_s.get(r.index)) for r in requests]
+
+
+def band_rows(outcome: Outcome, requests: Sequence[Arrival]) -> list[BandRow]:
+    return rows_for(outcome.admission.value, des_items(outcome, requests))
+
+
+def tenant_rows(outcome: Outcome, requests: Sequence[Arrival]) -> list[TenantRow]:
+    return tenants_for(des_items(outcome, requests))
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,5 +281,61 @@ def run_overload_command(*, out: Path, quick: bool, seed: int, command: str) -> 
     (out / "overload-priority.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     for path in plot(report, out):
         text += f"\nplot: {path}"
+    print(text)
+    return 0
+
+
+def live_items(arm: LiveArm) -> list[Served]:
+    return [
+        Served(arm.band_of(r), dict(r.headers)["x-gateway-inference-fairness-id"], s.ttft_s if s.ok else None)
+        for r, s in zip(arm.requests, arm.samples, strict=True)
+    ]
+
+
+def live_markdown(rate: float, arms: Sequence[LiveArm], command: str, duration_s: float) -> str:
+    loaded = [a for a in arms if a.load > UNLOADED_LOAD]
+    calm = next(a for a in arms if a.load == UNLOADED_LOAD)
+    rows = [row for arm in loaded for row in rows_for(arm.name, live_items(arm))]
+    calm_p99 = rows_for(calm.name, live_items(calm))[0].ttft_p99_s
+    fc_p99 = next(r.ttft_p99_s for r in rows if r.policy == "flow-control" and r.band == "Critical")
+    ratio = "-" if not calm_p99 or fc_p99 is None else f"{fc_p99 / calm_p99:.2f}"
+    lines = [
+        "# overload-priority (live)",
+        "",
+        f"Command: `{command}`. One simulated pod measured at {rate:.1f} completions/s (closed loop), "
+        f"offered {loaded[0].load:.0%} of it for {duration_s:g} s through each router.",
+        "",
+        "| router | band | offered | served | not served | TTFT p50 s | TTFT p99 s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.policy} | {r.band} | {r.offered} | {r.served / max(r.offered, 1):.1%} "
+            f"| {r.shed / max(r.offered, 1):.1%} | {_s(r.ttft_p50_s)} | {_s(r.ttft_p99_s)} |"
+        )
+    lines += [
+        "",
+        f"Critical P99 TTFT unloaded ({UNLOADED_LOAD:.0%}, flow control): {_s(calm_p99)} s; "
+        f"under overload with flow control: {_s(fc_p99)} s; ratio {ratio} (bound {CRITICAL_P99_BOUND:g}x).",
+        "",
+        "| band | tenant | offered | served | fair share | served / fair |",
+        "|---|---|---|---|---|---|",
+    ]
+    flow = next(a for a in loaded if a.name == "flow-control")
+    for t in tenants_for(live_items(flow)):
+        ratio_text = "-" if t.ratio is None else f"{t.ratio:.2f}"
+        lines.append(
+            f"| {t.band} | {t.tenant} | {t.offered} | {t.served} | {t.fair_share:.1f} | {ratio_text} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_live_overload_command(*, out: Path, quick: bool, seed: int, command: str) -> int:
+    """The live CLI body: run the routers in turn, write ``overload-priority-live.md``, print it."""
+    duration_s = 15.0 if quick else 60.0
+    (out / "overload-live-work").mkdir(parents=True, exist_ok=True)
+    rate, arms = asyncio.run(run_live_overload(out / "overload-live-work", duration_s=duration_s, seed=seed))
+    text = live_markdown(rate, arms, command, duration_s)
+    (out / "overload-priority-live.md").write_text(text, encoding="utf-8")
     print(text)
     return 0

@@ -129,11 +129,17 @@ def run(args: argparse.Namespace) -> int:
         return run_global_des_command(out=Path(args.out), quick=args.quick, seed=seed, command=command)
     if args.scenarios == ["overload-priority"]:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
-        from igw.bench.overload_report import run_overload_command
+        from igw.bench.overload_report import run_live_overload_command, run_overload_command
 
         seed = args.seeds[0] if args.seeds else 1
-        command = "igw bench overload-priority" + (" --quick" if args.quick else "")
-        return run_overload_command(out=Path(args.out), quick=args.quick, seed=seed, command=command)
+        live = args.mode == "live"
+        command = (
+            "igw bench overload-priority"
+            + (" --mode live" if live else "")
+            + (" --quick" if args.quick else "")
+        )
+        runner = run_live_overload_command if live else run_overload_command
+        return runner(out=Path(args.out), quick=args.quick, seed=seed, command=command)
     if args.scenarios == ["canary-rollout"]:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.canary_rollout import run_canary_command

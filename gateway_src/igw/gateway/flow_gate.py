@@ -16,6 +16,7 @@ a client-chosen header value, and every distinct label value is a new time serie
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -203,6 +204,8 @@ class FlowGates:
 
         Every waiter calls this each poll interval; it does its work at most once per interval per
         scheduler, so hundreds of waiters do not multiply the scheduler runs of an overloaded pool.
+        One pass gives each endpoint at most ``dispatch_per_endpoint`` requests: the pool's scraped
+        metrics do not show them yet, so the next pass (after more scrapes) decides about the rest.
         """
         controller = self._controllers.get(scheduler)
         if controller is None:
@@ -213,14 +216,17 @@ class FlowGates:
             return
         self._last_pump[scheduler] = now
         self._shed(scheduler, controller, tuple(controller.expire(now)))
+        budget = self.settings.dispatch_per_endpoint if self.settings is not None else 1
+        taken: collections.Counter[str | None] = collections.Counter()
         while (item := controller.peek(now)) is not None:
             waiter = self._waiters.get(item.request_id)
             if waiter is None:  # its task is gone without cancelling (should not happen): drop it
                 controller.cancel(item.request_id)
                 continue
             decision = waiter.pick()
-            if decision.kind is DecisionKind.SATURATED:
+            if decision.kind is DecisionKind.SATURATED or taken[decision.endpoint] >= budget:
                 break
+            taken[decision.endpoint] += 1
             controller.take(item, now)
             waiter.future.set_result(decision)
         self._update_depth(scheduler, controller)

@@ -112,7 +112,7 @@ class Reconciler:
         """An InferenceObjective / InferenceModelRewrite changed: reconcile its config, or mark it unbound."""
         meta = obj.get("metadata") or {}
         namespace, pool = meta.get("namespace"), pool_name(obj)
-        if not namespace or (meta.get("deletionTimestamp")):
+        if not namespace or meta.get("deletionTimestamp"):
             return
         if pool and await self._kube.get(IGWC_API_VERSION, KIND, namespace, pool) is not None:
             await self.reconcile(namespace, pool)
