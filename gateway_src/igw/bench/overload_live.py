@@ -166,7 +166,13 @@ async def _run_arm(
 
 
 async def run_live_overload(
-    work: Path, *, duration_s: float, seed: int, load: float = 1.5
+    work: Path,
+    *,
+    duration_s: float,
+    seed: int,
+    load: float = 1.5,
+    routers: Sequence[str] = ARMS,
+    unloaded: bool = True,
 ) -> tuple[float, list[LiveArm]]:
     """The measured pod rate and one :class:`LiveArm` per router, plus the unloaded reference last."""
     arms: list[LiveArm] = []
@@ -174,8 +180,9 @@ async def run_live_overload(
         rate = await probe_rate(fleet.pods[0].url)
         await asyncio.sleep(2.0)
         loaded = live_requests(load * rate, duration_s, seed=seed)
-        for arm in ARMS:
+        for arm in routers:
             arms.append(await _run_arm(arm, load, loaded, work, fleet, duration_s))
-        calm = live_requests(0.5 * rate, duration_s, seed=seed)
-        arms.append(await _run_arm("flow-control", 0.5, calm, work, fleet, duration_s))
+        if unloaded:
+            calm = live_requests(0.5 * rate, duration_s, seed=seed)
+            arms.append(await _run_arm("flow-control", 0.5, calm, work, fleet, duration_s))
     return rate, arms
