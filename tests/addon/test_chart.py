@@ -60,7 +60,11 @@ def test_every_rendered_object_is_valid(rendered):
             assert obj["spec"], obj
             continue
         if obj["kind"] == "CustomResourceDefinition":
-            assert obj["spec"]["names"]["kind"] == "InferenceGatewayConfig"
+            assert obj["spec"]["names"]["kind"] in {
+                "InferenceGatewayConfig",
+                "InferenceObjective",
+                "InferenceModelRewrite",
+            }
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         if obj["kind"] == "ConfigMap":
             document = yaml.safe_load(obj["data"]["inferencegatewayconfig.yaml"])

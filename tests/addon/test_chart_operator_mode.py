@@ -40,6 +40,9 @@ def _expected_namespaced_grants() -> dict[tuple[str, str], set[str]]:
     group = "inference.sagemaker.aws.amazon.com"
     expected[(group, "inferencegatewayconfigs")] = {"get", "list", "watch", "patch"}
     expected[(group, "inferencegatewayconfigs/status")] = {"patch"}
+    for plural in ("inferenceobjectives", "inferencemodelrewrites"):  # bound to a config, status written
+        expected[("inference.networking.x-k8s.io", plural)] = {"get", "list", "watch"}
+        expected[("inference.networking.x-k8s.io", f"{plural}/status")] = {"patch"}
     expected[("", "events")] = {"create"}
     expected[("", "pods")] = {"get", "list", "watch"}
     # The gateway pods' Role grants list/watch on ConfigMaps; the operator must hold it to grant it.

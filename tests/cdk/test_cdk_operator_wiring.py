@@ -51,11 +51,17 @@ def test_the_applied_objects_are_exactly_what_the_gateways_serve(synthesized: An
     assert gateway_image.endswith(f"/{repository}:{tag}"), "operator and gateways run the built asset"
     assert not [o for o in rendered if o["kind"] == "ConfigMap"], "the chart must serve no config of its own"
     assert not [o for o in rendered if o["kind"] == "Service"], "the chart must run no gateway of its own"
-    (crd,) = [o for o in rendered if o["kind"] == "CustomResourceDefinition"]
+    crds = [o for o in rendered if o["kind"] == "CustomResourceDefinition"]
+    assert sorted(c["spec"]["names"]["kind"] for c in crds) == [
+        "InferenceGatewayConfig",
+        "InferenceModelRewrite",
+        "InferenceObjective",
+    ]
     assert [r["kind"] for r in rendered if r["kind"] in ("ClusterRole", "ClusterRoleBinding")]
 
     with running_fake_kube() as kube:
-        kube.add(crd)
+        for crd in crds:
+            kube.add(crd)
         for manifest in manifests:
             kube.add(manifest)
         settings = DataPlaneSettings(image=gateway_image)

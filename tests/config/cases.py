@@ -436,6 +436,43 @@ CASES: list[Case] = [
         ),
         fails=[("spec.extensions.modelRewrites.rules[1].model", "unique-rewrite-model")],
     ),
+    case(
+        "rewrite-same-model-different-headers",
+        set_(
+            "spec.extensions",
+            {
+                "modelRewrites": {
+                    "rules": [
+                        {
+                            "model": "m",
+                            "headers": [{"name": "x-canary", "value": "1"}],
+                            "targets": [{"model": "sql-lora", "weight": 1}],
+                        },
+                        {"model": "m", "targets": [{"model": "sql-lora", "weight": 1}]},
+                    ]
+                }
+            },
+        ),
+        fails=[],
+    ),
+    case(
+        "duplicate-rewrite-fallback-headers",
+        set_(
+            "spec.extensions",
+            {
+                "modelRewrites": {
+                    "rules": [
+                        {
+                            "headers": [{"name": "x-canary", "value": "1"}],
+                            "targets": [{"model": "sql-lora", "weight": 1}],
+                        }
+                    ]
+                    * 2
+                }
+            },
+        ),
+        fails=[("spec.extensions.modelRewrites.rules[1].model", "unique-rewrite-model")],
+    ),
     # several problems at once: all are reported
     case(
         "three-problems",

@@ -9,14 +9,14 @@ rule the API server never reaches because structural validation already failed.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import celpy
 
 from igw.config.build import apply_defaults
 from igw.config.errors import Problem
-from igw.config.jsonpath import PathPart, format_path, parse_path
+from igw.config.jsonpath import format_path, nodes_at, parse_path
 from igw.config.rules import RULE_CHECKS
 from igw.config.schema import AdmissionRule, admission_rules, resolved_schema
 
@@ -26,22 +26,6 @@ _ENV = celpy.Environment()
 @functools.cache
 def compiled(expression: str) -> Any:
     return _ENV.program(_ENV.compile(expression))
-
-
-def _instances(
-    node: Any, scope: Sequence[str], trail: tuple[PathPart, ...]
-) -> Iterator[tuple[tuple[PathPart, ...], Any]]:
-    if not scope:
-        yield trail, node
-        return
-    head, rest = scope[0], scope[1:]
-    if head == "[]":
-        if isinstance(node, list):
-            for index, item in enumerate(node):
-                if isinstance(item, dict):
-                    yield from _instances(item, rest, (*trail, index))
-    elif isinstance(node, Mapping) and head in node:
-        yield from _instances(node[head], rest, (*trail, head))
 
 
 def _scope_node(schema: Mapping[str, Any], scope: Sequence[str]) -> Mapping[str, Any]:
@@ -75,7 +59,7 @@ def cel_verdicts(
         scope_node = _scope_node(schema, rule.scope)
         expected_type = _PYTHON_TYPES[str(scope_node.get("type"))]
         max_items = scope_node.get("maxItems")
-        for parts, node in _instances(defaulted, rule.scope, ()):
+        for parts, node in nodes_at(defaulted, rule.scope):
             if not isinstance(node, expected_type):
                 continue  # the API server stops at the structural type error first
             if max_items is not None and len(node) > max_items:

@@ -120,6 +120,14 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
                 expr.pop("values", None)
     if len(spec["schedulers"]) > 1:
         spec["bbr"]["enabled"] = True
+    extensions = spec.get("extensions") or {}
+    for index, rule in enumerate((extensions.get("modelRewrites") or {}).get("rules", [])):
+        rule["model"] = f"alias-{index}"  # one rule per model and header set
+    flow = extensions.get("flowControl") or {}
+    for index, band in enumerate(flow.get("bands", [])):
+        band["priority"] = index
+    for index, objective in enumerate(flow.get("objectives", [])):
+        objective["name"] = f"objective-{index}"
     provider = spec.get("auth", {}).get("jwt", {}).get("provider")
     if provider is not None:
         claims = provider.get("requiredClaims", [])

@@ -70,9 +70,28 @@ async def test_sticky_tenant_and_live_weight_change_without_failures(gateway: An
         load = asyncio.create_task(served(gw, 200))  # runs across the reload; every request must succeed
         gw.config_path.write_text(yaml.safe_dump(doc(0, 100, stickyBy="tenant")))
         await wait_for(
-            lambda: gw.state.runtime.rewrites.rules["llama"].cumulative[0] == 0.0, within=15, what="reload"
+            lambda: gw.state.runtime.rewrites.rules["llama"][0].cumulative[0] == 0.0, within=15, what="reload"
         )
         before = await load
         assert sum(before.values()) == 200
         after = await served(gw, 40, {"x-gateway-inference-fairness-id": "alice"})
         assert after == Counter({"v2": 40})
+
+
+async def test_header_rule_sends_matching_requests_to_its_own_target(gateway: Any) -> None:
+    d = doc(100, 0)
+    d["spec"]["extensions"]["modelRewrites"]["rules"].insert(
+        0,
+        {
+            "model": "llama",
+            "headers": [{"name": "X-Canary", "value": "always"}],
+            "targets": [{"model": "llama-v2", "weight": 1}],
+        },
+    )
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(d, {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        assert await served(gw, 40, headers={"x-canary": "always"}) == Counter({"v2": 40})
+        assert await served(gw, 40, headers={"x-canary": "sometimes"}) == Counter({"v1": 40})
+        assert await served(gw, 40) == Counter({"v1": 40})

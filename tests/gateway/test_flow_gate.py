@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from igw.gateway.flow_gate import FlowGates, Refused
-from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, FlowControlSettings
+from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimits, FlowControlSettings
 from igw.scheduling.types import DecisionKind, RoutingDecision
 from tests.gateway.support import wait_for
 
@@ -33,7 +34,8 @@ class Pool:
 
 def _gates(clock: list[float], poll_s: float = 0.001) -> FlowGates:
     gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
-    gates.configure(FlowControlSettings(poll_interval_s=poll_s), retry_after_bounds=(1, 30))
+    settings = FlowControlSettings(poll_interval_s=poll_s, dispatch_per_endpoint=100)
+    gates.configure(settings, retry_after_bounds=(1, 30))
     return gates
 
 
@@ -81,3 +83,69 @@ async def test_pump_runs_once_per_interval_however_many_waiters_call_it() -> Non
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     assert gates.depths("pool") == {}
+
+
+def _tenant_label_values(registry: CollectorRegistry) -> set[str]:
+    return {
+        sample.labels["tenant"]
+        for metric in registry.collect()
+        if metric.name == "igw_flow_rejections"
+        for sample in metric.samples
+        if sample.name == "igw_flow_rejections_total"
+    }
+
+
+async def _shed_one_per_tenant(settings: FlowControlSettings, tenants: list[str]) -> set[str]:
+    """Every arrival refused at once (its band holds nothing): the rejection labels they left."""
+    registry = CollectorRegistry()
+    gates = FlowGates(registry=registry, clock=lambda: 0.0)
+    gates.configure(settings, retry_after_bounds=(1, 30))
+    pool = Pool()
+    for i, tenant in enumerate(tenants):
+        result = await gates.wait(
+            scheduler="pool",
+            request_id=f"r{i}",
+            priority=SHEDDABLE,
+            tenant=tenant,
+            size_bytes=2,  # larger than the band's maxBytes: refused on arrival
+            max_queue_s=None,
+            pick=lambda: pool.picker("x"),
+        )
+        assert isinstance(result, Refused)
+    return _tenant_label_values(registry)
+
+
+def _no_room(**extra: Any) -> FlowControlSettings:
+    bands = {SHEDDABLE: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0)}
+    return FlowControlSettings(bands=bands, max_requests=1, max_bytes=1, **extra)
+
+
+async def test_tenant_label_is_bounded_for_client_chosen_fairness_ids() -> None:
+    tenants = [f"client-{i}" for i in range(50)]
+    labels = await _shed_one_per_tenant(_no_room(max_tenant_labels=3), tenants)
+    assert labels == {"client-0", "client-1", "client-2", "other"}
+
+
+async def test_tenant_label_allow_list_decides_alone() -> None:
+    labels = await _shed_one_per_tenant(
+        _no_room(tenant_labels=frozenset({"acme"})), ["acme", "mallory-1", "mallory-2", "acme"]
+    )
+    assert labels == {"acme", "other"}
+
+
+async def test_one_pass_gives_each_endpoint_at_most_its_dispatch_budget() -> None:
+    clock = [0.0]
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    settings = FlowControlSettings(poll_interval_s=0.5, dispatch_per_endpoint=2)
+    gates.configure(settings, retry_after_bounds=(1, 30))
+    pool = Pool()
+    tasks = [asyncio.create_task(_wait(gates, pool, f"r{i}", STANDARD)) for i in range(5)]
+    await wait_for(lambda: sum(gates.depths("pool").values()) == 5, what="all queued")
+    pool.free = 100  # the scraped metrics say there is room for all of them
+    for now, dispatched in ((1.0, 2), (2.0, 4), (3.0, 5)):
+        clock[0] = now
+        gates.pump("pool")
+        await asyncio.sleep(0)
+        assert sum(gates.depths("pool").values()) == 5 - dispatched
+    results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+    assert [r.kind for r in results if isinstance(r, RoutingDecision)] == [DecisionKind.PICKED] * 5

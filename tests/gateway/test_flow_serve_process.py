@@ -35,7 +35,10 @@ async def igw_serve(
 
 
 async def test_igw_serve_sheds_the_lowest_band_with_retry_after(tmp_path: Path) -> None:
-    doc = config_doc([scheduler("m", "m")], routing={"retryAfter": {"minSeconds": 1, "maxSeconds": 5}})
+    # A generous staleThreshold: on a loaded machine a late scrape must not turn "saturated" into the
+    # all-stale fallback (which places the request instead of queueing it).
+    routing = {"retryAfter": {"minSeconds": 1, "maxSeconds": 5}, "staleThreshold": "10s"}
+    doc = config_doc([scheduler("m", "m")], routing=routing)
     doc["spec"]["extensions"]["flowControl"] = {"maxRequests": 1, "pollInterval": "10ms"}
     async with (
         running(FakeModelServer("pod", waiting=9)) as (pod,),

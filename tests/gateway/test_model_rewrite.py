@@ -63,7 +63,7 @@ def test_header_stickiness_and_no_key_falls_back_to_random() -> None:
     [
         (
             {"rules": [{"model": "a", "targets": [{"model": "llama-v1", "weight": 1}]}] * 2},
-            r"rules\[1\]\.model: 'a' has more than one rule",
+            r"rules\[1\]: matches the same model and headers as .*rules\[0\]",
         ),
         (
             {"rules": [{"model": "a", "targets": [{"model": "nope", "weight": 1}]}]},
@@ -86,3 +86,60 @@ def test_header_stickiness_and_no_key_falls_back_to_random() -> None:
 def test_bad_rules_are_refused_naming_the_field(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ModelRewriteError, match=message):
         ModelRewrites.from_extension(raw, routable=SERVED.__contains__)
+
+
+def _target(model: str, weight: int = 1) -> dict[str, Any]:
+    return {"model": model, "weight": weight}
+
+
+def test_header_rules_are_tried_in_order_before_the_plain_rule_of_their_model() -> None:
+    raw = {
+        "rules": [
+            {
+                "model": "llama",
+                "headers": [{"name": "X-Canary", "value": "yes"}, {"name": "x-team", "value": "a"}],
+                "targets": [_target("llama-v3")],
+            },
+            {
+                "model": "llama",
+                "headers": [{"name": "x-canary", "value": "yes"}],
+                "targets": [_target("llama-v2")],
+            },
+            {"model": "llama", "targets": [_target("llama-v1")]},
+        ]
+    }
+    r = ModelRewrites.from_extension(raw, routable=SERVED.__contains__)
+    rng = random.Random(0)
+
+    def pick(headers: dict[str, str]) -> str | None:
+        return r.choose("llama", headers=headers, tenant=None, rng=rng)
+
+    assert pick({"x-canary": "yes", "x-team": "a"}) == "llama-v3"  # both headers of the first rule
+    assert pick({"x-canary": "yes", "x-team": "b"}) == "llama-v2"  # only the second rule's header
+    assert pick({"x-canary": "YES"}) == "llama-v1"  # values are exact
+    assert pick({}) == "llama-v1"
+    assert set(r.rules) == {"llama"}
+
+
+def test_a_rule_without_model_is_a_fallback_for_models_no_rule_names() -> None:
+    raw = {
+        "rules": [
+            {"headers": [{"name": "x-canary", "value": "1"}], "targets": [_target("llama-v3")]},
+            {"model": "llama", "targets": [_target("llama-v1")]},
+        ]
+    }
+    r = ModelRewrites.from_extension(raw, routable=SERVED.__contains__)
+    rng = random.Random(0)
+    assert r.choose("llama", headers={"x-canary": "1"}, tenant=None, rng=rng) == "llama-v1"
+    assert r.choose("other", headers={"x-canary": "1"}, tenant=None, rng=rng) == "llama-v3"
+    assert r.choose("other", headers={}, tenant=None, rng=rng) is None
+    assert set(r.rules) == {"llama"}  # a fallback adds no name to GET /v1/models
+
+
+def test_the_same_model_and_headers_twice_is_refused_naming_both_rules() -> None:
+    rule = {"model": "llama", "headers": [{"name": "X-A", "value": "1"}], "targets": [_target("llama-v1")]}
+    twin = {**rule, "headers": [{"name": "x-a", "value": "1"}]}  # header names are case-insensitive
+    with pytest.raises(
+        ModelRewriteError, match=r"rules\[1\]: matches the same model and headers as .*rules\[0\]"
+    ):
+        ModelRewrites.from_extension({"rules": [rule, twin]}, routable=SERVED.__contains__)

@@ -259,6 +259,14 @@ def test_extension_settings_are_read_with_defaults() -> None:
     assert s.bands == {3: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=2.0)}
     assert s.objectives == {"chat": 3}
     assert FlowControlSettings.from_extension({}).bands == FlowControlSettings().bands
+    assert (s.tenant_labels, s.max_tenant_labels) == (frozenset(), 32)
+
+
+def test_tenant_label_settings_are_read() -> None:
+    raw = {"metrics": {"tenantLabels": ["acme", "globex"], "maxTenantLabels": 5}}
+    assert validate_document(_flow_doc(raw)) == []
+    s = FlowControlSettings.from_extension(raw)
+    assert (s.tenant_labels, s.max_tenant_labels) == (frozenset({"acme", "globex"}), 5)
 
 
 def test_schema_rejects_bad_flow_control_naming_the_field() -> None:
@@ -290,6 +298,7 @@ def test_duplicates_are_refused_naming_the_entry(raw: dict[str, Any], path: str)
         ("nope", "batch-model", None, -3),  # an unknown objective counts as absent
         (None, "other", "vip", 2),  # else the tenant's
         (None, "other", "someone", STANDARD),
+        ("nope", "other", "someone", STANDARD),  # an unknown objective and nothing else: Standard
     ],
 )
 def test_priority_by_objective_then_model_then_tenant(

@@ -12,6 +12,8 @@ Examples::
     igw bench mixed-fleet-8b --mode live --peers   # real HTTP: gateway, round-robin proxy, peer routers
     igw bench global                               # tier 2: failover, ramp-up, regional failover, cost
     igw bench global-des                           # tier 2 in virtual time: 10 regions x 20 clusters
+    igw bench overload-priority                    # flow control at 150 % load, DES (bands, tenants)
+    igw bench canary-rollout                       # live: 10 % -> 50 % -> 100 % by hot reload
 """
 
 from __future__ import annotations
@@ -125,6 +127,25 @@ def run(args: argparse.Namespace) -> int:
         seed = args.seeds[0] if args.seeds else 1
         command = "igw bench global-des" + (" --quick" if args.quick else "")
         return run_global_des_command(out=Path(args.out), quick=args.quick, seed=seed, command=command)
+    if args.scenarios == ["overload-priority"]:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+        from igw.bench.overload_report import run_live_overload_command, run_overload_command
+
+        seed = args.seeds[0] if args.seeds else 1
+        live = args.mode == "live"
+        command = (
+            "igw bench overload-priority"
+            + (" --mode live" if live else "")
+            + (" --quick" if args.quick else "")
+        )
+        runner = run_live_overload_command if live else run_overload_command
+        return runner(out=Path(args.out), quick=args.quick, seed=seed, command=command)
+    if args.scenarios == ["canary-rollout"]:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+        from igw.bench.canary_rollout import run_canary_command
+
+        command = "igw bench canary-rollout" + (" --quick" if args.quick else "")
+        return run_canary_command(out=Path(args.out), quick=args.quick, command=command)
     if args.scenarios == ["global"]:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.global_run import run_global_command

@@ -1,4 +1,5 @@
-"""``igw validate FILE...``: check InferenceGatewayConfig and GlobalRouterConfig files.
+"""``igw validate FILE...``: check InferenceGatewayConfig, GlobalRouterConfig, InferenceObjective and
+InferenceModelRewrite files.
 
 Prints one line per problem, ``FILE:LINE: PATH: MESSAGE [RULE]``, reporting every problem of every
 document; documents of other kinds in the same file are skipped with a note on stderr. Exit codes:
@@ -17,7 +18,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from igw.config.errors import Problem
 
-HELP = "Validate InferenceGatewayConfig and GlobalRouterConfig files (YAML, multi-document, or JSON)."
+HELP = (
+    "Validate InferenceGatewayConfig, GlobalRouterConfig, InferenceObjective and InferenceModelRewrite "
+    "files (YAML, multi-document, or JSON)."
+)
 
 EXIT_VALID = 0
 EXIT_INVALID = 1
@@ -59,11 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int, int]:
-    """Findings for one file, whether it was readable, how many documents were checked, how many of
-    them were GlobalRouterConfigs."""
+def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int, dict[str, int]]:
+    """Findings for one file, whether it was readable, how many documents were checked, and how many
+    of them were of each kind other than InferenceGatewayConfig."""
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.config.documents import DocumentReadError, read_documents
+    from igw.config.inference_extension import is_inference_extension_resource, validate_resource
     from igw.config.jsonpath import parse_path
     from igw.config.validate import is_gateway_config, validate_document
     from igw.global_router.schema import is_global_router_config, validate_global_document
@@ -72,13 +77,16 @@ def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int, 
         documents = read_documents(name)
     except DocumentReadError as exc:
         message = str(exc).removeprefix(f"{name}: ")
-        return [Finding(name, None, None, "", message, "unreadable")], False, 0, 0
+        return [Finding(name, None, None, "", message, "unreadable")], False, 0, {}
     findings: list[Finding] = []
-    checked = global_docs = 0
+    checked = 0
+    others: dict[str, int] = {}
     for doc in documents:
         validate: Callable[[Any], list[Problem]]
         if is_global_router_config(doc.content):
             validate = validate_global_document
+        elif is_inference_extension_resource(doc.content):
+            validate = validate_resource
         elif is_gateway_config(doc.content):
             validate = validate_document
         else:
@@ -87,11 +95,12 @@ def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int, 
             notes.append(f"{name}:{doc.line}: note: skipped document {doc.index + 1} ({what})")
             continue
         checked += 1
-        global_docs += validate is validate_global_document
+        if validate is not validate_document:
+            others[str(doc.content["kind"])] = others.get(str(doc.content["kind"]), 0) + 1
         located = [(doc.line_of(parse_path(p.path)), p) for p in validate(doc.content)]
         for line, problem in sorted(located, key=lambda item: item[0]):
             findings.append(Finding(name, doc.index + 1, line, problem.path, problem.message, problem.rule))
-    return findings, True, checked, global_docs
+    return findings, True, checked, others
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,10 +118,12 @@ def _run(args: argparse.Namespace) -> int:
     findings: list[Finding] = []
     notes: list[str] = []
     unreadable = False
-    total = total_global = 0
+    total = 0
+    others: dict[str, int] = {}
     for name in args.files:
-        file_findings, readable, checked, global_docs = _check_file(name, notes)
-        total_global += global_docs
+        file_findings, readable, checked, file_others = _check_file(name, notes)
+        for kind, count in file_others.items():
+            others[kind] = others.get(kind, 0) + count
         findings.extend(file_findings)
         unreadable = unreadable or not readable
         total += checked
@@ -126,9 +137,10 @@ def _run(args: argparse.Namespace) -> int:
         for finding in findings:
             print(finding.text())
         problems = sum(1 for f in findings if f.rule != "unreadable")
+        counted = [f"{total - sum(others.values())} InferenceGatewayConfig document(s)"]
+        counted += [f"{count} {kind} document(s)" for kind, count in sorted(others.items())]
         print(
-            f"{total - total_global} InferenceGatewayConfig document(s)"
-            + (f" and {total_global} GlobalRouterConfig document(s)" if total_global else "")
+            " and ".join(counted)
             + f" checked, {problems} problem(s)"
             + (", some files unreadable" if unreadable else ""),
             file=sys.stderr,

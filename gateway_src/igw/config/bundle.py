@@ -30,3 +30,8 @@ def _copy(root: Path, name: str) -> str:
 
 def render_bundled_rules(root: Path) -> str:
     return _copy(root, ADMISSION_RULES_FILE)
+
+
+def render_bundled_inference_extension(root: Path) -> str:
+    """The InferenceObjective / InferenceModelRewrite schema (one file, no references to others)."""
+    return (root / "schemas" / "inference-extension.schema.json").read_text(encoding="utf-8")

@@ -126,14 +126,16 @@ def crd_document(
     short_names: tuple[str, ...],
     printer_columns: tuple[Mapping[str, Any], ...],
     schema: dict[str, Any],
+    group: str = API_GROUP,
+    version: str = API_VERSION,
 ) -> dict[str, Any]:
-    """A namespaced, status-subresourced CRD of ours in ``API_GROUP``/``API_VERSION`` for ``schema``."""
+    """A namespaced, status-subresourced CRD in ``group``/``version`` (ours by default) for ``schema``."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{API_GROUP}"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": API_GROUP,
+            "group": group,
             "names": {
                 "kind": kind,
                 "listKind": f"{kind}List",
@@ -145,7 +147,7 @@ def crd_document(
             "scope": "Namespaced",
             "versions": [
                 {
-                    "name": API_VERSION,
+                    "name": version,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},

@@ -22,6 +22,26 @@ GENERATED_FILES: Final[tuple[tuple[str, str], ...]] = (
         "igw.config.bundle:render_bundled_schema",
     ),
     ("gateway_src/igw/config/bundled/admission-rules.yaml", "igw.config.bundle:render_bundled_rules"),
+    (
+        "gateway_src/igw/config/bundled/inference-extension.schema.json",
+        "igw.config.bundle:render_bundled_inference_extension",
+    ),
+    (
+        "crds/inferenceobjectives.inference.networking.x-k8s.io.yaml",
+        "igw.config.inference_extension_crds:render_objective_crd",
+    ),
+    (
+        "crds/inferencemodelrewrites.inference.networking.x-k8s.io.yaml",
+        "igw.config.inference_extension_crds:render_rewrite_crd",
+    ),
+    (
+        "addon/chart/inference-gateway/templates/crd-inferenceobjectives.yaml",
+        "igw.addon.schemas:render_objective_crd_template",
+    ),
+    (
+        "addon/chart/inference-gateway/templates/crd-inferencemodelrewrites.yaml",
+        "igw.addon.schemas:render_rewrite_crd_template",
+    ),
     ("addon/chart/inference-gateway/values.schema.json", "igw.addon.schemas:render_values_schema"),
     ("addon/configuration-schema.json", "igw.addon.schemas:render_configuration_schema"),
     (

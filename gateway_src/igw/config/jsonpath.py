@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 _PLAIN = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$-]*$")
 
@@ -47,3 +48,23 @@ def parse_path(text: str) -> list[PathPart]:
         parts.append(name if name is not None else int(index) if index is not None else json.loads(quoted))
         pos = match.end()
     return parts
+
+
+def nodes_at(
+    node: Any, scope: Sequence[str], trail: tuple[PathPart, ...] = ()
+) -> Iterator[tuple[tuple[PathPart, ...], Any]]:
+    """``(path, value)`` of every node below ``node`` that ``scope`` names.
+
+    ``scope`` is a sequence of property names where ``[]`` stands for each item of a list (the
+    scope syntax of the CEL admission rules); missing properties simply yield nothing.
+    """
+    if not scope:
+        yield trail, node
+        return
+    head, rest = scope[0], scope[1:]
+    if head == "[]":
+        if isinstance(node, list):
+            for index, item in enumerate(node):
+                yield from nodes_at(item, rest, (*trail, index))
+    elif isinstance(node, Mapping) and head in node:
+        yield from nodes_at(node[head], rest, (*trail, head))

@@ -204,6 +204,26 @@ def _unique_in_extension(extension: str, items: str, field: str, rule: str) -> R
     return check
 
 
+def _unique_rewrite_match(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``spec.extensions.modelRewrites.rules[]``: one rule per (model, headers) pair, as written."""
+    ext = _mapping(_mapping(_spec(doc).get("extensions")) or {}) or {}
+    entries = _list((_mapping(ext.get("modelRewrites")) or {}).get("rules"))
+    first_seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            continue
+        key = json.dumps([entry.get("model"), entry.get("headers") or []], sort_keys=True)
+        if key in first_seen:
+            yield _problem(
+                "unique-rewrite-model",
+                ("spec", "extensions", "modelRewrites", "rules", index, "model"),
+                "matches the same model and headers as "
+                f"spec.extensions.modelRewrites.rules[{first_seen[key]}]",
+            )
+        else:
+            first_seen[key] = index
+
+
 RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "bbr-required-for-multiple-schedulers": _bbr_required,
     "unique-scheduler-name": _unique("name", "unique-scheduler-name"),
@@ -220,7 +240,7 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "unique-flow-objective-name": _unique_in_extension(
         "flowControl", "objectives", "name", "unique-flow-objective-name"
     ),
-    "unique-rewrite-model": _unique_in_extension("modelRewrites", "rules", "model", "unique-rewrite-model"),
+    "unique-rewrite-model": _unique_rewrite_match,
 }
 """The one registry of Python rule checks, keyed by the ids in ``schemas/admission-rules.yaml``."""
 

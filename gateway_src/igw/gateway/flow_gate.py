@@ -8,11 +8,15 @@ scheduler no longer answers ``SATURATED``), hands it its routing decision. Capac
 through the scraped metrics, the same signal the saturation check uses for new arrivals.
 
 A waiter that is cancelled (its client disconnected) leaves its queue at once.
+
+The ``tenant`` label of the rejection counter is bounded (:class:`TenantLabels`): the tenant may be
+a client-chosen header value, and every distinct label value is a new time series.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +37,8 @@ OBJECTIVE_HEADER: Final = "x-gateway-inference-objective"
 FAIRNESS_HEADER: Final = "x-gateway-inference-fairness-id"
 MAX_QUEUE_MS_HEADER: Final = "x-gateway-max-queue-ms"
 WAIT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+OTHER_TENANT: Final = "other"
+"""The ``tenant`` label of every tenant without a label of its own."""
 
 Picker = Callable[[], RoutingDecision]
 """Re-runs the scheduler for one queued request against the pool as it is now."""
@@ -79,11 +85,36 @@ class FlowMetrics:
         )
 
 
+class TenantLabels:
+    """Maps tenants to a bounded set of ``tenant`` label values.
+
+    An allow-list, when configured, decides alone; otherwise the first ``limit`` distinct tenants
+    keep their name and the rest share :data:`OTHER_TENANT`. The names handed out are kept for the
+    life of the process, so one tenant's series never switches label.
+    """
+
+    def __init__(self) -> None:
+        self._given: set[str] = set()
+
+    def label(self, tenant: str, settings: FlowControlSettings | None) -> str:
+        allowed = settings.tenant_labels if settings is not None else frozenset()
+        limit = settings.max_tenant_labels if settings is not None else 0
+        if allowed:
+            return tenant if tenant in allowed else OTHER_TENANT
+        if tenant in self._given:
+            return tenant
+        if len(self._given) < limit:
+            self._given.add(tenant)
+            return tenant
+        return OTHER_TENANT
+
+
 class FlowGates:
     """The queues of every scheduler, kept across configuration reloads."""
 
     def __init__(self, *, registry: CollectorRegistry, clock: Callable[[], float]) -> None:
         self.metrics = FlowMetrics(registry)
+        self.tenant_labels = TenantLabels()
         self.clock = clock
         self._controllers: dict[str, FlowController] = {}
         self._waiters: dict[str, _Waiter] = {}
@@ -173,6 +204,8 @@ class FlowGates:
 
         Every waiter calls this each poll interval; it does its work at most once per interval per
         scheduler, so hundreds of waiters do not multiply the scheduler runs of an overloaded pool.
+        One pass gives each endpoint at most ``dispatch_per_endpoint`` requests: the pool's scraped
+        metrics do not show them yet, so the next pass (after more scrapes) decides about the rest.
         """
         controller = self._controllers.get(scheduler)
         if controller is None:
@@ -183,14 +216,17 @@ class FlowGates:
             return
         self._last_pump[scheduler] = now
         self._shed(scheduler, controller, tuple(controller.expire(now)))
+        budget = self.settings.dispatch_per_endpoint if self.settings is not None else 1
+        taken: collections.Counter[str | None] = collections.Counter()
         while (item := controller.peek(now)) is not None:
             waiter = self._waiters.get(item.request_id)
             if waiter is None:  # its task is gone without cancelling (should not happen): drop it
                 controller.cancel(item.request_id)
                 continue
             decision = waiter.pick()
-            if decision.kind is DecisionKind.SATURATED:
+            if decision.kind is DecisionKind.SATURATED or taken[decision.endpoint] >= budget:
                 break
+            taken[decision.endpoint] += 1
             controller.take(item, now)
             waiter.future.set_result(decision)
         self._update_depth(scheduler, controller)
@@ -213,7 +249,8 @@ class FlowGates:
         return controller.retry_after_s(now, min_s=low, max_s=high)
 
     def _count_rejection(self, scheduler: str, priority: int, tenant: str, reason: ShedReason) -> None:
-        self.metrics.rejections.labels(scheduler, str(priority), tenant, reason.value).inc()
+        label = self.tenant_labels.label(tenant, self.settings)
+        self.metrics.rejections.labels(scheduler, str(priority), label, reason.value).inc()
 
     def _update_depth(self, scheduler: str, controller: FlowController) -> None:
         for priority in controller.priorities():

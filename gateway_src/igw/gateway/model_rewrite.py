@@ -7,6 +7,11 @@ tenant or of a header value so one user always lands on the same target while th
 Because targets are laid out in list order, growing the *last* target's weight (a 10% -> 50% ->
 100% rollout) only moves users onto it, never off it.
 
+A rule may also require request headers (exact values, all of them): for one model, the rules that
+name it are tried in list order and the first whose headers all match wins. A rule without a model
+(an ``InferenceModelRewrite`` rule with empty ``matches``, or a match on headers only) is a
+fallback: it applies to a request only when no rule naming its model matched.
+
 Rules are built with the gateway runtime, so a configuration reload swaps the weights atomically:
 a request uses either the old rules or the new ones, never a mix.
 """
@@ -31,7 +36,7 @@ _WHERE: Final = f"spec.extensions.{EXTENSION_NAME}.rules"
 
 
 class ModelRewriteError(IgwGatewayError, ValueError):
-    """A rewrite rule that cannot work (duplicate model, no positive weight, unknown target)."""
+    """A rewrite rule that cannot work (duplicate match, no positive weight, unknown target)."""
 
 
 class StickyBy(StrEnum):
@@ -42,12 +47,18 @@ class StickyBy(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RewriteRule:
-    model: str
+    model: str | None
+    """The client-facing model name; ``None`` for a fallback rule that matches any model."""
     targets: tuple[str, ...]
     cumulative: tuple[float, ...]
     """Each target's upper bound in ``[0, 1]``, in list order (the last is 1.0)."""
     sticky_by: StickyBy = StickyBy.NONE
     sticky_header: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    """``(lower-case name, exact value)`` pairs that must all be present on the request."""
+
+    def matches_headers(self, headers: Mapping[str, str]) -> bool:
+        return all(headers.get(name) == value for name, value in self.headers)
 
     def target_at(self, u: float) -> str:
         for target, upper in zip(self.targets, self.cumulative, strict=True):
@@ -69,57 +80,91 @@ def sticky_point(model: str, key: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-class ModelRewrites:
-    """The rules of one configuration, by client-facing model name."""
+def _header_pairs(raw: Any) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(h["name"]).lower(), str(h["value"])) for h in raw or ()))
 
-    def __init__(self, rules: Mapping[str, RewriteRule]) -> None:
-        self.rules = dict(rules)
+
+class ModelRewrites:
+    """The rules of one configuration: per client-facing model name, and the model-less fallbacks."""
+
+    def __init__(
+        self, rules: Mapping[str, Sequence[RewriteRule]], fallback: Sequence[RewriteRule] = ()
+    ) -> None:
+        self.rules: dict[str, tuple[RewriteRule, ...]] = {model: tuple(rs) for model, rs in rules.items()}
+        """Rules by the model they name, in list order (the keys are listed in ``GET /v1/models``)."""
+        self.fallback = tuple(fallback)
 
     @staticmethod
     def from_extension(raw: Mapping[str, Any] | None, *, routable: Callable[[str], bool]) -> ModelRewrites:
         """Build from a schema-validated mapping; every target must be ``routable``."""
-        rules: dict[str, RewriteRule] = {}
+        rules: dict[str, list[RewriteRule]] = {}
+        fallback: list[RewriteRule] = []
+        seen: dict[tuple[str | None, tuple[tuple[str, str], ...]], int] = {}
         for i, rule in enumerate((raw or {}).get("rules", ())):
-            model = str(rule["model"])
-            if model in rules:
-                raise ModelRewriteError(f"{_WHERE}[{i}].model: {model!r} has more than one rule")
-            targets: Sequence[Mapping[str, Any]] = rule["targets"]
-            for j, t in enumerate(targets):
-                if not routable(str(t["model"])):
-                    raise ModelRewriteError(
-                        f"{_WHERE}[{i}].targets[{j}].model: no scheduler serves {t['model']!r}"
-                    )
-            total = sum(int(t["weight"]) for t in targets)
-            if total <= 0:
-                raise ModelRewriteError(f"{_WHERE}[{i}].targets: at least one weight must be positive")
-            running = 0
-            cumulative = []
-            for t in targets:
-                running += int(t["weight"])
-                cumulative.append(running / total)
-            sticky_by = StickyBy(rule.get("stickyBy", StickyBy.NONE))
-            header = rule.get("stickyHeader")
-            if sticky_by is StickyBy.HEADER and not header:
-                raise ModelRewriteError(f"{_WHERE}[{i}].stickyHeader: required when stickyBy is header")
-            rules[model] = RewriteRule(
-                model=model,
-                targets=tuple(str(t["model"]) for t in targets),
-                cumulative=tuple(cumulative),
-                sticky_by=sticky_by,
-                sticky_header=header.lower() if header else None,
-            )
-        return ModelRewrites(rules)
+            model = str(rule["model"]) if rule.get("model") is not None else None
+            headers = _header_pairs(rule.get("headers"))
+            if (model, headers) in seen:
+                raise ModelRewriteError(
+                    f"{_WHERE}[{i}]: matches the same model and headers as {_WHERE}[{seen[model, headers]}]"
+                )
+            seen[model, headers] = i
+            built = _rule(i, rule, model, headers, routable)
+            if model is None:
+                fallback.append(built)
+            else:
+                rules.setdefault(model, []).append(built)
+        return ModelRewrites(rules, fallback)
+
+    def match(self, model: str, headers: Mapping[str, str]) -> RewriteRule | None:
+        """The first rule naming ``model`` whose headers match, else the first matching fallback."""
+        for rule in (*self.rules.get(model, ()), *self.fallback):
+            if rule.matches_headers(headers):
+                return rule
+        return None
 
     def choose(
         self, model: str, *, headers: Mapping[str, str], tenant: str | None, rng: random.Random
     ) -> str | None:
         """The target for a request naming ``model``, or ``None`` when no rule matches."""
-        rule = self.rules.get(model)
+        rule = self.match(model, headers)
         if rule is None:
             return None
         key = rule.sticky_key(headers, tenant)
-        u = sticky_point(model, key) if key else rng.random()
+        u = sticky_point(rule.model or "", key) if key else rng.random()
         return rule.target_at(u)
+
+
+def _rule(
+    i: int,
+    rule: Mapping[str, Any],
+    model: str | None,
+    headers: tuple[tuple[str, str], ...],
+    routable: Callable[[str], bool],
+) -> RewriteRule:
+    targets: Sequence[Mapping[str, Any]] = rule["targets"]
+    for j, t in enumerate(targets):
+        if not routable(str(t["model"])):
+            raise ModelRewriteError(f"{_WHERE}[{i}].targets[{j}].model: no scheduler serves {t['model']!r}")
+    total = sum(int(t["weight"]) for t in targets)
+    if total <= 0:
+        raise ModelRewriteError(f"{_WHERE}[{i}].targets: at least one weight must be positive")
+    running = 0
+    cumulative = []
+    for t in targets:
+        running += int(t["weight"])
+        cumulative.append(running / total)
+    sticky_by = StickyBy(rule.get("stickyBy", StickyBy.NONE))
+    header = rule.get("stickyHeader")
+    if sticky_by is StickyBy.HEADER and not header:
+        raise ModelRewriteError(f"{_WHERE}[{i}].stickyHeader: required when stickyBy is header")
+    return RewriteRule(
+        model=model,
+        targets=tuple(str(t["model"]) for t in targets),
+        cumulative=tuple(cumulative),
+        sticky_by=sticky_by,
+        sticky_header=header.lower() if header else None,
+        headers=headers,
+    )
 
 
 def retargeted(body: InferenceBody, model: str) -> InferenceBody:

@@ -3,7 +3,8 @@
 kopf watches InferenceGatewayConfig objects (list + watch with bookmarks, re-listing after 410 Gone)
 and calls :meth:`~igw.operator.reconcile.Reconciler.reconcile` on create, on spec/label/annotation
 changes, when the operator (re)starts, and every ``resync_s`` from a timer - the timer keeps the
-status current as pods and rollouts change and puts back data-plane objects someone deleted.
+status current as pods and rollouts change and puts back data-plane objects someone deleted. Every
+event of an InferenceObjective or InferenceModelRewrite re-runs the pass of the config it binds to.
 
 kopf keeps its own bookkeeping in annotations under ``operator.igw.dev/`` (the CRD's status is a
 closed schema, so kopf's default ``status.kopf`` stanza would be pruned), posts no Events of its
@@ -23,7 +24,11 @@ from typing import Any, Final
 import kopf
 
 from igw.config.crd import PLURAL
+from igw.config.inference_extension import GROUP as EXTENSION_GROUP
+from igw.config.inference_extension import VERSION as EXTENSION_VERSION
+from igw.config.inference_extension_crds import PLURALS as EXTENSION_PLURALS
 from igw.config.model import API_GROUP, API_VERSION
+from igw.operator.bindings import pool_name
 from igw.operator.reconcile import Reconciler
 
 KOPF_PREFIX: Final = "operator.igw.dev"
@@ -94,4 +99,20 @@ def build_registry(
     kopf.timer(*resource, registry=registry, id="resync", interval=resync_s, initial_delay=resync_s)(
         reconcile
     )
+
+    # InferenceObjective / InferenceModelRewrite: any change (deletion included) re-runs the pass of
+    # the config they bind to, which merges them and writes their conditions.
+    async def rebind(event: Mapping[str, Any], **_: Any) -> None:
+        obj = event.get("object") or {}
+        namespace, pool = (obj.get("metadata") or {}).get("namespace"), pool_name(obj)
+        if event.get("type") == "DELETED":  # its config's next pass leaves it out
+            if namespace and pool:
+                await reconciler.reconcile(str(namespace), pool)
+            return
+        await reconciler.reconcile_bound(obj)
+
+    for kind, plural in EXTENSION_PLURALS.items():
+        kopf.on.event(EXTENSION_GROUP, EXTENSION_VERSION, plural, registry=registry, id=f"rebind-{kind}")(
+            rebind
+        )
     return registry

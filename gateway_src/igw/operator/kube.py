@@ -87,8 +87,10 @@ class Kube:
         resource.replace(body=body, name=meta["name"], namespace=meta["namespace"])
         return True
 
-    def _patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        resource = self._resource(IGWC_API_VERSION, KIND)
+    def _patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], api_version: str, kind: str
+    ) -> None:
+        resource = self._resource(api_version, kind)
         resource.status.patch(
             body={"status": dict(status)},
             name=name,
@@ -135,8 +137,17 @@ class Kube:
     async def apply(self, desired: Mapping[str, Any]) -> bool:
         return await asyncio.to_thread(self._apply, desired)
 
-    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        await asyncio.to_thread(self._patch_status, namespace, name, status)
+    async def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        *,
+        api_version: str = IGWC_API_VERSION,
+        kind: str = KIND,
+    ) -> None:
+        """Merge-patch the status subresource (of an InferenceGatewayConfig unless told otherwise)."""
+        await asyncio.to_thread(self._patch_status, namespace, name, status, api_version, kind)
 
     async def event(self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:
         await asyncio.to_thread(self._event, involved, reason=reason, message=message, warning=warning)

@@ -7,6 +7,11 @@ what runs (the rendered configuration actually served, the gateway Deployment an
 model-server pods of each served scheduler), then writes the status when it changed and posts
 one Event per condition transition. Passes over the same object never overlap.
 
+InferenceObjective and InferenceModelRewrite objects bound to the config (``spec.poolRef.name`` is its
+name, same namespace; :mod:`igw.operator.bindings`) are merged into the spec before admission, so the
+ConfigMap carries them and the gateway's hot reload serves them; each gets ``Accepted`` and
+``ResolvedRefs`` conditions. An object naming no config gets ``PoolNotFound``.
+
 For ``spec.tls: {}`` the pass first obtains the auto-issued certificate (:mod:`igw.operator.tls`):
 it applies the cert-manager Certificate, imports the Secret's certificate into ACM once cert-manager
 has written it, and only then applies the Service with that ARN on its TLS listener.
@@ -24,8 +29,11 @@ from typing import Any
 import yaml
 
 from igw.config.build import build_gateway_config
+from igw.config.inference_extension import API_VERSION as EXTENSION_API_VERSION
+from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.config.model import KIND
-from igw.operator.admission import admit
+from igw.operator.admission import Refusal, admit
+from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
 from igw.operator.dataplane import (
     CONFIG_KEY,
     DataPlaneSettings,
@@ -100,18 +108,87 @@ class Reconciler:
                 return
             await self._pass(igwc)
 
+    async def reconcile_bound(self, obj: Mapping[str, Any]) -> None:
+        """An InferenceObjective / InferenceModelRewrite changed: reconcile its config, or mark it unbound."""
+        meta = obj.get("metadata") or {}
+        namespace, pool = meta.get("namespace"), pool_name(obj)
+        if not namespace or meta.get("deletionTimestamp"):
+            return
+        if pool and await self._kube.get(IGWC_API_VERSION, KIND, namespace, pool) is not None:
+            await self.reconcile(namespace, pool)
+            return
+        message = f'no InferenceGatewayConfig "{pool}" in namespace "{namespace}" (spec.poolRef.name)'
+        await self._write_verdict(obj, unbound("PoolNotFound", message))
+
+    async def _bound(self, namespace: str, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The objectives and rewrites of ``namespace`` whose ``spec.poolRef.name`` is ``name``."""
+        found: list[list[dict[str, Any]]] = []
+        for kind in (OBJECTIVE_KIND, REWRITE_KIND):
+            try:
+                objects = await self._kube.list(EXTENSION_API_VERSION, kind, namespace)
+            except Exception as exc:  # the CRD is not installed: nothing can bind
+                log.debug("%s/%s: cannot list %s: %s", namespace, name, kind, _error_text(exc))
+                objects = []
+            found.append([o for o in objects if pool_name(o) == name])
+        return found[0], found[1]
+
+    async def _report_bindings(
+        self,
+        igwc: Mapping[str, Any],
+        bound: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+        merged: Merge,
+        refusal: Refusal | None,
+    ) -> None:
+        name = igwc["metadata"]["name"]
+        for kind, objects in zip((OBJECTIVE_KIND, REWRITE_KIND), bound, strict=True):
+            for obj in objects:
+                verdict = merged.verdicts[kind, obj["metadata"]["name"]]
+                if refusal is not None and verdict.accepted:
+                    verdict = unbound(
+                        "PoolNotAccepted",
+                        f'InferenceGatewayConfig "{name}" is not admitted ({refusal.reason}): '
+                        + refusal.message,
+                    )
+                await self._write_verdict(obj, verdict)
+
+    async def _write_verdict(self, obj: Mapping[str, Any], verdict: Verdict) -> None:
+        meta = obj["metadata"]
+        previous = (obj.get("status") or {}).get("conditions") or []
+        wanted = conditions(verdict, previous, now=self._clock(), generation=meta.get("generation"))
+        if wanted == previous:
+            return
+        try:
+            await self._kube.patch_status(
+                meta["namespace"],
+                meta["name"],
+                {"conditions": wanted},
+                api_version=EXTENSION_API_VERSION,
+                kind=str(obj.get("kind")),
+            )
+        except Exception as exc:  # reported in the log; the next pass writes it again
+            log.warning(
+                "%s/%s: writing %s status failed: %s",
+                meta["namespace"],
+                meta["name"],
+                obj.get("kind"),
+                _error_text(exc),
+            )
+
     async def _pass(self, igwc: dict[str, Any]) -> None:
         meta = igwc["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         neighbours = await self._kube.list(IGWC_API_VERSION, KIND, namespace)
-        refusal = admit(igwc, neighbours)
+        bound = await self._bound(namespace, name)
+        merged = merge(igwc.get("spec") or {}, *bound)
+        served = {**igwc, "spec": merged.spec}
+        refusal = admit(served, neighbours)
         apply_error: str | None = None
         tls = TlsOutcome()
         if refusal is None:
             if wants_auto_issue(igwc.get("spec") or {}):
                 tls = await self._auto_issue(igwc)
             try:
-                for desired in desired_objects(igwc, self._settings, issued_acm_arn=tls.acm_arn):
+                for desired in desired_objects(served, self._settings, issued_acm_arn=tls.acm_arn):
                     if await self._kube.apply(desired):
                         log.info(
                             "%s/%s: applied %s %s",
@@ -136,6 +213,7 @@ class Reconciler:
             tls_status=tls.status,
             tls_retired=retired,
         )
+        await self._report_bindings(igwc, bound, merged, refusal)
         status, transitions = compute_status(igwc, seen, now=self._clock())
         if _differs(status, igwc.get("status") or {}):
             await self._kube.patch_status(namespace, name, status)

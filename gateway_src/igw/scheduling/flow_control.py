@@ -117,6 +117,15 @@ class FlowControlSettings:
     """Tenant -> priority, for requests without a known objective or model priority."""
     poll_interval_s: float = 0.02
     """How often waiting requests re-check their pool for capacity."""
+    dispatch_per_endpoint: int = 2
+    """Queued requests one endpoint may take per poll. The scheduler sees load through scraped
+    metrics, which lag: without a cap, one poll after capacity appears would release the whole queue
+    onto the pool, and the model server's own first-come queue would undo the band order."""
+    tenant_labels: frozenset[str] = frozenset()
+    """Tenants that always get their own metric label; when set, every other tenant is ``other``."""
+    max_tenant_labels: int = 32
+    """Without ``tenant_labels``: the first this many distinct tenants get their own label, later
+    ones ``other`` (a client-chosen fairness header cannot grow the series count without bound)."""
 
     @staticmethod
     def from_extension(raw: Mapping[str, Any]) -> FlowControlSettings:
@@ -163,6 +172,11 @@ class FlowControlSettings:
             poll_interval_s=_duration(
                 raw.get("pollInterval", DEFAULT_POLL_INTERVAL), f"{where}.pollInterval"
             ),
+            dispatch_per_endpoint=int(raw.get("dispatchPerEndpoint", defaults.dispatch_per_endpoint)),
+            tenant_labels=frozenset(str(t) for t in (raw.get("metrics") or {}).get("tenantLabels", ())),
+            max_tenant_labels=int(
+                (raw.get("metrics") or {}).get("maxTenantLabels", defaults.max_tenant_labels)
+            ),
         )
 
     def __post_init__(self) -> None:
@@ -174,6 +188,10 @@ class FlowControlSettings:
             raise FlowControlError(f"flowControl.maxRequests must be at least 1, got {self.max_requests}")
         if self.max_bytes < 1:
             raise FlowControlError(f"flowControl.maxBytes must be at least 1, got {self.max_bytes}")
+        if self.dispatch_per_endpoint < 1:
+            raise FlowControlError(
+                f"flowControl.dispatchPerEndpoint must be at least 1, got {self.dispatch_per_endpoint}"
+            )
 
     def limits_for(self, priority: int) -> BandLimits:
         """The band's own limits, else those of the nearest configured priority (ties: the lower)."""

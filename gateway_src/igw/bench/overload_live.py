@@ -1,0 +1,188 @@
+"""``igw bench overload-priority --mode live``: the overload scenario over real HTTP and real processes.
+
+One simulated-fleet pod (vLLM engine model, ``max_num_seqs`` small so that the pod, not the Python
+gateway, is the bottleneck on a laptop) is first measured closed-loop for its completion rate; then
+the same open-loop Poisson request list at 150 % of that rate (20 % Critical, 50 % Standard, 30 %
+Sheddable, tenants as in the DES, named in ``x-gateway-inference-objective`` and
+``x-gateway-inference-fairness-id``) is sent, streaming, through three routers in turn:
+
+* ``flow-control``: ``igw serve`` with ``spec.extensions.flowControl``;
+* ``no-flow-control``: ``igw serve`` without it (429 when the pool is saturated);
+* ``round-robin``: the round-robin proxy (no admission, the pod queues everything).
+
+The unloaded reference is ``flow-control`` at 50 % of the measured rate. A request that was not
+answered (429, or the run's deadline) counts as not served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+import yaml
+
+from igw.bench.loadgen import LiveRequest, drive
+from igw.bench.overload_des import BAND_NAMES, DEFAULT_MIX, TrafficClass
+from igw.bench.processes import router_process
+from igw.bench.rr_proxy import LISTENING_PREFIX
+from igw.bench.stats import RequestSample
+from igw.sim.live import RunningFleet, run_fleet
+from igw.sim.spec import FleetSpec
+
+MODEL: Final = "llama"
+MAX_TOKENS: Final = 32
+MAX_NUM_SEQS: Final = 8
+PROBE_S: Final = 8.0
+PROBE_CONCURRENCY: Final = 3 * MAX_NUM_SEQS
+ARMS: Final = ("flow-control", "no-flow-control", "round-robin")
+
+
+@dataclass(frozen=True, slots=True)
+class LiveArm:
+    """One router's samples for one request list (same order as the list)."""
+
+    name: str
+    load: float
+    requests: list[LiveRequest]
+    samples: list[RequestSample]
+
+    def band_of(self, request: LiveRequest) -> int:
+        objective = dict(request.headers)["x-gateway-inference-objective"]
+        return next(p for p, name in BAND_NAMES.items() if name == objective)
+
+
+def _fleet() -> FleetSpec:
+    pod = {
+        "name": "pod",
+        "preset": "llama-3.1-8b/h100",
+        "served_model_name": MODEL,
+        "max_num_seqs": MAX_NUM_SEQS,
+    }
+    return FleetSpec.from_mapping({"time_scale": 1.0, "seed": 5, "pods": [pod]})
+
+
+async def probe_rate(pod_url: str, *, seconds: float = PROBE_S) -> float:
+    """Completions per second of the pod under a closed loop that keeps it saturated."""
+    body = {"model": MODEL, "prompt": "probe", "max_tokens": MAX_TOKENS, "ignore_eos": True}
+    done = 0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+        end = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal done
+            while time.perf_counter() < end:
+                async with http.post(pod_url + "/v1/completions", json=body) as resp:
+                    await resp.read()
+                    done += resp.status == 200
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(PROBE_CONCURRENCY)))
+        return done / (time.perf_counter() - start)
+
+
+def live_requests(
+    rate_rps: float, duration_s: float, *, seed: int, mix: Sequence[TrafficClass] = DEFAULT_MIX
+) -> list[LiveRequest]:
+    """Poisson arrivals per traffic class, each request naming its band and tenant in headers."""
+    rng = random.Random(seed)
+    out: list[LiveRequest] = []
+    for cls in mix:
+        t = rng.expovariate(rate_rps * cls.share)
+        while t < duration_s:
+            headers = (
+                ("x-gateway-inference-objective", BAND_NAMES[cls.priority]),
+                ("x-gateway-inference-fairness-id", cls.tenant),
+            )
+            out.append(LiveRequest(t, MODEL, "hello there", MAX_TOKENS, 3, headers))
+            t += rng.expovariate(rate_rps * cls.share)
+    return sorted(out, key=lambda r: r.at_s)
+
+
+def gateway_config(*, flow_control: bool) -> dict[str, Any]:
+    extensions: dict[str, Any] = {"routing": {"scrapeInterval": "50ms", "configReloadInterval": "1s"}}
+    if flow_control:
+        extensions["flowControl"] = {"pollInterval": "10ms"}
+    return {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+        "kind": "InferenceGatewayConfig",
+        "metadata": {"name": "overload-bench", "namespace": "bench"},
+        "spec": {
+            "bbr": {"enabled": False},
+            "schedulers": [
+                {"name": "main", "modelName": MODEL, "modelSelector": {"matchLabels": {"app": "pod"}}}
+            ],
+            "extensions": extensions,
+        },
+    }
+
+
+@contextlib.asynccontextmanager
+async def _router(arm: str, work: Path, fleet: RunningFleet) -> AsyncIterator[str]:
+    folder = work / arm
+    await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+    if arm == "round-robin":
+        argv = [sys.executable, "-m", "igw.cli.rr_proxy_process", fleet.pods[0].url]
+        pattern = LISTENING_PREFIX + r"(http://\S+)"
+    else:
+        config = yaml.safe_dump(gateway_config(flow_control=arm == "flow-control"))
+        endpoints = yaml.safe_dump({"schedulers": {"main": [fleet.pods[0].key]}})
+        await asyncio.to_thread((folder / "igwc.yaml").write_text, config)
+        await asyncio.to_thread((folder / "endpoints.yaml").write_text, endpoints)
+        argv = [sys.executable, "-m", "igw.cli.main", "serve", "--config", str(folder / "igwc.yaml")]
+        argv += [
+            "--endpoints",
+            str(folder / "endpoints.yaml"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-reload",
+        ]
+        pattern = r"serving \d+ scheduler\(s\) at (http://\S+)"
+    async with router_process(
+        name=arm, argv=argv, log_path=folder / "router.log", url_pattern=pattern
+    ) as url:
+        await asyncio.sleep(1.0)  # first scrapes of the pod before traffic
+        yield url
+
+
+async def _run_arm(
+    arm: str, load: float, requests: list[LiveRequest], work: Path, fleet: RunningFleet, duration_s: float
+) -> LiveArm:
+    async with _router(arm, work / f"{arm}-{load:g}", fleet) as url:
+        samples = await drive(
+            base_url=url, requests=requests, endpoint_headers=(), deadline_s=duration_s + 60.0
+        )
+    await asyncio.sleep(2.0)  # the pod finishes what a cut-off router left running
+    return LiveArm(arm, load, requests, samples)
+
+
+async def run_live_overload(
+    work: Path,
+    *,
+    duration_s: float,
+    seed: int,
+    load: float = 1.5,
+    routers: Sequence[str] = ARMS,
+    unloaded: bool = True,
+) -> tuple[float, list[LiveArm]]:
+    """The measured pod rate and one :class:`LiveArm` per router, plus the unloaded reference last."""
+    arms: list[LiveArm] = []
+    async with run_fleet(_fleet(), admin=False) as fleet:
+        rate = await probe_rate(fleet.pods[0].url)
+        await asyncio.sleep(2.0)
+        loaded = live_requests(load * rate, duration_s, seed=seed)
+        for arm in routers:
+            arms.append(await _run_arm(arm, load, loaded, work, fleet, duration_s))
+        if unloaded:
+            calm = live_requests(0.5 * rate, duration_s, seed=seed)
+            arms.append(await _run_arm("flow-control", 0.5, calm, work, fleet, duration_s))
+    return rate, arms

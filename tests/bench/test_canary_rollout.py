@@ -1,0 +1,24 @@
+"""``igw bench canary-rollout`` at a small scale: real ``igw serve`` and simulated pods, weights moved
+10 % -> 50 % -> 100 % by hot reload while clients send."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from igw.bench.canary_rollout import PHASES, markdown, run_canary
+
+
+async def test_small_rollout_has_no_failures_and_follows_the_weights(tmp_path: Path) -> None:
+    n = 300
+    results = await run_canary(tmp_path, requests_per_phase=n, concurrency=8, users=40)
+    assert [r.weight_percent for r in results] == list(PHASES)
+    for r in results:
+        assert r.failed == 0, r.failures[:5]
+        assert r.measured >= n
+        p = r.weight_percent / 100
+        assert abs(r.on_new - p * r.measured) <= 4 * math.sqrt(r.measured * p * (1 - p)) + 1e-9
+        assert r.sticky_violations == 0
+        assert r.moved_off_new == 0
+    assert results[-1].on_new == results[-1].measured
+    assert "| 100 % |" in markdown(results, "igw bench canary-rollout")
