@@ -8,8 +8,8 @@ import logging
 import pytest
 from multidict import CIMultiDict
 
-from igw.gateway.redaction import MASK, RedactingFormatter, redact
 from igw.gateway import redaction
+from igw.gateway.redaction import MASK, RedactingFormatter, redact
 from igw.gateway.upstream import upstream_headers
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLWJ5dGVz"
