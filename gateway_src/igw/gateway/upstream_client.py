@@ -43,6 +43,8 @@ from igw.errors import IgwGatewayError
 
 READ_HIGH_WATER: Final = 256 * 1024
 """Unrelayed response bytes at which the connection stops reading from the model server."""
+ORIGIN_CACHE_SIZE: Final = 4096
+"""Endpoint strings whose parsed :class:`Origin` is kept (one per pod, typically)."""
 SMALL_BODY: Final = 64 * 1024
 """Bodies up to this size are written in the same call as the request head (one segment)."""
 
@@ -298,6 +300,7 @@ class UpstreamPool:
         self.loop = asyncio.get_running_loop()
         self._slots = asyncio.Semaphore(limit)
         self._idle: dict[Origin, list[_Connection]] = {}
+        self._origins: dict[str, Origin] = {}
         self._keepalive_s = keepalive_s
         self._ssl_context = ssl_context
         self._swept = self.loop.time()
@@ -315,10 +318,15 @@ class UpstreamPool:
         """Send the request and wait for the response head."""
         if self._closed:
             raise RuntimeError("the upstream pool is closed")
-        try:
-            origin = parse_origin(endpoint)
-        except ValueError as exc:
-            raise ConnectFailed(str(exc)) from exc
+        origin = self._origins.get(endpoint)
+        if origin is None:
+            try:
+                origin = parse_origin(endpoint)
+            except ValueError as exc:
+                raise ConnectFailed(str(exc)) from exc
+            if len(self._origins) >= ORIGIN_CACHE_SIZE:
+                self._origins.clear()  # endpoints come and go; a bound keeps the cache from growing forever
+            self._origins[endpoint] = origin
         lines = [f"POST {path_qs} HTTP/1.1\r\nHost: {origin.host_header}\r\n"]
         lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
         lines.append(f"Content-Length: {len(body)}\r\n\r\n")
