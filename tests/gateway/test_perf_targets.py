@@ -44,9 +44,10 @@ def test_peer_targets_without_peers_are_not_judged_and_say_why() -> None:
     assert rows[2]["value"] == "not measured"
 
 
-def test_a_peer_with_no_added_latency_still_judges_without_a_ratio() -> None:
+def test_a_better_peer_at_or_below_zero_is_noise_and_not_judged() -> None:
     f = figures(cpu=100.0, c1=0.1, ttft=0.1, c32=1.0)
     f.added_p50_ms[(VLLM, 32)] = -0.5  # measurement noise: the peer looked faster than direct
     rows = target_rows(f)
-    assert rows[3]["verdict"] == "MISSED"
-    assert "x" not in rows[3]["value"].split(VLLM)[0]
+    assert rows[3]["verdict"] == "n/a"
+    assert "noise" in rows[3]["baseline"]
+    assert rows[3]["value"] == f"+1.000 ms; {VLLM}'s -0.500 ms"

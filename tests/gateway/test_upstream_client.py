@@ -325,3 +325,24 @@ def test_on_uvloop_as_igw_serve_runs() -> None:
             return bodies
 
     assert uvloop.run(scenario()) == [b'{"n":1}', b'{"n":2}']
+
+
+async def test_readany_with_a_timeout_answers_none_when_nothing_arrived_then_the_data() -> None:
+    async def pause_then_send(
+        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await srv.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+        await writer.drain()
+        await srv.disconnected.wait()  # until the test saw the timeout
+        writer.write(b"hello")
+        await writer.drain()
+        await reader.read()
+
+    async with scripted(pause_then_send) as srv, pool() as p:
+        resp = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+        assert await resp.readany(0.05) is None
+        srv.disconnected.set()
+        assert await resp.readany(30) == b"hello"
+        assert await resp.readany(30) == b""
+        resp.close()

@@ -292,12 +292,10 @@ async def _relay_stream(
             wait_s = keepalive_s or None
             idle_left = None if idle_timeout_s is None else heard + idle_timeout_s - loop.time()
             idle_first = idle_left is not None and (wait_s is None or idle_left <= wait_s)
-            try:
-                async with asyncio.timeout(idle_left if idle_first else wait_s):
-                    chunk = await upstream.readany()
-            except TimeoutError:
+            chunk = await upstream.readany(idle_left if idle_first else wait_s)
+            if chunk is None:  # nothing arrived in time
                 if idle_first or wait_s is None:
-                    raise  # streamIdleTimeout, handled below
+                    raise TimeoutError  # streamIdleTimeout, handled below
                 await _keepalive(request, response, on_prepared)
                 continue
             heard = loop.time()

@@ -214,13 +214,17 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def wait(self) -> None:
-        """Until the parser reports progress (headers, body bytes, the end, or an error)."""
+    async def wait(self, timeout_s: float | None = None) -> None:
+        """Until the parser reports progress (headers, body bytes, the end, or an error), or at most
+        ``timeout_s`` (one timer handle: cheaper per streamed event than an ``asyncio.timeout``)."""
         self._waiter = self.pool.loop.create_future()
+        timer = None if timeout_s is None else self.pool.loop.call_later(timeout_s, self._wake)
         try:
             await self._waiter
         finally:
             self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
     def take(self) -> bytes:
         """Every body byte received so far (and resume reading if it was paused)."""
@@ -262,16 +266,24 @@ class UpstreamResponse:
         ctype = self.headers.get("Content-Type", "application/octet-stream")
         self.content_type = ctype.split(";", 1)[0].strip().lower()
 
-    async def readany(self) -> bytes:
-        """The body bytes that have arrived (waiting for some); ``b""`` at the end of the body.
-        Raises :class:`UpstreamBroken` when the connection fails before the end."""
+    async def readany(self, timeout_s: float | None = None) -> bytes | None:
+        """The body bytes that have arrived (waiting for some); ``b""`` at the end of the body;
+        ``None`` when ``timeout_s`` passed without any. Raises :class:`UpstreamBroken` when the
+        connection fails before the end."""
         conn = self._conn
+        deadline = None if timeout_s is None else conn.pool.loop.time() + timeout_s
         while not conn.chunks:
             if conn.complete:
                 return b""
             if conn.error is not None:
                 raise conn.error
-            await conn.wait()
+            if deadline is None:
+                await conn.wait()
+                continue
+            left = deadline - conn.pool.loop.time()
+            if left <= 0:
+                return None
+            await conn.wait(left)
         return conn.take()
 
     async def read(self) -> bytes:

@@ -71,10 +71,17 @@ def _peer_row(
         return row(name, shown, f"no peer measured ({why})", target, None)
     label, theirs = peer
     theirs_shown = f"{theirs:.0f} µs" if unit == "µs" else f"{theirs:+.3f} ms"
-    ratio = f" = {ours / theirs:.2f}x" if theirs > 0 else ""
+    if theirs <= 0:  # the peer's figure is within the run's noise: a ratio to it means nothing
+        return row(
+            name,
+            f"{shown}; {label}'s {theirs_shown}",
+            f"better peer: {label} (not above zero: noise, not judged)",
+            target,
+            None,
+        )
     return row(
         name,
-        f"{shown}{ratio} {label}'s {theirs_shown}",
+        f"{shown} = {ours / theirs:.2f}x {label}'s {theirs_shown}",
         f"better peer: {label}",
         target,
         ours <= PEER_FACTOR * theirs,
