@@ -18,6 +18,7 @@ from igw.gateway.upstream_client import (
     Origin,
     UpstreamBroken,
     UpstreamPool,
+    UpstreamResponse,
     parse_origin,
 )
 
@@ -86,6 +87,11 @@ async def pool(limit: int = 8) -> AsyncIterator[UpstreamPool]:
         await p.close()
 
 
+async def post(p: UpstreamPool, srv: ScriptedServer, body: bytes) -> UpstreamResponse:
+    """POST ``body`` to ``/`` on the scripted server; the response head."""
+    return await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=body, connect_timeout_s=5)
+
+
 def ok(body: bytes, *extra: bytes) -> bytes:
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + b"".join(extra)
     return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
@@ -135,14 +141,14 @@ async def test_request_head_body_and_keep_alive_reuse() -> None:
 
 async def test_a_pooled_connection_that_closed_while_idle_is_not_reused() -> None:
     async with scripted(keep_serving) as srv, pool() as p:
-        first = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+        first = await post(p, srv, b"a")
         await first.read()
         first.close()
         (stale,) = p._idle[parse_origin(f"127.0.0.1:{srv.port}")]
         assert stale.transport is not None
         stale.transport.abort()
         await asyncio.sleep(0.01)  # connection_lost runs
-        second = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"b", connect_timeout_s=5)
+        second = await post(p, srv, b"b")
         assert second.status == 200
         assert second._conn is not stale
         second.close()
@@ -162,10 +168,10 @@ async def test_a_reused_connection_closed_before_any_answer_gets_one_fresh_retry
         await reader.read()
 
     async with scripted(close_second_request) as srv, pool() as p:
-        first = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+        first = await post(p, srv, b"a")
         await first.read()
         first.close()
-        second = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"b", connect_timeout_s=5)
+        second = await post(p, srv, b"b")
         assert second.status == 200
         assert await second.read() == b"{}"
         second.close()
@@ -181,7 +187,7 @@ async def test_a_fresh_connection_closed_before_the_answer_is_broken_not_retried
 
     async with scripted(hang_up) as srv, pool() as p:
         with pytest.raises(UpstreamBroken, match="closed the connection"):
-            await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+            await post(p, srv, b"a")
         assert srv.connections == 1
 
 
@@ -210,12 +216,12 @@ async def test_chunked_interim_and_until_close_bodies() -> None:
         await writer.drain()
 
     async with scripted(varied) as srv, pool() as p:
-        resp = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+        resp = await post(p, srv, b"a")
         assert resp.content_type == "text/event-stream"
         assert resp.headers["content-type"] == "text/event-stream; charset=utf-8"
         assert await resp.read() == b"data: 1\n"
         resp.close()
-        resp = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"b", connect_timeout_s=5)
+        resp = await post(p, srv, b"b")
         assert (resp.status, resp.reason) == (500, "Oops")
         assert await resp.read() == b"no length"
         resp.close()
@@ -229,7 +235,7 @@ async def test_a_body_cut_short_raises_broken() -> None:
         await writer.drain()
 
     async with scripted(cut) as srv, pool() as p:
-        resp = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+        resp = await post(p, srv, b"a")
         assert resp.content_type == "application/octet-stream"
         assert await resp.readany() == b"partial"
         with pytest.raises(UpstreamBroken):
@@ -248,7 +254,7 @@ async def test_malformed_response_is_broken() -> None:
 
     async with scripted(garbage) as srv, pool() as p:
         with pytest.raises(UpstreamBroken, match="malformed HTTP response"):
-            await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+            await post(p, srv, b"a")
 
 
 async def test_reading_pauses_above_the_high_water_mark_and_resumes() -> None:
@@ -261,7 +267,7 @@ async def test_reading_pauses_above_the_high_water_mark_and_resumes() -> None:
         await reader.read()
 
     async with scripted(big) as srv, pool() as p:
-        resp = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+        resp = await post(p, srv, b"a")
         conn = resp._conn
         for _ in range(200):
             if conn.paused:
@@ -286,7 +292,7 @@ async def test_cancelling_a_response_aborts_its_connection() -> None:
         srv.disconnected.set()
 
     async with scripted(slow) as srv, pool() as p:
-        resp = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+        resp = await post(p, srv, b"a")
         reading = asyncio.ensure_future(resp.readany())
         await asyncio.sleep(0.05)
         reading.cancel()
@@ -299,10 +305,8 @@ async def test_cancelling_a_response_aborts_its_connection() -> None:
 
 async def test_requests_wait_for_a_free_slot_at_the_connection_cap() -> None:
     async with scripted(keep_serving) as srv, pool(limit=1) as p:
-        first = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
-        second = asyncio.ensure_future(
-            p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"b", connect_timeout_s=5)
-        )
+        first = await post(p, srv, b"a")
+        second = asyncio.ensure_future(post(p, srv, b"b"))
         await asyncio.sleep(0.05)
         assert not second.done()  # waiting for the slot, not failing
         await first.read()
@@ -318,7 +322,7 @@ def test_on_uvloop_as_igw_serve_runs() -> None:
         async with scripted(keep_serving) as srv, pool() as p:
             bodies = []
             for _ in range(2):
-                resp = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+                resp = await post(p, srv, b"a")
                 bodies.append(await resp.read())
                 resp.close()
             assert srv.connections == 1
@@ -340,7 +344,7 @@ async def test_readany_with_a_timeout_answers_none_when_nothing_arrived_then_the
         await reader.read()
 
     async with scripted(pause_then_send) as srv, pool() as p:
-        resp = await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+        resp = await post(p, srv, b"a")
         assert await resp.readany(0.05) is None
         srv.disconnected.set()
         assert await resp.readany(30) == b"hello"
