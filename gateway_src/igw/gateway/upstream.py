@@ -34,6 +34,8 @@ from igw.errors import IgwGatewayError
 from igw.gateway.errors import gateway_error, sse_error_event
 from igw.gateway.upstream_client import ConnectFailed, UpstreamBroken, UpstreamPool, UpstreamResponse
 
+__all__ = ["ClientGone", "ConnectFailed", "ExchangeResult", "exchange", "proxy_session", "upstream_headers"]
+
 UPSTREAM_POOL_LIMIT: Final = 1024
 """Concurrent upstream connections per process (keep-alive pooled); Envoy's default circuit-breaker limit."""
 
@@ -60,7 +62,6 @@ HOP_BY_HOP: Final = frozenset(
         "content-length",
     }
 )
-__all__ = ["ClientGone", "ConnectFailed", "ExchangeResult", "exchange", "proxy_session", "upstream_headers"]
 
 
 class ClientGone(IgwGatewayError):

@@ -156,6 +156,7 @@ class _Connection(asyncio.Protocol):
             self._fail(UpstreamBroken(f"malformed HTTP response from the model server: {exc}"))
 
     def eof_received(self) -> bool:
+        self.closed = True  # never handed out again, even before connection_lost runs
         return False  # close the transport; connection_lost decides what the EOF meant
 
     def connection_lost(self, exc: Exception | None) -> None:
