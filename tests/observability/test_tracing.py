@@ -203,7 +203,7 @@ async def test_an_endpoint_that_refuses_connections_fails_the_upstream_span(
     assert server.status.status_code is StatusCode.ERROR
     upstream = named["igw.upstream"]
     assert upstream.status.status_code is StatusCode.ERROR
-    assert "ClientConnectorError" in (upstream.status.description or "")
+    assert "ConnectionRefusedError" in (upstream.status.description or "")
     assert named["igw.upstream.connect"].status.status_code is StatusCode.ERROR
 
 

@@ -8,6 +8,7 @@ import logging
 import pytest
 from multidict import CIMultiDict
 
+from igw.gateway import redaction
 from igw.gateway.redaction import MASK, RedactingFormatter, redact
 from igw.gateway.upstream import upstream_headers
 
@@ -72,3 +73,24 @@ def test_hop_by_hop_headers_and_those_named_in_connection_are_dropped() -> None:
     )
     out = upstream_headers(client, strip=frozenset(), add={"X-Request-Id": "r"})
     assert dict(out) == {"X-Kept": "2", "X-Request-Id": "r"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "APIKEY=sk-1",
+        "X-Auth-Token: t0k3n",
+        "SET-COOKIE: a=b",
+        "BASIC dXNlcjpwYXNz",
+        "x bearer abc",
+        f"jwt {JWT.upper()} {JWT}",
+        '{"error": "Proxy-Authorization=\'p\'"}',
+        "plain access line with no credential at all",
+    ],
+)
+def test_the_trigger_prescan_never_skips_a_line_the_patterns_would_change(text: str) -> None:
+    """``redact`` skips the patterns when no trigger word occurs; its answer must be the patterns'."""
+    slow = redaction._CREDENTIAL_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    slow = redaction._BEARER.sub(lambda m: f"{m.group(1)} {MASK}", slow)
+    slow = redaction._JWT.sub(MASK, slow)
+    assert redact(text) == slow

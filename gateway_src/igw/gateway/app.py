@@ -207,7 +207,7 @@ def create_app(
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await state.guard.start()
-        upstream = proxy_session(trace_configs=None if tracing is None else [tracing.client_trace_config()])
+        upstream = proxy_session(hooks=None if tracing is None else tracing.connect_hooks())
         scrape = ScrapeClient()
         app[SESSION_KEY] = upstream
         state.scraper = await start_scraping(

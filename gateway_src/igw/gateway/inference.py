@@ -40,10 +40,11 @@ from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
 from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
+from igw.gateway.upstream_client import UpstreamPool
 from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingDecision, RoutingRequest
 
 STATE_KEY = web.AppKey("igw_state", GatewayState)
-SESSION_KEY = web.AppKey("igw_upstream_session", aiohttp.ClientSession)
+SESSION_KEY = web.AppKey("igw_upstream_session", UpstreamPool)
 REQUEST_ID_HEADER: Final = "x-request-id"
 REQUEST_ID_KEY: Final = web.RequestKey("igw_request_id", str)
 """Where the app's middleware leaves the request's id (see :func:`request_id_for`)."""

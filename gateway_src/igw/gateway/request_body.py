@@ -51,6 +51,12 @@ async def read_limited(request: web.Request, *, limit: int) -> bytes:
     length = request.content_length
     if length is not None and length > limit:
         raise BodyTooLarge(limit)
+    content = request.content
+    if content.is_eof():  # the whole body arrived with the head (the usual case): no awaits needed
+        whole = content.read_nowait()
+        if len(whole) > limit:
+            raise BodyTooLarge(limit)
+        return whole
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_chunked(64 * 1024):

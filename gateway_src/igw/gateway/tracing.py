@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from types import SimpleNamespace
-from typing import Any, Final
+from collections.abc import Mapping, MutableMapping
+from typing import Final
 
-import aiohttp
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -54,8 +52,8 @@ _PROPAGATOR: Final = TraceContextTextMapPropagator()
 _CURRENT_ATTEMPT: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar(
     "igw_trace_attempt", default=None
 )
-"""The trace whose upstream attempt the current task is making (read by the client trace hooks:
-aiohttp runs them in the task that sends the request)."""
+"""The trace whose upstream attempt the current task is making (read by the upstream client's
+connect hooks, which run in the task that sends the request)."""
 
 
 class Tracing:
@@ -85,16 +83,9 @@ class Tracing:
         """The trace of one request, continuing the client's ``traceparent`` when it sent one."""
         return RequestTrace(self.tracer, headers, method=method, path=path, started=started)
 
-    def client_trace_config(self) -> aiohttp.TraceConfig:
-        """Hooks for the upstream client session that time ``igw.upstream.connect``."""
-        config = aiohttp.TraceConfig()
-        config.on_request_start.append(_client_hook(lambda t, _: t.connect_started()))
-        config.on_connection_reuseconn.append(_client_hook(lambda t, _: t.connection_reused()))
-        config.on_request_headers_sent.append(_client_hook(lambda t, _: t.connect_done()))
-        config.on_request_exception.append(
-            _client_hook(lambda t, params: t.connect_done(type(params.exception).__name__))
-        )
-        return config
+    def connect_hooks(self) -> CurrentAttemptHooks:
+        """Hooks for the upstream client that time ``igw.upstream.connect``."""
+        return CurrentAttemptHooks()
 
     def shutdown(self) -> None:
         """Export what is still buffered, then stop the exporter."""
@@ -328,15 +319,24 @@ def _decision_attributes(
     return attributes
 
 
-def _client_hook(
-    action: Callable[[RequestTrace, Any], None],
-) -> Callable[[aiohttp.ClientSession, SimpleNamespace, Any], Awaitable[None]]:
-    """An aiohttp client trace callback applying ``action`` to the trace of the attempt being made
-    (aiohttp runs the callbacks in the task that sends the request, where it is current)."""
+class CurrentAttemptHooks:
+    """The upstream client's connect hooks (:class:`igw.gateway.upstream_client.ConnectHooks`),
+    applied to the trace of the attempt being made: the client calls them in the task that sends the
+    request, where that attempt's trace is current."""
 
-    async def hook(_session: aiohttp.ClientSession, _ctx: SimpleNamespace, params: Any) -> None:
+    __slots__ = ()
+
+    def connect_started(self) -> None:
         current = _CURRENT_ATTEMPT.get()
         if current is not None:
-            action(current, params)
+            current.connect_started()
 
-    return hook
+    def connection_reused(self) -> None:
+        current = _CURRENT_ATTEMPT.get()
+        if current is not None:
+            current.connection_reused()
+
+    def connect_done(self, error: str | None = None) -> None:
+        current = _CURRENT_ATTEMPT.get()
+        if current is not None:
+            current.connect_done(error)

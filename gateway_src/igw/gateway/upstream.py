@@ -6,8 +6,10 @@
 * A *connect* failure (refused, unreachable, connect timeout) is retried once on the next-best
   endpoint; anything after the connection is established is never retried (the model server may
   already be generating).
-* Server-sent events are relayed as they arrive (``iter_any``: whatever bytes the socket delivered,
-  written immediately; aiohttp sets TCP_NODELAY on both sockets), never re-chunked or buffered.
+* Server-sent events are relayed as they arrive (whatever bytes the socket delivered, written
+  immediately; TCP_NODELAY on both sockets), never re-chunked or buffered.
+* The upstream side is :mod:`igw.gateway.upstream_client` (pooled keep-alive connections, httptools
+  parsing); the client side is the aiohttp server's response.
 * Upstream death or silence (``streamIdleTimeout``) mid-stream -> a final SSE error event and a clean
   close; ``routeTimeout`` bounds the whole exchange; a client disconnect cancels the handler (the app
   runs with handler cancellation), which closes the upstream connection at once, so the model server
@@ -30,23 +32,25 @@ from multidict import CIMultiDict
 
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import gateway_error, sse_error_event
+from igw.gateway.upstream_client import (
+    ConnectFailed,
+    ConnectHooks,
+    UpstreamBroken,
+    UpstreamPool,
+    UpstreamResponse,
+)
+
+__all__ = ["ClientGone", "ConnectFailed", "ExchangeResult", "exchange", "proxy_session", "upstream_headers"]
 
 UPSTREAM_POOL_LIMIT: Final = 1024
 """Concurrent upstream connections per process (keep-alive pooled); Envoy's default circuit-breaker limit."""
 
 
-def proxy_session(
-    limit: int = UPSTREAM_POOL_LIMIT, *, trace_configs: list[aiohttp.TraceConfig] | None = None
-) -> aiohttp.ClientSession:
-    """The client session a proxy forwards with: pooled keep-alive connections, bodies relayed as they
-    come (no decompression), no headers of its own added. ``trace_configs``: client hooks (the
-    OpenTelemetry connect span, only when tracing is on)."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=30),
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Content-Type"),
-        trace_configs=trace_configs,
-    )
+def proxy_session(limit: int = UPSTREAM_POOL_LIMIT, *, hooks: ConnectHooks | None = None) -> UpstreamPool:
+    """The client a proxy forwards with: pooled keep-alive connections, bodies relayed as they come
+    (no decompression), no headers of its own added beyond ``Host`` and ``Content-Length``. Call it
+    with the event loop running. ``hooks``: the OpenTelemetry connect span (only when tracing is on)."""
+    return UpstreamPool(limit=limit, keepalive_s=30.0, hooks=hooks)
 
 
 HOP_BY_HOP: Final = frozenset(
@@ -64,11 +68,6 @@ HOP_BY_HOP: Final = frozenset(
         "content-length",
     }
 )
-CONNECT_ERRORS: Final = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-
-
-class ConnectFailed(IgwGatewayError):
-    """The upstream could not be connected to: safe to retry elsewhere."""
 
 
 class ClientGone(IgwGatewayError):
@@ -169,7 +168,7 @@ def _carries_token(chunk: bytes) -> bool:
     return False
 
 
-def _response_headers(upstream: aiohttp.ClientResponse, extra: Mapping[str, str]) -> CIMultiDict[str]:
+def _response_headers(upstream: UpstreamResponse, extra: Mapping[str, str]) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
     drop = _hop_by_hop(upstream.headers)
     for name, value in upstream.headers.items():
@@ -183,7 +182,7 @@ def _response_headers(upstream: aiohttp.ClientResponse, extra: Mapping[str, str]
 async def exchange(
     request: web.Request,
     *,
-    session: aiohttp.ClientSession,
+    session: UpstreamPool,
     endpoint: str,
     body: bytes,
     headers: CIMultiDict[str],
@@ -196,17 +195,19 @@ async def exchange(
 ) -> ExchangeResult:
     """Forward to ``endpoint`` and relay the answer. Raises :class:`ConnectFailed` before anything was
     sent to the client; every later failure is turned into a response (or a terminal SSE event)."""
-    # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's clusters).
-    base = endpoint if "://" in endpoint else f"http://{endpoint}"
-    url = f"{base}{request.path_qs}"
-    # sock_connect, not connect: waiting for a free pooled connection is not a connect failure (it
-    # would turn pool exhaustion under load into retries and 502s); routeTimeout bounds the wait.
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=idle_timeout_s)
+    # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
+    # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
+    # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
+    send = session.post(
+        endpoint, request.path_qs, headers=headers, body=body, connect_timeout_s=connect_timeout_s
+    )
     try:
-        upstream = await session.post(url, data=body, headers=headers, timeout=timeout)
-    except CONNECT_ERRORS as exc:
-        raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        if idle_timeout_s is None:
+            upstream = await send
+        else:
+            async with asyncio.timeout(idle_timeout_s):
+                upstream = await send
+    except (UpstreamBroken, OSError, TimeoutError) as exc:
         return ExchangeResult(
             response=gateway_error(
                 "upstream_error", f"upstream {endpoint} failed before responding: {type(exc).__name__}"
@@ -224,6 +225,7 @@ async def exchange(
                 extra=response_headers,
                 on_prepared=on_prepared,
                 keepalive_s=keepalive_s,
+                idle_timeout_s=idle_timeout_s,
             )
         return await _relay_whole(upstream, extra=response_headers, started=started)
     finally:
@@ -231,11 +233,11 @@ async def exchange(
 
 
 async def _relay_whole(
-    upstream: aiohttp.ClientResponse, *, extra: Mapping[str, str], started: float
+    upstream: UpstreamResponse, *, extra: Mapping[str, str], started: float
 ) -> ExchangeResult:
     try:
         payload = await upstream.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
+    except UpstreamBroken as exc:
         return ExchangeResult(
             response=gateway_error(
                 "upstream_error", f"upstream failed while sending its response: {type(exc).__name__}"
@@ -258,7 +260,7 @@ async def _relay_whole(
     return ExchangeResult(response=response, status=upstream.status, ok=upstream.status < 500, usage=usage)
 
 
-def _wrapped_error(upstream: aiohttp.ClientResponse, extra: Mapping[str, str]) -> web.Response:
+def _wrapped_error(upstream: UpstreamResponse, extra: Mapping[str, str]) -> web.Response:
     """A non-JSON upstream error in the OpenAI shape, keeping its status (the body is not relayed:
     it is not meant for API clients and may echo the request)."""
     keep = {k: v for k, v in upstream.headers.items() if k.lower() == "retry-after"}
@@ -272,12 +274,13 @@ def _wrapped_error(upstream: aiohttp.ClientResponse, extra: Mapping[str, str]) -
 
 async def _relay_stream(
     request: web.Request,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     *,
     started: float,
     extra: Mapping[str, str],
     on_prepared: Callable[[web.StreamResponse], None],
     keepalive_s: float,
+    idle_timeout_s: float | None,
 ) -> ExchangeResult:
     """Relay an SSE response. The client's response is started when the first upstream bytes arrive
     (headers and first event leave back to back, which keeps the added TTFT down), so an upstream
@@ -288,18 +291,21 @@ async def _relay_stream(
     )
     last: float | None = None
     usage: Mapping[str, int] | None = None
-    reader = upstream.content
+    loop = asyncio.get_running_loop()
+    # streamIdleTimeout counts from the last upstream bytes; keep-alive pings do not reset it.
+    heard = loop.time()
     try:
         while True:
-            quiet = asyncio.timeout(keepalive_s or None)
-            try:
-                async with quiet:
-                    chunk = await reader.readany()
-            except TimeoutError:
-                if not quiet.expired():
-                    raise  # aiohttp's streamIdleTimeout, handled below
+            wait_s = keepalive_s or None
+            idle_left = None if idle_timeout_s is None else heard + idle_timeout_s - loop.time()
+            idle_first = idle_left is not None and (wait_s is None or idle_left <= wait_s)
+            chunk = await upstream.readany(idle_left if idle_first else wait_s)
+            if chunk is None:  # nothing arrived in time
+                if idle_first or wait_s is None:
+                    raise TimeoutError  # streamIdleTimeout, handled below
                 await _keepalive(request, response, on_prepared)
                 continue
+            heard = loop.time()
             if not chunk:
                 break
             try:
@@ -319,12 +325,7 @@ async def _relay_stream(
             result.events += chunk.count(b"\n\n")
             if b'"usage"' in chunk:
                 usage = _usage_in_events(chunk) or usage
-    except (
-        aiohttp.ClientPayloadError,
-        aiohttp.ServerDisconnectedError,
-        aiohttp.ClientOSError,
-        TimeoutError,
-    ) as exc:
+    except (UpstreamBroken, TimeoutError) as exc:
         kind = (
             "timed out (no data for streamIdleTimeout)"
             if isinstance(exc, TimeoutError)

@@ -28,7 +28,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
-import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -46,6 +45,7 @@ from igw.gateway.upstream import (
     proxy_session,
     upstream_headers,
 )
+from igw.gateway.upstream_client import UpstreamPool
 from igw.global_router.config import GlobalRouterConfig
 from igw.global_router.emf import FleetEmfReporter
 from igw.global_router.fleet import Fleet
@@ -64,7 +64,7 @@ CLUSTER_HEADER: Final = "x-igw-cluster"
 REGION_HEADER: Final = "x-igw-region"
 MODEL_HEADER: Final = "x-gateway-model-name"
 
-SESSION_KEY = web.AppKey("igw_global_session", aiohttp.ClientSession)
+SESSION_KEY = web.AppKey("igw_global_session", UpstreamPool)
 
 
 class GlobalRouter:

@@ -1,0 +1,469 @@
+"""The forward path's HTTP/1.1 client: pooled keep-alive connections, an asyncio protocol per
+connection, and httptools (llhttp) parsing the responses.
+
+Why not aiohttp's client here: a proxied request needs one thing from it - POST a body that is
+already in memory and hand back the status, headers and body bytes as they arrive - but
+``ClientSession.post`` builds a request object, a response object, a stream reader, timer handles
+and trace hooks for every call, and that machinery is the largest single share of the gateway's CPU
+per request. This module does only what the forward path needs: the request head is built as one
+string and written with the body in one call, response bytes go straight from ``data_received``
+through the parser into a list the relay drains. The part that has to be exactly right (response
+framing, chunked decoding, keep-alive rules) is llhttp's, through httptools; nothing here parses
+HTTP by hand.
+
+Behaviour the forward path relies on:
+
+* ``TCP_NODELAY`` on every connection (a streamed event must not wait for the previous one's ACK);
+* a connect failure (refused, unreachable, DNS, ``connect_timeout_s``) raises :class:`ConnectFailed`,
+  which the caller may retry elsewhere; waiting for a free connection slot is not a connect failure;
+* a pooled connection the server closed while idle (the keep-alive race) is replaced by a fresh one
+  once, when not a byte of the response had arrived - the server never saw the request;
+* a response whose connection closes before it is complete raises :class:`UpstreamBroken`;
+* reading pauses while more than :data:`READ_HIGH_WATER` bytes wait to be relayed (a slow client
+  slows the model server's socket, not the gateway's memory);
+* a connection goes back to the pool only after a complete response with keep-alive; anything else
+  (cancellation included: a client that went away) aborts it, so the model server sees the
+  disconnect and stops generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Protocol, cast
+
+import httptools
+from multidict import CIMultiDict
+
+from igw.errors import IgwGatewayError
+
+READ_HIGH_WATER: Final = 256 * 1024
+"""Unrelayed response bytes at which the connection stops reading from the model server."""
+ORIGIN_CACHE_SIZE: Final = 4096
+"""Endpoint strings whose parsed :class:`Origin` is kept (one per pod, typically)."""
+SMALL_BODY: Final = 64 * 1024
+"""Bodies up to this size are written in the same call as the request head (one segment)."""
+
+
+class ConnectFailed(IgwGatewayError):
+    """The upstream could not be connected to: safe to retry elsewhere."""
+
+
+class UpstreamBroken(IgwGatewayError):
+    """The model server's connection closed, or sent bytes that are not HTTP, before the response
+    was complete."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a connection goes: pooled connections are shared per origin."""
+
+    host: str
+    port: int
+    tls: bool
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.tls else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+def parse_origin(endpoint: str) -> Origin:
+    """``host:port`` (a pod), or ``http(s)://host[:port]`` (a base URL such as a global router's
+    cluster); raises ValueError for anything else."""
+    tls = False
+    rest = endpoint
+    if "://" in endpoint:
+        scheme, rest = endpoint.split("://", 1)
+        if scheme not in ("http", "https"):
+            raise ValueError(f"unsupported upstream scheme {scheme!r} in {endpoint!r}")
+        tls = scheme == "https"
+        rest = rest.split("/", 1)[0]
+    default_port = 443 if tls else 80
+    if rest.startswith("["):  # [v6]:port
+        host, _, tail = rest[1:].partition("]")
+        port = int(tail[1:]) if tail.startswith(":") else default_port
+    elif rest.count(":") == 1:
+        host, port_text = rest.split(":")
+        port = int(port_text)
+    else:
+        host, port = rest, default_port
+    if not host:
+        raise ValueError(f"no host in upstream address {endpoint!r}")
+    return Origin(host=host, port=port, tls=tls)
+
+
+class _Connection(asyncio.Protocol):
+    """One connection to a model server, parsing one response at a time."""
+
+    status: int
+    reason: str
+    raw_headers: list[tuple[str, str]]
+    headers_done: bool
+    complete: bool
+    keep_alive: bool
+    received_any: bool
+    error: Exception | None
+    chunks: deque[bytes]
+    buffered: int
+    paused: bool
+    until_eof: bool
+
+    def __init__(self, pool: UpstreamPool, origin: Origin) -> None:
+        self.pool = pool
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.reused = False
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[None] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.reason = ""
+        self.raw_headers = []
+        self.headers_done = False
+        self.complete = False
+        self.keep_alive = False
+        self.received_any = False
+        self.error = None
+        self.chunks = deque()
+        self.buffered = 0
+        self.paused = False
+        self.until_eof = False
+
+    # ---- asyncio.Protocol --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.received_any = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(UpstreamBroken("the model server switched protocols"))
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamBroken(f"malformed HTTP response from the model server: {exc}"))
+
+    def eof_received(self) -> bool:
+        self.closed = True  # never handed out again, even before connection_lost runs
+        return False  # close the transport; connection_lost decides what the EOF meant
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        if self.headers_done and self.until_eof and not self.complete and self.error is None:
+            self.complete = True  # a body delimited by the connection's end
+        elif not self.complete and self.error is None:
+            why = f": {exc}" if exc is not None else ""
+            self.error = UpstreamBroken(f"the model server closed the connection{why}")
+        self._wake()
+
+    # ---- httptools callbacks -----------------------------------------------------------------
+    def on_status(self, status: bytes) -> None:
+        self.reason = status.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.raw_headers.append(
+            (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+        )
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if status < 200:  # an interim response (100 Continue): the real one follows
+            self.raw_headers = []
+            return
+        self.status = status
+        self.keep_alive = self._parser.should_keep_alive()
+        framed = any(name.lower() in ("content-length", "transfer-encoding") for name, _ in self.raw_headers)
+        self.until_eof = not framed and status not in (204, 304)
+        self.headers_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > READ_HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if not self.headers_done:
+            return  # the end of an interim response
+        self.complete = True
+        self._wake()
+
+    # ---- used by the pool and the response -----------------------------------------------------
+    def _fail(self, error: Exception) -> None:
+        self.error = error
+        self.abort()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, timeout_s: float | None = None) -> None:
+        """Until the parser reports progress (headers, body bytes, the end, or an error), or at most
+        ``timeout_s`` (one timer handle: cheaper per streamed event than an ``asyncio.timeout``)."""
+        self._waiter = self.pool.loop.create_future()
+        timer = None if timeout_s is None else self.pool.loop.call_later(timeout_s, self._wake)
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def take(self) -> bytes:
+        """Every body byte received so far (and resume reading if it was paused)."""
+        chunks = self.chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
+        return data
+
+    def send(self, head: bytes, body: bytes) -> None:
+        assert self.transport is not None
+        self._reset()
+        if len(body) <= SMALL_BODY:
+            self.transport.write(head + body)
+        else:
+            self.transport.writelines((head, body))
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class UpstreamResponse:
+    """A model server's response whose head has arrived; the body is read with :meth:`read` or
+    :meth:`readany`. :meth:`close` must be called (it returns the connection to the pool or ends it)."""
+
+    __slots__ = ("_conn", "_released", "content_type", "headers", "reason", "status")
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn = conn
+        self._released = False
+        self.status = conn.status
+        self.reason = conn.reason
+        self.headers: CIMultiDict[str] = CIMultiDict(conn.raw_headers)
+        ctype = self.headers.get("Content-Type", "application/octet-stream")
+        self.content_type = ctype.split(";", 1)[0].strip().lower()
+
+    async def readany(self, timeout_s: float | None = None) -> bytes | None:
+        """The body bytes that have arrived (waiting for some); ``b""`` at the end of the body;
+        ``None`` when ``timeout_s`` passed without any. Raises :class:`UpstreamBroken` when the
+        connection fails before the end."""
+        conn = self._conn
+        deadline = None if timeout_s is None else conn.pool.loop.time() + timeout_s
+        while not conn.chunks:
+            if conn.complete:
+                return b""
+            if conn.error is not None:
+                raise conn.error
+            if deadline is None:
+                await conn.wait()
+                continue
+            left = deadline - conn.pool.loop.time()
+            if left <= 0:
+                return None
+            await conn.wait(left)
+        return conn.take()
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        conn = self._conn
+        while not conn.complete:
+            if conn.error is not None:
+                raise conn.error
+            await conn.wait()
+        return conn.take()
+
+    def close(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        conn = self._conn
+        reusable = conn.complete and conn.keep_alive and not conn.closed and not conn.chunks
+        self._conn.pool.release(conn, reusable=reusable)
+
+
+class ConnectHooks(Protocol):
+    """Observes one request's getting a connection and sending its head (the tracing connect span).
+
+    Called in the task that sends the request, so a hook can find that request's context.
+    """
+
+    def connect_started(self) -> None: ...
+
+    def connection_reused(self) -> None: ...
+
+    def connect_done(self, error: str | None = None) -> None: ...
+
+
+class UpstreamPool:
+    """Keep-alive connections per origin, at most ``limit`` open at once (a request waits for a
+    slot rather than failing), idle ones closed after ``keepalive_s``. ``hooks``: told when a request
+    starts getting a connection, whether it reused one, and when its head was sent or it failed."""
+
+    def __init__(
+        self,
+        *,
+        limit: int,
+        keepalive_s: float = 30.0,
+        ssl_context: ssl.SSLContext | None = None,
+        hooks: ConnectHooks | None = None,
+    ):
+        self.loop = asyncio.get_running_loop()
+        self._hooks = hooks
+        self._slots = asyncio.Semaphore(limit)
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._origins: dict[str, Origin] = {}
+        self._keepalive_s = keepalive_s
+        self._ssl_context = ssl_context
+        self._swept = self.loop.time()
+        self._closed = False
+
+    async def post(
+        self,
+        endpoint: str,
+        path_qs: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes,
+        connect_timeout_s: float | None,
+    ) -> UpstreamResponse:
+        """Send the request and wait for the response head."""
+        if self._closed:
+            raise RuntimeError("the upstream pool is closed")
+        origin = self._origins.get(endpoint)
+        if origin is None:
+            try:
+                origin = parse_origin(endpoint)
+            except ValueError as exc:
+                raise ConnectFailed(str(exc)) from exc
+            if len(self._origins) >= ORIGIN_CACHE_SIZE:
+                self._origins.clear()  # endpoints come and go; a bound keeps the cache from growing forever
+            self._origins[endpoint] = origin
+        lines = [f"POST {path_qs} HTTP/1.1\r\nHost: {origin.host_header}\r\n"]
+        lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+        lines.append(f"Content-Length: {len(body)}\r\n\r\n")
+        head = "".join(lines).encode("utf-8", "surrogateescape")
+        hooks = self._hooks
+        if hooks is not None:
+            hooks.connect_started()
+        await self._slots.acquire()
+        conn: _Connection | None = None
+        try:
+            conn = await self._connection(origin, connect_timeout_s)
+            if hooks is not None and conn.reused:
+                hooks.connection_reused()
+            conn.send(head, body)
+            if hooks is not None:
+                hooks.connect_done()
+            while not conn.headers_done:
+                error = conn.error
+                if error is None:
+                    await conn.wait()
+                elif conn.reused and not conn.received_any:
+                    # The keep-alive race: the server closed this idle connection as we sent.
+                    conn = await self._connection(origin, connect_timeout_s, fresh=True)
+                    conn.send(head, body)
+                else:
+                    raise error
+        except BaseException as exc:
+            if hooks is not None:
+                hooks.connect_done(str(exc) if isinstance(exc, ConnectFailed) else type(exc).__name__)
+            if conn is not None:
+                conn.abort()
+            self._slots.release()
+            raise
+        return UpstreamResponse(conn)
+
+    async def _connection(
+        self, origin: Origin, connect_timeout_s: float | None, *, fresh: bool = False
+    ) -> _Connection:
+        idle = self._idle.get(origin)
+        now = self.loop.time()
+        while idle and not fresh:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < self._keepalive_s:
+                conn.reused = True
+                return conn
+            conn.abort()
+        tls = self._tls_context() if origin.tls else None
+        try:
+            async with asyncio.timeout(connect_timeout_s):
+                _, protocol = await self.loop.create_connection(
+                    lambda: _Connection(self, origin),
+                    origin.host,
+                    origin.port,
+                    ssl=tls,
+                    server_hostname=origin.host if tls is not None else None,
+                )
+        except TimeoutError as exc:
+            raise ConnectFailed(f"ConnectionTimeoutError: connect to {origin.host}:{origin.port}") from exc
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+        return protocol
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context()
+        return self._ssl_context
+
+    def release(self, conn: _Connection, *, reusable: bool) -> None:
+        """A response is done with its connection: keep it for the next request, or end it."""
+        self._slots.release()
+        if not reusable or self._closed:
+            conn.abort()
+            return
+        now = self.loop.time()
+        conn.idle_since = now
+        self._idle.setdefault(conn.origin, []).append(conn)
+        if now - self._swept > self._keepalive_s:
+            self._sweep(now)
+
+    def forget(self, conn: _Connection) -> None:
+        """A connection closed: drop it from the idle lists (it may be one of them)."""
+        idle = self._idle.get(conn.origin)
+        if idle and conn in idle:
+            idle.remove(conn)
+
+    def _sweep(self, now: float) -> None:
+        self._swept = now
+        for origin, idle in list(self._idle.items()):
+            keep = [c for c in idle if not c.closed and now - c.idle_since < self._keepalive_s]
+            for conn in idle:
+                if conn not in keep:
+                    conn.abort()
+            if keep:
+                self._idle[origin] = keep
+            else:
+                del self._idle[origin]
+
+    async def close(self) -> None:
+        """Close every idle connection; connections in use are ended when their response closes."""
+        self._closed = True
+        for idle in self._idle.values():
+            for conn in list(idle):
+                conn.abort()
+        self._idle.clear()
+        await asyncio.sleep(0)  # let the transports run connection_lost

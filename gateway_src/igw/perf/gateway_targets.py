@@ -1,0 +1,105 @@
+"""The data path's targets, judged from the figures of one ``igw perf gateway`` run.
+
+Each target is printed as a ratio to its reference (a fixed bound, or the better peer router's
+figure from the same run) with a verdict, so a reader sees how far off a miss is, not only that it
+missed. The peers are the Rust routers (sglang-router, vllm-router) driven like the gateway; a
+target that needs a peer is left unjudged, with the reason, when no peer was measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+GATEWAY: Final = "gateway"
+ADDED_P50_C1_MS: Final = 0.5
+"""Added latency p50 at concurrency 1 (milliseconds)."""
+ADDED_TTFT_P50_MS: Final = 0.5
+"""Added streaming time-to-first-token p50 at concurrency 1 (milliseconds)."""
+PEER_FACTOR: Final = 2.0
+"""CPU per request and added p50 at concurrency 32: at most this many times the better peer's."""
+
+
+def row(name: str, value: str, baseline: str, target: str, met: bool | None) -> dict[str, Any]:
+    """One printed result: what was measured, against what, the target and the verdict."""
+    verdict = "n/a" if met is None else ("met" if met else "MISSED")
+    return {"metric": name, "value": value, "baseline": baseline, "target": target, "verdict": verdict}
+
+
+@dataclass(slots=True)
+class LoadFigures:
+    """What the load phase measured, keyed by (target label, concurrency)."""
+
+    added_p50_ms: dict[tuple[str, int], float] = field(default_factory=dict)
+    cpu_us: dict[tuple[str, int], float] = field(default_factory=dict)
+    added_ttft_p50_ms: float | None = None
+    unmeasured_peers: dict[str, str] = field(default_factory=dict)
+    """Peer label -> why it was not measured."""
+
+
+def _better_peer(figures: dict[tuple[str, int], float], concurrency: int) -> tuple[str, float] | None:
+    peers = [(v, label) for (label, c), v in figures.items() if c == concurrency and label != GATEWAY]
+    if not peers:
+        return None
+    value, label = min(peers)
+    return label, value
+
+
+def _bound_row(name: str, measured: float | None, bound_ms: float) -> dict[str, Any]:
+    if measured is None:
+        return row(name, "not measured", "-", f"<= {bound_ms:g} ms", None)
+    return row(
+        name,
+        f"+{measured:.3f} ms = {measured / bound_ms:.2f}x the bound",
+        f"bound {bound_ms:g} ms",
+        f"<= {bound_ms:g} ms",
+        measured <= bound_ms,
+    )
+
+
+def _peer_row(
+    name: str, figures: dict[tuple[str, int], float], unit: str, *, unmeasured: dict[str, str]
+) -> dict[str, Any]:
+    target = f"<= {PEER_FACTOR:g}x the better peer's"
+    ours = figures.get((GATEWAY, 32))
+    peer = _better_peer(figures, 32)
+    if ours is None:
+        return row(name, "not measured", "-", target, None)
+    shown = f"{ours:.0f} µs" if unit == "µs" else f"{ours:+.3f} ms"
+    if peer is None:
+        why = "; ".join(f"{label}: {reason}" for label, reason in unmeasured.items()) or "none configured"
+        return row(name, shown, f"no peer measured ({why})", target, None)
+    label, theirs = peer
+    theirs_shown = f"{theirs:.0f} µs" if unit == "µs" else f"{theirs:+.3f} ms"
+    if theirs <= 0:  # the peer's figure is within the run's noise: a ratio to it means nothing
+        return row(
+            name,
+            f"{shown}; {label}'s {theirs_shown}",
+            f"better peer: {label} (not above zero: noise, not judged)",
+            target,
+            None,
+        )
+    return row(
+        name,
+        f"{shown} = {ours / theirs:.2f}x {label}'s {theirs_shown}",
+        f"better peer: {label}",
+        target,
+        ours <= PEER_FACTOR * theirs,
+    )
+
+
+def target_rows(figures: LoadFigures) -> list[dict[str, Any]]:
+    """The four data-path targets with ratio and verdict."""
+    unmeasured = figures.unmeasured_peers
+    return [
+        _peer_row("target: CPU per request, concurrency 32", figures.cpu_us, "µs", unmeasured=unmeasured),
+        _bound_row(
+            "target: added latency p50, concurrency 1",
+            figures.added_p50_ms.get((GATEWAY, 1)),
+            ADDED_P50_C1_MS,
+        ),
+        _bound_row("target: added streaming TTFT p50", figures.added_ttft_p50_ms, ADDED_TTFT_P50_MS),
+        _peer_row(
+            "target: added latency p50, concurrency 32", figures.added_p50_ms, "ms", unmeasured=unmeasured
+        ),
+    ]

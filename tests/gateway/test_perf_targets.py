@@ -1,0 +1,53 @@
+"""``igw perf gateway``'s data-path targets: ratios against the better peer or a fixed bound, and
+verdicts that flip exactly at the target."""
+
+from __future__ import annotations
+
+from igw.perf.gateway_targets import LoadFigures, target_rows
+
+SGL = "sglang-router (round_robin)"
+VLLM = "vllm-router (round_robin)"
+
+
+def figures(*, cpu: float, c1: float, ttft: float, c32: float) -> LoadFigures:
+    return LoadFigures(
+        added_p50_ms={("gateway", 1): c1, ("gateway", 32): c32, (SGL, 32): 3.0, (VLLM, 32): 2.0},
+        cpu_us={("gateway", 32): cpu, (SGL, 32): 90.0, (VLLM, 32): 80.0, ("gateway", 1): 999.0},
+        added_ttft_p50_ms=ttft,
+    )
+
+
+def test_targets_met_at_their_limits_and_judged_against_the_better_peer() -> None:
+    rows = target_rows(figures(cpu=160.0, c1=0.5, ttft=0.5, c32=4.0))
+    assert [r["verdict"] for r in rows] == ["met", "met", "met", "met"]
+    assert rows[0]["value"] == f"160 µs = 2.00x {VLLM}'s 80 µs"
+    assert rows[1]["value"] == "+0.500 ms = 1.00x the bound"
+    assert rows[3]["value"] == f"+4.000 ms = 2.00x {VLLM}'s +2.000 ms"
+
+
+def test_targets_missed_just_past_their_limits() -> None:
+    rows = target_rows(figures(cpu=161.0, c1=0.501, ttft=0.75, c32=4.01))
+    assert [r["verdict"] for r in rows] == ["MISSED"] * 4
+    assert rows[2]["value"] == "+0.750 ms = 1.50x the bound"
+
+
+def test_peer_targets_without_peers_are_not_judged_and_say_why() -> None:
+    f = LoadFigures(
+        added_p50_ms={("gateway", 1): 0.4, ("gateway", 32): 9.0},
+        cpu_us={("gateway", 32): 300.0},
+        added_ttft_p50_ms=None,
+        unmeasured_peers={SGL: "exited with 1"},
+    )
+    rows = target_rows(f)
+    assert [r["verdict"] for r in rows] == ["n/a", "met", "n/a", "n/a"]
+    assert "exited with 1" in rows[0]["baseline"]
+    assert rows[2]["value"] == "not measured"
+
+
+def test_a_better_peer_at_or_below_zero_is_noise_and_not_judged() -> None:
+    f = figures(cpu=100.0, c1=0.1, ttft=0.1, c32=1.0)
+    f.added_p50_ms[(VLLM, 32)] = -0.5  # measurement noise: the peer looked faster than direct
+    rows = target_rows(f)
+    assert rows[3]["verdict"] == "n/a"
+    assert "noise" in rows[3]["baseline"]
+    assert rows[3]["value"] == f"+1.000 ms; {VLLM}'s -0.500 ms"

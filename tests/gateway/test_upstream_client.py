@@ -1,0 +1,352 @@
+"""The forward path's upstream client against scripted HTTP servers on loopback: framing (length,
+chunked, until close), keep-alive reuse and the idle-close race, connect failures, interim
+responses, broken bodies, back-pressure, cancellation and the connection cap."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import uvloop
+
+from igw.gateway.upstream_client import (
+    READ_HIGH_WATER,
+    ConnectFailed,
+    Origin,
+    UpstreamBroken,
+    UpstreamPool,
+    UpstreamResponse,
+    parse_origin,
+)
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class ScriptedServer:
+    """A TCP server on 127.0.0.1 that runs ``script`` per connection and records what it saw."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.disconnected = asyncio.Event()
+        self.port = 0
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.script(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def read_request(self, reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        body = await reader.readexactly(length)
+        self.requests.append(head + body)
+        return head + body
+
+
+@contextlib.asynccontextmanager
+async def scripted(
+    script: Callable[[ScriptedServer, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[ScriptedServer]:
+    holder: list[ScriptedServer] = []
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await script(holder[0], reader, writer)
+
+    server = ScriptedServer(run)
+    holder.append(server)
+    listener = await asyncio.start_server(server._serve, "127.0.0.1", 0)
+    server.port = listener.sockets[0].getsockname()[1]
+    try:
+        yield server
+    finally:
+        listener.close()
+        await listener.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def pool(limit: int = 8) -> AsyncIterator[UpstreamPool]:
+    p = UpstreamPool(limit=limit)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+async def post(p: UpstreamPool, srv: ScriptedServer, body: bytes) -> UpstreamResponse:
+    """POST ``body`` to ``/`` on the scripted server; the response head."""
+    return await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=body, connect_timeout_s=5)
+
+
+def ok(body: bytes, *extra: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + b"".join(extra)
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+async def keep_serving(
+    srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    while True:
+        await srv.read_request(reader)
+        writer.write(ok(b'{"n":%d}' % len(srv.requests)))
+        await writer.drain()
+
+
+def test_origins() -> None:
+    assert parse_origin("10.0.0.1:8000") == Origin("10.0.0.1", 8000, tls=False)
+    assert parse_origin("https://c.example.com") == Origin("c.example.com", 443, tls=True)
+    assert parse_origin("http://[::1]:81/x") == Origin("::1", 81, tls=False)
+    assert parse_origin("https://h:8443").host_header == "h:8443"
+    assert parse_origin("http://h").host_header == "h"
+    with pytest.raises(ValueError, match="scheme"):
+        parse_origin("ftp://h:1")
+
+
+async def test_request_head_body_and_keep_alive_reuse() -> None:
+    async with scripted(keep_serving) as srv, pool() as p:
+        for n in (1, 2, 3):
+            resp = await p.post(
+                f"127.0.0.1:{srv.port}",
+                "/v1/completions?x=1",
+                headers={"X-Request-Id": "r1", "Authorization": "Bearer t"},
+                body=b'{"prompt":"hi"}',
+                connect_timeout_s=5,
+            )
+            assert (resp.status, resp.reason, resp.content_type) == (200, "OK", "application/json")
+            assert await resp.read() == b'{"n":%d}' % n
+            resp.close()
+        assert srv.connections == 1  # one pooled connection served all three
+        head, _, body = srv.requests[0].partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"POST /v1/completions?x=1 HTTP/1.1"
+        assert f"Host: 127.0.0.1:{srv.port}".encode() in lines
+        assert b"X-Request-Id: r1" in lines
+        assert b"Content-Length: 15" in lines
+        assert body == b'{"prompt":"hi"}'
+
+
+async def test_a_pooled_connection_that_closed_while_idle_is_not_reused() -> None:
+    async with scripted(keep_serving) as srv, pool() as p:
+        first = await post(p, srv, b"a")
+        await first.read()
+        first.close()
+        (stale,) = p._idle[parse_origin(f"127.0.0.1:{srv.port}")]
+        assert stale.transport is not None
+        stale.transport.abort()
+        await asyncio.sleep(0.01)  # connection_lost runs
+        second = await post(p, srv, b"b")
+        assert second.status == 200
+        assert second._conn is not stale
+        second.close()
+        assert srv.connections == 2
+
+
+async def test_a_reused_connection_closed_before_any_answer_gets_one_fresh_retry() -> None:
+    async def close_second_request(
+        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await srv.read_request(reader)
+        writer.write(ok(b"{}"))
+        await writer.drain()
+        if srv.connections == 1:
+            await srv.read_request(reader)  # the second request on the pooled connection: dropped
+            return
+        await reader.read()
+
+    async with scripted(close_second_request) as srv, pool() as p:
+        first = await post(p, srv, b"a")
+        await first.read()
+        first.close()
+        second = await post(p, srv, b"b")
+        assert second.status == 200
+        assert await second.read() == b"{}"
+        second.close()
+        assert srv.connections == 2
+        assert len(srv.requests) == 3
+
+
+async def test_a_fresh_connection_closed_before_the_answer_is_broken_not_retried() -> None:
+    async def hang_up(
+        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await srv.read_request(reader)
+
+    async with scripted(hang_up) as srv, pool() as p:
+        with pytest.raises(UpstreamBroken, match="closed the connection"):
+            await post(p, srv, b"a")
+        assert srv.connections == 1
+
+
+async def test_connect_refused_and_unparseable_addresses_are_connect_failures() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: refused
+        async with pool() as p:
+            with pytest.raises(ConnectFailed, match="Error"):
+                await p.post(f"127.0.0.1:{port}", "/", headers={}, body=b"", connect_timeout_s=5)
+            with pytest.raises(ConnectFailed, match="scheme"):
+                await p.post("gopher://x:1", "/", headers={}, body=b"", connect_timeout_s=5)
+
+
+async def test_chunked_interim_and_until_close_bodies() -> None:
+    async def varied(srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await srv.read_request(reader)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n5\r\ndata:\r\n3\r\n 1\n\r\n0\r\n\r\n"
+        )
+        await writer.drain()
+        await srv.read_request(reader)
+        writer.write(b"HTTP/1.1 500 Oops\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nno length")
+        await writer.drain()
+
+    async with scripted(varied) as srv, pool() as p:
+        resp = await post(p, srv, b"a")
+        assert resp.content_type == "text/event-stream"
+        assert resp.headers["content-type"] == "text/event-stream; charset=utf-8"
+        assert await resp.read() == b"data: 1\n"
+        resp.close()
+        resp = await post(p, srv, b"b")
+        assert (resp.status, resp.reason) == (500, "Oops")
+        assert await resp.read() == b"no length"
+        resp.close()
+        assert srv.connections == 1
+
+
+async def test_a_body_cut_short_raises_broken() -> None:
+    async def cut(srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await srv.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+
+    async with scripted(cut) as srv, pool() as p:
+        resp = await post(p, srv, b"a")
+        assert resp.content_type == "application/octet-stream"
+        assert await resp.readany() == b"partial"
+        with pytest.raises(UpstreamBroken):
+            await resp.readany()
+        resp.close()
+
+
+async def test_malformed_response_is_broken() -> None:
+    async def garbage(
+        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await srv.read_request(reader)
+        writer.write(b"SPDY/9 what\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async with scripted(garbage) as srv, pool() as p:
+        with pytest.raises(UpstreamBroken, match="malformed HTTP response"):
+            await post(p, srv, b"a")
+
+
+async def test_reading_pauses_above_the_high_water_mark_and_resumes() -> None:
+    size = READ_HIGH_WATER * 4
+
+    async def big(srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await srv.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * size)
+        await writer.drain()
+        await reader.read()
+
+    async with scripted(big) as srv, pool() as p:
+        resp = await post(p, srv, b"a")
+        conn = resp._conn
+        for _ in range(200):
+            if conn.paused:
+                break
+            await asyncio.sleep(0.01)
+        assert conn.paused
+        assert conn.buffered <= READ_HIGH_WATER + 2**20
+        got = 0
+        while chunk := await resp.readany():
+            got += len(chunk)
+        assert got == size
+        assert not conn.paused
+        resp.close()
+
+
+async def test_cancelling_a_response_aborts_its_connection() -> None:
+    async def slow(srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await srv.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # returns when the client's connection goes away
+        srv.disconnected.set()
+
+    async with scripted(slow) as srv, pool() as p:
+        resp = await post(p, srv, b"a")
+        reading = asyncio.ensure_future(resp.readany())
+        await asyncio.sleep(0.05)
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+        resp.close()
+        await asyncio.wait_for(srv.disconnected.wait(), timeout=10)
+        assert not p._idle.get(parse_origin(f"127.0.0.1:{srv.port}"))
+
+
+async def test_requests_wait_for_a_free_slot_at_the_connection_cap() -> None:
+    async with scripted(keep_serving) as srv, pool(limit=1) as p:
+        first = await post(p, srv, b"a")
+        second = asyncio.ensure_future(post(p, srv, b"b"))
+        await asyncio.sleep(0.05)
+        assert not second.done()  # waiting for the slot, not failing
+        await first.read()
+        first.close()
+        resp = await asyncio.wait_for(second, timeout=10)
+        assert await resp.read() == b'{"n":2}'
+        resp.close()
+        assert srv.connections == 1
+
+
+def test_on_uvloop_as_igw_serve_runs() -> None:
+    async def scenario() -> list[bytes]:
+        async with scripted(keep_serving) as srv, pool() as p:
+            bodies = []
+            for _ in range(2):
+                resp = await post(p, srv, b"a")
+                bodies.append(await resp.read())
+                resp.close()
+            assert srv.connections == 1
+            return bodies
+
+    assert uvloop.run(scenario()) == [b'{"n":1}', b'{"n":2}']
+
+
+async def test_readany_with_a_timeout_answers_none_when_nothing_arrived_then_the_data() -> None:
+    async def pause_then_send(
+        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await srv.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+        await writer.drain()
+        await srv.disconnected.wait()  # until the test saw the timeout
+        writer.write(b"hello")
+        await writer.drain()
+        await reader.read()
+
+    async with scripted(pause_then_send) as srv, pool() as p:
+        resp = await post(p, srv, b"a")
+        assert await resp.readany(0.05) is None
+        srv.disconnected.set()
+        assert await resp.readany(30) == b"hello"
+        assert await resp.readany(30) == b""
+        resp.close()
