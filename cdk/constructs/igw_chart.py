@@ -47,8 +47,9 @@ def chart_values(
 ) -> dict[str, Any]:
     """The chart values for this deployment (the user's values win where they set the same key).
 
-    ``mode`` is always explicit. Only ``mode: gateway`` gets the served configuration and the
-    certificate: in operator mode both travel in the applied InferenceGatewayConfig instead.
+    ``mode`` is always explicit. Only ``mode: gateway`` gets the served configuration, the
+    certificate and CloudWatch EMF delivery: in operator mode they travel in the applied
+    InferenceGatewayConfig and the operator's settings instead.
     """
     values: dict[str, Any] = json.loads(json.dumps(dict(config.configuration_values)))
     values["mode"] = config.chart_mode
@@ -66,6 +67,8 @@ def chart_values(
             "spec": json.loads(json.dumps(gateway_config.spec)),
         },
     )
+    # The platform stack's CloudWatch agent listens for EMF: the gateway's tier-1 metrics go there.
+    gateway.setdefault("cloudWatch", {}).setdefault("enabled", True)
     if certificate_arn is not None:
         service = values.setdefault("service", {})
         service.setdefault("tls", {})["certificateArn"] = certificate_arn

@@ -90,6 +90,24 @@ def test_the_observability_addon_runs_with_the_agent_role_through_pod_identity(
     assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
 
 
+@pytest.mark.parametrize("which", ["synthesized", "variant"])
+def test_the_agent_listens_for_emf_and_keeps_container_insights(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    from cdk.constructs.cloudwatch_observability import EMF_PORT
+
+    platform = request.getfixturevalue(which).templates["platform"]
+    (addon,) = [
+        a
+        for a in of_type(platform, "AWS::EKS::Addon")
+        if a["AddonName"] == pins.CLOUDWATCH_OBSERVABILITY_ADDON
+    ]
+    collected = json.loads(addon["ConfigurationValues"])["agent"]["config"]["logs"]["metrics_collected"]
+    assert collected["emf"] == {}  # the listener on TCP and UDP 25888 (the agent's default port)
+    assert collected["kubernetes"] == {"enhanced_container_insights": True}
+    assert EMF_PORT == 25888
+
+
 def test_with_irsa_the_agent_role_trusts_only_its_service_account(variant: Synthesized) -> None:
     platform = variant.templates["platform"]
     (addon,) = [
