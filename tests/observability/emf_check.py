@@ -6,12 +6,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import aiohttp
 import jsonschema
 import orjson
 
 from igw.gateway.emf import EMF_SCHEMA
+from tests.observability.live_gateway import MODEL, wait_ready
 
 
 def check_emf(document: dict[str, Any]) -> None:
@@ -24,6 +27,17 @@ def check_emf(document: dict[str, Any]) -> None:
             assert all(isinstance(document[d], str) for d in dimension_set)
         for metric in directive["Metrics"]:
             assert isinstance(document[metric["Name"]], float | int)
+
+
+async def one_completion(gateway: AbstractAsyncContextManager[str]) -> None:
+    """Start ``gateway`` (yielding its URL), answer one completion through it, stop it."""
+    async with gateway as url, aiohttp.ClientSession() as http:
+        await wait_ready(http, url)
+        resp = await http.post(
+            url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}
+        )
+        assert resp.status == 200
+        await resp.read()
 
 
 class AgentListener:

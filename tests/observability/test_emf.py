@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import aiohttp
 import orjson
 import pytest
 
 from igw.gateway.emf import emf_reporter, quantile
 from igw.gateway.emf_metrics import DEFAULT_NAMESPACE
 from igw.gateway.telemetry import GatewayMetrics
-from tests.observability.emf_check import check_emf
-from tests.observability.live_gateway import MODEL, serving_gateway, wait_ready
+from tests.observability.emf_check import check_emf, one_completion
+from tests.observability.live_gateway import MODEL, serving_gateway
 
 
 def test_quantile_interpolates_inside_the_bucket() -> None:
@@ -56,14 +55,7 @@ def test_documents_report_interval_deltas_per_model() -> None:
 
 async def test_serve_writes_emf_lines_for_models_and_pools(tmp_path: Path) -> None:
     lines: list[str] = []
-    gateway = serving_gateway(tmp_path, "--emf-interval", "0.2", stdout=lines)
-    async with gateway as url, aiohttp.ClientSession() as http:
-        await wait_ready(http, url)
-        resp = await http.post(
-            url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}
-        )
-        assert resp.status == 200
-        await resp.read()
+    await one_completion(serving_gateway(tmp_path, "--emf-interval", "0.2", stdout=lines))
     documents = [orjson.loads(line) for line in lines if '"_aws"' in line]
     for document in documents:
         check_emf(document)

@@ -21,7 +21,7 @@ from igw.gateway.emf_sink import (
     endpoint_from,
 )
 from igw.gateway.telemetry import GatewayMetrics
-from tests.observability.emf_check import AgentListener, check_emf
+from tests.observability.emf_check import AgentListener, check_emf, one_completion
 from tests.observability.live_gateway import MODEL, serving_gateway, wait_ready
 
 
@@ -128,13 +128,7 @@ async def test_serve_sends_emf_to_the_agent_endpoint_not_stdout(tmp_path: Path) 
         tmp_path, "--emf-interval", "0.2", "--emf-endpoint", listener.endpoint, stdout=stdout
     )
     try:
-        async with gateway as url, aiohttp.ClientSession() as http:
-            await wait_ready(http, url)
-            resp = await http.post(
-                url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}
-            )
-            assert resp.status == 200
-            await resp.read()
+        await one_completion(gateway)
         listener.wait_for(lambda docs: any("Model" in d for d in docs))
     finally:
         listener.close()
