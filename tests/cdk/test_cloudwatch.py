@@ -219,3 +219,17 @@ def test_the_deployed_gateway_sends_emf_to_the_addons_agent(gateway_mode: Synthe
     endpoint = AgentEndpoint.parse(args[args.index("--emf-endpoint") + 1])
     assert endpoint.host == f"cloudwatch-agent.{pins.CLOUDWATCH_NAMESPACE}"  # the add-on's agent Service
     assert endpoint.port == EMF_PORT
+
+
+def test_the_deployed_operator_gives_its_gateway_pods_the_addons_agent(synthesized: Synthesized) -> None:
+    from cdk.constructs.cloudwatch_observability import EMF_PORT
+
+    _, helm = inference_kubernetes_inputs(synthesized.templates["inference"])
+    assert helm["Values"]["mode"] == "operator"
+    rendered = chart.render(helm["Values"], release=helm["Release"], namespace=helm["Namespace"])
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "operator"
+    assert args[args.index("--gateway-emf-interval") + 1] == "60"
+    endpoint = AgentEndpoint.parse(args[args.index("--gateway-emf-endpoint") + 1])
+    assert (endpoint.host, endpoint.port) == (f"cloudwatch-agent.{pins.CLOUDWATCH_NAMESPACE}", EMF_PORT)
