@@ -47,17 +47,21 @@ def chart_values(
 ) -> dict[str, Any]:
     """The chart values for this deployment (the user's values win where they set the same key).
 
-    ``mode`` is always explicit. Only ``mode: gateway`` gets the served configuration and the
-    certificate: in operator mode both travel in the applied InferenceGatewayConfig instead.
+    ``mode`` is always explicit; both modes send the gateway pods' EMF to the CloudWatch agent. Only
+    ``mode: gateway`` gets the served configuration and the certificate: in operator mode both
+    travel in the applied InferenceGatewayConfig instead.
     """
     values: dict[str, Any] = json.loads(json.dumps(dict(config.configuration_values)))
     values["mode"] = config.chart_mode
     image = values.setdefault("image", {})
     image.setdefault("repository", repository)
     image.setdefault("tag", tag)
+    gateway = values.setdefault("gateway", {})
+    # The platform stack's CloudWatch agent listens for EMF: the gateway pods' tier-1 metrics go there
+    # (in operator mode the chart hands this to the operator, which renders it into every data plane).
+    gateway.setdefault("cloudWatch", {}).setdefault("enabled", True)
     if config.chart_mode == "operator":
         return values
-    gateway = values.setdefault("gateway", {})
     gateway.setdefault(
         "config",
         {

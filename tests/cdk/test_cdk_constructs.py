@@ -185,6 +185,7 @@ def test_igw_chart_values_in_operator_mode_carry_the_image_and_nothing_per_confi
         "mode": "operator",
         "operator": {"replicaCount": 3},
         "image": {"repository": "111111111111.dkr.ecr.us-west-2.amazonaws.com/igw", "tag": "1.2.3"},
+        "gateway": {"cloudWatch": {"enabled": True}},  # the operator's gateway pods send EMF to the agent
     }, "the served config and the certificate travel in the InferenceGatewayConfig; no role anywhere"
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from igw.addon import pins
+from igw.addon import chart, pins
 from igw.gateway.emf_metrics import (
     DEFAULT_NAMESPACE,
     MODEL_DIMENSION,
@@ -19,8 +19,9 @@ from igw.gateway.emf_metrics import (
     POOL_DIMENSION,
     POOL_METRICS,
 )
+from igw.gateway.emf_sink import AgentEndpoint
 from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE, FLEET_METRICS
-from tests.cdk.support import EXAMPLES
+from tests.cdk.support import EXAMPLES, inference_kubernetes_inputs
 
 Synthesized = Any
 """The session fixtures' synthesized assembly (``templates``: stack role -> template)."""
@@ -88,6 +89,24 @@ def test_the_observability_addon_runs_with_the_agent_role_through_pod_identity(
     ]
     (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+
+
+@pytest.mark.parametrize("which", ["synthesized", "variant"])
+def test_the_agent_listens_for_emf_and_keeps_container_insights(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    from cdk.constructs.cloudwatch_observability import EMF_PORT
+
+    platform = request.getfixturevalue(which).templates["platform"]
+    (addon,) = [
+        a
+        for a in of_type(platform, "AWS::EKS::Addon")
+        if a["AddonName"] == pins.CLOUDWATCH_OBSERVABILITY_ADDON
+    ]
+    collected = json.loads(addon["ConfigurationValues"])["agent"]["config"]["logs"]["metrics_collected"]
+    assert collected["emf"] == {}  # the listener on TCP and UDP 25888 (the agent's default port)
+    assert collected["kubernetes"] == {"enhanced_container_insights": True}
+    assert EMF_PORT == 25888
 
 
 def test_with_irsa_the_agent_role_trusts_only_its_service_account(variant: Synthesized) -> None:
@@ -186,3 +205,31 @@ def test_an_alarm_on_a_metric_no_emitter_writes_fails_synthesis() -> None:
     assert emitted("TtftP99", MODEL_METRICS) == ("TtftP99", "Milliseconds")
     with pytest.raises(ValueError, match="no emitter writes the CloudWatch metric 'TtftP95'"):
         emitted("TtftP95", MODEL_METRICS)
+
+
+def test_the_deployed_gateway_sends_emf_to_the_addons_agent(gateway_mode: Synthesized) -> None:
+    from cdk.constructs.cloudwatch_observability import EMF_PORT
+
+    _, helm = inference_kubernetes_inputs(gateway_mode.templates["inference"])
+    assert helm["Values"]["gateway"]["cloudWatch"]["enabled"] is True
+    rendered = chart.render(helm["Values"], release=helm["Release"], namespace=helm["Namespace"])
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--emf-interval") + 1] == "60"
+    endpoint = AgentEndpoint.parse(args[args.index("--emf-endpoint") + 1])
+    assert endpoint.host == f"cloudwatch-agent.{pins.CLOUDWATCH_NAMESPACE}"  # the add-on's agent Service
+    assert endpoint.port == EMF_PORT
+
+
+def test_the_deployed_operator_gives_its_gateway_pods_the_addons_agent(synthesized: Synthesized) -> None:
+    from cdk.constructs.cloudwatch_observability import EMF_PORT
+
+    _, helm = inference_kubernetes_inputs(synthesized.templates["inference"])
+    assert helm["Values"]["mode"] == "operator"
+    rendered = chart.render(helm["Values"], release=helm["Release"], namespace=helm["Namespace"])
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "operator"
+    assert args[args.index("--gateway-emf-interval") + 1] == "60"
+    endpoint = AgentEndpoint.parse(args[args.index("--gateway-emf-endpoint") + 1])
+    assert (endpoint.host, endpoint.port) == (f"cloudwatch-agent.{pins.CLOUDWATCH_NAMESPACE}", EMF_PORT)

@@ -5,27 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import aiohttp
-import jsonschema
 import orjson
 import pytest
 
-from igw.gateway.emf import EMF_SCHEMA, emf_reporter, quantile
+from igw.gateway.emf import emf_reporter, quantile
 from igw.gateway.emf_metrics import DEFAULT_NAMESPACE
 from igw.gateway.telemetry import GatewayMetrics
-from tests.observability.live_gateway import MODEL, serving_gateway, wait_ready
-
-
-def _check(document: dict[str, object]) -> None:
-    """Valid per the schema, and every metric a directive names is a member of the document."""
-    jsonschema.validate(document, EMF_SCHEMA)
-    aws = document["_aws"]
-    assert isinstance(aws, dict)
-    for directive in aws["CloudWatchMetrics"]:
-        for dimension_set in directive["Dimensions"]:
-            assert all(isinstance(document[d], str) for d in dimension_set)
-        for metric in directive["Metrics"]:
-            assert isinstance(document[metric["Name"]], float | int)
+from tests.observability.emf_check import check_emf, one_completion
+from tests.observability.live_gateway import MODEL, serving_gateway
 
 
 def test_quantile_interpolates_inside_the_bucket() -> None:
@@ -45,7 +32,7 @@ def test_documents_report_interval_deltas_per_model() -> None:
         metrics.duration.labels("m", requested).observe(seconds)
     metrics.ttft.labels("m", "m").observe(0.05)
     (doc,) = reporter.documents()
-    _check(doc)
+    check_emf(doc)
     assert doc["Model"] == "m"
     assert doc["Requests"] == 3
     assert doc["ErrorRate"] == pytest.approx(100 / 3)
@@ -68,17 +55,10 @@ def test_documents_report_interval_deltas_per_model() -> None:
 
 async def test_serve_writes_emf_lines_for_models_and_pools(tmp_path: Path) -> None:
     lines: list[str] = []
-    gateway = serving_gateway(tmp_path, "--emf-interval", "0.2", stdout=lines)
-    async with gateway as url, aiohttp.ClientSession() as http:
-        await wait_ready(http, url)
-        resp = await http.post(
-            url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}
-        )
-        assert resp.status == 200
-        await resp.read()
+    await one_completion(serving_gateway(tmp_path, "--emf-interval", "0.2", stdout=lines))
     documents = [orjson.loads(line) for line in lines if '"_aws"' in line]
     for document in documents:
-        _check(document)
+        check_emf(document)
     models = [d for d in documents if "Model" in d]
     assert sum(d["Requests"] for d in models) == 1
     pools = [d for d in documents if d.get("Pool") == MODEL]

@@ -38,6 +38,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="IMAGE",
         help="image of the gateway pods the operator creates",
     )
+    observability = parser.add_argument_group("gateway pods' observability (off by default)")
+    observability.add_argument(
+        "--gateway-emf-interval",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="gateway pods write CloudWatch EMF documents every SECONDS (default 0: off)",
+    )
+    observability.add_argument(
+        "--gateway-emf-endpoint",
+        metavar="tcp://HOST:PORT|udp://HOST:PORT",
+        help="with --gateway-emf-interval: the CloudWatch agent's EMF listener the pods send to, e.g. "
+        "tcp://cloudwatch-agent.amazon-cloudwatch:25888 (default: the pods' stdout)",
+    )
+    observability.add_argument(
+        "--gateway-otlp-endpoint",
+        metavar="URL",
+        help="OTEL_EXPORTER_OTLP_ENDPOINT of the gateway pods: they export traces there",
+    )
     parser.add_argument(
         "--tls-issuer",
         default="ClusterIssuer/igw-selfsigned",
@@ -71,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
+    from igw.gateway.emf_sink import AgentEndpoint, EmfEndpointError
     from igw.operator.dataplane import DataPlaneSettings
     from igw.operator.runner import OperatorOptions, run_operator
     from igw.operator.tls import AutoTlsSettings, IssuerRef, TlsIssuerError
@@ -86,10 +106,28 @@ def run(args: argparse.Namespace) -> int:
     except TlsIssuerError as exc:
         print(f"igw operator: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.gateway_emf_interval < 0:
+        print("igw operator: --gateway-emf-interval must be 0 (off) or positive", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        emf_endpoint = (
+            AgentEndpoint.parse(args.gateway_emf_endpoint, source="--gateway-emf-endpoint")
+            if args.gateway_emf_endpoint
+            else None
+        )
+    except EmfEndpointError as exc:
+        print(f"igw operator: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    data_plane = DataPlaneSettings(
+        image=args.gateway_image,
+        emf_interval_s=args.gateway_emf_interval,
+        emf_endpoint=emf_endpoint,
+        otlp_endpoint=args.gateway_otlp_endpoint or "",
+    )
     options = OperatorOptions(
         kubeconfig=args.kubeconfig,
         namespaces=tuple(args.namespace),
-        data_plane=DataPlaneSettings(image=args.gateway_image),
+        data_plane=data_plane,
         auto_tls=AutoTlsSettings(issuer=issuer),
         resync_s=args.resync_seconds,
         leader_election=not args.no_leader_election,

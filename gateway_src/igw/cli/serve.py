@@ -65,7 +65,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="SECONDS",
         help="write CloudWatch Embedded Metric Format lines (per-model requests, error rate, P99 "
-        "latency/TTFT; per-pool KV and ready pods) to stdout every SECONDS (default 0: off)",
+        "latency/TTFT; per-pool KV and ready pods) every SECONDS (default 0: off)",
+    )
+    parser.add_argument(
+        "--emf-endpoint",
+        metavar="tcp://HOST:PORT|udp://HOST:PORT",
+        help="send the EMF documents to the CloudWatch agent's EMF listener (port 25888) instead of "
+        "stdout; never blocks: documents the agent cannot take are dropped and counted "
+        "(default: $AWS_EMF_AGENT_ENDPOINT, else stdout)",
     )
     parser.add_argument(
         "--debug-decisions",
@@ -180,7 +187,18 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("igw.access").addHandler(access)
     logging.getLogger("igw.emf").propagate = False
     logging.getLogger("igw.emf").setLevel(logging.INFO)  # the documents are the output, not diagnostics
-    logging.getLogger("igw.emf").addHandler(access)  # EMF lines share stdout with the access log
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.gateway.emf_sink import AgentHandler, EmfEndpointError, endpoint_from
+
+    try:
+        emf_endpoint = endpoint_from(args.emf_endpoint)
+    except EmfEndpointError as exc:
+        print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if emf_endpoint is None:
+        logging.getLogger("igw.emf").addHandler(access)  # EMF lines share stdout with the access log
+    else:  # closed by logging's exit hook, which sends what is still queued
+        logging.getLogger("igw.emf").addHandler(AgentHandler(emf_endpoint))
     if args.config_map:
         if not args.in_cluster:
             print("igw serve: --config-map needs --in-cluster", file=sys.stderr)

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
+from igw.gateway.emf_sink import AgentEndpoint
 
 CONFIG_KEY: Final = "config.yaml"
 CONFIG_DIR: Final = "/var/run/igw"
@@ -58,6 +59,33 @@ class DataPlaneSettings:
     """Seconds a terminating gateway pod gets (the chart's gateway-mode default)."""
     pre_stop_s: int = 15
     """preStop sleep: the pod keeps serving while the load balancer deregisters it."""
+    emf_interval_s: int = 0
+    """``igw serve --emf-interval`` of every gateway pod (0: no CloudWatch EMF documents)."""
+    emf_endpoint: AgentEndpoint | None = None
+    """With an interval: the CloudWatch agent's EMF listener the pods send to (``--emf-endpoint``,
+    and NetworkPolicy egress to its port); ``None`` writes the documents to stdout."""
+    otlp_endpoint: str = ""
+    """``OTEL_EXPORTER_OTLP_ENDPOINT`` of every gateway pod (switches tracing on; NetworkPolicy egress
+    to its port); empty: no traces."""
+
+    def observability_args(self) -> list[str]:
+        """``igw serve`` options sending CloudWatch EMF documents, when an interval is set."""
+        if self.emf_interval_s <= 0:
+            return []
+        endpoint = [] if self.emf_endpoint is None else ["--emf-endpoint", str(self.emf_endpoint)]
+        return ["--emf-interval", str(self.emf_interval_s), *endpoint]
+
+    def observability_egress(self) -> list[dict[str, Any]]:
+        """NetworkPolicy egress rules for the EMF listener and the OTLP collector, where configured."""
+        rules: list[dict[str, Any]] = []
+        if self.emf_interval_s > 0 and self.emf_endpoint is not None:
+            port = {"port": self.emf_endpoint.port, "protocol": self.emf_endpoint.protocol.upper()}
+            rules.append({"ports": [port]})
+        if self.otlp_endpoint:
+            otlp = urlsplit(self.otlp_endpoint)
+            port_number = otlp.port or (443 if otlp.scheme == "https" else 80)
+            rules.append({"ports": [{"port": port_number, "protocol": "TCP"}]})
+        return rules
 
     def shutdown_args(self) -> list[str]:
         """``igw serve`` shutdown timing that always fits :attr:`termination_grace_s`: the preStop sleep,
@@ -194,6 +222,7 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             "--port",
             str(GATEWAY_PORT),
             *settings.shutdown_args(),
+            *settings.observability_args(),
         ],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 2},
@@ -211,6 +240,9 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
     for key in ("env", "envFrom"):
         if defaults.get(key):
             container[key] = defaults[key]
+    if settings.otlp_endpoint:  # before podDefaults.env: a later entry of the same name wins
+        own = [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": settings.otlp_endpoint}]
+        container["env"] = [*own, *(defaults.get("env") or [])]
     pod: dict[str, Any] = {
         "serviceAccountName": name,
         "automountServiceAccountToken": True,
@@ -317,7 +349,8 @@ def _redis_port(spec: Mapping[str, Any]) -> int | None:
 
 def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
     """Clients in on the gateway port; out only to DNS, the model servers' ports, HTTPS (API server,
-    JWKS) and, with shared rate limits, the Redis port."""
+    JWKS), with shared rate limits the Redis port, and the CloudWatch agent's / OTLP collector's
+    ports when the operator's settings send there."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
     model_ports = sorted(
@@ -327,6 +360,7 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
     redis_port = _redis_port(spec)
     if redis_port is not None:
         extra.append({"ports": [{"port": redis_port, "protocol": "TCP"}]})
+    extra.extend(settings.observability_egress())
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

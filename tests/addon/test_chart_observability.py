@@ -1,0 +1,104 @@
+"""The chart's observability values, rendered by Helm's SDK: CloudWatch EMF delivery to the agent
+(gateway pods' arguments and NetworkPolicy egress, in both modes), ``--workers`` and the operator's
+OTLP endpoint; the rendered arguments are read back by the real ``igw serve``/``igw operator`` parsers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from igw.addon import chart, pins
+from igw.cli import operator, serve
+from igw.gateway.emf_sink import AgentEndpoint
+
+K8S_VERSION = "1.34.0"
+CLOUDWATCH_ON = {"gateway": {"cloudWatch": {"enabled": True}}}
+
+
+def _objects(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+
+
+def _one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind]
+    return found
+
+
+def _args(objects: list[dict[str, Any]], add_arguments: Any) -> argparse.Namespace:
+    (container,) = _one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(container["args"][1:])
+
+
+def _egress(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = _one(objects, "NetworkPolicy")["spec"]["egress"]
+    return rules
+
+
+def test_cloudwatch_is_off_by_default_in_both_modes() -> None:
+    gateway = _objects({"mode": "gateway"})
+    args = _args(gateway, serve.add_arguments)
+    assert (args.emf_interval, args.emf_endpoint, args.workers) == (0, None, 1)
+    assert not [r for r in _egress(gateway) if any(p["port"] == 25888 for p in r["ports"])]
+    operator_args = _args(_objects({}), operator.add_arguments)
+    assert operator_args.gateway_emf_interval == 0
+    assert operator_args.gateway_emf_endpoint is None
+    assert operator_args.gateway_otlp_endpoint is None
+
+
+def test_gateway_mode_sends_emf_to_the_agent_service_and_may_reach_it() -> None:
+    objects = _objects({"mode": "gateway", **CLOUDWATCH_ON})
+    for obj in objects:
+        if obj["kind"] in {"Deployment", "NetworkPolicy"}:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    args = _args(objects, serve.add_arguments)
+    assert args.emf_interval == 60
+    assert AgentEndpoint.parse(args.emf_endpoint) == AgentEndpoint(
+        "tcp", "cloudwatch-agent.amazon-cloudwatch", 25888
+    )
+    (rule,) = [r for r in _egress(objects) if any(p["port"] == 25888 for p in r["ports"])]
+    assert rule["ports"] == [{"port": 25888, "protocol": "TCP"}]
+    assert rule["to"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "amazon-cloudwatch"}}}
+    ]
+
+
+def test_agent_protocol_interval_and_workers_follow_the_values() -> None:
+    cloudwatch = {"enabled": True, "emfIntervalSeconds": 15, "agent": {"protocol": "udp", "port": 2000}}
+    objects = _objects({"mode": "gateway", "gateway": {"cloudWatch": cloudwatch, "workers": 4}})
+    args = _args(objects, serve.add_arguments)
+    assert (args.emf_interval, args.workers) == (15, 4)
+    assert AgentEndpoint.parse(args.emf_endpoint).protocol == "udp"
+    assert any(r["ports"] == [{"port": 2000, "protocol": "UDP"}] for r in _egress(objects))
+
+
+def test_operator_mode_passes_the_settings_to_the_operator() -> None:
+    otlp = "http://otel-collector.observability:4318"
+    args = _args(
+        _objects({**CLOUDWATCH_ON, "operator": {"gatewayOtlpEndpoint": otlp}}), operator.add_arguments
+    )
+    assert args.gateway_emf_interval == 60
+    assert AgentEndpoint.parse(args.gateway_emf_endpoint).port == 25888
+    assert args.gateway_otlp_endpoint == otlp
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"mode": "gateway", "gateway": {"workers": 0}}, "workers"),
+        ({"gateway": {"cloudWatch": {"agent": {"protocol": "http"}}}}, "protocol"),
+        ({"gateway": {"cloudWatch": {"emfIntervalSeconds": 0}}}, "emfIntervalSeconds"),
+        ({"operator": {"gatewayOtlpEndpoint": "collector:4318"}}, "gatewayOtlpEndpoint"),
+    ],
+    ids=["no-workers", "agent-protocol", "zero-interval", "otlp-not-a-url"],
+)
+def test_bad_observability_values_fail_with_the_field(values: dict[str, Any], message: str) -> None:
+    import helm_python as helm  # deferred: the SDK's error type, as tests/addon/test_chart.py does
+
+    with pytest.raises(helm.HelmError) as caught:
+        chart.render(values)
+    assert message in str(caught.value)
