@@ -16,29 +16,9 @@ from igw.operator.dataplane import (
     gateway_replicas,
     served_document,
 )
+from tests.operator.dataplane_support import K8S_VERSION, by_kind, igwc_object
 
-K8S_VERSION = "1.33.0"
 ARN = "arn:aws:acm:us-west-2:123456789012:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
-
-
-def _igwc(**spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "bbr": {"enabled": True},
-        "schedulers": [
-            {"name": "main", "modelName": "llama", "modelSelector": {"matchLabels": {"app": "llama"}}}
-        ],
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
-        "kind": "InferenceGatewayConfig",
-        "metadata": {"name": "chat", "namespace": "inference", "uid": "1234", "generation": 3},
-        "spec": body,
-    }
-
-
-def _by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {o["kind"]: o for o in objects}
 
 
 @pytest.mark.parametrize(
@@ -52,7 +32,7 @@ def _by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     ids=["default", "tls", "cluster-ip", "pod-defaults"],
 )
 def test_every_object_is_strictly_valid_and_owned(spec: dict[str, Any]) -> None:
-    for obj in desired_objects(_igwc(**spec), DataPlaneSettings()):
+    for obj in desired_objects(igwc_object(**spec), DataPlaneSettings()):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         [owner] = obj["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
@@ -65,7 +45,7 @@ def test_every_object_is_strictly_valid_and_owned(spec: dict[str, Any]) -> None:
 
 
 def test_role_only_reads_pods_and_config_maps() -> None:
-    role = _by_kind(desired_objects(_igwc(), DataPlaneSettings()))["Role"]
+    role = by_kind(desired_objects(igwc_object(), DataPlaneSettings()))["Role"]
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
@@ -73,7 +53,7 @@ def test_role_only_reads_pods_and_config_maps() -> None:
 
 
 def test_tls_puts_the_acm_certificate_on_an_internal_nlb_listener() -> None:
-    service = _by_kind(desired_objects(_igwc(tls={"acmArn": ARN}), DataPlaneSettings()))["Service"]
+    service = by_kind(desired_objects(igwc_object(tls={"acmArn": ARN}), DataPlaneSettings()))["Service"]
     annotations = service["metadata"]["annotations"]
     prefix = "service.beta.kubernetes.io/aws-load-balancer"
     assert annotations[f"{prefix}-ssl-cert"] == ARN
@@ -81,23 +61,25 @@ def test_tls_puts_the_acm_certificate_on_an_internal_nlb_listener() -> None:
     assert annotations[f"{prefix}-scheme"] == "internal"
     assert annotations[f"{prefix}-ssl-negotiation-policy"].startswith("ELBSecurityPolicy-TLS13")
     assert service["spec"]["ports"][0]["port"] == 443
-    plain = _by_kind(desired_objects(_igwc(), DataPlaneSettings()))["Service"]
+    plain = by_kind(desired_objects(igwc_object(), DataPlaneSettings()))["Service"]
     assert f"{prefix}-ssl-cert" not in plain["metadata"]["annotations"]
     assert plain["spec"]["ports"][0]["port"] == 80
 
 
 def test_cluster_ip_service_has_no_load_balancer_annotations() -> None:
     objects = desired_objects(
-        _igwc(extensions={"dataPlane": {"serviceType": "ClusterIP"}}), DataPlaneSettings()
+        igwc_object(extensions={"dataPlane": {"serviceType": "ClusterIP"}}), DataPlaneSettings()
     )
-    service = _by_kind(objects)["Service"]
+    service = by_kind(objects)["Service"]
     assert service["spec"]["type"] == "ClusterIP"
     assert "annotations" not in service["metadata"]
 
 
 def test_config_map_carries_exactly_the_objects_spec() -> None:
-    igwc = _igwc(auth={"jwt": {"provider": {"issuer": "https://issuer.example.com", "audiences": ["a"]}}})
-    config_map = _by_kind(desired_objects(igwc, DataPlaneSettings()))["ConfigMap"]
+    igwc = igwc_object(
+        auth={"jwt": {"provider": {"issuer": "https://issuer.example.com", "audiences": ["a"]}}}
+    )
+    config_map = by_kind(desired_objects(igwc, DataPlaneSettings()))["ConfigMap"]
     served = yaml.safe_load(config_map["data"][CONFIG_KEY])
     assert served["spec"] == igwc["spec"]
     assert served["metadata"] == {"name": "chat", "namespace": "inference"}
@@ -109,22 +91,24 @@ def test_replicas_follow_the_largest_scheduler() -> None:
 
 
 def test_network_policy_allows_the_model_server_ports() -> None:
-    igwc = _igwc()
+    igwc = igwc_object()
     igwc["spec"]["schedulers"][0]["targetPort"] = 9000
-    policy = _by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
+    policy = by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
     egress_ports = [p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]]
     assert 9000 in egress_ports
     assert 8000 not in egress_ports
 
 
 def test_gateway_container_has_requests_and_limits_unless_the_spec_sets_them() -> None:
-    (deployment,) = [o for o in desired_objects(_igwc(), DataPlaneSettings()) if o["kind"] == "Deployment"]
+    (deployment,) = [
+        o for o in desired_objects(igwc_object(), DataPlaneSettings()) if o["kind"] == "Deployment"
+    ]
     resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert set(resources) == {"requests", "limits"}
     mine = {"requests": {"cpu": "1"}}
     (custom,) = [
         o
-        for o in desired_objects(_igwc(podDefaults={"resources": mine}), DataPlaneSettings())
+        for o in desired_objects(igwc_object(podDefaults={"resources": mine}), DataPlaneSettings())
         if o["kind"] == "Deployment"
     ]
     assert custom["spec"]["template"]["spec"]["containers"][0]["resources"] == mine
@@ -132,12 +116,12 @@ def test_gateway_container_has_requests_and_limits_unless_the_spec_sets_them() -
 
 def test_network_policy_lets_shared_rate_limits_reach_redis() -> None:
     limits = {"backend": "redis", "redis": {"url": "rediss://cache.example.internal:6380/0"}}
-    igwc = _igwc(extensions={"rateLimits": limits})
+    igwc = igwc_object(extensions={"rateLimits": limits})
     assert validate_document(served_document(igwc)) == []
-    policy = _by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
+    policy = by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
     egress_ports = [p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]]
     assert 6380 in egress_ports
-    plain = _by_kind(desired_objects(_igwc(), DataPlaneSettings()))["NetworkPolicy"]
+    plain = by_kind(desired_objects(igwc_object(), DataPlaneSettings()))["NetworkPolicy"]
     assert 6380 not in [p["port"] for rule in plain["spec"]["egress"] for p in rule["ports"]]
 
 
@@ -148,7 +132,7 @@ def test_termination_grace_covers_the_gateway_shutdown(grace: int, pre_stop: int
     from igw.gateway.shutdown import CUT_WAIT_S
 
     settings = DataPlaneSettings(termination_grace_s=grace, pre_stop_s=pre_stop)
-    (deployment,) = [o for o in desired_objects(_igwc(), settings) if o["kind"] == "Deployment"]
+    (deployment,) = [o for o in desired_objects(igwc_object(), settings) if o["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     args = container["args"]
@@ -162,4 +146,4 @@ def test_termination_grace_covers_the_gateway_shutdown(grace: int, pre_stop: int
 
 def test_a_grace_period_too_short_for_the_shutdown_is_refused() -> None:
     with pytest.raises(ValueError, match="termination grace 20s must be at least"):
-        desired_objects(_igwc(), DataPlaneSettings(termination_grace_s=20, pre_stop_s=15))
+        desired_objects(igwc_object(), DataPlaneSettings(termination_grace_s=20, pre_stop_s=15))
