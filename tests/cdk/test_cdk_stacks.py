@@ -163,7 +163,9 @@ def test_default_installs_our_chart_with_our_image_not_awss_addon(synthesized):
     values = json.dumps(props["Values"])
     _, helm = inference_kubernetes_inputs(synthesized.templates["inference"])
     assert helm["Values"]["mode"] == "operator"
-    assert "gateway" not in helm["Values"], "operator mode: the applied InferenceGatewayConfig is served"
+    # operator mode: the applied InferenceGatewayConfig is served; of the gateway values only where
+    # its CloudWatch EMF goes (the operator passes it to the data planes it renders)
+    assert helm["Values"].get("gateway", {}) == {"cloudWatch": {"enabled": True}}
     assert "container-assets" in helm["Values"]["image"]["repository"], "the image is the CDK asset"
     assets = json.loads((synthesized.outdir / "IgwInference.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
