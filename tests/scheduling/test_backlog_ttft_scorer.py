@@ -97,16 +97,36 @@ def test_prediction_is_intercept_plus_slope_times_backlog_and_prompt() -> None:
     assert p == pytest.approx(0.010 + 25e-6 * 2000, rel=1e-3)
 
 
-def test_backlog_drains_at_the_learned_speed() -> None:
+def test_backlog_drains_at_the_slope_plus_the_intercept_spread_over_mean_tokens() -> None:
     s = BacklogTtftScorer()
     teach(s, "a", H100)
     t0 = 100_000.0
     s.on_picked(ctx(request(4000, "big"), now=t0), ep("a"))
-    # 4,000 tokens at 25 us each take 0.1 s: half is left after 0.05 s, none after 0.1 s.
+    per_token = 25e-6 + 0.010 / s.fits["a"].mean_x  # a dispatch occupies about its own TTFT
+    left = 4000 - 0.05 / per_token
+    assert 0 < left < 4000
     assert s.predicted([ep("a")], tokens=1000, now=t0 + 0.05)[0] == pytest.approx(
-        0.010 + 25e-6 * 3000, rel=1e-3
+        0.010 + 25e-6 * (left + 1000), rel=1e-3
     )
-    assert s.predicted([ep("a")], tokens=1000, now=t0 + 0.2)[0] == pytest.approx(0.010 + 0.025, rel=1e-3)
+    drained = t0 + 4000 * per_token + 1e-6
+    assert s.predicted([ep("a")], tokens=1000, now=drained)[0] == pytest.approx(0.010 + 0.025, rel=1e-3)
+
+
+def test_identical_endpoints_share_one_model() -> None:
+    """Slopes within poolRatio of each other are pooled: chance differences are not speeds."""
+    s = BacklogTtftScorer()
+    teach(s, "a", (0.010, 20e-6))
+    teach(s, "b", (0.010, 28e-6))
+    teach(s, "slow", A10G)
+    a, b, slow = s.predicted([ep("a"), ep("b"), ep("slow")], tokens=1000, now=LATER)
+    assert a == pytest.approx(b)
+    assert a == pytest.approx(0.010 + 24e-6 * 1000, rel=1e-3)
+    assert slow == pytest.approx(0.040 + 300e-6 * 1000, rel=1e-3)
+    separate = BacklogTtftScorer(pool_ratio=1.2)
+    teach(separate, "a", (0.010, 20e-6))
+    teach(separate, "b", (0.010, 28e-6))
+    a, b = separate.predicted([ep("a"), ep("b")], tokens=1000, now=LATER)
+    assert b > a
 
 
 @pytest.mark.parametrize(
@@ -181,7 +201,9 @@ def test_removed_endpoints_are_forgotten() -> None:
 
 
 def test_factory_reads_parameters_and_rejects_bad_ones() -> None:
-    plugin = factory("b", {"alpha": 0.3, "maxTracked": 10}, "plugins[0].parameters")
-    assert (plugin.type_name, plugin.alpha, plugin.max_tracked) == (TYPE, 0.3, 10)
+    plugin = factory("b", {"alpha": 0.3, "poolRatio": 2, "maxTracked": 10}, "plugins[0].parameters")
+    assert (plugin.type_name, plugin.alpha, plugin.pool_ratio, plugin.max_tracked) == (TYPE, 0.3, 2, 10)
     with pytest.raises(SchedulerConfigError, match=r"plugins\[0\]\.parameters.*alpha"):
         factory("b", {"alpha": 2}, "plugins[0].parameters")
+    with pytest.raises(SchedulerConfigError, match=r"poolRatio"):
+        factory("b", {"poolRatio": 0.5}, "plugins[0].parameters")

@@ -11,25 +11,38 @@ the work ahead, and the speed shows in every completed request.
 Model, per endpoint ``i``:
 
 * **backlog** ``B_i``: prompt tokens this router dispatched there that are probably not prefilled
-  yet. Each dispatch adds its prompt tokens; the backlog drains at the endpoint's learned speed
-  (``1 / s_i`` tokens per second) in real time.
+  yet. Each dispatch adds its prompt tokens; the backlog drains in real time at one token per
+  ``s_i + b_i / x̄_i`` seconds (the learned slope plus the intercept spread over the endpoint's mean
+  tokens ahead ``x̄_i``), so each dispatch occupies the endpoint for about its own TTFT: draining at
+  the slope alone forgot a dispatch long before its first token (worse tails on identical pods,
+  measured in docs/benchmark.md).
 * **speed**: ``TTFT = b_i + s_i * x`` where ``x`` is the backlog at dispatch plus the request's own
   uncached prompt tokens (``RequestOutcome.prompt_tokens - cached_tokens``), fitted online per
   endpoint by exponentially weighted least squares over completed requests (``alpha`` is the weight
   of a new sample). The fit absorbs what the model leaves out (decode steps sharing the batch,
-  scheduling overhead) as long as it changes slowly. A fit whose slope is not positive (too few or
-  too similar samples) falls back to the ratio of the means.
+  scheduling overhead) as long as it changes slowly. Until an endpoint has ``MIN_FIT_SAMPLES``
+  samples with a positive slope and intercept, its mean TTFT is split into a fixed half and a
+  half proportional to tokens ahead (exact at its mean tokens ahead).
 * **prediction** for a request of ``n`` prompt tokens: ``b_i + s_i * (B_i + n)``; with scraped
   ``waiting`` requests beyond what the backlog explains (another router's traffic, requests stalled
   for KV space), each adds the endpoint's mean observed TTFT.
 
-Endpoints without a fit yet take the fleet's fastest fitted slope and smallest intercept (an
-optimistic guess, so a new endpoint receives the few requests that measure it, and a slow one
-stops receiving traffic after those); with no fit anywhere every endpoint scores by its backlog
-alone. Score: ``min(predicted) / predicted_i`` (the best scores 1.0; twice the predicted TTFT 0.5).
-Category: balance. Signal: ``waiting`` (optional).
+**Cold start** (the router learns a TTFT only when its request completes, which on a slow GPU with
+long outputs takes seconds). Before any outcome at all, endpoints are compared by tokens ahead per
+KV-cache token they hold (``num_gpu_blocks x block_size`` from the scrape: a smaller GPU is a
+slower one). Afterwards an unmeasured endpoint takes the fleet's smallest intercept and slope,
+scaled up by how much less KV cache it holds than the largest endpoint, so it gets a probe when
+that guess says so; while its probe is out it counts as the slowest measured endpoint's mean TTFT
+per request in flight, so a slow newcomer is not flooded before its first outcome arrives.
 
-Parameters: ``alpha`` (weight of a new sample in the fit, default 0.1), ``maxTracked`` (dispatches
+Score: ``min(predicted) / predicted_i`` (the best scores 1.0; twice the predicted TTFT 0.5).
+Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start).
+
+Fits of identical pods differ by chance; endpoints whose slopes lie within ``poolRatio`` of each
+other share one model (:meth:`BacklogTtftScorer._pooled`).
+
+Parameters: ``alpha`` (weight of a new sample in the fit, default 0.1), ``poolRatio`` (slopes within
+this factor of a group's fastest count as the same speed, default 1.5), ``maxTracked`` (dispatches
 remembered per endpoint until their outcome arrives, default 4096).
 """
 
@@ -48,6 +61,9 @@ from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 TYPE = "backlog-ttft-scorer"
 DEFAULT_ALPHA = 0.1
 DEFAULT_MAX_TRACKED = 4096
+DEFAULT_POOL_RATIO = 1.5
+DEFAULT_TYPICAL_TOKENS = 1000.0
+"""Tokens ahead assumed for an endpoint without samples when spreading its intercept (drain rate)."""
 MIN_FIT_SAMPLES = 8
 """Samples before an endpoint's own regression is trusted (until then: its mean, the fleet's slope)."""
 MIN_TOKENS = 1
@@ -116,41 +132,79 @@ class BacklogTtftScorer(PluginHooks):
     signal = "waiting"
 
     def __init__(
-        self, *, name: str = TYPE, alpha: float = DEFAULT_ALPHA, max_tracked: int = DEFAULT_MAX_TRACKED
+        self,
+        *,
+        name: str = TYPE,
+        alpha: float = DEFAULT_ALPHA,
+        pool_ratio: float = DEFAULT_POOL_RATIO,
+        max_tracked: int = DEFAULT_MAX_TRACKED,
     ) -> None:
         self.name = name
         self.alpha = alpha
+        self.pool_ratio = pool_ratio
+        self._cycle_pooled: Mapping[EndpointKey, tuple[float, float]] = {}
+        """The pooled models of the last :meth:`predicted` (the pick's own cycle, for ``on_picked``)."""
         self.max_tracked = max_tracked
         self.fits: dict[EndpointKey, LinearFit] = {}
         self.backlogs: dict[EndpointKey, Backlog] = {}
         self.dispatched: OrderedDict[str, tuple[EndpointKey, float]] = OrderedDict()
         """Request id -> (endpoint, backlog tokens ahead of it at dispatch), until its outcome."""
 
-    def _fleet_slope(self) -> float | None:
-        """The smallest regression slope in the fleet (the fastest prefill measured)."""
-        slopes = [m[1] for f in self.fits.values() if (m := f.regression(min_samples=MIN_FIT_SAMPLES))]
-        return min(slopes) if slopes else None
+    def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
+        """``(intercept, slope)`` of every endpoint with its own regression, pooled by speed.
 
-    def _model(self, key: EndpointKey, fleet_slope: float | None) -> tuple[float, float] | None:
+        Why pooled: the fits of identical pods differ by chance (prompt mix, batch timing), and read
+        as speed differences they would send every request to whichever pod was lucky. Endpoints
+        are sorted by slope and grouped while a slope is at most ``pool_ratio`` times the group's
+        first (fastest); a group shares its mean intercept and slope. Compared with the first
+        member, not the previous one, so small steps cannot chain a slow GPU to a fast one.
+        """
+        own = [
+            (m[1], m[0], k) for k, f in self.fits.items() if (m := f.regression(min_samples=MIN_FIT_SAMPLES))
+        ]
+        own.sort()
+        pooled: dict[EndpointKey, tuple[float, float]] = {}
+        group: list[tuple[float, float, EndpointKey]] = []
+        for item in [*own, None]:
+            if group and (item is None or item[0] > group[0][0] * self.pool_ratio):
+                slope = sum(g[0] for g in group) / len(group)
+                intercept = sum(g[1] for g in group) / len(group)
+                for g in group:
+                    pooled[g[2]] = (intercept, slope)
+                group = []
+            if item is not None:
+                group.append(item)
+        return pooled
+
+    def _model(
+        self, key: EndpointKey, pooled: Mapping[EndpointKey, tuple[float, float]]
+    ) -> tuple[float, float] | None:
         """``(intercept, slope)`` of the endpoint, or a guess, or ``None`` when nothing is measured.
 
         An endpoint with too few samples for a regression splits its own mean TTFT into a fixed
         half and a half proportional to tokens ahead (right at its mean tokens ahead). One without
-        any sample takes the fleet's smallest intercept and slope (optimistic: it gets a probe).
+        any sample takes the fleet's smallest intercept and slope (the caller scales it by KV size).
         """
+        model = pooled.get(key)
+        if model is not None:
+            return model
         fit = self.fits.get(key)
         if fit is not None:
-            own = fit.regression(min_samples=MIN_FIT_SAMPLES)
-            if own is not None:
-                return own
             # Half fixed, half per token: the mean is met at the mean tokens ahead, and both a
             # backlog and a long prompt still count.
             return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
         if not self.fits:
             return None
-        models = [self._model(k, fleet_slope) for k in self.fits]
-        known = [m for m in models if m is not None]
+        known = [m for k in self.fits if (m := self._model(k, pooled)) is not None]
         return min(b for b, _ in known), min(s for _, s in known)
+
+    def _drain_slope(self, key: EndpointKey, intercept: float, slope: float) -> float:
+        """Seconds per backlog token: the slope plus the intercept spread over the endpoint's mean
+        tokens ahead, so a dispatch occupies the endpoint for about its own TTFT (the per-step cost
+        is paid by every request, not only the per-token share)."""
+        fit = self.fits.get(key)
+        typical = fit.mean_x if fit is not None and fit.mean_x > 0 else DEFAULT_TYPICAL_TOKENS
+        return slope + intercept / typical
 
     def _slowest_mean(self) -> float:
         return max((f.mean_y for f in self.fits.values() if f.count), default=0.0)
@@ -161,11 +215,12 @@ class BacklogTtftScorer(PluginHooks):
         capacities = kv_capacities(endpoints)
         if not self.fits:
             return self._unmeasured(endpoints, capacities, tokens=tokens)
-        fleet_slope = self._fleet_slope()
+        pooled = self._pooled()
+        self._cycle_pooled = pooled
         largest = max((c for c in capacities if c is not None), default=None)
         out: list[float] = []
         for e, capacity in zip(endpoints, capacities, strict=True):
-            model = self._model(e.key, fleet_slope)
+            model = self._model(e.key, pooled)
             assert model is not None  # some endpoint is measured, so every endpoint has a model
             intercept, slope = model
             fit = self.fits.get(e.key)
@@ -181,7 +236,7 @@ class BacklogTtftScorer(PluginHooks):
                     factor = max(1.0, largest / capacity)
                     intercept, slope = intercept * factor, slope * factor
             backlog = self.backlogs.get(e.key)
-            ahead = backlog.now(now, slope) if backlog else 0.0
+            ahead = backlog.now(now, self._drain_slope(e.key, intercept, slope)) if backlog else 0.0
             predicted = intercept + slope * (ahead + tokens)
             m = e.metrics
             if m is not None and m.waiting is not None and m.waiting > 0:
@@ -215,8 +270,8 @@ class BacklogTtftScorer(PluginHooks):
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         key = endpoint.key
-        model = self._model(key, self._fleet_slope())
-        slope = model[1] if model is not None else 0.0
+        model = self._model(key, self._cycle_pooled)
+        slope = self._drain_slope(key, *model) if model is not None else 0.0
         backlog = self.backlogs.setdefault(key, Backlog(at=ctx.now))
         ahead = backlog.now(ctx.now, slope)
         backlog.tokens = ahead + max(MIN_TOKENS, ctx.request.prompt_tokens)
@@ -249,6 +304,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
     plugin = BacklogTtftScorer(
         name=name,
         alpha=r.number("alpha", DEFAULT_ALPHA, minimum=0.0, maximum=1.0),
+        pool_ratio=r.number("poolRatio", DEFAULT_POOL_RATIO, minimum=1.0),
         max_tracked=r.integer("maxTracked", DEFAULT_MAX_TRACKED, minimum=1),
     )
     r.finish()
