@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.factory import DEFAULT_WEIGHTS, profile_from_weights
 from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
     TYPE,
@@ -13,6 +14,7 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     LinearFit,
     factory,
 )
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.types import RequestOutcome, RoutingRequest
 from tests.scheduling.helpers import ctx, ep
 
@@ -207,3 +209,35 @@ def test_factory_reads_parameters_and_rejects_bad_ones() -> None:
         factory("b", {"alpha": 2}, "plugins[0].parameters")
     with pytest.raises(SchedulerConfigError, match=r"poolRatio"):
         factory("b", {"poolRatio": 0.5}, "plugins[0].parameters")
+
+
+def test_a_matched_prefix_is_not_counted_as_prefill_work() -> None:
+    """The prefix scorer's ``prefix.match`` share is cached there: affinity is not read as load."""
+    s = BacklogTtftScorer()
+    teach(s, "warm", H100)
+    teach(s, "cold", H100)
+    c = ctx(request(2000), now=LATER)
+    c.state[STATE_MATCH] = {"warm": 0.9}
+    warm, cold = s.score(c, [ep("warm"), ep("cold")])
+    assert warm == 1.0
+    assert cold == pytest.approx((0.010 + 25e-6 * 200) / (0.010 + 25e-6 * 2000), rel=1e-3)
+    s.on_picked(c, ep("warm"))
+    assert s.backlogs["warm"].tokens == pytest.approx(200)  # only the uncached tail is queued
+
+
+def test_adapter_requests_are_left_to_the_lora_scorers() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    adapter = RoutingRequest(
+        request_id="x", model="ad", base_model="m", prefix_text="", prompt_tokens=500, adapter="ad"
+    )
+    assert s.score(ctx(adapter, now=LATER), [ep("h100"), ep("a10g")]) == [1.0, 1.0]
+    s.on_picked(ctx(adapter, now=LATER), ep("a10g"))
+    assert s.backlogs["a10g"].tokens == pytest.approx(500)  # its prefill still counts as load
+
+
+def test_runs_after_the_prefix_scorer_in_the_default_profile() -> None:
+    profile = profile_from_weights(DEFAULT_WEIGHTS)
+    order = [ws.scorer.type_name for ws in profile.scorers]
+    assert order.index("prefix-cache-scorer") < order.index(TYPE)

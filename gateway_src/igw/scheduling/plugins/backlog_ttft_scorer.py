@@ -35,6 +35,11 @@ scaled up by how much less KV cache it holds than the largest endpoint, so it ge
 that guess says so; while its probe is out it counts as the slowest measured endpoint's mean TTFT
 per request in flight, so a slow newcomer is not flooded before its first outcome arrives.
 
+**Cached prefixes**: with ``prefix-cache-scorer`` in the profile, the share of the prompt it places
+on an endpoint (``prefix.match``) is left out of that endpoint's prefill work, so prefix affinity is
+not read as load. **Adapter requests** score 1.0 everywhere: their TTFT is ruled by adapter
+residency and slots, which the LoRA scorers and filter model and this scorer does not.
+
 Score: ``min(predicted) / predicted_i`` (the best scores 1.0; twice the predicted TTFT 0.5).
 Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start).
 
@@ -56,6 +61,7 @@ from typing import Any
 
 from igw.scheduling.framework import CycleContext, PluginHooks
 from igw.scheduling.params import ParamReader
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
 TYPE = "backlog-ttft-scorer"
@@ -116,6 +122,12 @@ class Backlog:
         return max(0.0, self.tokens - max(0.0, now - self.at) / slope)
 
 
+def uncached(tokens: int, matched: Mapping[EndpointKey, float] | None, key: EndpointKey) -> float:
+    """Prompt tokens the endpoint probably has to prefill: those outside its matched prefix share."""
+    share = matched.get(key, 0.0) if matched else 0.0
+    return max(float(MIN_TOKENS), tokens * (1.0 - share))
+
+
 def kv_capacities(endpoints: Sequence[EndpointView]) -> list[float | None]:
     """KV-cache tokens per endpoint (``num_gpu_blocks x block_size`` from its scrape), or ``None``."""
     out: list[float | None] = []
@@ -130,6 +142,7 @@ def kv_capacities(endpoints: Sequence[EndpointView]) -> list[float | None]:
 class BacklogTtftScorer(PluginHooks):
     type_name = TYPE
     signal = "waiting"
+    consumes = frozenset({STATE_MATCH})
 
     def __init__(
         self,
@@ -209,12 +222,20 @@ class BacklogTtftScorer(PluginHooks):
     def _slowest_mean(self) -> float:
         return max((f.mean_y for f in self.fits.values() if f.count), default=0.0)
 
-    def predicted(self, endpoints: Sequence[EndpointView], *, tokens: int, now: float) -> list[float]:
+    def predicted(
+        self,
+        endpoints: Sequence[EndpointView],
+        *,
+        tokens: int,
+        now: float,
+        matched: Mapping[EndpointKey, float] | None = None,
+    ) -> list[float]:
         """Predicted seconds to first token per endpoint; before any outcome, tokens ahead per KV
-        token the endpoint holds (:meth:`_unmeasured`)."""
+        token the endpoint holds (:meth:`_unmeasured`). ``matched``: share of the prompt each
+        endpoint probably has cached (the prefix scorer's ``prefix.match``), not prefilled again."""
         capacities = kv_capacities(endpoints)
         if not self.fits:
-            return self._unmeasured(endpoints, capacities, tokens=tokens)
+            return self._unmeasured(endpoints, capacities, tokens=tokens, matched=matched)
         pooled = self._pooled()
         self._cycle_pooled = pooled
         largest = max((c for c in capacities if c is not None), default=None)
@@ -237,7 +258,7 @@ class BacklogTtftScorer(PluginHooks):
                     intercept, slope = intercept * factor, slope * factor
             backlog = self.backlogs.get(e.key)
             ahead = backlog.now(now, self._drain_slope(e.key, intercept, slope)) if backlog else 0.0
-            predicted = intercept + slope * (ahead + tokens)
+            predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
             m = e.metrics
             if m is not None and m.waiting is not None and m.waiting > 0:
                 # Waiting requests beyond what this router's backlog explains (another router's
@@ -249,7 +270,12 @@ class BacklogTtftScorer(PluginHooks):
         return out
 
     def _unmeasured(
-        self, endpoints: Sequence[EndpointView], capacities: Sequence[float | None], *, tokens: int
+        self,
+        endpoints: Sequence[EndpointView],
+        capacities: Sequence[float | None],
+        *,
+        tokens: int,
+        matched: Mapping[EndpointKey, float] | None,
     ) -> list[float]:
         """Before the first outcome: tokens ahead (this router's dispatches plus this request) per
         KV-cache token of the endpoint, a proxy for its size and so its speed; endpoints not
@@ -259,12 +285,17 @@ class BacklogTtftScorer(PluginHooks):
         out: list[float] = []
         for e, cap in zip(endpoints, capacities, strict=True):
             backlog = self.backlogs.get(e.key)
-            out.append(((backlog.tokens if backlog else 0.0) + tokens) / (cap or fallback))
+            own = uncached(tokens, matched, e.key)
+            out.append(((backlog.tokens if backlog else 0.0) + own) / (cap or fallback))
         return out
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        if ctx.request.adapter is not None:
+            # An adapter request's TTFT is ruled by adapter residency and slots, which this model
+            # does not see; the LoRA scorers and filter decide (its dispatch still counts below).
+            return [1.0] * len(endpoints)
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
-        predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now)
+        predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
         best = min(predicted, default=0.0)
         return [1.0 if p <= 0 else best / p for p in predicted]
 
@@ -274,7 +305,7 @@ class BacklogTtftScorer(PluginHooks):
         slope = self._drain_slope(key, *model) if model is not None else 0.0
         backlog = self.backlogs.setdefault(key, Backlog(at=ctx.now))
         ahead = backlog.now(ctx.now, slope)
-        backlog.tokens = ahead + max(MIN_TOKENS, ctx.request.prompt_tokens)
+        backlog.tokens = ahead + uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
         backlog.at = ctx.now
         self.dispatched[ctx.request.request_id] = (key, ahead)
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):

@@ -10,7 +10,8 @@ Parameters (all optional): ``blockSize`` (characters, default 64), ``autoTune`` 
 ``maxPrefixBlocksToMatch`` (default 256), ``lruCapacityPerServer`` (default 31250).
 
 Publishes (declares it ``produces``) to the cycle state: ``prefix.hashes`` (list of ints) and
-``prefix.any_hit`` (bool), read by ``no-hit-lru-scorer``.
+``prefix.any_hit`` (bool), read by ``no-hit-lru-scorer``, and ``prefix.match`` (endpoint -> matched
+share of the prefix), read by ``backlog-ttft-scorer``.
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ TYPE = "prefix-cache-scorer"
 CHARS_PER_TOKEN = 4
 STATE_HASHES = "prefix.hashes"
 STATE_ANY_HIT = "prefix.any_hit"
+STATE_MATCH = "prefix.match"
+"""Endpoint key -> share of this request's prefix blocks the index places there (0..1)."""
 
 
 class PrefixCacheScorer(PluginHooks):
     type_name = TYPE
     signal = ""
-    produces = frozenset({STATE_HASHES, STATE_ANY_HIT})
+    produces = frozenset({STATE_HASHES, STATE_ANY_HIT, STATE_MATCH})
 
     def __init__(
         self,
@@ -85,6 +88,7 @@ class PrefixCacheScorer(PluginHooks):
         total = len(hashes)
         scores: list[float | None] = [counts.get(e.key, 0) / total for e in endpoints]
         ctx.state[STATE_ANY_HIT] = any(s for s in scores)
+        ctx.state[STATE_MATCH] = {e.key: s for e, s in zip(endpoints, scores, strict=True) if s}
         return scores
 
     def capacity_for(self, endpoint: EndpointView) -> int:
