@@ -218,9 +218,9 @@ def test_a_matched_prefix_is_not_counted_as_prefill_work() -> None:
     teach(s, "cold", H100)
     c = ctx(request(2000), now=LATER)
     c.state[STATE_MATCH] = {"warm": 0.9}
-    warm, cold = s.score(c, [ep("warm"), ep("cold")])
-    assert warm == 1.0
-    assert cold == pytest.approx((0.010 + 25e-6 * 200) / (0.010 + 25e-6 * 2000), rel=1e-3)
+    warm, cold = s.predicted([ep("warm"), ep("cold")], tokens=2000, now=LATER, matched={"warm": 0.9})
+    assert warm == pytest.approx(0.010 + 25e-6 * 200, rel=1e-3)
+    assert cold == pytest.approx(0.010 + 25e-6 * 2000, rel=1e-3)
     s.on_picked(c, ep("warm"))
     assert s.backlogs["warm"].tokens == pytest.approx(200)  # only the uncached tail is queued
 
@@ -241,3 +241,33 @@ def test_runs_after_the_prefix_scorer_in_the_default_profile() -> None:
     profile = profile_from_weights(DEFAULT_WEIGHTS)
     order = [ws.scorer.type_name for ws in profile.scorers]
     assert order.index("prefix-cache-scorer") < order.index(TYPE)
+
+
+@pytest.mark.parametrize(
+    ("fleet", "neutral"),
+    [
+        ({"a": H100, "b": (0.010, 30e-6)}, True),  # one pooled speed: the other scorers balance
+        ({"a": H100, "b": A10G}, False),
+    ],
+)
+def test_endpoints_of_one_speed_score_alike(fleet: dict[str, tuple[float, float]], neutral: bool) -> None:
+    s = BacklogTtftScorer()
+    for key, model in fleet.items():
+        teach(s, key, model)
+    s.on_picked(ctx(request(4000, "busy"), now=LATER), ep("a"))  # a has a backlog
+    scores = s.score(ctx(request(1000), now=LATER), [ep("a"), ep("b")])
+    assert (scores == [1.0, 1.0]) is neutral, scores
+
+
+@pytest.mark.parametrize(
+    ("blocks", "neutral"),
+    [((20_000, 20_000), True), ((20_000, 2_000), False), ((20_000, None), False)],
+)
+def test_before_any_fit_equal_kv_capacities_count_as_one_speed(
+    blocks: tuple[int | None, int | None], neutral: bool
+) -> None:
+    s = BacklogTtftScorer()
+    endpoints = [ep(f"e{i}", block_size=16, num_gpu_blocks=n) for i, n in enumerate(blocks)]
+    s.on_picked(ctx(request(4000, "busy"), now=0.0), endpoints[0])
+    scores = s.score(ctx(request(1000), now=0.0), endpoints)
+    assert (scores == [1.0, 1.0]) is neutral, scores

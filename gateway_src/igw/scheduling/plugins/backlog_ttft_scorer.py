@@ -39,6 +39,10 @@ per request in flight, so a slow newcomer is not flooded before its first outcom
 on an endpoint (``prefix.match``) is left out of that endpoint's prefill work, so prefix affinity is
 not read as load. **Adapter requests** score 1.0 everywhere: their TTFT is ruled by adapter
 residency and slots, which the LoRA scorers and filter model and this scorer does not.
+**One speed**: when every candidate shares one pooled model (or, before any fit, their KV
+capacities lie within ``poolRatio``), every endpoint scores 1.0: on identical pods the queue, prefix
+and prefill-collision scorers already balance load, and this scorer on top of them lengthened
+shared-prefix tails (docs/benchmark.md); it speaks where speeds differ.
 
 Score: ``min(predicted) / predicted_i`` (the best scores 1.0; twice the predicted TTFT 0.5).
 Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start).
@@ -289,10 +293,28 @@ class BacklogTtftScorer(PluginHooks):
             out.append(((backlog.tokens if backlog else 0.0) + own) / (cap or fallback))
         return out
 
+    def one_speed(self, endpoints: Sequence[EndpointView]) -> bool:
+        """Whether nothing tells the candidates' speeds apart: all share one pooled model, or none
+        is fitted yet and their KV capacities lie within ``pool_ratio`` of each other."""
+        pooled = self._cycle_pooled = self._pooled()
+        models = {pooled.get(e.key) for e in endpoints}
+        if None not in models:
+            return len(models) <= 1
+        if len(models) > 1:
+            return False  # some fitted, some not: the fitted ones may be faster
+        capacities = kv_capacities(endpoints)
+        known = [c for c in capacities if c is not None]
+        return (
+            len(known) == len(capacities)
+            and max(known, default=1.0) <= min(known, default=1.0) * self.pool_ratio
+        )
+
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
-        if ctx.request.adapter is not None:
+        if ctx.request.adapter is not None or self.one_speed(endpoints):
             # An adapter request's TTFT is ruled by adapter residency and slots, which this model
-            # does not see; the LoRA scorers and filter decide (its dispatch still counts below).
+            # does not see; the LoRA scorers and filter decide. On endpoints of one speed the
+            # queue, prefix and prefill-collision scorers already balance the load (this scorer on
+            # top made shared-prefix tails worse, docs/benchmark.md). Dispatches still count below.
             return [1.0] * len(endpoints)
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
