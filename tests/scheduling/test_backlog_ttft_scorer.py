@@ -244,30 +244,19 @@ def test_runs_after_the_prefix_scorer_in_the_default_profile() -> None:
 
 
 @pytest.mark.parametrize(
-    ("fleet", "neutral"),
-    [
-        ({"a": H100, "b": (0.010, 30e-6)}, True),  # one pooled speed: the other scorers balance
-        ({"a": H100, "b": A10G}, False),
-    ],
-)
-def test_endpoints_of_one_speed_score_alike(fleet: dict[str, tuple[float, float]], neutral: bool) -> None:
-    s = BacklogTtftScorer()
-    for key, model in fleet.items():
-        teach(s, key, model)
-    s.on_picked(ctx(request(4000, "busy"), now=LATER), ep("a"))  # a has a backlog
-    scores = s.score(ctx(request(1000), now=LATER), [ep("a"), ep("b")])
-    assert (scores == [1.0, 1.0]) is neutral, scores
-
-
-@pytest.mark.parametrize(
     ("blocks", "neutral"),
     [((20_000, 20_000), True), ((20_000, 2_000), False), ((20_000, None), False)],
 )
-def test_before_any_fit_equal_kv_capacities_count_as_one_speed(
+def test_endpoints_with_alike_kv_capacities_score_alike(
     blocks: tuple[int | None, int | None], neutral: bool
 ) -> None:
-    s = BacklogTtftScorer()
-    endpoints = [ep(f"e{i}", block_size=16, num_gpu_blocks=n) for i, n in enumerate(blocks)]
-    s.on_picked(ctx(request(4000, "busy"), now=0.0), endpoints[0])
-    scores = s.score(ctx(request(1000), now=0.0), endpoints)
-    assert (scores == [1.0, 1.0]) is neutral, scores
+    """Alike: one kind of hardware, the other scorers balance; unlike or unknown: this one speaks."""
+    for fitted in (False, True):
+        s = BacklogTtftScorer()
+        if fitted:
+            teach(s, "e0", H100)
+            teach(s, "e1", A10G)
+        endpoints = [ep(f"e{i}", block_size=16, num_gpu_blocks=n) for i, n in enumerate(blocks)]
+        s.on_picked(ctx(request(4000, "busy"), now=LATER), endpoints[0])
+        scores = s.score(ctx(request(1000), now=LATER), endpoints)
+        assert (scores == [1.0, 1.0]) is neutral, (fitted, scores)

@@ -39,10 +39,13 @@ per request in flight, so a slow newcomer is not flooded before its first outcom
 on an endpoint (``prefix.match``) is left out of that endpoint's prefill work, so prefix affinity is
 not read as load. **Adapter requests** score 1.0 everywhere: their TTFT is ruled by adapter
 residency and slots, which the LoRA scorers and filter model and this scorer does not.
-**One speed**: when every candidate shares one pooled model (or, before any fit, their KV
-capacities lie within ``poolRatio``), every endpoint scores 1.0: on identical pods the queue, prefix
-and prefill-collision scorers already balance load, and this scorer on top of them lengthened
-shared-prefix tails (docs/benchmark.md); it speaks where speeds differ.
+**One kind of hardware**: when the candidates' KV capacities (from their scrapes) all lie within
+``poolRatio`` of each other, every endpoint scores 1.0: on identical pods the queue, prefix and
+prefill-collision scorers already balance load, and this scorer on top of them lengthened
+shared-prefix tails (docs/benchmark.md); it speaks where the hardware differs. The fits cannot
+decide this: with shared prefixes the uncached lengths barely vary and identical pods' slopes
+scatter. A limit: GPUs of different speed but alike KV capacity (an A100-80GB and an H100 serving
+an 8B model) are taken as one kind.
 
 Score: ``min(predicted) / predicted_i`` (the best scores 1.0; twice the predicted TTFT 0.5).
 Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start).
@@ -294,20 +297,13 @@ class BacklogTtftScorer(PluginHooks):
         return out
 
     def one_speed(self, endpoints: Sequence[EndpointView]) -> bool:
-        """Whether nothing tells the candidates' speeds apart: all share one pooled model, or none
-        is fitted yet and their KV capacities lie within ``pool_ratio`` of each other."""
-        pooled = self._cycle_pooled = self._pooled()
-        models = {pooled.get(e.key) for e in endpoints}
-        if None not in models:
-            return len(models) <= 1
-        if len(models) > 1:
-            return False  # some fitted, some not: the fitted ones may be faster
+        """Whether the candidates look like one kind of hardware: every KV capacity known and within
+        ``pool_ratio`` of the others. Fits cannot tell this reliably: on identical pods serving
+        shared prefixes the requests' uncached lengths barely vary, and the fitted slopes scatter."""
+        self._cycle_pooled = self._pooled()
         capacities = kv_capacities(endpoints)
         known = [c for c in capacities if c is not None]
-        return (
-            len(known) == len(capacities)
-            and max(known, default=1.0) <= min(known, default=1.0) * self.pool_ratio
-        )
+        return bool(known) and len(known) == len(capacities) and max(known) <= min(known) * self.pool_ratio
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         if ctx.request.adapter is not None or self.one_speed(endpoints):
