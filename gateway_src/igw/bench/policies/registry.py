@@ -63,7 +63,8 @@ noise-aware predicted-TTFT scorer: at seeds 1-2, half scale, heavier KV-cache an
 (kvCache 3, predictedLatency 2) brought the geometric mean of TTFT p99 / oracle's p99 over the four
 tuning scenarios from 1.93 (defaults) to 1.75. The search preceded ``prefill-collision-scorer`` and
 ``backlog-ttft-scorer``, which are added here at their default weights, as the gateway adds them to
-any CRD ``weights`` that keep ``predictedLatency`` > 0. Live mode passes these as an EndpointPickerConfig (``configMapRef``)."""
+any CRD ``weights`` that keep ``predictedLatency`` > 0. Live mode passes these as an
+EndpointPickerConfig (``configMapRef``)."""
 
 
 def _gateway(weights_of: Callable[[PolicyContext], Mapping[str, float]]) -> PolicyBuilder:
