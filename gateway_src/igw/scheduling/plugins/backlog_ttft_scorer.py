@@ -48,7 +48,8 @@ scatter. A limit: GPUs of different speed but alike KV capacity (an A100-80GB an
 an 8B model) are taken as one kind.
 
 Score: ``min(predicted) / predicted_i`` (the best scores 1.0; twice the predicted TTFT 0.5).
-Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start).
+Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start and
+the one-kind-of-hardware check).
 
 Fits of identical pods differ by chance; endpoints whose slopes lie within ``poolRatio`` of each
 other share one model (:meth:`BacklogTtftScorer._pooled`).
