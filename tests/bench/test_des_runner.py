@@ -73,6 +73,10 @@ def test_decisions_out_writes_one_line_per_request_naming_the_pod_it_was_sent_to
         assert set(shares) <= {"h100-0", "h100-1", "a10g-0", "a10g-1"}
         assert {r["scenario"] for r in mine} == {DEMO.name}
         assert {r["seed"] for r in mine} == {1}
+        served = [r for r in mine if r["status"] == 200]
+        assert all(r["ttft_s"] > 0 and r["prompt_tokens"] > 0 for r in served)
+        arrivals = [r["arrival_s"] for r in mine]
+        assert arrivals == sorted(arrivals)
     # Round-robin sends request i to pod i mod 4, so the file reflects the real assignment.
     rr_pods = [r["pod"] for r in by_policy["round-robin"]]
     assert rr_pods[:8] == rr_pods[:4] * 2

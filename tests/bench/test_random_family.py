@@ -25,8 +25,9 @@ def test_the_family_stays_within_its_stated_ranges() -> None:
     scenarios = family(1, 60)
     for s in scenarios:
         assert 4 <= s.pod_count <= 16
-        gpus = {get_preset(g.preset).gpu.name for g in s.fleet}
-        assert len(gpus) == 2
+        types = [g.preset for g in s.fleet]
+        assert 2 <= len(set(types)) == len(types) <= 4, s.name
+        assert len({get_preset(t).model.name for t in types}) == 1, s.name
         assert all(g.count >= 1 for g in s.fleet)
         load = s.load
         mean = load.fraction if isinstance(load, SteadyLoad) else load.mean_fraction()
@@ -35,6 +36,9 @@ def test_the_family_stays_within_its_stated_ranges() -> None:
             slots = sorted(p.max_loras for p in fleet_pods(s))
             assert slots[0] in (1, 2)
             assert slots[-1] == 4
+    assert {len(s.fleet) for s in scenarios} == {2, 3, 4}
+    gpus = {get_preset(g.preset).gpu.name for s in scenarios for g in s.fleet}
+    assert gpus == {"h100", "h200", "a100", "a10g"}
     kinds = {type(s.workload).__name__ for s in scenarios} | {type(s.load).__name__ for s in scenarios}
     assert {"LengthMix", "SharedPrefixShape", "LoraShape", "SteadyLoad", "BurstLoad"} <= kinds
     assert any(isinstance(s.workload, SharedPrefixShape) for s in scenarios)

@@ -77,9 +77,12 @@ async def test_frozen_metrics_page_is_excluded_and_trusted_again_when_it_moves(
 
 async def test_requests_go_only_to_pods_whose_context_window_holds_them(tmp_path: Path) -> None:
     spec = fleet_spec("llama-3.1-8b/a10g", "llama-3.1-8b/h100", "llama-3.1-8b/a10g")
+    # The context-window filter is under test: GIE's queue/kvCache/prefix scoring (predictedLatency 0
+    # also drops igw's speed-aware scorers, which would steer short requests by GPU speed).
+    doc = gateway_doc(weights={"predictedLatency": 0})
     async with run_fleet(spec, admin=False) as fleet:
         keys = [p.key for p in fleet.pods]
-        async with in_process_gateway(tmp_path, gateway_doc(), keys) as gw:
+        async with in_process_gateway(tmp_path, doc, keys) as gw:
             await wait_until(
                 lambda: [gw.endpoint(k).max_model_len for k in keys] == [16384, 131072, 16384],
                 within=10,

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.framework import CycleContext
+from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
-from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, PrefixCacheScorer
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, STATE_MATCH, PrefixCacheScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
 from igw.scheduling.scheduler import Profile, WeightedScorer
 from igw.scheduling.types import EndpointView, RoutingRequest
@@ -62,6 +63,7 @@ class ReferencePrefixCacheScorer(PrefixCacheScorer):
         total = len(hashes)
         scores: list[float | None] = [counts.get(e.key, 0) / total for e in endpoints]
         ctx.state[STATE_ANY_HIT] = any(s for s in scores)
+        ctx.state[STATE_MATCH] = {e.key: s for e, s in zip(endpoints, scores, strict=True) if s}
         return scores
 
 
@@ -197,6 +199,7 @@ REFERENCES: dict[type, type] = {
     PrefixCacheScorer: ReferencePrefixCacheScorer,
     PredictedTtftScorer: ReferencePredictedTtftScorer,
     PrefillCollisionScorer: ReferencePrefillCollisionScorer,
+    BacklogTtftScorer: BacklogTtftScorer,  # written after the cost work: it is its own reference
 }
 
 

@@ -13,11 +13,14 @@ from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import RequestOutcome
 from tests.scheduling.helpers import ep, req
 
+WITHOUT_BACKLOG = {k: v for k, v in DEFAULT_WEIGHTS.items() if k != "backlog-ttft-scorer"}
+"""The defaults before ``backlog-ttft-scorer``, which counts its own dispatches as well."""
 
-def scheduler(*, compensate: bool) -> Scheduler:
+
+def scheduler(*, compensate: bool, weights: dict[str, float] | None = None) -> Scheduler:
     return Scheduler(
         name="s",
-        profile=profile_from_weights(DEFAULT_WEIGHTS),
+        profile=profile_from_weights(DEFAULT_WEIGHTS if weights is None else weights),
         settings=RoutingSettings(stale_threshold_s=1.0),
         rng=random.Random(3),
         compensate_dispatches=compensate,
@@ -25,14 +28,18 @@ def scheduler(*, compensate: bool) -> Scheduler:
 
 
 @pytest.mark.parametrize(
-    ("compensate", "distinct_pods"),
+    ("compensate", "weights", "distinct_pods"),
     [
-        pytest.param(True, 8, id="ledger-spreads-8-picks-over-8-pods"),
-        pytest.param(False, 1, id="without-ledger-all-8-herd-onto-the-emptiest-kv"),
+        pytest.param(True, None, 8, id="ledger-spreads-8-picks-over-8-pods"),
+        pytest.param(False, None, 8, id="without-ledger-backlog-ttft-still-spreads-them"),
+        pytest.param(True, WITHOUT_BACKLOG, 8, id="ledger-alone-spreads-them"),
+        pytest.param(False, WITHOUT_BACKLOG, 1, id="neither-all-8-herd-onto-the-emptiest-kv"),
     ],
 )
-def test_picks_within_one_scrape_interval(compensate: bool, distinct_pods: int) -> None:
-    s = scheduler(compensate=compensate)
+def test_picks_within_one_scrape_interval(
+    compensate: bool, weights: dict[str, float] | None, distinct_pods: int
+) -> None:
+    s = scheduler(compensate=compensate, weights=weights)
     # One snapshot taken at t=0; e0's KV looks emptiest, everything else is identical.
     pods = [ep(f"e{i}", waiting=0, kv=0.30 + 0.01 * i, scraped_at=0.0) for i in range(8)]
     picks = [s.pick(req(f"question {i}", request_id=f"r{i}"), pods, now=0.001 * (i + 1)) for i in range(8)]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from igw.cli.main import main
+from igw.sim.presets import PRESETS
 
 SPEC = """
 time_scale: 0.1
@@ -85,7 +86,8 @@ def test_presets_lists_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
     assert "qwen3-235b-fp8/8xh100" in out
     assert main(["sim", "presets", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 6
+    assert {r["preset"] for r in rows} == set(PRESETS)  # every preset, the A100/H200 ones included
+    assert len(rows) == 10
     h100 = next(r for r in rows if r["preset"] == "llama-3.1-8b/h100")
     assert h100["num_gpu_blocks"] == 27485
     assert h100["sources"]

@@ -27,6 +27,36 @@ STEP_MS = {
 }
 
 
+@pytest.mark.parametrize(
+    ("key", "weights_ms", "token_us"),
+    [
+        # T_w0 = weight bytes per GPU / (bandwidth x 0.77); c_tok from the A100 profile (67 us) or
+        # H100's compute (H200), scaled by the A100/H100 ratio for the 32B TP2 row.
+        ("llama-3.1-8b/a100", 16.06e9 / (2.039e12 * 0.77) * 1e3, 67),
+        ("llama-3.1-8b/h200", 16.06e9 / (4.8e12 * 0.77) * 1e3, 25),
+        ("qwen3-32b/2xa100", 65.6e9 / 2 / (2.039e12 * 0.77) * 1e3, 60 * 67 / 25),
+        ("qwen3-32b/h200", 65.6e9 / (4.8e12 * 0.77) * 1e3, 2 * 32.8e9 / (989e12 * 0.65) * 1e6),
+    ],
+)
+def test_added_gpu_presets_follow_the_bandwidth_and_compute_arithmetic(
+    key: str, weights_ms: float, token_us: float
+) -> None:
+    cost = PRESETS[key].cost
+    assert cost.t_w0 * 1e3 == pytest.approx(weights_ms, rel=0.02)
+    assert cost.c_tok * 1e6 == pytest.approx(token_us, rel=0.02)
+
+
+def test_gpu_speed_order_of_the_8b_presets() -> None:
+    """Decode (weight streaming) and prefill (token compute) order: H200 > H100 > A100 > A10G."""
+    order = ["llama-3.1-8b/h200", "llama-3.1-8b/h100", "llama-3.1-8b/a100", "llama-3.1-8b/a10g"]
+    engines = [quiet_engine(k) for k in order]
+    decode = [e.step_time_estimate(num_tokens=1, sum_ctx=1000) for e in engines]
+    prefill = [e.step_time_estimate(num_tokens=2048) for e in engines]
+    assert decode == sorted(decode)
+    assert prefill[1:] == sorted(prefill[1:])
+    assert prefill[0] <= prefill[1] * 1.01  # the H200 has the H100's compute
+
+
 @pytest.mark.parametrize("key", sorted(KV_TOKENS))
 def test_kv_capacity_is_derived_close_to_reference(key: str) -> None:
     assert PRESETS[key].kv_capacity_tokens == pytest.approx(KV_TOKENS[key], rel=0.06)

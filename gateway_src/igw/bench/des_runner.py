@@ -40,7 +40,8 @@ class DesOptions:
     saturation_off: bool = True
     decisions_out: Path | None = None
     """Append every request's routing decision (JSON lines: scenario, policy, seed, request id, pod,
-    status) to this file, so a change meant to keep routing identical can be checked by diffing two runs."""
+    status, attempts, arrival, prompt tokens, TTFT) to this file, so a change meant to keep routing
+    identical can be checked by diffing two runs."""
 
 
 def samples_of(result: SimulationResult) -> list[RequestSample]:
@@ -71,7 +72,8 @@ def queue_series(result: SimulationResult, *, names: dict[str, str]) -> dict[str
 def write_decisions(
     path: Path, result: SimulationResult, *, scenario: str, policy: str, names: dict[str, str]
 ) -> None:
-    """Append one JSON line per request: which pod the policy sent it to and how it ended."""
+    """Append one JSON line per request: which pod the policy sent it to and how it ended (with its
+    arrival, prompt length and TTFT, so the slowest requests can be traced to their pods)."""
     with path.open("a", encoding="utf-8") as out:
         for r in result.records:
             row = {
@@ -82,6 +84,9 @@ def write_decisions(
                 "pod": names.get(r.pod, r.pod) if r.pod is not None else None,
                 "status": r.status,
                 "attempts": r.attempts,
+                "arrival_s": r.arrival,
+                "prompt_tokens": r.prompt_tokens,
+                "ttft_s": r.ttft,
             }
             out.write(json.dumps(row, sort_keys=True) + "\n")
 

@@ -1,13 +1,14 @@
 """``igw bench random``: a family of scenarios drawn at random, so routing is judged off its tuning set.
 
-Each draw (deterministic per ``--seed`` and index) picks one model size and its two simulated GPU
-types (the preset catalogue holds two per model: H100 and A10G for 8B, 2×H100 and 4×A10G for 32B),
-4–16 pods split between them, then a workload and a load:
+Each draw (deterministic per ``--seed`` and index) picks one model size and 2–4 of its simulated GPU
+types (the preset catalogue holds four per model: H100, H200, A100 and A10G for 8B; 2×H100, H200,
+2×A100 and 4×A10G for 32B), 4–16 pods split between them (at least one of each), then a workload
+and a load:
 
 * workload: independent prompts with the ShareGPT, Azure conversation (long outputs) or Azure code
   (long prompts) length fits; shared system prompts (inference-perf shape, 64–256 groups of 16–32
   prompts, 512–4096 shared tokens); or a LoRA mix (4–15 adapters, Zipf 0.8–1.4) where one GPU
-  type has 1–2 adapter slots per pod and the other 4;
+  type has 1–2 adapter slots per pod and the others 4;
 * load: Poisson at 50–110 % of the measured capacity, or bursts (on/off) whose mean lies in that range.
 
 Capacities are measured per scenario as for the catalogue scenarios (:mod:`igw.bench.capacity`), so
@@ -36,11 +37,11 @@ from igw.bench.scenarios import (
 )
 from igw.bench.summary import BEST_PEER_POLICIES
 
-FLEETS: Final[tuple[tuple[str, str, float, float], ...]] = (
-    ("llama-3.1-8b/h100", "llama-3.1-8b/a10g", 1.0, 0.1),
-    ("qwen3-32b/2xh100", "qwen3-32b/4xa10g", 2.0, 0.15),
+FLEETS: Final[tuple[tuple[tuple[str, ...], float, float], ...]] = (
+    (("llama-3.1-8b/h100", "llama-3.1-8b/h200", "llama-3.1-8b/a100", "llama-3.1-8b/a10g"), 1.0, 0.1),
+    (("qwen3-32b/2xh100", "qwen3-32b/h200", "qwen3-32b/2xa100", "qwen3-32b/4xa10g"), 2.0, 0.15),
 )
-"""(fast preset, slow preset, TTFT SLO s, TPOT SLO s) per model size."""
+"""(the model's presets, TTFT SLO s, TPOT SLO s) per model size; a draw takes 2-4 of the presets."""
 DURATION_S: Final = 40.0
 ORACLE_TOLERANCE: Final = 0.15
 """Within 15 % of the oracle's TTFT p99 counts as close (issue 17's target)."""
@@ -85,24 +86,35 @@ def _load(rng: random.Random) -> Load:
     return BurstLoad(calm_fraction=calm, peak_fraction=peak, burst_s=burst, period_s=period)
 
 
+def _split(rng: random.Random, pods: int, groups: int) -> list[int]:
+    """``pods`` split into ``groups`` counts of at least one each (uniform cut points)."""
+    cuts = sorted(rng.sample(range(1, pods), groups - 1))
+    return [b - a for a, b in zip([0, *cuts], [*cuts, pods], strict=True)]
+
+
 def draw(seed: int, index: int) -> Scenario:
     """The ``index``-th scenario of the family for ``seed`` (the same pair always gives the same one)."""
     rng = random.Random(seed * 1_000_003 + index)
-    fast, slow, ttft_slo, tpot_slo = rng.choice(FLEETS)
-    pods = rng.randint(4, 16)
-    n_fast = rng.randint(1, pods - 1)
+    presets, ttft_slo, tpot_slo = rng.choice(FLEETS)
+    types = rng.sample(presets, rng.randint(2, len(presets)))
+    pods = rng.randint(max(4, len(types)), 16)
+    counts = _split(rng, pods, len(types))
     workload, kind = _workload(rng)
     lora = isinstance(workload, LoraShape)
+    few_slots_group = rng.randrange(len(types)) if lora else -1
     few_slots = rng.randint(1, 2) if lora else None
-    fast_first = rng.random() < 0.5
-    fleet = (
-        PodGroup(fast, n_fast, max_loras=(few_slots if not fast_first else 4) if lora else None),
-        PodGroup(slow, pods - n_fast, max_loras=(few_slots if fast_first else 4) if lora else None),
+    fleet = tuple(
+        PodGroup(
+            preset,
+            count,
+            max_loras=(few_slots if i == few_slots_group else 4) if lora else None,
+        )
+        for i, (preset, count) in enumerate(zip(types, counts, strict=True))
     )
     load = _load(rng)
     return Scenario(
         name=f"random-{seed}-{index:02d}",
-        summary=f"random draw {index} of seed {seed}: {kind} on {n_fast}+{pods - n_fast} pods",
+        summary=f"random draw {index} of seed {seed}: {kind} on {'+'.join(map(str, counts))} pods",
         fleet=fleet,
         workload=workload,
         load=load,

@@ -8,6 +8,7 @@ from typing import Any, Final
 from igw.scheduling.framework import PluginHooks
 from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins import (
+    backlog_ttft_scorer,
     context_length_filter,
     endpoint_speed_scorer,
     inflight_scorer,
@@ -69,6 +70,7 @@ def build_registry() -> PluginRegistry:
     registry.register(endpoint_speed_scorer.TYPE, endpoint_speed_scorer.factory)
     registry.register(predicted_ttft_scorer.TYPE, predicted_ttft_scorer.factory)
     registry.register(prefill_collision_scorer.TYPE, prefill_collision_scorer.factory)
+    registry.register(backlog_ttft_scorer.TYPE, backlog_ttft_scorer.factory)
     registry.register(label_selector_filter.TYPE, label_selector_filter.factory)
     registry.register(lora_slot_filter.TYPE, lora_slot_filter.factory)
     registry.register(context_length_filter.TYPE, context_length_filter.factory)

@@ -18,7 +18,10 @@ fleets; ``predictedLatency: 0`` restores GIE's queue/kvCache/prefix behaviour ex
 ``endpoint-speed-scorer`` (raw measured decode speed) stays available by its plugin type name.
 ``prefill-collision-scorer`` (weight 2, igw's too) keeps load-aware picks from landing on a pod that is
 still prefilling this router's previous request (round-robin's even spacing; measured in
-docs/scheduler-design.md); it has no ``weights`` key and is switched off with ``predictedLatency: 0``.
+docs/scheduler-design.md); ``backlog-ttft-scorer`` (weight 4, igw's) predicts each pod's TTFT for
+this request from the prompt tokens this router sent there and the pod's prefill speed fitted from
+completed requests, which keeps slow GPUs of a mixed fleet out of the tail (docs/benchmark.md).
+Neither has a ``weights`` key; both are switched off with ``predictedLatency: 0``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from igw.scheduling.data_flow import Placed, order_by_data_flow
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.framework import Scorer
 from igw.scheduling.picker_config import profile_from_picker_config
-from igw.scheduling.plugins import lora_affinity_scorer, prefill_collision_scorer
+from igw.scheduling.plugins import backlog_ttft_scorer, lora_affinity_scorer, prefill_collision_scorer
 from igw.scheduling.plugins.lora_slot_filter import LoraSlotFilter
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.scheduler import Profile, Scheduler, WeightedScorer
@@ -47,13 +50,20 @@ WEIGHT_KEYS: Final[Mapping[str, str]] = {row.key: row.plugin_type for row in SCO
 PREFILL_COLLISION_KEY: Final = prefill_collision_scorer.TYPE
 """No ``weights`` key in the InferenceGatewayConfig shape: it rides on ``predictedLatency`` (below)."""
 DEFAULT_PREFILL_COLLISION_WEIGHT: Final = 2.0
+BACKLOG_TTFT_KEY: Final = backlog_ttft_scorer.TYPE
+"""No ``weights`` key either: like ``prefill-collision-scorer`` it rides on ``predictedLatency``."""
+DEFAULT_BACKLOG_TTFT_WEIGHT: Final = 4.0
+IGW_LATENCY_SCORERS: Final = (PREFILL_COLLISION_KEY, BACKLOG_TTFT_KEY)
+"""igw's additions without a ``weights`` key, switched off together by ``predictedLatency: 0``."""
 
 
 def default_weights(*, lora_adapters: bool) -> dict[str, float]:
-    """The table's defaults plus ``prefill-collision-scorer`` at its default weight."""
+    """The table's defaults plus ``prefill-collision-scorer`` and ``backlog-ttft-scorer`` at their
+    default weights."""
     return {
         **table_defaults(lora_adapters=lora_adapters),
         PREFILL_COLLISION_KEY: DEFAULT_PREFILL_COLLISION_WEIGHT,
+        BACKLOG_TTFT_KEY: DEFAULT_BACKLOG_TTFT_WEIGHT,
     }
 
 
@@ -63,9 +73,10 @@ DEFAULT_WEIGHTS: Final[Mapping[str, float]] = default_weights(lora_adapters=Fals
 def effective_weights(weights: Weights | None, *, lora_adapters: bool) -> dict[str, float]:
     """Defaults overlaid with the fields the user set (``None`` = not set; 0 disables a scorer).
 
-    ``predictedLatency: 0`` also switches off ``prefill-collision-scorer``: both are igw's additions
-    that read this gateway's own latency measurements, and 0 is documented as "GIE's exact
-    queue/kvCache/prefix behaviour" (the AWS ``weights`` shape has no key of its own for it).
+    ``predictedLatency: 0`` also switches off ``prefill-collision-scorer`` and
+    ``backlog-ttft-scorer``: all three are igw's additions that read this gateway's own latency
+    measurements, and 0 is documented as "GIE's exact queue/kvCache/prefix behaviour" (the AWS
+    ``weights`` shape has no key of its own for them).
     """
     merged = default_weights(lora_adapters=lora_adapters)
     if weights is not None:
@@ -74,7 +85,8 @@ def effective_weights(weights: Weights | None, *, lora_adapters: bool) -> dict[s
             if value is not None:
                 merged[row.key] = float(value)
     if merged.get("predictedLatency", 0.0) <= 0:
-        merged.pop(PREFILL_COLLISION_KEY, None)
+        for key in IGW_LATENCY_SCORERS:
+            merged.pop(key, None)
     return merged
 
 

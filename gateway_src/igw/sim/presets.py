@@ -144,10 +144,19 @@ QWEN3_235B_FP8 = ModelShape(
 
 H100 = GpuType(name="h100", memory_gib=79.6, activation_reserve_gib=3.0)
 A10G = GpuType(name="a10g", memory_gib=22.5, activation_reserve_gib=1.2)
+A100 = GpuType(name="a100", memory_gib=79.2, activation_reserve_gib=2.0)
+"""A100-80GB SXM: 2.04 TB/s, 312 TFLOPS BF16; vLLM gives it the 2048/256 batch defaults."""
+H200 = GpuType(name="h200", memory_gib=139.8, activation_reserve_gib=3.0)
+"""H100's compute with 141 GB of HBM3e at 4.8 TB/s."""
 
 _SRC_STEP = "docs/simulator.md, Presets (step-time parameters and their derivation)"
 _SRC_KV = "model configurations [C] and vLLM memory arithmetic [D] (KV bytes/token, capacity)"
 _SRC_SCHED = "vLLM EngineArgs.get_batch_defaults [C]: >=70 GiB GPUs 8192/1024, else 2048/256"
+_SRC_A100 = (
+    "A100 Llama-3-8B token compute 67 us/tok (Vidur profile; GIE simulator 67.7 us) [M]; "
+    "T_w0 at 2.04 TB/s x 0.77 [D]"
+)
+_SRC_H200 = "H200: H100 compute, weights and KV streamed at 4.8 TB/s (x 0.77 / x 0.7) [D]"
 
 PRESETS: Final[dict[str, Preset]] = {
     p.key: p
@@ -182,6 +191,32 @@ PRESETS: Final[dict[str, Preset]] = {
             max_num_batched_tokens=2048,
             max_model_len=16384,
             sources=(_SRC_STEP, _SRC_KV, _SRC_SCHED, "A10G c_tok is the least certain number (§1.3, [D/?])"),
+        ),
+        Preset(
+            key="llama-3.1-8b/a100",
+            model=LLAMA_8B,
+            gpu=A100,
+            tp=1,
+            cost=StepCost(
+                t_ovh=0.4 * _MS, t_w0=10.2 * _MS, c_tok=67 * _US, k_kv=0.092 * _US, a_attn=3.5 * _NS, t_ar=0.0
+            ),
+            max_num_seqs=256,
+            max_num_batched_tokens=2048,
+            max_model_len=131072,
+            sources=(_SRC_STEP, _SRC_KV, _SRC_SCHED, _SRC_A100),
+        ),
+        Preset(
+            key="llama-3.1-8b/h200",
+            model=LLAMA_8B,
+            gpu=H200,
+            tp=1,
+            cost=StepCost(
+                t_ovh=0.4 * _MS, t_w0=4.35 * _MS, c_tok=25 * _US, k_kv=0.039 * _US, a_attn=1.1 * _NS, t_ar=0.0
+            ),
+            max_num_seqs=1024,
+            max_num_batched_tokens=8192,
+            max_model_len=131072,
+            sources=(_SRC_STEP, _SRC_KV, _SRC_SCHED, _SRC_H200),
         ),
         Preset(
             key="qwen3-32b/2xh100",
@@ -222,6 +257,54 @@ PRESETS: Final[dict[str, Preset]] = {
                 _SRC_KV,
                 _SRC_SCHED,
                 "c_tok = 450 us compute + 200 us PCIe all-reduce (§8.2)",
+            ),
+        ),
+        Preset(
+            key="qwen3-32b/2xa100",
+            model=QWEN3_32B,
+            gpu=A100,
+            tp=2,
+            cost=StepCost(
+                t_ovh=0.5 * _MS,
+                t_w0=20.9 * _MS,
+                c_tok=160 * _US,
+                k_kv=0.092 * _US,
+                a_attn=7.7 * _NS,
+                t_ar=2 * _MS,
+            ),
+            max_num_seqs=256,
+            max_num_batched_tokens=2048,
+            max_model_len=40960,
+            sources=(
+                _SRC_STEP,
+                _SRC_KV,
+                _SRC_SCHED,
+                _SRC_A100,
+                "c_tok = 2xH100's 60 us x the A100/H100 token-compute ratio 67/25 [D]",
+            ),
+        ),
+        Preset(
+            key="qwen3-32b/h200",
+            model=QWEN3_32B,
+            gpu=H200,
+            tp=1,
+            cost=StepCost(
+                t_ovh=0.5 * _MS,
+                t_w0=17.7 * _MS,
+                c_tok=102 * _US,
+                k_kv=0.078 * _US,
+                a_attn=4.8 * _NS,
+                t_ar=0.0,
+            ),
+            max_num_seqs=1024,
+            max_num_batched_tokens=8192,
+            max_model_len=40960,
+            sources=(
+                _SRC_STEP,
+                _SRC_KV,
+                _SRC_SCHED,
+                _SRC_H200,
+                "c_tok = 2 x 32.8e9 params / (989 TFLOPS x MFU 0.65), one GPU: no all-reduce [D]",
             ),
         ),
         Preset(

@@ -10,7 +10,8 @@ Parameters (all optional): ``blockSize`` (characters, default 64), ``autoTune`` 
 ``maxPrefixBlocksToMatch`` (default 256), ``lruCapacityPerServer`` (default 31250).
 
 Publishes (declares it ``produces``) to the cycle state: ``prefix.hashes`` (list of ints) and
-``prefix.any_hit`` (bool), read by ``no-hit-lru-scorer``.
+``prefix.any_hit`` (bool), read by ``no-hit-lru-scorer``, and ``prefix.match`` (endpoint -> matched
+share of the prefix), read by ``backlog-ttft-scorer``.
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ TYPE = "prefix-cache-scorer"
 CHARS_PER_TOKEN = 4
 STATE_HASHES = "prefix.hashes"
 STATE_ANY_HIT = "prefix.any_hit"
+STATE_MATCH = "prefix.match"
+"""Endpoint key -> share of this request's prefix blocks the index places there (0..1)."""
 
 
 class PrefixCacheScorer(PluginHooks):
     type_name = TYPE
     signal = ""
-    produces = frozenset({STATE_HASHES, STATE_ANY_HIT})
+    produces = frozenset({STATE_HASHES, STATE_ANY_HIT, STATE_MATCH})
 
     def __init__(
         self,
@@ -87,9 +90,11 @@ class PrefixCacheScorer(PluginHooks):
             return UnitScores([0.0] * len(endpoints))
         total = len(hashes)
         get = counts.get
+        keys = ctx.columns(endpoints).keys
         # A matched chain is at most as long as the request's: every score is within [0, 1].
-        scores = UnitScores([get(k, 0) / total for k in ctx.columns(endpoints).keys])
+        scores = UnitScores([get(k, 0) / total for k in keys])
         ctx.state[STATE_ANY_HIT] = any(scores)
+        ctx.state[STATE_MATCH] = {k: s for k, s in zip(keys, scores, strict=True) if s}
         return scores
 
     def capacity_for(self, endpoint: EndpointView) -> int:

@@ -1,0 +1,361 @@
+"""``backlog-ttft-scorer``: predict each endpoint's time to first token from its prefill backlog and speed.
+
+Why: on a mixed fleet the slowest requests are those sent to a slow GPU while a fast one could have
+served them sooner. Counting requests (queue, in-flight) treats a 2,000-token prompt like a 50-token
+one and an A10G like an H100; ``predicted-ttft-scorer`` multiplies a measured mean TTFT by the
+waiting count, which is blind to *this* request's length and to prompts already being prefilled
+(they are running, not waiting). What decides a request's TTFT on a pod is the prompt work ahead of
+it plus its own, divided by the pod's prefill speed, and both are known to the router: it dispatched
+the work ahead, and the speed shows in every completed request.
+
+Model, per endpoint ``i``:
+
+* **backlog** ``B_i``: prompt tokens this router dispatched there that are probably not prefilled
+  yet. Each dispatch adds its prompt tokens; the backlog drains in real time at one token per
+  ``s_i + b_i / x̄_i`` seconds (the learned slope plus the intercept spread over the endpoint's mean
+  tokens ahead ``x̄_i``), so each dispatch occupies the endpoint for about its own TTFT: draining at
+  the slope alone forgot a dispatch long before its first token (worse tails on identical pods,
+  measured in docs/benchmark.md).
+* **speed**: ``TTFT = b_i + s_i * x`` where ``x`` is the backlog at dispatch plus the request's own
+  uncached prompt tokens (``RequestOutcome.prompt_tokens - cached_tokens``), fitted online per
+  endpoint by exponentially weighted least squares over completed requests (``alpha`` is the weight
+  of a new sample). The fit absorbs what the model leaves out (decode steps sharing the batch,
+  scheduling overhead) as long as it changes slowly. Until an endpoint has ``MIN_FIT_SAMPLES``
+  samples with a positive slope and intercept, its mean TTFT is split into a fixed half and a
+  half proportional to tokens ahead (exact at its mean tokens ahead).
+* **prediction** for a request of ``n`` prompt tokens: ``b_i + s_i * (B_i + n)``; with scraped
+  ``waiting`` requests beyond what the backlog explains (another router's traffic, requests stalled
+  for KV space), each adds the endpoint's mean observed TTFT.
+
+**Cold start** (the router learns a TTFT only when its request completes, which on a slow GPU with
+long outputs takes seconds). Before any outcome at all, endpoints are compared by tokens ahead per
+KV-cache token they hold (``num_gpu_blocks x block_size`` from the scrape: a smaller GPU is a
+slower one). Afterwards an unmeasured endpoint takes the fleet's smallest intercept and slope,
+scaled up by how much less KV cache it holds than the largest endpoint, so it gets a probe when
+that guess says so; while its probe is out it counts as the slowest measured endpoint's mean TTFT
+per request in flight, so a slow newcomer is not flooded before its first outcome arrives.
+
+**Cached prefixes**: with ``prefix-cache-scorer`` in the profile, the share of the prompt it places
+on an endpoint (``prefix.match``) is left out of that endpoint's prefill work, so prefix affinity is
+not read as load. **Adapter requests** score 1.0 everywhere: their TTFT is ruled by adapter
+residency and slots, which the LoRA scorers and filter model and this scorer does not.
+**One kind of hardware**: when the candidates' KV capacities (from their scrapes) all lie within
+``poolRatio`` of each other, every endpoint scores 1.0: on identical pods the queue, prefix and
+prefill-collision scorers already balance load, and this scorer on top of them lengthened
+shared-prefix tails (docs/benchmark.md); it speaks where the hardware differs. The fits cannot
+decide this: with shared prefixes the uncached lengths barely vary and identical pods' slopes
+scatter. A limit: GPUs of different speed but alike KV capacity (an A100-80GB and an H100 serving
+an 8B model) are taken as one kind.
+
+Score: ``min(predicted) / predicted_i`` (the best scores 1.0; twice the predicted TTFT 0.5).
+Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start and
+the one-kind-of-hardware check).
+
+Fits of identical pods differ by chance; endpoints whose slopes lie within ``poolRatio`` of each
+other share one model (:meth:`BacklogTtftScorer._pooled`).
+
+Parameters: ``alpha`` (weight of a new sample in the fit, default 0.1), ``poolRatio`` (slopes within
+this factor of a group's fastest count as the same speed, default 1.5), ``maxTracked`` (dispatches
+remembered per endpoint until their outcome arrives, default 4096).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.params import ParamReader
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
+from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
+
+TYPE = "backlog-ttft-scorer"
+DEFAULT_ALPHA = 0.1
+DEFAULT_MAX_TRACKED = 4096
+DEFAULT_POOL_RATIO = 1.5
+DEFAULT_TYPICAL_TOKENS = 1000.0
+"""Tokens ahead assumed for an endpoint without samples when spreading its intercept (drain rate)."""
+MIN_FIT_SAMPLES = 8
+"""Samples before an endpoint's own regression is trusted (until then: its mean, the fleet's slope)."""
+MIN_TOKENS = 1
+"""A request is never counted as zero work (an empty prompt still costs one step)."""
+
+
+@dataclass(slots=True)
+class LinearFit:
+    """Exponentially weighted least squares of ``y = intercept + slope * x`` (first sample as is)."""
+
+    mean_x: float = 0.0
+    mean_y: float = 0.0
+    var_x: float = 0.0
+    cov_xy: float = 0.0
+    count: int = 0
+
+    def observe(self, x: float, y: float, *, alpha: float) -> None:
+        if self.count == 0:
+            self.mean_x, self.mean_y, self.count = x, y, 1
+            return
+        a = max(alpha, 1.0 / (self.count + 1))  # plain means until the window is full
+        dx = x - self.mean_x
+        dy = y - self.mean_y
+        self.mean_x += a * dx
+        self.mean_y += a * dy
+        self.var_x = (1.0 - a) * (self.var_x + a * dx * dx)
+        self.cov_xy = (1.0 - a) * (self.cov_xy + a * dx * dy)
+        self.count += 1
+
+    def regression(self, *, min_samples: int) -> tuple[float, float] | None:
+        """``(intercept, slope)`` by least squares once ``min_samples`` samples spread over ``x``
+        give a positive slope and a non-negative intercept; else ``None``."""
+        if self.count < min_samples or self.var_x <= 0:
+            return None
+        slope = self.cov_xy / self.var_x
+        intercept = self.mean_y - slope * self.mean_x
+        return (intercept, slope) if slope > 0 and intercept >= 0 else None
+
+
+@dataclass(slots=True)
+class Backlog:
+    """Prompt tokens not yet prefilled, as of ``at`` (drained at the endpoint's speed since then)."""
+
+    tokens: float = 0.0
+    at: float = 0.0
+
+    def now(self, now: float, slope: float) -> float:
+        if slope <= 0:
+            return self.tokens
+        return max(0.0, self.tokens - max(0.0, now - self.at) / slope)
+
+
+def uncached(tokens: int, matched: Mapping[EndpointKey, float] | None, key: EndpointKey) -> float:
+    """Prompt tokens the endpoint probably has to prefill: those outside its matched prefix share."""
+    share = matched.get(key, 0.0) if matched else 0.0
+    return max(float(MIN_TOKENS), tokens * (1.0 - share))
+
+
+def kv_capacities(endpoints: Sequence[EndpointView]) -> list[float | None]:
+    """KV-cache tokens per endpoint (``num_gpu_blocks x block_size`` from its scrape), or ``None``."""
+    out: list[float | None] = []
+    for e in endpoints:
+        m = e.metrics
+        blocks = None if m is None else m.num_gpu_blocks
+        size = None if m is None else m.block_size
+        out.append(float(blocks * size) if blocks and size else None)
+    return out
+
+
+class BacklogTtftScorer(PluginHooks):
+    type_name = TYPE
+    signal = "waiting"
+    consumes = frozenset({STATE_MATCH})
+
+    def __init__(
+        self,
+        *,
+        name: str = TYPE,
+        alpha: float = DEFAULT_ALPHA,
+        pool_ratio: float = DEFAULT_POOL_RATIO,
+        max_tracked: int = DEFAULT_MAX_TRACKED,
+    ) -> None:
+        self.name = name
+        self.alpha = alpha
+        self.pool_ratio = pool_ratio
+        self._cycle_pooled: Mapping[EndpointKey, tuple[float, float]] = {}
+        """The pooled models of the last :meth:`predicted` (the pick's own cycle, for ``on_picked``)."""
+        self.max_tracked = max_tracked
+        self.fits: dict[EndpointKey, LinearFit] = {}
+        self.backlogs: dict[EndpointKey, Backlog] = {}
+        self.dispatched: OrderedDict[str, tuple[EndpointKey, float]] = OrderedDict()
+        """Request id -> (endpoint, backlog tokens ahead of it at dispatch), until its outcome."""
+
+    def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
+        """``(intercept, slope)`` of every endpoint with its own regression, pooled by speed.
+
+        Why pooled: the fits of identical pods differ by chance (prompt mix, batch timing), and read
+        as speed differences they would send every request to whichever pod was lucky. Endpoints
+        are sorted by slope and grouped while a slope is at most ``pool_ratio`` times the group's
+        first (fastest); a group shares its mean intercept and slope. Compared with the first
+        member, not the previous one, so small steps cannot chain a slow GPU to a fast one.
+        """
+        own = [
+            (m[1], m[0], k) for k, f in self.fits.items() if (m := f.regression(min_samples=MIN_FIT_SAMPLES))
+        ]
+        own.sort()
+        pooled: dict[EndpointKey, tuple[float, float]] = {}
+        group: list[tuple[float, float, EndpointKey]] = []
+        for item in [*own, None]:
+            if group and (item is None or item[0] > group[0][0] * self.pool_ratio):
+                slope = sum(g[0] for g in group) / len(group)
+                intercept = sum(g[1] for g in group) / len(group)
+                for g in group:
+                    pooled[g[2]] = (intercept, slope)
+                group = []
+            if item is not None:
+                group.append(item)
+        return pooled
+
+    def _model(
+        self, key: EndpointKey, pooled: Mapping[EndpointKey, tuple[float, float]]
+    ) -> tuple[float, float] | None:
+        """``(intercept, slope)`` of the endpoint, or a guess, or ``None`` when nothing is measured.
+
+        An endpoint with too few samples for a regression splits its own mean TTFT into a fixed
+        half and a half proportional to tokens ahead (right at its mean tokens ahead). One without
+        any sample takes the fleet's smallest intercept and slope (the caller scales it by KV size).
+        """
+        model = pooled.get(key)
+        if model is not None:
+            return model
+        fit = self.fits.get(key)
+        if fit is not None:
+            # Half fixed, half per token: the mean is met at the mean tokens ahead, and both a
+            # backlog and a long prompt still count.
+            return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+        if not self.fits:
+            return None
+        known = [m for k in self.fits if (m := self._model(k, pooled)) is not None]
+        return min(b for b, _ in known), min(s for _, s in known)
+
+    def _drain_slope(self, key: EndpointKey, intercept: float, slope: float) -> float:
+        """Seconds per backlog token: the slope plus the intercept spread over the endpoint's mean
+        tokens ahead, so a dispatch occupies the endpoint for about its own TTFT (the per-step cost
+        is paid by every request, not only the per-token share)."""
+        fit = self.fits.get(key)
+        typical = fit.mean_x if fit is not None and fit.mean_x > 0 else DEFAULT_TYPICAL_TOKENS
+        return slope + intercept / typical
+
+    def _slowest_mean(self) -> float:
+        return max((f.mean_y for f in self.fits.values() if f.count), default=0.0)
+
+    def predicted(
+        self,
+        endpoints: Sequence[EndpointView],
+        *,
+        tokens: int,
+        now: float,
+        matched: Mapping[EndpointKey, float] | None = None,
+    ) -> list[float]:
+        """Predicted seconds to first token per endpoint; before any outcome, tokens ahead per KV
+        token the endpoint holds (:meth:`_unmeasured`). ``matched``: share of the prompt each
+        endpoint probably has cached (the prefix scorer's ``prefix.match``), not prefilled again."""
+        capacities = kv_capacities(endpoints)
+        if not self.fits:
+            return self._unmeasured(endpoints, capacities, tokens=tokens, matched=matched)
+        pooled = self._pooled()
+        self._cycle_pooled = pooled
+        largest = max((c for c in capacities if c is not None), default=None)
+        out: list[float] = []
+        for e, capacity in zip(endpoints, capacities, strict=True):
+            model = self._model(e.key, pooled)
+            assert model is not None  # some endpoint is measured, so every endpoint has a model
+            intercept, slope = model
+            fit = self.fits.get(e.key)
+            if fit is None:
+                if e.inflight > 0:
+                    # Unmeasured and its probe still out: as slow as the slowest measured endpoint
+                    # per request in flight, so a slow newcomer is not flooded before its outcome.
+                    out.append(self._slowest_mean() * (1 + e.inflight))
+                    continue
+                if capacity and largest:
+                    # Unmeasured: the fleet's best, slowed by how much less KV cache it holds than
+                    # the largest endpoint (a smaller GPU is a slower one, until measured).
+                    factor = max(1.0, largest / capacity)
+                    intercept, slope = intercept * factor, slope * factor
+            backlog = self.backlogs.get(e.key)
+            ahead = backlog.now(now, self._drain_slope(e.key, intercept, slope)) if backlog else 0.0
+            predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
+            m = e.metrics
+            if m is not None and m.waiting is not None and m.waiting > 0:
+                # Waiting requests beyond what this router's backlog explains (another router's
+                # traffic, requests stalled for KV space) each cost about one mean TTFT.
+                unexplained = m.waiting - (1 if ahead > 0 else 0)
+                if unexplained > 0:
+                    predicted += unexplained * (fit.mean_y if fit is not None else intercept)
+            out.append(predicted)
+        return out
+
+    def _unmeasured(
+        self,
+        endpoints: Sequence[EndpointView],
+        capacities: Sequence[float | None],
+        *,
+        tokens: int,
+        matched: Mapping[EndpointKey, float] | None,
+    ) -> list[float]:
+        """Before the first outcome: tokens ahead (this router's dispatches plus this request) per
+        KV-cache token of the endpoint, a proxy for its size and so its speed; endpoints not
+        scraped yet take the mean capacity."""
+        known = [c for c in capacities if c is not None]
+        fallback = sum(known) / len(known) if known else 1.0
+        out: list[float] = []
+        for e, cap in zip(endpoints, capacities, strict=True):
+            backlog = self.backlogs.get(e.key)
+            own = uncached(tokens, matched, e.key)
+            out.append(((backlog.tokens if backlog else 0.0) + own) / (cap or fallback))
+        return out
+
+    def one_speed(self, endpoints: Sequence[EndpointView]) -> bool:
+        """Whether the candidates look like one kind of hardware: every KV capacity known and within
+        ``pool_ratio`` of the others. Fits cannot tell this reliably: on identical pods serving
+        shared prefixes the requests' uncached lengths barely vary, and the fitted slopes scatter."""
+        self._cycle_pooled = self._pooled()
+        capacities = kv_capacities(endpoints)
+        known = [c for c in capacities if c is not None]
+        return bool(known) and len(known) == len(capacities) and max(known) <= min(known) * self.pool_ratio
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        if ctx.request.adapter is not None or self.one_speed(endpoints):
+            # An adapter request's TTFT is ruled by adapter residency and slots, which this model
+            # does not see; the LoRA scorers and filter decide. On endpoints of one speed the
+            # queue, prefix and prefill-collision scorers already balance the load (this scorer on
+            # top made shared-prefix tails worse, docs/benchmark.md). Dispatches still count below.
+            return [1.0] * len(endpoints)
+        tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
+        predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
+        best = min(predicted, default=0.0)
+        return [1.0 if p <= 0 else best / p for p in predicted]
+
+    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        key = endpoint.key
+        model = self._model(key, self._cycle_pooled)
+        slope = self._drain_slope(key, *model) if model is not None else 0.0
+        backlog = self.backlogs.setdefault(key, Backlog(at=ctx.now))
+        ahead = backlog.now(ctx.now, slope)
+        backlog.tokens = ahead + uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
+        backlog.at = ctx.now
+        self.dispatched[ctx.request.request_id] = (key, ahead)
+        while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
+            self.dispatched.popitem(last=False)
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        entry = self.dispatched.pop(outcome.request_id, None)
+        if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
+            return
+        key, ahead = entry
+        own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
+        if not math.isfinite(outcome.ttft_s):
+            return
+        self.fits.setdefault(key, LinearFit()).observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        gone = set(keys)
+        for key in gone:
+            self.fits.pop(key, None)
+            self.backlogs.pop(key, None)
+        for rid in [rid for rid, (key, _) in self.dispatched.items() if key in gone]:
+            del self.dispatched[rid]
+
+
+def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScorer:
+    r = ParamReader(params, path=path)
+    plugin = BacklogTtftScorer(
+        name=name,
+        alpha=r.number("alpha", DEFAULT_ALPHA, minimum=0.0, maximum=1.0),
+        pool_ratio=r.number("poolRatio", DEFAULT_POOL_RATIO, minimum=1.0),
+        max_tracked=r.integer("maxTracked", DEFAULT_MAX_TRACKED, minimum=1),
+    )
+    r.finish()
+    return plugin

@@ -1,0 +1,262 @@
+"""``backlog-ttft-scorer``: predicted TTFT = intercept + seconds per token x (own backlog + prompt),
+fitted per endpoint from completed requests; score = best predicted / own predicted."""
+
+from __future__ import annotations
+
+import pytest
+
+from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.factory import DEFAULT_WEIGHTS, profile_from_weights
+from igw.scheduling.plugins.backlog_ttft_scorer import (
+    MIN_FIT_SAMPLES,
+    TYPE,
+    BacklogTtftScorer,
+    LinearFit,
+    factory,
+)
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
+from igw.scheduling.types import RequestOutcome, RoutingRequest
+from tests.scheduling.helpers import ctx, ep
+
+H100 = (0.010, 25e-6)
+"""(intercept s, seconds per prompt token) of a fast endpoint in these tests."""
+A10G = (0.040, 300e-6)
+LATER = 100_000.0
+"""A time after every dispatch ``teach`` makes has drained."""
+
+
+def request(tokens: int = 1000, request_id: str = "r") -> RoutingRequest:
+    return RoutingRequest(
+        request_id=request_id, model="m", base_model="m", prefix_text="", prompt_tokens=tokens
+    )
+
+
+def teach(s: BacklogTtftScorer, key: str, model: tuple[float, float], *, samples: int = 20) -> None:
+    """Dispatch and complete ``samples`` requests of varied length on an idle ``key``."""
+    intercept, slope = model
+    for i in range(samples):
+        tokens = 100 + 97 * (i % 11)
+        rid = f"{key}-{i}"
+        s.on_picked(ctx(request(tokens, rid), now=1000.0 * (i + 1)), ep(key))
+        s.on_complete(
+            RequestOutcome(
+                request_id=rid, endpoint=key, ok=True, ttft_s=intercept + slope * tokens, prompt_tokens=tokens
+            ),
+            now=1000.0 * (i + 1) + 1,
+        )
+
+
+def test_linear_fit_recovers_intercept_and_slope() -> None:
+    fit = LinearFit()
+    for x in range(100, 2000, 50):
+        fit.observe(float(x), 0.02 + 1e-4 * x, alpha=0.1)
+    intercept, slope = fit.regression(min_samples=MIN_FIT_SAMPLES) or (0.0, 0.0)
+    assert intercept == pytest.approx(0.02, rel=1e-6)
+    assert slope == pytest.approx(1e-4, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("xs", "why"),
+    [
+        ([500.0] * 20, "every sample at the same x: no spread to fit a slope on"),
+        ([100.0, 200.0], "fewer samples than MIN_FIT_SAMPLES"),
+    ],
+)
+def test_linear_fit_declines_without_evidence(xs: list[float], why: str) -> None:
+    fit = LinearFit()
+    for x in xs:
+        fit.observe(x, 0.01 + 1e-4 * x, alpha=0.1)
+    assert fit.regression(min_samples=MIN_FIT_SAMPLES) is None, why
+
+
+def test_linear_fit_declines_a_negative_slope() -> None:
+    fit = LinearFit()
+    for x in range(100, 1000, 50):
+        fit.observe(float(x), 1.0 - 1e-4 * x, alpha=0.1)
+    assert fit.regression(min_samples=MIN_FIT_SAMPLES) is None
+
+
+def test_before_any_outcome_tokens_ahead_per_kv_token_decide() -> None:
+    """An endpoint with a tenth of the KV cache counts as a tenth of the speed."""
+    s = BacklogTtftScorer()
+    big = ep("big", block_size=16, num_gpu_blocks=20_000)
+    small = ep("small", block_size=16, num_gpu_blocks=2_000)
+    assert s.score(ctx(request(1000), now=0.0), [big, small]) == pytest.approx([1.0, 0.1])
+    s.on_picked(ctx(request(1000), now=0.0), big)  # big now has 1,000 tokens ahead
+    assert s.score(ctx(request(1000), now=0.0), [big, small]) == pytest.approx([1.0, 0.2])
+
+
+def test_before_any_outcome_unscraped_endpoints_take_the_mean_capacity() -> None:
+    s = BacklogTtftScorer()
+    scraped = ep("a", block_size=16, num_gpu_blocks=1_000)
+    assert s.score(ctx(request(), now=0.0), [scraped, ep("b", no_metrics=True)]) == [1.0, 1.0]
+
+
+def test_prediction_is_intercept_plus_slope_times_backlog_and_prompt() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "a", H100)
+    [p] = s.predicted([ep("a")], tokens=2000, now=LATER)
+    assert p == pytest.approx(0.010 + 25e-6 * 2000, rel=1e-3)
+
+
+def test_backlog_drains_at_the_slope_plus_the_intercept_spread_over_mean_tokens() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "a", H100)
+    t0 = 100_000.0
+    s.on_picked(ctx(request(4000, "big"), now=t0), ep("a"))
+    per_token = 25e-6 + 0.010 / s.fits["a"].mean_x  # a dispatch occupies about its own TTFT
+    left = 4000 - 0.05 / per_token
+    assert 0 < left < 4000
+    assert s.predicted([ep("a")], tokens=1000, now=t0 + 0.05)[0] == pytest.approx(
+        0.010 + 25e-6 * (left + 1000), rel=1e-3
+    )
+    drained = t0 + 4000 * per_token + 1e-6
+    assert s.predicted([ep("a")], tokens=1000, now=drained)[0] == pytest.approx(0.010 + 0.025, rel=1e-3)
+
+
+def test_identical_endpoints_share_one_model() -> None:
+    """Slopes within poolRatio of each other are pooled: chance differences are not speeds."""
+    s = BacklogTtftScorer()
+    teach(s, "a", (0.010, 20e-6))
+    teach(s, "b", (0.010, 28e-6))
+    teach(s, "slow", A10G)
+    a, b, slow = s.predicted([ep("a"), ep("b"), ep("slow")], tokens=1000, now=LATER)
+    assert a == pytest.approx(b)
+    assert a == pytest.approx(0.010 + 24e-6 * 1000, rel=1e-3)
+    assert slow == pytest.approx(0.040 + 300e-6 * 1000, rel=1e-3)
+    separate = BacklogTtftScorer(pool_ratio=1.2)
+    teach(separate, "a", (0.010, 20e-6))
+    teach(separate, "b", (0.010, 28e-6))
+    a, b = separate.predicted([ep("a"), ep("b")], tokens=1000, now=LATER)
+    assert b > a
+
+
+@pytest.mark.parametrize(
+    ("h100_backlog", "prompt", "winner"),
+    [
+        (0, 100, "h100"),
+        (0, 4000, "h100"),
+        (2_000, 100, "h100"),  # 62.5 ms behind 50 ms of backlog vs 70 ms alone on the A10G
+        (4_000, 100, "a10g"),  # 112.5 ms vs 70 ms
+        (4_000, 4000, "h100"),  # a long prompt is cheaper queued on the H100 (0.21 s) than alone (1.24 s)
+    ],
+)
+def test_mixed_fleet_picks_follow_predicted_ttft(h100_backlog: int, prompt: int, winner: str) -> None:
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    now = 100_000.0
+    if h100_backlog:
+        s.on_picked(ctx(request(h100_backlog, "backlog"), now=now), ep("h100"))
+    endpoints = [ep("h100"), ep("a10g")]
+    predicted = dict(zip(("h100", "a10g"), s.predicted(endpoints, tokens=prompt, now=now), strict=True))
+    scores = dict(zip(("h100", "a10g"), s.score(ctx(request(prompt), now=now), endpoints), strict=True))
+    assert scores[winner] == 1.0, predicted
+    loser = "a10g" if winner == "h100" else "h100"
+    assert scores[loser] == pytest.approx(predicted[winner] / predicted[loser])
+
+
+def test_unmeasured_endpoint_gets_one_probe_then_counts_as_the_slowest() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    fresh_idle, fresh_busy = ep("new"), ep("new", inflight=2)
+    idle, busy = s.predicted([fresh_idle, fresh_busy], tokens=1000, now=LATER)
+    assert idle == pytest.approx(0.010 + 25e-6 * 1000, rel=1e-3)  # the fleet's best guess: a probe
+    slowest_mean = s.fits["a10g"].mean_y
+    assert busy == pytest.approx(slowest_mean * 3)
+
+
+def test_under_sampled_endpoint_splits_its_mean_ttft() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "a", H100)
+    teach(s, "b", A10G, samples=MIN_FIT_SAMPLES - 1)
+    fit = s.fits["b"]
+    [p] = s.predicted([ep("b")], tokens=int(fit.mean_x), now=LATER)
+    assert p == pytest.approx(fit.mean_y)
+
+
+def test_waiting_beyond_the_own_backlog_costs_a_mean_ttft_each() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "a", H100)
+    [plain] = s.predicted([ep("a", waiting=0)], tokens=1000, now=LATER)
+    [queued] = s.predicted([ep("a", waiting=3)], tokens=1000, now=LATER)
+    assert queued - plain == pytest.approx(3 * s.fits["a"].mean_y)
+
+
+def test_failed_and_unknown_outcomes_teach_nothing() -> None:
+    s = BacklogTtftScorer()
+    s.on_picked(ctx(request(100, "x"), now=0.0), ep("a"))
+    s.on_complete(RequestOutcome(request_id="x", endpoint="a", ok=False), now=1.0)
+    s.on_complete(RequestOutcome(request_id="never-picked", endpoint="a", ok=True, ttft_s=0.1), now=1.0)
+    assert s.fits == {}
+
+
+def test_removed_endpoints_are_forgotten() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "a", H100)
+    s.on_picked(ctx(request(100, "pending"), now=0.0), ep("a"))
+    s.on_endpoints_removed(["a"])
+    assert s.fits == {}
+    assert s.backlogs == {}
+    assert s.dispatched == {}
+
+
+def test_factory_reads_parameters_and_rejects_bad_ones() -> None:
+    plugin = factory("b", {"alpha": 0.3, "poolRatio": 2, "maxTracked": 10}, "plugins[0].parameters")
+    assert (plugin.type_name, plugin.alpha, plugin.pool_ratio, plugin.max_tracked) == (TYPE, 0.3, 2, 10)
+    with pytest.raises(SchedulerConfigError, match=r"plugins\[0\]\.parameters.*alpha"):
+        factory("b", {"alpha": 2}, "plugins[0].parameters")
+    with pytest.raises(SchedulerConfigError, match=r"poolRatio"):
+        factory("b", {"poolRatio": 0.5}, "plugins[0].parameters")
+
+
+def test_a_matched_prefix_is_not_counted_as_prefill_work() -> None:
+    """The prefix scorer's ``prefix.match`` share is cached there: affinity is not read as load."""
+    s = BacklogTtftScorer()
+    teach(s, "warm", H100)
+    teach(s, "cold", H100)
+    c = ctx(request(2000), now=LATER)
+    c.state[STATE_MATCH] = {"warm": 0.9}
+    warm, cold = s.predicted([ep("warm"), ep("cold")], tokens=2000, now=LATER, matched={"warm": 0.9})
+    assert warm == pytest.approx(0.010 + 25e-6 * 200, rel=1e-3)
+    assert cold == pytest.approx(0.010 + 25e-6 * 2000, rel=1e-3)
+    s.on_picked(c, ep("warm"))
+    assert s.backlogs["warm"].tokens == pytest.approx(200)  # only the uncached tail is queued
+
+
+def test_adapter_requests_are_left_to_the_lora_scorers() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    adapter = RoutingRequest(
+        request_id="x", model="ad", base_model="m", prefix_text="", prompt_tokens=500, adapter="ad"
+    )
+    assert s.score(ctx(adapter, now=LATER), [ep("h100"), ep("a10g")]) == [1.0, 1.0]
+    s.on_picked(ctx(adapter, now=LATER), ep("a10g"))
+    assert s.backlogs["a10g"].tokens == pytest.approx(500)  # its prefill still counts as load
+
+
+def test_runs_after_the_prefix_scorer_in_the_default_profile() -> None:
+    profile = profile_from_weights(DEFAULT_WEIGHTS)
+    order = [ws.scorer.type_name for ws in profile.scorers]
+    assert order.index("prefix-cache-scorer") < order.index(TYPE)
+
+
+@pytest.mark.parametrize(
+    ("blocks", "neutral"),
+    [((20_000, 20_000), True), ((20_000, 2_000), False), ((20_000, None), False)],
+)
+def test_endpoints_with_alike_kv_capacities_score_alike(
+    blocks: tuple[int | None, int | None], neutral: bool
+) -> None:
+    """Alike: one kind of hardware, the other scorers balance; unlike or unknown: this one speaks."""
+    for fitted in (False, True):
+        s = BacklogTtftScorer()
+        if fitted:
+            teach(s, "e0", H100)
+            teach(s, "e1", A10G)
+        endpoints = [ep(f"e{i}", block_size=16, num_gpu_blocks=n) for i, n in enumerate(blocks)]
+        s.on_picked(ctx(request(4000, "busy"), now=LATER), endpoints[0])
+        scores = s.score(ctx(request(1000), now=LATER), endpoints)
+        assert (scores == [1.0, 1.0]) is neutral, (fitted, scores)
