@@ -39,7 +39,9 @@ def _gates(clock: list[float], poll_s: float = 0.001) -> FlowGates:
     return gates
 
 
-async def _wait(gates: FlowGates, pool: Pool, rid: str, priority: int) -> RoutingDecision | Refused:
+async def _wait(
+    gates: FlowGates, pool: Pool, rid: str, priority: int, level: list[float] | None = None
+) -> RoutingDecision | Refused:
     return await gates.wait(
         scheduler="pool",
         request_id=rid,
@@ -48,6 +50,7 @@ async def _wait(gates: FlowGates, pool: Pool, rid: str, priority: int) -> Routin
         size_bytes=1,
         max_queue_s=None,
         pick=lambda: pool.picker(rid),
+        utilisation=None if level is None else lambda: level[0],
     )
 
 
@@ -167,26 +170,13 @@ async def test_queued_lower_bands_hold_back_while_the_pool_is_past_their_headroo
     clock = [0.0]
     gates, pool = _headroom_gates(clock), Pool()
     level = [0.95]
-
-    async def wait(rid: str, priority: int) -> RoutingDecision | Refused:
-        return await gates.wait(
-            scheduler="pool",
-            request_id=rid,
-            priority=priority,
-            tenant="t",
-            size_bytes=1,
-            max_queue_s=None,
-            pick=lambda: pool.picker(rid),
-            utilisation=lambda: level[0],
-        )
-
-    std = asyncio.create_task(wait("std", STANDARD))
+    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, level))
     await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="std queued")
     pool.free = 5  # the scheduler could place it, but the pool is past Standard's 0.9
     clock[0] = 1.0
     gates.pump("pool")
     assert pool.placed == []
-    chat = asyncio.create_task(wait("chat", CRITICAL))
+    chat = asyncio.create_task(_wait(gates, pool, "chat", CRITICAL, level))
     await wait_for(lambda: gates.depths("pool").get(CRITICAL) == 1, what="chat queued")
     clock[0] = 1.5  # the next pass (the pump runs at most once per interval of the injected clock)
     assert isinstance(await asyncio.wait_for(chat, timeout=10), RoutingDecision)
