@@ -39,7 +39,9 @@ def _gates(clock: list[float], poll_s: float = 0.001) -> FlowGates:
     return gates
 
 
-async def _wait(gates: FlowGates, pool: Pool, rid: str, priority: int) -> RoutingDecision | Refused:
+async def _wait(
+    gates: FlowGates, pool: Pool, rid: str, priority: int, level: list[float] | None = None
+) -> RoutingDecision | Refused:
     return await gates.wait(
         scheduler="pool",
         request_id=rid,
@@ -48,6 +50,7 @@ async def _wait(gates: FlowGates, pool: Pool, rid: str, priority: int) -> Routin
         size_bytes=1,
         max_queue_s=None,
         pick=lambda: pool.picker(rid),
+        utilisation=None if level is None else lambda: level[0],
     )
 
 
@@ -149,3 +152,52 @@ async def test_one_pass_gives_each_endpoint_at_most_its_dispatch_budget() -> Non
         assert sum(gates.depths("pool").values()) == 5 - dispatched
     results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
     assert [r.kind for r in results if isinstance(r, RoutingDecision)] == [DecisionKind.PICKED] * 5
+
+
+def _headroom_gates(clock: list[float]) -> FlowGates:
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    room = BandLimits(max_requests=10, max_bytes=1 << 20, ttl_s=30.0, dispatch_below=0.9)
+    settings = FlowControlSettings(
+        bands={CRITICAL: BandLimits(max_requests=10, max_bytes=1 << 20, ttl_s=30.0), STANDARD: room},
+        poll_interval_s=0.001,
+        dispatch_per_endpoint=100,
+    )
+    gates.configure(settings, retry_after_bounds=(1, 30))
+    return gates
+
+
+async def test_queued_lower_bands_hold_back_while_the_pool_is_past_their_headroom() -> None:
+    clock = [0.0]
+    gates, pool = _headroom_gates(clock), Pool()
+    level = [0.95]
+    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, level))
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="std queued")
+    pool.free = 5  # the scheduler could place it, but the pool is past Standard's 0.9
+    clock[0] = 1.0
+    gates.pump("pool")
+    assert pool.placed == []
+    chat = asyncio.create_task(_wait(gates, pool, "chat", CRITICAL, level))
+    await wait_for(lambda: gates.depths("pool").get(CRITICAL) == 1, what="chat queued")
+    clock[0] = 1.5  # the next pass (the pump runs at most once per interval of the injected clock)
+    assert isinstance(await asyncio.wait_for(chat, timeout=10), RoutingDecision)
+    assert pool.placed == ["chat"]  # Critical uses the headroom
+    level[0] = 0.5
+    clock[0] = 2.0
+    assert isinstance(await asyncio.wait_for(std, timeout=10), RoutingDecision)
+    assert pool.placed == ["chat", "std"]
+
+
+async def test_must_wait_applies_the_band_threshold_and_never_overtakes_the_queue() -> None:
+    clock = [0.0]
+    gates, pool = _headroom_gates(clock), Pool()
+    assert not gates.must_wait("pool", priority=STANDARD, utilisation=0.5)
+    assert gates.must_wait("pool", priority=STANDARD, utilisation=0.9)
+    assert not gates.must_wait("pool", priority=CRITICAL, utilisation=0.95)
+    queued = asyncio.create_task(_wait(gates, pool, "early", STANDARD))
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="queued")
+    assert gates.must_wait("pool", priority=STANDARD, utilisation=0.1)  # behind its own band's queue
+    assert not gates.must_wait("pool", priority=CRITICAL, utilisation=0.1)
+    queued.cancel()
+    await asyncio.gather(queued, return_exceptions=True)
+    gates.configure(None, retry_after_bounds=(1, 30))
+    assert not gates.must_wait("pool", priority=STANDARD, utilisation=0.99)

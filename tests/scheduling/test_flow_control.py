@@ -333,3 +333,97 @@ def test_a_model_in_two_objectives_is_refused() -> None:
     }
     with pytest.raises(FlowControlError, match=r"objectives\[1\]\.models\[0\]: 'm' already has"):
         FlowControlSettings.from_extension(raw)
+
+
+def _headroom_settings() -> FlowControlSettings:
+    return _settings(
+        bands={
+            CRITICAL: BIG,
+            STANDARD: BandLimits(max_requests=100, max_bytes=1 << 20, ttl_s=30.0, dispatch_below=0.9),
+            SHEDDABLE: BandLimits(max_requests=100, max_bytes=1 << 20, ttl_s=30.0, dispatch_below=0.75),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("priority", "utilisation", "admitted"),
+    [
+        (CRITICAL, 0.0, True),
+        (CRITICAL, 0.99, True),  # Critical may use the whole pool
+        (CRITICAL, 1.0, False),  # but not a saturated one
+        (STANDARD, 0.89, True),
+        (STANDARD, 0.9, False),  # the top tenth is kept for Critical
+        (SHEDDABLE, 0.74, True),
+        (SHEDDABLE, 0.75, False),
+        (SHEDDABLE, 0.8, False),
+        (-7, 0.74, True),  # an unnamed priority uses the nearest band's threshold (Sheddable)
+        (-7, 0.8, False),
+    ],
+)
+def test_band_headroom_admits_below_its_threshold(priority: int, utilisation: float, admitted: bool) -> None:
+    assert FlowController(_headroom_settings()).admits(priority, utilisation) is admitted
+
+
+def test_peek_with_utilisation_holds_lower_bands_back_and_never_lets_them_overtake() -> None:
+    fc = FlowController(_headroom_settings())
+    _offer(fc, "s", SHEDDABLE)
+    _offer(fc, "n", STANDARD)
+    assert fc.peek(0.0, utilisation=0.95) is None  # Standard waits while the pool is past 0.9
+    item = fc.peek(0.0, utilisation=0.8)
+    assert item is not None
+    assert item.request_id == "n"
+    fc.take(item, 0.0)
+    assert fc.peek(0.0, utilisation=0.8) is None  # Sheddable still holds back at 0.8
+    item = fc.peek(0.0, utilisation=0.5)
+    assert item is not None
+    assert item.request_id == "s"
+    _offer(fc, "c", CRITICAL)
+    item = fc.peek(0.0, utilisation=0.97)
+    assert item is not None
+    assert item.request_id == "c"
+    assert fc.peek(0.0) is item  # without a utilisation the headroom rule is not applied
+
+
+def test_queued_at_or_above_counts_the_work_an_arrival_must_not_overtake() -> None:
+    fc = FlowController(_headroom_settings())
+    _offer(fc, "s", SHEDDABLE)
+    _offer(fc, "n1", STANDARD)
+    _offer(fc, "n2", STANDARD)
+    assert (fc.queued_at_or_above(CRITICAL), fc.queued_at_or_above(STANDARD)) == (0, 2)
+    assert fc.queued_at_or_above(SHEDDABLE) == 3
+
+
+def test_default_bands_keep_a_tenth_of_the_pool_for_critical() -> None:
+    fc = FlowController(FlowControlSettings())
+    assert fc.admits(CRITICAL, 0.95)
+    assert not fc.admits(STANDARD, 0.9)
+    assert not fc.admits(SHEDDABLE, 0.9)
+    assert fc.admits(SHEDDABLE, 0.85)
+
+
+def test_listed_bands_default_to_no_headroom_and_read_dispatch_below() -> None:
+    raw = {"bands": [{"priority": 1}, {"priority": 0, "dispatchBelow": 0.8}]}
+    assert validate_document(_flow_doc(raw)) == []
+    s = FlowControlSettings.from_extension(raw)
+    assert (s.bands[1].dispatch_below, s.bands[0].dispatch_below) == (1.0, 0.8)
+
+
+@pytest.mark.parametrize("bad", [0, 0.005, 1.5, -0.1])
+def test_schema_rejects_dispatch_below_outside_the_unit_interval(bad: float) -> None:
+    problems = validate_document(_flow_doc({"bands": [{"priority": 0, "dispatchBelow": bad}]}))
+    assert "spec.extensions.flowControl.bands[0].dispatchBelow" in {p.path for p in problems}
+
+
+def test_a_lower_band_with_more_room_than_a_higher_one_is_refused_naming_the_entry() -> None:
+    raw = {"bands": [{"priority": 0, "dispatchBelow": 0.9}, {"priority": 1, "dispatchBelow": 0.8}]}
+    with pytest.raises(FlowControlError, match=r"spec\.extensions\.flowControl\.bands\[1\]\.dispatchBelow"):
+        FlowControlSettings.from_extension(raw)
+    with pytest.raises(FlowControlError, match=r"flowControl\.bands\[0\]\.dispatchBelow"):
+        _settings(
+            bands={
+                CRITICAL: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0, dispatch_below=0.5),
+                STANDARD: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0, dispatch_below=0.6),
+            }
+        )
+    with pytest.raises(FlowControlError, match=r"flowControl\.bands\[0\]\.dispatchBelow must be in"):
+        _settings(bands={STANDARD: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0, dispatch_below=0.0)})

@@ -7,6 +7,8 @@ bands (Critical chat, Standard, Sheddable batch) at a multiple of its capacity. 
 * ``flow-control``: the gateway's real :class:`~igw.scheduling.flow_control.FlowController` (band
   queues, tenant round-robin, capacity limits, TTL, displacement) decides who waits, who is shed and
   who goes next when a slot frees;
+* ``flow-control-no-headroom``: the same with every band's ``dispatch_below`` at 1.0, so lower bands
+  fill the pool up to saturation and a Critical arrival waits for a slot to finish;
 * ``no-flow-control``: today's gateway without ``flowControl``: a request that finds the pool
   saturated gets 429 at once, whatever its band;
 * ``round-robin``: no admission at all; the model servers queue everything in arrival order.
@@ -18,6 +20,7 @@ this model leaves out on purpose (it compares policies, not the scrape loop).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from collections import deque
@@ -38,6 +41,7 @@ from igw.scheduling.flow_control import (
 
 class Admission(StrEnum):
     FLOW_CONTROL = "flow-control"
+    NO_HEADROOM = "flow-control-no-headroom"
     NO_FLOW_CONTROL = "no-flow-control"
     ROUND_ROBIN = "round-robin"
 
@@ -101,6 +105,8 @@ class Outcome:
     admission: Admission
     ttft_s: dict[int, float] = field(default_factory=dict)
     """Request index -> time to first token, for requests that were served."""
+    wait_s: dict[int, float] = field(default_factory=dict)
+    """Request index -> time from arrival to holding a slot (the rest of its TTFT is prefill)."""
     shed: set[int] = field(default_factory=set)
     depth_samples: list[tuple[float, dict[int, int]]] = field(default_factory=list)
 
@@ -141,7 +147,11 @@ def simulate(
 ) -> Outcome:
     """Replay ``requests`` through one admission policy; virtual time, no I/O."""
     outcome = Outcome(admission)
-    controller = FlowController(settings or FlowControlSettings())
+    settings = settings or FlowControlSettings()
+    if admission is Admission.NO_HEADROOM:
+        settings = without_headroom(settings)
+    controller = FlowController(settings)
+    flow = admission in (Admission.FLOW_CONTROL, Admission.NO_HEADROOM)
     engine_queue: deque[Arrival] = deque()
     busy = 0
     events: list[tuple[float, int, int]] = [(r.at, _ARRIVE, r.index) for r in requests]
@@ -155,6 +165,7 @@ def simulate(
     def start(request: Arrival, now: float) -> None:
         nonlocal busy
         busy += 1
+        outcome.wait_s[request.index] = now - request.at
         outcome.ttft_s[request.index] = now - request.at + request.prefill_s
         heapq.heappush(events, (now + request.service_s, _FINISH, request.index))
 
@@ -164,31 +175,33 @@ def simulate(
 
     while events:
         now, kind, index = heapq.heappop(events)
-        if admission is Admission.FLOW_CONTROL:
+        if flow:
             shed_all(tuple(controller.expire(now)))
         if kind == _SAMPLE:
-            depths = (
-                controller.depths() if admission is Admission.FLOW_CONTROL else {STANDARD: len(engine_queue)}
-            )
+            depths = controller.depths() if flow else {STANDARD: len(engine_queue)}
             outcome.depth_samples.append((now, depths))
             continue
         if kind == _FINISH:
             busy -= 1
             if admission is Admission.ROUND_ROBIN and engine_queue:
                 start(engine_queue.popleft(), now)
-            elif admission is Admission.FLOW_CONTROL:
-                while busy < scenario.slots and (item := controller.peek(now)) is not None:
+            elif flow:
+                while (item := controller.peek(now, utilisation=busy / scenario.slots)) is not None:
                     controller.take(item, now)
                     start(by_index[int(item.request_id)], now)
             continue
         request = by_index[index]
-        if busy < scenario.slots and not (admission is Admission.FLOW_CONTROL and len(controller)):
+        if flow:
+            utilisation = busy / scenario.slots
+            if controller.admits(request.priority, utilisation) and not controller.queued_at_or_above(
+                request.priority
+            ):
+                start(request, now)
+                continue
+        elif busy < scenario.slots:
             start(request, now)
-        elif admission is Admission.ROUND_ROBIN:
-            engine_queue.append(request)
-        elif admission is Admission.NO_FLOW_CONTROL:
-            outcome.shed.add(index)
-        else:
+            continue
+        if flow:
             offer = controller.offer(
                 request_id=str(index),
                 priority=request.priority,
@@ -199,4 +212,14 @@ def simulate(
             shed_all(offer.displaced)
             if not offer.queued:
                 outcome.shed.add(index)
+        elif admission is Admission.ROUND_ROBIN:
+            engine_queue.append(request)
+        else:
+            outcome.shed.add(index)
     return outcome
+
+
+def without_headroom(settings: FlowControlSettings) -> FlowControlSettings:
+    """``settings`` with every band dispatching until the pool is saturated."""
+    bands = {p: dataclasses.replace(b, dispatch_below=1.0) for p, b in settings.bands.items()}
+    return dataclasses.replace(settings, bands=bands)

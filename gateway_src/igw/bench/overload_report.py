@@ -32,6 +32,7 @@ from igw.bench.overload_des import (
 )
 from igw.bench.overload_live import LiveArm, run_live_overload
 from igw.bench.stats import percentile
+from igw.scheduling.flow_control import FlowControlSettings
 
 UNLOADED_LOAD: Final = 0.5
 CRITICAL_P99_BOUND: Final = 2.0
@@ -153,13 +154,39 @@ class OverloadReport:
         p99 = self.critical_p99(Admission.FLOW_CONTROL)
         return p99 is not None and p99 <= CRITICAL_P99_BOUND * self.unloaded_critical_p99_s
 
+    def served_rps(self, policy: str) -> float:
+        """Requests that got a slot per second while traffic was offered (the pool's goodput).
 
-def run_overload(scenario: OverloadScenario, *, seed: int) -> OverloadReport:
+        Starts after the offered period (a queue draining once arrivals stop) do not count, so a
+        policy that only defers work is not credited with it.
+        """
+        outcome = self.outcomes[policy]
+        window = self.scenario.duration_s
+        started = sum(
+            1 for r in self.requests if r.index in outcome.wait_s and r.at + outcome.wait_s[r.index] < window
+        )
+        return started / window
+
+    def critical_wait_p99(self, policy: str) -> float | None:
+        """P99 of the Critical band's wait for a slot (TTFT minus prefill): the gateway's share."""
+        outcome = self.outcomes[policy]
+        waits = sorted(
+            outcome.wait_s[r.index]
+            for r in self.requests
+            if BAND_NAMES.get(r.priority) == "Critical" and r.index in outcome.wait_s
+        )
+        return percentile(waits, 99) if waits else None
+
+
+def run_overload(
+    scenario: OverloadScenario, *, seed: int, settings: FlowControlSettings | None = None
+) -> OverloadReport:
+    """Every policy on one request list; flow control with ``settings`` (default: the defaults)."""
     requests = arrivals(scenario, seed)
-    outcomes = {a.value: simulate(scenario, requests, a) for a in Admission}
+    outcomes = {a.value: simulate(scenario, requests, a, settings) for a in Admission}
     unloaded = dataclasses.replace(scenario, load=UNLOADED_LOAD)
     calm_requests = arrivals(unloaded, seed)
-    calm = simulate(unloaded, calm_requests, Admission.FLOW_CONTROL)
+    calm = simulate(unloaded, calm_requests, Admission.FLOW_CONTROL, settings)
     calm_critical = band_rows(calm, calm_requests)[0]
     bands = [row for outcome in outcomes.values() for row in band_rows(outcome, requests)]
     return OverloadReport(
@@ -207,6 +234,16 @@ def markdown(report: OverloadReport, command: str) -> str:
         f"Critical P99 TTFT unloaded ({UNLOADED_LOAD:.0%} load, flow control): "
         f"{report.unloaded_critical_p99_s:.3f} s; under overload with flow control: {_s(p99)} s; "
         f"ratio {ratio} (bound {CRITICAL_P99_BOUND:g}x: {verdict}).",
+        "",
+        "Where the Critical P99 goes, and what each policy costs in served requests:",
+        "",
+        "| policy | Critical P99 wait for a slot s | started req/s | started / capacity |",
+        "|---|---|---|---|",
+        *(
+            f"| {policy} | {_s(report.critical_wait_p99(policy))} | {report.served_rps(policy):.2f} "
+            f"| {report.served_rps(policy) / sc.capacity_rps:.1%} |"
+            for policy in report.outcomes
+        ),
         "",
         "Tenants under flow control (served vs max-min fair share of the band's served requests):",
         "",
@@ -277,6 +314,8 @@ def run_overload_command(*, out: Path, quick: bool, seed: int, command: str) -> 
         "tenants": [{**dataclasses.asdict(t), "ratio": t.ratio} for t in report.tenants],
         "unloaded_critical_p99_s": report.unloaded_critical_p99_s,
         "critical_within_bound": report.critical_within_bound,
+        "served_rps": {policy: report.served_rps(policy) for policy in report.outcomes},
+        "critical_wait_p99_s": {policy: report.critical_wait_p99(policy) for policy in report.outcomes},
     }
     (out / "overload-priority.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     for path in plot(report, out):

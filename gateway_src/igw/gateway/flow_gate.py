@@ -9,6 +9,11 @@ through the scraped metrics, the same signal the saturation check uses for new a
 
 A waiter that is cancelled (its client disconnected) leaves its queue at once.
 
+Per-band headroom (``dispatchBelow``) needs the pool's utilisation, which only the request path
+can read (it owns the scheduler and the pool's views): it hands a :data:`Utilisation` probe to
+:meth:`FlowGates.wait`, and asks :meth:`FlowGates.must_wait` whether an arrival the scheduler did
+not call saturated must still queue. Without a probe the gate dispatches on saturation alone.
+
 The ``tenant`` label of the rejection counter is bounded (:class:`TenantLabels`): the tenant may be
 a client-chosen header value, and every distinct label value is a new time series.
 """
@@ -42,6 +47,8 @@ OTHER_TENANT: Final = "other"
 
 Picker = Callable[[], RoutingDecision]
 """Re-runs the scheduler for one queued request against the pool as it is now."""
+Utilisation = Callable[[], float]
+"""Reads the pool's load now, as a fraction of its saturation point (1.0: saturated)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +126,8 @@ class FlowGates:
         self._controllers: dict[str, FlowController] = {}
         self._waiters: dict[str, _Waiter] = {}
         self._last_pump: dict[str, float] = {}
+        self._utilisation: dict[str, Utilisation] = {}
+        """The latest utilisation probe each scheduler's waiters brought (for headroom)."""
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -147,6 +156,21 @@ class FlowGates:
             by_tenant=s.tenant_priorities,
         )
 
+    def must_wait(self, scheduler: str, *, priority: int, utilisation: float) -> bool:
+        """Whether an arrival the scheduler could place must queue anyway.
+
+        It must when its band keeps headroom for higher bands and the pool is at or past the band's
+        ``dispatchBelow``, or when work of its own or a higher band is already queued (an arrival
+        never overtakes it).
+        """
+        settings = self.settings
+        if settings is None:
+            return False
+        controller = self._controllers.get(scheduler)
+        if controller is None:
+            return utilisation >= settings.limits_for(priority).dispatch_below
+        return not controller.admits(priority, utilisation) or controller.queued_at_or_above(priority) > 0
+
     async def wait(
         self,
         *,
@@ -157,11 +181,18 @@ class FlowGates:
         size_bytes: int,
         max_queue_s: float | None,
         pick: Picker,
+        utilisation: Utilisation | None = None,
     ) -> RoutingDecision | Refused:
-        """Queue the request and wait for a picked decision or a refusal."""
+        """Queue the request and wait for a picked decision or a refusal.
+
+        With ``utilisation``, queued requests dispatch only while their band's headroom rule
+        admits them (see :meth:`FlowController.peek`), besides the scheduler placing them.
+        """
         settings = self.settings
         if settings is None:  # turned off by a reload between the caller's check and now
             return Refused(ShedReason.QUEUE_FULL, 1, priority)
+        if utilisation is not None:
+            self._utilisation[scheduler] = utilisation
         controller = self._controllers.get(scheduler)
         if controller is None:
             controller = self._controllers[scheduler] = FlowController(settings)
@@ -218,7 +249,8 @@ class FlowGates:
         self._shed(scheduler, controller, tuple(controller.expire(now)))
         budget = self.settings.dispatch_per_endpoint if self.settings is not None else 1
         taken: collections.Counter[str | None] = collections.Counter()
-        while (item := controller.peek(now)) is not None:
+        probe = self._utilisation.get(scheduler)
+        while (item := controller.peek(now, utilisation=None if probe is None else probe())) is not None:
             waiter = self._waiters.get(item.request_id)
             if waiter is None:  # its task is gone without cancelling (should not happen): drop it
                 controller.cancel(item.request_id)

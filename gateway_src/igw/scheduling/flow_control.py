@@ -10,6 +10,10 @@ should go next, tries to place it, and commits with :meth:`FlowController.take` 
   the band can use one strict global order instead;
 * within a tenant, first-come-first-served or earliest-deadline-first;
 * capacity is bounded per band and globally, in requests and in bytes;
+* a band may hold *headroom* for the bands above it: its requests dispatch (from the queue or
+  straight on arrival) only while the pool's utilisation is below the band's ``dispatch_below``
+  fraction, so when lower bands have filled the pool up to their threshold, a higher-band arrival
+  still finds a free slot instead of waiting for one to finish (:meth:`FlowController.admits`);
 * a queued request leaves when its TTL (the band's, or the client's deadline when shorter) passes,
   or at once when its client goes away (:meth:`FlowController.cancel`).
 
@@ -50,6 +54,9 @@ EXTENSION_NAME: Final = "flowControl"
 DISPATCH_WINDOW_S: Final = 10.0
 """How far back dispatches count towards the dispatch rate behind a shed request's ``Retry-After``."""
 DEFAULT_POLL_INTERVAL: Final = "20ms"
+DEFAULT_DISPATCH_BELOW: Final = 0.9
+"""The named Standard and Sheddable bands' ``dispatch_below``: a tenth of the pool stays free for
+Critical arrivals once the lower bands have filled the rest."""
 
 
 class FlowControlError(IgwSchedulingError, ValueError):
@@ -84,6 +91,10 @@ class BandLimits:
     max_requests: int
     max_bytes: int
     ttl_s: float
+    dispatch_below: float = 1.0
+    """The band dispatches only while the pool's utilisation (a fraction of its saturation point)
+    is below this; 1.0 dispatches until the pool is saturated, a smaller value keeps the rest of the
+    pool free for higher bands."""
 
     def check(self, where: str) -> None:
         if self.max_requests < 1:
@@ -92,6 +103,8 @@ class BandLimits:
             raise FlowControlError(f"{where}.maxBytes must be at least 1, got {self.max_bytes}")
         if not self.ttl_s > 0:
             raise FlowControlError(f"{where}.ttl must be positive, got {self.ttl_s:g}s")
+        if not 0.0 < self.dispatch_below <= 1.0:
+            raise FlowControlError(f"{where}.dispatchBelow must be in (0, 1], got {self.dispatch_below:g}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,8 +114,12 @@ class FlowControlSettings:
     bands: Mapping[int, BandLimits] = field(
         default_factory=lambda: {
             CRITICAL: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=60.0),
-            STANDARD: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=30.0),
-            SHEDDABLE: BandLimits(max_requests=128, max_bytes=32 << 20, ttl_s=10.0),
+            STANDARD: BandLimits(
+                max_requests=256, max_bytes=64 << 20, ttl_s=30.0, dispatch_below=DEFAULT_DISPATCH_BELOW
+            ),
+            SHEDDABLE: BandLimits(
+                max_requests=128, max_bytes=32 << 20, ttl_s=10.0, dispatch_below=DEFAULT_DISPATCH_BELOW
+            ),
         }
     )
     max_requests: int = 512
@@ -143,7 +160,9 @@ class FlowControlSettings:
                     max_requests=int(band.get("maxRequests", 256)),
                     max_bytes=int(band.get("maxBytes", 64 << 20)),
                     ttl_s=_duration(band.get("ttl", "30s"), f"{where}.bands[{i}].ttl"),
+                    dispatch_below=float(band.get("dispatchBelow", 1.0)),
                 )
+            _check_headroom_order(raw["bands"], where)
         objectives: dict[str, int] = {}
         by_model: dict[str, int] = {}
         by_tenant: dict[str, int] = {}
@@ -184,6 +203,14 @@ class FlowControlSettings:
             raise FlowControlError("flowControl.bands must name at least one band")
         for priority, limits in self.bands.items():
             limits.check(f"flowControl.bands[{priority}]")
+        ordered = sorted(self.bands.items())
+        for (low, low_limits), (high, high_limits) in itertools.pairwise(ordered):
+            if low_limits.dispatch_below > high_limits.dispatch_below:
+                raise FlowControlError(
+                    f"flowControl.bands[{low}].dispatchBelow ({low_limits.dispatch_below:g}) is above "
+                    f"that of the higher band {high} ({high_limits.dispatch_below:g}): a lower band "
+                    "cannot keep headroom from a higher one"
+                )
         if self.max_requests < 1:
             raise FlowControlError(f"flowControl.maxRequests must be at least 1, got {self.max_requests}")
         if self.max_bytes < 1:
@@ -200,6 +227,19 @@ class FlowControlSettings:
             return exact
         nearest = min(self.bands, key=lambda p: (abs(p - priority), p))
         return self.bands[nearest]
+
+
+def _check_headroom_order(bands: list[Mapping[str, Any]], where: str) -> None:
+    """Refuse a lower band whose ``dispatchBelow`` is above a higher band's, naming the entry."""
+    indexed = sorted(enumerate(bands), key=lambda ib: int(ib[1]["priority"]))
+    for (_, low), (j, high) in itertools.pairwise(indexed):
+        low_value = float(low.get("dispatchBelow", 1.0))
+        high_value = float(high.get("dispatchBelow", 1.0))
+        if low_value > high_value:
+            raise FlowControlError(
+                f"{where}.bands[{j}].dispatchBelow: {high_value:g} is below the {low_value:g} of the lower "
+                f"priority {int(low['priority'])}; a lower band cannot keep headroom from a higher one"
+            )
 
 
 def _duration(text: str, where: str) -> float:
@@ -351,6 +391,18 @@ class FlowController:
     def __contains__(self, request_id: object) -> bool:
         return request_id in self._by_id
 
+    def admits(self, priority: int, utilisation: float) -> bool:
+        """Whether a request of ``priority`` may be dispatched now, by its band's headroom rule.
+
+        ``utilisation`` is the pool's load as a fraction of its saturation point (1.0: saturated),
+        measured before this dispatch.
+        """
+        return utilisation < self.settings.limits_for(priority).dispatch_below
+
+    def queued_at_or_above(self, priority: int) -> int:
+        """Requests waiting in bands of ``priority`` or higher (an arrival must not overtake them)."""
+        return sum(b.count for p, b in self._bands.items() if p >= priority)
+
     # -- arrivals ---------------------------------------------------------------------------
     def offer(
         self,
@@ -418,11 +470,18 @@ class FlowController:
         return victims
 
     # -- departures -------------------------------------------------------------------------
-    def peek(self, now: float) -> QueuedRequest | None:
-        """The request that should dispatch next (highest band, its tenant's turn), not removed."""
+    def peek(self, now: float, *, utilisation: float | None = None) -> QueuedRequest | None:
+        """The request that should dispatch next (highest band, its tenant's turn), not removed.
+
+        With ``utilisation`` (see :meth:`admits`), ``None`` when the highest waiting band must hold
+        back for headroom: bands below it hold back too (their thresholds are never higher), and
+        a lower band never overtakes a higher one.
+        """
         for priority in sorted(self._bands, reverse=True):
             head = self._bands[priority].head(self.settings.fairness, self.settings.ordering)
             if head is not None:
+                if utilisation is not None and not self.admits(priority, utilisation):
+                    return None
                 return head
         return None
 
