@@ -152,3 +152,32 @@ async def test_access_log_names_band_tenant_and_queue_time(
     entry = next(e for e in entries if e.get("priority") is not None)
     assert (entry["priority"], entry["tenant"], entry["status"]) == (10, "acme", 200)
     assert entry["queue_ms"] > 0
+
+
+async def test_lower_bands_leave_headroom_for_critical_below_saturation(gateway: Any) -> None:
+    """Default bands: Standard dispatches only below 0.9 of the saturation point, Critical up to it.
+    The pod's KV at 0.76 (0.95 of the 0.8 threshold) is not saturated, so without headroom both
+    would be sent at once."""
+    d = config_doc([scheduler("pool", MODEL)])
+    d["spec"]["extensions"]["flowControl"] = {"pollInterval": "10ms"}
+    async with running(FakeModelServer("a", kv=0.76)) as (a,), gateway(d, {"pool": [a.key]}) as gw:
+        standard = asyncio.create_task(send(gw, "Standard"))
+        await wait_for(lambda: queued(gw) == {0: 1}, what="the Standard request held back")
+        status, _, _ = await asyncio.wait_for(send(gw, "Critical"), timeout=15)
+        assert status == 200  # Critical uses the reserved room at once
+        assert not standard.done()
+        assert len(a.received) == 1
+        a.kv = 0.1  # the pool drains below 0.9: the held request goes
+        status, _, _ = await asyncio.wait_for(standard, timeout=15)
+        assert status == 200
+        assert len(a.received) == 2
+
+
+async def test_every_band_at_one_dispatches_until_saturation_as_before(gateway: Any) -> None:
+    d = config_doc([scheduler("pool", MODEL)])
+    bands = [{"priority": p, "dispatchBelow": 1.0} for p in (1, 0, -1)]
+    d["spec"]["extensions"]["flowControl"] = {"pollInterval": "10ms", "bands": bands}
+    async with running(FakeModelServer("a", kv=0.76)) as (a,), gateway(d, {"pool": [a.key]}) as gw:
+        status, _, _ = await asyncio.wait_for(send(gw, "Sheddable"), timeout=15)
+        assert status == 200
+        assert len(a.received) == 1

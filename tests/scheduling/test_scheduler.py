@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from igw.scheduling.factory import scheduler_from_weights
+from igw.scheduling.factory import scheduler_from_picker_config, scheduler_from_weights
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.settings import RoutingSettings
-from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingPolicy
+from igw.scheduling.types import DecisionKind, EndpointView, RequestOutcome, RoutingPolicy
 from tests.scheduling.helpers import ep, req
 
 SETTINGS = RoutingSettings(stale_threshold_s=1.0)
@@ -225,3 +225,49 @@ def test_weighted_sum_adds_columns_in_order_exactly(count: int) -> None:
     for _, w, values in columns:
         one_at_a_time = _add_weighted(one_at_a_time, values, w)
     assert _weighted_sum(columns, 50) == one_at_a_time
+
+
+@pytest.mark.parametrize(
+    ("endpoints", "expected"),
+    [
+        ([ep("a", waiting=0, kv=0.0)], 0.0),
+        ([ep("a", waiting=3, kv=0.0)], 0.5),  # 3 of the 6 places before the queue threshold (5) is passed
+        ([ep("a", waiting=6, kv=0.0)], 1.0),  # over the threshold: no spare capacity, as the 429 rule says
+        ([ep("a", waiting=60, kv=0.0)], 1.0),  # capped: one overloaded pod is not worth more than full
+        ([ep("a", waiting=0, kv=0.4)], 0.5),  # KV against its 0.8 threshold
+        ([ep("a", waiting=3, kv=0.72)], 0.9),  # the larger of the two
+        ([ep("a", waiting=6, kv=0.0), ep("b", waiting=0, kv=0.0)], 0.5),  # mean over the pool
+        ([ep("a", waiting=0, kv=0.0), ep("b", waiting=60, kv=0.0, scraped_at=-5.0)], 0.0),  # stale: left out
+        ([ep("a", waiting=0, kv=0.0, scraped_at=-5.0)], 1.0),  # nothing fresh: nothing to dispatch on
+        ([ep("a", waiting=None, kv=None)], 0.0),  # signals missing: no evidence of load
+    ],
+)
+def test_utilisation_is_the_pools_load_as_a_fraction_of_saturation(
+    endpoints: list[EndpointView], expected: float
+) -> None:
+    assert sched().utilisation(endpoints, now=0.0) == pytest.approx(expected)
+
+
+def test_utilisation_counts_dispatches_the_scrapes_have_not_shown() -> None:
+    s = sched()
+    pool = [ep("a", waiting=0, kv=0.0, scraped_at=0.0)]
+    for i in range(3):
+        decision = s.pick(req(request_id=f"r{i}"), pool, now=0.1)
+        assert decision.endpoint == "a"
+    assert s.utilisation(pool, now=0.1) == pytest.approx(0.5)  # 3 dispatches since the page
+    assert (
+        s.utilisation([ep("a", waiting=0, kv=0.0, scraped_at=0.2)], now=0.2) == 0.0
+    )  # a new page shows them
+
+
+def test_utilisation_with_a_saturation_detector_is_its_level_capped_at_one() -> None:
+    s = scheduler_from_picker_config(
+        {
+            "plugins": [{"type": "queue-scorer"}, {"name": "sat", "type": "utilization-detector"}],
+            "saturationDetector": {"pluginRef": "sat"},  # the reference's defaults: queue 5, KV 0.8
+        },
+        rng=random.Random(1),
+    )
+    pool = [ep("a", waiting=5, kv=0.0), ep("b", waiting=0, kv=0.4)]
+    assert s.utilisation(pool, now=0.0) == pytest.approx(0.75)  # mean of 5/5 and 0.4/0.8
+    assert s.utilisation([ep("a", waiting=40, kv=0.0)], now=0.0) == 1.0

@@ -20,7 +20,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -194,12 +194,21 @@ async def _route(
             decision=decision,
             elapsed_s=elapsed,
         )
-    if decision.kind is DecisionKind.SATURATED:
+    flow_on = rt.flow_settings is not None
+    if decision.kind is DecisionKind.SATURATED or flow_on:
         bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
         state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
-    if decision.kind is DecisionKind.SATURATED and state.flow.settings is not None:
+    priority: int | None = None
+    if flow_on and decision.kind is DecisionKind.PICKED:
+        # Per-band headroom: a band that keeps room for higher ones queues past its dispatchBelow,
+        # and no arrival overtakes queued work of its own or a higher band.
+        priority = _priority(request, state, principal, rreq)
+        held = state.flow.must_wait(sr.spec.name, priority=priority, utilisation=_utilisation(state, sr)())
+    else:
+        held = False
+    if (decision.kind is DecisionKind.SATURATED or held) and state.flow.settings is not None:
         queued_at = state.clock()
-        queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw), obs)
+        queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw), obs, priority)
         waited_s = state.clock() - queued_at
         obs.waited(waited_s, queued.reason.value if isinstance(queued, Refused) else queued)
         if log is not None and not isinstance(queued, Refused):  # why this pod, after the queue
@@ -252,12 +261,14 @@ async def _wait_in_queue(
     rreq: RoutingRequest,
     size_bytes: int,
     obs: RequestObserver,
+    priority: int | None,
 ) -> RoutingDecision | Refused:
     """Wait in the request's flow-control band until the pool can take it (or it is shed)."""
     headers = request.headers
     max_queue_ms = headers.get(MAX_QUEUE_MS_HEADER, "")
     tenant = principal.tenant or headers.get(FAIRNESS_HEADER) or ""
-    priority = state.flow.priority(headers, model=rreq.model, tenant=tenant)
+    if priority is None:
+        priority = _priority(request, state, principal, rreq)
     obs.record.priority = priority
     obs.record.tenant = tenant
     return await state.flow.wait(
@@ -268,7 +279,19 @@ async def _wait_in_queue(
         size_bytes=size_bytes,
         max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
         pick=lambda: sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock()),
+        utilisation=_utilisation(state, sr),
     )
+
+
+def _priority(request: web.Request, state: GatewayState, principal: Principal, rreq: RoutingRequest) -> int:
+    """The request's flow-control band (objective header, else its model's or tenant's objective)."""
+    tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER) or ""
+    return state.flow.priority(request.headers, model=rreq.model, tenant=tenant)
+
+
+def _utilisation(state: GatewayState, sr: SchedulerRuntime) -> Callable[[], float]:
+    """A probe of the pool's load now, as a fraction of its saturation point (per-band headroom)."""
+    return lambda: sr.scheduler.utilisation(sr.pool.views(), now=state.clock())
 
 
 async def _forward(

@@ -115,6 +115,38 @@ class Scheduler:
             return False
         return now - endpoint.scraped_at <= self.settings.stale_threshold_s
 
+    def utilisation(self, endpoints: Sequence[EndpointView], *, now: float) -> float:
+        """The pool's load as a fraction of its saturation point (1.0: saturated), read by flow
+        control's per-band headroom (``dispatchBelow``).
+
+        With a saturation-detector plugin: its level over the fresh endpoints. Otherwise the mean over
+        fresh endpoints of ``max((waiting + unreflected dispatches) / (queue threshold + 1), KV / KV
+        threshold)``, each capped at 1 - so 1.0 exactly when the built-in rule finds no endpoint with
+        spare capacity, and dispatches the scrapes have not shown yet count as queued (a burst is not
+        let through on stale pages). No fresh endpoint: 1.0.
+        """
+        fresh = [e for e in endpoints if self.is_fresh(e, now)]
+        if not fresh:
+            return 1.0
+        if self.ledger is not None:
+            fresh = self.ledger.annotate(fresh, now=now)
+        detector = self.profile.detector
+        if detector is not None:
+            return min(1.0, detector.saturation(fresh, now=now))
+        s = self.settings
+        slots = s.queue_depth_threshold + 1
+        kv_thr = s.kv_cache_util_threshold
+        total = 0.0
+        for e in fresh:
+            m = e.metrics
+            assert m is not None  # fresh endpoints have metrics
+            queued = max(0, m.waiting or 0) + max(0, e.unreflected_dispatches)
+            load = queued / slots
+            if m.kv_usage is not None and kv_thr > 0:
+                load = max(load, m.kv_usage / kv_thr)
+            total += min(1.0, load)
+        return total / len(fresh)
+
     def pick(
         self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
     ) -> RoutingDecision:
