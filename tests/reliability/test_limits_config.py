@@ -64,11 +64,15 @@ def test_config_sets_the_limits_and_an_option_overrides_a_field(tmp_path: Path) 
     assert overridden.max_headers == 50  # fields without an option keep the config's value
 
 
-def test_out_of_range_durations_are_refused_naming_each_field() -> None:
+def test_out_of_range_values_are_refused_naming_each_field() -> None:
     with pytest.raises(ServerLimitsError) as caught:
-        server_limits({"keepAliveTimeout": "5m", "headerTimeout": "0s", "bodyTimeout": "soon"}, NO_OPTIONS)
+        server_limits(
+            {"keepAliveTimeout": "5m", "headerTimeout": "0s", "bodyTimeout": "soon", "maxHeaderBytes": 8190},
+            NO_OPTIONS,
+        )
     problems = caught.value.problems
-    assert len(problems) == 3
+    assert len(problems) == 4
+    assert any(p.startswith(f"{PATH}.maxHeaderBytes: must differ from 8190") for p in problems)
     assert any(p.startswith(f"{PATH}.keepAliveTimeout: at most 120s") for p in problems)
     assert any(p.startswith(f"{PATH}.headerTimeout: must be greater than 0s") for p in problems)
     assert any(p.startswith(f"{PATH}.bodyTimeout: invalid duration") for p in problems)
@@ -82,7 +86,7 @@ def test_a_bad_option_is_refused_naming_the_option() -> None:
 @pytest.mark.parametrize(
     ("limits", "field"),
     [
-        ({"maxHeaderBytes": 8190}, "maxHeaderBytes"),
+        ({"maxHeaderBytes": 512}, "maxHeaderBytes"),
         ({"maxConnections": 0}, "maxConnections"),
         ({"headerTimeout": "10"}, "headerTimeout"),
         ({"readTimeout": "10s"}, "readTimeout"),

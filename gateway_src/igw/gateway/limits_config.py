@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from igw.config.durations import parse_duration
 from igw.errors import IgwGatewayError
-from igw.gateway.serving import ServerLimits
+from igw.gateway.serving import MAX_REQUEST_LINE_BYTES, ServerLimits
 
 EXTENSION_NAME: Final = "serverLimits"
 PATH: Final = f"spec.extensions.{EXTENSION_NAME}"
@@ -78,6 +78,11 @@ def _from_extension(raw: Mapping[str, Any], problems: list[str]) -> dict[str, fl
             values[f.attribute] = seconds
         elif isinstance(value, bool) or not isinstance(value, int):
             problems.append(f"{where}: must be an integer (got {value!r})")
+        elif f.key == "maxHeaderBytes" and value == MAX_REQUEST_LINE_BYTES:
+            # Not expressible in a structural CRD schema (no ``not``), so checked here.
+            problems.append(
+                f"{where}: must differ from {MAX_REQUEST_LINE_BYTES}, the request-line limit (got {value})"
+            )
         else:
             values[f.attribute] = value
     return values
