@@ -4,12 +4,16 @@ HTTP never echoes the request; no token reaches any response or any line the pro
 from __future__ import annotations
 
 import asyncio
+import gzip
 import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 import jwt
 import orjson
+import pytest
 from aiohttp import web
 
 from igw.sim.live import run_fleet
@@ -154,3 +158,51 @@ async def test_headers_named_in_connection_are_not_forwarded_either_way(tmp_path
     forwarded = {k.lower(): v for k, v in pod.received[-1].headers.items()}
     assert "x-hop-secret" not in forwarded
     assert forwarded.get("x-kept") == "1"
+
+
+@pytest.mark.parametrize(("encoding", "compress"), [("gzip", gzip.compress), ("deflate", zlib.compress)])
+async def test_compressed_request_bodies_are_forwarded_decoded(
+    tmp_path: Path, encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    document = {"model": MODEL, "prompt": "compressed", "max_tokens": 3}
+    async with (
+        running(FakeModelServer("a")) as (pod,),
+        igw_serve(tmp_path, gateway_doc(), [pod.key]) as gw,
+        aiohttp.ClientSession() as http,
+    ):
+        resp = await http.post(
+            gw.url + "/v1/completions",
+            data=compress(orjson.dumps(document)),
+            headers={"Content-Encoding": encoding, "Content-Type": "application/json"},
+        )
+        assert resp.status == 200, await resp.text()
+    received = pod.received[-1]
+    assert "content-encoding" not in {k.lower() for k in received.headers}
+    assert orjson.loads(received.body) == document
+
+
+BODIES_THAT_CANNOT_BE_READ = {
+    "corrupt gzip": b"Content-Encoding: gzip\r\nContent-Length: 9\r\n\r\n\x1f\x8bgarbage",
+    "corrupt deflate": b"Content-Encoding: deflate\r\nContent-Length: 7\r\n\r\ngarbage",
+    "broken chunk size": b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\n",
+}
+
+
+async def test_a_body_that_cannot_be_read_gets_an_openai_400_and_no_traceback(tmp_path: Path) -> None:
+    async with (
+        running(FakeModelServer("a")) as (pod,),
+        igw_serve(tmp_path, gateway_doc(), [pod.key]) as gw,
+    ):
+        for name, rest in BODIES_THAT_CANNOT_BE_READ.items():
+            head = f"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: {BEARER}\r\n".encode()
+            status, headers, body = await raw_exchange(gw.url, head + rest)
+            assert status == 400, (name, body)
+            assert_openai_error(status, headers, body, code="bad_http_request")
+        assert (
+            await raw_exchange(gw.url, b"GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+        )[0] == 200
+    assert not pod.received  # nothing reached the model server
+    printed = gw.output
+    assert "Traceback" not in printed
+    assert TOKEN not in printed
+    assert printed.count("refused a malformed") == len(BODIES_THAT_CANNOT_BE_READ)  # one line each

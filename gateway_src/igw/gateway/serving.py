@@ -38,7 +38,7 @@ from typing import Final
 
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
 from igw.gateway.errors import REQUEST_ID_HEADER, gateway_error
@@ -233,6 +233,13 @@ class _GatewayRequestHandler(RequestHandler):
                 rid,
                 text,
             )
+        elif isinstance(exc, RequestPayloadError):
+            # A body aiohttp cannot decode (broken chunked framing, corrupt gzip/deflate/br): a client
+            # error. The rest of such a body is not drained (aiohttp would re-raise the same error
+            # while lingering and log a traceback): the connection closes after this answer.
+            code, text = "bad_http_request", "malformed request body (chunked framing or Content-Encoding)"
+            log.warning("refused a malformed request body from %s (request id %s)", request.remote, rid)
+            self._lingering_time = 0.0
         elif status == 504:
             code, text = "route_timeout", "the request handler timed out"
             log.warning("request %s: handler timed out", rid)
