@@ -4,8 +4,9 @@
 closes the upstream connection immediately (even while waiting for the first token), so the model
 server stops generating for nobody. aiohttp sets TCP_NODELAY on every connection it makes or accepts.
 
-:class:`ServerLimits` holds every client-side timeout and limit (``igw serve`` options; defaults are
-safe for an internet-facing gateway behind a load balancer):
+:class:`ServerLimits` holds every client-side timeout and limit (``spec.extensions.serverLimits``,
+overridden by ``igw serve`` options, see :mod:`igw.gateway.limits_config`; defaults are safe for an
+internet-facing gateway behind a load balancer):
 
 - a request head (request line + headers) must arrive within ``header_timeout_s`` of its first byte,
   and a request body within ``body_timeout_s``; a connection idle between requests is closed after
