@@ -9,6 +9,7 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import jwt
@@ -17,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from igw.sim.live import run_fleet
-from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.fake_model_server import FakeModelServer, Received, running
 from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, igw_serve, scripted_upstream
 
 TOKEN = jwt.encode({"sub": "alice", "exp": int(time.time()) + 3600}, "k" * 32, algorithm="HS256")
@@ -143,19 +144,25 @@ async def test_non_json_upstream_errors_are_wrapped_keeping_the_status(tmp_path:
     assert TOKEN not in gw.output
 
 
-async def test_headers_named_in_connection_are_not_forwarded_either_way(tmp_path: Path) -> None:
+async def forwarded_request(tmp_path: Path, **post: Any) -> Received:
+    """POST ``/v1/completions`` through ``igw serve`` (must answer 200): what the model server got."""
     async with (
         running(FakeModelServer("a")) as (pod,),
         igw_serve(tmp_path, gateway_doc(), [pod.key]) as gw,
         aiohttp.ClientSession() as http,
     ):
-        resp = await http.post(
-            gw.url + "/v1/completions",
-            json={"model": MODEL, "prompt": "x"},
-            headers={"Connection": "keep-alive, X-Hop-Secret", "X-Hop-Secret": "s3cr3t", "X-Kept": "1"},
-        )
-        assert resp.status == 200
-    forwarded = {k.lower(): v for k, v in pod.received[-1].headers.items()}
+        resp = await http.post(gw.url + "/v1/completions", **post)
+        assert resp.status == 200, await resp.text()
+    return pod.received[-1]
+
+
+async def test_headers_named_in_connection_are_not_forwarded_either_way(tmp_path: Path) -> None:
+    received = await forwarded_request(
+        tmp_path,
+        json={"model": MODEL, "prompt": "x"},
+        headers={"Connection": "keep-alive, X-Hop-Secret", "X-Hop-Secret": "s3cr3t", "X-Kept": "1"},
+    )
+    forwarded = {k.lower(): v for k, v in received.headers.items()}
     assert "x-hop-secret" not in forwarded
     assert forwarded.get("x-kept") == "1"
 
@@ -165,18 +172,11 @@ async def test_compressed_request_bodies_are_forwarded_decoded(
     tmp_path: Path, encoding: str, compress: Callable[[bytes], bytes]
 ) -> None:
     document = {"model": MODEL, "prompt": "compressed", "max_tokens": 3}
-    async with (
-        running(FakeModelServer("a")) as (pod,),
-        igw_serve(tmp_path, gateway_doc(), [pod.key]) as gw,
-        aiohttp.ClientSession() as http,
-    ):
-        resp = await http.post(
-            gw.url + "/v1/completions",
-            data=compress(orjson.dumps(document)),
-            headers={"Content-Encoding": encoding, "Content-Type": "application/json"},
-        )
-        assert resp.status == 200, await resp.text()
-    received = pod.received[-1]
+    received = await forwarded_request(
+        tmp_path,
+        data=compress(orjson.dumps(document)),
+        headers={"Content-Encoding": encoding, "Content-Type": "application/json"},
+    )
     assert "content-encoding" not in {k.lower() for k in received.headers}
     assert orjson.loads(received.body) == document
 
