@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from igw.cli.main import main
 from igw.config.durations import parse_duration
@@ -20,6 +22,8 @@ from igw.config.paths import EXTENSION_SUFFIX, EXTENSIONS_SUBDIR, schemas_dir
 from igw.gateway.limits_config import EXTENSION_NAME, FIELDS, PATH, ServerLimitsError, server_limits
 from igw.gateway.serving import ServerLimits
 from igw.sim.live import run_fleet
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.reliability.harness import fleet_spec, gateway_doc, igw_serve, write_config
 from tests.reliability.test_limits import SLOW_HEAD, closed_answer, open_stalled
 
@@ -126,3 +130,21 @@ async def test_igw_serve_applies_the_config_header_timeout_unless_the_option_is_
                     break
                 await asyncio.sleep(0.05)
         assert f"did not arrive within {expected} " in gw.output
+
+
+async def test_a_reload_that_changes_the_limits_says_they_apply_at_restart(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    doc = config_doc([scheduler("pool", "m")])
+    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"pool": [pod.key]}, reload=True) as gw:
+        changed = config_doc([scheduler("pool", "m")])
+        changed["spec"]["extensions"][EXTENSION_NAME] = {"headerTimeout": "3s"}
+        with caplog.at_level(logging.WARNING, logger="igw.gateway.reload"):
+            gw.config_path.write_text(yaml.safe_dump(changed))
+            await wait_for(
+                lambda: (
+                    gw.state.runtime.config.extensions.get(EXTENSION_NAME, {}).get("headerTimeout") == "3s"
+                ),
+                what="reload applied",
+            )
+    assert f"{PATH} changed: the listener keeps the limits it started with" in caplog.text
