@@ -40,7 +40,10 @@ def test_short_soak_reports_every_phase_without_lost_requests(capsys: pytest.Cap
             assert fill_end > 0, name  # answers were attributed to the pod
     for name in ("steady 80%", "overload 150%"):
         assert re.search(
-            rf"^{name}: RSS MiB @ prefix fill, each tenth of the phase:( [\d.]+@[\d.]+x){{11}}$", out, re.M
+            rf"^{name}: RSS MiB @ prefix fill / requests in flight, each tenth of the phase:"
+            rf"( [\d.]+@[\d.]+x/\d+){{11}}$",
+            out,
+            re.M,
         )
     # Seconds of load cannot fill an H100's index twice: the verdict says so instead of a growth figure.
     assert "prefix index never reached steady state" in out

@@ -83,6 +83,8 @@ class Tally:
     lost: int = 0
     lost_reasons: dict[str, int] = field(default_factory=dict)
     latencies_ms: list[float] = field(default_factory=list)
+    in_flight: int = 0
+    """Requests sent and not yet answered, right now."""
 
     def lose(self, reason: str) -> None:
         self.lost += 1
@@ -142,6 +144,8 @@ class RssSample:
     rss_kib: int
     fill: float
     """:meth:`PrefixFill.level` at that moment."""
+    in_flight: int = 0
+    """Requests in flight at that moment (the gateway holds memory for each)."""
 
 
 @dataclass(slots=True)
@@ -207,6 +211,7 @@ async def _one(
     http: aiohttp.ClientSession, url: str, body: dict[str, object], tally: Tally, fill: PrefixFill
 ) -> None:
     tally.sent += 1
+    tally.in_flight += 1
     t0 = time.perf_counter()
     stream = bool(body["stream"])
     try:
@@ -224,6 +229,8 @@ async def _one(
                 fill.record(payload, stream=stream, prompt=str(body["prompt"]))
     except (aiohttp.ClientError, TimeoutError) as exc:
         tally.lose(type(exc).__name__)
+    finally:
+        tally.in_flight -= 1
 
 
 async def closed_loop(
@@ -242,9 +249,10 @@ async def closed_loop(
     return tally
 
 
-async def open_loop(url: str, *, rate: float, seconds: float, rng: random.Random, fill: PrefixFill) -> Tally:
+async def open_loop(
+    url: str, *, rate: float, seconds: float, rng: random.Random, fill: PrefixFill, tally: Tally
+) -> Tally:
     """Poisson arrivals at ``rate`` per second; waits for every request to finish or time out."""
-    tally = Tally()
     tasks: set[asyncio.Task[None]] = set()
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as http:
@@ -301,15 +309,16 @@ async def _phase(
 ) -> PhaseReport:
     fds_start = open_fds(pid)
     start = time.monotonic()
-    run = asyncio.create_task(open_loop(url, rate=rate, seconds=seconds, rng=rng, fill=fill))
+    tally = Tally()
+    run = asyncio.create_task(open_loop(url, rate=rate, seconds=seconds, rng=rng, fill=fill, tally=tally))
     interval = min(SAMPLE_S, seconds / 10)
     last = seconds * 0.99  # the final sample, still under the phase's load
     samples: list[RssSample] = []
     while (elapsed := time.monotonic() - start) < last:
         await asyncio.sleep(min(interval, last - elapsed))
-        samples.append(RssSample(time.monotonic() - start, rss_kib(pid), fill.level()))
+        samples.append(RssSample(time.monotonic() - start, rss_kib(pid), fill.level(), tally.in_flight))
     load = os.getloadavg()
-    tally = await run
+    await run
     await asyncio.sleep(settle_s)
     return PhaseReport(name, rate, seconds, tally, samples, fds_start, open_fds(pid), load)
 
@@ -389,8 +398,10 @@ def render(reports: list[PhaseReport]) -> str:
     for r in reports[1:]:
         tenths = [r.samples[min(len(r.samples) - 1, len(r.samples) * k // 10)] for k in range(10)]
         tenths.append(r.end)
-        trace = " ".join(f"{_mib(s.rss_kib)}@{s.fill:.2f}x" for s in tenths)
-        lines.append(f"{r.name}: RSS MiB @ prefix fill, each tenth of the phase: {trace}")
+        trace = " ".join(f"{_mib(s.rss_kib)}@{s.fill:.2f}x/{s.in_flight}" for s in tenths)
+        lines.append(
+            f"{r.name}: RSS MiB @ prefix fill / requests in flight, each tenth of the phase: {trace}"
+        )
     lost = {k: v for r in reports for k, v in r.tally.lost_reasons.items()}
     if lost:
         lines.append(f"lost by reason: {orjson.dumps(lost).decode()}")
