@@ -1,12 +1,23 @@
-"""``igw perf soak`` end to end, shortened to seconds: every phase runs and is reported."""
+"""``igw perf soak`` end to end, shortened to seconds: every phase runs and is reported; the RSS
+baseline waits for the prefix index to reach steady state."""
 
 from __future__ import annotations
 
 import re
 
+import orjson
 import pytest
 
 from igw.cli.main import main
+from igw.perf.soak import (
+    STEADY_FILL,
+    PhaseReport,
+    PrefixFill,
+    RssSample,
+    Tally,
+    served_by,
+)
+from igw.sim.presets import get_preset
 
 
 def test_short_soak_reports_every_phase_without_lost_requests(capsys: pytest.CaptureFixture[str]) -> None:
@@ -19,9 +30,59 @@ def test_short_soak_reports_every_phase_without_lost_requests(capsys: pytest.Cap
     }
     assert set(rows) == {"calibrate", "steady 80%", "overload 150%"}
     for name, cells in rows.items():
-        sent, ok, rejected, lost = (int(c) for c in cells[1:5])
+        sent, ok, rejected, lost = (int(c) for c in cells[2:6])
         assert sent > 0, name
         assert ok + rejected + lost == sent, name
         assert lost == 0, name
-    # The verdict follows the numbers: exit 1 exactly when a FAIL line was printed.
-    assert code == (1 if "FAIL " in out else 0)
+        fill_start, fill_end = (float(x) for x in re.findall(r"([\d.]+)x", cells[8]))
+        assert 0 <= fill_start <= fill_end, name
+        if name != "calibrate":
+            assert fill_end > 0, name  # answers were attributed to the pod
+    for name in ("steady 80%", "overload 150%"):
+        assert re.search(
+            rf"^{name}: RSS MiB @ prefix fill / requests in flight, each tenth of the phase:"
+            rf"( [\d.]+@[\d.]+x/\d+){{11}}$",
+            out,
+            re.M,
+        )
+    # Seconds of load cannot fill an H100's index twice: the verdict says so instead of a growth figure.
+    assert "prefix index never reached steady state" in out
+    assert code == 1
+
+
+def test_the_pod_is_read_from_streamed_and_whole_answers() -> None:
+    whole = orjson.dumps({"id": "cmpl-h100-1-42", "choices": []})
+    streamed = b'data: {"id": "cmpl-h100-0-7", "choices": []}\n\ndata: [DONE]\n\n'
+    assert served_by(whole, stream=False) == "h100-1"
+    assert served_by(streamed, stream=True) == "h100-0"
+    assert served_by(b"data: [DONE]\n\n", stream=True) is None
+    assert served_by(b"not json", stream=False) is None
+
+
+def test_fill_counts_prompt_blocks_per_pod_against_its_kv_capacity() -> None:
+    preset = get_preset("llama-3.1-8b/h100")
+    fill = PrefixFill.for_fleet(("a", "b"), "llama-3.1-8b/h100")
+    assert fill.capacity == preset.num_gpu_blocks
+    prompt = "x" * (fill.block_chars * 10 + 5)  # the trailing partial block does not count
+    fill.record(orjson.dumps({"id": "cmpl-a-1"}), stream=False, prompt=prompt)
+    assert fill.sent == {"a": 10}
+    assert fill.level() == 0.0  # pod b has not been sent anything
+    fill.record(orjson.dumps({"id": "cmpl-b-2"}), stream=False, prompt=prompt * 100)
+    assert fill.sent["b"] == 256  # at most maxPrefixBlocksToMatch blocks per prompt
+    assert fill.level() == 10 / fill.capacity
+
+
+def test_rss_growth_is_measured_from_the_first_steady_sample_after_warm_up() -> None:
+    samples = [
+        RssSample(10, 100_000, 0.5),
+        RssSample(30, 120_000, 1.5),  # warm, but the index is still filling
+        RssSample(50, 130_000, STEADY_FILL),  # baseline
+        RssSample(90, 132_000, 4.0),
+    ]
+    report = PhaseReport("steady 80%", 1.0, 100, Tally(), samples, 10, 10, (0.0, 0.0, 0.0))
+    assert report.warm.at_s == 30
+    assert report.baseline == samples[2]
+    assert report.rss_growth == pytest.approx(2_000 / 130_000)
+    filling = PhaseReport("steady 80%", 1.0, 100, Tally(), samples[:2], 10, 10, (0.0, 0.0, 0.0))
+    assert filling.baseline is None
+    assert filling.rss_growth == pytest.approx(0.0)  # from the warm sample, flagged as not steady

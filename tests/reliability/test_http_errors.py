@@ -4,16 +4,21 @@ HTTP never echoes the request; no token reaches any response or any line the pro
 from __future__ import annotations
 
 import asyncio
+import gzip
 import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import jwt
 import orjson
+import pytest
 from aiohttp import web
 
 from igw.sim.live import run_fleet
-from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.fake_model_server import FakeModelServer, Received, running
 from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, igw_serve, scripted_upstream
 
 TOKEN = jwt.encode({"sub": "alice", "exp": int(time.time()) + 3600}, "k" * 32, algorithm="HS256")
@@ -139,18 +144,65 @@ async def test_non_json_upstream_errors_are_wrapped_keeping_the_status(tmp_path:
     assert TOKEN not in gw.output
 
 
-async def test_headers_named_in_connection_are_not_forwarded_either_way(tmp_path: Path) -> None:
+async def forwarded_request(tmp_path: Path, **post: Any) -> Received:
+    """POST ``/v1/completions`` through ``igw serve`` (must answer 200): what the model server got."""
     async with (
         running(FakeModelServer("a")) as (pod,),
         igw_serve(tmp_path, gateway_doc(), [pod.key]) as gw,
         aiohttp.ClientSession() as http,
     ):
-        resp = await http.post(
-            gw.url + "/v1/completions",
-            json={"model": MODEL, "prompt": "x"},
-            headers={"Connection": "keep-alive, X-Hop-Secret", "X-Hop-Secret": "s3cr3t", "X-Kept": "1"},
-        )
-        assert resp.status == 200
-    forwarded = {k.lower(): v for k, v in pod.received[-1].headers.items()}
+        resp = await http.post(gw.url + "/v1/completions", **post)
+        assert resp.status == 200, await resp.text()
+    return pod.received[-1]
+
+
+async def test_headers_named_in_connection_are_not_forwarded_either_way(tmp_path: Path) -> None:
+    received = await forwarded_request(
+        tmp_path,
+        json={"model": MODEL, "prompt": "x"},
+        headers={"Connection": "keep-alive, X-Hop-Secret", "X-Hop-Secret": "s3cr3t", "X-Kept": "1"},
+    )
+    forwarded = {k.lower(): v for k, v in received.headers.items()}
     assert "x-hop-secret" not in forwarded
     assert forwarded.get("x-kept") == "1"
+
+
+@pytest.mark.parametrize(("encoding", "compress"), [("gzip", gzip.compress), ("deflate", zlib.compress)])
+async def test_compressed_request_bodies_are_forwarded_decoded(
+    tmp_path: Path, encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    document = {"model": MODEL, "prompt": "compressed", "max_tokens": 3}
+    received = await forwarded_request(
+        tmp_path,
+        data=compress(orjson.dumps(document)),
+        headers={"Content-Encoding": encoding, "Content-Type": "application/json"},
+    )
+    assert "content-encoding" not in {k.lower() for k in received.headers}
+    assert orjson.loads(received.body) == document
+
+
+BODIES_THAT_CANNOT_BE_READ = {
+    "corrupt gzip": b"Content-Encoding: gzip\r\nContent-Length: 9\r\n\r\n\x1f\x8bgarbage",
+    "corrupt deflate": b"Content-Encoding: deflate\r\nContent-Length: 7\r\n\r\ngarbage",
+    "broken chunk size": b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\n",
+}
+
+
+async def test_a_body_that_cannot_be_read_gets_an_openai_400_and_no_traceback(tmp_path: Path) -> None:
+    async with (
+        running(FakeModelServer("a")) as (pod,),
+        igw_serve(tmp_path, gateway_doc(), [pod.key]) as gw,
+    ):
+        for name, rest in BODIES_THAT_CANNOT_BE_READ.items():
+            head = f"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: {BEARER}\r\n".encode()
+            status, headers, body = await raw_exchange(gw.url, head + rest)
+            assert status == 400, (name, body)
+            assert_openai_error(status, headers, body, code="bad_http_request")
+        assert (
+            await raw_exchange(gw.url, b"GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+        )[0] == 200
+    assert not pod.received  # nothing reached the model server
+    printed = gw.output
+    assert "Traceback" not in printed
+    assert TOKEN not in printed
+    assert printed.count("refused a malformed") == len(BODIES_THAT_CANNOT_BE_READ)  # one line each

@@ -74,7 +74,10 @@ def _checks_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _soak_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--minutes", type=float, default=30.0, help="length of each load phase (default 30)")
+    parser.add_argument("--minutes", type=float, default=30.0, help="length of the 80 %% phase (default 30)")
+    parser.add_argument(
+        "--overload-minutes", type=float, help="length of the 150 %% phase (default: --minutes)"
+    )
     parser.add_argument("--pods", type=int, default=2, help="simulated H100 pods (default 2)")
     parser.add_argument(
         "--time-scale",

@@ -121,7 +121,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     ):
         default = getattr(d, dest)
-        limits.add_argument(flag, dest=dest, type=kind, default=default, help=f"{text} (default {default:g})")
+        # default None: an option given on the command line overrides spec.extensions.serverLimits
+        limits.add_argument(
+            flag,
+            dest=dest,
+            type=kind,
+            default=None,
+            help=f"{text} (default: spec.extensions.serverLimits, else {default:g})",
+        )
 
 
 _NOT_FORWARDED = frozenset({"help", "workers", "port"})
@@ -162,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
 
     from igw.config.errors import ConfigError
     from igw.config.loader import load_gateway_config
+    from igw.gateway.limits_config import EXTENSION_NAME, ServerLimitsError, server_limits
     from igw.gateway.redaction import RedactingFormatter
     from igw.gateway.serving import ServerLimits
     from igw.gateway.tracing_options import TracingConfigError, tracing_options
@@ -221,6 +229,14 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        limits = server_limits(
+            config.extensions.get(EXTENSION_NAME),
+            {f.name: getattr(args, f.name) for f in fields(ServerLimits)},
+        )
+    except ServerLimitsError as exc:
+        print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.gateway.workers import WorkerRole, WorkerSetupError, supervise
 
@@ -241,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
                     "serve",
                     *worker_argv(args, port),
                 ],
-                stop_budget_s=args.drain_s + args.stream_grace_s,
+                stop_budget_s=limits.drain_s + limits.stream_grace_s,
             )
     except WorkerSetupError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
@@ -273,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         reload=not args.no_reload,
-        limits=ServerLimits(**{f.name: getattr(args, f.name) for f in fields(ServerLimits)}),
+        limits=limits,
         decision_debug=decision_debug,
         emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
         tracing=tracing,

@@ -28,6 +28,8 @@ from igw.config.loader import load_gateway_config
 from igw.config.model import GatewayConfig
 from igw.errors import IgwGatewayError
 from igw.gateway.guards import GuardFactory, RequestGuard, guard_inputs
+from igw.gateway.limits_config import EXTENSION_NAME as SERVER_LIMITS
+from igw.gateway.limits_config import PATH as SERVER_LIMITS_PATH
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.state import GatewayState
 from igw.scheduling.errors import SchedulerConfigError
@@ -97,6 +99,7 @@ class ConfigReloader:
             if self.load_picker_configs is not None:
                 pickers = await asyncio.to_thread(self.load_picker_configs, config)
             new_guard = await self._next_guard(config)
+            old_limits = self.state.runtime.config.extensions.get(SERVER_LIMITS)
             self.state.apply_config(config, picker_configs=pickers)
         except (ConfigError, SchedulerConfigError, ValueError) as exc:
             if new_guard is not None:
@@ -108,6 +111,11 @@ class ConfigReloader:
             log.info("request guard rebuilt: %s", new_guard.readiness().detail)
         self.state.metrics.config_reloads.labels("applied").inc()
         log.info("configuration %s reloaded and applied", self.path)
+        if config.extensions.get(SERVER_LIMITS) != old_limits:
+            log.warning(
+                "%s changed: the listener keeps the limits it started with until igw serve restarts",
+                SERVER_LIMITS_PATH,
+            )
         return True
 
     async def _next_guard(self, config: GatewayConfig) -> RequestGuard | None:

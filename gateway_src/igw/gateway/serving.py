@@ -4,8 +4,9 @@
 closes the upstream connection immediately (even while waiting for the first token), so the model
 server stops generating for nobody. aiohttp sets TCP_NODELAY on every connection it makes or accepts.
 
-:class:`ServerLimits` holds every client-side timeout and limit (``igw serve`` options; defaults are
-safe for an internet-facing gateway behind a load balancer):
+:class:`ServerLimits` holds every client-side timeout and limit (``spec.extensions.serverLimits``,
+overridden by ``igw serve`` options, see :mod:`igw.gateway.limits_config`; defaults are safe for an
+internet-facing gateway behind a load balancer):
 
 - a request head (request line + headers) must arrive within ``header_timeout_s`` of its first byte,
   and a request body within ``body_timeout_s``; a connection idle between requests is closed after
@@ -38,7 +39,7 @@ from typing import Final
 
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
 from igw.gateway.errors import REQUEST_ID_HEADER, gateway_error
@@ -233,6 +234,13 @@ class _GatewayRequestHandler(RequestHandler):
                 rid,
                 text,
             )
+        elif isinstance(exc, RequestPayloadError):
+            # A body aiohttp cannot decode (broken chunked framing, corrupt gzip/deflate/br): a client
+            # error. The rest of such a body is not drained (aiohttp would re-raise the same error
+            # while lingering and log a traceback): the connection closes after this answer.
+            code, text = "bad_http_request", "malformed request body (chunked framing or Content-Encoding)"
+            log.warning("refused a malformed request body from %s (request id %s)", request.remote, rid)
+            self._lingering_time = 0.0
         elif status == 504:
             code, text = "route_timeout", "the request handler timed out"
             log.warning("request %s: handler timed out", rid)

@@ -68,6 +68,9 @@ HOP_BY_HOP: Final = frozenset(
         "content-length",
     }
 )
+DECODED_REQUEST_HEADERS: Final = frozenset({"content-encoding"})
+"""The gateway's server side decodes a compressed request body (gzip, deflate, br) and forwards the
+decoded bytes, so the client's ``Content-Encoding`` no longer describes them."""
 
 
 class ClientGone(IgwGatewayError):
@@ -110,7 +113,7 @@ def upstream_headers(
     drop = _hop_by_hop(client)
     for name, value in client.items():
         low = name.lower()
-        if low in drop or low in strip:
+        if low in drop or low in strip or low in DECODED_REQUEST_HEADERS:
             continue
         out.add(name, value)
     for name, value in add.items():

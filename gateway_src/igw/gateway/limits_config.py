@@ -1,0 +1,110 @@
+"""The listener's timeouts and limits from ``spec.extensions.serverLimits`` and ``igw serve`` options.
+
+Precedence, lowest first: :class:`~igw.gateway.serving.ServerLimits`' defaults (the schema states
+the same ones; a test keeps them equal), the configuration's ``spec.extensions.serverLimits``, then
+each ``igw serve`` option given on the command line. The operator and the Helm chart pass
+``--drain-seconds`` / ``--stream-grace-seconds`` derived from the pod's
+``terminationGracePeriodSeconds``, which is why an explicit option wins: the pod's kill deadline is
+the one number the process cannot change.
+
+Problems are reported all at once and each names where the bad value came from: the config path
+(``spec.extensions.serverLimits.keepAliveTimeout``) or the command-line option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Final
+
+from igw.config.durations import parse_duration
+from igw.errors import IgwGatewayError
+from igw.gateway.serving import MAX_REQUEST_LINE_BYTES, ServerLimits
+
+EXTENSION_NAME: Final = "serverLimits"
+PATH: Final = f"spec.extensions.{EXTENSION_NAME}"
+MAX_KEEPALIVE_S: Final = 120.0
+"""Longest keep-alive idle time accepted (a load balancer's idle timeout is shorter than this)."""
+
+
+class ServerLimitsError(IgwGatewayError, ValueError):
+    """Invalid timeouts or limits; ``problems`` lists each one with the field or option at fault."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class LimitField:
+    """One :class:`ServerLimits` field, its config key and whether the config states it as a duration."""
+
+    attribute: str
+    key: str
+    duration: bool
+
+
+FIELDS: Final = (
+    LimitField("header_timeout_s", "headerTimeout", duration=True),
+    LimitField("body_timeout_s", "bodyTimeout", duration=True),
+    LimitField("keepalive_timeout_s", "keepAliveTimeout", duration=True),
+    LimitField("max_connections", "maxConnections", duration=False),
+    LimitField("max_headers", "maxHeaders", duration=False),
+    LimitField("max_header_field_bytes", "maxHeaderBytes", duration=False),
+    LimitField("drain_s", "drainPeriod", duration=True),
+    LimitField("stream_grace_s", "streamGrace", duration=True),
+)
+POSITIVE_DURATIONS: Final = frozenset({"headerTimeout", "bodyTimeout", "keepAliveTimeout"})
+
+
+def _from_extension(raw: Mapping[str, Any], problems: list[str]) -> dict[str, float | int]:
+    """The fields ``raw`` sets, converted; range problems (beyond the schema's) go to ``problems``."""
+    values: dict[str, float | int] = {}
+    for f in FIELDS:
+        if f.key not in raw:
+            continue
+        value = raw[f.key]
+        where = f"{PATH}.{f.key}"
+        if f.duration:
+            try:
+                seconds = parse_duration(value)
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
+                continue
+            if f.key in POSITIVE_DURATIONS and seconds <= 0:
+                problems.append(f"{where}: must be greater than 0s (got {value!r})")
+            elif f.key == "keepAliveTimeout" and seconds > MAX_KEEPALIVE_S:
+                problems.append(f"{where}: at most {MAX_KEEPALIVE_S:g}s (got {value!r})")
+            values[f.attribute] = seconds
+        elif isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{where}: must be an integer (got {value!r})")
+        elif f.key == "maxHeaderBytes" and value == MAX_REQUEST_LINE_BYTES:
+            # Not expressible in a structural CRD schema (no ``not``), so checked here.
+            problems.append(
+                f"{where}: must differ from {MAX_REQUEST_LINE_BYTES}, the request-line limit (got {value})"
+            )
+        else:
+            values[f.attribute] = value
+    return values
+
+
+def server_limits(
+    extension: Mapping[str, Any] | None, overrides: Mapping[str, float | int | None]
+) -> ServerLimits:
+    """Defaults, then ``extension`` (``spec.extensions.serverLimits``, schema-validated or not),
+    then every non-``None`` entry of ``overrides`` (``ServerLimits`` field name -> command-line value).
+
+    Raises :class:`ServerLimitsError` listing every problem; nothing is half-applied.
+    """
+    problems: list[str] = []
+    values: dict[str, Any] = _from_extension(extension or {}, problems)
+    known = {f.name for f in fields(ServerLimits)}
+    values.update({name: value for name, value in overrides.items() if value is not None and name in known})
+    if problems:
+        raise ServerLimitsError(problems)
+    limits = replace(ServerLimits(), **values)
+    # Whatever is still wrong came from the command line (the config's values were checked above).
+    problems = limits.problems()
+    if problems:
+        raise ServerLimitsError(problems)
+    return limits

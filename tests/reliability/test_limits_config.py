@@ -1,0 +1,150 @@
+"""Timeouts and limits from ``spec.extensions.serverLimits``: defaults agree with the schema, the
+config sets them, a command-line option overrides the field, and bad values are refused naming the
+field or the option."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from igw.cli.main import main
+from igw.config.durations import parse_duration
+from igw.config.errors import ConfigError
+from igw.config.loader import load_gateway_config
+from igw.config.paths import EXTENSION_SUFFIX, EXTENSIONS_SUBDIR, schemas_dir
+from igw.gateway.limits_config import EXTENSION_NAME, FIELDS, PATH, ServerLimitsError, server_limits
+from igw.gateway.serving import ServerLimits
+from igw.sim.live import run_fleet
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
+from tests.reliability.harness import fleet_spec, gateway_doc, igw_serve, write_config
+from tests.reliability.test_limits import SLOW_HEAD, closed_answer, open_stalled
+
+NO_OPTIONS: dict[str, float | int | None] = {f.name: None for f in fields(ServerLimits)}
+
+
+def limits_doc(**limits: Any) -> dict[str, Any]:
+    doc = gateway_doc()
+    doc["spec"]["extensions"][EXTENSION_NAME] = limits
+    return doc
+
+
+def test_schema_defaults_are_the_gateway_defaults() -> None:
+    schema = json.loads(
+        (schemas_dir() / EXTENSIONS_SUBDIR / f"{EXTENSION_NAME}{EXTENSION_SUFFIX}").read_text()
+    )
+    defaults = ServerLimits()
+    assert {f.key for f in FIELDS} == set(schema["properties"])
+    assert {f.attribute for f in FIELDS} == {f.name for f in fields(ServerLimits)}
+    for f in FIELDS:
+        stated = schema["properties"][f.key]["default"]
+        value = parse_duration(stated) if f.duration else stated
+        assert value == getattr(defaults, f.attribute), f.key
+
+
+def test_config_sets_the_limits_and_an_option_overrides_a_field(tmp_path: Path) -> None:
+    config_path, _ = write_config(
+        tmp_path,
+        limits_doc(headerTimeout="1500ms", keepAliveTimeout="1m", maxHeaders=50, streamGrace="40s"),
+        ["127.0.0.1:9"],
+    )
+    extension = load_gateway_config(config_path).extensions[EXTENSION_NAME]
+    from_config = server_limits(extension, NO_OPTIONS)
+    assert from_config.header_timeout_s == 1.5
+    assert from_config.keepalive_timeout_s == 60.0
+    assert from_config.max_headers == 50
+    assert from_config.stream_grace_s == 40.0
+    assert from_config.body_timeout_s == ServerLimits().body_timeout_s  # the schema's default
+    overridden = server_limits(extension, {**NO_OPTIONS, "header_timeout_s": 3.0, "stream_grace_s": 20.0})
+    assert overridden.header_timeout_s == 3.0
+    assert overridden.stream_grace_s == 20.0
+    assert overridden.max_headers == 50  # fields without an option keep the config's value
+
+
+def test_out_of_range_values_are_refused_naming_each_field() -> None:
+    with pytest.raises(ServerLimitsError) as caught:
+        server_limits(
+            {"keepAliveTimeout": "5m", "headerTimeout": "0s", "bodyTimeout": "soon", "maxHeaderBytes": 8190},
+            NO_OPTIONS,
+        )
+    problems = caught.value.problems
+    assert len(problems) == 4
+    assert any(p.startswith(f"{PATH}.maxHeaderBytes: must differ from 8190") for p in problems)
+    assert any(p.startswith(f"{PATH}.keepAliveTimeout: at most 120s") for p in problems)
+    assert any(p.startswith(f"{PATH}.headerTimeout: must be greater than 0s") for p in problems)
+    assert any(p.startswith(f"{PATH}.bodyTimeout: invalid duration") for p in problems)
+
+
+def test_a_bad_option_is_refused_naming_the_option() -> None:
+    with pytest.raises(ServerLimitsError, match="--keepalive-timeout: at most 120"):
+        server_limits({"keepAliveTimeout": "30s"}, {**NO_OPTIONS, "keepalive_timeout_s": 500.0})
+
+
+@pytest.mark.parametrize(
+    ("limits", "field"),
+    [
+        ({"maxHeaderBytes": 512}, "maxHeaderBytes"),
+        ({"maxConnections": 0}, "maxConnections"),
+        ({"headerTimeout": "10"}, "headerTimeout"),
+        ({"readTimeout": "10s"}, "readTimeout"),
+    ],
+)
+def test_schema_refuses_bad_fields_with_their_path(
+    tmp_path: Path, limits: dict[str, Any], field: str
+) -> None:
+    config_path, _ = write_config(tmp_path, limits_doc(**limits), ["127.0.0.1:9"])
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(config_path)
+    assert any(field in str(p) and p.path.startswith(PATH) for p in caught.value.problems), caught.value
+
+
+def test_igw_serve_refuses_an_out_of_range_field_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, eps = write_config(tmp_path, limits_doc(keepAliveTimeout="10m"), ["127.0.0.1:9"])
+    code = main(["serve", "--config", str(config), "--endpoints", str(eps), "--port", "0"])
+    assert code == 2
+    assert f"{PATH}.keepAliveTimeout: at most 120s" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("options", "expected"), [((), "1s"), (("--header-timeout", "2"), "2s")])
+async def test_igw_serve_applies_the_config_header_timeout_unless_the_option_is_given(
+    tmp_path: Path, options: tuple[str, ...], expected: str
+) -> None:
+    async with run_fleet(fleet_spec("llama-3.1-8b/h100"), admin=False) as fleet:
+        doc = limits_doc(headerTimeout="1s")
+        async with igw_serve(tmp_path, doc, [fleet.pods[0].key], *options) as gw:
+            ((reader, writer),) = await open_stalled(gw.url, SLOW_HEAD, 1)
+            answer = await closed_answer(reader, within=60)
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 408")
+            for _ in range(100):  # the warning line may arrive just after the answer
+                if "did not arrive within" in gw.output:
+                    break
+                await asyncio.sleep(0.05)
+        assert f"did not arrive within {expected} " in gw.output
+
+
+async def test_a_reload_that_changes_the_limits_says_they_apply_at_restart(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    doc = config_doc([scheduler("pool", "m")])
+    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"pool": [pod.key]}, reload=True) as gw:
+        changed = config_doc([scheduler("pool", "m")])
+        changed["spec"]["extensions"][EXTENSION_NAME] = {"headerTimeout": "3s"}
+        with caplog.at_level(logging.WARNING, logger="igw.gateway.reload"):
+            gw.config_path.write_text(yaml.safe_dump(changed))
+            await wait_for(
+                lambda: (
+                    gw.state.runtime.config.extensions.get(EXTENSION_NAME, {}).get("headerTimeout") == "3s"
+                ),
+                what="reload applied",
+            )
+    assert f"{PATH} changed: the listener keeps the limits it started with" in caplog.text
