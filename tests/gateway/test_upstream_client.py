@@ -139,6 +139,34 @@ async def test_request_head_body_and_keep_alive_reuse() -> None:
         assert body == b'{"prompt":"hi"}'
 
 
+async def test_connections_left_idle_after_a_burst_close_without_further_traffic() -> None:
+    """After a burst no release comes to sweep the idle list; the pool's timer must close them."""
+    async with scripted(keep_serving) as srv:
+        p = UpstreamPool(limit=8, keepalive_s=0.2)
+        try:
+            burst = await asyncio.gather(*(post(p, srv, b"x") for _ in range(4)))
+            for resp in burst:
+                await resp.read()
+                resp.close()
+            origin = parse_origin(f"127.0.0.1:{srv.port}")
+            assert len(p._idle[origin]) == 4
+            assert srv.connections == 4
+            idle = list(p._idle[origin])
+            for _ in range(100):  # no request after the burst: only the timer can close them
+                await asyncio.sleep(0.05)
+                if origin not in p._idle:
+                    break
+            assert origin not in p._idle
+            assert all(conn.closed for conn in idle)
+            later = await post(p, srv, b"y")  # the pool still works: a fresh connection
+            assert await later.read() == b'{"n":5}'
+            later.close()
+            assert srv.connections == 5
+        finally:
+            await p.close()
+        assert p._sweep_timer is None  # close cancels the timer
+
+
 async def test_a_pooled_connection_that_closed_while_idle_is_not_reused() -> None:
     async with scripted(keep_serving) as srv, pool() as p:
         first = await post(p, srv, b"a")

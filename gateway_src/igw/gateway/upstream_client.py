@@ -339,6 +339,7 @@ class UpstreamPool:
         self._keepalive_s = keepalive_s
         self._ssl_context = ssl_context
         self._swept = self.loop.time()
+        self._sweep_timer: asyncio.TimerHandle | None = None
         self._closed = False
 
     async def post(
@@ -440,6 +441,18 @@ class UpstreamPool:
         self._idle.setdefault(conn.origin, []).append(conn)
         if now - self._swept > self._keepalive_s:
             self._sweep(now)
+        if self._sweep_timer is None:
+            # Without traffic no release comes to sweep: a timer closes connections left idle after a
+            # burst, which would otherwise hold a descriptor each (and a model server's slot) forever.
+            self._sweep_timer = self.loop.call_later(self._keepalive_s, self._timed_sweep)
+
+    def _timed_sweep(self) -> None:
+        self._sweep_timer = None
+        self._sweep(self.loop.time())
+        if self._idle and not self._closed:
+            oldest = min(conn.idle_since for idle in self._idle.values() for conn in idle)
+            delay = max(oldest + self._keepalive_s - self.loop.time(), 0.0) + 0.001
+            self._sweep_timer = self.loop.call_later(delay, self._timed_sweep)
 
     def forget(self, conn: _Connection) -> None:
         """A connection closed: drop it from the idle lists (it may be one of them)."""
@@ -462,6 +475,9 @@ class UpstreamPool:
     async def close(self) -> None:
         """Close every idle connection; connections in use are ended when their response closes."""
         self._closed = True
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+            self._sweep_timer = None
         for idle in self._idle.values():
             for conn in list(idle):
                 conn.abort()
