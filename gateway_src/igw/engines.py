@@ -52,6 +52,14 @@ class MetricFamilies:
     combine_load: Literal["sum", "max"]
     """How several series of one queue/running gauge combine: ``sum`` when each series is a separate
     engine (vLLM data parallelism), ``max`` when every rank repeats the same scheduler numbers."""
+    name_filter: bool = False
+    """The server renders ``/metrics`` with prometheus_client's exposition, which honours
+    ``?name[]=<sample name>`` (only those samples, with their families' HELP/TYPE lines): the scraper
+    may ask for the routing families alone instead of the whole page."""
+    activity: tuple[str, ...] = ()
+    """Sample names that move with every request the server works on (token counters), asked for
+    together with the routing families so that a filtered page still changes while requests run
+    (frozen-page detection)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +129,8 @@ VLLM: Final = Engine(
         block_size_label="block_size",
         num_blocks_label="num_gpu_blocks",
         combine_load="sum",
+        name_filter=True,
+        activity=("vllm:prompt_tokens_total", "vllm:generation_tokens_total"),
     ),
     minimum_version="0.9.2",
     minimum_reason=(
@@ -163,6 +173,8 @@ SGLANG: Final = Engine(
         block_size_label="page_size",
         num_blocks_label="num_pages",
         combine_load="max",
+        name_filter=True,
+        activity=("sglang:prompt_tokens_total", "sglang:generation_tokens_total"),
     ),
     minimum_version="0.3.5.post1",
     minimum_reason=(

@@ -102,8 +102,8 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pods",
         type=lambda text: [int(n) for n in text.split(",")],
-        default=[16, 64, 256],
-        help="comma-separated fleet sizes, each measured in turn (default 16,64,256)",
+        default=[16, 64, 256, 1000],
+        help="comma-separated fleet sizes, each measured in turn (default 16,64,256,1000)",
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="measured wall time per fleet size")
     parser.add_argument("--interval", type=float, default=0.05, help="scrape interval in seconds (0.05)")
@@ -114,9 +114,10 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--clients",
         type=_scrape_clients,
-        default=["lean", "aiohttp"],
-        help="comma-separated HTTP clients, each measured per fleet size: lean (the gateway's), "
-        "aiohttp (the baseline it replaced); default lean,aiohttp",
+        default=["filtered", "lean"],
+        help="comma-separated ways to scrape, each measured per fleet size: filtered (the gateway's: "
+        "its client asking for the routing families with name[]), lean (its client, whole pages), "
+        "aiohttp (aiohttp's client, whole pages); default filtered,lean",
     )
 
 

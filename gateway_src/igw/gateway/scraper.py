@@ -19,6 +19,13 @@ Each endpoint's context window (``max_model_len``) is read from its ``/v1/models
 publish it per model) when its scraping starts and every :data:`MODEL_INFO_REFRESH_S` after that;
 the ``context-length-filter`` uses it.
 
+Where the engine supports it (the catalogue's ``name_filter``: vLLM, SGLang), the scraper asks for
+the routing families alone (:mod:`igw.gateway.page_filter`): a few hundred bytes instead of a 50 KB
+page. Each endpoint's first scrape checks the answer once: a page with samples that were not asked
+for (the server ignores the filter) or one lacking routing families that the whole page carries (an
+empty answer) switches that endpoint to the whole page; a failed scrape, or a filtered page whose
+missing families change, makes the next scrape check again.
+
 Missing signals are reported loudly and exactly once per (endpoint, family): a warning log naming
 the family and what to do about it, the gauge ``igw_endpoint_signal_missing`` (via the endpoint
 state) and the ``/readyz`` detail. ``/metrics`` answering 404 is itself reported as the missing
@@ -41,8 +48,9 @@ from igw.engines import ENGINES, MetricFamilies
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.metrics_parser import parse_page
 from igw.gateway.model_info import max_model_len
+from igw.gateway.page_filter import METRICS_PATH, filter_names, filter_path, unrequested_sample
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
-from igw.gateway.scrape_client import PageGetter
+from igw.gateway.scrape_client import PageGetter, ScrapeResponse
 from igw.gateway.telemetry import GatewayMetrics
 
 log = logging.getLogger("igw.gateway.scraper")
@@ -89,6 +97,19 @@ def _no_remote_usage(scheduler: str, key: str) -> tuple[int, int]:
     return 0, 0
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class FilteredPage:
+    """The endpoint honours the ``name[]`` filter; ``missing`` is what its filtered page lacked when
+    that was checked (a change means the server changed: check again)."""
+
+    missing: frozenset[str]
+
+
+WHOLE_PAGE: Final = "whole page"
+"""The endpoint is scraped without the filter (it ignores it, or its filtered answer lacks families)."""
+PageMode = FilteredPage | str
+
+
 class Scraper:
     def __init__(
         self,
@@ -99,9 +120,13 @@ class Scraper:
         metrics: GatewayMetrics,
         publish: ScrapePublisher | None = None,
         remote_usage: RemoteUsage = _no_remote_usage,
+        name_filter: bool = True,
     ) -> None:
         """``publish`` and ``remote_usage``: the scrape-sharing hooks of ``igw serve --workers``
-        (:mod:`igw.gateway.scrape_share`); a single process leaves them unset."""
+        (:mod:`igw.gateway.scrape_share`); a single process leaves them unset. ``name_filter=False``
+        always reads whole pages (``igw perf scrape`` measures both)."""
+        self._name_filter = name_filter
+        self._modes: dict[TaskKey, PageMode] = {}
         self._runtime = runtime
         self._publish = publish
         self._remote_usage = remote_usage
@@ -119,6 +144,7 @@ class Scraper:
         for tk in list(self._tasks):
             if tk not in wanted:
                 self._tasks.pop(tk).cancel()
+                self._modes.pop(tk, None)
                 if not any(other[1] == tk[1] for other in wanted):
                     self._client.forget(tk[1])
         for tk in wanted - set(self._tasks):
@@ -177,11 +203,90 @@ class Scraper:
         if self._publish is not None:
             self._publish(sr.spec.name, state)
 
-    async def _scrape(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> None:
-        try:
-            resp = await self._client.get(
-                state.key, "/metrics", timeout_s=timeout_s, max_bytes=MAX_PAGE_BYTES
+    def page_mode(self, scheduler: str, key: str) -> PageMode | None:
+        """How ``key`` is scraped for ``scheduler``: filtered, the whole page, or ``None`` (not known
+        yet, or the engine has no filter)."""
+        return self._modes.get((scheduler, key))
+
+    async def _get(self, key: str, path: str, timeout_s: float) -> ScrapeResponse:
+        return await self._client.get(key, path, timeout_s=timeout_s, max_bytes=MAX_PAGE_BYTES)
+
+    async def _fetch(
+        self, sr: SchedulerRuntime, state: EndpointState, families: MetricFamilies, timeout_s: float
+    ) -> ScrapeResponse:
+        """The page to parse: filtered where the engine supports it and the endpoint honours it."""
+        path = filter_path(families) if self._name_filter else None
+        tk = (sr.spec.name, state.key)
+        mode = self._modes.get(tk)
+        if path is None or mode == WHOLE_PAGE:
+            return await self._get(state.key, METRICS_PATH, timeout_s)
+        resp = await self._get(state.key, path, timeout_s)
+        if mode is not None:
+            return resp
+        return await self._check_filter(sr, state, families, resp, timeout_s)
+
+    async def _check_filter(
+        self,
+        sr: SchedulerRuntime,
+        state: EndpointState,
+        families: MetricFamilies,
+        filtered: ScrapeResponse,
+        timeout_s: float,
+    ) -> ScrapeResponse:
+        """Decide once per endpoint whether its filtered answer can replace the whole page."""
+        tk = (sr.spec.name, state.key)
+        missing: frozenset[str] | None = None
+        if filtered.status == 200:
+            text = filtered.body.decode("utf-8", errors="replace")
+            stray = unrequested_sample(text, frozenset(filter_names(families)))
+            if stray is not None:
+                log.info(
+                    "endpoint %s (%s) ignores the name[] filter of /metrics (its answer has %s): "
+                    "scraping the whole page",
+                    state.key,
+                    sr.spec.name,
+                    stray,
+                )
+                self._switch(state, tk, WHOLE_PAGE)
+                return filtered
+            missing = self._reportable(sr, parse_page(text, families).missing)
+            if not missing:
+                self._switch(state, tk, FilteredPage(missing))
+                return filtered
+        whole = await self._get(state.key, METRICS_PATH, timeout_s)
+        if whole.status != 200:
+            return whole  # nothing learnt: the next scrape checks again
+        if missing is not None:
+            whole_missing = self._reportable(
+                sr, parse_page(whole.body.decode("utf-8", errors="replace"), families).missing
             )
+            if whole_missing == missing:  # the filter hides nothing the page has
+                self._switch(state, tk, FilteredPage(missing))
+                return filtered
+        log.info(
+            "endpoint %s (%s) answered /metrics?name[]=... with HTTP %d%s: scraping the whole page",
+            state.key,
+            sr.spec.name,
+            filtered.status,
+            "" if missing is None else " without " + ", ".join(sorted(missing)),
+        )
+        self._switch(state, tk, WHOLE_PAGE)
+        return whole
+
+    def _switch(self, state: EndpointState, tk: TaskKey, mode: PageMode) -> None:
+        self._modes[tk] = mode
+        state.page.family_starts.clear()  # positions on the other kind of page are no use
+
+    def _reportable(self, sr: SchedulerRuntime, missing: frozenset[str]) -> frozenset[str]:
+        """``missing`` without the LoRA family where the scheduler has no ``loraAdapters``."""
+        if sr.spec.lora_adapters:
+            return missing
+        return frozenset(m for m in missing if m.split("{")[0] not in _LORA_FAMILIES)
+
+    async def _scrape(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> None:
+        families = self._families(sr)
+        try:
+            resp = await self._fetch(sr, state, families, timeout_s)
         except (TimeoutError, OSError) as exc:
             self._fail(sr, state, f"scrape failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return
@@ -198,12 +303,12 @@ class Scraper:
         digest = xxhash.xxh3_64_intdigest(raw)
         if self._frozen(sr, state, digest, now, stale_after_s=self._runtime().settings.stale_threshold_s):
             return
-        parsed = parse_page(
-            raw.decode("utf-8", errors="replace"), self._families(sr), state.page.family_starts
-        )
-        missing = parsed.missing
-        if not sr.spec.lora_adapters:
-            missing = frozenset(m for m in missing if m.split("{")[0] not in _LORA_FAMILIES)
+        parsed = parse_page(raw.decode("utf-8", errors="replace"), families, state.page.family_starts)
+        missing = self._reportable(sr, parsed.missing)
+        tk = (sr.spec.name, state.key)
+        mode = self._modes.get(tk)
+        if isinstance(mode, FilteredPage) and mode.missing != missing:
+            del self._modes[tk]  # the server changed what it publishes: check the filter again
         state.metrics = parsed.metrics
         state.kv_source = parsed.kv_source
         state.scraped_at = now
@@ -264,6 +369,7 @@ class Scraper:
         self, sr: SchedulerRuntime, state: EndpointState, error: str, *, missing: frozenset[str] = frozenset()
     ) -> None:
         self._metrics.child(self._metrics.scrapes, "error").inc()
+        self._modes.pop((sr.spec.name, state.key), None)  # a restarted server may answer differently
         if not state.scrape_failing:
             log.warning("endpoint %s (%s) excluded from scheduling: %s", state.key, sr.spec.name, error)
         state.scrape_failing = True

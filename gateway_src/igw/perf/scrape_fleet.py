@@ -2,7 +2,10 @@
 
 Each pod is one listening port that answers ``GET /metrics`` with a realistic vLLM page (the
 simulator's page writer) and every other path with 404. The pages rotate through a few variants that
-differ in a counter, so each scrape sees a changed page, as it would from a live model server.
+differ in the generation-token counter, so each scrape sees a changed page, as it would from a live
+model server. ``GET /metrics?name[]=...`` is answered as vLLM's prometheus_client app answers it
+(only the named samples, :func:`igw.sim.metrics_page.restrict_page`), unless the fleet was started
+with ``filter_names=False`` (a server that ignores the filter).
 
 The responder is a bare :class:`asyncio.Protocol` writing pre-encoded responses, not an HTTP
 framework, on purpose: at 1,000 pods scraped every 50 ms the fleet answers 20,000 requests a second,
@@ -14,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Final, cast
+from urllib.parse import parse_qs
 
 from igw.perf.gateway_backend import realistic_vllm_page
+from igw.sim.metrics_page import NAME_FILTER, restrict_page
 
 VARIANTS: Final = 8
 """Distinct page bodies each pod cycles through (each scrape gets the next)."""
@@ -27,10 +31,11 @@ _NOT_FOUND: Final = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nContent-Typ
 
 
 def page_variants(count: int = VARIANTS) -> list[bytes]:
-    """``count`` vLLM pages that differ only in the value of one counter."""
+    """``count`` vLLM pages that differ only in the value of the generation-token counter (a sample
+    the scraper's filtered request includes, so filtered pages differ as well)."""
     page = realistic_vllm_page()
-    marker = "process_cpu_seconds_total "
-    start = page.index(marker) + len(marker)
+    start = page.index("\nvllm:generation_tokens_total{")
+    start = page.index("} ", start) + 2
     end = page.index("\n", start)
     return [f"{page[:start]}{100.0 + i:.1f}{page[end:]}".encode() for i in range(count)]
 
@@ -45,11 +50,29 @@ def responses(pages: Sequence[bytes]) -> list[bytes]:
     ]
 
 
+class Answers:
+    """The complete responses every pod cycles through, per query string (filtered on first use)."""
+
+    def __init__(self, pages: Sequence[bytes], *, filter_names: bool) -> None:
+        self._pages = pages
+        self._filter = filter_names
+        self._by_query: dict[bytes, list[bytes]] = {b"": responses(pages)}
+
+    def get(self, query: bytes) -> list[bytes]:
+        found = self._by_query.get(query if self._filter else b"")
+        if found is None:
+            names = parse_qs(query.decode("latin-1")).get(NAME_FILTER, [])
+            pages = [restrict_page(p.decode(), names).encode() for p in self._pages]
+            found = self._by_query[query] = responses(pages)
+        return found
+
+
 class _PodProtocol(asyncio.Protocol):
     """One connection to one pod: answer each complete request head in order."""
 
-    def __init__(self, answers: Iterator[bytes]) -> None:
+    def __init__(self, answers: Answers, offset: int) -> None:
         self._answers = answers
+        self._turn = offset
         self._buffer = b""
         self._transport: asyncio.Transport | None = None
 
@@ -60,25 +83,34 @@ class _PodProtocol(asyncio.Protocol):
         self._buffer += data
         while (end := self._buffer.find(b"\r\n\r\n")) != -1:
             head, self._buffer = self._buffer[:end], self._buffer[end + 4 :]
-            if self._transport is not None:
-                metrics = head.startswith(b"GET /metrics ")
-                self._transport.write(next(self._answers) if metrics else _NOT_FOUND)
+            if self._transport is None:
+                continue
+            target = head.split(b" ", 2)[1] if head.startswith(b"GET ") else b""
+            path, _, query = target.partition(b"?")
+            if path != b"/metrics":
+                self._transport.write(_NOT_FOUND)
+                continue
+            answers = self._answers.get(query)
+            self._turn += 1
+            self._transport.write(answers[self._turn % len(answers)])
 
 
-async def serve_fleet(pods: int, host: str = "127.0.0.1") -> list[asyncio.Server]:
+async def serve_fleet(
+    pods: int, host: str = "127.0.0.1", *, filter_names: bool = True
+) -> list[asyncio.Server]:
     """Start ``pods`` listening ports; each pod's answers cycle through the page variants."""
-    answers = responses(page_variants())
+    answers = Answers(page_variants(), filter_names=filter_names)
     loop = asyncio.get_running_loop()
     servers = []
     for i in range(pods):
-        cycle = itertools.cycle(answers[i % len(answers) :] + answers[: i % len(answers)])
-        servers.append(await loop.create_server(functools.partial(_PodProtocol, cycle), host, 0))
+        factory = functools.partial(_PodProtocol, answers, i % VARIANTS)
+        servers.append(await loop.create_server(factory, host, 0))
     return servers
 
 
-async def run_fleet(pods: int) -> None:
+async def run_fleet(pods: int, *, filter_names: bool = True) -> None:
     """Serve until stdin closes; print ``PORTS p1,p2,...`` once listening."""
-    servers = await serve_fleet(pods)
+    servers = await serve_fleet(pods, filter_names=filter_names)
     ports = [s.sockets[0].getsockname()[1] for s in servers]
     print("PORTS " + ",".join(map(str, ports)), flush=True)
     loop = asyncio.get_running_loop()

@@ -14,11 +14,15 @@ and the new names (old ones marked DEPRECATED); >= 0.11 only ``vllm:kv_cache_usa
 SGLang: a multiprocess-style page (no ``_created``, no runtime families, ``_sum`` first) only with
 ``--enable-metrics`` and version >= 0.3.5.post1 - callers check :attr:`PodSpec.exposes_metrics`.
 TGI: its router's short unlabelled page (queue, batch size, request counters; no KV-cache gauge).
+
+vLLM and SGLang serve their page through prometheus_client's exposition app, which answers
+``/metrics?name[]=...`` with only the named samples; :func:`restrict_page` does the same to a
+rendered page (TGI's Rust router has no such filter).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -38,6 +42,8 @@ SG_0_4: Final = Version("0.4")
 SG_0_5: Final = Version("0.5")
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+NAME_FILTER: Final = "name[]"
+"""prometheus_client's query parameter selecting samples by name (see :func:`restrict_page`)."""
 
 VLLM_FAMILIES: Final = engines.VLLM.families
 SGLANG_FAMILIES: Final = engines.SGLANG.families
@@ -632,3 +638,27 @@ def render_tgi(*, ctx: PageContext, engine: Engine) -> str:
     for name, kind, value in rows:
         lines += [f"# TYPE {name} {kind}", f"{name} {_f(value)}"]
     return "\n".join(lines) + "\n"
+
+
+def restrict_page(text: str, names: Collection[str]) -> str:
+    """``text`` as prometheus_client answers ``/metrics?name[]=...``: only the samples whose name is
+    in ``names``, each under its family's ``# HELP`` / ``# TYPE`` lines; a family with no such sample
+    is left out entirely (so an unknown name gives an empty page). Sample names, not family names,
+    select: a counter ``x`` is ``x_total``, a histogram's parts ``x_bucket`` / ``x_count`` / ``x_sum``."""
+    wanted = frozenset(names)
+    out: list[str] = []
+    header: list[str] = []
+    kept = in_samples = False
+    for line in text.splitlines():
+        if line.startswith("#"):
+            if in_samples:  # comment lines after samples start the next family
+                header, kept, in_samples = [], False, False
+            header.append(line)
+            continue
+        in_samples = True
+        if line.split("{", 1)[0].split(" ", 1)[0] in wanted:
+            if not kept:
+                out += header
+                kept = True
+            out.append(line)
+    return "\n".join(out) + "\n" if out else ""

@@ -27,7 +27,15 @@ from aiohttp import web
 
 from igw import engines
 from igw.sim.engine import Engine, EngineRequest, RequestRejected
-from igw.sim.metrics_page import CONTENT_TYPE, PageContext, render_sglang, render_tgi, render_vllm
+from igw.sim.metrics_page import (
+    CONTENT_TYPE,
+    NAME_FILTER,
+    PageContext,
+    render_sglang,
+    render_tgi,
+    render_vllm,
+    restrict_page,
+)
 from igw.sim.openai_api import (
     MAX_BODY_BYTES,
     ApiError,
@@ -105,6 +113,7 @@ class LivePod:
         self._unhang.set()
         self._frozen_page: str | None = None
         self._page_cache: tuple[tuple[int | float, ...], str] | None = None
+        self._restricted_cache: tuple[str, tuple[str, ...], str] | None = None
         self._fault_tasks: list[asyncio.Task[None]] = []
         self._vclock = 0.0
         self._t0 = 0.0
@@ -387,7 +396,20 @@ class LivePod:
         if not self.spec.exposes_metrics:
             return web.Response(status=404, text="Not Found")
         text = self._frozen_page if self._frozen_page is not None else self._render()
+        names = request.query.getall(NAME_FILTER, [])
+        if names and self.catalogue_entry.families.name_filter:
+            text = self._restricted(text, tuple(names))
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+
+    def _restricted(self, text: str, names: tuple[str, ...]) -> str:
+        """prometheus_client's ``name[]`` filter applied to ``text`` (vLLM and SGLang serve their page
+        through it), reused while the page and the names stay the same."""
+        cached = self._restricted_cache
+        if cached is not None and cached[0] is text and cached[1] == names:
+            return cached[2]
+        restricted = restrict_page(text, names)
+        self._restricted_cache = (text, names, restricted)
+        return restricted
 
     def _render(self) -> str:
         """The current page; an idle pod's page is reused until something it shows changes."""
