@@ -14,7 +14,15 @@ from packaging.version import Version
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.engines import MetricFamilies
-from igw.gateway.metrics_parser import HINT_WINDOW, SGLANG, VLLM, FamilyStarts, ParsedPage, parse_page
+from igw.gateway.metrics_parser import (
+    HINT_WINDOW,
+    SGLANG,
+    SMALL_PAGE,
+    VLLM,
+    FamilyStarts,
+    ParsedPage,
+    parse_page,
+)
 from igw.sim.engine import Engine
 from igw.sim.metrics_page import PageContext, render_sglang, render_vllm
 from igw.sim.pod_stats import PodStats
@@ -111,8 +119,9 @@ def test_a_moved_family_is_found_whichever_way_it_moved(shift: int) -> None:
 
 
 def test_a_hinted_family_absent_from_the_new_page_is_reported_missing_and_forgotten() -> None:
-    previous = f"{VLLM.waiting}{{{L}}} 2.0\n{VLLM.running}{{{L}}} 1.0\n"
-    page = f"{VLLM.running}{{{L}}} 1.0\n"
+    filler = _filler(SMALL_PAGE)  # hints serve the search over large pages, not the one-pass reading
+    previous = filler + f"{VLLM.waiting}{{{L}}} 2.0\n{VLLM.running}{{{L}}} 1.0\n"
+    page = filler + f"{VLLM.running}{{{L}}} 1.0\n"
     starts: FamilyStarts = {}
     parse_page(previous, VLLM, starts)
     assert VLLM.waiting in starts

@@ -13,6 +13,12 @@ A family may be a metric spec with label filters (``name{model_name="x"}``, see
 publishes no KV-cache gauge or cache-config info (TGI, a generic engine without them) lists none, and
 nothing is reported missing for it.
 
+A page answered through the ``name[]`` filter (:mod:`igw.gateway.page_filter`) holds a few
+families in a few hundred bytes; there a search per family costs more than one pass over the lines
+that picks out the wanted families (:func:`index_families`), so pages up to :data:`SMALL_PAGE`
+characters are read that way. Both readings give the same result (the first group of sample lines of
+each family), which ``tests/gateway/test_metrics_parser_small.py`` checks on simulated pages.
+
 Multi-series gauges: queue/running combine as the catalogue says (summed for vLLM, one series per
 data-parallel engine; maxed for SGLang, every TP rank repeats the same numbers); KV takes the maximum.
 ``missing`` names every expected family that is absent, so the caller can report it loudly.
@@ -62,6 +68,52 @@ FamilyStarts = dict[str, int]
 """Family -> where its first sample line started on the endpoint's previous page (a search hint)."""
 
 
+SMALL_PAGE: Final = 8192
+"""Pages up to this many characters are read in one pass over their lines (:func:`index_families`)."""
+
+Samples = list[tuple[str, str]]
+"""``(label text, value text)`` of a family's sample lines."""
+
+
+def _sample(rest: str, out: Samples) -> None:
+    """Append the sample whose line continues with ``rest`` after the family name."""
+    if rest[0] == "{":
+        close = rest.rfind("}")
+        values = rest[close + 1 :].split()
+        if close > 0 and values:
+            out.append((rest[1:close], values[0]))
+    else:
+        values = rest.split()
+        if values:
+            out.append(("", values[0]))
+
+
+def index_families(text: str, names: frozenset[str]) -> dict[str, Samples]:
+    """The samples of each family in ``names`` on ``text``, in one pass over its lines: like
+    :func:`series` for each name (the first group of consecutive sample lines), without a search."""
+    out: dict[str, Samples] = {}
+    previous: str | None = None
+    group: Samples | None = None
+    for line in text.split("\n"):
+        if not line or line[0] == "#":
+            previous = None
+            continue
+        brace, space = line.find("{"), line.find(" ")
+        end = brace if space == -1 or (brace != -1 and brace < space) else space
+        if end <= 0:
+            previous = None  # not a sample line: it ends any group, as in series()
+            continue
+        name = line[:end]
+        if name != previous:
+            previous = name
+            group = None
+            if name in names and name not in out:
+                group = out[name] = []
+        if group is not None:
+            _sample(line[end:], group)
+    return out
+
+
 def _is_sample(text: str, i: int, name: str) -> bool:
     """True when the line at ``i`` is a sample of exactly ``name`` (not of a longer name it prefixes)."""
     j = i + len(name)
@@ -101,7 +153,7 @@ def _group_start(text: str, name: str, hint: int | None) -> int:
     return i
 
 
-def series(text: str, name: str, starts: FamilyStarts | None = None) -> list[tuple[str, str]]:
+def series(text: str, name: str, starts: FamilyStarts | None = None) -> Samples:
     """``(label text, value text)`` of every sample line of family ``name`` (exact name match).
 
     The exposition format keeps all lines of a family in one group, so reading stops at the first
@@ -114,21 +166,12 @@ def series(text: str, name: str, starts: FamilyStarts | None = None) -> list[tup
             starts.pop(name, None)
         else:
             starts[name] = i
-    out: list[tuple[str, str]] = []
+    out: Samples = []
     size = len(name)
     while i != -1 and _is_sample(text, i, name):
         j = i + size
         end = text.find("\n", j)
-        line = text[j:] if end == -1 else text[j:end]
-        if line[0] == "{":
-            close = line.rfind("}")
-            rest = line[close + 1 :].split()
-            if close > 0 and rest:
-                out.append((line[1:close], rest[0]))
-        else:
-            rest = line.split()
-            if rest:
-                out.append(("", rest[0]))
+        _sample(text[j:] if end == -1 else text[j:end], out)
         i = -1 if end == -1 else end + 1
     return out
 
@@ -144,16 +187,35 @@ def _spec(spec: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return parse_metric_spec(spec)
 
 
-def spec_series(text: str, spec: str, starts: FamilyStarts | None = None) -> list[tuple[str, str]]:
+def spec_series(text: str, spec: str, starts: FamilyStarts | None = None) -> Samples:
     """:func:`series` of the spec's family, keeping only series whose labels include the spec's."""
     name, want = _spec(spec)
-    found = series(text, name, starts)
+    return _matching(series(text, name, starts), want)
+
+
+def _matching(found: Samples, want: tuple[tuple[str, str], ...]) -> Samples:
     if not want:
         return found
     return [(lt, v) for lt, v in found if all(parse_labels(lt).get(k) == val for k, val in want)]
 
 
-def _values(samples: list[tuple[str, str]]) -> list[float]:
+@functools.lru_cache(maxsize=64)
+def _family_names(families: MetricFamilies) -> frozenset[str]:
+    """Every family name ``families`` reads (metric specs' labels dropped)."""
+    specs = [families.waiting, families.running, *families.kv_usage]
+    names = {_spec(s)[0] for s in specs}
+    names.update(n for n in (families.lora, families.cache_config) if n is not None)
+    return frozenset(names)
+
+
+@functools.lru_cache(maxsize=1024)
+def _info_labels(text: str) -> Mapping[str, str]:
+    """:func:`parse_labels` of an info gauge's label text, remembered: a cache-config series is the
+    same on every page of a pod (read only; never mutated)."""
+    return parse_labels(text)
+
+
+def _values(samples: Samples) -> list[float]:
     out: list[float] = []
     for _, raw in samples:
         try:
@@ -176,8 +238,16 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
     """The routing signals on ``text``; ``starts`` is the endpoint's search hints (see :func:`series`)."""
     missing: set[str] = set()
     combine = _COMBINE[families.combine_load]
+    index = index_families(text, _family_names(families)) if len(text) <= SMALL_PAGE else None
 
-    def int_label(labels: dict[str, str], family: str, key: str) -> int | None:
+    def found(name: str) -> Samples:
+        return series(text, name, starts) if index is None else index.get(name, [])
+
+    def matching(spec: str) -> Samples:
+        name, want = _spec(spec)
+        return _matching(found(name), want)
+
+    def int_label(labels: Mapping[str, str], family: str, key: str) -> int | None:
         raw = labels.get(key, "").strip()
         if raw.isdigit():
             return int(raw)
@@ -185,7 +255,7 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
         return None
 
     def load(name: str) -> int | None:
-        values = _values(spec_series(text, name, starts))
+        values = _values(matching(name))
         if not values:
             missing.add(name)
             return None
@@ -196,7 +266,7 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
     kv_usage: float | None = None
     kv_source: str | None = None
     for name in families.kv_usage:
-        values = _values(spec_series(text, name, starts))
+        values = _values(matching(name))
         if values:
             kv_usage, kv_source = max(values), name
             break
@@ -207,7 +277,7 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
     waiting_adapters: frozenset[str] | None = None
     max_lora: int | None = None
     if families.lora is not None:
-        lora_series = series(text, families.lora, starts)
+        lora_series = found(families.lora)
         if not lora_series:
             missing.add(families.lora)
         else:
@@ -232,11 +302,11 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
     block_size: int | None = None
     num_blocks: int | None = None
     if families.cache_config is not None:
-        cache = series(text, families.cache_config, starts)
+        cache = found(families.cache_config)
         if cache:
-            labels = parse_labels(cache[0][0])
-            block_size = int_label(labels, families.cache_config, families.block_size_label)
-            num_blocks = int_label(labels, families.cache_config, families.num_blocks_label)
+            info = _info_labels(cache[0][0])
+            block_size = int_label(info, families.cache_config, families.block_size_label)
+            num_blocks = int_label(info, families.cache_config, families.num_blocks_label)
         else:
             missing.add(families.cache_config)
 
