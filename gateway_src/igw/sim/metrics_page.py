@@ -644,7 +644,9 @@ def restrict_page(text: str, names: Collection[str]) -> str:
     """``text`` as prometheus_client answers ``/metrics?name[]=...``: only the samples whose name is
     in ``names``, each under its family's ``# HELP`` / ``# TYPE`` lines; a family with no such sample
     is left out entirely (so an unknown name gives an empty page). Sample names, not family names,
-    select: a counter ``x`` is ``x_total``, a histogram's parts ``x_bucket`` / ``x_count`` / ``x_sum``."""
+    select: a counter ``x`` is ``x_total``, a histogram's parts ``x_bucket`` / ``x_count`` / ``x_sum``.
+    One difference: a counter's ``x_created`` samples asked for without ``x_total`` come without the
+    counter's own HELP/TYPE lines, which prometheus_client prints before them (no caller asks that)."""
     wanted = frozenset(names)
     out: list[str] = []
     header: list[str] = []

@@ -1,0 +1,247 @@
+"""The scraper asks for the routing families alone where the server honours ``name[]`` (real loopback).
+
+A server that honours the filter is scraped with it every time; one that ignores it (whole page), or
+answers it with an empty page or an error, is recognised on the first scrape and read whole from
+then on; a failed scrape, or a filtered page whose missing families change, makes the scraper check
+again. Engines without the filter (TGI, generic) are never asked with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import AsyncIterator
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from igw import engines
+from igw.config.build import build_gateway_config
+from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
+from igw.gateway.metrics_parser import VLLM, parse_page
+from igw.gateway.page_filter import FILTER_PARAM, filter_names, filter_path, unrequested_sample
+from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
+from igw.gateway.scrape_client import ScrapeClient
+from igw.gateway.scraper import WHOLE_PAGE, FilteredPage, Scraper
+from igw.gateway.telemetry import GatewayMetrics
+from igw.perf.scrape_fleet import page_variants
+from igw.sim.metrics_page import restrict_page
+from tests.gateway.support import config_doc, scheduler
+
+PAGES = [p.decode() for p in page_variants(3)]
+ROUTING = dataclasses.replace(VLLM, lora=None)
+
+
+class MetricsPod:
+    """A loopback pod serving vLLM pages; ``behaviour`` says how it answers a filtered request:
+    ``honour`` (prometheus_client's way), ``ignore`` (the whole page), ``empty`` (200, no body) or
+    ``reject`` (400). Records each request target; ``down`` makes it drop connections."""
+
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.targets: list[str] = []
+        self.down = False
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    @property
+    def key(self) -> str:
+        assert self._server is not None
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    def _answer(self, target: str) -> tuple[int, str]:
+        page = PAGES[len(self.targets) % len(PAGES)]
+        url = urlsplit(target)
+        names = parse_qs(url.query).get(FILTER_PARAM)
+        if url.path != "/metrics":
+            return 404, ""
+        if not names or self.behaviour == "ignore":
+            return 200, page
+        if self.behaviour == "empty":
+            return 200, ""
+        if self.behaviour == "reject":
+            return 400, "bad query"
+        return 200, restrict_page(page, names)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while not self.down:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if self.down:
+                    break
+                target = head.split(b" ", 2)[1].decode()
+                self.targets.append(target)
+                status, body = self._answer(target)
+                data = body.encode()
+                writer.write(b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(data), data))
+                await writer.drain()
+        self._writers.discard(writer)
+        writer.close()
+
+    def drop_connections(self) -> None:
+        for w in list(self._writers):
+            w.close()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[MetricsPod]:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        try:
+            yield self
+        finally:
+            self._server.close()
+            self.drop_connections()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+            await self._server.wait_closed()
+
+
+@dataclasses.dataclass
+class Rig:
+    scraper: Scraper
+    sr: SchedulerRuntime
+    state: EndpointState
+
+    async def scrape(self) -> None:
+        await self.scraper.scrape_once(self.sr, self.state, timeout_s=2)
+
+    @property
+    def mode(self) -> object:
+        return self.scraper.page_mode(self.sr.spec.name, self.state.key)
+
+
+@contextlib.asynccontextmanager
+async def rig(key: str, routing: dict[str, str] | None = None) -> AsyncIterator[Rig]:
+    rt = GatewayRuntime(
+        build_gateway_config(config_doc([scheduler("s", "m")], routing=routing)),
+        rng=random.Random(0),
+        clock=time.monotonic,
+    )
+    sr = rt.schedulers["s"]
+    sr.pool.replace([DiscoveredEndpoint(key=key)])
+    client = ScrapeClient()
+    try:
+        scraper = Scraper(
+            runtime=lambda: rt,
+            client=client,
+            clock=time.monotonic,
+            metrics=GatewayMetrics(lister=rt.endpoints, clock=time.monotonic),
+        )
+        yield Rig(scraper, sr, sr.pool.states[key])
+    finally:
+        await client.close()
+
+
+def _filtered(target: str) -> bool:
+    return FILTER_PARAM in parse_qs(urlsplit(target).query)
+
+
+def _whole_page_metrics() -> object:
+    return parse_page(PAGES[0], ROUTING).metrics
+
+
+async def test_a_pod_that_honours_the_filter_is_always_asked_with_it() -> None:
+    async with MetricsPod("honour").running() as pod, rig(pod.key) as r:
+        for _ in range(3):
+            await r.scrape()
+        assert [_filtered(t) for t in pod.targets] == [True, True, True]
+        assert r.mode == FilteredPage(frozenset())
+        assert r.state.metrics == _whole_page_metrics()
+        assert r.state.missing == frozenset()
+        names = parse_qs(urlsplit(pod.targets[0]).query)[FILTER_PARAM]
+        assert names == list(filter_names(ROUTING))
+        assert "vllm:lora_requests_info" not in names  # no adapter can reach this scheduler
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "targets"),
+    [
+        ("ignore", [True, False, False]),  # the whole page came back: used as it is, then asked for
+        ("empty", [True, False, False, False]),  # nothing came back: the whole page, once more
+        ("reject", [True, False, False, False]),
+    ],
+)
+async def test_a_pod_that_does_not_honour_the_filter_is_read_whole_after_one_check(
+    behaviour: str, targets: list[bool], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="igw.gateway.scraper")
+    async with MetricsPod(behaviour).running() as pod, rig(pod.key) as r:
+        key = pod.key
+        for _ in range(3):
+            await r.scrape()
+        assert [_filtered(t) for t in pod.targets] == targets
+        assert r.mode == WHOLE_PAGE
+        assert not r.state.scrape_failing
+        assert r.state.metrics == _whole_page_metrics()
+        assert r.state.missing == frozenset()
+    notes = [rec.getMessage() for rec in caplog.records if "scraping the whole page" in rec.getMessage()]
+    assert len(notes) == 1
+    assert key in notes[0]
+
+
+async def test_a_filtered_pod_that_changes_is_checked_again() -> None:
+    async with MetricsPod("honour").running() as pod, rig(pod.key) as r:
+        await r.scrape()
+        assert r.mode == FilteredPage(frozenset())
+        pod.behaviour = "empty"  # e.g. restarted behind a proxy that drops the query
+        await r.scrape()  # the empty page misses every family: the filter is no longer trusted
+        assert r.mode is None
+        await r.scrape()
+        assert r.mode == WHOLE_PAGE
+        assert r.state.metrics == _whole_page_metrics()
+        assert not r.state.scrape_failing
+
+
+async def test_a_failed_scrape_makes_the_next_one_check_the_filter_again() -> None:
+    async with MetricsPod("ignore").running() as pod, rig(pod.key) as r:
+        await r.scrape()
+        assert r.mode == WHOLE_PAGE
+        pod.down = True
+        pod.drop_connections()
+        await r.scrape()
+        assert r.state.scrape_failing
+        assert r.mode is None
+        pod.down, pod.behaviour = False, "honour"
+        await r.scrape()
+        assert r.mode == FilteredPage(frozenset())
+        assert not r.state.scrape_failing
+
+
+async def test_frozen_detection_works_on_filtered_pages() -> None:
+    async with MetricsPod("honour").running() as pod, rig(pod.key, routing={"staleThreshold": "200ms"}) as r:
+        global PAGES
+        saved, PAGES = PAGES, PAGES[:1]  # one page forever: a wedged metrics thread
+        try:
+            await r.scrape()
+            r.state.picks += 1  # a request the page never reflects
+            await r.scrape()
+            await asyncio.sleep(0.25)
+            await r.scrape()
+        finally:
+            PAGES = saved
+        assert r.state.page.frozen
+        assert all(_filtered(t) for t in pod.targets)
+
+
+def test_only_engines_with_the_filter_are_asked_with_it() -> None:
+    assert filter_path(engines.TGI.families) is None
+    assert filter_path(engines.generic_engine(queue="q", running="r").families) is None
+    for engine in (engines.VLLM, engines.SGLANG):
+        path = filter_path(engine.families)
+        assert path is not None
+        names = parse_qs(urlsplit(path).query)[FILTER_PARAM]
+        assert set(engine.families.activity) <= set(names)  # frozen pages stay detectable
+
+
+def test_unrequested_samples_reveal_a_server_that_ignored_the_filter() -> None:
+    names = frozenset(filter_names(ROUTING))
+    assert unrequested_sample(restrict_page(PAGES[0], names), names) is None
+    assert unrequested_sample(PAGES[0], names) is not None
+    assert unrequested_sample("", names) is None
