@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final, cast
 from urllib.parse import parse_qs
 
@@ -70,9 +71,9 @@ class Answers:
 class _PodProtocol(asyncio.Protocol):
     """One connection to one pod: answer each complete request head in order."""
 
-    def __init__(self, answers: Answers, offset: int) -> None:
+    def __init__(self, answers: Answers, turns: Iterator[int]) -> None:
         self._answers = answers
-        self._turn = offset
+        self._turns = turns
         self._buffer = b""
         self._transport: asyncio.Transport | None = None
 
@@ -91,8 +92,7 @@ class _PodProtocol(asyncio.Protocol):
                 self._transport.write(_NOT_FOUND)
                 continue
             answers = self._answers.get(query)
-            self._turn += 1
-            self._transport.write(answers[self._turn % len(answers)])
+            self._transport.write(answers[next(self._turns) % len(answers)])
 
 
 async def serve_fleet(
@@ -103,7 +103,7 @@ async def serve_fleet(
     loop = asyncio.get_running_loop()
     servers = []
     for i in range(pods):
-        factory = functools.partial(_PodProtocol, answers, i % VARIANTS)
+        factory = functools.partial(_PodProtocol, answers, itertools.count(i))  # one turn per pod
         servers.append(await loop.create_server(factory, host, 0))
     return servers
 
