@@ -1,9 +1,14 @@
 """Scrape every endpoint's ``/metrics`` on a fixed interval and keep its state current.
 
 One asyncio task per (scheduler, endpoint), started and stopped by :meth:`Scraper.sync` as discovery
-changes the pools. Each successful scrape stores the parsed signals with the clock time it finished;
-a failed one (timeout, refused connection, non-200, unreadable page) marks the endpoint failing,
-which excludes it from scheduling until a scrape succeeds again. Pages are fetched through a
+changes the pools. Scrapes run in groups of up to :data:`SCRAPE_GROUP` endpoints that fire together,
+the groups spread evenly over the interval: requests sent in the same turn of the event loop share
+its wake-ups and their answers arrive together, which costs less CPU per scrape than one wake-up per
+endpoint at a random phase, while a group stays small enough not to hold the loop for long.
+
+Each successful scrape stores the parsed signals with the clock time it finished; a failed one
+(timeout, refused connection, non-200, unreadable page) marks the endpoint failing, which excludes
+it from scheduling until a scrape succeeds again. Pages are fetched through a
 :class:`~igw.gateway.scrape_client.PageGetter` (the gateway's: one kept-alive connection per pod);
 with ``igw serve --workers`` only worker 0 scrapes and publishes each outcome to the other workers
 (:mod:`igw.gateway.scrape_share`).
@@ -37,7 +42,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import Final, Protocol
 
@@ -59,6 +66,8 @@ MAX_PAGE_BYTES: Final = 16 * 1024 * 1024
 MAX_MODELS_BYTES: Final = 1024 * 1024
 MODEL_INFO_REFRESH_S: Final = 60.0
 """How often an endpoint's ``/v1/models`` is read again (a restarted pod may have a new limit)."""
+SCRAPE_GROUP: Final = 16
+"""Endpoints whose scrapes start in the same turn of the event loop (see the module docstring)."""
 PAGE_MISSING: Final = "/metrics"
 NO_AUTOTUNE: Final = (
     "prefix block size and LRU size cannot be auto-tuned: defaults (64 characters, 31250) apply"
@@ -97,6 +106,16 @@ def _no_remote_usage(scheduler: str, key: str) -> tuple[int, int]:
     return 0, 0
 
 
+def next_scrape_delay(now: float, interval_s: float, slot: int, endpoints: int) -> float:
+    """Seconds from ``now`` until the group of the endpoint in ``slot`` is next due: the endpoints
+    form ``ceil(endpoints / SCRAPE_GROUP)`` groups (slot modulo the group count) whose phases split
+    the interval evenly, so each endpoint is due once per interval, with its group."""
+    groups = max(1, math.ceil(endpoints / SCRAPE_GROUP))
+    offset = (slot % groups) / groups * interval_s
+    due = (math.floor((now - offset) / interval_s) + 1) * interval_s + offset
+    return max(0.0, due - now)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class FilteredPage:
     """The endpoint honours the ``name[]`` filter; ``missing`` is what its filtered page lacked when
@@ -127,6 +146,7 @@ class Scraper:
         always reads whole pages (``igw perf scrape`` measures both)."""
         self._name_filter = name_filter
         self._modes: dict[TaskKey, PageMode] = {}
+        self._slots = itertools.count()
         self._runtime = runtime
         self._publish = publish
         self._remote_usage = remote_usage
@@ -147,8 +167,9 @@ class Scraper:
                 self._modes.pop(tk, None)
                 if not any(other[1] == tk[1] for other in wanted):
                     self._client.forget(tk[1])
-        for tk in wanted - set(self._tasks):
-            self._tasks[tk] = asyncio.create_task(self._loop(*tk), name=f"scrape {tk[0]} {tk[1]}")
+        for tk in sorted(wanted - set(self._tasks)):
+            loop = self._loop(*tk, slot=next(self._slots))
+            self._tasks[tk] = asyncio.create_task(loop, name=f"scrape {tk[0]} {tk[1]}")
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())
@@ -164,8 +185,9 @@ class Scraper:
         state = None if sr is None else sr.pool.states.get(key)
         return None if sr is None or state is None else (sr, state)
 
-    async def _loop(self, scheduler: str, key: str) -> None:
+    async def _loop(self, scheduler: str, key: str, *, slot: int = 0) -> None:
         models_read_at: float | None = None
+        loop = asyncio.get_running_loop()
         while True:
             found = self._lookup(scheduler, key)
             if found is None:
@@ -177,8 +199,8 @@ class Scraper:
             if due and await self.read_model_info(sr, state, timeout_s=settings.scrape_timeout_s):
                 models_read_at = started
             await self.scrape_once(sr, state, timeout_s=settings.scrape_timeout_s)
-            elapsed = self._clock() - started
-            await asyncio.sleep(max(0.0, settings.scrape_interval_s - elapsed))
+            delay = next_scrape_delay(loop.time(), settings.scrape_interval_s, slot, len(self._tasks))
+            await asyncio.sleep(delay)
 
     async def read_model_info(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
         """Learn ``max_model_len`` from ``GET /v1/models``; True when the page was read."""
