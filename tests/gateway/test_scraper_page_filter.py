@@ -21,6 +21,7 @@ import pytest
 
 from igw import engines
 from igw.config.build import build_gateway_config
+from igw.gateway import scraper as scraper_module
 from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
 from igw.gateway.metrics_parser import VLLM, parse_page
 from igw.gateway.page_filter import FILTER_PARAM, filter_names, filter_path, unrequested_sample
@@ -245,3 +246,31 @@ def test_unrequested_samples_reveal_a_server_that_ignored_the_filter() -> None:
     assert unrequested_sample(restrict_page(PAGES[0], names), names) is None
     assert unrequested_sample(PAGES[0], names) is not None
     assert unrequested_sample("", names) is None
+
+
+async def test_an_unchanged_page_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def counting(text: str, *args: object, **kwargs: object) -> object:
+        calls.append(len(text))
+        return parse_page(text, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scraper_module, "parse_page", counting)  # counts, then parses as before
+    async with MetricsPod("honour").running() as pod, rig(pod.key) as r:
+        global PAGES
+        saved, PAGES = PAGES, PAGES[:1]  # an idle pod: the same page every time
+        try:
+            await r.scrape()
+            first_scraped_at = r.state.scraped_at
+            parses = len(calls)
+            await r.scrape()
+            await r.scrape()
+            assert len(calls) == parses  # the same bytes: not parsed again
+            assert r.state.scraped_at is not None
+            assert first_scraped_at is not None
+            assert r.state.scraped_at > first_scraped_at  # but the scrape counts as fresh
+        finally:
+            PAGES = saved
+        await r.scrape()  # a moved counter: parsed again
+        assert len(calls) == parses + 1
+        assert r.state.metrics == _whole_page_metrics()

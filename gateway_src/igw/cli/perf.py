@@ -112,6 +112,13 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--parse-iterations", type=int, default=2000, help="pages parsed for the parse row")
     parser.add_argument(
+        "--page-variants",
+        type=int,
+        default=8,
+        help="distinct pages each simulated pod cycles through (default 8: every scrape sees a changed "
+        "page; 1: idle pods whose page never changes)",
+    )
+    parser.add_argument(
         "--clients",
         type=_scrape_clients,
         default=["filtered", "lean"],

@@ -10,12 +10,15 @@ import argparse
 import asyncio
 import sys
 
-from igw.perf.scrape_fleet import run_fleet
+from igw.perf.scrape_fleet import VARIANTS, run_fleet
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="igw.cli.perf_scrape_fleet_process", description=__doc__)
     parser.add_argument("--pods", type=int, required=True, help="listening ports (pods) to serve")
+    parser.add_argument(
+        "--variants", type=int, default=VARIANTS, help="distinct pages each pod cycles through (1: idle)"
+    )
     args = parser.parse_args(argv)
     try:
         # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
@@ -25,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         loop_factory = None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(run_fleet(args.pods))
+        runner.run(run_fleet(args.pods, variants=args.variants))
     return 0
 
 

@@ -20,6 +20,9 @@ treated as stale from the page's last change, so it is excluded at most ``staleT
 scrape interval after the first request it did not account for. It is logged once, shown as
 ``igw_endpoint_metrics_frozen`` and in ``/readyz``, and trusted again as soon as the page changes.
 
+A page byte-identical to the endpoint's previous one (an idle pod's filtered page: no token moved)
+is not parsed again: its reading still holds, only the scrape time moves.
+
 Each endpoint's context window (``max_model_len``) is read from its ``/v1/models`` (vLLM and SGLang
 publish it per model) when its scraping starts and every :data:`MODEL_INFO_REFRESH_S` after that;
 the ``context-length-filter`` uses it.
@@ -146,6 +149,8 @@ class Scraper:
         always reads whole pages (``igw perf scrape`` measures both)."""
         self._name_filter = name_filter
         self._modes: dict[TaskKey, PageMode] = {}
+        self._read: dict[TaskKey, tuple[int, MetricFamilies, EndpointState, frozenset[str]]] = {}
+        """The digest of the page last parsed per endpoint, what it was read for, and its missing."""
         self._slots = itertools.count()
         self._runtime = runtime
         self._publish = publish
@@ -165,6 +170,7 @@ class Scraper:
             if tk not in wanted:
                 self._tasks.pop(tk).cancel()
                 self._modes.pop(tk, None)
+                self._read.pop(tk, None)
                 if not any(other[1] == tk[1] for other in wanted):
                     self._client.forget(tk[1])
         for tk in sorted(wanted - set(self._tasks)):
@@ -325,14 +331,19 @@ class Scraper:
         digest = xxhash.xxh3_64_intdigest(raw)
         if self._frozen(sr, state, digest, now, stale_after_s=self._runtime().settings.stale_threshold_s):
             return
-        parsed = parse_page(raw.decode("utf-8", errors="replace"), families, state.page.family_starts)
-        missing = self._reportable(sr, parsed.missing)
         tk = (sr.spec.name, state.key)
-        mode = self._modes.get(tk)
-        if isinstance(mode, FilteredPage) and mode.missing != missing:
-            del self._modes[tk]  # the server changed what it publishes: check the filter again
-        state.metrics = parsed.metrics
-        state.kv_source = parsed.kv_source
+        read = self._read.get(tk)
+        if read is None or read[0] != digest or read[1] is not families or read[2] is not state:
+            parsed = parse_page(raw.decode("utf-8", errors="replace"), families, state.page.family_starts)
+            missing = self._reportable(sr, parsed.missing)
+            mode = self._modes.get(tk)
+            if isinstance(mode, FilteredPage) and mode.missing != missing:
+                del self._modes[tk]  # the server changed what it publishes: check the filter again
+            state.metrics = parsed.metrics
+            state.kv_source = parsed.kv_source
+            self._read[tk] = (digest, families, state, missing)
+        else:
+            missing = read[3]  # the same page as last time (an idle pod): its reading still holds
         state.scraped_at = now
         if state.scrape_failing:
             log.info("endpoint %s (%s) scrapes again: back in scheduling", state.key, sr.spec.name)

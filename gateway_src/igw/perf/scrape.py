@@ -46,7 +46,7 @@ from igw.gateway.scrape_client import PageGetter, ScrapeClient, ScrapeRequestErr
 from igw.gateway.scraper import FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
 from igw.perf.gateway_load import cpu_seconds
-from igw.perf.scrape_fleet import page_variants
+from igw.perf.scrape_fleet import VARIANTS, page_variants
 from igw.sim.metrics_page import restrict_page
 
 HELP = "Scrape cost: CPU per scrape and per pod, and staleness, for simulated fleets of N pods."
@@ -162,10 +162,11 @@ def _config_doc(interval_s: float, stale_s: float) -> dict[str, object]:
 
 
 @contextlib.asynccontextmanager
-async def fleet(pods: int) -> AsyncIterator[tuple[int, list[int]]]:
+async def fleet(pods: int, variants: int = VARIANTS) -> AsyncIterator[tuple[int, list[int]]]:
     """Run the fleet process; yields its pid and ports, closes its stdin (which stops it) on exit."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "igw.cli.perf_scrape_fleet_process", "--pods", str(pods),
+        "--variants", str(variants),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     if proc.stdin is None or proc.stdout is None:
@@ -185,11 +186,18 @@ async def fleet(pods: int) -> AsyncIterator[tuple[int, list[int]]]:
 
 
 async def measure(
-    pods: int, *, seconds: float, interval_s: float, stale_s: float, client: str = "lean"
+    pods: int,
+    *,
+    seconds: float,
+    interval_s: float,
+    stale_s: float,
+    client: str = "lean",
+    variants: int = VARIANTS,
 ) -> ScrapeRow:
-    """Scrape a fleet of ``pods`` with ``client`` for ``seconds`` after one second of warm-up."""
+    """Scrape a fleet of ``pods`` with ``client`` for ``seconds`` after one second of warm-up; each pod
+    cycles through ``variants`` pages (1: an idle pod whose page never changes)."""
     clock = time.monotonic
-    async with fleet(pods) as (fleet_pid, ports):
+    async with fleet(pods, variants) as (fleet_pid, ports):
         runtime = GatewayRuntime(
             build_gateway_config(_config_doc(interval_s, stale_s)), rng=random.Random(0), clock=clock
         )
@@ -396,6 +404,7 @@ async def _run(args: argparse.Namespace) -> list[ScrapeRow]:
                     interval_s=args.interval,
                     stale_s=args.stale_threshold,
                     client=client,
+                    variants=args.page_variants,
                 )
             )
             _print_rows(rows[-1:], header=len(rows) == 1)
@@ -416,7 +425,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"scraping every {args.interval * 1000:.0f} ms for {args.seconds:g} s per fleet size "
-        f"(stale threshold {args.stale_threshold * 1000:.0f} ms); CPU is this process's only"
+        f"(stale threshold {args.stale_threshold * 1000:.0f} ms; each pod cycles through "
+        f"{args.page_variants} page(s)); CPU is this process's only"
     )
     try:
         # deferred: optional speed-up: uvloop (gateway extra), as igw serve runs it

@@ -96,10 +96,11 @@ class _PodProtocol(asyncio.Protocol):
 
 
 async def serve_fleet(
-    pods: int, host: str = "127.0.0.1", *, filter_names: bool = True
+    pods: int, host: str = "127.0.0.1", *, filter_names: bool = True, variants: int = VARIANTS
 ) -> list[asyncio.Server]:
-    """Start ``pods`` listening ports; each pod's answers cycle through the page variants."""
-    answers = Answers(page_variants(), filter_names=filter_names)
+    """Start ``pods`` listening ports; each pod's answers cycle through ``variants`` pages (1: an
+    idle pod, whose page never changes)."""
+    answers = Answers(page_variants(variants), filter_names=filter_names)
     loop = asyncio.get_running_loop()
     servers = []
     for i in range(pods):
@@ -108,9 +109,9 @@ async def serve_fleet(
     return servers
 
 
-async def run_fleet(pods: int, *, filter_names: bool = True) -> None:
+async def run_fleet(pods: int, *, filter_names: bool = True, variants: int = VARIANTS) -> None:
     """Serve until stdin closes; print ``PORTS p1,p2,...`` once listening."""
-    servers = await serve_fleet(pods, filter_names=filter_names)
+    servers = await serve_fleet(pods, filter_names=filter_names, variants=variants)
     ports = [s.sockets[0].getsockname()[1] for s in servers]
     print("PORTS " + ",".join(map(str, ports)), flush=True)
     loop = asyncio.get_running_loop()
