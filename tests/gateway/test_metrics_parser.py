@@ -3,7 +3,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from packaging.version import Version
 
 from igw.gateway.metrics_parser import SGLANG, VLLM, parse_labels, parse_page, series
 
@@ -144,20 +143,13 @@ def test_simulator_pages_parse_like_prometheus_client(version: str) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     from igw.sim.engine import Engine
-    from igw.sim.metrics_page import PageContext, render_vllm
+    from igw.sim.metrics_page import render_vllm
     from igw.sim.pod_stats import PodStats
     from igw.sim.presets import get_preset
+    from tests.gateway.sim_pages import page_context
 
     engine = Engine(preset=get_preset("llama-3.1-8b/h100"), rng=random.Random(3))
-    ctx = PageContext(
-        model_name="meta-llama/Llama-3.1-8B-Instruct",
-        version=Version(version),
-        max_model_len=32768,
-        gpu_memory_utilization=0.9,
-        prefix_caching=True,
-        created_unix=1.7e9,
-        max_lora=0,
-    )
+    ctx = page_context(version)
     page = render_vllm(
         ctx=ctx, engine=engine, stats=PodStats(max_model_len=32768), unix_now=1.7e9, uptime_s=1.0
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from packaging.version import Version
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.engines import MetricFamilies
@@ -27,20 +26,13 @@ from igw.sim.engine import Engine
 from igw.sim.metrics_page import PageContext, render_sglang, render_vllm
 from igw.sim.pod_stats import PodStats
 from igw.sim.presets import get_preset
+from tests.gateway.sim_pages import page_context
 
 L = 'engine="0",model_name="m"'
 
 
 def _context(version: str) -> PageContext:
-    return PageContext(
-        model_name="meta-llama/Llama-3.1-8B-Instruct",
-        version=Version(version),
-        max_model_len=32768,
-        gpu_memory_utilization=0.9,
-        prefix_caching=True,
-        created_unix=1.7e9,
-        max_lora=0,
-    )
+    return page_context(version)
 
 
 def _busy_engine(seed: int) -> Engine:

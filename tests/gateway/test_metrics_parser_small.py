@@ -12,7 +12,6 @@ import dataclasses
 import random
 
 import pytest
-from packaging.version import Version
 
 from igw.engines import MetricFamilies
 from igw.gateway.metrics_parser import SGLANG, SMALL_PAGE, VLLM, index_families, parse_page, series
@@ -21,18 +20,11 @@ from igw.sim.engine import Engine
 from igw.sim.metrics_page import PageContext, render_sglang, render_vllm, restrict_page
 from igw.sim.pod_stats import PodStats
 from igw.sim.presets import get_preset
+from tests.gateway.sim_pages import page_context
 
 
 def _context(version: str) -> PageContext:
-    return PageContext(
-        model_name="meta-llama/Llama-3.1-8B-Instruct",
-        version=Version(version),
-        max_model_len=32768,
-        gpu_memory_utilization=0.9,
-        prefix_caching=True,
-        created_unix=1.7e9,
-        max_lora=4,
-    )
+    return page_context(version, max_lora=4)
 
 
 def _engine() -> Engine:

@@ -2,44 +2,18 @@
 
 from __future__ import annotations
 
-import random
-import time
 from typing import Any
 
 import pytest
 
-from igw.config.build import build_gateway_config
-from igw.gateway.endpoints import DiscoveredEndpoint
-from igw.gateway.runtime import GatewayRuntime
-from igw.gateway.scrape_client import ScrapeClient
-from igw.gateway.scraper import Scraper
-from igw.gateway.telemetry import GatewayMetrics
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, scheduler
+from tests.gateway.scrape_support import scrape_rig
 
 
 async def _scrape_once(key: str, bbr_adapters: dict[str, str], **extra: Any) -> Any:
-    rt = GatewayRuntime(
-        build_gateway_config(config_doc([scheduler("s", "base", **extra)])),
-        rng=random.Random(0),
-        clock=time.monotonic,
-        bbr_adapters=bbr_adapters,
-    )
-    sr = rt.schedulers["s"]
-    sr.pool.replace([DiscoveredEndpoint(key=key)])
-    client = ScrapeClient()
-    try:
-        scraper = Scraper(
-            runtime=lambda: rt,
-            client=client,
-            clock=time.monotonic,
-            metrics=GatewayMetrics(lister=rt.endpoints, clock=time.monotonic),
-        )
-        state = sr.pool.states[key]
-        await scraper.scrape_once(sr, state, timeout_s=2)
-    finally:
-        await client.close()
-    return state
+    async with scrape_rig(key, model="base", bbr_adapters=bbr_adapters, **extra) as rig:
+        await rig.scrape()
+    return rig.state
 
 
 @pytest.mark.parametrize(

@@ -12,26 +12,19 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import random
-import time
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from igw import engines
-from igw.config.build import build_gateway_config
 from igw.gateway import scraper as scraper_module
-from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
 from igw.gateway.metrics_parser import VLLM, parse_page
 from igw.gateway.page_filter import FILTER_PARAM, filter_names, filter_path, unrequested_sample
-from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
-from igw.gateway.scrape_client import ScrapeClient
-from igw.gateway.scraper import WHOLE_PAGE, FilteredPage, Scraper
-from igw.gateway.telemetry import GatewayMetrics
+from igw.gateway.scraper import WHOLE_PAGE, FilteredPage
 from igw.perf.scrape_fleet import page_variants
 from igw.sim.metrics_page import restrict_page
-from tests.gateway.support import config_doc, scheduler
+from tests.gateway.scrape_support import scrape_rig
 
 PAGES = [p.decode() for p in page_variants(3)]
 ROUTING = dataclasses.replace(VLLM, lora=None)
@@ -104,42 +97,6 @@ class MetricsPod:
             await self._server.wait_closed()
 
 
-@dataclasses.dataclass
-class Rig:
-    scraper: Scraper
-    sr: SchedulerRuntime
-    state: EndpointState
-
-    async def scrape(self) -> None:
-        await self.scraper.scrape_once(self.sr, self.state, timeout_s=2)
-
-    @property
-    def mode(self) -> object:
-        return self.scraper.page_mode(self.sr.spec.name, self.state.key)
-
-
-@contextlib.asynccontextmanager
-async def rig(key: str, routing: dict[str, str] | None = None) -> AsyncIterator[Rig]:
-    rt = GatewayRuntime(
-        build_gateway_config(config_doc([scheduler("s", "m")], routing=routing)),
-        rng=random.Random(0),
-        clock=time.monotonic,
-    )
-    sr = rt.schedulers["s"]
-    sr.pool.replace([DiscoveredEndpoint(key=key)])
-    client = ScrapeClient()
-    try:
-        scraper = Scraper(
-            runtime=lambda: rt,
-            client=client,
-            clock=time.monotonic,
-            metrics=GatewayMetrics(lister=rt.endpoints, clock=time.monotonic),
-        )
-        yield Rig(scraper, sr, sr.pool.states[key])
-    finally:
-        await client.close()
-
-
 def _filtered(target: str) -> bool:
     return FILTER_PARAM in parse_qs(urlsplit(target).query)
 
@@ -149,7 +106,7 @@ def _whole_page_metrics() -> object:
 
 
 async def test_a_pod_that_honours_the_filter_is_always_asked_with_it() -> None:
-    async with MetricsPod("honour").running() as pod, rig(pod.key) as r:
+    async with MetricsPod("honour").running() as pod, scrape_rig(pod.key) as r:
         for _ in range(3):
             await r.scrape()
         assert [_filtered(t) for t in pod.targets] == [True, True, True]
@@ -173,7 +130,7 @@ async def test_a_pod_that_does_not_honour_the_filter_is_read_whole_after_one_che
     behaviour: str, targets: list[bool], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="igw.gateway.scraper")
-    async with MetricsPod(behaviour).running() as pod, rig(pod.key) as r:
+    async with MetricsPod(behaviour).running() as pod, scrape_rig(pod.key) as r:
         key = pod.key
         for _ in range(3):
             await r.scrape()
@@ -188,7 +145,7 @@ async def test_a_pod_that_does_not_honour_the_filter_is_read_whole_after_one_che
 
 
 async def test_a_filtered_pod_that_changes_is_checked_again() -> None:
-    async with MetricsPod("honour").running() as pod, rig(pod.key) as r:
+    async with MetricsPod("honour").running() as pod, scrape_rig(pod.key) as r:
         await r.scrape()
         assert r.mode == FilteredPage(frozenset())
         pod.behaviour = "empty"  # e.g. restarted behind a proxy that drops the query
@@ -201,7 +158,7 @@ async def test_a_filtered_pod_that_changes_is_checked_again() -> None:
 
 
 async def test_a_failed_scrape_makes_the_next_one_check_the_filter_again() -> None:
-    async with MetricsPod("ignore").running() as pod, rig(pod.key) as r:
+    async with MetricsPod("ignore").running() as pod, scrape_rig(pod.key) as r:
         await r.scrape()
         assert r.mode == WHOLE_PAGE
         pod.down = True
@@ -216,7 +173,10 @@ async def test_a_failed_scrape_makes_the_next_one_check_the_filter_again() -> No
 
 
 async def test_frozen_detection_works_on_filtered_pages() -> None:
-    async with MetricsPod("honour").running() as pod, rig(pod.key, routing={"staleThreshold": "200ms"}) as r:
+    async with (
+        MetricsPod("honour").running() as pod,
+        scrape_rig(pod.key, routing={"staleThreshold": "200ms"}) as r,
+    ):
         global PAGES
         saved, PAGES = PAGES, PAGES[:1]  # one page forever: a wedged metrics thread
         try:
@@ -256,7 +216,7 @@ async def test_an_unchanged_page_is_not_parsed_again(monkeypatch: pytest.MonkeyP
         return parse_page(text, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(scraper_module, "parse_page", counting)  # counts, then parses as before
-    async with MetricsPod("honour").running() as pod, rig(pod.key) as r:
+    async with MetricsPod("honour").running() as pod, scrape_rig(pod.key) as r:
         global PAGES
         saved, PAGES = PAGES, PAGES[:1]  # an idle pod: the same page every time
         try:
