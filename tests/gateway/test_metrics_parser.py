@@ -3,8 +3,14 @@ from __future__ import annotations
 import random
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.metrics_parser import SGLANG, VLLM, parse_labels, parse_page, series
+from igw.sim.engine import Engine
+from igw.sim.metrics_page import render_vllm
+from igw.sim.pod_stats import PodStats
+from igw.sim.presets import get_preset
+from tests.gateway.sim_pages import page_context
 
 L = 'engine="0",model_name="m"'
 
@@ -140,14 +146,6 @@ def test_labels_with_escapes_commas_and_braces() -> None:
 
 @pytest.mark.parametrize("version", ["0.9.1", "0.10.1", "0.12.0"])
 def test_simulator_pages_parse_like_prometheus_client(version: str) -> None:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from igw.sim.engine import Engine
-    from igw.sim.metrics_page import render_vllm
-    from igw.sim.pod_stats import PodStats
-    from igw.sim.presets import get_preset
-    from tests.gateway.sim_pages import page_context
-
     engine = Engine(preset=get_preset("llama-3.1-8b/h100"), rng=random.Random(3))
     ctx = page_context(version)
     page = render_vllm(

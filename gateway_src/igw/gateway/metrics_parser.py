@@ -14,7 +14,7 @@ publishes no KV-cache gauge or cache-config info (TGI, a generic engine without 
 nothing is reported missing for it.
 
 A page answered through the ``name[]`` filter (:mod:`igw.gateway.page_filter`) holds a few
-families in a few hundred bytes; there a search per family costs more than one pass over the lines
+families in under 2 KB; there a search per family costs more than one pass over the lines
 that picks out the wanted families (:func:`index_families`), so pages up to :data:`SMALL_PAGE`
 characters are read that way. Both readings give the same result (the first group of sample lines of
 each family), which ``tests/gateway/test_metrics_parser_small.py`` checks on simulated pages.

@@ -2,7 +2,7 @@
 
 vLLM and SGLang serve ``/metrics`` through prometheus_client's exposition app, which honours
 ``?name[]=<sample name>`` (repeated): the answer holds only those samples, each under its family's
-``# HELP`` / ``# TYPE`` lines. A 47 KB vLLM page becomes a few hundred bytes, so there is less to
+``# HELP`` / ``# TYPE`` lines. A 47 KB vLLM page becomes under 2 KB, so there is less to
 send, receive, hash and parse on every scrape, on both sides. Which engines may be asked this way is
 the engine catalogue's ``MetricFamilies.name_filter``; their ``activity`` samples (token counters)
 are asked for too, so that a filtered page still moves with every request the server works on and a

@@ -28,7 +28,7 @@ publish it per model) when its scraping starts and every :data:`MODEL_INFO_REFRE
 the ``context-length-filter`` uses it.
 
 Where the engine supports it (the catalogue's ``name_filter``: vLLM, SGLang), the scraper asks for
-the routing families alone (:mod:`igw.gateway.page_filter`): a few hundred bytes instead of a 50 KB
+the routing families alone (:mod:`igw.gateway.page_filter`): about 2 KB instead of a 50 KB
 page. Each endpoint's first scrape checks the answer once: a page with samples that were not asked
 for (the server ignores the filter) or one lacking routing families that the whole page carries (an
 empty answer) switches that endpoint to the whole page; a failed scrape, or a filtered page whose
