@@ -133,3 +133,10 @@ async def test_a_fleet_started_without_the_filter_answers_whole_pages() -> None:
         for s in servers:
             s.close()
             await s.wait_closed()
+
+
+def test_page_variants_below_one_are_refused_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["perf", "scrape", "--page-variants", "0"])
+    assert exited.value.code == 2
+    assert "--page-variants must be a whole number >= 1, got '0'" in capsys.readouterr().err

@@ -113,7 +113,7 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parse-iterations", type=int, default=2000, help="pages parsed for the parse row")
     parser.add_argument(
         "--page-variants",
-        type=int,
+        type=_page_variants,
         default=8,
         help="distinct pages each simulated pod cycles through (default 8: every scrape sees a changed "
         "page; 1: idle pods whose page never changes)",
@@ -126,6 +126,12 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         "its client asking for the routing families with name[]), lean (its client, whole pages), "
         "aiohttp (aiohttp's client, whole pages); default filtered,lean",
     )
+
+
+def _page_variants(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--page-variants must be a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def _scrape_clients(text: str) -> list[str]:
