@@ -24,7 +24,7 @@ def test_short_scrape_benchmark_prints_a_row_per_fleet_size(capsys: pytest.Captu
     code = main(
         [
             *("perf", "scrape", "--pods", "2,3", "--seconds", "0.5", "--parse-iterations", "20"),
-            *("--clients", "filtered,lean,aiohttp"),
+            *("--clients", "filtered,lean,aiohttp,bare"),
         ]
     )
     out = capsys.readouterr().out
@@ -35,22 +35,23 @@ def test_short_scrape_benchmark_prints_a_row_per_fleet_size(capsys: pytest.Captu
         )
     summary = out.split("summary (cost curve):")[1]
     rows = re.findall(
-        r"^\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+) µs.* (filtered|lean|aiohttp)\s+(\d+)$", summary, re.M
+        r"^\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+) µs.* (filtered|lean|aiohttp|bare)\s+(\d+)$", summary, re.M
     )
     assert [(r[0], r[4]) for r in rows] == [
-        (pods, client) for pods in ("2", "3") for client in ("filtered", "lean", "aiohttp")
+        (pods, client) for pods in ("2", "3") for client in ("filtered", "lean", "aiohttp", "bare")
     ]
     for pods, scrapes, achieved, us, client, filtered in rows:
         assert int(scrapes) > 0
         assert float(achieved) > 0
         assert int(us) > 0
-        assert int(filtered) == (int(pods) if client == "filtered" else 0)
+        assert int(filtered) == (int(pods) if client in ("filtered", "bare") else 0)
     assert re.search(
         r"^\s+3 pods filtered: \d+ µs = kernel \d+ \+ decode/xxh3/parse [\d.]+ \+", summary, re.M
     )
     assert re.search(
         r"^\s+3 pods: CPU per scrape filtered \d+ µs vs the 50 µs target = [\d.]+× \((met|missed)\); "
-        r"filtered / lean \d+ / \d+ µs = [\d.]+×; filtered / aiohttp",
+        r"filtered / lean \d+ / \d+ µs = [\d.]+×; filtered / aiohttp \d+ / \d+ µs = [\d.]+×; "
+        r"filtered / bare \d+ / \d+ µs",
         summary,
         re.M,
     )

@@ -124,7 +124,8 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         default=["filtered", "lean"],
         help="comma-separated ways to scrape, each measured per fleet size: filtered (the gateway's: "
         "its client asking for the routing families with name[]), lean (its client, whole pages), "
-        "aiohttp (aiohttp's client, whole pages); default filtered,lean",
+        "aiohttp (aiohttp's client, whole pages), bare (its client alone fetching filtered pages, "
+        "no scraper: the floor); default filtered,lean",
     )
 
 

@@ -40,10 +40,10 @@ from igw.engines import MetricFamilies
 from igw.errors import IgwToolingError
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.metrics_parser import VLLM, FamilyStarts, parse_page
-from igw.gateway.page_filter import filter_names
+from igw.gateway.page_filter import filter_names, filter_path
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scrape_client import PageGetter, ScrapeClient, ScrapeRequestError, ScrapeResponse
-from igw.gateway.scraper import FilteredPage, Scraper
+from igw.gateway.scraper import MAX_PAGE_BYTES, FilteredPage, Scraper, next_scrape_delay
 from igw.gateway.telemetry import GatewayMetrics
 from igw.perf.gateway_load import cpu_seconds
 from igw.perf.scrape_fleet import VARIANTS, page_variants
@@ -57,9 +57,10 @@ TARGET_HOST_CORES: Final = 1.0
 """The issue's goal: 1,000 pods kept fresh within the stale threshold on at most one core per host."""
 SCHEDULER: Final = "bench"
 FLEET_START_TIMEOUT_S: Final = 120.0
-CLIENTS: Final = ("filtered", "lean", "aiohttp")
+CLIENTS: Final = ("filtered", "lean", "aiohttp", "bare")
 """``filtered``: the gateway's way (its client, ``name[]`` filter); ``lean``: its client, whole pages;
-``aiohttp``: aiohttp's client, whole pages (what the scraper used first)."""
+``aiohttp``: aiohttp's client, whole pages (what the scraper used first); ``bare``: the client alone
+fetching filtered pages, without the scraper (:class:`BareFetcher`: the floor under a scrape)."""
 ROUTING_FAMILIES: Final = dataclasses.replace(VLLM, lora=None)
 """What the benchmark's scheduler reads (no ``loraAdapters``: the scraper skips the LoRA family)."""
 
@@ -185,6 +186,42 @@ async def fleet(pods: int, variants: int = VARIANTS) -> AsyncIterator[tuple[int,
             await proc.wait()
 
 
+class BareFetcher:
+    """The floor under a scrape (way ``bare``): the gateway's client fetching each pod's filtered page
+    in the scraper's groups and phases, and nothing else - no digest, parse or endpoint state - so
+    the rest of a ``filtered`` scrape is the scraper's own work."""
+
+    def __init__(self, keys: list[str], client: PageGetter, *, interval_s: float, timeout_s: float) -> None:
+        self.done = 0
+        self.scraped_at: dict[str, float] = {}
+        self._keys = keys
+        self._client = client
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
+        self._path = filter_path(ROUTING_FAMILIES) or "/metrics"
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._loop(key, slot)) for slot, key in enumerate(self._keys)]
+
+    async def _loop(self, key: str, slot: int) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            with contextlib.suppress(TimeoutError, OSError):
+                resp = await self._client.get(
+                    key, self._path, timeout_s=self._timeout_s, max_bytes=MAX_PAGE_BYTES
+                )
+                if resp.status == 200:
+                    self.done += 1
+                    self.scraped_at[key] = time.monotonic()
+            await asyncio.sleep(next_scrape_delay(loop.time(), self._interval_s, slot, len(self._keys)))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
 async def measure(
     pods: int,
     *,
@@ -205,32 +242,53 @@ async def measure(
         pool.replace(DiscoveredEndpoint(key=f"127.0.0.1:{p}") for p in ports)
         metrics = GatewayMetrics(lister=runtime.endpoints, clock=clock)
         async with page_getter(client) as getter:
-            scraper = Scraper(
-                runtime=lambda: runtime,
-                client=getter,
-                clock=clock,
-                metrics=metrics,
-                name_filter=client == "filtered",
-            )
-            scraper.sync()
-            try:
-                await asyncio.sleep(1.0)
+            scraper: Scraper | BareFetcher
+            if client == "bare":
+                bare = scraper = BareFetcher(list(pool.states), getter, interval_s=interval_s, timeout_s=1.0)
+                bare.start()
+
+                def scrapes() -> float:
+                    return float(bare.done)
+
+                def oldest(now: float) -> float:
+                    return max(now - bare.scraped_at.get(key, 0.0) for key in pool.states)
+
+                def filtered() -> int:
+                    return len(pool.states)
+
+            else:
+                full = scraper = Scraper(
+                    runtime=lambda: runtime,
+                    client=getter,
+                    clock=clock,
+                    metrics=metrics,
+                    name_filter=client == "filtered",
+                )
+                full.sync()
 
                 def scrapes() -> float:
                     value = metrics.registry.get_sample_value("igw_endpoint_scrapes_total", {"result": "ok"})
                     return value or 0.0
 
+                def oldest(now: float) -> float:
+                    return max(now - (s.scraped_at or 0.0) for s in pool.states.values())
+
+                def filtered() -> int:
+                    return sum(
+                        isinstance(full.page_mode(SCHEDULER, key), FilteredPage) for key in pool.states
+                    )
+
+            try:
+                await asyncio.sleep(1.0)
                 ages: list[float] = []
                 n0, usage0, t0 = scrapes(), resource.getrusage(resource.RUSAGE_SELF), clock()
                 fleet0 = cpu_seconds(fleet_pid)
                 while (now := clock()) - t0 < seconds:
-                    ages.append(max(now - (s.scraped_at or 0.0) for s in pool.states.values()))
+                    ages.append(oldest(now))
                     await asyncio.sleep(interval_s)
                 usage, elapsed, done = resource.getrusage(resource.RUSAGE_SELF), clock() - t0, scrapes() - n0
                 fleet_cpu = cpu_seconds(fleet_pid) - fleet0
-                filtered = sum(
-                    isinstance(scraper.page_mode(SCHEDULER, key), FilteredPage) for key in pool.states
-                )
+                filtered_pods = filtered()
             finally:
                 await scraper.close()
     if not done:
@@ -247,7 +305,7 @@ async def measure(
         staleness_p50_s=statistics.median(ages),
         interval_s=interval_s,
         stale_threshold_s=stale_s,
-        filtered_pods=filtered,
+        filtered_pods=filtered_pods,
     )
 
 
@@ -345,6 +403,12 @@ def _print_breakdown(rows: list[ScrapeRow], costs: ParseCosts, *, pages_change: 
     Where pages never change (``--page-variants 1``) the scraper does not decode or parse them again,
     so only the digest counts."""
     for r in rows:
+        if r.client == "bare":
+            print(
+                f"{r.pods:>6} pods     bare: {r.us_per_scrape:.0f} µs = kernel {r.sys_us_per_scrape:.0f} "
+                f"+ event loop and client alone {r.us_per_scrape - r.sys_us_per_scrape:.0f} (no scraper)"
+            )
+            continue
         stages = costs.stages(r.client)
         inline = stages.total if pages_change else stages.digest
         rest = r.us_per_scrape - r.sys_us_per_scrape - inline
@@ -371,7 +435,7 @@ def _print_targets(rows: list[ScrapeRow]) -> None:
             f"{pods:>6} pods: CPU per scrape {best.client} {best.us_per_scrape:.0f} µs vs the "
             f"{TARGET_US_PER_SCRAPE:.0f} µs target = {ratio:.2f}× ({_verdict(ratio <= 1)})"
         )
-        for base_name in ("lean", "aiohttp"):
+        for base_name in ("lean", "aiohttp", "bare"):
             base = by.get((base_name, pods))
             if base is not None and base is not best:
                 line += (
@@ -379,7 +443,7 @@ def _print_targets(rows: list[ScrapeRow]) -> None:
                     f"= {best.us_per_scrape / base.us_per_scrape:.2f}×"
                 )
         print(line)
-    preferred = next(c for c in CLIENTS if any(r.client == c for r in rows))
+    preferred = next((c for c in CLIENTS[:3] if any(r.client == c for r in rows)), None)
     for r in rows:
         if r.pods < TARGET_FLEET_PODS or r.client != preferred:
             continue
