@@ -94,13 +94,14 @@ class ExchangeResult:
 
 def _hop_by_hop(headers: Mapping[str, str]) -> frozenset[str]:
     """:data:`HOP_BY_HOP` plus every header the message's ``Connection`` header names (RFC 9110 7.6.1)."""
-    named = {
-        token.strip().lower()
-        for name, value in headers.items()
-        if name.lower() == "connection"
-        for token in value.split(",")
-    }
-    return HOP_BY_HOP | named if named else HOP_BY_HOP
+    getall = getattr(headers, "getall", None)  # a multidict: a case-insensitive lookup, no scan
+    if getall is not None:
+        values: list[str] = getall("Connection", [])
+    else:
+        values = [value for name, value in headers.items() if name.lower() == "connection"]
+    if not values:
+        return HOP_BY_HOP
+    return HOP_BY_HOP | {token.strip().lower() for value in values for token in value.split(",")}
 
 
 def upstream_headers(
