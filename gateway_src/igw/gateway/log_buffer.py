@@ -20,12 +20,15 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from typing import Final, TextIO
 
 DEFAULT_INTERVAL_S: Final = 0.2
 """How long a line may wait before it is written."""
 DEFAULT_BATCH: Final = 512
 """Queued records that wake the writer before its interval ends (bounds memory under bursts)."""
+YIELD_EVERY: Final = 32
+"""The writer thread lets the event loop's thread run after formatting this many records."""
 
 
 class BatchedLineHandler(logging.Handler):
@@ -91,11 +94,16 @@ class BatchedLineHandler(logging.Handler):
 
     def _write(self, records: list[logging.LogRecord]) -> None:
         lines = []
-        for record in records:
+        on_writer = threading.current_thread() is self._thread
+        for number, record in enumerate(records, start=1):
             try:
                 lines.append(self.format(record))
             except Exception:  # logging's contract: report, never raise
                 self.handleError(record)
+            if on_writer and number % YIELD_EVERY == 0:
+                # Formatting holds the GIL; without a pause a large batch would stall the event loop
+                # for up to the interpreter's switch interval (5 ms) at a time.
+                time.sleep(0)
         if not lines:
             return
         try:
