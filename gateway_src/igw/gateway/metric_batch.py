@@ -114,23 +114,20 @@ def _bounds(metric: Histogram) -> tuple[float, ...]:
     return bounds
 
 
-class FoldingCounter(Counter):
+class _FoldsOnCollect(MetricWrapperBase):
+    """Folds the batch's pending updates (``folds``) before the family is collected."""
+
+    folds: Callable[[], None] | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        if self.folds is not None:
+            self.folds()
+        return super().collect()
+
+
+class FoldingCounter(_FoldsOnCollect, Counter):
     """A :class:`~prometheus_client.Counter` whose ``collect`` first folds its batch's pending updates."""
 
-    folds: Callable[[], None] | None = None
 
-    def collect(self) -> Iterable[Metric]:
-        if self.folds is not None:
-            self.folds()
-        return super().collect()
-
-
-class FoldingHistogram(Histogram):
+class FoldingHistogram(_FoldsOnCollect, Histogram):
     """A :class:`~prometheus_client.Histogram` whose ``collect`` first folds its batch's pending updates."""
-
-    folds: Callable[[], None] | None = None
-
-    def collect(self) -> Iterable[Metric]:
-        if self.folds is not None:
-            self.folds()
-        return super().collect()
