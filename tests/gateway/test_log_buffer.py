@@ -161,7 +161,7 @@ async def test_igw_serve_writes_every_access_line_before_exiting_on_sigterm(tmp_
     async with running(FakeModelServer("pod")) as (pod,):
         eps.write_text(orjson.dumps({"schedulers": {"m": [pod.key]}}).decode())
         async with (
-            serve_process(config, eps, on_line=lines.append) as gw,
+            serve_process(config, eps, "--drain-seconds", "0", on_line=lines.append) as gw,
             aiohttp.ClientSession() as http,
         ):
             for i in range(25):
