@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     from igw.config.errors import ConfigError
     from igw.config.loader import load_gateway_config
     from igw.gateway.limits_config import EXTENSION_NAME, ServerLimitsError, server_limits
+    from igw.gateway.log_buffer import BatchedLineHandler
     from igw.gateway.redaction import RedactingFormatter
     from igw.gateway.serving import ServerLimits
     from igw.gateway.tracing_options import TracingConfigError, tracing_options
@@ -189,8 +190,11 @@ def run(args: argparse.Namespace) -> int:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
+    logging._srcfile = None  # no caller lookup (a frame walk per record): the same HOWTO table
     logging.getLogger("igw.access").propagate = False
-    access = logging.StreamHandler(sys.stdout)
+    # Queued on the request path, formatted and written in batches by a writer thread; what is still
+    # queued is written at exit (logging.shutdown), also after SIGTERM.
+    access = BatchedLineHandler(sys.stdout)
     access.setFormatter(RedactingFormatter("%(message)s"))
     logging.getLogger("igw.access").addHandler(access)
     logging.getLogger("igw.emf").propagate = False

@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.epp_compat import EppCompatCollector
+from igw.gateway.metric_batch import FoldingCounter, FoldingHistogram, MetricBatch
 
 UNKNOWN_MODEL: Final = "(unknown)"
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -116,85 +117,92 @@ class GatewayMetrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
+        self._batch = MetricBatch()
+        self.requests = FoldingCounter(
             "igw_requests",
             "Inference requests by model (after any canary rewrite), requested model and HTTP status.",
             ["model", "requested_model", "code"],
             registry=r,
         )
-        self.duration = Histogram(
+        self.duration = FoldingHistogram(
             "igw_request_duration_seconds",
             "Time from request received to response complete.",
             ["model", "requested_model"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.ttft = Histogram(
+        self.ttft = FoldingHistogram(
             "igw_time_to_first_token_seconds",
             "Time from request received to the first streamed event sent to the client.",
             ["model", "requested_model"],
             buckets=TTFT_BUCKETS,
             registry=r,
         )
-        self.itl = Histogram(
+        self.itl = FoldingHistogram(
             "igw_inter_token_latency_seconds",
             "Time between consecutive streamed events.",
             ["model"],
             buckets=ITL_BUCKETS,
             registry=r,
         )
-        self.tokens = Counter(
+        self.tokens = FoldingCounter(
             "igw_tokens",
             "Tokens from the response's usage, by direction (in/out).",
             ["model", "direction"],
             registry=r,
         )
-        self.picks = Counter(
+        self.picks = FoldingCounter(
             "igw_endpoint_picks",
             "Scheduling decisions that chose the endpoint.",
             ["scheduler", "endpoint"],
             registry=r,
         )
-        self.rejections = Counter(
+        self.rejections = FoldingCounter(
             "igw_rejections",
             "Requests refused before reaching a model server, by reason (saturated: 429, no_endpoints: 503).",
             ["model", "reason"],
             registry=r,
         )
-        self.decision = Histogram(
+        self.decision = FoldingHistogram(
             "igw_scheduler_decision_seconds",
             "Time spent in the scheduler for one decision.",
             ["scheduler"],
             buckets=DECISION_BUCKETS,
             registry=r,
         )
-        self.retries = Counter(
+        self.retries = FoldingCounter(
             "igw_upstream_retries",
             "Connect failures retried on the next-best endpoint.",
             ["scheduler"],
             registry=r,
         )
-        self.stream_errors = Counter(
+        self.stream_errors = FoldingCounter(
             "igw_partial_stream_errors",
             "Streams whose upstream failed after the response started (client got a terminal error event).",
             ["model"],
             registry=r,
         )
-        self.client_disconnects = Counter(
+        self.client_disconnects = FoldingCounter(
             "igw_client_disconnects",
             "Requests abandoned by the client; the upstream request is cancelled.",
             ["model"],
             registry=r,
         )
-        self.config_reloads = Counter(
+        self.config_reloads = FoldingCounter(
             "igw_config_reloads",
             "Configuration reload attempts by result (applied, rejected).",
             ["result"],
             registry=r,
         )
-        self.scrapes = Counter(
+        self.scrapes = FoldingCounter(
             "igw_endpoint_scrapes", "Metrics scrapes by result (ok, error).", ["result"], registry=r
         )
+        for family in (
+            self.requests, self.duration, self.ttft, self.itl, self.tokens, self.picks, self.rejections,
+            self.decision, self.retries, self.stream_errors, self.client_disconnects, self.config_reloads,
+            self.scrapes,
+        ):  # fmt: skip
+            family.folds = self._batch.fold
         r.register(_EndpointCollector(lister=lister, clock=clock))
         self.epp = EppCompatCollector(sources=(self.requests, self.duration, self.ttft), lister=lister)
         """The reference endpoint picker's names (also read by the CloudWatch EMF reporter)."""
@@ -202,10 +210,16 @@ class GatewayMetrics:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
-        """``metric.labels(*labels)``, cached: the lookup costs ~5 µs and runs several times per
-        request. Label values are bounded (configured models and discovered endpoints)."""
+        """``metric.labels(*labels)``, cached, and batched for this instance's counters and histograms:
+        the update is held as a plain number until the family is collected (see
+        :mod:`igw.gateway.metric_batch`). Label values are bounded (configured models and discovered
+        endpoints)."""
         key = (id(metric), labels)
         found = self._children.get(key)
         if found is None:
-            found = self._children[key] = metric.labels(*labels)
+            found = self._children[key] = self._batch.pending(metric, metric.labels(*labels))
         return found
+
+    def fold(self) -> None:
+        """Hand every pending update to prometheus_client (also done by every collect)."""
+        self._batch.fold()

@@ -94,13 +94,14 @@ class ExchangeResult:
 
 def _hop_by_hop(headers: Mapping[str, str]) -> frozenset[str]:
     """:data:`HOP_BY_HOP` plus every header the message's ``Connection`` header names (RFC 9110 7.6.1)."""
-    named = {
-        token.strip().lower()
-        for name, value in headers.items()
-        if name.lower() == "connection"
-        for token in value.split(",")
-    }
-    return HOP_BY_HOP | named if named else HOP_BY_HOP
+    getall = getattr(headers, "getall", None)  # a multidict: a case-insensitive lookup, no scan
+    if getall is not None:
+        values: list[str] = getall("Connection", [])
+    else:
+        values = [value for name, value in headers.items() if name.lower() == "connection"]
+    if not values:
+        return HOP_BY_HOP
+    return HOP_BY_HOP | {token.strip().lower() for value in values for token in value.split(",")}
 
 
 def upstream_headers(
@@ -275,6 +276,19 @@ def _wrapped_error(upstream: UpstreamResponse, extra: Mapping[str, str]) -> web.
     )
 
 
+class _RelayedStream(web.StreamResponse):
+    """The client's SSE response: its head leaves with the first event, in one write.
+
+    aiohttp's :class:`~aiohttp.web.StreamResponse` sends its head on ``prepare`` (one write) and each
+    event after it (another); the client then reads the head and waits for the event, which added
+    the time between the two writes (and a second wake-up of the client) to every stream's TTFT.
+    Holding the head back until the first body write is what :class:`~aiohttp.web.Response` does.
+    ``tests/gateway/test_sse_relay_writes.py`` pins it over a real connection.
+    """
+
+    _send_headers_immediately = False
+
+
 async def _relay_stream(
     request: web.Request,
     upstream: UpstreamResponse,
@@ -288,7 +302,7 @@ async def _relay_stream(
     """Relay an SSE response. The client's response is started when the first upstream bytes arrive
     (headers and first event leave back to back, which keeps the added TTFT down), so an upstream
     that fails before sending anything still gets a proper HTTP error instead of a broken stream."""
-    response = web.StreamResponse(status=upstream.status, headers=_response_headers(upstream, extra))
+    response = _RelayedStream(status=upstream.status, headers=_response_headers(upstream, extra))
     result = ExchangeResult(
         response=response, status=upstream.status, ok=upstream.status < 500, streamed=True
     )

@@ -67,6 +67,28 @@ def _micro(rows: list[dict[str, Any]]) -> None:
         )
     )
     _tracing_rows(rows)
+    _telemetry_rows(rows)
+
+
+def _telemetry_rows(rows: list[dict[str, Any]]) -> None:
+    """The access log and the request metrics, batched (as ``igw serve`` runs them) against unbatched."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.telemetry_micro import access_log_costs, metrics_costs
+
+    for what, (before, now) in (
+        ("access-log record", access_log_costs()),
+        ("request metrics, one streamed request", metrics_costs()),
+    ):
+        rows.append(
+            _row(
+                f"{what}, {now.name}",
+                f"event-loop thread {now.thread_us:.1f} µs, process {now.process_us:.1f} µs",
+                f"{before.name}: {before.thread_us:.1f} µs ({before.thread_us / now.thread_us:.1f}x the "
+                f"loop thread's), process {before.process_us:.1f} µs",
+                "report only",
+                None,
+            )
+        )
 
 
 def _tracing_rows(rows: list[dict[str, Any]]) -> None:

@@ -1,0 +1,133 @@
+"""Per-request metric updates kept as plain numbers and folded into prometheus_client when read.
+
+Every inference request increments several counters and observes several histograms (a streamed
+one, one inter-token gap per event). prometheus_client takes a lock and, for a histogram, walks the
+bucket bounds on every ``inc``/``observe``; it has no batch API. Here the request path adds to a
+number (a counter) or to one bucket's count and the sum (a histogram, the bucket found by binary
+search), and :meth:`MetricBatch.fold` hands the totals to the prometheus_client children in one
+``inc`` per touched bucket. :class:`FoldingCounter` and :class:`FoldingHistogram` fold before they
+are collected, so every reader - ``/metrics``, the registry's ``get_sample_value``, the EPP aliases,
+the EMF reporter, the heartbeat - sees every update made before the read.
+
+Updates and reads both run on the gateway's event loop thread (the request path, the ``/metrics``
+handler and the periodic reporters), so no lock is needed.
+
+Why by hand: the folding adds to a histogram child's bucket and sum values directly (its ``_buckets``
+and ``_sum``, the only way to add N observations at once); ``tests/gateway/test_metric_batch.py``
+compares the exposition with prometheus_client's own ``observe`` on the same values, so a
+prometheus_client release that changes those internals fails a test instead of miscounting.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
+
+
+class PendingCount:
+    """A counter child's increments since the last fold."""
+
+    __slots__ = ("amount", "target")
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.amount = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError("counters can only be incremented by non-negative amounts")
+        self.amount += amount
+
+    def fold(self) -> None:
+        amount, self.amount = self.amount, 0.0
+        if amount:
+            self.target.inc(amount)
+
+
+class PendingObservations:
+    """A histogram child's observations since the last fold: a count per bucket and their sum."""
+
+    __slots__ = ("bounds", "counts", "target", "total")
+
+    def __init__(self, target: Any, bounds: tuple[float, ...]) -> None:
+        if len(target._buckets) != len(bounds):
+            raise TypeError("prometheus_client's histogram layout is not the one this module folds into")
+        self.target = target
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        if value != value:  # NaN: no bucket holds it; let prometheus_client count it its own way
+            self.target.observe(value)
+            return
+        # The first bound >= value: prometheus_client's bucket for ``value`` (``value <= bound``).
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def fold(self) -> None:
+        counts = self.counts
+        if not any(counts):
+            return
+        self.counts = [0] * len(counts)
+        total, self.total = self.total, 0.0
+        self.target._sum.inc(total)
+        for bucket, count in zip(self.target._buckets, counts, strict=True):
+            if count:
+                bucket.inc(count)
+
+
+class MetricBatch:
+    """The pending updates of one metrics instance (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._pending: list[PendingCount | PendingObservations] = []
+
+    def pending(self, metric: MetricWrapperBase, child: Any) -> PendingCount | PendingObservations | Any:
+        """A batched stand-in for ``child`` (a child of ``metric``), or ``child`` itself when ``metric``
+        is neither a counter nor a histogram."""
+        found: PendingCount | PendingObservations
+        if isinstance(metric, Histogram):
+            found = PendingObservations(child, _bounds(metric))
+        elif isinstance(metric, Counter):
+            found = PendingCount(child)
+        else:
+            return child
+        self._pending.append(found)
+        return found
+
+    def fold(self) -> None:
+        for pending in self._pending:
+            pending.fold()
+
+
+def _bounds(metric: Histogram) -> tuple[float, ...]:
+    bounds = tuple(float(b) for b in metric._upper_bounds)
+    if bounds[-1] != math.inf:
+        raise TypeError("a prometheus_client histogram ends with the +Inf bucket")
+    return bounds
+
+
+class _FoldsOnCollect(MetricWrapperBase):
+    """Folds the batch's pending updates (``folds``) before the family is collected."""
+
+    folds: Callable[[], None] | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        if self.folds is not None:
+            self.folds()
+        return super().collect()
+
+
+class FoldingCounter(_FoldsOnCollect, Counter):
+    """A :class:`~prometheus_client.Counter` whose ``collect`` first folds its batch's pending updates."""
+
+
+class FoldingHistogram(_FoldsOnCollect, Histogram):
+    """A :class:`~prometheus_client.Histogram` whose ``collect`` first folds its batch's pending updates."""

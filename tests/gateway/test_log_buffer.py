@@ -1,0 +1,175 @@
+"""The batched access-log handler: every line written, in order, redacted; none lost on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+from igw.gateway.log_buffer import BatchedLineHandler
+from igw.gateway.redaction import MASK, RedactingFormatter
+from igw.perf.serve_process import serve_process
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
+
+
+class _Stream(io.StringIO):
+    """A text stream that counts its write and flush calls (the batching is what is tested)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+        self.flushes = 0
+        self.lock = threading.Lock()
+
+    def write(self, s: str) -> int:
+        with self.lock:
+            self.writes += 1
+            return super().write(s)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+    def lines(self) -> list[str]:
+        with self.lock:
+            return self.getvalue().splitlines()
+
+
+def _logger(handler: logging.Handler, name: str) -> logging.Logger:
+    logger = logging.getLogger(name)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    return logger
+
+
+def _wait_for(predicate: object, *, within_s: float = 30.0) -> bool:
+    assert callable(predicate)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_close_writes_every_queued_line_in_order_in_few_writes() -> None:
+    stream = _Stream()
+    handler = BatchedLineHandler(stream, interval_s=60.0, batch=100_000)  # only close() writes
+    handler.setFormatter(RedactingFormatter("%(message)s"))
+    logger = _logger(handler, "igw.test.batched.order")
+    try:
+        for i in range(2000):
+            logger.info("line %d", i)
+        assert stream.lines() == []  # queued, not written, on the caller's thread
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    assert stream.lines() == [f"line {i}" for i in range(2000)]
+    assert stream.writes == 1
+    assert stream.flushes == 1
+
+
+def test_the_writer_thread_writes_after_the_interval_without_a_close() -> None:
+    stream = _Stream()
+    handler = BatchedLineHandler(stream, interval_s=0.05)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = _logger(handler, "igw.test.batched.interval")
+    try:
+        logger.info("first")
+        logger.info("second")
+        assert _wait_for(lambda: stream.lines() == ["first", "second"])
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def test_a_full_batch_wakes_the_writer_before_its_interval() -> None:
+    stream = _Stream()
+    handler = BatchedLineHandler(stream, interval_s=3600.0, batch=10)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = _logger(handler, "igw.test.batched.batch")
+    try:
+        for i in range(10):
+            logger.info("n%d", i)
+        assert _wait_for(lambda: len(stream.lines()) == 10)  # long before the hour is up
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def test_lines_pass_the_redacting_formatter_and_records_after_close_are_written() -> None:
+    stream = _Stream()
+    handler = BatchedLineHandler(stream)
+    handler.setFormatter(RedactingFormatter("%(message)s"))
+    handler.close()
+    handler.handle(logging.makeLogRecord({"msg": "Authorization: Bearer abc.def", "levelno": 20}))
+    assert stream.lines() == [f"Authorization: {MASK}"]
+
+
+def test_a_failing_stream_is_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
+    class Broken(io.StringIO):
+        def write(self, s: str) -> int:
+            raise OSError("disk full")
+
+    handler = BatchedLineHandler(Broken())
+    handler.handle(logging.makeLogRecord({"msg": "x", "levelno": 20}))
+    handler.close()  # logging's handleError prints to stderr; nothing propagates
+    assert "disk full" in capsys.readouterr().err
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="interval_s"):
+        BatchedLineHandler(io.StringIO(), interval_s=0)
+
+
+_EXITS_ON_SIGTERM = """
+import logging, os, signal, sys
+from igw.gateway.log_buffer import BatchedLineHandler
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as igw serve: SIGTERM ends it normally
+logger = logging.getLogger("igw.access")
+logger.setLevel(logging.INFO)
+logger.addHandler(BatchedLineHandler(sys.stdout, interval_s=3600.0, batch=10**6))
+for i in range(500):
+    logger.info("line %d", i)
+os.kill(os.getpid(), signal.SIGTERM)
+signal.pause()
+"""
+
+
+def test_lines_still_queued_at_sigterm_are_written_at_exit() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _EXITS_ON_SIGTERM], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"line {i}" for i in range(500)]
+
+
+async def test_igw_serve_writes_every_access_line_before_exiting_on_sigterm(tmp_path: Path) -> None:
+    config, eps = tmp_path / "igwc.yaml", tmp_path / "endpoints.yaml"
+    config.write_text(orjson.dumps(config_doc([scheduler("m", "m")])).decode())
+    lines: list[str] = []
+    async with running(FakeModelServer("pod")) as (pod,):
+        eps.write_text(orjson.dumps({"schedulers": {"m": [pod.key]}}).decode())
+        async with (
+            serve_process(config, eps, "--drain-seconds", "0", on_line=lines.append) as gw,
+            aiohttp.ClientSession() as http,
+        ):
+            for i in range(25):
+                body = {"model": "m", "prompt": f"hi {i}", "max_tokens": 2}
+                async with http.post(gw.url + "/v1/completions", json=body) as resp:
+                    assert resp.status == 200
+                    await resp.read()
+            await asyncio.sleep(0)  # exit right away: the last lines are still queued in the gateway
+    access = [orjson.loads(line) for line in lines if line.startswith('{"request_id"')]
+    assert len(access) == 25
+    assert all(record["path"] == "/v1/completions" and record["status"] == 200 for record in access)

@@ -1,0 +1,49 @@
+"""The SSE relay's first write to the client carries the response head and the first event together
+(one segment, one client wake-up), and the stream after it is relayed event by event."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from igw.gateway import serving
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
+
+DOC = config_doc([scheduler("llama", "m")])
+
+
+@pytest.fixture
+def client_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every write the gateway's server side makes to a client connection, in order."""
+    writes: list[bytes] = []
+    made = serving._GatewayRequestHandler.connection_made
+
+    def connection_made(self: serving._GatewayRequestHandler, transport: Any) -> None:
+        write, writelines = transport.write, transport.writelines
+        transport.write = lambda data: (writes.append(bytes(data)), write(data))[1]
+        transport.writelines = lambda parts: (writes.append(b"".join(parts)), writelines(parts))[1]
+        made(self, transport)
+
+    monkeypatch.setattr(serving._GatewayRequestHandler, "connection_made", connection_made)
+    return writes
+
+
+async def test_the_head_leaves_with_the_first_event(gateway: Any, client_writes: list[bytes]) -> None:
+    body = {"model": "m", "prompt": "hi", "max_tokens": 3, "stream": True}
+    async with (
+        running(FakeModelServer("a", tokens=3, first_token_delay_s=0.05, token_delay_s=0.05)) as (a,),
+        gateway(DOC, {"llama": [a.key]}) as gw,
+    ):
+        client_writes.clear()
+        resp = await gw.post("/v1/completions", body)
+        assert resp.status == 200
+        text = (await resp.read()).decode()
+        await asyncio.sleep(0)
+    assert text.count("data: ") == 5  # three tokens, the usage event, [DONE]
+    head = next(i for i, w in enumerate(client_writes) if w.startswith(b"HTTP/1.1 200"))
+    assert b"text/event-stream" in client_writes[head]
+    assert b'"text":"tok0"' in client_writes[head]  # not in a write of its own after the head
+    assert b'"text":"tok1"' not in client_writes[head]  # relayed as it came, not buffered
