@@ -12,20 +12,23 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
-from hypothesis import assume, given, settings
+from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 from igw.config.model import LabelSelector, SchedulerSpec
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.framework import CycleContext
+from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
 from igw.scheduling.plugins.context_length_filter import fitting
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
+from igw.scheduling.plugins.speed_pools import SpeedPools
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.types import (
     EndpointKey,
@@ -40,6 +43,7 @@ from igw.sim.spec import PodSpec
 from igw.sim.workloads import poisson_arrivals, shared_prefix
 from tests.scheduling.helpers import req
 from tests.scheduling.reference import (
+    ReferenceBacklogTtftScorer,
     ReferenceDispatchLedger,
     ReferenceKvCacheScorer,
     ReferenceMaxScorePicker,
@@ -47,6 +51,7 @@ from tests.scheduling.reference import (
     ReferencePrefillCollisionScorer,
     ReferenceQueueScorer,
     reference_fitting,
+    reference_pool,
     reference_pooled_ttft,
     reference_profile,
 )
@@ -290,3 +295,133 @@ def test_context_length_fitting_matches_its_reference(
     fast, expected = fitting(request, views), reference_fitting(request, views)
     assert list(fast) == list(expected)
     assert (fast is views) == (expected is views)  # "all fit" still hands back the same list
+
+
+# --- backlog-ttft-scorer against its reference over random dispatch/outcome/pick sequences ---------
+
+_BACKLOG_KEYS = _KEYS[:6]
+_BACKLOG_OPS = st.lists(
+    st.one_of(
+        # dispatch on an endpoint, then (maybe) its outcome: (op, key, (ttft, prompt tokens))
+        st.tuples(
+            st.just("serve"),
+            st.sampled_from(_BACKLOG_KEYS),
+            st.tuples(st.sampled_from([0.02, 0.05, 0.3, 1.5, math.inf, -1.0]), st.integers(1, 3000)),
+        ),
+        st.tuples(st.just("score"), st.sampled_from([None, "lora-a"]), st.integers(0, 4000)),
+        st.tuples(st.just("forget"), st.sampled_from(_BACKLOG_KEYS), st.just(0)),
+        # ten linear outcomes (intercept, seconds per token) with some noise: a regression forms
+        st.tuples(
+            st.just("teach"),
+            st.sampled_from(_BACKLOG_KEYS),
+            st.tuples(st.sampled_from([0.01, 0.04]), st.sampled_from([25e-6, 30e-6, 40e-6, 300e-6])),
+        ),
+    ),
+    max_size=60,
+)
+_CAPACITIES = st.lists(st.sampled_from([None, 1000, 27_485, 80_000, 300_000]), min_size=6, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=_BACKLOG_OPS, capacities=_CAPACITIES, inflight=st.lists(st.integers(0, 2), min_size=6, max_size=6))
+def test_backlog_ttft_scorer_matches_its_reference(
+    ops: list[tuple[str, object, object]], capacities: list[int | None], inflight: list[int]
+) -> None:
+    """Scores, on_picked's backlog and the fits, after any mix of dispatches, outcomes (odd ones
+    included), adapter requests (which leave the pick's pooled models as they were) and removals."""
+    views = [
+        EndpointView(
+            key=k,
+            metrics=EngineMetrics(waiting=i % 3, block_size=16 if cap else None, num_gpu_blocks=cap),
+            scraped_at=0.0,
+            inflight=n,
+        )
+        for i, (k, cap, n) in enumerate(zip(_BACKLOG_KEYS, capacities, inflight, strict=True))
+    ]
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    now = 0.0
+    for step, (op, a, b) in enumerate(ops):
+        now += 0.01
+        if op == "serve":
+            key = str(a)
+            ttft, tokens = cast("tuple[float, int]", b)
+            request = RoutingRequest(
+                request_id=str(step), model="m", base_model="m", prefix_text="", prompt_tokens=int(tokens)
+            )
+            outcome = RequestOutcome(
+                request_id=str(step), endpoint=key, ok=True, ttft_s=float(ttft), prompt_tokens=int(tokens)
+            )
+            view = next(v for v in views if v.key == key)
+            for scorer in (fast, reference):
+                scorer.on_picked(CycleContext(request=request, now=now, rng=random.Random(0)), view)
+                scorer.on_complete(outcome, now=now)
+        elif op == "forget":
+            for scorer in (fast, reference):
+                scorer.on_endpoints_removed([str(a)])
+        elif op == "teach":
+            key = str(a)
+            intercept, slope = cast("tuple[float, float]", b)
+            view = next(v for v in views if v.key == key)
+            for i in range(10):
+                now += 100.0  # the backlog has drained: tokens ahead are the prompt's own
+                tokens = 100 + 97 * (i % 11)
+                ttft = (intercept + slope * tokens) * (1.0 + 0.02 * ((step + i) % 3))
+                request = RoutingRequest(
+                    request_id=f"t{step}-{i}", model="m", base_model="m", prefix_text="", prompt_tokens=tokens
+                )
+                outcome = RequestOutcome(
+                    request_id=f"t{step}-{i}", endpoint=key, ok=True, ttft_s=ttft, prompt_tokens=tokens
+                )
+                for scorer in (fast, reference):
+                    scorer.on_picked(CycleContext(request=request, now=now, rng=random.Random(0)), view)
+                    scorer.on_complete(outcome, now=now)
+        else:
+            adapter = None if a is None else str(a)
+            request = RoutingRequest(
+                request_id=f"s{step}", model=adapter or "m", base_model="m", prefix_text="",
+                prompt_tokens=int(b), adapter=adapter,  # type: ignore[call-overload]
+            )  # fmt: skip
+            got = fast.score(CycleContext(request=request, now=now, rng=random.Random(0)), views)
+            expected = reference.score(CycleContext(request=request, now=now, rng=random.Random(0)), views)
+            assert list(got) == expected
+            picked = views[step % 6]
+            for scorer in (fast, reference):  # the pick's own pooled models set the drain rate
+                scorer.on_picked(CycleContext(request=request, now=now, rng=random.Random(0)), picked)
+        assert fast.backlogs == reference.backlogs
+        assert fast.fits == reference.fits
+        assert fast.dispatched == reference.dispatched
+        assert fast._pooled() == reference._pooled()
+    note(f"pooled models at the end: {len(fast._pooled())}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    changes=st.lists(
+        st.tuples(
+            st.sampled_from(_KEYS),
+            st.one_of(
+                st.none(),
+                st.tuples(
+                    st.sampled_from([0.0, 0.01, 0.04]), st.sampled_from([1.0, 1.5, 2.0, 2.25, 3.0, 1.5001])
+                ),
+            ),
+        ),
+        max_size=40,
+    ),
+    ratio=st.sampled_from([1.0, 1.5, 2.0]),
+)
+def test_speed_pools_match_a_from_scratch_grouping(
+    changes: list[tuple[str, tuple[float, float] | None]], ratio: float
+) -> None:
+    """Slopes exactly ``ratio`` times a group's first one (1.0 -> 1.5 -> 2.25) stay in that group."""
+    pools, models = SpeedPools(pool_ratio=ratio), dict[str, tuple[float, float]]()
+    for key, model in changes:
+        before = pools.pooled()
+        kept = dict(before)
+        pools.set(key, model)
+        if model is None:
+            models.pop(key, None)
+        else:
+            models[key] = model
+        assert pools.pooled() == reference_pool(models, ratio)
+        assert before == kept  # a pick's pooled models stay as they were
