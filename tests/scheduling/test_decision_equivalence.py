@@ -27,6 +27,7 @@ from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, STATE_MATCH, PrefixCacheScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
 from igw.scheduling.plugins.speed_pools import SpeedPools
 from igw.scheduling.scheduler import Scheduler
@@ -49,6 +50,7 @@ from tests.scheduling.reference import (
     ReferenceMaxScorePicker,
     ReferencePredictedTtftScorer,
     ReferencePrefillCollisionScorer,
+    ReferencePrefixCacheScorer,
     ReferenceQueueScorer,
     reference_fitting,
     reference_pool,
@@ -425,3 +427,30 @@ def test_speed_pools_match_a_from_scratch_grouping(
             models[key] = model
         assert pools.pooled() == reference_pool(models, ratio)
         assert before == kept  # a pick's pooled models stay as they were
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(_KEYS), min_size=1, max_size=8),  # candidates (a key may repeat)
+            st.sampled_from(["", "system prompt A " * 20, "system prompt A " * 30, "system prompt B " * 25]),
+            st.integers(min_value=0, max_value=7),  # which candidate is picked
+        ),
+        max_size=25,
+    )
+)
+def test_prefix_cache_scorer_matches_its_reference(steps: list[tuple[list[str], str, int]]) -> None:
+    """Scores and the published hit flag and match map, as candidate lists change between picks."""
+    fast, reference = PrefixCacheScorer(auto_tune=False), ReferencePrefixCacheScorer(auto_tune=False)
+    for keys, text, picked in steps:
+        views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in keys]
+        request = req(text)
+        states = []
+        for scorer in (fast, reference):
+            ctx = CycleContext(request=request, now=0.0, rng=random.Random(0))
+            scores = list(scorer.score(ctx, views))
+            # No hit publishes no match map or an empty one: readers treat both alike.
+            states.append((scores, ctx.state.get(STATE_ANY_HIT), ctx.state.get(STATE_MATCH) or {}))
+            scorer.on_picked(ctx, views[picked % len(views)])
+        assert states[0] == states[1]

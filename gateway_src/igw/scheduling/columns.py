@@ -86,3 +86,27 @@ def _every_present(read: Callable[[], list[Any]]) -> Present[Any] | None:
     except (AttributeError, TypeError, ValueError):
         return None
     return Present(values, lo, hi)
+
+
+class Positions:
+    """Key -> position in a candidate list, kept by a plugin between picks while its candidates'
+    keys stay the same (the usual case: the pool changes far less often than a pick happens).
+
+    Why: a plugin whose state covers few endpoints (those holding a prefix, those with dispatches
+    still prefilling) can then visit only those, where finding them by testing every candidate's
+    key would cost a pass over the whole pool. Checking that the keys are unchanged is one list
+    comparison in C (the same string objects compare by identity)."""
+
+    __slots__ = ("_index", "_keys")
+
+    def __init__(self) -> None:
+        self._keys: list[EndpointKey] | None = None
+        self._index: dict[EndpointKey, int] = {}
+
+    def of(self, keys: list[EndpointKey]) -> dict[EndpointKey, int] | None:
+        """Each key's position in ``keys``; ``None`` when a key is listed twice (then a key does
+        not name one position, and the caller takes its per-candidate path)."""
+        if self._keys is None or self._keys != keys:
+            self._keys = list(keys)
+            self._index = {k: i for i, k in enumerate(keys)}
+        return self._index if len(self._index) == len(keys) else None

@@ -37,6 +37,7 @@ from igw.scheduling.framework import (
     Filter,
     Picker,
     Plugin,
+    PluginHooks,
     SaturationDetector,
     Scorer,
     UnitScores,
@@ -110,6 +111,8 @@ class Scheduler:
             *(ws.scorer for ws in profile.scorers),
             profile.picker,
         )
+        self._on_picked = tuple(p for p in self._plugins if _overrides(p, "on_picked"))
+        """The plugins whose ``on_picked`` does something (most inherit the no-op of PluginHooks)."""
 
     def is_fresh(self, endpoint: EndpointView, now: float) -> bool:
         if endpoint.metrics is None or endpoint.scraped_at is None or endpoint.scrape_failing:
@@ -170,10 +173,10 @@ class Scheduler:
         fresh = [
             e
             for e in endpoints
-            if e.metrics is not None
-            and e.scraped_at is not None
+            if (scraped_at := e.scraped_at) is not None
+            and now - scraped_at <= threshold
+            and e.metrics is not None
             and not e.scrape_failing
-            and now - e.scraped_at <= threshold
         ]
         if not fresh:
             return self._pick_all_stale(ctx, endpoints, removed)
@@ -294,7 +297,7 @@ class Scheduler:
         chosen = candidates[ranked[0]]
         if self.ledger is not None:
             self.ledger.record(chosen.key, now=ctx.now)
-        for plugin in self._plugins:
+        for plugin in self._on_picked:
             plugin.on_picked(ctx, chosen)
         scores = {
             candidates[i].key: {**{name: w * vals[i] for name, w, vals in columns}, TOTAL: totals[i]}
@@ -325,6 +328,12 @@ class Scheduler:
             self.ledger.forget(keys)
         for plugin in self._plugins:
             plugin.on_endpoints_removed(keys)
+
+
+def _overrides(plugin: Plugin, hook: str) -> bool:
+    """Whether ``plugin``'s ``hook`` is its own rather than the no-op inherited from PluginHooks (a
+    plugin that does not derive from PluginHooks always counts as overriding)."""
+    return getattr(type(plugin), hook, None) is not getattr(PluginHooks, hook)
 
 
 def _in_unit_range(values: Sequence[float | None]) -> bool | None:

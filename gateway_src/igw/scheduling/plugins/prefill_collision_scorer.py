@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from igw.scheduling.columns import Positions
 from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
@@ -58,6 +59,7 @@ class PrefillCollisionScorer(PluginHooks):
         """Prompt tokens per second of measured TTFT, per endpoint."""
         self.recent: dict[EndpointKey, deque[tuple[float, int]]] = {}
         """This scheduler's own dispatches per endpoint (time, prompt tokens) still being prefilled."""
+        self._positions = Positions()
 
     def rate_of(self, key: EndpointKey) -> float | None:
         """Measured prefill rate; unmeasured endpoints take the mean of the measured ones."""
@@ -122,7 +124,12 @@ class PrefillCollisionScorer(PluginHooks):
             # without its guards; pending work only for the endpoints that still have dispatches
             # of this scheduler prefilling.
             pending_at = self._pending_at
-            for i in [i for i, k in enumerate(keys) if k in recent]:
+            index = self._positions.of(keys)
+            if index is None:  # a key listed twice: find the candidates with dispatches by key
+                visit = [i for i, k in enumerate(keys) if k in recent]
+            else:  # usually few endpoints have dispatches still prefilling: visit only those
+                visit = [i for k in recent if (i := index.get(k)) is not None]
+            for i in visit:
                 work[i] = pending_at(endpoints[i], get(keys[i], mean), now) + work[i]
             fastest = min(work)
             if fastest > 0:  # each ratio in (0, 1]

@@ -20,10 +20,14 @@ from __future__ import annotations
 import math
 import operator
 from bisect import bisect_left
+from collections import deque
 from itertools import compress, count, repeat
 
 from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.types import EndpointKey
+
+C_LOOP_ABOVE = 32
+"""Group size from which its members are assigned by a loop in C (its set-up costs more below)."""
 
 
 class TtftPool:
@@ -150,10 +154,16 @@ class TtftPool:
             above = map(operator.sub, log_iter, repeat(first_log))
             allowed = map(operator.mul, repeat(z), map(math.hypot, error_iter, repeat(first_error)))
             end = next(compress(count(start + 1), map(operator.gt, above, allowed)), n)
-            if end - start > 1:
-                mean = sum(ttfts[start:end]) / (end - start)
-                for j in positions[start:end]:
-                    out[j] = mean
+            size = end - start
+            if size > 1:
+                mean = sum(ttfts[start:end]) / size
+                if size > C_LOOP_ABOVE:
+                    # ``out[j] = mean`` for every member, the loop run in C (a group may be most of
+                    # a large pool); a zero-length deque drains the iterator, keeping nothing.
+                    deque(map(out.__setitem__, positions[start:end], repeat(mean)), maxlen=0)
+                else:
+                    for j in positions[start:end]:
+                        out[j] = mean
             if end >= n:
                 return
             start = end
