@@ -454,3 +454,51 @@ def test_prefix_cache_scorer_matches_its_reference(steps: list[tuple[list[str], 
             states.append((scores, ctx.state.get(STATE_ANY_HIT), ctx.state.get(STATE_MATCH) or {}))
             scorer.on_picked(ctx, views[picked % len(views)])
         assert states[0] == states[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("observe"), st.sampled_from(_KEYS), st.sampled_from([0.01, 0.05, 0.2, 1e-9])),
+            st.tuples(st.just("forget"), st.sampled_from(_KEYS), st.just(0.0)),
+            # candidates for the next picks (a key may repeat), and the request's prompt tokens
+            st.tuples(
+                st.just("pick"), st.lists(st.sampled_from(_KEYS), min_size=1, max_size=8), st.just(0.0)
+            ),
+            st.tuples(st.just("score"), st.just(""), st.sampled_from([1, 300, 4000])),
+        ),
+        max_size=60,
+    )
+)
+def test_prefill_collision_scorer_matches_its_reference_over_many_picks(
+    ops: list[tuple[str, object, float]],
+) -> None:
+    """The rates kept between picks (:class:`~igw.scheduling.columns.MeasuredColumn`) follow every
+    completion, removal and change of the candidate list as reading every rate on each pick does."""
+    fast, reference = PrefillCollisionScorer(), ReferencePrefillCollisionScorer()
+    views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in _KEYS[:4]]
+    now = 0.0
+    for step, (op, a, b) in enumerate(ops):
+        now += 0.003
+        if op == "observe":
+            outcome = RequestOutcome(
+                request_id=str(step), endpoint=str(a), ok=True, ttft_s=b, prompt_tokens=300
+            )
+            for plugin in (fast, reference):
+                plugin.on_complete(outcome, now=now)
+        elif op == "forget":
+            for plugin in (fast, reference):
+                plugin.on_endpoints_removed([str(a)])
+        elif op == "pick":
+            views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in cast("list[str]", a)]
+        else:
+            request = RoutingRequest(
+                request_id=str(step), model="m", base_model="m", prefix_text="", prompt_tokens=int(b)
+            )
+            scores = []
+            for plugin in (fast, reference):
+                ctx = CycleContext(request=request, now=now, rng=random.Random(0))
+                scores.append(list(plugin.score(ctx, views)))
+                plugin.on_picked(ctx, views[step % len(views)])
+            assert scores[0] == scores[1]
