@@ -502,3 +502,51 @@ def test_prefill_collision_scorer_matches_its_reference_over_many_picks(
                 scores.append(list(plugin.score(ctx, views)))
                 plugin.on_picked(ctx, views[step % len(views)])
             assert scores[0] == scores[1]
+
+
+_MANY_KEYS = [f"p{i}" for i in range(24)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    speeds=st.lists(st.sampled_from([0.05, 0.051, 0.08, 0.2, 0.5]), min_size=24, max_size=24),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["observe", "observe2", "forget", "settle"]),
+            st.integers(min_value=0, max_value=23),
+            st.sampled_from([0.02, 0.05, 0.08, 0.1, 0.2, 0.6, 3.0]),
+        ),
+        max_size=40,
+    ),
+    noise_z=st.sampled_from([0.5, 2.0]),
+)
+def test_ttft_pool_regroups_incrementally_as_a_from_scratch_walk(
+    speeds: list[float], steps: list[tuple[str, int, float]], noise_z: float
+) -> None:
+    """A settled pool of 24 endpoints in several speed groups; one completion per pick (a move in
+    the sorted order), two (the whole walk), a removal (a plain deletion) and an endpoint settling
+    again (a plain insertion) must each leave the pooled TTFTs a from-scratch walk gives."""
+    scorer = PredictedTtftScorer(noise_z=noise_z)
+    rng = random.Random(len(steps))
+
+    def observe(key: str, ttft: float) -> None:
+        scorer.on_complete(RequestOutcome(request_id="r", endpoint=key, ok=True, ttft_s=ttft), now=0.0)
+
+    for key, speed in zip(_MANY_KEYS, speeds, strict=True):
+        for _ in range(scorer.log_ttft.settled_count + 1):
+            observe(key, speed * rng.lognormvariate(0.0, 0.2))
+    views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in _MANY_KEYS]
+    assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+    for kind, i, ttft in steps:
+        key = _MANY_KEYS[i]
+        if kind == "observe":
+            observe(key, ttft)
+        elif kind == "observe2":
+            observe(key, ttft)
+            observe(_MANY_KEYS[(i + 7) % 24], ttft * 1.5)
+        elif kind == "forget":
+            scorer.on_endpoints_removed([key])
+        else:
+            for _ in range(scorer.log_ttft.settled_count):
+                observe(key, ttft)
+        assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
