@@ -504,16 +504,17 @@ def test_prefill_collision_scorer_matches_its_reference_over_many_picks(
             assert scores[0] == scores[1]
 
 
-_MANY_KEYS = [f"p{i}" for i in range(24)]
+_MANY_KEYS = [f"p{i}" for i in range(48)]
+"""More than ``ttft_pool.C_LOOP_ABOVE``: walks from the front take the C path, walks near the end the loop."""
 
 
 @settings(max_examples=150, deadline=None)
 @given(
-    speeds=st.lists(st.sampled_from([0.05, 0.051, 0.08, 0.2, 0.5]), min_size=24, max_size=24),
+    speeds=st.lists(st.sampled_from([0.05, 0.051, 0.08, 0.2, 0.5]), min_size=48, max_size=48),
     steps=st.lists(
         st.tuples(
             st.sampled_from(["observe", "observe2", "forget", "settle"]),
-            st.integers(min_value=0, max_value=23),
+            st.integers(min_value=0, max_value=47),
             st.sampled_from([0.02, 0.05, 0.08, 0.1, 0.2, 0.6, 3.0]),
         ),
         max_size=40,
@@ -523,7 +524,7 @@ _MANY_KEYS = [f"p{i}" for i in range(24)]
 def test_ttft_pool_regroups_incrementally_as_a_from_scratch_walk(
     speeds: list[float], steps: list[tuple[str, int, float]], noise_z: float
 ) -> None:
-    """A settled pool of 24 endpoints in several speed groups; one completion per pick (a move in
+    """A settled pool of 48 endpoints in several speed groups; one completion per pick (a move in
     the sorted order), two (the whole walk), a removal (a plain deletion) and an endpoint settling
     again (a plain insertion) must each leave the pooled TTFTs a from-scratch walk gives."""
     scorer = PredictedTtftScorer(noise_z=noise_z)
@@ -543,7 +544,7 @@ def test_ttft_pool_regroups_incrementally_as_a_from_scratch_walk(
             observe(key, ttft)
         elif kind == "observe2":
             observe(key, ttft)
-            observe(_MANY_KEYS[(i + 7) % 24], ttft * 1.5)
+            observe(_MANY_KEYS[(i + 7) % 48], ttft * 1.5)
         elif kind == "forget":
             scorer.on_endpoints_removed([key])
         else:

@@ -27,7 +27,8 @@ from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.types import EndpointKey
 
 C_LOOP_ABOVE = 32
-"""Group size from which its members are assigned by a loop in C (its set-up costs more below)."""
+"""Group size from which its members are assigned by a loop in C, and the length of a walk from
+which groups are found by one (below it, setting up the C iterators costs more than they save)."""
 
 
 class TtftPool:
@@ -214,7 +215,9 @@ class TtftPool:
             return walked, []
         # The first group's own first member is not compared with itself.
         log_iter, error_iter = islice(logs, begin + 1, None), islice(errors, begin + 1, None)
+        few = n - begin <= C_LOOP_ABOVE  # a short walk: a plain loop costs less than setting up maps
         start = begin
+        hypot = math.hypot
         while True:
             walked.append(start)
             # A group ends at the first later endpoint more than ``z`` combined standard errors above
@@ -222,9 +225,16 @@ class TtftPool:
             # cannot join an H100 and an A10G. The iterators are shared, so the search for the next
             # group resumes right after this group's end: each endpoint is compared once.
             first_log, first_error = logs[start], errors[start]
-            above = map(operator.sub, log_iter, repeat(first_log))
-            allowed = map(operator.mul, repeat(z), map(math.hypot, error_iter, repeat(first_error)))
-            end = next(compress(count(start + 1), map(operator.gt, above, allowed)), n)
+            if few:  # the same comparison, written out
+                end = n
+                for j in range(start + 1, n):
+                    if logs[j] - first_log > z * hypot(errors[j], first_error):
+                        end = j
+                        break
+            else:
+                above = map(operator.sub, log_iter, repeat(first_log))
+                allowed = map(operator.mul, repeat(z), map(hypot, error_iter, repeat(first_error)))
+                end = next(compress(count(start + 1), map(operator.gt, above, allowed)), n)
             size = end - start
             if size == 1:
                 out[positions[start]] = ttfts[start]
