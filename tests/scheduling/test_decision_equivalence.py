@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+import pytest
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
@@ -321,7 +322,11 @@ _BACKLOG_OPS = st.lists(
     ),
     max_size=60,
 )
-_CAPACITIES = st.lists(st.sampled_from([None, 1000, 27_485, 80_000, 300_000]), min_size=6, max_size=6)
+_CAPACITIES = st.one_of(
+    st.lists(st.sampled_from([None, 0, 1000, 27_485, 80_000, 300_000]), min_size=6, max_size=6),
+    # KV capacities at and near the one-kind-of-hardware bound (x 1.5): alike or not
+    st.lists(st.sampled_from([20_000, 27_485, 30_000, 41_227, 41_228]), min_size=6, max_size=6),
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -334,7 +339,7 @@ def test_backlog_ttft_scorer_matches_its_reference(
     views = [
         EndpointView(
             key=k,
-            metrics=EngineMetrics(waiting=i % 3, block_size=16 if cap else None, num_gpu_blocks=cap),
+            metrics=EngineMetrics(waiting=i % 3, block_size=None if cap is None else 16, num_gpu_blocks=cap),
             scraped_at=0.0,
             inflight=n,
         )
@@ -551,3 +556,26 @@ def test_ttft_pool_regroups_incrementally_as_a_from_scratch_walk(
             for _ in range(scorer.log_ttft.settled_count):
                 observe(key, ttft)
         assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        [20_000, 30_000],  # exactly pool_ratio (1.5) apart: alike
+        [20_000, 30_001],
+        [27_485, 27_485, 41_227],
+        [27_485, 41_228],
+        [27_485, 0],  # zero blocks: unknown
+        [27_485, None],
+        [None],
+        [0],
+        [],
+        [2**49, 2**49 + 1],  # capacities past 2**53 as ints: compared as the floats the reference uses
+    ],
+)
+def test_one_kind_of_hardware_check_matches_its_reference(blocks: list[int | None]) -> None:
+    views = [
+        EndpointView(key=f"e{i}", metrics=EngineMetrics(block_size=16, num_gpu_blocks=b), scraped_at=0.0)
+        for i, b in enumerate(blocks)
+    ]
+    assert BacklogTtftScorer().one_speed(views) is ReferenceBacklogTtftScorer().one_speed(views)

@@ -82,6 +82,8 @@ DEFAULT_TYPICAL_TOKENS = 1000.0
 MIN_FIT_SAMPLES = 8
 """Samples before an endpoint's own regression is trusted (until then: its mean, the fleet's slope)."""
 MIN_TOKENS = 1
+EXACT_IN_FLOAT = 2**53
+"""Integers below this convert to float exactly (KV capacities compared as ints or floats agree)."""
 """A request is never counted as zero work (an empty prompt still costs one step)."""
 
 
@@ -309,6 +311,16 @@ class BacklogTtftScorer(PluginHooks):
         ``pool_ratio`` of the others. Fits cannot tell this reliably: on identical pods serving
         shared prefixes the requests' uncached lengths barely vary, and the fitted slopes scatter."""
         self._cycle_pooled = self._pooled()
+        try:
+            # The usual case, in C-level passes: every endpoint publishes both numbers (a missing
+            # metrics object or number raises here; a zero, which counts as unknown, fails lo > 0).
+            sizes = [e.metrics.num_gpu_blocks * e.metrics.block_size for e in endpoints]  # type: ignore[union-attr,operator]
+            lo, hi = min(sizes), max(sizes)
+        except (AttributeError, TypeError, ValueError):
+            pass
+        else:
+            if lo > 0 and hi < EXACT_IN_FLOAT:  # as floats below, the same values and comparison
+                return bool(hi <= lo * self.pool_ratio)
         capacities = kv_capacities(endpoints)
         if not capacities or None in capacities:
             return False
