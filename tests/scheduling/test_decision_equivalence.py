@@ -8,6 +8,7 @@ its edge cases (ties, missing signals, negative counts, unsettled and forgotten 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 from igw.config.model import LabelSelector, SchedulerSpec
+from igw.scheduling import dispatch_ledger
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.framework import CycleContext
@@ -579,3 +581,14 @@ def test_one_kind_of_hardware_check_matches_its_reference(blocks: list[int | Non
         for i, b in enumerate(blocks)
     ]
     assert BacklogTtftScorer().one_speed(views) is ReferenceBacklogTtftScorer().one_speed(views)
+
+
+@settings(max_examples=100, deadline=None)
+@given(view=_VIEWS.filter(bool).map(lambda views: views[0]), n=st.integers(min_value=0, max_value=5))
+def test_annotated_views_are_exact_copies_with_the_count(view: EndpointView, n: int) -> None:
+    copy = dispatch_ledger._with_unreflected(view, n)
+    assert type(copy) is EndpointView
+    assert copy == dataclasses.replace(view, unreflected_dispatches=n)
+    assert dispatch_ledger.FAST_COPY  # EndpointView's fields changed: update dispatch_ledger._VIEW_FIELDS
+    replaced = dispatch_ledger._replace_unreflected(view, n)
+    assert replaced == copy
