@@ -53,3 +53,24 @@ def test_perf_decide_prints_the_target_ratio_and_where_the_time_goes(
     shares = [float(m) for m in re.findall(r"(\d+\.\d)%", out)]
     assert len(shares) >= 18  # nine rows per size
     assert all(0.0 <= s <= 100.0 for s in shares)
+    assert re.search(r"^load average at start: \d+\.\d\d", out, re.MULTILINE)
+    assert re.search(
+        r"^targets \(median p50\): 16 endpoints \d+ µs \(ratio \d+\.\d\d, (met|MISSED)\)$", out, re.M
+    )
+
+
+def test_perf_decide_runs_several_times_and_judges_the_median(capsys: pytest.CaptureFixture[str]) -> None:
+    from igw.cli.main import main
+
+    assert main(["perf", "decide", "--endpoints", "1000", "--picks", "20", "--runs", "3"]) == 0
+    out = capsys.readouterr().out
+    p50s = [int(m) for m in re.findall(r"run \d: p50 (\d+) µs", out)]
+    assert len(p50s) == 3
+    median = sorted(p50s)[1]
+    spread = re.search(r"p50 over 3 runs: median (\d+) µs, spread (\d+)-(\d+) µs", out)
+    assert spread is not None
+    assert abs(int(spread[1]) - median) <= 1  # printed rounded: the median of the unrounded p50s
+    assert (int(spread[2]), int(spread[3])) == (min(p50s), max(p50s))
+    ratio = re.search(r"target p50 <= 1000 µs: ratio (\d+\.\d\d)", out)
+    assert ratio is not None
+    assert abs(float(ratio[1]) - int(spread[1]) / 1000) <= 0.006  # both printed rounded

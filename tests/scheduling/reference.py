@@ -12,11 +12,18 @@ import dataclasses
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.framework import CycleContext
-from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
+from igw.scheduling.plugins.backlog_ttft_scorer import (
+    MIN_FIT_SAMPLES,
+    MIN_TOKENS,
+    Backlog,
+    BacklogTtftScorer,
+    LinearFit,
+    uncached,
+)
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
@@ -24,7 +31,7 @@ from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScor
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, STATE_MATCH, PrefixCacheScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
 from igw.scheduling.scheduler import Profile, WeightedScorer
-from igw.scheduling.types import EndpointView, RoutingRequest
+from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
 
 
 def reference_min_max_inverse(values: Sequence[float | None]) -> list[float | None]:
@@ -144,6 +151,158 @@ class ReferencePrefillCollisionScorer(PrefillCollisionScorer):
         return [1.0 if f is None or f <= 0 else best / f for f in finish]
 
 
+def reference_kv_capacities(endpoints: Sequence[EndpointView]) -> list[float | None]:
+    out: list[float | None] = []
+    for e in endpoints:
+        m = e.metrics
+        blocks = None if m is None else m.num_gpu_blocks
+        size = None if m is None else m.block_size
+        out.append(float(blocks * size) if blocks and size else None)
+    return out
+
+
+def reference_pool(
+    models: Mapping[EndpointKey, tuple[float, float]], pool_ratio: float
+) -> dict[EndpointKey, tuple[float, float]]:
+    """Sort every ``(intercept, slope)`` by slope and walk the groups one endpoint at a time."""
+    own = sorted((slope, intercept, k) for k, (intercept, slope) in models.items())
+    pooled: dict[EndpointKey, tuple[float, float]] = {}
+    group: list[tuple[float, float, EndpointKey]] = []
+    for item in [*own, None]:
+        if group and (item is None or item[0] > group[0][0] * pool_ratio):
+            slope = sum(g[0] for g in group) / len(group)
+            intercept = sum(g[1] for g in group) / len(group)
+            for g in group:
+                pooled[g[2]] = (intercept, slope)
+            group = []
+        if item is not None:
+            group.append(item)
+    return pooled
+
+
+class ReferenceBacklogTtftScorer(BacklogTtftScorer):
+    """Every endpoint's regression computed, sorted and grouped from scratch on every call; the fleet's
+    best model and slowest mean looked up per endpoint."""
+
+    def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
+        own = {k: m for k, f in self.fits.items() if (m := f.regression(min_samples=MIN_FIT_SAMPLES))}
+        return reference_pool(own, self.pool_ratio)
+
+    def _model(
+        self, key: EndpointKey, pooled: Mapping[EndpointKey, tuple[float, float]]
+    ) -> tuple[float, float] | None:
+        model = pooled.get(key)
+        if model is not None:
+            return model
+        fit = self.fits.get(key)
+        if fit is not None:
+            return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+        if not self.fits:
+            return None
+        known = [m for k in self.fits if (m := self._model(k, pooled)) is not None]
+        return min(b for b, _ in known), min(s for _, s in known)
+
+    def predicted(
+        self,
+        endpoints: Sequence[EndpointView],
+        *,
+        tokens: int,
+        now: float,
+        matched: Mapping[EndpointKey, float] | None = None,
+    ) -> list[float]:
+        capacities = reference_kv_capacities(endpoints)
+        if not self.fits:
+            return self._unmeasured(endpoints, capacities, tokens=tokens, matched=matched)
+        pooled = self._pooled()
+        self._cycle_pooled = pooled
+        largest = max((c for c in capacities if c is not None), default=None)
+        out: list[float] = []
+        for e, capacity in zip(endpoints, capacities, strict=True):
+            model = self._model(e.key, pooled)
+            assert model is not None
+            intercept, slope = model
+            fit = self.fits.get(e.key)
+            if fit is None:
+                if e.inflight > 0:
+                    slowest = max((f.mean_y for f in self.fits.values() if f.count), default=0.0)
+                    out.append(slowest * (1 + e.inflight))
+                    continue
+                if capacity and largest:
+                    factor = max(1.0, largest / capacity)
+                    intercept, slope = intercept * factor, slope * factor
+            backlog = self.backlogs.get(e.key)
+            ahead = backlog.now(now, self._drain_slope(e.key, intercept, slope)) if backlog else 0.0
+            predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
+            m = e.metrics
+            if m is not None and m.waiting is not None and m.waiting > 0:
+                unexplained = m.waiting - (1 if ahead > 0 else 0)
+                if unexplained > 0:
+                    predicted += unexplained * (fit.mean_y if fit is not None else intercept)
+            out.append(predicted)
+        return out
+
+    def _unmeasured(
+        self,
+        endpoints: Sequence[EndpointView],
+        capacities: Sequence[float | None],
+        *,
+        tokens: int,
+        matched: Mapping[EndpointKey, float] | None,
+    ) -> list[float]:
+        known = [c for c in capacities if c is not None]
+        fallback = sum(known) / len(known) if known else 1.0
+        out: list[float] = []
+        for e, cap in zip(endpoints, capacities, strict=True):
+            backlog = self.backlogs.get(e.key)
+            own = uncached(tokens, matched, e.key)
+            out.append(((backlog.tokens if backlog else 0.0) + own) / (cap or fallback))
+        return out
+
+    def one_speed(self, endpoints: Sequence[EndpointView]) -> bool:
+        self._cycle_pooled = self._pooled()
+        capacities = reference_kv_capacities(endpoints)
+        known = [c for c in capacities if c is not None]
+        return bool(known) and len(known) == len(capacities) and max(known) <= min(known) * self.pool_ratio
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        if ctx.request.adapter is not None or self.one_speed(endpoints):
+            return [1.0] * len(endpoints)
+        tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
+        predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
+        best = min(predicted, default=0.0)
+        return [1.0 if p <= 0 else best / p for p in predicted]
+
+    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        key = endpoint.key
+        model = self._model(key, self._cycle_pooled)
+        slope = self._drain_slope(key, *model) if model is not None else 0.0
+        backlog = self.backlogs.setdefault(key, Backlog(at=ctx.now))
+        ahead = backlog.now(ctx.now, slope)
+        backlog.tokens = ahead + uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
+        backlog.at = ctx.now
+        self.dispatched[ctx.request.request_id] = (key, ahead)
+        while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
+            self.dispatched.popitem(last=False)
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        entry = self.dispatched.pop(outcome.request_id, None)
+        if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
+            return
+        key, ahead = entry
+        own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
+        if not math.isfinite(outcome.ttft_s):
+            return
+        self.fits.setdefault(key, LinearFit()).observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        gone = set(keys)
+        for key in gone:
+            self.fits.pop(key, None)
+            self.backlogs.pop(key, None)
+        for rid in [rid for rid, (key, _) in self.dispatched.items() if key in gone]:
+            del self.dispatched[rid]
+
+
 class ReferenceMaxScorePicker(MaxScorePicker):
     def rank(self, ctx: CycleContext, totals: Sequence[float]) -> list[int]:
         n = len(totals)
@@ -199,7 +358,7 @@ REFERENCES: dict[type, type] = {
     PrefixCacheScorer: ReferencePrefixCacheScorer,
     PredictedTtftScorer: ReferencePredictedTtftScorer,
     PrefillCollisionScorer: ReferencePrefillCollisionScorer,
-    BacklogTtftScorer: BacklogTtftScorer,  # written after the cost work: it is its own reference
+    BacklogTtftScorer: ReferenceBacklogTtftScorer,
 }
 
 

@@ -8,24 +8,31 @@ its edge cases (ties, missing signals, negative counts, unsettled and forgotten 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
-from hypothesis import assume, given, settings
+import pytest
+from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 from igw.config.model import LabelSelector, SchedulerSpec
+from igw.scheduling import dispatch_ledger
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.framework import CycleContext
+from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
 from igw.scheduling.plugins.context_length_filter import fitting
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, STATE_MATCH, PrefixCacheScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
+from igw.scheduling.plugins.speed_pools import SpeedPools
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.types import (
     EndpointKey,
@@ -40,13 +47,16 @@ from igw.sim.spec import PodSpec
 from igw.sim.workloads import poisson_arrivals, shared_prefix
 from tests.scheduling.helpers import req
 from tests.scheduling.reference import (
+    ReferenceBacklogTtftScorer,
     ReferenceDispatchLedger,
     ReferenceKvCacheScorer,
     ReferenceMaxScorePicker,
     ReferencePredictedTtftScorer,
     ReferencePrefillCollisionScorer,
+    ReferencePrefixCacheScorer,
     ReferenceQueueScorer,
     reference_fitting,
+    reference_pool,
     reference_pooled_ttft,
     reference_profile,
 )
@@ -290,3 +300,295 @@ def test_context_length_fitting_matches_its_reference(
     fast, expected = fitting(request, views), reference_fitting(request, views)
     assert list(fast) == list(expected)
     assert (fast is views) == (expected is views)  # "all fit" still hands back the same list
+
+
+# --- backlog-ttft-scorer against its reference over random dispatch/outcome/pick sequences ---------
+
+_BACKLOG_KEYS = _KEYS[:6]
+_BACKLOG_OPS = st.lists(
+    st.one_of(
+        # dispatch on an endpoint, then (maybe) its outcome: (op, key, (ttft, prompt tokens))
+        st.tuples(
+            st.just("serve"),
+            st.sampled_from(_BACKLOG_KEYS),
+            st.tuples(st.sampled_from([0.02, 0.05, 0.3, 1.5, math.inf, -1.0]), st.integers(1, 3000)),
+        ),
+        st.tuples(st.just("score"), st.sampled_from([None, "lora-a"]), st.integers(0, 4000)),
+        st.tuples(st.just("forget"), st.sampled_from(_BACKLOG_KEYS), st.just(0)),
+        # ten linear outcomes (intercept, seconds per token) with some noise: a regression forms
+        st.tuples(
+            st.just("teach"),
+            st.sampled_from(_BACKLOG_KEYS),
+            st.tuples(st.sampled_from([0.01, 0.04]), st.sampled_from([25e-6, 30e-6, 40e-6, 300e-6])),
+        ),
+    ),
+    max_size=60,
+)
+_CAPACITIES = st.one_of(
+    st.lists(st.sampled_from([None, 0, 1000, 27_485, 80_000, 300_000]), min_size=6, max_size=6),
+    # KV capacities at and near the one-kind-of-hardware bound (x 1.5): alike or not
+    st.lists(st.sampled_from([20_000, 27_485, 30_000, 41_227, 41_228]), min_size=6, max_size=6),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=_BACKLOG_OPS, capacities=_CAPACITIES, inflight=st.lists(st.integers(0, 2), min_size=6, max_size=6))
+def test_backlog_ttft_scorer_matches_its_reference(
+    ops: list[tuple[str, object, object]], capacities: list[int | None], inflight: list[int]
+) -> None:
+    """Scores, on_picked's backlog and the fits, after any mix of dispatches, outcomes (odd ones
+    included), adapter requests (which leave the pick's pooled models as they were) and removals."""
+    views = [
+        EndpointView(
+            key=k,
+            metrics=EngineMetrics(waiting=i % 3, block_size=None if cap is None else 16, num_gpu_blocks=cap),
+            scraped_at=0.0,
+            inflight=n,
+        )
+        for i, (k, cap, n) in enumerate(zip(_BACKLOG_KEYS, capacities, inflight, strict=True))
+    ]
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    now = 0.0
+    for step, (op, a, b) in enumerate(ops):
+        now += 0.01
+        if op == "serve":
+            key = str(a)
+            ttft, tokens = cast("tuple[float, int]", b)
+            request = RoutingRequest(
+                request_id=str(step), model="m", base_model="m", prefix_text="", prompt_tokens=int(tokens)
+            )
+            outcome = RequestOutcome(
+                request_id=str(step), endpoint=key, ok=True, ttft_s=float(ttft), prompt_tokens=int(tokens)
+            )
+            view = next(v for v in views if v.key == key)
+            for scorer in (fast, reference):
+                scorer.on_picked(CycleContext(request=request, now=now, rng=random.Random(0)), view)
+                scorer.on_complete(outcome, now=now)
+        elif op == "forget":
+            for scorer in (fast, reference):
+                scorer.on_endpoints_removed([str(a)])
+        elif op == "teach":
+            key = str(a)
+            intercept, slope = cast("tuple[float, float]", b)
+            view = next(v for v in views if v.key == key)
+            for i in range(10):
+                now += 100.0  # the backlog has drained: tokens ahead are the prompt's own
+                tokens = 100 + 97 * (i % 11)
+                ttft = (intercept + slope * tokens) * (1.0 + 0.02 * ((step + i) % 3))
+                request = RoutingRequest(
+                    request_id=f"t{step}-{i}", model="m", base_model="m", prefix_text="", prompt_tokens=tokens
+                )
+                outcome = RequestOutcome(
+                    request_id=f"t{step}-{i}", endpoint=key, ok=True, ttft_s=ttft, prompt_tokens=tokens
+                )
+                for scorer in (fast, reference):
+                    scorer.on_picked(CycleContext(request=request, now=now, rng=random.Random(0)), view)
+                    scorer.on_complete(outcome, now=now)
+        else:
+            adapter = None if a is None else str(a)
+            request = RoutingRequest(
+                request_id=f"s{step}", model=adapter or "m", base_model="m", prefix_text="",
+                prompt_tokens=int(b), adapter=adapter,  # type: ignore[call-overload]
+            )  # fmt: skip
+            got = fast.score(CycleContext(request=request, now=now, rng=random.Random(0)), views)
+            expected = reference.score(CycleContext(request=request, now=now, rng=random.Random(0)), views)
+            assert list(got) == expected
+            picked = views[step % 6]
+            for scorer in (fast, reference):  # the pick's own pooled models set the drain rate
+                scorer.on_picked(CycleContext(request=request, now=now, rng=random.Random(0)), picked)
+        assert fast.backlogs == reference.backlogs
+        assert fast.fits == reference.fits
+        assert fast.dispatched == reference.dispatched
+        assert fast._pooled() == reference._pooled()
+    note(f"pooled models at the end: {len(fast._pooled())}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    changes=st.lists(
+        st.tuples(
+            st.sampled_from(_KEYS),
+            st.one_of(
+                st.none(),
+                st.tuples(
+                    st.sampled_from([0.0, 0.01, 0.04]), st.sampled_from([1.0, 1.5, 2.0, 2.25, 3.0, 1.5001])
+                ),
+            ),
+        ),
+        max_size=40,
+    ),
+    ratio=st.sampled_from([1.0, 1.5, 2.0]),
+)
+def test_speed_pools_match_a_from_scratch_grouping(
+    changes: list[tuple[str, tuple[float, float] | None]], ratio: float
+) -> None:
+    """Slopes exactly ``ratio`` times a group's first one (1.0 -> 1.5 -> 2.25) stay in that group."""
+    pools, models = SpeedPools(pool_ratio=ratio), dict[str, tuple[float, float]]()
+    for key, model in changes:
+        before = pools.pooled()
+        kept = dict(before)
+        pools.set(key, model)
+        if model is None:
+            models.pop(key, None)
+        else:
+            models[key] = model
+        assert pools.pooled() == reference_pool(models, ratio)
+        assert before == kept  # a pick's pooled models stay as they were
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(_KEYS), min_size=1, max_size=8),  # candidates (a key may repeat)
+            st.sampled_from(["", "system prompt A " * 20, "system prompt A " * 30, "system prompt B " * 25]),
+            st.integers(min_value=0, max_value=7),  # which candidate is picked
+        ),
+        max_size=25,
+    )
+)
+def test_prefix_cache_scorer_matches_its_reference(steps: list[tuple[list[str], str, int]]) -> None:
+    """Scores and the published hit flag and match map, as candidate lists change between picks."""
+    fast, reference = PrefixCacheScorer(auto_tune=False), ReferencePrefixCacheScorer(auto_tune=False)
+    for keys, text, picked in steps:
+        views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in keys]
+        request = req(text)
+        states = []
+        for scorer in (fast, reference):
+            ctx = CycleContext(request=request, now=0.0, rng=random.Random(0))
+            scores = list(scorer.score(ctx, views))
+            # No hit publishes no match map or an empty one: readers treat both alike.
+            states.append((scores, ctx.state.get(STATE_ANY_HIT), ctx.state.get(STATE_MATCH) or {}))
+            scorer.on_picked(ctx, views[picked % len(views)])
+        assert states[0] == states[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("observe"), st.sampled_from(_KEYS), st.sampled_from([0.01, 0.05, 0.2, 1e-9])),
+            st.tuples(st.just("forget"), st.sampled_from(_KEYS), st.just(0.0)),
+            # candidates for the next picks (a key may repeat), and the request's prompt tokens
+            st.tuples(
+                st.just("pick"), st.lists(st.sampled_from(_KEYS), min_size=1, max_size=8), st.just(0.0)
+            ),
+            st.tuples(st.just("score"), st.just(""), st.sampled_from([1, 300, 4000])),
+        ),
+        max_size=60,
+    )
+)
+def test_prefill_collision_scorer_matches_its_reference_over_many_picks(
+    ops: list[tuple[str, object, float]],
+) -> None:
+    """The rates kept between picks (:class:`~igw.scheduling.columns.MeasuredColumn`) follow every
+    completion, removal and change of the candidate list as reading every rate on each pick does."""
+    fast, reference = PrefillCollisionScorer(), ReferencePrefillCollisionScorer()
+    views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in _KEYS[:4]]
+    now = 0.0
+    for step, (op, a, b) in enumerate(ops):
+        now += 0.003
+        if op == "observe":
+            outcome = RequestOutcome(
+                request_id=str(step), endpoint=str(a), ok=True, ttft_s=b, prompt_tokens=300
+            )
+            for plugin in (fast, reference):
+                plugin.on_complete(outcome, now=now)
+        elif op == "forget":
+            for plugin in (fast, reference):
+                plugin.on_endpoints_removed([str(a)])
+        elif op == "pick":
+            views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in cast("list[str]", a)]
+        else:
+            request = RoutingRequest(
+                request_id=str(step), model="m", base_model="m", prefix_text="", prompt_tokens=int(b)
+            )
+            scores = []
+            for plugin in (fast, reference):
+                ctx = CycleContext(request=request, now=now, rng=random.Random(0))
+                scores.append(list(plugin.score(ctx, views)))
+                plugin.on_picked(ctx, views[step % len(views)])
+            assert scores[0] == scores[1]
+
+
+_MANY_KEYS = [f"p{i}" for i in range(48)]
+"""More than ``ttft_pool.C_LOOP_ABOVE``: walks from the front take the C path, walks near the end the loop."""
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    speeds=st.lists(st.sampled_from([0.05, 0.051, 0.08, 0.2, 0.5]), min_size=48, max_size=48),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["observe", "observe2", "forget", "settle"]),
+            st.integers(min_value=0, max_value=47),
+            st.sampled_from([0.02, 0.05, 0.08, 0.1, 0.2, 0.6, 3.0]),
+        ),
+        max_size=40,
+    ),
+    noise_z=st.sampled_from([0.5, 2.0]),
+)
+def test_ttft_pool_regroups_incrementally_as_a_from_scratch_walk(
+    speeds: list[float], steps: list[tuple[str, int, float]], noise_z: float
+) -> None:
+    """A settled pool of 48 endpoints in several speed groups; one completion per pick (a move in
+    the sorted order), two (the whole walk), a removal (a plain deletion) and an endpoint settling
+    again (a plain insertion) must each leave the pooled TTFTs a from-scratch walk gives."""
+    scorer = PredictedTtftScorer(noise_z=noise_z)
+    rng = random.Random(len(steps))
+
+    def observe(key: str, ttft: float) -> None:
+        scorer.on_complete(RequestOutcome(request_id="r", endpoint=key, ok=True, ttft_s=ttft), now=0.0)
+
+    for key, speed in zip(_MANY_KEYS, speeds, strict=True):
+        for _ in range(scorer.log_ttft.settled_count + 1):
+            observe(key, speed * rng.lognormvariate(0.0, 0.2))
+    views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in _MANY_KEYS]
+    assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+    for kind, i, ttft in steps:
+        key = _MANY_KEYS[i]
+        if kind == "observe":
+            observe(key, ttft)
+        elif kind == "observe2":
+            observe(key, ttft)
+            observe(_MANY_KEYS[(i + 7) % 48], ttft * 1.5)
+        elif kind == "forget":
+            scorer.on_endpoints_removed([key])
+        else:
+            for _ in range(scorer.log_ttft.settled_count):
+                observe(key, ttft)
+        assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        [20_000, 30_000],  # exactly pool_ratio (1.5) apart: alike
+        [20_000, 30_001],
+        [27_485, 27_485, 41_227],
+        [27_485, 41_228],
+        [27_485, 0],  # zero blocks: unknown
+        [27_485, None],
+        [None],
+        [0],
+        [],
+        [2**49, 2**49 + 1],  # capacities past 2**53 as ints: compared as the floats the reference uses
+    ],
+)
+def test_one_kind_of_hardware_check_matches_its_reference(blocks: list[int | None]) -> None:
+    views = [
+        EndpointView(key=f"e{i}", metrics=EngineMetrics(block_size=16, num_gpu_blocks=b), scraped_at=0.0)
+        for i, b in enumerate(blocks)
+    ]
+    assert BacklogTtftScorer().one_speed(views) is ReferenceBacklogTtftScorer().one_speed(views)
+
+
+@settings(max_examples=100, deadline=None)
+@given(view=_VIEWS.filter(bool).map(lambda views: views[0]), n=st.integers(min_value=0, max_value=5))
+def test_annotated_views_are_exact_copies_with_the_count(view: EndpointView, n: int) -> None:
+    copy = dispatch_ledger._with_unreflected(view, n)
+    assert type(copy) is EndpointView
+    assert copy == dataclasses.replace(view, unreflected_dispatches=n)
+    assert dispatch_ledger.FAST_COPY  # EndpointView's fields changed: update dispatch_ledger._VIEW_FIELDS
+    replaced = dispatch_ledger._replace_unreflected(view, n)
+    assert replaced == copy

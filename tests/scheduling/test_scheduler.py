@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -186,7 +187,6 @@ def test_nan_score_is_clamped_to_zero_even_when_the_range_check_misses_it(values
 
 def test_out_of_range_scores_are_clamped_before_weighting() -> None:
     from igw.scheduling.framework import CycleContext
-    from igw.scheduling.scheduler import _add_weighted
 
     class Wild:
         name = "wild"
@@ -209,22 +209,36 @@ def test_out_of_range_scores_are_clamped_before_weighting() -> None:
     assert d.scores["a"]["wild"] == 0.0
     assert d.scores["b"]["wild"] == 2.0
     assert d.scores["c"]["wild"] == 0.0
-    assert _add_weighted([1.0, 2.0], [0.5, 0.25], 4.0) == [3.0, 3.0]
 
 
-@pytest.mark.parametrize("count", range(8))
+@pytest.mark.parametrize("count", range(9))
 def test_weighted_sum_adds_columns_in_order_exactly(count: int) -> None:
-    """Three columns per pass give bit for bit the sums of adding one column at a time."""
-    from igw.scheduling.scheduler import _add_weighted, _weighted_sum
+    """One pass over every column gives bit for bit the sums of adding one column at a time, for
+    weights of 1.0 (left out of the kernel), zero, negative and odd weights and special values."""
+    from igw.scheduling.scheduler import _weighted_sum
 
     rng = random.Random(count)
+    specials = [0.0, -0.0, 1.0, 1e-300, math.inf, -math.inf]
     columns = [
-        (f"s{c}", rng.choice([0.5, 1.0, 2.0, 3.0]), [rng.random() for _ in range(50)]) for c in range(count)
+        (
+            f"s{c}",
+            rng.choice([0.5, 1.0, 2.0, 3.0, 0.0, -1.5, 0.1, 1e308]),
+            [rng.choice(specials) if rng.random() < 0.2 else rng.random() for _ in range(50)],
+        )
+        for c in range(count)
     ]
     one_at_a_time = [0.0] * 50
     for _, w, values in columns:
-        one_at_a_time = _add_weighted(one_at_a_time, values, w)
-    assert _weighted_sum(columns, 50) == one_at_a_time
+        one_at_a_time = [t + v * w for t, v in zip(one_at_a_time, values, strict=True)]
+    got = _weighted_sum(columns, 50)
+    assert [repr(t) for t in got] == [repr(t) for t in one_at_a_time]  # bit for bit: NaN and -0.0 too
+
+
+def test_weighted_sum_rejects_columns_of_different_lengths() -> None:
+    from igw.scheduling.scheduler import _weighted_sum
+
+    with pytest.raises(ValueError, match="zip"):
+        _weighted_sum([("a", 1.0, [0.5, 0.5]), ("b", 2.0, [0.5])], 2)
 
 
 @pytest.mark.parametrize(

@@ -191,6 +191,12 @@ def _decide_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--picks", type=int, default=0, help="picks per size (default: 48,000 / size, >= 300)"
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="timed runs per size; the verdict is on their median p50, the spread is printed (default 1)",
+    )
 
 
 BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (

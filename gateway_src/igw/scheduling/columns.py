@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.types import EndpointKey, EndpointView
 
 _UNSET: object = object()
@@ -86,3 +87,91 @@ def _every_present(read: Callable[[], list[Any]]) -> Present[Any] | None:
     except (AttributeError, TypeError, ValueError):
         return None
     return Present(values, lo, hi)
+
+
+class Positions:
+    """Key -> position in a candidate list, kept by a plugin between picks while its candidates'
+    keys stay the same (the usual case: the pool changes far less often than a pick happens).
+
+    Why: a plugin whose state covers few endpoints (those holding a prefix, those with dispatches
+    still prefilling) can then visit only those, where finding them by testing every candidate's
+    key would cost a pass over the whole pool. Checking that the keys are unchanged is one list
+    comparison in C (the same string objects compare by identity)."""
+
+    __slots__ = ("_index", "_keys", "version")
+
+    def __init__(self) -> None:
+        self._keys: list[EndpointKey] | None = None
+        self._index: dict[EndpointKey, int] = {}
+        self.version = 0
+        """Counts the candidate lists seen: a cache derived from the positions is stale when the
+        version it was built at differs."""
+
+    def of(self, keys: list[EndpointKey]) -> dict[EndpointKey, int] | None:
+        """Each key's position in ``keys``; ``None`` when a key is listed twice (then a key does
+        not name one position, and the caller takes its per-candidate path)."""
+        if self._keys is None or self._keys != keys:
+            self._keys = list(keys)
+            self._index = {k: i for i, k in enumerate(keys)}
+            self.version += 1
+        return self._index if len(self._index) == len(keys) else None
+
+
+class MeasuredColumn:
+    """Each candidate's value in a change-tracking :class:`~igw.scheduling.ewma.EndpointEwma`, or a
+    fallback for the unmeasured ones, kept between picks.
+
+    Why: reading the mean of every candidate on every pick is a dictionary lookup per candidate,
+    yet between two picks only the endpoints that completed a request change. While the candidate
+    keys stay the same, only those (reported by the EWMA's ``changed`` set) are read again, and the
+    unmeasured positions are rewritten when the fallback changes. The returned list is this
+    object's own: read it within the pick, do not keep or change it.
+    """
+
+    __slots__ = ("_ewma", "_fallback", "_missing", "_positions", "_values", "_version")
+
+    def __init__(self, ewma: EndpointEwma) -> None:
+        if ewma.changed is None:
+            raise ValueError("MeasuredColumn needs an EWMA that tracks its changes (track_changes=True)")
+        self._ewma = ewma
+        self._positions = Positions()
+        self._version = -1
+        self._values: list[float] = []
+        self._missing: set[int] = set()
+        self._fallback = 0.0
+
+    def of(self, keys: list[EndpointKey], fallback: float) -> list[float]:
+        """``[ewma.values.get(k, fallback) for k in keys]``."""
+        values = self._ewma.values
+        changed = self._ewma.changed
+        assert changed is not None  # checked in __init__
+        index = self._positions.of(keys)
+        if index is None:  # a key listed twice: no position per key, read every candidate
+            self._version = -1
+            changed.clear()
+            return [values.get(k, fallback) for k in keys]
+        if self._version != self._positions.version:
+            self._version = self._positions.version
+            changed.clear()
+            self._values = [values.get(k, fallback) for k in keys]
+            self._missing = {i for i, k in enumerate(keys) if k not in values}
+            self._fallback = fallback
+            return self._values
+        out, missing = self._values, self._missing
+        for key in changed:
+            i = index.get(key)
+            if i is None:
+                continue
+            value = values.get(key)
+            if value is None:
+                out[i] = fallback
+                missing.add(i)
+            else:
+                out[i] = value
+                missing.discard(i)
+        changed.clear()
+        if missing and fallback != self._fallback:  # a NaN is never equal: rewritten
+            for i in missing:
+                out[i] = fallback
+        self._fallback = fallback
+        return out

@@ -65,11 +65,12 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
+from igw.scheduling.plugins.speed_pools import Model, SpeedPools
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
 TYPE = "backlog-ttft-scorer"
@@ -81,6 +82,8 @@ DEFAULT_TYPICAL_TOKENS = 1000.0
 MIN_FIT_SAMPLES = 8
 """Samples before an endpoint's own regression is trusted (until then: its mean, the fleet's slope)."""
 MIN_TOKENS = 1
+EXACT_IN_FLOAT = 2**53
+"""Integers below this convert to float exactly (KV capacities compared as ints or floats agree)."""
 """A request is never counted as zero work (an empty prompt still costs one step)."""
 
 
@@ -138,13 +141,12 @@ def uncached(tokens: int, matched: Mapping[EndpointKey, float] | None, key: Endp
 
 def kv_capacities(endpoints: Sequence[EndpointView]) -> list[float | None]:
     """KV-cache tokens per endpoint (``num_gpu_blocks x block_size`` from its scrape), or ``None``."""
-    out: list[float | None] = []
-    for e in endpoints:
-        m = e.metrics
-        blocks = None if m is None else m.num_gpu_blocks
-        size = None if m is None else m.block_size
-        out.append(float(blocks * size) if blocks and size else None)
-    return out
+    return [
+        float(blocks * size)
+        if (m := e.metrics) is not None and (blocks := m.num_gpu_blocks) and (size := m.block_size)
+        else None
+        for e in endpoints
+    ]
 
 
 class BacklogTtftScorer(PluginHooks):
@@ -170,6 +172,12 @@ class BacklogTtftScorer(PluginHooks):
         self.backlogs: dict[EndpointKey, Backlog] = {}
         self.dispatched: OrderedDict[str, tuple[EndpointKey, float]] = OrderedDict()
         """Request id -> (endpoint, backlog tokens ahead of it at dispatch), until its outcome."""
+        self.pools = SpeedPools(pool_ratio=pool_ratio)
+        """Every fit's own regression, pooled by speed (kept current by :meth:`on_complete`)."""
+        self._fits_version = 0
+        """Counts changes to ``fits`` (the caches below are of one version)."""
+        self._slowest_cache: tuple[int, float] | None = None
+        self._fleet_best_cache: tuple[int, Mapping[EndpointKey, Model], Model] | None = None
 
     def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
         """``(intercept, slope)`` of every endpoint with its own regression, pooled by speed.
@@ -178,24 +186,10 @@ class BacklogTtftScorer(PluginHooks):
         as speed differences they would send every request to whichever pod was lucky. Endpoints
         are sorted by slope and grouped while a slope is at most ``pool_ratio`` times the group's
         first (fastest); a group shares its mean intercept and slope. Compared with the first
-        member, not the previous one, so small steps cannot chain a slow GPU to a fast one.
+        member, not the previous one, so small steps cannot chain a slow GPU to a fast one. Kept
+        sorted between picks by :class:`~igw.scheduling.plugins.speed_pools.SpeedPools`.
         """
-        own = [
-            (m[1], m[0], k) for k, f in self.fits.items() if (m := f.regression(min_samples=MIN_FIT_SAMPLES))
-        ]
-        own.sort()
-        pooled: dict[EndpointKey, tuple[float, float]] = {}
-        group: list[tuple[float, float, EndpointKey]] = []
-        for item in [*own, None]:
-            if group and (item is None or item[0] > group[0][0] * self.pool_ratio):
-                slope = sum(g[0] for g in group) / len(group)
-                intercept = sum(g[1] for g in group) / len(group)
-                for g in group:
-                    pooled[g[2]] = (intercept, slope)
-                group = []
-            if item is not None:
-                group.append(item)
-        return pooled
+        return self.pools.pooled()
 
     def _model(
         self, key: EndpointKey, pooled: Mapping[EndpointKey, tuple[float, float]]
@@ -216,8 +210,18 @@ class BacklogTtftScorer(PluginHooks):
             return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
         if not self.fits:
             return None
+        return self._fleet_best(pooled)
+
+    def _fleet_best(self, pooled: Mapping[EndpointKey, tuple[float, float]]) -> tuple[float, float]:
+        """The smallest intercept and the smallest slope over every fitted endpoint's model (``fits``
+        not empty); kept until ``fits`` or ``pooled`` changes (looked up once per unmeasured endpoint)."""
+        cached = self._fleet_best_cache
+        if cached is not None and cached[0] == self._fits_version and cached[1] is pooled:
+            return cached[2]
         known = [m for k in self.fits if (m := self._model(k, pooled)) is not None]
-        return min(b for b, _ in known), min(s for _, s in known)
+        best = min(b for b, _ in known), min(s for _, s in known)
+        self._fleet_best_cache = (self._fits_version, pooled, best)
+        return best
 
     def _drain_slope(self, key: EndpointKey, intercept: float, slope: float) -> float:
         """Seconds per backlog token: the slope plus the intercept spread over the endpoint's mean
@@ -228,7 +232,12 @@ class BacklogTtftScorer(PluginHooks):
         return slope + intercept / typical
 
     def _slowest_mean(self) -> float:
-        return max((f.mean_y for f in self.fits.values() if f.count), default=0.0)
+        cached = self._slowest_cache
+        if cached is not None and cached[0] == self._fits_version:
+            return cached[1]
+        slowest = max((f.mean_y for f in self.fits.values() if f.count), default=0.0)
+        self._slowest_cache = (self._fits_version, slowest)
+        return slowest
 
     def predicted(
         self,
@@ -302,9 +311,21 @@ class BacklogTtftScorer(PluginHooks):
         ``pool_ratio`` of the others. Fits cannot tell this reliably: on identical pods serving
         shared prefixes the requests' uncached lengths barely vary, and the fitted slopes scatter."""
         self._cycle_pooled = self._pooled()
+        try:
+            # The usual case, in C-level passes: every endpoint publishes both numbers (a missing
+            # metrics object or number raises here; a zero, which counts as unknown, fails lo > 0).
+            sizes = [e.metrics.num_gpu_blocks * e.metrics.block_size for e in endpoints]  # type: ignore[union-attr,operator]
+            lo, hi = min(sizes), max(sizes)
+        except (AttributeError, TypeError, ValueError):
+            pass
+        else:
+            if lo > 0 and hi < EXACT_IN_FLOAT:  # as floats below, the same values and comparison
+                return bool(hi <= lo * self.pool_ratio)
         capacities = kv_capacities(endpoints)
-        known = [c for c in capacities if c is not None]
-        return bool(known) and len(known) == len(capacities) and max(known) <= min(known) * self.pool_ratio
+        if not capacities or None in capacities:
+            return False
+        known = cast("list[float]", capacities)
+        return max(known) <= min(known) * self.pool_ratio
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         if ctx.request.adapter is not None or self.one_speed(endpoints):
@@ -312,10 +333,12 @@ class BacklogTtftScorer(PluginHooks):
             # does not see; the LoRA scorers and filter decide. On endpoints of one speed the
             # queue, prefix and prefill-collision scorers already balance the load (this scorer on
             # top made shared-prefix tails worse, docs/benchmark.md). Dispatches still count below.
-            return [1.0] * len(endpoints)
+            return UnitScores([1.0] * len(endpoints))
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
         best = min(predicted, default=0.0)
+        if best > 0:  # every prediction positive: each ratio in (0, 1], vouched
+            return UnitScores([best / p for p in predicted])
         return [1.0 if p <= 0 else best / p for p in predicted]
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
@@ -338,13 +361,18 @@ class BacklogTtftScorer(PluginHooks):
         own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
         if not math.isfinite(outcome.ttft_s):
             return
-        self.fits.setdefault(key, LinearFit()).observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
+        fit = self.fits.setdefault(key, LinearFit())
+        fit.observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
+        self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES))
+        self._fits_version += 1
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         gone = set(keys)
         for key in gone:
             self.fits.pop(key, None)
             self.backlogs.pop(key, None)
+            self.pools.set(key, None)
+        self._fits_version += 1
         for rid in [rid for rid, (key, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
 

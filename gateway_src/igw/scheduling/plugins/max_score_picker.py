@@ -37,16 +37,19 @@ class MaxScorePicker(CountedPicker):
         # Tuples compare in C (no Python key call per candidate): order by total, then the random
         # tie-break; the index only rides along (a full tie on both is impossible in practice).
         ranked: Iterable[tuple[float, float, int]] = zip(totals, tiebreak, range(n), strict=True)
+        total = sum(totals)
+        if total != total:  # a NaN (or infinities of both signs): its comparisons order nothing
+            return [i for _, _, i in heapq.nlargest(k, ranked)]
         if n > PREFILTER_ABOVE * k:
             # Only candidates whose total reaches the k-th largest total can be in the top k: rank
-            # those (usually about k) instead of building a tuple per candidate. Skipped when a
-            # total is NaN, whose comparisons would make the threshold meaningless.
-            total = sum(totals)
-            if total == total:
-                kth = heapq.nlargest(k, totals)[-1]
-                kept = compress(range(n), map(operator.ge, totals, repeat(kth)))
-                ranked = [(totals[i], tiebreak[i], i) for i in kept]
-        top = heapq.nlargest(k, ranked)
+            # those (usually about k) instead of building a tuple per candidate.
+            kth = heapq.nlargest(k, totals)[-1]
+            kept = compress(range(n), map(operator.ge, totals, repeat(kth)))
+            ranked = [(totals[i], tiebreak[i], i) for i in kept]
+        # ``sorted(..., reverse=True)[:k]`` is what ``heapq.nlargest`` is documented to equal, and
+        # on a short list it runs in C (nlargest's own loop is Python); the tuples differ by index,
+        # so no tie is left to order.
+        top = sorted(ranked, reverse=True)[:k]
         return [i for _, _, i in top]
 
 

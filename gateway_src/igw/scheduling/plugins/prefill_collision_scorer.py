@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from igw.scheduling.columns import MeasuredColumn, Positions
 from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
@@ -54,10 +55,13 @@ class PrefillCollisionScorer(PluginHooks):
 
     def __init__(self, *, name: str = TYPE, alpha: float = DEFAULT_ALPHA) -> None:
         self.name = name
-        self.rate = EndpointEwma(alpha=alpha)
+        self.rate = EndpointEwma(alpha=alpha, track_changes=True)
         """Prompt tokens per second of measured TTFT, per endpoint."""
+        self._rates = MeasuredColumn(self.rate)
+        """Each candidate's rate (the mean of the measured ones for the others), kept between picks."""
         self.recent: dict[EndpointKey, deque[tuple[float, int]]] = {}
         """This scheduler's own dispatches per endpoint (time, prompt tokens) still being prefilled."""
+        self._positions = Positions()
 
     def rate_of(self, key: EndpointKey) -> float | None:
         """Measured prefill rate; unmeasured endpoints take the mean of the measured ones."""
@@ -112,9 +116,9 @@ class PrefillCollisionScorer(PluginHooks):
         recent = self.recent
         now = ctx.now
         keys = ctx.columns(endpoints).keys
-        get = values.get
+        rates = self._rates.of(keys, mean)
         try:
-            work = [tokens / get(k, mean) for k in keys]
+            work = [tokens / r for r in rates]
         except ZeroDivisionError:  # a zero rate: the guarded loop below
             work = []
         if work and min(work) > 0:
@@ -122,8 +126,13 @@ class PrefillCollisionScorer(PluginHooks):
             # without its guards; pending work only for the endpoints that still have dispatches
             # of this scheduler prefilling.
             pending_at = self._pending_at
-            for i in [i for i, k in enumerate(keys) if k in recent]:
-                work[i] = pending_at(endpoints[i], get(keys[i], mean), now) + work[i]
+            index = self._positions.of(keys)
+            if index is None:  # a key listed twice: find the candidates with dispatches by key
+                visit = [i for i, k in enumerate(keys) if k in recent]
+            else:  # usually few endpoints have dispatches still prefilling: visit only those
+                visit = [i for k in recent if (i := index.get(k)) is not None]
+            for i in visit:
+                work[i] = pending_at(endpoints[i], rates[i], now) + work[i]
             fastest = min(work)
             if fastest > 0:  # each ratio in (0, 1]
                 return UnitScores([fastest / f for f in work])

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from igw.scheduling.columns import Positions
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins.prefix_index import (
@@ -58,6 +59,7 @@ class PrefixCacheScorer(PluginHooks):
         self.max_blocks = max_blocks
         self.lru_capacity = lru_capacity
         self.index = PrefixIndex()
+        self._positions = Positions()
 
     def _block_chars(self, endpoints: Sequence[EndpointView]) -> int:
         if self.auto_tune:
@@ -89,12 +91,23 @@ class PrefixCacheScorer(PluginHooks):
             ctx.state[STATE_ANY_HIT] = False
             return UnitScores([0.0] * len(endpoints))
         total = len(hashes)
-        get = counts.get
         keys = ctx.columns(endpoints).keys
-        # A matched chain is at most as long as the request's: every score is within [0, 1].
-        scores = UnitScores([get(k, 0) / total for k in keys])
-        ctx.state[STATE_ANY_HIT] = any(scores)
-        ctx.state[STATE_MATCH] = {k: s for k, s in zip(keys, scores, strict=True) if s}
+        index = self._positions.of(keys)
+        if index is None:  # a key listed twice: score every candidate by its key
+            get = counts.get
+            # A matched chain is at most as long as the request's: every score is within [0, 1].
+            scores = UnitScores([get(k, 0) / total for k in keys])
+            ctx.state[STATE_ANY_HIT] = any(scores)
+            ctx.state[STATE_MATCH] = {k: s for k, s in zip(keys, scores, strict=True) if s}
+            return scores
+        # Usually few endpoints hold the prefix: zeros everywhere, then their shares (each count is
+        # at least 1, so a matched endpoint's score is never 0); the match map in candidate order.
+        scores = UnitScores([0.0] * len(keys))
+        matched = sorted(i for k in counts if (i := index.get(k)) is not None)
+        for i in matched:
+            scores[i] = counts[keys[i]] / total
+        ctx.state[STATE_ANY_HIT] = bool(matched)
+        ctx.state[STATE_MATCH] = {keys[i]: scores[i] for i in matched}
         return scores
 
     def capacity_for(self, endpoint: EndpointView) -> int:

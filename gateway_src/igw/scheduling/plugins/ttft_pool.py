@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import math
 import operator
-from bisect import bisect_left
-from itertools import compress, count, repeat
+from bisect import bisect_left, bisect_right
+from collections import deque
+from itertools import compress, count, islice, repeat
 
 from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.types import EndpointKey
+
+C_LOOP_ABOVE = 32
+"""Group size from which its members are assigned by a loop in C, and the length of a walk from
+which groups are found by one (below it, setting up the C iterators costs more than they save)."""
 
 
 class TtftPool:
@@ -50,24 +55,42 @@ class TtftPool:
         self._logs: list[float] = []
         self._errors: list[float] = []
         self._ttfts: list[float] = []
+        self._starts: list[int] = []
+        """Sorted position of each group's first member, as of the last pick."""
+        self._out: list[float] = []
+        """The pooled TTFT per candidate position as of the last pick (updated, not rebuilt)."""
 
     def pooled(self, keys: list[EndpointKey]) -> list[float]:
         """The pooled TTFT of each of ``keys`` (candidate order)."""
         changed = self._take_changes()
+        pooling = self.noise_z > 0
         if self._keys is None or self._keys != keys:
             self._rebuild(keys)
+            out = self._out = self._base()
+            self._starts = self._walk(out, 0)[0] if pooling else []
         else:
+            out = self._out
+            measured = self._measured
             index = self._index
+            moves: list[tuple[int | None, int | None]] = []
             for key in changed:
                 position = index.get(key)
                 if position is not None:
-                    self._refresh(position, key)
-        out = self._base()
-        if self.noise_z > 0 and self._logs:
-            self._pool_groups(out)
+                    move = self._refresh(position, key)
+                    if move != (None, None):
+                        moves.append(move)
+                    ttft = measured[position]
+                    if ttft is not None:
+                        out[position] = ttft  # its own mean, unless a group below says otherwise
+            if changed and self._unmeasured:  # the fallback is the mean of the measured ones
+                fallback = self._fallback()
+                for i in [i for i, t in enumerate(measured) if t is None]:
+                    out[i] = fallback
+            if pooling and moves:
+                self._regroup(out, moves)
         if len(self._index) != len(keys):  # a key listed twice: positions are ambiguous, keep nothing
             self._keys = None
-        return out
+        return list(out)
 
     def _take_changes(self) -> set[EndpointKey]:
         changed: set[EndpointKey] = set()
@@ -102,20 +125,22 @@ class TtftPool:
             self._errors.append(error_of(keys[i]) or 0.0)
             self._ttfts.append(measured[i])  # type: ignore[arg-type]  # eligible ones are measured
 
-    def _refresh(self, position: int, key: EndpointKey) -> None:
-        """Re-read one candidate's measurements and move it in the sorted lists."""
+    def _refresh(self, position: int, key: EndpointKey) -> tuple[int | None, int | None]:
+        """Re-read one candidate's measurements and move it in the sorted lists; returns where it
+        was deleted from and where it was inserted (``None``: not in the list before / after)."""
         old = self._sorted_as[position]
+        deleted = None
         if old is not None:
-            at = bisect_left(self._pairs, (old, position))
+            deleted = bisect_left(self._pairs, (old, position))
             for lst in (self._pairs, self._positions, self._logs, self._errors, self._ttfts):
-                del lst[at]
+                del lst[deleted]
             self._sorted_as[position] = None
         ttft = self.ttft.values.get(key)
         self._unmeasured += (ttft is None) - (self._measured[position] is None)
         self._measured[position] = ttft
         logs = self.log_ttft
         if ttft is None or logs.counts.get(key, 0) < logs.settled_count:
-            return
+            return deleted, None
         log = logs.values.get(key) or 0.0
         at = bisect_left(self._pairs, (log, position))
         self._pairs.insert(at, (log, position))
@@ -124,36 +149,108 @@ class TtftPool:
         self._errors.insert(at, logs.errors.get(key) or 0.0)
         self._ttfts.insert(at, ttft)
         self._sorted_as[position] = log
+        return deleted, at
+
+    def _fallback(self) -> float:
+        """What unmeasured candidates take: the mean of the measured ones (1.0 when none is)."""
+        present = [v for v in self._measured if v is not None]
+        return sum(present) / len(present) if present else 1.0
 
     def _base(self) -> list[float]:
-        """Measured means, the mean of the measured ones for the others (1.0 when none is)."""
+        """Measured means, the fallback for the others."""
         measured = self._measured
         if not self._unmeasured:
             return list(measured)  # type: ignore[arg-type]  # no None: counted
-        present = [v for v in measured if v is not None]
-        fallback = sum(present) / len(present) if present else 1.0
+        fallback = self._fallback()
         return [fallback if t is None else t for t in measured]
 
-    def _pool_groups(self, out: list[float]) -> None:
-        """Give the members of each group their group's mean TTFT (summed in sorted order)."""
+    def _regroup(self, out: list[float], moves: list[tuple[int | None, int | None]]) -> None:
+        """Walk again only the groups a change can have altered.
+
+        With one endpoint moved in the sorted lists (the usual case: one completion since the last
+        pick), the groups that ended before the first touched sorted position are unchanged (a
+        group is decided by its members and the first endpoint after it), and past the last
+        touched position every endpoint sits where it sat before, shifted by one for a plain
+        deletion or insertion: once the walk reaches a group start that was one before (shifted
+        alike), every group from there on is the same as before. More moves: the whole walk."""
+        if len(moves) != 1:
+            self._starts = self._walk(out, 0)[0]
+            return
+        deleted, inserted = moves[0]
+        if deleted is not None and inserted is not None:
+            lo, hi, delta = min(deleted, inserted), max(deleted, inserted), 0
+        elif deleted is not None:
+            lo = hi = deleted
+            delta = -1
+        else:
+            assert inserted is not None  # moves hold no (None, None)
+            lo = hi = inserted
+            delta = 1
+        starts = self._starts
+        first = max(0, bisect_right(starts, lo - 1) - 1) if lo > 0 else 0
+        begin = starts[first] if first < len(starts) else 0
+        head = starts[:first] if begin else []
+        walked, tail = self._walk(out, begin, hi=hi, delta=delta, old_starts=starts)
+        self._starts = head + walked + tail
+
+    def _walk(
+        self,
+        out: list[float],
+        begin: int,
+        *,
+        hi: int | None = None,
+        delta: int = 0,
+        old_starts: list[int] | None = None,
+    ) -> tuple[list[int], list[int]]:
+        """Give the members of each group from sorted position ``begin`` (a group start) their
+        group's mean TTFT (summed in sorted order; a lone member its own).
+
+        Returns the group starts walked and, when the walk stopped early, the remaining starts: it
+        stops at a group start past ``hi`` that ``old_starts`` holds ``delta`` positions earlier
+        (the groups from there on are those of before, see :meth:`_regroup`)."""
         logs, errors, ttfts, positions = self._logs, self._errors, self._ttfts, self._positions
         z, n = self.noise_z, len(logs)
-        log_iter, error_iter = iter(logs), iter(errors)
-        next(log_iter), next(error_iter)  # the first group starts at sorted position 0
-        start = 0
+        walked: list[int] = []
+        if begin >= n:
+            return walked, []
+        # The first group's own first member is not compared with itself.
+        log_iter, error_iter = islice(logs, begin + 1, None), islice(errors, begin + 1, None)
+        few = n - begin <= C_LOOP_ABOVE  # a short walk: a plain loop costs less than setting up maps
+        start = begin
+        hypot = math.hypot
         while True:
+            walked.append(start)
             # A group ends at the first later endpoint more than ``z`` combined standard errors above
             # the group's *first* (fastest) member, not the previous one, so a chain of small steps
             # cannot join an H100 and an A10G. The iterators are shared, so the search for the next
             # group resumes right after this group's end: each endpoint is compared once.
             first_log, first_error = logs[start], errors[start]
-            above = map(operator.sub, log_iter, repeat(first_log))
-            allowed = map(operator.mul, repeat(z), map(math.hypot, error_iter, repeat(first_error)))
-            end = next(compress(count(start + 1), map(operator.gt, above, allowed)), n)
-            if end - start > 1:
-                mean = sum(ttfts[start:end]) / (end - start)
-                for j in positions[start:end]:
-                    out[j] = mean
+            if few:  # the same comparison, written out
+                end = n
+                for j in range(start + 1, n):
+                    if logs[j] - first_log > z * hypot(errors[j], first_error):
+                        end = j
+                        break
+            else:
+                above = map(operator.sub, log_iter, repeat(first_log))
+                allowed = map(operator.mul, repeat(z), map(hypot, error_iter, repeat(first_error)))
+                end = next(compress(count(start + 1), map(operator.gt, above, allowed)), n)
+            size = end - start
+            if size == 1:
+                out[positions[start]] = ttfts[start]
+            else:
+                mean = sum(ttfts[start:end]) / size
+                if size > C_LOOP_ABOVE:
+                    # ``out[j] = mean`` for every member, the loop run in C (a group may be most of
+                    # a large pool); a zero-length deque drains the iterator, keeping nothing.
+                    deque(map(out.__setitem__, positions[start:end], repeat(mean)), maxlen=0)
+                else:
+                    for j in positions[start:end]:
+                        out[j] = mean
             if end >= n:
-                return
+                return walked, []
             start = end
+            if hi is not None and start > hi and old_starts is not None:
+                at = bisect_left(old_starts, start - delta)
+                if at < len(old_starts) and old_starts[at] == start - delta:
+                    return walked, [s + delta for s in old_starts[at:]]
