@@ -15,6 +15,9 @@ from tests.scheduling.helpers import ctx
         pytest.param([0.1, 0.9, 0.5], 1, [1], id="max-wins"),
         pytest.param([0.1, 0.9, 0.5], 3, [1, 2, 0], id="ranked-fallbacks"),
         pytest.param([0.3], 3, [0], id="single"),
+        pytest.param([float("nan"), 0.2, 0.7], 1, [2], id="leading-nan-loses"),
+        pytest.param([0.2, float("nan"), 0.7], 1, [2], id="inner-nan-loses"),
+        pytest.param([float("nan")], 1, [0], id="single-nan"),
     ],
 )
 def test_max_score_ranking(totals: list[float], k: int, expected: list[int]) -> None:
@@ -28,6 +31,14 @@ def test_max_score_ties_are_uniformly_random(k: int) -> None:
     counts = collections.Counter(picker.rank(c, [1.0, 1.0, 1.0, 0.2])[0] for _ in range(3000))
     assert set(counts) == {0, 1, 2}
     assert all(900 < counts[i] < 1100 for i in range(3))
+
+
+def test_max_score_all_nan_totals_still_pick_one_at_random() -> None:
+    picker = MaxScorePicker(max_endpoints=1)
+    c = ctx(seed=7)
+    nan = float("nan")
+    counts = collections.Counter(picker.rank(c, [nan, nan, nan])[0] for _ in range(900))
+    assert set(counts) == {0, 1, 2}
 
 
 def test_weighted_random_is_proportional_to_score() -> None:

@@ -30,6 +30,10 @@ class MaxScorePicker(CountedPicker):
         if self.max_endpoints == 1 or n == 1:
             best = max(totals)
             ties = [i for i, t in enumerate(totals) if t == best]
+            if not ties:  # ``max`` stopped on a leading NaN: NaN totals lose to any number
+                numbers = [t for t in totals if t == t]
+                best = max(numbers) if numbers else best
+                ties = [i for i, t in enumerate(totals) if t == best] if numbers else list(range(n))
             return [ties[0] if len(ties) == 1 else ties[int(rnd() * len(ties))]]
         # One tie-break draw per candidate, always (the random stream stays the same whatever wins).
         tiebreak = list(starmap(rnd, repeat((), n)))
