@@ -7,9 +7,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from igw.gateway.flow_gate import FlowGates, Refused
+from igw.gateway.flow_gate import FlowGates, Refused, waiting_at
 from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimits, FlowControlSettings
-from igw.scheduling.types import DecisionKind, RoutingDecision
+from igw.scheduling.types import DecisionKind, EndpointView, EngineMetrics, RoutingDecision
 from tests.gateway.support import wait_for
 
 SATURATED = RoutingDecision(DecisionKind.SATURATED, reason="full")
@@ -40,7 +40,12 @@ def _gates(clock: list[float], poll_s: float = 0.001) -> FlowGates:
 
 
 async def _wait(
-    gates: FlowGates, pool: Pool, rid: str, priority: int, level: list[float] | None = None
+    gates: FlowGates,
+    pool: Pool,
+    rid: str,
+    priority: int,
+    level: list[float] | None = None,
+    queues: dict[str, int] | None = None,
 ) -> RoutingDecision | Refused:
     return await gates.wait(
         scheduler="pool",
@@ -51,6 +56,7 @@ async def _wait(
         max_queue_s=None,
         pick=lambda: pool.picker(rid),
         utilisation=None if level is None else lambda: level[0],
+        endpoint_queues=None if queues is None else lambda: queues,
     )
 
 
@@ -201,3 +207,71 @@ async def test_must_wait_applies_the_band_threshold_and_never_overtakes_the_queu
     await asyncio.gather(queued, return_exceptions=True)
     gates.configure(None, retry_after_bounds=(1, 30))
     assert not gates.must_wait("pool", priority=STANDARD, utilisation=0.99)
+
+
+def _queue_place_gates(clock: list[float]) -> FlowGates:
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    places = BandLimits(max_requests=10, max_bytes=1 << 20, ttl_s=30.0, max_endpoint_queue=2)
+    settings = FlowControlSettings(
+        bands={CRITICAL: BandLimits(max_requests=10, max_bytes=1 << 20, ttl_s=30.0), STANDARD: places},
+        poll_interval_s=0.001,
+        dispatch_per_endpoint=100,
+    )
+    gates.configure(settings, retry_after_bounds=(1, 30))
+    return gates
+
+
+async def test_queued_lower_bands_wait_for_a_queue_place_without_running_the_scheduler() -> None:
+    clock = [0.0]
+    gates, pool = _queue_place_gates(clock), Pool()
+    queues = {"10.0.0.1:8000": 2, "10.0.0.2:8000": 3}  # no endpoint has fewer than Standard's 2 waiting
+    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, queues=queues))
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="std queued")
+    pool.free = 5  # the scheduler could place it
+    clock[0] = 1.0
+    gates.pump("pool")
+    assert (pool.placed, pool.picks) == ([], 0)  # held before the pick: no phantom dispatch
+    chat = asyncio.create_task(_wait(gates, pool, "chat", CRITICAL, queues=queues))
+    await wait_for(lambda: gates.depths("pool").get(CRITICAL) == 1, what="chat queued")
+    clock[0] = 1.5  # the next pass (the pump runs at most once per interval of the injected clock)
+    assert isinstance(await asyncio.wait_for(chat, timeout=10), RoutingDecision)
+    assert pool.placed == ["chat"]  # Critical has no per-endpoint limit
+    queues["10.0.0.1:8000"] = 1
+    clock[0] = 2.0
+    assert isinstance(await asyncio.wait_for(std, timeout=10), RoutingDecision)
+    assert pool.placed == ["chat", "std"]
+
+
+async def test_a_pick_onto_an_endpoint_without_a_place_is_not_sent() -> None:
+    clock = [0.0]
+    gates, pool = _queue_place_gates(clock), Pool()
+    queues = {"10.0.0.1:8000": 2, "10.0.0.2:8000": 0}  # the pool's picker always answers 10.0.0.1
+    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, queues=queues))
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="std queued")
+    pool.free = 5
+    clock[0] = 1.0
+    gates.pump("pool")
+    assert gates.depths("pool") == {STANDARD: 1}  # still queued: its endpoint has no place
+    queues["10.0.0.1:8000"] = 0
+    clock[0] = 2.0
+    result = await asyncio.wait_for(std, timeout=10)
+    assert isinstance(result, RoutingDecision)
+    assert result.endpoint == "10.0.0.1:8000"
+
+
+def test_must_wait_holds_a_band_while_no_endpoint_has_a_queue_place() -> None:
+    gates = _queue_place_gates([0.0])
+    full = {"a:1": 2, "b:1": 4}
+    assert gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoint_queues=full)
+    assert not gates.must_wait("pool", priority=CRITICAL, utilisation=0.1, endpoint_queues=full)
+    assert not gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoint_queues={**full, "c:1": 1})
+    assert not gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoint_queues={})  # no data
+
+
+def test_waiting_at_counts_scraped_waiting_and_unreflected_dispatches() -> None:
+    views = [
+        EndpointView("a:1", EngineMetrics(waiting=2), scraped_at=0.0, unreflected_dispatches=1),
+        EndpointView("b:1", EngineMetrics(waiting=None), scraped_at=0.0),
+        EndpointView("c:1", None, scraped_at=None),
+    ]
+    assert waiting_at(views) == {"a:1": 3, "b:1": 0}

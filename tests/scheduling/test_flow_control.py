@@ -427,3 +427,69 @@ def test_a_lower_band_with_more_room_than_a_higher_one_is_refused_naming_the_ent
         )
     with pytest.raises(FlowControlError, match=r"flowControl\.bands\[0\]\.dispatchBelow must be in"):
         _settings(bands={STANDARD: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0, dispatch_below=0.0)})
+
+
+def _queue_place_settings() -> FlowControlSettings:
+    return _settings(
+        bands={
+            CRITICAL: BIG,
+            STANDARD: BandLimits(max_requests=100, max_bytes=1 << 20, ttl_s=30.0, max_endpoint_queue=2),
+            SHEDDABLE: BandLimits(max_requests=100, max_bytes=1 << 20, ttl_s=30.0, max_endpoint_queue=1),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("priority", "endpoint_queue", "admitted"),
+    [
+        (CRITICAL, 0, True),
+        (CRITICAL, 500, True),  # no per-endpoint limit: saturation alone stops Critical
+        (STANDARD, 1, True),
+        (STANDARD, 2, False),  # two waiting: the next place is kept for Critical
+        (SHEDDABLE, 0, True),
+        (SHEDDABLE, 1, False),
+        (-5, 0, True),  # an unnamed priority uses the nearest band's limit (Sheddable)
+        (-5, 1, False),
+        (3, 99, True),  # above Critical: Critical's (none)
+    ],
+)
+def test_queue_places_admit_below_the_band_limit(priority: int, endpoint_queue: int, admitted: bool) -> None:
+    assert FlowController(_queue_place_settings()).admits_to(priority, endpoint_queue) is admitted
+
+
+def test_default_bands_keep_queue_places_at_each_endpoint_for_critical() -> None:
+    fc = FlowController(FlowControlSettings())
+    assert fc.admits_to(CRITICAL, 40)
+    assert [fc.admits_to(STANDARD, n) for n in (0, 1, 2)] == [True, True, False]
+    assert [fc.admits_to(SHEDDABLE, n) for n in (0, 1, 2)] == [True, True, False]
+
+
+def test_max_endpoint_queue_is_read_from_the_extension_and_absent_means_no_limit() -> None:
+    raw = {"bands": [{"priority": 1}, {"priority": 0, "maxEndpointQueue": 3}]}
+    assert validate_document(_flow_doc(raw)) == []
+    s = FlowControlSettings.from_extension(raw)
+    assert (s.bands[1].max_endpoint_queue, s.bands[0].max_endpoint_queue) == (None, 3)
+
+
+def test_schema_rejects_a_max_endpoint_queue_below_one() -> None:
+    problems = validate_document(_flow_doc({"bands": [{"priority": 0, "maxEndpointQueue": 0}]}))
+    assert "spec.extensions.flowControl.bands[0].maxEndpointQueue" in {p.path for p in problems}
+
+
+def test_a_lower_band_with_more_queue_places_than_a_higher_one_is_refused_naming_the_entry() -> None:
+    raw = {"bands": [{"priority": 0}, {"priority": 1, "maxEndpointQueue": 2}]}  # 0 has no limit
+    with pytest.raises(
+        FlowControlError, match=r"spec\.extensions\.flowControl\.bands\[1\]\.maxEndpointQueue: 2 is below"
+    ):
+        FlowControlSettings.from_extension(raw)
+    with pytest.raises(FlowControlError, match=r"flowControl\.bands\[-1\]\.maxEndpointQueue \(3\) is above"):
+        _settings(
+            bands={
+                STANDARD: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0, max_endpoint_queue=2),
+                SHEDDABLE: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0, max_endpoint_queue=3),
+            }
+        )
+    with pytest.raises(
+        FlowControlError, match=r"flowControl\.bands\[0\]\.maxEndpointQueue must be at least 1"
+    ):
+        _settings(bands={STANDARD: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0, max_endpoint_queue=0)})

@@ -13,6 +13,10 @@ Per-band headroom (``dispatchBelow``) needs the pool's utilisation, which only t
 can read (it owns the scheduler and the pool's views): it hands a :data:`Utilisation` probe to
 :meth:`FlowGates.wait`, and asks :meth:`FlowGates.must_wait` whether an arrival the scheduler did
 not call saturated must still queue. Without a probe the gate dispatches on saturation alone.
+Per-endpoint queue places (``maxEndpointQueue``) likewise need an :data:`EndpointQueues` probe:
+the requests waiting at each fresh endpoint. A lower band is held while no endpoint has a free
+place for it; the probe is read before the scheduler runs, because a pick that is not sent would
+still count as a dispatch in the scheduler's ledger of unreflected dispatches.
 
 The ``tenant`` label of the rejection counter is bounded (:class:`TenantLabels`): the tenant may be
 a client-chosen header value, and every distinct label value is a new time series.
@@ -23,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -36,7 +40,7 @@ from igw.scheduling.flow_control import (
     ShedReason,
     priority_for,
 )
-from igw.scheduling.types import DecisionKind, RoutingDecision
+from igw.scheduling.types import DecisionKind, EndpointKey, EndpointView, RoutingDecision
 
 OBJECTIVE_HEADER: Final = "x-gateway-inference-objective"
 FAIRNESS_HEADER: Final = "x-gateway-inference-fairness-id"
@@ -49,6 +53,26 @@ Picker = Callable[[], RoutingDecision]
 """Re-runs the scheduler for one queued request against the pool as it is now."""
 Utilisation = Callable[[], float]
 """Reads the pool's load now, as a fraction of its saturation point (1.0: saturated)."""
+HELD_BY_FLOW_CONTROL: Final = RoutingDecision(
+    kind=DecisionKind.SATURATED, reason="held back by flow control for higher bands"
+)
+"""What the request path holds for an arrival that queues without a pick (headroom or queue
+places): treated like a saturated pick, and replaced by the decision the queue hands out."""
+EndpointQueues = Callable[[], Mapping[EndpointKey, int]]
+"""Reads the requests waiting at each fresh endpoint of the pool now (see :func:`waiting_at`)."""
+
+
+def waiting_at(views: Sequence[EndpointView]) -> dict[EndpointKey, int]:
+    """Requests waiting at each endpoint with metrics: scraped waiting plus unreflected dispatches.
+
+    ``views`` are the pool's fresh endpoints as the scheduler annotates them (its ledger fills in
+    ``unreflected_dispatches``), so a burst sent since the last scrape already counts.
+    """
+    return {
+        v.key: max(0, v.metrics.waiting or 0) + max(0, v.unreflected_dispatches)
+        for v in views
+        if v.metrics is not None
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +152,8 @@ class FlowGates:
         self._last_pump: dict[str, float] = {}
         self._utilisation: dict[str, Utilisation] = {}
         """The latest utilisation probe each scheduler's waiters brought (for headroom)."""
+        self._queues: dict[str, EndpointQueues] = {}
+        """The latest endpoint-queue probe each scheduler's waiters brought (for queue places)."""
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -156,11 +182,19 @@ class FlowGates:
             by_tenant=s.tenant_priorities,
         )
 
-    def must_wait(self, scheduler: str, *, priority: int, utilisation: float) -> bool:
-        """Whether an arrival the scheduler could place must queue anyway.
+    def must_wait(
+        self,
+        scheduler: str,
+        *,
+        priority: int,
+        utilisation: float,
+        endpoint_queues: Mapping[EndpointKey, int] | None = None,
+    ) -> bool:
+        """Whether an arrival must queue although the pool may not be saturated.
 
         It must when its band keeps headroom for higher bands and the pool is at or past the band's
-        ``dispatchBelow``, or when work of its own or a higher band is already queued (an arrival
+        ``dispatchBelow``, when no endpoint in ``endpoint_queues`` has fewer waiting than the band's
+        ``maxEndpointQueue``, or when work of its own or a higher band is already queued (an arrival
         never overtakes it).
         """
         settings = self.settings
@@ -168,7 +202,9 @@ class FlowGates:
             return False
         controller = self._controllers.get(scheduler)
         if controller is None:
-            return utilisation >= settings.limits_for(priority).dispatch_below
+            controller = self._controllers[scheduler] = FlowController(settings)
+        if endpoint_queues and not controller.admits_to(priority, min(endpoint_queues.values())):
+            return True
         return not controller.admits(priority, utilisation) or controller.queued_at_or_above(priority) > 0
 
     async def wait(
@@ -182,17 +218,21 @@ class FlowGates:
         max_queue_s: float | None,
         pick: Picker,
         utilisation: Utilisation | None = None,
+        endpoint_queues: EndpointQueues | None = None,
     ) -> RoutingDecision | Refused:
         """Queue the request and wait for a picked decision or a refusal.
 
         With ``utilisation``, queued requests dispatch only while their band's headroom rule
-        admits them (see :meth:`FlowController.peek`), besides the scheduler placing them.
+        admits them (see :meth:`FlowController.peek`), besides the scheduler placing them; with
+        ``endpoint_queues``, only to an endpoint with a free queue place for their band.
         """
         settings = self.settings
         if settings is None:  # turned off by a reload between the caller's check and now
             return Refused(ShedReason.QUEUE_FULL, 1, priority)
         if utilisation is not None:
             self._utilisation[scheduler] = utilisation
+        if endpoint_queues is not None:
+            self._queues[scheduler] = endpoint_queues
         controller = self._controllers.get(scheduler)
         if controller is None:
             controller = self._controllers[scheduler] = FlowController(settings)
@@ -250,14 +290,21 @@ class FlowGates:
         budget = self.settings.dispatch_per_endpoint if self.settings is not None else 1
         taken: collections.Counter[str | None] = collections.Counter()
         probe = self._utilisation.get(scheduler)
+        queues_probe = self._queues.get(scheduler)
         while (item := controller.peek(now, utilisation=None if probe is None else probe())) is not None:
             waiter = self._waiters.get(item.request_id)
             if waiter is None:  # its task is gone without cancelling (should not happen): drop it
                 controller.cancel(item.request_id)
                 continue
+            queues = queues_probe() if queues_probe is not None else {}
+            if queues and not controller.admits_to(item.priority, min(queues.values())):
+                break  # no endpoint has a queue place for this band (and lower bands wait behind it)
             decision = waiter.pick()
             if decision.kind is DecisionKind.SATURATED or taken[decision.endpoint] >= budget:
                 break
+            chosen = queues.get(decision.endpoint) if decision.endpoint is not None else None
+            if chosen is not None and not controller.admits_to(item.priority, chosen):
+                break  # the scheduler prefers an endpoint without a place: wait for the next poll
             taken[decision.endpoint] += 1
             controller.take(item, now)
             waiter.future.set_result(decision)

@@ -30,7 +30,14 @@ from aiohttp import web
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.errors import denial_response, gateway_error, sse_error_event
-from igw.gateway.flow_gate import FAIRNESS_HEADER, MAX_QUEUE_MS_HEADER, Refused
+from igw.gateway.flow_gate import (
+    FAIRNESS_HEADER,
+    HELD_BY_FLOW_CONTROL,
+    MAX_QUEUE_MS_HEADER,
+    EndpointQueues,
+    Refused,
+    waiting_at,
+)
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
@@ -41,7 +48,13 @@ from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
 from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
 from igw.gateway.upstream_client import UpstreamPool
-from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingDecision, RoutingRequest
+from igw.scheduling.types import (
+    DecisionKind,
+    EndpointKey,
+    RequestOutcome,
+    RoutingDecision,
+    RoutingRequest,
+)
 
 STATE_KEY = web.AppKey("igw_state", GatewayState)
 SESSION_KEY = web.AppKey("igw_upstream_session", UpstreamPool)
@@ -179,33 +192,42 @@ async def _route(
         adapter=route.adapter,
         tenant=principal.tenant,
     )
-    t0 = time.perf_counter()
-    views = sr.pool.views()
-    decision = sr.scheduler.pick(rreq, views, now=state.clock())
-    elapsed = time.perf_counter() - t0
-    obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
-    log = state.decision_log
-    if log is not None:
-        log.record(
-            request_id=rid,
-            scheduler=sr.spec.name,
-            model=route.model,
-            candidates=len(views),
-            decision=decision,
-            elapsed_s=elapsed,
-        )
     flow_on = rt.flow_settings is not None
-    if decision.kind is DecisionKind.SATURATED or flow_on:
-        bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
-        state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
+    bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
     priority: int | None = None
-    if flow_on and decision.kind is DecisionKind.PICKED:
-        # Per-band headroom: a band that keeps room for higher ones queues past its dispatchBelow,
-        # and no arrival overtakes queued work of its own or a higher band.
+    held = False
+    if flow_on:
+        # Per-band headroom and queue places, judged before the scheduler runs (a pick that is not
+        # sent would count as a dispatch in its ledger): a band that keeps room for higher ones
+        # queues past its dispatchBelow or while no endpoint has a queue place for it, and no
+        # arrival overtakes queued work of its own or a higher band.
+        state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
         priority = _priority(request, state, principal, rreq)
-        held = state.flow.must_wait(sr.spec.name, priority=priority, utilisation=_utilisation(state, sr)())
-    else:
-        held = False
+        held = state.flow.must_wait(
+            sr.spec.name,
+            priority=priority,
+            utilisation=_utilisation(state, sr)(),
+            endpoint_queues=_endpoint_queues(state, sr)(),
+        )
+    log = state.decision_log
+    decision = HELD_BY_FLOW_CONTROL  # replaced by the pick, or by the queue's decision
+    if not held:
+        t0 = time.perf_counter()
+        views = sr.pool.views()
+        decision = sr.scheduler.pick(rreq, views, now=state.clock())
+        elapsed = time.perf_counter() - t0
+        obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
+        if log is not None:
+            log.record(
+                request_id=rid,
+                scheduler=sr.spec.name,
+                model=route.model,
+                candidates=len(views),
+                decision=decision,
+                elapsed_s=elapsed,
+            )
+        if decision.kind is DecisionKind.SATURATED and not flow_on:
+            state.flow.configure(None, retry_after_bounds=bounds)
     if (decision.kind is DecisionKind.SATURATED or held) and state.flow.settings is not None:
         queued_at = state.clock()
         queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw), obs, priority)
@@ -280,6 +302,7 @@ async def _wait_in_queue(
         max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
         pick=lambda: sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock()),
         utilisation=_utilisation(state, sr),
+        endpoint_queues=_endpoint_queues(state, sr),
     )
 
 
@@ -292,6 +315,18 @@ def _priority(request: web.Request, state: GatewayState, principal: Principal, r
 def _utilisation(state: GatewayState, sr: SchedulerRuntime) -> Callable[[], float]:
     """A probe of the pool's load now, as a fraction of its saturation point (per-band headroom)."""
     return lambda: sr.scheduler.utilisation(sr.pool.views(), now=state.clock())
+
+
+def _endpoint_queues(state: GatewayState, sr: SchedulerRuntime) -> EndpointQueues:
+    """A probe of the requests waiting at each fresh endpoint (flow control's queue places)."""
+
+    def probe() -> Mapping[EndpointKey, int]:
+        now = state.clock()
+        fresh = [v for v in sr.pool.views() if sr.scheduler.is_fresh(v, now)]
+        ledger = sr.scheduler.ledger
+        return waiting_at(ledger.annotate(fresh, now=now) if ledger is not None else fresh)
+
+    return probe
 
 
 async def _forward(

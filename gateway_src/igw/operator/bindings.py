@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from igw.config.extension_references import served_models
 from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND, validate_resource
 
 ACCEPTED: Final = "Accepted"
@@ -70,17 +71,6 @@ def _age_key(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
-
-
-def served_models(spec: Mapping[str, Any]) -> set[str]:
-    """Model names a config serves: each scheduler's ``modelName`` and ``loraAdapters``."""
-    names: set[str] = set()
-    for scheduler in spec.get("schedulers") or ():
-        if isinstance(scheduler, Mapping):
-            if scheduler.get("modelName"):
-                names.add(str(scheduler["modelName"]))
-            names.update(str(a) for a in scheduler.get("loraAdapters") or ())
-    return names
 
 
 def _match_key(model: Any, headers: Any) -> str:

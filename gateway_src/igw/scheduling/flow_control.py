@@ -14,6 +14,10 @@ should go next, tries to place it, and commits with :meth:`FlowController.take` 
   straight on arrival) only while the pool's utilisation is below the band's ``dispatch_below``
   fraction, so when lower bands have filled the pool up to their threshold, a higher-band arrival
   still finds a free slot instead of waiting for one to finish (:meth:`FlowController.admits`);
+* a band may also keep *queue places* at each endpoint free for the bands above: it dispatches to
+  an endpoint only while fewer than its ``max_endpoint_queue`` requests wait there, so a
+  higher-band request sent to that endpoint queues behind at most that many lower-band ones in the
+  model server's own first-come queue (:meth:`FlowController.admits_to`);
 * a queued request leaves when its TTL (the band's, or the client's deadline when shorter) passes,
   or at once when its client goes away (:meth:`FlowController.cancel`).
 
@@ -57,6 +61,9 @@ DEFAULT_POLL_INTERVAL: Final = "20ms"
 DEFAULT_DISPATCH_BELOW: Final = 0.9
 """The named Standard and Sheddable bands' ``dispatch_below``: a tenth of the pool stays free for
 Critical arrivals once the lower bands have filled the rest."""
+DEFAULT_MAX_ENDPOINT_QUEUE: Final = 2
+"""The named Standard and Sheddable bands' ``max_endpoint_queue``: a Critical request sent to an
+endpoint waits there behind at most this many lower-band requests (plus the running batch)."""
 
 
 class FlowControlError(IgwSchedulingError, ValueError):
@@ -95,6 +102,10 @@ class BandLimits:
     """The band dispatches only while the pool's utilisation (a fraction of its saturation point)
     is below this; 1.0 dispatches until the pool is saturated, a smaller value keeps the rest of the
     pool free for higher bands."""
+    max_endpoint_queue: int | None = None
+    """The band dispatches to an endpoint only while fewer than this many requests wait there
+    (scraped waiting plus dispatches the scrapes have not shown yet); ``None``: no per-endpoint
+    limit besides saturation. Keeps queue places at each model server free for higher bands."""
 
     def check(self, where: str) -> None:
         if self.max_requests < 1:
@@ -105,6 +116,10 @@ class BandLimits:
             raise FlowControlError(f"{where}.ttl must be positive, got {self.ttl_s:g}s")
         if not 0.0 < self.dispatch_below <= 1.0:
             raise FlowControlError(f"{where}.dispatchBelow must be in (0, 1], got {self.dispatch_below:g}")
+        if self.max_endpoint_queue is not None and self.max_endpoint_queue < 1:
+            raise FlowControlError(
+                f"{where}.maxEndpointQueue must be at least 1, got {self.max_endpoint_queue}"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,10 +130,18 @@ class FlowControlSettings:
         default_factory=lambda: {
             CRITICAL: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=60.0),
             STANDARD: BandLimits(
-                max_requests=256, max_bytes=64 << 20, ttl_s=30.0, dispatch_below=DEFAULT_DISPATCH_BELOW
+                max_requests=256,
+                max_bytes=64 << 20,
+                ttl_s=30.0,
+                dispatch_below=DEFAULT_DISPATCH_BELOW,
+                max_endpoint_queue=DEFAULT_MAX_ENDPOINT_QUEUE,
             ),
             SHEDDABLE: BandLimits(
-                max_requests=128, max_bytes=32 << 20, ttl_s=10.0, dispatch_below=DEFAULT_DISPATCH_BELOW
+                max_requests=128,
+                max_bytes=32 << 20,
+                ttl_s=10.0,
+                dispatch_below=DEFAULT_DISPATCH_BELOW,
+                max_endpoint_queue=DEFAULT_MAX_ENDPOINT_QUEUE,
             ),
         }
     )
@@ -161,11 +184,16 @@ class FlowControlSettings:
                     max_bytes=int(band.get("maxBytes", 64 << 20)),
                     ttl_s=_duration(band.get("ttl", "30s"), f"{where}.bands[{i}].ttl"),
                     dispatch_below=float(band.get("dispatchBelow", 1.0)),
+                    max_endpoint_queue=(
+                        int(band["maxEndpointQueue"]) if "maxEndpointQueue" in band else None
+                    ),
                 )
             _check_headroom_order(raw["bands"], where)
         objectives: dict[str, int] = {}
         by_model: dict[str, int] = {}
         by_tenant: dict[str, int] = {}
+        owner: dict[tuple[str, str], int] = {}
+        """(field, model or tenant) -> the index of the objective that lists it."""
         for i, objective in enumerate(raw.get("objectives", ())):
             name = str(objective["name"])
             if name in objectives:
@@ -174,7 +202,7 @@ class FlowControlSettings:
             objectives[name] = priority
             for field_name, table in (("models", by_model), ("tenants", by_tenant)):
                 for j, value in enumerate(objective.get(field_name, ())):
-                    if value in table:
+                    if owner.setdefault((field_name, value), i) != i:  # twice in one objective is fine
                         raise FlowControlError(
                             f"{where}.objectives[{i}].{field_name}[{j}]: {value!r} already has an objective"
                         )
@@ -211,6 +239,12 @@ class FlowControlSettings:
                     f"that of the higher band {high} ({high_limits.dispatch_below:g}): a lower band "
                     "cannot keep headroom from a higher one"
                 )
+            if _queue_cap(low_limits) > _queue_cap(high_limits):
+                raise FlowControlError(
+                    f"flowControl.bands[{low}].maxEndpointQueue ({low_limits.max_endpoint_queue}) is "
+                    f"above that of the higher band {high} ({high_limits.max_endpoint_queue}): a lower "
+                    "band cannot keep queue places from a higher one"
+                )
         if self.max_requests < 1:
             raise FlowControlError(f"flowControl.maxRequests must be at least 1, got {self.max_requests}")
         if self.max_bytes < 1:
@@ -229,8 +263,13 @@ class FlowControlSettings:
         return self.bands[nearest]
 
 
+def _queue_cap(limits: BandLimits) -> float:
+    """``max_endpoint_queue`` with "no limit" as infinity, for ordering bands."""
+    return math.inf if limits.max_endpoint_queue is None else limits.max_endpoint_queue
+
+
 def _check_headroom_order(bands: list[Mapping[str, Any]], where: str) -> None:
-    """Refuse a lower band whose ``dispatchBelow`` is above a higher band's, naming the entry."""
+    """Refuse a lower band that keeps more room than a higher band, naming the higher entry."""
     indexed = sorted(enumerate(bands), key=lambda ib: int(ib[1]["priority"]))
     for (_, low), (j, high) in itertools.pairwise(indexed):
         low_value = float(low.get("dispatchBelow", 1.0))
@@ -239,6 +278,13 @@ def _check_headroom_order(bands: list[Mapping[str, Any]], where: str) -> None:
             raise FlowControlError(
                 f"{where}.bands[{j}].dispatchBelow: {high_value:g} is below the {low_value:g} of the lower "
                 f"priority {int(low['priority'])}; a lower band cannot keep headroom from a higher one"
+            )
+        low_cap = float(low.get("maxEndpointQueue", math.inf))
+        high_cap = float(high.get("maxEndpointQueue", math.inf))
+        if low_cap > high_cap:
+            raise FlowControlError(
+                f"{where}.bands[{j}].maxEndpointQueue: {high_cap:g} is below the {low_cap:g} of the lower "
+                f"priority {int(low['priority'])}; a lower band cannot keep queue places from a higher one"
             )
 
 
@@ -398,6 +444,15 @@ class FlowController:
         measured before this dispatch.
         """
         return utilisation < self.settings.limits_for(priority).dispatch_below
+
+    def admits_to(self, priority: int, endpoint_queue: int) -> bool:
+        """Whether a request of ``priority`` may go to an endpoint where ``endpoint_queue`` wait.
+
+        ``endpoint_queue`` counts the requests waiting at the model server (not running), the
+        router's own dispatches the scrapes have not shown yet included.
+        """
+        cap = self.settings.limits_for(priority).max_endpoint_queue
+        return cap is None or endpoint_queue < cap
 
     def queued_at_or_above(self, priority: int) -> int:
         """Requests waiting in bands of ``priority`` or higher (an arrival must not overtake them)."""
