@@ -144,10 +144,12 @@ async def _route(
         return gateway_error("invalid_request", exc.message, param=exc.param, request_id=rid)
     if body.model:
         tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
-        target = rt.rewrites.choose(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
-        if target is not None and target != body.model:
-            obs.record.requested_model = body.model
-            body = retargeted(body, target)
+        split = rt.rewrites.split(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
+        if split is not None:
+            obs.on_finish = state.rewrite_metrics.on_finish(split)
+            if split.target != body.model:
+                obs.record.requested_model = body.model
+                body = retargeted(body, split.target)
     est_tokens = body.prompt_tokens + (body.max_tokens or 0)
     route = rt.router.resolve(body.model) if body.model else None
     if route is None:

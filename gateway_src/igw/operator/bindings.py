@@ -12,7 +12,8 @@ Merge (pure; the reconciler lists the objects and writes the result into the dat
   flow control with its defaults, since an objective means nothing without it;
 * each rule of an accepted rewrite becomes one ``spec.extensions.modelRewrites.rules`` entry per
   match (``model.value`` and ``headers``; a rule without matches becomes a model-less fallback),
-  with its targets (``modelRewrite`` -> ``model``; no weights, or all zero, means equal shares);
+  with its targets (``modelRewrite`` -> ``model``; no weights, or all zero, means equal shares)
+  and the object's name as the rule's ``name`` (the ``rule`` label of the per-target metrics);
 * what the config's own spec writes comes first and wins; between objects, the older one
   (``creationTimestamp``, then name) wins.
 
@@ -91,7 +92,7 @@ def rewrite_rules(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
             for t, w in zip(raw_targets, weights, strict=True)
         ]
         for match in rule.get("matches") or [{}]:
-            entry: dict[str, Any] = {}
+            entry: dict[str, Any] = {"name": _name(obj)}  # the rule label of the per-target metrics
             if match.get("model"):
                 entry["model"] = str(match["model"]["value"])
             if match.get("headers"):
