@@ -7,7 +7,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from igw.gateway.flow_gate import FlowGates, Refused, waiting_at
+from igw.gateway.flow_gate import EndpointSample, FlowGates, Refused, endpoint_samples
 from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimits, FlowControlSettings
 from igw.scheduling.types import DecisionKind, EndpointView, EngineMetrics, RoutingDecision
 from tests.gateway.support import wait_for
@@ -45,7 +45,7 @@ async def _wait(
     rid: str,
     priority: int,
     level: list[float] | None = None,
-    queues: dict[str, int] | None = None,
+    samples: dict[str, EndpointSample] | None = None,
 ) -> RoutingDecision | Refused:
     return await gates.wait(
         scheduler="pool",
@@ -56,7 +56,7 @@ async def _wait(
         max_queue_s=None,
         pick=lambda: pool.picker(rid),
         utilisation=None if level is None else lambda: level[0],
-        endpoint_queues=None if queues is None else lambda: queues,
+        endpoints=None if samples is None else lambda: samples,
     )
 
 
@@ -211,7 +211,7 @@ async def test_must_wait_applies_the_band_threshold_and_never_overtakes_the_queu
 
 def _queue_place_gates(clock: list[float]) -> FlowGates:
     gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
-    places = BandLimits(max_requests=10, max_bytes=1 << 20, ttl_s=30.0, max_endpoint_queue=2)
+    places = BandLimits(max_requests=10, max_bytes=1 << 20, ttl_s=30.0, max_endpoint_queue=2, keep_slots=1)
     settings = FlowControlSettings(
         bands={CRITICAL: BandLimits(max_requests=10, max_bytes=1 << 20, ttl_s=30.0), STANDARD: places},
         poll_interval_s=0.001,
@@ -221,22 +221,26 @@ def _queue_place_gates(clock: list[float]) -> FlowGates:
     return gates
 
 
+def _waiting(n: int) -> EndpointSample:
+    return EndpointSample(waiting=n, running=None)
+
+
 async def test_queued_lower_bands_wait_for_a_queue_place_without_running_the_scheduler() -> None:
     clock = [0.0]
     gates, pool = _queue_place_gates(clock), Pool()
-    queues = {"10.0.0.1:8000": 2, "10.0.0.2:8000": 3}  # no endpoint has fewer than Standard's 2 waiting
-    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, queues=queues))
+    samples = {"10.0.0.1:8000": _waiting(2), "10.0.0.2:8000": _waiting(3)}  # none below Standard's 2
+    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, samples=samples))
     await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="std queued")
     pool.free = 5  # the scheduler could place it
     clock[0] = 1.0
     gates.pump("pool")
     assert (pool.placed, pool.picks) == ([], 0)  # held before the pick: no phantom dispatch
-    chat = asyncio.create_task(_wait(gates, pool, "chat", CRITICAL, queues=queues))
+    chat = asyncio.create_task(_wait(gates, pool, "chat", CRITICAL, samples=samples))
     await wait_for(lambda: gates.depths("pool").get(CRITICAL) == 1, what="chat queued")
     clock[0] = 1.5  # the next pass (the pump runs at most once per interval of the injected clock)
     assert isinstance(await asyncio.wait_for(chat, timeout=10), RoutingDecision)
     assert pool.placed == ["chat"]  # Critical has no per-endpoint limit
-    queues["10.0.0.1:8000"] = 1
+    samples["10.0.0.1:8000"] = _waiting(1)
     clock[0] = 2.0
     assert isinstance(await asyncio.wait_for(std, timeout=10), RoutingDecision)
     assert pool.placed == ["chat", "std"]
@@ -245,33 +249,60 @@ async def test_queued_lower_bands_wait_for_a_queue_place_without_running_the_sch
 async def test_a_pick_onto_an_endpoint_without_a_place_is_not_sent() -> None:
     clock = [0.0]
     gates, pool = _queue_place_gates(clock), Pool()
-    queues = {"10.0.0.1:8000": 2, "10.0.0.2:8000": 0}  # the pool's picker always answers 10.0.0.1
-    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, queues=queues))
+    samples = {"10.0.0.1:8000": _waiting(2), "10.0.0.2:8000": _waiting(0)}  # the picker answers .1
+    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, samples=samples))
     await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="std queued")
     pool.free = 5
     clock[0] = 1.0
     gates.pump("pool")
     assert gates.depths("pool") == {STANDARD: 1}  # still queued: its endpoint has no place
-    queues["10.0.0.1:8000"] = 0
+    samples["10.0.0.1:8000"] = _waiting(0)
     clock[0] = 2.0
     result = await asyncio.wait_for(std, timeout=10)
     assert isinstance(result, RoutingDecision)
     assert result.endpoint == "10.0.0.1:8000"
 
 
-def test_must_wait_holds_a_band_while_no_endpoint_has_a_queue_place() -> None:
+def test_must_wait_holds_a_band_while_no_endpoint_has_a_place() -> None:
     gates = _queue_place_gates([0.0])
-    full = {"a:1": 2, "b:1": 4}
-    assert gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoint_queues=full)
-    assert not gates.must_wait("pool", priority=CRITICAL, utilisation=0.1, endpoint_queues=full)
-    assert not gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoint_queues={**full, "c:1": 1})
-    assert not gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoint_queues={})  # no data
+    full = {"a:1": _waiting(2), "b:1": _waiting(4)}
+    assert gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints=full)
+    assert not gates.must_wait("pool", priority=CRITICAL, utilisation=0.1, endpoints=full)
+    assert not gates.must_wait(
+        "pool", priority=STANDARD, utilisation=0.1, endpoints={**full, "c:1": _waiting(1)}
+    )
+    assert not gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={})  # no data
 
 
-def test_waiting_at_counts_scraped_waiting_and_unreflected_dispatches() -> None:
+def test_a_batch_slot_is_kept_once_the_gate_has_seen_the_endpoint_full() -> None:
+    gates = _queue_place_gates([0.0])
+
+    def held(waiting: int, running: int, inflight: int = 0) -> bool:
+        sample = EndpointSample(waiting=waiting, running=running, inflight=inflight)
+        return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
+
+    assert not held(0, 7)  # never seen full: the batch size is unknown, 7 running says nothing
+    assert held(2, 8)  # full (a queue behind 8 running), and 2 waiting is Standard's queue limit
+    assert not held(0, 6)  # 6 of the learned 8: a slot is still free after this one
+    assert held(0, 7)  # 7 of 8: the last slot is kept for Critical
+    assert held(0, 5, inflight=7)  # the router's own in-flight count, ahead of the scrape, counts
+    assert not gates.must_wait(
+        "pool", priority=CRITICAL, utilisation=0.1, endpoints={"a:1": EndpointSample(waiting=0, running=7)}
+    )
+
+
+def test_endpoint_samples_read_the_scrape_the_ledger_and_the_in_flight_count() -> None:
     views = [
-        EndpointView("a:1", EngineMetrics(waiting=2), scraped_at=0.0, unreflected_dispatches=1),
+        EndpointView(
+            "a:1", EngineMetrics(waiting=2, running=8), scraped_at=0.0, inflight=9, unreflected_dispatches=1
+        ),
         EndpointView("b:1", EngineMetrics(waiting=None), scraped_at=0.0),
         EndpointView("c:1", None, scraped_at=None),
     ]
-    assert waiting_at(views) == {"a:1": 3, "b:1": 0}
+    samples = endpoint_samples(views)
+    assert samples == {
+        "a:1": EndpointSample(waiting=2, running=8, unreflected=1, inflight=9),
+        "b:1": EndpointSample(waiting=None, running=None),
+    }
+    load = samples["a:1"].load(8)
+    assert (load.waiting, load.occupancy, load.batch) == (3, 11, 8)

@@ -34,9 +34,10 @@ from igw.gateway.flow_gate import (
     FAIRNESS_HEADER,
     HELD_BY_FLOW_CONTROL,
     MAX_QUEUE_MS_HEADER,
-    EndpointQueues,
+    EndpointSample,
+    EndpointSamples,
     Refused,
-    waiting_at,
+    endpoint_samples,
 )
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.model_rewrite import retargeted
@@ -209,7 +210,7 @@ async def _route(
             sr.spec.name,
             priority=priority,
             utilisation=_utilisation(state, sr)(),
-            endpoint_queues=_endpoint_queues(state, sr)(),
+            endpoints=_endpoint_samples(state, sr)(),
         )
     log = state.decision_log
     decision = HELD_BY_FLOW_CONTROL  # replaced by the pick, or by the queue's decision
@@ -304,7 +305,7 @@ async def _wait_in_queue(
         max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
         pick=lambda: sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock()),
         utilisation=_utilisation(state, sr),
-        endpoint_queues=_endpoint_queues(state, sr),
+        endpoints=_endpoint_samples(state, sr),
     )
 
 
@@ -319,14 +320,14 @@ def _utilisation(state: GatewayState, sr: SchedulerRuntime) -> Callable[[], floa
     return lambda: sr.scheduler.utilisation(sr.pool.views(), now=state.clock())
 
 
-def _endpoint_queues(state: GatewayState, sr: SchedulerRuntime) -> EndpointQueues:
-    """A probe of the requests waiting at each fresh endpoint (flow control's queue places)."""
+def _endpoint_samples(state: GatewayState, sr: SchedulerRuntime) -> EndpointSamples:
+    """A probe of each fresh endpoint's queue, batch and in-flight requests (flow control's places)."""
 
-    def probe() -> Mapping[EndpointKey, int]:
+    def probe() -> Mapping[EndpointKey, EndpointSample]:
         now = state.clock()
         fresh = [v for v in sr.pool.views() if sr.scheduler.is_fresh(v, now)]
         ledger = sr.scheduler.ledger
-        return waiting_at(ledger.annotate(fresh, now=now) if ledger is not None else fresh)
+        return endpoint_samples(ledger.annotate(fresh, now=now) if ledger is not None else fresh)
 
     return probe
 
