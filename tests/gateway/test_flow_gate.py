@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from igw.gateway.flow_gate import EndpointSample, FlowGates, Refused, endpoint_samples
@@ -301,8 +302,37 @@ def test_endpoint_samples_read_the_scrape_the_ledger_and_the_in_flight_count() -
     ]
     samples = endpoint_samples(views)
     assert samples == {
-        "a:1": EndpointSample(waiting=2, running=8, unreflected=1, inflight=9),
-        "b:1": EndpointSample(waiting=None, running=None),
+        "a:1": EndpointSample(waiting=2, running=8, unreflected=1, inflight=9, scraped_at=0.0),
+        "b:1": EndpointSample(waiting=None, running=None, scraped_at=0.0),
     }
-    load = samples["a:1"].load(8)
-    assert (load.waiting, load.occupancy, load.batch) == (3, 11, 8)
+    first = samples["a:1"].load(None, None)  # before the scrape was first seen: the larger count
+    assert (first.waiting, first.occupancy, first.batch) == (3, 11, None)
+
+
+@pytest.mark.parametrize(
+    ("inflight_at_scrape", "inflight_now", "occupancy", "waiting"),
+    [
+        (8, 8, 8, 0),  # nothing changed since the scrape
+        (8, 6, 6, 0),  # two finished since: the stale scrape does not hold their slots
+        (8, 10, 10, 2),  # two more sent since: they wait behind the full batch
+        (3, 2, 7, 0),  # another router runs 5 of the 8 scraped: they still count
+    ],
+)
+def test_load_corrects_the_scrape_with_the_in_flight_count(
+    inflight_at_scrape: int, inflight_now: int, occupancy: int, waiting: int
+) -> None:
+    sample = EndpointSample(waiting=0, running=8, unreflected=0, inflight=inflight_now, scraped_at=1.0)
+    load = sample.load(8, inflight_at_scrape)
+    assert (load.occupancy, load.waiting) == (occupancy, waiting)
+
+
+def test_the_gate_remembers_the_in_flight_count_of_each_new_scrape() -> None:
+    gates = _queue_place_gates([0.0])
+
+    def held(inflight: int, scraped_at: float) -> bool:
+        sample = EndpointSample(waiting=1, running=8, inflight=inflight, scraped_at=scraped_at)
+        return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
+
+    assert held(9, 1.0)  # full: 9 of a batch of 8
+    assert not held(6, 1.0)  # the same scrape, three finished since: 6 of 8
+    assert held(6, 2.0)  # a new scrape still shows 8 + 1 with 6 of ours: 3 are another router's

@@ -77,10 +77,27 @@ class EndpointSample:
     inflight: int = 0
     """This router's requests there that have not completed (no scrape lag; other routers' traffic
     is not in it)."""
+    scraped_at: float | None = None
+    """When the scrape was taken (a new value is a new scrape)."""
 
-    def load(self, batch: int | None) -> EndpointLoad:
-        waiting = max(0, self.waiting or 0) + max(0, self.unreflected)
-        occupancy = max(self.inflight, waiting + max(0, self.running or 0))
+    def load(self, batch: int | None, inflight_at_scrape: int | None) -> EndpointLoad:
+        """The endpoint's load now.
+
+        The scrape is up to a scrape interval old: it still counts sequences that have finished
+        since, which would hold lower bands back until the next scrape and leave batch slots idle.
+        So the occupancy is this router's in-flight count now (no lag) plus the rest of what the
+        scrape showed: the other routers' requests, the scraped total less this router's in-flight
+        count when the scrape was first seen (``inflight_at_scrape``; ``None`` before that).
+        """
+        scraped = max(0, self.waiting or 0) + max(0, self.running or 0)
+        if inflight_at_scrape is None:
+            occupancy = max(self.inflight, scraped + max(0, self.unreflected))
+        else:
+            occupancy = self.inflight + max(0, scraped - inflight_at_scrape)
+        if batch is not None:
+            waiting = max(0, occupancy - batch)
+        else:
+            waiting = max(0, self.waiting or 0) + max(0, self.unreflected)
         return EndpointLoad(waiting=waiting, occupancy=occupancy, batch=batch)
 
 
@@ -95,7 +112,9 @@ def endpoint_samples(views: Sequence[EndpointView]) -> dict[EndpointKey, Endpoin
     ``unreflected_dispatches``), so a burst sent since the last scrape already counts.
     """
     return {
-        v.key: EndpointSample(v.metrics.waiting, v.metrics.running, v.unreflected_dispatches, v.inflight)
+        v.key: EndpointSample(
+            v.metrics.waiting, v.metrics.running, v.unreflected_dispatches, v.inflight, v.scraped_at
+        )
         for v in views
         if v.metrics is not None
     }
@@ -182,6 +201,8 @@ class FlowGates:
         """The latest endpoint probe each scheduler's waiters brought (for per-endpoint places)."""
         self._batches: dict[EndpointKey, int] = {}
         """Each endpoint's learned batch size."""
+        self._at_scrape: dict[EndpointKey, tuple[float, int]] = {}
+        """Each endpoint's latest scrape time and this router's in-flight count when it was first seen."""
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -345,7 +366,10 @@ class FlowGates:
             batch = learned_batch(self._batches.get(key), waiting=sample.waiting, running=sample.running)
             if batch is not None:
                 self._batches[key] = batch
-            out[key] = sample.load(batch)
+            seen = self._at_scrape.get(key)
+            if sample.scraped_at is not None and (seen is None or seen[0] != sample.scraped_at):
+                seen = self._at_scrape[key] = (sample.scraped_at, sample.inflight)
+            out[key] = sample.load(batch, None if seen is None else seen[1])
         return out
 
     @staticmethod

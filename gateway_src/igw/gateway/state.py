@@ -49,8 +49,9 @@ class GatewayState:
         self.runtime = GatewayRuntime(config, rng=rng, clock=clock, picker_configs=picker_configs)
         self.metrics = GatewayMetrics(lister=lambda: self.runtime.endpoints(), clock=clock, registry=registry)
         self.flow = FlowGates(registry=self.metrics.registry, clock=clock)
-        self.rewrite_metrics = RewriteMetrics(self.metrics.registry)
         """Flow-control queues per scheduler (``spec.extensions.flowControl``), kept across reloads."""
+        self.rewrite_metrics = RewriteMetrics(self.metrics.registry)
+        """Per-rule, per-target series of canary rewrites (``spec.extensions.modelRewrites``)."""
         self.scraper: ScrapeService | None = None
         self.decision_log: DecisionLog | None = None
         """The last scheduling decisions ("why this pod"), when the gateway runs with a decision log."""
