@@ -134,6 +134,18 @@ class BandLimits:
             raise FlowControlError(f"{where}.keepSlots must be at least 0, got {self.keep_slots}")
 
 
+def _named_lower_band(*, max_requests: int, max_bytes: int, ttl_s: float) -> BandLimits:
+    """A default band below Critical: it keeps headroom, queue places and a batch slot for it."""
+    return BandLimits(
+        max_requests=max_requests,
+        max_bytes=max_bytes,
+        ttl_s=ttl_s,
+        dispatch_below=DEFAULT_DISPATCH_BELOW,
+        max_endpoint_queue=DEFAULT_MAX_ENDPOINT_QUEUE,
+        keep_slots=DEFAULT_KEEP_SLOTS,
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlowControlSettings:
     """Limits per band (by priority) and for the whole queue, and the ordering policies."""
@@ -141,22 +153,8 @@ class FlowControlSettings:
     bands: Mapping[int, BandLimits] = field(
         default_factory=lambda: {
             CRITICAL: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=60.0),
-            STANDARD: BandLimits(
-                max_requests=256,
-                max_bytes=64 << 20,
-                ttl_s=30.0,
-                dispatch_below=DEFAULT_DISPATCH_BELOW,
-                max_endpoint_queue=DEFAULT_MAX_ENDPOINT_QUEUE,
-                keep_slots=DEFAULT_KEEP_SLOTS,
-            ),
-            SHEDDABLE: BandLimits(
-                max_requests=128,
-                max_bytes=32 << 20,
-                ttl_s=10.0,
-                dispatch_below=DEFAULT_DISPATCH_BELOW,
-                max_endpoint_queue=DEFAULT_MAX_ENDPOINT_QUEUE,
-                keep_slots=DEFAULT_KEEP_SLOTS,
-            ),
+            STANDARD: _named_lower_band(max_requests=256, max_bytes=64 << 20, ttl_s=30.0),
+            SHEDDABLE: _named_lower_band(max_requests=128, max_bytes=32 << 20, ttl_s=10.0),
         }
     )
     max_requests: int = 512
