@@ -336,3 +336,11 @@ def test_the_gate_remembers_the_in_flight_count_of_each_new_scrape() -> None:
     assert held(9, 1.0)  # full: 9 of a batch of 8
     assert not held(6, 1.0)  # the same scrape, three finished since: 6 of 8
     assert held(6, 2.0)  # a new scrape still shows 8 + 1 with 6 of ours: 3 are another router's
+
+
+def test_dispatches_since_a_scrape_without_a_queue_count_as_running_until_the_batch_is_known() -> None:
+    burst = EndpointSample(waiting=0, running=3, unreflected=5, inflight=8, scraped_at=1.0)
+    assert burst.load(None, 3).waiting == 0  # never seen full: a pod with no queue takes them
+    assert burst.load(6, 3).waiting == 2  # a batch of 6: two of the eight wait
+    queued = EndpointSample(waiting=1, running=3, unreflected=5, scraped_at=1.0)
+    assert queued.load(None, 0).waiting == 6  # a queue at the scrape: what was sent since joined it

@@ -87,17 +87,22 @@ class EndpointSample:
         since, which would hold lower bands back until the next scrape and leave batch slots idle.
         So the occupancy is this router's in-flight count now (no lag) plus the rest of what the
         scrape showed: the other routers' requests, the scraped total less this router's in-flight
-        count when the scrape was first seen (``inflight_at_scrape``; ``None`` before that).
+        count when the scrape was first seen (``inflight_at_scrape``; ``None`` before that). The
+        requests waiting there are what exceeds the batch size once it is known; before that, the
+        scraped queue plus what was sent since (none when the scrape showed no queue).
         """
         scraped = max(0, self.waiting or 0) + max(0, self.running or 0)
         if inflight_at_scrape is None:
             occupancy = max(self.inflight, scraped + max(0, self.unreflected))
         else:
             occupancy = self.inflight + max(0, scraped - inflight_at_scrape)
+        scraped_waiting = max(0, self.waiting or 0)
         if batch is not None:
             waiting = max(0, occupancy - batch)
-        else:
-            waiting = max(0, self.waiting or 0) + max(0, self.unreflected)
+        elif scraped_waiting:  # a queue at the scrape: what was sent since joined it
+            waiting = scraped_waiting + max(0, self.unreflected)
+        else:  # never seen full, no queue at the scrape: what was sent since is taken to run
+            waiting = 0
         return EndpointLoad(waiting=waiting, occupancy=occupancy, batch=batch)
 
 

@@ -212,25 +212,28 @@ async def _route(
             utilisation=_utilisation(state, sr)(),
             endpoints=_endpoint_samples(state, sr)(),
         )
-    log = state.decision_log
-    decision = HELD_BY_FLOW_CONTROL  # replaced by the pick, or by the queue's decision
-    if not held:
+    views = sr.pool.views()
+    elapsed: float | None = None
+    if held:
+        decision = HELD_BY_FLOW_CONTROL  # replaced by the queue's decision
+        obs.held(sr.spec.name, decision, candidates=len(views))
+    else:
         t0 = time.perf_counter()
-        views = sr.pool.views()
         decision = sr.scheduler.pick(rreq, views, now=state.clock())
         elapsed = time.perf_counter() - t0
         obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
-        if log is not None:
-            log.record(
-                request_id=rid,
-                scheduler=sr.spec.name,
-                model=route.model,
-                candidates=len(views),
-                decision=decision,
-                elapsed_s=elapsed,
-            )
         if decision.kind is DecisionKind.SATURATED and not flow_on:
             state.flow.configure(None, retry_after_bounds=bounds)
+    log = state.decision_log
+    if log is not None:
+        log.record(
+            request_id=rid,
+            scheduler=sr.spec.name,
+            model=route.model,
+            candidates=len(views),
+            decision=decision,
+            elapsed_s=elapsed,
+        )
     if (decision.kind is DecisionKind.SATURATED or held) and state.flow.settings is not None:
         queued_at = state.clock()
         queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw), obs, priority)

@@ -104,6 +104,12 @@ class RequestObserver:
         if self.trace is not None:
             self.trace.scheduled(scheduler, decision, candidates=candidates)
 
+    def held(self, scheduler: str, decision: RoutingDecision, *, candidates: int = 0) -> None:
+        """Flow control queued the request without running the scheduler (no decision latency)."""
+        self.record.reason = decision.reason or None
+        if self.trace is not None:
+            self.trace.scheduled(scheduler, decision, candidates=candidates)
+
     def waited(self, waited_s: float, outcome: RoutingDecision | str) -> None:
         """The request left the flow-control queue: dispatched (``outcome`` is the new decision) or
         shed (``outcome`` names why)."""
