@@ -34,6 +34,7 @@ OPERATOR_VALUE_SETS = {
     "operator-defaults": {},
     "operator-namespaces": {"operator": {"namespaces": ["models-a", "models-b"], "replicaCount": 3}},
     "operator-no-crd": {"crds": {"enabled": False}},
+    "operator-own-crd-only": {"crds": {"inferenceExtension": {"enabled": False}}},
 }
 VALUE_SETS = {
     **{name: {"mode": "gateway", **values} for name, values in GATEWAY_VALUE_SETS.items()},

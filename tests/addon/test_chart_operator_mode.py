@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from igw.addon import chart, pins
+from igw.addon import chart, configuration, pins
 from igw.operator.dataplane import DataPlaneSettings, desired_objects
 from igw.operator.tls import KUBE_ACCESS
 
@@ -123,6 +123,31 @@ def test_crd_install_is_skippable() -> None:
     kinds = {o["kind"] for o in _objects({"crds": {"enabled": False}})}
     assert "CustomResourceDefinition" not in kinds
     assert "Deployment" in kinds
+
+
+IGWC_CRD = "inferencegatewayconfigs.inference.sagemaker.aws.amazon.com"
+REFERENCE_CRDS = {
+    "inferenceobjectives.inference.networking.x-k8s.io",
+    "inferencemodelrewrites.inference.networking.x-k8s.io",
+}
+
+
+def _crds(values: dict[str, Any]) -> set[str]:
+    return {o["metadata"]["name"] for o in _objects(values) if o["kind"] == "CustomResourceDefinition"}
+
+
+def test_the_reference_crds_have_their_own_switch() -> None:
+    assert _crds({}) == {IGWC_CRD, *REFERENCE_CRDS}
+    # a cluster that has them from the reference's own install keeps installing ours
+    assert _crds({"crds": {"inferenceExtension": {"enabled": False}}}) == {IGWC_CRD}
+    assert _crds({"crds": {"enabled": False, "inferenceExtension": {"enabled": True}}}) == set()
+    assert _crds({"mode": "gateway"}) == {IGWC_CRD}  # no operator, no objects to read
+
+
+def test_the_reference_crd_switch_is_an_addon_configuration_value() -> None:
+    assert configuration.problems({"crds": {"inferenceExtension": {"enabled": False}}}) == []
+    (problem,) = configuration.problems({"crds": {"inferenceExtension": {"enabled": "no"}}})
+    assert problem.startswith("crds.inferenceExtension.enabled:")
 
 
 def test_gateway_mode_stays_available_and_renders_no_operator() -> None:

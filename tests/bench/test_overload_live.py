@@ -3,10 +3,13 @@ pod offered more than its measured rate."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from igw.bench.overload_live import live_requests, run_live_overload
-from igw.bench.overload_report import live_items, live_markdown, rows_for
+from igw.bench.overload_live import LiveArm, gateway_config, live_requests, run_live_overload
+from igw.bench.overload_report import completed_rps, live_items, live_markdown, rows_for
+from igw.bench.stats import RequestSample
+from igw.scheduling.flow_control import FlowControlSettings
 
 
 def test_requests_carry_band_and_tenant_headers() -> None:
@@ -33,4 +36,33 @@ async def test_small_live_run_accounts_for_every_request(tmp_path: Path) -> None
     calm = arms[0].__class__(
         name="flow-control", load=0.5, requests=arms[0].requests, samples=arms[0].samples
     )
-    assert "| flow-control | Critical |" in live_markdown(rate, [*arms, calm], "igw bench", 5.0)
+    text = live_markdown(rate, [*arms, calm], "igw bench", 5.0)
+    assert "| flow-control | Critical |" in text
+    assert "| round-robin | " in text.split("completed req/s")[1]
+
+
+def test_the_no_places_arm_differs_from_the_defaults_only_by_the_per_endpoint_places() -> None:
+    def settings(**kw: bool) -> FlowControlSettings:
+        raw = gateway_config(flow_control=True, **kw)["spec"]["extensions"]["flowControl"]
+        return FlowControlSettings.from_extension(raw)
+
+    defaults, without = settings(), settings(endpoint_places=False)
+    assert defaults.bands.keys() == without.bands.keys()
+    for priority, limits in defaults.bands.items():
+        assert without.bands[priority] == dataclasses.replace(limits, max_endpoint_queue=None, keep_slots=0)
+    assert any(limits.keep_slots for limits in defaults.bands.values())
+
+
+def test_completed_rate_credits_only_answers_within_the_offered_period() -> None:
+    def sample(arrival: float, e2e: float | None, ok: bool = True) -> RequestSample:
+        return RequestSample(endpoint="p", ok=ok, arrival_s=arrival, ttft_s=0.1, e2e_s=e2e, itl_s=None)
+
+    samples = [
+        sample(1.0, 2.0),
+        sample(8.0, 1.9),
+        sample(9.0, 2.0),
+        sample(1.0, 0.5, ok=False),
+        sample(2.0, None),
+    ]
+    arm = LiveArm(name="flow-control", load=1.5, requests=[], samples=samples)
+    assert completed_rps(arm, 10.0) == 0.2  # two finished by t=10 s

@@ -123,11 +123,16 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
     extensions = spec.get("extensions") or {}
     for index, rule in enumerate((extensions.get("modelRewrites") or {}).get("rules", [])):
         rule["model"] = f"alias-{index}"  # one rule per model and header set
+        for t_index, target in enumerate(rule.get("targets", [])):  # a model some scheduler serves
+            target["model"] = f"model-{t_index % len(spec['schedulers'])}"
     flow = extensions.get("flowControl") or {}
     for index, band in enumerate(flow.get("bands", [])):
         band["priority"] = index
     for index, objective in enumerate(flow.get("objectives", [])):
         objective["name"] = f"objective-{index}"
+        for field in ("models", "tenants"):  # no model or tenant under two objectives
+            if field in objective:
+                objective[field] = [f"{index}-{value[:240]}" for value in objective[field]]
     provider = spec.get("auth", {}).get("jwt", {}).get("provider")
     if provider is not None:
         claims = provider.get("requiredClaims", [])

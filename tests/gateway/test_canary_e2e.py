@@ -95,3 +95,42 @@ async def test_header_rule_sends_matching_requests_to_its_own_target(gateway: An
         assert await served(gw, 40, headers={"x-canary": "always"}) == Counter({"v2": 40})
         assert await served(gw, 40, headers={"x-canary": "sometimes"}) == Counter({"v1": 40})
         assert await served(gw, 40) == Counter({"v1": 40})
+
+
+def _rewrite_series(gw: Any) -> dict[tuple[str, str, str], float]:
+    """``igw_model_rewrite_requests_total`` samples by (rule, target, code), from ``/metrics``' registry."""
+    out: dict[tuple[str, str, str], float] = {}
+    for family in gw.state.metrics.registry.collect():
+        for s in family.samples:
+            if s.name == "igw_model_rewrite_requests_total":
+                out[s.labels["rule"], s.labels["target"], s.labels["code"]] = s.value
+    return out
+
+
+async def test_per_target_series_count_the_split_and_its_latency_by_rule(gateway: Any) -> None:
+    d = doc(70, 30, name="llama-canary")
+    rules = d["spec"]["extensions"]["modelRewrites"]["rules"]
+    rules.append({"targets": [{"model": "llama-v1", "weight": 1}]})  # a fallback: any model name
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(d, {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        got = await served(gw, 200)
+        for i in range(20):  # client-chosen model names, all caught by the fallback rule
+            resp = await gw.post(
+                "/v1/completions", {"model": f"made-up-{i}", "prompt": "hi", "max_tokens": 2}
+            )
+            assert resp.status == 200, await resp.text()
+        series = _rewrite_series(gw)
+        assert series == {
+            ("llama-canary", "llama-v1", "200"): got["v1"],
+            ("llama-canary", "llama-v2", "200"): got["v2"],
+            ("rules[1]", "llama-v1", "200"): 20.0,  # one series, however many names the clients sent
+        }
+        registry = gw.state.metrics.registry
+        for target, n in (("llama-v1", got["v1"]), ("llama-v2", got["v2"])):
+            labels = {"rule": "llama-canary", "target": target}
+            assert registry.get_sample_value("igw_model_rewrite_request_duration_seconds_count", labels) == n
+            assert registry.get_sample_value("igw_model_rewrite_request_duration_seconds_sum", labels) > 0
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_model_rewrite_requests_total{code="200",rule="llama-canary",target="llama-v2"}' in text

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
-from igw.gateway.flow_gate import FlowGates, Refused
+from igw.gateway.flow_gate import EndpointSample, FlowGates, Refused, endpoint_samples
 from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimits, FlowControlSettings
-from igw.scheduling.types import DecisionKind, RoutingDecision
+from igw.scheduling.types import DecisionKind, EndpointView, EngineMetrics, RoutingDecision
 from tests.gateway.support import wait_for
 
 SATURATED = RoutingDecision(DecisionKind.SATURATED, reason="full")
@@ -40,7 +41,12 @@ def _gates(clock: list[float], poll_s: float = 0.001) -> FlowGates:
 
 
 async def _wait(
-    gates: FlowGates, pool: Pool, rid: str, priority: int, level: list[float] | None = None
+    gates: FlowGates,
+    pool: Pool,
+    rid: str,
+    priority: int,
+    level: list[float] | None = None,
+    samples: dict[str, EndpointSample] | None = None,
 ) -> RoutingDecision | Refused:
     return await gates.wait(
         scheduler="pool",
@@ -51,6 +57,7 @@ async def _wait(
         max_queue_s=None,
         pick=lambda: pool.picker(rid),
         utilisation=None if level is None else lambda: level[0],
+        endpoints=None if samples is None else lambda: samples,
     )
 
 
@@ -201,3 +208,139 @@ async def test_must_wait_applies_the_band_threshold_and_never_overtakes_the_queu
     await asyncio.gather(queued, return_exceptions=True)
     gates.configure(None, retry_after_bounds=(1, 30))
     assert not gates.must_wait("pool", priority=STANDARD, utilisation=0.99)
+
+
+def _queue_place_gates(clock: list[float]) -> FlowGates:
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    places = BandLimits(max_requests=10, max_bytes=1 << 20, ttl_s=30.0, max_endpoint_queue=2, keep_slots=1)
+    settings = FlowControlSettings(
+        bands={CRITICAL: BandLimits(max_requests=10, max_bytes=1 << 20, ttl_s=30.0), STANDARD: places},
+        poll_interval_s=0.001,
+        dispatch_per_endpoint=100,
+    )
+    gates.configure(settings, retry_after_bounds=(1, 30))
+    return gates
+
+
+def _waiting(n: int) -> EndpointSample:
+    return EndpointSample(waiting=n, running=None)
+
+
+async def test_queued_lower_bands_wait_for_a_queue_place_without_running_the_scheduler() -> None:
+    clock = [0.0]
+    gates, pool = _queue_place_gates(clock), Pool()
+    samples = {"10.0.0.1:8000": _waiting(2), "10.0.0.2:8000": _waiting(3)}  # none below Standard's 2
+    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, samples=samples))
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="std queued")
+    pool.free = 5  # the scheduler could place it
+    clock[0] = 1.0
+    gates.pump("pool")
+    assert (pool.placed, pool.picks) == ([], 0)  # held before the pick: no phantom dispatch
+    chat = asyncio.create_task(_wait(gates, pool, "chat", CRITICAL, samples=samples))
+    await wait_for(lambda: gates.depths("pool").get(CRITICAL) == 1, what="chat queued")
+    clock[0] = 1.5  # the next pass (the pump runs at most once per interval of the injected clock)
+    assert isinstance(await asyncio.wait_for(chat, timeout=10), RoutingDecision)
+    assert pool.placed == ["chat"]  # Critical has no per-endpoint limit
+    samples["10.0.0.1:8000"] = _waiting(1)
+    clock[0] = 2.0
+    assert isinstance(await asyncio.wait_for(std, timeout=10), RoutingDecision)
+    assert pool.placed == ["chat", "std"]
+
+
+async def test_a_pick_onto_an_endpoint_without_a_place_is_not_sent() -> None:
+    clock = [0.0]
+    gates, pool = _queue_place_gates(clock), Pool()
+    samples = {"10.0.0.1:8000": _waiting(2), "10.0.0.2:8000": _waiting(0)}  # the picker answers .1
+    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, samples=samples))
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="std queued")
+    pool.free = 5
+    clock[0] = 1.0
+    gates.pump("pool")
+    assert gates.depths("pool") == {STANDARD: 1}  # still queued: its endpoint has no place
+    samples["10.0.0.1:8000"] = _waiting(0)
+    clock[0] = 2.0
+    result = await asyncio.wait_for(std, timeout=10)
+    assert isinstance(result, RoutingDecision)
+    assert result.endpoint == "10.0.0.1:8000"
+
+
+def test_must_wait_holds_a_band_while_no_endpoint_has_a_place() -> None:
+    gates = _queue_place_gates([0.0])
+    full = {"a:1": _waiting(2), "b:1": _waiting(4)}
+    assert gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints=full)
+    assert not gates.must_wait("pool", priority=CRITICAL, utilisation=0.1, endpoints=full)
+    assert not gates.must_wait(
+        "pool", priority=STANDARD, utilisation=0.1, endpoints={**full, "c:1": _waiting(1)}
+    )
+    assert not gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={})  # no data
+
+
+def test_a_batch_slot_is_kept_once_the_gate_has_seen_the_endpoint_full() -> None:
+    gates = _queue_place_gates([0.0])
+
+    def held(waiting: int, running: int, inflight: int = 0) -> bool:
+        sample = EndpointSample(waiting=waiting, running=running, inflight=inflight)
+        return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
+
+    assert not held(0, 7)  # never seen full: the batch size is unknown, 7 running says nothing
+    assert held(2, 8)  # full (a queue behind 8 running), and 2 waiting is Standard's queue limit
+    assert not held(0, 6)  # 6 of the learned 8: a slot is still free after this one
+    assert held(0, 7)  # 7 of 8: the last slot is kept for Critical
+    assert held(0, 5, inflight=7)  # the router's own in-flight count, ahead of the scrape, counts
+    assert not gates.must_wait(
+        "pool", priority=CRITICAL, utilisation=0.1, endpoints={"a:1": EndpointSample(waiting=0, running=7)}
+    )
+
+
+def test_endpoint_samples_read_the_scrape_the_ledger_and_the_in_flight_count() -> None:
+    views = [
+        EndpointView(
+            "a:1", EngineMetrics(waiting=2, running=8), scraped_at=0.0, inflight=9, unreflected_dispatches=1
+        ),
+        EndpointView("b:1", EngineMetrics(waiting=None), scraped_at=0.0),
+        EndpointView("c:1", None, scraped_at=None),
+    ]
+    samples = endpoint_samples(views)
+    assert samples == {
+        "a:1": EndpointSample(waiting=2, running=8, unreflected=1, inflight=9, scraped_at=0.0),
+        "b:1": EndpointSample(waiting=None, running=None, scraped_at=0.0),
+    }
+    first = samples["a:1"].load(None, None)  # before the scrape was first seen: the larger count
+    assert (first.waiting, first.occupancy, first.batch) == (3, 11, None)
+
+
+@pytest.mark.parametrize(
+    ("inflight_at_scrape", "inflight_now", "occupancy", "waiting"),
+    [
+        (8, 8, 8, 0),  # nothing changed since the scrape
+        (8, 6, 6, 0),  # two finished since: the stale scrape does not hold their slots
+        (8, 10, 10, 2),  # two more sent since: they wait behind the full batch
+        (3, 2, 7, 0),  # another router runs 5 of the 8 scraped: they still count
+    ],
+)
+def test_load_corrects_the_scrape_with_the_in_flight_count(
+    inflight_at_scrape: int, inflight_now: int, occupancy: int, waiting: int
+) -> None:
+    sample = EndpointSample(waiting=0, running=8, unreflected=0, inflight=inflight_now, scraped_at=1.0)
+    load = sample.load(8, inflight_at_scrape)
+    assert (load.occupancy, load.waiting) == (occupancy, waiting)
+
+
+def test_the_gate_remembers_the_in_flight_count_of_each_new_scrape() -> None:
+    gates = _queue_place_gates([0.0])
+
+    def held(inflight: int, scraped_at: float) -> bool:
+        sample = EndpointSample(waiting=1, running=8, inflight=inflight, scraped_at=scraped_at)
+        return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
+
+    assert held(9, 1.0)  # full: 9 of a batch of 8
+    assert not held(6, 1.0)  # the same scrape, three finished since: 6 of 8
+    assert held(6, 2.0)  # a new scrape still shows 8 + 1 with 6 of ours: 3 are another router's
+
+
+def test_dispatches_since_a_scrape_without_a_queue_count_as_running_until_the_batch_is_known() -> None:
+    burst = EndpointSample(waiting=0, running=3, unreflected=5, inflight=8, scraped_at=1.0)
+    assert burst.load(None, 3).waiting == 0  # never seen full: a pod with no queue takes them
+    assert burst.load(6, 3).waiting == 2  # a batch of 6: two of the eight wait
+    queued = EndpointSample(waiting=1, running=3, unreflected=5, scraped_at=1.0)
+    assert queued.load(None, 0).waiting == 6  # a queue at the scrape: what was sent since joined it

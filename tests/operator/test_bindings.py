@@ -99,12 +99,13 @@ def test_rewrite_matches_become_rules_and_missing_weights_share_equally() -> Non
     result = merge(SPEC, [], [rewrite("r", rules)])
     assert result.spec["extensions"]["modelRewrites"]["rules"] == [
         {
+            "name": "r",  # the object's name: the rule label of the per-target metrics
             "model": "llama",
             "headers": [{"name": "x-canary", "value": "1"}],
             "targets": [{"model": "llama-v2", "weight": 1}],
         },
-        {"model": "chat", "targets": [{"model": "llama-v2", "weight": 1}]},
-        {"targets": [{"model": "llama-v1", "weight": 1}, {"model": "llama-v2", "weight": 1}]},
+        {"name": "r", "model": "chat", "targets": [{"model": "llama-v2", "weight": 1}]},
+        {"name": "r", "targets": [{"model": "llama-v1", "weight": 1}, {"model": "llama-v2", "weight": 1}]},
     ]
     assert result.verdicts["InferenceModelRewrite", "r"].accepted
     assert validate_document(as_config(result.spec)) == []

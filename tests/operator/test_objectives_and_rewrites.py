@@ -87,11 +87,13 @@ def test_objectives_and_rewrites_are_merged_and_get_conditions(
     ]
     assert ext["modelRewrites"]["rules"] == [
         {
+            "name": "support-bot-rollout",
             "model": "support-bot",
             "headers": [{"name": "x-canary", "value": "always"}],
             "targets": [{"model": "support-bot-v2", "weight": 1}],
         },
         {
+            "name": "support-bot-rollout",
             "model": "support-bot",
             "targets": [{"model": "support-bot-v1", "weight": 90}, {"model": "support-bot-v2", "weight": 10}],
         },

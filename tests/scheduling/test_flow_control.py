@@ -12,6 +12,7 @@ from igw.scheduling.flow_control import (
     SHEDDABLE,
     STANDARD,
     BandLimits,
+    EndpointLoad,
     Fairness,
     FlowControlError,
     FlowController,
@@ -19,6 +20,7 @@ from igw.scheduling.flow_control import (
     Offer,
     Ordering,
     ShedReason,
+    learned_batch,
     priority_for,
 )
 from tests.config.cases import base_document
@@ -427,3 +429,112 @@ def test_a_lower_band_with_more_room_than_a_higher_one_is_refused_naming_the_ent
         )
     with pytest.raises(FlowControlError, match=r"flowControl\.bands\[0\]\.dispatchBelow must be in"):
         _settings(bands={STANDARD: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0, dispatch_below=0.0)})
+
+
+def _queue_place_settings() -> FlowControlSettings:
+    return _settings(
+        bands={
+            CRITICAL: BIG,
+            STANDARD: BandLimits(
+                max_requests=100, max_bytes=1 << 20, ttl_s=30.0, max_endpoint_queue=2, keep_slots=1
+            ),
+            SHEDDABLE: BandLimits(
+                max_requests=100, max_bytes=1 << 20, ttl_s=30.0, max_endpoint_queue=1, keep_slots=2
+            ),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("priority", "waiting", "occupancy", "batch", "admitted"),
+    [
+        (CRITICAL, 500, 508, 8, True),  # no per-endpoint limit: saturation alone stops Critical
+        (STANDARD, 1, 1, None, True),
+        (STANDARD, 2, 10, None, False),  # two waiting: the next queue place is kept for Critical
+        (STANDARD, 0, 6, 8, True),
+        (STANDARD, 0, 7, 8, False),  # one of the 8 batch slots stays free for Critical
+        (STANDARD, 0, 7, None, True),  # batch size unknown: the slot rule does not apply
+        (SHEDDABLE, 0, 5, 8, True),
+        (SHEDDABLE, 0, 6, 8, False),  # Sheddable keeps two
+        (SHEDDABLE, 1, 1, None, False),
+        (-5, 0, 6, 8, False),  # an unnamed priority uses the nearest band's limits (Sheddable)
+        (3, 99, 200, 8, True),  # above Critical: Critical's (none)
+    ],
+)
+def test_endpoint_places_admit_below_the_band_limits(
+    priority: int, waiting: int, occupancy: int, batch: int | None, admitted: bool
+) -> None:
+    load = EndpointLoad(waiting=waiting, occupancy=occupancy, batch=batch)
+    assert FlowController(_queue_place_settings()).admits_to(priority, load) is admitted
+
+
+def test_default_bands_keep_a_queue_place_and_a_batch_slot_at_each_endpoint_for_critical() -> None:
+    fc = FlowController(FlowControlSettings())
+    assert fc.admits_to(CRITICAL, EndpointLoad(waiting=40, occupancy=48, batch=8))
+    for band in (STANDARD, SHEDDABLE):
+        assert [fc.admits_to(band, EndpointLoad(waiting=n, occupancy=n)) for n in (0, 1, 2)] == [
+            True,
+            True,
+            False,
+        ]
+        assert [fc.admits_to(band, EndpointLoad(waiting=0, occupancy=n, batch=8)) for n in (6, 7)] == [
+            True,
+            False,
+        ]
+
+
+@pytest.mark.parametrize(
+    ("previous", "waiting", "running", "learned"),
+    [
+        (None, 0, 5, None),  # no queue: the batch is at least 5, not 5
+        (None, None, 5, None),
+        (None, 3, 8, 8),  # a queue behind 8 running: the batch is full at 8
+        (8, 0, 3, 8),  # remembered
+        (8, 2, 6, 8),  # a smaller full batch (long sequences) does not lower it
+        (8, 1, 12, 12),
+        (None, 2, 0, None),
+    ],
+)
+def test_batch_size_is_learned_from_full_batches_only(
+    previous: int | None, waiting: int | None, running: int | None, learned: int | None
+) -> None:
+    assert learned_batch(previous, waiting=waiting, running=running) == learned
+
+
+def test_per_endpoint_limits_are_read_from_the_extension_and_absent_means_none() -> None:
+    raw = {"bands": [{"priority": 1}, {"priority": 0, "maxEndpointQueue": 3, "keepSlots": 2}]}
+    assert validate_document(_flow_doc(raw)) == []
+    s = FlowControlSettings.from_extension(raw)
+    assert (s.bands[1].max_endpoint_queue, s.bands[0].max_endpoint_queue) == (None, 3)
+    assert (s.bands[1].keep_slots, s.bands[0].keep_slots) == (0, 2)
+
+
+@pytest.mark.parametrize(("field", "bad"), [("maxEndpointQueue", 0), ("keepSlots", -1)])
+def test_schema_rejects_per_endpoint_limits_out_of_range(field: str, bad: int) -> None:
+    problems = validate_document(_flow_doc({"bands": [{"priority": 0, field: bad}]}))
+    assert f"spec.extensions.flowControl.bands[0].{field}" in {p.path for p in problems}
+
+
+def test_a_lower_band_keeping_fewer_places_than_a_higher_one_is_refused_naming_the_entry() -> None:
+    raw = {"bands": [{"priority": 0}, {"priority": 1, "maxEndpointQueue": 2}]}  # 0 has no limit
+    with pytest.raises(
+        FlowControlError, match=r"spec\.extensions\.flowControl\.bands\[1\]\.maxEndpointQueue: 2 is below"
+    ):
+        FlowControlSettings.from_extension(raw)
+    raw = {"bands": [{"priority": 0, "keepSlots": 1}, {"priority": 1, "keepSlots": 2}]}
+    with pytest.raises(FlowControlError, match=r"flowControl\.bands\[1\]\.keepSlots: 2 is above"):
+        FlowControlSettings.from_extension(raw)
+    small = {"max_requests": 1, "max_bytes": 1, "ttl_s": 1.0}
+    with pytest.raises(FlowControlError, match=r"flowControl\.bands\[-1\]\.maxEndpointQueue \(3\) is above"):
+        _settings(
+            bands={
+                STANDARD: BandLimits(**small, max_endpoint_queue=2),
+                SHEDDABLE: BandLimits(**small, max_endpoint_queue=3),
+            }
+        )
+    with pytest.raises(FlowControlError, match=r"flowControl\.bands\[-1\]\.keepSlots \(0\) is below"):
+        _settings(bands={STANDARD: BandLimits(**small, keep_slots=1), SHEDDABLE: BandLimits(**small)})
+    with pytest.raises(FlowControlError, match=r"bands\[0\]\.maxEndpointQueue must be at least 1"):
+        _settings(bands={STANDARD: BandLimits(**small, max_endpoint_queue=0)})
+    with pytest.raises(FlowControlError, match=r"bands\[0\]\.keepSlots must be at least 0"):
+        _settings(bands={STANDARD: BandLimits(**small, keep_slots=-1)})

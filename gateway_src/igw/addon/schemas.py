@@ -8,7 +8,9 @@ Three outputs, each registered as one line in :mod:`igw.config.generated_files` 
   ``describe-addon-configuration`` and validates ``configurationValues`` against;
 - ``addon/chart/inference-gateway/templates/crd-inferencegatewayconfigs.yaml`` — the CRD (as
   :func:`igw.config.crd.build_crd` generates it for ``crds/``) wrapped as a gated template
-  (``crds.enabled``; ``crds.keep`` keeps it on uninstall).
+  (``crds.enabled``; ``crds.keep`` keeps it on uninstall), and the two reference CRDs
+  (InferenceObjective, InferenceModelRewrite) for operator mode, which ``crds.inferenceExtension.enabled``
+  can leave out on its own.
 
 The chart-level shape (replicas, image, service, …) lives in ``chart_values.schema.json`` beside this
 module; ``gateway.config.spec`` is the InferenceGatewayConfig ``spec`` schema (extensions attached,
@@ -173,8 +175,13 @@ def render_crd_template(root: Path) -> str:
     return chart_crd_template(crd.build_crd(root / "schemas"), crd.CRD_PATH)
 
 
-OPERATOR_CRDS: Final = '(and .Values.crds.enabled (eq .Values.mode "operator"))'
-"""The InferenceObjective / InferenceModelRewrite CRDs only serve the operator: gateway mode has none."""
+OPERATOR_CRDS: Final = (
+    '(and .Values.crds.enabled .Values.crds.inferenceExtension.enabled (eq .Values.mode "operator"))'
+)
+"""The InferenceObjective / InferenceModelRewrite CRDs only serve the operator: gateway mode has none.
+``crds.inferenceExtension.enabled: false`` leaves them out while ``crds.enabled`` still installs the
+InferenceGatewayConfig CRD, for a cluster that already has them from the reference's own install
+(two installers of one CRD would fight over it); ``crds.enabled: false`` leaves out all three."""
 
 
 def _operator_crd_template(kind: str, root: Path) -> str:

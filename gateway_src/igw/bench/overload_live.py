@@ -6,7 +6,9 @@ the same open-loop Poisson request list at 150 % of that rate (20 % Critical, 50
 Sheddable, tenants as in the DES, named in ``x-gateway-inference-objective`` and
 ``x-gateway-inference-fairness-id``) is sent, streaming, through three routers in turn:
 
-* ``flow-control``: ``igw serve`` with ``spec.extensions.flowControl``;
+* ``flow-control``: ``igw serve`` with ``spec.extensions.flowControl`` (default bands);
+* ``flow-control-no-places``: the same bands without the per-endpoint places (``maxEndpointQueue``,
+  ``keepSlots``), so their effect and their cost are measured in the same run;
 * ``no-flow-control``: ``igw serve`` without it (429 when the pool is saturated);
 * ``round-robin``: the round-robin proxy (no admission, the pod queues everything).
 
@@ -42,7 +44,13 @@ MAX_TOKENS: Final = 32
 MAX_NUM_SEQS: Final = 8
 PROBE_S: Final = 8.0
 PROBE_CONCURRENCY: Final = 3 * MAX_NUM_SEQS
-ARMS: Final = ("flow-control", "no-flow-control", "round-robin")
+ARMS: Final = ("flow-control", "flow-control-no-places", "no-flow-control", "round-robin")
+NO_PLACES_BANDS: Final = (
+    {"priority": 1, "maxRequests": 256, "ttl": "60s"},
+    {"priority": 0, "maxRequests": 256, "ttl": "30s", "dispatchBelow": 0.9},
+    {"priority": -1, "maxRequests": 128, "maxBytes": 32 << 20, "ttl": "10s", "dispatchBelow": 0.9},
+)
+"""The default bands' limits and headroom, without ``maxEndpointQueue`` and ``keepSlots``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +114,12 @@ def live_requests(
     return sorted(out, key=lambda r: r.at_s)
 
 
-def gateway_config(*, flow_control: bool) -> dict[str, Any]:
+def gateway_config(*, flow_control: bool, endpoint_places: bool = True) -> dict[str, Any]:
     extensions: dict[str, Any] = {"routing": {"scrapeInterval": "50ms", "configReloadInterval": "1s"}}
     if flow_control:
         extensions["flowControl"] = {"pollInterval": "10ms"}
+        if not endpoint_places:
+            extensions["flowControl"]["bands"] = [dict(b) for b in NO_PLACES_BANDS]
     return {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
@@ -132,7 +142,8 @@ async def _router(arm: str, work: Path, fleet: RunningFleet) -> AsyncIterator[st
         argv = [sys.executable, "-m", "igw.cli.rr_proxy_process", fleet.pods[0].url]
         pattern = LISTENING_PREFIX + r"(http://\S+)"
     else:
-        config = yaml.safe_dump(gateway_config(flow_control=arm == "flow-control"))
+        flow = arm.startswith("flow-control")
+        config = yaml.safe_dump(gateway_config(flow_control=flow, endpoint_places=arm == "flow-control"))
         endpoints = yaml.safe_dump({"schedulers": {"main": [fleet.pods[0].key]}})
         await asyncio.to_thread((folder / "igwc.yaml").write_text, config)
         await asyncio.to_thread((folder / "endpoints.yaml").write_text, endpoints)

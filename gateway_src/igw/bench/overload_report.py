@@ -331,6 +331,17 @@ def live_items(arm: LiveArm) -> list[Served]:
     ]
 
 
+def completed_rps(arm: LiveArm, duration_s: float) -> float:
+    """Requests answered in full while traffic was offered, per second (a queue draining after the
+    offered period is not credited)."""
+    done = sum(1 for s in arm.samples if s.ok and s.e2e_s is not None and s.arrival_s + s.e2e_s <= duration_s)
+    return done / duration_s
+
+
+def _completed(arms: Sequence[LiveArm], duration_s: float) -> list[tuple[LiveArm, float]]:
+    return [(arm, completed_rps(arm, duration_s)) for arm in arms]
+
+
 def live_markdown(rate: float, arms: Sequence[LiveArm], command: str, duration_s: float) -> str:
     loaded = [a for a in arms if a.load > UNLOADED_LOAD]
     calm = next(a for a in arms if a.load == UNLOADED_LOAD)
@@ -353,6 +364,10 @@ def live_markdown(rate: float, arms: Sequence[LiveArm], command: str, duration_s
             f"| {r.shed / max(r.offered, 1):.1%} | {_s(r.ttft_p50_s)} | {_s(r.ttft_p99_s)} |"
         )
     lines += [
+        "",
+        "| router | completed req/s | completed / pod rate |",
+        "|---|---|---|",
+        *(f"| {a.name} | {rps:.2f} | {rps / rate:.1%} |" for a, rps in _completed(loaded, duration_s)),
         "",
         f"Critical P99 TTFT unloaded ({UNLOADED_LOAD:.0%}, flow control): {_s(calm_p99)} s; "
         f"under overload with flow control: {_s(fc_p99)} s; ratio {ratio} (bound {CRITICAL_P99_BOUND:g}x).",

@@ -15,6 +15,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, FormatChecker
 
 from igw.config.errors import Problem
+from igw.config.extension_references import reference_problems
 from igw.config.model import KIND
 from igw.config.rules import check_rules
 from igw.config.schema import admission_rules, resolved_schema, schema_version
@@ -83,4 +84,8 @@ def validate_document(doc: Mapping[str, Any], *, schemas: Path | None = None) ->
     """
     if not isinstance(doc, Mapping):
         return [Problem(path="", message=f"expected an object, got {json_type(doc)}", rule="schema.type")]
-    return [*schema_problems(doc, schemas=schemas), *rule_problems(doc, schemas=schemas)]
+    return [
+        *schema_problems(doc, schemas=schemas),
+        *rule_problems(doc, schemas=schemas),
+        *reference_problems(doc),
+    ]

@@ -13,6 +13,12 @@ Per-band headroom (``dispatchBelow``) needs the pool's utilisation, which only t
 can read (it owns the scheduler and the pool's views): it hands a :data:`Utilisation` probe to
 :meth:`FlowGates.wait`, and asks :meth:`FlowGates.must_wait` whether an arrival the scheduler did
 not call saturated must still queue. Without a probe the gate dispatches on saturation alone.
+Per-endpoint places (``maxEndpointQueue``, ``keepSlots``) likewise need an :data:`EndpointSamples`
+probe: the scraped queue and batch of each fresh endpoint, the dispatches the scrapes have not
+shown yet, and the router's own in-flight requests there. The gate learns each endpoint's batch
+size from them (:func:`~igw.scheduling.flow_control.learned_batch`). A lower band is held while no
+endpoint has a place for it; the probe is read before the scheduler runs, because a pick that is not
+sent would still count as a dispatch in the scheduler's ledger of unreflected dispatches.
 
 The ``tenant`` label of the rejection counter is bounded (:class:`TenantLabels`): the tenant may be
 a client-chosen header value, and every distinct label value is a new time series.
@@ -23,20 +29,22 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from igw.scheduling.flow_control import (
+    EndpointLoad,
     FlowController,
     FlowControlSettings,
     Shed,
     ShedReason,
+    learned_batch,
     priority_for,
 )
-from igw.scheduling.types import DecisionKind, RoutingDecision
+from igw.scheduling.types import DecisionKind, EndpointKey, EndpointView, RoutingDecision
 
 OBJECTIVE_HEADER: Final = "x-gateway-inference-objective"
 FAIRNESS_HEADER: Final = "x-gateway-inference-fairness-id"
@@ -49,6 +57,72 @@ Picker = Callable[[], RoutingDecision]
 """Re-runs the scheduler for one queued request against the pool as it is now."""
 Utilisation = Callable[[], float]
 """Reads the pool's load now, as a fraction of its saturation point (1.0: saturated)."""
+HELD_BY_FLOW_CONTROL: Final = RoutingDecision(
+    kind=DecisionKind.SATURATED, reason="held back by flow control for higher bands"
+)
+"""What the request path holds for an arrival that queues without a pick (headroom or queue
+places): treated like a saturated pick, and replaced by the decision the queue hands out."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSample:
+    """One endpoint as the request path sees it now (the input of the per-endpoint places)."""
+
+    waiting: int | None
+    """Scraped waiting requests."""
+    running: int | None
+    """Scraped running requests."""
+    unreflected: int = 0
+    """This router's dispatches that the scrape does not show yet."""
+    inflight: int = 0
+    """This router's requests there that have not completed (no scrape lag; other routers' traffic
+    is not in it)."""
+    scraped_at: float | None = None
+    """When the scrape was taken (a new value is a new scrape)."""
+
+    def load(self, batch: int | None, inflight_at_scrape: int | None) -> EndpointLoad:
+        """The endpoint's load now.
+
+        The scrape is up to a scrape interval old: it still counts sequences that have finished
+        since, which would hold lower bands back until the next scrape and leave batch slots idle.
+        So the occupancy is this router's in-flight count now (no lag) plus the rest of what the
+        scrape showed: the other routers' requests, the scraped total less this router's in-flight
+        count when the scrape was first seen (``inflight_at_scrape``; ``None`` before that). The
+        requests waiting there are what exceeds the batch size once it is known; before that, the
+        scraped queue plus what was sent since (none when the scrape showed no queue).
+        """
+        scraped = max(0, self.waiting or 0) + max(0, self.running or 0)
+        if inflight_at_scrape is None:
+            occupancy = max(self.inflight, scraped + max(0, self.unreflected))
+        else:
+            occupancy = self.inflight + max(0, scraped - inflight_at_scrape)
+        scraped_waiting = max(0, self.waiting or 0)
+        if batch is not None:
+            waiting = max(0, occupancy - batch)
+        elif scraped_waiting:  # a queue at the scrape: what was sent since joined it
+            waiting = scraped_waiting + max(0, self.unreflected)
+        else:  # never seen full, no queue at the scrape: what was sent since is taken to run
+            waiting = 0
+        return EndpointLoad(waiting=waiting, occupancy=occupancy, batch=batch)
+
+
+EndpointSamples = Callable[[], Mapping[EndpointKey, EndpointSample]]
+"""Reads each fresh endpoint of the pool now (see :func:`endpoint_samples`)."""
+
+
+def endpoint_samples(views: Sequence[EndpointView]) -> dict[EndpointKey, EndpointSample]:
+    """One sample per endpoint with metrics.
+
+    ``views`` are the pool's fresh endpoints as the scheduler annotates them (its ledger fills in
+    ``unreflected_dispatches``), so a burst sent since the last scrape already counts.
+    """
+    return {
+        v.key: EndpointSample(
+            v.metrics.waiting, v.metrics.running, v.unreflected_dispatches, v.inflight, v.scraped_at
+        )
+        for v in views
+        if v.metrics is not None
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +202,12 @@ class FlowGates:
         self._last_pump: dict[str, float] = {}
         self._utilisation: dict[str, Utilisation] = {}
         """The latest utilisation probe each scheduler's waiters brought (for headroom)."""
+        self._samples: dict[str, EndpointSamples] = {}
+        """The latest endpoint probe each scheduler's waiters brought (for per-endpoint places)."""
+        self._batches: dict[EndpointKey, int] = {}
+        """Each endpoint's learned batch size."""
+        self._at_scrape: dict[EndpointKey, tuple[float, int]] = {}
+        """Each endpoint's latest scrape time and this router's in-flight count when it was first seen."""
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -156,19 +236,29 @@ class FlowGates:
             by_tenant=s.tenant_priorities,
         )
 
-    def must_wait(self, scheduler: str, *, priority: int, utilisation: float) -> bool:
-        """Whether an arrival the scheduler could place must queue anyway.
+    def must_wait(
+        self,
+        scheduler: str,
+        *,
+        priority: int,
+        utilisation: float,
+        endpoints: Mapping[EndpointKey, EndpointSample] | None = None,
+    ) -> bool:
+        """Whether an arrival must queue although the pool may not be saturated.
 
         It must when its band keeps headroom for higher bands and the pool is at or past the band's
-        ``dispatchBelow``, or when work of its own or a higher band is already queued (an arrival
-        never overtakes it).
+        ``dispatchBelow``, when none of ``endpoints`` has a place for its band (``maxEndpointQueue``,
+        ``keepSlots``), or when work of its own or a higher band is already queued (an arrival never
+        overtakes it).
         """
         settings = self.settings
         if settings is None:
             return False
         controller = self._controllers.get(scheduler)
         if controller is None:
-            return utilisation >= settings.limits_for(priority).dispatch_below
+            controller = self._controllers[scheduler] = FlowController(settings)
+        if endpoints and not self._has_place(controller, priority, self._loads(endpoints)):
+            return True
         return not controller.admits(priority, utilisation) or controller.queued_at_or_above(priority) > 0
 
     async def wait(
@@ -182,17 +272,21 @@ class FlowGates:
         max_queue_s: float | None,
         pick: Picker,
         utilisation: Utilisation | None = None,
+        endpoints: EndpointSamples | None = None,
     ) -> RoutingDecision | Refused:
         """Queue the request and wait for a picked decision or a refusal.
 
         With ``utilisation``, queued requests dispatch only while their band's headroom rule
-        admits them (see :meth:`FlowController.peek`), besides the scheduler placing them.
+        admits them (see :meth:`FlowController.peek`), besides the scheduler placing them; with
+        ``endpoints``, only to an endpoint with a place for their band.
         """
         settings = self.settings
         if settings is None:  # turned off by a reload between the caller's check and now
             return Refused(ShedReason.QUEUE_FULL, 1, priority)
         if utilisation is not None:
             self._utilisation[scheduler] = utilisation
+        if endpoints is not None:
+            self._samples[scheduler] = endpoints
         controller = self._controllers.get(scheduler)
         if controller is None:
             controller = self._controllers[scheduler] = FlowController(settings)
@@ -250,18 +344,44 @@ class FlowGates:
         budget = self.settings.dispatch_per_endpoint if self.settings is not None else 1
         taken: collections.Counter[str | None] = collections.Counter()
         probe = self._utilisation.get(scheduler)
+        samples = self._samples.get(scheduler)
         while (item := controller.peek(now, utilisation=None if probe is None else probe())) is not None:
             waiter = self._waiters.get(item.request_id)
             if waiter is None:  # its task is gone without cancelling (should not happen): drop it
                 controller.cancel(item.request_id)
                 continue
+            loads = self._loads(samples()) if samples is not None else {}
+            if loads and not self._has_place(controller, item.priority, loads):
+                break  # no endpoint has a place for this band (and lower bands wait behind it)
             decision = waiter.pick()
             if decision.kind is DecisionKind.SATURATED or taken[decision.endpoint] >= budget:
                 break
+            chosen = loads.get(decision.endpoint) if decision.endpoint is not None else None
+            if chosen is not None and not controller.admits_to(item.priority, chosen):
+                break  # the scheduler prefers an endpoint without a place: wait for the next poll
             taken[decision.endpoint] += 1
             controller.take(item, now)
             waiter.future.set_result(decision)
         self._update_depth(scheduler, controller)
+
+    def _loads(self, samples: Mapping[EndpointKey, EndpointSample]) -> dict[EndpointKey, EndpointLoad]:
+        """Each endpoint's load, learning its batch size from the sample on the way."""
+        out: dict[EndpointKey, EndpointLoad] = {}
+        for key, sample in samples.items():
+            batch = learned_batch(self._batches.get(key), waiting=sample.waiting, running=sample.running)
+            if batch is not None:
+                self._batches[key] = batch
+            seen = self._at_scrape.get(key)
+            if sample.scraped_at is not None and (seen is None or seen[0] != sample.scraped_at):
+                seen = self._at_scrape[key] = (sample.scraped_at, sample.inflight)
+            out[key] = sample.load(batch, None if seen is None else seen[1])
+        return out
+
+    @staticmethod
+    def _has_place(
+        controller: FlowController, priority: int, loads: Mapping[EndpointKey, EndpointLoad]
+    ) -> bool:
+        return any(controller.admits_to(priority, load) for load in loads.values())
 
     def depths(self, scheduler: str) -> dict[int, int]:
         controller = self._controllers.get(scheduler)

@@ -30,7 +30,15 @@ from aiohttp import web
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.errors import denial_response, gateway_error, sse_error_event
-from igw.gateway.flow_gate import FAIRNESS_HEADER, MAX_QUEUE_MS_HEADER, Refused
+from igw.gateway.flow_gate import (
+    FAIRNESS_HEADER,
+    HELD_BY_FLOW_CONTROL,
+    MAX_QUEUE_MS_HEADER,
+    EndpointSample,
+    EndpointSamples,
+    Refused,
+    endpoint_samples,
+)
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
@@ -41,7 +49,13 @@ from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
 from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
 from igw.gateway.upstream_client import UpstreamPool
-from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingDecision, RoutingRequest
+from igw.scheduling.types import (
+    DecisionKind,
+    EndpointKey,
+    RequestOutcome,
+    RoutingDecision,
+    RoutingRequest,
+)
 
 STATE_KEY = web.AppKey("igw_state", GatewayState)
 SESSION_KEY = web.AppKey("igw_upstream_session", UpstreamPool)
@@ -131,10 +145,12 @@ async def _route(
         return gateway_error("invalid_request", exc.message, param=exc.param, request_id=rid)
     if body.model:
         tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
-        target = rt.rewrites.choose(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
-        if target is not None and target != body.model:
-            obs.record.requested_model = body.model
-            body = retargeted(body, target)
+        split = rt.rewrites.split(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
+        if split is not None:
+            obs.on_finish = state.rewrite_metrics.on_finish(split)
+            if split.target != body.model:
+                obs.record.requested_model = body.model
+                body = retargeted(body, split.target)
     est_tokens = body.prompt_tokens + (body.max_tokens or 0)
     route = rt.router.resolve(body.model) if body.model else None
     if route is None:
@@ -179,11 +195,35 @@ async def _route(
         adapter=route.adapter,
         tenant=principal.tenant,
     )
-    t0 = time.perf_counter()
+    flow_on = rt.flow_settings is not None
+    bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
+    priority: int | None = None
+    held = False
+    if flow_on:
+        # Per-band headroom and queue places, judged before the scheduler runs (a pick that is not
+        # sent would count as a dispatch in its ledger): a band that keeps room for higher ones
+        # queues past its dispatchBelow or while no endpoint has a queue place for it, and no
+        # arrival overtakes queued work of its own or a higher band.
+        state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
+        priority = _priority(request, state, principal, rreq)
+        held = state.flow.must_wait(
+            sr.spec.name,
+            priority=priority,
+            utilisation=_utilisation(state, sr)(),
+            endpoints=_endpoint_samples(state, sr)(),
+        )
     views = sr.pool.views()
-    decision = sr.scheduler.pick(rreq, views, now=state.clock())
-    elapsed = time.perf_counter() - t0
-    obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
+    elapsed: float | None = None
+    if held:
+        decision = HELD_BY_FLOW_CONTROL  # replaced by the queue's decision
+        obs.held(sr.spec.name, decision, candidates=len(views))
+    else:
+        t0 = time.perf_counter()
+        decision = sr.scheduler.pick(rreq, views, now=state.clock())
+        elapsed = time.perf_counter() - t0
+        obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
+        if decision.kind is DecisionKind.SATURATED and not flow_on:
+            state.flow.configure(None, retry_after_bounds=bounds)
     log = state.decision_log
     if log is not None:
         log.record(
@@ -194,18 +234,6 @@ async def _route(
             decision=decision,
             elapsed_s=elapsed,
         )
-    flow_on = rt.flow_settings is not None
-    if decision.kind is DecisionKind.SATURATED or flow_on:
-        bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
-        state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
-    priority: int | None = None
-    if flow_on and decision.kind is DecisionKind.PICKED:
-        # Per-band headroom: a band that keeps room for higher ones queues past its dispatchBelow,
-        # and no arrival overtakes queued work of its own or a higher band.
-        priority = _priority(request, state, principal, rreq)
-        held = state.flow.must_wait(sr.spec.name, priority=priority, utilisation=_utilisation(state, sr)())
-    else:
-        held = False
     if (decision.kind is DecisionKind.SATURATED or held) and state.flow.settings is not None:
         queued_at = state.clock()
         queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw), obs, priority)
@@ -280,6 +308,7 @@ async def _wait_in_queue(
         max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
         pick=lambda: sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock()),
         utilisation=_utilisation(state, sr),
+        endpoints=_endpoint_samples(state, sr),
     )
 
 
@@ -292,6 +321,18 @@ def _priority(request: web.Request, state: GatewayState, principal: Principal, r
 def _utilisation(state: GatewayState, sr: SchedulerRuntime) -> Callable[[], float]:
     """A probe of the pool's load now, as a fraction of its saturation point (per-band headroom)."""
     return lambda: sr.scheduler.utilisation(sr.pool.views(), now=state.clock())
+
+
+def _endpoint_samples(state: GatewayState, sr: SchedulerRuntime) -> EndpointSamples:
+    """A probe of each fresh endpoint's queue, batch and in-flight requests (flow control's places)."""
+
+    def probe() -> Mapping[EndpointKey, EndpointSample]:
+        now = state.clock()
+        fresh = [v for v in sr.pool.views() if sr.scheduler.is_fresh(v, now)]
+        ledger = sr.scheduler.ledger
+        return endpoint_samples(ledger.annotate(fresh, now=now) if ledger is not None else fresh)
+
+    return probe
 
 
 async def _forward(

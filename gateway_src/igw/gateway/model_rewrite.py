@@ -14,6 +14,10 @@ fallback: it applies to a request only when no rule naming its model matched.
 
 Rules are built with the gateway runtime, so a configuration reload swaps the weights atomically:
 a request uses either the old rules or the new ones, never a mix.
+
+Each rule has a ``label`` for the per-target metrics (:mod:`igw.gateway.rewrite_metrics`): its
+``name`` when the configuration gives one (the operator sets the ``InferenceModelRewrite``'s name),
+else ``rules[<index>]``.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class RewriteRule:
     sticky_header: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     """``(lower-case name, exact value)`` pairs that must all be present on the request."""
+    label: str = ""
+    """The rule's ``rule`` metric label: its configured ``name``, else ``rules[<index>]``."""
 
     def matches_headers(self, headers: Mapping[str, str]) -> bool:
         return all(headers.get(name) == value for name, value in self.headers)
@@ -126,12 +132,27 @@ class ModelRewrites:
         self, model: str, *, headers: Mapping[str, str], tenant: str | None, rng: random.Random
     ) -> str | None:
         """The target for a request naming ``model``, or ``None`` when no rule matches."""
+        split = self.split(model, headers=headers, tenant=tenant, rng=rng)
+        return None if split is None else split.target
+
+    def split(
+        self, model: str, *, headers: Mapping[str, str], tenant: str | None, rng: random.Random
+    ) -> Split | None:
+        """The matching rule and its target for a request naming ``model``; ``None``: no rule."""
         rule = self.match(model, headers)
         if rule is None:
             return None
         key = rule.sticky_key(headers, tenant)
         u = sticky_point(rule.model or "", key) if key else rng.random()
-        return rule.target_at(u)
+        return Split(rule=rule.label, target=rule.target_at(u))
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """One canary decision: the rule's metric label and the target it chose."""
+
+    rule: str
+    target: str
 
 
 def _rule(
@@ -164,6 +185,7 @@ def _rule(
         sticky_by=sticky_by,
         sticky_header=header.lower() if header else None,
         headers=headers,
+        label=str(rule.get("name") or f"rules[{i}]"),
     )
 
 

@@ -24,7 +24,7 @@ from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.types import RoutingDecision
 
 if TYPE_CHECKING:
-    from collections.abc import MutableMapping
+    from collections.abc import Callable, MutableMapping
 
     from igw.gateway.tracing import RequestTrace
 
@@ -35,7 +35,16 @@ CLIENT_CLOSED: Final = 499
 class RequestObserver:
     """Telemetry of one inference request: access-log record plus metrics, written as it goes."""
 
-    __slots__ = ("_done", "metrics", "model_label", "record", "requested_label", "started", "trace")
+    __slots__ = (
+        "_done",
+        "metrics",
+        "model_label",
+        "on_finish",
+        "record",
+        "requested_label",
+        "started",
+        "trace",
+    )
 
     def __init__(self, metrics: GatewayMetrics, *, request_id: str, method: str, path: str) -> None:
         self.metrics = metrics
@@ -47,6 +56,8 @@ class RequestObserver:
         """The ``requested_model`` label: the configured name a canary rewrite matched, else ``model``."""
         self.trace: RequestTrace | None = None
         """The request's spans (set by the request path when tracing is on)."""
+        self.on_finish: Callable[[int, float], None] | None = None
+        """Called with the final status and duration (set by the request path for canary rewrites)."""
         self._done = False
 
     @property
@@ -90,6 +101,12 @@ class RequestObserver:
         self.record.decision_us = round(elapsed_s * 1e6, 1)
         self.record.reason = decision.reason or None
         self.record.scores = decision.scores or None  # rounded only if the access log is written
+        if self.trace is not None:
+            self.trace.scheduled(scheduler, decision, candidates=candidates)
+
+    def held(self, scheduler: str, decision: RoutingDecision, *, candidates: int = 0) -> None:
+        """Flow control queued the request without running the scheduler (no decision latency)."""
+        self.record.reason = decision.reason or None
         if self.trace is not None:
             self.trace.scheduled(scheduler, decision, candidates=candidates)
 
@@ -191,4 +208,6 @@ class RequestObserver:
         m = self.metrics
         m.child(m.requests, self.model_label, self.requested_label, str(status)).inc()
         m.child(m.duration, self.model_label, self.requested_label).observe(elapsed)
+        if self.on_finish is not None:
+            self.on_finish(status, elapsed)
         self.record.emit()

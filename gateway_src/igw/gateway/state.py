@@ -19,6 +19,7 @@ from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.flow_gate import FlowGates
 from igw.gateway.guards import RequestGuard
+from igw.gateway.rewrite_metrics import RewriteMetrics
 from igw.gateway.runtime import GatewayRuntime, PickerConfigs
 from igw.gateway.scraper import ScrapeService
 from igw.gateway.shutdown import InflightRequests
@@ -49,6 +50,8 @@ class GatewayState:
         self.metrics = GatewayMetrics(lister=lambda: self.runtime.endpoints(), clock=clock, registry=registry)
         self.flow = FlowGates(registry=self.metrics.registry, clock=clock)
         """Flow-control queues per scheduler (``spec.extensions.flowControl``), kept across reloads."""
+        self.rewrite_metrics = RewriteMetrics(self.metrics.registry)
+        """Per-rule, per-target series of canary rewrites (``spec.extensions.modelRewrites``)."""
         self.scraper: ScrapeService | None = None
         self.decision_log: DecisionLog | None = None
         """The last scheduling decisions ("why this pod"), when the gateway runs with a decision log."""

@@ -12,7 +12,8 @@ Merge (pure; the reconciler lists the objects and writes the result into the dat
   flow control with its defaults, since an objective means nothing without it;
 * each rule of an accepted rewrite becomes one ``spec.extensions.modelRewrites.rules`` entry per
   match (``model.value`` and ``headers``; a rule without matches becomes a model-less fallback),
-  with its targets (``modelRewrite`` -> ``model``; no weights, or all zero, means equal shares);
+  with its targets (``modelRewrite`` -> ``model``; no weights, or all zero, means equal shares)
+  and the object's name as the rule's ``name`` (the ``rule`` label of the per-target metrics);
 * what the config's own spec writes comes first and wins; between objects, the older one
   (``creationTimestamp``, then name) wins.
 
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from igw.config.extension_references import served_models
 from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND, validate_resource
 
 ACCEPTED: Final = "Accepted"
@@ -72,17 +74,6 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
-def served_models(spec: Mapping[str, Any]) -> set[str]:
-    """Model names a config serves: each scheduler's ``modelName`` and ``loraAdapters``."""
-    names: set[str] = set()
-    for scheduler in spec.get("schedulers") or ():
-        if isinstance(scheduler, Mapping):
-            if scheduler.get("modelName"):
-                names.add(str(scheduler["modelName"]))
-            names.update(str(a) for a in scheduler.get("loraAdapters") or ())
-    return names
-
-
 def _match_key(model: Any, headers: Any) -> str:
     """One string per (model, header set), header names case-insensitive and order-free."""
     pairs = sorted((str(h.get("name", "")).lower(), str(h.get("value", ""))) for h in headers or ())
@@ -101,7 +92,7 @@ def rewrite_rules(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
             for t, w in zip(raw_targets, weights, strict=True)
         ]
         for match in rule.get("matches") or [{}]:
-            entry: dict[str, Any] = {}
+            entry: dict[str, Any] = {"name": _name(obj)}  # the rule label of the per-target metrics
             if match.get("model"):
                 entry["model"] = str(match["model"]["value"])
             if match.get("headers"):

@@ -14,6 +14,13 @@ should go next, tries to place it, and commits with :meth:`FlowController.take` 
   straight on arrival) only while the pool's utilisation is below the band's ``dispatch_below``
   fraction, so when lower bands have filled the pool up to their threshold, a higher-band arrival
   still finds a free slot instead of waiting for one to finish (:meth:`FlowController.admits`);
+* a band may also keep places *at each endpoint* free for the bands above
+  (:meth:`FlowController.admits_to`): it dispatches to an endpoint only while fewer than its
+  ``max_endpoint_queue`` requests wait there, so a higher-band request sent there queues behind at
+  most that many lower-band ones in the model server's own first-come queue; and, once the
+  endpoint's batch size is known (:func:`learned_batch`), only while at least ``keep_slots`` of its
+  batch slots would stay free, so a higher-band arrival starts at once instead of waiting for a
+  running sequence to finish;
 * a queued request leaves when its TTL (the band's, or the client's deadline when shorter) passes,
   or at once when its client goes away (:meth:`FlowController.cancel`).
 
@@ -57,6 +64,12 @@ DEFAULT_POLL_INTERVAL: Final = "20ms"
 DEFAULT_DISPATCH_BELOW: Final = 0.9
 """The named Standard and Sheddable bands' ``dispatch_below``: a tenth of the pool stays free for
 Critical arrivals once the lower bands have filled the rest."""
+DEFAULT_MAX_ENDPOINT_QUEUE: Final = 2
+"""The named Standard and Sheddable bands' ``max_endpoint_queue``: a Critical request sent to an
+endpoint waits there behind at most this many lower-band requests (plus the running batch)."""
+DEFAULT_KEEP_SLOTS: Final = 1
+"""The named Standard and Sheddable bands' ``keep_slots``: one batch slot per endpoint stays free for
+Critical arrivals once the endpoint's batch size is known."""
 
 
 class FlowControlError(IgwSchedulingError, ValueError):
@@ -95,6 +108,14 @@ class BandLimits:
     """The band dispatches only while the pool's utilisation (a fraction of its saturation point)
     is below this; 1.0 dispatches until the pool is saturated, a smaller value keeps the rest of the
     pool free for higher bands."""
+    max_endpoint_queue: int | None = None
+    """The band dispatches to an endpoint only while fewer than this many requests wait there
+    (scraped waiting plus dispatches the scrapes have not shown yet); ``None``: no per-endpoint
+    limit besides saturation. Keeps queue places at each model server free for higher bands."""
+    keep_slots: int = 0
+    """Batch slots the band leaves free at each endpoint for higher bands: it dispatches to an
+    endpoint only while the requests there (running and waiting) stay below its batch size minus
+    this. Applies only where the batch size is known (:func:`learned_batch`)."""
 
     def check(self, where: str) -> None:
         if self.max_requests < 1:
@@ -105,6 +126,24 @@ class BandLimits:
             raise FlowControlError(f"{where}.ttl must be positive, got {self.ttl_s:g}s")
         if not 0.0 < self.dispatch_below <= 1.0:
             raise FlowControlError(f"{where}.dispatchBelow must be in (0, 1], got {self.dispatch_below:g}")
+        if self.max_endpoint_queue is not None and self.max_endpoint_queue < 1:
+            raise FlowControlError(
+                f"{where}.maxEndpointQueue must be at least 1, got {self.max_endpoint_queue}"
+            )
+        if self.keep_slots < 0:
+            raise FlowControlError(f"{where}.keepSlots must be at least 0, got {self.keep_slots}")
+
+
+def _named_lower_band(*, max_requests: int, max_bytes: int, ttl_s: float) -> BandLimits:
+    """A default band below Critical: it keeps headroom, queue places and a batch slot for it."""
+    return BandLimits(
+        max_requests=max_requests,
+        max_bytes=max_bytes,
+        ttl_s=ttl_s,
+        dispatch_below=DEFAULT_DISPATCH_BELOW,
+        max_endpoint_queue=DEFAULT_MAX_ENDPOINT_QUEUE,
+        keep_slots=DEFAULT_KEEP_SLOTS,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,12 +153,8 @@ class FlowControlSettings:
     bands: Mapping[int, BandLimits] = field(
         default_factory=lambda: {
             CRITICAL: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=60.0),
-            STANDARD: BandLimits(
-                max_requests=256, max_bytes=64 << 20, ttl_s=30.0, dispatch_below=DEFAULT_DISPATCH_BELOW
-            ),
-            SHEDDABLE: BandLimits(
-                max_requests=128, max_bytes=32 << 20, ttl_s=10.0, dispatch_below=DEFAULT_DISPATCH_BELOW
-            ),
+            STANDARD: _named_lower_band(max_requests=256, max_bytes=64 << 20, ttl_s=30.0),
+            SHEDDABLE: _named_lower_band(max_requests=128, max_bytes=32 << 20, ttl_s=10.0),
         }
     )
     max_requests: int = 512
@@ -161,11 +196,17 @@ class FlowControlSettings:
                     max_bytes=int(band.get("maxBytes", 64 << 20)),
                     ttl_s=_duration(band.get("ttl", "30s"), f"{where}.bands[{i}].ttl"),
                     dispatch_below=float(band.get("dispatchBelow", 1.0)),
+                    max_endpoint_queue=(
+                        int(band["maxEndpointQueue"]) if "maxEndpointQueue" in band else None
+                    ),
+                    keep_slots=int(band.get("keepSlots", 0)),
                 )
             _check_headroom_order(raw["bands"], where)
         objectives: dict[str, int] = {}
         by_model: dict[str, int] = {}
         by_tenant: dict[str, int] = {}
+        owner: dict[tuple[str, str], int] = {}
+        """(field, model or tenant) -> the index of the objective that lists it."""
         for i, objective in enumerate(raw.get("objectives", ())):
             name = str(objective["name"])
             if name in objectives:
@@ -174,7 +215,7 @@ class FlowControlSettings:
             objectives[name] = priority
             for field_name, table in (("models", by_model), ("tenants", by_tenant)):
                 for j, value in enumerate(objective.get(field_name, ())):
-                    if value in table:
+                    if owner.setdefault((field_name, value), i) != i:  # twice in one objective is fine
                         raise FlowControlError(
                             f"{where}.objectives[{i}].{field_name}[{j}]: {value!r} already has an objective"
                         )
@@ -211,6 +252,18 @@ class FlowControlSettings:
                     f"that of the higher band {high} ({high_limits.dispatch_below:g}): a lower band "
                     "cannot keep headroom from a higher one"
                 )
+            if _queue_cap(low_limits) > _queue_cap(high_limits):
+                raise FlowControlError(
+                    f"flowControl.bands[{low}].maxEndpointQueue ({low_limits.max_endpoint_queue}) is "
+                    f"above that of the higher band {high} ({high_limits.max_endpoint_queue}): a lower "
+                    "band cannot keep queue places from a higher one"
+                )
+            if low_limits.keep_slots < high_limits.keep_slots:
+                raise FlowControlError(
+                    f"flowControl.bands[{low}].keepSlots ({low_limits.keep_slots}) is below that of "
+                    f"the higher band {high} ({high_limits.keep_slots}): a lower band cannot keep batch "
+                    "slots from a higher one"
+                )
         if self.max_requests < 1:
             raise FlowControlError(f"flowControl.maxRequests must be at least 1, got {self.max_requests}")
         if self.max_bytes < 1:
@@ -229,8 +282,13 @@ class FlowControlSettings:
         return self.bands[nearest]
 
 
+def _queue_cap(limits: BandLimits) -> float:
+    """``max_endpoint_queue`` with "no limit" as infinity, for ordering bands."""
+    return math.inf if limits.max_endpoint_queue is None else limits.max_endpoint_queue
+
+
 def _check_headroom_order(bands: list[Mapping[str, Any]], where: str) -> None:
-    """Refuse a lower band whose ``dispatchBelow`` is above a higher band's, naming the entry."""
+    """Refuse a lower band that keeps more room than a higher band, naming the higher entry."""
     indexed = sorted(enumerate(bands), key=lambda ib: int(ib[1]["priority"]))
     for (_, low), (j, high) in itertools.pairwise(indexed):
         low_value = float(low.get("dispatchBelow", 1.0))
@@ -239,6 +297,19 @@ def _check_headroom_order(bands: list[Mapping[str, Any]], where: str) -> None:
             raise FlowControlError(
                 f"{where}.bands[{j}].dispatchBelow: {high_value:g} is below the {low_value:g} of the lower "
                 f"priority {int(low['priority'])}; a lower band cannot keep headroom from a higher one"
+            )
+        low_cap = float(low.get("maxEndpointQueue", math.inf))
+        high_cap = float(high.get("maxEndpointQueue", math.inf))
+        if low_cap > high_cap:
+            raise FlowControlError(
+                f"{where}.bands[{j}].maxEndpointQueue: {high_cap:g} is below the {low_cap:g} of the lower "
+                f"priority {int(low['priority'])}; a lower band cannot keep queue places from a higher one"
+            )
+        low_keep, high_keep = int(low.get("keepSlots", 0)), int(high.get("keepSlots", 0))
+        if low_keep < high_keep:
+            raise FlowControlError(
+                f"{where}.bands[{j}].keepSlots: {high_keep} is above the {low_keep} of the lower "
+                f"priority {int(low['priority'])}; a lower band cannot keep batch slots from a higher one"
             )
 
 
@@ -273,6 +344,34 @@ def priority_for(
     if tenant is not None and by_tenant and tenant in by_tenant:
         return by_tenant[tenant]
     return STANDARD
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointLoad:
+    """What flow control knows of one endpoint when it decides whether a band may go there."""
+
+    waiting: int
+    """Requests waiting at the model server (not running), the router's dispatches that its
+    scrapes have not shown yet included."""
+    occupancy: int
+    """Requests running or waiting there."""
+    batch: int | None = None
+    """How many requests it runs at once (:func:`learned_batch`); ``None`` while unknown."""
+
+
+def learned_batch(previous: int | None, *, waiting: int | None, running: int | None) -> int | None:
+    """An endpoint's batch size, learned from its scrapes: the most requests one showed running
+    while others waited (the batch was full).
+
+    A scrape without a queue says only that the batch is at least that large, and taking it for the
+    limit would hold traffic back below it; a full batch smaller than an earlier one (long sequences
+    filling the KV cache) does not lower it either, since lower bands held below a too-small batch
+    would never fill the endpoint again to show its real size. Too large a batch only makes
+    ``keep_slots`` hold back later; too small one would starve the lower bands.
+    """
+    if waiting is not None and waiting > 0 and running is not None and running > 0:
+        return running if previous is None else max(previous, running)
+    return previous
 
 
 @dataclass(slots=True, kw_only=True)
@@ -398,6 +497,14 @@ class FlowController:
         measured before this dispatch.
         """
         return utilisation < self.settings.limits_for(priority).dispatch_below
+
+    def admits_to(self, priority: int, load: EndpointLoad) -> bool:
+        """Whether a request of ``priority`` may go to an endpoint with ``load``, by its band's
+        per-endpoint places (``max_endpoint_queue`` and ``keep_slots``)."""
+        limits = self.settings.limits_for(priority)
+        if limits.max_endpoint_queue is not None and load.waiting >= limits.max_endpoint_queue:
+            return False
+        return not limits.keep_slots or load.batch is None or load.occupancy < load.batch - limits.keep_slots
 
     def queued_at_or_above(self, priority: int) -> int:
         """Requests waiting in bands of ``priority`` or higher (an arrival must not overtake them)."""

@@ -1,0 +1,97 @@
+"""Cross-references in ``spec.extensions`` that ``igw validate`` resolves against the whole document.
+
+The gateway refuses these when it builds its runtime (start or hot reload); checking them here as
+well lets ``igw validate`` (and CI running it) refuse the file before it is deployed, naming the
+entry at fault:
+
+* a model, adapter or tenant listed under two ``flowControl.objectives`` (which priority would it
+  get?);
+* a ``modelRewrites`` target that no scheduler serves (neither a ``modelName`` nor one of its
+  ``loraAdapters``): the canary would send requests to a name nothing routes.
+
+They are not admission rules (``schemas/admission-rules.yaml``) because each needs nested loops over
+lists of up to a thousand entries, which the CRD's CEL cost budget does not allow. Values of the
+wrong type are skipped: the schema reports those.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final
+
+from igw.config.errors import Problem
+from igw.config.jsonpath import PathPart, format_path
+
+OBJECTIVE_MEMBER_RULE: Final = "unique-objective-member"
+REWRITE_TARGET_RULE: Final = "rewrite-target-served"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _extension(doc: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    return _mapping(_mapping(_mapping(doc.get("spec")).get("extensions")).get(name))
+
+
+def _problem(rule: str, parts: Sequence[PathPart], message: str) -> Problem:
+    return Problem(path=format_path(parts), message=message, rule=rule)
+
+
+def objective_member_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """A model or tenant under two objectives (listing it twice in one objective is harmless)."""
+    objectives = _list(_extension(doc, "flowControl").get("objectives"))
+    for field in ("models", "tenants"):
+        owner: dict[str, int] = {}
+        for i, objective in enumerate(objectives):
+            for j, value in enumerate(_list(_mapping(objective).get(field))):
+                if not isinstance(value, str):
+                    continue
+                first = owner.setdefault(value, i)
+                if first != i:
+                    yield _problem(
+                        OBJECTIVE_MEMBER_RULE,
+                        ("spec", "extensions", "flowControl", "objectives", i, field, j),
+                        f"{json.dumps(value)} is already listed under "
+                        f"spec.extensions.flowControl.objectives[{first}].{field}: one {field[:-1]} "
+                        "can have only one objective",
+                    )
+
+
+def served_models(spec: Mapping[str, Any]) -> set[str]:
+    """Model names a config ``spec`` serves: each scheduler's ``modelName`` and ``loraAdapters``."""
+    names: set[str] = set()
+    for scheduler in _list(spec.get("schedulers")):
+        s = _mapping(scheduler)
+        if isinstance(s.get("modelName"), str) and s["modelName"]:
+            names.add(s["modelName"])
+        names.update(a for a in _list(s.get("loraAdapters")) if isinstance(a, str))
+    return names
+
+
+def rewrite_target_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """A canary target that no scheduler serves."""
+    rules = _list(_extension(doc, "modelRewrites").get("rules"))
+    if not rules:
+        return
+    served = served_models(_mapping(doc.get("spec")))
+    for i, rule in enumerate(rules):
+        for j, target in enumerate(_list(_mapping(rule).get("targets"))):
+            model = _mapping(target).get("model")
+            if isinstance(model, str) and model not in served:
+                yield _problem(
+                    REWRITE_TARGET_RULE,
+                    ("spec", "extensions", "modelRewrites", "rules", i, "targets", j, "model"),
+                    f"no scheduler serves {json.dumps(model)}: it is neither a spec.schedulers[].modelName "
+                    "nor one of their loraAdapters",
+                )
+
+
+def reference_problems(doc: Mapping[str, Any]) -> list[Problem]:
+    """Every cross-reference problem of one InferenceGatewayConfig document."""
+    return [*objective_member_problems(doc), *rewrite_target_problems(doc)]

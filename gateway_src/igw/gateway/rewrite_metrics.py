@@ -1,0 +1,53 @@
+"""Per-target metrics of canary rewrites, so a rollout can be judged target by target.
+
+Every request a ``spec.extensions.modelRewrites`` rule matched is counted once, when its response
+is complete, under the rule's label and the target the rule chose:
+
+* ``igw_model_rewrite_requests_total{rule, target, code}``: the observed split (compare each
+  target's share with its weight) and each target's error rate;
+* ``igw_model_rewrite_request_duration_seconds{rule, target}``: each target's latency.
+
+Both label values come from the configuration only (a rule's ``name`` or ``rules[<index>]``, and a
+target the rule lists), never from the request, so the number of series is bounded by the rules:
+a fallback rule that matches any client-chosen model name still adds only its own targets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from igw.gateway.model_rewrite import Split
+from igw.gateway.telemetry import LATENCY_BUCKETS
+
+FinishHook = Callable[[int, float], None]
+"""Called once with a request's final HTTP status and its duration in seconds."""
+
+
+class RewriteMetrics:
+    """The per-rule, per-target series of one gateway's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "igw_model_rewrite_requests",
+            "Requests a canary rewrite rule sent to each target, by the final HTTP status.",
+            ["rule", "target", "code"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "igw_model_rewrite_request_duration_seconds",
+            "Time from request received to response complete, per canary rule and target.",
+            ["rule", "target"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    def on_finish(self, split: Split) -> FinishHook:
+        """The hook that accounts one request of ``split`` when it completes."""
+
+        def finished(status: int, elapsed_s: float) -> None:
+            self.requests.labels(split.rule, split.target, str(status)).inc()
+            self.duration.labels(split.rule, split.target).observe(elapsed_s)
+
+        return finished
