@@ -9,6 +9,7 @@ from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import DEFAULT_WEIGHTS, profile_from_weights
 from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
+    PRIOR_TOKENS_PER_S_PER_KV_TOKEN,
     TYPE,
     BacklogTtftScorer,
     LinearFit,
@@ -156,15 +157,80 @@ def test_mixed_fleet_picks_follow_predicted_ttft(h100_backlog: int, prompt: int,
     assert scores[loser] == pytest.approx(predicted[winner] / predicted[loser])
 
 
-def test_unmeasured_endpoint_gets_one_probe_then_counts_as_the_slowest() -> None:
+def test_unmeasured_endpoint_gets_one_probe_then_counts_as_the_worst() -> None:
+    """Unlike every measured endpoint (no KV capacity to compare): the fleet's best guess gets a
+    probe; while the probe is out it ranks below every other candidate, per request in flight."""
     s = BacklogTtftScorer()
     teach(s, "h100", H100)
     teach(s, "a10g", A10G)
-    fresh_idle, fresh_busy = ep("new"), ep("new", inflight=2)
-    idle, busy = s.predicted([fresh_idle, fresh_busy], tokens=1000, now=LATER)
+    [idle] = s.predicted([ep("new")], tokens=1000, now=LATER)
     assert idle == pytest.approx(0.010 + 25e-6 * 1000, rel=1e-3)  # the fleet's best guess: a probe
-    slowest_mean = s.fits["a10g"].mean_y
-    assert busy == pytest.approx(slowest_mean * 3)
+    h100, a10g, probing = s.predicted([ep("h100"), ep("a10g"), ep("new", inflight=2)], tokens=1000, now=LATER)
+    assert probing == pytest.approx(max(h100, a10g) * 3)
+
+
+@pytest.mark.parametrize(
+    ("new_blocks", "stand_in"),
+    [
+        (20_000, "h100"),  # alike the measured H100: its model stands in, no probe penalty
+        (21_000, "h100"),
+        (2_000, "a10g"),  # alike the measured A10G
+    ],
+)
+def test_unmeasured_endpoint_alike_a_measured_one_takes_its_model(new_blocks: int, stand_in: str) -> None:
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    kv = {"h100": 20_000, "a10g": 2_000}
+    endpoints = [ep(k, block_size=16, num_gpu_blocks=n) for k, n in kv.items()]
+    new = ep("new", block_size=16, num_gpu_blocks=new_blocks, inflight=5)
+    *known, fresh = s.predicted([*endpoints, new], tokens=1000, now=LATER)
+    assert fresh == pytest.approx(dict(zip(kv, known, strict=True))[stand_in])
+
+
+def test_unmeasured_endpoint_unlike_any_measured_one_is_slowed_by_its_smaller_kv_cache() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    endpoints = [
+        ep("h100", block_size=16, num_gpu_blocks=20_000),
+        ep("new", block_size=16, num_gpu_blocks=2_000),
+    ]
+    _, fresh = s.predicted(endpoints, tokens=1000, now=LATER)
+    assert fresh == pytest.approx(10 * (0.010 + 25e-6 * 1000), rel=1e-3)
+
+
+def test_before_any_outcome_dispatches_drain_at_a_speed_proportional_to_kv_capacity() -> None:
+    """Without a drain every dispatch would count for ever and a small GPU would end up looking idle."""
+    s = BacklogTtftScorer()
+    big = ep("big", block_size=16, num_gpu_blocks=20_000)
+    small = ep("small", block_size=16, num_gpu_blocks=2_000)
+    for i in range(20):
+        s.on_picked(ctx(request(1000, f"r{i}"), now=0.0), big)
+    assert s.score(ctx(request(1000), now=0.0), [big, small]) == pytest.approx(
+        [10 / 21, 1.0]
+    )  # 21,000 tokens ahead vs 1,000 at a tenth of the speed
+    per_token = 1.0 / (320_000 * PRIOR_TOKENS_PER_S_PER_KV_TOKEN)
+    later = 20_000 * per_token  # the big endpoint's backlog has drained by then
+    assert s.score(ctx(request(1000), now=later), [big, small]) == pytest.approx([1.0, 0.1])
+
+
+def test_an_outcome_caps_the_backlog_at_what_was_dispatched_after_it() -> None:
+    """The engine prefills in arrival order: a first token proves everything sent before it prefilled."""
+    s = BacklogTtftScorer()
+    teach(s, "a", (0.010, 1e-3))  # slow: the backlog drains for seconds
+    now = LATER
+    s.on_picked(ctx(request(2000, "first"), now=now), ep("a"))
+    s.on_picked(ctx(request(300, "second"), now=now), ep("a"))
+    s.on_complete(
+        RequestOutcome(request_id="first", endpoint="a", ok=True, ttft_s=0.5, prompt_tokens=2000),
+        now=now + 0.01,
+    )
+    assert s.backlogs["a"].tokens == pytest.approx(300)
+    s.on_complete(
+        RequestOutcome(request_id="second", endpoint="a", ok=True, ttft_s=0.5, prompt_tokens=300),
+        now=now + 0.02,
+    )
+    assert s.backlogs["a"].tokens == 0
 
 
 def test_under_sampled_endpoint_splits_its_mean_ttft() -> None:

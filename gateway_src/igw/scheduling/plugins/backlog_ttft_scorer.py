@@ -82,6 +82,11 @@ MIN_FIT_SAMPLES = 8
 """Samples before an endpoint's own regression is trusted (until then: its mean, the fleet's slope)."""
 MIN_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
+PRIOR_TOKENS_PER_S_PER_KV_TOKEN = 0.05
+"""Prefill speed assumed before any outcome, in prompt tokens per second per KV-cache token the
+endpoint holds. It only sets how fast a dispatch is forgotten while nothing is measured (the
+comparison between endpoints rests on their capacities); the presets' prefill rates divided by their
+KV capacities lie around this value, and a lower one errs towards remembering dispatches longer."""
 
 
 @dataclass(slots=True)
@@ -123,6 +128,9 @@ class Backlog:
 
     tokens: float = 0.0
     at: float = 0.0
+    total: float = 0.0
+    """Prompt tokens ever dispatched to the endpoint: what was sent after a request is
+    ``total`` now minus ``total`` just after that request's dispatch."""
 
     def now(self, now: float, slope: float) -> float:
         if slope <= 0:
@@ -168,8 +176,12 @@ class BacklogTtftScorer(PluginHooks):
         self.max_tracked = max_tracked
         self.fits: dict[EndpointKey, LinearFit] = {}
         self.backlogs: dict[EndpointKey, Backlog] = {}
-        self.dispatched: OrderedDict[str, tuple[EndpointKey, float]] = OrderedDict()
-        """Request id -> (endpoint, backlog tokens ahead of it at dispatch), until its outcome."""
+        self._cycle_models: dict[EndpointKey, tuple[float, float]] = {}
+        """``(intercept, slope)`` each endpoint was predicted with in the last cycle, guesses
+        included, so ``on_picked`` drains the chosen endpoint's backlog at the speed it was judged by."""
+        self.dispatched: OrderedDict[str, tuple[EndpointKey, float, float]] = OrderedDict()
+        """Request id -> (endpoint, backlog tokens ahead of it at dispatch, the endpoint's
+        ``Backlog.total`` just after it), until its outcome."""
 
     def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
         """``(intercept, slope)`` of every endpoint with its own regression, pooled by speed.
@@ -230,6 +242,22 @@ class BacklogTtftScorer(PluginHooks):
     def _slowest_mean(self) -> float:
         return max((f.mean_y for f in self.fits.values() if f.count), default=0.0)
 
+    def _alike_measured(
+        self, capacity: float | None, endpoints: Sequence[EndpointView], capacities: Sequence[float | None]
+    ) -> EndpointKey | None:
+        """The measured candidate whose KV capacity is closest to ``capacity``, if within ``pool_ratio``
+        of it: probably the same hardware, so its model stands in until this endpoint's first outcome."""
+        if capacity is None:
+            return None
+        best: tuple[float, EndpointKey] | None = None
+        for e, c in zip(endpoints, capacities, strict=True):
+            if c is None or e.key not in self.fits:
+                continue
+            ratio = max(c, capacity) / min(c, capacity)
+            if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
+                best = (ratio, e.key)
+        return None if best is None else best[1]
+
     def predicted(
         self,
         endpoints: Sequence[EndpointView],
@@ -238,32 +266,37 @@ class BacklogTtftScorer(PluginHooks):
         now: float,
         matched: Mapping[EndpointKey, float] | None = None,
     ) -> list[float]:
-        """Predicted seconds to first token per endpoint; before any outcome, tokens ahead per KV
-        token the endpoint holds (:meth:`_unmeasured`). ``matched``: share of the prompt each
-        endpoint probably has cached (the prefix scorer's ``prefix.match``), not prefilled again."""
+        """Predicted seconds to first token per endpoint; before any outcome, from a speed assumed
+        proportional to the KV cache the endpoint holds (:meth:`_unmeasured`). ``matched``: share of
+        the prompt each endpoint probably has cached (the prefix scorer's ``prefix.match``), not
+        prefilled again."""
         capacities = kv_capacities(endpoints)
+        self._cycle_models = {}
         if not self.fits:
-            return self._unmeasured(endpoints, capacities, tokens=tokens, matched=matched)
+            return self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
         pooled = self._pooled()
         self._cycle_pooled = pooled
         largest = max((c for c in capacities if c is not None), default=None)
         out: list[float] = []
-        for e, capacity in zip(endpoints, capacities, strict=True):
-            model = self._model(e.key, pooled)
+        probes: list[int] = []
+        for i, (e, capacity) in enumerate(zip(endpoints, capacities, strict=True)):
+            fit = self.fits.get(e.key)
+            stand_in = None if fit is not None else self._alike_measured(capacity, endpoints, capacities)
+            model = self._model(e.key if stand_in is None else stand_in, pooled)
             assert model is not None  # some endpoint is measured, so every endpoint has a model
             intercept, slope = model
-            fit = self.fits.get(e.key)
-            if fit is None:
+            if fit is None and stand_in is None:
                 if e.inflight > 0:
-                    # Unmeasured and its probe still out: as slow as the slowest measured endpoint
-                    # per request in flight, so a slow newcomer is not flooded before its outcome.
-                    out.append(self._slowest_mean() * (1 + e.inflight))
-                    continue
+                    # Unmeasured, unlike any measured endpoint, and its probe still out: the
+                    # worst candidate (below) until its first outcome, so a slow newcomer is not
+                    # flooded on a guess.
+                    probes.append(i)
                 if capacity and largest:
-                    # Unmeasured: the fleet's best, slowed by how much less KV cache it holds than
-                    # the largest endpoint (a smaller GPU is a slower one, until measured).
+                    # The fleet's best, slowed by how much less KV cache it holds than the largest
+                    # endpoint (a smaller GPU is a slower one, until measured).
                     factor = max(1.0, largest / capacity)
                     intercept, slope = intercept * factor, slope * factor
+            self._cycle_models[e.key] = (intercept, slope)
             backlog = self.backlogs.get(e.key)
             ahead = backlog.now(now, self._drain_slope(e.key, intercept, slope)) if backlog else 0.0
             predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
@@ -275,6 +308,11 @@ class BacklogTtftScorer(PluginHooks):
                 if unexplained > 0:
                     predicted += unexplained * (fit.mean_y if fit is not None else intercept)
             out.append(predicted)
+        if probes:
+            others = [p for i, p in enumerate(out) if i not in probes]
+            worst = max(others, default=self._slowest_mean())
+            for i in probes:
+                out[i] = max(out[i], worst) * (1 + endpoints[i].inflight)
         return out
 
     def _unmeasured(
@@ -283,18 +321,23 @@ class BacklogTtftScorer(PluginHooks):
         capacities: Sequence[float | None],
         *,
         tokens: int,
+        now: float,
         matched: Mapping[EndpointKey, float] | None,
     ) -> list[float]:
-        """Before the first outcome: tokens ahead (this router's dispatches plus this request) per
-        KV-cache token of the endpoint, a proxy for its size and so its speed; endpoints not
-        scraped yet take the mean capacity."""
+        """Before the first outcome: tokens ahead (this router's dispatches, drained at the assumed
+        speed, plus this request) over a prefill speed proportional to the endpoint's KV cache
+        (:data:`PRIOR_TOKENS_PER_S_PER_KV_TOKEN`); endpoints not scraped yet take the mean capacity.
+        Without the drain every dispatch would count for ever, and after enough of them a small,
+        slow GPU would look the least loaded."""
         known = [c for c in capacities if c is not None]
         fallback = sum(known) / len(known) if known else 1.0
         out: list[float] = []
         for e, cap in zip(endpoints, capacities, strict=True):
+            per_token = 1.0 / ((cap or fallback) * PRIOR_TOKENS_PER_S_PER_KV_TOKEN)
+            self._cycle_models[e.key] = (0.0, per_token)
             backlog = self.backlogs.get(e.key)
-            own = uncached(tokens, matched, e.key)
-            out.append(((backlog.tokens if backlog else 0.0) + own) / (cap or fallback))
+            ahead = backlog.now(now, per_token) if backlog else 0.0
+            out.append(per_token * (ahead + uncached(tokens, matched, e.key)))
         return out
 
     def one_speed(self, endpoints: Sequence[EndpointView]) -> bool:
@@ -307,6 +350,7 @@ class BacklogTtftScorer(PluginHooks):
         return bool(known) and len(known) == len(capacities) and max(known) <= min(known) * self.pool_ratio
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        self._cycle_models = {}
         if ctx.request.adapter is not None or self.one_speed(endpoints):
             # An adapter request's TTFT is ruled by adapter residency and slots, which this model
             # does not see; the LoRA scorers and filter decide. On endpoints of one speed the
@@ -318,15 +362,25 @@ class BacklogTtftScorer(PluginHooks):
         best = min(predicted, default=0.0)
         return [1.0 if p <= 0 else best / p for p in predicted]
 
+    def _drain_of(self, endpoint: EndpointView) -> float:
+        """Seconds per backlog token of ``endpoint``: the model this cycle predicted with, else its
+        own or the fleet's, else the speed assumed from its KV cache; 0 (no drain) when unknown."""
+        key = endpoint.key
+        model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
+        if model is not None:
+            return self._drain_slope(key, *model)
+        [capacity] = kv_capacities([endpoint])
+        return 1.0 / (capacity * PRIOR_TOKENS_PER_S_PER_KV_TOKEN) if capacity else 0.0
+
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         key = endpoint.key
-        model = self._model(key, self._cycle_pooled)
-        slope = self._drain_slope(key, *model) if model is not None else 0.0
         backlog = self.backlogs.setdefault(key, Backlog(at=ctx.now))
-        ahead = backlog.now(ctx.now, slope)
-        backlog.tokens = ahead + uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
+        ahead = backlog.now(ctx.now, self._drain_of(endpoint))
+        own = uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
+        backlog.tokens = ahead + own
+        backlog.total += own
         backlog.at = ctx.now
-        self.dispatched[ctx.request.request_id] = (key, ahead)
+        self.dispatched[ctx.request.request_id] = (key, ahead, backlog.total)
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
             self.dispatched.popitem(last=False)
 
@@ -334,18 +388,26 @@ class BacklogTtftScorer(PluginHooks):
         entry = self.dispatched.pop(outcome.request_id, None)
         if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
             return
-        key, ahead = entry
+        key, ahead, total_after = entry
         own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
         if not math.isfinite(outcome.ttft_s):
             return
         self.fits.setdefault(key, LinearFit()).observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
+        backlog = self.backlogs.get(key)
+        if backlog is not None:
+            # The engine prefills in arrival order: once this request has its first token, all that
+            # was dispatched there before it is prefilled too, so at most what came after is left.
+            model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
+            drain = self._drain_slope(key, *model) if model is not None else 0.0
+            backlog.tokens = min(backlog.now(now, drain), backlog.total - total_after)
+            backlog.at = now
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         gone = set(keys)
         for key in gone:
             self.fits.pop(key, None)
             self.backlogs.pop(key, None)
-        for rid in [rid for rid, (key, _) in self.dispatched.items() if key in gone]:
+        for rid in [rid for rid, (key, _, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
 
 
