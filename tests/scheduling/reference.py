@@ -19,10 +19,7 @@ from igw.scheduling.framework import CycleContext
 from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
     MIN_TOKENS,
-    Backlog,
     BacklogTtftScorer,
-    LinearFit,
-    uncached,
 )
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
@@ -31,7 +28,7 @@ from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScor
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, STATE_MATCH, PrefixCacheScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
 from igw.scheduling.scheduler import Profile, WeightedScorer
-from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
+from igw.scheduling.types import EndpointKey, EndpointView, RoutingRequest
 
 
 def reference_min_max_inverse(values: Sequence[float | None]) -> list[float | None]:
@@ -182,7 +179,8 @@ def reference_pool(
 
 class ReferenceBacklogTtftScorer(BacklogTtftScorer):
     """Every endpoint's regression computed, sorted and grouped from scratch on every call; the fleet's
-    best model and slowest mean looked up per endpoint."""
+    best model and slowest mean looked up per endpoint; KV capacities compared one endpoint at a time.
+    The prediction, drain and learning rules are the scorer's own (only their cached helpers differ)."""
 
     def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
         own = {k: m for k, f in self.fits.items() if (m := f.regression(min_samples=MIN_FIT_SAMPLES))}
@@ -202,105 +200,13 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         known = [m for k in self.fits if (m := self._model(k, pooled)) is not None]
         return min(b for b, _ in known), min(s for _, s in known)
 
-    def predicted(
-        self,
-        endpoints: Sequence[EndpointView],
-        *,
-        tokens: int,
-        now: float,
-        matched: Mapping[EndpointKey, float] | None = None,
-    ) -> list[float]:
-        capacities = reference_kv_capacities(endpoints)
-        if not self.fits:
-            return self._unmeasured(endpoints, capacities, tokens=tokens, matched=matched)
-        pooled = self._pooled()
-        self._cycle_pooled = pooled
-        largest = max((c for c in capacities if c is not None), default=None)
-        out: list[float] = []
-        for e, capacity in zip(endpoints, capacities, strict=True):
-            model = self._model(e.key, pooled)
-            assert model is not None
-            intercept, slope = model
-            fit = self.fits.get(e.key)
-            if fit is None:
-                if e.inflight > 0:
-                    slowest = max((f.mean_y for f in self.fits.values() if f.count), default=0.0)
-                    out.append(slowest * (1 + e.inflight))
-                    continue
-                if capacity and largest:
-                    factor = max(1.0, largest / capacity)
-                    intercept, slope = intercept * factor, slope * factor
-            backlog = self.backlogs.get(e.key)
-            ahead = backlog.now(now, self._drain_slope(e.key, intercept, slope)) if backlog else 0.0
-            predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
-            m = e.metrics
-            if m is not None and m.waiting is not None and m.waiting > 0:
-                unexplained = m.waiting - (1 if ahead > 0 else 0)
-                if unexplained > 0:
-                    predicted += unexplained * (fit.mean_y if fit is not None else intercept)
-            out.append(predicted)
-        return out
+    def _slowest_mean(self) -> float:
+        return max((f.mean_y for f in self.fits.values() if f.count), default=0.0)
 
-    def _unmeasured(
-        self,
-        endpoints: Sequence[EndpointView],
-        capacities: Sequence[float | None],
-        *,
-        tokens: int,
-        matched: Mapping[EndpointKey, float] | None,
-    ) -> list[float]:
-        known = [c for c in capacities if c is not None]
-        fallback = sum(known) / len(known) if known else 1.0
-        out: list[float] = []
-        for e, cap in zip(endpoints, capacities, strict=True):
-            backlog = self.backlogs.get(e.key)
-            own = uncached(tokens, matched, e.key)
-            out.append(((backlog.tokens if backlog else 0.0) + own) / (cap or fallback))
-        return out
-
-    def one_speed(self, endpoints: Sequence[EndpointView]) -> bool:
-        self._cycle_pooled = self._pooled()
+    def _alike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
         capacities = reference_kv_capacities(endpoints)
         known = [c for c in capacities if c is not None]
         return bool(known) and len(known) == len(capacities) and max(known) <= min(known) * self.pool_ratio
-
-    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
-        if ctx.request.adapter is not None or self.one_speed(endpoints):
-            return [1.0] * len(endpoints)
-        tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
-        predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
-        best = min(predicted, default=0.0)
-        return [1.0 if p <= 0 else best / p for p in predicted]
-
-    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
-        key = endpoint.key
-        model = self._model(key, self._cycle_pooled)
-        slope = self._drain_slope(key, *model) if model is not None else 0.0
-        backlog = self.backlogs.setdefault(key, Backlog(at=ctx.now))
-        ahead = backlog.now(ctx.now, slope)
-        backlog.tokens = ahead + uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
-        backlog.at = ctx.now
-        self.dispatched[ctx.request.request_id] = (key, ahead)
-        while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
-            self.dispatched.popitem(last=False)
-
-    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
-        entry = self.dispatched.pop(outcome.request_id, None)
-        if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
-            return
-        key, ahead = entry
-        own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
-        if not math.isfinite(outcome.ttft_s):
-            return
-        self.fits.setdefault(key, LinearFit()).observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
-
-    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
-        gone = set(keys)
-        for key in gone:
-            self.fits.pop(key, None)
-            self.backlogs.pop(key, None)
-        for rid in [rid for rid, (key, _) in self.dispatched.items() if key in gone]:
-            del self.dispatched[rid]
 
 
 class ReferenceMaxScorePicker(MaxScorePicker):

@@ -3,12 +3,16 @@ fitted per endpoint from completed requests; score = best predicted / own predic
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from igw.scheduling.errors import SchedulerConfigError
-from igw.scheduling.factory import DEFAULT_WEIGHTS, profile_from_weights
+from igw.scheduling.factory import DEFAULT_WEIGHTS, profile_from_weights, scheduler_from_weights
 from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
+    PRIOR_TOKENS_PER_S_PER_KV_TOKEN,
+    SPEED_SAMPLES,
     TYPE,
     BacklogTtftScorer,
     LinearFit,
@@ -99,18 +103,27 @@ def test_prediction_is_intercept_plus_slope_times_backlog_and_prompt() -> None:
     assert p == pytest.approx(0.010 + 25e-6 * 2000, rel=1e-3)
 
 
-def test_backlog_drains_at_the_slope_plus_the_intercept_spread_over_mean_tokens() -> None:
+@pytest.mark.parametrize(
+    ("queued", "why"),
+    [
+        (200, "below the mean tokens ahead: a dispatch occupies the endpoint for about its own TTFT"),
+        (4000, "above it: the engine prefills the queued prompts together and pays the step cost once"),
+    ],
+)
+def test_backlog_drains_at_the_slope_plus_the_intercept_spread_over_the_queue(queued: int, why: str) -> None:
     s = BacklogTtftScorer()
     teach(s, "a", H100)
+    mean_x = s.fits["a"].mean_x
+    assert 200 < mean_x < 4000
     t0 = 100_000.0
-    s.on_picked(ctx(request(4000, "big"), now=t0), ep("a"))
-    per_token = 25e-6 + 0.010 / s.fits["a"].mean_x  # a dispatch occupies about its own TTFT
-    left = 4000 - 0.05 / per_token
-    assert 0 < left < 4000
-    assert s.predicted([ep("a")], tokens=1000, now=t0 + 0.05)[0] == pytest.approx(
+    s.on_picked(ctx(request(queued, "big"), now=t0), ep("a"))
+    per_token = 25e-6 + 0.010 / max(mean_x, queued)
+    elapsed = 0.2 * queued * per_token
+    left = queued - elapsed / per_token
+    assert s.predicted([ep("a")], tokens=1000, now=t0 + elapsed)[0] == pytest.approx(
         0.010 + 25e-6 * (left + 1000), rel=1e-3
-    )
-    drained = t0 + 4000 * per_token + 1e-6
+    ), why
+    drained = t0 + queued * per_token + 1e-6
     assert s.predicted([ep("a")], tokens=1000, now=drained)[0] == pytest.approx(0.010 + 0.025, rel=1e-3)
 
 
@@ -142,7 +155,7 @@ def test_identical_endpoints_share_one_model() -> None:
     ],
 )
 def test_mixed_fleet_picks_follow_predicted_ttft(h100_backlog: int, prompt: int, winner: str) -> None:
-    s = BacklogTtftScorer()
+    s = BacklogTtftScorer(speed_preference=0.0)
     teach(s, "h100", H100)
     teach(s, "a10g", A10G)
     now = 100_000.0
@@ -156,15 +169,80 @@ def test_mixed_fleet_picks_follow_predicted_ttft(h100_backlog: int, prompt: int,
     assert scores[loser] == pytest.approx(predicted[winner] / predicted[loser])
 
 
-def test_unmeasured_endpoint_gets_one_probe_then_counts_as_the_slowest() -> None:
+def test_unmeasured_endpoint_gets_one_probe_then_counts_as_the_worst() -> None:
+    """Unlike every measured endpoint (no KV capacity to compare): the fleet's best guess gets a
+    probe; while the probe is out it ranks below every other candidate, per request in flight."""
     s = BacklogTtftScorer()
     teach(s, "h100", H100)
     teach(s, "a10g", A10G)
-    fresh_idle, fresh_busy = ep("new"), ep("new", inflight=2)
-    idle, busy = s.predicted([fresh_idle, fresh_busy], tokens=1000, now=LATER)
+    [idle] = s.predicted([ep("new")], tokens=1000, now=LATER)
     assert idle == pytest.approx(0.010 + 25e-6 * 1000, rel=1e-3)  # the fleet's best guess: a probe
-    slowest_mean = s.fits["a10g"].mean_y
-    assert busy == pytest.approx(slowest_mean * 3)
+    h100, a10g, probing = s.predicted([ep("h100"), ep("a10g"), ep("new", inflight=2)], tokens=1000, now=LATER)
+    assert probing == pytest.approx(max(h100, a10g) * 3)
+
+
+@pytest.mark.parametrize(
+    ("new_blocks", "stand_in"),
+    [
+        (20_000, "h100"),  # alike the measured H100: its model stands in, no probe penalty
+        (21_000, "h100"),
+        (2_000, "a10g"),  # alike the measured A10G
+    ],
+)
+def test_unmeasured_endpoint_alike_a_measured_one_takes_its_model(new_blocks: int, stand_in: str) -> None:
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    kv = {"h100": 20_000, "a10g": 2_000}
+    endpoints = [ep(k, block_size=16, num_gpu_blocks=n) for k, n in kv.items()]
+    new = ep("new", block_size=16, num_gpu_blocks=new_blocks, inflight=5)
+    *known, fresh = s.predicted([*endpoints, new], tokens=1000, now=LATER)
+    assert fresh == pytest.approx(dict(zip(kv, known, strict=True))[stand_in])
+
+
+def test_unmeasured_endpoint_unlike_any_measured_one_is_slowed_by_its_smaller_kv_cache() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    endpoints = [
+        ep("h100", block_size=16, num_gpu_blocks=20_000),
+        ep("new", block_size=16, num_gpu_blocks=2_000),
+    ]
+    _, fresh = s.predicted(endpoints, tokens=1000, now=LATER)
+    assert fresh == pytest.approx(10 * (0.010 + 25e-6 * 1000), rel=1e-3)
+
+
+def test_before_any_outcome_dispatches_drain_at_a_speed_proportional_to_kv_capacity() -> None:
+    """Without a drain every dispatch would count for ever and a small GPU would end up looking idle."""
+    s = BacklogTtftScorer()
+    big = ep("big", block_size=16, num_gpu_blocks=20_000)
+    small = ep("small", block_size=16, num_gpu_blocks=2_000)
+    for i in range(20):
+        s.on_picked(ctx(request(1000, f"r{i}"), now=0.0), big)
+    assert s.score(ctx(request(1000), now=0.0), [big, small]) == pytest.approx(
+        [10 / 21, 1.0]
+    )  # 21,000 tokens ahead vs 1,000 at a tenth of the speed
+    per_token = 1.0 / (320_000 * PRIOR_TOKENS_PER_S_PER_KV_TOKEN)
+    later = 20_000 * per_token  # the big endpoint's backlog has drained by then
+    assert s.score(ctx(request(1000), now=later), [big, small]) == pytest.approx([1.0, 0.1])
+
+
+def test_an_outcome_caps_the_backlog_at_what_was_dispatched_after_it() -> None:
+    """The engine prefills in arrival order: a first token proves everything sent before it prefilled."""
+    s = BacklogTtftScorer()
+    teach(s, "a", (0.010, 1e-3))  # slow: the backlog drains for seconds
+    now = LATER
+    s.on_picked(ctx(request(2000, "first"), now=now), ep("a"))
+    s.on_picked(ctx(request(300, "second"), now=now), ep("a"))
+    s.on_complete(
+        RequestOutcome(request_id="first", endpoint="a", ok=True, ttft_s=0.5, prompt_tokens=2000),
+        now=now + 0.01,
+    )
+    assert s.backlogs["a"].tokens == pytest.approx(300)
+    s.on_complete(
+        RequestOutcome(request_id="second", endpoint="a", ok=True, ttft_s=0.5, prompt_tokens=300),
+        now=now + 0.02,
+    )
+    assert s.backlogs["a"].tokens == 0
 
 
 def test_under_sampled_endpoint_splits_its_mean_ttft() -> None:
@@ -203,8 +281,17 @@ def test_removed_endpoints_are_forgotten() -> None:
 
 
 def test_factory_reads_parameters_and_rejects_bad_ones() -> None:
-    plugin = factory("b", {"alpha": 0.3, "poolRatio": 2, "maxTracked": 10}, "plugins[0].parameters")
+    plugin = factory(
+        "b",
+        {"alpha": 0.3, "poolRatio": 2, "speedRatio": 4, "speedPreference": 0.5, "maxTracked": 10},
+        "plugins[0].parameters",
+    )
     assert (plugin.type_name, plugin.alpha, plugin.pool_ratio, plugin.max_tracked) == (TYPE, 0.3, 2, 10)
+    assert (plugin.speed_ratio, plugin.speed_preference) == (4, 0.5)
+    with pytest.raises(SchedulerConfigError, match=r"speedRatio"):
+        factory("b", {"speedRatio": 0.9}, "plugins[0].parameters")
+    with pytest.raises(SchedulerConfigError, match=r"speedPreference"):
+        factory("b", {"speedPreference": -1}, "plugins[0].parameters")
     with pytest.raises(SchedulerConfigError, match=r"plugins\[0\]\.parameters.*alpha"):
         factory("b", {"alpha": 2}, "plugins[0].parameters")
     with pytest.raises(SchedulerConfigError, match=r"poolRatio"):
@@ -253,10 +340,78 @@ def test_endpoints_with_alike_kv_capacities_score_alike(
     """Alike: one kind of hardware, the other scorers balance; unlike or unknown: this one speaks."""
     for fitted in (False, True):
         s = BacklogTtftScorer()
-        if fitted:
+        if fitted:  # alike measured speeds: only the KV capacities tell the endpoints apart
             teach(s, "e0", H100)
-            teach(s, "e1", A10G)
+            teach(s, "e1", H100)
         endpoints = [ep(f"e{i}", block_size=16, num_gpu_blocks=n) for i, n in enumerate(blocks)]
         s.on_picked(ctx(request(4000, "busy"), now=LATER), endpoints[0])
         scores = s.score(ctx(request(1000), now=LATER), endpoints)
         assert (scores == [1.0, 1.0]) is neutral, (fitted, scores)
+
+
+def test_a_first_token_teaches_the_fit_once() -> None:
+    """The TTFT is learnt when the first token arrives; the completion that follows adds nothing."""
+    s = BacklogTtftScorer()
+    s.on_picked(ctx(request(500, "x"), now=0.0), ep("a"))
+    first = RequestOutcome(request_id="x", endpoint="a", ok=True, ttft_s=0.05, prompt_tokens=500)
+    s.on_first_token(first, now=0.05)
+    assert (s.fits["a"].count, s.fits["a"].mean_y) == (1, 0.05)
+    s.on_complete(
+        RequestOutcome(
+            request_id="x", endpoint="a", ok=True, ttft_s=0.05, prompt_tokens=500, output_tokens=200
+        ),
+        now=3.0,
+    )
+    assert s.fits["a"].count == 1
+
+
+@pytest.mark.parametrize(
+    ("slopes", "neutral"),
+    [
+        ((25e-6, 25e-6), True),  # alike KV and alike measured speed: one kind of hardware
+        ((25e-6, 60e-6), True),  # within speedRatio: chance scatter of identical pods is tolerated
+        ((25e-6, 100e-6), False),  # alike KV, measured 4x apart: an A100-80GB beside an H100
+    ],
+)
+def test_alike_kv_endpoints_are_told_apart_by_measured_speed(
+    slopes: tuple[float, float], neutral: bool
+) -> None:
+    s = BacklogTtftScorer()
+    for key, slope in zip(("e0", "e1"), slopes, strict=True):
+        teach(s, key, (0.010, slope), samples=SPEED_SAMPLES)
+    endpoints = [ep(f"e{i}", block_size=16, num_gpu_blocks=20_000) for i in range(2)]
+    scores = s.score(ctx(request(1000), now=LATER), endpoints)
+    assert (scores == [1.0, 1.0]) is neutral, scores
+
+
+@pytest.mark.parametrize("preference", [0.0, 1.0, 2.0])
+def test_speed_preference_weighs_how_fast_each_endpoint_would_serve_the_request_idle(
+    preference: float,
+) -> None:
+    """score = (best predicted / predicted) x (fastest idle TTFT / idle TTFT) ** speedPreference: of two
+    endpoints predicted alike (the fast one busy), the faster hardware keeps the better score, so
+    prefix affinity does not tie a request group to a slow GPU."""
+    s = BacklogTtftScorer(speed_preference=preference)
+    teach(s, "fast", (0.010, 90e-6))
+    teach(s, "slow", (0.010, 340e-6))
+    s.on_picked(ctx(request(1000, "ahead"), now=LATER), ep("fast"))
+    fast, slow = s.predicted([ep("fast"), ep("slow")], tokens=1000, now=LATER)
+    sf, ss = s.score(ctx(request(1000), now=LATER), [ep("fast"), ep("slow")])
+    assert sf is not None
+    assert ss is not None
+    idle_fast, idle_slow = 0.010 + 90e-6 * 1000, 0.010 + 340e-6 * 1000
+    assert sf / ss == pytest.approx((slow / fast) * (idle_slow / idle_fast) ** preference, rel=1e-3)
+
+
+def test_the_scheduler_passes_first_tokens_to_the_plugins_that_hear_them() -> None:
+    scheduler = scheduler_from_weights(DEFAULT_WEIGHTS, rng=random.Random(1))
+    endpoints = [ep("a", block_size=16, num_gpu_blocks=1000), ep("b", block_size=16, num_gpu_blocks=1000)]
+    decision = scheduler.pick(request(300, "x"), endpoints, now=0.0)
+    assert decision.endpoint is not None
+    scorer = next(ws.scorer for ws in scheduler.profile.scorers if ws.scorer.type_name == TYPE)
+    assert isinstance(scorer, BacklogTtftScorer)
+    scheduler.on_first_token(
+        RequestOutcome(request_id="x", endpoint=decision.endpoint, ok=True, ttft_s=0.02, prompt_tokens=300),
+        now=0.02,
+    )
+    assert scorer.fits[decision.endpoint].count == 1

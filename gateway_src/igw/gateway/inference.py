@@ -380,6 +380,9 @@ async def _forward(
                     response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
                     on_prepared=prepared.append,
                     keepalive_s=settings.sse_keepalive_interval_s,
+                    on_first_token=None
+                    if plan.sr is None
+                    else _first_token_feedback(plan.sr, key, obs, clock=state.clock),
                 )
         except ConnectFailed as exc:
             connected = False
@@ -443,6 +446,28 @@ async def _end_stream(response: web.StreamResponse, code: str, message: str) -> 
     ):
         await response.write(sse_error_event(code, message))
         await response.write_eof()
+
+
+def _first_token_feedback(
+    sr: SchedulerRuntime, key: str, obs: RequestObserver, *, clock: Callable[[], float]
+) -> Callable[[float], None]:
+    """Tell the scheduler a streamed request's TTFT as soon as its first token is relayed (the
+    backlog scorer learns a pod's speed from it in one TTFT, not one whole response)."""
+
+    def heard(ttft_s: float) -> None:
+        sr.scheduler.on_first_token(
+            RequestOutcome(
+                request_id=obs.request_id,
+                endpoint=key,
+                ok=True,
+                ttft_s=ttft_s,
+                prompt_tokens=obs.record.prompt_tokens or 0,
+                output_tokens=1,
+            ),
+            now=clock(),
+        )
+
+    return heard
 
 
 def _feedback(

@@ -196,9 +196,12 @@ async def exchange(
     response_headers: Mapping[str, str],
     on_prepared: Callable[[web.StreamResponse], None],
     keepalive_s: float = 0.0,
+    on_first_token: Callable[[float], None] | None = None,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` and relay the answer. Raises :class:`ConnectFailed` before anything was
-    sent to the client; every later failure is turned into a response (or a terminal SSE event)."""
+    sent to the client; every later failure is turned into a response (or a terminal SSE event).
+    ``on_first_token`` hears a streamed response's TTFT (seconds) once its first token has been
+    relayed, so the scheduler learns it without waiting for the whole response."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -230,6 +233,7 @@ async def exchange(
                 on_prepared=on_prepared,
                 keepalive_s=keepalive_s,
                 idle_timeout_s=idle_timeout_s,
+                on_first_token=on_first_token,
             )
         return await _relay_whole(upstream, extra=response_headers, started=started)
     finally:
@@ -298,6 +302,7 @@ async def _relay_stream(
     on_prepared: Callable[[web.StreamResponse], None],
     keepalive_s: float,
     idle_timeout_s: float | None,
+    on_first_token: Callable[[float], None] | None = None,
 ) -> ExchangeResult:
     """Relay an SSE response. The client's response is started when the first upstream bytes arrive
     (headers and first event leave back to back, which keeps the added TTFT down), so an upstream
@@ -339,6 +344,8 @@ async def _relay_stream(
             elif _carries_token(chunk):
                 result.ttft_s = now - started
                 last = now
+                if on_first_token is not None:
+                    on_first_token(result.ttft_s)
             result.events += chunk.count(b"\n\n")
             if b'"usage"' in chunk:
                 usage = _usage_in_events(chunk) or usage

@@ -67,6 +67,10 @@ class PluginHooks:
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         """Called when a dispatched request finishes (GIE's ResponseComplete)."""
 
+    def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
+        """Called when a dispatched request's first token arrives, before ``on_complete`` (GIE's
+        ResponseStreaming for the first chunk); ``outcome`` carries ``ttft_s``."""
+
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         """Called when endpoints leave the pool, so per-endpoint state can be dropped."""
 

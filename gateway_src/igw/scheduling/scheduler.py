@@ -51,6 +51,7 @@ from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
     EndpointView,
+    FirstTokenObserver,
     RequestOutcome,
     RoutingDecision,
     RoutingRequest,
@@ -113,6 +114,9 @@ class Scheduler:
         )
         self._on_picked = tuple(p for p in self._plugins if _overrides(p, "on_picked"))
         """The plugins whose ``on_picked`` does something (most inherit the no-op of PluginHooks)."""
+        self._first_token_plugins = tuple(p for p in self._plugins if isinstance(p, FirstTokenObserver))
+        """Plugins with an ``on_first_token`` hook (those deriving from PluginHooks, and any other
+        that defines one); plugins written to the bare :class:`Plugin` protocol may lack it."""
 
     def is_fresh(self, endpoint: EndpointView, now: float) -> bool:
         if endpoint.metrics is None or endpoint.scraped_at is None or endpoint.scrape_failing:
@@ -320,6 +324,11 @@ class Scheduler:
             self.ledger.on_complete(outcome)
         for plugin in self._plugins:
             plugin.on_complete(outcome, now=now)
+
+    def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
+        """A dispatched request's first token arrived (``outcome.ttft_s``); ``on_complete`` follows."""
+        for plugin in self._first_token_plugins:
+            plugin.on_first_token(outcome, now=now)
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:

@@ -161,3 +161,15 @@ class RoutingPolicy(Protocol):
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None: ...
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None: ...
+
+
+@runtime_checkable
+class FirstTokenObserver(Protocol):
+    """A policy that also wants to hear when a dispatched request's first token arrives.
+
+    Optional beside :class:`RoutingPolicy`: a policy that learns from time to first token learns it
+    in one TTFT instead of waiting for the whole response (seconds of decoding on a slow GPU). The
+    outcome carries ``ttft_s`` and ``prompt_tokens``; ``on_complete`` still follows.
+    """
+
+    def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None: ...

@@ -35,6 +35,7 @@ from typing import Any
 from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
+    FirstTokenObserver,
     RequestOutcome,
     RoutingPolicy,
     RoutingRequest,
@@ -159,6 +160,8 @@ class _Runner:
         self.pods = pods
         self.by_key = by_key
         self.policy = policy
+        self.first_token_observer = policy if isinstance(policy, FirstTokenObserver) else None
+        """The policy, when it wants to hear of each first token (the gateway learns TTFT from it)."""
         self.rng = rng
         self.base_model = base_model
         self.max_retries = max_retries
@@ -354,8 +357,13 @@ class _Runner:
             return
         batch = pod.batch
         assert batch is not None
-        out = pod.engine.complete(batch, now, collect_emitted=False)
+        observer = self.first_token_observer
+        out = pod.engine.complete(batch, now, collect_emitted=observer is not None)
         pod.batch = None
+        if observer is not None:
+            for ereq in out.emitted:
+                if ereq.output_tokens == 1 and ereq.first_token_at == now:
+                    self._first_token(observer, pod, ereq, now)
         if out.finished:
             pod.view = None
             for ereq in out.finished:
@@ -393,6 +401,26 @@ class _Runner:
         pod.event_seq = -1
         pod.engine.pool.reset_prefix_cache()
         pod.view = None
+
+    def _first_token(
+        self, observer: FirstTokenObserver, pod: SimPod, ereq: EngineRequest, now: float
+    ) -> None:
+        """Tell the policy the request's first token arrived (a streaming gateway sees it now)."""
+        p = self.pending.get(ereq.request_id)
+        if p is None:
+            return
+        observer.on_first_token(
+            RequestOutcome(
+                request_id=p.sim.request_id,
+                endpoint=pod.key,
+                ok=True,
+                ttft_s=now - ereq.arrival,
+                prompt_tokens=p.sim.prompt_tokens,
+                output_tokens=1,
+                cached_tokens=ereq.cached_tokens,
+            ),
+            now=now,
+        )
 
     def _finish(self, pod: SimPod, ereq: EngineRequest, now: float) -> None:
         p = self.pending.pop(ereq.request_id)

@@ -12,42 +12,51 @@ Model, per endpoint ``i``:
 
 * **backlog** ``B_i``: prompt tokens this router dispatched there that are probably not prefilled
   yet. Each dispatch adds its prompt tokens; the backlog drains in real time at one token per
-  ``s_i + b_i / x̄_i`` seconds (the learned slope plus the intercept spread over the endpoint's mean
-  tokens ahead ``x̄_i``), so each dispatch occupies the endpoint for about its own TTFT: draining at
-  the slope alone forgot a dispatch long before its first token (worse tails on identical pods,
-  measured in docs/benchmark.md).
+  ``s_i + b_i / max(x̄_i, B_i)`` seconds (the learned slope plus the intercept spread over the
+  endpoint's mean tokens ahead ``x̄_i``, or over the backlog when that is larger), so a dispatch
+  occupies the endpoint for about its own TTFT, while a deep backlog, which the engine prefills in
+  shared steps, pays the per-step cost once. A learnt TTFT also caps the backlog: the engine
+  prefills in arrival order, so once a request has its first token, only what was dispatched after
+  it can be left.
 * **speed**: ``TTFT = b_i + s_i * x`` where ``x`` is the backlog at dispatch plus the request's own
   uncached prompt tokens (``RequestOutcome.prompt_tokens - cached_tokens``), fitted online per
-  endpoint by exponentially weighted least squares over completed requests (``alpha`` is the weight
-  of a new sample). The fit absorbs what the model leaves out (decode steps sharing the batch,
-  scheduling overhead) as long as it changes slowly. Until an endpoint has ``MIN_FIT_SAMPLES``
-  samples with a positive slope and intercept, its mean TTFT is split into a fixed half and a
-  half proportional to tokens ahead (exact at its mean tokens ahead).
+  endpoint by exponentially weighted least squares (``alpha`` is the weight of a new sample). A
+  sample arrives with the request's first token (``on_first_token``, when the caller streams) or
+  else at its completion, which on a slow GPU with long outputs comes seconds later. The fit absorbs
+  what the model leaves out (decode steps sharing the batch, scheduling overhead) as long as it
+  changes slowly. Until an endpoint has ``MIN_FIT_SAMPLES`` samples with a positive slope and
+  intercept, its mean TTFT is split into a fixed half and a half proportional to tokens ahead.
 * **prediction** for a request of ``n`` prompt tokens: ``b_i + s_i * (B_i + n)``; with scraped
   ``waiting`` requests beyond what the backlog explains (another router's traffic, requests stalled
   for KV space), each adds the endpoint's mean observed TTFT.
 
-**Cold start** (the router learns a TTFT only when its request completes, which on a slow GPU with
-long outputs takes seconds). Before any outcome at all, endpoints are compared by tokens ahead per
-KV-cache token they hold (``num_gpu_blocks x block_size`` from the scrape: a smaller GPU is a
-slower one). Afterwards an unmeasured endpoint takes the fleet's smallest intercept and slope,
-scaled up by how much less KV cache it holds than the largest endpoint, so it gets a probe when
-that guess says so; while its probe is out it counts as the slowest measured endpoint's mean TTFT
-per request in flight, so a slow newcomer is not flooded before its first outcome arrives.
+**Cold start.** Before any sample at all, each endpoint is assumed to prefill at a speed
+proportional to the KV cache it holds (``num_gpu_blocks x block_size`` from the scrape: a smaller
+GPU is a slower one), and its backlog drains at that speed. Afterwards an unmeasured endpoint whose
+KV capacity is within ``poolRatio`` of a measured one takes that endpoint's model (probably the same
+hardware); one unlike every measured endpoint takes the fleet's smallest intercept and slope scaled
+up by how much less KV cache it holds than the largest, gets one probe on that guess, and while the
+probe is out ranks below every other candidate (per request in flight), so a slow newcomer is not
+flooded before its first sample.
+
+**Score**: ``min(predicted) / predicted_i``, times ``(fastest idle_j / idle_i) ** speedPreference``
+where ``idle_i = b_i + s_i * n`` is how fast the endpoint would serve this request with nothing
+ahead. The second factor breaks near-ties towards faster hardware: a slow GPU holding a request
+group's prefix predicts about what a fast one predicts without it, and greedy per-request choice
+would then tie the whole group to the slow GPU.
 
 **Cached prefixes**: with ``prefix-cache-scorer`` in the profile, the share of the prompt it places
 on an endpoint (``prefix.match``) is left out of that endpoint's prefill work, so prefix affinity is
 not read as load. **Adapter requests** score 1.0 everywhere: their TTFT is ruled by adapter
 residency and slots, which the LoRA scorers and filter model and this scorer does not.
-**One kind of hardware**: when the candidates' KV capacities (from their scrapes) all lie within
-``poolRatio`` of each other, every endpoint scores 1.0: on identical pods the queue, prefix and
-prefill-collision scorers already balance load, and this scorer on top of them lengthened
-shared-prefix tails (docs/benchmark.md); it speaks where the hardware differs. The fits cannot
-decide this: with shared prefixes the uncached lengths barely vary and identical pods' slopes
-scatter. A limit: GPUs of different speed but alike KV capacity (an A100-80GB and an H100 serving
-an 8B model) are taken as one kind.
+**One kind of hardware**: when the candidates' KV capacities all lie within ``poolRatio`` of each
+other and no two well-measured slopes (``SPEED_SAMPLES`` samples) lie more than ``speedRatio``
+apart, every endpoint scores 1.0: on identical pods the queue, prefix and prefill-collision scorers
+already balance load, and this scorer on top of them lengthened shared-prefix tails
+(docs/benchmark.md). KV capacity alone takes an A100-80GB and an H100 serving an 8B model as one
+kind; the slope check tells them apart once measured, and ``speedRatio`` sits above the scatter of
+identical pods' fits.
 
-Score: ``min(predicted) / predicted_i`` (the best scores 1.0; twice the predicted TTFT 0.5).
 Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start and
 the one-kind-of-hardware check).
 
@@ -55,8 +64,10 @@ Fits of identical pods differ by chance; endpoints whose slopes lie within ``poo
 other share one model (:meth:`BacklogTtftScorer._pooled`).
 
 Parameters: ``alpha`` (weight of a new sample in the fit, default 0.1), ``poolRatio`` (slopes within
-this factor of a group's fastest count as the same speed, default 1.5), ``maxTracked`` (dispatches
-remembered per endpoint until their outcome arrives, default 4096).
+this factor of a group's fastest count as the same speed, and KV capacities within it as the same
+hardware, default 1.5), ``speedRatio`` (measured slopes this far apart tell alike-KV endpoints apart,
+default 3), ``speedPreference`` (exponent of the idle-speed factor in the score, 0 switches it off,
+default 1), ``maxTracked`` (dispatches remembered per endpoint until their outcome, default 4096).
 """
 
 from __future__ import annotations
@@ -81,10 +92,19 @@ DEFAULT_TYPICAL_TOKENS = 1000.0
 """Tokens ahead assumed for an endpoint without samples when spreading its intercept (drain rate)."""
 MIN_FIT_SAMPLES = 8
 """Samples before an endpoint's own regression is trusted (until then: its mean, the fleet's slope)."""
+SPEED_SAMPLES = 16
+"""Samples an endpoint's fit needs before its slope may tell its hardware apart from alike-KV peers."""
+DEFAULT_SPEED_RATIO = 3.0
+DEFAULT_SPEED_PREFERENCE = 1.0
 MIN_TOKENS = 1
+"""A request is never counted as zero work (an empty prompt still costs one step)."""
 EXACT_IN_FLOAT = 2**53
 """Integers below this convert to float exactly (KV capacities compared as ints or floats agree)."""
-"""A request is never counted as zero work (an empty prompt still costs one step)."""
+PRIOR_TOKENS_PER_S_PER_KV_TOKEN = 0.05
+"""Prefill speed assumed before any outcome, in prompt tokens per second per KV-cache token the
+endpoint holds. It only sets how fast a dispatch is forgotten while nothing is measured (the
+comparison between endpoints rests on their capacities); the presets' prefill rates divided by their
+KV capacities lie around this value, and a lower one errs towards remembering dispatches longer."""
 
 
 @dataclass(slots=True)
@@ -126,6 +146,9 @@ class Backlog:
 
     tokens: float = 0.0
     at: float = 0.0
+    total: float = 0.0
+    """Prompt tokens ever dispatched to the endpoint: what was sent after a request is
+    ``total`` now minus ``total`` just after that request's dispatch."""
 
     def now(self, now: float, slope: float) -> float:
         if slope <= 0:
@@ -160,20 +183,28 @@ class BacklogTtftScorer(PluginHooks):
         name: str = TYPE,
         alpha: float = DEFAULT_ALPHA,
         pool_ratio: float = DEFAULT_POOL_RATIO,
+        speed_ratio: float = DEFAULT_SPEED_RATIO,
+        speed_preference: float = DEFAULT_SPEED_PREFERENCE,
         max_tracked: int = DEFAULT_MAX_TRACKED,
     ) -> None:
         self.name = name
         self.alpha = alpha
         self.pool_ratio = pool_ratio
+        self.speed_ratio = speed_ratio
+        self.speed_preference = speed_preference
         self._cycle_pooled: Mapping[EndpointKey, tuple[float, float]] = {}
         """The pooled models of the last :meth:`predicted` (the pick's own cycle, for ``on_picked``)."""
         self.max_tracked = max_tracked
         self.fits: dict[EndpointKey, LinearFit] = {}
         self.backlogs: dict[EndpointKey, Backlog] = {}
-        self.dispatched: OrderedDict[str, tuple[EndpointKey, float]] = OrderedDict()
-        """Request id -> (endpoint, backlog tokens ahead of it at dispatch), until its outcome."""
+        self._cycle_models: dict[EndpointKey, tuple[float, float]] = {}
+        """``(intercept, slope)`` each endpoint was predicted with in the last cycle, guesses
+        included, so ``on_picked`` drains the chosen endpoint's backlog at the speed it was judged by."""
+        self.dispatched: OrderedDict[str, tuple[EndpointKey, float, float]] = OrderedDict()
+        """Request id -> (endpoint, backlog tokens ahead of it at dispatch, the endpoint's
+        ``Backlog.total`` just after it), until its outcome."""
         self.pools = SpeedPools(pool_ratio=pool_ratio)
-        """Every fit's own regression, pooled by speed (kept current by :meth:`on_complete`)."""
+        """Every fit's own regression, pooled by speed (kept current whenever a fit learns)."""
         self._fits_version = 0
         """Counts changes to ``fits`` (the caches below are of one version)."""
         self._slowest_cache: tuple[int, float] | None = None
@@ -223,13 +254,13 @@ class BacklogTtftScorer(PluginHooks):
         self._fleet_best_cache = (self._fits_version, pooled, best)
         return best
 
-    def _drain_slope(self, key: EndpointKey, intercept: float, slope: float) -> float:
+    def _drain_slope(self, key: EndpointKey, intercept: float, slope: float, queued: float = 0.0) -> float:
         """Seconds per backlog token: the slope plus the intercept spread over the endpoint's mean
         tokens ahead, so a dispatch occupies the endpoint for about its own TTFT (the per-step cost
         is paid by every request, not only the per-token share)."""
         fit = self.fits.get(key)
         typical = fit.mean_x if fit is not None and fit.mean_x > 0 else DEFAULT_TYPICAL_TOKENS
-        return slope + intercept / typical
+        return slope + intercept / max(typical, queued)
 
     def _slowest_mean(self) -> float:
         cached = self._slowest_cache
@@ -239,6 +270,22 @@ class BacklogTtftScorer(PluginHooks):
         self._slowest_cache = (self._fits_version, slowest)
         return slowest
 
+    def _alike_measured(
+        self, capacity: float | None, endpoints: Sequence[EndpointView], capacities: Sequence[float | None]
+    ) -> EndpointKey | None:
+        """The measured candidate whose KV capacity is closest to ``capacity``, if within ``pool_ratio``
+        of it: probably the same hardware, so its model stands in until this endpoint's first outcome."""
+        if capacity is None:
+            return None
+        best: tuple[float, EndpointKey] | None = None
+        for e, c in zip(endpoints, capacities, strict=True):
+            if c is None or e.key not in self.fits:
+                continue
+            ratio = max(c, capacity) / min(c, capacity)
+            if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
+                best = (ratio, e.key)
+        return None if best is None else best[1]
+
     def predicted(
         self,
         endpoints: Sequence[EndpointView],
@@ -247,34 +294,43 @@ class BacklogTtftScorer(PluginHooks):
         now: float,
         matched: Mapping[EndpointKey, float] | None = None,
     ) -> list[float]:
-        """Predicted seconds to first token per endpoint; before any outcome, tokens ahead per KV
-        token the endpoint holds (:meth:`_unmeasured`). ``matched``: share of the prompt each
-        endpoint probably has cached (the prefix scorer's ``prefix.match``), not prefilled again."""
+        """Predicted seconds to first token per endpoint; before any outcome, from a speed assumed
+        proportional to the KV cache the endpoint holds (:meth:`_unmeasured`). ``matched``: share of
+        the prompt each endpoint probably has cached (the prefix scorer's ``prefix.match``), not
+        prefilled again."""
         capacities = kv_capacities(endpoints)
+        self._cycle_models = {}
         if not self.fits:
-            return self._unmeasured(endpoints, capacities, tokens=tokens, matched=matched)
+            return self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
         pooled = self._pooled()
         self._cycle_pooled = pooled
         largest = max((c for c in capacities if c is not None), default=None)
         out: list[float] = []
-        for e, capacity in zip(endpoints, capacities, strict=True):
-            model = self._model(e.key, pooled)
+        probes: list[int] = []
+        for i, (e, capacity) in enumerate(zip(endpoints, capacities, strict=True)):
+            fit = self.fits.get(e.key)
+            stand_in = None if fit is not None else self._alike_measured(capacity, endpoints, capacities)
+            model = self._model(e.key if stand_in is None else stand_in, pooled)
             assert model is not None  # some endpoint is measured, so every endpoint has a model
             intercept, slope = model
-            fit = self.fits.get(e.key)
-            if fit is None:
+            if fit is None and stand_in is None:
                 if e.inflight > 0:
-                    # Unmeasured and its probe still out: as slow as the slowest measured endpoint
-                    # per request in flight, so a slow newcomer is not flooded before its outcome.
-                    out.append(self._slowest_mean() * (1 + e.inflight))
-                    continue
+                    # Unmeasured, unlike any measured endpoint, and its probe still out: the
+                    # worst candidate (below) until its first outcome, so a slow newcomer is not
+                    # flooded on a guess.
+                    probes.append(i)
                 if capacity and largest:
-                    # Unmeasured: the fleet's best, slowed by how much less KV cache it holds than
-                    # the largest endpoint (a smaller GPU is a slower one, until measured).
+                    # The fleet's best, slowed by how much less KV cache it holds than the largest
+                    # endpoint (a smaller GPU is a slower one, until measured).
                     factor = max(1.0, largest / capacity)
                     intercept, slope = intercept * factor, slope * factor
+            self._cycle_models[e.key] = (intercept, slope)
             backlog = self.backlogs.get(e.key)
-            ahead = backlog.now(now, self._drain_slope(e.key, intercept, slope)) if backlog else 0.0
+            ahead = (
+                backlog.now(now, self._drain_slope(e.key, intercept, slope, backlog.tokens))
+                if backlog
+                else 0.0
+            )
             predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
             m = e.metrics
             if m is not None and m.waiting is not None and m.waiting > 0:
@@ -284,6 +340,11 @@ class BacklogTtftScorer(PluginHooks):
                 if unexplained > 0:
                     predicted += unexplained * (fit.mean_y if fit is not None else intercept)
             out.append(predicted)
+        if probes:
+            others = [p for i, p in enumerate(out) if i not in probes]
+            worst = max(others, default=self._slowest_mean())
+            for i in probes:
+                out[i] = max(out[i], worst) * (1 + endpoints[i].inflight)
         return out
 
     def _unmeasured(
@@ -292,25 +353,46 @@ class BacklogTtftScorer(PluginHooks):
         capacities: Sequence[float | None],
         *,
         tokens: int,
+        now: float,
         matched: Mapping[EndpointKey, float] | None,
     ) -> list[float]:
-        """Before the first outcome: tokens ahead (this router's dispatches plus this request) per
-        KV-cache token of the endpoint, a proxy for its size and so its speed; endpoints not
-        scraped yet take the mean capacity."""
+        """Before the first outcome: tokens ahead (this router's dispatches, drained at the assumed
+        speed, plus this request) over a prefill speed proportional to the endpoint's KV cache
+        (:data:`PRIOR_TOKENS_PER_S_PER_KV_TOKEN`); endpoints not scraped yet take the mean capacity.
+        Without the drain every dispatch would count for ever, and after enough of them a small,
+        slow GPU would look the least loaded."""
         known = [c for c in capacities if c is not None]
         fallback = sum(known) / len(known) if known else 1.0
         out: list[float] = []
         for e, cap in zip(endpoints, capacities, strict=True):
+            per_token = 1.0 / ((cap or fallback) * PRIOR_TOKENS_PER_S_PER_KV_TOKEN)
+            self._cycle_models[e.key] = (0.0, per_token)
             backlog = self.backlogs.get(e.key)
-            own = uncached(tokens, matched, e.key)
-            out.append(((backlog.tokens if backlog else 0.0) + own) / (cap or fallback))
+            ahead = backlog.now(now, per_token) if backlog else 0.0
+            out.append(per_token * (ahead + uncached(tokens, matched, e.key)))
         return out
 
     def one_speed(self, endpoints: Sequence[EndpointView]) -> bool:
         """Whether the candidates look like one kind of hardware: every KV capacity known and within
-        ``pool_ratio`` of the others. Fits cannot tell this reliably: on identical pods serving
-        shared prefixes the requests' uncached lengths barely vary, and the fitted slopes scatter."""
+        ``pool_ratio`` of the others, and no two of their well-measured slopes (at least
+        ``SPEED_SAMPLES`` samples each) more than ``speed_ratio`` apart. KV capacity alone cannot tell
+        an A100-80GB from an H100 serving the same model; slopes alone cannot tell identical pods
+        apart from different ones, because on identical pods serving shared prefixes the requests'
+        uncached lengths barely vary and the fitted slopes scatter (by less than ``speed_ratio``)."""
         self._cycle_pooled = self._pooled()
+        if not self._alike_capacities(endpoints):
+            return False
+        slopes = [
+            m[1]
+            for e in endpoints
+            if (f := self.fits.get(e.key)) is not None
+            and f.count >= SPEED_SAMPLES
+            and (m := self._cycle_pooled.get(e.key)) is not None
+        ]
+        return not slopes or max(slopes) <= min(slopes) * self.speed_ratio
+
+    def _alike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
+        """Every candidate's KV capacity known and within ``pool_ratio`` of the others."""
         try:
             # The usual case, in C-level passes: every endpoint publishes both numbers (a missing
             # metrics object or number raises here; a zero, which counts as unknown, fails lo > 0).
@@ -328,6 +410,7 @@ class BacklogTtftScorer(PluginHooks):
         return max(known) <= min(known) * self.pool_ratio
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        self._cycle_models = {}
         if ctx.request.adapter is not None or self.one_speed(endpoints):
             # An adapter request's TTFT is ruled by adapter residency and slots, which this model
             # does not see; the LoRA scorers and filter decide. On endpoints of one speed the
@@ -337,27 +420,51 @@ class BacklogTtftScorer(PluginHooks):
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
         best = min(predicted, default=0.0)
-        if best > 0:  # every prediction positive: each ratio in (0, 1], vouched
-            return UnitScores([best / p for p in predicted])
-        return [1.0 if p <= 0 else best / p for p in predicted]
+        scores = [1.0 if p <= 0 else best / p for p in predicted]
+        if self.speed_preference > 0 and self.fits:
+            idle = [b + s * tokens for b, s in (self._cycle_models.get(e.key, (0.0, 0.0)) for e in endpoints)]
+            fastest = min(idle)
+            if fastest > 0:
+                scores = [
+                    sc * (fastest / t) ** self.speed_preference for sc, t in zip(scores, idle, strict=True)
+                ]
+        return list[float | None](scores)
+
+    def _drain_of(self, endpoint: EndpointView, queued: float) -> float:
+        """Seconds per backlog token of ``endpoint``: the model this cycle predicted with, else its
+        own or the fleet's, else the speed assumed from its KV cache; 0 (no drain) when unknown."""
+        key = endpoint.key
+        model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
+        if model is not None:
+            return self._drain_slope(key, *model, queued)
+        [capacity] = kv_capacities([endpoint])
+        return 1.0 / (capacity * PRIOR_TOKENS_PER_S_PER_KV_TOKEN) if capacity else 0.0
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         key = endpoint.key
-        model = self._model(key, self._cycle_pooled)
-        slope = self._drain_slope(key, *model) if model is not None else 0.0
         backlog = self.backlogs.setdefault(key, Backlog(at=ctx.now))
-        ahead = backlog.now(ctx.now, slope)
-        backlog.tokens = ahead + uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
+        ahead = backlog.now(ctx.now, self._drain_of(endpoint, backlog.tokens))
+        own = uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
+        backlog.tokens = ahead + own
+        backlog.total += own
         backlog.at = ctx.now
-        self.dispatched[ctx.request.request_id] = (key, ahead)
+        self.dispatched[ctx.request.request_id] = (key, ahead, backlog.total)
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
             self.dispatched.popitem(last=False)
 
+    def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
+        """Learn the request's TTFT as soon as it is known (a streaming response's first token)."""
+        self._learn(outcome, now=now)
+
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        """Learn from the completed request unless its first token already taught this scorer."""
+        self._learn(outcome, now=now)
+
+    def _learn(self, outcome: RequestOutcome, *, now: float) -> None:
         entry = self.dispatched.pop(outcome.request_id, None)
         if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
             return
-        key, ahead = entry
+        key, ahead, total_after = entry
         own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
         if not math.isfinite(outcome.ttft_s):
             return
@@ -365,6 +472,14 @@ class BacklogTtftScorer(PluginHooks):
         fit.observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
         self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES))
         self._fits_version += 1
+        backlog = self.backlogs.get(key)
+        if backlog is not None:
+            # The engine prefills in arrival order: once this request has its first token, all that
+            # was dispatched there before it is prefilled too, so at most what came after is left.
+            model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
+            drain = self._drain_slope(key, *model, backlog.tokens) if model is not None else 0.0
+            backlog.tokens = min(backlog.now(now, drain), backlog.total - total_after)
+            backlog.at = now
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         gone = set(keys)
@@ -373,7 +488,7 @@ class BacklogTtftScorer(PluginHooks):
             self.backlogs.pop(key, None)
             self.pools.set(key, None)
         self._fits_version += 1
-        for rid in [rid for rid, (key, _) in self.dispatched.items() if key in gone]:
+        for rid in [rid for rid, (key, _, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
 
 
@@ -383,6 +498,8 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         name=name,
         alpha=r.number("alpha", DEFAULT_ALPHA, minimum=0.0, maximum=1.0),
         pool_ratio=r.number("poolRatio", DEFAULT_POOL_RATIO, minimum=1.0),
+        speed_ratio=r.number("speedRatio", DEFAULT_SPEED_RATIO, minimum=1.0),
+        speed_preference=r.number("speedPreference", DEFAULT_SPEED_PREFERENCE, minimum=0.0),
         max_tracked=r.integer("maxTracked", DEFAULT_MAX_TRACKED, minimum=1),
     )
     r.finish()
