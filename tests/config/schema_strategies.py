@@ -128,6 +128,10 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
         band["priority"] = index
     for index, objective in enumerate(flow.get("objectives", [])):
         objective["name"] = f"objective-{index}"
+    limits = extensions.get("serverLimits") or {}
+    for key, value in (("headerTimeout", "10s"), ("bodyTimeout", "60s"), ("keepAliveTimeout", "75s")):
+        if key in limits:
+            limits[key] = value  # above 0s; keep-alive at most 120s
     provider = spec.get("auth", {}).get("jwt", {}).get("provider")
     if provider is not None:
         claims = provider.get("requiredClaims", [])
