@@ -80,7 +80,7 @@ class PrefixIndex:
         counts: dict[EndpointKey, int] = {}
         endpoints = self._endpoints
         for v, n in per_value.items():
-            for slot in _slots_of(v):
+            for slot in (v,) if v >= 0 else _slots_of(v):
                 ep = endpoints[slot]
                 if ep is not None:
                     counts[ep] = counts.get(ep, 0) + n
