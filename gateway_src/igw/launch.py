@@ -33,6 +33,7 @@ from igw.gateway.discovery.kube_client import make_api_client
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
+from igw.gateway.memory import pin_mmap_threshold
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import ServerLimits, effective_max_connections, raise_fd_limit, serve_app
 from igw.gateway.tracing_options import TracingOptions
@@ -144,9 +145,10 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         raise LaunchError("; ".join(problems))
     fd_limit = raise_fd_limit()
     log.info(
-        "file descriptors: %d; at most %d client connections",
+        "file descriptors: %d; at most %d client connections; fixed mmap threshold: %s",
         fd_limit,
         effective_max_connections(options.limits),
+        "yes" if pin_mmap_threshold() else "no (not glibc)",
     )
     registry = CollectorRegistry(auto_describe=True)
     discovery: DiscoverySource

@@ -275,24 +275,73 @@ def test_generators_are_registered_for_igw_generate():
     assert set(schemas.GENERATORS) <= set(GENERATED_FILES)
 
 
-@pytest.mark.parametrize(("grace", "pre_stop"), [(60, 15), (120, 30), (30, 15)])
-def test_termination_grace_covers_the_gateway_shutdown(grace, pre_stop):
-    """preStop sleep + drain + stream grace + the final cut (SSE error events) fit the grace period."""
-    from igw.gateway.shutdown import CUT_WAIT_S
-
-    values = {"mode": "gateway", "terminationGracePeriodSeconds": grace, "preStopSleepSeconds": pre_stop}
+def rendered_shutdown(values):
+    """(pod spec, gateway container, --drain-seconds, --stream-grace-seconds) of the gateway-mode chart."""
     objects = chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     (container,) = [c for c in pod["containers"] if c["name"] == "gateway"]
     args = container["args"]
     drain = float(args[args.index("--drain-seconds") + 1])
-    stream_grace = float(args[args.index("--stream-grace-seconds") + 1])
+    return pod, container, drain, float(args[args.index("--stream-grace-seconds") + 1])
+
+
+@pytest.mark.parametrize(("grace", "pre_stop"), [(60, 15), (120, 30), (30, 15)])
+def test_termination_grace_covers_the_gateway_shutdown(grace, pre_stop):
+    """preStop sleep + drain + stream grace + the final cut (SSE error events) fit the grace period."""
+    from igw.gateway.shutdown import CUT_WAIT_S
+
+    values = {"mode": "gateway", "terminationGracePeriodSeconds": grace, "preStopSleepSeconds": pre_stop}
+    pod, container, drain, stream_grace = rendered_shutdown(values)
     sleep = container["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert pod["terminationGracePeriodSeconds"] == grace
     assert sleep == pre_stop
     assert stream_grace >= 0
     assert sleep + drain + stream_grace + CUT_WAIT_S + 5 <= grace
+
+
+@pytest.mark.parametrize(
+    ("limits", "want_drain", "want_stream_grace", "want_termination"),
+    [
+        pytest.param({"drainPeriod": "10s"}, 10, 25, 60, id="drain-only-fits"),
+        pytest.param({"streamGrace": "20s"}, 5, 20, 60, id="grace-only-fits"),
+        pytest.param({"drainPeriod": "500ms", "streamGrace": "1m"}, 0.5, 60, 86, id="grace-raises-deadline"),
+        pytest.param({"drainPeriod": "1m"}, 60, 0, 85, id="long-drain-raises-deadline"),
+        pytest.param({"streamGrace": "1m30s"}, 5, 90, 120, id="minutes-and-seconds"),
+    ],
+)
+def test_drain_and_stream_grace_come_from_server_limits_like_the_operator(
+    limits, want_drain, want_stream_grace, want_termination
+):
+    """The chart passes ``serverLimits.drainPeriod`` / ``streamGrace`` to ``igw serve`` and raises the
+    grace period to cover them, with the operator's numbers for the same config."""
+    from igw.gateway.shutdown import CUT_WAIT_S
+    from igw.operator.shutdown_timing import shutdown_timing
+
+    spec = {
+        "bbr": {"enabled": True},
+        "schedulers": [{"name": "d", "modelName": "d", "modelSelector": {"matchLabels": {"app": "d"}}}],
+        "extensions": {"serverLimits": limits},
+    }
+    values = {
+        "mode": "gateway",
+        "terminationGracePeriodSeconds": 60,
+        "preStopSleepSeconds": 15,
+        "gateway": {"config": {"spec": spec}},
+    }
+    pod, _, drain, stream_grace = rendered_shutdown(values)
+    assert (drain, stream_grace, pod["terminationGracePeriodSeconds"]) == (
+        want_drain,
+        want_stream_grace,
+        want_termination,
+    )
+    assert 15 + drain + stream_grace + CUT_WAIT_S + 5 <= pod["terminationGracePeriodSeconds"]
+    operator = shutdown_timing(spec, termination_grace_s=60, pre_stop_s=15)
+    assert (operator.drain_s, operator.stream_grace_s, operator.termination_grace_s) == (
+        drain,
+        stream_grace,
+        pod["terminationGracePeriodSeconds"],
+    )
 
 
 def test_a_grace_period_too_short_for_the_shutdown_fails_with_the_field():

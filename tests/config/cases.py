@@ -473,6 +473,32 @@ CASES: list[Case] = [
         ),
         fails=[("spec.extensions.modelRewrites.rules[1].model", "unique-rewrite-model")],
     ),
+    # spec.extensions.serverLimits: timeouts above 0s, keep-alive at most 120s (CEL + Python)
+    case(
+        "server-limits-zero-and-too-long-timeouts",
+        set_(
+            "spec.extensions",
+            {"serverLimits": {"headerTimeout": "0s", "bodyTimeout": "0ms", "keepAliveTimeout": "2m1s"}},
+        ),
+        fails=[
+            ("spec.extensions.serverLimits.headerTimeout", "server-limits-header-timeout-positive"),
+            ("spec.extensions.serverLimits.bodyTimeout", "server-limits-body-timeout-positive"),
+            ("spec.extensions.serverLimits.keepAliveTimeout", "server-limits-keepalive-timeout-range"),
+        ],
+    ),
+    case(
+        "server-limits-zero-keepalive",
+        set_("spec.extensions", {"serverLimits": {"keepAliveTimeout": "0s"}}),
+        fails=[("spec.extensions.serverLimits.keepAliveTimeout", "server-limits-keepalive-timeout-range")],
+    ),
+    case(
+        "server-limits-at-the-bounds",
+        set_(
+            "spec.extensions",
+            {"serverLimits": {"headerTimeout": "1ms", "bodyTimeout": "1ms", "keepAliveTimeout": "1m60s"}},
+        ),
+        fails=[],
+    ),
     # several problems at once: all are reported
     case(
         "three-problems",

@@ -133,6 +133,10 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
         for field in ("models", "tenants"):  # no model or tenant under two objectives
             if field in objective:
                 objective[field] = [f"{index}-{value[:240]}" for value in objective[field]]
+    limits = extensions.get("serverLimits") or {}
+    for key, value in (("headerTimeout", "10s"), ("bodyTimeout", "60s"), ("keepAliveTimeout", "75s")):
+        if key in limits:
+            limits[key] = value  # above 0s; keep-alive at most 120s
     provider = spec.get("auth", {}).get("jwt", {}).get("provider")
     if provider is not None:
         claims = provider.get("requiredClaims", [])

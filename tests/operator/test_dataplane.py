@@ -144,6 +144,37 @@ def test_termination_grace_covers_the_gateway_shutdown(grace: int, pre_stop: int
     assert pre_stop + drain + stream_grace + CUT_WAIT_S + 5 <= grace
 
 
+@pytest.mark.parametrize(
+    ("limits", "grace", "want_drain", "want_stream_grace", "want_termination"),
+    [
+        pytest.param({"drainPeriod": "10s"}, 60, 10, 25, 60, id="drain-only-fits"),
+        pytest.param({"streamGrace": "20s"}, 60, 5, 20, 60, id="grace-only-fits"),
+        pytest.param(
+            {"drainPeriod": "500ms", "streamGrace": "1m"}, 60, 0.5, 60, 86, id="grace-raises-deadline"
+        ),
+        pytest.param({"drainPeriod": "1m"}, 60, 60, 0, 85, id="long-drain-raises-deadline"),
+    ],
+)
+def test_drain_and_stream_grace_come_from_server_limits_and_the_deadline_covers_them(
+    limits: dict[str, str], grace: int, want_drain: float, want_stream_grace: float, want_termination: int
+) -> None:
+    """``spec.extensions.serverLimits.drainPeriod`` / ``streamGrace`` reach ``igw serve``, and the
+    pod's grace period is raised where it would cut the shutdown they ask for."""
+    from igw.gateway.shutdown import CUT_WAIT_S
+
+    settings = DataPlaneSettings(termination_grace_s=grace, pre_stop_s=15)
+    igwc = igwc_object(extensions={"serverLimits": limits})
+    (deployment,) = [o for o in desired_objects(igwc, settings) if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    drain = float(args[args.index("--drain-seconds") + 1])
+    stream_grace = float(args[args.index("--stream-grace-seconds") + 1])
+    assert (drain, stream_grace) == (want_drain, want_stream_grace)
+    assert pod["terminationGracePeriodSeconds"] == want_termination
+    assert 15 + drain + stream_grace + CUT_WAIT_S + 5 <= pod["terminationGracePeriodSeconds"]
+
+
 def test_a_grace_period_too_short_for_the_shutdown_is_refused() -> None:
     with pytest.raises(ValueError, match="termination grace 20s must be at least"):
         desired_objects(igwc_object(), DataPlaneSettings(termination_grace_s=20, pre_stop_s=15))

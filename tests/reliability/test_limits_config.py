@@ -111,7 +111,24 @@ def test_igw_serve_refuses_an_out_of_range_field_at_start(
     config, eps = write_config(tmp_path, limits_doc(keepAliveTimeout="10m"), ["127.0.0.1:9"])
     code = main(["serve", "--config", str(config), "--endpoints", str(eps), "--port", "0"])
     assert code == 2
-    assert f"{PATH}.keepAliveTimeout: at most 120s" in capsys.readouterr().err
+    assert f"{PATH}.keepAliveTimeout: must be greater than 0s and at most 120s" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("limits", "field"),
+    [
+        ({"keepAliveTimeout": "121s"}, "keepAliveTimeout"),
+        ({"keepAliveTimeout": "0s"}, "keepAliveTimeout"),
+        ({"headerTimeout": "0ms"}, "headerTimeout"),
+        ({"bodyTimeout": "0s"}, "bodyTimeout"),
+    ],
+)
+def test_igw_validate_refuses_out_of_range_timeouts_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], limits: dict[str, str], field: str
+) -> None:
+    config, _ = write_config(tmp_path, limits_doc(**limits), ["127.0.0.1:9"])
+    assert main(["validate", str(config)]) == 1
+    assert f"{PATH}.{field}: must be greater than 0s" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("options", "expected"), [((), "1s"), (("--header-timeout", "2"), "2s")])

@@ -35,9 +35,31 @@ def test_credentials_are_masked(text: str) -> None:
         assert secret not in out
 
 
-def test_ordinary_text_is_left_alone() -> None:
-    text = "endpoint 10.0.0.1:8000 (llama) excluded: scrape failed: TimeoutError"
+@pytest.mark.parametrize(
+    "text",
+    [
+        "endpoint 10.0.0.1:8000 (llama) excluded: scrape failed: TimeoutError",
+        "bearer token refused",
+        "Bearer Authentication failed for tenant a",
+        "basic auth disabled; bearer tokens required",
+        'WWW-Authenticate: Bearer error="invalid_token"',
+    ],
+)
+def test_ordinary_text_is_left_alone(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("refused bearer wrong-token-0123456789 for a", "wrong-token-0123456789"),
+        ("Basic dXNlcjpwYXNz sent", "dXNlcjpwYXNz"),
+        ("bearer abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz"),  # too long for a word
+        ("bearer Sk1234567", "Sk1234567"),
+    ],
+)
+def test_token_looking_values_after_a_scheme_are_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)
 
 
 def test_formatter_masks_messages_arguments_and_tracebacks() -> None:
@@ -91,6 +113,6 @@ def test_hop_by_hop_headers_and_those_named_in_connection_are_dropped() -> None:
 def test_the_trigger_prescan_never_skips_a_line_the_patterns_would_change(text: str) -> None:
     """``redact`` skips the patterns when no trigger word occurs; its answer must be the patterns'."""
     slow = redaction._CREDENTIAL_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
-    slow = redaction._BEARER.sub(lambda m: f"{m.group(1)} {MASK}", slow)
+    slow = redaction._BEARER.sub(redaction._mask_bearer, slow)
     slow = redaction._JWT.sub(MASK, slow)
     assert redact(text) == slow

@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
+from igw.config.durations import parse_duration
 from igw.config.errors import Problem
 from igw.config.jsonpath import PathPart, format_path
 
@@ -224,6 +225,34 @@ def _unique_rewrite_match(doc: Mapping[str, Any]) -> Iterator[Problem]:
             first_seen[key] = index
 
 
+SERVER_LIMITS_MAX_KEEPALIVE_S: Final = 120.0
+"""Longest ``serverLimits.keepAliveTimeout`` (a load balancer's idle timeout is shorter than this);
+the CEL rule ``server-limits-keepalive-timeout-range`` states the same bound."""
+
+
+def _server_limit_duration(field: str, rule: str, *, at_most_s: float | None = None) -> RuleCheck:
+    """``spec.extensions.serverLimits.<field>``, a duration, must be above 0s (and ``<= at_most_s``)."""
+
+    def check(doc: Mapping[str, Any]) -> Iterator[Problem]:
+        ext = _mapping(_spec(doc).get("extensions")) or {}
+        value = (_mapping(ext.get("serverLimits")) or {}).get(field)
+        if not isinstance(value, str):
+            return
+        try:
+            seconds = parse_duration(value)
+        except ValueError:
+            return  # the schema's duration pattern reports it
+        if seconds <= 0 or (at_most_s is not None and seconds > at_most_s):
+            bound = f" and at most {at_most_s:g}s" if at_most_s is not None else ""
+            yield _problem(
+                rule,
+                ("spec", "extensions", "serverLimits", field),
+                f"must be greater than 0s{bound} (got {json.dumps(value)})",
+            )
+
+    return check
+
+
 RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "bbr-required-for-multiple-schedulers": _bbr_required,
     "unique-scheduler-name": _unique("name", "unique-scheduler-name"),
@@ -241,6 +270,15 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
         "flowControl", "objectives", "name", "unique-flow-objective-name"
     ),
     "unique-rewrite-model": _unique_rewrite_match,
+    "server-limits-header-timeout-positive": _server_limit_duration(
+        "headerTimeout", "server-limits-header-timeout-positive"
+    ),
+    "server-limits-body-timeout-positive": _server_limit_duration(
+        "bodyTimeout", "server-limits-body-timeout-positive"
+    ),
+    "server-limits-keepalive-timeout-range": _server_limit_duration(
+        "keepAliveTimeout", "server-limits-keepalive-timeout-range", at_most_s=SERVER_LIMITS_MAX_KEEPALIVE_S
+    ),
 }
 """The one registry of Python rule checks, keyed by the ids in ``schemas/admission-rules.yaml``."""
 

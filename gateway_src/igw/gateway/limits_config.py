@@ -3,9 +3,10 @@
 Precedence, lowest first: :class:`~igw.gateway.serving.ServerLimits`' defaults (the schema states
 the same ones; a test keeps them equal), the configuration's ``spec.extensions.serverLimits``, then
 each ``igw serve`` option given on the command line. The operator and the Helm chart pass
-``--drain-seconds`` / ``--stream-grace-seconds`` derived from the pod's
-``terminationGracePeriodSeconds``, which is why an explicit option wins: the pod's kill deadline is
-the one number the process cannot change.
+``--drain-seconds`` / ``--stream-grace-seconds`` (the config's ``drainPeriod`` / ``streamGrace`` when
+set, else derived from the pod's ``terminationGracePeriodSeconds``; see
+:mod:`igw.operator.shutdown_timing`), which is why an explicit option wins: the pod's kill deadline
+is the one number the process cannot change.
 
 Problems are reported all at once and each names where the bad value came from: the config path
 (``spec.extensions.serverLimits.keepAliveTimeout``) or the command-line option.
@@ -18,13 +19,14 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
 from igw.config.durations import parse_duration
+from igw.config.rules import SERVER_LIMITS_MAX_KEEPALIVE_S
 from igw.errors import IgwGatewayError
 from igw.gateway.serving import MAX_REQUEST_LINE_BYTES, ServerLimits
 
 EXTENSION_NAME: Final = "serverLimits"
 PATH: Final = f"spec.extensions.{EXTENSION_NAME}"
-MAX_KEEPALIVE_S: Final = 120.0
-"""Longest keep-alive idle time accepted (a load balancer's idle timeout is shorter than this)."""
+MAX_KEEPALIVE_S: Final = SERVER_LIMITS_MAX_KEEPALIVE_S
+"""Longest keep-alive idle time accepted (the admission rule's bound, also for ``igw serve`` options)."""
 
 
 class ServerLimitsError(IgwGatewayError, ValueError):

@@ -17,7 +17,12 @@ MASK: Final = "[REDACTED]"
 
 _JWT: Final = re.compile(r"eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*")
 """Three base64url segments, the first a JSON object (``eyJ`` is ``{"``): a JWS/JWT."""
-_BEARER: Final = re.compile(r"(?i)\b(bearer|basic)\s+[^\s,;\"']+")
+_BEARER: Final = re.compile(r"(?i)\b(bearer|basic)\s+([^\s,;\"']+)")
+"""A scheme word and the value after it; :func:`_mask_bearer` decides whether that value is a token."""
+TOKEN_MIN_CHARS: Final = 8
+"""Shorter values after ``bearer``/``basic`` are words of prose (``bearer token refused``), not tokens."""
+WORD_MAX_CHARS: Final = 24
+"""Letters-only values this long are taken for tokens all the same: no English word is that long."""
 _CREDENTIAL_HEADER: Final = re.compile(
     r"(?i)\b((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey|x-auth-token)"
     r"([\"']?\s*[:=]\s*[\"']?)([^\r\n\"']*)"
@@ -36,8 +41,22 @@ def redact(text: str) -> str:
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return text
     text = _CREDENTIAL_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    text = _BEARER.sub(_mask_bearer, text)
     return _JWT.sub(MASK, text)
+
+
+def _mask_bearer(found: re.Match[str]) -> str:
+    """``Bearer <token>`` with the token masked; prose such as ``bearer token refused`` unchanged.
+
+    A value is a token unless it reads as a word: letters only, at most capitalised, shorter than
+    :data:`WORD_MAX_CHARS`, or shorter than :data:`TOKEN_MIN_CHARS` whatever its characters. Real
+    tokens (JWTs, API keys, base64 credentials) are long and mix digits, case or punctuation.
+    """
+    value = found.group(2)
+    word = value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS
+    if word or len(value) < TOKEN_MIN_CHARS:
+        return found.group(0)
+    return f"{found.group(1)} {MASK}"
 
 
 class RedactingFormatter(logging.Formatter):

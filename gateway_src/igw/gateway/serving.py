@@ -22,7 +22,11 @@ aiohttp answers HTTP-parser errors (malformed request line, a control byte in a 
 ``Content-Length``/``Transfer-Encoding``, over-limit heads) with a plain-text 400 that echoes the
 offending bytes and logs a traceback. :class:`_GatewayRequestHandler` replaces that: an OpenAI-shaped
 error (400, 414 or 431) with an ``X-Request-Id``, a fixed message that never quotes the request, and
-one warning line - the bytes at fault may be a credential.
+one warning line - the bytes at fault may be a credential. Two requests the parser accepts are
+refused before any handler runs: a request line without an HTTP version (HTTP/0.9, which aiohttp
+would answer as if it were a valid request) gets 400, and ``Expect: 100-continue`` with a
+``Content-Length`` over ``bbr.maxRequestBodyBytes`` gets 413 instead of ``100 Continue`` (the client
+never sends a body that would be refused anyway).
 """
 
 from __future__ import annotations
@@ -33,16 +37,17 @@ import logging
 import resource
 import ssl
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from aiohttp import HttpVersion11, web
+from aiohttp import HttpVersion, HttpVersion11, web
 from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
 from igw.gateway.errors import REQUEST_ID_HEADER, gateway_error
+from igw.gateway.request_body import BodyTooLarge
 from igw.gateway.shutdown import InflightRequests
 
 log = logging.getLogger("igw.gateway")
@@ -215,6 +220,18 @@ class _GatewayRequestHandler(RequestHandler):
             self._head_timer = None
         super().connection_lost(exc)
 
+    # ---- requests refused before any handler runs -----------------------------------------------
+    async def _handle_request(
+        self,
+        request: BaseRequest,
+        start_time: float | None,
+        request_handler: Callable[[BaseRequest], Awaitable[web.StreamResponse]],
+    ) -> tuple[web.StreamResponse, bool]:
+        refusal = _refusal_before_handling(request)
+        if refusal is not None:
+            request_handler = refusal
+        return await super()._handle_request(request, start_time, request_handler)
+
     # ---- errors aiohttp answers itself -----------------------------------------------------------
     def handle_error(
         self,
@@ -251,6 +268,36 @@ class _GatewayRequestHandler(RequestHandler):
         response = gateway_error(code, text, request_id=rid)
         response.force_close()
         return response
+
+
+HTTP09: Final = HttpVersion(0, 9)
+"""What aiohttp's parser reports for a request line that has no ``HTTP/x.y`` part."""
+
+
+def _refusal_before_handling(
+    request: BaseRequest,
+) -> Callable[[BaseRequest], Awaitable[web.StreamResponse]] | None:
+    """A handler answering a request the gateway refuses from its head alone, else ``None``."""
+    if request.version == HTTP09:
+        code, text, status = "bad_http_request", "request line without an HTTP version (HTTP/0.9)", 400
+    elif (
+        request.headers.get("Expect", "").lower() == "100-continue"
+        and request.content_length is not None
+        and request.content_length > request.client_max_size
+    ):
+        code, text, status = "request_too_large", str(BodyTooLarge(request.client_max_size)), 413
+    else:
+        return None
+
+    async def refuse(request: BaseRequest) -> web.StreamResponse:
+        rid = uuid.uuid4().hex
+        log.warning("refused a request from %s: %d (request id %s): %s", request.remote, status, rid, text)
+        _answer_as_http11(request)
+        response = gateway_error(code, text, request_id=rid)
+        response.force_close()  # the body (if any) is not read: the connection cannot be reused
+        return response
+
+    return refuse
 
 
 def _answer_as_http11(request: BaseRequest) -> None:

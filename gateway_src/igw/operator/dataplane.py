@@ -21,6 +21,7 @@ import yaml
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.gateway.emf_sink import AgentEndpoint
+from igw.operator.shutdown_timing import shutdown_timing
 
 CONFIG_KEY: Final = "config.yaml"
 CONFIG_DIR: Final = "/var/run/igw"
@@ -31,11 +32,6 @@ TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 DEFAULT_REPLICAS: Final = 2
 DEFAULT_TARGET_PORT: Final = 8000
 REDIS_PORT: Final = 6379
-
-DRAIN_S: Final = 5
-"""Seconds ``/readyz`` answers 503 after SIGTERM while requests are still served."""
-SHUTDOWN_RESERVE_S: Final = 10
-"""Seconds kept for ending the streams still running after the grace (SSE error events) and the exit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +82,6 @@ class DataPlaneSettings:
             port_number = otlp.port or (443 if otlp.scheme == "https" else 80)
             rules.append({"ports": [{"port": port_number, "protocol": "TCP"}]})
         return rules
-
-    def shutdown_args(self) -> list[str]:
-        """``igw serve`` shutdown timing that always fits :attr:`termination_grace_s`: the preStop sleep,
-        :data:`DRAIN_S` not-ready while serving, the stream grace, then :data:`SHUTDOWN_RESERVE_S` to
-        end what is left with SSE error events (the chart derives the same numbers)."""
-        stream_grace = self.termination_grace_s - self.pre_stop_s - DRAIN_S - SHUTDOWN_RESERVE_S
-        if stream_grace < 0:
-            raise ValueError(
-                f"termination grace {self.termination_grace_s}s must be at least the preStop sleep "
-                f"({self.pre_stop_s}s) + {DRAIN_S + SHUTDOWN_RESERVE_S}s (drain and shutdown)"
-            )
-        return ["--drain-seconds", str(DRAIN_S), "--stream-grace-seconds", str(stream_grace)]
 
 
 def base_name(igwc_name: str) -> str:
@@ -208,6 +192,9 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
     spec = igwc.get("spec") or {}
     defaults = spec.get("podDefaults") or {}
     name = base_name(igwc["metadata"]["name"])
+    timing = shutdown_timing(
+        spec, termination_grace_s=settings.termination_grace_s, pre_stop_s=settings.pre_stop_s
+    )
     container: dict[str, Any] = {
         "name": "gateway",
         "image": settings.image,
@@ -221,7 +208,7 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             "--in-cluster",
             "--port",
             str(GATEWAY_PORT),
-            *settings.shutdown_args(),
+            *timing.serve_args(),
             *settings.observability_args(),
         ],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
@@ -253,7 +240,7 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             "runAsGroup": settings.run_as_user,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "terminationGracePeriodSeconds": settings.termination_grace_s,
+        "terminationGracePeriodSeconds": timing.termination_grace_s,
         "containers": [container],
         "volumes": [{"name": "config", "emptyDir": {"sizeLimit": "1Mi"}}],
     }

@@ -1,7 +1,9 @@
 """``igw perf soak``: run ``igw serve`` for a long time in front of a simulated fleet and check that
 it neither loses requests nor leaks memory or file descriptors.
 
-Phases, all against the same gateway process:
+The load generator (this process), ``igw serve`` and the simulated fleet (``igw sim fleet``) run as
+three processes, so a pause in one cannot stall the others' event loops. Phases, all against the
+same gateway process:
 
 1. *calibrate*: a closed loop of many concurrent clients measures what the fleet completes per
    second (its capacity; also warms every pool and cache);
@@ -50,10 +52,10 @@ import aiohttp
 import orjson
 import yaml
 
+from igw.perf.fleet_process import fleet_process
 from igw.perf.serve_process import serve_process
 from igw.scheduling.plugins.prefix_cache_scorer import CHARS_PER_TOKEN
 from igw.scheduling.plugins.prefix_index import DEFAULT_MAX_BLOCKS
-from igw.sim.live import run_fleet
 from igw.sim.presets import get_preset
 from igw.sim.spec import FleetSpec
 
@@ -327,13 +329,14 @@ async def soak(args: argparse.Namespace) -> list[PhaseReport]:
     rng = random.Random(args.seed)
     names = tuple(f"h100-{i}" for i in range(args.pods))
     pods = [{"name": name, "preset": PRESET, "served_model_name": MODEL} for name in names]
-    spec = FleetSpec.from_mapping({"time_scale": args.time_scale, "seed": args.seed, "pods": pods})
+    spec = {"time_scale": args.time_scale, "seed": args.seed, "pods": pods}
+    FleetSpec.from_mapping(spec)  # a bad spec fails here, before any process starts
     fill = PrefixFill.for_fleet(names, PRESET)
     reports: list[PhaseReport] = []
     with tempfile.TemporaryDirectory(prefix="igw-soak-") as tmp:
         async with (
-            run_fleet(spec, admin=False) as fleet,
-            gateway_process(Path(tmp), [p.key for p in fleet.pods], args.log or Path(tmp) / "gw.log") as (
+            fleet_process(spec, Path(tmp)) as endpoints,
+            gateway_process(Path(tmp), endpoints, args.log or Path(tmp) / "gw.log") as (
                 base,
                 pid,
             ),

@@ -90,3 +90,40 @@ when the pod terminates TLS (unless the user set it). */}}
 {{- define "igw.configFile" -}}
 /etc/igw/config/inferencegatewayconfig.yaml
 {{- end }}
+
+{{/* Seconds in a Gateway API duration (GEP-2257: 1-4 groups of digits and h, m, s or ms), as a float. */}}
+{{- define "igw.durationSeconds" -}}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(ms|h|m|s)" . -1 }}
+{{- if hasSuffix "ms" . }}{{- $total = addf $total (divf (trimSuffix "ms" .) 1000) }}
+{{- else if hasSuffix "h" . }}{{- $total = addf $total (mulf (trimSuffix "h" .) 3600) }}
+{{- else if hasSuffix "m" . }}{{- $total = addf $total (mulf (trimSuffix "m" .) 60) }}
+{{- else }}{{- $total = addf $total (trimSuffix "s" .) }}{{- end }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/* Gateway-mode shutdown timing as JSON {drain, grace, termination}; the operator's
+igw.operator.shutdown_timing computes the same. preStop sleep, then the drain (serverLimits.drainPeriod,
+else 5 s) not-ready while serving, then the stream grace (serverLimits.streamGrace, else what
+terminationGracePeriodSeconds leaves), then 10 s to end what is left. A configured drain or grace is
+kept and the grace period raised to cover it. */}}
+{{- define "igw.shutdownTiming" -}}
+{{- $limits := dig "extensions" "serverLimits" (dict) .Values.gateway.config.spec }}
+{{- $preStop := float64 .Values.preStopSleepSeconds }}
+{{- $termination := float64 .Values.terminationGracePeriodSeconds }}
+{{- $drain := 5.0 }}
+{{- if hasKey $limits "drainPeriod" }}{{- $drain = include "igw.durationSeconds" $limits.drainPeriod | float64 }}{{- end }}
+{{- $grace := 0.0 }}
+{{- if hasKey $limits "streamGrace" }}
+{{- $grace = include "igw.durationSeconds" $limits.streamGrace | float64 }}
+{{- else }}
+{{- $grace = subf $termination $preStop $drain 10 }}
+{{- if and (lt $grace 0.0) (not (hasKey $limits "drainPeriod")) }}
+{{- fail "terminationGracePeriodSeconds: must be at least preStopSleepSeconds + 15 (drain and shutdown)" }}
+{{- end }}
+{{- $grace = maxf $grace 0 }}
+{{- end }}
+{{- $termination = maxf $termination (ceil (addf $preStop $drain $grace 10)) }}
+{{- dict "drain" $drain "grace" $grace "termination" (int64 $termination) | toJson }}
+{{- end }}

@@ -43,22 +43,47 @@ def prefix_hashes(model: str, text: str, *, block_chars: int, max_blocks: int) -
 
 
 class PrefixIndex:
-    """hash -> endpoints that were sent it, plus one LRU of hashes per endpoint."""
+    """hash -> endpoints that were sent it, plus one LRU of hashes per endpoint.
+
+    Built for memory: a full index holds one entry per KV block of every endpoint (tens of thousands
+    each), so a per-entry object beyond the hash itself dominates the gateway's resident memory and
+    its churn fragments the allocator. Each endpoint therefore gets a small integer *slot* (reused
+    after the endpoint is removed) and the holders of a hash are one ``int`` in a single table:
+
+    * ``v >= 0``: exactly one holder, slot ``v`` (the common case; CPython caches ints up to 256,
+      so this costs nothing beyond the table entry for the first 257 slots);
+    * ``v < 0``: two or more holders, the bitmask ``~v`` of their slots.
+
+    No Python library offers an LRU with a shared reverse index, so this is written by hand; the
+    per-endpoint LRU is the standard library's ``OrderedDict``.
+    """
+
+    __slots__ = ("_endpoints", "_free_slots", "_holders", "_lru", "_slots")
 
     def __init__(self) -> None:
-        self._holders: dict[int, set[EndpointKey]] = {}
+        self._holders: dict[int, int] = {}
         self._lru: dict[EndpointKey, OrderedDict[int, None]] = {}
+        self._slots: dict[EndpointKey, int] = {}
+        self._endpoints: list[EndpointKey | None] = []
+        """Slot -> endpoint; ``None`` marks a free slot (also listed in ``_free_slots``)."""
+        self._free_slots: list[int] = []
 
     def match(self, hashes: Sequence[int]) -> dict[EndpointKey, int]:
         """Longest-prefix match: blocks matched per endpoint, walking until a hash has no holder."""
-        counts: dict[EndpointKey, int] = {}
+        per_value: dict[int, int] = {}
         holders = self._holders
         for h in hashes:
-            eps = holders.get(h)
-            if not eps:
+            v = holders.get(h)
+            if v is None:
                 break
-            for ep in eps:
-                counts[ep] = counts.get(ep, 0) + 1
+            per_value[v] = per_value.get(v, 0) + 1
+        counts: dict[EndpointKey, int] = {}
+        endpoints = self._endpoints
+        for v, n in per_value.items():
+            for slot in (v,) if v >= 0 else _slots_of(v):
+                ep = endpoints[slot]
+                if ep is not None:
+                    counts[ep] = counts.get(ep, 0) + n
         return counts
 
     def insert(self, endpoint: EndpointKey, hashes: Iterable[int], *, capacity: int) -> None:
@@ -66,35 +91,89 @@ class PrefixIndex:
         lru = self._lru.get(endpoint)
         if lru is None:
             lru = self._lru[endpoint] = OrderedDict()
+            self._slots[endpoint] = self._take_slot(endpoint)
+        slot = self._slots[endpoint]
         holders = self._holders
         for h in hashes:
             if h in lru:
                 lru.move_to_end(h)
                 continue
             lru[h] = None
-            eps = holders.get(h)
-            if eps is None:
-                holders[h] = {endpoint}
-            else:
-                eps.add(endpoint)
+            v = holders.get(h)
+            holders[h] = slot if v is None else _with_slot(v, slot)
         while len(lru) > capacity:
             old, _ = lru.popitem(last=False)
-            self._forget(old, endpoint)
+            self._forget(old, slot)
 
     def remove_endpoint(self, endpoint: EndpointKey) -> None:
         lru = self._lru.pop(endpoint, None)
         if lru is None:
             return
+        slot = self._slots.pop(endpoint)
         for h in lru:
-            self._forget(h, endpoint)
+            self._forget(h, slot)
+        self._endpoints[slot] = None
+        self._free_slots.append(slot)
 
     def size(self, endpoint: EndpointKey) -> int:
         lru = self._lru.get(endpoint)
         return 0 if lru is None else len(lru)
 
-    def _forget(self, h: int, endpoint: EndpointKey) -> None:
-        eps = self._holders.get(h)
-        if eps is not None:
-            eps.discard(endpoint)
-            if not eps:
-                del self._holders[h]
+    def holders(self, h: int) -> frozenset[EndpointKey]:
+        """The endpoints recorded as holding ``h`` (for tests and diagnostics, not the hot path)."""
+        v = self._holders.get(h)
+        if v is None:
+            return frozenset()
+        return frozenset(ep for slot in _slots_of(v) if (ep := self._endpoints[slot]) is not None)
+
+    def entries(self) -> int:
+        """Distinct hashes held by at least one endpoint."""
+        return len(self._holders)
+
+    def _take_slot(self, endpoint: EndpointKey) -> int:
+        if self._free_slots:
+            slot = self._free_slots.pop()
+            self._endpoints[slot] = endpoint
+        else:
+            slot = len(self._endpoints)
+            self._endpoints.append(endpoint)
+        return slot
+
+    def _forget(self, h: int, slot: int) -> None:
+        v = self._holders.get(h)
+        if v is None:
+            return
+        remaining = _without_slot(v, slot)
+        if remaining is None:
+            del self._holders[h]
+        else:
+            self._holders[h] = remaining
+
+
+def _slots_of(v: int) -> list[int]:
+    """The slots encoded in a holders value (see :class:`PrefixIndex`)."""
+    if v >= 0:
+        return [v]
+    mask = ~v
+    slots = []
+    while mask:
+        low = mask & -mask
+        slots.append(low.bit_length() - 1)
+        mask ^= low
+    return slots
+
+
+def _with_slot(v: int, slot: int) -> int:
+    """A holders value with ``slot`` added."""
+    mask = (1 << v if v >= 0 else ~v) | (1 << slot)
+    return slot if mask == 1 << slot else ~mask
+
+
+def _without_slot(v: int, slot: int) -> int | None:
+    """A holders value with ``slot`` removed; ``None`` when no holder is left."""
+    mask = (1 << v if v >= 0 else ~v) & ~(1 << slot)
+    if not mask:
+        return None
+    if mask & (mask - 1):
+        return ~mask
+    return mask.bit_length() - 1

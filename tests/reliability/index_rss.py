@@ -1,0 +1,52 @@
+"""``python -m tests.reliability.index_rss [--pin]``: resident memory of a prefix index kept at
+constant size, printed as one JSON object ``{fill: MiB above the start}``.
+
+Run as its own process (the allocator's state is per process): two endpoints with the H100 preset's
+KV capacity each, unique 17-block prompts, filled to ten times capacity; ``--pin`` fixes glibc's mmap
+threshold first, as ``igw serve`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+from pathlib import Path
+
+from igw.gateway.memory import pin_mmap_threshold
+from igw.scheduling.plugins.prefix_index import PrefixIndex
+
+CAPACITY = 27_485
+ENDPOINTS = ("pod-0", "pod-1")
+BLOCKS_PER_PROMPT = 17
+
+
+def rss_mib() -> float:
+    found = re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text())
+    return int(found.group(1)) / 1024 if found else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pin", action="store_true")
+    parser.add_argument("--turnovers", type=int, default=10)
+    args = parser.parse_args()
+    if args.pin:
+        assert pin_mmap_threshold()
+    rng = random.Random(1)
+    index = PrefixIndex()
+    start = rss_mib()
+    grown: dict[str, float] = {}
+    sent = 0
+    for fill in range(1, args.turnovers + 1):
+        while sent < fill * CAPACITY * len(ENDPOINTS):
+            hashes = [rng.getrandbits(64) for _ in range(BLOCKS_PER_PROMPT)]
+            index.insert(rng.choice(ENDPOINTS), hashes, capacity=CAPACITY)
+            sent += BLOCKS_PER_PROMPT
+        grown[str(fill)] = round(rss_mib() - start, 2)
+    print(json.dumps(grown))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""HTTP edge cases at the listener: ``Expect: 100-continue`` with an oversized body is refused before
+the body is sent, and a request line without an HTTP version (HTTP/0.9) is never served."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.reliability.harness import gateway_doc, in_process_gateway
+
+BODY_LIMIT = 64 * 1024
+DOC = gateway_doc(bbr={"maxRequestBodyBytes": BODY_LIMIT})
+
+
+async def first_answer(url: str, request: bytes) -> bytes:
+    """Send ``request`` on a fresh connection and return what arrives until the server closes it or
+    goes quiet for a second (the client never sends a body it was not asked for)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    received = b""
+    try:
+        writer.write(request)
+        await writer.drain()
+        while True:
+            try:
+                chunk = await asyncio.wait_for(reader.read(65536), timeout=1.0)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    return received
+
+
+def expect_head(length: int) -> bytes:
+    return (
+        "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\nExpect: 100-continue\r\n\r\n"
+    ).encode()
+
+
+async def test_expect_continue_with_a_body_over_the_limit_gets_413_without_100_continue(
+    tmp_path: Path,
+) -> None:
+    async with running(FakeModelServer("a")) as (pod,), in_process_gateway(tmp_path, DOC, [pod.key]) as gw:
+        answer = await first_answer(gw.url, expect_head(BODY_LIMIT + 1))
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413 "), answer[:200]
+        assert b"100 Continue" not in answer
+        assert b"content-type: application/json" in head.lower()
+        assert b"x-request-id:" in head.lower()
+        assert orjson.loads(body)["error"]["code"] == "request_too_large"
+        assert not pod.received  # nothing reached the model server
+
+
+async def test_expect_continue_within_the_limit_is_answered_100_then_served(tmp_path: Path) -> None:
+    document = orjson.dumps({"model": "llama", "prompt": "hello", "max_tokens": 3})
+    async with running(FakeModelServer("a")) as (pod,), in_process_gateway(tmp_path, DOC, [pod.key]) as gw:
+        host, port = gw.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(expect_head(len(document)))
+            await writer.drain()
+            interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+            assert interim.startswith(b"HTTP/1.1 100 Continue"), interim
+            writer.write(document)
+            await writer.drain()
+            final = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+            assert final.startswith(b"HTTP/1.1 200 "), final
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+
+async def test_a_request_line_without_an_http_version_is_refused_not_served(tmp_path: Path) -> None:
+    async with running(FakeModelServer("a")) as (pod,), in_process_gateway(tmp_path, DOC, [pod.key]) as gw:
+        for line in (b"GET /healthz\r\n\r\n", b"GET /v1/models\r\n\r\n", b"GET /healthz\n\n"):
+            answer = await first_answer(gw.url, line)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 "), (line, answer[:200])
+            assert b"x-request-id:" in head.lower()
+            assert orjson.loads(body)["error"]["code"] == "bad_http_request"
