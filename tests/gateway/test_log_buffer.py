@@ -130,6 +130,42 @@ def test_a_failing_stream_is_reported_not_raised(capsys: pytest.CaptureFixture[s
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="interval_s"):
         BatchedLineHandler(io.StringIO(), interval_s=0)
+    with pytest.raises(ValueError, match="max_queued"):
+        BatchedLineHandler(io.StringIO(), max_queued=0)
+
+
+def test_a_stalled_stream_bounds_the_queue_and_the_drops_are_reported() -> None:
+    """A log consumer that stops reading must not grow the gateway's memory without bound."""
+
+    class Stalled(_Stream):
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered = threading.Event()
+            self.release = threading.Event()
+
+        def write(self, s: str) -> int:
+            self.entered.set()
+            assert self.release.wait(30)
+            return super().write(s)
+
+    stream = Stalled()
+    handler = BatchedLineHandler(stream, interval_s=0.01, max_queued=4)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = _logger(handler, "igw.test.batched.stalled")
+    try:
+        logger.info("first")
+        assert stream.entered.wait(30)  # the writer thread holds "first" and is stuck in write()
+        for i in range(10):
+            logger.info("n%d", i)
+        assert handler.dropped == 6
+    finally:
+        stream.release.set()
+        logger.removeHandler(handler)
+        handler.close()
+    lines = stream.lines()
+    assert lines[:5] == ["first", "n0", "n1", "n2", "n3"]
+    assert len(lines) == 6
+    assert "6 log records dropped" in lines[5]
 
 
 _EXITS_ON_SIGTERM = """

@@ -10,6 +10,10 @@ No line is lost on a graceful exit: :meth:`close` (called by :func:`logging.shut
 interpreter runs at exit, also after ``igw serve`` handles SIGTERM) stops the thread and writes
 whatever is still queued. A process killed with SIGKILL loses at most one interval's lines.
 
+At most ``max_queued`` records wait: past that (the stream has stopped taking lines) new ones are
+dropped, counted, and reported in one line once the stream moves again, so a stalled log consumer
+cannot grow the gateway's memory.
+
 Why by hand: :class:`logging.handlers.QueueHandler` formats the record (``prepare``) on the
 caller's thread - the cost this handler exists to move - and its listener writes (and flushes) one
 record at a time.
@@ -27,6 +31,11 @@ DEFAULT_INTERVAL_S: Final = 0.2
 """How long a line may wait before it is written."""
 DEFAULT_BATCH: Final = 512
 """Queued records that wake the writer before its interval ends (bounds memory under bursts)."""
+DEFAULT_MAX_QUEUED: Final = 65_536
+"""Records that may wait at once. A stream that stops taking lines (a stalled log collector, a full
+pipe) would otherwise make the queue - and the gateway's memory - grow for as long as it stalls;
+past the cap new records are dropped and counted, and the count is written as one line when the
+stream takes lines again."""
 YIELD_EVERY: Final = 32
 """The writer thread lets the event loop's thread run after formatting this many records."""
 
@@ -35,11 +44,23 @@ class BatchedLineHandler(logging.Handler):
     """Queue records on the caller's thread; format and write them in batches on a writer thread."""
 
     def __init__(
-        self, stream: TextIO, *, interval_s: float = DEFAULT_INTERVAL_S, batch: int = DEFAULT_BATCH
+        self,
+        stream: TextIO,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        batch: int = DEFAULT_BATCH,
+        max_queued: int = DEFAULT_MAX_QUEUED,
     ) -> None:
         super().__init__()
-        if not interval_s > 0 or batch < 1:
-            raise ValueError(f"interval_s must be > 0 and batch >= 1 (got {interval_s}, {batch})")
+        if not interval_s > 0 or batch < 1 or max_queued < 1:
+            raise ValueError(
+                "interval_s must be > 0, batch >= 1 and max_queued >= 1 "
+                f"(got {interval_s}, {batch}, {max_queued})"
+            )
+        self._max_queued = max_queued
+        self.dropped = 0
+        """Records dropped because ``max_queued`` were waiting (never reset: a running total)."""
+        self._reported = 0
         self.stream = stream
         self._interval_s = interval_s
         self._batch = batch
@@ -59,6 +80,9 @@ class BatchedLineHandler(logging.Handler):
         return bool(rv)
 
     def emit(self, record: logging.LogRecord) -> None:
+        if len(self._queue) >= self._max_queued and not self._stopping:
+            self.dropped += 1
+            return
         self._queue.append(record)
         if self._stopping:  # after close: write at once rather than drop
             self._drain()
@@ -91,6 +115,13 @@ class BatchedLineHandler(logging.Handler):
             records = [queue.popleft() for _ in range(len(queue))]
             if records:
                 self._write(records)
+            dropped = self.dropped - self._reported
+            if dropped and not queue:  # after the records that were waiting when these were dropped
+                self._reported += dropped
+                self._write_line(
+                    f"igw log writer: {dropped} log records dropped: the stream took no lines while "
+                    f"{self._max_queued} were waiting"
+                )
 
     def _write(self, records: list[logging.LogRecord]) -> None:
         lines = []
@@ -111,3 +142,10 @@ class BatchedLineHandler(logging.Handler):
             self.stream.flush()
         except Exception:  # logging's contract: report, never raise
             self.handleError(records[0])
+
+    def _write_line(self, line: str) -> None:
+        try:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        except Exception:  # logging's contract: report, never raise
+            self.handleError(logging.makeLogRecord({"msg": line}))
