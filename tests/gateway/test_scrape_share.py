@@ -7,6 +7,8 @@ whole-host ``/metrics`` merge, checked with ``prometheus_client``'s own parser.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator
@@ -157,3 +159,41 @@ def test_worker_pages_merge_into_one_exposition_labelled_by_worker() -> None:
     }
     assert plain == {"0": 1.0, "1": 2.0}
     assert text.count("# TYPE igw_requests_total counter") == 1
+
+
+async def test_closing_a_follower_while_its_leader_goes_away_does_not_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers stop together on SIGTERM: a follower told to close just as the leader's channel ends
+    must end, not swallow the cancellation and keep reconnecting (its worker would then be killed)."""
+    original = ScrapeFollower._report
+
+    async def slow_to_stop(self: ScrapeFollower, writer: asyncio.StreamWriter) -> None:
+        try:
+            await original(self, writer)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.3)  # widens the window in which close() arrives
+            raise
+
+    monkeypatch.setattr(ScrapeFollower, "_report", slow_to_stop)
+    async with running(FakeModelServer("pod")) as (pod,):
+        leader, follower = Worker(0, tmp_path, pod.key), Worker(1, tmp_path, pod.key)
+        await leader.start()
+        await follower.start()
+        try:
+            service = follower.service
+            assert isinstance(service, ScrapeFollower)
+            await wait_for(service.connected.is_set, within=10, what="the follower connected")
+            await leader.close()  # the channel ends: the follower's finally awaits the slow reporter
+            await wait_for(lambda: not service.connected.is_set(), what="the channel seen closed")
+            # Before the fix the cancellation was swallowed there and close() waited for ever.
+            closing = asyncio.ensure_future(follower.close())
+            done, _ = await asyncio.wait({closing}, timeout=5)  # unlike wait_for, never cancels it
+            if not done:
+                closing.cancel()  # a second cancellation ends the follower, for the cleanup
+                with contextlib.suppress(asyncio.CancelledError):
+                    await closing
+                pytest.fail("the follower did not end within 5 s of close()")
+        finally:
+            await follower.close()
+            await leader.close()

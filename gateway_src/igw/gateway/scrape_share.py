@@ -146,6 +146,11 @@ class ScrapeLeader:
                     self._followers[writer] = {(s, k): (p, i) for s, k, p, i in doc["u"]}
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             log.warning("scrape channel to a worker failed: %s", exc)
+        except asyncio.CancelledError:
+            # close() ends the channel on purpose. Returning rather than re-raising: on Python 3.11
+            # the stream server's done-callback calls ``exception()`` on a cancelled handler task and
+            # logs the resulting CancelledError as an unhandled error at every shutdown.
+            pass
         finally:
             self._followers.pop(writer, None)
             writer.close()
@@ -219,11 +224,15 @@ class ScrapeFollower:
             finally:
                 self.connected.clear()
                 reporter.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reporter
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
+                # ``gather`` hands the reporter's own CancelledError back as a result but still raises
+                # when *this* task is cancelled (close() during a reconnect): suppressing both would
+                # swallow close()'s cancellation, and the follower would reconnect for ever.
+                try:
+                    await asyncio.gather(reporter, return_exceptions=True)
+                finally:
+                    writer.close()
+                    with contextlib.suppress(OSError):
+                        await writer.wait_closed()
             log.warning("scrape channel to worker 0 closed: reconnecting")
             await asyncio.sleep(RECONNECT_S)
 
