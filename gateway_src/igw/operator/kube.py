@@ -35,6 +35,7 @@ class Kube:
         self._reporting_instance = reporting_instance
         self._dynamic: Any = None
         self._discovery_lock = threading.Lock()
+        self._resources: dict[tuple[str, str], Any] = {}
 
     def _resource(self, api_version: str, kind: str) -> Any:
         # The dynamic client reads the API's discovery documents when it is built: do that lazily,
@@ -45,7 +46,13 @@ class Kube:
                 from kubernetes.dynamic import DynamicClient
 
                 self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
-        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+            # Under the lock too: a lookup that misses the dynamic client's discovery cache rewrites
+            # it, and two threads doing that at once fail with KeyError('resources').
+            resource = self._resources.get((api_version, kind))
+            if resource is None:
+                resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
+                self._resources[(api_version, kind)] = resource
+            return resource
 
     # ---- sync bodies (run in threads) -------------------------------------------------------------
     def _get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
