@@ -338,7 +338,6 @@ class UpstreamPool:
         self._origins: dict[str, Origin] = {}
         self._keepalive_s = keepalive_s
         self._ssl_context = ssl_context
-        self._swept = self.loop.time()
         self._sweep_timer: asyncio.TimerHandle | None = None
         self._closed = False
 
@@ -436,14 +435,11 @@ class UpstreamPool:
         if not reusable or self._closed:
             conn.abort()
             return
-        now = self.loop.time()
-        conn.idle_since = now
+        conn.idle_since = self.loop.time()
         self._idle.setdefault(conn.origin, []).append(conn)
-        if now - self._swept > self._keepalive_s:
-            self._sweep(now)
         if self._sweep_timer is None:
-            # Without traffic no release comes to sweep: a timer closes connections left idle after a
-            # burst, which would otherwise hold a descriptor each (and a model server's slot) forever.
+            # A timer, not the next release, closes connections left idle: after a burst no release
+            # may come, and each would hold a descriptor (and a model server's slot) forever.
             self._sweep_timer = self.loop.call_later(self._keepalive_s, self._timed_sweep)
 
     def _timed_sweep(self) -> None:
@@ -461,7 +457,6 @@ class UpstreamPool:
             idle.remove(conn)
 
     def _sweep(self, now: float) -> None:
-        self._swept = now
         for origin, idle in list(self._idle.items()):
             keep = [c for c in idle if not c.closed and now - c.idle_since < self._keepalive_s]
             for conn in idle:
