@@ -129,8 +129,12 @@ def crd_document(
     group: str = API_GROUP,
     version: str = API_VERSION,
 ) -> dict[str, Any]:
-    """A namespaced, status-subresourced CRD in ``group``/``version`` (ours by default) for ``schema``."""
-    return {
+    """A namespaced, status-subresourced CRD in ``group``/``version`` (ours by default) for ``schema``.
+
+    Refuses (:class:`~igw.config.cel_cost.CelCostError`) a schema whose CEL rules the API server
+    would find too costly, so ``igw generate`` never writes a CRD that cannot be installed.
+    """
+    document = {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.{group}"},
@@ -157,6 +161,12 @@ def crd_document(
             ],
         },
     }
+    # CRDs are built by `igw generate` and the tests, never by the gateway or operator at run time.
+    # deferred: cel-python (the cost estimator's parser) is a development dependency only
+    from igw.config.cel_cost import require_within_budget
+
+    require_within_budget(document)
+    return document
 
 
 def build_crd(folder: Path | None = None) -> dict[str, Any]:

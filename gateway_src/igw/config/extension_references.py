@@ -10,7 +10,8 @@ entry at fault:
   ``loraAdapters``): the canary would send requests to a name nothing routes.
 
 They are not admission rules (``schemas/admission-rules.yaml``) because each needs nested loops over
-lists of up to a thousand entries, which the CRD's CEL cost budget does not allow. Values of the
+every member list of every entry, which the API server's CEL cost budget (``igw.config.cel_cost``)
+does not allow. Values of the
 wrong type are skipped: the schema reports those.
 """
 
