@@ -303,10 +303,10 @@ class Scheduler:
             self.ledger.record(chosen.key, now=ctx.now)
         for plugin in self._on_picked:
             plugin.on_picked(ctx, chosen)
-        scores = {
-            candidates[i].key: {**{name: w * vals[i] for name, w, vals in columns}, TOTAL: totals[i]}
-            for i in ranked
-        }
+        scores: dict[EndpointKey, dict[str, float]] = {}
+        for i in ranked:
+            row = scores[candidates[i].key] = {name: w * vals[i] for name, w, vals in columns}
+            row[TOTAL] = totals[i]
         if stale:
             notes.append(f"{stale} stale endpoints excluded")
         return RoutingDecision(

@@ -558,13 +558,15 @@ class BacklogTtftScorer(PluginHooks):
             idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
             fastest = min(idle)
             if fastest > 0:
-                # The score times the idle-speed factor, in one pass.
-                return list[float | None](
-                    [
-                        (1.0 if p <= 0 else best / p) * (fastest / t) ** preference
-                        for p, t in zip(predicted, idle, strict=True)
-                    ]
-                )
+                # The score times the idle-speed factor, in one pass. With every prediction
+                # positive both factors lie in (0, 1]: vouched (a NaN still shows in the totals).
+                scores = [
+                    (1.0 if p <= 0 else best / p) * (fastest / t) ** preference
+                    for p, t in zip(predicted, idle, strict=True)
+                ]
+                return UnitScores(scores) if best > 0 else list[float | None](scores)
+        if best > 0:
+            return UnitScores([best / p for p in predicted])
         return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
 
     def _alike_of(self, endpoints: Sequence[EndpointView], capacities: list[float | None]) -> bool:
