@@ -129,6 +129,20 @@ def reference_pooled_ttft(scorer: PredictedTtftScorer, endpoints: Sequence[Endpo
 
 
 class ReferencePrefillCollisionScorer(PrefillCollisionScorer):
+    def _pending_at(self, view: EndpointView, rate: float, now: float) -> float:
+        queue = self.recent.get(view.key)
+        if not queue:
+            return 0.0
+        while queue and queue[0][1] / rate <= now - queue[0][0]:
+            queue.popleft()
+        if not queue:
+            del self.recent[view.key]
+            return 0.0
+        m = view.metrics
+        queued = m is not None and m.waiting is not None and m.waiting > 0
+        shown_before = view.scraped_at if queued and view.scraped_at is not None else -math.inf
+        return sum([max(0.0, tokens / rate - (now - t)) for t, tokens in queue if t > shown_before])
+
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         values = self.rate.values
         if not values:

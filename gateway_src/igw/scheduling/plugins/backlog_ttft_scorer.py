@@ -334,10 +334,11 @@ class BacklogTtftScorer(PluginHooks):
         tokens: int,
         now: float,
         matched: Mapping[EndpointKey, float] | None,
+        idle: list[float] | None = None,
     ) -> list[float]:
         """:meth:`predicted` once some endpoint is measured: ``b + s * (backlog + own tokens)`` per
         candidate, plus one mean TTFT per unexplained waiting request; the model of each candidate is
-        recorded in ``_cycle_models``.
+        recorded in ``_cycle_models``, and its ``b + s * tokens`` appended to ``idle`` if given.
 
         Why one loop with the helpers spelled out: it runs once per candidate per pick, and the
         helpers (:meth:`_model`, :meth:`_drain_slope`, :meth:`Backlog.now`, :func:`uncached`, and
@@ -380,6 +381,8 @@ class BacklogTtftScorer(PluginHooks):
                 typical = DEFAULT_TYPICAL_TOKENS
                 per_waiting = intercept
             models[key] = (intercept, slope)
+            if idle is not None:
+                idle.append(intercept + slope * tokens)
             backlog = backlogs_get(key)
             if backlog is None:
                 ahead = 0.0
@@ -550,12 +553,16 @@ class BacklogTtftScorer(PluginHooks):
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
             best = min(predicted, default=0.0)
             return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
-        predicted = self._predict(endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched)
-        best = min(predicted, default=0.0)
         preference = self.speed_preference
+        idle: list[float] = []
+        predicted = self._predict(
+            endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle
+        )
+        best = min(predicted, default=0.0)
         if preference > 0:
             models = self._cycle_models
-            idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
+            if len(models) != len(idle):  # a key listed twice: each position takes the key's last model
+                idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
             fastest = min(idle)
             if fastest > 0:
                 # The score times the idle-speed factor, in one pass. With every prediction
