@@ -225,8 +225,6 @@ class BacklogTtftScorer(PluginHooks):
         """Counts changes to the set of endpoints in ``fits`` (which endpoints are measured)."""
         self._stand_ins: _StandIns | None = None
         """The unmeasured candidates' stand-ins for the last candidate list (:meth:`_unfitted`)."""
-        self._alike_cache: tuple[list[float | None], bool] | None = None
-        """The last candidates' KV capacities and whether they are alike (:meth:`_alike_of`)."""
         self._fleet_best_cache: tuple[int, Mapping[EndpointKey, Model], Model] | None = None
 
     def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
@@ -540,15 +538,15 @@ class BacklogTtftScorer(PluginHooks):
             # An adapter request's TTFT is ruled by adapter residency and slots, which this model
             # does not see; the LoRA scorers and filter decide. Dispatches still count (on_picked).
             return UnitScores([1.0] * len(endpoints))
-        capacities = kv_capacities(endpoints)
         pooled = self._cycle_pooled = self._pooled()
-        if self._alike_of(endpoints, capacities) and self._slopes_alike(endpoints, pooled):
+        if self._alike_capacities(endpoints) and self._slopes_alike(endpoints, pooled):
             # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
             # already balance the load (this scorer on top made shared-prefix tails worse,
             # docs/benchmark.md).
             return UnitScores([1.0] * len(endpoints))
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         now, matched = ctx.now, ctx.state.get(STATE_MATCH)
+        capacities = kv_capacities(endpoints)
         if not self.fits:
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
             best = min(predicted, default=0.0)
@@ -575,16 +573,6 @@ class BacklogTtftScorer(PluginHooks):
         if best > 0:
             return UnitScores([best / p for p in predicted])
         return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
-
-    def _alike_of(self, endpoints: Sequence[EndpointView], capacities: list[float | None]) -> bool:
-        """:meth:`_alike_capacities`, kept while the candidates' KV capacities stay the same (its
-        answer depends on nothing else; they change when a pod comes or goes, not per scrape)."""
-        cached = self._alike_cache
-        if cached is not None and cached[0] == capacities:
-            return cached[1]
-        alike = self._alike_capacities(endpoints)
-        self._alike_cache = (capacities, alike)
-        return alike
 
     def _drain_of(self, endpoint: EndpointView, queued: float) -> float:
         """Seconds per backlog token of ``endpoint``: the model this cycle predicted with, else its
