@@ -369,8 +369,8 @@ def _weighted_sum(columns: Sequence[tuple[str, float, Sequence[float]]], n: int)
     so the totals are bit for bit those of adding one column at a time."""
     if not columns:
         return [0.0] * n
-    kernel = _sum_kernel(tuple(w for _, w, _ in columns))
-    return kernel(*(values for _, _, values in columns))
+    kernel = _sum_kernel(tuple([w for _, w, _ in columns]))
+    return kernel(*[values for _, _, values in columns])
 
 
 @functools.lru_cache(maxsize=256)
