@@ -101,18 +101,22 @@ class EndpointState:
         """The endpoint as the scheduler sees it (the same object until a field it carries changes)."""
         view = self.cached_view
         if view is None:
-            view = EndpointView(
-                key=self.key,
-                metrics=self.metrics,
-                scraped_at=self.scraped_at,
-                scrape_failing=self.scrape_failing,
-                inflight=self.inflight,
-                inflight_tokens=self.inflight_tokens,
-                labels=self.labels,
-                max_model_len=self.max_model_len,
-            )
+            view = self.new_view()
             object.__setattr__(self, "cached_view", view)
         return view
+
+    def new_view(self) -> EndpointView:
+        """A view built from the current fields (what :meth:`view` keeps until they change)."""
+        return EndpointView(
+            key=self.key,
+            metrics=self.metrics,
+            scraped_at=self.scraped_at,
+            scrape_failing=self.scrape_failing,
+            inflight=self.inflight,
+            inflight_tokens=self.inflight_tokens,
+            labels=self.labels,
+            max_model_len=self.max_model_len,
+        )
 
 
 class EndpointPool:

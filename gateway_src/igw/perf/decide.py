@@ -125,19 +125,7 @@ def pool_views_time(*, endpoints: int, calls: int) -> tuple[float, float]:
     states = list(pool.states.values())
 
     def rebuild() -> list[EndpointView]:
-        return [
-            EndpointView(
-                key=s.key,
-                metrics=s.metrics,
-                scraped_at=s.scraped_at,
-                scrape_failing=s.scrape_failing,
-                inflight=s.inflight,
-                inflight_tokens=s.inflight_tokens,
-                labels=s.labels,
-                max_model_len=s.max_model_len,
-            )
-            for s in states
-        ]
+        return [s.new_view() for s in states]
 
     kept = rebuilt = 0.0
     pool.views()
