@@ -586,7 +586,9 @@ class BacklogTtftScorer(PluginHooks):
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         key = endpoint.key
-        backlog = self.backlogs.setdefault(key, Backlog(at=ctx.now))
+        backlog = self.backlogs.get(key)
+        if backlog is None:
+            backlog = self.backlogs[key] = Backlog(at=ctx.now)
         ahead = backlog.now(ctx.now, self._drain_of(endpoint, backlog.tokens))
         own = uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
         backlog.tokens = ahead + own
