@@ -54,6 +54,12 @@ def test_perf_decide_prints_the_target_ratio_and_where_the_time_goes(
     assert len(shares) >= 18  # nine rows per size
     assert all(0.0 <= s <= 100.0 for s in shares)
     assert re.search(r"^load average at start: \d+\.\d\d", out, re.MULTILINE)
+    views = re.findall(
+        r"pool views per request \(one endpoint changed since the last\): (\d+\.\d) µs; "
+        r"baseline: a new view per endpoint (\d+\.\d) µs \(ratio (\d+\.\d\d)\)",
+        out,
+    )
+    assert len(views) == 2  # one row per size
     assert re.search(
         r"^targets \(median p50\): 16 endpoints \d+ µs \(ratio \d+\.\d\d, (met|MISSED)\)$", out, re.M
     )
@@ -74,3 +80,11 @@ def test_perf_decide_runs_several_times_and_judges_the_median(capsys: pytest.Cap
     ratio = re.search(r"target p50 <= 1000 µs: ratio (\d+\.\d\d)", out)
     assert ratio is not None
     assert abs(float(ratio[1]) - int(spread[1]) / 1000) <= 0.006  # both printed rounded
+
+
+def test_pool_views_cost_is_timed_against_building_every_view() -> None:
+    from igw.perf.decide import pool_views_time
+
+    kept, rebuilt = pool_views_time(endpoints=50, calls=30)
+    assert kept > 0
+    assert rebuilt > 0

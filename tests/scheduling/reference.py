@@ -20,6 +20,8 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
     MIN_TOKENS,
     BacklogTtftScorer,
+    kv_capacities,
+    uncached,
 )
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
@@ -127,6 +129,20 @@ def reference_pooled_ttft(scorer: PredictedTtftScorer, endpoints: Sequence[Endpo
 
 
 class ReferencePrefillCollisionScorer(PrefillCollisionScorer):
+    def _pending_at(self, view: EndpointView, rate: float, now: float) -> float:
+        queue = self.recent.get(view.key)
+        if not queue:
+            return 0.0
+        while queue and queue[0][1] / rate <= now - queue[0][0]:
+            queue.popleft()
+        if not queue:
+            del self.recent[view.key]
+            return 0.0
+        m = view.metrics
+        queued = m is not None and m.waiting is not None and m.waiting > 0
+        shown_before = view.scraped_at if queued and view.scraped_at is not None else -math.inf
+        return sum([max(0.0, tokens / rate - (now - t)) for t, tokens in queue if t > shown_before])
+
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         values = self.rate.values
         if not values:
@@ -179,8 +195,77 @@ def reference_pool(
 
 class ReferenceBacklogTtftScorer(BacklogTtftScorer):
     """Every endpoint's regression computed, sorted and grouped from scratch on every call; the fleet's
-    best model and slowest mean looked up per endpoint; KV capacities compared one endpoint at a time.
-    The prediction, drain and learning rules are the scorer's own (only their cached helpers differ)."""
+    best model and slowest mean looked up per endpoint; KV capacities compared one endpoint at a time;
+    every candidate's model looked up and its prediction made through the helpers on every call (no
+    plan kept between picks, no one-kind-of-hardware answer kept). The drain and learning rules are
+    the scorer's own."""
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        self._cycle_models = {}
+        if ctx.request.adapter is not None or self.one_speed(endpoints):
+            return [1.0] * len(endpoints)
+        tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
+        predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
+        best = min(predicted, default=0.0)
+        scores = [1.0 if p <= 0 else best / p for p in predicted]
+        if self.speed_preference > 0 and self.fits:
+            idle = [b + s * tokens for b, s in (self._cycle_models.get(e.key, (0.0, 0.0)) for e in endpoints)]
+            fastest = min(idle)
+            if fastest > 0:
+                scores = [
+                    sc * (fastest / t) ** self.speed_preference for sc, t in zip(scores, idle, strict=True)
+                ]
+        return list[float | None](scores)
+
+    def predicted(
+        self,
+        endpoints: Sequence[EndpointView],
+        *,
+        tokens: int,
+        now: float,
+        matched: Mapping[EndpointKey, float] | None = None,
+    ) -> list[float]:
+        capacities = kv_capacities(endpoints)
+        self._cycle_models = {}
+        if not self.fits:
+            return self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
+        pooled = self._pooled()
+        self._cycle_pooled = pooled
+        largest = max((c for c in capacities if c is not None), default=None)
+        out: list[float] = []
+        probes: list[int] = []
+        for i, (e, capacity) in enumerate(zip(endpoints, capacities, strict=True)):
+            fit = self.fits.get(e.key)
+            stand_in = None if fit is not None else self._alike_measured(capacity, endpoints, capacities)
+            model = self._model(e.key if stand_in is None else stand_in, pooled)
+            assert model is not None
+            intercept, slope = model
+            if fit is None and stand_in is None:
+                if e.inflight > 0:
+                    probes.append(i)
+                if capacity and largest:
+                    factor = max(1.0, largest / capacity)
+                    intercept, slope = intercept * factor, slope * factor
+            self._cycle_models[e.key] = (intercept, slope)
+            backlog = self.backlogs.get(e.key)
+            ahead = (
+                backlog.now(now, self._drain_slope(e.key, intercept, slope, backlog.tokens))
+                if backlog
+                else 0.0
+            )
+            predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
+            m = e.metrics
+            if m is not None and m.waiting is not None and m.waiting > 0:
+                unexplained = m.waiting - (1 if ahead > 0 else 0)
+                if unexplained > 0:
+                    predicted += unexplained * (fit.mean_y if fit is not None else intercept)
+            out.append(predicted)
+        if probes:
+            others = [p for i, p in enumerate(out) if i not in probes]
+            worst = max(others, default=self._slowest_mean())
+            for i in probes:
+                out[i] = max(out[i], worst) * (1 + endpoints[i].inflight)
+        return out
 
     def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
         own = {k: m for k, f in self.fits.items() if (m := f.regression(min_samples=MIN_FIT_SAMPLES))}

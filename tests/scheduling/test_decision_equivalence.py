@@ -68,10 +68,10 @@ class Recording:
 
     scheduler: Scheduler
     decisions: list[RoutingDecision] = field(default_factory=list)
+    name: str = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return self.scheduler.name
+    def __post_init__(self) -> None:
+        self.name = self.scheduler.name
 
     def pick(
         self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
@@ -166,8 +166,8 @@ def test_ttft_pool_matches_a_from_scratch_sort(ops: list[tuple[str, object, obje
     for op, a, b in ops:
         if op == "observe":
             scorer.on_complete(
-                RequestOutcome(request_id="r", endpoint=str(a), ok=True, ttft_s=float(b)), now=0.0
-            )  # type: ignore[arg-type]
+                RequestOutcome(request_id="r", endpoint=str(a), ok=True, ttft_s=cast("float", b)), now=0.0
+            )
         elif op == "forget":
             scorer.on_endpoints_removed([str(a)])
         else:
@@ -224,11 +224,11 @@ def test_scorers_match_their_references(views: list[EndpointView], samples: list
     for reference, fast in pairs:
         for i, (key, ttft) in enumerate(samples):
             outcome = RequestOutcome(request_id=str(i), endpoint=key, ok=True, ttft_s=ttft, prompt_tokens=100)
-            reference.on_complete(outcome, now=1.0)  # type: ignore[attr-defined]
-            fast.on_complete(outcome, now=1.0)  # type: ignore[attr-defined]
+            reference.on_complete(outcome, now=1.0)
+            fast.on_complete(outcome, now=1.0)
         for view in views[:3]:  # recent dispatches for the prefill-collision scorer
             for plugin in (reference, fast):
-                plugin.on_picked(CycleContext(request=req(), now=0.9, rng=random.Random(0)), view)  # type: ignore[attr-defined]
+                plugin.on_picked(CycleContext(request=req(), now=0.9, rng=random.Random(0)), view)
         expected = reference.score(CycleContext(request=req(), now=1.0, rng=random.Random(0)), views)  # type: ignore[attr-defined]
         got = fast.score(CycleContext(request=req(), now=1.0, rng=random.Random(0)), views)  # type: ignore[attr-defined]
         assert list(got) == expected, type(fast).__name__
@@ -314,6 +314,22 @@ _BACKLOG_OPS = st.lists(
             st.tuples(st.sampled_from([0.02, 0.05, 0.3, 1.5, math.inf, -1.0]), st.integers(1, 3000)),
         ),
         st.tuples(st.just("score"), st.sampled_from([None, "lora-a"]), st.integers(0, 4000)),
+        # score with the prefix scorer's match map: (op, shares per endpoint, prompt tokens)
+        st.tuples(
+            st.just("score-matched"),
+            st.dictionaries(st.sampled_from(_KEYS[:6]), st.sampled_from([0.0, 0.5, 0.875, 1.0]), max_size=3),
+            st.integers(0, 4000),
+        ),
+        # a scrape replaces one endpoint's view: (op, position, (KV blocks, waiting, in flight))
+        st.tuples(
+            st.just("scrape"),
+            st.integers(0, 5),
+            st.tuples(
+                st.sampled_from([None, 0, 27_485, 41_228, 80_000]), st.integers(0, 3), st.integers(0, 2)
+            ),
+        ),
+        # the candidates of the next scores: positions into the views (a key may repeat)
+        st.tuples(st.just("candidates"), st.lists(st.integers(0, 5), min_size=1, max_size=7), st.just(0)),
         st.tuples(st.just("forget"), st.sampled_from(_BACKLOG_KEYS), st.just(0)),
         # ten linear outcomes (intercept, seconds per token) with some noise: a regression forms
         st.tuples(
@@ -349,9 +365,35 @@ def test_backlog_ttft_scorer_matches_its_reference(
     ]
     fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
     now = 0.0
+    candidates = list(views)
     for step, (op, a, b) in enumerate(ops):
         now += 0.01
-        if op == "serve":
+        if op == "scrape":
+            i = cast("int", a)
+            blocks, waiting, n = cast("tuple[int | None, int, int]", b)
+            metrics = EngineMetrics(
+                waiting=waiting, block_size=None if blocks is None else 16, num_gpu_blocks=blocks
+            )
+            views[i] = EndpointView(key=views[i].key, metrics=metrics, scraped_at=now, inflight=n)
+            candidates = [next(v for v in views if v.key == c.key) for c in candidates]
+        elif op == "candidates":
+            candidates = [views[i] for i in cast("list[int]", a)]
+        elif op == "score-matched":
+            request = RoutingRequest(
+                request_id=f"s{step}",
+                model="m",
+                base_model="m",
+                prefix_text="",
+                prompt_tokens=int(b),  # type: ignore[call-overload]
+            )
+            scores = []
+            for scorer in (fast, reference):
+                ctx = CycleContext(request=request, now=now, rng=random.Random(0))
+                ctx.state[STATE_MATCH] = dict(cast("dict[str, float]", a))
+                scores.append(list(scorer.score(ctx, candidates)))
+                scorer.on_picked(ctx, candidates[step % len(candidates)])
+            assert scores[0] == scores[1]
+        elif op == "serve":
             key = str(a)
             ttft, tokens = cast("tuple[float, int]", b)
             request = RoutingRequest(
@@ -390,10 +432,13 @@ def test_backlog_ttft_scorer_matches_its_reference(
                 request_id=f"s{step}", model=adapter or "m", base_model="m", prefix_text="",
                 prompt_tokens=int(b), adapter=adapter,  # type: ignore[call-overload]
             )  # fmt: skip
-            got = fast.score(CycleContext(request=request, now=now, rng=random.Random(0)), views)
-            expected = reference.score(CycleContext(request=request, now=now, rng=random.Random(0)), views)
+            got = fast.score(CycleContext(request=request, now=now, rng=random.Random(0)), candidates)
+            expected = reference.score(
+                CycleContext(request=request, now=now, rng=random.Random(0)), candidates
+            )
             assert list(got) == expected
-            picked = views[step % 6]
+            assert fast._cycle_models == reference._cycle_models
+            picked = candidates[step % len(candidates)]
             for scorer in (fast, reference):  # the pick's own pooled models set the drain rate
                 scorer.on_picked(CycleContext(request=request, now=now, rng=random.Random(0)), picked)
         assert fast.backlogs == reference.backlogs
@@ -558,6 +603,64 @@ def test_ttft_pool_regroups_incrementally_as_a_from_scratch_walk(
             for _ in range(scorer.log_ttft.settled_count):
                 observe(key, ttft)
         assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+
+
+def _teach_both(scorers: Sequence[BacklogTtftScorer], key: str, intercept: float, slope: float) -> None:
+    """Twenty idle outcomes of ``intercept + slope * tokens`` on ``key`` (a regression forms)."""
+    for i in range(20):
+        tokens = 100 + 97 * (i % 11)
+        request = RoutingRequest(
+            request_id=f"{key}-{i}", model="m", base_model="m", prefix_text="", prompt_tokens=tokens
+        )
+        outcome = RequestOutcome(
+            request_id=request.request_id, endpoint=key, ok=True, ttft_s=intercept + slope * tokens,
+            prompt_tokens=tokens,
+        )  # fmt: skip
+        view = EndpointView(key=key, metrics=None, scraped_at=None)
+        for scorer in scorers:
+            scorer.on_picked(CycleContext(request=request, now=1000.0 * (i + 1), rng=random.Random(0)), view)
+            scorer.on_complete(outcome, now=1000.0 * (i + 1) + 1)
+
+
+def _kv_view(key: str, blocks: int, *, inflight: int = 0) -> EndpointView:
+    metrics = EngineMetrics(waiting=0, block_size=16, num_gpu_blocks=blocks)
+    return EndpointView(key=key, metrics=metrics, scraped_at=0.0, inflight=inflight)
+
+
+def test_backlog_stand_ins_follow_a_newcomers_kv_capacity_and_a_key_listed_twice() -> None:
+    """An unmeasured endpoint takes the model of the measured one with alike KV capacity: when a
+    scrape changes its capacity (keys and measured endpoints unchanged), the kept stand-in must go;
+    a key listed twice with different capacities gives each position the key's last model."""
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    _teach_both([fast, reference], "h100", 0.010, 25e-6)
+    _teach_both([fast, reference], "a10g", 0.040, 300e-6)
+    request = RoutingRequest(request_id="x", model="m", base_model="m", prefix_text="", prompt_tokens=800)
+    lists = [
+        [_kv_view("h100", 80_000), _kv_view("a10g", 27_485), _kv_view("new", 80_000)],
+        [_kv_view("h100", 80_000), _kv_view("a10g", 27_485), _kv_view("new", 27_485)],
+        [_kv_view("h100", 80_000), _kv_view("a10g", 27_485), _kv_view("new", 5_000, inflight=1)],
+        [
+            _kv_view("h100", 80_000),
+            _kv_view("new", 80_000),
+            _kv_view("a10g", 27_485),
+            _kv_view("new", 27_485),
+        ],
+        [
+            _kv_view("h100", 80_000),
+            _kv_view("new", 27_485),
+            _kv_view("a10g", 27_485),
+            _kv_view("new", 80_000),
+        ],
+    ]
+    results = []
+    for views in lists:
+        got = fast.score(CycleContext(request=request, now=1e6, rng=random.Random(0)), views)
+        expected = reference.score(CycleContext(request=request, now=1e6, rng=random.Random(0)), views)
+        assert list(got) == expected
+        assert fast._cycle_models == reference._cycle_models
+        results.append(expected)
+    assert results[0][2] != results[1][2]  # the newcomer's stand-in changed with its capacity
+    assert results[3] != results[4]  # each position of the twice-listed key takes its last model
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ gets frozen views, so a decision cannot observe a half-applied update.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
@@ -38,8 +38,30 @@ class PageTracker:
     """Where each routing family started on the previous page: the parser's search hints."""
 
 
+VIEW_FIELDS = frozenset(
+    {"key", "labels", "metrics", "scraped_at", "scrape_failing", "inflight", "inflight_tokens"}
+    | {"max_model_len"}
+)
+"""The fields an :class:`EndpointView` is made of: writing one makes the state's cached view stale."""
+
+
 @dataclass(slots=True)
 class EndpointState:
+    """One endpoint's mutable state, and its latest :class:`EndpointView` (made on demand, kept until a
+    field the view carries is written).
+
+    Why a cached view: the scheduler is handed every endpoint's view on every request, and a frozen
+    view costs about a microsecond to build, per endpoint per request; most endpoints' fields do not
+    change between two requests (a scrape lands every 50 ms, a dispatch touches one endpoint). Every
+    write goes through :meth:`__setattr__`, which drops the view when a field it carries changes and
+    tells the pool (:attr:`on_view_change`), so no writer has to remember to."""
+
+    # First: ``__setattr__`` reads them while ``__init__`` assigns the fields below.
+    on_view_change: Callable[[EndpointKey], None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """Called with the key when the view goes stale (the pool's list of views is updated from it)."""
+    cached_view: EndpointView | None = field(default=None, init=False, repr=False, compare=False)
     key: EndpointKey
     labels: Mapping[str, str]
     pod: str | None = None
@@ -57,6 +79,14 @@ class EndpointState:
     max_model_len: int | None = None
     """Longest prompt + output the model server accepts (from its ``/v1/models``), when known."""
 
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        if name in VIEW_FIELDS:
+            object.__setattr__(self, "cached_view", None)
+            notify = self.on_view_change
+            if notify is not None:
+                notify(self.key)
+
     def dispatched(self, est_tokens: int) -> None:
         """A request was sent to this endpoint (``est_tokens``: prompt + max output tokens)."""
         self.inflight += 1
@@ -68,6 +98,15 @@ class EndpointState:
         self.inflight_tokens -= est_tokens
 
     def view(self) -> EndpointView:
+        """The endpoint as the scheduler sees it (the same object until a field it carries changes)."""
+        view = self.cached_view
+        if view is None:
+            view = self.new_view()
+            object.__setattr__(self, "cached_view", view)
+        return view
+
+    def new_view(self) -> EndpointView:
+        """A view built from the current fields (what :meth:`view` keeps until they change)."""
         return EndpointView(
             key=self.key,
             metrics=self.metrics,
@@ -81,10 +120,18 @@ class EndpointState:
 
 
 class EndpointPool:
-    """The endpoints of one scheduler, keyed by ``host:port``."""
+    """The endpoints of one scheduler, keyed by ``host:port``.
+
+    :meth:`views` keeps the list it hands out between calls and replaces only the views of the
+    endpoints whose state changed since (they report it through ``on_view_change``): a request costs
+    O(changed endpoints) plus one list copy, not a new view per endpoint."""
 
     def __init__(self) -> None:
         self.states: dict[EndpointKey, EndpointState] = {}
+        self._views: list[EndpointView] | None = None
+        """Every state's view in ``states`` order; ``None``: rebuild on the next :meth:`views`."""
+        self._positions: dict[EndpointKey, int] = {}
+        self._changed: set[EndpointKey] = set()
 
     def replace(
         self, discovered: Iterable[DiscoveredEndpoint]
@@ -96,16 +143,19 @@ class EndpointPool:
         wanted = {d.key: d for d in discovered}
         removed = [k for k in self.states if k not in wanted]
         for key in removed:
-            del self.states[key]
+            self.states.pop(key).on_view_change = None
         added: list[EndpointKey] = []
         for key, d in wanted.items():
             state = self.states.get(key)
             if state is None:
-                self.states[key] = EndpointState(key=key, labels=dict(d.labels), pod=d.pod)
+                state = self.states[key] = EndpointState(key=key, labels=dict(d.labels), pod=d.pod)
+                state.on_view_change = self._changed.add
                 added.append(key)
             else:
                 state.labels = dict(d.labels)
                 state.pod = d.pod
+        if added or removed:
+            self._views = None
         return added, removed
 
     def largest_context(self) -> int | None:
@@ -116,7 +166,26 @@ class EndpointPool:
         return max(n for n in lengths if n is not None)
 
     def views(self) -> list[EndpointView]:
-        return [s.view() for s in self.states.values()]
+        """Every endpoint's current view, in pool order (a new list; the views are shared)."""
+        views, changed = self._views, self._changed
+        if views is None or len(views) != len(self.states):
+            # First call, or the membership changed (or ``states`` was edited directly).
+            views = self._views = [s.view() for s in self.states.values()]
+            self._positions = {k: i for i, k in enumerate(self.states)}
+            for state in self.states.values():
+                state.on_view_change = changed.add
+            changed.clear()
+        elif changed:
+            states, positions = self.states, self._positions
+            for key in changed:
+                i = positions.get(key)
+                changed_state = states.get(key)
+                if i is None or changed_state is None:  # ``states`` was edited directly: start again
+                    self._views = None
+                    return self.views()
+                views[i] = changed_state.view()
+            changed.clear()
+        return list(views)
 
     def __len__(self) -> int:
         return len(self.states)

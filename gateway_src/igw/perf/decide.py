@@ -98,10 +98,45 @@ def run(args: argparse.Namespace) -> int:
         print("  where a pick's CPU time goes (mean per pick, instrumented run):")
         for label, seconds in [*parts, ("scheduler's own steps (the rest)", rest)]:
             print(f"    {label:<40} {seconds / picks * 1e6:8.1f} µs  {seconds / total:6.1%}")
+        views_us, rebuild_us = pool_views_time(endpoints=endpoints, calls=picks)
+        print(
+            f"  pool views per request (one endpoint changed since the last): {views_us:.1f} µs; "
+            f"baseline: a new view per endpoint {rebuild_us:.1f} µs (ratio {views_us / rebuild_us:.2f})"
+        )
     print(f"load average at end: {_load()}")
     if summary:
         print("targets (median p50): " + "; ".join(summary))
     return 0
+
+
+def pool_views_time(*, endpoints: int, calls: int) -> tuple[float, float]:
+    """Mean thread CPU µs of ``EndpointPool.views()`` as the gateway calls it (once per request, one
+    endpoint dispatched to since the previous call), and of building every endpoint's view anew from
+    the same states (what ``views()`` did before it kept its list): the baseline, same run."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.gateway.endpoints import DiscoveredEndpoint, EndpointPool
+    from igw.scheduling.types import EndpointView, EngineMetrics
+
+    pool = EndpointPool()
+    pool.replace([DiscoveredEndpoint(f"10.0.{i // 250}.{i % 250}:8000") for i in range(endpoints)])
+    for i, state in enumerate(pool.states.values()):
+        state.metrics = EngineMetrics(waiting=i % 3, kv_usage=0.3, block_size=16, num_gpu_blocks=27_485)
+        state.scraped_at = 1000.0
+    states = list(pool.states.values())
+
+    def rebuild() -> list[EndpointView]:
+        return [s.new_view() for s in states]
+
+    kept = rebuilt = 0.0
+    pool.views()
+    for i in range(calls):
+        states[i % endpoints].dispatched(400)
+        t0 = time.thread_time()
+        pool.views()
+        t1 = time.thread_time()
+        rebuild()
+        kept, rebuilt = kept + t1 - t0, rebuilt + time.thread_time() - t1
+    return kept / calls * 1e6, rebuilt / calls * 1e6
 
 
 def _load() -> str:

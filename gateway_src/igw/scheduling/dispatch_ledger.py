@@ -44,6 +44,10 @@ class DispatchLedger:
         self.ttft = EndpointEwma(alpha=ttft_alpha)
         self._pending: dict[EndpointKey, list[float]] = {}
         """Dispatch times per endpoint, ascending (``record`` keeps them sorted)."""
+        self._copies: dict[EndpointKey, tuple[EndpointView, int, EndpointView]] = {}
+        """The last annotated copy per endpoint: (incoming view, count, copy). Reused while the same
+        view object comes in with the same count (views are frozen, so the copy is still exact); a
+        caller that keeps its views between scrapes thus gets no new copy per pick."""
 
     def record(self, key: EndpointKey, *, now: float) -> None:
         """Remember one dispatch (called once per successful pick)."""
@@ -82,20 +86,28 @@ class DispatchLedger:
     def annotate(self, views: Sequence[EndpointView], *, now: float) -> list[EndpointView]:
         """The views with ``unreflected_dispatches`` filled in."""
         pending = self._pending
+        copies = self._copies
         out = list(views)
         # Most endpoints of a large pool have no recent dispatch: find those that have one (or arrive
         # with a count, which callers normally leave 0) in one pass, and visit only them.
         visit = [i for i, v in enumerate(out) if v.key in pending or v.unreflected_dispatches]
         for i in visit:
             v = out[i]
-            n = self.unreflected(v, now=now) if v.key in pending else 0
+            key = v.key
+            n = self.unreflected(v, now=now) if key in pending else 0
             if n != v.unreflected_dispatches:
-                out[i] = _with_unreflected(v, n)
+                made = copies.get(key)
+                if made is not None and made[0] is v and made[1] == n:
+                    out[i] = made[2]
+                else:
+                    copy = out[i] = _with_unreflected(v, n)
+                    copies[key] = (v, n, copy)
         return out
 
     def forget(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:
             self._pending.pop(key, None)
+            self._copies.pop(key, None)
         self.ttft.forget(keys)
 
 

@@ -303,10 +303,10 @@ class Scheduler:
             self.ledger.record(chosen.key, now=ctx.now)
         for plugin in self._on_picked:
             plugin.on_picked(ctx, chosen)
-        scores = {
-            candidates[i].key: {**{name: w * vals[i] for name, w, vals in columns}, TOTAL: totals[i]}
-            for i in ranked
-        }
+        scores: dict[EndpointKey, dict[str, float]] = {}
+        for i in ranked:
+            row = scores[candidates[i].key] = {name: w * vals[i] for name, w, vals in columns}
+            row[TOTAL] = totals[i]
         if stale:
             notes.append(f"{stale} stale endpoints excluded")
         return RoutingDecision(
@@ -369,8 +369,8 @@ def _weighted_sum(columns: Sequence[tuple[str, float, Sequence[float]]], n: int)
     so the totals are bit for bit those of adding one column at a time."""
     if not columns:
         return [0.0] * n
-    kernel = _sum_kernel(tuple(w for _, w, _ in columns))
-    return kernel(*(values for _, _, values in columns))
+    kernel = _sum_kernel(tuple([w for _, w, _ in columns]))
+    return kernel(*[values for _, _, values in columns])
 
 
 @functools.lru_cache(maxsize=256)

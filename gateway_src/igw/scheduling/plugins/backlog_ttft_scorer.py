@@ -75,7 +75,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
@@ -98,6 +98,7 @@ DEFAULT_SPEED_RATIO = 3.0
 DEFAULT_SPEED_PREFERENCE = 1.0
 MIN_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
+MIN_TOKENS_F = float(MIN_TOKENS)
 EXACT_IN_FLOAT = 2**53
 """Integers below this convert to float exactly (KV capacities compared as ints or floats agree)."""
 PRIOR_TOKENS_PER_S_PER_KV_TOKEN = 0.05
@@ -172,6 +173,18 @@ def kv_capacities(endpoints: Sequence[EndpointView]) -> list[float | None]:
     ]
 
 
+@dataclass(slots=True)
+class _StandIns:
+    """Stand-ins found for unmeasured candidates (by position), valid for one candidate list (its
+    keys and KV capacities) and one set of measured endpoints."""
+
+    members_version: int
+    keys: list[EndpointKey]
+    capacities: list[float | None]
+    largest: float | None
+    by_position: dict[int, EndpointKey | None] = field(default_factory=dict)
+
+
 class BacklogTtftScorer(PluginHooks):
     type_name = TYPE
     signal = "waiting"
@@ -208,6 +221,10 @@ class BacklogTtftScorer(PluginHooks):
         self._fits_version = 0
         """Counts changes to ``fits`` (the caches below are of one version)."""
         self._slowest_cache: tuple[int, float] | None = None
+        self._members_version = 0
+        """Counts changes to the set of endpoints in ``fits`` (which endpoints are measured)."""
+        self._stand_ins: _StandIns | None = None
+        """The unmeasured candidates' stand-ins for the last candidate list (:meth:`_unfitted`)."""
         self._fleet_best_cache: tuple[int, Mapping[EndpointKey, Model], Model] | None = None
 
     def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
@@ -304,41 +321,94 @@ class BacklogTtftScorer(PluginHooks):
             return self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
         pooled = self._pooled()
         self._cycle_pooled = pooled
-        largest = max((c for c in capacities if c is not None), default=None)
+        return self._predict(endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched)
+
+    def _predict(
+        self,
+        endpoints: Sequence[EndpointView],
+        capacities: list[float | None],
+        pooled: Mapping[EndpointKey, Model],
+        *,
+        tokens: int,
+        now: float,
+        matched: Mapping[EndpointKey, float] | None,
+        idle: list[float] | None = None,
+    ) -> list[float]:
+        """:meth:`predicted` once some endpoint is measured: ``b + s * (backlog + own tokens)`` per
+        candidate, plus one mean TTFT per unexplained waiting request; the model of each candidate is
+        recorded in ``_cycle_models``, and its ``b + s * tokens`` appended to ``idle`` if given.
+
+        Why one loop with the helpers spelled out: it runs once per candidate per pick, and the
+        helpers (:meth:`_model`, :meth:`_drain_slope`, :meth:`Backlog.now`, :func:`uncached`, and
+        ``max`` of two numbers) cost a call each per candidate, most of the scorer's time. Every
+        expression is the helper's own, in the same order (``b if b > a else a`` is ``max(a, b)``),
+        so the floats are the same. Endpoints without a fit of their own (a newcomer) take
+        :meth:`_unfitted` with the helpers."""
+        fits_get, pooled_get, backlogs_get = self.fits.get, pooled.get, self.backlogs.get
+        models = self._cycle_models
+        # uncached() of an endpoint without a matched prefix share.
+        plain = tokens * (1.0 - 0.0)
+        if not plain > MIN_TOKENS_F:
+            plain = MIN_TOKENS_F
+        stand_ins: _StandIns | None = None
         out: list[float] = []
         probes: list[int] = []
-        for i, (e, capacity) in enumerate(zip(endpoints, capacities, strict=True)):
-            fit = self.fits.get(e.key)
-            stand_in = None if fit is not None else self._alike_measured(capacity, endpoints, capacities)
-            model = self._model(e.key if stand_in is None else stand_in, pooled)
-            assert model is not None  # some endpoint is measured, so every endpoint has a model
-            intercept, slope = model
-            if fit is None and stand_in is None:
-                if e.inflight > 0:
+        for i, e in enumerate(endpoints):
+            key = e.key
+            fit = fits_get(key)
+            if fit is not None:
+                model = pooled_get(key)
+                if model is None:
+                    # Half fixed, half per token (see _model).
+                    intercept, slope = fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+                else:
+                    intercept, slope = model
+                typical = fit.mean_x
+                if not typical > 0:
+                    typical = DEFAULT_TYPICAL_TOKENS
+                per_waiting = fit.mean_y
+            else:
+                if stand_ins is None:
+                    stand_ins = self._stand_ins_for(endpoints, capacities)
+                intercept, slope, unlike = self._unfitted(i, endpoints, stand_ins, pooled)
+                if unlike and e.inflight > 0:
                     # Unmeasured, unlike any measured endpoint, and its probe still out: the
                     # worst candidate (below) until its first outcome, so a slow newcomer is not
                     # flooded on a guess.
                     probes.append(i)
-                if capacity and largest:
-                    # The fleet's best, slowed by how much less KV cache it holds than the largest
-                    # endpoint (a smaller GPU is a slower one, until measured).
-                    factor = max(1.0, largest / capacity)
-                    intercept, slope = intercept * factor, slope * factor
-            self._cycle_models[e.key] = (intercept, slope)
-            backlog = self.backlogs.get(e.key)
-            ahead = (
-                backlog.now(now, self._drain_slope(e.key, intercept, slope, backlog.tokens))
-                if backlog
-                else 0.0
-            )
-            predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
+                typical = DEFAULT_TYPICAL_TOKENS
+                per_waiting = intercept
+            models[key] = (intercept, slope)
+            if idle is not None:
+                idle.append(intercept + slope * tokens)
+            backlog = backlogs_get(key)
+            if backlog is None:
+                ahead = 0.0
+            else:
+                # Backlog.now at _drain_slope's rate.
+                queued = backlog.tokens
+                drain = slope + intercept / (queued if queued > typical else typical)
+                if drain <= 0:
+                    ahead = queued
+                else:
+                    elapsed = now - backlog.at
+                    ahead = queued - (elapsed if elapsed > 0.0 else 0.0) / drain
+                    if not ahead > 0.0:
+                        ahead = 0.0
+            if matched:
+                own = tokens * (1.0 - matched.get(key, 0.0))
+                if not own > MIN_TOKENS_F:
+                    own = MIN_TOKENS_F
+            else:
+                own = plain
+            predicted = intercept + slope * (ahead + own)
             m = e.metrics
-            if m is not None and m.waiting is not None and m.waiting > 0:
+            if m is not None and (waiting := m.waiting) is not None and waiting > 0:
                 # Waiting requests beyond what this router's backlog explains (another router's
                 # traffic, requests stalled for KV space) each cost about one mean TTFT.
-                unexplained = m.waiting - (1 if ahead > 0 else 0)
+                unexplained = waiting - (1 if ahead > 0 else 0)
                 if unexplained > 0:
-                    predicted += unexplained * (fit.mean_y if fit is not None else intercept)
+                    predicted += unexplained * per_waiting
             out.append(predicted)
         if probes:
             others = [p for i, p in enumerate(out) if i not in probes]
@@ -346,6 +416,56 @@ class BacklogTtftScorer(PluginHooks):
             for i in probes:
                 out[i] = max(out[i], worst) * (1 + endpoints[i].inflight)
         return out
+
+    def _stand_ins_for(self, endpoints: Sequence[EndpointView], capacities: list[float | None]) -> _StandIns:
+        """The stand-ins of this candidate list (found on demand by :meth:`_unfitted`).
+
+        Which measured candidate stands in for an unmeasured one depends only on the candidates' keys
+        and KV capacities and on which endpoints are measured, so the answers are kept while those
+        stay the same (finding one is a pass over every candidate, per unmeasured candidate)."""
+        keys = [e.key for e in endpoints]
+        cache = self._stand_ins
+        if (
+            cache is None
+            or cache.members_version != self._members_version
+            or cache.keys != keys
+            or cache.capacities != capacities
+        ):
+            cache = self._stand_ins = _StandIns(
+                members_version=self._members_version,
+                keys=keys,
+                capacities=capacities,
+                largest=max([c for c in capacities if c is not None], default=None),
+            )
+        return cache
+
+    def _unfitted(
+        self,
+        i: int,
+        endpoints: Sequence[EndpointView],
+        stand_ins: _StandIns,
+        pooled: Mapping[EndpointKey, Model],
+    ) -> tuple[float, float, bool]:
+        """``(intercept, slope, unlike)`` of candidate ``i``, which has no fit of its own: the model of
+        the measured candidate with alike KV capacity, or (``unlike``) the fleet's best slowed by how
+        much less KV cache it holds than the largest endpoint (a smaller GPU is a slower one, until
+        measured)."""
+        capacities = stand_ins.capacities
+        found = stand_ins.by_position
+        if i in found:
+            stand_in = found[i]
+        else:
+            stand_in = found[i] = self._alike_measured(capacities[i], endpoints, capacities)
+        model = self._model(endpoints[i].key if stand_in is None else stand_in, pooled)
+        assert model is not None  # some endpoint is measured, so every endpoint has a model
+        intercept, slope = model
+        if stand_in is not None:
+            return intercept, slope, False
+        capacity, largest = capacities[i], stand_ins.largest
+        if capacity and largest:
+            factor = max(1.0, largest / capacity)
+            intercept, slope = intercept * factor, slope * factor
+        return intercept, slope, True
 
     def _unmeasured(
         self,
@@ -380,14 +500,17 @@ class BacklogTtftScorer(PluginHooks):
         apart from different ones, because on identical pods serving shared prefixes the requests'
         uncached lengths barely vary and the fitted slopes scatter (by less than ``speed_ratio``)."""
         self._cycle_pooled = self._pooled()
-        if not self._alike_capacities(endpoints):
-            return False
+        return self._alike_capacities(endpoints) and self._slopes_alike(endpoints, self._cycle_pooled)
+
+    def _slopes_alike(self, endpoints: Sequence[EndpointView], pooled: Mapping[EndpointKey, Model]) -> bool:
+        """No two of the candidates' well-measured pooled slopes more than ``speed_ratio`` apart."""
+        fits_get, pooled_get = self.fits.get, pooled.get
         slopes = [
             m[1]
             for e in endpoints
-            if (f := self.fits.get(e.key)) is not None
+            if (f := fits_get(e.key)) is not None
             and f.count >= SPEED_SAMPLES
-            and (m := self._cycle_pooled.get(e.key)) is not None
+            and (m := pooled_get(e.key)) is not None
         ]
         return not slopes or max(slopes) <= min(slopes) * self.speed_ratio
 
@@ -411,24 +534,45 @@ class BacklogTtftScorer(PluginHooks):
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         self._cycle_models = {}
-        if ctx.request.adapter is not None or self.one_speed(endpoints):
+        if ctx.request.adapter is not None:
             # An adapter request's TTFT is ruled by adapter residency and slots, which this model
-            # does not see; the LoRA scorers and filter decide. On endpoints of one speed the
-            # queue, prefix and prefill-collision scorers already balance the load (this scorer on
-            # top made shared-prefix tails worse, docs/benchmark.md). Dispatches still count below.
+            # does not see; the LoRA scorers and filter decide. Dispatches still count (on_picked).
+            return UnitScores([1.0] * len(endpoints))
+        pooled = self._cycle_pooled = self._pooled()
+        if self._alike_capacities(endpoints) and self._slopes_alike(endpoints, pooled):
+            # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
+            # already balance the load (this scorer on top made shared-prefix tails worse,
+            # docs/benchmark.md).
             return UnitScores([1.0] * len(endpoints))
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
-        predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
+        now, matched = ctx.now, ctx.state.get(STATE_MATCH)
+        capacities = kv_capacities(endpoints)
+        if not self.fits:
+            predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
+            best = min(predicted, default=0.0)
+            return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
+        preference = self.speed_preference
+        idle: list[float] = []
+        predicted = self._predict(
+            endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle
+        )
         best = min(predicted, default=0.0)
-        scores = [1.0 if p <= 0 else best / p for p in predicted]
-        if self.speed_preference > 0 and self.fits:
-            idle = [b + s * tokens for b, s in (self._cycle_models.get(e.key, (0.0, 0.0)) for e in endpoints)]
+        if preference > 0:
+            models = self._cycle_models
+            if len(models) != len(idle):  # a key listed twice: each position takes the key's last model
+                idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
             fastest = min(idle)
             if fastest > 0:
+                # The score times the idle-speed factor, in one pass. With every prediction
+                # positive both factors lie in (0, 1]: vouched (a NaN still shows in the totals).
                 scores = [
-                    sc * (fastest / t) ** self.speed_preference for sc, t in zip(scores, idle, strict=True)
+                    (1.0 if p <= 0 else best / p) * (fastest / t) ** preference
+                    for p, t in zip(predicted, idle, strict=True)
                 ]
-        return list[float | None](scores)
+                return UnitScores(scores) if best > 0 else list[float | None](scores)
+        if best > 0:
+            return UnitScores([best / p for p in predicted])
+        return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
 
     def _drain_of(self, endpoint: EndpointView, queued: float) -> float:
         """Seconds per backlog token of ``endpoint``: the model this cycle predicted with, else its
@@ -442,7 +586,9 @@ class BacklogTtftScorer(PluginHooks):
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         key = endpoint.key
-        backlog = self.backlogs.setdefault(key, Backlog(at=ctx.now))
+        backlog = self.backlogs.get(key)
+        if backlog is None:
+            backlog = self.backlogs[key] = Backlog(at=ctx.now)
         ahead = backlog.now(ctx.now, self._drain_of(endpoint, backlog.tokens))
         own = uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
         backlog.tokens = ahead + own
@@ -468,7 +614,10 @@ class BacklogTtftScorer(PluginHooks):
         own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
         if not math.isfinite(outcome.ttft_s):
             return
-        fit = self.fits.setdefault(key, LinearFit())
+        fit = self.fits.get(key)
+        if fit is None:
+            fit = self.fits[key] = LinearFit()
+            self._members_version += 1
         fit.observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
         self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES))
         self._fits_version += 1
@@ -488,6 +637,7 @@ class BacklogTtftScorer(PluginHooks):
             self.backlogs.pop(key, None)
             self.pools.set(key, None)
         self._fits_version += 1
+        self._members_version += 1
         for rid in [rid for rid, (key, _, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
 

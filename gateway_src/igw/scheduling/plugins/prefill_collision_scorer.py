@@ -98,13 +98,11 @@ class PrefillCollisionScorer(PluginHooks):
         m = view.metrics
         queued = m is not None and m.waiting is not None and m.waiting > 0
         shown_before = view.scraped_at if queued and view.scraped_at is not None else -math.inf
-        # ``left if left > 0.0 else 0.0`` is ``max(0.0, left)`` (NaN included) without the call.
+        # The positive ``max(0.0, left)`` only (NaN included among the zeros): adding 0.0 to a sum of
+        # non-negative floats leaves it unchanged, plainly or compensated (Python 3.12's ``sum``).
         return sum(
-            [
-                left if (left := tokens / rate - (now - t)) > 0.0 else 0.0
-                for t, tokens in queue
-                if t > shown_before
-            ]
+            [left for t, tokens in queue if t > shown_before and (left := tokens / rate - (now - t)) > 0.0],
+            0.0,
         )
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:

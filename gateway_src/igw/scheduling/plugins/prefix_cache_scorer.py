@@ -103,7 +103,8 @@ class PrefixCacheScorer(PluginHooks):
         # Usually few endpoints hold the prefix: zeros everywhere, then their shares (each count is
         # at least 1, so a matched endpoint's score is never 0); the match map in candidate order.
         scores = UnitScores([0.0] * len(keys))
-        matched = sorted(i for k in counts if (i := index.get(k)) is not None)
+        matched = [i for k in counts if (i := index.get(k)) is not None]
+        matched.sort()
         for i in matched:
             scores[i] = counts[keys[i]] / total
         ctx.state[STATE_ANY_HIT] = bool(matched)

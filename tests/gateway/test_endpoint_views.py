@@ -1,0 +1,104 @@
+"""``EndpointPool.views()`` keeps its views between requests and replaces only the changed ones.
+
+The oracle is the straightforward build (a new :class:`EndpointView` per endpoint from its state, on
+every call); the kept list must equal it after any mix of field writes (the scraper's, the proxy's,
+discovery's) and membership changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import cast
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from igw.gateway.endpoints import VIEW_FIELDS, DiscoveredEndpoint, EndpointPool, EndpointState
+from igw.scheduling.types import EndpointView, EngineMetrics
+
+
+def built_from_scratch(pool: EndpointPool) -> list[EndpointView]:
+    return [
+        EndpointView(
+            key=s.key,
+            metrics=s.metrics,
+            scraped_at=s.scraped_at,
+            scrape_failing=s.scrape_failing,
+            inflight=s.inflight,
+            inflight_tokens=s.inflight_tokens,
+            labels=s.labels,
+            max_model_len=s.max_model_len,
+        )
+        for s in pool.states.values()
+    ]
+
+
+_KEYS = [f"10.0.0.{i}:8000" for i in range(6)]
+_WRITES = st.one_of(
+    st.tuples(st.just("metrics"), st.builds(EngineMetrics, waiting=st.integers(0, 3))),
+    st.tuples(st.just("scraped_at"), st.floats(0.0, 10.0)),
+    st.tuples(st.just("scrape_failing"), st.booleans()),
+    st.tuples(st.just("inflight"), st.integers(0, 5)),
+    st.tuples(st.just("inflight_tokens"), st.integers(0, 5000)),
+    st.tuples(st.just("max_model_len"), st.one_of(st.none(), st.integers(100, 9000))),
+    st.tuples(st.just("last_error"), st.one_of(st.none(), st.just("timeout"))),  # not in the view
+    st.tuples(st.just("picks"), st.integers(0, 9)),  # not in the view
+)
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.sampled_from(_KEYS), _WRITES),
+        st.tuples(st.just("dispatch"), st.sampled_from(_KEYS), st.integers(1, 900)),
+        st.tuples(st.just("discover"), st.lists(st.sampled_from(_KEYS), unique=True), st.none()),
+        st.tuples(st.just("views"), st.none(), st.none()),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=_OPS)
+def test_kept_views_equal_a_from_scratch_build(ops: list[tuple[str, object, object]]) -> None:
+    pool = EndpointPool()
+    pool.replace([DiscoveredEndpoint(k, {"role": "decode"}) for k in _KEYS[:4]])
+    for op, key, arg in ops:
+        state = pool.states.get(str(key))
+        if op == "write" and state is not None:
+            name, value = cast("tuple[str, object]", arg)
+            setattr(state, name, value)
+        elif op == "dispatch" and state is not None:
+            state.dispatched(int(arg))  # type: ignore[call-overload]
+            state.completed(int(arg) // 2)  # type: ignore[call-overload]
+        elif op == "discover":
+            pool.replace([DiscoveredEndpoint(k, {"role": "decode"}) for k in key])  # type: ignore[attr-defined]
+        assert pool.views() == built_from_scratch(pool)
+
+
+def test_unchanged_endpoints_keep_their_view_object_and_the_list_is_the_callers() -> None:
+    pool = EndpointPool()
+    pool.replace([DiscoveredEndpoint(k) for k in _KEYS[:3]])
+    first = pool.views()
+    pool.states[_KEYS[1]].dispatched(100)
+    second = pool.views()
+    assert first[0] is second[0]
+    assert first[2] is second[2]
+    assert first[1] is not second[1]
+    assert second[1].inflight == 1
+    second.clear()  # the caller's own list: the pool's is untouched
+    assert len(pool.views()) == 3
+
+
+def test_a_removed_state_no_longer_reports_to_the_pool() -> None:
+    pool = EndpointPool()
+    pool.replace([DiscoveredEndpoint(k) for k in _KEYS[:2]])
+    gone = pool.states[_KEYS[0]]
+    pool.views()
+    pool.replace([DiscoveredEndpoint(_KEYS[1])])
+    gone.inflight = 7  # a request that was in flight to the removed endpoint completes late
+    assert pool.views() == built_from_scratch(pool)
+    assert gone.on_view_change is None
+
+
+def test_view_fields_are_exactly_what_a_view_carries_from_the_state() -> None:
+    carried = {f.name for f in dataclasses.fields(EndpointView)} - {"unreflected_dispatches"}
+    assert carried == VIEW_FIELDS
+    assert {f.name for f in dataclasses.fields(EndpointState)} >= VIEW_FIELDS
