@@ -1,10 +1,9 @@
 """Scrape every endpoint's ``/metrics`` on a fixed interval and keep its state current.
 
 One asyncio task per (scheduler, endpoint), started and stopped by :meth:`Scraper.sync` as discovery
-changes the pools. Scrapes run in groups of up to :data:`SCRAPE_GROUP` endpoints that fire together,
-the groups spread evenly over the interval: requests sent in the same turn of the event loop share
-its wake-ups and their answers arrive together, which costs less CPU per scrape than one wake-up per
-endpoint at a random phase, while a group stays small enough not to hold the loop for long.
+changes the pools. When each endpoint is scraped is :mod:`igw.gateway.scrape_pacing`'s: in groups
+that fire together on a grid spread over the interval, and less often while the endpoint is idle
+(bounded by ``staleThreshold``; back to every interval at the first dispatch to it).
 
 Each successful scrape stores the parsed signals with the clock time it finished; a failed one
 (timeout, refused connection, non-200, unreadable page) marks the endpoint failing, which excludes
@@ -47,7 +46,6 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import math
 from collections.abc import Callable, Mapping
 from typing import Final, Protocol
 
@@ -61,6 +59,7 @@ from igw.gateway.model_info import max_model_len
 from igw.gateway.page_filter import METRICS_PATH, filter_names, filter_path, unrequested_sample
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
 from igw.gateway.scrape_client import PageGetter, ScrapeResponse
+from igw.gateway.scrape_pacing import IdlePacing, idle_gap_limit, next_scrape_delay
 from igw.gateway.telemetry import GatewayMetrics
 
 log = logging.getLogger("igw.gateway.scraper")
@@ -69,8 +68,6 @@ MAX_PAGE_BYTES: Final = 16 * 1024 * 1024
 MAX_MODELS_BYTES: Final = 1024 * 1024
 MODEL_INFO_REFRESH_S: Final = 60.0
 """How often an endpoint's ``/v1/models`` is read again (a restarted pod may have a new limit)."""
-SCRAPE_GROUP: Final = 16
-"""Endpoints whose scrapes start in the same turn of the event loop (see the module docstring)."""
 PAGE_MISSING: Final = "/metrics"
 NO_AUTOTUNE: Final = (
     "prefix block size and LRU size cannot be auto-tuned: defaults (64 characters, 31250) apply"
@@ -109,16 +106,6 @@ def _no_remote_usage(scheduler: str, key: str) -> tuple[int, int]:
     return 0, 0
 
 
-def next_scrape_delay(now: float, interval_s: float, slot: int, endpoints: int) -> float:
-    """Seconds from ``now`` until the group of the endpoint in ``slot`` is next due: the endpoints
-    form ``ceil(endpoints / SCRAPE_GROUP)`` groups (slot modulo the group count) whose phases split
-    the interval evenly, so each endpoint is due once per interval, with its group."""
-    groups = max(1, math.ceil(endpoints / SCRAPE_GROUP))
-    offset = (slot % groups) / groups * interval_s
-    due = (math.floor((now - offset) / interval_s) + 1) * interval_s + offset
-    return max(0.0, due - now)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class FilteredPage:
     """The endpoint honours the ``name[]`` filter; ``missing`` is what its filtered page lacked when
@@ -143,12 +130,16 @@ class Scraper:
         publish: ScrapePublisher | None = None,
         remote_usage: RemoteUsage = _no_remote_usage,
         name_filter: bool = True,
+        idle_pacing: bool = True,
     ) -> None:
         """``publish`` and ``remote_usage``: the scrape-sharing hooks of ``igw serve --workers``
         (:mod:`igw.gateway.scrape_share`); a single process leaves them unset. ``name_filter=False``
-        always reads whole pages (``igw perf scrape`` measures both)."""
+        always reads whole pages, ``idle_pacing=False`` scrapes idle endpoints every interval too
+        (``igw perf scrape`` measures each against the gateway's way)."""
         self._name_filter = name_filter
+        self._idle_pacing = idle_pacing
         self._modes: dict[TaskKey, PageMode] = {}
+        self._paces: dict[TaskKey, IdlePacing] = {}
         self._read: dict[TaskKey, tuple[int, MetricFamilies, EndpointState, frozenset[str]]] = {}
         """The digest of the page last parsed per endpoint, what it was read for, and its missing."""
         self._slots = itertools.count()
@@ -171,6 +162,7 @@ class Scraper:
                 self._tasks.pop(tk).cancel()
                 self._modes.pop(tk, None)
                 self._read.pop(tk, None)
+                self._paces.pop(tk, None)
                 if not any(other[1] == tk[1] for other in wanted):
                     self._client.forget(tk[1])
         for tk in sorted(wanted - set(self._tasks)):
@@ -194,19 +186,32 @@ class Scraper:
     async def _loop(self, scheduler: str, key: str, *, slot: int = 0) -> None:
         models_read_at: float | None = None
         loop = asyncio.get_running_loop()
+        pacing = self._paces[(scheduler, key)] = IdlePacing()
         while True:
             found = self._lookup(scheduler, key)
             if found is None:
                 return
             sr, state = found
             settings = self._runtime().settings
-            started = self._clock()
-            due = models_read_at is None or started - models_read_at >= MODEL_INFO_REFRESH_S
-            if due and await self.read_model_info(sr, state, timeout_s=settings.scrape_timeout_s):
-                models_read_at = started
-            await self.scrape_once(sr, state, timeout_s=settings.scrape_timeout_s)
-            delay = next_scrape_delay(loop.time(), settings.scrape_interval_s, slot, len(self._tasks))
-            await asyncio.sleep(delay)
+            interval = settings.scrape_interval_s
+            remote_picks, remote_inflight = self._remote_usage(scheduler, key)
+            picks = state.picks + remote_picks
+            tick = loop.time()
+            if pacing.due(tick, picks=picks, inflight=state.inflight + remote_inflight, interval_s=interval):
+                started = self._clock()
+                due = models_read_at is None or started - models_read_at >= MODEL_INFO_REFRESH_S
+                if due and await self.read_model_info(sr, state, timeout_s=settings.scrape_timeout_s):
+                    models_read_at = started
+                quiet = await self.scrape_once(sr, state, timeout_s=settings.scrape_timeout_s)
+                limit = idle_gap_limit(interval, sr.scheduler.settings.stale_threshold_s)
+                pacing.scraped(
+                    tick,
+                    picks=picks,
+                    quiet=self._idle_pacing and quiet and state.inflight + remote_inflight == 0,
+                    interval_s=interval,
+                    limit_s=limit,
+                )
+            await asyncio.sleep(next_scrape_delay(loop.time(), interval, slot, len(self._tasks)))
 
     async def read_model_info(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
         """Learn ``max_model_len`` from ``GET /v1/models``; True when the page was read."""
@@ -225,11 +230,19 @@ class Scraper:
             state.max_model_len = limit
         return True
 
-    async def scrape_once(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> None:
-        """Scrape ``state``'s page once and store the outcome (and publish it, with ``--workers``)."""
-        await self._scrape(sr, state, timeout_s=timeout_s)
+    async def scrape_once(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
+        """Scrape ``state``'s page once and store the outcome (and publish it, with ``--workers``).
+
+        True when the scrape found the endpoint quiet: the same page as the scrape before, an empty
+        queue (what :class:`~igw.gateway.scrape_pacing.IdlePacing` needs to know)."""
+        quiet = await self._scrape(sr, state, timeout_s=timeout_s)
         if self._publish is not None:
             self._publish(sr.spec.name, state)
+        return quiet
+
+    def pace(self, scheduler: str, key: str) -> IdlePacing | None:
+        """When ``key`` is next scraped for ``scheduler`` (``None`` before its scraping started)."""
+        return self._paces.get((scheduler, key))
 
     def page_mode(self, scheduler: str, key: str) -> PageMode | None:
         """How ``key`` is scraped for ``scheduler``: filtered, the whole page, or ``None`` (not known
@@ -311,29 +324,33 @@ class Scraper:
             return missing
         return frozenset(m for m in missing if m.split("{")[0] not in _LORA_FAMILIES)
 
-    async def _scrape(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> None:
+    async def _scrape(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
+        """One scrape (see :meth:`scrape_once`); True when it found the endpoint quiet."""
         families = self._families(sr)
         try:
             resp = await self._fetch(sr, state, families, timeout_s)
         except (TimeoutError, OSError) as exc:
             self._fail(sr, state, f"scrape failed: {type(exc).__name__}: {exc}".rstrip(": "))
-            return
+            return False
         if resp.status == 404:
             self._fail(sr, state, "GET /metrics answered 404", missing=frozenset({PAGE_MISSING}))
-            return
+            return False
         if resp.status != 200:
             self._fail(sr, state, f"GET /metrics answered HTTP {resp.status}")
-            return
+            return False
         raw = resp.body
         now = self._clock()
         # xxh3 rather than hash(): the page is a fresh bytes object each scrape, and CPython's SipHash
         # over a whole page costs as much as parsing it.
         digest = xxhash.xxh3_64_intdigest(raw)
         if self._frozen(sr, state, digest, now, stale_after_s=self._runtime().settings.stale_threshold_s):
-            return
+            return False
         tk = (sr.spec.name, state.key)
         read = self._read.get(tk)
-        if read is None or read[0] != digest or read[1] is not families or read[2] is not state:
+        if read is not None and read[0] == digest and read[1] is families and read[2] is state:
+            unchanged, missing = True, read[3]  # the same page as last time (an idle pod): still holds
+        else:
+            unchanged = False
             parsed = parse_page(raw.decode("utf-8", errors="replace"), families, state.page.family_starts)
             missing = self._reportable(sr, parsed.missing)
             mode = self._modes.get(tk)
@@ -342,8 +359,6 @@ class Scraper:
             state.metrics = parsed.metrics
             state.kv_source = parsed.kv_source
             self._read[tk] = (digest, families, state, missing)
-        else:
-            missing = read[3]  # the same page as last time (an idle pod): its reading still holds
         state.scraped_at = now
         if state.scrape_failing:
             log.info("endpoint %s (%s) scrapes again: back in scheduling", state.key, sr.spec.name)
@@ -351,6 +366,7 @@ class Scraper:
         state.last_error = None
         self._set_missing(sr, state, missing)
         self._metrics.child(self._metrics.scrapes, "ok").inc()
+        return unchanged and not (state.metrics is not None and state.metrics.waiting)
 
     def _families(self, sr: SchedulerRuntime) -> MetricFamilies:
         """The families to read for ``sr``: without the LoRA family when no adapter request can reach

@@ -43,7 +43,8 @@ from igw.gateway.metrics_parser import VLLM, FamilyStarts, parse_page
 from igw.gateway.page_filter import filter_names, filter_path
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scrape_client import PageGetter, ScrapeClient, ScrapeRequestError, ScrapeResponse
-from igw.gateway.scraper import MAX_PAGE_BYTES, FilteredPage, Scraper, next_scrape_delay
+from igw.gateway.scrape_pacing import next_scrape_delay
+from igw.gateway.scraper import MAX_PAGE_BYTES, FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
 from igw.perf.gateway_load import cpu_seconds
 from igw.perf.scrape_fleet import VARIANTS, page_variants
