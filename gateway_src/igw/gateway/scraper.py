@@ -20,7 +20,9 @@ scrape interval after the first request it did not account for. It is logged onc
 ``igw_endpoint_metrics_frozen`` and in ``/readyz``, and trusted again as soon as the page changes.
 
 A page byte-identical to the endpoint's previous one (an idle pod's filtered page: no token moved)
-is not parsed again: its reading still holds, only the scrape time moves.
+is not parsed again: its reading still holds, only the scrape time moves. A small page whose lines
+differ from the previous one only in their values is read through that page's template
+(:mod:`igw.gateway.page_template`), not parsed from scratch.
 
 Each endpoint's context window (``max_model_len``) is read from its ``/v1/models`` (vLLM and SGLang
 publish it per model) when its scraping starts and every :data:`MODEL_INFO_REFRESH_S` after that;
@@ -57,6 +59,7 @@ from igw.gateway.endpoints import EndpointState
 from igw.gateway.metrics_parser import parse_page
 from igw.gateway.model_info import max_model_len
 from igw.gateway.page_filter import METRICS_PATH, filter_names, filter_path, unrequested_sample
+from igw.gateway.page_template import PageReader
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
 from igw.gateway.scrape_client import PageGetter, ScrapeResponse
 from igw.gateway.scrape_pacing import IdlePacing, idle_gap_limit, next_scrape_delay
@@ -140,6 +143,7 @@ class Scraper:
         self._idle_pacing = idle_pacing
         self._modes: dict[TaskKey, PageMode] = {}
         self._paces: dict[TaskKey, IdlePacing] = {}
+        self._readers: dict[TaskKey, PageReader] = {}
         self._read: dict[TaskKey, tuple[int, MetricFamilies, EndpointState, frozenset[str]]] = {}
         """The digest of the page last parsed per endpoint, what it was read for, and its missing."""
         self._slots = itertools.count()
@@ -163,6 +167,7 @@ class Scraper:
                 self._modes.pop(tk, None)
                 self._read.pop(tk, None)
                 self._paces.pop(tk, None)
+                self._readers.pop(tk, None)
                 if not any(other[1] == tk[1] for other in wanted):
                     self._client.forget(tk[1])
         for tk in sorted(wanted - set(self._tasks)):
@@ -351,7 +356,10 @@ class Scraper:
             unchanged, missing = True, read[3]  # the same page as last time (an idle pod): still holds
         else:
             unchanged = False
-            parsed = parse_page(raw.decode("utf-8", errors="replace"), families, state.page.family_starts)
+            reader = self._readers.get(tk)
+            if reader is None:
+                reader = self._readers[tk] = PageReader()
+            parsed = reader.read(raw.decode("utf-8", errors="replace"), families, state.page.family_starts)
             missing = self._reportable(sr, parsed.missing)
             mode = self._modes.get(tk)
             if isinstance(mode, FilteredPage) and mode.missing != missing:
