@@ -119,13 +119,21 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         "page; 1: idle pods whose page never changes)",
     )
     parser.add_argument(
+        "--busy-share",
+        type=float,
+        default=1.0,
+        help="share of the pods whose pages change every scrape (default 1.0); the others are idle pods "
+        "whose page never changes",
+    )
+    parser.add_argument(
         "--clients",
         type=_scrape_clients,
-        default=["filtered", "lean"],
+        default=["filtered", "fixed", "lean"],
         help="comma-separated ways to scrape, each measured per fleet size: filtered (the gateway's: "
-        "its client asking for the routing families with name[]), lean (its client, whole pages), "
-        "aiohttp (aiohttp's client, whole pages), bare (its client alone fetching filtered pages, "
-        "no scraper: the floor); default filtered,lean",
+        "its client asking for the routing families with name[], idle pods less often), fixed (the "
+        "same, every pod every interval), lean (its client, whole pages, every interval), aiohttp "
+        "(aiohttp's client, whole pages), bare (its client alone fetching filtered pages, no scraper: "
+        "the floor); default filtered,fixed,lean",
     )
 
 
