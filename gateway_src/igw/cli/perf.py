@@ -189,6 +189,24 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scrape-interval", type=float, default=0.05, help="scrape interval in seconds")
 
 
+def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scenarios",
+        type=lambda text: text.split(","),
+        default=["mixed-fleet-8b", "burst-70b"],
+        help="comma-separated DES scenarios (default mixed-fleet-8b,burst-70b)",
+    )
+    parser.add_argument(
+        "--seeds", type=lambda text: [int(n) for n in text.split(",")], default=[1], help="seeds (default 1)"
+    )
+    parser.add_argument(
+        "--policy", default="gateway-default", help="the policy routed (default gateway-default)"
+    )
+    parser.add_argument("--duration-scale", type=float, default=0.25, help="multiply scenario durations")
+    parser.add_argument("--scrape-interval", type=float, default=0.05, help="scrape interval in seconds")
+    parser.add_argument("--stale-threshold", type=float, default=1.0, help="staleThreshold in seconds (1.0)")
+
+
 def _decide_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--endpoints",
@@ -217,6 +235,7 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("scrape", "igw.perf.scrape", _scrape_arguments),
     ("workers", "igw.perf.workers_throughput", _workers_arguments),
     ("workers-des", "igw.perf.workers_des", _workers_des_arguments),
+    ("scrape-des", "igw.perf.scrape_des", _scrape_des_arguments),
     ("decide", "igw.perf.decide", _decide_arguments),
 )
 

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import math
 import random
 import resource
 import statistics
@@ -242,7 +243,8 @@ async def measure(
     variants: int = VARIANTS,
     busy_share: float = 1.0,
 ) -> ScrapeRow:
-    """Scrape a fleet of ``pods`` with ``client`` for ``seconds`` after one second of warm-up; a
+    """Scrape a fleet of ``pods`` with ``client`` for ``seconds`` after a warm-up (every pod scraped
+    once, then one more second); a
     ``busy_share`` of the pods cycles through ``variants`` pages, the rest (and every pod with
     ``variants=1``) are idle pods whose page never changes."""
     clock = time.monotonic
@@ -267,6 +269,9 @@ async def measure(
 
                 def filtered() -> int:
                     return len(pool.states)
+
+                def unscraped() -> int:
+                    return len(pool.states) - len(bare.scraped_at)
 
                 def idle() -> int:
                     return 0
@@ -294,11 +299,20 @@ async def measure(
                         isinstance(full.page_mode(SCHEDULER, key), FilteredPage) for key in pool.states
                     )
 
+                def unscraped() -> int:
+                    return sum(s.scraped_at is None for s in pool.states.values())
+
                 def idle() -> int:
                     paces = (full.pace(SCHEDULER, key) for key in pool.states)
                     return sum(p is not None and p.gap > interval_s for p in paces)
 
             try:
+                # warm-up: every pod scraped once (a loaded machine may take longer than a second to
+                # connect to a thousand pods, which would read as a stale pod), then one more second
+                for _ in range(math.ceil(FLEET_START_TIMEOUT_S / interval_s)):
+                    if not unscraped():
+                        break
+                    await asyncio.sleep(interval_s)
                 await asyncio.sleep(1.0)
                 ages: list[float] = []
                 n0, usage0, t0 = scrapes(), resource.getrusage(resource.RUSAGE_SELF), clock()
