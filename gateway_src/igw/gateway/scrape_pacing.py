@@ -27,14 +27,19 @@ SCRAPE_GROUP: Final = 16
 """Endpoints whose scrapes start in the same turn of the event loop (see the module docstring)."""
 
 
-def next_scrape_delay(now: float, interval_s: float, slot: int, endpoints: int) -> float:
-    """Seconds from ``now`` until the group of the endpoint in ``slot`` is next due: the endpoints
-    form ``ceil(endpoints / SCRAPE_GROUP)`` groups (slot modulo the group count) whose phases split
-    the interval evenly, so each endpoint is due once per interval, with its group."""
+def next_scrape_due(now: float, interval_s: float, slot: int, endpoints: int) -> float:
+    """When, after ``now``, the group of the endpoint in ``slot`` is next due: the endpoints form
+    ``ceil(endpoints / SCRAPE_GROUP)`` groups (slot modulo the group count) whose phases split the
+    interval evenly, so each endpoint is due once per interval, with its group (every member of a
+    group computes the same time)."""
     groups = max(1, math.ceil(endpoints / SCRAPE_GROUP))
     offset = (slot % groups) / groups * interval_s
-    due = (math.floor((now - offset) / interval_s) + 1) * interval_s + offset
-    return max(0.0, due - now)
+    return (math.floor((now - offset) / interval_s) + 1) * interval_s + offset
+
+
+def next_scrape_delay(now: float, interval_s: float, slot: int, endpoints: int) -> float:
+    """Seconds from ``now`` until :func:`next_scrape_due`."""
+    return max(0.0, next_scrape_due(now, interval_s, slot, endpoints) - now)
 
 
 def idle_gap_limit(interval_s: float, stale_threshold_s: float) -> float:

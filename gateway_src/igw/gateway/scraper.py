@@ -62,7 +62,7 @@ from igw.gateway.page_filter import METRICS_PATH, filter_names, filter_path, unr
 from igw.gateway.page_template import PageReader
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
 from igw.gateway.scrape_client import PageGetter, ScrapeResponse
-from igw.gateway.scrape_pacing import IdlePacing, idle_gap_limit, next_scrape_delay
+from igw.gateway.scrape_pacing import IdlePacing, idle_gap_limit, next_scrape_due
 from igw.gateway.telemetry import GatewayMetrics
 
 log = logging.getLogger("igw.gateway.scraper")
@@ -144,6 +144,8 @@ class Scraper:
         self._modes: dict[TaskKey, PageMode] = {}
         self._paces: dict[TaskKey, IdlePacing] = {}
         self._readers: dict[TaskKey, PageReader] = {}
+        self._ticks: dict[float, tuple[asyncio.TimerHandle, list[asyncio.Future[None]]]] = {}
+        """Due time -> the timer that wakes the group due then, and its waiting members."""
         self._read: dict[TaskKey, tuple[int, MetricFamilies, EndpointState, frozenset[str]]] = {}
         """The digest of the page last parsed per endpoint, what it was read for, and its missing."""
         self._slots = itertools.count()
@@ -177,6 +179,9 @@ class Scraper:
     async def close(self) -> None:
         tasks = list(self._tasks.values())
         self._tasks.clear()
+        for timer, _ in self._ticks.values():
+            timer.cancel()
+        self._ticks.clear()
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -216,7 +221,21 @@ class Scraper:
                     interval_s=interval,
                     limit_s=limit,
                 )
-            await asyncio.sleep(next_scrape_delay(loop.time(), interval, slot, len(self._tasks)))
+            await self._tick(loop, next_scrape_due(loop.time(), interval, slot, len(self._tasks)))
+
+    def _tick(self, loop: asyncio.AbstractEventLoop, due: float) -> asyncio.Future[None]:
+        """A future done at ``due``: the members of a group share one timer rather than one sleep each."""
+        waiting = self._ticks.get(due)
+        if waiting is None:
+            waiting = self._ticks[due] = (loop.call_at(due, self._wake, due), [])
+        future: asyncio.Future[None] = loop.create_future()
+        waiting[1].append(future)
+        return future
+
+    def _wake(self, due: float) -> None:
+        for future in self._ticks.pop(due)[1]:
+            if not future.done():  # a cancelled member's is done
+                future.set_result(None)
 
     async def read_model_info(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
         """Learn ``max_model_len`` from ``GET /v1/models``; True when the page was read."""
@@ -325,7 +344,7 @@ class Scraper:
 
     def _reportable(self, sr: SchedulerRuntime, missing: frozenset[str]) -> frozenset[str]:
         """``missing`` without the LoRA family where the scheduler has no ``loraAdapters``."""
-        if sr.spec.lora_adapters:
+        if not missing or sr.spec.lora_adapters:
             return missing
         return frozenset(m for m in missing if m.split("{")[0] not in _LORA_FAMILIES)
 
@@ -435,6 +454,8 @@ class Scraper:
             self._set_missing(sr, state, state.missing | missing)
 
     def _set_missing(self, sr: SchedulerRuntime, state: EndpointState, missing: frozenset[str]) -> None:
+        if missing == state.missing:
+            return  # as on the scrape before (almost always)
         for family in missing - state.missing:
             tag = (sr.spec.name, state.key, family)
             if tag not in self._reported:
