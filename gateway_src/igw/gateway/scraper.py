@@ -117,6 +117,17 @@ class FilteredPage:
     missing: frozenset[str]
 
 
+@dataclasses.dataclass(slots=True)
+class _Waiter:
+    """An endpoint's task waiting for its group's tick; ``idle`` names an idle endpoint, woken only
+    at the tick at which :class:`IdlePacing` says it is due."""
+
+    future: asyncio.Future[None]
+    idle: TaskKey | None
+    slot: int
+    interval: float
+
+
 WHOLE_PAGE: Final = "whole page"
 """The endpoint is scraped without the filter (it ignores it, or its filtered answer lacks families)."""
 PageMode = FilteredPage | str
@@ -144,7 +155,7 @@ class Scraper:
         self._modes: dict[TaskKey, PageMode] = {}
         self._paces: dict[TaskKey, IdlePacing] = {}
         self._readers: dict[TaskKey, PageReader] = {}
-        self._ticks: dict[float, tuple[asyncio.TimerHandle, list[asyncio.Future[None]]]] = {}
+        self._ticks: dict[float, tuple[asyncio.TimerHandle, list[_Waiter]]] = {}
         """Due time -> the timer that wakes the group due then, and its waiting members."""
         self._read: dict[TaskKey, tuple[int, MetricFamilies, EndpointState, frozenset[str]]] = {}
         """The digest of the page last parsed per endpoint, what it was read for, and its missing."""
@@ -221,21 +232,46 @@ class Scraper:
                     interval_s=interval,
                     limit_s=limit,
                 )
-            await self._tick(loop, next_scrape_due(loop.time(), interval, slot, len(self._tasks)))
+            idle = (scheduler, key) if pacing.gap > interval else None
+            waiter = _Waiter(loop.create_future(), idle, slot, interval)
+            self._enqueue(loop, next_scrape_due(loop.time(), interval, slot, len(self._tasks)), waiter)
+            await waiter.future
 
-    def _tick(self, loop: asyncio.AbstractEventLoop, due: float) -> asyncio.Future[None]:
-        """A future done at ``due``: the members of a group share one timer rather than one sleep each."""
+    def _enqueue(self, loop: asyncio.AbstractEventLoop, due: float, waiter: _Waiter) -> None:
+        """Wait for the tick at ``due``: the members of a group share one timer, not one sleep each."""
         waiting = self._ticks.get(due)
         if waiting is None:
-            waiting = self._ticks[due] = (loop.call_at(due, self._wake, due), [])
-        future: asyncio.Future[None] = loop.create_future()
-        waiting[1].append(future)
-        return future
+            waiting = self._ticks[due] = (loop.call_at(due, self._wake, loop, due), [])
+        waiting[1].append(waiter)
 
-    def _wake(self, due: float) -> None:
-        for future in self._ticks.pop(due)[1]:
-            if not future.done():  # a cancelled member's is done
-                future.set_result(None)
+    def _wake(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+        """The tick at ``due``: wake its members, except idle ones not due yet, which wait for their
+        group's next tick without their task running (checking them here costs far less)."""
+        for waiter in self._ticks.pop(due)[1]:
+            if waiter.future.done():  # a cancelled member's is done
+                continue
+            if waiter.idle is None or self._idle_ends(waiter.idle, due, waiter.interval):
+                waiter.future.set_result(None)
+            else:
+                after = due + waiter.interval / 4  # past this tick, well before the next
+                self._enqueue(
+                    loop, next_scrape_due(after, waiter.interval, waiter.slot, len(self._tasks)), waiter
+                )
+
+    def _idle_ends(self, tk: TaskKey, now: float, interval: float) -> bool:
+        """True when the idle endpoint ``tk`` is due at the tick ``now`` (or gone: its task ends)."""
+        pace = self._paces.get(tk)
+        found = self._lookup(*tk)
+        if pace is None or found is None:
+            return True
+        state = found[1]
+        remote_picks, remote_inflight = self._remote_usage(*tk)
+        return pace.due(
+            now,
+            picks=state.picks + remote_picks,
+            inflight=state.inflight + remote_inflight,
+            interval_s=interval,
+        )
 
     async def read_model_info(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
         """Learn ``max_model_len`` from ``GET /v1/models``; True when the page was read."""
