@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+from igw.perf.des_quality import Quality, summary_of
+
+if TYPE_CHECKING:
+    from igw.bench.stats import RunSummary
 
 HELP = "Routing quality with idle pods scraped less often (DES): the same requests, fixed vs paced scrapes."
 SCENARIOS: Final = ("mixed-fleet-8b", "burst-70b")
@@ -26,19 +30,11 @@ PACES: Final = ("fixed", "paced")
 class PacingRow:
     scenario: str
     pace: str
-    ttft_p50_s: float
-    ttft_p99_s: float
-    e2e_p99_s: float
-    goodput: float
+    quality: Quality
     scrapes: int
     """Scrapes taken over all seeds."""
     same_pod: float
     """Share of requests sent to the pod the ``fixed`` run sent them to (1.0 for ``fixed`` itself)."""
-
-
-def _mean(values: Sequence[float | None]) -> float:
-    present = [v for v in values if v is not None]
-    return statistics.fmean(present) if present else float("nan")
 
 
 def measure(
@@ -53,11 +49,9 @@ def measure(
     """Both paces on the scenario's identical requests per seed."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.bench.capacity import fleet_capacity
-    from igw.bench.des_runner import samples_of
     from igw.bench.policies.registry import PolicyContext, build_policy
     from igw.bench.scenarios import SCENARIOS as ALL_SCENARIOS
     from igw.bench.scenarios import LoraShape
-    from igw.bench.stats import RunSummary, summarize
     from igw.bench.workload import fleet_pods, model_name, scenario_requests
     from igw.gateway.scrape_pacing import idle_gap_limit
     from igw.sim.des import simulate
@@ -98,23 +92,12 @@ def measure(
                 chosen = {r.request_id: r.pod for r in result.records}
                 total += len(chosen)
             same[pace] += sum(chosen.get(r.request_id) == r.pod for r in result.records)
-            summaries[pace].append(
-                summarize(
-                    samples_of(result),
-                    endpoints=list(result.pods),
-                    ttft_slo_s=scenario.ttft_slo_s,
-                    tpot_slo_s=scenario.tpot_slo_s,
-                    duration_s=max(result.end_time, 1e-9),
-                )
-            )
+            summaries[pace].append(summary_of(result, scenario))
     return [
         PacingRow(
             scenario=scenario_name,
             pace=pace,
-            ttft_p50_s=_mean([r.ttft_p50_s for r in runs]),
-            ttft_p99_s=_mean([r.ttft_p99_s for r in runs]),
-            e2e_p99_s=_mean([r.e2e_p99_s for r in runs]),
-            goodput=_mean([r.goodput for r in runs]),
+            quality=Quality.over(runs),
             scrapes=scrapes[pace],
             same_pod=same[pace] / total if total else float("nan"),
         )
@@ -129,11 +112,11 @@ def print_rows(rows: Sequence[PacingRow]) -> None:
         f"{'p99 vs fixed':>12} {'same pod':>8} {'scrapes':>9} {'vs fixed':>8}"
     )
     for r in rows:
-        b = base[r.scenario]
+        b, q = base[r.scenario], r.quality
         print(
-            f"{r.scenario:<30} {r.pace:>6} {r.ttft_p50_s:>8.3f}s {r.ttft_p99_s:>8.3f}s {r.e2e_p99_s:>8.2f}s "
-            f"{r.goodput:>8.3f} {r.ttft_p99_s / b.ttft_p99_s:>11.3f}× {r.same_pod:>8.3f} {r.scrapes:>9} "
-            f"{r.scrapes / b.scrapes:>7.3f}×"
+            f"{r.scenario:<30} {r.pace:>6} {q.ttft_p50_s:>8.3f}s {q.ttft_p99_s:>8.3f}s {q.e2e_p99_s:>8.2f}s "
+            f"{q.goodput:>8.3f} {q.ttft_p99_s / b.quality.ttft_p99_s:>11.3f}× {r.same_pod:>8.3f} "
+            f"{r.scrapes:>9} {r.scrapes / b.scrapes:>7.3f}×"
         )
 
 
