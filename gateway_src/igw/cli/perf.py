@@ -120,7 +120,7 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--busy-share",
-        type=float,
+        type=_share,
         default=1.0,
         help="share of the pods whose pages change every scrape (default 1.0); the others are idle pods "
         "whose page never changes",
@@ -135,6 +135,16 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         "(aiohttp's client, whole pages), bare (its client alone fetching filtered pages, no scraper: "
         "the floor); default filtered,fixed,lean",
     )
+
+
+def _share(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"--busy-share must be a number from 0 to 1, got {text!r}")
+    return share
 
 
 def _page_variants(text: str) -> int:
