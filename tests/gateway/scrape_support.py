@@ -39,6 +39,7 @@ async def scrape_rig(
     model: str = "m",
     routing: Mapping[str, Any] | None = None,
     bbr_adapters: Mapping[str, str] | None = None,
+    idle_pacing: bool = True,
     **scheduler_fields: Any,
 ) -> AsyncIterator[ScrapeRig]:
     """Scheduler ``s`` of ``model`` with the one endpoint ``key``; the client closes on exit."""
@@ -57,6 +58,7 @@ async def scrape_rig(
             client=client,
             clock=time.monotonic,
             metrics=GatewayMetrics(lister=rt.endpoints, clock=time.monotonic),
+            idle_pacing=idle_pacing,
         )
         yield ScrapeRig(scraper, sr, sr.pool.states[key])
     finally:

@@ -123,6 +123,27 @@ async def test_a_silent_pod_times_out_and_a_fresh_connection_follows() -> None:
     assert pod.connections == 2
 
 
+async def test_a_finished_requests_deadline_does_not_fail_the_next_request_on_its_connection() -> None:
+    async with RawPod(lambda n: ok(b"first") if n == 1 else None) as pod, client() as http:
+        assert (await http.get(pod.key, "/metrics", timeout_s=0.2, max_bytes=10)).body == b"first"
+        with pytest.raises(TimeoutError, match=r"within 1s"):  # its own deadline, not the first's 0.2 s
+            await http.get(pod.key, "/metrics", timeout_s=1, max_bytes=10)
+    assert pod.connections == 1
+
+
+async def test_requests_sent_together_share_one_deadline_timer() -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        pods = [await stack.enter_async_context(RawPod(lambda n: None)) for _ in range(8)]
+        http = await stack.enter_async_context(client())
+        loop = asyncio.get_running_loop()
+        before = len(loop._scheduled)  # type: ignore[attr-defined]  # asyncio's timer heap
+        tasks = [asyncio.create_task(http.get(p.key, "/metrics", timeout_s=0.3, max_bytes=10)) for p in pods]
+        await wait_for(lambda: all(p.requests for p in pods), what="every request sent")
+        assert len(loop._scheduled) - before <= 2  # type: ignore[attr-defined]  # one (two across a slot edge)
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            assert isinstance(outcome, TimeoutError)
+
+
 async def test_an_oversized_page_is_a_failure_not_a_truncated_page() -> None:
     async with RawPod(lambda n: ok(b"y" * 5000)) as pod, client() as http:
         with pytest.raises(ScrapeRequestError, match="larger than 100 bytes"):

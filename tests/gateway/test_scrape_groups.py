@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from igw.gateway.scraper import SCRAPE_GROUP, next_scrape_delay
+from igw.gateway.scrape_pacing import SCRAPE_GROUP, next_scrape_delay
 
 INTERVAL = 0.05
 

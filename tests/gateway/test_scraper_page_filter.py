@@ -18,9 +18,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from igw import engines
-from igw.gateway import scraper as scraper_module
-from igw.gateway.metrics_parser import VLLM, parse_page
+from igw.engines import MetricFamilies
+from igw.gateway.metrics_parser import VLLM, FamilyStarts, ParsedPage, parse_page
 from igw.gateway.page_filter import FILTER_PARAM, filter_names, filter_path, unrequested_sample
+from igw.gateway.page_template import PageReader
 from igw.gateway.scraper import WHOLE_PAGE, FilteredPage
 from igw.perf.scrape_fleet import page_variants
 from igw.sim.metrics_page import restrict_page
@@ -210,12 +211,15 @@ def test_unrequested_samples_reveal_a_server_that_ignored_the_filter() -> None:
 
 async def test_an_unchanged_page_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
+    read = PageReader.read
 
-    def counting(text: str, *args: object, **kwargs: object) -> object:
+    def counting(
+        self: PageReader, text: str, families: MetricFamilies, starts: FamilyStarts | None = None
+    ) -> ParsedPage:
         calls.append(len(text))
-        return parse_page(text, *args, **kwargs)  # type: ignore[arg-type]
+        return read(self, text, families, starts)
 
-    monkeypatch.setattr(scraper_module, "parse_page", counting)  # counts, then parses as before
+    monkeypatch.setattr(PageReader, "read", counting)  # counts each reading of a page, then reads it
     async with MetricsPod("honour").running() as pod, scrape_rig(pod.key) as r:
         global PAGES
         saved, PAGES = PAGES, PAGES[:1]  # an idle pod: the same page every time

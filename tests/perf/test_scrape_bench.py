@@ -24,7 +24,7 @@ def test_short_scrape_benchmark_prints_a_row_per_fleet_size(capsys: pytest.Captu
     code = main(
         [
             *("perf", "scrape", "--pods", "2,3", "--seconds", "0.5", "--parse-iterations", "20"),
-            *("--clients", "filtered,lean,aiohttp,bare"),
+            *("--clients", "filtered,fixed,lean,aiohttp,bare", "--busy-share", "0.5"),
         ]
     )
     out = capsys.readouterr().out
@@ -35,23 +35,27 @@ def test_short_scrape_benchmark_prints_a_row_per_fleet_size(capsys: pytest.Captu
         )
     summary = out.split("summary (cost curve):")[1]
     rows = re.findall(
-        r"^\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+) µs.* (filtered|lean|aiohttp|bare)\s+(\d+)$", summary, re.M
+        r"^\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+) µs.* (filtered|fixed|lean|aiohttp|bare)\s+(\d+)\s+(\d+)$",
+        summary,
+        re.M,
     )
-    assert [(r[0], r[4]) for r in rows] == [
-        (pods, client) for pods in ("2", "3") for client in ("filtered", "lean", "aiohttp", "bare")
-    ]
-    for pods, scrapes, achieved, us, client, filtered in rows:
+    ways = ("filtered", "fixed", "lean", "aiohttp", "bare")
+    assert [(r[0], r[4]) for r in rows] == [(pods, client) for pods in ("2", "3") for client in ways]
+    for pods, scrapes, achieved, us, client, filtered, idle in rows:
         assert int(scrapes) > 0
         assert float(achieved) > 0
         assert int(us) > 0
-        assert int(filtered) == (int(pods) if client in ("filtered", "bare") else 0)
+        assert int(filtered) == (int(pods) if client in ("filtered", "fixed", "bare") else 0)
+        assert int(idle) <= int(pods) // 2 + 1  # at most the idle half (the busy pods' pages move)
+        if client != "filtered":
+            assert int(idle) == 0  # every pod every interval
     assert re.search(
-        r"^\s+3 pods filtered: \d+ µs = kernel \d+ \+ decode/xxh3/parse [\d.]+ \+", summary, re.M
+        r"^\s+3 pods filtered: \d+ µs = kernel \d+ \+ decode/xxh3/re-read [\d.]+ \+", summary, re.M
     )
     assert re.search(
         r"^\s+3 pods: CPU per scrape filtered \d+ µs vs the 50 µs target = [\d.]+× \((met|missed)\); "
-        r"filtered / lean \d+ / \d+ µs = [\d.]+×; filtered / aiohttp \d+ / \d+ µs = [\d.]+×; "
-        r"filtered / bare \d+ / \d+ µs",
+        r"filtered / fixed \d+ / \d+ µs = [\d.]+×; filtered / lean \d+ / \d+ µs = [\d.]+×; "
+        r"filtered / aiohttp \d+ / \d+ µs = [\d.]+×; filtered / bare \d+ / \d+ µs",
         summary,
         re.M,
     )
@@ -71,6 +75,7 @@ def _row(client: str, *, cpu_s: float, stale_s: float) -> ScrapeRow:
         interval_s=0.05,
         stale_threshold_s=1.0,
         filtered_pods=1000 if client == "filtered" else 0,
+        idle_pods=0,
     )
 
 
@@ -124,6 +129,20 @@ async def test_fleet_answers_metrics_with_rotating_pages_on_one_connection() -> 
             await s.wait_closed()
 
 
+async def test_pods_past_the_busy_count_serve_one_unchanging_page() -> None:
+    servers = await serve_fleet(3, busy=1)
+    try:
+        distinct = []
+        for server in servers:
+            url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/metrics"
+            distinct.append(len({await _get(url) for _ in range(3)}))
+        assert distinct == [3, 1, 1]
+    finally:
+        for s in servers:
+            s.close()
+            await s.wait_closed()
+
+
 async def test_a_fleet_started_without_the_filter_answers_whole_pages() -> None:
     servers = await serve_fleet(1, filter_names=False)
     try:
@@ -141,3 +160,13 @@ def test_page_variants_below_one_are_refused_naming_the_option(capsys: pytest.Ca
         main(["perf", "scrape", "--page-variants", "0"])
     assert exited.value.code == 2
     assert "--page-variants must be a whole number >= 1, got '0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("share", ["1.5", "-0.1", "half"])
+def test_a_busy_share_outside_zero_to_one_is_refused_naming_the_option(
+    share: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["perf", "scrape", "--busy-share", share])
+    assert exited.value.code == 2
+    assert f"--busy-share must be a number from 0 to 1, got {share!r}" in capsys.readouterr().err

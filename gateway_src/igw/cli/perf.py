@@ -119,14 +119,32 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         "page; 1: idle pods whose page never changes)",
     )
     parser.add_argument(
+        "--busy-share",
+        type=_share,
+        default=1.0,
+        help="share of the pods whose pages change every scrape (default 1.0); the others are idle pods "
+        "whose page never changes",
+    )
+    parser.add_argument(
         "--clients",
         type=_scrape_clients,
-        default=["filtered", "lean"],
+        default=["filtered", "fixed", "lean"],
         help="comma-separated ways to scrape, each measured per fleet size: filtered (the gateway's: "
-        "its client asking for the routing families with name[]), lean (its client, whole pages), "
-        "aiohttp (aiohttp's client, whole pages), bare (its client alone fetching filtered pages, "
-        "no scraper: the floor); default filtered,lean",
+        "its client asking for the routing families with name[], idle pods less often), fixed (the "
+        "same, every pod every interval), lean (its client, whole pages, every interval), aiohttp "
+        "(aiohttp's client, whole pages), bare (its client alone fetching filtered pages, no scraper: "
+        "the floor); default filtered,fixed,lean",
     )
+
+
+def _share(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"--busy-share must be a number from 0 to 1, got {text!r}")
+    return share
 
 
 def _page_variants(text: str) -> int:
@@ -181,6 +199,24 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scrape-interval", type=float, default=0.05, help="scrape interval in seconds")
 
 
+def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scenarios",
+        type=lambda text: text.split(","),
+        default=["mixed-fleet-8b", "burst-70b"],
+        help="comma-separated DES scenarios (default mixed-fleet-8b,burst-70b)",
+    )
+    parser.add_argument(
+        "--seeds", type=lambda text: [int(n) for n in text.split(",")], default=[1], help="seeds (default 1)"
+    )
+    parser.add_argument(
+        "--policy", default="gateway-default", help="the policy routed (default gateway-default)"
+    )
+    parser.add_argument("--duration-scale", type=float, default=0.25, help="multiply scenario durations")
+    parser.add_argument("--scrape-interval", type=float, default=0.05, help="scrape interval in seconds")
+    parser.add_argument("--stale-threshold", type=float, default=1.0, help="staleThreshold in seconds (1.0)")
+
+
 def _decide_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--endpoints",
@@ -209,6 +245,7 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("scrape", "igw.perf.scrape", _scrape_arguments),
     ("workers", "igw.perf.workers_throughput", _workers_arguments),
     ("workers-des", "igw.perf.workers_des", _workers_des_arguments),
+    ("scrape-des", "igw.perf.scrape_des", _scrape_des_arguments),
     ("decide", "igw.perf.decide", _decide_arguments),
 )
 

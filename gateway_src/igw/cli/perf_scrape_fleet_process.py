@@ -19,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--variants", type=int, default=VARIANTS, help="distinct pages each pod cycles through (1: idle)"
     )
+    parser.add_argument(
+        "--busy", type=int, default=None, help="pods whose pages change (default all; the rest are idle)"
+    )
     args = parser.parse_args(argv)
     try:
         # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
@@ -28,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         loop_factory = None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(run_fleet(args.pods, variants=args.variants))
+        runner.run(run_fleet(args.pods, variants=args.variants, busy=args.busy))
     return 0
 
 

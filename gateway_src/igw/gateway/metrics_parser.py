@@ -46,7 +46,8 @@ SGLANG: Final = engines.SGLANG.families
 TGI: Final = engines.TGI.families
 ENGINES: Final[Mapping[str, MetricFamilies]] = {name: e.families for name, e in engines.ENGINES.items()}
 """Metric families by ``engineType``, from the engine catalogue."""
-_COMBINE: Final[Mapping[str, Callable[[Sequence[float]], float]]] = {"sum": sum, "max": max}
+COMBINE: Final[Mapping[str, Callable[[Sequence[float]], float]]] = {"sum": sum, "max": max}
+"""How several series of one queue/running gauge combine, by ``MetricFamilies.combine_load``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +238,7 @@ def label_signal(family: str, label: str) -> str:
 def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None = None) -> ParsedPage:
     """The routing signals on ``text``; ``starts`` is the endpoint's search hints (see :func:`series`)."""
     missing: set[str] = set()
-    combine = _COMBINE[families.combine_load]
+    combine = COMBINE[families.combine_load]
     index = index_families(text, _family_names(families)) if len(text) <= SMALL_PAGE else None
 
     def found(name: str) -> Samples:

@@ -14,28 +14,36 @@ here, because no maintained client exposes a connection without the per-request 
 One request at a time per connection; concurrent requests to the same pod (two schedulers sharing a
 pod) open a second connection. A connection the server closes, or that fails or times out, is
 dropped and the next request opens a new one.
+
+Request timeouts share timers: a request's deadline is rounded up to the next multiple of
+:data:`TIMEOUT_GRAIN` and every request due in the same slot is checked by one timer, so the scraper's
+groups (requests sent together) cost one timer, not one each, and a completed request cancels
+nothing. A timeout therefore fires up to one grain late.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Final, Protocol, cast
+from typing import Final, NamedTuple, Protocol, cast
 
 import httptools
 
 from igw.errors import IgwGatewayError
 
 USER_AGENT: Final = "igw-scraper"
+TIMEOUT_GRAIN: Final = 0.01
+"""Seconds: request deadlines in the same slot of this width share one timer."""
 
 
 class ScrapeRequestError(IgwGatewayError, OSError):
     """A scrape's HTTP exchange failed: refused, reset, malformed, over the size limit, or timed out."""
 
 
-@dataclass(frozen=True, slots=True)
-class ScrapeResponse:
+class ScrapeResponse(NamedTuple):
+    """A complete answer (a tuple: the cheapest immutable record to build once per scrape)."""
+
     status: int
     body: bytes
 
@@ -67,8 +75,8 @@ class _Connection(asyncio.Protocol):
         self._chunks: list[bytes] = []
         self._size = 0
         self._max_bytes = 0
-        self._status = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self.request = 0
+        """Number of the connection's current (or last) request: a timeout names the one it is for."""
         self.closed = False
 
     # ---- asyncio.Protocol -------------------------------------------------------------------------
@@ -89,10 +97,7 @@ class _Connection(asyncio.Protocol):
         reason = f": {exc}" if exc is not None else ""
         self._fail(ScrapeRequestError(f"the server closed the connection{reason}"))
 
-    # ---- httptools callbacks ----------------------------------------------------------------------
-    def on_headers_complete(self) -> None:
-        self._status = self._parser.get_status_code()
-
+    # ---- httptools callbacks (only those defined are called: the status is read at the end) --------
     def on_body(self, body: bytes) -> None:
         self._size += len(body)
         if self._size > self._max_bytes:
@@ -102,42 +107,41 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         waiter, self._waiter = self._waiter, None
-        self._cancel_timer()
-        body = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        chunks = self._chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._chunks = []
-        if not self._parser.should_keep_alive():
+        parser = self._parser
+        status = parser.get_status_code()
+        if not parser.should_keep_alive():
             self._close()
         if waiter is not None and not waiter.done():
-            waiter.set_result(ScrapeResponse(self._status, body))
+            waiter.set_result(ScrapeResponse(status, body))
         if not self.closed:
             self._on_idle(self)
 
     # ---- requests ---------------------------------------------------------------------------------
-    def send(self, head: bytes, *, timeout_s: float, max_bytes: int) -> asyncio.Future[ScrapeResponse]:
+    def send(
+        self, head: bytes, *, max_bytes: int, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[ScrapeResponse]:
+        """Write ``head``; the future gets the response (the caller watches the deadline)."""
         if self._transport is None or self.closed:
             raise ScrapeRequestError("the connection is closed")
-        loop = asyncio.get_running_loop()
-        self._waiter = loop.create_future()
+        self.request += 1
+        self._waiter = waiter = loop.create_future()
         self._chunks, self._size, self._max_bytes = [], 0, max_bytes
-        self._timer = loop.call_later(timeout_s, self._timed_out, timeout_s)
         self._transport.write(head)
-        return self._waiter
+        return waiter
 
-    def _timed_out(self, timeout_s: float) -> None:
-        self._timer = None
-        self._fail(TimeoutError(f"no complete response within {timeout_s:g}s"))
+    def time_out(self, request: int, timeout_s: float) -> None:
+        """Fail request number ``request`` if it is still waiting (its deadline passed)."""
+        if request == self.request and self._waiter is not None:
+            self._fail(TimeoutError(f"no complete response within {timeout_s:g}s"))
 
     def _fail(self, exc: Exception) -> None:
         waiter, self._waiter = self._waiter, None
-        self._cancel_timer()
         self._close()
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
     def _close(self) -> None:
         self.closed = True
@@ -176,6 +180,9 @@ class ScrapeClient:
         self._pods: dict[str, _Pod] = {}
         self._busy: set[_Connection] = set()
         self._closed = False
+        self._slots: dict[int, list[tuple[_Connection, int, float]]] = {}
+        """Deadline slot (multiples of :data:`TIMEOUT_GRAIN`) -> the requests due in it."""
+        self._timers: dict[int, asyncio.TimerHandle] = {}
 
     async def get(self, key: str, path: str, *, timeout_s: float, max_bytes: int) -> ScrapeResponse:
         """``GET path`` from the pod at ``key`` (``host:port``) within ``timeout_s`` (connect included).
@@ -196,14 +203,31 @@ class ScrapeClient:
                 break
         if conn is None:
             conn = await self._connect(pod, timeout_s)
+        loop = asyncio.get_running_loop()
         self._busy.add(conn)
         try:
-            return await conn.send(pod.head(key, path), timeout_s=timeout_s, max_bytes=max_bytes)
+            waiter = conn.send(pod.head(key, path), max_bytes=max_bytes, loop=loop)
+            self._watch(loop, conn, timeout_s)
+            return await waiter
         except asyncio.CancelledError:
             conn.abort()  # the response may still arrive: this connection is out of step now
             raise
         finally:
             self._busy.discard(conn)
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, conn: _Connection, timeout_s: float) -> None:
+        """Time out ``conn``'s current request after ``timeout_s`` (up to one grain later)."""
+        slot = math.ceil((loop.time() + timeout_s) / TIMEOUT_GRAIN)
+        due = self._slots.get(slot)
+        if due is None:
+            due = self._slots[slot] = []
+            self._timers[slot] = loop.call_at(slot * TIMEOUT_GRAIN, self._expire, slot)
+        due.append((conn, conn.request, timeout_s))
+
+    def _expire(self, slot: int) -> None:
+        del self._timers[slot]
+        for conn, request, timeout_s in self._slots.pop(slot, ()):
+            conn.time_out(request, timeout_s)
 
     async def _connect(self, pod: _Pod, timeout_s: float) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -235,4 +259,8 @@ class ScrapeClient:
         for conn in list(self._busy):
             conn.abort()
         self._busy.clear()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._slots.clear()
         await asyncio.sleep(0)  # let the transports' close callbacks run

@@ -1,10 +1,9 @@
 """Scrape every endpoint's ``/metrics`` on a fixed interval and keep its state current.
 
 One asyncio task per (scheduler, endpoint), started and stopped by :meth:`Scraper.sync` as discovery
-changes the pools. Scrapes run in groups of up to :data:`SCRAPE_GROUP` endpoints that fire together,
-the groups spread evenly over the interval: requests sent in the same turn of the event loop share
-its wake-ups and their answers arrive together, which costs less CPU per scrape than one wake-up per
-endpoint at a random phase, while a group stays small enough not to hold the loop for long.
+changes the pools. When each endpoint is scraped is :mod:`igw.gateway.scrape_pacing`'s: in groups
+that fire together on a grid spread over the interval, and less often while the endpoint is idle
+(bounded by ``staleThreshold``; back to every interval at the first dispatch to it).
 
 Each successful scrape stores the parsed signals with the clock time it finished; a failed one
 (timeout, refused connection, non-200, unreadable page) marks the endpoint failing, which excludes
@@ -21,7 +20,9 @@ scrape interval after the first request it did not account for. It is logged onc
 ``igw_endpoint_metrics_frozen`` and in ``/readyz``, and trusted again as soon as the page changes.
 
 A page byte-identical to the endpoint's previous one (an idle pod's filtered page: no token moved)
-is not parsed again: its reading still holds, only the scrape time moves.
+is not parsed again: its reading still holds, only the scrape time moves. A small page whose lines
+differ from the previous one only in their values is read through that page's template
+(:mod:`igw.gateway.page_template`), not parsed from scratch.
 
 Each endpoint's context window (``max_model_len``) is read from its ``/v1/models`` (vLLM and SGLang
 publish it per model) when its scraping starts and every :data:`MODEL_INFO_REFRESH_S` after that;
@@ -47,7 +48,6 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import math
 from collections.abc import Callable, Mapping
 from typing import Final, Protocol
 
@@ -59,8 +59,10 @@ from igw.gateway.endpoints import EndpointState
 from igw.gateway.metrics_parser import parse_page
 from igw.gateway.model_info import max_model_len
 from igw.gateway.page_filter import METRICS_PATH, filter_names, filter_path, unrequested_sample
+from igw.gateway.page_template import PageReader
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
 from igw.gateway.scrape_client import PageGetter, ScrapeResponse
+from igw.gateway.scrape_pacing import IdlePacing, idle_gap_limit, next_scrape_due
 from igw.gateway.telemetry import GatewayMetrics
 
 log = logging.getLogger("igw.gateway.scraper")
@@ -69,8 +71,6 @@ MAX_PAGE_BYTES: Final = 16 * 1024 * 1024
 MAX_MODELS_BYTES: Final = 1024 * 1024
 MODEL_INFO_REFRESH_S: Final = 60.0
 """How often an endpoint's ``/v1/models`` is read again (a restarted pod may have a new limit)."""
-SCRAPE_GROUP: Final = 16
-"""Endpoints whose scrapes start in the same turn of the event loop (see the module docstring)."""
 PAGE_MISSING: Final = "/metrics"
 NO_AUTOTUNE: Final = (
     "prefix block size and LRU size cannot be auto-tuned: defaults (64 characters, 31250) apply"
@@ -109,22 +109,23 @@ def _no_remote_usage(scheduler: str, key: str) -> tuple[int, int]:
     return 0, 0
 
 
-def next_scrape_delay(now: float, interval_s: float, slot: int, endpoints: int) -> float:
-    """Seconds from ``now`` until the group of the endpoint in ``slot`` is next due: the endpoints
-    form ``ceil(endpoints / SCRAPE_GROUP)`` groups (slot modulo the group count) whose phases split
-    the interval evenly, so each endpoint is due once per interval, with its group."""
-    groups = max(1, math.ceil(endpoints / SCRAPE_GROUP))
-    offset = (slot % groups) / groups * interval_s
-    due = (math.floor((now - offset) / interval_s) + 1) * interval_s + offset
-    return max(0.0, due - now)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class FilteredPage:
     """The endpoint honours the ``name[]`` filter; ``missing`` is what its filtered page lacked when
     that was checked (a change means the server changed: check again)."""
 
     missing: frozenset[str]
+
+
+@dataclasses.dataclass(slots=True)
+class _Waiter:
+    """An endpoint's task waiting for its group's tick; ``idle`` names an idle endpoint, woken only
+    at the tick at which :class:`IdlePacing` says it is due."""
+
+    future: asyncio.Future[None]
+    idle: TaskKey | None
+    slot: int
+    interval: float
 
 
 WHOLE_PAGE: Final = "whole page"
@@ -143,12 +144,19 @@ class Scraper:
         publish: ScrapePublisher | None = None,
         remote_usage: RemoteUsage = _no_remote_usage,
         name_filter: bool = True,
+        idle_pacing: bool = True,
     ) -> None:
         """``publish`` and ``remote_usage``: the scrape-sharing hooks of ``igw serve --workers``
         (:mod:`igw.gateway.scrape_share`); a single process leaves them unset. ``name_filter=False``
-        always reads whole pages (``igw perf scrape`` measures both)."""
+        always reads whole pages, ``idle_pacing=False`` scrapes idle endpoints every interval too
+        (``igw perf scrape`` measures each against the gateway's way)."""
         self._name_filter = name_filter
+        self._idle_pacing = idle_pacing
         self._modes: dict[TaskKey, PageMode] = {}
+        self._paces: dict[TaskKey, IdlePacing] = {}
+        self._readers: dict[TaskKey, PageReader] = {}
+        self._ticks: dict[float, tuple[asyncio.TimerHandle, list[_Waiter]]] = {}
+        """Due time -> the timer that wakes the group due then, and its waiting members."""
         self._read: dict[TaskKey, tuple[int, MetricFamilies, EndpointState, frozenset[str]]] = {}
         """The digest of the page last parsed per endpoint, what it was read for, and its missing."""
         self._slots = itertools.count()
@@ -171,6 +179,8 @@ class Scraper:
                 self._tasks.pop(tk).cancel()
                 self._modes.pop(tk, None)
                 self._read.pop(tk, None)
+                self._paces.pop(tk, None)
+                self._readers.pop(tk, None)
                 if not any(other[1] == tk[1] for other in wanted):
                     self._client.forget(tk[1])
         for tk in sorted(wanted - set(self._tasks)):
@@ -180,6 +190,9 @@ class Scraper:
     async def close(self) -> None:
         tasks = list(self._tasks.values())
         self._tasks.clear()
+        for timer, _ in self._ticks.values():
+            timer.cancel()
+        self._ticks.clear()
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -194,19 +207,71 @@ class Scraper:
     async def _loop(self, scheduler: str, key: str, *, slot: int = 0) -> None:
         models_read_at: float | None = None
         loop = asyncio.get_running_loop()
+        pacing = self._paces[(scheduler, key)] = IdlePacing()
         while True:
             found = self._lookup(scheduler, key)
             if found is None:
                 return
             sr, state = found
             settings = self._runtime().settings
-            started = self._clock()
-            due = models_read_at is None or started - models_read_at >= MODEL_INFO_REFRESH_S
-            if due and await self.read_model_info(sr, state, timeout_s=settings.scrape_timeout_s):
-                models_read_at = started
-            await self.scrape_once(sr, state, timeout_s=settings.scrape_timeout_s)
-            delay = next_scrape_delay(loop.time(), settings.scrape_interval_s, slot, len(self._tasks))
-            await asyncio.sleep(delay)
+            interval = settings.scrape_interval_s
+            remote_picks, remote_inflight = self._remote_usage(scheduler, key)
+            picks = state.picks + remote_picks
+            tick = loop.time()
+            if pacing.due(tick, picks=picks, inflight=state.inflight + remote_inflight, interval_s=interval):
+                started = self._clock()
+                due = models_read_at is None or started - models_read_at >= MODEL_INFO_REFRESH_S
+                if due and await self.read_model_info(sr, state, timeout_s=settings.scrape_timeout_s):
+                    models_read_at = started
+                quiet = await self.scrape_once(sr, state, timeout_s=settings.scrape_timeout_s)
+                limit = idle_gap_limit(interval, sr.scheduler.settings.stale_threshold_s)
+                pacing.scraped(
+                    tick,
+                    picks=picks,
+                    quiet=self._idle_pacing and quiet and state.inflight + remote_inflight == 0,
+                    interval_s=interval,
+                    limit_s=limit,
+                )
+            idle = (scheduler, key) if pacing.gap > interval else None
+            waiter = _Waiter(loop.create_future(), idle, slot, interval)
+            self._enqueue(loop, next_scrape_due(loop.time(), interval, slot, len(self._tasks)), waiter)
+            await waiter.future
+
+    def _enqueue(self, loop: asyncio.AbstractEventLoop, due: float, waiter: _Waiter) -> None:
+        """Wait for the tick at ``due``: the members of a group share one timer, not one sleep each."""
+        waiting = self._ticks.get(due)
+        if waiting is None:
+            waiting = self._ticks[due] = (loop.call_at(due, self._wake, loop, due), [])
+        waiting[1].append(waiter)
+
+    def _wake(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+        """The tick at ``due``: wake its members, except idle ones not due yet, which wait for their
+        group's next tick without their task running (checking them here costs far less)."""
+        for waiter in self._ticks.pop(due)[1]:
+            if waiter.future.done():  # a cancelled member's is done
+                continue
+            if waiter.idle is None or self._idle_ends(waiter.idle, due, waiter.interval):
+                waiter.future.set_result(None)
+            else:
+                after = due + waiter.interval / 4  # past this tick, well before the next
+                self._enqueue(
+                    loop, next_scrape_due(after, waiter.interval, waiter.slot, len(self._tasks)), waiter
+                )
+
+    def _idle_ends(self, tk: TaskKey, now: float, interval: float) -> bool:
+        """True when the idle endpoint ``tk`` is due at the tick ``now`` (or gone: its task ends)."""
+        pace = self._paces.get(tk)
+        found = self._lookup(*tk)
+        if pace is None or found is None:
+            return True
+        state = found[1]
+        remote_picks, remote_inflight = self._remote_usage(*tk)
+        return pace.due(
+            now,
+            picks=state.picks + remote_picks,
+            inflight=state.inflight + remote_inflight,
+            interval_s=interval,
+        )
 
     async def read_model_info(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
         """Learn ``max_model_len`` from ``GET /v1/models``; True when the page was read."""
@@ -225,11 +290,19 @@ class Scraper:
             state.max_model_len = limit
         return True
 
-    async def scrape_once(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> None:
-        """Scrape ``state``'s page once and store the outcome (and publish it, with ``--workers``)."""
-        await self._scrape(sr, state, timeout_s=timeout_s)
+    async def scrape_once(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
+        """Scrape ``state``'s page once and store the outcome (and publish it, with ``--workers``).
+
+        True when the scrape found the endpoint quiet: the same page as the scrape before, an empty
+        queue (what :class:`~igw.gateway.scrape_pacing.IdlePacing` needs to know)."""
+        quiet = await self._scrape(sr, state, timeout_s=timeout_s)
         if self._publish is not None:
             self._publish(sr.spec.name, state)
+        return quiet
+
+    def pace(self, scheduler: str, key: str) -> IdlePacing | None:
+        """When ``key`` is next scraped for ``scheduler`` (``None`` before its scraping started)."""
+        return self._paces.get((scheduler, key))
 
     def page_mode(self, scheduler: str, key: str) -> PageMode | None:
         """How ``key`` is scraped for ``scheduler``: filtered, the whole page, or ``None`` (not known
@@ -307,34 +380,41 @@ class Scraper:
 
     def _reportable(self, sr: SchedulerRuntime, missing: frozenset[str]) -> frozenset[str]:
         """``missing`` without the LoRA family where the scheduler has no ``loraAdapters``."""
-        if sr.spec.lora_adapters:
+        if not missing or sr.spec.lora_adapters:
             return missing
         return frozenset(m for m in missing if m.split("{")[0] not in _LORA_FAMILIES)
 
-    async def _scrape(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> None:
+    async def _scrape(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
+        """One scrape (see :meth:`scrape_once`); True when it found the endpoint quiet."""
         families = self._families(sr)
         try:
             resp = await self._fetch(sr, state, families, timeout_s)
         except (TimeoutError, OSError) as exc:
             self._fail(sr, state, f"scrape failed: {type(exc).__name__}: {exc}".rstrip(": "))
-            return
+            return False
         if resp.status == 404:
             self._fail(sr, state, "GET /metrics answered 404", missing=frozenset({PAGE_MISSING}))
-            return
+            return False
         if resp.status != 200:
             self._fail(sr, state, f"GET /metrics answered HTTP {resp.status}")
-            return
+            return False
         raw = resp.body
         now = self._clock()
         # xxh3 rather than hash(): the page is a fresh bytes object each scrape, and CPython's SipHash
         # over a whole page costs as much as parsing it.
         digest = xxhash.xxh3_64_intdigest(raw)
         if self._frozen(sr, state, digest, now, stale_after_s=self._runtime().settings.stale_threshold_s):
-            return
+            return False
         tk = (sr.spec.name, state.key)
         read = self._read.get(tk)
-        if read is None or read[0] != digest or read[1] is not families or read[2] is not state:
-            parsed = parse_page(raw.decode("utf-8", errors="replace"), families, state.page.family_starts)
+        if read is not None and read[0] == digest and read[1] is families and read[2] is state:
+            unchanged, missing = True, read[3]  # the same page as last time (an idle pod): still holds
+        else:
+            unchanged = False
+            reader = self._readers.get(tk)
+            if reader is None:
+                reader = self._readers[tk] = PageReader()
+            parsed = reader.read(raw.decode("utf-8", errors="replace"), families, state.page.family_starts)
             missing = self._reportable(sr, parsed.missing)
             mode = self._modes.get(tk)
             if isinstance(mode, FilteredPage) and mode.missing != missing:
@@ -342,8 +422,6 @@ class Scraper:
             state.metrics = parsed.metrics
             state.kv_source = parsed.kv_source
             self._read[tk] = (digest, families, state, missing)
-        else:
-            missing = read[3]  # the same page as last time (an idle pod): its reading still holds
         state.scraped_at = now
         if state.scrape_failing:
             log.info("endpoint %s (%s) scrapes again: back in scheduling", state.key, sr.spec.name)
@@ -351,6 +429,7 @@ class Scraper:
         state.last_error = None
         self._set_missing(sr, state, missing)
         self._metrics.child(self._metrics.scrapes, "ok").inc()
+        return unchanged and not (state.metrics is not None and state.metrics.waiting)
 
     def _families(self, sr: SchedulerRuntime) -> MetricFamilies:
         """The families to read for ``sr``: without the LoRA family when no adapter request can reach
@@ -411,6 +490,8 @@ class Scraper:
             self._set_missing(sr, state, state.missing | missing)
 
     def _set_missing(self, sr: SchedulerRuntime, state: EndpointState, missing: frozenset[str]) -> None:
+        if missing == state.missing:
+            return  # as on the scrape before (almost always)
         for family in missing - state.missing:
             tag = (sr.spec.name, state.key, family)
             if tag not in self._reported:

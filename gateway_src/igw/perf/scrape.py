@@ -5,12 +5,14 @@ not counted) serves N realistic vLLM ``/metrics`` pages on loopback, and the gat
 :class:`~igw.gateway.scraper.Scraper` - its HTTP session, parser and frozen-page tracking - scrapes
 every pod at the configured interval for a fixed wall time, once per way of scraping: ``filtered``
 (the gateway's: its scrape client, :mod:`igw.gateway.scrape_client`, asking for the routing families
-alone with ``name[]``, :mod:`igw.gateway.page_filter`), ``lean`` (the same client reading whole
-pages: the same-run baseline) and optionally ``aiohttp`` (aiohttp's client, whole pages: what the
-scraper used first). Reported per fleet size and way: this process's CPU per scrape and per pod
-(percent of a core), the scrapes achieved against the interval's ideal, and the staleness (the
-oldest scrape age over all pods, sampled every interval); then the issue's two targets with their
-ratio and verdict.
+alone with ``name[]``, :mod:`igw.gateway.page_filter`, and idle pods less often,
+:mod:`igw.gateway.scrape_pacing`), ``fixed`` (the same, every pod every interval), ``lean`` (the same
+client reading whole pages every interval: the same-run baseline) and optionally ``aiohttp``
+(aiohttp's client, whole pages: what the scraper used first). ``--busy-share`` makes the rest of the
+fleet idle pods whose page never changes. Reported per fleet size and way: this process's CPU per
+scrape and per pod (percent of a core), the scrapes achieved against the interval's ideal, the pods
+on a slower idle pace at the end, and the staleness (the oldest scrape age over all pods, sampled
+every interval); then the issue's two targets with their ratio and verdict.
 
 Where a scrape's CPU goes: the in-process stages (decode, xxh3 page digest, parse) are timed in a
 tight loop on the same whole and filtered pages, next to ``prometheus_client``'s full text parser;
@@ -23,6 +25,8 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import itertools
+import math
 import random
 import resource
 import statistics
@@ -41,9 +45,11 @@ from igw.errors import IgwToolingError
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.metrics_parser import VLLM, FamilyStarts, parse_page
 from igw.gateway.page_filter import filter_names, filter_path
+from igw.gateway.page_template import PageReader
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scrape_client import PageGetter, ScrapeClient, ScrapeRequestError, ScrapeResponse
-from igw.gateway.scraper import MAX_PAGE_BYTES, FilteredPage, Scraper, next_scrape_delay
+from igw.gateway.scrape_pacing import next_scrape_delay
+from igw.gateway.scraper import MAX_PAGE_BYTES, FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
 from igw.perf.gateway_load import cpu_seconds
 from igw.perf.scrape_fleet import VARIANTS, page_variants
@@ -57,8 +63,9 @@ TARGET_HOST_CORES: Final = 1.0
 """The issue's goal: 1,000 pods kept fresh within the stale threshold on at most one core per host."""
 SCHEDULER: Final = "bench"
 FLEET_START_TIMEOUT_S: Final = 120.0
-CLIENTS: Final = ("filtered", "lean", "aiohttp", "bare")
-"""``filtered``: the gateway's way (its client, ``name[]`` filter); ``lean``: its client, whole pages;
+CLIENTS: Final = ("filtered", "fixed", "lean", "aiohttp", "bare")
+"""``filtered``: the gateway's way (its client, ``name[]`` filter, idle pods less often); ``fixed``: the
+same, every pod every interval; ``lean``: its client, whole pages, every interval;
 ``aiohttp``: aiohttp's client, whole pages (what the scraper used first); ``bare``: the client alone
 fetching filtered pages, without the scraper (:class:`BareFetcher`: the floor under a scrape)."""
 ROUTING_FAMILIES: Final = dataclasses.replace(VLLM, lora=None)
@@ -121,6 +128,8 @@ class ScrapeRow:
     stale_threshold_s: float
     filtered_pods: int
     """Pods the scraper read through the ``name[]`` filter at the end (``filtered``: all of them)."""
+    idle_pods: int
+    """Pods scraped less often than every interval at the end (idle: ``filtered`` only)."""
 
     @property
     def us_per_scrape(self) -> float:
@@ -163,11 +172,13 @@ def _config_doc(interval_s: float, stale_s: float) -> dict[str, object]:
 
 
 @contextlib.asynccontextmanager
-async def fleet(pods: int, variants: int = VARIANTS) -> AsyncIterator[tuple[int, list[int]]]:
+async def fleet(
+    pods: int, variants: int = VARIANTS, busy: int | None = None
+) -> AsyncIterator[tuple[int, list[int]]]:
     """Run the fleet process; yields its pid and ports, closes its stdin (which stops it) on exit."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "igw.cli.perf_scrape_fleet_process", "--pods", str(pods),
-        "--variants", str(variants),
+        "--variants", str(variants), "--busy", str(pods if busy is None else busy),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     if proc.stdin is None or proc.stdout is None:
@@ -230,11 +241,14 @@ async def measure(
     stale_s: float,
     client: str = "lean",
     variants: int = VARIANTS,
+    busy_share: float = 1.0,
 ) -> ScrapeRow:
-    """Scrape a fleet of ``pods`` with ``client`` for ``seconds`` after one second of warm-up; each pod
-    cycles through ``variants`` pages (1: an idle pod whose page never changes)."""
+    """Scrape a fleet of ``pods`` with ``client`` for ``seconds`` after a warm-up (every pod scraped
+    once, then one more second); a
+    ``busy_share`` of the pods cycles through ``variants`` pages, the rest (and every pod with
+    ``variants=1``) are idle pods whose page never changes."""
     clock = time.monotonic
-    async with fleet(pods, variants) as (fleet_pid, ports):
+    async with fleet(pods, variants, round(pods * busy_share)) as (fleet_pid, ports):
         runtime = GatewayRuntime(
             build_gateway_config(_config_doc(interval_s, stale_s)), rng=random.Random(0), clock=clock
         )
@@ -256,13 +270,20 @@ async def measure(
                 def filtered() -> int:
                     return len(pool.states)
 
+                def unscraped() -> int:
+                    return len(pool.states) - len(bare.scraped_at)
+
+                def idle() -> int:
+                    return 0
+
             else:
                 full = scraper = Scraper(
                     runtime=lambda: runtime,
                     client=getter,
                     clock=clock,
                     metrics=metrics,
-                    name_filter=client == "filtered",
+                    name_filter=client in ("filtered", "fixed"),
+                    idle_pacing=client == "filtered",
                 )
                 full.sync()
 
@@ -278,7 +299,20 @@ async def measure(
                         isinstance(full.page_mode(SCHEDULER, key), FilteredPage) for key in pool.states
                     )
 
+                def unscraped() -> int:
+                    return sum(s.scraped_at is None for s in pool.states.values())
+
+                def idle() -> int:
+                    paces = (full.pace(SCHEDULER, key) for key in pool.states)
+                    return sum(p is not None and p.gap > interval_s for p in paces)
+
             try:
+                # warm-up: every pod scraped once (a loaded machine may take longer than a second to
+                # connect to a thousand pods, which would read as a stale pod), then one more second
+                for _ in range(math.ceil(FLEET_START_TIMEOUT_S / interval_s)):
+                    if not unscraped():
+                        break
+                    await asyncio.sleep(interval_s)
                 await asyncio.sleep(1.0)
                 ages: list[float] = []
                 n0, usage0, t0 = scrapes(), resource.getrusage(resource.RUSAGE_SELF), clock()
@@ -288,7 +322,7 @@ async def measure(
                     await asyncio.sleep(interval_s)
                 usage, elapsed, done = resource.getrusage(resource.RUSAGE_SELF), clock() - t0, scrapes() - n0
                 fleet_cpu = cpu_seconds(fleet_pid) - fleet0
-                filtered_pods = filtered()
+                filtered_pods, idle_pods = filtered(), idle()
             finally:
                 await scraper.close()
     if not done:
@@ -306,6 +340,7 @@ async def measure(
         interval_s=interval_s,
         stale_threshold_s=stale_s,
         filtered_pods=filtered_pods,
+        idle_pods=idle_pods,
     )
 
 
@@ -329,22 +364,32 @@ class StageCosts:
     """The gateway's parser with the endpoint's search hints from its previous page (as scraping runs)."""
     cold: float
     """The same parser without hints (an endpoint's first page)."""
+    reread: float
+    """What the scraper spends reading a changed page of the endpoint (:class:`PageReader`, pages
+    alternating between variants): through the previous page's template where the shape held (small
+    pages), else the hinted parse."""
 
     @property
     def total(self) -> float:
-        return self.decode + self.digest + self.hinted
+        return self.decode + self.digest + self.reread
 
 
-def stage_costs(raw: bytes, families: MetricFamilies, iterations: int) -> StageCosts:
+def stage_costs(raws: list[bytes], families: MetricFamilies, iterations: int) -> StageCosts:
+    """Stage costs on ``raws[0]``; the re-read alternates over all of ``raws`` (the variants)."""
+    raw = raws[0]
     text = raw.decode()
     starts: FamilyStarts = {}
     parse_page(text, families, starts)
+    texts = [r.decode() for r in raws]
+    reader, reread_starts = PageReader(), dict(starts)
+    turns = itertools.cycle(texts)
     return StageCosts(
         size=len(raw),
         decode=_mean_us(lambda: raw.decode("utf-8", errors="replace"), iterations),
         digest=_mean_us(lambda: xxhash.xxh3_64_intdigest(raw), iterations),
         hinted=_mean_us(lambda: parse_page(text, families, starts), iterations),
         cold=_mean_us(lambda: parse_page(text, families), iterations),
+        reread=_mean_us(lambda: reader.read(next(turns), families, reread_starts), iterations),
     )
 
 
@@ -358,7 +403,7 @@ class ParseCosts:
     """``prometheus_client``'s full text parser on the whole page."""
 
     def stages(self, client: str) -> StageCosts:
-        return self.filtered if client == "filtered" else self.whole
+        return self.filtered if client in ("filtered", "fixed") else self.whole
 
 
 def filtered_page(raw: bytes) -> bytes:
@@ -371,11 +416,11 @@ def parse_costs(iterations: int) -> ParseCosts:
     # deferred: prometheus_client's parser is only this benchmark's baseline
     from prometheus_client.parser import text_string_to_metric_families
 
-    raw = page_variants(1)[0]
-    text = raw.decode()
+    raws = page_variants()
+    text = raws[0].decode()
     return ParseCosts(
-        whole=stage_costs(raw, ROUTING_FAMILIES, iterations),
-        filtered=stage_costs(filtered_page(raw), ROUTING_FAMILIES, iterations),
+        whole=stage_costs(raws, ROUTING_FAMILIES, iterations),
+        filtered=stage_costs([filtered_page(raw) for raw in raws], ROUTING_FAMILIES, iterations),
         full=_mean_us(lambda: list(text_string_to_metric_families(text)), max(1, iterations // 20)),
     )
 
@@ -385,7 +430,7 @@ def _print_rows(rows: list[ScrapeRow], *, header: bool = True) -> None:
         print(
             f"{'pods':>6} {'scrapes':>8} {'achieved':>8} {'CPU/scrape':>11} {'of it sys':>10} "
             f"{'vs 50 µs':>8} {'core %/pod':>10} {'core % total':>12} {'fleet core %':>12} "
-            f"{'stale p50':>10} {'stale max':>10} {'client':<8} filtered pods"
+            f"{'stale p50':>10} {'stale max':>10} {'client':<8} {'filtered':>8} idle pods"
         )
     for r in rows:
         print(
@@ -394,7 +439,7 @@ def _print_rows(rows: list[ScrapeRow], *, header: bool = True) -> None:
             f"{r.us_per_scrape / TARGET_US_PER_SCRAPE:>7.1f}× {r.core_pct_per_pod:>10.3f} "
             f"{r.core_pct_per_pod * r.pods:>12.1f} {r.fleet_cpu_s / r.seconds * 100:>12.1f} "
             f"{r.staleness_p50_s * 1000:>7.0f} ms "
-            f"{r.staleness_max_s * 1000:>7.0f} ms {r.client:<8} {r.filtered_pods}"
+            f"{r.staleness_max_s * 1000:>7.0f} ms {r.client:<8} {r.filtered_pods:>8} {r.idle_pods}"
         )
 
 
@@ -414,7 +459,7 @@ def _print_breakdown(rows: list[ScrapeRow], costs: ParseCosts, *, pages_change: 
         rest = r.us_per_scrape - r.sys_us_per_scrape - inline
         print(
             f"{r.pods:>6} pods {r.client:>8}: {r.us_per_scrape:.0f} µs = kernel {r.sys_us_per_scrape:.0f} "
-            f"+ {'decode/xxh3/parse' if pages_change else 'xxh3'} {inline:.1f} "
+            f"+ {'decode/xxh3/re-read' if pages_change else 'xxh3'} {inline:.1f} "
             f"+ event loop, client, bookkeeping {rest:.0f}"
         )
 
@@ -427,7 +472,7 @@ def _print_targets(rows: list[ScrapeRow]) -> None:
     """The issue's two scraping targets, each with its ratio and verdict, from this run's rows."""
     by = {(r.client, r.pods): r for r in rows}
     for pods in dict.fromkeys(r.pods for r in rows):
-        best = by.get(("filtered", pods)) or by.get(("lean", pods)) or by.get(("aiohttp", pods))
+        best = next((by[(c, pods)] for c in CLIENTS[:4] if (c, pods) in by), None)
         if best is None:
             continue
         ratio = best.us_per_scrape / TARGET_US_PER_SCRAPE
@@ -435,7 +480,7 @@ def _print_targets(rows: list[ScrapeRow]) -> None:
             f"{pods:>6} pods: CPU per scrape {best.client} {best.us_per_scrape:.0f} µs vs the "
             f"{TARGET_US_PER_SCRAPE:.0f} µs target = {ratio:.2f}× ({_verdict(ratio <= 1)})"
         )
-        for base_name in ("lean", "aiohttp", "bare"):
+        for base_name in ("fixed", "lean", "aiohttp", "bare"):
             base = by.get((base_name, pods))
             if base is not None and base is not best:
                 line += (
@@ -443,7 +488,7 @@ def _print_targets(rows: list[ScrapeRow]) -> None:
                     f"= {best.us_per_scrape / base.us_per_scrape:.2f}×"
                 )
         print(line)
-    preferred = next((c for c in CLIENTS[:3] if any(r.client == c for r in rows)), None)
+    preferred = next((c for c in CLIENTS[:4] if any(r.client == c for r in rows)), None)
     for r in rows:
         if r.pods < TARGET_FLEET_PODS or r.client != preferred:
             continue
@@ -473,6 +518,7 @@ async def _run(args: argparse.Namespace) -> list[ScrapeRow]:
                     stale_s=args.stale_threshold,
                     client=client,
                     variants=args.page_variants,
+                    busy_share=args.busy_share,
                 )
             )
             _print_rows(rows[-1:], header=len(rows) == 1)
@@ -485,7 +531,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{name} vLLM page, {c.size:,} bytes (CPU, tight loop): decode {c.decode:.1f} µs, xxh3 "
             f"{c.digest:.1f} µs, parse {c.hinted:.1f} µs with the previous page's hints ({c.cold:.1f} µs "
-            f"without), together {c.total:.1f} µs"
+            f"without), re-read of a changed page as the scraper does it {c.reread:.1f} µs; decode, xxh3 "
+            f"and re-read together {c.total:.1f} µs"
         )
     print(
         f"prometheus_client full parser on the whole page {costs.full:.0f} µs "
@@ -494,7 +541,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"scraping every {args.interval * 1000:.0f} ms for {args.seconds:g} s per fleet size "
         f"(stale threshold {args.stale_threshold * 1000:.0f} ms; each pod cycles through "
-        f"{args.page_variants} page(s)); CPU is this process's only"
+        f"{args.page_variants} page(s), {args.busy_share:.0%} of the pods; the rest idle); CPU is this "
+        "process's only"
     )
     try:
         # deferred: optional speed-up: uvloop (gateway extra), as igw serve runs it

@@ -96,22 +96,32 @@ class _PodProtocol(asyncio.Protocol):
 
 
 async def serve_fleet(
-    pods: int, host: str = "127.0.0.1", *, filter_names: bool = True, variants: int = VARIANTS
+    pods: int,
+    host: str = "127.0.0.1",
+    *,
+    filter_names: bool = True,
+    variants: int = VARIANTS,
+    busy: int | None = None,
 ) -> list[asyncio.Server]:
-    """Start ``pods`` listening ports; each pod's answers cycle through ``variants`` pages (1: an
-    idle pod, whose page never changes)."""
+    """Start ``pods`` listening ports; the first ``busy`` pods (default: all) cycle through ``variants``
+    pages, the others are idle pods whose page never changes (as does every pod with ``variants=1``)."""
     answers = Answers(page_variants(variants), filter_names=filter_names)
+    idle = Answers(page_variants(1), filter_names=filter_names)
+    busy = pods if busy is None else busy
     loop = asyncio.get_running_loop()
     servers = []
     for i in range(pods):
-        factory = functools.partial(_PodProtocol, answers, itertools.count(i))  # one turn per pod
+        pages = answers if i < busy else idle
+        factory = functools.partial(_PodProtocol, pages, itertools.count(i))  # one turn per pod
         servers.append(await loop.create_server(factory, host, 0))
     return servers
 
 
-async def run_fleet(pods: int, *, filter_names: bool = True, variants: int = VARIANTS) -> None:
+async def run_fleet(
+    pods: int, *, filter_names: bool = True, variants: int = VARIANTS, busy: int | None = None
+) -> None:
     """Serve until stdin closes; print ``PORTS p1,p2,...`` once listening."""
-    servers = await serve_fleet(pods, filter_names=filter_names, variants=variants)
+    servers = await serve_fleet(pods, filter_names=filter_names, variants=variants, busy=busy)
     ports = [s.sockets[0].getsockname()[1] for s in servers]
     print("PORTS " + ",".join(map(str, ports)), flush=True)
     loop = asyncio.get_running_loop()

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
+
+from igw.perf.des_quality import Quality, summary_of
 
 if TYPE_CHECKING:
     from igw.bench.stats import RunSummary
@@ -38,11 +39,6 @@ class QualityRow:
     goodput: float
 
 
-def _mean(values: Sequence[float | None]) -> float:
-    present = [v for v in values if v is not None]
-    return statistics.fmean(present) if present else float("nan")
-
-
 def measure(
     scenario_name: str,
     *,
@@ -56,12 +52,10 @@ def measure(
     """Every (N, mitigation) variant on the scenario's identical requests per seed."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.bench.capacity import fleet_capacity
-    from igw.bench.des_runner import samples_of
     from igw.bench.policies.registry import PolicyContext, build_policy
     from igw.bench.policies.workers import WorkerSplitPolicy
     from igw.bench.scenarios import SCENARIOS as ALL_SCENARIOS
     from igw.bench.scenarios import LoraShape
-    from igw.bench.stats import summarize
     from igw.bench.workload import fleet_pods, model_name, scenario_requests
     from igw.sim.des import simulate
 
@@ -102,26 +96,19 @@ def measure(
                 scrape_interval_s=scrape_interval_s,
                 base_model=model_name(scenario),
             )
-            summaries[(n, share)].append(
-                summarize(
-                    samples_of(result),
-                    endpoints=list(result.pods),
-                    ttft_slo_s=scenario.ttft_slo_s,
-                    tpot_slo_s=scenario.tpot_slo_s,
-                    duration_s=max(result.end_time, 1e-9),
-                )
-            )
+            summaries[(n, share)].append(summary_of(result, scenario))
     rows = []
     for (n, share), runs in summaries.items():
+        quality = Quality.over(runs)
         rows.append(
             QualityRow(
                 scenario=scenario_name,
                 workers=n,
                 share=share,
-                ttft_p50_s=_mean([r.ttft_p50_s for r in runs]),
-                ttft_p99_s=_mean([r.ttft_p99_s for r in runs]),
-                e2e_p99_s=_mean([r.e2e_p99_s for r in runs]),
-                goodput=_mean([r.goodput for r in runs]),
+                ttft_p50_s=quality.ttft_p50_s,
+                ttft_p99_s=quality.ttft_p99_s,
+                e2e_p99_s=quality.e2e_p99_s,
+                goodput=quality.goodput,
             )
         )
     return rows

@@ -90,12 +90,15 @@ def simulate(
     default_retry_after_s: float = 1.0,
     base_model: str | None = None,
     fast_forward: bool = True,
+    idle_scrape_limit_s: float | None = None,
 ) -> SimulationResult:
     """Run ``requests`` (sorted by arrival) through ``policy`` onto ``pods``; deterministic per ``seed``.
 
     ``base_model`` is the model name LoRA requests resolve to (default: the first pod's served model).
     ``fast_forward`` collapses pure-decode stretches into one event (:mod:`igw.sim.decode_run`); the
-    records are identical either way, it only makes long runs faster.
+    records are identical either way, it only makes long runs faster. ``idle_scrape_limit_s`` paces
+    scrapes as the gateway does (idle pods less often, at most that far apart; :mod:`igw.sim.des_pod`);
+    ``None`` scrapes every pod every interval.
     """
     if not pods:
         raise SimulationError("pods: at least one pod is required")
@@ -105,7 +108,14 @@ def simulate(
         raise SimulationError("sample_interval_s must be > 0")
     rng = random.Random(seed)
     sim_pods = [
-        SimPod(index=i, spec=p, rng=rng, scrape_interval=scrape_interval_s, sample_interval=sample_interval_s)
+        SimPod(
+            index=i,
+            spec=p,
+            rng=rng,
+            scrape_interval=scrape_interval_s,
+            sample_interval=sample_interval_s,
+            idle_limit=idle_scrape_limit_s,
+        )
         for i, p in enumerate(pods)
     ]
     by_key = {p.key: p for p in sim_pods}
@@ -140,6 +150,7 @@ def simulate(
         scrape_interval_s=scrape_interval_s,
         end_time=end,
         steps=sum(p.engine.counters.steps for p in sim_pods),
+        scrapes=sum(p.scrapes for p in sim_pods),
     )
 
 
@@ -307,6 +318,7 @@ class _Runner:
         p.pod = pod
         self.pending[sim.request_id] = p
         pod.inflight += 1
+        pod.picks += 1
         pod.inflight_tokens += sim.prompt_tokens + sim.output_tokens
         pod.view = None
         if pod.run is not None:

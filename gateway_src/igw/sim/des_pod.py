@@ -2,6 +2,11 @@
 
 Scrapes are lazy (see :meth:`SimPod.observe`): a pod is snapshotted only when its state is about to
 change after a scrape tick, which is exactly periodic scraping at a fraction of the cost.
+
+With ``idle_limit`` set, a pod is scraped as the gateway paces it (:mod:`igw.gateway.scrape_pacing`):
+an idle pod - the snapshot unchanged, nothing queued or running, nothing of the router's in flight,
+no dispatch since the scrape before - is scraped ever less often, up to ``idle_limit`` apart, and at
+every tick again from the first dispatch.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 
+from igw.gateway.scrape_pacing import IdlePacing
 from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
 from igw.sim import decode_run
 from igw.sim.des_result import PodSeries, SimulationError
@@ -31,6 +37,7 @@ class SimPod:
         "event_seq",
         "frozen",
         "hung",
+        "idle_limit",
         "index",
         "inflight",
         "inflight_tokens",
@@ -39,7 +46,9 @@ class SimPod:
         "labels",
         "metrics",
         "next_due",
+        "pacing",
         "phase",
+        "picks",
         "publishes",
         "run",
         "sample_interval",
@@ -47,6 +56,7 @@ class SimPod:
         "scrape_interval",
         "scrape_k",
         "scraped_at",
+        "scrapes",
         "series",
         "spec",
         "stalled",
@@ -54,7 +64,14 @@ class SimPod:
     )
 
     def __init__(
-        self, *, index: int, spec: PodSpec, rng: random.Random, scrape_interval: float, sample_interval: float
+        self,
+        *,
+        index: int,
+        spec: PodSpec,
+        rng: random.Random,
+        scrape_interval: float,
+        sample_interval: float,
+        idle_limit: float | None = None,
     ) -> None:
         self.index = index
         self.spec = spec
@@ -70,6 +87,13 @@ class SimPod:
         self.batch: Batch | None = None
         self.inflight = 0
         self.inflight_tokens = 0
+        self.picks = 0
+        """Requests the router dispatched here, ever (a dispatch ends an idle pace)."""
+        self.scrapes = 0
+        """Scrape ticks taken: the scrape requests a gateway would have sent (lazily, only the last
+        of a run of ticks over which nothing changed is snapshotted)."""
+        self.pacing = None if idle_limit is None else IdlePacing()
+        self.idle_limit = idle_limit or scrape_interval
         self.scrape_interval = scrape_interval
         self.phase = rng.random() * scrape_interval
         self.scrape_k = -1
@@ -132,7 +156,11 @@ class SimPod:
         run = self.run
         if run is None:
             if k_scrape > self.scrape_k:
-                self._scrape(self.phase + k_scrape * interval)
+                if self.pacing is None:
+                    self.scrapes += k_scrape - self.scrape_k
+                    self._scrape(self.phase + k_scrape * interval)
+                else:
+                    self._paced(k_scrape)
             if k_sample > self.sample_k:
                 first = self.sample_k + 1
                 self._sample(first * si)
@@ -140,8 +168,13 @@ class SimPod:
                     self._sample(k_sample * si)
         else:
             events = [(k * si, 0) for k in range(self.sample_k + 1, k_sample + 1)]
-            if k_scrape > self.scrape_k:
-                events.append((self.phase + k_scrape * interval, 1))
+            tick = self.phase + k_scrape * interval
+            if k_scrape > self.scrape_k and (
+                self.pacing is None
+                or self.pacing.due(tick, picks=self.picks, inflight=self.inflight, interval_s=interval)
+            ):
+                self.scrapes += k_scrape - self.scrape_k  # running: every tick is due
+                events.append((tick, 1))
             events.sort()
             for tau, kind in events:
                 decode_run.advance(self.engine, run, tau)
@@ -156,12 +189,43 @@ class SimPod:
             self.sample_k = k_sample
         self.next_due = min(self.phase + (self.scrape_k + 1) * interval, (self.sample_k + 1) * si)
 
+    def _paced(self, k_last: int) -> None:
+        """Take the scrape ticks in ``(scrape_k, k_last]`` that the gateway's pacing takes; the state
+        is constant over them, so where every tick is due (requests in flight, or the pod cannot be
+        scraped) only the last one matters."""
+        pace, interval = self.pacing, self.scrape_interval
+        assert pace is not None
+        if self.inflight > 0 or not self._scrapable():
+            self.scrapes += k_last - self.scrape_k
+            self._scrape(self.phase + k_last * interval)
+            return
+        k = self.scrape_k + 1
+        while k <= k_last:
+            tick = self.phase + k * interval
+            if pace.due(tick, picks=self.picks, inflight=self.inflight, interval_s=interval):
+                self.scrapes += 1
+                self._scrape(tick)
+                k += 1
+            else:  # on to the first tick at which its gap has passed
+                k += max(1, math.ceil((pace.started + pace.gap - interval / 2 - tick) / interval - 1e-9))
+
+    def _scrapable(self) -> bool:
+        return self.publishes and not self.killed and not self.hung
+
     def _scrape(self, tick: float) -> None:
-        if self.publishes and not self.killed and not self.hung:
+        quiet = False
+        if self._scrapable():
             if not (self.frozen and self.metrics is not None):
-                self.metrics = self._snapshot()
+                snapshot = self._snapshot()
+                e = self.engine
+                quiet = snapshot == self.metrics and not (e.num_waiting or e.num_running or self.inflight)
+                self.metrics = snapshot
             self.scraped_at = tick
             self.view = None
+        if self.pacing is not None:
+            self.pacing.scraped(
+                tick, picks=self.picks, quiet=quiet, interval_s=self.scrape_interval, limit_s=self.idle_limit
+            )
 
     def _sample(self, t: float) -> None:
         e = self.engine

@@ -72,6 +72,8 @@ class SimulationResult:
     scrape_interval_s: float
     end_time: float
     steps: int
+    scrapes: int = 0
+    """Scrapes the router took over the run (every pod every interval, or paced)."""
 
     def served(self) -> list[RequestRecord]:
         return [r for r in self.records if r.ok]

@@ -1,0 +1,57 @@
+"""Routing quality of DES runs as the perf DES benchmarks print it (``workers-des``, ``scrape-des``).
+
+One simulated run becomes a :class:`~igw.bench.stats.RunSummary` against its scenario's SLOs
+(:func:`summary_of`); the runs of several seeds become one :class:`Quality` (the mean of each figure).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from igw.bench.scenarios import Scenario
+    from igw.bench.stats import RunSummary
+    from igw.sim.des_result import SimulationResult
+
+
+def mean_or_nan(values: Sequence[float | None]) -> float:
+    """The mean of the values present (NaN when none is)."""
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else float("nan")
+
+
+def summary_of(result: SimulationResult, scenario: Scenario) -> RunSummary:
+    """``result`` summarised against ``scenario``'s TTFT and TPOT SLOs."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the bench code loads only when run
+    from igw.bench.des_runner import samples_of
+    from igw.bench.stats import summarize
+
+    return summarize(
+        samples_of(result),
+        endpoints=list(result.pods),
+        ttft_slo_s=scenario.ttft_slo_s,
+        tpot_slo_s=scenario.tpot_slo_s,
+        duration_s=max(result.end_time, 1e-9),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Quality:
+    """TTFT p50/p99, E2E p99 and goodput, each the mean over seeds."""
+
+    ttft_p50_s: float
+    ttft_p99_s: float
+    e2e_p99_s: float
+    goodput: float
+
+    @classmethod
+    def over(cls, runs: Sequence[RunSummary]) -> Quality:
+        return cls(
+            ttft_p50_s=mean_or_nan([r.ttft_p50_s for r in runs]),
+            ttft_p99_s=mean_or_nan([r.ttft_p99_s for r in runs]),
+            e2e_p99_s=mean_or_nan([r.e2e_p99_s for r in runs]),
+            goodput=mean_or_nan([r.goodput for r in runs]),
+        )
