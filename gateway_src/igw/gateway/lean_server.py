@@ -184,6 +184,7 @@ class LeanRequestHandler(GatewayRequestHandler):
         "_lean_pending",
         "_lean_raw",
         "_lean_routes",
+        "_lean_server",
         "_lean_task",
     )
 
@@ -191,6 +192,7 @@ class LeanRequestHandler(GatewayRequestHandler):
         self, manager: GatewayServer, *, limits: ServerLimits, max_connections: int, **kwargs: Any
     ) -> None:
         super().__init__(manager, limits=limits, max_connections=max_connections, **kwargs)
+        self._lean_server = manager
         app = manager.app
         routes = app.get(LEAN_ROUTES_KEY) if app is not None else None
         self._lean_app: web.Application | None = app if routes else None
@@ -310,6 +312,7 @@ class LeanRequestHandler(GatewayRequestHandler):
             remote=str(peer[0]) if isinstance(peer, tuple) and peer else None,
         )
         self._begin_request()
+        self._lean_server.lean_requests += 1
         task = self._lean_task = self._loop.create_task(self._serve(request, handler))
         request.task = task
 

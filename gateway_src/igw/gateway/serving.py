@@ -343,6 +343,8 @@ class GatewayServer(web.Server):
     max_connections: int = 10_000  # replaced by GatewayRunner with the capped value
     app: web.Application | None = None
     handler_class: type[GatewayRequestHandler] = GatewayRequestHandler
+    lean_requests: int = 0
+    """Requests served by :mod:`igw.gateway.lean_server` rather than aiohttp (tests read it)."""
 
     def __call__(self) -> RequestHandler:
         return self.handler_class(
