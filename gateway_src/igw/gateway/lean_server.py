@@ -60,6 +60,11 @@ SWITCH_ENV: Final = "IGW_HTTP_SERVER"
 """``aiohttp``: serve every request with aiohttp; anything else (or unset): the lean side is on."""
 
 _REFUSED_HEADERS: Final = frozenset({b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"})
+_SPECIAL_NAME_LENGTHS: Final = frozenset(len(name) for name in (*_REFUSED_HEADERS, b"content-length"))
+"""Header name lengths worth a case-insensitive look (most names are skipped by length alone)."""
+_CHARSET: Final = "utf-8"
+_UNDECODABLE: Final = "surrogateescape"
+"""Header bytes decoded as aiohttp's parser decodes them."""
 _BODY_BUFFER: Final = 2**16
 _PENDING_LIMIT: Final = 2**16
 """Bytes of a pipelined request kept while the one before it is answered; past this, reading pauses."""
@@ -169,8 +174,8 @@ class _Message:
         """Bytes of this connection fed to the parser since the message began."""
         self.head_end = -1
         """Bytes of the request line and headers (with the blank line)."""
-        self.length = 0
-        """The body's ``Content-Length``."""
+        self.length = -1
+        """The body's ``Content-Length`` (-1: none)."""
 
 
 class LeanRequestHandler(GatewayRequestHandler):
@@ -226,7 +231,6 @@ class LeanRequestHandler(GatewayRequestHandler):
             msg = self._lean_msg = _Message()
             self._lean_raw = bytearray()
             self._lean_parser = httptools.HttpRequestParser(self)
-            self.start_head_timer()
         parser = self._lean_parser
         assert parser is not None
         if self._lean_raw is not None:
@@ -240,6 +244,8 @@ class LeanRequestHandler(GatewayRequestHandler):
                 return
         if msg.bad:
             self._hand_over()
+        elif msg.body is None:  # the head is still arriving: it has header_timeout_s to finish
+            self.start_head_timer()
         elif msg.complete:
             extra = msg.consumed - msg.head_end - msg.length
             if extra > 0:  # the next (pipelined) request began in the same read
@@ -271,10 +277,20 @@ class LeanRequestHandler(GatewayRequestHandler):
         msg = self._lean_msg
         if msg is None or msg.body is not None:
             return
-        msg.fields.append((name, value))
+        fields = msg.fields
+        fields.append((name, value))
         limits = self._limits
-        if len(msg.fields) > limits.max_headers or len(name) + len(value) > limits.max_header_field_bytes:
+        if len(fields) > limits.max_headers or len(name) + len(value) > limits.max_header_field_bytes:
             msg.bad = True
+        elif len(name) in _SPECIAL_NAME_LENGTHS:
+            low = name.lower()
+            if low == b"content-length":
+                if msg.length >= 0 or not value.isdigit():  # repeated or not a number
+                    msg.bad = True
+                else:
+                    msg.length = int(value)
+            elif low in _REFUSED_HEADERS:
+                msg.bad = True
 
     def on_headers_complete(self) -> None:
         msg = self._lean_msg
@@ -287,16 +303,21 @@ class LeanRequestHandler(GatewayRequestHandler):
             msg.bad = True
             return
         length = msg.length
-        headers: CIMultiDict[str] = CIMultiDict()
-        for name, value in msg.fields:
-            # llhttp keeps a value's trailing whitespace; RFC 9110 5.5 (and aiohttp) strip it
-            text = value.strip(b" \t").decode("utf-8", "surrogateescape")
-            headers.add(name.decode("utf-8", "surrogateescape"), text)
+        # llhttp keeps a value's trailing whitespace; RFC 9110 5.5 (and aiohttp) strip it
+        headers: CIMultiDict[str] = CIMultiDict(
+            [
+                (
+                    name.decode("utf-8", "surrogateescape"),
+                    value.strip(b" \t").decode("utf-8", "surrogateescape"),
+                )
+                for name, value in msg.fields
+            ]
+        )
         body = msg.body = StreamReader(cast(Any, self), _BODY_BUFFER, loop=self._loop)
         if length == 0:
             body.feed_eof()
         self._lean_raw = None  # past the head: the request cannot be handed over any more
-        url = msg.url.decode("utf-8", "surrogateescape")
+        url = msg.url.decode(_CHARSET, _UNDECODABLE)
         app = self._lean_app
         assert app is not None
         peer = self.transport.get_extra_info("peername") if self.transport is not None else None
@@ -340,22 +361,12 @@ class LeanRequestHandler(GatewayRequestHandler):
         handler = self._lean_routes.get(path.decode("ascii", "replace"))
         if handler is None or b"%" in path or bytes(raw[:1]) in (b"\r", b"\n"):
             return None
-        length = None
-        for name, value in msg.fields:
-            low = name.lower()
-            if low in _REFUSED_HEADERS:
-                return None
-            if low == b"content-length":
-                if length is not None or not value.isdigit():
-                    return None
-                length = int(value)
-        if length is None or length > self._lean_max_body:
+        if msg.length < 0 or msg.length > self._lean_max_body:
             return None
         head_end = raw.find(b"\r\n\r\n")
         if head_end < 0:
             return None
         msg.head_end = head_end + 4
-        msg.length = length
         return handler
 
     # ---- the request's life -------------------------------------------------------------------
@@ -364,9 +375,14 @@ class LeanRequestHandler(GatewayRequestHandler):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        if self._keepalive_handle is not None:  # aiohttp's idle timer: not while a request runs
-            self._keepalive_handle.cancel()
+
+    def _process_keepalive(self) -> None:
+        """aiohttp's idle-connection timer: it does not close a connection with a lean request in
+        progress (re-armed when the request ends); otherwise aiohttp's own check."""
+        if self._lean_task is not None:
             self._keepalive_handle = None
+            return
+        super()._process_keepalive()
 
     async def _serve(self, request: LeanRequest, handler: LeanHandler) -> None:
         keep_alive = False
