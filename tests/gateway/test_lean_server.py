@@ -248,3 +248,18 @@ async def test_a_streamed_completion_is_relayed(tmp_path: Path) -> None:
     assert events.count(b"data: ") == 5
     assert events.endswith(b"data: [DONE]\n\n")
     assert second[0] == 200
+
+
+async def test_a_large_body_is_read_with_flow_control(tmp_path: Path) -> None:
+    """A body larger than the reader's buffer pauses the socket until the handler reads it."""
+    body = orjson.dumps({"model": "m", "prompt": "word " * 200_000, "max_tokens": 1})
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post(body))
+        status, _, _ = await read_response(reader)
+        assert server.lean_requests == 1
+    assert status == 200
+    assert a.received[-1].body == body

@@ -158,6 +158,39 @@ def response_head(response: web.Response, body_length: int, *, keep_alive: bool)
     return head
 
 
+class _BodyFlow:
+    """What a request body's :class:`~aiohttp.streams.StreamReader` needs of its connection: pausing
+    the socket while the handler has not read a large body, and the connection state. (Given the
+    connection handler itself, every body read would call its ``resume_reading``, which re-enters
+    ``data_received`` and the transport even when nothing was paused.)"""
+
+    __slots__ = ("_handler", "_reading_paused", "remote")
+
+    def __init__(self, handler: LeanRequestHandler) -> None:
+        self._handler = handler
+        self._reading_paused = False
+        transport = handler.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        self.remote = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        """The client's address (for log lines)."""
+
+    @property
+    def connected(self) -> bool:
+        return self._handler.transport is not None
+
+    def pause_reading(self) -> None:
+        transport = self._handler.transport
+        if not self._reading_paused and transport is not None:
+            self._reading_paused = True
+            transport.pause_reading()
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        transport = self._handler.transport
+        if self._reading_paused and transport is not None:
+            self._reading_paused = False
+            transport.resume_reading()
+
+
 class _Message:
     """What the parser has told about the request being read."""
 
@@ -183,6 +216,7 @@ class LeanRequestHandler(GatewayRequestHandler):
 
     __slots__ = (
         "_lean_app",
+        "_lean_flow",
         "_lean_max_body",
         "_lean_msg",
         "_lean_parser",
@@ -204,10 +238,11 @@ class LeanRequestHandler(GatewayRequestHandler):
         self._lean_routes: Mapping[str, LeanHandler] = routes or {}
         self._lean_max_body = app._client_max_size if app is not None else 0
         self._lean_parser: httptools.HttpRequestParser | None = None
-        self._lean_raw: bytearray | None = None
+        self._lean_raw: bytes | None = None
         self._lean_msg: _Message | None = None
         self._lean_task: asyncio.Task[None] | None = None
         self._lean_pending = bytearray()
+        self._lean_flow: _BodyFlow | None = None
 
     # ---- bytes in -------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -229,11 +264,11 @@ class LeanRequestHandler(GatewayRequestHandler):
             if not data:
                 return
             msg = self._lean_msg = _Message()
-            self._lean_raw = bytearray()
-            self._lean_parser = httptools.HttpRequestParser(self)
+            self._lean_raw = b""
         parser = self._lean_parser
-        assert parser is not None
-        if self._lean_raw is not None:
+        if parser is None:  # one parser per connection, replaced after a pipelined or broken read
+            parser = self._lean_parser = httptools.HttpRequestParser(self)
+        if self._lean_raw is not None:  # the head is still arriving: kept for a handover
             self._lean_raw += data
         msg.consumed += len(data)
         try:
@@ -250,6 +285,7 @@ class LeanRequestHandler(GatewayRequestHandler):
             extra = msg.consumed - msg.head_end - msg.length
             if extra > 0:  # the next (pipelined) request began in the same read
                 self._lean_pending += data[len(data) - extra :]
+                self._lean_parser = None  # it has seen part of that request
 
     def _hand_over(self) -> None:
         """aiohttp serves this connection from here on, starting with the current request's bytes."""
@@ -313,14 +349,16 @@ class LeanRequestHandler(GatewayRequestHandler):
                 for name, value in msg.fields
             ]
         )
-        body = msg.body = StreamReader(cast(Any, self), _BODY_BUFFER, loop=self._loop)
+        flow = self._lean_flow
+        if flow is None:
+            flow = self._lean_flow = _BodyFlow(self)
+        body = msg.body = StreamReader(cast(Any, flow), _BODY_BUFFER, loop=self._loop)
         if length == 0:
             body.feed_eof()
         self._lean_raw = None  # past the head: the request cannot be handed over any more
         url = msg.url.decode(_CHARSET, _UNDECODABLE)
         app = self._lean_app
         assert app is not None
-        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
         request = LeanRequest(
             app=app,
             protocol=self,
@@ -330,7 +368,7 @@ class LeanRequestHandler(GatewayRequestHandler):
             content=body,
             content_length=length,
             keep_alive=bool(parser.should_keep_alive()),
-            remote=str(peer[0]) if isinstance(peer, tuple) and peer else None,
+            remote=flow.remote,
         )
         self._begin_request()
         self._lean_server.lean_requests += 1
@@ -351,15 +389,13 @@ class LeanRequestHandler(GatewayRequestHandler):
         msg.complete = True
         msg.body.feed_eof()
 
-    def _eligible(
-        self, msg: _Message, parser: httptools.HttpRequestParser, raw: bytearray
-    ) -> LeanHandler | None:
+    def _eligible(self, msg: _Message, parser: httptools.HttpRequestParser, raw: bytes) -> LeanHandler | None:
         """The lean route's handler when the request is one the lean side serves, else ``None``."""
         if parser.get_method() != b"POST" or parser.get_http_version() != "1.1":
             return None
         path, _, _ = msg.url.partition(b"?")
         handler = self._lean_routes.get(path.decode("ascii", "replace"))
-        if handler is None or b"%" in path or bytes(raw[:1]) in (b"\r", b"\n"):
+        if handler is None or b"%" in path or raw[:1] in (b"\r", b"\n"):
             return None
         if msg.length < 0 or msg.length > self._lean_max_body:
             return None
@@ -438,7 +474,6 @@ class LeanRequestHandler(GatewayRequestHandler):
             waiter.set_result(None)
         msg = self._lean_msg
         self._lean_msg = None
-        self._lean_parser = None
         transport = self.transport
         if transport is None or transport.is_closing():
             return
