@@ -33,6 +33,12 @@ def post(body: bytes = BODY, *, path: str = "/v1/completions", extra: str = "") 
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
 
 
+@pytest.fixture(autouse=True)
+def lean_side_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the lean side, whatever ``IGW_HTTP_SERVER`` the suite runs with."""
+    monkeypatch.setenv(SWITCH_ENV, "lean")
+
+
 @contextlib.asynccontextmanager
 async def lean_gateway(tmp_path: Path, key: str) -> AsyncIterator[tuple[int, GatewayServer]]:
     """The gateway app on a :class:`GatewayRunner` (to read its server's ``lean_requests``)."""
@@ -263,3 +269,19 @@ async def test_a_large_body_is_read_with_flow_control(tmp_path: Path) -> None:
         assert server.lean_requests == 1
     assert status == 200
     assert a.received[-1].body == body
+
+
+async def test_an_implausible_client_request_id_is_replaced_not_echoed(tmp_path: Path) -> None:
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post(extra="X-Request-Id: eyJhbGciOi.eyJzdWIiOi.c2lnbmF0dXJl\r\n"))
+        status, headers, _ = await read_response(reader)
+        assert server.lean_requests == 1
+    assert status == 200
+    assert "eyJ" not in headers["x-request-id"]
+    assert {k.lower(): v for k, v in a.received[-1].headers.items()}["x-request-id"] == headers[
+        "x-request-id"
+    ]

@@ -42,6 +42,7 @@ from aiohttp.streams import StreamReader
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from igw.gateway.errors import REQUEST_ID_HEADER
+from igw.gateway.inference import REQUEST_ID_KEY, request_id_for
 from igw.gateway.serving import (
     MAX_REQUEST_LINE_BYTES,
     GatewayRequestHandler,
@@ -433,6 +434,8 @@ class LeanRequestHandler(GatewayRequestHandler):
 
     async def _respond(self, request: LeanRequest, handler: LeanHandler) -> web.StreamResponse:
         """The handler's response; its failures become the gateway's answers, as on aiohttp's side."""
+        request_id = request_id_for(request.headers)
+        request[REQUEST_ID_KEY] = request_id  # as the app's middleware does: the handler uses it
         try:
             response = await handler(cast(web.Request, request))
         except (asyncio.CancelledError, ConnectionError):
@@ -442,9 +445,7 @@ class LeanRequestHandler(GatewayRequestHandler):
         except Exception as exc:
             return _handler_failed(request, 500, exc)
         if not response.prepared and REQUEST_ID_HEADER not in response.headers:
-            rid = request.headers.get(REQUEST_ID_HEADER)
-            if rid is not None:
-                response.headers[REQUEST_ID_HEADER] = rid
+            response.headers[REQUEST_ID_HEADER] = request_id
         return response
 
     async def _write(self, request: LeanRequest, response: web.StreamResponse) -> bool:
