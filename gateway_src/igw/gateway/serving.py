@@ -18,9 +18,14 @@ internet-facing gateway behind a load balancer):
   guard's own cap of 8192 bytes reaches the guard, which answers 401), at most ``max_headers``
   fields, and a request line of up to :data:`MAX_REQUEST_LINE_BYTES`.
 
+Connections are served by :class:`GatewayRequestHandler` (aiohttp's connection handler with the
+behaviour below), or by the subclass an app names under :data:`CONNECTION_HANDLER_KEY` - the gateway's
+app names :class:`igw.gateway.lean_server.LeanRequestHandler`, which serves plain inference requests
+itself and hands everything else to this class's aiohttp handling.
+
 aiohttp answers HTTP-parser errors (malformed request line, a control byte in a header, conflicting
 ``Content-Length``/``Transfer-Encoding``, over-limit heads) with a plain-text 400 that echoes the
-offending bytes and logs a traceback. :class:`_GatewayRequestHandler` replaces that: an OpenAI-shaped
+offending bytes and logs a traceback. :class:`GatewayRequestHandler` replaces that: an OpenAI-shaped
 error (400, 414 or 431) with an ``X-Request-Id``, a fixed message that never quotes the request, and
 one warning line - the bytes at fault may be a credential. Two requests the parser accepts are
 refused before any handler runs: a request line without an HTTP version (HTTP/0.9, which aiohttp
