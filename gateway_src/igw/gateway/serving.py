@@ -358,7 +358,8 @@ class GatewayServer(web.Server):
 
 
 class GatewayRunner(web.AppRunner):
-    """An :class:`~aiohttp.web.AppRunner` whose connections use :class:`_GatewayRequestHandler`.
+    """An :class:`~aiohttp.web.AppRunner` whose connections use :class:`GatewayRequestHandler`
+    (or the app's subclass under :data:`CONNECTION_HANDLER_KEY`).
 
     aiohttp has no public hook for the connection handler class; the server object the app builds
     is re-classed (it adds no state of its own beyond the limits), and ``tests/gateway`` pins the
