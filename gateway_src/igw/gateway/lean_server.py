@@ -1,6 +1,6 @@
 """The inference routes' own HTTP/1.1 server: httptools (llhttp) parsing, no router or middleware.
 
-Every client connection is served by :class:`LeanConnection`, a subclass of the gateway's aiohttp
+Every client connection is served by :class:`LeanRequestHandler`, a subclass of the gateway's aiohttp
 connection handler (:class:`igw.gateway.serving.GatewayRequestHandler`). A request whose head is
 plain - ``POST`` to one of the lean routes (``/v1/completions``, ``/v1/chat/completions``), HTTP/1.1,
 a ``Content-Length`` body within ``bbr.maxRequestBodyBytes``, no ``Transfer-Encoding``,
@@ -23,6 +23,11 @@ timeout to finish). Written by hand because no maintained server can share one l
 connection with aiohttp's handler; the parser is httptools, as uvicorn's.
 
 ``IGW_HTTP_SERVER=aiohttp`` turns the lean side off (every request served by aiohttp).
+
+:class:`LeanRequest` carries only what the inference path reads of ``web.Request`` today (``app``,
+``headers``, ``method``, ``path``, ``path_qs``, ``content``, ``content_length``, ``remote``, ``get``
+and item assignment); a handler that starts reading another attribute needs it added there -
+``tests/gateway/test_lean_server.py`` and the gateway suites run the handlers on the lean side.
 """
 
 from __future__ import annotations
