@@ -34,12 +34,13 @@ from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuar
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
 from igw.gateway.heartbeat import heartbeat_context
 from igw.gateway.inference import REQUEST_ID_KEY, SESSION_KEY, STATE_KEY, handle_inference, request_id_for
+from igw.gateway.lean_server import LEAN_ROUTES_KEY, LeanHandler, LeanRequestHandler, lean_enabled
 from igw.gateway.redaction import redact
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.scrape_client import ScrapeClient
 from igw.gateway.scrape_share import start_scraping
-from igw.gateway.serving import INFLIGHT_KEY
+from igw.gateway.serving import CONNECTION_HANDLER_KEY, INFLIGHT_KEY
 from igw.gateway.state import GatewayState
 from igw.gateway.upstream import proxy_session
 from igw.gateway.worker_metrics import WorkerMetrics
@@ -196,6 +197,10 @@ def create_app(
         )
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
+    if lean_enabled():  # the same two handlers, reached without aiohttp's request machinery
+        lean_routes: dict[str, LeanHandler] = {"/v1/chat/completions": _chat, "/v1/completions": _completions}
+        app[LEAN_ROUTES_KEY] = lean_routes
+        app[CONNECTION_HANDLER_KEY] = LeanRequestHandler
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", _readyz)

@@ -133,8 +133,12 @@ async def _route(
     rid = obs.request_id
     body_timeout_s = request.app.get(LIMITS_KEY, DEFAULT_LIMITS).body_timeout_s
     try:
-        async with asyncio.timeout(body_timeout_s):
-            raw = await read_limited(request, limit=rt.config.bbr.max_request_body_bytes)
+        reading = read_limited(request, limit=rt.config.bbr.max_request_body_bytes)
+        if request.content.is_eof():  # the body arrived with the head (the usual case): no timer
+            raw = await reading
+        else:
+            async with asyncio.timeout(body_timeout_s):
+                raw = await reading
         body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
     except TimeoutError:
         message = f"request body not received within {body_timeout_s:g}s"

@@ -18,9 +18,14 @@ internet-facing gateway behind a load balancer):
   guard's own cap of 8192 bytes reaches the guard, which answers 401), at most ``max_headers``
   fields, and a request line of up to :data:`MAX_REQUEST_LINE_BYTES`.
 
+Connections are served by :class:`GatewayRequestHandler` (aiohttp's connection handler with the
+behaviour below), or by the subclass an app names under :data:`CONNECTION_HANDLER_KEY` - the gateway's
+app names :class:`igw.gateway.lean_server.LeanRequestHandler`, which serves plain inference requests
+itself and hands everything else to this class's aiohttp handling.
+
 aiohttp answers HTTP-parser errors (malformed request line, a control byte in a header, conflicting
 ``Content-Length``/``Transfer-Encoding``, over-limit heads) with a plain-text 400 that echoes the
-offending bytes and logs a traceback. :class:`_GatewayRequestHandler` replaces that: an OpenAI-shaped
+offending bytes and logs a traceback. :class:`GatewayRequestHandler` replaces that: an OpenAI-shaped
 error (400, 414 or 431) with an ``X-Request-Id``, a fixed message that never quotes the request, and
 one warning line - the bytes at fault may be a credential. Two requests the parser accepts are
 refused before any handler runs: a request line without an HTTP version (HTTP/0.9, which aiohttp
@@ -149,7 +154,7 @@ def _refusal(exc: BaseException | None, limits: ServerLimits) -> tuple[str, str]
     return "bad_http_request", "malformed HTTP request"
 
 
-class _GatewayRequestHandler(RequestHandler):
+class GatewayRequestHandler(RequestHandler):
     """aiohttp's connection handler with the gateway's error responses, head timeout and eviction."""
 
     # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
@@ -171,7 +176,7 @@ class _GatewayRequestHandler(RequestHandler):
         if len(manager.connections) <= cap:
             return
         for other in manager.connections:
-            if other is not self and isinstance(other, _GatewayRequestHandler) and other.evictable():
+            if other is not self and isinstance(other, GatewayRequestHandler) and other.evictable():
                 log.warning("connection limit %d reached: closed an idle or stalled connection", cap)
                 other.force_close()
                 return
@@ -183,10 +188,15 @@ class _GatewayRequestHandler(RequestHandler):
         return not self._request_in_progress and not self._messages
 
     # ---- request-head timeout --------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
+    def start_head_timer(self) -> None:
+        """Start the request-head timeout unless it runs already or a request is being handled."""
         waiting_for_head = not self._request_in_progress and not self._messages
-        if waiting_for_head and self._head_timer is None and data:
+        if waiting_for_head and self._head_timer is None:
             self._head_timer = self._loop.call_later(self._limits.header_timeout_s, self._head_timed_out)
+
+    def data_received(self, data: bytes) -> None:
+        if data:
+            self.start_head_timer()
         super().data_received(data)
         if self._head_timer is not None and (self._messages or self._request_in_progress):
             self._head_timer.cancel()
@@ -258,16 +268,31 @@ class _GatewayRequestHandler(RequestHandler):
             code, text = "bad_http_request", "malformed request body (chunked framing or Content-Encoding)"
             log.warning("refused a malformed request body from %s (request id %s)", request.remote, rid)
             self._lingering_time = 0.0
-        elif status == 504:
-            code, text = "route_timeout", "the request handler timed out"
-            log.warning("request %s: handler timed out", rid)
         else:
-            code, text = "internal_error", "internal error in the gateway"
-            log.error("request %s: unhandled error", rid, exc_info=exc)
+            return handler_failure_response(status, exc, remote=request.remote, request=request)
         _answer_as_http11(request)
         response = gateway_error(code, text, request_id=rid)
         response.force_close()
         return response
+
+
+def handler_failure_response(
+    status: int, exc: BaseException | None, *, remote: str | None, request: BaseRequest | None = None
+) -> web.Response:
+    """The answer to a request handler that timed out (``status`` 504) or raised: an OpenAI-shaped
+    504 or 500 that closes the connection, logged with its request id (never the request's bytes)."""
+    rid = uuid.uuid4().hex
+    if status == 504:
+        code, text = "route_timeout", "the request handler timed out"
+        log.warning("request %s from %s: handler timed out", rid, remote)
+    else:
+        code, text = "internal_error", "internal error in the gateway"
+        log.error("request %s from %s: unhandled error", rid, remote, exc_info=exc)
+    if request is not None:
+        _answer_as_http11(request)
+    response = gateway_error(code, text, request_id=rid)
+    response.force_close()
+    return response
 
 
 HTTP09: Final = HttpVersion(0, 9)
@@ -308,18 +333,33 @@ def _answer_as_http11(request: BaseRequest) -> None:
         request._cache.pop("version", None)  # ``version`` is a cached property
 
 
-class _GatewayServer(web.Server):
+_GatewayRequestHandler = GatewayRequestHandler  # the name tests/gateway patches
+
+
+CONNECTION_HANDLER_KEY: Final[web.AppKey[type[GatewayRequestHandler]]] = web.AppKey("igw_connection_handler")
+"""The connection handler class an app's listener uses (default :class:`GatewayRequestHandler`;
+the gateway's app sets :class:`igw.gateway.lean_server.LeanRequestHandler`)."""
+
+
+class GatewayServer(web.Server):
+    """aiohttp's server object with the gateway's connection handler, limits and app."""
+
     limits: ServerLimits = ServerLimits()
     max_connections: int = 10_000  # replaced by GatewayRunner with the capped value
+    app: web.Application | None = None
+    handler_class: type[GatewayRequestHandler] = GatewayRequestHandler
+    lean_requests: int = 0
+    """Requests served by :mod:`igw.gateway.lean_server` rather than aiohttp (tests read it)."""
 
     def __call__(self) -> RequestHandler:
-        return _GatewayRequestHandler(
+        return self.handler_class(
             self, loop=self._loop, limits=self.limits, max_connections=self.max_connections, **self._kwargs
         )
 
 
 class GatewayRunner(web.AppRunner):
-    """An :class:`~aiohttp.web.AppRunner` whose connections use :class:`_GatewayRequestHandler`.
+    """An :class:`~aiohttp.web.AppRunner` whose connections use :class:`GatewayRequestHandler`
+    (or the app's subclass under :data:`CONNECTION_HANDLER_KEY`).
 
     aiohttp has no public hook for the connection handler class; the server object the app builds
     is re-classed (it adds no state of its own beyond the limits), and ``tests/gateway`` pins the
@@ -333,10 +373,13 @@ class GatewayRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        server.__class__ = _GatewayServer
-        assert isinstance(server, _GatewayServer)
+        server.__class__ = GatewayServer
+        assert isinstance(server, GatewayServer)
         server.limits = self.limits
         server.max_connections = effective_max_connections(self.limits)
+        app = self.app
+        server.app = app
+        server.handler_class = app.get(CONNECTION_HANDLER_KEY, GatewayRequestHandler)
         return server
 
 

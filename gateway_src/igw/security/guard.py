@@ -94,7 +94,7 @@ class SecurityGuard:
         except Exception:
             log.exception("unexpected error while verifying a bearer token; answering 401")
             raise self._deny("internal_error", token_present=True) from None
-        self._metrics.auth_allowed.inc()
+        self._metrics.allowed.inc()
         return principal
 
     def authorize(self, principal: Principal, *, model: str) -> None:

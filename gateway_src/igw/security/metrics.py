@@ -8,6 +8,11 @@ Names (all prefixed ``igw_``): ``auth_enabled`` (gauge, 0 when ``spec.auth`` is 
 
 ``tenant`` values come only from verified tokens (or the configured anonymous tenant), so their
 cardinality is bounded by the issuer, not by clients.
+
+The counters an admitted request touches (``auth_allowed``, ``auth_token_cache``, ``tenant_requests``,
+``tenant_tokens``) are batched as the gateway's request metrics are (:mod:`igw.gateway.metric_batch`):
+the request path adds to a plain number, folded into prometheus_client when the family is collected.
+Reach them through :meth:`SecurityMetrics.child` (or :attr:`SecurityMetrics.allowed`).
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics import MetricWrapperBase
 
+from igw.gateway.metric_batch import FoldingCounter, MetricBatch, PendingCount
+
 
 class SecurityMetrics:
     def __init__(self, *, registry: CollectorRegistry) -> None:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._batch = MetricBatch()
         self.auth_enabled_owner: object | None = None
         """The started guard whose mode ``auth_enabled`` shows (guards are swapped on hot reload)."""
         self.auth_enabled = Gauge(
@@ -28,13 +36,13 @@ class SecurityMetrics:
             "1 when spec.auth is set and every inference request needs a verified JWT; 0 when open.",
             registry=registry,
         )
-        self.auth_allowed = Counter(
+        self.auth_allowed = FoldingCounter(
             "igw_auth_allowed", "Requests whose bearer token verified.", registry=registry
         )
         self.auth_denied = Counter(
             "igw_auth_denied", "Requests refused with 401, by reason.", ["reason"], registry=registry
         )
-        self.token_cache = Counter(
+        self.token_cache = FoldingCounter(
             "igw_auth_token_cache",
             "Verified-token cache lookups (hit skips signature verification).",
             ["result"],
@@ -52,19 +60,25 @@ class SecurityMetrics:
         self.jwks_ready = Gauge(
             "igw_jwks_ready", "1 when usable (not too stale) keys are loaded.", registry=registry
         )
-        self.tenant_requests = Counter(
+        self.tenant_requests = FoldingCounter(
             "igw_tenant_requests",
             "Inference requests per tenant by outcome (admitted, forbidden, limited_requests, "
             "limited_tokens, limiter_unavailable).",
             ["tenant", "outcome"],
             registry=registry,
         )
-        self.tenant_tokens = Counter(
+        self.tenant_tokens = FoldingCounter(
             "igw_tenant_tokens",
             "Tokens accounted per tenant (from the model server's usage), by kind.",
             ["tenant", "kind"],
             registry=registry,
         )
+        for batched in (self.auth_allowed, self.token_cache, self.tenant_requests, self.tenant_tokens):
+            batched.folds = self._batch.fold
+        allowed = self._batch.pending(self.auth_allowed, self.auth_allowed)
+        assert isinstance(allowed, PendingCount)
+        self.allowed: PendingCount = allowed
+        """``auth_allowed``'s batched increments (the request path's)."""
         self.ratelimit_backend_errors = Counter(
             "igw_ratelimit_backend_errors",
             "Rate-limit backend failures (the unavailable policy was applied).",
@@ -79,11 +93,15 @@ class SecurityMetrics:
         )
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
-        """``metric.labels(*labels)`` (positional, in declaration order), cached: the lookup costs
-        several µs and per-tenant counters are touched on every request. Tenants come from verified
+        """``metric.labels(*labels)`` (positional, in declaration order), cached - the lookup costs
+        several µs and per-tenant counters are touched on every request - and batched when
+        ``metric`` is one of the batched counters (module docstring). Tenants come from verified
         tokens only (see the module docstring), so the cache is bounded like the label set."""
         key = (id(metric), labels)
         found = self._children.get(key)
         if found is None:
-            found = self._children[key] = metric.labels(*labels)
+            found = metric.labels(*labels)
+            if isinstance(metric, FoldingCounter):
+                found = self._batch.pending(metric, found)
+            self._children[key] = found
         return found

@@ -57,8 +57,8 @@ class TokenVerifier:
             max_entries=settings.verified_token_cache.max_entries,
             max_age_s=settings.verified_token_cache.max_age_s,
         )
-        self._cache_hit = None if metrics is None else metrics.token_cache.labels(result="hit")
-        self._cache_miss = None if metrics is None else metrics.token_cache.labels(result="miss")
+        self._cache_hit = None if metrics is None else metrics.child(metrics.token_cache, "hit")
+        self._cache_miss = None if metrics is None else metrics.child(metrics.token_cache, "miss")
 
     async def verify(self, token: str) -> Principal:
         now = self._clock()

@@ -1,0 +1,513 @@
+"""The inference routes' own HTTP/1.1 server: httptools (llhttp) parsing, no router or middleware.
+
+Every client connection is served by :class:`LeanRequestHandler`, a subclass of the gateway's aiohttp
+connection handler (:class:`igw.gateway.serving.GatewayRequestHandler`). A request whose head is
+plain - ``POST`` to one of the lean routes (``/v1/completions``, ``/v1/chat/completions``), HTTP/1.1,
+a ``Content-Length`` body within ``bbr.maxRequestBodyBytes``, no ``Transfer-Encoding``,
+``Content-Encoding``, ``Expect`` or ``Upgrade``, every field within the header limits - is parsed by
+httptools and handed straight to the route's handler as a :class:`LeanRequest`; its response is
+written as one head-and-body write (a streamed response through aiohttp's own writer).
+
+Anything else - another route, a malformed or over-limit head, a chunked, compressed or
+``Expect: 100-continue`` body, HTTP/1.0 or 0.9 - hands the connection over to aiohttp for good, with
+the bytes of the current request replayed into its parser, so every other route and every edge case
+keeps aiohttp's behaviour and the gateway's error answers for it (400/413/414/431, the head
+timeout, eviction at the connection cap). The handover always happens at a request boundary: the
+lean side parses a request only once the previous one was answered, and a pipelined request that
+arrived behind it is kept as raw bytes until then.
+
+What the lean side keeps of aiohttp's connection handling: the head timeout, the keep-alive timer,
+the connection cap's eviction (a request in progress is not evictable), cancellation of the handler
+when the client disconnects, and the graceful shutdown (a handler in progress gets the shutdown
+timeout to finish). Written by hand because no maintained server can share one listener and one
+connection with aiohttp's handler; the parser is httptools, as uvicorn's.
+
+``IGW_HTTP_SERVER=aiohttp`` turns the lean side off (every request served by aiohttp).
+
+:class:`LeanRequest` carries only what the inference path reads of ``web.Request`` today (``app``,
+``headers``, ``method``, ``path``, ``path_qs``, ``content``, ``content_length``, ``remote``, ``get``
+and item assignment); a handler that starts reading another attribute needs it added there -
+``tests/gateway/test_lean_server.py`` and the gateway suites run the handlers on the lean side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, cast
+
+import httptools
+from aiohttp import HttpVersion11, web
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.http_writer import StreamWriter, _serialize_headers
+from aiohttp.streams import StreamReader
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from igw.gateway.errors import REQUEST_ID_HEADER
+from igw.gateway.inference import REQUEST_ID_KEY, request_id_for
+from igw.gateway.serving import (
+    MAX_REQUEST_LINE_BYTES,
+    GatewayRequestHandler,
+    GatewayServer,
+    ServerLimits,
+    handler_failure_response,
+)
+
+log = logging.getLogger("igw.gateway")
+
+LeanHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+"""A lean route's handler: called with a :class:`LeanRequest` standing in for aiohttp's request."""
+LEAN_ROUTES_KEY: Final[web.AppKey[dict[str, LeanHandler]]] = web.AppKey("igw_lean_routes")
+"""``path -> handler`` of the routes the lean side serves itself (``POST`` only)."""
+SWITCH_ENV: Final = "IGW_HTTP_SERVER"
+"""``aiohttp``: serve every request with aiohttp; anything else (or unset): the lean side is on."""
+
+_REFUSED_HEADERS: Final = frozenset({b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"})
+_SPECIAL_NAME_LENGTHS: Final = frozenset(len(name) for name in (*_REFUSED_HEADERS, b"content-length"))
+"""Header name lengths worth a case-insensitive look (most names are skipped by length alone)."""
+_CHARSET: Final = "utf-8"
+_UNDECODABLE: Final = "surrogateescape"
+"""Header bytes decoded as aiohttp's parser decodes them."""
+_BODY_BUFFER: Final = 2**16
+_PENDING_LIMIT: Final = 2**16
+"""Bytes of a pipelined request kept while the one before it is answered; past this, reading pauses."""
+
+
+def lean_enabled() -> bool:
+    """Whether the lean side serves the lean routes (the ``IGW_HTTP_SERVER`` switch)."""
+    return os.environ.get(SWITCH_ENV, "lean").strip().lower() != "aiohttp"
+
+
+async def _no_prepare_hook(response: web.StreamResponse) -> None:
+    """aiohttp's request runs the app's ``on_response_prepare`` signals here; the gateway has none."""
+
+
+class LeanRequest:
+    """The attributes of :class:`aiohttp.web.Request` that the inference path and aiohttp's response
+    classes read, for a request parsed by :class:`LeanConnection`."""
+
+    __slots__ = (
+        "_payload_writer_obj",
+        "_protocol",
+        "_values",
+        "app",
+        "content",
+        "content_length",
+        "headers",
+        "keep_alive",
+        "path",
+        "path_qs",
+        "remote",
+        "task",
+    )
+
+    method: Final = "POST"
+    version: Final = HttpVersion11
+    _prepare_hook: Final = staticmethod(_no_prepare_hook)
+
+    def __init__(
+        self,
+        *,
+        app: web.Application,
+        protocol: LeanRequestHandler,
+        path: str,
+        path_qs: str,
+        headers: CIMultiDictProxy[str],
+        content: StreamReader,
+        content_length: int,
+        keep_alive: bool,
+        remote: str | None,
+    ) -> None:
+        self.app = app
+        self._protocol = protocol
+        self.path = path
+        self.path_qs = path_qs
+        self.headers = headers
+        self.content = content
+        self.content_length = content_length
+        self.keep_alive = keep_alive
+        self.remote = remote
+        self.task: asyncio.Task[None] | None = None
+        self._values: dict[object, object] = {}
+        self._payload_writer_obj: StreamWriter | None = None
+
+    @property
+    def _payload_writer(self) -> StreamWriter:
+        """aiohttp's response writer, made only for a streamed response (``StreamResponse.prepare``)."""
+        if self._payload_writer_obj is None:
+            self._payload_writer_obj = StreamWriter(self._protocol, self._protocol._loop)
+        return self._payload_writer_obj
+
+    def get(self, key: object, default: object = None) -> object:
+        return self._values.get(key, default)
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self._values[key] = value
+
+
+def response_head(response: web.Response, body_length: int, *, keep_alive: bool) -> bytes:
+    """The status line and headers aiohttp would write for a complete ``response``."""
+    headers = response.headers
+    if body_length and "Content-Type" not in headers:
+        headers["Content-Type"] = "application/octet-stream"
+    headers["Content-Length"] = str(body_length)
+    if "Date" not in headers:
+        headers["Date"] = rfc822_formatted_time()
+    if "Server" not in headers:
+        headers["Server"] = SERVER_SOFTWARE
+    if not keep_alive and "Connection" not in headers:
+        headers["Connection"] = "close"
+    head: bytes = _serialize_headers(f"HTTP/1.1 {response.status} {response.reason}", headers)
+    return head
+
+
+class _BodyFlow:
+    """What a request body's :class:`~aiohttp.streams.StreamReader` needs of its connection: pausing
+    the socket while the handler has not read a large body, and the connection state. (Given the
+    connection handler itself, every body read would call its ``resume_reading``, which re-enters
+    ``data_received`` and the transport even when nothing was paused.)"""
+
+    __slots__ = ("_handler", "_reading_paused", "remote")
+
+    def __init__(self, handler: LeanRequestHandler) -> None:
+        self._handler = handler
+        self._reading_paused = False
+        transport = handler.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        self.remote = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        """The client's address (for log lines)."""
+
+    @property
+    def connected(self) -> bool:
+        return self._handler.transport is not None
+
+    def pause_reading(self) -> None:
+        transport = self._handler.transport
+        if not self._reading_paused and transport is not None:
+            self._reading_paused = True
+            transport.pause_reading()
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        transport = self._handler.transport
+        if self._reading_paused and transport is not None:
+            self._reading_paused = False
+            transport.resume_reading()
+
+
+class _Message:
+    """What the parser has told about the request being read."""
+
+    __slots__ = ("bad", "body", "complete", "consumed", "fields", "head_end", "length", "url")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.fields: list[tuple[bytes, bytes]] = []
+        self.bad = False
+        """The head is outside what the lean side serves (aiohttp takes it)."""
+        self.body: StreamReader | None = None
+        self.complete = False
+        self.consumed = 0
+        """Bytes of this connection fed to the parser since the message began."""
+        self.head_end = -1
+        """Bytes of the request line and headers (with the blank line)."""
+        self.length = -1
+        """The body's ``Content-Length`` (-1: none)."""
+
+
+class LeanRequestHandler(GatewayRequestHandler):
+    """The gateway's connection handler with the lean side in front of aiohttp's (module docstring)."""
+
+    __slots__ = (
+        "_lean_app",
+        "_lean_flow",
+        "_lean_max_body",
+        "_lean_msg",
+        "_lean_parser",
+        "_lean_pending",
+        "_lean_raw",
+        "_lean_routes",
+        "_lean_server",
+        "_lean_task",
+    )
+
+    def __init__(
+        self, manager: GatewayServer, *, limits: ServerLimits, max_connections: int, **kwargs: Any
+    ) -> None:
+        super().__init__(manager, limits=limits, max_connections=max_connections, **kwargs)
+        self._lean_server = manager
+        app = manager.app
+        routes = app.get(LEAN_ROUTES_KEY) if app is not None else None
+        self._lean_app: web.Application | None = app if routes else None
+        self._lean_routes: Mapping[str, LeanHandler] = routes or {}
+        self._lean_max_body = app._client_max_size if app is not None else 0
+        self._lean_parser: httptools.HttpRequestParser | None = None
+        self._lean_raw: bytes | None = None
+        self._lean_msg: _Message | None = None
+        self._lean_task: asyncio.Task[None] | None = None
+        self._lean_pending = bytearray()
+        self._lean_flow: _BodyFlow | None = None
+
+    # ---- bytes in -------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        """Parse ``data`` on the lean side, or hand the connection to aiohttp."""
+        if self._lean_app is None:
+            super().data_received(data)
+            return
+        if self._lean_task is not None and (self._lean_msg is None or self._lean_msg.complete):
+            # A pipelined request behind one being answered: read once the answer is written.
+            self._lean_pending += data
+            if len(self._lean_pending) > _PENDING_LIMIT:
+                self.pause_reading()
+            return
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        msg = self._lean_msg
+        if msg is None:
+            if not data:
+                return
+            msg = self._lean_msg = _Message()
+            self._lean_raw = b""
+        parser = self._lean_parser
+        if parser is None:  # one parser per connection, replaced after a pipelined or broken read
+            parser = self._lean_parser = httptools.HttpRequestParser(self)
+        if self._lean_raw is not None:  # the head is still arriving: kept for a handover
+            self._lean_raw += data
+        msg.consumed += len(data)
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserError:
+            if not msg.complete:  # before the head was accepted: aiohttp answers; later: cannot be
+                self._hand_over() if msg.body is None else self._abort()
+                return
+        if msg.bad:
+            self._hand_over()
+        elif msg.body is None:  # the head is still arriving: it has header_timeout_s to finish
+            self.start_head_timer()
+        elif msg.complete:
+            extra = msg.consumed - msg.head_end - msg.length
+            if extra > 0:  # the next (pipelined) request began in the same read
+                self._lean_pending += data[len(data) - extra :]
+                self._lean_parser = None  # it has seen part of that request
+
+    def _hand_over(self) -> None:
+        """aiohttp serves this connection from here on, starting with the current request's bytes."""
+        raw = bytes(self._lean_raw or b"")
+        self._lean_app = None
+        self._lean_parser = None
+        self._lean_raw = None
+        self._lean_msg = None
+        pending, self._lean_pending = bytes(self._lean_pending), bytearray()
+        super().data_received(raw + pending)
+
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    # ---- httptools callbacks ------------------------------------------------------------------
+    def on_url(self, url: bytes) -> None:
+        msg = self._lean_msg
+        if msg is not None and msg.body is None:
+            msg.url += url
+            if len(msg.url) > MAX_REQUEST_LINE_BYTES:
+                msg.bad = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        msg = self._lean_msg
+        if msg is None or msg.body is not None:
+            return
+        fields = msg.fields
+        fields.append((name, value))
+        limits = self._limits
+        if len(fields) > limits.max_headers or len(name) + len(value) > limits.max_header_field_bytes:
+            msg.bad = True
+        elif len(name) in _SPECIAL_NAME_LENGTHS:
+            low = name.lower()
+            if low == b"content-length":
+                if msg.length >= 0 or not value.isdigit():  # repeated or not a number
+                    msg.bad = True
+                else:
+                    msg.length = int(value)
+            elif low in _REFUSED_HEADERS:
+                msg.bad = True
+
+    def on_headers_complete(self) -> None:
+        msg = self._lean_msg
+        parser = self._lean_parser
+        raw = self._lean_raw
+        if msg is None or parser is None or raw is None or msg.body is not None or msg.bad:
+            return
+        handler = self._eligible(msg, parser, raw)
+        if handler is None:
+            msg.bad = True
+            return
+        length = msg.length
+        # llhttp keeps a value's trailing whitespace; RFC 9110 5.5 (and aiohttp) strip it
+        headers: CIMultiDict[str] = CIMultiDict(
+            [
+                (
+                    name.decode("utf-8", "surrogateescape"),
+                    value.strip(b" \t").decode("utf-8", "surrogateescape"),
+                )
+                for name, value in msg.fields
+            ]
+        )
+        flow = self._lean_flow
+        if flow is None:
+            flow = self._lean_flow = _BodyFlow(self)
+        body = msg.body = StreamReader(cast(Any, flow), _BODY_BUFFER, loop=self._loop)
+        if length == 0:
+            body.feed_eof()
+        self._lean_raw = None  # past the head: the request cannot be handed over any more
+        url = msg.url.decode(_CHARSET, _UNDECODABLE)
+        app = self._lean_app
+        assert app is not None
+        request = LeanRequest(
+            app=app,
+            protocol=self,
+            path=url.partition("?")[0],
+            path_qs=url,
+            headers=CIMultiDictProxy(headers),
+            content=body,
+            content_length=length,
+            keep_alive=bool(parser.should_keep_alive()),
+            remote=flow.remote,
+        )
+        self._begin_request()
+        self._lean_server.lean_requests += 1
+        task = self._lean_task = self._loop.create_task(self._serve(request, handler))
+        request.task = task
+
+    def on_body(self, data: bytes) -> None:
+        msg = self._lean_msg
+        if msg is not None and msg.body is not None and not msg.complete:
+            msg.body.feed_data(data)
+
+    def on_message_complete(self) -> None:
+        msg = self._lean_msg
+        if msg is None or msg.complete:
+            return
+        if msg.body is None:  # a request aiohttp takes (ineligible head): it will see the body
+            return
+        msg.complete = True
+        msg.body.feed_eof()
+
+    def _eligible(self, msg: _Message, parser: httptools.HttpRequestParser, raw: bytes) -> LeanHandler | None:
+        """The lean route's handler when the request is one the lean side serves, else ``None``."""
+        if parser.get_method() != b"POST" or parser.get_http_version() != "1.1":
+            return None
+        path, _, _ = msg.url.partition(b"?")
+        handler = self._lean_routes.get(path.decode("ascii", "replace"))
+        if handler is None or b"%" in path or raw[:1] in (b"\r", b"\n"):
+            return None
+        if msg.length < 0 or msg.length > self._lean_max_body:
+            return None
+        head_end = raw.find(b"\r\n\r\n")
+        if head_end < 0:
+            return None
+        msg.head_end = head_end + 4
+        return handler
+
+    # ---- the request's life -------------------------------------------------------------------
+    def _begin_request(self) -> None:
+        self._request_in_progress = True
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _process_keepalive(self) -> None:
+        """aiohttp's idle-connection timer: it does not close a connection with a lean request in
+        progress (re-armed when the request ends); otherwise aiohttp's own check."""
+        if self._lean_task is not None:
+            self._keepalive_handle = None
+            return
+        super()._process_keepalive()
+
+    async def _serve(self, request: LeanRequest, handler: LeanHandler) -> None:
+        keep_alive = False
+        try:
+            # ``LeanRequest`` has every attribute of ``web.Request`` that the lean routes read.
+            response = await self._respond(request, handler)
+            keep_alive = await self._write(request, response)
+        except ConnectionError:
+            keep_alive = False
+        finally:
+            self._end_request(keep_alive)
+
+    async def _respond(self, request: LeanRequest, handler: LeanHandler) -> web.StreamResponse:
+        """The handler's response; its failures become the gateway's answers, as on aiohttp's side."""
+        request_id = request_id_for(request.headers)
+        request[REQUEST_ID_KEY] = request_id  # as the app's middleware does: the handler uses it
+        try:
+            response = await handler(cast(web.Request, request))
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except TimeoutError:
+            return _handler_failed(request, 504, None)
+        except Exception as exc:
+            return _handler_failed(request, 500, exc)
+        if not response.prepared and REQUEST_ID_HEADER not in response.headers:
+            response.headers[REQUEST_ID_HEADER] = request_id
+        return response
+
+    async def _write(self, request: LeanRequest, response: web.StreamResponse) -> bool:
+        """Write the response; returns whether the connection stays open for the next request."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return False
+        if response.prepared:  # a relayed stream: its head and events are out already
+            await response.write_eof()
+            return bool(response.keep_alive)
+        keep_alive = request.keep_alive if response.keep_alive is None else bool(response.keep_alive)
+        body = response.body if type(response) is web.Response else None
+        if isinstance(body, bytes) and not response.chunked and not response.compression:
+            transport.write(
+                response_head(cast(web.Response, response), len(body), keep_alive=keep_alive) + body
+            )
+            return keep_alive
+        await response.prepare(cast(web.Request, request))
+        await response.write_eof()
+        return bool(response.keep_alive)
+
+    def _end_request(self, keep_alive: bool) -> None:
+        self._request_in_progress = False
+        self._lean_task = None
+        waiter = self._handler_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        msg = self._lean_msg
+        self._lean_msg = None
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if not keep_alive or self._force_close or self._close or msg is None or not msg.complete:
+            # (a body the handler did not wait for is not drained: the connection closes)
+            transport.close()
+            return
+        self._keepalive = True
+        close_time = self._loop.time() + self._keepalive_timeout
+        self._next_keepalive_close_time = close_time
+        if self._keepalive_handle is None:
+            self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
+        if self._lean_pending:
+            pending, self._lean_pending = bytes(self._lean_pending), bytearray()
+            self.resume_reading()
+            self.data_received(pending)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        """The client went away: cancel its handler (which closes the upstream connection)."""
+        msg = self._lean_msg
+        if msg is not None and msg.body is not None and not msg.complete:
+            msg.body.set_exception(ConnectionResetError("the client closed the connection"))
+        task = self._lean_task
+        if task is not None and not task.done():
+            task.cancel()
+        super().connection_lost(exc)
+
+
+def _handler_failed(request: LeanRequest, status: int, exc: BaseException | None) -> web.Response:
+    """The gateway's answer to a handler that timed out (504) or raised (500)."""
+    return handler_failure_response(status, exc, remote=request.remote)

@@ -1,0 +1,287 @@
+"""The lean HTTP/1.1 side (igw.gateway.lean_server) over real loopback connections: which requests it
+serves itself, the handover of everything else to aiohttp at a request boundary (keep-alive and
+pipelining included), and the ``IGW_HTTP_SERVER=aiohttp`` switch giving the same answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+from aiohttp import web
+
+from igw.config.loader import load_gateway_config
+from igw.gateway.app import create_app
+from igw.gateway.discovery.static_file import StaticFileDiscovery
+from igw.gateway.inference import STATE_KEY
+from igw.gateway.lean_server import SWITCH_ENV
+from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
+
+DOC = config_doc([scheduler("llama", "m")])
+BODY = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 3})
+
+
+def post(body: bytes = BODY, *, path: str = "/v1/completions", extra: str = "") -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n{extra}"
+    return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+@pytest.fixture(autouse=True)
+def lean_side_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the lean side, whatever ``IGW_HTTP_SERVER`` the suite runs with."""
+    monkeypatch.setenv(SWITCH_ENV, "lean")
+
+
+@contextlib.asynccontextmanager
+async def lean_gateway(tmp_path: Path, key: str) -> AsyncIterator[tuple[int, GatewayServer]]:
+    """The gateway app on a :class:`GatewayRunner` (to read its server's ``lean_requests``)."""
+    (tmp_path / "igwc.yaml").write_text(yaml.safe_dump(DOC))
+    (tmp_path / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"llama": [key]}}))
+    config = load_gateway_config(tmp_path / "igwc.yaml")
+    app = create_app(
+        config,
+        discovery=StaticFileDiscovery.for_schedulers(tmp_path / "endpoints.yaml", config.schedulers),
+        rng=random.Random(1),
+    )
+    runner = GatewayRunner(app, limits=ServerLimits(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        server = runner.server
+        assert isinstance(server, GatewayServer)
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        state = app[STATE_KEY]
+        sr = state.runtime.schedulers["llama"]
+        await wait_for(
+            lambda: (
+                (st := sr.pool.states.get(key)) is not None
+                and sr.scheduler.is_fresh(st.view(), state.clock())
+            ),
+            what="endpoint scraped",
+        )
+        yield port, server
+    finally:
+        await runner.cleanup()
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines[1:] if line)}
+    if headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            chunk = await reader.readexactly(size + 2)
+            if size == 0:
+                break
+            body += chunk[:-2]
+    else:
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return status, headers, body
+
+
+@contextlib.asynccontextmanager
+async def connection(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+@pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+async def test_a_completion_is_answered_alike_by_either_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post(extra="X-Request-Id: req-1\r\n"))
+        status, headers, body = await read_response(reader)
+        assert server.lean_requests == (1 if switch == "lean" else 0)
+    assert status == 200
+    assert headers["x-request-id"] == "req-1"
+    assert headers["content-type"].startswith("application/json")
+    assert int(headers["content-length"]) == len(body)
+    assert "connection" not in headers  # kept alive
+    assert orjson.loads(body)["choices"]
+    assert {k.lower(): v for k, v in a.received[-1].headers.items()}["x-request-id"] == "req-1"
+
+
+async def test_keep_alive_hands_over_at_the_next_other_request_and_stays_with_aiohttp(tmp_path: Path) -> None:
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post())
+        assert (await read_response(reader))[0] == 200
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        status, _, body = await read_response(reader)
+        assert (status, body) == (200, b"ok")
+        writer.write(post(path="/v1/chat/completions", body=b'{"model": "m", "messages": 5}'))
+        status, _, _ = await read_response(reader)
+        assert server.lean_requests == 1  # the third request went to aiohttp with the connection
+    assert status == 400  # invalid messages: the same handler's validation, reached through aiohttp
+
+
+async def test_pipelined_requests_are_answered_in_order(tmp_path: Path) -> None:
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(
+            post(extra="X-Request-Id: one\r\n")
+            + post(extra="X-Request-Id: two\r\n")
+            + b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n"
+        )
+        answers = [await read_response(reader) for _ in range(3)]
+        assert server.lean_requests == 2
+    assert [a[1].get("x-request-id") for a in answers[:2]] == ["one", "two"]
+    assert [a[0] for a in answers] == [200, 200, 200]
+    assert answers[2][2] == b"ok"
+
+
+async def test_a_body_that_follows_its_head_later_is_read(tmp_path: Path) -> None:
+    request = post()
+    split = request.index(b"\r\n\r\n") + 4
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(request[:split])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(request[split:])
+        status, _, _ = await read_response(reader)
+        assert server.lean_requests == 1
+    assert status == 200
+    assert a.received[-1].body == BODY
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (
+            b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + hex(len(BODY))[2:].encode()
+            + b"\r\n"
+            + BODY
+            + b"\r\n0\r\n\r\n",
+            200,
+        ),
+        (post(extra="Expect: 100-continue\r\n", body=b"x" * 10), 100),
+        (
+            b"POST /v1/completions HTTP/1.0\r\nContent-Length: "
+            + str(len(BODY)).encode()
+            + b"\r\n\r\n"
+            + BODY,
+            200,
+        ),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nBad\x01Name: x\r\nContent-Length: 2\r\n\r\n{}", 400),
+        (post(path="/v1/%63ompletions"), 200),
+    ],
+    ids=["chunked", "expect-continue", "http-1.0", "control-byte", "percent-encoded-path"],
+)
+async def test_requests_outside_the_lean_subset_are_served_by_aiohttp(
+    tmp_path: Path, request_bytes: bytes, status: int
+) -> None:
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(request_bytes)
+        if status == 100:
+            line = await reader.readuntil(b"\r\n\r\n")
+            assert line.startswith(b"HTTP/1.1 100")
+        else:
+            got, headers, body = await read_response(reader)
+            assert got == status
+            if status == 400:
+                assert orjson.loads(body)["error"]["code"] == "bad_http_request"
+                assert b"Bad" not in body
+                assert headers["x-request-id"]
+        assert server.lean_requests == 0
+
+
+async def test_garbage_after_a_lean_request_gets_aiohttps_error_answer(tmp_path: Path) -> None:
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post() + b"\x00\x01 not http secret-token\r\n\r\n")
+        first = await read_response(reader)
+        status, _, body = await read_response(reader)
+        assert server.lean_requests == 1
+    assert first[0] == 200
+    assert status == 400
+    assert b"secret-token" not in body
+    assert orjson.loads(body)["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_streamed_completion_is_relayed(tmp_path: Path) -> None:
+    body = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 3, "stream": True})
+    async with (
+        running(FakeModelServer("a", tokens=3)) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post(body) + post())
+        status, headers, events = await read_response(reader)
+        second = await read_response(reader)
+        assert server.lean_requests == 2
+    assert status == 200
+    assert headers["content-type"].startswith("text/event-stream")
+    assert events.count(b"data: ") == 5
+    assert events.endswith(b"data: [DONE]\n\n")
+    assert second[0] == 200
+
+
+async def test_a_large_body_is_read_with_flow_control(tmp_path: Path) -> None:
+    """A body larger than the reader's buffer pauses the socket until the handler reads it."""
+    body = orjson.dumps({"model": "m", "prompt": "word " * 200_000, "max_tokens": 1})
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post(body))
+        status, _, _ = await read_response(reader)
+        assert server.lean_requests == 1
+    assert status == 200
+    assert a.received[-1].body == body
+
+
+async def test_an_implausible_client_request_id_is_replaced_not_echoed(tmp_path: Path) -> None:
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post(extra="X-Request-Id: eyJhbGciOi.eyJzdWIiOi.c2lnbmF0dXJl\r\n"))
+        status, headers, _ = await read_response(reader)
+        assert server.lean_requests == 1
+    assert status == 200
+    assert "eyJ" not in headers["x-request-id"]
+    assert {k.lower(): v for k, v in a.received[-1].headers.items()}["x-request-id"] == headers[
+        "x-request-id"
+    ]
