@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from igw.config.build import build_gateway_config
+from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.flow_gate import EndpointSample, FlowGates, Refused, endpoint_samples
+from igw.gateway.guards import OpenGuard
+from igw.gateway.state import GatewayState
 from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimits, FlowControlSettings
 from igw.scheduling.types import DecisionKind, EndpointView, EngineMetrics, RoutingDecision
-from tests.gateway.support import wait_for
+from tests.gateway.support import config_doc, scheduler, wait_for
 
 SATURATED = RoutingDecision(DecisionKind.SATURATED, reason="full")
 
@@ -277,13 +282,15 @@ def test_must_wait_holds_a_band_while_no_endpoint_has_a_place() -> None:
 
 def test_a_batch_slot_is_kept_once_the_gate_has_seen_the_endpoint_full() -> None:
     gates = _queue_place_gates([0.0])
+    scrapes = iter(range(100))
 
     def held(waiting: int, running: int, inflight: int = 0) -> bool:
-        sample = EndpointSample(waiting=waiting, running=running, inflight=inflight)
+        sample = EndpointSample(waiting=waiting, running=running, inflight=inflight, scraped_at=next(scrapes))
         return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
 
     assert not held(0, 7)  # never seen full: the batch size is unknown, 7 running says nothing
-    assert held(2, 8)  # full (a queue behind 8 running), and 2 waiting is Standard's queue limit
+    assert not held(1, 8)  # one scrape with a queue: maybe a burst between two engine steps
+    assert held(2, 8)  # full (a queue behind 8 running, twice), and 2 waiting is Standard's queue limit
     assert not held(0, 6)  # 6 of the learned 8: a slot is still free after this one
     assert held(0, 7)  # 7 of 8: the last slot is kept for Critical
     assert held(0, 5, inflight=7)  # the router's own in-flight count, ahead of the scrape, counts
@@ -333,7 +340,8 @@ def test_the_gate_remembers_the_in_flight_count_of_each_new_scrape() -> None:
         sample = EndpointSample(waiting=1, running=8, inflight=inflight, scraped_at=scraped_at)
         return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
 
-    assert held(9, 1.0)  # full: 9 of a batch of 8
+    held(9, 0.5)
+    assert held(9, 1.0)  # full: 9 of a batch of 8 (a queue in two scrapes)
     assert not held(6, 1.0)  # the same scrape, three finished since: 6 of 8
     assert held(6, 2.0)  # a new scrape still shows 8 + 1 with 6 of ours: 3 are another router's
 
@@ -344,3 +352,66 @@ def test_dispatches_since_a_scrape_without_a_queue_count_as_running_until_the_ba
     assert burst.load(6, 3).waiting == 2  # a batch of 6: two of the eight wait
     queued = EndpointSample(waiting=1, running=3, unreflected=5, scraped_at=1.0)
     assert queued.load(None, 0).waiting == 6  # a queue at the scrape: what was sent since joined it
+
+
+@pytest.mark.parametrize(
+    "burst_scrapes",
+    [
+        pytest.param(1, id="one-scrape-between-two-engine-steps"),
+        pytest.param(2, id="engine-starved-for-two-scrapes"),
+    ],
+)
+async def test_a_burst_seen_between_engine_steps_never_locks_a_band_out_of_an_idle_pod(
+    burst_scrapes: int,
+) -> None:
+    # A burst of 20 sent to an idle pod, scraped after the engine admitted the first and before its
+    # next step: running 1, waiting 19. Taking that for a full batch of 1 kept its only slot for
+    # Critical, so a Standard request waited at the idle pod until its TTL passed (429 ttl_expired).
+    clock = [0.0]
+    gates, pool = _queue_place_gates(clock), Pool()
+    pool.free = 100
+    key = "10.0.0.1:8000"
+    samples = {key: EndpointSample(waiting=19, running=1, inflight=20, scraped_at=0.0)}
+    for i in range(burst_scrapes):
+        samples[key] = EndpointSample(waiting=19, running=1, inflight=20, scraped_at=0.1 * i)
+        assert gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints=samples)
+    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, samples=samples))
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="std queued")
+    samples[key] = EndpointSample(waiting=0, running=0, inflight=0, scraped_at=1.0)  # the burst is done
+    clock[0] = 1.0
+    gates.pump("pool")
+    assert gates.depths("pool") == {}, "held at an idle pod"
+    assert isinstance(await asyncio.wait_for(std, timeout=10), RoutingDecision)
+
+
+def test_what_was_learned_of_an_endpoint_is_dropped_when_it_leaves() -> None:
+    gates = _queue_place_gates([0.0])
+
+    def held(waiting: int, running: int, scraped_at: float) -> bool:
+        sample = EndpointSample(waiting=waiting, running=running, inflight=running, scraped_at=scraped_at)
+        return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
+
+    held(1, 8, 1.0)
+    held(1, 8, 2.0)  # a queue lasting two scrapes: a full batch of 8
+    assert held(0, 7, 3.0)  # the last slot is kept
+    gates.forget(["b:1"])
+    assert held(0, 7, 4.0)
+    gates.forget(["a:1"])
+    assert not held(0, 7, 5.0)  # a new pod at that address: its batch is unknown again
+
+
+def test_the_gateway_forgets_an_endpoint_that_leaves_its_pool() -> None:
+    config = build_gateway_config(config_doc([scheduler("s", "m")]))
+    state = GatewayState(config, guard=OpenGuard(), clock=lambda: 0.0, rng=random.Random(0))
+    state.flow.configure(FlowControlSettings(), retry_after_bounds=(1, 30))
+    state.apply_endpoints("s", [DiscoveredEndpoint("a:1"), DiscoveredEndpoint("b:1")])
+
+    def held(waiting: int, running: int, scraped_at: float) -> bool:
+        sample = EndpointSample(waiting=waiting, running=running, inflight=running, scraped_at=scraped_at)
+        return state.flow.must_wait("s", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
+
+    held(1, 8, 1.0)
+    held(1, 8, 2.0)
+    assert held(0, 7, 3.0)
+    state.apply_endpoints("s", [DiscoveredEndpoint("b:1")])
+    assert not held(0, 7, 4.0)

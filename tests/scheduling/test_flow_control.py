@@ -12,6 +12,7 @@ from igw.scheduling.flow_control import (
     SHEDDABLE,
     STANDARD,
     BandLimits,
+    BatchEstimate,
     EndpointLoad,
     Fairness,
     FlowControlError,
@@ -20,7 +21,6 @@ from igw.scheduling.flow_control import (
     Offer,
     Ordering,
     ShedReason,
-    learned_batch,
     priority_for,
 )
 from tests.config.cases import base_document
@@ -484,21 +484,38 @@ def test_default_bands_keep_a_queue_place_and_a_batch_slot_at_each_endpoint_for_
 
 
 @pytest.mark.parametrize(
-    ("previous", "waiting", "running", "learned"),
+    ("scrapes", "learned"),
     [
-        (None, 0, 5, None),  # no queue: the batch is at least 5, not 5
-        (None, None, 5, None),
-        (None, 3, 8, 8),  # a queue behind 8 running: the batch is full at 8
-        (8, 0, 3, 8),  # remembered
-        (8, 2, 6, 8),  # a smaller full batch (long sequences) does not lower it
-        (8, 1, 12, 12),
-        (None, 2, 0, None),
+        ([(0, 5)], None),  # no queue: the batch is at least 5, not 5
+        ([(None, 5)], None),
+        ([(3, 8)], None),  # one queued scrape may be a burst between two engine steps
+        ([(3, 8), (2, 8)], 8),  # the queue lasted a scrape interval: the batch is full at 8
+        ([(19, 1), (0, 20)], None),  # a burst arriving between steps, admitted at the next one
+        ([(19, 1), (0, 20), (3, 8)], None),  # queued scrapes must be consecutive
+        ([(19, 1), (12, 8)], 8),  # two queued scrapes: the larger running count
+        ([(3, 8), (2, 8), (0, 3)], 8),  # remembered
+        ([(3, 8), (2, 8), (2, 6), (2, 6)], 8),  # a smaller full batch (long sequences) keeps it
+        ([(3, 8), (2, 8), (0, 12)], 12),  # running more than the learned batch raises it
+        ([(2, 0), (2, 0)], None),
     ],
 )
-def test_batch_size_is_learned_from_full_batches_only(
-    previous: int | None, waiting: int | None, running: int | None, learned: int | None
+def test_batch_size_is_learned_from_a_queue_that_lasts(
+    scrapes: list[tuple[int | None, int]], learned: int | None
 ) -> None:
-    assert learned_batch(previous, waiting=waiting, running=running) == learned
+    estimate = BatchEstimate()
+    for waiting, running in scrapes:
+        estimate = estimate.after_scrape(waiting=waiting, running=running)
+    assert estimate.batch == learned
+
+
+@pytest.mark.parametrize(
+    ("batch", "occupancy", "admitted"), [(1, 0, True), (1, 1, False), (2, 0, True), (2, 1, False)]
+)
+def test_kept_slots_never_take_the_whole_batch(batch: int, occupancy: int, admitted: bool) -> None:
+    # However small the batch (or a mistaken estimate of it), every band may use one slot: with the
+    # whole batch kept, a lower band would wait at an idle endpoint until its TTL passed.
+    fc = FlowController(FlowControlSettings())
+    assert fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=occupancy, batch=batch)) is admitted
 
 
 def test_per_endpoint_limits_are_read_from_the_extension_and_absent_means_none() -> None:

@@ -16,7 +16,9 @@ not call saturated must still queue. Without a probe the gate dispatches on satu
 Per-endpoint places (``maxEndpointQueue``, ``keepSlots``) likewise need an :data:`EndpointSamples`
 probe: the scraped queue and batch of each fresh endpoint, the dispatches the scrapes have not
 shown yet, and the router's own in-flight requests there. The gate learns each endpoint's batch
-size from them (:func:`~igw.scheduling.flow_control.learned_batch`). A lower band is held while no
+size from them (:class:`~igw.scheduling.flow_control.BatchEstimate`, once per new scrape), and
+forgets what it learned of an endpoint when the endpoint leaves its pool (:meth:`FlowGates.forget`).
+A lower band is held while no
 endpoint has a place for it; the probe is read before the scheduler runs, because a pick that is not
 sent would still count as a dispatch in the scheduler's ledger of unreflected dispatches.
 
@@ -36,12 +38,12 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from igw.scheduling.flow_control import (
+    BatchEstimate,
     EndpointLoad,
     FlowController,
     FlowControlSettings,
     Shed,
     ShedReason,
-    learned_batch,
     priority_for,
 )
 from igw.scheduling.types import DecisionKind, EndpointKey, EndpointView, RoutingDecision
@@ -134,6 +136,16 @@ class Refused:
     priority: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Scraped:
+    """What the gate remembers of an endpoint's latest scrape it has seen."""
+
+    scraped_at: float
+    inflight: int
+    """This router's in-flight count when the scrape was first seen."""
+    batch: BatchEstimate
+
+
 @dataclass(slots=True)
 class _Waiter:
     pick: Picker
@@ -204,10 +216,8 @@ class FlowGates:
         """The latest utilisation probe each scheduler's waiters brought (for headroom)."""
         self._samples: dict[str, EndpointSamples] = {}
         """The latest endpoint probe each scheduler's waiters brought (for per-endpoint places)."""
-        self._batches: dict[EndpointKey, int] = {}
-        """Each endpoint's learned batch size."""
-        self._at_scrape: dict[EndpointKey, tuple[float, int]] = {}
-        """Each endpoint's latest scrape time and this router's in-flight count when it was first seen."""
+        self._scraped: dict[EndpointKey, _Scraped] = {}
+        """Each endpoint's latest scrape seen, with its learned batch size."""
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -368,14 +378,21 @@ class FlowGates:
         """Each endpoint's load, learning its batch size from the sample on the way."""
         out: dict[EndpointKey, EndpointLoad] = {}
         for key, sample in samples.items():
-            batch = learned_batch(self._batches.get(key), waiting=sample.waiting, running=sample.running)
-            if batch is not None:
-                self._batches[key] = batch
-            seen = self._at_scrape.get(key)
-            if sample.scraped_at is not None and (seen is None or seen[0] != sample.scraped_at):
-                seen = self._at_scrape[key] = (sample.scraped_at, sample.inflight)
-            out[key] = sample.load(batch, None if seen is None else seen[1])
+            seen = self._scraped.get(key)
+            if sample.scraped_at is not None and (seen is None or seen.scraped_at != sample.scraped_at):
+                before = seen.batch if seen is not None else BatchEstimate()
+                batch = before.after_scrape(waiting=sample.waiting, running=sample.running)
+                seen = self._scraped[key] = _Scraped(sample.scraped_at, sample.inflight, batch)
+            if seen is None:
+                out[key] = sample.load(None, None)
+            else:
+                out[key] = sample.load(seen.batch.batch, seen.inflight)
         return out
+
+    def forget(self, endpoints: Sequence[EndpointKey]) -> None:
+        """Drop what was learned of endpoints that left their pool (a returning one starts afresh)."""
+        for key in endpoints:
+            self._scraped.pop(key, None)
 
     @staticmethod
     def _has_place(

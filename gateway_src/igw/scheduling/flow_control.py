@@ -18,7 +18,7 @@ should go next, tries to place it, and commits with :meth:`FlowController.take` 
   (:meth:`FlowController.admits_to`): it dispatches to an endpoint only while fewer than its
   ``max_endpoint_queue`` requests wait there, so a higher-band request sent there queues behind at
   most that many lower-band ones in the model server's own first-come queue; and, once the
-  endpoint's batch size is known (:func:`learned_batch`), only while at least ``keep_slots`` of its
+  endpoint's batch size is known (:class:`BatchEstimate`), only while at least ``keep_slots`` of its
   batch slots would stay free, so a higher-band arrival starts at once instead of waiting for a
   running sequence to finish;
 * a queued request leaves when its TTL (the band's, or the client's deadline when shorter) passes,
@@ -115,7 +115,8 @@ class BandLimits:
     keep_slots: int = 0
     """Batch slots the band leaves free at each endpoint for higher bands: it dispatches to an
     endpoint only while the requests there (running and waiting) stay below its batch size minus
-    this. Applies only where the batch size is known (:func:`learned_batch`)."""
+    this. Applies only where the batch size is known (:class:`BatchEstimate`); never the
+    whole batch (:func:`kept_slots`)."""
 
     def check(self, where: str) -> None:
         if self.max_requests < 1:
@@ -356,22 +357,47 @@ class EndpointLoad:
     occupancy: int
     """Requests running or waiting there."""
     batch: int | None = None
-    """How many requests it runs at once (:func:`learned_batch`); ``None`` while unknown."""
+    """How many requests it runs at once (:class:`BatchEstimate`); ``None`` while unknown."""
 
 
-def learned_batch(previous: int | None, *, waiting: int | None, running: int | None) -> int | None:
-    """An endpoint's batch size, learned from its scrapes: the most requests one showed running
-    while others waited (the batch was full).
+def kept_slots(keep_slots: int, batch: int) -> int:
+    """The batch slots a band keeps free at an endpoint running ``batch`` at once: ``keep_slots``,
+    but never the whole batch, so every band may always use one slot of an endpoint (an idle
+    endpoint has a place for any band, whatever its batch size or a mistaken estimate of it)."""
+    return max(0, min(keep_slots, batch - 1))
 
-    A scrape without a queue says only that the batch is at least that large, and taking it for the
-    limit would hold traffic back below it; a full batch smaller than an earlier one (long sequences
-    filling the KV cache) does not lower it either, since lower bands held below a too-small batch
-    would never fill the endpoint again to show its real size. Too large a batch only makes
-    ``keep_slots`` hold back later; too small one would starve the lower bands.
+
+@dataclass(frozen=True, slots=True)
+class BatchEstimate:
+    """What the scrapes of one endpoint have shown about its batch size (how many requests it runs
+    at once), updated once per new scrape with :meth:`after_scrape`.
+
+    A queue behind running requests is evidence of a full batch only when it lasts: a request that
+    arrives between two engine steps waits until the next step even when the batch has room, so a
+    single scrape taken in that window shows ``running=1, waiting=19`` for a burst of twenty sent
+    to an idle pod. Learning 1 from it would leave no batch slot for lower bands at all (with
+    ``keep_slots`` 1) until something else filled the pod. So the batch is learned only from two
+    consecutive scrapes that both showed a queue (the larger of their running counts), and any
+    scrape running more than the learned batch raises it, since a pod that ran that many can.
+    A smaller full batch later (long sequences filling the KV cache) does not lower it: lower bands
+    held below a too-small batch would never fill the endpoint again to show its real size.
     """
-    if waiting is not None and waiting > 0 and running is not None and running > 0:
-        return running if previous is None else max(previous, running)
-    return previous
+
+    batch: int | None = None
+    """The learned batch size; ``None`` until two consecutive scrapes showed a queue."""
+    queued_running: int | None = None
+    """The running count of the previous scrape when that scrape showed a queue, else ``None``."""
+
+    def after_scrape(self, *, waiting: int | None, running: int | None) -> BatchEstimate:
+        """The estimate once a new scrape showing ``waiting`` and ``running`` has been seen."""
+        batch = self.batch
+        if batch is not None and running is not None and running > batch:
+            batch = running
+        if not (waiting is not None and waiting > 0 and running is not None and running > 0):
+            return BatchEstimate(batch, None)
+        if self.queued_running is not None:
+            batch = max(batch or 0, self.queued_running, running)
+        return BatchEstimate(batch, running)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -504,7 +530,9 @@ class FlowController:
         limits = self.settings.limits_for(priority)
         if limits.max_endpoint_queue is not None and load.waiting >= limits.max_endpoint_queue:
             return False
-        return not limits.keep_slots or load.batch is None or load.occupancy < load.batch - limits.keep_slots
+        if not limits.keep_slots or load.batch is None:
+            return True
+        return load.occupancy < load.batch - kept_slots(limits.keep_slots, load.batch)
 
     def queued_at_or_above(self, priority: int) -> int:
         """Requests waiting in bands of ``priority`` or higher (an arrival must not overtake them)."""
