@@ -195,8 +195,8 @@ async def test_lower_bands_keep_a_batch_slot_for_critical_once_the_pod_was_seen_
         views = gw.state.runtime.schedulers["pool"].pool.views
         status, _, _ = await asyncio.wait_for(send(gw, "Critical"), timeout=15)
         assert status == 200  # and the gate has seen one scrape with a queue behind 8 running
-        first = views()[0].scraped_at
-        await wait_for(lambda: views()[0].scraped_at != first, what="the next scrape")
+        a.waiting = 2  # a changed page (an unchanged one would soon count as frozen)
+        await wait_for(lambda: views()[0].metrics.waiting == 2, what="the next scrape")
         status, _, _ = await asyncio.wait_for(send(gw, "Critical"), timeout=15)
         assert status == 200  # a second one: the queue lasted, the batch is full at 8
         a.running, a.waiting = 7, 0  # not saturated, queue empty: but only the kept slot is free
