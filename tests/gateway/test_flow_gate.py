@@ -415,3 +415,33 @@ def test_the_gateway_forgets_an_endpoint_that_leaves_its_pool() -> None:
     assert held(0, 7, 3.0)
     state.apply_endpoints("s", [DiscoveredEndpoint("b:1")])
     assert not held(0, 7, 4.0)
+
+
+def test_kept_slots_grow_with_the_critical_arrivals_the_gate_has_seen() -> None:
+    clock = [0.0]
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    gates.configure(FlowControlSettings(), retry_after_bounds=(1, 30))
+
+    def held(priority: int, waiting: int, running: int) -> bool:
+        sample = EndpointSample(
+            waiting=waiting, running=running, inflight=running, scraped_at=clock[0], completion_rate=37.7
+        )
+        return gates.must_wait("pool", priority=priority, utilisation=0.1, endpoints={"a:1": sample})
+
+    held(STANDARD, 1, 8)
+    clock[0] = 0.05
+    held(STANDARD, 1, 8)  # the batch is full at 8
+    clock[0] = 0.1
+    assert not held(STANDARD, 0, 6)  # no Critical traffic: the one kept slot of keepSlots
+    for i in range(114):  # Critical at 11.4 requests/s (30 % of the pod's 37.7 completions/s)
+        clock[0] = 0.2 + i / 11.4
+        assert not held(CRITICAL, 0, 6)
+    assert held(STANDARD, 0, 5)  # three slots kept: a Critical arrival waits > 25 ms under 1 %
+    assert not held(STANDARD, 0, 4)
+
+
+def test_endpoint_samples_carry_the_measured_completion_rate() -> None:
+    views = [EndpointView("a:1", EngineMetrics(waiting=0, running=3), scraped_at=0.0)]
+    samples = endpoint_samples(views, {"a:1": 12.5}.get)
+    assert samples["a:1"].completion_rate == 12.5
+    assert samples["a:1"].load(None, None, 30.0).pool_completion_rate == 30.0

@@ -22,6 +22,8 @@ from igw.scheduling.flow_control import (
     Ordering,
     ShedReason,
     priority_for,
+    slot_miss,
+    slots_for_wait,
 )
 from tests.config.cases import base_document
 
@@ -516,6 +518,86 @@ def test_kept_slots_never_take_the_whole_batch(batch: int, occupancy: int, admit
     # whole batch kept, a lower band would wait at an idle endpoint until its TTL passed.
     fc = FlowController(FlowControlSettings())
     assert fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=occupancy, batch=batch)) is admitted
+
+
+@pytest.mark.parametrize(
+    ("kept", "load", "miss"),
+    [
+        (0, 0.3, 1.0),  # nothing kept: every higher-band arrival waits for a completion
+        (1, 0.3, 0.3 * 0.7 / (1 - 0.3**2)),
+        (3, 0.3, 0.3**3 * 0.7 / (1 - 0.3**4)),
+        (2, 1.0, 1 / 3),
+        (1, 0.0, 0.0),  # no higher-band traffic
+    ],
+)
+def test_slot_miss_is_the_birth_death_chance_of_no_free_slot(kept: int, load: float, miss: float) -> None:
+    assert slot_miss(kept, load) == pytest.approx(miss)
+
+
+@pytest.mark.parametrize(
+    ("higher_rate", "completion_rate", "pool_rate", "wait_s", "most", "kept"),
+    [
+        # An 8-sequence pod finishing 37.7 requests/s, Critical at 30 % of that: 1 slot misses 23 %
+        # of arrivals (a 26 ms mean wait), 3 keep the 25 ms tail under 1 %.
+        (11.4, 37.7, 37.7, 0.025, 4, 3),
+        (11.4, 37.7, 37.7, 0.100, 4, 1),  # a longer tolerated wait needs fewer
+        (11.4, 37.7, 37.7, 0.001, 2, 2),  # capped
+        (183.0, 610.0, 610.0, 0.025, 64, 0),  # a 128-sequence pod completes so often none is needed
+        (22.8, 37.7, 75.4, 0.025, 4, 3),  # two pods: each sees half the higher-band arrivals
+        (0.0, 37.7, 37.7, 0.025, 4, 0),  # no higher-band traffic
+        (11.4, 0.0, 0.0, 0.025, 4, 0),  # no completion measured yet
+    ],
+)
+def test_slots_for_wait_from_the_higher_bands_arrival_rate_and_the_completion_rate(
+    higher_rate: float, completion_rate: float, pool_rate: float, wait_s: float, most: int, kept: int
+) -> None:
+    got = slots_for_wait(
+        higher_rate=higher_rate,
+        completion_rate=completion_rate,
+        pool_completion_rate=pool_rate,
+        wait_s=wait_s,
+        most=most,
+    )
+    assert got == kept
+
+
+def test_default_standard_keeps_the_slots_measured_critical_traffic_needs_and_sheddable_at_least_those() -> (
+    None
+):
+    fc = FlowController(FlowControlSettings())
+    pod = {"batch": 8, "completion_rate": 37.7, "pool_completion_rate": 37.7}
+    assert (
+        fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=0.0) == 1
+    )  # no Critical yet
+    for i in range(114):  # Critical at 11.4 requests/s over the last 10 s
+        fc.arrived(CRITICAL, i / 11.4)
+    now = 114 / 11.4
+    assert fc.arrival_rate_above(STANDARD, now) == pytest.approx(11.4, rel=0.02)
+    assert fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 3
+    assert fc.slots_kept(SHEDDABLE, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 3
+    assert fc.slots_kept(CRITICAL, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 0
+    assert [fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=n, **pod), now=now) for n in (4, 5)] == [
+        True,
+        False,
+    ]
+    assert fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=6, batch=8), now=now)  # no rates: 1 slot
+    assert (
+        fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=now + 11) == 1
+    )  # gone quiet
+    assert fc.arrival_rate_above(CRITICAL, now) == 0.0
+
+
+def test_slot_wait_is_read_from_the_extension_and_must_be_positive() -> None:
+    raw = {"bands": [{"priority": 1}, {"priority": 0, "slotWait": "40ms"}]}
+    assert validate_document(_flow_doc(raw)) == []
+    s = FlowControlSettings.from_extension(raw)
+    assert (s.bands[1].slot_wait_s, s.bands[0].slot_wait_s) == (None, pytest.approx(0.04))
+    assert FlowControlSettings().bands[STANDARD].slot_wait_s == pytest.approx(0.025)
+    assert FlowControlSettings().bands[SHEDDABLE].slot_wait_s is None
+    problems = validate_document(_flow_doc({"bands": [{"priority": 0, "slotWait": "soon"}]}))
+    assert "spec.extensions.flowControl.bands[0].slotWait" in {p.path for p in problems}
+    with pytest.raises(FlowControlError, match=r"bands\[0\]\.slotWait must be positive"):
+        BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0, slot_wait_s=0.0).check("bands[0]")
 
 
 def test_per_endpoint_limits_are_read_from_the_extension_and_absent_means_none() -> None:

@@ -81,8 +81,12 @@ class EndpointSample:
     is not in it)."""
     scraped_at: float | None = None
     """When the scrape was taken (a new value is a new scrape)."""
+    completion_rate: float | None = None
+    """This router's completions there per second, measured (``None`` before any)."""
 
-    def load(self, batch: int | None, inflight_at_scrape: int | None) -> EndpointLoad:
+    def load(
+        self, batch: int | None, inflight_at_scrape: int | None, pool_completion_rate: float | None = None
+    ) -> EndpointLoad:
         """The endpoint's load now.
 
         The scrape is up to a scrape interval old: it still counts sequences that have finished
@@ -105,22 +109,36 @@ class EndpointSample:
             waiting = scraped_waiting + max(0, self.unreflected)
         else:  # never seen full, no queue at the scrape: what was sent since is taken to run
             waiting = 0
-        return EndpointLoad(waiting=waiting, occupancy=occupancy, batch=batch)
+        return EndpointLoad(
+            waiting=waiting,
+            occupancy=occupancy,
+            batch=batch,
+            completion_rate=self.completion_rate,
+            pool_completion_rate=pool_completion_rate,
+        )
 
 
 EndpointSamples = Callable[[], Mapping[EndpointKey, EndpointSample]]
 """Reads each fresh endpoint of the pool now (see :func:`endpoint_samples`)."""
 
 
-def endpoint_samples(views: Sequence[EndpointView]) -> dict[EndpointKey, EndpointSample]:
+def endpoint_samples(
+    views: Sequence[EndpointView], completion_rate: Callable[[EndpointKey], float | None] | None = None
+) -> dict[EndpointKey, EndpointSample]:
     """One sample per endpoint with metrics.
 
     ``views`` are the pool's fresh endpoints as the scheduler annotates them (its ledger fills in
-    ``unreflected_dispatches``), so a burst sent since the last scrape already counts.
+    ``unreflected_dispatches``), so a burst sent since the last scrape already counts;
+    ``completion_rate`` reads an endpoint's measured completions per second.
     """
     return {
         v.key: EndpointSample(
-            v.metrics.waiting, v.metrics.running, v.unreflected_dispatches, v.inflight, v.scraped_at
+            v.metrics.waiting,
+            v.metrics.running,
+            v.unreflected_dispatches,
+            v.inflight,
+            v.scraped_at,
+            None if completion_rate is None else completion_rate(v.key),
         )
         for v in views
         if v.metrics is not None
@@ -267,7 +285,9 @@ class FlowGates:
         controller = self._controllers.get(scheduler)
         if controller is None:
             controller = self._controllers[scheduler] = FlowController(settings)
-        if endpoints and not self._has_place(controller, priority, self._loads(endpoints)):
+        now = self.clock()
+        controller.arrived(priority, now)
+        if endpoints and not self._has_place(controller, priority, self._loads(endpoints), now):
             return True
         return not controller.admits(priority, utilisation) or controller.queued_at_or_above(priority) > 0
 
@@ -361,13 +381,13 @@ class FlowGates:
                 controller.cancel(item.request_id)
                 continue
             loads = self._loads(samples()) if samples is not None else {}
-            if loads and not self._has_place(controller, item.priority, loads):
+            if loads and not self._has_place(controller, item.priority, loads, now):
                 break  # no endpoint has a place for this band (and lower bands wait behind it)
             decision = waiter.pick()
             if decision.kind is DecisionKind.SATURATED or taken[decision.endpoint] >= budget:
                 break
             chosen = loads.get(decision.endpoint) if decision.endpoint is not None else None
-            if chosen is not None and not controller.admits_to(item.priority, chosen):
+            if chosen is not None and not controller.admits_to(item.priority, chosen, now=now):
                 break  # the scheduler prefers an endpoint without a place: wait for the next poll
             taken[decision.endpoint] += 1
             controller.take(item, now)
@@ -377,6 +397,8 @@ class FlowGates:
     def _loads(self, samples: Mapping[EndpointKey, EndpointSample]) -> dict[EndpointKey, EndpointLoad]:
         """Each endpoint's load, learning its batch size from the sample on the way."""
         out: dict[EndpointKey, EndpointLoad] = {}
+        rates = [s.completion_rate for s in samples.values() if s.completion_rate is not None]
+        pool_rate = sum(rates) if rates else None
         for key, sample in samples.items():
             seen = self._scraped.get(key)
             if sample.scraped_at is not None and (seen is None or seen.scraped_at != sample.scraped_at):
@@ -384,9 +406,9 @@ class FlowGates:
                 batch = before.after_scrape(waiting=sample.waiting, running=sample.running)
                 seen = self._scraped[key] = _Scraped(sample.scraped_at, sample.inflight, batch)
             if seen is None:
-                out[key] = sample.load(None, None)
+                out[key] = sample.load(None, None, pool_rate)
             else:
-                out[key] = sample.load(seen.batch.batch, seen.inflight)
+                out[key] = sample.load(seen.batch.batch, seen.inflight, pool_rate)
         return out
 
     def forget(self, endpoints: Sequence[EndpointKey]) -> None:
@@ -396,9 +418,9 @@ class FlowGates:
 
     @staticmethod
     def _has_place(
-        controller: FlowController, priority: int, loads: Mapping[EndpointKey, EndpointLoad]
+        controller: FlowController, priority: int, loads: Mapping[EndpointKey, EndpointLoad], now: float
     ) -> bool:
-        return any(controller.admits_to(priority, load) for load in loads.values())
+        return any(controller.admits_to(priority, load, now=now) for load in loads.values())
 
     def depths(self, scheduler: str) -> dict[int, int]:
         controller = self._controllers.get(scheduler)

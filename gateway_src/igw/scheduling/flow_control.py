@@ -70,6 +70,13 @@ endpoint waits there behind at most this many lower-band requests (plus the runn
 DEFAULT_KEEP_SLOTS: Final = 1
 """The named Standard and Sheddable bands' ``keep_slots``: one batch slot per endpoint stays free for
 Critical arrivals once the endpoint's batch size is known."""
+DEFAULT_SLOT_WAIT_S: Final = 0.025
+"""The named Standard band's ``slot_wait_s``: it keeps enough batch slots free that a Critical
+arrival waits longer than this for one only at the :data:`SLOT_WAIT_QUANTILE` tail."""
+SLOT_WAIT_QUANTILE: Final = 0.99
+"""The share of higher-band arrivals that must find a batch slot within ``slot_wait_s``."""
+ARRIVAL_WINDOW_S: Final = 10.0
+"""How far back arrivals count towards a band's measured arrival rate."""
 
 
 class FlowControlError(IgwSchedulingError, ValueError):
@@ -117,6 +124,12 @@ class BandLimits:
     endpoint only while the requests there (running and waiting) stay below its batch size minus
     this. Applies only where the batch size is known (:class:`BatchEstimate`); never the
     whole batch (:func:`kept_slots`)."""
+    slot_wait_s: float | None = None
+    """Keep more batch slots than ``keep_slots`` when the bands above need them: as many as the
+    higher bands' measured arrival rate and the endpoint's completion rate require for a higher-band
+    arrival to wait longer than this for a slot at most ``1 - SLOT_WAIT_QUANTILE`` of the time
+    (:func:`slots_for_wait`), up to half the batch. Bands below keep at least as many. ``None``:
+    ``keep_slots`` alone."""
 
     def check(self, where: str) -> None:
         if self.max_requests < 1:
@@ -133,10 +146,14 @@ class BandLimits:
             )
         if self.keep_slots < 0:
             raise FlowControlError(f"{where}.keepSlots must be at least 0, got {self.keep_slots}")
+        if self.slot_wait_s is not None and not self.slot_wait_s > 0:
+            raise FlowControlError(f"{where}.slotWait must be positive, got {self.slot_wait_s:g}s")
 
 
-def _named_lower_band(*, max_requests: int, max_bytes: int, ttl_s: float) -> BandLimits:
-    """A default band below Critical: it keeps headroom, queue places and a batch slot for it."""
+def _named_lower_band(
+    *, max_requests: int, max_bytes: int, ttl_s: float, slot_wait_s: float | None = None
+) -> BandLimits:
+    """A default band below Critical: it keeps headroom, queue places and batch slots for it."""
     return BandLimits(
         max_requests=max_requests,
         max_bytes=max_bytes,
@@ -144,6 +161,7 @@ def _named_lower_band(*, max_requests: int, max_bytes: int, ttl_s: float) -> Ban
         dispatch_below=DEFAULT_DISPATCH_BELOW,
         max_endpoint_queue=DEFAULT_MAX_ENDPOINT_QUEUE,
         keep_slots=DEFAULT_KEEP_SLOTS,
+        slot_wait_s=slot_wait_s,
     )
 
 
@@ -154,7 +172,9 @@ class FlowControlSettings:
     bands: Mapping[int, BandLimits] = field(
         default_factory=lambda: {
             CRITICAL: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=60.0),
-            STANDARD: _named_lower_band(max_requests=256, max_bytes=64 << 20, ttl_s=30.0),
+            STANDARD: _named_lower_band(
+                max_requests=256, max_bytes=64 << 20, ttl_s=30.0, slot_wait_s=DEFAULT_SLOT_WAIT_S
+            ),
             SHEDDABLE: _named_lower_band(max_requests=128, max_bytes=32 << 20, ttl_s=10.0),
         }
     )
@@ -201,6 +221,11 @@ class FlowControlSettings:
                         int(band["maxEndpointQueue"]) if "maxEndpointQueue" in band else None
                     ),
                     keep_slots=int(band.get("keepSlots", 0)),
+                    slot_wait_s=(
+                        _duration(band["slotWait"], f"{where}.bands[{i}].slotWait")
+                        if "slotWait" in band
+                        else None
+                    ),
                 )
             _check_headroom_order(raw["bands"], where)
         objectives: dict[str, int] = {}
@@ -358,6 +383,51 @@ class EndpointLoad:
     """Requests running or waiting there."""
     batch: int | None = None
     """How many requests it runs at once (:class:`BatchEstimate`); ``None`` while unknown."""
+    completion_rate: float | None = None
+    """Requests it completes per second when its batch is full; ``None`` while unknown."""
+    pool_completion_rate: float | None = None
+    """The same summed over the pool's endpoints (the higher bands' arrivals spread over them)."""
+
+
+def slot_miss(kept: int, load: float) -> float:
+    """The share of higher-band arrivals that find no free batch slot at an endpoint whose lower
+    bands refill up to ``kept`` free slots, when higher-band arrivals take slots at ``load`` times
+    the rate at which running sequences finish.
+
+    The free slots form a birth-death chain (one more per completion up to ``kept``, one fewer per
+    higher-band arrival): with Poisson arrivals and exponential completions the chance of none is
+    ``r**kept * (1 - r) / (1 - r**(kept + 1))`` for ``r = load`` (``1 / (kept + 1)`` at ``r = 1``).
+    """
+    if load <= 0:
+        return 0.0 if kept > 0 else 1.0
+    if math.isclose(load, 1.0):
+        return 1.0 / (kept + 1)
+    return load**kept * (1.0 - load) / (1.0 - load ** (kept + 1))
+
+
+def slots_for_wait(
+    *, higher_rate: float, completion_rate: float, pool_completion_rate: float, wait_s: float, most: int
+) -> int:
+    """The fewest free batch slots (at most ``most``) for which a higher-band arrival at an endpoint
+    waits longer than ``wait_s`` for one with a probability of at most ``1 - SLOT_WAIT_QUANTILE``.
+
+    ``higher_rate`` is the higher bands' arrival rate at the pool, spread over its endpoints in
+    proportion to their completion rates, so each endpoint sees ``higher_rate /
+    pool_completion_rate`` of its own completion rate. An arrival that finds no free slot waits for
+    the next completion (exponential with the endpoint's ``completion_rate``), so the wait exceeds
+    ``wait_s`` with probability ``slot_miss(k) * exp(-completion_rate * wait_s)``. A small batch
+    completes slowly and needs several slots; a large one completes so often that a late arrival
+    barely waits, and needs none.
+    """
+    if higher_rate <= 0 or completion_rate <= 0 or pool_completion_rate <= 0:
+        return 0
+    load = higher_rate / pool_completion_rate
+    late = math.exp(-completion_rate * wait_s)
+    allowed = 1.0 - SLOT_WAIT_QUANTILE
+    kept = 0
+    while kept < most and slot_miss(kept, load) * late > allowed:
+        kept += 1
+    return kept
 
 
 def kept_slots(keep_slots: int, batch: int) -> int:
@@ -493,6 +563,9 @@ class FlowController:
         self._bytes = 0
         self._dispatched: deque[float] = deque()
         """Dispatch times within the last :data:`DISPATCH_WINDOW_S` (for the computed ``Retry-After``)."""
+        self._arrivals: dict[int, deque[float]] = {}
+        """Arrival times per band within the last :data:`ARRIVAL_WINDOW_S` (for ``slot_wait_s``)."""
+        self._first_arrival: dict[int, float] = {}
 
     # -- queries ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -524,15 +597,63 @@ class FlowController:
         """
         return utilisation < self.settings.limits_for(priority).dispatch_below
 
-    def admits_to(self, priority: int, load: EndpointLoad) -> bool:
+    def admits_to(self, priority: int, load: EndpointLoad, *, now: float | None = None) -> bool:
         """Whether a request of ``priority`` may go to an endpoint with ``load``, by its band's
-        per-endpoint places (``max_endpoint_queue`` and ``keep_slots``)."""
+        per-endpoint places (``max_endpoint_queue``, and ``keep_slots`` or what ``slot_wait_s``
+        needs at the higher bands' arrival rate measured up to ``now``)."""
         limits = self.settings.limits_for(priority)
         if limits.max_endpoint_queue is not None and load.waiting >= limits.max_endpoint_queue:
             return False
-        if not limits.keep_slots or load.batch is None:
+        if load.batch is None:
             return True
-        return load.occupancy < load.batch - kept_slots(limits.keep_slots, load.batch)
+        keep = self.slots_kept(priority, load, now=now)
+        return not keep or load.occupancy < load.batch - kept_slots(keep, load.batch)
+
+    def slots_kept(self, priority: int, load: EndpointLoad, *, now: float | None = None) -> int:
+        """Batch slots a request of ``priority`` leaves free at an endpoint with ``load``.
+
+        Its band's ``keep_slots``, raised to what the ``slot_wait_s`` of its own band and of every
+        band above it needs (a band keeps at least the slots a band above keeps, or it would hand
+        them out below it). Needs the endpoint's batch, its completion rates and ``now``.
+        """
+        keep = self.settings.limits_for(priority).keep_slots
+        batch, rate, pool_rate = load.batch, load.completion_rate, load.pool_completion_rate
+        if now is None or batch is None or rate is None or pool_rate is None:
+            return keep
+        for band_priority, band in self.settings.bands.items():
+            if band_priority >= priority and band.slot_wait_s is not None:
+                needed = slots_for_wait(
+                    higher_rate=self.arrival_rate_above(band_priority, now),
+                    completion_rate=rate,
+                    pool_completion_rate=pool_rate,
+                    wait_s=band.slot_wait_s,
+                    most=batch // 2,
+                )
+                keep = max(keep, needed)
+        return keep
+
+    def arrived(self, priority: int, now: float) -> None:
+        """Count one arrival of ``priority`` (every arrival, queued or not) for the arrival rates."""
+        times = self._arrivals.get(priority)
+        if times is None:
+            times = self._arrivals[priority] = deque()
+            self._first_arrival.setdefault(priority, now)
+        times.append(now)
+        while times[0] < now - ARRIVAL_WINDOW_S:
+            times.popleft()
+
+    def arrival_rate_above(self, priority: int, now: float) -> float:
+        """Arrivals per second of the bands above ``priority`` over the last :data:`ARRIVAL_WINDOW_S`
+        (over the time since the first arrival, at least a second, while that is shorter)."""
+        count = 0
+        first = now
+        for p, times in self._arrivals.items():
+            if p > priority:
+                while times and times[0] < now - ARRIVAL_WINDOW_S:
+                    times.popleft()
+                count += len(times)
+                first = min(first, self._first_arrival[p])
+        return count / min(ARRIVAL_WINDOW_S, max(now - first, 1.0)) if count else 0.0
 
     def queued_at_or_above(self, priority: int) -> int:
         """Requests waiting in bands of ``priority`` or higher (an arrival must not overtake them)."""
