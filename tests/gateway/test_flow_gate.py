@@ -445,3 +445,74 @@ def test_endpoint_samples_carry_the_measured_completion_rate() -> None:
     samples = endpoint_samples(views, {"a:1": 12.5}.get)
     assert samples["a:1"].completion_rate == 12.5
     assert samples["a:1"].load(None, None, 30.0).pool_completion_rate == 30.0
+
+
+def _pump_tasks() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("igw-flow-pump-")]
+
+
+async def test_one_pump_task_serves_a_queue_of_hundreds_and_ends_when_it_empties() -> None:
+    # Waiters only await their own decision: 200 of them polling each interval would wake the event
+    # loop tens of thousands of times a second and take the gateway's CPU from the requests it serves.
+    clock = [0.0]
+    gates, pool = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0]), Pool()
+    gates.configure(
+        FlowControlSettings(poll_interval_s=0.001, dispatch_per_endpoint=200), retry_after_bounds=(1, 30)
+    )
+    tasks = [asyncio.create_task(_wait(gates, pool, f"r{i}", STANDARD)) for i in range(200)]
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 200}, what="all queued")
+    assert len(_pump_tasks()) == 1
+    pool.free = 200
+    clock[0] = 1.0
+    results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+    assert all(isinstance(r, RoutingDecision) for r in results)
+    await wait_for(lambda: not _pump_tasks(), what="the pump task ends with an empty queue")
+
+
+async def test_a_failing_pick_fails_its_own_request_and_the_queue_goes_on() -> None:
+    clock = [0.0]
+    gates, pool = _gates(clock), Pool()
+
+    def broken() -> RoutingDecision:
+        raise RuntimeError("scheduler bug")
+
+    first = asyncio.create_task(
+        gates.wait(
+            scheduler="pool",
+            request_id="bad",
+            priority=CRITICAL,
+            tenant="t",
+            size_bytes=1,
+            max_queue_s=None,
+            pick=lambda: pool.picker("bad") if pool.free <= 0 else broken(),
+        )
+    )
+    second = asyncio.create_task(_wait(gates, pool, "good", STANDARD))
+    await wait_for(lambda: sum(gates.depths("pool").values()) == 2, what="both queued")
+    pool.free = 1
+    clock[0] = 1.0
+    with pytest.raises(RuntimeError, match="scheduler bug"):
+        await asyncio.wait_for(first, timeout=10)
+    assert isinstance(await asyncio.wait_for(second, timeout=10), RoutingDecision)
+    assert pool.placed == ["good"]
+
+
+async def test_no_pick_is_made_once_every_endpoint_has_had_its_budget() -> None:
+    # A pick counts as a dispatch in the scheduler's ledger: one made only to be left unsent would be
+    # phantom load on that endpoint until its next scrape.
+    clock = [0.0]
+    gates, pool = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0]), Pool()
+    gates.configure(
+        FlowControlSettings(poll_interval_s=0.001, dispatch_per_endpoint=2), retry_after_bounds=(1, 30)
+    )
+    samples = {"10.0.0.1:8000": _waiting(0)}
+    tasks = [asyncio.create_task(_wait(gates, pool, f"r{i}", STANDARD, samples=samples)) for i in range(3)]
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 3}, what="all queued")
+    picks = pool.picks
+    pool.free = 3
+    clock[0] = 1.0
+    gates.pump("pool")
+    assert (pool.picks - picks, pool.placed) == (2, ["r0", "r1"])
+    clock[0] = 2.0
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+    assert pool.placed == ["r0", "r1", "r2"]

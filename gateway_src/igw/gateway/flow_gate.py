@@ -1,11 +1,14 @@
 """Flow control in the request path: a saturated request waits in its band's queue.
 
 Wraps the pure queues of :mod:`igw.scheduling.flow_control` (one :class:`FlowController` per
-scheduler, so one pool's overload never queues another pool's traffic) with asyncio futures. There
-is no background task: every waiting request re-runs :meth:`FlowGates.pump` each poll interval,
-which expires requests past their TTL and, while the head of the highest band can be placed (the
-scheduler no longer answers ``SATURATED``), hands it its routing decision. Capacity is therefore seen
-through the scraped metrics, the same signal the saturation check uses for new arrivals.
+scheduler, so one pool's overload never queues another pool's traffic) with asyncio futures. One
+pump task per scheduler, alive while its queue holds requests, runs :meth:`FlowGates.pump` each
+poll interval: it expires requests past their TTL and, while the head of the highest band can be
+placed (the scheduler no longer answers ``SATURATED``), hands it its routing decision. Capacity is
+therefore seen through the scraped metrics, the same signal the saturation check uses for new
+arrivals. Waiting requests only await their own future: with each of them polling instead, a queue
+of a few hundred requests woke the event loop tens of thousands of times a second and took the
+gateway's CPU from the requests it was serving.
 
 A waiter that is cancelled (its client disconnected) leaves its queue at once.
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +51,8 @@ from igw.scheduling.flow_control import (
     priority_for,
 )
 from igw.scheduling.types import DecisionKind, EndpointKey, EndpointView, RoutingDecision
+
+log = logging.getLogger("igw.gateway.flow")
 
 OBJECTIVE_HEADER: Final = "x-gateway-inference-objective"
 FAIRNESS_HEADER: Final = "x-gateway-inference-fairness-id"
@@ -230,6 +236,8 @@ class FlowGates:
         self._controllers: dict[str, FlowController] = {}
         self._waiters: dict[str, _Waiter] = {}
         self._last_pump: dict[str, float] = {}
+        self._pumps: dict[str, asyncio.Task[None]] = {}
+        """Each scheduler's pump task, while its queue holds requests."""
         self._utilisation: dict[str, Utilisation] = {}
         """The latest utilisation probe each scheduler's waiters brought (for headroom)."""
         self._samples: dict[str, EndpointSamples] = {}
@@ -339,11 +347,10 @@ class FlowGates:
         self._waiters[request_id] = _Waiter(pick=pick, future=future, gate=scheduler)
         self._update_depth(scheduler, controller)
         try:
-            while not future.done():
-                self.pump(scheduler)
-                if not future.done():
-                    await asyncio.wait([future], timeout=settings.poll_interval_s)
-            result = future.result()
+            self.pump(scheduler)
+            if not future.done():
+                self._ensure_pump(scheduler)
+            result = await future
         except asyncio.CancelledError:
             controller.cancel(request_id)
             self._update_depth(scheduler, controller)
@@ -353,6 +360,20 @@ class FlowGates:
         if isinstance(result, RoutingDecision):
             self.metrics.wait.labels(scheduler, str(priority)).observe(self.clock() - now)
         return result
+
+    def _ensure_pump(self, scheduler: str) -> None:
+        task = self._pumps.get(scheduler)
+        if task is None or task.done():
+            self._pumps[scheduler] = asyncio.get_running_loop().create_task(
+                self._pump_while_queued(scheduler), name=f"igw-flow-pump-{scheduler}"
+            )
+
+    async def _pump_while_queued(self, scheduler: str) -> None:
+        """Pump ``scheduler`` every poll interval until its queue is empty."""
+        controller = self._controllers.get(scheduler)
+        while controller is not None and len(controller):
+            await asyncio.sleep(self.settings.poll_interval_s if self.settings is not None else 0.02)
+            self.pump(scheduler)
 
     def pump(self, scheduler: str) -> None:
         """Expire late requests, then dispatch from the top while the pool has capacity.
@@ -383,7 +404,15 @@ class FlowGates:
             loads = self._loads(samples()) if samples is not None else {}
             if loads and not self._has_place(controller, item.priority, loads, now):
                 break  # no endpoint has a place for this band (and lower bands wait behind it)
-            decision = waiter.pick()
+            if loads and all(taken[key] >= budget for key in loads):
+                break  # every endpoint has had its budget: a pick now would only be a phantom dispatch
+            try:
+                decision = waiter.pick()
+            except Exception as exc:  # a scheduler bug fails this request, not the whole queue
+                log.exception("flow control: placing queued request %s failed", item.request_id)
+                controller.cancel(item.request_id)
+                waiter.future.set_exception(exc)
+                continue
             if decision.kind is DecisionKind.SATURATED or taken[decision.endpoint] >= budget:
                 break
             chosen = loads.get(decision.endpoint) if decision.endpoint is not None else None

@@ -566,6 +566,8 @@ class FlowController:
         self._arrivals: dict[int, deque[float]] = {}
         """Arrival times per band within the last :data:`ARRIVAL_WINDOW_S` (for ``slot_wait_s``)."""
         self._first_arrival: dict[int, float] = {}
+        self._arrival_count = 0
+        self._rate_cache: tuple[tuple[int, float, int], float] | None = None
 
     # -- queries ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -639,12 +641,24 @@ class FlowController:
             times = self._arrivals[priority] = deque()
             self._first_arrival.setdefault(priority, now)
         times.append(now)
+        self._arrival_count += 1
         while times[0] < now - ARRIVAL_WINDOW_S:
             times.popleft()
 
     def arrival_rate_above(self, priority: int, now: float) -> float:
         """Arrivals per second of the bands above ``priority`` over the last :data:`ARRIVAL_WINDOW_S`
-        (over the time since the first arrival, at least a second, while that is shorter)."""
+        (over the time since the first arrival, at least a second, while that is shorter).
+
+        The last answer is kept until an arrival or another ``now``: one dispatch decision asks it
+        once per endpoint of the pool."""
+        key = (priority, now, self._arrival_count)
+        if self._rate_cache is not None and self._rate_cache[0] == key:
+            return self._rate_cache[1]
+        rate = self._arrival_rate_above(priority, now)
+        self._rate_cache = (key, rate)
+        return rate
+
+    def _arrival_rate_above(self, priority: int, now: float) -> float:
         count = 0
         first = now
         for p, times in self._arrivals.items():
