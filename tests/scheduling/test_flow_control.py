@@ -121,6 +121,40 @@ def test_band_capacity_in_requests_and_bytes() -> None:
     assert _offer(fc, "e", size_bytes=15).queued
 
 
+def test_a_full_band_takes_a_lighter_tenants_arrival_in_place_of_the_heaviest_tenants_newest() -> None:
+    small = BandLimits(max_requests=4, max_bytes=1000, ttl_s=30.0)
+    fc = FlowController(_settings(bands={STANDARD: small, CRITICAL: BIG}))
+    for i in range(4):
+        assert _offer(fc, f"big{i}", tenant="big", now=float(i)).queued
+    first = _offer(fc, "small0", tenant="small")
+    assert first.queued
+    assert [(s.request.request_id, s.reason) for s in first.displaced] == [("big3", ShedReason.FAIR_SHARE)]
+    assert [s.request.request_id for s in _offer(fc, "small1", tenant="small").displaced] == ["big2"]
+    refused = _offer(fc, "small2", tenant="small")  # 2 each: its share is held
+    assert (refused.queued, refused.reason) == (False, ShedReason.BAND_FULL)
+    assert (_offer(fc, "big4", tenant="big").reason) is ShedReason.BAND_FULL  # no taking turns
+    assert _drain(fc) == ["big0", "small0", "big1", "small1"]
+
+
+def test_fair_share_displacement_frees_enough_bytes_or_nothing() -> None:
+    small = BandLimits(max_requests=100, max_bytes=40, ttl_s=30.0)
+    fc = FlowController(_settings(bands={STANDARD: small, CRITICAL: BIG}))
+    for i in range(4):
+        assert _offer(fc, f"big{i}", tenant="big", size_bytes=10).queued
+    wide = _offer(fc, "wide", tenant="small", size_bytes=25)
+    assert [s.request.request_id for s in wide.displaced] == ["big3", "big2", "big1"]
+    assert len(fc) == 2
+    assert _offer(fc, "huge", tenant="other", size_bytes=41).reason is ShedReason.BAND_FULL
+
+
+def test_global_fairness_keeps_first_come_band_capacity() -> None:
+    small = BandLimits(max_requests=2, max_bytes=1000, ttl_s=30.0)
+    fc = FlowController(_settings(bands={STANDARD: small, CRITICAL: BIG}, fairness=Fairness.GLOBAL))
+    assert _offer(fc, "a", tenant="big").queued
+    assert _offer(fc, "b", tenant="big").queued
+    assert _offer(fc, "c", tenant="small").reason is ShedReason.BAND_FULL
+
+
 def test_global_capacity_sheds_sheddable_first_newest_first_and_never_upwards() -> None:
     fc = FlowController(_settings(max_requests=4))
     _offer(fc, "s-old", SHEDDABLE, now=0.0)

@@ -99,6 +99,8 @@ class Ordering(StrEnum):
 
 class ShedReason(StrEnum):
     BAND_FULL = "band_full"
+    FAIR_SHARE = "fair_share"
+    """Displaced from a full band by a tenant with fewer requests queued there."""
     QUEUE_FULL = "queue_full"
     DISPLACED = "displaced"
     TTL_EXPIRED = "ttl_expired"
@@ -706,25 +708,68 @@ class FlowController:
         band = self._bands.get(priority)
         band_count = band.count if band is not None else 0
         band_bytes = band.bytes if band is not None else 0
+        fair: list[QueuedRequest] = []
         if band_count + 1 > limits.max_requests or band_bytes + size_bytes > limits.max_bytes:
-            return Offer(False, ShedReason.BAND_FULL, expired)
-        victims = self._victims_for(item)
+            taken = self._fair_share_victims(band, item, limits)
+            if taken is None:
+                return Offer(False, ShedReason.BAND_FULL, expired)
+            fair = taken
+        victims = self._victims_for(item, freed=fair)
         if victims is None:
             return Offer(False, ShedReason.QUEUE_FULL, expired)
-        for victim in victims:
+        for victim in (*fair, *victims):
             self._remove(victim)
         if band is None:
             band = self._bands[priority] = _Band(priority, limits)
         band.add(item, self.settings.ordering)
         self._by_id[request_id] = item
         self._bytes += size_bytes
-        displaced = tuple(Shed(v, ShedReason.DISPLACED) for v in victims)
+        displaced = tuple(Shed(v, ShedReason.FAIR_SHARE) for v in fair)
+        displaced += tuple(Shed(v, ShedReason.DISPLACED) for v in victims)
         return Offer(True, None, expired + displaced)
 
-    def _victims_for(self, item: QueuedRequest) -> list[QueuedRequest] | None:
-        """Queued requests of strictly lower bands to drop so ``item`` fits globally, or ``None``."""
-        count_over = len(self._by_id) + 1 - self.settings.max_requests
-        bytes_over = self._bytes + item.size_bytes - self.settings.max_bytes
+    def _fair_share_victims(
+        self, band: _Band | None, item: QueuedRequest, limits: BandLimits
+    ) -> list[QueuedRequest] | None:
+        """Requests of the tenants with the most queued in ``item``'s full band to drop so it fits,
+        or ``None`` when its tenant already holds its share.
+
+        Round-robin dispatch gives each tenant the same turns, but only while each has something
+        queued: when a full band admitted arrivals first come, first served, a tenant sending most
+        of the band's traffic filled it, the others' arrivals were refused, their queues ran empty
+        and their turns went unused. So a full band takes the arrival of a tenant with fewer queued
+        requests than another tenant has (by two or more, so two tenants never take turns
+        displacing each other), in place of that tenant's most recent request. With global
+        fairness there are no shares, and a full band refuses the arrival.
+        """
+        if band is None or self.settings.fairness is not Fairness.ROUND_ROBIN:
+            return None
+        counts = {tenant: len(queue) for tenant, queue in band.tenants.items()}
+        mine = counts.pop(item.tenant, 0) + 1
+        count_over = band.count + 1 - limits.max_requests
+        bytes_over = band.bytes + item.size_bytes - limits.max_bytes
+        dropped: dict[str, int] = {}
+        victims: list[QueuedRequest] = []
+        while count_over > 0 or bytes_over > 0:
+            tenant = max(counts, key=counts.__getitem__, default=None)
+            if tenant is None or counts[tenant] <= mine:
+                return None
+            newest_first = sorted(band.tenants[tenant], key=lambda r: r.seq, reverse=True)
+            victim = newest_first[dropped.get(tenant, 0)]
+            dropped[tenant] = dropped.get(tenant, 0) + 1
+            counts[tenant] -= 1
+            victims.append(victim)
+            count_over -= 1
+            bytes_over -= victim.size_bytes
+        return victims
+
+    def _victims_for(self, item: QueuedRequest, *, freed: list[QueuedRequest]) -> list[QueuedRequest] | None:
+        """Queued requests of strictly lower bands to drop so ``item`` fits globally (``freed``
+        already leaving), or ``None``."""
+        count_over = len(self._by_id) + 1 - len(freed) - self.settings.max_requests
+        bytes_over = (
+            self._bytes + item.size_bytes - sum(r.size_bytes for r in freed) - self.settings.max_bytes
+        )
         victims: list[QueuedRequest] = []
         lower = sorted(p for p in self._bands if p < item.priority)
         candidates = (
