@@ -516,3 +516,32 @@ async def test_no_pick_is_made_once_every_endpoint_has_had_its_budget() -> None:
     clock[0] = 2.0
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
     assert pool.placed == ["r0", "r1", "r2"]
+
+
+async def test_a_failing_pass_is_retried_and_ttls_still_hold() -> None:
+    clock = [0.0]
+    gates, pool = _gates(clock), Pool()
+    broken = [True]
+
+    def level() -> float:
+        if broken[0]:
+            raise RuntimeError("probe bug")
+        return 0.0
+
+    task = asyncio.create_task(
+        gates.wait(
+            scheduler="pool",
+            request_id="r",
+            priority=STANDARD,
+            tenant="t",
+            size_bytes=1,
+            max_queue_s=5.0,
+            pick=lambda: pool.picker("r"),
+            utilisation=level,
+        )
+    )
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="queued")
+    clock[0] = 10.0  # past its deadline: expired although every pass fails after expiry
+    result = await asyncio.wait_for(task, timeout=10)
+    assert isinstance(result, Refused)
+    assert result.reason.value == "ttl_expired"

@@ -347,7 +347,7 @@ class FlowGates:
         self._waiters[request_id] = _Waiter(pick=pick, future=future, gate=scheduler)
         self._update_depth(scheduler, controller)
         try:
-            self.pump(scheduler)
+            self._pump_logging_failures(scheduler)
             if not future.done():
                 self._ensure_pump(scheduler)
             result = await future
@@ -369,11 +369,22 @@ class FlowGates:
             )
 
     async def _pump_while_queued(self, scheduler: str) -> None:
-        """Pump ``scheduler`` every poll interval until its queue is empty."""
+        """Pump ``scheduler`` every poll interval until its queue is empty.
+
+        A pass that fails (a probe of the pool raising) is logged and the next one tried: this task
+        is the only thing that dispatches and expires the queued requests, so ending it would leave
+        them waiting until their clients gave up. Expiry runs first in each pass, so TTLs still hold.
+        """
         controller = self._controllers.get(scheduler)
         while controller is not None and len(controller):
             await asyncio.sleep(self.settings.poll_interval_s if self.settings is not None else 0.02)
+            self._pump_logging_failures(scheduler)
+
+    def _pump_logging_failures(self, scheduler: str) -> None:
+        try:
             self.pump(scheduler)
+        except Exception:  # logged, and retried at the next interval (see _pump_while_queued)
+            log.exception("flow control: pumping the queue of scheduler %s failed", scheduler)
 
     def pump(self, scheduler: str) -> None:
         """Expire late requests, then dispatch from the top while the pool has capacity.
