@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -52,6 +53,10 @@ async def _wait(
     priority: int,
     level: list[float] | None = None,
     samples: dict[str, EndpointSample] | None = None,
+    *,
+    pick: Callable[[], RoutingDecision] | None = None,
+    probe: Callable[[], float] | None = None,
+    max_queue_s: float | None = None,
 ) -> RoutingDecision | Refused:
     return await gates.wait(
         scheduler="pool",
@@ -59,9 +64,9 @@ async def _wait(
         priority=priority,
         tenant="t",
         size_bytes=1,
-        max_queue_s=None,
-        pick=lambda: pool.picker(rid),
-        utilisation=None if level is None else lambda: level[0],
+        max_queue_s=max_queue_s,
+        pick=pick or (lambda: pool.picker(rid)),
+        utilisation=probe if probe is not None or level is None else lambda: level[0],
         endpoints=None if samples is None else lambda: samples,
     )
 
@@ -477,15 +482,7 @@ async def test_a_failing_pick_fails_its_own_request_and_the_queue_goes_on() -> N
         raise RuntimeError("scheduler bug")
 
     first = asyncio.create_task(
-        gates.wait(
-            scheduler="pool",
-            request_id="bad",
-            priority=CRITICAL,
-            tenant="t",
-            size_bytes=1,
-            max_queue_s=None,
-            pick=lambda: pool.picker("bad") if pool.free <= 0 else broken(),
-        )
+        _wait(gates, pool, "bad", CRITICAL, pick=lambda: pool.picker("bad") if pool.free <= 0 else broken())
     )
     second = asyncio.create_task(_wait(gates, pool, "good", STANDARD))
     await wait_for(lambda: sum(gates.depths("pool").values()) == 2, what="both queued")
@@ -528,18 +525,7 @@ async def test_a_failing_pass_is_retried_and_ttls_still_hold() -> None:
             raise RuntimeError("probe bug")
         return 0.0
 
-    task = asyncio.create_task(
-        gates.wait(
-            scheduler="pool",
-            request_id="r",
-            priority=STANDARD,
-            tenant="t",
-            size_bytes=1,
-            max_queue_s=5.0,
-            pick=lambda: pool.picker("r"),
-            utilisation=level,
-        )
-    )
+    task = asyncio.create_task(_wait(gates, pool, "r", STANDARD, probe=level, max_queue_s=5.0))
     await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="queued")
     clock[0] = 10.0  # past its deadline: expired although every pass fails after expiry
     result = await asyncio.wait_for(task, timeout=10)
