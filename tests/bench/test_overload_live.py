@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from igw.bench.overload_live import LiveArm, gateway_config, live_requests, run_live_overload
+from igw.bench.overload_live import ARM_BANDS, LiveArm, gateway_config, live_requests, run_live_overload
 from igw.bench.overload_report import completed_rps, live_items, live_markdown, rows_for
 from igw.bench.stats import RequestSample
 from igw.scheduling.flow_control import FlowControlSettings
@@ -36,21 +36,35 @@ async def test_small_live_run_accounts_for_every_request(tmp_path: Path) -> None
     calm = arms[0].__class__(
         name="flow-control", load=0.5, requests=arms[0].requests, samples=arms[0].samples
     )
-    text = live_markdown(rate, [*arms, calm], "igw bench", 5.0)
+    text = live_markdown(rate, [*arms, calm], "igw bench", 5.0, (1.5, 2.25))
     assert "| flow-control | Critical |" in text
+    assert "load average at the start / end: 1.50 / 2.25" in text
     assert "| round-robin | " in text.split("completed req/s")[1]
 
 
-def test_the_no_places_arm_differs_from_the_defaults_only_by_the_per_endpoint_places() -> None:
-    def settings(**kw: bool) -> FlowControlSettings:
-        raw = gateway_config(flow_control=True, **kw)["spec"]["extensions"]["flowControl"]
-        return FlowControlSettings.from_extension(raw)
+def _arm_settings(arm: str | None) -> FlowControlSettings:
+    raw = gateway_config(flow_control=True, bands=ARM_BANDS.get(arm or ""))["spec"]["extensions"][
+        "flowControl"
+    ]
+    return FlowControlSettings.from_extension(raw)
 
-    defaults, without = settings(), settings(endpoint_places=False)
+
+def test_the_no_places_arm_differs_from_the_defaults_only_by_the_per_endpoint_places() -> None:
+    defaults, without = _arm_settings(None), _arm_settings("flow-control-no-places")
     assert defaults.bands.keys() == without.bands.keys()
     for priority, limits in defaults.bands.items():
-        assert without.bands[priority] == dataclasses.replace(limits, max_endpoint_queue=None, keep_slots=0)
+        assert without.bands[priority] == dataclasses.replace(
+            limits, max_endpoint_queue=None, keep_slots=0, slot_wait_s=None
+        )
     assert any(limits.keep_slots for limits in defaults.bands.values())
+
+
+def test_the_fixed_slot_arm_differs_from_the_defaults_only_by_the_slot_wait() -> None:
+    defaults, fixed = _arm_settings(None), _arm_settings("flow-control-fixed-slot")
+    assert defaults.bands.keys() == fixed.bands.keys()
+    for priority, limits in defaults.bands.items():
+        assert fixed.bands[priority] == dataclasses.replace(limits, slot_wait_s=None)
+    assert any(limits.slot_wait_s for limits in defaults.bands.values())
 
 
 def test_completed_rate_credits_only_answers_within_the_offered_period() -> None:

@@ -184,7 +184,7 @@ async def test_every_band_at_one_dispatches_until_saturation_as_before(gateway: 
 
 
 async def test_lower_bands_keep_a_batch_slot_for_critical_once_the_pod_was_seen_full(gateway: Any) -> None:
-    """Default bands: once a scrape showed the pod's batch full (8 running, 1 waiting), Standard
+    """Default bands: once two scrapes showed the pod's batch full (8 running, 1 waiting), Standard
     dispatches only while fewer than 7 run there, so a Critical arrival finds a free slot."""
     d = config_doc([scheduler("pool", MODEL)])
     d["spec"]["extensions"]["flowControl"] = {"pollInterval": "10ms"}
@@ -192,19 +192,22 @@ async def test_lower_bands_keep_a_batch_slot_for_critical_once_the_pod_was_seen_
         running(FakeModelServer("a", running=8, waiting=1)) as (a,),
         gateway(d, {"pool": [a.key]}) as gw,
     ):
+        views = gw.state.runtime.schedulers["pool"].pool.views
         status, _, _ = await asyncio.wait_for(send(gw, "Critical"), timeout=15)
-        assert status == 200  # and the gate has seen the batch full at 8
+        assert status == 200  # and the gate has seen one scrape with a queue behind 8 running
+        a.waiting = 2  # a changed page (an unchanged one would soon count as frozen)
+        await wait_for(lambda: views()[0].metrics.waiting == 2, what="the next scrape")
+        status, _, _ = await asyncio.wait_for(send(gw, "Critical"), timeout=15)
+        assert status == 200  # a second one: the queue lasted, the batch is full at 8
         a.running, a.waiting = 7, 0  # not saturated, queue empty: but only the kept slot is free
-        await wait_for(
-            lambda: gw.state.runtime.schedulers["pool"].pool.views()[0].metrics.running == 7, what="scrape"
-        )
+        await wait_for(lambda: views()[0].metrics.running == 7, what="scrape")
         standard = asyncio.create_task(send(gw, "Standard"))
         await wait_for(lambda: queued(gw) == {0: 1}, what="the Standard request held back")
         status, _, _ = await asyncio.wait_for(send(gw, "Critical"), timeout=15)
         assert status == 200  # Critical takes the kept slot at once
         assert not standard.done()
-        assert len(a.received) == 2
+        assert len(a.received) == 3
         a.running = 5  # two slots free: the held request goes
         status, _, _ = await asyncio.wait_for(standard, timeout=15)
         assert status == 200
-        assert len(a.received) == 3
+        assert len(a.received) == 4

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from igw.config.build import build_gateway_config
+from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.flow_gate import EndpointSample, FlowGates, Refused, endpoint_samples
+from igw.gateway.guards import OpenGuard
+from igw.gateway.state import GatewayState
 from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimits, FlowControlSettings
 from igw.scheduling.types import DecisionKind, EndpointView, EngineMetrics, RoutingDecision
-from tests.gateway.support import wait_for
+from tests.gateway.support import config_doc, scheduler, wait_for
 
 SATURATED = RoutingDecision(DecisionKind.SATURATED, reason="full")
 
@@ -47,6 +53,10 @@ async def _wait(
     priority: int,
     level: list[float] | None = None,
     samples: dict[str, EndpointSample] | None = None,
+    *,
+    pick: Callable[[], RoutingDecision] | None = None,
+    probe: Callable[[], float] | None = None,
+    max_queue_s: float | None = None,
 ) -> RoutingDecision | Refused:
     return await gates.wait(
         scheduler="pool",
@@ -54,9 +64,9 @@ async def _wait(
         priority=priority,
         tenant="t",
         size_bytes=1,
-        max_queue_s=None,
-        pick=lambda: pool.picker(rid),
-        utilisation=None if level is None else lambda: level[0],
+        max_queue_s=max_queue_s,
+        pick=pick or (lambda: pool.picker(rid)),
+        utilisation=probe if probe is not None or level is None else lambda: level[0],
         endpoints=None if samples is None else lambda: samples,
     )
 
@@ -277,13 +287,15 @@ def test_must_wait_holds_a_band_while_no_endpoint_has_a_place() -> None:
 
 def test_a_batch_slot_is_kept_once_the_gate_has_seen_the_endpoint_full() -> None:
     gates = _queue_place_gates([0.0])
+    scrapes = iter(range(100))
 
     def held(waiting: int, running: int, inflight: int = 0) -> bool:
-        sample = EndpointSample(waiting=waiting, running=running, inflight=inflight)
+        sample = EndpointSample(waiting=waiting, running=running, inflight=inflight, scraped_at=next(scrapes))
         return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
 
     assert not held(0, 7)  # never seen full: the batch size is unknown, 7 running says nothing
-    assert held(2, 8)  # full (a queue behind 8 running), and 2 waiting is Standard's queue limit
+    assert not held(1, 8)  # one scrape with a queue: maybe a burst between two engine steps
+    assert held(2, 8)  # full (a queue behind 8 running, twice), and 2 waiting is Standard's queue limit
     assert not held(0, 6)  # 6 of the learned 8: a slot is still free after this one
     assert held(0, 7)  # 7 of 8: the last slot is kept for Critical
     assert held(0, 5, inflight=7)  # the router's own in-flight count, ahead of the scrape, counts
@@ -333,7 +345,8 @@ def test_the_gate_remembers_the_in_flight_count_of_each_new_scrape() -> None:
         sample = EndpointSample(waiting=1, running=8, inflight=inflight, scraped_at=scraped_at)
         return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
 
-    assert held(9, 1.0)  # full: 9 of a batch of 8
+    held(9, 0.5)
+    assert held(9, 1.0)  # full: 9 of a batch of 8 (a queue in two scrapes)
     assert not held(6, 1.0)  # the same scrape, three finished since: 6 of 8
     assert held(6, 2.0)  # a new scrape still shows 8 + 1 with 6 of ours: 3 are another router's
 
@@ -344,3 +357,177 @@ def test_dispatches_since_a_scrape_without_a_queue_count_as_running_until_the_ba
     assert burst.load(6, 3).waiting == 2  # a batch of 6: two of the eight wait
     queued = EndpointSample(waiting=1, running=3, unreflected=5, scraped_at=1.0)
     assert queued.load(None, 0).waiting == 6  # a queue at the scrape: what was sent since joined it
+
+
+@pytest.mark.parametrize(
+    "burst_scrapes",
+    [
+        pytest.param(1, id="one-scrape-between-two-engine-steps"),
+        pytest.param(2, id="engine-starved-for-two-scrapes"),
+    ],
+)
+async def test_a_burst_seen_between_engine_steps_never_locks_a_band_out_of_an_idle_pod(
+    burst_scrapes: int,
+) -> None:
+    # A burst of 20 sent to an idle pod, scraped after the engine admitted the first and before its
+    # next step: running 1, waiting 19. Taking that for a full batch of 1 kept its only slot for
+    # Critical, so a Standard request waited at the idle pod until its TTL passed (429 ttl_expired).
+    clock = [0.0]
+    gates, pool = _queue_place_gates(clock), Pool()
+    pool.free = 100
+    key = "10.0.0.1:8000"
+    samples = {key: EndpointSample(waiting=19, running=1, inflight=20, scraped_at=0.0)}
+    for i in range(burst_scrapes):
+        samples[key] = EndpointSample(waiting=19, running=1, inflight=20, scraped_at=0.1 * i)
+        assert gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints=samples)
+    std = asyncio.create_task(_wait(gates, pool, "std", STANDARD, samples=samples))
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="std queued")
+    samples[key] = EndpointSample(waiting=0, running=0, inflight=0, scraped_at=1.0)  # the burst is done
+    clock[0] = 1.0
+    gates.pump("pool")
+    assert gates.depths("pool") == {}, "held at an idle pod"
+    assert isinstance(await asyncio.wait_for(std, timeout=10), RoutingDecision)
+
+
+def test_what_was_learned_of_an_endpoint_is_dropped_when_it_leaves() -> None:
+    gates = _queue_place_gates([0.0])
+
+    def held(waiting: int, running: int, scraped_at: float) -> bool:
+        sample = EndpointSample(waiting=waiting, running=running, inflight=running, scraped_at=scraped_at)
+        return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
+
+    held(1, 8, 1.0)
+    held(1, 8, 2.0)  # a queue lasting two scrapes: a full batch of 8
+    assert held(0, 7, 3.0)  # the last slot is kept
+    gates.forget(["b:1"])
+    assert held(0, 7, 4.0)
+    gates.forget(["a:1"])
+    assert not held(0, 7, 5.0)  # a new pod at that address: its batch is unknown again
+
+
+def test_the_gateway_forgets_an_endpoint_that_leaves_its_pool() -> None:
+    config = build_gateway_config(config_doc([scheduler("s", "m")]))
+    state = GatewayState(config, guard=OpenGuard(), clock=lambda: 0.0, rng=random.Random(0))
+    state.flow.configure(FlowControlSettings(), retry_after_bounds=(1, 30))
+    state.apply_endpoints("s", [DiscoveredEndpoint("a:1"), DiscoveredEndpoint("b:1")])
+
+    def held(waiting: int, running: int, scraped_at: float) -> bool:
+        sample = EndpointSample(waiting=waiting, running=running, inflight=running, scraped_at=scraped_at)
+        return state.flow.must_wait("s", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
+
+    held(1, 8, 1.0)
+    held(1, 8, 2.0)
+    assert held(0, 7, 3.0)
+    state.apply_endpoints("s", [DiscoveredEndpoint("b:1")])
+    assert not held(0, 7, 4.0)
+
+
+def test_kept_slots_grow_with_the_critical_arrivals_the_gate_has_seen() -> None:
+    clock = [0.0]
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    gates.configure(FlowControlSettings(), retry_after_bounds=(1, 30))
+
+    def held(priority: int, waiting: int, running: int) -> bool:
+        sample = EndpointSample(
+            waiting=waiting, running=running, inflight=running, scraped_at=clock[0], completion_rate=37.7
+        )
+        return gates.must_wait("pool", priority=priority, utilisation=0.1, endpoints={"a:1": sample})
+
+    held(STANDARD, 1, 8)
+    clock[0] = 0.05
+    held(STANDARD, 1, 8)  # the batch is full at 8
+    clock[0] = 0.1
+    assert not held(STANDARD, 0, 6)  # no Critical traffic: the one kept slot of keepSlots
+    for i in range(114):  # Critical at 11.4 requests/s (30 % of the pod's 37.7 completions/s)
+        clock[0] = 0.2 + i / 11.4
+        assert not held(CRITICAL, 0, 6)
+    assert held(STANDARD, 0, 5)  # three slots kept: a Critical arrival waits > 25 ms under 1 %
+    assert not held(STANDARD, 0, 4)
+
+
+def test_endpoint_samples_carry_the_measured_completion_rate() -> None:
+    views = [EndpointView("a:1", EngineMetrics(waiting=0, running=3), scraped_at=0.0)]
+    samples = endpoint_samples(views, {"a:1": 12.5}.get)
+    assert samples["a:1"].completion_rate == 12.5
+    assert samples["a:1"].load(None, None, 30.0).pool_completion_rate == 30.0
+
+
+def _pump_tasks() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("igw-flow-pump-")]
+
+
+async def test_one_pump_task_serves_a_queue_of_hundreds_and_ends_when_it_empties() -> None:
+    # Waiters only await their own decision: 200 of them polling each interval would wake the event
+    # loop tens of thousands of times a second and take the gateway's CPU from the requests it serves.
+    clock = [0.0]
+    gates, pool = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0]), Pool()
+    gates.configure(
+        FlowControlSettings(poll_interval_s=0.001, dispatch_per_endpoint=200), retry_after_bounds=(1, 30)
+    )
+    tasks = [asyncio.create_task(_wait(gates, pool, f"r{i}", STANDARD)) for i in range(200)]
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 200}, what="all queued")
+    assert len(_pump_tasks()) == 1
+    pool.free = 200
+    clock[0] = 1.0
+    results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+    assert all(isinstance(r, RoutingDecision) for r in results)
+    await wait_for(lambda: not _pump_tasks(), what="the pump task ends with an empty queue")
+
+
+async def test_a_failing_pick_fails_its_own_request_and_the_queue_goes_on() -> None:
+    clock = [0.0]
+    gates, pool = _gates(clock), Pool()
+
+    def broken() -> RoutingDecision:
+        raise RuntimeError("scheduler bug")
+
+    first = asyncio.create_task(
+        _wait(gates, pool, "bad", CRITICAL, pick=lambda: pool.picker("bad") if pool.free <= 0 else broken())
+    )
+    second = asyncio.create_task(_wait(gates, pool, "good", STANDARD))
+    await wait_for(lambda: sum(gates.depths("pool").values()) == 2, what="both queued")
+    pool.free = 1
+    clock[0] = 1.0
+    with pytest.raises(RuntimeError, match="scheduler bug"):
+        await asyncio.wait_for(first, timeout=10)
+    assert isinstance(await asyncio.wait_for(second, timeout=10), RoutingDecision)
+    assert pool.placed == ["good"]
+
+
+async def test_no_pick_is_made_once_every_endpoint_has_had_its_budget() -> None:
+    # A pick counts as a dispatch in the scheduler's ledger: one made only to be left unsent would be
+    # phantom load on that endpoint until its next scrape.
+    clock = [0.0]
+    gates, pool = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0]), Pool()
+    gates.configure(
+        FlowControlSettings(poll_interval_s=0.001, dispatch_per_endpoint=2), retry_after_bounds=(1, 30)
+    )
+    samples = {"10.0.0.1:8000": _waiting(0)}
+    tasks = [asyncio.create_task(_wait(gates, pool, f"r{i}", STANDARD, samples=samples)) for i in range(3)]
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 3}, what="all queued")
+    picks = pool.picks
+    pool.free = 3
+    clock[0] = 1.0
+    gates.pump("pool")
+    assert (pool.picks - picks, pool.placed) == (2, ["r0", "r1"])
+    clock[0] = 2.0
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+    assert pool.placed == ["r0", "r1", "r2"]
+
+
+async def test_a_failing_pass_is_retried_and_ttls_still_hold() -> None:
+    clock = [0.0]
+    gates, pool = _gates(clock), Pool()
+    broken = [True]
+
+    def level() -> float:
+        if broken[0]:
+            raise RuntimeError("probe bug")
+        return 0.0
+
+    task = asyncio.create_task(_wait(gates, pool, "r", STANDARD, probe=level, max_queue_s=5.0))
+    await wait_for(lambda: gates.depths("pool") == {STANDARD: 1}, what="queued")
+    clock[0] = 10.0  # past its deadline: expired although every pass fails after expiry
+    result = await asyncio.wait_for(task, timeout=10)
+    assert isinstance(result, Refused)
+    assert result.reason.value == "ttl_expired"

@@ -12,6 +12,7 @@ from igw.scheduling.flow_control import (
     SHEDDABLE,
     STANDARD,
     BandLimits,
+    BatchEstimate,
     EndpointLoad,
     Fairness,
     FlowControlError,
@@ -20,8 +21,9 @@ from igw.scheduling.flow_control import (
     Offer,
     Ordering,
     ShedReason,
-    learned_batch,
     priority_for,
+    slot_miss,
+    slots_for_wait,
 )
 from tests.config.cases import base_document
 
@@ -117,6 +119,40 @@ def test_band_capacity_in_requests_and_bytes() -> None:
     too_big = _offer(fc, "d", size_bytes=16)
     assert (too_big.queued, too_big.reason) == (False, ShedReason.BAND_FULL)
     assert _offer(fc, "e", size_bytes=15).queued
+
+
+def test_a_full_band_takes_a_lighter_tenants_arrival_in_place_of_the_heaviest_tenants_newest() -> None:
+    small = BandLimits(max_requests=4, max_bytes=1000, ttl_s=30.0)
+    fc = FlowController(_settings(bands={STANDARD: small, CRITICAL: BIG}))
+    for i in range(4):
+        assert _offer(fc, f"big{i}", tenant="big", now=float(i)).queued
+    first = _offer(fc, "small0", tenant="small")
+    assert first.queued
+    assert [(s.request.request_id, s.reason) for s in first.displaced] == [("big3", ShedReason.FAIR_SHARE)]
+    assert [s.request.request_id for s in _offer(fc, "small1", tenant="small").displaced] == ["big2"]
+    refused = _offer(fc, "small2", tenant="small")  # 2 each: its share is held
+    assert (refused.queued, refused.reason) == (False, ShedReason.BAND_FULL)
+    assert (_offer(fc, "big4", tenant="big").reason) is ShedReason.BAND_FULL  # no taking turns
+    assert _drain(fc) == ["big0", "small0", "big1", "small1"]
+
+
+def test_fair_share_displacement_frees_enough_bytes_or_nothing() -> None:
+    small = BandLimits(max_requests=100, max_bytes=40, ttl_s=30.0)
+    fc = FlowController(_settings(bands={STANDARD: small, CRITICAL: BIG}))
+    for i in range(4):
+        assert _offer(fc, f"big{i}", tenant="big", size_bytes=10).queued
+    wide = _offer(fc, "wide", tenant="small", size_bytes=25)
+    assert [s.request.request_id for s in wide.displaced] == ["big3", "big2", "big1"]
+    assert len(fc) == 2
+    assert _offer(fc, "huge", tenant="other", size_bytes=41).reason is ShedReason.BAND_FULL
+
+
+def test_global_fairness_keeps_first_come_band_capacity() -> None:
+    small = BandLimits(max_requests=2, max_bytes=1000, ttl_s=30.0)
+    fc = FlowController(_settings(bands={STANDARD: small, CRITICAL: BIG}, fairness=Fairness.GLOBAL))
+    assert _offer(fc, "a", tenant="big").queued
+    assert _offer(fc, "b", tenant="big").queued
+    assert _offer(fc, "c", tenant="small").reason is ShedReason.BAND_FULL
 
 
 def test_global_capacity_sheds_sheddable_first_newest_first_and_never_upwards() -> None:
@@ -484,21 +520,118 @@ def test_default_bands_keep_a_queue_place_and_a_batch_slot_at_each_endpoint_for_
 
 
 @pytest.mark.parametrize(
-    ("previous", "waiting", "running", "learned"),
+    ("scrapes", "learned"),
     [
-        (None, 0, 5, None),  # no queue: the batch is at least 5, not 5
-        (None, None, 5, None),
-        (None, 3, 8, 8),  # a queue behind 8 running: the batch is full at 8
-        (8, 0, 3, 8),  # remembered
-        (8, 2, 6, 8),  # a smaller full batch (long sequences) does not lower it
-        (8, 1, 12, 12),
-        (None, 2, 0, None),
+        ([(0, 5)], None),  # no queue: the batch is at least 5, not 5
+        ([(None, 5)], None),
+        ([(3, 8)], None),  # one queued scrape may be a burst between two engine steps
+        ([(3, 8), (2, 8)], 8),  # the queue lasted a scrape interval: the batch is full at 8
+        ([(19, 1), (0, 20)], None),  # a burst arriving between steps, admitted at the next one
+        ([(19, 1), (0, 20), (3, 8)], None),  # queued scrapes must be consecutive
+        ([(19, 1), (12, 8)], 8),  # two queued scrapes: the larger running count
+        ([(3, 8), (2, 8), (0, 3)], 8),  # remembered
+        ([(3, 8), (2, 8), (2, 6), (2, 6)], 8),  # a smaller full batch (long sequences) keeps it
+        ([(3, 8), (2, 8), (0, 12)], 12),  # running more than the learned batch raises it
+        ([(2, 0), (2, 0)], None),
     ],
 )
-def test_batch_size_is_learned_from_full_batches_only(
-    previous: int | None, waiting: int | None, running: int | None, learned: int | None
+def test_batch_size_is_learned_from_a_queue_that_lasts(
+    scrapes: list[tuple[int | None, int]], learned: int | None
 ) -> None:
-    assert learned_batch(previous, waiting=waiting, running=running) == learned
+    estimate = BatchEstimate()
+    for waiting, running in scrapes:
+        estimate = estimate.after_scrape(waiting=waiting, running=running)
+    assert estimate.batch == learned
+
+
+@pytest.mark.parametrize(
+    ("batch", "occupancy", "admitted"), [(1, 0, True), (1, 1, False), (2, 0, True), (2, 1, False)]
+)
+def test_kept_slots_never_take_the_whole_batch(batch: int, occupancy: int, admitted: bool) -> None:
+    # However small the batch (or a mistaken estimate of it), every band may use one slot: with the
+    # whole batch kept, a lower band would wait at an idle endpoint until its TTL passed.
+    fc = FlowController(FlowControlSettings())
+    assert fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=occupancy, batch=batch)) is admitted
+
+
+@pytest.mark.parametrize(
+    ("kept", "load", "miss"),
+    [
+        (0, 0.3, 1.0),  # nothing kept: every higher-band arrival waits for a completion
+        (1, 0.3, 0.3 * 0.7 / (1 - 0.3**2)),
+        (3, 0.3, 0.3**3 * 0.7 / (1 - 0.3**4)),
+        (2, 1.0, 1 / 3),
+        (1, 0.0, 0.0),  # no higher-band traffic
+    ],
+)
+def test_slot_miss_is_the_birth_death_chance_of_no_free_slot(kept: int, load: float, miss: float) -> None:
+    assert slot_miss(kept, load) == pytest.approx(miss)
+
+
+@pytest.mark.parametrize(
+    ("higher_rate", "completion_rate", "pool_rate", "wait_s", "most", "kept"),
+    [
+        # An 8-sequence pod finishing 37.7 requests/s, Critical at 30 % of that: 1 slot misses 23 %
+        # of arrivals (a 26 ms mean wait), 3 keep the 25 ms tail under 1 %.
+        (11.4, 37.7, 37.7, 0.025, 4, 3),
+        (11.4, 37.7, 37.7, 0.100, 4, 1),  # a longer tolerated wait needs fewer
+        (11.4, 37.7, 37.7, 0.001, 2, 2),  # capped
+        (183.0, 610.0, 610.0, 0.025, 64, 0),  # a 128-sequence pod completes so often none is needed
+        (22.8, 37.7, 75.4, 0.025, 4, 3),  # two pods: each sees half the higher-band arrivals
+        (0.0, 37.7, 37.7, 0.025, 4, 0),  # no higher-band traffic
+        (11.4, 0.0, 0.0, 0.025, 4, 0),  # no completion measured yet
+    ],
+)
+def test_slots_for_wait_from_the_higher_bands_arrival_rate_and_the_completion_rate(
+    higher_rate: float, completion_rate: float, pool_rate: float, wait_s: float, most: int, kept: int
+) -> None:
+    got = slots_for_wait(
+        higher_rate=higher_rate,
+        completion_rate=completion_rate,
+        pool_completion_rate=pool_rate,
+        wait_s=wait_s,
+        most=most,
+    )
+    assert got == kept
+
+
+def test_default_standard_keeps_the_slots_measured_critical_traffic_needs_and_sheddable_at_least_those() -> (
+    None
+):
+    fc = FlowController(FlowControlSettings())
+    pod = {"batch": 8, "completion_rate": 37.7, "pool_completion_rate": 37.7}
+    assert (
+        fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=0.0) == 1
+    )  # no Critical yet
+    for i in range(114):  # Critical at 11.4 requests/s over the last 10 s
+        fc.arrived(CRITICAL, i / 11.4)
+    now = 114 / 11.4
+    assert fc.arrival_rate_above(STANDARD, now) == pytest.approx(11.4, rel=0.02)
+    assert fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 3
+    assert fc.slots_kept(SHEDDABLE, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 3
+    assert fc.slots_kept(CRITICAL, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 0
+    assert [fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=n, **pod), now=now) for n in (4, 5)] == [
+        True,
+        False,
+    ]
+    assert fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=6, batch=8), now=now)  # no rates: 1 slot
+    assert (
+        fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=now + 11) == 1
+    )  # gone quiet
+    assert fc.arrival_rate_above(CRITICAL, now) == 0.0
+
+
+def test_slot_wait_is_read_from_the_extension_and_must_be_positive() -> None:
+    raw = {"bands": [{"priority": 1}, {"priority": 0, "slotWait": "40ms"}]}
+    assert validate_document(_flow_doc(raw)) == []
+    s = FlowControlSettings.from_extension(raw)
+    assert (s.bands[1].slot_wait_s, s.bands[0].slot_wait_s) == (None, pytest.approx(0.04))
+    assert FlowControlSettings().bands[STANDARD].slot_wait_s == pytest.approx(0.025)
+    assert FlowControlSettings().bands[SHEDDABLE].slot_wait_s is None
+    problems = validate_document(_flow_doc({"bands": [{"priority": 0, "slotWait": "soon"}]}))
+    assert "spec.extensions.flowControl.bands[0].slotWait" in {p.path for p in problems}
+    with pytest.raises(FlowControlError, match=r"bands\[0\]\.slotWait must be positive"):
+        BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0, slot_wait_s=0.0).check("bands[0]")
 
 
 def test_per_endpoint_limits_are_read_from_the_extension_and_absent_means_none() -> None:

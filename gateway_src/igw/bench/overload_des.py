@@ -111,18 +111,25 @@ class Outcome:
     depth_samples: list[tuple[float, dict[int, int]]] = field(default_factory=list)
 
 
-def arrivals(scenario: OverloadScenario, seed: int) -> list[Arrival]:
-    """The request list every policy replays (one Poisson stream per traffic class)."""
-    rng = random.Random(seed)
-    total_rps = scenario.load * scenario.capacity_rps
+def poisson_streams(
+    rng: random.Random, total_rps: float, duration_s: float, mix: Sequence[TrafficClass]
+) -> list[tuple[float, str, int]]:
+    """Arrival times, tenants and priorities of one Poisson stream per traffic class, in time order."""
     out: list[tuple[float, str, int]] = []
-    for cls in scenario.mix:
+    for cls in mix:
         rate = total_rps * cls.share
         t = rng.expovariate(rate)
-        while t < scenario.duration_s:
+        while t < duration_s:
             out.append((t, cls.tenant, cls.priority))
             t += rng.expovariate(rate)
     out.sort()
+    return out
+
+
+def arrivals(scenario: OverloadScenario, seed: int) -> list[Arrival]:
+    """The request list every policy replays (one Poisson stream per traffic class)."""
+    rng = random.Random(seed)
+    out = poisson_streams(rng, scenario.load * scenario.capacity_rps, scenario.duration_s, scenario.mix)
     result = []
     for index, (at, tenant, priority) in enumerate(out):
         prefill = rng.uniform(*scenario.prefill_s)

@@ -7,6 +7,8 @@ Sheddable, tenants as in the DES, named in ``x-gateway-inference-objective`` and
 ``x-gateway-inference-fairness-id``) is sent, streaming, through three routers in turn:
 
 * ``flow-control``: ``igw serve`` with ``spec.extensions.flowControl`` (default bands);
+* ``flow-control-fixed-slot``: the same bands with Standard's ``slotWait`` left out, so each pod
+  keeps the constant one batch slot of ``keepSlots`` whatever the Critical traffic;
 * ``flow-control-no-places``: the same bands without the per-endpoint places (``maxEndpointQueue``,
   ``keepSlots``), so their effect and their cost are measured in the same run;
 * ``no-flow-control``: ``igw serve`` without it (429 when the pool is saturated);
@@ -23,7 +25,7 @@ import contextlib
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -44,13 +46,42 @@ MAX_TOKENS: Final = 32
 MAX_NUM_SEQS: Final = 8
 PROBE_S: Final = 8.0
 PROBE_CONCURRENCY: Final = 3 * MAX_NUM_SEQS
-ARMS: Final = ("flow-control", "flow-control-no-places", "no-flow-control", "round-robin")
+ARMS: Final = (
+    "flow-control",
+    "flow-control-fixed-slot",
+    "flow-control-no-places",
+    "no-flow-control",
+    "round-robin",
+)
+FIXED_SLOT_BANDS: Final = (
+    {"priority": 1, "maxRequests": 256, "ttl": "60s"},
+    {
+        "priority": 0,
+        "maxRequests": 256,
+        "ttl": "30s",
+        "dispatchBelow": 0.9,
+        "maxEndpointQueue": 2,
+        "keepSlots": 1,
+    },
+    {
+        "priority": -1,
+        "maxRequests": 128,
+        "maxBytes": 32 << 20,
+        "ttl": "10s",
+        "dispatchBelow": 0.9,
+        "maxEndpointQueue": 2,
+        "keepSlots": 1,
+    },
+)
+"""The default bands without Standard's ``slotWait``: one kept batch slot per pod, always."""
 NO_PLACES_BANDS: Final = (
     {"priority": 1, "maxRequests": 256, "ttl": "60s"},
     {"priority": 0, "maxRequests": 256, "ttl": "30s", "dispatchBelow": 0.9},
     {"priority": -1, "maxRequests": 128, "maxBytes": 32 << 20, "ttl": "10s", "dispatchBelow": 0.9},
 )
-"""The default bands' limits and headroom, without ``maxEndpointQueue`` and ``keepSlots``."""
+"""The default bands' limits and headroom, without ``maxEndpointQueue``, ``keepSlots`` and ``slotWait``."""
+ARM_BANDS: Final = {"flow-control-fixed-slot": FIXED_SLOT_BANDS, "flow-control-no-places": NO_PLACES_BANDS}
+"""The flow-control arms that replace the default bands, and their bands."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +145,13 @@ def live_requests(
     return sorted(out, key=lambda r: r.at_s)
 
 
-def gateway_config(*, flow_control: bool, endpoint_places: bool = True) -> dict[str, Any]:
+def gateway_config(*, flow_control: bool, bands: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """``igw serve``'s configuration for one arm: flow control with the default bands, or ``bands``."""
     extensions: dict[str, Any] = {"routing": {"scrapeInterval": "50ms", "configReloadInterval": "1s"}}
     if flow_control:
         extensions["flowControl"] = {"pollInterval": "10ms"}
-        if not endpoint_places:
-            extensions["flowControl"]["bands"] = [dict(b) for b in NO_PLACES_BANDS]
+        if bands is not None:
+            extensions["flowControl"]["bands"] = [dict(b) for b in bands]
     return {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
@@ -143,7 +175,7 @@ async def _router(arm: str, work: Path, fleet: RunningFleet) -> AsyncIterator[st
         pattern = LISTENING_PREFIX + r"(http://\S+)"
     else:
         flow = arm.startswith("flow-control")
-        config = yaml.safe_dump(gateway_config(flow_control=flow, endpoint_places=arm == "flow-control"))
+        config = yaml.safe_dump(gateway_config(flow_control=flow, bands=ARM_BANDS.get(arm)))
         endpoints = yaml.safe_dump({"schedulers": {"main": [fleet.pods[0].key]}})
         await asyncio.to_thread((folder / "igwc.yaml").write_text, config)
         await asyncio.to_thread((folder / "endpoints.yaml").write_text, endpoints)

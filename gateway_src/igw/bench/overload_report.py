@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from igw.bench.overload_des import (
     simulate,
 )
 from igw.bench.overload_live import LiveArm, run_live_overload
+from igw.bench.overload_pod import PodScenario, pod_markdown
 from igw.bench.stats import percentile
 from igw.scheduling.flow_control import FlowControlSettings
 
@@ -305,7 +307,7 @@ def run_overload_command(*, out: Path, quick: bool, seed: int, command: str) -> 
     scenario = OverloadScenario(duration_s=60.0 if quick else 300.0)
     report = run_overload(scenario, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
-    text = markdown(report, command)
+    text = markdown(report, command) + pod_markdown(PodScenario(duration_s=15.0 if quick else 60.0), seed)
     (out / "overload-priority.md").write_text(text, encoding="utf-8")
     data = {
         "seed": seed,
@@ -342,7 +344,14 @@ def _completed(arms: Sequence[LiveArm], duration_s: float) -> list[tuple[LiveArm
     return [(arm, completed_rps(arm, duration_s)) for arm in arms]
 
 
-def live_markdown(rate: float, arms: Sequence[LiveArm], command: str, duration_s: float) -> str:
+def live_markdown(
+    rate: float,
+    arms: Sequence[LiveArm],
+    command: str,
+    duration_s: float,
+    load_average: tuple[float, float] | None = None,
+) -> str:
+    """The live tables; ``load_average``: the machine's 1-minute load average at the start and end."""
     loaded = [a for a in arms if a.load > UNLOADED_LOAD]
     calm = next(a for a in arms if a.load == UNLOADED_LOAD)
     rows = [row for arm in loaded for row in rows_for(arm.name, live_items(arm))]
@@ -354,6 +363,14 @@ def live_markdown(rate: float, arms: Sequence[LiveArm], command: str, duration_s
         "",
         f"Command: `{command}`. One simulated pod measured at {rate:.1f} completions/s (closed loop), "
         f"offered {loaded[0].load:.0%} of it for {duration_s:g} s through each router.",
+        *(
+            []
+            if load_average is None
+            else [
+                "",
+                f"1-minute load average at the start / end: {load_average[0]:.2f} / {load_average[1]:.2f}.",
+            ]
+        ),
         "",
         "| router | band | offered | served | not served | TTFT p50 s | TTFT p99 s |",
         "|---|---|---|---|---|---|---|",
@@ -388,8 +405,9 @@ def run_live_overload_command(*, out: Path, quick: bool, seed: int, command: str
     """The live CLI body: run the routers in turn, write ``overload-priority-live.md``, print it."""
     duration_s = 15.0 if quick else 60.0
     (out / "overload-live-work").mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()[0]
     rate, arms = asyncio.run(run_live_overload(out / "overload-live-work", duration_s=duration_s, seed=seed))
-    text = live_markdown(rate, arms, command, duration_s)
+    text = live_markdown(rate, arms, command, duration_s, (load_before, os.getloadavg()[0]))
     (out / "overload-priority-live.md").write_text(text, encoding="utf-8")
     print(text)
     return 0

@@ -1,11 +1,14 @@
 """Flow control in the request path: a saturated request waits in its band's queue.
 
 Wraps the pure queues of :mod:`igw.scheduling.flow_control` (one :class:`FlowController` per
-scheduler, so one pool's overload never queues another pool's traffic) with asyncio futures. There
-is no background task: every waiting request re-runs :meth:`FlowGates.pump` each poll interval,
-which expires requests past their TTL and, while the head of the highest band can be placed (the
-scheduler no longer answers ``SATURATED``), hands it its routing decision. Capacity is therefore seen
-through the scraped metrics, the same signal the saturation check uses for new arrivals.
+scheduler, so one pool's overload never queues another pool's traffic) with asyncio futures. One
+pump task per scheduler, alive while its queue holds requests, runs :meth:`FlowGates.pump` each
+poll interval: it expires requests past their TTL and, while the head of the highest band can be
+placed (the scheduler no longer answers ``SATURATED``), hands it its routing decision. Capacity is
+therefore seen through the scraped metrics, the same signal the saturation check uses for new
+arrivals. Waiting requests only await their own future: with each of them polling instead, a queue
+of a few hundred requests woke the event loop tens of thousands of times a second and took the
+gateway's CPU from the requests it was serving.
 
 A waiter that is cancelled (its client disconnected) leaves its queue at once.
 
@@ -16,7 +19,9 @@ not call saturated must still queue. Without a probe the gate dispatches on satu
 Per-endpoint places (``maxEndpointQueue``, ``keepSlots``) likewise need an :data:`EndpointSamples`
 probe: the scraped queue and batch of each fresh endpoint, the dispatches the scrapes have not
 shown yet, and the router's own in-flight requests there. The gate learns each endpoint's batch
-size from them (:func:`~igw.scheduling.flow_control.learned_batch`). A lower band is held while no
+size from them (:class:`~igw.scheduling.flow_control.BatchEstimate`, once per new scrape), and
+forgets what it learned of an endpoint when the endpoint leaves its pool (:meth:`FlowGates.forget`).
+A lower band is held while no
 endpoint has a place for it; the probe is read before the scheduler runs, because a pick that is not
 sent would still count as a dispatch in the scheduler's ledger of unreflected dispatches.
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,15 +42,17 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from igw.scheduling.flow_control import (
+    BatchEstimate,
     EndpointLoad,
     FlowController,
     FlowControlSettings,
     Shed,
     ShedReason,
-    learned_batch,
     priority_for,
 )
 from igw.scheduling.types import DecisionKind, EndpointKey, EndpointView, RoutingDecision
+
+log = logging.getLogger("igw.gateway.flow")
 
 OBJECTIVE_HEADER: Final = "x-gateway-inference-objective"
 FAIRNESS_HEADER: Final = "x-gateway-inference-fairness-id"
@@ -79,8 +87,12 @@ class EndpointSample:
     is not in it)."""
     scraped_at: float | None = None
     """When the scrape was taken (a new value is a new scrape)."""
+    completion_rate: float | None = None
+    """This router's completions there per second, measured (``None`` before any)."""
 
-    def load(self, batch: int | None, inflight_at_scrape: int | None) -> EndpointLoad:
+    def load(
+        self, batch: int | None, inflight_at_scrape: int | None, pool_completion_rate: float | None = None
+    ) -> EndpointLoad:
         """The endpoint's load now.
 
         The scrape is up to a scrape interval old: it still counts sequences that have finished
@@ -103,22 +115,36 @@ class EndpointSample:
             waiting = scraped_waiting + max(0, self.unreflected)
         else:  # never seen full, no queue at the scrape: what was sent since is taken to run
             waiting = 0
-        return EndpointLoad(waiting=waiting, occupancy=occupancy, batch=batch)
+        return EndpointLoad(
+            waiting=waiting,
+            occupancy=occupancy,
+            batch=batch,
+            completion_rate=self.completion_rate,
+            pool_completion_rate=pool_completion_rate,
+        )
 
 
 EndpointSamples = Callable[[], Mapping[EndpointKey, EndpointSample]]
 """Reads each fresh endpoint of the pool now (see :func:`endpoint_samples`)."""
 
 
-def endpoint_samples(views: Sequence[EndpointView]) -> dict[EndpointKey, EndpointSample]:
+def endpoint_samples(
+    views: Sequence[EndpointView], completion_rate: Callable[[EndpointKey], float | None] | None = None
+) -> dict[EndpointKey, EndpointSample]:
     """One sample per endpoint with metrics.
 
     ``views`` are the pool's fresh endpoints as the scheduler annotates them (its ledger fills in
-    ``unreflected_dispatches``), so a burst sent since the last scrape already counts.
+    ``unreflected_dispatches``), so a burst sent since the last scrape already counts;
+    ``completion_rate`` reads an endpoint's measured completions per second.
     """
     return {
         v.key: EndpointSample(
-            v.metrics.waiting, v.metrics.running, v.unreflected_dispatches, v.inflight, v.scraped_at
+            v.metrics.waiting,
+            v.metrics.running,
+            v.unreflected_dispatches,
+            v.inflight,
+            v.scraped_at,
+            None if completion_rate is None else completion_rate(v.key),
         )
         for v in views
         if v.metrics is not None
@@ -132,6 +158,16 @@ class Refused:
     reason: ShedReason
     retry_after_s: int
     priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Scraped:
+    """What the gate remembers of an endpoint's latest scrape it has seen."""
+
+    scraped_at: float
+    inflight: int
+    """This router's in-flight count when the scrape was first seen."""
+    batch: BatchEstimate
 
 
 @dataclass(slots=True)
@@ -200,14 +236,14 @@ class FlowGates:
         self._controllers: dict[str, FlowController] = {}
         self._waiters: dict[str, _Waiter] = {}
         self._last_pump: dict[str, float] = {}
+        self._pumps: dict[str, asyncio.Task[None]] = {}
+        """Each scheduler's pump task, while its queue holds requests."""
         self._utilisation: dict[str, Utilisation] = {}
         """The latest utilisation probe each scheduler's waiters brought (for headroom)."""
         self._samples: dict[str, EndpointSamples] = {}
         """The latest endpoint probe each scheduler's waiters brought (for per-endpoint places)."""
-        self._batches: dict[EndpointKey, int] = {}
-        """Each endpoint's learned batch size."""
-        self._at_scrape: dict[EndpointKey, tuple[float, int]] = {}
-        """Each endpoint's latest scrape time and this router's in-flight count when it was first seen."""
+        self._scraped: dict[EndpointKey, _Scraped] = {}
+        """Each endpoint's latest scrape seen, with its learned batch size."""
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -257,7 +293,9 @@ class FlowGates:
         controller = self._controllers.get(scheduler)
         if controller is None:
             controller = self._controllers[scheduler] = FlowController(settings)
-        if endpoints and not self._has_place(controller, priority, self._loads(endpoints)):
+        now = self.clock()
+        controller.arrived(priority, now)
+        if endpoints and not self._has_place(controller, priority, self._loads(endpoints), now):
             return True
         return not controller.admits(priority, utilisation) or controller.queued_at_or_above(priority) > 0
 
@@ -309,11 +347,10 @@ class FlowGates:
         self._waiters[request_id] = _Waiter(pick=pick, future=future, gate=scheduler)
         self._update_depth(scheduler, controller)
         try:
-            while not future.done():
-                self.pump(scheduler)
-                if not future.done():
-                    await asyncio.wait([future], timeout=settings.poll_interval_s)
-            result = future.result()
+            self._pump_logging_failures(scheduler)
+            if not future.done():
+                self._ensure_pump(scheduler)
+            result = await future
         except asyncio.CancelledError:
             controller.cancel(request_id)
             self._update_depth(scheduler, controller)
@@ -323,6 +360,31 @@ class FlowGates:
         if isinstance(result, RoutingDecision):
             self.metrics.wait.labels(scheduler, str(priority)).observe(self.clock() - now)
         return result
+
+    def _ensure_pump(self, scheduler: str) -> None:
+        task = self._pumps.get(scheduler)
+        if task is None or task.done():
+            self._pumps[scheduler] = asyncio.get_running_loop().create_task(
+                self._pump_while_queued(scheduler), name=f"igw-flow-pump-{scheduler}"
+            )
+
+    async def _pump_while_queued(self, scheduler: str) -> None:
+        """Pump ``scheduler`` every poll interval until its queue is empty.
+
+        A pass that fails (a probe of the pool raising) is logged and the next one tried: this task
+        is the only thing that dispatches and expires the queued requests, so ending it would leave
+        them waiting until their clients gave up. Expiry runs first in each pass, so TTLs still hold.
+        """
+        controller = self._controllers.get(scheduler)
+        while controller is not None and len(controller):
+            await asyncio.sleep(self.settings.poll_interval_s if self.settings is not None else 0.02)
+            self._pump_logging_failures(scheduler)
+
+    def _pump_logging_failures(self, scheduler: str) -> None:
+        try:
+            self.pump(scheduler)
+        except Exception:  # logged, and retried at the next interval (see _pump_while_queued)
+            log.exception("flow control: pumping the queue of scheduler %s failed", scheduler)
 
     def pump(self, scheduler: str) -> None:
         """Expire late requests, then dispatch from the top while the pool has capacity.
@@ -351,13 +413,21 @@ class FlowGates:
                 controller.cancel(item.request_id)
                 continue
             loads = self._loads(samples()) if samples is not None else {}
-            if loads and not self._has_place(controller, item.priority, loads):
+            if loads and not self._has_place(controller, item.priority, loads, now):
                 break  # no endpoint has a place for this band (and lower bands wait behind it)
-            decision = waiter.pick()
+            if loads and all(taken[key] >= budget for key in loads):
+                break  # every endpoint has had its budget: a pick now would only be a phantom dispatch
+            try:
+                decision = waiter.pick()
+            except Exception as exc:  # a scheduler bug fails this request, not the whole queue
+                log.exception("flow control: placing queued request %s failed", item.request_id)
+                controller.cancel(item.request_id)
+                waiter.future.set_exception(exc)
+                continue
             if decision.kind is DecisionKind.SATURATED or taken[decision.endpoint] >= budget:
                 break
             chosen = loads.get(decision.endpoint) if decision.endpoint is not None else None
-            if chosen is not None and not controller.admits_to(item.priority, chosen):
+            if chosen is not None and not controller.admits_to(item.priority, chosen, now=now):
                 break  # the scheduler prefers an endpoint without a place: wait for the next poll
             taken[decision.endpoint] += 1
             controller.take(item, now)
@@ -367,21 +437,30 @@ class FlowGates:
     def _loads(self, samples: Mapping[EndpointKey, EndpointSample]) -> dict[EndpointKey, EndpointLoad]:
         """Each endpoint's load, learning its batch size from the sample on the way."""
         out: dict[EndpointKey, EndpointLoad] = {}
+        rates = [s.completion_rate for s in samples.values() if s.completion_rate is not None]
+        pool_rate = sum(rates) if rates else None
         for key, sample in samples.items():
-            batch = learned_batch(self._batches.get(key), waiting=sample.waiting, running=sample.running)
-            if batch is not None:
-                self._batches[key] = batch
-            seen = self._at_scrape.get(key)
-            if sample.scraped_at is not None and (seen is None or seen[0] != sample.scraped_at):
-                seen = self._at_scrape[key] = (sample.scraped_at, sample.inflight)
-            out[key] = sample.load(batch, None if seen is None else seen[1])
+            seen = self._scraped.get(key)
+            if sample.scraped_at is not None and (seen is None or seen.scraped_at != sample.scraped_at):
+                before = seen.batch if seen is not None else BatchEstimate()
+                batch = before.after_scrape(waiting=sample.waiting, running=sample.running)
+                seen = self._scraped[key] = _Scraped(sample.scraped_at, sample.inflight, batch)
+            if seen is None:
+                out[key] = sample.load(None, None, pool_rate)
+            else:
+                out[key] = sample.load(seen.batch.batch, seen.inflight, pool_rate)
         return out
+
+    def forget(self, endpoints: Sequence[EndpointKey]) -> None:
+        """Drop what was learned of endpoints that left their pool (a returning one starts afresh)."""
+        for key in endpoints:
+            self._scraped.pop(key, None)
 
     @staticmethod
     def _has_place(
-        controller: FlowController, priority: int, loads: Mapping[EndpointKey, EndpointLoad]
+        controller: FlowController, priority: int, loads: Mapping[EndpointKey, EndpointLoad], now: float
     ) -> bool:
-        return any(controller.admits_to(priority, load) for load in loads.values())
+        return any(controller.admits_to(priority, load, now=now) for load in loads.values())
 
     def depths(self, scheduler: str) -> dict[int, int]:
         controller = self._controllers.get(scheduler)

@@ -328,13 +328,15 @@ def _utilisation(state: GatewayState, sr: SchedulerRuntime) -> Callable[[], floa
 
 
 def _endpoint_samples(state: GatewayState, sr: SchedulerRuntime) -> EndpointSamples:
-    """A probe of each fresh endpoint's queue, batch and in-flight requests (flow control's places)."""
+    """A probe of each fresh endpoint's queue, batch, in-flight requests and completion rate (flow
+    control's places)."""
 
     def probe() -> Mapping[EndpointKey, EndpointSample]:
         now = state.clock()
         fresh = [v for v in sr.pool.views() if sr.scheduler.is_fresh(v, now)]
         ledger = sr.scheduler.ledger
-        return endpoint_samples(ledger.annotate(fresh, now=now) if ledger is not None else fresh)
+        views = ledger.annotate(fresh, now=now) if ledger is not None else fresh
+        return endpoint_samples(views, lambda key: sr.scheduler.drain.rate(key, now))
 
     return probe
 

@@ -81,6 +81,7 @@ class GatewayState:
         added, removed = sr.pool.replace(endpoints)
         if removed:
             sr.scheduler.on_endpoints_removed(removed)
+            self.flow.forget(removed)
         if added or removed:
             log.info("scheduler %s endpoints: +%s -%s", scheduler, added, removed)
             if self.scraper is not None:
@@ -111,6 +112,7 @@ class GatewayState:
                 _, removed = sr.pool.replace(self.discovered[name])
                 if removed:
                     sr.scheduler.on_endpoints_removed(removed)
+                    self.flow.forget(removed)
         self.runtime = new
         self.config_error = None
         for hook in self.on_config_applied:

@@ -18,7 +18,7 @@ should go next, tries to place it, and commits with :meth:`FlowController.take` 
   (:meth:`FlowController.admits_to`): it dispatches to an endpoint only while fewer than its
   ``max_endpoint_queue`` requests wait there, so a higher-band request sent there queues behind at
   most that many lower-band ones in the model server's own first-come queue; and, once the
-  endpoint's batch size is known (:func:`learned_batch`), only while at least ``keep_slots`` of its
+  endpoint's batch size is known (:class:`BatchEstimate`), only while at least ``keep_slots`` of its
   batch slots would stay free, so a higher-band arrival starts at once instead of waiting for a
   running sequence to finish;
 * a queued request leaves when its TTL (the band's, or the client's deadline when shorter) passes,
@@ -70,6 +70,13 @@ endpoint waits there behind at most this many lower-band requests (plus the runn
 DEFAULT_KEEP_SLOTS: Final = 1
 """The named Standard and Sheddable bands' ``keep_slots``: one batch slot per endpoint stays free for
 Critical arrivals once the endpoint's batch size is known."""
+DEFAULT_SLOT_WAIT_S: Final = 0.025
+"""The named Standard band's ``slot_wait_s``: it keeps enough batch slots free that a Critical
+arrival waits longer than this for one only at the :data:`SLOT_WAIT_QUANTILE` tail."""
+SLOT_WAIT_QUANTILE: Final = 0.99
+"""The share of higher-band arrivals that must find a batch slot within ``slot_wait_s``."""
+ARRIVAL_WINDOW_S: Final = 10.0
+"""How far back arrivals count towards a band's measured arrival rate."""
 
 
 class FlowControlError(IgwSchedulingError, ValueError):
@@ -92,6 +99,8 @@ class Ordering(StrEnum):
 
 class ShedReason(StrEnum):
     BAND_FULL = "band_full"
+    FAIR_SHARE = "fair_share"
+    """Displaced from a full band by a tenant with fewer requests queued there."""
     QUEUE_FULL = "queue_full"
     DISPLACED = "displaced"
     TTL_EXPIRED = "ttl_expired"
@@ -115,7 +124,14 @@ class BandLimits:
     keep_slots: int = 0
     """Batch slots the band leaves free at each endpoint for higher bands: it dispatches to an
     endpoint only while the requests there (running and waiting) stay below its batch size minus
-    this. Applies only where the batch size is known (:func:`learned_batch`)."""
+    this. Applies only where the batch size is known (:class:`BatchEstimate`); never the
+    whole batch (:func:`kept_slots`)."""
+    slot_wait_s: float | None = None
+    """Keep more batch slots than ``keep_slots`` when the bands above need them: as many as the
+    higher bands' measured arrival rate and the endpoint's completion rate require for a higher-band
+    arrival to wait longer than this for a slot at most ``1 - SLOT_WAIT_QUANTILE`` of the time
+    (:func:`slots_for_wait`), up to half the batch. Bands below keep at least as many. ``None``:
+    ``keep_slots`` alone."""
 
     def check(self, where: str) -> None:
         if self.max_requests < 1:
@@ -132,10 +148,14 @@ class BandLimits:
             )
         if self.keep_slots < 0:
             raise FlowControlError(f"{where}.keepSlots must be at least 0, got {self.keep_slots}")
+        if self.slot_wait_s is not None and not self.slot_wait_s > 0:
+            raise FlowControlError(f"{where}.slotWait must be positive, got {self.slot_wait_s:g}s")
 
 
-def _named_lower_band(*, max_requests: int, max_bytes: int, ttl_s: float) -> BandLimits:
-    """A default band below Critical: it keeps headroom, queue places and a batch slot for it."""
+def _named_lower_band(
+    *, max_requests: int, max_bytes: int, ttl_s: float, slot_wait_s: float | None = None
+) -> BandLimits:
+    """A default band below Critical: it keeps headroom, queue places and batch slots for it."""
     return BandLimits(
         max_requests=max_requests,
         max_bytes=max_bytes,
@@ -143,6 +163,7 @@ def _named_lower_band(*, max_requests: int, max_bytes: int, ttl_s: float) -> Ban
         dispatch_below=DEFAULT_DISPATCH_BELOW,
         max_endpoint_queue=DEFAULT_MAX_ENDPOINT_QUEUE,
         keep_slots=DEFAULT_KEEP_SLOTS,
+        slot_wait_s=slot_wait_s,
     )
 
 
@@ -153,7 +174,9 @@ class FlowControlSettings:
     bands: Mapping[int, BandLimits] = field(
         default_factory=lambda: {
             CRITICAL: BandLimits(max_requests=256, max_bytes=64 << 20, ttl_s=60.0),
-            STANDARD: _named_lower_band(max_requests=256, max_bytes=64 << 20, ttl_s=30.0),
+            STANDARD: _named_lower_band(
+                max_requests=256, max_bytes=64 << 20, ttl_s=30.0, slot_wait_s=DEFAULT_SLOT_WAIT_S
+            ),
             SHEDDABLE: _named_lower_band(max_requests=128, max_bytes=32 << 20, ttl_s=10.0),
         }
     )
@@ -200,6 +223,11 @@ class FlowControlSettings:
                         int(band["maxEndpointQueue"]) if "maxEndpointQueue" in band else None
                     ),
                     keep_slots=int(band.get("keepSlots", 0)),
+                    slot_wait_s=(
+                        _duration(band["slotWait"], f"{where}.bands[{i}].slotWait")
+                        if "slotWait" in band
+                        else None
+                    ),
                 )
             _check_headroom_order(raw["bands"], where)
         objectives: dict[str, int] = {}
@@ -356,22 +384,92 @@ class EndpointLoad:
     occupancy: int
     """Requests running or waiting there."""
     batch: int | None = None
-    """How many requests it runs at once (:func:`learned_batch`); ``None`` while unknown."""
+    """How many requests it runs at once (:class:`BatchEstimate`); ``None`` while unknown."""
+    completion_rate: float | None = None
+    """Requests it completes per second when its batch is full; ``None`` while unknown."""
+    pool_completion_rate: float | None = None
+    """The same summed over the pool's endpoints (the higher bands' arrivals spread over them)."""
 
 
-def learned_batch(previous: int | None, *, waiting: int | None, running: int | None) -> int | None:
-    """An endpoint's batch size, learned from its scrapes: the most requests one showed running
-    while others waited (the batch was full).
+def slot_miss(kept: int, load: float) -> float:
+    """The share of higher-band arrivals that find no free batch slot at an endpoint whose lower
+    bands refill up to ``kept`` free slots, when higher-band arrivals take slots at ``load`` times
+    the rate at which running sequences finish.
 
-    A scrape without a queue says only that the batch is at least that large, and taking it for the
-    limit would hold traffic back below it; a full batch smaller than an earlier one (long sequences
-    filling the KV cache) does not lower it either, since lower bands held below a too-small batch
-    would never fill the endpoint again to show its real size. Too large a batch only makes
-    ``keep_slots`` hold back later; too small one would starve the lower bands.
+    The free slots form a birth-death chain (one more per completion up to ``kept``, one fewer per
+    higher-band arrival): with Poisson arrivals and exponential completions the chance of none is
+    ``r**kept * (1 - r) / (1 - r**(kept + 1))`` for ``r = load`` (``1 / (kept + 1)`` at ``r = 1``).
     """
-    if waiting is not None and waiting > 0 and running is not None and running > 0:
-        return running if previous is None else max(previous, running)
-    return previous
+    if load <= 0:
+        return 0.0 if kept > 0 else 1.0
+    if math.isclose(load, 1.0):
+        return 1.0 / (kept + 1)
+    return load**kept * (1.0 - load) / (1.0 - load ** (kept + 1))
+
+
+def slots_for_wait(
+    *, higher_rate: float, completion_rate: float, pool_completion_rate: float, wait_s: float, most: int
+) -> int:
+    """The fewest free batch slots (at most ``most``) for which a higher-band arrival at an endpoint
+    waits longer than ``wait_s`` for one with a probability of at most ``1 - SLOT_WAIT_QUANTILE``.
+
+    ``higher_rate`` is the higher bands' arrival rate at the pool, spread over its endpoints in
+    proportion to their completion rates, so each endpoint sees ``higher_rate /
+    pool_completion_rate`` of its own completion rate. An arrival that finds no free slot waits for
+    the next completion (exponential with the endpoint's ``completion_rate``), so the wait exceeds
+    ``wait_s`` with probability ``slot_miss(k) * exp(-completion_rate * wait_s)``. A small batch
+    completes slowly and needs several slots; a large one completes so often that a late arrival
+    barely waits, and needs none.
+    """
+    if higher_rate <= 0 or completion_rate <= 0 or pool_completion_rate <= 0:
+        return 0
+    load = higher_rate / pool_completion_rate
+    late = math.exp(-completion_rate * wait_s)
+    allowed = 1.0 - SLOT_WAIT_QUANTILE
+    kept = 0
+    while kept < most and slot_miss(kept, load) * late > allowed:
+        kept += 1
+    return kept
+
+
+def kept_slots(keep_slots: int, batch: int) -> int:
+    """The batch slots a band keeps free at an endpoint running ``batch`` at once: ``keep_slots``,
+    but never the whole batch, so every band may always use one slot of an endpoint (an idle
+    endpoint has a place for any band, whatever its batch size or a mistaken estimate of it)."""
+    return max(0, min(keep_slots, batch - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEstimate:
+    """What the scrapes of one endpoint have shown about its batch size (how many requests it runs
+    at once), updated once per new scrape with :meth:`after_scrape`.
+
+    A queue behind running requests is evidence of a full batch only when it lasts: a request that
+    arrives between two engine steps waits until the next step even when the batch has room, so a
+    single scrape taken in that window shows ``running=1, waiting=19`` for a burst of twenty sent
+    to an idle pod. Learning 1 from it would leave no batch slot for lower bands at all (with
+    ``keep_slots`` 1) until something else filled the pod. So the batch is learned only from two
+    consecutive scrapes that both showed a queue (the larger of their running counts), and any
+    scrape running more than the learned batch raises it, since a pod that ran that many can.
+    A smaller full batch later (long sequences filling the KV cache) does not lower it: lower bands
+    held below a too-small batch would never fill the endpoint again to show its real size.
+    """
+
+    batch: int | None = None
+    """The learned batch size; ``None`` until two consecutive scrapes showed a queue."""
+    queued_running: int | None = None
+    """The running count of the previous scrape when that scrape showed a queue, else ``None``."""
+
+    def after_scrape(self, *, waiting: int | None, running: int | None) -> BatchEstimate:
+        """The estimate once a new scrape showing ``waiting`` and ``running`` has been seen."""
+        batch = self.batch
+        if batch is not None and running is not None and running > batch:
+            batch = running
+        if not (waiting is not None and waiting > 0 and running is not None and running > 0):
+            return BatchEstimate(batch, None)
+        if self.queued_running is not None:
+            batch = max(batch or 0, self.queued_running, running)
+        return BatchEstimate(batch, running)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -467,6 +565,11 @@ class FlowController:
         self._bytes = 0
         self._dispatched: deque[float] = deque()
         """Dispatch times within the last :data:`DISPATCH_WINDOW_S` (for the computed ``Retry-After``)."""
+        self._arrivals: dict[int, deque[float]] = {}
+        """Arrival times per band within the last :data:`ARRIVAL_WINDOW_S` (for ``slot_wait_s``)."""
+        self._first_arrival: dict[int, float] = {}
+        self._arrival_count = 0
+        self._rate_cache: tuple[tuple[int, float, int], float] | None = None
 
     # -- queries ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -498,13 +601,75 @@ class FlowController:
         """
         return utilisation < self.settings.limits_for(priority).dispatch_below
 
-    def admits_to(self, priority: int, load: EndpointLoad) -> bool:
+    def admits_to(self, priority: int, load: EndpointLoad, *, now: float | None = None) -> bool:
         """Whether a request of ``priority`` may go to an endpoint with ``load``, by its band's
-        per-endpoint places (``max_endpoint_queue`` and ``keep_slots``)."""
+        per-endpoint places (``max_endpoint_queue``, and ``keep_slots`` or what ``slot_wait_s``
+        needs at the higher bands' arrival rate measured up to ``now``)."""
         limits = self.settings.limits_for(priority)
         if limits.max_endpoint_queue is not None and load.waiting >= limits.max_endpoint_queue:
             return False
-        return not limits.keep_slots or load.batch is None or load.occupancy < load.batch - limits.keep_slots
+        if load.batch is None:
+            return True
+        keep = self.slots_kept(priority, load, now=now)
+        return not keep or load.occupancy < load.batch - kept_slots(keep, load.batch)
+
+    def slots_kept(self, priority: int, load: EndpointLoad, *, now: float | None = None) -> int:
+        """Batch slots a request of ``priority`` leaves free at an endpoint with ``load``.
+
+        Its band's ``keep_slots``, raised to what the ``slot_wait_s`` of its own band and of every
+        band above it needs (a band keeps at least the slots a band above keeps, or it would hand
+        them out below it). Needs the endpoint's batch, its completion rates and ``now``.
+        """
+        keep = self.settings.limits_for(priority).keep_slots
+        batch, rate, pool_rate = load.batch, load.completion_rate, load.pool_completion_rate
+        if now is None or batch is None or rate is None or pool_rate is None:
+            return keep
+        for band_priority, band in self.settings.bands.items():
+            if band_priority >= priority and band.slot_wait_s is not None:
+                needed = slots_for_wait(
+                    higher_rate=self.arrival_rate_above(band_priority, now),
+                    completion_rate=rate,
+                    pool_completion_rate=pool_rate,
+                    wait_s=band.slot_wait_s,
+                    most=batch // 2,
+                )
+                keep = max(keep, needed)
+        return keep
+
+    def arrived(self, priority: int, now: float) -> None:
+        """Count one arrival of ``priority`` (every arrival, queued or not) for the arrival rates."""
+        times = self._arrivals.get(priority)
+        if times is None:
+            times = self._arrivals[priority] = deque()
+            self._first_arrival.setdefault(priority, now)
+        times.append(now)
+        self._arrival_count += 1
+        while times[0] < now - ARRIVAL_WINDOW_S:
+            times.popleft()
+
+    def arrival_rate_above(self, priority: int, now: float) -> float:
+        """Arrivals per second of the bands above ``priority`` over the last :data:`ARRIVAL_WINDOW_S`
+        (over the time since the first arrival, at least a second, while that is shorter).
+
+        The last answer is kept until an arrival or another ``now``: one dispatch decision asks it
+        once per endpoint of the pool."""
+        key = (priority, now, self._arrival_count)
+        if self._rate_cache is not None and self._rate_cache[0] == key:
+            return self._rate_cache[1]
+        rate = self._arrival_rate_above(priority, now)
+        self._rate_cache = (key, rate)
+        return rate
+
+    def _arrival_rate_above(self, priority: int, now: float) -> float:
+        count = 0
+        first = now
+        for p, times in self._arrivals.items():
+            if p > priority:
+                while times and times[0] < now - ARRIVAL_WINDOW_S:
+                    times.popleft()
+                count += len(times)
+                first = min(first, self._first_arrival[p])
+        return count / min(ARRIVAL_WINDOW_S, max(now - first, 1.0)) if count else 0.0
 
     def queued_at_or_above(self, priority: int) -> int:
         """Requests waiting in bands of ``priority`` or higher (an arrival must not overtake them)."""
@@ -543,25 +708,68 @@ class FlowController:
         band = self._bands.get(priority)
         band_count = band.count if band is not None else 0
         band_bytes = band.bytes if band is not None else 0
+        fair: list[QueuedRequest] = []
         if band_count + 1 > limits.max_requests or band_bytes + size_bytes > limits.max_bytes:
-            return Offer(False, ShedReason.BAND_FULL, expired)
-        victims = self._victims_for(item)
+            taken = self._fair_share_victims(band, item, limits)
+            if taken is None:
+                return Offer(False, ShedReason.BAND_FULL, expired)
+            fair = taken
+        victims = self._victims_for(item, freed=fair)
         if victims is None:
             return Offer(False, ShedReason.QUEUE_FULL, expired)
-        for victim in victims:
+        for victim in (*fair, *victims):
             self._remove(victim)
         if band is None:
             band = self._bands[priority] = _Band(priority, limits)
         band.add(item, self.settings.ordering)
         self._by_id[request_id] = item
         self._bytes += size_bytes
-        displaced = tuple(Shed(v, ShedReason.DISPLACED) for v in victims)
+        displaced = tuple(Shed(v, ShedReason.FAIR_SHARE) for v in fair)
+        displaced += tuple(Shed(v, ShedReason.DISPLACED) for v in victims)
         return Offer(True, None, expired + displaced)
 
-    def _victims_for(self, item: QueuedRequest) -> list[QueuedRequest] | None:
-        """Queued requests of strictly lower bands to drop so ``item`` fits globally, or ``None``."""
-        count_over = len(self._by_id) + 1 - self.settings.max_requests
-        bytes_over = self._bytes + item.size_bytes - self.settings.max_bytes
+    def _fair_share_victims(
+        self, band: _Band | None, item: QueuedRequest, limits: BandLimits
+    ) -> list[QueuedRequest] | None:
+        """Requests of the tenants with the most queued in ``item``'s full band to drop so it fits,
+        or ``None`` when its tenant already holds its share.
+
+        Round-robin dispatch gives each tenant the same turns, but only while each has something
+        queued: when a full band admitted arrivals first come, first served, a tenant sending most
+        of the band's traffic filled it, the others' arrivals were refused, their queues ran empty
+        and their turns went unused. So a full band takes the arrival of a tenant with fewer queued
+        requests than another tenant has (by two or more, so two tenants never take turns
+        displacing each other), in place of that tenant's most recent request. With global
+        fairness there are no shares, and a full band refuses the arrival.
+        """
+        if band is None or self.settings.fairness is not Fairness.ROUND_ROBIN:
+            return None
+        counts = {tenant: len(queue) for tenant, queue in band.tenants.items()}
+        mine = counts.pop(item.tenant, 0) + 1
+        count_over = band.count + 1 - limits.max_requests
+        bytes_over = band.bytes + item.size_bytes - limits.max_bytes
+        dropped: dict[str, int] = {}
+        victims: list[QueuedRequest] = []
+        while count_over > 0 or bytes_over > 0:
+            tenant = max(counts, key=counts.__getitem__, default=None)
+            if tenant is None or counts[tenant] <= mine:
+                return None
+            newest_first = sorted(band.tenants[tenant], key=lambda r: r.seq, reverse=True)
+            victim = newest_first[dropped.get(tenant, 0)]
+            dropped[tenant] = dropped.get(tenant, 0) + 1
+            counts[tenant] -= 1
+            victims.append(victim)
+            count_over -= 1
+            bytes_over -= victim.size_bytes
+        return victims
+
+    def _victims_for(self, item: QueuedRequest, *, freed: list[QueuedRequest]) -> list[QueuedRequest] | None:
+        """Queued requests of strictly lower bands to drop so ``item`` fits globally (``freed``
+        already leaving), or ``None``."""
+        count_over = len(self._by_id) + 1 - len(freed) - self.settings.max_requests
+        bytes_over = (
+            self._bytes + item.size_bytes - sum(r.size_bytes for r in freed) - self.settings.max_bytes
+        )
         victims: list[QueuedRequest] = []
         lower = sorted(p for p in self._bands if p < item.priority)
         candidates = (

@@ -1,0 +1,251 @@
+"""The ``overload-priority`` scenario against one model server with its own batch and queue (DES).
+
+The pool model of :mod:`igw.bench.overload_des` hands a freed slot out at once and has no model
+server queue, so it cannot show what the per-endpoint places (``maxEndpointQueue``, ``keepSlots``,
+``slotWait``) do: there a Critical request never waits behind lower-band requests *at the pod*. This
+model has the live benchmark's shape instead: one pod running at most ``batch`` sequences, the rest
+waiting in its own first-come queue, each sequence holding its slot for a short prefill and a fixed
+decode (a fixed number of output tokens); the gateway in front is the real
+:class:`~igw.scheduling.flow_control.FlowController` deciding on every arrival and completion
+whether a request goes to the pod or waits in its band's queue (headroom, per-endpoint places with
+the pod's batch known and its completion rate measured over a sliding window, the higher bands'
+arrival rates counted on arrival, TTL and displacement). What it leaves out: scrape lag and the
+poll interval (the live gateway sees the pod through its own in-flight count, which has no lag,
+and re-checks every ``pollInterval``).
+
+The arms replay the same request list with the default bands (``slot-wait``), with Standard's
+``slotWait`` left out (``fixed-slot``: one kept slot, always) and without per-endpoint places
+(``no-places``); the unloaded reference is ``slot-wait`` at half the pod's capacity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from igw.bench.overload_des import BAND_NAMES, DEFAULT_MIX, Arrival, TrafficClass, poisson_streams
+from igw.bench.stats import percentile
+from igw.scheduling.flow_control import CRITICAL, EndpointLoad, FlowController, FlowControlSettings
+
+POD_ARMS: Final = ("slot-wait", "fixed-slot", "no-places")
+COMPLETION_WINDOW_S: Final = 30.0
+"""How far back completions count towards the pod's measured completion rate (the gateway's
+default ``drainWindow``)."""
+UNLOADED: Final = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class PodScenario:
+    batch: int = 8
+    """Sequences the pod runs at once (the live benchmark's ``max_num_seqs``)."""
+    prefill_s: tuple[float, float] = (0.010, 0.030)
+    """Uniform range of the time to first token once a request holds a slot."""
+    decode_s: float = 0.19
+    """The rest of a request's time in its slot (a fixed number of output tokens)."""
+    queue_threshold: int = 5
+    """The scheduler answers ``SATURATED`` while more than this many wait at the pod."""
+    load: float = 1.5
+    duration_s: float = 60.0
+    mix: tuple[TrafficClass, ...] = DEFAULT_MIX
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.batch / (sum(self.prefill_s) / 2 + self.decode_s)
+
+
+def pod_arrivals(scenario: PodScenario, seed: int) -> list[Arrival]:
+    """One Poisson stream per traffic class at ``load`` times the pod's capacity."""
+    rng = random.Random(seed)
+    timed = poisson_streams(rng, scenario.load * scenario.capacity_rps, scenario.duration_s, scenario.mix)
+    out = []
+    for index, (at, tenant, priority) in enumerate(timed):
+        prefill = rng.uniform(*scenario.prefill_s)
+        out.append(Arrival(index, at, tenant, priority, prefill, prefill + scenario.decode_s))
+    return out
+
+
+def arm_settings(arm: str) -> FlowControlSettings:
+    """The flow-control settings of one arm (see the module docstring)."""
+    settings = FlowControlSettings()
+    if arm == "slot-wait":
+        return settings
+    if arm == "fixed-slot":
+        bands = {p: dataclasses.replace(b, slot_wait_s=None) for p, b in settings.bands.items()}
+    elif arm == "no-places":
+        bands = {
+            p: dataclasses.replace(b, slot_wait_s=None, keep_slots=0, max_endpoint_queue=None)
+            for p, b in settings.bands.items()
+        }
+    else:
+        raise ValueError(f"unknown pod arm {arm!r}; expected one of {', '.join(POD_ARMS)}")
+    return dataclasses.replace(settings, bands=bands)
+
+
+@dataclass(slots=True)
+class PodOutcome:
+    ttft_s: dict[int, float] = dataclasses.field(default_factory=dict)
+    """Request index -> time to first token, for requests that were served."""
+    shed: set[int] = dataclasses.field(default_factory=set)
+    started_in_window: int = 0
+    """Requests that got a batch slot while traffic was offered."""
+    most_running: int = 0
+
+
+_ARRIVE: Final = 0
+_FINISH: Final = 1
+
+
+class _Pod:
+    """The model server: ``batch`` slots and a first-come queue."""
+
+    def __init__(self, batch: int) -> None:
+        self.batch = batch
+        self.running = 0
+        self.queue: deque[Arrival] = deque()
+        self.finished: deque[float] = deque()
+
+    @property
+    def occupancy(self) -> int:
+        return self.running + len(self.queue)
+
+    def completion_rate(self, now: float) -> float | None:
+        while self.finished and self.finished[0] < now - COMPLETION_WINDOW_S:
+            self.finished.popleft()
+        if not self.finished:
+            return None
+        return len(self.finished) / min(COMPLETION_WINDOW_S, max(now, 1.0))
+
+    def load(self, now: float) -> EndpointLoad:
+        occupancy = self.occupancy
+        rate = self.completion_rate(now)
+        return EndpointLoad(
+            waiting=max(0, occupancy - self.batch),
+            occupancy=occupancy,
+            batch=self.batch,
+            completion_rate=rate,
+            pool_completion_rate=rate,
+        )
+
+
+def simulate_pod(
+    scenario: PodScenario, requests: Sequence[Arrival], settings: FlowControlSettings
+) -> PodOutcome:
+    """Replay ``requests`` through the gateway's flow control in front of one pod; virtual time."""
+    outcome = PodOutcome()
+    controller = FlowController(settings)
+    pod = _Pod(scenario.batch)
+    by_index = {r.index: r for r in requests}
+    events: list[tuple[float, int, int]] = [(r.at, _ARRIVE, r.index) for r in requests]
+    heapq.heapify(events)
+
+    def start(request: Arrival, now: float) -> None:
+        pod.running += 1
+        outcome.most_running = max(outcome.most_running, pod.running)
+        outcome.ttft_s[request.index] = now - request.at + request.prefill_s
+        outcome.started_in_window += now < scenario.duration_s
+        heapq.heappush(events, (now + request.service_s, _FINISH, request.index))
+
+    def send(request: Arrival, now: float) -> None:
+        if pod.running < pod.batch:
+            start(request, now)
+        else:
+            pod.queue.append(request)
+
+    def may_send(priority: int, now: float) -> bool:
+        if len(pod.queue) > scenario.queue_threshold:
+            return False  # the scheduler answers SATURATED
+        utilisation = min(1.0, len(pod.queue) / (scenario.queue_threshold + 1))
+        return controller.admits(priority, utilisation) and controller.admits_to(
+            priority, pod.load(now), now=now
+        )
+
+    def pump(now: float) -> None:
+        while (item := controller.peek(now)) is not None and may_send(item.priority, now):
+            controller.take(item, now)
+            send(by_index[int(item.request_id)], now)
+
+    while events:
+        now, kind, index = heapq.heappop(events)
+        outcome.shed.update(int(s.request.request_id) for s in controller.expire(now))
+        if kind == _FINISH:
+            pod.running -= 1
+            pod.finished.append(now)
+            if pod.queue:
+                start(pod.queue.popleft(), now)
+            pump(now)
+            continue
+        request = by_index[index]
+        controller.arrived(request.priority, now)
+        if not controller.queued_at_or_above(request.priority) and may_send(request.priority, now):
+            send(request, now)
+            continue
+        offer = controller.offer(
+            request_id=str(index), priority=request.priority, tenant=request.tenant, size_bytes=1024, now=now
+        )
+        outcome.shed.update(int(s.request.request_id) for s in offer.displaced)
+        if not offer.queued:
+            outcome.shed.add(index)
+    outcome.shed.update(int(s.request.request_id) for s in controller.expire(math.inf))  # never placed
+    return outcome
+
+
+@dataclass(frozen=True, slots=True)
+class PodRow:
+    arm: str
+    critical_p99_s: float | None
+    served: dict[str, float]
+    """Band name -> share of its offered requests that were served."""
+    started_per_capacity: float
+
+
+def pod_rows(scenario: PodScenario, seed: int) -> tuple[list[PodRow], float | None]:
+    """One row per arm under overload, and the unloaded Critical P99 TTFT (``slot-wait``)."""
+    requests = pod_arrivals(scenario, seed)
+    rows = [_row(arm, scenario, requests) for arm in POD_ARMS]
+    calm_scenario = dataclasses.replace(scenario, load=UNLOADED)
+    calm = _row("slot-wait", calm_scenario, pod_arrivals(calm_scenario, seed))
+    return rows, calm.critical_p99_s
+
+
+def _row(arm: str, scenario: PodScenario, requests: Sequence[Arrival]) -> PodRow:
+    outcome = simulate_pod(scenario, requests, arm_settings(arm))
+    critical = sorted(
+        outcome.ttft_s[r.index] for r in requests if r.priority == CRITICAL and r.index in outcome.ttft_s
+    )
+    served: dict[str, float] = {}
+    for priority, band in BAND_NAMES.items():
+        mine = [r for r in requests if r.priority == priority]
+        served[band] = sum(r.index in outcome.ttft_s for r in mine) / max(len(mine), 1)
+    rate = outcome.started_in_window / scenario.duration_s
+    return PodRow(arm, percentile(critical, 99) if critical else None, served, rate / scenario.capacity_rps)
+
+
+def pod_markdown(scenario: PodScenario, seed: int) -> str:
+    """The pod model's table: Critical P99 against the unloaded one, what each band was served."""
+    rows, calm_p99 = pod_rows(scenario, seed)
+    lines = [
+        "",
+        f"## One pod with its own batch and queue (seed {seed})",
+        "",
+        f"Pod: batch {scenario.batch}, capacity {scenario.capacity_rps:.1f} req/s, offered "
+        f"{scenario.load:.0%} of it for {scenario.duration_s:g} s. Unloaded ({UNLOADED:.0%}) Critical "
+        f"P99 TTFT: {'-' if calm_p99 is None else f'{calm_p99:.3f}'} s.",
+        "",
+        "| arm | Critical P99 TTFT s | / unloaded | Critical served | Standard served | Sheddable served "
+        "| started / capacity |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        p99 = "-" if r.critical_p99_s is None else f"{r.critical_p99_s:.3f}"
+        ratio = "-" if r.critical_p99_s is None or not calm_p99 else f"{r.critical_p99_s / calm_p99:.2f}x"
+        lines.append(
+            f"| {r.arm} | {p99} | {ratio} | {r.served['Critical']:.1%} | {r.served['Standard']:.1%} "
+            f"| {r.served['Sheddable']:.1%} | {r.started_per_capacity:.1%} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,57 @@
+"""The one-pod overload model: the gateway's real flow control in front of a pod with its own batch
+and first-come queue, in virtual time."""
+
+from __future__ import annotations
+
+import pytest
+
+from igw.bench.overload_pod import (
+    POD_ARMS,
+    PodScenario,
+    arm_settings,
+    pod_arrivals,
+    pod_markdown,
+    pod_rows,
+    simulate_pod,
+)
+from igw.scheduling.flow_control import STANDARD
+
+SCENARIO = PodScenario(duration_s=30.0)
+
+
+@pytest.mark.parametrize("arm", POD_ARMS)
+def test_every_request_is_served_or_shed_exactly_once_and_the_batch_is_never_exceeded(arm: str) -> None:
+    requests = pod_arrivals(SCENARIO, seed=1)
+    outcome = simulate_pod(SCENARIO, requests, arm_settings(arm))
+    assert not outcome.shed & outcome.ttft_s.keys()
+    assert outcome.shed | outcome.ttft_s.keys() == {r.index for r in requests}
+    assert outcome.most_running == SCENARIO.batch
+
+
+def test_kept_slots_cut_the_critical_tail_at_a_cost_in_lower_band_throughput() -> None:
+    rows, calm_p99 = pod_rows(SCENARIO, seed=1)
+    by_arm = {r.arm: r for r in rows}
+    p99 = [by_arm[a].critical_p99_s for a in ("slot-wait", "fixed-slot", "no-places")]
+    started = [by_arm[a].started_per_capacity for a in ("slot-wait", "fixed-slot", "no-places")]
+    assert all(p is not None for p in p99)
+    assert calm_p99 is not None
+    assert p99 == sorted(p99)  # more kept slots: a shorter Critical tail
+    assert started == sorted(started)  # and fewer requests started per second
+    assert all(r.served["Critical"] == 1.0 for r in rows)
+    assert by_arm["slot-wait"].served["Standard"] < by_arm["no-places"].served["Standard"]
+
+
+def test_arms_differ_only_in_their_per_endpoint_places() -> None:
+    assert arm_settings("slot-wait").bands[STANDARD].slot_wait_s is not None
+    assert arm_settings("fixed-slot").bands[STANDARD].slot_wait_s is None
+    assert arm_settings("fixed-slot").bands[STANDARD].keep_slots == 1
+    no_places = arm_settings("no-places").bands[STANDARD]
+    assert (no_places.keep_slots, no_places.max_endpoint_queue) == (0, None)
+    with pytest.raises(ValueError, match="slot-wait, fixed-slot, no-places"):
+        arm_settings("other")
+
+
+def test_markdown_has_one_row_per_arm() -> None:
+    text = pod_markdown(PodScenario(duration_s=10.0), seed=2)
+    assert all(f"| {arm} |" in text for arm in POD_ARMS)
+    assert "Unloaded (50%) Critical P99 TTFT" in text
