@@ -39,6 +39,14 @@ up by how much less KV cache it holds than the largest, gets one probe on that g
 probe is out ranks below every other candidate (per request in flight), so a slow newcomer is not
 flooded before its first sample.
 
+**Cheap probes.** Such an unmeasured endpoint, with no probe out, takes no ``speedPreference``
+penalty (below) for a request no longer than the mean prompt dispatched so far (times
+``probeShare``): its prediction already carries the KV-scaled guess once, and counting the guess a
+second time in the preference factor kept idle GPUs that hold less memory at the same compute (an
+H100 beside H200s) out of use while the measured ones queued. A short prompt is a cheap probe even
+on truly slow hardware, and its first token replaces the guess with a measurement; long prompts
+still meet the guess twice, so a slow GPU (less memory *and* less compute) is not probed with one.
+
 **Score**: ``min(predicted) / predicted_i``, times ``(fastest idle_j / idle_i) ** speedPreference``
 where ``idle_i = b_i + s_i * n`` is how fast the endpoint would serve this request with nothing
 ahead. The second factor breaks near-ties towards faster hardware: a slow GPU holding a request
@@ -67,7 +75,9 @@ Parameters: ``alpha`` (weight of a new sample in the fit, default 0.1), ``poolRa
 this factor of a group's fastest count as the same speed, and KV capacities within it as the same
 hardware, default 1.5), ``speedRatio`` (measured slopes this far apart tell alike-KV endpoints apart,
 default 3), ``speedPreference`` (exponent of the idle-speed factor in the score, 0 switches it off,
-default 1), ``maxTracked`` (dispatches remembered per endpoint until their outcome, default 4096).
+default 1), ``maxTracked`` (dispatches remembered per endpoint until their outcome, default 4096),
+``probeShare`` (a request of at most this share of the mean dispatched prompt may probe an
+unmeasured endpoint without the preference penalty, 0 switches cheap probes off, default 1).
 """
 
 from __future__ import annotations
@@ -96,6 +106,8 @@ SPEED_SAMPLES = 16
 """Samples an endpoint's fit needs before its slope may tell its hardware apart from alike-KV peers."""
 DEFAULT_SPEED_RATIO = 3.0
 DEFAULT_SPEED_PREFERENCE = 1.0
+DEFAULT_PROBE_SHARE = 1.0
+"""A request no longer than this share of the mean dispatched prompt is a cheap probe."""
 MIN_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
 EXACT_IN_FLOAT = 2**53
@@ -186,8 +198,15 @@ class BacklogTtftScorer(PluginHooks):
         speed_ratio: float = DEFAULT_SPEED_RATIO,
         speed_preference: float = DEFAULT_SPEED_PREFERENCE,
         max_tracked: int = DEFAULT_MAX_TRACKED,
+        probe_share: float = DEFAULT_PROBE_SHARE,
     ) -> None:
         self.name = name
+        self.probe_share = probe_share
+        self.prompt_mean = 0.0
+        """Mean prompt tokens of the requests dispatched (exponentially weighted by ``alpha``)."""
+        self._prompts = 0
+        self._cheap_probes: set[EndpointKey] = set()
+        """Unmeasured endpoints this cycle's request may probe without the preference penalty."""
         self.alpha = alpha
         self.pool_ratio = pool_ratio
         self.speed_ratio = speed_ratio
@@ -307,6 +326,8 @@ class BacklogTtftScorer(PluginHooks):
         largest = max((c for c in capacities if c is not None), default=None)
         out: list[float] = []
         probes: list[int] = []
+        self._cheap_probes = set()
+        cheap = self.probe_share > 0 and tokens <= self.prompt_mean * self.probe_share
         for i, (e, capacity) in enumerate(zip(endpoints, capacities, strict=True)):
             fit = self.fits.get(e.key)
             stand_in = None if fit is not None else self._alike_measured(capacity, endpoints, capacities)
@@ -319,6 +340,8 @@ class BacklogTtftScorer(PluginHooks):
                     # worst candidate (below) until its first outcome, so a slow newcomer is not
                     # flooded on a guess.
                     probes.append(i)
+                elif cheap:
+                    self._cheap_probes.add(e.key)
                 if capacity and largest:
                     # The fleet's best, slowed by how much less KV cache it holds than the largest
                     # endpoint (a smaller GPU is a slower one, until measured).
@@ -424,6 +447,10 @@ class BacklogTtftScorer(PluginHooks):
         if self.speed_preference > 0 and self.fits:
             idle = [b + s * tokens for b, s in (self._cycle_models.get(e.key, (0.0, 0.0)) for e in endpoints)]
             fastest = min(idle)
+            if self._cheap_probes:
+                # Their guess already slowed their prediction; a cheap probe is not penalised twice.
+                probing = self._cheap_probes
+                idle = [fastest if e.key in probing else t for e, t in zip(endpoints, idle, strict=True)]
             if fastest > 0:
                 scores = [
                     sc * (fastest / t) ** self.speed_preference for sc, t in zip(scores, idle, strict=True)
@@ -447,6 +474,9 @@ class BacklogTtftScorer(PluginHooks):
         own = uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
         backlog.tokens = ahead + own
         backlog.total += own
+        self._prompts += 1
+        weight = max(self.alpha, 1.0 / self._prompts)  # a plain mean until the window is full
+        self.prompt_mean += weight * (ctx.request.prompt_tokens - self.prompt_mean)
         backlog.at = ctx.now
         self.dispatched[ctx.request.request_id] = (key, ahead, backlog.total)
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
@@ -501,6 +531,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         speed_ratio=r.number("speedRatio", DEFAULT_SPEED_RATIO, minimum=1.0),
         speed_preference=r.number("speedPreference", DEFAULT_SPEED_PREFERENCE, minimum=0.0),
         max_tracked=r.integer("maxTracked", DEFAULT_MAX_TRACKED, minimum=1),
+        probe_share=r.number("probeShare", DEFAULT_PROBE_SHARE, minimum=0.0),
     )
     r.finish()
     return plugin
