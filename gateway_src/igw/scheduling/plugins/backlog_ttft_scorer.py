@@ -39,13 +39,16 @@ up by how much less KV cache it holds than the largest, gets one probe on that g
 probe is out ranks below every other candidate (per request in flight), so a slow newcomer is not
 flooded before its first sample.
 
-**Cheap probes.** Such an unmeasured endpoint, with no probe out, takes no ``speedPreference``
-penalty (below) for a request no longer than the mean prompt dispatched so far (times
-``probeShare``): its prediction already carries the KV-scaled guess once, and counting the guess a
-second time in the preference factor kept idle GPUs that hold less memory at the same compute (an
-H100 beside H200s) out of use while the measured ones queued. A short prompt is a cheap probe even
-on truly slow hardware, and its first token replaces the guess with a measurement; long prompts
-still meet the guess twice, so a slow GPU (less memory *and* less compute) is not probed with one.
+**Cheap probes.** Such an unmeasured endpoint, with no probe out and at most ``probeKvRatio``
+times less KV cache than the largest candidate, takes no ``speedPreference`` penalty (below) for a
+request no longer than the mean prompt dispatched so far (times ``probeShare``): its prediction
+already carries the KV-scaled guess once, and counting the guess a second time in the preference
+factor kept idle GPUs that hold somewhat less memory at the same compute (an H100 beside H200s: half
+the KV cache) out of use while the measured ones queued. A short prompt is a cheap probe, and its
+first token replaces the guess with a measurement. Long prompts, and endpoints with far less memory
+than the largest (an A10G beside H100s: a different class of GPU, whose compute is as far behind),
+still meet the guess twice: probing those early cost tail latency on the benchmark's mixed fleets
+(docs/benchmark.md, routing round 4).
 
 **Score**: ``min(predicted) / predicted_i``, times ``(fastest idle_j / idle_i) ** speedPreference``
 where ``idle_i = b_i + s_i * n`` is how fast the endpoint would serve this request with nothing
@@ -77,7 +80,9 @@ hardware, default 1.5), ``speedRatio`` (measured slopes this far apart tell alik
 default 3), ``speedPreference`` (exponent of the idle-speed factor in the score, 0 switches it off,
 default 1), ``maxTracked`` (dispatches remembered per endpoint until their outcome, default 4096),
 ``probeShare`` (a request of at most this share of the mean dispatched prompt may probe an
-unmeasured endpoint without the preference penalty, 0 switches cheap probes off, default 1).
+unmeasured endpoint without the preference penalty, 0 switches cheap probes off, default 1),
+``probeKvRatio`` (only endpoints holding at most this factor less KV cache than the largest are
+probed cheaply, default 3).
 """
 
 from __future__ import annotations
@@ -108,6 +113,8 @@ DEFAULT_SPEED_RATIO = 3.0
 DEFAULT_SPEED_PREFERENCE = 1.0
 DEFAULT_PROBE_SHARE = 1.0
 """A request no longer than this share of the mean dispatched prompt is a cheap probe."""
+DEFAULT_PROBE_KV_RATIO = 3.0
+"""Only endpoints holding at most this factor less KV cache than the largest are probed cheaply."""
 MIN_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
 EXACT_IN_FLOAT = 2**53
@@ -199,9 +206,11 @@ class BacklogTtftScorer(PluginHooks):
         speed_preference: float = DEFAULT_SPEED_PREFERENCE,
         max_tracked: int = DEFAULT_MAX_TRACKED,
         probe_share: float = DEFAULT_PROBE_SHARE,
+        probe_kv_ratio: float = DEFAULT_PROBE_KV_RATIO,
     ) -> None:
         self.name = name
         self.probe_share = probe_share
+        self.probe_kv_ratio = probe_kv_ratio
         self.prompt_mean = 0.0
         """Mean prompt tokens of the requests dispatched (exponentially weighted by ``alpha``)."""
         self._prompts = 0
@@ -340,7 +349,7 @@ class BacklogTtftScorer(PluginHooks):
                     # worst candidate (below) until its first outcome, so a slow newcomer is not
                     # flooded on a guess.
                     probes.append(i)
-                elif cheap:
+                elif cheap and capacity and largest and largest <= capacity * self.probe_kv_ratio:
                     self._cheap_probes.add(e.key)
                 if capacity and largest:
                     # The fleet's best, slowed by how much less KV cache it holds than the largest
@@ -532,6 +541,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         speed_preference=r.number("speedPreference", DEFAULT_SPEED_PREFERENCE, minimum=0.0),
         max_tracked=r.integer("maxTracked", DEFAULT_MAX_TRACKED, minimum=1),
         probe_share=r.number("probeShare", DEFAULT_PROBE_SHARE, minimum=0.0),
+        probe_kv_ratio=r.number("probeKvRatio", DEFAULT_PROBE_KV_RATIO, minimum=1.0),
     )
     r.finish()
     return plugin
