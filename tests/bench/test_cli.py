@@ -27,6 +27,10 @@ from igw.cli.main import main
         ),
         (["bench", "--trace", "t.jsonl", "--mode", "live"], "--trace runs in DES mode only"),
         (["bench", "random", "--count", "0"], "--count must be >= 1"),
+        (
+            ["bench", "random", "--count", "5", "--draws", "2,7"],
+            "--draws: [7] outside the family's draws 0..4",
+        ),
         (["demo", "--routers", "round-robin,warp"], "--routers: unknown warp"),
         (["demo", "--requests", "3"], "--requests must be >= 10"),
     ],
@@ -39,10 +43,15 @@ def test_bad_arguments_are_rejected_with_the_argument_named(
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_seeds_are_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("option", "value"), [("--seeds", "1,x"), ("--seeds", "-1"), ("--draws", "3,x"), ("--draws", "-2")]
+)
+def test_bad_seeds_and_draws_are_an_argparse_error(
+    option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit):
-        main(["bench", "homogeneous-steady", "--seeds", "1,x"])
-    assert "--seeds" in capsys.readouterr().err
+        main(["bench", "random", option, value])
+    assert option in capsys.readouterr().err
 
 
 def test_list_names_every_scenario_and_policy(capsys: pytest.CaptureFixture[str]) -> None:

@@ -92,7 +92,7 @@ def test_decisions_out_also_covers_trace_replays(tmp_path: Path) -> None:
         )
         + "\n"
     )
-    out = tmp_path / "decisions.jsonl"
+    out = tmp_path / "not-yet" / "decisions.jsonl"  # a missing folder is created
     options = DesOptions(policies=["round-robin", "gateway-default"], seeds=[1], decisions_out=out)
     run_trace(trace, fleet_yaml=None, speedup=1.0, options=options)
     rows = [json.loads(line) for line in out.read_text().splitlines()]

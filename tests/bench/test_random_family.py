@@ -21,6 +21,13 @@ def test_draws_are_deterministic_and_distinct() -> None:
         family(1, 0)
 
 
+def test_selected_draws_are_the_same_scenarios_as_in_the_whole_family() -> None:
+    whole = family(1, 20)
+    assert family(1, 20, [16, 3, 16]) == [whole[3], whole[16]]
+    with pytest.raises(ValueError, match=r"--draws: \[20\] outside the family's draws 0..19"):
+        family(1, 20, [20])
+
+
 def test_the_family_stays_within_its_stated_ranges() -> None:
     scenarios = family(1, 60)
     for s in scenarios:

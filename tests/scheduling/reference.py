@@ -211,6 +211,9 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         if self.speed_preference > 0 and self.fits:
             idle = [b + s * tokens for b, s in (self._cycle_models.get(e.key, (0.0, 0.0)) for e in endpoints)]
             fastest = min(idle)
+            if self._cheap_probes:
+                probing = self._cheap_probes
+                idle = [fastest if e.key in probing else t for e, t in zip(endpoints, idle, strict=True)]
             if fastest > 0:
                 scores = [
                     sc * (fastest / t) ** self.speed_preference for sc, t in zip(scores, idle, strict=True)
@@ -234,6 +237,8 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         largest = max((c for c in capacities if c is not None), default=None)
         out: list[float] = []
         probes: list[int] = []
+        self._cheap_probes = set()
+        cheap = self.probe_share > 0 and tokens <= self.prompt_mean * self.probe_share
         for i, (e, capacity) in enumerate(zip(endpoints, capacities, strict=True)):
             fit = self.fits.get(e.key)
             stand_in = None if fit is not None else self._alike_measured(capacity, endpoints, capacities)
@@ -243,6 +248,8 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             if fit is None and stand_in is None:
                 if e.inflight > 0:
                     probes.append(i)
+                elif cheap and capacity and largest and largest <= capacity * self.probe_kv_ratio:
+                    self._cheap_probes.add(e.key)
                 if capacity and largest:
                     factor = max(1.0, largest / capacity)
                     intercept, slope = intercept * factor, slope * factor

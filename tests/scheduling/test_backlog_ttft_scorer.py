@@ -283,9 +283,22 @@ def test_removed_endpoints_are_forgotten() -> None:
 def test_factory_reads_parameters_and_rejects_bad_ones() -> None:
     plugin = factory(
         "b",
-        {"alpha": 0.3, "poolRatio": 2, "speedRatio": 4, "speedPreference": 0.5, "maxTracked": 10},
+        {
+            "alpha": 0.3,
+            "poolRatio": 2,
+            "speedRatio": 4,
+            "speedPreference": 0.5,
+            "maxTracked": 10,
+            "probeShare": 0.5,
+            "probeKvRatio": 2,
+        },
         "plugins[0].parameters",
     )
+    assert (plugin.probe_share, plugin.probe_kv_ratio) == (0.5, 2)
+    with pytest.raises(SchedulerConfigError, match=r"probeKvRatio"):
+        factory("b", {"probeKvRatio": 0.5}, "plugins[0].parameters")
+    with pytest.raises(SchedulerConfigError, match=r"probeShare"):
+        factory("b", {"probeShare": -0.1}, "plugins[0].parameters")
     assert (plugin.type_name, plugin.alpha, plugin.pool_ratio, plugin.max_tracked) == (TYPE, 0.3, 2, 10)
     assert (plugin.speed_ratio, plugin.speed_preference) == (4, 0.5)
     with pytest.raises(SchedulerConfigError, match=r"speedRatio"):
@@ -415,3 +428,62 @@ def test_the_scheduler_passes_first_tokens_to_the_plugins_that_hear_them() -> No
         now=0.02,
     )
     assert scorer.fits[decision.endpoint].count == 1
+
+
+@pytest.mark.parametrize(
+    ("tokens", "probe_out", "probe_share", "new_blocks", "penalised", "why"),
+    [
+        (
+            500,
+            False,
+            1.0,
+            20_000,
+            False,
+            "shorter than the mean prompt: a cheap probe, the guess counted once",
+        ),
+        (1000, False, 1.0, 20_000, False, "as long as the mean prompt"),
+        (
+            1500,
+            False,
+            1.0,
+            20_000,
+            True,
+            "longer than the mean prompt: the guess also slows the preference factor",
+        ),
+        (500, True, 1.0, 20_000, True, "its probe is still out: no second one"),
+        (500, False, 0.0, 20_000, True, "probeShare 0 switches cheap probes off"),
+        (1400, False, 1.5, 20_000, False, "probeShare scales the mean"),
+        (500, False, 1.0, 14_667, False, "3x less KV cache than the largest: still probed cheaply"),
+        (500, False, 1.0, 4_000, True, "11x less KV cache: another class of GPU, judged by the guess twice"),
+    ],
+)
+def test_a_short_request_probes_an_unmeasured_endpoint_without_the_preference_penalty(
+    tokens: int, probe_out: bool, probe_share: float, new_blocks: int, penalised: bool, why: str
+) -> None:
+    """An unmeasured endpoint with less KV cache is guessed slower in its prediction; a request no longer
+    than the mean dispatched prompt does not pay that guess a second time in the speed-preference factor,
+    unless the endpoint holds more than ``probeKvRatio`` (3) times less KV cache than the largest."""
+    s = BacklogTtftScorer(probe_share=probe_share)
+    teach(s, "h200", H100)
+    s.prompt_mean = 1000.0
+    endpoints = [
+        ep("h200", block_size=16, num_gpu_blocks=44_000),
+        ep("new", block_size=16, num_gpu_blocks=new_blocks, inflight=1 if probe_out else 0),
+    ]
+    predicted = s.predicted(endpoints, tokens=tokens, now=LATER)
+    scores = s.score(ctx(request(tokens), now=LATER), endpoints)
+    best = min(predicted)
+    guess = 44_000 / new_blocks  # the fleet's best model, slowed by the KV ratio
+    idle = [0.010 + 25e-6 * tokens, guess * (0.010 + 25e-6 * tokens)]
+    preference = idle[0] / idle[1] if penalised else 1.0
+    assert scores[1] == pytest.approx(best / predicted[1] * preference, rel=1e-6), why
+    assert scores[0] == pytest.approx(best / predicted[0], rel=1e-6), why
+
+
+def test_the_mean_dispatched_prompt_follows_the_dispatches() -> None:
+    s = BacklogTtftScorer(alpha=0.5)
+    for i, tokens in enumerate((100, 300)):
+        s.on_picked(ctx(request(tokens, f"r{i}"), now=0.0), ep("a"))
+    assert s.prompt_mean == pytest.approx(200.0)  # a plain mean while fewer than 1/alpha samples
+    s.on_picked(ctx(request(1000, "r2"), now=0.0), ep("a"))
+    assert s.prompt_mean == pytest.approx(600.0)  # then weighted by alpha

@@ -73,7 +73,9 @@ def write_decisions(
     path: Path, result: SimulationResult, *, scenario: str, policy: str, names: dict[str, str]
 ) -> None:
     """Append one JSON line per request: which pod the policy sent it to and how it ended (with its
-    arrival, prompt length and TTFT, so the slowest requests can be traced to their pods)."""
+    arrival, prompt length and TTFT, so the slowest requests can be traced to their pods). The file's
+    folder is created if missing (a fresh checkout has no ``bench-results/`` yet)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as out:
         for r in result.records:
             row = {

@@ -124,10 +124,17 @@ def draw(seed: int, index: int) -> Scenario:
     )
 
 
-def family(seed: int, count: int) -> list[Scenario]:
+def family(seed: int, count: int, draws: Sequence[int] | None = None) -> list[Scenario]:
+    """The first ``count`` draws of family ``seed``, or only those numbered in ``draws`` (``--draws``:
+    re-running the draws that missed without the rest; a draw is the same whatever else runs)."""
     if count < 1:
         raise ValueError(f"--count must be >= 1, got {count}")
-    return [draw(seed, i) for i in range(count)]
+    if draws is None:
+        return [draw(seed, i) for i in range(count)]
+    wrong = [i for i in draws if not 0 <= i < count]
+    if wrong:
+        raise ValueError(f"--draws: {wrong} outside the family's draws 0..{count - 1} (--count {count})")
+    return [draw(seed, i) for i in sorted(set(draws))]
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,16 +31,24 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _seeds(value: str) -> list[int]:
+def _non_negative_ints(value: str, option: str) -> list[int]:
     try:
-        seeds = [int(v) for v in _csv(value)]
+        numbers = [int(v) for v in _csv(value)]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--seeds: expected comma-separated integers, got {value!r}"
+            f"{option}: expected comma-separated integers, got {value!r}"
         ) from None
-    if not seeds or any(s < 0 for s in seeds):
-        raise argparse.ArgumentTypeError("--seeds: at least one non-negative integer")
-    return seeds
+    if not numbers or any(n < 0 for n in numbers):
+        raise argparse.ArgumentTypeError(f"{option}: at least one non-negative integer")
+    return numbers
+
+
+def _seeds(value: str) -> list[int]:
+    return _non_negative_ints(value, "--seeds")
+
+
+def _draws(value: str) -> list[int]:
+    return _non_negative_ints(value, "--draws")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,6 +118,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seed", type=int, default=1, help="igw bench random: which family to draw (default 1)"
+    )
+    parser.add_argument(
+        "--draws",
+        type=_draws,
+        default=None,
+        help="igw bench random: only these draws of the family, comma-separated numbers (random-1-16: 16)",
     )
     parser.add_argument(
         "--allow-failures",

@@ -100,7 +100,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     random_family = list(args.scenarios) == [RANDOM_FAMILY]
     if random_family:
-        scenarios = family(args.seed, args.count)
+        scenarios = family(args.seed, args.count, args.draws)
         seeds = args.seeds or [1]
     elif args.trace:
         scenarios = []

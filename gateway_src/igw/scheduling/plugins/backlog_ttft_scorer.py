@@ -39,6 +39,17 @@ up by how much less KV cache it holds than the largest, gets one probe on that g
 probe is out ranks below every other candidate (per request in flight), so a slow newcomer is not
 flooded before its first sample.
 
+**Cheap probes.** Such an unmeasured endpoint, with no probe out and at most ``probeKvRatio``
+times less KV cache than the largest candidate, takes no ``speedPreference`` penalty (below) for a
+request no longer than the mean prompt dispatched so far (times ``probeShare``): its prediction
+already carries the KV-scaled guess once, and counting the guess a second time in the preference
+factor kept idle GPUs that hold somewhat less memory at the same compute (an H100 beside H200s: half
+the KV cache) out of use while the measured ones queued. A short prompt is a cheap probe, and its
+first token replaces the guess with a measurement. Long prompts, and endpoints with far less memory
+than the largest (an A10G beside H100s: a different class of GPU, whose compute is as far behind),
+still meet the guess twice: probing those early cost tail latency on the benchmark's mixed fleets
+(docs/benchmark.md, routing round 4).
+
 **Score**: ``min(predicted) / predicted_i``, times ``(fastest idle_j / idle_i) ** speedPreference``
 where ``idle_i = b_i + s_i * n`` is how fast the endpoint would serve this request with nothing
 ahead. The second factor breaks near-ties towards faster hardware: a slow GPU holding a request
@@ -67,7 +78,11 @@ Parameters: ``alpha`` (weight of a new sample in the fit, default 0.1), ``poolRa
 this factor of a group's fastest count as the same speed, and KV capacities within it as the same
 hardware, default 1.5), ``speedRatio`` (measured slopes this far apart tell alike-KV endpoints apart,
 default 3), ``speedPreference`` (exponent of the idle-speed factor in the score, 0 switches it off,
-default 1), ``maxTracked`` (dispatches remembered per endpoint until their outcome, default 4096).
+default 1), ``maxTracked`` (dispatches remembered per endpoint until their outcome, default 4096),
+``probeShare`` (a request of at most this share of the mean dispatched prompt may probe an
+unmeasured endpoint without the preference penalty, 0 switches cheap probes off, default 1),
+``probeKvRatio`` (only endpoints holding at most this factor less KV cache than the largest are
+probed cheaply, default 3).
 """
 
 from __future__ import annotations
@@ -96,6 +111,10 @@ SPEED_SAMPLES = 16
 """Samples an endpoint's fit needs before its slope may tell its hardware apart from alike-KV peers."""
 DEFAULT_SPEED_RATIO = 3.0
 DEFAULT_SPEED_PREFERENCE = 1.0
+DEFAULT_PROBE_SHARE = 1.0
+"""A request no longer than this share of the mean dispatched prompt is a cheap probe."""
+DEFAULT_PROBE_KV_RATIO = 3.0
+"""Only endpoints holding at most this factor less KV cache than the largest are probed cheaply."""
 MIN_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
 MIN_TOKENS_F = float(MIN_TOKENS)
@@ -199,8 +218,17 @@ class BacklogTtftScorer(PluginHooks):
         speed_ratio: float = DEFAULT_SPEED_RATIO,
         speed_preference: float = DEFAULT_SPEED_PREFERENCE,
         max_tracked: int = DEFAULT_MAX_TRACKED,
+        probe_share: float = DEFAULT_PROBE_SHARE,
+        probe_kv_ratio: float = DEFAULT_PROBE_KV_RATIO,
     ) -> None:
         self.name = name
+        self.probe_share = probe_share
+        self.probe_kv_ratio = probe_kv_ratio
+        self.prompt_mean = 0.0
+        """Mean prompt tokens of the requests dispatched (exponentially weighted by ``alpha``)."""
+        self._prompts = 0
+        self._cheap_probes: set[EndpointKey] = set()
+        """Unmeasured endpoints this cycle's request may probe without the preference penalty."""
         self.alpha = alpha
         self.pool_ratio = pool_ratio
         self.speed_ratio = speed_ratio
@@ -353,6 +381,8 @@ class BacklogTtftScorer(PluginHooks):
         stand_ins: _StandIns | None = None
         out: list[float] = []
         probes: list[int] = []
+        self._cheap_probes = cheap_probes = set()
+        cheap = self.probe_share > 0 and tokens <= self.prompt_mean * self.probe_share
         for i, e in enumerate(endpoints):
             key = e.key
             fit = fits_get(key)
@@ -376,6 +406,10 @@ class BacklogTtftScorer(PluginHooks):
                     # worst candidate (below) until its first outcome, so a slow newcomer is not
                     # flooded on a guess.
                     probes.append(i)
+                elif unlike and cheap:
+                    capacity, largest = capacities[i], stand_ins.largest
+                    if capacity and largest and largest <= capacity * self.probe_kv_ratio:
+                        cheap_probes.add(key)
                 typical = DEFAULT_TYPICAL_TOKENS
                 per_waiting = intercept
             models[key] = (intercept, slope)
@@ -562,6 +596,10 @@ class BacklogTtftScorer(PluginHooks):
             if len(models) != len(idle):  # a key listed twice: each position takes the key's last model
                 idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
             fastest = min(idle)
+            if self._cheap_probes:
+                # Their guess already slowed their prediction; a cheap probe is not penalised twice.
+                probing = self._cheap_probes
+                idle = [fastest if e.key in probing else t for e, t in zip(endpoints, idle, strict=True)]
             if fastest > 0:
                 # The score times the idle-speed factor, in one pass. With every prediction
                 # positive both factors lie in (0, 1]: vouched (a NaN still shows in the totals).
@@ -593,6 +631,9 @@ class BacklogTtftScorer(PluginHooks):
         own = uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
         backlog.tokens = ahead + own
         backlog.total += own
+        self._prompts += 1
+        weight = max(self.alpha, 1.0 / self._prompts)  # a plain mean until the window is full
+        self.prompt_mean += weight * (ctx.request.prompt_tokens - self.prompt_mean)
         backlog.at = ctx.now
         self.dispatched[ctx.request.request_id] = (key, ahead, backlog.total)
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
@@ -651,6 +692,8 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         speed_ratio=r.number("speedRatio", DEFAULT_SPEED_RATIO, minimum=1.0),
         speed_preference=r.number("speedPreference", DEFAULT_SPEED_PREFERENCE, minimum=0.0),
         max_tracked=r.integer("maxTracked", DEFAULT_MAX_TRACKED, minimum=1),
+        probe_share=r.number("probeShare", DEFAULT_PROBE_SHARE, minimum=0.0),
+        probe_kv_ratio=r.number("probeKvRatio", DEFAULT_PROBE_KV_RATIO, minimum=1.0),
     )
     r.finish()
     return plugin
