@@ -22,7 +22,7 @@ from igw.engines import MetricFamilies
 from igw.gateway.metrics_parser import VLLM, FamilyStarts, ParsedPage, parse_page
 from igw.gateway.page_filter import FILTER_PARAM, filter_names, filter_path, unrequested_sample
 from igw.gateway.page_template import PageReader
-from igw.gateway.scraper import WHOLE_PAGE, FilteredPage
+from igw.gateway.scraper import PAGE_ABSENT, WHOLE_PAGE, FilteredPage
 from igw.perf.scrape_fleet import page_variants
 from igw.sim.metrics_page import restrict_page
 from tests.gateway.scrape_support import scrape_rig
@@ -34,7 +34,8 @@ ROUTING = dataclasses.replace(VLLM, lora=None)
 class MetricsPod:
     """A loopback pod serving vLLM pages; ``behaviour`` says how it answers a filtered request:
     ``honour`` (prometheus_client's way), ``ignore`` (the whole page), ``empty`` (200, no body) or
-    ``reject`` (400). Records each request target; ``down`` makes it drop connections."""
+    ``reject`` (400); ``absent``: no ``/metrics`` page at all (404). Records each request target;
+    ``down`` makes it drop connections."""
 
     def __init__(self, behaviour: str) -> None:
         self.behaviour = behaviour
@@ -53,7 +54,7 @@ class MetricsPod:
         page = PAGES[len(self.targets) % len(PAGES)]
         url = urlsplit(target)
         names = parse_qs(url.query).get(FILTER_PARAM)
-        if url.path != "/metrics":
+        if url.path != "/metrics" or self.behaviour == "absent":
             return 404, ""
         if not names or self.behaviour == "ignore":
             return 200, page
@@ -238,3 +239,21 @@ async def test_an_unchanged_page_is_not_parsed_again(monkeypatch: pytest.MonkeyP
         await r.scrape()  # a moved counter: parsed again
         assert len(calls) == parses + 1
         assert r.state.metrics == _whole_page_metrics()
+
+
+async def test_a_pod_without_a_metrics_page_gets_one_request_per_scrape_until_it_has_one() -> None:
+    async with MetricsPod("absent").running() as pod, scrape_rig(pod.key) as r:
+        for _ in range(3):
+            await r.scrape()
+        # The first scrape tries both forms; after that only the whole page is asked for.
+        assert [_filtered(t) for t in pod.targets] == [True, False, False, False]
+        assert r.mode == PAGE_ABSENT
+        assert r.state.scrape_failing
+        assert r.state.last_error == "GET /metrics answered 404"
+        pod.behaviour = "honour"  # e.g. SGLang restarted with --enable-metrics
+        await r.scrape()
+        assert not r.state.scrape_failing
+        assert r.mode is None  # the page appeared: the next scrape checks the filter
+        await r.scrape()
+        assert r.mode == FilteredPage(frozenset())
+        assert [_filtered(t) for t in pod.targets][4:] == [False, True]

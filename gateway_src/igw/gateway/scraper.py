@@ -130,6 +130,9 @@ class _Waiter:
 
 WHOLE_PAGE: Final = "whole page"
 """The endpoint is scraped without the filter (it ignores it, or its filtered answer lacks families)."""
+PAGE_ABSENT: Final = "page absent"
+"""The endpoint answered 404 to both the filtered and the whole page: it is asked for the whole page
+alone (one request per scrape, not two) until it has one, and then the filter is checked again."""
 PageMode = FilteredPage | str
 
 
@@ -321,6 +324,11 @@ class Scraper:
         mode = self._modes.get(tk)
         if path is None or mode == WHOLE_PAGE:
             return await self._get(state.key, METRICS_PATH, timeout_s)
+        if mode == PAGE_ABSENT:
+            whole = await self._get(state.key, METRICS_PATH, timeout_s)
+            if whole.status != 404:
+                del self._modes[tk]  # the page appeared (or something else answered): check again
+            return whole
         resp = await self._get(state.key, path, timeout_s)
         if mode is not None:
             return resp
@@ -355,6 +363,9 @@ class Scraper:
                 self._switch(state, tk, FilteredPage(missing))
                 return filtered
         whole = await self._get(state.key, METRICS_PATH, timeout_s)
+        if whole.status == 404 and filtered.status == 404:
+            self._modes[tk] = PAGE_ABSENT
+            return whole
         if whole.status != 200:
             return whole  # nothing learnt: the next scrape checks again
         if missing is not None:
@@ -393,7 +404,10 @@ class Scraper:
             self._fail(sr, state, f"scrape failed: {type(exc).__name__}: {exc}".rstrip(": "))
             return False
         if resp.status == 404:
-            self._fail(sr, state, "GET /metrics answered 404", missing=frozenset({PAGE_MISSING}))
+            absent = self._modes.get((sr.spec.name, state.key)) == PAGE_ABSENT
+            self._fail(
+                sr, state, "GET /metrics answered 404", missing=frozenset({PAGE_MISSING}), keep_mode=absent
+            )
             return False
         if resp.status != 200:
             self._fail(sr, state, f"GET /metrics answered HTTP {resp.status}")
@@ -478,10 +492,17 @@ class Scraper:
         return False
 
     def _fail(
-        self, sr: SchedulerRuntime, state: EndpointState, error: str, *, missing: frozenset[str] = frozenset()
+        self,
+        sr: SchedulerRuntime,
+        state: EndpointState,
+        error: str,
+        *,
+        missing: frozenset[str] = frozenset(),
+        keep_mode: bool = False,
     ) -> None:
         self._metrics.child(self._metrics.scrapes, "error").inc()
-        self._modes.pop((sr.spec.name, state.key), None)  # a restarted server may answer differently
+        if not keep_mode:
+            self._modes.pop((sr.spec.name, state.key), None)  # a restarted server may answer differently
         if not state.scrape_failing:
             log.warning("endpoint %s (%s) excluded from scheduling: %s", state.key, sr.spec.name, error)
         state.scrape_failing = True
