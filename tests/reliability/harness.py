@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -176,5 +177,5 @@ async def in_process_gateway(
         gw = InProcessGateway(url=url, state=app[STATE_KEY], http=http)
         if wait_fresh:
             for key in endpoints:
-                await wait_until(lambda k=key: gw.fresh(k), within=10, what=f"{key} scraped")
+                await wait_until(functools.partial(gw.fresh, key), within=10, what=f"{key} scraped")
         yield gw

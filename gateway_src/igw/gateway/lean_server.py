@@ -66,7 +66,9 @@ SWITCH_ENV: Final = "IGW_HTTP_SERVER"
 """``aiohttp``: serve every request with aiohttp; anything else (or unset): the lean side is on."""
 
 _REFUSED_HEADERS: Final = frozenset({b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"})
-_SPECIAL_NAME_LENGTHS: Final = frozenset(len(name) for name in (*_REFUSED_HEADERS, b"content-length"))
+_SPECIAL_NAME_LENGTHS: Final = frozenset(
+    len(name) for name in (*_REFUSED_HEADERS, b"content-length", b"host")
+)
 """Header name lengths worth a case-insensitive look (most names are skipped by length alone)."""
 _CHARSET: Final = "utf-8"
 _UNDECODABLE: Final = "surrogateescape"
@@ -200,11 +202,14 @@ class _BodyFlow:
 class _Message:
     """What the parser has told about the request being read."""
 
-    __slots__ = ("bad", "body", "complete", "consumed", "fields", "head_end", "length", "url")
+    __slots__ = ("bad", "body", "complete", "consumed", "fields", "head_end", "hosts", "length", "url")
 
     def __init__(self) -> None:
         self.url = b""
         self.fields: list[tuple[bytes, bytes]] = []
+        self.hosts = 0
+        """``Host`` fields seen: an HTTP/1.1 request needs exactly one (RFC 9112 3.2), else aiohttp
+        answers 400."""
         self.bad = False
         """The head is outside what the lean side serves (aiohttp takes it)."""
         self.body: StreamReader | None = None
@@ -279,7 +284,9 @@ class LeanRequestHandler(GatewayRequestHandler):
         msg.consumed += len(data)
         try:
             parser.feed_data(data)
-        except httptools.HttpParserError:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            # llhttp stops at an upgrade request (``Upgrade`` + ``Connection: upgrade``, or CONNECT),
+            # which the lean side never serves: aiohttp takes it like any other refused head.
             if not msg.complete:  # before the head was accepted: aiohttp answers; later: cannot be
                 self._hand_over() if msg.body is None else self._abort()
                 return
@@ -331,6 +338,8 @@ class LeanRequestHandler(GatewayRequestHandler):
                     msg.bad = True
                 else:
                     msg.length = int(value)
+            elif low == b"host":
+                msg.hosts += 1
             elif low in _REFUSED_HEADERS:
                 msg.bad = True
 
@@ -403,7 +412,7 @@ class LeanRequestHandler(GatewayRequestHandler):
         handler = self._lean_routes.get(path.decode("ascii", "replace"))
         if handler is None or b"%" in path or raw[:1] in (b"\r", b"\n"):
             return None
-        if msg.length < 0 or msg.length > self._lean_max_body:
+        if msg.length < 0 or msg.length > self._lean_max_body or msg.hosts != 1:
             return None
         head_end = raw.find(b"\r\n\r\n")
         if head_end < 0:
