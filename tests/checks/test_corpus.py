@@ -114,6 +114,12 @@ def _no_auth(docs: Docs) -> None:
     del _igwc(docs)["spec"]["auth"]
 
 
+def _reserved_bands_without_auth(docs: Docs) -> None:
+    objectives = [{"name": "chat", "priority": 5, "allowedTenants": ["a"]}]
+    _igwc(docs)["spec"]["extensions"]["flowControl"] = {"objectives": objectives}
+    _no_auth(docs)
+
+
 def _internet_facing_no_auth(docs: Docs) -> None:
     _no_auth(docs)
     _ingress_ann(docs)["alb.ingress.kubernetes.io/scheme"] = "internet-facing"
@@ -282,6 +288,26 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
         lambda d: _igwc(d)["spec"]["extensions"].pop("authorization"),
         Command.AUDIT,
         {("IGW-AU602", "WARN", "MEDIUM")},
+    ),
+    (
+        "bands-open-to-any-client",
+        lambda d: _igwc(d)["spec"]["extensions"].update(
+            flowControl={"objectives": [{"name": "chat", "priority": 5}]}
+        ),
+        Command.AUDIT,
+        {("IGW-AU603", "WARN", "MEDIUM")},
+    ),
+    (
+        "bands-reserved-without-auth",
+        _reserved_bands_without_auth,
+        Command.AUDIT,
+        {("IGW-AU201", "FAIL", "HIGH"), ("IGW-AU602", "FAIL", "HIGH"), ("IGW-AU603", "WARN", "LOW")},
+    ),
+    (
+        "bands-limited",
+        lambda d: _igwc(d)["spec"]["extensions"].update(flowControl={"headerPriorityLimit": 0}),
+        Command.AUDIT,
+        set(),
     ),
     # ---- pre-flight
     (

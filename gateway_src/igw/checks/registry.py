@@ -26,6 +26,7 @@ from igw.checks.audit import (
     nlb_passthrough,
     open_cidrs,
     plain_http,
+    priority_claims,
     privilege,
     probes,
     rate_limits,
@@ -108,6 +109,7 @@ AUDIT: Final[tuple[Check, ...]] = (
     iam_trust.CHECK,
     rate_limits.CHECK,
     tenant_isolation.CHECK,
+    priority_claims.CHECK,
 )
 
 

@@ -48,6 +48,7 @@ from igw.scheduling.flow_control import (
     FlowControlSettings,
     Shed,
     ShedReason,
+    header_objective_allowed,
     priority_for,
 )
 from igw.scheduling.types import DecisionKind, EndpointKey, EndpointView, RoutingDecision
@@ -200,6 +201,13 @@ class FlowMetrics:
             ["scheduler", "priority", "tenant", "reason"],
             registry=registry,
         )
+        self.objective_denied = Counter(
+            "igw_flow_objective_denied",
+            "Objective headers ignored because the tenant may not name that objective "
+            "(allowedTenants, headerPriorityLimit); the objective label is a configured or named band.",
+            ["scheduler", "objective"],
+            registry=registry,
+        )
 
 
 class TenantLabels:
@@ -258,13 +266,28 @@ class FlowGates:
             for controller in self._controllers.values():
                 controller.settings = settings
 
-    def priority(self, headers: Mapping[str, str], *, model: str, tenant: str) -> int:
-        """The request's band: its objective header, else its model's or tenant's objective, else 0."""
+    def priority(
+        self,
+        headers: Mapping[str, str],
+        *,
+        scheduler: str,
+        model: str,
+        tenant: str,
+        authenticated_tenant: str | None,
+    ) -> int:
+        """The request's band: its objective header (where the tenant may name that objective), else
+        its model's or tenant's objective, else 0."""
         s = self.settings
+        objective = headers.get(OBJECTIVE_HEADER)
         if s is None:
-            return priority_for(headers.get(OBJECTIVE_HEADER), {})
+            return priority_for(objective, {})
+        if objective is not None and not header_objective_allowed(
+            objective, s, authenticated_tenant=authenticated_tenant
+        ):
+            self.metrics.objective_denied.labels(scheduler, objective).inc()
+            objective = None
         return priority_for(
-            headers.get(OBJECTIVE_HEADER),
+            objective,
             s.objectives,
             model=model,
             tenant=tenant,

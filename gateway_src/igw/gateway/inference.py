@@ -209,7 +209,7 @@ async def _route(
         # queues past its dispatchBelow or while no endpoint has a queue place for it, and no
         # arrival overtakes queued work of its own or a higher band.
         state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
-        priority = _priority(request, state, principal, rreq)
+        priority = _priority(request, state, principal, rreq, sr.spec.name)
         held = state.flow.must_wait(
             sr.spec.name,
             priority=priority,
@@ -300,7 +300,7 @@ async def _wait_in_queue(
     max_queue_ms = headers.get(MAX_QUEUE_MS_HEADER, "")
     tenant = principal.tenant or headers.get(FAIRNESS_HEADER) or ""
     if priority is None:
-        priority = _priority(request, state, principal, rreq)
+        priority = _priority(request, state, principal, rreq, sr.spec.name)
     obs.record.priority = priority
     obs.record.tenant = tenant
     return await state.flow.wait(
@@ -316,10 +316,18 @@ async def _wait_in_queue(
     )
 
 
-def _priority(request: web.Request, state: GatewayState, principal: Principal, rreq: RoutingRequest) -> int:
+def _priority(
+    request: web.Request, state: GatewayState, principal: Principal, rreq: RoutingRequest, scheduler: str
+) -> int:
     """The request's flow-control band (objective header, else its model's or tenant's objective)."""
     tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER) or ""
-    return state.flow.priority(request.headers, model=rreq.model, tenant=tenant)
+    return state.flow.priority(
+        request.headers,
+        scheduler=scheduler,
+        model=rreq.model,
+        tenant=tenant,
+        authenticated_tenant=principal.tenant,
+    )
 
 
 def _utilisation(state: GatewayState, sr: SchedulerRuntime) -> Callable[[], float]:

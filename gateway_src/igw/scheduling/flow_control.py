@@ -190,6 +190,11 @@ class FlowControlSettings:
     """Model or adapter name -> priority, for requests without a known objective."""
     tenant_priorities: Mapping[str, int] = field(default_factory=dict)
     """Tenant -> priority, for requests without a known objective or model priority."""
+    objective_tenants: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Objective name -> the authenticated tenants that alone may name it by header (``allowedTenants``)."""
+    header_priority_limit: int | None = None
+    """The highest priority a header may claim for a tenant not in the objective's ``allowedTenants``
+    (``None``: no limit, the reference's behaviour)."""
     poll_interval_s: float = 0.02
     """How often waiting requests re-check their pool for capacity."""
     dispatch_per_endpoint: int = 2
@@ -231,6 +236,7 @@ class FlowControlSettings:
                 )
             _check_headroom_order(raw["bands"], where)
         objectives: dict[str, int] = {}
+        objective_tenants: dict[str, frozenset[str]] = {}
         by_model: dict[str, int] = {}
         by_tenant: dict[str, int] = {}
         owner: dict[tuple[str, str], int] = {}
@@ -241,6 +247,8 @@ class FlowControlSettings:
                 raise FlowControlError(f"{where}.objectives[{i}].name: {name!r} is listed twice")
             priority = int(objective["priority"])
             objectives[name] = priority
+            if "allowedTenants" in objective:
+                objective_tenants[name] = frozenset(str(t) for t in objective["allowedTenants"])
             for field_name, table in (("models", by_model), ("tenants", by_tenant)):
                 for j, value in enumerate(objective.get(field_name, ())):
                     if owner.setdefault((field_name, value), i) != i:  # twice in one objective is fine
@@ -257,6 +265,8 @@ class FlowControlSettings:
             objectives=objectives,
             model_priorities=by_model,
             tenant_priorities=by_tenant,
+            objective_tenants=objective_tenants,
+            header_priority_limit=(int(raw["headerPriorityLimit"]) if "headerPriorityLimit" in raw else None),
             poll_interval_s=_duration(
                 raw.get("pollInterval", DEFAULT_POLL_INTERVAL), f"{where}.pollInterval"
             ),
@@ -346,6 +356,30 @@ def _duration(text: str, where: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise FlowControlError(f"{where}: {exc}") from exc
+
+
+def header_objective_allowed(
+    objective: str,
+    settings: FlowControlSettings,
+    *,
+    authenticated_tenant: str | None,
+) -> bool:
+    """Whether a request may take the objective its ``x-gateway-inference-objective`` header names.
+
+    The header is chosen by the client, so without limits any client can put its traffic in the top
+    band. An objective with ``allowedTenants`` may be named only by those tenants - by the
+    authenticated tenant claim, never by the client-chosen fairness header - and
+    ``headerPriorityLimit`` caps what everyone else may claim. An objective nobody defined is allowed
+    (it counts as absent anyway).
+    """
+    priority = settings.objectives.get(objective, NAMED_PRIORITIES.get(objective))
+    if priority is None:
+        return True
+    allowed = settings.objective_tenants.get(objective)
+    if allowed is not None:
+        return authenticated_tenant is not None and authenticated_tenant in allowed
+    limit = settings.header_priority_limit
+    return limit is None or priority <= limit
 
 
 def priority_for(

@@ -1,0 +1,100 @@
+"""Who may put a request in a high band: ``allowedTenants`` and ``headerPriorityLimit``.
+
+``x-gateway-inference-objective`` is chosen by the client, so without limits any client can mark its
+batch traffic ``Critical`` and defeat the bands. These tests pin the limits: the table for the rule
+itself, then the whole path with real JWTs, where only the authenticated tenant claim may unlock an
+objective (the client-chosen fairness header never does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from igw.scheduling.flow_control import FlowControlSettings, header_objective_allowed, priority_for
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
+from tests.security.helpers import GuardMaker, TokenFactory, bearer
+
+FLOW = {
+    "pollInterval": "10ms",
+    "headerPriorityLimit": 0,
+    "objectives": [
+        {"name": "chat", "priority": 10, "allowedTenants": ["team-chat"]},
+        {"name": "reports", "priority": 5},
+        {"name": "batch", "priority": -5},
+    ],
+}
+SETTINGS = FlowControlSettings.from_extension(FLOW)
+
+
+@pytest.mark.parametrize(
+    ("objective", "tenant", "allowed"),
+    [
+        ("chat", "team-chat", True),  # listed: may exceed the limit
+        ("chat", "team-batch", False),  # not listed
+        ("chat", None, False),  # anonymous: never listed
+        ("reports", "team-chat", False),  # above the limit, no allowedTenants
+        ("Critical", "team-chat", False),  # the named bands obey the limit too
+        ("Standard", None, True),  # at the limit
+        ("Sheddable", None, True),  # below it
+        ("batch", "team-batch", True),
+        ("no-such-objective", None, True),  # unknown: counts as absent anyway
+    ],
+)
+def test_header_objective_table(objective: str, tenant: str | None, allowed: bool) -> None:
+    assert header_objective_allowed(objective, SETTINGS, authenticated_tenant=tenant) is allowed
+
+
+def test_without_limits_every_client_may_name_every_objective() -> None:
+    """The reference's behaviour stays the default."""
+    open_settings = FlowControlSettings.from_extension({"objectives": [{"name": "chat", "priority": 10}]})
+    assert open_settings.header_priority_limit is None
+    for objective in ("chat", "Critical", "Sheddable"):
+        assert header_objective_allowed(objective, open_settings, authenticated_tenant=None)
+    assert priority_for("Critical", open_settings.objectives) == 1
+
+
+async def test_only_the_authenticated_tenant_unlocks_an_objective(
+    gateway: Callable[..., Any], make_guard: GuardMaker, tokens: TokenFactory
+) -> None:
+    guard = await make_guard(extensions={"authorization": {"tenantClaim": "tenant"}}, real_clock=True)
+    now = int(time.time())
+    chat = bearer(tokens.token(tenant="team-chat", iat=now, exp=now + 600))
+    batch = bearer(tokens.token(tenant="team-batch", iat=now, exp=now + 600))
+    doc = config_doc([scheduler("pool", "m1")])
+    doc["spec"]["extensions"]["flowControl"] = FLOW
+
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (pod,),  # saturated: every request queues
+        gateway(doc, {"pool": [pod.key]}, guard=guard) as gw,
+    ):
+
+        async def send(auth: dict[str, str], objective: str, fairness: str | None = None) -> int:
+            headers = {**auth, "x-gateway-inference-objective": objective}
+            if fairness is not None:
+                headers["x-gateway-inference-fairness-id"] = fairness
+            body = {"model": "m1", "prompt": "x", "max_tokens": 2}
+            resp = await gw.post("/v1/completions", body, headers=headers)
+            await resp.read()
+            status: int = resp.status
+            return status
+
+        sent = [
+            asyncio.create_task(send(batch, "Critical")),  # above the limit: Standard
+            asyncio.create_task(send(batch, "chat", fairness="team-chat")),  # the header is no identity
+            asyncio.create_task(send(chat, "chat")),  # listed: 10
+            asyncio.create_task(send(batch, "Sheddable")),  # below the limit: -1
+        ]
+        await wait_for(
+            lambda: gw.state.flow.depths("pool") == {0: 2, 10: 1, -1: 1}, within=10, what="classified"
+        )
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_flow_objective_denied_total{objective="Critical",scheduler="pool"} 1.0' in metrics
+        assert 'igw_flow_objective_denied_total{objective="chat",scheduler="pool"} 1.0' in metrics
+        pod.waiting = 0
+        assert await asyncio.wait_for(asyncio.gather(*sent), timeout=20) == [200, 200, 200, 200]
