@@ -24,6 +24,17 @@ def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFix
     assert re.search(r"throughput 2 vs 1 worker\(s\) \(median over rounds\): \d+ / \d+ req/s = [\d.]+×", out)
 
 
+@pytest.mark.parametrize("load", ["raw", "aiohttp"])
+def test_workers_benchmark_runs_with_either_load_generator(
+    load: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["perf", "workers", "--workers", "1", "--requests", "40", "--rounds", "1", "--load", load])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"{load} load generator and backend" in out
+    assert re.search(r"^\s+1\s+\d+\s+\d+ µs", out, re.M)
+
+
 def test_worker_argv_forwards_every_option_but_workers_and_port(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -174,6 +174,13 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=3000, help="requests per phase (default 3000)")
     parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients (default 32)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    parser.add_argument(
+        "--load",
+        choices=("raw", "aiohttp"),
+        default="raw",
+        help="load generator and backend: raw (minimal asyncio protocols, so that they leave the cores "
+        "to the gateway; default) or aiohttp (the igw perf gateway ones)",
+    )
 
 
 def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:

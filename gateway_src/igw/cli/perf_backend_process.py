@@ -10,13 +10,18 @@ import asyncio
 import logging
 import sys
 
-from igw.perf.gateway_backend import serve_forever
+from igw.perf.gateway_backend import serve_forever, serve_forever_raw
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="igw.cli.perf_backend_process", description=__doc__)
     parser.add_argument("--chunks", type=int, default=20, help="SSE events per streamed answer")
     parser.add_argument("--chunk-interval", type=float, default=0.005, help="seconds between SSE events")
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="serve with the minimal asyncio backend of igw.perf.raw_http (no streaming; far less CPU)",
+    )
     args = parser.parse_args(argv)
     # sglang-router opens its worker connection with an HTTP/2 preface first and falls back to
     # HTTP/1.1; aiohttp logs each refused preface as an error traceback that would bury the report.
@@ -27,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         import uvloop
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(serve_forever(args.chunks, args.chunk_interval))
+            runner.run(serve_forever_raw() if args.raw else serve_forever(args.chunks, args.chunk_interval))
     except KeyboardInterrupt:
         pass
     return 0

@@ -15,6 +15,8 @@ import random
 
 from aiohttp import web
 
+from igw.perf.raw_http import canned_answers, serve_backend
+
 RESPONSE = (
     b'{"id":"cmpl-x","object":"text_completion","created":0,"model":"fake-model","choices":[{"index":0,'
     b'"text":"hello","finish_reason":"length","logprobs":null}],'
@@ -83,6 +85,16 @@ def build_app(*, chunks: int, interval: float) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)
     return app
+
+
+async def serve_forever_raw() -> None:
+    """The same answers for non-streamed requests from :mod:`igw.perf.raw_http`'s backend (a fraction
+    of aiohttp's CPU per request; no SSE): print ``PORT <n>`` and run until stopped."""
+    answers = canned_answers(completion=RESPONSE, metrics_page=realistic_vllm_page().encode())
+    server = await serve_backend(answers)
+    print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
+    async with server:
+        await server.serve_forever()
 
 
 async def serve_forever(chunks: int, interval: float) -> None:

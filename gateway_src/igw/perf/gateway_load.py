@@ -52,7 +52,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def backend_process(*, chunks: int, interval: float) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def backend_process(
+    *, chunks: int, interval: float, raw: bool = False
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """The near-free backend as a process; ``raw``: the minimal one of :mod:`igw.perf.raw_http`."""
     cmd = [
         sys.executable,
         "-m",
@@ -61,6 +64,7 @@ def backend_process(*, chunks: int, interval: float) -> Iterator[tuple[str, subp
         str(chunks),
         "--chunk-interval",
         str(interval),
+        *(["--raw"] if raw else []),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:

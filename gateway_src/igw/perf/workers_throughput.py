@@ -21,7 +21,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from igw.perf.gateway_load import backend_process, closed_loop, cpu_seconds, gateway_process, wait_ready
+from igw.perf import raw_http
+from igw.perf.gateway_load import (
+    PROMPT,
+    backend_process,
+    closed_loop,
+    cpu_seconds,
+    gateway_process,
+    wait_ready,
+)
 
 HELP = "Throughput of igw serve --workers N vs 1 worker: requests/s and CPU per request, one run."
 
@@ -66,15 +74,30 @@ class Phase:
         return self.gateway_cpu_s / self.requests * 1e6
 
 
+async def _load(base: str, *, concurrency: int, requests: int, raw: bool) -> float:
+    """Run one closed-loop phase against ``base``; its wall time in seconds."""
+    if not raw:
+        return (await closed_loop(base, concurrency=concurrency, requests=requests)).wall_s
+    template = b'{"model":"fake-model","max_tokens":4,"prompt":"' + PROMPT.encode() + b'question %d"}'
+
+    def request_for(i: int) -> bytes:
+        return raw_http.completion_request(base, template % i)
+
+    result = await raw_http.closed_loop(
+        base, concurrency=concurrency, requests=requests, request_for=request_for
+    )
+    return result.wall_s
+
+
 async def _phase(
-    base: str, parent: int, backend_pid: int, *, workers: int, concurrency: int, requests: int
+    base: str, parent: int, backend_pid: int, *, workers: int, concurrency: int, requests: int, raw: bool
 ) -> Phase:
     g0, c0, b0 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
-    result = await closed_loop(base, concurrency=concurrency, requests=requests)
+    wall_s = await _load(base, concurrency=concurrency, requests=requests, raw=raw)
     return Phase(
         workers=workers,
         requests=requests,
-        wall_s=result.wall_s,
+        wall_s=wall_s,
         gateway_cpu_s=group_cpu(parent) - g0,
         client_cpu_s=_own_cpu() - c0,
         backend_cpu_s=cpu_seconds(backend_pid) - b0,
@@ -82,16 +105,24 @@ async def _phase(
 
 
 async def _measure(
-    bases: dict[int, tuple[str, int]], backend_pid: int, *, concurrency: int, requests: int, rounds: int
+    bases: dict[int, tuple[str, int]],
+    backend_pid: int,
+    *,
+    concurrency: int,
+    requests: int,
+    rounds: int,
+    raw: bool,
 ) -> list[Phase]:
     for base, _pid in bases.values():
         await wait_ready(base, within_s=120)
-        await closed_loop(base, concurrency=concurrency, requests=max(50, requests // 10))  # warm-up
+        await _load(base, concurrency=concurrency, requests=max(50, requests // 10), raw=raw)  # warm-up
     phases = []
     for _ in range(rounds):
         for n, (base, pid) in bases.items():
             phases.append(
-                await _phase(base, pid, backend_pid, workers=n, concurrency=concurrency, requests=requests)
+                await _phase(
+                    base, pid, backend_pid, workers=n, concurrency=concurrency, requests=requests, raw=raw
+                )
             )
     return phases
 
@@ -99,10 +130,12 @@ async def _measure(
 def run(args: argparse.Namespace) -> int:
     print(
         f"closed loop, concurrency {args.concurrency}, {args.requests} requests per phase, "
-        f"{args.rounds} rounds alternating worker counts {','.join(map(str, args.workers))}"
+        f"{args.rounds} rounds alternating worker counts {','.join(map(str, args.workers))}, "
+        f"{args.load} load generator and backend"
     )
+    raw = args.load == "raw"
     with contextlib.ExitStack() as stack:
-        backend, backend_proc = stack.enter_context(backend_process(chunks=4, interval=0.0))
+        backend, backend_proc = stack.enter_context(backend_process(chunks=4, interval=0.0, raw=raw))
         if backend_proc.stdout is not None:
             stack.callback(backend_proc.stdout.close)  # its PORT line is read; nothing else comes
         bases: dict[int, tuple[str, int]] = {}
@@ -131,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
                     concurrency=args.concurrency,
                     requests=args.requests,
                     rounds=args.rounds,
+                    raw=raw,
                 )
             )
     print(
