@@ -7,9 +7,11 @@ process entry points in ``igw.cli`` turn command lines into those arguments. (An
 
 from __future__ import annotations
 
+import argparse
 import ast
 from pathlib import Path
 
+from igw.cli.main import build_parser
 from igw.config.paths import REPO_ROOT
 from tests.architecture.support import SOURCE_ROOT, assert_none, offenders, python_files, sample
 
@@ -48,3 +50,22 @@ def test_the_check_sees_parser_calls(tmp_path: Path) -> None:
 def test_no_argument_parsing_outside_the_cli_package() -> None:
     found = offenders(python_files(SOURCE_ROOT, skip=CLI_PACKAGE), parser_calls)
     assert_none(found, "argument parsing outside igw.cli")
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every sub-command parser below it."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found += _parsers(child)
+    return found
+
+
+def test_every_help_page_renders() -> None:
+    """``igw ... --help`` for every command: argparse %-formats help strings, so a stray ``%`` (as in
+    "80 % of capacity") breaks the help page of the command that lists it."""
+    parsers = _parsers(build_parser())
+    assert len(parsers) > 30, "the walk must reach the sub-commands"
+    for parser in parsers:
+        assert parser.format_help(), parser.prog

@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         module = _load(module_name)
         if module is None:
             continue
-        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        # argparse %-formats help strings (not descriptions): a literal % in HELP must be doubled
+        cmd = sub.add_parser(name, help=module.HELP.replace("%", "%%"), description=module.HELP)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser

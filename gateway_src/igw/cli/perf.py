@@ -266,7 +266,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             if exc.name is not None and module_name.startswith(exc.name):
                 continue
             raise
-        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        # argparse %-formats help strings (not descriptions): a literal % in HELP must be doubled
+        cmd = sub.add_parser(name, help=module.HELP.replace("%", "%%"), description=module.HELP)
         add_options(cmd)
         cmd.set_defaults(_perf_run=module.run)
 
