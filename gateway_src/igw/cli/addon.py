@@ -183,3 +183,12 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"igw addon: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:  # botocore's own errors: no region, no credentials, unknown profile, no route
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+        from botocore.exceptions import BotoCoreError, NoRegionError
+
+        if not isinstance(exc, BotoCoreError):
+            raise
+        hint = " (pass --region or set AWS_REGION)" if isinstance(exc, NoRegionError) else ""
+        print(f"igw addon: AWS: {exc}{hint}", file=sys.stderr)
+        return EXIT_USAGE

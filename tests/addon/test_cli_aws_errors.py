@@ -1,0 +1,45 @@
+"""``igw addon`` without a usable AWS setup says what is missing instead of printing a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from igw.cli.main import main
+
+
+@pytest.fixture
+def no_aws_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No region, no credentials, no instance metadata: what a newcomer's laptop has."""
+    for name in (
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["addon", "versions"], "pass --region or set AWS_REGION"),
+        (["addon", "versions", "--region", "us-west-2"], "Unable to locate credentials"),
+        (["addon", "versions", "--profile", "nobody"], "nobody"),
+        (["addon", "delete", "--cluster", "c", "--region", "us-west-2"], "Unable to locate credentials"),
+    ],
+)
+def test_a_missing_aws_setup_is_named_not_a_traceback(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("igw addon: AWS: ")
+    assert says in err
+    assert "Traceback" not in err
