@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Coroutine, Generator
+from collections.abc import AsyncIterator, Generator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -136,10 +136,8 @@ def tasks_created() -> Generator[list[asyncio.Task[Any]], None, None]:
     created: list[asyncio.Task[Any]] = []
     previous = loop.get_task_factory()
 
-    def factory(
-        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kw: Any
-    ) -> asyncio.Task[Any]:
-        task = asyncio.Task(coro, loop=loop, **kw)
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Future[Any]:
+        task = asyncio.Task(coro, loop=loop)
         created.append(task)
         return task
 
