@@ -45,6 +45,9 @@ class Pod:
         self.connections = 0
         self.page = 0
         self.pages = PAGES
+        self.targets: list[str] = []
+        self.pages_served = 0
+        """``/metrics`` answers written in full (each one a successful scrape once it lands)."""
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task[None]] = set()
@@ -67,6 +70,7 @@ class Pod:
                 if self.mode == "freeze":
                     continue
                 target = head.split(b" ", 2)[1].decode()
+                self.targets.append(target)
                 page = self.pages[self.page % len(self.pages)]
                 self.page += 1
                 url = urlsplit(target)
@@ -80,6 +84,7 @@ class Pod:
                     break
                 writer.write(reply)
                 await writer.drain()
+                self.pages_served += url.path == "/metrics"
         self._writers.discard(writer)
         writer.close()
 
@@ -97,7 +102,7 @@ class Pod:
 
 
 @contextlib.asynccontextmanager
-async def fleet(count: int) -> AsyncIterator[tuple[list[Pod], GatewayRuntime, Scraper]]:
+async def fleet(count: int) -> AsyncIterator[tuple[list[Pod], GatewayRuntime, Scraper, GatewayMetrics]]:
     """``count`` pods in scheduler ``s``, scraped every 50 ms (timeout 500 ms) by a real scraper."""
     async with contextlib.AsyncExitStack() as stack:
         pods = [await stack.enter_async_context(Pod().running()) for _ in range(count)]
@@ -109,16 +114,13 @@ async def fleet(count: int) -> AsyncIterator[tuple[list[Pod], GatewayRuntime, Sc
         )
         rt.schedulers["s"].pool.replace(DiscoveredEndpoint(key=p.key) for p in pods)
         client = ScrapeClient()
+        metrics = GatewayMetrics(lister=rt.endpoints, clock=time.monotonic)
         scraper = Scraper(
-            runtime=lambda: rt,
-            client=client,
-            clock=time.monotonic,
-            metrics=GatewayMetrics(lister=rt.endpoints, clock=time.monotonic),
-            idle_pacing=False,
+            runtime=lambda: rt, client=client, clock=time.monotonic, metrics=metrics, idle_pacing=False
         )
         try:
             scraper.sync()
-            yield pods, rt, scraper
+            yield pods, rt, scraper, metrics
         finally:
             await scraper.close()
             await client.close()
@@ -160,7 +162,7 @@ async def _settled(rt: GatewayRuntime, scraper: Scraper, pods: list[Pod]) -> Non
 
 
 async def test_steady_state_scrapes_of_a_group_create_no_task() -> None:
-    async with fleet(3) as (pods, rt, scraper):
+    async with fleet(3) as (pods, rt, scraper, _):
         await _settled(rt, scraper, pods)
         with tasks_created() as created:
             before = [p.requests for p in pods]
@@ -179,7 +181,7 @@ async def test_steady_state_scrapes_of_a_group_create_no_task() -> None:
 
 @pytest.mark.parametrize("failure", ["freeze", "cut"])
 async def test_a_member_that_does_not_answer_fails_alone_and_comes_back(failure: str) -> None:
-    async with fleet(3) as (pods, rt, scraper):
+    async with fleet(3) as (pods, rt, scraper, _):
         await _settled(rt, scraper, pods)
         bad, good = pods[0], pods[1:]
         bad.mode = failure
@@ -222,3 +224,30 @@ async def test_a_scrape_writes_only_changed_fields_and_reads_new_values() -> Non
         assert r.state.metrics.running == metrics.running
         assert r.state.metrics.kv_usage == metrics.kv_usage
         assert sorted(notified) == [pod.key, pod.key]  # metrics and scraped_at
+
+
+async def test_the_scrape_counter_counts_every_landed_page() -> None:
+    async with fleet(3) as (pods, rt, scraper, metrics):
+        await _settled(rt, scraper, pods)
+        await wait_for(lambda: all(p.pages_served >= 10 for p in pods), within=10, what="ten pages each")
+        await scraper.close()
+        served = sum(p.pages_served for p in pods)
+        ok = metrics.registry.get_sample_value("igw_endpoint_scrapes_total", {"result": "ok"})
+    assert ok is not None
+    # every page that landed was counted once; a page written as the scraper closed may not have
+    assert served - len(pods) <= ok <= served
+
+
+async def test_new_bbr_adapters_change_what_the_steady_path_asks_for() -> None:
+    async with fleet(2) as (pods, rt, scraper, _):
+        await _settled(rt, scraper, pods)
+        assert not any("lora" in t for p in pods for t in p.targets)
+        rt.with_bbr_adapters({"sql": "m"})  # adapter requests can now reach scheduler s
+        await wait_for(
+            lambda: all(
+                any("vllm%3Alora_requests_info" in t or "lora_requests_info" in t for t in p.targets)
+                for p in pods
+            ),
+            within=10,
+            what="the LoRA family asked for",
+        )

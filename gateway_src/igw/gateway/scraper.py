@@ -152,6 +152,7 @@ class _Member:
         "models_read_at",
         "pacing",
         "picks",
+        "plan",
         "scheduler",
         "slot",
         "started",
@@ -176,8 +177,11 @@ class _Member:
         """Bound once to this member: the callback of its steady-path scrapes."""
         self.started = 0.0
         self.picks = 0
-        self.flight: tuple[SchedulerRuntime, EndpointState, MetricFamilies] | None = None
-        """What the steady-path scrape in flight reads the answer for."""
+        self.flight: tuple[SchedulerRuntime, EndpointState, MetricFamilies, float] | None = None
+        """What the steady-path scrape in flight reads the answer for, and the stale threshold."""
+        self.plan: tuple[SchedulerRuntime, object, MetricFamilies, str | None] | None = None
+        """(scheduler runtime, model router) -> the families to read and the filtered path: both
+        change only when one of those objects is replaced (a reload, new bbr adapters)."""
 
 
 def _no_landing(status: int, body: bytes, error: BaseException | None) -> None:
@@ -226,10 +230,11 @@ class Scraper:
         self._starter = client if isinstance(client, PageStarter) else None
         self._clock = clock
         self._metrics = metrics
+        self._scrapes_ok = metrics.child(metrics.scrapes, "ok")
+        """Batched (:meth:`GatewayMetrics.child`): a plain addition per scrape, summed when collected."""
         self._members: dict[TaskKey, _Member] = {}
         self._reported: set[tuple[str, str, str]] = set()
         self._without_lora: dict[MetricFamilies, MetricFamilies] = {}
-        self._paths: dict[MetricFamilies, str | None] = {}
         self._closed = False
 
     def sync(self) -> None:
@@ -279,18 +284,19 @@ class Scraper:
     def _run(self, member: _Member) -> None:
         """``member``'s turn at its group's tick: scrape it when its pace says so (on the steady path
         from here, else in a task), or wait for the next tick."""
-        found = self._lookup(member.scheduler, member.key)
-        if found is None:
+        rt = self._runtime()
+        sr = rt.schedulers.get(member.scheduler)
+        state = None if sr is None else sr.pool.states.get(member.key)
+        if sr is None or state is None:
             return  # no longer in the pools: the next sync drops it
-        sr, state = found
-        settings = self._runtime().settings
+        settings = rt.settings
         interval = member.interval = settings.scrape_interval_s
-        remote_picks, remote_inflight = self._remote_usage(member.scheduler, member.key)
+        remote = self._remote_usage
+        remote_picks, remote_inflight = (0, 0) if remote is _no_remote_usage else remote(*member.tk)
         picks = state.picks + remote_picks
         tick = asyncio.get_running_loop().time()
-        if not member.pacing.due(
-            tick, picks=picks, inflight=state.inflight + remote_inflight, interval_s=interval
-        ):
+        pacing = member.pacing
+        if not pacing.due(tick, picks=picks, inflight=state.inflight + remote_inflight, interval_s=interval):
             self._wait(member)
             return
         member.started, member.picks = tick, picks
@@ -298,10 +304,13 @@ class Scraper:
         models_due = member.models_read_at is None or started - member.models_read_at >= MODEL_INFO_REFRESH_S
         starter = self._starter
         if starter is not None and not models_due:
-            families = self._families(sr)
-            path = self._steady_path(member.tk, families)
+            plan = member.plan
+            if plan is None or plan[0] is not sr or plan[1] is not rt.router:
+                families = self._families(sr)
+                plan = member.plan = (sr, rt.router, families, self._filter_path(families))
+            path = self._steady_path(member.tk, plan[3])
             if path is not None:
-                member.flight = (sr, state, families)
+                member.flight = (sr, state, plan[2], settings.stale_threshold_s)
                 if starter.start(
                     member.key,
                     path,
@@ -336,10 +345,10 @@ class Scraper:
         flight = member.flight
         if member.gone or flight is None:
             return
-        sr, state, families = flight
+        sr, state, families, stale_after_s = flight
         try:
             if error is None:
-                quiet = self._settle(sr, state, families, status, body)
+                quiet = self._settle(sr, state, families, status, body, stale_after_s)
             else:
                 quiet = self._failed_fetch(sr, state, error)
             if self._publish is not None:
@@ -354,13 +363,16 @@ class Scraper:
         if member.gone:
             return
         interval = member.interval
-        remote_inflight = self._remote_usage(member.scheduler, member.key)[1]
+        if quiet and self._idle_pacing:
+            remote_inflight = self._remote_usage(member.scheduler, member.key)[1]
+            quiet = state.inflight + remote_inflight == 0
         member.pacing.scraped(
             member.started,
             picks=member.picks,
-            quiet=self._idle_pacing and quiet and state.inflight + remote_inflight == 0,
+            quiet=quiet and self._idle_pacing,
             interval_s=interval,
-            limit_s=idle_gap_limit(interval, sr.scheduler.settings.stale_threshold_s),
+            # the limit matters only to a quiet scrape (any other one sets the gap to the interval)
+            limit_s=idle_gap_limit(interval, sr.scheduler.settings.stale_threshold_s) if quiet else interval,
         )
         self._wait(member)
 
@@ -406,20 +418,20 @@ class Scraper:
             interval_s=member.interval,
         )
 
-    def _steady_path(self, tk: TaskKey, families: MetricFamilies) -> str | None:
-        """The path to ask ``tk`` for on the steady path, or ``None`` while its page mode is not
-        settled (first scrape, filter check pending, page absent)."""
-        paths = self._paths
-        if families in paths:
-            path = paths[families]
-        else:
-            path = paths[families] = filter_path(families) if self._name_filter else None
-        if path is None:
+    def _filter_path(self, families: MetricFamilies) -> str | None:
+        """The filtered page's path for ``families``, or ``None`` where the whole page is read."""
+        return filter_path(families) if self._name_filter else None
+
+    def _steady_path(self, tk: TaskKey, filtered: str | None) -> str | None:
+        """The path to ask ``tk`` for on the steady path (``filtered``: its filtered page's, if
+        any), or ``None`` while its page mode is not settled (first scrape, filter check pending,
+        page absent)."""
+        if filtered is None:
             return METRICS_PATH
         mode = self._modes.get(tk)
         if mode == WHOLE_PAGE:
             return METRICS_PATH
-        return path if isinstance(mode, FilteredPage) else None
+        return filtered if isinstance(mode, FilteredPage) else None
 
     async def read_model_info(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
         """Learn ``max_model_len`` from ``GET /v1/models``; True when the page was read."""
@@ -547,7 +559,8 @@ class Scraper:
             resp = await self._fetch(sr, state, families, timeout_s)
         except (TimeoutError, OSError) as exc:
             return self._failed_fetch(sr, state, exc)
-        return self._settle(sr, state, families, resp.status, resp.body)
+        stale_after_s = self._runtime().settings.stale_threshold_s
+        return self._settle(sr, state, families, resp.status, resp.body, stale_after_s)
 
     def _failed_fetch(self, sr: SchedulerRuntime, state: EndpointState, exc: BaseException) -> bool:
         """No complete answer (timeout, refused, reset, malformed): the endpoint is failing."""
@@ -555,7 +568,13 @@ class Scraper:
         return False
 
     def _settle(
-        self, sr: SchedulerRuntime, state: EndpointState, families: MetricFamilies, status: int, raw: bytes
+        self,
+        sr: SchedulerRuntime,
+        state: EndpointState,
+        families: MetricFamilies,
+        status: int,
+        raw: bytes,
+        stale_after_s: float,
     ) -> bool:
         """Store the answer ``status``/``raw`` of one scrape; True when it found the endpoint quiet."""
         if status == 404:
@@ -571,7 +590,7 @@ class Scraper:
         # xxh3 rather than hash(): the page is a fresh bytes object each scrape, and CPython's SipHash
         # over a whole page costs as much as parsing it.
         digest = xxhash.xxh3_64_intdigest(raw)
-        if self._frozen(sr, state, digest, now, stale_after_s=self._runtime().settings.stale_threshold_s):
+        if self._frozen(sr, state, digest, now, stale_after_s=stale_after_s):
             return False
         tk = (sr.spec.name, state.key)
         read = self._read.get(tk)
@@ -600,7 +619,7 @@ class Scraper:
         if state.last_error is not None:
             state.last_error = None
         self._set_missing(sr, state, missing)
-        self._metrics.child(self._metrics.scrapes, "ok").inc()
+        self._scrapes_ok.inc()
         metrics = state.metrics
         return unchanged and not (metrics is not None and metrics.waiting)
 
