@@ -14,98 +14,27 @@ import random
 import time
 from collections.abc import AsyncIterator, Generator
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from igw.config.build import build_gateway_config
 from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
 from igw.gateway.metrics_parser import VLLM, parse_page
-from igw.gateway.page_filter import FILTER_PARAM
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scrape_client import ScrapeClient
 from igw.gateway.scraper import FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
-from igw.perf.scrape_fleet import page_variants
-from igw.sim.metrics_page import restrict_page
-from tests.gateway.scrape_support import scrape_rig
+from tests.gateway.scrape_support import PAGES, MetricsPod, scrape_rig
 from tests.gateway.support import config_doc, scheduler, wait_for
-
-PAGES = [p.decode() for p in page_variants(3)]
-
-
-class Pod:
-    """A loopback vLLM pod answering ``name[]`` as prometheus_client does; ``mode`` says how it
-    answers now: ``answer``, ``freeze`` (reads requests, never answers, keeps the connection open) or
-    ``cut`` (sends the head and part of the body, then closes)."""
-
-    def __init__(self) -> None:
-        self.mode = "answer"
-        self.requests = 0
-        self.connections = 0
-        self.page = 0
-        self.pages = PAGES
-        self.targets: list[str] = []
-        self.pages_served = 0
-        """``/metrics`` answers written in full (each one a successful scrape once it lands)."""
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task[None]] = set()
-
-    @property
-    def key(self) -> str:
-        assert self._server is not None
-        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        self._writers.add(writer)
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                self.requests += 1
-                if self.mode == "freeze":
-                    continue
-                target = head.split(b" ", 2)[1].decode()
-                self.targets.append(target)
-                page = self.pages[self.page % len(self.pages)]
-                self.page += 1
-                url = urlsplit(target)
-                names = parse_qs(url.query).get(FILTER_PARAM)
-                body = (restrict_page(page, names) if names else page).encode()
-                status = b"200 OK" if url.path == "/metrics" else b"404 Not Found"  # no /v1/models
-                reply = b"HTTP/1.1 %s\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body)
-                if self.mode == "cut":
-                    writer.write(reply[: len(reply) - len(body) // 2])
-                    await writer.drain()
-                    break
-                writer.write(reply)
-                await writer.drain()
-                self.pages_served += url.path == "/metrics"
-        self._writers.discard(writer)
-        writer.close()
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[Pod]:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        try:
-            yield self
-        finally:
-            self._server.close()
-            for w in list(self._writers):
-                w.close()
-            await asyncio.gather(*self._handlers, return_exceptions=True)
-            await self._server.wait_closed()
 
 
 @contextlib.asynccontextmanager
-async def fleet(count: int) -> AsyncIterator[tuple[list[Pod], GatewayRuntime, Scraper, GatewayMetrics]]:
+async def fleet(
+    count: int,
+) -> AsyncIterator[tuple[list[MetricsPod], GatewayRuntime, Scraper, GatewayMetrics]]:
     """``count`` pods in scheduler ``s``, scraped every 50 ms (timeout 500 ms) by a real scraper."""
     async with contextlib.AsyncExitStack() as stack:
-        pods = [await stack.enter_async_context(Pod().running()) for _ in range(count)]
+        pods = [await stack.enter_async_context(MetricsPod().running()) for _ in range(count)]
         routing = {"scrapeInterval": "50ms", "scrapeTimeout": "500ms", "staleThreshold": "2s"}
         rt = GatewayRuntime(
             build_gateway_config(config_doc([scheduler("s", "m")], routing=routing)),
@@ -126,7 +55,7 @@ async def fleet(count: int) -> AsyncIterator[tuple[list[Pod], GatewayRuntime, Sc
             await client.close()
 
 
-def _state(rt: GatewayRuntime, pod: Pod) -> EndpointState:
+def _state(rt: GatewayRuntime, pod: MetricsPod) -> EndpointState:
     return rt.schedulers["s"].pool.states[pod.key]
 
 
@@ -150,11 +79,11 @@ def tasks_created() -> Generator[list[asyncio.Task[Any]], None, None]:
         loop.set_task_factory(previous)
 
 
-async def _settled(rt: GatewayRuntime, scraper: Scraper, pods: list[Pod]) -> None:
+async def _settled(rt: GatewayRuntime, scraper: Scraper, pods: list[MetricsPod]) -> None:
     """Every pod read through the filter and scraped at least twice (past its first, task-run scrape)."""
     await wait_for(
         lambda: all(
-            isinstance(scraper.page_mode("s", p.key), FilteredPage) and p.requests >= 3 for p in pods
+            isinstance(scraper.page_mode("s", p.key), FilteredPage) and len(p.targets) >= 3 for p in pods
         ),
         within=10,
         what="every pod on the steady path",
@@ -165,9 +94,9 @@ async def test_steady_state_scrapes_of_a_group_create_no_task() -> None:
     async with fleet(3) as (pods, rt, scraper, _):
         await _settled(rt, scraper, pods)
         with tasks_created() as created:
-            before = [p.requests for p in pods]
+            before = [len(p.targets) for p in pods]
             await wait_for(
-                lambda: all(p.requests >= b + 5 for p, b in zip(pods, before, strict=True)),
+                lambda: all(len(p.targets) >= b + 5 for p, b in zip(pods, before, strict=True)),
                 within=10,
                 what="five more scrapes of every pod",
             )
@@ -184,26 +113,26 @@ async def test_a_member_that_does_not_answer_fails_alone_and_comes_back(failure:
     async with fleet(3) as (pods, rt, scraper, _):
         await _settled(rt, scraper, pods)
         bad, good = pods[0], pods[1:]
-        bad.mode = failure
-        before = [p.requests for p in good]
+        bad.stall = failure
+        before = [len(p.targets) for p in good]
         await wait_for(lambda: _state(rt, bad).scrape_failing, within=10, what="the pod marked failing")
         error = _state(rt, bad).last_error or ""
         if failure == "freeze":
             assert error.startswith("scrape failed: TimeoutError: no complete response within 0.5s")
             # the group went on while the frozen member waited for its deadline (10 intervals)
-            assert all(p.requests >= b + 2 for p, b in zip(good, before, strict=True))
+            assert all(len(p.targets) >= b + 2 for p, b in zip(good, before, strict=True))
         else:
             assert "closed the connection" in error
         assert not any(_state(rt, p).scrape_failing for p in good)
         connections = bad.connections
-        bad.mode = "answer"
+        bad.stall = None
         await wait_for(lambda: not _state(rt, bad).scrape_failing, within=10, what="the pod back")
         assert bad.connections > connections  # a fresh connection: the broken one was dropped
         assert _state(rt, bad).last_error is None
 
 
 async def test_a_scrape_writes_only_changed_fields_and_reads_new_values() -> None:
-    async with Pod().running() as pod, scrape_rig(pod.key) as r:
+    async with MetricsPod().running() as pod, scrape_rig(pod.key) as r:
         for _ in range(4):
             await r.scrape()  # the filter check, the template built, then read through it
         notified: list[str] = []
@@ -244,10 +173,7 @@ async def test_new_bbr_adapters_change_what_the_steady_path_asks_for() -> None:
         assert not any("lora" in t for p in pods for t in p.targets)
         rt.with_bbr_adapters({"sql": "m"})  # adapter requests can now reach scheduler s
         await wait_for(
-            lambda: all(
-                any("vllm%3Alora_requests_info" in t or "lora_requests_info" in t for t in p.targets)
-                for p in pods
-            ),
+            lambda: all(any("lora_requests_info" in t for t in p.targets) for p in pods),
             within=10,
             what="the LoRA family asked for",
         )
