@@ -130,7 +130,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         done, self._done = self._done, None
         chunks = self._chunks
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks) if chunks else b""
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._chunks = []
         parser = self._parser
         status = parser.get_status_code()

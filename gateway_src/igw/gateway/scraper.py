@@ -235,7 +235,6 @@ class Scraper:
         self._members: dict[TaskKey, _Member] = {}
         self._reported: set[tuple[str, str, str]] = set()
         self._without_lora: dict[MetricFamilies, MetricFamilies] = {}
-        self._closed = False
 
     def sync(self) -> None:
         """Start scraping new endpoints and stop scraping those that left."""
@@ -263,7 +262,6 @@ class Scraper:
             member.task.cancel()
 
     async def close(self) -> None:
-        self._closed = True
         members = list(self._members.values())
         self._members.clear()
         for timer, _ in self._ticks.values():
