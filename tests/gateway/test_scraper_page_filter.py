@@ -9,10 +9,8 @@ again. Engines without the filter (TGI, generic) are never asked with it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -23,80 +21,10 @@ from igw.gateway.metrics_parser import VLLM, FamilyStarts, ParsedPage, parse_pag
 from igw.gateway.page_filter import FILTER_PARAM, filter_names, filter_path, unrequested_sample
 from igw.gateway.page_template import PageReader
 from igw.gateway.scraper import PAGE_ABSENT, WHOLE_PAGE, FilteredPage
-from igw.perf.scrape_fleet import page_variants
 from igw.sim.metrics_page import restrict_page
-from tests.gateway.scrape_support import scrape_rig
+from tests.gateway.scrape_support import PAGES, MetricsPod, scrape_rig
 
-PAGES = [p.decode() for p in page_variants(3)]
 ROUTING = dataclasses.replace(VLLM, lora=None)
-
-
-class MetricsPod:
-    """A loopback pod serving vLLM pages; ``behaviour`` says how it answers a filtered request:
-    ``honour`` (prometheus_client's way), ``ignore`` (the whole page), ``empty`` (200, no body) or
-    ``reject`` (400); ``absent``: no ``/metrics`` page at all (404). Records each request target;
-    ``down`` makes it drop connections."""
-
-    def __init__(self, behaviour: str) -> None:
-        self.behaviour = behaviour
-        self.targets: list[str] = []
-        self.down = False
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task[None]] = set()
-
-    @property
-    def key(self) -> str:
-        assert self._server is not None
-        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    def _answer(self, target: str) -> tuple[int, str]:
-        page = PAGES[len(self.targets) % len(PAGES)]
-        url = urlsplit(target)
-        names = parse_qs(url.query).get(FILTER_PARAM)
-        if url.path != "/metrics" or self.behaviour == "absent":
-            return 404, ""
-        if not names or self.behaviour == "ignore":
-            return 200, page
-        if self.behaviour == "empty":
-            return 200, ""
-        if self.behaviour == "reject":
-            return 400, "bad query"
-        return 200, restrict_page(page, names)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while not self.down:
-                head = await reader.readuntil(b"\r\n\r\n")
-                if self.down:
-                    break
-                target = head.split(b" ", 2)[1].decode()
-                self.targets.append(target)
-                status, body = self._answer(target)
-                data = body.encode()
-                writer.write(b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(data), data))
-                await writer.drain()
-        self._writers.discard(writer)
-        writer.close()
-
-    def drop_connections(self) -> None:
-        for w in list(self._writers):
-            w.close()
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[MetricsPod]:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        try:
-            yield self
-        finally:
-            self._server.close()
-            self.drop_connections()
-            await asyncio.gather(*self._handlers, return_exceptions=True)
-            await self._server.wait_closed()
 
 
 def _filtered(target: str) -> bool:
@@ -179,16 +107,12 @@ async def test_frozen_detection_works_on_filtered_pages() -> None:
         MetricsPod("honour").running() as pod,
         scrape_rig(pod.key, routing={"staleThreshold": "200ms"}) as r,
     ):
-        global PAGES
-        saved, PAGES = PAGES, PAGES[:1]  # one page forever: a wedged metrics thread
-        try:
-            await r.scrape()
-            r.state.picks += 1  # a request the page never reflects
-            await r.scrape()
-            await asyncio.sleep(0.25)
-            await r.scrape()
-        finally:
-            PAGES = saved
+        pod.pages = PAGES[:1]  # one page forever: a wedged metrics thread
+        await r.scrape()
+        r.state.picks += 1  # a request the page never reflects
+        await r.scrape()
+        await asyncio.sleep(0.25)
+        await r.scrape()
         assert r.state.page.frozen
         assert all(_filtered(t) for t in pod.targets)
 
@@ -222,20 +146,17 @@ async def test_an_unchanged_page_is_not_parsed_again(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(PageReader, "read", counting)  # counts each reading of a page, then reads it
     async with MetricsPod("honour").running() as pod, scrape_rig(pod.key) as r:
-        global PAGES
-        saved, PAGES = PAGES, PAGES[:1]  # an idle pod: the same page every time
-        try:
-            await r.scrape()
-            first_scraped_at = r.state.scraped_at
-            parses = len(calls)
-            await r.scrape()
-            await r.scrape()
-            assert len(calls) == parses  # the same bytes: not parsed again
-            assert r.state.scraped_at is not None
-            assert first_scraped_at is not None
-            assert r.state.scraped_at > first_scraped_at  # but the scrape counts as fresh
-        finally:
-            PAGES = saved
+        pod.pages = PAGES[:1]  # an idle pod: the same page every time
+        await r.scrape()
+        first_scraped_at = r.state.scraped_at
+        parses = len(calls)
+        await r.scrape()
+        await r.scrape()
+        assert len(calls) == parses  # the same bytes: not parsed again
+        assert r.state.scraped_at is not None
+        assert first_scraped_at is not None
+        assert r.state.scraped_at > first_scraped_at  # but the scrape counts as fresh
+        pod.pages = PAGES
         await r.scrape()  # a moved counter: parsed again
         assert len(calls) == parses + 1
         assert r.state.metrics == _whole_page_metrics()

@@ -19,6 +19,16 @@ Request timeouts share timers: a request's deadline is rounded up to the next mu
 :data:`TIMEOUT_GRAIN` and every request due in the same slot is checked by one timer, so the scraper's
 groups (requests sent together) cost one timer, not one each, and a completed request cancels
 nothing. A timeout therefore fires up to one grain late.
+
+Two ways to ask. :meth:`ScrapeClient.get` awaits the answer (connecting first when the pod has no idle
+connection). :meth:`ScrapeClient.start` is the scraper's steady state: on an idle connection it writes
+the pre-encoded request and returns at once; the connection's ``data_received`` feeds llhttp, and the
+complete answer (or the failure, or the shared deadline timer's timeout) is handed to the caller's
+``done`` callback from inside that callback - no task, no future and no extra event-loop turn per
+scrape. Why llhttp and not a hand-written reader for the common fixed-length answer: llhttp is C,
+a whole 2 KB answer costs it two Python callbacks, and a hand-written reader would have to repeat
+its handling of chunked bodies, ``Connection: close`` and malformed heads, which is where scrape
+failures come from.
 """
 
 from __future__ import annotations
@@ -48,6 +58,14 @@ class ScrapeResponse(NamedTuple):
     body: bytes
 
 
+Landed = Callable[[int, bytes, BaseException | None], None]
+"""``done(status, body, error)``: called once per started request, with ``error`` set on a failure."""
+
+
+def _ignore(status: int, body: bytes, error: BaseException | None) -> None:
+    """The ``done`` of a connection with no request outstanding."""
+
+
 class PageGetter(Protocol):
     """What the scraper needs from an HTTP client (``igw perf scrape`` also runs aiohttp through it)."""
 
@@ -67,11 +85,14 @@ def split_host_port(key: str) -> tuple[str, int]:
 class _Connection(asyncio.Protocol):
     """One keep-alive connection to one pod; answers one request at a time."""
 
-    def __init__(self, on_idle: Callable[[_Connection], None]) -> None:
+    def __init__(
+        self, on_idle: Callable[[_Connection], None], on_lost: Callable[[_Connection], None]
+    ) -> None:
         self._on_idle = on_idle
+        self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
-        self._waiter: asyncio.Future[ScrapeResponse] | None = None
+        self._done: Landed | None = None
         self._chunks: list[bytes] = []
         self._size = 0
         self._max_bytes = 0
@@ -94,6 +115,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._transport = None
+        self._on_lost(self)
         reason = f": {exc}" if exc is not None else ""
         self._fail(ScrapeRequestError(f"the server closed the connection{reason}"))
 
@@ -106,7 +128,7 @@ class _Connection(asyncio.Protocol):
         self._chunks.append(body)
 
     def on_message_complete(self) -> None:
-        waiter, self._waiter = self._waiter, None
+        done, self._done = self._done, None
         chunks = self._chunks
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._chunks = []
@@ -114,34 +136,31 @@ class _Connection(asyncio.Protocol):
         status = parser.get_status_code()
         if not parser.should_keep_alive():
             self._close()
-        if waiter is not None and not waiter.done():
-            waiter.set_result(ScrapeResponse(status, body))
         if not self.closed:
-            self._on_idle(self)
+            self._on_idle(self)  # before ``done``: it may ask the same pod again
+        if done is not None:
+            done(status, body, None)
 
     # ---- requests ---------------------------------------------------------------------------------
-    def send(
-        self, head: bytes, *, max_bytes: int, loop: asyncio.AbstractEventLoop
-    ) -> asyncio.Future[ScrapeResponse]:
-        """Write ``head``; the future gets the response (the caller watches the deadline)."""
+    def send(self, head: bytes, *, max_bytes: int, done: Landed) -> None:
+        """Write ``head``; ``done`` gets the response or the failure (the caller watches the deadline)."""
         if self._transport is None or self.closed:
             raise ScrapeRequestError("the connection is closed")
         self.request += 1
-        self._waiter = waiter = loop.create_future()
+        self._done = done
         self._chunks, self._size, self._max_bytes = [], 0, max_bytes
         self._transport.write(head)
-        return waiter
 
     def time_out(self, request: int, timeout_s: float) -> None:
         """Fail request number ``request`` if it is still waiting (its deadline passed)."""
-        if request == self.request and self._waiter is not None:
+        if request == self.request and self._done is not None:
             self._fail(TimeoutError(f"no complete response within {timeout_s:g}s"))
 
-    def _fail(self, exc: Exception) -> None:
-        waiter, self._waiter = self._waiter, None
+    def _fail(self, exc: BaseException) -> None:
+        done, self._done = self._done, None
         self._close()
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(exc)
+        if done is not None:
+            done(0, b"", exc)
 
     def _close(self) -> None:
         self.closed = True
@@ -178,11 +197,13 @@ class ScrapeClient:
 
     def __init__(self) -> None:
         self._pods: dict[str, _Pod] = {}
-        self._busy: set[_Connection] = set()
+        self._open: set[_Connection] = set()
+        """Every connection not yet lost (closing the client aborts them, idle or waiting)."""
         self._closed = False
         self._slots: dict[int, list[tuple[_Connection, int, float]]] = {}
         """Deadline slot (multiples of :data:`TIMEOUT_GRAIN`) -> the requests due in it."""
         self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     async def get(self, key: str, path: str, *, timeout_s: float, max_bytes: int) -> ScrapeResponse:
         """``GET path`` from the pod at ``key`` (``host:port``) within ``timeout_s`` (connect included).
@@ -204,16 +225,47 @@ class ScrapeClient:
         if conn is None:
             conn = await self._connect(pod, timeout_s)
         loop = asyncio.get_running_loop()
-        self._busy.add(conn)
+        answer: asyncio.Future[ScrapeResponse] = loop.create_future()
+
+        def done(status: int, body: bytes, error: BaseException | None) -> None:
+            if answer.done():
+                return
+            if error is None:
+                answer.set_result(ScrapeResponse(status, body))
+            else:
+                answer.set_exception(error)
+
         try:
-            waiter = conn.send(pod.head(key, path), max_bytes=max_bytes, loop=loop)
+            conn.send(pod.head(key, path), max_bytes=max_bytes, done=done)
             self._watch(loop, conn, timeout_s)
-            return await waiter
+            return await answer
         except asyncio.CancelledError:
             conn.abort()  # the response may still arrive: this connection is out of step now
             raise
-        finally:
-            self._busy.discard(conn)
+
+    def start(self, key: str, path: str, *, timeout_s: float, max_bytes: int, done: Landed) -> bool:
+        """Send ``GET path`` to ``key`` on an idle kept-alive connection and return True; ``done``
+        is then called exactly once, from the event loop's I/O or timer callback, with the answer
+        or the failure (a ``TimeoutError`` after ``timeout_s``, up to one grain late). False, with
+        nothing sent, when the pod has no idle connection (the caller connects through :meth:`get`).
+        """
+        pod = self._pods.get(key)
+        if pod is None or self._closed:
+            return False
+        idle = pod.idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                conn.send(pod.head(key, path), max_bytes=max_bytes, done=done)
+                self._watch(self._loop(), conn, timeout_s)
+                return True
+        return False
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._event_loop
+        if loop is None:
+            loop = self._event_loop = asyncio.get_running_loop()
+        return loop
 
     def _watch(self, loop: asyncio.AbstractEventLoop, conn: _Connection, timeout_s: float) -> None:
         """Time out ``conn``'s current request after ``timeout_s`` (up to one grain later)."""
@@ -238,11 +290,17 @@ class ScrapeClient:
 
         try:
             async with asyncio.timeout(timeout_s):
-                _, protocol = await loop.create_connection(lambda: _Connection(on_idle), pod.host, pod.port)
+                _, protocol = await loop.create_connection(
+                    lambda: _Connection(on_idle, self._open.discard), pod.host, pod.port
+                )
         except TimeoutError:
             raise TimeoutError(f"connect not completed within {timeout_s:g}s") from None
         except OSError as exc:
             raise ScrapeRequestError(f"connect failed: {exc.strerror or exc}") from exc
+        if self._closed:
+            protocol.abort()
+            raise ScrapeRequestError("the scrape client is closed")
+        self._open.add(protocol)
         return protocol
 
     def forget(self, key: str) -> None:
@@ -256,9 +314,9 @@ class ScrapeClient:
         self._closed = True
         for key in list(self._pods):
             self.forget(key)
-        for conn in list(self._busy):
+        for conn in list(self._open):
             conn.abort()
-        self._busy.clear()
+        self._open.clear()
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()

@@ -1,9 +1,21 @@
 """Scrape every endpoint's ``/metrics`` on a fixed interval and keep its state current.
 
-One asyncio task per (scheduler, endpoint), started and stopped by :meth:`Scraper.sync` as discovery
-changes the pools. When each endpoint is scraped is :mod:`igw.gateway.scrape_pacing`'s: in groups
-that fire together on a grid spread over the interval, and less often while the endpoint is idle
-(bounded by ``staleThreshold``; back to every interval at the first dispatch to it).
+:meth:`Scraper.sync` starts and stops the scraping of each (scheduler, endpoint) as discovery changes
+the pools. When each endpoint is scraped is :mod:`igw.gateway.scrape_pacing`'s: in groups that fire
+together on a grid spread over the interval, and less often while the endpoint is idle (bounded by
+``staleThreshold``; back to every interval at the first dispatch to it).
+
+A group is scraped from its tick's one timer callback, without a task or a future per endpoint: in
+the steady state (the endpoint's page mode known, its ``/v1/models`` not due, an idle kept-alive
+connection to it) the callback sends each due member's pre-encoded request
+(:meth:`~igw.gateway.scrape_client.ScrapeClient.start`) and each answer is read and stored from the
+connection's ``data_received``; the members share the client's deadline timer, so a member that has
+not answered by its deadline (a frozen pod that keeps the connection open) is marked failing from
+that timer, and one whose pod closed mid-answer as soon as the connection drops, as any failed scrape
+is, while the others land when they answer. Each member then waits for its group's next tick. Everything else - the first scrape
+(connecting), the once-per-endpoint filter check, a pod without ``/metrics``, the ``/v1/models`` read,
+a client without :meth:`start` (``igw perf scrape``'s aiohttp baseline) - runs as a task for that one
+scrape, which waits for the next tick the same way when it is done.
 
 Each successful scrape stores the parsed signals with the clock time it finished; a failed one
 (timeout, refused connection, non-200, unreadable page) marks the endpoint failing, which excludes
@@ -46,10 +58,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Mapping
-from typing import Final, Protocol
+from typing import Final, Protocol, runtime_checkable
 
 import orjson
 import xxhash
@@ -61,7 +74,7 @@ from igw.gateway.model_info import max_model_len
 from igw.gateway.page_filter import METRICS_PATH, filter_names, filter_path, unrequested_sample
 from igw.gateway.page_template import PageReader
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
-from igw.gateway.scrape_client import PageGetter, ScrapeResponse
+from igw.gateway.scrape_client import Landed, PageGetter, ScrapeResponse
 from igw.gateway.scrape_pacing import IdlePacing, idle_gap_limit, next_scrape_due
 from igw.gateway.telemetry import GatewayMetrics
 
@@ -96,6 +109,14 @@ RemoteUsage = Callable[[str, str], tuple[int, int]]
 """(scheduler, endpoint) -> other workers' (dispatches ever, requests in flight) there."""
 
 
+@runtime_checkable
+class PageStarter(Protocol):
+    """A :class:`PageGetter` that can also start a request answered through a callback
+    (:meth:`igw.gateway.scrape_client.ScrapeClient.start`): the scraper's steady state."""
+
+    def start(self, key: str, path: str, *, timeout_s: float, max_bytes: int, done: Landed) -> bool: ...
+
+
 class ScrapeService(Protocol):
     """What keeps endpoint states scraped: a :class:`Scraper`, or a ``--workers`` follower."""
 
@@ -117,15 +138,54 @@ class FilteredPage:
     missing: frozenset[str]
 
 
-@dataclasses.dataclass(slots=True)
-class _Waiter:
-    """An endpoint's task waiting for its group's tick; ``idle`` names an idle endpoint, woken only
-    at the tick at which :class:`IdlePacing` says it is due."""
+class _Member:
+    """One (scheduler, endpoint) being scraped: its pace, its slot on the group grid, and what its
+    scrape in flight (if any) was started with."""
 
-    future: asyncio.Future[None]
-    idle: TaskKey | None
-    slot: int
-    interval: float
+    __slots__ = (
+        "done",
+        "flight",
+        "gone",
+        "idle",
+        "interval",
+        "key",
+        "models_read_at",
+        "pacing",
+        "picks",
+        "plan",
+        "scheduler",
+        "slot",
+        "started",
+        "task",
+        "tk",
+    )
+
+    def __init__(self, tk: TaskKey, slot: int) -> None:
+        self.tk = tk
+        self.scheduler, self.key = tk
+        self.slot = slot
+        self.pacing = IdlePacing()
+        self.models_read_at: float | None = None
+        self.task: asyncio.Task[None] | None = None
+        """The task of a scrape off the steady path (connect, filter check, ``/v1/models``)."""
+        self.gone = False
+        """Removed by :meth:`Scraper.sync` (or the scraper closed): nothing more is done for it."""
+        self.idle = False
+        """Waiting on the slower idle pace: checked at each tick, scraped only when due."""
+        self.interval = 0.0
+        self.done: Landed = _no_landing
+        """Bound once to this member: the callback of its steady-path scrapes."""
+        self.started = 0.0
+        self.picks = 0
+        self.flight: tuple[SchedulerRuntime, EndpointState, MetricFamilies, float] | None = None
+        """What the steady-path scrape in flight reads the answer for, and the stale threshold."""
+        self.plan: tuple[SchedulerRuntime, object, MetricFamilies, str | None] | None = None
+        """(scheduler runtime, model router) -> the families to read and the filtered path: both
+        change only when one of those objects is replaced (a reload, new bbr adapters)."""
+
+
+def _no_landing(status: int, body: bytes, error: BaseException | None) -> None:
+    """A member's ``done`` before the scraper binds it."""
 
 
 WHOLE_PAGE: Final = "whole page"
@@ -158,8 +218,8 @@ class Scraper:
         self._modes: dict[TaskKey, PageMode] = {}
         self._paces: dict[TaskKey, IdlePacing] = {}
         self._readers: dict[TaskKey, PageReader] = {}
-        self._ticks: dict[float, tuple[asyncio.TimerHandle, list[_Waiter]]] = {}
-        """Due time -> the timer that wakes the group due then, and its waiting members."""
+        self._ticks: dict[float, tuple[asyncio.TimerHandle, list[_Member]]] = {}
+        """Due time -> the timer of the group tick due then, and its waiting members."""
         self._read: dict[TaskKey, tuple[int, MetricFamilies, EndpointState, frozenset[str]]] = {}
         """The digest of the page last parsed per endpoint, what it was read for, and its missing."""
         self._slots = itertools.count()
@@ -167,37 +227,49 @@ class Scraper:
         self._publish = publish
         self._remote_usage = remote_usage
         self._client = client
+        self._starter = client if isinstance(client, PageStarter) else None
         self._clock = clock
         self._metrics = metrics
-        self._tasks: dict[TaskKey, asyncio.Task[None]] = {}
+        self._scrapes_ok = metrics.child(metrics.scrapes, "ok")
+        """Batched (:meth:`GatewayMetrics.child`): a plain addition per scrape, summed when collected."""
+        self._members: dict[TaskKey, _Member] = {}
         self._reported: set[tuple[str, str, str]] = set()
         self._without_lora: dict[MetricFamilies, MetricFamilies] = {}
 
     def sync(self) -> None:
-        """Start tasks for new endpoints and stop those of endpoints that left."""
+        """Start scraping new endpoints and stop scraping those that left."""
         rt = self._runtime()
         wanted = {(name, key) for name, sr in rt.schedulers.items() for key in sr.pool.states}
-        for tk in list(self._tasks):
+        for tk in list(self._members):
             if tk not in wanted:
-                self._tasks.pop(tk).cancel()
+                self._drop(self._members.pop(tk))
                 self._modes.pop(tk, None)
                 self._read.pop(tk, None)
                 self._paces.pop(tk, None)
                 self._readers.pop(tk, None)
                 if not any(other[1] == tk[1] for other in wanted):
                     self._client.forget(tk[1])
-        for tk in sorted(wanted - set(self._tasks)):
-            loop = self._loop(*tk, slot=next(self._slots))
-            self._tasks[tk] = asyncio.create_task(loop, name=f"scrape {tk[0]} {tk[1]}")
+        for tk in sorted(wanted - set(self._members)):
+            member = self._members[tk] = _Member(tk, next(self._slots))
+            member.done = functools.partial(self._landed, member)
+            self._paces[tk] = member.pacing
+            self._run(member)
+
+    @staticmethod
+    def _drop(member: _Member) -> None:
+        member.gone = True
+        if member.task is not None:
+            member.task.cancel()
 
     async def close(self) -> None:
-        tasks = list(self._tasks.values())
-        self._tasks.clear()
+        members = list(self._members.values())
+        self._members.clear()
         for timer, _ in self._ticks.values():
             timer.cancel()
         self._ticks.clear()
-        for t in tasks:
-            t.cancel()
+        tasks = [m.task for m in members if m.task is not None]
+        for member in members:
+            self._drop(member)
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
@@ -207,74 +279,157 @@ class Scraper:
         state = None if sr is None else sr.pool.states.get(key)
         return None if sr is None or state is None else (sr, state)
 
-    async def _loop(self, scheduler: str, key: str, *, slot: int = 0) -> None:
-        models_read_at: float | None = None
-        loop = asyncio.get_running_loop()
-        pacing = self._paces[(scheduler, key)] = IdlePacing()
-        while True:
-            found = self._lookup(scheduler, key)
-            if found is None:
-                return
-            sr, state = found
-            settings = self._runtime().settings
-            interval = settings.scrape_interval_s
-            remote_picks, remote_inflight = self._remote_usage(scheduler, key)
-            picks = state.picks + remote_picks
-            tick = loop.time()
-            if pacing.due(tick, picks=picks, inflight=state.inflight + remote_inflight, interval_s=interval):
-                started = self._clock()
-                due = models_read_at is None or started - models_read_at >= MODEL_INFO_REFRESH_S
-                if due and await self.read_model_info(sr, state, timeout_s=settings.scrape_timeout_s):
-                    models_read_at = started
-                quiet = await self.scrape_once(sr, state, timeout_s=settings.scrape_timeout_s)
-                limit = idle_gap_limit(interval, sr.scheduler.settings.stale_threshold_s)
-                pacing.scraped(
-                    tick,
-                    picks=picks,
-                    quiet=self._idle_pacing and quiet and state.inflight + remote_inflight == 0,
-                    interval_s=interval,
-                    limit_s=limit,
-                )
-            idle = (scheduler, key) if pacing.gap > interval else None
-            waiter = _Waiter(loop.create_future(), idle, slot, interval)
-            self._enqueue(loop, next_scrape_due(loop.time(), interval, slot, len(self._tasks)), waiter)
-            await waiter.future
+    def _run(self, member: _Member) -> None:
+        """``member``'s turn at its group's tick: scrape it when its pace says so (on the steady path
+        from here, else in a task), or wait for the next tick."""
+        rt = self._runtime()
+        sr = rt.schedulers.get(member.scheduler)
+        state = None if sr is None else sr.pool.states.get(member.key)
+        if sr is None or state is None:
+            return  # no longer in the pools: the next sync drops it
+        settings = rt.settings
+        interval = member.interval = settings.scrape_interval_s
+        remote = self._remote_usage
+        remote_picks, remote_inflight = (0, 0) if remote is _no_remote_usage else remote(*member.tk)
+        picks = state.picks + remote_picks
+        tick = asyncio.get_running_loop().time()
+        pacing = member.pacing
+        if not pacing.due(tick, picks=picks, inflight=state.inflight + remote_inflight, interval_s=interval):
+            self._wait(member)
+            return
+        member.started, member.picks = tick, picks
+        started = self._clock()
+        models_due = member.models_read_at is None or started - member.models_read_at >= MODEL_INFO_REFRESH_S
+        starter = self._starter
+        if starter is not None and not models_due:
+            plan = member.plan
+            if plan is None or plan[0] is not sr or plan[1] is not rt.router:
+                families = self._families(sr)
+                plan = member.plan = (sr, rt.router, families, self._filter_path(families))
+            path = self._steady_path(member.tk, plan[3])
+            if path is not None:
+                member.flight = (sr, state, plan[2], settings.stale_threshold_s)
+                if starter.start(
+                    member.key,
+                    path,
+                    timeout_s=settings.scrape_timeout_s,
+                    max_bytes=MAX_PAGE_BYTES,
+                    done=member.done,
+                ):
+                    return
+        member.task = asyncio.create_task(
+            self._scrape_in_task(member, sr, state, started, models_due, settings.scrape_timeout_s),
+            name=f"scrape {member.scheduler} {member.key}",
+        )
 
-    def _enqueue(self, loop: asyncio.AbstractEventLoop, due: float, waiter: _Waiter) -> None:
-        """Wait for the tick at ``due``: the members of a group share one timer, not one sleep each."""
+    async def _scrape_in_task(
+        self,
+        member: _Member,
+        sr: SchedulerRuntime,
+        state: EndpointState,
+        started: float,
+        models_due: bool,
+        timeout_s: float,
+    ) -> None:
+        """A scrape off the steady path (see the module docstring)."""
+        if models_due and await self.read_model_info(sr, state, timeout_s=timeout_s):
+            member.models_read_at = started
+        quiet = await self.scrape_once(sr, state, timeout_s=timeout_s)
+        member.task = None
+        self._scraped(member, sr, state, quiet)
+
+    def _landed(self, member: _Member, status: int, body: bytes, error: BaseException | None) -> None:
+        """The answer (or failure) of ``member``'s steady-path scrape, called by the client."""
+        flight = member.flight
+        if member.gone or flight is None:
+            return
+        sr, state, families, stale_after_s = flight
+        try:
+            if error is None:
+                quiet = self._settle(sr, state, families, status, body, stale_after_s)
+            else:
+                quiet = self._failed_fetch(sr, state, error)
+            if self._publish is not None:
+                self._publish(sr.spec.name, state)
+        except Exception:  # called from the client's I/O callback: never lose the endpoint's schedule
+            log.exception("endpoint %s (%s): storing the scrape failed", state.key, sr.spec.name)
+            quiet = False
+        self._scraped(member, sr, state, quiet)
+
+    def _scraped(self, member: _Member, sr: SchedulerRuntime, state: EndpointState, quiet: bool) -> None:
+        """Record the scrape in ``member``'s pace and wait for its group's next tick."""
+        if member.gone:
+            return
+        interval = member.interval
+        if quiet and self._idle_pacing:
+            remote_inflight = self._remote_usage(member.scheduler, member.key)[1]
+            quiet = state.inflight + remote_inflight == 0
+        member.pacing.scraped(
+            member.started,
+            picks=member.picks,
+            quiet=quiet and self._idle_pacing,
+            interval_s=interval,
+            # the limit matters only to a quiet scrape (any other one sets the gap to the interval)
+            limit_s=idle_gap_limit(interval, sr.scheduler.settings.stale_threshold_s) if quiet else interval,
+        )
+        self._wait(member)
+
+    def _wait(self, member: _Member) -> None:
+        loop = asyncio.get_running_loop()
+        member.idle = member.pacing.gap > member.interval
+        self._enqueue(
+            loop, next_scrape_due(loop.time(), member.interval, member.slot, len(self._members)), member
+        )
+
+    def _enqueue(self, loop: asyncio.AbstractEventLoop, due: float, member: _Member) -> None:
+        """Wait for the tick at ``due``: the members of a group share one timer."""
         waiting = self._ticks.get(due)
         if waiting is None:
             waiting = self._ticks[due] = (loop.call_at(due, self._wake, loop, due), [])
-        waiting[1].append(waiter)
+        waiting[1].append(member)
 
     def _wake(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
-        """The tick at ``due``: wake its members, except idle ones not due yet, which wait for their
-        group's next tick without their task running (checking them here costs far less)."""
-        for waiter in self._ticks.pop(due)[1]:
-            if waiter.future.done():  # a cancelled member's is done
+        """The tick at ``due``: scrape its members, except idle ones not due yet, which wait for their
+        group's next tick (checking them here costs far less than a scrape)."""
+        for member in self._ticks.pop(due)[1]:
+            if member.gone:
                 continue
-            if waiter.idle is None or self._idle_ends(waiter.idle, due, waiter.interval):
-                waiter.future.set_result(None)
+            if not member.idle or self._idle_ends(member, due):
+                self._run(member)
             else:
-                after = due + waiter.interval / 4  # past this tick, well before the next
+                after = due + member.interval / 4  # past this tick, well before the next
                 self._enqueue(
-                    loop, next_scrape_due(after, waiter.interval, waiter.slot, len(self._tasks)), waiter
+                    loop, next_scrape_due(after, member.interval, member.slot, len(self._members)), member
                 )
 
-    def _idle_ends(self, tk: TaskKey, now: float, interval: float) -> bool:
-        """True when the idle endpoint ``tk`` is due at the tick ``now`` (or gone: its task ends)."""
-        pace = self._paces.get(tk)
-        found = self._lookup(*tk)
-        if pace is None or found is None:
+    def _idle_ends(self, member: _Member, now: float) -> bool:
+        """True when the idle ``member`` is due at the tick ``now`` (or gone from the pools)."""
+        found = self._lookup(member.scheduler, member.key)
+        if found is None:
             return True
         state = found[1]
-        remote_picks, remote_inflight = self._remote_usage(*tk)
-        return pace.due(
+        remote_picks, remote_inflight = self._remote_usage(member.scheduler, member.key)
+        return member.pacing.due(
             now,
             picks=state.picks + remote_picks,
             inflight=state.inflight + remote_inflight,
-            interval_s=interval,
+            interval_s=member.interval,
         )
+
+    def _filter_path(self, families: MetricFamilies) -> str | None:
+        """The filtered page's path for ``families``, or ``None`` where the whole page is read."""
+        return filter_path(families) if self._name_filter else None
+
+    def _steady_path(self, tk: TaskKey, filtered: str | None) -> str | None:
+        """The path to ask ``tk`` for on the steady path (``filtered``: its filtered page's, if
+        any), or ``None`` while its page mode is not settled (first scrape, filter check pending,
+        page absent)."""
+        if filtered is None:
+            return METRICS_PATH
+        mode = self._modes.get(tk)
+        if mode == WHOLE_PAGE:
+            return METRICS_PATH
+        return filtered if isinstance(mode, FilteredPage) else None
 
     async def read_model_info(self, sr: SchedulerRuntime, state: EndpointState, *, timeout_s: float) -> bool:
         """Learn ``max_model_len`` from ``GET /v1/models``; True when the page was read."""
@@ -401,23 +556,39 @@ class Scraper:
         try:
             resp = await self._fetch(sr, state, families, timeout_s)
         except (TimeoutError, OSError) as exc:
-            self._fail(sr, state, f"scrape failed: {type(exc).__name__}: {exc}".rstrip(": "))
-            return False
-        if resp.status == 404:
+            return self._failed_fetch(sr, state, exc)
+        stale_after_s = self._runtime().settings.stale_threshold_s
+        return self._settle(sr, state, families, resp.status, resp.body, stale_after_s)
+
+    def _failed_fetch(self, sr: SchedulerRuntime, state: EndpointState, exc: BaseException) -> bool:
+        """No complete answer (timeout, refused, reset, malformed): the endpoint is failing."""
+        self._fail(sr, state, f"scrape failed: {type(exc).__name__}: {exc}".rstrip(": "))
+        return False
+
+    def _settle(
+        self,
+        sr: SchedulerRuntime,
+        state: EndpointState,
+        families: MetricFamilies,
+        status: int,
+        raw: bytes,
+        stale_after_s: float,
+    ) -> bool:
+        """Store the answer ``status``/``raw`` of one scrape; True when it found the endpoint quiet."""
+        if status == 404:
             absent = self._modes.get((sr.spec.name, state.key)) == PAGE_ABSENT
             self._fail(
                 sr, state, "GET /metrics answered 404", missing=frozenset({PAGE_MISSING}), keep_mode=absent
             )
             return False
-        if resp.status != 200:
-            self._fail(sr, state, f"GET /metrics answered HTTP {resp.status}")
+        if status != 200:
+            self._fail(sr, state, f"GET /metrics answered HTTP {status}")
             return False
-        raw = resp.body
         now = self._clock()
         # xxh3 rather than hash(): the page is a fresh bytes object each scrape, and CPython's SipHash
         # over a whole page costs as much as parsing it.
         digest = xxhash.xxh3_64_intdigest(raw)
-        if self._frozen(sr, state, digest, now, stale_after_s=self._runtime().settings.stale_threshold_s):
+        if self._frozen(sr, state, digest, now, stale_after_s=stale_after_s):
             return False
         tk = (sr.spec.name, state.key)
         read = self._read.get(tk)
@@ -433,17 +604,22 @@ class Scraper:
             mode = self._modes.get(tk)
             if isinstance(mode, FilteredPage) and mode.missing != missing:
                 del self._modes[tk]  # the server changed what it publishes: check the filter again
-            state.metrics = parsed.metrics
-            state.kv_source = parsed.kv_source
+            # only fields that changed are written: each write of a view field drops the cached view
+            if parsed.metrics is not state.metrics:
+                state.metrics = parsed.metrics
+            if parsed.kv_source != state.kv_source:
+                state.kv_source = parsed.kv_source
             self._read[tk] = (digest, families, state, missing)
         state.scraped_at = now
         if state.scrape_failing:
             log.info("endpoint %s (%s) scrapes again: back in scheduling", state.key, sr.spec.name)
-        state.scrape_failing = False
-        state.last_error = None
+            state.scrape_failing = False
+        if state.last_error is not None:
+            state.last_error = None
         self._set_missing(sr, state, missing)
-        self._metrics.child(self._metrics.scrapes, "ok").inc()
-        return unchanged and not (state.metrics is not None and state.metrics.waiting)
+        self._scrapes_ok.inc()
+        metrics = state.metrics
+        return unchanged and not (metrics is not None and metrics.waiting)
 
     def _families(self, sr: SchedulerRuntime) -> MetricFamilies:
         """The families to read for ``sr``: without the LoRA family when no adapter request can reach

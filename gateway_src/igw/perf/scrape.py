@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
 import random
@@ -48,7 +49,7 @@ from igw.gateway.page_filter import filter_names, filter_path
 from igw.gateway.page_template import PageReader
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scrape_client import PageGetter, ScrapeClient, ScrapeRequestError, ScrapeResponse
-from igw.gateway.scrape_pacing import next_scrape_delay
+from igw.gateway.scrape_pacing import next_scrape_due
 from igw.gateway.scraper import MAX_PAGE_BYTES, FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
 from igw.perf.gateway_load import cpu_seconds
@@ -200,9 +201,11 @@ async def fleet(
 class BareFetcher:
     """The floor under a scrape (way ``bare``): the gateway's client fetching each pod's filtered page
     in the scraper's groups and phases, and nothing else - no digest, parse or endpoint state - so
-    the rest of a ``filtered`` scrape is the scraper's own work."""
+    the rest of a ``filtered`` scrape is the scraper's own work. As the scraper does, it starts a
+    group's requests from the tick's one timer on kept-alive connections
+    (:meth:`ScrapeClient.start`), and connects through :meth:`ScrapeClient.get` when a pod has none."""
 
-    def __init__(self, keys: list[str], client: PageGetter, *, interval_s: float, timeout_s: float) -> None:
+    def __init__(self, keys: list[str], client: ScrapeClient, *, interval_s: float, timeout_s: float) -> None:
         self.done = 0
         self.scraped_at: dict[str, float] = {}
         self._keys = keys
@@ -210,24 +213,56 @@ class BareFetcher:
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._path = filter_path(ROUTING_FAMILIES) or "/metrics"
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ticks: dict[float, tuple[asyncio.TimerHandle, list[int]]] = {}
+        self._closed = False
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._loop(key, slot)) for slot, key in enumerate(self._keys)]
+        for slot in range(len(self._keys)):
+            self._fire(slot)
 
-    async def _loop(self, key: str, slot: int) -> None:
+    def _fire(self, slot: int) -> None:
+        key = self._keys[slot]
+        landed = functools.partial(self._landed, slot)
+        if not self._client.start(
+            key, self._path, timeout_s=self._timeout_s, max_bytes=MAX_PAGE_BYTES, done=landed
+        ):
+            task = asyncio.create_task(self._connect(slot))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, slot: int) -> None:
+        try:
+            resp = await self._client.get(
+                self._keys[slot], self._path, timeout_s=self._timeout_s, max_bytes=MAX_PAGE_BYTES
+            )
+        except (TimeoutError, OSError) as exc:
+            self._landed(slot, 0, b"", exc)
+        else:
+            self._landed(slot, resp.status, resp.body, None)
+
+    def _landed(self, slot: int, status: int, body: bytes, error: BaseException | None) -> None:
+        if self._closed:
+            return
+        if error is None and status == 200:
+            self.done += 1
+            self.scraped_at[self._keys[slot]] = time.monotonic()
         loop = asyncio.get_running_loop()
-        while True:
-            with contextlib.suppress(TimeoutError, OSError):
-                resp = await self._client.get(
-                    key, self._path, timeout_s=self._timeout_s, max_bytes=MAX_PAGE_BYTES
-                )
-                if resp.status == 200:
-                    self.done += 1
-                    self.scraped_at[key] = time.monotonic()
-            await asyncio.sleep(next_scrape_delay(loop.time(), self._interval_s, slot, len(self._keys)))
+        due = next_scrape_due(loop.time(), self._interval_s, slot, len(self._keys))
+        waiting = self._ticks.get(due)
+        if waiting is None:
+            waiting = self._ticks[due] = (loop.call_at(due, self._wake, due), [])
+        waiting[1].append(slot)
+
+    def _wake(self, due: float) -> None:
+        for slot in self._ticks.pop(due)[1]:
+            self._fire(slot)
 
     async def close(self) -> None:
+        self._closed = True
+        for timer, _ in self._ticks.values():
+            timer.cancel()
+        self._ticks.clear()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -258,6 +293,8 @@ async def measure(
         async with page_getter(client) as getter:
             scraper: Scraper | BareFetcher
             if client == "bare":
+                if not isinstance(getter, ScrapeClient):
+                    raise ScrapeBenchmarkError("the bare way measures the gateway's scrape client")
                 bare = scraper = BareFetcher(list(pool.states), getter, interval_s=interval_s, timeout_s=1.0)
                 bare.start()
 

@@ -1,0 +1,179 @@
+"""A group's steady-state scrapes run from its tick's timer and the client's I/O callbacks (real loopback).
+
+No task is created per scrape once an endpoint's page mode is known; a member that does not answer (a
+frozen pod that keeps its connection open, a pod that closes mid-answer) is marked failing at its
+deadline while the rest of its group goes on being scraped, and it comes back through a fresh
+connection once it answers again. A scrape writes only the endpoint fields that changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Generator
+from typing import Any
+
+import pytest
+
+from igw.config.build import build_gateway_config
+from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
+from igw.gateway.metrics_parser import VLLM, parse_page
+from igw.gateway.runtime import GatewayRuntime
+from igw.gateway.scrape_client import ScrapeClient
+from igw.gateway.scraper import FilteredPage, Scraper
+from igw.gateway.telemetry import GatewayMetrics
+from tests.gateway.scrape_support import PAGES, MetricsPod, scrape_rig
+from tests.gateway.support import config_doc, scheduler, wait_for
+
+
+@contextlib.asynccontextmanager
+async def fleet(
+    count: int,
+) -> AsyncIterator[tuple[list[MetricsPod], GatewayRuntime, Scraper, GatewayMetrics]]:
+    """``count`` pods in scheduler ``s``, scraped every 50 ms (timeout 500 ms) by a real scraper."""
+    async with contextlib.AsyncExitStack() as stack:
+        pods = [await stack.enter_async_context(MetricsPod().running()) for _ in range(count)]
+        routing = {"scrapeInterval": "50ms", "scrapeTimeout": "500ms", "staleThreshold": "2s"}
+        rt = GatewayRuntime(
+            build_gateway_config(config_doc([scheduler("s", "m")], routing=routing)),
+            rng=random.Random(0),
+            clock=time.monotonic,
+        )
+        rt.schedulers["s"].pool.replace(DiscoveredEndpoint(key=p.key) for p in pods)
+        client = ScrapeClient()
+        metrics = GatewayMetrics(lister=rt.endpoints, clock=time.monotonic)
+        scraper = Scraper(
+            runtime=lambda: rt, client=client, clock=time.monotonic, metrics=metrics, idle_pacing=False
+        )
+        try:
+            scraper.sync()
+            yield pods, rt, scraper, metrics
+        finally:
+            await scraper.close()
+            await client.close()
+
+
+def _state(rt: GatewayRuntime, pod: MetricsPod) -> EndpointState:
+    return rt.schedulers["s"].pool.states[pod.key]
+
+
+@contextlib.contextmanager
+def tasks_created() -> Generator[list[asyncio.Task[Any]], None, None]:
+    """The tasks created while inside (the running loop's task factory, restored after; a task's
+    name is set after the factory returns, so read names later)."""
+    loop = asyncio.get_running_loop()
+    created: list[asyncio.Task[Any]] = []
+    previous = loop.get_task_factory()
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Future[Any]:
+        task = asyncio.Task(coro, loop=loop)
+        created.append(task)
+        return task
+
+    loop.set_task_factory(factory)
+    try:
+        yield created
+    finally:
+        loop.set_task_factory(previous)
+
+
+async def _settled(rt: GatewayRuntime, scraper: Scraper, pods: list[MetricsPod]) -> None:
+    """Every pod read through the filter and scraped at least twice (past its first, task-run scrape)."""
+    await wait_for(
+        lambda: all(
+            isinstance(scraper.page_mode("s", p.key), FilteredPage) and len(p.targets) >= 3 for p in pods
+        ),
+        within=10,
+        what="every pod on the steady path",
+    )
+
+
+async def test_steady_state_scrapes_of_a_group_create_no_task() -> None:
+    async with fleet(3) as (pods, rt, scraper, _):
+        await _settled(rt, scraper, pods)
+        with tasks_created() as created:
+            before = [len(p.targets) for p in pods]
+            await wait_for(
+                lambda: all(len(p.targets) >= b + 5 for p, b in zip(pods, before, strict=True)),
+                within=10,
+                what="five more scrapes of every pod",
+            )
+        scrape_tasks = [t.get_name() for t in created if t.get_name().startswith("scrape ")]
+        assert scrape_tasks == []
+        for pod in pods:
+            state = _state(rt, pod)
+            assert not state.scrape_failing
+            assert state.metrics == parse_page(PAGES[0], VLLM).metrics  # the pages' gauges are alike
+
+
+@pytest.mark.parametrize("failure", ["freeze", "cut"])
+async def test_a_member_that_does_not_answer_fails_alone_and_comes_back(failure: str) -> None:
+    async with fleet(3) as (pods, rt, scraper, _):
+        await _settled(rt, scraper, pods)
+        bad, good = pods[0], pods[1:]
+        bad.stall = failure
+        before = [len(p.targets) for p in good]
+        await wait_for(lambda: _state(rt, bad).scrape_failing, within=10, what="the pod marked failing")
+        error = _state(rt, bad).last_error or ""
+        if failure == "freeze":
+            assert error.startswith("scrape failed: TimeoutError: no complete response within 0.5s")
+            # the group went on while the frozen member waited for its deadline (10 intervals)
+            assert all(len(p.targets) >= b + 2 for p, b in zip(good, before, strict=True))
+        else:
+            assert "closed the connection" in error
+        assert not any(_state(rt, p).scrape_failing for p in good)
+        connections = bad.connections
+        bad.stall = None
+        await wait_for(lambda: not _state(rt, bad).scrape_failing, within=10, what="the pod back")
+        assert bad.connections > connections  # a fresh connection: the broken one was dropped
+        assert _state(rt, bad).last_error is None
+
+
+async def test_a_scrape_writes_only_changed_fields_and_reads_new_values() -> None:
+    async with MetricsPod().running() as pod, scrape_rig(pod.key) as r:
+        for _ in range(4):
+            await r.scrape()  # the filter check, the template built, then read through it
+        notified: list[str] = []
+        r.state.on_view_change = notified.append
+        metrics = r.state.metrics
+        await r.scrape()  # only a token counter moved: the reading stands
+        assert r.state.metrics is metrics
+        assert notified == [pod.key]  # scraped_at alone
+        assert metrics is not None
+        line = 'vllm:num_requests_waiting{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} '
+        assert metrics.waiting == 0
+        assert line + "0.0" in PAGES[0]
+        pod.pages = [PAGES[0].replace(line + "0.0", line + "7.0")]
+        notified.clear()
+        await r.scrape()
+        assert r.state.metrics is not None
+        assert r.state.metrics.waiting == 7
+        assert r.state.metrics.running == metrics.running
+        assert r.state.metrics.kv_usage == metrics.kv_usage
+        assert sorted(notified) == [pod.key, pod.key]  # metrics and scraped_at
+
+
+async def test_the_scrape_counter_counts_every_landed_page() -> None:
+    async with fleet(3) as (pods, rt, scraper, metrics):
+        await _settled(rt, scraper, pods)
+        await wait_for(lambda: all(p.pages_served >= 10 for p in pods), within=10, what="ten pages each")
+        await scraper.close()
+        served = sum(p.pages_served for p in pods)
+        ok = metrics.registry.get_sample_value("igw_endpoint_scrapes_total", {"result": "ok"})
+    assert ok is not None
+    # every page that landed was counted once; a page written as the scraper closed may not have
+    assert served - len(pods) <= ok <= served
+
+
+async def test_new_bbr_adapters_change_what_the_steady_path_asks_for() -> None:
+    async with fleet(2) as (pods, rt, scraper, _):
+        await _settled(rt, scraper, pods)
+        assert not any("lora" in t for p in pods for t in p.targets)
+        rt.with_bbr_adapters({"sql": "m"})  # adapter requests can now reach scheduler s
+        await wait_for(
+            lambda: all(any("lora_requests_info" in t for t in p.targets) for p in pods),
+            within=10,
+            what="the LoRA family asked for",
+        )
