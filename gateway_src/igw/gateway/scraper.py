@@ -12,10 +12,11 @@ connection to it) the callback sends each due member's pre-encoded request
 connection's ``data_received``; the members share the client's deadline timer, so a member that has
 not answered by its deadline (a frozen pod that keeps the connection open) is marked failing from
 that timer, and one whose pod closed mid-answer as soon as the connection drops, as any failed scrape
-is, while the others land when they answer. Each member then waits for its group's next tick. Everything else - the first scrape
-(connecting), the once-per-endpoint filter check, a pod without ``/metrics``, the ``/v1/models`` read,
-a client without :meth:`start` (``igw perf scrape``'s aiohttp baseline) - runs as a task for that one
-scrape, which waits for the next tick the same way when it is done.
+is, while the others land when they answer. Each member then waits for its group's next tick.
+Everything else - the first scrape (connecting), the once-per-endpoint filter check, a pod without
+``/metrics``, the ``/v1/models`` read, a client without :meth:`start` (``igw perf scrape``'s aiohttp
+baseline) - runs as a task for that one scrape, which waits for the next tick the same way when it
+is done.
 
 Each successful scrape stores the parsed signals with the clock time it finished; a failed one
 (timeout, refused connection, non-200, unreadable page) marks the endpoint failing, which excludes
