@@ -9,18 +9,29 @@ CPython 3.11+ the specialising interpreter makes the comprehension the faster of
 
 A column is ``None`` when the fast shape does not hold (an endpoint without metrics, a signal
 missing on some endpoint); callers then take their per-endpoint code, which handles every case.
+
+**Once per scrape.** Most of what the scorers read changes only when a scrape lands, yet a pick
+happens far more often than a candidate's scrape. A :class:`ScrapeCache` (one per scheduler, handed
+to each pick's :class:`Columns`) keeps the scrape-derived columns, and whatever a plugin derives
+from the candidates' keys and scraped metrics alone (:meth:`Columns.per_scrape`), while the
+candidates' keys and ``metrics`` objects stay the same; a new scrape (a new ``metrics`` object), a
+new candidate or a reordering drops all of it. Plugins that do not use it keep working unchanged:
+they read the views, as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.types import EndpointKey, EndpointView
 
 _UNSET: object = object()
+_WAITING = "columns.waiting"
+_KV_USAGE = "columns.kv_usage"
 T = TypeVar("T")
 
 
@@ -33,17 +44,48 @@ class Present(Generic[T]):
     hi: T
 
 
+class ScrapeCache:
+    """Values derived from one candidate list's keys and scraped metrics, kept between picks while
+    both stay the same (one per scheduler; see the module docstring).
+
+    Valid while the candidates' keys are equal and their ``metrics`` are the same objects, in the
+    same order, as when the values were computed. Identity, not equality, for the metrics: a scrape
+    always makes a new object, and the check stays one C-level pass (``map(operator.is_, ...)``)."""
+
+    __slots__ = ("_keys", "_metrics", "values")
+
+    def __init__(self) -> None:
+        self._keys: list[EndpointKey] = []
+        self._metrics: list[object] = []
+        self.values: dict[Hashable, object] = {}
+        """Owner -> value, for the candidate list last validated (:meth:`Columns.per_scrape`)."""
+
+    def validate(self, keys: list[EndpointKey], metrics: list[object]) -> dict[Hashable, object]:
+        """The kept values when ``keys`` and ``metrics`` are those they were computed from; else an
+        emptied store, now keyed to these lists."""
+        old = self._metrics
+        if len(old) != len(metrics) or not all(map(operator.is_, old, metrics)) or self._keys != keys:
+            self._keys, self._metrics = list(keys), metrics  # a copy: callers share ``keys``
+            self.values = {}
+        return self.values
+
+
 class Columns:
-    """Lazily read fields of ``endpoints`` (the list must not change while this object is used)."""
+    """Lazily read fields of ``endpoints`` (the list must not change while this object is used).
 
-    __slots__ = ("_keys", "_kv_usage", "_unreflected", "_waiting", "endpoints")
+    ``scrape``: the scheduler's :class:`ScrapeCache`, through which the scrape-derived columns and
+    :meth:`per_scrape` values are kept between picks; ``None`` computes them for this list only."""
 
-    def __init__(self, endpoints: Sequence[EndpointView]) -> None:
+    __slots__ = ("_keys", "_kv_usage", "_scraped", "_unreflected", "_waiting", "endpoints", "scrape")
+
+    def __init__(self, endpoints: Sequence[EndpointView], scrape: ScrapeCache | None = None) -> None:
         self.endpoints = endpoints
+        self.scrape = scrape
         self._keys: list[EndpointKey] | None = None
         self._waiting: object = _UNSET
         self._kv_usage: object = _UNSET
         self._unreflected: list[int] | None = None
+        self._scraped: dict[Hashable, object] | None = None
 
     @property
     def keys(self) -> list[EndpointKey]:
@@ -51,18 +93,44 @@ class Columns:
             self._keys = [e.key for e in self.endpoints]
         return self._keys
 
+    def per_scrape(self, owner: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``, kept between picks while the candidates' keys and scraped ``metrics``
+        objects stay the same (a new scrape, candidate or order computes it again).
+
+        ``compute`` must depend on nothing but the candidates' keys and their ``metrics`` fields
+        (and the owner's fixed settings): no time, no in-flight or dispatch counts, no other view
+        field. ``owner`` names the value (the plugin itself, or a tuple of it and a name); the
+        returned object is shared between picks and must not be changed."""
+        scraped = self._scraped
+        if scraped is None:
+            if self.scrape is None:
+                scraped = self._scraped = {}
+            else:
+                metrics: list[object] = [e.metrics for e in self.endpoints]
+                scraped = self._scraped = self.scrape.validate(self.keys, metrics)
+        value = scraped.get(owner, _UNSET)
+        if value is _UNSET:
+            value = scraped[owner] = compute()
+        return cast("T", value)
+
     @property
     def waiting(self) -> Present[int] | None:
         """Scraped ``waiting`` of every endpoint, or ``None`` when any endpoint lacks it."""
         if self._waiting is _UNSET:
-            self._waiting = _every_present(lambda: [e.metrics.waiting for e in self.endpoints])  # type: ignore[union-attr]
+            self._waiting = self.per_scrape(
+                _WAITING,
+                lambda: _every_present(lambda: [e.metrics.waiting for e in self.endpoints]),  # type: ignore[union-attr]
+            )
         return self._waiting  # type: ignore[return-value]  # set just above
 
     @property
     def kv_usage(self) -> Present[float] | None:
         """Scraped KV-cache use of every endpoint, or ``None`` when any endpoint lacks it."""
         if self._kv_usage is _UNSET:
-            self._kv_usage = _every_present(lambda: [e.metrics.kv_usage for e in self.endpoints])  # type: ignore[union-attr]
+            self._kv_usage = self.per_scrape(
+                _KV_USAGE,
+                lambda: _every_present(lambda: [e.metrics.kv_usage for e in self.endpoints]),  # type: ignore[union-attr]
+            )
         return self._kv_usage  # type: ignore[return-value]  # set just above
 
     @property

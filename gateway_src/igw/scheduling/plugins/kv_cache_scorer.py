@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from igw.scheduling.columns import Present
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.types import EndpointView
@@ -25,7 +26,12 @@ class KvCacheScorer(PluginHooks):
         self.name = name
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
-        kv = ctx.columns(endpoints).kv_usage
+        # Scraped values only: computed once per scrape of the candidates, shared between picks.
+        cols = ctx.columns(endpoints)
+        return cols.per_scrape(self, lambda: self._scores(cols.kv_usage, endpoints))
+
+    @staticmethod
+    def _scores(kv: Present[float] | None, endpoints: Sequence[EndpointView]) -> list[float | None]:
         if kv is not None:
             scores: list[float | None] = [1.0 - v for v in kv.values]
             # Use within [0, 1] gives scores within [0, 1]: vouched, so the scheduler skips its check.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from igw.scheduling.columns import Present
 from igw.scheduling.framework import CycleContext, PluginHooks, min_max_inverse
 from igw.scheduling.params import ParamReader
 from igw.scheduling.types import EndpointView
@@ -26,7 +27,12 @@ class QueueScorer(PluginHooks):
         self.name = name
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
-        waiting = ctx.columns(endpoints).waiting
+        # Scraped values only: computed once per scrape of the candidates, shared between picks.
+        cols = ctx.columns(endpoints)
+        return cols.per_scrape(self, lambda: self._scores(cols.waiting, endpoints))
+
+    @staticmethod
+    def _scores(waiting: Present[int] | None, endpoints: Sequence[EndpointView]) -> list[float | None]:
         if waiting is not None:  # every endpoint publishes it: min-max from the bounds already read
             return min_max_inverse(waiting.values, bounds=(waiting.lo, waiting.hi))
         return min_max_inverse(
