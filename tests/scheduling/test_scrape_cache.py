@@ -28,7 +28,6 @@ from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
     EndpointView,
-    EngineMetrics,
     RequestOutcome,
     RoutingDecision,
 )
@@ -159,7 +158,8 @@ def test_the_saturation_check_follows_a_scrape_that_frees_capacity() -> None:
     assert scheduler.pick(req("x", model="m"), full, now=0.5).kind is DecisionKind.SATURATED
     freed = [full[0], ep("b", waiting=0, kv=0.2, scraped_at=0.5)]
     decision = scheduler.pick(req("x", model="m"), freed, now=0.6)
-    assert decision.kind is DecisionKind.PICKED and decision.endpoint == "b"
+    assert decision.kind is DecisionKind.PICKED
+    assert decision.endpoint == "b"
 
 
 def test_per_scrape_values_are_recomputed_on_each_kind_of_change() -> None:
