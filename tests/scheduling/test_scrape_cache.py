@@ -28,6 +28,7 @@ from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
     EndpointView,
+    EngineMetrics,
     RequestOutcome,
     RoutingDecision,
 )
@@ -38,7 +39,9 @@ from tests.scheduling.reference import ReferenceKvCacheScorer, ReferenceQueueSco
 class KeepsNothing(ScrapeCache):
     """A cache that forgets everything on every validation: the from-scratch oracle."""
 
-    def validate(self, keys: list[EndpointKey], metrics: list[object]) -> dict[Hashable, object]:
+    def validate(
+        self, keys: list[EndpointKey], metrics: Sequence[EngineMetrics | None]
+    ) -> dict[Hashable, object]:
         self.values = {}
         return self.values
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from igw.scheduling.ewma import EndpointEwma
-from igw.scheduling.types import EndpointKey, EndpointView
+from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
 
 _UNSET: object = object()
 _WAITING = "columns.waiting"
@@ -56,11 +56,13 @@ class ScrapeCache:
 
     def __init__(self) -> None:
         self._keys: list[EndpointKey] = []
-        self._metrics: list[object] = []
+        self._metrics: Sequence[EngineMetrics | None] = []
         self.values: dict[Hashable, object] = {}
         """Owner -> value, for the candidate list last validated (:meth:`Columns.per_scrape`)."""
 
-    def validate(self, keys: list[EndpointKey], metrics: list[object]) -> dict[Hashable, object]:
+    def validate(
+        self, keys: list[EndpointKey], metrics: Sequence[EngineMetrics | None]
+    ) -> dict[Hashable, object]:
         """The kept values when ``keys`` and ``metrics`` are those they were computed from; else an
         emptied store, now keyed to these lists."""
         old = self._metrics
@@ -76,7 +78,16 @@ class Columns:
     ``scrape``: the scheduler's :class:`ScrapeCache`, through which the scrape-derived columns and
     :meth:`per_scrape` values are kept between picks; ``None`` computes them for this list only."""
 
-    __slots__ = ("_keys", "_kv_usage", "_scraped", "_unreflected", "_waiting", "endpoints", "scrape")
+    __slots__ = (
+        "_keys",
+        "_kv_usage",
+        "_metrics",
+        "_scraped",
+        "_unreflected",
+        "_waiting",
+        "endpoints",
+        "scrape",
+    )
 
     def __init__(self, endpoints: Sequence[EndpointView], scrape: ScrapeCache | None = None) -> None:
         self.endpoints = endpoints
@@ -86,12 +97,20 @@ class Columns:
         self._kv_usage: object = _UNSET
         self._unreflected: list[int] | None = None
         self._scraped: dict[Hashable, object] | None = None
+        self._metrics: list[EngineMetrics | None] | None = None
 
     @property
     def keys(self) -> list[EndpointKey]:
         if self._keys is None:
             self._keys = [e.key for e in self.endpoints]
         return self._keys
+
+    @property
+    def metrics(self) -> list[EngineMetrics | None]:
+        """``metrics`` of every endpoint (the objects themselves: the scrape cache's key)."""
+        if self._metrics is None:
+            self._metrics = [e.metrics for e in self.endpoints]
+        return self._metrics
 
     def per_scrape(self, owner: Hashable, compute: Callable[[], T]) -> T:
         """``compute()``, kept between picks while the candidates' keys and scraped ``metrics``
@@ -106,8 +125,7 @@ class Columns:
             if self.scrape is None:
                 scraped = self._scraped = {}
             else:
-                metrics: list[object] = [e.metrics for e in self.endpoints]
-                scraped = self._scraped = self.scrape.validate(self.keys, metrics)
+                scraped = self._scraped = self.scrape.validate(self.keys, self.metrics)
         value = scraped.get(owner, _UNSET)
         if value is _UNSET:
             value = scraped[owner] = compute()
@@ -119,7 +137,7 @@ class Columns:
         if self._waiting is _UNSET:
             self._waiting = self.per_scrape(
                 _WAITING,
-                lambda: _every_present(lambda: [e.metrics.waiting for e in self.endpoints]),  # type: ignore[union-attr]
+                lambda: _every_present(lambda: [m.waiting for m in self.metrics]),  # type: ignore[union-attr]
             )
         return self._waiting  # type: ignore[return-value]  # set just above
 
@@ -129,7 +147,7 @@ class Columns:
         if self._kv_usage is _UNSET:
             self._kv_usage = self.per_scrape(
                 _KV_USAGE,
-                lambda: _every_present(lambda: [e.metrics.kv_usage for e in self.endpoints]),  # type: ignore[union-attr]
+                lambda: _every_present(lambda: [m.kv_usage for m in self.metrics]),  # type: ignore[union-attr]
             )
         return self._kv_usage  # type: ignore[return-value]  # set just above
 
