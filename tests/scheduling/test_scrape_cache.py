@@ -231,3 +231,25 @@ def test_a_scorer_without_the_hook_sees_every_scrape() -> None:
     assert decision.scores["b"]["plain-queue"] == 0.25
     assert "plain-queue: waiting missing on 1 endpoints" in decision.reason
     assert "queue-scorer: waiting missing on 1 endpoints" in decision.reason
+
+
+def test_after_a_few_rescrapes_only_their_positions_are_updated() -> None:
+    cache = ScrapeCache()
+    views = [ep(f"e{i}", waiting=i) for i in range(6)]
+    updates: list[tuple[int, list[int]]] = []
+
+    def value(views: list[EndpointView]) -> int:
+        cols = Columns(views, cache)
+        return cols.per_scrape(
+            "owner", lambda: 0, lambda old, changed: updates.append((old, changed)) or old + 1
+        )
+
+    assert value(views) == 0
+    rescraped = [views[0], ep("e1", waiting=9), *views[2:4], ep("e4", waiting=9), views[5]]
+    assert value(rescraped) == 1
+    assert updates == [(0, [1, 4])]
+    waiting = Columns(rescraped, cache).waiting
+    assert waiting is not None
+    assert (waiting.values, waiting.lo, waiting.hi) == ([0, 9, 2, 3, 9, 5], 0, 9)
+    assert value(rescraped[::-1]) == 0  # another order: computed in full, not updated
+    assert len(updates) == 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any, Generic, TypeVar, cast
 
 from igw.scheduling.ewma import EndpointEwma
@@ -52,23 +53,37 @@ class ScrapeCache:
     same order, as when the values were computed. Identity, not equality, for the metrics: a scrape
     always makes a new object, and the check stays one C-level pass (``map(operator.is_, ...)``)."""
 
-    __slots__ = ("_keys", "_metrics", "values")
+    __slots__ = ("_keys", "_metrics", "changed", "previous", "values")
 
     def __init__(self) -> None:
         self._keys: list[EndpointKey] = []
         self._metrics: Sequence[EngineMetrics | None] = []
         self.values: dict[Hashable, object] = {}
         """Owner -> value, for the candidate list last validated (:meth:`Columns.per_scrape`)."""
+        self.previous: dict[Hashable, object] = {}
+        """The values before the last change, while ``changed`` says where they still hold."""
+        self.changed: list[int] | None = None
+        """Positions whose ``metrics`` object changed at the last validation, when the keys stayed
+        the same (a scrape landed, nothing else); ``None`` after any other change."""
 
     def validate(
         self, keys: list[EndpointKey], metrics: Sequence[EngineMetrics | None]
     ) -> dict[Hashable, object]:
         """The kept values when ``keys`` and ``metrics`` are those they were computed from; else an
-        emptied store, now keyed to these lists."""
+        emptied store, now keyed to these lists (with ``previous`` and ``changed`` set when only
+        some ``metrics`` objects changed)."""
         old = self._metrics
-        if len(old) != len(metrics) or not all(map(operator.is_, old, metrics)) or self._keys != keys:
-            self._keys, self._metrics = list(keys), metrics  # a copy: callers share ``keys``
-            self.values = {}
+        if len(old) == len(metrics):
+            if all(map(operator.is_, old, metrics)) and self._keys == keys:
+                return self.values
+            same_keys = self._keys == keys
+            self.previous, self.values = self.values, {}
+            self.changed = (
+                list(compress(range(len(metrics)), map(operator.is_not, old, metrics))) if same_keys else None
+            )
+        else:
+            self.previous, self.values, self.changed = {}, {}, None
+        self._keys, self._metrics = list(keys), metrics  # a copy: callers share ``keys``
         return self.values
 
 
@@ -112,23 +127,41 @@ class Columns:
             self._metrics = [e.metrics for e in self.endpoints]
         return self._metrics
 
-    def per_scrape(self, owner: Hashable, compute: Callable[[], T]) -> T:
+    def per_scrape(
+        self, owner: Hashable, compute: Callable[[], T], update: Callable[[T, list[int]], T] | None = None
+    ) -> T:
         """``compute()``, kept between picks while the candidates' keys and scraped ``metrics``
         objects stay the same (a new scrape, candidate or order computes it again).
 
         ``compute`` must depend on nothing but the candidates' keys and their ``metrics`` fields
         (and the owner's fixed settings): no time, no in-flight or dispatch counts, no other view
         field. ``owner`` names the value (the plugin itself, or a tuple of it and a name); the
-        returned object is shared between picks and must not be changed."""
+        returned object is shared between picks and must not be changed.
+
+        ``update(old, changed)``, if given, is called instead of ``compute`` when only some
+        candidates were re-scraped since the value was last made (same keys, same order):
+        ``old`` is that value, ``changed`` the positions with a new ``metrics`` object. It must
+        return exactly what ``compute()`` would (a new object; ``old`` is not to be changed)."""
         scraped = self._scraped
+        scrape = self.scrape
         if scraped is None:
-            if self.scrape is None:
+            if scrape is None:
                 scraped = self._scraped = {}
             else:
-                scraped = self._scraped = self.scrape.validate(self.keys, self.metrics)
+                scraped = self._scraped = scrape.validate(self.keys, self.metrics)
         value = scraped.get(owner, _UNSET)
         if value is _UNSET:
-            value = scraped[owner] = compute()
+            if (
+                update is not None
+                and scrape is not None
+                and scraped is scrape.values
+                and (changed := scrape.changed) is not None
+                and (old := scrape.previous.get(owner, _UNSET)) is not _UNSET
+            ):
+                value = update(cast("T", old), changed)
+            else:
+                value = compute()
+            scraped[owner] = value
         return cast("T", value)
 
     @property
@@ -138,6 +171,7 @@ class Columns:
             self._waiting = self.per_scrape(
                 _WAITING,
                 lambda: _every_present(lambda: [m.waiting for m in self.metrics]),  # type: ignore[union-attr]
+                lambda old, changed: self._updated(old, changed, lambda m: m.waiting, _WAITING),
             )
         return self._waiting  # type: ignore[return-value]  # set just above
 
@@ -148,8 +182,33 @@ class Columns:
             self._kv_usage = self.per_scrape(
                 _KV_USAGE,
                 lambda: _every_present(lambda: [m.kv_usage for m in self.metrics]),  # type: ignore[union-attr]
+                lambda old, changed: self._updated(old, changed, lambda m: m.kv_usage, _KV_USAGE),
             )
         return self._kv_usage  # type: ignore[return-value]  # set just above
+
+    def _updated(
+        self,
+        old: Present[Any] | None,
+        changed: list[int],
+        read: Callable[[EngineMetrics], Any],
+        name: str,
+    ) -> Present[Any] | None:
+        """The column ``name`` after the endpoints at ``changed`` were re-scraped: the old values
+        with those positions read again and the bounds taken anew (the same list, element for
+        element, as reading every endpoint, so the same bounds); read in full when a value was or
+        is missing."""
+        metrics = self.metrics
+        if old is not None:
+            values = old.values.copy()
+            for i in changed:
+                m = metrics[i]
+                v = None if m is None else read(m)
+                if v is None:
+                    break
+                values[i] = v
+            else:
+                return Present(values, min(values), max(values))
+        return _every_present(lambda: [read(m) for m in metrics])  # type: ignore[arg-type]
 
     @property
     def unreflected(self) -> list[int]:
