@@ -51,7 +51,7 @@ class ScrapeCache:
 
     Valid while the candidates' keys are equal and their ``metrics`` are the same objects, in the
     same order, as when the values were computed. Identity, not equality, for the metrics: a scrape
-    always makes a new object, and the check stays one C-level pass (``map(operator.is_, ...)``)."""
+    always makes a new object, and the check stays one C-level pass (``map(operator.is_not, ...)``)."""
 
     __slots__ = ("_keys", "_metrics", "changed", "previous", "values")
 
@@ -73,17 +73,16 @@ class ScrapeCache:
         emptied store, now keyed to these lists (with ``previous`` and ``changed`` set when only
         some ``metrics`` objects changed)."""
         old = self._metrics
-        if len(old) == len(metrics):
-            if all(map(operator.is_, old, metrics)) and self._keys == keys:
+        if len(old) == len(metrics) and self._keys == keys:
+            # One C-level pass finds the re-scraped positions (none: the kept values hold).
+            changed = list(compress(range(len(metrics)), map(operator.is_not, old, metrics)))
+            if not changed:
                 return self.values
-            same_keys = self._keys == keys
-            self.previous, self.values = self.values, {}
-            self.changed = (
-                list(compress(range(len(metrics)), map(operator.is_not, old, metrics))) if same_keys else None
-            )
+            self.previous, self.values, self.changed = self.values, {}, changed
         else:
             self.previous, self.values, self.changed = {}, {}, None
-        self._keys, self._metrics = list(keys), metrics  # a copy: callers share ``keys``
+            self._keys = list(keys)  # a copy: callers share ``keys``
+        self._metrics = metrics
         return self.values
 
 
