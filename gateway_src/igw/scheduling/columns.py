@@ -9,18 +9,30 @@ CPython 3.11+ the specialising interpreter makes the comprehension the faster of
 
 A column is ``None`` when the fast shape does not hold (an endpoint without metrics, a signal
 missing on some endpoint); callers then take their per-endpoint code, which handles every case.
+
+**Once per scrape.** Most of what the scorers read changes only when a scrape lands, yet a pick
+happens far more often than a candidate's scrape. A :class:`ScrapeCache` (one per scheduler, handed
+to each pick's :class:`Columns`) keeps the scrape-derived columns, and whatever a plugin derives
+from the candidates' keys and scraped metrics alone (:meth:`Columns.per_scrape`), while the
+candidates' keys and ``metrics`` objects stay the same; a new scrape (a new ``metrics`` object), a
+new candidate or a reordering drops all of it. Plugins that do not use it keep working unchanged:
+they read the views, as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from itertools import compress
+from typing import Any, Generic, TypeVar, cast
 
 from igw.scheduling.ewma import EndpointEwma
-from igw.scheduling.types import EndpointKey, EndpointView
+from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
 
 _UNSET: object = object()
+_WAITING = "columns.waiting"
+_KV_USAGE = "columns.kv_usage"
 T = TypeVar("T")
 
 
@@ -33,17 +45,73 @@ class Present(Generic[T]):
     hi: T
 
 
+class ScrapeCache:
+    """Values derived from one candidate list's keys and scraped metrics, kept between picks while
+    both stay the same (one per scheduler; see the module docstring).
+
+    Valid while the candidates' keys are equal and their ``metrics`` are the same objects, in the
+    same order, as when the values were computed. Identity, not equality, for the metrics: a scrape
+    always makes a new object, and the check stays one C-level pass (``map(operator.is_not, ...)``)."""
+
+    __slots__ = ("_keys", "_metrics", "changed", "previous", "values")
+
+    def __init__(self) -> None:
+        self._keys: list[EndpointKey] = []
+        self._metrics: Sequence[EngineMetrics | None] = []
+        self.values: dict[Hashable, object] = {}
+        """Owner -> value, for the candidate list last validated (:meth:`Columns.per_scrape`)."""
+        self.previous: dict[Hashable, object] = {}
+        """The values before the last change, while ``changed`` says where they still hold."""
+        self.changed: list[int] | None = None
+        """Positions whose ``metrics`` object changed at the last validation, when the keys stayed
+        the same (a scrape landed, nothing else); ``None`` after any other change."""
+
+    def validate(
+        self, keys: list[EndpointKey], metrics: Sequence[EngineMetrics | None]
+    ) -> dict[Hashable, object]:
+        """The kept values when ``keys`` and ``metrics`` are those they were computed from; else an
+        emptied store, now keyed to these lists (with ``previous`` and ``changed`` set when only
+        some ``metrics`` objects changed)."""
+        old = self._metrics
+        if len(old) == len(metrics) and self._keys == keys:
+            # One C-level pass finds the re-scraped positions (none: the kept values hold).
+            changed = list(compress(range(len(metrics)), map(operator.is_not, old, metrics)))
+            if not changed:
+                return self.values
+            self.previous, self.values, self.changed = self.values, {}, changed
+        else:
+            self.previous, self.values, self.changed = {}, {}, None
+            self._keys = list(keys)  # a copy: callers share ``keys``
+        self._metrics = metrics
+        return self.values
+
+
 class Columns:
-    """Lazily read fields of ``endpoints`` (the list must not change while this object is used)."""
+    """Lazily read fields of ``endpoints`` (the list must not change while this object is used).
 
-    __slots__ = ("_keys", "_kv_usage", "_unreflected", "_waiting", "endpoints")
+    ``scrape``: the scheduler's :class:`ScrapeCache`, through which the scrape-derived columns and
+    :meth:`per_scrape` values are kept between picks; ``None`` computes them for this list only."""
 
-    def __init__(self, endpoints: Sequence[EndpointView]) -> None:
+    __slots__ = (
+        "_keys",
+        "_kv_usage",
+        "_metrics",
+        "_scraped",
+        "_unreflected",
+        "_waiting",
+        "endpoints",
+        "scrape",
+    )
+
+    def __init__(self, endpoints: Sequence[EndpointView], scrape: ScrapeCache | None = None) -> None:
         self.endpoints = endpoints
+        self.scrape = scrape
         self._keys: list[EndpointKey] | None = None
         self._waiting: object = _UNSET
         self._kv_usage: object = _UNSET
         self._unreflected: list[int] | None = None
+        self._scraped: dict[Hashable, object] | None = None
+        self._metrics: list[EngineMetrics | None] | None = None
 
     @property
     def keys(self) -> list[EndpointKey]:
@@ -52,18 +120,94 @@ class Columns:
         return self._keys
 
     @property
+    def metrics(self) -> list[EngineMetrics | None]:
+        """``metrics`` of every endpoint (the objects themselves: the scrape cache's key)."""
+        if self._metrics is None:
+            self._metrics = [e.metrics for e in self.endpoints]
+        return self._metrics
+
+    def per_scrape(
+        self, owner: Hashable, compute: Callable[[], T], update: Callable[[T, list[int]], T] | None = None
+    ) -> T:
+        """``compute()``, kept between picks while the candidates' keys and scraped ``metrics``
+        objects stay the same (a new scrape, candidate or order computes it again).
+
+        ``compute`` must depend on nothing but the candidates' keys and their ``metrics`` fields
+        (and the owner's fixed settings): no time, no in-flight or dispatch counts, no other view
+        field. ``owner`` names the value (the plugin itself, or a tuple of it and a name); the
+        returned object is shared between picks and must not be changed.
+
+        ``update(old, changed)``, if given, is called instead of ``compute`` when only some
+        candidates were re-scraped since the value was last made (same keys, same order):
+        ``old`` is that value, ``changed`` the positions with a new ``metrics`` object. It must
+        return exactly what ``compute()`` would (a new object; ``old`` is not to be changed)."""
+        scraped = self._scraped
+        scrape = self.scrape
+        if scraped is None:
+            if scrape is None:
+                scraped = self._scraped = {}
+            else:
+                scraped = self._scraped = scrape.validate(self.keys, self.metrics)
+        value = scraped.get(owner, _UNSET)
+        if value is _UNSET:
+            if (
+                update is not None
+                and scrape is not None
+                and scraped is scrape.values
+                and (changed := scrape.changed) is not None
+                and (old := scrape.previous.get(owner, _UNSET)) is not _UNSET
+            ):
+                value = update(cast("T", old), changed)
+            else:
+                value = compute()
+            scraped[owner] = value
+        return cast("T", value)
+
+    @property
     def waiting(self) -> Present[int] | None:
         """Scraped ``waiting`` of every endpoint, or ``None`` when any endpoint lacks it."""
         if self._waiting is _UNSET:
-            self._waiting = _every_present(lambda: [e.metrics.waiting for e in self.endpoints])  # type: ignore[union-attr]
+            self._waiting = self.per_scrape(
+                _WAITING,
+                lambda: _every_present(lambda: [m.waiting for m in self.metrics]),  # type: ignore[union-attr]
+                lambda old, changed: self._updated(old, changed, lambda m: m.waiting, _WAITING),
+            )
         return self._waiting  # type: ignore[return-value]  # set just above
 
     @property
     def kv_usage(self) -> Present[float] | None:
         """Scraped KV-cache use of every endpoint, or ``None`` when any endpoint lacks it."""
         if self._kv_usage is _UNSET:
-            self._kv_usage = _every_present(lambda: [e.metrics.kv_usage for e in self.endpoints])  # type: ignore[union-attr]
+            self._kv_usage = self.per_scrape(
+                _KV_USAGE,
+                lambda: _every_present(lambda: [m.kv_usage for m in self.metrics]),  # type: ignore[union-attr]
+                lambda old, changed: self._updated(old, changed, lambda m: m.kv_usage, _KV_USAGE),
+            )
         return self._kv_usage  # type: ignore[return-value]  # set just above
+
+    def _updated(
+        self,
+        old: Present[Any] | None,
+        changed: list[int],
+        read: Callable[[EngineMetrics], Any],
+        name: str,
+    ) -> Present[Any] | None:
+        """The column ``name`` after the endpoints at ``changed`` were re-scraped: the old values
+        with those positions read again and the bounds taken anew (the same list, element for
+        element, as reading every endpoint, so the same bounds); read in full when a value was or
+        is missing."""
+        metrics = self.metrics
+        if old is not None:
+            values = old.values.copy()
+            for i in changed:
+                m = metrics[i]
+                v = None if m is None else read(m)
+                if v is None:
+                    break
+                values[i] = v
+            else:
+                return Present(values, min(values), max(values))
+        return _every_present(lambda: [read(m) for m in metrics])  # type: ignore[arg-type]
 
     @property
     def unreflected(self) -> list[int]:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast, runtime_checkable
 
-from igw.scheduling.columns import Columns
+from igw.scheduling.columns import Columns, ScrapeCache
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
 
 
@@ -39,6 +39,9 @@ class CycleContext:
     """Scratch space for plugins that cooperate within one pick (the prefix scorer publishes its
     hashes and hit flag here; the no-hit-LRU scorer reads them). Every key a plugin reads or writes
     is declared in its ``consumes`` / ``produces`` (see :class:`PluginHooks`)."""
+    scrape: ScrapeCache | None = None
+    """The scheduler's values kept from one scrape to the next (:meth:`Columns.per_scrape`);
+    ``None``: nothing is kept beyond this pick."""
     _columns: Columns | None = field(default=None, init=False, repr=False, compare=False)
 
     def columns(self, endpoints: Sequence[EndpointView]) -> Columns:
@@ -46,7 +49,7 @@ class CycleContext:
         this pick (see :mod:`igw.scheduling.columns`)."""
         cached = self._columns
         if cached is None or cached.endpoints is not endpoints:
-            cached = self._columns = Columns(endpoints)
+            cached = self._columns = Columns(endpoints, self.scrape)
         return cached
 
 

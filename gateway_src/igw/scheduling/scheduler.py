@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from igw.scheduling.columns import ScrapeCache
 from igw.scheduling.data_flow import require_data_flow_order
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.framework import (
@@ -58,6 +59,9 @@ from igw.scheduling.types import (
 )
 
 TOTAL = "total"
+_ANY_CAPACITY = "scheduler.any_capacity"
+"""Per-scrape key: whether some candidate is below the built-in saturation thresholds (they read
+only the scraped ``waiting`` and KV use, and the thresholds are fixed per scheduler)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,8 @@ class Scheduler:
         )
         """Own dispatches not yet visible in a scrape (see :mod:`igw.scheduling.dispatch_ledger`);
         ``None`` leaves ``unreflected_dispatches`` at 0."""
+        self._scrape = ScrapeCache()
+        """Values derived from the candidates' scrapes, kept between picks (:class:`ScrapeCache`)."""
         self._fallback_scorer = InflightScorer(name="active-request-scorer(all-stale fallback)")
         self._plugins: tuple[Plugin, ...] = (
             *profile.filters,
@@ -171,7 +177,7 @@ class Scheduler:
                 reason=f"no endpoint's context window holds {tokens_needed(request)} tokens",
                 removed=removed,
             )
-        ctx = CycleContext(request=request, now=now, rng=self.rng)
+        ctx = CycleContext(request=request, now=now, rng=self.rng, scrape=self._scrape)
         threshold = self.settings.stale_threshold_s
         # is_fresh, inlined: this runs once per endpoint per request.
         fresh = [
@@ -214,7 +220,10 @@ class Scheduler:
                     reason=f"{detector.name}: saturation {level:.2f} >= 1.0 over {len(candidates)} endpoints",
                     removed=removed,
                 )
-        elif not any(has_capacity(e, queue_threshold=q_thr, kv_threshold=kv_thr) for e in candidates):
+        elif not ctx.columns(candidates).per_scrape(
+            (_ANY_CAPACITY, q_thr, kv_thr),
+            lambda: any(has_capacity(e, queue_threshold=q_thr, kv_threshold=kv_thr) for e in candidates),
+        ):
             retry = retry_after_seconds(
                 candidates,
                 drain=self.drain,

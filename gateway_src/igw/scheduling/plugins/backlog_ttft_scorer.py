@@ -573,14 +573,17 @@ class BacklogTtftScorer(PluginHooks):
             # does not see; the LoRA scorers and filter decide. Dispatches still count (on_picked).
             return UnitScores([1.0] * len(endpoints))
         pooled = self._cycle_pooled = self._pooled()
-        if self._alike_capacities(endpoints) and self._slopes_alike(endpoints, pooled):
+        # The KV capacities and their check read the scrapes only: once per scrape, between picks.
+        cols = ctx.columns(endpoints)
+        alike = cols.per_scrape((self, "alike"), lambda: self._alike_capacities(endpoints))
+        if alike and self._slopes_alike(endpoints, pooled):
             # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
             # already balance the load (this scorer on top made shared-prefix tails worse,
             # docs/benchmark.md).
             return UnitScores([1.0] * len(endpoints))
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         now, matched = ctx.now, ctx.state.get(STATE_MATCH)
-        capacities = kv_capacities(endpoints)
+        capacities = cols.per_scrape((self, "capacities"), lambda: kv_capacities(endpoints))
         if not self.fits:
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
             best = min(predicted, default=0.0)
