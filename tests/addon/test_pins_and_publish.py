@@ -3,7 +3,10 @@ response shape) and `igw addon package --push` (ECR through the Stubber, the OCI
 
 from __future__ import annotations
 
+import argparse
 import base64
+from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import pytest
@@ -16,7 +19,7 @@ from igw.cli import addon as addon_cli
 K8S = "1.34"
 
 
-def _version(name: str, *, default: bool = False, cluster: str = K8S) -> dict:
+def _version(name: str, *, default: bool = False, cluster: str = K8S) -> dict[str, object]:
     return {
         "addonVersion": name,
         "architecture": ["amd64", "arm64"],
@@ -29,7 +32,7 @@ def _version(name: str, *, default: bool = False, cluster: str = K8S) -> dict:
     }
 
 
-def _page(name: str, versions: list[dict]) -> dict:
+def _page(name: str, versions: list[dict[str, object]]) -> dict[str, object]:
     return {
         "addons": [
             {
@@ -43,14 +46,14 @@ def _page(name: str, versions: list[dict]) -> dict:
     }
 
 
-def _published(pinned: str) -> list[dict]:
+def _published(pinned: str) -> list[dict[str, object]]:
     """What EKS lists for a pin: the pin itself and a newer default."""
     major, rest = pinned.split("-eksbuild.")
     return [_version(f"{major}-eksbuild.{int(rest) + 1}", default=True), _version(pinned)]
 
 
 @pytest.fixture
-def stubbed():
+def stubbed() -> Iterator[tuple[EksAddonApi, Stubber]]:
     client = boto3.client("eks", region_name="us-west-2")
     stubber = Stubber(client)
     with stubber:
@@ -58,7 +61,7 @@ def stubbed():
     stubber.assert_no_pending_responses()
 
 
-def test_every_pin_is_checked_for_the_kubernetes_version(stubbed):
+def test_every_pin_is_checked_for_the_kubernetes_version(stubbed: tuple[EksAddonApi, Stubber]) -> None:
     api, stubber = stubbed
     for name, version in pins.pinned_addons():
         stubber.add_response(
@@ -76,7 +79,7 @@ def test_every_pin_is_checked_for_the_kubernetes_version(stubbed):
     assert "EKS's default is now" in statuses[0].message
 
 
-def test_unpublished_pin_names_the_newest_compatible(stubbed):
+def test_unpublished_pin_names_the_newest_compatible(stubbed: tuple[EksAddonApi, Stubber]) -> None:
     api, stubber = stubbed
     stubber.add_response(
         "describe_addon_versions",
@@ -95,7 +98,7 @@ def test_unpublished_pin_names_the_newest_compatible(stubbed):
     )
 
 
-def test_compatibility_with_another_kubernetes_version_does_not_count():
+def test_compatibility_with_another_kubernetes_version_does_not_count() -> None:
     status = pin_check.status_of(
         "metrics-server",
         "v0.7.2-eksbuild.4",
@@ -106,7 +109,9 @@ def test_compatibility_with_another_kubernetes_version_does_not_count():
     assert status.newest is None
 
 
-def test_cli_check_pins_exits_1_on_an_unpublished_pin(monkeypatch, capsys):
+def test_cli_check_pins_exits_1_on_an_unpublished_pin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     client = boto3.client("eks", region_name="us-west-2")
     stubber = Stubber(client)
     for name, version in pins.pinned_addons():
@@ -117,7 +122,7 @@ def test_cli_check_pins_exits_1_on_an_unpublished_pin(monkeypatch, capsys):
             "describe_addon_versions", _page(name, versions), {"addonName": name, "kubernetesVersion": K8S}
         )
     stubber.activate()
-    args = addon_cli.argparse.Namespace(check_pins=True, kubernetes_version=K8S, addon_name=None)
+    args = argparse.Namespace(check_pins=True, kubernetes_version=K8S, addon_name=None)
     assert addon_cli._versions(args, EksAddonApi(client)) == 1
     out = capsys.readouterr().out
     assert "UNPUBLISHED metrics-server v0.7.2-eksbuild.4 is not published" in out
@@ -126,14 +131,14 @@ def test_cli_check_pins_exits_1_on_an_unpublished_pin(monkeypatch, capsys):
 
 
 class RecordingPusher:
-    def __init__(self):
-        self.calls = []
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str, str, str]] = []
 
-    def __call__(self, archive, remote, *, host, username, password):
+    def __call__(self, archive: Path, remote: str, *, host: str, username: str, password: str) -> None:
         self.calls.append((archive.name, remote, host, username, password))
 
 
-def test_package_push_creates_the_repository_and_pushes_with_ecr_credentials(tmp_path):
+def test_package_push_creates_the_repository_and_pushes_with_ecr_credentials(tmp_path: Path) -> None:
     ecr = boto3.client("ecr", region_name="us-west-2")
     stubber = Stubber(ecr)
     repository = f"igw-charts/{pins.CHART_NAME}"
@@ -171,7 +176,7 @@ def test_package_push_creates_the_repository_and_pushes_with_ecr_credentials(tmp
     assert published.schema.is_file()
 
 
-def test_package_push_reports_a_denied_token(tmp_path):
+def test_package_push_reports_a_denied_token(tmp_path: Path) -> None:
     ecr = boto3.client("ecr", region_name="us-west-2")
     stubber = Stubber(ecr)
     stubber.add_response(
@@ -184,10 +189,11 @@ def test_package_push_reports_a_denied_token(tmp_path):
     assert pusher.calls == []
 
 
-def test_chart_names_our_addon_not_awss():
+def test_chart_names_our_addon_not_awss() -> None:
     import yaml
 
     from igw.addon import chart
 
     metadata = yaml.safe_load((chart.chart_dir() / "Chart.yaml").read_text())
-    assert metadata["annotations"]["igw.io/eks-addon-name"] == pins.IGW_ADDON_NAME != pins.AWS_ADDON_NAME
+    assert metadata["annotations"]["igw.io/eks-addon-name"] == pins.IGW_ADDON_NAME
+    assert metadata["annotations"]["igw.io/eks-addon-name"] != pins.AWS_ADDON_NAME

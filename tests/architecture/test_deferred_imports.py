@@ -35,7 +35,7 @@ def _bodies(node: ast.AST) -> Iterator[list[ast.stmt]]:
             yield value
         elif isinstance(value, list):
             for item in value:
-                if isinstance(item, ast.excepthandler):
+                if isinstance(item, ast.ExceptHandler):
                     yield item.body
 
 

@@ -14,11 +14,12 @@ def conftest_imports(path: Path, *, root: Path = REPO_ROOT) -> list[str]:
     """``file:line`` of every import of a ``conftest`` module in ``path``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        names: list[str] = []
         if isinstance(node, ast.ImportFrom):
             names = [node.module or "", *(alias.name for alias in node.names)]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
+        else:
+            continue
         if any(name == "conftest" or name.endswith(".conftest") for name in names):
             found.append(f"{path.relative_to(root)}:{node.lineno}")
     return sorted(found, key=lambda hit: int(hit.rsplit(":", 1)[1]))

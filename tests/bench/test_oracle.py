@@ -8,14 +8,24 @@ from igw.bench.policies.oracle import OraclePolicy, PodSnapshot, predicted_ttft,
 from tests.bench.helpers import request, views
 
 
-def snap(**kw: float) -> PodSnapshot:
-    base = {
-        "t_ovh": 0.0004, "t_w0": 0.0062, "c_tok": 25e-6, "k_kv": 0.056e-6, "t_ar": 0.0,
-        "max_num_batched_tokens": 8192, "prefill_tokens_ahead": 0, "decoding": 0,
-        "decode_context_tokens": 0, "free_kv_tokens": 400_000, "cached_tokens": 0,
-    }  # fmt: skip
-    base.update(kw)
-    return PodSnapshot(**base)  # type: ignore[arg-type]
+def snap(
+    *,
+    prefill_tokens_ahead: int = 0,
+    decoding: int = 0,
+    decode_context_tokens: int = 0,
+    free_kv_tokens: int = 400_000,
+    cached_tokens: int = 0,
+    finishing: tuple[tuple[float, int], ...] = (),
+    lora_load_s: float = 0.0,
+    slowdown: float = 1.0,
+) -> PodSnapshot:
+    """An H100-like pod's snapshot: idle unless the arguments load it."""
+    return PodSnapshot(
+        t_ovh=0.0004, t_w0=0.0062, c_tok=25e-6, k_kv=0.056e-6, t_ar=0.0, max_num_batched_tokens=8192,
+        prefill_tokens_ahead=prefill_tokens_ahead, decoding=decoding,
+        decode_context_tokens=decode_context_tokens, free_kv_tokens=free_kv_tokens,
+        cached_tokens=cached_tokens, finishing=finishing, lora_load_s=lora_load_s, slowdown=slowdown,
+    )  # fmt: skip
 
 
 def test_idle_pod_ttft_is_one_prefill_step() -> None:
@@ -43,21 +53,20 @@ def test_oracle_refuses_to_run_without_the_des_hook() -> None:
 @pytest.mark.parametrize(
     ("pod", "slo", "meets"),
     [
-        ({}, (1.0, 0.1), True),  # idle H100-like pod
-        ({"prefill_tokens_ahead": 400_000}, (1.0, 0.1), False),  # TTFT over its SLO
-        ({"decoding": 900, "decode_context_tokens": 900_000}, (1.0, 0.02), False),  # slow decode batch
-        ({"decoding": 900, "decode_context_tokens": 900_000}, (1.0, 0.2), True),
-        ({"slowdown": 20.0}, (1.0, 0.1), False),  # every step 20x slower: TPOT over 0.1 s
+        (snap(), (1.0, 0.1), True),  # idle H100-like pod
+        (snap(prefill_tokens_ahead=400_000), (1.0, 0.1), False),  # TTFT over its SLO
+        (snap(decoding=900, decode_context_tokens=900_000), (1.0, 0.02), False),  # slow decode batch
+        (snap(decoding=900, decode_context_tokens=900_000), (1.0, 0.2), True),
+        (snap(slowdown=20.0), (1.0, 0.1), False),  # every step 20x slower: TPOT over 0.1 s
     ],
 )
 def test_slo_objective_needs_both_ttft_and_tpot(
-    pod: dict[str, float], slo: tuple[float, float], meets: bool
+    pod: PodSnapshot, slo: tuple[float, float], meets: bool
 ) -> None:
     from igw.bench.policies.oracle import meets_slo, predicted_tpot
 
-    s = snap(**pod)
-    assert predicted_tpot(s) == pytest.approx(step_time(s, int(s.decoding) + 1))
-    assert meets_slo(s, prompt_tokens=500, slo=slo) is meets
+    assert predicted_tpot(pod) == pytest.approx(step_time(pod, pod.decoding + 1))
+    assert meets_slo(pod, prompt_tokens=500, slo=slo) is meets
 
 
 def test_oracle_slo_runs_in_the_des_and_keeps_goodput_at_least_the_oracles() -> None:

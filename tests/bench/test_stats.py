@@ -116,8 +116,12 @@ def test_a_failed_request_worsens_the_reported_percentiles() -> None:
     for field in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "e2e_p99_s", "itl_p99_s"):
         assert getattr(s_failed, field) >= getattr(s_slow, field) >= getattr(s_served, field), field
     assert s_failed.ttft_p99_s == math.inf
+    assert s_slow.ttft_p99_s is not None
+    assert s_served.ttft_p99_s is not None
     assert s_failed.ttft_p99_s > s_slow.ttft_p99_s > s_served.ttft_p99_s
     assert s_failed.goodput == pytest.approx(100 / 204)  # TTFT 0.01 … 1.00 s meet the 1 s SLO
+    assert s_failed.goodput is not None
+    assert s_served.goodput is not None
     assert s_failed.goodput < s_served.goodput
 
 

@@ -4,24 +4,15 @@ test reads that cloud assembly (a synthesis costs seconds of jsii/node time)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.cdk.support import EXAMPLES
+from tests.cdk.support import EXAMPLES, Synthesized
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-
-
-@dataclass(frozen=True)
-class Synthesized:
-    outdir: Path
-    templates: dict[str, dict[str, Any]]
-    """Stack role (network/cluster/platform/inference) -> template."""
-    files: dict[str, Path]
 
 
 def _synthesize(document: dict[str, Any], outdir: Path) -> Synthesized:

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from igw.addon import pins
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    """One deployment config's cloud assembly, as the session fixtures of conftest.py synthesize it."""
+
+    outdir: Path
+    templates: dict[str, dict[str, Any]]
+    """Stack role (network/cluster/platform/inference) -> template."""
+    files: dict[str, Path]
+    """Stack role -> its template file in ``outdir``."""
+
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "cdk" / "examples"
 """The example deployment configs users copy; each is synthesized by a session fixture."""

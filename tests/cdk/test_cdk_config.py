@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -11,13 +14,15 @@ from cdk import config
 
 
 @pytest.fixture
-def example():
-    return yaml.safe_load(config.EXAMPLE_FILE.read_text())
+def example() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(config.EXAMPLE_FILE.read_text())
+    return document
 
 
-def test_example_is_valid(example):
+def test_example_is_valid(example: dict[str, Any]) -> None:
     parsed = config.parse(example)
     assert parsed.cluster.authentication_mode == "API"
+    assert parsed.hyperpod is not None
     assert [g.instance_type for g in parsed.hyperpod.instance_groups] == ["ml.p5.48xlarge", "ml.g5.12xlarge"]
 
 
@@ -115,7 +120,9 @@ def test_example_is_valid(example):
         "second-certificate-with-endpoint",
     ],
 )
-def test_invalid_config_names_the_field(example, mutate, expected):
+def test_invalid_config_names_the_field(
+    example: dict[str, Any], mutate: Callable[[dict[str, Any]], object], expected: str
+) -> None:
     document = copy.deepcopy(example)
     mutate(document)
     with pytest.raises(config.DeploymentConfigError) as caught:
@@ -123,7 +130,7 @@ def test_invalid_config_names_the_field(example, mutate, expected):
     assert expected in str(caught.value)
 
 
-def test_chart_mode_is_operator_unless_the_values_ask_for_gateway(example):
+def test_chart_mode_is_operator_unless_the_values_ask_for_gateway(example: dict[str, Any]) -> None:
     assert config.parse(example).addon.chart_mode == "operator"
     document = copy.deepcopy(example)
     document["inference"]["addon"]["configurationValues"] = {"mode": "gateway", "replicaCount": 3}
@@ -131,14 +138,14 @@ def test_chart_mode_is_operator_unless_the_values_ask_for_gateway(example):
     assert parsed.addon.chart_mode == "gateway"
 
 
-def test_unreadable_yaml_names_the_line(tmp_path):
+def test_unreadable_yaml_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("account: '1'\nregion: [\n")
     with pytest.raises(config.DeploymentConfigError, match="line"):
         config.load(path)
 
 
-def test_defaults_are_our_chart_with_image_built(example):
+def test_defaults_are_our_chart_with_image_built(example: dict[str, Any]) -> None:
     document = copy.deepcopy(example)
     del document["inference"]["addon"]["mode"]
     parsed = config.parse(document)
@@ -149,7 +156,7 @@ def test_defaults_are_our_chart_with_image_built(example):
     assert parsed.existing_cluster is None
 
 
-def test_existing_cluster_mode_needs_no_hyperpod(example):
+def test_existing_cluster_mode_needs_no_hyperpod(example: dict[str, Any]) -> None:
     document = copy.deepcopy(example)
     del document["hyperpod"], document["network"]
     document["existingCluster"] = {
@@ -164,7 +171,7 @@ def test_existing_cluster_mode_needs_no_hyperpod(example):
     assert parsed.existing_cluster.installed_addons == ("vpc-cni",)
 
 
-def test_every_example_config_is_valid_and_synthesized_by_a_fixture():
+def test_every_example_config_is_valid_and_synthesized_by_a_fixture() -> None:
     """The examples are what users copy; each one is synthesized by a session fixture in conftest."""
     from tests.cdk.support import EXAMPLES
 
@@ -174,7 +181,9 @@ def test_every_example_config_is_valid_and_synthesized_by_a_fixture():
         config.load(EXAMPLES / name)
 
 
-def test_quota_check_before_deploy_compares_the_instance_groups(example, capsys):
+def test_quota_check_before_deploy_compares_the_instance_groups(
+    example: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     """`python -m cdk.synth_cli --check-quotas`: the config's groups against ListServiceQuotas (Stubber)."""
     import boto3
     from botocore.stub import Stubber

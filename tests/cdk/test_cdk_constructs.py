@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 import pytest
@@ -31,11 +32,11 @@ from igw.addon import aws_addon, configuration, pins
 ENV = cdk.Environment(account="111111111111", region="us-west-2")
 
 
-def _stack():
+def _stack() -> cdk.Stack:
     return cdk.Stack(cdk.App(), "Test", env=ENV)
 
 
-def _imported_cluster(stack):
+def _imported_cluster(stack: cdk.Stack) -> eks.ICluster:
     """An existing cluster with a kubectl provider (what charts and manifests are applied through)."""
     provider = eks.KubectlProvider.from_kubectl_provider_attributes(
         stack,
@@ -48,7 +49,7 @@ def _imported_cluster(stack):
     )
 
 
-def test_new_network_tags_subnets_and_logs_flows():
+def test_new_network_tags_subnets_and_logs_flows() -> None:
     stack = _stack()
     Network(
         stack,
@@ -67,7 +68,7 @@ def test_new_network_tags_subnets_and_logs_flows():
     )
 
 
-def test_imported_network_creates_nothing():
+def test_imported_network_creates_nothing() -> None:
     stack = _stack()
     network = Network(
         stack,
@@ -86,7 +87,7 @@ def test_imported_network_creates_nothing():
     assert assertions.Template.from_stack(stack).to_json().get("Resources", {}) == {}
 
 
-def test_pod_identity_role_trusts_eks_pods_with_session_tags():
+def test_pod_identity_role_trusts_eks_pods_with_session_tags() -> None:
     stack = _stack()
     role = WorkloadRole(
         stack,
@@ -119,7 +120,7 @@ def test_pod_identity_role_trusts_eks_pods_with_session_tags():
     assert role.association is not None
 
 
-def test_irsa_role_needs_the_oidc_provider():
+def test_irsa_role_needs_the_oidc_provider() -> None:
     stack = _stack()
     with pytest.raises(ValueError, match="OIDC provider"):
         WorkloadRole(
@@ -133,7 +134,7 @@ def test_irsa_role_needs_the_oidc_provider():
         )
 
 
-def _oidc(stack):
+def _oidc(stack: cdk.Stack) -> iam.IOidcProvider:
     return eks.OidcProviderNative.from_oidc_provider_arn(
         stack, "Oidc", "arn:aws:iam::111111111111:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/X"
     )
@@ -149,7 +150,9 @@ GATEWAY_CONFIG = GatewayConfigManifest(
 )
 
 
-def _chart_stack(config, *, image=None, certificate_arn=None):
+def _chart_stack(
+    config: AddonConfig, *, image: ImageConfig | None = None, certificate_arn: str | None = None
+) -> cdk.Stack:
     stack = _stack()
     gateway_image = GatewayImage(stack, "Image", config=image or ImageConfig(repository="r.example/igw"))
     IgwChart(
@@ -164,17 +167,18 @@ def _chart_stack(config, *, image=None, certificate_arn=None):
     return stack
 
 
-def _chart_values(stack):
+def _chart_values(stack: cdk.Stack) -> dict[str, Any]:
     template = assertions.Template.from_stack(stack)
     template.resource_count_is("AWS::EKS::Addon", 0)
     (chart,) = template.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
     props = chart["Properties"]
     assert props["Release"] == pins.CHART_NAME
     assert props["Namespace"] == pins.ADDON_NAMESPACE
-    return json.loads(props["Values"])
+    values: dict[str, Any] = json.loads(props["Values"])
+    return values
 
 
-def test_igw_chart_values_in_operator_mode_carry_the_image_and_nothing_per_config():
+def test_igw_chart_values_in_operator_mode_carry_the_image_and_nothing_per_config() -> None:
     stack = _chart_stack(
         AddonConfig(configuration_values={"operator": {"replicaCount": 3}}),
         image=ImageConfig(repository="111111111111.dkr.ecr.us-west-2.amazonaws.com/igw", tag="1.2.3"),
@@ -189,7 +193,7 @@ def test_igw_chart_values_in_operator_mode_carry_the_image_and_nothing_per_confi
     }, "the served config and the certificate travel in the InferenceGatewayConfig; no role anywhere"
 
 
-def test_igw_chart_values_in_gateway_mode_carry_image_served_config_and_certificate():
+def test_igw_chart_values_in_gateway_mode_carry_image_served_config_and_certificate() -> None:
     stack = _chart_stack(
         AddonConfig(configuration_values={"mode": "gateway", "replicaCount": 4}),
         image=ImageConfig(repository="111111111111.dkr.ecr.us-west-2.amazonaws.com/igw", tag="1.2.3"),
@@ -208,7 +212,7 @@ def test_igw_chart_values_in_gateway_mode_carry_image_served_config_and_certific
     assert "serviceAccount" not in values, "the gateway calls no AWS API: no role"
 
 
-def test_gateway_config_manifest_carries_the_certificate_and_validates_a_token_as_an_arn():
+def test_gateway_config_manifest_carries_the_certificate_and_validates_a_token_as_an_arn() -> None:
     stack = _stack()
     arn = cdk.CfnParameter(stack, "SomeCertificate").value_as_string
     GatewayConfig(stack, "Config", cluster=_imported_cluster(stack), config=GATEWAY_CONFIG, acm_arn=arn)
@@ -224,21 +228,23 @@ def test_gateway_config_manifest_carries_the_certificate_and_validates_a_token_a
         )
 
 
-def test_igw_chart_rejects_invalid_values_at_synth():
+def test_igw_chart_rejects_invalid_values_at_synth() -> None:
     with pytest.raises(configuration.ConfigurationValuesError, match=r"service\.scheme"):
         _chart_stack(AddonConfig(configuration_values={"service": {"scheme": "public"}}))
 
 
-def test_igw_chart_rejects_aws_addon_keys():
+def test_igw_chart_rejects_aws_addon_keys() -> None:
     with pytest.raises(configuration.ConfigurationValuesError, match="executionRoleArn"):
         _chart_stack(AddonConfig(configuration_values={"executionRoleArn": "arn:aws:iam::1:role/x"}))
 
 
-def test_gateway_image_is_a_docker_asset_from_the_gateway_dockerfile():
+def test_gateway_image_is_a_docker_asset_from_the_gateway_dockerfile() -> None:
     stack = _stack()
     image = GatewayImage(stack, "Image", config=ImageConfig())
     assert image.asset is not None
-    assembly = stack.node.root.synth()
+    app = stack.node.root
+    assert isinstance(app, cdk.App)
+    assembly = app.synth()
     manifest = json.loads((Path(assembly.directory) / "Test.assets.json").read_text())
     (docker,) = manifest["dockerImages"].values()
     assert docker["source"]["dockerFile"] == "gateway_src/Dockerfile"
@@ -252,7 +258,7 @@ def test_gateway_image_is_a_docker_asset_from_the_gateway_dockerfile():
     ]
 
 
-def _aws_addon_stack(config):
+def _aws_addon_stack(config: AddonConfig) -> assertions.Template:
     stack = _stack()
     AwsInferenceAddon(
         stack,
@@ -265,7 +271,7 @@ def _aws_addon_stack(config):
     return assertions.Template.from_stack(stack)
 
 
-def test_aws_addon_values_follow_aws_schema_with_irsa_roles():
+def test_aws_addon_values_follow_aws_schema_with_irsa_roles() -> None:
     template = _aws_addon_stack(
         AddonConfig(
             mode="awsManaged", configuration_values={"keda": {"enabled": False}}, conflict_policy="PRESERVE"
@@ -291,12 +297,12 @@ def test_aws_addon_values_follow_aws_schema_with_irsa_roles():
     template.resource_count_is("AWS::EKS::PodIdentityAssociation", 0)
 
 
-def test_aws_addon_rejects_our_chart_keys():
+def test_aws_addon_rejects_our_chart_keys() -> None:
     with pytest.raises(aws_addon.AwsAddonValuesError, match="replicaCount"):
         _aws_addon_stack(AddonConfig(mode="awsManaged", configuration_values={"replicaCount": 3}))
 
 
-def test_hyperpod_dependencies_install_device_plugins_and_health_agent():
+def test_hyperpod_dependencies_install_device_plugins_and_health_agent() -> None:
     stack = _stack()
     HyperPodDependencies(stack, "Deps", cluster=_imported_cluster(stack), config=HyperPodDependenciesConfig())
     template = assertions.Template.from_stack(stack)
@@ -314,7 +320,7 @@ def test_hyperpod_dependencies_install_device_plugins_and_health_agent():
     )
 
 
-def test_hyperpod_dependencies_can_be_turned_off_and_refuse_unknown_regions():
+def test_hyperpod_dependencies_can_be_turned_off_and_refuse_unknown_regions() -> None:
     stack = _stack()
     HyperPodDependencies(
         stack,
@@ -329,7 +335,7 @@ def test_hyperpod_dependencies_can_be_turned_off_and_refuse_unknown_regions():
         health_agent_image("mars-north-1")
 
 
-def test_gateway_config_manifest_is_validated_at_synth():
+def test_gateway_config_manifest_is_validated_at_synth() -> None:
     stack = _stack()
     bad = GatewayConfigManifest(
         name="gw",
@@ -353,13 +359,13 @@ def test_gateway_config_manifest_is_validated_at_synth():
         ("A" * 63, "sagemaker-" + "a" * 30 + "-111111111111-us-west-2"),
     ],
 )
-def test_lifecycle_bucket_name_is_a_sagemaker_bucket_within_s3_limits(name, expected):
+def test_lifecycle_bucket_name_is_a_sagemaker_bucket_within_s3_limits(name: str, expected: str) -> None:
     bucket = lifecycle_bucket_name(hyperpod_name=name, account="111111111111", region="us-west-2")
     assert bucket == expected
     assert len(bucket) <= 63
 
 
-def test_acknowledged_asset_bucket_follows_the_bootstrap_qualifier():
+def test_acknowledged_asset_bucket_follows_the_bootstrap_qualifier() -> None:
     from cdk.constructs.nag_ack import asset_bucket, partition_of
 
     default = cdk.Stack(cdk.App(), "Default", env=ENV)

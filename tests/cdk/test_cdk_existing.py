@@ -7,10 +7,10 @@ import json
 from aws_cdk import assertions
 
 from igw.addon import pins
-from tests.cdk.support import EXISTING_OIDC
+from tests.cdk.support import EXISTING_OIDC, Synthesized
 
 
-def test_existing_cluster_creates_no_vpc_cluster_or_hyperpod(existing):
+def test_existing_cluster_creates_no_vpc_cluster_or_hyperpod(existing: Synthesized) -> None:
     assert set(existing.templates) == {"cluster", "platform", "inference"}
     for template in existing.templates.values():
         types = {resource["Type"] for resource in template["Resources"].values()}
@@ -22,7 +22,7 @@ def test_existing_cluster_creates_no_vpc_cluster_or_hyperpod(existing):
         }
 
 
-def test_kubectl_handler_gets_an_access_entry_on_the_existing_cluster(existing):
+def test_kubectl_handler_gets_an_access_entry_on_the_existing_cluster(existing: Synthesized) -> None:
     access = assertions.Template.from_json(existing.templates["cluster"])
     access.has_resource_properties(
         "AWS::EKS::AccessEntry",
@@ -37,7 +37,7 @@ def test_kubectl_handler_gets_an_access_entry_on_the_existing_cluster(existing):
     assert "Fn::GetAtt" in json.dumps(entry["Properties"]["PrincipalArn"])
 
 
-def test_installed_addons_are_left_alone_and_irsa_uses_the_existing_provider(existing):
+def test_installed_addons_are_left_alone_and_irsa_uses_the_existing_provider(existing: Synthesized) -> None:
     platform = assertions.Template.from_json(existing.templates["platform"])
     names = {a["Properties"]["AddonName"] for a in platform.find_resources("AWS::EKS::Addon").values()}
     assert pins.POD_IDENTITY_AGENT_ADDON not in names
@@ -54,7 +54,7 @@ def test_installed_addons_are_left_alone_and_irsa_uses_the_existing_provider(exi
     assert EXISTING_OIDC in trust
 
 
-def test_gateway_chart_installed_into_the_existing_cluster(existing):
+def test_gateway_chart_installed_into_the_existing_cluster(existing: Synthesized) -> None:
     inference = assertions.Template.from_json(existing.templates["inference"])
     (chart,) = inference.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
     assert chart["Properties"]["ClusterName"] == "igw-inference"

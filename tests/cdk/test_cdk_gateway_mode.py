@@ -4,17 +4,15 @@ certificate on the chart's Service and the DNS record on that Service's load bal
 
 from __future__ import annotations
 
-from typing import Any
-
 import yaml
 
 from igw.addon import chart, pins
-from tests.cdk.support import CERTIFICATE_ARN, inference_kubernetes_inputs
+from tests.cdk.support import CERTIFICATE_ARN, Synthesized, inference_kubernetes_inputs
 
 LB = "service.beta.kubernetes.io/aws-load-balancer"
 
 
-def test_gateway_mode_chart_serves_the_deployment_configs_object_with_tls(gateway_mode: Any) -> None:
+def test_gateway_mode_chart_serves_the_deployment_configs_object_with_tls(gateway_mode: Synthesized) -> None:
     manifests, helm = inference_kubernetes_inputs(gateway_mode.templates["inference"])
     (igwc,) = manifests
     values = helm["Values"]
@@ -47,7 +45,7 @@ def test_gateway_mode_chart_serves_the_deployment_configs_object_with_tls(gatewa
     assert annotations[f"{LB}-ssl-negotiation-policy"].startswith("ELBSecurityPolicy-TLS13")
 
 
-def test_gateway_mode_dns_record_reads_the_charts_service(gateway_mode: Any) -> None:
+def test_gateway_mode_dns_record_reads_the_charts_service(gateway_mode: Synthesized) -> None:
     resources = gateway_mode.templates["inference"]["Resources"]
     (lookup,) = [r for r in resources.values() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesObjectValue"]
     assert lookup["Properties"]["ObjectName"] == pins.CHART_NAME

@@ -12,8 +12,8 @@ serving anything else.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -21,14 +21,14 @@ from igw.addon import chart
 from igw.config.build import build_gateway_config
 from igw.config.validate import validate_document
 from igw.operator.dataplane import CONFIG_KEY, TLS_POLICY, DataPlaneSettings, base_name
-from tests.cdk.support import CERTIFICATE_ARN, inference_kubernetes_inputs
+from tests.cdk.support import CERTIFICATE_ARN, Synthesized, inference_kubernetes_inputs
 from tests.fakes.kube_api import running_fake_kube
 from tests.operator.harness import find, running_operator, wait_for
 
 LB = "service.beta.kubernetes.io/aws-load-balancer"
 
 
-def _asset_image(synthesized: Any) -> tuple[str, str]:
+def _asset_image(synthesized: Synthesized) -> tuple[str, str]:
     """(repository name, tag) of the gateway image asset ``cdk deploy`` builds and pushes."""
     assets = json.loads((synthesized.outdir / "IgwInference.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
@@ -36,7 +36,9 @@ def _asset_image(synthesized: Any) -> tuple[str, str]:
     return repository, tag
 
 
-def test_the_applied_objects_are_exactly_what_the_gateways_serve(synthesized: Any, tmp_path: Path) -> None:
+def test_the_applied_objects_are_exactly_what_the_gateways_serve(
+    synthesized: Synthesized, tmp_path: Path
+) -> None:
     manifests, helm = inference_kubernetes_inputs(synthesized.templates["inference"])
     assert [m["kind"] for m in manifests] == ["InferenceGatewayConfig"]
     assert helm["Values"]["mode"] == "operator"
@@ -70,7 +72,7 @@ def test_the_applied_objects_are_exactly_what_the_gateways_serve(synthesized: An
                 meta = manifest["metadata"]
                 name = base_name(meta["name"])
                 config_map = wait_for(
-                    lambda meta=meta, name=name: find(kube, "ConfigMap", meta["namespace"], f"{name}-config"),
+                    partial(find, kube, "ConfigMap", meta["namespace"], f"{name}-config"),
                     what=f"the data plane of {meta['name']}",
                 )
                 served = yaml.safe_load(config_map["data"][CONFIG_KEY])
@@ -85,13 +87,13 @@ def test_the_applied_objects_are_exactly_what_the_gateways_serve(synthesized: An
                     s["name"] for s in manifest["spec"]["schedulers"]
                 ]
                 deployment = wait_for(
-                    lambda meta=meta, name=name: find(kube, "Deployment", meta["namespace"], name),
+                    partial(find, kube, "Deployment", meta["namespace"], name),
                     what=f"the gateway Deployment of {meta['name']}",
                 )
                 (container,) = deployment["spec"]["template"]["spec"]["containers"]
                 assert container["image"] == gateway_image
                 service = wait_for(
-                    lambda meta=meta, name=name: find(kube, "Service", meta["namespace"], name),
+                    partial(find, kube, "Service", meta["namespace"], name),
                     what=f"the gateway Service of {meta['name']}",
                 )
                 annotations = service["metadata"]["annotations"]

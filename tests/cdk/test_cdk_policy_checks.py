@@ -9,20 +9,24 @@ import sys
 import pytest
 
 from cdk import nag
+from tests.cdk.support import Synthesized
 
 
 @pytest.fixture(params=["example", "variant", "existing"])
-def assembly(request):
-    return request.getfixturevalue("synthesized" if request.param == "example" else request.param)
+def assembly(request: pytest.FixtureRequest) -> Synthesized:
+    synthesized: Synthesized = request.getfixturevalue(
+        "synthesized" if request.param == "example" else request.param
+    )
+    return synthesized
 
 
-def test_cdk_nag_reports_no_unsuppressed_findings(assembly):
+def test_cdk_nag_reports_no_unsuppressed_findings(assembly: Synthesized) -> None:
     violations, acknowledged = nag.read_report(assembly.outdir)
     assert violations == []
     assert acknowledged, "the report lists what was acknowledged"
 
 
-def test_every_acknowledgement_is_specific_and_has_a_reason(assembly):
+def test_every_acknowledgement_is_specific_and_has_a_reason(assembly: Synthesized) -> None:
     _, acknowledged = nag.read_report(assembly.outdir)
     for finding in acknowledged:
         assert len(finding.reason or "") >= 40, finding
@@ -30,7 +34,7 @@ def test_every_acknowledgement_is_specific_and_has_a_reason(assembly):
             assert "[" in finding.rule, f"{finding.rule}: acknowledge the exact finding, not the whole rule"
 
 
-def test_cfn_lint_reports_no_errors(assembly):
+def test_cfn_lint_reports_no_errors(assembly: Synthesized) -> None:
     files = [str(path) for path in assembly.files.values()]
     result = subprocess.run(
         [sys.executable, "-m", "cfnlint", "--format", "json", *files],
@@ -46,7 +50,7 @@ def test_cfn_lint_reports_no_errors(assembly):
 CDK_PROVIDER_FUNCTIONS = ("KubectlProvider", "BucketDeployment", "CustomResourceProvider")
 
 
-def test_every_lambda_is_a_cdk_provider_and_every_checkov_skip_has_a_reason(assembly):
+def test_every_lambda_is_a_cdk_provider_and_every_checkov_skip_has_a_reason(assembly: Synthesized) -> None:
     """checkov's acknowledgements on Lambda functions are blanket (aspect) ones: only safe while this app
     defines no function of its own."""
     skipped = 0

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import assertions
 
 from igw.addon import pins
-from tests.cdk.support import CERTIFICATE_ARN, inference_kubernetes_inputs
+from tests.cdk.support import CERTIFICATE_ARN, Synthesized, inference_kubernetes_inputs
 
 
-def _template(synthesized, role: str) -> assertions.Template:
+def _template(synthesized: Synthesized, role: str) -> assertions.Template:
     return assertions.Template.from_json(synthesized.templates[role])
 
 
-def test_network_tags_private_subnets_for_internal_load_balancers(synthesized):
+def test_network_tags_private_subnets_for_internal_load_balancers(synthesized: Synthesized) -> None:
     network = _template(synthesized, "network")
     network.resource_count_is("AWS::EC2::VPC", 1)
     private = network.find_resources(
@@ -41,7 +42,7 @@ def test_network_tags_private_subnets_for_internal_load_balancers(synthesized):
     network.resource_count_is("AWS::EC2::FlowLog", 1)
 
 
-def test_eks_cluster_is_private_with_api_authentication_and_all_logs(synthesized):
+def test_eks_cluster_is_private_with_api_authentication_and_all_logs(synthesized: Synthesized) -> None:
     cluster = _template(synthesized, "cluster")
     cluster.has_resource_properties(
         "AWS::EKS::Cluster",
@@ -69,7 +70,7 @@ def test_eks_cluster_is_private_with_api_authentication_and_all_logs(synthesized
     )
 
 
-def test_hyperpod_cluster_uses_eks_orchestration_and_sagemaker_bucket(synthesized):
+def test_hyperpod_cluster_uses_eks_orchestration_and_sagemaker_bucket(synthesized: Synthesized) -> None:
     cluster = _template(synthesized, "cluster")
     clusters = cluster.find_resources("AWS::SageMaker::Cluster")
     assert len(clusters) == 1
@@ -104,7 +105,7 @@ def test_hyperpod_cluster_uses_eks_orchestration_and_sagemaker_bucket(synthesize
     )
 
 
-def test_platform_installs_dependency_addons_at_pinned_minimums(synthesized):
+def test_platform_installs_dependency_addons_at_pinned_minimums(synthesized: Synthesized) -> None:
     platform = _template(synthesized, "platform")
     for dependency in pins.DEPENDENCY_ADDONS:
         platform.has_resource_properties(
@@ -116,7 +117,9 @@ def test_platform_installs_dependency_addons_at_pinned_minimums(synthesized):
     platform.has_resource_properties("AWS::EKS::Addon", {"AddonName": pins.POD_IDENTITY_AGENT_ADDON})
 
 
-def test_load_balancer_controller_chart_with_its_policy_file_and_pod_identity(synthesized):
+def test_load_balancer_controller_chart_with_its_policy_file_and_pod_identity(
+    synthesized: Synthesized,
+) -> None:
     from cdk.constructs import load_balancer_controller
 
     platform = _template(synthesized, "platform")
@@ -150,7 +153,7 @@ def test_load_balancer_controller_chart_with_its_policy_file_and_pod_identity(sy
     assert set(cert_manager_ids) <= set(lbc_resource.get("DependsOn", []))
 
 
-def test_default_installs_our_chart_with_our_image_not_awss_addon(synthesized):
+def test_default_installs_our_chart_with_our_image_not_awss_addon(synthesized: Synthesized) -> None:
     inference = _template(synthesized, "inference")
     inference.resource_count_is("AWS::EKS::Addon", 0)
     inference.resource_count_is("AWS::IAM::Role", 0)  # the gateway calls no AWS API
@@ -179,7 +182,7 @@ def test_default_installs_our_chart_with_our_image_not_awss_addon(synthesized):
     assert "InferenceGatewayConfig" in json.dumps(manifest["Properties"]["Manifest"])
 
 
-def test_tls_listener_certificate_and_dns_record(synthesized):
+def test_tls_listener_certificate_and_dns_record(synthesized: Synthesized) -> None:
     inference = _template(synthesized, "inference")
     inference.has_resource_properties(
         "AWS::CertificateManager::Certificate",
@@ -214,7 +217,9 @@ def test_tls_listener_certificate_and_dns_record(synthesized):
     )
 
 
-def test_operator_service_for_the_apps_config_is_internal_with_a_tls13_listener(synthesized):
+def test_operator_service_for_the_apps_config_is_internal_with_a_tls13_listener(
+    synthesized: Synthesized,
+) -> None:
     """The Service the operator renders for the applied InferenceGatewayConfig: internal NLB, the
     endpoint's certificate on 443 with the TLS 1.3 policy."""
     from igw.operator import dataplane
@@ -234,7 +239,7 @@ def test_operator_service_for_the_apps_config_is_internal_with_a_tls13_listener(
     assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [("https", 443)]
 
 
-def test_admin_principals_get_cluster_admin_access_entries(synthesized):
+def test_admin_principals_get_cluster_admin_access_entries(synthesized: Synthesized) -> None:
     cluster = _template(synthesized, "cluster")
     entries = cluster.find_resources(
         "AWS::EKS::AccessEntry",
@@ -246,7 +251,7 @@ def test_admin_principals_get_cluster_admin_access_entries(synthesized):
     assert "AmazonEKSClusterAdminPolicy" in json.dumps(policy["PolicyArn"])
 
 
-def test_vpc_cni_enforces_network_policies(synthesized):
+def test_vpc_cni_enforces_network_policies(synthesized: Synthesized) -> None:
     cluster = _template(synthesized, "cluster")
     cluster.has_resource_properties(
         "AWS::EKS::Addon",
@@ -257,7 +262,7 @@ def test_vpc_cni_enforces_network_policies(synthesized):
     )
 
 
-def test_hyperpod_execution_role_can_pull_from_ecr(synthesized):
+def test_hyperpod_execution_role_can_pull_from_ecr(synthesized: Synthesized) -> None:
     cluster = _template(synthesized, "cluster")
     policies = cluster.find_resources("AWS::IAM::Policy")
     statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
@@ -270,7 +275,7 @@ def test_hyperpod_execution_role_can_pull_from_ecr(synthesized):
     }
 
 
-def test_no_retained_bucket_with_a_fixed_name(synthesized):
+def test_no_retained_bucket_with_a_fixed_name(synthesized: Synthesized) -> None:
     for role, template in synthesized.templates.items():
         for logical, resource in template["Resources"].items():
             if resource["Type"] == "AWS::S3::Bucket" and "BucketName" in resource.get("Properties", {}):
@@ -280,17 +285,18 @@ def test_no_retained_bucket_with_a_fixed_name(synthesized):
     cluster.resource_count_is("Custom::S3AutoDeleteObjects", 1)
 
 
-def test_no_literal_aws_partition_in_our_policies(synthesized):
+def test_no_literal_aws_partition_in_our_policies(synthesized: Synthesized) -> None:
     """Our own ARNs use the partition of the stack (a token or the region's literal), never `arn:aws:`
     typed by hand; what remains literal comes from CDK's partition literals for the known region."""
     from cdk.constructs import dependency_addons, hyperpod_cluster
 
     for module in (dependency_addons, hyperpod_cluster):
+        assert module.__file__ is not None
         source = Path(module.__file__).read_text()
         assert '"arn:aws:' not in source
 
 
-def test_hyperpod_dependencies_chart_parts_present(synthesized):
+def test_hyperpod_dependencies_chart_parts_present(synthesized: Synthesized) -> None:
     platform = _template(synthesized, "platform")
     charts = {
         c["Properties"]["Chart"] for c in platform.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
@@ -300,7 +306,7 @@ def test_hyperpod_dependencies_chart_parts_present(synthesized):
     assert "hyperpod-health-monitoring-agent" in manifests
 
 
-def test_csi_drivers_use_irsa_roles_not_pod_identity(synthesized):
+def test_csi_drivers_use_irsa_roles_not_pod_identity(synthesized: Synthesized) -> None:
     platform = _template(synthesized, "platform")
     for name in ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver"):
         (addon,) = platform.find_resources("AWS::EKS::Addon", {"Properties": {"AddonName": name}}).values()
@@ -313,7 +319,7 @@ def test_csi_drivers_use_irsa_roles_not_pod_identity(synthesized):
     assert f"system:serviceaccount:kube-system:{pins.FSX_CSI_CONTROLLER_SERVICE_ACCOUNT}" in conditions
 
 
-def test_stack_order_platform_before_inference(synthesized):
+def test_stack_order_platform_before_inference(synthesized: Synthesized) -> None:
     manifest = json.loads((synthesized.outdir / "manifest.json").read_text())
     deps = {name: set(a.get("dependencies", [])) for name, a in manifest["artifacts"].items()}
     assert "IgwPlatform" in deps["IgwInference"]
@@ -321,7 +327,7 @@ def test_stack_order_platform_before_inference(synthesized):
     assert "IgwNetwork" in deps["IgwCluster"]
 
 
-def _with_partition(value, partition):
+def _with_partition(value: Any, partition: str) -> Any:
     """The template value with ``Fn::Join`` over ``AWS::Partition`` rendered for ``partition``."""
     if isinstance(value, list):
         return [_with_partition(item, partition) for item in value]
@@ -333,10 +339,10 @@ def _with_partition(value, partition):
     return value
 
 
-def _normalized(document):
+def _normalized(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Statements by Sid with sorted actions and resources (CDK sorts both when it renders a policy)."""
 
-    def listed(value):
+    def listed(value: str | list[str]) -> list[str]:
         return sorted([value] if isinstance(value, str) else value)
 
     return {
@@ -345,7 +351,7 @@ def _normalized(document):
     }
 
 
-def test_hyperpod_waits_for_the_pinned_vpc_cni(synthesized):
+def test_hyperpod_waits_for_the_pinned_vpc_cni(synthesized: Synthesized) -> None:
     cluster = _template(synthesized, "cluster")
     cni = cluster.find_resources("AWS::EKS::Addon", {"Properties": {"AddonName": pins.VPC_CNI_ADDON}})
     assert len(cni) == 1
@@ -355,14 +361,14 @@ def test_hyperpod_waits_for_the_pinned_vpc_cni(synthesized):
     assert cni_id in hyperpod["DependsOn"]
 
 
-def test_preflight_on_the_default_assembly_knows_our_gateway(synthesized):
+def test_preflight_on_the_default_assembly_knows_our_gateway(synthesized: Synthesized) -> None:
     """`igw preflight --cdk-out`: our chart counts as the installed gateway (no AWS add-on, no role)."""
     from igw.checks.model import Command, Status
     from igw.checks.sources.cdk_out import load_cdk_out
     from tests.checks.helpers import run
 
     results = run(load_cdk_out(synthesized.outdir), Command.PREFLIGHT)
-    by_check = {}
+    by_check: dict[str, set[Status]] = {}
     for result in results:
         by_check.setdefault(result.check_id, set()).add(result.status)
     assert by_check["IGW-PF002"] == {Status.PASS}
@@ -371,7 +377,7 @@ def test_preflight_on_the_default_assembly_knows_our_gateway(synthesized):
     assert by_check["IGW-PF003"] == {Status.PASS}
 
 
-def test_preflight_on_the_aws_addon_assembly_still_checks_its_role(variant):
+def test_preflight_on_the_aws_addon_assembly_still_checks_its_role(variant: Synthesized) -> None:
     from igw.checks.model import Command, Status
     from igw.checks.sources.cdk_out import load_cdk_out
     from tests.checks.helpers import run

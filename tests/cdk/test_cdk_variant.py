@@ -8,13 +8,14 @@ import json
 from aws_cdk import assertions
 
 from igw.addon import pins
+from tests.cdk.support import Synthesized
 
 
-def _template(variant, role):
+def _template(variant: Synthesized, role: str) -> assertions.Template:
     return assertions.Template.from_json(variant.templates[role])
 
 
-def test_imported_vpc_needs_no_network_stack(variant):
+def test_imported_vpc_needs_no_network_stack(variant: Synthesized) -> None:
     assert "network" not in variant.templates
     cluster = _template(variant, "cluster")
     cluster.resource_count_is("AWS::EC2::VPC", 0)
@@ -28,7 +29,7 @@ def test_imported_vpc_needs_no_network_stack(variant):
     )
 
 
-def test_authentication_mode_and_public_endpoint_cidrs(variant):
+def test_authentication_mode_and_public_endpoint_cidrs(variant: Synthesized) -> None:
     cluster = _template(variant, "cluster")
     cluster.has_resource_properties(
         "AWS::EKS::Cluster",
@@ -45,7 +46,7 @@ def test_authentication_mode_and_public_endpoint_cidrs(variant):
     )
 
 
-def test_irsa_roles_trust_only_their_service_account(variant):
+def test_irsa_roles_trust_only_their_service_account(variant: Synthesized) -> None:
     cluster = _template(variant, "cluster")
     cluster.resource_count_is("AWS::IAM::OIDCProvider", 1)
     platform = _template(variant, "platform")
@@ -64,7 +65,7 @@ def test_irsa_roles_trust_only_their_service_account(variant):
     assert "sts.amazonaws.com" in conditions
 
 
-def test_aws_managed_addon_gets_awss_keys_and_none_of_ours(variant):
+def test_aws_managed_addon_gets_awss_keys_and_none_of_ours(variant: Synthesized) -> None:
     inference = _template(variant, "inference")
     inference.resource_count_is("Custom::AWSCDK-EKS-HelmChart", 0)
     addons = inference.find_resources("AWS::EKS::Addon")

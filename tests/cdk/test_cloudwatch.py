@@ -21,10 +21,7 @@ from igw.gateway.emf_metrics import (
 )
 from igw.gateway.emf_sink import AgentEndpoint
 from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE, FLEET_METRICS
-from tests.cdk.support import EXAMPLES, inference_kubernetes_inputs
-
-Synthesized = Any
-"""The session fixtures' synthesized assembly (``templates``: stack role -> template)."""
+from tests.cdk.support import EXAMPLES, Synthesized, inference_kubernetes_inputs
 
 
 def example(name: str) -> dict[str, Any]:

@@ -4,17 +4,19 @@ the verdicts through the check runner."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 
 from igw.addon import pins
-from igw.checks.framework import CheckContext, run_check
-from igw.checks.inventory import AwsView, EksCluster, InstanceQuota, Inventory, Missing
-from igw.checks.model import Status
+from igw.checks.framework import Check, CheckContext, run_check
+from igw.checks.inventory import NOT_COLLECTED, AwsView, EksCluster, InstanceQuota, Inventory, Missing
+from igw.checks.model import Result, Status
 from igw.checks.preflight import instance_quotas, pinned_versions
 from igw.checks.sources import aws_api
 from igw.checks.sources.documents import static_view
@@ -24,23 +26,32 @@ CLUSTER = EksCluster(name="hp", authentication_mode="API", subnet_ids=(), oidc_i
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
-def _inventory(**aws) -> Inventory:
-    view = replace(AwsView.absent("test"), cluster=CLUSTER, **aws)
+def _inventory(
+    *,
+    published_addon_versions: Mapping[str, Sequence[Mapping[str, Any]]] | Missing = NOT_COLLECTED,
+    instance_quotas: Sequence[InstanceQuota] | Missing = NOT_COLLECTED,
+) -> Inventory:
+    view = replace(
+        AwsView.absent("test"),
+        cluster=CLUSTER,
+        published_addon_versions=published_addon_versions,
+        instance_quotas=instance_quotas,
+    )
     return Inventory(kube=static_view([], source="test"), aws=view, source="test")
 
 
-def _run(check, inventory):
+def _run(check: Check, inventory: Inventory) -> list[Result]:
     return run_check(check, CheckContext(inventory=inventory, clock=lambda: NOW))
 
 
-def _compatible(version, *, default=False, cluster="1.34"):
+def _compatible(version: str, *, default: bool = False, cluster: str = "1.34") -> dict[str, object]:
     return {
         "addonVersion": version,
         "compatibilities": [{"clusterVersion": cluster, "defaultVersion": default}],
     }
 
 
-def test_pinned_versions_pass_warn_and_fail():
+def test_pinned_versions_pass_warn_and_fail() -> None:
     published = {name: [_compatible(version, default=True)] for name, version in pins.pinned_addons()}
     published[pins.VPC_CNI_ADDON] = [_compatible("v1.99.0-eksbuild.1", default=True)]
     published["metrics-server"] = [
@@ -59,7 +70,7 @@ def test_pinned_versions_pass_warn_and_fail():
     assert len(results) == len(pins.pinned_addons())
 
 
-def test_pinned_versions_skip_when_not_collected():
+def test_pinned_versions_skip_when_not_collected() -> None:
     (result,) = _run(pinned_versions.CHECK, _inventory(published_addon_versions=Missing("denied")))
     assert result.status is Status.SKIP
 
@@ -68,19 +79,19 @@ def test_pinned_versions_skip_when_not_collected():
     ("quota", "status"),
     [(2.0, Status.PASS), (0.0, Status.FAIL), (None, Status.WARN)],
 )
-def test_instance_quota_verdicts(quota, status):
+def test_instance_quota_verdicts(quota: float | None, status: Status) -> None:
     quotas = [InstanceQuota(instance_type="ml.p5.48xlarge", requested=2, quota=quota)]
     (result,) = _run(instance_quotas.CHECK, _inventory(instance_quotas=quotas))
     assert result.status is status
     assert "ml.p5.48xlarge for cluster usage" in result.resource
 
 
-def _stubbed(service):
+def _stubbed(service: str) -> tuple[Any, Stubber]:
     client = boto3.client(service, region_name="us-west-2")
     return client, Stubber(client)
 
 
-def test_quotas_are_read_for_the_hyperpod_cluster_of_this_eks_cluster():
+def test_quotas_are_read_for_the_hyperpod_cluster_of_this_eks_cluster() -> None:
     eks, eks_stub = _stubbed("eks")
     sagemaker, sm_stub = _stubbed("sagemaker")
     quotas, sq_stub = _stubbed("service-quotas")
@@ -99,7 +110,7 @@ def test_quotas_are_read_for_the_hyperpod_cluster_of_this_eks_cluster():
         {},
     )
 
-    def described(name, eks_arn, groups):
+    def described(name: str, eks_arn: str, groups: list[dict[str, object]]) -> dict[str, object]:
         return {
             "ClusterArn": summary["ClusterArn"],
             "ClusterName": name,
@@ -137,7 +148,7 @@ def test_quotas_are_read_for_the_hyperpod_cluster_of_this_eks_cluster():
     assert [r.status for r in results] == [Status.PASS, Status.FAIL]
 
 
-def test_published_versions_are_read_per_pin_for_the_cluster_version():
+def test_published_versions_are_read_per_pin_for_the_cluster_version() -> None:
     eks, stub = _stubbed("eks")
     for name, version in pins.pinned_addons():
         stub.add_response(
@@ -151,7 +162,7 @@ def test_published_versions_are_read_per_pin_for_the_cluster_version():
     stub.assert_no_pending_responses()
 
 
-def test_injected_accounts_never_reach_unlisted_services():
+def test_injected_accounts_never_reach_unlisted_services() -> None:
     account = aws_api.AwsAccount(clients={"eks": object()})
     assert account.provides("eks")
     assert not account.provides("service-quotas")

@@ -62,8 +62,11 @@ def test_insecure_stack_findings() -> None:
 def test_embedded_manifests_and_charts_are_read() -> None:
     inventory = load_cdk_out(CDK / "secure")
     kube = inventory.kube.objects
-    assert [c["metadata"]["name"] for c in kube["InferenceGatewayConfig"]] == ["gateway"]  # type: ignore[index]
-    deployments = {d["metadata"]["name"] for d in kube["Deployment"]}  # type: ignore[union-attr]
+    configs, deployment_objects = kube["InferenceGatewayConfig"], kube["Deployment"]
+    assert not isinstance(configs, Missing)
+    assert not isinstance(deployment_objects, Missing)
+    assert [c["metadata"]["name"] for c in configs] == ["gateway"]
+    deployments = {d["metadata"]["name"] for d in deployment_objects}
     assert deployments == {"llama", "aws-load-balancer-controller"}
     assert not isinstance(inventory.aws.roles, Missing)
     [role] = inventory.aws.roles

@@ -130,6 +130,11 @@ def _no_network_policy(docs: Docs) -> None:
     docs.remove(find(docs, "NetworkPolicy", "default-deny"))
 
 
+def _auto_issue_without_cert_manager(docs: Docs) -> None:
+    _igwc(docs)["spec"].update(tls={})
+    docs.remove(find(docs, "Deployment", "cert-manager"))
+
+
 def _no_pdb(docs: Docs) -> None:
     docs.remove(find(docs, "PodDisruptionBudget", "models"))
 
@@ -390,7 +395,7 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
     ),
     (
         "auto-issue-without-cert-manager",
-        lambda d: (_igwc(d)["spec"].update(tls={}), d.remove(find(d, "Deployment", "cert-manager"))),
+        _auto_issue_without_cert_manager,
         Command.PREFLIGHT,
         {("IGW-PF008", "WARN", "MEDIUM")},
     ),

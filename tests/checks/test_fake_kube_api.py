@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kubernetes
 import pytest
@@ -20,9 +21,14 @@ from tests.fakes.kube_api import (
 
 
 @pytest.fixture
-def kube() -> Any:
+def kube() -> Iterator[FakeKubeApiServer]:
     with running_fake_kube() as server:
         yield server
+
+
+def _watch() -> Any:
+    """A ``kubernetes.watch.Watch``: the library leaves that module unannotated."""
+    return kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
 
 
 def _names(items: Any) -> list[str]:
@@ -50,15 +56,23 @@ def test_label_selectors_are_honoured(kube: FakeKubeApiServer) -> None:
 
 def test_crud_conflicts_and_patch(kube: FakeKubeApiServer) -> None:
     api = kubernetes.client.CoreV1Api(kube.api_client())
-    body = {"metadata": {"name": "cm", "namespace": "ns"}, "data": {"k": "v"}}
+    body = kubernetes.client.V1ConfigMap(
+        metadata=kubernetes.client.V1ObjectMeta(name="cm", namespace="ns"), data={"k": "v"}
+    )
     created = api.create_namespaced_config_map("ns", body)
+    assert created.metadata is not None
     assert created.metadata.resource_version
     with pytest.raises(kubernetes.client.ApiException) as err:
         api.create_namespaced_config_map("ns", body)
     assert err.value.status == 409
     patched = api.patch_namespaced_config_map("cm", "ns", {"data": {"k2": "v2"}})
     assert patched.data == {"k": "v", "k2": "v2"}
-    stale = {"metadata": {"name": "cm", "resourceVersion": created.metadata.resource_version}, "data": {}}
+    stale = kubernetes.client.V1ConfigMap(
+        metadata=kubernetes.client.V1ObjectMeta(
+            name="cm", resource_version=created.metadata.resource_version
+        ),
+        data={},
+    )
     with pytest.raises(kubernetes.client.ApiException) as err:
         api.replace_namespaced_config_map("cm", "ns", stale)
     assert err.value.status == 409
@@ -78,7 +92,10 @@ def test_custom_objects_and_crd_registration(kube: FakeKubeApiServer) -> None:
         "spec": {"bbr": {"enabled": True}},
     }
     custom.create_namespaced_custom_object(group, version, "ml", "inferencegatewayconfigs", igwc)
-    listed = custom.list_cluster_custom_object(group, version, "inferencegatewayconfigs")
+    # The generated client annotates custom-object bodies as ``object``; they are decoded JSON objects.
+    listed = cast(
+        dict[str, Any], custom.list_cluster_custom_object(group, version, "inferencegatewayconfigs")
+    )
     assert [i["metadata"]["name"] for i in listed["items"]] == ["gw"]
     kube.add(
         {
@@ -100,7 +117,10 @@ def test_custom_objects_and_crd_registration(kube: FakeKubeApiServer) -> None:
         "widgets",
         {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}},
     )
-    assert custom.get_namespaced_custom_object("example.com", "v1", "ns", "widgets", "w")["kind"] == "Widget"
+    widget = cast(
+        dict[str, Any], custom.get_namespaced_custom_object("example.com", "v1", "ns", "widgets", "w")
+    )
+    assert widget["kind"] == "Widget"
 
 
 def test_watch_streams_events_with_resource_versions(kube: FakeKubeApiServer) -> None:
@@ -114,7 +134,7 @@ def test_watch_streams_events_with_resource_versions(kube: FakeKubeApiServer) ->
         api.patch_namespaced_pod("new", "ns", {"metadata": {"annotations": {"a": "b"}}})
         api.delete_namespaced_pod("new", "ns")
 
-    watcher = kubernetes.watch.Watch()
+    watcher = _watch()
     timer = threading.Timer(0.2, mutate)
     timer.start()
     for event in watcher.stream(api.list_namespaced_pod, "ns", label_selector="app=m", timeout_seconds=5):
@@ -139,9 +159,7 @@ def test_watch_from_compacted_version_gets_410(kube: FakeKubeApiServer) -> None:
     kube.add(make_pod(name="q", namespace="ns"))
     kube.store.compact()
     with pytest.raises(kubernetes.client.ApiException) as err:
-        for _ in kubernetes.watch.Watch().stream(
-            api.list_namespaced_pod, "ns", resource_version="1", timeout_seconds=2
-        ):
+        for _ in _watch().stream(api.list_namespaced_pod, "ns", resource_version="1", timeout_seconds=2):
             pass
     assert err.value.status == 410
 
@@ -152,6 +170,7 @@ def test_forbidden_and_unreachable(kube: FakeKubeApiServer, tmp_path: Path) -> N
     with pytest.raises(kubernetes.client.ApiException) as err:
         api.list_pod_for_all_namespaces()
     assert err.value.status == 403
+    assert err.value.body is not None
     assert json.loads(err.value.body)["message"].startswith("pods is forbidden")
     assert "cannot list resource" in json.loads(err.value.body)["message"]
     api.list_namespaced_config_map("ns")  # other resources unaffected
@@ -168,7 +187,8 @@ def test_forbidden_and_unreachable(kube: FakeKubeApiServer, tmp_path: Path) -> N
 def test_kubeconfig_and_token(kube: FakeKubeApiServer, tmp_path: Path) -> None:
     kube.required_token = "s3cret"
     path = kube.write_kubeconfig(tmp_path / "config", namespace="ml")
-    client = kubernetes.config.new_client_from_config(config_file=str(path))
+    # kubernetes.config is unannotated in the library.
+    client = kubernetes.config.new_client_from_config(config_file=str(path))  # type: ignore[no-untyped-call]
     assert kubernetes.client.CoreV1Api(client).list_namespace().items == []
     anonymous = kubernetes.client.CoreV1Api(kube.api_client(token="wrong"))
     with pytest.raises(kubernetes.client.ApiException) as err:
@@ -191,9 +211,12 @@ def test_paging_with_limit_and_continue(kube: FakeKubeApiServer) -> None:
     api = kubernetes.client.CoreV1Api(kube.api_client())
     first = api.list_namespaced_pod("ns", limit=2)
     assert _names(first.items) == ["p0", "p1"]
+    assert first.metadata is not None
     assert first.metadata.remaining_item_count == 3
     second = api.list_namespaced_pod("ns", limit=2, _continue=first.metadata._continue)
+    assert second.metadata is not None
     third = api.list_namespaced_pod("ns", limit=2, _continue=second.metadata._continue)
+    assert third.metadata is not None
     assert _names(second.items + third.items) == ["p2", "p3", "p4"]
     assert third.metadata._continue is None
 
@@ -229,7 +252,7 @@ def test_selector_watch_sees_objects_enter_and_leave(kube: FakeKubeApiServer) ->
 
     timer = threading.Timer(0.2, relabel)
     timer.start()
-    watcher = kubernetes.watch.Watch()
+    watcher = _watch()
     for event in watcher.stream(api.list_namespaced_pod, "ns", label_selector="app=m", timeout_seconds=5):
         seen.append((event["type"], event["object"].metadata.labels["app"]))
         if event["type"] == "DELETED":

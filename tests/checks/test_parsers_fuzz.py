@@ -41,7 +41,7 @@ kinds = st.sampled_from(
 
 @st.composite
 def manifests(draw: Any) -> dict[str, Any]:
-    doc = draw(
+    doc: dict[str, Any] = draw(
         st.dictionaries(st.sampled_from(["metadata", "spec", "status", "items"]), json_values, max_size=4)
     )
     doc["kind"] = draw(kinds)

@@ -9,6 +9,7 @@ from typing import Any
 import celpy
 import pytest
 import yaml
+from celpy.adapter import json_to_cel
 
 from igw.cli.main import main
 from igw.config.documents import read_documents
@@ -98,7 +99,7 @@ def cel_verdicts(doc: dict[str, Any]) -> set[tuple[str, str]]:
     for rule in cel_rules(str(doc["kind"])):
         program = _ENV.program(_ENV.compile(rule.rule))
         for parts, node in nodes_at(doc, rule.scope):
-            if not bool(program.evaluate({"self": celpy.json_to_cel(node)})):
+            if not bool(program.evaluate({"self": json_to_cel(node)})):
                 failed.add((format_path(parts), rule.check))
     return failed
 

@@ -42,10 +42,10 @@ async def admitted(limits: ModelRateLimits, n: int, *, tenant: str = "team-b", m
             ok += 1
         except GuardDenied as denied:
             refusals.append(denied)
-    for denied in refusals:
-        assert denied.status == 429
-        assert denied.headers["Retry-After"].isdigit()
-        assert f"|model={model}" in denied.message
+    for refusal in refusals:
+        assert refusal.status == 429
+        assert refusal.headers["Retry-After"].isdigit()
+        assert f"|model={model}" in refusal.message
     return ok
 
 

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -51,6 +52,16 @@ class Cluster:
     alive: bool = True
     seq: int = 0
     saturation: float = 0.0
+
+
+def _failed_over(fleet: Fleet, cluster: str) -> bool:
+    """Whether ``fleet`` has recorded a failover away from ``cluster``."""
+    return any(t.cluster == cluster and t.kind == "failover" for t in fleet.transitions)
+
+
+def _all_drained(fleet: Fleet) -> bool:
+    """Whether ``fleet`` considers no cluster available."""
+    return not any(h.available() for h in fleet.health.values())
 
 
 @dataclass
@@ -171,11 +182,7 @@ async def test_cluster_crash_is_redirected_fast_with_no_failed_request(redis_ser
         await asyncio.sleep(0.5)
         killed_at = await fx.crash("east-a")
         for f in fx.fleets:
-            await wait_for(
-                lambda f=f: any(t.cluster == "east-a" and t.kind == "failover" for t in f.transitions),
-                within=10,
-                what="east-a drained",
-            )
+            await wait_for(partial(_failed_over, f, "east-a"), within=10, what="east-a drained")
         await asyncio.sleep(0.5)
         stop.set()
         await asyncio.gather(*loaders)
@@ -282,9 +289,7 @@ async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
         for name in list(fx.clusters):
             await fx.crash(name)
         for f in fx.fleets:
-            await wait_for(
-                lambda f=f: not any(h.available() for h in f.health.values()), within=10, what="all drained"
-            )
+            await wait_for(partial(_all_drained, f), within=10, what="all drained")
         async with await fx.post({"model": MODEL, "prompt": "x"}) as resp:
             assert resp.status == 503
             assert (await resp.json())["error"]["code"] == "no_healthy_cluster"

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import helm_python as helm
 import pytest
 
 from igw.addon import chart, pins
 
 
-def _render(values: dict[str, object]) -> list[dict[str, object]]:
+def _render(values: Mapping[str, object]) -> list[dict[str, object]]:
     return chart.render({"mode": "gateway", **values}, release="igw", namespace=pins.ADDON_NAMESPACE)
 
 

@@ -83,7 +83,7 @@ def test_spec_objectives_win_and_the_older_object_wins() -> None:
 
 
 def test_rewrite_matches_become_rules_and_missing_weights_share_equally() -> None:
-    rules = [
+    rules: list[dict[str, Any]] = [
         {
             "matches": [
                 {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import Any, cast
 
 import kubernetes
 import pytest
@@ -57,8 +57,12 @@ def test_old_resource_version_gets_410_then_relist_works(kube: FakeKubeApiServer
     assert event["type"] == "ERROR"
     assert event["object"]["code"] == 410
     custom = kubernetes.client.CustomObjectsApi(kube.api_client())
-    listed = custom.list_cluster_custom_object(
-        "inference.sagemaker.aws.amazon.com", "v1alpha1", "inferencegatewayconfigs"
+    # The generated client annotates custom-object bodies as ``object``; they are decoded JSON objects.
+    listed = cast(
+        dict[str, Any],
+        custom.list_cluster_custom_object(
+            "inference.sagemaker.aws.amazon.com", "v1alpha1", "inferencegatewayconfigs"
+        ),
     )
     assert [i["metadata"]["name"] for i in listed["items"]] == ["chat"]
 
@@ -104,12 +108,18 @@ def test_main_resource_writes_keep_the_status_subresource(kube: FakeKubeApiServe
     custom = kubernetes.client.CustomObjectsApi(kube.api_client())
     args = ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inference", "inferencegatewayconfigs", "chat")
     custom.patch_namespaced_custom_object_status(*args, {"status": {"models": "llama"}})
-    updated = custom.patch_namespaced_custom_object(
-        *args, {"status": {"models": "forged"}, "metadata": {"labels": {"a": "b"}}}
+    # The generated client annotates custom-object bodies as ``object``; they are decoded JSON objects.
+    updated = cast(
+        dict[str, Any],
+        custom.patch_namespaced_custom_object(
+            *args, {"status": {"models": "forged"}, "metadata": {"labels": {"a": "b"}}}
+        ),
     )
     assert updated["status"] == {"models": "llama"}
     assert updated["metadata"]["generation"] == 1
-    spec_change = custom.patch_namespaced_custom_object(*args, {"spec": {"bbr": {"enabled": False}}})
+    spec_change = cast(
+        dict[str, Any], custom.patch_namespaced_custom_object(*args, {"spec": {"bbr": {"enabled": False}}})
+    )
     assert spec_change["metadata"]["generation"] == 2
     stale = dict(updated)
     with pytest.raises(ApiException) as conflict:

@@ -57,14 +57,11 @@ def test_apply_get_describe_reapply_delete(
     assert row.split()[:6] == ["chat", "llama", "True", "1", "chat-gateway.inference.svc", "true"]
 
     # The events follow the status they describe by one API call: wait for the last one.
-    described = wait_for(
-        lambda: (
-            (text := kubectl(kubeconfig, "describe", "igwc", "chat", "-n", "inference"))
-            and "ReadyReady" in text
-            and text
-        ),
-        what="the ReadyReady event in kubectl describe",
-    )
+    def described_once_ready() -> str | None:
+        text = kubectl(kubeconfig, "describe", "igwc", "chat", "-n", "inference")
+        return text if "ReadyReady" in text else None
+
+    described = wait_for(described_once_ready, what="the ReadyReady event in kubectl describe")
     assert "Rollout State:  Available" in described
     assert "AcceptedValid" in described
 

@@ -101,9 +101,7 @@ def test_spec_and_adapter_changes_are_served_within_seconds(
     cluster: FakeKubeApiServer, gateways: list[Gateway]
 ) -> None:
     for gateway in gateways:
-        assert wait_for(lambda gateway=gateway: gateway.models(), timeout=60, what="a replica up") == {
-            "llama"
-        }
+        assert wait_for(gateway.models, timeout=60, what="a replica up") == {"llama"}
 
     cluster.add(
         {

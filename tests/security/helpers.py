@@ -148,7 +148,7 @@ class TokenFactory:
                 base[name] = value
         return base
 
-    def token(self, key: SigningKey | None = None, **overrides: Any) -> str:
+    def token(self, key: SigningKey | None = None, /, **overrides: Any) -> str:
         return mint(key or self.keys.rsa, self.claims(**overrides))
 
 

@@ -99,7 +99,7 @@ class Gw:
 @contextlib.asynccontextmanager
 async def secured_gateway(
     tmp_path: Path,
-    servers: tuple[FakeModelServer, FakeModelServer],
+    servers: tuple[FakeModelServer, ...],
     *,
     issuer: JwksServer | None,
     client_ssl: ssl.SSLContext,

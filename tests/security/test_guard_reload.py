@@ -49,7 +49,7 @@ def access(models: list[str]) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def reloading_gateway(
-    tmp_path: Path, servers: tuple[FakeModelServer, FakeModelServer], *, client_ssl: ssl.SSLContext
+    tmp_path: Path, servers: tuple[FakeModelServer, ...], *, client_ssl: ssl.SSLContext
 ) -> AsyncIterator[tuple[Gw, Path]]:
     config_path = tmp_path / "igwc.yaml"
     endpoints = tmp_path / "endpoints.yaml"

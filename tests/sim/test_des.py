@@ -11,7 +11,7 @@ import pytest
 from igw.scheduling.types import DecisionKind, EndpointView, RoutingDecision, RoutingRequest
 from igw.sim.des import SimulationError, simulate
 from igw.sim.request import SimRequest
-from igw.sim.spec import FaultKind, FaultSpec, PodSpec
+from igw.sim.spec import EngineKind, FaultKind, FaultSpec, PodSpec
 from igw.sim.truth import PodTruth
 from igw.sim.workloads import (
     AZURE_CONV_INPUT,
@@ -122,14 +122,14 @@ def test_metrics_follow_engine_kind() -> None:
     policy = RoundRobin()
     pods = [
         PodSpec(preset="llama-3.1-8b/h100", name="v", lora_adapters=("x",)),
-        PodSpec(preset="llama-3.1-8b/h100", name="s", engine="sglang", engine_version="0.4.6"),  # type: ignore[arg-type]
+        PodSpec(preset="llama-3.1-8b/h100", name="s", engine=EngineKind.SGLANG, engine_version="0.4.6"),
         PodSpec(
             preset="llama-3.1-8b/h100",
             name="n",
-            engine="sglang",
+            engine=EngineKind.SGLANG,
             engine_version="0.4.6",
             enable_metrics=False,
-        ),  # type: ignore[arg-type]
+        ),
     ]
     simulate(pods=pods, requests=workload(30), policy=policy, seed=0)
     _, views = policy.seen[-1]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from igw.sim import workloads as w
+from igw.sim.request import SimRequest
 from igw.sim.tokens import CHARS_PER_TOKEN, count_tokens
 
 
@@ -74,7 +75,7 @@ def test_sharegpt_means_near_published() -> None:
 
 
 def test_synthetic_text_matches_token_counts_and_is_deterministic() -> None:
-    def make(seed: int) -> list[w.SimRequest]:
+    def make(seed: int) -> list[SimRequest]:
         rng = random.Random(seed)
         return w.take(
             w.synthetic(
