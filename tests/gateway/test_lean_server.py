@@ -7,19 +7,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 
 import orjson
 import pytest
 import yaml
 from aiohttp import web
+from aiohttp.client_exceptions import ClientConnectionResetError
 
 from igw.config.loader import load_gateway_config
 from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
-from igw.gateway.lean_server import SWITCH_ENV
+from igw.gateway.lean_server import SWITCH_ENV, LeanStreamWriter
 from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
@@ -285,3 +288,78 @@ async def test_an_implausible_client_request_id_is_replaced_not_echoed(tmp_path:
     assert {k.lower(): v for k, v in a.received[-1].headers.items()}["x-request-id"] == headers[
         "x-request-id"
     ]
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+async def test_a_streamed_head_is_the_one_aiohttp_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_alive: bool
+) -> None:
+    """The lean side writes a relayed stream's head and chunked events itself: the same head fields
+    and events as aiohttp's ``StreamResponse`` gives for the same stream, the head in the first write."""
+    body = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 3, "stream": True})
+    extra = "X-Request-Id: req-s\r\n" + ("" if keep_alive else "Connection: close\r\n")
+    answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
+    for switch in ("lean", "aiohttp"):
+        monkeypatch.setenv(SWITCH_ENV, switch)
+        async with (
+            running(FakeModelServer("a", tokens=3)) as (a,),
+            lean_gateway(tmp_path, a.key) as (port, server),
+            connection(port) as (reader, writer),
+        ):
+            writer.write(post(body, extra=extra))
+            answers[switch] = await read_response(reader)
+            assert server.lean_requests == (1 if switch == "lean" else 0)
+            if not keep_alive:  # the head said so, and the connection closes after the stream
+                assert await reader.read() == b""
+    lean, aio = answers["lean"], answers["aiohttp"]
+    assert lean[0] == aio[0] == 200
+    assert {k: v for k, v in lean[1].items() if k != "date"} == {
+        k: v for k, v in aio[1].items() if k != "date"
+    }
+    assert lean[1]["transfer-encoding"] == "chunked"
+    assert ("connection" in lean[1]) is not keep_alive
+    assert lean[2] == aio[2]
+    assert lean[2].count(b"data: ") == 5
+
+
+class _Holder:
+    """What :class:`LeanStreamWriter` reads of its connection handler."""
+
+    def __init__(self, transport: asyncio.WriteTransport) -> None:
+        self.transport: asyncio.WriteTransport | None = transport
+        self.drains = 0
+
+    async def _drain_helper(self) -> None:
+        self.drains += 1
+
+
+async def test_the_stream_writer_frames_chunks_and_refuses_a_closed_connection() -> None:
+    ours, theirs = socket.socketpair()
+    reader, peer = await asyncio.open_connection(sock=theirs)
+    _, writer = await asyncio.open_connection(sock=ours)
+    holder = _Holder(writer.transport)
+    stream = LeanStreamWriter(cast(Any, holder), b"HEAD\r\n\r\n")
+    try:
+        await stream.write(b"")  # nothing to send: the head stays back too
+        await stream.write(b"data: a\n\n")
+        await stream.write(memoryview(b"data: bb\n\n"))
+        await stream.write_eof()
+        await stream.write_eof()  # once only
+        expected = b"HEAD\r\n\r\n9\r\ndata: a\n\n\r\na\r\ndata: bb\n\n\r\n0\r\n\r\n"
+        assert await reader.readexactly(len(expected)) == expected
+        assert stream.output_size == len(expected)
+        assert holder.drains == 0
+        big = LeanStreamWriter(cast(Any, holder), b"")
+        await big.write(b"x" * 2**20)  # the peer is not reading: more than the socket takes
+        assert holder.drains == 1  # waited for the client (aiohttp's drain) before going on
+        closed = LeanStreamWriter(cast(Any, holder), b"")
+        writer.close()
+        with pytest.raises(ClientConnectionResetError):
+            await closed.write(b"x")
+        with pytest.raises(NotImplementedError):
+            closed.enable_compression()
+    finally:
+        writer.close()
+        peer.close()
+        with contextlib.suppress(ConnectionError):
+            await peer.wait_closed()
