@@ -19,10 +19,12 @@ from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 
 from igw.config.loader import load_gateway_config
+from igw.gateway import serving
 from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
-from igw.gateway.lean_server import SWITCH_ENV, LeanStreamWriter
+from igw.gateway.lean_server import SWITCH_ENV, LeanRequest, LeanStreamWriter
+from igw.gateway.observer import RequestObserver
 from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
@@ -363,3 +365,59 @@ async def test_the_stream_writer_frames_chunks_and_refuses_a_closed_connection()
         peer.close()
         with contextlib.suppress(ConnectionError):
             await peer.wait_closed()
+
+
+@pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+async def test_the_lean_side_records_a_forwarded_answer_after_writing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """Access log, request metrics and the trace's end wait until the answer is on its way (lean
+    side); aiohttp's side records before returning the response, as before."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    events: list[str] = []
+    finish = RequestObserver.finish
+
+    def recording_finish(self: RequestObserver, response: web.StreamResponse) -> web.StreamResponse:
+        events.append(f"finish {response.status}")
+        return finish(self, response)
+
+    made = serving.GatewayRequestHandler.connection_made
+
+    def connection_made(self: serving.GatewayRequestHandler, transport: Any) -> None:
+        write = transport.write
+        transport.write = lambda data: (events.append("write"), write(data))[1]
+        made(self, transport)
+
+    monkeypatch.setattr(RequestObserver, "finish", recording_finish)
+    monkeypatch.setattr(serving.GatewayRequestHandler, "connection_made", connection_made)
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, _),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post() + post())
+        for _ in range(2):
+            status, _, _ = await read_response(reader)
+            assert status == 200
+    expected = ["write", "finish 200"] if switch == "lean" else ["finish 200", "write"]
+    assert events == expected * 2
+
+
+async def test_a_failing_after_response_callback_is_logged_and_the_rest_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[int] = []
+    request = LeanRequest.__new__(LeanRequest)
+    request._after = []
+
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    request.after_response(broken)
+    request.after_response(lambda: ran.append(1))
+    with caplog.at_level("ERROR", logger="igw.gateway"):
+        request.run_after_response()
+    assert ran == [1]
+    assert "after-response callback failed" in caplog.text
+    request.run_after_response()  # each callback runs once
+    assert ran == [1]

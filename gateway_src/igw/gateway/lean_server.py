@@ -92,6 +92,7 @@ class LeanRequest:
     classes read, for a request parsed by :class:`LeanConnection`."""
 
     __slots__ = (
+        "_after",
         "_payload_writer_obj",
         "_protocol",
         "_values",
@@ -135,6 +136,21 @@ class LeanRequest:
         self.task: asyncio.Task[None] | None = None
         self._values: dict[object, object] = {}
         self._payload_writer_obj: StreamWriter | None = None
+        self._after: list[Callable[[], object]] = []
+
+    def after_response(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` once the response was handed to the connection (or its writing failed):
+        bookkeeping the client need not wait for."""
+        self._after.append(callback)
+
+    def run_after_response(self) -> None:
+        """The callbacks :meth:`after_response` collected, in order; a failing one is logged."""
+        callbacks, self._after = self._after, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("after-response callback failed")
 
     @property
     def _payload_writer(self) -> StreamWriter:
@@ -524,7 +540,10 @@ class LeanRequestHandler(GatewayRequestHandler):
         except ConnectionError:
             keep_alive = False
         finally:
-            self._end_request(keep_alive)
+            try:
+                request.run_after_response()
+            finally:
+                self._end_request(keep_alive)
 
     async def _respond(self, request: LeanRequest, handler: LeanHandler) -> web.StreamResponse:
         """The handler's response; its failures become the gateway's answers, as on aiohttp's side."""
