@@ -177,14 +177,7 @@ def response_head(response: web.Response, body_length: int, *, keep_alive: bool)
     if body_length and "Content-Type" not in headers:
         headers["Content-Type"] = "application/octet-stream"
     headers["Content-Length"] = str(body_length)
-    if "Date" not in headers:
-        headers["Date"] = rfc822_formatted_time()
-    if "Server" not in headers:
-        headers["Server"] = SERVER_SOFTWARE
-    if not keep_alive and "Connection" not in headers:
-        headers["Connection"] = "close"
-    head: bytes = _serialize_headers(f"HTTP/1.1 {response.status} {response.reason}", headers)
-    return head
+    return _serialized_head(response, keep_alive=keep_alive)
 
 
 def stream_head(response: web.StreamResponse, *, keep_alive: bool) -> bytes:
@@ -194,6 +187,13 @@ def stream_head(response: web.StreamResponse, *, keep_alive: bool) -> bytes:
     headers["Transfer-Encoding"] = "chunked"
     if "Content-Type" not in headers:
         headers["Content-Type"] = "application/octet-stream"
+    return _serialized_head(response, keep_alive=keep_alive)
+
+
+def _serialized_head(response: web.StreamResponse, *, keep_alive: bool) -> bytes:
+    """``response``'s status line and headers with the fields aiohttp's server adds (``Date``,
+    ``Server``, ``Connection: close``), serialised by aiohttp's own serialiser (which refuses CR/LF)."""
+    headers = response.headers
     if "Date" not in headers:
         headers["Date"] = rfc822_formatted_time()
     if "Server" not in headers:
