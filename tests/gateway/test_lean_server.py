@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 
 from igw.config.loader import load_gateway_config
-from igw.gateway import serving
+from igw.gateway import serving, upstream
 from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
@@ -421,3 +421,28 @@ async def test_a_failing_after_response_callback_is_logged_and_the_rest_still_ru
     assert "after-response callback failed" in caplog.text
     request.run_after_response()  # each callback runs once
     assert ran == [1]
+
+
+async def test_a_handler_failing_inside_a_started_stream_closes_the_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An error after the stream's head went out cannot become a 500 (a second head inside the
+    chunked body): the connection closes, the error is logged."""
+
+    def broken(chunk: bytes) -> bool:
+        raise RuntimeError("bug in the relay")
+
+    monkeypatch.setattr(upstream, "_carries_token", broken)  # runs after the first event's write
+    body = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 3, "stream": True})
+    async with (
+        running(FakeModelServer("a", tokens=3)) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post(body))
+        received = await asyncio.wait_for(reader.read(), timeout=10)  # until the gateway closes
+        assert server.lean_requests == 1
+    assert received.startswith(b"HTTP/1.1 200")
+    assert b'"text":"tok0"' in received
+    assert received.count(b"HTTP/1.1") == 1
+    assert "unhandled error" in caplog.text

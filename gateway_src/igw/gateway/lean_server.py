@@ -95,6 +95,7 @@ class LeanRequest:
         "_after",
         "_payload_writer_obj",
         "_protocol",
+        "_stream",
         "_values",
         "app",
         "content",
@@ -137,6 +138,12 @@ class LeanRequest:
         self._values: dict[object, object] = {}
         self._payload_writer_obj: StreamWriter | None = None
         self._after: list[Callable[[], object]] = []
+        self._stream: AbstractStreamWriter | None = None
+
+    @property
+    def response_started(self) -> bool:
+        """Whether a streamed response's writer was handed out (its head may be on the wire)."""
+        return self._stream is not None or self._payload_writer_obj is not None
 
     def after_response(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` once the response was handed to the connection (or its writing failed):
@@ -162,7 +169,8 @@ class LeanRequest:
     def start_stream(self, response: web.StreamResponse, *, keep_alive: bool) -> AbstractStreamWriter:
         """A chunked response's writer on this connection, its head (from ``response``'s status and
         headers) held back to leave with the first body bytes (the relay's fast path)."""
-        return LeanStreamWriter(self._protocol, stream_head(response, keep_alive=keep_alive))
+        stream = self._stream = LeanStreamWriter(self._protocol, stream_head(response, keep_alive=keep_alive))
+        return stream
 
     def get(self, key: object, default: object = None) -> object:
         return self._values.get(key, default)
@@ -553,10 +561,12 @@ class LeanRequestHandler(GatewayRequestHandler):
             response = await handler(cast(web.Request, request))
         except (asyncio.CancelledError, ConnectionError):
             raise
-        except TimeoutError:
-            return _handler_failed(request, 504, None)
         except Exception as exc:
-            return _handler_failed(request, 500, exc)
+            status = 504 if isinstance(exc, TimeoutError) else 500
+            answer = _handler_failed(request, status, None if status == 504 else exc)
+            if request.response_started:  # a second head inside a started stream would corrupt it
+                raise ConnectionError("the response had started: the connection is closed instead") from exc
+            return answer
         if not response.prepared and REQUEST_ID_HEADER not in response.headers:
             response.headers[REQUEST_ID_HEADER] = request_id
         return response
