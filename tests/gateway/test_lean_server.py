@@ -7,19 +7,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 
 import orjson
 import pytest
 import yaml
 from aiohttp import web
+from aiohttp.client_exceptions import ClientConnectionResetError
 
 from igw.config.loader import load_gateway_config
+from igw.gateway import serving, upstream
 from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
-from igw.gateway.lean_server import SWITCH_ENV
+from igw.gateway.lean_server import SWITCH_ENV, LeanRequest, LeanStreamWriter
+from igw.gateway.observer import RequestObserver
 from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
@@ -285,3 +290,159 @@ async def test_an_implausible_client_request_id_is_replaced_not_echoed(tmp_path:
     assert {k.lower(): v for k, v in a.received[-1].headers.items()}["x-request-id"] == headers[
         "x-request-id"
     ]
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+async def test_a_streamed_head_is_the_one_aiohttp_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_alive: bool
+) -> None:
+    """The lean side writes a relayed stream's head and chunked events itself: the same head fields
+    and events as aiohttp's ``StreamResponse`` gives for the same stream, the head in the first write."""
+    body = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 3, "stream": True})
+    extra = "X-Request-Id: req-s\r\n" + ("" if keep_alive else "Connection: close\r\n")
+    answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
+    for switch in ("lean", "aiohttp"):
+        monkeypatch.setenv(SWITCH_ENV, switch)
+        async with (
+            running(FakeModelServer("a", tokens=3)) as (a,),
+            lean_gateway(tmp_path, a.key) as (port, server),
+            connection(port) as (reader, writer),
+        ):
+            writer.write(post(body, extra=extra))
+            answers[switch] = await read_response(reader)
+            assert server.lean_requests == (1 if switch == "lean" else 0)
+            if not keep_alive:  # the head said so, and the connection closes after the stream
+                assert await reader.read() == b""
+    lean, aio = answers["lean"], answers["aiohttp"]
+    assert lean[0] == aio[0] == 200
+    assert {k: v for k, v in lean[1].items() if k != "date"} == {
+        k: v for k, v in aio[1].items() if k != "date"
+    }
+    assert lean[1]["transfer-encoding"] == "chunked"
+    assert ("connection" in lean[1]) is not keep_alive
+    assert lean[2] == aio[2]
+    assert lean[2].count(b"data: ") == 5
+
+
+class _Holder:
+    """What :class:`LeanStreamWriter` reads of its connection handler."""
+
+    def __init__(self, transport: asyncio.WriteTransport) -> None:
+        self.transport: asyncio.WriteTransport | None = transport
+        self.drains = 0
+
+    async def _drain_helper(self) -> None:
+        self.drains += 1
+
+
+async def test_the_stream_writer_frames_chunks_and_refuses_a_closed_connection() -> None:
+    ours, theirs = socket.socketpair()
+    reader, peer = await asyncio.open_connection(sock=theirs)
+    _, writer = await asyncio.open_connection(sock=ours)
+    holder = _Holder(writer.transport)
+    stream = LeanStreamWriter(cast(Any, holder), b"HEAD\r\n\r\n")
+    try:
+        await stream.write(b"")  # nothing to send: the head stays back too
+        await stream.write(b"data: a\n\n")
+        await stream.write(memoryview(b"data: bb\n\n"))
+        await stream.write_eof()
+        await stream.write_eof()  # once only
+        expected = b"HEAD\r\n\r\n9\r\ndata: a\n\n\r\na\r\ndata: bb\n\n\r\n0\r\n\r\n"
+        assert await reader.readexactly(len(expected)) == expected
+        assert stream.output_size == len(expected)
+        assert holder.drains == 0
+        big = LeanStreamWriter(cast(Any, holder), b"")
+        await big.write(b"x" * 2**20)  # the peer is not reading: more than the socket takes
+        assert holder.drains == 1  # waited for the client (aiohttp's drain) before going on
+        closed = LeanStreamWriter(cast(Any, holder), b"")
+        writer.close()
+        with pytest.raises(ClientConnectionResetError):
+            await closed.write(b"x")
+        with pytest.raises(NotImplementedError):
+            closed.enable_compression()
+    finally:
+        writer.close()
+        peer.close()
+        with contextlib.suppress(ConnectionError):
+            await peer.wait_closed()
+
+
+@pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+async def test_the_lean_side_records_a_forwarded_answer_after_writing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """Access log, request metrics and the trace's end wait until the answer is on its way (lean
+    side); aiohttp's side records before returning the response, as before."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    events: list[str] = []
+    finish = RequestObserver.finish
+
+    def recording_finish(self: RequestObserver, response: web.StreamResponse) -> web.StreamResponse:
+        events.append(f"finish {response.status}")
+        return finish(self, response)
+
+    made = serving.GatewayRequestHandler.connection_made
+
+    def connection_made(self: serving.GatewayRequestHandler, transport: Any) -> None:
+        write = transport.write
+        transport.write = lambda data: (events.append("write"), write(data))[1]
+        made(self, transport)
+
+    monkeypatch.setattr(RequestObserver, "finish", recording_finish)
+    monkeypatch.setattr(serving.GatewayRequestHandler, "connection_made", connection_made)
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, _),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post() + post())
+        for _ in range(2):
+            status, _, _ = await read_response(reader)
+            assert status == 200
+    expected = ["write", "finish 200"] if switch == "lean" else ["finish 200", "write"]
+    assert events == expected * 2
+
+
+async def test_a_failing_after_response_callback_is_logged_and_the_rest_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[int] = []
+    request = LeanRequest.__new__(LeanRequest)
+    request._after = []
+
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    request.after_response(broken)
+    request.after_response(lambda: ran.append(1))
+    with caplog.at_level("ERROR", logger="igw.gateway"):
+        request.run_after_response()
+    assert ran == [1]
+    assert "after-response callback failed" in caplog.text
+    request.run_after_response()  # each callback runs once
+    assert ran == [1]
+
+
+async def test_a_handler_failing_inside_a_started_stream_closes_the_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An error after the stream's head went out cannot become a 500 (a second head inside the
+    chunked body): the connection closes, the error is logged."""
+
+    def broken(chunk: bytes) -> bool:
+        raise RuntimeError("bug in the relay")
+
+    monkeypatch.setattr(upstream, "_carries_token", broken)  # runs after the first event's write
+    body = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 3, "stream": True})
+    async with (
+        running(FakeModelServer("a", tokens=3)) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(post(body))
+        received = await asyncio.wait_for(reader.read(), timeout=10)  # until the gateway closes
+        assert server.lean_requests == 1
+    assert received.startswith(b"HTTP/1.1 200")
+    assert b'"text":"tok0"' in received
+    assert received.count(b"HTTP/1.1") == 1
+    assert "unhandled error" in caplog.text

@@ -450,7 +450,20 @@ async def _forward(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
         )
-    return obs.finish(result.response)
+    return _finish_after_write(request, obs, result.response)
+
+
+def _finish_after_write(
+    request: web.Request, obs: RequestObserver, response: web.StreamResponse
+) -> web.StreamResponse:
+    """Record a forwarded response (access log, request metrics, the trace's end) - after its bytes
+    went out where the server can run work after the write (the lean server's ``after_response``), so
+    a client waiting for the answer does not wait for its bookkeeping; else now."""
+    after_response: Callable[[Callable[[], object]], None] | None = getattr(request, "after_response", None)
+    if after_response is None:
+        return obs.finish(response)
+    after_response(lambda: obs.finish(response))
+    return response
 
 
 async def _end_stream(response: web.StreamResponse, code: str, message: str) -> None:

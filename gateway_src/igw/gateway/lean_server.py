@@ -40,6 +40,8 @@ from typing import Any, Final, cast
 
 import httptools
 from aiohttp import HttpVersion11, web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.client_exceptions import ClientConnectionResetError
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.http_writer import StreamWriter, _serialize_headers
@@ -92,8 +94,10 @@ class LeanRequest:
     classes read, for a request parsed by :class:`LeanConnection`."""
 
     __slots__ = (
+        "_after",
         "_payload_writer_obj",
         "_protocol",
+        "_stream",
         "_values",
         "app",
         "content",
@@ -135,6 +139,27 @@ class LeanRequest:
         self.task: asyncio.Task[None] | None = None
         self._values: dict[object, object] = {}
         self._payload_writer_obj: StreamWriter | None = None
+        self._after: list[Callable[[], object]] = []
+        self._stream: AbstractStreamWriter | None = None
+
+    @property
+    def response_started(self) -> bool:
+        """Whether a streamed response's writer was handed out (its head may be on the wire)."""
+        return self._stream is not None or self._payload_writer_obj is not None
+
+    def after_response(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` once the response was handed to the connection (or its writing failed):
+        bookkeeping the client need not wait for."""
+        self._after.append(callback)
+
+    def run_after_response(self) -> None:
+        """The callbacks :meth:`after_response` collected, in order; a failing one is logged."""
+        callbacks, self._after = self._after, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("after-response callback failed")
 
     @property
     def _payload_writer(self) -> StreamWriter:
@@ -142,6 +167,12 @@ class LeanRequest:
         if self._payload_writer_obj is None:
             self._payload_writer_obj = StreamWriter(self._protocol, self._protocol._loop)
         return self._payload_writer_obj
+
+    def start_stream(self, response: web.StreamResponse, *, keep_alive: bool) -> AbstractStreamWriter:
+        """A chunked response's writer on this connection, its head (from ``response``'s status and
+        headers) held back to leave with the first body bytes (the relay's fast path)."""
+        stream = self._stream = LeanStreamWriter(self._protocol, stream_head(response, keep_alive=keep_alive))
+        return stream
 
     def get(self, key: object, default: object = None) -> object:
         return self._values.get(key, default)
@@ -156,6 +187,23 @@ def response_head(response: web.Response, body_length: int, *, keep_alive: bool)
     if body_length and "Content-Type" not in headers:
         headers["Content-Type"] = "application/octet-stream"
     headers["Content-Length"] = str(body_length)
+    return _serialized_head(response, keep_alive=keep_alive)
+
+
+def stream_head(response: web.StreamResponse, *, keep_alive: bool) -> bytes:
+    """The status line and headers of a chunked (``Transfer-Encoding: chunked``) HTTP/1.1 response,
+    as aiohttp's ``StreamResponse.prepare`` writes them; ``response.headers`` gains the same fields."""
+    headers = response.headers
+    headers["Transfer-Encoding"] = "chunked"
+    if "Content-Type" not in headers:
+        headers["Content-Type"] = "application/octet-stream"
+    return _serialized_head(response, keep_alive=keep_alive)
+
+
+def _serialized_head(response: web.StreamResponse, *, keep_alive: bool) -> bytes:
+    """``response``'s status line and headers with the fields aiohttp's server adds (``Date``,
+    ``Server``, ``Connection: close``), serialised by aiohttp's own serialiser (which refuses CR/LF)."""
+    headers = response.headers
     if "Date" not in headers:
         headers["Date"] = rfc822_formatted_time()
     if "Server" not in headers:
@@ -164,6 +212,71 @@ def response_head(response: web.Response, body_length: int, *, keep_alive: bool)
         headers["Connection"] = "close"
     head: bytes = _serialize_headers(f"HTTP/1.1 {response.status} {response.reason}", headers)
     return head
+
+
+_LAST_CHUNK: Final = b"0\r\n\r\n"
+_WRITE_HIGH_WATER: Final = 2**16
+"""Unsent bytes in the client's socket buffer past which a write waits for it to drain (aiohttp's
+writer waits at the same size)."""
+
+
+class LeanStreamWriter(AbstractStreamWriter):
+    """A relayed stream's body on the lean side: each chunk framed and handed to the transport in the
+    call that relays it, the head joined to the first one.
+
+    aiohttp's ``StreamWriter`` does the same framing, but through a header-preparation pass, a
+    per-write compression and length check, a chunk-sent signal and separate buffers for the head;
+    per relayed event that is the larger part of the relay's own CPU on a path where the client waits
+    for every byte. The chunked framing is written here by hand because it is three lines (RFC 9112
+    7.1) and the head already came from aiohttp's serialiser; a client that cannot take chunked
+    framing (HTTP/1.0) never reaches the lean side.
+    """
+
+    def __init__(self, protocol: LeanRequestHandler, head: bytes) -> None:
+        self._protocol = protocol
+        self._head = head
+        self._eof = False
+
+    def _send(self, data: bytes) -> None:
+        transport = self._protocol.transport
+        if transport is None or transport.is_closing():
+            raise ClientConnectionResetError("Cannot write to closing transport")
+        transport.write(data)
+        self.output_size += len(data)
+
+    async def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        if not chunk:
+            return
+        data = chunk if isinstance(chunk, bytes) else bytes(chunk)
+        framed = b"%x\r\n%b\r\n" % (len(data), data)
+        head = self._head
+        if head:
+            self._head = b""
+            framed = head + framed
+        self._send(framed)
+        transport = self._protocol.transport
+        if transport is not None and transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            await self.drain()
+
+    async def write_eof(self, chunk: bytes = b"") -> None:
+        if self._eof:
+            return
+        self._eof = True
+        framed = b"%x\r\n%b\r\n%b" % (len(chunk), chunk, _LAST_CHUNK) if chunk else _LAST_CHUNK
+        head, self._head = self._head, b""
+        self._send(head + framed)
+
+    async def drain(self) -> None:
+        await self._protocol._drain_helper()
+
+    def enable_compression(self, encoding: str = "deflate", strategy: int | None = None) -> None:
+        raise NotImplementedError("a relayed stream is passed through as the model server sent it")
+
+    def enable_chunking(self) -> None:
+        """Always chunked."""
+
+    async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
+        raise NotImplementedError("the head is given to the constructor")
 
 
 class _BodyFlow:
@@ -444,7 +557,10 @@ class LeanRequestHandler(GatewayRequestHandler):
         except ConnectionError:
             keep_alive = False
         finally:
-            self._end_request(keep_alive)
+            try:
+                request.run_after_response()
+            finally:
+                self._end_request(keep_alive)
 
     async def _respond(self, request: LeanRequest, handler: LeanHandler) -> web.StreamResponse:
         """The handler's response; its failures become the gateway's answers, as on aiohttp's side."""
@@ -454,10 +570,12 @@ class LeanRequestHandler(GatewayRequestHandler):
             response = await handler(cast(web.Request, request))
         except (asyncio.CancelledError, ConnectionError):
             raise
-        except TimeoutError:
-            return _handler_failed(request, 504, None)
         except Exception as exc:
-            return _handler_failed(request, 500, exc)
+            status = 504 if isinstance(exc, TimeoutError) else 500
+            answer = _handler_failed(request, status, None if status == 504 else exc)
+            if request.response_started:  # a second head inside a started stream would corrupt it
+                raise ConnectionError("the response had started: the connection is closed instead") from exc
+            return answer
         if not response.prepared and REQUEST_ID_HEADER not in response.headers:
             response.headers[REQUEST_ID_HEADER] = request_id
         return response

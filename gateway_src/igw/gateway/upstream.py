@@ -23,11 +23,12 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol, cast
 
 import aiohttp
 import orjson
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from multidict import CIMultiDict
 
 from igw.errors import IgwGatewayError
@@ -280,6 +281,14 @@ def _wrapped_error(upstream: UpstreamResponse, extra: Mapping[str, str]) -> web.
     )
 
 
+class DirectStreams(Protocol):
+    """A request whose server writes a chunked response itself (the lean server's requests)."""
+
+    keep_alive: bool
+
+    def start_stream(self, response: web.StreamResponse, *, keep_alive: bool) -> AbstractStreamWriter: ...
+
+
 class _RelayedStream(web.StreamResponse):
     """The client's SSE response: its head leaves with the first event, in one write.
 
@@ -288,9 +297,26 @@ class _RelayedStream(web.StreamResponse):
     the time between the two writes (and a second wake-up of the client) to every stream's TTFT.
     Holding the head back until the first body write is what :class:`~aiohttp.web.Response` does.
     ``tests/gateway/test_sse_relay_writes.py`` pins it over a real connection.
+
+    On a request the lean server parsed (one with ``start_stream``, :class:`DirectStreams`),
+    ``prepare`` skips aiohttp's header preparation and writer: the lean server writes the head and
+    the chunked events itself.
     """
 
     _send_headers_immediately = False
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        start = getattr(request, "start_stream", None)
+        if start is None or self._payload_writer is not None or self._eof_sent or self.status in (204, 304):
+            return await super().prepare(request)
+        keep_alive = self._keep_alive
+        if keep_alive is None:
+            keep_alive = bool(cast(DirectStreams, request).keep_alive)
+        self._keep_alive = keep_alive
+        self._req = request
+        writer: AbstractStreamWriter = start(self, keep_alive=keep_alive)
+        self._payload_writer = writer
+        return writer
 
 
 async def _relay_stream(
