@@ -6,6 +6,7 @@ blindly."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -89,7 +90,7 @@ def gateway(tmp_path: Path) -> Callable[..., Any]:
                 for name, entries in endpoints.items():
                     for e in entries:
                         key = e if isinstance(e, str) else e["address"]
-                        await wait_for(lambda n=name, k=key: gw.fresh(n, k), what=f"{key} scraped")
+                        await wait_for(functools.partial(gw.fresh, name, key), what=f"{key} scraped")
             yield gw
 
     return start

@@ -385,7 +385,12 @@ async def test_the_lean_side_records_a_forwarded_answer_after_writing_it(
 
     def connection_made(self: serving.GatewayRequestHandler, transport: Any) -> None:
         write = transport.write
-        transport.write = lambda data: (events.append("write"), write(data))[1]
+
+        def recorded_write(data: bytes) -> None:
+            events.append("write")
+            write(data)
+
+        transport.write = recorded_write
         made(self, transport)
 
     monkeypatch.setattr(RequestObserver, "finish", recording_finish)

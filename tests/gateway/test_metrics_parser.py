@@ -86,7 +86,11 @@ def test_lora_info(lora_lines: list[str], active: set[str], waiting: set[str], m
         f"vllm:lora_requests_info{{{line.split(' ')[0]}}} {line.split(' ')[1]}\n" for line in lora_lines
     )
     m = parse_page(page, VLLM).metrics
-    assert (m.active_adapters, m.waiting_adapters, m.max_lora) == (active, waiting, max_lora)
+    assert (m.active_adapters, m.waiting_adapters, m.max_lora) == (
+        frozenset(active),
+        frozenset(waiting),
+        max_lora,
+    )
 
 
 def test_cache_config_and_missing_report() -> None:

@@ -22,9 +22,9 @@ async def test_shared_prefix_sticks_to_one_endpoint(gateway: Any) -> None:
         gateway(config_doc([scheduler("pool", "m")]), {"pool": [s.key for s in servers]}) as gw,
     ):
         system = "You are a meticulous assistant. " * 20
-        groups = {}
+        groups: dict[int, Counter[str]] = {}
         for g in range(3):
-            got = Counter()
+            got: Counter[str] = Counter()
             for q in range(5):
                 body = {"model": "m", "prompt": f"{system} group {g} " * 3 + f"question {q}"}
                 got[(await (await gw.post("/v1/completions", body)).json())["server"]] += 1
@@ -38,7 +38,7 @@ async def test_cold_prompts_spread_over_the_endpoints(gateway: Any) -> None:
         running(*servers),
         gateway(config_doc([scheduler("pool", "m")]), {"pool": [s.key for s in servers]}) as gw,
     ):
-        chosen = Counter()
+        chosen: Counter[str] = Counter()
         for i in range(12):
             # No prompt shares a cache block with another: every request is cold on every pod, the
             # pods look alike, so nothing may pull the requests onto one of them.

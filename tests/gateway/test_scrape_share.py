@@ -85,9 +85,11 @@ async def test_only_the_leader_scrapes_and_the_follower_sees_every_scrape(
     pod, leader, follower = pair
     assert isinstance(follower.service, ScrapeFollower)
     await wait_for(lambda: follower.state.metrics is not None, what="the follower's first snapshot")
-    assert follower.state.metrics == leader.state.metrics
-    assert follower.state.metrics.waiting == 4
-    assert follower.state.metrics.kv_usage == pytest.approx(0.25)
+    followed = follower.state.metrics
+    assert followed is not None
+    assert followed == leader.state.metrics
+    assert followed.waiting == 4
+    assert followed.kv_usage == pytest.approx(0.25)
     scrapes_before = pod.scrapes
 
     def newer_than(seen: float | None) -> Callable[[], bool]:

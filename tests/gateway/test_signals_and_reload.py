@@ -55,7 +55,7 @@ async def test_sglang_without_metrics_is_reported_and_excluded(
         gateway(d, {"sg": [bad.key, ok.key]}, wait_fresh=False) as gw,
     ):
         await wait_for(lambda: gw.fresh("sg", ok.key) and bad.scrapes >= 3, what="scrapes")
-        assert gw.state.runtime.schedulers["sg"].pool.states[ok.key].metrics.waiting == 2  # type: ignore[union-attr]
+        assert gw.state.runtime.schedulers["sg"].pool.states[ok.key].metrics.waiting == 2
         for _ in range(4):
             assert (await (await gw.post("/v1/completions", {"model": "m", "prompt": "x"})).json())[
                 "server"

@@ -23,8 +23,17 @@ def client_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 
     def connection_made(self: serving._GatewayRequestHandler, transport: Any) -> None:
         write, writelines = transport.write, transport.writelines
-        transport.write = lambda data: (writes.append(bytes(data)), write(data))[1]
-        transport.writelines = lambda parts: (writes.append(b"".join(parts)), writelines(parts))[1]
+
+        def recorded_write(data: bytes) -> None:
+            writes.append(bytes(data))
+            write(data)
+
+        def recorded_writelines(parts: list[bytes]) -> None:
+            writes.append(b"".join(parts))
+            writelines(parts)
+
+        transport.write = recorded_write
+        transport.writelines = recorded_writelines
         made(self, transport)
 
     monkeypatch.setattr(serving._GatewayRequestHandler, "connection_made", connection_made)

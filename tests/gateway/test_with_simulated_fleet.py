@@ -166,9 +166,9 @@ async def test_measured_speed_steers_traffic_to_the_faster_gpu(gateway: Any) -> 
                 await (await gw.post("/v1/completions", body)).read()
             # backlog-ttft-scorer keeps the A10G (a thirteenth of the H100's KV cache) out of the way
             # from the first request on, so the H100 is the one measured.
-            ttft = speed.ttft.values  # type: ignore[attr-defined]
+            ttft = speed.ttft.values
             assert fast.key in ttft
-            assert fast.key in backlog.fits  # type: ignore[attr-defined]
+            assert fast.key in backlog.fits
             assert ttft.get(slow.key, float("inf")) > ttft[fast.key]
             served = []
             for _ in range(6):
