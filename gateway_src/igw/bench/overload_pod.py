@@ -8,8 +8,9 @@ waiting in its own first-come queue, each sequence holding its slot for a short 
 decode (a fixed number of output tokens); the gateway in front is the real
 :class:`~igw.scheduling.flow_control.FlowController` deciding on every arrival and completion
 whether a request goes to the pod or waits in its band's queue (headroom, per-endpoint places with
-the pod's batch known and its completion rate measured over a sliding window, the higher bands'
-arrival rates counted on arrival, TTL and displacement). What it leaves out: scrape lag and the
+the pod's batch known and its capacity estimated over a sliding window by
+:class:`~igw.scheduling.flow_control.CapacityEstimate`, the higher bands' arrival rates counted on
+arrival, TTL and displacement). What it leaves out: scrape lag and the
 poll interval (the live gateway sees the pod through its own in-flight count, which has no lag,
 and re-checks every ``pollInterval``).
 
@@ -31,7 +32,13 @@ from typing import Final
 
 from igw.bench.overload_des import BAND_NAMES, DEFAULT_MIX, Arrival, TrafficClass, poisson_streams
 from igw.bench.stats import percentile
-from igw.scheduling.flow_control import CRITICAL, EndpointLoad, FlowController, FlowControlSettings
+from igw.scheduling.flow_control import (
+    CRITICAL,
+    CapacityEstimate,
+    EndpointLoad,
+    FlowController,
+    FlowControlSettings,
+)
 
 POD_ARMS: Final = ("slot-wait", "fixed-slot", "no-places")
 COMPLETION_WINDOW_S: Final = 30.0
@@ -109,6 +116,7 @@ class _Pod:
         self.running = 0
         self.queue: deque[Arrival] = deque()
         self.finished: deque[float] = deque()
+        self.capacity = CapacityEstimate(COMPLETION_WINDOW_S)
 
     @property
     def occupancy(self) -> int:
@@ -123,7 +131,7 @@ class _Pod:
 
     def load(self, now: float) -> EndpointLoad:
         occupancy = self.occupancy
-        rate = self.completion_rate(now)
+        rate = self.capacity.capacity(now, completion_rate=self.completion_rate(now), batch=self.batch)
         return EndpointLoad(
             waiting=max(0, occupancy - self.batch),
             occupancy=occupancy,
@@ -146,6 +154,7 @@ def simulate_pod(
 
     def start(request: Arrival, now: float) -> None:
         pod.running += 1
+        pod.capacity.observe(now, pod.running)
         outcome.most_running = max(outcome.most_running, pod.running)
         outcome.ttft_s[request.index] = now - request.at + request.prefill_s
         outcome.started_in_window += now < scenario.duration_s
@@ -175,6 +184,7 @@ def simulate_pod(
         outcome.shed.update(int(s.request.request_id) for s in controller.expire(now))
         if kind == _FINISH:
             pod.running -= 1
+            pod.capacity.observe(now, pod.running)
             pod.finished.append(now)
             if pod.queue:
                 start(pod.queue.popleft(), now)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from igw.scheduling.flow_control import (
     BatchEstimate,
+    CapacityEstimate,
     EndpointLoad,
     FlowController,
     FlowControlSettings,
@@ -244,6 +246,8 @@ class FlowGates:
         """The latest endpoint probe each scheduler's waiters brought (for per-endpoint places)."""
         self._scraped: dict[EndpointKey, _Scraped] = {}
         """Each endpoint's latest scrape seen, with its learned batch size."""
+        self._capacity: dict[EndpointKey, CapacityEstimate] = {}
+        """Each endpoint's busy batch slots over time, for its capacity (:class:`CapacityEstimate`)."""
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -435,10 +439,16 @@ class FlowGates:
         self._update_depth(scheduler, controller)
 
     def _loads(self, samples: Mapping[EndpointKey, EndpointSample]) -> dict[EndpointKey, EndpointLoad]:
-        """Each endpoint's load, learning its batch size from the sample on the way."""
-        out: dict[EndpointKey, EndpointLoad] = {}
-        rates = [s.completion_rate for s in samples.values() if s.completion_rate is not None]
-        pool_rate = sum(rates) if rates else None
+        """Each endpoint's load, learning its batch size and its capacity from the sample on the way.
+
+        Before an endpoint has been seen full, its batch is the configured ``assumedBatch`` (if
+        any). Its completion rate is its capacity with the batch full (:class:`CapacityEstimate`:
+        the counted rate over the time-averaged busy slots), so the slots ``slotWait`` keeps are
+        sized from what the endpoint can complete, not from what held-back lower bands let it.
+        """
+        now = self.clock()
+        prior = self.settings.assumed_batch if self.settings is not None else None
+        loads: dict[EndpointKey, EndpointLoad] = {}
         for key, sample in samples.items():
             seen = self._scraped.get(key)
             if sample.scraped_at is not None and (seen is None or seen.scraped_at != sample.scraped_at):
@@ -446,15 +456,26 @@ class FlowGates:
                 batch = before.after_scrape(waiting=sample.waiting, running=sample.running)
                 seen = self._scraped[key] = _Scraped(sample.scraped_at, sample.inflight, batch)
             if seen is None:
-                out[key] = sample.load(None, None, pool_rate)
+                load = sample.load(prior, None)
             else:
-                out[key] = sample.load(seen.batch.batch, seen.inflight, pool_rate)
-        return out
+                load = sample.load(seen.batch.size(prior), seen.inflight)
+            if load.batch is not None:
+                estimate = self._capacity.get(key)
+                if estimate is None:
+                    estimate = self._capacity[key] = CapacityEstimate()
+                estimate.observe(now, min(load.occupancy, load.batch))
+                rate = estimate.capacity(now, completion_rate=sample.completion_rate, batch=load.batch)
+                load = dataclasses.replace(load, completion_rate=rate)
+            loads[key] = load
+        rates = [load.completion_rate for load in loads.values() if load.completion_rate is not None]
+        pool_rate = sum(rates) if rates else None
+        return {key: dataclasses.replace(load, pool_completion_rate=pool_rate) for key, load in loads.items()}
 
     def forget(self, endpoints: Sequence[EndpointKey]) -> None:
         """Drop what was learned of endpoints that left their pool (a returning one starts afresh)."""
         for key in endpoints:
             self._scraped.pop(key, None)
+            self._capacity.pop(key, None)
 
     @staticmethod
     def _has_place(
