@@ -584,3 +584,22 @@ def test_kept_slots_are_sized_from_the_pods_capacity_not_its_held_back_rate() ->
     # counted 18.85/s, 60 %, it would be half the batch and 4 running would be held).
     assert not held(STANDARD, 4)
     assert held(STANDARD, 5)
+
+
+def test_steer_sends_critical_to_the_candidate_with_a_free_slot() -> None:
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: 0.0)
+    gates.configure(FlowControlSettings(assumed_batch=8), retry_after_bounds=(1, 30))
+    endpoints = {
+        "a:1": EndpointSample(waiting=0, running=8, inflight=8, scraped_at=0.0),
+        "b:1": EndpointSample(waiting=0, running=5, inflight=5, scraped_at=0.0),
+    }
+    picked = RoutingDecision(kind=DecisionKind.PICKED, endpoint="a:1", fallbacks=("b:1",))
+    steered = gates.steer(picked, endpoints)
+    assert (steered.endpoint, steered.fallbacks) == ("b:1", ("a:1",))
+    assert gates.steer(
+        RoutingDecision(kind=DecisionKind.PICKED, endpoint="b:1", fallbacks=("a:1",)), endpoints
+    ) == (RoutingDecision(kind=DecisionKind.PICKED, endpoint="b:1", fallbacks=("a:1",)))
+    assert gates.steers(CRITICAL)
+    assert not gates.steers(STANDARD)
+    gates.configure(None, retry_after_bounds=(1, 30))
+    assert not gates.steers(CRITICAL)  # flow control off: the scheduler's pick stands

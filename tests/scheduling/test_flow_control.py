@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ from igw.scheduling.flow_control import (
     Offer,
     Ordering,
     ShedReason,
+    least_wait,
+    predicted_wait_s,
     priority_for,
     slot_miss,
     slots_for_wait,
@@ -747,3 +750,49 @@ def test_capacity_keeps_fewer_slots_than_the_rate_of_a_held_back_pod() -> None:
         for r in (18.85, capacity)
     ]
     assert kept == [4, 3]
+
+
+@pytest.mark.parametrize(
+    ("waiting", "occupancy", "batch", "rate", "wait"),
+    [
+        (0, 6, 8, 40.0, 0.0),  # a free slot: no wait
+        (0, 8, 8, 40.0, 0.025),  # full: the next completion, at 40/s
+        (2, 10, 8, 40.0, 0.075),  # two queued ahead, then the next completion
+        (0, 8, 8, None, math.inf),  # full, completion rate unknown
+        (3, 3, None, 20.0, 0.2),  # batch unknown: the scraped queue stands for those ahead
+        (0, 3, None, 20.0, 0.0),
+    ],
+)
+def test_predicted_wait_is_the_requests_ahead_at_the_completion_rate(
+    waiting: int, occupancy: int, batch: int | None, rate: float | None, wait: float
+) -> None:
+    load = EndpointLoad(waiting=waiting, occupancy=occupancy, batch=batch, completion_rate=rate)
+    assert predicted_wait_s(load) == pytest.approx(wait)
+
+
+def _at(occupancy: int, rate: float | None = 40.0) -> EndpointLoad:
+    return EndpointLoad(waiting=max(0, occupancy - 8), occupancy=occupancy, batch=8, completion_rate=rate)
+
+
+@pytest.mark.parametrize(
+    ("loads", "moved_to"),
+    [
+        ({"a": _at(8), "b": _at(5)}, "b"),  # the pick is full, a fallback has a free slot
+        ({"a": _at(5), "b": _at(2)}, None),  # the pick has a free slot: the scheduler's choice stands
+        ({"a": _at(10), "b": _at(9), "c": _at(9)}, "b"),  # shorter wait; on a tie the better ranked
+        ({"a": _at(9), "b": _at(9, rate=80.0)}, "b"),  # the same queue at a faster endpoint
+        ({"a": _at(8, rate=None), "b": _at(9, rate=None)}, None),  # rates unknown: fewer ahead wins
+        ({"a": _at(9, rate=None), "b": _at(8, rate=None)}, "b"),
+        ({"b": _at(5)}, None),  # the pick has no load (no fresh scrape): nothing to compare
+        ({"a": _at(8)}, None),  # no other candidate with a load
+    ],
+)
+def test_least_wait_moves_a_pick_only_to_a_strictly_shorter_predicted_wait(
+    loads: dict[str, EndpointLoad], moved_to: str | None
+) -> None:
+    assert least_wait(("a", "b", "c"), loads) == moved_to
+
+
+def test_only_the_top_band_is_steered() -> None:
+    fc = FlowController(FlowControlSettings())
+    assert [fc.steers(p) for p in (CRITICAL, 5, STANDARD, SHEDDABLE)] == [True, True, False, False]

@@ -50,6 +50,7 @@ from igw.scheduling.flow_control import (
     FlowControlSettings,
     Shed,
     ShedReason,
+    least_wait,
     priority_for,
 )
 from igw.scheduling.types import DecisionKind, EndpointKey, EndpointView, RoutingDecision
@@ -302,6 +303,26 @@ class FlowGates:
         if endpoints and not self._has_place(controller, priority, self._loads(endpoints), now):
             return True
         return not controller.admits(priority, utilisation) or controller.queued_at_or_above(priority) > 0
+
+    def steers(self, priority: int) -> bool:
+        """Whether :meth:`steer` may move requests of ``priority`` (the top band; flow control on)."""
+        controller_settings = self.settings
+        return controller_settings is not None and priority >= max(controller_settings.bands)
+
+    def steer(
+        self, decision: RoutingDecision, endpoints: Mapping[EndpointKey, EndpointSample]
+    ) -> RoutingDecision:
+        """``decision`` with its endpoint swapped for the candidate (its pick or a fallback) with the
+        smallest predicted wait for a batch slot, when that is smaller than the pick's
+        (:func:`~igw.scheduling.flow_control.least_wait`); the pick joins the fallbacks."""
+        if decision.endpoint is None or not decision.fallbacks or not endpoints:
+            return decision
+        candidates = (decision.endpoint, *decision.fallbacks)
+        best = least_wait(candidates, self._loads(endpoints))
+        if best is None:
+            return decision
+        rest = tuple(key for key in candidates if key != best)
+        return dataclasses.replace(decision, endpoint=best, fallbacks=rest)
 
     async def wait(
         self,

@@ -40,13 +40,14 @@ import bisect
 import itertools
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
 from igw.config.durations import parse_duration
 from igw.errors import IgwSchedulingError
+from igw.scheduling.types import EndpointKey
 
 CRITICAL: Final = 1
 STANDARD: Final = 0
@@ -446,6 +447,49 @@ def slots_for_wait(
     return kept
 
 
+def predicted_wait_s(load: EndpointLoad) -> float:
+    """Seconds a request sent to an endpoint with ``load`` now is expected to wait for a batch slot:
+    none while one is free, else the requests ahead of it (and the one to finish first) at the
+    endpoint's completion rate. Without a known batch, the requests waiting there stand for those
+    ahead; without a completion rate, a wait that cannot be told is infinite (:func:`least_wait`
+    then compares how many are ahead)."""
+    ahead = _ahead(load)
+    if ahead == 0:
+        return 0.0
+    rate = load.completion_rate
+    return ahead / rate if rate else math.inf
+
+
+def _ahead(load: EndpointLoad) -> int:
+    """Requests that must start or finish before one sent now gets a slot (0: a slot is free)."""
+    if load.batch is not None:
+        over = load.occupancy - load.batch
+        return 0 if over < 0 else over + 1
+    return load.waiting + 1 if load.waiting > 0 else 0
+
+
+def least_wait(
+    candidates: Sequence[EndpointKey], loads: Mapping[EndpointKey, EndpointLoad]
+) -> EndpointKey | None:
+    """Of ``candidates`` (the scheduler's pick first, then its fallbacks), the one with the smallest
+    :func:`predicted_wait_s`; on a tie the earlier one, so the scheduler's ranking decides between
+    equally free endpoints. ``None`` when the pick is already the best or no candidate has a load.
+
+    Used for the top band: the scheduler ranks endpoints for the whole pool's benefit (prefix
+    cache, adapters, load), while a Critical request's time to first token is decided by whether
+    its endpoint has a free batch slot now.
+    """
+    if not candidates or candidates[0] not in loads:
+        return None
+
+    def rank(key: EndpointKey) -> tuple[float, int]:
+        return predicted_wait_s(loads[key]), _ahead(loads[key])
+
+    pick = candidates[0]
+    best = min((key for key in candidates if key in loads), key=rank)  # min keeps the earliest tie
+    return best if rank(best) < rank(pick) else None
+
+
 def kept_slots(keep_slots: int, batch: int) -> int:
     """The batch slots a band keeps free at an endpoint running ``batch`` at once: ``keep_slots``,
     but never the whole batch, so every band may always use one slot of an endpoint (an idle
@@ -736,6 +780,12 @@ class FlowController:
                 )
                 keep = max(keep, needed)
         return keep
+
+    def steers(self, priority: int) -> bool:
+        """Whether requests of ``priority`` go to the endpoint with the smallest predicted wait
+        (:func:`least_wait`): those of the top configured band, for which the lower bands keep
+        their places."""
+        return priority >= max(self.settings.bands)
 
     def arrived(self, priority: int, now: float) -> None:
         """Count one arrival of ``priority`` (every arrival, queued or not) for the arrival rates."""
