@@ -38,9 +38,13 @@ from igw.scheduling.flow_control import (
     EndpointLoad,
     FlowController,
     FlowControlSettings,
+    least_wait,
 )
 
 POD_ARMS: Final = ("slot-wait", "fixed-slot", "no-places")
+STEER_ARMS: Final = ("slot-wait", "no-steer")
+"""The arms of the several-pod variant: the defaults, and the same without sending Critical to the
+pod with the smallest predicted wait (the scheduler's pick stands)."""
 COMPLETION_WINDOW_S: Final = 30.0
 """How far back completions count towards the pod's measured completion rate (the gateway's
 default ``drainWindow``)."""
@@ -60,10 +64,12 @@ class PodScenario:
     load: float = 1.5
     duration_s: float = 60.0
     mix: tuple[TrafficClass, ...] = DEFAULT_MIX
+    pods: int = 1
+    """Pods behind the gateway, each with its own batch and queue."""
 
     @property
     def capacity_rps(self) -> float:
-        return self.batch / (sum(self.prefill_s) / 2 + self.decode_s)
+        return self.pods * self.batch / (sum(self.prefill_s) / 2 + self.decode_s)
 
 
 def pod_arrivals(scenario: PodScenario, seed: int) -> list[Arrival]:
@@ -80,7 +86,7 @@ def pod_arrivals(scenario: PodScenario, seed: int) -> list[Arrival]:
 def arm_settings(arm: str) -> FlowControlSettings:
     """The flow-control settings of one arm (see the module docstring)."""
     settings = FlowControlSettings()
-    if arm == "slot-wait":
+    if arm in ("slot-wait", "no-steer"):
         return settings
     if arm == "fixed-slot":
         bands = {p: dataclasses.replace(b, slot_wait_s=None) for p, b in settings.bands.items()}
@@ -90,7 +96,9 @@ def arm_settings(arm: str) -> FlowControlSettings:
             for p, b in settings.bands.items()
         }
     else:
-        raise ValueError(f"unknown pod arm {arm!r}; expected one of {', '.join(POD_ARMS)}")
+        raise ValueError(
+            f"unknown pod arm {arm!r}; expected one of {', '.join((*POD_ARMS, *STEER_ARMS[1:]))}"
+        )
     return dataclasses.replace(settings, bands=bands)
 
 
@@ -142,59 +150,95 @@ class _Pod:
 
 
 def simulate_pod(
-    scenario: PodScenario, requests: Sequence[Arrival], settings: FlowControlSettings
+    scenario: PodScenario,
+    requests: Sequence[Arrival],
+    settings: FlowControlSettings,
+    *,
+    steer: bool = True,
+    seed: int = 0,
 ) -> PodOutcome:
-    """Replay ``requests`` through the gateway's flow control in front of one pod; virtual time."""
+    """Replay ``requests`` through the gateway's flow control in front of ``scenario.pods`` pods;
+    virtual time.
+
+    The scheduler is modelled as ranking the pods that are not saturated in a random order (a
+    stand-in for scorers that look at other things than free batch slots, such as prefix-cache
+    affinity); with ``steer``, a request of the top band then goes to the candidate with the
+    smallest predicted wait (:func:`~igw.scheduling.flow_control.least_wait`), as in the gateway.
+    A pick onto a pod without a place for the band is not sent (the request waits), as in the gate.
+    """
     outcome = PodOutcome()
     controller = FlowController(settings)
-    pod = _Pod(scenario.batch)
+    pods = {f"pod-{i}": _Pod(scenario.batch) for i in range(scenario.pods)}
+    ranking = random.Random(seed)
     by_index = {r.index: r for r in requests}
+    where: dict[int, _Pod] = {}
     events: list[tuple[float, int, int]] = [(r.at, _ARRIVE, r.index) for r in requests]
     heapq.heapify(events)
 
-    def start(request: Arrival, now: float) -> None:
+    def start(pod: _Pod, request: Arrival, now: float) -> None:
         pod.running += 1
         pod.capacity.observe(now, pod.running)
         outcome.most_running = max(outcome.most_running, pod.running)
         outcome.ttft_s[request.index] = now - request.at + request.prefill_s
         outcome.started_in_window += now < scenario.duration_s
+        where[request.index] = pod
         heapq.heappush(events, (now + request.service_s, _FINISH, request.index))
 
-    def send(request: Arrival, now: float) -> None:
+    def send(pod: _Pod, request: Arrival, now: float) -> None:
         if pod.running < pod.batch:
-            start(request, now)
+            start(pod, request, now)
         else:
             pod.queue.append(request)
 
-    def may_send(priority: int, now: float) -> bool:
-        if len(pod.queue) > scenario.queue_threshold:
-            return False  # the scheduler answers SATURATED
-        utilisation = min(1.0, len(pod.queue) / (scenario.queue_threshold + 1))
-        return controller.admits(priority, utilisation) and controller.admits_to(
-            priority, pod.load(now), now=now
-        )
+    def loads(now: float) -> dict[str, EndpointLoad]:
+        each = {key: pod.load(now) for key, pod in pods.items()}
+        rates = [load.completion_rate for load in each.values() if load.completion_rate is not None]
+        pool = sum(rates) if rates else None
+        return {key: dataclasses.replace(load, pool_completion_rate=pool) for key, load in each.items()}
+
+    def placed(priority: int, now: float) -> _Pod | None:
+        """The pod a request of ``priority`` goes to now, or ``None`` when it must wait."""
+        open_pods = [key for key, pod in pods.items() if len(pod.queue) <= scenario.queue_threshold]
+        if not open_pods:
+            return None  # the scheduler answers SATURATED
+        utilisation = sum(
+            min(1.0, len(pod.queue) / (scenario.queue_threshold + 1)) for pod in pods.values()
+        ) / len(pods)
+        if not controller.admits(priority, utilisation):
+            return None
+        now_loads = loads(now)
+        if not any(controller.admits_to(priority, load, now=now) for load in now_loads.values()):
+            return None
+        ranking.shuffle(open_pods)
+        pick = open_pods[0]
+        if steer and controller.steers(priority):
+            pick = least_wait(open_pods, now_loads) or pick
+        return pods[pick] if controller.admits_to(priority, now_loads[pick], now=now) else None
 
     def pump(now: float) -> None:
-        while (item := controller.peek(now)) is not None and may_send(item.priority, now):
+        while (item := controller.peek(now)) is not None and (pod := placed(item.priority, now)) is not None:
             controller.take(item, now)
-            send(by_index[int(item.request_id)], now)
+            send(pod, by_index[int(item.request_id)], now)
 
     while events:
         now, kind, index = heapq.heappop(events)
         outcome.shed.update(int(s.request.request_id) for s in controller.expire(now))
         if kind == _FINISH:
+            pod = where.pop(index)
             pod.running -= 1
-            pod.capacity.observe(now, pod.running)
             pod.finished.append(now)
+            pod.capacity.observe(now, pod.running)
             if pod.queue:
-                start(pod.queue.popleft(), now)
+                start(pod, pod.queue.popleft(), now)
             pump(now)
             continue
         request = by_index[index]
         controller.arrived(request.priority, now)
-        if not controller.queued_at_or_above(request.priority) and may_send(request.priority, now):
-            send(request, now)
-            continue
+        if not controller.queued_at_or_above(request.priority):
+            target = placed(request.priority, now)
+            if target is not None:
+                send(target, request, now)
+                continue
         offer = controller.offer(
             request_id=str(index), priority=request.priority, tenant=request.tenant, size_bytes=1024, now=now
         )
@@ -214,17 +258,19 @@ class PodRow:
     started_per_capacity: float
 
 
-def pod_rows(scenario: PodScenario, seed: int) -> tuple[list[PodRow], float | None]:
+def pod_rows(
+    scenario: PodScenario, seed: int, arms: Sequence[str] = POD_ARMS
+) -> tuple[list[PodRow], float | None]:
     """One row per arm under overload, and the unloaded Critical P99 TTFT (``slot-wait``)."""
     requests = pod_arrivals(scenario, seed)
-    rows = [_row(arm, scenario, requests) for arm in POD_ARMS]
+    rows = [_row(arm, scenario, requests, seed) for arm in arms]
     calm_scenario = dataclasses.replace(scenario, load=UNLOADED)
-    calm = _row("slot-wait", calm_scenario, pod_arrivals(calm_scenario, seed))
+    calm = _row("slot-wait", calm_scenario, pod_arrivals(calm_scenario, seed), seed)
     return rows, calm.critical_p99_s
 
 
-def _row(arm: str, scenario: PodScenario, requests: Sequence[Arrival]) -> PodRow:
-    outcome = simulate_pod(scenario, requests, arm_settings(arm))
+def _row(arm: str, scenario: PodScenario, requests: Sequence[Arrival], seed: int) -> PodRow:
+    outcome = simulate_pod(scenario, requests, arm_settings(arm), steer=arm != "no-steer", seed=seed)
     critical = sorted(
         outcome.ttft_s[r.index] for r in requests if r.priority == CRITICAL and r.index in outcome.ttft_s
     )
@@ -236,14 +282,15 @@ def _row(arm: str, scenario: PodScenario, requests: Sequence[Arrival]) -> PodRow
     return PodRow(arm, percentile(critical, 99) if critical else None, served, rate / scenario.capacity_rps)
 
 
-def pod_markdown(scenario: PodScenario, seed: int) -> str:
+def pod_markdown(scenario: PodScenario, seed: int, arms: Sequence[str] = POD_ARMS) -> str:
     """The pod model's table: Critical P99 against the unloaded one, what each band was served."""
-    rows, calm_p99 = pod_rows(scenario, seed)
+    rows, calm_p99 = pod_rows(scenario, seed, arms)
+    title = "One pod" if scenario.pods == 1 else f"{scenario.pods} pods, each"
     lines = [
         "",
-        f"## One pod with its own batch and queue (seed {seed})",
+        f"## {title} with its own batch and queue (seed {seed})",
         "",
-        f"Pod: batch {scenario.batch}, capacity {scenario.capacity_rps:.1f} req/s, offered "
+        f"Pods: {scenario.pods}, batch {scenario.batch}, capacity {scenario.capacity_rps:.1f} req/s, offered "
         f"{scenario.load:.0%} of it for {scenario.duration_s:g} s. Unloaded ({UNLOADED:.0%}) Critical "
         f"P99 TTFT: {'-' if calm_p99 is None else f'{calm_p99:.3f}'} s.",
         "",
