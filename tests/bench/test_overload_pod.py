@@ -16,6 +16,8 @@ from igw.bench.overload_pod import (
     pod_markdown,
     pod_rows,
     simulate_pod,
+    slot_wait_markdown,
+    with_slot_wait,
 )
 from igw.scheduling.flow_control import STANDARD
 
@@ -87,3 +89,13 @@ def test_two_pod_markdown_names_the_pods_and_the_steering_arms() -> None:
     text = pod_markdown(dataclasses.replace(TWO_PODS, duration_s=10.0), seed=2, arms=STEER_ARMS)
     assert "## 2 pods, each with its own batch and queue (seed 2)" in text
     assert all(f"| {arm} |" in text for arm in STEER_ARMS)
+
+
+def test_the_slot_wait_sweep_marks_the_default_and_a_longer_wait_keeps_fewer_slots() -> None:
+    text = slot_wait_markdown(PodScenario(duration_s=20.0), seed=1, waits=(0.005, 0.015, 0.100))
+    assert "| 15 ms (default) |" in text
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ") and " ms" in line]
+    started = [float(row[-1].rstrip(" |%")) for row in rows]
+    assert len(started) == 3
+    assert started[0] <= started[2]  # tolerating a longer wait keeps fewer slots: more of the pod used
+    assert with_slot_wait(0.1).bands[STANDARD].slot_wait_s == 0.1

@@ -34,6 +34,8 @@ from igw.bench.overload_des import BAND_NAMES, DEFAULT_MIX, Arrival, TrafficClas
 from igw.bench.stats import percentile
 from igw.scheduling.flow_control import (
     CRITICAL,
+    DEFAULT_SLOT_WAIT_S,
+    STANDARD,
     CapacityEstimate,
     EndpointLoad,
     FlowController,
@@ -42,6 +44,8 @@ from igw.scheduling.flow_control import (
 )
 
 POD_ARMS: Final = ("slot-wait", "fixed-slot", "no-places")
+SLOT_WAITS_S: Final = (0.005, 0.010, 0.015, 0.025)
+"""The values of Standard's ``slotWait`` the sweep table compares (the default among them)."""
 STEER_ARMS: Final = ("slot-wait", "no-steer")
 """The arms of the several-pod variant: the defaults, and the same without sending Critical to the
 pod with the smallest predicted wait (the scheduler's pick stands)."""
@@ -270,7 +274,18 @@ def pod_rows(
 
 
 def _row(arm: str, scenario: PodScenario, requests: Sequence[Arrival], seed: int) -> PodRow:
-    outcome = simulate_pod(scenario, requests, arm_settings(arm), steer=arm != "no-steer", seed=seed)
+    return _measured(scenario, requests, arm_settings(arm), seed, arm=arm)
+
+
+def _measured(
+    scenario: PodScenario,
+    requests: Sequence[Arrival],
+    settings: FlowControlSettings,
+    seed: int,
+    *,
+    arm: str = "slot-wait",
+) -> PodRow:
+    outcome = simulate_pod(scenario, requests, settings, steer=arm != "no-steer", seed=seed)
     critical = sorted(
         outcome.ttft_s[r.index] for r in requests if r.priority == CRITICAL and r.index in outcome.ttft_s
     )
@@ -306,3 +321,46 @@ def pod_markdown(scenario: PodScenario, seed: int, arms: Sequence[str] = POD_ARM
             f"| {r.served['Sheddable']:.1%} | {r.started_per_capacity:.1%} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def with_slot_wait(slot_wait_s: float) -> FlowControlSettings:
+    """The default bands with Standard's ``slotWait`` set to ``slot_wait_s``."""
+    settings = FlowControlSettings()
+    bands = dict(settings.bands)
+    bands[STANDARD] = dataclasses.replace(bands[STANDARD], slot_wait_s=slot_wait_s)
+    return dataclasses.replace(settings, bands=bands)
+
+
+def slot_wait_markdown(scenario: PodScenario, seed: int, waits: Sequence[float] = SLOT_WAITS_S) -> str:
+    """Critical's P99 against the unloaded one, and the pod used, for each ``slotWait`` of Standard
+    (the measurements behind its default)."""
+    requests = pod_arrivals(scenario, seed)
+    calm_scenario = dataclasses.replace(scenario, load=UNLOADED)
+    calm_requests = pod_arrivals(calm_scenario, seed)
+    lines = [
+        "",
+        f"## Standard's slotWait, one pod (seed {seed})",
+        "",
+        "| slotWait | Critical P99 TTFT s | unloaded s | / unloaded | Standard served | started / capacity |",
+        "|---|---|---|---|---|---|",
+    ]
+    for wait in waits:
+        settings = with_slot_wait(wait)
+        hot = _measured(scenario, requests, settings, seed)
+        calm = _measured(calm_scenario, calm_requests, settings, seed)
+        ratio = (
+            "-"
+            if hot.critical_p99_s is None or not calm.critical_p99_s
+            else (f"{hot.critical_p99_s / calm.critical_p99_s:.2f}x")
+        )
+        default = " (default)" if wait == DEFAULT_SLOT_WAIT_S else ""
+        p99s = f"{_seconds(hot.critical_p99_s)} | {_seconds(calm.critical_p99_s)}"
+        lines.append(
+            f"| {wait * 1000:g} ms{default} | {p99s} "
+            f"| {ratio} | {hot.served['Standard']:.1%} | {hot.started_per_capacity:.1%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
