@@ -469,7 +469,7 @@ class FlowGates:
         """
         now = self.clock()
         prior = self.settings.assumed_batch if self.settings is not None else None
-        loads: dict[EndpointKey, EndpointLoad] = {}
+        loads: dict[EndpointKey, tuple[EndpointLoad, float | None]] = {}
         for key, sample in samples.items():
             seen = self._scraped.get(key)
             if sample.scraped_at is not None and (seen is None or seen.scraped_at != sample.scraped_at):
@@ -480,17 +480,26 @@ class FlowGates:
                 load = sample.load(prior, None)
             else:
                 load = sample.load(seen.batch.size(prior), seen.inflight)
+            rate = sample.completion_rate
             if load.batch is not None:
                 estimate = self._capacity.get(key)
                 if estimate is None:
                     estimate = self._capacity[key] = CapacityEstimate()
                 estimate.observe(now, min(load.occupancy, load.batch))
-                rate = estimate.capacity(now, completion_rate=sample.completion_rate, batch=load.batch)
-                load = dataclasses.replace(load, completion_rate=rate)
-            loads[key] = load
-        rates = [load.completion_rate for load in loads.values() if load.completion_rate is not None]
+                rate = estimate.capacity(now, completion_rate=rate, batch=load.batch)
+            loads[key] = (load, rate)
+        rates = [rate for _, rate in loads.values() if rate is not None]
         pool_rate = sum(rates) if rates else None
-        return {key: dataclasses.replace(load, pool_completion_rate=pool_rate) for key, load in loads.items()}
+        return {
+            key: EndpointLoad(
+                waiting=load.waiting,
+                occupancy=load.occupancy,
+                batch=load.batch,
+                completion_rate=rate,
+                pool_completion_rate=pool_rate,
+            )
+            for key, (load, rate) in loads.items()
+        }
 
     def forget(self, endpoints: Sequence[EndpointKey]) -> None:
         """Drop what was learned of endpoints that left their pool (a returning one starts afresh)."""
