@@ -306,8 +306,7 @@ class FlowGates:
 
     def steers(self, priority: int) -> bool:
         """Whether :meth:`steer` may move requests of ``priority`` (the top band; flow control on)."""
-        controller_settings = self.settings
-        return controller_settings is not None and priority >= max(controller_settings.bands)
+        return self.settings is not None and self.settings.steers(priority)
 
     def steer(
         self, decision: RoutingDecision, endpoints: Mapping[EndpointKey, EndpointSample]

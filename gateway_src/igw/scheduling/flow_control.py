@@ -315,6 +315,12 @@ class FlowControlSettings:
         if self.assumed_batch is not None and self.assumed_batch < 1:
             raise FlowControlError(f"flowControl.assumedBatch must be at least 1, got {self.assumed_batch}")
 
+    def steers(self, priority: int) -> bool:
+        """Whether requests of ``priority`` go to the endpoint with the smallest predicted wait
+        (:func:`least_wait`): those of the top configured band, for which the lower bands keep
+        their places."""
+        return priority >= max(self.bands)
+
     def limits_for(self, priority: int) -> BandLimits:
         """The band's own limits, else those of the nearest configured priority (ties: the lower)."""
         exact = self.bands.get(priority)
@@ -783,9 +789,8 @@ class FlowController:
 
     def steers(self, priority: int) -> bool:
         """Whether requests of ``priority`` go to the endpoint with the smallest predicted wait
-        (:func:`least_wait`): those of the top configured band, for which the lower bands keep
-        their places."""
-        return priority >= max(self.settings.bands)
+        (:meth:`FlowControlSettings.steers`)."""
+        return self.settings.steers(priority)
 
     def arrived(self, priority: int, now: float) -> None:
         """Count one arrival of ``priority`` (every arrival, queued or not) for the arrival rates."""
