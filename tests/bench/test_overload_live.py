@@ -6,7 +6,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from igw.bench.overload_live import ARM_BANDS, LiveArm, gateway_config, live_requests, run_live_overload
+from igw.bench.overload_live import (
+    ARM_BANDS,
+    MAX_NUM_SEQS,
+    LiveArm,
+    gateway_config,
+    live_requests,
+    run_live_overload,
+)
 from igw.bench.overload_report import completed_rps, live_items, live_markdown, rows_for
 from igw.bench.stats import RequestSample
 from igw.scheduling.flow_control import FlowControlSettings
@@ -65,6 +72,12 @@ def test_the_fixed_slot_arm_differs_from_the_defaults_only_by_the_slot_wait() ->
     for priority, limits in defaults.bands.items():
         assert fixed.bands[priority] == dataclasses.replace(limits, slot_wait_s=None)
     assert any(limits.slot_wait_s for limits in defaults.bands.values())
+
+
+def test_every_flow_control_arm_assumes_the_pods_configured_batch() -> None:
+    # Without it no slot is kept before the gate has seen the pod full (the first seconds).
+    for arm in (None, *ARM_BANDS):
+        assert _arm_settings(arm).assumed_batch == MAX_NUM_SEQS
 
 
 def test_completed_rate_credits_only_answers_within_the_offered_period() -> None:

@@ -3,16 +3,21 @@ and first-come queue, in virtual time."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from igw.bench.overload_pod import (
     POD_ARMS,
+    STEER_ARMS,
     PodScenario,
     arm_settings,
     pod_arrivals,
     pod_markdown,
     pod_rows,
     simulate_pod,
+    slot_wait_markdown,
+    with_slot_wait,
 )
 from igw.scheduling.flow_control import STANDARD
 
@@ -47,7 +52,7 @@ def test_arms_differ_only_in_their_per_endpoint_places() -> None:
     assert arm_settings("fixed-slot").bands[STANDARD].keep_slots == 1
     no_places = arm_settings("no-places").bands[STANDARD]
     assert (no_places.keep_slots, no_places.max_endpoint_queue) == (0, None)
-    with pytest.raises(ValueError, match="slot-wait, fixed-slot, no-places"):
+    with pytest.raises(ValueError, match="slot-wait, fixed-slot, no-places, no-steer"):
         arm_settings("other")
 
 
@@ -55,3 +60,42 @@ def test_markdown_has_one_row_per_arm() -> None:
     text = pod_markdown(PodScenario(duration_s=10.0), seed=2)
     assert all(f"| {arm} |" in text for arm in POD_ARMS)
     assert "Unloaded (50%) Critical P99 TTFT" in text
+
+
+TWO_PODS = PodScenario(duration_s=30.0, pods=2)
+
+
+@pytest.mark.parametrize("steer", [True, False])
+def test_two_pods_serve_or_shed_every_request_once_within_each_batch(steer: bool) -> None:
+    requests = pod_arrivals(TWO_PODS, seed=2)
+    outcome = simulate_pod(TWO_PODS, requests, arm_settings("slot-wait"), steer=steer, seed=2)
+    assert not outcome.shed & outcome.ttft_s.keys()
+    assert outcome.shed | outcome.ttft_s.keys() == {r.index for r in requests}
+    assert outcome.most_running == TWO_PODS.batch
+
+
+def test_critical_sent_to_the_pod_with_the_shortest_predicted_wait_has_the_shorter_tail() -> None:
+    rows, calm_p99 = pod_rows(TWO_PODS, seed=2, arms=STEER_ARMS)
+    by_arm = {r.arm: r for r in rows}
+    steered, ranked = by_arm["slot-wait"].critical_p99_s, by_arm["no-steer"].critical_p99_s
+    assert steered is not None
+    assert ranked is not None
+    assert calm_p99 is not None
+    assert steered < ranked  # the scheduler's pick, blind to free slots, lands on full pods
+    assert steered <= 2 * calm_p99
+
+
+def test_two_pod_markdown_names_the_pods_and_the_steering_arms() -> None:
+    text = pod_markdown(dataclasses.replace(TWO_PODS, duration_s=10.0), seed=2, arms=STEER_ARMS)
+    assert "## 2 pods, each with its own batch and queue (seed 2)" in text
+    assert all(f"| {arm} |" in text for arm in STEER_ARMS)
+
+
+def test_the_slot_wait_sweep_marks_the_default_and_a_longer_wait_keeps_fewer_slots() -> None:
+    text = slot_wait_markdown(PodScenario(duration_s=20.0), seed=1, waits=(0.005, 0.015, 0.100))
+    assert "| 15 ms (default) |" in text
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ") and " ms" in line]
+    started = [float(row[-1].rstrip(" |%")) for row in rows]
+    assert len(started) == 3
+    assert started[0] <= started[2]  # tolerating a longer wait keeps fewer slots: more of the pod used
+    assert with_slot_wait(0.1).bands[STANDARD].slot_wait_s == 0.1

@@ -211,3 +211,23 @@ async def test_lower_bands_keep_a_batch_slot_for_critical_once_the_pod_was_seen_
         status, _, _ = await asyncio.wait_for(standard, timeout=15)
         assert status == 200
         assert len(a.received) == 4
+
+
+async def test_critical_goes_to_the_pod_with_a_free_batch_slot_the_scheduler_did_not_rank_first(
+    gateway: Any,
+) -> None:
+    # Pod a runs its whole batch (8 of the assumed 8) with a nearly empty KV cache, pod b runs 2 with
+    # a fuller one: the scheduler ranks a first, where a Critical request would wait for a sequence
+    # to finish; the top band goes to b, which has free slots. A Standard request keeps the pick.
+    bands = [{"priority": 10, "ttl": "60s"}, {"priority": 0, "ttl": "60s"}]
+    async with (
+        running(FakeModelServer("a", running=8, kv=0.05), FakeModelServer("b", running=2, kv=0.7)) as (a, b),
+        gateway(doc(bands=bands, assumedBatch=8), {"pool": [a.key, b.key]}) as gw,
+    ):
+        await wait_for(lambda: a.scrapes > 0 and b.scrapes > 0, what="both pods scraped")
+        status, _, _ = await send(gw, None)
+        assert status == 200
+        assert (len(a.received), len(b.received)) == (1, 0)  # Standard: the scheduler's pick
+        status, _, _ = await send(gw, "chat")
+        assert status == 200
+        assert (len(a.received), len(b.received)) == (1, 1)  # Critical: the pod with a free slot

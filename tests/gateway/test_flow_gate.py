@@ -441,7 +441,9 @@ def test_kept_slots_grow_with_the_critical_arrivals_the_gate_has_seen() -> None:
     for i in range(114):  # Critical at 11.4 requests/s (30 % of the pod's 37.7 completions/s)
         clock[0] = 0.2 + i / 11.4
         assert not held(CRITICAL, 0, 6)
-    assert held(STANDARD, 0, 5)  # three slots kept: a Critical arrival waits > 25 ms under 1 %
+    # The pod ran 6 of 8 slots while completing 37.7/s: its capacity is 50/s, Critical 23 % of it,
+    # and three kept slots hold a Critical arrival's wait over 15 ms under 1 %.
+    assert held(STANDARD, 0, 5)
     assert not held(STANDARD, 0, 4)
 
 
@@ -531,3 +533,73 @@ async def test_a_failing_pass_is_retried_and_ttls_still_hold() -> None:
     result = await asyncio.wait_for(task, timeout=10)
     assert isinstance(result, Refused)
     assert result.reason.value == "ttl_expired"
+
+
+@pytest.mark.parametrize(("assumed", "running", "held"), [(None, 7, False), (8, 6, False), (8, 7, True)])
+def test_the_assumed_batch_keeps_a_slot_before_the_pod_is_seen_full(
+    assumed: int | None, running: int, held: bool
+) -> None:
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: 0.0)
+    gates.configure(FlowControlSettings(assumed_batch=assumed), retry_after_bounds=(1, 30))
+    sample = EndpointSample(waiting=0, running=running, inflight=running, scraped_at=0.0)
+    assert gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample}) is held
+
+
+def test_a_scrape_running_more_than_the_assumed_batch_raises_it() -> None:
+    clock = [0.0]
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    gates.configure(FlowControlSettings(assumed_batch=8), retry_after_bounds=(1, 30))
+
+    def held(running: int, inflight: int) -> bool:
+        clock[0] += 0.05
+        sample = EndpointSample(waiting=0, running=running, inflight=inflight, scraped_at=clock[0])
+        return gates.must_wait("pool", priority=STANDARD, utilisation=0.1, endpoints={"a:1": sample})
+
+    assert held(7, 7)  # 7 of the assumed 8: the last slot is kept
+    assert held(10, 10)  # the pod ran 10 at once (its batch is 10, and all are taken)
+    assert not held(8, 8)  # 8 of 10 leaves two free: one for this request, one kept
+    assert held(9, 9)
+
+
+def test_kept_slots_are_sized_from_the_pods_capacity_not_its_held_back_rate() -> None:
+    clock = [0.0]
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    standard = BandLimits(
+        max_requests=10, max_bytes=1 << 20, ttl_s=30.0, max_endpoint_queue=2, keep_slots=1, slot_wait_s=0.025
+    )
+    critical = BandLimits(max_requests=10, max_bytes=1 << 20, ttl_s=30.0)
+    settings = FlowControlSettings(bands={CRITICAL: critical, STANDARD: standard}, assumed_batch=8)
+    gates.configure(settings, retry_after_bounds=(1, 30))
+
+    def held(priority: int, running: int) -> bool:
+        sample = EndpointSample(
+            waiting=0, running=running, inflight=running, scraped_at=clock[0], completion_rate=18.85
+        )
+        return gates.must_wait("pool", priority=priority, utilisation=0.1, endpoints={"a:1": sample})
+
+    for i in range(115):  # Critical at 11.4/s while the pod runs 4 of 8 and completes 18.85/s
+        clock[0] = i / 11.4
+        assert not held(CRITICAL, 4)
+    # Capacity 18.85 * 8 / 4 = 37.7/s: Critical is 30 % of it and three slots are kept (from the
+    # counted 18.85/s, 60 %, it would be half the batch and 4 running would be held).
+    assert not held(STANDARD, 4)
+    assert held(STANDARD, 5)
+
+
+def test_steer_sends_critical_to_the_candidate_with_a_free_slot() -> None:
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: 0.0)
+    gates.configure(FlowControlSettings(assumed_batch=8), retry_after_bounds=(1, 30))
+    endpoints = {
+        "a:1": EndpointSample(waiting=0, running=8, inflight=8, scraped_at=0.0),
+        "b:1": EndpointSample(waiting=0, running=5, inflight=5, scraped_at=0.0),
+    }
+    picked = RoutingDecision(kind=DecisionKind.PICKED, endpoint="a:1", fallbacks=("b:1",))
+    steered = gates.steer(picked, endpoints)
+    assert (steered.endpoint, steered.fallbacks) == ("b:1", ("a:1",))
+    assert gates.steer(
+        RoutingDecision(kind=DecisionKind.PICKED, endpoint="b:1", fallbacks=("a:1",)), endpoints
+    ) == (RoutingDecision(kind=DecisionKind.PICKED, endpoint="b:1", fallbacks=("a:1",)))
+    assert gates.steers(CRITICAL)
+    assert not gates.steers(STANDARD)
+    gates.configure(None, retry_after_bounds=(1, 30))
+    assert not gates.steers(CRITICAL)  # flow control off: the scheduler's pick stands

@@ -92,3 +92,18 @@ def test_annotated_view_keeps_every_other_field() -> None:
     assert {f.name for f in dataclasses.fields(EndpointView)} == set(values)
     view = EndpointView(**values)  # type: ignore[arg-type]
     assert _with_unreflected(view, 4) == dataclasses.replace(view, unreflected_dispatches=4)
+
+
+def test_a_moved_dispatch_counts_at_its_new_endpoint_only() -> None:
+    # Flow control sends a Critical pick to another candidate: the pick's endpoint must not carry it
+    # as phantom load until its next scrape.
+    ledger = DispatchLedger(horizon_s=1.0)
+    ledger.record("e1", now=0.10)
+    ledger.record("e1", now=0.12)
+    ledger.move("e1", "e2", now=0.12)
+    assert ledger.unreflected(ep("e1", scraped_at=0.0), now=0.13) == 1
+    assert ledger.unreflected(ep("e2", scraped_at=0.0), now=0.13) == 1
+    ledger.move("e1", "e2", now=0.13)
+    ledger.move("e1", "e2", now=0.13)  # nothing left at e1: only counted at e2
+    assert ledger.unreflected(ep("e1", scraped_at=0.0), now=0.14) == 0
+    assert ledger.unreflected(ep("e2", scraped_at=0.0), now=0.14) == 3

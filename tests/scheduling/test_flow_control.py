@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from igw.scheduling.flow_control import (
     STANDARD,
     BandLimits,
     BatchEstimate,
+    CapacityEstimate,
     EndpointLoad,
     Fairness,
     FlowControlError,
@@ -21,6 +23,8 @@ from igw.scheduling.flow_control import (
     Offer,
     Ordering,
     ShedReason,
+    least_wait,
+    predicted_wait_s,
     priority_for,
     slot_miss,
     slots_for_wait,
@@ -607,13 +611,16 @@ def test_default_standard_keeps_the_slots_measured_critical_traffic_needs_and_sh
         fc.arrived(CRITICAL, i / 11.4)
     now = 114 / 11.4
     assert fc.arrival_rate_above(STANDARD, now) == pytest.approx(11.4, rel=0.02)
-    assert fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 3
-    assert fc.slots_kept(SHEDDABLE, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 3
+    # The default 15 ms tail at 30 % of the pod's completions needs half the batch (the cap).
+    assert fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 4
+    assert fc.slots_kept(SHEDDABLE, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 4
     assert fc.slots_kept(CRITICAL, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 0
-    assert [fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=n, **pod), now=now) for n in (4, 5)] == [
+    assert [fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=n, **pod), now=now) for n in (3, 4)] == [
         True,
         False,
     ]
+    faster = {**pod, "completion_rate": 50.0, "pool_completion_rate": 50.0}  # a pod that can do more
+    assert fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **faster), now=now) == 3
     assert fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=6, batch=8), now=now)  # no rates: 1 slot
     assert (
         fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=now + 11) == 1
@@ -626,7 +633,7 @@ def test_slot_wait_is_read_from_the_extension_and_must_be_positive() -> None:
     assert validate_document(_flow_doc(raw)) == []
     s = FlowControlSettings.from_extension(raw)
     assert (s.bands[1].slot_wait_s, s.bands[0].slot_wait_s) == (None, pytest.approx(0.04))
-    assert FlowControlSettings().bands[STANDARD].slot_wait_s == pytest.approx(0.025)
+    assert FlowControlSettings().bands[STANDARD].slot_wait_s == pytest.approx(0.015)
     assert FlowControlSettings().bands[SHEDDABLE].slot_wait_s is None
     problems = validate_document(_flow_doc({"bands": [{"priority": 0, "slotWait": "soon"}]}))
     assert "spec.extensions.flowControl.bands[0].slotWait" in {p.path for p in problems}
@@ -671,3 +678,121 @@ def test_a_lower_band_keeping_fewer_places_than_a_higher_one_is_refused_naming_t
         _settings(bands={STANDARD: BandLimits(**small, max_endpoint_queue=0)})
     with pytest.raises(FlowControlError, match=r"bands\[0\]\.keepSlots must be at least 0"):
         _settings(bands={STANDARD: BandLimits(**small, keep_slots=-1)})
+
+
+@pytest.mark.parametrize(
+    ("scrapes", "prior", "size"),
+    [
+        ([], None, None),  # nothing known, nothing assumed: no slot is kept
+        ([], 8, 8),  # the configured max_num_seqs, before the first scrape
+        ([(0, 5)], 8, 8),  # 5 running says nothing against the prior
+        ([(0, 10)], 8, 10),  # a pod seen running 10 can run 10: a prior of 8 is too small
+        ([(1, 6), (1, 6)], 8, 6),  # seen full at 6 (a queue in two scrapes): the scrapes win
+        ([(1, 6), (1, 6)], None, 6),
+        ([(1, 6), (1, 6), (0, 9)], 8, 9),  # the learned batch is raised as before
+    ],
+)
+def test_the_assumed_batch_covers_the_time_before_the_endpoint_is_seen_full(
+    scrapes: list[tuple[int, int]], prior: int | None, size: int | None
+) -> None:
+    estimate = BatchEstimate()
+    for waiting, running in scrapes:
+        estimate = estimate.after_scrape(waiting=waiting, running=running)
+    assert estimate.size(prior) == size
+
+
+def test_assumed_batch_is_read_from_the_extension_and_must_be_positive() -> None:
+    assert FlowControlSettings().assumed_batch is None
+    assert validate_document(_flow_doc({"assumedBatch": 8})) == []
+    assert FlowControlSettings.from_extension({"assumedBatch": 8}).assumed_batch == 8
+    problems = validate_document(_flow_doc({"assumedBatch": 0}))
+    assert "spec.extensions.flowControl.assumedBatch" in {p.path for p in problems}
+    with pytest.raises(FlowControlError, match=r"flowControl\.assumedBatch must be at least 1, got 0"):
+        FlowControlSettings(assumed_batch=0)
+
+
+@pytest.mark.parametrize(
+    ("steps", "now", "rate", "batch", "capacity"),
+    [
+        # Half the batch busy for 10 s while 20 completed per second: each slot completes 5/s, so
+        # the full batch of 8 would complete 40/s.
+        ([(0.0, 4), (10.0, 4)], 10.0, 20.0, 8, 40.0),
+        ([(0.0, 8)], 10.0, 40.0, 8, 40.0),  # full all along: the counted rate is the capacity
+        ([(0.0, 0), (5.0, 4)], 15.0, 20.0, 8, 40.0),  # the window starts with the first busy slot
+        ([(0.0, 8), (30.0, 2)], 60.0, 10.0, 8, 40.0),  # only the last 30 s count
+        ([(0.0, 8), (20.0, 2)], 40.0, 20.0, 8, 40.0),  # a step reaching back past the window is cut
+        ([(0.0, 2), (5.0, 6), (10.0, 4)], 10.0, 20.0, 8, 40.0),  # mean busy 4 over the steps
+        ([(0.0, 1)], 0.5, 10.0, 8, 10.0),  # under a busy slot-second: the counted rate as it is
+        ([(0.0, 4)], 10.0, None, 8, None),  # nothing completed yet
+        ([(0.0, 4)], 10.0, 20.0, None, 20.0),  # batch unknown
+        ([(0.0, 12)], 10.0, 40.0, 8, 40.0),  # occupancy past the batch: never below the count
+    ],
+)
+def test_capacity_is_the_counted_rate_over_the_time_averaged_busy_slots(
+    steps: list[tuple[float, int]], now: float, rate: float | None, batch: int | None, capacity: float | None
+) -> None:
+    estimate = CapacityEstimate(window_s=30.0)
+    for at, busy in steps:
+        estimate.observe(at, busy)
+    got = estimate.capacity(now, completion_rate=rate, batch=batch)
+    assert got == (None if capacity is None else pytest.approx(capacity))
+
+
+def test_capacity_keeps_fewer_slots_than_the_rate_of_a_held_back_pod() -> None:
+    # An 8-sequence pod held at half its batch completes 18.85/s; counted like that, Critical at
+    # 11.4/s looks like 60 % of the pod and half the batch is kept. Its capacity is 37.7/s (30 %).
+    estimate = CapacityEstimate()
+    estimate.observe(0.0, 4)
+    capacity = estimate.capacity(10.0, completion_rate=18.85, batch=8)
+    assert capacity == pytest.approx(37.7)
+    kept = [
+        slots_for_wait(higher_rate=11.4, completion_rate=r, pool_completion_rate=r, wait_s=0.025, most=4)
+        for r in (18.85, capacity)
+    ]
+    assert kept == [4, 3]
+
+
+@pytest.mark.parametrize(
+    ("waiting", "occupancy", "batch", "rate", "wait"),
+    [
+        (0, 6, 8, 40.0, 0.0),  # a free slot: no wait
+        (0, 8, 8, 40.0, 0.025),  # full: the next completion, at 40/s
+        (2, 10, 8, 40.0, 0.075),  # two queued ahead, then the next completion
+        (0, 8, 8, None, math.inf),  # full, completion rate unknown
+        (3, 3, None, 20.0, 0.2),  # batch unknown: the scraped queue stands for those ahead
+        (0, 3, None, 20.0, 0.0),
+    ],
+)
+def test_predicted_wait_is_the_requests_ahead_at_the_completion_rate(
+    waiting: int, occupancy: int, batch: int | None, rate: float | None, wait: float
+) -> None:
+    load = EndpointLoad(waiting=waiting, occupancy=occupancy, batch=batch, completion_rate=rate)
+    assert predicted_wait_s(load) == pytest.approx(wait)
+
+
+def _at(occupancy: int, rate: float | None = 40.0) -> EndpointLoad:
+    return EndpointLoad(waiting=max(0, occupancy - 8), occupancy=occupancy, batch=8, completion_rate=rate)
+
+
+@pytest.mark.parametrize(
+    ("loads", "moved_to"),
+    [
+        ({"a": _at(8), "b": _at(5)}, "b"),  # the pick is full, a fallback has a free slot
+        ({"a": _at(5), "b": _at(2)}, None),  # the pick has a free slot: the scheduler's choice stands
+        ({"a": _at(10), "b": _at(9), "c": _at(9)}, "b"),  # shorter wait; on a tie the better ranked
+        ({"a": _at(9), "b": _at(9, rate=80.0)}, "b"),  # the same queue at a faster endpoint
+        ({"a": _at(8, rate=None), "b": _at(9, rate=None)}, None),  # rates unknown: fewer ahead wins
+        ({"a": _at(9, rate=None), "b": _at(8, rate=None)}, "b"),
+        ({"b": _at(5)}, None),  # the pick has no load (no fresh scrape): nothing to compare
+        ({"a": _at(8)}, None),  # no other candidate with a load
+    ],
+)
+def test_least_wait_moves_a_pick_only_to_a_strictly_shorter_predicted_wait(
+    loads: dict[str, EndpointLoad], moved_to: str | None
+) -> None:
+    assert least_wait(("a", "b", "c"), loads) == moved_to
+
+
+def test_only_the_top_band_is_steered() -> None:
+    fc = FlowController(FlowControlSettings())
+    assert [fc.steers(p) for p in (CRITICAL, 5, STANDARD, SHEDDABLE)] == [True, True, False, False]

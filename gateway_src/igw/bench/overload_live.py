@@ -149,7 +149,9 @@ def gateway_config(*, flow_control: bool, bands: Sequence[Mapping[str, Any]] | N
     """``igw serve``'s configuration for one arm: flow control with the default bands, or ``bands``."""
     extensions: dict[str, Any] = {"routing": {"scrapeInterval": "50ms", "configReloadInterval": "1s"}}
     if flow_control:
-        extensions["flowControl"] = {"pollInterval": "10ms"}
+        # The pod's configured max_num_seqs, as its operator would state it: slots are kept from
+        # the first request on, not only once the gate has seen the pod full.
+        extensions["flowControl"] = {"pollInterval": "10ms", "assumedBatch": MAX_NUM_SEQS}
         if bands is not None:
             extensions["flowControl"]["bands"] = [dict(b) for b in bands]
     return {

@@ -8,8 +8,9 @@ waiting in its own first-come queue, each sequence holding its slot for a short 
 decode (a fixed number of output tokens); the gateway in front is the real
 :class:`~igw.scheduling.flow_control.FlowController` deciding on every arrival and completion
 whether a request goes to the pod or waits in its band's queue (headroom, per-endpoint places with
-the pod's batch known and its completion rate measured over a sliding window, the higher bands'
-arrival rates counted on arrival, TTL and displacement). What it leaves out: scrape lag and the
+the pod's batch known and its capacity estimated over a sliding window by
+:class:`~igw.scheduling.flow_control.CapacityEstimate`, the higher bands' arrival rates counted on
+arrival, TTL and displacement). What it leaves out: scrape lag and the
 poll interval (the live gateway sees the pod through its own in-flight count, which has no lag,
 and re-checks every ``pollInterval``).
 
@@ -31,9 +32,23 @@ from typing import Final
 
 from igw.bench.overload_des import BAND_NAMES, DEFAULT_MIX, Arrival, TrafficClass, poisson_streams
 from igw.bench.stats import percentile
-from igw.scheduling.flow_control import CRITICAL, EndpointLoad, FlowController, FlowControlSettings
+from igw.scheduling.flow_control import (
+    CRITICAL,
+    DEFAULT_SLOT_WAIT_S,
+    STANDARD,
+    CapacityEstimate,
+    EndpointLoad,
+    FlowController,
+    FlowControlSettings,
+    least_wait,
+)
 
 POD_ARMS: Final = ("slot-wait", "fixed-slot", "no-places")
+SLOT_WAITS_S: Final = (0.005, 0.010, 0.015, 0.025)
+"""The values of Standard's ``slotWait`` the sweep table compares (the default among them)."""
+STEER_ARMS: Final = ("slot-wait", "no-steer")
+"""The arms of the several-pod variant: the defaults, and the same without sending Critical to the
+pod with the smallest predicted wait (the scheduler's pick stands)."""
 COMPLETION_WINDOW_S: Final = 30.0
 """How far back completions count towards the pod's measured completion rate (the gateway's
 default ``drainWindow``)."""
@@ -53,10 +68,12 @@ class PodScenario:
     load: float = 1.5
     duration_s: float = 60.0
     mix: tuple[TrafficClass, ...] = DEFAULT_MIX
+    pods: int = 1
+    """Pods behind the gateway, each with its own batch and queue."""
 
     @property
     def capacity_rps(self) -> float:
-        return self.batch / (sum(self.prefill_s) / 2 + self.decode_s)
+        return self.pods * self.batch / (sum(self.prefill_s) / 2 + self.decode_s)
 
 
 def pod_arrivals(scenario: PodScenario, seed: int) -> list[Arrival]:
@@ -73,7 +90,7 @@ def pod_arrivals(scenario: PodScenario, seed: int) -> list[Arrival]:
 def arm_settings(arm: str) -> FlowControlSettings:
     """The flow-control settings of one arm (see the module docstring)."""
     settings = FlowControlSettings()
-    if arm == "slot-wait":
+    if arm in ("slot-wait", "no-steer"):
         return settings
     if arm == "fixed-slot":
         bands = {p: dataclasses.replace(b, slot_wait_s=None) for p, b in settings.bands.items()}
@@ -83,7 +100,9 @@ def arm_settings(arm: str) -> FlowControlSettings:
             for p, b in settings.bands.items()
         }
     else:
-        raise ValueError(f"unknown pod arm {arm!r}; expected one of {', '.join(POD_ARMS)}")
+        raise ValueError(
+            f"unknown pod arm {arm!r}; expected one of {', '.join((*POD_ARMS, *STEER_ARMS[1:]))}"
+        )
     return dataclasses.replace(settings, bands=bands)
 
 
@@ -109,6 +128,7 @@ class _Pod:
         self.running = 0
         self.queue: deque[Arrival] = deque()
         self.finished: deque[float] = deque()
+        self.capacity = CapacityEstimate(COMPLETION_WINDOW_S)
 
     @property
     def occupancy(self) -> int:
@@ -123,7 +143,7 @@ class _Pod:
 
     def load(self, now: float) -> EndpointLoad:
         occupancy = self.occupancy
-        rate = self.completion_rate(now)
+        rate = self.capacity.capacity(now, completion_rate=self.completion_rate(now), batch=self.batch)
         return EndpointLoad(
             waiting=max(0, occupancy - self.batch),
             occupancy=occupancy,
@@ -134,57 +154,95 @@ class _Pod:
 
 
 def simulate_pod(
-    scenario: PodScenario, requests: Sequence[Arrival], settings: FlowControlSettings
+    scenario: PodScenario,
+    requests: Sequence[Arrival],
+    settings: FlowControlSettings,
+    *,
+    steer: bool = True,
+    seed: int = 0,
 ) -> PodOutcome:
-    """Replay ``requests`` through the gateway's flow control in front of one pod; virtual time."""
+    """Replay ``requests`` through the gateway's flow control in front of ``scenario.pods`` pods;
+    virtual time.
+
+    The scheduler is modelled as ranking the pods that are not saturated in a random order (a
+    stand-in for scorers that look at other things than free batch slots, such as prefix-cache
+    affinity); with ``steer``, a request of the top band then goes to the candidate with the
+    smallest predicted wait (:func:`~igw.scheduling.flow_control.least_wait`), as in the gateway.
+    A pick onto a pod without a place for the band is not sent (the request waits), as in the gate.
+    """
     outcome = PodOutcome()
     controller = FlowController(settings)
-    pod = _Pod(scenario.batch)
+    pods = {f"pod-{i}": _Pod(scenario.batch) for i in range(scenario.pods)}
+    ranking = random.Random(seed)
     by_index = {r.index: r for r in requests}
+    where: dict[int, _Pod] = {}
     events: list[tuple[float, int, int]] = [(r.at, _ARRIVE, r.index) for r in requests]
     heapq.heapify(events)
 
-    def start(request: Arrival, now: float) -> None:
+    def start(pod: _Pod, request: Arrival, now: float) -> None:
         pod.running += 1
+        pod.capacity.observe(now, pod.running)
         outcome.most_running = max(outcome.most_running, pod.running)
         outcome.ttft_s[request.index] = now - request.at + request.prefill_s
         outcome.started_in_window += now < scenario.duration_s
+        where[request.index] = pod
         heapq.heappush(events, (now + request.service_s, _FINISH, request.index))
 
-    def send(request: Arrival, now: float) -> None:
+    def send(pod: _Pod, request: Arrival, now: float) -> None:
         if pod.running < pod.batch:
-            start(request, now)
+            start(pod, request, now)
         else:
             pod.queue.append(request)
 
-    def may_send(priority: int, now: float) -> bool:
-        if len(pod.queue) > scenario.queue_threshold:
-            return False  # the scheduler answers SATURATED
-        utilisation = min(1.0, len(pod.queue) / (scenario.queue_threshold + 1))
-        return controller.admits(priority, utilisation) and controller.admits_to(
-            priority, pod.load(now), now=now
-        )
+    def loads(now: float) -> dict[str, EndpointLoad]:
+        each = {key: pod.load(now) for key, pod in pods.items()}
+        rates = [load.completion_rate for load in each.values() if load.completion_rate is not None]
+        pool = sum(rates) if rates else None
+        return {key: dataclasses.replace(load, pool_completion_rate=pool) for key, load in each.items()}
+
+    def placed(priority: int, now: float) -> _Pod | None:
+        """The pod a request of ``priority`` goes to now, or ``None`` when it must wait."""
+        open_pods = [key for key, pod in pods.items() if len(pod.queue) <= scenario.queue_threshold]
+        if not open_pods:
+            return None  # the scheduler answers SATURATED
+        utilisation = sum(
+            min(1.0, len(pod.queue) / (scenario.queue_threshold + 1)) for pod in pods.values()
+        ) / len(pods)
+        if not controller.admits(priority, utilisation):
+            return None
+        now_loads = loads(now)
+        if not any(controller.admits_to(priority, load, now=now) for load in now_loads.values()):
+            return None
+        ranking.shuffle(open_pods)
+        pick = open_pods[0]
+        if steer and controller.steers(priority):
+            pick = least_wait(open_pods, now_loads) or pick
+        return pods[pick] if controller.admits_to(priority, now_loads[pick], now=now) else None
 
     def pump(now: float) -> None:
-        while (item := controller.peek(now)) is not None and may_send(item.priority, now):
+        while (item := controller.peek(now)) is not None and (pod := placed(item.priority, now)) is not None:
             controller.take(item, now)
-            send(by_index[int(item.request_id)], now)
+            send(pod, by_index[int(item.request_id)], now)
 
     while events:
         now, kind, index = heapq.heappop(events)
         outcome.shed.update(int(s.request.request_id) for s in controller.expire(now))
         if kind == _FINISH:
+            pod = where.pop(index)
             pod.running -= 1
             pod.finished.append(now)
+            pod.capacity.observe(now, pod.running)
             if pod.queue:
-                start(pod.queue.popleft(), now)
+                start(pod, pod.queue.popleft(), now)
             pump(now)
             continue
         request = by_index[index]
         controller.arrived(request.priority, now)
-        if not controller.queued_at_or_above(request.priority) and may_send(request.priority, now):
-            send(request, now)
-            continue
+        if not controller.queued_at_or_above(request.priority):
+            target = placed(request.priority, now)
+            if target is not None:
+                send(target, request, now)
+                continue
         offer = controller.offer(
             request_id=str(index), priority=request.priority, tenant=request.tenant, size_bytes=1024, now=now
         )
@@ -204,17 +262,30 @@ class PodRow:
     started_per_capacity: float
 
 
-def pod_rows(scenario: PodScenario, seed: int) -> tuple[list[PodRow], float | None]:
+def pod_rows(
+    scenario: PodScenario, seed: int, arms: Sequence[str] = POD_ARMS
+) -> tuple[list[PodRow], float | None]:
     """One row per arm under overload, and the unloaded Critical P99 TTFT (``slot-wait``)."""
     requests = pod_arrivals(scenario, seed)
-    rows = [_row(arm, scenario, requests) for arm in POD_ARMS]
+    rows = [_row(arm, scenario, requests, seed) for arm in arms]
     calm_scenario = dataclasses.replace(scenario, load=UNLOADED)
-    calm = _row("slot-wait", calm_scenario, pod_arrivals(calm_scenario, seed))
+    calm = _row("slot-wait", calm_scenario, pod_arrivals(calm_scenario, seed), seed)
     return rows, calm.critical_p99_s
 
 
-def _row(arm: str, scenario: PodScenario, requests: Sequence[Arrival]) -> PodRow:
-    outcome = simulate_pod(scenario, requests, arm_settings(arm))
+def _row(arm: str, scenario: PodScenario, requests: Sequence[Arrival], seed: int) -> PodRow:
+    return _measured(scenario, requests, arm_settings(arm), seed, arm=arm)
+
+
+def _measured(
+    scenario: PodScenario,
+    requests: Sequence[Arrival],
+    settings: FlowControlSettings,
+    seed: int,
+    *,
+    arm: str = "slot-wait",
+) -> PodRow:
+    outcome = simulate_pod(scenario, requests, settings, steer=arm != "no-steer", seed=seed)
     critical = sorted(
         outcome.ttft_s[r.index] for r in requests if r.priority == CRITICAL and r.index in outcome.ttft_s
     )
@@ -226,14 +297,15 @@ def _row(arm: str, scenario: PodScenario, requests: Sequence[Arrival]) -> PodRow
     return PodRow(arm, percentile(critical, 99) if critical else None, served, rate / scenario.capacity_rps)
 
 
-def pod_markdown(scenario: PodScenario, seed: int) -> str:
+def pod_markdown(scenario: PodScenario, seed: int, arms: Sequence[str] = POD_ARMS) -> str:
     """The pod model's table: Critical P99 against the unloaded one, what each band was served."""
-    rows, calm_p99 = pod_rows(scenario, seed)
+    rows, calm_p99 = pod_rows(scenario, seed, arms)
+    title = "One pod" if scenario.pods == 1 else f"{scenario.pods} pods, each"
     lines = [
         "",
-        f"## One pod with its own batch and queue (seed {seed})",
+        f"## {title} with its own batch and queue (seed {seed})",
         "",
-        f"Pod: batch {scenario.batch}, capacity {scenario.capacity_rps:.1f} req/s, offered "
+        f"Pods: {scenario.pods}, batch {scenario.batch}, capacity {scenario.capacity_rps:.1f} req/s, offered "
         f"{scenario.load:.0%} of it for {scenario.duration_s:g} s. Unloaded ({UNLOADED:.0%}) Critical "
         f"P99 TTFT: {'-' if calm_p99 is None else f'{calm_p99:.3f}'} s.",
         "",
@@ -249,3 +321,46 @@ def pod_markdown(scenario: PodScenario, seed: int) -> str:
             f"| {r.served['Sheddable']:.1%} | {r.started_per_capacity:.1%} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def with_slot_wait(slot_wait_s: float) -> FlowControlSettings:
+    """The default bands with Standard's ``slotWait`` set to ``slot_wait_s``."""
+    settings = FlowControlSettings()
+    bands = dict(settings.bands)
+    bands[STANDARD] = dataclasses.replace(bands[STANDARD], slot_wait_s=slot_wait_s)
+    return dataclasses.replace(settings, bands=bands)
+
+
+def slot_wait_markdown(scenario: PodScenario, seed: int, waits: Sequence[float] = SLOT_WAITS_S) -> str:
+    """Critical's P99 against the unloaded one, and the pod used, for each ``slotWait`` of Standard
+    (the measurements behind its default)."""
+    requests = pod_arrivals(scenario, seed)
+    calm_scenario = dataclasses.replace(scenario, load=UNLOADED)
+    calm_requests = pod_arrivals(calm_scenario, seed)
+    lines = [
+        "",
+        f"## Standard's slotWait, one pod (seed {seed})",
+        "",
+        "| slotWait | Critical P99 TTFT s | unloaded s | / unloaded | Standard served | started / capacity |",
+        "|---|---|---|---|---|---|",
+    ]
+    for wait in waits:
+        settings = with_slot_wait(wait)
+        hot = _measured(scenario, requests, settings, seed)
+        calm = _measured(calm_scenario, calm_requests, settings, seed)
+        ratio = (
+            "-"
+            if hot.critical_p99_s is None or not calm.critical_p99_s
+            else (f"{hot.critical_p99_s / calm.critical_p99_s:.2f}x")
+        )
+        default = " (default)" if wait == DEFAULT_SLOT_WAIT_S else ""
+        p99s = f"{_seconds(hot.critical_p99_s)} | {_seconds(calm.critical_p99_s)}"
+        lines.append(
+            f"| {wait * 1000:g} ms{default} | {p99s} "
+            f"| {ratio} | {hot.served['Standard']:.1%} | {hot.started_per_capacity:.1%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

@@ -32,7 +32,7 @@ from igw.bench.overload_des import (
     simulate,
 )
 from igw.bench.overload_live import LiveArm, run_live_overload
-from igw.bench.overload_pod import PodScenario, pod_markdown
+from igw.bench.overload_pod import STEER_ARMS, PodScenario, pod_markdown, slot_wait_markdown
 from igw.bench.stats import percentile
 from igw.scheduling.flow_control import FlowControlSettings
 
@@ -307,7 +307,10 @@ def run_overload_command(*, out: Path, quick: bool, seed: int, command: str) -> 
     scenario = OverloadScenario(duration_s=60.0 if quick else 300.0)
     report = run_overload(scenario, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
-    text = markdown(report, command) + pod_markdown(PodScenario(duration_s=15.0 if quick else 60.0), seed)
+    pod = PodScenario(duration_s=15.0 if quick else 60.0)
+    two_pods = dataclasses.replace(pod, pods=2)
+    text = markdown(report, command) + pod_markdown(pod, seed) + slot_wait_markdown(pod, seed)
+    text += pod_markdown(two_pods, seed, STEER_ARMS)
     (out / "overload-priority.md").write_text(text, encoding="utf-8")
     data = {
         "seed": seed,

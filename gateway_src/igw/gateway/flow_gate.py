@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -43,12 +44,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from igw.scheduling.flow_control import (
     BatchEstimate,
+    CapacityEstimate,
     EndpointLoad,
     FlowController,
     FlowControlSettings,
     Shed,
     ShedReason,
     header_objective_allowed,
+    least_wait,
     priority_for,
 )
 from igw.scheduling.types import DecisionKind, EndpointKey, EndpointView, RoutingDecision
@@ -252,6 +255,8 @@ class FlowGates:
         """The latest endpoint probe each scheduler's waiters brought (for per-endpoint places)."""
         self._scraped: dict[EndpointKey, _Scraped] = {}
         """Each endpoint's latest scrape seen, with its learned batch size."""
+        self._capacity: dict[EndpointKey, CapacityEstimate] = {}
+        """Each endpoint's busy batch slots over time, for its capacity (:class:`CapacityEstimate`)."""
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -321,6 +326,25 @@ class FlowGates:
         if endpoints and not self._has_place(controller, priority, self._loads(endpoints), now):
             return True
         return not controller.admits(priority, utilisation) or controller.queued_at_or_above(priority) > 0
+
+    def steers(self, priority: int) -> bool:
+        """Whether :meth:`steer` may move requests of ``priority`` (the top band; flow control on)."""
+        return self.settings is not None and self.settings.steers(priority)
+
+    def steer(
+        self, decision: RoutingDecision, endpoints: Mapping[EndpointKey, EndpointSample]
+    ) -> RoutingDecision:
+        """``decision`` with its endpoint swapped for the candidate (its pick or a fallback) with the
+        smallest predicted wait for a batch slot, when that is smaller than the pick's
+        (:func:`~igw.scheduling.flow_control.least_wait`); the pick joins the fallbacks."""
+        if decision.endpoint is None or not decision.fallbacks or not endpoints:
+            return decision
+        candidates = (decision.endpoint, *decision.fallbacks)
+        best = least_wait(candidates, self._loads(endpoints))
+        if best is None:
+            return decision
+        rest = tuple(key for key in candidates if key != best)
+        return dataclasses.replace(decision, endpoint=best, fallbacks=rest)
 
     async def wait(
         self,
@@ -458,10 +482,16 @@ class FlowGates:
         self._update_depth(scheduler, controller)
 
     def _loads(self, samples: Mapping[EndpointKey, EndpointSample]) -> dict[EndpointKey, EndpointLoad]:
-        """Each endpoint's load, learning its batch size from the sample on the way."""
-        out: dict[EndpointKey, EndpointLoad] = {}
-        rates = [s.completion_rate for s in samples.values() if s.completion_rate is not None]
-        pool_rate = sum(rates) if rates else None
+        """Each endpoint's load, learning its batch size and its capacity from the sample on the way.
+
+        Before an endpoint has been seen full, its batch is the configured ``assumedBatch`` (if
+        any). Its completion rate is its capacity with the batch full (:class:`CapacityEstimate`:
+        the counted rate over the time-averaged busy slots), so the slots ``slotWait`` keeps are
+        sized from what the endpoint can complete, not from what held-back lower bands let it.
+        """
+        now = self.clock()
+        prior = self.settings.assumed_batch if self.settings is not None else None
+        loads: dict[EndpointKey, tuple[EndpointLoad, float | None]] = {}
         for key, sample in samples.items():
             seen = self._scraped.get(key)
             if sample.scraped_at is not None and (seen is None or seen.scraped_at != sample.scraped_at):
@@ -469,15 +499,35 @@ class FlowGates:
                 batch = before.after_scrape(waiting=sample.waiting, running=sample.running)
                 seen = self._scraped[key] = _Scraped(sample.scraped_at, sample.inflight, batch)
             if seen is None:
-                out[key] = sample.load(None, None, pool_rate)
+                load = sample.load(prior, None)
             else:
-                out[key] = sample.load(seen.batch.batch, seen.inflight, pool_rate)
-        return out
+                load = sample.load(seen.batch.size(prior), seen.inflight)
+            rate = sample.completion_rate
+            if load.batch is not None:
+                estimate = self._capacity.get(key)
+                if estimate is None:
+                    estimate = self._capacity[key] = CapacityEstimate()
+                estimate.observe(now, min(load.occupancy, load.batch))
+                rate = estimate.capacity(now, completion_rate=rate, batch=load.batch)
+            loads[key] = (load, rate)
+        rates = [rate for _, rate in loads.values() if rate is not None]
+        pool_rate = sum(rates) if rates else None
+        return {
+            key: EndpointLoad(
+                waiting=load.waiting,
+                occupancy=load.occupancy,
+                batch=load.batch,
+                completion_rate=rate,
+                pool_completion_rate=pool_rate,
+            )
+            for key, (load, rate) in loads.items()
+        }
 
     def forget(self, endpoints: Sequence[EndpointKey]) -> None:
         """Drop what was learned of endpoints that left their pool (a returning one starts afresh)."""
         for key in endpoints:
             self._scraped.pop(key, None)
+            self._capacity.pop(key, None)
 
     @staticmethod
     def _has_place(

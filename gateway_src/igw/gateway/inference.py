@@ -225,6 +225,8 @@ async def _route(
         t0 = time.perf_counter()
         decision = sr.scheduler.pick(rreq, views, now=state.clock())
         elapsed = time.perf_counter() - t0
+        if priority is not None:
+            decision = _steered(state, sr, priority, decision)
         obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
         if decision.kind is DecisionKind.SATURATED and not flow_on:
             state.flow.configure(None, retry_after_bounds=bounds)
@@ -310,10 +312,26 @@ async def _wait_in_queue(
         tenant=tenant,
         size_bytes=size_bytes,
         max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
-        pick=lambda: sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock()),
+        pick=lambda: _steered(
+            state, sr, priority, sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock())
+        ),
         utilisation=_utilisation(state, sr),
         endpoints=_endpoint_samples(state, sr),
     )
+
+
+def _steered(
+    state: GatewayState, sr: SchedulerRuntime, priority: int, decision: RoutingDecision
+) -> RoutingDecision:
+    """The top band's pick moved to the candidate with the smallest predicted wait for a batch slot
+    (flow control's :meth:`~igw.gateway.flow_gate.FlowGates.steer`), the dispatch ledger told."""
+    if decision.endpoint is None or not decision.fallbacks or not state.flow.steers(priority):
+        return decision
+    steered = state.flow.steer(decision, _endpoint_samples(state, sr)())
+    ledger = sr.scheduler.ledger
+    if steered.endpoint is not None and steered.endpoint != decision.endpoint and ledger is not None:
+        ledger.move(decision.endpoint, steered.endpoint, now=state.clock())
+    return steered
 
 
 def _priority(

@@ -59,6 +59,16 @@ class DispatchLedger:
         else:
             insort(times, now)
 
+    def move(self, source: EndpointKey, target: EndpointKey, *, now: float) -> None:
+        """Count the latest dispatch to ``source`` as one to ``target`` (a pick sent elsewhere by
+        flow control), so it is not phantom load on ``source`` until its next scrape."""
+        times = self._pending.get(source)
+        if times:
+            times.pop()
+            if not times:
+                del self._pending[source]
+        self.record(target, now=now)
+
     def on_complete(self, outcome: RequestOutcome) -> None:
         """Learn the endpoint's time to first token (how long a dispatch is taken to stay waiting)."""
         if outcome.ok and outcome.ttft_s is not None and outcome.ttft_s >= 0:

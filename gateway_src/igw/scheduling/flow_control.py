@@ -40,13 +40,14 @@ import bisect
 import itertools
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
 from igw.config.durations import parse_duration
 from igw.errors import IgwSchedulingError
+from igw.scheduling.types import EndpointKey
 
 CRITICAL: Final = 1
 STANDARD: Final = 0
@@ -70,13 +71,18 @@ endpoint waits there behind at most this many lower-band requests (plus the runn
 DEFAULT_KEEP_SLOTS: Final = 1
 """The named Standard and Sheddable bands' ``keep_slots``: one batch slot per endpoint stays free for
 Critical arrivals once the endpoint's batch size is known."""
-DEFAULT_SLOT_WAIT_S: Final = 0.025
+DEFAULT_SLOT_WAIT_S: Final = 0.015
 """The named Standard band's ``slot_wait_s``: it keeps enough batch slots free that a Critical
 arrival waits longer than this for one only at the :data:`SLOT_WAIT_QUANTILE` tail."""
 SLOT_WAIT_QUANTILE: Final = 0.99
 """The share of higher-band arrivals that must find a batch slot within ``slot_wait_s``."""
 ARRIVAL_WINDOW_S: Final = 10.0
 """How far back arrivals count towards a band's measured arrival rate."""
+CAPACITY_WINDOW_S: Final = 30.0
+"""How far back busy batch slots count towards an endpoint's per-slot completion rate (the
+gateway's default ``drainWindow``, over which its completion rate is counted)."""
+CAPACITY_MIN_BUSY_SLOT_S: Final = 1.0
+"""Busy slot-seconds an endpoint must have run before its capacity is estimated from them."""
 
 
 class FlowControlError(IgwSchedulingError, ValueError):
@@ -197,6 +203,11 @@ class FlowControlSettings:
     (``None``: no limit, the reference's behaviour)."""
     poll_interval_s: float = 0.02
     """How often waiting requests re-check their pool for capacity."""
+    assumed_batch: int | None = None
+    """The batch size (requests run at once) taken for an endpoint until its scrapes show its own
+    (:meth:`BatchEstimate.size`): the model server's configured ``max_num_seqs`` /
+    ``max_running_requests``, which its metrics page does not publish. Without it, no batch slot is
+    kept at an endpoint before it has been seen full."""
     dispatch_per_endpoint: int = 2
     """Queued requests one endpoint may take per poll. The scheduler sees load through scraped
     metrics, which lag: without a cap, one poll after capacity appears would release the whole queue
@@ -271,6 +282,7 @@ class FlowControlSettings:
                 raw.get("pollInterval", DEFAULT_POLL_INTERVAL), f"{where}.pollInterval"
             ),
             dispatch_per_endpoint=int(raw.get("dispatchPerEndpoint", defaults.dispatch_per_endpoint)),
+            assumed_batch=int(raw["assumedBatch"]) if "assumedBatch" in raw else None,
             tenant_labels=frozenset(str(t) for t in (raw.get("metrics") or {}).get("tenantLabels", ())),
             max_tenant_labels=int(
                 (raw.get("metrics") or {}).get("maxTenantLabels", defaults.max_tenant_labels)
@@ -310,6 +322,14 @@ class FlowControlSettings:
             raise FlowControlError(
                 f"flowControl.dispatchPerEndpoint must be at least 1, got {self.dispatch_per_endpoint}"
             )
+        if self.assumed_batch is not None and self.assumed_batch < 1:
+            raise FlowControlError(f"flowControl.assumedBatch must be at least 1, got {self.assumed_batch}")
+
+    def steers(self, priority: int) -> bool:
+        """Whether requests of ``priority`` go to the endpoint with the smallest predicted wait
+        (:func:`least_wait`): those of the top configured band, for which the lower bands keep
+        their places."""
+        return priority >= max(self.bands)
 
     def limits_for(self, priority: int) -> BandLimits:
         """The band's own limits, else those of the nearest configured priority (ties: the lower)."""
@@ -420,7 +440,8 @@ class EndpointLoad:
     batch: int | None = None
     """How many requests it runs at once (:class:`BatchEstimate`); ``None`` while unknown."""
     completion_rate: float | None = None
-    """Requests it completes per second when its batch is full; ``None`` while unknown."""
+    """Requests it completes per second when its batch is full (:class:`CapacityEstimate`, else the
+    counted completion rate); ``None`` while unknown."""
     pool_completion_rate: float | None = None
     """The same summed over the pool's endpoints (the higher bands' arrivals spread over them)."""
 
@@ -466,6 +487,49 @@ def slots_for_wait(
     return kept
 
 
+def predicted_wait_s(load: EndpointLoad) -> float:
+    """Seconds a request sent to an endpoint with ``load`` now is expected to wait for a batch slot:
+    none while one is free, else the requests ahead of it (and the one to finish first) at the
+    endpoint's completion rate. Without a known batch, the requests waiting there stand for those
+    ahead; without a completion rate, a wait that cannot be told is infinite (:func:`least_wait`
+    then compares how many are ahead)."""
+    ahead = _ahead(load)
+    if ahead == 0:
+        return 0.0
+    rate = load.completion_rate
+    return ahead / rate if rate else math.inf
+
+
+def _ahead(load: EndpointLoad) -> int:
+    """Requests that must start or finish before one sent now gets a slot (0: a slot is free)."""
+    if load.batch is not None:
+        over = load.occupancy - load.batch
+        return 0 if over < 0 else over + 1
+    return load.waiting + 1 if load.waiting > 0 else 0
+
+
+def least_wait(
+    candidates: Sequence[EndpointKey], loads: Mapping[EndpointKey, EndpointLoad]
+) -> EndpointKey | None:
+    """Of ``candidates`` (the scheduler's pick first, then its fallbacks), the one with the smallest
+    :func:`predicted_wait_s`; on a tie the earlier one, so the scheduler's ranking decides between
+    equally free endpoints. ``None`` when the pick is already the best or no candidate has a load.
+
+    Used for the top band: the scheduler ranks endpoints for the whole pool's benefit (prefix
+    cache, adapters, load), while a Critical request's time to first token is decided by whether
+    its endpoint has a free batch slot now.
+    """
+    if not candidates or candidates[0] not in loads:
+        return None
+
+    def rank(key: EndpointKey) -> tuple[float, int]:
+        return predicted_wait_s(loads[key]), _ahead(loads[key])
+
+    pick = candidates[0]
+    best = min((key for key in candidates if key in loads), key=rank)  # min keeps the earliest tie
+    return best if rank(best) < rank(pick) else None
+
+
 def kept_slots(keep_slots: int, batch: int) -> int:
     """The batch slots a band keeps free at an endpoint running ``batch`` at once: ``keep_slots``,
     but never the whole batch, so every band may always use one slot of an endpoint (an idle
@@ -493,17 +557,104 @@ class BatchEstimate:
     """The learned batch size; ``None`` until two consecutive scrapes showed a queue."""
     queued_running: int | None = None
     """The running count of the previous scrape when that scrape showed a queue, else ``None``."""
+    most_running: int = 0
+    """The most requests any scrape showed running (raises a configured prior that is too small)."""
 
     def after_scrape(self, *, waiting: int | None, running: int | None) -> BatchEstimate:
         """The estimate once a new scrape showing ``waiting`` and ``running`` has been seen."""
         batch = self.batch
+        most = max(self.most_running, running or 0)
         if batch is not None and running is not None and running > batch:
             batch = running
         if not (waiting is not None and waiting > 0 and running is not None and running > 0):
-            return BatchEstimate(batch, None)
+            return BatchEstimate(batch, None, most)
         if self.queued_running is not None:
             batch = max(batch or 0, self.queued_running, running)
-        return BatchEstimate(batch, running)
+        return BatchEstimate(batch, running, most)
+
+    def size(self, prior: int | None) -> int | None:
+        """The batch size to plan with: the learned one, else ``prior`` (the configured
+        ``assumedBatch``) raised to the most a scrape showed running, else ``None``.
+
+        What the scrapes show wins over the prior both ways: a pod seen full at fewer sequences
+        runs fewer, and one seen running more can run more. The prior only covers the time before
+        the endpoint has been seen full, when no slot would otherwise be kept.
+        """
+        if self.batch is not None:
+            return self.batch
+        if prior is None:
+            return None
+        return max(prior, self.most_running)
+
+
+class CapacityEstimate:
+    """How many requests per second one endpoint completes with its batch full, from the completions
+    it made and the batch slots that were busy meanwhile.
+
+    The completion rate counted while lower bands are held back below the batch (kept slots idle)
+    is below what the endpoint can do, and sizing the kept slots from it keeps more than needed.
+    Each busy slot completes at the same rate whatever the occupancy (one over the mean service
+    time), so the capacity is the counted rate over the time-averaged busy slots of the same window,
+    times the batch. Busy slots are observed as a step function (each observation holds until the
+    next); the window is :data:`CAPACITY_WINDOW_S`, trimmed like the completion counter's. Pure:
+    every call takes ``now``.
+    """
+
+    def __init__(self, window_s: float = CAPACITY_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._segments: deque[tuple[float, float, int]] = deque()
+        """(start, end, busy slots) of closed steps with busy slots, oldest first."""
+        self._slot_seconds = 0.0
+        """Busy slot-seconds of the steps in ``_segments``."""
+        self._last: tuple[float, int] | None = None
+        """The latest observation: (time, busy slots)."""
+        self._first_busy: float | None = None
+
+    def observe(self, now: float, busy: int) -> None:
+        """Record that ``busy`` batch slots are taken from ``now`` on."""
+        last = self._last
+        if last is not None and now > last[0] and last[1] > 0:
+            self._segments.append((last[0], now, last[1]))
+            self._slot_seconds += last[1] * (now - last[0])
+        if busy > 0 and self._first_busy is None:
+            self._first_busy = now
+        self._last = (now, busy) if last is None or now >= last[0] else last
+        self._trim(now)
+
+    def _trim(self, now: float) -> None:
+        horizon = now - self.window_s
+        while self._segments and self._segments[0][1] <= horizon:
+            start, end, slots = self._segments.popleft()
+            self._slot_seconds -= slots * (end - start)
+
+    def mean_busy(self, now: float) -> float | None:
+        """Time-averaged busy slots over the window (or since the first busy one, while shorter)."""
+        if self._first_busy is None:
+            return None
+        self._trim(now)
+        span = min(self.window_s, now - self._first_busy)
+        if span <= 0:
+            return None
+        horizon = now - span
+        seconds = self._slot_seconds
+        if self._segments:  # the oldest step may reach back past the window
+            start, _, slots = self._segments[0]
+            seconds -= slots * max(0.0, horizon - start)
+        if self._last is not None and now > self._last[0]:
+            seconds += self._last[1] * (now - max(self._last[0], horizon))
+        if seconds < CAPACITY_MIN_BUSY_SLOT_S:
+            return None
+        return seconds / span
+
+    def capacity(self, now: float, *, completion_rate: float | None, batch: int | None) -> float | None:
+        """Completions per second with ``batch`` slots busy, from the ``completion_rate`` counted over
+        the same window; ``completion_rate`` itself while too little has run to tell."""
+        if completion_rate is None or batch is None:
+            return completion_rate
+        busy = self.mean_busy(now)
+        if busy is None:
+            return completion_rate
+        return completion_rate * batch / min(float(batch), busy)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -669,6 +820,11 @@ class FlowController:
                 )
                 keep = max(keep, needed)
         return keep
+
+    def steers(self, priority: int) -> bool:
+        """Whether requests of ``priority`` go to the endpoint with the smallest predicted wait
+        (:meth:`FlowControlSettings.steers`)."""
+        return self.settings.steers(priority)
 
     def arrived(self, priority: int, now: float) -> None:
         """Count one arrival of ``priority`` (every arrival, queued or not) for the arrival rates."""
