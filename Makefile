@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy gateway_src/igw cdk app.py
+	$(BIN)/mypy gateway_src/igw cdk app.py tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -n 2

@@ -36,9 +36,9 @@ def test_every_request_is_served_or_shed_exactly_once_and_the_batch_is_never_exc
 def test_kept_slots_cut_the_critical_tail_at_a_cost_in_lower_band_throughput() -> None:
     rows, calm_p99 = pod_rows(SCENARIO, seed=1)
     by_arm = {r.arm: r for r in rows}
-    p99 = [by_arm[a].critical_p99_s for a in ("slot-wait", "fixed-slot", "no-places")]
+    p99 = [p for a in ("slot-wait", "fixed-slot", "no-places") if (p := by_arm[a].critical_p99_s) is not None]
     started = [by_arm[a].started_per_capacity for a in ("slot-wait", "fixed-slot", "no-places")]
-    assert all(p is not None for p in p99)
+    assert len(p99) == 3
     assert calm_p99 is not None
     assert p99 == sorted(p99)  # more kept slots: a shorter Critical tail
     assert started == sorted(started)  # and fewer requests started per second

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -603,28 +604,24 @@ def test_default_standard_keeps_the_slots_measured_critical_traffic_needs_and_sh
     None
 ):
     fc = FlowController(FlowControlSettings())
-    pod = {"batch": 8, "completion_rate": 37.7, "pool_completion_rate": 37.7}
-    assert (
-        fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=0.0) == 1
-    )  # no Critical yet
+    pod = functools.partial(EndpointLoad, batch=8, completion_rate=37.7, pool_completion_rate=37.7)
+    assert fc.slots_kept(STANDARD, pod(waiting=0, occupancy=4), now=0.0) == 1  # no Critical yet
     for i in range(114):  # Critical at 11.4 requests/s over the last 10 s
         fc.arrived(CRITICAL, i / 11.4)
     now = 114 / 11.4
     assert fc.arrival_rate_above(STANDARD, now) == pytest.approx(11.4, rel=0.02)
     # The default 15 ms tail at 30 % of the pod's completions needs half the batch (the cap).
-    assert fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 4
-    assert fc.slots_kept(SHEDDABLE, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 4
-    assert fc.slots_kept(CRITICAL, EndpointLoad(waiting=0, occupancy=4, **pod), now=now) == 0
-    assert [fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=n, **pod), now=now) for n in (3, 4)] == [
+    assert fc.slots_kept(STANDARD, pod(waiting=0, occupancy=4), now=now) == 4
+    assert fc.slots_kept(SHEDDABLE, pod(waiting=0, occupancy=4), now=now) == 4
+    assert fc.slots_kept(CRITICAL, pod(waiting=0, occupancy=4), now=now) == 0
+    assert [fc.admits_to(STANDARD, pod(waiting=0, occupancy=n), now=now) for n in (3, 4)] == [
         True,
         False,
     ]
-    faster = {**pod, "completion_rate": 50.0, "pool_completion_rate": 50.0}  # a pod that can do more
-    assert fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **faster), now=now) == 3
+    faster = functools.partial(pod, completion_rate=50.0, pool_completion_rate=50.0)  # a pod that can do more
+    assert fc.slots_kept(STANDARD, faster(waiting=0, occupancy=4), now=now) == 3
     assert fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=6, batch=8), now=now)  # no rates: 1 slot
-    assert (
-        fc.slots_kept(STANDARD, EndpointLoad(waiting=0, occupancy=4, **pod), now=now + 11) == 1
-    )  # gone quiet
+    assert fc.slots_kept(STANDARD, pod(waiting=0, occupancy=4), now=now + 11) == 1  # gone quiet
     assert fc.arrival_rate_above(CRITICAL, now) == 0.0
 
 
@@ -632,7 +629,8 @@ def test_slot_wait_is_read_from_the_extension_and_must_be_positive() -> None:
     raw = {"bands": [{"priority": 1}, {"priority": 0, "slotWait": "40ms"}]}
     assert validate_document(_flow_doc(raw)) == []
     s = FlowControlSettings.from_extension(raw)
-    assert (s.bands[1].slot_wait_s, s.bands[0].slot_wait_s) == (None, pytest.approx(0.04))
+    assert s.bands[1].slot_wait_s is None
+    assert s.bands[0].slot_wait_s == pytest.approx(0.04)
     assert FlowControlSettings().bands[STANDARD].slot_wait_s == pytest.approx(0.015)
     assert FlowControlSettings().bands[SHEDDABLE].slot_wait_s is None
     problems = validate_document(_flow_doc({"bands": [{"priority": 0, "slotWait": "soon"}]}))
@@ -664,20 +662,20 @@ def test_a_lower_band_keeping_fewer_places_than_a_higher_one_is_refused_naming_t
     raw = {"bands": [{"priority": 0, "keepSlots": 1}, {"priority": 1, "keepSlots": 2}]}
     with pytest.raises(FlowControlError, match=r"flowControl\.bands\[1\]\.keepSlots: 2 is above"):
         FlowControlSettings.from_extension(raw)
-    small = {"max_requests": 1, "max_bytes": 1, "ttl_s": 1.0}
+    small = functools.partial(BandLimits, max_requests=1, max_bytes=1, ttl_s=1.0)
     with pytest.raises(FlowControlError, match=r"flowControl\.bands\[-1\]\.maxEndpointQueue \(3\) is above"):
         _settings(
             bands={
-                STANDARD: BandLimits(**small, max_endpoint_queue=2),
-                SHEDDABLE: BandLimits(**small, max_endpoint_queue=3),
+                STANDARD: small(max_endpoint_queue=2),
+                SHEDDABLE: small(max_endpoint_queue=3),
             }
         )
     with pytest.raises(FlowControlError, match=r"flowControl\.bands\[-1\]\.keepSlots \(0\) is below"):
-        _settings(bands={STANDARD: BandLimits(**small, keep_slots=1), SHEDDABLE: BandLimits(**small)})
+        _settings(bands={STANDARD: small(keep_slots=1), SHEDDABLE: small()})
     with pytest.raises(FlowControlError, match=r"bands\[0\]\.maxEndpointQueue must be at least 1"):
-        _settings(bands={STANDARD: BandLimits(**small, max_endpoint_queue=0)})
+        _settings(bands={STANDARD: small(max_endpoint_queue=0)})
     with pytest.raises(FlowControlError, match=r"bands\[0\]\.keepSlots must be at least 0"):
-        _settings(bands={STANDARD: BandLimits(**small, keep_slots=-1)})
+        _settings(bands={STANDARD: small(keep_slots=-1)})
 
 
 @pytest.mark.parametrize(
@@ -744,6 +742,7 @@ def test_capacity_keeps_fewer_slots_than_the_rate_of_a_held_back_pod() -> None:
     estimate = CapacityEstimate()
     estimate.observe(0.0, 4)
     capacity = estimate.capacity(10.0, completion_rate=18.85, batch=8)
+    assert capacity is not None
     assert capacity == pytest.approx(37.7)
     kept = [
         slots_for_wait(higher_rate=11.4, completion_rate=r, pool_completion_rate=r, wait_s=0.025, most=4)

@@ -126,6 +126,7 @@ def test_noise_z_zero_compares_raw_means() -> None:
     _feed(scorer, "b", [*NOISY[:-4], 0.05, 0.06, 0.045, 0.05])
     scores = scorer.score(ctx(), [view("a"), view("b")])
     assert scores[0] == 1.0
+    assert scores[1] is not None
     assert scores[1] < 0.9
 
 

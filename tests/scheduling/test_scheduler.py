@@ -130,6 +130,7 @@ def test_removed_endpoints_drop_plugin_state() -> None:
     s.pick(req(text), [ep("a")], now=0.0)
     s.on_endpoints_removed(["a"])
     d = s.pick(req(text), [ep("a"), ep("b")], now=0.0)
+    assert d.endpoint is not None
     assert d.scores[d.endpoint]["prefix-cache-scorer"] == 0.0
 
 

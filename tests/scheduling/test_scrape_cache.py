@@ -171,7 +171,12 @@ def test_per_scrape_values_are_recomputed_on_each_kind_of_change() -> None:
 
     def value(views: list[EndpointView]) -> int:
         cols = Columns(views, cache)
-        return cols.per_scrape("owner", lambda: calls.append(1) or len(calls))
+
+        def compute() -> int:
+            calls.append(1)
+            return len(calls)
+
+        return cols.per_scrape("owner", compute)
 
     views = [ep("a", waiting=1), ep("b", waiting=2)]
     assert value(views) == 1
@@ -240,9 +245,12 @@ def test_after_a_few_rescrapes_only_their_positions_are_updated() -> None:
 
     def value(views: list[EndpointView]) -> int:
         cols = Columns(views, cache)
-        return cols.per_scrape(
-            "owner", lambda: 0, lambda old, changed: updates.append((old, changed)) or old + 1
-        )
+
+        def update(old: int, changed: list[int]) -> int:
+            updates.append((old, changed))
+            return old + 1
+
+        return cols.per_scrape("owner", lambda: 0, update)
 
     assert value(views) == 0
     rescraped = [views[0], ep("e1", waiting=9), *views[2:4], ep("e4", waiting=9), views[5]]
