@@ -360,7 +360,7 @@ def test_adapter_requests_pay_for_the_slots_they_take() -> None:
     """On a mixed fleet an adapter request is scored by predicted TTFT divided by the slot price: a
     slow pod where the adapter runs loses to a fast pod with every slot free, but a fast pod whose
     last free slot it would take costs more than one where the adapter already runs."""
-    s = BacklogTtftScorer()
+    s = BacklogTtftScorer(adapter_slot_price=1.0)
     teach(s, "h100", H100)
     teach(s, "h100-b", H100)
     teach(s, "a10g", A10G)
@@ -557,3 +557,9 @@ def test_the_mean_dispatched_prompt_follows_the_dispatches() -> None:
     assert s.prompt_mean == pytest.approx(200.0)  # a plain mean while fewer than 1/alpha samples
     s.on_picked(ctx(request(1000, "r2"), now=0.0), ep("a"))
     assert s.prompt_mean == pytest.approx(600.0)  # then weighted by alpha
+
+
+def test_adapter_slot_price_parameter() -> None:
+    assert factory("b", {"adapterSlotPrice": 3}, "plugins[0].parameters").adapter_slot_price == 3
+    with pytest.raises(SchedulerConfigError, match=r"plugins\[0\]\.parameters.*adapterSlotPrice"):
+        factory("b", {"adapterSlotPrice": -1}, "plugins[0].parameters")

@@ -88,7 +88,7 @@ default 1), ``maxTracked`` (dispatches remembered per endpoint until their outco
 unmeasured endpoint without the preference penalty, 0 switches cheap probes off, default 1),
 ``probeKvRatio`` (only endpoints holding at most this factor less KV cache than the largest are
 probed cheaply, default 3), ``adapterSlotPrice`` (exponent of the slot price on adapter requests; 0
-leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 1).
+leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 2).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ DEFAULT_PROBE_SHARE = 1.0
 """A request no longer than this share of the mean dispatched prompt is a cheap probe."""
 DEFAULT_PROBE_KV_RATIO = 3.0
 """Only endpoints holding at most this factor less KV cache than the largest are probed cheaply."""
-DEFAULT_ADAPTER_SLOT_PRICE = 1.0
+DEFAULT_ADAPTER_SLOT_PRICE = 2.0
 """Exponent of the slot price on adapter requests (0: adapter requests score 1.0 everywhere)."""
 MIN_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
