@@ -563,3 +563,21 @@ def test_adapter_slot_price_parameter() -> None:
     assert factory("b", {"adapterSlotPrice": 3}, "plugins[0].parameters").adapter_slot_price == 3
     with pytest.raises(SchedulerConfigError, match=r"plugins\[0\]\.parameters.*adapterSlotPrice"):
         factory("b", {"adapterSlotPrice": -1}, "plugins[0].parameters")
+
+
+def test_adapter_requests_on_alike_kv_stay_neutral_even_when_slopes_differ() -> None:
+    """Alike KV capacities: slopes learnt from adapter requests include adapter loads and slot
+    waits, so a measured difference does not make them priced; base requests still see it."""
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "h100-b", A10G)  # same memory, slopes 12x apart (SPEED_SAMPLES reached)
+    kv = {"block_size": 16, "num_gpu_blocks": 4000, "max_lora": 4}
+    fleet = [
+        ep("h100", active=frozenset({"b", "c", "d"}), **kv),
+        ep("h100-b", active=frozenset({"ad"}), **kv),
+    ]
+    assert s.score(ctx(adapter_request(), now=LATER), fleet) == [1.0, 1.0]
+    fast, slow = s.score(ctx(request(500), now=LATER), fleet)
+    assert fast == pytest.approx(1.0)
+    assert slow is not None
+    assert slow < 0.2
