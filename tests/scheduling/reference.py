@@ -204,8 +204,12 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         self._cycle_models = {}
         adapter = ctx.request.adapter
-        alike = adapter is not None and self._alike_capacities(endpoints)
-        if (adapter is not None and (self.adapter_slot_price <= 0 or alike)) or self.one_speed(endpoints):
+        capacities = kv_capacities(endpoints)
+        known = [c for c in capacities if c is not None]
+        unlike = len(known) == len(capacities) > 0 and max(known) > min(known) * self.pool_ratio
+        if (adapter is not None and (self.adapter_slot_price <= 0 or not unlike)) or self.one_speed(
+            endpoints
+        ):
             return [1.0] * len(endpoints)
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))

@@ -364,10 +364,12 @@ def test_adapter_requests_pay_for_the_slots_they_take() -> None:
     teach(s, "h100", H100)
     teach(s, "h100-b", H100)
     teach(s, "a10g", A10G)
+    big = {"block_size": 16, "num_gpu_blocks": 4000, "max_lora": 4}
+    small = {"block_size": 16, "num_gpu_blocks": 500, "max_lora": 4}
     fleet = [
-        ep("h100", active=frozenset(), max_lora=4),
-        ep("h100-b", active=frozenset({"ad"}), max_lora=4),
-        ep("a10g", active=frozenset({"ad"}), max_lora=4),
+        ep("h100", active=frozenset(), **big),
+        ep("h100-b", active=frozenset({"ad"}), **big),
+        ep("a10g", active=frozenset({"ad"}), **small),
     ]
     h100, h100_b, a10g = s.score(ctx(adapter_request(), now=LATER), fleet)
     assert h100 is not None
@@ -376,7 +378,7 @@ def test_adapter_requests_pay_for_the_slots_they_take() -> None:
     assert h100_b == pytest.approx(1.0)  # fastest, adapter resident
     assert h100 == pytest.approx(1.0)  # as fast, every slot free: price 4 / 4
     assert a10g < 0.1  # resident, but about 10x slower for 500 tokens
-    crowded = [ep("h100", active=frozenset({"b", "c", "d"}), max_lora=4), *fleet[1:]]
+    crowded = [ep("h100", active=frozenset({"b", "c", "d"}), **big), *fleet[1:]]
     last_slot, resident, _ = s.score(ctx(adapter_request(), now=LATER), crowded)
     assert last_slot == pytest.approx(resident / 4)
 
@@ -581,3 +583,12 @@ def test_adapter_requests_on_alike_kv_stay_neutral_even_when_slopes_differ() -> 
     assert fast == pytest.approx(1.0)
     assert slow is not None
     assert slow < 0.2
+
+
+def test_adapter_requests_stay_neutral_while_kv_capacities_are_unknown() -> None:
+    """Before the first scrape nothing says the fleet mixes hardware: no price, no speed score."""
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    fleet = [ep("h100", active=frozenset(), max_lora=4), ep("a10g", active=frozenset({"ad"}), max_lora=4)]
+    assert s.score(ctx(adapter_request(), now=LATER), fleet) == [1.0, 1.0]

@@ -64,9 +64,9 @@ slots) ** adapterSlotPrice`` where it would take a free slot, ``(max_lora + 1) *
 where none is free. Left to the LoRA scorers alone, an adapter's requests stayed on the slow pod that
 held it while fast pods had free slots; scored by speed alone, cold adapters filled the fast pods'
 last slots and later adapters waited for one (docs/benchmark.md, routing round 5). On one kind of
-hardware, and wherever the candidates' KV capacities lie within ``poolRatio`` of each other, adapter
-requests score 1.0 (their slopes, which include adapter loads and slot waits, would otherwise make
-identical pods look unlike).
+hardware, and unless every candidate's KV capacity is known and they differ by more than
+``poolRatio``, adapter requests score 1.0 (their slopes, which include adapter loads and slot waits,
+would otherwise make identical pods look unlike).
 **One kind of hardware**: when the candidates' KV capacities all lie within ``poolRatio`` of each
 other and no two well-measured slopes (``SPEED_SAMPLES`` samples) lie more than ``speedRatio``
 apart, every endpoint scores 1.0: on identical pods the queue, prefix and prefill-collision scorers
@@ -579,6 +579,15 @@ class BacklogTtftScorer(PluginHooks):
         ]
         return not slopes or max(slopes) <= min(slopes) * self.speed_ratio
 
+    def _unlike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
+        """Every candidate's KV capacity known, and the largest more than ``pool_ratio`` times the
+        smallest (the fleet is known to mix kinds of hardware)."""
+        capacities = kv_capacities(endpoints)
+        if not capacities or None in capacities:
+            return False
+        known = cast("list[float]", capacities)
+        return max(known) > min(known) * self.pool_ratio
+
     def _alike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
         """Every candidate's KV capacity known and within ``pool_ratio`` of the others."""
         try:
@@ -600,11 +609,11 @@ class BacklogTtftScorer(PluginHooks):
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         self._cycle_models = {}
         adapter = ctx.request.adapter
-        if adapter is not None and (self.adapter_slot_price <= 0 or self._alike_capacities(endpoints)):
-            # Adapter requests left to the LoRA scorers and filter where the price is off or the
-            # candidates hold alike KV caches: on identical pods the slopes learnt from adapter
-            # requests (adapter loads and slot waits included) scatter enough to pass for different
-            # hardware. Dispatches still count (on_picked).
+        if adapter is not None and (self.adapter_slot_price <= 0 or not self._unlike_capacities(endpoints)):
+            # Adapter requests left to the LoRA scorers and filter unless the candidates' KV caches
+            # are known to differ: on identical pods the slopes learnt from adapter requests
+            # (adapter loads and slot waits included) scatter enough to pass for different
+            # hardware, and before the first scrape nothing is known. Dispatches still count.
             return UnitScores([1.0] * len(endpoints))
         self._one_kind = False
         scores = self._score_base(ctx, endpoints)
