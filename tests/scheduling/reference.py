@@ -21,6 +21,7 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_TOKENS,
     BacklogTtftScorer,
     kv_capacities,
+    slot_price,
     uncached,
 )
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
@@ -202,7 +203,13 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         self._cycle_models = {}
-        if ctx.request.adapter is not None or self.one_speed(endpoints):
+        adapter = ctx.request.adapter
+        capacities = kv_capacities(endpoints)
+        known = [c for c in capacities if c is not None]
+        unlike = len(known) == len(capacities) > 0 and max(known) > min(known) * self.pool_ratio
+        if (adapter is not None and (self.adapter_slot_price <= 0 or not unlike)) or self.one_speed(
+            endpoints
+        ):
             return [1.0] * len(endpoints)
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
@@ -218,6 +225,11 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
                 scores = [
                     sc * (fastest / t) ** self.speed_preference for sc, t in zip(scores, idle, strict=True)
                 ]
+        if adapter is not None:
+            scores = [
+                sc / slot_price(adapter, e, exponent=self.adapter_slot_price)
+                for sc, e in zip(scores, endpoints, strict=True)
+            ]
         return list[float | None](scores)
 
     def predicted(

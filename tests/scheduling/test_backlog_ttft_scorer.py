@@ -17,6 +17,7 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     BacklogTtftScorer,
     LinearFit,
     factory,
+    slot_price,
 )
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.types import RequestOutcome, RoutingRequest
@@ -325,8 +326,79 @@ def test_a_matched_prefix_is_not_counted_as_prefill_work() -> None:
     assert s.backlogs["warm"].tokens == pytest.approx(200)  # only the uncached tail is queued
 
 
-def test_adapter_requests_are_left_to_the_lora_scorers() -> None:
+def adapter_request(adapter: str = "ad", tokens: int = 500) -> RoutingRequest:
+    return RoutingRequest(
+        request_id="x", model=adapter, base_model="m", prefix_text="", prompt_tokens=tokens, adapter=adapter
+    )
+
+
+@pytest.mark.parametrize(
+    ("active", "waiting", "max_lora", "exponent", "price", "why"),
+    [
+        (frozenset({"ad"}), frozenset(), 4, 1.0, 1.0, "the adapter runs there: no slot to take"),
+        (frozenset(), frozenset(), 4, 1.0, 1.0, "every slot free: max_lora / 4"),
+        (frozenset({"b", "c"}), frozenset(), 4, 1.0, 2.0, "half the slots free"),
+        (frozenset({"b"}), frozenset({"c", "d"}), 4, 1.0, 4.0, "waiting adapters hold slots too"),
+        (frozenset({"b", "c"}), frozenset(), 2, 1.0, 3.0, "no slot free: max_lora + 1 (it waits)"),
+        (frozenset({"b", "c"}), frozenset(), 4, 2.0, 4.0, "the exponent sharpens the price"),
+        (frozenset({"b"}), frozenset(), None, 1.0, 1.0, "no LoRA metrics: no price"),
+    ],
+)
+def test_slot_price(
+    active: frozenset[str],
+    waiting: frozenset[str],
+    max_lora: int | None,
+    exponent: float,
+    price: float,
+    why: str,
+) -> None:
+    endpoint = ep("p", active=active, waiting_adapters=waiting, max_lora=max_lora)
+    assert slot_price("ad", endpoint, exponent=exponent) == pytest.approx(price), why
+
+
+def test_adapter_requests_pay_for_the_slots_they_take() -> None:
+    """On a mixed fleet an adapter request is scored by predicted TTFT divided by the slot price: a
+    slow pod where the adapter runs loses to a fast pod with every slot free, but a fast pod whose
+    last free slot it would take costs more than one where the adapter already runs."""
+    s = BacklogTtftScorer(adapter_slot_price=1.0)
+    teach(s, "h100", H100)
+    teach(s, "h100-b", H100)
+    teach(s, "a10g", A10G)
+    big = {"block_size": 16, "num_gpu_blocks": 4000, "max_lora": 4}
+    small = {"block_size": 16, "num_gpu_blocks": 500, "max_lora": 4}
+    fleet = [
+        ep("h100", active=frozenset(), **big),
+        ep("h100-b", active=frozenset({"ad"}), **big),
+        ep("a10g", active=frozenset({"ad"}), **small),
+    ]
+    h100, h100_b, a10g = s.score(ctx(adapter_request(), now=LATER), fleet)
+    assert h100 is not None
+    assert h100_b is not None
+    assert a10g is not None
+    assert h100_b == pytest.approx(1.0)  # fastest, adapter resident
+    assert h100 == pytest.approx(1.0)  # as fast, every slot free: price 4 / 4
+    assert a10g < 0.1  # resident, but about 10x slower for 500 tokens
+    crowded = [ep("h100", active=frozenset({"b", "c", "d"}), **big), *fleet[1:]]
+    last_slot, resident, _ = s.score(ctx(adapter_request(), now=LATER), crowded)
+    assert last_slot == pytest.approx(resident / 4)
+
+
+def test_adapter_requests_on_one_kind_of_hardware_stay_neutral() -> None:
+    """Identical pods (alike KV capacity and slopes): the LoRA scorers and filter decide, slots are
+    not priced here either."""
     s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "h100-b", H100)
+    kv = {"block_size": 16, "num_gpu_blocks": 4000, "max_lora": 4}
+    fleet = [
+        ep("h100", active=frozenset({"b", "c", "d"}), **kv),
+        ep("h100-b", active=frozenset({"ad"}), **kv),
+    ]
+    assert s.score(ctx(adapter_request(), now=LATER), fleet) == [1.0, 1.0]
+
+
+def test_adapter_requests_are_left_to_the_lora_scorers_with_price_zero() -> None:
+    s = factory("b", {"adapterSlotPrice": 0}, "plugins[0].parameters")
     teach(s, "h100", H100)
     teach(s, "a10g", A10G)
     adapter = RoutingRequest(
@@ -487,3 +559,36 @@ def test_the_mean_dispatched_prompt_follows_the_dispatches() -> None:
     assert s.prompt_mean == pytest.approx(200.0)  # a plain mean while fewer than 1/alpha samples
     s.on_picked(ctx(request(1000, "r2"), now=0.0), ep("a"))
     assert s.prompt_mean == pytest.approx(600.0)  # then weighted by alpha
+
+
+def test_adapter_slot_price_parameter() -> None:
+    assert factory("b", {"adapterSlotPrice": 3}, "plugins[0].parameters").adapter_slot_price == 3
+    with pytest.raises(SchedulerConfigError, match=r"plugins\[0\]\.parameters.*adapterSlotPrice"):
+        factory("b", {"adapterSlotPrice": -1}, "plugins[0].parameters")
+
+
+def test_adapter_requests_on_alike_kv_stay_neutral_even_when_slopes_differ() -> None:
+    """Alike KV capacities: slopes learnt from adapter requests include adapter loads and slot
+    waits, so a measured difference does not make them priced; base requests still see it."""
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "h100-b", A10G)  # same memory, slopes 12x apart (SPEED_SAMPLES reached)
+    kv = {"block_size": 16, "num_gpu_blocks": 4000, "max_lora": 4}
+    fleet = [
+        ep("h100", active=frozenset({"b", "c", "d"}), **kv),
+        ep("h100-b", active=frozenset({"ad"}), **kv),
+    ]
+    assert s.score(ctx(adapter_request(), now=LATER), fleet) == [1.0, 1.0]
+    fast, slow = s.score(ctx(request(500), now=LATER), fleet)
+    assert fast == pytest.approx(1.0)
+    assert slow is not None
+    assert slow < 0.2
+
+
+def test_adapter_requests_stay_neutral_while_kv_capacities_are_unknown() -> None:
+    """Before the first scrape nothing says the fleet mixes hardware: no price, no speed score."""
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    fleet = [ep("h100", active=frozenset(), max_lora=4), ep("a10g", active=frozenset({"ad"}), max_lora=4)]
+    assert s.score(ctx(adapter_request(), now=LATER), fleet) == [1.0, 1.0]

@@ -58,8 +58,15 @@ would then tie the whole group to the slow GPU.
 
 **Cached prefixes**: with ``prefix-cache-scorer`` in the profile, the share of the prompt it places
 on an endpoint (``prefix.match``) is left out of that endpoint's prefill work, so prefix affinity is
-not read as load. **Adapter requests** score 1.0 everywhere: their TTFT is ruled by adapter
-residency and slots, which the LoRA scorers and filter model and this scorer does not.
+not read as load. **Adapter requests** on a mixed fleet are scored like base requests and then
+divided by a **slot price** (:func:`slot_price`): 1 where the adapter runs, ``(max_lora / free
+slots) ** adapterSlotPrice`` where it would take a free slot, ``(max_lora + 1) ** adapterSlotPrice``
+where none is free. Left to the LoRA scorers alone, an adapter's requests stayed on the slow pod that
+held it while fast pods had free slots; scored by speed alone, cold adapters filled the fast pods'
+last slots and later adapters waited for one (docs/benchmark.md, routing round 5). On one kind of
+hardware, and unless every candidate's KV capacity is known and they differ by more than
+``poolRatio``, adapter requests score 1.0 (their slopes, which include adapter loads and slot waits,
+would otherwise make identical pods look unlike).
 **One kind of hardware**: when the candidates' KV capacities all lie within ``poolRatio`` of each
 other and no two well-measured slopes (``SPEED_SAMPLES`` samples) lie more than ``speedRatio``
 apart, every endpoint scores 1.0: on identical pods the queue, prefix and prefill-collision scorers
@@ -82,7 +89,8 @@ default 1), ``maxTracked`` (dispatches remembered per endpoint until their outco
 ``probeShare`` (a request of at most this share of the mean dispatched prompt may probe an
 unmeasured endpoint without the preference penalty, 0 switches cheap probes off, default 1),
 ``probeKvRatio`` (only endpoints holding at most this factor less KV cache than the largest are
-probed cheaply, default 3).
+probed cheaply, default 3), ``adapterSlotPrice`` (exponent of the slot price on adapter requests; 0
+leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 2).
 """
 
 from __future__ import annotations
@@ -115,6 +123,8 @@ DEFAULT_PROBE_SHARE = 1.0
 """A request no longer than this share of the mean dispatched prompt is a cheap probe."""
 DEFAULT_PROBE_KV_RATIO = 3.0
 """Only endpoints holding at most this factor less KV cache than the largest are probed cheaply."""
+DEFAULT_ADAPTER_SLOT_PRICE = 2.0
+"""Exponent of the slot price on adapter requests (0: adapter requests score 1.0 everywhere)."""
 MIN_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
 MIN_TOKENS_F = float(MIN_TOKENS)
@@ -192,6 +202,23 @@ def kv_capacities(endpoints: Sequence[EndpointView]) -> list[float | None]:
     ]
 
 
+def slot_price(adapter: str, endpoint: EndpointView, *, exponent: float) -> float:
+    """How much dearer a request for ``adapter`` is on ``endpoint`` because of its LoRA slots: 1 where
+    the adapter is running (or the endpoint has no LoRA metrics); where it would take a free slot,
+    ``(max_lora / free slots) ** exponent``, so the last free slots of a pod, which later cold
+    adapters need, cost most; ``(max_lora + 1) ** exponent`` where no slot is free (it waits)."""
+    m = endpoint.metrics
+    if m is None or m.max_lora is None or m.max_lora <= 0:
+        return 1.0
+    active = m.active_adapters or frozenset()
+    if adapter in active:
+        return 1.0
+    taken = len(active | (m.waiting_adapters or frozenset()))
+    free = m.max_lora - taken
+    ratio = m.max_lora / free if free > 0 else m.max_lora + 1.0
+    return float(ratio**exponent)
+
+
 @dataclass(slots=True)
 class _StandIns:
     """Stand-ins found for unmeasured candidates (by position), valid for one candidate list (its
@@ -220,8 +247,12 @@ class BacklogTtftScorer(PluginHooks):
         max_tracked: int = DEFAULT_MAX_TRACKED,
         probe_share: float = DEFAULT_PROBE_SHARE,
         probe_kv_ratio: float = DEFAULT_PROBE_KV_RATIO,
+        adapter_slot_price: float = DEFAULT_ADAPTER_SLOT_PRICE,
     ) -> None:
         self.name = name
+        self.adapter_slot_price = adapter_slot_price
+        self._one_kind = False
+        """Whether the last :meth:`score` found one kind of hardware (every score 1.0)."""
         self.probe_share = probe_share
         self.probe_kv_ratio = probe_kv_ratio
         self.prompt_mean = 0.0
@@ -548,6 +579,15 @@ class BacklogTtftScorer(PluginHooks):
         ]
         return not slopes or max(slopes) <= min(slopes) * self.speed_ratio
 
+    def _unlike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
+        """Every candidate's KV capacity known, and the largest more than ``pool_ratio`` times the
+        smallest (the fleet is known to mix kinds of hardware)."""
+        capacities = kv_capacities(endpoints)
+        if not capacities or None in capacities:
+            return False
+        known = cast("list[float]", capacities)
+        return max(known) > min(known) * self.pool_ratio
+
     def _alike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
         """Every candidate's KV capacity known and within ``pool_ratio`` of the others."""
         try:
@@ -568,10 +608,26 @@ class BacklogTtftScorer(PluginHooks):
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         self._cycle_models = {}
-        if ctx.request.adapter is not None:
-            # An adapter request's TTFT is ruled by adapter residency and slots, which this model
-            # does not see; the LoRA scorers and filter decide. Dispatches still count (on_picked).
+        adapter = ctx.request.adapter
+        if adapter is not None and (self.adapter_slot_price <= 0 or not self._unlike_capacities(endpoints)):
+            # Adapter requests left to the LoRA scorers and filter unless the candidates' KV caches
+            # are known to differ: on identical pods the slopes learnt from adapter requests
+            # (adapter loads and slot waits included) scatter enough to pass for different
+            # hardware, and before the first scrape nothing is known. Dispatches still count.
             return UnitScores([1.0] * len(endpoints))
+        self._one_kind = False
+        scores = self._score_base(ctx, endpoints)
+        if adapter is None or self._one_kind:
+            # Identical pods: the LoRA scorers and filter place adapter requests, as before.
+            return scores
+        exponent = self.adapter_slot_price
+        return [
+            None if s is None else s / slot_price(adapter, e, exponent=exponent)
+            for s, e in zip(scores, endpoints, strict=True)
+        ]
+
+    def _score_base(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        """The score without adapter slot prices (see :meth:`score`)."""
         pooled = self._cycle_pooled = self._pooled()
         # The KV capacities and their check read the scrapes only: once per scrape, between picks.
         cols = ctx.columns(endpoints)
@@ -580,6 +636,7 @@ class BacklogTtftScorer(PluginHooks):
             # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
             # already balance the load (this scorer on top made shared-prefix tails worse,
             # docs/benchmark.md).
+            self._one_kind = True
             return UnitScores([1.0] * len(endpoints))
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         now, matched = ctx.now, ctx.state.get(STATE_MATCH)
@@ -697,6 +754,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         max_tracked=r.integer("maxTracked", DEFAULT_MAX_TRACKED, minimum=1),
         probe_share=r.number("probeShare", DEFAULT_PROBE_SHARE, minimum=0.0),
         probe_kv_ratio=r.number("probeKvRatio", DEFAULT_PROBE_KV_RATIO, minimum=1.0),
+        adapter_slot_price=r.number("adapterSlotPrice", DEFAULT_ADAPTER_SLOT_PRICE, minimum=0.0),
     )
     r.finish()
     return plugin
