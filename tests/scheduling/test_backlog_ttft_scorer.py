@@ -3,6 +3,7 @@ fitted per endpoint from completed requests; score = best predicted / own predic
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -364,12 +365,12 @@ def test_adapter_requests_pay_for_the_slots_they_take() -> None:
     teach(s, "h100", H100)
     teach(s, "h100-b", H100)
     teach(s, "a10g", A10G)
-    big = {"block_size": 16, "num_gpu_blocks": 4000, "max_lora": 4}
-    small = {"block_size": 16, "num_gpu_blocks": 500, "max_lora": 4}
+    big = functools.partial(ep, block_size=16, num_gpu_blocks=4000, max_lora=4)
+    small = functools.partial(ep, block_size=16, num_gpu_blocks=500, max_lora=4)
     fleet = [
-        ep("h100", active=frozenset(), **big),
-        ep("h100-b", active=frozenset({"ad"}), **big),
-        ep("a10g", active=frozenset({"ad"}), **small),
+        big("h100", active=frozenset()),
+        big("h100-b", active=frozenset({"ad"})),
+        small("a10g", active=frozenset({"ad"})),
     ]
     h100, h100_b, a10g = s.score(ctx(adapter_request(), now=LATER), fleet)
     assert h100 is not None
@@ -378,8 +379,9 @@ def test_adapter_requests_pay_for_the_slots_they_take() -> None:
     assert h100_b == pytest.approx(1.0)  # fastest, adapter resident
     assert h100 == pytest.approx(1.0)  # as fast, every slot free: price 4 / 4
     assert a10g < 0.1  # resident, but about 10x slower for 500 tokens
-    crowded = [ep("h100", active=frozenset({"b", "c", "d"}), **big), *fleet[1:]]
+    crowded = [big("h100", active=frozenset({"b", "c", "d"})), *fleet[1:]]
     last_slot, resident, _ = s.score(ctx(adapter_request(), now=LATER), crowded)
+    assert resident is not None
     assert last_slot == pytest.approx(resident / 4)
 
 
@@ -389,10 +391,10 @@ def test_adapter_requests_on_one_kind_of_hardware_stay_neutral() -> None:
     s = BacklogTtftScorer()
     teach(s, "h100", H100)
     teach(s, "h100-b", H100)
-    kv = {"block_size": 16, "num_gpu_blocks": 4000, "max_lora": 4}
+    kv = functools.partial(ep, block_size=16, num_gpu_blocks=4000, max_lora=4)
     fleet = [
-        ep("h100", active=frozenset({"b", "c", "d"}), **kv),
-        ep("h100-b", active=frozenset({"ad"}), **kv),
+        kv("h100", active=frozenset({"b", "c", "d"})),
+        kv("h100-b", active=frozenset({"ad"})),
     ]
     assert s.score(ctx(adapter_request(), now=LATER), fleet) == [1.0, 1.0]
 
@@ -573,10 +575,10 @@ def test_adapter_requests_on_alike_kv_stay_neutral_even_when_slopes_differ() -> 
     s = BacklogTtftScorer()
     teach(s, "h100", H100)
     teach(s, "h100-b", A10G)  # same memory, slopes 12x apart (SPEED_SAMPLES reached)
-    kv = {"block_size": 16, "num_gpu_blocks": 4000, "max_lora": 4}
+    kv = functools.partial(ep, block_size=16, num_gpu_blocks=4000, max_lora=4)
     fleet = [
-        ep("h100", active=frozenset({"b", "c", "d"}), **kv),
-        ep("h100-b", active=frozenset({"ad"}), **kv),
+        kv("h100", active=frozenset({"b", "c", "d"})),
+        kv("h100-b", active=frozenset({"ad"})),
     ]
     assert s.score(ctx(adapter_request(), now=LATER), fleet) == [1.0, 1.0]
     fast, slow = s.score(ctx(request(500), now=LATER), fleet)
