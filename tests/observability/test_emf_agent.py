@@ -98,6 +98,10 @@ def test_agent_down_drops_and_counts_then_delivery_resumes_when_it_is_back() -> 
         while not listener.documents:
             _send(handler, line)
             listener.wait_for(lambda docs: True, timeout_s=0.05)
+        # The writer thread counts a line after its send returns; the listener may parse it first.
+        deadline = time.monotonic() + 10
+        while handler.sent <= sent_before and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert handler.sent > sent_before
         check_emf(listener.documents[-1])
     finally:
