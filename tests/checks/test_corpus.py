@@ -115,8 +115,11 @@ def _no_auth(docs: Docs) -> None:
 
 
 def _reserved_bands_without_auth(docs: Docs) -> None:
-    objectives = [{"name": "chat", "priority": 5, "allowedTenants": ["a"]}]
-    _igwc(docs)["spec"]["extensions"]["flowControl"] = {"objectives": objectives}
+    flow = {
+        "objectives": [{"name": "chat", "priority": 5}],
+        "objectiveAccess": [{"objective": "chat", "tenants": ["a"]}],
+    }
+    _igwc(docs)["spec"]["extensions"]["flowControl"] = flow
     _no_auth(docs)
 
 

@@ -1,4 +1,4 @@
-"""Who may put a request in a high band: ``allowedTenants`` and ``headerPriorityLimit``.
+"""Who may put a request in a high band: ``objectiveAccess`` and ``headerPriorityLimit``.
 
 ``x-gateway-inference-objective`` is chosen by the client, so without limits any client can mark its
 batch traffic ``Critical`` and defeat the bands. These tests pin the limits: the table for the rule
@@ -15,7 +15,12 @@ from typing import Any
 
 import pytest
 
-from igw.scheduling.flow_control import FlowControlSettings, header_objective_allowed, priority_for
+from igw.scheduling.flow_control import (
+    FlowControlError,
+    FlowControlSettings,
+    header_objective_allowed,
+    priority_for,
+)
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.security.helpers import GuardMaker, TokenFactory, bearer
@@ -24,9 +29,15 @@ FLOW = {
     "pollInterval": "10ms",
     "headerPriorityLimit": 0,
     "objectives": [
-        {"name": "chat", "priority": 10, "allowedTenants": ["team-chat"]},
+        {"name": "chat", "priority": 10},
         {"name": "reports", "priority": 5},
         {"name": "batch", "priority": -5},
+        {"name": "bound-by-crd", "priority": 20},  # as the operator merges an InferenceObjective object
+    ],
+    "objectiveAccess": [
+        {"objective": "chat", "tenants": ["team-chat"]},
+        {"objective": "Critical", "tenants": ["oncall"]},
+        {"objective": "bound-by-crd", "tenants": ["team-chat"]},
     ],
 }
 SETTINGS = FlowControlSettings.from_extension(FLOW)
@@ -38,7 +49,10 @@ SETTINGS = FlowControlSettings.from_extension(FLOW)
         ("chat", "team-chat", True),  # listed: may exceed the limit
         ("chat", "team-batch", False),  # not listed
         ("chat", None, False),  # anonymous: never listed
-        ("reports", "team-chat", False),  # above the limit, no allowedTenants
+        ("reports", "team-chat", False),  # above the limit, not reserved for anyone
+        ("Critical", "oncall", True),  # a named band reserved for a tenant
+        ("bound-by-crd", "team-chat", True),  # reserved by name, defined by the operator's merge
+        ("bound-by-crd", "team-batch", False),
         ("Critical", "team-chat", False),  # the named bands obey the limit too
         ("Standard", None, True),  # at the limit
         ("Sheddable", None, True),  # below it
@@ -48,6 +62,16 @@ SETTINGS = FlowControlSettings.from_extension(FLOW)
 )
 def test_header_objective_table(objective: str, tenant: str | None, allowed: bool) -> None:
     assert header_objective_allowed(objective, SETTINGS, authenticated_tenant=tenant) is allowed
+
+
+def test_an_objective_reserved_twice_is_refused_naming_the_path() -> None:
+    twice = {
+        "objectiveAccess": [{"objective": "chat", "tenants": ["a"]}, {"objective": "chat", "tenants": ["b"]}]
+    }
+    with pytest.raises(
+        FlowControlError, match=r"flowControl\.objectiveAccess\[1\]\.objective: 'chat' is listed twice"
+    ):
+        FlowControlSettings.from_extension(twice)
 
 
 def test_without_limits_every_client_may_name_every_objective() -> None:

@@ -207,7 +207,7 @@ class FlowMetrics:
         self.objective_denied = Counter(
             "igw_flow_objective_denied",
             "Objective headers ignored because the tenant may not name that objective "
-            "(allowedTenants, headerPriorityLimit); the objective label is a configured or named band.",
+            "(objectiveAccess, headerPriorityLimit); the objective label is a configured or named band.",
             ["scheduler", "objective"],
             registry=registry,
         )

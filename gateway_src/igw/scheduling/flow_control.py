@@ -197,10 +197,10 @@ class FlowControlSettings:
     tenant_priorities: Mapping[str, int] = field(default_factory=dict)
     """Tenant -> priority, for requests without a known objective or model priority."""
     objective_tenants: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """Objective name -> the authenticated tenants that alone may name it by header (``allowedTenants``)."""
+    """Objective name -> the authenticated tenants that alone may name it by header (``objectiveAccess``)."""
     header_priority_limit: int | None = None
-    """The highest priority a header may claim for a tenant not in the objective's ``allowedTenants``
-    (``None``: no limit, the reference's behaviour)."""
+    """The highest priority a header may claim for a tenant ``objectiveAccess`` does not list for that
+    objective (``None``: no limit, the reference's behaviour)."""
     poll_interval_s: float = 0.02
     """How often waiting requests re-check their pool for capacity."""
     assumed_batch: int | None = None
@@ -258,8 +258,6 @@ class FlowControlSettings:
                 raise FlowControlError(f"{where}.objectives[{i}].name: {name!r} is listed twice")
             priority = int(objective["priority"])
             objectives[name] = priority
-            if "allowedTenants" in objective:
-                objective_tenants[name] = frozenset(str(t) for t in objective["allowedTenants"])
             for field_name, table in (("models", by_model), ("tenants", by_tenant)):
                 for j, value in enumerate(objective.get(field_name, ())):
                     if owner.setdefault((field_name, value), i) != i:  # twice in one objective is fine
@@ -267,6 +265,13 @@ class FlowControlSettings:
                             f"{where}.objectives[{i}].{field_name}[{j}]: {value!r} already has an objective"
                         )
                     table[value] = priority
+        for i, access in enumerate(raw.get("objectiveAccess", ())):
+            objective = str(access["objective"])
+            if objective in objective_tenants:
+                raise FlowControlError(
+                    f"{where}.objectiveAccess[{i}].objective: {objective!r} is listed twice"
+                )
+            objective_tenants[objective] = frozenset(str(t) for t in access["tenants"])
         return FlowControlSettings(
             bands=bands,
             max_requests=int(raw.get("maxRequests", defaults.max_requests)),
@@ -387,7 +392,7 @@ def header_objective_allowed(
     """Whether a request may take the objective its ``x-gateway-inference-objective`` header names.
 
     The header is chosen by the client, so without limits any client can put its traffic in the top
-    band. An objective with ``allowedTenants`` may be named only by those tenants - by the
+    band. An objective listed in ``objectiveAccess`` may be named only by its tenants - by the
     authenticated tenant claim, never by the client-chosen fairness header - and
     ``headerPriorityLimit`` caps what everyone else may claim. An objective nobody defined is allowed
     (it counts as absent anyway).

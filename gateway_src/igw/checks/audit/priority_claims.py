@@ -2,7 +2,7 @@
 
 With ``spec.extensions.flowControl`` the ``x-gateway-inference-objective`` header picks a request's
 band. The header is the client's choice, so unless ``headerPriorityLimit`` caps it or
-``objectives[].allowedTenants`` reserves the high objectives for authenticated tenants, any caller
+``objectiveAccess`` reserves the high objectives for authenticated tenants, any caller
 can put batch traffic in the top band and the bands protect nothing.
 """
 
@@ -25,7 +25,7 @@ META = CheckMeta(
     description="The x-gateway-inference-objective header is chosen by the client: without a limit any "
     "caller can mark its traffic Critical and push every other tenant's requests behind it.",
     remediation="Set spec.extensions.flowControl.headerPriorityLimit (e.g. 0) and list the tenants that may "
-    "use higher objectives in objectives[].allowedTenants.",
+    "use higher objectives in spec.extensions.flowControl.objectiveAccess.",
 )
 
 
@@ -35,17 +35,17 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
         if flow is None:
             yield r.passed(ref(config), "no flowControl: requests are not put in bands")
             continue
-        reserved = [o for o in flow.get("objectives") or [] if o.get("allowedTenants")]
+        reserved = list(flow.get("objectiveAccess") or ())
         if "headerPriorityLimit" not in flow and not reserved:
             yield r.warn(
                 ref(config),
                 "any client can claim any band with x-gateway-inference-objective "
-                "(no flowControl.headerPriorityLimit, no objectives[].allowedTenants)",
+                "(no flowControl.headerPriorityLimit, no flowControl.objectiveAccess)",
             )
         elif reserved and section(config, "auth", "jwt") is None:
             yield r.warn(
                 ref(config),
-                "objectives[].allowedTenants needs authenticated tenants, and spec.auth.jwt is not set: "
+                "flowControl.objectiveAccess needs authenticated tenants, and spec.auth.jwt is not set: "
                 "no request can use the reserved objectives",
                 severity=Severity.LOW,
             )
