@@ -7,6 +7,8 @@ its own prefix index. Also the batching of notes into channel lines and what a w
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from functools import partial
@@ -16,6 +18,7 @@ import orjson
 import pytest
 
 from igw.gateway.pick_share import PickShare
+from igw.gateway.scrape_share import MAX_NOTES_BACKLOG
 from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
 from igw.scheduling.plugins.prefix_index import prefix_hashes
 from igw.scheduling.types import RoutingDecision, RoutingRequest
@@ -148,3 +151,22 @@ def test_what_cannot_be_sent_or_learned_is_counted() -> None:
     )
     share.learn({"t": "p", "p": "nothing"})
     assert share.learned.malformed == 2
+
+
+async def test_a_line_is_skipped_and_counted_when_the_peer_has_too_much_unread() -> None:
+    share = PickShare(lambda: worker_runtime("a:1"), time.monotonic, max_line=4096)
+    ours, theirs = socket.socketpair()
+    reader, peer = await asyncio.open_connection(sock=theirs)
+    _, writer = await asyncio.open_connection(sock=ours)
+    try:
+        share.write(writer, b'{"t":"p","p":[]}\n', max_unsent=-1)  # "full": nothing may be unread
+        share.write(writer, b'{"t":"p","p":[1]}\n', max_unsent=MAX_NOTES_BACKLOG)
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readline(), timeout=5) == b'{"t":"p","p":[1]}\n'
+        assert share.lines_unsent == 1
+    finally:
+        writer.close()
+        await writer.wait_closed()
+        assert await asyncio.wait_for(reader.read(), timeout=5) == b""  # the end, read before closing
+        peer.close()
+        await peer.wait_closed()

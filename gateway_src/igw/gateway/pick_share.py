@@ -14,6 +14,7 @@ outboxes, learning runs in the channel's reader.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any, Final
@@ -94,6 +95,14 @@ class PickShare:
         if batch:
             lines.append(_HEAD + b",".join(batch) + _TAIL)
         return lines
+
+    def write(self, writer: asyncio.StreamWriter, line: bytes, *, max_unsent: int) -> None:
+        """Write a line of notes to a peer unless it already has ``max_unsent`` bytes unread (then
+        the line is skipped and counted: the request path and the channel never wait for notes)."""
+        if writer.transport.get_write_buffer_size() > max_unsent:
+            self.lines_unsent += 1
+        else:
+            writer.write(line)
 
     def learn(self, doc: dict[str, Any]) -> None:
         """Teach this worker's schedulers the notes of one received line."""

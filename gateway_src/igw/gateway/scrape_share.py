@@ -136,12 +136,8 @@ class ScrapeLeader:
 
     def _send_notes(self, line: bytes, *, sender: asyncio.StreamWriter | None) -> None:
         for writer in list(self._followers):
-            if writer is sender:
-                continue
-            if writer.transport.get_write_buffer_size() > MAX_NOTES_BACKLOG:
-                self.picks.lines_unsent += 1
-                continue
-            writer.write(line)
+            if writer is not sender:
+                self.picks.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
 
     def publish(self, scheduler: str, state: EndpointState) -> None:
         """Send ``state`` to every follower (called by the scraper after each scrape)."""
@@ -300,10 +296,7 @@ class ScrapeFollower:
             ]
             writer.write(orjson.dumps({"t": "u", "u": usage}) + b"\n")
             for line in self.picks.lines():
-                if writer.transport.get_write_buffer_size() > MAX_NOTES_BACKLOG:
-                    self.picks.lines_unsent += 1
-                    continue
-                writer.write(line)
+                self.picks.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
             await asyncio.sleep(self._interval())
 
     async def close(self) -> None:
