@@ -139,6 +139,7 @@ def test_what_cannot_be_sent_or_learned_is_counted() -> None:
                 ["s", 99.9, "prefix-cache-scorer", "a:1", note],
                 ["s", 10.0, "prefix-cache-scorer", "a:1", note],  # older than the stale threshold
                 ["other-scheduler", 99.9, "prefix-cache-scorer", "a:1", note],
+                ["s", 99.9, "prefix-cache-scorer", "gone:1", note],  # a pod this worker does not have
                 "not a row",
             ],
         }
@@ -146,7 +147,7 @@ def test_what_cannot_be_sent_or_learned_is_counted() -> None:
     assert (share.learned.learned, share.learned.stale, share.learned.unknown, share.learned.malformed) == (
         1,
         1,
-        1,
+        2,
         1,
     )
     share.learn({"t": "p", "p": "nothing"})

@@ -123,4 +123,9 @@ class PickShare:
             if sr is None:
                 self.learned.unknown += len(notes)
                 continue
-            sr.scheduler.learn_picks(notes, now=now, counts=self.learned)
+            # Only endpoints this worker has: a note about a pod removed here in the meantime would
+            # otherwise give it index entries that no removal ever drops again.
+            states = sr.pool.states
+            known = [note for note in notes if not isinstance(note[2], str) or note[2] in states]
+            self.learned.unknown += len(notes) - len(known)
+            sr.scheduler.learn_picks(known, now=now, counts=self.learned)

@@ -98,7 +98,8 @@ class LearnCounts:
     stale: int = 0
     """Older than the scheduler's stale threshold."""
     unknown: int = 0
-    """For a plugin this scheduler does not have (a reload in between) or that does not share."""
+    """For a plugin this scheduler does not have (a reload in between) or that does not share, or
+    (counted by :mod:`igw.gateway.pick_share`) for a scheduler or endpoint this worker does not have."""
     malformed: int = 0
 
 
