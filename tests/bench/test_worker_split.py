@@ -121,6 +121,9 @@ def test_workers_des_command_prints_every_variant(capsys: pytest.CaptureFixture[
 
 
 def test_shared_picks_teach_the_other_workers_prefix_index() -> None:
+    """``picks`` is what ``igw serve --workers`` does: the plugins' pick notes, through the same
+    outbox and learner (igw.scheduling.pick_notes)."""
+
     def build(index: int) -> RoutingPolicy:
         return build_policy("gateway-default", PolicyContext(rng=random.Random(index)))
 

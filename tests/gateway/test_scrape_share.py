@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -18,52 +16,11 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from igw.config.build import build_gateway_config
-from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
-from igw.gateway.runtime import GatewayRuntime
-from igw.gateway.scrape_client import ScrapeClient
-from igw.gateway.scrape_share import ScrapeFollower, start_scraping
-from igw.gateway.scraper import ScrapeService
-from igw.gateway.telemetry import GatewayMetrics
+from igw.gateway.scrape_share import ScrapeFollower
 from igw.gateway.worker_metrics import merge_pages
-from igw.gateway.workers import WorkerRole
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, scheduler, wait_for
-
-
-def _runtime(key: str) -> GatewayRuntime:
-    config = build_gateway_config(config_doc([scheduler("s", "m")], routing={"staleThreshold": "300ms"}))
-    rt = GatewayRuntime(config, rng=random.Random(0), clock=time.monotonic)
-    rt.schedulers["s"].pool.replace([DiscoveredEndpoint(key=key)])
-    return rt
-
-
-class Worker:
-    def __init__(self, index: int, directory: Path, key: str) -> None:
-        self.role = WorkerRole(index=index, count=2, directory=str(directory))
-        self.runtime = _runtime(key)
-        self.metrics = GatewayMetrics(lister=self.runtime.endpoints, clock=time.monotonic)
-        self.client = ScrapeClient()
-        self.service: ScrapeService | None = None
-
-    @property
-    def state(self) -> EndpointState:
-        return next(iter(self.runtime.schedulers["s"].pool.states.values()))
-
-    async def start(self) -> None:
-        self.service = await start_scraping(
-            self.role,
-            runtime=lambda: self.runtime,
-            client=self.client,
-            clock=time.monotonic,
-            metrics=self.metrics,
-        )
-        self.service.sync()
-
-    async def close(self) -> None:
-        if self.service is not None:
-            await self.service.close()
-        await self.client.close()
+from tests.gateway.support import wait_for
+from tests.gateway.worker_pair import Worker
 
 
 @pytest.fixture

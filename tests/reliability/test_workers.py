@@ -13,6 +13,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import wait_all_fresh
 from tests.reliability.harness import MODEL, gateway_doc, igw_serve, wait_until
 
 INTERVAL_S = 0.05
@@ -106,3 +107,46 @@ async def test_a_worker_that_dies_stops_the_group_with_exit_3(tmp_path: Path) ->
         assert code == 3
         await wait_until(lambda: "stopping all workers" in gw.output, within=5, what="the parent's log")
         assert f"(pid {worker['pid']}) exited with status -9" in gw.output
+
+
+async def test_both_workers_send_a_shared_prefix_to_the_pod_that_got_it_first(tmp_path: Path) -> None:
+    """The workers share their picks: after one request with a prompt, every later request with that
+    prompt - on new connections, so both workers take some - reaches the same pod. Without the
+    sharing each worker would place each prompt on its own (half the prompts split, by chance)."""
+    routing = {"scrapeInterval": f"{round(INTERVAL_S * 1000)}ms", "staleThreshold": "5s"}
+    # The prefix scorer next to the scraped queue and KV scorers only (predictedLatency 0 turns off
+    # the latency scorers, which learn from each worker's own requests): the pods' pages are equal.
+    weights = {"queue": 2, "kvCache": 2, "prefix": 3, "predictedLatency": 0}
+    async with (
+        running(FakeModelServer("p0"), FakeModelServer("p1")) as pods,
+        igw_serve(
+            tmp_path, gateway_doc(routing=routing, weights=weights), [p.key for p in pods], "--workers", "2"
+        ) as gw,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
+    ):
+        await wait_all_fresh(http, gw.url)
+        for n in range(6):
+            text = f"Conversation {n}: you are a helpful assistant for a shipping company. " * 8
+
+            async def send(prompt: str = text) -> None:
+                body = {"model": MODEL, "prompt": prompt, "max_tokens": 2}
+                async with http.post(gw.url + "/v1/completions", json=body) as resp:
+                    assert resp.status == 200, await resp.text()
+                    await resp.read()
+
+            await send()
+            await asyncio.sleep(6 * INTERVAL_S)  # the pick reaches the other worker within an interval
+            for _ in range(6):
+                await send()
+            holders = [p.name for p in pods if any(text.encode() in r.body for r in p.received)]
+            assert len(holders) == 1, f"prompt {n} reached {holders}"
+        async with http.get(gw.url + "/metrics") as resp:
+            text = await resp.text()
+        served = {
+            s.labels["worker"]
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "igw_requests_total" and s.value > 0
+        }
+        assert served == {"0", "1"}  # both workers routed some of them
+        assert await gw.stop() == 0, gw.output[-4000:]

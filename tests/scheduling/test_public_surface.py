@@ -24,6 +24,7 @@ PINNED = {
     "RoutingRequest",
     "SchedulerConfigError",
     "SaturationDetector",
+    "SharesPicks",
     "Scorer",
     "clamp01",
     "consumes",

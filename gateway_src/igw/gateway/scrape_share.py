@@ -7,7 +7,10 @@ window - to the *followers* over a unix stream socket in a private directory, an
 writes it into its own :class:`~igw.gateway.endpoints.EndpointState`. The other way, every follower
 reports its per-endpoint dispatch count and in-flight requests once per scrape interval, so the
 leader's frozen-page detection sees the whole host's traffic (a page that stops moving while *any*
-worker sends requests to the pod is frozen).
+worker sends requests to the pod is frozen). On the same channel and interval the workers exchange
+their *pick notes* (:mod:`igw.gateway.pick_share`): each follower's go to the leader, which learns
+them and relays them to the other followers, and the leader's go to every follower, so each
+worker's prefix index also knows the prompts the other workers routed.
 
 Why a unix socket with newline-delimited JSON rather than shared memory: a snapshot is a few hundred
 bytes and changes once per scrape, so the copy is not the cost - the CPU goes into encoding it once
@@ -33,6 +36,8 @@ from typing import Any, Final
 import orjson
 
 from igw.gateway.endpoints import EndpointState
+from igw.gateway.pick_share import KIND as PICKS
+from igw.gateway.pick_share import PickShare
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scrape_client import PageGetter
 from igw.gateway.scraper import Scraper, ScrapeService
@@ -44,6 +49,9 @@ log = logging.getLogger("igw.gateway.scrape_share")
 
 MAX_FOLLOWER_BACKLOG: Final = 4 * 1024 * 1024
 """Bytes a follower may leave unread before the leader drops it (it reconnects and resyncs)."""
+MAX_NOTES_BACKLOG: Final = MAX_FOLLOWER_BACKLOG // 2
+"""Unsent bytes above which a batch of pick notes is skipped instead of written (counted in
+``PickShare.lines_unsent``): notes are a hint, never a reason to disconnect a peer."""
 RECONNECT_S: Final = 0.05
 MAX_LINE: Final = 1024 * 1024
 _SETS: Final = ("active_adapters", "waiting_adapters")
@@ -98,15 +106,38 @@ def apply_snapshot(doc: dict[str, Any], state: EndpointState) -> None:
 class ScrapeLeader:
     """Worker 0's side: accept followers, publish each scrape, collect their usage."""
 
-    def __init__(self, path: str, runtime: Callable[[], GatewayRuntime]) -> None:
+    def __init__(
+        self,
+        path: str,
+        runtime: Callable[[], GatewayRuntime],
+        *,
+        clock: Callable[[], float],
+        report_interval_s: Callable[[], float],
+    ) -> None:
         self._path = path
         self._runtime = runtime
+        self._interval = report_interval_s
         self._server: asyncio.Server | None = None
         self._followers: dict[asyncio.StreamWriter, Usage] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sharer: asyncio.Task[None] | None = None
+        self.picks = PickShare(runtime, clock, max_line=MAX_LINE)
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, path=self._path, limit=MAX_LINE)
+        self._sharer = asyncio.create_task(self._share_picks(), name="pick notes to the workers")
+
+    async def _share_picks(self) -> None:
+        """Every interval, this worker's pick notes to every follower."""
+        while True:
+            await asyncio.sleep(self._interval())
+            for line in self.picks.lines(send=bool(self._followers)):
+                self._send_notes(line, sender=None)
+
+    def _send_notes(self, line: bytes, *, sender: asyncio.StreamWriter | None) -> None:
+        for writer in list(self._followers):
+            if writer is not sender:
+                self.picks.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
 
     def publish(self, scheduler: str, state: EndpointState) -> None:
         """Send ``state`` to every follower (called by the scraper after each scrape)."""
@@ -142,8 +173,12 @@ class ScrapeLeader:
                         writer.write(snapshot(name, state))
             while line := await reader.readline():
                 doc = orjson.loads(line)
-                if doc.get("t") == "u" and writer in self._followers:
+                kind = doc.get("t")
+                if kind == "u" and writer in self._followers:
                     self._followers[writer] = {(s, k): (p, i) for s, k, p, i in doc["u"]}
+                elif kind == PICKS:
+                    self.picks.learn(doc)
+                    self._send_notes(line, sender=writer)  # the same bytes to the other followers
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             log.warning("scrape channel to a worker failed: %s", exc)
         except asyncio.CancelledError:
@@ -158,6 +193,11 @@ class ScrapeLeader:
                 self._tasks.discard(task)
 
     async def close(self) -> None:
+        if self._sharer is not None:
+            self._sharer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sharer
+            self._sharer = None
         if self._server is not None:
             self._server.close()
         for writer in list(self._followers):
@@ -179,11 +219,17 @@ class ScrapeFollower:
     """
 
     def __init__(
-        self, path: str, runtime: Callable[[], GatewayRuntime], *, report_interval_s: Callable[[], float]
+        self,
+        path: str,
+        runtime: Callable[[], GatewayRuntime],
+        *,
+        clock: Callable[[], float],
+        report_interval_s: Callable[[], float],
     ) -> None:
         self._path = path
         self._runtime = runtime
         self._interval = report_interval_s
+        self.picks = PickShare(runtime, clock, max_line=MAX_LINE)
         self._latest: dict[tuple[str, str], dict[str, Any]] = {}
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
@@ -213,7 +259,11 @@ class ScrapeFollower:
             try:
                 while line := await reader.readline():
                     doc = orjson.loads(line)
-                    if doc.get("t") != "s":
+                    kind = doc.get("t")
+                    if kind == PICKS:
+                        self.picks.learn(doc)
+                        continue
+                    if kind != "s":
                         continue
                     self._latest[(doc["sch"], doc["key"])] = doc
                     state = self._state(doc["sch"], doc["key"])
@@ -245,6 +295,8 @@ class ScrapeFollower:
                 if state.picks
             ]
             writer.write(orjson.dumps({"t": "u", "u": usage}) + b"\n")
+            for line in self.picks.lines():
+                self.picks.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
             await asyncio.sleep(self._interval())
 
     async def close(self) -> None:
@@ -281,11 +333,13 @@ async def start_scraping(
     """The scrape service for this process: a plain scraper, or a worker group's leader or follower."""
     if role is None:
         return Scraper(runtime=runtime, client=client, clock=clock, metrics=metrics)
+
+    def interval() -> float:
+        return runtime().settings.scrape_interval_s
+
     if not role.leads_scraping:
-        return ScrapeFollower(
-            role.scrape_channel, runtime, report_interval_s=lambda: runtime().settings.scrape_interval_s
-        )
-    leader = ScrapeLeader(role.scrape_channel, runtime)
+        return ScrapeFollower(role.scrape_channel, runtime, clock=clock, report_interval_s=interval)
+    leader = ScrapeLeader(role.scrape_channel, runtime, clock=clock, report_interval_s=interval)
     await leader.start()
     scraper = Scraper(
         runtime=runtime,

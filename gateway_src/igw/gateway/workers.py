@@ -9,7 +9,8 @@ parent resolves the port once (``--port 0`` picks a free one) by binding - not l
 
 Scraping: worker 0 scrapes, the others follow its snapshots over a unix socket in a private
 directory the parent creates (see :mod:`igw.gateway.scrape_share`); each worker keeps its own
-in-flight ledger. ``/metrics`` of any worker answers for the whole host (see
+in-flight ledger, and the workers tell each other their picks on the same channel (the prefix index
+learns them, see :mod:`igw.gateway.pick_share`). ``/metrics`` of any worker answers for the whole host (see
 :mod:`igw.gateway.worker_metrics`).
 
 Lifecycle: SIGTERM or SIGINT to the parent is passed to every worker, which drains (``/readyz`` 503

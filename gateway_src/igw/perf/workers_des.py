@@ -5,8 +5,9 @@ For each scenario and seed, the same request list is routed by the gateway's rea
 separate schedulers and in-flight counts, requests spread over the workers at random as the
 kernel's ``SO_REUSEPORT`` hash does), without and with the mitigations that share, once per scrape
 interval, each worker's in-flight counts (``inflight``), also its dispatches for the other
-workers' dispatch ledgers (``dispatches``), and also every pick for the other workers' plugins such
-as the prefix index (``picks``). Printed per scenario and N: TTFT p50/p99, E2E p99 and
+workers' dispatch ledgers (``dispatches``), or the pick notes of the plugins that share them
+(``picks``: the prefix index's block hashes, through :mod:`igw.scheduling.pick_notes`, exactly as
+``igw serve --workers`` exchanges them). Printed per scenario and N: TTFT p50/p99, E2E p99 and
 goodput (mean over seeds), and the TTFT p99 ratio to one worker in the same run.
 """
 
@@ -62,7 +63,10 @@ def measure(
     scenario = ALL_SCENARIOS[scenario_name]
     capacity = fleet_capacity(scenario, seed=seeds[0])
     pods = fleet_pods(scenario)
-    variants = [(n, "none") for n in workers] + [(n, share) for share in shares for n in workers if n > 1]
+    # "none" is always measured (it is the baseline of every ratio); naming it in ``shares`` is allowed.
+    variants = [(n, "none") for n in workers] + [
+        (n, share) for share in dict.fromkeys(shares) if share != "none" for n in workers if n > 1
+    ]
     summaries: dict[tuple[int, str], list[RunSummary]] = {v: [] for v in variants}
     for seed in seeds:
         requests = scenario_requests(

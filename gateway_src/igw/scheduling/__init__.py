@@ -23,6 +23,7 @@ from igw.scheduling.framework import (
     PluginHooks,
     SaturationDetector,
     Scorer,
+    SharesPicks,
     clamp01,
     min_max_inverse,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "SaturationDetector",
     "SchedulerConfigError",
     "Scorer",
+    "SharesPicks",
     "clamp01",
     "consumes",
     "min_max_inverse",

@@ -91,6 +91,32 @@ class Plugin(Protocol):
 
 
 @runtime_checkable
+class SharesPicks(Protocol):
+    """Optional hook of a plugin whose state is a pure function of the picks it is told about.
+
+    ``igw serve --workers N`` runs N schedulers, each told only its own picks. A plugin with this
+    hook lets the others catch up: after each pick (after ``on_picked``) :meth:`pick_note` returns a
+    compact JSON-able note of what the pick taught it (``None``: nothing), and another worker's
+    instance of the same plugin takes it in with :meth:`learn_pick` as if it had made the pick. A
+    note never holds request text, tokens or credentials, only derived values (hashes, flags).
+
+    Only state that picks alone build may be shared: a plugin that counts in-flight work, which only
+    the worker owning the request sees complete, must not learn other workers' picks (its counts
+    would never come down). Plugins without the hook keep working; they just do not share
+    (:mod:`igw.scheduling.pick_notes` lists which of the built-in plugins share and why).
+    """
+
+    name: str
+
+    def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None: ...
+
+    def learn_pick(self, endpoint: EndpointKey, note: object) -> None:
+        """Take in another worker's note of a pick of ``endpoint``; raise ``ValueError`` when the
+        note is malformed (it came over a channel)."""
+        ...
+
+
+@runtime_checkable
 class Filter(Plugin, Protocol):
     """Narrows the candidate list. Returning an empty list means "no endpoint can serve this"."""
 

@@ -44,6 +44,7 @@ from igw.scheduling.framework import (
     UnitScores,
     clamp01,
 )
+from igw.scheduling.pick_notes import LearnCounts, PickNoteOutbox, learn_notes, sharing_plugins
 from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
@@ -123,6 +124,24 @@ class Scheduler:
         self._first_token_plugins = tuple(p for p in self._plugins if isinstance(p, FirstTokenObserver))
         """Plugins with an ``on_first_token`` hook (those deriving from PluginHooks, and any other
         that defines one); plugins written to the bare :class:`Plugin` protocol may lack it."""
+        self.pick_notes: PickNoteOutbox | None = None
+        """Where each pick's notes for the other workers go (``igw serve --workers``, see
+        :mod:`igw.scheduling.pick_notes`); ``None``: not noted."""
+
+    def share_picks(self) -> PickNoteOutbox:
+        """Note every later pick for the other workers (``igw serve --workers``); the outbox the
+        notes collect in, the same one on every call."""
+        if self.pick_notes is None:
+            self.pick_notes = PickNoteOutbox(sharing_plugins(self._plugins).values())
+        return self.pick_notes
+
+    def learn_picks(
+        self, notes: Sequence[Sequence[object]], *, now: float, counts: LearnCounts | None = None
+    ) -> LearnCounts:
+        """Teach this scheduler's sharing plugins another worker's pick notes; notes older than the
+        stale threshold are dropped (see :mod:`igw.scheduling.pick_notes`)."""
+        plugins = sharing_plugins(self._plugins)
+        return learn_notes(plugins, notes, now=now, max_age_s=self.settings.stale_threshold_s, counts=counts)
 
     def is_fresh(self, endpoint: EndpointView, now: float) -> bool:
         if endpoint.metrics is None or endpoint.scraped_at is None or endpoint.scrape_failing:
@@ -312,6 +331,8 @@ class Scheduler:
             self.ledger.record(chosen.key, now=ctx.now)
         for plugin in self._on_picked:
             plugin.on_picked(ctx, chosen)
+        if self.pick_notes is not None:
+            self.pick_notes.record(ctx, chosen)
         scores: dict[EndpointKey, dict[str, float]] = {}
         for i in ranked:
             row = scores[candidates[i].key] = {name: w * vals[i] for name, w, vals in columns}

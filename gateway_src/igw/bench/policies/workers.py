@@ -12,10 +12,10 @@ Mitigations, each on a report per scrape interval (what a channel like ``igw ser
 scrape channel could carry): ``share="inflight"`` - every worker also counts the other workers'
 in-flight requests as last reported; ``share="dispatches"`` - additionally, each worker's dispatch
 ledger (:mod:`igw.scheduling.dispatch_ledger`, the herding compensation between scrapes) learns the
-other workers' dispatches, with their original dispatch times; ``share="picks"`` - additionally,
-every plugin of every other worker learns each pick as if it had made it (``on_picked``: the prefix
-scorer's index of which pod holds which prompt prefix, which otherwise knows only its own worker's
-requests).
+other workers' dispatches, with their original dispatch times; ``share="picks"`` - what
+``igw serve --workers`` does: only the pick notes of the plugins that share their picks
+(:mod:`igw.scheduling.pick_notes`: the prefix scorer's block hashes, the no-hit LRU's cold picks)
+reach the other workers' same plugins, through the same outbox and learner the gateway uses.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Final
 
-from igw.scheduling.framework import CycleContext
+from igw.scheduling.pick_notes import PickNote, PickNoteOutbox
+from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.types import (
     EndpointKey,
     EndpointView,
@@ -63,10 +64,14 @@ class WorkerSplitPolicy:
         self._rng = rng
         self._assignment = assignment
         self._share = share != "none"
-        self._share_dispatches = share in ("dispatches", "picks")
-        self._share_picks = share == "picks"
-        self._unreported: list[tuple[float, int, RoutingRequest, EndpointView]] = []
-        """Dispatches (time, worker, request, endpoint as seen) since the last report."""
+        self._share_inflight = share in ("inflight", "dispatches")
+        self._share_dispatches = share == "dispatches"
+        self._outboxes: list[PickNoteOutbox | None] = [
+            policy.share_picks() if share == "picks" and isinstance(policy, Scheduler) else None
+            for policy in self._workers
+        ]
+        self._unreported: list[tuple[float, int, EndpointView]] = []
+        """Dispatches (time, worker, endpoint as seen) since the last report."""
         self._interval = report_interval_s
         self._next = 0
         self._owner: dict[str, tuple[int, EndpointKey, int]] = {}
@@ -86,7 +91,7 @@ class WorkerSplitPolicy:
     def _view_for(self, worker: int, view: EndpointView) -> EndpointView:
         own = self._inflight[worker].get(view.key, [0, 0])
         count, tokens = own
-        if self._share:
+        if self._share_inflight:
             for other, reported in enumerate(self._reported):
                 if other != worker:
                     seen = reported.get(view.key, [0, 0])
@@ -98,7 +103,7 @@ class WorkerSplitPolicy:
         self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
     ) -> RoutingDecision:
         if self._share and now - self._reported_at >= self._interval:
-            self._report()
+            self._report(now)
             self._reported_at = now
         worker = self._choose_worker()
         views = [self._view_for(worker, v) for v in endpoints]
@@ -111,23 +116,24 @@ class WorkerSplitPolicy:
             counts[1] += tokens
             if self._share_dispatches:
                 seen = next(v for v in views if v.key == decision.endpoint)
-                self._unreported.append((now, worker, request, seen))
+                self._unreported.append((now, worker, seen))
         return decision
 
-    def _report(self) -> None:
+    def _report(self, now: float) -> None:
         self._reported = [{k: list(v) for k, v in w.items()} for w in self._inflight]
-        for at, source, request, view in self._unreported:
+        for at, source, view in self._unreported:
             for index, policy in enumerate(self._workers):
-                if index == source:
-                    continue
                 ledger = getattr(policy, "ledger", None)
-                if ledger is not None:
+                if index != source and ledger is not None:
                     ledger.record(view.key, now=at)
-                if self._share_picks:
-                    ctx = CycleContext(request=request, now=at, rng=self._rng)
-                    for plugin in getattr(policy, "_plugins", ()):
-                        plugin.on_picked(ctx, view)
         self._unreported.clear()
+        notes: list[list[PickNote]] = [[] if box is None else box.drain() for box in self._outboxes]
+        for index, policy in enumerate(self._workers):
+            if not isinstance(policy, Scheduler):
+                continue
+            for source, sent in enumerate(notes):
+                if source != index and sent:
+                    policy.learn_picks(sent, now=now)
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         owned = self._owner.pop(outcome.request_id, None)

@@ -51,10 +51,24 @@ class NoHitLruScorer(PluginHooks):
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         if ctx.state.get(STATE_ANY_HIT, False):
             return
-        self._recent.pop(endpoint.key, None)
-        self._recent[endpoint.key] = None
+        self._remember(endpoint.key)
+
+    def _remember(self, key: EndpointKey) -> None:
+        self._recent.pop(key, None)
+        self._recent[key] = None
         while len(self._recent) > self.lru_size:
             self._recent.popitem(last=False)
+
+    def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:
+        """``True`` for a cold pick (``SharesPicks``): the other workers move the pod to the back of
+        their order too; warm picks leave the order alone and send nothing."""
+        return None if ctx.state.get(STATE_ANY_HIT, False) else True
+
+    def learn_pick(self, endpoint: EndpointKey, note: object) -> None:
+        """Another worker gave ``endpoint`` a cold request: as :meth:`on_picked` for our own."""
+        if note is not True:
+            raise ValueError(f"{self.name}: a pick note is true (got {note!r})")
+        self._remember(endpoint)
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:

@@ -122,6 +122,25 @@ class PrefixCacheScorer(PluginHooks):
         if hashes:
             self.index.insert(endpoint.key, hashes, capacity=self.capacity_for(endpoint))
 
+    def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:
+        """The pick's block hashes and the pod's LRU capacity (``SharesPicks``): enough for another
+        worker's index to place the same prefix on the same pod; the prompt text stays here."""
+        hashes = self._hashes(ctx, (endpoint,))
+        if not hashes:
+            return None
+        return {"h": hashes, "c": self.capacity_for(endpoint)}
+
+    def learn_pick(self, endpoint: EndpointKey, note: object) -> None:
+        """Insert another worker's pick into this index, as :meth:`on_picked` does for our own."""
+        if not isinstance(note, dict):
+            raise ValueError(f"{self.name}: a pick note is an object (got {type(note).__name__})")
+        hashes, capacity = note.get("h"), note.get("c")
+        if not isinstance(hashes, list) or not all(type(h) is int for h in hashes):
+            raise ValueError(f"{self.name}: pick note field 'h' must be a list of block hashes")
+        if type(capacity) is not int or capacity < 1:
+            raise ValueError(f"{self.name}: pick note field 'c' must be a positive integer")
+        self.index.insert(endpoint, hashes[: self.max_blocks], capacity=capacity)
+
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:
             self.index.remove_endpoint(key)

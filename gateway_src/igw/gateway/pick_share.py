@@ -1,0 +1,131 @@
+"""Pick notes on the worker channel: every worker's picks reach the other workers' plugins.
+
+The notes themselves (what a plugin shares, the bounded outbox the request path appends to, the
+learner) are :mod:`igw.scheduling.pick_notes`; this module moves them between the processes of
+``igw serve --workers N`` over the scrape channel of :mod:`igw.gateway.scrape_share`, once per
+scrape interval: each follower sends its batch to worker 0, which learns it and relays the same
+bytes to the other followers, and worker 0 sends its own batch to every follower.
+
+A batch is one or more channel lines ``{"t": "p", "p": [[scheduler, at, plugin, endpoint, note],
+...]}``, each at most ``max_line`` bytes (the channel reader's limit), so a busy interval is split
+rather than breaking the channel. Nothing here runs on the request path: gathering drains the
+outboxes, learning runs in the channel's reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import orjson
+
+from igw.gateway.runtime import GatewayRuntime
+from igw.scheduling.pick_notes import LearnCounts
+
+log = logging.getLogger("igw.gateway.pick_share")
+
+KIND: Final = "p"
+"""The ``t`` of a pick-note line on the channel."""
+WARN_EVERY_S: Final = 10.0
+"""At most one warning about dropped notes per this many seconds (drops can recur every interval)."""
+_HEAD: Final = b'{"t":"p","p":['
+_TAIL: Final = b"]}\n"
+
+
+class PickShare:
+    """One worker's end of the pick-note exchange: gather its notes, learn the others'."""
+
+    def __init__(
+        self, runtime: Callable[[], GatewayRuntime], clock: Callable[[], float], *, max_line: int
+    ) -> None:
+        self._runtime = runtime
+        self._clock = clock
+        self._max_line = max_line
+        self.learned = LearnCounts()
+        """What became of the notes received (learned, stale, unknown plugin, malformed)."""
+        self.dropped = 0
+        """Notes dropped before sending: outbox full, not JSON-encodable, or longer than a line."""
+        self._warned_at = float("-inf")
+        self.lines_unsent = 0
+        """Lines of notes not written because the peer's buffer had no room (see
+        :mod:`igw.gateway.scrape_share`)."""
+
+    def lines(self, *, send: bool = True) -> list[bytes]:
+        """Drain every scheduler's outbox into channel lines; ``send=False``: drain only (nobody to
+        send to). Attaches an outbox to schedulers that have none yet (a new or reloaded runtime)."""
+        rows: list[bytes] = []
+        dropped = 0
+        for name, sr in self._runtime().schedulers.items():
+            outbox = sr.scheduler.share_picks()
+            notes = outbox.drain()
+            dropped += outbox.dropped
+            outbox.dropped = 0
+            if not send:
+                continue
+            for at, plugin, endpoint, note in notes:
+                try:
+                    row = orjson.dumps([name, at, plugin, endpoint, note])
+                except TypeError:
+                    dropped += 1  # a third-party plugin's note that is not JSON
+                    continue
+                if len(row) + len(_HEAD) + len(_TAIL) > self._max_line:
+                    dropped += 1
+                    continue
+                rows.append(row)
+        if dropped:
+            self.dropped += dropped
+            now = self._clock()
+            if now - self._warned_at >= WARN_EVERY_S:
+                self._warned_at = now
+                log.warning("pick notes dropped before sending: %d in all", self.dropped)
+        return self._pack(rows)
+
+    def _pack(self, rows: list[bytes]) -> list[bytes]:
+        lines: list[bytes] = []
+        batch: list[bytes] = []
+        size = len(_HEAD) + len(_TAIL)
+        for row in rows:
+            if batch and size + len(row) + 1 > self._max_line:
+                lines.append(_HEAD + b",".join(batch) + _TAIL)
+                batch, size = [], len(_HEAD) + len(_TAIL)
+            batch.append(row)
+            size += len(row) + 1
+        if batch:
+            lines.append(_HEAD + b",".join(batch) + _TAIL)
+        return lines
+
+    def write(self, writer: asyncio.StreamWriter, line: bytes, *, max_unsent: int) -> None:
+        """Write a line of notes to a peer unless it already has ``max_unsent`` bytes unread (then
+        the line is skipped and counted: the request path and the channel never wait for notes)."""
+        if writer.transport.get_write_buffer_size() > max_unsent:
+            self.lines_unsent += 1
+        else:
+            writer.write(line)
+
+    def learn(self, doc: dict[str, Any]) -> None:
+        """Teach this worker's schedulers the notes of one received line."""
+        rows = doc.get("p")
+        if not isinstance(rows, list):
+            self.learned.malformed += 1
+            return
+        by_scheduler: dict[str, list[list[object]]] = {}
+        for row in rows:
+            if not isinstance(row, list) or len(row) != 5 or not isinstance(row[0], str):
+                self.learned.malformed += 1
+                continue
+            by_scheduler.setdefault(row[0], []).append(row[1:])
+        schedulers = self._runtime().schedulers
+        now = self._clock()
+        for name, notes in by_scheduler.items():
+            sr = schedulers.get(name)
+            if sr is None:
+                self.learned.unknown += len(notes)
+                continue
+            # Only endpoints this worker has: a note about a pod removed here in the meantime would
+            # otherwise give it index entries that no removal ever drops again.
+            states = sr.pool.states
+            known = [note for note in notes if not isinstance(note[2], str) or note[2] in states]
+            self.learned.unknown += len(notes) - len(known)
+            sr.scheduler.learn_picks(known, now=now, counts=self.learned)

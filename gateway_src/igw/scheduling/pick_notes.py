@@ -1,0 +1,140 @@
+"""Pick notes: how the schedulers of N gateway workers tell each other what they picked.
+
+With ``igw serve --workers N`` each worker schedules alone, so each worker's prefix index knows
+only the prompts that worker routed, and requests sharing a prefix land on pods that do not hold
+it. Plugins with the optional :class:`~igw.scheduling.framework.SharesPicks` hook fix that: after
+each pick the scheduler asks them for a *note* (:class:`PickNoteOutbox`, the only request-path
+work: one call per sharing plugin and an append), the transport carries the notes to the other
+workers once per scrape interval, and there :func:`learn_notes` hands each note to the same
+plugin of the same scheduler. The DES model of the workers (``igw.bench.policies.workers``, share
+mode ``picks``) uses this same outbox and learner (through :meth:`Scheduler.share_picks
+<igw.scheduling.scheduler.Scheduler.share_picks>` and ``learn_picks``), so what it measures is
+this code path.
+
+Which built-in plugins share, and why:
+
+* ``prefix-cache-scorer`` - shares: its index (which pod was sent which prompt blocks) is built by
+  picks alone; the note is the prompt's block hashes and the pod's LRU capacity, never the text.
+* ``no-hit-lru-scorer`` - shares: its order of pods given a cold request is built by picks alone;
+  the note is a flag sent only for a cold pick.
+* ``lora-slot-filter`` - does not: next to the adapters sent per pod it counts each adapter's
+  requests in flight, released when the request completes, which only the owning worker sees; a
+  learned pick would hold a slot for ever.
+* ``prefill-collision-scorer`` - does not: it tracks each pod's prefills for the tens of
+  milliseconds they last, worked off at a rate learned from the worker's own completions; a note
+  arrives up to one scrape interval late, when most such prefills are over, and out of the time
+  order its queue relies on.
+* ``backlog-ttft-scorer`` - does not: each pick's backlog entry is paired with that request's
+  first token or completion to fit the pod's prefill speed, which only the owning worker sees.
+* ``lora-affinity-scorer`` and the other scorers: no pick state (they read scrapes or in-flight
+  counts).
+
+Bounds: an outbox keeps at most ``capacity`` notes between two drains and drops the oldest beyond
+that (counted in :attr:`PickNoteOutbox.dropped`), so a stalled transport never blocks or grows the
+request path; :func:`learn_notes` drops notes older than the scheduler's stale threshold (a pick
+that old says little about what the pod holds now) and malformed ones, and counts both.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from igw.scheduling.framework import CycleContext, SharesPicks
+from igw.scheduling.types import EndpointView
+
+MAX_PENDING_NOTES: Final = 8192
+"""Notes an outbox keeps between two drains (one scrape interval): far above one worker's picks
+per interval; beyond it the oldest are dropped."""
+
+PickNote = tuple[float, str, str, object]
+"""(pick time, plugin name, endpoint key, the plugin's note)."""
+
+
+def sharing_plugins(plugins: Iterable[object]) -> dict[str, SharesPicks]:
+    """Those of ``plugins`` that share their picks, by name."""
+    return {p.name: p for p in plugins if isinstance(p, SharesPicks)}
+
+
+class PickNoteOutbox:
+    """The notes of one scheduler's picks since the last drain (bounded, oldest dropped first)."""
+
+    __slots__ = ("_capacity", "_notes", "_plugins", "dropped")
+
+    def __init__(self, plugins: Iterable[SharesPicks], *, capacity: int = MAX_PENDING_NOTES) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity: must be at least 1 (got {capacity})")
+        self._plugins = tuple(plugins)
+        self._capacity = capacity
+        self._notes: deque[PickNote] = deque(maxlen=capacity)
+        self.dropped = 0
+        """Notes dropped because the outbox was full, since whoever reports the count last took it
+        (:mod:`igw.gateway.pick_share` adds it to its own total and sets it back to 0)."""
+
+    def record(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        """Keep every sharing plugin's note of this pick (called by the scheduler after on_picked)."""
+        notes = self._notes
+        for plugin in self._plugins:
+            note = plugin.pick_note(ctx, endpoint)
+            if note is not None:
+                if len(notes) == self._capacity:
+                    self.dropped += 1
+                notes.append((ctx.now, plugin.name, endpoint.key, note))
+
+    def drain(self) -> list[PickNote]:
+        """The notes kept since the last drain, oldest first; the outbox is empty afterwards."""
+        out = list(self._notes)
+        self._notes.clear()
+        return out
+
+
+@dataclass(slots=True)
+class LearnCounts:
+    """What :func:`learn_notes` did with a batch of notes (accumulates over calls)."""
+
+    learned: int = 0
+    stale: int = 0
+    """Older than the scheduler's stale threshold."""
+    unknown: int = 0
+    """For a plugin this scheduler does not have (a reload in between) or that does not share, or
+    (counted by :mod:`igw.gateway.pick_share`) for a scheduler or endpoint this worker does not have."""
+    malformed: int = 0
+
+
+def learn_notes(
+    plugins: Mapping[str, SharesPicks],
+    notes: Sequence[Sequence[object]],
+    *,
+    now: float,
+    max_age_s: float,
+    counts: LearnCounts | None = None,
+) -> LearnCounts:
+    """Teach ``plugins`` (by name) another worker's notes (``[at, plugin, endpoint, note]`` each, as
+    :meth:`PickNoteOutbox.drain` returns them or a channel decoded them); notes older than
+    ``max_age_s`` are dropped."""
+    counts = counts if counts is not None else LearnCounts()
+    oldest = now - max_age_s
+    for row in notes:
+        if len(row) != 4:
+            counts.malformed += 1
+            continue
+        at, name, endpoint, note = row
+        if not isinstance(at, int | float) or not isinstance(name, str) or not isinstance(endpoint, str):
+            counts.malformed += 1
+            continue
+        if at < oldest:
+            counts.stale += 1
+            continue
+        plugin = plugins.get(name)
+        if plugin is None:
+            counts.unknown += 1
+            continue
+        try:
+            plugin.learn_pick(endpoint, note)
+        except ValueError:
+            counts.malformed += 1
+            continue
+        counts.learned += 1
+    return counts

@@ -1,0 +1,164 @@
+"""Pick notes: what a plugin tells the other workers after a pick, and what they learn from it."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pytest
+
+from igw.scheduling.factory import default_weights, scheduler_from_weights
+from igw.scheduling.framework import SharesPicks
+from igw.scheduling.pick_notes import LearnCounts, PickNoteOutbox, sharing_plugins
+from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
+from igw.scheduling.plugins.lora_slot_filter import LoraSlotFilter
+from igw.scheduling.plugins.no_hit_lru_scorer import NoHitLruScorer
+from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, PrefixCacheScorer
+from igw.scheduling.scheduler import Scheduler
+from igw.scheduling.settings import RoutingSettings
+from tests.scheduling.helpers import ctx, ep, req
+
+PROMPT = "You are a careful assistant. " * 20
+SECRET = "sk-live-do-not-share"
+
+
+def test_a_prefix_learned_from_another_scorer_scores_the_same_there() -> None:
+    sender, learner = PrefixCacheScorer(auto_tune=False), PrefixCacheScorer(auto_tune=False)
+    eps = [ep("a:1"), ep("b:1")]
+    picked = ctx(req(PROMPT))
+    sender.score(picked, eps)
+    sender.on_picked(picked, eps[1])
+    note = sender.pick_note(picked, eps[1])
+    assert learner.score(ctx(req(PROMPT)), eps) == [0.0, 0.0]
+    learner.learn_pick("b:1", orjson.loads(orjson.dumps(note)))  # as it crosses the channel
+    expected = sender.score(ctx(req(PROMPT)), eps)
+    assert expected == [0.0, 1.0]
+    assert learner.score(ctx(req(PROMPT)), eps) == expected
+
+
+def test_a_prefix_note_holds_hashes_and_capacity_never_the_text() -> None:
+    scorer = PrefixCacheScorer(auto_tune=True)
+    pod = ep("a:1", block_size=16, num_gpu_blocks=1234)
+    picked = ctx(req(PROMPT + SECRET))
+    scorer.on_picked(picked, pod)
+    note = scorer.pick_note(picked, pod)
+    assert isinstance(note, dict)
+    assert note["c"] == 1234
+    assert note["h"] == picked.state["prefix.hashes"]
+    encoded = orjson.dumps(note)
+    assert b"careful" not in encoded
+    assert SECRET.encode() not in encoded
+    assert scorer.pick_note(ctx(req("too short")), pod) is None  # under one block: nothing to share
+
+
+@pytest.mark.parametrize(
+    ("note", "field"),
+    [
+        pytest.param([1, 2], "is an object", id="not-an-object"),
+        pytest.param({"h": "abc", "c": 5}, "field 'h'", id="hashes-not-a-list"),
+        pytest.param({"h": [1, "x"], "c": 5}, "field 'h'", id="hash-not-an-int"),
+        pytest.param({"h": [1], "c": 0}, "field 'c'", id="capacity-zero"),
+        pytest.param({"h": [1]}, "field 'c'", id="capacity-missing"),
+    ],
+)
+def test_a_malformed_prefix_note_is_refused_by_field(note: object, field: str) -> None:
+    scorer = PrefixCacheScorer()
+    with pytest.raises(ValueError, match=field):
+        scorer.learn_pick("a:1", note)
+    assert scorer.index.entries() == 0
+
+
+def test_no_hit_lru_shares_cold_picks_only_and_learns_them() -> None:
+    sender, learner = NoHitLruScorer(), NoHitLruScorer()
+    eps = [ep("a:1"), ep("b:1")]
+    cold = ctx(req("x"))
+    cold.state[STATE_ANY_HIT] = False
+    warm = ctx(req("y"))
+    warm.state[STATE_ANY_HIT] = True
+    assert sender.pick_note(cold, eps[0]) is True
+    assert sender.pick_note(warm, eps[0]) is None
+    assert learner.score(ctx(req("z")), eps) == [1.0, 1.0]
+    learner.learn_pick("a:1", True)  # a:1 just got a cold request elsewhere: prefer b:1
+    assert learner.score(ctx(req("z")), eps) == [0.0, 1.0]
+    with pytest.raises(ValueError, match="pick note is true"):
+        learner.learn_pick("b:1", 1)
+
+
+def test_only_plugins_whose_state_is_built_by_picks_alone_share() -> None:
+    assert isinstance(PrefixCacheScorer(), SharesPicks)
+    assert isinstance(NoHitLruScorer(), SharesPicks)
+    # Each of these counts work that completes only in the worker that dispatched it.
+    assert not isinstance(LoraSlotFilter(), SharesPicks)
+    assert not isinstance(PrefillCollisionScorer(), SharesPicks)
+    assert not isinstance(BacklogTtftScorer(), SharesPicks)
+
+
+def _scheduler(seed: int) -> Scheduler:
+    return scheduler_from_weights(
+        default_weights(lora_adapters=False), routing=RoutingSettings(), rng=random.Random(seed)
+    )
+
+
+def test_a_scheduler_notes_its_picks_once_sharing_is_on() -> None:
+    sched = _scheduler(0)
+    eps = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=10.0)]
+    sched.pick(req(PROMPT, request_id="before"), eps, now=10.0)
+    outbox = sched.share_picks()
+    assert sched.share_picks() is outbox
+    decision = sched.pick(req(PROMPT, request_id="after"), eps, now=10.1)
+    notes = outbox.drain()
+    plugins = {plugin for _at, plugin, _key, _note in notes}
+    # The default profile's only sharing plugin (no-hit-lru-scorer is off by default).
+    assert set(sharing_plugins(ws.scorer for ws in sched.profile.scorers)) == {"prefix-cache-scorer"}
+    assert plugins == {"prefix-cache-scorer"}
+    assert len(notes) == 1  # the pick before sharing was on is not noted
+    assert all(at == 10.1 and key == decision.endpoint for at, _plugin, key, _note in notes)
+    assert outbox.drain() == []
+
+
+def test_another_scheduler_learns_the_notes_and_picks_the_same_pod() -> None:
+    eps = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=10.0)]
+    for seed in range(6):  # whichever pod the first scheduler picks, the second follows
+        first, second = _scheduler(seed), _scheduler(100 + seed)
+        outbox = first.share_picks()
+        chosen = first.pick(req(PROMPT + str(seed), request_id="a"), eps, now=10.0).endpoint
+        counts = second.learn_picks(outbox.drain(), now=10.05)
+        assert counts.learned >= 1
+        assert counts.stale == counts.unknown == counts.malformed == 0
+        again = second.pick(req(PROMPT + str(seed), request_id="b"), eps, now=10.06)
+        assert chosen is not None
+        assert again.endpoint == chosen
+        assert again.scores[chosen]["prefix-cache-scorer"] > 0
+
+
+def test_stale_unknown_and_malformed_notes_are_counted_not_learned() -> None:
+    sched = _scheduler(0)
+    threshold = sched.settings.stale_threshold_s
+    note = {"h": [1, 2, 3], "c": 100}
+    counts = sched.learn_picks(
+        [
+            [10.0 - threshold - 0.01, "prefix-cache-scorer", "a:1", note],  # older than the threshold
+            [9.9, "no-such-plugin", "a:1", note],
+            [9.9, "prefix-cache-scorer", "a:1", {"h": "x", "c": 1}],
+            [9.9, "prefix-cache-scorer", "a:1"],
+            ["late", "prefix-cache-scorer", "a:1", note],
+            [9.9, "prefix-cache-scorer", "a:1", note],
+        ],
+        now=10.0,
+    )
+    assert counts == LearnCounts(learned=1, stale=1, unknown=1, malformed=3)
+    [prefix] = [ws.scorer for ws in sched.profile.scorers if isinstance(ws.scorer, PrefixCacheScorer)]
+    assert prefix.index.size("a:1") == 3
+
+
+def test_a_full_outbox_drops_the_oldest_and_counts() -> None:
+    scorer = PrefixCacheScorer(auto_tune=False)
+    outbox = PickNoteOutbox([scorer], capacity=3)
+    pod = ep("a:1")
+    for i in range(5):
+        outbox.record(ctx(req(f"{i}" * 64), now=float(i)), pod)
+    assert outbox.dropped == 2
+    assert [at for at, *_ in outbox.drain()] == [2.0, 3.0, 4.0]
+    with pytest.raises(ValueError, match="capacity: must be at least 1"):
+        PickNoteOutbox([scorer], capacity=0)
