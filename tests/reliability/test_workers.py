@@ -124,7 +124,13 @@ async def test_both_workers_send_a_shared_prefix_to_the_pod_that_got_it_first(tm
         ) as gw,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
     ):
+        # Both workers up and following the leader's channel: a worker that joins later misses the
+        # notes sent before it connected (they are not replayed; its index learns from later picks).
+        await wait_until(
+            lambda: gw.output.count(" serving 1 scheduler(s) at ") == 2, within=60, what="both workers"
+        )
         await wait_all_fresh(http, gw.url)
+        await asyncio.sleep(10 * INTERVAL_S)
         for n in range(6):
             text = f"Conversation {n}: you are a helpful assistant for a shipping company. " * 8
 
@@ -133,6 +139,12 @@ async def test_both_workers_send_a_shared_prefix_to_the_pod_that_got_it_first(tm
                 async with http.post(gw.url + "/v1/completions", json=body) as resp:
                     assert resp.status == 200, await resp.text()
                     await resp.read()
+                # A live server's page moves with every request; the fake's does not unless told,
+                # and a page that stays the same for staleThreshold after a dispatch is taken as
+                # frozen (the pod excluded). Both pods move alike, so the KV scorer stays neutral.
+                kv = 0.1 + 0.001 * (sum(len(p.received) for p in pods) % 50)
+                for pod in pods:
+                    pod.kv = kv
 
             await send()
             await asyncio.sleep(6 * INTERVAL_S)  # the pick reaches the other worker within an interval
