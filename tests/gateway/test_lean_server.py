@@ -23,8 +23,17 @@ from igw.gateway import serving, upstream
 from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
-from igw.gateway.lean_server import SWITCH_ENV, LeanRequest, LeanStreamWriter
+from igw.gateway.lean_server import (
+    LEAN_ROUTES_KEY,
+    SWITCH_ENV,
+    LeanHandler,
+    LeanRequest,
+    LeanRequestHandler,
+    LeanStreamWriter,
+    ReceivedBody,
+)
 from igw.gateway.observer import RequestObserver
+from igw.gateway.request_body import read_limited
 from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
@@ -451,3 +460,61 @@ async def test_a_handler_failing_inside_a_started_stream_closes_the_connection(
     assert b'"text":"tok0"' in received
     assert received.count(b"HTTP/1.1") == 1
     assert "unhandled error" in caplog.text
+
+
+@contextlib.asynccontextmanager
+async def body_recording_server(seen: list[tuple[str, bytes]]) -> AsyncIterator[int]:
+    """A lean-side server whose one route records the type of the body it was given and the bytes
+    it read from it."""
+
+    async def record(request: web.Request) -> web.StreamResponse:
+        raw = await read_limited(request, limit=2**20)
+        seen.append((type(request.content).__name__, raw))
+        return web.json_response({"read": len(raw)})
+
+    app = web.Application(client_max_size=2**20)
+    routes: dict[str, LeanHandler] = {"/v1/completions": record}
+    app[LEAN_ROUTES_KEY] = routes
+    app[serving.CONNECTION_HANDLER_KEY] = LeanRequestHandler
+    runner = GatewayRunner(app, limits=ServerLimits(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        yield site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_body_sent_with_its_head_is_handed_over_whole_and_one_sent_later_through_a_reader() -> None:
+    seen: list[tuple[str, bytes]] = []
+    late = post(b'{"prompt": "' + b"y" * 1000 + b'"}')
+    split = late.index(b"\r\n\r\n") + 4 + 10  # the head and 10 body bytes, then the rest
+    async with body_recording_server(seen) as port, connection(port) as (reader, writer):
+        writer.write(post())  # one write: the body arrives with its head
+        assert (await read_response(reader))[0] == 200
+        writer.write(post(b""))
+        assert (await read_response(reader))[0] == 200
+        writer.write(late[:split])
+        await writer.drain()
+        await asyncio.sleep(0.05)  # the head and the first body bytes are read on their own
+        writer.write(late[split:])
+        assert (await read_response(reader))[0] == 200
+        writer.write(post() + post(b"{}"))  # pipelined: each body whole, in order
+        assert [(await read_response(reader))[0] for _ in range(2)] == [200, 200]
+    assert seen == [
+        ("ReceivedBody", BODY),
+        ("ReceivedBody", b""),
+        ("StreamReader", late[late.index(b"\r\n\r\n") + 4 :]),
+        ("ReceivedBody", BODY),
+        ("ReceivedBody", b"{}"),
+    ]
+
+
+def test_a_received_body_reads_like_a_finished_stream_reader() -> None:
+    body = ReceivedBody(b"abcdef")
+    assert body.is_eof()
+    assert body.read_nowait(2) == b"ab"
+    assert body.read_nowait(10) == b"cdef"
+    assert body.read_nowait() == b""
+    assert ReceivedBody(b"xyz").read_nowait() == b"xyz"

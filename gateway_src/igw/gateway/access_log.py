@@ -8,6 +8,9 @@ per-scorer weighted scores of the chosen endpoint and its fallbacks), ``decision
 waited in a flow-control queue ``priority`` (its band), ``tenant`` (its fairness key) and
 ``queue_ms``; for a canary-split request ``requested_model`` (the name the client sent); for a
 request whose OpenTelemetry trace was recorded ``trace_id`` (32 hex digits), to find its trace.
+
+Where ``igw serve`` set the logger up (its batched handler only), the line is queued without a
+:class:`logging.LogRecord` (:func:`igw.gateway.log_buffer.line_sink`); otherwise it is logged.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 import orjson
+
+from igw.gateway.log_buffer import line_sink
 
 access_log = logging.getLogger("igw.access")
 
@@ -57,7 +62,12 @@ class AccessRecord:
         record = {k: v for k in _FIELDS if (v := getattr(self, k)) is not None}
         if self.scores:
             record["scores"] = {k: {n: round(v, 4) for n, v in s.items()} for k, s in self.scores.items()}
-        access_log.info(orjson.dumps(record).decode())
+        line = orjson.dumps(record).decode()
+        sink = line_sink(access_log)
+        if sink is None:
+            access_log.info(line)
+        else:  # igw serve's set-up: queued as a line, without a LogRecord
+            sink.emit_line(line)
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(AccessRecord))

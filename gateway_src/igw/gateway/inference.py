@@ -66,6 +66,8 @@ MAX_ATTEMPTS: Final = 2
 """The pick plus one retry on the next-best endpoint after a connect failure."""
 DEFAULT_LIMITS: Final = ServerLimits()
 _CLOSE: Final = {"Connection": "close"}
+_GATEWAY_REQUEST_HEADERS: Final = frozenset({MODEL_HEADER, BASE_MODEL_HEADER, DEBUG_TOKEN_HEADER.lower()})
+"""Request headers the gateway owns: a client's copy is never forwarded (lower case)."""
 _CLIENT_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 """A client-supplied ``X-Request-Id`` is reused only when it looks like an id (it is echoed back and
 logged); anything else - a token pasted by mistake, control bytes, a 10 kB value - gets a fresh id."""
@@ -378,11 +380,9 @@ async def _forward(
 ) -> web.StreamResponse:
     """Send to the first candidate that accepts a connection; relay its answer; account."""
     settings = state.runtime.settings
-    strip = (
-        guard.stripped_request_headers
-        | {MODEL_HEADER, BASE_MODEL_HEADER, DEBUG_TOKEN_HEADER.lower()}
-        | {h.lower() for h in principal.forward_headers}
-    )
+    strip = guard.stripped_request_headers | _GATEWAY_REQUEST_HEADERS
+    if principal.forward_headers:
+        strip = strip | {h.lower() for h in principal.forward_headers}
     add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": obs.request_id}
     headers = upstream_headers(request.headers, strip=strip, add=add)
     est_tokens = body.prompt_tokens + (body.max_tokens or 0)

@@ -6,7 +6,10 @@ plain - ``POST`` to one of the lean routes (``/v1/completions``, ``/v1/chat/comp
 a ``Content-Length`` body within ``bbr.maxRequestBodyBytes``, no ``Transfer-Encoding``,
 ``Content-Encoding``, ``Expect`` or ``Upgrade``, every field within the header limits - is parsed by
 httptools and handed straight to the route's handler as a :class:`LeanRequest`; its response is
-written as one head-and-body write (a streamed response through aiohttp's own writer).
+written as one head-and-body write (a streamed response through :class:`LeanStreamWriter`). The
+handler starts once the read that completed the head is parsed: a body that came with its head (the
+usual case) is handed over whole (:class:`ReceivedBody`), one still arriving through aiohttp's
+``StreamReader``, which the following reads feed.
 
 Anything else - another route, a malformed or over-limit head, a chunked, compressed or
 ``Expect: 100-continue`` body, HTTP/1.0 or 0.9 - hands the connection over to aiohttp for good, with
@@ -122,7 +125,6 @@ class LeanRequest:
         path: str,
         path_qs: str,
         headers: CIMultiDictProxy[str],
-        content: StreamReader,
         content_length: int,
         keep_alive: bool,
         remote: str | None,
@@ -132,7 +134,8 @@ class LeanRequest:
         self.path = path
         self.path_qs = path_qs
         self.headers = headers
-        self.content = content
+        self.content: StreamReader | ReceivedBody | None = None
+        """The body: set before the handler runs (:class:`ReceivedBody` when it came with the head)."""
         self.content_length = content_length
         self.keep_alive = keep_alive
         self.remote = remote
@@ -279,6 +282,29 @@ class LeanStreamWriter(AbstractStreamWriter):
         raise NotImplementedError("the head is given to the constructor")
 
 
+class ReceivedBody:
+    """A request body that arrived whole with its head (the usual case): what the inference path
+    reads of aiohttp's :class:`~aiohttp.streams.StreamReader` (``is_eof``, ``read_nowait``), without
+    the reader's buffers, waiters and flow control, which only a body still arriving needs."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def is_eof(self) -> bool:
+        return True
+
+    def read_nowait(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes not read yet (all with ``n < 0``); ``b""`` once all were read."""
+        data = self._data
+        if n < 0 or n >= len(data):
+            self._data = b""
+            return data
+        self._data = data[n:]
+        return data[:n]
+
+
 class _BodyFlow:
     """What a request body's :class:`~aiohttp.streams.StreamReader` needs of its connection: pausing
     the socket while the handler has not read a large body, and the connection state. (Given the
@@ -315,7 +341,20 @@ class _BodyFlow:
 class _Message:
     """What the parser has told about the request being read."""
 
-    __slots__ = ("bad", "body", "complete", "consumed", "fields", "head_end", "hosts", "length", "url")
+    __slots__ = (
+        "bad",
+        "body",
+        "complete",
+        "consumed",
+        "fields",
+        "handler",
+        "head_end",
+        "hosts",
+        "length",
+        "parts",
+        "request",
+        "url",
+    )
 
     def __init__(self) -> None:
         self.url = b""
@@ -325,7 +364,13 @@ class _Message:
         answers 400."""
         self.bad = False
         """The head is outside what the lean side serves (aiohttp takes it)."""
+        self.request: LeanRequest | None = None
+        """Set once the head was accepted (the lean side serves the request; no handover any more)."""
+        self.handler: LeanHandler | None = None
+        self.parts: list[bytes] = []
+        """Body bytes parsed before the handler started (in the read that completed the head)."""
         self.body: StreamReader | None = None
+        """The body's reader when the body was still arriving as the handler started."""
         self.complete = False
         self.consumed = 0
         """Bytes of this connection fed to the parser since the message began."""
@@ -401,13 +446,18 @@ class LeanRequestHandler(GatewayRequestHandler):
             # llhttp stops at an upgrade request (``Upgrade`` + ``Connection: upgrade``, or CONNECT),
             # which the lean side never serves: aiohttp takes it like any other refused head.
             if not msg.complete:  # before the head was accepted: aiohttp answers; later: cannot be
-                self._hand_over() if msg.body is None else self._abort()
+                self._hand_over() if msg.request is None else self._abort()
                 return
         if msg.bad:
             self._hand_over()
-        elif msg.body is None:  # the head is still arriving: it has header_timeout_s to finish
+            return
+        request = msg.request
+        if request is None:  # the head is still arriving: it has header_timeout_s to finish
             self.start_head_timer()
-        elif msg.complete:
+            return
+        if request.content is None:  # accepted in this read: the handler starts now
+            self._start(msg, request)
+        if msg.complete:
             extra = msg.consumed - msg.head_end - msg.length
             if extra > 0:  # the next (pipelined) request began in the same read
                 self._lean_pending += data[len(data) - extra :]
@@ -430,14 +480,14 @@ class LeanRequestHandler(GatewayRequestHandler):
     # ---- httptools callbacks ------------------------------------------------------------------
     def on_url(self, url: bytes) -> None:
         msg = self._lean_msg
-        if msg is not None and msg.body is None:
+        if msg is not None and msg.request is None:
             msg.url += url
             if len(msg.url) > MAX_REQUEST_LINE_BYTES:
                 msg.bad = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
         msg = self._lean_msg
-        if msg is None or msg.body is not None:
+        if msg is None or msg.request is not None:
             return
         fields = msg.fields
         fields.append((name, value))
@@ -460,7 +510,7 @@ class LeanRequestHandler(GatewayRequestHandler):
         msg = self._lean_msg
         parser = self._lean_parser
         raw = self._lean_raw
-        if msg is None or parser is None or raw is None or msg.body is not None or msg.bad:
+        if msg is None or parser is None or raw is None or msg.request is not None or msg.bad:
             return
         handler = self._eligible(msg, parser, raw)
         if handler is None:
@@ -480,42 +530,60 @@ class LeanRequestHandler(GatewayRequestHandler):
         flow = self._lean_flow
         if flow is None:
             flow = self._lean_flow = _BodyFlow(self)
-        body = msg.body = StreamReader(cast(Any, flow), _BODY_BUFFER, loop=self._loop)
-        if length == 0:
-            body.feed_eof()
         self._lean_raw = None  # past the head: the request cannot be handed over any more
         url = msg.url.decode(_CHARSET, _UNDECODABLE)
         app = self._lean_app
         assert app is not None
-        request = LeanRequest(
+        msg.handler = handler
+        msg.request = LeanRequest(
             app=app,
             protocol=self,
             path=url.partition("?")[0],
             path_qs=url,
             headers=CIMultiDictProxy(headers),
-            content=body,
             content_length=length,
             keep_alive=bool(parser.should_keep_alive()),
             remote=flow.remote,
         )
-        self._begin_request()
-        self._lean_server.lean_requests += 1
-        task = self._lean_task = self._loop.create_task(self._serve(request, handler))
-        request.task = task
+        # The handler starts once this read is parsed (``_start``): by then a body sent with the
+        # head is complete and needs no reader.
 
     def on_body(self, data: bytes) -> None:
         msg = self._lean_msg
-        if msg is not None and msg.body is not None and not msg.complete:
+        if msg is None or msg.request is None or msg.complete:
+            return
+        if msg.body is not None:
             msg.body.feed_data(data)
+        else:
+            msg.parts.append(data)
 
     def on_message_complete(self) -> None:
         msg = self._lean_msg
         if msg is None or msg.complete:
             return
-        if msg.body is None:  # a request aiohttp takes (ineligible head): it will see the body
+        if msg.request is None:  # a request aiohttp takes (ineligible head): it will see the body
             return
         msg.complete = True
-        msg.body.feed_eof()
+        if msg.body is not None:
+            msg.body.feed_eof()
+
+    def _start(self, msg: _Message, request: LeanRequest) -> None:
+        """Run the accepted request's handler, with its body as received in the head's read: whole
+        (the usual case) or a reader that the following reads feed."""
+        handler = msg.handler
+        assert handler is not None
+        parts, msg.parts = msg.parts, []
+        if msg.complete:
+            request.content = ReceivedBody(parts[0] if len(parts) == 1 else b"".join(parts))
+        else:
+            body = msg.body = StreamReader(cast(Any, self._lean_flow), _BODY_BUFFER, loop=self._loop)
+            for part in parts:
+                body.feed_data(part)
+            request.content = body
+        self._begin_request()
+        self._lean_server.lean_requests += 1
+        task = self._lean_task = self._loop.create_task(self._serve(request, handler))
+        request.task = task
 
     def _eligible(self, msg: _Message, parser: httptools.HttpRequestParser, raw: bytes) -> LeanHandler | None:
         """The lean route's handler when the request is one the lean side serves, else ``None``."""

@@ -14,6 +14,14 @@ At most ``max_queued`` records wait: past that (the stream has stopped taking li
 dropped, counted, and reported in one line once the stream moves again, so a stalled log consumer
 cannot grow the gateway's memory.
 
+A caller that already has its whole line (the access log) can skip :class:`logging.LogRecord`
+altogether: :func:`line_sink` returns the handler when a record logged at INFO on a logger would
+reach only it and come out as the redacted message (no filters, a message-only
+:class:`~igw.gateway.redaction.RedactingFormatter`), and :meth:`BatchedLineHandler.emit_line` queues
+the line itself; the writer thread redacts it as the formatter would have. Building the record
+(``Logger.info`` -> ``makeRecord`` -> ``handle`` -> ``callHandlers``) costs more per request than
+queuing and writing the line.
+
 Why by hand: :class:`logging.handlers.QueueHandler` formats the record (``prepare``) on the
 caller's thread - the cost this handler exists to move - and its listener writes (and flushes) one
 record at a time.
@@ -26,6 +34,8 @@ import logging
 import threading
 import time
 from typing import Final, TextIO
+
+from igw.gateway.redaction import RedactingFormatter
 
 DEFAULT_INTERVAL_S: Final = 0.2
 """How long a line may wait before it is written."""
@@ -65,7 +75,7 @@ class BatchedLineHandler(logging.Handler):
         self._interval_s = interval_s
         self._batch = batch
         # deque.append and popleft are atomic: the request path takes no lock.
-        self._queue: collections.deque[logging.LogRecord] = collections.deque()
+        self._queue: collections.deque[logging.LogRecord | str] = collections.deque()
         self._wake = threading.Event()
         self._stopping = False
         self._write_lock = threading.RLock()  # a record logged while writing must not deadlock
@@ -80,10 +90,24 @@ class BatchedLineHandler(logging.Handler):
         return bool(rv)
 
     def emit(self, record: logging.LogRecord) -> None:
+        self._enqueue(record)
+
+    def takes_lines(self) -> bool:
+        """Whether :meth:`emit_line` writes what :meth:`emit` would for an INFO record of that
+        message: no filters, and a formatter that is the redacted message alone."""
+        formatter = self.formatter
+        return not self.filters and isinstance(formatter, RedactingFormatter) and formatter.message_only
+
+    def emit_line(self, line: str) -> None:
+        """Queue an already formatted message (redacted on the writer thread, as :meth:`emit`'s
+        records are formatted there); only for a handler that :meth:`takes_lines`."""
+        self._enqueue(line)
+
+    def _enqueue(self, item: logging.LogRecord | str) -> None:
         if len(self._queue) >= self._max_queued and not self._stopping:
             self.dropped += 1
             return
-        self._queue.append(record)
+        self._queue.append(item)
         if self._stopping:  # after close: write at once rather than drop
             self._drain()
         elif len(self._queue) >= self._batch:
@@ -123,14 +147,14 @@ class BatchedLineHandler(logging.Handler):
                     f"{self._max_queued} were waiting"
                 )
 
-    def _write(self, records: list[logging.LogRecord]) -> None:
+    def _write(self, records: list[logging.LogRecord | str]) -> None:
         lines = []
         on_writer = threading.current_thread() is self._thread
         for number, record in enumerate(records, start=1):
             try:
-                lines.append(self.format(record))
+                lines.append(self._format_item(record))
             except Exception:  # logging's contract: report, never raise
-                self.handleError(record)
+                self.handleError(_as_record(record))
             if on_writer and number % YIELD_EVERY == 0:
                 # Formatting holds the GIL; without a pause a large batch would stall the event loop
                 # for up to the interpreter's switch interval (5 ms) at a time.
@@ -141,7 +165,14 @@ class BatchedLineHandler(logging.Handler):
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
         except Exception:  # logging's contract: report, never raise
-            self.handleError(records[0])
+            self.handleError(_as_record(records[0]))
+
+    def _format_item(self, item: logging.LogRecord | str) -> str:
+        if isinstance(item, str):
+            formatter = self.formatter
+            assert isinstance(formatter, RedactingFormatter)  # emit_line is only for takes_lines()
+            return formatter.format_line(item)
+        return self.format(item)
 
     def _write_line(self, line: str) -> None:
         try:
@@ -149,3 +180,22 @@ class BatchedLineHandler(logging.Handler):
             self.stream.flush()
         except Exception:  # logging's contract: report, never raise
             self.handleError(logging.makeLogRecord({"msg": line}))
+
+
+def _as_record(item: logging.LogRecord | str) -> logging.LogRecord:
+    """``item`` as a record, for :meth:`logging.Handler.handleError`'s report."""
+    return item if isinstance(item, logging.LogRecord) else logging.makeLogRecord({"msg": item})
+
+
+def line_sink(logger: logging.Logger) -> BatchedLineHandler | None:
+    """The handler that takes ``logger``'s INFO lines without a :class:`logging.LogRecord`: when a
+    record logged there would reach that one handler only (no propagation, no logger filters, one
+    handler at INFO or below that :meth:`~BatchedLineHandler.takes_lines`), else ``None``. The
+    caller checks ``logger.isEnabledFor(logging.INFO)`` first, as ``Logger.info`` does."""
+    handlers = logger.handlers
+    if logger.propagate or logger.filters or logger.disabled or len(handlers) != 1:
+        return None
+    handler = handlers[0]
+    if not isinstance(handler, BatchedLineHandler) or handler.level > logging.INFO:
+        return None
+    return handler if handler.takes_lines() else None

@@ -62,6 +62,18 @@ def _mask_bearer(found: re.Match[str]) -> str:
 class RedactingFormatter(logging.Formatter):
     """A :class:`logging.Formatter` whose output has passed through :func:`redact`."""
 
+    @property
+    def message_only(self) -> bool:
+        """Whether the format is the message alone (``%(message)s`` or its ``{``/``$`` form): then a
+        record without arguments or exception formats to ``redact(message)``, so a plain line can be
+        formatted without building its :class:`logging.LogRecord` (:meth:`format_line`)."""
+        return self._fmt == self._style.default_format
+
+    def format_line(self, line: str) -> str:
+        """What :meth:`format` makes of an INFO record whose message is ``line`` (no arguments, no
+        exception), for a :attr:`message_only` format."""
+        return redact(line)
+
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))
 

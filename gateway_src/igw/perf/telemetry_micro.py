@@ -4,7 +4,8 @@ cost per request, the way ``igw serve`` sets them up against the way it did befo
 * Access log: one :class:`~igw.gateway.access_log.AccessRecord` emitted per request through the
   ``igw.access`` logger with the redacting formatter into ``os.devnull``. Before: a
   :class:`logging.StreamHandler` (format + write + flush per record) with logging's caller lookup;
-  now: :class:`~igw.gateway.log_buffer.BatchedLineHandler` without it. Both the calling thread's
+  now: :class:`~igw.gateway.log_buffer.BatchedLineHandler`, which takes the line without a
+  :class:`logging.LogRecord` (:func:`~igw.gateway.log_buffer.line_sink`). Both the calling thread's
   CPU time (what the event loop pays) and the whole process's (the writer thread included, up to
   the handler's close, which writes the rest) are reported.
 * Request metrics: the updates of one streamed request (decision, pick, TTFT, 20 inter-token gaps,
@@ -135,7 +136,7 @@ def access_log_costs(*, records: int = 5000, rounds: int = 5) -> tuple[Telemetry
     best = _best(_log_round, records, rounds)
     return (
         TelemetryCost("StreamHandler, caller lookup (before)", *best[False]),
-        TelemetryCost("batched writer thread, no caller lookup", *best[True]),
+        TelemetryCost("batched writer thread, line without a LogRecord", *best[True]),
     )
 
 

@@ -1,0 +1,159 @@
+"""The access log's line path: with ``igw serve``'s set-up a line is queued without a ``LogRecord``,
+and what is written is exactly what the record path writes (redaction included)."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Callable, Iterator
+
+import orjson
+import pytest
+
+from igw.gateway.access_log import AccessRecord, access_log
+from igw.gateway.log_buffer import BatchedLineHandler, line_sink
+from igw.gateway.redaction import MASK, RedactingFormatter
+
+_TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ0ZW5hbnQtYSJ9.c2lnbmF0dXJl"
+
+
+@pytest.fixture
+def restored_access_logger() -> Iterator[logging.Logger]:
+    """``igw.access`` as the test leaves it is put back as it was (the logger is process-wide)."""
+    saved = (access_log.handlers[:], access_log.filters[:], access_log.propagate, access_log.level)
+    try:
+        yield access_log
+    finally:
+        access_log.handlers[:], access_log.filters[:], access_log.propagate, level = saved
+        access_log.setLevel(level)
+
+
+@pytest.fixture
+def counted_records() -> Iterator[list[logging.LogRecord]]:
+    """Every :class:`logging.LogRecord` made while the test runs (through logging's record factory)."""
+    made: list[logging.LogRecord] = []
+    original = logging.getLogRecordFactory()
+
+    def factory(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = original(*args, **kwargs)
+        made.append(record)
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        yield made
+    finally:
+        logging.setLogRecordFactory(original)
+
+
+def _serve_setup(logger: logging.Logger, stream: io.StringIO) -> BatchedLineHandler:
+    """What ``igw serve`` does to ``igw.access``: no propagation, the batched handler, message-only
+    redacting formatter."""
+    handler = BatchedLineHandler(stream, interval_s=3600.0)
+    handler.setFormatter(RedactingFormatter("%(message)s"))
+    logger.handlers[:] = [handler]
+    logger.filters[:] = []
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    return handler
+
+
+def _record() -> AccessRecord:
+    record = AccessRecord(request_id="rid-1", method="POST", path="/v1/completions", ts=1700000000.25)
+    record.status = 401
+    record.scores = {"10.0.0.1:8000": {"queue": 0.123456789}}
+    record.error = f"upstream echoed Authorization: Bearer {_TOKEN}"
+    return record
+
+
+def test_an_access_line_is_queued_without_a_log_record_and_redacted(
+    restored_access_logger: logging.Logger, counted_records: list[logging.LogRecord]
+) -> None:
+    stream = io.StringIO()
+    handler = _serve_setup(restored_access_logger, stream)
+    assert line_sink(restored_access_logger) is handler
+    _record().emit()
+    handler.close()
+    assert counted_records == []
+    [line] = stream.getvalue().splitlines()
+    assert _TOKEN not in line
+    written = orjson.loads(line)
+    assert written["error"] == f"upstream echoed Authorization: {MASK}"
+    assert written["scores"] == {"10.0.0.1:8000": {"queue": 0.1235}}
+    assert written["request_id"] == "rid-1"
+
+
+def test_the_line_path_writes_what_the_record_path_writes(
+    restored_access_logger: logging.Logger, counted_records: list[logging.LogRecord]
+) -> None:
+    lines = {}
+    for path in ("line", "record"):
+        stream = io.StringIO()
+        handler = _serve_setup(restored_access_logger, stream)
+        if path == "record":  # any filter sends the line through logging's records
+            handler.addFilter(lambda _record: True)
+            assert line_sink(restored_access_logger) is None
+        _record().emit()
+        handler.close()
+        lines[path] = stream.getvalue()
+    assert len(counted_records) == 1  # the record path's
+    assert lines["line"] == lines["record"]
+    assert lines["line"].count("\n") == 1
+
+
+def _propagating(logger: logging.Logger, handler: BatchedLineHandler) -> None:
+    logger.propagate = True
+
+
+def _second_handler(logger: logging.Logger, handler: BatchedLineHandler) -> None:
+    logger.addHandler(logging.NullHandler())
+
+
+def _logger_filter(logger: logging.Logger, handler: BatchedLineHandler) -> None:
+    logger.addFilter(lambda _record: True)
+
+
+def _handler_above_info(logger: logging.Logger, handler: BatchedLineHandler) -> None:
+    handler.setLevel(logging.WARNING)
+
+
+def _timestamped_format(logger: logging.Logger, handler: BatchedLineHandler) -> None:
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(message)s"))
+
+
+def _plain_formatter(logger: logging.Logger, handler: BatchedLineHandler) -> None:
+    handler.setFormatter(logging.Formatter("%(message)s"))  # not redacting: records only
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _propagating,
+        _second_handler,
+        _logger_filter,
+        _handler_above_info,
+        _timestamped_format,
+        _plain_formatter,
+    ],
+)
+def test_any_other_set_up_keeps_logging_records(
+    restored_access_logger: logging.Logger,
+    change: Callable[[logging.Logger, BatchedLineHandler], None],
+) -> None:
+    handler = _serve_setup(restored_access_logger, io.StringIO())
+    try:
+        change(restored_access_logger, handler)
+        assert line_sink(restored_access_logger) is None
+    finally:
+        handler.close()
+
+
+def test_a_record_path_line_still_reaches_other_handlers(
+    restored_access_logger: logging.Logger, caplog: pytest.LogCaptureFixture
+) -> None:
+    restored_access_logger.propagate = True
+    restored_access_logger.handlers[:] = []
+    with caplog.at_level(logging.INFO, logger="igw.access"):
+        _record().emit()
+    [message] = [r.getMessage() for r in caplog.records if r.name == "igw.access"]
+    assert orjson.loads(message)["status"] == 401
