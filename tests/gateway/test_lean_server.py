@@ -17,6 +17,7 @@ import pytest
 import yaml
 from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
+from multidict import CIMultiDict
 
 from igw.config.loader import load_gateway_config
 from igw.gateway import serving, upstream
@@ -31,6 +32,7 @@ from igw.gateway.lean_server import (
     LeanRequestHandler,
     LeanStreamWriter,
     ReceivedBody,
+    UnsupportedStreamOperation,
 )
 from igw.gateway.observer import RequestObserver
 from igw.gateway.request_body import read_limited
@@ -367,8 +369,10 @@ async def test_the_stream_writer_frames_chunks_and_refuses_a_closed_connection()
         writer.close()
         with pytest.raises(ClientConnectionResetError):
             await closed.write(b"x")
-        with pytest.raises(NotImplementedError):
+        with pytest.raises(UnsupportedStreamOperation, match="not compressed"):
             closed.enable_compression()
+        with pytest.raises(UnsupportedStreamOperation, match="given to its constructor"):
+            await closed.write_headers("HTTP/1.1 200 OK", CIMultiDict())
     finally:
         writer.close()
         peer.close()

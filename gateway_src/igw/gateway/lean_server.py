@@ -51,6 +51,7 @@ from aiohttp.http_writer import StreamWriter, _serialize_headers
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from igw.errors import IgwGatewayError
 from igw.gateway.errors import REQUEST_ID_HEADER
 from igw.gateway.inference import REQUEST_ID_KEY, request_id_for
 from igw.gateway.serving import (
@@ -223,6 +224,12 @@ _WRITE_HIGH_WATER: Final = 2**16
 writer waits at the same size)."""
 
 
+class UnsupportedStreamOperation(IgwGatewayError, NotImplementedError):
+    """A relayed stream was asked for something the lean side never does by design (compressing the
+    model server's bytes, or writing a head other than the one it was built with). Raised loudly
+    rather than ignored: a caller reaching it has changed how streams are relayed."""
+
+
 class LeanStreamWriter(AbstractStreamWriter):
     """A relayed stream's body on the lean side: each chunk framed and handed to the transport in the
     call that relays it, the head joined to the first one.
@@ -273,13 +280,15 @@ class LeanStreamWriter(AbstractStreamWriter):
         await self._protocol._drain_helper()
 
     def enable_compression(self, encoding: str = "deflate", strategy: int | None = None) -> None:
-        raise NotImplementedError("a relayed stream is passed through as the model server sent it")
+        raise UnsupportedStreamOperation(
+            "a relayed stream is not compressed: it is passed through as the model server sent it"
+        )
 
     def enable_chunking(self) -> None:
         """Always chunked."""
 
     async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
-        raise NotImplementedError("the head is given to the constructor")
+        raise UnsupportedStreamOperation("a relayed stream's head is the one given to its constructor")
 
 
 class ReceivedBody:
