@@ -6,15 +6,20 @@ One simulated run becomes a :class:`~igw.bench.stats.RunSummary` against its sce
 
 from __future__ import annotations
 
+import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
+    from igw.bench.policies.registry import PolicyContext
     from igw.bench.scenarios import Scenario
     from igw.bench.stats import RunSummary
     from igw.sim.des_result import SimulationResult
+    from igw.sim.request import SimRequest
+
+Row = TypeVar("Row")
 
 
 def mean_or_nan(values: Sequence[float | None]) -> float:
@@ -55,3 +60,45 @@ class Quality:
             e2e_p99_s=mean_or_nan([r.e2e_p99_s for r in runs]),
             goodput=mean_or_nan([r.goodput for r in runs]),
         )
+
+
+def seed_requests(
+    scenario: Scenario, *, capacity_rps: float, seed: int, duration_scale: float
+) -> list[SimRequest]:
+    """The scenario's requests for one seed, at ``duration_scale`` of its duration: every variant a
+    benchmark compares runs these same requests."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the bench code loads only when run
+    from igw.bench.workload import scenario_requests
+
+    return scenario_requests(
+        scenario, capacity_rps=capacity_rps, seed=seed, duration_s=scenario.duration_s * duration_scale
+    )
+
+
+def policy_context(scenario: Scenario, *, seed: int, index: int = 0) -> PolicyContext:
+    """The routing policy's context for one run: a random source fixed by the seed (and by ``index``
+    when one run builds several policies, as the workers benchmark does), the scenario's LoRA flag
+    and SLOs."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the bench code loads only when run
+    from igw.bench.policies.registry import PolicyContext
+    from igw.bench.scenarios import LoraShape
+
+    return PolicyContext(
+        rng=random.Random(seed * 7919 + 17 + index * 104_729),
+        lora=isinstance(scenario.workload, LoraShape),
+        slo=(scenario.ttft_slo_s, scenario.tpot_slo_s),
+    )
+
+
+def run_per_scenario(
+    scenarios: Iterable[str], measure: Callable[[str], list[Row]], print_rows: Callable[[list[Row]], None]
+) -> list[Row]:
+    """Measure each scenario in turn, printing its rows as they come, then every row as a summary."""
+    rows: list[Row] = []
+    for name in scenarios:
+        measured = measure(name)
+        rows += measured
+        print_rows(measured)
+    print("summary:")
+    print_rows(rows)
+    return rows

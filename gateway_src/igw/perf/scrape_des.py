@@ -11,12 +11,11 @@ scrapes taken - what the pacing saves on that workload and whether it changes an
 from __future__ import annotations
 
 import argparse
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from igw.perf.des_quality import Quality, summary_of
+from igw.perf.des_quality import Quality, policy_context, run_per_scenario, seed_requests, summary_of
 
 if TYPE_CHECKING:
     from igw.bench.stats import RunSummary
@@ -49,10 +48,9 @@ def measure(
     """Both paces on the scenario's identical requests per seed."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.bench.capacity import fleet_capacity
-    from igw.bench.policies.registry import PolicyContext, build_policy
+    from igw.bench.policies.registry import build_policy
     from igw.bench.scenarios import SCENARIOS as ALL_SCENARIOS
-    from igw.bench.scenarios import LoraShape
-    from igw.bench.workload import fleet_pods, model_name, scenario_requests
+    from igw.bench.workload import fleet_pods, model_name
     from igw.gateway.scrape_pacing import idle_gap_limit
     from igw.sim.des import simulate
 
@@ -65,23 +63,15 @@ def measure(
     same = dict.fromkeys(PACES, 0)
     total = 0
     for seed in seeds:
-        requests = scenario_requests(
-            scenario,
-            capacity_rps=capacity.requests_per_s,
-            seed=seed,
-            duration_s=scenario.duration_s * duration_scale,
+        requests = seed_requests(
+            scenario, capacity_rps=capacity.requests_per_s, seed=seed, duration_scale=duration_scale
         )
         chosen: dict[str, str | None] = {}
         for pace in PACES:
-            ctx = PolicyContext(
-                rng=random.Random(seed * 7919 + 17),
-                lora=isinstance(scenario.workload, LoraShape),
-                slo=(scenario.ttft_slo_s, scenario.tpot_slo_s),
-            )
             result = simulate(
                 pods=pods,
                 requests=requests,
-                policy=build_policy(policy, ctx),
+                policy=build_policy(policy, policy_context(scenario, seed=seed)),
                 seed=seed,
                 scrape_interval_s=scrape_interval_s,
                 base_model=model_name(scenario),
@@ -126,17 +116,16 @@ def run(args: argparse.Namespace) -> int:
         f"{args.duration_scale:g}, scrape interval {args.scrape_interval * 1000:.0f} ms, stale threshold "
         f"{args.stale_threshold * 1000:.0f} ms; the same requests per seed, fixed vs paced scrapes"
     )
-    rows: list[PacingRow] = []
-    for name in args.scenarios:
-        rows += measure(
+    run_per_scenario(
+        args.scenarios,
+        lambda name: measure(
             name,
             policy=args.policy,
             seeds=args.seeds,
             duration_scale=args.duration_scale,
             scrape_interval_s=args.scrape_interval,
             stale_threshold_s=args.stale_threshold,
-        )
-        print_rows([r for r in rows if r.scenario == name])
-    print("summary:")
-    print_rows(rows)
+        ),
+        print_rows,
+    )
     return 0

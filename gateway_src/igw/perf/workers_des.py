@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from igw.perf.des_quality import Quality, summary_of
+from igw.perf.des_quality import Quality, policy_context, run_per_scenario, seed_requests, summary_of
 
 if TYPE_CHECKING:
     from igw.bench.stats import RunSummary
@@ -53,11 +53,10 @@ def measure(
     """Every (N, mitigation) variant on the scenario's identical requests per seed."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.bench.capacity import fleet_capacity
-    from igw.bench.policies.registry import PolicyContext, build_policy
+    from igw.bench.policies.registry import build_policy
     from igw.bench.policies.workers import WorkerSplitPolicy
     from igw.bench.scenarios import SCENARIOS as ALL_SCENARIOS
-    from igw.bench.scenarios import LoraShape
-    from igw.bench.workload import fleet_pods, model_name, scenario_requests
+    from igw.bench.workload import fleet_pods, model_name
     from igw.sim.des import simulate
 
     scenario = ALL_SCENARIOS[scenario_name]
@@ -69,21 +68,13 @@ def measure(
     ]
     summaries: dict[tuple[int, str], list[RunSummary]] = {v: [] for v in variants}
     for seed in seeds:
-        requests = scenario_requests(
-            scenario,
-            capacity_rps=capacity.requests_per_s,
-            seed=seed,
-            duration_s=scenario.duration_s * duration_scale,
+        requests = seed_requests(
+            scenario, capacity_rps=capacity.requests_per_s, seed=seed, duration_scale=duration_scale
         )
         for n, share in variants:
 
             def build(index: int, seed: int = seed) -> RoutingPolicy:
-                ctx = PolicyContext(
-                    rng=random.Random(seed * 7919 + 17 + index * 104_729),
-                    lora=isinstance(scenario.workload, LoraShape),
-                    slo=(scenario.ttft_slo_s, scenario.tpot_slo_s),
-                )
-                return build_policy(policy, ctx)
+                return build_policy(policy, policy_context(scenario, seed=seed, index=index))
 
             split = WorkerSplitPolicy(
                 build,
@@ -138,9 +129,9 @@ def run(args: argparse.Namespace) -> int:
         f"{args.duration_scale:g}, scrape interval {args.scrape_interval * 1000:.0f} ms; "
         "requests spread over the workers at random (SO_REUSEPORT)"
     )
-    rows: list[QualityRow] = []
-    for name in args.scenarios:
-        rows += measure(
+    run_per_scenario(
+        args.scenarios,
+        lambda name: measure(
             name,
             policy=args.policy,
             workers=args.workers,
@@ -148,8 +139,7 @@ def run(args: argparse.Namespace) -> int:
             duration_scale=args.duration_scale,
             scrape_interval_s=args.scrape_interval,
             shares=args.shares,
-        )
-        print_rows([r for r in rows if r.scenario == name])
-    print("summary:")
-    print_rows(rows)
+        ),
+        print_rows,
+    )
     return 0
