@@ -29,13 +29,19 @@ from igw.errors import IgwGatewayError
 from igw.gateway.app import create_app
 from igw.gateway.debug_api import DecisionDebug
 from igw.gateway.discovery import DiscoverySource
-from igw.gateway.discovery.kube_client import make_api_client
-from igw.gateway.discovery.static_file import StaticFileDiscovery
+from igw.gateway.discovery.kube_client import KubeClientError, make_api_client
+from igw.gateway.discovery.static_file import EndpointsFileError, StaticFileDiscovery
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.memory import pin_mmap_threshold
 from igw.gateway.runtime import PickerConfigs, picker_config_key
-from igw.gateway.serving import ServerLimits, effective_max_connections, raise_fd_limit, serve_app
+from igw.gateway.serving import (
+    ListenError,
+    ServerLimits,
+    effective_max_connections,
+    raise_fd_limit,
+    serve_app,
+)
 from igw.gateway.tracing_options import TracingOptions
 from igw.gateway.workers import WorkerRole
 
@@ -156,7 +162,10 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
         from igw.gateway.discovery.kube import KubeDiscovery
 
-        api = make_api_client(kubeconfig=options.kubeconfig)
+        try:
+            api = make_api_client(kubeconfig=options.kubeconfig)
+        except KubeClientError as exc:
+            raise LaunchError(str(exc)) from exc
 
         def load_pickers(cfg: GatewayConfig) -> PickerConfigs:
             return picker_configs_from_cluster(cfg, api)
@@ -204,14 +213,20 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             loop.add_signal_handler(sig, stop.set)
     ssl_context = None if tls is None else tls[0]
     limits = options.limits
-    async with serve_app(
-        app,
-        host=options.host,
-        port=options.port,
-        ssl_context=ssl_context,
-        limits=limits,
-        reuse_port=options.worker is not None,
-    ) as url:
+    async with contextlib.AsyncExitStack() as started:
+        try:
+            url = await started.enter_async_context(
+                serve_app(
+                    app,
+                    host=options.host,
+                    port=options.port,
+                    ssl_context=ssl_context,
+                    limits=limits,
+                    reuse_port=options.worker is not None,
+                )
+            )
+        except (EndpointsFileError, ListenError) as exc:  # a bad endpoints file, a port in use
+            raise LaunchError(str(exc)) from exc
         if tls is not None:
             await tls[1].start()
         log.info("igw gateway %s serving %d scheduler(s) at %s", config.name, len(config.schedulers), url)

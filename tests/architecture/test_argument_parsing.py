@@ -11,6 +11,9 @@ import argparse
 import ast
 from pathlib import Path
 
+import pytest
+
+from igw.cli.arg_types import NumberList, NumberRange, output_directory, output_file
 from igw.cli.main import build_parser
 from igw.config.paths import REPO_ROOT
 from tests.architecture.support import SOURCE_ROOT, assert_none, offenders, python_files, sample
@@ -69,3 +72,125 @@ def test_every_help_page_renders() -> None:
     assert len(parsers) > 30, "the walk must reach the sub-commands"
     for parser in parsers:
         assert parser.format_help(), parser.prog
+
+
+BARE_NUMBER_TYPES = frozenset({"int", "float"})
+
+
+def bare_number_options(path: Path, *, root: Path = REPO_ROOT) -> list[str]:
+    """``file:line`` of every ``add_argument(..., type=int|float|lambda ...)`` in ``path``: a numeric
+    option must name its range with a type from :mod:`igw.cli.arg_types`."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument"):
+            continue
+        for keyword in node.keywords:
+            value = keyword.value
+            text = ast.unparse(value)
+            bare = (isinstance(value, ast.Name) and value.id in BARE_NUMBER_TYPES) or (
+                isinstance(value, ast.Lambda) and ("int(" in text or "float(" in text)
+            )
+            if keyword.arg == "type" and bare:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: type={text}")
+    return found
+
+
+def test_the_check_sees_bare_number_types(tmp_path: Path) -> None:
+    module = sample(
+        tmp_path,
+        "import argparse\n"
+        "p = argparse.ArgumentParser()\n"
+        "p.add_argument('--a', type=int)\n"
+        "p.add_argument('--b', type=lambda t: [int(n) for n in t.split(',')])\n"
+        "p.add_argument('--c', type=COUNT)\n"
+        "p.add_argument('--d', type=lambda t: t.split(','))\n",
+    )
+    found = bare_number_options(module, root=tmp_path)
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "type=int",
+        "type=lambda t: [int(n) for n in t.split(',')]",
+    ]
+
+
+def test_every_numeric_option_names_its_range() -> None:
+    """``type=int`` took ``--port 70000`` (served on 4464) and ``--pods 0`` (a traceback)."""
+    assert_none(offenders(python_files(CLI_PACKAGE), bare_number_options), "numeric options without a range")
+
+
+def _options(parser: argparse.ArgumentParser) -> list[tuple[list[str], argparse.Action]]:
+    """(the command words leading to ``parser``, option) for every option of every command."""
+    found: list[tuple[list[str], argparse.Action]] = []
+
+    def walk(words: list[str], p: argparse.ArgumentParser) -> None:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk([*words, name], child)
+            elif action.option_strings and not isinstance(
+                action, argparse._HelpAction | argparse._VersionAction
+            ):
+                found.append((words, action))
+
+    walk([], parser)
+    return found
+
+
+def test_options_with_numeric_defaults_parse_numbers() -> None:
+    """An option whose default is a number but that has no type hands the command a string when given."""
+    untyped = [
+        f"igw {' '.join(words)} {action.option_strings[0]}"
+        for words, action in _options(build_parser())
+        if isinstance(action.default, int | float)
+        and not isinstance(action.default, bool)
+        and action.type is None
+        and action.nargs != 0
+        and not isinstance(action, argparse._StoreConstAction | argparse._CountAction)
+    ]
+    assert_none(untyped, "numeric defaults without a type")
+
+
+def test_every_out_of_range_number_is_refused_while_parsing_naming_the_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    checked = 0
+    for words, action in _options(build_parser()):
+        if not isinstance(action.type, NumberRange | NumberList):
+            continue
+        bad = action.type.outside()
+        if bad is None:
+            continue
+        flag = action.option_strings[-1]
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*words, f"{flag}={bad}"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2, (words, flag, bad)
+        assert f"argument {'/'.join(action.option_strings)}: expected" in err, (words, flag, err)
+        assert bad in err, err
+        checked += 1
+    assert checked > 60, "the walk must reach the numeric options of every command"
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_while_parsing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out`` under a regular file used to end a finished benchmark in a traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    checked = 0
+    for words, action in _options(build_parser()):
+        if action.type not in (output_directory, output_file):
+            continue
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*words, action.option_strings[-1], str(blocker / "sub" / "x")])
+        assert exited.value.code == 2, (words, action.option_strings)
+        assert "Traceback" not in capsys.readouterr().err
+        checked += 1
+    assert checked >= 8, checked
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_checking_an_output_directory_leaves_nothing_behind(tmp_path: Path) -> None:
+    assert output_directory(str(tmp_path / "a" / "b")) == tmp_path / "a" / "b"
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(argparse.ArgumentTypeError, match="is a directory"):
+        output_file(str(tmp_path))

@@ -159,7 +159,7 @@ def test_page_variants_below_one_are_refused_naming_the_option(capsys: pytest.Ca
     with pytest.raises(SystemExit) as exited:
         main(["perf", "scrape", "--page-variants", "0"])
     assert exited.value.code == 2
-    assert "--page-variants must be a whole number >= 1, got '0'" in capsys.readouterr().err
+    assert "argument --page-variants: expected a whole number >= 1, got '0'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("share", ["1.5", "-0.1", "half"])
@@ -169,4 +169,6 @@ def test_a_busy_share_outside_zero_to_one_is_refused_naming_the_option(
     with pytest.raises(SystemExit) as exited:
         main(["perf", "scrape", "--busy-share", share])
     assert exited.value.code == 2
-    assert f"--busy-share must be a number from 0 to 1, got {share!r}" in capsys.readouterr().err
+    assert (
+        f"argument --busy-share: expected a number from 0.0 to 1.0, got {share!r}" in capsys.readouterr().err
+    )

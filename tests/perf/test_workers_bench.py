@@ -91,6 +91,7 @@ def test_zero_workers_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
     )
     endpoints = tmp_path / "endpoints.yaml"
     endpoints.write_text("schedulers: {s: []}\n")
-    code = main(["serve", "--config", str(config), "--endpoints", str(endpoints), "--workers", "0"])
-    assert code == 2
-    assert "--workers must be at least 1 (got 0)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--config", str(config), "--endpoints", str(endpoints), "--workers", "0"])
+    assert exited.value.code == 2
+    assert "argument --workers: expected a whole number >= 1, got '0'" in capsys.readouterr().err

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from igw.cli.arg_types import POSITIVE, output_directory
+
 HELP = "Manage the inference gateway EKS add-on: versions, create, update, delete, package."
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -38,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "--resolve-conflicts", choices=("OVERWRITE", "NONE", "PRESERVE"), default="OVERWRITE"
         )
         action.add_argument("--no-wait", action="store_true", help="return once EKS accepted the request")
-        action.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for ACTIVE")
+        action.add_argument("--timeout", type=POSITIVE, default=900.0, help="seconds to wait for ACTIVE")
         _aws_options(action)
         if name == "create":
             action.add_argument(
@@ -55,7 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     package = sub.add_parser(
         "package", help="package the chart as a .tgz (with its configuration schema) through Helm's SDK"
     )
-    package.add_argument("--destination", type=Path, default=Path("dist"), help="output directory")
+    package.add_argument(
+        "--destination", type=output_directory, default=Path("dist"), help="output directory"
+    )
     package.add_argument(
         "--push", action="store_true", help="push it to this account's ECR as an OCI artifact"
     )

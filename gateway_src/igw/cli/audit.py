@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from igw.cli.arg_types import NON_NEGATIVE_INT
+
 HELP = (
     "Security audit: TLS policy, certificates, JWT, exposure, workload hardening, IAM, rate limits, tenancy."
 )
@@ -22,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     policy.add_argument(
         "--cert-warn-days",
-        type=int,
+        type=NON_NEGATIVE_INT,
         default=14,
         metavar="DAYS",
         help="warn when a certificate expires within DAYS (14)",

@@ -22,6 +22,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from igw.cli.arg_types import COUNT, NON_NEGATIVE, POSITIVE, SEED, SEEDS, output_directory, output_file
+
 DEFAULT_LIVE_RATE = 20.0
 
 HELP = "Benchmark routing policies (gateway, round-robin, peers, oracle) on the simulated fleet."
@@ -29,26 +31,6 @@ HELP = "Benchmark routing policies (gateway, round-robin, peers, oracle) on the 
 
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def _non_negative_ints(value: str, option: str) -> list[int]:
-    try:
-        numbers = [int(v) for v in _csv(value)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{option}: expected comma-separated integers, got {value!r}"
-        ) from None
-    if not numbers or any(n < 0 for n in numbers):
-        raise argparse.ArgumentTypeError(f"{option}: at least one non-negative integer")
-    return numbers
-
-
-def _seeds(value: str) -> list[int]:
-    return _non_negative_ints(value, "--seeds")
-
-
-def _draws(value: str) -> list[int]:
-    return _non_negative_ints(value, "--draws")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,20 +46,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--trace", metavar="FILE", help="replay a JSONL/CSV trace instead of a scenario")
     parser.add_argument("--fleet", metavar="FLEET.yaml", help="fleet for --trace (default: mixed-fleet-8b's)")
-    parser.add_argument("--trace-speedup", type=float, default=1.0, help="divide trace arrival times by this")
+    parser.add_argument(
+        "--trace-speedup", type=POSITIVE, default=1.0, help="divide trace arrival times by this"
+    )
     parser.add_argument("--mode", choices=("des", "live"), default="des")
     parser.add_argument("--policies", type=_csv, default=None, help="comma-separated policy names")
-    parser.add_argument("--seeds", type=_seeds, default=None, help="comma-separated seeds (default 1,2,3)")
+    parser.add_argument("--seeds", type=SEEDS, default=None, help="comma-separated seeds (default 1,2,3)")
     parser.add_argument(
         "--quick", action="store_true", help="one seed, a quarter of each duration (smoke run)"
     )
-    parser.add_argument("--duration-scale", type=float, default=1.0, help="multiply scenario durations")
+    parser.add_argument("--duration-scale", type=POSITIVE, default=1.0, help="multiply scenario durations")
     parser.add_argument(
         "--weights", default=None, help='gateway weights as JSON, e.g. \'{"queue":3,"prefix":2}\''
     )
     parser.add_argument(
         "--scrape-interval",
-        type=float,
+        type=POSITIVE,
         default=0.05,
         help="DES: seconds between metric scrapes (default 0.05)",
     )
@@ -87,15 +71,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peers", action="store_true", help="live mode: install and run sglang-router/vllm-router"
     )
-    parser.add_argument("--live-requests", type=int, default=400, help="live mode: requests per router")
+    parser.add_argument("--live-requests", type=COUNT, default=400, help="live mode: requests per router")
     parser.add_argument(
         "--live-rate",
-        type=float,
+        type=POSITIVE,
         default=DEFAULT_LIVE_RATE,
         help="live mode: offered requests per wall s (default 20; 10 for `igw bench global`)",
     )
     parser.add_argument(
-        "--drain", type=float, default=30.0, help="live mode: wall s to wait after the last send"
+        "--drain", type=NON_NEGATIVE, default=30.0, help="live mode: wall s to wait after the last send"
     )
     parser.add_argument(
         "--check-agreement",
@@ -104,24 +88,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--agreement-des-seeds",
-        type=int,
+        type=COUNT,
         default=10,
         help="--check-agreement: DES seeds at the same scale (cheap; default 10)",
     )
     parser.add_argument(
         "--decisions-out",
+        type=output_file,
         metavar="FILE",
         help="DES: append each request's routing decision (JSON lines) to FILE, to diff two runs",
     )
     parser.add_argument(
-        "--count", type=int, default=20, help="igw bench random: how many scenarios to draw (default 20)"
+        "--count", type=COUNT, default=20, help="igw bench random: how many scenarios to draw (default 20)"
     )
     parser.add_argument(
-        "--seed", type=int, default=1, help="igw bench random: which family to draw (default 1)"
+        "--seed", type=SEED, default=1, help="igw bench random: which family to draw (default 1)"
     )
     parser.add_argument(
         "--draws",
-        type=_draws,
+        type=SEEDS,
         default=None,
         help="igw bench random: only these draws of the family, comma-separated numbers (random-1-16: 16)",
     )
@@ -130,7 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 0 even when requests failed (they still count as infinite latency and against goodput)",
     )
-    parser.add_argument("--out", default="bench-results", help="report directory (Markdown, JSON, PNG)")
+    parser.add_argument(
+        "--out", type=output_directory, default="bench-results", help="report directory (Markdown, JSON, PNG)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from igw.cli.arg_types import COUNT, NON_NEGATIVE, POSITIVE, output_directory
+
 DEFAULT_RATE = 20.0
 GLOBAL_RATE = 10.0
 
@@ -20,15 +22,17 @@ HELP = "Run the local end-to-end demo: simulated GPU fleet, gateway vs round-rob
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="demo-out", help="report directory (default demo-out)")
-    parser.add_argument("--requests", type=int, default=600, help="requests per router (default 600)")
+    parser.add_argument(
+        "--out", type=output_directory, default="demo-out", help="report directory (default demo-out)"
+    )
+    parser.add_argument("--requests", type=COUNT, default=600, help="requests per router (default 600)")
     parser.add_argument(
         "--rate",
-        type=float,
+        type=POSITIVE,
         default=DEFAULT_RATE,
         help=f"offered requests per wall second (default 20; {GLOBAL_RATE:g} with --global)",
     )
-    parser.add_argument("--drain", type=float, default=45.0, help="wall s to wait after the last send")
+    parser.add_argument("--drain", type=NON_NEGATIVE, default=45.0, help="wall s to wait after the last send")
     parser.add_argument(
         "--operator",
         action="store_true",

@@ -18,6 +18,8 @@ import contextlib
 import logging
 import sys
 
+from igw.cli.arg_types import NON_NEGATIVE, PORT
+
 HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
 
 EXIT_CONFIG = 2
@@ -29,17 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--config", required=True, metavar="GLOBAL.yaml", help="GlobalRouterConfig file")
     serve.add_argument("--region", default=None, help="this replica's region (default: spec.region)")
     serve.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
-    serve.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks one)")
+    serve.add_argument("--port", type=PORT, default=8080, help="listen port (default 8080; 0 picks one)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
         "--drain-seconds",
-        type=float,
+        type=NON_NEGATIVE,
         default=5.0,
         help="after SIGTERM, report not-ready for this long before stopping (default 5)",
     )
     serve.add_argument(
         "--emf-interval",
-        type=float,
+        type=NON_NEGATIVE,
         default=0.0,
         metavar="S",
         help="write fleet metrics as CloudWatch EMF lines on stdout every S seconds (default 0: off)",

@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from igw.cli.arg_types import NON_NEGATIVE_INT, PORT, POSITIVE
+
 HELP = "Run the operator: reconcile InferenceGatewayConfig objects into gateway data planes."
 
 EXIT_USAGE = 2
@@ -41,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     observability = parser.add_argument_group("gateway pods' observability (off by default)")
     observability.add_argument(
         "--gateway-emf-interval",
-        type=int,
+        type=NON_NEGATIVE_INT,
         default=0,
         metavar="SECONDS",
         help="gateway pods write CloudWatch EMF documents every SECONDS (default 0: off)",
@@ -66,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--resync-seconds",
-        type=float,
+        type=POSITIVE,
         default=5.0,
         help="how often each object's data plane and status are re-checked (default 5)",
     )
@@ -78,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     election.add_argument("--lease-namespace", default="kube-system", help="default kube-system")
     election.add_argument("--identity", help="this replica's holder identity (default: host name and pid)")
     parser.add_argument(
-        "--health-port", type=int, metavar="PORT", help="serve GET /healthz on this port (probes)"
+        "--health-port", type=PORT, metavar="PORT", help="serve GET /healthz on this port (probes)"
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
@@ -90,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
+    from igw.gateway.discovery.kube_client import KubeClientError
     from igw.gateway.emf_sink import AgentEndpoint, EmfEndpointError
+    from igw.gateway.serving import ListenError
     from igw.operator.dataplane import DataPlaneSettings
     from igw.operator.runner import OperatorOptions, run_operator
     from igw.operator.tls import AutoTlsSettings, IssuerRef, TlsIssuerError
@@ -98,16 +102,10 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if args.resync_seconds <= 0:
-        print("igw operator: --resync-seconds must be positive", file=sys.stderr)
-        return EXIT_USAGE
     try:
         issuer = IssuerRef.parse(args.tls_issuer)
     except TlsIssuerError as exc:
         print(f"igw operator: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.gateway_emf_interval < 0:
-        print("igw operator: --gateway-emf-interval must be 0 (off) or positive", file=sys.stderr)
         return EXIT_USAGE
     try:
         emf_endpoint = (
@@ -147,11 +145,6 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(main())
-    except Exception as exc:  # kubeconfig / in-cluster configuration errors
-        # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
-        from kubernetes.config import ConfigException
-
-        if isinstance(exc, ConfigException):
-            print(f"igw operator: cannot reach the cluster: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        raise
+    except (KubeClientError, ListenError) as exc:
+        print(f"igw operator: {exc}", file=sys.stderr)
+        return EXIT_USAGE

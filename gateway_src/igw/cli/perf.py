@@ -11,8 +11,19 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Final
+
+from igw.cli.arg_types import (
+    COUNT,
+    COUNTS,
+    FRACTION,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    SEED,
+    SEEDS,
+    output_file,
+)
 
 HELP = (
     "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak, "
@@ -25,37 +36,41 @@ SOAK_SETTLE_S: Final = 65.0
 
 def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--requests", type=int, default=2000, help="requests per phase at concurrency 1 (default 2000)"
+        "--requests", type=COUNT, default=2000, help="requests per phase at concurrency 1 (default 2000)"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="alternating direct/gateway rounds (default 3)")
-    parser.add_argument("--stream-requests", type=int, default=200, help="streaming requests per phase")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument(
+        "--rounds", type=COUNT, default=3, help="alternating direct/gateway rounds (default 3)"
+    )
+    parser.add_argument("--stream-requests", type=COUNT, default=200, help="streaming requests per phase")
+    parser.add_argument("--json", type=output_file, metavar="FILE", help="also write the results as JSON")
     parser.add_argument(
         "--skip-load", action="store_true", help="only the in-process decision and parse benchmarks"
     )
 
 
 def _auth_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--iterations", type=int, default=3000, help="tokens verified per row (default 3000)")
     parser.add_argument(
-        "--repeats", type=int, default=3, help="runs per row; the fastest is reported (default 3)"
+        "--iterations", type=COUNT, default=3000, help="tokens verified per row (default 3000)"
+    )
+    parser.add_argument(
+        "--repeats", type=COUNT, default=3, help="runs per row; the fastest is reported (default 3)"
     )
 
 
 def _des_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--requests", type=int, default=100_000)
-    parser.add_argument("--pods", type=int, default=64)
+    parser.add_argument("--requests", type=COUNT, default=100_000)
+    parser.add_argument("--pods", type=COUNT, default=64)
     parser.add_argument("--preset", default="llama-3.1-8b/h100")
     parser.add_argument(
         "--load",
-        type=float,
+        type=POSITIVE,
         default=0.6,
         help="offered load per pod as a fraction of ~12.5 req/s (ShareGPT on H100)",
     )
     parser.add_argument("--policy", default="round-robin", help="policy from the benchmark registry")
     parser.add_argument("--lengths", default="sharegpt")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target-s", type=float, default=60.0)
+    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--target-s", type=POSITIVE, default=60.0)
     parser.add_argument(
         "--no-fast-forward", action="store_true", help="step every decode one by one (same records, slower)"
     )
@@ -67,60 +82,64 @@ def _des_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _checks_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pods", type=int, default=1000, help="model-server pods (default 1000)")
-    parser.add_argument("--configs", type=int, default=50, help="InferenceGatewayConfigs (default 50)")
-    parser.add_argument("--schedulers", type=int, default=2, help="schedulers per config (default 2)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
+    parser.add_argument("--pods", type=COUNT, default=1000, help="model-server pods (default 1000)")
+    parser.add_argument("--configs", type=COUNT, default=50, help="InferenceGatewayConfigs (default 50)")
+    parser.add_argument("--schedulers", type=COUNT, default=2, help="schedulers per config (default 2)")
+    parser.add_argument("--repeat", type=COUNT, default=3, help="runs per measurement; the best is reported")
 
 
 def _soak_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--minutes", type=float, default=30.0, help="length of the 80 %% phase (default 30)")
     parser.add_argument(
-        "--overload-minutes", type=float, help="length of the 150 %% phase (default: --minutes)"
+        "--minutes", type=POSITIVE, default=30.0, help="length of the 80 %% phase (default 30)"
     )
-    parser.add_argument("--pods", type=int, default=2, help="simulated H100 pods (default 2)")
+    parser.add_argument(
+        "--overload-minutes", type=NON_NEGATIVE, help="length of the 150 %% phase (default: --minutes)"
+    )
+    parser.add_argument("--pods", type=COUNT, default=2, help="simulated H100 pods (default 2)")
     parser.add_argument(
         "--time-scale",
-        type=float,
+        type=POSITIVE,
         default=4.0,
         help="wall seconds per simulated second (default 4: the simulated GPUs, not this machine's CPU, "
         "must be the bottleneck, or the overload phase measures the load generator)",
     )
-    parser.add_argument("--log", type=Path, help="keep igw serve's log and access log in this file")
+    parser.add_argument("--log", type=output_file, help="keep igw serve's log and access log in this file")
     parser.add_argument(
         "--settle-seconds",
-        type=float,
+        type=NON_NEGATIVE,
         default=SOAK_SETTLE_S,
         help=f"idle wait before counting descriptors (default {SOAK_SETTLE_S:g})",
     )
-    parser.add_argument("--calibrate-seconds", type=float, default=20.0, help="capacity measurement length")
-    parser.add_argument("--concurrency", type=int, default=96, help="closed-loop clients when calibrating")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--calibrate-seconds", type=POSITIVE, default=20.0, help="capacity measurement length"
+    )
+    parser.add_argument("--concurrency", type=COUNT, default=96, help="closed-loop clients when calibrating")
+    parser.add_argument("--seed", type=SEED, default=1)
 
 
 def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pods",
-        type=lambda text: [int(n) for n in text.split(",")],
+        type=COUNTS,
         default=[16, 64, 256, 1000],
         help="comma-separated fleet sizes, each measured in turn (default 16,64,256,1000)",
     )
-    parser.add_argument("--seconds", type=float, default=10.0, help="measured wall time per fleet size")
-    parser.add_argument("--interval", type=float, default=0.05, help="scrape interval in seconds (0.05)")
+    parser.add_argument("--seconds", type=POSITIVE, default=10.0, help="measured wall time per fleet size")
+    parser.add_argument("--interval", type=POSITIVE, default=0.05, help="scrape interval in seconds (0.05)")
     parser.add_argument(
-        "--stale-threshold", type=float, default=1.0, help="staleness bound in seconds (default 1.0)"
+        "--stale-threshold", type=POSITIVE, default=1.0, help="staleness bound in seconds (default 1.0)"
     )
-    parser.add_argument("--parse-iterations", type=int, default=2000, help="pages parsed for the parse row")
+    parser.add_argument("--parse-iterations", type=COUNT, default=2000, help="pages parsed for the parse row")
     parser.add_argument(
         "--page-variants",
-        type=_page_variants,
+        type=COUNT,
         default=8,
         help="distinct pages each simulated pod cycles through (default 8: every scrape sees a changed "
         "page; 1: idle pods whose page never changes)",
     )
     parser.add_argument(
         "--busy-share",
-        type=_share,
+        type=FRACTION,
         default=1.0,
         help="share of the pods whose pages change every scrape (default 1.0); the others are idle pods "
         "whose page never changes",
@@ -137,22 +156,6 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _share(text: str) -> float:
-    try:
-        share = float(text)
-    except ValueError:
-        share = -1.0
-    if not 0.0 <= share <= 1.0:
-        raise argparse.ArgumentTypeError(f"--busy-share must be a number from 0 to 1, got {text!r}")
-    return share
-
-
-def _page_variants(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"--page-variants must be a whole number >= 1, got {text!r}")
-    return int(text)
-
-
 def _scrape_clients(text: str) -> list[str]:
     # deferred: start-up cost: igw builds every parser; the benchmark module loads aiohttp
     from igw.perf.scrape import CLIENTS
@@ -167,13 +170,13 @@ def _scrape_clients(text: str) -> list[str]:
 def _workers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
-        type=lambda text: [int(n) for n in text.split(",")],
+        type=COUNTS,
         default=[1, 2],
         help="comma-separated worker counts; the first is the baseline (default 1,2)",
     )
-    parser.add_argument("--requests", type=int, default=3000, help="requests per phase (default 3000)")
-    parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients (default 32)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    parser.add_argument("--requests", type=COUNT, default=3000, help="requests per phase (default 3000)")
+    parser.add_argument("--concurrency", type=COUNT, default=32, help="closed-loop clients (default 32)")
+    parser.add_argument("--rounds", type=COUNT, default=3, help="alternating rounds (default 3)")
     parser.add_argument(
         "--load",
         choices=("raw", "aiohttp"),
@@ -184,17 +187,16 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
-    def ints(text: str) -> list[int]:
-        return [int(n) for n in text.split(",")]
-
     parser.add_argument(
         "--scenarios",
         type=lambda text: text.split(","),
         default=["mixed-fleet-8b", "shared-prefix-8b-high-cache"],
         help="comma-separated DES scenarios (default mixed-fleet-8b,shared-prefix-8b-high-cache)",
     )
-    parser.add_argument("--workers", type=ints, default=[1, 2, 4, 8], help="worker counts (default 1,2,4,8)")
-    parser.add_argument("--seeds", type=ints, default=[1, 2], help="comma-separated seeds (default 1,2)")
+    parser.add_argument(
+        "--workers", type=COUNTS, default=[1, 2, 4, 8], help="worker counts (default 1,2,4,8)"
+    )
+    parser.add_argument("--seeds", type=SEEDS, default=[1, 2], help="comma-separated seeds (default 1,2)")
     parser.add_argument("--policy", default="gateway-default", help="policy each worker runs")
     parser.add_argument(
         "--shares",
@@ -202,8 +204,8 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
         default=["inflight", "dispatches", "picks"],
         help="mitigations measured for N > 1: inflight, dispatches, picks (default all three)",
     )
-    parser.add_argument("--duration-scale", type=float, default=0.5, help="multiply scenario durations")
-    parser.add_argument("--scrape-interval", type=float, default=0.05, help="scrape interval in seconds")
+    parser.add_argument("--duration-scale", type=POSITIVE, default=0.5, help="multiply scenario durations")
+    parser.add_argument("--scrape-interval", type=POSITIVE, default=0.05, help="scrape interval in seconds")
 
 
 def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
@@ -213,30 +215,30 @@ def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
         default=["mixed-fleet-8b", "burst-70b"],
         help="comma-separated DES scenarios (default mixed-fleet-8b,burst-70b)",
     )
-    parser.add_argument(
-        "--seeds", type=lambda text: [int(n) for n in text.split(",")], default=[1], help="seeds (default 1)"
-    )
+    parser.add_argument("--seeds", type=SEEDS, default=[1], help="seeds (default 1)")
     parser.add_argument(
         "--policy", default="gateway-default", help="the policy routed (default gateway-default)"
     )
-    parser.add_argument("--duration-scale", type=float, default=0.25, help="multiply scenario durations")
-    parser.add_argument("--scrape-interval", type=float, default=0.05, help="scrape interval in seconds")
-    parser.add_argument("--stale-threshold", type=float, default=1.0, help="staleThreshold in seconds (1.0)")
+    parser.add_argument("--duration-scale", type=POSITIVE, default=0.25, help="multiply scenario durations")
+    parser.add_argument("--scrape-interval", type=POSITIVE, default=0.05, help="scrape interval in seconds")
+    parser.add_argument(
+        "--stale-threshold", type=POSITIVE, default=1.0, help="staleThreshold in seconds (1.0)"
+    )
 
 
 def _decide_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--endpoints",
-        type=lambda text: [int(n) for n in text.split(",")],
+        type=COUNTS,
         default=[16, 1000],
         help="comma-separated pool sizes (default 16,1000: the two with targets)",
     )
     parser.add_argument(
-        "--picks", type=int, default=0, help="picks per size (default: 48,000 / size, >= 300)"
+        "--picks", type=NON_NEGATIVE_INT, default=0, help="picks per size (default: 48,000 / size, >= 300)"
     )
     parser.add_argument(
         "--runs",
-        type=int,
+        type=COUNT,
         default=1,
         help="timed runs per size; the verdict is on their median p50, the spread is printed (default 1)",
     )

@@ -10,13 +10,16 @@ import asyncio
 import logging
 import sys
 
+from igw.cli.arg_types import COUNT, NON_NEGATIVE
 from igw.perf.gateway_backend import serve_forever, serve_forever_raw
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="igw.cli.perf_backend_process", description=__doc__)
-    parser.add_argument("--chunks", type=int, default=20, help="SSE events per streamed answer")
-    parser.add_argument("--chunk-interval", type=float, default=0.005, help="seconds between SSE events")
+    parser.add_argument("--chunks", type=COUNT, default=20, help="SSE events per streamed answer")
+    parser.add_argument(
+        "--chunk-interval", type=NON_NEGATIVE, default=0.005, help="seconds between SSE events"
+    )
     parser.add_argument(
         "--raw",
         action="store_true",

@@ -10,17 +10,21 @@ import argparse
 import asyncio
 import sys
 
+from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT
 from igw.perf.scrape_fleet import VARIANTS, run_fleet
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="igw.cli.perf_scrape_fleet_process", description=__doc__)
-    parser.add_argument("--pods", type=int, required=True, help="listening ports (pods) to serve")
+    parser.add_argument("--pods", type=COUNT, required=True, help="listening ports (pods) to serve")
     parser.add_argument(
-        "--variants", type=int, default=VARIANTS, help="distinct pages each pod cycles through (1: idle)"
+        "--variants", type=COUNT, default=VARIANTS, help="distinct pages each pod cycles through (1: idle)"
     )
     parser.add_argument(
-        "--busy", type=int, default=None, help="pods whose pages change (default all; the rest are idle)"
+        "--busy",
+        type=NON_NEGATIVE_INT,
+        default=None,
+        help="pods whose pages change (default all; the rest are idle)",
     )
     args = parser.parse_args(argv)
     try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from igw.cli.arg_types import POSITIVE
+
 HELP = (
     "Pre-flight checks: add-on and dependency versions, CRD, IAM, subnets, selectors, model servers, signals."
 )
@@ -21,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fetch each Ready model-server pod's /metrics and each JWT provider's JWKS",
     )
     probe.add_argument(
-        "--probe-timeout", type=float, default=5.0, metavar="SECONDS", help="per-fetch timeout (5)"
+        "--probe-timeout", type=POSITIVE, default=5.0, metavar="SECONDS", help="per-fetch timeout (5)"
     )
     probe.add_argument(
         "--ca-bundle", metavar="PEM", help="CA file for HTTPS probes (default: system trust store)"

@@ -17,6 +17,8 @@ import argparse
 import sys
 from typing import Any
 
+from igw.cli.arg_types import ANY_INT, COUNT, FINITE, FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, PORT
+
 HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the endpoint picker)."
 
 EXIT_CONFIG = 2
@@ -48,10 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --endpoints: directory holding configMapRef EndpointPickerConfigs as DIR/<name>/<key>",
     )
     parser.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks one)")
+    parser.add_argument("--port", type=PORT, default=8080, help="listen port (default 8080; 0 picks one)")
     parser.add_argument(
         "--workers",
-        type=int,
+        type=COUNT,
         default=1,
         metavar="N",
         help="gateway processes sharing the port (SO_REUSEPORT); worker 0 scrapes every pod for all, "
@@ -61,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
     parser.add_argument(
         "--emf-interval",
-        type=float,
+        type=NON_NEGATIVE,
         default=0.0,
         metavar="SECONDS",
         help="write CloudWatch Embedded Metric Format lines (per-model requests, error rate, P99 "
@@ -76,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--debug-decisions",
-        type=int,
+        type=NON_NEGATIVE_INT,
         default=0,
         metavar="N",
         help="keep the last N scheduling decisions and serve them at /debug/decisions to callers "
@@ -93,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     otel.add_argument(
         "--otel-sample-ratio",
-        type=float,
+        type=FRACTION,
         metavar="R",
         help="record this fraction (0..1) of the traces the gateway starts; a sampled incoming "
         "traceparent is always followed (default: OTEL_TRACES_SAMPLER, else every request)",
@@ -101,22 +103,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = _default_limits()
     limits = parser.add_argument_group("client timeouts, limits and shutdown")
     for flag, dest, kind, text in (
-        ("--header-timeout", "header_timeout_s", float, "seconds for a request head, from its first byte"),
-        ("--body-timeout", "body_timeout_s", float, "seconds for a request body"),
+        ("--header-timeout", "header_timeout_s", FINITE, "seconds for a request head, from its first byte"),
+        ("--body-timeout", "body_timeout_s", FINITE, "seconds for a request body"),
         (
             "--keepalive-timeout",
             "keepalive_timeout_s",
-            float,
+            FINITE,
             "idle seconds before a client connection closes (<= 120)",
         ),
-        ("--max-connections", "max_connections", int, "client connections (capped below the fd limit)"),
-        ("--max-headers", "max_headers", int, "request header fields"),
-        ("--max-header-bytes", "max_header_field_bytes", int, "bytes in one request header field"),
-        ("--drain-seconds", "drain_s", float, "after SIGTERM: seconds not-ready while still serving"),
+        ("--max-connections", "max_connections", ANY_INT, "client connections (capped below the fd limit)"),
+        ("--max-headers", "max_headers", ANY_INT, "request header fields"),
+        ("--max-header-bytes", "max_header_field_bytes", ANY_INT, "bytes in one request header field"),
+        ("--drain-seconds", "drain_s", FINITE, "after SIGTERM: seconds not-ready while still serving"),
         (
             "--stream-grace-seconds",
             "stream_grace_s",
-            float,
+            FINITE,
             "after the drain: seconds for in-flight requests",
         ),
     ):
@@ -217,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_CONFIG
         # deferred: start-up cost: the kubernetes client loads only for --config-map
         from igw.gateway.config_sync import ConfigMapRef, ConfigSyncError, fetch_config_map
-        from igw.gateway.discovery.kube_client import make_api_client
+        from igw.gateway.discovery.kube_client import KubeClientError, make_api_client
 
         try:
             fetch_config_map(
@@ -225,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
                 ConfigMapRef.parse(args.config_map),
                 Path(args.config),
             )
-        except ConfigSyncError as exc:
+        except (ConfigSyncError, KubeClientError) as exc:
             print(f"igw serve: {exc}", file=sys.stderr)
             return EXIT_CONFIG
     try:
@@ -244,9 +246,6 @@ def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.gateway.workers import WorkerRole, WorkerSetupError, supervise
 
-    if args.workers < 1:
-        print(f"igw serve: --workers must be at least 1 (got {args.workers})", file=sys.stderr)
-        return EXIT_CONFIG
     try:
         role = WorkerRole.from_env()
         if role is None and args.workers > 1:

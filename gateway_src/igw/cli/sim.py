@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, SEED, output_file
+
 HELP = (
     "Simulated GPU fleet: start live vLLM/SGLang-like pods, run the discrete-event simulator, list presets."
 )
@@ -17,8 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fleet = sub.add_parser("fleet", help="start the pods of a fleet spec on loopback until SIGINT/SIGTERM")
     fleet.add_argument("--spec", required=True, help="fleet spec YAML (see gateway_src/igw/sim/examples/)")
     fleet.add_argument("--json", action="store_true", help="print endpoints as one JSON object (for scripts)")
-    fleet.add_argument("--time-scale", type=float, default=None, help="override the spec's time_scale")
-    fleet.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
+    fleet.add_argument("--time-scale", type=POSITIVE, default=None, help="override the spec's time_scale")
+    fleet.add_argument(
+        "--duration", type=POSITIVE, default=None, help="stop by itself after this many seconds"
+    )
 
     run = sub.add_parser(
         "run", help="run a workload through a routing policy in the discrete-event simulator"
@@ -27,10 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--spec", required=True, help="fleet spec YAML (faults: slow, error_rate, freeze_metrics, kill)"
     )
     run.add_argument("--policy", default="round-robin", help="policy name from the benchmark registry")
-    run.add_argument("--requests", type=int, default=1000, help="number of requests to generate")
-    run.add_argument("--rate", type=float, default=10.0, help="mean arrival rate, requests/s")
+    run.add_argument("--requests", type=COUNT, default=1000, help="number of requests to generate")
+    run.add_argument("--rate", type=POSITIVE, default=10.0, help="mean arrival rate, requests/s")
     run.add_argument(
-        "--cv", type=float, default=1.0, help="inter-arrival coefficient of variation (1 = Poisson)"
+        "--cv", type=POSITIVE, default=1.0, help="inter-arrival coefficient of variation (1 = Poisson)"
     )
     run.add_argument(
         "--lengths",
@@ -38,12 +42,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="length profile: sharegpt, azure-conv, azure-code (ignored with --trace)",
     )
     run.add_argument("--trace", default=None, help="replay a JSONL/CSV trace instead of generating requests")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--scrape-interval", type=float, default=0.05, help="seconds between metric scrapes")
+    run.add_argument("--seed", type=SEED, default=0)
+    run.add_argument("--scrape-interval", type=POSITIVE, default=0.05, help="seconds between metric scrapes")
     run.add_argument(
-        "--max-retries", type=int, default=0, help="retry 429/503 after Retry-After up to N times"
+        "--max-retries",
+        type=NON_NEGATIVE_INT,
+        default=0,
+        help="retry 429/503 after Retry-After up to N times",
     )
-    run.add_argument("--records", default=None, help="write per-request records to this JSONL file")
+    run.add_argument(
+        "--records", type=output_file, default=None, help="write per-request records to this JSONL file"
+    )
 
     presets = sub.add_parser("presets", help="list GPU/model presets with derived KV capacity and step times")
     presets.add_argument("--json", action="store_true", help="one JSON object per preset, with sources")

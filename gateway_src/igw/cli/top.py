@@ -19,6 +19,8 @@ import os
 import sys
 from urllib.parse import urlsplit
 
+from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, output_file
+
 HELP = "Live terminal view of a running gateway: pools, pods (KV, queue, picks, scrape age), models."
 
 EXIT_OK = 0
@@ -30,7 +32,7 @@ MAX_DECISIONS = 50
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("url", metavar="URL", help="the gateway's base URL, e.g. http://127.0.0.1:8080")
     parser.add_argument(
-        "--interval", type=float, default=1.0, help="seconds between refreshes (default 1; minimum 0.1)"
+        "--interval", type=POSITIVE, default=1.0, help="seconds between refreshes (default 1; minimum 0.1)"
     )
     parser.add_argument(
         "--token-env",
@@ -39,16 +41,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--decisions",
-        type=int,
+        type=NON_NEGATIVE_INT,
         default=0,
         metavar="N",
         help="also show the last N scheduling decisions from /debug/decisions (igw serve "
         "--debug-decisions; pass its IGW_DEBUG_TOKEN with --token-env); default 0: off",
     )
-    parser.add_argument("--screenshot", metavar="FILE", help="run headless and save the screen as SVG")
+    parser.add_argument(
+        "--screenshot", type=output_file, metavar="FILE", help="run headless and save the screen as SVG"
+    )
     parser.add_argument(
         "--screenshot-after",
-        type=int,
+        type=COUNT,
         default=3,
         metavar="N",
         help="with --screenshot: refreshes to wait for before saving (default 3)",

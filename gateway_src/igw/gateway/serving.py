@@ -51,6 +51,7 @@ from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessin
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
+from igw.errors import IgwGatewayError
 from igw.gateway.errors import REQUEST_ID_HEADER, gateway_error
 from igw.gateway.request_body import BodyTooLarge
 from igw.gateway.shutdown import InflightRequests
@@ -392,6 +393,21 @@ def _bound_port(site: web.TCPSite) -> int:
     return port
 
 
+class ListenError(IgwGatewayError):
+    """The listening socket could not be opened: address in use, unknown host, no permission."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        super().__init__(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+
+
+async def start_site(site: web.BaseSite, *, host: str, port: int) -> None:
+    """``site.start()``, its socket errors raised as :class:`ListenError` (one line for the CLI)."""
+    try:
+        await site.start()
+    except OSError as exc:  # socket.gaierror (unknown host) is an OSError too
+        raise ListenError(host, port, exc) from exc
+
+
 @contextlib.asynccontextmanager
 async def serve_app(
     app: web.Application,
@@ -428,7 +444,7 @@ async def serve_app(
         site = web.TCPSite(
             runner, host, port, ssl_context=ssl_context, backlog=1024, reuse_port=reuse_port or None
         )
-        await site.start()
+        await start_site(site, host=host, port=port)
         sock_port = _bound_port(site)
         scheme = "https" if ssl_context is not None else "http"
         yield f"{scheme}://{host}:{sock_port}"

@@ -55,6 +55,8 @@ async def _health_server(port: int | None) -> AsyncIterator[None]:
     # deferred: start-up cost: aiohttp loads only when --health-port is set
     from aiohttp import web
 
+    from igw.gateway.serving import start_site
+
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -62,8 +64,8 @@ async def _health_server(port: int | None) -> AsyncIterator[None]:
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
-    await web.TCPSite(runner, "0.0.0.0", port).start()
     try:
+        await start_site(web.TCPSite(runner, "0.0.0.0", port), host="0.0.0.0", port=port)
         yield
     finally:
         await runner.cleanup()

@@ -10,18 +10,33 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from igw.errors import IgwGatewayError
+
+
+class KubeClientError(IgwGatewayError):
+    """No usable cluster credentials: a missing or invalid kubeconfig or context, or in-cluster
+    configuration without its service-account files. Commands print it as one line and exit."""
+
 
 def make_api_client(*, kubeconfig: str | None, context: str | None = None) -> Any:
-    """A ``kubernetes.client.ApiClient`` for the cluster this process should talk to."""
+    """A ``kubernetes.client.ApiClient`` for the cluster this process should talk to.
+
+    Raises :class:`KubeClientError` (never the client library's own exceptions) when no
+    credentials can be loaded, so every command reports it the same way.
+    """
     # deferred: start-up cost: the kubernetes client is heavy and only cluster-facing paths need it
     import kubernetes
 
     configuration = kubernetes.client.Configuration()
-    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, context=context, client_configuration=configuration
-        )
+    try:
+        if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
+    except (kubernetes.config.ConfigException, OSError) as exc:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig else "cluster credentials"
+        raise KubeClientError(f"cannot load {where}: {exc}") from exc
     configuration.retries = 1
     return kubernetes.client.ApiClient(configuration)

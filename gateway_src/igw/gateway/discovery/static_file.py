@@ -155,7 +155,10 @@ class StaticFileDiscovery:
         return f"static endpoints file {self.path}"
 
     def _load_into(self, sink: DiscoverySink) -> None:
-        st = self.path.stat()
+        try:
+            st = self.path.stat()
+        except OSError as exc:
+            raise EndpointsFileError(self.path, [f"cannot read: {exc.strerror or exc}"]) from exc
         self._stamp = (st.st_mtime, st.st_size)
         found, services = read_endpoints_file(self.path, names=self.names)
         for sched in set(self.names.values()):

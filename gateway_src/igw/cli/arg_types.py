@@ -1,0 +1,170 @@
+"""Range-checked argument types: every numeric ``igw`` option names the values it accepts.
+
+argparse's bare ``type=int`` / ``type=float`` accept values no command can use, and each such value
+failed somewhere else: ``--port 70000`` made ``igw serve`` listen on port 4464 (the kernel keeps the
+port modulo 65536), ``--pods 0`` ended ``igw perf scrape`` in an ``IndexError`` traceback, ``nan``
+seconds switched features off silently. With these types a bad value is refused while the command
+line is parsed — exit 2, the option's name, the accepted range and the value given — before any
+work starts. ``tests/cli/test_numeric_options.py`` walks every parser and fails on an option that
+still uses a bare ``int`` or ``float``.
+
+Output paths get the same treatment: ``--out /read-only/dir`` used to end a finished benchmark run
+in a ``FileNotFoundError`` traceback, losing its results; :func:`output_directory` and
+:func:`output_file` try the path while parsing.
+
+argparse offers no range-checked numbers (only ``choices``, which cannot express "any integer from
+1") and no output-path check, hence these few lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Generic, TypeVar
+
+Number = TypeVar("Number", int, float)
+
+
+@dataclass(frozen=True)
+class NumberRange(Generic[Number]):
+    """An ``int`` or ``float`` within [minimum, maximum] (either side open-ended when ``None``).
+
+    ``exclusive_minimum``: the minimum itself is refused (``> 0`` rather than ``>= 0``). Floats must
+    be finite: ``nan`` and ``inf`` are never a useful count of seconds or a rate.
+    """
+
+    kind: type[Number]
+    minimum: Number | None = None
+    maximum: Number | None = None
+    exclusive_minimum: bool = False
+
+    @property
+    def __name__(self) -> str:  # argparse names the type in some of its own messages
+        return self.describe()
+
+    def describe(self) -> str:
+        noun = "a whole number" if self.kind is int else "a number"
+        if self.minimum is not None and self.maximum is not None:
+            return f"{noun} from {self.minimum} to {self.maximum}"
+        if self.minimum is not None:
+            return f"{noun} {'>' if self.exclusive_minimum else '>='} {self.minimum}"
+        if self.maximum is not None:
+            return f"{noun} <= {self.maximum}"
+        return noun
+
+    def contains(self, value: Number) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        if self.minimum is not None and (
+            value < self.minimum or (self.exclusive_minimum and value == self.minimum)
+        ):
+            return False
+        return self.maximum is None or value <= self.maximum
+
+    def __call__(self, text: str) -> Number:
+        try:
+            value = self.kind(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}") from None
+        if not self.contains(value):
+            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}")
+        return value
+
+    def outside(self) -> str | None:
+        """A value this range refuses, for tests (``None`` when only non-numbers are refused)."""
+        if self.minimum is not None:
+            low = self.minimum if self.exclusive_minimum else self.minimum - 1
+            return str(low)
+        if self.maximum is not None:
+            return str(self.maximum + 1)
+        return "nan" if self.kind is float else None
+
+
+@dataclass(frozen=True)
+class NumberList(Generic[Number]):
+    """A comma-separated, non-empty list of numbers, each within ``item``."""
+
+    item: NumberRange[Number]
+
+    @property
+    def __name__(self) -> str:
+        return "comma-separated " + self.item.describe().replace("a whole number", "whole numbers").replace(
+            "a number", "numbers"
+        )
+
+    def __call__(self, text: str) -> list[Number]:
+        parts = [part for part in (p.strip() for p in text.split(",")) if part]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"expected {self.__name__}, got {text!r}")
+        values: list[Number] = []
+        for part in parts:
+            try:
+                values.append(self.item(part))
+            except argparse.ArgumentTypeError:
+                raise argparse.ArgumentTypeError(
+                    f"expected {self.__name__}, got {text!r} ({part!r} is not one)"
+                ) from None
+        return values
+
+    def outside(self) -> str | None:
+        bad = self.item.outside()
+        return None if bad is None else f"1,{bad}" if self.item.contains(self.item.kind(1)) else bad
+
+
+PORT: Final = NumberRange(int, 0, 65535)
+"""A TCP port; 0 asks the kernel for a free one."""
+LISTEN_PORT: Final = NumberRange(int, 1, 65535)
+"""A TCP port that must be named (a probe port others connect to)."""
+COUNT: Final = NumberRange(int, 1)
+"""How many of something (requests, pods, rounds, runs): at least one."""
+NON_NEGATIVE_INT: Final = NumberRange(int, 0)
+"""A count where 0 means "none" or "off" (retries, kept decisions)."""
+ANY_INT: Final = NumberRange(int)
+"""An integer whose range the command itself checks against its one source of truth."""
+SEED: Final = NumberRange(int, 0)
+"""A random seed."""
+POSITIVE: Final = NumberRange(float, 0.0, exclusive_minimum=True)
+"""Seconds, rates and scales that must be above zero."""
+NON_NEGATIVE: Final = NumberRange(float, 0.0)
+"""Seconds where 0 means "off" or "none"."""
+FINITE: Final = NumberRange(float)
+"""A finite number whose range the command itself checks against its one source of truth."""
+FRACTION: Final = NumberRange(float, 0.0, 1.0)
+"""A share from 0 to 1."""
+COUNTS: Final = NumberList(COUNT)
+"""Comma-separated counts (fleet sizes, worker counts), each at least one."""
+SEEDS: Final = NumberList(SEED)
+"""Comma-separated seeds."""
+
+
+def output_directory(text: str) -> Path:
+    """A directory the command may write its report into: it exists, or it can be created.
+
+    Checked by creating the missing part of the path and removing it again, so a parse has no
+    lasting effect; the command creates it when it writes.
+    """
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot create directory {text!r}: {exc.strerror or exc}") from None
+    finally:
+        for created in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                created.rmdir()
+    return path
+
+
+def output_file(text: str) -> Path:
+    """A file the command may write: not a directory, in a directory that exists or can be created."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory, expected a file name")
+    output_directory(str(path.parent))
+    return path

@@ -1,0 +1,113 @@
+"""Start-up mistakes an operator makes get one line naming what is wrong and exit 2, never a traceback.
+
+A newcomer pasting the simulator's URLs into the endpoints file, a port already taken, a missing
+kubeconfig: each used to end ``igw serve`` or ``igw operator`` in a Python traceback (exit 1).
+The processes run for real (``python -m igw.cli.main``), as an operator starts them.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.harness import gateway_doc, write_config
+
+EXIT_CONFIG = 2
+
+
+def igw(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "igw.cli.main", *argv], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str], *needles: str) -> None:
+    output = done.stdout + done.stderr
+    assert done.returncode == EXIT_CONFIG, output
+    assert "Traceback" not in output, output
+    for needle in needles:
+        assert needle in done.stderr, done.stderr
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("endpoints", "needle"),
+    [
+        (None, "cannot read: No such file or directory"),
+        ("schedulers: [\n", "endpoints.yaml"),
+        ("", "expected a mapping with the key 'schedulers'"),
+        (
+            "schedulers:\n  llama: ['http://127.0.0.1:8001']\n",
+            "expected 'host:port', got 'http://127.0.0.1:8001'",
+        ),
+        ("schedulers:\n  nobody: ['127.0.0.1:8001']\n", "no scheduler or modelName 'nobody'"),
+    ],
+    ids=["missing", "bad-yaml", "empty", "urls-not-addresses", "unknown-scheduler"],
+)
+def test_a_bad_endpoints_file_is_named_in_one_line(
+    tmp_path: Path, endpoints: str | None, needle: str
+) -> None:
+    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    if endpoints is None:
+        eps.unlink()
+    else:
+        eps.write_text(endpoints)
+    done = igw(
+        "serve", "--config", str(config), "--endpoints", str(eps), "--host", "127.0.0.1", "--port", "0"
+    )
+    assert_one_line_error(done, "igw serve: ", str(eps), needle)
+
+
+def test_a_port_already_in_use_is_said_in_one_line(tmp_path: Path, taken_port: int) -> None:
+    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    done = igw(
+        "serve",
+        "--config",
+        str(config),
+        "--endpoints",
+        str(eps),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(taken_port),
+    )
+    assert_one_line_error(done, f"igw serve: cannot listen on 127.0.0.1:{taken_port}")
+
+
+def test_a_port_out_of_range_is_refused_not_wrapped(tmp_path: Path) -> None:
+    """The kernel keeps a port modulo 65536: ``--port 70000`` used to serve on 4464."""
+    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    done = igw("serve", "--config", str(config), "--endpoints", str(eps), "--port", "70000")
+    assert_one_line_error(done, "argument --port: expected a whole number from 0 to 65535, got '70000'")
+
+
+def test_serve_in_cluster_with_a_missing_kubeconfig_says_so(tmp_path: Path) -> None:
+    config, _ = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    kubeconfig = tmp_path / "no-such-kubeconfig"
+    done = igw(
+        "serve", "--config", str(config), "--in-cluster", "--kubeconfig", str(kubeconfig), "--port", "0"
+    )
+    assert_one_line_error(done, f"igw serve: cannot load kubeconfig {kubeconfig}")
+
+
+def test_operator_with_a_missing_kubeconfig_says_so(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "no-such-kubeconfig"
+    done = igw("operator", "--kubeconfig", str(kubeconfig))
+    assert_one_line_error(done, f"igw operator: cannot load kubeconfig {kubeconfig}")
+
+
+def test_operator_health_port_in_use_is_said_in_one_line(tmp_path: Path, taken_port: int) -> None:
+    done = igw("operator", "--kubeconfig", str(tmp_path / "unused"), "--health-port", str(taken_port))
+    assert_one_line_error(done, f"igw operator: cannot listen on 0.0.0.0:{taken_port}")
