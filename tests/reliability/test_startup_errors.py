@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from igw.config.paths import REPO_ROOT
 from tests.reliability.harness import gateway_doc, write_config
 
 EXIT_CONFIG = 2
@@ -111,3 +112,9 @@ def test_operator_with_a_missing_kubeconfig_says_so(tmp_path: Path) -> None:
 def test_operator_health_port_in_use_is_said_in_one_line(tmp_path: Path, taken_port: int) -> None:
     done = igw("operator", "--kubeconfig", str(tmp_path / "unused"), "--health-port", str(taken_port))
     assert_one_line_error(done, f"igw operator: cannot listen on 0.0.0.0:{taken_port}")
+
+
+def test_global_router_port_in_use_is_said_in_one_line(taken_port: int) -> None:
+    example = REPO_ROOT / "crds" / "examples" / "global" / "global-router.yaml"
+    done = igw("global", "serve", "--config", str(example), "--host", "127.0.0.1", "--port", str(taken_port))
+    assert_one_line_error(done, f"igw global serve: cannot listen on 127.0.0.1:{taken_port}")

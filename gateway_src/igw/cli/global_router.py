@@ -50,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.gateway.serving import ListenError
     from igw.global_router.config import GlobalConfigError, load_global_config
     from igw.global_router.launch import run_global_router
 
@@ -65,15 +66,19 @@ def run(args: argparse.Namespace) -> int:
     emf.propagate = False  # the documents are the output, not diagnostics: bare JSON lines on stdout
     emf.setLevel(logging.INFO)
     emf.addHandler(logging.StreamHandler(sys.stdout))
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(
-            run_global_router(
-                config,
-                host=args.host,
-                port=args.port,
-                region=args.region,
-                drain_s=args.drain_seconds,
-                emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(
+                run_global_router(
+                    config,
+                    host=args.host,
+                    port=args.port,
+                    region=args.region,
+                    drain_s=args.drain_seconds,
+                    emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
+                )
             )
-        )
+    except ListenError as exc:
+        print(f"igw global serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
