@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from prometheus_client import CollectorRegistry
 
+from igw.config.documents import DocumentReadError, read_documents
 from igw.config.model import GatewayConfig
 from igw.errors import IgwGatewayError
 from igw.gateway.app import create_app
@@ -103,9 +103,10 @@ def picker_configs_from_dir(config: GatewayConfig, directory: Path | None) -> Pi
             )
         path = directory / spec.config_map_ref.name / spec.config_map_ref.key
         try:
-            doc = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f"scheduler {spec.name!r} configMapRef {key}: {path}: {exc}") from exc
+            documents = read_documents(path)
+        except DocumentReadError as exc:
+            raise ValueError(f"scheduler {spec.name!r} configMapRef {key}: {exc}") from exc
+        doc = documents[0].content if len(documents) == 1 else None
         if not isinstance(doc, Mapping):
             raise ValueError(f"scheduler {spec.name!r} configMapRef {key}: {path} is not a YAML mapping")
         out[key] = doc

@@ -125,3 +125,51 @@ async def test_reload_adding_a_scheduler_makes_discovery_follow(gateway: Any) ->
         await wait_for(lambda: gw.fresh("second", b.key), what="new scheduler's endpoint discovered")
         resp = await gw.post("/v1/completions", {"model": "m2", "prompt": "x"})
         assert (await resp.json())["server"] == "b"
+
+
+def _nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+async def test_hot_reload_survives_files_no_loader_expects(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A config nested 100,000 levels deep raised ``RecursionError`` inside the reload task, which
+    ended the watch silently: no log, no metric, and later valid changes were never applied."""
+    d = config_doc([scheduler("pool", "m-old")])
+    async with running(FakeModelServer("a")) as (a,), gateway(d, {"pool": [a.key]}, reload=True) as gw:
+        gw.config_path.write_text("spec: " + _nested(100_000) + "\n")
+        await wait_for(lambda: gw.state.config_error is not None, what="deep file rejected")
+        assert "nested deeper than 64 levels" in (gw.state.config_error or "")
+        # an error no loader anticipates is reported the same way, and the watch goes on
+        import igw.gateway.reload as reload_module
+
+        def broken(_path: Any) -> Any:
+            raise RuntimeError("loader bug")
+
+        monkeypatch.setattr(reload_module, "load_gateway_config", broken)
+        gw.config_path.write_text(yaml.safe_dump(config_doc([scheduler("pool", "m-other")])))
+        await wait_for(
+            lambda: "loader bug" in (gw.state.config_error or ""), what="unexpected error reported"
+        )
+        assert "unexpected RuntimeError" in (gw.state.config_error or "")
+        monkeypatch.undo()
+        gw.config_path.write_text(yaml.safe_dump(config_doc([scheduler("pool", "m-new")])))
+        await wait_for(lambda: gw.state.runtime.router.resolve("m-new") is not None, what="watch still alive")
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_config_reloads_total{result="rejected"} 2.0' in metrics
+
+
+async def test_endpoints_watch_survives_a_file_no_loader_expects(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (a, b),
+        gateway(config_doc([scheduler("pool", "m")]), {"pool": [a.key]}) as gw,
+    ):
+        caplog.set_level(logging.ERROR, logger="igw.gateway.discovery")
+        gw.endpoints_path.write_text("schedulers: " + _nested(100_000) + "\n")
+        await wait_for(lambda: "nested deeper than 64 levels" in caplog.text, what="deep file reported")
+        assert a.key in gw.state.runtime.schedulers["pool"].pool.states  # the previous endpoints stay
+        gw.endpoints_path.write_text(yaml.safe_dump({"schedulers": {"pool": [b.key]}}))
+        await wait_for(lambda: gw.fresh("pool", b.key), what="watch still alive after a deep file")

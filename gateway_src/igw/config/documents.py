@@ -1,7 +1,11 @@
 """Read configuration files: YAML (several documents per file) or JSON, with useful errors.
 
 A YAML syntax error is reported with its line and column (``line 7, column 3: mapping values are
-not allowed here``), never as a traceback. Each document keeps the line it starts on so that
+not allowed here``), never as a traceback. Nesting is capped at :data:`MAX_NESTING` levels and the
+expanded size at :data:`MAX_EXPANDED_NODES` values: Python's parsers and validators recurse, and a
+file nested a hundred thousand levels deep ended ``igw validate`` in a ``RecursionError`` traceback
+and silently stopped the gateway's hot reload; nested YAML aliases would make every later step walk
+billions of values. Each document keeps the line it starts on so that
 ``igw validate`` can say which document of a multi-document file a problem belongs to.
 """
 
@@ -18,9 +22,60 @@ import yaml
 
 from igw.errors import IgwConfigError
 
+MAX_NESTING = 64
+"""Deepest nesting of mappings and lists accepted in a configuration document (the deepest real
+InferenceGatewayConfig field is about a dozen levels down)."""
+MAX_EXPANDED_NODES = 1_000_000
+"""Most values (mappings, lists and scalars) a document may hold once YAML aliases are expanded:
+what every later step (schema validation, the runtime build) walks."""
+
 
 class DocumentReadError(IgwConfigError, ValueError):
     """The file cannot be read or parsed; the message names the file and, for syntax, the line."""
+
+
+def _shape_problem(content: Any) -> str | None:
+    """Why ``content`` is refused for its shape, or ``None``: nested deeper than :data:`MAX_NESTING`,
+    more than :data:`MAX_EXPANDED_NODES` values once YAML aliases are expanded, or an alias cycle.
+
+    Post-order and iterative (no recursion); each shared container is measured once, so a "billion
+    laughs" file of nested aliases costs its own size, not its expansion.
+    """
+    measured: dict[int, tuple[int, int]] = {}  # id -> (depth, expanded values)
+    in_progress: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(content, False)]
+    while stack:
+        value, children_done = stack.pop()
+        if not isinstance(value, dict | list) or (not children_done and id(value) in measured):
+            continue
+        children = list(value.values()) if isinstance(value, dict) else value
+        if not children_done:
+            if id(value) in in_progress:
+                return "an alias refers to a value that contains it"
+            in_progress.add(id(value))
+            stack.append((value, True))
+            stack.extend((child, False) for child in children)
+            continue
+        depth, size = 1, 1
+        for child in children:
+            if isinstance(child, dict | list):
+                if id(child) in in_progress and id(child) not in measured:
+                    return "an alias refers to a value that contains it"
+                child_depth, child_size = measured[id(child)]
+                depth, size = max(depth, child_depth + 1), size + child_size
+            else:
+                size += 1
+        if depth > MAX_NESTING:
+            return f"nested deeper than {MAX_NESTING} levels"
+        if size > MAX_EXPANDED_NODES:
+            return f"more than {MAX_EXPANDED_NODES:,} values once its aliases are expanded"
+        measured[id(value)] = (depth, size)
+        in_progress.discard(id(value))
+    return None
+
+
+def _shape_error(source: str, problem: str) -> DocumentReadError:
+    return DocumentReadError(f"{source}: {problem}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +153,15 @@ def parse_text(text: str, *, source: str) -> list[SourceDocument]:
             content = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DocumentReadError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
-        return [SourceDocument(index=0, line=1, content=content, node=_json_node_tree(text))]
+        except RecursionError:
+            raise _shape_error(source, f"nested deeper than {MAX_NESTING} levels") from None
+        if (problem := _shape_problem(content)) is not None:
+            raise _shape_error(source, problem)
+        try:
+            node = _json_node_tree(text)
+        except RecursionError:
+            node = None
+        return [SourceDocument(index=0, line=1, content=content, node=node)]
     documents: list[SourceDocument] = []
     try:
         loader = _UniqueKeyLoader(text)
@@ -109,6 +172,8 @@ def parse_text(text: str, *, source: str) -> list[SourceDocument]:
                 if node is None:
                     continue
                 content = loader.construct_document(node)
+                if (problem := _shape_problem(content)) is not None:
+                    raise _shape_error(source, problem)
                 if content is not None:
                     documents.append(
                         SourceDocument(index=index, line=node.start_mark.line + 1, content=content, node=node)
@@ -118,6 +183,8 @@ def parse_text(text: str, *, source: str) -> list[SourceDocument]:
             loader.dispose()
     except yaml.YAMLError as exc:
         raise DocumentReadError(f"{source}: {_yaml_error_text(exc)}") from exc
+    except RecursionError:
+        raise _shape_error(source, f"nested deeper than {MAX_NESTING} levels") from None
     return documents
 
 

@@ -81,7 +81,10 @@ class ConfigReloader:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.state.runtime.settings.config_reload_interval_s)
-            await self.check()
+            try:
+                await self.check()
+            except Exception as exc:  # the watch must outlive any file: a dead watch is silent
+                self._reject(f"{self.path}: unexpected {type(exc).__name__} while reloading: {exc}")
 
     async def check(self) -> bool | None:
         """Reload if the file changed: ``True`` applied, ``False`` rejected, ``None`` unchanged."""

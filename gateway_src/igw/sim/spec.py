@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-import yaml
 from packaging.version import InvalidVersion, Version
 
 from igw import engines
+from igw.config.documents import DocumentReadError, read_documents
 from igw.errors import IgwToolingError
 from igw.sim.presets import PRESETS, Preset, get_preset
 
@@ -327,12 +327,12 @@ class FleetSpec:
     def from_yaml(cls, path: str | Path) -> FleetSpec:
         p = Path(path)
         try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise SpecError(str(p), f"cannot read: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise SpecError(str(p), f"invalid YAML: {exc}") from None
-        return cls.from_mapping(data, path="spec")
+            documents = read_documents(p)
+        except DocumentReadError as exc:
+            raise SpecError(str(p), str(exc).removeprefix(f"{p}: ")) from None
+        if len(documents) > 1:
+            raise SpecError(str(p), f"expected one document, found {len(documents)}")
+        return cls.from_mapping(documents[0].content if documents else None, path="spec")
 
 
 def _with_name(pod: PodSpec, name: str) -> PodSpec:

@@ -20,8 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-import yaml
-
+from igw.config.documents import parse_text
 from igw.config.model import SchedulerSpec
 from igw.gateway.discovery import DiscoverySink
 from igw.gateway.endpoints import DiscoveredEndpoint
@@ -57,10 +56,8 @@ def adapters_from_config_map(cm: Any) -> dict[str, str]:
     base = data.get("baseModel")
     if not isinstance(base, str) or not base.strip():
         raise ValueError(f"ConfigMap {name}: data.baseModel is missing or empty")
-    try:
-        adapters = yaml.safe_load(data.get("adapters") or "[]")
-    except yaml.YAMLError as exc:
-        raise ValueError(f"ConfigMap {name}: data.adapters is not YAML: {exc}") from exc
+    documents = parse_text(data.get("adapters") or "[]", source=f"ConfigMap {name}: data.adapters")
+    adapters = documents[0].content if len(documents) == 1 else None
     if not isinstance(adapters, list) or not all(isinstance(a, str) and a for a in adapters):
         raise ValueError(f"ConfigMap {name}: data.adapters must be a YAML list of adapter names")
     return dict.fromkeys(adapters, base.strip())
@@ -270,7 +267,8 @@ def read_picker_config(api_client: Any, *, namespace: str, name: str, key: str) 
     text = (cm.data or {}).get(key)
     if text is None:
         raise ValueError(f"configMapRef {namespace}/{name}: no key {key!r} in data")
-    doc = yaml.safe_load(text)
+    documents = parse_text(text, source=f"configMapRef {namespace}/{name} key {key}")
+    doc = documents[0].content if len(documents) == 1 else None
     if not isinstance(doc, Mapping):
         raise ValueError(f"configMapRef {namespace}/{name}: {key} is not a YAML mapping")
     return doc

@@ -25,8 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from igw.config.documents import DocumentReadError, read_documents
 from igw.config.model import SchedulerSpec
 from igw.errors import IgwGatewayError
 from igw.gateway.discovery import DiscoverySink
@@ -119,11 +118,18 @@ def parse_services(doc: Any, *, path: Path) -> dict[str, list[str]]:
 def read_endpoints_file(
     path: Path, *, names: Mapping[str, str]
 ) -> tuple[dict[str, list[DiscoveredEndpoint]], dict[str, list[str]]]:
-    """(endpoints per scheduler, services); either part failing rejects the whole file."""
+    """(endpoints per scheduler, services); either part failing rejects the whole file.
+
+    Read like a configuration file (:func:`igw.config.documents.read_documents`): duplicate keys,
+    excessive nesting and alias expansion are refused with the line or reason.
+    """
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise EndpointsFileError(path, [str(exc)]) from exc
+        documents = read_documents(path)
+    except DocumentReadError as exc:
+        raise EndpointsFileError(path, [str(exc).removeprefix(f"{path}: ")]) from exc
+    if len(documents) > 1:
+        raise EndpointsFileError(path, [f"expected one document, found {len(documents)}"])
+    doc = documents[0].content if documents else None
     return parse_endpoints(doc, path=path, names=names), parse_services(doc, path=path)
 
 
@@ -180,6 +186,13 @@ class StaticFileDiscovery:
                 log.info("endpoints file %s reloaded", self.path)
             except (OSError, EndpointsFileError) as exc:
                 log.error("endpoints file %s not applied, previous endpoints kept: %s", self.path, exc)
+            except Exception as exc:  # the watch must outlive any file: a dead watch is silent
+                log.error(
+                    "endpoints file %s not applied (unexpected %s), previous endpoints kept: %s",
+                    self.path,
+                    type(exc).__name__,
+                    exc,
+                )
 
     async def stop(self) -> None:
         if self._task is not None:

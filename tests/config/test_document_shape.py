@@ -1,0 +1,59 @@
+"""Configuration documents are refused for their shape before anything walks them.
+
+Python's parsers and validators recurse: a file nested 100,000 levels deep ended ``igw validate``
+in a ``RecursionError`` traceback and stopped the gateway's hot reload; nested YAML aliases ("billion
+laughs") made ``igw validate`` run until killed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from igw.config.documents import MAX_NESTING, DocumentReadError, parse_text
+
+
+def nested_json(levels: int) -> str:
+    return '{"a": ' * levels + "1" + "}" * levels
+
+
+def nested_yaml(levels: int) -> str:
+    return "a: " + "[" * (levels - 1) + "1" + "]" * (levels - 1) + "\n"
+
+
+def billion_laughs(levels: int) -> str:
+    text = "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+    for i in range(1, levels):
+        text += f"x{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n"
+    return text
+
+
+@pytest.mark.parametrize("render", [nested_json, nested_yaml])
+def test_nesting_up_to_the_limit_is_read_and_one_more_level_is_refused(render: object) -> None:
+    assert callable(render)
+    assert parse_text(render(MAX_NESTING), source="f")
+    with pytest.raises(DocumentReadError, match=f"^f: nested deeper than {MAX_NESTING} levels$"):
+        parse_text(render(MAX_NESTING + 1), source="f")
+
+
+@pytest.mark.parametrize("text", [nested_json(100_000), "a: " + "[" * 100_000 + "]" * 100_000])
+def test_nesting_beyond_the_interpreter_s_recursion_is_refused_not_crashed(text: str) -> None:
+    with pytest.raises(DocumentReadError, match="nested deeper than"):
+        parse_text(text, source="f")
+
+
+def test_aliases_that_expand_past_the_limit_are_refused_without_expanding_them() -> None:
+    with pytest.raises(DocumentReadError, match="more than 1,000,000 values once its aliases are expanded"):
+        parse_text(billion_laughs(9), source="f")  # 10**9 values if expanded
+
+
+def test_a_few_shared_aliases_are_fine() -> None:
+    (doc,) = parse_text(billion_laughs(3), source="f")
+    assert len(doc.content["x2"]) == 10
+    assert json.dumps(doc.content).count("lol") == 10 + 100 + 1000
+
+
+def test_an_alias_inside_itself_is_refused() -> None:
+    with pytest.raises(DocumentReadError, match="an alias refers to a value that contains it"):
+        parse_text("a: &a [1, *a]\n", source="f")
