@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from tests.fakes.kube_validation import object_problems
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceKind:
@@ -97,6 +99,13 @@ class StoreError(Exception):
         self.code = code
         self.reason = reason
         self.message = message
+
+
+def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
+    problems = object_problems(kind.kind, body)
+    if problems:
+        name = (body.get("metadata") or {}).get("name")
+        raise StoreError(422, "Invalid", f'{kind.kind} "{name}" is invalid: ' + ", ".join(problems))
 
 
 class KubeStore:
@@ -196,6 +205,7 @@ class KubeStore:
             meta["name"] = name
         if not name:
             raise StoreError(422, "Invalid", f"{kind.kind}.metadata.name: Required value: name is required")
+        _validate(kind, body)
         with self._lock:
             key = (kind.key, namespace, name)
             if key in self._objects:
@@ -241,6 +251,7 @@ class KubeStore:
                 new = copy.deepcopy(current)
                 new["status"] = body.get("status")
             else:
+                _validate(kind, {**body, "metadata": {**(body.get("metadata") or {}), "name": name}})
                 new = body
                 if kind.status_subresource or "status" not in body:
                     new["status"] = current.get("status")

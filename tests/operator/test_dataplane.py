@@ -12,10 +12,13 @@ from igw.config.validate import validate_document
 from igw.operator.dataplane import (
     CONFIG_KEY,
     DataPlaneSettings,
+    base_name,
     desired_objects,
     gateway_replicas,
+    label_value,
     served_document,
 )
+from tests.fakes.kube_validation import object_problems
 from tests.operator.dataplane_support import K8S_VERSION, by_kind, igwc_object
 
 ARN = "arn:aws:acm:us-west-2:123456789012:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
@@ -178,3 +181,37 @@ def test_drain_and_stream_grace_come_from_server_limits_and_the_deadline_covers_
 def test_a_grace_period_too_short_for_the_shutdown_is_refused() -> None:
     with pytest.raises(ValueError, match="termination grace 20s must be at least"):
         desired_objects(igwc_object(), DataPlaneSettings(termination_grace_s=20, pre_stop_s=15))
+
+
+LONG_DOTTED = "team-a.prod." + "llama-3-1-70b-instruct." * 10 + "chat"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["chat", "a" * 55, "a" * 56, "1st-gateway", "gw.prod.example", LONG_DOTTED],
+    ids=["short", "longest-plain", "one-too-long", "leading-digit", "dotted", "253-char-subdomain"],
+)
+def test_every_object_name_and_label_is_one_the_api_server_accepts(name: str) -> None:
+    """An InferenceGatewayConfig may be named with any DNS subdomain (253 characters, dots, a leading
+    digit); its Service must be an RFC 1035 label and its label values 63 characters at most."""
+    igwc = igwc_object()
+    igwc["metadata"]["name"] = name
+    objects = desired_objects(igwc, DataPlaneSettings())
+    for obj in objects:
+        assert object_problems(obj["kind"], obj) == [], obj["kind"]
+    kinds = by_kind(objects)
+    selector = kinds["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= kinds["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+    assert kinds["Service"]["spec"]["selector"] == selector
+    assert kinds["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"] == selector
+    assert kinds["NetworkPolicy"]["spec"]["podSelector"]["matchLabels"] == selector
+
+
+def test_names_that_fit_are_kept_and_long_ones_stay_apart() -> None:
+    assert base_name("chat") == "chat-gateway"
+    assert base_name("a" * 55) == "a" * 55 + "-gateway"
+    first, second = base_name("x" * 80 + "-blue"), base_name("x" * 80 + "-green")
+    assert first != second
+    assert len(first) == len(second) == 63
+    assert label_value("y" * 63) == "y" * 63
+    assert label_value("y" * 70 + "1") != label_value("y" * 70 + "2")

@@ -134,3 +134,29 @@ def test_discovery_lists_short_names_and_status_subresources(kube: FakeKubeApiSe
     assert "inferencegatewayconfigs/status" in resources
     groups = json.loads(_get(kube, "/apis"))
     assert "coordination.k8s.io" in {g["name"] for g in groups["groups"]}
+
+
+@pytest.mark.parametrize(
+    ("kind_and_name", "labels", "needle"),
+    [
+        (("Service", "s" * 64), {}, "must be no more than 63 characters"),
+        (("Service", "1st"), {}, "a DNS-1035 label must consist of"),
+        (("ConfigMap", "Upper"), {}, "a lowercase RFC 1123 subdomain must consist of"),
+        (("ConfigMap", "ok"), {"app": "v" * 64}, 'metadata.labels[app]: Invalid value: "' + "v" * 64),
+        (("ConfigMap", "ok"), {"bad/key/x": "v"}, 'metadata.labels: Invalid value: "bad/key/x"'),
+    ],
+)
+def test_the_fake_refuses_names_and_labels_the_api_server_refuses(
+    kube: FakeKubeApiServer, kind_and_name: tuple[str, str], labels: dict[str, str], needle: str
+) -> None:
+    """As a real cluster does: 422 Invalid with the field path, through the real client."""
+    kind, name = kind_and_name
+    core = kubernetes.client.CoreV1Api(kube.api_client())
+    metadata = kubernetes.client.V1ObjectMeta(name=name, labels=labels)
+    with pytest.raises(ApiException) as refused:
+        if kind == "Service":
+            core.create_namespaced_service("inference", kubernetes.client.V1Service(metadata=metadata))
+        else:
+            core.create_namespaced_config_map("inference", kubernetes.client.V1ConfigMap(metadata=metadata))
+    assert refused.value.status == 422
+    assert needle in json.loads(refused.value.body or "{}")["message"]

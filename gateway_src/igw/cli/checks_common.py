@@ -23,7 +23,6 @@ from igw.checks.framework import (
 )
 from igw.checks.inventory import Inventory
 from igw.checks.model import Command, Severity
-from igw.cli.arg_types import output_file
 
 FORMATS = ("table", "json", "sarif", "junit")
 
@@ -53,7 +52,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--profile", help="AWS profile")
     out = parser.add_argument_group("output")
     out.add_argument("-o", "--output", choices=FORMATS, default="table", help="output format (default table)")
-    out.add_argument("--output-file", type=output_file, help="write the report here instead of stdout")
+    out.add_argument("--output-file", type=Path, help="write the report here instead of stdout")
     out.add_argument("--show-passed", action="store_true", help="table: list passed checks too")
     out.add_argument(
         "--fail-on",

@@ -12,6 +12,8 @@ lets the garbage collector remove its data plane (model deployments are not owne
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -32,6 +34,11 @@ TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 DEFAULT_REPLICAS: Final = 2
 DEFAULT_TARGET_PORT: Final = 8000
 REDIS_PORT: Final = 6379
+NAME_SUFFIX: Final = "-gateway"
+MAX_SERVICE_NAME: Final = 63
+MAX_LABEL_VALUE: Final = 63
+DIGEST_CHARS: Final = 8
+_SERVICE_NAME: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,20 +91,50 @@ class DataPlaneSettings:
         return rules
 
 
+def _digest(igwc_name: str) -> str:
+    return hashlib.sha256(igwc_name.encode()).hexdigest()[:DIGEST_CHARS]
+
+
 def base_name(igwc_name: str) -> str:
-    """Name shared by the data-plane objects of the InferenceGatewayConfig ``igwc_name``."""
-    return f"{igwc_name}-gateway"
+    """Name shared by the data-plane objects of the InferenceGatewayConfig ``igwc_name``.
+
+    ``<name>-gateway`` when that is a valid Service name (an RFC 1035 label: at most 63 characters,
+    lower-case letters, digits and ``-``, starting with a letter). An InferenceGatewayConfig's own
+    name may be a 253-character DNS subdomain with dots or a leading digit, which the API server
+    refuses for a Service: such names are shortened to ``<stem>-<digest>-gateway``, the digest of
+    the full name keeping two long names that share a prefix apart.
+    """
+    plain = f"{igwc_name}{NAME_SUFFIX}"
+    if len(plain) <= MAX_SERVICE_NAME and _SERVICE_NAME.fullmatch(plain):
+        return plain
+    stem = re.sub(r"[^a-z0-9-]", "-", igwc_name)
+    if not stem[:1].isalpha():
+        stem = f"gw-{stem}"
+    room = MAX_SERVICE_NAME - len(NAME_SUFFIX) - DIGEST_CHARS - 1
+    return f"{stem[:room].rstrip('-')}-{_digest(igwc_name)}{NAME_SUFFIX}"
+
+
+def label_value(igwc_name: str) -> str:
+    """``igwc_name`` as a label value: itself up to 63 characters, else shortened with its digest
+    (label values are limited to 63 characters; a DNS-subdomain name has only valid characters)."""
+    if len(igwc_name) <= MAX_LABEL_VALUE:
+        return igwc_name
+    room = MAX_LABEL_VALUE - DIGEST_CHARS - 1
+    return f"{igwc_name[:room].rstrip('.-')}-{_digest(igwc_name)}"
 
 
 def selector_labels(igwc_name: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "inference-gateway", "app.kubernetes.io/instance": igwc_name}
+    return {
+        "app.kubernetes.io/name": "inference-gateway",
+        "app.kubernetes.io/instance": label_value(igwc_name),
+    }
 
 
 def _labels(igwc_name: str) -> dict[str, str]:
     return {
         **selector_labels(igwc_name),
         "app.kubernetes.io/managed-by": MANAGED_BY,
-        CONFIG_LABEL: igwc_name,
+        CONFIG_LABEL: label_value(igwc_name),
     }
 
 
