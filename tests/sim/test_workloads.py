@@ -201,7 +201,10 @@ def test_replay_jsonl_and_azure_csv(tmp_path: Path) -> None:
             '{"time": "yesterday", "input_tokens": 1, "output_tokens": 1}\n',
             "neither seconds nor ISO-8601",
         ),
-        ('{"time": 1, "input_tokens": 1, "output_tokens": 0}\n', "output length must be >= 1"),
+        (
+            '{"time": 1, "input_tokens": 1, "output_tokens": 0}\n',
+            "output length must be from 1 to 10,000,000, got 0",
+        ),
         (
             '{"time": 1, "input_tokens": 9, "output_tokens": 1, "prefix_group": "g"}\n',
             "t.jsonl:1: prefix_tokens is required on the first row of group 'g'",
@@ -227,6 +230,19 @@ def test_replay_jsonl_and_azure_csv(tmp_path: Path) -> None:
         (
             '{"time": 1, "input_tokens": 9, "output_tokens": 1, "priority": "high"}\n',
             "priority must be an",
+        ),
+        (
+            '{"time": 1, "input_tokens": 9, "output_tokens": 1}\n'
+            '{"time": NaN, "input_tokens": 9, "output_tokens": 1}\n',
+            "t.jsonl:2: arrival time must be a finite number of seconds, got nan",
+        ),
+        (
+            '{"time": "inf", "input_tokens": 9, "output_tokens": 1}\n',
+            "t.jsonl:1: arrival time must be a finite",
+        ),
+        (
+            '{"time": 1, "input_tokens": 1e12, "output_tokens": 1}\n',
+            "t.jsonl:1: prompt length must be from 1 to 10,000,000, got 1000000000000",
         ),
     ],
 )
@@ -264,3 +280,10 @@ def test_replay_prefix_groups_adapters_and_priorities(tmp_path: Path) -> None:
     assert (a1.group, a2.group, b.group, lora.group) == ("sys-a", "sys-a", "7", None)
     assert (a1.priority, a2.priority, lora.priority) == (0, -1, 2)
     assert (lora.adapter, lora.model) == ("sql-lora", "sql-lora")
+
+
+def test_integral_float_lengths_from_spreadsheets_are_read_as_integers(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"time": 0, "input_tokens": 12.0, "output_tokens": 3.0}\n', encoding="utf-8")
+    [request] = w.replay(p, model="m", rng=random.Random(0))
+    assert (request.prompt_tokens, request.output_tokens) == (12, 3)

@@ -426,13 +426,10 @@ def _first(row: Mapping[str, object], names: Sequence[str], where: str, what: st
 
 
 def _time_value(v: object, where: str) -> float:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
+    seconds = _finite_seconds(v, where)
+    if seconds is not None:
+        return seconds
     if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            pass
 
         try:
             return datetime.fromisoformat(v.strip()).timestamp()
@@ -441,13 +438,37 @@ def _time_value(v: object, where: str) -> float:
     raise WorkloadError(f"{where}: arrival time must be a number or a timestamp string")
 
 
+def _finite_seconds(v: object, where: str) -> float | None:
+    """``v`` as seconds when it is a number (or a numeric string); ``None`` when it is not a number.
+
+    NaN and infinity are refused here: they pass every ordering check and surfaced much later as
+    "cannot convert float NaN to integer", naming no line.
+    """
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        return None
+    try:
+        seconds = float(v)
+    except ValueError:
+        return None
+    if not math.isfinite(seconds):
+        raise WorkloadError(f"{where}: arrival time must be a finite number of seconds, got {v!r}")
+    return seconds
+
+
+MAX_TRACE_TOKENS = 10_000_000
+"""Largest prompt or output length a trace row may give: filler text is generated for the prompt, so
+an unbounded length (``1e12``) would exhaust memory before any router sees the request."""
+
+
 def _int_field(v: object, where: str, what: str) -> int:
+    if isinstance(v, float) and v.is_integer():  # 128.0 from a spreadsheet or pandas export
+        v = int(v)
     try:
         n = int(str(v)) if not isinstance(v, int) or isinstance(v, bool) else v
     except ValueError:
         raise WorkloadError(f"{where}: {what} must be an integer, got {v!r}") from None
-    if n < 1:
-        raise WorkloadError(f"{where}: {what} must be >= 1, got {n}")
+    if not 1 <= n <= MAX_TRACE_TOKENS:
+        raise WorkloadError(f"{where}: {what} must be from 1 to {MAX_TRACE_TOKENS:,}, got {n}")
     return n
 
 
