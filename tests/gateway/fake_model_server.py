@@ -27,6 +27,10 @@ class Received:
     peer_port: int
 
 
+PROMPT_TOKENS = 7
+"""The prompt length every answer reports (the fake does not tokenize)."""
+
+
 @dataclass
 class FakeModelServer:
     name: str
@@ -50,6 +54,11 @@ class FakeModelServer:
     received: list[Received] = field(default_factory=list)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     scrapes: int = 0
+    prompt_tokens_total: int = 0
+    """Activity counters on the page, moved by every request served, as a live engine's are: without
+    them the page stayed byte-identical while requests were dispatched, and tests longer than
+    ``staleThreshold`` saw the gateway exclude the pod as frozen."""
+    generation_tokens_total: int = 0
     port: int = 0
     _runner: web.AppRunner | None = None
 
@@ -67,6 +76,8 @@ class FakeModelServer:
                     ("sglang:num_running_reqs", float(self.running)),
                     ("sglang:num_queue_reqs", float(self.waiting)),
                     ("sglang:token_usage", self.kv),
+                    ("sglang:prompt_tokens_total", float(self.prompt_tokens_total)),
+                    ("sglang:generation_tokens_total", float(self.generation_tokens_total)),
                 )
             )
         lab = 'engine="0",model_name="m"'
@@ -80,6 +91,10 @@ class FakeModelServer:
             "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
             "# TYPE vllm:num_requests_waiting gauge",
             f"vllm:num_requests_waiting{{{lab}}} {float(self.waiting)}",
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{{{lab}}} {float(self.prompt_tokens_total)}",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{lab}}} {float(self.generation_tokens_total)}",
         ]
         parts = tuple(int(p) for p in self.version.split(".")[:3])
         if parts >= (0, 9, 2):
@@ -120,6 +135,8 @@ class FakeModelServer:
             Received(request.path, dict(request.headers), body, nodelay, peer[1] if peer else 0)
         )
         data: dict[str, Any] = orjson.loads(body)
+        self.prompt_tokens_total += PROMPT_TOKENS
+        self.generation_tokens_total += self.tokens
         try:
             if not data.get("stream"):
                 if self.first_token_delay_s:
@@ -132,9 +149,9 @@ class FakeModelServer:
                         "model": data.get("model"),
                         "choices": [{"index": 0, "text": "t" * self.tokens, "finish_reason": "length"}],
                         "usage": {
-                            "prompt_tokens": 7,
+                            "prompt_tokens": PROMPT_TOKENS,
                             "completion_tokens": self.tokens,
-                            "total_tokens": 7 + self.tokens,
+                            "total_tokens": PROMPT_TOKENS + self.tokens,
                         },
                     }
                 )
@@ -153,7 +170,11 @@ class FakeModelServer:
                 await resp.write(b"data: " + orjson.dumps(event) + b"\n\n")
                 if self.token_delay_s:
                     await asyncio.sleep(self.token_delay_s)
-            usage = {"prompt_tokens": 7, "completion_tokens": self.tokens, "total_tokens": 7 + self.tokens}
+            usage = {
+                "prompt_tokens": PROMPT_TOKENS,
+                "completion_tokens": self.tokens,
+                "total_tokens": PROMPT_TOKENS + self.tokens,
+            }
             await resp.write(
                 b"data: " + orjson.dumps({"id": "cmpl-1", "choices": [], "usage": usage}) + b"\n\n"
             )

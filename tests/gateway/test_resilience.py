@@ -196,3 +196,20 @@ async def test_silent_prefill_gets_sse_keepalive_comments(gateway: Any) -> None:
         events = [e for e in body.replace(b": ping\n\n", b"").split(b"\n\n") if e]
         assert [orjson.loads(e[6:])["choices"][0]["text"] for e in events[:3]] == ["tok0", "tok1", "tok2"]
         assert events[-1] == b"data: [DONE]"
+
+
+async def test_the_fake_server_s_page_moves_with_its_requests_so_busy_pods_are_never_frozen(
+    gateway: Any,
+) -> None:
+    """Requests for longer than ``staleThreshold`` (400 ms here): a live engine's counters move with
+    them, and so do the fake's; a page that did not would be excluded as frozen mid-test."""
+    async with running(FakeModelServer("a")) as (a,), gateway(doc(), {"pool": [a.key]}) as gw:
+        await wait_for(lambda: gw.fresh("pool", a.key), what="first scrape")
+        state = gw.state.runtime.schedulers["pool"].pool.states[a.key]
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 1.5
+        while loop.time() < until:
+            assert (await gw.post("/v1/completions", req())).status == 200
+            assert not state.page.frozen
+            await asyncio.sleep(0.05)
+        assert a.prompt_tokens_total == 7 * len(a.received)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -27,6 +28,18 @@ def test_invalid_config_exits_2_with_every_problem(
     err = capsys.readouterr().err
     assert "spec.schedulers[0].weights.queue" in err
     assert "modelName" in err
+
+
+def test_returning_leaves_no_log_handler_behind(tmp_path: Path) -> None:
+    """``igw serve`` installs its access-log writer on stdout; one left behind after an early exit kept
+    writing to pytest's closed capture ("Logging error: I/O operation on closed file")."""
+    watched = [logging.getLogger("igw.access"), logging.getLogger("igw.emf")]
+    before = [list(logger.handlers) for logger in watched]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler("pool", "m")])))
+    (tmp_path / "e.yaml").write_text("schedulers: [\n")  # refused at start: exit 2
+    code = main(["serve", "--config", str(tmp_path / "c.yaml"), "--endpoints", str(tmp_path / "e.yaml")])
+    assert code == 2
+    assert [list(logger.handlers) for logger in watched] == before
 
 
 async def test_serves_and_stops_on_sigterm(tmp_path: Path) -> None:

@@ -153,10 +153,15 @@ def test_the_fake_refuses_names_and_labels_the_api_server_refuses(
     kind, name = kind_and_name
     core = kubernetes.client.CoreV1Api(kube.api_client())
     metadata = kubernetes.client.V1ObjectMeta(name=name, labels=labels)
-    with pytest.raises(ApiException) as refused:
+
+    def create() -> object:
         if kind == "Service":
-            core.create_namespaced_service("inference", kubernetes.client.V1Service(metadata=metadata))
-        else:
-            core.create_namespaced_config_map("inference", kubernetes.client.V1ConfigMap(metadata=metadata))
+            return core.create_namespaced_service("inference", kubernetes.client.V1Service(metadata=metadata))
+        return core.create_namespaced_config_map(
+            "inference", kubernetes.client.V1ConfigMap(metadata=metadata)
+        )
+
+    with pytest.raises(ApiException) as refused:
+        create()
     assert refused.value.status == 422
     assert needle in json.loads(refused.value.body or "{}")["message"]

@@ -161,6 +161,23 @@ def _default_limits() -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``igw serve``; the log handlers it installs are removed and closed when it returns, so a
+    caller in the same process (a test, an embedding tool) is not left writing to its streams."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("igw.access", "igw.emf")]
+    installed_before = {id(handler) for logger in loggers for handler in logger.handlers}
+    try:
+        return _run(args)
+    finally:
+        for logger in loggers:
+            for handler in [h for h in logger.handlers if id(h) not in installed_before]:
+                logger.removeHandler(handler)
+                handler.close()
+
+
+def _run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import asyncio
     import contextlib

@@ -430,7 +430,6 @@ def _time_value(v: object, where: str) -> float:
     if seconds is not None:
         return seconds
     if isinstance(v, str):
-
         try:
             return datetime.fromisoformat(v.strip()).timestamp()
         except ValueError:
