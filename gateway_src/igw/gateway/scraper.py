@@ -115,7 +115,16 @@ class PageStarter(Protocol):
     """A :class:`PageGetter` that can also start a request answered through a callback
     (:meth:`igw.gateway.scrape_client.ScrapeClient.start`): the scraper's steady state."""
 
-    def start(self, key: str, path: str, *, timeout_s: float, max_bytes: int, done: Landed) -> bool: ...
+    def start(
+        self,
+        key: str,
+        path: str,
+        *,
+        timeout_s: float,
+        max_bytes: int,
+        done: Landed,
+        deadline: float | None = None,
+    ) -> bool: ...
 
 
 class ScrapeService(Protocol):
@@ -236,6 +245,7 @@ class Scraper:
         self._members: dict[TaskKey, _Member] = {}
         self._reported: set[tuple[str, str, str]] = set()
         self._without_lora: dict[MetricFamilies, MetricFamilies] = {}
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     def sync(self) -> None:
         """Start scraping new endpoints and stop scraping those that left."""
@@ -280,10 +290,14 @@ class Scraper:
         state = None if sr is None else sr.pool.states.get(key)
         return None if sr is None or state is None else (sr, state)
 
-    def _run(self, member: _Member) -> None:
+    def _run(
+        self, member: _Member, rt: GatewayRuntime | None = None, tick: float = -1.0, deadline: float = -1.0
+    ) -> None:
         """``member``'s turn at its group's tick: scrape it when its pace says so (on the steady path
-        from here, else in a task), or wait for the next tick."""
-        rt = self._runtime()
+        from here, else in a task), or wait for the next tick. A tick passes what its members share
+        (the runtime, the loop time, the deadline of the requests it sends), read once per group."""
+        if rt is None:
+            rt = self._runtime()
         sr = rt.schedulers.get(member.scheduler)
         state = None if sr is None else sr.pool.states.get(member.key)
         if sr is None or state is None:
@@ -293,9 +307,12 @@ class Scraper:
         remote = self._remote_usage
         remote_picks, remote_inflight = (0, 0) if remote is _no_remote_usage else remote(*member.tk)
         picks = state.picks + remote_picks
-        tick = asyncio.get_running_loop().time()
+        if tick < 0:
+            tick = self._loop().time()
         pacing = member.pacing
-        if not pacing.due(tick, picks=picks, inflight=state.inflight + remote_inflight, interval_s=interval):
+        if pacing.gap > interval and not pacing.due(
+            tick, picks=picks, inflight=state.inflight + remote_inflight, interval_s=interval
+        ):
             self._wait(member)
             return
         member.started, member.picks = tick, picks
@@ -310,12 +327,16 @@ class Scraper:
             path = self._steady_path(member.tk, plan[3])
             if path is not None:
                 member.flight = (sr, state, plan[2], settings.stale_threshold_s)
+                timeout_s = settings.scrape_timeout_s
+                if deadline < 0:
+                    deadline = self._deadline(tick, timeout_s, interval, member.slot)
                 if starter.start(
                     member.key,
                     path,
-                    timeout_s=settings.scrape_timeout_s,
+                    timeout_s=timeout_s,
                     max_bytes=MAX_PAGE_BYTES,
                     done=member.done,
+                    deadline=deadline,
                 ):
                     return
         member.task = asyncio.create_task(
@@ -375,8 +396,16 @@ class Scraper:
         )
         self._wait(member)
 
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The running event loop, looked up once (``asyncio.get_running_loop`` asks the kernel for
+        the process id on every call, to notice a fork)."""
+        loop = self._event_loop
+        if loop is None:
+            loop = self._event_loop = asyncio.get_running_loop()
+        return loop
+
     def _wait(self, member: _Member) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop()
         member.idle = member.pacing.gap > member.interval
         self._enqueue(
             loop, next_scrape_due(loop.time(), member.interval, member.slot, len(self._members)), member
@@ -389,14 +418,28 @@ class Scraper:
             waiting = self._ticks[due] = (loop.call_at(due, self._wake, loop, due), [])
         waiting[1].append(member)
 
+    def _deadline(self, tick: float, timeout_s: float, interval_s: float, slot: int) -> float:
+        """When a request sent at ``tick`` by the member in ``slot`` fails unanswered: its group's first
+        tick after ``timeout_s`` (up to one interval late), so that the client checks it in that
+        tick's event-loop turn instead of waking the process once more for it."""
+        return next_scrape_due(tick + timeout_s, interval_s, slot, len(self._members))
+
     def _wake(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
         """The tick at ``due``: scrape its members, except idle ones not due yet, which wait for their
         group's next tick (checking them here costs far less than a scrape)."""
-        for member in self._ticks.pop(due)[1]:
+        members = self._ticks.pop(due)[1]
+        rt = self._runtime()
+        tick = loop.time()
+        settings = rt.settings
+        # the members of one tick are one group: their requests share a deadline
+        deadline = self._deadline(
+            tick, settings.scrape_timeout_s, settings.scrape_interval_s, members[0].slot
+        )
+        for member in members:
             if member.gone:
                 continue
             if not member.idle or self._idle_ends(member, due):
-                self._run(member)
+                self._run(member, rt, tick, deadline)
             else:
                 after = due + member.interval / 4  # past this tick, well before the next
                 self._enqueue(
@@ -641,7 +684,10 @@ class Scraper:
     ) -> bool:
         """Track page changes; True while the page is frozen (its metrics must not be refreshed)."""
         page = state.page
-        remote_picks, remote_inflight = self._remote_usage(sr.spec.name, state.key)
+        remote = self._remote_usage
+        remote_picks, remote_inflight = (
+            (0, 0) if remote is _no_remote_usage else remote(sr.spec.name, state.key)
+        )
         picks = state.picks + remote_picks
         if digest != page.digest:
             page.digest, page.changed_at, page.picks_seen, page.unseen_since = digest, now, picks, None
