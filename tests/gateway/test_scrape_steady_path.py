@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Generator
 from typing import Any
 
 import pytest
+import uvloop
 
 from igw.config.build import build_gateway_config
 from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
@@ -26,6 +27,7 @@ from igw.gateway.scrape_client import Landed, ScrapeClient
 from igw.gateway.scrape_pacing import SCRAPE_GROUP
 from igw.gateway.scraper import FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
+from igw.perf.scrape import fleet as perf_fleet
 from tests.gateway.scrape_support import PAGES, MetricsPod, scrape_rig
 from tests.gateway.support import config_doc, scheduler, wait_for
 
@@ -231,3 +233,49 @@ async def test_a_frozen_member_fails_at_its_groups_first_tick_after_its_timeout_
         ticks = {math.floor(at / 0.05) for _, at, _ in client.started}
         assert len(set(deadlines)) <= len(ticks)
         assert not any(_state(rt, p).scrape_failing for p in pods[1:])
+
+
+def test_each_member_is_asked_once_per_tick_on_uvloop() -> None:
+    """uvloop's clock runs in whole milliseconds and fires a timer up to one before its due time: an
+    answer landing in that millisecond must still wait for the group's next tick, not the one it was
+    sent at (which would scrape it twice in one tick). Three groups (phases off the millisecond),
+    answered by ``igw perf scrape``'s fleet in its own process (answers land within a millisecond)."""
+
+    async def scenario() -> list[tuple[str, float, float | None]]:
+        client = RecordingClient()
+        async with perf_fleet(2 * SCRAPE_GROUP + 1) as (_, ports):
+            rt = GatewayRuntime(
+                build_gateway_config(
+                    config_doc(
+                        [scheduler("s", "m")],
+                        routing={"scrapeInterval": "50ms", "scrapeTimeout": "500ms", "staleThreshold": "2s"},
+                    )
+                ),
+                rng=random.Random(0),
+                clock=time.monotonic,
+            )
+            rt.schedulers["s"].pool.replace(DiscoveredEndpoint(key=f"127.0.0.1:{p}") for p in ports)
+            metrics = GatewayMetrics(lister=rt.endpoints, clock=time.monotonic)
+            scraper = Scraper(runtime=lambda: rt, client=client, clock=time.monotonic, metrics=metrics)
+            try:
+                scraper.sync()
+                keys = list(rt.schedulers["s"].pool.states)
+                await wait_for(
+                    lambda: all(isinstance(scraper.page_mode("s", k), FilteredPage) for k in keys),
+                    within=10,
+                    what="every pod on the steady path",
+                )
+                await asyncio.sleep(0.2)
+                client.started.clear()
+                await asyncio.sleep(1.0)
+            finally:
+                await scraper.close()
+                await client.close()
+        return client.started
+
+    started = uvloop.run(scenario())
+    assert len(started) > 2 * SCRAPE_GROUP * 5  # the steady path ran
+    # a request's deadline is its group's first tick after the tick it was sent at plus the timeout:
+    # two requests of one pod with the same deadline were sent at the same tick
+    asked = [(key, deadline) for key, _, deadline in started]
+    assert len(asked) == len(set(asked))

@@ -405,11 +405,14 @@ class Scraper:
         return loop
 
     def _wait(self, member: _Member) -> None:
+        """Wait for the member's group's next tick after the one its last scrape started at."""
         loop = self._loop()
         member.idle = member.pacing.gap > member.interval
-        self._enqueue(
-            loop, next_scrape_due(loop.time(), member.interval, member.slot, len(self._members)), member
-        )
+        # not from the loop's clock alone: it runs in whole milliseconds and a timer may fire up to
+        # one before its due time, so an answer landing in that millisecond would find the tick it
+        # was sent at still ahead and be scraped twice in one tick
+        after = max(loop.time(), member.started)
+        self._enqueue(loop, next_scrape_due(after, member.interval, member.slot, len(self._members)), member)
 
     def _enqueue(self, loop: asyncio.AbstractEventLoop, due: float, member: _Member) -> None:
         """Wait for the tick at ``due``: the members of a group share one timer."""
@@ -429,7 +432,7 @@ class Scraper:
         group's next tick (checking them here costs far less than a scrape)."""
         members = self._ticks.pop(due)[1]
         rt = self._runtime()
-        tick = loop.time()
+        tick = max(loop.time(), due)  # the loop's millisecond clock may still read just before ``due``
         settings = rt.settings
         # the members of one tick are one group: their requests share a deadline
         deadline = self._deadline(

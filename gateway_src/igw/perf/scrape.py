@@ -223,16 +223,19 @@ class BareFetcher:
         self._path = filter_path(ROUTING_FAMILIES) or "/metrics"
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticks: dict[float, tuple[asyncio.TimerHandle, list[int]]] = {}
+        self._fired = [0.0] * len(keys)
+        """Per slot: the tick its last request was sent at (as the scraper's members keep it)."""
         self._closed = False
 
     def start(self) -> None:
+        now = asyncio.get_running_loop().time()
         for slot in range(len(self._keys)):
-            self._fire(slot)
+            self._fire(slot, now)
 
-    def _fire(self, slot: int) -> None:
+    def _fire(self, slot: int, now: float) -> None:
         key = self._keys[slot]
         landed = functools.partial(self._landed, slot)
-        now = asyncio.get_running_loop().time()
+        self._fired[slot] = now
         deadline = next_scrape_due(now + self._timeout_s, self._interval_s, slot, len(self._keys))
         if not self._client.start(
             key,
@@ -263,15 +266,17 @@ class BareFetcher:
             self.done += 1
             self.scraped_at[self._keys[slot]] = time.monotonic()
         loop = asyncio.get_running_loop()
-        due = next_scrape_due(loop.time(), self._interval_s, slot, len(self._keys))
+        after = max(loop.time(), self._fired[slot])
+        due = next_scrape_due(after, self._interval_s, slot, len(self._keys))
         waiting = self._ticks.get(due)
         if waiting is None:
             waiting = self._ticks[due] = (loop.call_at(due, self._wake, due), [])
         waiting[1].append(slot)
 
     def _wake(self, due: float) -> None:
+        now = max(asyncio.get_running_loop().time(), due)
         for slot in self._ticks.pop(due)[1]:
-            self._fire(slot)
+            self._fire(slot, now)
 
     async def close(self) -> None:
         self._closed = True
