@@ -285,11 +285,6 @@ class Scraper:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
 
-    def _lookup(self, scheduler: str, key: str) -> tuple[SchedulerRuntime, EndpointState] | None:
-        sr = self._runtime().schedulers.get(scheduler)
-        state = None if sr is None else sr.pool.states.get(key)
-        return None if sr is None or state is None else (sr, state)
-
     def _run(
         self, member: _Member, rt: GatewayRuntime | None = None, tick: float = -1.0, deadline: float = -1.0
     ) -> None:
@@ -441,7 +436,7 @@ class Scraper:
         for member in members:
             if member.gone:
                 continue
-            if not member.idle or self._idle_ends(member, due):
+            if not member.idle or self._idle_ends(member, due, rt):
                 self._run(member, rt, tick, deadline)
             else:
                 after = due + member.interval / 4  # past this tick, well before the next
@@ -449,13 +444,14 @@ class Scraper:
                     loop, next_scrape_due(after, member.interval, member.slot, len(self._members)), member
                 )
 
-    def _idle_ends(self, member: _Member, now: float) -> bool:
+    def _idle_ends(self, member: _Member, now: float, rt: GatewayRuntime) -> bool:
         """True when the idle ``member`` is due at the tick ``now`` (or gone from the pools)."""
-        found = self._lookup(member.scheduler, member.key)
-        if found is None:
+        sr = rt.schedulers.get(member.scheduler)
+        state = None if sr is None else sr.pool.states.get(member.key)
+        if state is None:
             return True
-        state = found[1]
-        remote_picks, remote_inflight = self._remote_usage(member.scheduler, member.key)
+        remote = self._remote_usage
+        remote_picks, remote_inflight = (0, 0) if remote is _no_remote_usage else remote(*member.tk)
         return member.pacing.due(
             now,
             picks=state.picks + remote_picks,
