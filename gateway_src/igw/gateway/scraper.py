@@ -9,10 +9,12 @@ A group is scraped from its tick's one timer callback, without a task or a futur
 the steady state (the endpoint's page mode known, its ``/v1/models`` not due, an idle kept-alive
 connection to it) the callback sends each due member's pre-encoded request
 (:meth:`~igw.gateway.scrape_client.ScrapeClient.start`) and each answer is read and stored from the
-connection's ``data_received``; the members share the client's deadline timer, so a member that has
-not answered by its deadline (a frozen pod that keeps the connection open) is marked failing from
-that timer, and one whose pod closed mid-answer as soon as the connection drops, as any failed scrape
-is, while the others land when they answer. Each member then waits for its group's next tick.
+connection's ``data_received``; the members share the client's deadline timer, set to the group's
+first tick after the scrape timeout (checked in that tick's event-loop turn: a wake-up of an idle
+process costs more than the check), so a member that has not answered by then (a frozen pod that
+keeps the connection open) is marked failing from that timer, and one whose pod closed mid-answer as
+soon as the connection drops, as any failed scrape is, while the others land when they answer. Each
+member then waits for its group's tick after the one it was sent at.
 Everything else - the first scrape (connecting), the once-per-endpoint filter check, a pod without
 ``/metrics``, the ``/v1/models`` read, a client without :meth:`start` (``igw perf scrape``'s aiohttp
 baseline) - runs as a task for that one scrape, which waits for the next tick the same way when it
