@@ -288,7 +288,11 @@ class Scraper:
                 await t
 
     def _run(
-        self, member: _Member, rt: GatewayRuntime | None = None, tick: float = -1.0, deadline: float = -1.0
+        self,
+        member: _Member,
+        rt: GatewayRuntime | None = None,
+        tick: float | None = None,
+        deadline: float | None = None,
     ) -> None:
         """``member``'s turn at its group's tick: scrape it when its pace says so (on the steady path
         from here, else in a task), or wait for the next tick. A tick passes what its members share
@@ -304,7 +308,7 @@ class Scraper:
         remote = self._remote_usage
         remote_picks, remote_inflight = (0, 0) if remote is _no_remote_usage else remote(*member.tk)
         picks = state.picks + remote_picks
-        if tick < 0:
+        if tick is None:
             tick = self._loop().time()
         pacing = member.pacing
         if pacing.gap > interval and not pacing.due(
@@ -325,7 +329,7 @@ class Scraper:
             if path is not None:
                 member.flight = (sr, state, plan[2], settings.stale_threshold_s)
                 timeout_s = settings.scrape_timeout_s
-                if deadline < 0:
+                if deadline is None:
                     deadline = self._deadline(tick, timeout_s, interval, member.slot)
                 if starter.start(
                     member.key,
