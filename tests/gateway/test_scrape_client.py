@@ -196,3 +196,35 @@ def test_endpoint_keys_are_split_or_refused_by_name() -> None:
     assert split_host_port("[::1]:8000") == ("::1", 8000)
     with pytest.raises(ScrapeRequestError, match="'pod-a' is not host:port"):
         split_host_port("pod-a")
+
+
+async def test_a_started_request_fails_at_the_callers_deadline_and_shares_its_timer() -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        pods = [
+            await stack.enter_async_context(RawPod(lambda n: ok(b"up") if n == 1 else None)) for _ in range(3)
+        ]
+        http = await stack.enter_async_context(client())
+        for p in pods:  # connected: a kept-alive idle connection each
+            assert (await http.get(p.key, "/metrics", timeout_s=2, max_bytes=10)).body == b"up"
+        loop = asyncio.get_running_loop()
+        outcomes: dict[str, tuple[float, BaseException | None]] = {}
+
+        def landed(key: str) -> Callable[[int, bytes, BaseException | None], None]:
+            def done(status: int, body: bytes, error: BaseException | None) -> None:
+                outcomes[key] = (loop.time(), error)
+
+            return done
+
+        before = len(loop._scheduled)  # type: ignore[attr-defined]  # asyncio's timer heap
+        sent_at = loop.time()
+        deadline = sent_at + 0.3  # later than the 0.1 s timeout: the caller's tick
+        for p in pods:
+            assert http.start(
+                p.key, "/metrics", timeout_s=0.1, max_bytes=10, done=landed(p.key), deadline=deadline
+            )
+        assert len(loop._scheduled) - before == 1  # type: ignore[attr-defined]  # one timer for the three
+        await wait_for(lambda: len(outcomes) == 3, what="every request failed")
+    for at, error in outcomes.values():
+        assert isinstance(error, TimeoutError)
+        assert "within 0.1s" in str(error)
+        assert at >= deadline - 0.002  # at the caller's deadline, not after the bare 0.1 s timeout

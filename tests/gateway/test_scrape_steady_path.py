@@ -10,27 +10,56 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Generator
 from typing import Any
 
 import pytest
+import uvloop
 
 from igw.config.build import build_gateway_config
 from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
 from igw.gateway.metrics_parser import VLLM, parse_page
 from igw.gateway.runtime import GatewayRuntime
-from igw.gateway.scrape_client import ScrapeClient
+from igw.gateway.scrape_client import Landed, ScrapeClient
+from igw.gateway.scrape_pacing import SCRAPE_GROUP
 from igw.gateway.scraper import FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
+from igw.perf.scrape import fleet as perf_fleet
 from tests.gateway.scrape_support import PAGES, MetricsPod, scrape_rig
 from tests.gateway.support import config_doc, scheduler, wait_for
 
 
+class RecordingClient(ScrapeClient):
+    """The gateway's scrape client, noting each steady-path request: (pod, loop time sent, deadline)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[tuple[str, float, float | None]] = []
+
+    def start(
+        self,
+        key: str,
+        path: str,
+        *,
+        timeout_s: float,
+        max_bytes: int,
+        done: Landed,
+        deadline: float | None = None,
+    ) -> bool:
+        sent = super().start(
+            key, path, timeout_s=timeout_s, max_bytes=max_bytes, done=done, deadline=deadline
+        )
+        if sent:
+            self.started.append((key, asyncio.get_running_loop().time(), deadline))
+        return sent
+
+
 @contextlib.asynccontextmanager
 async def fleet(
-    count: int,
+    count: int, client: ScrapeClient | None = None
 ) -> AsyncIterator[tuple[list[MetricsPod], GatewayRuntime, Scraper, GatewayMetrics]]:
     """``count`` pods in scheduler ``s``, scraped every 50 ms (timeout 500 ms) by a real scraper."""
     async with contextlib.AsyncExitStack() as stack:
@@ -42,7 +71,7 @@ async def fleet(
             clock=time.monotonic,
         )
         rt.schedulers["s"].pool.replace(DiscoveredEndpoint(key=p.key) for p in pods)
-        client = ScrapeClient()
+        client = client or ScrapeClient()
         metrics = GatewayMetrics(lister=rt.endpoints, clock=time.monotonic)
         scraper = Scraper(
             runtime=lambda: rt, client=client, clock=time.monotonic, metrics=metrics, idle_pacing=False
@@ -177,3 +206,76 @@ async def test_new_bbr_adapters_change_what_the_steady_path_asks_for() -> None:
             within=10,
             what="the LoRA family asked for",
         )
+
+
+async def test_a_frozen_member_fails_at_its_groups_first_tick_after_its_timeout_never_before() -> None:
+    client = RecordingClient()
+    async with fleet(3, client) as (pods, rt, scraper, _):
+        await _settled(rt, scraper, pods)
+        bad = pods[0]
+        bad.stall = "freeze"
+        loop = asyncio.get_running_loop()
+        frozen_at = loop.time()
+        await wait_for(lambda: _state(rt, bad).scrape_failing, within=10, what="the pod marked failing")
+        failed_at = loop.time()
+        sent = [(at, deadline) for key, at, deadline in client.started if key == bad.key and at >= frozen_at]
+        assert sent, "the frozen pod was asked on the steady path"
+        at, deadline = sent[0]  # the request it never answered (the only one: it is still in flight)
+        assert deadline is not None
+        assert deadline >= at + 0.5 - 1e-6  # the timeout is never cut short
+        assert failed_at >= at + 0.5 - 0.002  # (the loop's clock is read to the millisecond)
+        # every deadline is one of the group's ticks (one group of 3: every 50 ms on the loop clock),
+        # so the client checks it in the tick's own event-loop turn, and the requests a tick sends
+        # share it: one check per group, not per member
+        assert SCRAPE_GROUP >= 3
+        deadlines = [d for _, _, d in client.started]
+        assert all(d is not None and abs(d / 0.05 - round(d / 0.05)) < 1e-6 for d in deadlines)
+        ticks = {math.floor(at / 0.05) for _, at, _ in client.started}
+        assert len(set(deadlines)) <= len(ticks)
+        assert not any(_state(rt, p).scrape_failing for p in pods[1:])
+
+
+def test_each_member_is_asked_once_per_tick_on_uvloop() -> None:
+    """uvloop's clock runs in whole milliseconds and fires a timer up to one before its due time: an
+    answer landing in that millisecond must still wait for the group's next tick, not the one it was
+    sent at (which would scrape it twice in one tick). Three groups (phases off the millisecond),
+    answered by ``igw perf scrape``'s fleet in its own process (answers land within a millisecond)."""
+
+    async def scenario() -> list[tuple[str, float, float | None]]:
+        client = RecordingClient()
+        async with perf_fleet(2 * SCRAPE_GROUP + 1) as (_, ports):
+            rt = GatewayRuntime(
+                build_gateway_config(
+                    config_doc(
+                        [scheduler("s", "m")],
+                        routing={"scrapeInterval": "50ms", "scrapeTimeout": "500ms", "staleThreshold": "2s"},
+                    )
+                ),
+                rng=random.Random(0),
+                clock=time.monotonic,
+            )
+            rt.schedulers["s"].pool.replace(DiscoveredEndpoint(key=f"127.0.0.1:{p}") for p in ports)
+            metrics = GatewayMetrics(lister=rt.endpoints, clock=time.monotonic)
+            scraper = Scraper(runtime=lambda: rt, client=client, clock=time.monotonic, metrics=metrics)
+            try:
+                scraper.sync()
+                keys = list(rt.schedulers["s"].pool.states)
+                await wait_for(
+                    lambda: all(isinstance(scraper.page_mode("s", k), FilteredPage) for k in keys),
+                    within=10,
+                    what="every pod on the steady path",
+                )
+                await asyncio.sleep(0.2)
+                client.started.clear()
+                await asyncio.sleep(1.0)
+            finally:
+                await scraper.close()
+                await client.close()
+        return client.started
+
+    started = uvloop.run(scenario())
+    assert len(started) > 2 * SCRAPE_GROUP * 5  # the steady path ran
+    # a request's deadline is its group's first tick after the tick it was sent at plus the timeout:
+    # two requests of one pod with the same deadline were sent at the same tick
+    asked = [(key, deadline) for key, _, deadline in started]
+    assert len(asked) == len(set(asked))

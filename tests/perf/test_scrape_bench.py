@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import aiohttp
@@ -10,7 +11,14 @@ import pytest
 from igw.cli.main import main
 from igw.gateway.metrics_parser import VLLM, parse_page
 from igw.gateway.page_filter import filter_path
-from igw.perf.scrape import ROUTING_FAMILIES, ScrapeRow, _print_targets, filtered_page
+from igw.perf.scrape import (
+    ROUTING_FAMILIES,
+    ScrapeRow,
+    _print_breakdown,
+    _print_targets,
+    filtered_page,
+    parse_costs,
+)
 from igw.perf.scrape_fleet import page_variants, serve_fleet
 
 
@@ -50,7 +58,10 @@ def test_short_scrape_benchmark_prints_a_row_per_fleet_size(capsys: pytest.Captu
         if client != "filtered":
             assert int(idle) == 0  # every pod every interval
     assert re.search(
-        r"^\s+3 pods filtered: \d+ µs = kernel \d+ \+ decode/xxh3/re-read [\d.]+ \+", summary, re.M
+        r"^\s+3 pods filtered: \d+ µs = kernel \d+ \+ decode/xxh3/re-read [\d.]+ \+ .*; "
+        r"[\d.]+ event-loop wake-ups per 3 scrapes \(a group\)$",
+        summary,
+        re.M,
     )
     assert re.search(
         r"^\s+3 pods: CPU per scrape filtered \d+ µs vs the 50 µs target = [\d.]+× \((met|missed)\); "
@@ -172,3 +183,12 @@ def test_a_busy_share_outside_zero_to_one_is_refused_naming_the_option(
     assert (
         f"argument --busy-share: expected a number from 0.0 to 1.0, got {share!r}" in capsys.readouterr().err
     )
+
+
+def test_the_breakdown_counts_the_processs_wake_ups_per_group_of_scrapes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    row = dataclasses.replace(_row("filtered", cpu_s=4.0, stale_s=0.3), sleeps=12_500)
+    _print_breakdown([row], parse_costs(5), pages_change=True)
+    out = capsys.readouterr().out
+    assert "; 2.0 event-loop wake-ups per 16 scrapes (a group)" in out  # 12,500 / 100,000 × 16

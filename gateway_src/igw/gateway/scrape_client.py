@@ -18,7 +18,11 @@ dropped and the next request opens a new one.
 Request timeouts share timers: a request's deadline is rounded up to the next multiple of
 :data:`TIMEOUT_GRAIN` and every request due in the same slot is checked by one timer, so the scraper's
 groups (requests sent together) cost one timer, not one each, and a completed request cancels
-nothing. A timeout therefore fires up to one grain late.
+nothing. A timeout therefore fires up to one grain late. A caller that wakes at known times anyway
+(the scraper's group ticks) passes one of them as the deadline instead: the check then runs in the
+same event-loop turn as the caller's own timer rather than waking an idle process once more (after
+a long sleep a wake-up costs far more than the callback it runs: its code and data are no longer
+in the CPU's caches).
 
 Two ways to ask. :meth:`ScrapeClient.get` awaits the answer (connecting first when the pod has no idle
 connection). :meth:`ScrapeClient.start` is the scraper's steady state: on an idle connection it writes
@@ -200,9 +204,10 @@ class ScrapeClient:
         self._open: set[_Connection] = set()
         """Every connection not yet lost (closing the client aborts them, idle or waiting)."""
         self._closed = False
-        self._slots: dict[int, list[tuple[_Connection, int, float]]] = {}
-        """Deadline slot (multiples of :data:`TIMEOUT_GRAIN`) -> the requests due in it."""
-        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._slots: dict[float, list[tuple[_Connection, int, float]]] = {}
+        """Deadline (event-loop time: a multiple of :data:`TIMEOUT_GRAIN`, or the caller's) -> the
+        requests due then."""
+        self._timers: dict[float, asyncio.TimerHandle] = {}
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
     async def get(self, key: str, path: str, *, timeout_s: float, max_bytes: int) -> ScrapeResponse:
@@ -243,10 +248,20 @@ class ScrapeClient:
             conn.abort()  # the response may still arrive: this connection is out of step now
             raise
 
-    def start(self, key: str, path: str, *, timeout_s: float, max_bytes: int, done: Landed) -> bool:
+    def start(
+        self,
+        key: str,
+        path: str,
+        *,
+        timeout_s: float,
+        max_bytes: int,
+        done: Landed,
+        deadline: float | None = None,
+    ) -> bool:
         """Send ``GET path`` to ``key`` on an idle kept-alive connection and return True; ``done``
         is then called exactly once, from the event loop's I/O or timer callback, with the answer
-        or the failure (a ``TimeoutError`` after ``timeout_s``, up to one grain late). False, with
+        or the failure (a ``TimeoutError`` after ``timeout_s``, up to one grain late, or at
+        ``deadline`` - an event-loop time at least ``timeout_s`` away - when given). False, with
         nothing sent, when the pod has no idle connection (the caller connects through :meth:`get`).
         """
         pod = self._pods.get(key)
@@ -257,7 +272,7 @@ class ScrapeClient:
             conn = idle.pop()
             if not conn.closed:
                 conn.send(pod.head(key, path), max_bytes=max_bytes, done=done)
-                self._watch(self._loop(), conn, timeout_s)
+                self._watch(self._loop(), conn, timeout_s, deadline)
                 return True
         return False
 
@@ -267,18 +282,26 @@ class ScrapeClient:
             loop = self._event_loop = asyncio.get_running_loop()
         return loop
 
-    def _watch(self, loop: asyncio.AbstractEventLoop, conn: _Connection, timeout_s: float) -> None:
-        """Time out ``conn``'s current request after ``timeout_s`` (up to one grain later)."""
-        slot = math.ceil((loop.time() + timeout_s) / TIMEOUT_GRAIN)
-        due = self._slots.get(slot)
+    def _watch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        conn: _Connection,
+        timeout_s: float,
+        deadline: float | None = None,
+    ) -> None:
+        """Time out ``conn``'s current request at ``deadline``, or after ``timeout_s`` (up to one
+        grain later)."""
+        if deadline is None:
+            deadline = math.ceil((loop.time() + timeout_s) / TIMEOUT_GRAIN) * TIMEOUT_GRAIN
+        due = self._slots.get(deadline)
         if due is None:
-            due = self._slots[slot] = []
-            self._timers[slot] = loop.call_at(slot * TIMEOUT_GRAIN, self._expire, slot)
+            due = self._slots[deadline] = []
+            self._timers[deadline] = loop.call_at(deadline, self._expire, deadline)
         due.append((conn, conn.request, timeout_s))
 
-    def _expire(self, slot: int) -> None:
-        del self._timers[slot]
-        for conn, request, timeout_s in self._slots.pop(slot, ()):
+    def _expire(self, deadline: float) -> None:
+        del self._timers[deadline]
+        for conn, request, timeout_s in self._slots.pop(deadline, ()):
             conn.time_out(request, timeout_s)
 
     async def _connect(self, pod: _Pod, timeout_s: float) -> _Connection:

@@ -9,10 +9,12 @@ A group is scraped from its tick's one timer callback, without a task or a futur
 the steady state (the endpoint's page mode known, its ``/v1/models`` not due, an idle kept-alive
 connection to it) the callback sends each due member's pre-encoded request
 (:meth:`~igw.gateway.scrape_client.ScrapeClient.start`) and each answer is read and stored from the
-connection's ``data_received``; the members share the client's deadline timer, so a member that has
-not answered by its deadline (a frozen pod that keeps the connection open) is marked failing from
-that timer, and one whose pod closed mid-answer as soon as the connection drops, as any failed scrape
-is, while the others land when they answer. Each member then waits for its group's next tick.
+connection's ``data_received``; the members share the client's deadline timer, set to the group's
+first tick after the scrape timeout (checked in that tick's event-loop turn: a wake-up of an idle
+process costs more than the check), so a member that has not answered by then (a frozen pod that
+keeps the connection open) is marked failing from that timer, and one whose pod closed mid-answer as
+soon as the connection drops, as any failed scrape is, while the others land when they answer. Each
+member then waits for its group's tick after the one it was sent at.
 Everything else - the first scrape (connecting), the once-per-endpoint filter check, a pod without
 ``/metrics``, the ``/v1/models`` read, a client without :meth:`start` (``igw perf scrape``'s aiohttp
 baseline) - runs as a task for that one scrape, which waits for the next tick the same way when it
@@ -115,7 +117,16 @@ class PageStarter(Protocol):
     """A :class:`PageGetter` that can also start a request answered through a callback
     (:meth:`igw.gateway.scrape_client.ScrapeClient.start`): the scraper's steady state."""
 
-    def start(self, key: str, path: str, *, timeout_s: float, max_bytes: int, done: Landed) -> bool: ...
+    def start(
+        self,
+        key: str,
+        path: str,
+        *,
+        timeout_s: float,
+        max_bytes: int,
+        done: Landed,
+        deadline: float | None = None,
+    ) -> bool: ...
 
 
 class ScrapeService(Protocol):
@@ -236,6 +247,7 @@ class Scraper:
         self._members: dict[TaskKey, _Member] = {}
         self._reported: set[tuple[str, str, str]] = set()
         self._without_lora: dict[MetricFamilies, MetricFamilies] = {}
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     def sync(self) -> None:
         """Start scraping new endpoints and stop scraping those that left."""
@@ -275,15 +287,18 @@ class Scraper:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
 
-    def _lookup(self, scheduler: str, key: str) -> tuple[SchedulerRuntime, EndpointState] | None:
-        sr = self._runtime().schedulers.get(scheduler)
-        state = None if sr is None else sr.pool.states.get(key)
-        return None if sr is None or state is None else (sr, state)
-
-    def _run(self, member: _Member) -> None:
+    def _run(
+        self,
+        member: _Member,
+        rt: GatewayRuntime | None = None,
+        tick: float | None = None,
+        deadline: float | None = None,
+    ) -> None:
         """``member``'s turn at its group's tick: scrape it when its pace says so (on the steady path
-        from here, else in a task), or wait for the next tick."""
-        rt = self._runtime()
+        from here, else in a task), or wait for the next tick. A tick passes what its members share
+        (the runtime, the loop time, the deadline of the requests it sends), read once per group."""
+        if rt is None:
+            rt = self._runtime()
         sr = rt.schedulers.get(member.scheduler)
         state = None if sr is None else sr.pool.states.get(member.key)
         if sr is None or state is None:
@@ -293,9 +308,12 @@ class Scraper:
         remote = self._remote_usage
         remote_picks, remote_inflight = (0, 0) if remote is _no_remote_usage else remote(*member.tk)
         picks = state.picks + remote_picks
-        tick = asyncio.get_running_loop().time()
+        if tick is None:
+            tick = self._loop().time()
         pacing = member.pacing
-        if not pacing.due(tick, picks=picks, inflight=state.inflight + remote_inflight, interval_s=interval):
+        if pacing.gap > interval and not pacing.due(
+            tick, picks=picks, inflight=state.inflight + remote_inflight, interval_s=interval
+        ):
             self._wait(member)
             return
         member.started, member.picks = tick, picks
@@ -310,12 +328,16 @@ class Scraper:
             path = self._steady_path(member.tk, plan[3])
             if path is not None:
                 member.flight = (sr, state, plan[2], settings.stale_threshold_s)
+                timeout_s = settings.scrape_timeout_s
+                if deadline is None:
+                    deadline = self._deadline(tick, timeout_s, interval, member.slot)
                 if starter.start(
                     member.key,
                     path,
-                    timeout_s=settings.scrape_timeout_s,
+                    timeout_s=timeout_s,
                     max_bytes=MAX_PAGE_BYTES,
                     done=member.done,
+                    deadline=deadline,
                 ):
                     return
         member.task = asyncio.create_task(
@@ -375,12 +397,23 @@ class Scraper:
         )
         self._wait(member)
 
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The running event loop, looked up once (``asyncio.get_running_loop`` asks the kernel for
+        the process id on every call, to notice a fork)."""
+        loop = self._event_loop
+        if loop is None:
+            loop = self._event_loop = asyncio.get_running_loop()
+        return loop
+
     def _wait(self, member: _Member) -> None:
-        loop = asyncio.get_running_loop()
+        """Wait for the member's group's next tick after the one its last scrape started at."""
+        loop = self._loop()
         member.idle = member.pacing.gap > member.interval
-        self._enqueue(
-            loop, next_scrape_due(loop.time(), member.interval, member.slot, len(self._members)), member
-        )
+        # not from the loop's clock alone: it runs in whole milliseconds and a timer may fire up to
+        # one before its due time, so an answer landing in that millisecond would find the tick it
+        # was sent at still ahead and be scraped twice in one tick
+        after = max(loop.time(), member.started)
+        self._enqueue(loop, next_scrape_due(after, member.interval, member.slot, len(self._members)), member)
 
     def _enqueue(self, loop: asyncio.AbstractEventLoop, due: float, member: _Member) -> None:
         """Wait for the tick at ``due``: the members of a group share one timer."""
@@ -389,27 +422,42 @@ class Scraper:
             waiting = self._ticks[due] = (loop.call_at(due, self._wake, loop, due), [])
         waiting[1].append(member)
 
+    def _deadline(self, tick: float, timeout_s: float, interval_s: float, slot: int) -> float:
+        """When a request sent at ``tick`` by the member in ``slot`` fails unanswered: its group's first
+        tick after ``timeout_s`` (up to one interval late), so that the client checks it in that
+        tick's event-loop turn instead of waking the process once more for it."""
+        return next_scrape_due(tick + timeout_s, interval_s, slot, len(self._members))
+
     def _wake(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
         """The tick at ``due``: scrape its members, except idle ones not due yet, which wait for their
         group's next tick (checking them here costs far less than a scrape)."""
-        for member in self._ticks.pop(due)[1]:
+        members = self._ticks.pop(due)[1]
+        rt = self._runtime()
+        tick = max(loop.time(), due)  # the loop's millisecond clock may still read just before ``due``
+        settings = rt.settings
+        # the members of one tick are one group: their requests share a deadline
+        deadline = self._deadline(
+            tick, settings.scrape_timeout_s, settings.scrape_interval_s, members[0].slot
+        )
+        for member in members:
             if member.gone:
                 continue
-            if not member.idle or self._idle_ends(member, due):
-                self._run(member)
+            if not member.idle or self._idle_ends(member, due, rt):
+                self._run(member, rt, tick, deadline)
             else:
                 after = due + member.interval / 4  # past this tick, well before the next
                 self._enqueue(
                     loop, next_scrape_due(after, member.interval, member.slot, len(self._members)), member
                 )
 
-    def _idle_ends(self, member: _Member, now: float) -> bool:
+    def _idle_ends(self, member: _Member, now: float, rt: GatewayRuntime) -> bool:
         """True when the idle ``member`` is due at the tick ``now`` (or gone from the pools)."""
-        found = self._lookup(member.scheduler, member.key)
-        if found is None:
+        sr = rt.schedulers.get(member.scheduler)
+        state = None if sr is None else sr.pool.states.get(member.key)
+        if state is None:
             return True
-        state = found[1]
-        remote_picks, remote_inflight = self._remote_usage(member.scheduler, member.key)
+        remote = self._remote_usage
+        remote_picks, remote_inflight = (0, 0) if remote is _no_remote_usage else remote(*member.tk)
         return member.pacing.due(
             now,
             picks=state.picks + remote_picks,
@@ -641,7 +689,10 @@ class Scraper:
     ) -> bool:
         """Track page changes; True while the page is frozen (its metrics must not be refreshed)."""
         page = state.page
-        remote_picks, remote_inflight = self._remote_usage(sr.spec.name, state.key)
+        remote = self._remote_usage
+        remote_picks, remote_inflight = (
+            (0, 0) if remote is _no_remote_usage else remote(sr.spec.name, state.key)
+        )
         picks = state.picks + remote_picks
         if digest != page.digest:
             page.digest, page.changed_at, page.picks_seen, page.unseen_since = digest, now, picks, None

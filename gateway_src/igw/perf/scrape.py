@@ -49,7 +49,7 @@ from igw.gateway.page_filter import filter_names, filter_path
 from igw.gateway.page_template import PageReader
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scrape_client import PageGetter, ScrapeClient, ScrapeRequestError, ScrapeResponse
-from igw.gateway.scrape_pacing import next_scrape_due
+from igw.gateway.scrape_pacing import SCRAPE_GROUP, next_scrape_due
 from igw.gateway.scraper import MAX_PAGE_BYTES, FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
 from igw.perf.gateway_load import cpu_seconds
@@ -131,6 +131,10 @@ class ScrapeRow:
     """Pods the scraper read through the ``name[]`` filter at the end (``filtered``: all of them)."""
     idle_pods: int
     """Pods scraped less often than every interval at the end (idle: ``filtered`` only)."""
+    sleeps: int = 0
+    """Times this process waited for the kernel to wake it (voluntary context switches): each is an
+    event-loop wake-up after the loop ran out of work, which costs more than the callbacks it runs
+    once the process slept long enough for its code and data to leave the CPU's caches."""
 
     @property
     def us_per_scrape(self) -> float:
@@ -139,6 +143,10 @@ class ScrapeRow:
     @property
     def sys_us_per_scrape(self) -> float:
         return self.sys_s / self.scrapes * 1e6 if self.scrapes else float("inf")
+
+    @property
+    def sleeps_per_scrape(self) -> float:
+        return self.sleeps / self.scrapes if self.scrapes else float("inf")
 
     @property
     def core_pct_per_pod(self) -> float:
@@ -215,17 +223,27 @@ class BareFetcher:
         self._path = filter_path(ROUTING_FAMILIES) or "/metrics"
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticks: dict[float, tuple[asyncio.TimerHandle, list[int]]] = {}
+        self._fired = [0.0] * len(keys)
+        """Per slot: the tick its last request was sent at (as the scraper's members keep it)."""
         self._closed = False
 
     def start(self) -> None:
+        now = asyncio.get_running_loop().time()
         for slot in range(len(self._keys)):
-            self._fire(slot)
+            self._fire(slot, now)
 
-    def _fire(self, slot: int) -> None:
+    def _fire(self, slot: int, now: float) -> None:
         key = self._keys[slot]
         landed = functools.partial(self._landed, slot)
+        self._fired[slot] = now
+        deadline = next_scrape_due(now + self._timeout_s, self._interval_s, slot, len(self._keys))
         if not self._client.start(
-            key, self._path, timeout_s=self._timeout_s, max_bytes=MAX_PAGE_BYTES, done=landed
+            key,
+            self._path,
+            timeout_s=self._timeout_s,
+            max_bytes=MAX_PAGE_BYTES,
+            done=landed,
+            deadline=deadline,
         ):
             task = asyncio.create_task(self._connect(slot))
             self._tasks.add(task)
@@ -248,15 +266,17 @@ class BareFetcher:
             self.done += 1
             self.scraped_at[self._keys[slot]] = time.monotonic()
         loop = asyncio.get_running_loop()
-        due = next_scrape_due(loop.time(), self._interval_s, slot, len(self._keys))
+        after = max(loop.time(), self._fired[slot])
+        due = next_scrape_due(after, self._interval_s, slot, len(self._keys))
         waiting = self._ticks.get(due)
         if waiting is None:
             waiting = self._ticks[due] = (loop.call_at(due, self._wake, due), [])
         waiting[1].append(slot)
 
     def _wake(self, due: float) -> None:
+        now = max(asyncio.get_running_loop().time(), due)
         for slot in self._ticks.pop(due)[1]:
-            self._fire(slot)
+            self._fire(slot, now)
 
     async def close(self) -> None:
         self._closed = True
@@ -352,11 +372,15 @@ async def measure(
                     await asyncio.sleep(interval_s)
                 await asyncio.sleep(1.0)
                 ages: list[float] = []
+                loop = asyncio.get_running_loop()
                 n0, usage0, t0 = scrapes(), resource.getrusage(resource.RUSAGE_SELF), clock()
                 fleet0 = cpu_seconds(fleet_pid)
                 while (now := clock()) - t0 < seconds:
                     ages.append(oldest(now))
-                    await asyncio.sleep(interval_s)
+                    # sampled at the first group's ticks (that group at its oldest), in the same
+                    # event-loop turn as the tick: a wake-up of its own would be this benchmark's
+                    # cost, not the scraper's (one per interval, shared by only 16 scrapes at 16 pods)
+                    await asyncio.sleep(next_scrape_due(loop.time(), interval_s, 0, pods) - loop.time())
                 usage, elapsed, done = resource.getrusage(resource.RUSAGE_SELF), clock() - t0, scrapes() - n0
                 fleet_cpu = cpu_seconds(fleet_pid) - fleet0
                 filtered_pods, idle_pods = filtered(), idle()
@@ -378,6 +402,7 @@ async def measure(
         stale_threshold_s=stale_s,
         filtered_pods=filtered_pods,
         idle_pods=idle_pods,
+        sleeps=usage.ru_nvcsw - usage0.ru_nvcsw,
     )
 
 
@@ -488,7 +513,9 @@ def _print_breakdown(rows: list[ScrapeRow], costs: ParseCosts, *, pages_change: 
         if r.client == "bare":
             print(
                 f"{r.pods:>6} pods     bare: {r.us_per_scrape:.0f} µs = kernel {r.sys_us_per_scrape:.0f} "
-                f"+ event loop and client alone {r.us_per_scrape - r.sys_us_per_scrape:.0f} (no scraper)"
+                f"+ event loop and client alone {r.us_per_scrape - r.sys_us_per_scrape:.0f} (no scraper); "
+                f"{r.sleeps_per_scrape * min(r.pods, SCRAPE_GROUP):.1f} event-loop wake-ups per "
+                f"{min(r.pods, SCRAPE_GROUP)} scrapes"
             )
             continue
         stages = costs.stages(r.client)
@@ -497,7 +524,9 @@ def _print_breakdown(rows: list[ScrapeRow], costs: ParseCosts, *, pages_change: 
         print(
             f"{r.pods:>6} pods {r.client:>8}: {r.us_per_scrape:.0f} µs = kernel {r.sys_us_per_scrape:.0f} "
             f"+ {'decode/xxh3/re-read' if pages_change else 'xxh3'} {inline:.1f} "
-            f"+ event loop, client, bookkeeping {rest:.0f}"
+            f"+ event loop, client, bookkeeping {rest:.0f}; "
+            f"{r.sleeps_per_scrape * min(r.pods, SCRAPE_GROUP):.1f} event-loop wake-ups per "
+            f"{min(r.pods, SCRAPE_GROUP)} scrapes (a group)"
         )
 
 
