@@ -422,6 +422,7 @@ class BacklogTtftScorer(PluginHooks):
                 if model is None:
                     # Half fixed, half per token (see _model).
                     intercept, slope = fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+                    model = (intercept, slope)
                 else:
                     intercept, slope = model
                 typical = fit.mean_x
@@ -443,7 +444,8 @@ class BacklogTtftScorer(PluginHooks):
                         cheap_probes.add(key)
                 typical = DEFAULT_TYPICAL_TOKENS
                 per_waiting = intercept
-            models[key] = (intercept, slope)
+                model = (intercept, slope)
+            models[key] = model  # the pooled tuple itself where there is one (the same values)
             if idle is not None:
                 idle.append(intercept + slope * tokens)
             backlog = backlogs_get(key)
@@ -663,6 +665,12 @@ class BacklogTtftScorer(PluginHooks):
             if fastest > 0:
                 # The score times the idle-speed factor, in one pass. With every prediction
                 # positive both factors lie in (0, 1]: vouched (a NaN still shows in the totals).
+                if preference == 1.0 and best > 0:
+                    # The default exponent: ``x ** 1.0`` is ``x`` for every float (C ``pow``), and
+                    # with ``best > 0`` no prediction is ``<= 0``; the same floats, no power call.
+                    return UnitScores(
+                        [best / p * (fastest / t) for p, t in zip(predicted, idle, strict=True)]
+                    )
                 scores = [
                     (1.0 if p <= 0 else best / p) * (fastest / t) ** preference
                     for p, t in zip(predicted, idle, strict=True)
