@@ -146,13 +146,16 @@ class PrefillCollisionScorer(PluginHooks):
                     shown_before = scraped_at if scraped_at is not None else -math.inf
                 else:
                     shown_before = -math.inf
-                # The comprehension's list, built in this frame (no function call per candidate),
-                # summed by ``sum`` as before (a plain running total differs on Python 3.12+).
-                lefts: list[float] = []
-                for t, tokens in queue:
-                    if t > shown_before and (left := tokens / rate - (now - t)) > 0.0:
-                        lefts.append(left)
-                work[i] = sum(lefts, 0.0) + work[i]
+                # Summed by ``sum`` as before (a plain running total differs on Python 3.12+).
+                pending = sum(
+                    [
+                        left
+                        for t, tokens in queue
+                        if t > shown_before and (left := tokens / rate - (now - t)) > 0.0
+                    ],
+                    0.0,
+                )
+                work[i] = pending + work[i]
             fastest = min(work)
             if fastest > 0:  # each ratio in (0, 1]
                 return UnitScores([fastest / f for f in work])
