@@ -21,14 +21,14 @@ from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
 from igw.scheduling.scheduler import Profile, Scheduler, WeightedScorer
-from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics, RequestOutcome, RoutingRequest
-from tests.scheduling.helpers import ep, req
+from igw.scheduling.types import EndpointView, EngineMetrics, RequestOutcome, RoutingRequest
+from tests.scheduling.helpers import BareHooks, ep, req
 from tests.scheduling.reference import ReferencePrefillCollisionScorer
 
 _VALUE = st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 1.0, -0.5, 1.5, 0.1]))
 
 
-class ListedScorer:
+class ListedScorer(BareHooks):
     """A third party's scorer: the bare protocol (no PluginHooks), a plain list or vouched scores."""
 
     type_name = "listed"
@@ -39,15 +39,6 @@ class ListedScorer:
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         assert len(endpoints) == len(self.values)
         return UnitScores(self.values) if self.vouched else list(self.values)
-
-    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
-        pass
-
-    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
-        pass
-
-    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
-        pass
 
 
 def _expected_totals(columns: list[tuple[float, list[float | None]]], n: int) -> list[float]:
