@@ -88,3 +88,20 @@ def test_pool_views_cost_is_timed_against_building_every_view() -> None:
     kept, rebuilt = pool_views_time(endpoints=50, calls=30)
     assert kept > 0
     assert rebuilt > 0
+
+
+def test_perf_decide_profile_lists_the_picks_busiest_functions(capsys: pytest.CaptureFixture[str]) -> None:
+    from igw.cli.main import main
+
+    assert main(["perf", "decide", "--endpoints", "16", "--picks", "40", "--profile", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "profile of the picks (cProfile on the thread CPU clock, top 5 by own time):" in out
+    calls = re.search(r"Python-level calls per pick: (\d+)", out)
+    assert calls is not None
+    assert int(calls[1]) > 10
+    rows = re.findall(r"^\s+(\d+\.\d) µs\s+(\d+\.\d) calls  (.+)$", out, re.MULTILINE)
+    assert len(rows) == 5
+    own = [float(r[0]) for r in rows]
+    assert own == sorted(own, reverse=True)
+    assert own[0] > 0
+    assert any("scheduling/" in r[2] for r in rows)  # the scheduler's own modules, named by path

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from igw.scheduling.framework import CycleContext
-from igw.scheduling.types import EndpointView, EngineMetrics, RoutingRequest
+from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics, RequestOutcome, RoutingRequest
 
 
 def ep(
@@ -64,3 +65,18 @@ def req(
 
 def ctx(request: RoutingRequest | None = None, *, now: float = 0.0, seed: int = 7) -> CycleContext:
     return CycleContext(request=request or req(), now=now, rng=random.Random(seed))
+
+
+class BareHooks:
+    """The lifecycle hooks a plugin written to the bare ``Plugin`` protocol defines, as no-ops; not
+    :class:`~igw.scheduling.framework.PluginHooks`, so the scheduler treats the plugin as a third
+    party's (it calls every hook)."""
+
+    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        pass
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        pass
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        pass

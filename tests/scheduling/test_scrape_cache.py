@@ -32,7 +32,7 @@ from igw.scheduling.types import (
     RequestOutcome,
     RoutingDecision,
 )
-from tests.scheduling.helpers import ep, req
+from tests.scheduling.helpers import BareHooks, ep, req
 from tests.scheduling.reference import ReferenceKvCacheScorer, ReferenceQueueScorer
 
 
@@ -193,7 +193,7 @@ def test_per_scrape_values_are_recomputed_on_each_kind_of_change() -> None:
     assert Columns(views).per_scrape("owner", lambda: 99) == 99  # no cache: this list only
 
 
-class PlainScorer:
+class PlainScorer(BareHooks):
     """A third-party scorer written to the bare protocol: no PluginHooks, no columns, plain lists."""
 
     type_name = "plain-queue"
@@ -205,15 +205,6 @@ class PlainScorer:
             None if e.metrics is None or e.metrics.waiting is None else 1.0 / (1 + e.metrics.waiting)
             for e in endpoints
         ]
-
-    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
-        pass
-
-    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
-        pass
-
-    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
-        pass
 
 
 def test_a_scorer_without_the_hook_sees_every_scrape() -> None:

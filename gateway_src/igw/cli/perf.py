@@ -242,6 +242,13 @@ def _decide_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="timed runs per size; the verdict is on their median p50, the spread is printed (default 1)",
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="one more run per size under cProfile: the N functions with most own time per pick (default 0)",
+    )
 
 
 BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (

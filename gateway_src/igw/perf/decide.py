@@ -10,13 +10,18 @@ the scheduler's own steps (freshness, context-length fit, weighted sums, the dec
 With ``--runs N`` each size is timed N times: every run's p50 is printed with the spread, and the
 verdict is on their median (CPU time per pick still moves with other jobs' cache and core
 contention on a shared machine, so one run can mislead). The load average is printed before and
-after, and a last line sums up both targets.
+after, and a last line sums up both targets. With ``--profile N`` one more run per size is profiled
+(``cProfile`` on the thread CPU clock, only inside ``pick``) and the N functions with the most own
+time are listed per pick, with the Python-level calls per pick: the profiler's own cost per call
+inflates every row, so the rows compare with each other, not with the p50.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import statistics
 import time
 from collections import defaultdict
@@ -98,6 +103,12 @@ def run(args: argparse.Namespace) -> int:
         print("  where a pick's CPU time goes (mean per pick, instrumented run):")
         for label, seconds in [*parts, ("scheduler's own steps (the rest)", rest)]:
             print(f"    {label:<40} {seconds / picks * 1e6:8.1f} µs  {seconds / total:6.1%}")
+        if args.profile > 0:
+            print(
+                f"  profile of the picks (cProfile on the thread CPU clock, top {args.profile} by own time):"
+            )
+            for line in pick_profile(endpoints=endpoints, picks=picks, top=args.profile):
+                print(f"    {line}")
         views_us, rebuild_us = pool_views_time(endpoints=endpoints, calls=picks)
         print(
             f"  pool views per request (one endpoint changed since the last): {views_us:.1f} µs; "
@@ -107,6 +118,45 @@ def run(args: argparse.Namespace) -> int:
     if summary:
         print("targets (median p50): " + "; ".join(summary))
     return 0
+
+
+def pick_profile(*, endpoints: int, picks: int, top: int) -> list[str]:
+    """One more :func:`decision_time` run with every ``pick`` under ``cProfile`` (thread CPU clock):
+    the Python-level function calls per pick, then the ``top`` functions by own time, each with its
+    profiled µs and calls per pick (C functions included, named as ``cProfile`` names them)."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.gateway_micro import decision_time
+
+    profiler = cProfile.Profile(time.thread_time)
+
+    def install(scheduler: Scheduler) -> None:
+        inner = scheduler.pick
+
+        def profiled(*args: Any, **kwargs: Any) -> Any:
+            profiler.enable()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                profiler.disable()
+
+        scheduler.pick = profiled  # type: ignore[method-assign]  # this instance only
+
+    decision_time(endpoints=endpoints, picks=picks, instrument=install)
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]  # (file, line, name) -> counts
+    rows: list[tuple[float, float, str]] = []
+    python_calls = 0
+    for (filename, line, name), (_, calls, own_s, _, _) in stats.items():
+        if filename != "~":  # "~" marks C functions (built-ins and methods)
+            python_calls += calls
+            where = f"{filename.rsplit('igw/', 1)[-1]}:{line} {name}"
+        else:
+            where = name
+        rows.append((own_s, calls, where))
+    rows.sort(reverse=True)
+    lines = [f"Python-level calls per pick: {python_calls / picks:.0f}"]
+    for own_s, calls, where in rows[:top]:
+        lines.append(f"{own_s / picks * 1e6:7.1f} µs {calls / picks:7.1f} calls  {where}")
+    return lines
 
 
 def pool_views_time(*, endpoints: int, calls: int) -> tuple[float, float]:

@@ -101,10 +101,32 @@ class DispatchLedger:
         # Most endpoints of a large pool have no recent dispatch: find those that have one (or arrive
         # with a count, which callers normally leave 0) in one pass, and visit only them.
         visit = [i for i, v in enumerate(out) if v.key in pending or v.unreflected_dispatches]
+        horizon_cutoff = now - self.horizon_s
+        ttft_of = self.ttft.values.get
         for i in visit:
             v = out[i]
             key = v.key
-            n = self.unreflected(v, now=now) if key in pending else 0
+            times = pending.get(key)
+            if not times:
+                n = 0
+            else:
+                # unreflected(), written out (it runs for every recently used endpoint per pick).
+                cutoff = horizon_cutoff
+                scraped_at = v.scraped_at
+                if scraped_at is not None and scraped_at > cutoff:  # max(cutoff, scraped_at)
+                    cutoff = scraped_at
+                reflected = bisect_left(times, cutoff)
+                if reflected:
+                    del times[:reflected]
+                if not times:
+                    del pending[key]
+                    n = 0
+                else:
+                    ttft = ttft_of(key)
+                    if ttft is None or now - ttft <= cutoff:
+                        n = len(times)
+                    else:
+                        n = len(times) - bisect_left(times, now - ttft)
             if n != v.unreflected_dispatches:
                 made = copies.get(key)
                 if made is not None and made[0] is v and made[1] == n:

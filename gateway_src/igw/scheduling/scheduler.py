@@ -113,6 +113,9 @@ class Scheduler:
         ``None`` leaves ``unreflected_dispatches`` at 0."""
         self._scrape = ScrapeCache()
         """Values derived from the candidates' scrapes, kept between picks (:class:`ScrapeCache`)."""
+        self._profile_weights = tuple([ws.weight for ws in profile.scorers])
+        self._profile_kernel = _sum_kernel(self._profile_weights) if self._profile_weights else None
+        """The weighted sum of a pick where every scorer of the profile scored (the usual case)."""
         self._fallback_scorer = InflightScorer(name="active-request-scorer(all-stale fallback)")
         self._plugins: tuple[Plugin, ...] = (
             *profile.filters,
@@ -288,39 +291,29 @@ class Scheduler:
     ) -> RoutingDecision:
         n = len(candidates)
         columns: list[tuple[str, float, list[float]]] = []
+        value_lists: list[list[float]] = []
         notes: list[str] = []
         for ws in scorers:
-            raw = ws.scorer.score(ctx, candidates)
+            scorer = ws.scorer
+            raw = scorer.score(ctx, candidates)
             if type(raw) is UnitScores:  # vouched complete and in range: no checks
-                columns.append((ws.scorer.name, ws.weight, cast("list[float]", raw)))
-                continue
-            in_range = _in_unit_range(raw)
-            if in_range is not None:
-                # Hot path (every candidate scored): values already in [0, 1] are used as they are,
-                # others clamped as clamp01 does. A NaN can slip past the range check (min and max
-                # do not see it reliably); it then makes the totals NaN, caught below.
-                w = ws.weight
-                scored = cast("list[float]", raw)
-                values = scored if in_range else _clamped(scored)
-                columns.append((ws.scorer.name, w, values))
-                continue
-            present = [clamp01(v) for v in raw if v is not None]
-            if not present:
-                if ws.scorer.signal:
-                    notes.append(f"{ws.scorer.name}: no candidate publishes {ws.scorer.signal}, not scored")
-                continue
-            if len(present) == n:
-                values = present
+                values: list[float] = raw  # type: ignore[assignment]  # holds no None (UnitScores)
             else:
-                mean = sum(present) / len(present)
-                values = [mean if v is None else clamp01(v) for v in raw]
-                if ws.scorer.signal:
-                    notes.append(
-                        f"{ws.scorer.name}: {ws.scorer.signal} missing on {n - len(present)} endpoints, "
-                        "imputed with the mean"
-                    )
-            columns.append((ws.scorer.name, ws.weight, values))
-        totals = _weighted_sum(columns, n)
+                checked = _checked_scores(raw, n, scorer, notes)
+                if checked is None:
+                    continue
+                values = checked
+            columns.append((scorer.name, ws.weight, values))
+            value_lists.append(values)
+        kernel = self._profile_kernel
+        if (
+            kernel is not None
+            and len(value_lists) == len(self._profile_weights)
+            and scorers is self.profile.scorers
+        ):
+            totals = kernel(*value_lists)  # every scorer scored: the profile's kernel
+        else:
+            totals = _weighted_sum(columns, n)
         check = sum(totals)
         if check != check:  # NaN: some column held a NaN the range check let through
             columns = [(name, w, _clamped(values)) for name, w, values in columns]
@@ -342,7 +335,7 @@ class Scheduler:
         return RoutingDecision(
             kind=DecisionKind.PICKED,
             endpoint=chosen.key,
-            fallbacks=tuple(candidates[i].key for i in ranked[1:]),
+            fallbacks=tuple([candidates[i].key for i in ranked[1:]]),
             scores=scores,
             reason="; ".join(notes),
             removed=removed if removed is not None else {},
@@ -373,6 +366,34 @@ def _overrides(plugin: Plugin, hook: str) -> bool:
     """Whether ``plugin``'s ``hook`` is its own rather than the no-op inherited from PluginHooks (a
     plugin that does not derive from PluginHooks always counts as overriding)."""
     return getattr(type(plugin), hook, None) is not getattr(PluginHooks, hook)
+
+
+def _checked_scores(
+    raw: Sequence[float | None], n: int, scorer: Scorer, notes: list[str]
+) -> list[float] | None:
+    """A scorer's plain (not vouched) list made ready to sum: values in [0, 1] as they are, others
+    clamped as :func:`clamp01` does, missing ones imputed with the mean of the present ones (and
+    noted); ``None`` when no candidate has a value (noted when the scorer names its signal)."""
+    in_range = _in_unit_range(raw)
+    if in_range is not None:
+        # Hot path (every candidate scored): values already in [0, 1] are used as they are, others
+        # clamped as clamp01 does. A NaN can slip past the range check (min and max do not see it
+        # reliably); it then makes the totals NaN, which the scheduler catches.
+        scored: list[float] = raw  # type: ignore[assignment]  # no None: _in_unit_range said so
+        return scored if in_range else _clamped(scored)
+    present = [clamp01(v) for v in raw if v is not None]
+    if not present:
+        if scorer.signal:
+            notes.append(f"{scorer.name}: no candidate publishes {scorer.signal}, not scored")
+        return None
+    if len(present) == n:
+        return present
+    mean = sum(present) / len(present)
+    if scorer.signal:
+        notes.append(
+            f"{scorer.name}: {scorer.signal} missing on {n - len(present)} endpoints, imputed with the mean"
+        )
+    return [mean if v is None else clamp01(v) for v in raw]
 
 
 def _in_unit_range(values: Sequence[float | None]) -> bool | None:

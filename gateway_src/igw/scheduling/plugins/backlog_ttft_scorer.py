@@ -285,6 +285,9 @@ class BacklogTtftScorer(PluginHooks):
         self._stand_ins: _StandIns | None = None
         """The unmeasured candidates' stand-ins for the last candidate list (:meth:`_unfitted`)."""
         self._fleet_best_cache: tuple[int, Mapping[EndpointKey, Model], Model] | None = None
+        self._alike_owner = (self, "alike")
+        self._capacities_owner = (self, "capacities")
+        """Names of the values kept per scrape (:meth:`Columns.per_scrape`), made once."""
 
     def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
         """``(intercept, slope)`` of every endpoint with its own regression, pooled by speed.
@@ -422,6 +425,7 @@ class BacklogTtftScorer(PluginHooks):
                 if model is None:
                     # Half fixed, half per token (see _model).
                     intercept, slope = fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+                    model = (intercept, slope)
                 else:
                     intercept, slope = model
                 typical = fit.mean_x
@@ -443,7 +447,8 @@ class BacklogTtftScorer(PluginHooks):
                         cheap_probes.add(key)
                 typical = DEFAULT_TYPICAL_TOKENS
                 per_waiting = intercept
-            models[key] = (intercept, slope)
+                model = (intercept, slope)
+            models[key] = model  # the pooled tuple itself where there is one (the same values)
             if idle is not None:
                 idle.append(intercept + slope * tokens)
             backlog = backlogs_get(key)
@@ -569,13 +574,17 @@ class BacklogTtftScorer(PluginHooks):
 
     def _slopes_alike(self, endpoints: Sequence[EndpointView], pooled: Mapping[EndpointKey, Model]) -> bool:
         """No two of the candidates' well-measured pooled slopes more than ``speed_ratio`` apart."""
+        return self._key_slopes_alike([e.key for e in endpoints], pooled)
+
+    def _key_slopes_alike(self, keys: list[EndpointKey], pooled: Mapping[EndpointKey, Model]) -> bool:
+        """:meth:`_slopes_alike` over the candidates' keys (a pick has them read already)."""
         fits_get, pooled_get = self.fits.get, pooled.get
         slopes = [
             m[1]
-            for e in endpoints
-            if (f := fits_get(e.key)) is not None
+            for k in keys
+            if (f := fits_get(k)) is not None
             and f.count >= SPEED_SAMPLES
-            and (m := pooled_get(e.key)) is not None
+            and (m := pooled_get(k)) is not None
         ]
         return not slopes or max(slopes) <= min(slopes) * self.speed_ratio
 
@@ -631,8 +640,8 @@ class BacklogTtftScorer(PluginHooks):
         pooled = self._cycle_pooled = self._pooled()
         # The KV capacities and their check read the scrapes only: once per scrape, between picks.
         cols = ctx.columns(endpoints)
-        alike = cols.per_scrape((self, "alike"), lambda: self._alike_capacities(endpoints))
-        if alike and self._slopes_alike(endpoints, pooled):
+        alike = cols.per_scrape(self._alike_owner, lambda: self._alike_capacities(endpoints))
+        if alike and self._key_slopes_alike(cols.keys, pooled):
             # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
             # already balance the load (this scorer on top made shared-prefix tails worse,
             # docs/benchmark.md).
@@ -640,7 +649,7 @@ class BacklogTtftScorer(PluginHooks):
             return UnitScores([1.0] * len(endpoints))
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         now, matched = ctx.now, ctx.state.get(STATE_MATCH)
-        capacities = cols.per_scrape((self, "capacities"), lambda: kv_capacities(endpoints))
+        capacities = cols.per_scrape(self._capacities_owner, lambda: kv_capacities(endpoints))
         if not self.fits:
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
             best = min(predicted, default=0.0)
@@ -663,6 +672,12 @@ class BacklogTtftScorer(PluginHooks):
             if fastest > 0:
                 # The score times the idle-speed factor, in one pass. With every prediction
                 # positive both factors lie in (0, 1]: vouched (a NaN still shows in the totals).
+                if preference == 1.0 and best > 0:
+                    # The default exponent: ``x ** 1.0`` is ``x`` for every float (C ``pow``), and
+                    # with ``best > 0`` no prediction is ``<= 0``; the same floats, no power call.
+                    return UnitScores(
+                        [best / p * (fastest / t) for p, t in zip(predicted, idle, strict=True)]
+                    )
                 scores = [
                     (1.0 if p <= 0 else best / p) * (fastest / t) ** preference
                     for p, t in zip(predicted, idle, strict=True)

@@ -123,14 +123,39 @@ class PrefillCollisionScorer(PluginHooks):
             # Every rate positive and finite (``tokens / rate > 0``; the usual case): the loop below
             # without its guards; pending work only for the endpoints that still have dispatches
             # of this scheduler prefilling.
-            pending_at = self._pending_at
             index = self._positions.of(keys)
             if index is None:  # a key listed twice: find the candidates with dispatches by key
                 visit = [i for i, k in enumerate(keys) if k in recent]
             else:  # usually few endpoints have dispatches still prefilling: visit only those
                 visit = [i for k in recent if (i := index.get(k)) is not None]
             for i in visit:
-                work[i] = pending_at(endpoints[i], rates[i], now) + work[i]
+                # _pending_at, written out (it runs for most candidates of every pick): the same
+                # expressions in the same order, so the same floats.
+                view, rate = endpoints[i], rates[i]
+                queue = recent.get(view.key)
+                if not queue:  # a key listed twice: its queue emptied at its first position
+                    continue
+                while queue and queue[0][1] / rate <= now - queue[0][0]:
+                    queue.popleft()
+                if not queue:
+                    del recent[view.key]
+                    continue  # no pending work: ``0.0 + work[i]`` is ``work[i]``
+                m = view.metrics
+                if m is not None and (waiting := m.waiting) is not None and waiting > 0:
+                    scraped_at = view.scraped_at
+                    shown_before = scraped_at if scraped_at is not None else -math.inf
+                else:
+                    shown_before = -math.inf
+                # Summed by ``sum`` as before (a plain running total differs on Python 3.12+).
+                pending = sum(
+                    [
+                        left
+                        for t, tokens in queue
+                        if t > shown_before and (left := tokens / rate - (now - t)) > 0.0
+                    ],
+                    0.0,
+                )
+                work[i] = pending + work[i]
             fastest = min(work)
             if fastest > 0:  # each ratio in (0, 1]
                 return UnitScores([fastest / f for f in work])

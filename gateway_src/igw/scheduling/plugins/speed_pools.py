@@ -77,6 +77,12 @@ class SpeedPools:
             # so they are contiguous and end where bisect_right puts that bound).
             end = bisect_right(slopes, slopes[start] * ratio, start + 1)
             size = end - start
+            if size == 1:
+                # A lone member: ``sum`` of one float is ``0.0 + x`` (a -0.0 becomes 0.0) and
+                # dividing by 1 changes nothing, so the same model without the slices and the zip.
+                out[keys[start]] = (0.0 + intercepts[start], 0.0 + slopes[start])
+                start = end
+                continue
             model = (sum(intercepts[start:end]) / size, sum(slopes[start:end]) / size)
             out.update(zip(keys[start:end], repeat(model)))
             start = end

@@ -132,8 +132,12 @@ class TtftPool:
         deleted = None
         if old is not None:
             deleted = bisect_left(self._pairs, (old, position))
-            for lst in (self._pairs, self._positions, self._logs, self._errors, self._ttfts):
-                del lst[deleted]
+            # The parallel lists, one statement each (no tuple of lists and loop per change).
+            del self._pairs[deleted]
+            del self._positions[deleted]
+            del self._logs[deleted]
+            del self._errors[deleted]
+            del self._ttfts[deleted]
             self._sorted_as[position] = None
         ttft = self.ttft.values.get(key)
         self._unmeasured += (ttft is None) - (self._measured[position] is None)

@@ -1,0 +1,174 @@
+"""The pick's written-out fast paths decide as the general code does.
+
+The weighted sum of a pick where every scorer scored uses the profile's own kernel, made once; a
+pick where a scorer was left out (no candidate publishes its signal) or the all-stale fallback uses
+the general sum. Scorers written to the bare protocol (a third party's) return plain lists, which
+go through the checks (clamp, imputation) before either. The prefill-collision scorer's pending
+work is computed inline for each candidate with dispatches; the reference computes it through the
+per-endpoint helper.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from igw.scheduling.framework import CycleContext, UnitScores, clamp01
+from igw.scheduling.plugins.inflight_scorer import InflightScorer
+from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
+from igw.scheduling.scheduler import Profile, Scheduler, WeightedScorer
+from igw.scheduling.types import EndpointView, EngineMetrics, RequestOutcome, RoutingRequest
+from tests.scheduling.helpers import BareHooks, ep, req
+from tests.scheduling.reference import ReferencePrefillCollisionScorer
+
+_VALUE = st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 1.0, -0.5, 1.5, 0.1]))
+
+
+class ListedScorer(BareHooks):
+    """A third party's scorer: the bare protocol (no PluginHooks), a plain list or vouched scores."""
+
+    type_name = "listed"
+
+    def __init__(self, name: str, signal: str, values: list[float | None], vouched: bool) -> None:
+        self.name, self.signal, self.values, self.vouched = name, signal, values, vouched
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        assert len(endpoints) == len(self.values)
+        return UnitScores(self.values) if self.vouched else list(self.values)
+
+
+def _expected_totals(columns: list[tuple[float, list[float | None]]], n: int) -> list[float]:
+    """The framework's rule, one column at a time: clamp, impute missing values with the mean of the
+    present ones, leave out a column nobody scored, add ``v * w`` in column order from 0.0."""
+    totals = [0.0] * n
+    for weight, raw in columns:
+        present = [clamp01(v) for v in raw if v is not None]
+        if not present:
+            continue
+        mean = sum(present) / len(present)
+        values = [mean if v is None else clamp01(v) for v in raw]
+        totals = [t + v * weight for t, v in zip(totals, values, strict=True)]
+    return totals
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=6),
+    data=st.data(),
+    weights=st.lists(st.sampled_from([1.0, 2.0, 0.5, 3.0]), min_size=1, max_size=4),
+)
+def test_totals_are_the_column_by_column_sum_whichever_kernel_adds_them(
+    n: int, data: st.DataObject, weights: list[float]
+) -> None:
+    """Every scorer scoring (the profile's kernel) or one left out (the general sum): the same totals
+    as adding the checked columns one at a time; vouched lists skip the checks, plain ones do not."""
+    columns: list[tuple[float, list[float | None]]] = []
+    scorers: list[WeightedScorer] = []
+    for i, weight in enumerate(weights):
+        vouched = data.draw(st.booleans())
+        if vouched:  # a vouched list holds no None and nothing outside [0, 1]
+            values: list[float | None] = data.draw(
+                st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=n, max_size=n)
+            )
+        else:
+            values = data.draw(st.lists(_VALUE, min_size=n, max_size=n))
+        columns.append((weight, values))
+        scorer = ListedScorer(f"s{i}", "signal" if i % 2 else "", values, vouched)
+        scorers.append(WeightedScorer(scorer, weight))  # the bare protocol
+    profile = Profile(filters=(), scorers=tuple(scorers), picker=MaxScorePicker(max_endpoints=n))
+    scheduler = Scheduler(name="t", profile=profile, rng=random.Random(1), compensate_dispatches=False)
+    views = [ep(f"e{i}") for i in range(n)]
+    decision = scheduler.pick(req(), views, now=0.0)
+    expected = _expected_totals(columns, n)
+    got = [decision.scores[f"e{i}"]["total"] for i in range(n)]
+    assert [repr(t) for t in got] == [repr(t) for t in expected]
+    left_out = [i for i, (_, raw) in enumerate(columns) if all(v is None for v in raw)]
+    for i in left_out:
+        assert all(f"s{i}" not in decision.scores[f"e{j}"] for j in range(n))
+        if i % 2:  # a scorer naming its signal says why it was left out
+            assert f"s{i}: no candidate publishes signal, not scored" in decision.reason
+
+
+def test_a_scorer_left_out_shifts_no_weight_onto_the_next_column() -> None:
+    """With the first of three columns unscored, the profile's three-weight kernel must not be used:
+    the remaining columns keep their own weights (3 and 1), not the first two (5 and 3)."""
+    scorers = (
+        WeightedScorer(ListedScorer("none", "x", [None, None], False), 5.0),
+        WeightedScorer(ListedScorer("a", "", [1.0, 0.0], True), 3.0),
+        WeightedScorer(ListedScorer("b", "", [0.0, 1.0], True), 1.0),
+    )
+    profile = Profile(filters=(), scorers=scorers, picker=MaxScorePicker(max_endpoints=2))
+    scheduler = Scheduler(name="t", profile=profile, rng=random.Random(1), compensate_dispatches=False)
+    decision = scheduler.pick(req(), [ep("p"), ep("q")], now=0.0)
+    assert decision.scores["p"]["total"] == 3.0
+    assert decision.scores["q"]["total"] == 1.0
+    assert decision.endpoint == "p"
+
+
+def _view(key: str, waiting: int, scraped_at: float) -> EndpointView:
+    return EndpointView(key=key, metrics=EngineMetrics(waiting=waiting), scraped_at=scraped_at)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=5),  # candidates (may repeat)
+            st.lists(st.integers(min_value=-1, max_value=3), min_size=5, max_size=5),  # waiting per position
+            st.sampled_from([0.0, 0.004, 0.01]),  # how long before now each candidate was scraped
+            st.sampled_from([1, 300, 2000]),  # prompt tokens
+            st.booleans(),  # a completion lands (a measured rate) before the pick
+        ),
+        max_size=40,
+    )
+)
+def test_inline_pending_work_matches_the_per_endpoint_helper(
+    steps: list[tuple[list[str], list[int], float, int, bool]],
+) -> None:
+    """Dispatches a scrape already shows while requests wait there are left out, dispatches after
+    it count, worked-off ones are dropped, and a key listed twice is visited once per position."""
+    fast, reference = PrefillCollisionScorer(), ReferencePrefillCollisionScorer()
+    now = 0.0
+    for step, (keys, waiting, age, tokens, complete) in enumerate(steps):
+        now += 0.003
+        if complete:
+            outcome = RequestOutcome(
+                request_id=str(step),
+                endpoint=keys[0],
+                ok=True,
+                ttft_s=0.02 + 0.01 * (step % 3),
+                prompt_tokens=600,
+            )
+            for plugin in (fast, reference):
+                plugin.on_complete(outcome, now=now)
+        views = [_view(k, waiting[i], now - age) for i, k in enumerate(keys)]
+        request = RoutingRequest(
+            request_id=str(step), model="m", base_model="m", prefix_text="", prompt_tokens=tokens
+        )
+        scores = []
+        for plugin in (fast, reference):
+            ctx = CycleContext(request=request, now=now, rng=random.Random(0))
+            scores.append([repr(s) for s in plugin.score(ctx, views)])
+            plugin.on_picked(ctx, views[step % len(views)])
+        assert scores[0] == scores[1]
+        assert {k: list(q) for k, q in fast.recent.items()} == {
+            k: list(q) for k, q in reference.recent.items()
+        }
+
+
+def test_the_all_stale_fallback_is_not_summed_with_the_profiles_weights() -> None:
+    """A one-scorer profile weighted 3 and the all-stale fallback (one scorer weighted 1): the
+    fallback's totals are its own scores, not three times them."""
+    scorers = (WeightedScorer(ListedScorer("a", "", [1.0, 0.0], True), 3.0),)
+    profile = Profile(filters=(), scorers=scorers, picker=MaxScorePicker(max_endpoints=2))
+    scheduler = Scheduler(name="t", profile=profile, rng=random.Random(1), compensate_dispatches=False)
+    stale = [ep("p", scraped_at=None, inflight=3), ep("q", scraped_at=None, inflight=1)]
+    decision = scheduler.pick(req(), stale, now=100.0)
+    assert decision.endpoint == "q"
+    assert "stale or failing metrics" in decision.reason
+    own = InflightScorer().score(CycleContext(request=req(), now=100.0, rng=random.Random(1)), stale)
+    assert [decision.scores[k]["total"] for k in ("p", "q")] == [0.0 + clamp01(v or 0.0) for v in own]
