@@ -244,7 +244,7 @@ def _decide_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--profile",
-        type=int,
+        type=NON_NEGATIVE_INT,
         default=0,
         metavar="N",
         help="one more run per size under cProfile: the N functions with most own time per pick (default 0)",
