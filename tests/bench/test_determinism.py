@@ -1,9 +1,10 @@
-"""The DES depends on its seed only: not on what ran before in the process, not on the hash seed.
+"""The DES depends on its seed only: not on what ran before in the process, not on the other seeds
+of the command, not on the hash seed.
 
 Every benchmark table compares policies and rounds on the assumption that a scenario and a seed
 give the same requests and the same decisions wherever they run: alone or after other scenarios
-(``igw bench A B C``), in any process (``PYTHONHASHSEED`` randomises the iteration order of sets
-of strings such as adapter names).
+(``igw bench A B C``), alone or beside other seeds (``--seeds 2`` against ``--seeds 1,2,3``), in any
+process (``PYTHONHASHSEED`` randomises the iteration order of sets of strings such as adapter names).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def test_a_trace_decides_the_same_alone_and_after_another_run_in_one_process(tmp
     assert run("second.jsonl") == first
 
 
-def _bench_in_process(tmp_path: Path, name: str, *, hash_seed: str) -> Path:
+def _bench_in_new_process(tmp_path: Path, name: str, *, hash_seed: str) -> Path:
     """``igw bench --trace`` (every default policy, two seeds) in a new interpreter."""
     trace = write_trace(tmp_path / "trace.jsonl")
     fleet = tmp_path / "fleet.yaml"
@@ -83,8 +84,8 @@ def _bench_in_process(tmp_path: Path, name: str, *, hash_seed: str) -> Path:
 def test_two_processes_with_different_hash_seeds_write_identical_decisions_and_reports(
     tmp_path: Path,
 ) -> None:
-    a = _bench_in_process(tmp_path, "a", hash_seed="0")
-    b = _bench_in_process(tmp_path, "b", hash_seed="4242")
+    a = _bench_in_new_process(tmp_path, "a", hash_seed="0")
+    b = _bench_in_new_process(tmp_path, "b", hash_seed="4242")
     assert a.stat().st_size > 0
     assert digest(a) == digest(b)
     report_a = (tmp_path / "a" / "trace-trace.json").read_text()
