@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from igw.bench.policies.cache_aware import CacheAwareConfig, CacheAwarePolicy
@@ -139,3 +141,29 @@ def test_vllm_router_model_is_the_same_algorithm_with_its_own_defaults() -> None
     assert policy.config.eviction_interval_s == 120.0
     assert policy.config.max_tree_size == 33_554_432
     assert policy.config.cache_threshold == CacheAwareConfig().cache_threshold
+
+
+def _scatter_free_memory(seed: int) -> None:
+    """Free tree nodes in a shuffled order, so that nodes made next get addresses out of creation
+    order (as in a long benchmark process, where earlier scenarios allocated and freed before)."""
+    trees = []
+    for i in range(256):
+        tree = ApproximateRadixTree()
+        tree.insert(f"{i:04d}", "w", now=0.0)
+        trees.append(tree)
+    random.Random(seed).shuffle(trees)
+    while trees:
+        trees.pop()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_eviction_ties_go_by_creation_order_not_by_object_address(seed: int) -> None:
+    # Leaves used at the same instant: the oldest goes first, whatever the process allocated before.
+    _scatter_free_memory(seed)
+    tree = ApproximateRadixTree()
+    texts = [f"{chr(ord('A') + i)}-prompt" for i in range(20)]
+    for text in texts:
+        tree.insert(text, "w1", now=1.0)
+    tree.evict_tenants_by_size(5 * len(texts[0]))
+    kept = [t for t in texts if tree.prefix_match(t, allowed={"w1"}, now=2.0).tenant == "w1"]
+    assert kept == texts[-5:]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from igw.bench.capacity import FleetCapacity, fleet_capacity
+from igw.bench.capacity import CAPACITY_SEED, FleetCapacity, fleet_capacity
 from igw.bench.policies.registry import POLICIES, PolicyContext, build_policy
 from igw.bench.results import PolicyRun, ScenarioRun
 from igw.bench.scenarios import SCENARIOS, LoraShape, Scenario
@@ -128,7 +128,7 @@ def run_des(
     command: str = "",
 ) -> ScenarioRun:
     say = progress or (lambda _msg: None)
-    cap = capacity or fleet_capacity(scenario, seed=options.seeds[0], on_progress=say)
+    cap = capacity or fleet_capacity(scenario, on_progress=say)
     if not cap.requests_per_s > 0:
         raise ValueError(f"{scenario.name}: measured capacity is {cap.describe()}; no load level can be set")
     duration = scenario.duration_s * options.duration_scale
@@ -221,12 +221,12 @@ def run_trace(
         list(FleetSpec.from_yaml(fleet_yaml).pods) if fleet_yaml else fleet_pods(SCENARIOS["mixed-fleet-8b"])
     )
     model = pods[0].model_name
-    requests = list(workloads.replay(path, model=model, rng=random.Random(options.seeds[0]), speedup=speedup))
+    requests = list(workloads.replay(path, model=model, rng=random.Random(TRACE_TEXT_SEED), speedup=speedup))
     if not requests:
         raise ValueError(f"{path}: the trace holds no requests")
     check_servable(pods, requests, source=str(path))
     say("capacity: flood probe per pod type on the trace's requests")
-    cap = trace_capacity(pods, requests, seed=options.seeds[0])
+    cap = trace_capacity(pods, requests, seed=CAPACITY_SEED)
     span = requests[-1].arrival - requests[0].arrival
     offered = len(requests) / span if span > 0 else float("inf")
     run = ScenarioRun(
@@ -261,6 +261,10 @@ def run_trace(
     return run
 
 
+TRACE_TEXT_SEED = 1
+"""Seed of the filler text of trace rows without a ``prompt`` (and of shared prefixes' text): the
+trace is the workload, the same for every seed of a run (seeds vary engine jitter and policies'
+random choices), so it must not follow the run's first seed."""
 TRACE_SLO_S = 1.0
 """TTFT SLO used for goodput when replaying a trace (scenarios state their own)."""
 TRACE_TPOT_SLO_S = 0.1

@@ -177,7 +177,7 @@ async def run_live(
 ) -> ScenarioRun:
     """Every router in ``options.routers`` for every seed; routers that cannot start are reported."""
     tell = say or (lambda _m: None)
-    cap = capacity or fleet_capacity(scenario, seed=options.seeds[0], on_progress=tell)
+    cap = capacity or fleet_capacity(scenario, on_progress=tell)
     duration = scenario.duration_s * options.duration_scale
     virtual_rps = mean_fraction(scenario) * cap.requests_per_s
     scale = time_scale_for(virtual_rps, options.target_wall_rps)
@@ -287,7 +287,7 @@ def run_live_cli(
     index: list[str] = []
     live_runs: list[ScenarioRun] = []
     for scenario in resolve(list(args.scenarios)):
-        cap = fleet_capacity(scenario, seed=seeds[0])
+        cap = fleet_capacity(scenario)
         virtual_rps = mean_fraction(scenario) * cap.requests_per_s
         duration_scale = (args.live_requests / virtual_rps) / scenario.duration_s
         options = LiveOptions(

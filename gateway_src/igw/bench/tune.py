@@ -64,7 +64,7 @@ def tune(
     rows = [TuneRow(weights=dict(w)) for w in candidates]
     baselines: dict[str, dict[str, float]] = {}
     for scenario in scenarios:
-        cap = fleet_capacity(scenario, seed=seeds[0])
+        cap = fleet_capacity(scenario)
         say(f"{scenario.name}: round-robin and oracle")
         base = run_des(
             scenario,

@@ -3,7 +3,9 @@
 The tree is built only from the router's own routing history (no feedback from the engines), over
 characters in HTTP mode, exactly as ``smg:src/policies/tree.rs`` does. Each node remembers, per
 tenant, when that tenant last used the node; eviction removes a tenant's least recently used leaves
-until its character count fits ``max_size``.
+until its character count fits ``max_size``; leaves used at the same instant go in the order they
+were created (a per-tree counter), never in an order taken from object addresses, which would make
+a run depend on what the process allocated before it.
 
 This is a faithful *model* of the peer's algorithm for the benchmark, not our gateway's prefix index
 (which hashes token blocks, see ``igw.scheduling``).
@@ -12,6 +14,7 @@ This is a faithful *model* of the peer's algorithm for the benchmark, not our ga
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -20,6 +23,8 @@ from dataclasses import dataclass, field
 class _Node:
     text: str
     parent: _Node | None
+    created: int
+    """The tree's creation counter when this node was made: the eviction tie-break."""
     children: dict[str, _Node] = field(default_factory=dict)
     tenants: dict[str, float] = field(default_factory=dict)
     """tenant -> last access time; insertion order is the tie-break order (see ``prefix_match``)."""
@@ -43,7 +48,8 @@ class ApproximateRadixTree:
     """Character radix tree with per-tenant LRU timestamps and per-tenant size accounting."""
 
     def __init__(self) -> None:
-        self._root = _Node(text="", parent=None)
+        self._created = itertools.count()
+        self._root = _Node(text="", parent=None, created=next(self._created))
         self._tenant_chars: dict[str, int] = {}
 
     def tenant_size(self, tenant: str) -> int:
@@ -63,7 +69,7 @@ class ApproximateRadixTree:
         while rest:
             child = node.children.get(rest[0])
             if child is None:
-                leaf = _Node(text=rest, parent=node)
+                leaf = _Node(text=rest, parent=node, created=next(self._created))
                 node.children[rest[0]] = leaf
                 self._mark(leaf, tenant, now)
                 return
@@ -78,7 +84,9 @@ class ApproximateRadixTree:
         """Cut ``child``'s edge after ``at`` characters; the new upper node keeps its tenants."""
         parent = child.parent
         assert parent is not None
-        upper = _Node(text=child.text[:at], parent=parent, tenants=dict(child.tenants))
+        upper = _Node(
+            text=child.text[:at], parent=parent, created=next(self._created), tenants=dict(child.tenants)
+        )
         parent.children[upper.text[0]] = upper
         child.text = child.text[at:]
         child.parent = upper
@@ -122,13 +130,13 @@ class ApproximateRadixTree:
         for tenant, size in list(self._tenant_chars.items()):
             if size <= max_size:
                 continue
-            leaves = [(n.tenants[tenant], id(n), n) for n in self._tenant_leaves(tenant)]
+            leaves = [(n.tenants[tenant], n.created, n) for n in self._tenant_leaves(tenant)]
             heapq.heapify(leaves)
             while self._tenant_chars[tenant] > max_size and leaves:
                 _, _, leaf = heapq.heappop(leaves)
                 parent = self._remove_tenant(leaf, tenant)
                 if parent is not None and parent is not self._root and self._is_tenant_leaf(parent, tenant):
-                    heapq.heappush(leaves, (parent.tenants[tenant], id(parent), parent))
+                    heapq.heappush(leaves, (parent.tenants[tenant], parent.created, parent))
 
     def _tenant_leaves(self, tenant: str) -> list[_Node]:
         found: list[_Node] = []
