@@ -50,7 +50,7 @@ def run_demo(args: argparse.Namespace) -> int:
     with console.status(
         "measuring fleet capacity (a flood, then an offered-rate sweep per pod type, in the DES)"
     ):
-        cap = fleet_capacity(DEMO, seed=DEMO.seeds[0])
+        cap = fleet_capacity(DEMO)
     virtual_rps = mean_fraction(DEMO) * cap.requests_per_s
     duration_scale = (args.requests / virtual_rps) / DEMO.duration_s
     console.print(f"capacity: {cap.describe()}")

@@ -55,7 +55,7 @@ def measure(
     from igw.sim.des import simulate
 
     scenario = ALL_SCENARIOS[scenario_name]
-    capacity = fleet_capacity(scenario, seed=seeds[0])
+    capacity = fleet_capacity(scenario)
     pods = fleet_pods(scenario)
     limit = idle_gap_limit(scrape_interval_s, stale_threshold_s)
     summaries: dict[str, list[RunSummary]] = {pace: [] for pace in PACES}
