@@ -12,6 +12,7 @@ import pytest
 from igw.cli.main import main
 from igw.cli.serve import add_arguments, worker_argv
 from igw.gateway.workers import WORKER_ENV, WorkerRole, WorkerSetupError, reserve_port
+from igw.perf.workers_throughput import requests_by_worker
 
 
 def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
@@ -22,6 +23,28 @@ def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFix
     assert [p[0] for p in phases] == ["1", "2"]
     assert all(int(rps) > 0 and int(us) > 0 for _n, rps, us, _cores in phases)
     assert re.search(r"throughput 2 vs 1 worker\(s\) \(median over rounds\): \d+ / \d+ req/s = [\d.]+×", out)
+    # Per worker: the cores each serving process used and the requests each answered, which add up
+    # to the phase's requests (every worker is listening before a phase starts).
+    split = re.findall(r"per worker: cores ([\d./]+), requests ([\d/]+)$", out, re.M)
+    assert [len(cores.split("/")) for cores, _ in split] == [1, 2]
+    assert [sum(map(int, answered.split("/"))) for _, answered in split] == [60, 60]
+    assert re.search(
+        r"requests per gateway CPU-second 2 vs 1 worker\(s\) \(median\): \d+ / \d+ = [\d.]+×", out
+    )
+
+
+def test_requests_by_worker_sums_each_workers_counter_over_its_labels() -> None:
+    page = (
+        "# HELP igw_requests_total Inference requests.\n# TYPE igw_requests_total counter\n"
+        'igw_requests_total{model="m",requested_model="m",code="200",worker="0"} 7.0\n'
+        'igw_requests_total{model="m",requested_model="m",code="503",worker="0"} 1.0\n'
+        'igw_requests_total{model="m",requested_model="m",code="200",worker="1"} 4.0\n'
+        "# HELP igw_picks_total Picks.\n# TYPE igw_picks_total counter\n"
+        'igw_picks_total{worker="1"} 99.0\n'
+    )
+    assert requests_by_worker(page) == {"0": 8.0, "1": 4.0}
+    single = '# TYPE igw_requests_total counter\nigw_requests_total{model="m",code="200"} 3.0\n'
+    assert requests_by_worker(single) == {"0": 3.0}
 
 
 @pytest.mark.parametrize("load", ["raw", "aiohttp"])

@@ -182,6 +182,23 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
         "to the gateway; default) or aiohttp (the igw perf gateway ones)",
     )
 
+    def cpus(text: str) -> list[int]:
+        return [int(n) for n in text.split(",") if n.strip()]
+
+    parser.add_argument(
+        "--gateway-cpus",
+        type=cpus,
+        default=[],
+        help="pin the gateway's serving processes, one per CPU in this comma-separated list "
+        "(default: not pinned)",
+    )
+    parser.add_argument(
+        "--load-cpus",
+        type=cpus,
+        default=[],
+        help="pin the load generator and the backend to these CPUs (default: not pinned)",
+    )
+
 
 def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     def ints(text: str) -> list[int]:
