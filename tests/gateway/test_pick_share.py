@@ -112,7 +112,7 @@ def test_notes_are_packed_into_lines_within_the_channel_limit_and_all_learned() 
     lines = share.lines()
     assert len(lines) > 1
     assert all(len(line) <= 4096 and line.endswith(b"\n") for line in lines)
-    receiver = PickShare(lambda: learner, time.monotonic, max_line=4096)
+    receiver = PickShare(lambda: learner, time.monotonic, max_line=4096, worker=1)
     for line in lines:
         receiver.learn(orjson.loads(line))
     assert receiver.learned.learned >= 40

@@ -221,6 +221,13 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--duration-scale", type=float, default=0.5, help="multiply scenario durations")
     parser.add_argument("--scrape-interval", type=float, default=0.05, help="scrape interval in seconds")
+    parser.add_argument(
+        "--note-interval",
+        type=float,
+        default=None,
+        help="seconds between exchanges of pick notes (default: igw serve's, 5 ms or the scrape "
+        "interval when shorter)",
+    )
 
 
 def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
