@@ -91,13 +91,16 @@ class PickShare:
             _, old = self._recent.popleft()
             self._recent_bytes -= len(old)
 
-    def replay(self, writer: asyncio.StreamWriter) -> None:
-        """Write the remembered lines younger than the stale threshold to a peer that just connected."""
+    def recent(self) -> list[bytes]:
+        """The remembered lines younger than the stale threshold, oldest first."""
         oldest = self._clock() - self._runtime().settings.stale_threshold_s
-        for at, line in self._recent:
-            if at >= oldest:
-                writer.write(line)
-                self.lines_replayed += 1
+        return [line for at, line in self._recent if at >= oldest]
+
+    def replay(self, writer: asyncio.StreamWriter) -> None:
+        """Write :meth:`recent` to a peer that just connected."""
+        for line in self.recent():
+            writer.write(line)
+            self.lines_replayed += 1
 
     def lines(self, *, send: bool = True) -> list[bytes]:
         """Drain every scheduler's outbox into channel lines; ``send=False``: drain only (nobody to

@@ -320,19 +320,19 @@ class ScrapeFollower:
             self._task = None
 
 
-class _LeadingScraper:
+class LeadingScraper:
     """Worker 0: the scraper, publishing every scrape to the followers."""
 
     def __init__(self, scraper: Scraper, leader: ScrapeLeader) -> None:
         self._scraper = scraper
-        self._leader = leader
+        self.leader = leader
 
     def sync(self) -> None:
         self._scraper.sync()
 
     async def close(self) -> None:
         await self._scraper.close()
-        await self._leader.close()
+        await self.leader.close()
 
 
 async def start_scraping(
@@ -367,4 +367,4 @@ async def start_scraping(
         publish=leader.publish,
         remote_usage=leader.remote_usage,
     )
-    return _LeadingScraper(scraper, leader)
+    return LeadingScraper(scraper, leader)
