@@ -188,9 +188,12 @@ def backlog(worker: Worker) -> BacklogTtftScorer:
 
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[tuple[FakeModelServer, Worker, Worker]]:
-    """A leader and a follower with the default profile (backlog-ttft-scorer included); the
+    """A leader and a follower with the default profile (backlog-ttft-scorer included) over two
+    pods of unlike KV capacity (a mixed fleet: one kind of hardware sends no backlog notes); the
     follower is not started, so a test can let it join late."""
-    async with running(FakeModelServer("a"), FakeModelServer("b")) as pods:
+    async with running(
+        FakeModelServer("a", num_gpu_blocks=40_000), FakeModelServer("b", num_gpu_blocks=5_000)
+    ) as pods:
         keys = [p.key for p in pods]
         leader, follower = (
             Worker(i, tmp_path, count=2, runtime=worker_runtime(*keys, stale_threshold="5s"))

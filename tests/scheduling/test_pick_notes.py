@@ -234,6 +234,17 @@ def test_a_backlog_note_for_an_unmeasured_pod_drains_at_the_senders_rate() -> No
     assert learner.backlogs["a:1"].at == 10.5
 
 
+def test_no_backlog_note_while_the_candidates_are_one_kind_of_hardware() -> None:
+    scorer = BacklogTtftScorer()
+    alike = [ep("a:1", num_gpu_blocks=10_000, block_size=16), ep("b:1", num_gpu_blocks=10_000, block_size=16)]
+    unlike = [ep("a:1", num_gpu_blocks=40_000, block_size=16), ep("b:1", num_gpu_blocks=5_000, block_size=16)]
+    for candidates, noted in ((alike, False), (unlike, True)):
+        picked = ctx(sized(req("", request_id=f"r{noted}"), 500), now=10.0)
+        assert scorer.score(picked, candidates)
+        scorer.on_picked(picked, candidates[0])
+        assert (scorer.pick_note(picked, candidates[0]) is not None) is noted
+
+
 @pytest.mark.parametrize(
     ("note", "field"),
     [

@@ -102,35 +102,57 @@ class PickShare:
             writer.write(line)
             self.lines_replayed += 1
 
-    def lines(self, *, send: bool = True) -> list[bytes]:
-        """Drain every scheduler's outbox into channel lines; ``send=False``: drain only (nobody to
-        send to). Attaches an outbox to schedulers that have none yet (a new or reloaded runtime)."""
-        rows: list[bytes] = []
+    def lines(self) -> list[bytes]:
+        """Drain every scheduler's outbox into channel lines. Attaches an outbox to schedulers that
+        have none yet (a new or reloaded runtime).
+
+        The batch is encoded in one call (one line) when it fits; only a batch too long for a line
+        or holding a note that is not JSON is encoded row by row, to split it and drop what cannot
+        travel."""
+        rows: list[list[object]] = []
         dropped = 0
         for name, sr in self._runtime().schedulers.items():
             outbox = sr.scheduler.share_picks()
             notes = outbox.drain()
             dropped += outbox.dropped
             outbox.dropped = 0
-            if not send:
-                continue
-            for at, plugin, endpoint, note in notes:
-                try:
-                    row = orjson.dumps([name, at, plugin, endpoint, note])
-                except TypeError:
-                    dropped += 1  # a third-party plugin's note that is not JSON
-                    continue
-                if len(row) + len(self._head) + len(_TAIL) > self._max_line:
-                    dropped += 1
-                    continue
-                rows.append(row)
+            rows += [[name, at, plugin, endpoint, note] for at, plugin, endpoint, note in notes]
+        lines: list[bytes] = []
+        if rows:
+            try:
+                line = orjson.dumps({"t": KIND, "w": self._worker, "p": rows}) + b"\n"
+            except TypeError:
+                line = b""  # a third-party plugin's note that is not JSON: found row by row below
+            if line and len(line) <= self._max_line:
+                lines = [line]
+            else:
+                encoded, unsent = self._encode_rows(rows)
+                dropped += unsent
+                lines = self._pack(encoded)
         if dropped:
             self.dropped += dropped
             now = self._clock()
             if now - self._warned_at >= WARN_EVERY_S:
                 self._warned_at = now
                 log.warning("pick notes dropped before sending: %d in all", self.dropped)
-        return self._pack(rows)
+        return lines
+
+    def _encode_rows(self, rows: list[list[object]]) -> tuple[list[bytes], int]:
+        """Each row encoded on its own; those that are not JSON or longer than a line are left out
+        (their count is returned)."""
+        encoded: list[bytes] = []
+        dropped = 0
+        for row in rows:
+            try:
+                data = orjson.dumps(row)
+            except TypeError:
+                dropped += 1
+                continue
+            if len(data) + len(self._head) + len(_TAIL) > self._max_line:
+                dropped += 1
+                continue
+            encoded.append(data)
+        return encoded, dropped
 
     def _pack(self, rows: list[bytes]) -> list[bytes]:
         lines: list[bytes] = []

@@ -751,7 +751,14 @@ class BacklogTtftScorer(PluginHooks):
         derived from the request: no prompt text or token ids. Why this state may be shared while
         the fits may not: a backlog drains by time on its own (a learned dispatch needs no
         completion to leave it), whereas each fit pairs a dispatch with its own request's first
-        token, which only the worker that owns the request sees."""
+        token, which only the worker that owns the request sees.
+
+        Nothing while the pick's candidates were one kind of hardware: then every endpoint scores
+        1.0 and backlogs decide nothing, so homogeneous fleets pay neither the note nor its
+        learning. Should the fleet turn mixed, the other workers' backlogs lack those picks for
+        about one drain time (the pods' own prefill of them)."""
+        if self._one_kind:
+            return None
         key = endpoint.key
         backlog = self.backlogs.get(key)
         queued = backlog.tokens if backlog is not None else 0.0
