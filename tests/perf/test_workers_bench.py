@@ -12,6 +12,7 @@ import pytest
 from igw.cli.main import main
 from igw.cli.serve import add_arguments, worker_argv
 from igw.gateway.workers import WORKER_ENV, WorkerRole, WorkerSetupError, reserve_port
+from igw.perf.workers_notes import measure
 from igw.perf.workers_throughput import requests_by_worker
 
 
@@ -117,3 +118,22 @@ def test_zero_workers_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
     code = main(["serve", "--config", str(config), "--endpoints", str(endpoints), "--workers", "0"])
     assert code == 2
     assert "--workers must be at least 1 (got 0)" in capsys.readouterr().err
+
+
+def test_workers_notes_benchmark_prints_both_fleets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["perf", "workers-notes", "--picks", "40", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = dict(
+        (fleet, (float(total), int(size)))
+        for fleet, total, size in re.findall(r"^(one kind|mixed)\s+.*\s(-?[\d.]+) µs\s+(\d+)$", out, re.M)
+    )
+    assert set(rows) == {"one kind", "mixed"}
+    # The mixed fleet's notes also carry the backlog scorer's: more bytes per request.
+    assert rows["mixed"][1] > rows["one kind"][1] > 0
+
+
+def test_note_costs_are_measured_from_a_real_exchange() -> None:
+    cost = measure((40_000, 5_000), picks=30)
+    assert cost.bytes_per_request > 0
+    assert cost.encode_us > 0
+    assert cost.learn_us > 0

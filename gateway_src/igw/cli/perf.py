@@ -248,6 +248,11 @@ def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stale-threshold", type=float, default=1.0, help="staleThreshold in seconds (1.0)")
 
 
+def _workers_notes_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--picks", type=int, default=3000, help="requests per round (default 3000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; medians printed (default 3)")
+
+
 def _decide_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--endpoints",
@@ -276,6 +281,7 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("scrape", "igw.perf.scrape", _scrape_arguments),
     ("workers", "igw.perf.workers_throughput", _workers_arguments),
     ("workers-des", "igw.perf.workers_des", _workers_des_arguments),
+    ("workers-notes", "igw.perf.workers_notes", _workers_notes_arguments),
     ("scrape-des", "igw.perf.scrape_des", _scrape_des_arguments),
     ("decide", "igw.perf.decide", _decide_arguments),
 )
