@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import re
 import socket
 from pathlib import Path
@@ -13,7 +15,7 @@ from igw.cli.main import main
 from igw.cli.serve import add_arguments, worker_argv
 from igw.gateway.workers import WORKER_ENV, WorkerRole, WorkerSetupError, reserve_port
 from igw.perf.workers_notes import measure
-from igw.perf.workers_throughput import requests_by_worker
+from igw.perf.workers_throughput import connections_by_pid, requests_by_worker
 
 
 def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,12 +28,36 @@ def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFix
     assert re.search(r"throughput 2 vs 1 worker\(s\) \(median over rounds\): \d+ / \d+ req/s = [\d.]+×", out)
     # Per worker: the cores each serving process used and the requests each answered, which add up
     # to the phase's requests (every worker is listening before a phase starts).
-    split = re.findall(r"per worker: cores ([\d./]+), requests ([\d/]+)$", out, re.M)
-    assert [len(cores.split("/")) for cores, _ in split] == [1, 2]
-    assert [sum(map(int, answered.split("/"))) for _, answered in split] == [60, 60]
+    split = re.findall(r"per worker: cores ([\d./]+), requests ([\d/]+), connections ([\d/]+|-)$", out, re.M)
+    assert [len(cores.split("/")) for cores, _, _ in split] == [1, 2]
+    assert [sum(map(int, answered.split("/"))) for _, answered, _ in split] == [60, 60]
+    # Counted 0.2 s into a phase, if it is still running then: the client's 4 connections in all.
+    assert all(held == "-" or sum(map(int, held.split("/"))) == 4 for _, _, held in split)
     assert re.search(
         r"requests per gateway CPU-second 2 vs 1 worker\(s\) \(median\): \d+ / \d+ = [\d.]+×", out
     )
+
+
+async def test_connections_are_counted_per_process_holding_them() -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def keep(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(keep, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    clients = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+    try:
+        await asyncio.sleep(0.05)  # accepted
+        held = connections_by_pid([os.getpid()], port)
+        assert held == {os.getpid(): 3}  # this process holds the server's three accepted sockets
+        assert connections_by_pid([os.getpid()], port + 1 if port < 65535 else port - 1) == {os.getpid(): 0}
+    finally:
+        for writer in [*(w for _, w in clients), *accepted]:
+            writer.close()
+            await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
 
 
 def test_requests_by_worker_sums_each_workers_counter_over_its_labels() -> None:

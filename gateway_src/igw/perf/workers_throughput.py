@@ -37,6 +37,9 @@ from igw.perf.gateway_load import (
     wait_ready,
 )
 
+CONNECTIONS_SAMPLE_S = 0.2
+"""When into a phase the connections per worker are counted (all are open by then)."""
+
 HELP = "Throughput of igw serve --workers N vs 1 worker: requests/s and CPU per request, one run."
 
 
@@ -66,6 +69,28 @@ def worker_cpu(parent: int) -> dict[int, float]:
     for pid in serving:
         with contextlib.suppress(OSError):
             out[pid] = cpu_seconds(pid)
+    return out
+
+
+def connections_by_pid(pids: Sequence[int], port: int) -> dict[int, int]:
+    """Established TCP connections on local ``port`` that each of ``pids`` holds (from ``/proc``):
+    how the kernel's ``SO_REUSEPORT`` hash spread the load generator's connections."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                fields = row.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{inode}]")
+    out: dict[int, int] = {}
+    for pid in pids:
+        count = 0
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    count += os.readlink(fd) in inodes
+        out[pid] = count
     return out
 
 
@@ -130,6 +155,9 @@ class Phase:
     """Per serving process (sorted by pid: worker 0 first), the CPU seconds it used in the phase."""
     worker_requests: tuple[float, ...]
     """Per worker index, the requests it answered in the phase (its ``igw_requests_total``)."""
+    worker_connections: tuple[int, ...]
+    """Per serving process, the load generator's connections it held early in the phase (empty
+    when the phase ended before the sample)."""
 
     @property
     def rps(self) -> float:
@@ -161,7 +189,10 @@ async def _phase(
     r0 = await _worker_requests(base)
     w0 = worker_cpu(parent)
     g0, c0, b0 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
-    wall_s = await _load(base, concurrency=concurrency, requests=requests, raw=raw)
+    load = asyncio.create_task(_load(base, concurrency=concurrency, requests=requests, raw=raw))
+    await asyncio.sleep(CONNECTIONS_SAMPLE_S)
+    held = {} if load.done() else connections_by_pid(sorted(w0), int(base.rsplit(":", 1)[1]))
+    wall_s = await load
     g1, c1, b1 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
     w1 = worker_cpu(parent)
     r1 = await _worker_requests(base)
@@ -174,6 +205,7 @@ async def _phase(
         backend_cpu_s=b1 - b0,
         worker_cpu_s=tuple(w1[pid] - w0.get(pid, 0.0) for pid in sorted(w1)),
         worker_requests=tuple(r1[w] - r0.get(w, 0.0) for w in sorted(r1, key=int)),
+        worker_connections=tuple(held[pid] for pid in sorted(held)),
     )
 
 
@@ -263,10 +295,11 @@ def run(args: argparse.Namespace) -> int:
     for p in phases:
         cores = "/".join(f"{c / p.wall_s:.2f}" for c in p.worker_cpu_s)
         answered = "/".join(f"{r:.0f}" for r in p.worker_requests)
+        held = "/".join(map(str, p.worker_connections)) or "-"
         print(
             f"{p.workers:>7} {p.rps:>8.0f} {p.us_per_request:>7.0f} µs {p.gateway_cpu_s / p.wall_s:>13.2f} "
             f"{p.client_cpu_s / p.wall_s:>12.2f} {p.backend_cpu_s / p.wall_s:>13.2f}   "
-            f"per worker: cores {cores}, requests {answered}"
+            f"per worker: cores {cores}, requests {answered}, connections {held}"
         )
     median = {n: statistics.median(p.rps for p in phases if p.workers == n) for n in args.workers}
     first = args.workers[0]
