@@ -28,7 +28,12 @@ def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFix
     assert re.search(r"throughput 2 vs 1 worker\(s\) \(median over rounds\): \d+ / \d+ req/s = [\d.]+×", out)
     # Per worker: the cores each serving process used and the requests each answered, which add up
     # to the phase's requests (every worker is listening before a phase starts).
-    split = re.findall(r"per worker: cores ([\d./]+), requests ([\d/]+), connections ([\d/]+|-)$", out, re.M)
+    split = re.findall(
+        r"per worker: cores ([\d./]+), waiting for a core [\d./]+, requests ([\d/]+), "
+        r"connections ([\d/]+|-)$",
+        out,
+        re.M,
+    )
     assert [len(cores.split("/")) for cores, _, _ in split] == [1, 2]
     assert [sum(map(int, answered.split("/"))) for _, answered, _ in split] == [60, 60]
     # Counted 0.2 s into a phase, if it is still running then: the client's 4 connections in all.

@@ -60,6 +60,18 @@ def group_cpu(parent: int) -> float:
     return total
 
 
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds ``pid``'s threads have waited, runnable, for a CPU (``/proc/<pid>/task/*/schedstat``):
+    a worker that answers few requests while using little CPU either waited for a core (this
+    grows) or for something else (it does not)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e9
+
+
 def worker_cpu(parent: int) -> dict[int, float]:
     """CPU seconds of each process serving requests: the workers of a ``--workers N`` group (N > 1),
     else the single gateway process itself."""
@@ -155,6 +167,8 @@ class Phase:
     """Per serving process (sorted by pid: worker 0 first), the CPU seconds it used in the phase."""
     worker_requests: tuple[float, ...]
     """Per worker index, the requests it answered in the phase (its ``igw_requests_total``)."""
+    worker_wait_s: tuple[float, ...]
+    """Per serving process (as ``worker_cpu_s``), the seconds it waited for a CPU in the phase."""
     worker_connections: tuple[int, ...]
     """Per serving process, the load generator's connections it held early in the phase (empty
     when the phase ended before the sample)."""
@@ -188,6 +202,7 @@ async def _phase(
 ) -> Phase:
     r0 = await _worker_requests(base)
     w0 = worker_cpu(parent)
+    q0 = {pid: runqueue_wait_s(pid) for pid in w0}
     g0, c0, b0 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
     load = asyncio.create_task(_load(base, concurrency=concurrency, requests=requests, raw=raw))
     await asyncio.sleep(CONNECTIONS_SAMPLE_S)
@@ -195,6 +210,7 @@ async def _phase(
     wall_s = await load
     g1, c1, b1 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
     w1 = worker_cpu(parent)
+    q1 = {pid: runqueue_wait_s(pid) for pid in w1}
     r1 = await _worker_requests(base)
     return Phase(
         workers=workers,
@@ -205,6 +221,7 @@ async def _phase(
         backend_cpu_s=b1 - b0,
         worker_cpu_s=tuple(w1[pid] - w0.get(pid, 0.0) for pid in sorted(w1)),
         worker_requests=tuple(r1[w] - r0.get(w, 0.0) for w in sorted(r1, key=int)),
+        worker_wait_s=tuple(q1[pid] - q0.get(pid, 0.0) for pid in sorted(q1)),
         worker_connections=tuple(held[pid] for pid in sorted(held)),
     )
 
@@ -296,10 +313,12 @@ def run(args: argparse.Namespace) -> int:
         cores = "/".join(f"{c / p.wall_s:.2f}" for c in p.worker_cpu_s)
         answered = "/".join(f"{r:.0f}" for r in p.worker_requests)
         held = "/".join(map(str, p.worker_connections)) or "-"
+        waited = "/".join(f"{q / p.wall_s:.2f}" for q in p.worker_wait_s)
         print(
             f"{p.workers:>7} {p.rps:>8.0f} {p.us_per_request:>7.0f} µs {p.gateway_cpu_s / p.wall_s:>13.2f} "
             f"{p.client_cpu_s / p.wall_s:>12.2f} {p.backend_cpu_s / p.wall_s:>13.2f}   "
-            f"per worker: cores {cores}, requests {answered}, connections {held}"
+            f"per worker: cores {cores}, waiting for a core {waited}, requests {answered}, "
+            f"connections {held}"
         )
     median = {n: statistics.median(p.rps for p in phases if p.workers == n) for n in args.workers}
     first = args.workers[0]
