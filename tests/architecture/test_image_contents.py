@@ -26,6 +26,7 @@ DOCKERFILE = REPO_ROOT / "gateway_src" / "Dockerfile"
 CORE_PACKAGES = {"igw.config", "igw.scheduling", "igw.gateway", "igw.security"}
 IMAGE_CLI_MODULES = {
     "__init__.py",
+    "arg_types.py",
     "main.py",
     "registry.py",
     "serve.py",

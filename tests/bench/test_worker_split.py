@@ -147,3 +147,33 @@ def test_shared_picks_teach_the_other_workers_prefix_index() -> None:
         assert index.size(chosen) == 0
         split.pick(request(2), VIEWS, now=1.06)  # the report after one interval
         assert (index.size(chosen) > 0) is learns
+
+
+def test_pick_notes_travel_every_note_interval_not_every_report() -> None:
+    """The notes' own interval (``igw serve``: a few ms) is shorter than the report interval."""
+
+    def build(index: int) -> RoutingPolicy:
+        return build_policy("gateway-default", PolicyContext(rng=random.Random(index)))
+
+    def learned_after(note_interval_s: float) -> bool:
+        split = WorkerSplitPolicy(
+            build,
+            workers=2,
+            rng=random.Random(0),
+            assignment="round-robin",
+            share="picks",
+            report_interval_s=0.05,
+            note_interval_s=note_interval_s,
+        )
+        chosen = split.pick(request(1), VIEWS, now=1.0).endpoint
+        assert chosen is not None
+        split.pick(request(2), VIEWS, now=1.006)  # 6 ms later: within one report interval
+        index = next(
+            ws.scorer.index
+            for ws in split._workers[1].profile.scorers  # type: ignore[attr-defined]
+            if isinstance(ws.scorer, PrefixCacheScorer)
+        )
+        return index.size(chosen) > 0
+
+    assert learned_after(0.005)
+    assert not learned_after(0.05)

@@ -11,14 +11,19 @@ import asyncio
 import socket
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
-from igw.gateway.pick_share import PickShare
-from igw.gateway.scrape_share import MAX_NOTES_BACKLOG
+from igw.gateway.pick_share import REPLAY_BYTES, REPLAY_LINES, PickNoteCollector, PickShare
+from igw.gateway.scrape_share import MAX_NOTES_BACKLOG, LeadingScraper
+from igw.scheduling.pick_notes import LearnCounts
+from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
 from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
 from igw.scheduling.plugins.prefix_index import prefix_hashes
 from igw.scheduling.types import RoutingDecision, RoutingRequest
@@ -112,7 +117,7 @@ def test_notes_are_packed_into_lines_within_the_channel_limit_and_all_learned() 
     lines = share.lines()
     assert len(lines) > 1
     assert all(len(line) <= 4096 and line.endswith(b"\n") for line in lines)
-    receiver = PickShare(lambda: learner, time.monotonic, max_line=4096)
+    receiver = PickShare(lambda: learner, time.monotonic, max_line=4096, worker=1)
     for line in lines:
         receiver.learn(orjson.loads(line))
     assert receiver.learned.learned >= 40
@@ -171,3 +176,128 @@ async def test_a_line_is_skipped_and_counted_when_the_peer_has_too_much_unread()
         assert await asyncio.wait_for(reader.read(), timeout=5) == b""  # the end, read before closing
         peer.close()
         await peer.wait_closed()
+
+
+def backlog(worker: Worker) -> BacklogTtftScorer:
+    return next(
+        ws.scorer
+        for ws in worker.scheduler.scheduler.profile.scorers
+        if isinstance(ws.scorer, BacklogTtftScorer)
+    )
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[tuple[FakeModelServer, Worker, Worker]]:
+    """A leader and a follower with the default profile (backlog-ttft-scorer included) over two
+    pods of unlike KV capacity (a mixed fleet: one kind of hardware sends no backlog notes); the
+    follower is not started, so a test can let it join late."""
+    async with running(
+        FakeModelServer("a", num_gpu_blocks=40_000), FakeModelServer("b", num_gpu_blocks=5_000)
+    ) as pods:
+        keys = [p.key for p in pods]
+        leader, follower = (
+            Worker(i, tmp_path, count=2, runtime=worker_runtime(*keys, stale_threshold="5s"))
+            for i in range(2)
+        )
+        await leader.start()
+        try:
+            await wait_for(partial(scraped, leader), what="the leader's first scrape")
+            yield pods[0], leader, follower
+        finally:
+            await follower.close()
+            await leader.close()
+
+
+async def test_a_dispatch_joins_the_backlog_of_the_other_worker_both_ways(
+    pair: tuple[FakeModelServer, Worker, Worker],
+) -> None:
+    _pod, leader, follower = pair
+    await follower.start()
+    await wait_for(partial(scraped, follower), what="the follower's first snapshot")
+    for n, (sender, learner) in enumerate([(follower, leader), (leader, follower)]):
+        req = replace(request(f"long-{n}", prompt(100 + n)), prompt_tokens=4000)
+        chosen = pick(sender, req).endpoint
+        assert chosen is not None
+        sent = backlog(sender).backlogs[chosen].total
+
+        def learned(learner: Worker = learner, chosen: str = chosen, sent: float = sent) -> bool:
+            entry = backlog(learner).backlogs.get(chosen)
+            return entry is not None and entry.total >= sent
+
+        await wait_for(learned, within=10, what="the backlog note")
+        now = time.monotonic()
+        [ahead] = [b.now(now, 0.0) for k, b in backlog(learner).backlogs.items() if k == chosen]
+        assert ahead >= 4000 - 1  # not drained (rate 0 here): the whole dispatch is in the learner's backlog
+    received = follower.metrics.registry.get_sample_value(
+        "igw_pick_notes_received_total", {"outcome": "learned"}
+    )
+    assert received is not None
+    assert received >= 1
+
+
+async def test_a_worker_that_joins_late_is_replayed_the_recent_notes(
+    pair: tuple[FakeModelServer, Worker, Worker],
+) -> None:
+    _pod, leader, follower = pair
+    text = prompt(7)
+    chosen = pick(leader, request("early", text)).endpoint
+    assert chosen is not None
+    leader_share = leader.service
+    assert isinstance(leader_share, LeadingScraper)
+    # The leader's batch goes out (to nobody yet) and is kept for a worker that joins.
+    await wait_for(lambda: bool(leader_share.leader.picks.recent()), what="the leader's batch")
+    await follower.start()
+    await wait_for(partial(holds, follower, chosen, text), within=10, what="the replayed note")
+    assert pick(follower, request("again", text)).endpoint == chosen
+    replayed = leader.metrics.registry.get_sample_value("igw_pick_note_lines_replayed_total")
+    assert replayed is not None
+    assert replayed >= 1
+
+
+def test_a_worker_does_not_learn_its_own_notes_again() -> None:
+    runtime = worker_runtime("a:1", "b:1")
+    share = PickShare(lambda: runtime, time.monotonic, max_line=4096, worker=1)
+    share.lines()
+    sr = runtime.schedulers["s"]
+    sr.scheduler.pick(request("r", prompt(3)), sr.pool.views(), now=time.monotonic())
+    [line] = share.lines()
+    assert orjson.loads(line)["w"] == 1
+    share.learn(orjson.loads(line))  # a replay after a reconnect
+    assert share.learned == LearnCounts()
+    other = PickShare(lambda: worker_runtime("a:1", "b:1"), time.monotonic, max_line=4096, worker=2)
+    other.learn(orjson.loads(line))
+    assert other.learned.learned >= 1
+
+
+def test_recent_lines_are_bounded_by_count_bytes_and_age() -> None:
+    clock = [100.0]
+    runtime = worker_runtime("a:1", stale_threshold="1s")
+    share = PickShare(lambda: runtime, lambda: clock[0], max_line=4096)
+    for i in range(REPLAY_LINES + 10):
+        share.remember(b"line %d\n" % i)
+    recent = share.recent()
+    assert len(recent) == REPLAY_LINES
+    assert recent[-1] == b"line %d\n" % (REPLAY_LINES + 9)  # the newest kept, the oldest gone
+    big = b"x" * (REPLAY_BYTES // 4)
+    for _ in range(5):
+        share.remember(big)
+    assert sum(map(len, share.recent())) <= REPLAY_BYTES
+    clock[0] += 1.5  # older than the stale threshold: the receiver would drop them
+    share.remember(b"fresh\n")
+    assert share.recent() == [b"fresh\n"]
+
+
+def test_the_counters_are_prometheus_series() -> None:
+    runtime = worker_runtime("a:1")
+    share = PickShare(lambda: runtime, time.monotonic, max_line=4096)
+    share.learned = LearnCounts(learned=5, stale=2, unknown=1, malformed=3)
+    share.dropped, share.lines_unsent, share.lines_replayed = 4, 6, 7
+    registry = CollectorRegistry()
+    registry.register(PickNoteCollector(share))
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    received = {s.labels["outcome"]: s.value for s in families["igw_pick_notes_received"].samples}
+    assert received == {"learned": 5, "stale": 2, "unknown": 1, "malformed": 3}
+    assert registry.get_sample_value("igw_pick_notes_dropped_total") == 4
+    assert registry.get_sample_value("igw_pick_note_lines_skipped_total") == 6
+    assert registry.get_sample_value("igw_pick_note_lines_replayed_total") == 7
+    assert families["igw_pick_notes_dropped"].type == "counter"

@@ -97,7 +97,7 @@ async def test_usage_reports_are_summed_per_endpoint(pair: tuple[FakeModelServer
     follower.state.completed(5)
     service = leader.service
     assert service is not None
-    usage = service._leader.remote_usage  # type: ignore[attr-defined]
+    usage = service.leader.remote_usage  # type: ignore[attr-defined]
     await wait_for(lambda: usage("s", pod.key) == (3, 2), what="the follower's usage at the leader")
     assert usage("s", "10.0.0.1:1") == (0, 0)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import re
 import socket
 from pathlib import Path
@@ -12,6 +14,8 @@ import pytest
 from igw.cli.main import main
 from igw.cli.serve import add_arguments, worker_argv
 from igw.gateway.workers import WORKER_ENV, WorkerRole, WorkerSetupError, reserve_port
+from igw.perf.workers_notes import measure
+from igw.perf.workers_throughput import connections_by_pid, requests_by_worker
 
 
 def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
@@ -22,6 +26,57 @@ def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFix
     assert [p[0] for p in phases] == ["1", "2"]
     assert all(int(rps) > 0 and int(us) > 0 for _n, rps, us, _cores in phases)
     assert re.search(r"throughput 2 vs 1 worker\(s\) \(median over rounds\): \d+ / \d+ req/s = [\d.]+×", out)
+    # Per worker: the cores each serving process used and the requests each answered, which add up
+    # to the phase's requests (every worker is listening before a phase starts).
+    split = re.findall(
+        r"per worker: cores ([\d./]+), waiting for a core [\d./]+, requests ([\d/]+), "
+        r"connections ([\d/]+|-)$",
+        out,
+        re.M,
+    )
+    assert [len(cores.split("/")) for cores, _, _ in split] == [1, 2]
+    assert [sum(map(int, answered.split("/"))) for _, answered, _ in split] == [60, 60]
+    # Counted 0.2 s into a phase, if it is still running then: the client's 4 connections in all.
+    assert all(held == "-" or sum(map(int, held.split("/"))) == 4 for _, _, held in split)
+    assert re.search(
+        r"requests per gateway CPU-second 2 vs 1 worker\(s\) \(median\): \d+ / \d+ = [\d.]+×", out
+    )
+
+
+async def test_connections_are_counted_per_process_holding_them() -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def keep(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(keep, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    clients = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+    try:
+        await asyncio.sleep(0.05)  # accepted
+        held = connections_by_pid([os.getpid()], port)
+        assert held == {os.getpid(): 3}  # this process holds the server's three accepted sockets
+        assert connections_by_pid([os.getpid()], port + 1 if port < 65535 else port - 1) == {os.getpid(): 0}
+    finally:
+        for writer in [*(w for _, w in clients), *accepted]:
+            writer.close()
+            await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+
+
+def test_requests_by_worker_sums_each_workers_counter_over_its_labels() -> None:
+    page = (
+        "# HELP igw_requests_total Inference requests.\n# TYPE igw_requests_total counter\n"
+        'igw_requests_total{model="m",requested_model="m",code="200",worker="0"} 7.0\n'
+        'igw_requests_total{model="m",requested_model="m",code="503",worker="0"} 1.0\n'
+        'igw_requests_total{model="m",requested_model="m",code="200",worker="1"} 4.0\n'
+        "# HELP igw_picks_total Picks.\n# TYPE igw_picks_total counter\n"
+        'igw_picks_total{worker="1"} 99.0\n'
+    )
+    assert requests_by_worker(page) == {"0": 8.0, "1": 4.0}
+    single = '# TYPE igw_requests_total counter\nigw_requests_total{model="m",code="200"} 3.0\n'
+    assert requests_by_worker(single) == {"0": 3.0}
 
 
 @pytest.mark.parametrize("load", ["raw", "aiohttp"])
@@ -95,3 +150,22 @@ def test_zero_workers_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
         main(["serve", "--config", str(config), "--endpoints", str(endpoints), "--workers", "0"])
     assert exited.value.code == 2
     assert "argument --workers: expected a whole number >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_workers_notes_benchmark_prints_both_fleets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["perf", "workers-notes", "--picks", "40", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = dict(
+        (fleet, (float(total), int(size)))
+        for fleet, total, size in re.findall(r"^(one kind|mixed)\s+.*\s(-?[\d.]+) µs\s+(\d+)$", out, re.M)
+    )
+    assert set(rows) == {"one kind", "mixed"}
+    # The mixed fleet's notes also carry the backlog scorer's: more bytes per request.
+    assert rows["mixed"][1] > rows["one kind"][1] > 0
+
+
+def test_note_costs_are_measured_from_a_real_exchange() -> None:
+    cost = measure((40_000, 5_000), picks=30)
+    assert cost.bytes_per_request > 0
+    assert cost.encode_us > 0
+    assert cost.learn_us > 0

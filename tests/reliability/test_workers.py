@@ -124,8 +124,8 @@ async def test_both_workers_send_a_shared_prefix_to_the_pod_that_got_it_first(tm
         ) as gw,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
     ):
-        # Both workers up and following the leader's channel: a worker that joins later misses the
-        # notes sent before it connected (they are not replayed; its index learns from later picks).
+        # Both workers up and following the leader's channel (a worker that joins later is replayed
+        # only the last stale threshold's notes; this test is about the picks made afterwards).
         await wait_until(
             lambda: gw.output.count(" serving 1 scheduler(s) at ") == 2, within=60, what="both workers"
         )
@@ -161,4 +161,12 @@ async def test_both_workers_send_a_shared_prefix_to_the_pod_that_got_it_first(tm
             if s.name == "igw_requests_total" and s.value > 0
         }
         assert served == {"0", "1"}  # both workers routed some of them
+        learned = {
+            s.labels["worker"]: s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "igw_pick_notes_received_total" and s.labels.get("outcome") == "learned"
+        }
+        assert set(learned) == {"0", "1"}  # each worker's counters, on the host-wide page
+        assert all(v > 0 for v in learned.values()), learned
         assert await gw.stop() == 0, gw.output[-4000:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -17,6 +18,7 @@ from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScor
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, PrefixCacheScorer
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.settings import RoutingSettings
+from igw.scheduling.types import RequestOutcome, RoutingRequest
 from tests.scheduling.helpers import ctx, ep, req
 
 PROMPT = "You are a careful assistant. " * 20
@@ -91,7 +93,9 @@ def test_only_plugins_whose_state_is_built_by_picks_alone_share() -> None:
     # Each of these counts work that completes only in the worker that dispatched it.
     assert not isinstance(LoraSlotFilter(), SharesPicks)
     assert not isinstance(PrefillCollisionScorer(), SharesPicks)
-    assert not isinstance(BacklogTtftScorer(), SharesPicks)
+    # Its backlog drains by time alone, so another worker's dispatches may join it (its fits,
+    # which pair a dispatch with its own first token, are not shared).
+    assert isinstance(BacklogTtftScorer(), SharesPicks)
 
 
 def _scheduler(seed: int) -> Scheduler:
@@ -109,10 +113,11 @@ def test_a_scheduler_notes_its_picks_once_sharing_is_on() -> None:
     decision = sched.pick(req(PROMPT, request_id="after"), eps, now=10.1)
     notes = outbox.drain()
     plugins = {plugin for _at, plugin, _key, _note in notes}
-    # The default profile's only sharing plugin (no-hit-lru-scorer is off by default).
-    assert set(sharing_plugins(ws.scorer for ws in sched.profile.scorers)) == {"prefix-cache-scorer"}
-    assert plugins == {"prefix-cache-scorer"}
-    assert len(notes) == 1  # the pick before sharing was on is not noted
+    # The default profile's sharing plugins (no-hit-lru-scorer is off by default).
+    sharing = {"prefix-cache-scorer", "backlog-ttft-scorer"}
+    assert set(sharing_plugins(ws.scorer for ws in sched.profile.scorers)) == sharing
+    assert plugins == sharing
+    assert len(notes) == 2  # one per sharing plugin; the pick before sharing was on is not noted
     assert all(at == 10.1 and key == decision.endpoint for at, _plugin, key, _note in notes)
     assert outbox.drain() == []
 
@@ -162,3 +167,98 @@ def test_a_full_outbox_drops_the_oldest_and_counts() -> None:
     assert [at for at, *_ in outbox.drain()] == [2.0, 3.0, 4.0]
     with pytest.raises(ValueError, match="capacity: must be at least 1"):
         PickNoteOutbox([scorer], capacity=0)
+
+
+def sized(request: RoutingRequest, tokens: int) -> RoutingRequest:
+    return replace(request, prompt_tokens=tokens)
+
+
+def _backlog_scorer_with_a_model(key: str) -> BacklogTtftScorer:
+    """A backlog scorer that has measured ``key`` (intercept 10 ms, 25 µs per prompt token)."""
+    scorer = BacklogTtftScorer()
+    for i in range(20):
+        tokens = 100 + 97 * (i % 11)
+        picked = ctx(sized(req("", request_id=f"m{i}"), tokens), now=1000.0 * (i + 1))
+        scorer.on_picked(picked, ep(key))
+        scorer.on_complete(
+            RequestOutcome(
+                request_id=f"m{i}", endpoint=key, ok=True, ttft_s=0.010 + 25e-6 * tokens, prompt_tokens=tokens
+            ),
+            now=1000.0 * (i + 1) + 1,
+        )
+    return scorer
+
+
+def test_a_backlog_note_makes_the_learner_predict_the_senders_backlog() -> None:
+    sender, learner = _backlog_scorer_with_a_model("a:1"), _backlog_scorer_with_a_model("a:1")
+    t0 = 100_000.0
+    picked = ctx(sized(req(PROMPT + SECRET, request_id="big"), 3000), now=t0)
+    sender.on_picked(picked, ep("a:1"))
+    note = sender.pick_note(picked, ep("a:1"))
+    assert isinstance(note, dict)
+    assert note["t"] == t0
+    assert note["n"] == 3000.0
+    encoded = orjson.dumps(note)
+    assert SECRET.encode() not in encoded  # numbers only
+    later = t0 + 0.02
+    assert learner.predicted([ep("a:1")], tokens=500, now=later) != sender.predicted(
+        [ep("a:1")], tokens=500, now=later
+    )
+    learner.learn_pick("a:1", orjson.loads(encoded))
+    assert learner.predicted([ep("a:1")], tokens=500, now=later) == pytest.approx(
+        sender.predicted([ep("a:1")], tokens=500, now=later)
+    )
+
+
+def test_a_late_backlog_note_adds_only_what_is_left_of_it() -> None:
+    learner = _backlog_scorer_with_a_model("a:1")
+    t0 = 100_000.0
+    own = ctx(sized(req("", request_id="own"), 2000), now=t0 + 0.01)
+    learner.predicted([ep("a:1")], tokens=2000, now=t0 + 0.01)  # the pick's own cycle, as scored
+    learner.on_picked(own, ep("a:1"))
+    drain = 25e-6 + 0.010 / max(learner.fits["a:1"].mean_x, 2000)
+    before = learner.backlogs["a:1"].tokens
+    learner.learn_pick("a:1", {"t": t0, "n": 1000, "d": 1.0})  # picked 10 ms before our own
+    # Its 10 ms head start drained part of it; the sender's rate is not used when we have a model.
+    assert learner.backlogs["a:1"].tokens == pytest.approx(before + 1000 - 0.01 / drain)
+    learner.learn_pick("a:1", {"t": t0 - 10.0, "n": 1000, "d": 1.0})  # long drained
+    assert learner.backlogs["a:1"].tokens == pytest.approx(before + 1000 - 0.01 / drain)
+
+
+def test_a_backlog_note_for_an_unmeasured_pod_drains_at_the_senders_rate() -> None:
+    learner = BacklogTtftScorer()
+    learner.learn_pick("a:1", {"t": 10.0, "n": 1000, "d": 0.001})
+    assert learner.backlogs["a:1"].now(10.5, 0.001) == pytest.approx(500.0)
+    learner.learn_pick("a:1", {"t": 10.5, "n": 100, "d": 0.001})
+    assert learner.backlogs["a:1"].tokens == pytest.approx(600.0)
+    assert learner.backlogs["a:1"].at == 10.5
+
+
+def test_no_backlog_note_while_the_candidates_are_one_kind_of_hardware() -> None:
+    scorer = BacklogTtftScorer()
+    alike = [ep("a:1", num_gpu_blocks=10_000, block_size=16), ep("b:1", num_gpu_blocks=10_000, block_size=16)]
+    unlike = [ep("a:1", num_gpu_blocks=40_000, block_size=16), ep("b:1", num_gpu_blocks=5_000, block_size=16)]
+    for candidates, noted in ((alike, False), (unlike, True)):
+        picked = ctx(sized(req("", request_id=f"r{noted}"), 500), now=10.0)
+        assert scorer.score(picked, candidates)
+        scorer.on_picked(picked, candidates[0])
+        assert (scorer.pick_note(picked, candidates[0]) is not None) is noted
+
+
+@pytest.mark.parametrize(
+    ("note", "field"),
+    [
+        pytest.param([1, 2, 3], "is an object", id="not-an-object"),
+        pytest.param({"t": "now", "n": 1, "d": 0.1}, "field 't'", id="time-not-a-number"),
+        pytest.param({"t": 1.0, "d": 0.1}, "field 'n'", id="tokens-missing"),
+        pytest.param({"t": 1.0, "n": float("nan"), "d": 0.1}, "field 'n'", id="tokens-not-finite"),
+        pytest.param({"t": 1.0, "n": True, "d": 0.1}, "field 'n'", id="tokens-a-bool"),
+        pytest.param({"t": 1.0, "n": -5, "d": 0.1}, "must not be negative", id="negative-tokens"),
+        pytest.param({"t": 1.0, "n": 5, "d": -0.1}, "must not be negative", id="negative-drain"),
+    ],
+)
+def test_a_malformed_backlog_note_is_refused_by_field(note: object, field: str) -> None:
+    scorer = BacklogTtftScorer()
+    with pytest.raises(ValueError, match=field):
+        scorer.learn_pick("a:1", note)
+    assert scorer.backlogs == {}

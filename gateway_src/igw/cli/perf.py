@@ -22,6 +22,7 @@ from igw.cli.arg_types import (
     POSITIVE,
     SEED,
     SEEDS,
+    NumberList,
     output_file,
 )
 
@@ -185,6 +186,22 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
         "to the gateway; default) or aiohttp (the igw perf gateway ones)",
     )
 
+    cpus = NumberList(NON_NEGATIVE_INT)  # CPU numbers, as taskset takes them
+
+    parser.add_argument(
+        "--gateway-cpus",
+        type=cpus,
+        default=[],
+        help="pin the gateway's serving processes, one per CPU in this comma-separated list "
+        "(default: not pinned)",
+    )
+    parser.add_argument(
+        "--load-cpus",
+        type=cpus,
+        default=[],
+        help="pin the load generator and the backend to these CPUs (default: not pinned)",
+    )
+
 
 def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -206,6 +223,13 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--duration-scale", type=POSITIVE, default=0.5, help="multiply scenario durations")
     parser.add_argument("--scrape-interval", type=POSITIVE, default=0.05, help="scrape interval in seconds")
+    parser.add_argument(
+        "--note-interval",
+        type=POSITIVE,
+        default=None,
+        help="seconds between exchanges of pick notes (default: igw serve's, 5 ms or the scrape "
+        "interval when shorter)",
+    )
 
 
 def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
@@ -224,6 +248,11 @@ def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stale-threshold", type=POSITIVE, default=1.0, help="staleThreshold in seconds (1.0)"
     )
+
+
+def _workers_notes_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--picks", type=COUNT, default=3000, help="requests per round (default 3000)")
+    parser.add_argument("--rounds", type=COUNT, default=3, help="rounds; medians printed (default 3)")
 
 
 def _decide_arguments(parser: argparse.ArgumentParser) -> None:
@@ -261,6 +290,7 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("scrape", "igw.perf.scrape", _scrape_arguments),
     ("workers", "igw.perf.workers_throughput", _workers_arguments),
     ("workers-des", "igw.perf.workers_des", _workers_des_arguments),
+    ("workers-notes", "igw.perf.workers_notes", _workers_notes_arguments),
     ("scrape-des", "igw.perf.scrape_des", _scrape_des_arguments),
     ("decide", "igw.perf.decide", _decide_arguments),
 )

@@ -2,24 +2,38 @@
 
 The notes themselves (what a plugin shares, the bounded outbox the request path appends to, the
 learner) are :mod:`igw.scheduling.pick_notes`; this module moves them between the processes of
-``igw serve --workers N`` over the scrape channel of :mod:`igw.gateway.scrape_share`, once per
-scrape interval: each follower sends its batch to worker 0, which learns it and relays the same
-bytes to the other followers, and worker 0 sends its own batch to every follower.
+``igw serve --workers N`` over the scrape channel of :mod:`igw.gateway.scrape_share`, every
+:func:`~igw.scheduling.pick_notes.note_interval` (a few milliseconds): each follower sends its
+batch to worker 0, which learns it and relays the same bytes to the other followers, and worker 0
+sends its own batch to every follower.
 
-A batch is one or more channel lines ``{"t": "p", "p": [[scheduler, at, plugin, endpoint, note],
-...]}``, each at most ``max_line`` bytes (the channel reader's limit), so a busy interval is split
-rather than breaking the channel. Nothing here runs on the request path: gathering drains the
-outboxes, learning runs in the channel's reader.
+A batch is one or more channel lines ``{"t": "p", "w": worker, "p": [[scheduler, at, plugin,
+endpoint, note], ...]}``, each at most ``max_line`` bytes (the channel reader's limit), so a busy
+interval is split rather than breaking the channel. Nothing here runs on the request path:
+gathering drains the outboxes, learning runs in the channel's reader.
+
+**Late joiners.** Worker 0 keeps the lines it sent or relayed in the last stale threshold (at most
+:data:`REPLAY_LINES` lines and :data:`REPLAY_BYTES` bytes) and replays them to a worker that
+(re)connects, after the endpoints' snapshots: its prefix index and backlogs then start from the
+recent picks rather than from empty (older notes would be dropped as stale on arrival anyway).
+
+**Counters.** :class:`PickNoteCollector` exports what became of the notes as Prometheus counters
+(``igw_pick_notes_received_total{outcome}``, ``igw_pick_notes_dropped_total``,
+``igw_pick_note_lines_skipped_total``, ``igw_pick_note_lines_replayed_total``), read from this
+module's counts when ``/metrics`` is rendered, so counting stays a plain integer increment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import orjson
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from igw.gateway.runtime import GatewayRuntime
 from igw.scheduling.pick_notes import LearnCounts
@@ -30,7 +44,11 @@ KIND: Final = "p"
 """The ``t`` of a pick-note line on the channel."""
 WARN_EVERY_S: Final = 10.0
 """At most one warning about dropped notes per this many seconds (drops can recur every interval)."""
-_HEAD: Final = b'{"t":"p","p":['
+REPLAY_LINES: Final = 256
+"""Lines of recent notes worker 0 keeps for a worker that (re)connects."""
+REPLAY_BYTES: Final = 1024 * 1024
+"""Bytes of recent notes worker 0 keeps for a worker that (re)connects (half the backlog at which
+a peer's notes are skipped, so a replay never makes the next batch skip)."""
 _TAIL: Final = b"]}\n"
 
 
@@ -38,8 +56,17 @@ class PickShare:
     """One worker's end of the pick-note exchange: gather its notes, learn the others'."""
 
     def __init__(
-        self, runtime: Callable[[], GatewayRuntime], clock: Callable[[], float], *, max_line: int
+        self,
+        runtime: Callable[[], GatewayRuntime],
+        clock: Callable[[], float],
+        *,
+        max_line: int,
+        worker: int = 0,
     ) -> None:
+        self._worker = worker
+        self._head = b'{"t":"p","w":%d,"p":[' % worker
+        """Each line names the worker whose picks it carries: a replay to a worker that reconnected
+        may hold its own earlier notes, which it must not learn twice (a backlog would double)."""
         self._runtime = runtime
         self._clock = clock
         self._max_line = max_line
@@ -51,49 +78,94 @@ class PickShare:
         self.lines_unsent = 0
         """Lines of notes not written because the peer's buffer had no room (see
         :mod:`igw.gateway.scrape_share`)."""
+        self.lines_replayed = 0
+        """Lines of recent notes written to a worker that (re)connected."""
+        self._recent: deque[tuple[float, bytes]] = deque()
+        self._recent_bytes = 0
 
-    def lines(self, *, send: bool = True) -> list[bytes]:
-        """Drain every scheduler's outbox into channel lines; ``send=False``: drain only (nobody to
-        send to). Attaches an outbox to schedulers that have none yet (a new or reloaded runtime)."""
-        rows: list[bytes] = []
+    def remember(self, line: bytes) -> None:
+        """Keep a line sent or relayed now for :meth:`replay` (the oldest go beyond the bounds)."""
+        self._recent.append((self._clock(), line))
+        self._recent_bytes += len(line)
+        while len(self._recent) > REPLAY_LINES or self._recent_bytes > REPLAY_BYTES:
+            _, old = self._recent.popleft()
+            self._recent_bytes -= len(old)
+
+    def recent(self) -> list[bytes]:
+        """The remembered lines younger than the stale threshold, oldest first."""
+        oldest = self._clock() - self._runtime().settings.stale_threshold_s
+        return [line for at, line in self._recent if at >= oldest]
+
+    def replay(self, writer: asyncio.StreamWriter) -> None:
+        """Write :meth:`recent` to a peer that just connected."""
+        for line in self.recent():
+            writer.write(line)
+            self.lines_replayed += 1
+
+    def lines(self) -> list[bytes]:
+        """Drain every scheduler's outbox into channel lines. Attaches an outbox to schedulers that
+        have none yet (a new or reloaded runtime).
+
+        The batch is encoded in one call (one line) when it fits; only a batch too long for a line
+        or holding a note that is not JSON is encoded row by row, to split it and drop what cannot
+        travel."""
+        rows: list[list[object]] = []
         dropped = 0
         for name, sr in self._runtime().schedulers.items():
             outbox = sr.scheduler.share_picks()
             notes = outbox.drain()
             dropped += outbox.dropped
             outbox.dropped = 0
-            if not send:
-                continue
-            for at, plugin, endpoint, note in notes:
-                try:
-                    row = orjson.dumps([name, at, plugin, endpoint, note])
-                except TypeError:
-                    dropped += 1  # a third-party plugin's note that is not JSON
-                    continue
-                if len(row) + len(_HEAD) + len(_TAIL) > self._max_line:
-                    dropped += 1
-                    continue
-                rows.append(row)
+            rows += [[name, at, plugin, endpoint, note] for at, plugin, endpoint, note in notes]
+        lines: list[bytes] = []
+        if rows:
+            try:
+                line = orjson.dumps({"t": KIND, "w": self._worker, "p": rows}) + b"\n"
+            except TypeError:
+                line = b""  # a third-party plugin's note that is not JSON: found row by row below
+            if line and len(line) <= self._max_line:
+                lines = [line]
+            else:
+                encoded, unsent = self._encode_rows(rows)
+                dropped += unsent
+                lines = self._pack(encoded)
         if dropped:
             self.dropped += dropped
             now = self._clock()
             if now - self._warned_at >= WARN_EVERY_S:
                 self._warned_at = now
                 log.warning("pick notes dropped before sending: %d in all", self.dropped)
-        return self._pack(rows)
+        return lines
+
+    def _encode_rows(self, rows: list[list[object]]) -> tuple[list[bytes], int]:
+        """Each row encoded on its own; those that are not JSON or longer than a line are left out
+        (their count is returned)."""
+        encoded: list[bytes] = []
+        dropped = 0
+        for row in rows:
+            try:
+                data = orjson.dumps(row)
+            except TypeError:
+                dropped += 1
+                continue
+            if len(data) + len(self._head) + len(_TAIL) > self._max_line:
+                dropped += 1
+                continue
+            encoded.append(data)
+        return encoded, dropped
 
     def _pack(self, rows: list[bytes]) -> list[bytes]:
         lines: list[bytes] = []
         batch: list[bytes] = []
-        size = len(_HEAD) + len(_TAIL)
+        size = len(self._head) + len(_TAIL)
         for row in rows:
             if batch and size + len(row) + 1 > self._max_line:
-                lines.append(_HEAD + b",".join(batch) + _TAIL)
-                batch, size = [], len(_HEAD) + len(_TAIL)
+                lines.append(self._head + b",".join(batch) + _TAIL)
+                batch, size = [], len(self._head) + len(_TAIL)
             batch.append(row)
             size += len(row) + 1
         if batch:
-            lines.append(_HEAD + b",".join(batch) + _TAIL)
+            lines.append(self._head + b",".join(batch) + _TAIL)
         return lines
 
     def write(self, writer: asyncio.StreamWriter, line: bytes, *, max_unsent: int) -> None:
@@ -106,6 +178,8 @@ class PickShare:
 
     def learn(self, doc: dict[str, Any]) -> None:
         """Teach this worker's schedulers the notes of one received line."""
+        if doc.get("w") == self._worker:
+            return  # our own notes, replayed after a reconnect: learned when we made the picks
         rows = doc.get("p")
         if not isinstance(rows, list):
             self.learned.malformed += 1
@@ -129,3 +203,42 @@ class PickShare:
             known = [note for note in notes if not isinstance(note[2], str) or note[2] in states]
             self.learned.unknown += len(notes) - len(known)
             sr.scheduler.learn_picks(known, now=now, counts=self.learned)
+
+
+class PickNoteCollector(Collector):
+    """The pick-note counts of one worker as Prometheus counters, read at each ``/metrics``."""
+
+    def __init__(self, share: PickShare) -> None:
+        self._share = share
+
+    def collect(self) -> Iterator[Metric]:
+        share = self._share
+        received = CounterMetricFamily(
+            "igw_pick_notes_received",
+            "Pick notes from the other workers of igw serve --workers, by what became of them.",
+            labels=["outcome"],
+        )
+        counts = share.learned
+        for outcome, value in (
+            ("learned", counts.learned),
+            ("stale", counts.stale),
+            ("unknown", counts.unknown),
+            ("malformed", counts.malformed),
+        ):
+            received.add_metric([outcome], value)
+        yield received
+        yield CounterMetricFamily(
+            "igw_pick_notes_dropped",
+            "This worker's pick notes dropped before sending (outbox full, not JSON, longer than a line).",
+            value=share.dropped,
+        )
+        yield CounterMetricFamily(
+            "igw_pick_note_lines_skipped",
+            "Lines of pick notes not written because the peer had too much unread.",
+            value=share.lines_unsent,
+        )
+        yield CounterMetricFamily(
+            "igw_pick_note_lines_replayed",
+            "Lines of recent pick notes replayed to a worker that (re)connected.",
+            value=share.lines_replayed,
+        )

@@ -7,8 +7,9 @@ window - to the *followers* over a unix stream socket in a private directory, an
 writes it into its own :class:`~igw.gateway.endpoints.EndpointState`. The other way, every follower
 reports its per-endpoint dispatch count and in-flight requests once per scrape interval, so the
 leader's frozen-page detection sees the whole host's traffic (a page that stops moving while *any*
-worker sends requests to the pod is frozen). On the same channel and interval the workers exchange
-their *pick notes* (:mod:`igw.gateway.pick_share`): each follower's go to the leader, which learns
+worker sends requests to the pod is frozen). On the same channel, every few milliseconds
+(:func:`~igw.scheduling.pick_notes.note_interval`), the workers exchange their *pick notes*
+(:mod:`igw.gateway.pick_share`): each follower's go to the leader, which learns
 them and relays them to the other followers, and the leader's go to every follower, so each
 worker's prefix index also knows the prompts the other workers routed.
 
@@ -37,12 +38,13 @@ import orjson
 
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.pick_share import KIND as PICKS
-from igw.gateway.pick_share import PickShare
+from igw.gateway.pick_share import PickNoteCollector, PickShare
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scrape_client import PageGetter
 from igw.gateway.scraper import Scraper, ScrapeService
 from igw.gateway.telemetry import GatewayMetrics
 from igw.gateway.workers import WorkerRole
+from igw.scheduling.pick_notes import note_interval
 from igw.scheduling.types import EngineMetrics
 
 log = logging.getLogger("igw.gateway.scrape_share")
@@ -128,10 +130,11 @@ class ScrapeLeader:
         self._sharer = asyncio.create_task(self._share_picks(), name="pick notes to the workers")
 
     async def _share_picks(self) -> None:
-        """Every interval, this worker's pick notes to every follower."""
+        """Every note interval, this worker's pick notes to every follower."""
         while True:
-            await asyncio.sleep(self._interval())
-            for line in self.picks.lines(send=bool(self._followers)):
+            await asyncio.sleep(note_interval(self._interval()))
+            for line in self.picks.lines():
+                self.picks.remember(line)  # also with no follower yet: one that joins gets them
                 self._send_notes(line, sender=None)
 
     def _send_notes(self, line: bytes, *, sender: asyncio.StreamWriter | None) -> None:
@@ -171,6 +174,7 @@ class ScrapeLeader:
                 for state in sr.pool.states.values():
                     if state.scraped_at is not None or state.scrape_failing:
                         writer.write(snapshot(name, state))
+            self.picks.replay(writer)
             while line := await reader.readline():
                 doc = orjson.loads(line)
                 kind = doc.get("t")
@@ -178,6 +182,7 @@ class ScrapeLeader:
                     self._followers[writer] = {(s, k): (p, i) for s, k, p, i in doc["u"]}
                 elif kind == PICKS:
                     self.picks.learn(doc)
+                    self.picks.remember(line)
                     self._send_notes(line, sender=writer)  # the same bytes to the other followers
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             log.warning("scrape channel to a worker failed: %s", exc)
@@ -225,11 +230,13 @@ class ScrapeFollower:
         *,
         clock: Callable[[], float],
         report_interval_s: Callable[[], float],
+        worker: int,
     ) -> None:
         self._path = path
         self._runtime = runtime
         self._interval = report_interval_s
-        self.picks = PickShare(runtime, clock, max_line=MAX_LINE)
+        self._clock = clock
+        self.picks = PickShare(runtime, clock, max_line=MAX_LINE, worker=worker)
         self._latest: dict[tuple[str, str], dict[str, Any]] = {}
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
@@ -287,17 +294,23 @@ class ScrapeFollower:
             await asyncio.sleep(RECONNECT_S)
 
     async def _report(self, writer: asyncio.StreamWriter) -> None:
+        """Usage to the leader every scrape interval, pick notes every (shorter) note interval."""
+        reported_at = float("-inf")
         while True:
-            usage = [
-                [name, key, state.picks, state.inflight]
-                for name, sr in self._runtime().schedulers.items()
-                for key, state in sr.pool.states.items()
-                if state.picks
-            ]
-            writer.write(orjson.dumps({"t": "u", "u": usage}) + b"\n")
+            interval = self._interval()
+            now = self._clock()
+            if now - reported_at >= interval:
+                reported_at = now
+                usage = [
+                    [name, key, state.picks, state.inflight]
+                    for name, sr in self._runtime().schedulers.items()
+                    for key, state in sr.pool.states.items()
+                    if state.picks
+                ]
+                writer.write(orjson.dumps({"t": "u", "u": usage}) + b"\n")
             for line in self.picks.lines():
                 self.picks.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
-            await asyncio.sleep(self._interval())
+            await asyncio.sleep(note_interval(interval))
 
     async def close(self) -> None:
         if self._task is not None:
@@ -307,19 +320,19 @@ class ScrapeFollower:
             self._task = None
 
 
-class _LeadingScraper:
+class LeadingScraper:
     """Worker 0: the scraper, publishing every scrape to the followers."""
 
     def __init__(self, scraper: Scraper, leader: ScrapeLeader) -> None:
         self._scraper = scraper
-        self._leader = leader
+        self.leader = leader
 
     def sync(self) -> None:
         self._scraper.sync()
 
     async def close(self) -> None:
         await self._scraper.close()
-        await self._leader.close()
+        await self.leader.close()
 
 
 async def start_scraping(
@@ -338,8 +351,13 @@ async def start_scraping(
         return runtime().settings.scrape_interval_s
 
     if not role.leads_scraping:
-        return ScrapeFollower(role.scrape_channel, runtime, clock=clock, report_interval_s=interval)
+        follower = ScrapeFollower(
+            role.scrape_channel, runtime, clock=clock, report_interval_s=interval, worker=role.index
+        )
+        metrics.registry.register(PickNoteCollector(follower.picks))
+        return follower
     leader = ScrapeLeader(role.scrape_channel, runtime, clock=clock, report_interval_s=interval)
+    metrics.registry.register(PickNoteCollector(leader.picks))
     await leader.start()
     scraper = Scraper(
         runtime=runtime,
@@ -349,4 +367,4 @@ async def start_scraping(
         publish=leader.publish,
         remote_usage=leader.remote_usage,
     )
-    return _LeadingScraper(scraper, leader)
+    return LeadingScraper(scraper, leader)

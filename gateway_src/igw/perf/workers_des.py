@@ -49,18 +49,22 @@ def measure(
     duration_scale: float,
     scrape_interval_s: float,
     shares: Sequence[str] = ("inflight", "dispatches", "picks"),
+    note_interval_s: float | None = None,
 ) -> list[QualityRow]:
-    """Every (N, mitigation) variant on the scenario's identical requests per seed."""
+    """Every (N, mitigation) variant on the scenario's identical requests per seed; ``picks`` are
+    exchanged every ``note_interval_s`` (default: what ``igw serve --workers`` does)."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.bench.capacity import fleet_capacity
     from igw.bench.policies.registry import build_policy
     from igw.bench.policies.workers import WorkerSplitPolicy
     from igw.bench.scenarios import SCENARIOS as ALL_SCENARIOS
     from igw.bench.workload import fleet_pods, model_name
+    from igw.scheduling.pick_notes import note_interval
     from igw.sim.des import simulate
 
+    notes_every = note_interval(scrape_interval_s) if note_interval_s is None else note_interval_s
     scenario = ALL_SCENARIOS[scenario_name]
-    capacity = fleet_capacity(scenario, seed=seeds[0])
+    capacity = fleet_capacity(scenario)
     pods = fleet_pods(scenario)
     # "none" is always measured (it is the baseline of every ratio); naming it in ``shares`` is allowed.
     variants = [(n, "none") for n in workers] + [
@@ -82,6 +86,7 @@ def measure(
                 rng=random.Random(seed),
                 share=share,
                 report_interval_s=scrape_interval_s,
+                note_interval_s=notes_every,
             )
             result = simulate(
                 pods=pods,
@@ -124,9 +129,13 @@ def print_rows(rows: Sequence[QualityRow]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.scheduling.pick_notes import note_interval
+
     print(
         f"policy {args.policy}, seeds {','.join(map(str, args.seeds))}, duration scale "
-        f"{args.duration_scale:g}, scrape interval {args.scrape_interval * 1000:.0f} ms; "
+        f"{args.duration_scale:g}, scrape interval {args.scrape_interval * 1000:.0f} ms, pick notes every "
+        f"{(args.note_interval or note_interval(args.scrape_interval)) * 1000:g} ms; "
         "requests spread over the workers at random (SO_REUSEPORT)"
     )
     run_per_scenario(
@@ -139,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             duration_scale=args.duration_scale,
             scrape_interval_s=args.scrape_interval,
             shares=args.shares,
+            note_interval_s=args.note_interval,
         ),
         print_rows,
     )

@@ -15,11 +15,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import resource
 import statistics
 import tempfile
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from igw.perf import raw_http
 from igw.perf.gateway_load import (
@@ -30,6 +36,9 @@ from igw.perf.gateway_load import (
     gateway_process,
     wait_ready,
 )
+
+CONNECTIONS_SAMPLE_S = 0.2
+"""When into a phase the connections per worker are counted (all are open by then)."""
 
 HELP = "Throughput of igw serve --workers N vs 1 worker: requests/s and CPU per request, one run."
 
@@ -51,6 +60,96 @@ def group_cpu(parent: int) -> float:
     return total
 
 
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds ``pid``'s threads have waited, runnable, for a CPU (``/proc/<pid>/task/*/schedstat``):
+    a worker that answers few requests while using little CPU either waited for a core (this
+    grows) or for something else (it does not)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e9
+
+
+def worker_cpu(parent: int) -> dict[int, float]:
+    """CPU seconds of each process serving requests: the workers of a ``--workers N`` group (N > 1),
+    else the single gateway process itself."""
+    pids = group_pids(parent)
+    serving = pids[1:] or pids
+    out: dict[int, float] = {}
+    for pid in serving:
+        with contextlib.suppress(OSError):
+            out[pid] = cpu_seconds(pid)
+    return out
+
+
+def connections_by_pid(pids: Sequence[int], port: int) -> dict[int, int]:
+    """Established TCP connections on local ``port`` that each of ``pids`` holds (from ``/proc``):
+    how the kernel's ``SO_REUSEPORT`` hash spread the load generator's connections."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                fields = row.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{inode}]")
+    out: dict[int, int] = {}
+    for pid in pids:
+        count = 0
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    count += os.readlink(fd) in inodes
+        out[pid] = count
+    return out
+
+
+def requests_by_worker(page: str) -> dict[str, float]:
+    """``igw_requests_total`` summed per ``worker`` label of a ``/metrics`` page (one process: ``"0"``)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name == "igw_requests_total":
+                worker = sample.labels.get("worker", "0")
+                out[worker] = out.get(worker, 0.0) + sample.value
+    return out
+
+
+async def _worker_requests(base: str) -> dict[str, float]:
+    async with aiohttp.ClientSession() as session, session.get(f"http://{base}/metrics") as response:
+        return requests_by_worker(await response.text())
+
+
+async def wait_all_workers(base: str, count: int, *, within_s: float) -> None:
+    """Until each of ``count`` workers has answered ``/readyz`` on a new connection.
+
+    One worker's answer is not enough: a worker still starting has no listener in the port's
+    ``SO_REUSEPORT`` group yet, so every connection opened until then goes to the others, and a
+    phase's keep-alive connections would stay there."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + within_s
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        while len(seen) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"only workers {sorted(seen)} of {count} at {base} answered in {within_s}s"
+                )
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"http://{base}/readyz") as response:
+                    if response.status == 200:
+                        seen.add(int((await response.json())["worker"]["index"]))
+                        continue
+            await asyncio.sleep(0.05)
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Restrict ``pid`` (0: this process) to ``cpus``."""
+    os.sched_setaffinity(pid, cpus)
+
+
 def _own_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -64,6 +163,15 @@ class Phase:
     gateway_cpu_s: float
     client_cpu_s: float
     backend_cpu_s: float
+    worker_cpu_s: tuple[float, ...]
+    """Per serving process (sorted by pid: worker 0 first), the CPU seconds it used in the phase."""
+    worker_requests: tuple[float, ...]
+    """Per worker index, the requests it answered in the phase (its ``igw_requests_total``)."""
+    worker_wait_s: tuple[float, ...]
+    """Per serving process (as ``worker_cpu_s``), the seconds it waited for a CPU in the phase."""
+    worker_connections: tuple[int, ...]
+    """Per serving process, the load generator's connections it held early in the phase (empty
+    when the phase ended before the sample)."""
 
     @property
     def rps(self) -> float:
@@ -92,15 +200,29 @@ async def _load(base: str, *, concurrency: int, requests: int, raw: bool) -> flo
 async def _phase(
     base: str, parent: int, backend_pid: int, *, workers: int, concurrency: int, requests: int, raw: bool
 ) -> Phase:
+    r0 = await _worker_requests(base)
+    w0 = worker_cpu(parent)
+    q0 = {pid: runqueue_wait_s(pid) for pid in w0}
     g0, c0, b0 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
-    wall_s = await _load(base, concurrency=concurrency, requests=requests, raw=raw)
+    load = asyncio.create_task(_load(base, concurrency=concurrency, requests=requests, raw=raw))
+    await asyncio.sleep(CONNECTIONS_SAMPLE_S)
+    held = {} if load.done() else connections_by_pid(sorted(w0), int(base.rsplit(":", 1)[1]))
+    wall_s = await load
+    g1, c1, b1 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
+    w1 = worker_cpu(parent)
+    q1 = {pid: runqueue_wait_s(pid) for pid in w1}
+    r1 = await _worker_requests(base)
     return Phase(
         workers=workers,
         requests=requests,
         wall_s=wall_s,
-        gateway_cpu_s=group_cpu(parent) - g0,
-        client_cpu_s=_own_cpu() - c0,
-        backend_cpu_s=cpu_seconds(backend_pid) - b0,
+        gateway_cpu_s=g1 - g0,
+        client_cpu_s=c1 - c0,
+        backend_cpu_s=b1 - b0,
+        worker_cpu_s=tuple(w1[pid] - w0.get(pid, 0.0) for pid in sorted(w1)),
+        worker_requests=tuple(r1[w] - r0.get(w, 0.0) for w in sorted(r1, key=int)),
+        worker_wait_s=tuple(q1[pid] - q0.get(pid, 0.0) for pid in sorted(q1)),
+        worker_connections=tuple(held[pid] for pid in sorted(held)),
     )
 
 
@@ -112,9 +234,16 @@ async def _measure(
     requests: int,
     rounds: int,
     raw: bool,
+    gateway_cpus: Sequence[int] = (),
 ) -> list[Phase]:
-    for base, _pid in bases.values():
+    for n, (base, pid) in bases.items():
         await wait_ready(base, within_s=120)
+        if n > 1:
+            await wait_all_workers(base, n, within_s=120)
+        if gateway_cpus:
+            # One core per worker, in order (a single worker: the first core).
+            for i, serving in enumerate(sorted(worker_cpu(pid))):
+                pin(serving, {gateway_cpus[i % len(gateway_cpus)]})
         await _load(base, concurrency=concurrency, requests=max(50, requests // 10), raw=raw)  # warm-up
     phases = []
     for _ in range(rounds):
@@ -133,11 +262,19 @@ def run(args: argparse.Namespace) -> int:
         f"{args.rounds} rounds alternating worker counts {','.join(map(str, args.workers))}, "
         f"{args.load} load generator and backend"
     )
+    if args.gateway_cpus or args.load_cpus:
+        print(
+            f"pinned: gateway workers one each on CPUs {_cpus(args.gateway_cpus)}, load generator and "
+            f"backend on CPUs {_cpus(args.load_cpus)}"
+        )
     raw = args.load == "raw"
     with contextlib.ExitStack() as stack:
         backend, backend_proc = stack.enter_context(backend_process(chunks=4, interval=0.0, raw=raw))
         if backend_proc.stdout is not None:
             stack.callback(backend_proc.stdout.close)  # its PORT line is read; nothing else comes
+        if args.load_cpus:
+            pin(0, set(args.load_cpus))
+            pin(backend_proc.pid, set(args.load_cpus))
         bases: dict[int, tuple[str, int]] = {}
         for n in args.workers:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"igw-perf-w{n}-")))
@@ -165,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
                     requests=args.requests,
                     rounds=args.rounds,
                     raw=raw,
+                    gateway_cpus=args.gateway_cpus,
                 )
             )
     print(
@@ -172,9 +310,15 @@ def run(args: argparse.Namespace) -> int:
         f"{'backend cores':>13}"
     )
     for p in phases:
+        cores = "/".join(f"{c / p.wall_s:.2f}" for c in p.worker_cpu_s)
+        answered = "/".join(f"{r:.0f}" for r in p.worker_requests)
+        held = "/".join(map(str, p.worker_connections)) or "-"
+        waited = "/".join(f"{q / p.wall_s:.2f}" for q in p.worker_wait_s)
         print(
             f"{p.workers:>7} {p.rps:>8.0f} {p.us_per_request:>7.0f} µs {p.gateway_cpu_s / p.wall_s:>13.2f} "
-            f"{p.client_cpu_s / p.wall_s:>12.2f} {p.backend_cpu_s / p.wall_s:>13.2f}"
+            f"{p.client_cpu_s / p.wall_s:>12.2f} {p.backend_cpu_s / p.wall_s:>13.2f}   "
+            f"per worker: cores {cores}, waiting for a core {waited}, requests {answered}, "
+            f"connections {held}"
         )
     median = {n: statistics.median(p.rps for p in phases if p.workers == n) for n in args.workers}
     first = args.workers[0]
@@ -185,4 +329,18 @@ def run(args: argparse.Namespace) -> int:
             f"throughput {n} vs {first} worker(s) (median over rounds): "
             f"{median[n]:.0f} / {median[first]:.0f} req/s = {ratio:.2f}× (target 1.7× for 2 vs 1: {verdict})"
         )
+    per_core = {
+        n: statistics.median(p.requests / p.gateway_cpu_s for p in phases if p.workers == n)
+        for n in args.workers
+    }
+    for n in args.workers[1:]:
+        print(
+            f"requests per gateway CPU-second {n} vs {first} worker(s) (median): {per_core[n]:.0f} / "
+            f"{per_core[first]:.0f} = {per_core[n] / per_core[first]:.2f}× (the gateway's own scaling "
+            "efficiency; not the target, which is throughput)"
+        )
     return 0
+
+
+def _cpus(cpus: Sequence[int]) -> str:
+    return ",".join(map(str, cpus)) if cpus else "any"

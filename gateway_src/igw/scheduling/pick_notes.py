@@ -5,11 +5,11 @@ only the prompts that worker routed, and requests sharing a prefix land on pods 
 it. Plugins with the optional :class:`~igw.scheduling.framework.SharesPicks` hook fix that: after
 each pick the scheduler asks them for a *note* (:class:`PickNoteOutbox`, the only request-path
 work: one call per sharing plugin and an append), the transport carries the notes to the other
-workers once per scrape interval, and there :func:`learn_notes` hands each note to the same
-plugin of the same scheduler. The DES model of the workers (``igw.bench.policies.workers``, share
-mode ``picks``) uses this same outbox and learner (through :meth:`Scheduler.share_picks
-<igw.scheduling.scheduler.Scheduler.share_picks>` and ``learn_picks``), so what it measures is
-this code path.
+workers every :data:`NOTE_INTERVAL_S` (at most a scrape interval), and there :func:`learn_notes`
+hands each note to the same plugin of the same scheduler. The DES model of the workers
+(``igw.bench.policies.workers``, share mode ``picks``) uses this same outbox and learner
+(through :meth:`Scheduler.share_picks <igw.scheduling.scheduler.Scheduler.share_picks>` and
+``learn_picks``), so what it measures is this code path.
 
 Which built-in plugins share, and why:
 
@@ -24,8 +24,10 @@ Which built-in plugins share, and why:
   milliseconds they last, worked off at a rate learned from the worker's own completions; a note
   arrives up to one scrape interval late, when most such prefills are over, and out of the time
   order its queue relies on.
-* ``backlog-ttft-scorer`` - does not: each pick's backlog entry is paired with that request's
-  first token or completion to fit the pod's prefill speed, which only the owning worker sees.
+* ``backlog-ttft-scorer`` - shares its backlogs: the note is the pick time, the prompt tokens the
+  pick added to the pod's backlog and the rate it drains at (numbers, never the prompt); a backlog
+  drains by time, so a learned dispatch leaves it without a completion. Its fits do not travel:
+  each pairs a dispatch with that request's first token, which only the owning worker sees.
 * ``lora-affinity-scorer`` and the other scorers: no pick state (they read scrapes or in-flight
   counts).
 
@@ -46,8 +48,24 @@ from igw.scheduling.framework import CycleContext, SharesPicks
 from igw.scheduling.types import EndpointView
 
 MAX_PENDING_NOTES: Final = 8192
-"""Notes an outbox keeps between two drains (one scrape interval): far above one worker's picks
-per interval; beyond it the oldest are dropped."""
+"""Notes an outbox keeps between two drains (one note interval, or longer while the transport is
+stalled): far above one worker's picks per interval; beyond it the oldest are dropped."""
+
+NOTE_INTERVAL_S: Final = 0.005
+"""How often the workers exchange their pick notes (or every scrape interval, when that is shorter).
+
+Why not once per scrape interval: N workers each unaware of the others' picks for that long place
+requests on the same pod in the same few tens of milliseconds - on mixed-fleet-8b the tail of the
+N-worker TTFT was short prompts queued behind such collisions, and in the DES notes every 5 ms
+instead of every 50 ms brought 8 workers' p99 back to about one worker's (docs/gateway.md, routing
+quality with N in-flight ledgers). A batch every 5 ms is one write and one wake-up per peer, so
+the request path does not pay for the shorter interval."""
+
+
+def note_interval(scrape_interval_s: float) -> float:
+    """Seconds between two exchanges of pick notes for a given scrape interval."""
+    return min(NOTE_INTERVAL_S, scrape_interval_s)
+
 
 PickNote = tuple[float, str, str, object]
 """(pick time, plugin name, endpoint key, the plugin's note)."""

@@ -15,7 +15,9 @@ ledger (:mod:`igw.scheduling.dispatch_ledger`, the herding compensation between 
 other workers' dispatches, with their original dispatch times; ``share="picks"`` - what
 ``igw serve --workers`` does: only the pick notes of the plugins that share their picks
 (:mod:`igw.scheduling.pick_notes`: the prefix scorer's block hashes, the no-hit LRU's cold picks)
-reach the other workers' same plugins, through the same outbox and learner the gateway uses.
+reach the other workers' same plugins, through the same outbox and learner the gateway uses,
+every ``note_interval_s`` (the gateway's :func:`~igw.scheduling.pick_notes.note_interval`, shorter
+than a scrape interval: notes a scrape interval late left the workers' picks colliding).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class WorkerSplitPolicy:
         assignment: str = "random",
         share: str = "none",
         report_interval_s: float = 0.05,
+        note_interval_s: float | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers: must be at least 1 (got {workers})")
@@ -66,6 +69,7 @@ class WorkerSplitPolicy:
         self._share = share != "none"
         self._share_inflight = share in ("inflight", "dispatches")
         self._share_dispatches = share == "dispatches"
+        self._share_picks = share == "picks"
         self._outboxes: list[PickNoteOutbox | None] = [
             policy.share_picks() if share == "picks" and isinstance(policy, Scheduler) else None
             for policy in self._workers
@@ -73,6 +77,8 @@ class WorkerSplitPolicy:
         self._unreported: list[tuple[float, int, EndpointView]] = []
         """Dispatches (time, worker, endpoint as seen) since the last report."""
         self._interval = report_interval_s
+        self._note_interval = report_interval_s if note_interval_s is None else note_interval_s
+        self._noted_at = float("-inf")
         self._next = 0
         self._owner: dict[str, tuple[int, EndpointKey, int]] = {}
         """request id -> (worker, endpoint, estimated tokens) while in flight."""
@@ -105,6 +111,9 @@ class WorkerSplitPolicy:
         if self._share and now - self._reported_at >= self._interval:
             self._report(now)
             self._reported_at = now
+        if self._share_picks and now - self._noted_at >= self._note_interval:
+            self._exchange_notes(now)
+            self._noted_at = now
         worker = self._choose_worker()
         views = [self._view_for(worker, v) for v in endpoints]
         decision = self._workers[worker].pick(request, views, now=now)
@@ -127,6 +136,9 @@ class WorkerSplitPolicy:
                 if index != source and ledger is not None:
                     ledger.record(view.key, now=at)
         self._unreported.clear()
+
+    def _exchange_notes(self, now: float) -> None:
+        """Each worker's pick notes since the last exchange, learned by every other worker."""
         notes: list[list[PickNote]] = [[] if box is None else box.drain() for box in self._outboxes]
         for index, policy in enumerate(self._workers):
             if not isinstance(policy, Scheduler):

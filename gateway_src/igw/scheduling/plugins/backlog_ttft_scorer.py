@@ -757,6 +757,62 @@ class BacklogTtftScorer(PluginHooks):
         for rid in [rid for rid, (key, _, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
 
+    # Pick notes (``SharesPicks``, ``igw serve --workers N``): the other workers' dispatches join
+    # this worker's backlogs, so N workers do not each believe a pod idle that the others filled.
+
+    def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:
+        """The pick's time, the prompt tokens it added to the pod's backlog (the uncached share, as
+        :meth:`on_picked` counted them) and the seconds per token it drains at here. Only numbers
+        derived from the request: no prompt text or token ids. Why this state may be shared while
+        the fits may not: a backlog drains by time on its own (a learned dispatch needs no
+        completion to leave it), whereas each fit pairs a dispatch with its own request's first
+        token, which only the worker that owns the request sees.
+
+        Nothing while the pick's candidates were one kind of hardware: then every endpoint scores
+        1.0 and backlogs decide nothing, so homogeneous fleets pay neither the note nor its
+        learning. Should the fleet turn mixed, the other workers' backlogs lack those picks for
+        about one drain time (the pods' own prefill of them)."""
+        if self._one_kind:
+            return None
+        key = endpoint.key
+        backlog = self.backlogs.get(key)
+        queued = backlog.tokens if backlog is not None else 0.0
+        own = uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
+        return {"t": ctx.now, "n": own, "d": self._drain_of(endpoint, queued)}
+
+    def learn_pick(self, endpoint: EndpointKey, note: object) -> None:
+        """Add another worker's dispatch to ``endpoint``'s backlog, drained from its pick time.
+
+        The note arrives up to a report interval late: when it is older than the backlog's last
+        update, only what would be left of it by then is added (the engine prefills in arrival
+        order, so the earlier dispatch drains first); when newer, the backlog is drained up to the
+        note's time first. The drain rate is this worker's model of the pod when it has one, else
+        the sender's. The tokens count in ``Backlog.total`` too, so the first-token cap of
+        :meth:`_learn` (only what was dispatched after a request can be left) keeps them."""
+        if not isinstance(note, dict):
+            raise ValueError(f"{self.name}: a pick note is an object (got {type(note).__name__})")
+        at, tokens, drain = note.get("t"), note.get("n"), note.get("d")
+        for field_name, value in (("t", at), ("n", tokens), ("d", drain)):
+            if type(value) not in (int, float) or not math.isfinite(cast(float, value)):
+                raise ValueError(f"{self.name}: pick note field {field_name!r} must be a finite number")
+        at, tokens, drain = float(cast(float, at)), float(cast(float, tokens)), float(cast(float, drain))
+        if tokens < 0 or drain < 0:
+            raise ValueError(f"{self.name}: pick note fields 'n' and 'd' must not be negative")
+        backlog = self.backlogs.get(endpoint)
+        if backlog is None:
+            backlog = self.backlogs[endpoint] = Backlog(at=at)
+        model = self._cycle_models.get(endpoint) or self._model(endpoint, self._cycle_pooled)
+        if model is not None:
+            drain = self._drain_slope(endpoint, *model, backlog.tokens)
+        if at >= backlog.at:
+            backlog.tokens = backlog.now(at, drain) + tokens
+            backlog.at = at
+        elif drain <= 0:
+            backlog.tokens += tokens
+        else:
+            backlog.tokens += max(0.0, tokens - (backlog.at - at) / drain)
+        backlog.total += tokens
+
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScorer:
     r = ParamReader(params, path=path)
