@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from igw.gateway import serving
+from igw.gateway import lean_server, serving
+from igw.gateway.upstream_client import UpstreamResponse
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 
@@ -56,3 +57,42 @@ async def test_the_head_leaves_with_the_first_event(gateway: Any, client_writes:
     assert b"text/event-stream" in client_writes[head]
     assert b'"text":"tok0"' in client_writes[head]  # not in a write of its own after the head
     assert b'"text":"tok1"' not in client_writes[head]  # relayed as it came, not buffered
+
+
+async def test_the_head_is_built_while_the_model_server_computes_its_first_token(
+    gateway: Any, client_writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model server sends its head before the prefill (as vLLM does): the client's head is
+    serialised then, not after the first event arrived, and still leaves with that event."""
+    order: list[str] = []
+    build = lean_server.stream_head
+    readany = UpstreamResponse.readany
+
+    def recorded_build(response: Any, *, keep_alive: bool) -> bytes:
+        order.append("head built")
+        return build(response, keep_alive=keep_alive)
+
+    async def recorded_readany(self: UpstreamResponse, timeout_s: float | None = None) -> bytes | None:
+        chunk = await readany(self, timeout_s)
+        if chunk:
+            order.append("event read")
+        return chunk
+
+    monkeypatch.setattr(lean_server, "stream_head", recorded_build)
+    monkeypatch.setattr(UpstreamResponse, "readany", recorded_readany)
+    body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
+    async with (
+        running(FakeModelServer("a", tokens=2, first_token_delay_s=0.2)) as (a,),
+        gateway(DOC, {"llama": [a.key]}) as gw,
+    ):
+        client_writes.clear()
+        resp = await gw.post("/v1/completions", body)
+        assert resp.status == 200
+        text = (await resp.read()).decode()
+        await asyncio.sleep(0)
+    assert order[:2] == ["head built", "event read"]
+    assert order.count("head built") == 1  # the built head is the one written, not built again
+    assert text.count("data: ") == 4  # two tokens, the usage event, [DONE]
+    first = next(w for w in client_writes if w.startswith(b"HTTP/1.1 200"))
+    assert b"text/event-stream" in first
+    assert b'"text":"tok0"' in first

@@ -286,7 +286,11 @@ class DirectStreams(Protocol):
 
     keep_alive: bool
 
-    def start_stream(self, response: web.StreamResponse, *, keep_alive: bool) -> AbstractStreamWriter: ...
+    def stream_head(self, response: web.StreamResponse, *, keep_alive: bool) -> bytes: ...
+
+    def start_stream(
+        self, response: web.StreamResponse, *, keep_alive: bool, head: bytes | None = None
+    ) -> AbstractStreamWriter: ...
 
 
 class _RelayedStream(web.StreamResponse):
@@ -300,21 +304,37 @@ class _RelayedStream(web.StreamResponse):
 
     On a request the lean server parsed (one with ``start_stream``, :class:`DirectStreams`),
     ``prepare`` skips aiohttp's header preparation and writer: the lean server writes the head and
-    the chunked events itself.
+    the chunked events itself, the head serialised ahead by :meth:`build_head` when the relay had
+    the time (a model server sends its head before it computes the first token).
     """
 
     _send_headers_immediately = False
+    _built_head: bytes | None = None
+
+    def _lean_keep_alive(self, request: web.BaseRequest) -> bool:
+        keep_alive = self._keep_alive
+        if keep_alive is None:
+            keep_alive = bool(cast(DirectStreams, request).keep_alive)
+        self._keep_alive = keep_alive
+        return keep_alive
+
+    def build_head(self, request: web.BaseRequest) -> None:
+        """Serialise the client's head now, off the first event's path (lean requests only: aiohttp's
+        own ``prepare`` builds its head itself). Nothing is written and ``prepared`` stays false, so
+        an upstream that fails before its first event still gets a plain HTTP error."""
+        serialize = getattr(request, "stream_head", None)
+        if serialize is None or self._payload_writer is not None or self.status in (204, 304):
+            return
+        self._built_head = serialize(self, keep_alive=self._lean_keep_alive(request))
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         start = getattr(request, "start_stream", None)
         if start is None or self._payload_writer is not None or self._eof_sent or self.status in (204, 304):
             return await super().prepare(request)
-        keep_alive = self._keep_alive
-        if keep_alive is None:
-            keep_alive = bool(cast(DirectStreams, request).keep_alive)
-        self._keep_alive = keep_alive
+        keep_alive = self._lean_keep_alive(request)
         self._req = request
-        writer: AbstractStreamWriter = start(self, keep_alive=keep_alive)
+        writer: AbstractStreamWriter = start(self, keep_alive=keep_alive, head=self._built_head)
+        self._built_head = None
         self._payload_writer = writer
         return writer
 
@@ -334,6 +354,7 @@ async def _relay_stream(
     (headers and first event leave back to back, which keeps the added TTFT down), so an upstream
     that fails before sending anything still gets a proper HTTP error instead of a broken stream."""
     response = _RelayedStream(status=upstream.status, headers=_response_headers(upstream, extra))
+    response.build_head(request)
     result = ExchangeResult(
         response=response, status=upstream.status, ok=upstream.status < 500, streamed=True
     )
