@@ -41,17 +41,22 @@ def client_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     return writes
 
 
-async def test_the_head_leaves_with_the_first_event(gateway: Any, client_writes: list[bytes]) -> None:
-    body = {"model": "m", "prompt": "hi", "max_tokens": 3, "stream": True}
-    async with (
-        running(FakeModelServer("a", tokens=3, first_token_delay_s=0.05, token_delay_s=0.05)) as (a,),
-        gateway(DOC, {"llama": [a.key]}) as gw,
-    ):
+async def streamed_text(gateway: Any, client_writes: list[bytes], server: FakeModelServer) -> str:
+    """One streamed completion through the gateway from ``server``; ``client_writes`` holds only its
+    writes."""
+    body = {"model": "m", "prompt": "hi", "max_tokens": server.tokens, "stream": True}
+    async with running(server) as (a,), gateway(DOC, {"llama": [a.key]}) as gw:
         client_writes.clear()
         resp = await gw.post("/v1/completions", body)
         assert resp.status == 200
         text = (await resp.read()).decode()
         await asyncio.sleep(0)
+    return text
+
+
+async def test_the_head_leaves_with_the_first_event(gateway: Any, client_writes: list[bytes]) -> None:
+    server = FakeModelServer("a", tokens=3, first_token_delay_s=0.05, token_delay_s=0.05)
+    text = await streamed_text(gateway, client_writes, server)
     assert text.count("data: ") == 5  # three tokens, the usage event, [DONE]
     head = next(i for i, w in enumerate(client_writes) if w.startswith(b"HTTP/1.1 200"))
     assert b"text/event-stream" in client_writes[head]
@@ -80,16 +85,8 @@ async def test_the_head_is_built_while_the_model_server_computes_its_first_token
 
     monkeypatch.setattr(lean_server, "stream_head", recorded_build)
     monkeypatch.setattr(UpstreamResponse, "readany", recorded_readany)
-    body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
-    async with (
-        running(FakeModelServer("a", tokens=2, first_token_delay_s=0.2)) as (a,),
-        gateway(DOC, {"llama": [a.key]}) as gw,
-    ):
-        client_writes.clear()
-        resp = await gw.post("/v1/completions", body)
-        assert resp.status == 200
-        text = (await resp.read()).decode()
-        await asyncio.sleep(0)
+    server = FakeModelServer("a", tokens=2, first_token_delay_s=0.2)  # head now, the first token later
+    text = await streamed_text(gateway, client_writes, server)
     assert order[:2] == ["head built", "event read"]
     assert order.count("head built") == 1  # the built head is the one written, not built again
     assert text.count("data: ") == 4  # two tokens, the usage event, [DONE]
