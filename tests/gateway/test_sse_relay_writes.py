@@ -10,6 +10,8 @@ import pytest
 
 from igw.gateway import lean_server, serving
 from igw.gateway.upstream_client import UpstreamResponse
+from igw.scheduling.scheduler import Scheduler
+from igw.scheduling.types import RequestOutcome
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 
@@ -93,3 +95,34 @@ async def test_the_head_is_built_while_the_model_server_computes_its_first_token
     first = next(w for w in client_writes if w.startswith(b"HTTP/1.1 200"))
     assert b"text/event-stream" in first
     assert b'"text":"tok0"' in first
+
+
+async def test_the_first_token_is_judged_once_the_relay_waits_again(
+    gateway: Any, client_writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler hears the first token after the relay has gone back to waiting for the next
+    bytes (the client's read is woken onto the gateway's core, so nothing runs between the first
+    event's write and that wait), once, with the TTFT of the event's write."""
+    order: list[str] = []
+    heard: list[float | None] = []
+    readany = UpstreamResponse.readany
+    hook = Scheduler.on_first_token
+
+    async def recorded_readany(self: UpstreamResponse, timeout_s: float | None = None) -> bytes | None:
+        order.append("wait")
+        return await readany(self, timeout_s)
+
+    def recorded_hook(self: Scheduler, outcome: RequestOutcome, *, now: float) -> None:
+        order.append("first token heard")
+        heard.append(outcome.ttft_s)
+        hook(self, outcome, now=now)
+
+    monkeypatch.setattr(UpstreamResponse, "readany", recorded_readany)
+    monkeypatch.setattr(Scheduler, "on_first_token", recorded_hook)
+    text = await streamed_text(gateway, client_writes, FakeModelServer("a", tokens=3, token_delay_s=0.05))
+    assert text.count("data: ") == 5
+    # the first event's read, its write, the wait for the next bytes: then the hook
+    assert order[:3] == ["wait", "wait", "first token heard"]
+    assert order.count("first token heard") == 1
+    assert len(heard) == 1
+    assert (heard[0] or 0.0) > 0

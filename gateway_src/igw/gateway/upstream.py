@@ -201,8 +201,9 @@ async def exchange(
 ) -> ExchangeResult:
     """Forward to ``endpoint`` and relay the answer. Raises :class:`ConnectFailed` before anything was
     sent to the client; every later failure is turned into a response (or a terminal SSE event).
-    ``on_first_token`` hears a streamed response's TTFT (seconds) once its first token has been
-    relayed, so the scheduler learns it without waiting for the whole response."""
+    ``on_first_token`` hears a streamed response's TTFT (seconds, to the first token's write) once
+    its first token has been relayed and the relay waited for the next bytes, so the scheduler
+    learns it without waiting for the whole response."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -359,6 +360,24 @@ async def _relay_stream(
         response=response, status=upstream.status, ok=upstream.status < 500, streamed=True
     )
     last: float | None = None
+    # The chunk written last while no token had been seen, and when: whether it carries one (an
+    # orjson parse) and the scheduler's first-token hook are judged once the relay has waited for
+    # the next bytes. The client's read of that chunk is woken onto this process's CPU (loopback
+    # wake-ups favour the writer's core); work done between the write and the wait delays it.
+    unjudged: tuple[bytes, float] | None = None
+
+    def judge() -> None:
+        nonlocal last, unjudged
+        if unjudged is None:
+            return
+        chunk, written = unjudged
+        unjudged = None
+        if _carries_token(chunk):
+            result.ttft_s = written - started
+            last = written
+            if on_first_token is not None:
+                on_first_token(result.ttft_s)
+
     usage: Mapping[str, int] | None = None
     loop = asyncio.get_running_loop()
     # streamIdleTimeout counts from the last upstream bytes; keep-alive pings do not reset it.
@@ -369,6 +388,7 @@ async def _relay_stream(
             idle_left = None if idle_timeout_s is None else heard + idle_timeout_s - loop.time()
             idle_first = idle_left is not None and (wait_s is None or idle_left <= wait_s)
             chunk = await upstream.readany(idle_left if idle_first else wait_s)
+            judge()
             if chunk is None:  # nothing arrived in time
                 if idle_first or wait_s is None:
                     raise TimeoutError  # streamIdleTimeout, handled below
@@ -388,11 +408,8 @@ async def _relay_stream(
             if last is not None:
                 result.gaps.append(now - last)
                 last = now
-            elif _carries_token(chunk):
-                result.ttft_s = now - started
-                last = now
-                if on_first_token is not None:
-                    on_first_token(result.ttft_s)
+            else:
+                unjudged = (chunk, now)
             result.events += chunk.count(b"\n\n")
             if b'"usage"' in chunk:
                 usage = _usage_in_events(chunk) or usage
@@ -413,6 +430,8 @@ async def _relay_stream(
         result.ok = False
         result.error = f"upstream {kind}: {type(exc).__name__}"
         await _terminal_error(response, message=message)
+    finally:
+        judge()
     result.usage = usage
     with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
         if not response.prepared:
