@@ -51,3 +51,13 @@ def test_a_better_peer_at_or_below_zero_is_noise_and_not_judged() -> None:
     assert rows[3]["verdict"] == "n/a"
     assert "noise" in rows[3]["baseline"]
     assert rows[3]["value"] == f"+1.000 ms; {VLLM}'s -0.500 ms"
+
+
+def test_the_ttft_target_stays_judged_against_its_bound_with_the_better_peer_beside_it() -> None:
+    f = figures(cpu=100.0, c1=0.1, ttft=0.8, c32=1.0)
+    f.peer_ttft_p50_ms = {SGL: 44.2, VLLM: 0.7}
+    ttft = target_rows(f)[2]
+    assert ttft["verdict"] == "MISSED"  # the peer's figure never moves the bound
+    assert ttft["value"] == "+0.800 ms = 1.60x the bound"
+    assert ttft["baseline"] == f"bound 0.5 ms; better peer: {VLLM} +0.700 ms (report)"
+    assert target_rows(figures(cpu=100.0, c1=0.1, ttft=0.8, c32=1.0))[2]["baseline"] == "bound 0.5 ms"

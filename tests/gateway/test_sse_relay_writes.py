@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from igw.gateway import serving
+from igw.gateway import lean_server, serving
+from igw.gateway.upstream_client import UpstreamResponse
+from igw.scheduling.scheduler import Scheduler
+from igw.scheduling.types import RequestOutcome
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 
@@ -40,19 +43,86 @@ def client_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     return writes
 
 
-async def test_the_head_leaves_with_the_first_event(gateway: Any, client_writes: list[bytes]) -> None:
-    body = {"model": "m", "prompt": "hi", "max_tokens": 3, "stream": True}
-    async with (
-        running(FakeModelServer("a", tokens=3, first_token_delay_s=0.05, token_delay_s=0.05)) as (a,),
-        gateway(DOC, {"llama": [a.key]}) as gw,
-    ):
+async def streamed_text(gateway: Any, client_writes: list[bytes], server: FakeModelServer) -> str:
+    """One streamed completion through the gateway from ``server``; ``client_writes`` holds only its
+    writes."""
+    body = {"model": "m", "prompt": "hi", "max_tokens": server.tokens, "stream": True}
+    async with running(server) as (a,), gateway(DOC, {"llama": [a.key]}) as gw:
         client_writes.clear()
         resp = await gw.post("/v1/completions", body)
         assert resp.status == 200
         text = (await resp.read()).decode()
         await asyncio.sleep(0)
+    return text
+
+
+async def test_the_head_leaves_with_the_first_event(gateway: Any, client_writes: list[bytes]) -> None:
+    server = FakeModelServer("a", tokens=3, first_token_delay_s=0.05, token_delay_s=0.05)
+    text = await streamed_text(gateway, client_writes, server)
     assert text.count("data: ") == 5  # three tokens, the usage event, [DONE]
     head = next(i for i, w in enumerate(client_writes) if w.startswith(b"HTTP/1.1 200"))
     assert b"text/event-stream" in client_writes[head]
     assert b'"text":"tok0"' in client_writes[head]  # not in a write of its own after the head
     assert b'"text":"tok1"' not in client_writes[head]  # relayed as it came, not buffered
+
+
+async def test_the_head_is_built_while_the_model_server_computes_its_first_token(
+    gateway: Any, client_writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model server sends its head before the prefill (as vLLM does): the client's head is
+    serialised then, not after the first event arrived, and still leaves with that event."""
+    order: list[str] = []
+    build = lean_server.stream_head
+    readany = UpstreamResponse.readany
+
+    def recorded_build(response: Any, *, keep_alive: bool) -> bytes:
+        order.append("head built")
+        return build(response, keep_alive=keep_alive)
+
+    async def recorded_readany(self: UpstreamResponse, timeout_s: float | None = None) -> bytes | None:
+        chunk = await readany(self, timeout_s)
+        if chunk:
+            order.append("event read")
+        return chunk
+
+    monkeypatch.setattr(lean_server, "stream_head", recorded_build)
+    monkeypatch.setattr(UpstreamResponse, "readany", recorded_readany)
+    server = FakeModelServer("a", tokens=2, first_token_delay_s=0.2)  # head now, the first token later
+    text = await streamed_text(gateway, client_writes, server)
+    assert order[:2] == ["head built", "event read"]
+    assert order.count("head built") == 1  # the built head is the one written, not built again
+    assert text.count("data: ") == 4  # two tokens, the usage event, [DONE]
+    first = next(w for w in client_writes if w.startswith(b"HTTP/1.1 200"))
+    assert b"text/event-stream" in first
+    assert b'"text":"tok0"' in first
+
+
+async def test_the_first_token_is_judged_once_the_relay_waits_again(
+    gateway: Any, client_writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler hears the first token after the relay has gone back to waiting for the next
+    bytes (the client's read is woken onto the gateway's core, so nothing runs between the first
+    event's write and that wait), once, with the TTFT of the event's write."""
+    order: list[str] = []
+    heard: list[float | None] = []
+    readany = UpstreamResponse.readany
+    hook = Scheduler.on_first_token
+
+    async def recorded_readany(self: UpstreamResponse, timeout_s: float | None = None) -> bytes | None:
+        order.append("wait")
+        return await readany(self, timeout_s)
+
+    def recorded_hook(self: Scheduler, outcome: RequestOutcome, *, now: float) -> None:
+        order.append("first token heard")
+        heard.append(outcome.ttft_s)
+        hook(self, outcome, now=now)
+
+    monkeypatch.setattr(UpstreamResponse, "readany", recorded_readany)
+    monkeypatch.setattr(Scheduler, "on_first_token", recorded_hook)
+    text = await streamed_text(gateway, client_writes, FakeModelServer("a", tokens=3, token_delay_s=0.05))
+    assert text.count("data: ") == 5
+    # the first event's read, its write, the wait for the next bytes: then the hook
+    assert order[:3] == ["wait", "wait", "first token heard"]
+    assert order.count("first token heard") == 1
+    assert len(heard) == 1
+    assert (heard[0] or 0.0) > 0

@@ -172,10 +172,20 @@ class LeanRequest:
             self._payload_writer_obj = StreamWriter(self._protocol, self._protocol._loop)
         return self._payload_writer_obj
 
-    def start_stream(self, response: web.StreamResponse, *, keep_alive: bool) -> AbstractStreamWriter:
-        """A chunked response's writer on this connection, its head (from ``response``'s status and
-        headers) held back to leave with the first body bytes (the relay's fast path)."""
-        stream = self._stream = LeanStreamWriter(self._protocol, stream_head(response, keep_alive=keep_alive))
+    def stream_head(self, response: web.StreamResponse, *, keep_alive: bool) -> bytes:
+        """``response``'s head as :meth:`start_stream` writes it; built ahead by a relay that has time
+        to spare before its first body bytes (the model server computing its first token)."""
+        return stream_head(response, keep_alive=keep_alive)
+
+    def start_stream(
+        self, response: web.StreamResponse, *, keep_alive: bool, head: bytes | None = None
+    ) -> AbstractStreamWriter:
+        """A chunked response's writer on this connection, its head (``head`` when it was built ahead
+        by :meth:`stream_head`, else from ``response``'s status and headers now) held back to leave
+        with the first body bytes (the relay's fast path)."""
+        if head is None:
+            head = stream_head(response, keep_alive=keep_alive)
+        stream = self._stream = LeanStreamWriter(self._protocol, head)
         return stream
 
     def get(self, key: object, default: object = None) -> object:

@@ -201,8 +201,9 @@ async def exchange(
 ) -> ExchangeResult:
     """Forward to ``endpoint`` and relay the answer. Raises :class:`ConnectFailed` before anything was
     sent to the client; every later failure is turned into a response (or a terminal SSE event).
-    ``on_first_token`` hears a streamed response's TTFT (seconds) once its first token has been
-    relayed, so the scheduler learns it without waiting for the whole response."""
+    ``on_first_token`` hears a streamed response's TTFT (seconds, to the first token's write) once
+    its first token has been relayed and the relay waited for the next bytes, so the scheduler
+    learns it without waiting for the whole response."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -286,7 +287,11 @@ class DirectStreams(Protocol):
 
     keep_alive: bool
 
-    def start_stream(self, response: web.StreamResponse, *, keep_alive: bool) -> AbstractStreamWriter: ...
+    def stream_head(self, response: web.StreamResponse, *, keep_alive: bool) -> bytes: ...
+
+    def start_stream(
+        self, response: web.StreamResponse, *, keep_alive: bool, head: bytes | None = None
+    ) -> AbstractStreamWriter: ...
 
 
 class _RelayedStream(web.StreamResponse):
@@ -300,21 +305,37 @@ class _RelayedStream(web.StreamResponse):
 
     On a request the lean server parsed (one with ``start_stream``, :class:`DirectStreams`),
     ``prepare`` skips aiohttp's header preparation and writer: the lean server writes the head and
-    the chunked events itself.
+    the chunked events itself, the head serialised ahead by :meth:`build_head` when the relay had
+    the time (a model server sends its head before it computes the first token).
     """
 
     _send_headers_immediately = False
+    _built_head: bytes | None = None
+
+    def _lean_keep_alive(self, request: web.BaseRequest) -> bool:
+        keep_alive = self._keep_alive
+        if keep_alive is None:
+            keep_alive = bool(cast(DirectStreams, request).keep_alive)
+        self._keep_alive = keep_alive
+        return keep_alive
+
+    def build_head(self, request: web.BaseRequest) -> None:
+        """Serialise the client's head now, off the first event's path (lean requests only: aiohttp's
+        own ``prepare`` builds its head itself). Nothing is written and ``prepared`` stays false, so
+        an upstream that fails before its first event still gets a plain HTTP error."""
+        serialize = getattr(request, "stream_head", None)
+        if serialize is None or self._payload_writer is not None or self.status in (204, 304):
+            return
+        self._built_head = serialize(self, keep_alive=self._lean_keep_alive(request))
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         start = getattr(request, "start_stream", None)
         if start is None or self._payload_writer is not None or self._eof_sent or self.status in (204, 304):
             return await super().prepare(request)
-        keep_alive = self._keep_alive
-        if keep_alive is None:
-            keep_alive = bool(cast(DirectStreams, request).keep_alive)
-        self._keep_alive = keep_alive
+        keep_alive = self._lean_keep_alive(request)
         self._req = request
-        writer: AbstractStreamWriter = start(self, keep_alive=keep_alive)
+        writer: AbstractStreamWriter = start(self, keep_alive=keep_alive, head=self._built_head)
+        self._built_head = None
         self._payload_writer = writer
         return writer
 
@@ -334,10 +355,29 @@ async def _relay_stream(
     (headers and first event leave back to back, which keeps the added TTFT down), so an upstream
     that fails before sending anything still gets a proper HTTP error instead of a broken stream."""
     response = _RelayedStream(status=upstream.status, headers=_response_headers(upstream, extra))
+    response.build_head(request)
     result = ExchangeResult(
         response=response, status=upstream.status, ok=upstream.status < 500, streamed=True
     )
     last: float | None = None
+    # The chunk written last while no token had been seen, and when: whether it carries one (an
+    # orjson parse) and the scheduler's first-token hook are judged once the relay has waited for
+    # the next bytes. The client's read of that chunk is woken onto this process's CPU (loopback
+    # wake-ups favour the writer's core); work done between the write and the wait delays it.
+    unjudged: tuple[bytes, float] | None = None
+
+    def judge() -> None:
+        nonlocal last, unjudged
+        if unjudged is None:
+            return
+        chunk, written = unjudged
+        unjudged = None
+        if _carries_token(chunk):
+            result.ttft_s = written - started
+            last = written
+            if on_first_token is not None:
+                on_first_token(result.ttft_s)
+
     usage: Mapping[str, int] | None = None
     loop = asyncio.get_running_loop()
     # streamIdleTimeout counts from the last upstream bytes; keep-alive pings do not reset it.
@@ -348,6 +388,7 @@ async def _relay_stream(
             idle_left = None if idle_timeout_s is None else heard + idle_timeout_s - loop.time()
             idle_first = idle_left is not None and (wait_s is None or idle_left <= wait_s)
             chunk = await upstream.readany(idle_left if idle_first else wait_s)
+            judge()
             if chunk is None:  # nothing arrived in time
                 if idle_first or wait_s is None:
                     raise TimeoutError  # streamIdleTimeout, handled below
@@ -367,11 +408,8 @@ async def _relay_stream(
             if last is not None:
                 result.gaps.append(now - last)
                 last = now
-            elif _carries_token(chunk):
-                result.ttft_s = now - started
-                last = now
-                if on_first_token is not None:
-                    on_first_token(result.ttft_s)
+            else:
+                unjudged = (chunk, now)
             result.events += chunk.count(b"\n\n")
             if b'"usage"' in chunk:
                 usage = _usage_in_events(chunk) or usage
@@ -392,6 +430,8 @@ async def _relay_stream(
         result.ok = False
         result.error = f"upstream {kind}: {type(exc).__name__}"
         await _terminal_error(response, message=message)
+    finally:
+        judge()
     result.usage = usage
     with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
         if not response.prepared:

@@ -134,8 +134,11 @@ async def wait_ready(base: str, *, within_s: float = 30.0) -> None:
     raise RuntimeError(f"gateway at {base} did not become ready within {within_s}s")
 
 
-async def closed_loop(base: str, *, concurrency: int, requests: int, stream: bool = False) -> LoadResult:
-    """``concurrency`` workers each send requests back to back until ``requests`` are done."""
+async def closed_loop(
+    base: str, *, concurrency: int, requests: int, stream: bool = False, pause_s: float = 0.0
+) -> LoadResult:
+    """``concurrency`` workers each send requests back to back until ``requests`` are done;
+    ``pause_s``: each worker waits that long after each answer (idle gaps between requests)."""
     latencies: list[float] = []
     counter = iter(range(requests))
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -161,6 +164,8 @@ async def closed_loop(base: str, *, concurrency: int, requests: int, stream: boo
                         latencies.append((time.perf_counter() - t0) * 1000)
                     if resp.status != 200:
                         raise RuntimeError(f"{base}: HTTP {resp.status}")
+                if pause_s:
+                    await asyncio.sleep(pause_s)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
