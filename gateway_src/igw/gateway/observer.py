@@ -14,11 +14,12 @@ attribute test, never a tracer call.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from aiohttp import web
 
 from igw.gateway.access_log import AccessRecord
+from igw.gateway.forwarded_answer import ForwardedAnswer
 from igw.gateway.telemetry import UNKNOWN_MODEL, GatewayMetrics
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.types import RoutingDecision
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
     from igw.gateway.tracing import RequestTrace
 
+Answer = TypeVar("Answer", bound=web.StreamResponse | ForwardedAnswer)
+"""What a request is answered with (its ``status`` is recorded)."""
 CLIENT_CLOSED: Final = 499
 """Status recorded (metrics, access log) for requests the client abandoned (nginx's convention)."""
 
@@ -180,7 +183,7 @@ class RequestObserver:
             self.failed(result.error, stream_broken=result.streamed)
         self.record.prompt_tokens, self.record.completion_tokens = prompt_tokens, completion_tokens
 
-    def finish(self, response: web.StreamResponse) -> web.StreamResponse:
+    def finish(self, response: Answer) -> Answer:
         """Record the final status and emit; returns ``response`` so handlers can ``return`` it."""
         if not self._done:
             self._done = True
