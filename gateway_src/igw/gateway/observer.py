@@ -159,18 +159,19 @@ class RequestObserver:
 
     def exchanged(self, result: ExchangeResult, *, prompt_tokens: int, completion_tokens: int) -> None:
         """The upstream exchange finished: latency series, token counters, errors."""
-        m = self.metrics
+        series = self.metrics.model_series(self.model_label, self.requested_label)
         if result.ttft_s is not None:
-            m.child(m.ttft, self.model_label, self.requested_label).observe(result.ttft_s)
+            series.ttft.observe(result.ttft_s)
             self.record.ttft_ms = round(result.ttft_s * 1000, 3)
-        itl = m.child(m.itl, self.model_label)
-        for gap in result.gaps:
-            itl.observe(gap)
+        if result.gaps:
+            itl = series.itl
+            for gap in result.gaps:
+                itl.observe(gap)
         usage = result.usage or {}
         if "prompt_tokens" in usage:
-            m.child(m.tokens, self.model_label, "in").inc(usage["prompt_tokens"])
+            series.tokens_in.inc(usage["prompt_tokens"])
         if "completion_tokens" in usage:
-            m.child(m.tokens, self.model_label, "out").inc(usage["completion_tokens"])
+            series.tokens_out.inc(usage["completion_tokens"])
         if self.trace is not None:
             self.trace.upstream_done(
                 status=result.status,
@@ -208,9 +209,9 @@ class RequestObserver:
             self.record.trace_id = self.trace.recorded_trace_id
         self.record.status = status
         self.record.duration_ms = round(elapsed * 1000, 3)
-        m = self.metrics
-        m.child(m.requests, self.model_label, self.requested_label, str(status)).inc()
-        m.child(m.duration, self.model_label, self.requested_label).observe(elapsed)
+        series = self.metrics.model_series(self.model_label, self.requested_label)
+        series.requests(status).inc()
+        series.duration.observe(elapsed)
         if self.on_finish is not None:
             self.on_finish(status, elapsed)
         self.record.emit()

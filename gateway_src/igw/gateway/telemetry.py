@@ -208,6 +208,7 @@ class GatewayMetrics:
         """The reference endpoint picker's names (also read by the CloudWatch EMF reporter)."""
         r.register(self.epp)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._series: dict[tuple[str, str], ModelSeries] = {}
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached, and batched for this instance's counters and histograms:
@@ -220,6 +221,40 @@ class GatewayMetrics:
             found = self._children[key] = self._batch.pending(metric, metric.labels(*labels))
         return found
 
+    def model_series(self, model: str, requested_model: str) -> ModelSeries:
+        """The per-request series of one ``(model, requested_model)`` pair, looked up once per request
+        instead of once per update (cached; the labels are bounded as for :meth:`child`)."""
+        key = (model, requested_model)
+        found = self._series.get(key)
+        if found is None:
+            found = self._series[key] = ModelSeries(self, model, requested_model)
+        return found
+
     def fold(self) -> None:
         """Hand every pending update to prometheus_client (also done by every collect)."""
         self._batch.fold()
+
+
+class ModelSeries:
+    """The series an inference request of one model updates as it finishes (the children of
+    :class:`GatewayMetrics`' ``requests``, ``duration``, ``ttft``, ``itl`` and ``tokens``)."""
+
+    __slots__ = ("_codes", "_labels", "_metrics", "duration", "itl", "tokens_in", "tokens_out", "ttft")
+
+    def __init__(self, metrics: GatewayMetrics, model: str, requested_model: str) -> None:
+        self._metrics = metrics
+        self._labels = (model, requested_model)
+        self._codes: dict[int, Any] = {}
+        self.duration = metrics.child(metrics.duration, model, requested_model)
+        self.ttft = metrics.child(metrics.ttft, model, requested_model)
+        self.itl = metrics.child(metrics.itl, model)
+        self.tokens_in = metrics.child(metrics.tokens, model, "in")
+        self.tokens_out = metrics.child(metrics.tokens, model, "out")
+
+    def requests(self, status: int) -> Any:
+        """The ``requests`` child of this pair for ``status``."""
+        found = self._codes.get(status)
+        if found is None:
+            m = self._metrics
+            found = self._codes[status] = m.child(m.requests, *self._labels, str(status))
+        return found
