@@ -81,8 +81,7 @@ class ForwardedAnswer:
         """The status line and header block (with the blank line) of this answer on HTTP/1.1."""
         status = self.status
         line = _STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n".encode()
-        parts = [line]
-        parts.extend(b"%b: %b\r\n" % field for field in self.fields)
+        parts = [line, *[b"%b: %b\r\n" % field for field in self.fields]]
         body_length = len(self.body)
         if body_length and not self.has_type:
             parts.append(_OCTET_STREAM)
@@ -133,17 +132,13 @@ def forwarded_answer(
         if (low := field[0].lower()) not in drop and low not in replaced and low not in named
     ]
     fields += added
-
-    def present(name: bytes) -> bool:
-        return name in replaced or (name in noted and name not in named)
-
     return ForwardedAnswer(
         status,
         fields,
         body,
-        has_type=present(b"content-type"),
-        has_date=present(b"date"),
-        has_server=present(b"server"),
+        has_type=b"content-type" in replaced or (b"content-type" in noted and b"content-type" not in named),
+        has_date=b"date" in replaced or (b"date" in noted and b"date" not in named),
+        has_server=b"server" in replaced or (b"server" in noted and b"server" not in named),
     )
 
 

@@ -64,9 +64,19 @@ NOTED_FIELDS: Final = frozenset(
 _NOTED_LENGTHS: Final = frozenset(len(name) for name in NOTED_FIELDS)
 
 
+_MEDIA_TYPES: dict[bytes, str] = {}
+"""``Content-Type`` values seen -> their media type (a model server sends one or two distinct values)."""
+
+
 def _media_type(content_type: bytes) -> str:
     """``Content-Type``'s media type, lower case, without parameters."""
-    return content_type.split(b";", 1)[0].strip().lower().decode("latin-1")
+    found = _MEDIA_TYPES.get(content_type)
+    if found is None:
+        found = content_type.split(b";", 1)[0].strip().lower().decode("latin-1")
+        if len(_MEDIA_TYPES) >= ORIGIN_CACHE_SIZE:
+            _MEDIA_TYPES.clear()  # values are the model servers' to choose: bounded like the origins
+        _MEDIA_TYPES[content_type] = found
+    return found
 
 
 class ConnectFailed(IgwGatewayError):
@@ -407,10 +417,11 @@ class UpstreamPool:
             if len(self._origins) >= ORIGIN_CACHE_SIZE:
                 self._origins.clear()  # endpoints come and go; a bound keeps the cache from growing forever
             self._origins[endpoint] = origin
-        lines = [f"POST {path_qs} HTTP/1.1\r\nHost: {origin.host_header}\r\n"]
-        lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+        lines = [f"{name}: {value}\r\n" for name, value in headers.items()]
         lines.append(f"Content-Length: {len(body)}\r\n\r\n")
-        head = "".join(lines).encode("utf-8", "surrogateescape")
+        head = f"POST {path_qs} HTTP/1.1\r\nHost: {origin.host_header}\r\n{''.join(lines)}".encode(
+            "utf-8", "surrogateescape"
+        )
         hooks = self._hooks
         if hooks is not None:
             hooks.connect_started()
