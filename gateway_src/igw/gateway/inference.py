@@ -20,7 +20,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -403,23 +403,24 @@ async def _forward(
             ep.dispatched(est_tokens)
         connected = True
         try:
-            async with asyncio.timeout(plan.timeout_s):
-                result = await exchange(
-                    request,
-                    session=request.app[SESSION_KEY],
-                    endpoint=key,
-                    body=body.raw,
-                    headers=headers,
-                    started=obs.started,
-                    connect_timeout_s=settings.connect_timeout_s,
-                    idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
-                    response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
-                    on_prepared=prepared.append,
-                    keepalive_s=settings.sse_keepalive_interval_s,
-                    on_first_token=None
-                    if plan.sr is None
-                    else _first_token_feedback(plan.sr, key, obs, clock=state.clock),
-                )
+            exchanging = exchange(
+                request,
+                session=request.app[SESSION_KEY],
+                endpoint=key,
+                body=body.raw,
+                headers=headers,
+                started=obs.started,
+                connect_timeout_s=settings.connect_timeout_s,
+                idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
+                response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
+                on_prepared=prepared.append,
+                keepalive_s=settings.sse_keepalive_interval_s,
+                on_first_token=None
+                if plan.sr is None
+                else _first_token_feedback(plan.sr, key, obs, clock=state.clock),
+            )
+            # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
+            result = await (exchanging if plan.timeout_s is None else _within(plan.timeout_s, exchanging))
         except ConnectFailed as exc:
             connected = False
             retry = attempt < len(plan.candidates)
@@ -473,6 +474,12 @@ async def _forward(
             completion_tokens=completion_tokens,
         )
     return _finish_after_write(request, obs, result.answer)
+
+
+async def _within(timeout_s: float, exchanging: Awaitable[ExchangeResult]) -> ExchangeResult:
+    """``exchanging``'s result, cancelled with TimeoutError after ``timeout_s`` (in the calling task)."""
+    async with asyncio.timeout(timeout_s):
+        return await exchanging
 
 
 def _finish_after_write(
