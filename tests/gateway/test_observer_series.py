@@ -46,3 +46,12 @@ def test_each_models_series_gets_every_update_of_its_requests() -> None:
     assert sample("igw_inter_token_latency_seconds_count", {"model": "m"}) == 2
     assert sample("igw_tokens_total", {"model": "m", "direction": "in"}) == 20
     assert sample("igw_tokens_total", {"model": "m", "direction": "out"}) == 12
+    # a series no request updated is not exposed (the canary pair never streamed)
+    assert (
+        sample("igw_time_to_first_token_seconds_count", {"model": "m", "requested_model": "m-canary"}) is None
+    )
+    quiet = GatewayMetrics(lister=list, clock=lambda: 0.0)
+    quiet.model_series("m", "m")  # looked up, never updated
+    labels = {"model": "m", "requested_model": "m"}
+    assert quiet.registry.get_sample_value("igw_request_duration_seconds_count", labels) is None
+    assert quiet.registry.get_sample_value("igw_time_to_first_token_seconds_count", labels) is None

@@ -169,9 +169,9 @@ class RequestObserver:
                 itl.observe(gap)
         usage = result.usage or {}
         if "prompt_tokens" in usage:
-            series.tokens_in.inc(usage["prompt_tokens"])
+            series.tokens("in").inc(usage["prompt_tokens"])
         if "completion_tokens" in usage:
-            series.tokens_out.inc(usage["completion_tokens"])
+            series.tokens("out").inc(usage["completion_tokens"])
         if self.trace is not None:
             self.trace.upstream_done(
                 status=result.status,

@@ -237,24 +237,55 @@ class GatewayMetrics:
 
 class ModelSeries:
     """The series an inference request of one model updates as it finishes (the children of
-    :class:`GatewayMetrics`' ``requests``, ``duration``, ``ttft``, ``itl`` and ``tokens``)."""
+    :class:`GatewayMetrics`' ``requests``, ``duration``, ``ttft``, ``itl`` and ``tokens``), each made
+    on its first update, as :meth:`GatewayMetrics.child` makes them (a series nobody updated is not
+    exposed)."""
 
-    __slots__ = ("_codes", "_labels", "_metrics", "duration", "itl", "tokens_in", "tokens_out", "ttft")
+    __slots__ = ("_codes", "_duration", "_itl", "_metrics", "_model", "_requested", "_tokens", "_ttft")
 
     def __init__(self, metrics: GatewayMetrics, model: str, requested_model: str) -> None:
         self._metrics = metrics
-        self._labels = (model, requested_model)
+        self._model = model
+        self._requested = requested_model
         self._codes: dict[int, Any] = {}
-        self.duration = metrics.child(metrics.duration, model, requested_model)
-        self.ttft = metrics.child(metrics.ttft, model, requested_model)
-        self.itl = metrics.child(metrics.itl, model)
-        self.tokens_in = metrics.child(metrics.tokens, model, "in")
-        self.tokens_out = metrics.child(metrics.tokens, model, "out")
+        self._tokens: dict[str, Any] = {}
+        self._duration: Any = None
+        self._ttft: Any = None
+        self._itl: Any = None
 
     def requests(self, status: int) -> Any:
         """The ``requests`` child of this pair for ``status``."""
         found = self._codes.get(status)
         if found is None:
             m = self._metrics
-            found = self._codes[status] = m.child(m.requests, *self._labels, str(status))
+            found = self._codes[status] = m.child(m.requests, self._model, self._requested, str(status))
         return found
+
+    def tokens(self, direction: str) -> Any:
+        """The ``tokens`` child of this model for ``direction`` (``in`` or ``out``)."""
+        found = self._tokens.get(direction)
+        if found is None:
+            m = self._metrics
+            found = self._tokens[direction] = m.child(m.tokens, self._model, direction)
+        return found
+
+    @property
+    def duration(self) -> Any:
+        if self._duration is None:
+            m = self._metrics
+            self._duration = m.child(m.duration, self._model, self._requested)
+        return self._duration
+
+    @property
+    def ttft(self) -> Any:
+        if self._ttft is None:
+            m = self._metrics
+            self._ttft = m.child(m.ttft, self._model, self._requested)
+        return self._ttft
+
+    @property
+    def itl(self) -> Any:
+        if self._itl is None:
+            m = self._metrics
+            self._itl = m.child(m.itl, self._model)
+        return self._itl
