@@ -51,7 +51,7 @@ async def streamed_text(gateway: Any, client_writes: list[bytes], server: FakeMo
         client_writes.clear()
         resp = await gw.post("/v1/completions", body)
         assert resp.status == 200
-        text = (await resp.read()).decode()
+        text: str = (await resp.read()).decode()
         await asyncio.sleep(0)
     return text
 

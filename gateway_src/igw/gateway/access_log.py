@@ -16,6 +16,7 @@ Where ``igw serve`` set the logger up (its batched handler only), the line is qu
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -59,7 +60,7 @@ class AccessRecord:
             return
         # Not dataclasses.asdict: it deep-copies ``scores`` (~100 calls per request, the largest
         # share of the gateway's own per-request CPU when profiled); a shallow read is enough here.
-        record = {k: v for k in _FIELDS if (v := getattr(self, k)) is not None}
+        record = {k: v for k, v in zip(_FIELDS, _VALUES(self), strict=True) if v is not None}
         if self.scores:
             record["scores"] = {k: {n: round(v, 4) for n, v in s.items()} for k, s in self.scores.items()}
         line = orjson.dumps(record).decode()
@@ -71,3 +72,5 @@ class AccessRecord:
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(AccessRecord))
+_VALUES = operator.attrgetter(*_FIELDS)
+"""Every field's value in one call (a tuple, in :data:`_FIELDS` order)."""

@@ -30,6 +30,7 @@ from igw.gateway.decision_log import DecisionLog
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.emf import emf_context, emf_reporter
 from igw.gateway.errors import REQUEST_ID_HEADER, denial_response, gateway_error
+from igw.gateway.forwarded_answer import ForwardedAnswer, as_response
 from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
 from igw.gateway.heartbeat import heartbeat_context
@@ -56,10 +57,18 @@ WORKER_METRICS_KEY = web.AppKey("igw_worker_metrics", WorkerMetrics)
 
 
 async def _chat(request: web.Request) -> web.StreamResponse:
-    return await handle_inference(request, chat=True)
+    return as_response(await handle_inference(request, chat=True))
 
 
 async def _completions(request: web.Request) -> web.StreamResponse:
+    return as_response(await handle_inference(request, chat=False))
+
+
+async def _lean_chat(request: web.Request) -> web.StreamResponse | ForwardedAnswer:
+    return await handle_inference(request, chat=True)
+
+
+async def _lean_completions(request: web.Request) -> web.StreamResponse | ForwardedAnswer:
     return await handle_inference(request, chat=False)
 
 
@@ -198,7 +207,10 @@ def create_app(
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
     if lean_enabled():  # the same two handlers, reached without aiohttp's request machinery
-        lean_routes: dict[str, LeanHandler] = {"/v1/chat/completions": _chat, "/v1/completions": _completions}
+        lean_routes: dict[str, LeanHandler] = {
+            "/v1/chat/completions": _lean_chat,
+            "/v1/completions": _lean_completions,
+        }
         app[LEAN_ROUTES_KEY] = lean_routes
         app[CONNECTION_HANDLER_KEY] = LeanRequestHandler
     app.router.add_get("/v1/models", _models)

@@ -20,7 +20,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -39,6 +39,7 @@ from igw.gateway.flow_gate import (
     Refused,
     endpoint_samples,
 )
+from igw.gateway.forwarded_answer import ForwardedAnswer
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
@@ -96,7 +97,10 @@ class _Forward:
     """Added to the client's response (the opt-in decision summary)."""
 
 
-async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamResponse:
+async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamResponse | ForwardedAnswer:
+    """Serve one inference request: a model server's answer (forwarded as it came, or relayed as a
+    stream) or the gateway's error. A :class:`ForwardedAnswer` is written by the lean server as it
+    is; for aiohttp it is converted (:meth:`ForwardedAnswer.to_response`)."""
     state = request.app[STATE_KEY]
     request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
     obs = RequestObserver(state.metrics, request_id=request_id, method=request.method, path=request.path)
@@ -377,7 +381,7 @@ async def _forward(
     obs: RequestObserver,
     body: InferenceBody,
     plan: _Forward,
-) -> web.StreamResponse:
+) -> web.StreamResponse | ForwardedAnswer:
     """Send to the first candidate that accepts a connection; relay its answer; account."""
     settings = state.runtime.settings
     strip = guard.stripped_request_headers | _GATEWAY_REQUEST_HEADERS
@@ -399,23 +403,24 @@ async def _forward(
             ep.dispatched(est_tokens)
         connected = True
         try:
-            async with asyncio.timeout(plan.timeout_s):
-                result = await exchange(
-                    request,
-                    session=request.app[SESSION_KEY],
-                    endpoint=key,
-                    body=body.raw,
-                    headers=headers,
-                    started=obs.started,
-                    connect_timeout_s=settings.connect_timeout_s,
-                    idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
-                    response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
-                    on_prepared=prepared.append,
-                    keepalive_s=settings.sse_keepalive_interval_s,
-                    on_first_token=None
-                    if plan.sr is None
-                    else _first_token_feedback(plan.sr, key, obs, clock=state.clock),
-                )
+            exchanging = exchange(
+                request,
+                session=request.app[SESSION_KEY],
+                endpoint=key,
+                body=body.raw,
+                headers=headers,
+                started=obs.started,
+                connect_timeout_s=settings.connect_timeout_s,
+                idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
+                response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
+                on_prepared=prepared.append,
+                keepalive_s=settings.sse_keepalive_interval_s,
+                on_first_token=None
+                if plan.sr is None
+                else _first_token_feedback(plan.sr, key, obs, clock=state.clock),
+            )
+            # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
+            result = await (exchanging if plan.timeout_s is None else _within(plan.timeout_s, exchanging))
         except ConnectFailed as exc:
             connected = False
             retry = attempt < len(plan.candidates)
@@ -468,12 +473,18 @@ async def _forward(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
         )
-    return _finish_after_write(request, obs, result.response)
+    return _finish_after_write(request, obs, result.answer)
+
+
+async def _within(timeout_s: float, exchanging: Awaitable[ExchangeResult]) -> ExchangeResult:
+    """``exchanging``'s result, cancelled with TimeoutError after ``timeout_s`` (in the calling task)."""
+    async with asyncio.timeout(timeout_s):
+        return await exchanging
 
 
 def _finish_after_write(
-    request: web.Request, obs: RequestObserver, response: web.StreamResponse
-) -> web.StreamResponse:
+    request: web.Request, obs: RequestObserver, response: web.StreamResponse | ForwardedAnswer
+) -> web.StreamResponse | ForwardedAnswer:
     """Record a forwarded response (access log, request metrics, the trace's end) - after its bytes
     went out where the server can run work after the write (the lean server's ``after_response``), so
     a client waiting for the answer does not wait for its bookkeeping; else now."""

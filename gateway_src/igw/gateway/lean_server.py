@@ -53,6 +53,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import REQUEST_ID_HEADER
+from igw.gateway.forwarded_answer import ForwardedAnswer
 from igw.gateway.inference import REQUEST_ID_KEY, request_id_for
 from igw.gateway.serving import (
     MAX_REQUEST_LINE_BYTES,
@@ -64,8 +65,9 @@ from igw.gateway.serving import (
 
 log = logging.getLogger("igw.gateway")
 
-LeanHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-"""A lean route's handler: called with a :class:`LeanRequest` standing in for aiohttp's request."""
+LeanHandler = Callable[[web.Request], Awaitable[web.StreamResponse | ForwardedAnswer]]
+"""A lean route's handler: called with a :class:`LeanRequest` standing in for aiohttp's request; a
+model server's complete answer comes back as a :class:`ForwardedAnswer` and is written as it is."""
 LEAN_ROUTES_KEY: Final[web.AppKey[dict[str, LeanHandler]]] = web.AppKey("igw_lean_routes")
 """``path -> handler`` of the routes the lean side serves itself (``POST`` only)."""
 SWITCH_ENV: Final = "IGW_HTTP_SERVER"
@@ -649,8 +651,11 @@ class LeanRequestHandler(GatewayRequestHandler):
             finally:
                 self._end_request(keep_alive)
 
-    async def _respond(self, request: LeanRequest, handler: LeanHandler) -> web.StreamResponse:
-        """The handler's response; its failures become the gateway's answers, as on aiohttp's side."""
+    async def _respond(
+        self, request: LeanRequest, handler: LeanHandler
+    ) -> web.StreamResponse | ForwardedAnswer:
+        """The handler's response; its failures become the gateway's answers, as on aiohttp's side.
+        (A :class:`ForwardedAnswer` carries the request id the request path added.)"""
         request_id = request_id_for(request.headers)
         request[REQUEST_ID_KEY] = request_id  # as the app's middleware does: the handler uses it
         try:
@@ -663,15 +668,21 @@ class LeanRequestHandler(GatewayRequestHandler):
             if request.response_started:  # a second head inside a started stream would corrupt it
                 raise ConnectionError("the response had started: the connection is closed instead") from exc
             return answer
+        if isinstance(response, ForwardedAnswer):
+            return response
         if not response.prepared and REQUEST_ID_HEADER not in response.headers:
             response.headers[REQUEST_ID_HEADER] = request_id
         return response
 
-    async def _write(self, request: LeanRequest, response: web.StreamResponse) -> bool:
+    async def _write(self, request: LeanRequest, response: web.StreamResponse | ForwardedAnswer) -> bool:
         """Write the response; returns whether the connection stays open for the next request."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return False
+        if isinstance(response, ForwardedAnswer):  # the usual case: head and body in one write
+            keep_alive = request.keep_alive
+            transport.write(response.head(keep_alive=keep_alive) + response.body)
+            return keep_alive
         if response.prepared:  # a relayed stream: its head and events are out already
             await response.write_eof()
             return bool(response.keep_alive)

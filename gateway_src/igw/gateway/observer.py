@@ -14,11 +14,12 @@ attribute test, never a tracer call.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from aiohttp import web
 
 from igw.gateway.access_log import AccessRecord
+from igw.gateway.forwarded_answer import ForwardedAnswer
 from igw.gateway.telemetry import UNKNOWN_MODEL, GatewayMetrics
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.types import RoutingDecision
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
     from igw.gateway.tracing import RequestTrace
 
+Answer = TypeVar("Answer", bound=web.StreamResponse | ForwardedAnswer)
+"""What a request is answered with (its ``status`` is recorded)."""
 CLIENT_CLOSED: Final = 499
 """Status recorded (metrics, access log) for requests the client abandoned (nginx's convention)."""
 
@@ -156,18 +159,19 @@ class RequestObserver:
 
     def exchanged(self, result: ExchangeResult, *, prompt_tokens: int, completion_tokens: int) -> None:
         """The upstream exchange finished: latency series, token counters, errors."""
-        m = self.metrics
+        series = self.metrics.model_series(self.model_label, self.requested_label)
         if result.ttft_s is not None:
-            m.child(m.ttft, self.model_label, self.requested_label).observe(result.ttft_s)
+            series.ttft.observe(result.ttft_s)
             self.record.ttft_ms = round(result.ttft_s * 1000, 3)
-        itl = m.child(m.itl, self.model_label)
-        for gap in result.gaps:
-            itl.observe(gap)
+        if result.gaps:
+            itl = series.itl
+            for gap in result.gaps:
+                itl.observe(gap)
         usage = result.usage or {}
         if "prompt_tokens" in usage:
-            m.child(m.tokens, self.model_label, "in").inc(usage["prompt_tokens"])
+            series.tokens("in").inc(usage["prompt_tokens"])
         if "completion_tokens" in usage:
-            m.child(m.tokens, self.model_label, "out").inc(usage["completion_tokens"])
+            series.tokens("out").inc(usage["completion_tokens"])
         if self.trace is not None:
             self.trace.upstream_done(
                 status=result.status,
@@ -180,7 +184,7 @@ class RequestObserver:
             self.failed(result.error, stream_broken=result.streamed)
         self.record.prompt_tokens, self.record.completion_tokens = prompt_tokens, completion_tokens
 
-    def finish(self, response: web.StreamResponse) -> web.StreamResponse:
+    def finish(self, response: Answer) -> Answer:
         """Record the final status and emit; returns ``response`` so handlers can ``return`` it."""
         if not self._done:
             self._done = True
@@ -205,9 +209,9 @@ class RequestObserver:
             self.record.trace_id = self.trace.recorded_trace_id
         self.record.status = status
         self.record.duration_ms = round(elapsed * 1000, 3)
-        m = self.metrics
-        m.child(m.requests, self.model_label, self.requested_label, str(status)).inc()
-        m.child(m.duration, self.model_label, self.requested_label).observe(elapsed)
+        series = self.metrics.model_series(self.model_label, self.requested_label)
+        series.requests(status).inc()
+        series.duration.observe(elapsed)
         if self.on_finish is not None:
             self.on_finish(status, elapsed)
         self.record.emit()

@@ -208,6 +208,7 @@ class GatewayMetrics:
         """The reference endpoint picker's names (also read by the CloudWatch EMF reporter)."""
         r.register(self.epp)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._series: dict[tuple[str, str], ModelSeries] = {}
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached, and batched for this instance's counters and histograms:
@@ -220,6 +221,71 @@ class GatewayMetrics:
             found = self._children[key] = self._batch.pending(metric, metric.labels(*labels))
         return found
 
+    def model_series(self, model: str, requested_model: str) -> ModelSeries:
+        """The per-request series of one ``(model, requested_model)`` pair, looked up once per request
+        instead of once per update (cached; the labels are bounded as for :meth:`child`)."""
+        key = (model, requested_model)
+        found = self._series.get(key)
+        if found is None:
+            found = self._series[key] = ModelSeries(self, model, requested_model)
+        return found
+
     def fold(self) -> None:
         """Hand every pending update to prometheus_client (also done by every collect)."""
         self._batch.fold()
+
+
+class ModelSeries:
+    """The series an inference request of one model updates as it finishes (the children of
+    :class:`GatewayMetrics`' ``requests``, ``duration``, ``ttft``, ``itl`` and ``tokens``), each made
+    on its first update, as :meth:`GatewayMetrics.child` makes them (a series nobody updated is not
+    exposed)."""
+
+    __slots__ = ("_codes", "_duration", "_itl", "_metrics", "_model", "_requested", "_tokens", "_ttft")
+
+    def __init__(self, metrics: GatewayMetrics, model: str, requested_model: str) -> None:
+        self._metrics = metrics
+        self._model = model
+        self._requested = requested_model
+        self._codes: dict[int, Any] = {}
+        self._tokens: dict[str, Any] = {}
+        self._duration: Any = None
+        self._ttft: Any = None
+        self._itl: Any = None
+
+    def requests(self, status: int) -> Any:
+        """The ``requests`` child of this pair for ``status``."""
+        found = self._codes.get(status)
+        if found is None:
+            m = self._metrics
+            found = self._codes[status] = m.child(m.requests, self._model, self._requested, str(status))
+        return found
+
+    def tokens(self, direction: str) -> Any:
+        """The ``tokens`` child of this model for ``direction`` (``in`` or ``out``)."""
+        found = self._tokens.get(direction)
+        if found is None:
+            m = self._metrics
+            found = self._tokens[direction] = m.child(m.tokens, self._model, direction)
+        return found
+
+    @property
+    def duration(self) -> Any:
+        if self._duration is None:
+            m = self._metrics
+            self._duration = m.child(m.duration, self._model, self._requested)
+        return self._duration
+
+    @property
+    def ttft(self) -> Any:
+        if self._ttft is None:
+            m = self._metrics
+            self._ttft = m.child(m.ttft, self._model, self._requested)
+        return self._ttft
+
+    @property
+    def itl(self) -> Any:
+        if self._itl is None:
+            m = self._metrics
+            self._itl = m.child(m.itl, self._model)
+        return self._itl

@@ -33,6 +33,7 @@ from multidict import CIMultiDict
 
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import gateway_error, sse_error_event
+from igw.gateway.forwarded_answer import HOP_BY_HOP, ForwardedAnswer, forwarded_answer
 from igw.gateway.upstream_client import (
     ConnectFailed,
     ConnectHooks,
@@ -41,7 +42,15 @@ from igw.gateway.upstream_client import (
     UpstreamResponse,
 )
 
-__all__ = ["ClientGone", "ConnectFailed", "ExchangeResult", "exchange", "proxy_session", "upstream_headers"]
+__all__ = [
+    "HOP_BY_HOP",
+    "ClientGone",
+    "ConnectFailed",
+    "ExchangeResult",
+    "exchange",
+    "proxy_session",
+    "upstream_headers",
+]
 
 UPSTREAM_POOL_LIMIT: Final = 1024
 """Concurrent upstream connections per process (keep-alive pooled); Envoy's default circuit-breaker limit."""
@@ -54,21 +63,6 @@ def proxy_session(limit: int = UPSTREAM_POOL_LIMIT, *, hooks: ConnectHooks | Non
     return UpstreamPool(limit=limit, keepalive_s=30.0, hooks=hooks)
 
 
-HOP_BY_HOP: Final = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
 DECODED_REQUEST_HEADERS: Final = frozenset({"content-encoding"})
 """The gateway's server side decodes a compressed request body (gzip, deflate, br) and forwards the
 decoded bytes, so the client's ``Content-Encoding`` no longer describes them."""
@@ -80,7 +74,9 @@ class ClientGone(IgwGatewayError):
 
 @dataclass(slots=True)
 class ExchangeResult:
-    response: web.StreamResponse
+    answer: web.StreamResponse | ForwardedAnswer
+    """What goes back to the client: a complete answer as forwarded bytes, or a response object
+    (a relayed stream, a gateway error)."""
     status: int
     ok: bool
     """The model server produced a complete response (status < 500 and no mid-stream failure)."""
@@ -91,6 +87,14 @@ class ExchangeResult:
     events: int = 0
     usage: Mapping[str, int] | None = None
     error: str | None = None
+
+    @property
+    def response(self) -> web.StreamResponse:
+        """:attr:`answer` as an aiohttp response (a forwarded answer converted, once)."""
+        answer = self.answer
+        if isinstance(answer, ForwardedAnswer):
+            answer = self.answer = answer.to_response()
+        return answer
 
 
 def _hop_by_hop(headers: Mapping[str, str]) -> frozenset[str]:
@@ -218,7 +222,7 @@ async def exchange(
                 upstream = await send
     except (UpstreamBroken, OSError, TimeoutError) as exc:
         return ExchangeResult(
-            response=gateway_error(
+            answer=gateway_error(
                 "upstream_error", f"upstream {endpoint} failed before responding: {type(exc).__name__}"
             ),
             status=502,
@@ -249,7 +253,7 @@ async def _relay_whole(
         payload = await upstream.read()
     except UpstreamBroken as exc:
         return ExchangeResult(
-            response=gateway_error(
+            answer=gateway_error(
                 "upstream_error", f"upstream failed while sending its response: {type(exc).__name__}"
             ),
             status=502,
@@ -257,17 +261,16 @@ async def _relay_whole(
             error=f"{type(exc).__name__}: {exc}",
         )
     usage = None
-    is_json = upstream.content_type == "application/json" and "content-encoding" not in upstream.headers
+    is_json = upstream.content_type == "application/json" and b"content-encoding" not in upstream.noted
     if is_json:
         with contextlib.suppress(orjson.JSONDecodeError):
             usage = _usage_from(orjson.loads(payload))
+    answer: web.StreamResponse | ForwardedAnswer
     if upstream.status >= 400 and not is_json:
-        response = _wrapped_error(upstream, extra)
+        answer = _wrapped_error(upstream, extra)
     else:
-        response = web.Response(
-            status=upstream.status, body=payload, headers=_response_headers(upstream, extra)
-        )
-    return ExchangeResult(response=response, status=upstream.status, ok=upstream.status < 500, usage=usage)
+        answer = forwarded_answer(upstream.status, upstream.fields, payload, noted=upstream.noted, add=extra)
+    return ExchangeResult(answer=answer, status=upstream.status, ok=upstream.status < 500, usage=usage)
 
 
 def _wrapped_error(upstream: UpstreamResponse, extra: Mapping[str, str]) -> web.Response:
@@ -356,9 +359,7 @@ async def _relay_stream(
     that fails before sending anything still gets a proper HTTP error instead of a broken stream."""
     response = _RelayedStream(status=upstream.status, headers=_response_headers(upstream, extra))
     response.build_head(request)
-    result = ExchangeResult(
-        response=response, status=upstream.status, ok=upstream.status < 500, streamed=True
-    )
+    result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500, streamed=True)
     last: float | None = None
     # The chunk written last while no token had been seen, and when: whether it carries one (an
     # orjson parse) and the scheduler's first-token hook are judged once the relay has waited for
@@ -422,7 +423,7 @@ async def _relay_stream(
         message = f"upstream model server {kind} before the response was complete"
         if not response.prepared:  # nothing sent to the client yet: a plain HTTP error
             return ExchangeResult(
-                response=gateway_error("upstream_error", message),
+                answer=gateway_error("upstream_error", message),
                 status=502,
                 ok=False,
                 error=f"upstream {kind}: {type(exc).__name__}",

@@ -49,6 +49,36 @@ SMALL_BODY: Final = 64 * 1024
 """Bodies up to this size are written in the same call as the request head (one segment)."""
 
 
+NOTED_FIELDS: Final = frozenset(
+    {
+        b"connection",
+        b"content-type",
+        b"content-length",
+        b"transfer-encoding",
+        b"content-encoding",
+        b"date",
+        b"server",
+    }
+)
+"""Response fields whose values the forward path reads (lower case), kept aside as they are parsed."""
+_NOTED_LENGTHS: Final = frozenset(len(name) for name in NOTED_FIELDS)
+
+
+_MEDIA_TYPES: dict[bytes, str] = {}
+"""``Content-Type`` values seen -> their media type (a model server sends one or two distinct values)."""
+
+
+def _media_type(content_type: bytes) -> str:
+    """``Content-Type``'s media type, lower case, without parameters."""
+    found = _MEDIA_TYPES.get(content_type)
+    if found is None:
+        found = content_type.split(b";", 1)[0].strip().lower().decode("latin-1")
+        if len(_MEDIA_TYPES) >= ORIGIN_CACHE_SIZE:
+            _MEDIA_TYPES.clear()  # values are the model servers' to choose: bounded like the origins
+        _MEDIA_TYPES[content_type] = found
+    return found
+
+
 class ConnectFailed(IgwGatewayError):
     """The upstream could not be connected to: safe to retry elsewhere."""
 
@@ -103,7 +133,8 @@ class _Connection(asyncio.Protocol):
 
     status: int
     reason: str
-    raw_headers: list[tuple[str, str]]
+    fields: list[tuple[bytes, bytes]]
+    noted: dict[bytes, bytes]
     headers_done: bool
     complete: bool
     keep_alive: bool
@@ -128,7 +159,8 @@ class _Connection(asyncio.Protocol):
     def _reset(self) -> None:
         self.status = 0
         self.reason = ""
-        self.raw_headers = []
+        self.fields = []
+        self.noted = {}
         self.headers_done = False
         self.complete = False
         self.keep_alive = False
@@ -174,18 +206,25 @@ class _Connection(asyncio.Protocol):
         self.reason = status.decode("latin-1")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.raw_headers.append(
-            (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
-        )
+        self.fields.append((name, value))
+        if len(name) in _NOTED_LENGTHS:  # most names are passed over by their length alone
+            low = name.lower()
+            if low in NOTED_FIELDS:
+                noted = self.noted
+                if low not in noted:
+                    noted[low] = value
+                elif low == b"connection":  # every Connection field counts (RFC 9110 7.6.1)
+                    noted[low] += b"," + value
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         if status < 200:  # an interim response (100 Continue): the real one follows
-            self.raw_headers = []
+            self.fields = []
+            self.noted = {}
             return
         self.status = status
         self.keep_alive = self._parser.should_keep_alive()
-        framed = any(name.lower() in ("content-length", "transfer-encoding") for name, _ in self.raw_headers)
+        framed = b"content-length" in self.noted or b"transfer-encoding" in self.noted
         self.until_eof = not framed and status not in (204, 304)
         self.headers_done = True
         self._wake()
@@ -256,16 +295,32 @@ class UpstreamResponse:
     """A model server's response whose head has arrived; the body is read with :meth:`read` or
     :meth:`readany`. :meth:`close` must be called (it returns the connection to the pool or ends it)."""
 
-    __slots__ = ("_conn", "_released", "content_type", "headers", "reason", "status")
+    __slots__ = ("_conn", "_headers", "_released", "content_type", "fields", "noted", "reason", "status")
 
     def __init__(self, conn: _Connection) -> None:
         self._conn = conn
         self._released = False
         self.status = conn.status
         self.reason = conn.reason
-        self.headers: CIMultiDict[str] = CIMultiDict(conn.raw_headers)
-        ctype = self.headers.get("Content-Type", "application/octet-stream")
-        self.content_type = ctype.split(";", 1)[0].strip().lower()
+        self.fields = conn.fields
+        """The header fields as received (raw name and value bytes, in order)."""
+        self.noted = conn.noted
+        """The first value of each of the :data:`NOTED_FIELDS` present (lower-case name; every
+        ``Connection`` field's value, joined with commas)."""
+        self._headers: CIMultiDict[str] | None = None
+        ctype = self.noted.get(b"content-type")
+        self.content_type = "application/octet-stream" if ctype is None else _media_type(ctype)
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        """The header fields decoded (as aiohttp's parser decodes them), made on first use."""
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = CIMultiDict(
+                (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+                for name, value in self.fields
+            )
+        return headers
 
     async def readany(self, timeout_s: float | None = None) -> bytes | None:
         """The body bytes that have arrived (waiting for some); ``b""`` at the end of the body;
@@ -362,10 +417,11 @@ class UpstreamPool:
             if len(self._origins) >= ORIGIN_CACHE_SIZE:
                 self._origins.clear()  # endpoints come and go; a bound keeps the cache from growing forever
             self._origins[endpoint] = origin
-        lines = [f"POST {path_qs} HTTP/1.1\r\nHost: {origin.host_header}\r\n"]
-        lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+        lines = [f"{name}: {value}\r\n" for name, value in headers.items()]
         lines.append(f"Content-Length: {len(body)}\r\n\r\n")
-        head = "".join(lines).encode("utf-8", "surrogateescape")
+        head = f"POST {path_qs} HTTP/1.1\r\nHost: {origin.host_header}\r\n{''.join(lines)}".encode(
+            "utf-8", "surrogateescape"
+        )
         hooks = self._hooks
         if hooks is not None:
             hooks.connect_started()

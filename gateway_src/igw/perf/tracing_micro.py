@@ -64,7 +64,7 @@ _DECISION = RoutingDecision(
 def _request(metrics: GatewayMetrics, tracing: Tracing | None, *, hooks: bool) -> Callable[[], object]:
     response = web.Response(status=200)
     result = ExchangeResult(
-        response=response,
+        answer=response,
         status=200,
         ok=True,
         ttft_s=0.05,

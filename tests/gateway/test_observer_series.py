@@ -1,0 +1,57 @@
+"""The request observer updates each model's series through one cached lookup per request
+(igw.gateway.telemetry.ModelSeries): the exposed samples are the ones per-update lookups gave."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from igw.gateway.observer import RequestObserver
+from igw.gateway.telemetry import GatewayMetrics
+from igw.gateway.upstream import ExchangeResult
+
+
+def _request(metrics: GatewayMetrics, *, status: int, streamed: bool, requested: str | None = None) -> None:
+    obs = RequestObserver(metrics, request_id="r", method="POST", path="/v1/completions")
+    if requested is not None:
+        obs.record.requested_model = requested
+    obs.routed(model="m", scheduler="s", stream=streamed, base_model="b", configured=True)
+    result = ExchangeResult(
+        answer=web.Response(status=status),
+        status=status,
+        ok=status < 500,
+        streamed=streamed,
+        ttft_s=0.02 if streamed else None,
+        gaps=[0.01, 0.03] if streamed else [],
+        usage={"prompt_tokens": 5, "completion_tokens": 3},
+    )
+    obs.exchanged(result, prompt_tokens=5, completion_tokens=3)
+    obs.finish(result.answer)
+
+
+def test_each_models_series_gets_every_update_of_its_requests() -> None:
+    metrics = GatewayMetrics(lister=list, clock=lambda: 0.0)
+    _request(metrics, status=200, streamed=False)
+    _request(metrics, status=200, streamed=True)
+    _request(metrics, status=500, streamed=False)
+    _request(metrics, status=200, streamed=False, requested="m-canary")
+    assert metrics.model_series("m", "m") is metrics.model_series("m", "m")  # one lookup object per pair
+    sample = metrics.registry.get_sample_value
+    assert sample("igw_requests_total", {"model": "m", "requested_model": "m", "code": "200"}) == 2
+    assert sample("igw_requests_total", {"model": "m", "requested_model": "m", "code": "500"}) == 1
+    assert sample("igw_requests_total", {"model": "m", "requested_model": "m-canary", "code": "200"}) == 1
+    assert sample("igw_request_duration_seconds_count", {"model": "m", "requested_model": "m"}) == 3
+    assert sample("igw_request_duration_seconds_count", {"model": "m", "requested_model": "m-canary"}) == 1
+    assert sample("igw_time_to_first_token_seconds_count", {"model": "m", "requested_model": "m"}) == 1
+    assert sample("igw_time_to_first_token_seconds_sum", {"model": "m", "requested_model": "m"}) == 0.02
+    assert sample("igw_inter_token_latency_seconds_count", {"model": "m"}) == 2
+    assert sample("igw_tokens_total", {"model": "m", "direction": "in"}) == 20
+    assert sample("igw_tokens_total", {"model": "m", "direction": "out"}) == 12
+    # a series no request updated is not exposed (the canary pair never streamed)
+    assert (
+        sample("igw_time_to_first_token_seconds_count", {"model": "m", "requested_model": "m-canary"}) is None
+    )
+    quiet = GatewayMetrics(lister=list, clock=lambda: 0.0)
+    quiet.model_series("m", "m")  # looked up, never updated
+    labels = {"model": "m", "requested_model": "m"}
+    assert quiet.registry.get_sample_value("igw_request_duration_seconds_count", labels) is None
+    assert quiet.registry.get_sample_value("igw_time_to_first_token_seconds_count", labels) is None
