@@ -15,6 +15,7 @@ import random
 
 from aiohttp import web
 
+from igw.perf.activity_page import ActivityPage
 from igw.perf.raw_http import canned_answers, serve_backend
 
 RESPONSE = (
@@ -57,9 +58,10 @@ def realistic_vllm_page() -> str:
 
 
 def build_app(*, chunks: int, interval: float) -> web.Application:
-    page = realistic_vllm_page().encode()
+    page = ActivityPage(realistic_vllm_page().encode())
 
     async def infer(request: web.Request) -> web.StreamResponse:
+        page.served += 1
         body = await request.read()
         if b'"stream":true' not in body.replace(b" ", b""):
             return web.Response(body=RESPONSE, content_type="application/json")
@@ -73,7 +75,7 @@ def build_app(*, chunks: int, interval: float) -> web.Application:
         return resp
 
     async def metrics(request: web.Request) -> web.StreamResponse:
-        return web.Response(body=page, content_type="text/plain")
+        return web.Response(body=page.render(), content_type="text/plain")
 
     async def health(request: web.Request) -> web.StreamResponse:
         # Peer routers (sglang-router, vllm-router) probe /health before sending a worker traffic.
@@ -90,8 +92,9 @@ def build_app(*, chunks: int, interval: float) -> web.Application:
 async def serve_forever_raw() -> None:
     """The same answers for non-streamed requests from :mod:`igw.perf.raw_http`'s backend (a fraction
     of aiohttp's CPU per request; no SSE): print ``PORT <n>`` and run until stopped."""
-    answers = canned_answers(completion=RESPONSE, metrics_page=realistic_vllm_page().encode())
-    server = await serve_backend(answers)
+    page = realistic_vllm_page().encode()
+    answers = canned_answers(completion=RESPONSE, metrics_page=page)
+    server = await serve_backend(answers, metrics=ActivityPage(page))
     print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
         await server.serve_forever()

@@ -23,6 +23,7 @@ from typing import cast
 import httptools
 
 from igw.errors import IgwToolingError
+from igw.perf.activity_page import ActivityPage
 
 _OK_JSON: bytes = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 _OK_TEXT: bytes = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n"
@@ -45,10 +46,17 @@ def canned_answers(*, completion: bytes, metrics_page: bytes) -> dict[tuple[byte
 
 
 class BackendProtocol(asyncio.Protocol):
-    """One connection to the canned-answer backend (keep-alive, requests answered in order)."""
+    """One connection to the canned-answer backend (keep-alive, requests answered in order).
 
-    def __init__(self, answers: dict[tuple[bytes, bytes], bytes]) -> None:
+    With ``metrics``, ``GET /metrics`` answers that page as it stands, and every ``POST`` moves its
+    activity counters (as a live engine's move; see :mod:`igw.perf.activity_page`).
+    """
+
+    def __init__(
+        self, answers: dict[tuple[bytes, bytes], bytes], metrics: ActivityPage | None = None
+    ) -> None:
         self._answers = answers
+        self._metrics = metrics
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._url = b""
@@ -69,15 +77,27 @@ class BackendProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         path = self._url.partition(b"?")[0]
         self._url = b""
-        answer = self._answers.get((self._parser.get_method(), path), _NOT_FOUND)
+        method = self._parser.get_method()
+        metrics = self._metrics
+        if metrics is not None and method == b"POST":
+            metrics.served += 1
+        if metrics is not None and path == b"/metrics":
+            page = metrics.render()
+            answer = (_OK_TEXT % len(page)) + page
+        else:
+            answer = self._answers.get((method, path), _NOT_FOUND)
         if self._transport is not None:
             self._transport.write(answer)
 
 
-async def serve_backend(answers: dict[tuple[bytes, bytes], bytes], *, port: int = 0) -> asyncio.Server:
+async def serve_backend(
+    answers: dict[tuple[bytes, bytes], bytes], *, port: int = 0, metrics: ActivityPage | None = None
+) -> asyncio.Server:
     """Start the backend on loopback (``port`` 0: any free port); the caller closes the server."""
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: BackendProtocol(answers), "127.0.0.1", port, backlog=1024)
+    return await loop.create_server(
+        lambda: BackendProtocol(answers, metrics), "127.0.0.1", port, backlog=1024
+    )
 
 
 class _ClientConnection(asyncio.Protocol):
