@@ -38,7 +38,12 @@ from igw.scheduling.data_flow import Placed, order_by_data_flow
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.framework import Scorer
 from igw.scheduling.picker_config import profile_from_picker_config
-from igw.scheduling.plugins import backlog_ttft_scorer, lora_affinity_scorer, prefill_collision_scorer
+from igw.scheduling.plugins import (
+    backlog_ttft_scorer,
+    lora_affinity_scorer,
+    prefill_admission_scorer,
+    prefill_collision_scorer,
+)
 from igw.scheduling.plugins.lora_slot_filter import LoraSlotFilter
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.scheduler import Profile, Scheduler, WeightedScorer
@@ -53,7 +58,11 @@ DEFAULT_PREFILL_COLLISION_WEIGHT: Final = 2.0
 BACKLOG_TTFT_KEY: Final = backlog_ttft_scorer.TYPE
 """No ``weights`` key either: like ``prefill-collision-scorer`` it rides on ``predictedLatency``."""
 DEFAULT_BACKLOG_TTFT_WEIGHT: Final = 4.0
-IGW_LATENCY_SCORERS: Final = (PREFILL_COLLISION_KEY, BACKLOG_TTFT_KEY)
+PREFILL_ADMISSION_KEY: Final = prefill_admission_scorer.TYPE
+"""No ``weights`` key either; it reads ``backlog-ttft-scorer``'s predictions."""
+DEFAULT_PREFILL_ADMISSION_WEIGHT: Final = 16.0
+"""Above the sum of the other default weights, so a candidate it rejects loses to every one it admits."""
+IGW_LATENCY_SCORERS: Final = (PREFILL_COLLISION_KEY, BACKLOG_TTFT_KEY, PREFILL_ADMISSION_KEY)
 """igw's additions without a ``weights`` key, switched off together by ``predictedLatency: 0``."""
 
 
@@ -64,6 +73,7 @@ def default_weights(*, lora_adapters: bool) -> dict[str, float]:
         **table_defaults(lora_adapters=lora_adapters),
         PREFILL_COLLISION_KEY: DEFAULT_PREFILL_COLLISION_WEIGHT,
         BACKLOG_TTFT_KEY: DEFAULT_BACKLOG_TTFT_WEIGHT,
+        PREFILL_ADMISSION_KEY: DEFAULT_PREFILL_ADMISSION_WEIGHT,
     }
 
 

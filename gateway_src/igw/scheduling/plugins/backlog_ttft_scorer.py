@@ -73,7 +73,15 @@ apart, every endpoint scores 1.0: on identical pods the queue, prefix and prefil
 already balance load, and this scorer on top of them lengthened shared-prefix tails
 (docs/benchmark.md). KV capacity alone takes an A100-80GB and an H100 serving an 8B model as one
 kind; the slope check tells them apart once measured, and ``speedRatio`` sits above the scatter of
-identical pods' fits.
+identical pods' fits. On one kind of hardware a request without an adapter scores
+``1 - oneKindShare x (1 - s)`` instead, ``s`` being ``predicted-ttft-scorer``'s score of the same
+pick (its ``predicted-ttft.scores``): that column, which counts this router's dispatches the scrape
+cannot show yet, is what keeps picks off pods still prefilling, and the median on identical pods
+follows it (:meth:`BacklogTtftScorer._one_kind_scores`).
+
+**Published**: for a request without an adapter on candidates that are not one kind of hardware,
+the pick's predictions (``backlog.predicted``, a :class:`Predictions`), which
+``prefill-admission-scorer`` reads.
 
 Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start and
 the one-kind-of-hardware check).
@@ -90,7 +98,9 @@ default 1), ``maxTracked`` (dispatches remembered per endpoint until their outco
 unmeasured endpoint without the preference penalty, 0 switches cheap probes off, default 1),
 ``probeKvRatio`` (only endpoints holding at most this factor less KV cache than the largest are
 probed cheaply, default 3), ``adapterSlotPrice`` (exponent of the slot price on adapter requests; 0
-leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 2).
+leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 2), ``oneKindShare``
+(share of ``predicted-ttft-scorer``'s column repeated on one kind of hardware, 0 to 1, 0 scores 1.0
+everywhere there, default 0.25: with this scorer's default weight 4, one more weight on that column).
 """
 
 from __future__ import annotations
@@ -103,6 +113,7 @@ from typing import Any, cast
 
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
+from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PublishedScores
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.plugins.speed_pools import Model, SpeedPools
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
@@ -124,7 +135,13 @@ DEFAULT_PROBE_SHARE = 1.0
 DEFAULT_PROBE_KV_RATIO = 3.0
 """Only endpoints holding at most this factor less KV cache than the largest are probed cheaply."""
 DEFAULT_ADAPTER_SLOT_PRICE = 2.0
+DEFAULT_ONE_KIND_SHARE = 0.25
+"""On one kind of hardware, the share of ``predicted-ttft-scorer``'s column this scorer repeats
+(0: every endpoint scores 1.0 there)."""
 """Exponent of the slot price on adapter requests (0: adapter requests score 1.0 everywhere)."""
+STATE_PREDICTED = "backlog.predicted"
+"""Cycle-state key: this pick's :class:`Predictions` (written for requests without an adapter on
+candidates that are not one kind of hardware; read by ``prefill-admission-scorer``)."""
 MIN_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
 MIN_TOKENS_F = float(MIN_TOKENS)
@@ -168,6 +185,16 @@ class LinearFit:
         slope = self.cov_xy / self.var_x
         intercept = self.mean_y - slope * self.mean_x
         return (intercept, slope) if slope > 0 and intercept >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Predictions:
+    """What :meth:`BacklogTtftScorer.score` predicted in one pick, published as ``backlog.predicted``."""
+
+    endpoints: Sequence[EndpointView]
+    """The candidate list scored (the same object every scorer of the pick receives)."""
+    seconds: Sequence[float]
+    """Predicted seconds to first token per candidate, in ``endpoints`` order."""
 
 
 @dataclass(slots=True)
@@ -234,7 +261,8 @@ class _StandIns:
 class BacklogTtftScorer(PluginHooks):
     type_name = TYPE
     signal = "waiting"
-    consumes = frozenset({STATE_MATCH})
+    consumes = frozenset({STATE_MATCH, STATE_SCORES})
+    produces = frozenset({STATE_PREDICTED})
 
     def __init__(
         self,
@@ -248,8 +276,10 @@ class BacklogTtftScorer(PluginHooks):
         probe_share: float = DEFAULT_PROBE_SHARE,
         probe_kv_ratio: float = DEFAULT_PROBE_KV_RATIO,
         adapter_slot_price: float = DEFAULT_ADAPTER_SLOT_PRICE,
+        one_kind_share: float = DEFAULT_ONE_KIND_SHARE,
     ) -> None:
         self.name = name
+        self.one_kind_share = one_kind_share
         self.adapter_slot_price = adapter_slot_price
         self._one_kind = False
         """Whether the last :meth:`score` found one kind of hardware (every score 1.0)."""
@@ -637,12 +667,13 @@ class BacklogTtftScorer(PluginHooks):
             # already balance the load (this scorer on top made shared-prefix tails worse,
             # docs/benchmark.md).
             self._one_kind = True
-            return UnitScores([1.0] * len(endpoints))
+            return self._one_kind_scores(ctx, endpoints)
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         now, matched = ctx.now, ctx.state.get(STATE_MATCH)
         capacities = cols.per_scrape((self, "capacities"), lambda: kv_capacities(endpoints))
         if not self.fits:
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
+            self._publish(ctx, endpoints, predicted)
             best = min(predicted, default=0.0)
             return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
         preference = self.speed_preference
@@ -650,6 +681,7 @@ class BacklogTtftScorer(PluginHooks):
         predicted = self._predict(
             endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle
         )
+        self._publish(ctx, endpoints, predicted)
         best = min(predicted, default=0.0)
         if preference > 0:
             models = self._cycle_models
@@ -671,6 +703,35 @@ class BacklogTtftScorer(PluginHooks):
         if best > 0:
             return UnitScores([best / p for p in predicted])
         return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
+
+    def _one_kind_scores(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        """Scores on one kind of hardware: ``1 - oneKindShare x (1 - s)`` where ``s`` is
+        ``predicted-ttft-scorer``'s score of this pick, for a request without an adapter; else (no
+        such score, an adapter request, share 0) 1.0 everywhere.
+
+        Why: on identical pods the backlog model would only repeat what the queue and collision
+        scorers see, and at full weight it lengthened shared-prefix tails; but the median on
+        identical pods is set by picks landing on a pod still prefilling this router's recent
+        dispatches, which ``predicted-ttft-scorer`` (waiting count including unreflected dispatches)
+        sees best, and a heavier weight on it moved the median towards round-robin's while costing
+        mixed fleets (docs/benchmark.md, routing rounds 5 and 6). Repeating a share of its column
+        here gives it that weight on one kind of hardware only."""
+        share = self.one_kind_share
+        found = ctx.state.get(STATE_SCORES)
+        if (
+            share <= 0
+            or ctx.request.adapter is not None
+            or not isinstance(found, PublishedScores)
+            or found.endpoints is not endpoints
+        ):
+            return UnitScores([1.0] * len(endpoints))
+        return [None if s is None else 1.0 - share * (1.0 - s) for s in found.scores]
+
+    def _publish(self, ctx: CycleContext, endpoints: Sequence[EndpointView], predicted: list[float]) -> None:
+        """Publish this pick's predictions (``backlog.predicted``) for a request without an adapter
+        (an adapter request's TTFT depends on slots this model leaves to the slot price)."""
+        if ctx.request.adapter is None:
+            ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted)
 
     def _drain_of(self, endpoint: EndpointView, queued: float) -> float:
         """Seconds per backlog token of ``endpoint``: the model this cycle predicted with, else its
@@ -755,6 +816,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         probe_share=r.number("probeShare", DEFAULT_PROBE_SHARE, minimum=0.0),
         probe_kv_ratio=r.number("probeKvRatio", DEFAULT_PROBE_KV_RATIO, minimum=1.0),
         adapter_slot_price=r.number("adapterSlotPrice", DEFAULT_ADAPTER_SLOT_PRICE, minimum=0.0),
+        one_kind_share=r.number("oneKindShare", DEFAULT_ONE_KIND_SHARE, minimum=0.0, maximum=1.0),
     )
     r.finish()
     return plugin

@@ -1,0 +1,97 @@
+"""``prefill-admission-scorer``: keep a long prompt off an endpoint whose predicted prefill is far worse.
+
+Why: on a mixed fleet a long prompt (thousands of tokens) sent to a slow GPU pays that GPU's
+prefill for every one of its tokens; when a burst has queued work on the fast pods, the weighted
+sum of the balance scorers can still favour an idle slow pod (its queue, KV and collision scores
+are perfect), and ``backlog-ttft-scorer``'s own column, weighted like the others, is outvoted.
+For a short prompt that is right (the slow pod's prefill is short too); for a long one it put the
+slowest requests of the benchmark's long-prompt draws on A10Gs and single-GPU pods beside faster
+ones (docs/benchmark.md, routing rounds 5 and 6).
+
+Rule, per pick: when the request has at least ``minPromptTokens`` prompt tokens and
+``backlog-ttft-scorer`` predicted a
+time to first token per candidate in this pick (its ``backlog.predicted`` state: prompt work queued
+there plus this prompt, at the endpoint's measured or guessed prefill speed), every candidate
+predicted within ``ratio`` times the best prediction scores 1 and every other one 0. Otherwise it
+returns no score at all (``None`` for every candidate), which the scheduler leaves out of the
+totals, so routing is then exactly what it would be without this plugin: short prompts, adapter
+requests and fleets of one kind of hardware (where the backlog scorer publishes nothing) are never
+affected.
+
+It is an admission rule expressed as a scorer because it needs the prefix scorer's matched shares
+and the backlog scorer's predictions, both produced in the scoring stage, after the filters have
+run. With a weight above the sum of the other scorers' weights (the default profile's), a candidate
+it rejects loses to every candidate it admits; with a smaller weight it is a strong preference.
+
+Category: admission. Signal: none of its own (it reads ``backlog.predicted``).
+
+Parameters: ``ratio`` (a candidate predicted within this factor of the best is admitted, default
+1.3), ``minPromptTokens`` (shorter prompts are never judged, default 512). Both were chosen on the
+benchmark's long-prompt draws (docs/benchmark.md, routing round 6): a ratio of 2, or judging only
+prompts of at least 1,024 tokens and twice the mean, left most of their tails as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from igw.scheduling.framework import CycleContext, PluginHooks
+from igw.scheduling.params import ParamReader
+from igw.scheduling.plugins.backlog_ttft_scorer import STATE_PREDICTED, Predictions
+from igw.scheduling.types import EndpointView
+
+TYPE = "prefill-admission-scorer"
+DEFAULT_RATIO = 1.3
+DEFAULT_MIN_PROMPT_TOKENS = 512
+
+
+def admitted(predicted: Sequence[float], *, ratio: float) -> list[bool]:
+    """Per candidate, whether its predicted TTFT is within ``ratio`` times the best (smallest)
+    positive prediction; every candidate is admitted when no prediction is positive."""
+    positive = [p for p in predicted if p > 0]
+    if not positive:
+        return [True] * len(predicted)
+    limit = min(positive) * ratio
+    return [p <= limit for p in predicted]
+
+
+class PrefillAdmissionScorer(PluginHooks):
+    type_name = TYPE
+    signal = ""
+    consumes = frozenset({STATE_PREDICTED})
+
+    def __init__(
+        self,
+        *,
+        name: str = TYPE,
+        ratio: float = DEFAULT_RATIO,
+        min_prompt_tokens: int = DEFAULT_MIN_PROMPT_TOKENS,
+    ) -> None:
+        self.name = name
+        self.ratio = ratio
+        self.min_prompt_tokens = min_prompt_tokens
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        none: list[float | None] = [None] * len(endpoints)
+        tokens = ctx.request.prompt_tokens
+        if tokens < self.min_prompt_tokens:
+            return none
+        found = ctx.state.get(STATE_PREDICTED)
+        if not isinstance(found, Predictions) or found.endpoints is not endpoints:
+            return none
+        verdicts = admitted(found.seconds, ratio=self.ratio)
+        if all(verdicts):
+            return none
+        return [1.0 if ok else 0.0 for ok in verdicts]
+
+
+def factory(name: str, params: Mapping[str, Any], path: str) -> PrefillAdmissionScorer:
+    r = ParamReader(params, path=path)
+    plugin = PrefillAdmissionScorer(
+        name=name,
+        ratio=r.number("ratio", DEFAULT_RATIO, minimum=1.0),
+        min_prompt_tokens=r.integer("minPromptTokens", DEFAULT_MIN_PROMPT_TOKENS, minimum=0),
+    )
+    r.finish()
+    return plugin
