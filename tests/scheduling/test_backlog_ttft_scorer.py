@@ -654,3 +654,47 @@ def test_the_predicted_ttft_scorer_publishes_its_scores_for_this_candidate_list(
     assert isinstance(found, PublishedScores)
     assert found.endpoints is endpoints
     assert list(found.scores) == scores == [1.0, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("labels", "hardware_label", "neutral", "why"),
+    [
+        (("h100", "h100"), "gpu", True, "the same GPU kind and alike KV: one kind of hardware"),
+        (("h100", "a100"), "gpu", False, "alike KV but labelled as different GPUs: told apart from the start"),
+        ((None, "a100"), "gpu", True, "an unlabelled endpoint counts as either kind"),
+        (("h100", "a100"), "", True, "hardwareLabel '' switches the label check off"),
+    ],
+)
+def test_a_hardware_label_tells_alike_kv_endpoints_apart(
+    labels: tuple[str | None, str | None], hardware_label: str, neutral: bool, why: str
+) -> None:
+    s = factory("b", {"hardwareLabel": hardware_label}, "plugins[0].parameters")
+    teach(s, "e0", H100)
+    endpoints = [
+        ep(f"e{i}", block_size=16, num_gpu_blocks=20_000, labels={} if v is None else {"gpu": v})
+        for i, v in enumerate(labels)
+    ]
+    s.on_picked(ctx(request(4000, "busy"), now=LATER), endpoints[0])
+    scores = s.score(ctx(request(1000), now=LATER), endpoints)
+    assert (scores == [1.0, 1.0]) is neutral, (why, scores)
+    assert s.one_speed(endpoints) is neutral, why
+
+
+def test_an_endpoint_labelled_as_other_hardware_takes_no_stand_in_model() -> None:
+    """An unmeasured A100 beside a measured H100 of alike KV capacity does not borrow the H100's
+    model: it is unlike every measured endpoint, so it gets one probe and ranks last while that is
+    out (the same KV capacity without labels: it borrows the model and is predicted alike)."""
+    for labelled in (False, True):
+        s = BacklogTtftScorer()
+        teach(s, "h100", H100)
+        h100 = ep("h100", block_size=16, num_gpu_blocks=20_000, labels={"gpu": "h100"} if labelled else {})
+        a100 = ep(
+            "a100", block_size=16, num_gpu_blocks=20_000, inflight=1, labels={"gpu": "a100"} if labelled else {}
+        )
+        fast, new = s.predicted([h100, a100], tokens=1000, now=LATER)
+        assert (new > fast) is labelled, (labelled, fast, new)
+
+
+def test_the_hardware_label_parameter_must_be_a_string() -> None:
+    with pytest.raises(SchedulerConfigError, match="hardwareLabel: must be a string"):
+        factory("b", {"hardwareLabel": 3}, "plugins[0].parameters")

@@ -20,8 +20,10 @@ fleets; ``predictedLatency: 0`` restores GIE's queue/kvCache/prefix behaviour ex
 still prefilling this router's previous request (round-robin's even spacing; measured in
 docs/scheduler-design.md); ``backlog-ttft-scorer`` (weight 4, igw's) predicts each pod's TTFT for
 this request from the prompt tokens this router sent there and the pod's prefill speed fitted from
-completed requests, which keeps slow GPUs of a mixed fleet out of the tail (docs/benchmark.md).
-Neither has a ``weights`` key; both are switched off with ``predictedLatency: 0``.
+completed requests, which keeps slow GPUs of a mixed fleet out of the tail (docs/benchmark.md);
+``prefill-admission-scorer`` (weight 16, igw's: more than the others together, so it acts as an
+admission rule) keeps long prompts off pods the backlog scorer predicts far slower than the best.
+None has a ``weights`` key; all three are switched off with ``predictedLatency: 0``.
 """
 
 from __future__ import annotations

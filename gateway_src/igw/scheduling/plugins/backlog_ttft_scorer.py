@@ -136,6 +136,8 @@ DEFAULT_PROBE_KV_RATIO = 3.0
 """Only endpoints holding at most this factor less KV cache than the largest are probed cheaply."""
 DEFAULT_ADAPTER_SLOT_PRICE = 2.0
 DEFAULT_ONE_KIND_SHARE = 0.25
+DEFAULT_HARDWARE_LABEL = "gpu"
+"""Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
 """On one kind of hardware, the share of ``predicted-ttft-scorer``'s column this scorer repeats
 (0: every endpoint scores 1.0 there)."""
 """Exponent of the slot price on adapter requests (0: adapter requests score 1.0 everywhere)."""
@@ -277,8 +279,10 @@ class BacklogTtftScorer(PluginHooks):
         probe_kv_ratio: float = DEFAULT_PROBE_KV_RATIO,
         adapter_slot_price: float = DEFAULT_ADAPTER_SLOT_PRICE,
         one_kind_share: float = DEFAULT_ONE_KIND_SHARE,
+        hardware_label: str = DEFAULT_HARDWARE_LABEL,
     ) -> None:
         self.name = name
+        self.hardware_label = hardware_label
         self.one_kind_share = one_kind_share
         self.adapter_slot_price = adapter_slot_price
         self._one_kind = False
@@ -377,15 +381,24 @@ class BacklogTtftScorer(PluginHooks):
         return slowest
 
     def _alike_measured(
-        self, capacity: float | None, endpoints: Sequence[EndpointView], capacities: Sequence[float | None]
+        self,
+        capacity: float | None,
+        endpoints: Sequence[EndpointView],
+        capacities: Sequence[float | None],
+        hardware: str | None = None,
     ) -> EndpointKey | None:
         """The measured candidate whose KV capacity is closest to ``capacity``, if within ``pool_ratio``
-        of it: probably the same hardware, so its model stands in until this endpoint's first outcome."""
+        of it and not labelled as other hardware than ``hardware`` (the ``hardwareLabel`` value of
+        the endpoint looked for): probably the same hardware, so its model stands in until this
+        endpoint's first outcome."""
         if capacity is None:
             return None
+        label = self.hardware_label
         best: tuple[float, EndpointKey] | None = None
         for e, c in zip(endpoints, capacities, strict=True):
             if c is None or e.key not in self.fits:
+                continue
+            if hardware is not None and (other := e.labels.get(label)) is not None and other != hardware:
                 continue
             ratio = max(c, capacity) / min(c, capacity)
             if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
@@ -550,7 +563,9 @@ class BacklogTtftScorer(PluginHooks):
         if i in found:
             stand_in = found[i]
         else:
-            stand_in = found[i] = self._alike_measured(capacities[i], endpoints, capacities)
+            stand_in = found[i] = self._alike_measured(
+                capacities[i], endpoints, capacities, self.hardware_of(endpoints[i])
+            )
         model = self._model(endpoints[i].key if stand_in is None else stand_in, pooled)
         assert model is not None  # some endpoint is measured, so every endpoint has a model
         intercept, slope = model
@@ -595,7 +610,24 @@ class BacklogTtftScorer(PluginHooks):
         apart from different ones, because on identical pods serving shared prefixes the requests'
         uncached lengths barely vary and the fitted slopes scatter (by less than ``speed_ratio``)."""
         self._cycle_pooled = self._pooled()
-        return self._alike_capacities(endpoints) and self._slopes_alike(endpoints, self._cycle_pooled)
+        return (
+            self._alike_capacities(endpoints)
+            and not self.labels_differ(endpoints)
+            and self._slopes_alike(endpoints, self._cycle_pooled)
+        )
+
+    def hardware_of(self, endpoint: EndpointView) -> str | None:
+        """The endpoint's ``hardwareLabel`` value (``None``: unlabelled, or the check is off)."""
+        return endpoint.labels.get(self.hardware_label) if self.hardware_label else None
+
+    def labels_differ(self, endpoints: Sequence[EndpointView]) -> bool:
+        """Whether two candidates carry different ``hardwareLabel`` values (unlabelled ones count as
+        either): then they are not one kind of hardware, whatever their KV capacities say."""
+        label = self.hardware_label
+        if not label:
+            return False
+        values = {v for e in endpoints if (v := e.labels.get(label)) is not None}
+        return len(values) > 1
 
     def _slopes_alike(self, endpoints: Sequence[EndpointView], pooled: Mapping[EndpointKey, Model]) -> bool:
         """No two of the candidates' well-measured pooled slopes more than ``speed_ratio`` apart."""
@@ -661,7 +693,9 @@ class BacklogTtftScorer(PluginHooks):
         pooled = self._cycle_pooled = self._pooled()
         # The KV capacities and their check read the scrapes only: once per scrape, between picks.
         cols = ctx.columns(endpoints)
-        alike = cols.per_scrape((self, "alike"), lambda: self._alike_capacities(endpoints))
+        alike = cols.per_scrape(
+            (self, "alike"), lambda: self._alike_capacities(endpoints) and not self.labels_differ(endpoints)
+        )
         if alike and self._slopes_alike(endpoints, pooled):
             # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
             # already balance the load (this scorer on top made shared-prefix tails worse,
@@ -817,6 +851,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         probe_kv_ratio=r.number("probeKvRatio", DEFAULT_PROBE_KV_RATIO, minimum=1.0),
         adapter_slot_price=r.number("adapterSlotPrice", DEFAULT_ADAPTER_SLOT_PRICE, minimum=0.0),
         one_kind_share=r.number("oneKindShare", DEFAULT_ONE_KIND_SHARE, minimum=0.0, maximum=1.0),
+        hardware_label=r.string("hardwareLabel", DEFAULT_HARDWARE_LABEL),
     )
     r.finish()
     return plugin
