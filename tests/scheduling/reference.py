@@ -225,7 +225,8 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
         if adapter is None:
-            ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted)
+            idle = [b + sl * tokens for b, sl in (self._cycle_models[e.key] for e in endpoints)]
+            ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted, idle)
         best = min(predicted, default=0.0)
         scores = [1.0 if p <= 0 else best / p for p in predicted]
         if self.speed_preference > 0 and self.fits:

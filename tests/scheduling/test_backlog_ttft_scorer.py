@@ -660,7 +660,12 @@ def test_the_predicted_ttft_scorer_publishes_its_scores_for_this_candidate_list(
     ("labels", "hardware_label", "neutral", "why"),
     [
         (("h100", "h100"), "gpu", True, "the same GPU kind and alike KV: one kind of hardware"),
-        (("h100", "a100"), "gpu", False, "alike KV but labelled as different GPUs: told apart from the start"),
+        (
+            ("h100", "a100"),
+            "gpu",
+            False,
+            "alike KV but labelled as different GPUs: told apart from the start",
+        ),
         ((None, "a100"), "gpu", True, "an unlabelled endpoint counts as either kind"),
         (("h100", "a100"), "", True, "hardwareLabel '' switches the label check off"),
     ],
@@ -689,7 +694,11 @@ def test_an_endpoint_labelled_as_other_hardware_takes_no_stand_in_model() -> Non
         teach(s, "h100", H100)
         h100 = ep("h100", block_size=16, num_gpu_blocks=20_000, labels={"gpu": "h100"} if labelled else {})
         a100 = ep(
-            "a100", block_size=16, num_gpu_blocks=20_000, inflight=1, labels={"gpu": "a100"} if labelled else {}
+            "a100",
+            block_size=16,
+            num_gpu_blocks=20_000,
+            inflight=1,
+            labels={"gpu": "a100"} if labelled else {},
         )
         fast, new = s.predicted([h100, a100], tokens=1000, now=LATER)
         assert (new > fast) is labelled, (labelled, fast, new)

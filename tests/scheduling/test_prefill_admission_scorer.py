@@ -36,20 +36,21 @@ def request(tokens: int, request_id: str = "r", adapter: str | None = None) -> R
 
 
 @pytest.mark.parametrize(
-    ("predicted", "ratio", "expected"),
+    ("predicted", "idle", "ratio", "expected", "why"),
     [
-        ([1.0, 1.9, 2.0, 2.1], 2.0, [True, True, True, False]),
-        ([0.5, 3.0], 2.0, [True, False]),
-        ([0.5, 3.0], 8.0, [True, True]),
-        ([2.0, 2.0], 1.0, [True, True]),
-        ([0.0, 0.0], 2.0, [True, True]),  # nothing positive: no basis to reject anything
-        ([0.0, 1.0, 5.0], 2.0, [True, True, False]),  # the best *positive* prediction is the yardstick
+        ([1.0, 1.9, 2.0, 2.1], [1.0, 3.0, 3.0, 3.0], 2.0, [True, True, True, False], "slow and far worse"),
+        ([0.5, 3.0], [0.4, 2.0], 2.0, [True, False], "slow hardware predicted 6x the best"),
+        ([0.5, 3.0], [0.4, 2.0], 8.0, [True, True], "a looser ratio admits it"),
+        ([0.5, 3.0], [0.4, 0.5], 2.0, [True, True], "far worse but as fast hardware: queues are not judged"),
+        ([2.0, 2.0], [1.0, 5.0], 1.0, [True, True], "slow hardware predicted as well as the best"),
+        ([0.0, 0.0], [1.0, 5.0], 2.0, [True, True], "no positive prediction: no basis to reject"),
+        ([0.0, 1.0, 5.0], [1.0, 1.0, 5.0], 2.0, [True, True, False], "the best positive prediction counts"),
     ],
 )
-def test_admitted_keeps_candidates_within_ratio_of_the_best(
-    predicted: list[float], ratio: float, expected: list[bool]
+def test_admitted_rejects_slow_hardware_predicted_far_worse(
+    predicted: list[float], idle: list[float], ratio: float, expected: list[bool], why: str
 ) -> None:
-    assert admitted(predicted, ratio=ratio) == expected
+    assert admitted(predicted, idle, ratio=ratio) == expected, why
 
 
 @pytest.mark.parametrize(
@@ -66,7 +67,7 @@ def test_scores_long_prompts_only(
 ) -> None:
     endpoints = [ep("fast"), ep("slow")]
     c = ctx(request(tokens), now=1.0)
-    c.state[STATE_PREDICTED] = Predictions(endpoints, predicted)
+    c.state[STATE_PREDICTED] = Predictions(endpoints, predicted, [1.0, 3.0])  # the second pod is slow
     assert PrefillAdmissionScorer().score(c, endpoints) == expected, why
 
 
@@ -74,7 +75,7 @@ def test_without_predictions_for_this_candidate_list_it_has_no_opinion() -> None
     endpoints = [ep("fast"), ep("slow")]
     c = ctx(request(4000), now=1.0)
     assert PrefillAdmissionScorer().score(c, endpoints) == [None, None]
-    c.state[STATE_PREDICTED] = Predictions([ep("fast"), ep("slow")], [1.0, 9.0])
+    c.state[STATE_PREDICTED] = Predictions([ep("fast"), ep("slow")], [1.0, 9.0], [1.0, 9.0])
     assert PrefillAdmissionScorer().score(c, endpoints) == [None, None]  # another list object
 
 

@@ -197,6 +197,9 @@ class Predictions:
     """The candidate list scored (the same object every scorer of the pick receives)."""
     seconds: Sequence[float]
     """Predicted seconds to first token per candidate, in ``endpoints`` order."""
+    idle: Sequence[float]
+    """Seconds each candidate would take for the whole prompt with nothing ahead and nothing cached
+    (``intercept + slope x prompt tokens`` of the model it was predicted with): its hardware's speed."""
 
 
 @dataclass(slots=True)
@@ -707,7 +710,7 @@ class BacklogTtftScorer(PluginHooks):
         capacities = cols.per_scrape((self, "capacities"), lambda: kv_capacities(endpoints))
         if not self.fits:
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
-            self._publish(ctx, endpoints, predicted)
+            self._publish(ctx, endpoints, predicted, tokens)
             best = min(predicted, default=0.0)
             return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
         preference = self.speed_preference
@@ -715,7 +718,7 @@ class BacklogTtftScorer(PluginHooks):
         predicted = self._predict(
             endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle
         )
-        self._publish(ctx, endpoints, predicted)
+        self._publish(ctx, endpoints, predicted, tokens)
         best = min(predicted, default=0.0)
         if preference > 0:
             models = self._cycle_models
@@ -761,11 +764,15 @@ class BacklogTtftScorer(PluginHooks):
             return UnitScores([1.0] * len(endpoints))
         return [None if s is None else 1.0 - share * (1.0 - s) for s in found.scores]
 
-    def _publish(self, ctx: CycleContext, endpoints: Sequence[EndpointView], predicted: list[float]) -> None:
+    def _publish(
+        self, ctx: CycleContext, endpoints: Sequence[EndpointView], predicted: list[float], tokens: int
+    ) -> None:
         """Publish this pick's predictions (``backlog.predicted``) for a request without an adapter
         (an adapter request's TTFT depends on slots this model leaves to the slot price)."""
         if ctx.request.adapter is None:
-            ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted)
+            models = self._cycle_models
+            idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
+            ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted, idle)
 
     def _drain_of(self, endpoint: EndpointView, queued: float) -> float:
         """Seconds per backlog token of ``endpoint``: the model this cycle predicted with, else its

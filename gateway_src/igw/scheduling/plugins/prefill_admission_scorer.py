@@ -9,10 +9,15 @@ slowest requests of the benchmark's long-prompt draws on A10Gs and single-GPU po
 ones (docs/benchmark.md, routing rounds 5 and 6).
 
 Rule, per pick: when the request has at least ``minPromptTokens`` prompt tokens and
-``backlog-ttft-scorer`` predicted a
-time to first token per candidate in this pick (its ``backlog.predicted`` state: prompt work queued
-there plus this prompt, at the endpoint's measured or guessed prefill speed), every candidate
-predicted within ``ratio`` times the best prediction scores 1 and every other one 0. Otherwise it
+``backlog-ttft-scorer`` predicted a time to first token per candidate in this pick (its
+``backlog.predicted`` state: prompt work queued there plus this prompt's uncached tokens, at the
+endpoint's measured or guessed prefill speed), a candidate is rejected (scores 0) when it is both
+**slow hardware for this prompt** (its idle prefill of the whole prompt more than ``ratio`` times
+the fastest candidate's) and **predicted far worse** (more than ``ratio`` times the best
+prediction); every other candidate scores 1. Pods of one speed are never rejected against each
+other: between them, queues and cached prefixes are the balance scorers' business (judging them
+here tied shared-prefix groups to the pod holding their prefix, docs/benchmark.md). If it rejects
+no candidate it
 returns no score at all (``None`` for every candidate), which the scheduler leaves out of the
 totals, so routing is then exactly what it would be without this plugin: short prompts, adapter
 requests and fleets of one kind of hardware (where the backlog scorer publishes nothing) are never
@@ -46,14 +51,16 @@ DEFAULT_RATIO = 1.3
 DEFAULT_MIN_PROMPT_TOKENS = 512
 
 
-def admitted(predicted: Sequence[float], *, ratio: float) -> list[bool]:
-    """Per candidate, whether its predicted TTFT is within ``ratio`` times the best (smallest)
-    positive prediction; every candidate is admitted when no prediction is positive."""
+def admitted(predicted: Sequence[float], idle: Sequence[float], *, ratio: float) -> list[bool]:
+    """Per candidate, whether it is admitted: its predicted TTFT within ``ratio`` times the best
+    (smallest) positive prediction, or its idle prefill time within ``ratio`` times the fastest
+    positive one. Every candidate is admitted when either list has no positive value."""
     positive = [p for p in predicted if p > 0]
-    if not positive:
+    fast = [t for t in idle if t > 0]
+    if not positive or not fast:
         return [True] * len(predicted)
-    limit = min(positive) * ratio
-    return [p <= limit for p in predicted]
+    limit, slow = min(positive) * ratio, min(fast) * ratio
+    return [p <= limit or t <= slow for p, t in zip(predicted, idle, strict=True)]
 
 
 class PrefillAdmissionScorer(PluginHooks):
@@ -80,7 +87,7 @@ class PrefillAdmissionScorer(PluginHooks):
         found = ctx.state.get(STATE_PREDICTED)
         if not isinstance(found, Predictions) or found.endpoints is not endpoints:
             return none
-        verdicts = admitted(found.seconds, ratio=self.ratio)
+        verdicts = admitted(found.seconds, found.idle, ratio=self.ratio)
         if all(verdicts):
             return none
         return [1.0 if ok else 0.0 for ok in verdicts]
