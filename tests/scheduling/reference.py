@@ -226,7 +226,8 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
         if adapter is None:
             idle = [b + sl * tokens for b, sl in (self._cycle_models[e.key] for e in endpoints)]
-            ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted, idle)
+            measured = [e.key in self.fits for e in endpoints]
+            ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted, idle, measured)
         best = min(predicted, default=0.0)
         scores = [1.0 if p <= 0 else best / p for p in predicted]
         if self.speed_preference > 0 and self.fits:

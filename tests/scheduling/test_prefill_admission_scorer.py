@@ -50,7 +50,14 @@ def request(tokens: int, request_id: str = "r", adapter: str | None = None) -> R
 def test_admitted_rejects_slow_hardware_predicted_far_worse(
     predicted: list[float], idle: list[float], ratio: float, expected: list[bool], why: str
 ) -> None:
-    assert admitted(predicted, idle, ratio=ratio) == expected, why
+    assert admitted(predicted, idle, [True] * len(predicted), ratio=ratio) == expected, why
+
+
+def test_a_guessed_speed_is_not_judged() -> None:
+    """An endpoint without samples of its own is predicted on a guess; the backlog scorer's probing
+    decides its first requests, not admission."""
+    assert admitted([0.5, 3.0], [0.4, 2.0], [True, False], ratio=1.3) == [True, True]
+    assert admitted([0.5, 3.0], [0.4, 2.0], [True, True], ratio=1.3) == [True, False]
 
 
 @pytest.mark.parametrize(
@@ -67,7 +74,9 @@ def test_scores_long_prompts_only(
 ) -> None:
     endpoints = [ep("fast"), ep("slow")]
     c = ctx(request(tokens), now=1.0)
-    c.state[STATE_PREDICTED] = Predictions(endpoints, predicted, [1.0, 3.0])  # the second pod is slow
+    c.state[STATE_PREDICTED] = Predictions(
+        endpoints, predicted, [1.0, 3.0], [True, True]
+    )  # the second pod is slow
     assert PrefillAdmissionScorer().score(c, endpoints) == expected, why
 
 
@@ -75,7 +84,7 @@ def test_without_predictions_for_this_candidate_list_it_has_no_opinion() -> None
     endpoints = [ep("fast"), ep("slow")]
     c = ctx(request(4000), now=1.0)
     assert PrefillAdmissionScorer().score(c, endpoints) == [None, None]
-    c.state[STATE_PREDICTED] = Predictions([ep("fast"), ep("slow")], [1.0, 9.0], [1.0, 9.0])
+    c.state[STATE_PREDICTED] = Predictions([ep("fast"), ep("slow")], [1.0, 9.0], [1.0, 9.0], [True, True])
     assert PrefillAdmissionScorer().score(c, endpoints) == [None, None]  # another list object
 
 

@@ -200,6 +200,9 @@ class Predictions:
     idle: Sequence[float]
     """Seconds each candidate would take for the whole prompt with nothing ahead and nothing cached
     (``intercept + slope x prompt tokens`` of the model it was predicted with): its hardware's speed."""
+    measured: Sequence[bool]
+    """Whether each candidate's model comes from its own samples (else it is a guess: the KV-based
+    prior, or another endpoint's model standing in)."""
 
 
 @dataclass(slots=True)
@@ -772,7 +775,10 @@ class BacklogTtftScorer(PluginHooks):
         if ctx.request.adapter is None:
             models = self._cycle_models
             idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
-            ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted, idle)
+            fits = self.fits
+            ctx.state[STATE_PREDICTED] = Predictions(
+                endpoints, predicted, idle, [e.key in fits for e in endpoints]
+            )
 
     def _drain_of(self, endpoint: EndpointView, queued: float) -> float:
         """Seconds per backlog token of ``endpoint``: the model this cycle predicted with, else its

@@ -14,14 +14,15 @@ Rule, per pick: when the request has at least ``minPromptTokens`` prompt tokens 
 endpoint's measured or guessed prefill speed), a candidate is rejected (scores 0) when it is both
 **slow hardware for this prompt** (its idle prefill of the whole prompt more than ``ratio`` times
 the fastest candidate's) and **predicted far worse** (more than ``ratio`` times the best
-prediction); every other candidate scores 1. Pods of one speed are never rejected against each
-other: between them, queues and cached prefixes are the balance scorers' business (judging them
-here tied shared-prefix groups to the pod holding their prefix, docs/benchmark.md). If it rejects
-no candidate it
-returns no score at all (``None`` for every candidate), which the scheduler leaves out of the
-totals, so routing is then exactly what it would be without this plugin: short prompts, adapter
-requests and fleets of one kind of hardware (where the backlog scorer publishes nothing) are never
-affected.
+prediction) and **measured** (its model comes from its own samples: a guessed speed, the KV-based
+prior or another pod's model standing in, is not judged, so the backlog scorer's probing of
+unmeasured pods goes on as before); every other candidate scores 1. Pods of one speed are never
+rejected against each other: between them, queues and cached prefixes are the balance scorers'
+business (judging them here tied shared-prefix groups to the pod holding their prefix,
+docs/benchmark.md). If it rejects no candidate it returns no score at all (``None`` for every
+candidate), which the scheduler leaves out of the totals, so routing is then exactly what it would
+be without this plugin: short prompts, adapter requests and fleets of one kind of hardware (where
+the backlog scorer publishes nothing) are never affected.
 
 It is an admission rule expressed as a scorer because it needs the prefix scorer's matched shares
 and the backlog scorer's predictions, both produced in the scoring stage, after the filters have
@@ -51,16 +52,19 @@ DEFAULT_RATIO = 1.3
 DEFAULT_MIN_PROMPT_TOKENS = 512
 
 
-def admitted(predicted: Sequence[float], idle: Sequence[float], *, ratio: float) -> list[bool]:
-    """Per candidate, whether it is admitted: its predicted TTFT within ``ratio`` times the best
-    (smallest) positive prediction, or its idle prefill time within ``ratio`` times the fastest
-    positive one. Every candidate is admitted when either list has no positive value."""
+def admitted(
+    predicted: Sequence[float], idle: Sequence[float], measured: Sequence[bool], *, ratio: float
+) -> list[bool]:
+    """Per candidate, whether it is admitted: its speed not measured yet (a guess is not judged),
+    its predicted TTFT within ``ratio`` times the best (smallest) positive prediction, or its idle
+    prefill time within ``ratio`` times the fastest positive one. Every candidate is admitted when
+    either list has no positive value."""
     positive = [p for p in predicted if p > 0]
     fast = [t for t in idle if t > 0]
     if not positive or not fast:
         return [True] * len(predicted)
     limit, slow = min(positive) * ratio, min(fast) * ratio
-    return [p <= limit or t <= slow for p, t in zip(predicted, idle, strict=True)]
+    return [not m or p <= limit or t <= slow for p, t, m in zip(predicted, idle, measured, strict=True)]
 
 
 class PrefillAdmissionScorer(PluginHooks):
@@ -87,7 +91,7 @@ class PrefillAdmissionScorer(PluginHooks):
         found = ctx.state.get(STATE_PREDICTED)
         if not isinstance(found, Predictions) or found.endpoints is not endpoints:
             return none
-        verdicts = admitted(found.seconds, found.idle, ratio=self.ratio)
+        verdicts = admitted(found.seconds, found.idle, found.measured, ratio=self.ratio)
         if all(verdicts):
             return none
         return [1.0 if ok else 0.0 for ok in verdicts]
