@@ -268,11 +268,7 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         cheap = self.probe_share > 0 and tokens <= self.prompt_mean * self.probe_share
         for i, (e, capacity) in enumerate(zip(endpoints, capacities, strict=True)):
             fit = self.fits.get(e.key)
-            stand_in = (
-                None
-                if fit is not None
-                else self._alike_measured(capacity, endpoints, capacities, self.hardware_of(e))
-            )
+            stand_in = None if fit is not None else self._alike_measured(capacity, endpoints, capacities)
             model = self._model(e.key if stand_in is None else stand_in, pooled)
             assert model is not None
             intercept, slope = model

@@ -685,25 +685,6 @@ def test_a_hardware_label_tells_alike_kv_endpoints_apart(
     assert s.one_speed(endpoints) is neutral, why
 
 
-def test_an_endpoint_labelled_as_other_hardware_takes_no_stand_in_model() -> None:
-    """An unmeasured A100 beside a measured H100 of alike KV capacity does not borrow the H100's
-    model: it is unlike every measured endpoint, so it gets one probe and ranks last while that is
-    out (the same KV capacity without labels: it borrows the model and is predicted alike)."""
-    for labelled in (False, True):
-        s = BacklogTtftScorer()
-        teach(s, "h100", H100)
-        h100 = ep("h100", block_size=16, num_gpu_blocks=20_000, labels={"gpu": "h100"} if labelled else {})
-        a100 = ep(
-            "a100",
-            block_size=16,
-            num_gpu_blocks=20_000,
-            inflight=1,
-            labels={"gpu": "a100"} if labelled else {},
-        )
-        fast, new = s.predicted([h100, a100], tokens=1000, now=LATER)
-        assert (new > fast) is labelled, (labelled, fast, new)
-
-
 def test_the_hardware_label_parameter_must_be_a_string() -> None:
     with pytest.raises(SchedulerConfigError, match="hardwareLabel: must be a string"):
         factory("b", {"hardwareLabel": 3}, "plugins[0].parameters")

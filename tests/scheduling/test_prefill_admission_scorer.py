@@ -50,14 +50,25 @@ def request(tokens: int, request_id: str = "r", adapter: str | None = None) -> R
 def test_admitted_rejects_slow_hardware_predicted_far_worse(
     predicted: list[float], idle: list[float], ratio: float, expected: list[bool], why: str
 ) -> None:
-    assert admitted(predicted, idle, [True] * len(predicted), ratio=ratio) == expected, why
+    assert admitted(predicted, idle, [True] * len(predicted), ratio=ratio, slow_ratio=ratio) == expected, why
+
+
+@pytest.mark.parametrize(
+    ("slow_ratio", "expected"),
+    [(1.3, [True, False]), (2.5, [True, True]), (1.9, [True, False])],
+)
+def test_slow_ratio_decides_what_counts_as_slow_hardware(slow_ratio: float, expected: list[bool]) -> None:
+    """A pod with twice the idle prefill (a single H200 beside 2xH100 for 32B) is slow hardware at
+    1.3 and 1.9, not at 2.5 (the default); an A10G-class pod (ten times) is slow at all three."""
+    assert admitted([0.5, 3.0], [0.4, 0.8], [True, True], ratio=1.3, slow_ratio=slow_ratio) == expected
+    assert admitted([0.5, 3.0], [0.4, 4.0], [True, True], ratio=1.3, slow_ratio=slow_ratio) == [True, False]
 
 
 def test_a_guessed_speed_is_not_judged() -> None:
     """An endpoint without samples of its own is predicted on a guess; the backlog scorer's probing
     decides its first requests, not admission."""
-    assert admitted([0.5, 3.0], [0.4, 2.0], [True, False], ratio=1.3) == [True, True]
-    assert admitted([0.5, 3.0], [0.4, 2.0], [True, True], ratio=1.3) == [True, False]
+    assert admitted([0.5, 3.0], [0.4, 2.0], [True, False], ratio=1.3, slow_ratio=1.3) == [True, True]
+    assert admitted([0.5, 3.0], [0.4, 2.0], [True, True], ratio=1.3, slow_ratio=1.3) == [True, False]
 
 
 @pytest.mark.parametrize(
@@ -89,8 +100,8 @@ def test_without_predictions_for_this_candidate_list_it_has_no_opinion() -> None
 
 
 def test_factory_reads_parameters_and_rejects_bad_ones() -> None:
-    plugin = factory("a", {"ratio": 3, "minPromptTokens": 10}, "plugins[0].parameters")
-    assert (plugin.ratio, plugin.min_prompt_tokens) == (3.0, 10)
+    plugin = factory("a", {"ratio": 3, "slowRatio": 4, "minPromptTokens": 10}, "plugins[0].parameters")
+    assert (plugin.ratio, plugin.slow_ratio, plugin.min_prompt_tokens) == (3.0, 4.0, 10)
     with pytest.raises(SchedulerConfigError, match=r"plugins\[0\]\.parameters\.ratio"):
         factory("a", {"ratio": 0.5}, "plugins[0].parameters")
     with pytest.raises(SchedulerConfigError, match="unknown field 'bogus'"):

@@ -387,24 +387,16 @@ class BacklogTtftScorer(PluginHooks):
         return slowest
 
     def _alike_measured(
-        self,
-        capacity: float | None,
-        endpoints: Sequence[EndpointView],
-        capacities: Sequence[float | None],
-        hardware: str | None = None,
+        self, capacity: float | None, endpoints: Sequence[EndpointView], capacities: Sequence[float | None]
     ) -> EndpointKey | None:
         """The measured candidate whose KV capacity is closest to ``capacity``, if within ``pool_ratio``
-        of it and not labelled as other hardware than ``hardware`` (the ``hardwareLabel`` value of
-        the endpoint looked for): probably the same hardware, so its model stands in until this
-        endpoint's first outcome."""
+        of it: probably the same hardware, so its model stands in until this endpoint's first outcome
+        (also across ``hardwareLabel`` kinds: refusing that cost a LoRA draw, docs/benchmark.md)."""
         if capacity is None:
             return None
-        label = self.hardware_label
         best: tuple[float, EndpointKey] | None = None
         for e, c in zip(endpoints, capacities, strict=True):
             if c is None or e.key not in self.fits:
-                continue
-            if hardware is not None and (other := e.labels.get(label)) is not None and other != hardware:
                 continue
             ratio = max(c, capacity) / min(c, capacity)
             if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
@@ -569,9 +561,7 @@ class BacklogTtftScorer(PluginHooks):
         if i in found:
             stand_in = found[i]
         else:
-            stand_in = found[i] = self._alike_measured(
-                capacities[i], endpoints, capacities, self.hardware_of(endpoints[i])
-            )
+            stand_in = found[i] = self._alike_measured(capacities[i], endpoints, capacities)
         model = self._model(endpoints[i].key if stand_in is None else stand_in, pooled)
         assert model is not None  # some endpoint is measured, so every endpoint has a model
         intercept, slope = model
@@ -621,10 +611,6 @@ class BacklogTtftScorer(PluginHooks):
             and not self.labels_differ(endpoints)
             and self._slopes_alike(endpoints, self._cycle_pooled)
         )
-
-    def hardware_of(self, endpoint: EndpointView) -> str | None:
-        """The endpoint's ``hardwareLabel`` value (``None``: unlabelled, or the check is off)."""
-        return endpoint.labels.get(self.hardware_label) if self.hardware_label else None
 
     def labels_differ(self, endpoints: Sequence[EndpointView]) -> bool:
         """Whether two candidates carry different ``hardwareLabel`` values (unlabelled ones count as

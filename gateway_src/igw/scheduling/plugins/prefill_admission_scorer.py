@@ -12,8 +12,8 @@ Rule, per pick: when the request has at least ``minPromptTokens`` prompt tokens 
 ``backlog-ttft-scorer`` predicted a time to first token per candidate in this pick (its
 ``backlog.predicted`` state: prompt work queued there plus this prompt's uncached tokens, at the
 endpoint's measured or guessed prefill speed), a candidate is rejected (scores 0) when it is both
-**slow hardware for this prompt** (its idle prefill of the whole prompt more than ``ratio`` times
-the fastest candidate's) and **predicted far worse** (more than ``ratio`` times the best
+**slow hardware for this prompt** (its idle prefill of the whole prompt more than ``slowRatio``
+times the fastest candidate's) and **predicted far worse** (more than ``ratio`` times the best
 prediction) and **measured** (its model comes from its own samples: a guessed speed, the KV-based
 prior or another pod's model standing in, is not judged, so the backlog scorer's probing of
 unmeasured pods goes on as before); every other candidate scores 1. Pods of one speed are never
@@ -32,9 +32,12 @@ it rejects loses to every candidate it admits; with a smaller weight it is a str
 Category: admission. Signal: none of its own (it reads ``backlog.predicted``).
 
 Parameters: ``ratio`` (a candidate predicted within this factor of the best is admitted, default
-1.3), ``minPromptTokens`` (shorter prompts are never judged, default 512). Both were chosen on the
-benchmark's long-prompt draws (docs/benchmark.md, routing round 6): a ratio of 2, or judging only
-prompts of at least 1,024 tokens and twice the mean, left most of their tails as they were.
+1.3), ``slowRatio`` (a candidate whose idle prefill is within this factor of the fastest one's is
+admitted, default 2.5), ``minPromptTokens`` (shorter prompts are never judged, default 512). Chosen
+on the benchmark's random family (docs/benchmark.md, routing round 6): a ratio of 2, or judging only
+prompts of at least 1,024 tokens and twice the mean, left most long-prompt tails as they were; a
+``slowRatio`` of 1.3 also judged single-GPU H200s beside 2xH100 pods serving 32B (about twice the
+idle prefill) and overloaded the 2xH100s where the H200s were most of the fleet.
 """
 
 from __future__ import annotations
@@ -49,21 +52,27 @@ from igw.scheduling.types import EndpointView
 
 TYPE = "prefill-admission-scorer"
 DEFAULT_RATIO = 1.3
+DEFAULT_SLOW_RATIO = 2.5
 DEFAULT_MIN_PROMPT_TOKENS = 512
 
 
 def admitted(
-    predicted: Sequence[float], idle: Sequence[float], measured: Sequence[bool], *, ratio: float
+    predicted: Sequence[float],
+    idle: Sequence[float],
+    measured: Sequence[bool],
+    *,
+    ratio: float,
+    slow_ratio: float,
 ) -> list[bool]:
     """Per candidate, whether it is admitted: its speed not measured yet (a guess is not judged),
     its predicted TTFT within ``ratio`` times the best (smallest) positive prediction, or its idle
-    prefill time within ``ratio`` times the fastest positive one. Every candidate is admitted when
+    prefill time within ``slow_ratio`` times the fastest positive one. Every candidate is admitted when
     either list has no positive value."""
     positive = [p for p in predicted if p > 0]
     fast = [t for t in idle if t > 0]
     if not positive or not fast:
         return [True] * len(predicted)
-    limit, slow = min(positive) * ratio, min(fast) * ratio
+    limit, slow = min(positive) * ratio, min(fast) * slow_ratio
     return [not m or p <= limit or t <= slow for p, t, m in zip(predicted, idle, measured, strict=True)]
 
 
@@ -77,10 +86,12 @@ class PrefillAdmissionScorer(PluginHooks):
         *,
         name: str = TYPE,
         ratio: float = DEFAULT_RATIO,
+        slow_ratio: float = DEFAULT_SLOW_RATIO,
         min_prompt_tokens: int = DEFAULT_MIN_PROMPT_TOKENS,
     ) -> None:
         self.name = name
         self.ratio = ratio
+        self.slow_ratio = slow_ratio
         self.min_prompt_tokens = min_prompt_tokens
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
@@ -91,7 +102,9 @@ class PrefillAdmissionScorer(PluginHooks):
         found = ctx.state.get(STATE_PREDICTED)
         if not isinstance(found, Predictions) or found.endpoints is not endpoints:
             return none
-        verdicts = admitted(found.seconds, found.idle, found.measured, ratio=self.ratio)
+        verdicts = admitted(
+            found.seconds, found.idle, found.measured, ratio=self.ratio, slow_ratio=self.slow_ratio
+        )
         if all(verdicts):
             return none
         return [1.0 if ok else 0.0 for ok in verdicts]
@@ -102,6 +115,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> PrefillAdmission
     plugin = PrefillAdmissionScorer(
         name=name,
         ratio=r.number("ratio", DEFAULT_RATIO, minimum=1.0),
+        slow_ratio=r.number("slowRatio", DEFAULT_SLOW_RATIO, minimum=1.0),
         min_prompt_tokens=r.integer("minPromptTokens", DEFAULT_MIN_PROMPT_TOKENS, minimum=0),
     )
     r.finish()
