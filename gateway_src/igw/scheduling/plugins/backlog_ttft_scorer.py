@@ -73,7 +73,9 @@ apart, every endpoint scores 1.0: on identical pods the queue, prefix and prefil
 already balance load, and this scorer on top of them lengthened shared-prefix tails
 (docs/benchmark.md). KV capacity alone takes an A100-80GB and an H100 serving an 8B model as one
 kind; the slope check tells them apart once measured, and ``speedRatio`` sits above the scatter of
-identical pods' fits. On one kind of hardware a request without an adapter scores
+identical pods' fits. Candidates whose ``hardwareLabel`` values differ are never one kind (a pod
+label naming the GPU kind tells them apart from the first pick, which no early slope threshold did
+without also splitting identical pods). On one kind of hardware a request without an adapter scores
 ``1 - oneKindShare x (1 - s)`` instead, ``s`` being ``predicted-ttft-scorer``'s score of the same
 pick (its ``predicted-ttft.scores``): that column, which counts this router's dispatches the scrape
 cannot show yet, is what keeps picks off pods still prefilling, and the median on identical pods
@@ -100,7 +102,8 @@ unmeasured endpoint without the preference penalty, 0 switches cheap probes off,
 probed cheaply, default 3), ``adapterSlotPrice`` (exponent of the slot price on adapter requests; 0
 leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 2), ``oneKindShare``
 (share of ``predicted-ttft-scorer``'s column repeated on one kind of hardware, 0 to 1, 0 scores 1.0
-everywhere there, default 0.25: with this scorer's default weight 4, one more weight on that column).
+everywhere there, default 0.25: with this scorer's default weight 4, one more weight on that column),
+``hardwareLabel`` (pod label naming the GPU kind, default ``gpu``; "" switches the check off).
 """
 
 from __future__ import annotations
@@ -135,12 +138,12 @@ DEFAULT_PROBE_SHARE = 1.0
 DEFAULT_PROBE_KV_RATIO = 3.0
 """Only endpoints holding at most this factor less KV cache than the largest are probed cheaply."""
 DEFAULT_ADAPTER_SLOT_PRICE = 2.0
+"""Exponent of the slot price on adapter requests (0: adapter requests score 1.0 everywhere)."""
 DEFAULT_ONE_KIND_SHARE = 0.25
-DEFAULT_HARDWARE_LABEL = "gpu"
-"""Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
 """On one kind of hardware, the share of ``predicted-ttft-scorer``'s column this scorer repeats
 (0: every endpoint scores 1.0 there)."""
-"""Exponent of the slot price on adapter requests (0: adapter requests score 1.0 everywhere)."""
+DEFAULT_HARDWARE_LABEL = "gpu"
+"""Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
 STATE_PREDICTED = "backlog.predicted"
 """Cycle-state key: this pick's :class:`Predictions` (written for requests without an adapter on
 candidates that are not one kind of hardware; read by ``prefill-admission-scorer``)."""
@@ -292,7 +295,7 @@ class BacklogTtftScorer(PluginHooks):
         self.one_kind_share = one_kind_share
         self.adapter_slot_price = adapter_slot_price
         self._one_kind = False
-        """Whether the last :meth:`score` found one kind of hardware (every score 1.0)."""
+        """Whether the last :meth:`score` found one kind of hardware (:meth:`_one_kind_scores`)."""
         self.probe_share = probe_share
         self.probe_kv_ratio = probe_kv_ratio
         self.prompt_mean = 0.0
