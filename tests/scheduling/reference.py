@@ -19,14 +19,17 @@ from igw.scheduling.framework import CycleContext
 from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
     MIN_TOKENS,
+    STATE_PREDICTED,
     BacklogTtftScorer,
+    Predictions,
     kv_capacities,
     slot_price,
     uncached,
 )
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
-from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
+from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PredictedTtftScorer, PublishedScores
+from igw.scheduling.plugins.prefill_admission_scorer import PrefillAdmissionScorer
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, STATE_MATCH, PrefixCacheScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
@@ -95,7 +98,9 @@ class ReferencePredictedTtftScorer(PredictedTtftScorer):
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         predicted = self.predicted(endpoints)
         best = min(predicted, default=0.0)
-        return [1.0 if p <= 0 else best / p for p in predicted]
+        scores: list[float | None] = [1.0 if p <= 0 else best / p for p in predicted]
+        ctx.state[STATE_SCORES] = PublishedScores(endpoints, scores)
+        return scores
 
 
 def reference_pooled_ttft(scorer: PredictedTtftScorer, endpoints: Sequence[EndpointView]) -> list[float]:
@@ -207,12 +212,22 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         capacities = kv_capacities(endpoints)
         known = [c for c in capacities if c is not None]
         unlike = len(known) == len(capacities) > 0 and max(known) > min(known) * self.pool_ratio
-        if (adapter is not None and (self.adapter_slot_price <= 0 or not unlike)) or self.one_speed(
-            endpoints
-        ):
+        if adapter is not None and (self.adapter_slot_price <= 0 or not unlike):
+            return [1.0] * len(endpoints)
+        if self.one_speed(endpoints):
+            published = ctx.state.get(STATE_SCORES)
+            if adapter is None and self.one_kind_share > 0 and published is not None:
+                assert published.endpoints is endpoints
+                return [
+                    None if v is None else 1.0 - self.one_kind_share * (1.0 - v) for v in published.scores
+                ]
             return [1.0] * len(endpoints)
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
+        if adapter is None:
+            idle = [b + sl * tokens for b, sl in (self._cycle_models[e.key] for e in endpoints)]
+            measured = [e.key in self.fits for e in endpoints]
+            ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted, idle, measured)
         best = min(predicted, default=0.0)
         scores = [1.0 if p <= 0 else best / p for p in predicted]
         if self.speed_preference > 0 and self.fits:
@@ -369,6 +384,7 @@ REFERENCES: dict[type, type] = {
     PredictedTtftScorer: ReferencePredictedTtftScorer,
     PrefillCollisionScorer: ReferencePrefillCollisionScorer,
     BacklogTtftScorer: ReferenceBacklogTtftScorer,
+    PrefillAdmissionScorer: PrefillAdmissionScorer,  # no fast path of its own: it is its reference
 }
 
 

@@ -20,6 +20,7 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     factory,
     slot_price,
 )
+from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PredictedTtftScorer, PublishedScores
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.types import RequestOutcome, RoutingRequest
 from tests.scheduling.helpers import ctx, ep
@@ -594,3 +595,96 @@ def test_adapter_requests_stay_neutral_while_kv_capacities_are_unknown() -> None
     teach(s, "a10g", A10G)
     fleet = [ep("h100", active=frozenset(), max_lora=4), ep("a10g", active=frozenset({"ad"}), max_lora=4)]
     assert s.score(ctx(adapter_request(), now=LATER), fleet) == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("share", "adapter", "same_list", "expected", "why"),
+    [
+        (0.25, None, True, [1.0, 0.875, 0.75], "a quarter of predicted-ttft's column repeated"),
+        (1.0, None, True, [1.0, 0.5, 0.0], "the whole column"),
+        (0.0, None, True, [1.0, 1.0, 1.0], "share 0: neutral, as before round 6"),
+        (0.25, "ad", True, [1.0, 1.0, 1.0], "adapter requests stay with the LoRA scorers"),
+        (0.25, None, False, [1.0, 1.0, 1.0], "scores of another candidate list are not used"),
+    ],
+)
+def test_on_one_kind_of_hardware_it_repeats_a_share_of_the_predicted_ttft_column(
+    share: float, adapter: str | None, same_list: bool, expected: list[float], why: str
+) -> None:
+    s = factory("b", {"oneKindShare": share}, "plugins[0].parameters")
+    endpoints = [ep(f"e{i}", block_size=16, num_gpu_blocks=20_000) for i in range(3)]
+    r = RoutingRequest(
+        request_id="x",
+        model=adapter or "m",
+        base_model="m",
+        prefix_text="",
+        prompt_tokens=500,
+        adapter=adapter,
+    )
+    c = ctx(r, now=LATER)
+    published = endpoints if same_list else list(endpoints)
+    c.state[STATE_SCORES] = PublishedScores(published, [1.0, 0.5, 0.0])
+    assert s.score(c, endpoints) == pytest.approx(expected), why
+
+
+def test_on_mixed_hardware_the_predicted_ttft_column_is_not_repeated() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    endpoints = [
+        ep("h100", block_size=16, num_gpu_blocks=20_000),
+        ep("a10g", block_size=16, num_gpu_blocks=2_000),
+    ]
+    plain = s.score(ctx(request(1000), now=LATER), endpoints)
+    c = ctx(request(1000), now=LATER)
+    c.state[STATE_SCORES] = PublishedScores(endpoints, [0.0, 1.0])
+    assert s.score(c, endpoints) == plain
+
+
+def test_the_one_kind_share_parameter_is_bounded() -> None:
+    with pytest.raises(SchedulerConfigError, match="oneKindShare"):
+        factory("b", {"oneKindShare": 1.5}, "plugins[0].parameters")
+
+
+def test_the_predicted_ttft_scorer_publishes_its_scores_for_this_candidate_list() -> None:
+    scorer = PredictedTtftScorer()
+    endpoints = [ep("a", waiting=0), ep("b", waiting=3)]
+    c = ctx(request(100), now=1.0)
+    scores = scorer.score(c, endpoints)
+    found = c.state[STATE_SCORES]
+    assert isinstance(found, PublishedScores)
+    assert found.endpoints is endpoints
+    assert list(found.scores) == scores == [1.0, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("labels", "hardware_label", "neutral", "why"),
+    [
+        (("h100", "h100"), "gpu", True, "the same GPU kind and alike KV: one kind of hardware"),
+        (
+            ("h100", "a100"),
+            "gpu",
+            False,
+            "alike KV but labelled as different GPUs: told apart from the start",
+        ),
+        ((None, "a100"), "gpu", True, "an unlabelled endpoint counts as either kind"),
+        (("h100", "a100"), "", True, "hardwareLabel '' switches the label check off"),
+    ],
+)
+def test_a_hardware_label_tells_alike_kv_endpoints_apart(
+    labels: tuple[str | None, str | None], hardware_label: str, neutral: bool, why: str
+) -> None:
+    s = factory("b", {"hardwareLabel": hardware_label}, "plugins[0].parameters")
+    teach(s, "e0", H100)
+    endpoints = [
+        ep(f"e{i}", block_size=16, num_gpu_blocks=20_000, labels={} if v is None else {"gpu": v})
+        for i, v in enumerate(labels)
+    ]
+    s.on_picked(ctx(request(4000, "busy"), now=LATER), endpoints[0])
+    scores = s.score(ctx(request(1000), now=LATER), endpoints)
+    assert (scores == [1.0, 1.0]) is neutral, (why, scores)
+    assert s.one_speed(endpoints) is neutral, why
+
+
+def test_the_hardware_label_parameter_must_be_a_string() -> None:
+    with pytest.raises(SchedulerConfigError, match="hardwareLabel: must be a string"):
+        factory("b", {"hardwareLabel": 3}, "plugins[0].parameters")

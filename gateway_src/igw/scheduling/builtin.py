@@ -19,6 +19,7 @@ from igw.scheduling.plugins import (
     max_score_picker,
     no_hit_lru_scorer,
     predicted_ttft_scorer,
+    prefill_admission_scorer,
     prefill_collision_scorer,
     prefix_cache_scorer,
     queue_scorer,
@@ -71,6 +72,7 @@ def build_registry() -> PluginRegistry:
     registry.register(predicted_ttft_scorer.TYPE, predicted_ttft_scorer.factory)
     registry.register(prefill_collision_scorer.TYPE, prefill_collision_scorer.factory)
     registry.register(backlog_ttft_scorer.TYPE, backlog_ttft_scorer.factory)
+    registry.register(prefill_admission_scorer.TYPE, prefill_admission_scorer.factory)
     registry.register(label_selector_filter.TYPE, label_selector_filter.factory)
     registry.register(lora_slot_filter.TYPE, lora_slot_filter.factory)
     registry.register(context_length_filter.TYPE, context_length_filter.factory)

@@ -20,8 +20,10 @@ fleets; ``predictedLatency: 0`` restores GIE's queue/kvCache/prefix behaviour ex
 still prefilling this router's previous request (round-robin's even spacing; measured in
 docs/scheduler-design.md); ``backlog-ttft-scorer`` (weight 4, igw's) predicts each pod's TTFT for
 this request from the prompt tokens this router sent there and the pod's prefill speed fitted from
-completed requests, which keeps slow GPUs of a mixed fleet out of the tail (docs/benchmark.md).
-Neither has a ``weights`` key; both are switched off with ``predictedLatency: 0``.
+completed requests, which keeps slow GPUs of a mixed fleet out of the tail (docs/benchmark.md);
+``prefill-admission-scorer`` (weight 16, igw's: more than the others together, so it acts as an
+admission rule) keeps long prompts off pods the backlog scorer predicts far slower than the best.
+None has a ``weights`` key; all three are switched off with ``predictedLatency: 0``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ from igw.scheduling.data_flow import Placed, order_by_data_flow
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.framework import Scorer
 from igw.scheduling.picker_config import profile_from_picker_config
-from igw.scheduling.plugins import backlog_ttft_scorer, lora_affinity_scorer, prefill_collision_scorer
+from igw.scheduling.plugins import (
+    backlog_ttft_scorer,
+    lora_affinity_scorer,
+    prefill_admission_scorer,
+    prefill_collision_scorer,
+)
 from igw.scheduling.plugins.lora_slot_filter import LoraSlotFilter
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.scheduler import Profile, Scheduler, WeightedScorer
@@ -53,7 +60,11 @@ DEFAULT_PREFILL_COLLISION_WEIGHT: Final = 2.0
 BACKLOG_TTFT_KEY: Final = backlog_ttft_scorer.TYPE
 """No ``weights`` key either: like ``prefill-collision-scorer`` it rides on ``predictedLatency``."""
 DEFAULT_BACKLOG_TTFT_WEIGHT: Final = 4.0
-IGW_LATENCY_SCORERS: Final = (PREFILL_COLLISION_KEY, BACKLOG_TTFT_KEY)
+PREFILL_ADMISSION_KEY: Final = prefill_admission_scorer.TYPE
+"""No ``weights`` key either; it reads ``backlog-ttft-scorer``'s predictions."""
+DEFAULT_PREFILL_ADMISSION_WEIGHT: Final = 16.0
+"""Above the sum of the other default weights, so a candidate it rejects loses to every one it admits."""
+IGW_LATENCY_SCORERS: Final = (PREFILL_COLLISION_KEY, BACKLOG_TTFT_KEY, PREFILL_ADMISSION_KEY)
 """igw's additions without a ``weights`` key, switched off together by ``predictedLatency: 0``."""
 
 
@@ -64,6 +75,7 @@ def default_weights(*, lora_adapters: bool) -> dict[str, float]:
         **table_defaults(lora_adapters=lora_adapters),
         PREFILL_COLLISION_KEY: DEFAULT_PREFILL_COLLISION_WEIGHT,
         BACKLOG_TTFT_KEY: DEFAULT_BACKLOG_TTFT_WEIGHT,
+        PREFILL_ADMISSION_KEY: DEFAULT_PREFILL_ADMISSION_WEIGHT,
     }
 
 

@@ -105,6 +105,15 @@ class ParamReader:
             return default
         return seconds
 
+    def string(self, key: str, default: str) -> str:
+        value = self._get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            self.problems.append(f"{self._path}.{key}: must be a string, got {value!r}")
+            return default
+        return value
+
     def string_map(self, key: str) -> dict[str, str]:
         value = self._get(key)
         if value is None:

@@ -54,6 +54,7 @@ TUNED_WEIGHTS: Final[Mapping[str, float]] = {
     "predictedLatency": 2.0,
     "prefill-collision-scorer": 2.0,
     "backlog-ttft-scorer": 4.0,
+    "prefill-admission-scorer": 16.0,
 }
 """The best weights found by ``igw bench --tune`` (docs/benchmark.md, "Weight search").
 
@@ -61,10 +62,10 @@ Searched after the scheduler gained its dispatch ledger (its own in-flight count
 which is what the earlier ``active-request-scorer`` term used to supply against herding) and the
 noise-aware predicted-TTFT scorer: at seeds 1-2, half scale, heavier KV-cache and predicted-TTFT terms
 (kvCache 3, predictedLatency 2) brought the geometric mean of TTFT p99 / oracle's p99 over the four
-tuning scenarios from 1.93 (defaults) to 1.75. The search preceded ``prefill-collision-scorer`` and
-``backlog-ttft-scorer``, which are added here at their default weights, as the gateway adds them to
-any CRD ``weights`` that keep ``predictedLatency`` > 0. Live mode passes these as an
-EndpointPickerConfig (``configMapRef``)."""
+tuning scenarios from 1.93 (defaults) to 1.75. The search preceded ``prefill-collision-scorer``,
+``backlog-ttft-scorer`` and ``prefill-admission-scorer``, which are added here at their default
+weights, as the gateway adds them to any CRD ``weights`` that keep ``predictedLatency`` > 0. Live
+mode passes these as an EndpointPickerConfig (``configMapRef``)."""
 
 
 def _gateway(weights_of: Callable[[PolicyContext], Mapping[str, float]]) -> PolicyBuilder:

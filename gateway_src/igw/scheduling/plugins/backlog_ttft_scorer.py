@@ -73,7 +73,17 @@ apart, every endpoint scores 1.0: on identical pods the queue, prefix and prefil
 already balance load, and this scorer on top of them lengthened shared-prefix tails
 (docs/benchmark.md). KV capacity alone takes an A100-80GB and an H100 serving an 8B model as one
 kind; the slope check tells them apart once measured, and ``speedRatio`` sits above the scatter of
-identical pods' fits.
+identical pods' fits. Candidates whose ``hardwareLabel`` values differ are never one kind (a pod
+label naming the GPU kind tells them apart from the first pick, which no early slope threshold did
+without also splitting identical pods). On one kind of hardware a request without an adapter scores
+``1 - oneKindShare x (1 - s)`` instead, ``s`` being ``predicted-ttft-scorer``'s score of the same
+pick (its ``predicted-ttft.scores``): that column, which counts this router's dispatches the scrape
+cannot show yet, is what keeps picks off pods still prefilling, and the median on identical pods
+follows it (:meth:`BacklogTtftScorer._one_kind_scores`).
+
+**Published**: for a request without an adapter on candidates that are not one kind of hardware,
+the pick's predictions (``backlog.predicted``, a :class:`Predictions`), which
+``prefill-admission-scorer`` reads.
 
 Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start and
 the one-kind-of-hardware check).
@@ -90,7 +100,10 @@ default 1), ``maxTracked`` (dispatches remembered per endpoint until their outco
 unmeasured endpoint without the preference penalty, 0 switches cheap probes off, default 1),
 ``probeKvRatio`` (only endpoints holding at most this factor less KV cache than the largest are
 probed cheaply, default 3), ``adapterSlotPrice`` (exponent of the slot price on adapter requests; 0
-leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 2).
+leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 2), ``oneKindShare``
+(share of ``predicted-ttft-scorer``'s column repeated on one kind of hardware, 0 to 1, 0 scores 1.0
+everywhere there, default 0.25: with this scorer's default weight 4, one more weight on that column),
+``hardwareLabel`` (pod label naming the GPU kind, default ``gpu``; "" switches the check off).
 """
 
 from __future__ import annotations
@@ -103,6 +116,7 @@ from typing import Any, cast
 
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
+from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PublishedScores
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.plugins.speed_pools import Model, SpeedPools
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
@@ -125,6 +139,14 @@ DEFAULT_PROBE_KV_RATIO = 3.0
 """Only endpoints holding at most this factor less KV cache than the largest are probed cheaply."""
 DEFAULT_ADAPTER_SLOT_PRICE = 2.0
 """Exponent of the slot price on adapter requests (0: adapter requests score 1.0 everywhere)."""
+DEFAULT_ONE_KIND_SHARE = 0.25
+"""On one kind of hardware, the share of ``predicted-ttft-scorer``'s column this scorer repeats
+(0: every endpoint scores 1.0 there)."""
+DEFAULT_HARDWARE_LABEL = "gpu"
+"""Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
+STATE_PREDICTED = "backlog.predicted"
+"""Cycle-state key: this pick's :class:`Predictions` (written for requests without an adapter on
+candidates that are not one kind of hardware; read by ``prefill-admission-scorer``)."""
 MIN_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
 MIN_TOKENS_F = float(MIN_TOKENS)
@@ -168,6 +190,22 @@ class LinearFit:
         slope = self.cov_xy / self.var_x
         intercept = self.mean_y - slope * self.mean_x
         return (intercept, slope) if slope > 0 and intercept >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Predictions:
+    """What :meth:`BacklogTtftScorer.score` predicted in one pick, published as ``backlog.predicted``."""
+
+    endpoints: Sequence[EndpointView]
+    """The candidate list scored (the same object every scorer of the pick receives)."""
+    seconds: Sequence[float]
+    """Predicted seconds to first token per candidate, in ``endpoints`` order."""
+    idle: Sequence[float]
+    """Seconds each candidate would take for the whole prompt with nothing ahead and nothing cached
+    (``intercept + slope x prompt tokens`` of the model it was predicted with): its hardware's speed."""
+    measured: Sequence[bool]
+    """Whether each candidate's model comes from its own samples (else it is a guess: the KV-based
+    prior, or another endpoint's model standing in)."""
 
 
 @dataclass(slots=True)
@@ -234,7 +272,8 @@ class _StandIns:
 class BacklogTtftScorer(PluginHooks):
     type_name = TYPE
     signal = "waiting"
-    consumes = frozenset({STATE_MATCH})
+    consumes = frozenset({STATE_MATCH, STATE_SCORES})
+    produces = frozenset({STATE_PREDICTED})
 
     def __init__(
         self,
@@ -248,11 +287,15 @@ class BacklogTtftScorer(PluginHooks):
         probe_share: float = DEFAULT_PROBE_SHARE,
         probe_kv_ratio: float = DEFAULT_PROBE_KV_RATIO,
         adapter_slot_price: float = DEFAULT_ADAPTER_SLOT_PRICE,
+        one_kind_share: float = DEFAULT_ONE_KIND_SHARE,
+        hardware_label: str = DEFAULT_HARDWARE_LABEL,
     ) -> None:
         self.name = name
+        self.hardware_label = hardware_label
+        self.one_kind_share = one_kind_share
         self.adapter_slot_price = adapter_slot_price
         self._one_kind = False
-        """Whether the last :meth:`score` found one kind of hardware (every score 1.0)."""
+        """Whether the last :meth:`score` found one kind of hardware (:meth:`_one_kind_scores`)."""
         self.probe_share = probe_share
         self.probe_kv_ratio = probe_kv_ratio
         self.prompt_mean = 0.0
@@ -353,7 +396,8 @@ class BacklogTtftScorer(PluginHooks):
         self, capacity: float | None, endpoints: Sequence[EndpointView], capacities: Sequence[float | None]
     ) -> EndpointKey | None:
         """The measured candidate whose KV capacity is closest to ``capacity``, if within ``pool_ratio``
-        of it: probably the same hardware, so its model stands in until this endpoint's first outcome."""
+        of it: probably the same hardware, so its model stands in until this endpoint's first outcome
+        (also across ``hardwareLabel`` kinds: refusing that cost a LoRA draw, docs/benchmark.md)."""
         if capacity is None:
             return None
         best: tuple[float, EndpointKey] | None = None
@@ -570,7 +614,20 @@ class BacklogTtftScorer(PluginHooks):
         apart from different ones, because on identical pods serving shared prefixes the requests'
         uncached lengths barely vary and the fitted slopes scatter (by less than ``speed_ratio``)."""
         self._cycle_pooled = self._pooled()
-        return self._alike_capacities(endpoints) and self._slopes_alike(endpoints, self._cycle_pooled)
+        return (
+            self._alike_capacities(endpoints)
+            and not self.labels_differ(endpoints)
+            and self._slopes_alike(endpoints, self._cycle_pooled)
+        )
+
+    def labels_differ(self, endpoints: Sequence[EndpointView]) -> bool:
+        """Whether two candidates carry different ``hardwareLabel`` values (unlabelled ones count as
+        either): then they are not one kind of hardware, whatever their KV capacities say."""
+        label = self.hardware_label
+        if not label:
+            return False
+        values = {v for e in endpoints if (v := e.labels.get(label)) is not None}
+        return len(values) > 1
 
     def _slopes_alike(self, endpoints: Sequence[EndpointView], pooled: Mapping[EndpointKey, Model]) -> bool:
         """No two of the candidates' well-measured pooled slopes more than ``speed_ratio`` apart."""
@@ -640,18 +697,22 @@ class BacklogTtftScorer(PluginHooks):
         pooled = self._cycle_pooled = self._pooled()
         # The KV capacities and their check read the scrapes only: once per scrape, between picks.
         cols = ctx.columns(endpoints)
-        alike = cols.per_scrape(self._alike_owner, lambda: self._alike_capacities(endpoints))
+        alike = cols.per_scrape(
+            self._alike_owner,
+            lambda: self._alike_capacities(endpoints) and not self.labels_differ(endpoints),
+        )
         if alike and self._key_slopes_alike(cols.keys, pooled):
             # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
             # already balance the load (this scorer on top made shared-prefix tails worse,
             # docs/benchmark.md).
             self._one_kind = True
-            return UnitScores([1.0] * len(endpoints))
+            return self._one_kind_scores(ctx, endpoints)
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         now, matched = ctx.now, ctx.state.get(STATE_MATCH)
         capacities = cols.per_scrape(self._capacities_owner, lambda: kv_capacities(endpoints))
         if not self.fits:
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
+            self._publish(ctx, endpoints, predicted, tokens)
             best = min(predicted, default=0.0)
             return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
         preference = self.speed_preference
@@ -659,6 +720,7 @@ class BacklogTtftScorer(PluginHooks):
         predicted = self._predict(
             endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle
         )
+        self._publish(ctx, endpoints, predicted, tokens)
         best = min(predicted, default=0.0)
         if preference > 0:
             models = self._cycle_models
@@ -686,6 +748,42 @@ class BacklogTtftScorer(PluginHooks):
         if best > 0:
             return UnitScores([best / p for p in predicted])
         return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
+
+    def _one_kind_scores(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        """Scores on one kind of hardware: ``1 - oneKindShare x (1 - s)`` where ``s`` is
+        ``predicted-ttft-scorer``'s score of this pick, for a request without an adapter; else (no
+        such score, an adapter request, share 0) 1.0 everywhere.
+
+        Why: on identical pods the backlog model would only repeat what the queue and collision
+        scorers see, and at full weight it lengthened shared-prefix tails; but the median on
+        identical pods is set by picks landing on a pod still prefilling this router's recent
+        dispatches, which ``predicted-ttft-scorer`` (waiting count including unreflected dispatches)
+        sees best, and a heavier weight on it moved the median towards round-robin's while costing
+        mixed fleets (docs/benchmark.md, routing rounds 5 and 6). Repeating a share of its column
+        here gives it that weight on one kind of hardware only."""
+        share = self.one_kind_share
+        found = ctx.state.get(STATE_SCORES)
+        if (
+            share <= 0
+            or ctx.request.adapter is not None
+            or not isinstance(found, PublishedScores)
+            or found.endpoints is not endpoints
+        ):
+            return UnitScores([1.0] * len(endpoints))
+        return [None if s is None else 1.0 - share * (1.0 - s) for s in found.scores]
+
+    def _publish(
+        self, ctx: CycleContext, endpoints: Sequence[EndpointView], predicted: list[float], tokens: int
+    ) -> None:
+        """Publish this pick's predictions (``backlog.predicted``) for a request without an adapter
+        (an adapter request's TTFT depends on slots this model leaves to the slot price)."""
+        if ctx.request.adapter is None:
+            models = self._cycle_models
+            idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
+            fits = self.fits
+            ctx.state[STATE_PREDICTED] = Predictions(
+                endpoints, predicted, idle, [e.key in fits for e in endpoints]
+            )
 
     def _drain_of(self, endpoint: EndpointView, queued: float) -> float:
         """Seconds per backlog token of ``endpoint``: the model this cycle predicted with, else its
@@ -826,6 +924,8 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         probe_share=r.number("probeShare", DEFAULT_PROBE_SHARE, minimum=0.0),
         probe_kv_ratio=r.number("probeKvRatio", DEFAULT_PROBE_KV_RATIO, minimum=1.0),
         adapter_slot_price=r.number("adapterSlotPrice", DEFAULT_ADAPTER_SLOT_PRICE, minimum=0.0),
+        one_kind_share=r.number("oneKindShare", DEFAULT_ONE_KIND_SHARE, minimum=0.0, maximum=1.0),
+        hardware_label=r.string("hardwareLabel", DEFAULT_HARDWARE_LABEL),
     )
     r.finish()
     return plugin

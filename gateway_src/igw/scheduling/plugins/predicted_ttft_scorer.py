@@ -28,6 +28,9 @@ members all take the group's mean TTFT (so small steps cannot chain an A10G to t
 Endpoints with fewer samples than the EWMA's window keep their own mean and join no group (a few
 samples have no trustworthy noise estimate). Its effect is measured in docs/scheduler-design.md.
 
+Publishes its scores of each pick (``predicted-ttft.scores``, a :class:`PublishedScores`) for
+``backlog-ttft-scorer``, which leans on them on fleets of one kind of hardware.
+
 Parameters: ``alpha`` (EWMA weight of a new TTFT sample, default 0.2), ``noiseZ`` (how many
 standard errors apart two endpoints must be to count as different speeds, default 2; 0 compares
 raw means).
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from igw.scheduling.columns import Columns
@@ -49,11 +53,24 @@ from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 TYPE = "predicted-ttft-scorer"
 DEFAULT_ALPHA = 0.2
 DEFAULT_NOISE_Z = 2.0
+STATE_SCORES = "predicted-ttft.scores"
+"""Cycle-state key of this pick's :class:`PublishedScores`."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedScores:
+    """The scores :meth:`PredictedTtftScorer.score` gave in one pick."""
+
+    endpoints: Sequence[EndpointView]
+    """The candidate list scored (the same object every scorer of the pick receives)."""
+    scores: Sequence[float | None]
+    """Score per candidate, in ``endpoints`` order."""
 
 
 class PredictedTtftScorer(PluginHooks):
     type_name = TYPE
     signal = ""
+    produces = frozenset({STATE_SCORES})
 
     def __init__(
         self, *, name: str = TYPE, alpha: float = DEFAULT_ALPHA, noise_z: float = DEFAULT_NOISE_Z
@@ -111,9 +128,13 @@ class PredictedTtftScorer(PluginHooks):
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         predicted = self.predicted(endpoints, ctx.columns(endpoints))
         best = min(predicted, default=0.0)
+        scores: list[float | None]
         if best > 0:  # every prediction positive: the ratio below without its guard, each in (0, 1]
-            return UnitScores([best / p for p in predicted])
-        return [1.0 if p <= 0 else best / p for p in predicted]
+            scores = UnitScores([best / p for p in predicted])
+        else:
+            scores = [1.0 if p <= 0 else best / p for p in predicted]
+        ctx.state[STATE_SCORES] = PublishedScores(endpoints, scores)
+        return scores
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         if not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
