@@ -329,6 +329,10 @@ def run(args: argparse.Namespace) -> int:
             f"throughput {n} vs {first} worker(s) (median over rounds): "
             f"{median[n]:.0f} / {median[first]:.0f} req/s = {ratio:.2f}× (target 1.7× for 2 vs 1: {verdict})"
         )
+    if any(p.gateway_cpu_s <= 0 for p in phases):
+        # /proc counts CPU in clock ticks (10 ms): a phase shorter than a tick of gateway CPU reads 0
+        print("requests per gateway CPU-second: not measurable (a phase used less than one clock tick)")
+        return 0
     per_core = {
         n: statistics.median(p.requests / p.gateway_cpu_s for p in phases if p.workers == n)
         for n in args.workers
