@@ -16,12 +16,17 @@ Sheddable, tenants as in the DES, named in ``x-gateway-inference-objective`` and
 
 The unloaded reference is ``flow-control`` at 50 % of the measured rate. A request that was not
 answered (429, or the run's deadline) counts as not served.
+
+Each request carries its own ``X-Request-Id``; each arm keeps the router's access log entries and
+the pod's record of every request it took in, so the slowest Critical requests can be split into
+where their time went (:mod:`igw.bench.overload_tail`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import sys
 import time
@@ -35,10 +40,12 @@ import yaml
 
 from igw.bench.loadgen import LiveRequest, drive
 from igw.bench.overload_des import BAND_NAMES, DEFAULT_MIX, TrafficClass
+from igw.bench.overload_tail import access_records, request_id
 from igw.bench.processes import router_process
 from igw.bench.rr_proxy import LISTENING_PREFIX
 from igw.bench.stats import RequestSample
 from igw.sim.live import RunningFleet, run_fleet
+from igw.sim.server import PodArrival
 from igw.sim.spec import FleetSpec
 
 MODEL: Final = "llama"
@@ -92,6 +99,12 @@ class LiveArm:
     load: float
     requests: list[LiveRequest]
     samples: list[RequestSample]
+    access: Mapping[str, Mapping[str, object]] = dataclasses.field(default_factory=dict)
+    """The router's access log entries by request id (none for the round-robin proxy)."""
+    arrivals: Mapping[str, PodArrival] = dataclasses.field(default_factory=dict)
+    """The pod's record of each request it took in, by request id."""
+    pod_late_steps: int = 0
+    """Engine steps of the pod that started late during the arm (the pod's host was too busy)."""
 
     def band_of(self, request: LiveRequest) -> int:
         objective = dict(request.headers)["x-gateway-inference-objective"]
@@ -142,7 +155,11 @@ def live_requests(
             )
             out.append(LiveRequest(t, MODEL, "hello there", MAX_TOKENS, 3, headers))
             t += rng.expovariate(rate_rps * cls.share)
-    return sorted(out, key=lambda r: r.at_s)
+    ordered = sorted(out, key=lambda r: r.at_s)
+    return [
+        dataclasses.replace(r, headers=(*r.headers, ("x-request-id", request_id(i))))
+        for i, r in enumerate(ordered)
+    ]
 
 
 def gateway_config(*, flow_control: bool, bands: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
@@ -202,12 +219,23 @@ async def _router(arm: str, work: Path, fleet: RunningFleet) -> AsyncIterator[st
 async def _run_arm(
     arm: str, load: float, requests: list[LiveRequest], work: Path, fleet: RunningFleet, duration_s: float
 ) -> LiveArm:
-    async with _router(arm, work / f"{arm}-{load:g}", fleet) as url:
-        samples = await drive(
-            base_url=url, requests=requests, endpoint_headers=(), deadline_s=duration_s + 60.0
-        )
-    await asyncio.sleep(2.0)  # the pod finishes what a cut-off router left running
-    return LiveArm(arm, load, requests, samples)
+    folder = work / f"{arm}-{load:g}"
+    pod = fleet.pod(fleet.pods[0].key)
+    arrivals: dict[str, PodArrival] = {}
+    late_before = pod.lagged_steps
+    pod.arrivals = arrivals
+    try:
+        async with _router(arm, folder, fleet) as url:
+            samples = await drive(
+                base_url=url, requests=requests, endpoint_headers=(), deadline_s=duration_s + 60.0
+            )
+        await asyncio.sleep(2.0)  # the pod finishes what a cut-off router left running
+    finally:
+        pod.arrivals = None
+    log_path = folder / arm / "router.log"
+    log_text = await asyncio.to_thread(log_path.read_text, encoding="utf-8", errors="replace")
+    access = access_records(log_text.splitlines())
+    return LiveArm(arm, load, requests, samples, access, arrivals, pod.lagged_steps - late_before)
 
 
 async def run_live_overload(

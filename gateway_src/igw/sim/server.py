@@ -20,6 +20,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -63,6 +64,16 @@ TRACE_CONTEXTS_KEPT: Final = 256
 """Received trace contexts a pod remembers (:attr:`LivePod.trace_contexts`)."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class PodArrival:
+    """One request as the pod took it in: its engine request (whose timings fill in as it runs) and
+    the pod's batch and queue just before it joined (:attr:`LivePod.arrivals`)."""
+
+    request: EngineRequest
+    running: int
+    waiting: int
 
 
 class _Stream:
@@ -130,6 +141,10 @@ class LivePod:
         self.trace_contexts: deque[tuple[str, str | None]] = deque(maxlen=TRACE_CONTEXTS_KEPT)
         """The W3C ``(traceparent, tracestate)`` of the latest requests that carried one, oldest
         first: lets a test check that the gateway propagates trace context to model servers."""
+        self.arrivals: dict[str, PodArrival] | None = None
+        """Off (``None``) unless a benchmark sets a dict: then every request is recorded under its
+        ``X-Request-Id`` (else the pod's own id), so a client's slow request can be split into the
+        time it queued at the pod and the time its first step took."""
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -518,10 +533,14 @@ class LivePod:
             adapter=parsed.adapter,
             arrival=self.vnow(),
         )
+        running, waiting = self.engine.num_running, self.engine.num_waiting
         try:
             self.engine.add(req)
         except RequestRejected as exc:
             raise ApiError(400, str(exc), param="max_tokens" if "max_tokens" in str(exc) else None) from None
+        if self.arrivals is not None:
+            key = request.headers.get("X-Request-Id", request_id)
+            self.arrivals[key] = PodArrival(req, running, waiting)
         stream = _Stream(req)
         self._streams[request_id] = stream
         self._wake.set()
