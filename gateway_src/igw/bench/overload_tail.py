@@ -9,9 +9,10 @@ splits one request's time to first token, as the client measured it, into:
 * ``gateway``: the rest of the gateway's own time to first token less the pod's (parsing, the
   pick, connecting and relaying: the access log's ``ttft_ms`` less ``queue`` less the pod's part);
 * ``pod queue``: from the pod taking the request in to the engine step that starts it (the pod's
-  first-come queue, and the rest of the step running when it came);
+  first-come queue, and the rest of the step running when it came): the pod's wall-clock time to
+  its first written token less the first step;
 * ``first step``: the engine step that computes its prefill and first token (longer with more
-  sequences in the batch: prefill contention);
+  sequences in the batch: prefill contention), on the engine's clock;
 * ``client``: the client's time to first token less the gateway's (the load generator's own event
   loop and the loopback hop).
 
@@ -93,13 +94,16 @@ def split(
     queue_s = None if access is None else (_ms(access, "queue_ms") or 0.0)
     gateway_ttft_s = _ms(access, "ttft_ms")
     gateway_s = pod_queue_s = first_step_s = None
-    if arrival is not None:
+    if arrival is not None and arrival.first_token_s is not None:
         req = arrival.request
+        pod_ttft_s = arrival.first_token_s - arrival.taken_s  # both on the wall clock
         if req.first_scheduled_at is not None and req.first_token_at is not None:
-            pod_queue_s = req.first_scheduled_at - req.arrival
+            # The step's length on the engine's clock is exact; the rest of the pod's part is its
+            # queue (and the step running when the request came).
             first_step_s = req.first_token_at - req.first_scheduled_at
-            if gateway_ttft_s is not None and queue_s is not None:
-                gateway_s = gateway_ttft_s - queue_s - (req.first_token_at - req.arrival)
+            pod_queue_s = max(0.0, pod_ttft_s - first_step_s)
+        if gateway_ttft_s is not None and queue_s is not None:
+            gateway_s = gateway_ttft_s - queue_s - pod_ttft_s
     return TailRow(
         index=index,
         at_s=at_s,

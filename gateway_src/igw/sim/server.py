@@ -66,25 +66,36 @@ TRACE_CONTEXTS_KEPT: Final = 256
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PodArrival:
-    """One request as the pod took it in: its engine request (whose timings fill in as it runs) and
-    the pod's batch and queue just before it joined (:attr:`LivePod.arrivals`)."""
+    """One request as the pod took it in: its engine request (whose timings fill in as it runs), the
+    pod's batch and queue just before it joined (:attr:`LivePod.arrivals`), and when its first
+    token was written.
+
+    ``taken_s`` and ``first_token_s`` are read from the wall clock (:meth:`LivePod.vnow`), not the
+    engine's virtual clock: that one stays continuous across short idle gaps, so it can run up to
+    :data:`RESYNC_WALL_S` behind the wall and date a step before the request it serves arrived. Step
+    durations on the engine's clock are exact.
+    """
 
     request: EngineRequest
     running: int
     waiting: int
+    taken_s: float
+    first_token_s: float | None = None
+    """When the first token was written to the client (streamed answers only)."""
 
 
 class _Stream:
     """Token events of one request, pushed by the driver and consumed by its handler."""
 
-    __slots__ = ("done", "queue", "req")
+    __slots__ = ("arrival", "done", "queue", "req")
 
-    def __init__(self, req: EngineRequest) -> None:
+    def __init__(self, req: EngineRequest, arrival: PodArrival | None = None) -> None:
         self.req = req
         self.queue: asyncio.Queue[int] = asyncio.Queue()
         self.done = False
+        self.arrival = arrival
 
 
 class LivePod:
@@ -538,10 +549,11 @@ class LivePod:
             self.engine.add(req)
         except RequestRejected as exc:
             raise ApiError(400, str(exc), param="max_tokens" if "max_tokens" in str(exc) else None) from None
+        record = None
         if self.arrivals is not None:
-            key = request.headers.get("X-Request-Id", request_id)
-            self.arrivals[key] = PodArrival(req, running, waiting)
-        stream = _Stream(req)
+            record = PodArrival(req, running, waiting, taken_s=req.arrival)
+            self.arrivals[request.headers.get("X-Request-Id", request_id)] = record
+        stream = _Stream(req, record)
         self._streams[request_id] = stream
         self._wake.set()
         try:
@@ -629,6 +641,8 @@ class LivePod:
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
             event = sse_event(req.request_id, obj, created, parsed.model, choice)
+            if sent == 0 and stream.arrival is not None:
+                stream.arrival.first_token_s = self.vnow()
             await resp.write(role + event if sent == 0 else event)
             sent += 1
         if parsed.include_usage:
