@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any
@@ -620,9 +621,40 @@ def test_default_standard_keeps_the_slots_measured_critical_traffic_needs_and_sh
     ]
     faster = functools.partial(pod, completion_rate=50.0, pool_completion_rate=50.0)  # a pod that can do more
     assert fc.slots_kept(STANDARD, faster(waiting=0, occupancy=4), now=now) == 3
-    assert fc.admits_to(STANDARD, EndpointLoad(waiting=0, occupancy=6, batch=8), now=now)  # no rates: 1 slot
+    unmeasured = EndpointLoad(waiting=0, occupancy=4, batch=8)  # no completion rates yet
+    assert fc.slots_kept(STANDARD, unmeasured, now=now) == 4  # the most it may: the safe side
+    assert not fc.admits_to(STANDARD, unmeasured, now=now)
+    assert fc.slots_kept(STANDARD, unmeasured, now=now + 11) == 1  # no Critical traffic: keepSlots
     assert fc.slots_kept(STANDARD, pod(waiting=0, occupancy=4), now=now + 11) == 1  # gone quiet
     assert fc.arrival_rate_above(CRITICAL, now) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("critical_arrivals", "batch", "kept"),
+    [
+        (0, 8, 1),  # no Critical traffic seen: keepSlots alone
+        (1, 8, 4),  # Critical traffic, no completion rate: half the batch
+        (1, 2, 1),  # half of a batch of 2 is keepSlots already
+        (5, 128, 64),
+    ],
+)
+def test_before_the_completion_rate_is_known_slot_wait_keeps_the_most_it_may_once_higher_bands_arrive(
+    critical_arrivals: int, batch: int, kept: int
+) -> None:
+    fc = FlowController(FlowControlSettings())
+    for i in range(critical_arrivals):
+        fc.arrived(CRITICAL, i * 0.01)
+    load = EndpointLoad(waiting=0, occupancy=0, batch=batch)
+    assert fc.slots_kept(STANDARD, load, now=0.1) == kept
+    assert fc.slots_kept(SHEDDABLE, load, now=0.1) == kept  # at least what Standard keeps
+    assert fc.slots_kept(CRITICAL, load, now=0.1) == 0
+    fixed = dataclasses.replace(
+        FlowControlSettings(),
+        bands={p: dataclasses.replace(b, slot_wait_s=None) for p, b in FlowControlSettings().bands.items()},
+    )
+    fixed_fc = FlowController(fixed)
+    fixed_fc.arrived(CRITICAL, 0.0)
+    assert fixed_fc.slots_kept(STANDARD, load, now=0.1) == 1  # without slotWait: keepSlots only
 
 
 def test_slot_wait_is_read_from_the_extension_and_must_be_positive() -> None:

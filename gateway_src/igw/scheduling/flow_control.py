@@ -808,22 +808,32 @@ class FlowController:
 
         Its band's ``keep_slots``, raised to what the ``slot_wait_s`` of its own band and of every
         band above it needs (a band keeps at least the slots a band above keeps, or it would hand
-        them out below it). Needs the endpoint's batch, its completion rates and ``now``.
+        them out below it). Needs the endpoint's batch and ``now``. While the endpoint's completion
+        rates are not known yet (the first seconds of traffic), a ``slot_wait_s`` band with
+        higher-band traffic keeps the most it may (half the batch): sized by ``keep_slots`` alone
+        there, the lower bands filled the pod in the first fraction of a second of the live
+        benchmark and the Critical arrivals of that moment waited a whole sequence for a slot.
         """
         keep = self.settings.limits_for(priority).keep_slots
         batch, rate, pool_rate = load.batch, load.completion_rate, load.pool_completion_rate
-        if now is None or batch is None or rate is None or pool_rate is None:
+        if now is None or batch is None:
             return keep
+        most = batch // 2
         for band_priority, band in self.settings.bands.items():
-            if band_priority >= priority and band.slot_wait_s is not None:
+            if band_priority < priority or band.slot_wait_s is None:
+                continue
+            higher_rate = self.arrival_rate_above(band_priority, now)
+            if rate is None or pool_rate is None:
+                needed = most if higher_rate > 0 else 0  # not measured yet: the safe side
+            else:
                 needed = slots_for_wait(
-                    higher_rate=self.arrival_rate_above(band_priority, now),
+                    higher_rate=higher_rate,
                     completion_rate=rate,
                     pool_completion_rate=pool_rate,
                     wait_s=band.slot_wait_s,
-                    most=batch // 2,
+                    most=most,
                 )
-                keep = max(keep, needed)
+            keep = max(keep, needed)
         return keep
 
     def steers(self, priority: int) -> bool:
