@@ -32,7 +32,14 @@ from igw.bench.overload_des import (
     simulate,
 )
 from igw.bench.overload_live import MAX_NUM_SEQS, LiveArm, run_live_overload
-from igw.bench.overload_pod import STEER_ARMS, PodScenario, pod_markdown, slot_wait_markdown
+from igw.bench.overload_pod import (
+    LIVE_POD,
+    STEER_ARMS,
+    PodScenario,
+    kept_slots_markdown,
+    pod_markdown,
+    slot_wait_markdown,
+)
 from igw.bench.overload_tail import TailRow, request_id, slowest, split, tail_markdown
 from igw.bench.stats import percentile
 from igw.scheduling.flow_control import FlowControlSettings
@@ -312,6 +319,10 @@ def run_overload_command(*, out: Path, quick: bool, seed: int, command: str) -> 
     two_pods = dataclasses.replace(pod, pods=2)
     text = markdown(report, command) + pod_markdown(pod, seed) + slot_wait_markdown(pod, seed)
     text += pod_markdown(two_pods, seed, STEER_ARMS)
+    live_pod = dataclasses.replace(LIVE_POD, duration_s=pod.duration_s)
+    text += pod_markdown(live_pod, seed, title="The live benchmark's pod")
+    text += kept_slots_markdown(pod, seed)
+    text += kept_slots_markdown(live_pod, seed, title="The live benchmark's pod")
     (out / "overload-priority.md").write_text(text, encoding="utf-8")
     data = {
         "seed": seed,
