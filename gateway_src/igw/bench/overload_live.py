@@ -7,6 +7,8 @@ Sheddable, tenants as in the DES, named in ``x-gateway-inference-objective`` and
 ``x-gateway-inference-fairness-id``) is sent, streaming, through three routers in turn:
 
 * ``flow-control``: ``igw serve`` with ``spec.extensions.flowControl`` (default bands);
+* ``flow-control-max-kept``: the same with ``maxKeptShare`` raised so that ``slotWait`` may keep all
+  but one slot (the tail-vs-throughput knob at its other end);
 * ``flow-control-fixed-slot``: the same bands with Standard's ``slotWait`` left out, so each pod
   keeps the constant one batch slot of ``keepSlots`` whatever the Critical traffic;
 * ``flow-control-no-places``: the same bands without the per-endpoint places (``maxEndpointQueue``,
@@ -55,6 +57,7 @@ PROBE_S: Final = 8.0
 PROBE_CONCURRENCY: Final = 3 * MAX_NUM_SEQS
 ARMS: Final = (
     "flow-control",
+    "flow-control-max-kept",
     "flow-control-fixed-slot",
     "flow-control-no-places",
     "no-flow-control",
@@ -89,6 +92,10 @@ NO_PLACES_BANDS: Final = (
 """The default bands' limits and headroom, without ``maxEndpointQueue``, ``keepSlots`` and ``slotWait``."""
 ARM_BANDS: Final = {"flow-control-fixed-slot": FIXED_SLOT_BANDS, "flow-control-no-places": NO_PLACES_BANDS}
 """The flow-control arms that replace the default bands, and their bands."""
+MAX_KEPT_SHARE: Final = 0.875
+"""``flow-control-max-kept``'s ``maxKeptShare``: ``slotWait`` may keep all but one slot of the pod."""
+ARM_SETTINGS: Final = {"flow-control-max-kept": {"maxKeptShare": MAX_KEPT_SHARE}}
+"""The flow-control arms that add settings to the defaults, and those settings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +169,14 @@ def live_requests(
     ]
 
 
-def gateway_config(*, flow_control: bool, bands: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """``igw serve``'s configuration for one arm: flow control with the default bands, or ``bands``."""
+def gateway_config(
+    *,
+    flow_control: bool,
+    bands: Sequence[Mapping[str, Any]] | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``igw serve``'s configuration for one arm: flow control with the default bands, or ``bands``,
+    and ``settings`` added to ``flowControl``."""
     extensions: dict[str, Any] = {"routing": {"scrapeInterval": "50ms", "configReloadInterval": "1s"}}
     if flow_control:
         # The pod's configured max_num_seqs, as its operator would state it: slots are kept from
@@ -171,6 +184,7 @@ def gateway_config(*, flow_control: bool, bands: Sequence[Mapping[str, Any]] | N
         extensions["flowControl"] = {"pollInterval": "10ms", "assumedBatch": MAX_NUM_SEQS}
         if bands is not None:
             extensions["flowControl"]["bands"] = [dict(b) for b in bands]
+        extensions["flowControl"].update(settings or {})
     return {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
@@ -194,7 +208,9 @@ async def _router(arm: str, work: Path, fleet: RunningFleet) -> AsyncIterator[st
         pattern = LISTENING_PREFIX + r"(http://\S+)"
     else:
         flow = arm.startswith("flow-control")
-        config = yaml.safe_dump(gateway_config(flow_control=flow, bands=ARM_BANDS.get(arm)))
+        config = yaml.safe_dump(
+            gateway_config(flow_control=flow, bands=ARM_BANDS.get(arm), settings=ARM_SETTINGS.get(arm))
+        )
         endpoints = yaml.safe_dump({"schedulers": {"main": [fleet.pods[0].key]}})
         await asyncio.to_thread((folder / "igwc.yaml").write_text, config)
         await asyncio.to_thread((folder / "endpoints.yaml").write_text, endpoints)
