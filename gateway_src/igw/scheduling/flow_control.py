@@ -514,9 +514,10 @@ def slots_for_wait(
     offered = higher_rate / pool_completion_rate * batch
     late = math.exp(-completion_rate * wait_s)
     allowed = 1.0 - SLOT_WAIT_QUANTILE
-    kept = 0
-    while kept < most and slot_miss(kept, offered) * late > allowed:
+    kept, blocked = 0, 1.0  # blocked = slot_miss(kept, offered), one recursion step per slot
+    while kept < most and blocked * late > allowed:
         kept += 1
+        blocked = offered * blocked / (kept + offered * blocked)
     return kept
 
 
