@@ -8,6 +8,8 @@ from pathlib import Path
 
 from igw.bench.overload_live import (
     ARM_BANDS,
+    ARM_SETTINGS,
+    MAX_KEPT_SHARE,
     MAX_NUM_SEQS,
     LiveArm,
     gateway_config,
@@ -50,10 +52,16 @@ async def test_small_live_run_accounts_for_every_request(tmp_path: Path) -> None
 
 
 def _arm_settings(arm: str | None) -> FlowControlSettings:
-    raw = gateway_config(flow_control=True, bands=ARM_BANDS.get(arm or ""))["spec"]["extensions"][
-        "flowControl"
-    ]
-    return FlowControlSettings.from_extension(raw)
+    config = gateway_config(
+        flow_control=True, bands=ARM_BANDS.get(arm or ""), settings=ARM_SETTINGS.get(arm or "")
+    )
+    return FlowControlSettings.from_extension(config["spec"]["extensions"]["flowControl"])
+
+
+def test_the_max_kept_arm_differs_from_the_defaults_only_by_the_kept_share() -> None:
+    defaults, most = _arm_settings(None), _arm_settings("flow-control-max-kept")
+    assert most == dataclasses.replace(defaults, max_kept_share=MAX_KEPT_SHARE)
+    assert most.most_kept(MAX_NUM_SEQS) == MAX_NUM_SEQS - 1
 
 
 def test_the_no_places_arm_differs_from_the_defaults_only_by_the_per_endpoint_places() -> None:
@@ -76,7 +84,7 @@ def test_the_fixed_slot_arm_differs_from_the_defaults_only_by_the_slot_wait() ->
 
 def test_every_flow_control_arm_assumes_the_pods_configured_batch() -> None:
     # Without it no slot is kept before the gate has seen the pod full (the first seconds).
-    for arm in (None, *ARM_BANDS):
+    for arm in (None, *ARM_BANDS, *ARM_SETTINGS):
         assert _arm_settings(arm).assumed_batch == MAX_NUM_SEQS
 
 

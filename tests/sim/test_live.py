@@ -457,3 +457,32 @@ async def test_vllm_pods_serve_token_ids_for_prefix_routers() -> None:
             # Rendering generates nothing: the engine saw no request.
             metrics = await _metrics(s, url)
             assert metrics.get("vllm:request_success_total", 0.0) == 0.0
+
+
+async def test_a_pod_records_each_request_under_its_request_id_only_when_asked() -> None:
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": 3, "stream": True}
+    async with run_fleet(fleet_spec(H100)) as fleet:
+        pod = fleet.pod("h")
+        url = fleet.pods[0].url
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/v1/completions", json=body, headers={"X-Request-Id": "off"}) as r:
+                await _sse(r)
+            assert pod.arrivals is None  # off by default: nothing kept
+            pod.arrivals = {}
+            for rid in ("first", "second"):
+                async with s.post(url + "/v1/completions", json=body, headers={"X-Request-Id": rid}) as r:
+                    await _sse(r)
+            async with s.post(url + "/v1/completions", json=body) as r:  # no id: the pod's own
+                own = json.loads((await _sse(r))[0])["id"]
+        assert set(pod.arrivals) == {"first", "second", own}
+        first = pod.arrivals["first"]
+        assert (first.running, first.waiting) == (0, 0)  # the pod was idle when it came
+        req = first.request
+        assert req.first_scheduled_at is not None
+        assert req.first_token_at is not None
+        assert req.finished_at is not None
+        assert req.first_scheduled_at < req.first_token_at <= req.finished_at
+        # The engine's clock may date the step before the arrival (it stays continuous across short
+        # idle gaps); the written first token is timed on the wall clock, after the arrival.
+        assert first.first_token_s is not None
+        assert first.taken_s < first.first_token_s

@@ -7,6 +7,8 @@ Sheddable, tenants as in the DES, named in ``x-gateway-inference-objective`` and
 ``x-gateway-inference-fairness-id``) is sent, streaming, through three routers in turn:
 
 * ``flow-control``: ``igw serve`` with ``spec.extensions.flowControl`` (default bands);
+* ``flow-control-max-kept``: the same with ``maxKeptShare`` raised so that ``slotWait`` may keep all
+  but one slot (the tail-vs-throughput knob at its other end);
 * ``flow-control-fixed-slot``: the same bands with Standard's ``slotWait`` left out, so each pod
   keeps the constant one batch slot of ``keepSlots`` whatever the Critical traffic;
 * ``flow-control-no-places``: the same bands without the per-endpoint places (``maxEndpointQueue``,
@@ -16,12 +18,17 @@ Sheddable, tenants as in the DES, named in ``x-gateway-inference-objective`` and
 
 The unloaded reference is ``flow-control`` at 50 % of the measured rate. A request that was not
 answered (429, or the run's deadline) counts as not served.
+
+Each request carries its own ``X-Request-Id``; each arm keeps the router's access log entries and
+the pod's record of every request it took in, so the slowest Critical requests can be split into
+where their time went (:mod:`igw.bench.overload_tail`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import sys
 import time
@@ -35,10 +42,12 @@ import yaml
 
 from igw.bench.loadgen import LiveRequest, drive
 from igw.bench.overload_des import BAND_NAMES, DEFAULT_MIX, TrafficClass
+from igw.bench.overload_tail import access_records, request_id
 from igw.bench.processes import router_process
 from igw.bench.rr_proxy import LISTENING_PREFIX
 from igw.bench.stats import RequestSample
 from igw.sim.live import RunningFleet, run_fleet
+from igw.sim.server import PodArrival
 from igw.sim.spec import FleetSpec
 
 MODEL: Final = "llama"
@@ -48,6 +57,7 @@ PROBE_S: Final = 8.0
 PROBE_CONCURRENCY: Final = 3 * MAX_NUM_SEQS
 ARMS: Final = (
     "flow-control",
+    "flow-control-max-kept",
     "flow-control-fixed-slot",
     "flow-control-no-places",
     "no-flow-control",
@@ -82,6 +92,10 @@ NO_PLACES_BANDS: Final = (
 """The default bands' limits and headroom, without ``maxEndpointQueue``, ``keepSlots`` and ``slotWait``."""
 ARM_BANDS: Final = {"flow-control-fixed-slot": FIXED_SLOT_BANDS, "flow-control-no-places": NO_PLACES_BANDS}
 """The flow-control arms that replace the default bands, and their bands."""
+MAX_KEPT_SHARE: Final = 0.875
+"""``flow-control-max-kept``'s ``maxKeptShare``: ``slotWait`` may keep all but one slot of the pod."""
+ARM_SETTINGS: Final = {"flow-control-max-kept": {"maxKeptShare": MAX_KEPT_SHARE}}
+"""The flow-control arms that add settings to the defaults, and those settings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +106,12 @@ class LiveArm:
     load: float
     requests: list[LiveRequest]
     samples: list[RequestSample]
+    access: Mapping[str, Mapping[str, object]] = dataclasses.field(default_factory=dict)
+    """The router's access log entries by request id (none for the round-robin proxy)."""
+    arrivals: Mapping[str, PodArrival] = dataclasses.field(default_factory=dict)
+    """The pod's record of each request it took in, by request id."""
+    pod_late_steps: int = 0
+    """Engine steps of the pod that started late during the arm (the pod's host was too busy)."""
 
     def band_of(self, request: LiveRequest) -> int:
         objective = dict(request.headers)["x-gateway-inference-objective"]
@@ -142,11 +162,21 @@ def live_requests(
             )
             out.append(LiveRequest(t, MODEL, "hello there", MAX_TOKENS, 3, headers))
             t += rng.expovariate(rate_rps * cls.share)
-    return sorted(out, key=lambda r: r.at_s)
+    ordered = sorted(out, key=lambda r: r.at_s)
+    return [
+        dataclasses.replace(r, headers=(*r.headers, ("x-request-id", request_id(i))))
+        for i, r in enumerate(ordered)
+    ]
 
 
-def gateway_config(*, flow_control: bool, bands: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """``igw serve``'s configuration for one arm: flow control with the default bands, or ``bands``."""
+def gateway_config(
+    *,
+    flow_control: bool,
+    bands: Sequence[Mapping[str, Any]] | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``igw serve``'s configuration for one arm: flow control with the default bands, or ``bands``,
+    and ``settings`` added to ``flowControl``."""
     extensions: dict[str, Any] = {"routing": {"scrapeInterval": "50ms", "configReloadInterval": "1s"}}
     if flow_control:
         # The pod's configured max_num_seqs, as its operator would state it: slots are kept from
@@ -154,6 +184,7 @@ def gateway_config(*, flow_control: bool, bands: Sequence[Mapping[str, Any]] | N
         extensions["flowControl"] = {"pollInterval": "10ms", "assumedBatch": MAX_NUM_SEQS}
         if bands is not None:
             extensions["flowControl"]["bands"] = [dict(b) for b in bands]
+        extensions["flowControl"].update(settings or {})
     return {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
@@ -177,7 +208,9 @@ async def _router(arm: str, work: Path, fleet: RunningFleet) -> AsyncIterator[st
         pattern = LISTENING_PREFIX + r"(http://\S+)"
     else:
         flow = arm.startswith("flow-control")
-        config = yaml.safe_dump(gateway_config(flow_control=flow, bands=ARM_BANDS.get(arm)))
+        config = yaml.safe_dump(
+            gateway_config(flow_control=flow, bands=ARM_BANDS.get(arm), settings=ARM_SETTINGS.get(arm))
+        )
         endpoints = yaml.safe_dump({"schedulers": {"main": [fleet.pods[0].key]}})
         await asyncio.to_thread((folder / "igwc.yaml").write_text, config)
         await asyncio.to_thread((folder / "endpoints.yaml").write_text, endpoints)
@@ -202,12 +235,23 @@ async def _router(arm: str, work: Path, fleet: RunningFleet) -> AsyncIterator[st
 async def _run_arm(
     arm: str, load: float, requests: list[LiveRequest], work: Path, fleet: RunningFleet, duration_s: float
 ) -> LiveArm:
-    async with _router(arm, work / f"{arm}-{load:g}", fleet) as url:
-        samples = await drive(
-            base_url=url, requests=requests, endpoint_headers=(), deadline_s=duration_s + 60.0
-        )
-    await asyncio.sleep(2.0)  # the pod finishes what a cut-off router left running
-    return LiveArm(arm, load, requests, samples)
+    folder = work / f"{arm}-{load:g}"
+    pod = fleet.pod(fleet.pods[0].key)
+    arrivals: dict[str, PodArrival] = {}
+    late_before = pod.lagged_steps
+    pod.arrivals = arrivals
+    try:
+        async with _router(arm, folder, fleet) as url:
+            samples = await drive(
+                base_url=url, requests=requests, endpoint_headers=(), deadline_s=duration_s + 60.0
+            )
+        await asyncio.sleep(2.0)  # the pod finishes what a cut-off router left running
+    finally:
+        pod.arrivals = None
+    log_path = folder / arm / "router.log"
+    log_text = await asyncio.to_thread(log_path.read_text, encoding="utf-8", errors="replace")
+    access = access_records(log_text.splitlines())
+    return LiveArm(arm, load, requests, samples, access, arrivals, pod.lagged_steps - late_before)
 
 
 async def run_live_overload(

@@ -17,6 +17,13 @@ and re-checks every ``pollInterval``).
 The arms replay the same request list with the default bands (``slot-wait``), with Standard's
 ``slotWait`` left out (``fixed-slot``: one kept slot, always) and without per-endpoint places
 (``no-places``); the unloaded reference is ``slot-wait`` at half the pod's capacity.
+
+Two pod timings: :class:`PodScenario`'s default (a 10-30 ms prefill, as first modelled) and
+:data:`LIVE_POD`, the live benchmark's simulated vLLM pod (a first token one engine step after the
+step running on arrival, 32 steps in all). The 2x bound is relative to the unloaded time to first
+token, so the shorter the pod's own first token, the less of a wait for a batch slot it tolerates;
+:func:`kept_slots_markdown` is the trade-off curve (slots kept free for Critical against Critical's
+tail and the share of the pod used).
 """
 
 from __future__ import annotations
@@ -74,6 +81,16 @@ class PodScenario:
     @property
     def capacity_rps(self) -> float:
         return self.pods * self.batch / (sum(self.prefill_s) / 2 + self.decode_s)
+
+
+LIVE_STEP_S: Final = 0.0066
+"""The live benchmark pod's engine step (``llama-3.1-8b/h100`` at a batch of 8 or fewer short
+sequences: 6.60 ms with no sequence running, 6.61 ms with eight, so prefill contention is nil)."""
+LIVE_POD: Final = PodScenario(prefill_s=(LIVE_STEP_S, 2 * LIVE_STEP_S), decode_s=31 * LIVE_STEP_S)
+"""The live benchmark's pod: the first token comes at the end of the step after the one running on
+arrival (one to two steps), the other 31 tokens one step each."""
+KEPT_SLOTS: Final = tuple(range(8))
+"""The fixed ``keepSlots`` values of the trade-off table (every one an 8-sequence pod allows)."""
 
 
 def pod_arrivals(scenario: PodScenario, seed: int) -> list[Arrival]:
@@ -297,10 +314,13 @@ def _measured(
     return PodRow(arm, percentile(critical, 99) if critical else None, served, rate / scenario.capacity_rps)
 
 
-def pod_markdown(scenario: PodScenario, seed: int, arms: Sequence[str] = POD_ARMS) -> str:
+def pod_markdown(
+    scenario: PodScenario, seed: int, arms: Sequence[str] = POD_ARMS, *, title: str | None = None
+) -> str:
     """The pod model's table: Critical P99 against the unloaded one, what each band was served."""
     rows, calm_p99 = pod_rows(scenario, seed, arms)
-    title = "One pod" if scenario.pods == 1 else f"{scenario.pods} pods, each"
+    if title is None:
+        title = "One pod" if scenario.pods == 1 else f"{scenario.pods} pods, each"
     lines = [
         "",
         f"## {title} with its own batch and queue (seed {seed})",
@@ -358,6 +378,53 @@ def slot_wait_markdown(scenario: PodScenario, seed: int, waits: Sequence[float] 
         lines.append(
             f"| {wait * 1000:g} ms{default} | {p99s} "
             f"| {ratio} | {hot.served['Standard']:.1%} | {hot.started_per_capacity:.1%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def with_kept_slots(kept: int) -> FlowControlSettings:
+    """The default bands with Standard and Sheddable keeping exactly ``kept`` batch slots (no
+    ``slotWait``)."""
+    settings = FlowControlSettings()
+    bands = {
+        p: dataclasses.replace(b, slot_wait_s=None, keep_slots=kept) if p < CRITICAL else b
+        for p, b in settings.bands.items()
+    }
+    return dataclasses.replace(settings, bands=bands)
+
+
+def kept_slots_markdown(
+    scenario: PodScenario, seed: int, kept: Sequence[int] = KEPT_SLOTS, *, title: str = "One pod"
+) -> str:
+    """The trade-off curve: for each fixed number of slots kept for Critical, its P99 against the
+    unloaded one (the defaults at half the capacity), what Standard was served and the pod used;
+    the defaults (``slotWait``) last for comparison."""
+    requests = pod_arrivals(scenario, seed)
+    calm_scenario = dataclasses.replace(scenario, load=UNLOADED)
+    calm = _measured(calm_scenario, pod_arrivals(calm_scenario, seed), FlowControlSettings(), seed)
+    lines = [
+        "",
+        f"## Slots kept for Critical against its tail, {title.lower()} (seed {seed})",
+        "",
+        f"Capacity {scenario.capacity_rps:.1f} req/s, batch {scenario.batch}, first token "
+        f"{scenario.prefill_s[0] * 1000:g}-{scenario.prefill_s[1] * 1000:g} ms after a slot; unloaded "
+        f"Critical P99 TTFT {_seconds(calm.critical_p99_s)} s.",
+        "",
+        "| keepSlots | Critical P99 TTFT s | / unloaded | Standard served | started / capacity |",
+        "|---|---|---|---|---|",
+    ]
+    variants = [(str(k), with_kept_slots(k)) for k in kept if k < scenario.batch]
+    variants.append((f"slotWait {DEFAULT_SLOT_WAIT_S * 1000:g} ms (default)", FlowControlSettings()))
+    for label, settings in variants:
+        hot = _measured(scenario, requests, settings, seed)
+        ratio = (
+            "-"
+            if hot.critical_p99_s is None or not calm.critical_p99_s
+            else f"{hot.critical_p99_s / calm.critical_p99_s:.2f}x"
+        )
+        lines.append(
+            f"| {label} | {_seconds(hot.critical_p99_s)} | {ratio} | {hot.served['Standard']:.1%} "
+            f"| {hot.started_per_capacity:.1%} |"
         )
     return "\n".join(lines) + "\n"
 

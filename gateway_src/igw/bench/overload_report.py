@@ -31,8 +31,16 @@ from igw.bench.overload_des import (
     arrivals,
     simulate,
 )
-from igw.bench.overload_live import LiveArm, run_live_overload
-from igw.bench.overload_pod import STEER_ARMS, PodScenario, pod_markdown, slot_wait_markdown
+from igw.bench.overload_live import MAX_NUM_SEQS, LiveArm, run_live_overload
+from igw.bench.overload_pod import (
+    LIVE_POD,
+    STEER_ARMS,
+    PodScenario,
+    kept_slots_markdown,
+    pod_markdown,
+    slot_wait_markdown,
+)
+from igw.bench.overload_tail import TailRow, request_id, slowest, split, tail_markdown
 from igw.bench.stats import percentile
 from igw.scheduling.flow_control import FlowControlSettings
 
@@ -311,6 +319,10 @@ def run_overload_command(*, out: Path, quick: bool, seed: int, command: str) -> 
     two_pods = dataclasses.replace(pod, pods=2)
     text = markdown(report, command) + pod_markdown(pod, seed) + slot_wait_markdown(pod, seed)
     text += pod_markdown(two_pods, seed, STEER_ARMS)
+    live_pod = dataclasses.replace(LIVE_POD, duration_s=pod.duration_s)
+    text += pod_markdown(live_pod, seed, title="The live benchmark's pod")
+    text += kept_slots_markdown(pod, seed)
+    text += kept_slots_markdown(live_pod, seed, title="The live benchmark's pod")
     (out / "overload-priority.md").write_text(text, encoding="utf-8")
     data = {
         "seed": seed,
@@ -345,6 +357,20 @@ def completed_rps(arm: LiveArm, duration_s: float) -> float:
 
 def _completed(arms: Sequence[LiveArm], duration_s: float) -> list[tuple[LiveArm, float]]:
     return [(arm, completed_rps(arm, duration_s)) for arm in arms]
+
+
+def critical_tail(arm: LiveArm) -> tuple[list[TailRow], list[TailRow]]:
+    """The slowest Critical requests of ``arm`` split by where their time went, and every served
+    Critical request split the same way (:mod:`igw.bench.overload_tail`)."""
+    top = max(BAND_NAMES)
+    rows: dict[int, TailRow] = {}
+    for i, (r, s) in enumerate(zip(arm.requests, arm.samples, strict=True)):
+        if arm.band_of(r) != top or not s.ok or s.ttft_s is None:
+            continue
+        rid = request_id(i)
+        rows[i] = split(i, r.at_s, s.ttft_s, arm.access.get(rid), arm.arrivals.get(rid))
+    tail = slowest({i: row.client_s for i, row in rows.items()})
+    return [rows[i] for i in tail], list(rows.values())
 
 
 def live_markdown(
@@ -401,6 +427,12 @@ def live_markdown(
         lines.append(
             f"| {t.band} | {t.tenant} | {t.offered} | {t.served} | {t.fair_share:.1f} | {ratio_text} |"
         )
+    for arm in (*(a for a in loaded if a.name.startswith("flow-control")), calm):
+        tail, every = critical_tail(arm)
+        label = arm.name if arm is not calm else f"{arm.name} at {calm.load:.0%} (unloaded)"
+        lines += ["", *tail_markdown(label, tail, every, batch=MAX_NUM_SEQS)]
+    late = ", ".join(f"{a.name} at {a.load:.0%} {a.pod_late_steps}" for a in arms)
+    lines += ["", f"Pod steps started late (its host too busy), per arm: {late}."]
     return "\n".join(lines) + "\n"
 
 

@@ -74,6 +74,8 @@ Critical arrivals once the endpoint's batch size is known."""
 DEFAULT_SLOT_WAIT_S: Final = 0.015
 """The named Standard band's ``slot_wait_s``: it keeps enough batch slots free that a Critical
 arrival waits longer than this for one only at the :data:`SLOT_WAIT_QUANTILE` tail."""
+DEFAULT_MAX_KEPT_SHARE: Final = 0.5
+"""The default ``maxKeptShare``: ``slotWait`` keeps at most half an endpoint's batch."""
 SLOT_WAIT_QUANTILE: Final = 0.99
 """The share of higher-band arrivals that must find a batch slot within ``slot_wait_s``."""
 ARRIVAL_WINDOW_S: Final = 10.0
@@ -136,8 +138,8 @@ class BandLimits:
     """Keep more batch slots than ``keep_slots`` when the bands above need them: as many as the
     higher bands' measured arrival rate and the endpoint's completion rate require for a higher-band
     arrival to wait longer than this for a slot at most ``1 - SLOT_WAIT_QUANTILE`` of the time
-    (:func:`slots_for_wait`), up to half the batch. Bands below keep at least as many. ``None``:
-    ``keep_slots`` alone."""
+    (:func:`slots_for_wait`), up to ``max_kept_share`` of the batch. Bands below keep at least as
+    many. ``None``: ``keep_slots`` alone."""
 
     def check(self, where: str) -> None:
         if self.max_requests < 1:
@@ -208,6 +210,10 @@ class FlowControlSettings:
     (:meth:`BatchEstimate.size`): the model server's configured ``max_num_seqs`` /
     ``max_running_requests``, which its metrics page does not publish. Without it, no batch slot is
     kept at an endpoint before it has been seen full."""
+    max_kept_share: float = DEFAULT_MAX_KEPT_SHARE
+    """The largest share of an endpoint's batch that ``slot_wait_s`` may keep free for higher bands
+    (rounded down; never the whole batch): the trade-off between the higher bands' tail and the
+    lower bands' throughput where the batch is small (docs/flow-control.md, the kept-slots table)."""
     dispatch_per_endpoint: int = 2
     """Queued requests one endpoint may take per poll. The scheduler sees load through scraped
     metrics, which lag: without a cap, one poll after capacity appears would release the whole queue
@@ -288,6 +294,7 @@ class FlowControlSettings:
             ),
             dispatch_per_endpoint=int(raw.get("dispatchPerEndpoint", defaults.dispatch_per_endpoint)),
             assumed_batch=int(raw["assumedBatch"]) if "assumedBatch" in raw else None,
+            max_kept_share=float(raw.get("maxKeptShare", defaults.max_kept_share)),
             tenant_labels=frozenset(str(t) for t in (raw.get("metrics") or {}).get("tenantLabels", ())),
             max_tenant_labels=int(
                 (raw.get("metrics") or {}).get("maxTenantLabels", defaults.max_tenant_labels)
@@ -329,6 +336,14 @@ class FlowControlSettings:
             )
         if self.assumed_batch is not None and self.assumed_batch < 1:
             raise FlowControlError(f"flowControl.assumedBatch must be at least 1, got {self.assumed_batch}")
+        if not 0.0 <= self.max_kept_share <= 1.0:
+            raise FlowControlError(
+                f"flowControl.maxKeptShare must be between 0 and 1, got {self.max_kept_share:g}"
+            )
+
+    def most_kept(self, batch: int) -> int:
+        """The most batch slots ``slot_wait_s`` may keep at an endpoint running ``batch`` at once."""
+        return max(0, min(batch - 1, math.floor(batch * self.max_kept_share)))
 
     def steers(self, priority: int) -> bool:
         """Whether requests of ``priority`` go to the endpoint with the smallest predicted wait
@@ -451,44 +466,58 @@ class EndpointLoad:
     """The same summed over the pool's endpoints (the higher bands' arrivals spread over them)."""
 
 
-def slot_miss(kept: int, load: float) -> float:
-    """The share of higher-band arrivals that find no free batch slot at an endpoint whose lower
-    bands refill up to ``kept`` free slots, when higher-band arrivals take slots at ``load`` times
-    the rate at which running sequences finish.
+def slot_miss(kept: int, offered: float) -> float:
+    """The share of higher-band arrivals that find none of ``kept`` batch slots free at an endpoint
+    whose lower bands fill every other slot, when the higher bands keep ``offered`` slots busy on
+    average (their arrival rate there times the time a sequence holds a slot).
 
-    The free slots form a birth-death chain (one more per completion up to ``kept``, one fewer per
-    higher-band arrival): with Poisson arrivals and exponential completions the chance of none is
-    ``r**kept * (1 - r) / (1 - r**(kept + 1))`` for ``r = load`` (``1 / (kept + 1)`` at ``r = 1``).
+    A kept slot comes back only when the higher-band sequence in it finishes: a lower-band
+    sequence that finishes is replaced by the next lower-band one, since the lower bands refill up
+    to the batch less the kept slots. So the kept slots are a loss system for the higher bands, and
+    the chance that all are busy is Erlang's B formula ``B(kept, offered)`` (Poisson arrivals; it
+    holds for any distribution of the time in a slot). An earlier model, where every completion of
+    the endpoint freed a kept slot, found half the batch enough where the live benchmark's Critical
+    requests still found the batch full.
     """
-    if load <= 0:
+    if offered <= 0:
         return 0.0 if kept > 0 else 1.0
-    if math.isclose(load, 1.0):
-        return 1.0 / (kept + 1)
-    return load**kept * (1.0 - load) / (1.0 - load ** (kept + 1))
+    blocked = 1.0
+    for servers in range(1, kept + 1):  # B(k) = a B(k-1) / (k + a B(k-1)), stable for any k
+        blocked = offered * blocked / (servers + offered * blocked)
+    return blocked
 
 
 def slots_for_wait(
-    *, higher_rate: float, completion_rate: float, pool_completion_rate: float, wait_s: float, most: int
+    *,
+    higher_rate: float,
+    completion_rate: float,
+    pool_completion_rate: float,
+    batch: int,
+    wait_s: float,
+    most: int,
 ) -> int:
     """The fewest free batch slots (at most ``most``) for which a higher-band arrival at an endpoint
-    waits longer than ``wait_s`` for one with a probability of at most ``1 - SLOT_WAIT_QUANTILE``.
+    running ``batch`` sequences at once waits longer than ``wait_s`` for one with a probability of
+    at most ``1 - SLOT_WAIT_QUANTILE``.
 
     ``higher_rate`` is the higher bands' arrival rate at the pool, spread over its endpoints in
-    proportion to their completion rates, so each endpoint sees ``higher_rate /
-    pool_completion_rate`` of its own completion rate. An arrival that finds no free slot waits for
-    the next completion (exponential with the endpoint's ``completion_rate``), so the wait exceeds
-    ``wait_s`` with probability ``slot_miss(k) * exp(-completion_rate * wait_s)``. A small batch
-    completes slowly and needs several slots; a large one completes so often that a late arrival
-    barely waits, and needs none.
+    proportion to their completion rates; a sequence holds its slot ``batch / completion_rate``
+    seconds on average, so the higher bands keep ``higher_rate / pool_completion_rate * batch``
+    slots of the endpoint busy (:func:`slot_miss`). An arrival that finds none free waits for the
+    next completion of the full batch (exponential with the endpoint's ``completion_rate``), so the
+    wait exceeds ``wait_s`` with probability ``slot_miss(k) * exp(-completion_rate * wait_s)``. A
+    small batch completes slowly and needs several slots; a large one completes so often that a
+    late arrival barely waits, and needs none.
     """
-    if higher_rate <= 0 or completion_rate <= 0 or pool_completion_rate <= 0:
+    if higher_rate <= 0 or completion_rate <= 0 or pool_completion_rate <= 0 or batch <= 0:
         return 0
-    load = higher_rate / pool_completion_rate
+    offered = higher_rate / pool_completion_rate * batch
     late = math.exp(-completion_rate * wait_s)
     allowed = 1.0 - SLOT_WAIT_QUANTILE
-    kept = 0
-    while kept < most and slot_miss(kept, load) * late > allowed:
+    kept, blocked = 0, 1.0  # blocked = slot_miss(kept, offered), one recursion step per slot
+    while kept < most and blocked * late > allowed:
         kept += 1
+        blocked = offered * blocked / (kept + offered * blocked)
     return kept
 
 
@@ -808,22 +837,34 @@ class FlowController:
 
         Its band's ``keep_slots``, raised to what the ``slot_wait_s`` of its own band and of every
         band above it needs (a band keeps at least the slots a band above keeps, or it would hand
-        them out below it). Needs the endpoint's batch, its completion rates and ``now``.
+        them out below it). Needs the endpoint's batch and ``now``. While the endpoint's completion
+        rates are not known yet (the first seconds of traffic), a ``slot_wait_s`` band with
+        higher-band traffic keeps the most it may (:meth:`FlowControlSettings.most_kept`): sized
+        by ``keep_slots`` alone there, the lower bands filled the pod in the first fraction of a
+        second of the live benchmark and the Critical arrivals of that moment waited a whole
+        sequence for a slot.
         """
         keep = self.settings.limits_for(priority).keep_slots
         batch, rate, pool_rate = load.batch, load.completion_rate, load.pool_completion_rate
-        if now is None or batch is None or rate is None or pool_rate is None:
+        if now is None or batch is None:
             return keep
+        most = self.settings.most_kept(batch)
         for band_priority, band in self.settings.bands.items():
-            if band_priority >= priority and band.slot_wait_s is not None:
+            if band_priority < priority or band.slot_wait_s is None:
+                continue
+            higher_rate = self.arrival_rate_above(band_priority, now)
+            if rate is None or pool_rate is None:
+                needed = most if higher_rate > 0 else 0  # not measured yet: the safe side
+            else:
                 needed = slots_for_wait(
-                    higher_rate=self.arrival_rate_above(band_priority, now),
+                    higher_rate=higher_rate,
                     completion_rate=rate,
                     pool_completion_rate=pool_rate,
+                    batch=batch,
                     wait_s=band.slot_wait_s,
-                    most=batch // 2,
+                    most=most,
                 )
-                keep = max(keep, needed)
+            keep = max(keep, needed)
         return keep
 
     def steers(self, priority: int) -> bool:

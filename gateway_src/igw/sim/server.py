@@ -20,6 +20,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -65,15 +66,36 @@ TRACE_CONTEXTS_KEPT: Final = 256
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+@dataclass(slots=True)
+class PodArrival:
+    """One request as the pod took it in: its engine request (whose timings fill in as it runs), the
+    pod's batch and queue just before it joined (:attr:`LivePod.arrivals`), and when its first
+    token was written.
+
+    ``taken_s`` and ``first_token_s`` are read from the wall clock (:meth:`LivePod.vnow`), not the
+    engine's virtual clock: that one stays continuous across short idle gaps, so it can run up to
+    :data:`RESYNC_WALL_S` behind the wall and date a step before the request it serves arrived. Step
+    durations on the engine's clock are exact.
+    """
+
+    request: EngineRequest
+    running: int
+    waiting: int
+    taken_s: float
+    first_token_s: float | None = None
+    """When the first token was written to the client (streamed answers only)."""
+
+
 class _Stream:
     """Token events of one request, pushed by the driver and consumed by its handler."""
 
-    __slots__ = ("done", "queue", "req")
+    __slots__ = ("arrival", "done", "queue", "req")
 
-    def __init__(self, req: EngineRequest) -> None:
+    def __init__(self, req: EngineRequest, arrival: PodArrival | None = None) -> None:
         self.req = req
         self.queue: asyncio.Queue[int] = asyncio.Queue()
         self.done = False
+        self.arrival = arrival
 
 
 class LivePod:
@@ -130,6 +152,10 @@ class LivePod:
         self.trace_contexts: deque[tuple[str, str | None]] = deque(maxlen=TRACE_CONTEXTS_KEPT)
         """The W3C ``(traceparent, tracestate)`` of the latest requests that carried one, oldest
         first: lets a test check that the gateway propagates trace context to model servers."""
+        self.arrivals: dict[str, PodArrival] | None = None
+        """Off (``None``) unless a benchmark sets a dict: then every request is recorded under its
+        ``X-Request-Id`` (else the pod's own id), so a client's slow request can be split into the
+        time it queued at the pod and the time its first step took."""
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -518,11 +544,16 @@ class LivePod:
             adapter=parsed.adapter,
             arrival=self.vnow(),
         )
+        running, waiting = self.engine.num_running, self.engine.num_waiting
         try:
             self.engine.add(req)
         except RequestRejected as exc:
             raise ApiError(400, str(exc), param="max_tokens" if "max_tokens" in str(exc) else None) from None
-        stream = _Stream(req)
+        record = None
+        if self.arrivals is not None:
+            record = PodArrival(req, running, waiting, taken_s=req.arrival)
+            self.arrivals[request.headers.get("X-Request-Id", request_id)] = record
+        stream = _Stream(req, record)
         self._streams[request_id] = stream
         self._wake.set()
         try:
@@ -610,6 +641,8 @@ class LivePod:
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
             event = sse_event(req.request_id, obj, created, parsed.model, choice)
+            if sent == 0 and stream.arrival is not None:
+                stream.arrival.first_token_s = self.vnow()
             await resp.write(role + event if sent == 0 else event)
             sent += 1
         if parsed.include_usage:
