@@ -123,12 +123,12 @@ def test_kept_slots_settings_fix_the_lower_bands_places_and_leave_critical_alone
 def test_more_kept_slots_trade_the_pods_use_for_a_shorter_critical_tail() -> None:
     scenario = dataclasses.replace(LIVE_POD, duration_s=30.0)
     requests = pod_arrivals(scenario, seed=1)
-    rows = []
+    rows: list[tuple[float, int]] = []
     for kept in (0, 2, 4, 6):
         outcome = simulate_pod(scenario, requests, with_kept_slots(kept))
-        started = sum(1 for r in requests if r.index in outcome.ttft_s)
+        started_count = sum(1 for r in requests if r.index in outcome.ttft_s)
         critical = sorted(outcome.ttft_s[r.index] for r in requests if r.priority == CRITICAL)
-        rows.append((critical[int(0.99 * (len(critical) - 1))], started))
+        rows.append((critical[int(0.99 * (len(critical) - 1))], started_count))
     p99s, started = zip(*rows, strict=True)
     assert list(p99s) == sorted(p99s, reverse=True)
     assert p99s[0] > 2 * p99s[-1]

@@ -131,9 +131,9 @@ def test_critical_tail_joins_samples_access_log_and_pod_by_request_id() -> None:
         arrivals[request_id(i)] = _pod(10.0, 10.001, 10.008)
     arm = LiveArm("flow-control", 1.5, requests, samples, access, arrivals)
     tail, every = critical_tail(arm)
-    critical = [i for i, r in enumerate(requests) if arm.band_of(r) == 1]
-    assert len(every) == len(critical)
-    assert len(tail) == max(1, -(-len(critical) // 100))
+    critical_indexes = [i for i, r in enumerate(requests) if arm.band_of(r) == 1]
+    assert len(every) == len(critical_indexes)
+    assert len(tail) == max(1, -(-len(critical_indexes) // 100))
     assert tail[0].client_s == max(r.client_s for r in every)
     assert all(dict(requests[r.index].headers)["x-request-id"] == request_id(r.index) for r in tail)
     assert tail[0].client_side_s == pytest.approx(0.001)
