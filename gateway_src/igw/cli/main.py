@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
-from types import ModuleType
+from types import FrameType, ModuleType
 
 from igw import __version__
 from igw.cli.registry import SUBCOMMANDS
@@ -43,7 +45,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SIGTERM_EXIT = 128 + signal.SIGTERM
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(SIGTERM_EXIT)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # SIGTERM ends a command the way Ctrl-C does: ``finally`` blocks and context managers run, so the
+    # processes a benchmark started (backends, simulated fleets, igw serve) are stopped with it. With
+    # Python's default action the command died at once and left them running (seen after `timeout`).
+    # Long-running servers (serve, operator, global serve) install their own handlers on the loop.
+    # The previous handler is restored on return (main may be called in-process, e.g. by tests).
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     run = getattr(args, "_run", None)
