@@ -233,6 +233,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         log.info("igw gateway %s serving %d scheduler(s) at %s", config.name, len(config.schedulers), url)
         try:
             await stop.wait()
+            _ignore_further_stop_signals(loop)
             app[STATE_KEY].draining = True
             log.info(
                 "stopping: not ready; serving for %gs more, then up to %gs for in-flight requests",
@@ -245,6 +246,19 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             if tls is not None:
                 await tls[1].close()
     log.info("igw gateway stopped")
+
+
+def _ignore_further_stop_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """Once shutdown has begun, a repeated SIGTERM/SIGINT changes nothing: ignore it for good.
+
+    The loop's handlers are removed when it closes, which restores the default action (exit at once)
+    for the last moments of the process - the final flush of the access log among them - so a second
+    SIGTERM sent while it exits (a supervisor repeating the signal) ended it with -15 instead of 0.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _tls(config: GatewayConfig) -> Any:

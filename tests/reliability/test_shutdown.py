@@ -76,3 +76,23 @@ async def test_sigterm_drains_then_ends_long_streams_cleanly(tmp_path: Path) -> 
     # Generous upper bound for a loaded machine: drain + grace + the final cut (5 s) + start-up noise.
     assert elapsed < DRAIN_S + GRACE_S + 30
     assert "Traceback" not in gw.output
+
+
+async def test_repeated_sigterms_while_it_stops_still_end_with_exit_0(tmp_path: Path) -> None:
+    """A supervisor may repeat SIGTERM. The loop's handlers are gone in the process's last moments,
+    where the default action used to end it with -15 (seen once in CI, from the test above)."""
+    async with igw_serve(
+        tmp_path, gateway_doc(), ["127.0.0.1:9"], "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2"
+    ) as gw:
+        proc = gw.process.proc
+        proc.send_signal(signal.SIGTERM)
+        while proc.returncode is None:  # keep repeating it until the process is gone
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                break
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=0.002)
+            except TimeoutError:
+                continue
+        assert await proc.wait() == 0
