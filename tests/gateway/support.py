@@ -6,9 +6,10 @@ The fixture that starts a gateway (``gateway``) lives in ``conftest.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -81,3 +82,15 @@ async def wait_all_fresh(http: aiohttp.ClientSession, url: str, *, within: float
         if time.monotonic() - t0 > within:
             pytest.fail(f"timed out after {within}s waiting for fresh scrapes of every endpoint: {detail}")
         await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def connection(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A raw loopback connection to ``port``, closed on exit (for byte-level HTTP tests)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()

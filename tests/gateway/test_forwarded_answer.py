@@ -4,7 +4,6 @@ over real loopback connections, through the lean side and through aiohttp, the s
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import random
 import re
@@ -27,7 +26,7 @@ from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
 from igw.gateway.upstream_client import Origin, UpstreamPool, _Connection
 from igw.perf.gateway_backend import realistic_vllm_page
 from igw.perf.raw_http import serve_backend
-from tests.gateway.support import config_doc, scheduler, wait_for
+from tests.gateway.support import config_doc, connection, scheduler, wait_for
 
 COMPLETION = orjson.dumps(
     {
@@ -167,16 +166,11 @@ async def _gateway_before(tmp_path: Path, answer: bytes) -> AsyncIterator[int]:
 
 async def _exchange(port: int, request: bytes) -> bytes:
     """Send ``request`` and read the answer's head and ``Content-Length`` body."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
+    async with connection(port) as (reader, writer):
         writer.write(request)
         head = await reader.readuntil(b"\r\n\r\n")
         length = int(re.search(rb"\r\nContent-Length: (\d+)\r\n", head).group(1))  # type: ignore[union-attr]
         return head + await reader.readexactly(length)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
 
 
 @pytest.mark.parametrize("switch", ["lean", "aiohttp"])

@@ -38,7 +38,7 @@ from igw.gateway.observer import RequestObserver
 from igw.gateway.request_body import read_limited
 from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, scheduler, wait_for
+from tests.gateway.support import config_doc, connection, scheduler, wait_for
 
 DOC = config_doc([scheduler("llama", "m")])
 BODY = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 3})
@@ -104,17 +104,6 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, st
     else:
         body = await reader.readexactly(int(headers.get("content-length", "0")))
     return status, headers, body
-
-
-@contextlib.asynccontextmanager
-async def connection(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        yield reader, writer
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
 
 
 @pytest.mark.parametrize("switch", ["lean", "aiohttp"])
