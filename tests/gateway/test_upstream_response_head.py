@@ -9,6 +9,7 @@ from typing import cast
 from multidict import CIMultiDict
 
 from igw.gateway import upstream_client
+from igw.gateway.upstream import _response_headers
 from igw.gateway.upstream_client import Origin, UpstreamPool, UpstreamResponse, _Connection, _media_type
 
 
@@ -61,3 +62,23 @@ def test_media_types_are_cached_and_the_cache_is_bounded() -> None:
     for n in range(upstream_client.ORIGIN_CACHE_SIZE + 5):
         assert _media_type(b"application/x-%d" % n) == f"application/x-{n}"
     assert len(upstream_client._MEDIA_TYPES) <= upstream_client.ORIGIN_CACHE_SIZE
+
+
+def test_a_relayed_streams_headers_are_the_decoded_fields_less_the_hop_by_hop_and_connection_named() -> None:
+    # ``_response_headers`` reads the raw fields and the noted Connection values; the result is
+    # what filtering the decoded header map gave (the relayed stream's head is built from it).
+    response = _parsed(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive, X-Hop\r\n"
+        b"X-Hop: 1\r\nconnection: x-other \r\nX-Other: 2\r\nTransfer-Encoding: chunked\r\n"
+        b"Keep-Alive: timeout=5\r\nX-Value: caf\xe9\r\nx-request-id: upstream's\r\nX-Kept: a\r\n"
+        b"X-Kept: b\r\n\r\n"
+    )
+    got = _response_headers(response, {"X-Request-Id": "gw"})
+    assert list(got.items()) == [
+        ("Content-Type", "text/event-stream"),
+        ("X-Value", b"caf\xe9".decode("utf-8", "surrogateescape")),
+        ("X-Request-Id", "gw"),  # the gateway's value replaces the upstream's, in its place
+        ("X-Kept", "a"),
+        ("X-Kept", "b"),
+    ]
+    assert response._headers is None  # the decoded map was not made for it

@@ -33,7 +33,7 @@ from multidict import CIMultiDict
 
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import gateway_error, sse_error_event
-from igw.gateway.forwarded_answer import HOP_BY_HOP, ForwardedAnswer, forwarded_answer
+from igw.gateway.forwarded_answer import HOP_BY_HOP, HOP_BY_HOP_FIELDS, ForwardedAnswer, forwarded_answer
 from igw.gateway.upstream_client import (
     ConnectFailed,
     ConnectHooks,
@@ -62,6 +62,11 @@ def proxy_session(limit: int = UPSTREAM_POOL_LIMIT, *, hooks: ConnectHooks | Non
     with the event loop running. ``hooks``: the OpenTelemetry connect span (only when tracing is on)."""
     return UpstreamPool(limit=limit, keepalive_s=30.0, hooks=hooks)
 
+
+_NO_FIELDS: Final[frozenset[bytes]] = frozenset()
+_CHARSET: Final = "utf-8"
+_UNDECODABLE: Final = "surrogateescape"
+"""Response header bytes decoded as :attr:`UpstreamResponse.headers` (and aiohttp's parser) decode them."""
 
 DECODED_REQUEST_HEADERS: Final = frozenset({"content-encoding"})
 """The gateway's server side decodes a compressed request body (gzip, deflate, br) and forwards the
@@ -178,11 +183,18 @@ def _carries_token(chunk: bytes) -> bool:
 
 
 def _response_headers(upstream: UpstreamResponse, extra: Mapping[str, str]) -> CIMultiDict[str]:
+    """A relayed stream's headers: the upstream's raw fields less the hop-by-hop ones and those its
+    ``Connection`` fields name, decoded once (not into the response's decoded header map first,
+    whose copy and ``Connection`` lookup were the larger part of this on the first event's path),
+    then ``extra``."""
+    connection = upstream.noted.get(b"connection")
+    named = {token.strip().lower() for token in connection.split(b",")} if connection else _NO_FIELDS
     out: CIMultiDict[str] = CIMultiDict()
-    drop = _hop_by_hop(upstream.headers)
-    for name, value in upstream.headers.items():
-        if name.lower() not in drop:
-            out.add(name, value)
+    for raw_name, raw_value in upstream.fields:
+        low = raw_name.lower()
+        if low in HOP_BY_HOP_FIELDS or low in named:
+            continue
+        out.add(raw_name.decode(_CHARSET, _UNDECODABLE), raw_value.decode(_CHARSET, _UNDECODABLE))
     for name, value in extra.items():
         out[name] = value
     return out
