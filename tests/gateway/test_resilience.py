@@ -4,6 +4,7 @@ upstream death, client disconnect, routeTimeout."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -213,3 +214,29 @@ async def test_the_fake_server_s_page_moves_with_its_requests_so_busy_pods_are_n
             assert not state.page.frozen
             await asyncio.sleep(0.05)
         assert a.prompt_tokens_total == 7 * len(a.received)
+
+
+async def test_a_streamed_request_whose_head_never_comes_gets_502_after_stream_idle_timeout(
+    gateway: Any,
+) -> None:
+    # streamIdleTimeout bounds the wait for a streamed response's head (inside the upstream pool,
+    # after the request was written): a model server that never answers is a 502, not a hang.
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            await reader.read()  # reads everything, answers nothing (the scrapes hang too)
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    key = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    d = config_doc([scheduler("pool", MODEL)], routing={"streamIdleTimeout": "300ms"})
+    async with server, gateway(d, {"pool": [key]}, wait_fresh=False) as gw:
+        pool = gw.state.runtime.schedulers["pool"].pool
+        await wait_for(lambda: key in pool.states, what="endpoint discovered")
+        t0 = time.perf_counter()
+        resp = await gw.post("/v1/completions", req(stream=True))
+        elapsed = time.perf_counter() - t0
+        assert resp.status == 502
+        error = (await resp.json())["error"]
+        assert error["type"] == "upstream_error"
+        assert "TimeoutError" in error["message"]
+        assert 0.25 < elapsed < 4.5  # the 300 ms bound, with margin for a loaded machine

@@ -378,3 +378,46 @@ async def test_readany_with_a_timeout_answers_none_when_nothing_arrived_then_the
         assert await resp.readany(30) == b"hello"
         assert await resp.readany(30) == b""
         resp.close()
+
+
+async def never_answer(
+    srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    await srv.read_request(reader)
+    await reader.read()  # returns when the client's connection goes away
+    srv.disconnected.set()
+
+
+async def test_a_head_that_does_not_come_within_head_timeout_ends_the_connection() -> None:
+    # streamIdleTimeout before a streamed response's head: the exchange passes it as head_timeout_s
+    async with scripted(never_answer) as srv, pool(limit=1) as p:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await p.post(
+                f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5, head_timeout_s=0.2
+            )
+        assert loop.time() - started >= 0.2
+        await asyncio.wait_for(srv.disconnected.wait(), timeout=10)  # aborted, not pooled
+        assert not p._idle.get(parse_origin(f"127.0.0.1:{srv.port}"))
+        assert not p._slots.locked()  # the only slot was given back
+
+
+async def test_waiting_for_a_free_slot_counts_against_head_timeout() -> None:
+    async with scripted(keep_serving) as srv, pool(limit=1) as p:
+        first = await post(p, srv, b"a")  # holds the only slot
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await p.post(
+                f"127.0.0.1:{srv.port}", "/", headers={}, body=b"b", connect_timeout_s=5, head_timeout_s=0.1
+            )
+        assert loop.time() - started >= 0.1
+        assert srv.requests == [srv.requests[0]]  # the second request was never sent
+        await first.read()
+        first.close()
+        resp = await p.post(
+            f"127.0.0.1:{srv.port}", "/", headers={}, body=b"c", connect_timeout_s=5, head_timeout_s=5
+        )
+        assert await resp.read() == b'{"n":2}'  # a head within the bound: answered as usual
+        resp.close()

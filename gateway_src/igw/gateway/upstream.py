@@ -223,15 +223,17 @@ async def exchange(
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
-    send = session.post(
-        endpoint, request.path_qs, headers=headers, body=body, connect_timeout_s=connect_timeout_s
-    )
+    # A streamed request's wait for the head is bounded by streamIdleTimeout inside the pool (one
+    # timer armed after the request is written, not a timeout context before it).
     try:
-        if idle_timeout_s is None:
-            upstream = await send
-        else:
-            async with asyncio.timeout(idle_timeout_s):
-                upstream = await send
+        upstream = await session.post(
+            endpoint,
+            request.path_qs,
+            headers=headers,
+            body=body,
+            connect_timeout_s=connect_timeout_s,
+            head_timeout_s=idle_timeout_s,
+        )
     except (UpstreamBroken, OSError, TimeoutError) as exc:
         return ExchangeResult(
             answer=gateway_error(

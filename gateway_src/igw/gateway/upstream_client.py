@@ -404,8 +404,13 @@ class UpstreamPool:
         headers: Mapping[str, str],
         body: bytes,
         connect_timeout_s: float | None,
+        head_timeout_s: float | None = None,
     ) -> UpstreamResponse:
-        """Send the request and wait for the response head."""
+        """Send the request and wait for the response head. ``head_timeout_s`` bounds all of it (a
+        free slot, a connection, the head) with TimeoutError: on the pooled path it is one timer,
+        armed once the request is written (the exchange's own ``asyncio.timeout`` put a timer and a
+        context object before the write of every streamed request); waiting for a slot or a new
+        connection, which only happens when they would suspend, runs inside ``asyncio.timeout_at``."""
         if self._closed:
             raise RuntimeError("the upstream pool is closed")
         origin = self._origins.get(endpoint)
@@ -425,10 +430,15 @@ class UpstreamPool:
         hooks = self._hooks
         if hooks is not None:
             hooks.connect_started()
-        await self._slots.acquire()
+        deadline = None if head_timeout_s is None else self.loop.time() + head_timeout_s
+        if deadline is None or not self._slots.locked():
+            await self._slots.acquire()  # a free slot: taken without suspending
+        else:
+            async with asyncio.timeout_at(deadline):
+                await self._slots.acquire()
         conn: _Connection | None = None
         try:
-            conn = await self._connection(origin, connect_timeout_s)
+            conn = self._reuse(origin) or await self._connect_by(origin, connect_timeout_s, deadline)
             if hooks is not None and conn.reused:
                 hooks.connection_reused()
             conn.send(head, body)
@@ -437,10 +447,16 @@ class UpstreamPool:
             while not conn.headers_done:
                 error = conn.error
                 if error is None:
-                    await conn.wait()
+                    if deadline is None:
+                        await conn.wait()
+                        continue
+                    left = deadline - self.loop.time()
+                    if left <= 0:
+                        raise TimeoutError(f"no response head within {head_timeout_s:g}s")
+                    await conn.wait(left)
                 elif conn.reused and not conn.received_any:
                     # The keep-alive race: the server closed this idle connection as we sent.
-                    conn = await self._connection(origin, connect_timeout_s, fresh=True)
+                    conn = await self._connect_by(origin, connect_timeout_s, deadline)
                     conn.send(head, body)
                 else:
                     raise error
@@ -453,17 +469,28 @@ class UpstreamPool:
             raise
         return UpstreamResponse(conn)
 
-    async def _connection(
-        self, origin: Origin, connect_timeout_s: float | None, *, fresh: bool = False
-    ) -> _Connection:
+    def _reuse(self, origin: Origin) -> _Connection | None:
+        """A pooled connection to ``origin`` still open and within its keep-alive time, if any."""
         idle = self._idle.get(origin)
         now = self.loop.time()
-        while idle and not fresh:
+        while idle:
             conn = idle.pop()
             if not conn.closed and now - conn.idle_since < self._keepalive_s:
                 conn.reused = True
                 return conn
             conn.abort()
+        return None
+
+    async def _connect_by(
+        self, origin: Origin, connect_timeout_s: float | None, deadline: float | None
+    ) -> _Connection:
+        """A new connection; past ``deadline`` (the loop's clock) TimeoutError, as before the head."""
+        if deadline is None:
+            return await self._connect(origin, connect_timeout_s)
+        async with asyncio.timeout_at(deadline):
+            return await self._connect(origin, connect_timeout_s)
+
+    async def _connect(self, origin: Origin, connect_timeout_s: float | None) -> _Connection:
         tls = self._tls_context() if origin.tls else None
         try:
             async with asyncio.timeout(connect_timeout_s):
