@@ -166,23 +166,22 @@ async def _route(
     """Read and parse the body, find the scheduler, admit, and pick: a forward plan or an error."""
     rt = state.runtime
     rid = obs.request_id
-    body_timeout_s = request.app.get(LIMITS_KEY, DEFAULT_LIMITS).body_timeout_s
     try:
         reading = read_limited(request, limit=rt.config.bbr.max_request_body_bytes)
         if request.content.is_eof():  # the body arrived with the head (the usual case): no timer
             raw = await reading
         else:
-            async with asyncio.timeout(body_timeout_s):
+            async with asyncio.timeout(_body_timeout_s(request)):
                 raw = await reading
         body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
     except TimeoutError:
-        message = f"request body not received within {body_timeout_s:g}s"
+        message = f"request body not received within {_body_timeout_s(request):g}s"
         return gateway_error("request_timeout", message, request_id=rid, headers=_CLOSE)
     except BodyTooLarge as exc:
         return gateway_error("request_too_large", str(exc), request_id=rid)
     except BadRequestBody as exc:
         return gateway_error("invalid_request", exc.message, param=exc.param, request_id=rid)
-    if body.model:
+    if body.model and rt.rewrites.configured:
         tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
         split = rt.rewrites.split(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
         if split is not None:
@@ -320,6 +319,11 @@ async def _route(
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
         plan.response_headers[DECISION_HEADER] = decision_header(decision)
     return plan, body
+
+
+def _body_timeout_s(request: web.Request) -> float:
+    """How long a body still arriving after its head may take (the server's limits)."""
+    return request.app.get(LIMITS_KEY, DEFAULT_LIMITS).body_timeout_s
 
 
 async def _wait_in_queue(
