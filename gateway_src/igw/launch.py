@@ -31,6 +31,7 @@ from igw.gateway.debug_api import DecisionDebug
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.discovery.kube_client import KubeClientError, make_api_client
 from igw.gateway.discovery.static_file import EndpointsFileError, StaticFileDiscovery
+from igw.gateway.gc_tuning import tune_collector
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.memory import pin_mmap_threshold
@@ -231,6 +232,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         if tls is not None:
             await tls[1].start()
         log.info("igw gateway %s serving %d scheduler(s) at %s", config.name, len(config.schedulers), url)
+        log.info("garbage collector: start-up objects frozen, thresholds %s", tune_collector())
         try:
             await stop.wait()
             _ignore_further_stop_signals(loop)

@@ -102,3 +102,22 @@ def test_view_fields_are_exactly_what_a_view_carries_from_the_state() -> None:
     carried = {f.name for f in dataclasses.fields(EndpointView)} - {"unreflected_dispatches"}
     assert carried == VIEW_FIELDS
     assert {f.name for f in dataclasses.fields(EndpointState)} >= VIEW_FIELDS
+
+
+def test_a_dispatch_and_a_completion_each_tell_the_pool_once() -> None:
+    """Per forwarded request: the in-flight fields change together, so the cached view is dropped and
+    the pool told once per call (each field written through ``__setattr__`` told it per field)."""
+    state = EndpointState(key=_KEYS[0], labels={})
+    heard: list[str] = []
+    state.on_view_change = heard.append
+    before = state.view()
+    state.dispatched(300)
+    assert heard == [_KEYS[0]]
+    during = state.view()
+    assert during is not before
+    assert (during.inflight, during.inflight_tokens, state.picks) == (1, 300, 1)
+    state.completed(300)
+    assert heard == [_KEYS[0], _KEYS[0]]
+    after = state.view()
+    assert after is not during
+    assert (after.inflight, after.inflight_tokens, state.picks) == (0, 0, 1)

@@ -143,3 +143,16 @@ def test_the_same_model_and_headers_twice_is_refused_naming_both_rules() -> None
         ModelRewriteError, match=r"rules\[1\]: matches the same model and headers as .*rules\[0\]"
     ):
         ModelRewrites.from_extension({"rules": [rule, twin]}, routable=SERVED.__contains__)
+
+
+def test_configured_says_whether_any_rule_exists() -> None:
+    """The request path skips the split (and the fairness-header lookup) without rules."""
+    assert not ModelRewrites.from_extension(None, routable=SERVED.__contains__).configured
+    assert not ModelRewrites.from_extension({"rules": []}, routable=SERVED.__contains__).configured
+    assert rules([("llama-v1", 1)]).configured
+    fallback = {
+        "rules": [
+            {"headers": [{"name": "x-canary", "value": "1"}], "targets": [{"model": "llama-v2", "weight": 1}]}
+        ]
+    }
+    assert ModelRewrites.from_extension(fallback, routable=SERVED.__contains__).configured

@@ -82,20 +82,29 @@ class EndpointState:
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
         if name in VIEW_FIELDS:
-            object.__setattr__(self, "cached_view", None)
-            notify = self.on_view_change
-            if notify is not None:
-                notify(self.key)
+            self._view_changed()
 
     def dispatched(self, est_tokens: int) -> None:
         """A request was sent to this endpoint (``est_tokens``: prompt + max output tokens)."""
-        self.inflight += 1
-        self.inflight_tokens += est_tokens
-        self.picks += 1
+        # Per request: the three fields set directly and the view invalidated once, not per field.
+        put = object.__setattr__
+        put(self, "inflight", self.inflight + 1)
+        put(self, "inflight_tokens", self.inflight_tokens + est_tokens)
+        put(self, "picks", self.picks + 1)
+        self._view_changed()
 
     def completed(self, est_tokens: int) -> None:
-        self.inflight -= 1
-        self.inflight_tokens -= est_tokens
+        put = object.__setattr__
+        put(self, "inflight", self.inflight - 1)
+        put(self, "inflight_tokens", self.inflight_tokens - est_tokens)
+        self._view_changed()
+
+    def _view_changed(self) -> None:
+        """Forget the cached view and tell the pool (what setting a view field does)."""
+        object.__setattr__(self, "cached_view", None)
+        notify = self.on_view_change
+        if notify is not None:
+            notify(self.key)
 
     def view(self) -> EndpointView:
         """The endpoint as the scheduler sees it (the same object until a field it carries changes)."""

@@ -20,12 +20,13 @@ import math
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
@@ -48,7 +49,14 @@ from igw.gateway.request_body import BadRequestBody, BodyTooLarge, InferenceBody
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
-from igw.gateway.upstream import ClientGone, ConnectFailed, ExchangeResult, exchange, upstream_headers
+from igw.gateway.upstream import (
+    ClientGone,
+    ConnectFailed,
+    ExchangeResult,
+    exchange,
+    upstream_header_block,
+    upstream_headers,
+)
 from igw.gateway.upstream_client import UpstreamPool
 from igw.scheduling.types import (
     DecisionKind,
@@ -69,6 +77,27 @@ DEFAULT_LIMITS: Final = ServerLimits()
 _CLOSE: Final = {"Connection": "close"}
 _GATEWAY_REQUEST_HEADERS: Final = frozenset({MODEL_HEADER, BASE_MODEL_HEADER, DEBUG_TOKEN_HEADER.lower()})
 """Request headers the gateway owns: a client's copy is never forwarded (lower case)."""
+_CHARSET: Final = "utf-8"
+_UNDECODABLE: Final = "surrogateescape"
+_STRIPPED: dict[frozenset[str], tuple[frozenset[str], frozenset[bytes]]] = {}
+"""A guard's stripped request headers -> with the gateway's own added, as text and as field names."""
+
+
+def _stripped(guard_strips: frozenset[str]) -> tuple[frozenset[str], frozenset[bytes]]:
+    """The request headers never forwarded (besides the hop-by-hop set) for a guard that strips
+    ``guard_strips``, made once per distinct set (a hot reload may build a new guard)."""
+    found = _STRIPPED.get(guard_strips)
+    if found is None:
+        names = guard_strips | _GATEWAY_REQUEST_HEADERS
+        if len(_STRIPPED) >= 64:
+            _STRIPPED.clear()
+        found = _STRIPPED[guard_strips] = (
+            names,
+            frozenset(name.encode(_CHARSET, _UNDECODABLE) for name in names),
+        )
+    return found
+
+
 _CLIENT_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 """A client-supplied ``X-Request-Id`` is reused only when it looks like an id (it is echoed back and
 logged); anything else - a token pasted by mistake, control bytes, a 10 kB value - gets a fresh id."""
@@ -137,23 +166,22 @@ async def _route(
     """Read and parse the body, find the scheduler, admit, and pick: a forward plan or an error."""
     rt = state.runtime
     rid = obs.request_id
-    body_timeout_s = request.app.get(LIMITS_KEY, DEFAULT_LIMITS).body_timeout_s
     try:
         reading = read_limited(request, limit=rt.config.bbr.max_request_body_bytes)
         if request.content.is_eof():  # the body arrived with the head (the usual case): no timer
             raw = await reading
         else:
-            async with asyncio.timeout(body_timeout_s):
+            async with asyncio.timeout(_body_timeout_s(request)):
                 raw = await reading
         body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
     except TimeoutError:
-        message = f"request body not received within {body_timeout_s:g}s"
+        message = f"request body not received within {_body_timeout_s(request):g}s"
         return gateway_error("request_timeout", message, request_id=rid, headers=_CLOSE)
     except BodyTooLarge as exc:
         return gateway_error("request_too_large", str(exc), request_id=rid)
     except BadRequestBody as exc:
         return gateway_error("invalid_request", exc.message, param=exc.param, request_id=rid)
-    if body.model:
+    if body.model and rt.rewrites.configured:
         tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
         split = rt.rewrites.split(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
         if split is not None:
@@ -293,6 +321,11 @@ async def _route(
     return plan, body
 
 
+def _body_timeout_s(request: web.Request) -> float:
+    """How long a body still arriving after its head may take (the server's limits)."""
+    return request.app.get(LIMITS_KEY, DEFAULT_LIMITS).body_timeout_s
+
+
 async def _wait_in_queue(
     request: web.Request,
     state: GatewayState,
@@ -384,11 +417,20 @@ async def _forward(
 ) -> web.StreamResponse | ForwardedAnswer:
     """Send to the first candidate that accepts a connection; relay its answer; account."""
     settings = state.runtime.settings
-    strip = guard.stripped_request_headers | _GATEWAY_REQUEST_HEADERS
+    strip, strip_fields = _stripped(guard.stripped_request_headers)
     if principal.forward_headers:
-        strip = strip | {h.lower() for h in principal.forward_headers}
+        named = {h.lower() for h in principal.forward_headers}
+        strip = strip | named
+        strip_fields = strip_fields | {h.encode(_CHARSET, _UNDECODABLE) for h in named}
     add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": obs.request_id}
-    headers = upstream_headers(request.headers, strip=strip, add=add)
+    # A request the lean server parsed carries its fields as received: without a trace context to
+    # inject, the upstream head's fields are serialised from them directly (no header maps).
+    fields: Sequence[tuple[bytes, bytes]] | None = getattr(request, "raw_fields", None)
+    headers: CIMultiDict[str] | bytes
+    if fields is not None and obs.trace is None:
+        headers = upstream_header_block(fields, strip=strip_fields, add=add)
+    else:
+        headers = upstream_headers(request.headers, strip=strip, add=add)
     est_tokens = body.prompt_tokens + (body.max_tokens or 0)
     scheduler = plan.sr.spec.name if plan.sr is not None else None
     prepared: list[web.StreamResponse] = []
@@ -398,7 +440,8 @@ async def _forward(
         if plan.sr is not None and ep is None:
             continue
         obs.attempt(attempt, key, scheduler=scheduler)
-        obs.propagate(headers)  # tracing hook: traceparent of this attempt
+        if not isinstance(headers, bytes):
+            obs.propagate(headers)  # tracing hook: traceparent of this attempt
         if ep is not None:
             ep.dispatched(est_tokens)
         connected = True

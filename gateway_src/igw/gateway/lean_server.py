@@ -29,8 +29,10 @@ connection with aiohttp's handler; the parser is httptools, as uvicorn's.
 
 :class:`LeanRequest` carries only what the inference path reads of ``web.Request`` today (``app``,
 ``headers``, ``method``, ``path``, ``path_qs``, ``content``, ``content_length``, ``remote``, ``get``
-and item assignment); a handler that starts reading another attribute needs it added there -
-``tests/gateway/test_lean_server.py`` and the gateway suites run the handlers on the lean side.
+and item assignment) plus the header fields as received (``raw_fields``: the upstream request's
+fields are serialised from them without decoding); a handler that starts reading another attribute
+needs it added there - ``tests/gateway/test_lean_server.py`` and the gateway suites run the handlers
+on the lean side.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ class LeanRequest:
         "keep_alive",
         "path",
         "path_qs",
+        "raw_fields",
         "remote",
         "task",
     )
@@ -128,6 +131,7 @@ class LeanRequest:
         path: str,
         path_qs: str,
         headers: CIMultiDictProxy[str],
+        raw_fields: list[tuple[bytes, bytes]],
         content_length: int,
         keep_alive: bool,
         remote: str | None,
@@ -137,6 +141,9 @@ class LeanRequest:
         self.path = path
         self.path_qs = path_qs
         self.headers = headers
+        self.raw_fields = raw_fields
+        """The header fields as received (name and value bytes, the value without surrounding
+        whitespace): the upstream request's fields are built from these without decoding them."""
         self.content: StreamReader | ReceivedBody | None = None
         """The body: set before the handler runs (:class:`ReceivedBody` when it came with the head)."""
         self.content_length = content_length
@@ -511,7 +518,8 @@ class LeanRequestHandler(GatewayRequestHandler):
         if msg is None or msg.request is not None:
             return
         fields = msg.fields
-        fields.append((name, value))
+        # llhttp keeps a value's trailing whitespace; RFC 9110 5.5 (and aiohttp) strip it
+        fields.append((name, value.strip(b" \t")))
         limits = self._limits
         if len(fields) > limits.max_headers or len(name) + len(value) > limits.max_header_field_bytes:
             msg.bad = True
@@ -538,13 +546,9 @@ class LeanRequestHandler(GatewayRequestHandler):
             msg.bad = True
             return
         length = msg.length
-        # llhttp keeps a value's trailing whitespace; RFC 9110 5.5 (and aiohttp) strip it
         headers: CIMultiDict[str] = CIMultiDict(
             [
-                (
-                    name.decode("utf-8", "surrogateescape"),
-                    value.strip(b" \t").decode("utf-8", "surrogateescape"),
-                )
+                (name.decode(_CHARSET, _UNDECODABLE), value.decode(_CHARSET, _UNDECODABLE))
                 for name, value in msg.fields
             ]
         )
@@ -562,6 +566,7 @@ class LeanRequestHandler(GatewayRequestHandler):
             path=url.partition("?")[0],
             path_qs=url,
             headers=CIMultiDictProxy(headers),
+            raw_fields=msg.fields,
             content_length=length,
             keep_alive=bool(parser.should_keep_alive()),
             remote=flow.remote,

@@ -99,6 +99,8 @@ class ModelRewrites:
         self.rules: dict[str, tuple[RewriteRule, ...]] = {model: tuple(rs) for model, rs in rules.items()}
         """Rules by the model they name, in list order (the keys are listed in ``GET /v1/models``)."""
         self.fallback = tuple(fallback)
+        self.configured = bool(self.rules or self.fallback)
+        """Whether any rule exists (without one, :meth:`split` is ``None`` for every request)."""
 
     @staticmethod
     def from_extension(raw: Mapping[str, Any] | None, *, routable: Callable[[str], bool]) -> ModelRewrites:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol, cast
 
@@ -49,6 +49,7 @@ __all__ = [
     "ExchangeResult",
     "exchange",
     "proxy_session",
+    "upstream_header_block",
     "upstream_headers",
 ]
 
@@ -132,6 +133,60 @@ def upstream_headers(
     return out
 
 
+_NEVER_FORWARDED: Final = HOP_BY_HOP_FIELDS | frozenset(name.encode() for name in DECODED_REQUEST_HEADERS)
+_CHARSET: Final = "utf-8"
+_UNDECODABLE: Final = "surrogateescape"
+
+
+def upstream_header_block(
+    fields: Sequence[tuple[bytes, bytes]], *, strip: frozenset[bytes], add: Mapping[str, str]
+) -> bytes:
+    """The client's header fields as received (raw name and value bytes, values without surrounding
+    whitespace) forwarded as :func:`upstream_headers` forwards their decoded form, already serialised
+    as the upstream request head's field lines - byte for byte what
+    :func:`~igw.gateway.upstream_client.header_lines` writes for ``upstream_headers``' result, without
+    decoding every field, building two header maps and encoding them again.
+
+    ``strip``: lower-case names never forwarded besides the hop-by-hop set. Each of ``add``'s fields
+    takes the place of the first kept field of its name (the others dropped), or comes last, as
+    ``CIMultiDict.__setitem__`` does; ``tests/gateway/test_upstream_header_block.py`` compares the two."""
+    drop = _NEVER_FORWARDED
+    named: set[bytes] | None = None
+    names: list[bytes] = []
+    lines: list[bytes] = []
+    for name, value in fields:
+        low = name.lower()
+        if low in drop:
+            if low == b"connection":  # every Connection field names more hop-by-hop fields
+                # (read as text, exactly as _hop_by_hop reads the decoded value)
+                text = value.decode(_CHARSET, _UNDECODABLE)
+                tokens = {t.strip().lower().encode(_CHARSET, _UNDECODABLE) for t in text.split(",")}
+                named = tokens if named is None else named | tokens
+            continue
+        if low in strip:
+            continue
+        names.append(low)
+        lines.append(b"%b: %b\r\n" % (name, value))
+    if named:
+        kept = [i for i, low in enumerate(names) if low not in named]
+        if len(kept) < len(names):
+            names = [names[i] for i in kept]
+            lines = [lines[i] for i in kept]
+    for added, text in add.items():
+        line = f"{added}: {text}\r\n".encode(_CHARSET, _UNDECODABLE)
+        low = added.lower().encode(_CHARSET, _UNDECODABLE)
+        if low not in names:
+            names.append(low)
+            lines.append(line)
+            continue
+        first = names.index(low)
+        lines[first] = line
+        for i in range(len(names) - 1, first, -1):
+            if names[i] == low:
+                del names[i], lines[i]
+    return b"".join(lines)
+
+
 def _usage_from(obj: object) -> Mapping[str, int] | None:
     if isinstance(obj, dict):
         usage = obj.get("usage")
@@ -206,7 +261,7 @@ async def exchange(
     session: UpstreamPool,
     endpoint: str,
     body: bytes,
-    headers: CIMultiDict[str],
+    headers: CIMultiDict[str] | bytes,
     started: float,
     connect_timeout_s: float,
     idle_timeout_s: float | None,
@@ -215,7 +270,8 @@ async def exchange(
     keepalive_s: float = 0.0,
     on_first_token: Callable[[float], None] | None = None,
 ) -> ExchangeResult:
-    """Forward to ``endpoint`` and relay the answer. Raises :class:`ConnectFailed` before anything was
+    """Forward to ``endpoint`` and relay the answer (``headers``: the upstream request's fields, as a
+    map or serialised by :func:`upstream_header_block`). Raises :class:`ConnectFailed` before anything was
     sent to the client; every later failure is turned into a response (or a terminal SSE event).
     ``on_first_token`` hears a streamed response's TTFT (seconds, to the first token's write) once
     its first token has been relayed and the relay waited for the next bytes, so the scheduler

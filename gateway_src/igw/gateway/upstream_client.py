@@ -64,6 +64,16 @@ NOTED_FIELDS: Final = frozenset(
 _NOTED_LENGTHS: Final = frozenset(len(name) for name in NOTED_FIELDS)
 
 
+_CHARSET: Final = "utf-8"
+_UNDECODABLE: Final = "surrogateescape"
+"""Header text encoded back to the bytes it was decoded from (as aiohttp's parser decodes them)."""
+
+
+def header_lines(headers: Mapping[str, str]) -> bytes:
+    """``headers`` as a request head's field lines (``name: value\\r\\n`` each, in order)."""
+    return "".join([f"{name}: {value}\r\n" for name, value in headers.items()]).encode(_CHARSET, _UNDECODABLE)
+
+
 _MEDIA_TYPES: dict[bytes, str] = {}
 """``Content-Type`` values seen -> their media type (a model server sends one or two distinct values)."""
 
@@ -390,7 +400,9 @@ class UpstreamPool:
         self._hooks = hooks
         self._slots = asyncio.Semaphore(limit)
         self._idle: dict[Origin, list[_Connection]] = {}
-        self._origins: dict[str, Origin] = {}
+        self._origins: dict[str, tuple[Origin, bytes]] = {}
+        """Endpoint string -> its origin and the request head's start up to its header fields
+        (``Host`` included), encoded once per endpoint."""
         self._keepalive_s = keepalive_s
         self._ssl_context = ssl_context
         self._sweep_timer: asyncio.TimerHandle | None = None
@@ -401,31 +413,39 @@ class UpstreamPool:
         endpoint: str,
         path_qs: str,
         *,
-        headers: Mapping[str, str],
+        headers: Mapping[str, str] | bytes,
         body: bytes,
         connect_timeout_s: float | None,
         head_timeout_s: float | None = None,
     ) -> UpstreamResponse:
-        """Send the request and wait for the response head. ``head_timeout_s`` bounds all of it (a
-        free slot, a connection, the head) with TimeoutError: on the pooled path it is one timer,
-        armed once the request is written (the exchange's own ``asyncio.timeout`` put a timer and a
-        context object before the write of every streamed request); waiting for a slot or a new
-        connection, which only happens when they would suspend, runs inside ``asyncio.timeout_at``."""
+        """Send the request and wait for the response head. ``headers``: a mapping, or its fields
+        already serialised (``name: value\\r\\n`` lines, as :func:`header_lines` writes them).
+        ``head_timeout_s`` bounds all of it (a free slot, a connection, the head) with TimeoutError:
+        on the pooled path it is one timer, armed once the request is written (the exchange's own
+        ``asyncio.timeout`` put a timer and a context object before the write of every streamed
+        request); waiting for a slot or a new connection, which only happens when they would
+        suspend, runs inside ``asyncio.timeout_at``."""
         if self._closed:
             raise RuntimeError("the upstream pool is closed")
-        origin = self._origins.get(endpoint)
-        if origin is None:
+        known = self._origins.get(endpoint)
+        if known is None:
             try:
                 origin = parse_origin(endpoint)
             except ValueError as exc:
                 raise ConnectFailed(str(exc)) from exc
             if len(self._origins) >= ORIGIN_CACHE_SIZE:
                 self._origins.clear()  # endpoints come and go; a bound keeps the cache from growing forever
-            self._origins[endpoint] = origin
-        lines = [f"{name}: {value}\r\n" for name, value in headers.items()]
-        lines.append(f"Content-Length: {len(body)}\r\n\r\n")
-        head = f"POST {path_qs} HTTP/1.1\r\nHost: {origin.host_header}\r\n{''.join(lines)}".encode(
-            "utf-8", "surrogateescape"
+            known = self._origins[endpoint] = (
+                origin,
+                f"Host: {origin.host_header}\r\n".encode(_CHARSET, _UNDECODABLE),
+            )
+        origin, host_line = known
+        block = headers if isinstance(headers, bytes) else header_lines(headers)
+        head = b"POST %b HTTP/1.1\r\n%b%bContent-Length: %d\r\n\r\n" % (
+            path_qs.encode(_CHARSET, _UNDECODABLE),
+            host_line,
+            block,
+            len(body),
         )
         hooks = self._hooks
         if hooks is not None:
