@@ -134,8 +134,6 @@ def upstream_headers(
 
 
 _NEVER_FORWARDED: Final = HOP_BY_HOP_FIELDS | frozenset(name.encode() for name in DECODED_REQUEST_HEADERS)
-_CHARSET: Final = "utf-8"
-_UNDECODABLE: Final = "surrogateescape"
 
 
 def upstream_header_block(
