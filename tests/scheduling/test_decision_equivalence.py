@@ -23,12 +23,12 @@ from igw.config.model import LabelSelector, SchedulerSpec
 from igw.scheduling import dispatch_ledger
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
-from igw.scheduling.framework import CycleContext
-from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
+from igw.scheduling.framework import CycleContext, UnitScores
+from igw.scheduling.plugins.backlog_ttft_scorer import STATE_PREDICTED, BacklogTtftScorer, Predictions
 from igw.scheduling.plugins.context_length_filter import fitting
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
-from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
+from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PredictedTtftScorer, PublishedScores
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, STATE_MATCH, PrefixCacheScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
@@ -432,12 +432,30 @@ def test_backlog_ttft_scorer_matches_its_reference(
                 request_id=f"s{step}", model=adapter or "m", base_model="m", prefix_text="",
                 prompt_tokens=int(b), adapter=adapter,  # type: ignore[call-overload]
             )  # fmt: skip
-            got = fast.score(CycleContext(request=request, now=now, rng=random.Random(0)), candidates)
-            expected = reference.score(
-                CycleContext(request=request, now=now, rng=random.Random(0)), candidates
-            )
+            contexts = [CycleContext(request=request, now=now, rng=random.Random(0)) for _ in range(2)]
+            if step % 2:
+                # predicted-ttft-scorer's column of the pick, vouched or not: on one kind of
+                # hardware the backlog scorer repeats a share of it.
+                column = [(0.37 * i + 0.11 * step) % 1.0 for i in range(len(candidates))]
+                for ctx in contexts:
+                    values = UnitScores(column) if step % 4 == 1 else list[float | None](column)
+                    ctx.state[STATE_SCORES] = PublishedScores(candidates, values)
+            got = fast.score(contexts[0], candidates)
+            expected = reference.score(contexts[1], candidates)
             assert list(got) == expected
             assert fast._cycle_models == reference._cycle_models
+            # The predictions published for prefill-admission-scorer: the same floats and flags.
+            published = [ctx.state.get(STATE_PREDICTED) for ctx in contexts]
+            assert [p is None for p in published] == [False, False] or published == [None, None]
+            if published[0] is not None:
+                mine, theirs = cast("list[Predictions]", published)
+                assert mine.endpoints is candidates
+                assert theirs.endpoints is candidates
+                assert [list(mine.seconds), list(mine.idle), list(mine.measured)] == [
+                    list(theirs.seconds),
+                    list(theirs.idle),
+                    list(theirs.measured),
+                ]
             picked = candidates[step % len(candidates)]
             for scorer in (fast, reference):  # the pick's own pooled models set the drain rate
                 scorer.on_picked(CycleContext(request=request, now=now, rng=random.Random(0)), picked)
@@ -603,6 +621,53 @@ def test_ttft_pool_regroups_incrementally_as_a_from_scratch_walk(
             for _ in range(scorer.log_ttft.settled_count):
                 observe(key, ttft)
         assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    speeds=st.lists(st.sampled_from([0.05, 0.051, 0.08, 0.2, 0.5]), min_size=48, max_size=48),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["observe", "catch_up", "pick", "forget", "reorder"]),
+            st.integers(min_value=0, max_value=47),
+            st.sampled_from([0.02, 0.05, 0.08, 0.1, 0.2, 0.6, 3.0]),
+        ),
+        max_size=60,
+    ),
+    noise_z=st.sampled_from([0.5, 2.0]),
+)
+def test_ttft_pool_caught_up_between_picks_pools_as_a_from_scratch_walk(
+    speeds: list[float], steps: list[tuple[str, int, float]], noise_z: float
+) -> None:
+    """Outcomes taken in by the EWMAs alone (any number between two picks, so a pick may find one,
+    several or none to apply), ``TtftPool.catch_up`` applying them early at any point, removals and
+    another candidate order: every pick's pooled TTFTs equal a from-scratch walk's."""
+    scorer = PredictedTtftScorer(noise_z=noise_z)
+    rng = random.Random(len(steps))
+
+    def observe(key: str, ttft: float) -> None:  # what on_complete does, without its catch_up
+        scorer.ttft.observe(key, ttft)
+        scorer.log_ttft.observe(key, math.log(max(ttft, 1e-6)))
+
+    for key, speed in zip(_MANY_KEYS, speeds, strict=True):
+        for _ in range(scorer.log_ttft.settled_count + 1):
+            observe(key, speed * rng.lognormvariate(0.0, 0.2))
+    keys = list(_MANY_KEYS)
+    views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in keys]
+    assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+    for kind, i, ttft in steps:
+        if kind == "observe":
+            observe(keys[i], ttft)
+        elif kind == "catch_up":
+            scorer.pool.catch_up()
+        elif kind == "forget":
+            scorer.on_endpoints_removed([keys[i]])
+        elif kind == "reorder":
+            keys = keys[i:] + keys[:i]
+            views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in keys]
+        else:
+            assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+    assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
 
 
 def _teach_both(scorers: Sequence[BacklogTtftScorer], key: str, intercept: float, slope: float) -> None:

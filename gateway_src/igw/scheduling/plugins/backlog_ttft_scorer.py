@@ -720,12 +720,14 @@ class BacklogTtftScorer(PluginHooks):
         predicted = self._predict(
             endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle
         )
-        self._publish(ctx, endpoints, predicted, tokens)
+        models = self._cycle_models
+        if len(models) != len(idle):  # a key listed twice: each position takes the key's last model
+            idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
+        # Without a key listed twice ``idle`` is already what _publish would compute from
+        # ``_cycle_models`` (the same ``intercept + slope * tokens`` per candidate): handed over.
+        self._publish(ctx, endpoints, predicted, tokens, idle)
         best = min(predicted, default=0.0)
         if preference > 0:
-            models = self._cycle_models
-            if len(models) != len(idle):  # a key listed twice: each position takes the key's last model
-                idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
             fastest = min(idle)
             if self._cheap_probes:
                 # Their guess already slowed their prediction; a cheap probe is not penalised twice.
@@ -770,16 +772,30 @@ class BacklogTtftScorer(PluginHooks):
             or found.endpoints is not endpoints
         ):
             return UnitScores([1.0] * len(endpoints))
-        return [None if s is None else 1.0 - share * (1.0 - s) for s in found.scores]
+        scores = found.scores
+        if type(scores) is UnitScores and share <= 1.0:
+            # Every s within [0, 1] and the share within (0, 1]: 1 - s, the product and 1 minus it
+            # all stay within [0, 1] under rounding, so the scheduler's range check is skipped.
+            return UnitScores([1.0 - share * (1.0 - s) for s in scores])  # type: ignore[operator]  # no None
+        return [None if s is None else 1.0 - share * (1.0 - s) for s in scores]
 
     def _publish(
-        self, ctx: CycleContext, endpoints: Sequence[EndpointView], predicted: list[float], tokens: int
+        self,
+        ctx: CycleContext,
+        endpoints: Sequence[EndpointView],
+        predicted: list[float],
+        tokens: int,
+        idle: list[float] | None = None,
     ) -> None:
         """Publish this pick's predictions (``backlog.predicted``) for a request without an adapter
-        (an adapter request's TTFT depends on slots this model leaves to the slot price)."""
+        (an adapter request's TTFT depends on slots this model leaves to the slot price).
+
+        ``idle``: each candidate's ``b + s * tokens`` by the model in ``_cycle_models`` when the
+        caller has it already; computed here otherwise. Not changed afterwards by the caller."""
         if ctx.request.adapter is None:
-            models = self._cycle_models
-            idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
+            if idle is None:
+                models = self._cycle_models
+                idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
             fits = self.fits
             ctx.state[STATE_PREDICTED] = Predictions(
                 endpoints, predicted, idle, [e.key in fits for e in endpoints]
@@ -834,6 +850,9 @@ class BacklogTtftScorer(PluginHooks):
             self._members_version += 1
         fit.observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
         self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES))
+        # Regrouped now, after the outcome, rather than by the next pick (the same grouping: it
+        # depends on the fits alone, and a new dict is handed out either way).
+        self.pools.pooled()
         self._fits_version += 1
         backlog = self.backlogs.get(key)
         if backlog is not None:
