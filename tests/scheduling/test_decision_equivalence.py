@@ -253,6 +253,27 @@ def test_max_score_picker_matches_its_reference(totals: list[float], k: int, see
     assert fast_rng.random() == reference_rng.random()  # the same number of draws
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    totals=st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 3.0, math.inf, -math.inf]), max_size=48),
+    k=st.integers(min_value=1, max_value=5),
+    seed=st.integers(min_value=0, max_value=1000),
+)
+def test_max_score_picker_matches_its_reference_on_small_pools_with_ties(
+    totals: list[float], k: int, seed: int
+) -> None:
+    """Pools of up to ``8 x k`` candidates, no NaN, many totals tied with the k-th best (the short
+    list is cut at the k-th largest total found by sorting the bare floats): the same ranking and
+    the same random draws as the reference."""
+    fast_rng, reference_rng = random.Random(seed), random.Random(seed)
+    fast = MaxScorePicker(max_endpoints=k).rank(CycleContext(request=req(), now=0.0, rng=fast_rng), totals)
+    expected = ReferenceMaxScorePicker(max_endpoints=k).rank(
+        CycleContext(request=req(), now=0.0, rng=reference_rng), totals
+    )
+    assert fast == expected
+    assert fast_rng.random() == reference_rng.random()
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     events=st.lists(
@@ -690,6 +711,34 @@ def _teach_both(scorers: Sequence[BacklogTtftScorer], key: str, intercept: float
 def _kv_view(key: str, blocks: int, *, inflight: int = 0) -> EndpointView:
     metrics = EngineMetrics(waiting=0, block_size=16, num_gpu_blocks=blocks)
     return EndpointView(key=key, metrics=metrics, scraped_at=0.0, inflight=inflight)
+
+
+def test_backlog_speed_check_is_not_kept_across_a_removal_under_the_same_candidates() -> None:
+    """Two alike-KV endpoints measured at different speeds are told apart; once one is removed (its
+    fit forgotten, no outcome in between), the same candidate list is one kind of hardware, as the
+    reference finds: the kept speed check belongs to the fits it was made from."""
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    _teach_both((fast, reference), "a", 0.01, 25e-6)
+    _teach_both((fast, reference), "b", 0.01, 300e-6)
+    views = [_kv_view("a", 27_485), _kv_view("b", 27_485)]
+    request = RoutingRequest(request_id="x", model="m", base_model="m", prefix_text="", prompt_tokens=500)
+
+    def both_scores() -> list[list[float | None]]:
+        out = []
+        for scorer in (fast, reference):
+            ctx = CycleContext(request=request, now=1e6, rng=random.Random(0))
+            ctx.state[STATE_SCORES] = PublishedScores(views, UnitScores([1.0, 0.5]))
+            out.append(list(scorer.score(ctx, views)))
+        return out
+
+    mine, theirs = both_scores()
+    assert mine == theirs
+    assert mine != [1.0, 1.0]  # two speeds: scored per endpoint
+    for scorer in (fast, reference):
+        scorer.on_endpoints_removed(["b"])
+    mine, theirs = both_scores()
+    assert mine == theirs
+    assert mine == [1.0, 0.875]  # one kind now: a quarter of predicted-ttft-scorer's column
 
 
 def test_backlog_stand_ins_follow_a_newcomers_kv_capacity_and_a_key_listed_twice() -> None:

@@ -328,6 +328,10 @@ class BacklogTtftScorer(PluginHooks):
         self._stand_ins: _StandIns | None = None
         """The unmeasured candidates' stand-ins for the last candidate list (:meth:`_unfitted`)."""
         self._fleet_best_cache: tuple[int, Mapping[EndpointKey, Model], Model] | None = None
+        self._slopes_kept: tuple[int, list[EndpointKey], bool] | None = None
+        """``(fits version, candidate keys, answer)`` of the last pick's :meth:`_key_slopes_alike`:
+        worked out again for those keys after each outcome (off the pick's path, :meth:`_learn`),
+        so the next pick over the same candidates reads it (:meth:`_kept_slopes_alike`)."""
         self._alike_owner = (self, "alike")
         self._capacities_owner = (self, "capacities")
         """Names of the values kept per scrape (:meth:`Columns.per_scrape`), made once."""
@@ -645,6 +649,16 @@ class BacklogTtftScorer(PluginHooks):
         ]
         return not slopes or max(slopes) <= min(slopes) * self.speed_ratio
 
+    def _kept_slopes_alike(self, keys: list[EndpointKey], pooled: Mapping[EndpointKey, Model]) -> bool:
+        """:meth:`_key_slopes_alike` of a pick (``pooled``: this fits version's pooled models), read
+        from ``_slopes_kept`` when the fits and the candidate keys are those it was made for."""
+        kept = self._slopes_kept
+        if kept is not None and kept[0] == self._fits_version and kept[1] == keys:
+            return kept[2]
+        answer = self._key_slopes_alike(keys, pooled)
+        self._slopes_kept = (self._fits_version, list(keys), answer)
+        return answer
+
     def _unlike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
         """Every candidate's KV capacity known, and the largest more than ``pool_ratio`` times the
         smallest (the fleet is known to mix kinds of hardware)."""
@@ -701,7 +715,7 @@ class BacklogTtftScorer(PluginHooks):
             self._alike_owner,
             lambda: self._alike_capacities(endpoints) and not self.labels_differ(endpoints),
         )
-        if alike and self._key_slopes_alike(cols.keys, pooled):
+        if alike and self._kept_slopes_alike(cols.keys, pooled):
             # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
             # already balance the load (this scorer on top made shared-prefix tails worse,
             # docs/benchmark.md).
@@ -852,8 +866,11 @@ class BacklogTtftScorer(PluginHooks):
         self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES))
         # Regrouped now, after the outcome, rather than by the next pick (the same grouping: it
         # depends on the fits alone, and a new dict is handed out either way).
-        self.pools.pooled()
+        pooled = self.pools.pooled()
         self._fits_version += 1
+        kept = self._slopes_kept
+        if kept is not None:  # the last pick's candidates: their speed check for this version
+            self._slopes_kept = (self._fits_version, kept[1], self._key_slopes_alike(kept[1], pooled))
         backlog = self.backlogs.get(key)
         if backlog is not None:
             # The engine prefills in arrival order: once this request has its first token, all that
