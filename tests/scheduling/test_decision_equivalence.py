@@ -24,7 +24,13 @@ from igw.scheduling import dispatch_ledger
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.framework import CycleContext, UnitScores
-from igw.scheduling.plugins.backlog_ttft_scorer import STATE_PREDICTED, BacklogTtftScorer, Predictions
+from igw.scheduling.plugins.backlog_ttft_scorer import (
+    STATE_PREDICTED,
+    Backlog,
+    BacklogTtftScorer,
+    LinearFit,
+    Predictions,
+)
 from igw.scheduling.plugins.context_length_filter import fitting
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
@@ -483,6 +489,7 @@ def test_backlog_ttft_scorer_matches_its_reference(
         assert fast.backlogs == reference.backlogs
         assert fast.fits == reference.fits
         assert fast.dispatched == reference.dispatched
+        assert fast.prompt_mean == reference.prompt_mean
         assert fast._pooled() == reference._pooled()
     note(f"pooled models at the end: {len(fast._pooled())}")
 
@@ -711,6 +718,58 @@ def _teach_both(scorers: Sequence[BacklogTtftScorer], key: str, intercept: float
 def _kv_view(key: str, blocks: int, *, inflight: int = 0) -> EndpointView:
     metrics = EngineMetrics(waiting=0, block_size=16, num_gpu_blocks=blocks)
     return EndpointView(key=key, metrics=metrics, scraped_at=0.0, inflight=inflight)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    queued=st.sampled_from([0.0, 10.0, 500.0, 5000.0, 1e6]),
+    at=st.sampled_from([0.0, 0.5, 2.0]),  # the picks start at 1.0: 2.0 is a backlog "from the future"
+    mean_x=st.one_of(st.none(), st.sampled_from([-1.0, 0.0, 300.0, 2000.0])),  # None: no fit
+    model=st.one_of(
+        st.none(), st.tuples(st.sampled_from([0.0, 0.01, -0.01]), st.sampled_from([0.0, 1e-5, 3e-4, -1e-5]))
+    ),
+    share=st.one_of(st.none(), st.sampled_from([0.0, 0.5, 0.9999, 1.0])),
+    prompt=st.sampled_from([0, 1, 300, 4000]),
+    blocks=st.sampled_from([None, 0, 27_485]),
+    picks=st.integers(min_value=1, max_value=12),
+)
+def test_backlog_on_picked_matches_its_reference(
+    queued: float,
+    at: float,
+    mean_x: float | None,
+    model: tuple[float, float] | None,
+    share: float | None,
+    prompt: int,
+    blocks: int | None,
+    picks: int,
+) -> None:
+    """The written-out dispatch step (drain up to now, then add the uncached prompt) against the
+    helpers: backlogs ahead of and behind now, deep backlogs (beyond the mean tokens ahead), drains
+    that are not positive, fits with no mean tokens ahead, the cycle's model or none (the KV prior),
+    matched shares that leave less than one token, and the prompt mean's first picks."""
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    view = EndpointView(
+        key="a",
+        metrics=EngineMetrics(waiting=0, block_size=None if blocks is None else 16, num_gpu_blocks=blocks),
+        scraped_at=0.0,
+    )
+    for scorer in (fast, reference):
+        scorer.backlogs["a"] = Backlog(tokens=queued, at=at, total=queued)
+        if mean_x is not None:
+            scorer.fits["a"] = LinearFit(mean_x=mean_x, mean_y=0.05, count=3)
+        scorer._cycle_models = {} if model is None else {"a": model}
+    for i in range(picks):
+        request = RoutingRequest(
+            request_id=str(i), model="m", base_model="m", prefix_text="", prompt_tokens=prompt + 97 * i
+        )
+        for scorer in (fast, reference):
+            ctx = CycleContext(request=request, now=1.0 + 0.003 * i, rng=random.Random(0))
+            if share is not None:
+                ctx.state[STATE_MATCH] = {"a": share}
+            scorer.on_picked(ctx, view)
+        assert fast.backlogs == reference.backlogs
+        assert fast.dispatched == reference.dispatched
+        assert (fast.prompt_mean, fast._prompts) == (reference.prompt_mean, reference._prompts)
 
 
 def test_backlog_speed_check_is_not_kept_across_a_removal_under_the_same_candidates() -> None:

@@ -826,18 +826,45 @@ class BacklogTtftScorer(PluginHooks):
         return 1.0 / (capacity * PRIOR_TOKENS_PER_S_PER_KV_TOKEN) if capacity else 0.0
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        """The pick's uncached prompt tokens join the endpoint's backlog, drained up to now first.
+
+        Once per pick, so the helpers are written out (:meth:`_drain_of`, :meth:`_drain_slope`,
+        :meth:`Backlog.now`, :func:`uncached`, and ``max`` of two numbers as ``b if b > a else a``),
+        each expression in the helper's own order: the same floats."""
         key = endpoint.key
+        now = ctx.now
         backlog = self.backlogs.get(key)
         if backlog is None:
-            backlog = self.backlogs[key] = Backlog(at=ctx.now)
-        ahead = backlog.now(ctx.now, self._drain_of(endpoint, backlog.tokens))
-        own = uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
+            backlog = self.backlogs[key] = Backlog(at=now)
+        queued = backlog.tokens
+        model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
+        if model is None:
+            drain = self._drain_of(endpoint, queued)  # nothing measured: the KV-based prior
+        else:
+            intercept, slope = model
+            fit = self.fits.get(key)
+            typical = fit.mean_x if fit is not None and fit.mean_x > 0 else DEFAULT_TYPICAL_TOKENS
+            drain = slope + intercept / (queued if queued > typical else typical)
+        if drain <= 0:
+            ahead = queued
+        else:
+            elapsed = now - backlog.at
+            ahead = queued - (elapsed if elapsed > 0.0 else 0.0) / drain
+            if not ahead > 0.0:
+                ahead = 0.0
+        prompt_tokens = ctx.request.prompt_tokens
+        matched = ctx.state.get(STATE_MATCH)
+        own = prompt_tokens * (1.0 - (matched.get(key, 0.0) if matched else 0.0))
+        if not own > MIN_TOKENS_F:
+            own = MIN_TOKENS_F
         backlog.tokens = ahead + own
         backlog.total += own
         self._prompts += 1
-        weight = max(self.alpha, 1.0 / self._prompts)  # a plain mean until the window is full
-        self.prompt_mean += weight * (ctx.request.prompt_tokens - self.prompt_mean)
-        backlog.at = ctx.now
+        weight = 1.0 / self._prompts  # a plain mean until the window is full
+        if not weight > self.alpha:
+            weight = self.alpha
+        self.prompt_mean += weight * (prompt_tokens - self.prompt_mean)
+        backlog.at = now
         self.dispatched[ctx.request.request_id] = (key, ahead, backlog.total)
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
             self.dispatched.popitem(last=False)
