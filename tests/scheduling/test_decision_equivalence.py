@@ -25,6 +25,7 @@ from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.framework import CycleContext, UnitScores
 from igw.scheduling.plugins.backlog_ttft_scorer import (
+    SPEED_SAMPLES,
     STATE_PREDICTED,
     Backlog,
     BacklogTtftScorer,
@@ -798,6 +799,50 @@ def test_backlog_speed_check_is_not_kept_across_a_removal_under_the_same_candida
     mine, theirs = both_scores()
     assert mine == theirs
     assert mine == [1.0, 0.875]  # one kind now: a quarter of predicted-ttft-scorer's column
+
+
+def test_backlog_speed_check_follows_an_endpoint_reaching_its_speed_samples(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fits whose regression stays the same from one outcome to the next (so the pooled models do
+    too): the speed check must still notice the outcome that gives an endpoint ``SPEED_SAMPLES``
+    samples (its slope then counts), as the reference does."""
+
+    def steady(fit: LinearFit, *, min_samples: int) -> tuple[float, float] | None:
+        if fit.count < min_samples:
+            return None
+        return (0.01, 25e-6) if fit.mean_y < 0.05 else (0.01, 300e-6)
+
+    monkeypatch.setattr(LinearFit, "regression", steady)
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    views = [_kv_view("a", 27_485), _kv_view("b", 27_485)]
+    models = {"a": (0.01, 25e-6), "b": (0.01, 300e-6)}
+    request = RoutingRequest(request_id="x", model="m", base_model="m", prefix_text="", prompt_tokens=500)
+    one_kind = []
+    for i in range(SPEED_SAMPLES + 1):
+        for key, (intercept, slope) in models.items():
+            tokens = 100 + 97 * (i % 11)
+            dispatch = RoutingRequest(
+                request_id=f"{key}-{i}", model="m", base_model="m", prefix_text="", prompt_tokens=tokens
+            )
+            outcome = RequestOutcome(
+                request_id=dispatch.request_id, endpoint=key, ok=True, ttft_s=intercept + slope * tokens,
+                prompt_tokens=tokens,
+            )  # fmt: skip
+            view = next(v for v in views if v.key == key)
+            for scorer in (fast, reference):
+                at = 1000.0 * (i + 1)
+                scorer.on_picked(CycleContext(request=dispatch, now=at, rng=random.Random(0)), view)
+                scorer.on_complete(outcome, now=at + 1)
+        scores = []
+        for scorer in (fast, reference):
+            ctx = CycleContext(request=request, now=1000.0 * (i + 1) + 2, rng=random.Random(0))
+            ctx.state[STATE_SCORES] = PublishedScores(views, UnitScores([1.0, 0.5]))
+            scores.append(list(scorer.score(ctx, views)))
+        assert scores[0] == scores[1], i
+        one_kind.append(scores[0] == [1.0, 0.875])
+    # One kind until both have SPEED_SAMPLES samples (i = 15), two speeds from then on.
+    assert one_kind == [True] * (SPEED_SAMPLES - 1) + [False, False]
 
 
 def test_backlog_stand_ins_follow_a_newcomers_kv_capacity_and_a_key_listed_twice() -> None:

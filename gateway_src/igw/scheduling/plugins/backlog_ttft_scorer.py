@@ -328,10 +328,14 @@ class BacklogTtftScorer(PluginHooks):
         self._stand_ins: _StandIns | None = None
         """The unmeasured candidates' stand-ins for the last candidate list (:meth:`_unfitted`)."""
         self._fleet_best_cache: tuple[int, Mapping[EndpointKey, Model], Model] | None = None
-        self._slopes_kept: tuple[int, list[EndpointKey], bool] | None = None
-        """``(fits version, candidate keys, answer)`` of the last pick's :meth:`_key_slopes_alike`:
-        worked out again for those keys after each outcome (off the pick's path, :meth:`_learn`),
-        so the next pick over the same candidates reads it (:meth:`_kept_slopes_alike`)."""
+        self._speed_version = 0
+        """Counts changes to which endpoints have ``SPEED_SAMPLES`` samples (a fit reaching that
+        count, a removal): with the pooled models, all :meth:`_key_slopes_alike` depends on."""
+        self._slopes_kept: tuple[int, Mapping[EndpointKey, Model], list[EndpointKey], bool] | None = None
+        """``(speed version, pooled models, candidate keys, answer)`` of the last pick's
+        :meth:`_key_slopes_alike`, read while all three are unchanged (:meth:`_kept_slopes_alike`;
+        the pooled models are a new dict after every change). After an outcome that changed the
+        pooled models it is worked out again for those keys (off the pick's path, :meth:`_learn`)."""
         self._alike_owner = (self, "alike")
         self._capacities_owner = (self, "capacities")
         """Names of the values kept per scrape (:meth:`Columns.per_scrape`), made once."""
@@ -651,12 +655,14 @@ class BacklogTtftScorer(PluginHooks):
 
     def _kept_slopes_alike(self, keys: list[EndpointKey], pooled: Mapping[EndpointKey, Model]) -> bool:
         """:meth:`_key_slopes_alike` of a pick (``pooled``: this fits version's pooled models), read
-        from ``_slopes_kept`` when the fits and the candidate keys are those it was made for."""
+        from ``_slopes_kept`` when the well-measured endpoints, the pooled models and the candidate
+        keys are those it was made for (an outcome on an endpoint without a regression of its own,
+        about half of them here, changes none of them)."""
         kept = self._slopes_kept
-        if kept is not None and kept[0] == self._fits_version and kept[1] == keys:
-            return kept[2]
+        if kept is not None and kept[0] == self._speed_version and kept[1] is pooled and kept[2] == keys:
+            return kept[3]
         answer = self._key_slopes_alike(keys, pooled)
-        self._slopes_kept = (self._fits_version, list(keys), answer)
+        self._slopes_kept = (self._speed_version, pooled, list(keys), answer)
         return answer
 
     def _unlike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
@@ -895,9 +901,13 @@ class BacklogTtftScorer(PluginHooks):
         # depends on the fits alone, and a new dict is handed out either way).
         pooled = self.pools.pooled()
         self._fits_version += 1
+        if fit.count == SPEED_SAMPLES:
+            self._speed_version += 1
         kept = self._slopes_kept
-        if kept is not None:  # the last pick's candidates: their speed check for this version
-            self._slopes_kept = (self._fits_version, kept[1], self._key_slopes_alike(kept[1], pooled))
+        if kept is not None and (kept[0] != self._speed_version or kept[1] is not pooled):
+            # The last pick's candidates: their speed check for the new fits, worked out now.
+            keys = kept[2]
+            self._slopes_kept = (self._speed_version, pooled, keys, self._key_slopes_alike(keys, pooled))
         backlog = self.backlogs.get(key)
         if backlog is not None:
             # The engine prefills in arrival order: once this request has its first token, all that
@@ -915,6 +925,7 @@ class BacklogTtftScorer(PluginHooks):
             self.pools.set(key, None)
         self._fits_version += 1
         self._members_version += 1
+        self._speed_version += 1
         for rid in [rid for rid, (key, _, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
 
