@@ -656,8 +656,8 @@ class BacklogTtftScorer(PluginHooks):
     def _kept_slopes_alike(self, keys: list[EndpointKey], pooled: Mapping[EndpointKey, Model]) -> bool:
         """:meth:`_key_slopes_alike` of a pick (``pooled``: this fits version's pooled models), read
         from ``_slopes_kept`` when the well-measured endpoints, the pooled models and the candidate
-        keys are those it was made for (an outcome on an endpoint without a regression of its own,
-        about half of them here, changes none of them)."""
+        keys are those it was made for (an outcome on an endpoint without a regression of its own
+        changes none of them)."""
         kept = self._slopes_kept
         if kept is not None and kept[0] == self._speed_version and kept[1] is pooled and kept[2] == keys:
             return kept[3]

@@ -77,11 +77,12 @@ class TtftPool:
         """Apply the EWMAs' changes now, to the candidate list of the last pick, rather than in the
         next :meth:`pooled` (called after a completion, off the next pick's path).
 
-        Why: the scorer learns one outcome between two picks at the gateway's rates, and moving
-        that endpoint in the sorted lists and regrouping was a twentieth of a pick at 16
-        endpoints. The result is the same: :meth:`pooled` applies whatever changes remain (none,
-        usually) with the same incremental steps, and a different candidate list rebuilds
-        everything as before. Nothing kept (no pick yet, or a key listed twice): nothing to do."""
+        Why: the scorer learns about one outcome between two picks at the gateway's rates, and
+        moving that endpoint in the sorted lists and regrouping is work the routed request need
+        not wait for (docs/gateway.md has the measured split). The result is the same:
+        :meth:`pooled` applies whatever changes remain (none, usually) with the same incremental
+        steps, and a different candidate list rebuilds everything as before. Nothing kept (no
+        pick yet, or a key listed twice): nothing to do."""
         if self._keys is not None:
             changed = self._take_changes()
             if changed:
