@@ -20,6 +20,7 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
     MIN_TOKENS,
     STATE_PREDICTED,
+    Backlog,
     BacklogTtftScorer,
     Predictions,
     kv_capacities,
@@ -246,6 +247,24 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
                 for sc, e in zip(scores, endpoints, strict=True)
             ]
         return list[float | None](scores)
+
+    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        """The pick's dispatch through the helpers (before ``on_picked`` wrote them out)."""
+        key = endpoint.key
+        backlog = self.backlogs.get(key)
+        if backlog is None:
+            backlog = self.backlogs[key] = Backlog(at=ctx.now)
+        ahead = backlog.now(ctx.now, self._drain_of(endpoint, backlog.tokens))
+        own = uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
+        backlog.tokens = ahead + own
+        backlog.total += own
+        self._prompts += 1
+        weight = max(self.alpha, 1.0 / self._prompts)
+        self.prompt_mean += weight * (ctx.request.prompt_tokens - self.prompt_mean)
+        backlog.at = ctx.now
+        self.dispatched[ctx.request.request_id] = (key, ahead, backlog.total)
+        while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
+            self.dispatched.popitem(last=False)
 
     def predicted(
         self,

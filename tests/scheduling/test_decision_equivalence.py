@@ -23,12 +23,19 @@ from igw.config.model import LabelSelector, SchedulerSpec
 from igw.scheduling import dispatch_ledger
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
-from igw.scheduling.framework import CycleContext
-from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
+from igw.scheduling.framework import CycleContext, UnitScores
+from igw.scheduling.plugins.backlog_ttft_scorer import (
+    SPEED_SAMPLES,
+    STATE_PREDICTED,
+    Backlog,
+    BacklogTtftScorer,
+    LinearFit,
+    Predictions,
+)
 from igw.scheduling.plugins.context_length_filter import fitting
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
-from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer
+from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PredictedTtftScorer, PublishedScores
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, STATE_MATCH, PrefixCacheScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
@@ -253,6 +260,27 @@ def test_max_score_picker_matches_its_reference(totals: list[float], k: int, see
     assert fast_rng.random() == reference_rng.random()  # the same number of draws
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    totals=st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 3.0, math.inf, -math.inf]), max_size=48),
+    k=st.integers(min_value=1, max_value=5),
+    seed=st.integers(min_value=0, max_value=1000),
+)
+def test_max_score_picker_matches_its_reference_on_small_pools_with_ties(
+    totals: list[float], k: int, seed: int
+) -> None:
+    """Pools of up to ``8 x k`` candidates, no NaN, many totals tied with the k-th best (the short
+    list is cut at the k-th largest total found by sorting the bare floats): the same ranking and
+    the same random draws as the reference."""
+    fast_rng, reference_rng = random.Random(seed), random.Random(seed)
+    fast = MaxScorePicker(max_endpoints=k).rank(CycleContext(request=req(), now=0.0, rng=fast_rng), totals)
+    expected = ReferenceMaxScorePicker(max_endpoints=k).rank(
+        CycleContext(request=req(), now=0.0, rng=reference_rng), totals
+    )
+    assert fast == expected
+    assert fast_rng.random() == reference_rng.random()
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     events=st.lists(
@@ -432,18 +460,37 @@ def test_backlog_ttft_scorer_matches_its_reference(
                 request_id=f"s{step}", model=adapter or "m", base_model="m", prefix_text="",
                 prompt_tokens=int(b), adapter=adapter,  # type: ignore[call-overload]
             )  # fmt: skip
-            got = fast.score(CycleContext(request=request, now=now, rng=random.Random(0)), candidates)
-            expected = reference.score(
-                CycleContext(request=request, now=now, rng=random.Random(0)), candidates
-            )
+            contexts = [CycleContext(request=request, now=now, rng=random.Random(0)) for _ in range(2)]
+            if step % 2:
+                # predicted-ttft-scorer's column of the pick, vouched or not: on one kind of
+                # hardware the backlog scorer repeats a share of it.
+                column = [(0.37 * i + 0.11 * step) % 1.0 for i in range(len(candidates))]
+                for ctx in contexts:
+                    values = UnitScores(column) if step % 4 == 1 else list[float | None](column)
+                    ctx.state[STATE_SCORES] = PublishedScores(candidates, values)
+            got = fast.score(contexts[0], candidates)
+            expected = reference.score(contexts[1], candidates)
             assert list(got) == expected
             assert fast._cycle_models == reference._cycle_models
+            # The predictions published for prefill-admission-scorer: the same floats and flags.
+            published = [ctx.state.get(STATE_PREDICTED) for ctx in contexts]
+            assert [p is None for p in published] == [False, False] or published == [None, None]
+            if published[0] is not None:
+                mine, theirs = cast("list[Predictions]", published)
+                assert mine.endpoints is candidates
+                assert theirs.endpoints is candidates
+                assert [list(mine.seconds), list(mine.idle), list(mine.measured)] == [
+                    list(theirs.seconds),
+                    list(theirs.idle),
+                    list(theirs.measured),
+                ]
             picked = candidates[step % len(candidates)]
             for scorer in (fast, reference):  # the pick's own pooled models set the drain rate
                 scorer.on_picked(CycleContext(request=request, now=now, rng=random.Random(0)), picked)
         assert fast.backlogs == reference.backlogs
         assert fast.fits == reference.fits
         assert fast.dispatched == reference.dispatched
+        assert fast.prompt_mean == reference.prompt_mean
         assert fast._pooled() == reference._pooled()
     note(f"pooled models at the end: {len(fast._pooled())}")
 
@@ -605,6 +652,53 @@ def test_ttft_pool_regroups_incrementally_as_a_from_scratch_walk(
         assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    speeds=st.lists(st.sampled_from([0.05, 0.051, 0.08, 0.2, 0.5]), min_size=48, max_size=48),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["observe", "catch_up", "pick", "forget", "reorder"]),
+            st.integers(min_value=0, max_value=47),
+            st.sampled_from([0.02, 0.05, 0.08, 0.1, 0.2, 0.6, 3.0]),
+        ),
+        max_size=60,
+    ),
+    noise_z=st.sampled_from([0.5, 2.0]),
+)
+def test_ttft_pool_caught_up_between_picks_pools_as_a_from_scratch_walk(
+    speeds: list[float], steps: list[tuple[str, int, float]], noise_z: float
+) -> None:
+    """Outcomes taken in by the EWMAs alone (any number between two picks, so a pick may find one,
+    several or none to apply), ``TtftPool.catch_up`` applying them early at any point, removals and
+    another candidate order: every pick's pooled TTFTs equal a from-scratch walk's."""
+    scorer = PredictedTtftScorer(noise_z=noise_z)
+    rng = random.Random(len(steps))
+
+    def observe(key: str, ttft: float) -> None:  # what on_complete does, without its catch_up
+        scorer.ttft.observe(key, ttft)
+        scorer.log_ttft.observe(key, math.log(max(ttft, 1e-6)))
+
+    for key, speed in zip(_MANY_KEYS, speeds, strict=True):
+        for _ in range(scorer.log_ttft.settled_count + 1):
+            observe(key, speed * rng.lognormvariate(0.0, 0.2))
+    keys = list(_MANY_KEYS)
+    views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in keys]
+    assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+    for kind, i, ttft in steps:
+        if kind == "observe":
+            observe(keys[i], ttft)
+        elif kind == "catch_up":
+            scorer.pool.catch_up()
+        elif kind == "forget":
+            scorer.on_endpoints_removed([keys[i]])
+        elif kind == "reorder":
+            keys = keys[i:] + keys[:i]
+            views = [EndpointView(key=k, metrics=None, scraped_at=None) for k in keys]
+        else:
+            assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+    assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+
+
 def _teach_both(scorers: Sequence[BacklogTtftScorer], key: str, intercept: float, slope: float) -> None:
     """Twenty idle outcomes of ``intercept + slope * tokens`` on ``key`` (a regression forms)."""
     for i in range(20):
@@ -625,6 +719,130 @@ def _teach_both(scorers: Sequence[BacklogTtftScorer], key: str, intercept: float
 def _kv_view(key: str, blocks: int, *, inflight: int = 0) -> EndpointView:
     metrics = EngineMetrics(waiting=0, block_size=16, num_gpu_blocks=blocks)
     return EndpointView(key=key, metrics=metrics, scraped_at=0.0, inflight=inflight)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    queued=st.sampled_from([0.0, 10.0, 500.0, 5000.0, 1e6]),
+    at=st.sampled_from([0.0, 0.5, 2.0]),  # the picks start at 1.0: 2.0 is a backlog "from the future"
+    mean_x=st.one_of(st.none(), st.sampled_from([-1.0, 0.0, 300.0, 2000.0])),  # None: no fit
+    model=st.one_of(
+        st.none(), st.tuples(st.sampled_from([0.0, 0.01, -0.01]), st.sampled_from([0.0, 1e-5, 3e-4, -1e-5]))
+    ),
+    share=st.one_of(st.none(), st.sampled_from([0.0, 0.5, 0.9999, 1.0])),
+    prompt=st.sampled_from([0, 1, 300, 4000]),
+    blocks=st.sampled_from([None, 0, 27_485]),
+    picks=st.integers(min_value=1, max_value=12),
+)
+def test_backlog_on_picked_matches_its_reference(
+    queued: float,
+    at: float,
+    mean_x: float | None,
+    model: tuple[float, float] | None,
+    share: float | None,
+    prompt: int,
+    blocks: int | None,
+    picks: int,
+) -> None:
+    """The written-out dispatch step (drain up to now, then add the uncached prompt) against the
+    helpers: backlogs ahead of and behind now, deep backlogs (beyond the mean tokens ahead), drains
+    that are not positive, fits with no mean tokens ahead, the cycle's model or none (the KV prior),
+    matched shares that leave less than one token, and the prompt mean's first picks."""
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    view = EndpointView(
+        key="a",
+        metrics=EngineMetrics(waiting=0, block_size=None if blocks is None else 16, num_gpu_blocks=blocks),
+        scraped_at=0.0,
+    )
+    for scorer in (fast, reference):
+        scorer.backlogs["a"] = Backlog(tokens=queued, at=at, total=queued)
+        if mean_x is not None:
+            scorer.fits["a"] = LinearFit(mean_x=mean_x, mean_y=0.05, count=3)
+        scorer._cycle_models = {} if model is None else {"a": model}
+    for i in range(picks):
+        request = RoutingRequest(
+            request_id=str(i), model="m", base_model="m", prefix_text="", prompt_tokens=prompt + 97 * i
+        )
+        for scorer in (fast, reference):
+            ctx = CycleContext(request=request, now=1.0 + 0.003 * i, rng=random.Random(0))
+            if share is not None:
+                ctx.state[STATE_MATCH] = {"a": share}
+            scorer.on_picked(ctx, view)
+        assert fast.backlogs == reference.backlogs
+        assert fast.dispatched == reference.dispatched
+        assert (fast.prompt_mean, fast._prompts) == (reference.prompt_mean, reference._prompts)
+
+
+def test_backlog_speed_check_is_not_kept_across_a_removal_under_the_same_candidates() -> None:
+    """Two alike-KV endpoints measured at different speeds are told apart; once one is removed (its
+    fit forgotten, no outcome in between), the same candidate list is one kind of hardware, as the
+    reference finds: the kept speed check belongs to the fits it was made from."""
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    _teach_both((fast, reference), "a", 0.01, 25e-6)
+    _teach_both((fast, reference), "b", 0.01, 300e-6)
+    views = [_kv_view("a", 27_485), _kv_view("b", 27_485)]
+    request = RoutingRequest(request_id="x", model="m", base_model="m", prefix_text="", prompt_tokens=500)
+
+    def both_scores() -> list[list[float | None]]:
+        out = []
+        for scorer in (fast, reference):
+            ctx = CycleContext(request=request, now=1e6, rng=random.Random(0))
+            ctx.state[STATE_SCORES] = PublishedScores(views, UnitScores([1.0, 0.5]))
+            out.append(list(scorer.score(ctx, views)))
+        return out
+
+    mine, theirs = both_scores()
+    assert mine == theirs
+    assert mine != [1.0, 1.0]  # two speeds: scored per endpoint
+    for scorer in (fast, reference):
+        scorer.on_endpoints_removed(["b"])
+    mine, theirs = both_scores()
+    assert mine == theirs
+    assert mine == [1.0, 0.875]  # one kind now: a quarter of predicted-ttft-scorer's column
+
+
+def test_backlog_speed_check_follows_an_endpoint_reaching_its_speed_samples(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fits whose regression stays the same from one outcome to the next (so the pooled models do
+    too): the speed check must still notice the outcome that gives an endpoint ``SPEED_SAMPLES``
+    samples (its slope then counts), as the reference does."""
+
+    def steady(fit: LinearFit, *, min_samples: int) -> tuple[float, float] | None:
+        if fit.count < min_samples:
+            return None
+        return (0.01, 25e-6) if fit.mean_y < 0.05 else (0.01, 300e-6)
+
+    monkeypatch.setattr(LinearFit, "regression", steady)
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    views = [_kv_view("a", 27_485), _kv_view("b", 27_485)]
+    models = {"a": (0.01, 25e-6), "b": (0.01, 300e-6)}
+    request = RoutingRequest(request_id="x", model="m", base_model="m", prefix_text="", prompt_tokens=500)
+    one_kind = []
+    for i in range(SPEED_SAMPLES + 1):
+        for key, (intercept, slope) in models.items():
+            tokens = 100 + 97 * (i % 11)
+            dispatch = RoutingRequest(
+                request_id=f"{key}-{i}", model="m", base_model="m", prefix_text="", prompt_tokens=tokens
+            )
+            outcome = RequestOutcome(
+                request_id=dispatch.request_id, endpoint=key, ok=True, ttft_s=intercept + slope * tokens,
+                prompt_tokens=tokens,
+            )  # fmt: skip
+            view = next(v for v in views if v.key == key)
+            for scorer in (fast, reference):
+                at = 1000.0 * (i + 1)
+                scorer.on_picked(CycleContext(request=dispatch, now=at, rng=random.Random(0)), view)
+                scorer.on_complete(outcome, now=at + 1)
+        scores = []
+        for scorer in (fast, reference):
+            ctx = CycleContext(request=request, now=1000.0 * (i + 1) + 2, rng=random.Random(0))
+            ctx.state[STATE_SCORES] = PublishedScores(views, UnitScores([1.0, 0.5]))
+            scores.append(list(scorer.score(ctx, views)))
+        assert scores[0] == scores[1], i
+        one_kind.append(scores[0] == [1.0, 0.875])
+    # One kind until both have SPEED_SAMPLES samples (i = 15), two speeds from then on.
+    assert one_kind == [True] * (SPEED_SAMPLES - 1) + [False, False]
 
 
 def test_backlog_stand_ins_follow_a_newcomers_kv_capacity_and_a_key_listed_twice() -> None:

@@ -8,6 +8,7 @@ from collections import OrderedDict
 
 import pytest
 
+from igw.scheduling.plugins import prefix_index
 from igw.scheduling.plugins.prefix_index import PrefixIndex
 
 
@@ -128,3 +129,23 @@ def test_answers_equal_a_set_per_hash_index_under_random_operations(seed: int) -
             assert compact.match(hashes) == plain.match(hashes)
         assert compact.size(endpoint) == len(plain.lru.get(endpoint, ()))
     assert {h: compact.holders(h) for h in range(60) if compact.holders(h)} == plain.holders
+
+
+def test_endpoints_kept_per_holders_value_stay_bounded_and_answers_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``match`` keeps each holders value's endpoints between calls; past ``HOLDER_KEYS_KEPT``
+    values it starts over, and its answers stay those of a plain set-per-hash index."""
+    monkeypatch.setattr(prefix_index, "HOLDER_KEYS_KEPT", 3)
+    rng = random.Random(7)
+    compact, plain = PrefixIndex(), SetPerHashIndex()
+    endpoints = [f"pod-{i}" for i in range(6)]
+    for _ in range(2_000):
+        endpoint = rng.choice(endpoints)
+        hashes = [rng.randrange(30) for _ in range(rng.randrange(1, 6))]
+        if rng.random() < 0.5:
+            compact.insert(endpoint, hashes, capacity=20)
+            plain.insert(endpoint, hashes, capacity=20)
+        else:
+            assert compact.match(hashes) == plain.match(hashes)
+        assert len(compact._holder_keys) <= 3

@@ -116,6 +116,10 @@ class Scheduler:
         self._profile_weights = tuple([ws.weight for ws in profile.scorers])
         self._profile_kernel = _sum_kernel(self._profile_weights) if self._profile_weights else None
         """The weighted sum of a pick where every scorer of the profile scored (the usual case)."""
+        self._left_out_kernels: dict[tuple[int, ...], Callable[..., list[float]]] = {}
+        """The weighted sum of a pick where the profile's scorers at these positions scored nothing
+        (e.g. ``prefill-admission-scorer``, which abstains on short prompts), made on first use:
+        the kernel ``_weighted_sum`` would make for the remaining weights, without its look-up."""
         self._fallback_scorer = InflightScorer(name="active-request-scorer(all-stale fallback)")
         self._plugins: tuple[Plugin, ...] = (
             *profile.filters,
@@ -293,7 +297,8 @@ class Scheduler:
         columns: list[tuple[str, float, list[float]]] = []
         value_lists: list[list[float]] = []
         notes: list[str] = []
-        for ws in scorers:
+        left_out: list[int] | None = None
+        for position, ws in enumerate(scorers):
             scorer = ws.scorer
             raw = scorer.score(ctx, candidates)
             if type(raw) is UnitScores:  # vouched complete and in range: no checks
@@ -301,19 +306,22 @@ class Scheduler:
             else:
                 checked = _checked_scores(raw, n, scorer, notes)
                 if checked is None:
+                    if left_out is None:
+                        left_out = [position]
+                    else:
+                        left_out.append(position)
                     continue
                 values = checked
             columns.append((scorer.name, ws.weight, values))
             value_lists.append(values)
-        kernel = self._profile_kernel
-        if (
-            kernel is not None
-            and len(value_lists) == len(self._profile_weights)
-            and scorers is self.profile.scorers
-        ):
-            totals = kernel(*value_lists)  # every scorer scored: the profile's kernel
-        else:
+        if scorers is not self.profile.scorers or self._profile_kernel is None:
             totals = _weighted_sum(columns, n)
+        elif left_out is None:
+            totals = self._profile_kernel(*value_lists)  # every scorer scored: the profile's kernel
+        elif value_lists:
+            totals = self._left_out_kernel(tuple(left_out))(*value_lists)
+        else:
+            totals = [0.0] * n  # no scorer scored: what _weighted_sum gives for no columns
         check = sum(totals)
         if check != check:  # NaN: some column held a NaN the range check let through
             columns = [(name, w, _clamped(values)) for name, w, values in columns]
@@ -340,6 +348,14 @@ class Scheduler:
             reason="; ".join(notes),
             removed=removed if removed is not None else {},
         )
+
+    def _left_out_kernel(self, left_out: tuple[int, ...]) -> Callable[..., list[float]]:
+        """The profile's weighted sum without the columns at ``left_out`` (kept per scheduler)."""
+        kernel = self._left_out_kernels.get(left_out)
+        if kernel is None:
+            weights = tuple([w for i, w in enumerate(self._profile_weights) if i not in left_out])
+            kernel = self._left_out_kernels[left_out] = _sum_kernel(weights)
+        return kernel
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         self.drain.record(outcome.endpoint, now)
@@ -374,6 +390,12 @@ def _checked_scores(
     """A scorer's plain (not vouched) list made ready to sum: values in [0, 1] as they are, others
     clamped as :func:`clamp01` does, missing ones imputed with the mean of the present ones (and
     noted); ``None`` when no candidate has a value (noted when the scorer names its signal)."""
+    if n and type(raw) is list and raw.count(None) == n:
+        # No candidate scored (a scorer abstaining, e.g. prefill-admission-scorer on a short
+        # prompt): one C-level count instead of the range check's raised TypeError.
+        if scorer.signal:
+            notes.append(f"{scorer.name}: no candidate publishes {scorer.signal}, not scored")
+        return None
     in_range = _in_unit_range(raw)
     if in_range is not None:
         # Hot path (every candidate scored): values already in [0, 1] are used as they are, others

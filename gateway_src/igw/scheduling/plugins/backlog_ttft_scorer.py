@@ -328,6 +328,14 @@ class BacklogTtftScorer(PluginHooks):
         self._stand_ins: _StandIns | None = None
         """The unmeasured candidates' stand-ins for the last candidate list (:meth:`_unfitted`)."""
         self._fleet_best_cache: tuple[int, Mapping[EndpointKey, Model], Model] | None = None
+        self._speed_version = 0
+        """Counts changes to which endpoints have ``SPEED_SAMPLES`` samples (a fit reaching that
+        count, a removal): with the pooled models, all :meth:`_key_slopes_alike` depends on."""
+        self._slopes_kept: tuple[int, Mapping[EndpointKey, Model], list[EndpointKey], bool] | None = None
+        """``(speed version, pooled models, candidate keys, answer)`` of the last pick's
+        :meth:`_key_slopes_alike`, read while all three are unchanged (:meth:`_kept_slopes_alike`;
+        the pooled models are a new dict after every change). After an outcome that changed the
+        pooled models it is worked out again for those keys (off the pick's path, :meth:`_learn`)."""
         self._alike_owner = (self, "alike")
         self._capacities_owner = (self, "capacities")
         """Names of the values kept per scrape (:meth:`Columns.per_scrape`), made once."""
@@ -645,6 +653,18 @@ class BacklogTtftScorer(PluginHooks):
         ]
         return not slopes or max(slopes) <= min(slopes) * self.speed_ratio
 
+    def _kept_slopes_alike(self, keys: list[EndpointKey], pooled: Mapping[EndpointKey, Model]) -> bool:
+        """:meth:`_key_slopes_alike` of a pick (``pooled``: this fits version's pooled models), read
+        from ``_slopes_kept`` when the well-measured endpoints, the pooled models and the candidate
+        keys are those it was made for (an outcome on an endpoint without a regression of its own
+        changes none of them)."""
+        kept = self._slopes_kept
+        if kept is not None and kept[0] == self._speed_version and kept[1] is pooled and kept[2] == keys:
+            return kept[3]
+        answer = self._key_slopes_alike(keys, pooled)
+        self._slopes_kept = (self._speed_version, pooled, list(keys), answer)
+        return answer
+
     def _unlike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
         """Every candidate's KV capacity known, and the largest more than ``pool_ratio`` times the
         smallest (the fleet is known to mix kinds of hardware)."""
@@ -701,7 +721,7 @@ class BacklogTtftScorer(PluginHooks):
             self._alike_owner,
             lambda: self._alike_capacities(endpoints) and not self.labels_differ(endpoints),
         )
-        if alike and self._key_slopes_alike(cols.keys, pooled):
+        if alike and self._kept_slopes_alike(cols.keys, pooled):
             # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
             # already balance the load (this scorer on top made shared-prefix tails worse,
             # docs/benchmark.md).
@@ -720,12 +740,14 @@ class BacklogTtftScorer(PluginHooks):
         predicted = self._predict(
             endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle
         )
-        self._publish(ctx, endpoints, predicted, tokens)
+        models = self._cycle_models
+        if len(models) != len(idle):  # a key listed twice: each position takes the key's last model
+            idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
+        # Without a key listed twice ``idle`` is already what _publish would compute from
+        # ``_cycle_models`` (the same ``intercept + slope * tokens`` per candidate): handed over.
+        self._publish(ctx, endpoints, predicted, tokens, idle)
         best = min(predicted, default=0.0)
         if preference > 0:
-            models = self._cycle_models
-            if len(models) != len(idle):  # a key listed twice: each position takes the key's last model
-                idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
             fastest = min(idle)
             if self._cheap_probes:
                 # Their guess already slowed their prediction; a cheap probe is not penalised twice.
@@ -770,16 +792,30 @@ class BacklogTtftScorer(PluginHooks):
             or found.endpoints is not endpoints
         ):
             return UnitScores([1.0] * len(endpoints))
-        return [None if s is None else 1.0 - share * (1.0 - s) for s in found.scores]
+        scores = found.scores
+        if type(scores) is UnitScores and share <= 1.0:
+            # Every s within [0, 1] and the share within (0, 1]: 1 - s, the product and 1 minus it
+            # all stay within [0, 1] under rounding, so the scheduler's range check is skipped.
+            return UnitScores([1.0 - share * (1.0 - s) for s in scores])  # type: ignore[operator]  # no None
+        return [None if s is None else 1.0 - share * (1.0 - s) for s in scores]
 
     def _publish(
-        self, ctx: CycleContext, endpoints: Sequence[EndpointView], predicted: list[float], tokens: int
+        self,
+        ctx: CycleContext,
+        endpoints: Sequence[EndpointView],
+        predicted: list[float],
+        tokens: int,
+        idle: list[float] | None = None,
     ) -> None:
         """Publish this pick's predictions (``backlog.predicted``) for a request without an adapter
-        (an adapter request's TTFT depends on slots this model leaves to the slot price)."""
+        (an adapter request's TTFT depends on slots this model leaves to the slot price).
+
+        ``idle``: each candidate's ``b + s * tokens`` by the model in ``_cycle_models`` when the
+        caller has it already; computed here otherwise. Not changed afterwards by the caller."""
         if ctx.request.adapter is None:
-            models = self._cycle_models
-            idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
+            if idle is None:
+                models = self._cycle_models
+                idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
             fits = self.fits
             ctx.state[STATE_PREDICTED] = Predictions(
                 endpoints, predicted, idle, [e.key in fits for e in endpoints]
@@ -796,18 +832,45 @@ class BacklogTtftScorer(PluginHooks):
         return 1.0 / (capacity * PRIOR_TOKENS_PER_S_PER_KV_TOKEN) if capacity else 0.0
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        """The pick's uncached prompt tokens join the endpoint's backlog, drained up to now first.
+
+        Once per pick, so the helpers are written out (:meth:`_drain_of`, :meth:`_drain_slope`,
+        :meth:`Backlog.now`, :func:`uncached`, and ``max`` of two numbers as ``b if b > a else a``),
+        each expression in the helper's own order: the same floats."""
         key = endpoint.key
+        now = ctx.now
         backlog = self.backlogs.get(key)
         if backlog is None:
-            backlog = self.backlogs[key] = Backlog(at=ctx.now)
-        ahead = backlog.now(ctx.now, self._drain_of(endpoint, backlog.tokens))
-        own = uncached(ctx.request.prompt_tokens, ctx.state.get(STATE_MATCH), key)
+            backlog = self.backlogs[key] = Backlog(at=now)
+        queued = backlog.tokens
+        model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
+        if model is None:
+            drain = self._drain_of(endpoint, queued)  # nothing measured: the KV-based prior
+        else:
+            intercept, slope = model
+            fit = self.fits.get(key)
+            typical = fit.mean_x if fit is not None and fit.mean_x > 0 else DEFAULT_TYPICAL_TOKENS
+            drain = slope + intercept / (queued if queued > typical else typical)
+        if drain <= 0:
+            ahead = queued
+        else:
+            elapsed = now - backlog.at
+            ahead = queued - (elapsed if elapsed > 0.0 else 0.0) / drain
+            if not ahead > 0.0:
+                ahead = 0.0
+        prompt_tokens = ctx.request.prompt_tokens
+        matched = ctx.state.get(STATE_MATCH)
+        own = prompt_tokens * (1.0 - (matched.get(key, 0.0) if matched else 0.0))
+        if not own > MIN_TOKENS_F:
+            own = MIN_TOKENS_F
         backlog.tokens = ahead + own
         backlog.total += own
         self._prompts += 1
-        weight = max(self.alpha, 1.0 / self._prompts)  # a plain mean until the window is full
-        self.prompt_mean += weight * (ctx.request.prompt_tokens - self.prompt_mean)
-        backlog.at = ctx.now
+        weight = 1.0 / self._prompts  # a plain mean until the window is full
+        if not weight > self.alpha:
+            weight = self.alpha
+        self.prompt_mean += weight * (prompt_tokens - self.prompt_mean)
+        backlog.at = now
         self.dispatched[ctx.request.request_id] = (key, ahead, backlog.total)
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
             self.dispatched.popitem(last=False)
@@ -834,7 +897,17 @@ class BacklogTtftScorer(PluginHooks):
             self._members_version += 1
         fit.observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
         self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES))
+        # Regrouped now, after the outcome, rather than by the next pick (the same grouping: it
+        # depends on the fits alone, and a new dict is handed out either way).
+        pooled = self.pools.pooled()
         self._fits_version += 1
+        if fit.count == SPEED_SAMPLES:
+            self._speed_version += 1
+        kept = self._slopes_kept
+        if kept is not None and (kept[0] != self._speed_version or kept[1] is not pooled):
+            # The last pick's candidates: their speed check for the new fits, worked out now.
+            keys = kept[2]
+            self._slopes_kept = (self._speed_version, pooled, keys, self._key_slopes_alike(keys, pooled))
         backlog = self.backlogs.get(key)
         if backlog is not None:
             # The engine prefills in arrival order: once this request has its first token, all that
@@ -852,6 +925,7 @@ class BacklogTtftScorer(PluginHooks):
             self.pools.set(key, None)
         self._fits_version += 1
         self._members_version += 1
+        self._speed_version += 1
         for rid in [rid for rid, (key, _, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
 

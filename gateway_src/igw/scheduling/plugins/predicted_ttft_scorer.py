@@ -141,6 +141,7 @@ class PredictedTtftScorer(PluginHooks):
             return
         self.ttft.observe(outcome.endpoint, outcome.ttft_s)
         self.log_ttft.observe(outcome.endpoint, math.log(max(outcome.ttft_s, 1e-6)))
+        self.pool.catch_up()  # the sorted means and groups move now, not in the next pick
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         self.ttft.forget(keys)

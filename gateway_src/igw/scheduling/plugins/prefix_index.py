@@ -25,6 +25,9 @@ DEFAULT_BLOCK_CHARS = 64
 """vLLM's default 16-token block x 4 characters per token."""
 DEFAULT_MAX_BLOCKS = 256
 DEFAULT_LRU_CAPACITY = 31_250
+HOLDER_KEYS_KEPT = 4096
+"""Distinct holders values whose endpoints :class:`PrefixIndex` keeps for :meth:`PrefixIndex.match`
+(a bound on memory; emptied when reached)."""
 """GIE's default: Llama-3-8B on an H100-80GB holds about 500K tokens = 31.25K 16-token blocks."""
 
 
@@ -58,10 +61,14 @@ class PrefixIndex:
     per-endpoint LRU is the standard library's ``OrderedDict``.
     """
 
-    __slots__ = ("_endpoints", "_free_slots", "_holders", "_lru", "_slots")
+    __slots__ = ("_endpoints", "_free_slots", "_holder_keys", "_holders", "_lru", "_slots")
 
     def __init__(self) -> None:
         self._holders: dict[int, int] = {}
+        self._holder_keys: dict[int, tuple[EndpointKey, ...]] = {}
+        """Holders value -> its endpoints, in slot order (what :meth:`match` reads per matched
+        value: a shared prefix's blocks mostly have the same holders). Emptied whenever a slot
+        changes hands, and when it reaches ``HOLDER_KEYS_KEPT`` values."""
         self._lru: dict[EndpointKey, OrderedDict[int, None]] = {}
         self._slots: dict[EndpointKey, int] = {}
         self._endpoints: list[EndpointKey | None] = []
@@ -78,13 +85,32 @@ class PrefixIndex:
                 break
             per_value[v] = per_value.get(v, 0) + 1
         counts: dict[EndpointKey, int] = {}
-        endpoints = self._endpoints
+        kept = self._holder_keys
         for v, n in per_value.items():
-            for slot in (v,) if v >= 0 else _slots_of(v):
-                ep = endpoints[slot]
-                if ep is not None:
-                    counts[ep] = counts.get(ep, 0) + n
+            keys = kept.get(v)
+            if keys is None:
+                keys = self._keys_of(v)
+            if not counts:
+                # The first value's endpoints, each with ``n`` (what the loop below gives an empty
+                # dict, in the same order), in one C-level call.
+                counts = dict.fromkeys(keys, n)
+                continue
+            for ep in keys:
+                counts[ep] = counts.get(ep, 0) + n
         return counts
+
+    def _keys_of(self, v: int) -> tuple[EndpointKey, ...]:
+        """The endpoints of holders value ``v`` in slot order (freed slots left out), kept in
+        ``_holder_keys``."""
+        endpoints = self._endpoints
+        keys = tuple(
+            [ep for slot in ((v,) if v >= 0 else _slots_of(v)) if (ep := endpoints[slot]) is not None]
+        )
+        kept = self._holder_keys
+        if len(kept) >= HOLDER_KEYS_KEPT:
+            kept.clear()
+        kept[v] = keys
+        return keys
 
     def insert(self, endpoint: EndpointKey, hashes: Iterable[int], *, capacity: int) -> None:
         """Record that ``endpoint`` now (probably) caches ``hashes``; evict beyond ``capacity``."""
@@ -114,6 +140,7 @@ class PrefixIndex:
             self._forget(h, slot)
         self._endpoints[slot] = None
         self._free_slots.append(slot)
+        self._holder_keys.clear()
 
     def size(self, endpoint: EndpointKey) -> int:
         lru = self._lru.get(endpoint)
@@ -131,6 +158,7 @@ class PrefixIndex:
         return len(self._holders)
 
     def _take_slot(self, endpoint: EndpointKey) -> int:
+        self._holder_keys.clear()  # a slot changes hands (or is new): values may name other endpoints
         if self._free_slots:
             slot = self._free_slots.pop()
             self._endpoints[slot] = endpoint

@@ -63,34 +63,53 @@ class TtftPool:
     def pooled(self, keys: list[EndpointKey]) -> list[float]:
         """The pooled TTFT of each of ``keys`` (candidate order)."""
         changed = self._take_changes()
-        pooling = self.noise_z > 0
         if self._keys is None or self._keys != keys:
             self._rebuild(keys)
             out = self._out = self._base()
-            self._starts = self._walk(out, 0)[0] if pooling else []
-        else:
-            out = self._out
-            measured = self._measured
-            index = self._index
-            moves: list[tuple[int | None, int | None]] = []
-            for key in changed:
-                position = index.get(key)
-                if position is not None:
-                    move = self._refresh(position, key)
-                    if move != (None, None):
-                        moves.append(move)
-                    ttft = measured[position]
-                    if ttft is not None:
-                        out[position] = ttft  # its own mean, unless a group below says otherwise
-            if changed and self._unmeasured:  # the fallback is the mean of the measured ones
-                fallback = self._fallback()
-                for i in [i for i, t in enumerate(measured) if t is None]:
-                    out[i] = fallback
-            if pooling and moves:
-                self._regroup(out, moves)
+            self._starts = self._walk(out, 0)[0] if self.noise_z > 0 else []
+        elif changed:
+            self._apply(changed)
         if len(self._index) != len(keys):  # a key listed twice: positions are ambiguous, keep nothing
             self._keys = None
-        return list(out)
+        return list(self._out)
+
+    def catch_up(self) -> None:
+        """Apply the EWMAs' changes now, to the candidate list of the last pick, rather than in the
+        next :meth:`pooled` (called after a completion, off the next pick's path).
+
+        Why: the scorer learns about one outcome between two picks at the gateway's rates, and
+        moving that endpoint in the sorted lists and regrouping is work the routed request need
+        not wait for (docs/gateway.md has the measured split). The result is the same:
+        :meth:`pooled` applies whatever changes remain (none, usually) with the same incremental
+        steps, and a different candidate list rebuilds everything as before. Nothing kept (no
+        pick yet, or a key listed twice): nothing to do."""
+        if self._keys is not None:
+            changed = self._take_changes()
+            if changed:
+                self._apply(changed)
+
+    def _apply(self, changed: set[EndpointKey]) -> None:
+        """Move the ``changed`` endpoints (candidates of the kept list or not) to their new places
+        and update the pooled values (the candidate list unchanged since the last pick)."""
+        out = self._out
+        measured = self._measured
+        index = self._index
+        moves: list[tuple[int | None, int | None]] = []
+        for key in changed:
+            position = index.get(key)
+            if position is not None:
+                move = self._refresh(position, key)
+                if move != (None, None):
+                    moves.append(move)
+                ttft = measured[position]
+                if ttft is not None:
+                    out[position] = ttft  # its own mean, unless a group below says otherwise
+        if self._unmeasured:  # the fallback is the mean of the measured ones
+            fallback = self._fallback()
+            for i in [i for i, t in enumerate(measured) if t is None]:
+                out[i] = fallback
+        if self.noise_z > 0 and moves:
+            self._regroup(out, moves)
 
     def _take_changes(self) -> set[EndpointKey]:
         changed: set[EndpointKey] = set()
