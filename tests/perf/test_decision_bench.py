@@ -38,6 +38,14 @@ def test_decision_time_reports_cpu_time_per_pick_against_a_random_pick() -> None
     assert t.ratio > 1  # scoring eight endpoints costs more than indexing a list
 
 
+def test_decision_time_counts_the_outcome_path_of_the_timed_picks_only() -> None:
+    """Work a plugin does in ``on_complete`` is CPU per request too: the timing reports it beside the
+    pick, counting the completions among the timed picks, not the warm-up's."""
+    assert decision_time(endpoints=8, picks=50).outcome_mean_us == 0.0  # nothing completes within the lag
+    t = decision_time(endpoints=8, picks=COMPLETION_LAG_PICKS + 60)
+    assert t.outcome_mean_us > 0.0
+
+
 def test_perf_decide_prints_the_target_ratio_and_where_the_time_goes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -54,6 +62,12 @@ def test_perf_decide_prints_the_target_ratio_and_where_the_time_goes(
     assert len(shares) >= 18  # nine rows per size
     assert all(0.0 <= s <= 100.0 for s in shares)
     assert re.search(r"^load average at start: \d+\.\d\d", out, re.MULTILINE)
+    per_request = re.findall(
+        r"outcome path \(on_complete, one per request, off the request's path\): mean (\d+) µs; "
+        r"scheduler CPU per request \(pick mean \+ outcome mean\) (\d+) µs",
+        out,
+    )
+    assert len(per_request) == 2  # one row per size
     views = re.findall(
         r"pool views per request \(one endpoint changed since the last\): (\d+\.\d) µs; "
         r"baseline: a new view per endpoint (\d+\.\d) µs \(ratio (\d+\.\d\d)\)",

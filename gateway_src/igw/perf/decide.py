@@ -6,6 +6,9 @@ ratio to the target (100 µs at 16 endpoints, 1 ms at 1,000) and to a random pic
 views (the baseline measured in the same run), then where that time goes: every plugin's hook and
 the dispatch ledger, each timed on the thread's CPU clock around the real call, the remainder being
 the scheduler's own steps (freshness, context-length fit, weighted sums, the decision record).
+It also prints the scheduler's outcome path (``on_complete``, once per request when it completes)
+and the sum per request: work moved from the pick to the outcome path shortens the request's wait
+but not the CPU a request costs, and the sum shows which of the two a change bought.
 
 With ``--runs N`` each size is timed N times: every run's p50 is printed with the spread, and the
 verdict is on their median (CPU time per pick still moves with other jobs' cache and core
@@ -92,6 +95,12 @@ def run(args: argparse.Namespace) -> int:
             low, high = min(x.p50_us for x in timings), max(x.p50_us for x in timings)
             print(f"  p50 over {runs} runs: median {p50:.0f} µs, spread {low:.0f}-{high:.0f} µs")
         print(f"  baseline: {t.baseline} {t.baseline_mean_us:.2f} µs (ratio {t.ratio:.0f}x)")
+        outcome = statistics.median(x.outcome_mean_us for x in timings)
+        mean = statistics.median(x.mean_us for x in timings)
+        print(
+            f"  outcome path (on_complete, one per request, off the request's path): mean {outcome:.0f} µs; "
+            f"scheduler CPU per request (pick mean + outcome mean) {mean + outcome:.0f} µs"
+        )
         if target is not None:
             print(f"  target p50 <= {target:.0f} µs: ratio {p50 / target:.2f}, {verdict}")
             summary.append(f"{endpoints} endpoints {p50:.0f} µs (ratio {p50 / target:.2f}, {verdict})")
