@@ -198,6 +198,63 @@ def test_deleted_child_is_put_back(cluster: FakeKubeApiServer, operator: Operato
     wait_for(lambda: find(cluster, "NetworkPolicy", "inference", "chat-gateway"), what="network policy again")
 
 
+def _edit_served(kube: FakeKubeApiServer, name: str, text: str) -> None:
+    """Rewrite the served ConfigMap as ``kubectl edit`` would: its applied-hash annotation stays."""
+    kind = kube.store.kind_for(api_version="v1", kind="ConfigMap")
+    stored = kube.store.get(kind, "inference", f"{name}-gateway-config")
+    stored["data"][CONFIG_KEY] = text
+    stored["metadata"].pop("resourceVersion")
+    kube.store.replace(kind, "inference", f"{name}-gateway-config", stored)
+
+
+def test_edited_served_config_is_put_back(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
+    """Someone who may edit ConfigMaps strips the JWT requirement from the served config: the operator
+    writes the admitted spec back at the next pass (it did not: the applied hash was unchanged)."""
+    secured = igwc("chat")
+    secured["spec"]["auth"] = {
+        "jwt": {
+            "provider": {
+                "name": "idp",
+                "issuer": "https://idp.example.com",
+                "remoteJWKS": {"uri": "https://idp.example.com/jwks.json"},
+                "audiences": ["inference"],
+            }
+        }
+    }
+    cluster.add(secured)
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+    admitted = _served_spec(cluster, "chat")
+    assert "auth" in admitted
+    stripped = {**admitted}
+    del stripped["auth"]
+    document = {
+        "apiVersion": secured["apiVersion"],
+        "kind": secured["kind"],
+        "metadata": {"name": "chat", "namespace": "inference"},
+    }
+    _edit_served(cluster, "chat", yaml.safe_dump({**document, "spec": stripped}))
+    wait_for(lambda: _served_spec(cluster, "chat") == admitted, what="the admitted spec served again")
+
+
+def test_unreadable_served_config_under_a_refused_spec_is_reported(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """The pass read the served ConfigMap with no checks: an edited one ended every pass in a
+    KeyError traceback, and the status never changed again."""
+    cluster.add(igwc("chat"))
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+    admitted = _served_spec(cluster, "chat")
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(bogus=1))
+    wait_condition(cluster, "chat", "Accepted", "False")
+    _edit_served(cluster, "chat", "hacked: true\n")
+    programmed = wait_condition(cluster, "chat", "GatewayProgrammed", "False")
+    assert programmed["reason"] == "ServedConfigInvalid"
+    assert "ConfigMap inference/chat-gateway-config" in programmed["message"]
+    update_spec(cluster, "inference", "chat", lambda spec: spec.pop("bogus"))
+    wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+    assert _served_spec(cluster, "chat") == admitted
+
+
 def test_same_model_in_two_configs_is_a_conflict_on_the_newer(
     cluster: FakeKubeApiServer, operator: OperatorThread
 ) -> None:

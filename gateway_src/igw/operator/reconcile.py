@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import yaml
-
 from igw.config.build import build_gateway_config
+from igw.config.documents import DocumentReadError, parse_text
 from igw.config.inference_extension import API_VERSION as EXTENSION_API_VERSION
 from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.config.model import KIND
+from igw.config.validate import validate_document
 from igw.operator.admission import Refusal, admit
 from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
 from igw.operator.dataplane import (
@@ -229,10 +229,7 @@ class Reconciler:
         meta = igwc["metadata"]
         namespace, base = meta["namespace"], base_name(meta["name"])
         config_map = await self._kube.get("v1", "ConfigMap", namespace, f"{base}-config")
-        served: dict[str, Any] | None = None
-        if config_map is not None:
-            loaded = yaml.safe_load((config_map.get("data") or {}).get(CONFIG_KEY) or "null")
-            served = loaded if isinstance(loaded, dict) else None
+        served, served_problem = _served_document(config_map, f"ConfigMap {namespace}/{base}-config")
         deployment = await self._kube.get("apps/v1", "Deployment", namespace, base)
         service = await self._kube.get("v1", "Service", namespace, base)
         pods: dict[str, list[dict[str, Any]]] = {}
@@ -252,6 +249,7 @@ class Reconciler:
             tls_problem=admission["tls_problem"],
             tls_status=admission["tls_status"],
             tls_retired=admission["tls_retired"],
+            served_problem=served_problem,
         )
 
     async def _auto_issue(self, igwc: Mapping[str, Any]) -> TlsOutcome:
@@ -328,6 +326,32 @@ class Reconciler:
                 "%s/%s: deleted imported ACM certificate %s", meta.get("namespace"), meta.get("name"), arn
             )
         return True
+
+
+def _served_document(
+    config_map: Mapping[str, Any] | None, where: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The document the gateway pods serve, from their ConfigMap, or why there is none to report on.
+
+    The operator wrote it, but anyone with edit rights on ConfigMaps may have rewritten it; an
+    unreadable or invalid one ended every pass in a ``KeyError`` traceback, leaving the status as it
+    was. Now it is reported (``GatewayProgrammed=False``, ``ServedConfigInvalid``) and put back at the
+    next pass that admits the object's spec."""
+    if config_map is None:
+        return None, None
+    text = str((config_map.get("data") or {}).get(CONFIG_KEY) or "")
+    try:
+        documents = parse_text(text, source=f"{where} ({CONFIG_KEY})")
+    except DocumentReadError as exc:
+        return None, str(exc)
+    if len(documents) != 1:
+        return None, f"{where} ({CONFIG_KEY}): holds {len(documents)} documents, not one"
+    problems = validate_document(documents[0].content)
+    if problems:
+        listed = "; ".join(str(problem) for problem in problems[:3])
+        return None, f"{where} ({CONFIG_KEY}) is not a valid InferenceGatewayConfig: {listed}"
+    served: dict[str, Any] = documents[0].content
+    return served, None
 
 
 def _differs(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:

@@ -7,7 +7,8 @@ Conditions (the AWS set, see ``docs/operating.md`` for every reason):
 * ``AdmissionBlocked`` - the inverse view for dashboards: ``True`` while the latest spec is refused
   and the previous data plane keeps serving.
 * ``GatewayProgrammed`` - the data-plane objects were applied (``Programmed``), could not be
-  (``ApplyFailed``), or never were because no spec was ever admitted (``NotProgrammed``).
+  (``ApplyFailed``), never were because no spec was ever admitted (``NotProgrammed``), or the
+  served ConfigMap was rewritten outside the operator into no valid config (``ServedConfigInvalid``).
 * ``BBRReady`` - body-based routing is on and a gateway replica is ready (``Ready``), waiting
   (``GatewayNotReady``), or switched off (``Disabled``).
 * ``Ready`` - programmed, at least one gateway replica ready and every scheduler has a ready
@@ -68,6 +69,9 @@ class Observation:
     """``status.tls`` of the auto-issued certificate (``acmArn``, ``issuedAt``, ``dnsNames``)."""
     tls_retired: bool = False
     """The spec stopped asking for auto-issue and the imported certificate was deleted."""
+    served_problem: str | None = None
+    """Why the ConfigMap the gateway pods serve holds no valid InferenceGatewayConfig (edited outside
+    the operator while the object's own spec is refused), else ``None``."""
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -169,6 +173,9 @@ def _conditions(
         out["GatewayProgrammed"] = ("False", "ApplyFailed", seen.apply_error)
     elif seen.tls_problem is not None:
         out["GatewayProgrammed"] = ("False", *seen.tls_problem)
+    elif seen.served_problem is not None:
+        message = f"{seen.served_problem}; it is rewritten once the object's spec is admitted"
+        out["GatewayProgrammed"] = ("False", "ServedConfigInvalid", message)
     elif seen.programmed:
         applied = "Deployment, Service, configuration, RBAC, PDB and NetworkPolicy applied"
         if seen.tls_status:
