@@ -406,3 +406,37 @@ def test_cli_package(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(Path(schema).read_text()) == json.loads(
         (paths.REPO_ROOT / schemas.CONFIGURATION_SCHEMA_FILE).read_text()
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("replicaCount: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested deeper than 64 levels"),
+        (
+            "a: &a ["
+            + ",".join(["x"] * 10)
+            + "]\n"
+            + "".join(
+                f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]\n"
+                for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+            )
+            + "gateway: {config: {spec: {x: *i}}}\n",
+            "more than 1,000,000 values",
+        ),
+    ],
+    ids=["nested-100000-deep", "alias-bomb"],
+)
+def test_cli_refuses_configuration_values_of_a_hostile_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, reason: str
+) -> None:
+    """A values file nested 100,000 levels deep ended ``igw addon create`` in a RecursionError
+    traceback (exit 1); now it is refused like every configuration file, before any AWS call."""
+    hostile = tmp_path / "values.yaml"
+    hostile.write_text(text)
+    code = cli.main(
+        ["addon", "create", "--cluster", CLUSTER, "--configuration-values", str(hostile), "--region", REGION]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{hostile}: {reason}" in err
+    assert "Traceback" not in err
