@@ -6,7 +6,9 @@ keyed by a hash of the desired object stored in an annotation: an unchanged obje
 written again (no churn, no spurious rollouts), a changed or deleted one is put back. "Changed"
 covers both sides: what the operator wants (the hash differs) and what someone else edited in the
 fields the operator sets (a ``kubectl edit`` of the served ConfigMap keeps the annotation, so the
-hash alone never noticed it; fields the API server or controllers add are not compared).
+hash alone never noticed it; fields the API server or controllers add are not compared). An
+existing object of the same name that another owner (or none) controls is never replaced:
+:class:`NotOwnedError` instead, which the pass reports on the object (``ApplyFailed``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
+from igw.errors import IgwToolingError
 
 APPLIED_HASH: Final = f"{API_GROUP}/applied-hash"
 IGWC_API_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
@@ -44,6 +47,25 @@ def managed_view(current: Any, desired: Any) -> Any:
             return current
         return [managed_view(c, d) for c, d in zip(current, desired, strict=True)]
     return current
+
+
+class NotOwnedError(IgwToolingError):
+    """A data-plane object of that name exists and is controlled by something else (or by nothing):
+    the operator neither replaces nor adopts it."""
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def _holder(obj: Mapping[str, Any]) -> str:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return f'{ref.get("kind")} "{ref.get("name")}" (uid {ref.get("uid")})'
+    return "no controller (created outside the operator)"
 
 
 class Kube:
@@ -111,6 +133,15 @@ class Kube:
             created = resource.create(body=body, namespace=meta["namespace"])
             self._remember(key, created, wanted)
             return True
+        owner = _controller_uid(body)
+        if owner is not None and _controller_uid(current) != owner:
+            # Two objects whose names give the same data-plane name (a 253-character name shortened
+            # with its digest, say), or someone else's object of that name: replacing it made two
+            # configs rewrite each other's data plane on every pass.
+            raise NotOwnedError(
+                f"{body['kind']} {meta['namespace']}/{meta['name']} already exists and is controlled by "
+                f"{_holder(current)}, not by this object; rename one of them or delete that {body['kind']}"
+            )
         if ((current.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH) == digest:
             view = managed_view(current, wanted)
             if view == wanted or self._stored.get(key) == desired_hash(view):

@@ -228,10 +228,13 @@ class Reconciler:
     async def _observe(self, igwc: Mapping[str, Any], **admission: Any) -> Observation:
         meta = igwc["metadata"]
         namespace, base = meta["namespace"], base_name(meta["name"])
-        config_map = await self._kube.get("v1", "ConfigMap", namespace, f"{base}-config")
+        # Only what this object controls is its data plane: an object of the same name controlled by
+        # another config (refused with NotOwnedError) must not lend it a model list or an address.
+        uid = str(meta.get("uid") or "")
+        config_map = _controlled(await self._kube.get("v1", "ConfigMap", namespace, f"{base}-config"), uid)
         served, served_problem = _served_document(config_map, f"ConfigMap {namespace}/{base}-config")
-        deployment = await self._kube.get("apps/v1", "Deployment", namespace, base)
-        service = await self._kube.get("v1", "Service", namespace, base)
+        deployment = _controlled(await self._kube.get("apps/v1", "Deployment", namespace, base), uid)
+        service = _controlled(await self._kube.get("v1", "Service", namespace, base), uid)
         pods: dict[str, list[dict[str, Any]]] = {}
         if served is not None:
             for scheduler in build_gateway_config(served).schedulers:
@@ -326,6 +329,14 @@ class Reconciler:
                 "%s/%s: deleted imported ACM certificate %s", meta.get("namespace"), meta.get("name"), arn
             )
         return True
+
+
+def _controlled(obj: dict[str, Any] | None, uid: str) -> dict[str, Any] | None:
+    """``obj`` when its controller owner reference is the object ``uid``, else ``None``."""
+    if obj is None:
+        return None
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return obj if any(ref.get("controller") and ref.get("uid") == uid for ref in refs) else None
 
 
 def _served_document(
