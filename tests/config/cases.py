@@ -277,7 +277,7 @@ CASES: list[Case] = [
     case(
         "bad-label-key",
         set_(f"{S1}.modelSelector.matchLabels", {"app": "x", "tier!=gpu,app": "x"}),
-        fails=[(f"{S1}.modelSelector.matchLabels", "schema.pattern")],
+        fails=[(f'{S1}.modelSelector.matchLabels["tier!=gpu,app"]', "schema.propertyNames")],
     ),
     case(
         "bad-selector-operator",

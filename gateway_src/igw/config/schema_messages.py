@@ -76,7 +76,12 @@ class ProblemCollector:
         inst: Any = error.instance
         schema: Mapping[str, Any] = error.schema if isinstance(error.schema, Mapping) else {}
         hint = schema.get("x-igw-hint")
-        if kind == "additionalProperties" and isinstance(inst, Mapping):
+        if "propertyNames" in error.relative_schema_path and isinstance(inst, str):
+            # A map's key (a label key): blamed on the key itself. The CRD cannot say this
+            # (structural schemas have no propertyNames); igw validate and the operator's admission do.
+            wanted = hint or f"a key matching {value}"
+            self.add((*parts, inst), f"key must be {wanted}; got {show(inst)}", "schema.propertyNames")
+        elif kind == "additionalProperties" and isinstance(inst, Mapping):
             known = schema.get("properties", {})
             for key in inst:
                 if key not in known:
