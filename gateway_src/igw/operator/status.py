@@ -31,6 +31,18 @@ from igw.config.model_servers import Verdict, check_model_server
 from igw.operator.admission import Refusal
 
 CONDITION_TYPES: Final = ("Accepted", "AdmissionBlocked", "GatewayProgrammed", "BBRReady", "Ready")
+MAX_CONDITION_MESSAGE: Final = 32768
+"""``metav1.Condition``'s limit (the CRD's status schema says so too): the API server refuses a status
+with a longer message, so the whole status write failed and the pass ended in a traceback. A spec
+with 100 invalid schedulers gives about 50,000 characters of problems."""
+
+
+def bounded_message(message: str) -> str:
+    """``message`` cut to :data:`MAX_CONDITION_MESSAGE` characters, saying where to read the rest."""
+    if len(message) <= MAX_CONDITION_MESSAGE:
+        return message
+    rest = f" ... ({len(message):,} characters in all; igw validate lists every problem)"
+    return message[: MAX_CONDITION_MESSAGE - len(rest)] + rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +249,8 @@ def compute_status(
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     conditions: list[dict[str, Any]] = []
     transitions: list[Transition] = []
-    for kind, (status, reason, message) in _conditions(igwc, seen, schedulers).items():
+    for kind, (status, reason, full_message) in _conditions(igwc, seen, schedulers).items():
+        message = bounded_message(full_message)
         before = previous.get(kind) or {}
         changed_status = before.get("status") != status
         if changed_status or before.get("reason") != reason:
