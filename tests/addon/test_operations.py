@@ -216,6 +216,21 @@ def test_a_role_is_refused_in_operator_mode_before_any_call(aws: AwsFixture) -> 
         )
 
 
+@pytest.mark.parametrize("values", [{"replicaCount": 4}, {"service": {"scheme": "internet-facing"}}])
+def test_gateway_mode_values_are_refused_in_operator_mode_before_any_call(
+    aws: AwsFixture, values: dict[str, Any]
+) -> None:
+    """EKS accepts them (one schema for both modes) and the chart's default mode, operator, never reads
+    them: ``igw addon create/update`` looked applied and changed nothing (the CDK app refused them)."""
+    clients, _, _ = aws
+    with pytest.raises(operations.AddonOperationError) as created:
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=None, values=values)
+    with pytest.raises(operations.AddonOperationError) as updated:
+        operations.update(clients=clients, cluster=CLUSTER, values=values, version=None)
+    for refused in (created, updated):
+        assert any("has no effect with the chart's mode operator" in p for p in refused.value.problems)
+
+
 def test_create_without_a_role_binds_none(aws: AwsFixture) -> None:
     clients, stubber, _ = aws
     _dependencies_installed(stubber, agent=False)
@@ -241,11 +256,15 @@ def test_update_keeps_the_irsa_role(aws: AwsFixture) -> None:
             "clusterName": CLUSTER,
             "addonName": pins.IGW_ADDON_NAME,
             "resolveConflicts": "OVERWRITE",
-            "configurationValues": '{"replicaCount":4,"serviceAccount":{"roleArn":"' + gateway + '"}}',
+            "configurationValues": '{"mode":"gateway","replicaCount":4,"serviceAccount":{"roleArn":"'
+            + gateway
+            + '"}}',
             "serviceAccountRoleArn": gateway,
         },
     )
-    result = operations.update(clients=clients, cluster=CLUSTER, values={"replicaCount": 4}, version=None)
+    result = operations.update(
+        clients=clients, cluster=CLUSTER, values={**GATEWAY_MODE, "replicaCount": 4}, version=None
+    )
     assert result["status"] == "InProgress"
 
 
@@ -312,13 +331,13 @@ def test_update_and_delete(aws: AwsFixture) -> None:
             "clusterName": CLUSTER,
             "addonName": pins.IGW_ADDON_NAME,
             "resolveConflicts": "PRESERVE",
-            "configurationValues": '{"replicaCount":4}',
+            "configurationValues": '{"mode":"gateway","replicaCount":4}',
         },
     )
     result = operations.update(
         clients=clients,
         cluster=CLUSTER,
-        values={"replicaCount": 4},
+        values={**GATEWAY_MODE, "replicaCount": 4},
         version=None,
         resolve_conflicts="PRESERVE",
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 
-from igw.addon import schemas
+from igw.addon import chart, schemas
 from igw.config.documents import DocumentReadError, parse_text
 from igw.config.validate import validate_document
 from igw.errors import IgwToolingError
@@ -52,6 +52,22 @@ def problems(values: Mapping[str, Any]) -> list[str]:
     if not found and isinstance(config, Mapping) and "spec" in config:
         found += [f"gateway.config.{p}" for p in _igwc_problems(config)]
     return found
+
+
+def operator_mode_problems(values: Mapping[str, Any]) -> list[str]:
+    """Values the chart's ``mode: operator`` (the default) never reads, one problem each.
+
+    EKS accepts them (the schema is shared by both modes), and they silently changed nothing:
+    ``service.scheme`` or ``replicaCount`` in ``igw addon create --configuration-values`` looked applied.
+    The CDK app already refused them; the CLI now does too."""
+    if values.get("mode", "operator") != "operator":
+        return []
+    return [
+        f"{key}: has no effect with the chart's mode operator (each InferenceGatewayConfig sets its "
+        f"gateway's replicas, Service and TLS; its pods call no AWS API); remove it, or set mode: gateway"
+        for key in chart.GATEWAY_MODE_ONLY_VALUES
+        if key in values
+    ]
 
 
 def _igwc_problems(config: Mapping[str, Any]) -> list[str]:
