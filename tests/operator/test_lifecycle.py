@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import yaml
 
-from igw.operator.dataplane import CONFIG_KEY, base_name
-from igw.operator.handlers import KOPF_FINALIZER
-from igw.operator.kube import IGWC_API_VERSION
+from igw.operator.dataplane import CONFIG_KEY, DataPlaneSettings, base_name
+from igw.operator.handlers import KOPF_FINALIZER, Resync
+from igw.operator.kube import IGWC_API_VERSION, Kube
+from igw.operator.reconcile import Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod
 from tests.operator.harness import (
     OperatorThread,
@@ -396,3 +398,15 @@ def test_the_operator_relists_after_410_gone(cluster: FakeKubeApiServer, operato
     wait_condition(cluster, "after", "GatewayProgrammed")
     assert find(cluster, "Deployment", "inference", "after-gateway") is not None
     assert cluster.gone_sent >= 1, "the operator's watch should have resumed from a compacted version"
+
+
+def test_the_resync_forgets_an_object_deleted_while_the_watch_was_away(cluster: FakeKubeApiServer) -> None:
+    """A relist after a watch gap shows no DELETED event: the resync passes over what it knows and
+    drops what no longer exists, instead of reading it again every pass for good."""
+    resync = Resync(Reconciler(Kube(cluster.api_client()), DataPlaneSettings()), interval_s=60)
+    cluster.add(igwc("kept"))
+    resync.saw("ADDED", igwc("kept"))
+    resync.saw("ADDED", igwc("gone"))
+    asyncio.run(resync.pass_all())
+    assert resync.known == {("inference", "kept")}
+    assert find(cluster, "Deployment", "inference", "kept-gateway") is not None

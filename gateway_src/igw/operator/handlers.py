@@ -53,6 +53,11 @@ class Resync:
         self._interval_s = interval_s
         self._known: set[tuple[str, str]] = set()
 
+    @property
+    def known(self) -> set[tuple[str, str]]:
+        """``(namespace, name)`` of every object the next pass covers."""
+        return set(self._known)
+
     def saw(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         namespace, name = meta.get("namespace"), meta.get("name")
@@ -79,6 +84,8 @@ class Resync:
         for (namespace, name), result in zip(known, results, strict=True):
             if isinstance(result, Exception):
                 log.error("%s/%s: resync pass failed: %r", namespace, name, result)
+            elif result is False:  # deleted while the watch was away (a relist shows no DELETED)
+                self._known.discard((namespace, name))
 
 
 @dataclass(frozen=True, slots=True)

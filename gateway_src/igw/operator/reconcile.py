@@ -99,14 +99,16 @@ class Reconciler:
         self._acm = AcmImporter(self._auto_tls.acm_client_factory)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
-    async def reconcile(self, namespace: str, name: str) -> None:
+    async def reconcile(self, namespace: str, name: str) -> bool:
+        """One pass over the object; ``False`` when it no longer exists (or is being deleted)."""
         lock = self._locks.setdefault((namespace, name), asyncio.Lock())
         async with lock:
             igwc = await self._kube.get(IGWC_API_VERSION, KIND, namespace, name)
             if igwc is None or (igwc.get("metadata") or {}).get("deletionTimestamp"):
                 self._locks.pop((namespace, name), None)
-                return
+                return False
             await self._pass(igwc)
+            return True
 
     async def reconcile_bound(self, obj: Mapping[str, Any]) -> None:
         """An InferenceObjective / InferenceModelRewrite changed: reconcile its config, or mark it unbound."""
