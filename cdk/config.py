@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import jsonschema
-import yaml
 
 from igw.addon import addon_version, aws_addon, chart, configuration, pins
+from igw.config.documents import DocumentReadError, parse_text
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SCHEMA_FILE: Final = REPO_ROOT / "schemas" / "deployment-config.schema.json"
@@ -414,12 +414,17 @@ def load(path: Path) -> DeploymentConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DeploymentConfigError([f"cannot read: {exc.strerror}"], source=str(path)) from exc
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
+    except UnicodeDecodeError as exc:
         raise DeploymentConfigError(
-            [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"], source=str(path)
+            [f"cannot read: not UTF-8 text ({exc.reason})"], source=str(path)
         ) from exc
-    return parse(document, source=str(path))
+    # Read like every configuration file: syntax errors with their line, and a file nested thousands
+    # of levels deep or YAML aliases expanding past a million values refused (the former ended
+    # `make synth` in a RecursionError traceback).
+    try:
+        documents = parse_text(text, source=str(path))
+    except DocumentReadError as exc:
+        raise DeploymentConfigError([f"not valid YAML: {exc}"], source=str(path)) from exc
+    if len(documents) > 1:
+        raise DeploymentConfigError([f"one document expected, got {len(documents)}"], source=str(path))
+    return parse(documents[0].content if documents else None, source=str(path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,53 @@ def test_bad_values_fail_with_the_field(values: dict[str, Any], message: str) ->
     with pytest.raises(helm.HelmError) as caught:
         chart.render(values)
     assert message in str(caught.value)
+
+
+INJECTED = "a\n      injectedKey: true"
+"""A free-text value carrying a line break and a deeper indent: where a template writes it unquoted,
+the YAML Helm renders gains a field of the attacker's choosing (``hostNetwork: true``, say)."""
+INJECTIONS: dict[str, dict[str, Any]] = {
+    "priorityClassName": {"priorityClassName": INJECTED},
+    "nameOverride": {"nameOverride": "a\ninjectedKey: true"},
+    "issuerRef.name": {
+        "certManager": {"selfSigned": False, "issuerRef": {"name": INJECTED, "kind": "Issuer"}}
+    },
+    "issuerRef.group": {
+        "certManager": {
+            "selfSigned": False,
+            "issuerRef": {"name": "corp-ca", "kind": "Issuer", "group": "a\n    injectedKey: true"},
+        }
+    },
+    "grafanaDashboards.labelValue": {
+        "grafanaDashboards": {"enabled": True, "labelValue": 'a"\n    injectedKey: true'}
+    },
+    "imagePullSecrets": {"imagePullSecrets": [{"name": INJECTED}]},
+    "gateway.extraArgs": {"gateway": {"extraArgs": [INJECTED]}},
+    "podLabels": {"podLabels": {"a": INJECTED}},
+}
+
+
+REFUSED_INJECTIONS = ("priorityClassName", "nameOverride", "issuerRef.name", "issuerRef.group")
+"""Names Kubernetes checks anyway: the values schema now refuses what is not a DNS name."""
+
+
+@pytest.mark.parametrize("field", sorted(INJECTIONS))
+def test_free_text_values_cannot_inject_fields_into_rendered_manifests(field: str) -> None:
+    """Values reach the manifests as data, never as YAML structure: a name is refused unless it is a
+    DNS name (Helm's schema check, and EKS's configurationValues check from the same schema), free
+    text is rendered quoted. ``priorityClassName``, ``nameOverride`` and ``certManager.issuerRef``'s
+    name and group were written unquoted with no pattern: ``priorityClassName: "high\\n
+    hostNetwork: true"`` gave the gateway pods the node's network."""
+    import helm_python as helm
+
+    values = {"mode": "gateway", **INJECTIONS[field]}
+    if field in REFUSED_INJECTIONS:
+        with pytest.raises(helm.HelmError, match="schema"):
+            chart.render(values)
+        assert configuration.problems(INJECTIONS[field])
+        return
+    objects = chart.render(values)
+    assert '"injectedKey"' not in json.dumps(objects)
 
 
 @pytest.mark.parametrize("kube_version", [f"{v}.0" for v in pins.SUPPORTED_KUBERNETES_VERSIONS])

@@ -216,6 +216,21 @@ def test_a_role_is_refused_in_operator_mode_before_any_call(aws: AwsFixture) -> 
         )
 
 
+@pytest.mark.parametrize("values", [{"replicaCount": 4}, {"service": {"scheme": "internet-facing"}}])
+def test_gateway_mode_values_are_refused_in_operator_mode_before_any_call(
+    aws: AwsFixture, values: dict[str, Any]
+) -> None:
+    """EKS accepts them (one schema for both modes) and the chart's default mode, operator, never reads
+    them: ``igw addon create/update`` looked applied and changed nothing (the CDK app refused them)."""
+    clients, _, _ = aws
+    with pytest.raises(operations.AddonOperationError) as created:
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=None, values=values)
+    with pytest.raises(operations.AddonOperationError) as updated:
+        operations.update(clients=clients, cluster=CLUSTER, values=values, version=None)
+    for refused in (created, updated):
+        assert any("has no effect with the chart's mode operator" in p for p in refused.value.problems)
+
+
 def test_create_without_a_role_binds_none(aws: AwsFixture) -> None:
     clients, stubber, _ = aws
     _dependencies_installed(stubber, agent=False)
@@ -241,11 +256,15 @@ def test_update_keeps_the_irsa_role(aws: AwsFixture) -> None:
             "clusterName": CLUSTER,
             "addonName": pins.IGW_ADDON_NAME,
             "resolveConflicts": "OVERWRITE",
-            "configurationValues": '{"replicaCount":4,"serviceAccount":{"roleArn":"' + gateway + '"}}',
+            "configurationValues": '{"mode":"gateway","replicaCount":4,"serviceAccount":{"roleArn":"'
+            + gateway
+            + '"}}',
             "serviceAccountRoleArn": gateway,
         },
     )
-    result = operations.update(clients=clients, cluster=CLUSTER, values={"replicaCount": 4}, version=None)
+    result = operations.update(
+        clients=clients, cluster=CLUSTER, values={**GATEWAY_MODE, "replicaCount": 4}, version=None
+    )
     assert result["status"] == "InProgress"
 
 
@@ -312,13 +331,13 @@ def test_update_and_delete(aws: AwsFixture) -> None:
             "clusterName": CLUSTER,
             "addonName": pins.IGW_ADDON_NAME,
             "resolveConflicts": "PRESERVE",
-            "configurationValues": '{"replicaCount":4}',
+            "configurationValues": '{"mode":"gateway","replicaCount":4}',
         },
     )
     result = operations.update(
         clients=clients,
         cluster=CLUSTER,
-        values={"replicaCount": 4},
+        values={**GATEWAY_MODE, "replicaCount": 4},
         version=None,
         resolve_conflicts="PRESERVE",
     )
@@ -406,3 +425,37 @@ def test_cli_package(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(Path(schema).read_text()) == json.loads(
         (paths.REPO_ROOT / schemas.CONFIGURATION_SCHEMA_FILE).read_text()
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("replicaCount: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested deeper than 64 levels"),
+        (
+            "a: &a ["
+            + ",".join(["x"] * 10)
+            + "]\n"
+            + "".join(
+                f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]\n"
+                for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+            )
+            + "gateway: {config: {spec: {x: *i}}}\n",
+            "more than 1,000,000 values",
+        ),
+    ],
+    ids=["nested-100000-deep", "alias-bomb"],
+)
+def test_cli_refuses_configuration_values_of_a_hostile_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, reason: str
+) -> None:
+    """A values file nested 100,000 levels deep ended ``igw addon create`` in a RecursionError
+    traceback (exit 1); now it is refused like every configuration file, before any AWS call."""
+    hostile = tmp_path / "values.yaml"
+    hostile.write_text(text)
+    code = cli.main(
+        ["addon", "create", "--cluster", CLUSTER, "--configuration-values", str(hostile), "--region", REGION]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{hostile}: {reason}" in err
+    assert "Traceback" not in err

@@ -145,6 +145,42 @@ def test_unreadable_yaml_names_the_line(tmp_path: Path) -> None:
         config.load(path)
 
 
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("account: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested deeper than 64 levels"),
+        (
+            "a: &a ["
+            + ",".join(["x"] * 10)
+            + "]\n"
+            + "".join(
+                f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]\n"
+                for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+            ),
+            "more than 1,000,000 values",
+        ),
+        ("account: '1'\n---\nregion: us-west-2\n", "one document expected, got 2"),
+    ],
+    ids=["nested-100000-deep", "alias-bomb", "two-documents"],
+)
+def test_a_deployment_config_of_a_hostile_shape_is_refused_with_the_reason(
+    tmp_path: Path, text: str, reason: str
+) -> None:
+    """A file nested 100,000 levels deep ended ``make synth`` (and ``cdk synth``) in a RecursionError
+    traceback; it is read like every configuration file now."""
+    path = tmp_path / "deployment.yaml"
+    path.write_text(text)
+    with pytest.raises(config.DeploymentConfigError, match=reason):
+        config.load(path)
+
+
+def test_a_deployment_config_that_is_not_text_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "deployment.yaml"
+    path.write_bytes(b"account: \xff\xfe\n")
+    with pytest.raises(config.DeploymentConfigError, match="not UTF-8 text"):
+        config.load(path)
+
+
 def test_defaults_are_our_chart_with_image_built(example: dict[str, Any]) -> None:
     document = copy.deepcopy(example)
     del document["inference"]["addon"]["mode"]

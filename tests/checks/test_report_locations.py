@@ -64,6 +64,22 @@ def test_an_empty_folder_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "no manifests found" in " ".join(capsys.readouterr().err.split())
 
 
+@pytest.mark.parametrize("command", ["audit", "preflight"])
+@pytest.mark.parametrize(
+    "text", ["root:x:0:0:root:/root:/bin/bash\n", "# only a comment\n---\n", "- a list\n- of words\n"]
+)
+def test_a_file_without_a_kubernetes_object_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, text: str
+) -> None:
+    """``igw preflight --manifests /etc/passwd`` (a YAML string, not an object) ran every check against
+    an empty cluster and exited 0; an empty folder was already an error."""
+    named = tmp_path / "passwd"
+    named.write_text(text)
+    code, _ = cli(command, "--manifests", str(named))
+    assert code == 2
+    assert "no manifests found" in " ".join(capsys.readouterr().err.split())
+
+
 @pytest.mark.parametrize("where", ["missing-folder/report.sarif", "."], ids=["no-such-folder", "a-directory"])
 def test_a_bad_output_file_is_a_usage_error(
     tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]

@@ -261,6 +261,24 @@ CASES: list[Case] = [
         set_(f"{S1}.modelSelector.matchLabels.app", "bad value!"),
         fails=[(f"{S1}.modelSelector.matchLabels.app", "schema.pattern")],
     ),
+    # Label keys and selector values go into the label-selector query the gateway and the operator
+    # send to the API server: "a b" or "x,y" were admitted, and then every operator pass ended in the
+    # API server's 400 (a traceback, no status) and the gateway's discovery failed at run time.
+    case(
+        "bad-selector-key",
+        set_(f"{S0}.modelSelector.matchExpressions[0].key", "a b"),
+        fails=[(f"{S0}.modelSelector.matchExpressions[0].key", "schema.pattern")],
+    ),
+    case(
+        "selector-value-with-a-comma",
+        set_(f"{S0}.modelSelector.matchExpressions[0].values", ["gpu,cpu"]),
+        fails=[(f"{S0}.modelSelector.matchExpressions[0].values[0]", "schema.pattern")],
+    ),
+    case(
+        "bad-label-key",
+        set_(f"{S1}.modelSelector.matchLabels", {"app": "x", "tier!=gpu,app": "x"}),
+        fails=[(f'{S1}.modelSelector.matchLabels["tier!=gpu,app"]', "schema.propertyNames")],
+    ),
     case(
         "bad-selector-operator",
         set_(f"{S0}.modelSelector.matchExpressions[0].operator", "Like"),

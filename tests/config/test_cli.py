@@ -158,3 +158,28 @@ def test_broken_contract_exits_2(tmp_path: Path, repo_root: Path, monkeypatch: p
     (schemas / "extensions" / "open.schema.json").write_text('{"type": "object"}')
     monkeypatch.setenv("IGW_SCHEMAS_DIR", str(schemas))
     assert main(["validate", str(EXAMPLES[0])]) == 2
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://:SuperSecretToken123@redis.example:6379/0", "http://[REDACTED]@redis.example:6379/0"),
+        ("https://admin:pa55w0rd@redis.example/0", "https://[REDACTED]@redis.example/0"),
+        ("tcp://tokenOnly987654321@10.0.0.1:6379", "tcp://[REDACTED]@10.0.0.1:6379"),
+    ],
+)
+def test_a_refused_url_is_quoted_without_its_credentials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str, shown: str
+) -> None:
+    """Problem messages reach CI logs, the operator's conditions and Events and the preflight / audit
+    reports; a Redis URL with a password and a wrong scheme was quoted there whole."""
+    doc = base_document()
+    doc["spec"]["extensions"] = {"rateLimits": {"backend": "redis", "redis": {"url": url}}}
+    path = tmp_path / "redis.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["validate", "--output", "json", str(path)]) == 1
+    out, _ = capsys.readouterr()
+    secret = url.split("://", 1)[1].split("@", 1)[0]
+    assert secret not in out
+    messages = [problem["message"] for problem in json.loads(out)]
+    assert any(shown in message for message in messages), messages

@@ -8,10 +8,12 @@ laughs") made ``igw validate`` run until killed.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from igw.config.documents import MAX_NESTING, DocumentReadError, parse_text
+from igw.cli.main import main
+from igw.config.documents import MAX_FILE_BYTES, MAX_NESTING, DocumentReadError, parse_text, read_documents
 
 
 def nested_json(levels: int) -> str:
@@ -57,3 +59,22 @@ def test_a_few_shared_aliases_are_fine() -> None:
 def test_an_alias_inside_itself_is_refused() -> None:
     with pytest.raises(DocumentReadError, match="an alias refers to a value that contains it"):
         parse_text("a: &a [1, *a]\n", source="f")
+
+
+def test_a_file_larger_than_the_limit_is_refused_without_reading_it_all(tmp_path: Path) -> None:
+    """``igw validate /dev/zero`` read until it ran out of memory (MemoryError traceback); the same
+    read serves the gateway's hot reload, endpoints files and sim specs."""
+    with pytest.raises(DocumentReadError, match="larger than 16 MiB"):
+        read_documents(Path("/dev/zero"))
+    large = tmp_path / "large.yaml"
+    large.write_bytes(b"# " + b"x" * MAX_FILE_BYTES + b"\n")
+    with pytest.raises(DocumentReadError, match="larger than 16 MiB"):
+        read_documents(large)
+    at_the_limit = tmp_path / "limit.yaml"
+    at_the_limit.write_bytes(b"a: 1\n# " + b"x" * (MAX_FILE_BYTES - 8) + b"\n")
+    assert [d.content for d in read_documents(at_the_limit)] == [{"a": 1}]
+
+
+def test_the_command_line_names_a_file_too_large(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "/dev/zero"]) == 2
+    assert "/dev/zero: larger than 16 MiB" in capsys.readouterr().out

@@ -267,23 +267,43 @@ class KubeStore:
             new["apiVersion"] = kind.api_version
             new["kind"] = kind.kind
             new["metadata"]["resourceVersion"] = self._bump()
-            self._objects[key] = new
-            self._record(kind, namespace, "MODIFIED", new, previous=current)
+            deleting = current["metadata"].get("deletionTimestamp")
+            if deleting:  # being deleted: the timestamp stays, and the last finalizer's removal deletes
+                new["metadata"]["deletionTimestamp"] = deleting
+            if deleting and not new["metadata"].get("finalizers"):
+                del self._objects[key]
+                self._record(kind, namespace, "DELETED", new)
+                self._collect_dependents(str(new["metadata"].get("uid", "")))
+            else:
+                self._objects[key] = new
+                self._record(kind, namespace, "MODIFIED", new, previous=current)
             result = copy.deepcopy(new)
         self.on_change()
         return result
 
     def delete(self, kind: ResourceKind, namespace: str, name: str) -> dict[str, Any]:
-        """Delete one object and, like the garbage collector, every object it owns (transitively)."""
+        """Delete one object and, like the garbage collector, every object it owns (transitively).
+
+        An object with ``metadata.finalizers`` is only marked (``deletionTimestamp``, a MODIFIED
+        event) and stays until a write removes its last finalizer, as the API server does: with the
+        controller that owns the finalizer gone, ``kubectl delete`` waits for good."""
         with self._lock:
             key = (kind.key, namespace, name)
-            obj = self._objects.pop(key, None)
+            obj = self._objects.get(key)
             if obj is None:
                 raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
-            obj["metadata"]["resourceVersion"] = self._bump()
-            self._record(kind, namespace, "DELETED", obj)
+            if obj["metadata"].get("finalizers"):
+                if not obj["metadata"].get("deletionTimestamp"):
+                    previous = copy.deepcopy(obj)
+                    obj["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    obj["metadata"]["resourceVersion"] = self._bump()
+                    self._record(kind, namespace, "MODIFIED", obj, previous=previous)
+            else:
+                del self._objects[key]
+                obj["metadata"]["resourceVersion"] = self._bump()
+                self._record(kind, namespace, "DELETED", obj)
+                self._collect_dependents(str(obj["metadata"].get("uid", "")))
             result = copy.deepcopy(obj)
-            self._collect_dependents(str(obj["metadata"].get("uid", "")))
         self.on_change()
         return result
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from igw.operator.kube import IGWC_API_VERSION, Kube
-from tests.fakes.kube_api import running_fake_kube
+from tests.fakes.kube_api import KubeStore, running_fake_kube
+from tests.fakes.kube_store import ResourceKind
 from tests.operator.harness import install_crd
 
 KINDS = [
@@ -63,3 +65,72 @@ def test_resource_lookups_from_many_threads_at_once_all_succeed() -> None:
             assert {(r.api_version, r.kind) for r in run.found} == {(v.split("/")[-1], k) for v, k in KINDS}
             assert len(run.found) == len(KINDS) * 2
             assert run.kube._resource("apps/v1", "Deployment") is run.kube._resource("apps/v1", "Deployment")
+
+
+def _config_map(text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "chat-gateway-config", "namespace": "inference", "labels": {"app": "igw"}},
+        "data": {"config.yaml": text},
+    }
+
+
+def _edit(store: KubeStore, edit: Callable[[dict[str, Any]], None]) -> None:
+    kind = store.kind_for(api_version="v1", kind="ConfigMap")
+    stored = store.get(kind, "inference", "chat-gateway-config")
+    edit(stored)
+    stored["metadata"].pop("resourceVersion")
+    store.replace(kind, "inference", "chat-gateway-config", stored)
+
+
+def _served(store: KubeStore) -> str:
+    kind = store.kind_for(api_version="v1", kind="ConfigMap")
+    return str(store.get(kind, "inference", "chat-gateway-config")["data"]["config.yaml"])
+
+
+def test_apply_puts_back_an_edited_field_and_ignores_fields_others_add() -> None:
+    """``kubectl edit`` of a field the operator writes keeps the applied-hash annotation: the hash
+    alone never noticed it, and an edited ConfigMap (say, with ``spec.auth`` removed) was served for
+    good while the object's status said all was well."""
+    wanted = _config_map("spec: {auth: {jwt: {}}}\n")
+    with running_fake_kube() as server:
+        kube = Kube(server.api_client())
+        assert kube._apply(wanted) is True
+        assert kube._apply(wanted) is False
+
+        def add_fields(obj: dict[str, Any]) -> None:
+            obj["metadata"]["labels"]["team"] = "ml"
+            obj["metadata"]["annotations"]["note"] = "added by someone else"
+            obj["data"]["notes.txt"] = "not read by the gateway"
+
+        _edit(server.store, add_fields)
+        assert kube._apply(wanted) is False
+
+        def strip_auth(obj: dict[str, Any]) -> None:
+            obj["data"]["config.yaml"] = "spec: {}\n"
+
+        _edit(server.store, strip_auth)
+        assert kube._apply(wanted) is True
+        assert _served(server.store) == "spec: {auth: {jwt: {}}}\n"
+        assert kube._apply(wanted) is False
+
+
+class _NormalisingStore(KubeStore):
+    """Stores ``data.size`` in its own canonical form, as the API server stores quantities."""
+
+    def create(self, kind: ResourceKind, namespace: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        body = dict(obj)
+        if "size" in (body.get("data") or {}):
+            body["data"] = {**body["data"], "size": "500m"}
+        return super().create(kind, namespace, body)
+
+
+def test_a_value_the_server_stores_in_its_own_form_is_not_rewritten_on_every_pass() -> None:
+    wanted = {**_config_map("spec: {}\n"), "data": {"config.yaml": "spec: {}\n", "size": "0.5"}}
+    with running_fake_kube(store=_NormalisingStore()) as server:
+        kube = Kube(server.api_client())
+        assert kube._apply(wanted) is True
+        assert kube._apply(wanted) is False
+        _edit(server.store, lambda obj: obj["data"].update({"size": "2"}))
+        assert kube._apply(wanted) is True

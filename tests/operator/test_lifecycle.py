@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import yaml
 
-from igw.operator.dataplane import CONFIG_KEY
+from igw.operator.dataplane import CONFIG_KEY, DataPlaneSettings, base_name
+from igw.operator.handlers import KOPF_FINALIZER, Resync
+from igw.operator.kube import IGWC_API_VERSION, Kube
+from igw.operator.reconcile import Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod
 from tests.operator.harness import (
     OperatorThread,
@@ -31,6 +35,12 @@ DATA_PLANE_KINDS = {
     "PodDisruptionBudget",
     "NetworkPolicy",
 }
+
+
+def _served_spec_of(kube: FakeKubeApiServer, base: str) -> str:
+    config_map = find(kube, "ConfigMap", "inference", f"{base}-config")
+    assert config_map is not None
+    return str(config_map["data"][CONFIG_KEY])
 
 
 def _served_spec(kube: FakeKubeApiServer, name: str) -> dict[str, object]:
@@ -198,6 +208,150 @@ def test_deleted_child_is_put_back(cluster: FakeKubeApiServer, operator: Operato
     wait_for(lambda: find(cluster, "NetworkPolicy", "inference", "chat-gateway"), what="network policy again")
 
 
+def _edit_served(kube: FakeKubeApiServer, name: str, text: str) -> None:
+    """Rewrite the served ConfigMap as ``kubectl edit`` would: its applied-hash annotation stays."""
+    kind = kube.store.kind_for(api_version="v1", kind="ConfigMap")
+    stored = kube.store.get(kind, "inference", f"{name}-gateway-config")
+    stored["data"][CONFIG_KEY] = text
+    stored["metadata"].pop("resourceVersion")
+    kube.store.replace(kind, "inference", f"{name}-gateway-config", stored)
+
+
+def test_edited_served_config_is_put_back(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
+    """Someone who may edit ConfigMaps strips the JWT requirement from the served config: the operator
+    writes the admitted spec back at the next pass (it did not: the applied hash was unchanged)."""
+    secured = igwc("chat")
+    secured["spec"]["auth"] = {
+        "jwt": {
+            "provider": {
+                "name": "idp",
+                "issuer": "https://idp.example.com",
+                "remoteJWKS": {"uri": "https://idp.example.com/jwks.json"},
+                "audiences": ["inference"],
+            }
+        }
+    }
+    cluster.add(secured)
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+    admitted = _served_spec(cluster, "chat")
+    assert "auth" in admitted
+    stripped = {**admitted}
+    del stripped["auth"]
+    document = {
+        "apiVersion": secured["apiVersion"],
+        "kind": secured["kind"],
+        "metadata": {"name": "chat", "namespace": "inference"},
+    }
+    _edit_served(cluster, "chat", yaml.safe_dump({**document, "spec": stripped}))
+    wait_for(lambda: _served_spec(cluster, "chat") == admitted, what="the admitted spec served again")
+
+
+def test_unreadable_served_config_under_a_refused_spec_is_reported(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """The pass read the served ConfigMap with no checks: an edited one ended every pass in a
+    KeyError traceback, and the status never changed again."""
+    cluster.add(igwc("chat"))
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+    admitted = _served_spec(cluster, "chat")
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(bogus=1))
+    wait_condition(cluster, "chat", "Accepted", "False")
+    _edit_served(cluster, "chat", "hacked: true\n")
+    programmed = wait_condition(cluster, "chat", "GatewayProgrammed", "False")
+    assert programmed["reason"] == "ServedConfigInvalid"
+    assert "ConfigMap inference/chat-gateway-config" in programmed["message"]
+    update_spec(cluster, "inference", "chat", lambda spec: spec.pop("bogus"))
+    wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+    assert _served_spec(cluster, "chat") == admitted
+
+
+def test_two_configs_whose_names_give_one_data_plane_name_do_not_fight_over_it(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """``1abc`` (a leading digit: shortened with its digest) and a config named after that shortened
+    stem share ``<stem>-gateway``. Each pass replaced the other's objects: the Deployment's
+    generation climbed on every resync (a rollout each time) and the served ConfigMap flipped between
+    the two models, while both objects said Programmed. Now the first keeps it, the second is told."""
+    stem = base_name("1abc").removesuffix("-gateway")
+    cluster.add(igwc("1abc", model="first", app="first"))
+    shared = base_name("1abc")
+    first = wait_for(lambda: find(cluster, "Deployment", "inference", shared), what="the first data plane")
+    cluster.add(igwc(stem, model="second", app="second"))
+    refused = wait_condition(cluster, stem, "GatewayProgrammed", "False")
+    assert refused["reason"] == "ApplyFailed"
+    assert '"1abc"' in refused["message"]
+    assert "already exists and is controlled by" in refused["message"]
+    wait_condition(cluster, "1abc", "GatewayProgrammed", "True")
+    deployment = find(cluster, "Deployment", "inference", shared)
+    assert deployment is not None
+    assert deployment["metadata"]["generation"] == first["metadata"]["generation"]
+    assert deployment["metadata"]["ownerReferences"][0]["name"] == "1abc"
+    assert "first" in _served_spec_of(cluster, shared)
+    # The refused object does not report the other one's data plane as its own.
+    loser = find(cluster, "InferenceGatewayConfig", "inference", stem)
+    assert loser is not None
+    assert (loser["status"]["models"], loser["status"]["address"]) == ("", "")
+
+
+def test_an_object_created_outside_the_operator_is_not_taken_over(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "chat-gateway-config", "namespace": "inference"},
+        "data": {"config.yaml": "someone else's file\n"},
+    }
+    cluster.add(theirs)
+    cluster.add(igwc("chat"))
+    refused = wait_condition(cluster, "chat", "GatewayProgrammed", "False")
+    assert refused["reason"] == "ApplyFailed"
+    assert "created outside the operator" in refused["message"]
+    kept = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+    assert kept is not None
+    assert kept["data"] == theirs["data"]
+    assert find(cluster, "Deployment", "inference", "chat-gateway") is None
+
+
+def _passes(kube: FakeKubeApiServer, name: str) -> int:
+    """GETs of the object by name: one per reconciliation pass."""
+    return sum(
+        1
+        for method, path, _ in list(kube.requests)
+        if method == "GET" and path.endswith(f"/inferencegatewayconfigs/{name}")
+    )
+
+
+def _finalizers(kube: FakeKubeApiServer, name: str) -> list[str]:
+    obj = find(kube, "InferenceGatewayConfig", "inference", name)
+    assert obj is not None
+    return list(obj["metadata"].get("finalizers") or [])
+
+
+def test_no_finalizer_so_deleting_never_waits_for_the_operator(
+    cluster: FakeKubeApiServer, kubeconfig: Path
+) -> None:
+    """kopf puts a finalizer on every object a ``kopf.timer`` runs for: with the operator stopped or
+    uninstalled, ``kubectl delete igwc`` (and deleting the CRD or the namespace) waited for good,
+    although docs/operating.md says no finalizer is involved. The resync is our own loop now, and the
+    finalizer an older operator left is removed."""
+    left_behind = igwc("legacy", model="legacy", app="legacy")
+    left_behind["metadata"]["finalizers"] = [KOPF_FINALIZER]
+    cluster.add(left_behind)
+    with running_operator(kubeconfig):
+        cluster.add(igwc("chat"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        wait_for(lambda: _finalizers(cluster, "legacy") == [], what="the old finalizer removed")
+        # three more passes (each reads the object first) and still none
+        reads = _passes(cluster, "chat")
+        wait_for(lambda: _passes(cluster, "chat") >= reads + 3, what="three resync passes")
+        assert _finalizers(cluster, "chat") == []
+    kind = cluster.store.kind_for(api_version=IGWC_API_VERSION, kind="InferenceGatewayConfig")
+    for name in ("chat", "legacy"):
+        cluster.store.delete(kind, "inference", name)
+        assert find(cluster, "InferenceGatewayConfig", "inference", name) is None
+
+
 def test_same_model_in_two_configs_is_a_conflict_on_the_newer(
     cluster: FakeKubeApiServer, operator: OperatorThread
 ) -> None:
@@ -244,3 +398,15 @@ def test_the_operator_relists_after_410_gone(cluster: FakeKubeApiServer, operato
     wait_condition(cluster, "after", "GatewayProgrammed")
     assert find(cluster, "Deployment", "inference", "after-gateway") is not None
     assert cluster.gone_sent >= 1, "the operator's watch should have resumed from a compacted version"
+
+
+def test_the_resync_forgets_an_object_deleted_while_the_watch_was_away(cluster: FakeKubeApiServer) -> None:
+    """A relist after a watch gap shows no DELETED event: the resync passes over what it knows and
+    drops what no longer exists, instead of reading it again every pass for good."""
+    resync = Resync(Reconciler(Kube(cluster.api_client()), DataPlaneSettings()), interval_s=60)
+    cluster.add(igwc("kept"))
+    resync.saw("ADDED", igwc("kept"))
+    resync.saw("ADDED", igwc("gone"))
+    asyncio.run(resync.pass_all())
+    assert resync.known == {("inference", "kept")}
+    assert find(cluster, "Deployment", "inference", "kept-gateway") is not None

@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from igw.operator.admission import Refusal
+from jsonschema import Draft202012Validator
+
+from igw.config.crd import build_crd
+from igw.operator.admission import Refusal, admit
 from igw.operator.status import Observation, compute_status
 from tests.fakes.kube_api import make_pod
 
@@ -172,3 +175,41 @@ def test_auto_issue_tls_pending_then_reported_in_status() -> None:
     with_arn = {**SPEC, "tls": {"acmArn": arn}}
     status, _ = compute_status(_igwc(), _seen({}, served_spec=with_arn), now=NOW)
     assert status["tls"] == {"acmArn": arn}
+
+
+def test_the_status_of_a_spec_with_every_scheduler_invalid_fits_the_crd_s_status_schema() -> None:
+    """100 invalid schedulers give about 50,000 characters of problems; the Accepted condition carried
+    them all, past metav1.Condition's 32,768, so a real API server refused the whole status write and
+    the pass ended in a traceback (the fake API server does not check status against the CRD)."""
+    bad = {
+        "bbr": {"enabled": True},
+        "schedulers": [
+            {
+                "name": f"s{i}",
+                "modelName": "same",
+                "modelSelector": {"matchLabels": {"app": "bad value!"}},
+                "targetPort": 0,
+                f"bogus{i}": 1,
+            }
+            for i in range(100)
+        ],
+    }
+    igwc = {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+        "kind": "InferenceGatewayConfig",
+        "metadata": {"name": "chat", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": bad,
+    }
+    refusal = admit(igwc, [])
+    assert refusal is not None
+    assert len(refusal.message) > 40_000
+    status, transitions = compute_status(
+        igwc, _seen({}, refusal=refusal, programmed=False, served_spec=None, deployment=None), now=NOW
+    )
+    crd = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    errors = [e.message[:120] for e in Draft202012Validator(crd["properties"]["status"]).iter_errors(status)]
+    assert errors == []
+    accepted = next(c for c in status["conditions"] if c["type"] == "Accepted")
+    assert accepted["message"].startswith(refusal.messages[0])
+    assert accepted["message"].endswith("characters in all; igw validate lists every problem)")
+    assert all(len(t.message) <= 32768 for t in transitions)

@@ -12,9 +12,9 @@ from functools import lru_cache
 from typing import Any
 
 import jsonschema
-import yaml
 
-from igw.addon import schemas
+from igw.addon import chart, schemas
+from igw.config.documents import DocumentReadError, parse_text
 from igw.config.validate import validate_document
 from igw.errors import IgwToolingError
 
@@ -54,6 +54,22 @@ def problems(values: Mapping[str, Any]) -> list[str]:
     return found
 
 
+def operator_mode_problems(values: Mapping[str, Any]) -> list[str]:
+    """Values the chart's ``mode: operator`` (the default) never reads, one problem each.
+
+    EKS accepts them (the schema is shared by both modes), and they silently changed nothing:
+    ``service.scheme`` or ``replicaCount`` in ``igw addon create --configuration-values`` looked applied.
+    The CDK app already refused them; the CLI now does too."""
+    if values.get("mode", "operator") != "operator":
+        return []
+    return [
+        f"{key}: has no effect with the chart's mode operator (each InferenceGatewayConfig sets its "
+        f"gateway's replicas, Service and TLS; its pods call no AWS API); remove it, or set mode: gateway"
+        for key in chart.GATEWAY_MODE_ONLY_VALUES
+        if key in values
+    ]
+
+
 def _igwc_problems(config: Mapping[str, Any]) -> list[str]:
 
     document = {
@@ -65,16 +81,21 @@ def _igwc_problems(config: Mapping[str, Any]) -> list[str]:
     return [str(problem) for problem in validate_document(document)]
 
 
-def parse(text: str) -> dict[str, Any]:
-    """Decode ``configurationValues`` (JSON or YAML, as the EKS API and CLI accept) into a mapping."""
+def parse(text: str, *, source: str = "configuration values") -> dict[str, Any]:
+    """Decode ``configurationValues`` (JSON or YAML, as the EKS API and CLI accept) into a mapping.
+
+    Read like every configuration file (:mod:`igw.config.documents`): a file nested thousands of
+    levels deep ended ``igw addon create`` in a ``RecursionError`` traceback, and YAML aliases
+    expanding to billions of values would have been walked by the schema check and ``json.dumps``."""
     if not text.strip():
         return {}
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise ConfigurationValuesError([f"{where}not valid JSON or YAML"]) from exc
+        documents = parse_text(text, source=source)
+    except DocumentReadError as exc:
+        raise ConfigurationValuesError([f"not valid JSON or YAML, or refused: {exc}"]) from exc
+    if len(documents) > 1:
+        raise ConfigurationValuesError([f"(root): one document expected, got {len(documents)}"])
+    data = documents[0].content if documents else None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -132,6 +132,7 @@ def create(
 ) -> dict[str, Any]:
     """Install the add-on; returns its final description (or the creation response without ``wait``)."""
     problems = [f"configurationValues.{p}" for p in configuration.problems(values)]
+    problems += [f"configurationValues.{p}" for p in configuration.operator_mode_problems(values)]
     try:
         addon_version.AddonVersion.parse(version)
     except addon_version.AddonVersionError as exc:
@@ -179,7 +180,12 @@ def update(
 ) -> dict[str, Any]:
     """Change the add-on's version and/or configuration values (validated first)."""
     problems = (
-        [f"configurationValues.{p}" for p in configuration.problems(values)] if values is not None else []
+        [
+            f"configurationValues.{p}"
+            for p in (*configuration.problems(values), *configuration.operator_mode_problems(values))
+        ]
+        if values is not None
+        else []
     )
     if version is not None:
         try:

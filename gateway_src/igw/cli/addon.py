@@ -150,7 +150,9 @@ def run(args: argparse.Namespace) -> int:
             return 0
         values = None
         if args.configuration_values is not None:
-            values = configuration.parse(args.configuration_values.read_text(encoding="utf-8"))
+            values = configuration.parse(
+                args.configuration_values.read_text(encoding="utf-8"), source=str(args.configuration_values)
+            )
         waiter = None
         if not args.no_wait:
             waiter = operations.Waiter(

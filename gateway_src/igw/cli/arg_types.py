@@ -21,9 +21,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Generic, TypeVar
+from urllib.parse import urlsplit
 
 Number = TypeVar("Number", int, float)
 
@@ -168,3 +170,55 @@ def output_file(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text!r} is a directory, expected a file name")
     output_directory(str(path.parent))
     return path
+
+
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def namespace_name(text: str) -> str:
+    """A Kubernetes namespace name (an RFC 1123 label): ``--namespace Bad_NS`` was watched silently,
+    and matched nothing."""
+    if not _DNS_LABEL.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a namespace name (at most 63 lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit)"
+        )
+    return text
+
+
+def object_name(text: str) -> str:
+    """A Kubernetes object name (an RFC 1123 subdomain), e.g. a Lease's."""
+    if not _DNS_SUBDOMAIN.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an object name (at most 253 lower-case letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit)"
+        )
+    return text
+
+
+def container_image(text: str) -> str:
+    """A container image reference written into pod specs: not empty, no whitespace or control
+    characters (an empty ``--gateway-image`` made every Deployment the operator applied invalid)."""
+    if not text or any(ch.isspace() or not ch.isprintable() for ch in text) or len(text) > 4096:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an image reference "
+            "(e.g. 123456789012.dkr.ecr.us-west-2.amazonaws.com/igw:0.1.0)"
+        )
+    return text
+
+
+def http_url(text: str) -> str:
+    """An ``http://`` or ``https://`` URL with a host and, if given, a port in 1-65535: ``notaurl``
+    was passed to every gateway pod as its OTLP endpoint, and ``http://host:99999`` made every
+    operator pass fail ("Port out of range") when it built the NetworkPolicy."""
+    parts = urlsplit(text)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0 or port == -1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http:// or https:// URL with a host (and a valid port)"
+        )
+    return text

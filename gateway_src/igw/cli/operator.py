@@ -16,7 +16,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from igw.cli.arg_types import NON_NEGATIVE_INT, PORT, POSITIVE
+from igw.cli.arg_types import (
+    NON_NEGATIVE_INT,
+    PORT,
+    POSITIVE,
+    container_image,
+    http_url,
+    namespace_name,
+    object_name,
+)
 
 HELP = "Run the operator: reconcile InferenceGatewayConfig objects into gateway data planes."
 
@@ -30,12 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--namespace",
         action="append",
+        type=namespace_name,
         default=[],
         metavar="NS",
         help="watch only this namespace (repeatable); default: all namespaces",
     )
     parser.add_argument(
         "--gateway-image",
+        type=container_image,
         default="public.ecr.aws/igw/inference-gateway:0.1.0",
         metavar="IMAGE",
         help="image of the gateway pods the operator creates",
@@ -56,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     observability.add_argument(
         "--gateway-otlp-endpoint",
+        type=http_url,
         metavar="URL",
         help="OTEL_EXPORTER_OTLP_ENDPOINT of the gateway pods: they export traces there",
     )
@@ -76,8 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     election.add_argument(
         "--no-leader-election", action="store_true", help="act without a Lease (one replica only)"
     )
-    election.add_argument("--lease-name", default="igw-operator", help="default igw-operator")
-    election.add_argument("--lease-namespace", default="kube-system", help="default kube-system")
+    election.add_argument(
+        "--lease-name", type=object_name, default="igw-operator", help="default igw-operator"
+    )
+    election.add_argument(
+        "--lease-namespace", type=namespace_name, default="kube-system", help="default kube-system"
+    )
     election.add_argument("--identity", help="this replica's holder identity (default: host name and pid)")
     parser.add_argument(
         "--health-port", type=PORT, metavar="PORT", help="serve GET /healthz on this port (probes)"

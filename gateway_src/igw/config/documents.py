@@ -30,6 +30,11 @@ MAX_EXPANDED_NODES = 1_000_000
 what every later step (schema validation, the runtime build) walks."""
 
 
+MAX_FILE_BYTES = 16 * 2**20
+"""Largest configuration file read (16 MiB): a real InferenceGatewayConfig is a few KB, a ConfigMap at
+most 1 MiB, an endpoints file for a thousand pods about 100 KB."""
+
+
 class DocumentReadError(IgwConfigError, ValueError):
     """The file cannot be read or parsed; the message names the file and, for syntax, the line."""
 
@@ -189,9 +194,22 @@ def parse_text(text: str, *, source: str) -> list[SourceDocument]:
 
 
 def read_documents(path: str | Path) -> list[SourceDocument]:
-    """Read and parse one file (``-`` is standard input); ``DocumentReadError`` if unreadable or malformed."""
+    """Read and parse one file (``-`` is standard input); ``DocumentReadError`` if unreadable or malformed.
+
+    At most :data:`MAX_FILE_BYTES` are read: ``igw validate /dev/zero`` (or a runaway file the gateway
+    hot-reloads) read until the process ran out of memory and ended in a ``MemoryError`` traceback."""
+    too_large = DocumentReadError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB; not read further")
     try:
-        text = sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8")
+        if str(path) == "-":
+            text = sys.stdin.read(MAX_FILE_BYTES + 1)
+            if len(text) > MAX_FILE_BYTES:
+                raise too_large
+        else:
+            with Path(path).open("rb") as file:
+                data = file.read(MAX_FILE_BYTES + 1)
+            if len(data) > MAX_FILE_BYTES:
+                raise too_large
+            text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DocumentReadError(f"{path}: cannot read file: {exc}") from exc
     return parse_text(text, source=str(path))

@@ -10,6 +10,7 @@ pattern) instead of the regular expression.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -37,8 +38,24 @@ def json_type(value: Any) -> str:
     return type(value).__name__
 
 
+_URL_CREDENTIALS: Final = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s\"]+@")
+"""The user-info part of a URL (``redis://:token@host``): a password or token, by RFC 3986's design."""
+CREDENTIALS_MASK: Final = "[REDACTED]"
+
+
+def mask_url_credentials(text: str) -> str:
+    """``text`` with the user-info of every URL in it masked (``rediss://[REDACTED]@host:6379``)."""
+    return _URL_CREDENTIALS.sub(lambda found: f"{found.group(1)}{CREDENTIALS_MASK}@", text)
+
+
 def show(value: Any) -> str:
-    text = json.dumps(value, default=str)
+    """A value as a problem message quotes it: JSON, cut at 60 characters, and never a credential.
+
+    The messages travel far beyond the file: ``igw validate`` output in CI logs, the operator's
+    ``Accepted`` condition and Events (readable by anyone with the cluster's ``view`` role), and
+    ``igw preflight`` / ``igw audit`` reports (SARIF uploaded to code scanning). A Redis URL with a
+    password in a wrong scheme was quoted whole in all of them."""
+    text = mask_url_credentials(json.dumps(value, default=str))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -59,7 +76,12 @@ class ProblemCollector:
         inst: Any = error.instance
         schema: Mapping[str, Any] = error.schema if isinstance(error.schema, Mapping) else {}
         hint = schema.get("x-igw-hint")
-        if kind == "additionalProperties" and isinstance(inst, Mapping):
+        if "propertyNames" in error.relative_schema_path and isinstance(inst, str):
+            # A map's key (a label key): blamed on the key itself. The CRD cannot say this
+            # (structural schemas have no propertyNames); igw validate and the operator's admission do.
+            wanted = hint or f"a key matching {value}"
+            self.add((*parts, inst), f"key must be {wanted}; got {show(inst)}", "schema.propertyNames")
+        elif kind == "additionalProperties" and isinstance(inst, Mapping):
             known = schema.get("properties", {})
             for key in inst:
                 if key not in known:

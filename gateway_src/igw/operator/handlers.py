@@ -2,9 +2,12 @@
 
 kopf watches InferenceGatewayConfig objects (list + watch with bookmarks, re-listing after 410 Gone)
 and calls :meth:`~igw.operator.reconcile.Reconciler.reconcile` on create, on spec/label/annotation
-changes, when the operator (re)starts, and every ``resync_s`` from a timer - the timer keeps the
-status current as pods and rollouts change and puts back data-plane objects someone deleted. Every
-event of an InferenceObjective or InferenceModelRewrite re-runs the pass of the config it binds to.
+changes and when the operator (re)starts; :class:`Resync` passes over every object it has seen every
+``resync_s`` - it keeps the status current as pods and rollouts change and puts back data-plane
+objects someone deleted or edited. That loop is ours, not a ``kopf.timer``: kopf puts a finalizer on
+every object a timer runs for, so with the operator stopped or uninstalled ``kubectl delete igwc``
+(and deleting the CRD, or the add-on's namespace) hung for good. Every event of an
+InferenceObjective or InferenceModelRewrite re-runs the pass of the config it binds to.
 
 kopf keeps its own bookkeeping in annotations under ``operator.igw.dev/`` (the CRD's status is a
 closed schema, so kopf's default ``status.kopf`` stanza would be pruned), posts no Events of its
@@ -17,6 +20,8 @@ runs leaves that certificate behind, found by its ``igw.dev/inference-gateway-co
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -32,6 +37,55 @@ from igw.operator.bindings import pool_name
 from igw.operator.reconcile import Reconciler
 
 KOPF_PREFIX: Final = "operator.igw.dev"
+KOPF_FINALIZER: Final = "kopf.zalando.org/KopfFinalizerMarker"
+"""What kopf adds while a timer or daemon runs for an object (older operators did); kopf removes it
+from every object it processes once no handler needs it."""
+
+log = logging.getLogger("igw.operator")
+
+
+class Resync:
+    """Every ``interval_s``, one reconciliation pass over each InferenceGatewayConfig the watch has
+    shown (and not shown deleted), concurrently; a failing pass is logged and retried next time."""
+
+    def __init__(self, reconciler: Reconciler, interval_s: float) -> None:
+        self._reconciler = reconciler
+        self._interval_s = interval_s
+        self._known: set[tuple[str, str]] = set()
+
+    @property
+    def known(self) -> set[tuple[str, str]]:
+        """``(namespace, name)`` of every object the next pass covers."""
+        return set(self._known)
+
+    def saw(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        namespace, name = meta.get("namespace"), meta.get("name")
+        if not namespace or not name:
+            return
+        if event_type == "DELETED":
+            self._known.discard((str(namespace), str(name)))
+        else:
+            self._known.add((str(namespace), str(name)))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self._interval_s)
+            except TimeoutError:
+                await self.pass_all()
+
+    async def pass_all(self) -> None:
+        known = sorted(self._known)
+        results = await asyncio.gather(
+            *(self._reconciler.reconcile(namespace, name) for namespace, name in known),
+            return_exceptions=True,
+        )
+        for (namespace, name), result in zip(known, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("%s/%s: resync pass failed: %r", namespace, name, result)
+            elif result is False:  # deleted while the watch was away (a relist shows no DELETED)
+                self._known.discard((namespace, name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +114,13 @@ def build_settings() -> kopf.OperatorSettings:
 
 
 def build_registry(
-    reconciler: Reconciler, connect: Callable[[], Connection], *, resync_s: float
+    reconciler: Reconciler, connect: Callable[[], Connection], *, resync: Resync
 ) -> kopf.OperatorRegistry:
     """A private registry (several operators can run in one process, as the tests do).
 
     ``connect`` is asked again whenever kopf logs in anew (after a 401), so a rotated service-account
-    token is picked up.
+    token is picked up. No handler here makes kopf add a finalizer (no timer, daemon or mandatory
+    deletion handler): ``tests/operator/test_lifecycle.py`` checks that objects carry none.
     """
     registry = kopf.OperatorRegistry()
     resource = (API_GROUP, API_VERSION, PLURAL)
@@ -93,12 +148,9 @@ def build_registry(
 
     @kopf.on.event(*resource, registry=registry, id="forget-on-delete")
     async def forget(event: Mapping[str, Any], **_: Any) -> None:
+        resync.saw(event.get("type"), event.get("object") or {})
         if event.get("type") == "DELETED":
             await reconciler.forget(event.get("object") or {})
-
-    kopf.timer(*resource, registry=registry, id="resync", interval=resync_s, initial_delay=resync_s)(
-        reconcile
-    )
 
     # InferenceObjective / InferenceModelRewrite: any change (deletion included) re-runs the pass of
     # the config they bind to, which merges them and writes their conditions.

@@ -3,7 +3,12 @@
 The ``kubernetes`` client is synchronous; every call runs in a worker thread so kopf's event loop
 never blocks. Objects go in and come out as plain dicts. :meth:`Kube.apply` is create-or-replace
 keyed by a hash of the desired object stored in an annotation: an unchanged object is not
-written again (no churn, no spurious rollouts), a changed or deleted one is put back.
+written again (no churn, no spurious rollouts), a changed or deleted one is put back. "Changed"
+covers both sides: what the operator wants (the hash differs) and what someone else edited in the
+fields the operator sets (a ``kubectl edit`` of the served ConfigMap keeps the annotation, so the
+hash alone never noticed it; fields the API server or controllers add are not compared). An
+existing object of the same name that another owner (or none) controls is never replaced:
+:class:`NotOwnedError` instead, which the pass reports on the object (``ApplyFailed``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
+from igw.errors import IgwToolingError
 
 APPLIED_HASH: Final = f"{API_GROUP}/applied-hash"
 IGWC_API_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
@@ -25,6 +31,41 @@ _KEPT_SERVICE_FIELDS: Final = ("clusterIP", "clusterIPs", "healthCheckNodePort",
 
 def desired_hash(obj: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def managed_view(current: Any, desired: Any) -> Any:
+    """``current`` narrowed to what ``desired`` sets: mappings to the keys ``desired`` has, lists item
+    by item when their lengths agree, anything else as it is. Equal to ``desired`` exactly when no one
+    changed a field the operator writes; defaults, ``status``, a Service's cluster IP or annotations
+    others add do not count."""
+    if isinstance(desired, Mapping):
+        if not isinstance(current, Mapping):
+            return current
+        return {key: managed_view(current[key], value) for key, value in desired.items() if key in current}
+    if isinstance(desired, list):
+        if not isinstance(current, list) or len(current) != len(desired):
+            return current
+        return [managed_view(c, d) for c, d in zip(current, desired, strict=True)]
+    return current
+
+
+class NotOwnedError(IgwToolingError):
+    """A data-plane object of that name exists and is controlled by something else (or by nothing):
+    the operator neither replaces nor adopts it."""
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def _holder(obj: Mapping[str, Any]) -> str:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return f'{ref.get("kind")} "{ref.get("name")}" (uid {ref.get("uid")})'
+    return "no controller (created outside the operator)"
 
 
 class Kube:
@@ -36,6 +77,11 @@ class Kube:
         self._dynamic: Any = None
         self._discovery_lock = threading.Lock()
         self._resources: dict[tuple[str, str], Any] = {}
+        self._stored: dict[tuple[str, str, str, str], str] = {}
+        """Per object written: the hash of :func:`managed_view` of what the API server stored. Where
+        it normalises a value (a quantity such as ``0.5`` stored as ``500m``) the stored form never
+        equals the desired one; it is then accepted as written instead of being replaced again on
+        every pass."""
 
     def _resource(self, api_version: str, kind: str) -> Any:
         # The dynamic client reads the API's discovery documents when it is built: do that lazily,
@@ -79,20 +125,40 @@ class Kube:
         meta = body["metadata"]
         digest = desired_hash(desired)
         meta.setdefault("annotations", {})[APPLIED_HASH] = digest
+        wanted = json.loads(json.dumps(body))
+        key = (body["apiVersion"], body["kind"], meta["namespace"], meta["name"])
         resource = self._resource(body["apiVersion"], body["kind"])
         current = self._get(body["apiVersion"], body["kind"], meta["namespace"], meta["name"])
         if current is None:
-            resource.create(body=body, namespace=meta["namespace"])
+            created = resource.create(body=body, namespace=meta["namespace"])
+            self._remember(key, created, wanted)
             return True
+        owner = _controller_uid(body)
+        if owner is not None and _controller_uid(current) != owner:
+            # Two objects whose names give the same data-plane name (a 253-character name shortened
+            # with its digest, say), or someone else's object of that name: replacing it made two
+            # configs rewrite each other's data plane on every pass.
+            raise NotOwnedError(
+                f"{body['kind']} {meta['namespace']}/{meta['name']} already exists and is controlled by "
+                f"{_holder(current)}, not by this object; rename one of them or delete that {body['kind']}"
+            )
         if ((current.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH) == digest:
-            return False
+            view = managed_view(current, wanted)
+            if view == wanted or self._stored.get(key) == desired_hash(view):
+                return False
         meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         if body["kind"] == "Service":
             for field in _KEPT_SERVICE_FIELDS:
                 if field in (current.get("spec") or {}):
                     body["spec"][field] = current["spec"][field]
-        resource.replace(body=body, name=meta["name"], namespace=meta["namespace"])
+        replaced = resource.replace(body=body, name=meta["name"], namespace=meta["namespace"])
+        self._remember(key, replaced, wanted)
         return True
+
+    def _remember(self, key: tuple[str, str, str, str], written: Any, wanted: Mapping[str, Any]) -> None:
+        stored = written.to_dict() if hasattr(written, "to_dict") else written
+        if isinstance(stored, Mapping):
+            self._stored[key] = desired_hash(managed_view(stored, wanted))
 
     def _patch_status(
         self, namespace: str, name: str, status: Mapping[str, Any], api_version: str, kind: str

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import yaml
-
 from igw.config.build import build_gateway_config
+from igw.config.documents import DocumentReadError, parse_text
 from igw.config.inference_extension import API_VERSION as EXTENSION_API_VERSION
 from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.config.model import KIND
+from igw.config.validate import validate_document
 from igw.operator.admission import Refusal, admit
 from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
 from igw.operator.dataplane import (
@@ -99,14 +99,16 @@ class Reconciler:
         self._acm = AcmImporter(self._auto_tls.acm_client_factory)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
-    async def reconcile(self, namespace: str, name: str) -> None:
+    async def reconcile(self, namespace: str, name: str) -> bool:
+        """One pass over the object; ``False`` when it no longer exists (or is being deleted)."""
         lock = self._locks.setdefault((namespace, name), asyncio.Lock())
         async with lock:
             igwc = await self._kube.get(IGWC_API_VERSION, KIND, namespace, name)
             if igwc is None or (igwc.get("metadata") or {}).get("deletionTimestamp"):
                 self._locks.pop((namespace, name), None)
-                return
+                return False
             await self._pass(igwc)
+            return True
 
     async def reconcile_bound(self, obj: Mapping[str, Any]) -> None:
         """An InferenceObjective / InferenceModelRewrite changed: reconcile its config, or mark it unbound."""
@@ -228,13 +230,13 @@ class Reconciler:
     async def _observe(self, igwc: Mapping[str, Any], **admission: Any) -> Observation:
         meta = igwc["metadata"]
         namespace, base = meta["namespace"], base_name(meta["name"])
-        config_map = await self._kube.get("v1", "ConfigMap", namespace, f"{base}-config")
-        served: dict[str, Any] | None = None
-        if config_map is not None:
-            loaded = yaml.safe_load((config_map.get("data") or {}).get(CONFIG_KEY) or "null")
-            served = loaded if isinstance(loaded, dict) else None
-        deployment = await self._kube.get("apps/v1", "Deployment", namespace, base)
-        service = await self._kube.get("v1", "Service", namespace, base)
+        # Only what this object controls is its data plane: an object of the same name controlled by
+        # another config (refused with NotOwnedError) must not lend it a model list or an address.
+        uid = str(meta.get("uid") or "")
+        config_map = _controlled(await self._kube.get("v1", "ConfigMap", namespace, f"{base}-config"), uid)
+        served, served_problem = _served_document(config_map, f"ConfigMap {namespace}/{base}-config")
+        deployment = _controlled(await self._kube.get("apps/v1", "Deployment", namespace, base), uid)
+        service = _controlled(await self._kube.get("v1", "Service", namespace, base), uid)
         pods: dict[str, list[dict[str, Any]]] = {}
         if served is not None:
             for scheduler in build_gateway_config(served).schedulers:
@@ -252,6 +254,7 @@ class Reconciler:
             tls_problem=admission["tls_problem"],
             tls_status=admission["tls_status"],
             tls_retired=admission["tls_retired"],
+            served_problem=served_problem,
         )
 
     async def _auto_issue(self, igwc: Mapping[str, Any]) -> TlsOutcome:
@@ -328,6 +331,40 @@ class Reconciler:
                 "%s/%s: deleted imported ACM certificate %s", meta.get("namespace"), meta.get("name"), arn
             )
         return True
+
+
+def _controlled(obj: dict[str, Any] | None, uid: str) -> dict[str, Any] | None:
+    """``obj`` when its controller owner reference is the object ``uid``, else ``None``."""
+    if obj is None:
+        return None
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return obj if any(ref.get("controller") and ref.get("uid") == uid for ref in refs) else None
+
+
+def _served_document(
+    config_map: Mapping[str, Any] | None, where: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The document the gateway pods serve, from their ConfigMap, or why there is none to report on.
+
+    The operator wrote it, but anyone with edit rights on ConfigMaps may have rewritten it; an
+    unreadable or invalid one ended every pass in a ``KeyError`` traceback, leaving the status as it
+    was. Now it is reported (``GatewayProgrammed=False``, ``ServedConfigInvalid``) and put back at the
+    next pass that admits the object's spec."""
+    if config_map is None:
+        return None, None
+    text = str((config_map.get("data") or {}).get(CONFIG_KEY) or "")
+    try:
+        documents = parse_text(text, source=f"{where} ({CONFIG_KEY})")
+    except DocumentReadError as exc:
+        return None, str(exc)
+    if len(documents) != 1:
+        return None, f"{where} ({CONFIG_KEY}): holds {len(documents)} documents, not one"
+    problems = validate_document(documents[0].content)
+    if problems:
+        listed = "; ".join(str(problem) for problem in problems[:3])
+        return None, f"{where} ({CONFIG_KEY}) is not a valid InferenceGatewayConfig: {listed}"
+    served: dict[str, Any] = documents[0].content
+    return served, None
 
 
 def _differs(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:

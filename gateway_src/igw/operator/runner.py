@@ -16,7 +16,7 @@ import kopf
 from igw.gateway.discovery.kube_client import make_api_client
 from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.election import ElectionSettings, LeaseElection
-from igw.operator.handlers import Connection, build_registry, build_settings
+from igw.operator.handlers import Connection, Resync, build_registry, build_settings
 from igw.operator.kube import Kube
 from igw.operator.reconcile import Reconciler
 from igw.operator.tls import AutoTlsSettings
@@ -100,7 +100,8 @@ async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
     reconciler = Reconciler(
         Kube(api_client, reporting_instance=options.identity), options.data_plane, auto_tls=options.auto_tls
     )
-    registry = build_registry(reconciler, lambda: connection_for(api_client), resync_s=options.resync_s)
+    resync = Resync(reconciler, options.resync_s)
+    registry = build_registry(reconciler, lambda: connection_for(api_client), resync=resync)
     election: LeaseElection | None = None
     lost = asyncio.Event()
     if options.leader_election:
@@ -132,6 +133,7 @@ async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
             stop_flag=kopf_stop,
         )
     )
+    resyncing = asyncio.ensure_future(resync.run(kopf_stop))
     watchers = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait()), running}
     await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
     crashed = running.done() and not running.cancelled() and running.exception() is not None
@@ -140,6 +142,9 @@ async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
     kopf_stop.set()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await asyncio.wait_for(running, 10)
+    resyncing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await resyncing
     for task in watchers:
         task.cancel()
     if election is not None:

@@ -7,7 +7,8 @@ Conditions (the AWS set, see ``docs/operating.md`` for every reason):
 * ``AdmissionBlocked`` - the inverse view for dashboards: ``True`` while the latest spec is refused
   and the previous data plane keeps serving.
 * ``GatewayProgrammed`` - the data-plane objects were applied (``Programmed``), could not be
-  (``ApplyFailed``), or never were because no spec was ever admitted (``NotProgrammed``).
+  (``ApplyFailed``), never were because no spec was ever admitted (``NotProgrammed``), or the
+  served ConfigMap was rewritten outside the operator into no valid config (``ServedConfigInvalid``).
 * ``BBRReady`` - body-based routing is on and a gateway replica is ready (``Ready``), waiting
   (``GatewayNotReady``), or switched off (``Disabled``).
 * ``Ready`` - programmed, at least one gateway replica ready and every scheduler has a ready
@@ -30,6 +31,18 @@ from igw.config.model_servers import Verdict, check_model_server
 from igw.operator.admission import Refusal
 
 CONDITION_TYPES: Final = ("Accepted", "AdmissionBlocked", "GatewayProgrammed", "BBRReady", "Ready")
+MAX_CONDITION_MESSAGE: Final = 32768
+"""``metav1.Condition``'s limit (the CRD's status schema says so too): the API server refuses a status
+with a longer message, so the whole status write failed and the pass ended in a traceback. A spec
+with 100 invalid schedulers gives about 50,000 characters of problems."""
+
+
+def bounded_message(message: str) -> str:
+    """``message`` cut to :data:`MAX_CONDITION_MESSAGE` characters, saying where to read the rest."""
+    if len(message) <= MAX_CONDITION_MESSAGE:
+        return message
+    rest = f" ... ({len(message):,} characters in all; igw validate lists every problem)"
+    return message[: MAX_CONDITION_MESSAGE - len(rest)] + rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +81,9 @@ class Observation:
     """``status.tls`` of the auto-issued certificate (``acmArn``, ``issuedAt``, ``dnsNames``)."""
     tls_retired: bool = False
     """The spec stopped asking for auto-issue and the imported certificate was deleted."""
+    served_problem: str | None = None
+    """Why the ConfigMap the gateway pods serve holds no valid InferenceGatewayConfig (edited outside
+    the operator while the object's own spec is refused), else ``None``."""
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -169,6 +185,9 @@ def _conditions(
         out["GatewayProgrammed"] = ("False", "ApplyFailed", seen.apply_error)
     elif seen.tls_problem is not None:
         out["GatewayProgrammed"] = ("False", *seen.tls_problem)
+    elif seen.served_problem is not None:
+        message = f"{seen.served_problem}; it is rewritten once the object's spec is admitted"
+        out["GatewayProgrammed"] = ("False", "ServedConfigInvalid", message)
     elif seen.programmed:
         applied = "Deployment, Service, configuration, RBAC, PDB and NetworkPolicy applied"
         if seen.tls_status:
@@ -230,7 +249,8 @@ def compute_status(
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     conditions: list[dict[str, Any]] = []
     transitions: list[Transition] = []
-    for kind, (status, reason, message) in _conditions(igwc, seen, schedulers).items():
+    for kind, (status, reason, full_message) in _conditions(igwc, seen, schedulers).items():
+        message = bounded_message(full_message)
         before = previous.get(kind) or {}
         changed_status = before.get("status") != status
         if changed_status or before.get("reason") != reason:

@@ -45,8 +45,13 @@ def load_manifests(root: Path) -> Inventory:
         for doc, line in zip(loaded, _start_lines(text, len(loaded)), strict=True):
             if isinstance(doc, dict) and doc.get("kind"):
                 locations.setdefault(ref(doc), SourceLocation(str(path), line))
-    if not files or (not docs and not errors):
-        raise FileNotFoundError(f"{root}: no manifests found (no .yaml, .yml or .json file with a document)")
+    # A document counts when it is a Kubernetes object: /etc/passwd (one YAML string) or a folder of
+    # comments was scanned as an empty cluster and reported "1 failed ... exit 0", not as a mistake.
+    objects = [d for d in docs if isinstance(d, dict) and d.get("kind")]
+    if not files or (not objects and not errors):
+        raise FileNotFoundError(
+            f"{root}: no manifests found (no .yaml, .yml or .json file with a Kubernetes object)"
+        )
     source = f"manifests {root}"
     return Inventory(
         kube=static_view(docs, source=source),
