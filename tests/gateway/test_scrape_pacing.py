@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from igw.gateway.scrape_pacing import IdlePacing, idle_gap_limit, next_scrape_delay
+from igw.gateway.scrape_pacing import IdlePacing, idle_gap_limit, next_scrape_delay, next_scrape_due
 from tests.gateway.scrape_support import scrape_rig
 
 SETTINGS = [(0.05, 1.0), (0.05, 0.06), (0.05, 0.2), (0.01, 5.0), (0.2, 0.5), (1.0, 30.0)]
@@ -25,6 +25,25 @@ def _ticks(interval: float, seconds: float) -> list[float]:
         now += next_scrape_delay(now, interval, 3, 100)
         out.append(now)
     return out
+
+
+@pytest.mark.parametrize("uptime_s", [0.0, 4_500.0, 86_400.0, 30 * 86_400.0])
+@pytest.mark.parametrize("groups", [1, 3, 7, 63])
+def test_the_tick_after_a_tick_is_the_next_one_whatever_the_clock_reads(uptime_s: float, groups: int) -> None:
+    """A member re-enqueued at the tick its scrape started at gets its group's next tick, also on a
+    node up for hours or days (the monotonic clock: tens of thousands of intervals, where a tick
+    divided by the interval falls just under a whole number); naming the same tick again scraped
+    every such member twice in one tick. Members of one group still name one float per tick."""
+    interval = 0.05
+    first = int(uptime_s / interval)
+    for slot in range(groups):
+        offset = slot / groups * interval
+        for k in range(first, first + 400):
+            tick = k * interval + offset
+            due = next_scrape_due(tick, interval, slot, groups * 16)
+            assert due > tick
+            assert due - tick == pytest.approx(interval, abs=1e-6)
+            assert next_scrape_due(tick + interval / 3, interval, slot, groups * 16) == due
 
 
 def _run_idle(

@@ -34,7 +34,15 @@ def next_scrape_due(now: float, interval_s: float, slot: int, endpoints: int) ->
     group computes the same time)."""
     groups = max(1, math.ceil(endpoints / SCRAPE_GROUP))
     offset = (slot % groups) / groups * interval_s
-    return (math.floor((now - offset) / interval_s) + 1) * interval_s + offset
+    ticks = math.floor((now - offset) / interval_s) + 1
+    due = ticks * interval_s + offset
+    if due <= now:
+        # ``now`` on a tick (a member re-enqueued at the tick its scrape started at) can divide to
+        # just under a whole number of intervals once the monotonic clock is large (a node up for
+        # an hour: ~1e5 intervals), naming that same tick again and scraping twice in it; the next
+        # tick is written with the same formula, so every member of a group names the same float
+        due = (ticks + 1) * interval_s + offset
+    return due
 
 
 def next_scrape_delay(now: float, interval_s: float, slot: int, endpoints: int) -> float:
