@@ -26,12 +26,15 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLWJ5dGVz"
         "{'api-key': 'sk-live-123456'}",
         f"bad header value {JWT}\x01 in request",
         f"token={JWT}",
+        "redis connection to rediss://default:s3cr3t-pw@cache.example:6379/0 failed",
+        "OTLP export to https://collector:s3cr3t-pw@otel.example:4318/v1/traces refused",
+        "url='redis://:s3cr3t-pw@10.0.0.5:6379'",
     ],
 )
 def test_credentials_are_masked(text: str) -> None:
     out = redact(text)
     assert MASK in out
-    for secret in (JWT, "dXNlcjpwYXNz", "secret-value", "abcdef", "sk-live-123456"):
+    for secret in (JWT, "dXNlcjpwYXNz", "secret-value", "abcdef", "sk-live-123456", "s3cr3t-pw"):
         assert secret not in out
 
 
@@ -43,6 +46,8 @@ def test_credentials_are_masked(text: str) -> None:
         "Bearer Authentication failed for tenant a",
         "basic auth disabled; bearer tokens required",
         'WWW-Authenticate: Bearer error="invalid_token"',
+        "tenant alice@example.com sent to http://10.0.0.1:8000/v1/completions",
+        "scrape of http://10.0.0.1:8000/metrics failed; owner ops@example.com",
     ],
 )
 def test_ordinary_text_is_left_alone(text: str) -> None:

@@ -1,7 +1,8 @@
 """Keep credentials out of every log line.
 
 :func:`redact` masks bearer tokens, JWT-looking strings and the values of credential headers
-(``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``, API-key headers) in a text;
+(``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``, API-key headers) and the
+user-info of URLs (``rediss://user:password@host``) in a text;
 :class:`RedactingFormatter` applies it to whole formatted records - message, arguments and any
 traceback - so no log path (ours, aiohttp's, a library's exception text) can print a secret.
 The request path additionally never puts header values into messages; this is the safety net.
@@ -27,6 +28,8 @@ _CREDENTIAL_HEADER: Final = re.compile(
     r"(?i)\b((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey|x-auth-token)"
     r"([\"']?\s*[:=]\s*[\"']?)([^\r\n\"']*)"
 )
+_URL_USERINFO: Final = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@\"'<>]+)@")
+"""A URL's scheme and the user-info before its host (a Redis or OTLP URL with a password in it)."""
 _TRIGGERS: Final = ("authorization", "cookie", "api-key", "apikey", "x-auth-token", "bearer", "basic", "eyj")
 """Lower-case substrings at least one of which every pattern above needs in order to match. Most
 lines (the access log's, one per request) contain none, and the scan for them is several times
@@ -37,6 +40,8 @@ def redact(text: str) -> str:
     """``text`` with every credential-looking substring replaced by :data:`MASK`."""
     if not text:
         return text
+    if "@" in text and "://" in text:
+        text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
     lowered = text.lower()
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return text
