@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from igw.bench.overload_live import (
     ARM_BANDS,
     ARM_SETTINGS,
@@ -17,9 +19,16 @@ from igw.bench.overload_live import (
     live_requests,
     run_live_overload,
 )
-from igw.bench.overload_report import completed_rps, live_items, live_markdown, rows_for
+from igw.bench.overload_report import (
+    completed_rps,
+    live_items,
+    live_markdown,
+    rows_for,
+    run_live_overload_command,
+)
 from igw.bench.stats import RequestSample
 from igw.config.validate import validate_document
+from igw.errors import IgwToolingError
 from igw.scheduling.engine_priority import EnginePriority
 from igw.scheduling.flow_control import FlowControlSettings
 
@@ -129,3 +138,10 @@ async def test_a_small_live_run_of_the_engine_priority_arm_preempts_and_has_its_
     text = live_markdown(rate, arms, "igw bench", 5.0)
     row = next(line for line in text.splitlines() if line.startswith(f"| {ENGINE_ARM} | ") and "x |" in line)
     assert f"({ENGINE_ARM})" in row  # measured against the same arm at half load
+
+
+def test_an_unknown_live_arm_is_refused_naming_the_option(tmp_path: Path) -> None:
+    with pytest.raises(
+        IgwToolingError, match=r"--policies: unknown overload-priority arm\(s\) nope; known: flow-control,"
+    ):
+        run_live_overload_command(out=tmp_path, quick=True, seed=1, command="igw bench", routers=["nope"])

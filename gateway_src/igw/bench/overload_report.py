@@ -32,7 +32,7 @@ from igw.bench.overload_des import (
     simulate,
 )
 from igw.bench.overload_engine import engine_priority_markdown
-from igw.bench.overload_live import MAX_NUM_SEQS, LiveArm, run_live_overload
+from igw.bench.overload_live import ARMS, MAX_NUM_SEQS, LiveArm, run_live_overload
 from igw.bench.overload_pod import (
     LIVE_POD,
     STEER_ARMS,
@@ -43,6 +43,7 @@ from igw.bench.overload_pod import (
 )
 from igw.bench.overload_tail import TailRow, request_id, slowest, split, tail_markdown
 from igw.bench.stats import max_min_fair, percentile
+from igw.errors import IgwToolingError
 from igw.scheduling.flow_control import FlowControlSettings
 
 UNLOADED_LOAD: Final = 0.5
@@ -369,9 +370,10 @@ def live_markdown(
     calms = [a for a in arms if a.load == UNLOADED_LOAD]
     calm = next((a for a in calms if a.name == "flow-control"), calms[0])
     rows = [row for arm in loaded for row in rows_for(arm.name, live_items(arm))]
-    calm_p99 = rows_for(calm.name, live_items(calm))[0].ttft_p99_s
     headline = next((a.name for a in loaded if a.name == "flow-control"), loaded[0].name)
     fc_p99 = next(r.ttft_p99_s for r in rows if r.policy == headline and r.band == "Critical")
+    own = next((a for a in calms if a.name == headline), calm)  # the same arm at half load, if run
+    calm_p99 = rows_for(own.name, live_items(own))[0].ttft_p99_s
     ratio = "-" if not calm_p99 or fc_p99 is None else f"{fc_p99 / calm_p99:.2f}"
     lines = [
         "# overload-priority (live)",
@@ -401,7 +403,7 @@ def live_markdown(
         "|---|---|---|",
         *(f"| {a.name} | {rps:.2f} | {rps / rate:.1%} |" for a, rps in _completed(loaded, duration_s)),
         "",
-        f"Critical P99 TTFT unloaded ({UNLOADED_LOAD:.0%}, flow control): {_s(calm_p99)} s; "
+        f"Critical P99 TTFT unloaded ({UNLOADED_LOAD:.0%}, {own.name}): {_s(calm_p99)} s; "
         f"under overload with {headline}: {_s(fc_p99)} s; ratio {ratio} (bound {CRITICAL_P99_BOUND:g}x).",
         "",
         "| band | tenant | offered | served | fair share | served / fair |",
@@ -465,12 +467,24 @@ def arms_markdown(
     return lines
 
 
-def run_live_overload_command(*, out: Path, quick: bool, seed: int, command: str) -> int:
-    """The live CLI body: run the routers in turn, write ``overload-priority-live.md``, print it."""
+def run_live_overload_command(
+    *, out: Path, quick: bool, seed: int, command: str, routers: Sequence[str] | None = None
+) -> int:
+    """The live CLI body: run the routers (``routers``, default every arm) in turn, write
+    ``overload-priority-live.md``, print it."""
+    unknown = [name for name in routers or () if name not in ARMS]
+    if unknown:
+        raise IgwToolingError(
+            f"--policies: unknown overload-priority arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}"
+        )
     duration_s = 15.0 if quick else 60.0
     (out / "overload-live-work").mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]
-    rate, arms = asyncio.run(run_live_overload(out / "overload-live-work", duration_s=duration_s, seed=seed))
+    rate, arms = asyncio.run(
+        run_live_overload(
+            out / "overload-live-work", duration_s=duration_s, seed=seed, routers=tuple(routers or ARMS)
+        )
+    )
     text = live_markdown(rate, arms, command, duration_s, (load_before, os.getloadavg()[0]))
     (out / "overload-priority-live.md").write_text(text, encoding="utf-8")
     print(text)

@@ -310,10 +310,6 @@ class FlowGates:
             if counts[priority] <= 0:
                 del counts[priority]
 
-    def inflight_by_band(self, endpoint: EndpointKey) -> dict[int, int]:
-        """This router's requests in flight at ``endpoint`` per band."""
-        return dict(self._inflight.get(endpoint, {}))
-
     def preempting_endpoint(
         self, scheduler: str, priority: int, endpoints: Mapping[EndpointKey, EndpointSample]
     ) -> EndpointKey | None:

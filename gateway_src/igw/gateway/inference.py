@@ -364,7 +364,11 @@ def _preempting(
     running request for it (``enginePriority`` on an engine that preempts for a batch slot;
     :meth:`~igw.gateway.flow_gate.FlowGates.preempting_endpoint`), the dispatch ledger told;
     otherwise ``decision`` unchanged."""
-    if decision.kind is not DecisionKind.SATURATED or state.flow.engine_priority(sr.spec.name) is None:
+    if (
+        decision.kind is not DecisionKind.SATURATED
+        or state.flow.engine_priority(sr.spec.name) is None
+        or not state.flow.steers(priority)
+    ):
         return decision
     key = state.flow.preempting_endpoint(sr.spec.name, priority, _endpoint_samples(state, sr)())
     if key is None:
