@@ -6,9 +6,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from igw.bench.overload_live import (
     ARM_BANDS,
     ARM_SETTINGS,
+    ENGINE_ARM,
     MAX_KEPT_SHARE,
     MAX_NUM_SEQS,
     LiveArm,
@@ -16,8 +19,17 @@ from igw.bench.overload_live import (
     live_requests,
     run_live_overload,
 )
-from igw.bench.overload_report import completed_rps, live_items, live_markdown, rows_for
+from igw.bench.overload_report import (
+    completed_rps,
+    live_items,
+    live_markdown,
+    rows_for,
+    run_live_overload_command,
+)
 from igw.bench.stats import RequestSample
+from igw.config.validate import validate_document
+from igw.errors import IgwToolingError
+from igw.scheduling.engine_priority import EnginePriority
 from igw.scheduling.flow_control import FlowControlSettings
 
 
@@ -101,3 +113,35 @@ def test_completed_rate_credits_only_answers_within_the_offered_period() -> None
     ]
     arm = LiveArm(name="flow-control", load=1.5, requests=[], samples=samples)
     assert completed_rps(arm, 10.0) == 0.2  # two finished by t=10 s
+
+
+def test_the_engine_priority_arms_configuration_is_valid_and_names_the_sglang_pool() -> None:
+    config = gateway_config(flow_control=True, engine_priority=True)
+    assert validate_document(config) == []
+    assert config["spec"]["schedulers"][0]["engineType"] == "sglang"
+    settings = FlowControlSettings.from_extension(
+        config["spec"]["extensions"]["flowControl"], scheduler_engines={"main": "sglang"}
+    )
+    assert settings.engine_priority["main"] == EnginePriority.sglang()
+    assert "enginePriority" not in gateway_config(flow_control=True)["spec"]["extensions"]["flowControl"]
+
+
+async def test_a_small_live_run_of_the_engine_priority_arm_preempts_and_has_its_own_reference(
+    tmp_path: Path,
+) -> None:
+    rate, arms = await run_live_overload(tmp_path, duration_s=5.0, seed=3, routers=(ENGINE_ARM,))
+    assert [(a.name, a.load) for a in arms] == [(ENGINE_ARM, 1.5), ("flow-control", 0.5), (ENGINE_ARM, 0.5)]
+    hot = arms[0]
+    assert hot.preemptions > 0  # the SGLang pod preempted lower bands for Critical requests
+    critical = {r.band: r for r in rows_for(ENGINE_ARM, live_items(hot))}["Critical"]
+    assert critical.served == critical.offered
+    text = live_markdown(rate, arms, "igw bench", 5.0)
+    row = next(line for line in text.splitlines() if line.startswith(f"| {ENGINE_ARM} | ") and "x |" in line)
+    assert f"({ENGINE_ARM})" in row  # measured against the same arm at half load
+
+
+def test_an_unknown_live_arm_is_refused_naming_the_option(tmp_path: Path) -> None:
+    with pytest.raises(
+        IgwToolingError, match=r"--policies: unknown overload-priority arm\(s\) nope; known: flow-control,"
+    ):
+        run_live_overload_command(out=tmp_path, quick=True, seed=1, command="igw bench", routers=["nope"])

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from igw.bench.overload_des import Admission, Arrival, OverloadScenario, arrivals, simulate
-from igw.bench.overload_report import band_rows, max_min_fair, run_overload, run_overload_command
+from igw.bench.overload_report import band_rows, run_overload, run_overload_command
+from igw.bench.stats import max_min_fair
 from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimits, FlowControlSettings
 
 SMALL = OverloadScenario(slots=8, duration_s=40.0)

@@ -418,3 +418,106 @@ def test_approval_turns_internet_facing_into_a_pass() -> None:
     docs = mutated(lambda d: _ingress_ann(d).update({"alb.ingress.kubernetes.io/scheme": "internet-facing"}))
     assert ("IGW-AU301", "WARN", "MEDIUM") in findings(run(docs, Command.AUDIT))
     assert not findings(run(docs, Command.AUDIT, CheckOptions(allow_internet_facing=True)))
+
+
+def _qwen_container(docs: Docs) -> dict[str, Any]:
+    container: dict[str, Any] = find(docs, "Deployment", "qwen-7b")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    return container
+
+
+def _engine_priority(*entries: dict[str, Any]) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        _igwc(docs)["spec"].setdefault("extensions", {})["flowControl"] = {"enginePriority": list(entries)}
+
+    return mutate
+
+
+def _with_args(container: Callable[[Docs], dict[str, Any]], *args: str) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        c = container(docs)
+        c["args"] = [*(c.get("args") or ()), *args]
+
+    return mutate
+
+
+def _both(*mutations: Callable[[Docs], None]) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        for m in mutations:
+            m(docs)
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("name", "mutation", "expected"),
+    [
+        ("vllm-without-the-flag", _engine_priority({"scheduler": "llama"}), {("IGW-PF017", "FAIL", "HIGH")}),
+        (
+            "vllm-with-the-flag",
+            _both(
+                _engine_priority({"scheduler": "llama"}),
+                _with_args(_llama_container, "--scheduling-policy", "priority"),
+            ),
+            set(),
+        ),
+        (
+            "vllm-with-the-flag-as-one-token",
+            _both(
+                _engine_priority({"scheduler": "llama"}),
+                _with_args(_llama_container, "--scheduling-policy=priority"),
+            ),
+            set(),
+        ),
+        ("sglang-without-the-flag", _engine_priority({"scheduler": "qwen"}), {("IGW-PF017", "FAIL", "HIGH")}),
+        (
+            "sglang-with-the-flag",
+            _both(
+                _engine_priority({"scheduler": "qwen"}),
+                _with_args(_qwen_container, "--enable-priority-scheduling"),
+            ),
+            set(),
+        ),
+        (
+            "sglang-threshold-differs",
+            _both(
+                _engine_priority({"scheduler": "qwen"}),
+                _with_args(
+                    _qwen_container,
+                    "--enable-priority-scheduling",
+                    "--priority-scheduling-preemption-threshold",
+                    "50",
+                ),
+            ),
+            {("IGW-PF017", "FAIL", "MEDIUM")},
+        ),
+        (
+            "sglang-preemption-disabled-on-the-server-only",
+            _both(
+                _engine_priority({"scheduler": "qwen"}),
+                _with_args(_qwen_container, "--enable-priority-scheduling", "--disable-priority-preemption"),
+            ),
+            {("IGW-PF017", "FAIL", "MEDIUM")},
+        ),
+        (
+            "sglang-all-flags-as-configured",
+            _both(
+                _engine_priority({"scheduler": "qwen", "preemptionThreshold": 3, "lowValuesFirst": True}),
+                _with_args(
+                    _qwen_container,
+                    "--enable-priority-scheduling",
+                    "--priority-scheduling-preemption-threshold=3",
+                    "--schedule-low-priority-values-first",
+                ),
+            ),
+            set(),
+        ),
+    ],
+)
+def test_engine_priority_needs_the_engines_flags(
+    name: str, mutation: Callable[[Docs], None], expected: set[tuple[str, str, str]]
+) -> None:
+    docs = secure_docs()
+    mutation(docs)
+    assert findings(run(docs, Command.PREFLIGHT)) == expected, name

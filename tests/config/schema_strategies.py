@@ -128,6 +128,10 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
     flow = extensions.get("flowControl") or {}
     for index, band in enumerate(flow.get("bands", [])):
         band["priority"] = index
+    if "enginePriority" in flow:  # one entry per scheduler, each naming an engine that reads priority
+        flow["enginePriority"] = flow["enginePriority"][: len(spec["schedulers"])]
+        for index, entry in enumerate(flow["enginePriority"]):
+            entry["scheduler"], entry["engine"] = f"s{index}", "sglang"
     for index, objective in enumerate(flow.get("objectives", [])):
         objective["name"] = f"objective-{index}"
         for field in ("models", "tenants"):  # no model or tenant under two objectives

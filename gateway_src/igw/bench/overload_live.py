@@ -9,6 +9,10 @@ Sheddable, tenants as in the DES, named in ``x-gateway-inference-objective`` and
 * ``flow-control``: ``igw serve`` with ``spec.extensions.flowControl`` (default bands);
 * ``flow-control-max-kept``: the same with ``maxKeptShare`` raised so that ``slotWait`` may keep all
   but one slot (the tail-vs-throughput knob at its other end);
+* ``flow-control-engine-priority``: the default bands with ``enginePriority`` in front of a second,
+  SGLang-shaped pod of the same model and batch started with ``--enable-priority-scheduling``
+  (priority preemption on): the gateway writes each band into the body's ``priority`` and keeps no
+  batch slots, and the engine preempts a lower band's running request for a Critical one;
 * ``flow-control-fixed-slot``: the same bands with Standard's ``slotWait`` left out, so each pod
   keeps the constant one batch slot of ``keepSlots`` whatever the Critical traffic;
 * ``flow-control-no-places``: the same bands without the per-endpoint places (``maxEndpointQueue``,
@@ -16,7 +20,8 @@ Sheddable, tenants as in the DES, named in ``x-gateway-inference-objective`` and
 * ``no-flow-control``: ``igw serve`` without it (429 when the pool is saturated);
 * ``round-robin``: the round-robin proxy (no admission, the pod queues everything).
 
-The unloaded reference is ``flow-control`` at 50 % of the measured rate. A request that was not
+The unloaded reference is ``flow-control`` at 50 % of the measured rate, and for
+``flow-control-engine-priority`` that arm at 50 % (the same engine setting). A request that was not
 answered (429, or the run's deadline) counts as not served.
 
 Each request carries its own ``X-Request-Id``; each arm keeps the router's access log entries and
@@ -55,8 +60,11 @@ MAX_TOKENS: Final = 32
 MAX_NUM_SEQS: Final = 8
 PROBE_S: Final = 8.0
 PROBE_CONCURRENCY: Final = 3 * MAX_NUM_SEQS
+ENGINE_ARM: Final = "flow-control-engine-priority"
+"""The arm whose pod's engine preempts by priority (its own pod and unloaded reference)."""
 ARMS: Final = (
     "flow-control",
+    ENGINE_ARM,
     "flow-control-max-kept",
     "flow-control-fixed-slot",
     "flow-control-no-places",
@@ -112,6 +120,8 @@ class LiveArm:
     """The pod's record of each request it took in, by request id."""
     pod_late_steps: int = 0
     """Engine steps of the pod that started late during the arm (the pod's host was too busy)."""
+    preemptions: int = 0
+    """Running requests the pod's engine preempted during the arm."""
 
     def band_of(self, request: LiveRequest) -> int:
         objective = dict(request.headers)["x-gateway-inference-objective"]
@@ -119,13 +129,20 @@ class LiveArm:
 
 
 def _fleet() -> FleetSpec:
+    """The vLLM pod every arm but :data:`ENGINE_ARM` uses, and that arm's SGLang pod (same model,
+    preset and batch; idle while the other arms run)."""
     pod = {
         "name": "pod",
         "preset": "llama-3.1-8b/h100",
         "served_model_name": MODEL,
         "max_num_seqs": MAX_NUM_SEQS,
     }
-    return FleetSpec.from_mapping({"time_scale": 1.0, "seed": 5, "pods": [pod]})
+    sglang = {**pod, "name": "sglang-pod", "engine": "sglang", "enable_priority_scheduling": True}
+    return FleetSpec.from_mapping({"time_scale": 1.0, "seed": 5, "pods": [pod, sglang]})
+
+
+def _pod_index(arm: str) -> int:
+    return 1 if arm == ENGINE_ARM else 0
 
 
 async def probe_rate(pod_url: str, *, seconds: float = PROBE_S) -> float:
@@ -174,9 +191,11 @@ def gateway_config(
     flow_control: bool,
     bands: Sequence[Mapping[str, Any]] | None = None,
     settings: Mapping[str, Any] | None = None,
+    engine_priority: bool = False,
 ) -> dict[str, Any]:
     """``igw serve``'s configuration for one arm: flow control with the default bands, or ``bands``,
-    and ``settings`` added to ``flowControl``."""
+    and ``settings`` added to ``flowControl``; with ``engine_priority`` the pool is an SGLang one
+    with ``flowControl.enginePriority``."""
     extensions: dict[str, Any] = {"routing": {"scrapeInterval": "50ms", "configReloadInterval": "1s"}}
     if flow_control:
         # The pod's configured max_num_seqs, as its operator would state it: slots are kept from
@@ -185,15 +204,22 @@ def gateway_config(
         if bands is not None:
             extensions["flowControl"]["bands"] = [dict(b) for b in bands]
         extensions["flowControl"].update(settings or {})
+        if engine_priority:
+            extensions["flowControl"]["enginePriority"] = [{"scheduler": "main"}]
+    scheduler: dict[str, Any] = {
+        "name": "main",
+        "modelName": MODEL,
+        "modelSelector": {"matchLabels": {"app": "pod"}},
+    }
+    if engine_priority:
+        scheduler["engineType"] = "sglang"
     return {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
         "metadata": {"name": "overload-bench", "namespace": "bench"},
         "spec": {
             "bbr": {"enabled": False},
-            "schedulers": [
-                {"name": "main", "modelName": MODEL, "modelSelector": {"matchLabels": {"app": "pod"}}}
-            ],
+            "schedulers": [scheduler],
             "extensions": extensions,
         },
     }
@@ -209,9 +235,14 @@ async def _router(arm: str, work: Path, fleet: RunningFleet) -> AsyncIterator[st
     else:
         flow = arm.startswith("flow-control")
         config = yaml.safe_dump(
-            gateway_config(flow_control=flow, bands=ARM_BANDS.get(arm), settings=ARM_SETTINGS.get(arm))
+            gateway_config(
+                flow_control=flow,
+                bands=ARM_BANDS.get(arm),
+                settings=ARM_SETTINGS.get(arm),
+                engine_priority=arm == ENGINE_ARM,
+            )
         )
-        endpoints = yaml.safe_dump({"schedulers": {"main": [fleet.pods[0].key]}})
+        endpoints = yaml.safe_dump({"schedulers": {"main": [fleet.pods[_pod_index(arm)].key]}})
         await asyncio.to_thread((folder / "igwc.yaml").write_text, config)
         await asyncio.to_thread((folder / "endpoints.yaml").write_text, endpoints)
         argv = [sys.executable, "-m", "igw.cli.main", "serve", "--config", str(folder / "igwc.yaml")]
@@ -236,9 +267,10 @@ async def _run_arm(
     arm: str, load: float, requests: list[LiveRequest], work: Path, fleet: RunningFleet, duration_s: float
 ) -> LiveArm:
     folder = work / f"{arm}-{load:g}"
-    pod = fleet.pod(fleet.pods[0].key)
+    pod = fleet.pod(fleet.pods[_pod_index(arm)].key)
     arrivals: dict[str, PodArrival] = {}
     late_before = pod.lagged_steps
+    preempted_before = pod.engine.counters.preemptions
     pod.arrivals = arrivals
     try:
         async with _router(arm, folder, fleet) as url:
@@ -251,7 +283,16 @@ async def _run_arm(
     log_path = folder / arm / "router.log"
     log_text = await asyncio.to_thread(log_path.read_text, encoding="utf-8", errors="replace")
     access = access_records(log_text.splitlines())
-    return LiveArm(arm, load, requests, samples, access, arrivals, pod.lagged_steps - late_before)
+    return LiveArm(
+        arm,
+        load,
+        requests,
+        samples,
+        access,
+        arrivals,
+        pod.lagged_steps - late_before,
+        pod.engine.counters.preemptions - preempted_before,
+    )
 
 
 async def run_live_overload(
@@ -274,4 +315,6 @@ async def run_live_overload(
         if unloaded:
             calm = live_requests(0.5 * rate, duration_s, seed=seed)
             arms.append(await _run_arm("flow-control", 0.5, calm, work, fleet, duration_s))
+            if ENGINE_ARM in routers:
+                arms.append(await _run_arm(ENGINE_ARM, 0.5, calm, work, fleet, duration_s))
     return rate, arms

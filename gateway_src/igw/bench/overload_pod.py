@@ -28,6 +28,7 @@ tail and the share of the pod used).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 import math
@@ -39,6 +40,7 @@ from typing import Final
 
 from igw.bench.overload_des import BAND_NAMES, DEFAULT_MIX, Arrival, TrafficClass, poisson_streams
 from igw.bench.stats import percentile
+from igw.scheduling.engine_priority import EnginePriority
 from igw.scheduling.flow_control import (
     CRITICAL,
     DEFAULT_SLOT_WAIT_S,
@@ -131,6 +133,11 @@ class PodOutcome:
     started_in_window: int = 0
     """Requests that got a batch slot while traffic was offered."""
     most_running: int = 0
+    preemptions: int = 0
+    """Running requests the engine preempted for a more important one (``engine``)."""
+    decode_s: dict[int, float] = dataclasses.field(default_factory=dict)
+    """Request index -> time from its first token to its last, for requests that finished (a
+    preempted request's pause and recompute included)."""
 
 
 _ARRIVE: Final = 0
@@ -138,14 +145,33 @@ _FINISH: Final = 1
 
 
 class _Pod:
-    """The model server: ``batch`` slots and a first-come queue."""
+    """The model server: ``batch`` slots and a first-come queue (ordered by band, most important
+    first, where the engine schedules by priority)."""
 
-    def __init__(self, batch: int) -> None:
+    def __init__(self, batch: int, *, by_priority: bool = False) -> None:
         self.batch = batch
         self.running = 0
         self.queue: deque[Arrival] = deque()
+        self.by_priority = by_priority
         self.finished: deque[float] = deque()
         self.capacity = CapacityEstimate(COMPLETION_WINDOW_S)
+        self.slots: dict[int, tuple[Arrival, float]] = {}
+        """Running requests: index -> (request, when it ends)."""
+        self.bands: collections.Counter[int] = collections.Counter()
+        """Requests the gateway sent here that have not finished, per band (its in-flight ledger)."""
+
+    def enqueue(self, request: Arrival, *, front: bool = False) -> None:
+        if not self.by_priority:
+            if front:
+                self.queue.appendleft(request)
+            else:
+                self.queue.append(request)
+            return
+        key = (-request.priority, request.index)
+        i = len(self.queue)
+        while i > 0 and (-self.queue[i - 1].priority, self.queue[i - 1].index) > key:
+            i -= 1
+        self.queue.insert(i, request)
 
     @property
     def occupancy(self) -> int:
@@ -177,6 +203,7 @@ def simulate_pod(
     *,
     steer: bool = True,
     seed: int = 0,
+    engine: EnginePriority | None = None,
 ) -> PodOutcome:
     """Replay ``requests`` through the gateway's flow control in front of ``scenario.pods`` pods;
     virtual time.
@@ -186,30 +213,89 @@ def simulate_pod(
     affinity); with ``steer``, a request of the top band then goes to the candidate with the
     smallest predicted wait (:func:`~igw.scheduling.flow_control.least_wait`), as in the gateway.
     A pick onto a pod without a place for the band is not sent (the request waits), as in the gate.
+
+    With ``engine`` (``enginePriority``), the pod's engine schedules by the requests' bands as
+    SGLang's priority scheduler does: its queue is ordered by band, and a request that finds the
+    batch full preempts the least important (then latest started) running request its band
+    preempts; the preempted request goes back to the queue and, when it runs again, recomputes its
+    prompt and output (a prefill) and then finishes the rest of its decode. The gateway then keeps
+    no slots (:meth:`FlowController.slots_kept`), and a top-band request that finds every pod
+    saturated goes to one running a lower band with fewer top-band requests than its batch.
     """
     outcome = PodOutcome()
-    controller = FlowController(settings)
-    pods = {f"pod-{i}": _Pod(scenario.batch) for i in range(scenario.pods)}
+    controller = FlowController(settings, engine_priority=engine)
+    preempting = engine is not None and engine.preempts_for_slot
+    pods = {f"pod-{i}": _Pod(scenario.batch, by_priority=engine is not None) for i in range(scenario.pods)}
     ranking = random.Random(seed)
     by_index = {r.index: r for r in requests}
     where: dict[int, _Pod] = {}
-    events: list[tuple[float, int, int]] = [(r.at, _ARRIVE, r.index) for r in requests]
+    events: list[tuple[float, int, int, int]] = [(r.at, _ARRIVE, r.index, 0) for r in requests]
     heapq.heapify(events)
+    runs: dict[int, int] = {}
+    """Request index -> its current run (a preempted request's finish event of an earlier run is stale)."""
+    left_s: dict[int, float] = {}
+    """A preempted request's decode still to do."""
+    first_token: dict[int, float] = {}
 
     def start(pod: _Pod, request: Arrival, now: float) -> None:
+        index = request.index
         pod.running += 1
         pod.capacity.observe(now, pod.running)
         outcome.most_running = max(outcome.most_running, pod.running)
-        outcome.ttft_s[request.index] = now - request.at + request.prefill_s
-        outcome.started_in_window += now < scenario.duration_s
-        where[request.index] = pod
-        heapq.heappush(events, (now + request.service_s, _FINISH, request.index))
+        run = runs.get(index, 0) + 1
+        runs[index] = run
+        if run == 1:
+            outcome.started_in_window += now < scenario.duration_s
+            service = request.service_s
+        else:  # recompute the prompt and what was generated, then the rest of the decode
+            service = request.prefill_s + left_s.pop(index)
+        if index not in first_token:
+            first_token[index] = now + request.prefill_s
+            outcome.ttft_s[index] = now - request.at + request.prefill_s
+        where[index] = pod
+        pod.slots[index] = (request, now + service)
+        heapq.heappush(events, (now + service, _FINISH, index, run))
+
+    def preempt(pod: _Pod, request: Arrival, now: float) -> bool:
+        """Free a slot for ``request`` by preempting a running request its band preempts."""
+        assert engine is not None
+        victims = [r for r, _ in pod.slots.values() if engine.preempts(request.priority, r.priority)]
+        if not victims:
+            return False
+        victim = min(victims, key=lambda r: (r.priority, -pod.slots[r.index][1]))
+        _, ends = pod.slots.pop(victim.index)
+        runs[victim.index] += 1  # its pending finish event is stale now
+        pod.running -= 1
+        pod.capacity.observe(now, pod.running)
+        if first_token[victim.index] > now:  # still in its prefill: its first token is yet to come
+            del first_token[victim.index]
+            del outcome.ttft_s[victim.index]
+            left_s[victim.index] = victim.service_s - victim.prefill_s
+        else:
+            left_s[victim.index] = ends - now
+        outcome.preemptions += 1
+        pod.enqueue(victim)
+        return True
 
     def send(pod: _Pod, request: Arrival, now: float) -> None:
-        if pod.running < pod.batch:
+        pod.bands[request.priority] += 1
+        if pod.running < pod.batch or (preempting and preempt(pod, request, now)):
             start(pod, request, now)
         else:
-            pod.queue.append(request)
+            pod.enqueue(request)
+
+    def preemptible(priority: int) -> _Pod | None:
+        """The pod a saturated top-band request goes to where the engine preempts for it."""
+        if not preempting or not controller.steers(priority):
+            return None
+        assert engine is not None
+        best: tuple[int, _Pod] | None = None
+        for pod in pods.values():
+            lower = sum(n for band, n in pod.bands.items() if engine.preempts(priority, band))
+            above = sum(n for band, n in pod.bands.items() if band >= priority)
+            if lower > 0 and above < pod.batch and (best is None or lower > best[0]):
+                best = (lower, pod)
+        return None if best is None else best[1]
 
     def loads(now: float) -> dict[str, EndpointLoad]:
         each = {key: pod.load(now) for key, pod in pods.items()}
@@ -221,12 +307,12 @@ def simulate_pod(
         """The pod a request of ``priority`` goes to now, or ``None`` when it must wait."""
         open_pods = [key for key, pod in pods.items() if len(pod.queue) <= scenario.queue_threshold]
         if not open_pods:
-            return None  # the scheduler answers SATURATED
+            return preemptible(priority)  # the scheduler answers SATURATED
         utilisation = sum(
             min(1.0, len(pod.queue) / (scenario.queue_threshold + 1)) for pod in pods.values()
         ) / len(pods)
         if not controller.admits(priority, utilisation):
-            return None
+            return preemptible(priority)
         now_loads = loads(now)
         if not any(controller.admits_to(priority, load, now=now) for load in now_loads.values()):
             return None
@@ -242,11 +328,16 @@ def simulate_pod(
             send(pod, by_index[int(item.request_id)], now)
 
     while events:
-        now, kind, index = heapq.heappop(events)
+        now, kind, index, run = heapq.heappop(events)
         outcome.shed.update(int(s.request.request_id) for s in controller.expire(now))
         if kind == _FINISH:
+            if runs.get(index) != run:
+                continue  # the run was preempted
             pod = where.pop(index)
             pod.running -= 1
+            pod.slots.pop(index, None)
+            pod.bands[by_index[index].priority] -= 1
+            outcome.decode_s[index] = now - first_token[index]
             pod.finished.append(now)
             pod.capacity.observe(now, pod.running)
             if pod.queue:

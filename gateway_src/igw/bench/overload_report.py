@@ -17,7 +17,7 @@ import dataclasses
 import json
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -31,7 +31,8 @@ from igw.bench.overload_des import (
     arrivals,
     simulate,
 )
-from igw.bench.overload_live import MAX_NUM_SEQS, LiveArm, run_live_overload
+from igw.bench.overload_engine import engine_priority_markdown
+from igw.bench.overload_live import ARMS, MAX_NUM_SEQS, LiveArm, run_live_overload
 from igw.bench.overload_pod import (
     LIVE_POD,
     STEER_ARMS,
@@ -41,7 +42,8 @@ from igw.bench.overload_pod import (
     slot_wait_markdown,
 )
 from igw.bench.overload_tail import TailRow, request_id, slowest, split, tail_markdown
-from igw.bench.stats import percentile
+from igw.bench.stats import max_min_fair, percentile
+from igw.errors import IgwToolingError
 from igw.scheduling.flow_control import FlowControlSettings
 
 UNLOADED_LOAD: Final = 0.5
@@ -71,25 +73,6 @@ class TenantRow:
     @property
     def ratio(self) -> float | None:
         return self.served / self.fair_share if self.fair_share > 0 else None
-
-
-def max_min_fair(demands: Mapping[str, int], capacity: int) -> dict[str, float]:
-    """Max-min fair split of ``capacity`` among ``demands`` (water-filling)."""
-    fair: dict[str, float] = {}
-    left = float(capacity)
-    pending = sorted(demands.items(), key=lambda kv: kv[1])
-    while pending:
-        equal = left / len(pending)
-        tenant, demand = pending[0]
-        if demand <= equal:
-            fair[tenant] = float(demand)
-            left -= demand
-            pending.pop(0)
-            continue
-        for tenant, _ in pending:
-            fair[tenant] = equal
-        break
-    return fair
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +306,8 @@ def run_overload_command(*, out: Path, quick: bool, seed: int, command: str) -> 
     text += pod_markdown(live_pod, seed, title="The live benchmark's pod")
     text += kept_slots_markdown(pod, seed)
     text += kept_slots_markdown(live_pod, seed, title="The live benchmark's pod")
+    text += engine_priority_markdown(pod, seed)
+    text += engine_priority_markdown(live_pod, seed, title="The live benchmark's pod")
     (out / "overload-priority.md").write_text(text, encoding="utf-8")
     data = {
         "seed": seed,
@@ -382,10 +367,13 @@ def live_markdown(
 ) -> str:
     """The live tables; ``load_average``: the machine's 1-minute load average at the start and end."""
     loaded = [a for a in arms if a.load > UNLOADED_LOAD]
-    calm = next(a for a in arms if a.load == UNLOADED_LOAD)
+    calms = [a for a in arms if a.load == UNLOADED_LOAD]
+    calm = next((a for a in calms if a.name == "flow-control"), calms[0])
     rows = [row for arm in loaded for row in rows_for(arm.name, live_items(arm))]
-    calm_p99 = rows_for(calm.name, live_items(calm))[0].ttft_p99_s
-    fc_p99 = next(r.ttft_p99_s for r in rows if r.policy == "flow-control" and r.band == "Critical")
+    headline = next((a.name for a in loaded if a.name == "flow-control"), loaded[0].name)
+    fc_p99 = next(r.ttft_p99_s for r in rows if r.policy == headline and r.band == "Critical")
+    own = next((a for a in calms if a.name == headline), calm)  # the same arm at half load, if run
+    calm_p99 = rows_for(own.name, live_items(own))[0].ttft_p99_s
     ratio = "-" if not calm_p99 or fc_p99 is None else f"{fc_p99 / calm_p99:.2f}"
     lines = [
         "# overload-priority (live)",
@@ -415,33 +403,88 @@ def live_markdown(
         "|---|---|---|",
         *(f"| {a.name} | {rps:.2f} | {rps / rate:.1%} |" for a, rps in _completed(loaded, duration_s)),
         "",
-        f"Critical P99 TTFT unloaded ({UNLOADED_LOAD:.0%}, flow control): {_s(calm_p99)} s; "
-        f"under overload with flow control: {_s(fc_p99)} s; ratio {ratio} (bound {CRITICAL_P99_BOUND:g}x).",
+        f"Critical P99 TTFT unloaded ({UNLOADED_LOAD:.0%}, {own.name}): {_s(calm_p99)} s; "
+        f"under overload with {headline}: {_s(fc_p99)} s; ratio {ratio} (bound {CRITICAL_P99_BOUND:g}x).",
         "",
         "| band | tenant | offered | served | fair share | served / fair |",
         "|---|---|---|---|---|---|",
     ]
-    flow = next(a for a in loaded if a.name == "flow-control")
+    flow = next(a for a in loaded if a.name == headline)
     for t in tenants_for(live_items(flow)):
         ratio_text = "-" if t.ratio is None else f"{t.ratio:.2f}"
         lines.append(
             f"| {t.band} | {t.tenant} | {t.offered} | {t.served} | {t.fair_share:.1f} | {ratio_text} |"
         )
-    for arm in (*(a for a in loaded if a.name.startswith("flow-control")), calm):
+    lines += ["", *arms_markdown(loaded, calms, rate, duration_s)]
+    for arm in (*(a for a in loaded if a.name.startswith("flow-control")), *calms):
         tail, every = critical_tail(arm)
-        label = arm.name if arm is not calm else f"{arm.name} at {calm.load:.0%} (unloaded)"
+        label = arm.name if arm not in calms else f"{arm.name} at {arm.load:.0%} (unloaded)"
         lines += ["", *tail_markdown(label, tail, every, batch=MAX_NUM_SEQS)]
     late = ", ".join(f"{a.name} at {a.load:.0%} {a.pod_late_steps}" for a in arms)
     lines += ["", f"Pod steps started late (its host too busy), per arm: {late}."]
     return "\n".join(lines) + "\n"
 
 
-def run_live_overload_command(*, out: Path, quick: bool, seed: int, command: str) -> int:
-    """The live CLI body: run the routers in turn, write ``overload-priority-live.md``, print it."""
+def arms_markdown(
+    loaded: Sequence[LiveArm], calms: Sequence[LiveArm], rate: float, duration_s: float
+) -> list[str]:
+    """Each flow-control arm against its own unloaded reference (the same arm at half load where it
+    was run, else ``flow-control``'s): Critical's ratio, what the lower bands got, the pod used,
+    the engine's preemptions and what Standard paid for them (TTFT, inter-token latency)."""
+    fallback = next((a for a in calms if a.name == "flow-control"), calms[0])
+    lines = [
+        "| router | Critical P99 s | unloaded P99 s (arm) | / unloaded | Standard served | Sheddable served "
+        "| completed / pod rate | preemptions | Standard TTFT p50 / p99 s | Standard ITL mean ms "
+        "| Standard tenants served / fair |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm in loaded:
+        if not arm.name.startswith("flow-control"):
+            continue
+        calm = next((a for a in calms if a.name == arm.name), fallback)
+        by_band = {r.band: r for r in rows_for(arm.name, live_items(arm))}
+        calm_p99 = rows_for(calm.name, live_items(calm))[0].ttft_p99_s
+        p99 = by_band["Critical"].ttft_p99_s
+        ratio = "-" if not calm_p99 or p99 is None else f"{p99 / calm_p99:.2f}x"
+        standard = by_band["Standard"]
+        itl = [
+            s.itl_s
+            for r, s in zip(arm.requests, arm.samples, strict=True)
+            if arm.band_of(r) == 0 and s.ok and s.itl_s is not None
+        ]
+        itl_text = f"{sum(itl) / len(itl) * 1000:.1f}" if itl else "-"
+        tenants = " / ".join(
+            f"{t.tenant} {t.ratio:.2f}"
+            for t in tenants_for(live_items(arm))
+            if t.band == "Standard" and t.ratio
+        )
+        served = {band: r.served / max(r.offered, 1) for band, r in by_band.items()}
+        lines.append(
+            f"| {arm.name} | {_s(p99)} | {_s(calm_p99)} ({calm.name}) | {ratio} | {served['Standard']:.1%} "
+            f"| {served['Sheddable']:.1%} | {completed_rps(arm, duration_s) / rate:.1%} | {arm.preemptions} "
+            f"| {_s(standard.ttft_p50_s)} / {_s(standard.ttft_p99_s)} | {itl_text} | {tenants} |"
+        )
+    return lines
+
+
+def run_live_overload_command(
+    *, out: Path, quick: bool, seed: int, command: str, routers: Sequence[str] | None = None
+) -> int:
+    """The live CLI body: run the routers (``routers``, default every arm) in turn, write
+    ``overload-priority-live.md``, print it."""
+    unknown = [name for name in routers or () if name not in ARMS]
+    if unknown:
+        raise IgwToolingError(
+            f"--policies: unknown overload-priority arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}"
+        )
     duration_s = 15.0 if quick else 60.0
     (out / "overload-live-work").mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]
-    rate, arms = asyncio.run(run_live_overload(out / "overload-live-work", duration_s=duration_s, seed=seed))
+    rate, arms = asyncio.run(
+        run_live_overload(
+            out / "overload-live-work", duration_s=duration_s, seed=seed, routers=tuple(routers or ARMS)
+        )
+    )
     text = live_markdown(rate, arms, command, duration_s, (load_before, os.getloadavg()[0]))
     (out / "overload-priority-live.md").write_text(text, encoding="utf-8")
     print(text)

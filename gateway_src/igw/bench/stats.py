@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 # Two-sided 95 % Student-t critical values t_{0.975, df} for df = 1..30 (standard tables).
@@ -244,3 +244,22 @@ def _infinite_comparison(value: float, baseline: float) -> float | None:
     if math.isinf(value) and math.isinf(baseline):
         return None
     return -math.inf if math.isinf(value) else 100.0
+
+
+def max_min_fair(demands: Mapping[str, int], capacity: int) -> dict[str, float]:
+    """Max-min fair split of ``capacity`` among ``demands`` (water-filling)."""
+    fair: dict[str, float] = {}
+    left = float(capacity)
+    pending = sorted(demands.items(), key=lambda kv: kv[1])
+    while pending:
+        equal = left / len(pending)
+        tenant, demand = pending[0]
+        if demand <= equal:
+            fair[tenant] = float(demand)
+            left -= demand
+            pending.pop(0)
+            continue
+        for tenant, _ in pending:
+            fair[tenant] = equal
+        break
+    return fair

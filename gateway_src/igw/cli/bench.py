@@ -139,8 +139,13 @@ def run(args: argparse.Namespace) -> int:
             + (" --mode live" if live else "")
             + (" --quick" if args.quick else "")
         )
-        runner = run_live_overload_command if live else run_overload_command
-        return runner(out=Path(args.out), quick=args.quick, seed=seed, command=command)
+        if live:
+            if args.policies:
+                command += " --policies " + ",".join(args.policies)
+            return run_live_overload_command(
+                out=Path(args.out), quick=args.quick, seed=seed, command=command, routers=args.policies
+            )
+        return run_overload_command(out=Path(args.out), quick=args.quick, seed=seed, command=command)
     if args.scenarios == ["canary-rollout"]:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.canary_rollout import run_canary_command

@@ -7,7 +7,9 @@ entry at fault:
 * a model, adapter or tenant listed under two ``flowControl.objectives`` (which priority would it
   get?);
 * a ``modelRewrites`` target that no scheduler serves (neither a ``modelName`` nor one of its
-  ``loraAdapters``): the canary would send requests to a name nothing routes.
+  ``loraAdapters``): the canary would send requests to a name nothing routes;
+* a ``flowControl.enginePriority`` entry naming no scheduler, one listed twice, one whose engine
+  reads no priority (TGI, a generic server without ``engine``), or SGLang settings on vLLM.
 
 They are not admission rules (``schemas/admission-rules.yaml``) because each needs nested loops over
 every member list of every entry, which the API server's CEL cost budget (``igw.config.cel_cost``)
@@ -26,6 +28,8 @@ from igw.config.jsonpath import PathPart, format_path
 
 OBJECTIVE_MEMBER_RULE: Final = "unique-objective-member"
 REWRITE_TARGET_RULE: Final = "rewrite-target-served"
+ENGINE_PRIORITY_RULE: Final = "engine-priority-scheduler"
+_SGLANG_ONLY: Final = ("preemptionThreshold", "preemption", "lowValuesFirst")
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -93,6 +97,61 @@ def rewrite_target_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
                 )
 
 
+def engine_priority_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``enginePriority`` entries the gateway would refuse (the same rules as
+    :func:`igw.scheduling.engine_priority.engine_priorities`, as path-named problems)."""
+    entries = _list(_extension(doc, "flowControl").get("enginePriority"))
+    if not entries:
+        return
+    spec = _mapping(doc.get("spec"))
+    engine_of: dict[str, str] = {}
+    for scheduler in _list(spec.get("schedulers")):
+        s = _mapping(scheduler)
+        if isinstance(s.get("name"), str):
+            engine_of[s["name"]] = str(s.get("engineType", "vllm"))
+    engines_ext = _extension(doc, "engines")
+    for name in _list(engines_ext.get("tgi")):
+        engine_of[str(name)] = "tgi"
+    for entry in _list(engines_ext.get("generic")):
+        engine_of[str(_mapping(entry).get("scheduler"))] = "generic"
+    seen: set[str] = set()
+    base = ("spec", "extensions", "flowControl", "enginePriority")
+    for i, raw in enumerate(entries):
+        entry = _mapping(raw)
+        name = entry.get("scheduler")
+        if not isinstance(name, str):
+            continue
+        if name not in engine_of:
+            yield _problem(
+                ENGINE_PRIORITY_RULE,
+                (*base, i, "scheduler"),
+                f"no scheduler named {json.dumps(name)} in spec.schedulers",
+            )
+            continue
+        if name in seen:
+            yield _problem(
+                ENGINE_PRIORITY_RULE, (*base, i, "scheduler"), f"{json.dumps(name)} is listed twice"
+            )
+        seen.add(name)
+        engine = entry.get("engine", engine_of[name])
+        if engine not in ("vllm", "sglang"):
+            yield _problem(
+                ENGINE_PRIORITY_RULE,
+                (*base, i, "engine"),
+                f"scheduler {json.dumps(name)} runs {engine}, which reads no request priority; set engine: "
+                "vllm or sglang if its servers are one of those",
+            )
+        elif engine == "vllm":
+            for key in _SGLANG_ONLY:
+                if key in entry:
+                    yield _problem(
+                        ENGINE_PRIORITY_RULE,
+                        (*base, i, key),
+                        "an SGLang setting; vLLM's priority policy serves lower values first and preempts "
+                        "only on a KV-cache shortage",
+                    )
+
+
 def reference_problems(doc: Mapping[str, Any]) -> list[Problem]:
     """Every cross-reference problem of one InferenceGatewayConfig document."""
-    return [*objective_member_problems(doc), *rewrite_target_problems(doc)]
+    return [*objective_member_problems(doc), *rewrite_target_problems(doc), *engine_priority_problems(doc)]

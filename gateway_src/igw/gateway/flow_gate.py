@@ -25,6 +25,12 @@ A lower band is held while no
 endpoint has a place for it; the probe is read before the scheduler runs, because a pick that is not
 sent would still count as a dispatch in the scheduler's ledger of unreflected dispatches.
 
+Where a pool's engine preempts running requests for a batch slot by the body's ``priority``
+(``flowControl.enginePriority`` on SGLang), the gate keeps each endpoint's requests in flight per
+band (:meth:`FlowGates.started` / :meth:`FlowGates.finished`, no scrape lag) and lets a top-band
+request that finds the pool saturated go at once to an endpoint whose batch the engine can free for
+it (:meth:`FlowGates.preempting_endpoint`).
+
 The ``tenant`` label of the rejection counter is bounded (:class:`TenantLabels`): the tenant may be
 a client-chosen header value, and every distinct label value is a new time series.
 """
@@ -42,12 +48,14 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from igw.scheduling.engine_priority import EnginePriority
 from igw.scheduling.flow_control import (
     BatchEstimate,
     CapacityEstimate,
     EndpointLoad,
     FlowController,
     FlowControlSettings,
+    QueuedRequest,
     Shed,
     ShedReason,
     header_objective_allowed,
@@ -257,6 +265,8 @@ class FlowGates:
         """Each endpoint's latest scrape seen, with its learned batch size."""
         self._capacity: dict[EndpointKey, CapacityEstimate] = {}
         """Each endpoint's busy batch slots over time, for its capacity (:class:`CapacityEstimate`)."""
+        self._inflight: dict[EndpointKey, collections.Counter[int]] = {}
+        """This router's requests in flight at each endpoint, per band (engine preemption)."""
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -268,8 +278,69 @@ class FlowGates:
             return
         self.settings = settings
         if settings is not None:
-            for controller in self._controllers.values():
+            for scheduler, controller in self._controllers.items():
                 controller.settings = settings
+                controller.engine_priority = settings.engine_priority.get(scheduler)
+
+    def _controller(self, scheduler: str, settings: FlowControlSettings) -> FlowController:
+        controller = self._controllers.get(scheduler)
+        if controller is None:
+            controller = self._controllers[scheduler] = FlowController(
+                settings, engine_priority=settings.engine_priority.get(scheduler)
+            )
+        return controller
+
+    def engine_priority(self, scheduler: str) -> EnginePriority | None:
+        """How ``scheduler``'s engine reads the body's ``priority``; ``None`` when not configured."""
+        settings = self.settings
+        return None if settings is None else settings.engine_priority.get(scheduler)
+
+    def started(self, endpoint: EndpointKey, priority: int) -> None:
+        """A request of band ``priority`` was sent to ``endpoint``."""
+        counts = self._inflight.get(endpoint)
+        if counts is None:
+            counts = self._inflight[endpoint] = collections.Counter()
+        counts[priority] += 1
+
+    def finished(self, endpoint: EndpointKey, priority: int) -> None:
+        """A request :meth:`started` there has completed (or failed)."""
+        counts = self._inflight.get(endpoint)
+        if counts is not None:
+            counts[priority] -= 1
+            if counts[priority] <= 0:
+                del counts[priority]
+
+    def preempting_endpoint(
+        self, scheduler: str, priority: int, endpoints: Mapping[EndpointKey, EndpointSample]
+    ) -> EndpointKey | None:
+        """Where a top-band request that found the pool saturated can start at once because the engine
+        preempts for it: an endpoint where this router has requests in flight of bands the engine lets
+        ``priority`` preempt, and fewer of ``priority`` or above than the endpoint's batch (so its
+        batch holds a preemptible request or a free slot). The one with the most preemptible requests;
+        ``None`` where the engine does not preempt for a slot, for lower bands, or when none qualifies.
+        """
+        settings = self.settings
+        engine = self.engine_priority(scheduler)
+        if (
+            settings is None
+            or engine is None
+            or not engine.preempts_for_slot
+            or not settings.steers(priority)
+        ):
+            return None
+        loads = self._loads(endpoints)
+        best: tuple[int, EndpointKey] | None = None
+        for key, load in loads.items():
+            counts = self._inflight.get(key)
+            if not counts:
+                continue
+            preemptible = sum(n for band, n in counts.items() if engine.preempts(priority, band))
+            above = sum(n for band, n in counts.items() if band >= priority)
+            if preemptible <= 0 or (load.batch is not None and above >= load.batch):
+                continue
+            if best is None or preemptible > best[0]:
+                best = (preemptible, key)
+        return None if best is None else best[1]
 
     def priority(
         self,
@@ -318,11 +389,14 @@ class FlowGates:
         settings = self.settings
         if settings is None:
             return False
-        controller = self._controllers.get(scheduler)
-        if controller is None:
-            controller = self._controllers[scheduler] = FlowController(settings)
+        controller = self._controller(scheduler, settings)
         now = self.clock()
         controller.arrived(priority, now)
+        engine = controller.engine_priority
+        if engine is not None and engine.preempts_for_slot and settings.steers(priority):
+            # The engine frees a slot for it: no headroom to wait for; only queued work of its band
+            # holds it (a saturated pick then goes to a pod running a lower band, or queues).
+            return controller.queued_at_or_above(priority) > 0
         if endpoints and not self._has_place(controller, priority, self._loads(endpoints), now):
             return True
         return not controller.admits(priority, utilisation) or controller.queued_at_or_above(priority) > 0
@@ -372,9 +446,7 @@ class FlowGates:
             self._utilisation[scheduler] = utilisation
         if endpoints is not None:
             self._samples[scheduler] = endpoints
-        controller = self._controllers.get(scheduler)
-        if controller is None:
-            controller = self._controllers[scheduler] = FlowController(settings)
+        controller = self._controller(scheduler, settings)
         now = self.clock()
         offer = controller.offer(
             request_id=request_id,
@@ -454,7 +526,9 @@ class FlowGates:
         taken: collections.Counter[str | None] = collections.Counter()
         probe = self._utilisation.get(scheduler)
         samples = self._samples.get(scheduler)
-        while (item := controller.peek(now, utilisation=None if probe is None else probe())) is not None:
+        engine = controller.engine_priority
+        preempting = engine is not None and engine.preempts_for_slot
+        while (item := self._head(controller, now, probe, preempting=preempting)) is not None:
             waiter = self._waiters.get(item.request_id)
             if waiter is None:  # its task is gone without cancelling (should not happen): drop it
                 controller.cancel(item.request_id)
@@ -480,6 +554,21 @@ class FlowGates:
             controller.take(item, now)
             waiter.future.set_result(decision)
         self._update_depth(scheduler, controller)
+
+    def _head(
+        self, controller: FlowController, now: float, probe: Utilisation | None, *, preempting: bool
+    ) -> QueuedRequest | None:
+        """The queued request to try next: the head :meth:`FlowController.peek` gives under the
+        headroom rule; where the engine preempts for a batch slot, a top-band head also past it
+        (its pick, when saturated, goes to a pod running a lower band)."""
+        if probe is None:
+            return controller.peek(now)
+        item = controller.peek(now, utilisation=probe())
+        if item is None and preempting:
+            head = controller.peek(now)
+            if head is not None and controller.steers(head.priority):
+                return head
+        return item
 
     def _loads(self, samples: Mapping[EndpointKey, EndpointSample]) -> dict[EndpointKey, EndpointLoad]:
         """Each endpoint's load, learning its batch size and its capacity from the sample on the way.
@@ -528,6 +617,8 @@ class FlowGates:
         for key in endpoints:
             self._scraped.pop(key, None)
             self._capacity.pop(key, None)
+            if not self._inflight.get(key):  # requests still in flight there finish into it
+                self._inflight.pop(key, None)
 
     @staticmethod
     def _has_place(

@@ -45,7 +45,14 @@ from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
 from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
-from igw.gateway.request_body import BadRequestBody, BodyTooLarge, InferenceBody, parse_body, read_limited
+from igw.gateway.request_body import (
+    BadRequestBody,
+    BodyTooLarge,
+    InferenceBody,
+    parse_body,
+    read_limited,
+    with_fields,
+)
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
@@ -124,6 +131,9 @@ class _Forward:
     """What the client asked for, for error messages (``'model-x'`` or ``the default backend``)."""
     response_headers: dict[str, str] = field(default_factory=dict)
     """Added to the client's response (the opt-in decision summary)."""
+    priority: int | None = None
+    """The request's flow-control band (``None`` without flow control): counted per endpoint while
+    in flight where the pool's engine preempts by priority."""
 
 
 async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamResponse | ForwardedAnswer:
@@ -260,7 +270,7 @@ async def _route(
         decision = sr.scheduler.pick(rreq, views, now=state.clock())
         elapsed = time.perf_counter() - t0
         if priority is not None:
-            decision = _steered(state, sr, priority, decision)
+            decision = _preempting(state, sr, priority, _steered(state, sr, priority, decision))
         obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
         if decision.kind is DecisionKind.SATURATED and not flow_on:
             state.flow.configure(None, retry_after_bounds=bounds)
@@ -309,12 +319,16 @@ async def _route(
         obs.rejected("no_endpoints")
         message = f"no model server endpoint available for {route.base_model!r}: {decision.reason}"
         return gateway_error("no_endpoints", message, request_id=rid)
+    engine = state.flow.engine_priority(sr.spec.name) if priority is not None else None
+    if engine is not None and priority is not None:
+        body = with_fields(body, {"priority": engine.value(priority)})
     plan = _Forward(
         candidates=[decision.endpoint, *decision.fallbacks][:MAX_ATTEMPTS],
         sr=sr,
         add_headers={"X-Gateway-Model-Name": route.model, "X-Gateway-Base-Model-Name": route.base_model},
         timeout_s=sr.route_timeout_s,
         what=repr(route.base_model),
+        priority=priority if engine is not None and engine.preempts_for_slot else None,
     )
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
         plan.response_headers[DECISION_HEADER] = decision_header(decision)
@@ -351,8 +365,11 @@ async def _wait_in_queue(
         tenant=tenant,
         size_bytes=size_bytes,
         max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
-        pick=lambda: _steered(
-            state, sr, priority, sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock())
+        pick=lambda: _preempting(
+            state,
+            sr,
+            priority,
+            _steered(state, sr, priority, sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock())),
         ),
         utilisation=_utilisation(state, sr),
         endpoints=_endpoint_samples(state, sr),
@@ -371,6 +388,32 @@ def _steered(
     if steered.endpoint is not None and steered.endpoint != decision.endpoint and ledger is not None:
         ledger.move(decision.endpoint, steered.endpoint, now=state.clock())
     return steered
+
+
+def _preempting(
+    state: GatewayState, sr: SchedulerRuntime, priority: int, decision: RoutingDecision
+) -> RoutingDecision:
+    """A saturated top-band pick sent instead to an endpoint whose engine will preempt a lower band's
+    running request for it (``enginePriority`` on an engine that preempts for a batch slot;
+    :meth:`~igw.gateway.flow_gate.FlowGates.preempting_endpoint`), the dispatch ledger told;
+    otherwise ``decision`` unchanged."""
+    if (
+        decision.kind is not DecisionKind.SATURATED
+        or state.flow.engine_priority(sr.spec.name) is None
+        or not state.flow.steers(priority)
+    ):
+        return decision
+    key = state.flow.preempting_endpoint(sr.spec.name, priority, _endpoint_samples(state, sr)())
+    if key is None:
+        return decision
+    ledger = sr.scheduler.ledger
+    if ledger is not None:
+        ledger.record(key, now=state.clock())
+    return RoutingDecision(
+        kind=DecisionKind.PICKED,
+        endpoint=key,
+        reason="the engine preempts a lower band for it (enginePriority)",
+    )
 
 
 def _priority(
@@ -444,6 +487,8 @@ async def _forward(
             obs.propagate(headers)  # tracing hook: traceparent of this attempt
         if ep is not None:
             ep.dispatched(est_tokens)
+            if plan.priority is not None:
+                state.flow.started(key, plan.priority)
         connected = True
         try:
             exchanging = exchange(
@@ -497,6 +542,8 @@ async def _forward(
         finally:
             if ep is not None:
                 ep.completed(est_tokens)
+                if plan.priority is not None:
+                    state.flow.finished(key, plan.priority)
             if connected and plan.sr is not None:
                 _feedback(plan.sr, key, obs, result, now=state.clock())
         break

@@ -22,7 +22,6 @@ else ``rules[<index>]``.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -30,10 +29,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-import orjson
-
 from igw.errors import IgwGatewayError
-from igw.gateway.request_body import InferenceBody
+from igw.gateway.request_body import InferenceBody, with_fields
 
 EXTENSION_NAME: Final = "modelRewrites"
 _WHERE: Final = f"spec.extensions.{EXTENSION_NAME}.rules"
@@ -193,6 +190,4 @@ def _rule(
 
 def retargeted(body: InferenceBody, model: str) -> InferenceBody:
     """``body`` with its ``model`` field set to ``model`` (the model server must see the target)."""
-    doc = orjson.loads(body.raw)
-    doc["model"] = model
-    return dataclasses.replace(body, raw=orjson.dumps(doc), model=model)
+    return with_fields(body, {"model": model})

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -111,4 +113,19 @@ def parse_body(raw: bytes, *, chat: bool, header_model: str | None) -> Inference
         prefix_text=text,
         prompt_tokens=max(1, len(text) // CHARS_PER_TOKEN),
         max_tokens=max_tokens,
+    )
+
+
+def with_fields(body: InferenceBody, fields: Mapping[str, Any]) -> InferenceBody:
+    """``body`` with top-level JSON ``fields`` set (replaced or added), the rest exactly as sent.
+
+    The one place the gateway rewrites a body it forwards (a canary's target ``model``, the engine
+    ``priority`` of ``flowControl.enginePriority``): one parse and one serialisation, only for the
+    requests that need it.
+    """
+    doc = orjson.loads(body.raw)
+    doc.update(fields)
+    model = fields.get("model", body.model)
+    return dataclasses.replace(
+        body, raw=orjson.dumps(doc), model=model if isinstance(model, str) else body.model
     )

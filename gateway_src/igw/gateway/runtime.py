@@ -65,14 +65,20 @@ class GatewayRuntime:
     ) -> None:
         self.config = config
         self.settings = RoutingSettings.from_extension(config.extensions.get(EXTENSION_NAME))
+        engines = scheduler_engines(config)
         flow = config.extensions.get(FLOW_EXTENSION)
-        self.flow_settings = None if flow is None else FlowControlSettings.from_extension(flow)
+        self.flow_settings = (
+            None
+            if flow is None
+            else FlowControlSettings.from_extension(
+                flow, scheduler_engines={name: engine.name for name, engine in engines.items()}
+            )
+        )
         """``spec.extensions.flowControl``: ``None`` when saturated requests are refused at once."""
         self.picker_configs: PickerConfigs = dict(picker_configs or {})
         self.rng = rng
         self.clock = clock
         self.schedulers: dict[str, SchedulerRuntime] = {}
-        engines = scheduler_engines(config)
         for spec in config.schedulers:
             key = picker_config_key(spec)
             picker_config = None if key is None else self.picker_configs.get(key)

@@ -47,6 +47,8 @@ from typing import Any, Final
 
 from igw.config.durations import parse_duration
 from igw.errors import IgwSchedulingError
+from igw.scheduling.engine_priority import EXTENSION_FIELD as ENGINE_PRIORITY_FIELD
+from igw.scheduling.engine_priority import EnginePriority, engine_priorities
 from igw.scheduling.types import EndpointKey
 
 CRITICAL: Final = 1
@@ -223,10 +225,17 @@ class FlowControlSettings:
     max_tenant_labels: int = 32
     """Without ``tenant_labels``: the first this many distinct tenants get their own label, later
     ones ``other`` (a client-chosen fairness header cannot grow the series count without bound)."""
+    engine_priority: Mapping[str, EnginePriority] = field(default_factory=dict)
+    """Scheduler name -> how its engine reads the body's ``priority`` (``enginePriority``): the
+    gateway writes each request's band there, and where the engine preempts for a batch slot the
+    lower bands keep no slots for the higher ones (:class:`FlowController` ``engine_priority``)."""
 
     @staticmethod
-    def from_extension(raw: Mapping[str, Any]) -> FlowControlSettings:
-        """Build from a *schema-validated* ``spec.extensions.flowControl`` mapping."""
+    def from_extension(
+        raw: Mapping[str, Any], *, scheduler_engines: Mapping[str, str] | None = None
+    ) -> FlowControlSettings:
+        """Build from a *schema-validated* ``spec.extensions.flowControl`` mapping;
+        ``scheduler_engines`` (scheduler name -> engine) resolves ``enginePriority``."""
         where = f"spec.extensions.{EXTENSION_NAME}"
         defaults = FlowControlSettings()
         bands: dict[int, BandLimits] = dict(defaults.bands)
@@ -298,6 +307,11 @@ class FlowControlSettings:
             tenant_labels=frozenset(str(t) for t in (raw.get("metrics") or {}).get("tenantLabels", ())),
             max_tenant_labels=int(
                 (raw.get("metrics") or {}).get("maxTenantLabels", defaults.max_tenant_labels)
+            ),
+            engine_priority=engine_priorities(
+                raw.get(ENGINE_PRIORITY_FIELD),
+                scheduler_engines=scheduler_engines,
+                where=f"{where}.{ENGINE_PRIORITY_FIELD}",
             ),
         )
 
@@ -776,8 +790,13 @@ class _Band:
 class FlowController:
     """The queues of one pool. Not thread-safe: one event loop owns it."""
 
-    def __init__(self, settings: FlowControlSettings) -> None:
+    def __init__(
+        self, settings: FlowControlSettings, *, engine_priority: EnginePriority | None = None
+    ) -> None:
         self.settings = settings
+        self.engine_priority = engine_priority
+        """The pool's engine-side priority (``enginePriority``); where its engine preempts for a
+        batch slot, no band keeps slots for the ones above (:meth:`slots_kept`)."""
         self._bands: dict[int, _Band] = {}
         self._by_id: dict[str, QueuedRequest] = {}
         self._seq = itertools.count()
@@ -835,7 +854,9 @@ class FlowController:
     def slots_kept(self, priority: int, load: EndpointLoad, *, now: float | None = None) -> int:
         """Batch slots a request of ``priority`` leaves free at an endpoint with ``load``.
 
-        Its band's ``keep_slots``, raised to what the ``slot_wait_s`` of its own band and of every
+        None where the pool's engine preempts lower-priority running requests for a batch slot
+        (``enginePriority`` on SGLang): a higher-band arrival takes a lower band's slot there.
+        Otherwise its band's ``keep_slots``, raised to what the ``slot_wait_s`` of its own band and of every
         band above it needs (a band keeps at least the slots a band above keeps, or it would hand
         them out below it). Needs the endpoint's batch and ``now``. While the endpoint's completion
         rates are not known yet (the first seconds of traffic), a ``slot_wait_s`` band with
@@ -844,6 +865,9 @@ class FlowController:
         second of the live benchmark and the Critical arrivals of that moment waited a whole
         sequence for a slot.
         """
+        engine = self.engine_priority
+        if engine is not None and engine.preempts_for_slot:
+            return 0  # the engine empties a lower band's slot for a higher band: none is kept idle
         keep = self.settings.limits_for(priority).keep_slots
         batch, rate, pool_rate = load.batch, load.completion_rate, load.pool_completion_rate
         if now is None or batch is None:

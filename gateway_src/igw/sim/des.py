@@ -305,6 +305,7 @@ class _Runner:
             ),
             adapter=sim.adapter,
             arrival=now,
+            priority=sim.priority,
         )
         if sim.adapter is not None and sim.adapter not in pod.spec.lora_adapters:
             self._fail(p, pod.key, 404, now)

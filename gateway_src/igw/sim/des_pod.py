@@ -83,6 +83,7 @@ class SimPod:
             jitter_sigma=spec.jitter_sigma,
             prefix_caching=spec.prefix_caching,
             max_loras=spec.effective_max_loras,
+            priority=spec.priority_scheduling(),
         )
         self.batch: Batch | None = None
         self.inflight = 0

@@ -10,6 +10,21 @@ Scheduling follows vLLM V1's scheduler (``vllm/v1/core/sched/scheduler.py``): ru
 running request is preempted (blocks freed, recomputed later from the front of the waiting queue); then
 waiting requests FCFS while the token budget, ``max_num_seqs``, free blocks and ``max_loras`` allow (a
 request whose adapter has no slot is skipped, later ones may pass it). Step time is §8.1's formula.
+
+With a :class:`PriorityScheduling` policy the engine follows the two engines' priority schedulers,
+reading each request's ``priority`` (:attr:`EngineRequest.priority`):
+
+* **vLLM** ``--scheduling-policy priority``: the waiting queue is ordered by (priority, arrival),
+  the lower value first; on a KV-block shortage the running request preempted is the least
+  important one (the largest (priority, arrival)), not the newest. A full batch is never emptied
+  for a waiting request: it waits for a completion like any other.
+* **SGLang** ``--enable-priority-scheduling``: the waiting queue is ordered by priority (the higher
+  value first, or the lower one with ``--schedule-low-priority-values-first``), then arrival; and,
+  unless ``--disable-priority-preemption``, a waiting request that finds the batch full
+  (``max_running_requests``) preempts the least important running request when it outranks it by
+  more than ``--priority-scheduling-preemption-threshold`` (default 10). The preempted request is
+  retracted to the waiting queue and recomputed later (its output so far is kept and streamed on
+  after it resumes), counted in ``preemptions``.
 """
 
 from __future__ import annotations
@@ -18,6 +33,8 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
 
 from igw.errors import IgwToolingError
 from igw.sim.kv_cache import BlockPool
@@ -26,6 +43,57 @@ from igw.sim.presets import Preset
 
 class RequestRejected(IgwToolingError, ValueError):
     """The engine refuses a request outright (too long for the context or the KV cache)."""
+
+
+class PriorityEngine(StrEnum):
+    """Whose priority scheduler the engine follows (see the module docstring)."""
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
+SGLANG_DEFAULT_PREEMPTION_THRESHOLD: Final = 10
+"""SGLang's ``--priority-scheduling-preemption-threshold`` default."""
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityScheduling:
+    """An engine's priority scheduling, as its server flags set it."""
+
+    engine: PriorityEngine
+    low_values_first: bool = False
+    """The lower ``priority`` value is the more important (always so for vLLM; SGLang's
+    ``--schedule-low-priority-values-first``)."""
+    preempt_for_slot: bool = False
+    """A waiting request may preempt a running one for its batch slot (SGLang, unless
+    ``--disable-priority-preemption``)."""
+    threshold: int = SGLANG_DEFAULT_PREEMPTION_THRESHOLD
+    """It must outrank the running request by more than this (SGLang's
+    ``--priority-scheduling-preemption-threshold``)."""
+
+    @staticmethod
+    def vllm() -> PriorityScheduling:
+        """vLLM V1's ``--scheduling-policy priority``."""
+        return PriorityScheduling(PriorityEngine.VLLM, low_values_first=True)
+
+    @staticmethod
+    def sglang(
+        *,
+        preemption: bool = True,
+        threshold: int = SGLANG_DEFAULT_PREEMPTION_THRESHOLD,
+        low_values_first: bool = False,
+    ) -> PriorityScheduling:
+        """SGLang's ``--enable-priority-scheduling`` with its preemption flags."""
+        return PriorityScheduling(
+            PriorityEngine.SGLANG,
+            low_values_first=low_values_first,
+            preempt_for_slot=preemption,
+            threshold=threshold,
+        )
+
+    def rank(self, priority: int) -> int:
+        """``priority`` as a rank where the smaller is served first."""
+        return priority if self.low_values_first else -priority
 
 
 class EngineRequest:
@@ -52,9 +120,11 @@ class EngineRequest:
         "num_tokens",
         "output_tokens",
         "preemptions",
+        "priority",
         "prompt_tokens",
         "request_id",
         "sched_n",
+        "seq",
     )
 
     def __init__(
@@ -66,8 +136,13 @@ class EngineRequest:
         block_hashes: tuple[int, ...],
         adapter: str | None,
         arrival: float,
+        priority: int = 0,
     ) -> None:
         self.request_id = request_id
+        self.priority = priority
+        """The body's ``priority``; read only by an engine with :class:`PriorityScheduling`."""
+        self.seq = 0
+        """Arrival order at the engine (ties between equal priorities)."""
         self.prompt_tokens = prompt_tokens
         self.max_output_tokens = max_output_tokens
         self.block_hashes = block_hashes
@@ -141,8 +216,12 @@ class Engine:
         jitter_sigma: float = 0.05,
         prefix_caching: bool = True,
         max_loras: int = 0,
+        priority: PriorityScheduling | None = None,
     ) -> None:
         self.preset = preset
+        self.priority = priority
+        """Priority scheduling (``None``: first come, first served, vLLM's default)."""
+        self._arrivals = 0
         self.rng = rng
         self.jitter_sigma = jitter_sigma
         self.block_size = preset.block_size
@@ -190,7 +269,49 @@ class Engine:
         if request.request_id in self._by_id:
             raise RequestRejected(f"duplicate request id {request.request_id!r}")
         self._by_id[request.request_id] = request
-        self.waiting.append(request)
+        self._arrivals += 1
+        request.seq = self._arrivals
+        if self.priority is None:
+            self.waiting.append(request)
+        else:
+            self._enqueue(request)
+
+    def _order(self, req: EngineRequest) -> tuple[int, int]:
+        """Serving order under priority scheduling: the smaller goes first."""
+        assert self.priority is not None
+        return self.priority.rank(req.priority), req.seq
+
+    def _enqueue(self, req: EngineRequest) -> None:
+        """Insert into the waiting queue by :meth:`_order` (from the back: arrivals mostly go last)."""
+        waiting = self.waiting
+        key = self._order(req)
+        i = len(waiting)
+        while i > 0 and self._order(waiting[i - 1]) > key:
+            i -= 1
+        waiting.insert(i, req)
+
+    def _preempt_for_slots(self) -> None:
+        """SGLang's priority preemption: each waiting request (most important first) that finds no
+        free batch slot retracts the least important running request it outranks by more than the
+        threshold; stops at the first that outranks none."""
+        policy = self.priority
+        assert policy is not None
+        free = self.max_num_seqs - len(self.running)
+        victims: list[EngineRequest] = []
+        candidates = sorted(self.running, key=self._order, reverse=True)  # least important first
+        for head in self.waiting:
+            if free > 0:
+                free -= 1
+                continue
+            if not candidates:
+                break
+            victim = candidates[0]
+            if policy.rank(victim.priority) - policy.rank(head.priority) <= policy.threshold:
+                break
+            victims.append(candidates.pop(0))
+        for victim in victims:
+            self.running.remove(victim)
+            self._preempt(victim)
 
     def abort(self, request_id: str, *, now: float) -> bool:
         """Abort a request (client disconnect): free its blocks at once. False if unknown or finished."""
@@ -229,6 +350,14 @@ class Engine:
     # ------------------------------------------------------------------ one step
     def schedule(self, now: float) -> Batch | None:
         """Form the next batch at virtual time ``now``; None when nothing can run."""
+        policy = self.priority
+        if (
+            policy is not None
+            and policy.preempt_for_slot
+            and self.waiting
+            and len(self.running) >= self.max_num_seqs
+        ):
+            self._preempt_for_slots()
         bs = self.block_size
         pool = self.pool
         running = self.running
@@ -248,14 +377,29 @@ class Engine:
                 need = (nc + n + bs - 1) // bs - req.capacity // bs
                 self_preempted = False
                 while not pool.allocate(need):
-                    victim = running.pop()
+                    if policy is None:
+                        victim = running.pop()
+                    else:  # the least important (then newest) running request, wherever it is
+                        victim = max(running, key=self._order)
+                        j = running.index(victim)
+                        del running[j]
+                        if j < i:  # already scheduled in this step: take its tokens back out
+                            i -= 1
+                            vn, vc = victim.sched_n, victim.num_computed
+                            budget += vn
+                            if vn == 1 and vc:
+                                sum_ctx -= vc
+                            else:
+                                attn_pairs -= vn * (vc + vn / 2)
                     self._preempt(victim)
                     preempted = True
                     if victim is req:
                         self_preempted = True
                         break
                 if self_preempted:
-                    break
+                    if policy is None:
+                        break  # FCFS preempts from the back: nothing runs after this request
+                    continue  # the least important was this one: the next now sits at index i
                 req.anon += need
                 req.capacity += need * bs
             req.sched_n = n
@@ -267,7 +411,10 @@ class Engine:
             i += 1
         batch = running[:i]
         load_cost = 0.0
-        if not preempted:
+        if not preempted or not batch:
+            # After a preemption vLLM admits nothing new in that step; but a step left empty (every
+            # running request preempted, itself included) would leave the engine idle with work
+            # waiting and the blocks just freed, so the waiting queue is admitted then.
             load_cost, admitted_pairs, budget = self._admit(now, batch, budget)
             attn_pairs += admitted_pairs
         if not batch:
@@ -473,4 +620,7 @@ class Engine:
         req.sched_n = 0
         req.preemptions += 1
         self.counters.preemptions += 1
-        self.waiting.appendleft(req)
+        if self.priority is None:
+            self.waiting.appendleft(req)
+        else:
+            self._enqueue(req)

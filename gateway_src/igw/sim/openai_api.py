@@ -31,9 +31,12 @@ class ApiError(IgwToolingError):
         self.param = param
 
     def response(self) -> web.Response:
-        kind = {400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError"}.get(
-            self.status, "InternalServerError"
-        )
+        kind = {
+            400: "BadRequestError",
+            404: "NotFoundError",
+            413: "BadRequestError",
+            503: "ServiceUnavailableError",
+        }.get(self.status, "InternalServerError")
         body = {
             "object": "error",
             "message": self.message,
@@ -53,6 +56,8 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     chat: bool
+    priority: int | None = None
+    """The body's ``priority`` (vLLM and SGLang read it under priority scheduling); ``None`` if absent."""
 
 
 def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[str, ...]) -> ParsedRequest:
@@ -93,7 +98,10 @@ def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[
     if not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object", param="stream_options")
     include_usage = bool(options.get("include_usage", False))
-    return ParsedRequest(model, adapter, prompt_text, max_tokens, stream, include_usage, chat)
+    priority = body.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise ApiError(400, "'priority' must be an integer", param="priority")
+    return ParsedRequest(model, adapter, prompt_text, max_tokens, stream, include_usage, chat, priority)
 
 
 def usage(req: EngineRequest) -> dict[str, Any]:

@@ -60,6 +60,13 @@ from igw.sim.tokens import (
 TIME_SCALE_HEADER: Final = "x-igw-sim-time-scale"
 RESYNC_WALL_S: Final = 0.05
 """A pod whose step ends more than this (wall seconds) late restarts its virtual clock from now."""
+SGLANG_UNSET_PRIORITY: Final = 2**63 - 1
+"""SGLang's priority for a request without one under priority scheduling (``sys.maxsize``, as the
+least important end: negated when higher values come first)."""
+SGLANG_PRIORITY_DISABLED: Final = (
+    "Using priority is disabled for this server. Please send a new request without a priority."
+)
+"""SGLang's abort message for a request with a priority on a server without priority scheduling."""
 TRACE_CONTEXTS_KEPT: Final = 256
 """Received trace contexts a pod remembers (:attr:`LivePod.trace_contexts`)."""
 
@@ -113,6 +120,7 @@ class LivePod:
             jitter_sigma=spec.jitter_sigma,
             prefix_caching=spec.prefix_caching,
             max_loras=spec.effective_max_loras,
+            priority=spec.priority_scheduling(),
         )
         self.stats = PodStats(max_model_len=self.preset.max_model_len)
         self.port = spec.port
@@ -530,6 +538,7 @@ class LivePod:
         problem = self.engine.size_error(prompt_tokens, parsed.max_tokens)
         if problem is not None:
             raise ApiError(400, problem, param="max_tokens" if "max_tokens" in problem else None)
+        priority = self._priority(parsed.priority)
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{self.spec.name}-{next(self._ids)}"
         req = EngineRequest(
             request_id=request_id,
@@ -543,6 +552,7 @@ class LivePod:
             ),
             adapter=parsed.adapter,
             arrival=self.vnow(),
+            priority=priority,
         )
         running, waiting = self.engine.num_running, self.engine.num_waiting
         try:
@@ -564,6 +574,31 @@ class LivePod:
             self._streams.pop(request_id, None)
             if req.finish_reason is None:
                 self.engine.abort(request_id, now=self._vnow_safe())
+
+    def _priority(self, given: int | None) -> int:
+        """The engine priority of a request whose body carries ``given``, as the real server treats it.
+
+        vLLM refuses a non-zero priority unless started with ``--scheduling-policy priority``
+        (its processor's check, 400); SGLang aborts a request carrying a priority unless started
+        with ``--enable-priority-scheduling``, and with it gives a request without one the least
+        important value (so unmarked traffic never outranks marked traffic).
+        """
+        policy = self.engine.priority
+        if self.spec.engine is EngineKind.VLLM:
+            if given and policy is None:
+                raise ApiError(
+                    400, f"Got priority {given} but Priority scheduling is not enabled.", param="priority"
+                )
+            return given or 0
+        if self.spec.engine is EngineKind.SGLANG:
+            if policy is None:
+                if given is not None:
+                    raise ApiError(503, SGLANG_PRIORITY_DISABLED)
+                return 0
+            if given is None:
+                return SGLANG_UNSET_PRIORITY if policy.low_values_first else -SGLANG_UNSET_PRIORITY
+            return given
+        return 0
 
     async def _respond_whole(self, parsed: ParsedRequest, stream: _Stream) -> web.Response:
         while await stream.queue.get() != -1:

@@ -19,6 +19,7 @@ from packaging.version import InvalidVersion, Version
 from igw import engines
 from igw.config.documents import DocumentReadError, read_documents
 from igw.errors import IgwToolingError
+from igw.sim.engine import SGLANG_DEFAULT_PREEMPTION_THRESHOLD, PriorityScheduling
 from igw.sim.presets import PRESETS, Preset, get_preset
 
 _E = TypeVar("_E", bound=enum.StrEnum)
@@ -36,6 +37,22 @@ class EngineKind(enum.StrEnum):
     VLLM = "vllm"
     SGLANG = "sglang"
     TGI = "tgi"
+
+
+class SchedulingPolicy(enum.StrEnum):
+    """vLLM's ``--scheduling-policy``."""
+
+    FCFS = "fcfs"
+    PRIORITY = "priority"
+
+
+_VLLM_ONLY: Final = ("scheduling_policy",)
+_SGLANG_ONLY: Final = (
+    "enable_priority_scheduling",
+    "disable_priority_preemption",
+    "priority_scheduling_preemption_threshold",
+    "schedule_low_priority_values_first",
+)
 
 
 class FaultKind(enum.StrEnum):
@@ -153,11 +170,39 @@ class PodSpec:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float | None = None
+    scheduling_policy: SchedulingPolicy = SchedulingPolicy.FCFS
+    """vLLM's ``--scheduling-policy``: ``priority`` orders the waiting queue by the body's
+    ``priority`` (lower first) and preempts the least important request on a KV shortage; ``fcfs``
+    refuses a non-zero ``priority`` with 400, as vLLM does."""
+    enable_priority_scheduling: bool = False
+    """SGLang's ``--enable-priority-scheduling``; without it a request carrying ``priority`` is
+    aborted, as SGLang does."""
+    disable_priority_preemption: bool = False
+    """SGLang's ``--disable-priority-preemption``: order the queue by priority, never preempt."""
+    priority_scheduling_preemption_threshold: int = SGLANG_DEFAULT_PREEMPTION_THRESHOLD
+    """SGLang's ``--priority-scheduling-preemption-threshold``."""
+    schedule_low_priority_values_first: bool = False
+    """SGLang's ``--schedule-low-priority-values-first``."""
+
+    def priority_scheduling(self) -> PriorityScheduling | None:
+        """The engine's priority scheduling as this pod's flags set it (``None``: FCFS)."""
+        if self.engine is EngineKind.VLLM and self.scheduling_policy is SchedulingPolicy.PRIORITY:
+            return PriorityScheduling.vllm()
+        if self.engine is EngineKind.SGLANG and self.enable_priority_scheduling:
+            return PriorityScheduling.sglang(
+                preemption=not self.disable_priority_preemption,
+                threshold=self.priority_scheduling_preemption_threshold,
+                low_values_first=self.schedule_low_priority_values_first,
+            )
+        return None
 
     def __post_init__(self) -> None:
         """Coerce plain strings/lists (direct construction in Python) to the typed forms."""
         if not isinstance(self.engine, EngineKind):
             object.__setattr__(self, "engine", _enum(EngineKind, self.engine, "engine"))
+        if not isinstance(self.scheduling_policy, SchedulingPolicy):
+            policy = _enum(SchedulingPolicy, self.scheduling_policy, "scheduling_policy")
+            object.__setattr__(self, "scheduling_policy", policy)
         if self.preset not in PRESETS:
             raise SpecError("preset", f"unknown preset {self.preset!r}; known: {', '.join(sorted(PRESETS))}")
         object.__setattr__(self, "lora_adapters", tuple(self.lora_adapters))
@@ -221,8 +266,16 @@ class PodSpec:
             "max_num_batched_tokens",
             "gpu_memory_utilization",
             "replicas",
+            *_VLLM_ONLY,
+            *_SGLANG_ONLY,
         }
         _only(m, allowed, path)
+        engine = _enum(EngineKind, m.get("engine", "vllm"), f"{path}.engine")
+        foreign: tuple[str, ...] = _SGLANG_ONLY if engine is not EngineKind.SGLANG else ()
+        foreign += _VLLM_ONLY if engine is not EngineKind.VLLM else ()
+        for key in foreign:
+            if key in m:
+                raise SpecError(f"{path}.{key}", f"not a flag of engine {engine.value}")
         preset = _str(_req(m, "preset", path), f"{path}.preset")
         if preset not in PRESETS:
             raise SpecError(
@@ -260,7 +313,7 @@ class PodSpec:
         return cls(
             preset=preset,
             name=_str(m.get("name", ""), f"{path}.name"),
-            engine=_enum(EngineKind, m.get("engine", "vllm"), f"{path}.engine"),
+            engine=engine,
             engine_version=version,
             enable_metrics=_bool(m.get("enable_metrics", True), f"{path}.enable_metrics"),
             labels=labels,
@@ -280,6 +333,24 @@ class PodSpec:
             gpu_memory_utilization=None
             if gmu is None
             else _number(gmu, f"{path}.gpu_memory_utilization", minimum=0.05, maximum=1.0),
+            scheduling_policy=_enum(
+                SchedulingPolicy, m.get("scheduling_policy", "fcfs"), f"{path}.scheduling_policy"
+            ),
+            enable_priority_scheduling=_bool(
+                m.get("enable_priority_scheduling", False), f"{path}.enable_priority_scheduling"
+            ),
+            disable_priority_preemption=_bool(
+                m.get("disable_priority_preemption", False), f"{path}.disable_priority_preemption"
+            ),
+            priority_scheduling_preemption_threshold=_int(
+                m.get("priority_scheduling_preemption_threshold", SGLANG_DEFAULT_PREEMPTION_THRESHOLD),
+                f"{path}.priority_scheduling_preemption_threshold",
+                minimum=0,
+            ),
+            schedule_low_priority_values_first=_bool(
+                m.get("schedule_low_priority_values_first", False),
+                f"{path}.schedule_low_priority_values_first",
+            ),
         )
 
 
