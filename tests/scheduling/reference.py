@@ -226,7 +226,9 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
         if adapter is None:
             idle = [b + sl * tokens for b, sl in (self._cycle_models[e.key] for e in endpoints)]
-            measured = [e.key in self.fits for e in endpoints]
+            measured = [
+                (f := self.fits.get(e.key)) is not None and f.count >= MIN_FIT_SAMPLES for e in endpoints
+            ]
             ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted, idle, measured)
         best = min(predicted, default=0.0)
         scores = [1.0 if p <= 0 else best / p for p in predicted]
@@ -269,7 +271,10 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         for i, (e, capacity) in enumerate(zip(endpoints, capacities, strict=True)):
             fit = self.fits.get(e.key)
             stand_in = None if fit is not None else self._alike_measured(capacity, endpoints, capacities)
-            model = self._model(e.key if stand_in is None else stand_in, pooled)
+            if fit is not None and e.key not in pooled:
+                model: tuple[float, float] | None = self._anchored(i, fit, endpoints, capacities, pooled)
+            else:
+                model = self._model(e.key if stand_in is None else stand_in, pooled)
             assert model is not None
             intercept, slope = model
             if fit is None and stand_in is None:
@@ -290,7 +295,7 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
             m = e.metrics
             if m is not None and m.waiting is not None and m.waiting > 0:
-                unexplained = m.waiting - (1 if ahead > 0 else 0)
+                unexplained = m.waiting - max(self.pending.get(e.key, 0), 1 if ahead > 0 else 0)
                 if unexplained > 0:
                     predicted += unexplained * (fit.mean_y if fit is not None else intercept)
             out.append(predicted)
@@ -302,7 +307,11 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         return out
 
     def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
-        own = {k: m for k, f in self.fits.items() if (m := f.regression(min_samples=MIN_FIT_SAMPLES))}
+        own = {
+            k: m
+            for k, f in self.fits.items()
+            if (m := f.regression(min_samples=MIN_FIT_SAMPLES, min_spread=self.slope_spread))
+        }
         return reference_pool(own, self.pool_ratio)
 
     def _model(

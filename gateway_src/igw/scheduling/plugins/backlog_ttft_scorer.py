@@ -24,11 +24,18 @@ Model, per endpoint ``i``:
   sample arrives with the request's first token (``on_first_token``, when the caller streams) or
   else at its completion, which on a slow GPU with long outputs comes seconds later. The fit absorbs
   what the model leaves out (decode steps sharing the batch, scheduling overhead) as long as it
-  changes slowly. Until an endpoint has ``MIN_FIT_SAMPLES`` samples with a positive slope and
-  intercept, its mean TTFT is split into a fixed half and a half proportional to tokens ahead.
+  changes slowly. Until an endpoint has ``MIN_FIT_SAMPLES`` samples spread over tokens ahead (a
+  standard deviation of at least ``slopeSpread`` tokens) with a positive slope and intercept, it
+  takes the slope of a fitted candidate of alike KV capacity (not labelled as another GPU kind)
+  through its own mean sample, or without one its mean TTFT split into a fixed half and a half
+  proportional to tokens ahead. A slope fitted over a narrow band says nothing about prompts far
+  outside it: an H200 that had served only prompts of 10-90 tokens fitted a tenth of its peers'
+  slope and took every long prompt of the next burst (docs/benchmark.md, routing round 7).
 * **prediction** for a request of ``n`` prompt tokens: ``b_i + s_i * (B_i + n)``; with scraped
   ``waiting`` requests beyond what the backlog explains (another router's traffic, requests stalled
-  for KV space), each adds the endpoint's mean observed TTFT.
+  for KV space), each adds the endpoint's mean observed TTFT. The backlog explains this router's
+  dispatches there still waiting for their first token (``pending``; at least one while the backlog
+  is not empty): counting them again added seconds to every busy pod in a burst.
 
 **Cold start.** Before any sample at all, each endpoint is assumed to prefill at a speed
 proportional to the KV cache it holds (``num_gpu_blocks x block_size`` from the scrape: a smaller
@@ -83,7 +90,9 @@ follows it (:meth:`BacklogTtftScorer._one_kind_scores`).
 
 **Published**: for a request without an adapter on candidates that are not one kind of hardware,
 the pick's predictions (``backlog.predicted``, a :class:`Predictions`), which
-``prefill-admission-scorer`` reads.
+``prefill-admission-scorer`` reads; an endpoint counts as measured there once its fit has
+``MIN_FIT_SAMPLES`` samples (a mean of a few short prompts, split in halves, took H200s for slow
+hardware beside 2xH100 pods).
 
 Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start and
 the one-kind-of-hardware check).
@@ -103,7 +112,9 @@ probed cheaply, default 3), ``adapterSlotPrice`` (exponent of the slot price on 
 leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 2), ``oneKindShare``
 (share of ``predicted-ttft-scorer``'s column repeated on one kind of hardware, 0 to 1, 0 scores 1.0
 everywhere there, default 0.25: with this scorer's default weight 4, one more weight on that column),
-``hardwareLabel`` (pod label naming the GPU kind, default ``gpu``; "" switches the check off).
+``hardwareLabel`` (pod label naming the GPU kind, default ``gpu``; "" switches the check off),
+``slopeSpread`` (standard deviation of tokens ahead, in tokens, a fit's samples need before its own
+slope is used, default 64; 0: any spread).
 """
 
 from __future__ import annotations
@@ -142,6 +153,9 @@ DEFAULT_ADAPTER_SLOT_PRICE = 2.0
 DEFAULT_ONE_KIND_SHARE = 0.25
 """On one kind of hardware, the share of ``predicted-ttft-scorer``'s column this scorer repeats
 (0: every endpoint scores 1.0 there)."""
+DEFAULT_SLOPE_SPREAD = 64.0
+"""Standard deviation of tokens ahead a fit's samples need before its own slope is trusted
+(``slopeSpread``; 0: any spread)."""
 DEFAULT_HARDWARE_LABEL = "gpu"
 """Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
 STATE_PREDICTED = "backlog.predicted"
@@ -182,10 +196,13 @@ class LinearFit:
         self.cov_xy = (1.0 - a) * (self.cov_xy + a * dx * dy)
         self.count += 1
 
-    def regression(self, *, min_samples: int) -> tuple[float, float] | None:
+    def regression(self, *, min_samples: int, min_spread: float = 0.0) -> tuple[float, float] | None:
         """``(intercept, slope)`` by least squares once ``min_samples`` samples spread over ``x``
-        give a positive slope and a non-negative intercept; else ``None``."""
-        if self.count < min_samples or self.var_x <= 0:
+        (a weighted standard deviation of at least ``min_spread``, and above 0) give a positive slope
+        and a non-negative intercept; else ``None``. A slope fitted over a narrow band of ``x`` says
+        nothing about prompts far outside it (ten short prompts fitted an H200's slope at a tenth of
+        its peers', docs/benchmark.md, routing round 7)."""
+        if self.count < min_samples or self.var_x <= 0 or self.var_x < min_spread * min_spread:
             return None
         slope = self.cov_xy / self.var_x
         intercept = self.mean_y - slope * self.mean_x
@@ -204,8 +221,8 @@ class Predictions:
     """Seconds each candidate would take for the whole prompt with nothing ahead and nothing cached
     (``intercept + slope x prompt tokens`` of the model it was predicted with): its hardware's speed."""
     measured: Sequence[bool]
-    """Whether each candidate's model comes from its own samples (else it is a guess: the KV-based
-    prior, or another endpoint's model standing in)."""
+    """Whether each candidate has ``MIN_FIT_SAMPLES`` samples of its own (else its model is a guess:
+    the KV-based prior, another endpoint's model standing in, or a mean of a few samples)."""
 
 
 @dataclass(slots=True)
@@ -289,8 +306,10 @@ class BacklogTtftScorer(PluginHooks):
         adapter_slot_price: float = DEFAULT_ADAPTER_SLOT_PRICE,
         one_kind_share: float = DEFAULT_ONE_KIND_SHARE,
         hardware_label: str = DEFAULT_HARDWARE_LABEL,
+        slope_spread: float = DEFAULT_SLOPE_SPREAD,
     ) -> None:
         self.name = name
+        self.slope_spread = slope_spread
         self.hardware_label = hardware_label
         self.one_kind_share = one_kind_share
         self.adapter_slot_price = adapter_slot_price
@@ -316,6 +335,9 @@ class BacklogTtftScorer(PluginHooks):
         """``(intercept, slope)`` each endpoint was predicted with in the last cycle, guesses
         included, so ``on_picked`` drains the chosen endpoint's backlog at the speed it was judged by."""
         self.dispatched: OrderedDict[str, tuple[EndpointKey, float, float]] = OrderedDict()
+        self.pending: dict[EndpointKey, int] = {}
+        """Per endpoint, the dispatches in ``dispatched`` (sent, first token not seen yet): the
+        scraped ``waiting`` requests they explain."""
         """Request id -> (endpoint, backlog tokens ahead of it at dispatch, the endpoint's
         ``Backlog.total`` just after it), until its outcome."""
         self.pools = SpeedPools(pool_ratio=pool_ratio)
@@ -409,6 +431,47 @@ class BacklogTtftScorer(PluginHooks):
                 best = (ratio, e.key)
         return None if best is None else best[1]
 
+    def _anchored(
+        self,
+        i: int,
+        fit: LinearFit,
+        endpoints: Sequence[EndpointView],
+        capacities: Sequence[float | None],
+        pooled: Mapping[EndpointKey, Model],
+    ) -> Model:
+        """Model of candidate ``i``, which has samples but no trusted regression of its own (too few,
+        or all over a narrow band of tokens ahead): the slope of the fitted candidate with the
+        closest KV capacity (within ``pool_ratio``, not labelled as another GPU kind), through this
+        endpoint's own mean sample; without such a candidate, its mean TTFT split into a fixed half
+        and a half proportional to tokens ahead (:meth:`_model`).
+
+        Why: the half-and-half split extrapolates a mean measured on short prompts to long ones (an
+        H200 that had served ten prompts of about 30 tokens was predicted five times slower than its
+        peers for 3,000), and a regression over such a band gave a tenth of their slope, which sent
+        it every long prompt of a burst (docs/benchmark.md, routing round 7). Its own mean still
+        moves the line, so a pod that is slower than its KV twin shows it."""
+        capacity = capacities[i]
+        label = self.hardware_label
+        own_label = endpoints[i].labels.get(label) if label else None
+        best: tuple[float, Model] | None = None
+        if capacity is not None:
+            for j, (e, c) in enumerate(zip(endpoints, capacities, strict=True)):
+                if j == i or c is None or (model := pooled.get(e.key)) is None:
+                    continue
+                if (
+                    own_label is not None
+                    and (other := e.labels.get(label)) is not None
+                    and other != own_label
+                ):
+                    continue
+                ratio = max(c, capacity) / min(c, capacity)
+                if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
+                    best = (ratio, model)
+        if best is None:
+            return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+        slope = best[1][1]
+        return max(0.0, fit.mean_y - slope * fit.mean_x), slope
+
     def predicted(
         self,
         endpoints: Sequence[EndpointView],
@@ -451,6 +514,7 @@ class BacklogTtftScorer(PluginHooks):
         so the floats are the same. Endpoints without a fit of their own (a newcomer) take
         :meth:`_unfitted` with the helpers."""
         fits_get, pooled_get, backlogs_get = self.fits.get, pooled.get, self.backlogs.get
+        pending_get = self.pending.get
         models = self._cycle_models
         # uncached() of an endpoint without a matched prefix share.
         plain = tokens * (1.0 - 0.0)
@@ -467,11 +531,8 @@ class BacklogTtftScorer(PluginHooks):
             if fit is not None:
                 model = pooled_get(key)
                 if model is None:
-                    # Half fixed, half per token (see _model).
-                    intercept, slope = fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
-                    model = (intercept, slope)
-                else:
-                    intercept, slope = model
+                    model = self._anchored(i, fit, endpoints, capacities, pooled)
+                intercept, slope = model
                 typical = fit.mean_x
                 if not typical > 0:
                     typical = DEFAULT_TYPICAL_TOKENS
@@ -519,8 +580,12 @@ class BacklogTtftScorer(PluginHooks):
             m = e.metrics
             if m is not None and (waiting := m.waiting) is not None and waiting > 0:
                 # Waiting requests beyond what this router's backlog explains (another router's
-                # traffic, requests stalled for KV space) each cost about one mean TTFT.
-                unexplained = waiting - (1 if ahead > 0 else 0)
+                # traffic, requests stalled for KV space) each cost about one mean TTFT; this
+                # router's own dispatches still waiting for their first token are in the backlog.
+                explained = pending_get(key, 0)
+                if ahead > 0 and explained < 1:
+                    explained = 1
+                unexplained = waiting - explained
                 if unexplained > 0:
                     predicted += unexplained * per_waiting
             out.append(predicted)
@@ -780,9 +845,12 @@ class BacklogTtftScorer(PluginHooks):
         if ctx.request.adapter is None:
             models = self._cycle_models
             idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
-            fits = self.fits
+            fits_get = self.fits.get
             ctx.state[STATE_PREDICTED] = Predictions(
-                endpoints, predicted, idle, [e.key in fits for e in endpoints]
+                endpoints,
+                predicted,
+                idle,
+                [(f := fits_get(e.key)) is not None and f.count >= MIN_FIT_SAMPLES for e in endpoints],
             )
 
     def _drain_of(self, endpoint: EndpointView, queued: float) -> float:
@@ -808,9 +876,14 @@ class BacklogTtftScorer(PluginHooks):
         weight = max(self.alpha, 1.0 / self._prompts)  # a plain mean until the window is full
         self.prompt_mean += weight * (ctx.request.prompt_tokens - self.prompt_mean)
         backlog.at = ctx.now
-        self.dispatched[ctx.request.request_id] = (key, ahead, backlog.total)
+        rid = ctx.request.request_id
+        pending = self.pending
+        if (old := self.dispatched.get(rid)) is not None:  # a retried id: its earlier dispatch is over
+            pending[old[0]] -= 1
+        self.dispatched[rid] = (key, ahead, backlog.total)
+        pending[key] = pending.get(key, 0) + 1
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
-            self.dispatched.popitem(last=False)
+            pending[self.dispatched.popitem(last=False)[1][0]] -= 1
 
     def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
         """Learn the request's TTFT as soon as it is known (a streaming response's first token)."""
@@ -822,6 +895,8 @@ class BacklogTtftScorer(PluginHooks):
 
     def _learn(self, outcome: RequestOutcome, *, now: float) -> None:
         entry = self.dispatched.pop(outcome.request_id, None)
+        if entry is not None:
+            self.pending[entry[0]] -= 1
         if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
             return
         key, ahead, total_after = entry
@@ -833,7 +908,7 @@ class BacklogTtftScorer(PluginHooks):
             fit = self.fits[key] = LinearFit()
             self._members_version += 1
         fit.observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
-        self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES))
+        self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES, min_spread=self.slope_spread))
         self._fits_version += 1
         backlog = self.backlogs.get(key)
         if backlog is not None:
@@ -854,6 +929,8 @@ class BacklogTtftScorer(PluginHooks):
         self._members_version += 1
         for rid in [rid for rid, (key, _, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
+        for key in gone:
+            self.pending.pop(key, None)
 
     # Pick notes (``SharesPicks``, ``igw serve --workers N``): the other workers' dispatches join
     # this worker's backlogs, so N workers do not each believe a pod idle that the others filled.
@@ -926,6 +1003,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         adapter_slot_price=r.number("adapterSlotPrice", DEFAULT_ADAPTER_SLOT_PRICE, minimum=0.0),
         one_kind_share=r.number("oneKindShare", DEFAULT_ONE_KIND_SHARE, minimum=0.0, maximum=1.0),
         hardware_label=r.string("hardwareLabel", DEFAULT_HARDWARE_LABEL),
+        slope_spread=r.number("slopeSpread", DEFAULT_SLOPE_SPREAD, minimum=0.0),
     )
     r.finish()
     return plugin
