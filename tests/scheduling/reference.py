@@ -22,6 +22,7 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     STATE_PREDICTED,
     BacklogTtftScorer,
     Predictions,
+    kind_pooled,
     kv_capacities,
     slot_price,
     uncached,
@@ -312,7 +313,8 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             for k, f in self.fits.items()
             if (m := f.regression(min_samples=MIN_FIT_SAMPLES, min_spread=self.slope_spread))
         }
-        return reference_pool(own, self.pool_ratio)
+        pooled = reference_pool(own, self.pool_ratio)
+        return kind_pooled(own, pooled, self._label_of) if self._label_of else pooled
 
     def _model(
         self, key: EndpointKey, pooled: Mapping[EndpointKey, tuple[float, float]]

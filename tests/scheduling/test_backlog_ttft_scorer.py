@@ -856,3 +856,32 @@ def test_an_endpoint_counts_as_measured_for_admission_after_min_fit_samples(
     found = c.state[STATE_PREDICTED]
     assert isinstance(found, Predictions)
     assert list(found.measured) == [True, measured]
+
+
+@pytest.mark.parametrize(
+    ("labels", "shared"),
+    [
+        (("h100", "h100", "h100"), True),  # one kind: the flat fit takes the kind's medians
+        (("h100", "h100", "a100"), False),  # the flat one is another kind: its own model
+        ((None, None, None), False),  # unlabelled: pooled by slope only, as before
+    ],
+)
+def test_endpoints_of_one_labelled_kind_share_the_median_of_their_regressions(
+    labels: tuple[str | None, str | None, str | None], shared: bool
+) -> None:
+    """Three pods; the third's fit came out flat (a seventh of the slope, a high intercept). Labelled
+    as the same GPU kind, all three are predicted with the median intercept and the median slope of
+    their own regressions; otherwise the flat pod keeps its own model (alone in its slope pool)."""
+    s = BacklogTtftScorer()
+    models = {"a": (0.010, 25e-6), "b": (0.012, 27e-6), "flat": (0.300, 4e-6)}
+    endpoints = [
+        ep(k, labels={} if label is None else {"gpu": label}) for k, label in zip(models, labels, strict=True)
+    ]
+    for e in endpoints:  # the label is learnt from the picks
+        teach(s, e.key, models[e.key])
+        s.on_picked(ctx(request(1, f"{e.key}-label"), now=LATER - 1), e)
+    _, _, flat = s.predicted(endpoints, tokens=2000, now=LATER * 2)
+    if shared:
+        assert flat == pytest.approx(0.012 + 25e-6 * 2000, rel=1e-6)
+    else:
+        assert flat == pytest.approx(0.300 + 4e-6 * 2000, rel=1e-6)

@@ -120,6 +120,7 @@ slope is used, default 64; 0: any spread).
 from __future__ import annotations
 
 import math
+import statistics
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -274,6 +275,26 @@ def slot_price(adapter: str, endpoint: EndpointView, *, exponent: float) -> floa
     return float(ratio**exponent)
 
 
+def kind_pooled(
+    own: Mapping[EndpointKey, Model], pooled: Mapping[EndpointKey, Model], label_of: Mapping[EndpointKey, str]
+) -> dict[EndpointKey, Model]:
+    """``pooled`` with every endpoint that shares its ``hardwareLabel`` value with another endpoint
+    having its own regression (``own``) given that kind's median intercept and median slope."""
+    kinds: dict[str, list[EndpointKey]] = {}
+    for key in own:
+        if (kind := label_of.get(key)) is not None:
+            kinds.setdefault(kind, []).append(key)
+    out = dict(pooled)
+    for members in kinds.values():
+        if len(members) > 1:
+            model = (
+                statistics.median(own[k][0] for k in members),
+                statistics.median(own[k][1] for k in members),
+            )
+            out.update(dict.fromkeys(members, model))
+    return out
+
+
 @dataclass(slots=True)
 class _StandIns:
     """Stand-ins found for unmeasured candidates (by position), valid for one candidate list (its
@@ -335,6 +356,12 @@ class BacklogTtftScorer(PluginHooks):
         """``(intercept, slope)`` each endpoint was predicted with in the last cycle, guesses
         included, so ``on_picked`` drains the chosen endpoint's backlog at the speed it was judged by."""
         self.dispatched: OrderedDict[str, tuple[EndpointKey, float, float]] = OrderedDict()
+        self._label_of: dict[EndpointKey, str] = {}
+        """Each picked endpoint's ``hardwareLabel`` value (labelled endpoints only)."""
+        self._labels_version = 0
+        """Counts changes to ``_label_of``."""
+        self._kind_cache: tuple[object, int, dict[EndpointKey, Model]] | None = None
+        """:meth:`_pooled`'s answer for one slope-pooled mapping and one ``_labels_version``."""
         self.pending: dict[EndpointKey, int] = {}
         """Per endpoint, the dispatches in ``dispatched`` (sent, first token not seen yet): the
         scraped ``waiting`` requests they explain."""
@@ -363,8 +390,22 @@ class BacklogTtftScorer(PluginHooks):
         first (fastest); a group shares its mean intercept and slope. Compared with the first
         member, not the previous one, so small steps cannot chain a slow GPU to a fast one. Kept
         sorted between picks by :class:`~igw.scheduling.plugins.speed_pools.SpeedPools`.
+
+        Endpoints labelled with one ``hardwareLabel`` value then share the median of their own
+        regressions (:func:`kind_pooled`): they are one kind of GPU, and under a burst one pod's fit
+        can come out far flatter than its twins' (a 2xH100 at a seventh of its nine twins' slope took
+        the long prompts of random-1-02 and queued them for 3 s, docs/benchmark.md, routing round 7),
+        which pooling by slope alone keeps apart as the fastest hardware.
         """
-        return self.pools.pooled()
+        pooled = self.pools.pooled()
+        if not self._label_of:
+            return pooled
+        cached = self._kind_cache
+        if cached is not None and cached[0] is pooled and cached[1] == self._labels_version:
+            return cached[2]
+        out = kind_pooled(self.pools.own(), pooled, self._label_of)
+        self._kind_cache = (pooled, self._labels_version, out)
+        return out
 
     def _model(
         self, key: EndpointKey, pooled: Mapping[EndpointKey, tuple[float, float]]
@@ -876,6 +917,10 @@ class BacklogTtftScorer(PluginHooks):
         weight = max(self.alpha, 1.0 / self._prompts)  # a plain mean until the window is full
         self.prompt_mean += weight * (ctx.request.prompt_tokens - self.prompt_mean)
         backlog.at = ctx.now
+        label = self.hardware_label
+        if label and (kind := endpoint.labels.get(label)) is not None and self._label_of.get(key) != kind:
+            self._label_of[key] = kind
+            self._labels_version += 1
         rid = ctx.request.request_id
         pending = self.pending
         if (old := self.dispatched.get(rid)) is not None:  # a retried id: its earlier dispatch is over
@@ -931,6 +976,8 @@ class BacklogTtftScorer(PluginHooks):
             del self.dispatched[rid]
         for key in gone:
             self.pending.pop(key, None)
+            if self._label_of.pop(key, None) is not None:
+                self._labels_version += 1
 
     # Pick notes (``SharesPicks``, ``igw serve --workers N``): the other workers' dispatches join
     # this worker's backlogs, so N workers do not each believe a pod idle that the others filled.

@@ -60,6 +60,10 @@ class SpeedPools:
             self._own[key] = model
         self._pooled = None
 
+    def own(self) -> dict[EndpointKey, Model]:
+        """Endpoint -> its own regression (do not modify: the pools' own mapping)."""
+        return self._own
+
     def pooled(self) -> dict[EndpointKey, Model]:
         """Endpoint -> its group's ``(mean intercept, mean slope)``, for every endpoint with its own
         regression. Do not modify the returned dict: it is shared until the next change."""
