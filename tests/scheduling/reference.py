@@ -21,6 +21,7 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_TOKENS,
     STATE_PREDICTED,
     BacklogTtftScorer,
+    LinearFit,
     Predictions,
     kind_pooled,
     kv_capacities,
@@ -273,7 +274,9 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             fit = self.fits.get(e.key)
             stand_in = None if fit is not None else self._alike_measured(capacity, endpoints, capacities)
             if fit is not None and e.key not in pooled:
-                model: tuple[float, float] | None = self._anchored(i, fit, endpoints, capacities, pooled)
+                model: tuple[float, float] | None = self._reference_anchored(
+                    i, fit, endpoints, capacities, pooled
+                )
             else:
                 model = self._model(e.key if stand_in is None else stand_in, pooled)
             assert model is not None
@@ -306,6 +309,34 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             for i in probes:
                 out[i] = max(out[i], worst) * (1 + endpoints[i].inflight)
         return out
+
+    def _reference_anchored(
+        self,
+        i: int,
+        fit: LinearFit,
+        endpoints: Sequence[EndpointView],
+        capacities: Sequence[float | None],
+        pooled: Mapping[EndpointKey, tuple[float, float]],
+    ) -> tuple[float, float]:
+        """The twin searched afresh on every call (no cache)."""
+        capacity = capacities[i]
+        label = self.hardware_label
+        own_label = endpoints[i].labels.get(label) if label else None
+        best: tuple[float, tuple[float, float]] | None = None
+        if capacity is not None:
+            for j, (e, c) in enumerate(zip(endpoints, capacities, strict=True)):
+                if j == i or c is None or (model := pooled.get(e.key)) is None:
+                    continue
+                other = e.labels.get(label) if label else None
+                if own_label is not None and other is not None and other != own_label:
+                    continue
+                ratio = max(c, capacity) / min(c, capacity)
+                if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
+                    best = (ratio, model)
+        if best is None:
+            return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+        slope = best[1][1]
+        return max(0.0, fit.mean_y - slope * fit.mean_x), slope
 
     def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
         own = {

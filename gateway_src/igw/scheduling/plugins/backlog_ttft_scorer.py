@@ -305,6 +305,10 @@ class _StandIns:
     capacities: list[float | None]
     largest: float | None
     by_position: dict[int, EndpointKey | None] = field(default_factory=dict)
+    twins_version: int = -1
+    """``SpeedPools.members_version`` the ``twins`` were found for."""
+    twins: dict[int, EndpointKey | None] = field(default_factory=dict)
+    """KV twins of candidates without a trusted regression, by position (:meth:`_anchored`)."""
 
 
 class BacklogTtftScorer(PluginHooks):
@@ -477,41 +481,64 @@ class BacklogTtftScorer(PluginHooks):
         i: int,
         fit: LinearFit,
         endpoints: Sequence[EndpointView],
-        capacities: Sequence[float | None],
+        stand_ins: _StandIns,
         pooled: Mapping[EndpointKey, Model],
     ) -> Model:
         """Model of candidate ``i``, which has samples but no trusted regression of its own (too few,
-        or all over a narrow band of tokens ahead): the slope of the fitted candidate with the
-        closest KV capacity (within ``pool_ratio``, not labelled as another GPU kind), through this
-        endpoint's own mean sample; without such a candidate, its mean TTFT split into a fixed half
-        and a half proportional to tokens ahead (:meth:`_model`).
+        or all over a narrow band of tokens ahead): the slope of the candidate with a regression and
+        the closest KV capacity (within ``pool_ratio``, not labelled as another GPU kind), through
+        this endpoint's own mean sample; without such a candidate, its mean TTFT split into a fixed
+        half and a half proportional to tokens ahead (:meth:`_model`).
 
         Why: the half-and-half split extrapolates a mean measured on short prompts to long ones (an
         H200 that had served ten prompts of about 30 tokens was predicted five times slower than its
         peers for 3,000), and a regression over such a band gave a tenth of their slope, which sent
         it every long prompt of a burst (docs/benchmark.md, routing round 7). Its own mean still
-        moves the line, so a pod that is slower than its KV twin shows it."""
+        moves the line, so a pod that is slower than its KV twin shows it.
+
+        The twin depends only on the candidate list (keys, KV capacities; labels as first seen with
+        it) and on which endpoints have a regression, so it is kept per position in ``stand_ins``
+        until that set changes (a search over every candidate per unregressed candidate per pick
+        cost a fifth of a pick's time, ``igw perf decide``)."""
+        twins = stand_ins.twins
+        version = self.pools.members_version
+        if stand_ins.twins_version != version:
+            twins.clear()
+            stand_ins.twins_version = version
+        if i in twins:
+            twin = twins[i]
+        else:
+            twin = twins[i] = self._kv_twin(i, endpoints, stand_ins.capacities, pooled)
+        model = None if twin is None else pooled.get(twin)
+        if model is None:
+            return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+        slope = model[1]
+        return max(0.0, fit.mean_y - slope * fit.mean_x), slope
+
+    def _kv_twin(
+        self,
+        i: int,
+        endpoints: Sequence[EndpointView],
+        capacities: Sequence[float | None],
+        pooled: Mapping[EndpointKey, Model],
+    ) -> EndpointKey | None:
+        """The candidate other than ``i`` with a regression (in ``pooled``) and the KV capacity closest
+        to ``i``'s, within ``pool_ratio``, not labelled as another GPU kind; ``None`` if there is none."""
         capacity = capacities[i]
+        if capacity is None:
+            return None
         label = self.hardware_label
         own_label = endpoints[i].labels.get(label) if label else None
-        best: tuple[float, Model] | None = None
-        if capacity is not None:
-            for j, (e, c) in enumerate(zip(endpoints, capacities, strict=True)):
-                if j == i or c is None or (model := pooled.get(e.key)) is None:
-                    continue
-                if (
-                    own_label is not None
-                    and (other := e.labels.get(label)) is not None
-                    and other != own_label
-                ):
-                    continue
-                ratio = max(c, capacity) / min(c, capacity)
-                if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
-                    best = (ratio, model)
-        if best is None:
-            return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
-        slope = best[1][1]
-        return max(0.0, fit.mean_y - slope * fit.mean_x), slope
+        best: tuple[float, EndpointKey] | None = None
+        for j, (e, c) in enumerate(zip(endpoints, capacities, strict=True)):
+            if j == i or c is None or e.key not in pooled:
+                continue
+            if own_label is not None and (other := e.labels.get(label)) is not None and other != own_label:
+                continue
+            ratio = max(c, capacity) / min(c, capacity)
+            if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
+                best = (ratio, e.key)
+        return None if best is None else best[1]
 
     def predicted(
         self,
@@ -572,7 +599,9 @@ class BacklogTtftScorer(PluginHooks):
             if fit is not None:
                 model = pooled_get(key)
                 if model is None:
-                    model = self._anchored(i, fit, endpoints, capacities, pooled)
+                    if stand_ins is None:
+                        stand_ins = self._stand_ins_for(endpoints, capacities)
+                    model = self._anchored(i, fit, endpoints, stand_ins, pooled)
                 intercept, slope = model
                 typical = fit.mean_x
                 if not typical > 0:
