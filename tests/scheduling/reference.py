@@ -22,7 +22,9 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     STATE_PREDICTED,
     Backlog,
     BacklogTtftScorer,
+    LinearFit,
     Predictions,
+    kind_pooled,
     kv_capacities,
     slot_price,
     uncached,
@@ -227,7 +229,9 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
         if adapter is None:
             idle = [b + sl * tokens for b, sl in (self._cycle_models[e.key] for e in endpoints)]
-            measured = [e.key in self.fits for e in endpoints]
+            measured = [
+                (f := self.fits.get(e.key)) is not None and f.count >= MIN_FIT_SAMPLES for e in endpoints
+            ]
             ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted, idle, measured)
         best = min(predicted, default=0.0)
         scores = [1.0 if p <= 0 else best / p for p in predicted]
@@ -262,9 +266,18 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         weight = max(self.alpha, 1.0 / self._prompts)
         self.prompt_mean += weight * (ctx.request.prompt_tokens - self.prompt_mean)
         backlog.at = ctx.now
-        self.dispatched[ctx.request.request_id] = (key, ahead, backlog.total)
+        label = self.hardware_label
+        if label and (kind := endpoint.labels.get(label)) is not None and self._label_of.get(key) != kind:
+            self._label_of[key] = kind
+            self._labels_version += 1
+        rid = ctx.request.request_id
+        pending = self.pending
+        if (old := self.dispatched.get(rid)) is not None:
+            pending[old[0]] -= 1
+        self.dispatched[rid] = (key, ahead, backlog.total)
+        pending[key] = pending.get(key, 0) + 1
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
-            self.dispatched.popitem(last=False)
+            pending[self.dispatched.popitem(last=False)[1][0]] -= 1
 
     def predicted(
         self,
@@ -288,7 +301,12 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         for i, (e, capacity) in enumerate(zip(endpoints, capacities, strict=True)):
             fit = self.fits.get(e.key)
             stand_in = None if fit is not None else self._alike_measured(capacity, endpoints, capacities)
-            model = self._model(e.key if stand_in is None else stand_in, pooled)
+            if fit is not None and e.key not in pooled:
+                model: tuple[float, float] | None = self._reference_anchored(
+                    i, fit, endpoints, capacities, pooled
+                )
+            else:
+                model = self._model(e.key if stand_in is None else stand_in, pooled)
             assert model is not None
             intercept, slope = model
             if fit is None and stand_in is None:
@@ -309,7 +327,7 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
             m = e.metrics
             if m is not None and m.waiting is not None and m.waiting > 0:
-                unexplained = m.waiting - (1 if ahead > 0 else 0)
+                unexplained = m.waiting - max(self.pending.get(e.key, 0), 1 if ahead > 0 else 0)
                 if unexplained > 0:
                     predicted += unexplained * (fit.mean_y if fit is not None else intercept)
             out.append(predicted)
@@ -320,9 +338,42 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
                 out[i] = max(out[i], worst) * (1 + endpoints[i].inflight)
         return out
 
+    def _reference_anchored(
+        self,
+        i: int,
+        fit: LinearFit,
+        endpoints: Sequence[EndpointView],
+        capacities: Sequence[float | None],
+        pooled: Mapping[EndpointKey, tuple[float, float]],
+    ) -> tuple[float, float]:
+        """The twin searched afresh on every call (no cache)."""
+        capacity = capacities[i]
+        label = self.hardware_label
+        own_label = endpoints[i].labels.get(label) if label else None
+        best: tuple[float, tuple[float, float]] | None = None
+        if capacity is not None:
+            for j, (e, c) in enumerate(zip(endpoints, capacities, strict=True)):
+                if j == i or c is None or (model := pooled.get(e.key)) is None:
+                    continue
+                other = e.labels.get(label) if label else None
+                if own_label is not None and other is not None and other != own_label:
+                    continue
+                ratio = max(c, capacity) / min(c, capacity)
+                if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
+                    best = (ratio, model)
+        if best is None:
+            return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+        slope = best[1][1]
+        return max(0.0, fit.mean_y - slope * fit.mean_x), slope
+
     def _pooled(self) -> dict[EndpointKey, tuple[float, float]]:
-        own = {k: m for k, f in self.fits.items() if (m := f.regression(min_samples=MIN_FIT_SAMPLES))}
-        return reference_pool(own, self.pool_ratio)
+        own = {
+            k: m
+            for k, f in self.fits.items()
+            if (m := f.regression(min_samples=MIN_FIT_SAMPLES, min_spread=self.slope_spread))
+        }
+        pooled = reference_pool(own, self.pool_ratio)
+        return kind_pooled(own, pooled, self._label_of) if self._label_of else pooled
 
     def _model(
         self, key: EndpointKey, pooled: Mapping[EndpointKey, tuple[float, float]]

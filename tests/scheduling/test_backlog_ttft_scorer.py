@@ -14,9 +14,11 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
     PRIOR_TOKENS_PER_S_PER_KV_TOKEN,
     SPEED_SAMPLES,
+    STATE_PREDICTED,
     TYPE,
     BacklogTtftScorer,
     LinearFit,
+    Predictions,
     factory,
     slot_price,
 )
@@ -688,3 +690,198 @@ def test_a_hardware_label_tells_alike_kv_endpoints_apart(
 def test_the_hardware_label_parameter_must_be_a_string() -> None:
     with pytest.raises(SchedulerConfigError, match="hardwareLabel: must be a string"):
         factory("b", {"hardwareLabel": 3}, "plugins[0].parameters")
+
+
+# Routing round 7 (docs/benchmark.md): slopes fitted over a narrow band of tokens, the model of an
+# endpoint without a trusted regression, scraped waiting requests this router dispatched, and which
+# endpoints count as measured for prefill-admission-scorer.
+
+
+def teach_short(s: BacklogTtftScorer, key: str, *, samples: int = 12) -> None:
+    """``samples`` prompts of 10-90 tokens on an idle ``key``, every TTFT about 25 ms: a narrow band
+    whose least-squares slope (about 4 us per token) says nothing about long prompts."""
+    for i in range(samples):
+        tokens = 10 + 8 * (i % 11)
+        rid = f"{key}-short-{i}"
+        s.on_picked(ctx(request(tokens, rid), now=1000.0 * (i + 1)), ep(key))
+        s.on_complete(
+            RequestOutcome(
+                request_id=rid, endpoint=key, ok=True, ttft_s=0.025 + 4e-6 * tokens, prompt_tokens=tokens
+            ),
+            now=1000.0 * (i + 1) + 1,
+        )
+
+
+@pytest.mark.parametrize(
+    ("spread", "trusted"),
+    [
+        (0.0, True),  # no floor: any spread above 0 (the round-6 rule)
+        (20.0, True),  # the band's standard deviation (about 26 tokens) is above it
+        (64.0, False),  # the default: the band is too narrow to extrapolate from
+    ],
+)
+def test_linear_fit_needs_a_spread_of_tokens_for_a_slope(spread: float, trusted: bool) -> None:
+    fit = LinearFit()
+    for i in range(12):
+        x = 10.0 + 8 * (i % 11)
+        fit.observe(x, 0.025 + 4e-6 * x, alpha=0.1)
+    assert (fit.regression(min_samples=MIN_FIT_SAMPLES, min_spread=spread) is not None) is trusted
+
+
+H200_KV = 30_000
+"""Blocks of the alike-KV endpoints below."""
+
+
+@pytest.mark.parametrize(
+    ("twin_labels", "short_labels", "model"),
+    [
+        # A fitted twin of alike KV capacity, same label (or unlabelled): its slope through the
+        # short-prompt endpoint's own mean sample.
+        ({}, {}, "anchored"),
+        ({"gpu": "h200"}, {"gpu": "h200"}, "anchored"),
+        ({"gpu": "h200"}, {}, "anchored"),
+        # The twin is labelled as another GPU kind: no anchor, the mean split in halves.
+        ({"gpu": "h100"}, {"gpu": "h200"}, "halves"),
+    ],
+)
+def test_an_endpoint_measured_on_short_prompts_only_takes_its_kv_twins_slope(
+    twin_labels: dict[str, str], short_labels: dict[str, str], model: str
+) -> None:
+    """An endpoint that has served only prompts of 10-90 tokens has no trusted slope (the band is too
+    narrow): it is predicted with the slope of a fitted endpoint of alike KV capacity, through its own
+    mean sample; it is neither taken for ten times faster (the band's own slope) nor for five times
+    slower (its mean TTFT split in halves over 50 tokens)."""
+    s = BacklogTtftScorer()
+    teach(s, "twin", H100)
+    teach_short(s, "short")
+    assert "short" not in s._pooled()
+    fit = s.fits["short"]
+    endpoints = [
+        ep("twin", block_size=16, num_gpu_blocks=H200_KV, labels=twin_labels),
+        ep("short", block_size=16, num_gpu_blocks=H200_KV, labels=short_labels),
+    ]
+    _, predicted = s.predicted(endpoints, tokens=3000, now=LATER)
+    slope = H100[1]
+    expected = {
+        "anchored": fit.mean_y - slope * fit.mean_x + slope * 3000,
+        "halves": fit.mean_y / 2 + fit.mean_y / (2 * fit.mean_x) * 3000,
+    }[model]
+    assert predicted == pytest.approx(expected, rel=1e-9)
+
+
+def test_without_an_alike_kv_twin_a_short_prompt_endpoint_keeps_the_halves() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "big", H100)
+    teach_short(s, "short")
+    fit = s.fits["short"]
+    endpoints = [
+        ep("big", block_size=16, num_gpu_blocks=H200_KV),
+        ep("short", block_size=16, num_gpu_blocks=H200_KV // 4),
+    ]
+    _, predicted = s.predicted(endpoints, tokens=3000, now=LATER)
+    assert predicted == pytest.approx(fit.mean_y / 2 + fit.mean_y / (2 * fit.mean_x) * 3000, rel=1e-9)
+
+
+def test_the_slope_spread_parameter() -> None:
+    assert factory(TYPE, {"slopeSpread": 0}, "p").slope_spread == 0.0
+    assert factory(TYPE, {}, "p").slope_spread == 64.0
+    with pytest.raises(SchedulerConfigError, match="slopeSpread"):
+        factory(TYPE, {"slopeSpread": -1}, "p")
+    s = factory(TYPE, {"slopeSpread": 0}, "p")
+    teach_short(s, "short")
+    assert "short" in s._pooled()  # no floor: the narrow band's own regression
+
+
+@pytest.mark.parametrize(
+    ("dispatched", "waiting", "extra_means"),
+    [
+        (4, 4, 0),  # every waiting request is one of this router's dispatches: in the backlog already
+        (4, 6, 2),  # two more than it sent: another router's traffic, one mean TTFT each
+        (1, 3, 2),
+        (0, 2, 2),
+    ],
+)
+def test_waiting_requests_this_router_dispatched_are_not_counted_twice(
+    dispatched: int, waiting: int, extra_means: int
+) -> None:
+    """The backlog holds the prompt tokens of this router's dispatches still waiting for a first
+    token; the scrape's ``waiting`` count adds one mean TTFT only for requests beyond those. Counting
+    all but one of them again added seconds to every busy pod's prediction in a burst and sent long
+    prompts to idle slow pods (docs/benchmark.md, routing round 7)."""
+    s = BacklogTtftScorer()
+    teach(s, "a", H100)
+    now = LATER
+    for i in range(dispatched):
+        s.on_picked(ctx(request(500, f"q{i}"), now=now), ep("a"))
+    [plain] = s.predicted([ep("a", waiting=0)], tokens=1000, now=now)
+    [busy] = s.predicted([ep("a", waiting=waiting)], tokens=1000, now=now)
+    assert busy - plain == pytest.approx(extra_means * s.fits["a"].mean_y, rel=1e-9, abs=1e-12)
+
+
+def test_a_first_token_ends_a_dispatchs_share_of_the_waiting_count() -> None:
+    s = BacklogTtftScorer()
+    teach(s, "a", H100)
+    for i in range(3):
+        s.on_picked(ctx(request(500, f"q{i}"), now=LATER), ep("a"))
+    assert s.pending["a"] == 3
+    s.on_first_token(
+        RequestOutcome(request_id="q0", endpoint="a", ok=True, ttft_s=0.02, prompt_tokens=500), now=LATER
+    )
+    s.on_complete(
+        RequestOutcome(request_id="q0", endpoint="a", ok=True, ttft_s=0.02, prompt_tokens=500), now=LATER
+    )
+    assert s.pending["a"] == 2
+    s.on_endpoints_removed(["a"])
+    assert "a" not in s.pending
+
+
+@pytest.mark.parametrize(
+    ("samples", "measured"), [(1, False), (MIN_FIT_SAMPLES - 1, False), (MIN_FIT_SAMPLES, True)]
+)
+def test_an_endpoint_counts_as_measured_for_admission_after_min_fit_samples(
+    samples: int, measured: bool
+) -> None:
+    """``prefill-admission-scorer`` judges only measured endpoints; a few samples (a mean TTFT of
+    short prompts split in halves) took H200s for slow hardware beside 2xH100 pods and rejected them
+    for long prompts (docs/benchmark.md, routing round 7)."""
+    s = BacklogTtftScorer()
+    teach(s, "fast", H100)
+    teach(s, "slow", A10G, samples=samples)
+    endpoints = [
+        ep("fast", block_size=16, num_gpu_blocks=20_000),
+        ep("slow", block_size=16, num_gpu_blocks=2_000),
+    ]
+    c = ctx(request(2000), now=LATER)
+    s.score(c, endpoints)
+    found = c.state[STATE_PREDICTED]
+    assert isinstance(found, Predictions)
+    assert list(found.measured) == [True, measured]
+
+
+@pytest.mark.parametrize(
+    ("labels", "shared"),
+    [
+        (("h100", "h100", "h100"), True),  # one kind: the flat fit takes the kind's medians
+        (("h100", "h100", "a100"), False),  # the flat one is another kind: its own model
+        ((None, None, None), False),  # unlabelled: pooled by slope only, as before
+    ],
+)
+def test_endpoints_of_one_labelled_kind_share_the_median_of_their_regressions(
+    labels: tuple[str | None, str | None, str | None], shared: bool
+) -> None:
+    """Three pods; the third's fit came out flat (a seventh of the slope, a high intercept). Labelled
+    as the same GPU kind, all three are predicted with the median intercept and the median slope of
+    their own regressions; otherwise the flat pod keeps its own model (alone in its slope pool)."""
+    s = BacklogTtftScorer()
+    models = {"a": (0.010, 25e-6), "b": (0.012, 27e-6), "flat": (0.300, 4e-6)}
+    endpoints = [
+        ep(k, labels={} if label is None else {"gpu": label}) for k, label in zip(models, labels, strict=True)
+    ]
+    for e in endpoints:  # the label is learnt from the picks
+        teach(s, e.key, models[e.key])
+        s.on_picked(ctx(request(1, f"{e.key}-label"), now=LATER - 1), e)
+    _, _, flat = s.predicted(endpoints, tokens=2000, now=LATER * 2)
+    if shared:
+        assert flat == pytest.approx(0.012 + 25e-6 * 2000, rel=1e-6)
+    else:
+        assert flat == pytest.approx(0.300 + 4e-6 * 2000, rel=1e-6)

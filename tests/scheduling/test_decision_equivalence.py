@@ -808,7 +808,7 @@ def test_backlog_speed_check_follows_an_endpoint_reaching_its_speed_samples(
     too): the speed check must still notice the outcome that gives an endpoint ``SPEED_SAMPLES``
     samples (its slope then counts), as the reference does."""
 
-    def steady(fit: LinearFit, *, min_samples: int) -> tuple[float, float] | None:
+    def steady(fit: LinearFit, *, min_samples: int, min_spread: float = 0.0) -> tuple[float, float] | None:
         if fit.count < min_samples:
             return None
         return (0.01, 25e-6) if fit.mean_y < 0.05 else (0.01, 300e-6)

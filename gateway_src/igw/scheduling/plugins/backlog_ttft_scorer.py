@@ -24,11 +24,18 @@ Model, per endpoint ``i``:
   sample arrives with the request's first token (``on_first_token``, when the caller streams) or
   else at its completion, which on a slow GPU with long outputs comes seconds later. The fit absorbs
   what the model leaves out (decode steps sharing the batch, scheduling overhead) as long as it
-  changes slowly. Until an endpoint has ``MIN_FIT_SAMPLES`` samples with a positive slope and
-  intercept, its mean TTFT is split into a fixed half and a half proportional to tokens ahead.
+  changes slowly. Until an endpoint has ``MIN_FIT_SAMPLES`` samples spread over tokens ahead (a
+  standard deviation of at least ``slopeSpread`` tokens) with a positive slope and intercept, it
+  takes the slope of a fitted candidate of alike KV capacity (not labelled as another GPU kind)
+  through its own mean sample, or without one its mean TTFT split into a fixed half and a half
+  proportional to tokens ahead. A slope fitted over a narrow band says nothing about prompts far
+  outside it: an H200 that had served only prompts of 10-90 tokens fitted a tenth of its peers'
+  slope and took every long prompt of the next burst (docs/benchmark.md, routing round 7).
 * **prediction** for a request of ``n`` prompt tokens: ``b_i + s_i * (B_i + n)``; with scraped
   ``waiting`` requests beyond what the backlog explains (another router's traffic, requests stalled
-  for KV space), each adds the endpoint's mean observed TTFT.
+  for KV space), each adds the endpoint's mean observed TTFT. The backlog explains this router's
+  dispatches there still waiting for their first token (``pending``; at least one while the backlog
+  is not empty): counting them again added seconds to every busy pod in a burst.
 
 **Cold start.** Before any sample at all, each endpoint is assumed to prefill at a speed
 proportional to the KV cache it holds (``num_gpu_blocks x block_size`` from the scrape: a smaller
@@ -83,7 +90,9 @@ follows it (:meth:`BacklogTtftScorer._one_kind_scores`).
 
 **Published**: for a request without an adapter on candidates that are not one kind of hardware,
 the pick's predictions (``backlog.predicted``, a :class:`Predictions`), which
-``prefill-admission-scorer`` reads.
+``prefill-admission-scorer`` reads; an endpoint counts as measured there once its fit has
+``MIN_FIT_SAMPLES`` samples (a mean of a few short prompts, split in halves, took H200s for slow
+hardware beside 2xH100 pods).
 
 Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start and
 the one-kind-of-hardware check).
@@ -103,12 +112,15 @@ probed cheaply, default 3), ``adapterSlotPrice`` (exponent of the slot price on 
 leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 2), ``oneKindShare``
 (share of ``predicted-ttft-scorer``'s column repeated on one kind of hardware, 0 to 1, 0 scores 1.0
 everywhere there, default 0.25: with this scorer's default weight 4, one more weight on that column),
-``hardwareLabel`` (pod label naming the GPU kind, default ``gpu``; "" switches the check off).
+``hardwareLabel`` (pod label naming the GPU kind, default ``gpu``; "" switches the check off),
+``slopeSpread`` (standard deviation of tokens ahead, in tokens, a fit's samples need before its own
+slope is used, default 64; 0: any spread).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -142,6 +154,9 @@ DEFAULT_ADAPTER_SLOT_PRICE = 2.0
 DEFAULT_ONE_KIND_SHARE = 0.25
 """On one kind of hardware, the share of ``predicted-ttft-scorer``'s column this scorer repeats
 (0: every endpoint scores 1.0 there)."""
+DEFAULT_SLOPE_SPREAD = 64.0
+"""Standard deviation of tokens ahead a fit's samples need before its own slope is trusted
+(``slopeSpread``; 0: any spread)."""
 DEFAULT_HARDWARE_LABEL = "gpu"
 """Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
 STATE_PREDICTED = "backlog.predicted"
@@ -182,10 +197,13 @@ class LinearFit:
         self.cov_xy = (1.0 - a) * (self.cov_xy + a * dx * dy)
         self.count += 1
 
-    def regression(self, *, min_samples: int) -> tuple[float, float] | None:
+    def regression(self, *, min_samples: int, min_spread: float = 0.0) -> tuple[float, float] | None:
         """``(intercept, slope)`` by least squares once ``min_samples`` samples spread over ``x``
-        give a positive slope and a non-negative intercept; else ``None``."""
-        if self.count < min_samples or self.var_x <= 0:
+        (a weighted standard deviation of at least ``min_spread``, and above 0) give a positive slope
+        and a non-negative intercept; else ``None``. A slope fitted over a narrow band of ``x`` says
+        nothing about prompts far outside it (ten short prompts fitted an H200's slope at a tenth of
+        its peers', docs/benchmark.md, routing round 7)."""
+        if self.count < min_samples or self.var_x <= 0 or self.var_x < min_spread * min_spread:
             return None
         slope = self.cov_xy / self.var_x
         intercept = self.mean_y - slope * self.mean_x
@@ -204,8 +222,8 @@ class Predictions:
     """Seconds each candidate would take for the whole prompt with nothing ahead and nothing cached
     (``intercept + slope x prompt tokens`` of the model it was predicted with): its hardware's speed."""
     measured: Sequence[bool]
-    """Whether each candidate's model comes from its own samples (else it is a guess: the KV-based
-    prior, or another endpoint's model standing in)."""
+    """Whether each candidate has ``MIN_FIT_SAMPLES`` samples of its own (else its model is a guess:
+    the KV-based prior, another endpoint's model standing in, or a mean of a few samples)."""
 
 
 @dataclass(slots=True)
@@ -257,6 +275,26 @@ def slot_price(adapter: str, endpoint: EndpointView, *, exponent: float) -> floa
     return float(ratio**exponent)
 
 
+def kind_pooled(
+    own: Mapping[EndpointKey, Model], pooled: Mapping[EndpointKey, Model], label_of: Mapping[EndpointKey, str]
+) -> dict[EndpointKey, Model]:
+    """``pooled`` with every endpoint that shares its ``hardwareLabel`` value with another endpoint
+    having its own regression (``own``) given that kind's median intercept and median slope."""
+    kinds: dict[str, list[EndpointKey]] = {}
+    for key in own:
+        if (kind := label_of.get(key)) is not None:
+            kinds.setdefault(kind, []).append(key)
+    out = dict(pooled)
+    for members in kinds.values():
+        if len(members) > 1:
+            model = (
+                statistics.median(own[k][0] for k in members),
+                statistics.median(own[k][1] for k in members),
+            )
+            out.update(dict.fromkeys(members, model))
+    return out
+
+
 @dataclass(slots=True)
 class _StandIns:
     """Stand-ins found for unmeasured candidates (by position), valid for one candidate list (its
@@ -267,6 +305,10 @@ class _StandIns:
     capacities: list[float | None]
     largest: float | None
     by_position: dict[int, EndpointKey | None] = field(default_factory=dict)
+    twins_version: int = -1
+    """``SpeedPools.members_version`` the ``twins`` were found for."""
+    twins: dict[int, EndpointKey | None] = field(default_factory=dict)
+    """KV twins of candidates without a trusted regression, by position (:meth:`_anchored`)."""
 
 
 class BacklogTtftScorer(PluginHooks):
@@ -289,8 +331,10 @@ class BacklogTtftScorer(PluginHooks):
         adapter_slot_price: float = DEFAULT_ADAPTER_SLOT_PRICE,
         one_kind_share: float = DEFAULT_ONE_KIND_SHARE,
         hardware_label: str = DEFAULT_HARDWARE_LABEL,
+        slope_spread: float = DEFAULT_SLOPE_SPREAD,
     ) -> None:
         self.name = name
+        self.slope_spread = slope_spread
         self.hardware_label = hardware_label
         self.one_kind_share = one_kind_share
         self.adapter_slot_price = adapter_slot_price
@@ -316,6 +360,15 @@ class BacklogTtftScorer(PluginHooks):
         """``(intercept, slope)`` each endpoint was predicted with in the last cycle, guesses
         included, so ``on_picked`` drains the chosen endpoint's backlog at the speed it was judged by."""
         self.dispatched: OrderedDict[str, tuple[EndpointKey, float, float]] = OrderedDict()
+        self._label_of: dict[EndpointKey, str] = {}
+        """Each picked endpoint's ``hardwareLabel`` value (labelled endpoints only)."""
+        self._labels_version = 0
+        """Counts changes to ``_label_of``."""
+        self._kind_cache: tuple[object, int, dict[EndpointKey, Model]] | None = None
+        """:meth:`_pooled`'s answer for one slope-pooled mapping and one ``_labels_version``."""
+        self.pending: dict[EndpointKey, int] = {}
+        """Per endpoint, the dispatches in ``dispatched`` (sent, first token not seen yet): the
+        scraped ``waiting`` requests they explain."""
         """Request id -> (endpoint, backlog tokens ahead of it at dispatch, the endpoint's
         ``Backlog.total`` just after it), until its outcome."""
         self.pools = SpeedPools(pool_ratio=pool_ratio)
@@ -349,8 +402,22 @@ class BacklogTtftScorer(PluginHooks):
         first (fastest); a group shares its mean intercept and slope. Compared with the first
         member, not the previous one, so small steps cannot chain a slow GPU to a fast one. Kept
         sorted between picks by :class:`~igw.scheduling.plugins.speed_pools.SpeedPools`.
+
+        Endpoints labelled with one ``hardwareLabel`` value then share the median of their own
+        regressions (:func:`kind_pooled`): they are one kind of GPU, and under a burst one pod's fit
+        can come out far flatter than its twins' (a 2xH100 at a seventh of its nine twins' slope took
+        the long prompts of random-1-02 and queued them for 3 s, docs/benchmark.md, routing round 7),
+        which pooling by slope alone keeps apart as the fastest hardware.
         """
-        return self.pools.pooled()
+        pooled = self.pools.pooled()
+        if not self._label_of:
+            return pooled
+        cached = self._kind_cache
+        if cached is not None and cached[0] is pooled and cached[1] == self._labels_version:
+            return cached[2]
+        out = kind_pooled(self.pools.own(), pooled, self._label_of)
+        self._kind_cache = (pooled, self._labels_version, out)
+        return out
 
     def _model(
         self, key: EndpointKey, pooled: Mapping[EndpointKey, tuple[float, float]]
@@ -417,6 +484,70 @@ class BacklogTtftScorer(PluginHooks):
                 best = (ratio, e.key)
         return None if best is None else best[1]
 
+    def _anchored(
+        self,
+        i: int,
+        fit: LinearFit,
+        endpoints: Sequence[EndpointView],
+        stand_ins: _StandIns,
+        pooled: Mapping[EndpointKey, Model],
+    ) -> Model:
+        """Model of candidate ``i``, which has samples but no trusted regression of its own (too few,
+        or all over a narrow band of tokens ahead): the slope of the candidate with a regression and
+        the closest KV capacity (within ``pool_ratio``, not labelled as another GPU kind), through
+        this endpoint's own mean sample; without such a candidate, its mean TTFT split into a fixed
+        half and a half proportional to tokens ahead (:meth:`_model`).
+
+        Why: the half-and-half split extrapolates a mean measured on short prompts to long ones (an
+        H200 that had served ten prompts of about 30 tokens was predicted five times slower than its
+        peers for 3,000), and a regression over such a band gave a tenth of their slope, which sent
+        it every long prompt of a burst (docs/benchmark.md, routing round 7). Its own mean still
+        moves the line, so a pod that is slower than its KV twin shows it.
+
+        The twin depends only on the candidate list (keys, KV capacities; labels as first seen with
+        it) and on which endpoints have a regression, so it is kept per position in ``stand_ins``
+        until that set changes (a search over every candidate per unregressed candidate per pick
+        cost a fifth of a pick's time, ``igw perf decide``)."""
+        twins = stand_ins.twins
+        version = self.pools.members_version
+        if stand_ins.twins_version != version:
+            twins.clear()
+            stand_ins.twins_version = version
+        if i in twins:
+            twin = twins[i]
+        else:
+            twin = twins[i] = self._kv_twin(i, endpoints, stand_ins.capacities, pooled)
+        model = None if twin is None else pooled.get(twin)
+        if model is None:
+            return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+        slope = model[1]
+        return max(0.0, fit.mean_y - slope * fit.mean_x), slope
+
+    def _kv_twin(
+        self,
+        i: int,
+        endpoints: Sequence[EndpointView],
+        capacities: Sequence[float | None],
+        pooled: Mapping[EndpointKey, Model],
+    ) -> EndpointKey | None:
+        """The candidate other than ``i`` with a regression (in ``pooled``) and the KV capacity closest
+        to ``i``'s, within ``pool_ratio``, not labelled as another GPU kind; ``None`` if there is none."""
+        capacity = capacities[i]
+        if capacity is None:
+            return None
+        label = self.hardware_label
+        own_label = endpoints[i].labels.get(label) if label else None
+        best: tuple[float, EndpointKey] | None = None
+        for j, (e, c) in enumerate(zip(endpoints, capacities, strict=True)):
+            if j == i or c is None or e.key not in pooled:
+                continue
+            if own_label is not None and (other := e.labels.get(label)) is not None and other != own_label:
+                continue
+            ratio = max(c, capacity) / min(c, capacity)
+            if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
+                best = (ratio, e.key)
+        return None if best is None else best[1]
+
     def predicted(
         self,
         endpoints: Sequence[EndpointView],
@@ -459,6 +590,7 @@ class BacklogTtftScorer(PluginHooks):
         so the floats are the same. Endpoints without a fit of their own (a newcomer) take
         :meth:`_unfitted` with the helpers."""
         fits_get, pooled_get, backlogs_get = self.fits.get, pooled.get, self.backlogs.get
+        pending_get = self.pending.get
         models = self._cycle_models
         # uncached() of an endpoint without a matched prefix share.
         plain = tokens * (1.0 - 0.0)
@@ -475,11 +607,10 @@ class BacklogTtftScorer(PluginHooks):
             if fit is not None:
                 model = pooled_get(key)
                 if model is None:
-                    # Half fixed, half per token (see _model).
-                    intercept, slope = fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
-                    model = (intercept, slope)
-                else:
-                    intercept, slope = model
+                    if stand_ins is None:
+                        stand_ins = self._stand_ins_for(endpoints, capacities)
+                    model = self._anchored(i, fit, endpoints, stand_ins, pooled)
+                intercept, slope = model
                 typical = fit.mean_x
                 if not typical > 0:
                     typical = DEFAULT_TYPICAL_TOKENS
@@ -527,8 +658,12 @@ class BacklogTtftScorer(PluginHooks):
             m = e.metrics
             if m is not None and (waiting := m.waiting) is not None and waiting > 0:
                 # Waiting requests beyond what this router's backlog explains (another router's
-                # traffic, requests stalled for KV space) each cost about one mean TTFT.
-                unexplained = waiting - (1 if ahead > 0 else 0)
+                # traffic, requests stalled for KV space) each cost about one mean TTFT; this
+                # router's own dispatches still waiting for their first token are in the backlog.
+                explained = pending_get(key, 0)
+                if ahead > 0 and explained < 1:
+                    explained = 1
+                unexplained = waiting - explained
                 if unexplained > 0:
                     predicted += unexplained * per_waiting
             out.append(predicted)
@@ -816,9 +951,12 @@ class BacklogTtftScorer(PluginHooks):
             if idle is None:
                 models = self._cycle_models
                 idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
-            fits = self.fits
+            fits_get = self.fits.get
             ctx.state[STATE_PREDICTED] = Predictions(
-                endpoints, predicted, idle, [e.key in fits for e in endpoints]
+                endpoints,
+                predicted,
+                idle,
+                [(f := fits_get(e.key)) is not None and f.count >= MIN_FIT_SAMPLES for e in endpoints],
             )
 
     def _drain_of(self, endpoint: EndpointView, queued: float) -> float:
@@ -871,9 +1009,18 @@ class BacklogTtftScorer(PluginHooks):
             weight = self.alpha
         self.prompt_mean += weight * (prompt_tokens - self.prompt_mean)
         backlog.at = now
-        self.dispatched[ctx.request.request_id] = (key, ahead, backlog.total)
+        label = self.hardware_label
+        if label and (kind := endpoint.labels.get(label)) is not None and self._label_of.get(key) != kind:
+            self._label_of[key] = kind
+            self._labels_version += 1
+        rid = ctx.request.request_id
+        pending = self.pending
+        if (old := self.dispatched.get(rid)) is not None:  # a retried id: its earlier dispatch is over
+            pending[old[0]] -= 1
+        self.dispatched[rid] = (key, ahead, backlog.total)
+        pending[key] = pending.get(key, 0) + 1
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
-            self.dispatched.popitem(last=False)
+            pending[self.dispatched.popitem(last=False)[1][0]] -= 1
 
     def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
         """Learn the request's TTFT as soon as it is known (a streaming response's first token)."""
@@ -885,6 +1032,8 @@ class BacklogTtftScorer(PluginHooks):
 
     def _learn(self, outcome: RequestOutcome, *, now: float) -> None:
         entry = self.dispatched.pop(outcome.request_id, None)
+        if entry is not None:
+            self.pending[entry[0]] -= 1
         if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
             return
         key, ahead, total_after = entry
@@ -896,10 +1045,11 @@ class BacklogTtftScorer(PluginHooks):
             fit = self.fits[key] = LinearFit()
             self._members_version += 1
         fit.observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
-        self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES))
+        self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES, min_spread=self.slope_spread))
         # Regrouped now, after the outcome, rather than by the next pick (the same grouping: it
-        # depends on the fits alone, and a new dict is handed out either way).
-        pooled = self.pools.pooled()
+        # depends on the fits and the labels seen, and a new dict is handed out either way); the
+        # models a pick reads, so that the kept speed check below is the one the next pick uses.
+        pooled = self._pooled()
         self._fits_version += 1
         if fit.count == SPEED_SAMPLES:
             self._speed_version += 1
@@ -928,6 +1078,10 @@ class BacklogTtftScorer(PluginHooks):
         self._speed_version += 1
         for rid in [rid for rid, (key, _, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
+        for key in gone:
+            self.pending.pop(key, None)
+            if self._label_of.pop(key, None) is not None:
+                self._labels_version += 1
 
     # Pick notes (``SharesPicks``, ``igw serve --workers N``): the other workers' dispatches join
     # this worker's backlogs, so N workers do not each believe a pod idle that the others filled.
@@ -1000,6 +1154,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         adapter_slot_price=r.number("adapterSlotPrice", DEFAULT_ADAPTER_SLOT_PRICE, minimum=0.0),
         one_kind_share=r.number("oneKindShare", DEFAULT_ONE_KIND_SHARE, minimum=0.0, maximum=1.0),
         hardware_label=r.string("hardwareLabel", DEFAULT_HARDWARE_LABEL),
+        slope_spread=r.number("slopeSpread", DEFAULT_SLOPE_SPREAD, minimum=0.0),
     )
     r.finish()
     return plugin

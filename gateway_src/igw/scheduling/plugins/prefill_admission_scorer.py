@@ -14,9 +14,11 @@ Rule, per pick: when the request has at least ``minPromptTokens`` prompt tokens 
 endpoint's measured or guessed prefill speed), a candidate is rejected (scores 0) when it is both
 **slow hardware for this prompt** (its idle prefill of the whole prompt more than ``slowRatio``
 times the fastest candidate's) and **predicted far worse** (more than ``ratio`` times the best
-prediction) and **measured** (its model comes from its own samples: a guessed speed, the KV-based
-prior or another pod's model standing in, is not judged, so the backlog scorer's probing of
-unmeasured pods goes on as before); every other candidate scores 1. Pods of one speed are never
+prediction) and **measured** (at least the backlog scorer's ``MIN_FIT_SAMPLES`` samples of its
+own: a guessed speed, the KV-based prior, another pod's model standing in or the mean of a few
+samples, is not judged, so the backlog scorer's probing of unmeasured pods goes on as before; the
+mean of a few short prompts took H200s for slow hardware beside 2xH100 pods in routing round 7's
+random-1-05); every other candidate scores 1. Pods of one speed are never
 rejected against each other: between them, queues and cached prefixes are the balance scorers'
 business (judging them here tied shared-prefix groups to the pod holding their prefix,
 docs/benchmark.md). If it rejects no candidate it returns no score at all (``None`` for every

@@ -36,6 +36,8 @@ class SpeedPools:
         self._slopes: list[float] = []
         self._intercepts: list[float] = []
         self._keys: list[EndpointKey] = []
+        self.members_version = 0
+        """Counts changes to which endpoints have a regression (not to their models)."""
         self._pooled: dict[EndpointKey, Model] | None = None
         """The pooled models as of the last change; ``None``: recompute on the next request."""
 
@@ -49,6 +51,8 @@ class SpeedPools:
             for lst in (self._order, self._slopes, self._intercepts, self._keys):
                 del lst[at]
             del self._own[key]
+            if model is None:
+                self.members_version += 1
         if model is not None:
             intercept, slope = model
             item = (slope, intercept, key)
@@ -57,8 +61,14 @@ class SpeedPools:
             self._slopes.insert(at, slope)
             self._intercepts.insert(at, intercept)
             self._keys.insert(at, key)
+            if old is None:
+                self.members_version += 1
             self._own[key] = model
         self._pooled = None
+
+    def own(self) -> dict[EndpointKey, Model]:
+        """Endpoint -> its own regression (do not modify: the pools' own mapping)."""
+        return self._own
 
     def pooled(self) -> dict[EndpointKey, Model]:
         """Endpoint -> its group's ``(mean intercept, mean slope)``, for every endpoint with its own
