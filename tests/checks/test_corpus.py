@@ -453,6 +453,50 @@ def _both(*mutations: Callable[[Docs], None]) -> Callable[[Docs], None]:
 @pytest.mark.parametrize(
     ("name", "mutation", "expected"),
     [
+        ("vllm-priority-without-an-entry", _with_args(_llama_container, "--scheduling-policy", "priority"),
+         {("IGW-PF018", "FAIL", "MEDIUM")}),
+        ("vllm-priority-as-one-token", _with_args(_llama_container, "--scheduling-policy=priority"),
+         {("IGW-PF018", "FAIL", "MEDIUM")}),
+        ("vllm-fcfs", _with_args(_llama_container, "--scheduling-policy", "fcfs"), set()),
+        ("sglang-preempting-without-an-entry", _with_args(_qwen_container, "--enable-priority-scheduling"),
+         {("IGW-PF018", "FAIL", "HIGH")}),
+        (
+            "sglang-ordering-only-without-an-entry",
+            _with_args(_qwen_container, "--enable-priority-scheduling", "--disable-priority-preemption"),
+            {("IGW-PF018", "FAIL", "MEDIUM")},
+        ),
+        (
+            "sglang-with-its-entry",
+            _both(
+                _engine_priority({"scheduler": "qwen"}),
+                _with_args(_qwen_container, "--enable-priority-scheduling"),
+            ),
+            set(),
+        ),
+        (
+            "another-schedulers-entry-does-not-count",
+            _both(
+                _engine_priority({"scheduler": "llama"}),
+                _with_args(_llama_container, "--scheduling-policy", "priority"),
+                _with_args(_qwen_container, "--enable-priority-scheduling"),
+            ),
+            {("IGW-PF018", "FAIL", "HIGH")},
+        ),
+    ],
+)  # fmt: skip
+def test_a_priority_scheduling_server_takes_its_priority_from_the_gateway_not_the_client(
+    name: str, mutation: Callable[[Docs], None], expected: set[tuple[str, str, str]]
+) -> None:
+    """A server scheduling by the body's priority behind a pool the gateway does not write it for lets
+    any client preempt (SGLang) or jump the queue (vLLM)."""
+    docs = secure_docs()
+    mutation(docs)
+    assert findings(run(docs, Command.PREFLIGHT)) == expected, name
+
+
+@pytest.mark.parametrize(
+    ("name", "mutation", "expected"),
+    [
         ("vllm-without-the-flag", _engine_priority({"scheduler": "llama"}), {("IGW-PF017", "FAIL", "HIGH")}),
         (
             "vllm-with-the-flag",

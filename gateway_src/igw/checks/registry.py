@@ -42,6 +42,7 @@ from igw.checks.model import Command
 from igw.checks.preflight import (
     addon_version,
     cert_manager,
+    client_priority,
     config_valid,
     dependency_addons,
     eks_auth_mode,
@@ -78,6 +79,7 @@ PREFLIGHT: Final[tuple[Check, ...]] = (
     model_server_version.CHECK,
     engine_type.CHECK,
     engine_priority.CHECK,
+    client_priority.CHECK,
     target_port.CHECK,
     live_signals.CHECK,
     jwks_probe.CHECK,
