@@ -73,3 +73,50 @@ def test_sigterm_to_a_benchmark_stops_its_children() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+CALLBACK_SCRIPT = """
+import asyncio, os, signal, uvloop
+from igw.cli.main import _exit_on_sigterm
+signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+class Client(asyncio.Protocol):
+    def __init__(self, done):
+        self.done = done
+    def data_received(self, data):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000):  # the handler runs here, inside the transport's callback
+            pass
+    def connection_lost(self, exc):
+        if not self.done.done():
+            self.done.set_exception(RuntimeError(f"connection lost: {exc!r}"))
+
+async def main():
+    async def answer(reader, writer):
+        writer.write(b"x")
+        await asyncio.sleep(30)
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    await loop.create_connection(lambda: Client(done), "127.0.0.1", port)
+    try:
+        await asyncio.wait_for(done, 20)
+    finally:
+        print("cleaned up", flush=True)
+
+uvloop.run(main())
+"""
+
+
+def test_sigterm_inside_a_transport_callback_still_exits_143_after_cleanup() -> None:
+    """Python runs the SIGTERM handler wherever the main thread is; inside uvloop's ``data_received``
+    a raised ``SystemExit`` was taken for the connection's fatal error (connection closed, the command
+    went on and failed: exit 1, the flake of the test above). The handler now lets the loop raise it
+    between callbacks, so the command stops with 143 and its ``finally`` blocks run."""
+    done = subprocess.run(
+        [sys.executable, "-c", CALLBACK_SCRIPT], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-2000:]
+    assert "cleaned up" in done.stdout
+    assert "Fatal error on transport" not in done.stderr

@@ -49,6 +49,24 @@ SIGTERM_EXIT = 128 + signal.SIGTERM
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM as ``SystemExit(143)``: raised here, or, while an event loop runs, by the loop between
+    two callbacks. Python runs this handler wherever the main thread happens to be, and inside a
+    transport's callback (uvloop's ``data_received``) the exception is taken for the connection's
+    fatal error: the connection is closed and the command goes on, then fails on the closed
+    connection (exit 1, seen as a flaky test of ``igw perf workers``). A callback's ``SystemExit`` is
+    let out by both asyncio's and uvloop's loops, and ``asyncio.run`` then cancels the tasks so their
+    ``finally`` blocks stop what the command started."""
+    aio = sys.modules.get("asyncio")  # not imported: no loop can be running (and no import here)
+    try:
+        loop = None if aio is None else aio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None:
+        raise SystemExit(SIGTERM_EXIT)
+    loop.call_soon(_raise_sigterm_exit)
+
+
+def _raise_sigterm_exit() -> None:
     raise SystemExit(SIGTERM_EXIT)
 
 
