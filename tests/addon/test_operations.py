@@ -17,6 +17,7 @@ from igw.addon import addon_version, operations, pins, schemas
 from igw.addon.eks_api import EksAddonApi
 from igw.cli import main as cli
 from igw.config import paths
+from tests.config.hostile_documents import billion_laughs
 
 REGION = "us-west-2"
 CLUSTER = "igw"
@@ -432,14 +433,7 @@ def test_cli_package(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     [
         ("replicaCount: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested deeper than 64 levels"),
         (
-            "a: &a ["
-            + ",".join(["x"] * 10)
-            + "]\n"
-            + "".join(
-                f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]\n"
-                for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
-            )
-            + "gateway: {config: {spec: {x: *i}}}\n",
+            billion_laughs(9) + "gateway: {config: {spec: {x: *a8}}}\n",
             "more than 1,000,000 values",
         ),
     ],

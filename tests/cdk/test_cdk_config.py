@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from cdk import config
+from tests.config.hostile_documents import billion_laughs
 
 
 @pytest.fixture
@@ -150,13 +151,7 @@ def test_unreadable_yaml_names_the_line(tmp_path: Path) -> None:
     [
         ("account: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested deeper than 64 levels"),
         (
-            "a: &a ["
-            + ",".join(["x"] * 10)
-            + "]\n"
-            + "".join(
-                f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]\n"
-                for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
-            ),
+            billion_laughs(9),
             "more than 1,000,000 values",
         ),
         ("account: '1'\n---\nregion: us-west-2\n", "one document expected, got 2"),

@@ -14,6 +14,7 @@ import pytest
 
 from igw.cli.main import main
 from igw.config.documents import MAX_FILE_BYTES, MAX_NESTING, DocumentReadError, parse_text, read_documents
+from tests.config.hostile_documents import billion_laughs
 
 
 def nested_json(levels: int) -> str:
@@ -22,13 +23,6 @@ def nested_json(levels: int) -> str:
 
 def nested_yaml(levels: int) -> str:
     return "a: " + "[" * (levels - 1) + "1" + "]" * (levels - 1) + "\n"
-
-
-def billion_laughs(levels: int) -> str:
-    text = "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
-    for i in range(1, levels):
-        text += f"x{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n"
-    return text
 
 
 @pytest.mark.parametrize("render", [nested_json, nested_yaml])
