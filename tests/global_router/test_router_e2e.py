@@ -239,6 +239,8 @@ async def test_region_down_goes_cross_region_and_shows_in_metrics(redis_server: 
         assert where == Counter({"west-a": 20})
         async with await fx.post({"model": MODEL, "prompt": "x"}) as resp:
             assert resp.headers["x-igw-region"] == "west"
+            # The router names itself without versions; the cluster's own Server is not relayed.
+            assert resp.headers.getall("Server") == ["igw"]
         cross = await fx.metric("igw_global_request_duration_seconds_count", locality="cross-region")
         assert cross >= 20
         assert await fx.metric("igw_global_routing_decisions_total", reason="cross-region") >= 20
@@ -280,6 +282,7 @@ async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
         async with await fx.post({"model": "nope", "prompt": "x"}) as resp:
             assert resp.status == 404
             assert (await resp.json())["error"]["code"] == "model_not_found"
+            assert resp.headers.getall("Server") == ["igw"]
         async with fx.http.post(fx.urls[0] + "/v1/completions", data=b"{") as resp:
             assert resp.status == 400
             assert (await resp.json())["error"]["type"] == "invalid_request_error"

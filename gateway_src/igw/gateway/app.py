@@ -41,6 +41,7 @@ from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConf
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.scrape_client import ScrapeClient
 from igw.gateway.scrape_share import start_scraping
+from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import CONNECTION_HANDLER_KEY, INFLIGHT_KEY
 from igw.gateway.state import GatewayState
 from igw.gateway.upstream import proxy_session
@@ -193,7 +194,9 @@ def create_app(
         registry=registry,
         service_domain=service_domain,
     )
-    app = web.Application(client_max_size=config.bbr.max_request_body_bytes, middlewares=[openai_errors])
+    app = name_every_answer(
+        web.Application(client_max_size=config.bbr.max_request_body_bytes, middlewares=[openai_errors])
+    )
     app[STATE_KEY] = state
     app[INFLIGHT_KEY] = state.inflight
     worker_metrics = None

@@ -20,6 +20,7 @@ import orjson
 from aiohttp import web
 
 from igw.gateway.guards import GuardDenied
+from igw.gateway.server_identity import SERVER_NAME
 
 JSON: Final = "application/json"
 REQUEST_ID_HEADER: Final = "X-Request-Id"
@@ -70,7 +71,8 @@ def error_body(*, message: str, error_type: str, code: str | None = None, param:
 def _response(
     status: int, body: bytes, *, request_id: str | None, headers: Mapping[str, str] | None
 ) -> web.Response:
-    out = dict(headers or {})
+    # Named here too: answers to malformed HTTP are written without the application's response signal.
+    out = {"Server": SERVER_NAME, **(headers or {})}
     if request_id is not None:
         out[REQUEST_ID_HEADER] = request_id
     return web.Response(status=status, body=body, content_type=JSON, headers=out)

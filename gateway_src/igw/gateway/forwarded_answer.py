@@ -10,9 +10,10 @@ one call without building aiohttp's response object or header map; a request aio
 
 The head is byte for byte what aiohttp's serialiser writes for that response (status line with the
 standard reason phrase, the kept fields in the upstream's order, the gateway's fields, then
-``Content-Type`` when missing, ``Content-Length``, ``Date`` and ``Server`` unless the upstream sent
-them, ``Connection: close`` when the connection ends): ``tests/gateway/test_forwarded_answer.py``
-compares the two.
+``Content-Type`` when missing, ``Content-Length``, ``Date`` unless the upstream sent it, the gateway's
+``Server``, ``Connection: close`` when the connection ends): ``tests/gateway/test_forwarded_answer.py``
+compares the two. The model server's own ``Server`` is never forwarded
+(:mod:`igw.gateway.server_identity`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from typing import Final
 
 from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
-from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
+
+from igw.gateway.server_identity import SERVER_FIELD, UPSTREAM_SERVER_FIELD
 
 HOP_BY_HOP: Final = frozenset(
     {
@@ -44,11 +46,12 @@ HOP_BY_HOP: Final = frozenset(
 """Lower-case names of the fields a proxy never forwards (RFC 9110 7.6.1, plus ``Host`` and
 ``Content-Length``, which each hop sets for itself)."""
 HOP_BY_HOP_FIELDS: Final = frozenset(name.encode() for name in HOP_BY_HOP)
+_NOT_FORWARDED: Final = HOP_BY_HOP_FIELDS | {UPSTREAM_SERVER_FIELD}
+"""The hop-by-hop fields and the model server's ``Server``, which the gateway replaces with its own."""
 _NONE: Final[frozenset[bytes]] = frozenset()
 _CHARSET: Final = "utf-8"
 _UNDECODABLE: Final = "surrogateescape"
 _OCTET_STREAM: Final = b"Content-Type: application/octet-stream\r\n"
-_SERVER_FIELD: Final = f"Server: {SERVER_SOFTWARE}\r\n".encode()
 _CLOSE_FIELD: Final = b"Connection: close\r\n"
 _STATUS_LINES: Final = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in HTTPStatus}
 """Pre-encoded status lines, with the reason phrase aiohttp gives a status it is not told one for."""
@@ -57,7 +60,7 @@ _STATUS_LINES: Final = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() f
 class ForwardedAnswer:
     """Status, the header fields forwarded to the client (serialised), and the body."""
 
-    __slots__ = ("body", "fields", "has_date", "has_server", "has_type", "status")
+    __slots__ = ("body", "fields", "has_date", "has_type", "status")
 
     def __init__(
         self,
@@ -67,7 +70,6 @@ class ForwardedAnswer:
         *,
         has_type: bool,
         has_date: bool,
-        has_server: bool,
     ) -> None:
         self.status = status
         self.fields = fields
@@ -75,7 +77,6 @@ class ForwardedAnswer:
         self.body = body
         self.has_type = has_type
         self.has_date = has_date
-        self.has_server = has_server
 
     def head(self, *, keep_alive: bool) -> bytes:
         """The status line and header block (with the blank line) of this answer on HTTP/1.1."""
@@ -88,8 +89,7 @@ class ForwardedAnswer:
         parts.append(b"Content-Length: %d\r\n" % body_length)
         if not self.has_date:
             parts.append(b"Date: %b\r\n" % rfc822_formatted_time().encode())
-        if not self.has_server:
-            parts.append(_SERVER_FIELD)
+        parts.append(SERVER_FIELD)
         if not keep_alive:
             parts.append(_CLOSE_FIELD)
         parts.append(b"\r\n")
@@ -125,7 +125,7 @@ def forwarded_answer(
     replaced = {name.lower() for name, _ in added}
     connection = noted.get(b"connection")
     named = {token.strip().lower() for token in connection.split(b",")} if connection else _NONE
-    drop = HOP_BY_HOP_FIELDS
+    drop = _NOT_FORWARDED
     fields = [
         field
         for field in upstream_fields
@@ -138,7 +138,6 @@ def forwarded_answer(
         body,
         has_type=b"content-type" in replaced or (b"content-type" in noted and b"content-type" not in named),
         has_date=b"date" in replaced or (b"date" in noted and b"date" not in named),
-        has_server=b"server" in replaced or (b"server" in noted and b"server" not in named),
     )
 
 

@@ -48,7 +48,6 @@ from aiohttp import HttpVersion11, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.client_exceptions import ClientConnectionResetError
 from aiohttp.helpers import rfc822_formatted_time
-from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.http_writer import StreamWriter, _serialize_headers
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -57,6 +56,7 @@ from igw.errors import IgwGatewayError
 from igw.gateway.errors import REQUEST_ID_HEADER
 from igw.gateway.forwarded_answer import ForwardedAnswer
 from igw.gateway.inference import REQUEST_ID_KEY, request_id_for
+from igw.gateway.server_identity import SERVER_NAME
 from igw.gateway.serving import (
     MAX_REQUEST_LINE_BYTES,
     GatewayRequestHandler,
@@ -225,12 +225,12 @@ def stream_head(response: web.StreamResponse, *, keep_alive: bool) -> bytes:
 
 def _serialized_head(response: web.StreamResponse, *, keep_alive: bool) -> bytes:
     """``response``'s status line and headers with the fields aiohttp's server adds (``Date``,
-    ``Server``, ``Connection: close``), serialised by aiohttp's own serialiser (which refuses CR/LF)."""
+    ``Server`` - the gateway's own, :mod:`igw.gateway.server_identity` - and ``Connection: close``),
+    serialised by aiohttp's own serialiser (which refuses CR/LF)."""
     headers = response.headers
     if "Date" not in headers:
         headers["Date"] = rfc822_formatted_time()
-    if "Server" not in headers:
-        headers["Server"] = SERVER_SOFTWARE
+    headers["Server"] = SERVER_NAME
     if not keep_alive and "Connection" not in headers:
         headers["Connection"] = "close"
     head: bytes = _serialize_headers(f"HTTP/1.1 {response.status} {response.reason}", headers)

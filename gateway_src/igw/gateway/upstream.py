@@ -34,6 +34,7 @@ from multidict import CIMultiDict
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import gateway_error, sse_error_event
 from igw.gateway.forwarded_answer import HOP_BY_HOP, HOP_BY_HOP_FIELDS, ForwardedAnswer, forwarded_answer
+from igw.gateway.server_identity import UPSTREAM_SERVER_FIELD
 from igw.gateway.upstream_client import (
     ConnectFailed,
     ConnectHooks,
@@ -236,8 +237,9 @@ def _carries_token(chunk: bytes) -> bool:
 
 
 def _response_headers(upstream: UpstreamResponse, extra: Mapping[str, str]) -> CIMultiDict[str]:
-    """A relayed stream's headers: the upstream's raw fields less the hop-by-hop ones and those its
-    ``Connection`` fields name, decoded once (not into the response's decoded header map first,
+    """A relayed stream's headers: the upstream's raw fields less the hop-by-hop ones, its ``Server``
+    (the gateway names itself, :mod:`igw.gateway.server_identity`) and those its ``Connection``
+    fields name, decoded once (not into the response's decoded header map first,
     whose copy and ``Connection`` lookup were the larger part of this on the first event's path),
     then ``extra``."""
     connection = upstream.noted.get(b"connection")
@@ -245,7 +247,7 @@ def _response_headers(upstream: UpstreamResponse, extra: Mapping[str, str]) -> C
     out: CIMultiDict[str] = CIMultiDict()
     for raw_name, raw_value in upstream.fields:
         low = raw_name.lower()
-        if low in HOP_BY_HOP_FIELDS or low in named:
+        if low in HOP_BY_HOP_FIELDS or low in named or low == UPSTREAM_SERVER_FIELD:
             continue
         out.add(raw_name.decode(_CHARSET, _UNDECODABLE), raw_value.decode(_CHARSET, _UNDECODABLE))
     for name, value in extra.items():

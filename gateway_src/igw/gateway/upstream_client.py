@@ -57,7 +57,6 @@ NOTED_FIELDS: Final = frozenset(
         b"transfer-encoding",
         b"content-encoding",
         b"date",
-        b"server",
     }
 )
 """Response fields whose values the forward path reads (lower case), kept aside as they are parsed."""

@@ -37,6 +37,7 @@ from igw.gateway.emf import emf_context
 from igw.gateway.errors import denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, RequestGuard
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
+from igw.gateway.server_identity import name_every_answer
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -304,7 +305,9 @@ def create_global_app(
         fleet=fleet,
         anonymous_tenant=limit_settings.anonymous_tenant,
     )
-    app = web.Application(client_max_size=MAX_REQUEST_BODY_BYTES, middlewares=[openai_errors])
+    app = name_every_answer(
+        web.Application(client_max_size=MAX_REQUEST_BODY_BYTES, middlewares=[openai_errors])
+    )
     app[ROUTER_KEY] = router
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)

@@ -55,12 +55,13 @@ async def _health_server(port: int | None) -> AsyncIterator[None]:
     # deferred: start-up cost: aiohttp loads only when --health-port is set
     from aiohttp import web
 
+    from igw.gateway.server_identity import name_every_answer
     from igw.gateway.serving import start_site
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application()
+    app = name_every_answer(web.Application())
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
