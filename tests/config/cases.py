@@ -496,11 +496,19 @@ CASES: list[Case] = [
         "server-limits-zero-and-too-long-timeouts",
         set_(
             "spec.extensions",
-            {"serverLimits": {"headerTimeout": "0s", "bodyTimeout": "0ms", "keepAliveTimeout": "2m1s"}},
+            {
+                "serverLimits": {
+                    "headerTimeout": "0s",
+                    "bodyTimeout": "0ms",
+                    "sendTimeout": "0s",
+                    "keepAliveTimeout": "2m1s",
+                }
+            },
         ),
         fails=[
             ("spec.extensions.serverLimits.headerTimeout", "server-limits-header-timeout-positive"),
             ("spec.extensions.serverLimits.bodyTimeout", "server-limits-body-timeout-positive"),
+            ("spec.extensions.serverLimits.sendTimeout", "server-limits-send-timeout-positive"),
             ("spec.extensions.serverLimits.keepAliveTimeout", "server-limits-keepalive-timeout-range"),
         ],
     ),
@@ -513,7 +521,14 @@ CASES: list[Case] = [
         "server-limits-at-the-bounds",
         set_(
             "spec.extensions",
-            {"serverLimits": {"headerTimeout": "1ms", "bodyTimeout": "1ms", "keepAliveTimeout": "1m60s"}},
+            {
+                "serverLimits": {
+                    "headerTimeout": "1ms",
+                    "bodyTimeout": "1ms",
+                    "sendTimeout": "1ms",
+                    "keepAliveTimeout": "1m60s",
+                }
+            },
         ),
         fails=[],
     ),

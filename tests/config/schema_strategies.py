@@ -138,7 +138,12 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
             if field in objective:
                 objective[field] = [f"{index}-{value[:240]}" for value in objective[field]]
     limits = extensions.get("serverLimits") or {}
-    for key, value in (("headerTimeout", "10s"), ("bodyTimeout", "60s"), ("keepAliveTimeout", "75s")):
+    for key, value in (
+        ("headerTimeout", "10s"),
+        ("bodyTimeout", "60s"),
+        ("sendTimeout", "60s"),
+        ("keepAliveTimeout", "75s"),
+    ):
         if key in limits:
             limits[key] = value  # above 0s; keep-alive at most 120s
     provider = spec.get("auth", {}).get("jwt", {}).get("provider")

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import socket
 import time
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 
 from igw.cli.main import main
+from igw.gateway.lean_server import SWITCH_ENV
 from igw.gateway.serving import ServerLimits, effective_max_connections, raise_fd_limit
 from igw.sim.live import run_fleet
+from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.reliability.harness import (
     MODEL,
     fleet_spec,
@@ -110,6 +114,49 @@ async def test_idle_keepalive_connections_are_closed(tmp_path: Path) -> None:
             writer.close()
 
 
+async def _streaming_client_that_never_reads(url: str) -> asyncio.StreamWriter:
+    """A streamed request from a socket with a small receive buffer, whose answer is never read."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    _, writer = await asyncio.open_connection(sock=sock)
+    body = orjson.dumps({"model": MODEL, "prompt": "never read", "max_tokens": 10, "stream": True})
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+    )
+    return writer
+
+
+@pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+async def test_a_client_that_stops_reading_is_cut_off_and_the_model_server_request_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, switch: str
+) -> None:
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    limits = ServerLimits(send_timeout_s=1.0, stream_grace_s=1)
+    # An answer far larger than the socket buffers: the gateway's writes back up within milliseconds.
+    async with (
+        running(FakeModelServer("a", tokens=400_000)) as (pod,),
+        in_process_gateway(tmp_path, gateway_doc(), [pod.key], limits=limits) as gw,
+    ):
+        writer = await _streaming_client_that_never_reads(gw.url)
+        t0 = time.monotonic()
+        # The gateway hangs up on the model server (its handler is cancelled); without the send
+        # timeout the request stayed open for as long as the client kept its connection.
+        await asyncio.wait_for(pod.cancelled.wait(), timeout=30)
+        assert time.monotonic() - t0 >= 0.9
+        assert pod.generation_tokens_total == 400_000  # the fake counts a request's tokens up front
+        async with gw.http.post(
+            gw.url + "/v1/completions", json={"model": MODEL, "prompt": "a reader", "max_tokens": 3}
+        ) as resp:
+            assert resp.status == 200
+            await resp.read()
+        writer.close()
+    assert any("send timeout" in r.getMessage() for r in caplog.records)
+
+
 def test_fd_limit_is_raised_and_connections_stay_below_it() -> None:
     soft = raise_fd_limit()
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -119,7 +166,12 @@ def test_fd_limit_is_raised_and_connections_stay_below_it() -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--keepalive-timeout", "121"), ("--header-timeout", "0"), ("--max-connections", "0")],
+    [
+        ("--keepalive-timeout", "121"),
+        ("--header-timeout", "0"),
+        ("--send-timeout", "0"),
+        ("--max-connections", "0"),
+    ],
 )
 def test_invalid_limits_are_refused_at_start(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str

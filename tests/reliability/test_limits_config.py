@@ -121,6 +121,7 @@ def test_igw_serve_refuses_an_out_of_range_field_at_start(
         ({"keepAliveTimeout": "0s"}, "keepAliveTimeout"),
         ({"headerTimeout": "0ms"}, "headerTimeout"),
         ({"bodyTimeout": "0s"}, "bodyTimeout"),
+        ({"sendTimeout": "0s"}, "sendTimeout"),
     ],
 )
 def test_igw_validate_refuses_out_of_range_timeouts_naming_the_field(

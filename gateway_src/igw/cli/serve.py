@@ -105,6 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, dest, kind, text in (
         ("--header-timeout", "header_timeout_s", FINITE, "seconds for a request head, from its first byte"),
         ("--body-timeout", "body_timeout_s", FINITE, "seconds for a request body"),
+        ("--send-timeout", "send_timeout_s", FINITE, "seconds a client may read none of its answer"),
         (
             "--keepalive-timeout",
             "keepalive_timeout_s",

@@ -276,6 +276,9 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "server-limits-body-timeout-positive": _server_limit_duration(
         "bodyTimeout", "server-limits-body-timeout-positive"
     ),
+    "server-limits-send-timeout-positive": _server_limit_duration(
+        "sendTimeout", "server-limits-send-timeout-positive"
+    ),
     "server-limits-keepalive-timeout-range": _server_limit_duration(
         "keepAliveTimeout", "server-limits-keepalive-timeout-range", at_most_s=SERVER_LIMITS_MAX_KEEPALIVE_S
     ),

@@ -49,6 +49,7 @@ class LimitField:
 FIELDS: Final = (
     LimitField("header_timeout_s", "headerTimeout", duration=True),
     LimitField("body_timeout_s", "bodyTimeout", duration=True),
+    LimitField("send_timeout_s", "sendTimeout", duration=True),
     LimitField("keepalive_timeout_s", "keepAliveTimeout", duration=True),
     LimitField("max_connections", "maxConnections", duration=False),
     LimitField("max_headers", "maxHeaders", duration=False),
@@ -56,7 +57,7 @@ FIELDS: Final = (
     LimitField("drain_s", "drainPeriod", duration=True),
     LimitField("stream_grace_s", "streamGrace", duration=True),
 )
-POSITIVE_DURATIONS: Final = frozenset({"headerTimeout", "bodyTimeout", "keepAliveTimeout"})
+POSITIVE_DURATIONS: Final = frozenset({"headerTimeout", "bodyTimeout", "sendTimeout", "keepAliveTimeout"})
 
 
 def _from_extension(raw: Mapping[str, Any], problems: list[str]) -> dict[str, float | int]:

@@ -11,6 +11,12 @@ internet-facing gateway behind a load balancer):
 - a request head (request line + headers) must arrive within ``header_timeout_s`` of its first byte,
   and a request body within ``body_timeout_s``; a connection idle between requests is closed after
   ``keepalive_timeout_s`` (also the limit for a connection that never sends a byte);
+- a client that stops reading its answer is cut off after ``send_timeout_s``: from the moment the
+  answer's unsent bytes pass the transport's high-water mark (the socket buffers are full) until they
+  drain again; the connection is aborted, which cancels the handler and so closes the upstream
+  connection - the model server stops generating for a reader that is gone (nginx's
+  ``send_timeout``; without it such a client held a model-server request and an upstream slot for as
+  long as it kept the connection open);
 - at most ``max_connections`` client connections are open; at the limit, a new connection evicts the
   oldest one that has no request in progress (an idle or stalled connection), else it is refused -
   so stalled clients cannot deny service to healthy ones;
@@ -70,6 +76,8 @@ class ServerLimits:
 
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
+    send_timeout_s: float = 60.0
+    """Longest time an answer may wait for a client that reads none of it (nginx's default, 60 s)."""
     keepalive_timeout_s: float = 75.0
     max_connections: int = 10_000
     """Capped at start to the process's file-descriptor limit minus :data:`FD_RESERVE`."""
@@ -88,6 +96,7 @@ class ServerLimits:
         for option, value in (
             ("--header-timeout", self.header_timeout_s),
             ("--body-timeout", self.body_timeout_s),
+            ("--send-timeout", self.send_timeout_s),
             ("--keepalive-timeout", self.keepalive_timeout_s),
         ):
             if not value > 0:
@@ -156,16 +165,18 @@ def _refusal(exc: BaseException | None, limits: ServerLimits) -> tuple[str, str]
 
 
 class GatewayRequestHandler(RequestHandler):
-    """aiohttp's connection handler with the gateway's error responses, head timeout and eviction."""
+    """aiohttp's connection handler with the gateway's error responses, head and send timeouts and
+    eviction."""
 
     # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
-    __slots__ = ("_head_timer", "_limits", "_max_connections")
+    __slots__ = ("_head_timer", "_limits", "_max_connections", "_send_timer")
 
     def __init__(self, *args: object, limits: ServerLimits, max_connections: int, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._limits = limits
         self._max_connections = max_connections
         self._head_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
 
     # ---- connection limit ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -225,10 +236,40 @@ class GatewayRequestHandler(RequestHandler):
             self.transport.write(head.encode() + body)
         self.force_close()
 
+    # ---- send timeout (a client that stops reading) ---------------------------------------------
+    # The transport calls pause_writing when its unsent bytes pass the high-water mark and
+    # resume_writing when they fall below the low-water mark: a timer only while paused, so the
+    # answers of clients that read cost nothing here.
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self._loop.call_later(self._limits.send_timeout_s, self._send_timed_out)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_timed_out(self) -> None:
+        self._send_timer = None
+        transport = self.transport
+        if transport is None:
+            return
+        log.warning(
+            "aborted a connection from %s whose client read none of its answer for %gs (send timeout)",
+            transport.get_extra_info("peername"),
+            self._limits.send_timeout_s,
+        )
+        # Nothing more can reach this client: abort (drop the unsent bytes) rather than close, which
+        # would wait for them. connection_lost cancels the handler, which closes the upstream.
+        transport.abort()
+
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        for timer in (self._head_timer, self._send_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._send_timer = None
         super().connection_lost(exc)
 
     # ---- requests refused before any handler runs -----------------------------------------------
