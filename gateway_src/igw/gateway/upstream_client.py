@@ -20,7 +20,9 @@ Behaviour the forward path relies on:
   once, when not a byte of the response had arrived - the server never saw the request;
 * a response whose connection closes before it is complete raises :class:`UpstreamBroken`;
 * reading pauses while more than :data:`READ_HIGH_WATER` bytes wait to be relayed (a slow client
-  slows the model server's socket, not the gateway's memory);
+  slows the model server's socket, not the gateway's memory); a whole body read at once
+  (:meth:`UpstreamResponse.read`, a non-streamed answer) is collected as it comes, so reading never
+  stays paused, up to :data:`MAX_WHOLE_BODY_BYTES`;
 * a connection goes back to the pool only after a complete response with keep-alive; anything else
   (cancellation included: a client that went away) aborts it, so the model server sees the
   disconnect and stops generating.
@@ -45,6 +47,10 @@ READ_HIGH_WATER: Final = 256 * 1024
 """Unrelayed response bytes at which the connection stops reading from the model server."""
 ORIGIN_CACHE_SIZE: Final = 4096
 """Endpoint strings whose parsed :class:`Origin` is kept (one per pod, typically)."""
+MAX_WHOLE_BODY_BYTES: Final = 256 * 1024 * 1024
+"""Largest non-streamed answer the gateway collects (it forwards such an answer whole). Far above a
+real completion - logprobs with ``top_logprobs=20`` on 32k tokens is ~40 MB - and it bounds the memory
+a broken or hostile model server (an endless body delimited by the connection's end) can take."""
 SMALL_BODY: Final = 64 * 1024
 """Bodies up to this size are written in the same call as the request head (one segment)."""
 
@@ -352,13 +358,29 @@ class UpstreamResponse:
         return conn.take()
 
     async def read(self) -> bytes:
-        """The whole body."""
+        """The whole body. Raises :class:`UpstreamBroken` when the connection fails before its end
+        or the body passes :data:`MAX_WHOLE_BODY_BYTES`.
+
+        Reading pauses at :data:`READ_HIGH_WATER` unrelayed bytes; the bytes are taken (which resumes
+        it) as they come, else any body larger than that would wait for its end forever."""
         conn = self._conn
+        parts: list[bytes] = []
+        size = 0
         while not conn.complete:
             if conn.error is not None:
                 raise conn.error
+            if conn.paused:
+                part = conn.take()
+                size += len(part)
+                if size > MAX_WHOLE_BODY_BYTES:
+                    conn.abort()
+                    raise UpstreamBroken(f"the response body is larger than {MAX_WHOLE_BODY_BYTES} bytes")
+                parts.append(part)
             await conn.wait()
-        return conn.take()
+        if not parts:
+            return conn.take()
+        parts.append(conn.take())
+        return b"".join(parts)
 
     def close(self) -> None:
         if self._released:
