@@ -511,3 +511,67 @@ def test_a_received_body_reads_like_a_finished_stream_reader() -> None:
     assert body.read_nowait(10) == b"cdef"
     assert body.read_nowait() == b""
     assert ReceivedBody(b"xyz").read_nowait() == b"xyz"
+
+
+class _ReadMarking(LeanRequestHandler):
+    """The lean side, noting when it is inside a read's callback."""
+
+    reading = False
+
+    def data_received(self, data: bytes) -> None:
+        type(self).reading = True
+        try:
+            super().data_received(data)
+        finally:
+            type(self).reading = False
+
+
+@contextlib.asynccontextmanager
+async def marking_server(route: LeanHandler) -> AsyncIterator[int]:
+    app = web.Application(client_max_size=2**20)
+    app[LEAN_ROUTES_KEY] = {"/v1/completions": route}
+    app[serving.CONNECTION_HANDLER_KEY] = _ReadMarking
+    runner = GatewayRunner(app, limits=ServerLimits(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        yield site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_handler_runs_to_its_first_wait_inside_the_read_that_completed_the_request() -> None:
+    """The path before the forward (everything up to the upstream request's write) runs in the read's
+    callback, not one loop turn later; after its first wait the handler runs as its task, which
+    the request's ``task`` names."""
+    seen: list[tuple[str, bool, bool]] = []
+
+    async def route(request: web.Request) -> web.StreamResponse:
+        task = asyncio.current_task()
+        seen.append(("first step", _ReadMarking.reading, task is cast(LeanRequest, request).task))
+        await asyncio.sleep(0)
+        seen.append(("after a wait", _ReadMarking.reading, asyncio.current_task() is task))
+        return web.json_response({"ok": True})
+
+    async with marking_server(route) as port, connection(port) as (reader, writer):
+        writer.write(post())
+        assert (await read_response(reader))[0] == 200
+    assert seen == [("first step", True, True), ("after a wait", False, True)]
+
+
+async def test_pipelined_requests_behind_answers_written_in_the_first_step_are_all_answered() -> None:
+    """A handler that answers without waiting ends its request inside the read's callback; the
+    requests pipelined behind it in the same read are still read and answered, in order."""
+    order: list[str] = []
+
+    async def route(request: web.Request) -> web.StreamResponse:
+        order.append(request.headers["X-Request-Id"])
+        return web.json_response({"n": len(order)})
+
+    async with marking_server(route) as port, connection(port) as (reader, writer):
+        writer.write(b"".join(post(extra=f"X-Request-Id: r{i}\r\n") for i in range(4)))
+        answers = [await asyncio.wait_for(read_response(reader), 5) for _ in range(4)]
+    assert order == ["r0", "r1", "r2", "r3"]
+    assert [a[1]["x-request-id"] for a in answers] == ["r0", "r1", "r2", "r3"]
+    assert [orjson.loads(a[2])["n"] for a in answers] == [1, 2, 3, 4]
