@@ -9,9 +9,7 @@ httptools and handed straight to the route's handler as a :class:`LeanRequest`; 
 written as one head-and-body write (a streamed response through :class:`LeanStreamWriter`). The
 handler starts once the read that completed the head is parsed: a body that came with its head (the
 usual case) is handed over whole (:class:`ReceivedBody`), one still arriving through aiohttp's
-``StreamReader``, which the following reads feed. Its task's first step - the request path up to
-its first wait, the upstream request's write - runs inside that read's callback
-(:mod:`igw.gateway.eager_task`), not one event-loop turn later.
+``StreamReader``, which the following reads feed.
 
 Anything else - another route, a malformed or over-limit head, a chunked, compressed or
 ``Expect: 100-continue`` body, HTTP/1.0 or 0.9 - hands the connection over to aiohttp for good, with
@@ -56,7 +54,6 @@ from aiohttp.streams import StreamReader
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from igw.errors import IgwGatewayError
-from igw.gateway.eager_task import EagerStart, start_task
 from igw.gateway.errors import REQUEST_ID_HEADER
 from igw.gateway.forwarded_answer import ForwardedAnswer
 from igw.gateway.inference import REQUEST_ID_KEY, request_id_for
@@ -486,16 +483,13 @@ class LeanRequestHandler(GatewayRequestHandler):
         if request is None:  # the head is still arriving: it has header_timeout_s to finish
             self.start_head_timer()
             return
-        eager = self._start(msg, request) if request.content is None else None  # accepted in this read
+        if request.content is None:  # accepted in this read: the handler starts now
+            self._start(msg, request)
         if msg.complete:
             extra = msg.consumed - msg.head_end - msg.length
             if extra > 0:  # the next (pipelined) request began in the same read
                 self._lean_pending += data[len(data) - extra :]
                 self._lean_parser = None  # it has seen part of that request
-        if eager is not None:
-            # The handler's first step runs now, last, with the read fully accounted for (a step
-            # that answers at once ends the request and reads what was pipelined behind it).
-            eager.run_first_step()
 
     def _hand_over(self) -> None:
         """aiohttp serves this connection from here on, starting with the current request's bytes."""
@@ -599,12 +593,9 @@ class LeanRequestHandler(GatewayRequestHandler):
         if msg.body is not None:
             msg.body.feed_eof()
 
-    def _start(self, msg: _Message, request: LeanRequest) -> EagerStart[None] | None:
-        """Start the accepted request's handler, with its body as received in the head's read: whole
-        (the usual case) or a reader that the following reads feed. Returns the handler's task to
-        step eagerly (:mod:`igw.gateway.eager_task`: up to its first suspension - the upstream
-        request written - in this read's callback, not one loop turn later) when the caller runs
-        outside a task, else ``None`` (the task was started the usual way)."""
+    def _start(self, msg: _Message, request: LeanRequest) -> None:
+        """Run the accepted request's handler, with its body as received in the head's read: whole
+        (the usual case) or a reader that the following reads feed."""
         handler = msg.handler
         assert handler is not None
         parts, msg.parts = msg.parts, []
@@ -617,11 +608,8 @@ class LeanRequestHandler(GatewayRequestHandler):
             request.content = body
         self._begin_request()
         self._lean_server.lean_requests += 1
-        started = start_task(self._loop, self._serve(request, handler))
-        eager = started if isinstance(started, EagerStart) else None
-        task = self._lean_task = started.task if isinstance(started, EagerStart) else started
+        task = self._lean_task = self._loop.create_task(self._serve(request, handler))
         request.task = task
-        return eager
 
     def _eligible(self, msg: _Message, parser: httptools.HttpRequestParser, raw: bytes) -> LeanHandler | None:
         """The lean route's handler when the request is one the lean side serves, else ``None``."""
