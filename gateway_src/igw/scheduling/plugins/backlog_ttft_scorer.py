@@ -167,6 +167,8 @@ MIN_TOKENS = 1
 MIN_TOKENS_F = float(MIN_TOKENS)
 EXACT_IN_FLOAT = 2**53
 """Integers below this convert to float exactly (KV capacities compared as ints or floats agree)."""
+_NOT_KEPT: Any = object()
+"""Marks a position without a kept KV twin (``None`` is a kept answer: no twin)."""
 PRIOR_TOKENS_PER_S_PER_KV_TOKEN = 0.05
 """Prefill speed assumed before any outcome, in prompt tokens per second per KV-cache token the
 endpoint holds. It only sets how fast a dispatch is forgotten while nothing is measured (the
@@ -309,6 +311,9 @@ class _StandIns:
     """``SpeedPools.members_version`` the ``twins`` were found for."""
     twins: dict[int, EndpointKey | None] = field(default_factory=dict)
     """KV twins of candidates without a trusted regression, by position (:meth:`_anchored`)."""
+    alike: dict[float, list[int]] = field(default_factory=dict)
+    """Per KV capacity, the positions of the candidates within ``pool_ratio`` of it, closest first
+    (:meth:`BacklogTtftScorer._kv_twin`); depends on the capacities alone."""
 
 
 class BacklogTtftScorer(PluginHooks):
@@ -508,45 +513,76 @@ class BacklogTtftScorer(PluginHooks):
         it) and on which endpoints have a regression, so it is kept per position in ``stand_ins``
         until that set changes (a search over every candidate per unregressed candidate per pick
         cost a fifth of a pick's time, ``igw perf decide``)."""
-        twins = stand_ins.twins
-        version = self.pools.members_version
-        if stand_ins.twins_version != version:
-            twins.clear()
-            stand_ins.twins_version = version
+        twins = self._twins_of(stand_ins)
         if i in twins:
             twin = twins[i]
         else:
-            twin = twins[i] = self._kv_twin(i, endpoints, stand_ins.capacities, pooled)
+            twin = twins[i] = self._kv_twin(i, endpoints, stand_ins, pooled)
         model = None if twin is None else pooled.get(twin)
         if model is None:
             return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
         slope = model[1]
         return max(0.0, fit.mean_y - slope * fit.mean_x), slope
 
+    def _twins_of(self, stand_ins: _StandIns) -> dict[int, EndpointKey | None]:
+        """The KV twins kept in ``stand_ins`` (:meth:`_anchored`), emptied first when the set of
+        endpoints with a regression changed since they were found."""
+        twins = stand_ins.twins
+        version = self.pools.members_version
+        if stand_ins.twins_version != version:
+            twins.clear()
+            stand_ins.twins_version = version
+        return twins
+
     def _kv_twin(
         self,
         i: int,
         endpoints: Sequence[EndpointView],
-        capacities: Sequence[float | None],
+        stand_ins: _StandIns,
         pooled: Mapping[EndpointKey, Model],
     ) -> EndpointKey | None:
         """The candidate other than ``i`` with a regression (in ``pooled``) and the KV capacity closest
-        to ``i``'s, within ``pool_ratio``, not labelled as another GPU kind; ``None`` if there is none."""
-        capacity = capacities[i]
+        to ``i``'s, within ``pool_ratio``, not labelled as another GPU kind (the first such candidate
+        when several are as close); ``None`` if there is none.
+
+        The candidates within ``pool_ratio`` of a capacity, closest first (then by position), depend
+        only on the candidate list's capacities, so they are kept in ``stand_ins`` per capacity
+        (:meth:`_alike_order`); the first of them passing the checks is the closest one, as a pass
+        over every candidate keeping the strictly closer one finds. Why: the set of endpoints with a
+        regression changes every few picks, and each change looked for every twin again with a pass
+        over the whole candidate list (``igw perf decide``)."""
+        capacity = stand_ins.capacities[i]
         if capacity is None:
             return None
+        order = stand_ins.alike.get(capacity)
+        if order is None:
+            order = stand_ins.alike[capacity] = self._alike_order(capacity, stand_ins.capacities)
         label = self.hardware_label
         own_label = endpoints[i].labels.get(label) if label else None
-        best: tuple[float, EndpointKey] | None = None
-        for j, (e, c) in enumerate(zip(endpoints, capacities, strict=True)):
-            if j == i or c is None or e.key not in pooled:
+        for j in order:
+            if j == i:
+                continue
+            e = endpoints[j]
+            if e.key not in pooled:
                 continue
             if own_label is not None and (other := e.labels.get(label)) is not None and other != own_label:
                 continue
+            return e.key
+        return None
+
+    def _alike_order(self, capacity: float, capacities: Sequence[float | None]) -> list[int]:
+        """Positions of the known capacities within ``pool_ratio`` of ``capacity``, by ratio (the
+        same ``max / min`` as :meth:`_alike_measured`'s), then by position."""
+        ratio_limit = self.pool_ratio
+        found: list[tuple[float, int]] = []
+        for j, c in enumerate(capacities):
+            if c is None:
+                continue
             ratio = max(c, capacity) / min(c, capacity)
-            if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
-                best = (ratio, e.key)
-        return None if best is None else best[1]
+            if ratio <= ratio_limit:
+                found.append((ratio, j))
+        found.sort()
+        return [j for _, j in found]
 
     def predicted(
         self,
@@ -597,6 +633,7 @@ class BacklogTtftScorer(PluginHooks):
         if not plain > MIN_TOKENS_F:
             plain = MIN_TOKENS_F
         stand_ins: _StandIns | None = None
+        twins: dict[int, EndpointKey | None] | None = None
         out: list[float] = []
         probes: list[int] = []
         self._cheap_probes = cheap_probes = set()
@@ -607,9 +644,22 @@ class BacklogTtftScorer(PluginHooks):
             if fit is not None:
                 model = pooled_get(key)
                 if model is None:
-                    if stand_ins is None:
-                        stand_ins = self._stand_ins_for(endpoints, capacities)
-                    model = self._anchored(i, fit, endpoints, stand_ins, pooled)
+                    # _anchored, written out (often about half the candidates have samples but no
+                    # regression of their own): the kept twin, else found; the same expressions.
+                    if twins is None:
+                        if stand_ins is None:
+                            stand_ins = self._stand_ins_for(endpoints, capacities)
+                        twins = self._twins_of(stand_ins)
+                    twin = twins.get(i, _NOT_KEPT)
+                    if twin is _NOT_KEPT:
+                        twin = twins[i] = self._kv_twin(i, endpoints, stand_ins, pooled)  # type: ignore[union-attr]  # set with twins
+                    twin_model = None if twin is None else pooled_get(twin)  # type: ignore[arg-type]  # not _NOT_KEPT
+                    if twin_model is None:
+                        model = fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+                    else:
+                        slope = twin_model[1]
+                        intercept = fit.mean_y - slope * fit.mean_x
+                        model = (intercept if intercept > 0.0 else 0.0), slope  # max(0.0, intercept)
                 intercept, slope = model
                 typical = fit.mean_x
                 if not typical > 0:
