@@ -329,7 +329,8 @@ class Scheduler:
             totals = self._profile_kernel(*value_lists)  # every scorer scored: the profile's kernel
             rows = self._profile_rows
         elif value_lists:
-            total_kernel, rows = self._left_out_kernel(tuple(left_out))
+            positions = tuple(left_out)
+            total_kernel, rows = self._left_out_kernels.get(positions) or self._left_out_kernel(positions)
             totals = total_kernel(*value_lists)
         else:
             totals = [0.0] * n  # no scorer scored: what _weighted_sum gives for no columns
