@@ -49,6 +49,7 @@ from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
 from igw.scheduling.settings import RoutingSettings
+from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
@@ -357,10 +358,12 @@ class Scheduler:
                 row[TOTAL] = totals[i]
         if stale:
             notes.append(f"{stale} stale endpoints excluded")
-        return _picked(
+        return _decision(
+            DecisionKind.PICKED,
             chosen.key,
             tuple([candidates[i].key for i in ranked[1:]]),
             scores,
+            None,
             "; ".join(notes),
             removed if removed is not None else {},
         )
@@ -517,75 +520,9 @@ def _rows_kernel(names: tuple[str, ...], weights: tuple[float, ...]) -> _RowsKer
     return cast("_RowsKernel", namespace["rows"])
 
 
-_DECISION_FIELDS = ("kind", "endpoint", "fallbacks", "scores", "retry_after_s", "reason", "removed")
-"""The fields :func:`_picked` writes; it writes slots directly only while ``RoutingDecision`` has
-exactly these slots and no ``__post_init__`` (otherwise it calls the constructor)."""
-FAST_DECISION = getattr(RoutingDecision, "__slots__", ()) == _DECISION_FIELDS and not hasattr(
-    RoutingDecision, "__post_init__"
-)
-"""Whether picked decisions are made by the slot writes (a test checks it stays so)."""
-
-
-def _constructed(
-    endpoint: EndpointKey,
-    fallbacks: tuple[EndpointKey, ...],
-    scores: Mapping[EndpointKey, Mapping[str, float]],
-    reason: str,
-    removed: Mapping[EndpointKey, str],
-) -> RoutingDecision:
-    return RoutingDecision(
-        kind=DecisionKind.PICKED,
-        endpoint=endpoint,
-        fallbacks=fallbacks,
-        scores=scores,
-        reason=reason,
-        removed=removed,
-    )
-
-
-def _slot_decisions() -> Callable[
-    [
-        EndpointKey,
-        tuple[EndpointKey, ...],
-        Mapping[EndpointKey, Mapping[str, float]],
-        str,
-        Mapping[EndpointKey, str],
-    ],
-    RoutingDecision,
-]:
-    """:func:`_constructed` with each slot written directly.
-
-    Why: a frozen dataclass's ``__init__`` parses keyword arguments and sets every field through
-    ``object.__setattr__`` (about twice the cost of the slot writes, ``timeit``); this runs once per
-    pick. The result compares equal to the constructed decision (a test checks it)."""
-    set_kind, set_endpoint, set_fallbacks, set_scores, set_retry, set_reason, set_removed = (
-        getattr(RoutingDecision, name).__set__ for name in _DECISION_FIELDS
-    )
-    new = object.__new__
-    picked = DecisionKind.PICKED
-
-    def make(
-        endpoint: EndpointKey,
-        fallbacks: tuple[EndpointKey, ...],
-        scores: Mapping[EndpointKey, Mapping[str, float]],
-        reason: str,
-        removed: Mapping[EndpointKey, str],
-    ) -> RoutingDecision:
-        o = new(RoutingDecision)
-        set_kind(o, picked)
-        set_endpoint(o, endpoint)
-        set_fallbacks(o, fallbacks)
-        set_scores(o, scores)
-        set_retry(o, None)
-        set_reason(o, reason)
-        set_removed(o, removed)
-        return o
-
-    return make
-
-
-_picked = _slot_decisions() if FAST_DECISION else _constructed
-"""A ``PICKED`` decision: ``_picked(endpoint, fallbacks, scores, reason, removed)``."""
+_decision = slot_constructor(RoutingDecision)
+"""``RoutingDecision(kind, endpoint, fallbacks, scores, retry_after_s, reason, removed)`` by slot
+writes (:mod:`igw.scheduling.slot_init`): made once per pick."""
 
 
 def _note_removed(

@@ -131,6 +131,7 @@ from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PublishedScores
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.plugins.speed_pools import Model, SpeedPools
+from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
 TYPE = "backlog-ttft-scorer"
@@ -226,6 +227,10 @@ class Predictions:
     measured: Sequence[bool]
     """Whether each candidate has ``MIN_FIT_SAMPLES`` samples of its own (else its model is a guess:
     the KV-based prior, another endpoint's model standing in, or a mean of a few samples)."""
+
+
+_predictions = slot_constructor(Predictions)
+"""``Predictions(endpoints, seconds, idle, measured)`` by slot writes (made once per pick)."""
 
 
 @dataclass(slots=True)
@@ -614,10 +619,12 @@ class BacklogTtftScorer(PluginHooks):
         now: float,
         matched: Mapping[EndpointKey, float] | None,
         idle: list[float] | None = None,
+        keys: list[EndpointKey] | None = None,
     ) -> list[float]:
         """:meth:`predicted` once some endpoint is measured: ``b + s * (backlog + own tokens)`` per
         candidate, plus one mean TTFT per unexplained waiting request; the model of each candidate is
         recorded in ``_cycle_models``, and its ``b + s * tokens`` appended to ``idle`` if given.
+        ``keys``: the candidates' keys, when the caller has them (for :meth:`_stand_ins_for`).
 
         Why one loop with the helpers spelled out: it runs once per candidate per pick, and the
         helpers (:meth:`_model`, :meth:`_drain_slope`, :meth:`Backlog.now`, :func:`uncached`, and
@@ -648,7 +655,7 @@ class BacklogTtftScorer(PluginHooks):
                     # regression of their own): the kept twin, else found; the same expressions.
                     if twins is None:
                         if stand_ins is None:
-                            stand_ins = self._stand_ins_for(endpoints, capacities)
+                            stand_ins = self._stand_ins_for(endpoints, capacities, keys)
                         twins = self._twins_of(stand_ins)
                     twin = twins.get(i, _NOT_KEPT)
                     if twin is _NOT_KEPT:
@@ -667,7 +674,7 @@ class BacklogTtftScorer(PluginHooks):
                 per_waiting = fit.mean_y
             else:
                 if stand_ins is None:
-                    stand_ins = self._stand_ins_for(endpoints, capacities)
+                    stand_ins = self._stand_ins_for(endpoints, capacities, keys)
                 intercept, slope, unlike = self._unfitted(i, endpoints, stand_ins, pooled)
                 if unlike and e.inflight > 0:
                     # Unmeasured, unlike any measured endpoint, and its probe still out: the
@@ -724,13 +731,20 @@ class BacklogTtftScorer(PluginHooks):
                 out[i] = max(out[i], worst) * (1 + endpoints[i].inflight)
         return out
 
-    def _stand_ins_for(self, endpoints: Sequence[EndpointView], capacities: list[float | None]) -> _StandIns:
+    def _stand_ins_for(
+        self,
+        endpoints: Sequence[EndpointView],
+        capacities: list[float | None],
+        keys: list[EndpointKey] | None = None,
+    ) -> _StandIns:
         """The stand-ins of this candidate list (found on demand by :meth:`_unfitted`).
 
         Which measured candidate stands in for an unmeasured one depends only on the candidates' keys
         and KV capacities and on which endpoints are measured, so the answers are kept while those
-        stay the same (finding one is a pass over every candidate, per unmeasured candidate)."""
-        keys = [e.key for e in endpoints]
+        stay the same (finding one is a pass over every candidate, per unmeasured candidate).
+        ``keys``: the candidates' keys when the caller has them (the pick's ``Columns.keys``)."""
+        if keys is None:
+            keys = [e.key for e in endpoints]
         cache = self._stand_ins
         if (
             cache is None
@@ -740,7 +754,7 @@ class BacklogTtftScorer(PluginHooks):
         ):
             cache = self._stand_ins = _StandIns(
                 members_version=self._members_version,
-                keys=keys,
+                keys=list(keys),  # a copy: ``keys`` may be the pick's shared Columns.keys
                 capacities=capacities,
                 largest=max([c for c in capacities if c is not None], default=None),
             )
@@ -923,7 +937,7 @@ class BacklogTtftScorer(PluginHooks):
         preference = self.speed_preference
         idle: list[float] = []
         predicted = self._predict(
-            endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle
+            endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle, keys=cols.keys
         )
         models = self._cycle_models
         if len(models) != len(idle):  # a key listed twice: each position takes the key's last model
@@ -1002,7 +1016,7 @@ class BacklogTtftScorer(PluginHooks):
                 models = self._cycle_models
                 idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
             fits_get = self.fits.get
-            ctx.state[STATE_PREDICTED] = Predictions(
+            ctx.state[STATE_PREDICTED] = _predictions(
                 endpoints,
                 predicted,
                 idle,
