@@ -172,3 +172,56 @@ def test_the_all_stale_fallback_is_not_summed_with_the_profiles_weights() -> Non
     assert "stale or failing metrics" in decision.reason
     own = InflightScorer().score(CycleContext(request=req(), now=100.0, rng=random.Random(1)), stale)
     assert [decision.scores[k]["total"] for k in ("p", "q")] == [0.0 + clamp01(v or 0.0) for v in own]
+
+
+def _general_rows_scheduler(scheduler: Scheduler) -> Scheduler:
+    """``scheduler`` made to build its decisions' score rows by the general loop (the code the
+    generated row kernels replace): no profile row kernel, left-out kernels without one."""
+    left_out_kernel = scheduler._left_out_kernel
+
+    def general(positions: tuple[int, ...]) -> tuple[object, None]:
+        return left_out_kernel(positions)[0], None
+
+    scheduler._profile_rows = None
+    scheduler._left_out_kernels = {}
+    scheduler._left_out_kernel = general  # type: ignore[method-assign,assignment]  # this instance only
+    return scheduler
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(st.sampled_from(["e0", "e1", "e2"]), min_size=1, max_size=5),
+    data=st.data(),
+    named=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "total", "a"]), st.sampled_from([1.0, 2.0, 0.5, -0.0])),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_score_rows_are_what_the_general_loop_builds(
+    keys: list[str], data: st.DataObject, named: list[tuple[str, float]]
+) -> None:
+    """The generated row kernels (every scorer scoring, or some left out) give the decision's
+    ``scores`` of the loop they replace: the same rows, keys and names in the same order, a name
+    equal to ``total`` or listed twice and a key listed twice resolved alike, NaN columns clamped."""
+    n = len(keys)
+    value = st.one_of(_VALUE, st.just(float("nan")))
+    scorers = []
+    for i, (name, weight) in enumerate(named):
+        vouched = data.draw(st.booleans(), label=f"vouched {i}")
+        values: list[float | None] = data.draw(
+            st.lists(st.sampled_from([0.0, 0.25, 1.0]) if vouched else value, min_size=n, max_size=n),
+            label=f"values {i}",
+        )
+        scorers.append(WeightedScorer(ListedScorer(name, "", values, vouched), weight))
+    decisions = []
+    for general in (False, True):
+        profile = Profile(filters=(), scorers=tuple(scorers), picker=MaxScorePicker(max_endpoints=3))
+        scheduler = Scheduler(name="t", profile=profile, rng=random.Random(1), compensate_dispatches=False)
+        if general:
+            scheduler = _general_rows_scheduler(scheduler)
+        decision = scheduler.pick(req(), [ep(k) for k in keys], now=0.0)
+        decisions.append(
+            [(k, [(name, repr(v)) for name, v in row.items()]) for k, row in decision.scores.items()]
+        )
+    assert decisions[0] == decisions[1]
