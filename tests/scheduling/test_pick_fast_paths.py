@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from igw.scheduling.framework import CycleContext, UnitScores, clamp01
+from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores, clamp01
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
@@ -225,3 +225,52 @@ def test_score_rows_are_what_the_general_loop_builds(
             [(k, [(name, repr(v)) for name, v in row.items()]) for k, row in decision.scores.items()]
         )
     assert decisions[0] == decisions[1]
+
+
+class _Learning(PluginHooks):
+    """A scorer that learns from outcomes only (``on_picked`` is PluginHooks' no-op)."""
+
+    type_name = "learning"
+    signal = ""
+
+    def __init__(self, name: str, heard: list[tuple[str, str]]) -> None:
+        self.name, self.heard = name, heard
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        return UnitScores([1.0] * len(endpoints))
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        self.heard.append((self.name, outcome.request_id))
+
+
+class _Quiet(_Learning):
+    """Inherits ``on_complete`` from a class that overrides it: still called."""
+
+
+class _Bare(ListedScorer):
+    """A third party's scorer (bare protocol): every hook is called, no-op or not."""
+
+    def __init__(self, name: str, heard: list[tuple[str, str]]) -> None:
+        super().__init__(name, "", [1.0, 1.0], True)
+        self.heard = heard
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        self.heard.append((self.name, outcome.request_id))
+
+
+def test_outcomes_reach_every_plugin_with_an_on_complete_of_its_own_in_profile_order() -> None:
+    """Plugins whose ``on_complete`` is only PluginHooks' no-op are skipped; every other plugin
+    (its own override, an inherited one, the bare protocol) hears each outcome, in profile order."""
+    heard: list[tuple[str, str]] = []
+    scorers = (
+        WeightedScorer(_Learning("first", heard), 1.0),
+        WeightedScorer(InflightScorer(), 1.0),  # no on_complete of its own
+        WeightedScorer(_Bare("bare", heard), 1.0),
+        WeightedScorer(_Quiet("inherited", heard), 1.0),
+    )
+    profile = Profile(filters=(), scorers=scorers, picker=MaxScorePicker(max_endpoints=2))
+    scheduler = Scheduler(name="t", profile=profile, rng=random.Random(1), compensate_dispatches=False)
+    for rid in ("r1", "r2"):
+        scheduler.on_complete(RequestOutcome(request_id=rid, endpoint="p", ok=True, ttft_s=0.1), now=1.0)
+    assert heard == [(name, rid) for rid in ("r1", "r2") for name in ("first", "bare", "inherited")]
+    assert all(type(p) is not InflightScorer for p in scheduler._on_complete)
