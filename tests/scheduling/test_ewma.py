@@ -98,4 +98,5 @@ def test_observe_keeps_the_state_set_state_gives(alpha: float, steps: list[tuple
         for table in ("values", "variances", "counts", "errors"):
             got, want = getattr(fast, table), getattr(reference, table)
             assert {k: repr(v) for k, v in got.items()} == {k: repr(v) for k, v in want.items()}, table
-        assert fast.changed is not None and key in fast.changed
+        assert fast.changed is not None
+        assert key in fast.changed

@@ -139,9 +139,10 @@ class Columns:
                 scraped = self._scraped = {}
             else:
                 scraped = self._scraped = scrape.validate(self.keys, self.metrics)
-        value = scraped.get(owner, _UNSET)
-        if value is not _UNSET:  # kept (the usual case): returned as is, no ``typing.cast`` call
-            return value  # type: ignore[no-any-return]  # stored by this method for this owner: a T
+        kept: Any = scraped.get(owner, _UNSET)  # stored below for this owner: a T
+        if kept is not _UNSET:  # the usual case: returned as is, no ``typing.cast`` call
+            return kept  # type: ignore[no-any-return]  # a T (above)
+        old: Any
         if (
             update is not None
             and scrape is not None
@@ -153,7 +154,7 @@ class Columns:
         else:
             value = compute()
         scraped[owner] = value
-        return value  # type: ignore[no-any-return]  # made just above by update or compute: a T
+        return value
 
     @property
     def waiting(self) -> Present[int] | None:

@@ -659,8 +659,9 @@ class BacklogTtftScorer(PluginHooks):
                         twins = self._twins_of(stand_ins)
                     twin = twins.get(i, _NOT_KEPT)
                     if twin is _NOT_KEPT:
-                        twin = twins[i] = self._kv_twin(i, endpoints, stand_ins, pooled)  # type: ignore[union-attr]  # set with twins
-                    twin_model = None if twin is None else pooled_get(twin)  # type: ignore[arg-type]  # not _NOT_KEPT
+                        assert stand_ins is not None  # set with twins
+                        twin = twins[i] = self._kv_twin(i, endpoints, stand_ins, pooled)
+                    twin_model = None if twin is None else pooled_get(twin)
                     if twin_model is None:
                         model = fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
                     else:
