@@ -25,6 +25,7 @@ from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.framework import CycleContext, UnitScores
 from igw.scheduling.plugins.backlog_ttft_scorer import (
+    MIN_FIT_SAMPLES,
     SPEED_SAMPLES,
     STATE_PREDICTED,
     Backlog,
@@ -913,3 +914,51 @@ def test_annotated_views_are_exact_copies_with_the_count(view: EndpointView, n: 
     assert dispatch_ledger.FAST_COPY  # EndpointView's fields changed: update dispatch_ledger._VIEW_FIELDS
     replaced = dispatch_ledger._replace_unreflected(view, n)
     assert replaced == copy
+
+
+def _learned(scorers: Sequence[BacklogTtftScorer], key: str, fit: LinearFit) -> None:
+    """``key``'s fit is now ``fit``, kept as ``_learn`` keeps it (the pools, the versions)."""
+    for scorer in scorers:
+        if key not in scorer.fits:  # a new member (a fit gaining or losing its regression is not)
+            scorer._members_version += 1
+        scorer.fits[key] = dataclasses.replace(fit)
+        scorer._fits_version += 1
+        scorer.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES, min_spread=scorer.slope_spread))
+
+
+def _regressed(intercept: float, slope: float) -> LinearFit:
+    """A fit whose regression is ``(intercept, slope)`` (spread wide enough, 20 samples)."""
+    return LinearFit(
+        mean_x=500.0, mean_y=intercept + slope * 500.0, var_x=200.0**2, cov_xy=slope * 200.0**2, count=20
+    )
+
+
+def test_backlog_kv_twins_follow_the_regressed_set_and_clamp_the_intercept() -> None:
+    """An endpoint with samples but no regression takes the slope of its closest-capacity regressed
+    candidate (the first one among equally close): when another candidate gains a regression the
+    kept twin must go (e1 is closer in order than e2), and an anchored intercept below 0 is 0."""
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    both = [fast, reference]
+    unregressed = LinearFit(mean_x=50.0, mean_y=0.03, count=5)
+    _learned(both, "e0", unregressed)
+    _learned(both, "e1", unregressed)
+    _learned(both, "e2", _regressed(0.01, 1e-4))
+    _learned(both, "e3", _regressed(0.01, 9e-4))  # further in capacity: never the twin
+    views = [_kv_view("e0", 27_485), _kv_view("e1", 27_485), _kv_view("e2", 27_485), _kv_view("e3", 40_000)]
+    steps = [
+        ("e2 is the only alike regressed candidate", None),
+        ("e1 gains a regression of its own", ("e1", _regressed(0.01, 4e-4))),
+        ("e0's anchored intercept falls below 0", ("e0", LinearFit(mean_x=1000.0, mean_y=0.01, count=5))),
+    ]
+    models = []
+    for why, change in steps:
+        if change is not None:
+            _learned(both, *change)
+        got = fast.predicted(views, tokens=800, now=1.0)
+        expected = reference.predicted(views, tokens=800, now=1.0)
+        assert [repr(p) for p in got] == [repr(p) for p in expected], why
+        assert fast._cycle_models == reference._cycle_models, why
+        models.append(fast._cycle_models["e0"])
+    assert models[0][1] == 1e-4  # the twin moved from e2 ...
+    assert models[1][1] == 4e-4  # ... to e1
+    assert models[2][0] == 0.0  # 0.01 - 4e-4 x 1000 < 0: clamped

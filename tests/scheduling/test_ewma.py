@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from igw.scheduling.ewma import EndpointEwma
 
@@ -53,3 +55,48 @@ def test_forget_drops_everything() -> None:
     assert ewma.get("a") is None
     assert ewma.count("a") == 0
     assert ewma.standard_error("a") is None
+
+
+def _reference_observe(ewma: EndpointEwma, key: str, sample: float) -> None:
+    """``observe`` as it was before it was written out: through ``set_state`` (which computes the
+    standard error with ``_standard_error``)."""
+    old = ewma.values.get(key)
+    if old is None:
+        ewma.set_state(key, mean=sample, variance=0.0, count=1)
+        return
+    a = ewma.alpha
+    diff = sample - old
+    ewma.set_state(
+        key,
+        mean=old + a * diff,
+        variance=(1.0 - a) * (ewma.variances.get(key, 0.0) + a * diff * diff),
+        count=ewma.counts.get(key, 1) + 1,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    alpha=st.sampled_from([0.0, 0.1, 0.2, 0.5, 1.0]),  # the factories allow 0 to 1
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.one_of(
+                st.floats(min_value=-1e3, max_value=1e3),
+                st.sampled_from([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-300, 1e300]),
+            ),
+        ),
+        max_size=30,
+    ),
+)
+def test_observe_keeps_the_state_set_state_gives(alpha: float, steps: list[tuple[str, float]]) -> None:
+    """Means, variances, counts and standard errors (NaN and infinities included, the ``max`` of
+    the two error estimates as ``max`` picks it) equal those of the helper-based update."""
+    fast, reference = EndpointEwma(alpha=alpha, track_changes=True), EndpointEwma(alpha=alpha)
+    for key, sample in steps:
+        fast.observe(key, sample)
+        _reference_observe(reference, key, sample)
+        for table in ("values", "variances", "counts", "errors"):
+            got, want = getattr(fast, table), getattr(reference, table)
+            assert {k: repr(v) for k, v in got.items()} == {k: repr(v) for k, v in want.items()}, table
+        assert fast.changed is not None
+        assert key in fast.changed

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from igw.scheduling.framework import CycleContext, UnitScores, clamp01
+from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores, clamp01
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
@@ -172,3 +172,105 @@ def test_the_all_stale_fallback_is_not_summed_with_the_profiles_weights() -> Non
     assert "stale or failing metrics" in decision.reason
     own = InflightScorer().score(CycleContext(request=req(), now=100.0, rng=random.Random(1)), stale)
     assert [decision.scores[k]["total"] for k in ("p", "q")] == [0.0 + clamp01(v or 0.0) for v in own]
+
+
+def _general_rows_scheduler(scheduler: Scheduler) -> Scheduler:
+    """``scheduler`` made to build its decisions' score rows by the general loop (the code the
+    generated row kernels replace): no profile row kernel, left-out kernels without one."""
+    left_out_kernel = scheduler._left_out_kernel
+
+    def general(positions: tuple[int, ...]) -> tuple[object, None]:
+        return left_out_kernel(positions)[0], None
+
+    scheduler._profile_rows = None
+    scheduler._left_out_kernels = {}
+    scheduler._left_out_kernel = general  # type: ignore[method-assign,assignment]  # this instance only
+    return scheduler
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(st.sampled_from(["e0", "e1", "e2"]), min_size=1, max_size=5),
+    data=st.data(),
+    named=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "total", "a"]), st.sampled_from([1.0, 2.0, 0.5, -0.0])),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_score_rows_are_what_the_general_loop_builds(
+    keys: list[str], data: st.DataObject, named: list[tuple[str, float]]
+) -> None:
+    """The generated row kernels (every scorer scoring, or some left out) give the decision's
+    ``scores`` of the loop they replace: the same rows, keys and names in the same order, a name
+    equal to ``total`` or listed twice and a key listed twice resolved alike, NaN columns clamped."""
+    n = len(keys)
+    value = st.one_of(_VALUE, st.just(float("nan")))
+    scorers = []
+    for i, (name, weight) in enumerate(named):
+        vouched = data.draw(st.booleans(), label=f"vouched {i}")
+        values: list[float | None] = data.draw(
+            st.lists(st.sampled_from([0.0, 0.25, 1.0]) if vouched else value, min_size=n, max_size=n),
+            label=f"values {i}",
+        )
+        scorers.append(WeightedScorer(ListedScorer(name, "", values, vouched), weight))
+    decisions = []
+    for general in (False, True):
+        profile = Profile(filters=(), scorers=tuple(scorers), picker=MaxScorePicker(max_endpoints=3))
+        scheduler = Scheduler(name="t", profile=profile, rng=random.Random(1), compensate_dispatches=False)
+        if general:
+            scheduler = _general_rows_scheduler(scheduler)
+        decision = scheduler.pick(req(), [ep(k) for k in keys], now=0.0)
+        decisions.append(
+            [(k, [(name, repr(v)) for name, v in row.items()]) for k, row in decision.scores.items()]
+        )
+    assert decisions[0] == decisions[1]
+
+
+class _Learning(PluginHooks):
+    """A scorer that learns from outcomes only (``on_picked`` is PluginHooks' no-op)."""
+
+    type_name = "learning"
+    signal = ""
+
+    def __init__(self, name: str, heard: list[tuple[str, str]]) -> None:
+        self.name, self.heard = name, heard
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        return UnitScores([1.0] * len(endpoints))
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        self.heard.append((self.name, outcome.request_id))
+
+
+class _Quiet(_Learning):
+    """Inherits ``on_complete`` from a class that overrides it: still called."""
+
+
+class _Bare(ListedScorer):
+    """A third party's scorer (bare protocol): every hook is called, no-op or not."""
+
+    def __init__(self, name: str, heard: list[tuple[str, str]]) -> None:
+        super().__init__(name, "", [1.0, 1.0], True)
+        self.heard = heard
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        self.heard.append((self.name, outcome.request_id))
+
+
+def test_outcomes_reach_every_plugin_with_an_on_complete_of_its_own_in_profile_order() -> None:
+    """Plugins whose ``on_complete`` is only PluginHooks' no-op are skipped; every other plugin
+    (its own override, an inherited one, the bare protocol) hears each outcome, in profile order."""
+    heard: list[tuple[str, str]] = []
+    scorers = (
+        WeightedScorer(_Learning("first", heard), 1.0),
+        WeightedScorer(InflightScorer(), 1.0),  # no on_complete of its own
+        WeightedScorer(_Bare("bare", heard), 1.0),
+        WeightedScorer(_Quiet("inherited", heard), 1.0),
+    )
+    profile = Profile(filters=(), scorers=scorers, picker=MaxScorePicker(max_endpoints=2))
+    scheduler = Scheduler(name="t", profile=profile, rng=random.Random(1), compensate_dispatches=False)
+    for rid in ("r1", "r2"):
+        scheduler.on_complete(RequestOutcome(request_id=rid, endpoint="p", ok=True, ttft_s=0.1), now=1.0)
+    assert heard == [(name, rid) for rid in ("r1", "r2") for name in ("first", "bare", "inherited")]
+    assert all(type(p) is not InflightScorer for p in scheduler._on_complete)

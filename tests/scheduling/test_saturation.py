@@ -46,3 +46,14 @@ def test_retry_after(rate_events: int, waiting: int, expected: int) -> None:
         [ep("a", waiting=waiting)], drain=d, now=10.0, queue_threshold=5, min_s=1, max_s=30
     )
     assert got == expected
+
+
+def test_a_completion_exactly_one_window_old_still_counts() -> None:
+    """The window keeps completions at its start (only older ones leave), whether trimmed by a new
+    completion or by a rate read."""
+    drain = DrainTracker(window_s=10.0)
+    drain.record("a", 0.0)
+    drain.record("a", 10.0)  # the first is exactly one window old: kept
+    assert drain.rate("a", 10.0) == 2 / 10.0
+    drain.record("a", 10.5)  # now it is older than the window: dropped
+    assert drain.rate("a", 10.5) == 2 / 10.0

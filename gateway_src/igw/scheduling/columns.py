@@ -25,7 +25,7 @@ import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import compress
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
@@ -93,38 +93,29 @@ class Columns:
     :meth:`per_scrape` values are kept between picks; ``None`` computes them for this list only."""
 
     __slots__ = (
-        "_keys",
         "_kv_usage",
-        "_metrics",
         "_scraped",
         "_unreflected",
         "_waiting",
         "endpoints",
+        "keys",
+        "metrics",
         "scrape",
     )
 
     def __init__(self, endpoints: Sequence[EndpointView], scrape: ScrapeCache | None = None) -> None:
         self.endpoints = endpoints
         self.scrape = scrape
-        self._keys: list[EndpointKey] | None = None
+        self.keys: list[EndpointKey] = [e.key for e in endpoints]
+        """Every endpoint's key: read when the object is made (every pick reads them: the scrape
+        cache's check and most plugins), so each read is a plain attribute, not a property call."""
         self._waiting: object = _UNSET
         self._kv_usage: object = _UNSET
         self._unreflected: list[int] | None = None
         self._scraped: dict[Hashable, object] | None = None
-        self._metrics: list[EngineMetrics | None] | None = None
-
-    @property
-    def keys(self) -> list[EndpointKey]:
-        if self._keys is None:
-            self._keys = [e.key for e in self.endpoints]
-        return self._keys
-
-    @property
-    def metrics(self) -> list[EngineMetrics | None]:
-        """``metrics`` of every endpoint (the objects themselves: the scrape cache's key)."""
-        if self._metrics is None:
-            self._metrics = [e.metrics for e in self.endpoints]
-        return self._metrics
+        self.metrics: list[EngineMetrics | None] = [e.metrics for e in endpoints]
+        """``metrics`` of every endpoint (the objects themselves: the scrape cache's key), read
+        when the object is made, as ``keys``."""
 
     def per_scrape(
         self, owner: Hashable, compute: Callable[[], T], update: Callable[[T, list[int]], T] | None = None
@@ -148,20 +139,22 @@ class Columns:
                 scraped = self._scraped = {}
             else:
                 scraped = self._scraped = scrape.validate(self.keys, self.metrics)
-        value = scraped.get(owner, _UNSET)
-        if value is _UNSET:
-            if (
-                update is not None
-                and scrape is not None
-                and scraped is scrape.values
-                and (changed := scrape.changed) is not None
-                and (old := scrape.previous.get(owner, _UNSET)) is not _UNSET
-            ):
-                value = update(cast("T", old), changed)
-            else:
-                value = compute()
-            scraped[owner] = value
-        return cast("T", value)
+        kept: Any = scraped.get(owner, _UNSET)  # stored below for this owner: a T
+        if kept is not _UNSET:  # the usual case: returned as is, no ``typing.cast`` call
+            return kept  # type: ignore[no-any-return]  # a T (above)
+        old: Any
+        if (
+            update is not None
+            and scrape is not None
+            and scraped is scrape.values
+            and (changed := scrape.changed) is not None
+            and (old := scrape.previous.get(owner, _UNSET)) is not _UNSET
+        ):
+            value = update(old, changed)
+        else:
+            value = compute()
+        scraped[owner] = value
+        return value
 
     @property
     def waiting(self) -> Present[int] | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from math import sqrt
 
 from igw.scheduling.types import EndpointKey
 
@@ -41,18 +42,36 @@ class EndpointEwma:
         what changed). ``None`` otherwise, so an owner that never clears it holds nothing."""
 
     def observe(self, key: EndpointKey, sample: float) -> None:
-        old = self.values.get(key)
+        """Take in one sample: :meth:`set_state` with the updated mean, variance and count.
+
+        Written out (:meth:`set_state` and :meth:`_standard_error` inline, each expression theirs,
+        in the same order, so the same floats): every outcome updates three or four of these, and
+        the two calls per sample were most of the cost."""
+        values = self.values
+        old = values.get(key)
         if old is None:
-            self.set_state(key, mean=sample, variance=0.0, count=1)
-            return
-        a = self.alpha
-        diff = sample - old
-        self.set_state(
-            key,
-            mean=old + a * diff,
-            variance=(1.0 - a) * (self.variances.get(key, 0.0) + a * diff * diff),
-            count=self.counts.get(key, 1) + 1,
-        )
+            mean, variance, count = sample, 0.0, 1
+        else:
+            a = self.alpha
+            diff = sample - old
+            mean = old + a * diff
+            variance = (1.0 - a) * (self.variances.get(key, 0.0) + a * diff * diff)
+            count = self.counts.get(key, 1) + 1
+        values[key] = mean
+        self.variances[key] = variance
+        self.counts[key] = count
+        if count <= 1:
+            error = math.inf
+        else:
+            a = self.alpha
+            sd = sqrt(variance)
+            window_error = sd * sqrt(a / (2.0 - a)) if a < 2.0 else sd
+            error = sd / sqrt(count)
+            if not error > window_error:  # max(window_error, error): the first unless the second is larger
+                error = window_error
+        self.errors[key] = error
+        if self.changed is not None:
+            self.changed.add(key)
 
     def set_state(self, key: EndpointKey, *, mean: float, variance: float, count: int) -> None:
         """Set one endpoint's mean, variance and sample count (at least 1), and its standard error."""

@@ -44,7 +44,10 @@ class DrainTracker:
             q = self._done[endpoint] = deque()
             self._first[endpoint] = now
         q.append(now)
-        self._trim(q, now)
+        # _trim, written out (once per outcome): the same comparison.
+        horizon = now - self.window_s
+        while q and q[0] < horizon:
+            q.popleft()
 
     def _trim(self, q: deque[float], now: float) -> None:
         horizon = now - self.window_s

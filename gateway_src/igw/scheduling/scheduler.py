@@ -49,6 +49,7 @@ from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
 from igw.scheduling.settings import RoutingSettings
+from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
@@ -114,12 +115,17 @@ class Scheduler:
         self._scrape = ScrapeCache()
         """Values derived from the candidates' scrapes, kept between picks (:class:`ScrapeCache`)."""
         self._profile_weights = tuple([ws.weight for ws in profile.scorers])
+        self._profile_names = tuple([ws.scorer.name for ws in profile.scorers])
         self._profile_kernel = _sum_kernel(self._profile_weights) if self._profile_weights else None
         """The weighted sum of a pick where every scorer of the profile scored (the usual case)."""
-        self._left_out_kernels: dict[tuple[int, ...], Callable[..., list[float]]] = {}
-        """The weighted sum of a pick where the profile's scorers at these positions scored nothing
-        (e.g. ``prefill-admission-scorer``, which abstains on short prompts), made on first use:
-        the kernel ``_weighted_sum`` would make for the remaining weights, without its look-up."""
+        self._profile_rows = (
+            _rows_kernel(self._profile_names, self._profile_weights) if self._profile_weights else None
+        )
+        """The decision's score rows of such a pick (:func:`_rows_kernel`)."""
+        self._left_out_kernels: dict[tuple[int, ...], tuple[Callable[..., list[float]], _RowsKernel]] = {}
+        """The weighted sum and the score rows of a pick where the profile's scorers at these
+        positions scored nothing (e.g. ``prefill-admission-scorer``, which abstains on short
+        prompts), made on first use: the kernels for the remaining scorers, without a look-up."""
         self._fallback_scorer = InflightScorer(name="active-request-scorer(all-stale fallback)")
         self._plugins: tuple[Plugin, ...] = (
             *profile.filters,
@@ -128,6 +134,9 @@ class Scheduler:
         )
         self._on_picked = tuple(p for p in self._plugins if _overrides(p, "on_picked"))
         """The plugins whose ``on_picked`` does something (most inherit the no-op of PluginHooks)."""
+        self._on_complete = tuple(p for p in self._plugins if _overrides(p, "on_complete"))
+        """The plugins whose ``on_complete`` does something, in profile order (the others' no-op
+        calls cost a Python call each per outcome, for nothing)."""
         self._first_token_plugins = tuple(p for p in self._plugins if isinstance(p, FirstTokenObserver))
         """Plugins with an ``on_first_token`` hook (those deriving from PluginHooks, and any other
         that defines one); plugins written to the bare :class:`Plugin` protocol may lack it."""
@@ -314,17 +323,22 @@ class Scheduler:
                 values = checked
             columns.append((scorer.name, ws.weight, values))
             value_lists.append(values)
+        rows: _RowsKernel | None = None
         if scorers is not self.profile.scorers or self._profile_kernel is None:
             totals = _weighted_sum(columns, n)
         elif left_out is None:
             totals = self._profile_kernel(*value_lists)  # every scorer scored: the profile's kernel
+            rows = self._profile_rows
         elif value_lists:
-            totals = self._left_out_kernel(tuple(left_out))(*value_lists)
+            positions = tuple(left_out)
+            total_kernel, rows = self._left_out_kernels.get(positions) or self._left_out_kernel(positions)
+            totals = total_kernel(*value_lists)
         else:
             totals = [0.0] * n  # no scorer scored: what _weighted_sum gives for no columns
         check = sum(totals)
         if check != check:  # NaN: some column held a NaN the range check let through
             columns = [(name, w, _clamped(values)) for name, w, values in columns]
+            value_lists = [values for _, _, values in columns]
             totals = _weighted_sum(columns, n)
         ranked = self.profile.picker.rank(ctx, totals)
         chosen = candidates[ranked[0]]
@@ -334,34 +348,41 @@ class Scheduler:
             plugin.on_picked(ctx, chosen)
         if self.pick_notes is not None:
             self.pick_notes.record(ctx, chosen)
-        scores: dict[EndpointKey, dict[str, float]] = {}
-        for i in ranked:
-            row = scores[candidates[i].key] = {name: w * vals[i] for name, w, vals in columns}
-            row[TOTAL] = totals[i]
+        scores: dict[EndpointKey, dict[str, float]]
+        if rows is not None:
+            scores = rows(candidates, ranked, totals, *value_lists)
+        else:
+            scores = {}
+            for i in ranked:
+                row = scores[candidates[i].key] = {name: w * vals[i] for name, w, vals in columns}
+                row[TOTAL] = totals[i]
         if stale:
             notes.append(f"{stale} stale endpoints excluded")
-        return RoutingDecision(
-            kind=DecisionKind.PICKED,
-            endpoint=chosen.key,
-            fallbacks=tuple([candidates[i].key for i in ranked[1:]]),
-            scores=scores,
-            reason="; ".join(notes),
-            removed=removed if removed is not None else {},
+        return _decision(
+            DecisionKind.PICKED,
+            chosen.key,
+            tuple([candidates[i].key for i in ranked[1:]]),
+            scores,
+            None,
+            "; ".join(notes),
+            removed if removed is not None else {},
         )
 
-    def _left_out_kernel(self, left_out: tuple[int, ...]) -> Callable[..., list[float]]:
-        """The profile's weighted sum without the columns at ``left_out`` (kept per scheduler)."""
-        kernel = self._left_out_kernels.get(left_out)
-        if kernel is None:
+    def _left_out_kernel(self, left_out: tuple[int, ...]) -> tuple[Callable[..., list[float]], _RowsKernel]:
+        """The profile's weighted sum and score rows without the columns at ``left_out`` (kept per
+        scheduler)."""
+        kernels = self._left_out_kernels.get(left_out)
+        if kernels is None:
             weights = tuple([w for i, w in enumerate(self._profile_weights) if i not in left_out])
-            kernel = self._left_out_kernels[left_out] = _sum_kernel(weights)
-        return kernel
+            names = tuple([m for i, m in enumerate(self._profile_names) if i not in left_out])
+            kernels = self._left_out_kernels[left_out] = (_sum_kernel(weights), _rows_kernel(names, weights))
+        return kernels
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         self.drain.record(outcome.endpoint, now)
         if self.ledger is not None:
             self.ledger.on_complete(outcome)
-        for plugin in self._plugins:
+        for plugin in self._on_complete:
             plugin.on_complete(outcome, now=now)
 
     def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
@@ -467,6 +488,41 @@ def _sum_kernel(weights: tuple[float, ...]) -> Callable[..., list[float]]:
     namespace: dict[str, Any] = {f"w{i}": w for i, w in enumerate(weights)}
     exec(compile(source, "<igw weighted sum>", "exec"), namespace)  # the source holds names and indices only
     return cast("Callable[..., list[float]]", namespace["kernel"])
+
+
+_RowsKernel = Callable[..., dict[EndpointKey, dict[str, float]]]
+"""``rows(candidates, ranked, totals, *columns)``: a decision's score rows (:func:`_rows_kernel`)."""
+
+
+def _rows_kernel(names: tuple[str, ...], weights: tuple[float, ...]) -> _RowsKernel:
+    """A function making a decision's ``scores`` for columns named ``names`` with ``weights``.
+
+    For each ranked candidate ``i``, in rank order, ``{key: {name: weight * column[i], ...,
+    TOTAL: totals[i]}}``: what the loop it replaces builds (``{name: w * vals[i] for ...}``, then
+    ``row[TOTAL] = totals[i]``) as one dict display per row, whose keys are inserted in the same
+    order with the same override rules (a repeated name or key keeps its first position and takes
+    its last value). Why generated: per decision the display saves the comprehension's per-column
+    tuple unpacking and its call. Every weight is multiplied, 1.0 included (``1.0 * v`` is kept
+    exactly as before); names and weights are bound as default arguments, never written into the
+    source."""
+    count = len(names)
+    entries = ", ".join(f"n{i}: w{i} * c{i}[i]" for i in range(count))
+    columns = "".join(f", c{i}" for i in range(count))
+    bound = "".join(f", n{i}=n{i}, w{i}=w{i}" for i in range(count))
+    source = (
+        f"def rows(candidates, ranked, totals{columns}{bound}, total=total):\n"
+        f"    return {{candidates[i].key: {{{entries}, total: totals[i]}} for i in ranked}}\n"
+    )
+    namespace: dict[str, Any] = {"total": TOTAL}
+    namespace.update({f"n{i}": name for i, name in enumerate(names)})
+    namespace.update({f"w{i}": w for i, w in enumerate(weights)})
+    exec(compile(source, "<igw score rows>", "exec"), namespace)  # the source holds names and indices only
+    return cast("_RowsKernel", namespace["rows"])
+
+
+_decision = slot_constructor(RoutingDecision)
+"""``RoutingDecision(kind, endpoint, fallbacks, scores, retry_after_s, reason, removed)`` by slot
+writes (:mod:`igw.scheduling.slot_init`): made once per pick."""
 
 
 def _note_removed(

@@ -131,6 +131,7 @@ from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PublishedScores
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.plugins.speed_pools import Model, SpeedPools
+from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
 TYPE = "backlog-ttft-scorer"
@@ -167,6 +168,8 @@ MIN_TOKENS = 1
 MIN_TOKENS_F = float(MIN_TOKENS)
 EXACT_IN_FLOAT = 2**53
 """Integers below this convert to float exactly (KV capacities compared as ints or floats agree)."""
+_NOT_KEPT: Any = object()
+"""Marks a position without a kept KV twin (``None`` is a kept answer: no twin)."""
 PRIOR_TOKENS_PER_S_PER_KV_TOKEN = 0.05
 """Prefill speed assumed before any outcome, in prompt tokens per second per KV-cache token the
 endpoint holds. It only sets how fast a dispatch is forgotten while nothing is measured (the
@@ -224,6 +227,10 @@ class Predictions:
     measured: Sequence[bool]
     """Whether each candidate has ``MIN_FIT_SAMPLES`` samples of its own (else its model is a guess:
     the KV-based prior, another endpoint's model standing in, or a mean of a few samples)."""
+
+
+_predictions = slot_constructor(Predictions)
+"""``Predictions(endpoints, seconds, idle, measured)`` by slot writes (made once per pick)."""
 
 
 @dataclass(slots=True)
@@ -309,6 +316,9 @@ class _StandIns:
     """``SpeedPools.members_version`` the ``twins`` were found for."""
     twins: dict[int, EndpointKey | None] = field(default_factory=dict)
     """KV twins of candidates without a trusted regression, by position (:meth:`_anchored`)."""
+    alike: dict[float, list[int]] = field(default_factory=dict)
+    """Per KV capacity, the positions of the candidates within ``pool_ratio`` of it, closest first
+    (:meth:`BacklogTtftScorer._kv_twin`); depends on the capacities alone."""
 
 
 class BacklogTtftScorer(PluginHooks):
@@ -508,45 +518,76 @@ class BacklogTtftScorer(PluginHooks):
         it) and on which endpoints have a regression, so it is kept per position in ``stand_ins``
         until that set changes (a search over every candidate per unregressed candidate per pick
         cost a fifth of a pick's time, ``igw perf decide``)."""
-        twins = stand_ins.twins
-        version = self.pools.members_version
-        if stand_ins.twins_version != version:
-            twins.clear()
-            stand_ins.twins_version = version
+        twins = self._twins_of(stand_ins)
         if i in twins:
             twin = twins[i]
         else:
-            twin = twins[i] = self._kv_twin(i, endpoints, stand_ins.capacities, pooled)
+            twin = twins[i] = self._kv_twin(i, endpoints, stand_ins, pooled)
         model = None if twin is None else pooled.get(twin)
         if model is None:
             return fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
         slope = model[1]
         return max(0.0, fit.mean_y - slope * fit.mean_x), slope
 
+    def _twins_of(self, stand_ins: _StandIns) -> dict[int, EndpointKey | None]:
+        """The KV twins kept in ``stand_ins`` (:meth:`_anchored`), emptied first when the set of
+        endpoints with a regression changed since they were found."""
+        twins = stand_ins.twins
+        version = self.pools.members_version
+        if stand_ins.twins_version != version:
+            twins.clear()
+            stand_ins.twins_version = version
+        return twins
+
     def _kv_twin(
         self,
         i: int,
         endpoints: Sequence[EndpointView],
-        capacities: Sequence[float | None],
+        stand_ins: _StandIns,
         pooled: Mapping[EndpointKey, Model],
     ) -> EndpointKey | None:
         """The candidate other than ``i`` with a regression (in ``pooled``) and the KV capacity closest
-        to ``i``'s, within ``pool_ratio``, not labelled as another GPU kind; ``None`` if there is none."""
-        capacity = capacities[i]
+        to ``i``'s, within ``pool_ratio``, not labelled as another GPU kind (the first such candidate
+        when several are as close); ``None`` if there is none.
+
+        The candidates within ``pool_ratio`` of a capacity, closest first (then by position), depend
+        only on the candidate list's capacities, so they are kept in ``stand_ins`` per capacity
+        (:meth:`_alike_order`); the first of them passing the checks is the closest one, as a pass
+        over every candidate keeping the strictly closer one finds. Why: the set of endpoints with a
+        regression changes every few picks, and each change looked for every twin again with a pass
+        over the whole candidate list (``igw perf decide``)."""
+        capacity = stand_ins.capacities[i]
         if capacity is None:
             return None
+        order = stand_ins.alike.get(capacity)
+        if order is None:
+            order = stand_ins.alike[capacity] = self._alike_order(capacity, stand_ins.capacities)
         label = self.hardware_label
         own_label = endpoints[i].labels.get(label) if label else None
-        best: tuple[float, EndpointKey] | None = None
-        for j, (e, c) in enumerate(zip(endpoints, capacities, strict=True)):
-            if j == i or c is None or e.key not in pooled:
+        for j in order:
+            if j == i:
+                continue
+            e = endpoints[j]
+            if e.key not in pooled:
                 continue
             if own_label is not None and (other := e.labels.get(label)) is not None and other != own_label:
                 continue
+            return e.key
+        return None
+
+    def _alike_order(self, capacity: float, capacities: Sequence[float | None]) -> list[int]:
+        """Positions of the known capacities within ``pool_ratio`` of ``capacity``, by ratio (the
+        same ``max / min`` as :meth:`_alike_measured`'s), then by position."""
+        ratio_limit = self.pool_ratio
+        found: list[tuple[float, int]] = []
+        for j, c in enumerate(capacities):
+            if c is None:
+                continue
             ratio = max(c, capacity) / min(c, capacity)
-            if ratio <= self.pool_ratio and (best is None or ratio < best[0]):
-                best = (ratio, e.key)
-        return None if best is None else best[1]
+            if ratio <= ratio_limit:
+                found.append((ratio, j))
+        found.sort()
+        return [j for _, j in found]
 
     def predicted(
         self,
@@ -578,10 +619,12 @@ class BacklogTtftScorer(PluginHooks):
         now: float,
         matched: Mapping[EndpointKey, float] | None,
         idle: list[float] | None = None,
+        keys: list[EndpointKey] | None = None,
     ) -> list[float]:
         """:meth:`predicted` once some endpoint is measured: ``b + s * (backlog + own tokens)`` per
         candidate, plus one mean TTFT per unexplained waiting request; the model of each candidate is
         recorded in ``_cycle_models``, and its ``b + s * tokens`` appended to ``idle`` if given.
+        ``keys``: the candidates' keys, when the caller has them (for :meth:`_stand_ins_for`).
 
         Why one loop with the helpers spelled out: it runs once per candidate per pick, and the
         helpers (:meth:`_model`, :meth:`_drain_slope`, :meth:`Backlog.now`, :func:`uncached`, and
@@ -597,6 +640,7 @@ class BacklogTtftScorer(PluginHooks):
         if not plain > MIN_TOKENS_F:
             plain = MIN_TOKENS_F
         stand_ins: _StandIns | None = None
+        twins: dict[int, EndpointKey | None] | None = None
         out: list[float] = []
         probes: list[int] = []
         self._cheap_probes = cheap_probes = set()
@@ -607,9 +651,23 @@ class BacklogTtftScorer(PluginHooks):
             if fit is not None:
                 model = pooled_get(key)
                 if model is None:
-                    if stand_ins is None:
-                        stand_ins = self._stand_ins_for(endpoints, capacities)
-                    model = self._anchored(i, fit, endpoints, stand_ins, pooled)
+                    # _anchored, written out (often about half the candidates have samples but no
+                    # regression of their own): the kept twin, else found; the same expressions.
+                    if twins is None:
+                        if stand_ins is None:
+                            stand_ins = self._stand_ins_for(endpoints, capacities, keys)
+                        twins = self._twins_of(stand_ins)
+                    twin = twins.get(i, _NOT_KEPT)
+                    if twin is _NOT_KEPT:
+                        assert stand_ins is not None  # set with twins
+                        twin = twins[i] = self._kv_twin(i, endpoints, stand_ins, pooled)
+                    twin_model = None if twin is None else pooled_get(twin)
+                    if twin_model is None:
+                        model = fit.mean_y / 2, fit.mean_y / (2 * max(fit.mean_x, MIN_TOKENS))
+                    else:
+                        slope = twin_model[1]
+                        intercept = fit.mean_y - slope * fit.mean_x
+                        model = (intercept if intercept > 0.0 else 0.0), slope  # max(0.0, intercept)
                 intercept, slope = model
                 typical = fit.mean_x
                 if not typical > 0:
@@ -617,7 +675,7 @@ class BacklogTtftScorer(PluginHooks):
                 per_waiting = fit.mean_y
             else:
                 if stand_ins is None:
-                    stand_ins = self._stand_ins_for(endpoints, capacities)
+                    stand_ins = self._stand_ins_for(endpoints, capacities, keys)
                 intercept, slope, unlike = self._unfitted(i, endpoints, stand_ins, pooled)
                 if unlike and e.inflight > 0:
                     # Unmeasured, unlike any measured endpoint, and its probe still out: the
@@ -674,13 +732,20 @@ class BacklogTtftScorer(PluginHooks):
                 out[i] = max(out[i], worst) * (1 + endpoints[i].inflight)
         return out
 
-    def _stand_ins_for(self, endpoints: Sequence[EndpointView], capacities: list[float | None]) -> _StandIns:
+    def _stand_ins_for(
+        self,
+        endpoints: Sequence[EndpointView],
+        capacities: list[float | None],
+        keys: list[EndpointKey] | None = None,
+    ) -> _StandIns:
         """The stand-ins of this candidate list (found on demand by :meth:`_unfitted`).
 
         Which measured candidate stands in for an unmeasured one depends only on the candidates' keys
         and KV capacities and on which endpoints are measured, so the answers are kept while those
-        stay the same (finding one is a pass over every candidate, per unmeasured candidate)."""
-        keys = [e.key for e in endpoints]
+        stay the same (finding one is a pass over every candidate, per unmeasured candidate).
+        ``keys``: the candidates' keys when the caller has them (the pick's ``Columns.keys``)."""
+        if keys is None:
+            keys = [e.key for e in endpoints]
         cache = self._stand_ins
         if (
             cache is None
@@ -690,7 +755,7 @@ class BacklogTtftScorer(PluginHooks):
         ):
             cache = self._stand_ins = _StandIns(
                 members_version=self._members_version,
-                keys=keys,
+                keys=list(keys),  # a copy: ``keys`` may be the pick's shared Columns.keys
                 capacities=capacities,
                 largest=max([c for c in capacities if c is not None], default=None),
             )
@@ -873,7 +938,7 @@ class BacklogTtftScorer(PluginHooks):
         preference = self.speed_preference
         idle: list[float] = []
         predicted = self._predict(
-            endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle
+            endpoints, capacities, pooled, tokens=tokens, now=now, matched=matched, idle=idle, keys=cols.keys
         )
         models = self._cycle_models
         if len(models) != len(idle):  # a key listed twice: each position takes the key's last model
@@ -952,7 +1017,7 @@ class BacklogTtftScorer(PluginHooks):
                 models = self._cycle_models
                 idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
             fits_get = self.fits.get
-            ctx.state[STATE_PREDICTED] = Predictions(
+            ctx.state[STATE_PREDICTED] = _predictions(
                 endpoints,
                 predicted,
                 idle,

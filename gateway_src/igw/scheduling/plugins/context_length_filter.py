@@ -13,7 +13,7 @@ EndpointPickerConfig may list it explicitly. It takes no parameters.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from igw.scheduling.framework import CycleContext, PluginHooks
 from igw.scheduling.params import ParamReader
@@ -34,7 +34,7 @@ def fitting(request: RoutingRequest, endpoints: Sequence[EndpointView]) -> Seque
     unknown = limits.count(None)  # one C-level pass
     if unknown == len(limits):
         return endpoints
-    known = [n for n in limits if n is not None] if unknown else cast("list[int]", limits)
+    known: list[int] = [n for n in limits if n is not None] if unknown else limits  # type: ignore[assignment]  # no None: counted
     if min(known) >= need:
         return endpoints
     return [e for e in endpoints if e.max_model_len is None or e.max_model_len >= need]

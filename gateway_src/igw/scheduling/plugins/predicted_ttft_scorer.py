@@ -48,6 +48,7 @@ from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins.ttft_pool import TtftPool
+from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
 TYPE = "predicted-ttft-scorer"
@@ -65,6 +66,10 @@ class PublishedScores:
     """The candidate list scored (the same object every scorer of the pick receives)."""
     scores: Sequence[float | None]
     """Score per candidate, in ``endpoints`` order."""
+
+
+_published = slot_constructor(PublishedScores)
+"""``PublishedScores(endpoints, scores)`` by slot writes (made once per pick)."""
 
 
 class PredictedTtftScorer(PluginHooks):
@@ -133,7 +138,7 @@ class PredictedTtftScorer(PluginHooks):
             scores = UnitScores([best / p for p in predicted])
         else:
             scores = [1.0 if p <= 0 else best / p for p in predicted]
-        ctx.state[STATE_SCORES] = PublishedScores(endpoints, scores)
+        ctx.state[STATE_SCORES] = _published(endpoints, scores)
         return scores
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:

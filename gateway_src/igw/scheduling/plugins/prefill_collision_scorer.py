@@ -31,6 +31,7 @@ Parameters: ``alpha`` (EWMA weight of a new rate sample, default 0.2).
 from __future__ import annotations
 
 import math
+import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -45,6 +46,9 @@ TYPE = "prefill-collision-scorer"
 DEFAULT_ALPHA = 0.2
 MIN_PROMPT_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
+PLAIN_SUM = sys.version_info < (3, 12)
+"""Whether the built-in ``sum`` of floats is a plain running total (before Python 3.12; later
+versions compensate rounding), so a loop adding in the same order gives the same float."""
 MAX_TRACKED_DISPATCHES = 256
 """Bound on remembered dispatches per endpoint (before any rate is measured nothing is pruned)."""
 
@@ -146,15 +150,23 @@ class PrefillCollisionScorer(PluginHooks):
                     shown_before = scraped_at if scraped_at is not None else -math.inf
                 else:
                     shown_before = -math.inf
-                # Summed by ``sum`` as before (a plain running total differs on Python 3.12+).
-                pending = sum(
-                    [
-                        left
-                        for t, tokens in queue
-                        if t > shown_before and (left := tokens / rate - (now - t)) > 0.0
-                    ],
-                    0.0,
-                )
+                if PLAIN_SUM:
+                    # What ``sum([...], 0.0)`` below adds up, added in the same order: before
+                    # Python 3.12 ``sum`` of floats is a plain running total from its start, so
+                    # the same float, without a comprehension call per endpoint.
+                    pending = 0.0
+                    for t, tokens in queue:
+                        if t > shown_before and (left := tokens / rate - (now - t)) > 0.0:
+                            pending += left
+                else:  # compensated ``sum`` (Python 3.12+): summed by it, as before
+                    pending = sum(
+                        [
+                            left
+                            for t, tokens in queue
+                            if t > shown_before and (left := tokens / rate - (now - t)) > 0.0
+                        ],
+                        0.0,
+                    )
                 work[i] = pending + work[i]
             fastest = min(work)
             if fastest > 0:  # each ratio in (0, 1]
