@@ -410,3 +410,28 @@ def test_the_resync_forgets_an_object_deleted_while_the_watch_was_away(cluster: 
     asyncio.run(resync.pass_all())
     assert resync.known == {("inference", "kept")}
     assert find(cluster, "Deployment", "inference", "kept-gateway") is not None
+
+
+def test_a_refusal_too_long_for_a_condition_still_reaches_the_status(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """200 broken schedulers give a refusal over the CRD's 32,768-character condition message: the
+    fake API server refuses such a status write as the real one does, so the operator must cut it."""
+
+    def break_it(spec: dict[str, object]) -> None:
+        spec["schedulers"] = [
+            {
+                "name": f"s{i}",
+                "modelName": "llama",
+                "modelSelector": {"matchLabels": {"app": "x"}},
+                f"bogus{i}": 1,
+            }
+            for i in range(200)
+        ]
+
+    cluster.add(igwc("chat"))
+    update_spec(cluster, "inference", "chat", break_it)
+    refused = wait_condition(cluster, "chat", "Accepted", "False")
+    assert refused["reason"] == "InvalidSpec"
+    assert len(refused["message"]) <= 32768
+    assert refused["message"].endswith("characters in all; igw validate lists every problem)")
