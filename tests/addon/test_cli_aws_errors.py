@@ -77,3 +77,28 @@ def test_a_bad_values_file_is_reported_before_any_aws_call(
     err = capsys.readouterr().err
     assert says in err
     assert "region" not in err
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+@pytest.mark.parametrize(
+    "role",
+    ["notanarn", "arn:aws:iam::12345:role/x", "arn:aws:s3:::bucket", "arn:aws:iam::123456789012:user/x"],
+)
+def test_a_role_that_is_not_an_iam_role_arn_is_refused_while_parsing(
+    role: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was checked by its last ``/`` part against this account's roles and sent to EKS as is."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["addon", "create", "--cluster", "c", "--role-arn", role])
+    assert stopped.value.code == 2
+    assert f"argument --role-arn: {role!r} is not an IAM role ARN" in capsys.readouterr().err
+
+
+def test_an_iam_role_arn_is_taken() -> None:
+    from igw.cli.arg_types import iam_role_arn
+
+    for arn in (
+        "arn:aws:iam::123456789012:role/igw-gateway",
+        "arn:aws-us-gov:iam::123456789012:role/p/a.b@c",
+    ):
+        assert iam_role_arn(arn) == arn

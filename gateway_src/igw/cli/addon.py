@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from igw.cli.arg_types import POSITIVE, output_directory
+from igw.cli.arg_types import POSITIVE, iam_role_arn, output_directory
 
 HELP = "Manage the inference gateway EKS add-on: versions, create, update, delete, package."
 EXIT_FAILED = 1
@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "create":
             action.add_argument(
                 "--role-arn",
+                type=iam_role_arn,
                 help="an IAM role for the chart's gateway service account (mode: gateway only)",
             )
             action.add_argument("--identity", choices=("pod-identity", "irsa"), default="pod-identity")
