@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -188,8 +189,9 @@ INJECTIONS: dict[str, dict[str, Any]] = {
 }
 
 
-REFUSED_INJECTIONS = ("priorityClassName", "nameOverride", "issuerRef.name", "issuerRef.group")
-"""Names Kubernetes checks anyway: the values schema now refuses what is not a DNS name."""
+REFUSED_INJECTIONS = ("priorityClassName", "nameOverride", "issuerRef.name", "issuerRef.group", "podLabels")
+"""Names and labels Kubernetes checks anyway: the values schema now refuses what is not a DNS name or
+a label value."""
 
 
 @pytest.mark.parametrize("field", sorted(INJECTIONS))
@@ -209,6 +211,44 @@ def test_free_text_values_cannot_inject_fields_into_rendered_manifests(field: st
         return
     objects = chart.render(values)
     assert '"injectedKey"' not in json.dumps(objects)
+
+
+LABEL_MAPS: dict[str, Callable[[dict[str, str]], dict[str, Any]]] = {
+    "/podLabels": lambda labels: {"podLabels": labels},
+    "/nodeSelector": lambda labels: {"nodeSelector": labels},
+    "/serviceMonitor/labels": lambda labels: {"serviceMonitor": {"labels": labels}},
+    "/prometheusRule/labels": lambda labels: {"prometheusRule": {"labels": labels}},
+    "/podMonitor/selector": lambda labels: {"podMonitor": {"selector": labels}},
+    "/podMonitor/labels": lambda labels: {"podMonitor": {"labels": labels}},
+}
+
+
+@pytest.mark.parametrize("where", sorted(LABEL_MAPS))
+@pytest.mark.parametrize("labels", [{"app": "has space"}, {"app": "v" * 64}, {"a/b/c": "v"}, {"-app": "v"}])
+def test_label_maps_the_api_server_would_refuse_are_refused_by_the_values_schema(
+    where: str, labels: dict[str, str]
+) -> None:
+    """They were plain string maps: Helm and EKS accepted them and the install failed only at the API
+    server (``spec.template.metadata.labels: Invalid value``), the add-on left CREATE_FAILED."""
+    import helm_python as helm
+
+    values = {"mode": "gateway", **LABEL_MAPS[where](labels)}
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(values)
+    (key,) = labels
+    # Helm names a bad value's path; for a bad key it names only the key ("at '': invalid propertyName")
+    assert f"at '{where}/{key}'" in str(refused.value) or f"invalid propertyName '{key}'" in str(
+        refused.value
+    )
+    assert configuration.problems(LABEL_MAPS[where](labels))
+
+
+def test_label_maps_take_every_label_the_api_server_takes() -> None:
+    labels = {"app.kubernetes.io/part-of": "llm", "team": "", "a_b.c-d": "X_y.z-1"}
+    objects = chart.render({"mode": "gateway", "podLabels": labels, "nodeSelector": labels})
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert labels.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert configuration.problems({"podLabels": labels, "nodeSelector": labels}) == []
 
 
 @pytest.mark.parametrize("kube_version", [f"{v}.0" for v in pins.SUPPORTED_KUBERNETES_VERSIONS])

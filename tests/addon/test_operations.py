@@ -408,7 +408,7 @@ def test_cli_rejects_bad_configuration_file(tmp_path: Path, capsys: pytest.Captu
             "--cluster",
             CLUSTER,
             "--role-arn",
-            "arn:aws:iam::1:role/x",
+            "arn:aws:iam::123456789012:role/x",
             "--configuration-values",
             str(bad),
             "--region",

@@ -407,6 +407,46 @@ CASES: list[Case] = [
         fails=[(f"{S0}.modelSelector.matchExpressions[0].values", "selector-values-match-operator")],
     ),
     case(
+        "pod-default-labels-match-a-selector",
+        set_("spec.podDefaults.labels", {"app": "qwen", "team": "ml"}),
+        fails=[(f"{S1}.modelSelector", "gateway-pods-not-model-servers")],
+    ),
+    case(
+        "pod-default-labels-match-labels-and-expressions",
+        set_("spec.podDefaults.labels", {"app": "llama", "tier": "gpu"}),
+        fails=[(f"{S0}.modelSelector", "gateway-pods-not-model-servers")],
+    ),
+    case(
+        "selector-only-excludes-labels",
+        set_(
+            f"{S1}.modelSelector",
+            {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["x"]}]},
+        ),
+        fails=[(f"{S1}.modelSelector", "gateway-pods-not-model-servers")],
+    ),
+    case(
+        "selector-only-needs-a-missing-label",
+        set_(f"{S1}.modelSelector", {"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}),
+        fails=[(f"{S1}.modelSelector", "gateway-pods-not-model-servers")],
+    ),
+    case(
+        "selector-on-the-operators-own-key-exists",
+        set_("spec.podDefaults.labels", {"app": "qwen"}),
+        set_(
+            f"{S1}.modelSelector.matchExpressions",
+            [{"key": "app.kubernetes.io/instance", "operator": "Exists"}],
+        ),
+        fails=[(f"{S1}.modelSelector", "gateway-pods-not-model-servers")],
+    ),
+    case(
+        "too-many-match-expressions",
+        set_(
+            f"{S1}.modelSelector.matchExpressions",
+            [{"key": f"k{i}", "operator": "Exists"} for i in range(33)],
+        ),
+        fails=[(f"{S1}.modelSelector.matchExpressions", "schema.maxItems")],
+    ),
+    case(
         "jwt-without-audiences-or-claims",
         delete(f"{JWT}.audiences"),
         delete(f"{JWT}.requiredClaims"),

@@ -111,13 +111,18 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
             if sched.get("scheduler", "llm-d") != "llm-d":
                 sched["weights"].pop("lru", None)
         selector = sched["modelSelector"]
-        if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        in_keys = [e["key"] for e in selector.get("matchExpressions", []) if e["operator"] == "In"]
+        if not selector.get("matchLabels") and not in_keys:
             selector["matchLabels"] = {"app": f"s{index}"}
         for expr in selector.get("matchExpressions", []):
             if expr["operator"] in {"In", "NotIn"}:
                 expr["values"] = expr.get("values") or ["v"]
             else:
                 expr.pop("values", None)
+        # the gateway's own pods must not match: none of them carries a key the selector asks for
+        pod_labels = spec.get("podDefaults", {}).get("labels", {})
+        for key in [*selector.get("matchLabels", {}), *in_keys]:
+            pod_labels.pop(key, None)
     if len(spec["schedulers"]) > 1:
         spec["bbr"]["enabled"] = True
     extensions = spec.get("extensions") or {}

@@ -18,7 +18,8 @@ from igw.config.schema import SchemaError, admission_rules
 # Keys a structural schema node may carry (apiextensions.k8s.io/v1 JSONSchemaProps we use).
 ALLOWED_KEYS = {
     "type", "description", "title", "properties", "additionalProperties", "items", "required", "enum",
-    "default", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "pattern", "format",
+    "default", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "maxProperties",
+    "pattern", "format",
     "anyOf", "nullable", "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields",
     "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type",
     "x-kubernetes-validations",

@@ -299,6 +299,7 @@ class FakeKubeApiServer:
                     short_names=tuple(names.get("shortNames") or ()),
                     status_subresource="status" in (version.get("subresources") or {}),
                     printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
+                    schema=(version.get("schema") or {}).get("openAPIV3Schema"),
                 )
             )
 

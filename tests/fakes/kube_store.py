@@ -8,6 +8,7 @@ and appends a watch event; watchers are woken through :attr:`KubeStore.on_change
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from tests.fakes.kube_structural import checked_status
 from tests.fakes.kube_validation import object_problems
 
 
@@ -33,6 +35,9 @@ class ResourceKind:
     stored status, as the API server does for built-in kinds and CRDs declaring it."""
     printer_columns: tuple[Mapping[str, Any], ...] = ()
     """A CRD's ``additionalPrinterColumns`` (server-side ``kubectl get`` tables)."""
+    schema: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, hash=False)
+    """A CRD version's ``openAPIV3Schema``: ``/status`` writes are pruned and validated against
+    its ``status`` node (:mod:`tests.fakes.kube_structural`), as the real API server does."""
 
     @property
     def api_version(self) -> str:
@@ -106,6 +111,19 @@ def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
     if problems:
         name = (body.get("metadata") or {}).get("name")
         raise StoreError(422, "Invalid", f'{kind.kind} "{name}" is invalid: ' + ", ".join(problems))
+
+
+def _checked_status(kind: ResourceKind, name: str, status: Any) -> Any:
+    """``status`` as a ``/status`` write stores it: pruned, or refused as the API server words it."""
+    if kind.schema is None:
+        return status
+    pruned, problems = checked_status(kind.schema, status)
+    if problems:
+        group = f".{kind.group}" if kind.group else ""
+        raise StoreError(
+            422, "Invalid", f'{kind.kind}{group} "{name}" is invalid: [' + ", ".join(problems) + "]"
+        )
+    return pruned
 
 
 class KubeStore:
@@ -249,7 +267,7 @@ class KubeStore:
                 )
             if status_only:
                 new = copy.deepcopy(current)
-                new["status"] = body.get("status")
+                new["status"] = _checked_status(kind, name, body.get("status"))
             else:
                 _validate(kind, {**body, "metadata": {**(body.get("metadata") or {}), "name": name}})
                 new = body

@@ -165,3 +165,60 @@ def test_the_fake_refuses_names_and_labels_the_api_server_refuses(
         create()
     assert refused.value.status == 422
     assert needle in json.loads(refused.value.body or "{}")["message"]
+
+
+def _status_args() -> tuple[str, str, str, str, str]:
+    return ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inference", "inferencegatewayconfigs", "chat")
+
+
+def test_status_writes_are_pruned_to_the_crd_schema(kube: FakeKubeApiServer) -> None:
+    """Undeclared status fields and undeclared nulls are dropped, as the real API server prunes them."""
+    kube.add(igwc("chat"))
+    custom = kubernetes.client.CustomObjectsApi(kube.api_client())
+    status = {"models": "llama", "invented": 1, "address": None, "tls": {"acmArn": "a", "extra": "x"}}
+    updated = cast(
+        dict[str, Any], custom.patch_namespaced_custom_object_status(*_status_args(), {"status": status})
+    )
+    assert updated["status"] == {"models": "llama", "tls": {"acmArn": "a"}}
+    assert (find(kube, "InferenceGatewayConfig", "inference", "chat") or {})["status"] == updated["status"]
+
+
+@pytest.mark.parametrize(
+    ("status", "needle"),
+    [
+        (
+            {"conditions": [{"type": "Ready", "status": "Maybe"}]},
+            'status.conditions[0].status: Unsupported value: "Maybe"',
+        ),
+        (
+            {"conditions": [{"type": "Ready", "status": "True", "message": "m" * 32769}]},
+            "status.conditions[0].message: Too long: may not be more than 32768 characters",
+        ),
+        ({"conditions": [{"status": "True"}]}, "status.conditions[0].type: Required value"),
+        (
+            {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}]},
+            "status.conditions[1]: Duplicate value",
+        ),
+        (
+            {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "yesterday"}]},
+            "must be of type date-time",
+        ),
+        ({"readyEndpoints": -1}, "status.readyEndpoints: Invalid value: -1"),
+        ({"readyEndpoints": "3"}, "status.readyEndpoints in body must be of type integer"),
+        (
+            {"schedulers": [{"name": "a", "rolloutState": "Sideways"}]},
+            'status.schedulers[0].rolloutState: Unsupported value: "Sideways"',
+        ),
+    ],
+)
+def test_status_writes_the_crd_schema_refuses_get_422(
+    kube: FakeKubeApiServer, status: dict[str, Any], needle: str
+) -> None:
+    kube.add(igwc("chat"))
+    custom = kubernetes.client.CustomObjectsApi(kube.api_client())
+    custom.patch_namespaced_custom_object_status(*_status_args(), {"status": {"models": "kept"}})
+    with pytest.raises(ApiException) as refused:
+        custom.patch_namespaced_custom_object_status(*_status_args(), {"status": status})
+    assert refused.value.status == 422
+    assert needle in json.loads(str(refused.value.body))["message"]
+    assert (find(kube, "InferenceGatewayConfig", "inference", "chat") or {})["status"] == {"models": "kept"}

@@ -410,3 +410,55 @@ def test_the_resync_forgets_an_object_deleted_while_the_watch_was_away(cluster: 
     asyncio.run(resync.pass_all())
     assert resync.known == {("inference", "kept")}
     assert find(cluster, "Deployment", "inference", "kept-gateway") is not None
+
+
+def test_a_refusal_too_long_for_a_condition_still_reaches_the_status(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """200 broken schedulers give a refusal over the CRD's 32,768-character condition message: the
+    fake API server refuses such a status write as the real one does, so the operator must cut it."""
+
+    def break_it(spec: dict[str, object]) -> None:
+        spec["schedulers"] = [
+            {
+                "name": f"s{i}",
+                "modelName": "llama",
+                "modelSelector": {"matchLabels": {"app": "x"}},
+                f"bogus{i}": 1,
+            }
+            for i in range(200)
+        ]
+
+    cluster.add(igwc("chat"))
+    update_spec(cluster, "inference", "chat", break_it)
+    refused = wait_condition(cluster, "chat", "Accepted", "False")
+    assert refused["reason"] == "InvalidSpec"
+    assert len(refused["message"]) <= 32768
+    assert refused["message"].endswith("characters in all; igw validate lists every problem)")
+
+
+def test_specs_of_the_wrong_shape_are_refused_and_spare_their_neighbours(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """Stored by a cluster without the CRD's schema, these ended every pass in a traceback with no status
+    (``spec: [..]``, ``spec.extensions: null``, ``flowControl: "x"``); a list spec also broke the
+    model-name conflict check of every other object in its namespace."""
+    odd = {
+        "as-list": ([1, 2], "spec: expected object, got array"),
+        "ext-null": ({"extensions": None}, "spec.extensions: expected object, got null"),
+        "flow-string": ({"extensions": {"flowControl": "x"}}, "spec.extensions.flowControl: expected object"),
+    }
+    for index, (name, (spec, _)) in enumerate(odd.items()):
+        obj = igwc(name, model=f"m{index}", app=f"a{index}")
+        if isinstance(spec, dict):
+            obj["spec"].update(spec)
+        else:
+            obj["spec"] = spec
+        cluster.add(obj)
+    cluster.add(igwc("fine", model="fine", app="fine"))
+    for name, (_, needle) in odd.items():
+        refused = wait_condition(cluster, name, "Accepted", "False")
+        assert refused["reason"] == "InvalidSpec"
+        assert needle in refused["message"]
+    wait_condition(cluster, "fine", "Accepted", "True")
+    assert find(cluster, "Deployment", "inference", "fine-gateway") is not None

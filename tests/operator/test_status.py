@@ -180,7 +180,8 @@ def test_auto_issue_tls_pending_then_reported_in_status() -> None:
 def test_the_status_of_a_spec_with_every_scheduler_invalid_fits_the_crd_s_status_schema() -> None:
     """100 invalid schedulers give about 50,000 characters of problems; the Accepted condition carried
     them all, past metav1.Condition's 32,768, so a real API server refused the whole status write and
-    the pass ended in a traceback (the fake API server does not check status against the CRD)."""
+    the pass ended in a traceback (test_lifecycle runs the same through the fake API server, which
+    now refuses such a status write too)."""
     bad = {
         "bbr": {"enabled": True},
         "schedulers": [

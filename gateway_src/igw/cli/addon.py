@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from igw.cli.arg_types import POSITIVE, output_directory
+from igw.cli.arg_types import POSITIVE, iam_role_arn, output_directory
 
 HELP = "Manage the inference gateway EKS add-on: versions, create, update, delete, package."
 EXIT_FAILED = 1
@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "create":
             action.add_argument(
                 "--role-arn",
+                type=iam_role_arn,
                 help="an IAM role for the chart's gateway service account (mode: gateway only)",
             )
             action.add_argument("--identity", choices=("pod-identity", "irsa"), default="pod-identity")
@@ -140,6 +141,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.addon_command == "package":
             return _package(args)
+        values = None
+        if getattr(args, "configuration_values", None) is not None:
+            # the file's own problems first: they need no AWS account, region or credentials
+            values = configuration.parse(
+                args.configuration_values.read_text(encoding="utf-8"), source=str(args.configuration_values)
+            )
+            configuration.validated(values)
         clients = _clients(args)
         assert isinstance(clients, operations.AwsClients)
         if args.addon_command == "versions":
@@ -148,11 +156,6 @@ def run(args: argparse.Namespace) -> int:
             operations.delete(clients=clients, cluster=args.cluster, preserve=args.preserve)
             print(f"{operations.ADDON}: deleting from {args.cluster}")
             return 0
-        values = None
-        if args.configuration_values is not None:
-            values = configuration.parse(
-                args.configuration_values.read_text(encoding="utf-8"), source=str(args.configuration_values)
-            )
         waiter = None
         if not args.no_wait:
             waiter = operations.Waiter(
@@ -195,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not isinstance(exc, BotoCoreError):
             raise
-        hint = " (pass --region or set AWS_REGION)" if isinstance(exc, NoRegionError) else ""
+        # boto3 reads AWS_DEFAULT_REGION (or the profile's region), not AWS_REGION
+        hint = " (pass --region or set AWS_DEFAULT_REGION)" if isinstance(exc, NoRegionError) else ""
         print(f"igw addon: AWS: {exc}{hint}", file=sys.stderr)
         return EXIT_USAGE

@@ -222,3 +222,17 @@ def http_url(text: str) -> str:
             f"{text!r} is not an http:// or https:// URL with a host (and a valid port)"
         )
     return text
+
+
+_IAM_ROLE_ARN: Final = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}")
+
+
+def iam_role_arn(text: str) -> str:
+    """An IAM role ARN (``arn:aws:iam::123456789012:role/name``): ``igw addon create --role-arn
+    notanarn`` checked the account for a role named after the text's last ``/`` part and sent the
+    text to EKS as the service account's role (the chart's ``serviceAccount.roleArn`` pattern)."""
+    if not _IAM_ROLE_ARN.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an IAM role ARN (e.g. arn:aws:iam::123456789012:role/igw-gateway)"
+        )
+    return text

@@ -153,10 +153,11 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        signals = (signal.SIGTERM, signal.SIGINT)
+        for signum in signals:
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(signum, stop.set)
-        return await run_operator(options, stop=stop)
+        return await run_operator(options, stop=stop, stop_signals=signals)
 
     try:
         return asyncio.run(main())

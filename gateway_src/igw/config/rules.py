@@ -18,6 +18,7 @@ from typing import Any, Final
 from igw.config.durations import parse_duration
 from igw.config.errors import Problem
 from igw.config.jsonpath import PathPart, format_path
+from igw.config.schema import admission_rules
 
 RuleCheck = Callable[[Mapping[str, Any]], Iterator[Problem]]
 
@@ -143,6 +144,74 @@ def _selector_values(doc: Mapping[str, Any]) -> Iterator[Problem]:
                 )
 
 
+OPERATOR_POD_LABEL_KEYS: Final = frozenset(
+    {
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/managed-by",
+        "inference.sagemaker.aws.amazon.com/config",
+    }
+)
+"""The label keys the operator sets on the gateway's pods over ``spec.podDefaults.labels``
+(``igw.operator.dataplane``); the CEL rule ``gateway-pods-not-model-servers`` lists the same keys."""
+
+
+def _requirement_met_by_gateway_pods(key: str, operator: str, values: Any, labels: Mapping[str, Any]) -> bool:
+    """Whether the gateway's pods (``labels`` plus the operator's keys) surely satisfy one requirement.
+
+    A requirement on an operator key is met only by ``Exists`` (its value is derived from the
+    object's name, so ``In``/``NotIn`` are taken as not met: the rule never refuses a selector the
+    pods might not match).
+    """
+    own = key in OPERATOR_POD_LABEL_KEYS
+    if operator == "Exists":
+        return own or key in labels
+    if operator == "DoesNotExist":
+        return not (own or key in labels)
+    if not isinstance(values, list) or own:
+        return False
+    listed = key in labels and labels[key] in values
+    return listed if operator == "In" else not listed
+
+
+def _rule_message(rule_id: str) -> str:
+    """The rule's message as ``schemas/admission-rules.yaml`` states it (one text for CEL and Python)."""
+    return next(rule.message for rule in admission_rules() if rule.id == rule_id)
+
+
+def _gateway_pods_not_selected(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """A modelSelector the gateway's own pods satisfy would make the gateway route to itself."""
+    defaults = _mapping(_spec(doc).get("podDefaults")) or {}
+    labels = _mapping(defaults.get("labels")) or {}
+    for index, sched in _schedulers(doc):
+        selector = _mapping(sched.get("modelSelector"))
+        if selector is None:
+            continue
+        match_labels = _mapping(selector.get("matchLabels")) or {}
+        expressions = _list(selector.get("matchExpressions"))
+        if not match_labels and not expressions:
+            continue  # model-selector-not-empty reports it
+        if not all(
+            key not in OPERATOR_POD_LABEL_KEYS and key in labels and labels[key] == value
+            for key, value in match_labels.items()
+        ):
+            continue
+        if not all(
+            isinstance(expr, Mapping)
+            and _requirement_met_by_gateway_pods(
+                str(expr.get("key")), str(expr.get("operator")), expr.get("values"), labels
+            )
+            for expr in expressions
+        ):
+            continue
+        yield _problem(
+            "gateway-pods-not-model-servers",
+            ("spec", "schedulers", index, "modelSelector"),
+            f"{_rule_message('gateway-pods-not-model-servers')}; the gateway's pods carry "
+            f"{json.dumps(dict(labels), sort_keys=True)} from spec.podDefaults.labels",
+        )
+
+
 def _jwt_provider(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
     auth = _mapping(_spec(doc).get("auth")) or {}
     jwt = _mapping(auth.get("jwt")) or {}
@@ -261,6 +330,7 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "lru-requires-llm-d": _lru_requires_llm_d,
     "model-selector-not-empty": _selector_not_empty,
     "selector-values-match-operator": _selector_values,
+    "gateway-pods-not-model-servers": _gateway_pods_not_selected,
     "jwt-audiences-or-claims": _audiences_or_claims,
     "unique-claim-name": _unique_claim_names,
     "unique-flow-band-priority": _unique_in_extension(

@@ -43,9 +43,11 @@ def _age_key(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _model_names(obj: Mapping[str, Any]) -> set[str]:
+    spec = obj.get("spec")
+    schedulers = spec.get("schedulers") if isinstance(spec, Mapping) else None
     return {
         str(s.get("modelName"))
-        for s in (obj.get("spec") or {}).get("schedulers") or []
+        for s in (schedulers if isinstance(schedulers, list) else [])
         if isinstance(s, Mapping) and s.get("modelName")
     }
 

@@ -117,8 +117,10 @@ def merge(
     merged: dict[str, Any] = copy.deepcopy(dict(spec))
     result = Merge(spec=merged)
     extensions: dict[str, Any] = merged.setdefault("extensions", {})
-    _merge_objectives(result, extensions, sorted(objectives, key=_age_key))
-    _merge_rewrites(result, extensions, sorted(rewrites, key=_age_key), served_models(spec))
+    if isinstance(extensions.get("flowControl", {}), Mapping):  # else admission names the type
+        _merge_objectives(result, extensions, sorted(objectives, key=_age_key))
+    if isinstance(extensions.get("modelRewrites", {}), Mapping):
+        _merge_rewrites(result, extensions, sorted(rewrites, key=_age_key), served_models(spec))
     if not extensions:
         merged.pop("extensions")
     return result

@@ -151,13 +151,14 @@ def owner_reference(igwc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def served_document(igwc: Mapping[str, Any]) -> dict[str, Any]:
-    """The document the gateway serves: the object's identity and spec, nothing cluster-owned."""
+    """The document the gateway serves: the object's identity and spec, nothing cluster-owned (a spec
+    that is not an object stays as it is, for validation to name its type)."""
     meta = igwc["metadata"]
     return {
         "apiVersion": f"{API_GROUP}/{API_VERSION}",
         "kind": KIND,
         "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-        "spec": dict(igwc.get("spec") or {}),
+        "spec": dict(spec) if isinstance(spec := igwc.get("spec") or {}, Mapping) else spec,
     }
 
 

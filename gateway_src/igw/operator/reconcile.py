@@ -181,8 +181,12 @@ class Reconciler:
         namespace, name = meta["namespace"], meta["name"]
         neighbours = await self._kube.list(IGWC_API_VERSION, KIND, namespace)
         bound = await self._bound(namespace, name)
-        merged = merge(igwc.get("spec") or {}, *bound)
-        served = {**igwc, "spec": merged.spec}
+        spec = igwc.get("spec") or {}
+        if isinstance(spec, Mapping) and isinstance(spec.get("extensions", {}), Mapping):
+            merged = merge(spec, *bound)
+            served = {**igwc, "spec": merged.spec}
+        else:  # admission refuses it, naming the type (a cluster without the CRD's schema stores it)
+            merged, served = Merge(spec={}), igwc
         refusal = admit(served, neighbours)
         apply_error: str | None = None
         tls = TlsOutcome()

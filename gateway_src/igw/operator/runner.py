@@ -90,13 +90,36 @@ def connection_for(api_client: Any) -> Connection:
     )
 
 
-async def run_operator(options: OperatorOptions, *, stop: asyncio.Event | None = None) -> int:
-    """Serve until ``stop`` is set (exit 0) or the Lease is lost (exit :data:`EXIT_LOST_LEASE`)."""
+async def run_operator(
+    options: OperatorOptions, *, stop: asyncio.Event | None = None, stop_signals: Sequence[int] = ()
+) -> int:
+    """Serve until ``stop`` is set (exit 0) or the Lease is lost (exit :data:`EXIT_LOST_LEASE`).
+
+    ``stop_signals`` (the command's SIGTERM/SIGINT) set ``stop`` for the whole run: kopf installs
+    its own handlers for them when it starts, and those resolve a one-shot future, so a second
+    signal while stopping raised ``InvalidStateError`` inside the event loop (a logged traceback);
+    the handlers are taken back once kopf is ready and again when stopping begins.
+    """
     async with _health_server(options.health_port):
-        return await _run(options, stop or asyncio.Event())
+        return await _run(options, stop or asyncio.Event(), tuple(stop_signals))
 
 
-async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
+def _handle_signals(stop: asyncio.Event, signals: Sequence[int]) -> None:
+    """Each of ``signals`` sets ``stop`` (idempotent, so a repeated signal is harmless)."""
+    loop = asyncio.get_running_loop()
+    for signum in signals:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop.set)
+
+
+async def _take_signals_back(ready: asyncio.Event, stop: asyncio.Event, signals: Sequence[int]) -> None:
+    """Once kopf has started (and installed its handlers), make ``signals`` set ``stop`` again."""
+    await ready.wait()
+    await asyncio.sleep(0)  # kopf's start-up installs its handlers before it reports ready
+    _handle_signals(stop, signals)
+
+
+async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tuple[int, ...]) -> int:
     api_client = make_api_client(kubeconfig=options.kubeconfig, context=None)
     reconciler = Reconciler(
         Kube(api_client, reporting_instance=options.identity), options.data_plane, auto_tls=options.auto_tls
@@ -124,6 +147,7 @@ async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
             return EXIT_STOPPED
         log.info("%s: leading; starting to reconcile", options.identity)
     kopf_stop = asyncio.Event()
+    kopf_ready = asyncio.Event()
     running = asyncio.ensure_future(
         kopf.operator(
             registry=registry,
@@ -132,11 +156,15 @@ async def _run(options: OperatorOptions, stop: asyncio.Event) -> int:
             clusterwide=not options.namespaces,
             namespaces=list(options.namespaces),
             stop_flag=kopf_stop,
+            ready_flag=kopf_ready,
         )
     )
+    signals_back = asyncio.ensure_future(_take_signals_back(kopf_ready, stop, stop_signals))
     resyncing = asyncio.ensure_future(resync.run(kopf_stop))
     watchers = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait()), running}
     await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
+    signals_back.cancel()
+    _handle_signals(stop, stop_signals)  # kopf may have stopped on its own handler before it was ready
     crashed = running.done() and not running.cancelled() and running.exception() is not None
     if crashed:
         log.error("%s: kopf stopped with an error: %r", options.identity, running.exception())
