@@ -58,6 +58,7 @@ DEFAULT_ALPHA = 0.2
 MIN_PROMPT_TOKENS = 1
 """A request is never counted as zero work (an empty prompt still costs one step)."""
 DEFAULT_POOL_ONE_KIND = True
+"""``poolOneKind``: candidates ``backlog-ttft-scorer`` found to be one kind of hardware share one rate."""
 MAX_TRACKED_DISPATCHES = 256
 """Bound on remembered dispatches per endpoint (before any rate is measured nothing is pruned)."""
 
