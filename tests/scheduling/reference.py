@@ -19,6 +19,7 @@ from igw.scheduling.framework import CycleContext
 from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
     MIN_TOKENS,
+    STATE_ONE_KIND,
     STATE_PREDICTED,
     Backlog,
     BacklogTtftScorer,
@@ -158,13 +159,14 @@ class ReferencePrefillCollisionScorer(PrefillCollisionScorer):
             return [1.0] * len(endpoints)
         tokens = max(1, ctx.request.prompt_tokens)
         mean = sum(values.values()) / len(values)
+        pooled = self.pool_one_kind and ctx.state.get(STATE_ONE_KIND) is endpoints
         finish: list[float | None] = []
         for e in endpoints:
-            rate = values.get(e.key, mean)
+            rate = mean if pooled else values.get(e.key, mean)
             if rate <= 0:
                 finish.append(None)
                 continue
-            pending = self.pending_s(e, now=ctx.now) if e.key in self.recent else 0.0
+            pending = self._pending_at(e, rate, ctx.now) if e.key in self.recent else 0.0
             finish.append(pending + tokens / rate)
         present = [f for f in finish if f is not None]
         if not present:
@@ -218,6 +220,7 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         if adapter is not None and (self.adapter_slot_price <= 0 or not unlike):
             return [1.0] * len(endpoints)
         if self.one_speed(endpoints):
+            ctx.state[STATE_ONE_KIND] = endpoints
             published = ctx.state.get(STATE_SCORES)
             if adapter is None and self.one_kind_share > 0 and published is not None:
                 assert published.endpoints is endpoints

@@ -14,6 +14,7 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
     PRIOR_TOKENS_PER_S_PER_KV_TOKEN,
     SPEED_SAMPLES,
+    STATE_ONE_KIND,
     STATE_PREDICTED,
     TYPE,
     BacklogTtftScorer,
@@ -685,6 +686,35 @@ def test_a_hardware_label_tells_alike_kv_endpoints_apart(
     scores = s.score(ctx(request(1000), now=LATER), endpoints)
     assert (scores == [1.0, 1.0]) is neutral, (why, scores)
     assert s.one_speed(endpoints) is neutral, why
+
+
+@pytest.mark.parametrize(
+    ("gpus", "adapter", "published", "why"),
+    [
+        (("h100", "h100"), None, True, "one kind of hardware: the candidate list is published"),
+        (("h100", "a100"), None, False, "labelled as two kinds: nothing published"),
+        (("h100", "h100"), "ad", False, "adapter requests: left to the LoRA scorers, nothing published"),
+    ],
+)
+def test_it_publishes_the_one_kind_verdict_for_prefill_collision_scorer(
+    gpus: tuple[str, str], adapter: str | None, published: bool, why: str
+) -> None:
+    s = BacklogTtftScorer()
+    endpoints = [
+        ep(f"e{i}", block_size=16, num_gpu_blocks=20_000, labels={"gpu": gpu}) for i, gpu in enumerate(gpus)
+    ]
+    r = RoutingRequest(
+        request_id="x",
+        model=adapter or "m",
+        base_model="m",
+        prefix_text="",
+        prompt_tokens=500,
+        adapter=adapter,
+    )
+    c = ctx(r, now=LATER)
+    s.score(c, endpoints)
+    assert (c.state.get(STATE_ONE_KIND) is endpoints) is published, why
+    assert published or STATE_ONE_KIND not in c.state, why
 
 
 def test_the_hardware_label_parameter_must_be_a_string() -> None:

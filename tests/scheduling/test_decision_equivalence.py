@@ -27,6 +27,7 @@ from igw.scheduling.framework import CycleContext, UnitScores
 from igw.scheduling.plugins.backlog_ttft_scorer import (
     MIN_FIT_SAMPLES,
     SPEED_SAMPLES,
+    STATE_ONE_KIND,
     STATE_PREDICTED,
     Backlog,
     BacklogTtftScorer,
@@ -566,7 +567,8 @@ def test_prefix_cache_scorer_matches_its_reference(steps: list[tuple[list[str], 
             st.tuples(
                 st.just("pick"), st.lists(st.sampled_from(_KEYS), min_size=1, max_size=8), st.just(0.0)
             ),
-            st.tuples(st.just("score"), st.just(""), st.sampled_from([1, 300, 4000])),
+            # "one": the backlog scorer found the candidates one kind of hardware (one rate for all)
+            st.tuples(st.just("score"), st.sampled_from(["", "one"]), st.sampled_from([1, 300, 4000])),
         ),
         max_size=60,
     )
@@ -599,6 +601,8 @@ def test_prefill_collision_scorer_matches_its_reference_over_many_picks(
             scores = []
             for plugin in (fast, reference):
                 ctx = CycleContext(request=request, now=now, rng=random.Random(0))
+                if a == "one":
+                    ctx.state[STATE_ONE_KIND] = views
                 scores.append(list(plugin.score(ctx, views)))
                 plugin.on_picked(ctx, views[step % len(views)])
             assert scores[0] == scores[1]

@@ -3,6 +3,7 @@ endpoint's measured prompt rate; score = best finish / own finish of this reques
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -10,8 +11,9 @@ import pytest
 from igw.config.model import Weights
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import DEFAULT_WEIGHTS, effective_weights, profile_from_weights
+from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
 from igw.scheduling.plugins.prefill_collision_scorer import TYPE, PrefillCollisionScorer, factory
-from igw.scheduling.scheduler import Scheduler
+from igw.scheduling.scheduler import Profile, Scheduler
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import RequestOutcome, RoutingRequest
 from tests.scheduling.helpers import ctx, ep
@@ -97,7 +99,11 @@ def test_failed_or_tokenless_outcomes_teach_nothing_and_removal_forgets() -> Non
 
 @pytest.mark.parametrize(
     ("params", "problem"),
-    [({"alpha": 2}, "p.alpha: must be <= 1.0, got 2"), ({"decay": 1}, "p: unknown field 'decay'")],
+    [
+        ({"alpha": 2}, "p.alpha: must be <= 1.0, got 2"),
+        ({"decay": 1}, "p: unknown field 'decay'"),
+        ({"poolOneKind": "yes"}, "p.poolOneKind: must be true or false, got 'yes'"),
+    ],
 )
 def test_factory_rejects_bad_parameters(params: dict[str, object], problem: str) -> None:
     with pytest.raises(SchedulerConfigError) as err:
@@ -130,3 +136,95 @@ def test_default_scheduler_avoids_the_pod_still_prefilling_its_last_request(seed
     fresh = [ep("a", scraped_at=0.002), ep("b", scraped_at=0.002)]  # identical after the dispatch
     second = s.pick(request(request_id="r2"), fresh, now=0.003)
     assert second.endpoint != first.endpoint
+
+
+# Routing round 8 (docs/benchmark.md): on one kind of hardware every candidate takes one rate.
+
+
+@pytest.mark.parametrize(
+    ("pool", "published", "pending_on_a", "expected", "why"),
+    [
+        (True, "same", False, [1.0, 1.0], "one kind: both idle pods finish alike, whatever was measured"),
+        (True, None, False, [1.0, 0.5], "no verdict from the backlog scorer: each its own rate"),
+        (True, "other", False, [1.0, 0.5], "a verdict on another candidate list is not this pick's"),
+        (False, "same", False, [1.0, 0.5], "poolOneKind false: each its own rate, as before round 8"),
+        # a's dispatch (1,000 tokens at t = 0), 2 ms later. Own rates: a 10 ms own + 8 ms left = 18 ms
+        # against b's 20 ms, so the pod still prefilling won; one rate (0.75 x RATE, 13.3 ms each):
+        # a 13.3 + 11.3 ms against b 13.3 ms.
+        (True, "same", True, [(1000 / 75_000) / (2000 / 75_000 - 0.002), 1.0], "one kind: b"),
+        (False, "same", True, [1.0, 0.018 / 0.020], "own rates: the pod still prefilling wins"),
+    ],
+)
+def test_on_one_kind_of_hardware_every_candidate_takes_the_mean_rate(
+    pool: bool, published: str | None, pending_on_a: bool, expected: list[float], why: str
+) -> None:
+    """Identical pods measure different ``prompt_tokens / ttft_s`` by chance (long prompts amortise
+    TTFT's fixed part); read as speeds, they drew requests to the luckiest pod."""
+    s = factory("c", {"poolOneKind": pool}, "p")
+    s.on_complete(
+        RequestOutcome(request_id="w", endpoint="a", ok=True, ttft_s=1000 / RATE, prompt_tokens=1000),
+        now=0.0,
+    )
+    s.on_complete(
+        RequestOutcome(request_id="w", endpoint="b", ok=True, ttft_s=2000 / RATE, prompt_tokens=1000),
+        now=0.0,
+    )
+    if pending_on_a:
+        s.on_picked(ctx(request(), now=0.0), ep("a"))
+    endpoints = [ep("a"), ep("b")]
+    c = ctx(request(), now=0.002)
+    if published is not None:
+        c.state[STATE_ONE_KIND] = endpoints if published == "same" else list(endpoints)
+    assert s.score(c, endpoints) == pytest.approx(expected), why
+
+
+def test_it_reads_the_one_kind_verdict_so_it_runs_after_the_backlog_scorer() -> None:
+    assert STATE_ONE_KIND in PrefillCollisionScorer.consumes
+    names = [ws.scorer.name for ws in profile_from_weights(DEFAULT_WEIGHTS).scorers]
+    assert names.index("backlog-ttft-scorer") < names.index(TYPE)
+
+
+def _lucky_pod_scheduler(seed: int, *, pool: bool) -> Scheduler:
+    """The default profile, ``prefill-collision-scorer`` with ``poolOneKind`` as given; pods a and b
+    both saw a first token after 20 ms, a for a 4,000-token prompt, b for a 400-token one."""
+    default = profile_from_weights(DEFAULT_WEIGHTS)
+    scorers = tuple(
+        dataclasses.replace(ws, scorer=factory(TYPE, {"poolOneKind": pool}, "p"))
+        if ws.scorer.name == TYPE
+        else ws
+        for ws in default.scorers
+    )
+    s = Scheduler(
+        name="s",
+        profile=Profile(filters=default.filters, scorers=scorers, picker=default.picker),
+        settings=RoutingSettings(stale_threshold_s=1.0),
+        rng=random.Random(seed),
+    )
+    for key, tokens in (("a", 4000), ("b", 400)):
+        s.on_complete(
+            RequestOutcome(request_id="w", endpoint=key, ok=True, ttft_s=0.02, prompt_tokens=tokens), now=0.0
+        )
+    return s
+
+
+@pytest.mark.parametrize(
+    ("gpus", "pool", "picked", "why"),
+    [
+        (("h100", "h100"), True, {"a", "b"}, "one kind: the luck of a's rate decides nothing"),
+        (("h100", "h100"), False, {"a"}, "own rates: every request to the pod that served long prompts"),
+        (("h100", "a10g"), True, {"a"}, "labelled as two kinds of GPU: each keeps its own rate"),
+    ],
+)
+def test_identical_idle_pods_share_the_picks_whatever_their_measured_rates(
+    gpus: tuple[str, str], pool: bool, picked: set[str], why: str
+) -> None:
+    seen = set()
+    for seed in range(12):
+        s = _lucky_pod_scheduler(seed, pool=pool)
+        pods = [
+            ep(key, scraped_at=0.0, block_size=16, num_gpu_blocks=20_000, labels={"gpu": gpu})
+            for key, gpu in zip(("a", "b"), gpus, strict=True)
+        ]
+        decision = s.pick(request(request_id="r1"), pods, now=0.001)
+        seen.add(decision.endpoint)
+    assert seen == picked, why

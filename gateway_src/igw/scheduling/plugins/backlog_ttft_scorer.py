@@ -92,7 +92,9 @@ follows it (:meth:`BacklogTtftScorer._one_kind_scores`).
 the pick's predictions (``backlog.predicted``, a :class:`Predictions`), which
 ``prefill-admission-scorer`` reads; an endpoint counts as measured there once its fit has
 ``MIN_FIT_SAMPLES`` samples (a mean of a few short prompts, split in halves, took H200s for slow
-hardware beside 2xH100 pods).
+hardware beside 2xH100 pods). For a request without an adapter on candidates that are one kind of
+hardware, the candidate list itself (``backlog.one-kind``), which ``prefill-collision-scorer`` reads:
+there every pod's prefill rate is one rate, whatever chance made their measurements differ.
 
 Category: balance. Signal: ``waiting`` (optional), ``num_gpu_blocks``/``block_size`` (cold start and
 the one-kind-of-hardware check).
@@ -160,6 +162,10 @@ DEFAULT_SLOPE_SPREAD = 64.0
 (``slopeSpread``; 0: any spread)."""
 DEFAULT_HARDWARE_LABEL = "gpu"
 """Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
+STATE_ONE_KIND = "backlog.one-kind"
+"""Cycle-state key: the candidate list (the same object every scorer of the pick receives), written
+only when this pick found the candidates to be one kind of hardware for a request without an adapter;
+read by ``prefill-collision-scorer``."""
 STATE_PREDICTED = "backlog.predicted"
 """Cycle-state key: this pick's :class:`Predictions` (written for requests without an adapter on
 candidates that are not one kind of hardware; read by ``prefill-admission-scorer``)."""
@@ -325,7 +331,7 @@ class BacklogTtftScorer(PluginHooks):
     type_name = TYPE
     signal = "waiting"
     consumes = frozenset({STATE_MATCH, STATE_SCORES})
-    produces = frozenset({STATE_PREDICTED})
+    produces = frozenset({STATE_PREDICTED, STATE_ONE_KIND})
 
     def __init__(
         self,
@@ -926,6 +932,7 @@ class BacklogTtftScorer(PluginHooks):
             # already balance the load (this scorer on top made shared-prefix tails worse,
             # docs/benchmark.md).
             self._one_kind = True
+            ctx.state[STATE_ONE_KIND] = endpoints
             return self._one_kind_scores(ctx, endpoints)
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         now, matched = ctx.now, ctx.state.get(STATE_MATCH)

@@ -21,11 +21,22 @@ does not outscore an H100 with a little pending work. Until any endpoint has a m
 endpoint scores 1.0. Category: balance. Signal: none (gateway state). Default weight 2
 (``igw.scheduling.factory``).
 
+**One kind of hardware: one rate.** When ``backlog-ttft-scorer`` found this pick's candidates to be
+one kind of hardware (its ``backlog.one-kind`` state), every candidate takes the mean of the measured
+rates. A rate measured as ``prompt_tokens / ttft_s`` is no speed on identical pods: TTFT has a fixed
+part, so a pod that has just served long prompts measures a higher rate, and the rates of identical
+pods scatter far apart. With its own rate an idle pod scored ``rate_i / fastest rate``, so the
+luckiest pod drew more than its share of every request, long prompts most of all; the prompt tokens
+bunched there shared its decode steps and made the gateway's ITL tail on identical pods worse than
+least-request's (measured in docs/benchmark.md, routing round 8). Without the backlog scorer in the
+profile, or with ``poolOneKind: false``, each endpoint keeps its own rate.
+
 Design alternatives that did not work (a serial virtual prefill queue; zeroing the whole pending
 sum of an endpoint that shows requests waiting) and the measurements with and without this scorer
 are in docs/scheduler-design.md.
 
-Parameters: ``alpha`` (EWMA weight of a new rate sample, default 0.2).
+Parameters: ``alpha`` (EWMA weight of a new rate sample, default 0.2), ``poolOneKind`` (one rate for
+candidates of one kind of hardware, default true).
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from igw.scheduling.columns import MeasuredColumn, Positions
 from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
+from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
 TYPE = "prefill-collision-scorer"
@@ -49,6 +61,8 @@ MIN_PROMPT_TOKENS = 1
 PLAIN_SUM = sys.version_info < (3, 12)
 """Whether the built-in ``sum`` of floats is a plain running total (before Python 3.12; later
 versions compensate rounding), so a loop adding in the same order gives the same float."""
+DEFAULT_POOL_ONE_KIND = True
+"""``poolOneKind``: candidates ``backlog-ttft-scorer`` found to be one kind of hardware share one rate."""
 MAX_TRACKED_DISPATCHES = 256
 """Bound on remembered dispatches per endpoint (before any rate is measured nothing is pruned)."""
 
@@ -56,9 +70,13 @@ MAX_TRACKED_DISPATCHES = 256
 class PrefillCollisionScorer(PluginHooks):
     type_name = TYPE
     signal = ""
+    consumes = frozenset({STATE_ONE_KIND})
 
-    def __init__(self, *, name: str = TYPE, alpha: float = DEFAULT_ALPHA) -> None:
+    def __init__(
+        self, *, name: str = TYPE, alpha: float = DEFAULT_ALPHA, pool_one_kind: bool = DEFAULT_POOL_ONE_KIND
+    ) -> None:
         self.name = name
+        self.pool_one_kind = pool_one_kind
         self.rate = EndpointEwma(alpha=alpha, track_changes=True)
         """Prompt tokens per second of measured TTFT, per endpoint."""
         self._rates = MeasuredColumn(self.rate)
@@ -118,7 +136,8 @@ class PrefillCollisionScorer(PluginHooks):
         recent = self.recent
         now = ctx.now
         keys = ctx.columns(endpoints).keys
-        rates = self._rates.of(keys, mean)
+        pooled = self.pool_one_kind and ctx.state.get(STATE_ONE_KIND) is endpoints
+        rates = [mean] * len(keys) if pooled else self._rates.of(keys, mean)
         try:
             work = [tokens / r for r in rates]
         except ZeroDivisionError:  # a zero rate: the guarded loop below
@@ -155,8 +174,8 @@ class PrefillCollisionScorer(PluginHooks):
                     # Python 3.12 ``sum`` of floats is a plain running total from its start, so
                     # the same float, without a comprehension call per endpoint.
                     pending = 0.0
-                    for t, tokens in queue:
-                        if t > shown_before and (left := tokens / rate - (now - t)) > 0.0:
+                    for t, queued in queue:  # not ``tokens``: that is the request's own, used below
+                        if t > shown_before and (left := queued / rate - (now - t)) > 0.0:
                             pending += left
                 else:  # compensated ``sum`` (Python 3.12+): summed by it, as before
                     pending = sum(
@@ -173,11 +192,11 @@ class PrefillCollisionScorer(PluginHooks):
                 return UnitScores([fastest / f for f in work])
         finish: list[float | None] = []
         for e in endpoints:
-            rate = values.get(e.key, mean)
+            rate = mean if pooled else values.get(e.key, mean)
             if rate <= 0:
                 finish.append(None)
                 continue
-            pending = self.pending_s(e, now=now) if e.key in recent else 0.0
+            pending = self._pending_at(e, rate, now) if e.key in recent else 0.0
             finish.append(pending + tokens / rate)
         present = [f for f in finish if f is not None]
         if not present:
@@ -206,7 +225,9 @@ class PrefillCollisionScorer(PluginHooks):
 def factory(name: str, params: Mapping[str, Any], path: str) -> PrefillCollisionScorer:
     r = ParamReader(params, path=path)
     plugin = PrefillCollisionScorer(
-        name=name, alpha=r.number("alpha", DEFAULT_ALPHA, minimum=0.0, maximum=1.0)
+        name=name,
+        alpha=r.number("alpha", DEFAULT_ALPHA, minimum=0.0, maximum=1.0),
+        pool_one_kind=r.boolean("poolOneKind", DEFAULT_POOL_ONE_KIND),
     )
     r.finish()
     return plugin
