@@ -3,8 +3,10 @@ and what is written is exactly what the record path writes (redaction included).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
+import random
 from collections.abc import Callable, Iterator
 
 import orjson
@@ -157,3 +159,49 @@ def test_a_record_path_line_still_reaches_other_handlers(
         _record().emit()
     [message] = [r.getMessage() for r in caplog.records if r.name == "igw.access"]
     assert orjson.loads(message)["status"] == 401
+
+
+def _generic_fields(record: AccessRecord) -> dict[str, object]:
+    """The line's fields as the generic rule states them: every field that is not ``None``, in
+    declaration order, the scores rounded to 4 decimals."""
+    out = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    out = {name: value for name, value in out.items() if value is not None}
+    if record.scores:
+        out["scores"] = {k: {n: round(v, 4) for n, v in row.items()} for k, row in record.scores.items()}
+    return out
+
+
+def test_the_written_out_fields_match_the_generic_rule_for_random_records() -> None:
+    """``line_fields`` is written out field by field (the per-request cost); every field of the
+    class, present or ``None``, must come out as the generic rule says, in the same order."""
+    rng = random.Random(7)
+    samples: dict[str, list[object]] = {
+        "model": ["m", None],
+        "base_model": ["b", None],
+        "scheduler": ["s", None],
+        "endpoint": ["10.0.0.1:8000", None],
+        "scores": [None, {}, {"e1": {"queue": 0.123456789, "total": 1 / 3}, "e2": {"kv": 2.0}}],
+        "decision_us": [12.5, None],
+        "reason": ["1 stale endpoints excluded", None],
+        "duration_ms": [3.25, None],
+        "ttft_ms": [1.5, None],
+        "prompt_tokens": [10, None],
+        "completion_tokens": [4, None],
+        "error": ["boom", None],
+        "priority": [2, None],
+        "tenant": ["t", None],
+        "queue_ms": [0.5, None],
+        "requested_model": ["r", None],
+        "trace_id": ["0" * 32, None],
+    }
+    names = {f.name for f in dataclasses.fields(AccessRecord)}
+    always = {"request_id", "method", "path", "ts", "status", "attempts", "stream"}
+    assert names == always | set(samples)  # a new field needs a sample here (and a line in line_fields)
+    for _ in range(300):
+        record = AccessRecord(request_id="r", method="POST", path="/v1/completions", ts=1.5)
+        record.status = rng.choice([200, 429])
+        record.attempts = rng.choice([1, 2])
+        record.stream = rng.choice([True, False])
+        for name, values in samples.items():
+            setattr(record, name, rng.choice(values))
+        assert list(record.line_fields().items()) == list(_generic_fields(record).items())

@@ -421,3 +421,29 @@ async def test_waiting_for_a_free_slot_counts_against_head_timeout() -> None:
         )
         assert await resp.read() == b'{"n":2}'  # a head within the bound: answered as usual
         resp.close()
+
+
+async def test_a_body_that_came_with_its_head_is_received_without_waiting_else_read() -> None:
+    """``received`` hands over a complete body at once (the forward path's no-await read of a whole
+    answer) and answers ``None`` while the body is still arriving, which ``read`` then waits for."""
+
+    async def split(srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await srv.read_request(reader)
+        writer.write(ok(b'{"whole":1}'))  # head and body in one write
+        await writer.drain()
+        await srv.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nab")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"cdef")
+        await writer.drain()
+
+    async with scripted(split) as srv, pool() as p:
+        resp = await post(p, srv, b"a")
+        assert resp.received() == b'{"whole":1}'
+        resp.close()
+        resp = await post(p, srv, b"b")
+        assert resp.received() is None
+        assert await resp.read() == b"abcdef"
+        resp.close()
+        assert srv.connections == 1  # both complete: the connection was reused

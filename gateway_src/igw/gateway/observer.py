@@ -20,7 +20,7 @@ from aiohttp import web
 
 from igw.gateway.access_log import AccessRecord
 from igw.gateway.forwarded_answer import ForwardedAnswer
-from igw.gateway.telemetry import UNKNOWN_MODEL, GatewayMetrics
+from igw.gateway.telemetry import UNKNOWN_MODEL, GatewayMetrics, ModelSeries
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.types import RoutingDecision
 
@@ -45,6 +45,7 @@ class RequestObserver:
         "on_finish",
         "record",
         "requested_label",
+        "series",
         "started",
         "trace",
     )
@@ -59,6 +60,9 @@ class RequestObserver:
         """The ``requested_model`` label: the configured name a canary rewrite matched, else ``model``."""
         self.trace: RequestTrace | None = None
         """The request's spans (set by the request path when tracing is on)."""
+        self.series: ModelSeries | None = None
+        """The request's per-model series once :meth:`exchanged` looked them up (its labels are
+        final by then), so :meth:`finish` does not look them up again."""
         self.on_finish: Callable[[int, float], None] | None = None
         """Called with the final status and duration (set by the request path for canary rewrites)."""
         self._done = False
@@ -159,7 +163,7 @@ class RequestObserver:
 
     def exchanged(self, result: ExchangeResult, *, prompt_tokens: int, completion_tokens: int) -> None:
         """The upstream exchange finished: latency series, token counters, errors."""
-        series = self.metrics.model_series(self.model_label, self.requested_label)
+        series = self.series = self.metrics.model_series(self.model_label, self.requested_label)
         if result.ttft_s is not None:
             series.ttft.observe(result.ttft_s)
             self.record.ttft_ms = round(result.ttft_s * 1000, 3)
@@ -209,7 +213,9 @@ class RequestObserver:
             self.record.trace_id = self.trace.recorded_trace_id
         self.record.status = status
         self.record.duration_ms = round(elapsed * 1000, 3)
-        series = self.metrics.model_series(self.model_label, self.requested_label)
+        series = self.series
+        if series is None:
+            series = self.metrics.model_series(self.model_label, self.requested_label)
         series.requests(status).inc()
         series.duration.observe(elapsed)
         if self.on_finish is not None:

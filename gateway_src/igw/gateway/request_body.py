@@ -49,16 +49,25 @@ class InferenceBody:
     max_tokens: int | None
 
 
-async def read_limited(request: web.Request, *, limit: int) -> bytes:
+def received_whole(request: web.Request, *, limit: int) -> bytes:
+    """The body of a request whose body has all arrived (``request.content.is_eof()``: the usual
+    case, the body came with its head), read without a coroutine; :class:`BodyTooLarge` past
+    ``limit`` as :func:`read_limited`."""
     length = request.content_length
     if length is not None and length > limit:
         raise BodyTooLarge(limit)
-    content = request.content
-    if content.is_eof():  # the whole body arrived with the head (the usual case): no awaits needed
-        whole = content.read_nowait()
-        if len(whole) > limit:
-            raise BodyTooLarge(limit)
-        return whole
+    whole = request.content.read_nowait()
+    if len(whole) > limit:
+        raise BodyTooLarge(limit)
+    return whole
+
+
+async def read_limited(request: web.Request, *, limit: int) -> bytes:
+    if request.content.is_eof():  # the whole body arrived with the head (the usual case): no awaits needed
+        return received_whole(request, limit=limit)
+    length = request.content_length
+    if length is not None and length > limit:
+        raise BodyTooLarge(limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_chunked(64 * 1024):

@@ -34,14 +34,18 @@ class InflightRequests:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def enter(self) -> None:
+    def enter(self) -> asyncio.Task[object] | None:
+        """Count the calling task in; returns it, for :meth:`leave` (one task look-up per request)."""
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
             self._idle.clear()
+        return task
 
-    def leave(self) -> None:
-        task = asyncio.current_task()
+    def leave(self, task: asyncio.Task[object] | None = None) -> None:
+        """Count ``task`` (the one :meth:`enter` returned; the calling task when not given) out."""
+        if task is None:
+            task = asyncio.current_task()
         if task is not None:
             self._tasks.discard(task)
         if not self._tasks:

@@ -311,25 +311,28 @@ async def exchange(
                 idle_timeout_s=idle_timeout_s,
                 on_first_token=on_first_token,
             )
-        return await _relay_whole(upstream, extra=response_headers, started=started)
+        # A complete answer, read in this coroutine: usually it came with its head (no wait at all)
+        try:
+            payload = upstream.received()
+            if payload is None:
+                payload = await upstream.read()
+        except UpstreamBroken as exc:
+            return ExchangeResult(
+                answer=gateway_error(
+                    "upstream_error", f"upstream failed while sending its response: {type(exc).__name__}"
+                ),
+                status=502,
+                ok=False,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        return _whole_answer(upstream, payload, extra=response_headers)
     finally:
         upstream.close()
 
 
-async def _relay_whole(
-    upstream: UpstreamResponse, *, extra: Mapping[str, str], started: float
-) -> ExchangeResult:
-    try:
-        payload = await upstream.read()
-    except UpstreamBroken as exc:
-        return ExchangeResult(
-            answer=gateway_error(
-                "upstream_error", f"upstream failed while sending its response: {type(exc).__name__}"
-            ),
-            status=502,
-            ok=False,
-            error=f"{type(exc).__name__}: {exc}",
-        )
+def _whole_answer(upstream: UpstreamResponse, payload: bytes, *, extra: Mapping[str, str]) -> ExchangeResult:
+    """A complete (non-streamed) upstream answer: forwarded as it came (a non-JSON error wrapped in
+    the OpenAI shape), with the token usage its JSON body reports."""
     usage = None
     is_json = upstream.content_type == "application/json" and b"content-encoding" not in upstream.noted
     if is_json:

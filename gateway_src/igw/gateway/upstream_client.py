@@ -35,8 +35,7 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final, Protocol, cast
+from typing import Final, NamedTuple, Protocol, cast
 
 import httptools
 from multidict import CIMultiDict
@@ -103,9 +102,10 @@ class UpstreamBroken(IgwGatewayError):
     was complete."""
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """Where a connection goes: pooled connections are shared per origin."""
+class Origin(NamedTuple):
+    """Where a connection goes: pooled connections are shared per origin. A named tuple (immutable,
+    compared by value) rather than a frozen dataclass: the pool looks an origin up twice per request,
+    and a tuple hashes in C where a dataclass runs a generated Python ``__hash__``."""
 
     host: str
     port: int
@@ -269,6 +269,13 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def progress(self) -> asyncio.Future[None]:
+        """A future done when the parser reports progress (what :meth:`wait` waits for, without a
+        timeout): awaited directly, without a coroutine of its own around it. A cancelled or
+        completed one left behind is harmless (:meth:`_wake` skips a future that is done)."""
+        waiter = self._waiter = self.pool.loop.create_future()
+        return waiter
+
     async def wait(self, timeout_s: float | None = None) -> None:
         """Until the parser reports progress (headers, body bytes, the end, or an error), or at most
         ``timeout_s`` (one timer handle: cheaper per streamed event than an ``asyncio.timeout``)."""
@@ -349,13 +356,21 @@ class UpstreamResponse:
             if conn.error is not None:
                 raise conn.error
             if deadline is None:
-                await conn.wait()
+                await conn.progress()
                 continue
             left = deadline - conn.pool.loop.time()
             if left <= 0:
                 return None
             await conn.wait(left)
         return conn.take()
+
+    def received(self) -> bytes | None:
+        """The whole body when it has all arrived already (the usual case for a complete answer: it
+        came in the same read as the head), else ``None`` (then :meth:`read` waits for it)."""
+        conn = self._conn
+        if conn.complete:
+            return conn.take()
+        return None
 
     async def read(self) -> bytes:
         """The whole body. Raises :class:`UpstreamBroken` when the connection fails before its end
@@ -376,7 +391,7 @@ class UpstreamResponse:
                     conn.abort()
                     raise UpstreamBroken(f"the response body is larger than {MAX_WHOLE_BODY_BYTES} bytes")
                 parts.append(part)
-            await conn.wait()
+            await conn.progress()
         if not parts:
             return conn.take()
         parts.append(conn.take())
@@ -489,7 +504,7 @@ class UpstreamPool:
                 error = conn.error
                 if error is None:
                     if deadline is None:
-                        await conn.wait()
+                        await conn.progress()
                         continue
                     left = deadline - self.loop.time()
                     if left <= 0:
