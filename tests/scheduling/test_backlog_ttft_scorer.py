@@ -793,22 +793,36 @@ def test_the_slope_spread_parameter() -> None:
 
 
 @pytest.mark.parametrize(
-    ("dispatched", "waiting", "extra_means"),
+    ("share", "dispatched", "waiting", "extra_means"),
     [
-        (4, 4, 0),  # every waiting request is one of this router's dispatches: in the backlog already
-        (4, 6, 2),  # two more than it sent: another router's traffic, one mean TTFT each
-        (1, 3, 2),
-        (0, 2, 2),
+        # ownWaitingShare 0 (routing round 7): this router's waiting dispatches are in the backlog already.
+        (0.0, 4, 4, 0.0),
+        (0.0, 4, 6, 2.0),  # two more than it sent: another router's traffic, one mean TTFT each
+        (0.0, 1, 3, 2.0),
+        (0.0, 0, 2, 2.0),
+        # 1 (before round 7): a non-empty backlog explains one waiting request, no more.
+        (1.0, 4, 4, 3.0),
+        (1.0, 4, 6, 5.0),
+        (1.0, 1, 3, 2.0),
+        (1.0, 0, 2, 2.0),
+        # The default, 0.5: each pending dispatch beyond the first explains half a waiting request.
+        (0.5, 4, 4, 1.5),  # 4 - (1 + 0.5 x 3)
+        (0.5, 4, 6, 3.5),
+        (0.5, 2, 2, 0.5),
+        (0.5, 1, 3, 2.0),  # one dispatch: the non-empty backlog explains it in full, as before
+        (0.5, 0, 2, 2.0),  # nothing of this router's: every waiting request costs a mean TTFT
+        (0.5, 6, 2, 0.0),  # more dispatches than waiting requests: nothing added, never taken off
     ],
 )
-def test_waiting_requests_this_router_dispatched_are_not_counted_twice(
-    dispatched: int, waiting: int, extra_means: int
+def test_waiting_requests_this_router_dispatched_count_by_the_own_waiting_share(
+    share: float, dispatched: int, waiting: int, extra_means: float
 ) -> None:
     """The backlog holds the prompt tokens of this router's dispatches still waiting for a first
-    token; the scrape's ``waiting`` count adds one mean TTFT only for requests beyond those. Counting
-    all but one of them again added seconds to every busy pod's prediction in a burst and sent long
-    prompts to idle slow pods (docs/benchmark.md, routing round 7)."""
-    s = BacklogTtftScorer()
+    token; the scrape's ``waiting`` count adds one mean TTFT per request beyond the first that they
+    do not explain, and ``ownWaitingShare`` of one per request they do. Counted in full they added
+    seconds to every busy pod's prediction in a burst (routing round 7); not at all, a pod deep in
+    this router's long prompts was predicted at its idle drain speed and took more (round 8)."""
+    s = BacklogTtftScorer(own_waiting_share=share)
     teach(s, "a", H100)
     now = LATER
     for i in range(dispatched):
@@ -816,6 +830,15 @@ def test_waiting_requests_this_router_dispatched_are_not_counted_twice(
     [plain] = s.predicted([ep("a", waiting=0)], tokens=1000, now=now)
     [busy] = s.predicted([ep("a", waiting=waiting)], tokens=1000, now=now)
     assert busy - plain == pytest.approx(extra_means * s.fits["a"].mean_y, rel=1e-9, abs=1e-12)
+
+
+def test_the_own_waiting_share_parameter() -> None:
+    assert factory(TYPE, {}, "p").own_waiting_share == 0.5
+    assert factory(TYPE, {"ownWaitingShare": 0}, "p").own_waiting_share == 0.0
+    assert factory(TYPE, {"ownWaitingShare": 1}, "p").own_waiting_share == 1.0
+    for bad in (-0.1, 1.5):
+        with pytest.raises(SchedulerConfigError, match=r"p.*ownWaitingShare"):
+            factory(TYPE, {"ownWaitingShare": bad}, "p")
 
 
 def test_a_first_token_ends_a_dispatchs_share_of_the_waiting_count() -> None:
