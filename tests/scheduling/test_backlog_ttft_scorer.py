@@ -805,13 +805,17 @@ def test_the_slope_spread_parameter() -> None:
         (1.0, 4, 6, 5.0),
         (1.0, 1, 3, 2.0),
         (1.0, 0, 2, 2.0),
-        # The default, 0.5: each pending dispatch beyond the first explains half a waiting request.
+        # 0.5: each pending dispatch beyond the first explains half a waiting request.
         (0.5, 4, 4, 1.5),  # 4 - (1 + 0.5 x 3)
         (0.5, 4, 6, 3.5),
         (0.5, 2, 2, 0.5),
         (0.5, 1, 3, 2.0),  # one dispatch: the non-empty backlog explains it in full, as before
         (0.5, 0, 2, 2.0),  # nothing of this router's: every waiting request costs a mean TTFT
         (0.5, 6, 2, 0.0),  # more dispatches than waiting requests: nothing added, never taken off
+        # The default, 0.25: three quarters of a waiting request each.
+        (0.25, 4, 4, 0.75),  # 4 - (1 + 0.75 x 3)
+        (0.25, 4, 6, 2.75),
+        (0.25, 3, 2, 0.0),  # 2 - (1 + 0.75 x 2) < 0: nothing
     ],
 )
 def test_waiting_requests_this_router_dispatched_count_by_the_own_waiting_share(
@@ -833,7 +837,8 @@ def test_waiting_requests_this_router_dispatched_count_by_the_own_waiting_share(
 
 
 def test_the_own_waiting_share_parameter() -> None:
-    assert factory(TYPE, {}, "p").own_waiting_share == 0.5
+    assert factory(TYPE, {}, "p").own_waiting_share == 0.25
+    assert BacklogTtftScorer().own_waiting_share == 0.25
     assert factory(TYPE, {"ownWaitingShare": 0}, "p").own_waiting_share == 0.0
     assert factory(TYPE, {"ownWaitingShare": 1}, "p").own_waiting_share == 1.0
     for bad in (-0.1, 1.5):

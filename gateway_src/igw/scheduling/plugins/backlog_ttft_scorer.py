@@ -121,7 +121,7 @@ everywhere there, default 0.25: with this scorer's default weight 4, one more we
 ``slopeSpread`` (standard deviation of tokens ahead, in tokens, a fit's samples need before its own
 slope is used, default 64; 0: any spread), ``ownWaitingShare`` (share of a mean TTFT still added per
 scraped waiting request that this router's pending dispatches beyond the first explain, 0 to 1; 0:
-none, as in routing round 7; 1: all, as before it; default 0.5).
+none, as in routing round 7; 1: all, as before it; default 0.25).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ DEFAULT_ONE_KIND_SHARE = 0.25
 DEFAULT_SLOPE_SPREAD = 64.0
 """Standard deviation of tokens ahead a fit's samples need before its own slope is trusted
 (``slopeSpread``; 0: any spread)."""
-DEFAULT_OWN_WAITING_SHARE = 0.5
+DEFAULT_OWN_WAITING_SHARE = 0.25
 """Share of a mean TTFT a scraped waiting request still adds when this router's pending dispatches
 (beyond the first, which a non-empty backlog explains) account for it (``ownWaitingShare``)."""
 DEFAULT_HARDWARE_LABEL = "gpu"
