@@ -836,6 +836,36 @@ def test_waiting_requests_this_router_dispatched_count_by_the_own_waiting_share(
     assert busy - plain == pytest.approx(extra_means * s.fits["a"].mean_y, rel=1e-9, abs=1e-12)
 
 
+def busy_mixed_scores(share: float, scored: RoutingRequest) -> list[float | None]:
+    """Scores of a fast pod with four of this router's dispatches pending and four scraped waiting,
+    beside an idle slow pod (both running the adapter ``ad``: no slot price between them)."""
+    s = BacklogTtftScorer(own_waiting_share=share)
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    big = functools.partial(ep, block_size=16, num_gpu_blocks=4000, max_lora=4, active=frozenset({"ad"}))
+    small = functools.partial(ep, block_size=16, num_gpu_blocks=500, max_lora=4, active=frozenset({"ad"}))
+    for i in range(4):
+        s.on_picked(ctx(request(500, f"q{i}"), now=LATER), big("h100"))
+    return s.score(ctx(scored, now=LATER), [big("h100", waiting=4), small("a10g")])
+
+
+def test_the_own_waiting_share_counts_for_requests_without_an_adapter_only() -> None:
+    """An adapter request's waiting count is read as in routing round 7 (each pending dispatch
+    explains one waiting request) whatever the share: on a LoRA fleet a waiting request may be
+    waiting for a slot, which the slot price charges already (the share lengthened the LoRA draws'
+    tails, docs/benchmark.md, routing round 8). A request without an adapter sees the share."""
+    base = request(1000, "b")
+    assert busy_mixed_scores(0.0, base) != busy_mixed_scores(1.0, base)
+    _, idle_slow_0 = busy_mixed_scores(0.0, base)
+    _, idle_slow_1 = busy_mixed_scores(1.0, base)
+    assert idle_slow_0 is not None
+    assert idle_slow_1 is not None
+    assert idle_slow_1 > idle_slow_0  # three more waiting requests counted on the busy fast pod
+    adapter = adapter_request(tokens=1000)
+    assert busy_mixed_scores(1.0, adapter) == busy_mixed_scores(0.0, adapter)
+    assert busy_mixed_scores(0.25, adapter) == busy_mixed_scores(0.0, adapter)
+
+
 def test_the_own_waiting_share_parameter() -> None:
     assert factory(TYPE, {}, "p").own_waiting_share == 0.25
     assert BacklogTtftScorer().own_waiting_share == 0.25

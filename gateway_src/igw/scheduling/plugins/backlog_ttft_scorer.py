@@ -38,9 +38,11 @@ Model, per endpoint ``i``:
   (``pending``) explains ``1 - ownWaitingShare`` of one. Counted in full, as before routing round 7
   (share 1), they added seconds to every busy pod in a burst; not counted at all (share 0, round 7),
   a pod with a deep queue of this router's own long prompts was predicted as if the backlog drained
-  at its idle speed, which it does not while it decodes the batch beside them (a 2xH100 predicted
-  471 ms took a 2,985-token prompt and served it in 597 ms, and delayed the two ahead of it from
-  503 to 700 ms; docs/benchmark.md, routing round 8).
+  at its idle speed, which it does not while it decodes the batch beside them, and it kept taking
+  long prompts it then served late (docs/benchmark.md, routing round 8). For an adapter request
+  they explain a whole one each, as in round 7: there a waiting request may be waiting for a LoRA
+  slot, which the slot price already charges (the share lengthened the LoRA draws' tails, same
+  page).
 
 **Cold start.** Before any sample at all, each endpoint is assumed to prefill at a speed
 proportional to the KV cache it holds (``num_gpu_blocks x block_size`` from the scrape: a smaller
@@ -120,8 +122,9 @@ everywhere there, default 0.25: with this scorer's default weight 4, one more we
 ``hardwareLabel`` (pod label naming the GPU kind, default ``gpu``; "" switches the check off),
 ``slopeSpread`` (standard deviation of tokens ahead, in tokens, a fit's samples need before its own
 slope is used, default 64; 0: any spread), ``ownWaitingShare`` (share of a mean TTFT still added per
-scraped waiting request that this router's pending dispatches beyond the first explain, 0 to 1; 0:
-none, as in routing round 7; 1: all, as before it; default 0.25).
+scraped waiting request that this router's pending dispatches beyond the first explain, for
+requests without an adapter, 0 to 1; 0: none, as in routing round 7; 1: all, as before it; default
+0.25).
 """
 
 from __future__ import annotations
@@ -347,7 +350,10 @@ class BacklogTtftScorer(PluginHooks):
         self.name = name
         self.own_waiting_share = own_waiting_share
         self._pending_explains = 1.0 - own_waiting_share
-        """How much of one scraped waiting request each pending dispatch beyond the first explains."""
+        """How much of one scraped waiting request each pending dispatch beyond the first explains
+        (for a request without an adapter; an adapter request's explain one each)."""
+        self._adapter_cycle = False
+        """Whether the pick being scored is for an adapter request (set by :meth:`score`)."""
         self.slope_spread = slope_spread
         self.hardware_label = hardware_label
         self.one_kind_share = one_kind_share
@@ -605,7 +611,7 @@ class BacklogTtftScorer(PluginHooks):
         :meth:`_unfitted` with the helpers."""
         fits_get, pooled_get, backlogs_get = self.fits.get, pooled.get, self.backlogs.get
         pending_get = self.pending.get
-        pending_explains = self._pending_explains
+        pending_explains = 1.0 if self._adapter_cycle else self._pending_explains
         models = self._cycle_models
         # uncached() of an endpoint without a matched prefix share.
         plain = tokens * (1.0 - 0.0)
@@ -854,7 +860,11 @@ class BacklogTtftScorer(PluginHooks):
             # hardware, and before the first scrape nothing is known. Dispatches still count.
             return UnitScores([1.0] * len(endpoints))
         self._one_kind = False
-        scores = self._score_base(ctx, endpoints)
+        self._adapter_cycle = adapter is not None
+        try:
+            scores = self._score_base(ctx, endpoints)
+        finally:
+            self._adapter_cycle = False
         if adapter is None or self._one_kind:
             # Identical pods: the LoRA scorers and filter place adapter requests, as before.
             return scores
