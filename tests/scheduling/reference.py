@@ -229,7 +229,12 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
                 ]
             return [1.0] * len(endpoints)
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
-        predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=ctx.state.get(STATE_MATCH))
+        self._adapter_cycle = adapter is not None
+        try:
+            matched = ctx.state.get(STATE_MATCH)
+            predicted = self.predicted(endpoints, tokens=tokens, now=ctx.now, matched=matched)
+        finally:
+            self._adapter_cycle = False
         if adapter is None:
             idle = [b + sl * tokens for b, sl in (self._cycle_models[e.key] for e in endpoints)]
             measured = [
@@ -330,7 +335,12 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
             m = e.metrics
             if m is not None and m.waiting is not None and m.waiting > 0:
-                unexplained = m.waiting - max(self.pending.get(e.key, 0), 1 if ahead > 0 else 0)
+                # A non-empty backlog explains one waiting request; each further pending dispatch
+                # explains 1 - ownWaitingShare of one (a whole one for an adapter request).
+                first = 1 if ahead > 0 else 0
+                mine = max(self.pending.get(e.key, 0), first)
+                explains = 1.0 if self._adapter_cycle else 1.0 - self.own_waiting_share
+                unexplained = m.waiting - (first + explains * (mine - first))
                 if unexplained > 0:
                     predicted += unexplained * (fit.mean_y if fit is not None else intercept)
             out.append(predicted)

@@ -823,22 +823,40 @@ def test_the_slope_spread_parameter() -> None:
 
 
 @pytest.mark.parametrize(
-    ("dispatched", "waiting", "extra_means"),
+    ("share", "dispatched", "waiting", "extra_means"),
     [
-        (4, 4, 0),  # every waiting request is one of this router's dispatches: in the backlog already
-        (4, 6, 2),  # two more than it sent: another router's traffic, one mean TTFT each
-        (1, 3, 2),
-        (0, 2, 2),
+        # ownWaitingShare 0 (routing round 7): this router's waiting dispatches are in the backlog already.
+        (0.0, 4, 4, 0.0),
+        (0.0, 4, 6, 2.0),  # two more than it sent: another router's traffic, one mean TTFT each
+        (0.0, 1, 3, 2.0),
+        (0.0, 0, 2, 2.0),
+        # 1 (before round 7): a non-empty backlog explains one waiting request, no more.
+        (1.0, 4, 4, 3.0),
+        (1.0, 4, 6, 5.0),
+        (1.0, 1, 3, 2.0),
+        (1.0, 0, 2, 2.0),
+        # 0.5: each pending dispatch beyond the first explains half a waiting request.
+        (0.5, 4, 4, 1.5),  # 4 - (1 + 0.5 x 3)
+        (0.5, 4, 6, 3.5),
+        (0.5, 2, 2, 0.5),
+        (0.5, 1, 3, 2.0),  # one dispatch: the non-empty backlog explains it in full, as before
+        (0.5, 0, 2, 2.0),  # nothing of this router's: every waiting request costs a mean TTFT
+        (0.5, 6, 2, 0.0),  # more dispatches than waiting requests: nothing added, never taken off
+        # The default, 0.25: three quarters of a waiting request each.
+        (0.25, 4, 4, 0.75),  # 4 - (1 + 0.75 x 3)
+        (0.25, 4, 6, 2.75),
+        (0.25, 3, 2, 0.0),  # 2 - (1 + 0.75 x 2) < 0: nothing
     ],
 )
-def test_waiting_requests_this_router_dispatched_are_not_counted_twice(
-    dispatched: int, waiting: int, extra_means: int
+def test_waiting_requests_this_router_dispatched_count_by_the_own_waiting_share(
+    share: float, dispatched: int, waiting: int, extra_means: float
 ) -> None:
     """The backlog holds the prompt tokens of this router's dispatches still waiting for a first
-    token; the scrape's ``waiting`` count adds one mean TTFT only for requests beyond those. Counting
-    all but one of them again added seconds to every busy pod's prediction in a burst and sent long
-    prompts to idle slow pods (docs/benchmark.md, routing round 7)."""
-    s = BacklogTtftScorer()
+    token; the scrape's ``waiting`` count adds one mean TTFT per request beyond the first that they
+    do not explain, and ``ownWaitingShare`` of one per request they do. Counted in full they added
+    seconds to every busy pod's prediction in a burst (routing round 7); not at all, a pod deep in
+    this router's long prompts was predicted at its idle drain speed and took more (round 8)."""
+    s = BacklogTtftScorer(own_waiting_share=share)
     teach(s, "a", H100)
     now = LATER
     for i in range(dispatched):
@@ -846,6 +864,46 @@ def test_waiting_requests_this_router_dispatched_are_not_counted_twice(
     [plain] = s.predicted([ep("a", waiting=0)], tokens=1000, now=now)
     [busy] = s.predicted([ep("a", waiting=waiting)], tokens=1000, now=now)
     assert busy - plain == pytest.approx(extra_means * s.fits["a"].mean_y, rel=1e-9, abs=1e-12)
+
+
+def busy_mixed_scores(share: float, scored: RoutingRequest) -> list[float | None]:
+    """Scores of a fast pod with four of this router's dispatches pending and four scraped waiting,
+    beside an idle slow pod (both running the adapter ``ad``: no slot price between them)."""
+    s = BacklogTtftScorer(own_waiting_share=share)
+    teach(s, "h100", H100)
+    teach(s, "a10g", A10G)
+    big = functools.partial(ep, block_size=16, num_gpu_blocks=4000, max_lora=4, active=frozenset({"ad"}))
+    small = functools.partial(ep, block_size=16, num_gpu_blocks=500, max_lora=4, active=frozenset({"ad"}))
+    for i in range(4):
+        s.on_picked(ctx(request(500, f"q{i}"), now=LATER), big("h100"))
+    return s.score(ctx(scored, now=LATER), [big("h100", waiting=4), small("a10g")])
+
+
+def test_the_own_waiting_share_counts_for_requests_without_an_adapter_only() -> None:
+    """An adapter request's waiting count is read as in routing round 7 (each pending dispatch
+    explains one waiting request) whatever the share: on a LoRA fleet a waiting request may be
+    waiting for a slot, which the slot price charges already (the share lengthened the LoRA draws'
+    tails, docs/benchmark.md, routing round 8). A request without an adapter sees the share."""
+    base = request(1000, "b")
+    assert busy_mixed_scores(0.0, base) != busy_mixed_scores(1.0, base)
+    _, idle_slow_0 = busy_mixed_scores(0.0, base)
+    _, idle_slow_1 = busy_mixed_scores(1.0, base)
+    assert idle_slow_0 is not None
+    assert idle_slow_1 is not None
+    assert idle_slow_1 > idle_slow_0  # three more waiting requests counted on the busy fast pod
+    adapter = adapter_request(tokens=1000)
+    assert busy_mixed_scores(1.0, adapter) == busy_mixed_scores(0.0, adapter)
+    assert busy_mixed_scores(0.25, adapter) == busy_mixed_scores(0.0, adapter)
+
+
+def test_the_own_waiting_share_parameter() -> None:
+    assert factory(TYPE, {}, "p").own_waiting_share == 0.25
+    assert BacklogTtftScorer().own_waiting_share == 0.25
+    assert factory(TYPE, {"ownWaitingShare": 0}, "p").own_waiting_share == 0.0
+    assert factory(TYPE, {"ownWaitingShare": 1}, "p").own_waiting_share == 1.0
+    for bad in (-0.1, 1.5):
+        with pytest.raises(SchedulerConfigError, match=r"p.*ownWaitingShare"):
+            factory(TYPE, {"ownWaitingShare": bad}, "p")
 
 
 def test_a_first_token_ends_a_dispatchs_share_of_the_waiting_count() -> None:

@@ -33,9 +33,16 @@ Model, per endpoint ``i``:
   slope and took every long prompt of the next burst (docs/benchmark.md, routing round 7).
 * **prediction** for a request of ``n`` prompt tokens: ``b_i + s_i * (B_i + n)``; with scraped
   ``waiting`` requests beyond what the backlog explains (another router's traffic, requests stalled
-  for KV space), each adds the endpoint's mean observed TTFT. The backlog explains this router's
-  dispatches there still waiting for their first token (``pending``; at least one while the backlog
-  is not empty): counting them again added seconds to every busy pod in a burst.
+  for KV space), each adds the endpoint's mean observed TTFT. A non-empty backlog explains one
+  waiting request; each further dispatch of this router there still waiting for its first token
+  (``pending``) explains ``1 - ownWaitingShare`` of one. Counted in full, as before routing round 7
+  (share 1), they added seconds to every busy pod in a burst; not counted at all (share 0, round 7),
+  a pod with a deep queue of this router's own long prompts was predicted as if the backlog drained
+  at its idle speed, which it does not while it decodes the batch beside them, and it kept taking
+  long prompts it then served late (docs/benchmark.md, routing round 8). For an adapter request
+  they explain a whole one each, as in round 7: there a waiting request may be waiting for a LoRA
+  slot, which the slot price already charges (the share lengthened the LoRA draws' tails, same
+  page).
 
 **Cold start.** Before any sample at all, each endpoint is assumed to prefill at a speed
 proportional to the KV cache it holds (``num_gpu_blocks x block_size`` from the scrape: a smaller
@@ -116,7 +123,10 @@ leaves adapter requests to the LoRA scorers, scoring 1.0 everywhere, default 2),
 everywhere there, default 0.25: with this scorer's default weight 4, one more weight on that column),
 ``hardwareLabel`` (pod label naming the GPU kind, default ``gpu``; "" switches the check off),
 ``slopeSpread`` (standard deviation of tokens ahead, in tokens, a fit's samples need before its own
-slope is used, default 64; 0: any spread).
+slope is used, default 64; 0: any spread), ``ownWaitingShare`` (share of a mean TTFT still added per
+scraped waiting request that this router's pending dispatches beyond the first explain, for
+requests without an adapter, 0 to 1; 0: none, as in routing round 7; 1: all, as before it; default
+0.25).
 """
 
 from __future__ import annotations
@@ -160,6 +170,9 @@ DEFAULT_ONE_KIND_SHARE = 0.25
 DEFAULT_SLOPE_SPREAD = 64.0
 """Standard deviation of tokens ahead a fit's samples need before its own slope is trusted
 (``slopeSpread``; 0: any spread)."""
+DEFAULT_OWN_WAITING_SHARE = 0.25
+"""Share of a mean TTFT a scraped waiting request still adds when this router's pending dispatches
+(beyond the first, which a non-empty backlog explains) account for it (``ownWaitingShare``)."""
 DEFAULT_HARDWARE_LABEL = "gpu"
 """Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
 STATE_ONE_KIND = "backlog.one-kind"
@@ -348,8 +361,15 @@ class BacklogTtftScorer(PluginHooks):
         one_kind_share: float = DEFAULT_ONE_KIND_SHARE,
         hardware_label: str = DEFAULT_HARDWARE_LABEL,
         slope_spread: float = DEFAULT_SLOPE_SPREAD,
+        own_waiting_share: float = DEFAULT_OWN_WAITING_SHARE,
     ) -> None:
         self.name = name
+        self.own_waiting_share = own_waiting_share
+        self._pending_explains = 1.0 - own_waiting_share
+        """How much of one scraped waiting request each pending dispatch beyond the first explains
+        (for a request without an adapter; an adapter request's explain one each)."""
+        self._adapter_cycle = False
+        """Whether the pick being scored is for an adapter request (set by :meth:`score`)."""
         self.slope_spread = slope_spread
         self.hardware_label = hardware_label
         self.one_kind_share = one_kind_share
@@ -640,6 +660,7 @@ class BacklogTtftScorer(PluginHooks):
         :meth:`_unfitted` with the helpers."""
         fits_get, pooled_get, backlogs_get = self.fits.get, pooled.get, self.backlogs.get
         pending_get = self.pending.get
+        pending_explains = 1.0 if self._adapter_cycle else self._pending_explains
         models = self._cycle_models
         # uncached() of an endpoint without a matched prefix share.
         plain = tokens * (1.0 - 0.0)
@@ -722,12 +743,14 @@ class BacklogTtftScorer(PluginHooks):
             m = e.metrics
             if m is not None and (waiting := m.waiting) is not None and waiting > 0:
                 # Waiting requests beyond what this router's backlog explains (another router's
-                # traffic, requests stalled for KV space) each cost about one mean TTFT; this
-                # router's own dispatches still waiting for their first token are in the backlog.
-                explained = pending_get(key, 0)
-                if ahead > 0 and explained < 1:
-                    explained = 1
-                unexplained = waiting - explained
+                # traffic, requests stalled for KV space) each cost about one mean TTFT; a
+                # non-empty backlog explains one, and each further dispatch of this router still
+                # waiting for its first token explains ``1 - ownWaitingShare`` of one.
+                first = 1 if ahead > 0 else 0
+                mine = pending_get(key, 0)
+                if mine < first:
+                    mine = first
+                unexplained = waiting - (first + pending_explains * (mine - first))
                 if unexplained > 0:
                     predicted += unexplained * per_waiting
             out.append(predicted)
@@ -908,7 +931,11 @@ class BacklogTtftScorer(PluginHooks):
             # hardware, and before the first scrape nothing is known. Dispatches still count.
             return UnitScores([1.0] * len(endpoints))
         self._one_kind = False
-        scores = self._score_base(ctx, endpoints)
+        self._adapter_cycle = adapter is not None
+        try:
+            scores = self._score_base(ctx, endpoints)
+        finally:
+            self._adapter_cycle = False
         if adapter is None or self._one_kind:
             # Identical pods: the LoRA scorers and filter place adapter requests, as before.
             return scores
@@ -1227,6 +1254,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         one_kind_share=r.number("oneKindShare", DEFAULT_ONE_KIND_SHARE, minimum=0.0, maximum=1.0),
         hardware_label=r.string("hardwareLabel", DEFAULT_HARDWARE_LABEL),
         slope_spread=r.number("slopeSpread", DEFAULT_SLOPE_SPREAD, minimum=0.0),
+        own_waiting_share=r.number("ownWaitingShare", DEFAULT_OWN_WAITING_SHARE, minimum=0.0, maximum=1.0),
     )
     r.finish()
     return plugin
