@@ -13,6 +13,9 @@ import pytest
 import uvloop
 
 from igw.gateway.upstream_client import (
+    KEEPALIVE_IDLE_S,
+    KEEPALIVE_INTERVAL_S,
+    KEEPALIVE_PROBES,
     READ_HIGH_WATER,
     ConnectFailed,
     Origin,
@@ -137,6 +140,26 @@ async def test_request_head_body_and_keep_alive_reuse() -> None:
         assert b"X-Request-Id: r1" in lines
         assert b"Content-Length: 15" in lines
         assert body == b'{"prompt":"hi"}'
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_KEEPIDLE"), reason="per-socket keep-alive timing is Linux's")
+async def test_every_connection_probes_a_silent_peer_with_tcp_keepalive() -> None:
+    """A pod whose node vanished sends no RST: only keep-alive probes end a connection whose
+    non-streamed answer never comes (the kernel fails it after idle + interval x probes)."""
+    async with scripted(keep_serving) as srv, pool() as p:
+        resp = await post(p, srv, b"{}")
+        transport = resp._conn.transport
+        assert transport is not None
+        sock = transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        timing = [
+            sock.getsockopt(socket.IPPROTO_TCP, option)
+            for option in (socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT)
+        ]
+        assert timing == [KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES]
+        assert KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES <= 60  # within streamIdleTimeout
+        await resp.read()
+        resp.close()
 
 
 async def test_connections_left_idle_after_a_burst_close_without_further_traffic() -> None:

@@ -255,6 +255,17 @@ def _response_headers(upstream: UpstreamResponse, extra: Mapping[str, str]) -> C
     return out
 
 
+def _upstream_failed(what: str, exc: BaseException) -> ExchangeResult:
+    """A 502 ``upstream_error`` for a request nothing of which was relayed yet: ``what`` and the
+    exception's type for the client (never its text: it may name internal addresses), both for the log."""
+    return ExchangeResult(
+        answer=gateway_error("upstream_error", f"{what}: {type(exc).__name__}"),
+        status=502,
+        ok=False,
+        error=f"{type(exc).__name__}: {exc}",
+    )
+
+
 async def exchange(
     request: web.Request,
     *,
@@ -291,14 +302,7 @@ async def exchange(
             head_timeout_s=idle_timeout_s,
         )
     except (UpstreamBroken, OSError, TimeoutError) as exc:
-        return ExchangeResult(
-            answer=gateway_error(
-                "upstream_error", f"upstream {endpoint} failed before responding: {type(exc).__name__}"
-            ),
-            status=502,
-            ok=False,
-            error=f"{type(exc).__name__}: {exc}",
-        )
+        return _upstream_failed(f"upstream {endpoint} failed before responding", exc)
     try:
         if upstream.content_type == "text/event-stream":
             return await _relay_stream(
@@ -317,14 +321,7 @@ async def exchange(
             if payload is None:
                 payload = await upstream.read()
         except UpstreamBroken as exc:
-            return ExchangeResult(
-                answer=gateway_error(
-                    "upstream_error", f"upstream failed while sending its response: {type(exc).__name__}"
-                ),
-                status=502,
-                ok=False,
-                error=f"{type(exc).__name__}: {exc}",
-            )
+            return _upstream_failed("upstream failed while sending its response", exc)
         return _whole_answer(upstream, payload, extra=response_headers)
     finally:
         upstream.close()
