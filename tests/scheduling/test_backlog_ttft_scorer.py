@@ -615,14 +615,7 @@ def test_on_one_kind_of_hardware_it_repeats_a_share_of_the_predicted_ttft_column
 ) -> None:
     s = factory("b", {"oneKindShare": share}, "plugins[0].parameters")
     endpoints = [ep(f"e{i}", block_size=16, num_gpu_blocks=20_000) for i in range(3)]
-    r = RoutingRequest(
-        request_id="x",
-        model=adapter or "m",
-        base_model="m",
-        prefix_text="",
-        prompt_tokens=500,
-        adapter=adapter,
-    )
+    r = adapter_request(adapter) if adapter is not None else request(500, "x")
     c = ctx(r, now=LATER)
     published = endpoints if same_list else list(endpoints)
     c.state[STATE_SCORES] = PublishedScores(published, [1.0, 0.5, 0.0])
@@ -703,14 +696,7 @@ def test_it_publishes_the_one_kind_verdict_for_prefill_collision_scorer(
     endpoints = [
         ep(f"e{i}", block_size=16, num_gpu_blocks=20_000, labels={"gpu": gpu}) for i, gpu in enumerate(gpus)
     ]
-    r = RoutingRequest(
-        request_id="x",
-        model=adapter or "m",
-        base_model="m",
-        prefix_text="",
-        prompt_tokens=500,
-        adapter=adapter,
-    )
+    r = adapter_request(adapter) if adapter is not None else request(500, "x")
     c = ctx(r, now=LATER)
     s.score(c, endpoints)
     assert (c.state.get(STATE_ONE_KIND) is endpoints) is published, why
