@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
-import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ from igw.gateway.serving import (
     raise_fd_limit,
     serve_app,
 )
+from igw.gateway.stop_signals import StopSignals
 from igw.gateway.tracing_options import TracingOptions
 from igw.gateway.workers import WorkerRole
 
@@ -209,13 +209,10 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
     ssl_context = None if tls is None else tls[0]
     limits = options.limits
     async with contextlib.AsyncExitStack() as started:
+        stop_signals = started.enter_context(StopSignals(stop, asyncio.get_running_loop()))
         try:
             url = await started.enter_async_context(
                 serve_app(
@@ -235,7 +232,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         log.info("garbage collector: start-up objects frozen, thresholds %s", tune_collector())
         try:
             await stop.wait()
-            _ignore_further_stop_signals(loop)
+            stop_signals.ignore_further()
             app[STATE_KEY].draining = True
             log.info(
                 "stopping: not ready; serving for %gs more, then up to %gs for in-flight requests",
@@ -248,19 +245,6 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             if tls is not None:
                 await tls[1].close()
     log.info("igw gateway stopped")
-
-
-def _ignore_further_stop_signals(loop: asyncio.AbstractEventLoop) -> None:
-    """Once shutdown has begun, a repeated SIGTERM/SIGINT changes nothing: ignore it for good.
-
-    The loop's handlers are removed when it closes, which restores the default action (exit at once)
-    for the last moments of the process - the final flush of the access log among them - so a second
-    SIGTERM sent while it exits (a supervisor repeating the signal) ended it with -15 instead of 0.
-    """
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, signal.SIG_IGN)
 
 
 def _tls(config: GatewayConfig) -> Any:

@@ -1,0 +1,69 @@
+"""SIGTERM/SIGINT as a one-shot stop request for a long-running server process.
+
+The first signal sets an :class:`asyncio.Event` (the server starts its drain); from then on the
+process ignores both signals for good, so a supervisor that repeats SIGTERM while the server drains
+and exits still sees exit code 0.
+
+Why not ``loop.add_signal_handler``: removing such a handler - the loop does it when it closes, and
+so did the first version of "ignore from now on" - restores ``SIG_DFL`` before anything else can be
+set, and a repeated SIGTERM landing in that instant killed the process (-15 instead of 0; CI caught
+it once in a few thousand runs). Here the disposition goes from a Python handler straight to
+``SIG_IGN`` in one ``signal.signal`` call, and the loop never owns it, so closing it restores nothing.
+
+Delivery: Python runs the handler in the main thread. uvloop wakes for it through its own signal
+wake-up fd; the plain asyncio loop's ``select`` returns with EINTR (Linux hands a process-directed
+signal to the main thread first). The handler passes the stop to the loop with
+``call_soon_threadsafe``, which also wakes it through its self-pipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopSignals:
+    """Turns the first of ``signals`` into ``stop.set()`` on ``loop``; see the module docstring.
+
+    A context manager: entering routes the signals here (main thread only: ``signal.signal`` raises
+    ``ValueError`` elsewhere). Leaving before any stop (an error on the way up) puts the previous
+    handlers back; leaving after it keeps the signals ignored, since the process is on its way out.
+    """
+
+    def __init__(
+        self,
+        stop: asyncio.Event,
+        loop: asyncio.AbstractEventLoop,
+        signals: Sequence[signal.Signals] = STOP_SIGNALS,
+    ) -> None:
+        self._stop = stop
+        self._loop = loop
+        self._signals = tuple(signals)
+        self._received = False
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self._signals}
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._received:
+            for sig, previous in self._previous.items():
+                signal.signal(sig, previous)
+
+    def ignore_further(self) -> None:
+        """Shutdown has begun: a repeated signal changes nothing, now and in the process's last moments."""
+        self._received = True
+        for sig in self._signals:
+            signal.signal(sig, signal.SIG_IGN)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._received:  # a second signal before ignore_further ran: the stop is already on its way
+            return
+        self._received = True
+        self._loop.call_soon_threadsafe(self._stop.set)

@@ -1,0 +1,75 @@
+"""StopSignals: the first SIGTERM/SIGINT sets the stop event; afterwards both are ignored for good, and
+the disposition never passes through the default action (which would kill the process)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from igw.gateway.stop_signals import StopSignals
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@pytest.fixture
+def restore_dispositions() -> Iterator[None]:
+    saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("restore_dispositions")
+@pytest.mark.parametrize("sig", SIGNALS)
+async def test_the_first_signal_stops_and_repeats_are_then_ignored(sig: signal.Signals) -> None:
+    stop = asyncio.Event()
+    with StopSignals(stop, asyncio.get_running_loop()) as signals:
+        os.kill(os.getpid(), sig)
+        await asyncio.wait_for(stop.wait(), timeout=5)
+        signals.ignore_further()
+        for watched in SIGNALS:
+            assert signal.getsignal(watched) is signal.SIG_IGN
+        os.kill(os.getpid(), sig)  # would end the test process under the default action
+        await asyncio.sleep(0.01)
+    for watched in SIGNALS:  # leaving after the stop keeps them ignored: the process is on its way out
+        assert signal.getsignal(watched) is signal.SIG_IGN
+
+
+@pytest.mark.usefixtures("restore_dispositions")
+async def test_a_second_signal_before_the_drain_starts_changes_nothing() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    scheduled: list[object] = []
+    real_call_soon_threadsafe = loop.call_soon_threadsafe
+
+    def counting(callback: object, *args: object) -> asyncio.Handle:
+        scheduled.append(callback)
+        return real_call_soon_threadsafe(callback, *args)  # type: ignore[arg-type]
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign,assignment]
+    try:
+        with StopSignals(stop, loop):
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.wait_for(stop.wait(), timeout=5)
+    finally:
+        del loop.call_soon_threadsafe
+    assert scheduled == [stop.set]
+
+
+@pytest.mark.usefixtures("restore_dispositions")
+async def test_leaving_without_a_stop_puts_the_previous_handlers_back() -> None:
+    def previous(signum: int, frame: object) -> None:
+        raise AssertionError("not called here")
+
+    for sig in SIGNALS:
+        signal.signal(sig, previous)
+    with StopSignals(asyncio.Event(), asyncio.get_running_loop()):
+        for sig in SIGNALS:
+            assert signal.getsignal(sig) is not previous
+    for sig in SIGNALS:
+        assert signal.getsignal(sig) is previous
