@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from igw.gateway.discovery.kube_client import KubeClientError
     from igw.gateway.emf_sink import AgentEndpoint, EmfEndpointError
     from igw.gateway.serving import ListenError
+    from igw.gateway.stop_signals import hold_stop_signals, ignore_held_stop_signals
     from igw.operator.dataplane import DataPlaneSettings
     from igw.operator.runner import OperatorOptions, run_operator
     from igw.operator.tls import AutoTlsSettings, IssuerRef, TlsIssuerError
@@ -157,10 +158,18 @@ def run(args: argparse.Namespace) -> int:
         for signum in signals:
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(signum, stop.set)
-        return await run_operator(options, stop=stop, stop_signals=signals)
+        try:
+            return await run_operator(options, stop=stop, stop_signals=signals)
+        finally:
+            # The loop owns the handlers (kopf's, then ours) and removes them when it closes, which
+            # restores the default action: a supervisor's repeated SIGTERM landing then ended the
+            # operator with -15. Held from here, ignored (and discarded) once the loop is gone.
+            hold_stop_signals(signals)
 
     try:
         return asyncio.run(main())
     except (KubeClientError, ListenError) as exc:
         print(f"igw operator: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        ignore_held_stop_signals()

@@ -67,3 +67,21 @@ class StopSignals:
             return
         self._received = True
         self._loop.call_soon_threadsafe(self._stop.set)
+
+
+def hold_stop_signals(signals: Sequence[signal.Signals] = STOP_SIGNALS) -> None:
+    """Block ``signals`` in the calling (main) thread for the rest of the process's life.
+
+    For a process whose event loop owns its SIGTERM/SIGINT handlers (``igw operator``: kopf registers
+    them on the loop, and the loop removes them - restoring the default action - when it closes).
+    Call it once stopping is done, before the loop closes: a repeat then stays pending instead of
+    killing the process, and :func:`ignore_held_stop_signals` discards it after the loop is gone. The
+    loop's executor threads, which do not block them, are joined before the loop closes.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+
+
+def ignore_held_stop_signals(signals: Sequence[signal.Signals] = STOP_SIGNALS) -> None:
+    """After :func:`hold_stop_signals` and the loop's close: ignore ``signals``, discarding a pending one."""
+    for sig in signals:
+        signal.signal(sig, signal.SIG_IGN)
