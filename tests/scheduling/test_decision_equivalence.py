@@ -781,6 +781,50 @@ def test_backlog_on_picked_matches_its_reference(
         assert (fast.prompt_mean, fast._prompts) == (reference.prompt_mean, reference._prompts)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    queued=st.sampled_from([0.0, 10.0, 500.0, 5000.0, 1e6]),
+    at=st.sampled_from([0.0, 0.5, 2.0]),  # the outcomes arrive from 1.0 on: 2.0 is "from the future"
+    sent_after=st.sampled_from([0.0, 100.0, 1e7]),  # tokens dispatched after the request (the cap)
+    mean_x=st.one_of(st.none(), st.sampled_from([-1.0, 0.0, 300.0, 2000.0])),  # None: no fit before
+    model=st.one_of(
+        st.none(), st.tuples(st.sampled_from([0.0, 0.01, -0.01]), st.sampled_from([0.0, 1e-5, 3e-4, -1e-5]))
+    ),
+    ttft=st.sampled_from([0.0, 0.02, 0.5, math.inf, -1.0]),
+    outcomes=st.integers(min_value=1, max_value=12),
+)
+def test_backlog_outcome_matches_its_reference(
+    queued: float,
+    at: float,
+    sent_after: float,
+    mean_x: float | None,
+    model: tuple[float, float] | None,
+    ttft: float,
+    outcomes: int,
+) -> None:
+    """The written-out first-token cap of an outcome (the backlog drained up to now at the cycle's
+    model, capped at what was dispatched after the request) against the helpers: backlogs ahead of
+    and behind now, deep ones (beyond the mean tokens ahead), drains that are not positive, no
+    model at all, and outcomes that teach nothing (infinite or negative TTFT)."""
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    for scorer in (fast, reference):
+        scorer.backlogs["a"] = Backlog(tokens=queued, at=at, total=queued + sent_after)
+        if mean_x is not None:
+            scorer.fits["a"] = LinearFit(mean_x=mean_x, mean_y=0.05, count=3)
+        scorer._cycle_models = {} if model is None else {"a": model}
+    for i in range(outcomes):
+        outcome = RequestOutcome(
+            request_id=str(i), endpoint="a", ok=True, ttft_s=ttft, prompt_tokens=300 + 97 * i
+        )
+        for scorer in (fast, reference):
+            scorer.dispatched[str(i)] = ("a", 40.0 * i, queued + 0.5 * sent_after * i)
+            scorer.pending["a"] = scorer.pending.get("a", 0) + 1
+            scorer.on_complete(outcome, now=1.0 + 0.003 * i)
+        assert fast.backlogs == reference.backlogs, i
+        assert fast.fits == reference.fits, i
+        assert fast.pending == reference.pending, i
+
+
 def test_backlog_speed_check_is_not_kept_across_a_removal_under_the_same_candidates() -> None:
     """Two alike-KV endpoints measured at different speeds are told apart; once one is removed (its
     fit forgotten, no outcome in between), the same candidate list is one kind of hardware, as the

@@ -1237,9 +1237,24 @@ class BacklogTtftScorer(PluginHooks):
         if backlog is not None:
             # The engine prefills in arrival order: once this request has its first token, all that
             # was dispatched there before it is prefilled too, so at most what came after is left.
+            # Once per outcome, so :meth:`_drain_slope` (``fit`` is the key's fit) and
+            # :meth:`Backlog.now` are written out as in :meth:`on_picked`: the same floats.
             model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
-            drain = self._drain_slope(key, *model, backlog.tokens) if model is not None else 0.0
-            backlog.tokens = min(backlog.now(now, drain), backlog.total - total_after)
+            queued = backlog.tokens
+            if model is None:
+                ahead = queued  # no drain: Backlog.now at slope 0
+            else:
+                intercept, slope = model
+                typical = fit.mean_x if fit.mean_x > 0 else DEFAULT_TYPICAL_TOKENS
+                drain = slope + intercept / (queued if queued > typical else typical)
+                if drain <= 0:
+                    ahead = queued
+                else:
+                    elapsed = now - backlog.at
+                    ahead = queued - (elapsed if elapsed > 0.0 else 0.0) / drain
+                    if not ahead > 0.0:
+                        ahead = 0.0
+            backlog.tokens = min(ahead, backlog.total - total_after)
             backlog.at = now
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
