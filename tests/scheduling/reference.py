@@ -38,7 +38,7 @@ from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScor
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, STATE_MATCH, PrefixCacheScorer
 from igw.scheduling.plugins.queue_scorer import QueueScorer
 from igw.scheduling.scheduler import Profile, WeightedScorer
-from igw.scheduling.types import EndpointKey, EndpointView, RoutingRequest
+from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
 
 
 def reference_min_max_inverse(values: Sequence[float | None]) -> list[float | None]:
@@ -286,6 +286,32 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         pending[key] = pending.get(key, 0) + 1
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
             pending[self.dispatched.popitem(last=False)[1][0]] -= 1
+
+    def _learn(self, outcome: RequestOutcome, *, now: float) -> None:
+        """The outcome's fit and backlog cap through the helpers (before ``_learn`` wrote the drain
+        out); the kept speed check is left to the scorer (this reference's ``score`` does not read it)."""
+        entry = self.dispatched.pop(outcome.request_id, None)
+        if entry is not None:
+            self.pending[entry[0]] -= 1
+        if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
+            return
+        key, ahead, total_after = entry
+        own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
+        if not math.isfinite(outcome.ttft_s):
+            return
+        fit = self.fits.get(key)
+        if fit is None:
+            fit = self.fits[key] = LinearFit()
+            self._members_version += 1
+        fit.observe(ahead + own, outcome.ttft_s, alpha=self.alpha)
+        self.pools.set(key, fit.regression(min_samples=MIN_FIT_SAMPLES, min_spread=self.slope_spread))
+        self._fits_version += 1
+        backlog = self.backlogs.get(key)
+        if backlog is not None:
+            model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
+            drain = self._drain_slope(key, *model, backlog.tokens) if model is not None else 0.0
+            backlog.tokens = min(backlog.now(now, drain), backlog.total - total_after)
+            backlog.at = now
 
     def predicted(
         self,

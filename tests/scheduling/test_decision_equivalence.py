@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from igw.config.model import LabelSelector, SchedulerSpec
 from igw.scheduling import dispatch_ledger
+from igw.scheduling.columns import ScrapeCache
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.framework import CycleContext, UnitScores
@@ -33,6 +34,8 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     BacklogTtftScorer,
     LinearFit,
     Predictions,
+    capacities_updated,
+    kv_capacities,
 )
 from igw.scheduling.plugins.context_length_filter import fitting
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
@@ -778,6 +781,50 @@ def test_backlog_on_picked_matches_its_reference(
         assert (fast.prompt_mean, fast._prompts) == (reference.prompt_mean, reference._prompts)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    queued=st.sampled_from([0.0, 10.0, 500.0, 5000.0, 1e6]),
+    at=st.sampled_from([0.0, 0.5, 2.0]),  # the outcomes arrive from 1.0 on: 2.0 is "from the future"
+    sent_after=st.sampled_from([0.0, 100.0, 1e7]),  # tokens dispatched after the request (the cap)
+    mean_x=st.one_of(st.none(), st.sampled_from([-1.0, 0.0, 300.0, 2000.0])),  # None: no fit before
+    model=st.one_of(
+        st.none(), st.tuples(st.sampled_from([0.0, 0.01, -0.01]), st.sampled_from([0.0, 1e-5, 3e-4, -1e-5]))
+    ),
+    ttft=st.sampled_from([0.0, 0.02, 0.5, math.inf, -1.0]),
+    outcomes=st.integers(min_value=1, max_value=12),
+)
+def test_backlog_outcome_matches_its_reference(
+    queued: float,
+    at: float,
+    sent_after: float,
+    mean_x: float | None,
+    model: tuple[float, float] | None,
+    ttft: float,
+    outcomes: int,
+) -> None:
+    """The written-out first-token cap of an outcome (the backlog drained up to now at the cycle's
+    model, capped at what was dispatched after the request) against the helpers: backlogs ahead of
+    and behind now, deep ones (beyond the mean tokens ahead), drains that are not positive, no
+    model at all, and outcomes that teach nothing (infinite or negative TTFT)."""
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    for scorer in (fast, reference):
+        scorer.backlogs["a"] = Backlog(tokens=queued, at=at, total=queued + sent_after)
+        if mean_x is not None:
+            scorer.fits["a"] = LinearFit(mean_x=mean_x, mean_y=0.05, count=3)
+        scorer._cycle_models = {} if model is None else {"a": model}
+    for i in range(outcomes):
+        outcome = RequestOutcome(
+            request_id=str(i), endpoint="a", ok=True, ttft_s=ttft, prompt_tokens=300 + 97 * i
+        )
+        for scorer in (fast, reference):
+            scorer.dispatched[str(i)] = ("a", 40.0 * i, queued + 0.5 * sent_after * i)
+            scorer.pending["a"] = scorer.pending.get("a", 0) + 1
+            scorer.on_complete(outcome, now=1.0 + 0.003 * i)
+        assert fast.backlogs == reference.backlogs, i
+        assert fast.fits == reference.fits, i
+        assert fast.pending == reference.pending, i
+
+
 def test_backlog_speed_check_is_not_kept_across_a_removal_under_the_same_candidates() -> None:
     """Two alike-KV endpoints measured at different speeds are told apart; once one is removed (its
     fit forgotten, no outcome in between), the same candidate list is one kind of hardware, as the
@@ -850,6 +897,45 @@ def test_backlog_speed_check_follows_an_endpoint_reaching_its_speed_samples(
     assert one_kind == [True] * (SPEED_SAMPLES - 1) + [False, False]
 
 
+def test_backlog_published_measured_flags_follow_fits_reaching_their_samples_and_removals() -> None:
+    """The published ``measured`` flags are kept between picks (per candidate keys and fits
+    version): each pick must still publish what the reference does as an endpoint's fit reaches
+    ``MIN_FIT_SAMPLES`` samples, after a removal and its return, and for another candidate order."""
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    _teach_both([fast, reference], "a", 0.010, 25e-6)  # "a" measured from the start
+    views = [_kv_view("a", 27_485), _kv_view("b", 80_000), _kv_view("c", 80_000)]
+    request = RoutingRequest(request_id="x", model="m", base_model="m", prefix_text="", prompt_tokens=800)
+    flags = []
+    for i in range(MIN_FIT_SAMPLES + 2):
+        tokens = 100 + 97 * (i % 11)
+        dispatch = RoutingRequest(
+            request_id=f"b-{i}", model="m", base_model="m", prefix_text="", prompt_tokens=tokens
+        )
+        outcome = RequestOutcome(
+            request_id=dispatch.request_id, endpoint="b", ok=True, ttft_s=0.02 + 50e-6 * tokens,
+            prompt_tokens=tokens,
+        )  # fmt: skip
+        at = 1e5 * (i + 1)
+        for scorer in (fast, reference):
+            scorer.on_picked(CycleContext(request=dispatch, now=at, rng=random.Random(0)), views[1])
+            scorer.on_complete(outcome, now=at + 1)
+        if i == MIN_FIT_SAMPLES:
+            for scorer in (fast, reference):
+                scorer.on_endpoints_removed(["b"])
+        candidates = views if i <= MIN_FIT_SAMPLES else [views[2], views[0], views[1]]
+        published = []
+        for scorer in (fast, reference):
+            ctx = CycleContext(request=request, now=at + 2, rng=random.Random(0))
+            scorer.score(ctx, candidates)
+            found = ctx.state[STATE_PREDICTED]
+            assert isinstance(found, Predictions)
+            published.append((list(found.seconds), list(found.idle), list(found.measured)))
+        assert published[0] == published[1], i
+        flags.append(published[0][2][candidates.index(views[1])])
+    # "b" counts as measured from its MIN_FIT_SAMPLES-th sample until its removal, and not after.
+    assert flags == [False] * (MIN_FIT_SAMPLES - 1) + [True, False, False]
+
+
 def test_backlog_stand_ins_follow_a_newcomers_kv_capacity_and_a_key_listed_twice() -> None:
     """An unmeasured endpoint takes the model of the measured one with alike KV capacity: when a
     scrape changes its capacity (keys and measured endpoints unchanged), the kept stand-in must go;
@@ -907,6 +993,68 @@ def test_one_kind_of_hardware_check_matches_its_reference(blocks: list[int | Non
         for i, b in enumerate(blocks)
     ]
     assert BacklogTtftScorer().one_speed(views) is ReferenceBacklogTtftScorer().one_speed(views)
+
+
+_BLOCKS = st.sampled_from([27_485, 41_228, 20_000, 0, None, 2**49])
+"""KV blocks of a scrape: alike and unlike capacities, a zero and a missing number (unknown), and
+one past 2**53 tokens (compared as floats)."""
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    first=st.lists(_BLOCKS, min_size=1, max_size=5),
+    scrapes=st.lists(
+        st.lists(st.tuples(st.integers(min_value=0, max_value=4), _BLOCKS), max_size=3),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_backlog_capacities_kept_between_scrapes_match_the_reference(
+    first: list[int | None], scrapes: list[list[tuple[int, int | None]]]
+) -> None:
+    """Through the scheduler's scrape cache, the KV capacities and the alike-capacities check are
+    updated only at the re-scraped positions (:func:`capacities_updated`): each pick scores as the
+    reference, which reads every view on every pick, whether a scrape changed a capacity, left it,
+    made it unknown or known again."""
+    fast, reference = BacklogTtftScorer(), ReferenceBacklogTtftScorer()
+    _teach_both([fast, reference], "e0", 0.010, 25e-6)
+    _teach_both([fast, reference], "e1", 0.040, 300e-6)
+    cache = ScrapeCache()
+    request = RoutingRequest(request_id="x", model="m", base_model="m", prefix_text="", prompt_tokens=800)
+    views = [_kv_view(f"e{i}", b) for i, b in enumerate(first)]  # type: ignore[arg-type]  # None: unknown
+    for step, changes in enumerate([[], *scrapes]):
+        for position, blocks in changes:
+            if position < len(views):
+                views[position] = _kv_view(f"e{position}", blocks)  # type: ignore[arg-type]
+        views = list(views)
+        ctx = CycleContext(request=request, now=1e6 + step, rng=random.Random(0), scrape=cache)
+        got = fast.score(ctx, views)
+        theirs = CycleContext(request=request, now=1e6 + step, rng=random.Random(0))
+        expected = reference.score(theirs, views)
+        assert list(got) == expected, step
+        assert (STATE_ONE_KIND in ctx.state) is (STATE_ONE_KIND in theirs.state), step
+        assert ctx.columns(views).per_scrape((fast, "capacities"), lambda: None) == kv_capacities(views)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "changed"),
+    [
+        ([27_485, 41_228], [27_485, 41_228], [0, 1]),  # re-scraped, the same capacities: the list kept
+        ([27_485, 41_228], [27_485, 20_000], [1]),
+        ([27_485, None], [27_485, 41_228], [1]),
+        ([27_485, 41_228], [0, 41_228], [0]),
+        ([None, None], [None, None], [0, 1]),
+    ],
+)
+def test_capacities_updated_is_kv_capacities(
+    before: list[int | None], after: list[int | None], changed: list[int]
+) -> None:
+    old = kv_capacities([_kv_view(f"e{i}", b) for i, b in enumerate(before)])  # type: ignore[arg-type]
+    views = [_kv_view(f"e{i}", b) for i, b in enumerate(after)]  # type: ignore[arg-type]
+    new = capacities_updated(old, changed, [v.metrics for v in views])
+    assert new == kv_capacities(views)
+    assert (new is old) is (before == after)  # a copy only when a capacity changed; ``old`` untouched
+    assert old == kv_capacities([_kv_view(f"e{i}", b) for i, b in enumerate(before)])  # type: ignore[arg-type]
 
 
 @settings(max_examples=100, deadline=None)

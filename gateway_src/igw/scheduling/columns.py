@@ -131,7 +131,8 @@ class Columns:
         ``update(old, changed)``, if given, is called instead of ``compute`` when only some
         candidates were re-scraped since the value was last made (same keys, same order):
         ``old`` is that value, ``changed`` the positions with a new ``metrics`` object. It must
-        return exactly what ``compute()`` would (a new object; ``old`` is not to be changed)."""
+        return exactly what ``compute()`` would: a new object, or ``old`` itself when it is equal
+        to what ``compute()`` would return (``old`` is never to be changed)."""
         scraped = self._scraped
         scrape = self.scrape
         if scraped is None:

@@ -144,7 +144,7 @@ from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, Published
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.plugins.speed_pools import Model, SpeedPools
 from igw.scheduling.slot_init import slot_constructor
-from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
+from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics, RequestOutcome
 
 TYPE = "backlog-ttft-scorer"
 DEFAULT_ALPHA = 0.1
@@ -282,6 +282,28 @@ def kv_capacities(endpoints: Sequence[EndpointView]) -> list[float | None]:
         else None
         for e in endpoints
     ]
+
+
+def capacities_updated(
+    old: list[float | None], changed: list[int], metrics: Sequence[EngineMetrics | None]
+) -> list[float | None]:
+    """:func:`kv_capacities` of a candidate list after the endpoints at ``changed`` were re-scraped
+    (``metrics``: every candidate's, in order; ``old``: the list before), for
+    :meth:`~igw.scheduling.columns.Columns.per_scrape`: ``old`` itself when no capacity changed
+    (a scrape rarely changes the KV cache an engine holds), else a copy with the new values."""
+    new: list[float | None] | None = None
+    for i in changed:
+        m = metrics[i]
+        capacity = (
+            float(blocks * size)
+            if m is not None and (blocks := m.num_gpu_blocks) and (size := m.block_size)
+            else None
+        )
+        if capacity != old[i] or (capacity is None) != (old[i] is None):
+            if new is None:
+                new = old.copy()
+            new[i] = capacity
+    return old if new is None else new
 
 
 def slot_price(adapter: str, endpoint: EndpointView, *, exponent: float) -> float:
@@ -425,6 +447,14 @@ class BacklogTtftScorer(PluginHooks):
         :meth:`_key_slopes_alike`, read while all three are unchanged (:meth:`_kept_slopes_alike`;
         the pooled models are a new dict after every change). After an outcome that changed the
         pooled models it is worked out again for those keys (off the pick's path, :meth:`_learn`)."""
+        self._measured_version = 0
+        """Counts changes to which endpoints have ``MIN_FIT_SAMPLES`` samples (a fit reaching that
+        count, a removal): all the published ``measured`` flags depend on, with the keys."""
+        self._measured_kept: tuple[int, list[EndpointKey], list[bool]] | None = None
+        """``(measured version, candidate keys, measured flags)`` of the last :meth:`_publish`."""
+        self._well_measured: tuple[int, list[EndpointKey], list[EndpointKey]] | None = None
+        """``(speed version, candidate keys, those of them with SPEED_SAMPLES samples)`` for
+        :meth:`_versioned_slopes_alike`."""
         self._alike_owner = (self, "alike")
         self._capacities_owner = (self, "capacities")
         """Names of the values kept per scrape (:meth:`Columns.per_scrape`), made once."""
@@ -890,9 +920,24 @@ class BacklogTtftScorer(PluginHooks):
         kept = self._slopes_kept
         if kept is not None and kept[0] == self._speed_version and kept[1] is pooled and kept[2] == keys:
             return kept[3]
-        answer = self._key_slopes_alike(keys, pooled)
+        answer = self._versioned_slopes_alike(keys, pooled)
         self._slopes_kept = (self._speed_version, pooled, list(keys), answer)
         return answer
+
+    def _versioned_slopes_alike(self, keys: list[EndpointKey], pooled: Mapping[EndpointKey, Model]) -> bool:
+        """:meth:`_key_slopes_alike` with the well-measured candidates (those with ``SPEED_SAMPLES``
+        samples) kept per ``_speed_version`` and candidate keys (``_well_measured``): which
+        endpoints have that many samples changes only with the version (a fit reaching the count,
+        a removal), while the pooled models, which this reads anew, change with most outcomes.
+        The same slopes in the same order, so the same answer."""
+        kept = self._well_measured
+        if kept is None or kept[0] != self._speed_version or kept[1] != keys:
+            fits_get = self.fits.get
+            measured = [k for k in keys if (f := fits_get(k)) is not None and f.count >= SPEED_SAMPLES]
+            kept = self._well_measured = (self._speed_version, list(keys), measured)
+        pooled_get = pooled.get
+        slopes = [m[1] for k in kept[2] if (m := pooled_get(k)) is not None]
+        return not slopes or max(slopes) <= min(slopes) * self.speed_ratio
 
     def _unlike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
         """Every candidate's KV capacity known, and the largest more than ``pool_ratio`` times the
@@ -902,6 +947,17 @@ class BacklogTtftScorer(PluginHooks):
             return False
         known = cast("list[float]", capacities)
         return max(known) > min(known) * self.pool_ratio
+
+    def _capacities_alike(self, capacities: list[float | None]) -> bool:
+        """:meth:`_alike_capacities` from the candidates' :func:`kv_capacities`: every one known and
+        the largest at most ``pool_ratio`` times the smallest. The same answer: the capacities are
+        the products ``_alike_capacities`` compares, as floats (exact below 2**53, where it
+        compares the integers), and a zero or missing number is ``None`` here and fails its
+        ``lo > 0`` there, before the same comparison of the floats."""
+        if not capacities or None in capacities:
+            return False
+        known = cast("list[float]", capacities)
+        return max(known) <= min(known) * self.pool_ratio
 
     def _alike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
         """Every candidate's KV capacity known and within ``pool_ratio`` of the others."""
@@ -949,10 +1005,17 @@ class BacklogTtftScorer(PluginHooks):
         """The score without adapter slot prices (see :meth:`score`)."""
         pooled = self._cycle_pooled = self._pooled()
         # The KV capacities and their check read the scrapes only: once per scrape, between picks.
+        # The capacities are updated at the re-scraped positions only, and the check reads them
+        # (what ``_alike_capacities`` computes from the views, :meth:`_capacities_alike`).
         cols = ctx.columns(endpoints)
+        capacities = cols.per_scrape(
+            self._capacities_owner,
+            lambda: kv_capacities(endpoints),
+            lambda old, changed: capacities_updated(old, changed, cols.metrics),
+        )
         alike = cols.per_scrape(
             self._alike_owner,
-            lambda: self._alike_capacities(endpoints) and not self.labels_differ(endpoints),
+            lambda: self._capacities_alike(capacities) and not self.labels_differ(endpoints),
         )
         if alike and self._kept_slopes_alike(cols.keys, pooled):
             # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
@@ -963,7 +1026,6 @@ class BacklogTtftScorer(PluginHooks):
             return self._one_kind_scores(ctx, endpoints)
         tokens = max(MIN_TOKENS, ctx.request.prompt_tokens)
         now, matched = ctx.now, ctx.state.get(STATE_MATCH)
-        capacities = cols.per_scrape(self._capacities_owner, lambda: kv_capacities(endpoints))
         if not self.fits:
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
             self._publish(ctx, endpoints, predicted, tokens)
@@ -979,7 +1041,7 @@ class BacklogTtftScorer(PluginHooks):
             idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
         # Without a key listed twice ``idle`` is already what _publish would compute from
         # ``_cycle_models`` (the same ``intercept + slope * tokens`` per candidate): handed over.
-        self._publish(ctx, endpoints, predicted, tokens, idle)
+        self._publish(ctx, endpoints, predicted, tokens, idle, cols.keys)
         best = min(predicted, default=0.0)
         if preference > 0:
             fastest = min(idle)
@@ -1040,23 +1102,30 @@ class BacklogTtftScorer(PluginHooks):
         predicted: list[float],
         tokens: int,
         idle: list[float] | None = None,
+        keys: list[EndpointKey] | None = None,
     ) -> None:
         """Publish this pick's predictions (``backlog.predicted``) for a request without an adapter
         (an adapter request's TTFT depends on slots this model leaves to the slot price).
 
         ``idle``: each candidate's ``b + s * tokens`` by the model in ``_cycle_models`` when the
-        caller has it already; computed here otherwise. Not changed afterwards by the caller."""
+        caller has it already; computed here otherwise. Not changed afterwards by the caller.
+        ``keys``: the candidates' keys when the caller has them (the pick's ``Columns.keys``). The
+        ``measured`` flags are kept between picks (``_measured_kept``) and shared by the published
+        predictions: never to be changed."""
         if ctx.request.adapter is None:
             if idle is None:
                 models = self._cycle_models
                 idle = [b + s * tokens for b, s in [models[e.key] for e in endpoints]]
-            fits_get = self.fits.get
-            ctx.state[STATE_PREDICTED] = _predictions(
-                endpoints,
-                predicted,
-                idle,
-                [(f := fits_get(e.key)) is not None and f.count >= MIN_FIT_SAMPLES for e in endpoints],
-            )
+            if keys is None:
+                keys = [e.key for e in endpoints]
+            kept = self._measured_kept
+            if kept is None or kept[0] != self._measured_version or kept[1] != keys:
+                # Which endpoints have MIN_FIT_SAMPLES samples changes only with the version (a fit
+                # reaching the count, a removal): kept per candidate keys, as the speed check's.
+                fits_get = self.fits.get
+                measured = [(f := fits_get(k)) is not None and f.count >= MIN_FIT_SAMPLES for k in keys]
+                kept = self._measured_kept = (self._measured_version, list(keys), measured)
+            ctx.state[STATE_PREDICTED] = _predictions(endpoints, predicted, idle, kept[2])
 
     def _drain_of(self, endpoint: EndpointView, queued: float) -> float:
         """Seconds per backlog token of ``endpoint``: the model this cycle predicted with, else its
@@ -1152,18 +1221,40 @@ class BacklogTtftScorer(PluginHooks):
         self._fits_version += 1
         if fit.count == SPEED_SAMPLES:
             self._speed_version += 1
+        if fit.count == MIN_FIT_SAMPLES:
+            self._measured_version += 1
         kept = self._slopes_kept
         if kept is not None and (kept[0] != self._speed_version or kept[1] is not pooled):
             # The last pick's candidates: their speed check for the new fits, worked out now.
             keys = kept[2]
-            self._slopes_kept = (self._speed_version, pooled, keys, self._key_slopes_alike(keys, pooled))
+            self._slopes_kept = (
+                self._speed_version,
+                pooled,
+                keys,
+                self._versioned_slopes_alike(keys, pooled),
+            )
         backlog = self.backlogs.get(key)
         if backlog is not None:
             # The engine prefills in arrival order: once this request has its first token, all that
             # was dispatched there before it is prefilled too, so at most what came after is left.
+            # Once per outcome, so :meth:`_drain_slope` (``fit`` is the key's fit) and
+            # :meth:`Backlog.now` are written out as in :meth:`on_picked`: the same floats.
             model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
-            drain = self._drain_slope(key, *model, backlog.tokens) if model is not None else 0.0
-            backlog.tokens = min(backlog.now(now, drain), backlog.total - total_after)
+            queued = backlog.tokens
+            if model is None:
+                ahead = queued  # no drain: Backlog.now at slope 0
+            else:
+                intercept, slope = model
+                typical = fit.mean_x if fit.mean_x > 0 else DEFAULT_TYPICAL_TOKENS
+                drain = slope + intercept / (queued if queued > typical else typical)
+                if drain <= 0:
+                    ahead = queued
+                else:
+                    elapsed = now - backlog.at
+                    ahead = queued - (elapsed if elapsed > 0.0 else 0.0) / drain
+                    if not ahead > 0.0:
+                        ahead = 0.0
+            backlog.tokens = min(ahead, backlog.total - total_after)
             backlog.at = now
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
@@ -1175,6 +1266,7 @@ class BacklogTtftScorer(PluginHooks):
         self._fits_version += 1
         self._members_version += 1
         self._speed_version += 1
+        self._measured_version += 1
         for rid in [rid for rid, (key, _, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
         for key in gone:

@@ -120,9 +120,10 @@ class PrefixIndex:
             self._slots[endpoint] = self._take_slot(endpoint)
         slot = self._slots[endpoint]
         holders = self._holders
+        move_to_end = lru.move_to_end  # bound once: most hashes of a shared prefix are moved
         for h in hashes:
             if h in lru:
-                lru.move_to_end(h)
+                move_to_end(h)
                 continue
             lru[h] = None
             v = holders.get(h)
