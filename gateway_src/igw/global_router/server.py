@@ -22,6 +22,7 @@ Responses carry ``x-igw-cluster`` and ``x-igw-region`` (where the request was se
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -38,6 +39,7 @@ from igw.gateway.errors import denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, RequestGuard
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
 from igw.gateway.server_identity import name_every_answer
+from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -60,6 +62,7 @@ log = logging.getLogger("igw.global_router")
 
 MAX_REQUEST_BODY_BYTES: Final = 268_435_456
 """Same default limit as a tier-1 gateway (``bbr.maxRequestBodyBytes``)."""
+_DEFAULT_LIMITS: Final = ServerLimits()  # an app run without serve_app (tests): the defaults
 RETRY_STATUSES: Final = frozenset({429, 502, 503, 504})
 CLUSTER_HEADER: Final = "x-igw-cluster"
 REGION_HEADER: Final = "x-igw-region"
@@ -113,9 +116,16 @@ async def _route(
     started: float,
 ) -> web.StreamResponse:
     m = router.metrics
+    body_timeout_s = request.app.get(LIMITS_KEY, _DEFAULT_LIMITS).body_timeout_s
     try:
-        raw = await read_limited(request, limit=MAX_REQUEST_BODY_BYTES)
+        # A client that stalls mid-body would otherwise hold the connection (and its handler) forever:
+        # the same bound as the gateway's (``serverLimits.bodyTimeout``, 60 s by default).
+        async with asyncio.timeout(body_timeout_s):
+            raw = await read_limited(request, limit=MAX_REQUEST_BODY_BYTES)
         body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
+    except TimeoutError:
+        message = f"request body not received within {body_timeout_s:g}s"
+        return gateway_error("request_timeout", message, headers={"Connection": "close"})
     except BodyTooLarge as exc:
         return gateway_error("request_too_large", str(exc))
     except BadRequestBody as exc:
