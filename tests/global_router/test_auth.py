@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from typing import Any
 
@@ -55,6 +56,17 @@ async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
                 assert resp.headers["WWW-Authenticate"].startswith("Bearer")
                 assert (await resp.json())["error"]["type"] == "authentication_error"
             assert server.received == []
+            # Refused from its head: the body (1,000 bytes announced, one sent) is never waited for.
+            host, port = url.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n{"
+            )
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)  # body timeout: 60 s
+            writer.close()
+            assert head.startswith(b"HTTP/1.1 401 ")
             headers = {**bearer(tokens.token()), "x-igw-tenant": "spoofed"}
             async with http.post(url + "/v1/completions", json=body, headers=headers) as resp:
                 assert resp.status == 200

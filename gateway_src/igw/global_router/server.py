@@ -116,6 +116,14 @@ async def _route(
     started: float,
 ) -> web.StreamResponse:
     m = router.metrics
+    try:
+        # Before the body, as a tier-1 gateway does: a caller without a valid token cannot make the
+        # router read (and hold) a body of up to MAX_REQUEST_BODY_BYTES.
+        principal = await router.guard.authenticate(request.headers)
+    except GuardDenied as denied:
+        m.requests.labels(request.headers.get(MODEL_HEADER, ""), str(denied.status)).inc()
+        return _denied(denied)
+    tenant = principal.tenant or router.anonymous_tenant
     body_timeout_s = request.app.get(LIMITS_KEY, _DEFAULT_LIMITS).body_timeout_s
     try:
         # A client that stalls mid-body would otherwise hold the connection (and its handler) forever:
@@ -134,10 +142,7 @@ async def _route(
         return gateway_error("invalid_request", "'model' is required", param="model")
     model = body.model
     est_tokens = body.prompt_tokens
-    tenant = router.anonymous_tenant
     try:
-        principal = await router.guard.authenticate(request.headers)
-        tenant = principal.tenant or router.anonymous_tenant
         router.guard.authorize(principal, model=model)
         await router.guard.admit(principal, model=model, est_tokens=est_tokens)
         await router.model_limits.admit(tenant=tenant, model=model, est_tokens=est_tokens)
