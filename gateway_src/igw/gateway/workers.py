@@ -161,7 +161,9 @@ def supervise(
                 w.kill()
                 w.wait()
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # After a requested stop a supervisor's repeated SIGTERM must not end the process (the
+            # previous action may be the default, which did: exit -15 instead of 0): ignored from here.
+            signal.signal(sig, signal.SIG_IGN if stop_requested else handler)
         reservation.close()
 
 
