@@ -15,7 +15,8 @@ from tests.operator.dataplane_support import K8S_VERSION, by_kind, igwc_object
 
 def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     [container] = by_kind(objects)["Deployment"]["spec"]["template"]["spec"]["containers"]
-    return container
+    found: dict[str, Any] = container
+    return found
 
 
 def test_the_gateway_serves_operations_on_a_port_the_load_balancer_never_reaches() -> None:

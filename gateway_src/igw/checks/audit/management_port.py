@@ -151,9 +151,9 @@ def _exposures(ctx: CheckContext, workload: Manifest) -> list[Exposure]:
             continue
         targets: list[int | str] = []
         for backend in _ingress_backends(ingress):
-            service = by_name.get(str(backend.get("name")))
-            if service is not None:
-                targets.extend(_service_targets(service, backend.get("port")))
+            backed = by_name.get(str(backend.get("name")))
+            if backed is not None:
+                targets.extend(_service_targets(backed, backend.get("port")))
         if targets:
             found.append(Exposure(lb.resource, lb.scheme, tuple(targets)))
     return found
