@@ -6,6 +6,7 @@ Examples::
     igw serve --config igwc.yaml --in-cluster                          # in a pod: watch the API
     igw serve --config igwc.yaml --in-cluster --kubeconfig ~/.kube/config   # outside, same watch
     igw serve --config igwc.yaml --endpoints endpoints.yaml --workers 2  # two processes, one port
+    igw serve --config igwc.yaml --in-cluster --management-port 9090   # /metrics, /readyz detail there
 
 The configuration file is validated at start-up (exit 2 with every problem listed) and hot-reloaded
 when it changes (an invalid new version is rejected and the running one stays).
