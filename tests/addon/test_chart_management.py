@@ -26,7 +26,8 @@ def _objects(values: dict[str, Any]) -> list[dict[str, Any]]:
 def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return container
+    found: dict[str, Any] = container
+    return found
 
 
 def _services(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
