@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,7 @@ async def test_operational_paths_move_to_the_management_port(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("IGW_DEBUG_TOKEN", TOKEN)
-    args = ("--management-port", "0", "--debug-decisions", "8")
+    args = ("--management-port", "0", "--debug-decisions", "8", "--drain-seconds", "2")
     async with (
         running(FakeModelServer("pod")) as (pod,),
         igw_serve(tmp_path, gateway_doc(), [pod.key], *args) as gw,
@@ -102,6 +104,19 @@ async def test_operational_paths_move_to_the_management_port(
         resp = await http.post(management + "/v1/completions", json={"model": MODEL, "prompt": "hi"})
         assert resp.status in (404, 405)
         await resp.read()
+
+        # SIGTERM: the load balancer's check on the inference port sees the drain, and so does the
+        # management port (which closes after the inference listener)
+        gw.proc.send_signal(signal.SIGTERM)
+        draining: tuple[int, str] = (0, "")
+        for _ in range(200):
+            draining = await _get(http, gw.url + "/readyz")
+            if draining[0] == 503:
+                break
+            await asyncio.sleep(0.02)
+        assert (draining[0], yaml.safe_load(draining[1])) == (503, {"ready": False})
+        status, body = await _get(http, management + "/readyz")
+        assert (status, yaml.safe_load(body)["draining"]) == (503, True)
 
 
 async def test_the_config_extension_sets_the_port(tmp_path: Path) -> None:
