@@ -33,6 +33,7 @@ from igw.gateway.discovery.static_file import EndpointsFileError, StaticFileDisc
 from igw.gateway.gc_tuning import tune_collector
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
+from igw.gateway.management import management_app
 from igw.gateway.memory import pin_mmap_threshold
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import (
@@ -86,6 +87,10 @@ class LaunchOptions:
     """Export OpenTelemetry traces of inference requests over OTLP/HTTP (off when ``None``)."""
     worker: WorkerRole | None = None
     """This process's place in an ``igw serve --workers N`` group (``None``: a single process)."""
+    management_port: int | None = None
+    """Serve ``/metrics``, the detailed ``/readyz`` and ``/debug/decisions`` on this port (on ``host``)
+    instead of the inference port (``None``: one port serves everything; see
+    :mod:`igw.gateway.management`)."""
     limits: ServerLimits = field(default_factory=ServerLimits)
     """Client timeouts and limits, and the shutdown timing: after SIGTERM ``/readyz`` answers 503
     for ``drain_s`` while requests are still served (so the load balancer stops routing here
@@ -205,6 +210,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             emf_interval_s=options.emf_interval_s,
             tracing=_tracing(options.tracing),
             worker=options.worker,
+            management_listener=options.management_port is not None,
         )
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc
@@ -214,6 +220,20 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     async with contextlib.AsyncExitStack() as started:
         stop_signals = started.enter_context(StopSignals(stop, asyncio.get_running_loop()))
         try:
+            if options.management_port is not None:
+                # Entered first, so it closes last: /metrics and /readyz stay readable while the
+                # inference listener drains.
+                management_url = await started.enter_async_context(
+                    serve_app(
+                        management_app(app),
+                        host=options.host,
+                        port=options.management_port,
+                        ssl_context=ssl_context,
+                        limits=limits,
+                        reuse_port=options.worker is not None,
+                    )
+                )
+                log.info("igw gateway %s management listener at %s", config.name, management_url)
             url = await started.enter_async_context(
                 serve_app(
                     app,

@@ -111,7 +111,10 @@ def test_defaults_are_secure_and_complete(rendered: tuple[str, list[dict[str, An
         "NetworkPolicy",
     ):
         assert kind in kinds, (name, kind)
-    (service,) = [o for o in objects if o["kind"] == "Service"]
+    services = [o for o in objects if o["kind"] == "Service"]
+    (service,) = [o for o in services if not o["metadata"]["name"].endswith("-management")]
+    (management,) = [o for o in services if o["metadata"]["name"].endswith("-management")]
+    assert management["spec"]["type"] == "ClusterIP"  # /metrics and pod detail stay in the cluster
     if service["spec"]["type"] == "LoadBalancer":
         annotations = service["metadata"]["annotations"]
         assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"

@@ -37,7 +37,9 @@ def test_gateway_mode_chart_serves_the_deployment_configs_object_with_tls(gatewa
     if served["spec"].get("extensions") == {}:
         del served["spec"]["extensions"]
     assert served["spec"] == igwc["spec"], "the chart's gateway serves the applied object, auth included"
-    (service,) = [o for o in rendered if o["kind"] == "Service"]
+    services = {o["spec"]["type"]: o for o in rendered if o["kind"] == "Service"}
+    assert sorted(services) == ["ClusterIP", "LoadBalancer"]  # the management Service stays in the cluster
+    service = services["LoadBalancer"]
     assert service["metadata"]["name"] == pins.CHART_NAME
     annotations = service["metadata"]["annotations"]
     assert annotations[f"{LB}-scheme"] == "internal"

@@ -572,6 +572,18 @@ CASES: list[Case] = [
         ),
         fails=[],
     ),
+    # spec.extensions.management: a port of its own, not the operator's inference port (CEL + Python)
+    case(
+        "management-port-is-serving-port",
+        set_("spec.extensions", {"management": {"port": 8080}}),
+        fails=[("spec.extensions.management.port", "management-port-not-serving-port")],
+    ),
+    case("management-port-own", set_("spec.extensions", {"management": {"port": 9090}}), fails=[]),
+    case(
+        "management-port-privileged",
+        set_("spec.extensions", {"management": {"port": 80}}),
+        fails=[("spec.extensions.management.port", "schema.minimum")],
+    ),
     # several problems at once: all are reported
     case(
         "three-problems",

@@ -142,6 +142,9 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
         for field in ("models", "tenants"):  # no model or tenant under two objectives
             if field in objective:
                 objective[field] = [f"{index}-{value[:240]}" for value in objective[field]]
+    management = extensions.get("management") or {}
+    if management.get("port") == 8080:
+        management["port"] = 9090  # not the operator's inference port
     limits = extensions.get("serverLimits") or {}
     for key, value in (
         ("headerTimeout", "10s"),

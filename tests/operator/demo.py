@@ -153,6 +153,7 @@ async def run(workdir: Path) -> int:
                 args[args.index("--config") + 1] = str(workdir / "served" / "config.yaml")
                 gateway_port = _free_port()
                 args[args.index("--port") + 1] = str(gateway_port)
+                args[args.index("--management-port") + 1] = str(_free_port())  # /metrics, pod detail
                 args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--drain-seconds", "0"]
                 print("kubelet stand-in: igw " + " ".join(args))
                 gateway = _start_gateway(args, workdir / "gateway.log")

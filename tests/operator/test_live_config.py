@@ -78,6 +78,7 @@ def gateways(
         args[args.index("--config") + 1] = str(tmp_path / f"replica-{replica}" / "config.yaml")
         port = _free_port()
         args[args.index("--port") + 1] = str(port)
+        args[args.index("--management-port") + 1] = str(_free_port())  # each replica its own, as each pod
         args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--drain-seconds", "0"]
         started.append(Gateway(args, port, tmp_path / f"gateway-{replica}.log"))
     try:

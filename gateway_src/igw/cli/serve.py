@@ -6,6 +6,7 @@ Examples::
     igw serve --config igwc.yaml --in-cluster                          # in a pod: watch the API
     igw serve --config igwc.yaml --in-cluster --kubeconfig ~/.kube/config   # outside, same watch
     igw serve --config igwc.yaml --endpoints endpoints.yaml --workers 2  # two processes, one port
+    igw serve --config igwc.yaml --in-cluster --management-port 9090   # /metrics, /readyz detail there
 
 The configuration file is validated at start-up (exit 2 with every problem listed) and hot-reloaded
 when it changes (an invalid new version is rejected and the running one stays).
@@ -51,6 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
     parser.add_argument("--port", type=PORT, default=8080, help="listen port (default 8080; 0 picks one)")
+    parser.add_argument(
+        "--management-port",
+        type=PORT,
+        default=None,
+        metavar="PORT",
+        help="serve /metrics, the detailed /readyz and /debug/decisions on this port only; the "
+        "inference port keeps /healthz and a /readyz without detail (default: "
+        "spec.extensions.management.port, else none: one port serves everything; 0 picks one)",
+    )
     parser.add_argument(
         "--workers",
         type=COUNT,
@@ -134,11 +144,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
-_NOT_FORWARDED = frozenset({"help", "workers", "port"})
+_NOT_FORWARDED = frozenset({"help", "workers", "port", "management_port"})
 
 
-def worker_argv(args: argparse.Namespace, port: int) -> list[str]:
-    """The ``igw serve`` options of ``args`` for one worker of a ``--workers`` group on ``port``."""
+def worker_argv(args: argparse.Namespace, port: int, management_port: int | None = None) -> list[str]:
+    """The ``igw serve`` options of ``args`` for one worker of a ``--workers`` group on ``port`` (and
+    its management listener on ``management_port``, the parent's reservation, when not ``None``)."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     out: list[str] = []
@@ -151,7 +162,8 @@ def worker_argv(args: argparse.Namespace, port: int) -> list[str]:
             out += [flag] if value else []
         elif value is not None and value != action.default:
             out += [flag, str(value)]
-    return [*out, "--port", str(port)]
+    management = [] if management_port is None else ["--management-port", str(management_port)]
+    return [*out, "--port", str(port), *management]
 
 
 def _default_limits() -> Any:
@@ -262,6 +274,17 @@ def _run(args: argparse.Namespace) -> int:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.gateway.management import EXTENSION as MANAGEMENT_EXTENSION
+    from igw.gateway.management import ManagementPortError, management_port
+
+    try:
+        management = management_port(
+            config.extensions.get(MANAGEMENT_EXTENSION), args.management_port, serving_port=args.port
+        )
+    except ManagementPortError as exc:
+        print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.gateway.workers import WorkerRole, WorkerSetupError, supervise
 
     try:
@@ -271,14 +294,15 @@ def _run(args: argparse.Namespace) -> int:
                 args.workers,
                 host=args.host,
                 port=args.port,
-                worker_command=lambda port: [
+                worker_command=lambda port, management_port: [
                     sys.executable,
                     "-m",
                     "igw.cli.main",
                     "serve",
-                    *worker_argv(args, port),
+                    *worker_argv(args, port, management_port),
                 ],
                 stop_budget_s=limits.drain_s + limits.stream_grace_s,
+                management_port=management,
             )
     except WorkerSetupError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
@@ -315,6 +339,7 @@ def _run(args: argparse.Namespace) -> int:
         emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
         tracing=tracing,
         worker=role,
+        management_port=management,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):  # uvloop is in the gateway extra; plain asyncio otherwise

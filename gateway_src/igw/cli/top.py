@@ -30,7 +30,12 @@ MAX_DECISIONS = 50
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("url", metavar="URL", help="the gateway's base URL, e.g. http://127.0.0.1:8080")
+    parser.add_argument(
+        "url",
+        metavar="URL",
+        help="the gateway's base URL, e.g. http://127.0.0.1:8080 (its management port's, when it runs "
+        "with --management-port: /metrics, /readyz and /debug/decisions are served there)",
+    )
     parser.add_argument(
         "--interval", type=POSITIVE, default=1.0, help="seconds between refreshes (default 1; minimum 0.1)"
     )

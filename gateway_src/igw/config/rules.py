@@ -322,6 +322,26 @@ def _server_limit_duration(field: str, rule: str, *, at_most_s: float | None = N
     return check
 
 
+OPERATOR_SERVING_PORT: Final = 8080
+"""The inference port of every gateway ``igw operator`` runs (``igw.operator.dataplane`` serves on it);
+``spec.extensions.management.port`` must differ from it (rule ``management-port-not-serving-port``,
+whose CEL expression states the same number)."""
+
+
+def _management_port_not_serving_port(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``spec.extensions.management.port`` is not the operator's inference port: metrics, pod addresses
+    and scrape errors would be served to every inference client on it."""
+    ext = _mapping(_spec(doc).get("extensions")) or {}
+    port = (_mapping(ext.get("management")) or {}).get("port")
+    if port == OPERATOR_SERVING_PORT and not isinstance(port, bool):
+        yield _problem(
+            "management-port-not-serving-port",
+            ("spec", "extensions", "management", "port"),
+            f"must differ from {OPERATOR_SERVING_PORT}, the inference port of the gateways igw operator runs "
+            "(metrics and pod detail would be served to inference clients)",
+        )
+
+
 RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "bbr-required-for-multiple-schedulers": _bbr_required,
     "unique-scheduler-name": _unique("name", "unique-scheduler-name"),
@@ -352,6 +372,7 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "server-limits-keepalive-timeout-range": _server_limit_duration(
         "keepAliveTimeout", "server-limits-keepalive-timeout-range", at_most_s=SERVER_LIMITS_MAX_KEEPALIVE_S
     ),
+    "management-port-not-serving-port": _management_port_not_serving_port,
 }
 """The one registry of Python rule checks, keyed by the ids in ``schemas/admission-rules.yaml``."""
 

@@ -101,7 +101,9 @@ async def healthz(request: web.Request) -> web.StreamResponse:
     return web.Response(text="ok")
 
 
-async def _readyz(request: web.Request) -> web.StreamResponse:
+async def detailed_readyz(request: web.Request) -> web.StreamResponse:
+    """Readiness with every scheduler's endpoints (pod addresses, scrape errors) and this worker: the
+    single port's ``/readyz``, or the management listener's (:mod:`igw.gateway.management`)."""
     ready, detail = request.app[STATE_KEY].readiness()
     worker = request.app.get(WORKER_KEY)
     if worker is not None:
@@ -110,7 +112,16 @@ async def _readyz(request: web.Request) -> web.StreamResponse:
     return web.Response(status=200 if ready else 503, body=body, content_type="application/json")
 
 
-async def _metrics(request: web.Request) -> web.StreamResponse:
+async def _plain_readyz(request: web.Request) -> web.StreamResponse:
+    """The inference port's ``/readyz`` when a management listener holds the detail: 200/503 and
+    nothing the load balancer's health check does not need (no pod address, error or pid)."""
+    ready, _ = request.app[STATE_KEY].readiness()
+    body = b'{"ready":true}' if ready else b'{"ready":false}'
+    return web.Response(status=200 if ready else 503, body=body, content_type="application/json")
+
+
+async def metrics_page(request: web.Request) -> web.StreamResponse:
+    """The Prometheus exposition (with ``--workers``: every worker's, labelled by worker)."""
     workers = request.app.get(WORKER_METRICS_KEY)
     if workers is not None:
         payload = await workers.page()
@@ -165,6 +176,7 @@ def create_app(
     emf_interval_s: float | None = None,
     tracing: Tracing | None = None,
     worker: WorkerRole | None = None,
+    management_listener: bool = False,
 ) -> web.Application:
     """Build the gateway for ``config``.
 
@@ -181,6 +193,9 @@ def create_app(
     buffered, when the app stops).
     ``worker``: this process's place in an ``igw serve --workers`` group (shared scraping, host-wide
     ``/metrics``; see :mod:`igw.gateway.workers`).
+    ``management_listener``: ``/metrics``, the detailed ``/readyz`` and ``/debug/decisions`` are served
+    by :func:`igw.gateway.management.management_app` on a port of their own, so this app keeps only
+    ``/healthz`` and a ``/readyz`` without detail next to the inference routes.
     """
     if guard is None:
         guard = guard_factory(config) if guard_factory is not None else OpenGuard()
@@ -217,11 +232,15 @@ def create_app(
         app[CONNECTION_HANDLER_KEY] = LeanRequestHandler
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/metrics", _metrics)
+    if management_listener:
+        app.router.add_get("/readyz", _plain_readyz)
+    else:
+        app.router.add_get("/readyz", detailed_readyz)
+        app.router.add_get("/metrics", metrics_page)
     if decision_debug is not None:
         state.decision_log = DecisionLog(decision_debug.capacity, token=decision_debug.token)
-        add_debug_routes(app, state.decision_log)
+        if not management_listener:
+            add_debug_routes(app, state.decision_log)
     state.tracing = tracing
 
     async def services(app: web.Application) -> AsyncIterator[None]:

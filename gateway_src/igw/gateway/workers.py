@@ -112,11 +112,15 @@ def supervise(
     *,
     host: str,
     port: int,
-    worker_command: Callable[[int], Sequence[str]],
+    worker_command: Callable[[int, int | None], Sequence[str]],
     stop_budget_s: float,
+    management_port: int | None = None,
 ) -> int:
-    """Run ``count`` workers (``worker_command(port)`` each) until SIGTERM/SIGINT or one dies.
+    """Run ``count`` workers (``worker_command(port, management_port)`` each) until SIGTERM/SIGINT or
+    one dies.
 
+    ``management_port``: the management listener's port (:mod:`igw.gateway.management`), reserved
+    like ``port`` so that every worker binds the same one (0 picks a free one); ``None``: none.
     Returns 0 after a requested stop in which every worker exited 0, else :data:`EXIT_WORKER_DIED`.
     """
     stop_requested = False
@@ -127,21 +131,28 @@ def supervise(
 
     reservation = reserve_port(host, port)
     bound_port: int = reservation.getsockname()[1]
+    try:
+        management = None if management_port is None else reserve_port(host, management_port)
+    except WorkerSetupError:
+        reservation.close()
+        raise
+    bound_management: int | None = None if management is None else management.getsockname()[1]
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     workers: list[subprocess.Popen[bytes]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="igw-workers-") as directory:
             os.chmod(directory, 0o700)
-            command = list(worker_command(bound_port))
+            command = list(worker_command(bound_port, bound_management))
             for index in range(count):
                 env = {**os.environ, WORKER_ENV: WorkerRole(index, count, directory).to_env()}
                 workers.append(subprocess.Popen(command, env=env))
             log.info(
-                "igw serve: %d workers (pids %s) on %s:%d",
+                "igw serve: %d workers (pids %s) on %s:%d%s",
                 count,
                 " ".join(str(w.pid) for w in workers),
                 host,
                 bound_port,
+                "" if bound_management is None else f", management port {bound_management}",
             )
             died = _wait(workers, lambda: stop_requested)
             if died is not None:
@@ -165,6 +176,8 @@ def supervise(
             # previous action may be the default, which did: exit -15 instead of 0): ignored from here.
             signal.signal(sig, signal.SIG_IGN if stop_requested else handler)
         reservation.close()
+        if management is not None:
+            management.close()
 
 
 def _wait(

@@ -8,6 +8,11 @@ the ACM certificate of ``spec.tls`` on a TLS listener), a ServiceAccount with a 
 pods and ConfigMaps in the object's namespace, a PodDisruptionBudget and a NetworkPolicy. Every
 object carries a controller owner reference to the InferenceGatewayConfig, so deleting the object
 lets the garbage collector remove its data plane (model deployments are not owned and keep running).
+
+The pods serve inference on :data:`GATEWAY_PORT` (the Service's only port) and ``/metrics``, the
+detailed ``/readyz`` and the decision debug API on a management port of their own
+(:func:`management_port`, see :mod:`igw.gateway.management`), which Prometheus finds through the
+pods' ``prometheus.io/*`` annotations and the NetworkPolicy opens to pods of the cluster only.
 """
 
 from __future__ import annotations
@@ -22,12 +27,18 @@ from urllib.parse import urlsplit
 import yaml
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
+from igw.config.rules import OPERATOR_SERVING_PORT
 from igw.gateway.emf_sink import AgentEndpoint
 from igw.operator.shutdown_timing import shutdown_timing
 
 CONFIG_KEY: Final = "config.yaml"
 CONFIG_DIR: Final = "/var/run/igw"
-GATEWAY_PORT: Final = 8080
+GATEWAY_PORT: Final = OPERATOR_SERVING_PORT
+"""The inference port of every gateway pod (the only port the load balancer reaches)."""
+MANAGEMENT_PORT: Final = 9090
+"""The gateway pods' management listener (``/metrics``, detailed ``/readyz``, ``/debug/decisions``)
+unless ``spec.extensions.management.port`` names another; reachable from pods in the cluster only."""
+MANAGEMENT_PORT_NAME: Final = "metrics"
 CONFIG_LABEL: Final = f"{API_GROUP}/config"
 MANAGED_BY: Final = "igw-operator"
 TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
@@ -172,6 +183,23 @@ def _data_plane_extension(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return (spec.get("extensions") or {}).get("dataPlane") or {}
 
 
+def management_port(spec: Mapping[str, Any]) -> int:
+    """The gateway pods' management port: ``spec.extensions.management.port``, else
+    :data:`MANAGEMENT_PORT` (the operator never runs a gateway whose metrics share the inference port)."""
+    management = (spec.get("extensions") or {}).get("management") or {}
+    return int(management.get("port") or MANAGEMENT_PORT)
+
+
+def scrape_annotations(spec: Mapping[str, Any]) -> dict[str, str]:
+    """The ``prometheus.io/*`` pod annotations that point a Prometheus using the common
+    ``kubernetes-pods`` scrape job at the management port (``spec.podDefaults.annotations`` win)."""
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(management_port(spec)),
+        "prometheus.io/path": "/metrics",
+    }
+
+
 def _metadata(igwc: Mapping[str, Any], name: str) -> dict[str, Any]:
     meta = igwc["metadata"]
     return {
@@ -246,12 +274,21 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             "--in-cluster",
             "--port",
             str(GATEWAY_PORT),
+            "--management-port",
+            str(management_port(spec)),
             *timing.serve_args(),
             *settings.observability_args(),
         ],
-        "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"},
+            {"name": MANAGEMENT_PORT_NAME, "containerPort": management_port(spec), "protocol": "TCP"},
+        ],
+        # Readiness on the inference port (its /readyz answers 200/503 without detail): what the load
+        # balancer checks, and a listener that stopped accepting takes the pod out. Liveness on the
+        # management port: clients filling the inference port's connection limit must not get the
+        # pod restarted.
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 2},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": MANAGEMENT_PORT_NAME}, "periodSeconds": 10},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -293,9 +330,10 @@ def deployment(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
     defaults = spec.get("podDefaults") or {}
-    template_meta: dict[str, Any] = {"labels": {**dict(defaults.get("labels") or {}), **_labels(igwc_name)}}
-    if defaults.get("annotations"):
-        template_meta["annotations"] = dict(defaults["annotations"])
+    template_meta: dict[str, Any] = {
+        "labels": {**dict(defaults.get("labels") or {}), **_labels(igwc_name)},
+        "annotations": {**scrape_annotations(spec), **dict(defaults.get("annotations") or {})},
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -373,9 +411,10 @@ def _redis_port(spec: Mapping[str, Any]) -> int | None:
 
 
 def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
-    """Clients in on the gateway port; out only to DNS, the model servers' ports, HTTPS (API server,
-    JWKS), with shared rate limits the Redis port, and the CloudWatch agent's / OTLP collector's
-    ports when the operator's settings send there."""
+    """Clients in on the gateway port, pods of the cluster (Prometheus, ``igw top``) on the management
+    port; out only to DNS, the model servers' ports, HTTPS (API server, JWKS), with shared rate
+    limits the Redis port, and the CloudWatch agent's / OTLP collector's ports when the operator's
+    settings send there."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
     model_ports = sorted(
@@ -393,7 +432,13 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
         "spec": {
             "podSelector": {"matchLabels": selector_labels(igwc_name)},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"ports": [{"port": GATEWAY_PORT, "protocol": "TCP"}]}],
+            "ingress": [
+                {"ports": [{"port": GATEWAY_PORT, "protocol": "TCP"}]},
+                {
+                    "from": [{"namespaceSelector": {}}],
+                    "ports": [{"port": management_port(spec), "protocol": "TCP"}],
+                },
+            ],
             "egress": [
                 {
                     "to": [

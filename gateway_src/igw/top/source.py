@@ -71,6 +71,11 @@ class GatewaySource:
         url = self.base_url + path
         try:
             async with self._session.get(url) as response:
+                if response.status == 404 and path == "/metrics":
+                    raise ScrapeError(
+                        f"{url}: HTTP 404 (a gateway run with --management-port serves /metrics only "
+                        "there: pass that port's URL)"
+                    )
                 if response.status not in accept:
                     raise ScrapeError(f"{url}: HTTP {response.status}")
                 return await response.text()

@@ -11,6 +11,9 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- if and (eq .Values.service.type "ClusterIP") .Values.service.tls.certificateArn }}
 {{- fail "service.tls.certificateArn needs service.type LoadBalancer (the NLB terminates TLS)" }}
 {{- end }}
+{{- if eq (int .Values.gateway.managementPort) (int .Values.gateway.port) }}
+{{- fail (printf "gateway.managementPort (%v) must differ from gateway.port: metrics and pod detail would be served to inference clients" .Values.gateway.managementPort) }}
+{{- end }}
 {{- if and .Values.podMonitor.enabled (not .Values.podMonitor.selector) }}
 {{- fail "podMonitor.selector is required when podMonitor.enabled is true (the model server pods' labels)" }}
 {{- end }}
