@@ -279,13 +279,17 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             self._label_of[key] = kind
             self._labels_version += 1
         rid = ctx.request.request_id
-        pending = self.pending
+        pending, pending_tokens = self.pending, self.pending_tokens
         if (old := self.dispatched.get(rid)) is not None:
             pending[old[0]] -= 1
-        self.dispatched[rid] = (key, ahead, backlog.total)
+            pending_tokens[old[0]] -= old[3]
+        self.dispatched[rid] = (key, ahead, backlog.total, own)
         pending[key] = pending.get(key, 0) + 1
+        pending_tokens[key] = pending_tokens.get(key, 0.0) + own
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
-            pending[self.dispatched.popitem(last=False)[1][0]] -= 1
+            gone = self.dispatched.popitem(last=False)[1]
+            pending[gone[0]] -= 1
+            pending_tokens[gone[0]] -= gone[3]
 
     def _learn(self, outcome: RequestOutcome, *, now: float) -> None:
         """The outcome's fit and backlog cap through the helpers (before ``_learn`` wrote the drain
@@ -358,6 +362,8 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
                 if backlog
                 else 0.0
             )
+            if self.pending_floor > 0:
+                ahead = max(ahead, self.pending_floor * self.pending_tokens.get(e.key, 0.0))
             predicted = intercept + slope * (ahead + uncached(tokens, matched, e.key))
             m = e.metrics
             if m is not None and m.waiting is not None and m.waiting > 0:

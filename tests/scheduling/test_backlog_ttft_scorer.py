@@ -117,7 +117,7 @@ def test_prediction_is_intercept_plus_slope_times_backlog_and_prompt() -> None:
     ],
 )
 def test_backlog_drains_at_the_slope_plus_the_intercept_spread_over_the_queue(queued: int, why: str) -> None:
-    s = BacklogTtftScorer()
+    s = BacklogTtftScorer(pending_floor=0.0)  # the drain alone (the dispatch stays pending)
     teach(s, "a", H100)
     mean_x = s.fits["a"].mean_x
     assert 200 < mean_x < 4000
@@ -946,7 +946,7 @@ def test_endpoints_of_one_labelled_kind_share_the_median_of_their_regressions(
     """Three pods; the third's fit came out flat (a seventh of the slope, a high intercept). Labelled
     as the same GPU kind, all three are predicted with the median intercept and the median slope of
     their own regressions; otherwise the flat pod keeps its own model (alone in its slope pool)."""
-    s = BacklogTtftScorer()
+    s = BacklogTtftScorer(pending_floor=0.0)  # the one-token label picks stay pending
     models = {"a": (0.010, 25e-6), "b": (0.012, 27e-6), "flat": (0.300, 4e-6)}
     endpoints = [
         ep(k, labels={} if label is None else {"gpu": label}) for k, label in zip(models, labels, strict=True)
@@ -959,3 +959,65 @@ def test_endpoints_of_one_labelled_kind_share_the_median_of_their_regressions(
         assert flat == pytest.approx(0.012 + 25e-6 * 2000, rel=1e-6)
     else:
         assert flat == pytest.approx(0.300 + 4e-6 * 2000, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("floor", "prompts", "first_tokens_seen", "ahead"),
+    [
+        (0.0, [2000, 2000, 1000], 0, 0.0),  # no floor: the drained estimate (empty by now) stands
+        (1.0, [2000, 2000, 1000], 0, 5000.0),  # every pending prompt is still ahead
+        (1.0, [2000, 2000, 1000], 1, 3000.0),  # a first token takes its prompt off the floor
+        (1.0, [2000, 2000, 1000], 3, 0.0),  # nothing pending: nothing floored
+        (0.5, [2000, 2000, 1000], 0, 2500.0),
+        (0.5, [4000], 0, 2000.0),
+    ],
+)
+def test_this_routers_pending_prompts_floor_the_backlog(
+    floor: float, prompts: list[int], first_tokens_seen: int, ahead: float
+) -> None:
+    """The backlog drains at the fitted speed, which a busy pod (decoding its batch beside the prompts
+    it prefills) does not reach: on random-1-08 and -02 pods whose own dispatches were still waiting
+    for their first token were predicted as drained and took more (docs/benchmark.md, routing round
+    9). None of the prompts still waiting for a first token is wholly prefilled, so ``pendingFloor``
+    of their tokens is still ahead of a new request. The fit's samples keep the drained estimate
+    (floored there as well, the H200s' fits of random-1-02 came out flat and random-1-14 went out)."""
+    s = BacklogTtftScorer(pending_floor=floor)
+    teach(s, "a", H100)
+    for i, tokens in enumerate(prompts):
+        s.on_picked(ctx(request(tokens, f"q{i}"), now=LATER), ep("a"))
+    for i in range(first_tokens_seen):
+        s.on_first_token(
+            RequestOutcome(request_id=f"q{i}", endpoint="a", ok=True, ttft_s=0.05, prompt_tokens=prompts[i]),
+            now=LATER,
+        )
+    drained = LATER + 1000.0  # the drained estimate is empty long before this
+    [p] = s.predicted([ep("a")], tokens=1000, now=drained)
+    intercept, slope = s._cycle_models["a"]  # a first token taught the fit a sample too
+    assert p == pytest.approx(intercept + slope * (ahead + 1000), rel=1e-9)
+    s.on_picked(ctx(request(1000, "next"), now=drained), ep("a"))
+    assert s.dispatched["next"][1] == 0.0  # the fit's sample: the drained estimate, not floored
+
+
+def test_the_pending_floor_forgets_dispatches_that_ended_or_left() -> None:
+    s = BacklogTtftScorer(pending_floor=1.0)
+    teach(s, "a", H100)
+    s.on_picked(ctx(request(700, "q0"), now=LATER), ep("a"))
+    s.on_picked(ctx(request(300, "q1"), now=LATER), ep("a"))
+    s.on_picked(ctx(request(500, "q1"), now=LATER), ep("a"))  # a retry of q1: its first dispatch is over
+    assert s.pending_tokens["a"] == pytest.approx(1200)
+    s.on_complete(
+        RequestOutcome(request_id="q0", endpoint="a", ok=False, ttft_s=None, prompt_tokens=700), now=LATER
+    )
+    assert s.pending_tokens["a"] == pytest.approx(500)  # a failure ends the dispatch too
+    s.on_endpoints_removed(["a"])
+    assert "a" not in s.pending_tokens
+
+
+def test_the_pending_floor_parameter() -> None:
+    assert factory(TYPE, {}, "p").pending_floor == 1.0
+    assert BacklogTtftScorer().pending_floor == 1.0
+    assert factory(TYPE, {"pendingFloor": 0}, "p").pending_floor == 0.0
+    assert factory(TYPE, {"pendingFloor": 0.5}, "p").pending_floor == 0.5
+    for bad in (-0.1, 1.5):
+        with pytest.raises(SchedulerConfigError, match=r"p.*pendingFloor"):
+            factory(TYPE, {"pendingFloor": bad}, "p")

@@ -174,8 +174,10 @@ def sized(request: RoutingRequest, tokens: int) -> RoutingRequest:
 
 
 def _backlog_scorer_with_a_model(key: str) -> BacklogTtftScorer:
-    """A backlog scorer that has measured ``key`` (intercept 10 ms, 25 µs per prompt token)."""
-    scorer = BacklogTtftScorer()
+    """A backlog scorer that has measured ``key`` (intercept 10 ms, 25 µs per prompt token), without
+    the ``pendingFloor``: a note carries the backlog, not the pending dispatch, whose first token only
+    the sender hears (the floor is of a worker's own dispatches)."""
+    scorer = BacklogTtftScorer(pending_floor=0.0)
     for i in range(20):
         tokens = 100 + 97 * (i % 11)
         picked = ctx(sized(req("", request_id=f"m{i}"), tokens), now=1000.0 * (i + 1))

@@ -43,6 +43,15 @@ Model, per endpoint ``i``:
   they explain a whole one each, as in round 7: there a waiting request may be waiting for a LoRA
   slot, which the slot price already charges (the share lengthened the LoRA draws' tails, same
   page).
+* **pending floor**: the backlog a prediction uses is never less than ``pendingFloor`` of the
+  uncached prompt tokens of this router's dispatches there still waiting for their first token
+  (``pending``): none of them is wholly prefilled yet. The drain assumes the fitted speed, which a
+  busy pod decoding its batch beside the prompts does not reach, so on an overloaded mixed fleet a
+  pod deep in this router's long prompts was predicted as drained and took more (random-1-08,
+  docs/benchmark.md, routing round 9). The fit's samples keep the drained estimate: floored there
+  too, an overloaded H200's fit came out flat (a tenth of its slope, half a second of intercept).
+  A pick note (``igw serve --workers N``) carries the backlog, not the pending dispatch, whose
+  first token only the sender hears: the floor counts a worker's own dispatches.
 
 **Cold start.** Before any sample at all, each endpoint is assumed to prefill at a speed
 proportional to the KV cache it holds (``num_gpu_blocks x block_size`` from the scrape: a smaller
@@ -126,7 +135,8 @@ everywhere there, default 0.25: with this scorer's default weight 4, one more we
 slope is used, default 64; 0: any spread), ``ownWaitingShare`` (share of a mean TTFT still added per
 scraped waiting request that this router's pending dispatches beyond the first explain, for
 requests without an adapter, 0 to 1; 0: none, as in routing round 7; 1: all, as before it; default
-0.25).
+0.25), ``pendingFloor`` (share of the pending dispatches' prompt tokens the backlog a prediction
+uses never falls below, 0 to 1; 0: no floor, as before routing round 9; default 1).
 """
 
 from __future__ import annotations
@@ -173,6 +183,9 @@ DEFAULT_SLOPE_SPREAD = 64.0
 DEFAULT_OWN_WAITING_SHARE = 0.25
 """Share of a mean TTFT a scraped waiting request still adds when this router's pending dispatches
 (beyond the first, which a non-empty backlog explains) account for it (``ownWaitingShare``)."""
+DEFAULT_PENDING_FLOOR = 1.0
+"""Share of the prompt tokens of this router's pending dispatches to an endpoint (sent, first token
+not seen) below which its backlog is never estimated (``pendingFloor``; 0: no floor)."""
 DEFAULT_HARDWARE_LABEL = "gpu"
 """Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
 STATE_ONE_KIND = "backlog.one-kind"
@@ -384,8 +397,13 @@ class BacklogTtftScorer(PluginHooks):
         hardware_label: str = DEFAULT_HARDWARE_LABEL,
         slope_spread: float = DEFAULT_SLOPE_SPREAD,
         own_waiting_share: float = DEFAULT_OWN_WAITING_SHARE,
+        pending_floor: float = DEFAULT_PENDING_FLOOR,
     ) -> None:
         self.name = name
+        self.pending_floor = pending_floor
+        self.pending_tokens: dict[EndpointKey, float] = {}
+        """Per endpoint, the uncached prompt tokens of its ``pending`` dispatches: none of them is
+        wholly prefilled yet, so ``pendingFloor`` of their sum is still ahead of a new request."""
         self.own_waiting_share = own_waiting_share
         self._pending_explains = 1.0 - own_waiting_share
         """How much of one scraped waiting request each pending dispatch beyond the first explains
@@ -417,7 +435,7 @@ class BacklogTtftScorer(PluginHooks):
         self._cycle_models: dict[EndpointKey, tuple[float, float]] = {}
         """``(intercept, slope)`` each endpoint was predicted with in the last cycle, guesses
         included, so ``on_picked`` drains the chosen endpoint's backlog at the speed it was judged by."""
-        self.dispatched: OrderedDict[str, tuple[EndpointKey, float, float]] = OrderedDict()
+        self.dispatched: OrderedDict[str, tuple[EndpointKey, float, float, float]] = OrderedDict()
         self._label_of: dict[EndpointKey, str] = {}
         """Each picked endpoint's ``hardwareLabel`` value (labelled endpoints only)."""
         self._labels_version = 0
@@ -690,6 +708,7 @@ class BacklogTtftScorer(PluginHooks):
         :meth:`_unfitted` with the helpers."""
         fits_get, pooled_get, backlogs_get = self.fits.get, pooled.get, self.backlogs.get
         pending_get = self.pending.get
+        floor_share, pending_tokens_get = self.pending_floor, self.pending_tokens.get
         pending_explains = 1.0 if self._adapter_cycle else self._pending_explains
         models = self._cycle_models
         # uncached() of an endpoint without a matched prefix share.
@@ -763,6 +782,11 @@ class BacklogTtftScorer(PluginHooks):
                     ahead = queued - (elapsed if elapsed > 0.0 else 0.0) / drain
                     if not ahead > 0.0:
                         ahead = 0.0
+            if floor_share > 0.0:
+                # No less than ``pendingFloor`` of the prompts still waiting for their first token.
+                floor = floor_share * pending_tokens_get(key, 0.0)
+                if floor > ahead:
+                    ahead = floor
             if matched:
                 own = tokens * (1.0 - matched.get(key, 0.0))
                 if not own > MIN_TOKENS_F:
@@ -1164,6 +1188,7 @@ class BacklogTtftScorer(PluginHooks):
             ahead = queued - (elapsed if elapsed > 0.0 else 0.0) / drain
             if not ahead > 0.0:
                 ahead = 0.0
+        pending_tokens = self.pending_tokens
         prompt_tokens = ctx.request.prompt_tokens
         matched = ctx.state.get(STATE_MATCH)
         own = prompt_tokens * (1.0 - (matched.get(key, 0.0) if matched else 0.0))
@@ -1185,10 +1210,14 @@ class BacklogTtftScorer(PluginHooks):
         pending = self.pending
         if (old := self.dispatched.get(rid)) is not None:  # a retried id: its earlier dispatch is over
             pending[old[0]] -= 1
-        self.dispatched[rid] = (key, ahead, backlog.total)
+            pending_tokens[old[0]] -= old[3]
+        self.dispatched[rid] = (key, ahead, backlog.total, own)
         pending[key] = pending.get(key, 0) + 1
+        pending_tokens[key] = pending_tokens.get(key, 0.0) + own
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
-            pending[self.dispatched.popitem(last=False)[1][0]] -= 1
+            gone = self.dispatched.popitem(last=False)[1]
+            pending[gone[0]] -= 1
+            pending_tokens[gone[0]] -= gone[3]
 
     def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
         """Learn the request's TTFT as soon as it is known (a streaming response's first token)."""
@@ -1202,9 +1231,10 @@ class BacklogTtftScorer(PluginHooks):
         entry = self.dispatched.pop(outcome.request_id, None)
         if entry is not None:
             self.pending[entry[0]] -= 1
+            self.pending_tokens[entry[0]] -= entry[3]
         if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
             return
-        key, ahead, total_after = entry
+        key, ahead, total_after, _ = entry
         own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
         if not math.isfinite(outcome.ttft_s):
             return
@@ -1267,10 +1297,11 @@ class BacklogTtftScorer(PluginHooks):
         self._members_version += 1
         self._speed_version += 1
         self._measured_version += 1
-        for rid in [rid for rid, (key, _, _) in self.dispatched.items() if key in gone]:
+        for rid in [rid for rid, (key, _, _, _) in self.dispatched.items() if key in gone]:
             del self.dispatched[rid]
         for key in gone:
             self.pending.pop(key, None)
+            self.pending_tokens.pop(key, None)
             if self._label_of.pop(key, None) is not None:
                 self._labels_version += 1
 
@@ -1347,6 +1378,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         hardware_label=r.string("hardwareLabel", DEFAULT_HARDWARE_LABEL),
         slope_spread=r.number("slopeSpread", DEFAULT_SLOPE_SPREAD, minimum=0.0),
         own_waiting_share=r.number("ownWaitingShare", DEFAULT_OWN_WAITING_SHARE, minimum=0.0, maximum=1.0),
+        pending_floor=r.number("pendingFloor", DEFAULT_PENDING_FLOOR, minimum=0.0, maximum=1.0),
     )
     r.finish()
     return plugin
