@@ -297,9 +297,10 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         entry = self.dispatched.pop(outcome.request_id, None)
         if entry is not None:
             self.pending[entry[0]] -= 1
+            self.pending_tokens[entry[0]] -= entry[3]
         if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
             return
-        key, ahead, total_after = entry
+        key, ahead, total_after, _ = entry
         own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
         if not math.isfinite(outcome.ttft_s):
             return

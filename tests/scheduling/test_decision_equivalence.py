@@ -817,12 +817,15 @@ def test_backlog_outcome_matches_its_reference(
             request_id=str(i), endpoint="a", ok=True, ttft_s=ttft, prompt_tokens=300 + 97 * i
         )
         for scorer in (fast, reference):
-            scorer.dispatched[str(i)] = ("a", 40.0 * i, queued + 0.5 * sent_after * i)
+            own = float(outcome.prompt_tokens)
+            scorer.dispatched[str(i)] = ("a", 40.0 * i, queued + 0.5 * sent_after * i, own)
             scorer.pending["a"] = scorer.pending.get("a", 0) + 1
+            scorer.pending_tokens["a"] = scorer.pending_tokens.get("a", 0.0) + own
             scorer.on_complete(outcome, now=1.0 + 0.003 * i)
         assert fast.backlogs == reference.backlogs, i
         assert fast.fits == reference.fits, i
         assert fast.pending == reference.pending, i
+        assert fast.pending_tokens == reference.pending_tokens, i
 
 
 def test_backlog_speed_check_is_not_kept_across_a_removal_under_the_same_candidates() -> None:
