@@ -266,8 +266,16 @@ def test_a_rate_sample_counts_the_prompt_work_still_ahead_at_dispatch(
     assert "r2" not in s.ahead  # forgotten once its outcome arrived
 
 
+def test_count_ahead_is_off_by_default_and_then_nothing_is_remembered() -> None:
+    """Off by default (routing round 9: it won random-1-13's goodput and lost two draws' TTFT tails)."""
+    s = factory("c", {}, "p")
+    assert s.count_ahead is False
+    s.on_picked(ctx(request(request_id="r1"), now=0.0), ep("a"))
+    assert not s.ahead
+
+
 def test_before_any_measured_rate_nothing_is_counted_ahead() -> None:
-    s = PrefillCollisionScorer()
+    s = PrefillCollisionScorer(count_ahead=True)
     s.on_picked(ctx(request(request_id="r1"), now=0.0), ep("a"))
     assert s.tokens_ahead("a", now=0.0) == 0.0
     s.on_picked(ctx(request(request_id="r2"), now=0.0), ep("a"))

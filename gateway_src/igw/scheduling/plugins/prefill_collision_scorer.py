@@ -31,15 +31,19 @@ bunched there shared its decode steps and made the gateway's ITL tail on identic
 least-request's (measured in docs/benchmark.md, routing round 8). Without the backlog scorer in the
 profile, or with ``poolOneKind: false``, each endpoint keeps its own rate.
 
-**Work ahead counted in a rate sample** (``countAhead``). A request's TTFT covers the prompt work
-of this scheduler's earlier dispatches to the same endpoint not yet worked off when it was sent
-(the engine prefills them in the same steps) as well as its own, so a sample is ``(prompt_tokens +
+**Work ahead counted in a rate sample** (``countAhead``, off by default). A request's TTFT covers
+the prompt work of this scheduler's earlier dispatches to the same endpoint not yet worked off when
+it was sent (the engine prefills them in the same steps) as well as its own, so a sample is ``(prompt_tokens +
 tokens ahead at dispatch) / ttft_s``, the tokens ahead taken from this scorer's own dispatch record
 at the rate known then (none before any rate is measured). Read as ``prompt_tokens / ttft_s`` alone,
 a short prompt queued behind a long one measured the queue: an H200 that took two such samples
 early learnt about a third of its peers' rate, drew almost no request for the rest of the run, and the
 long prompts it did not take bunched on the other pods, whose short answers then decoded beside
 their chunked prefills and missed the time-per-token SLO (docs/benchmark.md, routing round 9).
+Switched on it won that draw's SLO goodput (76.9 to 83.3 %, the oracle 92.3 %) but lengthened the
+TTFT tail of two other draws beyond 15 % of the oracle's (random-1-03, -14; on -14 the H200 drew a
+burst whose first tokens took up to 1.3 s: a rate that counts the queue no longer reads a busy pod
+as a slow one, which probably had held bursts off it, not yet decomposed); so it stays a parameter.
 
 Design alternatives that did not work (a serial virtual prefill queue; zeroing the whole pending
 sum of an endpoint that shows requests waiting) and the measurements with and without this scorer
@@ -47,7 +51,7 @@ are in docs/scheduler-design.md.
 
 Parameters: ``alpha`` (EWMA weight of a new rate sample, default 0.2), ``poolOneKind`` (one rate for
 candidates of one kind of hardware, default true), ``countAhead`` (a rate sample counts the prompt
-tokens still ahead at dispatch, default true; false: ``prompt_tokens / ttft_s``, as before round 9).
+tokens still ahead at dispatch, default false: ``prompt_tokens / ttft_s``).
 """
 
 from __future__ import annotations
@@ -76,8 +80,10 @@ DEFAULT_POOL_ONE_KIND = True
 """``poolOneKind``: candidates ``backlog-ttft-scorer`` found to be one kind of hardware share one rate."""
 MAX_TRACKED_DISPATCHES = 256
 """Bound on remembered dispatches per endpoint (before any rate is measured nothing is pruned)."""
-DEFAULT_COUNT_AHEAD = True
-"""``countAhead``: a rate sample counts the prompt work of this scheduler's dispatches still ahead."""
+DEFAULT_COUNT_AHEAD = False
+"""``countAhead``: a rate sample counts the prompt work of this scheduler's dispatches still ahead
+(off by default: on the benchmark's random family it won random-1-13's goodput and lost two draws'
+TTFT tails, docs/benchmark.md, routing round 9)."""
 MAX_TRACKED_AHEAD = 4096
 """Bound on dispatches remembered until their outcome (their prompt tokens ahead at dispatch)."""
 
