@@ -103,6 +103,7 @@ def test_failed_or_tokenless_outcomes_teach_nothing_and_removal_forgets() -> Non
         ({"alpha": 2}, "p.alpha: must be <= 1.0, got 2"),
         ({"decay": 1}, "p: unknown field 'decay'"),
         ({"poolOneKind": "yes"}, "p.poolOneKind: must be true or false, got 'yes'"),
+        ({"countAhead": 1}, "p.countAhead: must be true or false, got 1"),
     ],
 )
 def test_factory_rejects_bad_parameters(params: dict[str, object], problem: str) -> None:
@@ -228,3 +229,57 @@ def test_identical_idle_pods_share_the_picks_whatever_their_measured_rates(
         decision = s.pick(request(request_id="r1"), pods, now=0.001)
         seen.add(decision.endpoint)
     assert seen == picked, why
+
+
+# Routing round 9 (docs/benchmark.md): a rate sample counts the prompt work still ahead at dispatch.
+
+
+@pytest.mark.parametrize(
+    ("count_ahead", "first_on", "second_at", "expected_rate", "why"),
+    [
+        # a's first dispatch (1,000 tokens at RATE: 10 ms) is 8 ms from done when the second is sent;
+        # the second's first token comes 18 ms later: 800 + 1,000 tokens in 18 ms is RATE again.
+        (True, "a", 0.002, RATE, "the 800 tokens still ahead were prefilled in that TTFT too"),
+        (False, "a", 0.002, 0.8 * RATE + 0.2 * (1000 / 0.018), "countAhead false: 1,000 tokens / 18 ms"),
+        (True, "b", 0.002, 0.8 * RATE + 0.2 * (1000 / 0.018), "work ahead on another endpoint is not a's"),
+        (True, "a", 0.011, 0.8 * RATE + 0.2 * (1000 / 0.018), "the first dispatch already worked off"),
+    ],
+)
+def test_a_rate_sample_counts_the_prompt_work_still_ahead_at_dispatch(
+    count_ahead: bool, first_on: str, second_at: float, expected_rate: float, why: str
+) -> None:
+    """``prompt_tokens / ttft_s`` of a short prompt queued behind a long one measured the queue, not
+    the pod: on random-1-13 one H200 learnt a third of its peers' rate from such samples and drew almost no
+    request for the rest of the run while its peers' decodes slowed under the prompts it did not take."""
+    s = factory("c", {"countAhead": count_ahead}, "p")
+    s.on_complete(
+        RequestOutcome(request_id="w", endpoint="a", ok=True, ttft_s=1000 / RATE, prompt_tokens=1000),
+        now=0.0,
+    )
+    s.on_picked(ctx(request(request_id="r1"), now=0.0), ep(first_on))
+    s.on_picked(ctx(request(request_id="r2"), now=second_at), ep("a"))
+    s.on_complete(
+        RequestOutcome(request_id="r2", endpoint="a", ok=True, ttft_s=0.018, prompt_tokens=1000),
+        now=second_at + 0.018,
+    )
+    assert s.rate_of("a") == pytest.approx(expected_rate), why
+    assert "r2" not in s.ahead  # forgotten once its outcome arrived
+
+
+def test_count_ahead_is_off_by_default_and_then_nothing_is_remembered() -> None:
+    """Off by default (routing round 9: it won random-1-13's goodput and lost two draws' TTFT tails)."""
+    s = factory("c", {}, "p")
+    assert s.count_ahead is False
+    s.on_picked(ctx(request(request_id="r1"), now=0.0), ep("a"))
+    assert not s.ahead
+
+
+def test_before_any_measured_rate_nothing_is_counted_ahead() -> None:
+    s = PrefillCollisionScorer(count_ahead=True)
+    s.on_picked(ctx(request(request_id="r1"), now=0.0), ep("a"))
+    assert s.tokens_ahead("a", now=0.0) == 0.0
+    s.on_picked(ctx(request(request_id="r2"), now=0.0), ep("a"))
+    s.on_complete(
+        RequestOutcome(request_id="r2", endpoint="a", ok=True, ttft_s=0.02, prompt_tokens=1000), now=0.02
+    )
+    assert s.rate_of("a") == pytest.approx(1000 / 0.02)

@@ -31,19 +31,34 @@ bunched there shared its decode steps and made the gateway's ITL tail on identic
 least-request's (measured in docs/benchmark.md, routing round 8). Without the backlog scorer in the
 profile, or with ``poolOneKind: false``, each endpoint keeps its own rate.
 
+**Work ahead counted in a rate sample** (``countAhead``, off by default). A request's TTFT covers
+the prompt work of this scheduler's earlier dispatches to the same endpoint not yet worked off when
+it was sent (the engine prefills them in the same steps) as well as its own, so a sample is ``(prompt_tokens +
+tokens ahead at dispatch) / ttft_s``, the tokens ahead taken from this scorer's own dispatch record
+at the rate known then (none before any rate is measured). Read as ``prompt_tokens / ttft_s`` alone,
+a short prompt queued behind a long one measured the queue: an H200 that took two such samples
+early learnt about a third of its peers' rate, drew almost no request for the rest of the run, and the
+long prompts it did not take bunched on the other pods, whose short answers then decoded beside
+their chunked prefills and missed the time-per-token SLO (docs/benchmark.md, routing round 9).
+Switched on it won that draw's SLO goodput (76.9 to 83.3 %, the oracle 92.3 %) but lengthened the
+TTFT tail of two other draws beyond 15 % of the oracle's (random-1-03, -14; on -14 the H200 drew a
+burst whose first tokens took up to 1.3 s: a rate that counts the queue no longer reads a busy pod
+as a slow one, which probably had held bursts off it, not yet decomposed); so it stays a parameter.
+
 Design alternatives that did not work (a serial virtual prefill queue; zeroing the whole pending
 sum of an endpoint that shows requests waiting) and the measurements with and without this scorer
 are in docs/scheduler-design.md.
 
 Parameters: ``alpha`` (EWMA weight of a new rate sample, default 0.2), ``poolOneKind`` (one rate for
-candidates of one kind of hardware, default true).
+candidates of one kind of hardware, default true), ``countAhead`` (a rate sample counts the prompt
+tokens still ahead at dispatch, default false: ``prompt_tokens / ttft_s``).
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -65,6 +80,12 @@ DEFAULT_POOL_ONE_KIND = True
 """``poolOneKind``: candidates ``backlog-ttft-scorer`` found to be one kind of hardware share one rate."""
 MAX_TRACKED_DISPATCHES = 256
 """Bound on remembered dispatches per endpoint (before any rate is measured nothing is pruned)."""
+DEFAULT_COUNT_AHEAD = False
+"""``countAhead``: a rate sample counts the prompt work of this scheduler's dispatches still ahead
+(off by default: on the benchmark's random family it won random-1-13's goodput and lost two draws'
+TTFT tails, docs/benchmark.md, routing round 9)."""
+MAX_TRACKED_AHEAD = 4096
+"""Bound on dispatches remembered until their outcome (their prompt tokens ahead at dispatch)."""
 
 
 class PrefillCollisionScorer(PluginHooks):
@@ -73,10 +94,19 @@ class PrefillCollisionScorer(PluginHooks):
     consumes = frozenset({STATE_ONE_KIND})
 
     def __init__(
-        self, *, name: str = TYPE, alpha: float = DEFAULT_ALPHA, pool_one_kind: bool = DEFAULT_POOL_ONE_KIND
+        self,
+        *,
+        name: str = TYPE,
+        alpha: float = DEFAULT_ALPHA,
+        pool_one_kind: bool = DEFAULT_POOL_ONE_KIND,
+        count_ahead: bool = DEFAULT_COUNT_AHEAD,
     ) -> None:
         self.name = name
         self.pool_one_kind = pool_one_kind
+        self.count_ahead = count_ahead
+        self.ahead: OrderedDict[str, float] = OrderedDict()
+        """Per dispatched request id: prompt tokens of this scheduler's earlier dispatches to the same
+        endpoint not yet worked off when it was dispatched (``countAhead``)."""
         self.rate = EndpointEwma(alpha=alpha, track_changes=True)
         """Prompt tokens per second of measured TTFT, per endpoint."""
         self._rates = MeasuredColumn(self.rate)
@@ -204,17 +234,31 @@ class PrefillCollisionScorer(PluginHooks):
         best = min(present)
         return [1.0 if f is None or f <= 0 else best / f for f in finish]
 
+    def tokens_ahead(self, key: EndpointKey, *, now: float) -> float:
+        """Prompt tokens of this scheduler's dispatches to ``key`` not yet worked off at ``now`` at the
+        endpoint's rate (0 until any rate is measured: nothing tells how much of them is done)."""
+        queue = self.recent.get(key)
+        rate = self.rate_of(key)
+        if not queue or rate is None or rate <= 0:
+            return 0.0
+        return sum([left for t, tokens in queue if (left := tokens - (now - t) * rate) > 0.0], 0.0)
+
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         tokens = max(MIN_PROMPT_TOKENS, ctx.request.prompt_tokens)
+        if self.count_ahead:
+            self.ahead[ctx.request.request_id] = self.tokens_ahead(endpoint.key, now=ctx.now)
+            if len(self.ahead) > MAX_TRACKED_AHEAD:
+                self.ahead.popitem(last=False)
         queue = self.recent.setdefault(endpoint.key, deque())
         queue.append((ctx.now, tokens))
         if len(queue) > MAX_TRACKED_DISPATCHES:
             queue.popleft()
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        ahead = self.ahead.pop(outcome.request_id, 0.0) if self.count_ahead else 0.0
         if not outcome.ok or outcome.ttft_s is None or outcome.ttft_s <= 0 or outcome.prompt_tokens <= 0:
             return
-        self.rate.observe(outcome.endpoint, outcome.prompt_tokens / outcome.ttft_s)
+        self.rate.observe(outcome.endpoint, (outcome.prompt_tokens + ahead) / outcome.ttft_s)
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         self.rate.forget(keys)
@@ -228,6 +272,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> PrefillCollision
         name=name,
         alpha=r.number("alpha", DEFAULT_ALPHA, minimum=0.0, maximum=1.0),
         pool_one_kind=r.boolean("poolOneKind", DEFAULT_POOL_ONE_KIND),
+        count_ahead=r.boolean("countAhead", DEFAULT_COUNT_AHEAD),
     )
     r.finish()
     return plugin
