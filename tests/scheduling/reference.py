@@ -283,9 +283,10 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
         if (old := self.dispatched.get(rid)) is not None:
             pending[old[0]] -= 1
             pending_tokens[old[0]] -= old[3]
-        self.dispatched[rid] = (key, ahead, backlog.total, own)
+        floored = own if ctx.request.stream else 0.0
+        self.dispatched[rid] = (key, ahead, backlog.total, floored)
         pending[key] = pending.get(key, 0) + 1
-        pending_tokens[key] = pending_tokens.get(key, 0.0) + own
+        pending_tokens[key] = pending_tokens.get(key, 0.0) + floored
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
             gone = self.dispatched.popitem(last=False)[1]
             pending[gone[0]] -= 1

@@ -3,6 +3,7 @@ fitted per endpoint from completed requests; score = best predicted / own predic
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 
@@ -1011,6 +1012,25 @@ def test_the_pending_floor_forgets_dispatches_that_ended_or_left() -> None:
     assert s.pending_tokens["a"] == pytest.approx(500)  # a failure ends the dispatch too
     s.on_endpoints_removed(["a"])
     assert "a" not in s.pending_tokens
+
+
+def test_only_streamed_dispatches_floor_the_backlog() -> None:
+    """A non-streamed request's first token is never reported (only its completion, the whole answer
+    later): counted in the floor, its prompt would stay ahead of every new request long after its
+    prefill, and a pod serving non-streamed requests would look busier than it is."""
+    s = BacklogTtftScorer(pending_floor=1.0)
+    teach(s, "a", H100)
+    s.on_picked(ctx(request(2000, "streamed"), now=LATER), ep("a"))
+    s.on_picked(ctx(dataclasses.replace(request(3000, "whole"), stream=False), now=LATER), ep("a"))
+    assert s.pending["a"] == 2  # both dispatches are tracked (the waiting-share counts them)
+    assert s.pending_tokens["a"] == pytest.approx(2000)
+    [p] = s.predicted([ep("a")], tokens=1000, now=LATER + 1000.0)
+    intercept, slope = s._cycle_models["a"]
+    assert p == pytest.approx(intercept + slope * (2000 + 1000), rel=1e-9)
+    s.on_complete(
+        RequestOutcome(request_id="whole", endpoint="a", ok=True, ttft_s=None, prompt_tokens=3000), now=LATER
+    )
+    assert s.pending_tokens["a"] == pytest.approx(2000)
 
 
 def test_the_pending_floor_parameter() -> None:

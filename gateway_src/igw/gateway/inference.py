@@ -259,6 +259,7 @@ async def _route(
         max_tokens=body.max_tokens,
         adapter=route.adapter,
         tenant=principal.tenant,
+        stream=body.stream,
     )
     flow_on = rt.flow_settings is not None
     bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)

@@ -102,6 +102,9 @@ class RoutingRequest:
     """LoRA adapter name when ``model`` is an adapter, else ``None``."""
     priority: int = 0
     tenant: str | None = None
+    stream: bool = True
+    """Whether the answer is streamed: only then does the gateway hear the first token before the
+    whole answer (a non-streamed request's first token is never reported, only its completion)."""
 
 
 class DecisionKind(enum.Enum):

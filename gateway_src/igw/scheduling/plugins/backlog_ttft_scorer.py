@@ -51,7 +51,9 @@ Model, per endpoint ``i``:
   docs/benchmark.md, routing round 9). The fit's samples keep the drained estimate: floored there
   too, an overloaded H200's fit came out flat (a tenth of its slope, half a second of intercept).
   A pick note (``igw serve --workers N``) carries the backlog, not the pending dispatch, whose
-  first token only the sender hears: the floor counts a worker's own dispatches.
+  first token only the sender hears: the floor counts a worker's own dispatches. Only streamed
+  dispatches count: a non-streamed request's first token is never reported, so it would hold its
+  prompt in the floor until the whole answer was done, long after its prefill.
 
 **Cold start.** Before any sample at all, each endpoint is assumed to prefill at a speed
 proportional to the KV cache it holds (``num_gpu_blocks x block_size`` from the scrape: a smaller
@@ -1211,9 +1213,10 @@ class BacklogTtftScorer(PluginHooks):
         if (old := self.dispatched.get(rid)) is not None:  # a retried id: its earlier dispatch is over
             pending[old[0]] -= 1
             pending_tokens[old[0]] -= old[3]
-        self.dispatched[rid] = (key, ahead, backlog.total, own)
+        floored = own if ctx.request.stream else 0.0  # see "pending floor" in the module docstring
+        self.dispatched[rid] = (key, ahead, backlog.total, floored)
         pending[key] = pending.get(key, 0) + 1
-        pending_tokens[key] = pending_tokens.get(key, 0.0) + own
+        pending_tokens[key] = pending_tokens.get(key, 0.0) + floored
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
             gone = self.dispatched.popitem(last=False)[1]
             pending[gone[0]] -= 1
