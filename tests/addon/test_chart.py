@@ -442,3 +442,94 @@ def test_a_grace_period_too_short_for_the_shutdown_fails_with_the_field() -> Non
     with pytest.raises(helm.HelmError) as caught:
         chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
     assert "terminationGracePeriodSeconds" in str(caught.value)
+
+
+def _scheduler_selecting(selector: dict[str, Any], *, namespace: str = "") -> dict[str, Any]:
+    """Gateway-mode values whose one scheduler discovers model servers with ``selector``."""
+    scheduler = {"name": "default", "modelName": "default", "modelSelector": selector}
+    return {
+        "gateway": {
+            "config": {"name": "default", "namespace": namespace, "spec": {"schedulers": [scheduler]}}
+        }
+    }
+
+
+SELF_SELECTING: dict[str, dict[str, Any]] = {
+    "podLabels-equal-matchLabels": {
+        "podLabels": {"serving": "llm"},
+        **_scheduler_selecting({"matchLabels": {"serving": "llm"}}),
+    },
+    "chart-component-label": _scheduler_selecting(
+        {"matchLabels": {"app.kubernetes.io/component": "gateway"}}
+    ),
+    "expressions-exists-and-in": {
+        "podLabels": {"team": "a"},
+        **_scheduler_selecting(
+            {
+                "matchExpressions": [
+                    {"key": "team", "operator": "Exists"},
+                    {"key": "team", "operator": "In", "values": ["a", "b"]},
+                    {"key": "gpu", "operator": "DoesNotExist"},
+                    {"key": "app.kubernetes.io/name", "operator": "NotIn", "values": ["vllm"]},
+                ]
+            }
+        ),
+    },
+}
+NOT_SELF_SELECTING: dict[str, dict[str, Any]] = {
+    "another-label-value": {
+        "podLabels": {"serving": "llm"},
+        **_scheduler_selecting({"matchLabels": {"serving": "llm", "role": "model-server"}}),
+    },
+    "excluded-by-notin": {
+        "podLabels": {"team": "a"},
+        **_scheduler_selecting({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}),
+    },
+    "model-servers-in-another-namespace": {
+        "podLabels": {"serving": "llm"},
+        **_scheduler_selecting({"matchLabels": {"serving": "llm"}}, namespace="models"),
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(SELF_SELECTING))
+def test_a_scheduler_selecting_the_gateways_own_pods_fails_at_render_time(case: str) -> None:
+    """In gateway mode the chart's pods carry its selector labels plus ``podLabels``; a scheduler's
+    ``modelSelector`` they satisfy made the gateway discover its own pods as model servers and route
+    requests to itself. The operator path refused it (gateway-pods-not-model-servers); the chart did not."""
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(
+            {"mode": "gateway", **SELF_SELECTING[case]}, release="igw", namespace=pins.ADDON_NAMESPACE
+        )
+    assert "gateway.config.spec.schedulers[0].modelSelector selects the gateway's own pods" in str(
+        refused.value
+    )
+
+
+@pytest.mark.parametrize("case", sorted(NOT_SELF_SELECTING))
+def test_a_scheduler_the_gateways_pods_do_not_satisfy_renders(case: str) -> None:
+    objects = chart.render(
+        {"mode": "gateway", **NOT_SELF_SELECTING[case]}, release="igw", namespace=pins.ADDON_NAMESPACE
+    )
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert (
+        NOT_SELF_SELECTING[case]["podLabels"].items()
+        <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+@pytest.mark.parametrize(
+    "key", ["app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"]
+)
+def test_pod_labels_may_not_set_the_charts_selector_labels(key: str) -> None:
+    """``podLabels: {app.kubernetes.io/component: model-server}`` rendered the key twice in the pod
+    template (the Deployment's selector then no longer matched its own pods, or, with the last value
+    kept, the gateway pods looked like model servers)."""
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render({"mode": "gateway", "podLabels": {key: "model-server"}})
+    assert f"podLabels.{key}: the chart sets this label on the gateway's pods itself" in str(refused.value)
+    chart.render({"mode": "operator", "podLabels": {key: "model-server"}})  # not the operator's pods' labels
