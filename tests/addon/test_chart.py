@@ -533,3 +533,76 @@ def test_pod_labels_may_not_set_the_charts_selector_labels(key: str) -> None:
         chart.render({"mode": "gateway", "podLabels": {key: "model-server"}})
     assert f"podLabels.{key}: the chart sets this label on the gateway's pods itself" in str(refused.value)
     chart.render({"mode": "operator", "podLabels": {key: "model-server"}})  # not the operator's pods' labels
+
+
+ANNOTATION_MAPS: dict[str, Callable[[dict[str, str]], dict[str, Any]]] = {
+    "/podAnnotations": lambda annotations: {"podAnnotations": annotations},
+    "/service/annotations": lambda annotations: {"service": {"annotations": annotations}},
+    "/serviceAccount/annotations": lambda annotations: {"serviceAccount": {"annotations": annotations}},
+}
+
+
+@pytest.mark.parametrize("where", sorted(ANNOTATION_MAPS))
+@pytest.mark.parametrize("annotations", [{"a b": "x"}, {"/x": "y"}, {"a/b/c": "v"}, {"a": "x" * 262_145}])
+def test_annotation_maps_the_api_server_would_refuse_are_refused_by_the_values_schema(
+    where: str, annotations: dict[str, str]
+) -> None:
+    """Annotation maps took any string key and value: Helm and EKS accepted ``podAnnotations: {"a b":
+    x}`` and the install failed at the API server ("name part must consist of alphanumeric
+    characters"), the add-on left CREATE_FAILED."""
+    import helm_python as helm
+
+    values = {"mode": "gateway", **ANNOTATION_MAPS[where](annotations)}
+    with pytest.raises(helm.HelmError, match="schema"):
+        chart.render(values)
+    assert configuration.problems(ANNOTATION_MAPS[where](annotations))
+
+
+def test_annotation_maps_take_every_annotation_the_api_server_takes() -> None:
+    annotations = {
+        "prometheus.io/scrape": "true",
+        "note": "free text:\nany {characters} at all",
+        "a_b.c-d": "",
+    }
+    objects = chart.render({"mode": "gateway", "podAnnotations": annotations})
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert annotations.items() <= deployment["spec"]["template"]["metadata"]["annotations"].items()
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/33", "300.1.2.3/8", "10.0.0/8", "::/129", "10.0.0.0/08x"])
+def test_a_source_range_that_is_not_a_cidr_is_refused(cidr: str) -> None:
+    """``10.0.0.0/33`` and ``300.1.2.3/8`` matched the old pattern: the AWS Load Balancer Controller
+    refuses them and the Service's load balancer is never provisioned."""
+    import helm_python as helm
+
+    values = {"service": {"loadBalancerSourceRanges": [cidr]}}
+    with pytest.raises(helm.HelmError, match="loadBalancerSourceRanges/0"):
+        chart.render({"mode": "gateway", **values})
+    assert configuration.problems(values)
+
+
+def test_every_cidr_form_is_taken() -> None:
+    ranges = ["0.0.0.0/0", "10.0.0.0/8", "192.168.1.255/32", "::/0", "2001:db8::/32", "fd00::1/128"]
+    objects = chart.render({"mode": "gateway", "service": {"loadBalancerSourceRanges": ranges}})
+    service = next(o for o in objects if o["kind"] == "Service" and o["spec"].get("type") == "LoadBalancer")
+    assert service["spec"]["loadBalancerSourceRanges"] == ranges
+
+
+@pytest.mark.parametrize(
+    ("toleration", "where"),
+    [
+        ({"operator": "Sideways"}, "/tolerations/0/operator"),
+        ({"key": "gpu", "effect": "NoWhere"}, "/tolerations/0/effect"),
+        ({"key": "gpu", "tolerationSeconds": "soon"}, "/tolerations/0/tolerationSeconds"),
+        ({"key": "gpu", "opertor": "Exists"}, "opertor"),
+    ],
+)
+def test_a_toleration_the_api_server_would_refuse_is_refused(toleration: dict[str, Any], where: str) -> None:
+    """Tolerations were any objects: a misspelt field was dropped silently, a bad operator failed the
+    install at the API server."""
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render({"mode": "gateway", "tolerations": [toleration]})
+    assert where in str(refused.value)
+    assert configuration.problems({"tolerations": [toleration]})
