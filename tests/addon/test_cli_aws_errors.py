@@ -155,6 +155,11 @@ def test_invalid_input_is_a_usage_error_found_before_any_aws_client(
         (["delete", "--cluster", ""], "argument --cluster: '' is not an EKS cluster name"),
         (["create", "--cluster", "a b"], "argument --cluster: 'a b' is not an EKS cluster name"),
         (["versions", "--kubernetes-version", "latest"], "argument --kubernetes-version: 'latest' is not a"),
+        (
+            ["package", "--push", "--namespace", "My Charts"],
+            "argument --namespace: 'My Charts' is not an ECR",
+        ),
+        (["package", "--namespace", "charts/"], "argument --namespace: 'charts/' is not an ECR"),
     ],
 )
 def test_bad_flag_values_are_refused_while_parsing_naming_the_flag(

@@ -10,6 +10,7 @@ from typing import Any
 from igw.cli.arg_types import (
     POSITIVE,
     addon_version,
+    ecr_namespace,
     eks_cluster_name,
     iam_role_arn,
     kubernetes_version,
@@ -76,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     package.add_argument(
         "--push", action="store_true", help="push it to this account's ECR as an OCI artifact"
     )
-    package.add_argument("--namespace", default="igw-charts", help="ECR repository namespace (igw-charts)")
+    package.add_argument(
+        "--namespace", type=ecr_namespace, default="igw-charts", help="ECR repository namespace (igw-charts)"
+    )
     _aws_options(package)
 
 

@@ -273,3 +273,18 @@ def kubernetes_version(text: str) -> str:
     if not _KUBERNETES_MINOR.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a Kubernetes version as EKS names it (e.g. 1.34)")
     return text
+
+
+_ECR_NAMESPACE: Final = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*")
+
+
+def ecr_namespace(text: str) -> str:
+    """An ECR repository namespace (lower-case path parts of letters and digits joined by ``.``,
+    ``_`` or ``-``, ECR's repository-name grammar): ``igw addon package --push --namespace 'My
+    Charts'`` packaged the chart, then failed at ECR after the upload's set-up."""
+    if len(text) > 200 or not _ECR_NAMESPACE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ECR repository namespace (lower-case letters and digits, parts joined "
+            "by '.', '_' or '-', path parts by '/')"
+        )
+    return text
