@@ -147,7 +147,9 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-class _DuplicateJsonKey(Exception):
+class _DuplicateJsonKey(DocumentReadError):
+    """Raised from ``json``'s object hook, turned into a :class:`DocumentReadError` with the key's line."""
+
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
