@@ -445,3 +445,167 @@ def test_a_grace_period_too_short_for_the_shutdown_fails_with_the_field() -> Non
     with pytest.raises(helm.HelmError) as caught:
         chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
     assert "terminationGracePeriodSeconds" in str(caught.value)
+
+
+def _scheduler_selecting(selector: dict[str, Any], *, namespace: str = "") -> dict[str, Any]:
+    """Gateway-mode values whose one scheduler discovers model servers with ``selector``."""
+    scheduler = {"name": "default", "modelName": "default", "modelSelector": selector}
+    return {
+        "gateway": {
+            "config": {"name": "default", "namespace": namespace, "spec": {"schedulers": [scheduler]}}
+        }
+    }
+
+
+SELF_SELECTING: dict[str, dict[str, Any]] = {
+    "podLabels-equal-matchLabels": {
+        "podLabels": {"serving": "llm"},
+        **_scheduler_selecting({"matchLabels": {"serving": "llm"}}),
+    },
+    "chart-component-label": _scheduler_selecting(
+        {"matchLabels": {"app.kubernetes.io/component": "gateway"}}
+    ),
+    "expressions-exists-and-in": {
+        "podLabels": {"team": "a"},
+        **_scheduler_selecting(
+            {
+                "matchExpressions": [
+                    {"key": "team", "operator": "Exists"},
+                    {"key": "team", "operator": "In", "values": ["a", "b"]},
+                    {"key": "gpu", "operator": "DoesNotExist"},
+                    {"key": "app.kubernetes.io/name", "operator": "NotIn", "values": ["vllm"]},
+                ]
+            }
+        ),
+    },
+}
+NOT_SELF_SELECTING: dict[str, dict[str, Any]] = {
+    "another-label-value": {
+        "podLabels": {"serving": "llm"},
+        **_scheduler_selecting({"matchLabels": {"serving": "llm", "role": "model-server"}}),
+    },
+    "excluded-by-notin": {
+        "podLabels": {"team": "a"},
+        **_scheduler_selecting({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}),
+    },
+    "model-servers-in-another-namespace": {
+        "podLabels": {"serving": "llm"},
+        **_scheduler_selecting({"matchLabels": {"serving": "llm"}}, namespace="models"),
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(SELF_SELECTING))
+def test_a_scheduler_selecting_the_gateways_own_pods_fails_at_render_time(case: str) -> None:
+    """In gateway mode the chart's pods carry its selector labels plus ``podLabels``; a scheduler's
+    ``modelSelector`` they satisfy made the gateway discover its own pods as model servers and route
+    requests to itself. The operator path refused it (gateway-pods-not-model-servers); the chart did not."""
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(
+            {"mode": "gateway", **SELF_SELECTING[case]}, release="igw", namespace=pins.ADDON_NAMESPACE
+        )
+    assert "gateway.config.spec.schedulers[0].modelSelector selects the gateway's own pods" in str(
+        refused.value
+    )
+
+
+@pytest.mark.parametrize("case", sorted(NOT_SELF_SELECTING))
+def test_a_scheduler_the_gateways_pods_do_not_satisfy_renders(case: str) -> None:
+    objects = chart.render(
+        {"mode": "gateway", **NOT_SELF_SELECTING[case]}, release="igw", namespace=pins.ADDON_NAMESPACE
+    )
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert (
+        NOT_SELF_SELECTING[case]["podLabels"].items()
+        <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+@pytest.mark.parametrize(
+    "key", ["app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"]
+)
+def test_pod_labels_may_not_set_the_charts_selector_labels(key: str) -> None:
+    """``podLabels: {app.kubernetes.io/component: model-server}`` rendered the key twice in the pod
+    template (the Deployment's selector then no longer matched its own pods, or, with the last value
+    kept, the gateway pods looked like model servers)."""
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render({"mode": "gateway", "podLabels": {key: "model-server"}})
+    assert f"podLabels.{key}: the chart sets this label on the gateway's pods itself" in str(refused.value)
+    chart.render({"mode": "operator", "podLabels": {key: "model-server"}})  # not the operator's pods' labels
+
+
+ANNOTATION_MAPS: dict[str, Callable[[dict[str, str]], dict[str, Any]]] = {
+    "/podAnnotations": lambda annotations: {"podAnnotations": annotations},
+    "/service/annotations": lambda annotations: {"service": {"annotations": annotations}},
+    "/serviceAccount/annotations": lambda annotations: {"serviceAccount": {"annotations": annotations}},
+}
+
+
+@pytest.mark.parametrize("where", sorted(ANNOTATION_MAPS))
+@pytest.mark.parametrize("annotations", [{"a b": "x"}, {"/x": "y"}, {"a/b/c": "v"}, {"a": "x" * 262_145}])
+def test_annotation_maps_the_api_server_would_refuse_are_refused_by_the_values_schema(
+    where: str, annotations: dict[str, str]
+) -> None:
+    """Annotation maps took any string key and value: Helm and EKS accepted ``podAnnotations: {"a b":
+    x}`` and the install failed at the API server ("name part must consist of alphanumeric
+    characters"), the add-on left CREATE_FAILED."""
+    import helm_python as helm
+
+    values = {"mode": "gateway", **ANNOTATION_MAPS[where](annotations)}
+    with pytest.raises(helm.HelmError, match="schema"):
+        chart.render(values)
+    assert configuration.problems(ANNOTATION_MAPS[where](annotations))
+
+
+def test_annotation_maps_take_every_annotation_the_api_server_takes() -> None:
+    annotations = {
+        "prometheus.io/scrape": "true",
+        "note": "free text:\nany {characters} at all",
+        "a_b.c-d": "",
+    }
+    objects = chart.render({"mode": "gateway", "podAnnotations": annotations})
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert annotations.items() <= deployment["spec"]["template"]["metadata"]["annotations"].items()
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/33", "300.1.2.3/8", "10.0.0/8", "::/129", "10.0.0.0/08x"])
+def test_a_source_range_that_is_not_a_cidr_is_refused(cidr: str) -> None:
+    """``10.0.0.0/33`` and ``300.1.2.3/8`` matched the old pattern: the AWS Load Balancer Controller
+    refuses them and the Service's load balancer is never provisioned."""
+    import helm_python as helm
+
+    values = {"service": {"loadBalancerSourceRanges": [cidr]}}
+    with pytest.raises(helm.HelmError, match="loadBalancerSourceRanges/0"):
+        chart.render({"mode": "gateway", **values})
+    assert configuration.problems(values)
+
+
+def test_every_cidr_form_is_taken() -> None:
+    ranges = ["0.0.0.0/0", "10.0.0.0/8", "192.168.1.255/32", "::/0", "2001:db8::/32", "fd00::1/128"]
+    objects = chart.render({"mode": "gateway", "service": {"loadBalancerSourceRanges": ranges}})
+    service = next(o for o in objects if o["kind"] == "Service" and o["spec"].get("type") == "LoadBalancer")
+    assert service["spec"]["loadBalancerSourceRanges"] == ranges
+
+
+@pytest.mark.parametrize(
+    ("toleration", "where"),
+    [
+        ({"operator": "Sideways"}, "/tolerations/0/operator"),
+        ({"key": "gpu", "effect": "NoWhere"}, "/tolerations/0/effect"),
+        ({"key": "gpu", "tolerationSeconds": "soon"}, "/tolerations/0/tolerationSeconds"),
+        ({"key": "gpu", "opertor": "Exists"}, "opertor"),
+    ],
+)
+def test_a_toleration_the_api_server_would_refuse_is_refused(toleration: dict[str, Any], where: str) -> None:
+    """Tolerations were any objects: a misspelt field was dropped silently, a bad operator failed the
+    install at the API server."""
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render({"mode": "gateway", "tolerations": [toleration]})
+    assert where in str(refused.value)
+    assert configuration.problems({"tolerations": [toleration]})

@@ -102,3 +102,96 @@ def test_an_iam_role_arn_is_taken() -> None:
         "arn:aws-us-gov:iam::123456789012:role/p/a.b@c",
     ):
         assert iam_role_arn(arn) == arn
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+@pytest.mark.parametrize("region", [[], ["--region", "us-west-2"]], ids=["no-region", "region"])
+@pytest.mark.parametrize(
+    ("argv", "values", "says"),
+    [
+        (
+            ["create", "--role-arn", "arn:aws:iam::123456789012:role/igw"],
+            None,
+            "role: with the chart's mode operator no pod runs as service account",
+        ),
+        (["create"], "replicaCount: 3\n", "configurationValues.replicaCount: has no effect"),
+        (["update"], "replicaCount: 3\n", "configurationValues.replicaCount: has no effect"),
+    ],
+    ids=["role-in-operator-mode", "create-operator-mode-value", "update-operator-mode-value"],
+)
+def test_invalid_input_is_a_usage_error_found_before_any_aws_client(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    region: list[str],
+    argv: list[str],
+    values: str | None,
+    says: str,
+) -> None:
+    """Input that is wrong whatever the cluster holds exited 1, the code of a failed AWS operation,
+    where every other command (and ``igw addon`` for an unreadable values file) exits 2; without a
+    region it was hidden behind "You must specify a region"."""
+    command = ["addon", *argv, "--cluster", "c", *region]
+    if values is not None:
+        (tmp_path / "values.yaml").write_text(values)
+        command += ["--configuration-values", str(tmp_path / "values.yaml")]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert f"igw addon: refusing to {argv[0]} the add-on: invalid input" in err
+    assert says in err
+    if values is not None:
+        assert f"(configuration values from {tmp_path / 'values.yaml'})" in err
+    assert "region" not in err
+    assert "credentials" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            ["create", "--cluster", "c", "--version", "latest"],
+            "argument --version: 'latest' is not an add-on version",
+        ),
+        (["update", "--cluster", "c", "--version", "2"], "argument --version: '2' is not an add-on version"),
+        (["delete", "--cluster", ""], "argument --cluster: '' is not an EKS cluster name"),
+        (["create", "--cluster", "a b"], "argument --cluster: 'a b' is not an EKS cluster name"),
+        (["versions", "--kubernetes-version", "latest"], "argument --kubernetes-version: 'latest' is not a"),
+        (
+            ["package", "--push", "--namespace", "My Charts"],
+            "argument --namespace: 'My Charts' is not an ECR",
+        ),
+        (["package", "--namespace", "charts/"], "argument --namespace: 'charts/' is not an ECR"),
+    ],
+)
+def test_bad_flag_values_are_refused_while_parsing_naming_the_flag(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--version latest`` was refused only after parsing (exit 1); a cluster name or Kubernetes
+    version EKS cannot take was sent to AWS."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["addon", *argv])
+    assert stopped.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_credentials_aws_rejects_are_reported_as_a_failed_aws_call_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """moto checking every request's signature against its IAM (``set_initial_no_auth_action_count(0)``):
+    a key AWS does not know. ``create``'s read-only pre-check (DescribeCluster) raised botocore's
+    ``ClientError`` out of ``igw addon``: a traceback, exit 1."""
+    from moto import mock_aws
+    from moto.core import set_initial_no_auth_action_count
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-a-key-aws-knows")
+
+    @set_initial_no_auth_action_count(0)
+    @mock_aws
+    def run() -> int:
+        return main(["addon", "create", "--cluster", "c", "--region", "us-west-2"])
+
+    assert run() == 1
+    err = capsys.readouterr().err
+    assert err.startswith("igw addon: AWS: ")
+    assert "DescribeCluster" in err
+    assert "InvalidClientTokenId" in err

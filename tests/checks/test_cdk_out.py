@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from igw.checks.inventory import Missing
 from igw.checks.model import Command
 from igw.checks.sources.cdk_out import load_cdk_out, render
+from igw.cli.main import main
 from tests.checks.helpers import FIXTURES, findings, run
 
 CDK = FIXTURES / "cdk"
@@ -107,4 +110,25 @@ def test_bad_templates_are_reported_not_fatal(tmp_path: Path) -> None:
 
 
 def test_empty_directory_is_an_error(tmp_path: Path) -> None:
-    assert load_cdk_out(tmp_path).errors == [f"{tmp_path}: no *.template.json files (run cdk synth first)"]
+    with pytest.raises(FileNotFoundError, match=r"no \*\.template\.json files \(run cdk synth first\)"):
+        load_cdk_out(tmp_path)
+
+
+@pytest.mark.parametrize("command", ["preflight", "audit"])
+@pytest.mark.parametrize(
+    "content", [None, "root:x:0:0:root:/root:/bin/bash\n", "[1, 2]"], ids=["empty", "passwd", "list"]
+)
+def test_a_source_with_no_readable_template_is_a_usage_error_with_no_findings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, content: str | None
+) -> None:
+    """An empty folder, or a file that is no template, was checked as an account holding nothing:
+    ``igw preflight`` reported CRITICAL "EKS add-on ... not installed" (exit 1), ``igw audit``
+    exit 3 with a full table, about an account neither had read."""
+    source = tmp_path
+    if content is not None:
+        source = tmp_path / "x.template.json"
+        source.write_text(content)
+    assert main([command, "--cdk-out", str(source)]) == 2
+    captured = capsys.readouterr()
+    assert f"{source}:no" in "".join(captured.err.split())  # rich wraps (even inside a path) at its width
+    assert "not installed" not in captured.out + captured.err

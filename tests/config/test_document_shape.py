@@ -8,9 +8,13 @@ laughs") made ``igw validate`` run until killed.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
+import yaml
 
 from igw.cli.main import main
 from igw.config.documents import MAX_FILE_BYTES, MAX_NESTING, DocumentReadError, parse_text, read_documents
@@ -72,3 +76,26 @@ def test_a_file_larger_than_the_limit_is_refused_without_reading_it_all(tmp_path
 def test_the_command_line_names_a_file_too_large(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "/dev/zero"]) == 2
     assert "/dev/zero: larger than 16 MiB" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
+def test_deep_flow_nesting_never_enters_pyyaml_s_quadratic_pure_python_scanner() -> None:
+    """PyYAML's pure-Python scanner re-walks every open ``[`` for each token: refusing a 20 KB line of
+    ``[`` cost ~10 s of CPU, a 1 MiB ConfigMap (the operator and the gateway parse them) far longer.
+    Documents are now parsed by libyaml (linear, its own nesting limit reported as ours). Checked by
+    the frames entered, not by time: no frame of ``yaml/scanner.py`` runs."""
+    entered: list[str] = []
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.endswith(("yaml/scanner.py", "yaml/parser.py")):
+            entered.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        with pytest.raises(DocumentReadError, match=f"^f: nested deeper than {MAX_NESTING} levels$"):
+            parse_text("a: " + "[" * 10_000 + "]" * 10_000 + "\n", source="f")
+        (doc,) = parse_text("a: {b: [1, 2]}\n", source="f")
+    finally:
+        sys.setprofile(None)
+    assert doc.content == {"a": {"b": [1, 2]}}
+    assert entered == []

@@ -54,6 +54,18 @@ def test_duplicate_keys_are_rejected(tmp_path: Path) -> None:
         load_gateway_config(path)
 
 
+def test_duplicate_keys_in_json_are_rejected_naming_the_line(tmp_path: Path) -> None:
+    """``json`` kept the last of two ``"spec"`` keys silently (the first spec was lost unseen) where
+    the same mistake in YAML was refused."""
+    path = tmp_path / "dup.json"
+    path.write_text('{"kind": "InferenceGatewayConfig",\n "spec": {"a": {}, "b": [{"x": 1,\n  "x": 2}]}}')
+    with pytest.raises(ConfigError, match=r"dup.json: line 3, column 3: duplicate key 'x'"):
+        load_gateway_config(path)
+    path.write_text('{"kind": "InferenceGatewayConfig", "spec": {}, "spec": {"schedulers": []}}')
+    with pytest.raises(ConfigError, match=r"line 1, column 48: duplicate key 'spec'"):
+        load_gateway_config(path)
+
+
 def test_all_problems_are_carried(tmp_path: Path) -> None:
     doc = base_document()
     doc["spec"]["foo"] = 1

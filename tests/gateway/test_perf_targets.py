@@ -3,7 +3,7 @@ verdicts that flip exactly at the target."""
 
 from __future__ import annotations
 
-from igw.perf.gateway_targets import LoadFigures, target_rows
+from igw.perf.gateway_targets import LoadFigures, added_text, target_rows
 
 SGL = "sglang-router (round_robin)"
 VLLM = "vllm-router (round_robin)"
@@ -50,7 +50,7 @@ def test_a_better_peer_at_or_below_zero_is_noise_and_not_judged() -> None:
     rows = target_rows(f)
     assert rows[3]["verdict"] == "n/a"
     assert "noise" in rows[3]["baseline"]
-    assert rows[3]["value"] == f"+1.000 ms; {VLLM}'s -0.500 ms"
+    assert rows[3]["value"] == f"+1.000 ms; {VLLM}'s below the direct baseline by 0.500 ms"
 
 
 def test_the_ttft_target_stays_judged_against_its_bound_with_the_better_peer_beside_it() -> None:
@@ -61,3 +61,25 @@ def test_the_ttft_target_stays_judged_against_its_bound_with_the_better_peer_bes
     assert ttft["value"] == "+0.800 ms = 1.60x the bound"
     assert ttft["baseline"] == f"bound 0.5 ms; better peer: {VLLM} +0.700 ms (report)"
     assert target_rows(figures(cpu=100.0, c1=0.1, ttft=0.8, c32=1.0))[2]["baseline"] == "bound 0.5 ms"
+
+
+def test_a_path_measured_faster_than_the_direct_one_is_marked_below_the_baseline_not_negative() -> None:
+    """A peer's p99 once printed as ``+-0.052 ms``: a router cannot make the backend answer sooner, so
+    that is the run's noise; the row now shows both measured values instead of a negative cost."""
+    assert added_text(1.3, 1.0) == "+0.300 ms"
+    assert added_text(1.0, 1.0) == "+0.000 ms"
+    assert added_text(0.948, 1.0) == "below the direct baseline (0.948 vs 1.000 ms)"
+
+
+def test_targets_measured_below_the_direct_baseline_are_met_and_never_printed_negative() -> None:
+    f = figures(cpu=100.0, c1=-0.02, ttft=-0.01, c32=-0.3)
+    f.peer_ttft_p50_ms = {VLLM: -0.04}
+    rows = target_rows(f)
+    assert [r["verdict"] for r in rows] == ["met"] * 4
+    assert rows[1]["value"] == "below the direct baseline by 0.020 ms (noise: no added latency measured)"
+    assert (
+        rows[2]["baseline"]
+        == f"bound 0.5 ms; better peer: {VLLM} below the direct baseline by 0.040 ms (report)"
+    )
+    assert rows[3]["value"] == f"below the direct baseline by 0.300 ms; {VLLM}'s +2.000 ms"
+    assert not any("-0." in str(r["value"]) + str(r["baseline"]) for r in rows)

@@ -1,4 +1,5 @@
-"""``igw operator`` stops cleanly on SIGTERM, also when a second SIGTERM arrives while it stops.
+"""``igw operator`` stops cleanly on SIGTERM, also when a second SIGTERM arrives while it stops, and
+when a SIGTERM or Ctrl-C arrives while it is still starting.
 
 kopf installs its own SIGTERM/SIGINT handlers when it starts; they resolve a one-shot future, so a
 second signal (Kubernetes sends one SIGTERM, but ``kill`` twice, or a supervisor's retry, send more)
@@ -14,6 +15,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import find, igwc, wait_for
@@ -69,3 +72,73 @@ def test_sigterm_repeated_until_it_exits_still_ends_with_exit_0(
         if process.poll() is None:
             process.kill()
             process.wait(5)
+
+
+def _operator(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "igw.cli.main", "operator", "--kubeconfig", str(kubeconfig)]
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [*command, "--no-leader-election"], stdout=out, stderr=subprocess.STDOUT, env={**os.environ}
+        )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_while_it_reads_its_kubeconfig_ends_it_with_0_before_it_touches_the_cluster(
+    cluster: FakeKubeApiServer, kubeconfig: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """The kubeconfig is a FIFO: the operator blocks reading it, its handlers already on the loop.
+    The stop was taken only after the read; kopf was started anyway, authenticated, and logged its
+    own cancelled API calls as ERRORs ("Request attempt #1/9 failed ... Connector is closed")."""
+    fifo = tmp_path / "kubeconfig.fifo"
+    os.mkfifo(fifo)
+    log = tmp_path / "operator.log"
+    process = _operator(fifo, log)
+    try:
+        with fifo.open("w", encoding="utf-8") as writer:  # returns once the operator opened it to read
+            seen = len(cluster.requests)
+            process.send_signal(sig)
+            time.sleep(0.3)  # the loop takes the signal meanwhile; the read still blocks
+            writer.write(kubeconfig.read_text(encoding="utf-8"))
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    text = log.read_text(encoding="utf-8", errors="replace")
+    assert "stopped before it started" in text, text[-3000:]
+    assert " ERROR " not in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert cluster.requests[seen:] == []
+
+
+def _handles_sigterm(pid: int) -> bool:
+    """Whether the process has a SIGTERM handler of its own (``SigCgt`` in /proc, Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_igw_still_parses_its_arguments_ends_it_without_a_traceback(
+    kubeconfig: Path, tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    """Sent as soon as ``igw`` has its SIGTERM handler (``main`` has begun: it then imports every
+    sub-command to build its parser, the first second or so). Ctrl-C there printed a
+    ``KeyboardInterrupt`` traceback and the process died of SIGINT; a SIGTERM during ``import
+    asyncio`` ended in an ``AttributeError`` traceback, exit 1. Now 128 + the signal, no traceback,
+    as for any igw command stopped before it installs handlers of its own."""
+    log = tmp_path / "operator.log"
+    process = _operator(kubeconfig, log)
+    try:
+        deadline = time.monotonic() + 30
+        while not _handles_sigterm(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        process.send_signal(sig)
+        assert process.wait(30) == code
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    text = log.read_text(encoding="utf-8", errors="replace")
+    assert "Traceback" not in text, text[-3000:]

@@ -13,7 +13,12 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
+
+import pytest
+
+from igw.cli.main import _exit_on_sigterm
 
 
 def descendants(pid: int) -> set[int]:
@@ -120,3 +125,15 @@ def test_sigterm_inside_a_transport_callback_still_exits_143_after_cleanup() -> 
     assert done.returncode == 128 + signal.SIGTERM, done.stderr[-2000:]
     assert "cleaned up" in done.stdout
     assert "Fatal error on transport" not in done.stderr
+
+
+def test_sigterm_while_asyncio_is_still_being_imported_exits_143(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM during ``import asyncio`` (which ``igw`` does while it builds its parser) found the
+    module in ``sys.modules`` without ``get_running_loop`` yet: the handler's ``AttributeError``
+    ended the command in a traceback, exit 1 (seen sending SIGTERM to ``igw operator`` 0.5 s after
+    its start)."""
+    partial = types.ModuleType("asyncio")  # what sys.modules holds while asyncio/__init__ runs
+    monkeypatch.setitem(sys.modules, "asyncio", partial)
+    with pytest.raises(SystemExit) as stopped:
+        _exit_on_sigterm(signal.SIGTERM, None)
+    assert stopped.value.code == 128 + signal.SIGTERM

@@ -45,6 +45,12 @@ class AddonOperationError(IgwToolingError, RuntimeError):
         super().__init__("\n".join([summary, *(f"  - {p}" for p in problems)]))
 
 
+class AddonInputError(AddonOperationError):
+    """The operation was refused before any AWS call because its input is invalid (values, version,
+    role for the chart's mode): the caller's mistake, a usage error (``igw addon`` exits 2 for it, as
+    for every other command's bad input), not a failure of the cluster or of AWS (exit 1)."""
+
+
 @dataclass(frozen=True, slots=True)
 class AwsClients:
     """The boto3 clients the flows use; ``addons`` is the seam, ``eks``/``iam`` are plain clients."""
@@ -119,6 +125,42 @@ def preflight(
     return problems
 
 
+def _values_and_version_problems(values: Mapping[str, Any] | None, version: str | None) -> list[str]:
+    problems = (
+        [
+            f"configurationValues.{p}"
+            for p in (*configuration.problems(values), *configuration.operator_mode_problems(values))
+        ]
+        if values is not None
+        else []
+    )
+    if version is not None:
+        try:
+            addon_version.AddonVersion.parse(version)
+        except addon_version.AddonVersionError as exc:
+            problems.append(f"version: {exc}")
+    return problems
+
+
+def create_input_problems(*, values: Mapping[str, Any], version: str, role_arn: str | None) -> list[str]:
+    """Every reason :func:`create`'s input is invalid, found without AWS (no client, region or
+    credentials needed: ``igw addon`` reports them before it makes its clients)."""
+    problems = _values_and_version_problems(values, version)
+    if role_arn is not None and values.get("mode", "operator") != "gateway":
+        problems.append(
+            f"role: with the chart's mode operator no pod runs as service account "
+            f"{pins.GATEWAY_SERVICE_ACCOUNT} (each InferenceGatewayConfig's gateway runs as "
+            f"<name>-gateway in its own namespace and calls no AWS API); omit --role-arn, or set "
+            f"mode: gateway in the values"
+        )
+    return problems
+
+
+def update_input_problems(*, values: Mapping[str, Any] | None, version: str | None) -> list[str]:
+    """Every reason :func:`update`'s input is invalid, found without AWS."""
+    return _values_and_version_problems(values, version)
+
+
 def create(
     *,
     clients: AwsClients,
@@ -131,21 +173,9 @@ def create(
     wait: Waiter | None = None,
 ) -> dict[str, Any]:
     """Install the add-on; returns its final description (or the creation response without ``wait``)."""
-    problems = [f"configurationValues.{p}" for p in configuration.problems(values)]
-    problems += [f"configurationValues.{p}" for p in configuration.operator_mode_problems(values)]
-    try:
-        addon_version.AddonVersion.parse(version)
-    except addon_version.AddonVersionError as exc:
-        problems.append(f"version: {exc}")
-    if role_arn is not None and values.get("mode", "operator") != "gateway":
-        problems.append(
-            f"role: with the chart's mode operator no pod runs as service account "
-            f"{pins.GATEWAY_SERVICE_ACCOUNT} (each InferenceGatewayConfig's gateway runs as "
-            f"<name>-gateway in its own namespace and calls no AWS API); omit --role-arn, or set "
-            f"mode: gateway in the values"
-        )
+    problems = create_input_problems(values=values, version=version, role_arn=role_arn)
     if problems:
-        raise AddonOperationError("refusing to create the add-on: invalid input", problems)
+        raise AddonInputError("refusing to create the add-on: invalid input", problems)
     problems = preflight(clients=clients, cluster=cluster, role_arn=role_arn, identity=identity)
     if problems:
         raise AddonOperationError(f"refusing to create the add-on on {cluster}: pre-checks failed", problems)
@@ -179,21 +209,9 @@ def update(
     wait: Waiter | None = None,
 ) -> dict[str, Any]:
     """Change the add-on's version and/or configuration values (validated first)."""
-    problems = (
-        [
-            f"configurationValues.{p}"
-            for p in (*configuration.problems(values), *configuration.operator_mode_problems(values))
-        ]
-        if values is not None
-        else []
-    )
-    if version is not None:
-        try:
-            addon_version.AddonVersion.parse(version)
-        except addon_version.AddonVersionError as exc:
-            problems.append(f"version: {exc}")
+    problems = update_input_problems(values=values, version=version)
     if problems:
-        raise AddonOperationError("refusing to update the add-on: invalid input", problems)
+        raise AddonInputError("refusing to update the add-on: invalid input", problems)
     current = clients.addons.describe_addon(cluster=cluster, name=ADDON)
     if current is None:
         raise AddonOperationError("cannot update", [f"{ADDON} is not installed on {cluster}"])

@@ -5,8 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
-from igw.cli.arg_types import POSITIVE, iam_role_arn, output_directory
+from igw.cli.arg_types import (
+    POSITIVE,
+    addon_version,
+    ecr_namespace,
+    eks_cluster_name,
+    iam_role_arn,
+    kubernetes_version,
+    output_directory,
+)
 
 HELP = "Manage the inference gateway EKS add-on: versions, create, update, delete, package."
 EXIT_FAILED = 1
@@ -16,7 +25,9 @@ EXIT_USAGE = 2
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="addon_command", metavar="ACTION", required=True)
     versions = sub.add_parser("versions", help="list published add-on versions, newest first")
-    versions.add_argument("--kubernetes-version", help="only versions compatible with this EKS version")
+    versions.add_argument(
+        "--kubernetes-version", type=kubernetes_version, help="only versions compatible with this EKS version"
+    )
     versions.add_argument("--addon-name", help="add-on to list (default: ours)")
     versions.add_argument(
         "--check-pins",
@@ -31,11 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("update", "change the add-on's version or configuration values"),
     ):
         action = sub.add_parser(name, help=text)
-        action.add_argument("--cluster", required=True, help="EKS cluster name")
+        action.add_argument("--cluster", type=eks_cluster_name, required=True, help="EKS cluster name")
         action.add_argument(
             "--configuration-values", type=Path, help="JSON or YAML file of configuration values"
         )
-        action.add_argument("--version", help="add-on version (create default: the pinned one)")
+        action.add_argument(
+            "--version", type=addon_version, help="add-on version (create default: the pinned one)"
+        )
         action.add_argument(
             "--resolve-conflicts", choices=("OVERWRITE", "NONE", "PRESERVE"), default="OVERWRITE"
         )
@@ -51,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             action.add_argument("--identity", choices=("pod-identity", "irsa"), default="pod-identity")
 
     delete = sub.add_parser("delete", help="remove the add-on")
-    delete.add_argument("--cluster", required=True)
+    delete.add_argument("--cluster", type=eks_cluster_name, required=True, help="EKS cluster name")
     delete.add_argument("--preserve", action="store_true", help="keep its Kubernetes resources running")
     _aws_options(delete)
 
@@ -64,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     package.add_argument(
         "--push", action="store_true", help="push it to this account's ECR as an OCI artifact"
     )
-    package.add_argument("--namespace", default="igw-charts", help="ECR repository namespace (igw-charts)")
+    package.add_argument(
+        "--namespace", type=ecr_namespace, default="igw-charts", help="ECR repository namespace (igw-charts)"
+    )
     _aws_options(package)
 
 
@@ -133,6 +148,31 @@ def _versions(args: argparse.Namespace, addons: object) -> int:
     return 0
 
 
+def _refuse_invalid_input(args: argparse.Namespace, values: dict[str, Any] | None) -> None:
+    """Raise :class:`~igw.addon.operations.AddonInputError` (exit 2) for input that is wrong whatever
+    the cluster holds, before any AWS client exists: without a region the values' and the role's
+    problems were hidden behind "You must specify a region", and with one they ended in exit 1, the
+    code of a failed AWS operation."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.addon import operations, pins
+
+    if args.addon_command == "create":
+        version = args.version or pins.IGW_ADDON_VERSION
+        problems = operations.create_input_problems(
+            values=values or {}, version=version, role_arn=args.role_arn
+        )
+    elif args.addon_command == "update":
+        problems = operations.update_input_problems(values=values, version=args.version)
+    else:
+        return
+    if problems:
+        source = args.configuration_values
+        where = f" (configuration values from {source})" if source is not None else ""
+        raise operations.AddonInputError(
+            f"refusing to {args.addon_command} the add-on: invalid input{where}", problems
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.addon import configuration, operations, pins
@@ -142,12 +182,11 @@ def run(args: argparse.Namespace) -> int:
         if args.addon_command == "package":
             return _package(args)
         values = None
-        if getattr(args, "configuration_values", None) is not None:
+        source = getattr(args, "configuration_values", None)
+        if source is not None:
             # the file's own problems first: they need no AWS account, region or credentials
-            values = configuration.parse(
-                args.configuration_values.read_text(encoding="utf-8"), source=str(args.configuration_values)
-            )
-            configuration.validated(values)
+            values = configuration.parse(source.read_text(encoding="utf-8"), source=str(source))
+        _refuse_invalid_input(args, values)
         clients = _clients(args)
         assert isinstance(clients, operations.AwsClients)
         if args.addon_command == "versions":
@@ -186,6 +225,9 @@ def run(args: argparse.Namespace) -> int:
     except configuration.ConfigurationValuesError as exc:
         print(f"igw addon: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except operations.AddonInputError as exc:
+        print(f"igw addon: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except (operations.AddonOperationError, AddonApiError) as exc:
         print(f"igw addon: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -194,8 +236,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except Exception as exc:  # botocore's own errors: no region, no credentials, unknown profile, no route
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
-        from botocore.exceptions import BotoCoreError, NoRegionError
+        from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
+        if isinstance(exc, ClientError):
+            # AWS refused a read-only pre-check (DescribeCluster, GetRole): credentials rejected or
+            # expired, access denied. It ended in a traceback; it is a failed AWS operation (exit 1).
+            print(f"igw addon: AWS: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         if not isinstance(exc, BotoCoreError):
             raise
         # boto3 reads AWS_DEFAULT_REGION (or the profile's region), not AWS_REGION

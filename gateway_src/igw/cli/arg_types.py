@@ -236,3 +236,55 @@ def iam_role_arn(text: str) -> str:
             f"{text!r} is not an IAM role ARN (e.g. arn:aws:iam::123456789012:role/igw-gateway)"
         )
     return text
+
+
+def addon_version(text: str) -> str:
+    """An EKS add-on version (``v2.0.0-eksbuild.2``): ``igw addon create --version latest`` was
+    refused only after parsing, with exit 1 (a failed AWS operation's code) instead of a usage error."""
+    # deferred: start-up cost: the add-on tooling loads only when an add-on version is parsed
+    from igw.addon.addon_version import AddonVersion, AddonVersionError
+
+    try:
+        AddonVersion.parse(text)
+    except AddonVersionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+_EKS_CLUSTER_NAME: Final = re.compile(r"[0-9A-Za-z][A-Za-z0-9_-]{0,99}")
+
+
+def eks_cluster_name(text: str) -> str:
+    """An EKS cluster name (1-100 letters, digits, ``-`` and ``_``, starting with a letter or digit,
+    EKS's own pattern): ``--cluster ''`` reached botocore's parameter validation as an AWS error."""
+    if not _EKS_CLUSTER_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an EKS cluster name (1-100 letters, digits, '-' and '_', "
+            "starting with a letter or digit)"
+        )
+    return text
+
+
+_KUBERNETES_MINOR: Final = re.compile(r"1\.[0-9]{1,3}")
+
+
+def kubernetes_version(text: str) -> str:
+    """A Kubernetes minor version as EKS names it (``1.34``)."""
+    if not _KUBERNETES_MINOR.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Kubernetes version as EKS names it (e.g. 1.34)")
+    return text
+
+
+_ECR_NAMESPACE: Final = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*")
+
+
+def ecr_namespace(text: str) -> str:
+    """An ECR repository namespace (lower-case path parts of letters and digits joined by ``.``,
+    ``_`` or ``-``, ECR's repository-name grammar): ``igw addon package --push --namespace 'My
+    Charts'`` packaged the chart, then failed at ECR after the upload's set-up."""
+    if len(text) > 200 or not _ECR_NAMESPACE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ECR repository namespace (lower-case letters and digits, parts joined "
+            "by '.', '_' or '-', path parts by '/')"
+        )
+    return text

@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
+SIGINT_EXIT = 128 + signal.SIGINT
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -56,9 +57,13 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     connection (exit 1, seen as a flaky test of ``igw perf workers``). A callback's ``SystemExit`` is
     let out by both asyncio's and uvloop's loops, and ``asyncio.run`` then cancels the tasks so their
     ``finally`` blocks stop what the command started."""
-    aio = sys.modules.get("asyncio")  # not imported: no loop can be running (and no import here)
+    # Not imported, or still being imported (the signal came during ``import asyncio``: the module is
+    # in sys.modules without get_running_loop yet, and an AttributeError here ended the command in a
+    # traceback, exit 1): no loop can be running, and nothing is imported here.
+    aio = sys.modules.get("asyncio")
+    get_running_loop = getattr(aio, "get_running_loop", None)
     try:
-        loop = None if aio is None else aio.get_running_loop()
+        loop = None if get_running_loop is None else get_running_loop()
     except RuntimeError:
         loop = None
     if loop is None:
@@ -81,6 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C that no command handled itself (most often while igw still imports and parses: the
+        # first second): the ``finally`` blocks have run; no traceback, the shell's code for SIGINT.
+        print("igw: interrupted", file=sys.stderr)
+        return SIGINT_EXIT
     finally:
         if signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:  # a command may have set its own
             signal.signal(signal.SIGTERM, previous)

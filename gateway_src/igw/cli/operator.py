@@ -8,7 +8,9 @@ Examples::
 
 Exit codes: 0 stopped (SIGTERM / Ctrl-C), 1 the operator framework stopped with an error, 2 bad
 usage or no cluster access, 3 the leader Lease was lost (the process exits so that Kubernetes
-restarts it as a fresh candidate).
+restarts it as a fresh candidate). A SIGTERM or Ctrl-C in its first second or so, while ``igw`` still
+imports and parses its arguments, ends it with 143 / 130 like any igw command, without a traceback;
+one that comes later but before it has connected stops it with 0 before it touches the cluster.
 """
 
 from __future__ import annotations

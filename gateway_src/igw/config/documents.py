@@ -1,7 +1,9 @@
 """Read configuration files: YAML (several documents per file) or JSON, with useful errors.
 
 A YAML syntax error is reported with its line and column (``line 7, column 3: mapping values are
-not allowed here``), never as a traceback. Nesting is capped at :data:`MAX_NESTING` levels and the
+not allowed in this context``), never as a traceback. YAML is parsed by libyaml where PyYAML has it
+(linear; PyYAML's pure-Python scanner is quadratic in flow nesting), JSON by ``json``; a key given
+twice is refused in both. Nesting is capped at :data:`MAX_NESTING` levels and the
 expanded size at :data:`MAX_EXPANDED_NODES` values: Python's parsers and validators recurse, and a
 file nested a hundred thousand levels deep ended ``igw validate`` in a ``RecursionError`` traceback
 and silently stopped the gateway's hot reload; nested YAML aliases would make every later step walk
@@ -16,7 +18,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -118,7 +120,17 @@ def _yaml_error_text(exc: yaml.YAMLError) -> str:
     return f"{where}{problem}" + (f" ({context})" if context else "")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+if TYPE_CHECKING:
+    _SafeLoader = yaml.SafeLoader
+else:
+    # libyaml's parser where PyYAML has it (its wheels do): PyYAML's pure-Python scanner is quadratic
+    # in flow nesting (it re-walks every open ``[``/``{`` per token): a 20 KB line of ``[`` took
+    # ~10 s of CPU to refuse, a 1 MiB ConfigMap (read by the operator on every pass) far longer.
+    # libyaml is linear and stops at its own nesting limit.
+    _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_SafeLoader):
     """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
 
 
@@ -135,6 +147,45 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+class _DuplicateJsonKey(DocumentReadError):
+    """Raised from ``json``'s object hook, turned into a :class:`DocumentReadError` with the key's line."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice: ``json`` silently kept the last value (a second
+    ``"spec"`` replaced the first whole), where a YAML file with the same mistake was refused."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateJsonKey(key)
+        out[key] = value
+    return out
+
+
+def _duplicate_key_position(node: yaml.Node | None, key: str) -> str:
+    """``line L, column C: `` of the second ``key`` in the first mapping that repeats it, or ``""``."""
+    pending = [node] if node is not None else []
+    while pending:
+        current = pending.pop()
+        if isinstance(current, yaml.MappingNode):
+            seen = False
+            for key_node, value_node in current.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+                    if seen:
+                        return (
+                            f"line {key_node.start_mark.line + 1}, column {key_node.start_mark.column + 1}: "
+                        )
+                    seen = True
+                pending.append(value_node)
+        elif isinstance(current, yaml.SequenceNode):
+            pending.extend(current.value)
+    return ""
+
+
 def _json_node_tree(text: str) -> yaml.Node | None:
     """Node tree of a JSON text, only to find field lines (JSON is parsed by ``json`` itself).
 
@@ -142,7 +193,7 @@ def _json_node_tree(text: str) -> yaml.Node | None:
     (rare escapes), lines fall back to the document start.
     """
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=_SafeLoader)
     except yaml.YAMLError:
         return None
 
@@ -155,11 +206,14 @@ def parse_text(text: str, *, source: str) -> list[SourceDocument]:
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
-            content = json.loads(text)
+            content = json.loads(text, object_pairs_hook=_unique_json_object)
         except json.JSONDecodeError as exc:
             raise DocumentReadError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
         except RecursionError:
             raise _shape_error(source, f"nested deeper than {MAX_NESTING} levels") from None
+        except _DuplicateJsonKey as exc:
+            where = _duplicate_key_position(_json_node_tree(text), exc.key)
+            raise DocumentReadError(f"{source}: {where}duplicate key {exc.key!r}") from None
         if (problem := _shape_problem(content)) is not None:
             raise _shape_error(source, problem)
         try:
@@ -187,6 +241,8 @@ def parse_text(text: str, *, source: str) -> list[SourceDocument]:
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(getattr(exc, "problem", "")):  # libyaml's own limit
+            raise _shape_error(source, f"nested deeper than {MAX_NESTING} levels") from None
         raise DocumentReadError(f"{source}: {_yaml_error_text(exc)}") from exc
     except RecursionError:
         raise _shape_error(source, f"nested deeper than {MAX_NESTING} levels") from None

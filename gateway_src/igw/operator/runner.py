@@ -120,7 +120,14 @@ async def _take_signals_back(ready: asyncio.Event, stop: asyncio.Event, signals:
 
 
 async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tuple[int, ...]) -> int:
-    api_client = make_api_client(kubeconfig=options.kubeconfig, context=None)
+    # In a thread: the loop stays free to take a SIGTERM/SIGINT while the kubeconfig (or the pod's
+    # token) is read, which may block on a slow volume.
+    api_client = await asyncio.to_thread(make_api_client, kubeconfig=options.kubeconfig, context=None)
+    if stop.is_set():
+        # Stopped while starting: kopf was started anyway, authenticated, then logged its own
+        # cancelled API calls as ERRORs. Nothing has touched the cluster yet: stop here.
+        log.info("%s: stopped before it started", options.identity)
+        return EXIT_STOPPED
     reconciler = Reconciler(
         Kube(api_client, reporting_instance=options.identity), options.data_plane, auto_tls=options.auto_tls
     )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from igw.perf.gateway_targets import LoadFigures, row, target_rows
+from igw.perf.gateway_targets import LoadFigures, added_text, row, target_rows
 
 HELP = "Gateway overhead vs a direct connection: added latency, CPU/request, TTFT, decision and parse time."
 
@@ -199,13 +199,15 @@ async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
                     target, backend=backend, concurrency=concurrency, per_round=per_round, rounds=args.rounds
                 )
                 _p = _pct
-                add50, add99 = _p(via, 50) - _p(direct, 50), _p(via, 99) - _p(direct, 99)
+                add50 = _p(via, 50) - _p(direct, 50)
                 figures.added_p50_ms[(target.label, concurrency)] = add50
                 is_gateway = target.label == "gateway"
                 rows.append(
                     _row(
                         f"{'' if is_gateway else target.label + ' '}added latency, concurrency {concurrency}",
-                        f"p50 +{add50:.3f} ms, p99 +{add99:.3f} ms ({target.label} p50 {_p(via, 50):.3f} ms)",
+                        f"p50 {added_text(_p(via, 50), _p(direct, 50))}, "
+                        f"p99 {added_text(_p(via, 99), _p(direct, 99))} "
+                        f"({target.label} p50 {_p(via, 50):.3f} ms)",
                         f"direct p50 {_p(direct, 50):.3f} ms, p99 {_p(direct, 99):.3f} ms",
                         "p50 <= 0.5 ms" if concurrency == 1 and is_gateway else "(report)",
                         add50 <= 0.5 if concurrency == 1 and is_gateway else None,
@@ -260,7 +262,8 @@ async def _streaming(
         rows.append(
             _row(
                 f"{'' if is_gateway else target.label + ' '}added streaming TTFT, concurrency 1",
-                f"p50 +{added:.3f} ms, p99 +{_pct(times, 99) - _pct(direct, 99):.3f} ms",
+                f"p50 {added_text(_pct(times, 50), _pct(direct, 50))}, "
+                f"p99 {added_text(_pct(times, 99), _pct(direct, 99))}",
                 f"direct TTFT p50 {_pct(direct, 50):.3f} ms",
                 "p50 <= 0.5 ms" if is_gateway else "(report)",
                 added <= 0.5 if is_gateway else None,
@@ -277,11 +280,11 @@ async def _streaming(
         via_idle += (
             await closed_loop(gateway.base, concurrency=1, requests=idle_n, pause_s=IDLE_GAP_S)
         ).latencies_ms
-    added_idle = _pct(via_idle, 50) - _pct(direct_idle, 50)
     rows.append(
         _row(
             f"added latency, concurrency 1, non-streamed, {IDLE_GAP_S * 1000:.0f} ms apart",
-            f"p50 +{added_idle:.3f} ms (gateway p50 {_pct(via_idle, 50):.3f} ms)",
+            f"p50 {added_text(_pct(via_idle, 50), _pct(direct_idle, 50))} "
+            f"(gateway p50 {_pct(via_idle, 50):.3f} ms)",
             f"direct p50 {_pct(direct_idle, 50):.3f} ms",
             "(report: a streamed request's first event follows such a gap)",
             None,

@@ -17,4 +17,52 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- if and .Values.podMonitor.enabled (not .Values.podMonitor.selector) }}
 {{- fail "podMonitor.selector is required when podMonitor.enabled is true (the model server pods' labels)" }}
 {{- end }}
+{{- if eq .Values.mode "gateway" }}
+{{- include "igw.validateNotSelfSelecting" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Gateway mode only. podLabels may not set the chart's selector labels (the pod template held the key
+twice: the Deployment's selector no longer matched its own pods). A scheduler whose modelSelector
+the gateway's own pods satisfy (the chart's selector labels plus podLabels, when the served config's
+model servers are discovered in the release namespace) makes the gateway route requests to itself.
+The operator path refuses the same (admission rule gateway-pods-not-model-servers, on
+spec.podDefaults.labels); here every label value is known, so the selector is evaluated exactly,
+with Kubernetes' label-selector semantics.
+*/}}
+{{- define "igw.validateNotSelfSelecting" -}}
+{{- range $key, $_ := (include "igw.selectorLabels" . | fromYaml) }}
+{{- if hasKey ($.Values.podLabels | default dict) $key }}
+{{- fail (printf "podLabels.%s: the chart sets this label on the gateway's pods itself (its Deployment, Service and PodDisruptionBudget select the pods by it); remove it from podLabels" $key) }}
+{{- end }}
+{{- end }}
+{{- $config := .Values.gateway.config | default dict }}
+{{- if eq (($config.namespace | default "") | default .Release.Namespace) .Release.Namespace }}
+{{- $labels := dict }}
+{{- range $key, $value := (.Values.podLabels | default dict) }}{{- $_ := set $labels $key (toString $value) }}{{- end }}
+{{- range $key, $value := (include "igw.selectorLabels" . | fromYaml) }}{{- $_ := set $labels $key (toString $value) }}{{- end }}
+{{- range $index, $scheduler := (($config.spec | default dict).schedulers | default list) }}
+{{- $selector := $scheduler.modelSelector | default dict }}
+{{- $matchLabels := $selector.matchLabels | default dict }}
+{{- $expressions := $selector.matchExpressions | default list }}
+{{- if or $matchLabels $expressions }}
+{{- $selected := true }}
+{{- range $key, $value := $matchLabels }}
+{{- if not (and (hasKey $labels $key) (eq (get $labels $key) (toString $value))) }}{{- $selected = false }}{{- end }}
+{{- end }}
+{{- range $expressions }}
+{{- $has := hasKey $labels .key }}
+{{- $listed := and $has (has (get $labels .key) (.values | default list)) }}
+{{- if and (eq .operator "Exists") (not $has) }}{{- $selected = false }}{{- end }}
+{{- if and (eq .operator "DoesNotExist") $has }}{{- $selected = false }}{{- end }}
+{{- if and (eq .operator "In") (not $listed) }}{{- $selected = false }}{{- end }}
+{{- if and (eq .operator "NotIn") $listed }}{{- $selected = false }}{{- end }}
+{{- end }}
+{{- if $selected }}
+{{- fail (printf "gateway.config.spec.schedulers[%d].modelSelector selects the gateway's own pods (their labels %s: the chart's selector labels plus podLabels), so the gateway would route requests to itself; change podLabels or the modelSelector" $index (toJson $labels)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}

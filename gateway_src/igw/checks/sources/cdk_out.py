@@ -334,6 +334,7 @@ def load_cdk_out(root: Path) -> Inventory:
         raise FileNotFoundError(f"{root}: no such file or directory")
     reader = _TemplateReader()
     files = template_files(root)
+    read = 0
     for path in files:
         try:
             text = read_text(path)
@@ -343,8 +344,18 @@ def load_cdk_out(root: Path) -> Inventory:
             continue
         if isinstance(template, Mapping):
             reader.read(str(path), template, _logical_id_lines(text))
+            read += 1
+        else:
+            reader.errors.append(f"{path}: not a CloudFormation template (a JSON object)")
+    # Nothing read is a mistake in the command, not an empty account: an empty folder or /etc/passwd
+    # was checked as templates holding nothing, and preflight reported CRITICAL "add-on not
+    # installed" findings (exit 1) about an account it never saw.
     if not files:
-        reader.errors.append(f"{root}: no *.template.json files (run cdk synth first)")
+        raise FileNotFoundError(f"{root}: no *.template.json files (run cdk synth first)")
+    if not read:
+        raise FileNotFoundError(
+            f"{root}: no CloudFormation template could be read: {'; '.join(reader.errors)}"
+        )
     if ADDON_NAME in reader.addons or _has_our_chart(reader.manifests):
         reader.manifests.append(_implied_crd())
     source = f"cdk.out {root}"
