@@ -46,6 +46,10 @@ from cdk.constructs.nag_ack import acknowledge
 from cdk.global_router_config import GlobalRouterDeployment
 
 ROUTER_PORT = 8080
+MANAGEMENT_PORT = 9090
+"""``/metrics`` and the detailed ``/readyz`` (every cluster's endpoint and state): on their own port,
+which no security group rule opens, so the load balancer (possibly internet-facing) never reaches them.
+Fleet metrics leave as CloudWatch EMF lines instead."""
 REDIS_PORT = 6380
 """Not Redis's default 6379 (cdk-nag AwsSolutions-AEC5)."""
 TOKEN_ENV = "IGW_REDIS_TOKEN"
@@ -57,7 +61,7 @@ START_COMMAND = (
     'python -c \'import os; open("/tmp/global.yaml", "w").write('
     f'os.path.expandvars(os.environ["{CONFIG_ENV}"]))\' '
     f"&& exec igw global serve --config /tmp/global.yaml --host 0.0.0.0 --port {ROUTER_PORT} "
-    f"--emf-interval {EMF_INTERVAL_S}"
+    f"--emf-interval {EMF_INTERVAL_S} --management-port {MANAGEMENT_PORT}"
 )
 """Writes the configuration with ``$IGW_REDIS_TOKEN`` expanded (the token never enters the template)."""
 

@@ -83,6 +83,14 @@ def test_router_tasks_get_the_validated_config_with_redis_filled_in(
     assert [s["Name"] for s in container["Secrets"]] == ["IGW_REDIS_TOKEN"]
     assert "igw global serve" in container["Command"][0]
     assert "--emf-interval 60" in container["Command"][0]  # fleet metrics reach CloudWatch as EMF
+    # /metrics and the detailed /readyz on a port of their own, which nothing outside the task reaches
+    assert "--management-port 9090" in container["Command"][0]
+    assert [m["ContainerPort"] for m in container["PortMappings"]] == [8080]
+    for group in resources(synthesized[1], "AWS::EC2::SecurityGroup"):
+        for rule in group.get("SecurityGroupIngress", []):
+            assert not rule.get("FromPort", 0) <= 9090 <= rule.get("ToPort", -1), rule
+    for rule in resources(synthesized[1], "AWS::EC2::SecurityGroupIngress"):
+        assert not rule.get("FromPort", 0) <= 9090 <= rule.get("ToPort", -1), rule
     assert container["LogConfiguration"]["LogDriver"] == "awslogs"
     (service,) = resources(synthesized[1], "AWS::ECS::Service")
     assert service["DesiredCount"] == 2

@@ -32,6 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--region", default=None, help="this replica's region (default: spec.region)")
     serve.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
     serve.add_argument("--port", type=PORT, default=8080, help="listen port (default 8080; 0 picks one)")
+    serve.add_argument(
+        "--management-port",
+        type=PORT,
+        default=None,
+        help="serve /metrics and the detailed /readyz on this port only, keeping them off the traffic "
+        "port the load balancer exposes (default: one port serves everything)",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
         "--drain-seconds",
@@ -57,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.management_port is not None and args.management_port != 0 and args.management_port == args.port:
+        print(
+            f"igw global serve: --management-port: {args.port} is also the traffic port (--port): "
+            "the management listener needs a port of its own",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     try:
         config = load_global_config(args.config)
     except GlobalConfigError as exc:
@@ -76,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                     region=args.region,
                     drain_s=args.drain_seconds,
                     emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
+                    management_port=args.management_port,
                 )
             )
     except ListenError as exc:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from igw.gateway.serving import serve_app
 from igw.gateway.stop_signals import StopSignals
 from igw.global_router.config import GlobalRouterConfig
-from igw.global_router.server import ROUTER_KEY, create_global_app
+from igw.global_router.server import ROUTER_KEY, create_global_app, global_management_app
 
 log = logging.getLogger("igw.global_router")
 
@@ -21,11 +22,22 @@ async def run_global_router(
     region: str | None,
     drain_s: float,
     emf_interval_s: float | None = None,
+    management_port: int | None = None,
 ) -> None:
-    app = create_global_app(config, region=region, emf_interval_s=emf_interval_s)
+    """``management_port``: serve ``/metrics`` and the detailed ``/readyz`` there, not on ``port``
+    (opened first and closed last, so the drain stays observable)."""
+    app = create_global_app(
+        config, region=region, emf_interval_s=emf_interval_s, management_listener=management_port is not None
+    )
     stop = asyncio.Event()
     with StopSignals(stop, asyncio.get_running_loop()) as stop_signals:
-        async with serve_app(app, host=host, port=port) as url:
+        async with contextlib.AsyncExitStack() as listeners:
+            if management_port is not None:
+                management_url = await listeners.enter_async_context(
+                    serve_app(global_management_app(app), host=host, port=management_port)
+                )
+                log.info("management listener (/metrics, /readyz) at %s", management_url)
+            url = await listeners.enter_async_context(serve_app(app, host=host, port=port))
             router = app[ROUTER_KEY]
             log.info(
                 "igw global router %s (region %s) serving %d cluster(s) at %s",

@@ -255,15 +255,29 @@ async def _models(request: web.Request) -> web.StreamResponse:
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
 
-async def _readyz(request: web.Request) -> web.StreamResponse:
-    router = request.app[ROUTER_KEY]
+def _readiness(router: GlobalRouter) -> tuple[bool, dict[str, object]]:
     ready, detail = router.fleet.readiness()
     guard = router.guard.readiness()
     detail["guard"] = {"ready": guard.ready, "detail": guard.detail}
     ready = ready and guard.ready and not router.draining
     if router.draining:
         detail["draining"] = True
+    return ready, detail
+
+
+async def _readyz(request: web.Request) -> web.StreamResponse:
+    """Readiness with every cluster's state (endpoints, heartbeat ages, drain reasons): the single
+    port's ``/readyz``, or the management listener's."""
+    ready, detail = _readiness(request.app[ROUTER_KEY])
     body = orjson.dumps({"ready": ready, **detail}, option=orjson.OPT_INDENT_2)
+    return web.Response(status=200 if ready else 503, body=body, content_type="application/json")
+
+
+async def _plain_readyz(request: web.Request) -> web.StreamResponse:
+    """The traffic port's ``/readyz`` when a management listener holds the detail: 200/503 only (the
+    load balancer's health check and the drain need nothing more; no cluster endpoint is shown)."""
+    ready, _ = _readiness(request.app[ROUTER_KEY])
+    body = b'{"ready":true}' if ready else b'{"ready":false}'
     return web.Response(status=200 if ready else 503, body=body, content_type="application/json")
 
 
@@ -283,10 +297,15 @@ def create_global_app(
     reader: HeartbeatReader | None = None,
     read_heartbeats: bool = True,
     emf_interval_s: float | None = None,
+    management_listener: bool = False,
 ) -> web.Application:
     """Build a router replica. ``reader``: heartbeat source (default: Redis per ``spec.heartbeats``;
     ``read_heartbeats=False`` routes on configuration and request outcomes alone - tests).
-    ``emf_interval_s``: log fleet metrics as CloudWatch EMF lines to ``igw.emf`` this often."""
+    ``emf_interval_s``: log fleet metrics as CloudWatch EMF lines to ``igw.emf`` this often.
+    ``management_listener``: ``/metrics`` and the detailed ``/readyz`` are served by
+    :func:`global_management_app` on a port of its own; this app keeps ``/healthz`` and a ``/readyz``
+    without detail (the traffic port is the one the load balancer exposes, as for a tier-1 gateway:
+    :mod:`igw.gateway.management`)."""
     metrics = FleetMetrics(registry)
     limit_settings = RateLimitSettings.from_mapping(config.rate_limits)
     if guard is None:
@@ -328,8 +347,11 @@ def create_global_app(
     app.router.add_post("/v1/completions", _completions)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/metrics", _metrics)
+    if management_listener:
+        app.router.add_get("/readyz", _plain_readyz)
+    else:
+        app.router.add_get("/readyz", _readyz)
+        app.router.add_get("/metrics", _metrics)
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await guard.start()
@@ -347,4 +369,16 @@ def create_global_app(
     app.cleanup_ctx.append(services)
     if emf_interval_s is not None:
         app.cleanup_ctx.append(emf_context(FleetEmfReporter(metrics), interval_s=emf_interval_s))
+    return app
+
+
+def global_management_app(router_app: web.Application) -> web.Application:
+    """The management listener's app over ``router_app``'s router (build that one with
+    ``management_listener=True`` and serve both): ``/metrics``, the detailed ``/readyz``,
+    ``/healthz``; it starts no service of its own."""
+    app = name_every_answer(web.Application(middlewares=[openai_errors]))
+    app[ROUTER_KEY] = router_app[ROUTER_KEY]
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
     return app

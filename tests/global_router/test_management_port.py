@@ -1,0 +1,101 @@
+"""``igw global serve --management-port``: ``/metrics`` and the detailed ``/readyz`` (every cluster's
+name, state and heartbeat) leave the traffic port, the one the load balancer exposes."""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from igw.gateway.serving import serve_app
+from igw.global_router.config import parse_global_config
+from igw.global_router.server import create_global_app, global_management_app
+from tests.global_router.support import global_doc
+
+
+async def test_metrics_and_cluster_detail_only_on_the_management_listener() -> None:
+    config = parse_global_config(global_doc())
+    app = create_global_app(config, rng=random.Random(1), read_heartbeats=False, management_listener=True)
+    async with (
+        serve_app(global_management_app(app), host="127.0.0.1", port=0) as management,
+        serve_app(app, host="127.0.0.1", port=0) as traffic,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.get(traffic + "/metrics") as resp:
+            assert resp.status == 404
+            assert (await resp.json())["error"]["code"] == "not_found"
+        async with http.get(traffic + "/readyz") as resp:
+            assert await resp.json() == {"ready": resp.status == 200}  # nothing but the verdict
+        async with http.get(traffic + "/healthz") as resp:
+            assert resp.status == 200
+        async with http.get(management + "/metrics") as resp:
+            assert resp.status == 200
+            assert "igw_global" in await resp.text()
+        async with http.get(management + "/readyz") as resp:
+            detail = await resp.json()
+            assert set(detail["clusters"]) == {"east-a", "east-b", "west-a"}
+
+
+async def test_without_a_management_port_one_port_serves_everything() -> None:
+    app = create_global_app(parse_global_config(global_doc()), rng=random.Random(1), read_heartbeats=False)
+    async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+        async with http.get(url + "/metrics") as resp:
+            assert resp.status == 200
+        async with http.get(url + "/readyz") as resp:
+            assert "clusters" in await resp.json()
+
+
+def test_the_management_port_must_differ_from_the_traffic_port(tmp_path: Path) -> None:
+    config = tmp_path / "global.yaml"
+    config.write_text(yaml.safe_dump(global_doc()))
+    done = subprocess.run(
+        [sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(config),
+         "--port", "8090", "--management-port", "8090"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--management-port: 8090 is also the traffic port" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_igw_global_serve_opens_the_management_listener(tmp_path: Path) -> None:
+    config = tmp_path / "global.yaml"
+    config.write_text(yaml.safe_dump(global_doc()))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(config),
+         "--host", "127.0.0.1", "--port", "0", "--management-port", "0", "--drain-seconds", "0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        urls: dict[str, str] = {}
+        for line in proc.stderr:
+            if found := re.search(r"management listener \(/metrics, /readyz\) at (http://\S+)", line):
+                urls["management"] = found.group(1)
+            if found := re.search(r"serving \d+ cluster\(s\) at (http://\S+)", line):
+                urls["traffic"] = found.group(1)
+                break
+        assert set(urls) == {"management", "traffic"}, urls
+        with urllib.request.urlopen(urls["management"] + "/metrics", timeout=10) as resp:
+            assert b"igw_global" in resp.read()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urls["traffic"] + "/metrics", timeout=10)
+        assert refused.value.code == 404
+        refused.value.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
