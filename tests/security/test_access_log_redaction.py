@@ -198,3 +198,16 @@ def test_the_clean_strings_remembered_are_bounded(monkeypatch: pytest.MonkeyPatc
         assert _record(model=f"model-{i}").redaction_free()
     assert len(access_log_module._CLEAN) <= 50
     assert None in access_log_module._CLEAN
+
+
+def test_a_string_is_judged_in_its_json_form(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler],
+) -> None:
+    """``\\x08asic`` holds no trigger, but JSON writes it ``\\basic``, which the line's redaction
+    reads as ``basic``: the string is not clean, and the line is redacted as before."""
+    _, stream, handler = served_access_logger
+    record = _record(model=f"\x08asic {SECRET}")
+    assert not record.redaction_free()
+    line = _written(handler, stream, record)
+    assert line == redact(orjson.dumps(record.line_fields()).decode())
+    assert SECRET not in line
