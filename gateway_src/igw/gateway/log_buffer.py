@@ -48,7 +48,8 @@ DEFAULT_MAX_QUEUED: Final = 65_536
 """Records that may wait at once. A stream that stops taking lines (a stalled log collector, a full
 pipe) would otherwise make the queue - and the gateway's memory - grow for as long as it stalls;
 past the cap new records are dropped and counted, and the count is written as one line when the
-stream takes lines again."""
+stream takes lines again. A deferred line holds its builder (an access record and its score table,
+about twice a built line's size) until it is written."""
 YIELD_EVERY: Final = 32
 """The writer thread lets the event loop's thread run after formatting this many records."""
 
