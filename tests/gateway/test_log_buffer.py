@@ -127,6 +127,34 @@ def test_a_failing_stream_is_reported_not_raised(capsys: pytest.CaptureFixture[s
     assert "disk full" in capsys.readouterr().err
 
 
+class _Deferred:
+    """A line built by the writer (``emit_deferred``): ``clean`` as its builder proved it, or raising."""
+
+    def __init__(self, text: str, *, clean: bool = False, fails: bool = False) -> None:
+        self.text, self.clean, self.fails = text, clean, fails
+
+    def render_line(self) -> tuple[str, bool]:
+        if self.fails:
+            raise ValueError("cannot build the line")
+        return self.text, self.clean
+
+
+def test_deferred_lines_are_built_in_order_redacted_unless_proven_clean(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stream = _Stream()
+    handler = BatchedLineHandler(stream, interval_s=3600.0)
+    handler.setFormatter(RedactingFormatter("%(message)s"))
+    handler.emit_line("first")
+    handler.emit_deferred(_Deferred("Authorization: Bearer abc.def"))
+    handler.emit_deferred(_Deferred("broken", fails=True))
+    handler.emit_deferred(_Deferred("proven clean", clean=True))
+    handler.close()
+    assert stream.lines() == ["first", f"Authorization: {MASK}", "proven clean"]
+    err = capsys.readouterr().err
+    assert "cannot build the line" in err  # reported as logging reports a failing record, not raised
+
+
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="interval_s"):
         BatchedLineHandler(io.StringIO(), interval_s=0)

@@ -8,6 +8,7 @@ from aiohttp import web
 from igw.gateway.observer import RequestObserver
 from igw.gateway.telemetry import GatewayMetrics
 from igw.gateway.upstream import ExchangeResult
+from igw.scheduling.types import DecisionKind, RoutingDecision
 
 
 def _request(metrics: GatewayMetrics, *, status: int, streamed: bool, requested: str | None = None) -> None:
@@ -55,3 +56,27 @@ def test_each_models_series_gets_every_update_of_its_requests() -> None:
     labels = {"model": "m", "requested_model": "m"}
     assert quiet.registry.get_sample_value("igw_request_duration_seconds_count", labels) is None
     assert quiet.registry.get_sample_value("igw_time_to_first_token_seconds_count", labels) is None
+
+
+def test_decisions_and_picks_are_counted_per_scheduler_and_endpoint() -> None:
+    """The decision histogram and the picks counter are looked up by name (``decision_child``,
+    ``picks_child``): each scheduler's and endpoint's updates land in their own series."""
+    metrics = GatewayMetrics(lister=list, clock=lambda: 0.0)
+    decision = RoutingDecision(kind=DecisionKind.PICKED, endpoint="e1")
+    for scheduler, endpoint, elapsed in (
+        ("s1", "e1", 1e-4),
+        ("s1", "e2", 2e-4),
+        ("s2", "e1", 3e-4),
+        ("s1", "e1", 4e-4),
+    ):
+        obs = RequestObserver(metrics, request_id="r", method="POST", path="/v1/completions")
+        obs.decided(scheduler, decision, elapsed)
+        obs.attempt(1, endpoint, scheduler=scheduler)
+    assert metrics.decision_child("s1") is metrics.child(metrics.decision, "s1")
+    assert metrics.picks_child("s1", "e2") is metrics.child(metrics.picks, "s1", "e2")
+    sample = metrics.registry.get_sample_value
+    assert sample("igw_scheduler_decision_seconds_count", {"scheduler": "s1"}) == 3
+    assert sample("igw_scheduler_decision_seconds_sum", {"scheduler": "s2"}) == 3e-4
+    assert sample("igw_endpoint_picks_total", {"scheduler": "s1", "endpoint": "e1"}) == 2
+    assert sample("igw_endpoint_picks_total", {"scheduler": "s1", "endpoint": "e2"}) == 1
+    assert sample("igw_endpoint_picks_total", {"scheduler": "s2", "endpoint": "e1"}) == 1

@@ -11,6 +11,23 @@ request whose OpenTelemetry trace was recorded ``trace_id`` (32 hex digits), to 
 
 Where ``igw serve`` set the logger up (its batched handler only), the line is queued without a
 :class:`logging.LogRecord` (:func:`igw.gateway.log_buffer.line_sink`); otherwise it is logged.
+
+With that set-up the line is not even built on the request's path: the record itself is queued
+(:meth:`~igw.gateway.log_buffer.BatchedLineHandler.emit_deferred`) and the writer thread builds its
+line (:meth:`AccessRecord.render_line`: the fields, the rounded scores, ``orjson``) in a batch with
+the others. Timed in the serving process, building the line between two requests' code cost several
+times what the same code costs run back to back (docs/gateway.md, round 9). A record is not changed
+once emitted (:class:`~igw.gateway.observer.RequestObserver` emits it last).
+
+Redaction at the source: the writer redacts every line (a lower-cased copy of it and eight
+substring scans) unless the line is proven clean. A line is clean when each of its strings - the
+record's text fields, the score table's endpoint and scorer names, the request id - is one that
+redaction leaves unchanged in its JSON form (:func:`~igw.gateway.redaction.needs_redaction`); the
+numbers, literals and field names of a line contain no trigger, and no pattern can match across a
+string's quotes, so such a line is exactly what redacting it would write. Distinct strings are few
+(configured models, schedulers, endpoints, scorer names), so each is judged once and remembered
+(:data:`_CLEAN`); a fresh request id (hexadecimal digits, which spell no trigger) is judged by its
+alphabet. Any other line is redacted as before.
 """
 
 from __future__ import annotations
@@ -19,12 +36,36 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 import orjson
 
 from igw.gateway.log_buffer import line_sink
+from igw.gateway.redaction import needs_redaction
 
 access_log = logging.getLogger("igw.access")
+
+_CLEAN: set[str | None] = {None}
+"""Strings whose JSON form :func:`~igw.gateway.redaction.needs_redaction` found clean (and ``None``,
+an absent field); bounded by :data:`CLEAN_CACHE_SIZE`."""
+CLEAN_CACHE_SIZE: Final = 4096
+"""Clean strings remembered at most (cleared when full: client-chosen names cannot grow it)."""
+_HEX_DIGITS: Final = "0123456789abcdef"
+"""A fresh request id's alphabet: no redaction trigger can be spelt with it, and it has no ``@``."""
+
+
+def _clean(text: str | None) -> bool:
+    """Whether ``text`` (``None``: absent) is written by redaction unchanged inside a JSON line;
+    remembered when it is."""
+    if text is None or text in _CLEAN:
+        return True
+    if needs_redaction(orjson.dumps(text).decode()):
+        return False
+    if len(_CLEAN) >= CLEAN_CACHE_SIZE:
+        _CLEAN.clear()
+        _CLEAN.add(None)
+    _CLEAN.add(text)
+    return True
 
 
 @dataclass(slots=True)
@@ -55,14 +96,48 @@ class AccessRecord:
     trace_id: str | None = None
 
     def emit(self) -> None:
+        """Log this record's line (at INFO on ``igw.access``); the record must not change after."""
         if not access_log.isEnabledFor(logging.INFO):
             return
-        line = orjson.dumps(self.line_fields()).decode()
         sink = line_sink(access_log)
         if sink is None:
-            access_log.info(line)
-        else:  # igw serve's set-up: queued as a line, without a LogRecord
-            sink.emit_line(line)
+            access_log.info(orjson.dumps(self.line_fields()).decode())
+        else:  # igw serve's set-up: the writer thread builds the line, without a LogRecord
+            sink.emit_deferred(self)
+
+    def render_line(self) -> tuple[str, bool]:
+        """The line (JSON of :meth:`line_fields`) and whether redacting it would leave it as it is
+        (:meth:`redaction_free`); called on the log writer's thread."""
+        return orjson.dumps(self.line_fields()).decode(), self.redaction_free()
+
+    def redaction_free(self) -> bool:
+        """Whether this record's line is exactly what redacting it would write: every string in it
+        is clean (see the module's docstring). Each text field is listed here; a text field added
+        to the class and not here fails ``tests/security/test_access_log_redaction.py``."""
+        strings = (
+            self.method,
+            self.path,
+            self.model,
+            self.base_model,
+            self.scheduler,
+            self.endpoint,
+            self.reason,
+            self.error,
+            self.tenant,
+            self.requested_model,
+            self.trace_id,
+        )
+        if not _CLEAN.issuperset(strings) and not all(map(_clean, strings)):
+            return False
+        scores = self.scores
+        if scores:
+            if not _CLEAN.issuperset(scores) and not all(map(_clean, scores)):
+                return False
+            for row in scores.values():
+                if not _CLEAN.issuperset(row) and not all(map(_clean, row)):
+                    return False
+        request_id = self.request_id
+        return not request_id.strip(_HEX_DIGITS) or _clean_once(request_id)
 
     def line_fields(self) -> dict[str, object]:
         """The line's fields: every field that is not ``None``, in declaration order, the scores
@@ -123,3 +198,8 @@ class AccessRecord:
         if self.trace_id is not None:
             out["trace_id"] = self.trace_id
         return out
+
+
+def _clean_once(text: str) -> bool:
+    """:func:`_clean` without remembering ``text`` (a client's request id: one per request)."""
+    return not needs_redaction(orjson.dumps(text).decode())

@@ -86,6 +86,8 @@ _UNDECODABLE: Final = "surrogateescape"
 _BODY_BUFFER: Final = 2**16
 _PENDING_LIMIT: Final = 2**16
 """Bytes of a pipelined request kept while the one before it is answered; past this, reading pauses."""
+_TARGETS_PER_CONNECTION: Final = 16
+"""Request targets whose route look-up a connection remembers (a client sends one or two)."""
 
 
 def lean_enabled() -> bool:
@@ -421,6 +423,7 @@ class LeanRequestHandler(GatewayRequestHandler):
         "_lean_raw",
         "_lean_routes",
         "_lean_server",
+        "_lean_targets",
         "_lean_task",
     )
 
@@ -440,6 +443,9 @@ class LeanRequestHandler(GatewayRequestHandler):
         self._lean_task: asyncio.Task[None] | None = None
         self._lean_pending = bytearray()
         self._lean_flow: _BodyFlow | None = None
+        self._lean_targets: dict[bytes, tuple[LeanHandler | None, str, str]] = {}
+        """Request target -> its lean route's handler (``None``: not a lean route), path and target
+        decoded (:meth:`_target`)."""
 
     # ---- bytes in -------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -556,14 +562,14 @@ class LeanRequestHandler(GatewayRequestHandler):
         if flow is None:
             flow = self._lean_flow = _BodyFlow(self)
         self._lean_raw = None  # past the head: the request cannot be handed over any more
-        url = msg.url.decode(_CHARSET, _UNDECODABLE)
+        _, path, url = self._target(msg.url)
         app = self._lean_app
         assert app is not None
         msg.handler = handler
         msg.request = LeanRequest(
             app=app,
             protocol=self,
-            path=url.partition("?")[0],
+            path=path,
             path_qs=url,
             headers=CIMultiDictProxy(headers),
             raw_fields=msg.fields,
@@ -615,9 +621,8 @@ class LeanRequestHandler(GatewayRequestHandler):
         """The lean route's handler when the request is one the lean side serves, else ``None``."""
         if parser.get_method() != b"POST" or parser.get_http_version() != "1.1":
             return None
-        path, _, _ = msg.url.partition(b"?")
-        handler = self._lean_routes.get(path.decode("ascii", "replace"))
-        if handler is None or b"%" in path or raw[:1] in (b"\r", b"\n"):
+        handler, _, _ = self._target(msg.url)
+        if handler is None or raw[:1] in (b"\r", b"\n"):
             return None
         if msg.length < 0 or msg.length > self._lean_max_body or msg.hosts != 1:
             return None
@@ -626,6 +631,20 @@ class LeanRequestHandler(GatewayRequestHandler):
             return None
         msg.head_end = head_end + 4
         return handler
+
+    def _target(self, url: bytes) -> tuple[LeanHandler | None, str, str]:
+        """The lean route's handler for request target ``url`` (``None`` when its path is not a lean
+        route, or is percent-encoded), the path and the target as text; remembered per connection (a
+        client sends the same target request after request)."""
+        found = self._lean_targets.get(url)
+        if found is None:
+            path, _, _ = url.partition(b"?")
+            handler = None if b"%" in path else self._lean_routes.get(path.decode("ascii", "replace"))
+            text = url.decode(_CHARSET, _UNDECODABLE)
+            if len(self._lean_targets) >= _TARGETS_PER_CONNECTION:
+                self._lean_targets.clear()
+            found = self._lean_targets[url] = (handler, text.partition("?")[0], text)
+        return found
 
     # ---- the request's life -------------------------------------------------------------------
     def _begin_request(self) -> None:

@@ -104,7 +104,7 @@ class RequestObserver:
     def decided(
         self, scheduler: str, decision: RoutingDecision, elapsed_s: float, *, candidates: int = 0
     ) -> None:
-        self.metrics.child(self.metrics.decision, scheduler).observe(elapsed_s)
+        self.metrics.decision_child(scheduler).observe(elapsed_s)
         self.record.decision_us = round(elapsed_s * 1e6, 1)
         self.record.reason = decision.reason or None
         self.record.scores = decision.scores or None  # rounded only if the access log is written
@@ -135,7 +135,7 @@ class RequestObserver:
     def attempt(self, number: int, endpoint: str, *, scheduler: str | None) -> None:
         self.record.attempts, self.record.endpoint = number, endpoint
         if scheduler is not None:
-            self.metrics.child(self.metrics.picks, scheduler, endpoint).inc()
+            self.metrics.picks_child(scheduler, endpoint).inc()
         if self.trace is not None:
             self.trace.attempt(number, endpoint)
 

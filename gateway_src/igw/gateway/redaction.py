@@ -36,6 +36,19 @@ lines (the access log's, one per request) contain none, and the scan for them is
 cheaper than running the case-insensitive patterns over the line."""
 
 
+def needs_redaction(text: str) -> bool:
+    """Whether :func:`redact` may change ``text``; ``False`` guarantees ``redact(text) == text``
+    (none of the patterns can match: no user-info URL is possible and no trigger substring occurs).
+
+    The access log uses it on a line's strings, once per distinct string, so that a line built only
+    of such strings is written without the writer thread scanning it again
+    (:mod:`igw.gateway.access_log`)."""
+    if "@" in text and "://" in text:
+        return True
+    lowered = text.lower()
+    return any(trigger in lowered for trigger in _TRIGGERS)
+
+
 def redact(text: str) -> str:
     """``text`` with every credential-looking substring replaced by :data:`MASK`."""
     if not text:

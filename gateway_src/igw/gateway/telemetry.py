@@ -209,6 +209,8 @@ class GatewayMetrics:
         r.register(self.epp)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._series: dict[tuple[str, str], ModelSeries] = {}
+        self._decisions: dict[str, Any] = {}
+        self._picks: dict[str, dict[str, Any]] = {}
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached, and batched for this instance's counters and histograms:
@@ -219,6 +221,27 @@ class GatewayMetrics:
         found = self._children.get(key)
         if found is None:
             found = self._children[key] = self._batch.pending(metric, metric.labels(*labels))
+        return found
+
+    def decision_child(self, scheduler: str) -> Any:
+        """``child(decision, scheduler)``, looked up by the scheduler's name alone: the request path
+        updates it on every decision, and :meth:`child`'s key (the family's id and a tuple of the
+        labels) costs more to build and hash than the update itself."""
+        found = self._decisions.get(scheduler)
+        if found is None:
+            found = self._decisions[scheduler] = self.child(self.decision, scheduler)
+        return found
+
+    def picks_child(self, scheduler: str, endpoint: str) -> Any:
+        """``child(picks, scheduler, endpoint)``, looked up by name per scheduler (as
+        :meth:`decision_child`; bounded like :meth:`child`: configured schedulers, discovered
+        endpoints)."""
+        per_endpoint = self._picks.get(scheduler)
+        if per_endpoint is None:
+            per_endpoint = self._picks[scheduler] = {}
+        found = per_endpoint.get(endpoint)
+        if found is None:
+            found = per_endpoint[endpoint] = self.child(self.picks, scheduler, endpoint)
         return found
 
     def model_series(self, model: str, requested_model: str) -> ModelSeries:

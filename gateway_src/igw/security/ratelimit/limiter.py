@@ -16,6 +16,7 @@ Every failure is logged (rate-limited to one line per outage) and counted
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from igw.security.clock import Clock
 from igw.security.denials import limiter_unavailable, rate_limited
@@ -44,6 +45,10 @@ class RateLimiter:
         self._metrics = metrics
         self._down_until = float("-inf")
         self._down_logged = False
+        self._admitted: dict[str, Any] = {}
+        """Tenant -> its ``tenant_requests{outcome="admitted"}`` child (updated on every request)."""
+        self._tokens: dict[str, tuple[Any, Any]] = {}
+        """Tenant -> its prompt and completion ``tenant_tokens`` children (updated on every request)."""
         if metrics is not None:
             metrics.ratelimit_backend_up.labels(backend=backend.name).set(1)
 
@@ -59,7 +64,7 @@ class RateLimiter:
         key = self.tenant_key(tenant)
         limits = self._settings.limits_for(key)
         if not limits.limited:
-            self._count(key, "admitted")
+            self._count_admitted(key)
             return
         decision = await self._decide(key, limits, est_tokens)
         if decision is None:
@@ -69,14 +74,20 @@ class RateLimiter:
             assert decision.limit is not None
             self._count(key, f"limited_{decision.limit}")
             raise rate_limited(tenant=key, limit=decision.limit, retry_after_s=decision.retry_after_s)
-        self._count(key, "admitted")
+        self._count_admitted(key)
 
     async def account(self, *, tenant: str | None, prompt_tokens: int, completion_tokens: int) -> None:
         key = self.tenant_key(tenant)
-        if self._metrics is not None:
-            m = self._metrics
-            m.child(m.tenant_tokens, key, "prompt").inc(max(0, prompt_tokens))
-            m.child(m.tenant_tokens, key, "completion").inc(max(0, completion_tokens))
+        m = self._metrics
+        if m is not None:
+            children = self._tokens.get(key)
+            if children is None:  # looked up per tenant here: SecurityMetrics.child costs more per call
+                children = self._tokens[key] = (
+                    m.child(m.tenant_tokens, key, "prompt"),
+                    m.child(m.tenant_tokens, key, "completion"),
+                )
+            children[0].inc(max(0, prompt_tokens))
+            children[1].inc(max(0, completion_tokens))
         limits = self._settings.limits_for(key)
         total = max(0, prompt_tokens) + max(0, completion_tokens)
         if limits.tokens_per_minute is None or total == 0:
@@ -139,6 +150,16 @@ class RateLimiter:
                 self._settings.redis.retry_after_failure_s,
             )
             self._down_logged = True
+
+    def _count_admitted(self, tenant: str) -> None:
+        """``_count(tenant, "admitted")``, its child looked up per tenant (every request's outcome)."""
+        m = self._metrics
+        if m is None:
+            return
+        child = self._admitted.get(tenant)
+        if child is None:
+            child = self._admitted[tenant] = m.child(m.tenant_requests, tenant, "admitted")
+        child.inc()
 
     def _count(self, tenant: str, outcome: str) -> None:
         if self._metrics is not None:

@@ -1,0 +1,213 @@
+"""The access log's lines built on the log writer's thread and redacted at the source: a line written
+without the writer's scan is exactly what redacting it writes, and a credential in any text field
+of the record is masked as before."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import logging
+import random
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+import igw.gateway.access_log as access_log_module
+from igw.gateway.access_log import AccessRecord, access_log
+from igw.gateway.log_buffer import BatchedLineHandler, line_sink
+from igw.gateway.redaction import _TRIGGERS, MASK, RedactingFormatter, redact
+
+SECRET = "sk-live-abcdefgh12345678"
+CREDENTIALS = [
+    f"Authorization: Bearer {SECRET}",
+    f"x-api-key={SECRET}",
+    f"rediss://user:{SECRET}@cache.example:6379",
+    f"Basic {SECRET}",
+]
+TEXT_FIELDS = [
+    f.name
+    for f in dataclasses.fields(AccessRecord)
+    if "str" in str(f.type) and f.name not in ("request_id", "method", "path", "scores")
+]
+"""Every optional text field of the record (the three always set are handled below)."""
+
+
+@pytest.fixture
+def served_access_logger() -> Iterator[tuple[logging.Logger, io.StringIO, BatchedLineHandler]]:
+    """``igw.access`` set up as ``igw serve`` sets it up (its handler alone: the set-up is made again
+    by :func:`_written` after pytest's capture handlers were added), put back as it was afterwards."""
+    saved = (access_log.handlers[:], access_log.filters[:], access_log.propagate, access_log.level)
+    stream = io.StringIO()
+    handler = BatchedLineHandler(stream, interval_s=3600.0)
+    handler.setFormatter(RedactingFormatter("%(message)s"))
+    try:
+        yield access_log, stream, handler
+    finally:
+        handler.close()
+        access_log.handlers[:], access_log.filters[:], access_log.propagate, level = saved
+        access_log.setLevel(level)
+
+
+def _serve_setup(handler: BatchedLineHandler) -> None:
+    access_log.handlers[:] = [handler]
+    access_log.filters[:] = []
+    access_log.propagate = False
+    access_log.setLevel(logging.INFO)
+    assert line_sink(access_log) is handler
+
+
+def _record(**fields: object) -> AccessRecord:
+    record = AccessRecord(request_id="0123456789abcdef" * 2, method="POST", path="/v1/completions")
+    record.status = 200
+    for name, value in fields.items():
+        setattr(record, name, value)
+    return record
+
+
+def _written(handler: BatchedLineHandler, stream: io.StringIO, record: AccessRecord) -> str:
+    _serve_setup(handler)
+    record.emit()
+    handler.flush()
+    [line] = stream.getvalue().splitlines()
+    stream.seek(0)
+    stream.truncate()
+    return line
+
+
+def test_the_record_is_queued_and_its_line_built_by_the_writer(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler],
+) -> None:
+    _, stream, handler = served_access_logger
+    record = _record(model="m", scores={"10.0.0.1:8000": {"queue": 0.123456789}})
+    _serve_setup(handler)
+    record.emit()
+    assert list(handler._queue) == [record]  # nothing built on the request's path
+    handler.flush()
+    written = orjson.loads(stream.getvalue())
+    assert written["scores"] == {"10.0.0.1:8000": {"queue": 0.1235}}
+    assert written["model"] == "m"
+
+
+@pytest.mark.parametrize("field", TEXT_FIELDS)
+@pytest.mark.parametrize("credential", CREDENTIALS)
+def test_a_credential_in_any_text_field_is_masked(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler], field: str, credential: str
+) -> None:
+    _, stream, handler = served_access_logger
+    record = _record(**{field: credential})
+    assert not record.redaction_free()
+    line = _written(handler, stream, record)
+    assert SECRET not in line
+    assert MASK in line
+
+
+@pytest.mark.parametrize("where", ["endpoint key", "scorer name", "request id", "method", "path"])
+def test_a_credential_in_the_scores_or_the_always_set_fields_is_masked(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler], where: str
+) -> None:
+    _, stream, handler = served_access_logger
+    credential = f"authorization:{SECRET}"  # also a valid client request id (no whitespace)
+    record = _record(scores={"10.0.0.1:8000": {"queue": 1.0}})
+    if where == "endpoint key":
+        record.scores = {credential: {"queue": 1.0}}
+    elif where == "scorer name":
+        record.scores = {"10.0.0.1:8000": {credential: 1.0}}
+    elif where == "request id":
+        record.request_id = credential
+    else:
+        setattr(record, where, credential)
+    assert not record.redaction_free()
+    line = _written(handler, stream, record)
+    assert SECRET not in line
+
+
+def test_no_trigger_can_be_spelt_in_hexadecimal_digits() -> None:
+    """Why a fresh request id needs no scan: every trigger has a letter outside a-f."""
+    for trigger in _TRIGGERS:
+        assert set(trigger) - set("0123456789abcdef"), trigger
+
+
+_PIECES = [
+    "bearer",
+    "Basic",
+    "basic",
+    "eyJ",
+    "authorization",
+    "cookie",
+    "api-key",
+    "x-auth-token",
+    "://",
+    "@",
+    "redis",
+    '"',
+    "'",
+    ":",
+    "=",
+    " ",
+    "\t",
+    "\n",
+    "\x08",
+    "\x01",
+    "\\",
+    "asic",
+    "earer",
+    "abcdefgh1234",
+    "model",
+    "10.0.0.1:8000",
+    "é",
+    ".",
+]
+
+
+def _text(rng: random.Random) -> str:
+    return "".join(rng.choice(_PIECES) for _ in range(rng.randrange(0, 4)))
+
+
+def test_a_line_written_unscanned_is_what_redaction_writes_for_random_records(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler],
+) -> None:
+    """Strings built from redaction's triggers, separators, quotes and control characters (``\\x08``
+    is written ``\\b`` in JSON, which can spell ``basic`` out of ``\\x08asic``): whatever the record,
+    the written line is ``redact`` of its JSON, and a record judged clean has a line redaction
+    leaves unchanged."""
+    _, stream, handler = served_access_logger
+    rng = random.Random(9)
+    clean = 0
+    for _ in range(3000):
+        record = _record()
+        for name in TEXT_FIELDS:
+            if rng.random() < 0.3:
+                setattr(record, name, _text(rng))
+        if rng.random() < 0.3:
+            record.request_id = _text(rng)
+        if rng.random() < 0.5:
+            record.scores = {_text(rng): {_text(rng): rng.random(), "total": 1.0}}
+        line = orjson.dumps(record.line_fields()).decode()
+        if record.redaction_free():
+            clean += 1
+            assert redact(line) == line
+        assert _written(handler, stream, record) == redact(line)
+    assert clean > 100  # the property was exercised on both sides
+
+
+def test_the_clean_strings_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(access_log_module, "_CLEAN", {None})
+    monkeypatch.setattr(access_log_module, "CLEAN_CACHE_SIZE", 50)
+    for i in range(500):
+        assert _record(model=f"model-{i}").redaction_free()
+    assert len(access_log_module._CLEAN) <= 50
+    assert None in access_log_module._CLEAN
+
+
+def test_a_string_is_judged_in_its_json_form(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler],
+) -> None:
+    """``\\x08asic`` holds no trigger, but JSON writes it ``\\basic``, which the line's redaction
+    reads as ``basic``: the string is not clean, and the line is redacted as before."""
+    _, stream, handler = served_access_logger
+    record = _record(model=f"\x08asic {SECRET}")
+    assert not record.redaction_free()
+    line = _written(handler, stream, record)
+    assert line == redact(orjson.dumps(record.line_fields()).decode())
+    assert SECRET not in line
