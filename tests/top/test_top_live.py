@@ -188,3 +188,4 @@ async def test_unreachable_gateway_is_named_in_the_status_line() -> None:
         status = str(app.query_one("#status").render())
     assert f"{url}/metrics" in status
     assert "scrape failed" in status
+    assert "(no view yet)" in status  # not "showing the last good view": there never was one

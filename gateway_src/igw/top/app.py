@@ -210,7 +210,8 @@ class TopApp(App[None]):
         except ScrapeError as exc:
             self.last_error = str(exc)
             with contextlib.suppress(NoMatches):  # the screen may have closed meanwhile
-                self._status(f"scrape failed: {exc} (showing the last good view)")
+                shown = "no view yet" if self.view is None else "showing the last good view"
+                self._status(f"scrape failed: {exc} ({shown})")
             return
         finally:
             self._busy = False
