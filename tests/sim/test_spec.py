@@ -96,6 +96,11 @@ def test_yaml_errors_name_the_file(tmp_path: Path) -> None:
         FleetSpec.from_yaml(deep)
     with pytest.raises(SpecError, match="cannot read"):
         FleetSpec.from_yaml(tmp_path / "missing.yaml")
+    empty = tmp_path / "empty.yaml"
+    for text in ("", "# only a comment\n", "---\n"):  # said "spec: expected a mapping, got NoneType"
+        empty.write_text(text, encoding="utf-8")
+        with pytest.raises(SpecError, match=r"empty\.yaml: expected one fleet spec document, found none"):
+            FleetSpec.from_yaml(empty)
 
 
 def test_sglang_metrics_need_flag_and_version() -> None:

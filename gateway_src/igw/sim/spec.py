@@ -401,9 +401,10 @@ class FleetSpec:
             documents = read_documents(p)
         except DocumentReadError as exc:
             raise SpecError(str(p), str(exc).removeprefix(f"{p}: ")) from None
-        if len(documents) > 1:
-            raise SpecError(str(p), f"expected one document, found {len(documents)}")
-        return cls.from_mapping(documents[0].content if documents else None, path="spec")
+        if len(documents) != 1 or documents[0].content is None:
+            found = "none" if not documents or documents[0].content is None else str(len(documents))
+            raise SpecError(str(p), f"expected one fleet spec document, found {found}")
+        return cls.from_mapping(documents[0].content, path="spec")
 
 
 def _with_name(pod: PodSpec, name: str) -> PodSpec:
