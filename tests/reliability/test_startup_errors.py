@@ -100,13 +100,13 @@ def test_serve_in_cluster_with_a_missing_kubeconfig_says_so(tmp_path: Path) -> N
     done = igw(
         "serve", "--config", str(config), "--in-cluster", "--kubeconfig", str(kubeconfig), "--port", "0"
     )
-    assert_one_line_error(done, f"igw serve: cannot load kubeconfig {kubeconfig}")
+    assert_one_line_error(done, f"igw serve: cannot load kubeconfig {kubeconfig}: no such file")
 
 
 def test_operator_with_a_missing_kubeconfig_says_so(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "no-such-kubeconfig"
     done = igw("operator", "--kubeconfig", str(kubeconfig))
-    assert_one_line_error(done, f"igw operator: cannot load kubeconfig {kubeconfig}")
+    assert_one_line_error(done, f"igw operator: cannot load kubeconfig {kubeconfig}: no such file")
 
 
 def test_operator_health_port_in_use_is_said_in_one_line(tmp_path: Path, taken_port: int) -> None:

@@ -28,6 +28,10 @@ def make_api_client(*, kubeconfig: str | None, context: str | None = None) -> An
     import kubernetes
 
     configuration = kubernetes.client.Configuration()
+    if kubeconfig is not None and not os.path.exists(kubeconfig):
+        # the client library says "Invalid kube-config file. No configuration found." for a path
+        # that does not exist, which sends people looking at the file's contents
+        raise KubeClientError(f"cannot load kubeconfig {kubeconfig}: no such file")
     try:
         if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
