@@ -279,6 +279,13 @@ CASES: list[Case] = [
         set_(f"{S1}.modelSelector.matchLabels", {"app": "x", "tier!=gpu,app": "x"}),
         fails=[(f'{S1}.modelSelector.matchLabels["tier!=gpu,app"]', "schema.propertyNames")],
     ),
+    # The API server refuses such an annotation key on the Deployment the operator writes (every
+    # pass then failed at run time); igw validate and the operator's admission refuse it up front.
+    case(
+        "bad-annotation-key",
+        set_("spec.podDefaults.annotations", {"team": "ml", "a b": "x"}),
+        fails=[('spec.podDefaults.annotations["a b"]', "schema.propertyNames")],
+    ),
     case(
         "bad-selector-operator",
         set_(f"{S0}.modelSelector.matchExpressions[0].operator", "Like"),
