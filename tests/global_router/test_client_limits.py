@@ -10,7 +10,7 @@ import orjson
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
-from tests.global_router.support import global_doc
+from tests.global_router.support import global_doc, post_part_of_a_body
 
 
 async def test_a_body_that_stalls_gets_408_and_the_connection_closed() -> None:
@@ -19,14 +19,7 @@ async def test_a_body_that_stalls_gets_408_and_the_connection_closed() -> None:
     app = create_global_app(parse_global_config(global_doc()), rng=random.Random(1), read_heartbeats=False)
     limits = ServerLimits(body_timeout_s=0.5)
     async with serve_app(app, host="127.0.0.1", port=0, limits=limits) as url:
-        host, port = url.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b'Content-Length: 100\r\n\r\n{"model":'
-        )
-        await writer.drain()
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+        reader, writer, head = await post_part_of_a_body(url, announced=100, sent=b'{"model":')
         length = int(
             next(
                 v

@@ -8,7 +8,6 @@ raised ``InvalidStateError`` inside the event loop and the log showed its traceb
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import find, igwc, wait_for
+from tests.reliability.harness import sigterm_until_it_exits
 
 
 def test_two_sigterms_stop_the_operator_without_a_traceback(
@@ -61,13 +61,7 @@ def test_sigterm_repeated_until_it_exits_still_ends_with_exit_0(
         wait_for(
             lambda: find(cluster, "Deployment", "inference", "chat-gateway"), timeout=60, what="reconciling"
         )
-        process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        while process.poll() is None and time.monotonic() < deadline:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-            time.sleep(0.002)
-        assert process.wait(5) == 0
+        assert sigterm_until_it_exits(process) == 0
     finally:
         if process.poll() is None:
             process.kill()

@@ -9,6 +9,8 @@ import asyncio
 import contextlib
 import functools
 import random
+import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -179,3 +181,16 @@ async def in_process_gateway(
             for key in endpoints:
                 await wait_until(functools.partial(gw.fresh, key), within=10, what=f"{key} scraped")
         yield gw
+
+
+def sigterm_until_it_exits(process: subprocess.Popen[Any], *, within_s: float = 60) -> int:
+    """Send SIGTERM every 2 ms until ``process`` is gone, as a supervisor repeating the signal would;
+    its exit status. A plain ``Popen`` polled here: asyncio's child watcher, cancelled thousands of
+    times by such a loop, once lost the exit status."""
+    process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + within_s
+    while process.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        time.sleep(0.002)
+    return process.wait(timeout=5)

@@ -4,7 +4,6 @@ in-flight streams get the stream grace, then end with an SSE error event and ``[
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import subprocess
 import sys
@@ -18,7 +17,14 @@ import yaml
 
 from igw.sim.live import run_fleet
 from tests.global_router.support import global_doc
-from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, igw_serve, write_config
+from tests.reliability.harness import (
+    MODEL,
+    fleet_spec,
+    gateway_doc,
+    igw_serve,
+    sigterm_until_it_exits,
+    write_config,
+)
 
 DRAIN_S = 1.5
 GRACE_S = 2.0
@@ -123,13 +129,7 @@ def test_repeated_sigterms_while_it_stops_still_end_with_exit_0(kind: str, tmp_p
             if serving == (2 if kind == "gateway-workers" else 1):
                 break
         proc.stderr.close()  # what it logs from here on goes nowhere; nothing waits on the pipe
-        proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:  # repeat it until the process is gone
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            time.sleep(0.002)
-        assert proc.wait(timeout=5) == 0
+        assert sigterm_until_it_exits(proc) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
