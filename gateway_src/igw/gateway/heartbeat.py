@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from igw.config.durations import parse_duration
+from igw.gateway.emf import quantile
 from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
 from igw.gateway.ticker import Ticker
 from igw.scheduling.saturation import has_capacity
@@ -70,25 +71,10 @@ class HeartbeatSettings:
 
 
 def quantile_from_buckets(bounds: Iterable[tuple[float, float]], q: float) -> float | None:
-    """``q``-quantile of a histogram given as cumulative ``(upper bound, count)`` pairs.
-
-    Linear interpolation inside the bucket, as Prometheus' ``histogram_quantile`` does; ``None`` when
-    the histogram is empty. An answer in the ``+Inf`` bucket is reported as the last finite bound.
-    """
-    pairs = sorted(bounds)
-    if not pairs or pairs[-1][1] <= 0:
-        return None
-    rank = q * pairs[-1][1]
-    lower_bound, lower_count = 0.0, 0.0
-    for upper, count in pairs:
-        if count >= rank:
-            if upper == float("inf"):
-                return lower_bound
-            if count == lower_count:
-                return upper
-            return lower_bound + (upper - lower_bound) * (rank - lower_count) / (count - lower_count)
-        lower_bound, lower_count = upper, count
-    return lower_bound
+    """``q``-quantile of a histogram given as cumulative ``(upper bound, count)`` pairs in any order:
+    :func:`igw.gateway.emf.quantile` (Prometheus' ``histogram_quantile`` rule, one implementation)
+    on the pairs sorted by bound."""
+    return quantile(q, sorted(bounds))
 
 
 @dataclass(frozen=True, slots=True)
