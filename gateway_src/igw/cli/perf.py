@@ -180,10 +180,17 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=COUNT, default=3, help="alternating rounds (default 3)")
     parser.add_argument(
         "--load",
-        choices=("raw", "aiohttp"),
+        choices=("raw", "aiohttp", "wrk"),
         default="raw",
         help="load generator and backend: raw (minimal asyncio protocols, so that they leave the cores "
-        "to the gateway; default) or aiohttp (the igw perf gateway ones)",
+        "to the gateway; default), aiohttp (the igw perf gateway ones) or wrk (the wrk binary, C, "
+        "several times cheaper per request than raw; `apt-get install wrk`; the raw backend)",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=COUNT,
+        default=3,
+        help="length of a phase with --load wrk, which runs for a time, not a count (default 3)",
     )
 
     cpus = NumberList(NON_NEGATIVE_INT)  # CPU numbers, as taskset takes them

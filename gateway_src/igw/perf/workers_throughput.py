@@ -36,6 +36,7 @@ from igw.perf.gateway_load import (
     gateway_process,
     wait_ready,
 )
+from igw.perf.wrk_load import WrkError, run_wrk, script, wrk_binary
 
 CONNECTIONS_SAMPLE_S = 0.2
 """When into a phase the connections per worker are counted (all are open by then)."""
@@ -156,6 +157,28 @@ def _own_cpu() -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadSettings:
+    """How a phase's load is made: which generator, how much, and at what concurrency."""
+
+    kind: str
+    """``raw``, ``aiohttp`` (in this process) or ``wrk`` (a process per phase)."""
+    concurrency: int
+    requests: int
+    """Requests per phase (``raw``, ``aiohttp``)."""
+    seconds: int
+    """Length of a phase (``wrk``, which runs for a time, not a count)."""
+    wrk_script: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRun:
+    requests: int
+    wall_s: float
+    process_cpu_s: float
+    """CPU of a load-generator process (wrk); 0 for the generators running in this process."""
+
+
+@dataclass(frozen=True, slots=True)
 class Phase:
     workers: int
     requests: int
@@ -182,10 +205,17 @@ class Phase:
         return self.gateway_cpu_s / self.requests * 1e6
 
 
-async def _load(base: str, *, concurrency: int, requests: int, raw: bool) -> float:
-    """Run one closed-loop phase against ``base``; its wall time in seconds."""
-    if not raw:
-        return (await closed_loop(base, concurrency=concurrency, requests=requests)).wall_s
+async def _load(base: str, load: LoadSettings, *, warm_up: bool = False) -> LoadRun:
+    """Run one closed-loop phase against ``base`` (a short one with ``warm_up``)."""
+    concurrency, requests = load.concurrency, max(50, load.requests // 10) if warm_up else load.requests
+    if load.kind == "wrk":
+        assert load.wrk_script is not None
+        seconds = 1 if warm_up else load.seconds
+        ran = await run_wrk(base, concurrency=concurrency, seconds=seconds, script_path=load.wrk_script)
+        return LoadRun(requests=ran.requests, wall_s=ran.wall_s, process_cpu_s=ran.cpu_s)
+    if load.kind == "aiohttp":
+        wall_s = (await closed_loop(base, concurrency=concurrency, requests=requests)).wall_s
+        return LoadRun(requests=requests, wall_s=wall_s, process_cpu_s=0.0)
     template = b'{"model":"fake-model","max_tokens":4,"prompt":"' + PROMPT.encode() + b'question %d"}'
 
     def request_for(i: int) -> bytes:
@@ -194,30 +224,28 @@ async def _load(base: str, *, concurrency: int, requests: int, raw: bool) -> flo
     result = await raw_http.closed_loop(
         base, concurrency=concurrency, requests=requests, request_for=request_for
     )
-    return result.wall_s
+    return LoadRun(requests=requests, wall_s=result.wall_s, process_cpu_s=0.0)
 
 
-async def _phase(
-    base: str, parent: int, backend_pid: int, *, workers: int, concurrency: int, requests: int, raw: bool
-) -> Phase:
+async def _phase(base: str, parent: int, backend_pid: int, *, workers: int, load: LoadSettings) -> Phase:
     r0 = await _worker_requests(base)
     w0 = worker_cpu(parent)
     q0 = {pid: runqueue_wait_s(pid) for pid in w0}
     g0, c0, b0 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
-    load = asyncio.create_task(_load(base, concurrency=concurrency, requests=requests, raw=raw))
+    running = asyncio.create_task(_load(base, load))
     await asyncio.sleep(CONNECTIONS_SAMPLE_S)
-    held = {} if load.done() else connections_by_pid(sorted(w0), int(base.rsplit(":", 1)[1]))
-    wall_s = await load
+    held = {} if running.done() else connections_by_pid(sorted(w0), int(base.rsplit(":", 1)[1]))
+    ran = await running
     g1, c1, b1 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
     w1 = worker_cpu(parent)
     q1 = {pid: runqueue_wait_s(pid) for pid in w1}
     r1 = await _worker_requests(base)
     return Phase(
         workers=workers,
-        requests=requests,
-        wall_s=wall_s,
+        requests=ran.requests,
+        wall_s=ran.wall_s,
         gateway_cpu_s=g1 - g0,
-        client_cpu_s=c1 - c0,
+        client_cpu_s=c1 - c0 + ran.process_cpu_s,
         backend_cpu_s=b1 - b0,
         worker_cpu_s=tuple(w1[pid] - w0.get(pid, 0.0) for pid in sorted(w1)),
         worker_requests=tuple(r1[w] - r0.get(w, 0.0) for w in sorted(r1, key=int)),
@@ -230,10 +258,8 @@ async def _measure(
     bases: dict[int, tuple[str, int]],
     backend_pid: int,
     *,
-    concurrency: int,
-    requests: int,
+    load: LoadSettings,
     rounds: int,
-    raw: bool,
     gateway_cpus: Sequence[int] = (),
 ) -> list[Phase]:
     for n, (base, pid) in bases.items():
@@ -244,30 +270,37 @@ async def _measure(
             # One core per worker, in order (a single worker: the first core).
             for i, serving in enumerate(sorted(worker_cpu(pid))):
                 pin(serving, {gateway_cpus[i % len(gateway_cpus)]})
-        await _load(base, concurrency=concurrency, requests=max(50, requests // 10), raw=raw)  # warm-up
+        await _load(base, load, warm_up=True)
     phases = []
     for _ in range(rounds):
         for n, (base, pid) in bases.items():
-            phases.append(
-                await _phase(
-                    base, pid, backend_pid, workers=n, concurrency=concurrency, requests=requests, raw=raw
-                )
-            )
+            phases.append(await _phase(base, pid, backend_pid, workers=n, load=load))
     return phases
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.load == "wrk":
+        try:
+            wrk_binary()
+        except WrkError as exc:
+            print(f"igw perf workers: {exc}")
+            return 2
+    per_phase = f"{args.seconds} s" if args.load == "wrk" else f"{args.requests} requests"
+    generator = {
+        "raw": "raw load generator and backend",
+        "aiohttp": "aiohttp load generator and backend",
+        "wrk": "wrk load generator (one thread), raw backend",
+    }[args.load]
     print(
-        f"closed loop, concurrency {args.concurrency}, {args.requests} requests per phase, "
-        f"{args.rounds} rounds alternating worker counts {','.join(map(str, args.workers))}, "
-        f"{args.load} load generator and backend"
+        f"closed loop, concurrency {args.concurrency}, {per_phase} per phase, "
+        f"{args.rounds} rounds alternating worker counts {','.join(map(str, args.workers))}, {generator}"
     )
     if args.gateway_cpus or args.load_cpus:
         print(
             f"pinned: gateway workers one each on CPUs {_cpus(args.gateway_cpus)}, load generator and "
             f"backend on CPUs {_cpus(args.load_cpus)}"
         )
-    raw = args.load == "raw"
+    raw = args.load != "aiohttp"
     with contextlib.ExitStack() as stack:
         backend, backend_proc = stack.enter_context(backend_process(chunks=4, interval=0.0, raw=raw))
         if backend_proc.stdout is not None:
@@ -286,6 +319,18 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
             bases[n] = (base, proc.pid)
+        wrk_script = None
+        if args.load == "wrk":
+            scripts = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="igw-perf-wrk-")))
+            wrk_script = scripts / "completions.lua"
+            wrk_script.write_text(script(PROMPT))
+        load = LoadSettings(
+            kind=args.load,
+            concurrency=args.concurrency,
+            requests=args.requests,
+            seconds=args.seconds,
+            wrk_script=wrk_script,
+        )
         try:
             # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
             import uvloop
@@ -296,13 +341,7 @@ def run(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             phases = runner.run(
                 _measure(
-                    bases,
-                    backend_proc.pid,
-                    concurrency=args.concurrency,
-                    requests=args.requests,
-                    rounds=args.rounds,
-                    raw=raw,
-                    gateway_cpus=args.gateway_cpus,
+                    bases, backend_proc.pid, load=load, rounds=args.rounds, gateway_cpus=args.gateway_cpus
                 )
             )
     print(
