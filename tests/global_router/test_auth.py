@@ -1,11 +1,16 @@
-"""The router's request security is tier 1's: JWT from spec.auth, 401/403 shapes, identity headers."""
+"""The router's request security is tier 1's: JWT from spec.auth, 401/403 shapes, identity headers;
+and the guard that ``igw global serve`` builds itself verifies tokens on the wall clock."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import trustme
 from prometheus_client import CollectorRegistry
 
 from igw.gateway.serving import serve_app
@@ -13,7 +18,7 @@ from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
 from igw.security.factory import build_guard
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.global_router.support import MODEL, global_doc, post_part_of_a_body
+from tests.global_router.support import MODEL, global_doc, global_serve, post_part_of_a_body
 from tests.security.helpers import AUDIENCE, JwksServer, ManualClock, TokenFactory, bearer, wait_until
 
 
@@ -66,3 +71,52 @@ async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
             forwarded = {k.lower(): v for k, v in server.received[-1].headers.items()}
             assert "authorization" not in forwarded
             assert forwarded["x-igw-tenant"] == "team-a"
+
+
+def secured(server: FakeModelServer, issuer: JwksServer) -> dict[str, Any]:
+    """One cluster (``server``) behind JWT auth from ``issuer``."""
+    return global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": f"http://{server.key}", "models": [MODEL]}],
+        heartbeats={"required": False},
+        auth={
+            "jwt": {
+                "provider": {
+                    "name": "idp",
+                    "issuer": issuer.issuer,
+                    "remoteJWKS": {"uri": issuer.jwks_uri},
+                    "audiences": [AUDIENCE],
+                }
+            }
+        },
+    )
+
+
+async def test_igw_global_serve_accepts_a_valid_token_and_refuses_an_expired_one(
+    tmp_path: Path, ca: trustme.CA, jwks_server: JwksServer, tokens: TokenFactory
+) -> None:
+    """The real command, its own guard, real time: the guard once got the fleet's monotonic clock and
+    refused every valid token as issued in the future (seconds since boot against epoch seconds)."""
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    tokens.clock.now = time.time()
+    now = int(tokens.clock.now)
+    server = FakeModelServer("east-a")
+    async with (
+        running(server),
+        global_serve(tmp_path, secured(server, jwks_server), env={"SSL_CERT_FILE": str(ca_file)}) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        body = {"model": MODEL, "prompt": "x"}
+        for _ in range(500):  # until the JWKS is loaded: readiness
+            async with http.get(url + "/readyz") as ready:
+                if ready.status == 200:
+                    break
+            await asyncio.sleep(0.02)
+        async with http.post(url + "/v1/completions", json=body, headers=bearer(tokens.token())) as resp:
+            assert resp.status == 200, await resp.text()
+            assert resp.headers["x-igw-cluster"] == "east-a"
+        expired = tokens.token(iat=now - 7200, exp=now - 3600)
+        async with http.post(url + "/v1/completions", json=body, headers=bearer(expired)) as resp:
+            assert resp.status == 401
+            assert (await resp.json())["error"]["code"] == "invalid_token"
+    assert len(server.received) == 1

@@ -5,8 +5,8 @@ Same surface as ``igw serve`` (``/v1/chat/completions``, ``/v1/completions``, ``
 the same request guard (:mod:`igw.security`: JWT, per-model authorization, tenant rate limits) and
 the same OpenAI-shaped errors (:mod:`igw.gateway.errors`). Per request:
 
-1. read and parse the body, authenticate, authorize, admit (tenant limits, then
-   ``modelRateLimits``);
+1. authenticate (before the body is read), read and parse the body, authorize, admit (tenant
+   limits, then ``modelRateLimits``);
 2. ask the fleet for the clusters to try (:mod:`igw.global_router.policy`);
 3. forward to the first with the tier-1 exchange (:func:`igw.gateway.upstream.exchange`); a
    connect failure, a 429 or a 5xx *before anything reached the client* moves on to the next
@@ -55,6 +55,7 @@ from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.limits import ModelRateLimits
 from igw.global_router.metrics import FleetMetrics
+from igw.security.clock import SYSTEM_CLOCK, Clock
 from igw.security.factory import build_guard
 from igw.security.settings import RateLimitSettings
 
@@ -291,6 +292,7 @@ def create_global_app(
     *,
     region: str | None = None,
     clock: Callable[[], float] = time.monotonic,
+    token_clock: Clock = SYSTEM_CLOCK,
     rng: random.Random | None = None,
     registry: CollectorRegistry | None = None,
     guard: RequestGuard | None = None,
@@ -299,7 +301,10 @@ def create_global_app(
     emf_interval_s: float | None = None,
     management_listener: bool = False,
 ) -> web.Application:
-    """Build a router replica. ``reader``: heartbeat source (default: Redis per ``spec.heartbeats``;
+    """Build a router replica. ``clock``: the fleet's and ``modelRateLimits``' clock (intervals only,
+    monotonic); ``token_clock``: the request guard's (wall clock: a token's ``exp``/``nbf``/``iat``
+    are seconds since the epoch, so a monotonic clock would refuse every valid token as issued in
+    the future). ``reader``: heartbeat source (default: Redis per ``spec.heartbeats``;
     ``read_heartbeats=False`` routes on configuration and request outcomes alone - tests).
     ``emf_interval_s``: log fleet metrics as CloudWatch EMF lines to ``igw.emf`` this often.
     ``management_listener``: ``/metrics`` and the detailed ``/readyz`` are served by
@@ -313,7 +318,7 @@ def create_global_app(
             config.auth,
             authorization=config.authorization,
             rate_limits=config.rate_limits,
-            clock=clock,
+            clock=token_clock,
             registry=metrics.registry,
         )
     if reader is None and read_heartbeats:
