@@ -120,3 +120,47 @@ async def test_igw_global_serve_accepts_a_valid_token_and_refuses_an_expired_one
             assert resp.status == 401
             assert (await resp.json())["error"]["code"] == "invalid_token"
     assert len(server.received) == 1
+
+
+async def test_model_labels_are_served_models_only_whatever_a_client_sends(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """Made-up model names (a header without a token, a body with one) count as ``(unknown)``: one
+    series each per status, never one per name, so clients cannot grow the registry."""
+    server = FakeModelServer("east-a")
+    async with running(server):
+        config = parse_global_config(secured(server, jwks_server))
+        guard = build_guard(
+            config.auth,
+            authorization=config.authorization,
+            rate_limits=config.rate_limits,
+            clock=clock,
+            registry=CollectorRegistry(),
+            jwks_ssl_context=client_ssl,
+        )
+        app = create_global_app(config, guard=guard, read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+            await wait_until(lambda: guard.readiness().ready, timeout_s=5)
+            for i in range(20):
+                headers = {"x-gateway-model-name": f"made-up-{i}"}
+                async with http.post(url + "/v1/completions", json={"prompt": "x"}, headers=headers) as resp:
+                    assert resp.status == 401
+                made_up = {"model": f"made-up-{i}", "prompt": "x"}
+                signed = bearer(tokens.token())
+                async with http.post(url + "/v1/completions", json=made_up, headers=signed) as resp:
+                    assert resp.status == 404
+            async with http.post(
+                url + "/v1/completions", json={"model": MODEL, "prompt": "x"}, headers=bearer(tokens.token())
+            ) as resp:
+                assert resp.status == 200
+            async with http.get(url + "/metrics") as resp:
+                page = await resp.text()
+    assert "made-up" not in page
+    requests = {
+        line.partition(" ")[0] for line in page.splitlines() if line.startswith("igw_global_requests_total{")
+    }
+    assert requests == {
+        'igw_global_requests_total{code="401",model="(unknown)"}',
+        'igw_global_requests_total{code="404",model="(unknown)"}',
+        f'igw_global_requests_total{{code="200",model="{MODEL}"}}',
+    }

@@ -40,6 +40,7 @@ from igw.gateway.guards import GuardDenied, RequestGuard
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
+from igw.gateway.telemetry import UNKNOWN_MODEL
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -105,6 +106,13 @@ def _no_cluster(message: str) -> web.Response:
     return gateway_error("no_healthy_cluster", message, headers={"Retry-After": "1"})
 
 
+def _model_label(router: GlobalRouter, model: str | None) -> str:
+    """The ``model`` label of a request's series: a model some cluster serves, else ``(unknown)``;
+    never the client's text as sent (a header or body field, before or without a valid token), so
+    clients cannot grow the registry by one series per name they make up, as at tier 1."""
+    return model if model is not None and router.fleet.known_model(model) else UNKNOWN_MODEL
+
+
 def _denied(denied: GuardDenied) -> web.Response:
     return denial_response(denied)
 
@@ -122,7 +130,7 @@ async def _route(
         # router read (and hold) a body of up to MAX_REQUEST_BODY_BYTES.
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
-        m.requests.labels(request.headers.get(MODEL_HEADER, ""), str(denied.status)).inc()
+        m.requests.labels(_model_label(router, request.headers.get(MODEL_HEADER)), str(denied.status)).inc()
         return _denied(denied)
     tenant = principal.tenant or router.anonymous_tenant
     body_timeout_s = request.app.get(LIMITS_KEY, _DEFAULT_LIMITS).body_timeout_s
@@ -148,13 +156,14 @@ async def _route(
         await router.guard.admit(principal, model=model, est_tokens=est_tokens)
         await router.model_limits.admit(tenant=tenant, model=model, est_tokens=est_tokens)
     except GuardDenied as denied:
+        label = _model_label(router, model)
         if denied.status == 429:
             limit = "tokens" if "(tokens)" in denied.message else "requests"
-            m.ratelimit_hits.labels(tenant, model, limit).inc()
-        m.requests.labels(model, str(denied.status)).inc()
+            m.ratelimit_hits.labels(tenant, label, limit).inc()
+        m.requests.labels(label, str(denied.status)).inc()
         return _denied(denied)
     if not router.fleet.known_model(model):
-        m.requests.labels(model, "404").inc()
+        m.requests.labels(UNKNOWN_MODEL, "404").inc()
         return gateway_error(
             "model_not_found", f"model {model!r} is not served by any cluster of this router", param="model"
         )
