@@ -276,7 +276,6 @@ def jwt_auth(issuer: JwksServer) -> dict[str, Any]:
     return {"jwt": {"provider": {**provider, "audiences": [AUDIENCE]}}}
 
 
-
 def make_config(
     *,
     issuer: str | None,
