@@ -375,6 +375,7 @@ def test_preflight_on_the_default_assembly_knows_our_gateway(synthesized: Synthe
     assert by_check["IGW-PF004"] == {Status.SKIP}
     assert by_check["IGW-PF006"] == {Status.PASS}
     assert by_check["IGW-PF003"] == {Status.PASS}
+    assert by_check["IGW-PF009"] == {Status.PASS}  # acmArn is the certificate's Ref: set at deploy time
 
 
 def test_preflight_on_the_aws_addon_assembly_still_checks_its_role(variant: Synthesized) -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from igw.checks.inventory import Missing
-from igw.checks.model import Command
-from igw.checks.sources.cdk_out import load_cdk_out, render
+from igw.checks.model import Command, Status
+from igw.checks.sources.cdk_out import SOURCE_PREFIX, load_cdk_out, render
+from igw.checks.sources.manifests import inventory_from_documents
 from igw.cli.main import main
-from tests.checks.helpers import FIXTURES, findings, run
+from tests.checks.helpers import FIXTURES, find, findings, mutated, of, run
 
 CDK = FIXTURES / "cdk"
 AWS_SIDE = (
@@ -132,3 +133,26 @@ def test_a_source_with_no_readable_template_is_a_usage_error_with_no_findings(
     captured = capsys.readouterr()
     assert f"{source}:no" in "".join(captured.err.split())  # rich wraps (even inside a path) at its width
     assert "not installed" not in captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [(f"{SOURCE_PREFIX}./cdk.out", Status.PASS), ("manifests ./deploy", Status.FAIL)],
+    ids=["cdk-out", "manifests"],
+)
+def test_a_value_cloudformation_fills_in_is_not_a_config_problem_in_cdk_output_only(
+    source: str, expected: Status
+) -> None:
+    """The project's own app sets ``spec.tls.acmArn`` to a ``Ref`` of the certificate it creates,
+    rendered ``${CertificateBDDE2430}``: IGW-PF009 failed it (not an ACM ARN). In CDK output it is
+    said, not failed; in manifests ``${X}`` is a template nobody rendered, still a failure."""
+    docs = mutated(lambda d: find(d, "InferenceGatewayConfig", "gateway")["spec"].update(
+        tls={"acmArn": "${CertificateBDDE2430}"}
+    ))  # fmt: skip
+    inventory = inventory_from_documents(docs, source=source)
+    (result,) = of(run(inventory, Command.PREFLIGHT), "IGW-PF009")
+    assert result.status == expected, result.message
+    if expected == Status.PASS:
+        assert result.message == "valid; set at deploy time, not checked: spec.tls.acmArn"
+    else:
+        assert "spec.tls.acmArn: must be an ACM certificate ARN" in result.message

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Any
 
 from igw.gateway.model_router import NO_MATCH_MESSAGE
@@ -102,6 +103,42 @@ async def test_error_paths_have_openai_shape(gateway: Any) -> None:
         resp = await gw.http.get(gw.url + "/v1/nothing")
         assert resp.status == 404
         assert "error" in await resp.json()
+
+
+async def test_json_bombs_are_400s_and_a_repeated_model_routes_as_the_server_reads_it(gateway: Any) -> None:
+    """Bodies built to hurt a parser (probed against a real igw serve, 2026-12-03) get a 400 naming the
+    problem and never reach a model server; a repeated member is not refused: the last one counts, as
+    in the JSON parsers of vLLM and SGLang (Python's), so the model the gateway authorizes and routes
+    is the one the model server reads."""
+    async with (
+        running(FakeModelServer("llama"), FakeModelServer("qwen")) as (llama, qwen),
+        gateway(DOC, {"llama": [llama.key], "qwen": [qwen.key]}) as gw,
+    ):
+        head = b'{"model": "qwen3", "prompt": '
+        bombs = {
+            "nesting past 1,024 levels": head + b"[" * 1100 + b"]" * 1100 + b"}",
+            "a number past a double": head + b'"x", "max_tokens": 1e400}',
+            "a 600-digit integer": head + b'"x", "max_tokens": ' + b"9" * 600 + b"}",
+            "NaN": head + b'"x", "max_tokens": NaN}',
+            "Infinity": head + b'"x", "max_tokens": Infinity}',
+            "invalid UTF-8": head + b'"\xff\xfe"}',
+            "a lone surrogate escape": head + b'"\\ud800"}',
+        }
+        for case, body in bombs.items():
+            resp = await gw.post("/v1/completions", body)
+            err = (await resp.json())["error"]
+            assert resp.status == 400, (case, err)
+            assert (err["code"], err["type"]) == ("invalid_request", "invalid_request_error"), case
+            assert err["message"].startswith("request body is not valid JSON: "), (case, err)
+        assert llama.received == qwen.received == []
+        twice = (
+            b'{"model": "meta-llama/Llama-3.1-8B-Instruct", "model": "qwen3", "prompt": "x", "max_tokens": 2}'
+        )
+        resp = await gw.post("/v1/completions", twice)
+        assert resp.status == 200
+        assert (await resp.json())["server"] == "qwen"
+        assert json.loads(qwen.received[-1].body)["model"] == "qwen3"  # what the server's parser reads
+        assert llama.received == []
 
 
 async def test_oversized_chunked_body_is_refused_without_reading_it_all(gateway: Any) -> None:

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig, build_global_config
@@ -99,3 +106,43 @@ async def post_part_of_a_body(
     await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
     return reader, writer, head
+
+
+@contextlib.asynccontextmanager
+async def global_serve(
+    workdir: Path, doc: Mapping[str, Any], *, env: Mapping[str, str] | None = None
+) -> AsyncIterator[str]:
+    """``igw global serve`` (the real command, a child process) for ``doc`` on a free loopback port;
+    yields its URL once it serves (its log is read on, so it never blocks on a full pipe), then
+    SIGTERMs it and requires exit code 0 (no drain)."""
+    config = workdir / "global.yaml"
+    config.write_text(yaml.safe_dump(dict(doc)))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(config),
+        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    stderr = proc.stderr
+    assert stderr is not None
+    serving: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    printed: list[str] = []
+
+    async def read_log() -> None:
+        while line := (await stderr.readline()).decode():
+            printed.append(line)
+            if not serving.done() and (found := re.search(r"serving \d+ cluster\(s\) at (http://\S+)", line)):
+                serving.set_result(found.group(1))
+        if not serving.done():
+            exited = "igw global serve exited before serving:\n" + "".join(printed)
+            serving.set_exception(AssertionError(exited))
+
+    reader = asyncio.create_task(read_log())
+    try:
+        yield await asyncio.wait_for(serving, timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), timeout=30) == 0, "".join(printed)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await reader

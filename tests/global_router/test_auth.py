@@ -1,11 +1,18 @@
-"""The router's request security is tier 1's: JWT from spec.auth, 401/403 shapes, identity headers."""
+"""The router's request security is tier 1's: JWT from spec.auth, 401/403 shapes, identity headers;
+and the guard that ``igw global serve`` builds itself verifies tokens on the wall clock."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import trustme
 from prometheus_client import CollectorRegistry
 
 from igw.gateway.serving import serve_app
@@ -13,8 +20,38 @@ from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
 from igw.security.factory import build_guard
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.global_router.support import MODEL, global_doc, post_part_of_a_body
-from tests.security.helpers import AUDIENCE, JwksServer, ManualClock, TokenFactory, bearer, wait_until
+from tests.global_router.support import MODEL, global_doc, global_serve, post_part_of_a_body
+from tests.security.helpers import JwksServer, ManualClock, TokenFactory, bearer, jwt_auth, wait_until
+
+
+def secured(server: FakeModelServer, issuer: JwksServer) -> dict[str, Any]:
+    """One cluster (``server``) behind JWT auth from ``issuer``."""
+    return global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": f"http://{server.key}", "models": [MODEL]}],
+        heartbeats={"required": False},
+        auth=jwt_auth(issuer),
+    )
+
+
+@contextlib.asynccontextmanager
+async def router_with_guard(
+    doc: dict[str, Any], *, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> AsyncIterator[str]:
+    """A router replica in this process for ``doc`` with a guard on the test clock that trusts the
+    test issuer; yields its URL once the guard has the issuer's keys."""
+    config = parse_global_config(doc)
+    guard = build_guard(
+        config.auth,
+        authorization=config.authorization,
+        rate_limits=config.rate_limits,
+        clock=clock,
+        registry=CollectorRegistry(),
+        jwks_ssl_context=client_ssl,
+    )
+    app = create_global_app(config, guard=guard, read_heartbeats=False)
+    async with serve_app(app, host="127.0.0.1", port=0) as url:
+        await wait_until(lambda: guard.readiness().ready, timeout_s=5)
+        yield url
 
 
 async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
@@ -22,33 +59,12 @@ async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
 ) -> None:
     server = FakeModelServer("east-a")
     async with running(server):
-        doc = global_doc(
-            [{"name": "east-a", "region": "east", "endpoint": f"http://{server.key}", "models": [MODEL]}],
-            heartbeats={"required": False},
-            auth={
-                "jwt": {
-                    "provider": {
-                        "name": "idp",
-                        "issuer": jwks_server.issuer,
-                        "remoteJWKS": {"uri": jwks_server.jwks_uri},
-                        "audiences": [AUDIENCE],
-                    }
-                }
-            },
-            authorization={"tenantClaim": "tenant", "tenantHeader": "x-igw-tenant"},
-        )
-        config = parse_global_config(doc)
-        guard = build_guard(
-            config.auth,
-            authorization=config.authorization,
-            rate_limits=config.rate_limits,
-            clock=clock,
-            registry=CollectorRegistry(),
-            jwks_ssl_context=client_ssl,
-        )
-        app = create_global_app(config, guard=guard, read_heartbeats=False)
-        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
-            await wait_until(lambda: guard.readiness().ready, timeout_s=5)
+        doc = secured(server, jwks_server)
+        doc["spec"]["authorization"] = {"tenantClaim": "tenant", "tenantHeader": "x-igw-tenant"}
+        async with (
+            router_with_guard(doc, clock=clock, client_ssl=client_ssl) as url,
+            aiohttp.ClientSession() as http,
+        ):
             body: dict[str, Any] = {"model": MODEL, "prompt": "x"}
             async with http.post(url + "/v1/completions", json=body) as resp:
                 assert resp.status == 401
@@ -66,3 +82,70 @@ async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
             forwarded = {k.lower(): v for k, v in server.received[-1].headers.items()}
             assert "authorization" not in forwarded
             assert forwarded["x-igw-tenant"] == "team-a"
+
+
+async def test_igw_global_serve_accepts_a_valid_token_and_refuses_an_expired_one(
+    tmp_path: Path, ca: trustme.CA, jwks_server: JwksServer, tokens: TokenFactory
+) -> None:
+    """The real command, its own guard, real time: the guard once got the fleet's monotonic clock and
+    refused every valid token as issued in the future (seconds since boot against epoch seconds)."""
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    tokens.clock.now = time.time()
+    now = int(tokens.clock.now)
+    server = FakeModelServer("east-a")
+    async with (
+        running(server),
+        global_serve(tmp_path, secured(server, jwks_server), env={"SSL_CERT_FILE": str(ca_file)}) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        body = {"model": MODEL, "prompt": "x"}
+        for _ in range(500):  # until the JWKS is loaded: readiness
+            async with http.get(url + "/readyz") as ready:
+                if ready.status == 200:
+                    break
+            await asyncio.sleep(0.02)
+        async with http.post(url + "/v1/completions", json=body, headers=bearer(tokens.token())) as resp:
+            assert resp.status == 200, await resp.text()
+            assert resp.headers["x-igw-cluster"] == "east-a"
+        expired = tokens.token(iat=now - 7200, exp=now - 3600)
+        async with http.post(url + "/v1/completions", json=body, headers=bearer(expired)) as resp:
+            assert resp.status == 401
+            assert (await resp.json())["error"]["code"] == "invalid_token"
+    assert len(server.received) == 1
+
+
+async def test_model_labels_are_served_models_only_whatever_a_client_sends(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """Made-up model names (a header without a token, a body with one) count as ``(unknown)``: one
+    series each per status, never one per name, so clients cannot grow the registry."""
+    server = FakeModelServer("east-a")
+    async with (
+        running(server),
+        router_with_guard(secured(server, jwks_server), clock=clock, client_ssl=client_ssl) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        for i in range(20):
+            headers = {"x-gateway-model-name": f"made-up-{i}"}
+            async with http.post(url + "/v1/completions", json={"prompt": "x"}, headers=headers) as resp:
+                assert resp.status == 401
+            made_up = {"model": f"made-up-{i}", "prompt": "x"}
+            signed = bearer(tokens.token())
+            async with http.post(url + "/v1/completions", json=made_up, headers=signed) as resp:
+                assert resp.status == 404
+        async with http.post(
+            url + "/v1/completions", json={"model": MODEL, "prompt": "x"}, headers=bearer(tokens.token())
+        ) as resp:
+            assert resp.status == 200
+        async with http.get(url + "/metrics") as resp:
+            page = await resp.text()
+    assert "made-up" not in page
+    requests = {
+        line.partition(" ")[0] for line in page.splitlines() if line.startswith("igw_global_requests_total{")
+    }
+    assert requests == {
+        'igw_global_requests_total{code="401",model="(unknown)"}',
+        'igw_global_requests_total{code="404",model="(unknown)"}',
+        f'igw_global_requests_total{{code="200",model="{MODEL}"}}',
+    }

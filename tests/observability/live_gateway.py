@@ -25,7 +25,11 @@ MODEL = "llama"
 
 @contextlib.asynccontextmanager
 async def serving_gateway(
-    tmp_path: Path, *extra_args: str, env: Mapping[str, str] | None = None, stdout: list[str] | None = None
+    tmp_path: Path,
+    *extra_args: str,
+    env: Mapping[str, str] | None = None,
+    stdout: list[str] | None = None,
+    stderr: list[str] | None = None,
 ) -> AsyncIterator[str]:
     """Yield the URL of ``igw serve`` routing ``llama`` to two simulated pods; stop both on exit.
 
@@ -35,7 +39,7 @@ async def serving_gateway(
     spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 3, "pods": pods})
     async with run_fleet(spec, admin=False) as fleet:
         keys = [p.key for p in fleet.pods]
-        async with igw_serve(tmp_path, keys, *extra_args, env=env, stdout=stdout) as url:
+        async with igw_serve(tmp_path, keys, *extra_args, env=env, stdout=stdout, stderr=stderr) as url:
             yield url
 
 
@@ -46,11 +50,13 @@ async def igw_serve(
     *extra_args: str,
     env: Mapping[str, str] | None = None,
     stdout: list[str] | None = None,
+    stderr: list[str] | None = None,
     lora_adapters: Sequence[str] = (),
 ) -> AsyncIterator[str]:
     """Yield the URL of an ``igw serve`` process routing ``llama`` to ``keys``; SIGTERM it on exit.
 
-    ``stdout``: collects the process's stdout lines (access log, EMF) as they arrive;
+    ``stdout``: collects the process's stdout lines (access log, EMF) as they arrive; ``stderr``: its
+    log lines after the one that says where it serves;
     ``lora_adapters``: the scheduler's ``loraAdapters`` (the gateway reads pods' adapter residency
     only for schedulers that can receive adapter requests).
     """
@@ -68,7 +74,7 @@ async def igw_serve(
     try:
         url = await serving_url(proc.stderr)
         assert proc.stderr is not None
-        drains = [asyncio.create_task(_drain(proc.stderr))]
+        drains = [asyncio.create_task(_drain(proc.stderr, stderr))]
         if proc.stdout is not None and stdout is not None:
             drains.append(asyncio.create_task(_drain(proc.stdout, stdout)))
         yield url

@@ -85,7 +85,8 @@ def test_serve_refuses_the_decision_log_without_a_token(
 
 async def test_serve_shows_recent_decisions_only_to_the_operator_token(tmp_path: Path) -> None:
     args = ("--debug-decisions", "2")
-    gateway = serving_gateway(tmp_path, *args, env={DEBUG_TOKEN_ENV: TOKEN})
+    printed: list[str] = []
+    gateway = serving_gateway(tmp_path, *args, env={DEBUG_TOKEN_ENV: TOKEN}, stderr=printed)
     async with gateway as url, aiohttp.ClientSession() as http:
         await wait_ready(http, url)
         ids = []
@@ -120,6 +121,11 @@ async def test_serve_shows_recent_decisions_only_to_the_operator_token(tmp_path:
         bad = await http.get(url + DEBUG_DECISIONS_PATH + "?limit=0", headers=auth)
         assert bad.status == 400
         assert (await bad.json())["error"]["param"] == "limit"
+    # each refused call left one WARNING naming the client, none what it presented
+    refused = [line for line in printed if f"refused {DEBUG_DECISIONS_PATH} from 127.0.0.1" in line]
+    assert len(refused) == 3, printed
+    assert all(" WARNING " in line for line in refused)
+    assert not any("wrong-token" in line or TOKEN in line for line in printed)
 
 
 async def test_the_debug_page_does_not_exist_unless_enabled(tmp_path: Path) -> None:

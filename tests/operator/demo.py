@@ -29,7 +29,15 @@ import yaml
 from igw.sim.server import LivePod
 from igw.sim.spec import PodSpec
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod, running_fake_kube
-from tests.operator.harness import ROOT, condition, find, install_crd, mark_deployment_ready, running_operator
+from tests.operator.harness import (
+    ROOT,
+    condition,
+    find,
+    install_crd,
+    install_extension_crds,
+    mark_deployment_ready,
+    running_operator,
+)
 
 EXAMPLE = ROOT / "crds" / "examples" / "single-model.yaml"
 POD_HOSTS = ("127.0.0.2", "127.0.0.3")
@@ -127,6 +135,7 @@ async def run(workdir: Path) -> int:
     gateway: subprocess.Popen[bytes] | None = None
     with running_fake_kube() as kube:
         install_crd(kube)
+        install_extension_crds(kube)  # the operator watches these kinds too: kopf warns without them
         kubeconfig = kube.write_kubeconfig(workdir / "kubeconfig", namespace=namespace)
         for pod in pods:
             await pod.start()

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 import yaml
 
 from igw.config.crd import CRD_PATH
+from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
+from igw.config.inference_extension_crds import crd_path
 from igw.operator.runner import OperatorOptions, run_operator
 from tests.fakes.kube_api import FakeKubeApiServer
 
@@ -24,6 +26,12 @@ T = TypeVar("T")
 
 def install_crd(kube: FakeKubeApiServer) -> None:
     kube.add(yaml.safe_load((ROOT / CRD_PATH).read_text()))
+
+
+def install_extension_crds(kube: FakeKubeApiServer) -> None:
+    """The InferenceObjective and InferenceModelRewrite CRDs (the operator watches both kinds)."""
+    for kind in (OBJECTIVE_KIND, REWRITE_KIND):
+        kube.add(yaml.safe_load((ROOT / crd_path(kind)).read_text()))
 
 
 def igwc(

@@ -7,8 +7,12 @@ import pytest
 from igw.cli.main import main
 
 
-def test_demo_prints_status_and_a_completion(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_prints_status_and_a_completion(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     assert main(["demo", "--operator"]) == 0
+    # The fake cluster has every CRD the operator watches: no "Unresolved resources cannot be served".
+    assert "Unresolved resources" not in caplog.text
     out = capsys.readouterr().out
     assert "Rollout State:  Available" in out or "rolloutState: Available" in out
     assert '"finish_reason"' in out

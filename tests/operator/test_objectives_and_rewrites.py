@@ -10,10 +10,9 @@ import pytest
 import yaml
 
 from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
-from igw.config.inference_extension_crds import crd_path
 from igw.operator.dataplane import CONFIG_KEY
 from tests.fakes.kube_api import FakeKubeApiServer
-from tests.operator.harness import ROOT, OperatorThread, condition, find, wait_for
+from tests.operator.harness import ROOT, OperatorThread, condition, find, install_extension_crds, wait_for
 from tests.operator.test_kubectl import KUBECTL, kubectl
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
@@ -24,8 +23,7 @@ NS = "inference"
 
 @pytest.fixture
 def extension_crds(cluster: FakeKubeApiServer) -> FakeKubeApiServer:
-    for kind in (OBJECTIVE_KIND, REWRITE_KIND):
-        cluster.add(yaml.safe_load((ROOT / crd_path(kind)).read_text()))
+    install_extension_crds(cluster)
     return cluster
 
 

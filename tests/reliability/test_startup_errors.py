@@ -7,10 +7,11 @@ The processes run for real (``python -m igw.cli.main``), as an operator starts t
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,14 @@ from tests.reliability.harness import gateway_doc, write_config
 EXIT_CONFIG = 2
 
 
-def igw(*argv: str) -> subprocess.CompletedProcess[str]:
+def igw(*argv: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "igw.cli.main", *argv], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-m", "igw.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=None if env is None else dict(env),
     )
 
 
@@ -107,6 +113,20 @@ def test_operator_with_a_missing_kubeconfig_says_so(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "no-such-kubeconfig"
     done = igw("operator", "--kubeconfig", str(kubeconfig))
     assert_one_line_error(done, f"igw operator: cannot load kubeconfig {kubeconfig}: no such file")
+
+
+def test_no_kubeconfig_outside_a_pod_says_where_it_looked(tmp_path: Path) -> None:
+    """No --kubeconfig, no pod, no $KUBECONFIG, no ~/.kube/config: said so, not the client library's
+    "Invalid kube-config file. No configuration found." (which sends people to a file that is not there)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)
+    expected = (
+        f"cannot load cluster credentials: not running in a pod and no kubeconfig at {tmp_path}/.kube/config"
+    )
+    assert_one_line_error(igw("operator", env=env), f"igw operator: {expected}", "pass --kubeconfig FILE")
+    config, _ = write_config(tmp_path, gateway_doc(), [])
+    served = igw("serve", "--config", str(config), "--in-cluster", "--port", "0", env=env)
+    assert_one_line_error(served, f"igw serve: {expected}")
 
 
 def test_operator_health_port_in_use_is_said_in_one_line(tmp_path: Path, taken_port: int) -> None:

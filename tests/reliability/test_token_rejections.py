@@ -20,7 +20,7 @@ import trustme
 
 from igw.sim.live import run_fleet
 from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, igw_serve
-from tests.security.helpers import AUDIENCE, JwksServer, Keys, TokenFactory, mint
+from tests.security.helpers import JwksServer, Keys, TokenFactory, jwt_auth, mint
 
 SEGMENTS_CHECKED = 3  # header, claims and signature of each token
 REASONS = {  # the guard's refusal reason (logged at debug) for each case
@@ -33,16 +33,7 @@ REASONS = {  # the guard's refusal reason (logged at debug) for each case
 
 def secured_doc(issuer: JwksServer) -> dict[str, Any]:
     doc = gateway_doc()
-    doc["spec"]["auth"] = {
-        "jwt": {
-            "provider": {
-                "name": "idp",
-                "issuer": issuer.issuer,
-                "remoteJWKS": {"uri": issuer.jwks_uri},
-                "audiences": [AUDIENCE],
-            }
-        }
-    }
+    doc["spec"]["auth"] = jwt_auth(issuer)
     return doc
 
 

@@ -270,6 +270,12 @@ class JwksServer:
 # -- config and guards ---------------------------------------------------------------------------
 
 
+def jwt_auth(issuer: JwksServer) -> dict[str, Any]:
+    """A document's ``spec.auth``: tokens from ``issuer`` (its HTTPS JWKS) for the test audience."""
+    provider = {"name": "idp", "issuer": issuer.issuer, "remoteJWKS": {"uri": issuer.jwks_uri}}
+    return {"jwt": {"provider": {**provider, "audiences": [AUDIENCE]}}}
+
+
 def make_config(
     *,
     issuer: str | None,

@@ -3,12 +3,15 @@
 Registered only when the gateway runs with a decision log, and every call must present the
 operator's debug token (``Authorization: Bearer <token>``; the token comes from the environment,
 never from a command line, and is compared in constant time). The inference JWTs of
-``spec.auth`` do not open it: tenants must not see each other's routing.
+``spec.auth`` do not open it: tenants must not see each other's routing. Each refused call is one
+WARNING line with the client's address (never what it presented), so someone guessing the token
+leaves a trace: the access log holds inference requests only.
 ``?limit=N`` returns the newest N entries (default: all kept).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Final
 
@@ -18,6 +21,8 @@ from aiohttp import web
 from igw.errors import IgwGatewayError
 from igw.gateway.decision_log import DecisionLog
 from igw.gateway.errors import JSON, gateway_error
+
+log = logging.getLogger("igw.gateway")
 
 DEBUG_DECISIONS_PATH: Final = "/debug/decisions"
 DEBUG_TOKEN_ENV: Final = "IGW_DEBUG_TOKEN"
@@ -42,10 +47,11 @@ class DecisionDebug:
         return f"DecisionDebug(capacity={self.capacity}, token=<redacted>)"
 
 
-def add_debug_routes(app: web.Application, log: DecisionLog) -> None:
+def add_debug_routes(app: web.Application, decision_log: DecisionLog) -> None:
     async def decisions(request: web.Request) -> web.Response:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not log.opens(presented):
+        if scheme.lower() != "bearer" or not decision_log.opens(presented):
+            log.warning("refused %s from %s: no valid operator debug token", request.path, request.remote)
             return gateway_error(
                 "debug_token_invalid",
                 f"{DEBUG_DECISIONS_PATH} needs the operator debug token (Authorization: Bearer ...)",
@@ -59,7 +65,7 @@ def add_debug_routes(app: web.Application, log: DecisionLog) -> None:
                     "invalid_request", f"limit must be a positive integer, got {raw!r}", param="limit"
                 )
             limit = int(raw)
-        body = {"capacity": log.capacity, "decisions": log.latest(limit)}
+        body = {"capacity": decision_log.capacity, "decisions": decision_log.latest(limit)}
         return web.Response(body=orjson.dumps(body), content_type=JSON)
 
     app.router.add_get(DEBUG_DECISIONS_PATH, decisions)

@@ -5,8 +5,8 @@ Same surface as ``igw serve`` (``/v1/chat/completions``, ``/v1/completions``, ``
 the same request guard (:mod:`igw.security`: JWT, per-model authorization, tenant rate limits) and
 the same OpenAI-shaped errors (:mod:`igw.gateway.errors`). Per request:
 
-1. read and parse the body, authenticate, authorize, admit (tenant limits, then
-   ``modelRateLimits``);
+1. authenticate (before the body is read), read and parse the body, authorize, admit (tenant
+   limits, then ``modelRateLimits``);
 2. ask the fleet for the clusters to try (:mod:`igw.global_router.policy`);
 3. forward to the first with the tier-1 exchange (:func:`igw.gateway.upstream.exchange`); a
    connect failure, a 429 or a 5xx *before anything reached the client* moves on to the next
@@ -40,6 +40,7 @@ from igw.gateway.guards import GuardDenied, RequestGuard
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
+from igw.gateway.telemetry import UNKNOWN_MODEL
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -55,6 +56,7 @@ from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.limits import ModelRateLimits
 from igw.global_router.metrics import FleetMetrics
+from igw.security.clock import SYSTEM_CLOCK, Clock
 from igw.security.factory import build_guard
 from igw.security.settings import RateLimitSettings
 
@@ -104,6 +106,13 @@ def _no_cluster(message: str) -> web.Response:
     return gateway_error("no_healthy_cluster", message, headers={"Retry-After": "1"})
 
 
+def _model_label(router: GlobalRouter, model: str | None) -> str:
+    """The ``model`` label of a request's series: a model some cluster serves, else ``(unknown)``;
+    never the client's text as sent (a header or body field, before or without a valid token), so
+    clients cannot grow the registry by one series per name they make up, as at tier 1."""
+    return model if model is not None and router.fleet.known_model(model) else UNKNOWN_MODEL
+
+
 def _denied(denied: GuardDenied) -> web.Response:
     return denial_response(denied)
 
@@ -121,7 +130,7 @@ async def _route(
         # router read (and hold) a body of up to MAX_REQUEST_BODY_BYTES.
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
-        m.requests.labels(request.headers.get(MODEL_HEADER, ""), str(denied.status)).inc()
+        m.requests.labels(_model_label(router, request.headers.get(MODEL_HEADER)), str(denied.status)).inc()
         return _denied(denied)
     tenant = principal.tenant or router.anonymous_tenant
     body_timeout_s = request.app.get(LIMITS_KEY, _DEFAULT_LIMITS).body_timeout_s
@@ -147,13 +156,14 @@ async def _route(
         await router.guard.admit(principal, model=model, est_tokens=est_tokens)
         await router.model_limits.admit(tenant=tenant, model=model, est_tokens=est_tokens)
     except GuardDenied as denied:
+        label = _model_label(router, model)
         if denied.status == 429:
             limit = "tokens" if "(tokens)" in denied.message else "requests"
-            m.ratelimit_hits.labels(tenant, model, limit).inc()
-        m.requests.labels(model, str(denied.status)).inc()
+            m.ratelimit_hits.labels(tenant, label, limit).inc()
+        m.requests.labels(label, str(denied.status)).inc()
         return _denied(denied)
     if not router.fleet.known_model(model):
-        m.requests.labels(model, "404").inc()
+        m.requests.labels(UNKNOWN_MODEL, "404").inc()
         return gateway_error(
             "model_not_found", f"model {model!r} is not served by any cluster of this router", param="model"
         )
@@ -291,6 +301,7 @@ def create_global_app(
     *,
     region: str | None = None,
     clock: Callable[[], float] = time.monotonic,
+    token_clock: Clock = SYSTEM_CLOCK,
     rng: random.Random | None = None,
     registry: CollectorRegistry | None = None,
     guard: RequestGuard | None = None,
@@ -299,7 +310,10 @@ def create_global_app(
     emf_interval_s: float | None = None,
     management_listener: bool = False,
 ) -> web.Application:
-    """Build a router replica. ``reader``: heartbeat source (default: Redis per ``spec.heartbeats``;
+    """Build a router replica. ``clock``: the fleet's and ``modelRateLimits``' clock (intervals only,
+    monotonic); ``token_clock``: the request guard's (wall clock: a token's ``exp``/``nbf``/``iat``
+    are seconds since the epoch, so a monotonic clock would refuse every valid token as issued in
+    the future). ``reader``: heartbeat source (default: Redis per ``spec.heartbeats``;
     ``read_heartbeats=False`` routes on configuration and request outcomes alone - tests).
     ``emf_interval_s``: log fleet metrics as CloudWatch EMF lines to ``igw.emf`` this often.
     ``management_listener``: ``/metrics`` and the detailed ``/readyz`` are served by
@@ -313,7 +327,7 @@ def create_global_app(
             config.auth,
             authorization=config.authorization,
             rate_limits=config.rate_limits,
-            clock=clock,
+            clock=token_clock,
             registry=metrics.registry,
         )
     if reader is None and read_heartbeats:

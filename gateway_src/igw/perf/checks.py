@@ -40,6 +40,26 @@ def _hardened_pod_spec(image: str, port: int) -> dict[str, Any]:
     }
 
 
+def _ready_status(schedulers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The status ``igw operator`` writes on a config it serves with every scheduler available (a live
+    cluster's configs carry one; without it IGW-PF016 reports that no operator runs)."""
+    conditions = [
+        {"type": kind, "status": "True", "reason": reason, "observedGeneration": 1}
+        for kind, reason in (("Accepted", "Valid"), ("GatewayProgrammed", "Programmed"), ("Ready", "Ready"))
+    ]
+    return {
+        "observedGeneration": 1,
+        "conditions": conditions,
+        "schedulers": [
+            {"name": s["name"], "rolloutState": "Available", "endpoints": {"found": 2, "ready": 2}}
+            for s in schedulers
+        ],
+        "readyEndpoints": 2 * len(schedulers),
+        "models": ",".join(s["modelName"] for s in schedulers),
+        "address": "gateway-gateway.svc",
+    }
+
+
 def simulated_cluster(*, pods: int, configs: int, schedulers: int) -> list[dict[str, Any]]:
     """A live-shaped cluster: configs, one Deployment per scheduler, Ready pods, policies, an Ingress."""
     docs: list[dict[str, Any]] = []
@@ -81,7 +101,8 @@ def simulated_cluster(*, pods: int, configs: int, schedulers: int) -> list[dict[
             {
                 "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
                 "kind": "InferenceGatewayConfig",
-                "metadata": {"name": "gateway", "namespace": ns},
+                "metadata": {"name": "gateway", "namespace": ns, "generation": 1},
+                "status": _ready_status(sched),
                 "spec": {
                     "bbr": {"enabled": True},
                     "tls": {"acmArn": "arn:aws:acm:us-west-2:111122223333:certificate/x"},

@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from igw.addon.pins import ADDON_NAME, CHART_NAME
 from igw.checks.inventory import (
@@ -39,6 +39,9 @@ from igw.checks.sources.documents import static_view
 from igw.checks.sources.yaml_safe import ManifestFileError, read_text
 from igw.checks.tls_policies import AWS_DEFAULT_POLICY
 from igw.config.model import API_GROUP, API_VERSION
+
+SOURCE_PREFIX: Final = "cdk.out "
+"""How an inventory read from CDK output names its source (``Inventory.source``)."""
 
 
 def render(value: Any, cfn_json: Mapping[str, Any] | None = None) -> Any:
@@ -358,7 +361,7 @@ def load_cdk_out(root: Path) -> Inventory:
         )
     if ADDON_NAME in reader.addons or _has_our_chart(reader.manifests):
         reader.manifests.append(_implied_crd())
-    source = f"cdk.out {root}"
+    source = f"{SOURCE_PREFIX}{root}"
     kube = static_view(reader.manifests, source=source)
     no_cluster = Missing("no AWS::EKS::Cluster in the templates")
     cluster: EksCluster | Missing = reader.clusters[0] if reader.clusters else no_cluster

@@ -32,8 +32,21 @@ def make_api_client(*, kubeconfig: str | None, context: str | None = None) -> An
         # the client library says "Invalid kube-config file. No configuration found." for a path
         # that does not exist, which sends people looking at the file's contents
         raise KubeClientError(f"cannot load kubeconfig {kubeconfig}: no such file")
+    in_cluster = kubeconfig is None and context is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    default = os.path.expanduser(kubernetes.config.KUBE_CONFIG_DEFAULT_LOCATION)
+    if (
+        kubeconfig is None
+        and not in_cluster
+        and not os.environ.get("KUBECONFIG")
+        and not os.path.exists(default)
+    ):
+        # the library's words for this are the same "Invalid kube-config file. No configuration found."
+        raise KubeClientError(
+            f"cannot load cluster credentials: not running in a pod and no kubeconfig at {default} "
+            "($KUBECONFIG is not set): pass --kubeconfig FILE"
+        )
     try:
-        if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if in_cluster:
             kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
