@@ -87,6 +87,23 @@ when the pod terminates TLS (unless the user set it). */}}
 {{- toYaml $spec }}
 {{- end }}
 
+{{/*
+Gateway mode: the management listener's port, one value for every place that names it (igw serve
+--management-port, the container port, the management Service, the NetworkPolicy).
+gateway.config.spec.extensions.management.port wins when the served config sets it (the config is the
+contract igw serve reads); gateway.managementPort is only the default. igw.managementPortPath names
+the value it came from, for error messages.
+*/}}
+{{- define "igw.managementPort" -}}
+{{- $management := ((((.Values.gateway.config | default dict).spec | default dict).extensions | default dict).management | default dict) }}
+{{- if hasKey $management "port" }}{{- int $management.port }}{{- else }}{{- int .Values.gateway.managementPort }}{{- end }}
+{{- end }}
+
+{{- define "igw.managementPortPath" -}}
+{{- $management := ((((.Values.gateway.config | default dict).spec | default dict).extensions | default dict).management | default dict) }}
+{{- if hasKey $management "port" }}gateway.config.spec.extensions.management.port{{- else }}gateway.managementPort{{- end }}
+{{- end }}
+
 {{- define "igw.configFile" -}}
 /etc/igw/config/inferencegatewayconfig.yaml
 {{- end }}

@@ -11,8 +11,13 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- if and (eq .Values.service.type "ClusterIP") .Values.service.tls.certificateArn }}
 {{- fail "service.tls.certificateArn needs service.type LoadBalancer (the NLB terminates TLS)" }}
 {{- end }}
-{{- if eq (int .Values.gateway.managementPort) (int .Values.gateway.port) }}
-{{- fail (printf "gateway.managementPort (%v) must differ from gateway.port: metrics and pod detail would be served to inference clients" .Values.gateway.managementPort) }}
+{{- if eq (include "igw.managementPort" . | int) (int .Values.gateway.port) }}
+{{- fail (printf "%s (%s) must differ from gateway.port: metrics and pod detail would be served to inference clients" (include "igw.managementPortPath" .) (include "igw.managementPort" .)) }}
+{{- end }}
+{{- range $index, $arg := .Values.gateway.extraArgs }}
+{{- if regexMatch "^--(port|management-port|host|config)(=.*)?$" (toString $arg) }}
+{{- fail (printf "gateway.extraArgs[%d]: %s is set by the chart (gateway.port, gateway.config.spec.extensions.management.port or gateway.managementPort); a second one would silently win over it" $index (regexReplaceAll "=.*$" (toString $arg) "")) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.podMonitor.enabled (not .Values.podMonitor.selector) }}
 {{- fail "podMonitor.selector is required when podMonitor.enabled is true (the model server pods' labels)" }}
