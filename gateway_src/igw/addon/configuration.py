@@ -13,6 +13,7 @@ whole value.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Final
@@ -74,6 +75,28 @@ def problems(values: Mapping[str, Any]) -> list[str]:
     if not found and isinstance(config, Mapping) and "spec" in config:
         found += [_line(problem, "gateway.config.") for problem in _igwc_problems(config)]
     return found
+
+
+_TEMPLATE_FAILURE: Final = re.compile(r"execution error at \([^)]*\): (.*)", re.DOTALL)
+"""Helm's wording around a template's ``fail`` message (the message names the value's path itself)."""
+
+
+def render_problems(values: Mapping[str, Any]) -> list[str]:
+    """The chart's render-time checks (``templates/_validations.tpl``) on ``values``, one problem each,
+    redacted: cross-field rules no schema can state (limits below requests, renewBefore not shorter than
+    duration, a management port on the inference port). EKS's ``configurationValues`` check reads only
+    the schema, so without this they surfaced as ``CREATE_FAILED`` after the call. Call it on values
+    :func:`problems` found nothing in (a schema error is reported there, path-named)."""
+    # deferred: optional dependency: helm-python-sdk (ops extra) is needed only to render the chart
+    import helm_python as helm
+
+    try:
+        chart.render(values)
+    except helm.HelmError as exc:
+        text = str(exc).strip()
+        found = _TEMPLATE_FAILURE.search(text)
+        return [redact_value(found.group(1).strip() if found else text)]
+    return []
 
 
 def operator_mode_problems(values: Mapping[str, Any]) -> list[str]:
