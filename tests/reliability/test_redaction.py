@@ -144,3 +144,16 @@ def test_redact_value_masks_assigned_secrets_and_token_like_runs(text: str, secr
 )
 def test_redact_value_leaves_names_and_quantities_alone(text: str) -> None:
     assert redaction.redact_value(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"mistral-7b-instruct-v0.3" is already served',
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "uid 1fe2e3c1-f25e-46ad-89ad-fe4bd7c71772",
+        "spec.schedulers[1].modelName: duplicates spec.schedulers[0].modelName",
+    ],
+)
+def test_redact_value_leaves_model_names_paths_and_uids_alone(text: str) -> None:
+    assert redaction.redact_value(text) == text

@@ -69,11 +69,11 @@ _SECRET_ASSIGNMENT: Final = re.compile(
 )
 """``password=...``, ``aws_secret_access_key: ...``, ``?token=...``: a value assigned to a secret's name."""
 _TOKEN_LIKE: Final = re.compile(
-    r"(?<![A-Za-z0-9+/_-])(?=[A-Za-z0-9+/_=-]*[0-9])(?=[A-Za-z0-9+/_=-]*[A-Za-z])"
-    r"[A-Za-z0-9+/_=-]{20,}"
+    r"(?<![A-Za-z0-9+/=])(?=[A-Za-z0-9+/=]*[0-9])(?=[A-Za-z0-9+/=]*[A-Za-z])[A-Za-z0-9+/=]{20,}"
 )
-"""A run of 20 or more token characters mixing letters and digits: an API key, a base64 secret, a
-JWT segment (cut or whole), a random password. Names and words are shorter or have no digit."""
+"""A run of 20 or more base64 characters mixing letters and digits: an API key's random part, a base64
+secret, a JWT segment (cut or whole). Names are hyphen-, dot- or underscore-separated words, each shorter
+(``mistral-7b-instruct-v0.3``, a UID), and are left alone."""
 
 
 def redact_value(text: str) -> str:
