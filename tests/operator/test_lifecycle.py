@@ -17,6 +17,7 @@ from tests.operator.harness import (
     condition,
     find,
     igwc,
+    jwt_provider,
     mark_deployment_ready,
     owned_by,
     running_operator,
@@ -221,16 +222,7 @@ def test_edited_served_config_is_put_back(cluster: FakeKubeApiServer, operator: 
     """Someone who may edit ConfigMaps strips the JWT requirement from the served config: the operator
     writes the admitted spec back at the next pass (it did not: the applied hash was unchanged)."""
     secured = igwc("chat")
-    secured["spec"]["auth"] = {
-        "jwt": {
-            "provider": {
-                "name": "idp",
-                "issuer": "https://idp.example.com",
-                "remoteJWKS": {"uri": "https://idp.example.com/jwks.json"},
-                "audiences": ["inference"],
-            }
-        }
-    }
+    secured["spec"]["auth"] = jwt_provider("https://idp.example.com/jwks.json")
     cluster.add(secured)
     wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
     admitted = _served_spec(cluster, "chat")

@@ -12,7 +12,7 @@ from igw.operator import admission
 from igw.operator.admission import Refusal, admit
 from igw.operator.status import Observation, compute_status
 from tests.fakes.kube_api import make_pod
-from tests.operator.harness import igwc
+from tests.operator.harness import igwc, jwt_provider
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SPEC: dict[str, Any] = {
@@ -222,16 +222,7 @@ def test_refusal_messages_never_carry_a_token_put_in_a_wrong_field() -> None:
     # Found with kubectl: the Accepted condition (and its Events) quoted a JWT's first 60 characters.
     jwt = "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhZG1pbiIsImF1ZCI6ImlndyJ9.c2lnbmF0dXJl"
     doc = igwc("leaky")
-    doc["spec"]["auth"] = {
-        "jwt": {
-            "provider": {
-                "name": "p",
-                "issuer": "https://issuer.example.com",
-                "remoteJWKS": {"uri": f"ftp://issuer.example.com/{jwt}"},
-                "audiences": ["igw"],
-            }
-        }
-    }
+    doc["spec"]["auth"] = jwt_provider(f"ftp://issuer.example.com/{jwt}")
     (line,) = admission.spec_problems(doc)
     assert line.startswith("spec.auth.jwt.provider.remoteJWKS.uri: ")
     assert "[REDACTED]" in line
