@@ -192,7 +192,14 @@ INJECTIONS: dict[str, dict[str, Any]] = {
 }
 
 
-REFUSED_INJECTIONS = ("priorityClassName", "nameOverride", "issuerRef.name", "issuerRef.group", "podLabels")
+REFUSED_INJECTIONS = (
+    "priorityClassName",
+    "nameOverride",
+    "issuerRef.name",
+    "issuerRef.group",
+    "podLabels",
+    "imagePullSecrets",
+)
 """Names and labels Kubernetes checks anyway: the values schema now refuses what is not a DNS name or
 a label value."""
 

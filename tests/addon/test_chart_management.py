@@ -11,6 +11,7 @@ from typing import Any
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import yaml
 
 from igw.addon import chart, pins
 from igw.cli import serve
@@ -87,3 +88,48 @@ def test_the_management_port_follows_the_value_and_must_differ_from_the_gateway_
         helm.HelmError, match=r"gateway\.managementPort \(8443\) must differ from gateway\.port"
     ):
         _objects({"mode": "gateway", "gateway": {"managementPort": 8443}})
+
+
+def _with_management_field(port: int, **gateway: Any) -> dict[str, Any]:
+    """Gateway-mode values whose served config sets ``spec.extensions.management.port``."""
+    config = yaml.safe_load((chart.chart_dir() / "values.yaml").read_text())["gateway"]["config"]
+    config["spec"].setdefault("extensions", {})["management"] = {"port": port}
+    return {**GATEWAY, "gateway": {"config": config, **gateway}}
+
+
+def test_the_config_field_wins_over_the_chart_value_everywhere_the_port_is_named() -> None:
+    # Before, gateway.managementPort (9090 by default) was passed as --management-port, which igw serve
+    # lets win over the config's field: a config saying 9191 was served on 9090, silently.
+    objects = _objects(_with_management_field(9191, managementPort=9555))
+    container = _container(objects)
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    assert parser.parse_args(container["args"][1:]).management_port == 9191
+    assert {"name": "metrics", "containerPort": 9191, "protocol": "TCP"} in container["ports"]
+    assert _services(objects)["igw-management"]["spec"]["ports"][0]["port"] == 9191
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert {rule["ports"][0]["port"] for rule in policy["spec"]["ingress"]} == {8443, 9191}
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "igw-config"]
+    served = yaml.safe_load(next(iter(config_map["data"].values())))
+    assert served["spec"]["extensions"]["management"] == {"port": 9191}
+
+
+def test_a_config_field_colliding_with_the_gateway_port_is_refused_naming_the_field() -> None:
+    with pytest.raises(
+        helm.HelmError,
+        match=r"gateway\.config\.spec\.extensions\.management\.port \(8443\) must differ from gateway\.port",
+    ):
+        _objects(_with_management_field(8443))
+    # The chart value alone still collides when the config does not set the field.
+    with pytest.raises(
+        helm.HelmError, match=r"gateway\.managementPort \(9000\) must differ from gateway\.port"
+    ):
+        _objects({**GATEWAY, "gateway": {"port": 9000, "managementPort": 9000}})
+
+
+@pytest.mark.parametrize("arg", ["--management-port", "--management-port=9999", "--port", "--config=/x.yaml"])
+def test_extra_args_may_not_set_a_listener_or_config_flag_the_chart_sets(arg: str) -> None:
+    # argparse takes the last occurrence: an extra --management-port won over the chart's, silently.
+    flag = arg.split("=")[0]
+    with pytest.raises(helm.HelmError, match=rf"gateway\.extraArgs\[1\]: {flag} is set by the chart"):
+        _objects({**GATEWAY, "gateway": {"extraArgs": ["--log-json", arg, "9999"]}})

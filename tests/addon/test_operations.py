@@ -169,8 +169,17 @@ def test_invalid_configuration_fails_before_any_call(aws: AwsFixture) -> None:
             clients=clients, cluster=CLUSTER, role_arn=gateway, values={"replicaCount": 1, "bogus": True}
         )
     text = str(caught.value)
-    assert "configurationValues.(root): Additional properties are not allowed ('bogus'" in text
+    assert 'configurationValues.bogus: unknown field "bogus" (rule schema.unknown-field)' in text
     assert "configurationValues.replicaCount" in text
+
+
+def test_values_the_chart_refuses_at_render_time_fail_before_any_call(aws: AwsFixture) -> None:
+    # EKS's configurationValues check reads only the schema: these went CREATE_FAILED after the call.
+    clients, _stubber, gateway = aws  # no stubbed response: any API call would raise
+    values = {**GATEWAY_MODE, "certManager": {"enabled": True, "duration": "2h", "renewBefore": "2h"}}
+    with pytest.raises(operations.AddonOperationError) as caught:
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=gateway, values=values)
+    assert "configurationValues: certManager.renewBefore (2h) must be shorter than" in str(caught.value)
 
 
 def test_missing_pod_identity_agent_is_reported_before_any_change(aws: AwsFixture) -> None:

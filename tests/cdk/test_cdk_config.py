@@ -47,7 +47,7 @@ def test_example_is_valid(example: dict[str, Any]) -> None:
         ),
         (
             lambda d: d["inference"]["addon"].update(mode="awsManaged"),
-            "inference.addon.configurationValues.(root): Additional properties are not allowed",
+            'inference.addon.configurationValues.mode: unknown field "mode"',
         ),
         (
             lambda d: d["inference"]["addon"].update(mode="awsManaged", configurationValues={}),
@@ -59,7 +59,7 @@ def test_example_is_valid(example: dict[str, Any]) -> None:
         ),
         (
             lambda d: d["inference"]["addon"]["configurationValues"].update(executionRoleArn="x"),
-            "inference.addon.configurationValues.(root): Additional properties are not allowed",
+            "inference.addon.configurationValues.executionRoleArn: unknown field",
         ),
         (lambda d: d.pop("hyperpod"), "hyperpod: required unless existingCluster is set"),
         (

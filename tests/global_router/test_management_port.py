@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from igw.gateway.serving import serve_app
-from igw.global_router.config import parse_global_config
+from igw.global_router.config import GlobalConfigError, parse_global_config
 from igw.global_router.server import create_global_app, global_management_app
 from tests.global_router.support import global_doc
 
@@ -63,16 +64,49 @@ def test_the_management_port_must_differ_from_the_traffic_port(tmp_path: Path) -
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
-    assert "--management-port: 8090 is also the traffic port" in done.stderr
+    assert "--management-port: 8090 is also the inference port (--port)" in done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_igw_global_serve_opens_the_management_listener(tmp_path: Path) -> None:
+def test_a_config_field_equal_to_the_traffic_port_is_refused_naming_the_field(tmp_path: Path) -> None:
+    doc = global_doc()
+    doc["spec"]["management"] = {"port": 8090}
     config = tmp_path / "global.yaml"
-    config.write_text(yaml.safe_dump(global_doc()))
+    config.write_text(yaml.safe_dump(doc))
+    done = subprocess.run(
+        [sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(config), "--port", "8090"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "spec.management.port: 8090 is also the inference port (--port)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_config_field_is_read_and_the_flag_overrides_it() -> None:
+    doc = global_doc()
+    doc["spec"]["management"] = {"port": 9191}
+    config = parse_global_config(doc)
+    assert config.management == {"port": 9191}
+    assert parse_global_config(global_doc()).management is None
+    with pytest.raises(GlobalConfigError, match=r"spec\.management\.port"):
+        parse_global_config({**doc, "spec": {**doc["spec"], "management": {"port": 80}}})
+
+
+@pytest.mark.parametrize("where", ["flag", "config"])
+def test_igw_global_serve_opens_the_management_listener(tmp_path: Path, where: str) -> None:
+    doc = global_doc()
+    flag = ["--management-port", "0"] if where == "flag" else []
+    if where == "config":
+        # A fixed port from the config file (no flag): the one the listener must be on.
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            free = probe.getsockname()[1]
+        doc["spec"]["management"] = {"port": free}
+    config = tmp_path / "global.yaml"
+    config.write_text(yaml.safe_dump(doc))
     proc = subprocess.Popen(
         [sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(config),
-         "--host", "127.0.0.1", "--port", "0", "--management-port", "0", "--drain-seconds", "0"],
+         "--host", "127.0.0.1", "--port", "0", *flag, "--drain-seconds", "0"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -85,6 +119,8 @@ def test_igw_global_serve_opens_the_management_listener(tmp_path: Path) -> None:
                 urls["traffic"] = found.group(1)
                 break
         assert set(urls) == {"management", "traffic"}, urls
+        if where == "config":
+            assert urls["management"].endswith(f":{free}"), urls
         with urllib.request.urlopen(urls["management"] + "/metrics", timeout=10) as resp:
             assert b"igw_global" in resp.read()
         with pytest.raises(urllib.error.HTTPError) as refused:

@@ -50,6 +50,16 @@ def igwc(
     }
 
 
+def jwt_provider(uri: str, *, name: str = "idp", audience: str = "inference") -> dict[str, Any]:
+    """``spec.auth`` with one JWT provider (issuer ``https://idp.example.com``) whose JWKS is at ``uri``."""
+    issuer = "https://idp.example.com"
+    return {
+        "jwt": {
+            "provider": {"name": name, "issuer": issuer, "remoteJWKS": {"uri": uri}, "audiences": [audience]}
+        }
+    }
+
+
 def find(kube: FakeKubeApiServer, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     for obj in kube.store.iter_all():
         meta = obj["metadata"]

@@ -17,6 +17,7 @@ from tests.operator.harness import (
     condition,
     find,
     igwc,
+    jwt_provider,
     mark_deployment_ready,
     owned_by,
     running_operator,
@@ -221,16 +222,7 @@ def test_edited_served_config_is_put_back(cluster: FakeKubeApiServer, operator: 
     """Someone who may edit ConfigMaps strips the JWT requirement from the served config: the operator
     writes the admitted spec back at the next pass (it did not: the applied hash was unchanged)."""
     secured = igwc("chat")
-    secured["spec"]["auth"] = {
-        "jwt": {
-            "provider": {
-                "name": "idp",
-                "issuer": "https://idp.example.com",
-                "remoteJWKS": {"uri": "https://idp.example.com/jwks.json"},
-                "audiences": ["inference"],
-            }
-        }
-    }
+    secured["spec"]["auth"] = jwt_provider("https://idp.example.com/jwks.json")
     cluster.add(secured)
     wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
     admitted = _served_spec(cluster, "chat")
@@ -462,3 +454,17 @@ def test_specs_of_the_wrong_shape_are_refused_and_spare_their_neighbours(
         assert needle in refused["message"]
     wait_condition(cluster, "fine", "Accepted", "True")
     assert find(cluster, "Deployment", "inference", "fine-gateway") is not None
+
+
+def test_pod_defaults_with_a_limit_below_its_request_are_refused_before_any_data_plane(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    # Found with kubectl against the fake API server: the spec was Accepted and the operator wrote a
+    # Deployment the real API server refuses (limits.cpu 1 < requests.cpu 2).
+    doc = igwc("small")
+    doc["spec"]["podDefaults"] = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+    cluster.add(doc)
+    refused = wait_condition(cluster, "small", "Accepted", "False")
+    assert refused["reason"] == "InvalidSpec"
+    assert "spec.podDefaults.resources.limits.cpu: must be at least" in refused["message"]
+    assert find(cluster, "Deployment", "inference", "small-gateway") is None

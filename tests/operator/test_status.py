@@ -8,9 +8,11 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from igw.config.crd import build_crd
+from igw.operator import admission
 from igw.operator.admission import Refusal, admit
 from igw.operator.status import Observation, compute_status
 from tests.fakes.kube_api import make_pod
+from tests.operator.harness import igwc, jwt_provider
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SPEC: dict[str, Any] = {
@@ -214,3 +216,14 @@ def test_the_status_of_a_spec_with_every_scheduler_invalid_fits_the_crd_s_status
     assert accepted["message"].startswith(refusal.messages[0])
     assert accepted["message"].endswith("characters in all; igw validate lists every problem)")
     assert all(len(t.message) <= 32768 for t in transitions)
+
+
+def test_refusal_messages_never_carry_a_token_put_in_a_wrong_field() -> None:
+    # Found with kubectl: the Accepted condition (and its Events) quoted a JWT's first 60 characters.
+    jwt = "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhZG1pbiIsImF1ZCI6ImlndyJ9.c2lnbmF0dXJl"
+    doc = igwc("leaky")
+    doc["spec"]["auth"] = jwt_provider(f"ftp://issuer.example.com/{jwt}")
+    (line,) = admission.spec_problems(doc)
+    assert line.startswith("spec.auth.jwt.provider.remoteJWKS.uri: ")
+    assert "[REDACTED]" in line
+    assert jwt[:20] not in line

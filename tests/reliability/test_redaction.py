@@ -121,3 +121,39 @@ def test_the_trigger_prescan_never_skips_a_line_the_patterns_would_change(text: 
     slow = redaction._BEARER.sub(redaction._mask_bearer, slow)
     slow = redaction._JWT.sub(MASK, slow)
     assert redact(text) == slow
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("password=hunter2", "hunter2"),
+        ('{"aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG"}', "wJalrXUtnFEMI"),
+        ("https://host/v1?api_key=abc123&x=1", "abc123"),
+        ("ghp_Z9x8Y7w6V5u4T3s2R1q0P9o8N7m6", "Z9x8Y7w6V5u4T3s2R1q0"),
+        (JWT[:25], JWT[:25]),  # a cut-off JWT header: no second dot, not a JWT to redact()
+    ],
+)
+def test_redact_value_masks_assigned_secrets_and_token_like_runs(text: str, secret: str) -> None:
+    masked = redaction.redact_value(text)
+    assert secret not in masked
+    assert MASK in masked
+
+
+@pytest.mark.parametrize(
+    "text", ["inference-gateway-tls", "2160h", "my-registry-pull-secret", "resources.limits.cpu", "500m"]
+)
+def test_redact_value_leaves_names_and_quantities_alone(text: str) -> None:
+    assert redaction.redact_value(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"mistral-7b-instruct-v0.3" is already served',
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "uid 1fe2e3c1-f25e-46ad-89ad-fe4bd7c71772",
+        "spec.schedulers[1].modelName: duplicates spec.schedulers[0].modelName",
+    ],
+)
+def test_redact_value_leaves_model_names_paths_and_uids_alone(text: str) -> None:
+    assert redaction.redact_value(text) == text

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import jsonschema
 
+from igw.addon import configuration
 from igw.errors import IgwToolingError
 
 SCHEMA_FILE: Final = Path(__file__).resolve().parent / "aws_hyperpod_inference.schema.json"
@@ -45,15 +46,9 @@ def schema() -> dict[str, Any]:
     return loaded
 
 
-def _path(parts: Sequence[Any]) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(root)"
-
-
 def problems(values: Mapping[str, Any], *, require_generated: bool = True) -> list[str]:
-    """Every problem of ``values`` against AWS's schema as ``path: message``.
+    """Every problem of ``values`` against AWS's schema as ``path: message (rule id)``, quoting values
+    redacted and cut (:func:`igw.addon.configuration.excerpt`).
 
     ``require_generated=False`` skips the ``required`` keys the CDK app fills in itself (role ARNs,
     bucket, cluster ARN), so a user's partial values can be checked before those exist.
@@ -61,9 +56,7 @@ def problems(values: Mapping[str, Any], *, require_generated: bool = True) -> li
     document = schema()
     if not require_generated:
         document = {key: value for key, value in document.items() if key != "required"}
-    validator = jsonschema.Draft6Validator(document)
-    errors = sorted(validator.iter_errors(values), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    return [f"{_path(list(error.absolute_path))}: {error.message}" for error in errors]
+    return configuration.schema_problems(jsonschema.Draft6Validator(document), values)
 
 
 def values_for(

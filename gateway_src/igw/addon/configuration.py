@@ -2,21 +2,34 @@
 (draft-06 schema from ``describe-addon-configuration``) plus the InferenceGatewayConfig admission rules
 for ``gateway.config``, so a bad value fails on the operator's machine, before any API call, with the
 field's path.
+
+Errors name the value's path and the rule it breaks, and quote at most a short excerpt of the value
+passed through the gateway's redaction (:func:`igw.gateway.redaction.redact_value`) before it is cut:
+configuration values hold tokens and passwords (a Redis URL, an OTLP header, a pull secret), and the
+messages end up in terminals, CI logs and CloudFormation events. jsonschema's own messages quoted the
+whole value.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 import jsonschema
 
 from igw.addon import chart, schemas
 from igw.config.documents import DocumentReadError, parse_text
+from igw.config.errors import Problem
+from igw.config.schema_messages import ProblemCollector
 from igw.config.validate import validate_document
 from igw.errors import IgwToolingError
+from igw.gateway.redaction import redact_value
+
+EXCERPT_MAX_CHARS: Final = 40
+"""The longest excerpt of a value an error quotes (after redaction; longer ones end in ``...``)."""
 
 
 class ConfigurationValuesError(IgwToolingError, ValueError):
@@ -34,24 +47,56 @@ def _validator() -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
-def _path(parts: Sequence[Any]) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(root)"
+def excerpt(value: Any) -> str:
+    """``value`` as an error quotes it: JSON, credentials masked, then cut to :data:`EXCERPT_MAX_CHARS`."""
+    text = redact_value(json.dumps(value, default=str, ensure_ascii=False))
+    return text if len(text) <= EXCERPT_MAX_CHARS else text[: EXCERPT_MAX_CHARS - 3] + "..."
+
+
+def _line(problem: Problem, prefix: str = "") -> str:
+    path = f"{prefix}{problem.path}" if problem.path else (prefix.rstrip(".") or "(root)")
+    return f"{path}: {redact_value(problem.message)} (rule {problem.rule})"
+
+
+def schema_problems(validator: jsonschema.protocols.Validator, values: Mapping[str, Any]) -> list[str]:
+    """Every error ``validator`` finds in ``values`` as ``path: message (rule id)``, values quoted
+    as :func:`excerpt` (our chart's schema here, AWS's add-on schema in :mod:`igw.addon.aws_addon`)."""
+    collector = ProblemCollector(quote=excerpt)
+    for error in validator.iter_errors(values):
+        collector.translate(error)
+    return [_line(problem) for problem in collector.problems()]
 
 
 def problems(values: Mapping[str, Any]) -> list[str]:
-    """Every problem in ``values`` as ``path: message``; empty when EKS would accept them."""
-    errors = sorted(
-        _validator().iter_errors(values), key=lambda e: (list(map(str, e.absolute_path)), e.message)
-    )
-    found = [f"{_path(list(error.absolute_path))}: {error.message}" for error in errors]
+    """Every problem in ``values`` as ``path: message (rule id)``; empty when EKS would accept them."""
+    found = schema_problems(_validator(), values)
     gateway = values.get("gateway")
     config = gateway.get("config") if isinstance(gateway, Mapping) else None
     if not found and isinstance(config, Mapping) and "spec" in config:
-        found += [f"gateway.config.{p}" for p in _igwc_problems(config)]
+        found += [_line(problem, "gateway.config.") for problem in _igwc_problems(config)]
     return found
+
+
+_TEMPLATE_FAILURE: Final = re.compile(r"execution error at \([^)]*\): (.*)", re.DOTALL)
+"""Helm's wording around a template's ``fail`` message (the message names the value's path itself)."""
+
+
+def render_problems(values: Mapping[str, Any]) -> list[str]:
+    """The chart's render-time checks (``templates/_validations.tpl``) on ``values``, one problem each,
+    redacted: cross-field rules no schema can state (limits below requests, renewBefore not shorter than
+    duration, a management port on the inference port). EKS's ``configurationValues`` check reads only
+    the schema, so without this they surfaced as ``CREATE_FAILED`` after the call. Call it on values
+    :func:`problems` found nothing in (a schema error is reported there, path-named)."""
+    # deferred: optional dependency: helm-python-sdk (ops extra) is needed only to render the chart
+    import helm_python as helm
+
+    try:
+        chart.render(values)
+    except helm.HelmError as exc:
+        text = str(exc).strip()
+        found = _TEMPLATE_FAILURE.search(text)
+        return [redact_value(found.group(1).strip() if found else text)]
+    return []
 
 
 def operator_mode_problems(values: Mapping[str, Any]) -> list[str]:
@@ -70,7 +115,7 @@ def operator_mode_problems(values: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _igwc_problems(config: Mapping[str, Any]) -> list[str]:
+def _igwc_problems(config: Mapping[str, Any]) -> list[Problem]:
 
     document = {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
@@ -78,7 +123,7 @@ def _igwc_problems(config: Mapping[str, Any]) -> list[str]:
         "metadata": {"name": config.get("name", "default")},
         "spec": config["spec"],
     }
-    return [str(problem) for problem in validate_document(document)]
+    return validate_document(document)
 
 
 def parse(text: str, *, source: str = "configuration values") -> dict[str, Any]:

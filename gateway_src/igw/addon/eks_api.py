@@ -14,6 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from igw.errors import IgwToolingError
+from igw.gateway.redaction import redact_value
 
 
 class AddonApiError(IgwToolingError, RuntimeError):
@@ -26,8 +27,11 @@ class AddonApiError(IgwToolingError, RuntimeError):
 
 
 def _wrap(operation: str, exc: ClientError) -> AddonApiError:
+    """The error with AWS's message redacted: EKS's schema errors for ``--configuration-values``
+    quote the offending value, which can hold a token or a password."""
     error = exc.response.get("Error", {})
-    return AddonApiError(operation, str(error.get("Code", "Unknown")), str(error.get("Message", exc)))
+    message = redact_value(str(error.get("Message", exc)))
+    return AddonApiError(operation, str(error.get("Code", "Unknown")), message)
 
 
 class EksAddonApi:

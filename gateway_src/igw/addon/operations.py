@@ -134,6 +134,8 @@ def _values_and_version_problems(values: Mapping[str, Any] | None, version: str 
         if values is not None
         else []
     )
+    if values is not None and not problems:
+        problems = [f"configurationValues: {p}" for p in configuration.render_problems(values)]
     if version is not None:
         try:
             addon_version.AddonVersion.parse(version)

@@ -23,6 +23,8 @@ from igw.cli.arg_types import NON_NEGATIVE, PORT
 HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
 
 EXIT_CONFIG = 2
+MANAGEMENT_PATH = "spec.management.port"
+"""The GlobalRouterConfig field of the management port (``--management-port`` overrides it)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=PORT,
         default=None,
         help="serve /metrics and the detailed /readyz on this port only, keeping them off the traffic "
-        "port the load balancer exposes (default: one port serves everything)",
+        "port the load balancer exposes (default: the config's spec.management.port, else one port "
+        "serves everything)",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
@@ -57,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.gateway.management import ManagementPortError, management_port
     from igw.gateway.serving import ListenError
     from igw.global_router.config import GlobalConfigError, load_global_config
     from igw.global_router.launch import run_global_router
@@ -64,16 +68,12 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if args.management_port is not None and args.management_port != 0 and args.management_port == args.port:
-        print(
-            f"igw global serve: --management-port: {args.port} is also the traffic port (--port): "
-            "the management listener needs a port of its own",
-            file=sys.stderr,
-        )
-        return EXIT_CONFIG
     try:
         config = load_global_config(args.config)
-    except GlobalConfigError as exc:
+        management = management_port(
+            config.management, args.management_port, serving_port=args.port, path=MANAGEMENT_PATH
+        )
+    except (GlobalConfigError, ManagementPortError) as exc:
         print(f"igw global serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     emf = logging.getLogger("igw.emf")
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                     region=args.region,
                     drain_s=args.drain_seconds,
                     emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
-                    management_port=args.management_port,
+                    management_port=management,
                 )
             )
     except ListenError as exc:

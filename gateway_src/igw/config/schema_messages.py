@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from jsonschema.exceptions import ValidationError
@@ -60,9 +60,14 @@ def show(value: Any) -> str:
 
 
 class ProblemCollector:
-    """Turns jsonschema errors into :class:`Problem` s, one per distinct (path, rule, message)."""
+    """Turns jsonschema errors into :class:`Problem` s, one per distinct (path, rule, message).
 
-    def __init__(self) -> None:
+    ``quote`` renders a value a message quotes (default :func:`show`); a caller whose values may hold
+    other credentials than URL passwords passes a stricter one (the add-on's configuration values:
+    :mod:`igw.addon.configuration`, with the gateway's redaction)."""
+
+    def __init__(self, quote: Callable[[Any], str] = show) -> None:
+        self.quote = quote
         self.found: dict[tuple[str, str, str], tuple[tuple[PathPart, ...], Problem]] = {}
 
     def add(self, parts: tuple[PathPart, ...], message: str, rule: str) -> None:
@@ -80,7 +85,7 @@ class ProblemCollector:
             # A map's key (a label key): blamed on the key itself. The CRD cannot say this
             # (structural schemas have no propertyNames); igw validate and the operator's admission do.
             wanted = hint or f"a key matching {value}"
-            self.add((*parts, inst), f"key must be {wanted}; got {show(inst)}", "schema.propertyNames")
+            self.add((*parts, inst), f"key must be {wanted}; got {self.quote(inst)}", "schema.propertyNames")
         elif kind == "additionalProperties" and isinstance(inst, Mapping):
             known = schema.get("properties", {})
             for key in inst:
@@ -106,16 +111,16 @@ class ProblemCollector:
             else:
                 self.add(parts, f"expected {value}, got {json_type(inst)}", "schema.type")
         elif kind == "enum":
-            allowed = ", ".join(show(v) for v in value)
-            self.add(parts, f"must be one of {allowed}; got {show(inst)}", "schema.enum")
+            allowed = ", ".join(self.quote(v) for v in value)
+            self.add(parts, f"must be one of {allowed}; got {self.quote(inst)}", "schema.enum")
         elif kind == "const":
-            self.add(parts, f"must be {show(value)}; got {show(inst)}", "schema.const")
+            self.add(parts, f"must be {self.quote(value)}; got {self.quote(inst)}", "schema.const")
         elif kind == "pattern":
             wanted = hint or f"a string matching {value}"
-            self.add(parts, f"must be {wanted}; got {show(inst)}", "schema.pattern")
+            self.add(parts, f"must be {wanted}; got {self.quote(inst)}", "schema.pattern")
         elif kind == "format":
             wanted = hint or f"a valid {value}"
-            self.add(parts, f"must be {wanted}; got {show(inst)}", "schema.format")
+            self.add(parts, f"must be {wanted}; got {self.quote(inst)}", "schema.format")
         elif kind in {"minLength", "maxLength"}:
             bound = "at least" if kind == "minLength" else "at most"
             length = len(inst) if isinstance(inst, str) else "?"
@@ -126,14 +131,17 @@ class ProblemCollector:
             self.add(parts, f"must have {bound} {value} items (got {count})", f"schema.{kind}")
         elif kind in {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}:
             op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
-            self.add(parts, f"must be {op} {value} (got {show(inst)})", f"schema.{kind}")
+            self.add(parts, f"must be {op} {value} (got {self.quote(inst)})", f"schema.{kind}")
         elif kind == "uniqueItems" and isinstance(inst, list):
             self._duplicates(parts, inst)
         elif kind in {"anyOf", "oneOf"}:
             wanted = hint or "one of the allowed forms"
-            self.add(parts, f"must be {wanted}; got {show(inst)}", f"schema.{kind}")
+            self.add(parts, f"must be {wanted}; got {self.quote(inst)}", f"schema.{kind}")
         else:
-            self.add(parts, error.message, f"schema.{kind}")
+            # jsonschema's own message starts with the whole value (a sub-document, maybe a secret).
+            self.add(
+                parts, f"does not satisfy the schema's {kind} rule; got {self.quote(inst)}", f"schema.{kind}"
+            )
 
     def _duplicates(self, parts: tuple[PathPart, ...], items: list[Any]) -> None:
         seen: dict[str, int] = {}
@@ -141,7 +149,7 @@ class ProblemCollector:
             key = json.dumps(item, sort_keys=True)
             if key in seen:
                 first = format_path((*parts, seen[key]))
-                self.add((*parts, index), f"duplicates {first} ({show(item)})", "schema.uniqueItems")
+                self.add((*parts, index), f"duplicates {first} ({self.quote(item)})", "schema.uniqueItems")
             else:
                 seen[key] = index
 

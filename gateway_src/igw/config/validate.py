@@ -17,6 +17,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from igw.config.errors import Problem
 from igw.config.extension_references import reference_problems
 from igw.config.model import KIND
+from igw.config.resource_quantities import resource_problems
 from igw.config.rules import check_rules
 from igw.config.schema import admission_rules, resolved_schema, schema_version
 from igw.config.schema_messages import PROVIDER_PATH, ProblemCollector, json_type
@@ -88,4 +89,5 @@ def validate_document(doc: Mapping[str, Any], *, schemas: Path | None = None) ->
         *schema_problems(doc, schemas=schemas),
         *rule_problems(doc, schemas=schemas),
         *reference_problems(doc),
+        *resource_problems(doc),
     ]

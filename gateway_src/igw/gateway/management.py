@@ -50,18 +50,20 @@ class ManagementPortError(IgwGatewayError, ValueError):
 
 
 def management_port(
-    extension: Mapping[str, Any] | None, override: int | None, *, serving_port: int
+    extension: Mapping[str, Any] | None, override: int | None, *, serving_port: int, path: str = PATH
 ) -> int | None:
-    """The management listener's port: ``--management-port`` (``override``) when given, else
-    ``spec.extensions.management.port``, else ``None`` (one port serves everything).
+    """The management listener's port: ``--management-port`` (``override``) when given, else the
+    config's field (``extension``, at ``path``: ``spec.extensions.management.port`` of an
+    InferenceGatewayConfig, ``spec.management.port`` of a GlobalRouterConfig), else ``None`` (one port
+    serves everything). The one precedence rule for ``igw serve`` and ``igw global serve``.
 
-    Raises :class:`ManagementPortError` when it equals ``serving_port`` (port 0, "pick a free one",
-    never collides: each listener gets its own).
+    Raises :class:`ManagementPortError` when it equals ``serving_port``, naming where the port came from
+    (port 0, "pick a free one", never collides: each listener gets its own).
     """
     if override is not None:
         port, source = override, "--management-port"
     elif extension and extension.get("port") is not None:
-        port, source = int(extension["port"]), PATH
+        port, source = int(extension["port"]), path
     else:
         return None
     if port != 0 and port == serving_port:

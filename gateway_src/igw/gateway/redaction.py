@@ -63,6 +63,27 @@ def redact(text: str) -> str:
     return _JWT.sub(MASK, text)
 
 
+_SECRET_ASSIGNMENT: Final = re.compile(
+    r"(?i)\b([a-z0-9_.-]*(?:password|passwd|secret|token|apikey|api_key|access_key|credential)[a-z0-9_.-]*)"
+    r"([\"']?\s*[:=]\s*[\"']?)([^\s,;&\"'}]+)"
+)
+"""``password=...``, ``aws_secret_access_key: ...``, ``?token=...``: a value assigned to a secret's name."""
+_TOKEN_LIKE: Final = re.compile(
+    r"(?<![A-Za-z0-9+/=])(?=[A-Za-z0-9+/=]*[0-9])(?=[A-Za-z0-9+/=]*[A-Za-z])[A-Za-z0-9+/=]{20,}"
+)
+"""A run of 20 or more base64 characters mixing letters and digits: an API key's random part, a base64
+secret, a JWT segment (cut or whole). Names are hyphen-, dot- or underscore-separated words, each shorter
+(``mistral-7b-instruct-v0.3``, a UID), and are left alone."""
+
+
+def redact_value(text: str) -> str:
+    """:func:`redact`, and also every value assigned to a secret's name and every token-like run
+    masked: for quoting a value a user supplied (a configuration value in an error message), where
+    no header or scheme word tells a credential apart and a cut-off token must not leak either."""
+    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", redact(text))
+    return _TOKEN_LIKE.sub(MASK, text)
+
+
 def _mask_bearer(found: re.Match[str]) -> str:
     """``Bearer <token>`` with the token masked; prose such as ``bearer token refused`` unchanged.
 

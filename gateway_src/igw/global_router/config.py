@@ -93,6 +93,9 @@ class GlobalRouterConfig:
     rate_limits: Mapping[str, Any] = field(default_factory=dict)
     """Raw ``spec.rateLimits`` (the IGWC ``extensions.rateLimits`` shape), read by igw.security."""
     model_limits: tuple[ModelLimit, ...] = ()
+    management: Mapping[str, Any] | None = None
+    """Raw ``spec.management`` (``{port}``), the IGWC ``extensions.management`` shape; read by
+    :func:`igw.gateway.management.management_port` with ``igw global serve --management-port``."""
 
     def models(self) -> list[str]:
         return sorted({m for c in self.clusters for m in c.models})
@@ -115,6 +118,7 @@ def build_global_config(doc: Mapping[str, Any]) -> GlobalRouterConfig:
     heartbeats = spec.get("heartbeats", {})
     redis = heartbeats.get("redis", {})
     upstream = spec.get("upstream", {})
+    management = spec.get("management")
     d_r, d_f, d_h = RoutingSpec(), FailoverSpec(), HeartbeatSpec()
     return GlobalRouterConfig(
         name=str(doc["metadata"]["name"]),
@@ -167,6 +171,7 @@ def build_global_config(doc: Mapping[str, Any]) -> GlobalRouterConfig:
             )
             for e in spec.get("modelRateLimits", [])
         ),
+        management=dict(management) if management is not None else None,
     )
 
 

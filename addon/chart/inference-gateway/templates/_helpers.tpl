@@ -87,8 +87,44 @@ when the pod terminates TLS (unless the user set it). */}}
 {{- toYaml $spec }}
 {{- end }}
 
+{{/*
+Gateway mode: the management listener's port, one value for every place that names it (igw serve
+--management-port, the container port, the management Service, the NetworkPolicy).
+gateway.config.spec.extensions.management.port wins when the served config sets it (the config is the
+contract igw serve reads); gateway.managementPort is only the default. igw.managementPortPath names
+the value it came from, for error messages.
+*/}}
+{{- define "igw.managementPort" -}}
+{{- $management := ((((.Values.gateway.config | default dict).spec | default dict).extensions | default dict).management | default dict) }}
+{{- if hasKey $management "port" }}{{- int $management.port }}{{- else }}{{- int .Values.gateway.managementPort }}{{- end }}
+{{- end }}
+
+{{- define "igw.managementPortPath" -}}
+{{- $management := ((((.Values.gateway.config | default dict).spec | default dict).extensions | default dict).management | default dict) }}
+{{- if hasKey $management "port" }}gateway.config.spec.extensions.management.port{{- else }}gateway.managementPort{{- end }}
+{{- end }}
+
 {{- define "igw.configFile" -}}
 /etc/igw/config/inferencegatewayconfig.yaml
+{{- end }}
+
+{{/* Seconds in a Go duration (time.ParseDuration, what cert-manager reads: 1h30m, 2160h, 0.5h, 100ms), as a float. */}}
+{{- define "igw.goDurationSeconds" -}}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|h|m|s)" (toString .) -1 }}
+{{- $unit := regexFind "(ns|us|µs|ms|h|m|s)$" . }}
+{{- $total = addf $total (mulf (trimSuffix $unit .) (get $units $unit)) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/* A Kubernetes quantity (500m, 2, 1.5Gi, 64Mi, 1k) as a float in its base unit, for comparisons. */}}
+{{- define "igw.quantity" -}}
+{{- $factors := dict "" 1.0 "m" 0.001 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 }}
+{{- $text := toString . }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $text }}
+{{- mulf $number (get $factors (trimPrefix $number $text)) }}
 {{- end }}
 
 {{/* Seconds in a Gateway API duration (GEP-2257: 1-4 groups of digits and h, m, s or ms), as a float. */}}

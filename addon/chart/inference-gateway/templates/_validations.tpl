@@ -11,9 +11,28 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- if and (eq .Values.service.type "ClusterIP") .Values.service.tls.certificateArn }}
 {{- fail "service.tls.certificateArn needs service.type LoadBalancer (the NLB terminates TLS)" }}
 {{- end }}
-{{- if eq (int .Values.gateway.managementPort) (int .Values.gateway.port) }}
-{{- fail (printf "gateway.managementPort (%v) must differ from gateway.port: metrics and pod detail would be served to inference clients" .Values.gateway.managementPort) }}
+{{- if eq (include "igw.managementPort" . | int) (int .Values.gateway.port) }}
+{{- fail (printf "%s (%s) must differ from gateway.port: metrics and pod detail would be served to inference clients" (include "igw.managementPortPath" .) (include "igw.managementPort" .)) }}
 {{- end }}
+{{- range $index, $arg := .Values.gateway.extraArgs }}
+{{- if regexMatch "^--(port|management-port|host|config)(=.*)?$" (toString $arg) }}
+{{- fail (printf "gateway.extraArgs[%d]: %s is set by the chart (gateway.port, gateway.config.spec.extensions.management.port or gateway.managementPort); a second one would silently win over it" $index (regexReplaceAll "=.*$" (toString $arg) "")) }}
+{{- end }}
+{{- end }}
+{{- /* cert-manager's own limits (its webhook refuses the Certificate only at install): lifetime >= 1h, renewBefore >= 5m and < lifetime. */}}
+{{- $duration := include "igw.goDurationSeconds" .Values.certManager.duration | float64 }}
+{{- $renewBefore := include "igw.goDurationSeconds" .Values.certManager.renewBefore | float64 }}
+{{- if lt $duration 3600.0 }}
+{{- fail (printf "certManager.duration (%s) must be at least 1h: cert-manager refuses a shorter certificate lifetime" .Values.certManager.duration) }}
+{{- end }}
+{{- if lt $renewBefore 300.0 }}
+{{- fail (printf "certManager.renewBefore (%s) must be at least 5m: cert-manager refuses a shorter renewal window" .Values.certManager.renewBefore) }}
+{{- end }}
+{{- if ge $renewBefore $duration }}
+{{- fail (printf "certManager.renewBefore (%s) must be shorter than certManager.duration (%s): cert-manager would renew the certificate as soon as it is issued" .Values.certManager.renewBefore .Values.certManager.duration) }}
+{{- end }}
+{{- include "igw.validateResources" (dict "path" "resources" "resources" .Values.resources) }}
+{{- include "igw.validateResources" (dict "path" "operator.resources" "resources" .Values.operator.resources) }}
 {{- if and .Values.podMonitor.enabled (not .Values.podMonitor.selector) }}
 {{- fail "podMonitor.selector is required when podMonitor.enabled is true (the model server pods' labels)" }}
 {{- end }}
@@ -62,6 +81,23 @@ with Kubernetes' label-selector semantics.
 {{- if $selected }}
 {{- fail (printf "gateway.config.spec.schedulers[%d].modelSelector selects the gateway's own pods (their labels %s: the chart's selector labels plus podLabels), so the gateway would route requests to itself; change podLabels or the modelSelector" $index (toJson $labels)) }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Each resource in limits must be at least its request (the API server refuses the pod otherwise, only
+at install: the add-on went CREATE_FAILED). Called with dict "path" (the values path) "resources".
+*/}}
+{{- define "igw.validateResources" -}}
+{{- $resources := .resources | default dict }}
+{{- $requests := $resources.requests | default dict }}
+{{- range $name, $limit := ($resources.limits | default dict) }}
+{{- if hasKey $requests $name }}
+{{- $request := get $requests $name }}
+{{- if lt (include "igw.quantity" $limit | float64) (include "igw.quantity" $request | float64) }}
+{{- fail (printf "%s.limits.%s (%v) is below %s.requests.%s (%v): a limit must be at least its request (the API server refuses the pod)" $.path $name $limit $.path $name $request) }}
 {{- end }}
 {{- end }}
 {{- end }}
