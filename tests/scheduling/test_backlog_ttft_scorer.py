@@ -1097,3 +1097,24 @@ def test_the_prediction_exponent_parameter() -> None:
     assert factory(TYPE, {"predictionExponent": 4}, "p").prediction_exponent == 4.0
     with pytest.raises(SchedulerConfigError, match=r"p.*predictionExponent"):
         factory(TYPE, {"predictionExponent": -1}, "p")
+
+
+@pytest.mark.parametrize(("labels", "sharpened"), [(("h100", "h100"), True), (("h100", "h200"), False)])
+def test_the_prediction_exponent_leaves_differently_labelled_endpoints_of_one_model_plain(
+    labels: tuple[str, str], sharpened: bool
+) -> None:
+    """Before any sample an H200 and a 2xH100 pod hold about the same KV cache and so share the prior
+    model; sharpened as one kind, the H200 lost the early picks of random-1-14 (docs/benchmark.md,
+    routing round 10). Their ``hardwareLabel`` values tell them apart."""
+    s = BacklogTtftScorer(prediction_exponent=3.0)
+    endpoints = [
+        *(
+            ep(f"e{i}", block_size=16, num_gpu_blocks=4000, labels={"gpu": label})
+            for i, label in enumerate(labels)
+        ),
+        ep("small", block_size=16, num_gpu_blocks=1000, labels={"gpu": "a10g"}),  # a mixed fleet
+    ]
+    s.on_picked(ctx(request(500, "ahead"), now=0.0), endpoints[1])
+    first, second, small = s.predicted(endpoints, tokens=1000, now=0.0)
+    scores = s.score(ctx(request(1000), now=0.0), endpoints)
+    assert scores == pytest.approx([1.0, (first / second) ** (3.0 if sharpened else 1.0), first / small])
