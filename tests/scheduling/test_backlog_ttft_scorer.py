@@ -1118,3 +1118,25 @@ def test_the_prediction_exponent_leaves_differently_labelled_endpoints_of_one_mo
     first, second, small = s.predicted(endpoints, tokens=1000, now=0.0)
     scores = s.score(ctx(request(1000), now=0.0), endpoints)
     assert scores == pytest.approx([1.0, (first / second) ** (3.0 if sharpened else 1.0), first / small])
+
+
+def test_the_prediction_exponent_leaves_adapter_requests_plain() -> None:
+    """Adapter requests keep the plain ratio (then the slot price): sharpened too, random-1-03 (a LoRA
+    draw) went from 346 to 458 ms against the oracle's 350 (docs/benchmark.md, routing round 10)."""
+    endpoints = [
+        ep("a", block_size=16, num_gpu_blocks=4000, labels={"gpu": "h100"}),
+        ep("b", block_size=16, num_gpu_blocks=4000, labels={"gpu": "h100"}),
+        ep("small", block_size=16, num_gpu_blocks=1000, labels={"gpu": "a10g"}),
+    ]
+    scores = {}
+    for exponent in (1.0, 3.0):
+        s = BacklogTtftScorer(prediction_exponent=exponent)
+        teach(s, "a", H100)
+        teach(s, "b", H100)
+        teach(s, "small", A10G)
+        s.on_picked(ctx(request(3000, "ahead"), now=LATER), endpoints[0])
+        adapter_request = dataclasses.replace(request(1000), model="lora-x", adapter="lora-x")
+        scores[exponent] = s.score(ctx(adapter_request, now=LATER), endpoints)
+    assert scores[1.0][0] is not None
+    assert scores[1.0][0] < 1.0  # the busy twin scores below its idle one
+    assert scores[3.0] == scores[1.0]

@@ -86,7 +86,8 @@ ratio shrinks as the whole fleet's predictions grow (1.2 s against 1.5 s is 0.8)
 fleet a pod predicted 0.3 s later than its twin kept most of this scorer's weight and the
 range-normalised queue and prefill-collision columns placed the request there (random-1-02,
 docs/benchmark.md, routing round 10). Between kinds the ratio stays plain (sharpened there too, an
-overloaded H200 beside six 4xA10G pods drew more than it served in time: random-1-01, same section).
+overloaded H200 beside six 4xA10G pods drew more than it served in time: random-1-01, same section),
+and so it does for adapter requests (sharpened, a LoRA draw lost its tail: random-1-03).
 
 **Cached prefixes**: with ``prefix-cache-scorer`` in the profile, the share of the prompt it places
 on an endpoint (``prefix.match``) is left out of that endpoint's prefill work, so prefix affinity is
@@ -1069,7 +1070,7 @@ class BacklogTtftScorer(PluginHooks):
         if not self.fits:
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
             self._publish(ctx, endpoints, predicted, tokens)
-            if self.prediction_exponent != 1.0:
+            if self.prediction_exponent != 1.0 and not self._adapter_cycle:
                 return list[float | None](self._ratios(predicted, endpoints))
             best = min(predicted, default=0.0)
             return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
@@ -1085,8 +1086,7 @@ class BacklogTtftScorer(PluginHooks):
         # ``_cycle_models`` (the same ``intercept + slope * tokens`` per candidate): handed over.
         self._publish(ctx, endpoints, predicted, tokens, idle, cols.keys)
         best = min(predicted, default=0.0)
-        exponent = self.prediction_exponent
-        if exponent != 1.0:
+        if self.prediction_exponent != 1.0 and not self._adapter_cycle:
             ratios = self._ratios(predicted, endpoints)
             if preference > 0 and (fastest := min(idle)) > 0:
                 probing = self._cheap_probes
@@ -1127,9 +1127,11 @@ class BacklogTtftScorer(PluginHooks):
         prediction among the candidates predicted with endpoint ``i``'s model (``intercept, slope``:
         one kind of hardware, pooled, or one KV capacity before any sample) and carrying its
         ``hardwareLabel`` value, and ``best`` the lowest of all (before any sample an H200 and a
-        2xH100 pod hold about the same KV cache: random-1-14, routing round 10). Between kinds the ratio stays as it is (sharpened there too, an overloaded H200 beside
-        six 4xA10G drew more than it could serve: random-1-01, docs/benchmark.md, routing round 10).
-        A prediction <= 0 scores 1.0."""
+        2xH100 pod hold about the same KV cache: random-1-14, docs/benchmark.md, routing round 10).
+        Between kinds the ratio stays as it is (sharpened there too, an overloaded H200 beside six
+        4xA10G pods drew more than it could serve: random-1-01, same section). Requests without an
+        adapter only (:meth:`_score_base`): sharpened for adapter requests too, random-1-03 (a LoRA
+        draw) lost its tail. A prediction <= 0 scores 1.0."""
         best = min(predicted, default=0.0)
         models, label = self._cycle_models, self.hardware_label
         kinds = [(models[e.key], e.labels.get(label) if label else None) for e in endpoints]
