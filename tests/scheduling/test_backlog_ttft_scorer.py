@@ -1092,9 +1092,9 @@ def test_the_prediction_exponent_applies_before_any_outcome(exponent: float) -> 
 
 
 def test_the_prediction_exponent_parameter() -> None:
-    assert factory(TYPE, {}, "p").prediction_exponent == 1.0
-    assert BacklogTtftScorer().prediction_exponent == 1.0
-    assert factory(TYPE, {"predictionExponent": 4}, "p").prediction_exponent == 4.0
+    assert factory(TYPE, {}, "p").prediction_exponent == 4.0
+    assert BacklogTtftScorer().prediction_exponent == 4.0
+    assert factory(TYPE, {"predictionExponent": 1}, "p").prediction_exponent == 1.0
     with pytest.raises(SchedulerConfigError, match=r"p.*predictionExponent"):
         factory(TYPE, {"predictionExponent": -1}, "p")
 

@@ -148,7 +148,7 @@ requests without an adapter, 0 to 1; 0: none, as in routing round 7; 1: all, as 
 0.25), ``pendingFloor`` (share of the pending dispatches' prompt tokens the backlog a prediction
 uses never falls below, 0 to 1; 0: no floor, as before routing round 9; default 1),
 ``predictionExponent`` (exponent on the ratio of predictions between candidates of one model, at
-least 0; 1: the plain ratio, as before routing round 10; default 1).
+least 0; 1: the plain ratio, as before routing round 10; default 4).
 """
 
 from __future__ import annotations
@@ -198,9 +198,9 @@ DEFAULT_OWN_WAITING_SHARE = 0.25
 DEFAULT_PENDING_FLOOR = 1.0
 """Share of the prompt tokens of this router's pending dispatches to an endpoint (sent, first token
 not seen) below which its backlog is never estimated (``pendingFloor``; 0: no floor)."""
-DEFAULT_PREDICTION_EXPONENT = 1.0
-"""Exponent on the ratio of predictions between endpoints of one model (``predictionExponent``;
-1: the plain ratio)."""
+DEFAULT_PREDICTION_EXPONENT = 4.0
+"""Exponent on the ratio of predictions between endpoints of one model and one ``hardwareLabel`` value
+(``predictionExponent``; 1: the plain ratio, as before routing round 10)."""
 DEFAULT_HARDWARE_LABEL = "gpu"
 """Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
 STATE_ONE_KIND = "backlog.one-kind"
