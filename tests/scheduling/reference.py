@@ -243,6 +243,14 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             ctx.state[STATE_PREDICTED] = Predictions(endpoints, predicted, idle, measured)
         best = min(predicted, default=0.0)
         scores = [1.0 if p <= 0 else best / p for p in predicted]
+        if adapter is None and self.prediction_exponent != 1.0:
+            label = self.hardware_label
+            kinds = [(self._cycle_models[e.key], e.labels.get(label) if label else None) for e in endpoints]
+            best_of = {k: min(p for p, k2 in zip(predicted, kinds, strict=True) if k2 == k) for k in kinds}
+            scores = [
+                1.0 if p <= 0 else (best_of[k] / p) ** self.prediction_exponent * (best / best_of[k])
+                for p, k in zip(predicted, kinds, strict=True)
+            ]
         if self.speed_preference > 0 and self.fits:
             idle = [b + s * tokens for b, s in (self._cycle_models.get(e.key, (0.0, 0.0)) for e in endpoints)]
             fastest = min(idle)

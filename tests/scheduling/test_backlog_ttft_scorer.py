@@ -1041,3 +1041,102 @@ def test_the_pending_floor_parameter() -> None:
     for bad in (-0.1, 1.5):
         with pytest.raises(SchedulerConfigError, match=r"p.*pendingFloor"):
             factory(TYPE, {"pendingFloor": bad}, "p")
+
+
+@pytest.mark.parametrize(
+    ("exponent", "preference"),
+    [(1.0, 0.0), (1.0, 1.0), (2.0, 0.0), (4.0, 0.0), (4.0, 1.0), (0.5, 2.0)],
+)
+def test_the_prediction_exponent_sharpens_the_ratio_between_endpoints_of_one_model(
+    exponent: float, preference: float
+) -> None:
+    """score = (best of its kind / predicted) ** predictionExponent x (best / best of its kind) x
+    (fastest idle / idle) ** speedPreference. The plain ratio shrinks as the whole fleet's predictions
+    grow (1.2 s against 1.5 s is 0.8), so on an overloaded fleet of identical 2xH100s a pod predicted
+    0.3 s later lost a fraction of this scorer's weight and the range-normalised queue and
+    prefill-collision columns placed the request (random-1-02, docs/benchmark.md, routing round 10).
+    Between kinds (``slow``) the ratio is not sharpened."""
+    s = BacklogTtftScorer(speed_preference=preference, prediction_exponent=exponent)
+    teach(s, "a", H100)
+    teach(s, "b", H100)
+    teach(s, "slow", A10G)
+    s.on_picked(ctx(request(3000, "ahead"), now=LATER), ep("a"))
+    endpoints = [ep("a"), ep("b"), ep("slow")]
+    pa, pb, ps = s.predicted(endpoints, tokens=1000, now=LATER)
+    assert s._cycle_models["a"] == s._cycle_models["b"] != s._cycle_models["slow"]  # the premise
+    assert pb < pa < ps
+    sa, sb, ss = s.score(ctx(request(1000), now=LATER), endpoints)
+    assert sa is not None
+    assert sb is not None
+    assert ss is not None
+    idle_h100, idle_a10g = H100[0] + H100[1] * 1000, A10G[0] + A10G[1] * 1000
+    assert sb == pytest.approx(1.0)
+    assert sa == pytest.approx((pb / pa) ** exponent, rel=1e-6)
+    assert ss == pytest.approx((pb / ps) * (idle_h100 / idle_a10g) ** preference, rel=1e-6)
+
+
+@pytest.mark.parametrize("exponent", [1.0, 2.0])
+def test_the_prediction_exponent_applies_before_any_outcome(exponent: float) -> None:
+    """Before any sample endpoints of one KV capacity are one model; the exponent sharpens the ratio
+    between them and leaves the one to the smaller GPU as it is."""
+    s = BacklogTtftScorer(prediction_exponent=exponent)
+    endpoints = [
+        ep("big", block_size=16, num_gpu_blocks=4000),
+        ep("busy", block_size=16, num_gpu_blocks=4000),
+        ep("small", block_size=16, num_gpu_blocks=1000),
+    ]
+    s.on_picked(ctx(request(500, "ahead"), now=0.0), endpoints[1])
+    big, busy, small = s.predicted(endpoints, tokens=1000, now=0.0)
+    scores = s.score(ctx(request(1000), now=0.0), endpoints)
+    assert scores == pytest.approx([1.0, (big / busy) ** exponent, big / small])
+
+
+def test_the_prediction_exponent_parameter() -> None:
+    assert factory(TYPE, {}, "p").prediction_exponent == 4.0
+    assert BacklogTtftScorer().prediction_exponent == 4.0
+    assert factory(TYPE, {"predictionExponent": 1}, "p").prediction_exponent == 1.0
+    with pytest.raises(SchedulerConfigError, match=r"p.*predictionExponent"):
+        factory(TYPE, {"predictionExponent": -1}, "p")
+
+
+@pytest.mark.parametrize(("labels", "sharpened"), [(("h100", "h100"), True), (("h100", "h200"), False)])
+def test_the_prediction_exponent_leaves_differently_labelled_endpoints_of_one_model_plain(
+    labels: tuple[str, str], sharpened: bool
+) -> None:
+    """Before any sample an H200 and a 2xH100 pod hold about the same KV cache and so share the prior
+    model; sharpened as one kind, the H200 lost the early picks of random-1-14 (docs/benchmark.md,
+    routing round 10). Their ``hardwareLabel`` values tell them apart."""
+    s = BacklogTtftScorer(prediction_exponent=3.0)
+    endpoints = [
+        *(
+            ep(f"e{i}", block_size=16, num_gpu_blocks=4000, labels={"gpu": label})
+            for i, label in enumerate(labels)
+        ),
+        ep("small", block_size=16, num_gpu_blocks=1000, labels={"gpu": "a10g"}),  # a mixed fleet
+    ]
+    s.on_picked(ctx(request(500, "ahead"), now=0.0), endpoints[1])
+    first, second, small = s.predicted(endpoints, tokens=1000, now=0.0)
+    scores = s.score(ctx(request(1000), now=0.0), endpoints)
+    assert scores == pytest.approx([1.0, (first / second) ** (3.0 if sharpened else 1.0), first / small])
+
+
+def test_the_prediction_exponent_leaves_adapter_requests_plain() -> None:
+    """Adapter requests keep the plain ratio (then the slot price): sharpened too, random-1-03 (a LoRA
+    draw) went from 346 to 458 ms against the oracle's 350 (docs/benchmark.md, routing round 10)."""
+    endpoints = [
+        ep("a", block_size=16, num_gpu_blocks=4000, labels={"gpu": "h100"}),
+        ep("b", block_size=16, num_gpu_blocks=4000, labels={"gpu": "h100"}),
+        ep("small", block_size=16, num_gpu_blocks=1000, labels={"gpu": "a10g"}),
+    ]
+    scores = {}
+    for exponent in (1.0, 3.0):
+        s = BacklogTtftScorer(prediction_exponent=exponent)
+        teach(s, "a", H100)
+        teach(s, "b", H100)
+        teach(s, "small", A10G)
+        s.on_picked(ctx(request(3000, "ahead"), now=LATER), endpoints[0])
+        adapter_request = dataclasses.replace(request(1000), model="lora-x", adapter="lora-x")
+        scores[exponent] = s.score(ctx(adapter_request, now=LATER), endpoints)
+    assert scores[1.0][0] is not None
+    assert scores[1.0][0] < 1.0  # the busy twin scores below its idle one
+    assert scores[3.0] == scores[1.0]

@@ -79,7 +79,15 @@ still meet the guess twice: probing those early cost tail latency on the benchma
 where ``idle_i = b_i + s_i * n`` is how fast the endpoint would serve this request with nothing
 ahead. The second factor breaks near-ties towards faster hardware: a slow GPU holding a request
 group's prefix predicts about what a fast one predicts without it, and greedy per-request choice
-would then tie the whole group to the slow GPU.
+would then tie the whole group to the slow GPU. Between candidates predicted with one model (one
+kind of hardware within a mixed fleet) the first factor is sharpened to ``(best_k / predicted_i) **
+predictionExponent x best / best_k``, ``best_k`` the lowest prediction of that model: the plain
+ratio shrinks as the whole fleet's predictions grow (1.2 s against 1.5 s is 0.8), so on an overloaded
+fleet a pod predicted 0.3 s later than its twin kept most of this scorer's weight and the
+range-normalised queue and prefill-collision columns placed the request there (random-1-02,
+docs/benchmark.md, routing round 10). Between kinds the ratio stays plain (sharpened there too, an
+overloaded H200 beside six 4xA10G pods drew more than it served in time: random-1-01, same section),
+and so it does for adapter requests (sharpened, a LoRA draw lost its tail: random-1-03).
 
 **Cached prefixes**: with ``prefix-cache-scorer`` in the profile, the share of the prompt it places
 on an endpoint (``prefix.match``) is left out of that endpoint's prefill work, so prefix affinity is
@@ -138,7 +146,9 @@ slope is used, default 64; 0: any spread), ``ownWaitingShare`` (share of a mean 
 scraped waiting request that this router's pending dispatches beyond the first explain, for
 requests without an adapter, 0 to 1; 0: none, as in routing round 7; 1: all, as before it; default
 0.25), ``pendingFloor`` (share of the pending dispatches' prompt tokens the backlog a prediction
-uses never falls below, 0 to 1; 0: no floor, as before routing round 9; default 1).
+uses never falls below, 0 to 1; 0: no floor, as before routing round 9; default 1),
+``predictionExponent`` (exponent on the ratio of predictions between candidates of one model, at
+least 0; 1: the plain ratio, as before routing round 10; default 4).
 """
 
 from __future__ import annotations
@@ -188,6 +198,9 @@ DEFAULT_OWN_WAITING_SHARE = 0.25
 DEFAULT_PENDING_FLOOR = 1.0
 """Share of the prompt tokens of this router's pending dispatches to an endpoint (sent, first token
 not seen) below which its backlog is never estimated (``pendingFloor``; 0: no floor)."""
+DEFAULT_PREDICTION_EXPONENT = 4.0
+"""Exponent on the ratio of predictions between endpoints of one model and one ``hardwareLabel`` value
+(``predictionExponent``; 1: the plain ratio, as before routing round 10)."""
 DEFAULT_HARDWARE_LABEL = "gpu"
 """Pod label naming the GPU kind (the simulated fleets set it; "" switches the label check off)."""
 STATE_ONE_KIND = "backlog.one-kind"
@@ -400,8 +413,10 @@ class BacklogTtftScorer(PluginHooks):
         slope_spread: float = DEFAULT_SLOPE_SPREAD,
         own_waiting_share: float = DEFAULT_OWN_WAITING_SHARE,
         pending_floor: float = DEFAULT_PENDING_FLOOR,
+        prediction_exponent: float = DEFAULT_PREDICTION_EXPONENT,
     ) -> None:
         self.name = name
+        self.prediction_exponent = prediction_exponent
         self.pending_floor = pending_floor
         self.pending_tokens: dict[EndpointKey, float] = {}
         """Per endpoint, the uncached prompt tokens of its ``pending`` dispatches: none of them is
@@ -1055,6 +1070,8 @@ class BacklogTtftScorer(PluginHooks):
         if not self.fits:
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
             self._publish(ctx, endpoints, predicted, tokens)
+            if self.prediction_exponent != 1.0 and not self._adapter_cycle:
+                return list[float | None](self._ratios(predicted, endpoints))
             best = min(predicted, default=0.0)
             return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
         preference = self.speed_preference
@@ -1069,6 +1086,17 @@ class BacklogTtftScorer(PluginHooks):
         # ``_cycle_models`` (the same ``intercept + slope * tokens`` per candidate): handed over.
         self._publish(ctx, endpoints, predicted, tokens, idle, cols.keys)
         best = min(predicted, default=0.0)
+        if self.prediction_exponent != 1.0 and not self._adapter_cycle:
+            ratios = self._ratios(predicted, endpoints)
+            if preference > 0 and (fastest := min(idle)) > 0:
+                probing = self._cheap_probes
+                return list[float | None](
+                    [
+                        r * (fastest / (fastest if e.key in probing else t)) ** preference
+                        for r, e, t in zip(ratios, endpoints, idle, strict=True)
+                    ]
+                )
+            return list[float | None](ratios)
         if preference > 0:
             fastest = min(idle)
             if self._cheap_probes:
@@ -1092,6 +1120,30 @@ class BacklogTtftScorer(PluginHooks):
         if best > 0:
             return UnitScores([best / p for p in predicted])
         return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
+
+    def _ratios(self, predicted: Sequence[float], endpoints: Sequence[EndpointView]) -> list[float]:
+        """``best / predicted_i`` with the part of it between endpoints of one model sharpened:
+        ``(best_k / predicted_i) ** predictionExponent x best / best_k``, where ``best_k`` is the lowest
+        prediction among the candidates predicted with endpoint ``i``'s model (``intercept, slope``:
+        one kind of hardware, pooled, or one KV capacity before any sample) and carrying its
+        ``hardwareLabel`` value, and ``best`` the lowest of all (before any sample an H200 and a
+        2xH100 pod hold about the same KV cache: random-1-14, docs/benchmark.md, routing round 10).
+        Between kinds the ratio stays as it is (sharpened there too, an overloaded H200 beside six
+        4xA10G pods drew more than it could serve: random-1-01, same section). Requests without an
+        adapter only (:meth:`_score_base`): sharpened for adapter requests too, random-1-03 (a LoRA
+        draw) lost its tail. A prediction <= 0 scores 1.0."""
+        best = min(predicted, default=0.0)
+        models, label = self._cycle_models, self.hardware_label
+        kinds = [(models[e.key], e.labels.get(label) if label else None) for e in endpoints]
+        best_of: dict[tuple[tuple[float, float], str | None], float] = {}
+        for p, kind in zip(predicted, kinds, strict=True):
+            if p < best_of.get(kind, math.inf):
+                best_of[kind] = p
+        exponent = self.prediction_exponent
+        return [
+            1.0 if p <= 0 else (best_of[kind] / p) ** exponent * (best / best_of[kind])
+            for p, kind in zip(predicted, kinds, strict=True)
+        ]
 
     def _one_kind_scores(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         """Scores on one kind of hardware: ``1 - oneKindShare x (1 - s)`` where ``s`` is
@@ -1382,6 +1434,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScore
         slope_spread=r.number("slopeSpread", DEFAULT_SLOPE_SPREAD, minimum=0.0),
         own_waiting_share=r.number("ownWaitingShare", DEFAULT_OWN_WAITING_SHARE, minimum=0.0, maximum=1.0),
         pending_floor=r.number("pendingFloor", DEFAULT_PENDING_FLOOR, minimum=0.0, maximum=1.0),
+        prediction_exponent=r.number("predictionExponent", DEFAULT_PREDICTION_EXPONENT, minimum=0.0),
     )
     r.finish()
     return plugin
