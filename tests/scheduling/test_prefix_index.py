@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from itertools import takewhile
 
 import pytest
 
@@ -149,3 +150,49 @@ def test_endpoints_kept_per_holders_value_stay_bounded_and_answers_unchanged(
         else:
             assert compact.match(hashes) == plain.match(hashes)
         assert len(compact._holder_keys) <= 3
+
+
+def walked_match(index: PrefixIndex, hashes: list[int]) -> list[tuple[str, int]]:
+    """What ``match`` returned before its one-pass walk: a Python loop per hash, counts per holders
+    value, then each value's endpoints in slot order (the answer's order included)."""
+    per_value: dict[int, int] = {}
+    for h in hashes:
+        v = index._holders.get(h)
+        if v is None:
+            break
+        per_value[v] = per_value.get(v, 0) + 1
+    counts: dict[str, int] = {}
+    for v, n in per_value.items():
+        for slot in prefix_index._slots_of(v):
+            endpoint = index._endpoints[slot]
+            if endpoint is not None:
+                counts[endpoint] = counts.get(endpoint, 0) + n
+    return list(counts.items())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_one_pass_match_equals_the_per_hash_walk_order_included(seed: int) -> None:
+    """Chains of shared prefixes (the case the one-value shortcut serves) and diverging tails, some
+    endpoints removed: ``match`` gives the per-hash walk's counts in its order, whether the matched
+    blocks have one holders value or several, and stops at the first block nobody holds."""
+    rng = random.Random(seed)
+    index = PrefixIndex()
+    endpoints = [f"pod-{i}" for i in range(10)]
+    shared = [[rng.getrandbits(64) for _ in range(rng.randrange(1, 20))] for _ in range(6)]
+    one_value = several = 0
+    for _ in range(2_000):
+        tail = [rng.getrandbits(64) for _ in range(rng.randrange(3))]
+        chain = rng.choice(shared)[: rng.randrange(1, 21)] + tail
+        op = rng.random()
+        if op < 0.45:
+            index.insert(rng.choice(endpoints), chain, capacity=rng.randrange(5, 60))
+        elif op < 0.48:
+            index.remove_endpoint(rng.choice(endpoints))
+        else:
+            expected = walked_match(index, chain)
+            assert list(index.match(chain).items()) == expected
+            walked = list(takewhile(lambda v: v is not None, map(index._holders.get, chain)))
+            one_value += len(set(walked)) == 1
+            several += len(set(walked)) > 1
+    assert one_value > 100  # both paths of ``match`` were compared
+    assert several > 100
