@@ -87,7 +87,8 @@ class PrefixIndex:
         first hash nobody holds). A shared prefix's matched blocks usually all have one holders
         value: then the counts are that value's endpoints, each with the number of matched blocks,
         made in one call (what the general loop below gives, in the same order)."""
-        matched = list(takewhile(_held, map(self._holders.get, hashes)))
+        # ``_held`` stops the walk at the first ``None``: the list holds ints only.
+        matched: list[int] = list(takewhile(_held, map(self._holders.get, hashes)))  # type: ignore[arg-type]
         if not matched:
             return {}
         first = matched[0]
