@@ -82,7 +82,16 @@ class PrefixCacheScorer(PluginHooks):
         return hashes
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
-        hashes = self._hashes(ctx, endpoints)
+        state = ctx.state
+        hashes: list[int] | None = state.get(STATE_HASHES)
+        if hashes is None:  # _hashes, written out (this scorer is usually the first to hash)
+            req = ctx.request
+            hashes = state[STATE_HASHES] = prefix_hashes(
+                req.model,
+                req.prefix_text,
+                block_chars=self._block_chars(endpoints),
+                max_blocks=self.max_blocks,
+            )
         if not hashes:
             ctx.state[STATE_ANY_HIT] = False
             return UnitScores([0.0] * len(endpoints))
@@ -118,7 +127,9 @@ class PrefixCacheScorer(PluginHooks):
         return self.lru_capacity
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
-        hashes = self._hashes(ctx, (endpoint,))
+        hashes: list[int] | None = ctx.state.get(STATE_HASHES)  # made by score, usually
+        if hashes is None:
+            hashes = self._hashes(ctx, (endpoint,))
         if hashes:
             self.index.insert(endpoint.key, hashes, capacity=self.capacity_for(endpoint))
 
