@@ -212,7 +212,8 @@ class Scheduler:
                 reason=f"no endpoint's context window holds {tokens_needed(request)} tokens",
                 removed=removed,
             )
-        ctx = CycleContext(request=request, now=now, rng=self.rng, scrape=self._scrape)
+        # Positionally, with its fresh state dict (keywords and the default factory cost twice).
+        ctx = CycleContext(request, now, self.rng, {}, self._scrape)
         threshold = self.settings.stale_threshold_s
         # is_fresh, inlined: this runs once per endpoint per request.
         fresh = [
