@@ -26,8 +26,8 @@ from igw.scheduling.plugins.prefix_index import (
     DEFAULT_BLOCK_CHARS,
     DEFAULT_LRU_CAPACITY,
     DEFAULT_MAX_BLOCKS,
+    PrefixHasher,
     PrefixIndex,
-    prefix_hashes,
 )
 from igw.scheduling.types import EndpointKey, EndpointView
 
@@ -59,6 +59,8 @@ class PrefixCacheScorer(PluginHooks):
         self.max_blocks = max_blocks
         self.lru_capacity = lru_capacity
         self.index = PrefixIndex()
+        self._hasher = PrefixHasher()
+        """The request's block hashes, reusing the blocks a recent prompt shared (see its docstring)."""
         self._positions = Positions()
 
     def _block_chars(self, endpoints: Sequence[EndpointView]) -> int:
@@ -72,7 +74,7 @@ class PrefixCacheScorer(PluginHooks):
         hashes: list[int] | None = ctx.state.get(STATE_HASHES)
         if hashes is None:
             req = ctx.request
-            hashes = prefix_hashes(
+            hashes = self._hasher.hashes(
                 req.model,
                 req.prefix_text,
                 block_chars=self._block_chars(endpoints),
@@ -86,7 +88,7 @@ class PrefixCacheScorer(PluginHooks):
         hashes: list[int] | None = state.get(STATE_HASHES)
         if hashes is None:  # _hashes, written out (this scorer is usually the first to hash)
             req = ctx.request
-            hashes = state[STATE_HASHES] = prefix_hashes(
+            hashes = state[STATE_HASHES] = self._hasher.hashes(
                 req.model,
                 req.prefix_text,
                 block_chars=self._block_chars(endpoints),
