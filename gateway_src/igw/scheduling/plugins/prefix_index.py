@@ -28,10 +28,10 @@ DEFAULT_BLOCK_CHARS = 64
 """vLLM's default 16-token block x 4 characters per token."""
 DEFAULT_MAX_BLOCKS = 256
 DEFAULT_LRU_CAPACITY = 31_250
+"""GIE's default: Llama-3-8B on an H100-80GB holds about 500K tokens = 31.25K 16-token blocks."""
 HOLDER_KEYS_KEPT = 4096
 """Distinct holders values whose endpoints :class:`PrefixIndex` keeps for :meth:`PrefixIndex.match`
 (a bound on memory; emptied when reached)."""
-"""GIE's default: Llama-3-8B on an H100-80GB holds about 500K tokens = 31.25K 16-token blocks."""
 _held = partial(operator.is_not, None)
 """Whether a holders look-up found a holder (``takewhile``'s test in :meth:`PrefixIndex.match`)."""
 
