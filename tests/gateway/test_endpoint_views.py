@@ -13,6 +13,7 @@ from typing import cast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from igw.gateway import endpoints
 from igw.gateway.endpoints import VIEW_FIELDS, DiscoveredEndpoint, EndpointPool, EndpointState
 from igw.scheduling.types import EndpointView, EngineMetrics
 
@@ -121,3 +122,31 @@ def test_a_dispatch_and_a_completion_each_tell_the_pool_once() -> None:
     after = state.view()
     assert after is not during
     assert (after.inflight, after.inflight_tokens, state.picks) == (0, 0, 1)
+
+
+def test_a_view_made_by_slot_writes_is_the_constructors_field_for_field() -> None:
+    """``new_view`` writes the slots positionally (``endpoints._view``): with every field distinct, a
+    field order that no longer matches ``EndpointView``'s would put a value in the wrong field."""
+    metrics = EngineMetrics(waiting=2)
+    labels = {"gpu": "h100"}
+    state = EndpointState(key=_KEYS[0], labels=labels, metrics=metrics, scraped_at=2.5)
+    state.scrape_failing = True
+    state.max_model_len = 4096
+    state.dispatched(300)
+    state.dispatched(200)
+    made = state.new_view()
+    built = EndpointView(
+        key=_KEYS[0],
+        metrics=metrics,
+        scraped_at=2.5,
+        scrape_failing=True,
+        inflight=2,
+        inflight_tokens=500,
+        labels=labels,
+        max_model_len=4096,
+    )
+    assert type(made) is EndpointView
+    for f in dataclasses.fields(EndpointView):
+        assert getattr(made, f.name) == getattr(built, f.name), f.name
+        assert type(getattr(made, f.name)) is type(getattr(built, f.name)), f.name
+    assert endpoints._view is not EndpointView  # the slot writes in use (see slot_init)

@@ -24,6 +24,17 @@ def test_max_score_ranking(totals: list[float], k: int, expected: list[int]) -> 
     assert MaxScorePicker(max_endpoints=k).rank(ctx(), totals) == expected
 
 
+@pytest.mark.parametrize("total", [0.0, 0.7, 1e300, float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("k", [1, 3])
+def test_one_candidate_is_picked_without_a_draw(total: float, k: int) -> None:
+    """The pick of a one-endpoint pool, whatever its total, leaves the random stream untouched (the
+    general steps draw only to break ties, and one candidate has none)."""
+    c = ctx(seed=5)
+    before = c.rng.getstate()
+    assert MaxScorePicker(max_endpoints=k).rank(c, [total]) == [0]
+    assert c.rng.getstate() == before
+
+
 @pytest.mark.parametrize("k", [1, 3])
 def test_max_score_ties_are_uniformly_random(k: int) -> None:
     picker = MaxScorePicker(max_endpoints=k)

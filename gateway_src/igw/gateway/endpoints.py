@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
+
+_view = slot_constructor(EndpointView)
+"""``EndpointView(key, metrics, scraped_at, scrape_failing, inflight, inflight_tokens, labels,
+max_model_len, unreflected_dispatches)``, every field positionally, by slot writes
+(:mod:`igw.scheduling.slot_init`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,16 +121,20 @@ class EndpointState:
         return view
 
     def new_view(self) -> EndpointView:
-        """A view built from the current fields (what :meth:`view` keeps until they change)."""
-        return EndpointView(
-            key=self.key,
-            metrics=self.metrics,
-            scraped_at=self.scraped_at,
-            scrape_failing=self.scrape_failing,
-            inflight=self.inflight,
-            inflight_tokens=self.inflight_tokens,
-            labels=self.labels,
-            max_model_len=self.max_model_len,
+        """A view built from the current fields (what :meth:`view` keeps until they change).
+
+        By slot writes (:data:`_view`): a request changes its endpoint's in-flight counts twice, so
+        the pool makes a view per request and endpoint; the frozen constructor costs about twice."""
+        return _view(
+            self.key,
+            self.metrics,
+            self.scraped_at,
+            self.scrape_failing,
+            self.inflight,
+            self.inflight_tokens,
+            self.labels,
+            self.max_model_len,
+            0,  # unreflected_dispatches: the scheduler's own ledger fills it in
         )
 
 

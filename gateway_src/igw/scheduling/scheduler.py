@@ -212,7 +212,8 @@ class Scheduler:
                 reason=f"no endpoint's context window holds {tokens_needed(request)} tokens",
                 removed=removed,
             )
-        ctx = CycleContext(request=request, now=now, rng=self.rng, scrape=self._scrape)
+        # Positionally, with its fresh state dict (keywords and the default factory cost twice).
+        ctx = CycleContext(request, now, self.rng, {}, self._scrape)
         threshold = self.settings.stale_threshold_s
         # is_fresh, inlined: this runs once per endpoint per request.
         fresh = [
@@ -303,7 +304,6 @@ class Scheduler:
         removed: Mapping[EndpointKey, str] | None = None,
     ) -> RoutingDecision:
         n = len(candidates)
-        columns: list[tuple[str, float, list[float]]] = []
         value_lists: list[list[float]] = []
         notes: list[str] = []
         left_out: list[int] | None = None
@@ -321,10 +321,13 @@ class Scheduler:
                         left_out.append(position)
                     continue
                 values = checked
-            columns.append((scorer.name, ws.weight, values))
             value_lists.append(values)
+        # (name, weight, values) of each scorer that scored: made only where the profile's kernels
+        # do not serve (another scorer list, a NaN to clamp, the general rows loop).
+        columns: list[tuple[str, float, list[float]]] | None = None
         rows: _RowsKernel | None = None
         if scorers is not self.profile.scorers or self._profile_kernel is None:
+            columns = _named_columns(scorers, left_out, value_lists)
             totals = _weighted_sum(columns, n)
         elif left_out is None:
             totals = self._profile_kernel(*value_lists)  # every scorer scored: the profile's kernel
@@ -337,6 +340,8 @@ class Scheduler:
             totals = [0.0] * n  # no scorer scored: what _weighted_sum gives for no columns
         check = sum(totals)
         if check != check:  # NaN: some column held a NaN the range check let through
+            if columns is None:
+                columns = _named_columns(scorers, left_out, value_lists)
             columns = [(name, w, _clamped(values)) for name, w, values in columns]
             value_lists = [values for _, _, values in columns]
             totals = _weighted_sum(columns, n)
@@ -352,6 +357,8 @@ class Scheduler:
         if rows is not None:
             scores = rows(candidates, ranked, totals, *value_lists)
         else:
+            if columns is None:
+                columns = _named_columns(scorers, left_out, value_lists)
             scores = {}
             for i in ranked:
                 row = scores[candidates[i].key] = {name: w * vals[i] for name, w, vals in columns}
@@ -361,10 +368,10 @@ class Scheduler:
         return _decision(
             DecisionKind.PICKED,
             chosen.key,
-            tuple([candidates[i].key for i in ranked[1:]]),
+            tuple([candidates[i].key for i in ranked[1:]]) if len(ranked) > 1 else (),
             scores,
             None,
-            "; ".join(notes),
+            "; ".join(notes) if notes else "",
             removed if removed is not None else {},
         )
 
@@ -397,6 +404,18 @@ class Scheduler:
             self.ledger.forget(keys)
         for plugin in self._plugins:
             plugin.on_endpoints_removed(keys)
+
+
+def _named_columns(
+    scorers: Sequence[WeightedScorer], left_out: list[int] | None, value_lists: list[list[float]]
+) -> list[tuple[str, float, list[float]]]:
+    """``(name, weight, values)`` of each scorer that scored, in profile order: ``value_lists``
+    holds one list per scorer not ``left_out``."""
+    if left_out is None:
+        scored: Sequence[WeightedScorer] = scorers
+    else:
+        scored = [ws for position, ws in enumerate(scorers) if position not in left_out]
+    return [(ws.scorer.name, ws.weight, values) for ws, values in zip(scored, value_lists, strict=True)]
 
 
 def _overrides(plugin: Plugin, hook: str) -> bool:

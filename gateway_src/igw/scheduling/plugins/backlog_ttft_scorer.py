@@ -312,6 +312,13 @@ def kv_capacities(endpoints: Sequence[EndpointView]) -> list[float | None]:
     ]
 
 
+def _prior_drain(endpoint: EndpointView) -> float:
+    """Seconds per backlog token assumed from the endpoint's KV cache before anything is measured
+    (a larger cache: a faster GPU); 0 (no drain) when its size is unknown."""
+    [capacity] = kv_capacities([endpoint])
+    return 1.0 / (capacity * PRIOR_TOKENS_PER_S_PER_KV_TOKEN) if capacity else 0.0
+
+
 def capacities_updated(
     old: list[float | None], changed: list[int], metrics: Sequence[EngineMetrics | None]
 ) -> list[float | None]:
@@ -1212,8 +1219,7 @@ class BacklogTtftScorer(PluginHooks):
         model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
         if model is not None:
             return self._drain_slope(key, *model, queued)
-        [capacity] = kv_capacities([endpoint])
-        return 1.0 / (capacity * PRIOR_TOKENS_PER_S_PER_KV_TOKEN) if capacity else 0.0
+        return _prior_drain(endpoint)
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         """The pick's uncached prompt tokens join the endpoint's backlog, drained up to now first.
@@ -1229,7 +1235,9 @@ class BacklogTtftScorer(PluginHooks):
         queued = backlog.tokens
         model = self._cycle_models.get(key) or self._model(key, self._cycle_pooled)
         if model is None:
-            drain = self._drain_of(endpoint, queued)  # nothing measured: the KV-based prior
+            # Nothing measured: the KV-based prior (what _drain_of gives: its own look-up of the
+            # model, just made, would find None again).
+            drain = _prior_drain(endpoint)
         else:
             intercept, slope = model
             fit = self.fits.get(key)

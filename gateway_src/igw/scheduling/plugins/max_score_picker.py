@@ -24,8 +24,10 @@ class MaxScorePicker(CountedPicker):
 
     def rank(self, ctx: CycleContext, totals: Sequence[float]) -> list[int]:
         n = len(totals)
-        if n == 0:
-            return []
+        if n < 2:
+            # Nothing to order and no tie to break: the steps below give [0] for one candidate
+            # whatever its total (NaN included) without a draw, so the random stream is the same.
+            return [0] if n else []
         rnd = ctx.rng.random
         if self.max_endpoints == 1 or n == 1:
             best = max(totals)

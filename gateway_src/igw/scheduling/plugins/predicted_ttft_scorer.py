@@ -93,7 +93,7 @@ class PredictedTtftScorer(PluginHooks):
         ``cols``: the pick's shared reads of ``endpoints`` (:meth:`CycleContext.columns`), if any.
         """
         cols = cols or Columns(endpoints)
-        speeds = self.pooled_ttft(endpoints, cols)
+        speeds = self.pool.pooled(cols.keys)  # pooled_ttft, without its call
         waiting = cols.waiting
         if waiting is not None and waiting.lo >= 0:
             unreflected = cols.unreflected

@@ -26,8 +26,8 @@ from igw.scheduling.plugins.prefix_index import (
     DEFAULT_BLOCK_CHARS,
     DEFAULT_LRU_CAPACITY,
     DEFAULT_MAX_BLOCKS,
+    PrefixHasher,
     PrefixIndex,
-    prefix_hashes,
 )
 from igw.scheduling.types import EndpointKey, EndpointView
 
@@ -59,6 +59,8 @@ class PrefixCacheScorer(PluginHooks):
         self.max_blocks = max_blocks
         self.lru_capacity = lru_capacity
         self.index = PrefixIndex()
+        self._hasher = PrefixHasher()
+        """The request's block hashes, reusing the blocks a recent prompt shared (see its docstring)."""
         self._positions = Positions()
 
     def _block_chars(self, endpoints: Sequence[EndpointView]) -> int:
@@ -72,7 +74,7 @@ class PrefixCacheScorer(PluginHooks):
         hashes: list[int] | None = ctx.state.get(STATE_HASHES)
         if hashes is None:
             req = ctx.request
-            hashes = prefix_hashes(
+            hashes = self._hasher.hashes(
                 req.model,
                 req.prefix_text,
                 block_chars=self._block_chars(endpoints),
@@ -82,7 +84,16 @@ class PrefixCacheScorer(PluginHooks):
         return hashes
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
-        hashes = self._hashes(ctx, endpoints)
+        state = ctx.state
+        hashes: list[int] | None = state.get(STATE_HASHES)
+        if hashes is None:  # _hashes, written out (this scorer is usually the first to hash)
+            req = ctx.request
+            hashes = state[STATE_HASHES] = self._hasher.hashes(
+                req.model,
+                req.prefix_text,
+                block_chars=self._block_chars(endpoints),
+                max_blocks=self.max_blocks,
+            )
         if not hashes:
             ctx.state[STATE_ANY_HIT] = False
             return UnitScores([0.0] * len(endpoints))
@@ -118,7 +129,9 @@ class PrefixCacheScorer(PluginHooks):
         return self.lru_capacity
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
-        hashes = self._hashes(ctx, (endpoint,))
+        hashes: list[int] | None = ctx.state.get(STATE_HASHES)  # made by score, usually
+        if hashes is None:
+            hashes = self._hashes(ctx, (endpoint,))
         if hashes:
             self.index.insert(endpoint.key, hashes, capacity=self.capacity_for(endpoint))
 

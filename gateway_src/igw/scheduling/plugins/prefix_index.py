@@ -14,8 +14,11 @@ out roughly when the server would have evicted them.
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from functools import partial
+from itertools import takewhile
 
 import xxhash
 
@@ -25,10 +28,12 @@ DEFAULT_BLOCK_CHARS = 64
 """vLLM's default 16-token block x 4 characters per token."""
 DEFAULT_MAX_BLOCKS = 256
 DEFAULT_LRU_CAPACITY = 31_250
+"""GIE's default: Llama-3-8B on an H100-80GB holds about 500K tokens = 31.25K 16-token blocks."""
 HOLDER_KEYS_KEPT = 4096
 """Distinct holders values whose endpoints :class:`PrefixIndex` keeps for :meth:`PrefixIndex.match`
 (a bound on memory; emptied when reached)."""
-"""GIE's default: Llama-3-8B on an H100-80GB holds about 500K tokens = 31.25K 16-token blocks."""
+_held = partial(operator.is_not, None)
+"""Whether a holders look-up found a holder (``takewhile``'s test in :meth:`PrefixIndex.match`)."""
 
 
 def prefix_hashes(model: str, text: str, *, block_chars: int, max_blocks: int) -> list[int]:
@@ -43,6 +48,75 @@ def prefix_hashes(model: str, text: str, *, block_chars: int, max_blocks: int) -
         h = digest(data[i : i + block_chars] + h.to_bytes(8, "little"))
         append(h)
     return out
+
+
+HASHED_PREFIXES_KEPT = 256
+"""Distinct first blocks whose last hashed prompt :class:`PrefixHasher` keeps (a bound on memory:
+at most this many prompts' whole blocks, up to ``max_blocks`` each, 16 KB at the defaults; emptied
+when reached)."""
+
+
+class PrefixHasher:
+    """:func:`prefix_hashes`, reusing the chain of the last prompt that began with the same block.
+
+    Why: requests that share a prompt prefix (a system prompt, the earlier turns of a conversation)
+    hash the same blocks again on every request, and the chain is deterministic: the hashes of the
+    blocks a prompt shares with an earlier one (same model, block size and block bound) are that
+    prompt's. Per first block the last prompt's bytes and hashes are kept; a new prompt finds how
+    many of its leading blocks are byte-equal to them (one C-level comparison when all are, else a
+    binary search of a few) and hashes only the rest. The chain does not depend on the block bound,
+    so a kept chain serves any ``max_blocks``. The result is :func:`prefix_hashes`'s, hash for
+    hash (a test compares them)."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: dict[bytes, tuple[str, int, bytes, list[int]]] = {}
+        """First block -> (model, block size, whole blocks, their hashes) of the last prompt hashed
+        that began with it."""
+
+    def hashes(self, model: str, text: str, *, block_chars: int, max_blocks: int) -> list[int]:
+        """``prefix_hashes(model, text, block_chars=block_chars, max_blocks=max_blocks)``."""
+        data = text.encode()
+        n_blocks = min(len(data) // block_chars, max_blocks)
+        if n_blocks <= 0:
+            return []
+        end = n_blocks * block_chars
+        first = data[:block_chars]
+        kept = self._kept.get(first)
+        done = 0
+        out: list[int]
+        if kept is not None and kept[0] == model and kept[1] == block_chars:
+            kept_data, kept_hashes = kept[2], kept[3]
+            shared = min(end, len(kept_data))
+            if data[:shared] == kept_data[:shared]:
+                done = shared // block_chars  # the usual case: every block the two have in common
+            else:  # the largest count of equal leading blocks (the first is equal: the key)
+                lo, hi = 1, shared // block_chars - 1
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    cut = mid * block_chars
+                    if data[:cut] == kept_data[:cut]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                done = lo
+            out = kept_hashes[:done]
+            if done == n_blocks:
+                return out
+            h = out[-1]
+        else:
+            out = []
+            h = xxhash.xxh64_intdigest(model.encode())
+        append = out.append
+        digest = xxhash.xxh64_intdigest
+        for i in range(done * block_chars, end, block_chars):  # prefix_hashes's loop from ``done``
+            h = digest(data[i : i + block_chars] + h.to_bytes(8, "little"))
+            append(h)
+        if len(self._kept) >= HASHED_PREFIXES_KEPT:
+            self._kept.clear()
+        self._kept[first] = (model, block_chars, data[:end], out.copy())
+        return out
 
 
 class PrefixIndex:
@@ -76,13 +150,24 @@ class PrefixIndex:
         self._free_slots: list[int] = []
 
     def match(self, hashes: Sequence[int]) -> dict[EndpointKey, int]:
-        """Longest-prefix match: blocks matched per endpoint, walking until a hash has no holder."""
+        """Longest-prefix match: blocks matched per endpoint, walking until a hash has no holder.
+
+        The walk is one C-level pass (``takewhile`` over the holders' look-ups, stopping at the
+        first hash nobody holds). A shared prefix's matched blocks usually all have one holders
+        value: then the counts are that value's endpoints, each with the number of matched blocks,
+        made in one call (what the general loop below gives, in the same order)."""
+        # ``_held`` stops the walk at the first ``None``: the list holds ints only.
+        matched: list[int] = list(takewhile(_held, map(self._holders.get, hashes)))  # type: ignore[arg-type]
+        if not matched:
+            return {}
+        first = matched[0]
+        if matched.count(first) == len(matched):  # one holders value (the usual case)
+            keys = self._holder_keys.get(first)
+            if keys is None:
+                keys = self._keys_of(first)
+            return dict.fromkeys(keys, len(matched))
         per_value: dict[int, int] = {}
-        holders = self._holders
-        for h in hashes:
-            v = holders.get(h)
-            if v is None:
-                break
+        for v in matched:
             per_value[v] = per_value.get(v, 0) + 1
         counts: dict[EndpointKey, int] = {}
         kept = self._holder_keys

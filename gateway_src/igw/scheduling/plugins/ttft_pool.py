@@ -112,6 +112,8 @@ class TtftPool:
             self._regroup(out, moves)
 
     def _take_changes(self) -> set[EndpointKey]:
+        if not self.ttft.changed and not self.log_ttft.changed:
+            return set()  # the usual case at a pick: ``catch_up`` took them after the outcome
         changed: set[EndpointKey] = set()
         for ewma in (self.ttft, self.log_ttft):
             if ewma.changed:
