@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from igw.errors import IgwToolingError
+
 SUMMARY = re.compile(
     r"^IGW-WRK requests=(\d+) duration_us=(\d+) "
     r"connect=(\d+) read=(\d+) write=(\d+) status=(\d+) timeout=(\d+)$",
@@ -51,7 +53,7 @@ end
 """
 
 
-class WrkError(RuntimeError):
+class WrkError(IgwToolingError):
     """wrk is missing, failed, or saw errors (connect, read, write, non-2xx/3xx status, timeout)."""
 
 
