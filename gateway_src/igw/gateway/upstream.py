@@ -324,7 +324,11 @@ async def exchange(
         )
     except UpstreamStalled as exc:
         return _stalled(exc, response_headers)
-    except (UpstreamBroken, OSError, TimeoutError) as exc:
+    except TimeoutError:
+        # the head bound (a stream's streamIdleTimeout, the global router's requestTimeoutSeconds)
+        message = f"upstream {endpoint} sent no response within {idle_timeout_s or 0:g}s"
+        return _stalled(UpstreamStalled(message, reason="response_timeout"), response_headers)
+    except (UpstreamBroken, OSError) as exc:
         return _upstream_failed(f"upstream {endpoint} failed before responding", exc, response_headers)
     try:
         if upstream.content_type == "text/event-stream":
