@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -222,8 +223,8 @@ async def test_top_backs_off_while_the_gateway_does_not_answer_and_says_so() -> 
     # connections of one attempt come within a few milliseconds of each other
     starts = [t for i, t in enumerate(accepted[:attempts]) if i == 0 or t - accepted[i - 1] > 0.03]
     assert 3 <= len(starts) <= 7, accepted
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
-    assert all(later > 1.5 * earlier for earlier, later in zip(gaps, gaps[1:], strict=False)), gaps
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(later > 1.5 * earlier for earlier, later in itertools.pairwise(gaps)), gaps
     assert "scrape failed" in status
     assert re.search(r"retrying in \d+\.\d s", status), status
 

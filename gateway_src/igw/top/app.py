@@ -211,7 +211,8 @@ class TopApp(App[None]):
         up to :data:`MAX_BACKOFF_S`."""
         if not self.unreachable:
             return self.interval_s
-        return max(self.interval_s, min(self.interval_s * 2**self.unreachable, MAX_BACKOFF_S))
+        backoff: float = self.interval_s * 2.0**self.unreachable
+        return max(self.interval_s, min(backoff, MAX_BACKOFF_S))
 
     async def _refresh_and_schedule(self) -> None:
         """One refresh, then the next one timed from its end (one timer at a time: a scrape that
