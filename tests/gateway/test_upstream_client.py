@@ -560,3 +560,39 @@ async def test_the_stall_sweep_leaves_idle_pooled_connections_alone() -> None:
         assert await again.read() == b'{"n":2}'
         again.close()
         assert srv.connections == 1
+
+
+async def head_then_stall(
+    srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """A whole (JSON) answer's head and part of its body, then nothing."""
+    await srv.read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+    await writer.drain()
+    await reader.read()
+    srv.disconnected.set()
+
+
+async def test_the_stall_sweep_ends_a_whole_answer_whose_body_stopped_not_a_silent_event_stream() -> None:
+    async def stream_then_stall(
+        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await srv.read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        await writer.drain()
+        await reader.read()
+
+    async with scripted(head_then_stall) as stalled, scripted(stream_then_stall) as quiet, pool() as p:
+        whole = await post(p, stalled, b"{}")
+        stream = await post(p, quiet, b"{}")
+        reading = asyncio.create_task(whole.read())
+        ended = await sweep_until(p, reading.done, response_timeout_s=0.3, unresponsive={}, silent_for_s=0.0)
+        assert ended == {"response_timeout": 1}  # the silent event stream is streamIdleTimeout's
+        with pytest.raises(UpstreamStalled, match=r"stopped sending its response for 0\.3s"):
+            reading.result()
+        await asyncio.wait_for(stalled.disconnected.wait(), timeout=10)
+        assert await stream.readany(timeout_s=0.05) is None  # still open, nothing ended it
+        whole.close()
+        stream.close()

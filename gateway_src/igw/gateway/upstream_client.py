@@ -350,6 +350,12 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+def _streaming(conn: _Connection) -> bool:
+    """Whether ``conn``'s response is an event stream (its head arrived, ``text/event-stream``)."""
+    ctype = conn.noted.get(b"content-type") if conn.headers_done else None
+    return ctype is not None and _media_type(ctype) == "text/event-stream"
+
+
 def _probe_idle_connections(sock: socket.socket) -> None:
     """Turn on TCP keep-alive probes with the module's timing (the per-socket options exist on Linux,
     where the gateway runs; elsewhere the system's timing applies)."""
@@ -656,7 +662,9 @@ class UpstreamPool:
         """End the requests whose connection has been silent too long; how many, by reason.
 
         A request still waiting for its response head after ``response_timeout_s`` of silence
-        (``None``: no bound) ends with reason ``response_timeout``; one to an endpoint of
+        (``None``: no bound), or for the rest of a body that is not an event stream (a whole
+        answer; a stream's gaps are the relay's ``streamIdleTimeout``), ends with reason
+        ``response_timeout``; one to an endpoint of
         ``unresponsive`` (endpoint -> why it is declared so, for the message) silent for
         ``silent_for_s`` ends with reason ``unresponsive``. Each is failed with
         :class:`UpstreamStalled` and its connection aborted (the model server, should it wake,
@@ -688,8 +696,9 @@ class UpstreamPool:
                     f"({declared}; nothing received for {silent:.0f}s)"
                 )
                 reason = "unresponsive"
-            elif response_timeout_s is not None and not conn.headers_done and silent >= response_timeout_s:
-                message = f"the model server at {where} sent no response within {response_timeout_s:g}s"
+            elif response_timeout_s is not None and silent >= response_timeout_s and not _streaming(conn):
+                what = "stopped sending its response for" if conn.headers_done else "sent no response within"
+                message = f"the model server at {where} {what} {response_timeout_s:g}s"
                 reason = "response_timeout"
             else:
                 continue

@@ -60,7 +60,8 @@ class RoutingSettings:
     """A streaming upstream silent this long is treated as dead (terminal SSE error event)."""
     response_timeout_s: float | None = 600.0
     """A request still waiting for its response head after this long (a non-streamed request: its
-    whole answer) ends with 504 ``upstream_timeout``; ``None`` (``0s``) = no bound. The OpenAI SDK's
+    whole answer), or whose non-streamed body stopped arriving for this long, ends with 504
+    ``upstream_timeout``; ``None`` (``0s``) = no bound. The OpenAI SDK's
     default client timeout, far above a long generation (8k tokens at 20 tokens/s: under 7 minutes)."""
     unresponsive_timeout_s: float | None = 10.0
     """A request in flight to an endpoint excluded for failing scrapes or a frozen ``/metrics`` page,
