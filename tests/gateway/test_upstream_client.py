@@ -295,16 +295,24 @@ async def test_a_body_cut_short_raises_broken() -> None:
         resp.close()
 
 
-async def test_malformed_response_is_broken() -> None:
-    async def garbage(
-        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+def answer_then_wait(
+    data: bytes,
+) -> Callable[[ScriptedServer, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A script: read the request, write ``data``, then wait (without answering more) until the
+    client's connection goes away, which sets the server's ``disconnected``."""
+
+    async def script(srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await srv.read_request(reader)
-        writer.write(b"SPDY/9 what\r\n\r\n")
+        writer.write(data)
         await writer.drain()
         await reader.read()
+        srv.disconnected.set()
 
-    async with scripted(garbage) as srv, pool() as p:
+    return script
+
+
+async def test_malformed_response_is_broken() -> None:
+    async with scripted(answer_then_wait(b"SPDY/9 what\r\n\r\n")) as srv, pool() as p:
         with pytest.raises(UpstreamBroken, match="malformed HTTP response"):
             await post(p, srv, b"a")
 
@@ -562,29 +570,15 @@ async def test_the_stall_sweep_leaves_idle_pooled_connections_alone() -> None:
         assert srv.connections == 1
 
 
-async def head_then_stall(
-    srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    """A whole (JSON) answer's head and part of its body, then nothing."""
-    await srv.read_request(reader)
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
-    await writer.drain()
-    await reader.read()
-    srv.disconnected.set()
-
-
 async def test_the_stall_sweep_ends_a_whole_answer_whose_body_stopped_not_a_silent_event_stream() -> None:
-    async def stream_then_stall(
-        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        await srv.read_request(reader)
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-        )
-        await writer.drain()
-        await reader.read()
-
-    async with scripted(head_then_stall) as stalled, scripted(stream_then_stall) as quiet, pool() as p:
+    # a whole (JSON) answer's head and the first byte of its body; an event stream's head alone
+    whole_head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    stream_head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    async with (
+        scripted(answer_then_wait(whole_head)) as stalled,
+        scripted(answer_then_wait(stream_head)) as quiet,
+        pool() as p,
+    ):
         whole = await post(p, stalled, b"{}")
         stream = await post(p, quiet, b"{}")
         reading = asyncio.create_task(whole.read())
