@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import logging
 import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import aiohttp
 import orjson
 import pytest
 
-from igw.gateway.log_buffer import BatchedLineHandler
+from igw.gateway.access_log import AccessRecord
+from igw.gateway.log_buffer import LOG_RECORD_BYTES, BatchedLineHandler
 from igw.gateway.redaction import MASK, RedactingFormatter
 from igw.perf.serve_process import serve_process
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -138,6 +141,9 @@ class _Deferred:
             raise ValueError("cannot build the line")
         return self.text, self.clean
 
+    def queued_bytes(self) -> int:
+        return 100
+
 
 def test_deferred_lines_are_built_in_order_redacted_unless_proven_clean(
     capsys: pytest.CaptureFixture[str],
@@ -158,26 +164,29 @@ def test_deferred_lines_are_built_in_order_redacted_unless_proven_clean(
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="interval_s"):
         BatchedLineHandler(io.StringIO(), interval_s=0)
-    with pytest.raises(ValueError, match="max_queued"):
-        BatchedLineHandler(io.StringIO(), max_queued=0)
+    with pytest.raises(ValueError, match="max_queued_bytes"):
+        BatchedLineHandler(io.StringIO(), max_queued_bytes=0)
+
+
+class _Stalled(_Stream):
+    """A stream whose writes block until :attr:`release` is set (a log consumer that stopped)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def write(self, s: str) -> int:
+        self.entered.set()
+        assert self.release.wait(300)
+        return super().write(s)
 
 
 def test_a_stalled_stream_bounds_the_queue_and_the_drops_are_reported() -> None:
-    """A log consumer that stops reading must not grow the gateway's memory without bound."""
-
-    class Stalled(_Stream):
-        def __init__(self) -> None:
-            super().__init__()
-            self.entered = threading.Event()
-            self.release = threading.Event()
-
-        def write(self, s: str) -> int:
-            self.entered.set()
-            assert self.release.wait(30)
-            return super().write(s)
-
-    stream = Stalled()
-    handler = BatchedLineHandler(stream, interval_s=0.01, max_queued=4)
+    """A log consumer that stops reading must not grow the gateway's memory without bound: the
+    record stuck in the write counts until it is written, four more fit, the rest are dropped."""
+    stream = _Stalled()
+    handler = BatchedLineHandler(stream, interval_s=0.01, max_queued_bytes=5 * LOG_RECORD_BYTES)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger = _logger(handler, "igw.test.batched.stalled")
     try:
@@ -186,6 +195,7 @@ def test_a_stalled_stream_bounds_the_queue_and_the_drops_are_reported() -> None:
         for i in range(10):
             logger.info("n%d", i)
         assert handler.dropped == 6
+        assert handler.queued_bytes() == 5 * LOG_RECORD_BYTES
     finally:
         stream.release.set()
         logger.removeHandler(handler)
@@ -194,11 +204,70 @@ def test_a_stalled_stream_bounds_the_queue_and_the_drops_are_reported() -> None:
     assert lines[:5] == ["first", "n0", "n1", "n2", "n3"]
     assert len(lines) == 6
     assert "6 log records dropped" in lines[5]
+    assert handler.queued_bytes() == 0
+
+
+def _access_record(i: int, rows: int) -> AccessRecord:
+    """An access record as the observer leaves it: fresh id and numbers, ``rows`` scored endpoints."""
+    keys = [f"10.0.{k // 250}.{k % 250}:8000" for k in range(rows)]
+    scorers = ("queue", "kv-cache", "prefix", "predicted-ttft", "backlog-ttft", "collision", "total")
+    return AccessRecord(
+        request_id=f"{i:032x}",
+        method="POST",
+        path="/v1/completions",
+        model="llama",
+        scheduler="llama",
+        status=200,
+        endpoint=keys[0],
+        attempts=1,
+        scores={key: {name: (i * 0.37 + j) % 3.1 for j, name in enumerate(scorers)} for key in keys},
+        decision_us=50.5 + i,
+        duration_ms=3.3 + i,
+        stream=True,
+        prompt_tokens=i % 500,
+        completion_tokens=i % 300,
+    )
+
+
+@pytest.mark.parametrize("rows", [1, 4, 16])
+def test_a_stalled_stream_keeps_queued_access_records_within_the_byte_bound(rows: int) -> None:
+    """Access records queued behind a stalled stream hold at most ``max_queued_bytes`` (traced), the
+    rest are dropped and counted, and every kept one is written once the stream moves. With the
+    former bound of 65,536 records all 4,000 (4.5-36 MB) would have stayed."""
+    budget = 1024 * 1024
+    stream = _Stalled()
+    handler = BatchedLineHandler(stream, interval_s=0.01, max_queued_bytes=budget)
+    handler.setFormatter(RedactingFormatter("%(message)s"))
+    try:
+        handler.emit_line("first")
+        assert stream.entered.wait(30)  # stuck writing "first": everything else waits
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(4000):
+                handler.emit_deferred(_access_record(i, rows))
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        kept = 4000 - handler.dropped
+        assert handler.dropped > 0
+        assert held <= budget, (held, kept)
+        assert handler.queued_bytes() <= budget
+        assert kept * _access_record(0, rows).queued_bytes() <= budget
+    finally:
+        stream.release.set()
+        handler.close()
+    lines = stream.lines()
+    assert len(lines) == 1 + kept + 1
+    assert [orjson.loads(line)["request_id"] for line in lines[1:-1]] == [f"{i:032x}" for i in range(kept)]
+    assert f"{handler.dropped} log records dropped" in lines[-1]
 
 
 _EXITS_ON_SIGTERM = """
 import logging, os, signal, sys
-from igw.gateway.log_buffer import BatchedLineHandler
+from igw.gateway.access_log import AccessRecord
+from igw.gateway.log_buffer import LOG_RECORD_BYTES, BatchedLineHandler
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as igw serve: SIGTERM ends it normally
 logger = logging.getLogger("igw.access")
 logger.setLevel(logging.INFO)

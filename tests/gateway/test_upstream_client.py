@@ -22,6 +22,7 @@ from igw.gateway.upstream_client import (
     UpstreamBroken,
     UpstreamPool,
     UpstreamResponse,
+    UpstreamStalled,
     parse_origin,
 )
 
@@ -294,16 +295,24 @@ async def test_a_body_cut_short_raises_broken() -> None:
         resp.close()
 
 
-async def test_malformed_response_is_broken() -> None:
-    async def garbage(
-        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+def answer_then_wait(
+    data: bytes,
+) -> Callable[[ScriptedServer, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A script: read the request, write ``data``, then wait (without answering more) until the
+    client's connection goes away, which sets the server's ``disconnected``."""
+
+    async def script(srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await srv.read_request(reader)
-        writer.write(b"SPDY/9 what\r\n\r\n")
+        writer.write(data)
         await writer.drain()
         await reader.read()
+        srv.disconnected.set()
 
-    async with scripted(garbage) as srv, pool() as p:
+    return script
+
+
+async def test_malformed_response_is_broken() -> None:
+    async with scripted(answer_then_wait(b"SPDY/9 what\r\n\r\n")) as srv, pool() as p:
         with pytest.raises(UpstreamBroken, match="malformed HTTP response"):
             await post(p, srv, b"a")
 
@@ -470,3 +479,114 @@ async def test_a_body_that_came_with_its_head_is_received_without_waiting_else_r
         assert await resp.read() == b"abcdef"
         resp.close()
         assert srv.connections == 1  # both complete: the connection was reused
+
+
+async def trickle_stream(
+    srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """A stream's head, then one event every 50 ms until the client goes away."""
+    await srv.read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+    while True:
+        writer.write(b"b\r\ndata: tok\n\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+
+
+async def sweep_until(p: UpstreamPool, done: Callable[[], bool], **bounds: object) -> dict[str, int]:
+    """Run the stall sweep every 50 ms (the watchdog's timer, faster) until ``done``; what it ended."""
+    ended: dict[str, int] = {}
+    for _ in range(200):
+        for reason, n in p.end_stalled(**bounds).items():  # type: ignore[arg-type]
+            ended[reason] = ended.get(reason, 0) + n
+        if done():
+            return ended
+        await asyncio.sleep(0.05)
+    pytest.fail(f"the sweep did not finish: {ended}")
+
+
+async def test_the_stall_sweep_ends_a_silent_request_to_an_unresponsive_endpoint_not_a_live_stream() -> None:
+    """An endpoint declared unresponsive: the request whose connection is silent ends with
+    UpstreamStalled (connection aborted), the one still receiving bytes is left alone; an endpoint
+    not declared so keeps its silent request (a long non-streamed generation)."""
+    async with (
+        scripted(never_answer) as silent,
+        scripted(never_answer) as healthy,
+        scripted(trickle_stream) as streaming,
+        pool() as p,
+    ):
+        keys = {name: f"127.0.0.1:{srv.port}" for name, srv in (("silent", silent), ("healthy", healthy))}
+        stream_key = f"127.0.0.1:{streaming.port}"
+        waits = {
+            name: asyncio.create_task(p.post(key, "/", headers={}, body=b"{}", connect_timeout_s=5))
+            for name, key in keys.items()
+        }
+        stream = await p.post(stream_key, "/", headers={}, body=b"{}", connect_timeout_s=5)
+        await asyncio.sleep(0.1)
+        unresponsive = {keys["silent"]: "declared so by the test", stream_key: "declared so by the test"}
+        ended = await sweep_until(
+            p, waits["silent"].done, response_timeout_s=None, unresponsive=unresponsive, silent_for_s=0.3
+        )
+        assert ended == {"unresponsive": 1}
+        with pytest.raises(UpstreamStalled, match=r"stopped responding.*declared so by the test") as info:
+            waits["silent"].result()
+        assert info.value.reason == "unresponsive"
+        await asyncio.wait_for(silent.disconnected.wait(), timeout=10)  # aborted: the pod sees it
+        for _ in range(10):  # the stream keeps flowing through more sweeps than its silence bound
+            assert p.end_stalled(response_timeout_s=None, unresponsive=unresponsive, silent_for_s=0.3) == {}
+            assert await stream.readany(timeout_s=2)
+            await asyncio.sleep(0.05)
+        assert not waits["healthy"].done()
+        waits["healthy"].cancel()
+        stream.close()
+
+
+async def test_the_stall_sweep_ends_a_request_without_a_response_head_past_the_response_timeout() -> None:
+    async with scripted(never_answer) as srv, pool() as p:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waiting = asyncio.create_task(post(p, srv, b"{}"))
+        ended = await sweep_until(p, waiting.done, response_timeout_s=0.3, unresponsive={}, silent_for_s=0.0)
+        assert ended == {"response_timeout": 1}
+        assert loop.time() - started >= 0.3
+        with pytest.raises(UpstreamStalled, match=r"no response within 0\.3s") as info:
+            waiting.result()
+        assert info.value.reason == "response_timeout"
+        await asyncio.wait_for(srv.disconnected.wait(), timeout=10)
+
+
+async def test_the_stall_sweep_leaves_idle_pooled_connections_alone() -> None:
+    async with scripted(keep_serving) as srv, pool() as p:
+        resp = await post(p, srv, b"a")
+        await resp.read()
+        resp.close()
+        key = f"127.0.0.1:{srv.port}"
+        for _ in range(3):
+            assert p.end_stalled(response_timeout_s=0.0, unresponsive={key: "x"}, silent_for_s=0.0) == {}
+            await asyncio.sleep(0.02)
+        again = await post(p, srv, b"b")  # the idle connection was kept and is reused
+        assert await again.read() == b'{"n":2}'
+        again.close()
+        assert srv.connections == 1
+
+
+async def test_the_stall_sweep_ends_a_whole_answer_whose_body_stopped_not_a_silent_event_stream() -> None:
+    # a whole (JSON) answer's head and the first byte of its body; an event stream's head alone
+    whole_head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    stream_head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    async with (
+        scripted(answer_then_wait(whole_head)) as stalled,
+        scripted(answer_then_wait(stream_head)) as quiet,
+        pool() as p,
+    ):
+        whole = await post(p, stalled, b"{}")
+        stream = await post(p, quiet, b"{}")
+        reading = asyncio.create_task(whole.read())
+        ended = await sweep_until(p, reading.done, response_timeout_s=0.3, unresponsive={}, silent_for_s=0.0)
+        assert ended == {"response_timeout": 1}  # the silent event stream is streamIdleTimeout's
+        with pytest.raises(UpstreamStalled, match=r"stopped sending its response for 0\.3s"):
+            reading.result()
+        await asyncio.wait_for(stalled.disconnected.wait(), timeout=10)
+        assert await stream.readany(timeout_s=0.05) is None  # still open, nothing ended it
+        whole.close()
+        stream.close()

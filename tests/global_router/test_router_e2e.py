@@ -322,3 +322,29 @@ async def test_model_rate_limit_is_shared_by_both_replicas(redis_server: RedisSe
             [await fx.metric("igw_global_ratelimit_hits_total", replica=r, model=MODEL) for r in (0, 1)]
         )
         assert hits == 6
+
+
+async def test_a_cluster_that_never_answers_is_a_504_after_request_timeout_then_retried(
+    redis_server: RedisServer,
+) -> None:
+    """A tier-1 gateway that takes the request and never answers (frozen, heartbeats still fresh):
+    ``requestTimeoutSeconds`` bounds the wait for its response head, the attempt counts as a 504
+    ``upstream_timeout`` and, nothing having been sent to the client, the next cluster serves it."""
+
+    async def never(_request: web.Request) -> web.Response:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", never)
+    spec = {"upstream": {"requestTimeoutSeconds": 0.5}}
+    async with fleet(redis_server, **spec) as fx, serve_app(app, host="127.0.0.1", port=0) as frozen_url:
+        for f in fx.fleets:
+            for name in ("east-a", "east-b"):
+                f.clusters[name] = replace(f.clusters[name], endpoint=frozen_url)
+        started = time.monotonic()
+        async with await fx.post({"model": MODEL, "prompt": "hello"}) as resp:
+            assert resp.status == 200, await resp.text()
+            assert resp.headers["x-igw-cluster"] == "west-a"
+        assert time.monotonic() - started >= 0.5
+        assert await fx.metric("igw_global_upstream_retries_total", cause="5xx") >= 1

@@ -8,11 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
+import os
 import random
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,6 +184,47 @@ async def in_process_gateway(
             for key in endpoints:
                 await wait_until(functools.partial(gw.fresh, key), within=10, what=f"{key} scraped")
         yield gw
+
+
+@dataclass
+class FleetChild:
+    """An ``igw sim fleet`` child process: its pods' ``host:port`` keys and its pid (to stop it with
+    SIGSTOP, as a frozen node or a debugger would)."""
+
+    keys: list[str]
+    pid: int
+
+
+@contextlib.contextmanager
+def fleet_child(tmp_path: Path, spec: Mapping[str, Any]) -> Iterator[FleetChild]:
+    """``igw sim fleet`` for ``spec`` (a fleet-spec mapping) as a child process; on exit it is
+    continued (if stopped) and ended."""
+    spec_path = tmp_path / "fleet.yaml"
+    spec_path.write_text(yaml.safe_dump(dict(spec)))
+    log_path = tmp_path / "fleet.log"
+    with log_path.open("wb") as log:
+        argv = [sys.executable, "-m", "igw.cli.main", "sim", "fleet", "--spec", str(spec_path), "--json"]
+        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        described = None
+        while described is None:
+            assert child.poll() is None, f"igw sim fleet exited: {log_path.read_text()}"
+            assert time.monotonic() < deadline, f"igw sim fleet not up: {log_path.read_text()}"
+            described = next(
+                (line for line in log_path.read_text().splitlines() if line.startswith("{")), None
+            )
+            time.sleep(0.05)
+        yield FleetChild(keys=[str(pod["key"]) for pod in json.loads(described)["pods"]], pid=child.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGCONT)
+            child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 def sigterm_until_it_exits(process: subprocess.Popen[Any], *, within_s: float = 60) -> int:

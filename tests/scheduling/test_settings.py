@@ -42,6 +42,8 @@ def test_schema_defaults_equal_the_code_defaults() -> None:
         "streamIdleTimeout": code.stream_idle_timeout_s,
         "configReloadInterval": code.config_reload_interval_s,
         "sseKeepAliveInterval": code.sse_keepalive_interval_s,
+        "responseTimeout": code.response_timeout_s,
+        "unresponsiveTimeout": code.unresponsive_timeout_s,
     }
     for key, seconds in durations.items():
         assert parse_duration(s[key]["default"]) == pytest.approx(seconds), key
@@ -64,6 +66,15 @@ def test_values_are_read() -> None:
     assert (got.scrape_interval_s, got.stale_threshold_s) == pytest.approx((0.02, 0.3))
     assert (got.queue_depth_threshold, got.kv_cache_util_threshold) == (2, 0.5)
     assert (got.retry_after_min_s, got.retry_after_max_s) == (2, 9)
+
+
+def test_zero_response_and_unresponsive_timeouts_mean_no_bound() -> None:
+    raw = {"responseTimeout": "0s", "unresponsiveTimeout": "0s"}
+    jsonschema.validate(raw, schema())
+    got = RoutingSettings.from_extension(raw)
+    assert (got.response_timeout_s, got.unresponsive_timeout_s) == (None, None)
+    longer = RoutingSettings.from_extension({"responseTimeout": "30m", "unresponsiveTimeout": "30s"})
+    assert (longer.response_timeout_s, longer.unresponsive_timeout_s) == (1800, 30)
 
 
 @pytest.mark.parametrize(

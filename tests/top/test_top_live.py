@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -16,7 +17,14 @@ from textual.widgets import DataTable
 
 from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
-from igw.top.app import DECISION_COLUMNS, MODEL_COLUMNS, POD_COLUMNS, POOL_COLUMNS, TopApp
+from igw.top.app import (
+    DECISION_COLUMNS,
+    MAX_BACKOFF_S,
+    MODEL_COLUMNS,
+    POD_COLUMNS,
+    POOL_COLUMNS,
+    TopApp,
+)
 from igw.top.source import GatewaySource
 from igw.top.view import READ_METRICS, SIGNAL_MISSING
 from tests.gateway.support import wait_for
@@ -188,4 +196,46 @@ async def test_unreachable_gateway_is_named_in_the_status_line() -> None:
         status = str(app.query_one("#status").render())
     assert f"{url}/metrics" in status
     assert "scrape failed" in status
-    assert "(no view yet)" in status  # not "showing the last good view": there never was one
+    assert "(no view yet; retrying in 0.4 s)" in status  # no "last good view": there never was one
+
+
+async def test_top_backs_off_while_the_gateway_does_not_answer_and_says_so() -> None:
+    """A listener that accepts and drops every connection at once (a port-forward with nothing
+    behind it): at a 50 ms interval ``igw top`` tried ~40 times in 2 s; with the backoff (100, 200,
+    400, 800 ms ...) a handful of times, and the status line says when it tries next."""
+    accepted: list[float] = []
+
+    async def drop(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(asyncio.get_running_loop().time())
+        writer.transport.abort()
+
+    server = await asyncio.start_server(drop, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server:
+        app = TopApp(GatewaySource(url), interval_s=0.05)
+        async with app.run_test(size=SIZE):
+            await wait_for(lambda: len(accepted) >= 1, within=30, what="the first attempt")
+            await asyncio.sleep(2.0)
+            attempts = len(accepted)
+            status = str(app.query_one("#status").render())
+            assert app.unreachable >= 3
+    # aiohttp repeats an idempotent request once on a fresh connection when one is dropped: the
+    # connections of one attempt come within a few milliseconds of each other
+    starts = [t for i, t in enumerate(accepted[:attempts]) if i == 0 or t - accepted[i - 1] > 0.03]
+    assert 3 <= len(starts) <= 7, accepted
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(later > 1.5 * earlier for earlier, later in itertools.pairwise(gaps)), gaps
+    assert "scrape failed" in status
+    assert re.search(r"retrying in \d+\.\d s", status), status
+
+
+def test_the_backoff_doubles_up_to_its_bound_and_resets_on_an_answer() -> None:
+    app = TopApp(GatewaySource("http://127.0.0.1:9"), interval_s=1.0)
+    delays = []
+    for failures in range(7):
+        app.unreachable = failures
+        delays.append(app.next_delay_s())
+    assert delays == [1.0, 2.0, 4.0, 8.0, MAX_BACKOFF_S, MAX_BACKOFF_S, MAX_BACKOFF_S]
+    slow = TopApp(GatewaySource("http://127.0.0.1:9"), interval_s=30.0)
+    slow.unreachable = 3
+    assert slow.next_delay_s() == 30.0  # never shorter than the interval asked for

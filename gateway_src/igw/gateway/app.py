@@ -6,7 +6,8 @@
     async with serve_app(app, host="127.0.0.1", port=0) as url: ...
 
 Background services live in the app's cleanup context, started in order and stopped in reverse:
-guard -> upstream HTTP session and scrape client -> scraper -> discovery -> config reloader.
+guard -> upstream HTTP session and scrape client -> scraper -> upstream stall watchdog -> discovery -> config
+reloader.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import CONNECTION_HANDLER_KEY, INFLIGHT_KEY
 from igw.gateway.state import GatewayState
 from igw.gateway.upstream import proxy_session
+from igw.gateway.upstream_watchdog import UpstreamWatchdog
 from igw.gateway.worker_metrics import WorkerMetrics
 from igw.gateway.workers import WorkerRole
 
@@ -253,6 +255,8 @@ def create_app(
         )
         if worker_metrics is not None:
             await worker_metrics.start()
+        watchdog = UpstreamWatchdog(runtime=lambda: state.runtime, pool=upstream, metrics=state.metrics)
+        watchdog.start()
         reloader = (
             ConfigReloader(
                 config_path,
@@ -278,6 +282,7 @@ def create_app(
                 await reloader.stop()
             if discovery is not None:
                 await discovery.stop()
+            watchdog.stop()
             await state.scraper.close()
             if worker_metrics is not None:
                 await worker_metrics.close()

@@ -60,6 +60,8 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         "upstream_connect_failed": ErrorKind(502, "upstream_error"),
         "upstream_error": ErrorKind(502, "upstream_error"),
         "route_timeout": ErrorKind(504, "timeout"),
+        "upstream_timeout": ErrorKind(504, "timeout"),  # no response head within responseTimeout
+        "upstream_unresponsive": ErrorKind(504, "timeout"),  # its endpoint declared unresponsive
     }
 )
 

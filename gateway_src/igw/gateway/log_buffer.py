@@ -10,9 +10,18 @@ No line is lost on a graceful exit: :meth:`close` (called by :func:`logging.shut
 interpreter runs at exit, also after ``igw serve`` handles SIGTERM) stops the thread and writes
 whatever is still queued. A process killed with SIGKILL loses at most one interval's lines.
 
-At most ``max_queued`` records wait: past that (the stream has stopped taking lines) new ones are
+Records wait up to an estimate of the memory they hold, ``max_queued_bytes`` (each item's
+estimate: :meth:`DeferredLine.queued_bytes`, a string's length plus its header, a fixed
+:data:`LOG_RECORD_BYTES` for a :class:`logging.LogRecord`); a record counts from when it is queued
+until its line is written. Past the bound (the stream has stopped taking lines) new records are
 dropped, counted, and reported in one line once the stream moves again, so a stalled log consumer
-cannot grow the gateway's memory.
+cannot grow the gateway's memory. The writer formats and writes at most ``batch`` records at a
+time, so the lines it holds while a write blocks add at most one batch to the bound.
+
+The estimate is kept without a lock (the request path takes none): bytes queued are added by the
+thread that queues, bytes written by the one draining (drains are serialised), and the difference
+is what waits. Two threads queuing at the same instant can lose one addition; that makes the
+estimate lower than the truth by one record, never higher, so it can never drop records for good.
 
 A caller that already has its whole line (the access log) can skip :class:`logging.LogRecord`
 altogether: :func:`line_sink` returns the handler when a record logged at INFO on a logger would
@@ -44,13 +53,18 @@ DEFAULT_INTERVAL_S: Final = 0.2
 """How long a line may wait before it is written."""
 DEFAULT_BATCH: Final = 512
 """Queued records that wake the writer before its interval ends (bounds memory under bursts)."""
-DEFAULT_MAX_QUEUED: Final = 65_536
-"""Records that may wait at once. A stream that stops taking lines (a stalled log collector, a full
-pipe) would otherwise make the queue - and the gateway's memory - grow for as long as it stalls;
-past the cap new records are dropped and counted, and the count is written as one line when the
-stream takes lines again. A deferred line holds its builder until it is written: for the
-benchmark's access record with its score table ≈ 1.0 kB against ≈ 0.6 kB for its built line
-(``tracemalloc``, docs/gateway.md round 9), so ≈ 67 MB rather than ≈ 40 MB at the cap."""
+DEFAULT_MAX_QUEUED_BYTES: Final = 40 * 1024 * 1024
+"""The estimated memory that queued records may hold at once (40 MiB). A stream that stops taking
+lines (a stalled log collector, a full pipe) would otherwise make the queue - and the gateway's
+memory - grow for as long as it stalls; past the bound new records are dropped and counted, and the
+count is written as one line when the stream takes lines again. Until 2026-12-03 the bound was
+65,536 records whatever their size: an access record holds more than its line until written
+(≈ 1.1 kB with one score row, ≈ 8.9 kB with 16), so 67 MB or more instead of the ≈ 40 MB meant."""
+LOG_RECORD_BYTES: Final = 1024
+"""The estimate for a queued :class:`logging.LogRecord` (``tracemalloc``: ≈ 450 B for a one-line
+message with two arguments; the rest leaves room for longer ones)."""
+STR_HEADER_BYTES: Final = 49
+"""``sys.getsizeof("")``: a queued line's estimate is this plus its length (an ASCII string's size)."""
 YIELD_EVERY: Final = 32
 """The writer thread lets the event loop's thread run after formatting this many records."""
 
@@ -63,6 +77,11 @@ class DeferredLine(Protocol):
     def render_line(self) -> tuple[str, bool]:
         """The message, and whether it is proven to be what redaction would write (then it is
         written as it is; otherwise the handler's formatter redacts it)."""
+        ...
+
+    def queued_bytes(self) -> int:
+        """An estimate (an upper bound, cheap to compute) of the memory this object holds while it
+        waits; the same every time it is asked."""
         ...
 
 
@@ -79,17 +98,21 @@ class BatchedLineHandler(logging.Handler):
         *,
         interval_s: float = DEFAULT_INTERVAL_S,
         batch: int = DEFAULT_BATCH,
-        max_queued: int = DEFAULT_MAX_QUEUED,
+        max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
     ) -> None:
         super().__init__()
-        if not interval_s > 0 or batch < 1 or max_queued < 1:
+        if not interval_s > 0 or batch < 1 or max_queued_bytes < 1:
             raise ValueError(
-                "interval_s must be > 0, batch >= 1 and max_queued >= 1 "
-                f"(got {interval_s}, {batch}, {max_queued})"
+                "interval_s must be > 0, batch >= 1 and max_queued_bytes >= 1 "
+                f"(got {interval_s}, {batch}, {max_queued_bytes})"
             )
-        self._max_queued = max_queued
+        self._max_queued_bytes = max_queued_bytes
+        self._bytes_in = 0
+        """Estimated bytes of every record queued so far (added by the queuing thread)."""
+        self._bytes_out = 0
+        """Estimated bytes of every record written (or failed) so far (added by the draining thread)."""
         self.dropped = 0
-        """Records dropped because ``max_queued`` were waiting (never reset: a running total)."""
+        """Records dropped because the queue held ``max_queued_bytes`` (never reset: a running total)."""
         self._reported = 0
         self.stream = stream
         self._interval_s = interval_s
@@ -110,7 +133,7 @@ class BatchedLineHandler(logging.Handler):
         return bool(rv)
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._enqueue(record)
+        self._enqueue(record, LOG_RECORD_BYTES)
 
     def takes_lines(self) -> bool:
         """Whether :meth:`emit_line` writes what :meth:`emit` would for an INFO record of that
@@ -121,19 +144,24 @@ class BatchedLineHandler(logging.Handler):
     def emit_line(self, line: str) -> None:
         """Queue an already formatted message (redacted on the writer thread, as :meth:`emit`'s
         records are formatted there); only for a handler that :meth:`takes_lines`."""
-        self._enqueue(line)
+        self._enqueue(line, STR_HEADER_BYTES + len(line))
 
     def emit_deferred(self, line: DeferredLine) -> None:
         """Queue a message that the writer thread builds (:meth:`DeferredLine.render_line`) and
         redacts unless proven clean, in a batch with the other queued lines: a line's building
         code runs hundreds of times in a row there instead of once between two requests' code on
         the event loop's thread; only for a handler that :meth:`takes_lines`."""
-        self._enqueue(line)
+        self._enqueue(line, line.queued_bytes())
 
-    def _enqueue(self, item: Queued) -> None:
-        if len(self._queue) >= self._max_queued and not self._stopping:
+    def queued_bytes(self) -> int:
+        """The estimated memory the records queued and not yet written hold."""
+        return self._bytes_in - self._bytes_out
+
+    def _enqueue(self, item: Queued, size: int) -> None:
+        if self._bytes_in - self._bytes_out + size > self._max_queued_bytes and not self._stopping:
             self.dropped += 1
             return
+        self._bytes_in += size
         self._queue.append(item)
         if self._stopping:  # after close: write at once rather than drop
             self._drain()
@@ -160,18 +188,22 @@ class BatchedLineHandler(logging.Handler):
             self._drain()
 
     def _drain(self) -> None:
-        # One drain at a time (writer thread, flush, close), so batches are written in order.
+        # One drain at a time (writer thread, flush, close), so batches are written in order; at most
+        # one batch at a time, so the lines held while a write blocks stay within one batch.
         with self._write_lock:
             queue = self._queue
-            records = [queue.popleft() for _ in range(len(queue))]
-            if records:
-                self._write(records)
+            while queue:
+                records = [queue.popleft() for _ in range(min(len(queue), self._batch))]
+                try:
+                    self._write(records)
+                finally:
+                    self._bytes_out += sum(map(_estimate, records))
             dropped = self.dropped - self._reported
             if dropped and not queue:  # after the records that were waiting when these were dropped
                 self._reported += dropped
                 self._write_line(
                     f"igw log writer: {dropped} log records dropped: the stream took no lines while "
-                    f"{self._max_queued} were waiting"
+                    f"{self._max_queued_bytes} bytes of them were waiting"
                 )
 
     def _write(self, records: list[Queued]) -> None:
@@ -213,6 +245,15 @@ class BatchedLineHandler(logging.Handler):
             self.stream.flush()
         except Exception:  # logging's contract: report, never raise
             self.handleError(logging.makeLogRecord({"msg": line}))
+
+
+def _estimate(item: Queued) -> int:
+    """What :meth:`BatchedLineHandler._enqueue` counted for ``item``."""
+    if isinstance(item, str):
+        return STR_HEADER_BYTES + len(item)
+    if isinstance(item, logging.LogRecord):
+        return LOG_RECORD_BYTES
+    return item.queued_bytes()
 
 
 def _as_record(item: Queued) -> logging.LogRecord:

@@ -182,6 +182,14 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.upstream_stalled = FoldingCounter(
+            "igw_upstream_stalled",
+            "Requests in flight the gateway ended because their model server sent nothing for too long, by "
+            "reason (unresponsive: its endpoint excluded for unresponsiveTimeout; response_timeout: no "
+            "response head within responseTimeout).",
+            ["reason"],
+            registry=r,
+        )
         self.client_disconnects = FoldingCounter(
             "igw_client_disconnects",
             "Requests abandoned by the client; the upstream request is cancelled.",

@@ -11,9 +11,12 @@
 * The upstream side is :mod:`igw.gateway.upstream_client` (pooled keep-alive connections, httptools
   parsing); the client side is the aiohttp server's response.
 * Upstream death or silence (``streamIdleTimeout``) mid-stream -> a final SSE error event and a clean
-  close; ``routeTimeout`` bounds the whole exchange; a client disconnect cancels the handler (the app
-  runs with handler cancellation), which closes the upstream connection at once, so the model server
-  aborts the request and frees its KV cache.
+  close; a request the pool's stall sweep ended
+  (:class:`~igw.gateway.upstream_client.UpstreamStalled`: its endpoint declared unresponsive, or no
+  response head within ``responseTimeout``) -> a 504 ``upstream_unresponsive`` / ``upstream_timeout``
+  before anything was relayed, else that event; ``routeTimeout`` bounds the whole exchange; a client
+  disconnect cancels the handler (the app runs with handler cancellation), which closes the upstream
+  connection at once, so the model server aborts the request and frees its KV cache.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from igw.gateway.upstream_client import (
     UpstreamBroken,
     UpstreamPool,
     UpstreamResponse,
+    UpstreamStalled,
 )
 
 __all__ = [
@@ -255,11 +259,28 @@ def _response_headers(upstream: UpstreamResponse, extra: Mapping[str, str]) -> C
     return out
 
 
-def _upstream_failed(what: str, exc: BaseException) -> ExchangeResult:
-    """A 502 ``upstream_error`` for a request nothing of which was relayed yet: ``what`` and the
-    exception's type for the client (never its text: it may name internal addresses), both for the log."""
+STALLED_CODES: Final = {"unresponsive": "upstream_unresponsive", "response_timeout": "upstream_timeout"}
+""":attr:`UpstreamStalled.reason` -> the error code the client gets (both 504)."""
+
+
+def _stalled(exc: UpstreamStalled, extra: Mapping[str, str]) -> ExchangeResult:
+    """A 504 for a request the gateway stopped waiting for before anything of it was relayed (the
+    message names the endpoint and the cause, as ``upstream_error`` messages name the endpoint;
+    ``extra``: the response headers the answer would have had, the request id among them)."""
     return ExchangeResult(
-        answer=gateway_error("upstream_error", f"{what}: {type(exc).__name__}"),
+        answer=gateway_error(STALLED_CODES[exc.reason], str(exc), headers=extra),
+        status=504,
+        ok=False,
+        error=f"{exc.reason}: {exc}",
+    )
+
+
+def _upstream_failed(what: str, exc: BaseException, extra: Mapping[str, str]) -> ExchangeResult:
+    """A 502 ``upstream_error`` for a request nothing of which was relayed yet: ``what`` and the
+    exception's type for the client (never its text: it may name internal addresses), both for the log;
+    ``extra``: the response headers the answer would have had (the request id among them)."""
+    return ExchangeResult(
+        answer=gateway_error("upstream_error", f"{what}: {type(exc).__name__}", headers=extra),
         status=502,
         ok=False,
         error=f"{type(exc).__name__}: {exc}",
@@ -301,8 +322,14 @@ async def exchange(
             connect_timeout_s=connect_timeout_s,
             head_timeout_s=idle_timeout_s,
         )
-    except (UpstreamBroken, OSError, TimeoutError) as exc:
-        return _upstream_failed(f"upstream {endpoint} failed before responding", exc)
+    except UpstreamStalled as exc:
+        return _stalled(exc, response_headers)
+    except TimeoutError:
+        # the head bound (a stream's streamIdleTimeout, the global router's requestTimeoutSeconds)
+        message = f"upstream {endpoint} sent no response within {idle_timeout_s or 0:g}s"
+        return _stalled(UpstreamStalled(message, reason="response_timeout"), response_headers)
+    except (UpstreamBroken, OSError) as exc:
+        return _upstream_failed(f"upstream {endpoint} failed before responding", exc, response_headers)
     try:
         if upstream.content_type == "text/event-stream":
             return await _relay_stream(
@@ -320,8 +347,10 @@ async def exchange(
             payload = upstream.received()
             if payload is None:
                 payload = await upstream.read()
+        except UpstreamStalled as exc:
+            return _stalled(exc, response_headers)
         except UpstreamBroken as exc:
-            return _upstream_failed("upstream failed while sending its response", exc)
+            return _upstream_failed("upstream failed while sending its response", exc, response_headers)
         return _whole_answer(upstream, payload, extra=response_headers)
     finally:
         upstream.close()
@@ -487,22 +516,32 @@ async def _relay_stream(
             if b'"usage"' in chunk:
                 usage = _usage_in_events(chunk) or usage
     except (UpstreamBroken, TimeoutError) as exc:
-        kind = (
-            "timed out (no data for streamIdleTimeout)"
-            if isinstance(exc, TimeoutError)
-            else "closed the stream"
-        )
+        if isinstance(exc, TimeoutError):
+            kind = "timed out (no data for streamIdleTimeout)"
+        elif isinstance(exc, UpstreamStalled):
+            kind = "stopped responding"
+        else:
+            kind = "closed the stream"
         message = f"upstream model server {kind} before the response was complete"
+        code = "upstream_error"
+        if isinstance(exc, UpstreamStalled):
+            if not response.prepared:
+                return _stalled(exc, extra)
+            message, code = f"{exc}; the response is incomplete", STALLED_CODES[exc.reason]
         if not response.prepared:  # nothing sent to the client yet: a plain HTTP error
             return ExchangeResult(
-                answer=gateway_error("upstream_error", message),
+                answer=gateway_error("upstream_error", message, headers=extra),
                 status=502,
                 ok=False,
                 error=f"upstream {kind}: {type(exc).__name__}",
             )
         result.ok = False
-        result.error = f"upstream {kind}: {type(exc).__name__}"
-        await _terminal_error(response, message=message)
+        result.error = (
+            f"{exc.reason}: {exc}"
+            if isinstance(exc, UpstreamStalled)
+            else f"upstream {kind}: {type(exc).__name__}"
+        )
+        await _terminal_error(response, code=code, message=message)
     finally:
         judge()
     result.usage = usage
@@ -527,6 +566,6 @@ async def _keepalive(
         raise ClientGone() from exc
 
 
-async def _terminal_error(response: web.StreamResponse, *, message: str) -> None:
+async def _terminal_error(response: web.StreamResponse, *, code: str, message: str) -> None:
     with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
-        await response.write(sse_error_event("upstream_error", message))
+        await response.write(sse_error_event(code, message))

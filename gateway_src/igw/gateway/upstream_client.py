@@ -30,7 +30,14 @@ Behaviour the forward path relies on:
   stays paused, up to :data:`MAX_WHOLE_BODY_BYTES`;
 * a connection goes back to the pool only after a complete response with keep-alive; anything else
   (cancellation included: a client that went away) aborts it, so the model server sees the
-  disconnect and stops generating.
+  disconnect and stops generating;
+* :meth:`UpstreamPool.end_stalled`, called on a timer (once a second: the gateway's
+  :mod:`igw.gateway.upstream_watchdog`), ends requests whose connection has been silent too long -
+  waiting for a response head past the response timeout, or to an endpoint its caller declared
+  unresponsive - with :class:`UpstreamStalled`. Silence is measured without a timer or a clock read
+  per request: each connection keeps a flag that every received byte (and every new request) sets,
+  and the sweep notes when it last found the flag set and clears it, so a connection's silence is
+  known to within one sweep.
 """
 
 from __future__ import annotations
@@ -113,6 +120,16 @@ class UpstreamBroken(IgwGatewayError):
     was complete."""
 
 
+class UpstreamStalled(UpstreamBroken):
+    """The gateway stopped waiting for a model server that sent nothing for too long (see
+    :meth:`UpstreamPool.end_stalled`); ``reason`` is ``"unresponsive"`` (the endpoint was declared
+    unresponsive) or ``"response_timeout"`` (no response head within the response timeout)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class Origin(NamedTuple):
     """Where a connection goes: pooled connections are shared per origin. A named tuple (immutable,
     compared by value) rather than a frozen dataclass: the pool looks an origin up twice per request,
@@ -170,6 +187,8 @@ class _Connection(asyncio.Protocol):
     buffered: int
     paused: bool
     until_eof: bool
+    heard: bool
+    """Set by every byte received and by every request sent; cleared by the pool's stall sweep."""
 
     def __init__(self, pool: UpstreamPool, origin: Origin) -> None:
         self.pool = pool
@@ -180,6 +199,9 @@ class _Connection(asyncio.Protocol):
         self.reused = False
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[None] | None = None
+        self.silent_since = 0.0
+        """The loop time of the stall sweep that last found :attr:`heard` set (or first saw the
+        connection)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -196,10 +218,12 @@ class _Connection(asyncio.Protocol):
         self.buffered = 0
         self.paused = False
         self.until_eof = False
+        self.heard = True
 
     # ---- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
+        self.pool.opened(self)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -207,6 +231,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received_any = True
+        self.heard = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -323,6 +348,12 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+
+
+def _streaming(conn: _Connection) -> bool:
+    """Whether ``conn``'s response is an event stream (its head arrived, ``text/event-stream``)."""
+    ctype = conn.noted.get(b"content-type") if conn.headers_done else None
+    return ctype is not None and _media_type(ctype) == "text/event-stream"
 
 
 def _probe_idle_connections(sock: socket.socket) -> None:
@@ -469,6 +500,8 @@ class UpstreamPool:
         self._ssl_context = ssl_context
         self._sweep_timer: asyncio.TimerHandle | None = None
         self._closed = False
+        self._open: set[_Connection] = set()
+        """Every connection whose transport is open (idle or carrying a request)."""
 
     async def post(
         self,
@@ -615,8 +648,67 @@ class UpstreamPool:
             delay = max(oldest + self._keepalive_s - self.loop.time(), 0.0) + 0.001
             self._sweep_timer = self.loop.call_later(delay, self._timed_sweep)
 
+    def opened(self, conn: _Connection) -> None:
+        """A connection's transport is open (the stall sweep looks at every open connection)."""
+        self._open.add(conn)
+
+    def end_stalled(
+        self,
+        *,
+        response_timeout_s: float | None,
+        unresponsive: Mapping[str, str],
+        silent_for_s: float,
+    ) -> dict[str, int]:
+        """End the requests whose connection has been silent too long; how many, by reason.
+
+        A request still waiting for its response head after ``response_timeout_s`` of silence
+        (``None``: no bound), or for the rest of a body that is not an event stream (a whole
+        answer; a stream's gaps are the relay's ``streamIdleTimeout``), ends with reason
+        ``response_timeout``; one to an endpoint of
+        ``unresponsive`` (endpoint -> why it is declared so, for the message) silent for
+        ``silent_for_s`` ends with reason ``unresponsive``. Each is failed with
+        :class:`UpstreamStalled` and its connection aborted (the model server, should it wake,
+        sees the disconnect). Silence is counted from the sweep that last found the connection's
+        :attr:`~_Connection.heard` flag set, so it is known to within the time between two sweeps:
+        call this on a timer, not per request."""
+        now = self.loop.time()
+        dead: dict[Origin, str] = {}
+        for endpoint, why in unresponsive.items():
+            known = self._origins.get(endpoint)
+            try:
+                dead[known[0] if known is not None else parse_origin(endpoint)] = why
+            except ValueError:
+                continue
+        ended: dict[str, int] = {}
+        for conn in list(self._open):
+            if conn.closed or conn.complete or conn.error is not None:
+                continue  # idle (its last response complete), or already failing
+            if conn.heard:
+                conn.heard = False
+                conn.silent_since = now
+                continue
+            silent = now - conn.silent_since
+            declared = dead.get(conn.origin)
+            where = f"{conn.origin.host}:{conn.origin.port}"
+            if declared is not None and silent >= silent_for_s:
+                message = (
+                    f"the model server at {where} stopped responding "
+                    f"({declared}; nothing received for {silent:.0f}s)"
+                )
+                reason = "unresponsive"
+            elif response_timeout_s is not None and silent >= response_timeout_s and not _streaming(conn):
+                what = "stopped sending its response for" if conn.headers_done else "sent no response within"
+                message = f"the model server at {where} {what} {response_timeout_s:g}s"
+                reason = "response_timeout"
+            else:
+                continue
+            conn._fail(UpstreamStalled(message, reason=reason))
+            ended[reason] = ended.get(reason, 0) + 1
+        return ended
+
     def forget(self, conn: _Connection) -> None:
-        """A connection closed: drop it from the idle lists (it may be one of them)."""
+        """A connection closed: drop it from the open set and the idle lists (it may be in one)."""
+        self._open.discard(conn)
         idle = self._idle.get(conn.origin)
         if idle and conn in idle:
             idle.remove(conn)

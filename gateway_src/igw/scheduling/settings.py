@@ -29,6 +29,8 @@ DEFAULT_RETRY_AFTER_MAX_SECONDS: Final = 30
 DEFAULT_DRAIN_WINDOW: Final = "30s"
 DEFAULT_CONNECT_TIMEOUT: Final = "2s"
 DEFAULT_STREAM_IDLE_TIMEOUT: Final = "60s"
+DEFAULT_RESPONSE_TIMEOUT: Final = "600s"
+DEFAULT_UNRESPONSIVE_TIMEOUT: Final = "10s"
 DEFAULT_CONFIG_RELOAD_INTERVAL: Final = "1s"
 DEFAULT_SSE_KEEPALIVE_INTERVAL: Final = "15s"
 
@@ -55,8 +57,16 @@ class RoutingSettings:
     connect_timeout_s: float = 2.0
     """Upstream TCP connect timeout; a connect failure is retried once on the next-best endpoint."""
     stream_idle_timeout_s: float = 60.0
-    """A streaming upstream silent this long is treated as dead (terminal SSE error event).
-    Non-streaming requests are bounded by ``routeTimeout`` only: their upstream is silent until done."""
+    """A streaming upstream silent this long is treated as dead (terminal SSE error event)."""
+    response_timeout_s: float | None = 600.0
+    """A request still waiting for its response head after this long (a non-streamed request: its
+    whole answer), or whose non-streamed body stopped arriving for this long, ends with 504
+    ``upstream_timeout``; ``None`` (``0s``) = no bound. The OpenAI SDK's
+    default client timeout, far above a long generation (8k tokens at 20 tokens/s: under 7 minutes)."""
+    unresponsive_timeout_s: float | None = 10.0
+    """A request in flight to an endpoint excluded for failing scrapes or a frozen ``/metrics`` page,
+    whose connection has been silent this long while the endpoint stayed excluded, ends with 504
+    ``upstream_unresponsive``; ``None`` (``0s``) = never."""
     sse_keepalive_interval_s: float = 15.0
     """A silent stream gets an SSE ``: ping`` comment this often (ALB idle timeout is 60 s); 0 = off."""
     config_reload_interval_s: float = 1.0
@@ -117,6 +127,8 @@ class RoutingSettings:
             drain_window_s=duration("drainWindow", DEFAULT_DRAIN_WINDOW),
             connect_timeout_s=duration("connectTimeout", DEFAULT_CONNECT_TIMEOUT),
             stream_idle_timeout_s=duration("streamIdleTimeout", DEFAULT_STREAM_IDLE_TIMEOUT),
+            response_timeout_s=duration("responseTimeout", DEFAULT_RESPONSE_TIMEOUT) or None,
+            unresponsive_timeout_s=duration("unresponsiveTimeout", DEFAULT_UNRESPONSIVE_TIMEOUT) or None,
             sse_keepalive_interval_s=duration("sseKeepAliveInterval", DEFAULT_SSE_KEEPALIVE_INTERVAL),
             config_reload_interval_s=duration("configReloadInterval", DEFAULT_CONFIG_RELOAD_INTERVAL),
         )

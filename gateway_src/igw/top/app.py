@@ -5,6 +5,9 @@ Drawn with textual (tables that resize with the terminal, a headless test pilot,
 Every refresh takes one :class:`~igw.top.view.Scrape` and compares it with the previous one
 (:func:`~igw.top.view.build_view`); a failed scrape keeps the last rows on screen and says what
 failed in the status line, so a port-forward that drops for a second does not blank the view.
+While the gateway does not answer at all (refused, reset, timed out) the next attempt waits twice
+as long as the last, up to :data:`MAX_BACKOFF_S`, and the status line says when it comes; the first
+answer brings the interval back.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from igw.top.view import (
     DecisionRow,
+    GatewayUnreachable,
     ModelRow,
     PodRow,
     PoolRow,
@@ -65,6 +69,9 @@ DECISION_COLUMNS: Final = (
     "decision",
 )
 DASH: Final = "-"
+MAX_BACKOFF_S: Final = 10.0
+"""Longest wait between two attempts to reach a gateway that does not answer (or the interval, if
+longer)."""
 
 
 class ScrapeSource(Protocol):
@@ -176,7 +183,8 @@ class TopApp(App[None]):
         self.show_decisions = show_decisions
         self._clock = clock
         self._previous: Scrape | None = None
-        self._busy = False
+        self.unreachable = 0
+        """Attempts in a row that got no answer (the backoff's exponent)."""
         self.refreshes = 0
         """Successful scrapes drawn so far (tests and ``--screenshot`` wait on it)."""
         self.view: TopView | None = None
@@ -193,28 +201,43 @@ class TopApp(App[None]):
     def on_mount(self) -> None:
         for table_id, _, columns in self._tables():
             self.query_one(f"#{table_id}", DataTable).add_columns(*columns)
-        self.set_interval(self.interval_s, self.refresh_view)
-        self.call_later(self.refresh_view)
+        self.call_later(self._refresh_and_schedule)
 
     def _tables(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
         return TABLES if self.show_decisions else TABLES[:-1]
 
+    def next_delay_s(self) -> float:
+        """Seconds until the next scrape: the interval, doubled for each unanswered attempt in a row
+        up to :data:`MAX_BACKOFF_S`."""
+        if not self.unreachable:
+            return self.interval_s
+        backoff: float = self.interval_s * 2.0**self.unreachable
+        return max(self.interval_s, min(backoff, MAX_BACKOFF_S))
+
+    async def _refresh_and_schedule(self) -> None:
+        """One refresh, then the next one timed from its end (one timer at a time: a scrape that
+        takes longer than the interval delays the next instead of overlapping it)."""
+        try:
+            await self.refresh_view()
+        finally:
+            with contextlib.suppress(NoMatches):
+                if self.is_running:
+                    self.set_timer(self.next_delay_s(), self._refresh_and_schedule)
+
     async def refresh_view(self) -> None:
-        """Scrape once and redraw; skipped while the previous scrape is still out."""
-        if self._busy:
-            return
-        self._busy = True
+        """Scrape once and redraw."""
         try:
             scrape = await self.source.scrape()
             view = build_view(self._previous, scrape)
         except ScrapeError as exc:
             self.last_error = str(exc)
+            self.unreachable = self.unreachable + 1 if isinstance(exc, GatewayUnreachable) else 0
+            retry = f"; retrying in {self.next_delay_s():.1f} s" if self.unreachable else ""
             with contextlib.suppress(NoMatches):  # the screen may have closed meanwhile
                 shown = "no view yet" if self.view is None else "showing the last good view"
-                self._status(f"scrape failed: {exc} ({shown})")
+                self._status(f"scrape failed: {exc} ({shown}{retry})")
             return
-        finally:
-            self._busy = False
+        self.unreachable = 0
         self._previous, self.view, self.last_error = scrape, view, None
         stamp = time.strftime("%H:%M:%S", time.localtime(self._clock()))
         interval = DASH if view.interval_s is None else f"{view.interval_s:.1f} s"

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 
 from igw.gateway.debug_api import DEBUG_DECISIONS_PATH
-from igw.top.view import Scrape, ScrapeError, parse_scrape
+from igw.top.view import GatewayUnreachable, Scrape, ScrapeError, parse_scrape
 
 DEFAULT_TIMEOUT_S: Final = 5.0
 
@@ -79,7 +79,9 @@ class GatewaySource:
                 if response.status not in accept:
                     raise ScrapeError(f"{url}: HTTP {response.status}")
                 return await response.text()
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            raise GatewayUnreachable(f"{url}: {type(exc).__name__}: {exc}") from exc
+        except aiohttp.ClientError as exc:
             raise ScrapeError(f"{url}: {type(exc).__name__}: {exc}") from exc
 
     async def close(self) -> None:

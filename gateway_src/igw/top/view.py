@@ -51,6 +51,10 @@ class ScrapeError(IgwToolingError):
     """A page from the gateway could not be read."""
 
 
+class GatewayUnreachable(ScrapeError):
+    """No HTTP answer at all (refused, reset, timed out, unresolvable): ``igw top`` backs off."""
+
+
 @dataclass(frozen=True, slots=True)
 class Scrape:
     """One moment of one gateway: its samples and its readiness detail."""
