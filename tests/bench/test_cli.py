@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
+from igw.bench.console import PlainProgress
 from igw.cli.main import main
 
 
@@ -133,3 +135,29 @@ def test_failed_requests_make_the_run_exit_nonzero_unless_allowed(
     assert main([*argv, "--out", str(tmp_path / "b"), "--allow-failures"]) == 0
     report = (tmp_path / "b" / "trace-trace.md").read_text()
     assert "| failed |" in report
+
+
+def test_progress_is_written_as_lines_where_the_output_is_not_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CI log or a pipe gets no status line from rich: without these lines a full-scale run was
+    silent until its first table, minutes later."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        "\n".join(f'{{"arrival": {i * 0.02}, "prompt_tokens": 200, "output_tokens": 20}}' for i in range(60))
+    )
+    argv = ["bench", "--trace", str(trace), "--policies", "round-robin", "--seeds", "1"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines
+    assert all(line.startswith("[") and "s] " in line for line in lines)
+
+
+def test_plain_progress_writes_the_first_message_then_at_most_one_per_interval() -> None:
+    now = [0.0]
+    stream = io.StringIO()
+    say = PlainProgress(stream, every_s=10.0, clock=lambda: now[0])
+    for t, message in ((0.0, "a"), (3.0, "b"), (9.9, "c"), (10.0, "d"), (15.0, "e"), (25.0, "f")):
+        now[0] = t
+        say(message)
+    assert stream.getvalue() == "a\nd\nf\n"

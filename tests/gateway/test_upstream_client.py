@@ -12,10 +12,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import uvloop
 
+from igw.gateway.tcp_keepalive import UPSTREAM
 from igw.gateway.upstream_client import (
-    KEEPALIVE_IDLE_S,
-    KEEPALIVE_INTERVAL_S,
-    KEEPALIVE_PROBES,
     READ_HIGH_WATER,
     ConnectFailed,
     Origin,
@@ -157,8 +155,8 @@ async def test_every_connection_probes_a_silent_peer_with_tcp_keepalive() -> Non
             sock.getsockopt(socket.IPPROTO_TCP, option)
             for option in (socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT)
         ]
-        assert timing == [KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES]
-        assert KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES <= 60  # within streamIdleTimeout
+        assert timing == [UPSTREAM.idle_s, UPSTREAM.interval_s, UPSTREAM.probes]
+        assert UPSTREAM.idle_s + UPSTREAM.interval_s * UPSTREAM.probes <= 60  # within streamIdleTimeout
         await resp.read()
         resp.close()
 

@@ -2,13 +2,46 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
 
 from rich.table import Table
 
 from igw.bench.report import format_pct, format_value
 from igw.bench.results import ScenarioRun, failed_requests
+
+PLAIN_PROGRESS_EVERY_S = 10.0
+"""At most one progress line per this many seconds where the output is not a terminal."""
+
+
+class PlainProgress:
+    """Progress as plain lines for output that is not a terminal (a CI log, a pipe, ``nohup``).
+
+    Why: rich's status line draws nothing there, so a full-scale run, whose first table comes after
+    minutes, was silent until then. The first message is written at once, later ones at most once
+    per ``every_s`` (the latest one waiting then), so a log gets a heartbeat, not every step."""
+
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        every_s: float = PLAIN_PROGRESS_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._stream = stream
+        self._every_s = every_s
+        self._clock = clock
+        self._last: float | None = None
+
+    def __call__(self, message: str) -> None:
+        now = self._clock()
+        if self._last is not None and now - self._last < self._every_s:
+            return
+        self._last = now
+        self._stream.write(message + "\n")
+        self._stream.flush()
+
 
 _COLUMNS = (
     ("ttft_p50_s", "TTFT p50"),

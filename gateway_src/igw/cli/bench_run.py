@@ -12,7 +12,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from igw.bench.console import failure_exit_status, scenario_table, share_table
+from igw.bench.console import PlainProgress, failure_exit_status, scenario_table, share_table
 from igw.bench.des_runner import DesOptions, run_des, run_trace
 from igw.bench.live_runner import run_live_cli
 from igw.bench.policies.registry import DEFAULT_POLICIES, POLICIES
@@ -116,10 +116,14 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     index: list[str] = []
     started = time.monotonic()
+    plain = None if console.is_terminal else PlainProgress(sys.stderr)
     with console.status("starting") as status:
 
         def progress(msg: str) -> None:
-            status.update(f"[{time.monotonic() - started:6.1f}s] {msg}")
+            line = f"[{time.monotonic() - started:6.1f}s] {msg}"
+            status.update(line)
+            if plain is not None:
+                plain(line)
 
         if args.trace:
             runs = [run_trace(Path(args.trace), fleet_yaml=args.fleet, speedup=args.trace_speedup,
@@ -173,9 +177,16 @@ def _run_tune(args: argparse.Namespace) -> int:
     candidates = [DEFAULT_CANDIDATES[0], weights] if weights is not None else list(DEFAULT_CANDIDATES)
     seeds = args.seeds or [1]
     scale = args.duration_scale * 0.25
+    plain = None if console.is_terminal else PlainProgress(sys.stderr)
     with console.status("tuning") as status:
+
+        def progress(msg: str) -> None:
+            status.update(msg)
+            if plain is not None:
+                plain(msg)
+
         rows, baselines = tune(scenarios, candidates=candidates, seeds=seeds, duration_scale=scale,
-                               progress=status.update)  # fmt: skip
+                               progress=progress)  # fmt: skip
     table = Table(
         title="gateway weight candidates, best first (TTFT p99 in ms; objective = geomean p99 / oracle)"
     )

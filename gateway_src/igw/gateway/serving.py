@@ -2,7 +2,10 @@
 
 ``handler_cancellation=True`` is what makes a client disconnect cancel the request handler, which
 closes the upstream connection immediately (even while waiting for the first token), so the model
-server stops generating for nobody. aiohttp sets TCP_NODELAY on every connection it makes or accepts.
+server stops generating for nobody. aiohttp sets TCP_NODELAY on every connection it makes or accepts;
+every accepted TCP connection gets keep-alive probes after 60 s of silence
+(:data:`igw.gateway.tcp_keepalive.CLIENT`), which keep a long silent answer's flow open through an
+NLB and end a connection whose client vanished.
 
 :class:`ServerLimits` holds every client-side timeout and limit (``spec.extensions.serverLimits``,
 overridden by ``igw serve`` options, see :mod:`igw.gateway.limits_config`; defaults are safe for an
@@ -61,6 +64,7 @@ from igw.errors import IgwGatewayError
 from igw.gateway.errors import REQUEST_ID_HEADER, gateway_error
 from igw.gateway.request_body import BodyTooLarge
 from igw.gateway.shutdown import InflightRequests
+from igw.gateway.tcp_keepalive import CLIENT, probe_silent_peer
 
 log = logging.getLogger("igw.gateway")
 
@@ -181,6 +185,9 @@ class GatewayRequestHandler(RequestHandler):
     # ---- connection limit ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # aiohttp turns keep-alive on with the kernel's 2-hour timing
+            probe_silent_peer(sock, CLIENT)
         manager = self._manager
         if manager is None:
             return

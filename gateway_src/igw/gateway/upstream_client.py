@@ -14,11 +14,11 @@ HTTP by hand.
 Behaviour the forward path relies on:
 
 * ``TCP_NODELAY`` on every connection (a streamed event must not wait for the previous one's ACK);
-* TCP keep-alive probes on every connection (:data:`KEEPALIVE_IDLE_S`, :data:`KEEPALIVE_INTERVAL_S`,
-  :data:`KEEPALIVE_PROBES`): a pod whose node vanished (terminated instance, network partition: no
-  RST ever comes) fails its connection with ``ETIMEDOUT`` after about 30 s of silence instead of
-  leaving a non-streamed request - silent until complete, with no ``routeTimeout`` by default - open
-  for as long as its client waits; a live but busy model server's kernel answers the probes;
+* TCP keep-alive probes on every connection (:data:`igw.gateway.tcp_keepalive.UPSTREAM`): a pod
+  whose node vanished (terminated instance, network partition: no RST ever comes) fails its
+  connection with ``ETIMEDOUT`` after about 30 s of silence instead of leaving a non-streamed
+  request - silent until complete, with no ``routeTimeout`` by default - open for as long as its
+  client waits; a live but busy model server's kernel answers the probes;
 * a connect failure (refused, unreachable, DNS, ``connect_timeout_s``) raises :class:`ConnectFailed`,
   which the caller may retry elsewhere; waiting for a free connection slot is not a connect failure;
 * a pooled connection the server closed while idle (the keep-alive race) is replaced by a fresh one
@@ -53,13 +53,8 @@ import httptools
 from multidict import CIMultiDict
 
 from igw.errors import IgwGatewayError
+from igw.gateway.tcp_keepalive import UPSTREAM, probe_silent_peer
 
-KEEPALIVE_IDLE_S: Final = 15
-"""Seconds a connection is silent before the kernel's first keep-alive probe."""
-KEEPALIVE_INTERVAL_S: Final = 5
-"""Seconds between unanswered keep-alive probes."""
-KEEPALIVE_PROBES: Final = 3
-"""Unanswered probes after which the kernel fails the connection (so ~30 s of silence in all)."""
 READ_HIGH_WATER: Final = 256 * 1024
 """Unrelayed response bytes at which the connection stops reading from the model server."""
 ORIGIN_CACHE_SIZE: Final = 4096
@@ -227,7 +222,7 @@ class _Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            _probe_idle_connections(sock)
+            probe_silent_peer(sock, UPSTREAM)
 
     def data_received(self, data: bytes) -> None:
         self.received_any = True
@@ -354,20 +349,6 @@ def _streaming(conn: _Connection) -> bool:
     """Whether ``conn``'s response is an event stream (its head arrived, ``text/event-stream``)."""
     ctype = conn.noted.get(b"content-type") if conn.headers_done else None
     return ctype is not None and _media_type(ctype) == "text/event-stream"
-
-
-def _probe_idle_connections(sock: socket.socket) -> None:
-    """Turn on TCP keep-alive probes with the module's timing (the per-socket options exist on Linux,
-    where the gateway runs; elsewhere the system's timing applies)."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for option, value in (
-        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
-        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
-        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
-    ):
-        number = getattr(socket, option, None)
-        if number is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, number, value)
 
 
 class UpstreamResponse:
