@@ -238,8 +238,9 @@ async def _streaming(
     args: argparse.Namespace,
 ) -> None:
     """Added streaming TTFT of the gateway (judged) and of each peer (reported), every target's
-    streams alternating with the same direct rounds; then the control row that tells a streamed
-    request's own cost from that of a request arriving after an idle gap."""
+    streams alternating with the same direct rounds; then the control rows, one per target, that
+    tell a streamed request's own cost from that of a request arriving after an idle gap (the
+    peers' rows say what any proxy hop pays after such a gap on the machine at hand)."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.perf.gateway_load import closed_loop
 
@@ -269,27 +270,31 @@ async def _streaming(
                 added <= 0.5 if is_gateway else None,
             )
         )
-    gateway = next(target for target in targets if target.label == "gateway")
     idle_n = max(1, n // 3)
     direct_idle: list[float] = []
-    via_idle: list[float] = []
+    via_idle: dict[str, list[float]] = {target.label: [] for target in targets}
     for _ in range(args.rounds):
         direct_idle += (
             await closed_loop(backend, concurrency=1, requests=idle_n, pause_s=IDLE_GAP_S)
         ).latencies_ms
-        via_idle += (
-            await closed_loop(gateway.base, concurrency=1, requests=idle_n, pause_s=IDLE_GAP_S)
-        ).latencies_ms
-    rows.append(
-        _row(
-            f"added latency, concurrency 1, non-streamed, {IDLE_GAP_S * 1000:.0f} ms apart",
-            f"p50 {added_text(_pct(via_idle, 50), _pct(direct_idle, 50))} "
-            f"(gateway p50 {_pct(via_idle, 50):.3f} ms)",
-            f"direct p50 {_pct(direct_idle, 50):.3f} ms",
-            "(report: a streamed request's first event follows such a gap)",
-            None,
+        for target in targets:
+            via_idle[target.label] += (
+                await closed_loop(target.base, concurrency=1, requests=idle_n, pause_s=IDLE_GAP_S)
+            ).latencies_ms
+    for target in targets:  # the peers too: what a proxy hop costs after a gap on this machine
+        times = via_idle[target.label]
+        is_gateway = target.label == "gateway"
+        rows.append(
+            _row(
+                f"{'' if is_gateway else target.label + ' '}added latency, concurrency 1, non-streamed, "
+                f"{IDLE_GAP_S * 1000:.0f} ms apart",
+                f"p50 {added_text(_pct(times, 50), _pct(direct_idle, 50))} "
+                f"({target.label} p50 {_pct(times, 50):.3f} ms)",
+                f"direct p50 {_pct(direct_idle, 50):.3f} ms",
+                "(report: a streamed request's first event follows such a gap)",
+                None,
+            )
         )
-    )
 
 
 def _cpu_rows(cpu_us: dict[str, float], *, concurrency: int, failed: dict[str, str]) -> list[dict[str, Any]]:
