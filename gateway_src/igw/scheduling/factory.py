@@ -98,10 +98,9 @@ DEFAULT_WEIGHTS: Final[Mapping[str, float]] = default_weights(lora_adapters=Fals
 def effective_weights(weights: Weights | None, *, lora_adapters: bool) -> dict[str, float]:
     """Defaults overlaid with the fields the user set (``None`` = not set; 0 disables a scorer).
 
-    ``predictedLatency: 0`` also switches off ``prefill-collision-scorer`` and
-    ``backlog-ttft-scorer``: all three are igw's additions that read this gateway's own latency
-    measurements, and 0 is documented as "GIE's exact queue/kvCache/prefix behaviour" (the AWS
-    ``weights`` shape has no key of its own for them).
+    ``predictedLatency: 0`` also switches off igw's other additions (:data:`IGW_LATENCY_SCORERS`):
+    like it they read this gateway's own measurements and state, and 0 is documented as "GIE's exact
+    queue/kvCache/prefix behaviour" (the AWS ``weights`` shape has no key of its own for them).
     """
     merged = default_weights(lora_adapters=lora_adapters)
     if weights is not None:
