@@ -30,6 +30,7 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     slot_price,
     uncached,
 )
+from igw.scheduling.plugins.decode_balance_scorer import DecodeBalanceScorer
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PredictedTtftScorer, PublishedScores
@@ -510,6 +511,7 @@ REFERENCES: dict[type, type] = {
     PrefillCollisionScorer: ReferencePrefillCollisionScorer,
     BacklogTtftScorer: ReferenceBacklogTtftScorer,
     PrefillAdmissionScorer: PrefillAdmissionScorer,  # no fast path of its own: it is its reference
+    DecodeBalanceScorer: DecodeBalanceScorer,  # no fast path of its own either
 }
 
 

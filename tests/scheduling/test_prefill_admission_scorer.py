@@ -10,6 +10,7 @@ import pytest
 from igw.config.model import Weights
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import (
+    DECODE_BALANCE_KEY,
     DEFAULT_WEIGHTS,
     effective_weights,
     profile_from_weights,
@@ -109,9 +110,16 @@ def test_factory_reads_parameters_and_rejects_bad_ones() -> None:
 
 
 def test_default_profile_has_it_after_the_backlog_scorer_outweighing_the_rest() -> None:
+    """Outweighing every scorer that can score in the same pick: ``decode-balance-scorer`` scores only
+    where the backlog scorer found one kind of hardware, and then publishes no predictions for this
+    one to judge (``test_decode_balance_scorer.py`` checks that it abstains on mixed hardware)."""
     order = [ws.scorer.type_name for ws in profile_from_weights(DEFAULT_WEIGHTS).scorers]
     assert order.index("backlog-ttft-scorer") < order.index(TYPE)
-    others = sum(w for k, w in effective_weights(None, lora_adapters=True).items() if k != TYPE)
+    others = sum(
+        w
+        for k, w in effective_weights(None, lora_adapters=True).items()
+        if k not in (TYPE, DECODE_BALANCE_KEY)
+    )
     assert DEFAULT_WEIGHTS[TYPE] > others
     assert TYPE not in effective_weights(Weights(predicted_latency=0), lora_adapters=False)
 

@@ -22,8 +22,11 @@ docs/scheduler-design.md); ``backlog-ttft-scorer`` (weight 4, igw's) predicts ea
 this request from the prompt tokens this router sent there and the pod's prefill speed fitted from
 completed requests, which keeps slow GPUs of a mixed fleet out of the tail (docs/benchmark.md);
 ``prefill-admission-scorer`` (weight 16, igw's: more than the others together, so it acts as an
-admission rule) keeps long prompts off pods the backlog scorer predicts far slower than the best.
-None has a ``weights`` key; all three are switched off with ``predictedLatency: 0``.
+admission rule) keeps long prompts off pods the backlog scorer predicts far slower than the best;
+``decode-balance-scorer`` (weight 2, igw's) evens out this router's requests in flight between pods
+of one kind of hardware, as far as the request's prefix match buys little (ITL and E2E tails,
+docs/benchmark.md, routing round 11). None has a ``weights`` key; all four are switched off with
+``predictedLatency: 0``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from igw.scheduling.framework import Scorer
 from igw.scheduling.picker_config import profile_from_picker_config
 from igw.scheduling.plugins import (
     backlog_ttft_scorer,
+    decode_balance_scorer,
     lora_affinity_scorer,
     prefill_admission_scorer,
     prefill_collision_scorer,
@@ -64,18 +68,27 @@ PREFILL_ADMISSION_KEY: Final = prefill_admission_scorer.TYPE
 """No ``weights`` key either; it reads ``backlog-ttft-scorer``'s predictions."""
 DEFAULT_PREFILL_ADMISSION_WEIGHT: Final = 16.0
 """Above the sum of the other default weights, so a candidate it rejects loses to every one it admits."""
-IGW_LATENCY_SCORERS: Final = (PREFILL_COLLISION_KEY, BACKLOG_TTFT_KEY, PREFILL_ADMISSION_KEY)
+DECODE_BALANCE_KEY: Final = decode_balance_scorer.TYPE
+"""No ``weights`` key either; it reads ``backlog-ttft-scorer``'s one-kind verdict."""
+DEFAULT_DECODE_BALANCE_WEIGHT: Final = 2.0
+IGW_LATENCY_SCORERS: Final = (
+    PREFILL_COLLISION_KEY,
+    BACKLOG_TTFT_KEY,
+    PREFILL_ADMISSION_KEY,
+    DECODE_BALANCE_KEY,
+)
 """igw's additions without a ``weights`` key, switched off together by ``predictedLatency: 0``."""
 
 
 def default_weights(*, lora_adapters: bool) -> dict[str, float]:
-    """The table's defaults plus ``prefill-collision-scorer`` and ``backlog-ttft-scorer`` at their
-    default weights."""
+    """The table's defaults plus igw's latency scorers (:data:`IGW_LATENCY_SCORERS`) at their default
+    weights."""
     return {
         **table_defaults(lora_adapters=lora_adapters),
         PREFILL_COLLISION_KEY: DEFAULT_PREFILL_COLLISION_WEIGHT,
         BACKLOG_TTFT_KEY: DEFAULT_BACKLOG_TTFT_WEIGHT,
         PREFILL_ADMISSION_KEY: DEFAULT_PREFILL_ADMISSION_WEIGHT,
+        DECODE_BALANCE_KEY: DEFAULT_DECODE_BALANCE_WEIGHT,
     }
 
 
@@ -85,10 +98,9 @@ DEFAULT_WEIGHTS: Final[Mapping[str, float]] = default_weights(lora_adapters=Fals
 def effective_weights(weights: Weights | None, *, lora_adapters: bool) -> dict[str, float]:
     """Defaults overlaid with the fields the user set (``None`` = not set; 0 disables a scorer).
 
-    ``predictedLatency: 0`` also switches off ``prefill-collision-scorer`` and
-    ``backlog-ttft-scorer``: all three are igw's additions that read this gateway's own latency
-    measurements, and 0 is documented as "GIE's exact queue/kvCache/prefix behaviour" (the AWS
-    ``weights`` shape has no key of its own for them).
+    ``predictedLatency: 0`` also switches off igw's other additions (:data:`IGW_LATENCY_SCORERS`):
+    like it they read this gateway's own measurements and state, and 0 is documented as "GIE's exact
+    queue/kvCache/prefix behaviour" (the AWS ``weights`` shape has no key of its own for them).
     """
     merged = default_weights(lora_adapters=lora_adapters)
     if weights is not None:

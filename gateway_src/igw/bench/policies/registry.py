@@ -55,6 +55,7 @@ TUNED_WEIGHTS: Final[Mapping[str, float]] = {
     "prefill-collision-scorer": 2.0,
     "backlog-ttft-scorer": 4.0,
     "prefill-admission-scorer": 16.0,
+    "decode-balance-scorer": 2.0,
 }
 """The best weights found by ``igw bench --tune`` (docs/benchmark.md, "Weight search").
 
@@ -63,9 +64,9 @@ which is what the earlier ``active-request-scorer`` term used to supply against 
 noise-aware predicted-TTFT scorer: at seeds 1-2, half scale, heavier KV-cache and predicted-TTFT terms
 (kvCache 3, predictedLatency 2) brought the geometric mean of TTFT p99 / oracle's p99 over the four
 tuning scenarios from 1.93 (defaults) to 1.75. The search preceded ``prefill-collision-scorer``,
-``backlog-ttft-scorer`` and ``prefill-admission-scorer``, which are added here at their default
-weights, as the gateway adds them to any CRD ``weights`` that keep ``predictedLatency`` > 0. Live
-mode passes these as an EndpointPickerConfig (``configMapRef``)."""
+``backlog-ttft-scorer``, ``prefill-admission-scorer`` and ``decode-balance-scorer``, which are added
+here at their default weights, as the gateway adds them to any CRD ``weights`` that keep
+``predictedLatency`` > 0. Live mode passes these as an EndpointPickerConfig (``configMapRef``)."""
 
 
 def _gateway(weights_of: Callable[[PolicyContext], Mapping[str, float]]) -> PolicyBuilder:
