@@ -163,9 +163,13 @@ def test_a_record_path_line_still_reaches_other_handlers(
 
 def _generic_fields(record: AccessRecord) -> dict[str, object]:
     """The line's fields as the generic rule states them: every field that is not ``None``, in
-    declaration order, the scores rounded to 4 decimals."""
+    declaration order, the scores rounded to 4 decimals, ``decision_us`` to 1 and the other timings
+    to 3."""
     out = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     out = {name: value for name, value in out.items() if value is not None}
+    for name, digits in (("decision_us", 1), ("duration_ms", 3), ("ttft_ms", 3), ("queue_ms", 3)):
+        if name in out:
+            out[name] = round(out[name], digits)
     if record.scores:
         out["scores"] = {k: {n: round(v, 4) for n, v in row.items()} for k, row in record.scores.items()}
     return out
@@ -181,16 +185,16 @@ def test_the_written_out_fields_match_the_generic_rule_for_random_records() -> N
         "scheduler": ["s", None],
         "endpoint": ["10.0.0.1:8000", None],
         "scores": [None, {}, {"e1": {"queue": 0.123456789, "total": 1 / 3}, "e2": {"kv": 2.0}}],
-        "decision_us": [12.5, None],
+        "decision_us": [12.5, 41.2649, None],
         "reason": ["1 stale endpoints excluded", None],
-        "duration_ms": [3.25, None],
-        "ttft_ms": [1.5, None],
+        "duration_ms": [3.25, 3.14159265, None],
+        "ttft_ms": [1.5, 1.23456789, None],
         "prompt_tokens": [10, None],
         "completion_tokens": [4, None],
         "error": ["boom", None],
         "priority": [2, None],
         "tenant": ["t", None],
-        "queue_ms": [0.5, None],
+        "queue_ms": [0.5, 0.0004999, None],
         "requested_model": ["r", None],
         "trace_id": ["0" * 32, None],
     }

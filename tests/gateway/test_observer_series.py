@@ -80,3 +80,26 @@ def test_decisions_and_picks_are_counted_per_scheduler_and_endpoint() -> None:
     assert sample("igw_endpoint_picks_total", {"scheduler": "s1", "endpoint": "e1"}) == 2
     assert sample("igw_endpoint_picks_total", {"scheduler": "s1", "endpoint": "e2"}) == 1
     assert sample("igw_endpoint_picks_total", {"scheduler": "s2", "endpoint": "e1"}) == 1
+
+
+def test_the_timings_are_kept_as_measured_and_rounded_in_the_line() -> None:
+    """The observer stores each timing unrounded (no ``round`` call on the request's path); the
+    access line carries it rounded: ``decision_us`` to 1 decimal, the milliseconds to 3."""
+    metrics = GatewayMetrics(lister=list, clock=lambda: 0.0)
+    obs = RequestObserver(metrics, request_id="r", method="POST", path="/v1/completions")
+    obs.routed(model="m", scheduler="s", stream=True, base_model="b", configured=True)
+    obs.decided("s", RoutingDecision(kind=DecisionKind.PICKED, endpoint="e:1"), 41.2649e-6)
+    obs.waited(0.0123456789, "dispatched")
+    result = ExchangeResult(
+        answer=web.Response(status=200), status=200, ok=True, streamed=True, ttft_s=0.00123456789
+    )
+    obs.exchanged(result, prompt_tokens=5, completion_tokens=3)
+    obs.finish(result.answer)
+    record = obs.record
+    assert record.decision_us == 41.2649e-6 * 1e6
+    assert record.queue_ms == 0.0123456789 * 1000
+    assert record.ttft_ms == 0.00123456789 * 1000
+    assert record.duration_ms is not None
+    line = record.line_fields()
+    assert (line["decision_us"], line["queue_ms"], line["ttft_ms"]) == (41.3, 12.346, 1.235)
+    assert line["duration_ms"] == round(record.duration_ms, 3)

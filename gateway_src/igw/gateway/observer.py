@@ -105,7 +105,7 @@ class RequestObserver:
         self, scheduler: str, decision: RoutingDecision, elapsed_s: float, *, candidates: int = 0
     ) -> None:
         self.metrics.decision_child(scheduler).observe(elapsed_s)
-        self.record.decision_us = round(elapsed_s * 1e6, 1)
+        self.record.decision_us = elapsed_s * 1e6  # rounded in the line
         self.record.reason = decision.reason or None
         self.record.scores = decision.scores or None  # rounded only if the access log is written
         if self.trace is not None:
@@ -120,7 +120,7 @@ class RequestObserver:
     def waited(self, waited_s: float, outcome: RoutingDecision | str) -> None:
         """The request left the flow-control queue: dispatched (``outcome`` is the new decision) or
         shed (``outcome`` names why)."""
-        self.record.queue_ms = round(waited_s * 1000, 3)
+        self.record.queue_ms = waited_s * 1000
         if self.trace is not None:
             decision = outcome if isinstance(outcome, RoutingDecision) else None
             label = outcome if isinstance(outcome, str) else "dispatched"
@@ -166,7 +166,7 @@ class RequestObserver:
         series = self.series = self.metrics.model_series(self.model_label, self.requested_label)
         if result.ttft_s is not None:
             series.ttft.observe(result.ttft_s)
-            self.record.ttft_ms = round(result.ttft_s * 1000, 3)
+            self.record.ttft_ms = result.ttft_s * 1000
         if result.gaps:
             itl = series.itl
             for gap in result.gaps:
@@ -212,7 +212,7 @@ class RequestObserver:
         if self.trace is not None:
             self.record.trace_id = self.trace.recorded_trace_id
         self.record.status = status
-        self.record.duration_ms = round(elapsed * 1000, 3)
+        self.record.duration_ms = elapsed * 1000
         series = self.series
         if series is None:
             series = self.metrics.model_series(self.model_label, self.requested_label)
