@@ -15,6 +15,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from igw.config.jsonpath import PathPart
+from igw.config.resource_quantities import parse_quantity
 
 QUANTITIES = ["1", "500m", "2Gi", "0.5", "128974848", "1e3"]
 URLS = ["https://idp.example.com", "https://login.example.org/realms/ml", "https://a.b.c:8443/x/y"]
@@ -125,6 +126,12 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
             pod_labels.pop(key, None)
     if len(spec["schedulers"]) > 1:
         spec["bbr"]["enabled"] = True
+    resources = spec.get("podDefaults", {}).get("resources", {})
+    limits, requests = resources.get("limits", {}), resources.get("requests", {})
+    for name, limit in limits.items():  # a limit below its request is refused (pod-resources rule)
+        limit_value, request_value = parse_quantity(limit), parse_quantity(requests.get(name))
+        if limit_value is not None and request_value is not None and limit_value < request_value:
+            limits[name] = requests[name]
     extensions = spec.get("extensions") or {}
     for index, rule in enumerate((extensions.get("modelRewrites") or {}).get("rules", [])):
         rule["model"] = f"alias-{index}"  # one rule per model and header set
