@@ -68,6 +68,13 @@ def compiled_options() -> dict[str, Any]:
     }
 
 
+BUILD_COMMANDS = frozenset({"build", "build_ext", "bdist_wheel", "install"})
+"""The setup.py commands that compile. The build backend also runs setup.py to read requirements
+(``egg_info``, before mypy is installed) and metadata (``dist_info``): mypycify, which type-checks and
+translates every listed module when called, runs only for a build."""
+
+
 if __name__ == "__main__":
     os.chdir(ROOT)  # mypycify takes paths relative to the repository root (mypy_path = gateway_src)
-    setup(**(compiled_options() if os.environ.get(SWITCH) == "1" else {}))
+    compiling = os.environ.get(SWITCH) == "1" and not BUILD_COMMANDS.isdisjoint(sys.argv[1:])
+    setup(**(compiled_options() if compiling else {}))
