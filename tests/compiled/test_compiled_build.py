@@ -39,18 +39,22 @@ TEST_MODULES = (
     "igw.gateway.upstream_client",
     "igw.gateway.lean_server",
 )
-LEFT_OUT = "not (" + " or ".join(
-    (
-        # They reach into the code in ways compiled code does not follow (the behaviour they pin is
-        # the same): a stand-in passed through cast(Any, ...) where compiled code checks the type at
-        # run time; an object made with __new__ alone, whose native class runs __init__; methods and
-        # module functions replaced by monkeypatch, which compiled callers bound at build time.
-        "test_the_stream_writer_frames_chunks_and_refuses_a_closed_connection",
-        "test_a_failing_after_response_callback_is_logged_and_the_rest_still_run",
-        "test_the_lean_side_records_a_forwarded_answer_after_writing_it",
-        "test_a_handler_failing_inside_a_started_stream_closes_the_connection",
+LEFT_OUT = (
+    "not ("
+    + " or ".join(
+        (
+            # They reach into the code in ways compiled code does not follow (the behaviour they pin is
+            # the same): a stand-in passed through cast(Any, ...) where compiled code checks the type at
+            # run time; an object made with __new__ alone, whose native class runs __init__; methods and
+            # module functions replaced by monkeypatch, which compiled callers bound at build time.
+            "test_the_stream_writer_frames_chunks_and_refuses_a_closed_connection",
+            "test_a_failing_after_response_callback_is_logged_and_the_rest_still_run",
+            "test_the_lean_side_records_a_forwarded_answer_after_writing_it",
+            "test_a_handler_failing_inside_a_started_stream_closes_the_connection",
+        )
     )
-) + ")"
+    + ")"
+)
 """The tests of ``tests/gateway/test_lean_server.py`` not run against the compiled copy."""
 DES = """
 import sys
