@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Final
 
 PACKAGE_ROOT: Final = Path(__file__).resolve().parent
+MYPYC_LIBRARY_SUFFIX: Final = "__mypyc"
+"""mypyc puts the compiled code of a build in one shared library, ``<group>__mypyc``; the module files
+are shims that load it. Not a module with a source of its own."""
 MANIFEST_NAME: Final = "compiled_build.json"
 """Written by the compiled build next to the package's ``__init__.py``: ``{"modules": {name: sha256}}``."""
 
@@ -159,6 +162,8 @@ def _extension_modules(root: Path) -> dict[str, Path]:
             continue
         parts = path.relative_to(root).parts
         leaf = path.name.removesuffix(suffix)
+        if leaf.endswith(MYPYC_LIBRARY_SUFFIX):
+            continue  # the group's shared library, beside its modules when it holds only one
         name = ".".join(("igw", *parts[:-1], *(() if leaf == "__init__" else (leaf,))))
         found[name] = path
     return found

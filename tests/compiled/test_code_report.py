@@ -59,6 +59,15 @@ def test_a_build_matching_its_sources_is_reported_compiled(tmp_path: Path) -> No
     assert tree.describe() == f"mypyc-compiled: 2 of {len(COMPILED_MODULES)} hot-path modules"
 
 
+def test_mypycs_shared_library_is_not_taken_for_a_module(tmp_path: Path) -> None:
+    """A one-module build puts it beside the module (``ewma__mypyc``); a wheel built that way read
+    as stale."""
+    root = fake_build(tmp_path, ("igw.scheduling.ewma",))
+    (root / "scheduling" / f"ewma__mypyc{SUFFIX}").write_bytes(b"\x7fELF")
+    tree = inspect_tree(root)
+    assert (tree.compiled, tree.stale) == (("igw.scheduling.ewma",), ())
+
+
 def test_a_package_init_is_named_by_its_package(tmp_path: Path) -> None:
     assert inspect_tree(fake_build(tmp_path, ("igw.scheduling",))).compiled == ("igw.scheduling",)
 
