@@ -7,11 +7,8 @@ names and source digests, never the binaries (``test_compiled_build`` builds rea
 
 from __future__ import annotations
 
-import asyncio
 import importlib.machinery
-import re
 import shutil
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -28,6 +25,7 @@ from igw.compiled import (
     source_path,
     write_manifest,
 )
+from igw.perf.serve_process import serve_process
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 
@@ -108,28 +106,15 @@ def test_igw_serve_refuses_a_stale_compiled_module(
 
 
 async def test_igw_serve_logs_and_exports_which_code_it_runs(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler("pool", "m")])))
+    log: list[str] = []
     async with running(FakeModelServer("pod")) as (pod,):
-        (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler("pool", "m")])))
         (tmp_path / "e.yaml").write_text(yaml.safe_dump({"schedulers": {"m": [pod.key]}}))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),
-            "--endpoints", str(tmp_path / "e.yaml"), "--host", "127.0.0.1", "--port", "0",
-            "--drain-seconds", "1",
-            stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        log: list[str] = []
-        try:
-            assert proc.stderr is not None
-            while not (
-                found := re.search(r"serving \d+ scheduler\(s\) at (http://\S+)", log[-1] if log else "")
-            ):
-                line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode()
-                assert line, "igw serve exited before serving: " + "".join(log)
-                log.append(line)
-            async with aiohttp.ClientSession() as http, http.get(found.group(1) + "/metrics") as resp:
-                page = await resp.text()
-        finally:
-            proc.terminate()
-            await asyncio.wait_for(proc.communicate(), timeout=60)
+        async with (
+            serve_process(tmp_path / "c.yaml", tmp_path / "e.yaml", on_line=log.append) as served,
+            aiohttp.ClientSession() as http,
+            http.get(served.url + "/metrics") as resp,
+        ):
+            page = await resp.text()
     assert 'igw_gateway_code_info{code="python",compiled_modules="0"} 1.0' in page
     assert any("code: pure Python (no mypyc-compiled module)" in line for line in log), log
