@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: test demo lint typecheck unit generate synth bench clean
+.PHONY: test demo lint typecheck unit generate synth bench clean perf-compiled
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,12 +18,12 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway_src cdk tests app.py
-	$(BIN)/ruff format --check gateway_src cdk tests app.py
+	$(BIN)/ruff check gateway_src cdk tests app.py setup.py build_backend
+	$(BIN)/ruff format --check gateway_src cdk tests app.py setup.py build_backend
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy gateway_src/igw cdk app.py tests
+	$(BIN)/mypy gateway_src/igw cdk app.py tests setup.py build_backend
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -n 2
@@ -35,6 +35,11 @@ demo: $(STAMP)
 
 generate: $(STAMP)
 	$(BIN)/igw generate
+
+# The mypyc-compiled hot path against pure Python: builds a compiled copy under build/compiled-tree
+# (minutes; reused while its sources match) and alternates `igw perf gateway` between the two trees.
+perf-compiled: $(STAMP)
+	$(BIN)/igw perf compiled --pairs $(or $(PAIRS),3)
 
 synth: $(STAMP)
 	$(BIN)/python -m cdk.synth_cli

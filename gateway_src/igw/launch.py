@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Info
 
+from igw.compiled import inspect_tree
 from igw.config.documents import DocumentReadError, read_documents
 from igw.config.model import GatewayConfig
 from igw.errors import IgwGatewayError
@@ -152,6 +153,19 @@ def guard_factory(registry: CollectorRegistry) -> GuardFactory:
     return RequestGuardFactory(registry=registry)
 
 
+def _announce_code(registry: CollectorRegistry) -> None:
+    """Refuse to start on a compiled module built from other sources than the ``.py`` beside it (it
+    would run the old code, :mod:`igw.compiled`); else log and export which code runs:
+    ``igw_gateway_code_info{code="python"|"mypyc", compiled_modules="N"} 1``."""
+    code = inspect_tree()
+    if code.stale:
+        raise LaunchError("stale compiled module(s): " + "; ".join(code.stale))
+    log.info("code: %s", code.describe())
+    Info(
+        "igw_gateway_code", "Which code this gateway runs: pure Python or mypyc-compiled.", registry=registry
+    ).info({"code": code.mode, "compiled_modules": str(len(code.compiled))})
+
+
 async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     problems = options.limits.problems()
     if problems:
@@ -164,6 +178,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         "yes" if pin_mmap_threshold() else "no (not glibc)",
     )
     registry = CollectorRegistry(auto_describe=True)
+    _announce_code(registry)
     discovery: DiscoverySource
     if options.in_cluster:
         # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it

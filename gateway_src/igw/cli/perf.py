@@ -23,12 +23,14 @@ from igw.cli.arg_types import (
     SEED,
     SEEDS,
     NumberList,
+    output_directory,
     output_file,
 )
+from igw.compiled import COMPILED_MODULES
 
 HELP = (
     "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak, "
-    "scrape cost, decision cost."
+    "scrape cost, decision cost, the mypyc-compiled hot path."
 )
 
 SOAK_SETTLE_S: Final = 65.0
@@ -287,6 +289,40 @@ def _decide_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _compiled_modules(text: str) -> list[str]:
+    """Comma-separated modules, each one of :data:`igw.compiled.COMPILED_MODULES`."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in COMPILED_MODULES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"not in igw.compiled.COMPILED_MODULES: {', '.join(unknown) or text!r}"
+        )
+    return names
+
+
+def _compiled_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pairs", type=COUNT, default=3, help="pairs of runs, the order swapped every pair (default 3)"
+    )
+    parser.add_argument(
+        "--tree",
+        type=output_directory,
+        default="build/compiled-tree",
+        help="where the compiled copy is built, and reused while its sources match (build/compiled-tree)",
+    )
+    parser.add_argument(
+        "--modules",
+        type=_compiled_modules,
+        default=None,
+        help="compile only these modules of igw.compiled.COMPILED_MODULES (comma-separated; default all)",
+    )
+    parser.add_argument("--requests", type=COUNT, default=1000, help="igw perf gateway --requests (1000)")
+    parser.add_argument("--rounds", type=COUNT, default=3, help="igw perf gateway --rounds (3)")
+    parser.add_argument(
+        "--stream-requests", type=COUNT, default=150, help="igw perf gateway --stream-requests (150)"
+    )
+
+
 BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (
     # (benchmark name, module under igw.perf defining HELP and run(args), its command-line options)
     ("gateway", "igw.perf.gateway", _gateway_arguments),
@@ -300,6 +336,7 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("workers-notes", "igw.perf.workers_notes", _workers_notes_arguments),
     ("scrape-des", "igw.perf.scrape_des", _scrape_des_arguments),
     ("decide", "igw.perf.decide", _decide_arguments),
+    ("compiled", "igw.perf.compiled", _compiled_arguments),
 )
 
 

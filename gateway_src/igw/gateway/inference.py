@@ -204,10 +204,10 @@ async def _route(
     except TimeoutError:
         message = f"request body not received within {_body_timeout_s(request):g}s"
         return gateway_error("request_timeout", message, request_id=rid, headers=_CLOSE)
-    except BodyTooLarge as exc:
-        return gateway_error("request_too_large", str(exc), request_id=rid)
-    except BadRequestBody as exc:
-        return gateway_error("invalid_request", exc.message, param=exc.param, request_id=rid)
+    except BodyTooLarge as too_large:
+        return gateway_error("request_too_large", str(too_large), request_id=rid)
+    except BadRequestBody as bad_body:
+        return gateway_error("invalid_request", bad_body.message, param=bad_body.param, request_id=rid)
     if body.model and rt.rewrites.configured:
         tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
         split = rt.rewrites.split(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
@@ -531,7 +531,6 @@ async def _forward(
             connected = False
             retry = attempt < len(plan.candidates)
             obs.connect_failed(key, str(exc), retrying_on=scheduler if retry else None)
-            continue
         except TimeoutError:
             timeout = plan.timeout_s or 0
             obs.failed(f"routeTimeout {timeout:g}s exceeded", stream_broken=bool(prepared))
@@ -564,6 +563,8 @@ async def _forward(
                     state.flow.finished(key, plan.priority)
             if connected and plan.sr is not None:
                 _feedback(plan.sr, key, obs, result, now=state.clock())
+        if not connected:  # the next candidate; here, not in the handler: mypyc cannot compile a
+            continue  # `continue` inside try/finally (igw.compiled)
         break
     if result is None:
         message = f"could not connect to a model server for {plan.what} after {obs.record.attempts} attempts"

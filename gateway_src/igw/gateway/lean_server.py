@@ -51,6 +51,7 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http_writer import StreamWriter, _serialize_headers
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDict, CIMultiDictProxy
+from mypy_extensions import mypyc_attr
 
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import REQUEST_ID_HEADER
@@ -245,12 +246,14 @@ _WRITE_HIGH_WATER: Final = 2**16
 writer waits at the same size)."""
 
 
+@mypyc_attr(native_class=False)  # mypyc: a native class cannot have two exception bases (igw.compiled)
 class UnsupportedStreamOperation(IgwGatewayError, NotImplementedError):
     """A relayed stream was asked for something the lean side never does by design (compressing the
     model server's bytes, or writing a head other than the one it was built with). Raised loudly
     rather than ignored: a caller reaching it has changed how streams are relayed."""
 
 
+@mypyc_attr(native_class=False)  # mypyc: it subclasses aiohttp's writer, so it stays a Python class
 class LeanStreamWriter(AbstractStreamWriter):
     """A relayed stream's body on the lean side: each chunk framed and handed to the transport in the
     call that relays it, the head joined to the first one.
@@ -410,6 +413,7 @@ class _Message:
         """The body's ``Content-Length`` (-1: none)."""
 
 
+@mypyc_attr(native_class=False)  # mypyc: it subclasses aiohttp's handler, so it stays a Python class
 class LeanRequestHandler(GatewayRequestHandler):
     """The gateway's connection handler with the lean side in front of aiohttp's (module docstring)."""
 

@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol, cast
 
 import aiohttp
+import aiohttp.web_response  # mypyc: the compiled module needs _RelayedStream's base module
 import orjson
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from multidict import CIMultiDict
+from mypy_extensions import mypyc_attr
 
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import gateway_error, sse_error_event
@@ -347,10 +349,10 @@ async def exchange(
             payload = upstream.received()
             if payload is None:
                 payload = await upstream.read()
-        except UpstreamStalled as exc:
-            return _stalled(exc, response_headers)
-        except UpstreamBroken as exc:
-            return _upstream_failed("upstream failed while sending its response", exc, response_headers)
+        except UpstreamStalled as stalled:
+            return _stalled(stalled, response_headers)
+        except UpstreamBroken as broken:
+            return _upstream_failed("upstream failed while sending its response", broken, response_headers)
         return _whole_answer(upstream, payload, extra=response_headers)
     finally:
         upstream.close()
@@ -398,6 +400,7 @@ class DirectStreams(Protocol):
     ) -> AbstractStreamWriter: ...
 
 
+@mypyc_attr(native_class=False)  # mypyc: it subclasses aiohttp's response, so it stays a Python class
 class _RelayedStream(web.StreamResponse):
     """The client's SSE response: its head leaves with the first event, in one write.
 
@@ -504,8 +507,8 @@ async def _relay_stream(
                     await response.prepare(request)
                     on_prepared(response)
                 await response.write(chunk)
-            except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
-                raise ClientGone() from exc
+            except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
+                raise ClientGone() from reset
             now = time.perf_counter()
             if last is not None:
                 result.gaps.append(now - last)

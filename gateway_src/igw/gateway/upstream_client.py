@@ -43,6 +43,7 @@ Behaviour the forward path relies on:
 from __future__ import annotations
 
 import asyncio
+import asyncio.protocols  # mypyc: the compiled module needs _Connection's base module
 import socket
 import ssl
 from collections import deque
@@ -51,6 +52,7 @@ from typing import Final, NamedTuple, Protocol, cast
 
 import httptools
 from multidict import CIMultiDict
+from mypy_extensions import mypyc_attr
 
 from igw.errors import IgwGatewayError
 from igw.gateway.tcp_keepalive import UPSTREAM, probe_silent_peer
@@ -166,6 +168,7 @@ def parse_origin(endpoint: str) -> Origin:
     return Origin(host=host, port=port, tls=tls)
 
 
+@mypyc_attr(native_class=False)  # mypyc: it subclasses asyncio.Protocol, so it stays a Python class
 class _Connection(asyncio.Protocol):
     """One connection to a model server, parsing one response at a time."""
 
@@ -507,8 +510,8 @@ class UpstreamPool:
         if known is None:
             try:
                 origin = parse_origin(endpoint)
-            except ValueError as exc:
-                raise ConnectFailed(str(exc)) from exc
+            except ValueError as bad_endpoint:
+                raise ConnectFailed(str(bad_endpoint)) from bad_endpoint
             if len(self._origins) >= ORIGIN_CACHE_SIZE:
                 self._origins.clear()  # endpoints come and go; a bound keeps the cache from growing forever
             known = self._origins[endpoint] = (
@@ -597,8 +600,10 @@ class UpstreamPool:
                     ssl=tls,
                     server_hostname=origin.host if tls is not None else None,
                 )
-        except TimeoutError as exc:
-            raise ConnectFailed(f"ConnectionTimeoutError: connect to {origin.host}:{origin.port}") from exc
+        except TimeoutError as timed_out:
+            raise ConnectFailed(
+                f"ConnectionTimeoutError: connect to {origin.host}:{origin.port}"
+            ) from timed_out
         except (OSError, ssl.SSLError) as exc:
             raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
         return protocol

@@ -17,6 +17,9 @@ after, and a last line sums up both targets. With ``--profile N`` one more run p
 (``cProfile`` on the thread CPU clock, only inside ``pick``) and the N functions with the most own
 time are listed per pick, with the Python-level calls per pick: the profiler's own cost per call
 inflates every row, so the rows compare with each other, not with the p50.
+
+It prints which code it measures (pure Python or mypyc-compiled, :mod:`igw.compiled`); on compiled
+code the split is left out, since it replaces methods on instances, which native classes refuse.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from igw.compiled import inspect_tree
 
 if TYPE_CHECKING:
     from igw.scheduling.scheduler import Scheduler
@@ -78,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
     from igw.perf.gateway_micro import decision_time
 
     runs = max(1, args.runs)
+    code = inspect_tree()
     print(f"load average at start: {_load()}")
+    print(f"code measured: {code.describe()}")
     summary: list[str] = []
     for endpoints in args.endpoints:
         picks = args.picks or max(300, 48_000 // endpoints)
@@ -104,14 +111,11 @@ def run(args: argparse.Namespace) -> int:
         if target is not None:
             print(f"  target p50 <= {target:.0f} µs: ratio {p50 / target:.2f}, {verdict}")
             summary.append(f"{endpoints} endpoints {p50:.0f} µs (ratio {p50 / target:.2f}, {verdict})")
-        breakdown = Breakdown()
-        decision_time(endpoints=endpoints, picks=picks, instrument=breakdown.install)
-        total = breakdown.seconds.pop("TOTAL")
-        parts = sorted(breakdown.seconds.items(), key=lambda kv: -kv[1])
-        rest = total - sum(breakdown.seconds.values())
-        print("  where a pick's CPU time goes (mean per pick, instrumented run):")
-        for label, seconds in [*parts, ("scheduler's own steps (the rest)", rest)]:
-            print(f"    {label:<40} {seconds / picks * 1e6:8.1f} µs  {seconds / total:6.1%}")
+        if code.compiled:
+            # Breakdown replaces methods on instances, which compiled (native) classes refuse.
+            print("  where a pick's CPU time goes: not measured (compiled classes cannot be wrapped)")
+        else:
+            _print_breakdown(endpoints=endpoints, picks=picks)
         if args.profile > 0:
             print(
                 f"  profile of the picks (cProfile on the thread CPU clock, top {args.profile} by own time):"
@@ -127,6 +131,21 @@ def run(args: argparse.Namespace) -> int:
     if summary:
         print("targets (median p50): " + "; ".join(summary))
     return 0
+
+
+def _print_breakdown(*, endpoints: int, picks: int) -> None:
+    """One instrumented :func:`decision_time` run, printed as the CPU time per pick of each component."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.gateway_micro import decision_time
+
+    breakdown = Breakdown()
+    decision_time(endpoints=endpoints, picks=picks, instrument=breakdown.install)
+    total = breakdown.seconds.pop("TOTAL")
+    parts = sorted(breakdown.seconds.items(), key=lambda kv: -kv[1])
+    rest = total - sum(breakdown.seconds.values())
+    print("  where a pick's CPU time goes (mean per pick, instrumented run):")
+    for label, seconds in [*parts, ("scheduler's own steps (the rest)", rest)]:
+        print(f"    {label:<40} {seconds / picks * 1e6:8.1f} µs  {seconds / total:6.1%}")
 
 
 def pick_profile(*, endpoints: int, picks: int, top: int) -> list[str]:

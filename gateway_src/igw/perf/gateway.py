@@ -4,7 +4,8 @@ Prints, on this machine and in one run: added latency p50/p99 at concurrency 1 a
 minus direct path, same client, alternating rounds), the gateway's CPU microseconds per request,
 added streaming TTFT, scheduler decision time at 16 and 1,000 endpoints, and the parse time of a
 realistic vLLM ``/metrics`` page - each against a baseline from the same run, with the issue's
-target and whether it was met - and then the data-path targets as ratios to their references
+target and whether it was met; first, which code it measured (pure Python or mypyc-compiled,
+:mod:`igw.compiled`) - and then the data-path targets as ratios to their references
 (:mod:`igw.perf.gateway_targets`). Peer routers (sglang-router, vllm-router; from ``.peers/venv/bin``
 as ``igw bench --peers`` installs them, or ``PATH``) run in front of the same backend as separate
 processes and are driven and CPU-accounted exactly like the gateway; a peer that is absent, dies or
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from igw.compiled import inspect_tree
 from igw.perf.gateway_targets import LoadFigures, added_text, row, target_rows
 
 HELP = "Gateway overhead vs a direct connection: added latency, CPU/request, TTFT, decision and parse time."
@@ -340,7 +342,8 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    rows: list[dict[str, Any]] = []
+    # Which code is measured: the pure tree, or one with the hot path compiled (igw.compiled).
+    rows: list[dict[str, Any]] = [_row("gateway code", inspect_tree().describe(), "-", "(report)", None)]
     _micro(rows)
     if not args.skip_load:
         asyncio.run(_load(rows, args))

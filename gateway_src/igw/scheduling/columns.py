@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
 from itertools import compress
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from igw.scheduling.ewma import EndpointEwma
 from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
@@ -36,13 +35,18 @@ _KV_USAGE = "columns.kv_usage"
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
 class Present(Generic[T]):
-    """One signal read from every endpoint, none missing, with its smallest and largest value."""
+    """One signal read from every endpoint, none missing, with its smallest and largest value.
 
-    values: list[T]
-    lo: T
-    hi: T
+    A plain class, not a frozen dataclass: mypyc cannot compile a generic frozen dataclass (it fails
+    to import: "attribute '__dict__' of 'type' objects is not writable"; igw.compiled)."""
+
+    __slots__ = ("hi", "lo", "values")
+
+    def __init__(self, values: list[T], lo: T, hi: T) -> None:
+        self.values: Final = values
+        self.lo: Final = lo
+        self.hi: Final = hi
 
 
 class ScrapeCache:

@@ -716,7 +716,7 @@ class QueuedRequest:
     enqueued_at: float
     deadline: float
     seq: int = 0
-    payload: object = None
+    payload: Any = None  # Any, not object: mypyc's dataclass support fails on `object` (KeyError)
 
     def key(self, ordering: Ordering) -> tuple[float, int]:
         return (self.deadline if ordering is Ordering.EDF else self.enqueued_at, self.seq)

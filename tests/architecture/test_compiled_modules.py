@@ -1,0 +1,160 @@
+"""The modules the opt-in mypyc build compiles (``igw.compiled.COMPILED_MODULES``) keep to what mypyc
+compiles correctly - checked on the source, so an edit is caught without a C build:
+
+- one name per exception type in a function's ``except ... as NAME`` clauses. mypyc gives a local
+  one type, the first binding's, where mypy accepts any: ``except BodyTooLarge as exc`` followed by
+  ``except BadRequestBody as exc`` made a compiled gateway answer a malformed body with a 500
+  ("BodyTooLarge object expected; got BadRequestBody") instead of the 400;
+- every class that subclasses a class from outside igw (aiohttp, asyncio, ...) is marked
+  ``@mypyc_attr(native_class=False)``: a native class cannot extend them (the build fails).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from igw.compiled import COMPILED_MODULES, source_path
+from tests.architecture.support import SOURCE_ROOT, assert_none, offenders, sample
+
+INTERPRETED_BASE_MODULES = ("typing", "enum", "igw")
+"""Bases from these modules are fine for a native class (igw's own are compiled or plain classes)."""
+
+
+def _scopes(tree: ast.Module) -> list[ast.AST]:
+    return [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))]
+
+
+def _own_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of ``scope`` outside the functions and classes nested in it."""
+    found: list[ast.AST] = []
+    pending = list(ast.iter_child_nodes(scope))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        found.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def reused_except_names(path: Path) -> list[str]:
+    """``path:line`` of each ``except T as NAME`` whose NAME an earlier clause of the same function
+    bound to another exception type."""
+    hits: list[str] = []
+    for scope in _scopes(ast.parse(path.read_text())):
+        first: dict[str, tuple[str, int]] = {}
+        handlers = [n for n in _own_nodes(scope) if isinstance(n, ast.ExceptHandler) and n.name]
+        for handler in sorted(handlers, key=lambda h: h.lineno):
+            assert handler.name is not None
+            assert handler.type is not None
+            caught = ast.unparse(handler.type)
+            seen = first.setdefault(handler.name, (caught, handler.lineno))
+            if seen[0] != caught:
+                hits.append(
+                    f"{path}:{handler.lineno}: `except {caught} as {handler.name}` reuses the name of "
+                    f"`except {seen[0]} as {handler.name}` (line {seen[1]}): give it its own name"
+                )
+    return hits
+
+
+def _imported_from(tree: ast.Module) -> dict[str, str]:
+    """Name bound at module level -> the module it was imported from."""
+    origin: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                origin[alias.asname or alias.name] = node.module
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                origin[alias.asname or alias.name.split(".")[0]] = alias.name.split(".")[0]
+    return origin
+
+
+def _root_name(base: ast.expr) -> str | None:
+    while isinstance(base, ast.Attribute | ast.Subscript):
+        base = base.value
+    return base.id if isinstance(base, ast.Name) else None
+
+
+def _non_native(cls: ast.ClassDef) -> bool:
+    return any(
+        isinstance(d, ast.Call)
+        and _root_name(d.func) == "mypyc_attr"
+        and any(
+            k.arg == "native_class" and isinstance(k.value, ast.Constant) and k.value.value is False
+            for k in d.keywords
+        )
+        for d in cls.decorator_list
+    )
+
+
+def native_subclasses_of_foreign_classes(path: Path) -> list[str]:
+    """``path:line`` of each class with a base imported from outside igw, typing and enum that is not
+    marked ``@mypyc_attr(native_class=False)``."""
+    tree = ast.parse(path.read_text())
+    origin = _imported_from(tree)
+    hits: list[str] = []
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        foreign = [
+            ast.unparse(base)
+            for base in cls.bases
+            if (module := origin.get(_root_name(base) or "")) is not None
+            and module.split(".")[0] not in INTERPRETED_BASE_MODULES
+        ]
+        if foreign and not _non_native(cls):
+            hits.append(
+                f"{path}:{cls.lineno}: class {cls.name} subclasses {', '.join(foreign)}: "
+                "mark it @mypyc_attr(native_class=False)"
+            )
+    return hits
+
+
+def _compiled_sources() -> list[Path]:
+    return [source_path(name, SOURCE_ROOT) for name in COMPILED_MODULES]
+
+
+def test_every_listed_module_exists() -> None:
+    missing = [str(path) for path in _compiled_sources() if not path.is_file()]
+    assert not missing, missing
+
+
+def test_compiled_modules_give_each_caught_type_its_own_name() -> None:
+    assert_none(offenders(_compiled_sources(), reused_except_names), "an except name bound to two types")
+
+
+def test_compiled_modules_mark_subclasses_of_foreign_classes_non_native() -> None:
+    assert_none(
+        offenders(_compiled_sources(), native_subclasses_of_foreign_classes),
+        "a native class extending a class from outside igw",
+    )
+
+
+def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
+    reused = sample(
+        tmp_path,
+        "def handle():\n"
+        "    try:\n        pass\n"
+        "    except KeyError as exc:\n        pass\n"
+        "    except ValueError as exc:\n        pass\n"
+        "    except ValueError as exc:\n        pass\n"
+        "    def inner():\n"
+        "        try:\n            pass\n"
+        "        except OSError as exc:\n            pass\n",
+    )
+    found = reused_except_names(reused)
+    assert len(found) == 2, found  # both ValueError clauses; the nested function is its own scope
+    assert all("except ValueError as exc" in hit for hit in found)
+    foreign = sample(
+        tmp_path,
+        "import asyncio\nfrom aiohttp import web\nfrom typing import Protocol\n"
+        "from mypy_extensions import mypyc_attr\nfrom igw.errors import IgwError\n"
+        "class A(asyncio.Protocol): pass\n"
+        "class B(web.StreamResponse): pass\n"
+        "@mypyc_attr(native_class=False)\nclass C(web.StreamResponse): pass\n"
+        "class D(Protocol): pass\n"
+        "class E(IgwError): pass\n",
+        name="foreign.py",
+    )
+    found = native_subclasses_of_foreign_classes(foreign)
+    assert [hit.split(": class ")[1].split(" ")[0] for hit in found] == ["A", "B"], found
