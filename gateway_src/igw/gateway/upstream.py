@@ -324,14 +324,14 @@ async def exchange(
             connect_timeout_s=connect_timeout_s,
             head_timeout_s=idle_timeout_s,
         )
-    except UpstreamStalled as exc:
-        return _stalled(exc, response_headers)
+    except UpstreamStalled as stalled:
+        return _stalled(stalled, response_headers)
     except TimeoutError:
         # the head bound (a stream's streamIdleTimeout, the global router's requestTimeoutSeconds)
         message = f"upstream {endpoint} sent no response within {idle_timeout_s or 0:g}s"
         return _stalled(UpstreamStalled(message, reason="response_timeout"), response_headers)
-    except (UpstreamBroken, OSError) as exc:
-        return _upstream_failed(f"upstream {endpoint} failed before responding", exc, response_headers)
+    except (UpstreamBroken, OSError) as failed:
+        return _upstream_failed(f"upstream {endpoint} failed before responding", failed, response_headers)
     try:
         if upstream.content_type == "text/event-stream":
             return await _relay_stream(
