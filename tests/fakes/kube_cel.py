@@ -30,6 +30,7 @@ Ratcheting is :mod:`tests.fakes.kube_admission`'s (errors carry their rule's nod
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any, Final
@@ -44,6 +45,10 @@ _COMPILING: Final = threading.Lock()
 """Tests write from their own thread while the server writes from its loop's: one parse at a time."""
 _NO_OLD: Final = object()
 """Marks a node with no old value to correlate with (a create, or a node new in this update)."""
+_VERDICTS: dict[tuple[str, str, str | None], tuple[tuple[int, str | None, str | None], ...]] = {}
+"""Rule verdicts by (rules, node value, old value) as JSON: CEL is deterministic, and tests write the
+same specs again and again (every status or metadata write re-admits the unchanged object)."""
+_VERDICTS_MAX: Final = 20_000
 _REASONS: Final = frozenset(
     {"FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate"}
 )
@@ -109,30 +114,55 @@ def _failure(rule: Mapping[str, Any], path: str, node_type: str, message: str) -
     return FieldError(field, "FieldValueInvalid", f'"{node_type}"', message, node=path, transition=transition)
 
 
-def _node_errors(schema: Mapping[str, Any], value: Any, path: str, old: Any) -> list[FieldError]:
-    rules = schema.get("x-kubernetes-validations") or ()
-    if not rules:
-        return []
-    errors: list[FieldError] = []
-    node_type = str(schema.get("type") or "object")
+def _verdicts(
+    schema: Mapping[str, Any], rules: tuple[Mapping[str, Any], ...], value: Any, old: Any
+) -> tuple[tuple[int, str | None, str | None], ...]:
+    """``(rule index, failure message or None, evaluation error or None)`` per rule evaluated,
+    memoised on the node's JSON (see ``_VERDICTS``)."""
+    key = (json.dumps(rules, sort_keys=True), json.dumps(value, sort_keys=True))
+    old_key = None if old is _NO_OLD else json.dumps(old, sort_keys=True)
+    cached = _VERDICTS.get((*key, old_key))
+    if cached is not None:
+        return cached
     self_value = _to_cel(schema, value)
-    transitions = old is not _NO_OLD and any("oldSelf" in str(r.get("rule")) for r in rules)
-    old_value = _to_cel(schema, old) if transitions else None
-    for rule in rules:
+    old_value = None if old is _NO_OLD else _to_cel(schema, old)
+    verdicts: list[tuple[int, str | None, str | None]] = []
+    for index, rule in enumerate(rules):
         expression = str(rule.get("rule") or "")
         activation: dict[str, Any] = {"self": self_value}
         if "oldSelf" in expression:
             if old is _NO_OLD:
                 continue
             activation["oldSelf"] = old_value
+        elif old is not _NO_OLD and value == old:
+            continue  # ratcheting: an unchanged value is not checked again (transition rules are)
         result, error = _evaluate(expression, activation)
+        failure = _message(rule, activation) if error is None and not bool(result) else None
+        verdicts.append((index, failure, error))
+    found = tuple(verdicts)
+    if len(_VERDICTS) >= _VERDICTS_MAX:
+        _VERDICTS.clear()
+    _VERDICTS[(*key, old_key)] = found
+    return found
+
+
+def _node_errors(schema: Mapping[str, Any], value: Any, path: str, old: Any) -> list[FieldError]:
+    rules = tuple(schema.get("x-kubernetes-validations") or ())
+    if not rules:
+        return []
+    if old is not _NO_OLD and value != old and not any("oldSelf" in str(r.get("rule")) for r in rules):
+        old = _NO_OLD  # a changed value is checked as a new one (and shares its memo entry)
+    errors: list[FieldError] = []
+    node_type = str(schema.get("type") or "object")
+    for index, failure, error in _verdicts(schema, rules, value, old):
+        rule = rules[index]
         if error is not None:
-            message = rule.get("message") or f"failed rule: {expression}"
+            message = rule.get("message") or f"failed rule: {rule.get('rule')}"
             errors.append(
                 FieldError(path, "FieldValueInvalid", f'"{node_type}"', f"{message}: {error}", node=path)
             )
-        elif not bool(result):
-            errors.append(_failure(rule, path, node_type, _message(rule, activation)))
+        elif failure is not None:
+            errors.append(_failure(rule, path, node_type, failure))
     return errors
 
 
