@@ -89,6 +89,8 @@ def _checked(
     dropped: list[str] = []
     pruned = prune(schema, value, path, dropped)
     defaulted = apply_defaults(schema, pruned)
+    if old is not None:  # as the API server reads it back: pruned and defaulted on decoding
+        old = apply_defaults(schema, prune(schema, old, path))
     root = {path: defaulted} if path else defaulted
     old_root = {path: old} if path else old
 

@@ -128,7 +128,6 @@ def test_invalid_spec_is_refused_and_the_previous_data_plane_stays(
                 "name": "main2",
                 "modelName": "llama",
                 "modelSelector": {"matchLabels": {"app": "x"}},
-                "bogus": 1,
             },
         ]
 
@@ -137,7 +136,6 @@ def test_invalid_spec_is_refused_and_the_previous_data_plane_stays(
     update_spec(cluster, "inference", "chat", break_it, admit_custom=False)
     refused = wait_condition(cluster, "chat", "Accepted", "False")
     assert refused["reason"] == "InvalidSpec"
-    assert "spec.schedulers[1].bogus" in refused["message"]
     assert "spec.schedulers[1].modelName" in refused["message"]
     obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
     assert condition(obj, "AdmissionBlocked")["status"] == "True"
@@ -418,9 +416,8 @@ def test_a_refusal_too_long_for_a_condition_still_reaches_the_status(
         spec["schedulers"] = [
             {
                 "name": f"s{i}",
-                "modelName": "llama",
+                "modelName": "m" * 200,  # quoted in each duplicate's line: far over 32,768 characters
                 "modelSelector": {"matchLabels": {"app": "x"}},
-                f"bogus{i}": 1,
             }
             for i in range(200)
         ]
