@@ -36,6 +36,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import celpy
+from celpy.adapter import json_to_cel
+from celpy.celparser import CELParseError
+from celpy.evaluation import CELEvalError
 
 from tests.fakes.kube_field_errors import FieldError
 from tests.fakes.kube_structural import child_path, child_schema
@@ -56,7 +59,7 @@ _REASONS: Final = frozenset(
 
 @functools.lru_cache(maxsize=4096)
 def program(expression: str) -> Any:
-    """The compiled CEL program of ``expression`` (raises ``celpy.CELParseError`` when it does not parse)."""
+    """The compiled CEL program of ``expression`` (raises ``CELParseError`` when it does not parse)."""
     with _COMPILING:
         return _ENV.program(_ENV.compile(expression))
 
@@ -77,16 +80,16 @@ def _as_cel_json(schema: Mapping[str, Any], value: Any) -> Any:
 
 
 def _to_cel(schema: Mapping[str, Any], value: Any) -> Any:
-    return celpy.json_to_cel(_as_cel_json(schema, value))
+    return json_to_cel(_as_cel_json(schema, value))
 
 
 def _evaluate(expression: str, activation: Mapping[str, Any]) -> tuple[Any, str | None]:
     """``(result, None)``, or ``(None, error text)`` where the rule does not compile or evaluate."""
     try:
         result = program(expression).evaluate(dict(activation))
-    except (celpy.CELParseError, celpy.CELEvalError, TypeError, ValueError) as exc:
+    except (CELParseError, CELEvalError, TypeError, ValueError) as exc:
         return None, str(exc) or type(exc).__name__
-    if isinstance(result, celpy.CELEvalError):
+    if isinstance(result, CELEvalError):
         return None, str(result)
     return result, None
 

@@ -11,7 +11,7 @@ import copy
 import dataclasses
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableSequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -123,7 +123,11 @@ def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
 
 
 def _admitted(
-    kind: ResourceKind, name: str, admission: Admission, field_validation: str, warnings: list[str] | None
+    kind: ResourceKind,
+    name: str,
+    admission: Admission,
+    field_validation: str,
+    warnings: MutableSequence[str] | None,
 ) -> dict[str, Any]:
     """The object to store, or the refusal the API server answers (400 for ``Strict`` unknown fields,
     422 ``Invalid`` with one cause per field); ``Warn`` appends one warning per unknown field."""
@@ -243,7 +247,7 @@ class KubeStore:
         obj: Mapping[str, Any],
         *,
         field_validation: str = "Warn",
-        warnings: list[str] | None = None,
+        warnings: MutableSequence[str] | None = None,
         admit_custom: bool = True,
     ) -> dict[str, Any]:
         """Store a new object; a custom resource is admitted first (:mod:`tests.fakes.kube_admission`).
@@ -291,7 +295,7 @@ class KubeStore:
         *,
         status_only: bool = False,
         field_validation: str = "Warn",
-        warnings: list[str] | None = None,
+        warnings: MutableSequence[str] | None = None,
         admit_custom: bool = True,
     ) -> dict[str, Any]:
         """Replace an object (or only its status); a custom resource is admitted first, as an update

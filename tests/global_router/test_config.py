@@ -115,8 +115,9 @@ def test_crd_is_structural_and_keys_clusters_by_name() -> None:
 
 
 def test_crd_is_a_valid_kubernetes_object() -> None:
-    """apiextensions' own schema: e.g. ``exclusiveMinimum`` is a boolean there, never JSON Schema's number
-    (a real API server refuses the whole CRD otherwise)."""
+    """apiextensions' own schema; and ``exclusiveMinimum`` as its boolean beside ``minimum``, never JSON
+    Schema's number (a real API server refuses the whole CRD then; kubernetes_validate does not look
+    inside ``openAPIV3Schema``, hence the explicit check)."""
     kubernetes_validate.validate(build_crd(), "1.31", strict=True)
     weight = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
         "properties"
