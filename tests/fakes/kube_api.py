@@ -13,6 +13,15 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   ``fieldSelector`` (``path=value``/``!=`` on dotted paths) and ``limit``/``continue`` paging; get;
   create (POST); replace (PUT); patch (merge, strategic-merge treated as merge, JSON patch, apply
   treated as merge-or-create); delete; ``/status`` subresources; ``/version/``.
+* custom resources admitted as apiextensions admits them, on every create, replace, patch and
+  apply of the object and of its ``/status``, for any kind whose CRD the fake was given: unknown
+  fields pruned (``fieldValidation``: ``Strict`` refuses them with 400, ``Warn`` - the default -
+  answers ``Warning`` headers, ``Ignore`` drops them silently), ``default`` s filled in, the OpenAPI
+  schema validated and the CRD's ``x-kubernetes-validations`` CEL rules evaluated (transition rules
+  on update); a violation refuses the whole write with 422 ``Invalid`` and a Status whose
+  ``details.causes`` name each field (:mod:`tests.fakes.kube_admission`, where what is not modelled
+  is listed). Built-in kinds get the metadata rules only (:mod:`tests.fakes.kube_validation`).
+  Writing a CRD again registers its new generation.
 * WATCH (``?watch=true``) for every kind: newline-delimited ``{"type": ADDED|MODIFIED|DELETED,
   "object": …}`` events, each object carrying its ``metadata.resourceVersion``. Without a
   resourceVersion (or "0") the stream starts with synthetic ADDED events for the current state;
@@ -78,7 +87,14 @@ from tests.fakes.kube_discovery import (
     wants_table,
 )
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
-from tests.fakes.kube_store import KubeStore, ResourceKind, StoreError, json_patch, merge_patch
+from tests.fakes.kube_store import (
+    FIELD_VALIDATION_DIRECTIVES,
+    KubeStore,
+    ResourceKind,
+    StoreError,
+    json_patch,
+    merge_patch,
+)
 
 __all__ = [
     "FakeKubeApiServer",
@@ -127,7 +143,28 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 
 def _error(exc: StoreError) -> web.Response:
-    return _json(_status(exc.code, exc.reason, exc.message), exc.code)
+    return _json(_status(exc.code, exc.reason, exc.message, details=exc.details), exc.code)
+
+
+def _field_validation(query: Mapping[str, str]) -> str:
+    """The write's ``fieldValidation`` directive (``Warn`` when absent, as the API server defaults)."""
+    directive = query.get("fieldValidation") or "Warn"
+    if directive not in FIELD_VALIDATION_DIRECTIVES:
+        raise StoreError(
+            400,
+            "BadRequest",
+            f"fieldValidation must be one of {', '.join(FIELD_VALIDATION_DIRECTIVES)}, got {directive!r}",
+        )
+    return directive
+
+
+def _written(body: Any, warnings: list[str], status: int = 200) -> web.Response:
+    """A write's answer, with one ``Warning`` header per warning (``kubectl`` prints them)."""
+    response = _json(body, status)
+    for warning in warnings:
+        escaped = warning.replace('"', '\\"')
+        response.headers.add("Warning", f'299 - "{escaped}"')
+    return response
 
 
 class FakeKubeApiServer:
@@ -220,11 +257,13 @@ class FakeKubeApiServer:
         self._thread = None
 
     # ---- seeding and fault injection -------------------------------------------------------------------
-    def add(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Create ``obj`` (kind from apiVersion/kind, namespace from metadata, default "default")."""
+    def add(self, obj: Mapping[str, Any], *, admit_custom: bool = True) -> dict[str, Any]:
+        """Create ``obj`` (kind from apiVersion/kind, namespace from metadata, default "default").
+
+        ``admit_custom=False`` skips the CRD's admission: see :meth:`KubeStore.create`."""
         kind = self.store.kind_for(api_version=str(obj["apiVersion"]), kind=str(obj["kind"]))
         namespace = str((obj.get("metadata") or {}).get("namespace") or "default") if kind.namespaced else ""
-        created = self.store.create(kind, namespace, obj)
+        created = self.store.create(kind, namespace, obj, admit_custom=admit_custom)
         if kind.plural == "customresourcedefinitions":
             self._register_crd(created)
         return created
@@ -428,10 +467,13 @@ class FakeKubeApiServer:
                         "the namespace of the provided object does not match the namespace sent "
                         "on the request",
                     )
-                created = self.store.create(kind, ns, body)
+                warnings: list[str] = []
+                created = self.store.create(
+                    kind, ns, body, field_validation=_field_validation(query), warnings=warnings
+                )
                 if kind.plural == "customresourcedefinitions":
                     self._register_crd(created)
-                return _json(created, 201)
+                return _written(created, warnings, 201)
             raise StoreError(405, "MethodNotAllowed", f"method {method} not allowed on a collection")
         if subresource not in (None, "status"):
             raise StoreError(404, "NotFound", f"subresource {subresource!r} is not served by the fake")
@@ -440,11 +482,25 @@ class FakeKubeApiServer:
             if wants_table(request.headers.get("Accept", "")):
                 return _json(table(kind, [found], found["metadata"]["resourceVersion"]))
             return _json(found)
-        if method == "PUT":
-            body = await self._body(request)
-            return _json(self.store.replace(kind, ns, name, body, status_only=subresource == "status"))
-        if method == "PATCH":
-            return _json(await self._patch(request, kind, ns, name, subresource))
+        if method in ("PUT", "PATCH"):
+            write_warnings: list[str] = []
+            directive = _field_validation(query)
+            if method == "PUT":
+                body = await self._body(request)
+                written = self.store.replace(
+                    kind,
+                    ns,
+                    name,
+                    body,
+                    status_only=subresource == "status",
+                    field_validation=directive,
+                    warnings=write_warnings,
+                )
+            else:
+                written = await self._patch(request, kind, ns, name, subresource, directive, write_warnings)
+            if kind.plural == "customresourcedefinitions":
+                self._register_crd(written)  # a new CRD generation: its schema and rules apply from now
+            return _written(written, write_warnings)
         if method == "DELETE":
             deleted = self.store.delete(kind, ns, name)
             if kind.plural in _RETURNS_OBJECT_ON_DELETE:
@@ -469,7 +525,14 @@ class FakeKubeApiServer:
         return body
 
     async def _patch(
-        self, request: web.Request, kind: ResourceKind, ns: str, name: str, subresource: str | None
+        self,
+        request: web.Request,
+        kind: ResourceKind,
+        ns: str,
+        name: str,
+        subresource: str | None,
+        field_validation: str,
+        warnings: list[str],
     ) -> dict[str, Any]:
         content_type = request.content_type
         text = await request.text()
@@ -481,7 +544,9 @@ class FakeKubeApiServer:
             current = self.store.get(kind, ns, name)
         except StoreError:
             if content_type == "application/apply-patch+yaml":
-                return self.store.create(kind, ns, patch)
+                return self.store.create(
+                    kind, ns, patch, field_validation=field_validation, warnings=warnings
+                )
             raise
         if content_type == "application/json-patch+json":
             updated = json_patch(current, patch)
@@ -498,7 +563,15 @@ class FakeKubeApiServer:
                 f"the body of the request was in an unknown format: {content_type}",
             )
         updated.setdefault("metadata", {}).pop("resourceVersion", None)
-        return self.store.replace(kind, ns, name, updated, status_only=subresource == "status")
+        return self.store.replace(
+            kind,
+            ns,
+            name,
+            updated,
+            status_only=subresource == "status",
+            field_validation=field_validation,
+            warnings=warnings,
+        )
 
     def _list(
         self, kind: ResourceKind, namespace: str | None, query: dict[str, str], *, table_wanted: bool = False

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -111,6 +112,17 @@ def test_crd_is_structural_and_keys_clusters_by_name() -> None:
     assert clusters["x-kubernetes-list-map-keys"] == ["name"]
     assert to_structural(schema) == schema
     assert crd["spec"]["names"]["kind"] == "GlobalRouterConfig"
+
+
+def test_crd_is_a_valid_kubernetes_object() -> None:
+    """apiextensions' own schema; and ``exclusiveMinimum`` as its boolean beside ``minimum``, never JSON
+    Schema's number (a real API server refuses the whole CRD then; kubernetes_validate does not look
+    inside ``openAPIV3Schema``, hence the explicit check)."""
+    kubernetes_validate.validate(build_crd(), "1.31", strict=True)
+    weight = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["clusters"]["items"]["properties"]["capacityWeight"]
+    assert (weight["minimum"], weight["exclusiveMinimum"]) == (0, True)
 
 
 def test_committed_crd_is_fresh() -> None:

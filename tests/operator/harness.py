@@ -131,8 +131,15 @@ def mark_deployment_ready(kube: FakeKubeApiServer, namespace: str, name: str) ->
 
 
 def update_spec(
-    kube: FakeKubeApiServer, namespace: str, name: str, mutate: Callable[[dict[str, Any]], None]
+    kube: FakeKubeApiServer,
+    namespace: str,
+    name: str,
+    mutate: Callable[[dict[str, Any]], None],
+    *,
+    admit_custom: bool = True,
 ) -> None:
+    """Write the InferenceGatewayConfig's spec as ``mutate`` changes it; ``admit_custom=False`` stores a
+    spec the CRD refuses (see :meth:`tests.fakes.kube_store.KubeStore.create`)."""
     current = find(kube, "InferenceGatewayConfig", namespace, name)
     assert current is not None
     mutate(current["spec"])
@@ -140,7 +147,7 @@ def update_spec(
     kind = kube.store.kind_for(
         api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
     )
-    kube.store.replace(kind, namespace, name, current)
+    kube.store.replace(kind, namespace, name, current, admit_custom=admit_custom)
 
 
 class OperatorThread:

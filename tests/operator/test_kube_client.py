@@ -119,11 +119,13 @@ def test_apply_puts_back_an_edited_field_and_ignores_fields_others_add() -> None
 class _NormalisingStore(KubeStore):
     """Stores ``data.size`` in its own canonical form, as the API server stores quantities."""
 
-    def create(self, kind: ResourceKind, namespace: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+    def create(
+        self, kind: ResourceKind, namespace: str, obj: Mapping[str, Any], **options: Any
+    ) -> dict[str, Any]:
         body = dict(obj)
         if "size" in (body.get("data") or {}):
             body["data"] = {**body["data"], "size": "500m"}
-        return super().create(kind, namespace, body)
+        return super().create(kind, namespace, body, **options)
 
 
 def test_a_value_the_server_stores_in_its_own_form_is_not_rewritten_on_every_pass() -> None:

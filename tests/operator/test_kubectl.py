@@ -24,8 +24,8 @@ KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
 
 
-def kubectl(kubeconfig: Path, *args: str) -> str:
-    result = subprocess.run(
+def run_kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
         capture_output=True,
         text=True,
@@ -33,6 +33,10 @@ def kubectl(kubeconfig: Path, *args: str) -> str:
         env={**os.environ, "KUBECTL_EXTERNAL_DIFF": ""},
         check=False,
     )
+
+
+def kubectl(kubeconfig: Path, *args: str) -> str:
+    result = run_kubectl(kubeconfig, *args)
     assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
     return result.stdout
 
@@ -73,13 +77,21 @@ def test_apply_get_describe_reapply_delete(
         lambda: "llama-3.1" in kubectl(kubeconfig, "get", "igwc", "chat", "-n", "inference"),
         what="the new model in kubectl get",
     )
-    broken = igwc("chat")
-    broken["spec"]["schedulers"][0]["targetPort"] = 70000
+    # What the CRD's schema refuses never reaches the operator: the API server answers kubectl.
+    out_of_range = igwc("chat")
+    out_of_range["spec"]["schedulers"][0]["targetPort"] = 70000
+    manifest.write_text(yaml.safe_dump(out_of_range))
+    refused = run_kubectl(kubeconfig, "apply", "-f", str(manifest))
+    assert refused.returncode != 0
+    assert "spec.schedulers[0].targetPort: Invalid value: 70000" in refused.stderr
+    # What only the operator's own checks refuse (a limit below its request) lands on the object.
+    broken = changed
+    broken["spec"]["podDefaults"] = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
     manifest.write_text(yaml.safe_dump(broken))
     kubectl(kubeconfig, "apply", "-f", str(manifest))
     wait_for(
         lambda: (
-            "spec.schedulers[0].targetPort"
+            "spec.podDefaults.resources.limits.cpu"
             in kubectl(kubeconfig, "describe", "igwc", "chat", "-n", "inference")
         ),
         what="the refusal in kubectl describe",

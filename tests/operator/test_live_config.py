@@ -127,7 +127,8 @@ def test_spec_and_adapter_changes_are_served_within_seconds(
 
     def break_it(spec: dict[str, Any]) -> None:
         spec["schedulers"][0]["modelName"] = "refused-model"
-        spec["schedulers"][0]["targetPort"] = 0
+        # valid for the CRD (a real API server stores it); only the operator's own check refuses it
+        spec["podDefaults"] = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
 
     update_spec(cluster, "inference", "chat", break_it)
     wait_condition(cluster, "chat", "Accepted", "False")

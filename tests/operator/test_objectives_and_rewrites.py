@@ -128,7 +128,9 @@ def test_objectives_and_rewrites_are_merged_and_get_conditions(
         "support-bot-v9" in wait_accepted(cluster, REWRITE_KIND, "typo", "False", "UnknownTarget")["message"]
     )
     orphan = tmp_path / "orphan.yaml"
-    orphan.write_text(yaml.safe_dump(rewrite("orphan", model="x", targets=[("y", 1)], pool="no-such-pool")))
+    orphan.write_text(
+        yaml.safe_dump(rewrite("orphan", model="x", targets=[("x-next", 1)], pool="no-such-pool"))
+    )
     kubectl(kubeconfig, "apply", "-f", str(orphan))
     wait_accepted(cluster, REWRITE_KIND, "orphan", "False", "PoolNotFound")
     resolved = condition(find(cluster, REWRITE_KIND, NS, "orphan"), "ResolvedRefs")

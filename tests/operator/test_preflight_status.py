@@ -42,10 +42,11 @@ def test_preflight_reports_ready_degraded_and_refused_objects(
     assert "0.8.5" in degraded["message"]
 
     def break_it(spec: dict[str, Any]) -> None:
-        spec["schedulers"][0]["targetPort"] = 0
+        # valid for the CRD (a real API server stores it); only the operator's own check refuses it
+        spec["podDefaults"] = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
 
     update_spec(cluster, "inference", "chat", break_it)
     wait_condition(cluster, "chat", "Accepted", "False")
     [refused] = _status_results(kubeconfig)
     assert (refused["status"], refused["severity"]) == ("FAIL", "CRITICAL")
-    assert "spec.schedulers[0].targetPort" in refused["message"]
+    assert "spec.podDefaults.resources.limits.cpu" in refused["message"]

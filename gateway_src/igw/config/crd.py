@@ -3,9 +3,10 @@
 Kubernetes wants a *structural* OpenAPI v3 schema: no ``$ref``, no ``const``, no
 ``additionalProperties: false`` (unknown fields are pruned, or rejected under strict field
 validation - that is the "closed" behaviour), no ``uniqueItems`` (list types ``set``/``map`` do
-that job). This module rewrites the JSON Schema into that form, places each admission rule from
-``schemas/admission-rules.yaml`` as an ``x-kubernetes-validations`` CEL entry on its node, and adds
-the status subresource, printer columns and short name.
+that job), and OpenAPI v3.0's boolean ``exclusiveMinimum``/``exclusiveMaximum`` beside the bound
+instead of JSON Schema's numeric ones. This module rewrites the JSON Schema into that form, places
+each admission rule from ``schemas/admission-rules.yaml`` as an ``x-kubernetes-validations`` CEL
+entry on its node, and adds the status subresource, printer columns and short name.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ _CRD_FORMATS: Final = frozenset(
         "byte",
     }
 )
+_EXCLUSIVE_BOUNDS: Final = {"exclusiveMinimum": "minimum", "exclusiveMaximum": "maximum"}
+"""JSON Schema's numeric exclusive bounds, and the OpenAPI v3.0 bound each becomes (with a ``true`` flag):
+apiextensions decodes ``exclusiveMinimum`` as a boolean and refuses a CRD that gives it a number."""
 PRINTER_COLUMNS: Final = (
     {"name": "Models", "type": "string", "jsonPath": ".status.models"},
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
@@ -72,6 +76,10 @@ def to_structural(node: Any) -> Any:
             continue
         if key == "const":
             out["enum"] = [value]
+        elif key in _EXCLUSIVE_BOUNDS and not isinstance(value, bool):
+            # JSON Schema's exclusive bound is the number; OpenAPI v3.0 (a CRD) says the bound and a flag
+            out[_EXCLUSIVE_BOUNDS[key]] = value
+            out[key] = True
         elif key == "format" and value not in _CRD_FORMATS:
             continue
         elif key in {"properties", "additionalProperties", "items"}:
