@@ -131,3 +131,16 @@ def test_on_mixed_hardware_it_leaves_the_pick_to_the_other_scorers() -> None:
     b = scheduler_from_weights(without, rng=random.Random(1)).pick(request(), endpoints, now=0.0)
     assert a.endpoint == b.endpoint
     assert {k: v["total"] for k, v in a.scores.items()} == {k: v["total"] for k, v in b.scores.items()}
+
+
+def test_the_one_pass_form_gives_the_formula_s_floats_bit_for_bit() -> None:
+    """The scores are computed in one pass for speed; they must be the formula's own floats (the
+    picks, and the DES decisions, depend on exact ties)."""
+    rng = random.Random(7)
+    for _ in range(20_000):
+        inflight = [rng.randint(-2, 60) for _ in range(rng.randint(0, 20))]
+        factor = rng.random()
+        counts = [max(0, c) for c in inflight]
+        lo = min(counts, default=0)
+        expected = [1.0 - factor * (1.0 - (lo + 1) / (c + 1)) for c in counts]
+        assert list(balance_scores(inflight, factor=factor)) == expected
