@@ -250,12 +250,23 @@ def test_gateway_image_is_a_docker_asset_from_the_gateway_dockerfile() -> None:
     assert docker["source"]["dockerFile"] == "gateway_src/Dockerfile"
     assert docker["source"]["platform"] == "linux/amd64"
     staged = Path(assembly.directory) / docker["source"]["directory"]
-    assert sorted(p.name for p in staged.iterdir()) == [
+    staged_names = sorted(p.name for p in staged.iterdir())
+    assert staged_names == [
         ".dockerignore",
         "README.md",
+        "build_backend",
         "gateway_src",
         "pyproject.toml",
+        "setup.py",
     ]
+    # every top-level path the Dockerfile copies from the context is in the staged context
+    copied = {
+        source.split("/")[0]
+        for line in (Path(__file__).parents[2] / "gateway_src" / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ") and "--from=" not in line
+        for source in line.split()[1:-1]
+    }
+    assert copied <= set(staged_names), sorted(copied - set(staged_names))
 
 
 def _aws_addon_stack(config: AddonConfig) -> assertions.Template:
