@@ -12,6 +12,7 @@ from igw.addon.dashboards import DASHBOARDS, POOL_VARIABLE_METRIC
 from igw.addon.promql_names import metric_names
 from igw.gateway.epp_compat import EPP_ALIASES, POOL_FAMILIES
 from tests.observability.live_gateway import MODEL, metrics_after_traffic, serving_gateway
+from tests.observability.otlp_receiver import otlp_receiver
 
 
 def _value(family: Metric, sample: str, **labels: str) -> float:
@@ -51,7 +52,12 @@ async def test_reference_picker_names_carry_the_gateways_values(tmp_path: Path) 
 
 
 async def test_every_alert_and_panel_reads_only_series_the_gateway_exports(tmp_path: Path) -> None:
-    async with serving_gateway(tmp_path) as url:
+    # tracing on (nothing sampled): its export counters are read by an alert too
+    tracing = ("--otel-sample-ratio", "0")
+    async with (
+        otlp_receiver() as receiver,
+        serving_gateway(tmp_path, "--otel-endpoint", receiver.url, *tracing) as url,
+    ):
         families = await metrics_after_traffic(url)
     exported = set(families) | {s.name for f in families.values() for s in f.samples}
     for prefix_family in families.values():  # a declared family without samples yet keeps its names

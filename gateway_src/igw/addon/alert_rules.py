@@ -117,6 +117,14 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "Check the gateway access log's error field and the model servers.",
     ),
     Alert(
+        "IgwTraceExportFailing",
+        "sum(rate(igw_trace_export_failed_batches_total[5m])) > 0",
+        "10m",
+        "warning",
+        "The gateway's OTLP trace export has been failing for 10 minutes; spans are being dropped.",
+        "Check the collector's endpoint, its NetworkPolicy egress and its health.",
+    ),
+    Alert(
         "IgwTtftSloFastBurn",
         _burn("1h", "5m", 14.4),
         "2m",

@@ -244,6 +244,8 @@ def create_app(
         if not management_listener:
             add_debug_routes(app, state.decision_log)
     state.tracing = tracing
+    if tracing is not None and tracing.export_stats is not None:
+        state.metrics.registry.register(tracing.export_stats)
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await state.guard.start()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Final
 
 from opentelemetry import trace
@@ -44,6 +44,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
+from igw.gateway.trace_export import CountingSpanExporter, ExportStats, RepeatThrottle, throttle_exporter_logs
 from igw.gateway.tracing_options import SERVICE_NAME, TracingOptions
 from igw.scheduling.types import RoutingDecision
 
@@ -59,7 +60,17 @@ connect hooks, which run in the task that sends the request)."""
 class Tracing:
     """The gateway's tracer provider, and the start of every request's trace."""
 
-    def __init__(self, processor: SpanProcessor, *, sample_ratio: float | None = None) -> None:
+    def __init__(
+        self,
+        processor: SpanProcessor,
+        *,
+        sample_ratio: float | None = None,
+        export_stats: ExportStats | None = None,
+        undo_log_throttle: Callable[[], None] | None = None,
+    ) -> None:
+        self.export_stats = export_stats
+        """The exporter's span counts, for the gateway's ``/metrics`` (``None``: not an OTLP export)."""
+        self._undo_log_throttle = undo_log_throttle
         sampler: Sampler | None = None
         if sample_ratio is not None:
             sampler = ParentBased(TraceIdRatioBased(sample_ratio))
@@ -76,8 +87,15 @@ class Tracing:
         # deferred: optional dependency weight: the exporter (and requests) load only with tracing on
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        exporter = OTLPSpanExporter(endpoint=options.endpoint)
-        return cls(BatchSpanProcessor(exporter), sample_ratio=options.sample_ratio)
+        stats = ExportStats()
+        exporter = CountingSpanExporter(OTLPSpanExporter(endpoint=options.endpoint), stats)
+        undo = throttle_exporter_logs(RepeatThrottle())
+        return cls(
+            BatchSpanProcessor(exporter),
+            sample_ratio=options.sample_ratio,
+            export_stats=stats,
+            undo_log_throttle=undo,
+        )
 
     def start(self, headers: Mapping[str, str], *, method: str, path: str, started: float) -> RequestTrace:
         """The trace of one request, continuing the client's ``traceparent`` when it sent one."""
@@ -90,6 +108,8 @@ class Tracing:
     def shutdown(self) -> None:
         """Export what is still buffered, then stop the exporter."""
         self.provider.shutdown()
+        if self._undo_log_throttle is not None:
+            self._undo_log_throttle()
 
 
 def _wall_ns(trace_: RequestTrace, perf: float) -> int:

@@ -1,0 +1,194 @@
+"""The OTLP export's health: span counts by result in ``/metrics``, and an unreachable collector
+logged once a minute instead of on every retry (the real exporter against a closed loopback port)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from igw.gateway.trace_export import (
+    EXPORTER_LOGGERS,
+    CountingSpanExporter,
+    ExportStats,
+    RepeatThrottle,
+    throttle_exporter_logs,
+)
+from igw.sim.live import run_fleet
+from igw.sim.spec import FleetSpec
+from tests.observability.live_gateway import MODEL, igw_serve, wait_ready
+from tests.observability.otlp_receiver import otlp_receiver
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def captured() -> Iterator[tuple[logging.Logger, list[logging.LogRecord]]]:
+    logger = logging.getLogger("tests.trace_export.throttled")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign,assignment]
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield logger, records
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+
+
+def test_repeats_are_held_then_one_passes_per_interval_with_the_count(
+    captured: tuple[logging.Logger, list[logging.LogRecord]],
+) -> None:
+    logger, records = captured
+    clock = _Clock()
+    throttle = RepeatThrottle(interval_s=60.0, clock=clock)
+    logger.addFilter(throttle)
+    try:
+        for delay in (1.0, 2.0, 4.0, 8.0):  # the retry's arguments differ; the template does not
+            logger.warning("Transient error %s, retrying in %.2fs.", "refused", delay)
+            clock.now += 5
+        logger.error("Failed to export %s batch", "traces")  # another template passes at once
+        clock.now += 45  # 65 s after the first
+        logger.warning("Transient error %s, retrying in %.2fs.", "refused", 1.0)
+        logger.warning("Transient error %s, retrying in %.2fs.", "refused", 2.0)
+    finally:
+        logger.removeFilter(throttle)
+    lines = [r.getMessage() for r in records]
+    assert lines == [
+        "Transient error refused, retrying in 1.00s.",
+        "Failed to export traces batch",
+        "Transient error refused, retrying in 1.00s. [3 like this in the last 65 s not logged]",
+    ]
+
+
+def test_levels_are_throttled_apart(captured: tuple[logging.Logger, list[logging.LogRecord]]) -> None:
+    logger, records = captured
+    throttle = RepeatThrottle(interval_s=60.0, clock=_Clock())
+    logger.addFilter(throttle)
+    try:
+        logger.warning("same")
+        logger.error("same")
+        logger.error("same")
+    finally:
+        logger.removeFilter(throttle)
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (logging.WARNING, "same"),
+        (logging.ERROR, "same"),
+    ]
+
+
+def _finished_spans(count: int) -> tuple[ReadableSpan, ...]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("test")
+    for i in range(count):
+        tracer.start_span(f"span-{i}").end()
+    return memory.get_finished_spans()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port  # nothing listens once the socket is closed: connections are refused
+
+
+def _counts(stats: ExportStats) -> dict[str, float]:
+    registry = CollectorRegistry()
+    registry.register(stats)
+    page = generate_latest(registry).decode()
+    return {
+        f"{s.name}{dict(s.labels) or ''}": s.value
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+        if s.name.endswith("_total")
+    }
+
+
+def test_unreachable_collector_counts_failed_spans_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
+    stats = ExportStats()
+    exporter = CountingSpanExporter(
+        OTLPSpanExporter(endpoint=f"http://127.0.0.1:{_closed_port()}/v1/traces", timeout=1.5), stats
+    )
+    throttle = RepeatThrottle()
+    undo = throttle_exporter_logs(throttle)
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert exporter.export(_finished_spans(3)) is SpanExportResult.FAILURE
+            first = [r for r in caplog.records if r.name in EXPORTER_LOGGERS]
+            assert exporter.export(_finished_spans(2)) is SpanExportResult.FAILURE
+            both = [r for r in caplog.records if r.name in EXPORTER_LOGGERS]
+    finally:
+        undo()
+        exporter.shutdown()
+    assert first, "the first failure must be logged"
+    assert len(both) == len(first), [r.getMessage() for r in both]  # the second batch's lines are held
+    assert _counts(stats) == {
+        "igw_trace_export_spans_total{'result': 'exported'}": 0.0,
+        "igw_trace_export_spans_total{'result': 'failed'}": 5.0,
+        "igw_trace_export_failed_batches_total": 2.0,
+    }
+    for name in EXPORTER_LOGGERS:  # undone: the filter is gone from every logger
+        assert throttle not in logging.getLogger(name).filters
+
+
+def test_an_exporter_that_raises_is_counted_as_failed() -> None:
+    class Broken(InMemorySpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            raise RuntimeError("boom")
+
+    stats = ExportStats()
+    with pytest.raises(RuntimeError):
+        CountingSpanExporter(Broken(), stats).export(_finished_spans(4))
+    assert (stats.spans_failed, stats.batches_failed, stats.spans_exported) == (4, 1, 0)
+
+
+async def test_serve_reports_exported_spans_in_metrics(tmp_path: Path) -> None:
+    pods = [{"name": "p0", "preset": "llama-3.1-8b/h100", "served_model_name": MODEL}]
+    spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 5, "pods": pods})
+    async with otlp_receiver() as receiver, run_fleet(spec, admin=False) as fleet:
+        env = {"OTEL_BSP_SCHEDULE_DELAY": "50"}  # export each batch within 50 ms
+        args = ("--otel-endpoint", receiver.url, "--otel-sample-ratio", "1")
+        async with (
+            igw_serve(tmp_path, [fleet.pods[0].key], *args, env=env) as url,
+            aiohttp.ClientSession() as http,
+        ):
+            await wait_ready(http, url)
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+            resp = await http.post(url + "/v1/chat/completions", json=body)
+            assert resp.status == 200, await resp.text()
+            exported = 0.0
+            for _ in range(100):
+                page = await (await http.get(url + "/metrics")).text()
+                samples = {
+                    (s.name, s.labels.get("result", "")): s.value
+                    for family in text_string_to_metric_families(page)
+                    for s in family.samples
+                }
+                exported = samples.get(("igw_trace_export_spans_total", "exported"), 0.0)
+                if exported >= 6:
+                    break
+                await asyncio.sleep(0.05)
+    assert exported >= 6  # the server span and its five children at least
+    assert samples[("igw_trace_export_spans_total", "failed")] == 0
+    assert samples[("igw_trace_export_failed_batches_total", "")] == 0
+    assert len(receiver.spans) >= exported
