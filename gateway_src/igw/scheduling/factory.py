@@ -24,9 +24,8 @@ completed requests, which keeps slow GPUs of a mixed fleet out of the tail (docs
 ``prefill-admission-scorer`` (weight 16, igw's: more than the others together, so it acts as an
 admission rule) keeps long prompts off pods the backlog scorer predicts far slower than the best;
 ``decode-balance-scorer`` (weight 2, igw's) evens out this router's requests in flight between pods
-of one kind of hardware, as far as the request's prefix match buys little, and harder for a prompt
-longer than the median one seen while no pod has a queue (ITL and E2E tails, docs/benchmark.md,
-routing rounds 11 and 13). None has a ``weights`` key; all four are switched off with
+of one kind of hardware, as far as the request's prefix match buys little (ITL and E2E tails,
+docs/benchmark.md, routing round 11). None has a ``weights`` key; all four are switched off with
 ``predictedLatency: 0``.
 """
 

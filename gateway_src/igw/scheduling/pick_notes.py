@@ -28,9 +28,6 @@ Which built-in plugins share, and why:
   pick added to the pod's backlog and the rate it drains at (numbers, never the prompt); a backlog
   drains by time, so a learned dispatch leaves it without a completion. Its fits do not travel:
   each pairs a dispatch with that request's first token, which only the owning worker sees.
-* ``decode-balance-scorer`` - does not: its one piece of pick state is the median prompt length
-  (a running estimate, not a record of pods); each worker's own picks are a sample of the same
-  traffic, and a median of a sample needs no other worker's picks.
 * ``lora-affinity-scorer`` and the other scorers: no pick state (they read scrapes or in-flight
   counts).
 
