@@ -35,6 +35,7 @@ _SCHEDULING: Final = (
     "",
     ".builtin",
     ".columns",
+    ".cycle",
     ".dispatch_ledger",
     ".engine_priority",
     ".errors",
@@ -47,6 +48,7 @@ _SCHEDULING: Final = (
     ".plugins",
     ".plugins.backlog_ttft_scorer",
     ".plugins.context_length_filter",
+    ".plugins.decode_balance_scorer",
     ".plugins.endpoint_speed_scorer",
     ".plugins.inflight_scorer",
     ".plugins.kv_cache_scorer",
@@ -74,11 +76,15 @@ _SCHEDULING: Final = (
     ".scheduler",
     ".settings",
     ".slot_init",
+    ".values",
 )
 """Every module of ``igw.scheduling`` but three, which stay interpreted:
 
 - ``types`` and ``framework``: their ``@runtime_checkable`` protocols fail to import when compiled
-  (mypyc/mypyc#909), and ``framework.UnitScores`` subclasses ``list``, which mypyc cannot compile;
+  (mypyc/mypyc#909), and ``framework.UnitScores`` subclasses ``list``, which mypyc cannot compile.
+  What every pick makes and reads moved out of them into compiled modules (2026-12-03, session
+  s13), re-exported where they were: the records of ``types`` (``EndpointView``, ``RoutingRequest``,
+  ``RoutingDecision``, ...) into ``values``, ``framework``'s ``CycleContext`` into ``cycle``;
 - ``data_flow``: configuration time only, and its generic frozen dataclass ``Placed`` fails to
   import when compiled ("attribute '__dict__' of 'type' objects is not writable")."""
 
@@ -91,13 +97,31 @@ _REQUEST_PATH: Final = (
     "observer",
     "request_body",
     "access_log",
+    "guards",
+    "log_buffer",
+    "metric_batch",
+    "model_router",
+    "shutdown",
+    "telemetry",
+    "endpoints",
 )
-"""The request path of ``igw.gateway`` (not ``endpoints``: ``EndpointState`` writes its attributes
-through ``object.__setattr__`` in its own ``__setattr__``, which a compiled class refuses at every
-dispatch)."""
+"""The request path of ``igw.gateway``: the handler's modules, and (since 2026-12-03, session s13)
+what they call per request - the guard port's ``Principal``, the access log's queue, the batched
+metric updates and their series, the model look-up, the in-flight registry, the pool's views -
+which were interpreted functions called from compiled code. In ``endpoints`` the class
+``EndpointState`` stays a Python class (``@mypyc_attr(native_class=False)``): it writes its
+attributes through ``object.__setattr__`` in its own ``__setattr__``, which a native class refuses
+at every dispatch."""
+
+_SECURITY: Final = ("guard", "authorization", "ratelimit.limiter")
+"""What ``igw.security`` runs per request (``authenticate``, ``authorize``, ``admit``, ``account``:
+five coroutines and a dozen calls when no limit applies). Not the JWT verifier and its cache: they
+run only with ``spec.auth`` set, and the benchmark's configuration has none."""
 
 COMPILED_MODULES: Final[tuple[str, ...]] = tuple(
-    [f"igw.scheduling{name}" for name in _SCHEDULING] + [f"igw.gateway.{name}" for name in _REQUEST_PATH]
+    [f"igw.scheduling{name}" for name in _SCHEDULING]
+    + [f"igw.gateway.{name}" for name in _REQUEST_PATH]
+    + [f"igw.security.{name}" for name in _SECURITY]
 )
 """What ``IGW_MYPYC=1`` compiles: the one list (``setup.py``, the compiled-build tests and
 ``tests/architecture/test_compiled_modules.py`` read it). The source changes compiling needs are

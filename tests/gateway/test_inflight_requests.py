@@ -41,3 +41,31 @@ async def test_leave_without_a_task_counts_the_calling_task_out() -> None:
 
     await asyncio.create_task(request())
     assert len(inflight) == 0
+
+
+async def test_idle_is_set_exactly_while_no_request_is_in() -> None:
+    # enter() clears the idle event only on the first task in (not on every request): whatever the
+    # order of entering and leaving, the event shutdown waits on must say "no request" only then.
+    inflight = InflightRequests()
+    steps: list[tuple[str, int]] = [("in", 0), ("in", 1), ("out", 0), ("in", 2), ("out", 1), ("out", 2)]
+    steps += [("in", 3), ("out", 3), ("in", 4), ("in", 5), ("out", 5), ("out", 4)]
+    gates = {n: asyncio.Event() for n, _ in enumerate(steps)}
+    entered: dict[int, asyncio.Event] = {}
+    tasks: dict[int, asyncio.Task[None]] = {}
+
+    async def request(number: int) -> None:
+        task = inflight.enter()
+        entered[number].set()
+        await gates[number].wait()
+        inflight.leave(task)
+
+    assert inflight._idle.is_set()
+    for what, number in steps:
+        if what == "in":
+            entered[number] = asyncio.Event()
+            tasks[number] = asyncio.create_task(request(number))
+            await entered[number].wait()
+        else:
+            gates[number].set()
+            await tasks[number]
+        assert inflight._idle.is_set() is (len(inflight) == 0), (what, number, len(inflight))

@@ -1067,8 +1067,13 @@ def test_annotated_views_are_exact_copies_with_the_count(view: EndpointView, n: 
     assert type(copy) is EndpointView
     assert copy == dataclasses.replace(view, unreflected_dispatches=n)
     assert dispatch_ledger.FAST_COPY  # EndpointView's fields changed: update dispatch_ledger._VIEW_FIELDS
+    assert dispatch_ledger.FIELDS_AS_LISTED
     replaced = dispatch_ledger._replace_unreflected(view, n)
     assert replaced == copy
+    # The compiled build's copy (a native EndpointView has no slot descriptors): the same record.
+    constructed = dispatch_ledger._constructed_unreflected(view, n)
+    assert type(constructed) is EndpointView
+    assert constructed == copy
 
 
 def _learned(scorers: Sequence[BacklogTtftScorer], key: str, fit: LinearFit) -> None:

@@ -321,6 +321,12 @@ def _compiled_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stream-requests", type=COUNT, default=150, help="igw perf gateway --stream-requests (150)"
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="run the peer routers (IGW_PEERS_DIR) in every run too and print the gateway's CPU per request"
+        " at c=32 as a ratio to the better peer's in the same run (issue 16's target)",
+    )
 
 
 BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (

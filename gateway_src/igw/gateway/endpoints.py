@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
 
@@ -51,6 +53,9 @@ VIEW_FIELDS = frozenset(
 """The fields an :class:`EndpointView` is made of: writing one makes the state's cached view stale."""
 
 
+# mypyc: its own __setattr__ writes through object.__setattr__, which a native class refuses ("can't
+# apply this __setattr__"), so it stays a Python class; its methods and the pool are compiled.
+@mypyc_attr(native_class=False)
 @dataclass(slots=True)
 class EndpointState:
     """One endpoint's mutable state, and its latest :class:`EndpointView` (made on demand, kept until a

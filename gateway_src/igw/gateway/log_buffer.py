@@ -47,6 +47,8 @@ import threading
 import time
 from typing import Final, Protocol, TextIO
 
+from mypy_extensions import mypyc_attr
+
 from igw.gateway.redaction import RedactingFormatter
 
 DEFAULT_INTERVAL_S: Final = 0.2
@@ -89,6 +91,7 @@ Queued = logging.LogRecord | str | DeferredLine
 """What waits in the queue: a record, a formatted message, or a message still to be built."""
 
 
+@mypyc_attr(native_class=False)  # mypyc: it subclasses logging.Handler, so it stays a Python class
 class BatchedLineHandler(logging.Handler):
     """Queue records on the caller's thread; format and write them in batches on a writer thread."""
 

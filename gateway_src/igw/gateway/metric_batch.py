@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from mypy_extensions import mypyc_attr
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
@@ -114,6 +115,7 @@ def _bounds(metric: Histogram) -> tuple[float, ...]:
     return bounds
 
 
+@mypyc_attr(native_class=False)  # mypyc: it subclasses prometheus_client's, so it stays a Python class
 class _FoldsOnCollect(MetricWrapperBase):
     """Folds the batch's pending updates (``folds``) before the family is collected."""
 
@@ -125,9 +127,11 @@ class _FoldsOnCollect(MetricWrapperBase):
         return super().collect()
 
 
+@mypyc_attr(native_class=False)  # mypyc: a prometheus_client subclass, a Python class
 class FoldingCounter(_FoldsOnCollect, Counter):
     """A :class:`~prometheus_client.Counter` whose ``collect`` first folds its batch's pending updates."""
 
 
+@mypyc_attr(native_class=False)  # mypyc: a prometheus_client subclass, a Python class
 class FoldingHistogram(_FoldsOnCollect, Histogram):
     """A :class:`~prometheus_client.Histogram` whose ``collect`` first folds its batch's pending updates."""

@@ -38,8 +38,9 @@ class InflightRequests:
         """Count the calling task in; returns it, for :meth:`leave` (one task look-up per request)."""
         task = asyncio.current_task()
         if task is not None:
+            if not self._tasks:  # idle is set exactly while no task is in: clear it on the first
+                self._idle.clear()
             self._tasks.add(task)
-            self._idle.clear()
         return task
 
     def leave(self, task: asyncio.Task[object] | None = None) -> None:

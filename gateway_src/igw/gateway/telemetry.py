@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
@@ -32,6 +33,7 @@ EndpointLister = Callable[[], Iterable[tuple[str, EndpointState]]]
 """Yields ``(scheduler name, endpoint state)`` for every endpoint currently known."""
 
 
+@mypyc_attr(native_class=False)  # mypyc: it subclasses prometheus_client's, so it stays a Python class
 class _EndpointCollector(Collector):
     def __init__(self, *, lister: EndpointLister, clock: Callable[[], float]) -> None:
         self._lister = lister

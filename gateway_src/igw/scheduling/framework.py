@@ -19,38 +19,11 @@ leaves the scorer out of the sum when nobody has the signal) and reports the imp
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
-from igw.scheduling.columns import Columns, ScrapeCache
-from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
-
-
-@dataclass(slots=True)
-class CycleContext:
-    """Everything one scheduling cycle (one ``pick``) shares between plugins."""
-
-    request: RoutingRequest
-    now: float
-    rng: random.Random
-    state: dict[str, Any] = field(default_factory=dict)
-    """Scratch space for plugins that cooperate within one pick (the prefix scorer publishes its
-    hashes and hit flag here; the no-hit-LRU scorer reads them). Every key a plugin reads or writes
-    is declared in its ``consumes`` / ``produces`` (see :class:`PluginHooks`)."""
-    scrape: ScrapeCache | None = None
-    """The scheduler's values kept from one scrape to the next (:meth:`Columns.per_scrape`);
-    ``None``: nothing is kept beyond this pick."""
-    _columns: Columns | None = field(default=None, init=False, repr=False, compare=False)
-
-    def columns(self, endpoints: Sequence[EndpointView]) -> Columns:
-        """Fields of ``endpoints`` read once and shared by every plugin that scores the same list in
-        this pick (see :mod:`igw.scheduling.columns`)."""
-        cached = self._columns
-        if cached is None or cached.endpoints is not endpoints:
-            cached = self._columns = Columns(endpoints, self.scrape)
-        return cached
+from igw.scheduling.cycle import CycleContext as CycleContext
+from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
 
 class PluginHooks:

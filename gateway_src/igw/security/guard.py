@@ -25,6 +25,8 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from igw.gateway.guards import ANONYMOUS, GuardReadiness, Principal
 from igw.security.authorization import ModelAccessPolicy
 from igw.security.denials import forbidden_model, unauthorized
@@ -43,6 +45,9 @@ AUTH_DISABLED_DETAIL = (
 )
 
 
+# mypyc (igw.compiled): the auth gauge's previous owner is held by weakref.ref, which a native class
+# does not support ("cannot create weak reference"), so it stays a Python class; its methods compile.
+@mypyc_attr(native_class=False)
 class SecurityGuard:
     def __init__(
         self,

@@ -1,0 +1,139 @@
+"""The records of the routing interface (:mod:`igw.scheduling.types`): what a policy sees of an
+endpoint and a request, what it decides, and what it learns when a request completes.
+
+Re-exported by :mod:`igw.scheduling.types`, which also defines the policy protocols. They live in a
+module of their own so that the mypyc build can compile them (``types`` stays interpreted: its
+``@runtime_checkable`` protocols fail to import when compiled, :mod:`igw.compiled`): every pick makes
+a request, a decision and an outcome record and reads the views' fields many times over, and with
+these as native classes the compiled scheduler and gateway make and read them directly instead of
+through the interpreter's generic attribute look-ups and a Python ``__init__`` per record.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+EndpointKey = str
+"""``host:port`` of one model-server endpoint (a pod IP and its target port)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    """Signals extracted from one scrape of an endpoint's ``/metrics`` page.
+
+    ``None`` means the page did not carry the signal (for example vLLM < 0.9.2 has no
+    ``vllm:kv_cache_usage_perc`` only when the old name is also absent; SGLang without
+    ``--enable-metrics`` has no page at all).
+    """
+
+    waiting: int | None = None
+    """Requests queued, not yet scheduled (``vllm:num_requests_waiting``, ``sglang:num_queue_reqs``)."""
+    running: int | None = None
+    """Requests in the running batch (``vllm:num_requests_running``, ``sglang:num_running_reqs``)."""
+    kv_usage: float | None = None
+    """KV-cache utilisation, fraction 0..1 (``vllm:kv_cache_usage_perc`` or the old
+    ``vllm:gpu_cache_usage_perc``; ``sglang:token_usage``)."""
+    active_adapters: frozenset[str] | None = None
+    """LoRA adapters in the running batch (``vllm:lora_requests_info{running_lora_adapters}``)."""
+    waiting_adapters: frozenset[str] | None = None
+    """LoRA adapters of waiting requests (``vllm:lora_requests_info{waiting_lora_adapters}``)."""
+    max_lora: int | None = None
+    """GPU LoRA slots (``vllm:lora_requests_info{max_lora}``)."""
+    block_size: int | None = None
+    """KV block size in tokens (``vllm:cache_config_info{block_size}``)."""
+    num_gpu_blocks: int | None = None
+    """KV blocks on the GPU (``vllm:cache_config_info{num_gpu_blocks}``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointView:
+    """Everything a routing policy may look at for one candidate endpoint."""
+
+    key: EndpointKey
+    metrics: EngineMetrics | None
+    """Latest successful scrape, or ``None`` if the endpoint has never been scraped successfully."""
+    scraped_at: float | None
+    """Clock time (same clock as ``now`` in :meth:`RoutingPolicy.pick`) of that scrape."""
+    scrape_failing: bool = False
+    """True while the most recent scrape attempts fail (timeout, connection refused, bad page)."""
+    inflight: int = 0
+    """Requests this router dispatched to the endpoint that have not completed yet."""
+    inflight_tokens: int = 0
+    """Estimated prompt + max output tokens of those in-flight requests."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Pod labels (engine type, GPU generation, role...)."""
+    max_model_len: int | None = None
+    """The longest prompt + output the endpoint accepts (from its ``/v1/models``); ``None``: unknown."""
+    unreflected_dispatches: int = 0
+    """Requests this router dispatched to the endpoint after ``scraped_at`` that are probably still
+    waiting there (see :mod:`igw.scheduling.dispatch_ledger`). Filled in by the scheduler itself from
+    its own dispatch record; callers leave it 0."""
+
+    def metrics_age(self, now: float) -> float | None:
+        """Seconds since the last successful scrape, or ``None`` if there never was one."""
+        return None if self.scraped_at is None else max(0.0, now - self.scraped_at)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRequest:
+    """The parts of an inference request that routing depends on."""
+
+    request_id: str
+    model: str
+    """The model the client asked for after body-based routing (a base model or a LoRA adapter)."""
+    base_model: str
+    """The base model whose scheduler handles the request."""
+    prefix_text: str
+    """Text used for prefix-affinity hashing: the ``prompt`` of a completion, or the serialised
+    ``messages`` of a chat completion (roles included), as the GIE approximate scorer does."""
+    prompt_tokens: int
+    """Estimated prompt length in tokens (about 4 characters per token when not tokenised)."""
+    max_tokens: int | None = None
+    adapter: str | None = None
+    """LoRA adapter name when ``model`` is an adapter, else ``None``."""
+    priority: int = 0
+    tenant: str | None = None
+    stream: bool = True
+    """Whether the answer is streamed: only then does the gateway hear the first token before the
+    whole answer (a non-streamed request's first token is never reported, only its completion)."""
+
+
+class DecisionKind(enum.Enum):
+    PICKED = "picked"
+    SATURATED = "saturated"
+    """Every eligible endpoint is over the saturation thresholds: answer 429 with Retry-After."""
+    NO_ENDPOINTS = "no_endpoints"
+    """No endpoint is eligible at all: answer 503."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingDecision:
+    kind: DecisionKind
+    endpoint: EndpointKey | None = None
+    fallbacks: tuple[EndpointKey, ...] = ()
+    """Next-best endpoints, in order, for a retry when connecting to ``endpoint`` fails."""
+    scores: Mapping[EndpointKey, Mapping[str, float]] = field(default_factory=dict)
+    """Per-endpoint, per-scorer weighted scores (for the access log and for debugging)."""
+    retry_after_s: float | None = None
+    """For ``SATURATED``: how long the client should wait, computed from the observed drain rate."""
+    reason: str = ""
+    removed: Mapping[EndpointKey, str] = field(default_factory=dict)
+    """Endpoints excluded before scoring, each with what excluded it (a filter's name, stale metrics,
+    the context window); for the "why this pod" debug log."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutcome:
+    """What the router learns when a request it dispatched completes (or fails)."""
+
+    request_id: str
+    endpoint: EndpointKey
+    ok: bool
+    ttft_s: float | None = None
+    itl_s: float | None = None
+    """Mean inter-token latency of the response (seconds per output token after the first)."""
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
