@@ -1,11 +1,8 @@
 """``decode-balance-scorer``: on one kind of hardware, fewer of this router's requests in flight
-scores higher, by as much as the request's prefix match leaves to gain; a prompt longer than the
-mean weighs the requests decoding on a pod (which its prefill slows) above its own wait in the
-queue, a shorter one the queue above them; elsewhere it abstains."""
+scores higher, by as much as the request's prefix match leaves to gain; elsewhere it abstains."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import pytest
@@ -17,24 +14,22 @@ from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
 from igw.scheduling.plugins.decode_balance_scorer import (
     TYPE,
     DecodeBalanceScorer,
-    RunningMean,
     balance_scores,
     factory,
-    harm_scores,
     match_share,
 )
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
-from igw.scheduling.types import EndpointView, RoutingRequest
+from igw.scheduling.types import RoutingRequest
 from tests.scheduling.helpers import ctx, ep
 
 
-def request(adapter: str | None = None, prompt_tokens: int = 2000) -> RoutingRequest:
+def request(adapter: str | None = None) -> RoutingRequest:
     return RoutingRequest(
         request_id="r",
         model=adapter or "m",
         base_model="m",
         prefix_text="",
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=2000,
         adapter=adapter,
     )
 
@@ -149,110 +144,3 @@ def test_the_one_pass_form_gives_the_formula_s_floats_bit_for_bit() -> None:
         lo = min(counts, default=0)
         expected = [1.0 - factor * (1.0 - (lo + 1) / (c + 1)) for c in counts]
         assert list(balance_scores(inflight, factor=factor)) == expected
-
-
-@pytest.mark.parametrize(
-    ("inflight", "waiting", "stretch", "expected", "why"),
-    [
-        ([4, 4], [0, 3], 3.0, [7 / 13, 1.0], "a long prompt: costs 4 + 2 x 4 = 12 and 4 + 2 x 1 = 6"),
-        ([4, 4], [0, 3], 0.5, [1.0, 3 / 4.5], "a short prompt: costs 2 and 3.5, the queue weighs more"),
-        ([2, 6], [0, 6], 2.0, [1.0, 5 / 7], "a pod that only queues: costs 4 and 6"),
-        ([3, 1], [9, 0], 2.0, [3 / 4, 1.0], "more waiting than in flight: all in flight waiting, cost 3"),
-        ([0, 2], [-1, 0], 0.0, [1.0, 1.0], "a prompt of length 0 weighs only the queue (none here)"),
-    ],
-)
-def test_harm_scores_weigh_the_queue_against_the_requests_decoding(
-    inflight: list[int], waiting: list[int], stretch: float, expected: list[float], why: str
-) -> None:
-    """``(lo + 1) / (cost + 1)`` with ``cost = c + (stretch - 1)(c - min(c, w))``."""
-    got = harm_scores(inflight, waiting, factor=1.0, stretch=stretch)
-    assert got == pytest.approx(expected), why
-
-
-def test_harm_scores_at_the_mean_length_are_the_balance_scores_themselves() -> None:
-    rng = random.Random(3)
-    for _ in range(2_000):
-        n = rng.randint(0, 12)
-        inflight = [rng.randint(-2, 40) for _ in range(n)]
-        waiting = [rng.randint(-2, 40) for _ in range(n)]
-        factor = rng.random()
-        got = harm_scores(inflight, waiting, factor=factor, stretch=1.0)
-        assert list(got) == list(balance_scores(inflight, factor=factor))
-
-
-def test_harm_scores_stay_in_the_unit_interval() -> None:
-    rng = random.Random(5)
-    for _ in range(5_000):
-        n = rng.randint(1, 12)
-        got = harm_scores(
-            [rng.randint(-2, 60) for _ in range(n)],
-            [rng.randint(-2, 60) for _ in range(n)],
-            factor=rng.random(),
-            stretch=rng.choice([0.0, 0.3, 1.7, 9.0, 250.0]),
-        )
-        assert all(x is not None and 0.0 <= x <= 1.0 for x in got)
-
-
-def test_running_mean_is_the_plain_mean_at_first_then_follows_the_recent_values() -> None:
-    m = RunningMean(step=0.25)
-    assert m.value is None
-    for x in (100, 300, 0):  # 0 counts as 1
-        m.add(x)
-    assert m.value == pytest.approx((100 + 300 + 1) / 3)
-    for _ in range(60):
-        m.add(1000)
-    assert m.value == pytest.approx(1000, rel=1e-6)
-    with pytest.raises(ValueError, match="step"):
-        RunningMean(step=0.0)
-
-
-def _scored(scorer: DecodeBalanceScorer, prompt: int, endpoints: list[EndpointView]) -> list[float]:
-    """The scores of one pick on one kind of hardware (none abstains there)."""
-    c = ctx(request(prompt_tokens=prompt))
-    c.state[STATE_ONE_KIND] = endpoints
-    got = scorer.score(c, endpoints)
-    return [x for x in got if x is not None]
-
-
-def test_a_long_prompt_goes_where_fewer_decode_a_short_one_where_fewer_wait() -> None:
-    """Two pods with 6 of this router's requests each: one has 4 of them waiting (2 decoding), the
-    other none (6 decoding). With a learned mean of 1,000 tokens a 3,000-token prompt prefers the
-    queued pod (its prefill slows 2 requests, not 6), a 200-token prompt the pod without a queue;
-    a prompt of the mean length sees equal counts (round 11's ratio)."""
-    s = DecodeBalanceScorer()
-    for _ in range(10):
-        s.on_picked(ctx(request(prompt_tokens=1000)), ep("x"))
-    endpoints = [ep("queued", inflight=6, waiting=4), ep("decoding", inflight=6, waiting=0)]
-    long_, short, mean = (_scored(s, p, endpoints) for p in (3000, 200, 1000))
-    assert long_[0] == 1.0
-    assert long_[1] < 1.0
-    assert short[1] == 1.0
-    assert short[0] < 1.0
-    assert mean == [1.0, 1.0]
-
-
-def test_dispatches_the_scrape_has_not_seen_count_as_waiting() -> None:
-    s = DecodeBalanceScorer()
-    s.on_picked(ctx(request(prompt_tokens=1000)), ep("x"))
-    endpoints = [ep("a", inflight=6, waiting=0), ep("b", inflight=6, waiting=0)]
-    endpoints[0] = dataclasses.replace(endpoints[0], unreflected_dispatches=4)
-    got = _scored(s, 3000, endpoints)
-    assert got[0] == 1.0
-    assert got[1] < 1.0
-
-
-def test_without_a_mean_or_a_waiting_count_it_is_the_balance_ratio() -> None:
-    endpoints = [ep("a", inflight=6, waiting=4), ep("b", inflight=2, waiting=0)]
-    expected = list(balance_scores([6, 2], factor=1.0))
-    assert _scored(DecodeBalanceScorer(), 3000, endpoints) == expected  # nothing learned yet
-    s = DecodeBalanceScorer()
-    s.on_picked(ctx(request(prompt_tokens=1000)), ep("x"))
-    unknown = [ep("a", inflight=6, waiting=None), ep("b", inflight=2, waiting=0)]
-    assert _scored(s, 3000, unknown) == expected
-
-
-def test_every_pick_teaches_the_mean() -> None:
-    s = DecodeBalanceScorer()
-    for p in (1000, 3000):
-        s.on_picked(ctx(request(prompt_tokens=p)), ep("x"))
-    assert s.prompts.value == pytest.approx(2000)
