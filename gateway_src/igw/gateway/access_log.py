@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import orjson
@@ -80,38 +80,93 @@ SCORE_ROW_BYTES: Final = 560
 rows; rounded up)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AccessRecord:
-    """One request's access-log fields. The timings (``decision_us``, ``duration_ms``, ``ttft_ms``,
-    ``queue_ms``) are kept as measured and rounded in the line (:data:`US_DIGITS`,
-    :data:`MS_DIGITS`): where ``igw serve`` defers the line, that rounding runs on the log writer's
-    thread, in a batch, not on the request's path (``round`` with digits is one of the dearer
-    builtins: two or three calls per request)."""
+    """One request's access-log fields (``ts`` defaults to the time of construction). The
+    ``__init__`` is written out, not generated, so that the mypyc build compiles it to native code
+    (a generated one is ``exec``-made Python, :mod:`igw.compiled`); its parameters are the fields, in
+    order, with their defaults (``tests/scheduling/test_record_init.py`` checks that). The timings
+    (``decision_us``, ``duration_ms``, ``ttft_ms``, ``queue_ms``) are kept as measured and rounded
+    in the line (:data:`US_DIGITS`, :data:`MS_DIGITS`): where ``igw serve`` defers the line, that
+    rounding runs on the log writer's thread, in a batch, not on the request's path (``round`` with
+    digits is one of the dearer builtins: two or three calls per request)."""
 
     request_id: str
     method: str
     path: str
-    ts: float = field(default_factory=time.time)
-    model: str | None = None
-    base_model: str | None = None
-    scheduler: str | None = None
-    status: int = 0
-    endpoint: str | None = None
-    attempts: int = 0
-    scores: Mapping[str, Mapping[str, float]] | None = None
-    decision_us: float | None = None
-    reason: str | None = None
-    duration_ms: float | None = None
-    ttft_ms: float | None = None
-    stream: bool = False
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    error: str | None = None
-    priority: int | None = None
-    tenant: str | None = None
-    queue_ms: float | None = None
-    requested_model: str | None = None
-    trace_id: str | None = None
+    ts: float
+    model: str | None
+    base_model: str | None
+    scheduler: str | None
+    status: int
+    endpoint: str | None
+    attempts: int
+    scores: Mapping[str, Mapping[str, float]] | None
+    decision_us: float | None
+    reason: str | None
+    duration_ms: float | None
+    ttft_ms: float | None
+    stream: bool
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    error: str | None
+    priority: int | None
+    tenant: str | None
+    queue_ms: float | None
+    requested_model: str | None
+    trace_id: str | None
+
+    def __init__(
+        self,
+        request_id: str,
+        method: str,
+        path: str,
+        ts: float | None = None,
+        model: str | None = None,
+        base_model: str | None = None,
+        scheduler: str | None = None,
+        status: int = 0,
+        endpoint: str | None = None,
+        attempts: int = 0,
+        scores: Mapping[str, Mapping[str, float]] | None = None,
+        decision_us: float | None = None,
+        reason: str | None = None,
+        duration_ms: float | None = None,
+        ttft_ms: float | None = None,
+        stream: bool = False,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        error: str | None = None,
+        priority: int | None = None,
+        tenant: str | None = None,
+        queue_ms: float | None = None,
+        requested_model: str | None = None,
+        trace_id: str | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.method = method
+        self.path = path
+        self.ts = time.time() if ts is None else ts
+        self.model = model
+        self.base_model = base_model
+        self.scheduler = scheduler
+        self.status = status
+        self.endpoint = endpoint
+        self.attempts = attempts
+        self.scores = scores
+        self.decision_us = decision_us
+        self.reason = reason
+        self.duration_ms = duration_ms
+        self.ttft_ms = ttft_ms
+        self.stream = stream
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.error = error
+        self.priority = priority
+        self.tenant = tenant
+        self.queue_ms = queue_ms
+        self.requested_model = requested_model
+        self.trace_id = trace_id
 
     def emit(self) -> None:
         """Log this record's line (at INFO on ``igw.access``); the record must not change after."""

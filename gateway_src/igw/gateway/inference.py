@@ -21,7 +21,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import aiohttp
@@ -135,9 +135,11 @@ def request_id_for(headers: Mapping[str, str]) -> str:
     return fresh_request_id()
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, init=False)
 class _Forward:
-    """Where and how one request is forwarded (a scheduled pick or the default backend)."""
+    """Where and how one request is forwarded (a scheduled pick or the default backend). The
+    keyword-only ``__init__`` is written out so that the mypyc build compiles it (as
+    :class:`~igw.scheduling.values.RoutingRequest`'s)."""
 
     candidates: list[str]
     sr: SchedulerRuntime | None
@@ -146,11 +148,30 @@ class _Forward:
     timeout_s: float | None
     what: str
     """What the client asked for, for error messages (``'model-x'`` or ``the default backend``)."""
-    response_headers: dict[str, str] = field(default_factory=dict)
-    """Added to the client's response (the opt-in decision summary)."""
-    priority: int | None = None
+    response_headers: dict[str, str]
+    """Added to the client's response (the opt-in decision summary); a fresh dict by default."""
+    priority: int | None
     """The request's flow-control band (``None`` without flow control): counted per endpoint while
     in flight where the pool's engine preempts by priority."""
+
+    def __init__(
+        self,
+        *,
+        candidates: list[str],
+        sr: SchedulerRuntime | None,
+        add_headers: dict[str, str],
+        timeout_s: float | None,
+        what: str,
+        response_headers: dict[str, str] | None = None,
+        priority: int | None = None,
+    ) -> None:
+        self.candidates = candidates
+        self.sr = sr
+        self.add_headers = add_headers
+        self.timeout_s = timeout_s
+        self.what = what
+        self.response_headers = {} if response_headers is None else response_headers
+        self.priority = priority
 
 
 async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamResponse | ForwardedAnswer:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 EndpointKey = str
 """``host:port`` of one model-server endpoint (a pod IP and its target port)."""
@@ -76,28 +77,58 @@ class EndpointView:
         return None if self.scraped_at is None else max(0.0, now - self.scraped_at)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class RoutingRequest:
-    """The parts of an inference request that routing depends on."""
+    """The parts of an inference request that routing depends on.
 
-    request_id: str
-    model: str
+    Read-only (``Final``: mypy rejects an assignment; the compiled build's native class has no
+    setter) and hashable by value as a frozen dataclass was; the ``__init__`` is written out, not
+    generated, so that the mypyc build compiles it to native code (a generated one is ``exec``-made
+    Python that every construction would run, :mod:`igw.compiled`). Its parameters are the fields,
+    in order, with their defaults (``tests/scheduling/test_record_init.py`` checks that)."""
+
+    request_id: Final[str]
+    model: Final[str]
     """The model the client asked for after body-based routing (a base model or a LoRA adapter)."""
-    base_model: str
+    base_model: Final[str]
     """The base model whose scheduler handles the request."""
-    prefix_text: str
+    prefix_text: Final[str]
     """Text used for prefix-affinity hashing: the ``prompt`` of a completion, or the serialised
     ``messages`` of a chat completion (roles included), as the GIE approximate scorer does."""
-    prompt_tokens: int
+    prompt_tokens: Final[int]
     """Estimated prompt length in tokens (about 4 characters per token when not tokenised)."""
-    max_tokens: int | None = None
-    adapter: str | None = None
+    max_tokens: Final[int | None]
+    adapter: Final[str | None]
     """LoRA adapter name when ``model`` is an adapter, else ``None``."""
-    priority: int = 0
-    tenant: str | None = None
-    stream: bool = True
+    priority: Final[int]
+    tenant: Final[str | None]
+    stream: Final[bool]
     """Whether the answer is streamed: only then does the gateway hear the first token before the
     whole answer (a non-streamed request's first token is never reported, only its completion)."""
+
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        base_model: str,
+        prefix_text: str,
+        prompt_tokens: int,
+        max_tokens: int | None = None,
+        adapter: str | None = None,
+        priority: int = 0,
+        tenant: str | None = None,
+        stream: bool = True,
+    ) -> None:
+        self.request_id = request_id
+        self.model = model
+        self.base_model = base_model
+        self.prefix_text = prefix_text
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.adapter = adapter
+        self.priority = priority
+        self.tenant = tenant
+        self.stream = stream
 
 
 class DecisionKind(enum.Enum):
@@ -108,32 +139,75 @@ class DecisionKind(enum.Enum):
     """No endpoint is eligible at all: answer 503."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class RoutingDecision:
-    kind: DecisionKind
-    endpoint: EndpointKey | None = None
-    fallbacks: tuple[EndpointKey, ...] = ()
+    """A policy's answer for one request. Read-only, hashable, with a written-out ``__init__``, as
+    :class:`RoutingRequest` (and for the same reason); ``scores`` and ``removed`` default to a fresh
+    empty dict each."""
+
+    kind: Final[DecisionKind]
+    endpoint: Final[EndpointKey | None]
+    fallbacks: Final[tuple[EndpointKey, ...]]
     """Next-best endpoints, in order, for a retry when connecting to ``endpoint`` fails."""
-    scores: Mapping[EndpointKey, Mapping[str, float]] = field(default_factory=dict)
+    scores: Final[Mapping[EndpointKey, Mapping[str, float]]]
     """Per-endpoint, per-scorer weighted scores (for the access log and for debugging)."""
-    retry_after_s: float | None = None
+    retry_after_s: Final[float | None]
     """For ``SATURATED``: how long the client should wait, computed from the observed drain rate."""
-    reason: str = ""
-    removed: Mapping[EndpointKey, str] = field(default_factory=dict)
+    reason: Final[str]
+    removed: Final[Mapping[EndpointKey, str]]
     """Endpoints excluded before scoring, each with what excluded it (a filter's name, stale metrics,
     the context window); for the "why this pod" debug log."""
 
+    def __init__(
+        self,
+        kind: DecisionKind,
+        endpoint: EndpointKey | None = None,
+        fallbacks: tuple[EndpointKey, ...] = (),
+        scores: Mapping[EndpointKey, Mapping[str, float]] | None = None,
+        retry_after_s: float | None = None,
+        reason: str = "",
+        removed: Mapping[EndpointKey, str] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.endpoint = endpoint
+        self.fallbacks = fallbacks
+        self.scores = {} if scores is None else scores
+        self.retry_after_s = retry_after_s
+        self.reason = reason
+        self.removed = {} if removed is None else removed
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class RequestOutcome:
-    """What the router learns when a request it dispatched completes (or fails)."""
+    """What the router learns when a request it dispatched completes (or fails). Read-only, hashable,
+    with a written-out ``__init__``, as :class:`RoutingRequest` (and for the same reason)."""
 
-    request_id: str
-    endpoint: EndpointKey
-    ok: bool
-    ttft_s: float | None = None
-    itl_s: float | None = None
+    request_id: Final[str]
+    endpoint: Final[EndpointKey]
+    ok: Final[bool]
+    ttft_s: Final[float | None]
+    itl_s: Final[float | None]
     """Mean inter-token latency of the response (seconds per output token after the first)."""
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
+    prompt_tokens: Final[int]
+    output_tokens: Final[int]
+    cached_tokens: Final[int]
+
+    def __init__(
+        self,
+        request_id: str,
+        endpoint: EndpointKey,
+        ok: bool,
+        ttft_s: float | None = None,
+        itl_s: float | None = None,
+        prompt_tokens: int = 0,
+        output_tokens: int = 0,
+        cached_tokens: int = 0,
+    ) -> None:
+        self.request_id = request_id
+        self.endpoint = endpoint
+        self.ok = ok
+        self.ttft_s = ttft_s
+        self.itl_s = itl_s
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.cached_tokens = cached_tokens
