@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Protocol, cast
 
 import aiohttp
@@ -85,21 +85,47 @@ class ClientGone(IgwGatewayError):
     """The client closed its connection while we were writing to it."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ExchangeResult:
+    """One exchange with a model server, as the request path records it. The ``__init__`` is written
+    out so that the mypyc build compiles it (as
+    :class:`~igw.scheduling.values.RoutingRequest`'s); ``gaps`` defaults to a fresh list."""
+
     answer: web.StreamResponse | ForwardedAnswer
     """What goes back to the client: a complete answer as forwarded bytes, or a response object
     (a relayed stream, a gateway error)."""
     status: int
     ok: bool
     """The model server produced a complete response (status < 500 and no mid-stream failure)."""
-    streamed: bool = False
-    ttft_s: float | None = None
+    streamed: bool
+    ttft_s: float | None
     """Seconds from the start of the gateway's handling to the first generated token relayed."""
-    gaps: list[float] = field(default_factory=list)
-    events: int = 0
-    usage: Mapping[str, int] | None = None
-    error: str | None = None
+    gaps: list[float]
+    events: int
+    usage: Mapping[str, int] | None
+    error: str | None
+
+    def __init__(
+        self,
+        answer: web.StreamResponse | ForwardedAnswer,
+        status: int,
+        ok: bool,
+        streamed: bool = False,
+        ttft_s: float | None = None,
+        gaps: list[float] | None = None,
+        events: int = 0,
+        usage: Mapping[str, int] | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.answer = answer
+        self.status = status
+        self.ok = ok
+        self.streamed = streamed
+        self.ttft_s = ttft_s
+        self.gaps = [] if gaps is None else gaps
+        self.events = events
+        self.usage = usage
+        self.error = error
 
     @property
     def response(self) -> web.StreamResponse:

@@ -18,21 +18,38 @@ from igw.scheduling.columns import Columns, ScrapeCache
 from igw.scheduling.values import EndpointView, RoutingRequest
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CycleContext:
-    """Everything one scheduling cycle (one ``pick``) shares between plugins."""
+    """Everything one scheduling cycle (one ``pick``) shares between plugins. The ``__init__`` is
+    written out so that the mypyc build compiles it (as
+    :class:`~igw.scheduling.values.RoutingRequest`'s); ``state`` defaults to a fresh dict."""
 
     request: RoutingRequest
     now: float
     rng: random.Random
-    state: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any]
     """Scratch space for plugins that cooperate within one pick (the prefix scorer publishes its
     hashes and hit flag here; the no-hit-LRU scorer reads them). Every key a plugin reads or writes
     is declared in its ``consumes`` / ``produces`` (see :class:`~igw.scheduling.framework.PluginHooks`)."""
-    scrape: ScrapeCache | None = None
+    scrape: ScrapeCache | None
     """The scheduler's values kept from one scrape to the next (:meth:`Columns.per_scrape`);
     ``None``: nothing is kept beyond this pick."""
-    _columns: Columns | None = field(default=None, init=False, repr=False, compare=False)
+    _columns: Columns | None = field(init=False, repr=False, compare=False)
+
+    def __init__(
+        self,
+        request: RoutingRequest,
+        now: float,
+        rng: random.Random,
+        state: dict[str, Any] | None = None,
+        scrape: ScrapeCache | None = None,
+    ) -> None:
+        self.request = request
+        self.now = now
+        self.rng = rng
+        self.state = {} if state is None else state
+        self.scrape = scrape
+        self._columns = None
 
     def columns(self, endpoints: Sequence[EndpointView]) -> Columns:
         """Fields of ``endpoints`` read once and shared by every plugin that scores the same list in
