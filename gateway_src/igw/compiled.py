@@ -49,7 +49,6 @@ _SCHEDULING: Final = (
     ".plugins.backlog_ttft_scorer",
     ".plugins.context_length_filter",
     ".plugins.decode_balance_scorer",
-    ".plugins.decode_harm_gate",
     ".plugins.endpoint_speed_scorer",
     ".plugins.inflight_scorer",
     ".plugins.kv_cache_scorer",

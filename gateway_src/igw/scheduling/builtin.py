@@ -11,7 +11,6 @@ from igw.scheduling.plugins import (
     backlog_ttft_scorer,
     context_length_filter,
     decode_balance_scorer,
-    decode_harm_gate,
     endpoint_speed_scorer,
     inflight_scorer,
     kv_cache_scorer,
@@ -76,7 +75,6 @@ def build_registry() -> PluginRegistry:
     registry.register(backlog_ttft_scorer.TYPE, backlog_ttft_scorer.factory)
     registry.register(prefill_admission_scorer.TYPE, prefill_admission_scorer.factory)
     registry.register(decode_balance_scorer.TYPE, decode_balance_scorer.factory)
-    registry.register(decode_harm_gate.TYPE, decode_harm_gate.factory)
     registry.register(label_selector_filter.TYPE, label_selector_filter.factory)
     registry.register(lora_slot_filter.TYPE, lora_slot_filter.factory)
     registry.register(context_length_filter.TYPE, context_length_filter.factory)
