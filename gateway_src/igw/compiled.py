@@ -104,14 +104,16 @@ _REQUEST_PATH: Final = (
     "shutdown",
     "telemetry",
     "endpoints",
+    "slots",
 )
 """The request path of ``igw.gateway``: the handler's modules, and (since 2026-12-03, session s13)
 what they call per request - the guard port's ``Principal``, the access log's queue, the batched
 metric updates and their series, the model look-up, the in-flight registry, the pool's views -
-which were interpreted functions called from compiled code. In ``endpoints`` the class
-``EndpointState`` stays a Python class (``@mypyc_attr(native_class=False)``): it writes its
-attributes through ``object.__setattr__`` in its own ``__setattr__``, which a native class refuses
-at every dispatch."""
+which were interpreted functions called from compiled code; and (session s14) the upstream pool's
+connection slots, which replaced its ``asyncio.Semaphore`` (five interpreted calls per request).
+In ``endpoints`` the class ``EndpointState`` stays a Python class
+(``@mypyc_attr(native_class=False)``): it writes its attributes through ``object.__setattr__`` in
+its own ``__setattr__``, which a native class refuses at every dispatch."""
 
 _SECURITY: Final = ("guard", "authorization", "ratelimit.limiter")
 """What ``igw.security`` runs per request (``authenticate``, ``authorize``, ``admit``, ``account``:

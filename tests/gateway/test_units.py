@@ -3,6 +3,7 @@ endpoint pool, Kubernetes object conversion."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,6 +24,7 @@ from igw.gateway.discovery.static_file import EndpointsFileError, parse_endpoint
 from igw.gateway.endpoints import DiscoveredEndpoint, EndpointPool
 from igw.gateway.model_router import ModelRouter
 from igw.gateway.request_body import BadRequestBody, parse_body
+from igw.gateway.runtime import SchedulerRuntime
 
 
 @pytest.mark.parametrize(
@@ -227,3 +229,12 @@ def test_config_map_ref_from_local_directory(tmp_path: Path) -> None:
     (tmp_path / "epp" / "default-plugins.yaml").write_text("- not a mapping\n")
     with pytest.raises(ValueError, match="is not a YAML mapping"):
         picker_configs_from_dir(cfg, tmp_path)
+
+
+@pytest.mark.parametrize(("configured", "applied"), [(None, None), (0.0, None), (0.5, 0.5)])
+def test_a_scheduler_runtime_reads_its_route_timeout(configured: float | None, applied: float | None) -> None:
+    """``routeTimeout`` unset or ``0s``: no timeout; else the configured seconds (set at construction)."""
+    given = dataclasses.replace(spec("s", "m"), route_timeout_s=configured)
+    unused: Any = None
+    runtime = SchedulerRuntime(spec=given, scheduler=unused, pool=unused, families=unused, picker_config=None)
+    assert runtime.route_timeout_s == applied

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from igw.gateway import inference
 from igw.gateway.access_log import AccessRecord
+from igw.gateway.request_body import InferenceBody
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.columns import ScrapeCache
 from igw.scheduling.cycle import CycleContext
@@ -105,6 +106,14 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "usage": {"prompt_tokens": 5},
         "error": "e",
     },
+    InferenceBody: {
+        "raw": b'{"model": "m"}',
+        "model": "m2",
+        "stream": True,
+        "prefix_text": "text",
+        "prompt_tokens": 41,
+        "max_tokens": 42,
+    },
     CycleContext: {
         "request": RoutingRequest(request_id="r", model="m", base_model="m", prefix_text="", prompt_tokens=1),
         "now": 9.5,
@@ -173,7 +182,7 @@ def test_the_defaults_are_the_generated_ones() -> None:
     )
 
 
-@pytest.mark.parametrize("cls", [RoutingRequest, RequestOutcome], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [RoutingRequest, RequestOutcome, InferenceBody], ids=lambda c: c.__name__)
 def test_the_read_only_records_hash_by_value(cls: type) -> None:
     """As the frozen dataclasses did (a decision's dict fields make it unhashable, as before)."""
     first, second = cls(**_GIVEN[cls]), cls(**_GIVEN[cls])

@@ -3,8 +3,9 @@
 The gateway is started from a YAML file with hot reload on and ``igw.security``'s guard factory (as
 ``igw serve`` does); the file is rewritten and the poller picks it up. Proves: a reload that adds
 ``spec.auth`` makes unauthenticated requests 401; one that changes ``modelAccess`` makes 403
-follow; a reload whose guard cannot be built or does not become ready is rejected with the reason,
-and the old guard and configuration keep serving (and ``igw_auth_enabled`` keeps describing them).
+follow; one that sets a rate limit makes 429s follow, and lifting it lifts them; a reload whose
+guard cannot be built or does not become ready is rejected with the reason, and the old guard
+and configuration keep serving (and ``igw_auth_enabled`` keeps describing them).
 """
 
 from __future__ import annotations
@@ -128,6 +129,30 @@ async def test_reload_that_adds_auth_then_narrows_model_access(
         assert reloads(gw, "applied") == 2
         # refused requests never went upstream
         assert (len(a.received), len(b.received)) == (before[0], before[1] + 1)
+
+
+async def test_reload_that_sets_then_lifts_a_rate_limit(tmp_path: Path, client_ssl: ssl.SSLContext) -> None:
+    """The rate limiter reads its tenants' limits once, when it is built: a reload's new limits must
+    come with the guard the reload builds, and lifting them must lift them."""
+    write(tmp_path / "igwc.yaml", issuer=None)
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        reloading_gateway(tmp_path, servers, client_ssl=client_ssl) as (gw, config_path),
+    ):
+        for _ in range(3):
+            assert (await gw.call())[0] == 200  # no limit
+
+        limited = {"rateLimits": {"default": {"requestsPerSecond": 0.001, "burst": 1}}}
+        write(config_path, issuer=None, extensions=limited)
+        await eventually_status(gw, 429)  # the burst of one spent, the next is refused
+        assert (await gw.call())[0] == 429
+        assert reloads(gw, "applied") == 1
+
+        write(config_path, issuer=None)
+        await eventually_status(gw, 200)
+        for _ in range(3):
+            assert (await gw.call())[0] == 200
+        assert reloads(gw, "applied") == 2
 
 
 async def test_reload_with_a_failing_guard_keeps_the_old_guard_and_config(

@@ -122,6 +122,18 @@ async def test_tokens_per_minute_from_usage(make_limiter: tuple[LimiterMaker, Co
     assert sample("igw_tenant_requests_total", {"tenant": "t", "outcome": "limited_tokens"}) == 1
 
 
+async def test_a_tenants_own_token_limit_counts_its_usage_where_the_default_has_none(
+    make_limiter: tuple[LimiterMaker, CollectorRegistry],
+) -> None:
+    make, _ = make_limiter
+    limiter = await make(tenants=[{"tenant": "metered", "tokensPerMinute": 600}])
+    for tenant in ("metered", "free"):
+        await limiter.account(tenant=tenant, prompt_tokens=700, completion_tokens=0)  # 600 - 700
+    refusal = await denied(limiter.admit(tenant="metered", est_tokens=1))
+    assert "tokens" in refusal.message
+    await limiter.admit(tenant="free", est_tokens=1)  # the default limits nothing
+
+
 async def test_estimate_larger_than_bucket_needs_only_a_full_bucket(
     make_limiter: tuple[LimiterMaker, CollectorRegistry],
 ) -> None:

@@ -68,10 +68,14 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     return as_response(await handle_inference(request, chat=False))
 
 
-_lean_chat: Final[LeanHandler] = functools.partial(handle_inference, chat=True)
-"""The lean side's handlers are :func:`handle_inference` itself (a partial adds no coroutine of
-its own: one Python frame less per request than an ``async def`` wrapper awaiting it)."""
-_lean_completions: Final[LeanHandler] = functools.partial(handle_inference, chat=False)
+def _lean_routes(state: GatewayState) -> dict[str, LeanHandler]:
+    """The lean side's handlers: :func:`handle_inference` itself (a partial adds no coroutine of
+    its own: one Python frame less per request than an ``async def`` wrapper awaiting it), given the
+    app's state (no ``request.app[STATE_KEY]``, an interpreted call in the compiled build)."""
+    return {
+        "/v1/chat/completions": functools.partial(handle_inference, chat=True, state=state),
+        "/v1/completions": functools.partial(handle_inference, chat=False, state=state),
+    }
 
 
 async def _models(request: web.Request) -> web.StreamResponse:
@@ -226,11 +230,7 @@ def create_app(
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
     if lean_enabled():  # the same two handlers, reached without aiohttp's request machinery
-        lean_routes: dict[str, LeanHandler] = {
-            "/v1/chat/completions": _lean_chat,
-            "/v1/completions": _lean_completions,
-        }
-        app[LEAN_ROUTES_KEY] = lean_routes
+        app[LEAN_ROUTES_KEY] = _lean_routes(state)
         app[CONNECTION_HANDLER_KEY] = LeanRequestHandler
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/healthz", healthz)
@@ -251,7 +251,7 @@ def create_app(
         await state.guard.start()
         upstream = proxy_session(hooks=None if tracing is None else tracing.connect_hooks())
         scrape = ScrapeClient()
-        app[SESSION_KEY] = upstream
+        app[SESSION_KEY] = state.upstream = upstream
         state.scraper = await start_scraping(
             worker, runtime=lambda: state.runtime, client=scrape, clock=clock, metrics=state.metrics
         )

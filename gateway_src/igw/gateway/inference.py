@@ -174,11 +174,15 @@ class _Forward:
         self.priority = priority
 
 
-async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamResponse | ForwardedAnswer:
+async def handle_inference(
+    request: web.Request, *, chat: bool, state: GatewayState | None = None
+) -> web.StreamResponse | ForwardedAnswer:
     """Serve one inference request: a model server's answer (forwarded as it came, or relayed as a
     stream) or the gateway's error. A :class:`ForwardedAnswer` is written by the lean server as it
-    is; for aiohttp it is converted (:meth:`ForwardedAnswer.to_response`)."""
-    state = request.app[STATE_KEY]
+    is; for aiohttp it is converted (:meth:`ForwardedAnswer.to_response`). ``state``: the app's
+    (the lean routes pass it), else looked up in ``request.app``."""
+    if state is None:
+        state = request.app[STATE_KEY]
     request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
     obs = RequestObserver(state.metrics, request_id=request_id, method=request.method, path=request.path)
     if state.tracing is not None:  # tracing hook
@@ -190,7 +194,7 @@ async def handle_inference(request: web.Request, *, chat: bool) -> web.StreamRes
         principal = await guard.authenticate(request.headers)
         obs.authenticated()  # tracing hook
         routed = await _route(request, state, guard, principal, obs, chat=chat)
-        if isinstance(routed, web.StreamResponse):
+        if not isinstance(routed, tuple):  # an error answer (a tuple check: StreamResponse's is an ABC's)
             return obs.finish(routed)
         forward, body = routed
         task = state.inflight.enter()
@@ -532,7 +536,7 @@ async def _forward(
         try:
             exchanging = exchange(
                 request,
-                session=request.app[SESSION_KEY],
+                session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
                 endpoint=key,
                 body=body.raw,
                 headers=headers,

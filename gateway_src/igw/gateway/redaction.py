@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final, Literal
 
 MASK: Final = "[REDACTED]"
 
@@ -101,12 +102,22 @@ def _mask_bearer(found: re.Match[str]) -> str:
 class RedactingFormatter(logging.Formatter):
     """A :class:`logging.Formatter` whose output has passed through :func:`redact`."""
 
-    @property
-    def message_only(self) -> bool:
+    def __init__(
+        self,
+        fmt: str | None = None,
+        datefmt: str | None = None,
+        style: Literal["%", "{", "$"] = "%",
+        validate: bool = True,
+        *,
+        defaults: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(fmt, datefmt, style, validate, defaults=defaults)
+        self.message_only = self._fmt == self._style.default_format
         """Whether the format is the message alone (``%(message)s`` or its ``{``/``$`` form): then a
         record without arguments or exception formats to ``redact(message)``, so a plain line can be
-        formatted without building its :class:`logging.LogRecord` (:meth:`format_line`)."""
-        return self._fmt == self._style.default_format
+        formatted without building its :class:`logging.LogRecord` (:meth:`format_line`). Fixed at
+        construction (a formatter's format does not change); an attribute, as the access log asks it
+        per request and a property is an interpreted call from the compiled log buffer."""
 
     def format_line(self, line: str) -> str:
         """What :meth:`format` makes of an INFO record whose message is ``line`` (no arguments, no

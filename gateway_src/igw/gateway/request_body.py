@@ -39,14 +39,36 @@ class BadRequestBody(IgwGatewayError):
         self.param = param
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class InferenceBody:
-    raw: bytes
-    model: str | None
-    stream: bool
-    prefix_text: str
-    prompt_tokens: int
-    max_tokens: int | None
+    """What routing reads of a request's body, and the body itself. Read-only (``Final`` fields:
+    mypy refuses an assignment, the compiled build has no setter) and hashable by value, as the
+    frozen dataclass it was; its ``__init__`` is written out so that the compiled build constructs
+    it natively, once per request (``dataclasses``' generated one is interpreted code there: round
+    12 of docs/gateway.md's lean data path, session s14 for this record)."""
+
+    raw: Final[bytes]
+    model: Final[str | None]
+    stream: Final[bool]
+    prefix_text: Final[str]
+    prompt_tokens: Final[int]
+    max_tokens: Final[int | None]
+
+    def __init__(
+        self,
+        raw: bytes,
+        model: str | None,
+        stream: bool,
+        prefix_text: str,
+        prompt_tokens: int,
+        max_tokens: int | None,
+    ) -> None:
+        self.raw = raw
+        self.model = model
+        self.stream = stream
+        self.prefix_text = prefix_text
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
 
 
 def received_whole(request: web.Request, *, limit: int) -> bytes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from igw.config.engine_selection import scheduler_engines
@@ -44,12 +44,14 @@ class SchedulerRuntime:
     pool: EndpointPool
     families: MetricFamilies
     picker_config: Mapping[str, Any] | None
+    route_timeout_s: float | None = field(init=False)
+    """The spec's ``routeTimeout``; ``None`` or ``0`` mean no timeout (``routeTimeout: 0s`` disables
+    it). Set at construction (a reload builds a new runtime): read per request, where a property is
+    an interpreted call in the compiled build."""
 
-    @property
-    def route_timeout_s(self) -> float | None:
-        """``None`` or ``0`` mean no timeout (``routeTimeout: 0s`` disables it)."""
+    def __post_init__(self) -> None:
         t = self.spec.route_timeout_s
-        return t if t else None
+        self.route_timeout_s = t if t else None
 
 
 class GatewayRuntime:

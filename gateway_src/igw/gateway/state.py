@@ -27,6 +27,7 @@ from igw.gateway.telemetry import GatewayMetrics
 
 if TYPE_CHECKING:
     from igw.gateway.tracing import Tracing
+    from igw.gateway.upstream_client import UpstreamPool
 
 log = logging.getLogger("igw.gateway")
 
@@ -53,6 +54,10 @@ class GatewayState:
         self.rewrite_metrics = RewriteMetrics(self.metrics.registry)
         """Per-rule, per-target series of canary rewrites (``spec.extensions.modelRewrites``)."""
         self.scraper: ScrapeService | None = None
+        self.upstream: UpstreamPool | None = None
+        """The connection pool to the model servers, once the app's services started (also the
+        app's ``SESSION_KEY``): read here per request, an attribute rather than aiohttp's
+        ``Application.__getitem__`` (an interpreted call in the compiled build)."""
         self.decision_log: DecisionLog | None = None
         """The last scheduling decisions ("why this pod"), when the gateway runs with a decision log."""
         self.tracing: Tracing | None = None

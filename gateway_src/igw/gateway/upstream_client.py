@@ -55,6 +55,7 @@ from multidict import CIMultiDict
 from mypy_extensions import mypyc_attr
 
 from igw.errors import IgwGatewayError
+from igw.gateway.slots import Slots
 from igw.gateway.tcp_keepalive import UPSTREAM, probe_silent_peer
 
 READ_HIGH_WATER: Final = 256 * 1024
@@ -475,7 +476,7 @@ class UpstreamPool:
     ):
         self.loop = asyncio.get_running_loop()
         self._hooks = hooks
-        self._slots = asyncio.Semaphore(limit)
+        self._slots = Slots(limit)
         self._idle: dict[Origin, list[_Connection]] = {}
         self._origins: dict[str, tuple[Origin, bytes]] = {}
         """Endpoint string -> its origin and the request head's start up to its header fields
@@ -530,11 +531,13 @@ class UpstreamPool:
         if hooks is not None:
             hooks.connect_started()
         deadline = None if head_timeout_s is None else self.loop.time() + head_timeout_s
-        if deadline is None or not self._slots.locked():
-            await self._slots.acquire()  # a free slot: taken without suspending
-        else:
-            async with asyncio.timeout_at(deadline):
-                await self._slots.acquire()
+        slots = self._slots
+        if not slots.try_take():  # a free slot (the usual case) is taken by one native call
+            if deadline is None:
+                await slots.take()
+            else:
+                async with asyncio.timeout_at(deadline):
+                    await slots.take()
         conn: _Connection | None = None
         try:
             conn = self._reuse(origin) or await self._connect_by(origin, connect_timeout_s, deadline)
@@ -564,7 +567,7 @@ class UpstreamPool:
                 hooks.connect_done(str(exc) if isinstance(exc, ConnectFailed) else type(exc).__name__)
             if conn is not None:
                 conn.abort()
-            self._slots.release()
+            slots.release()
             raise
         return UpstreamResponse(conn)
 

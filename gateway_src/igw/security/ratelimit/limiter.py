@@ -28,6 +28,14 @@ from igw.security.settings import RateLimitSettings, TenantLimits
 
 log = logging.getLogger("igw.security.ratelimit")
 
+_Plan = tuple[TenantLimits, bool, bool]
+"""A tenant's limits, whether any applies (``limited``) and whether tokens count against one."""
+
+
+def _plan(limits: TenantLimits) -> _Plan:
+    """What admitting and accounting a request ask of a tenant's limits, read once per limiter."""
+    return (limits, limits.limited, limits.tokens_per_minute is not None)
+
 
 class RateLimiter:
     def __init__(
@@ -39,6 +47,12 @@ class RateLimiter:
         metrics: SecurityMetrics | None = None,
     ) -> None:
         self._settings = settings
+        self._anonymous = settings.anonymous_tenant
+        self._default_plan = _plan(settings.default)
+        self._plans: dict[str, _Plan] = {tenant: _plan(limits) for tenant, limits in settings.tenants.items()}
+        """Tenant -> :func:`_plan` of its limits, read once here: ``settings`` is frozen and a reload
+        builds a new limiter, and ``RateLimitSettings.limits_for`` and ``TenantLimits.limited`` are
+        interpreted calls (three per request) in the compiled build, where this module is native."""
         self._backend = backend
         self._fallback = backend if isinstance(backend, LocalBuckets) else LocalBuckets(clock=clock)
         self._clock = clock
@@ -57,13 +71,13 @@ class RateLimiter:
         return self._backend.name
 
     def tenant_key(self, tenant: str | None) -> str:
-        return tenant if tenant else self._settings.anonymous_tenant
+        return tenant if tenant else self._anonymous
 
     async def admit(self, *, tenant: str | None, est_tokens: int) -> None:
         """Raise ``GuardDenied`` (429) when the tenant is over a limit; count the outcome."""
         key = self.tenant_key(tenant)
-        limits = self._settings.limits_for(key)
-        if not limits.limited:
+        limits, limited, _ = self._plans.get(key, self._default_plan)
+        if not limited:
             self._count_admitted(key)
             return
         decision = await self._decide(key, limits, est_tokens)
@@ -88,9 +102,9 @@ class RateLimiter:
                 )
             children[0].inc(max(0, prompt_tokens))
             children[1].inc(max(0, completion_tokens))
-        limits = self._settings.limits_for(key)
+        limits, _, counts_tokens = self._plans.get(key, self._default_plan)
         total = max(0, prompt_tokens) + max(0, completion_tokens)
-        if limits.tokens_per_minute is None or total == 0:
+        if not counts_tokens or total == 0:
             return
         if self._backend_usable():
             try:
