@@ -9,8 +9,8 @@ import pytest
 
 from igw.config.model import Weights
 from igw.scheduling.errors import SchedulerConfigError
-from igw.scheduling.framework import UnitScores
 from igw.scheduling.factory import DEFAULT_WEIGHTS, effective_weights, scheduler_from_weights
+from igw.scheduling.framework import UnitScores
 from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
 from igw.scheduling.plugins.decode_balance_scorer import (
     TABLE_FROM,

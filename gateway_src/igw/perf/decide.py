@@ -145,9 +145,7 @@ def _measure(
     else:
         _print_breakdown(endpoints=endpoints, picks=picks, prompts=prompts)
     if profile > 0:
-        print(
-            f"  profile of the picks (cProfile on the thread CPU clock, top {profile} by own time):"
-        )
+        print(f"  profile of the picks (cProfile on the thread CPU clock, top {profile} by own time):")
         for line in pick_profile(endpoints=endpoints, picks=picks, top=profile, prompts=prompts):
             print(f"    {line}")
 

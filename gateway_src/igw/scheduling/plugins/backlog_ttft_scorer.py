@@ -1011,7 +1011,11 @@ class BacklogTtftScorer(PluginHooks):
         return capacities, self._capacities_alike(capacities), values, _differ(values)
 
     def _alike_updated(
-        self, old: _Alike, changed: list[int], endpoints: Sequence[EndpointView], capacities: list[float | None]
+        self,
+        old: _Alike,
+        changed: list[int],
+        endpoints: Sequence[EndpointView],
+        capacities: list[float | None],
     ) -> _Alike:
         """:meth:`_alike_made` after the candidates at ``changed`` were re-scraped: the capacity
         check again only when the capacities changed (:func:`capacities_updated` hands back the same
