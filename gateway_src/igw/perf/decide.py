@@ -94,8 +94,10 @@ def run(args: argparse.Namespace) -> int:
     for endpoints in args.endpoints:
         picks = args.picks or max(300, 48_000 // endpoints)
         for prompts in args.prompts:
-            _measure(endpoints, picks, prompts, runs=runs, compiled=code.compiled, profile=args.profile,
-                     summary=summary)  # fmt: skip
+            compiled = bool(code.compiled)
+            _measure(
+                endpoints, picks, prompts, runs=runs, compiled=compiled, profile=args.profile, summary=summary
+            )
         views_us, rebuild_us = pool_views_time(endpoints=endpoints, calls=picks)
         print(
             f"  pool views per request (one endpoint changed since the last): {views_us:.1f} µs; "
