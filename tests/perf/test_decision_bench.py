@@ -119,3 +119,42 @@ def test_perf_decide_profile_lists_the_picks_busiest_functions(capsys: pytest.Ca
     assert own == sorted(own, reverse=True)
     assert own[0] > 0
     assert any("scheduling/" in r[2] for r in rows)  # the scheduler's own modules, named by path
+
+
+def test_prompt_lengths_default_to_the_fixed_workload_and_can_follow_the_azure_trace() -> None:
+    """``fixed-300`` is the workload every earlier round measured (the same texts, 300 tokens each);
+    ``azure-conv`` draws each prompt's length from the trace's distribution, its text that many
+    tokens long (4 characters each) and starting with one of the shared openings."""
+    from igw.cli.perf import _prompt_lengths
+    from igw.perf.gateway_micro import PROMPT_LENGTHS, _prompts
+
+    assert tuple(_prompt_lengths(",".join(PROMPT_LENGTHS))) == PROMPT_LENGTHS  # the CLI knows them all
+    fixed = _prompts(40, "fixed-300", random.Random(2))
+    assert fixed[7] == ("You are assistant #7. " * 40 + "user question number 7 " * 8, 300)
+    assert {tokens for _, tokens in fixed} == {300}
+    mixed = _prompts(400, "azure-conv", random.Random(2))
+    lengths = sorted(tokens for _, tokens in mixed)
+    assert all(len(text) == tokens * 4 for text, tokens in mixed)
+    assert 600 < lengths[200] < 1600  # the trace's median: 1,020 tokens
+    assert lengths[-1] > 2000
+    assert lengths[0] < 300
+    assert sum(text.startswith("You are assistant #3. ") for text, _ in mixed) >= 10
+    with pytest.raises(ValueError, match="prompt lengths"):
+        _prompts(1, "uniform", random.Random(2))
+
+
+def test_perf_decide_reports_each_prompt_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    from igw.cli.main import main
+
+    assert (
+        main(["perf", "decide", "--endpoints", "16", "--picks", "30", "--prompts", "fixed-300,azure-conv"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "scheduler decision, 16 endpoints, 30 picks (CPU time per pick)" in out
+    assert "scheduler decision, 16 endpoints, 30 picks, azure-conv prompts (CPU time per pick)" in out
+    summary = re.search(r"^targets \(median p50\): (.*)$", out, re.M)
+    assert summary is not None
+    assert re.fullmatch(
+        r"16 endpoints \d+ µs \(ratio \d\.\d\d, \w+\); 16 endpoints, azure-conv prompts \d+ µs .*", summary[1]
+    )
