@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 
 import pytest
 
@@ -158,3 +159,42 @@ def test_perf_decide_reports_each_prompt_workload(capsys: pytest.CaptureFixture[
     assert re.fullmatch(
         r"16 endpoints \d+ µs \(ratio \d\.\d\d, \w+\); 16 endpoints, azure-conv prompts \d+ µs .*", summary[1]
     )
+
+
+def test_decision_time_routes_the_drawn_prompts_and_reports_their_lengths_back() -> None:
+    """With ``azure-conv`` the picks see each request's drawn length and text, and the completions
+    fed back carry the same length (the TTFT fits learn from it); the default stays at 300."""
+    from igw.perf.gateway_micro import _prompts
+    from igw.scheduling.scheduler import Scheduler
+    from igw.scheduling.types import EndpointView, RequestOutcome, RoutingDecision, RoutingRequest
+
+    for workload in ("azure-conv", "fixed-300"):
+        picked: dict[str, tuple[str, int]] = {}
+        completed: dict[str, int] = {}
+
+        def install(scheduler: Scheduler, picked: dict[str, tuple[str, int]] = picked,
+                    completed: dict[str, int] = completed) -> None:  # fmt: skip
+            pick, on_complete = scheduler.pick, scheduler.on_complete
+
+            def recording_pick(
+                request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+            ) -> RoutingDecision:
+                picked[request.request_id] = (request.prefix_text, request.prompt_tokens)
+                return pick(request, endpoints, now=now)
+
+            def recording_outcome(outcome: RequestOutcome, *, now: float) -> None:
+                completed[outcome.request_id] = outcome.prompt_tokens
+                on_complete(outcome, now=now)
+
+            scheduler.pick = recording_pick  # type: ignore[method-assign]  # this instance only
+            scheduler.on_complete = recording_outcome  # type: ignore[method-assign]
+
+        decision_time(
+            endpoints=4, picks=COMPLETION_LAG_PICKS + 40, prompt_lengths=workload, instrument=install
+        )
+        drawn = _prompts(COMPLETION_LAG_PICKS + 40, workload, random.Random(2))
+        assert [picked[str(i)] for i in range(len(drawn))] == drawn
+        timed = {k: v for k, v in completed.items() if not k.startswith("warm-")}
+        assert len(timed) >= 30
+        assert all(tokens == picked[k][1] for k, tokens in timed.items())
+        assert all(v == 300 for k, v in completed.items() if k.startswith("warm-"))
