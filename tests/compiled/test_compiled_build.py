@@ -64,6 +64,7 @@ from igw.bench.capacity import FleetCapacity
 from igw.bench.des_runner import DesOptions, run_des
 from igw.bench.scenarios import SCENARIOS
 print(igw.scheduling.scheduler.__file__)
+print(igw.scheduling.scheduler.NATIVE_SUM)
 for name in ("mixed-fleet-8b", "shared-prefix-8b-high-cache"):
     options = DesOptions(
         policies=["gateway-default"], seeds=[1], duration_scale=0.02, decisions_out=Path(sys.argv[1])
@@ -108,8 +109,9 @@ def test_des_decisions_are_byte_identical_to_pure_python(compiled_tree: Path, tm
         out = tmp_path / f"{label}.jsonl"
         done = _run(tree, "-c", DES, str(out))
         assert done.returncode == 0, done.stderr[-3000:]
-        loaded_from = done.stdout.splitlines()[0]
+        loaded_from, native_sum = done.stdout.splitlines()[:2]
         assert loaded_from.endswith(".py") == (label == "pure"), loaded_from
+        assert native_sum == str(label == "compiled")  # the compiled weighted sum decides there
         decisions[label] = out.read_bytes()
     assert decisions["pure"].count(b"\n") > 100
     assert decisions["compiled"] == decisions["pure"]

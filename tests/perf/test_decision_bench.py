@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 
 import pytest
 
@@ -119,3 +120,81 @@ def test_perf_decide_profile_lists_the_picks_busiest_functions(capsys: pytest.Ca
     assert own == sorted(own, reverse=True)
     assert own[0] > 0
     assert any("scheduling/" in r[2] for r in rows)  # the scheduler's own modules, named by path
+
+
+def test_prompt_lengths_default_to_the_fixed_workload_and_can_follow_the_azure_trace() -> None:
+    """``fixed-300`` is the workload every earlier round measured (the same texts, 300 tokens each);
+    ``azure-conv`` draws each prompt's length from the trace's distribution, its text that many
+    tokens long (4 characters each) and starting with one of the shared openings."""
+    from igw.cli.perf import _prompt_lengths
+    from igw.perf.gateway_micro import PROMPT_LENGTHS, _prompts
+
+    assert tuple(_prompt_lengths(",".join(PROMPT_LENGTHS))) == PROMPT_LENGTHS  # the CLI knows them all
+    fixed = _prompts(40, "fixed-300", random.Random(2))
+    assert fixed[7] == ("You are assistant #7. " * 40 + "user question number 7 " * 8, 300)
+    assert {tokens for _, tokens in fixed} == {300}
+    mixed = _prompts(400, "azure-conv", random.Random(2))
+    lengths = sorted(tokens for _, tokens in mixed)
+    assert all(len(text) == tokens * 4 for text, tokens in mixed)
+    assert 600 < lengths[200] < 1600  # the trace's median: 1,020 tokens
+    assert lengths[-1] > 2000
+    assert lengths[0] < 300
+    assert sum(text.startswith("You are assistant #3. ") for text, _ in mixed) >= 10
+    with pytest.raises(ValueError, match="prompt lengths"):
+        _prompts(1, "uniform", random.Random(2))
+
+
+def test_perf_decide_reports_each_prompt_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    from igw.cli.main import main
+
+    assert (
+        main(["perf", "decide", "--endpoints", "16", "--picks", "30", "--prompts", "fixed-300,azure-conv"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "scheduler decision, 16 endpoints, 30 picks (CPU time per pick)" in out
+    assert "scheduler decision, 16 endpoints, 30 picks, azure-conv prompts (CPU time per pick)" in out
+    summary = re.search(r"^targets \(median p50\): (.*)$", out, re.M)
+    assert summary is not None
+    assert re.fullmatch(
+        r"16 endpoints \d+ µs \(ratio \d\.\d\d, \w+\); 16 endpoints, azure-conv prompts \d+ µs .*", summary[1]
+    )
+
+
+def test_decision_time_routes_the_drawn_prompts_and_reports_their_lengths_back() -> None:
+    """With ``azure-conv`` the picks see each request's drawn length and text, and the completions
+    fed back carry the same length (the TTFT fits learn from it); the default stays at 300."""
+    from igw.perf.gateway_micro import _prompts
+    from igw.scheduling.scheduler import Scheduler
+    from igw.scheduling.types import EndpointView, RequestOutcome, RoutingDecision, RoutingRequest
+
+    for workload in ("azure-conv", "fixed-300"):
+        picked: dict[str, tuple[str, int]] = {}
+        completed: dict[str, int] = {}
+
+        def install(scheduler: Scheduler, picked: dict[str, tuple[str, int]] = picked,
+                    completed: dict[str, int] = completed) -> None:  # fmt: skip
+            pick, on_complete = scheduler.pick, scheduler.on_complete
+
+            def recording_pick(
+                request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+            ) -> RoutingDecision:
+                picked[request.request_id] = (request.prefix_text, request.prompt_tokens)
+                return pick(request, endpoints, now=now)
+
+            def recording_outcome(outcome: RequestOutcome, *, now: float) -> None:
+                completed[outcome.request_id] = outcome.prompt_tokens
+                on_complete(outcome, now=now)
+
+            scheduler.pick = recording_pick  # type: ignore[method-assign]  # this instance only
+            scheduler.on_complete = recording_outcome  # type: ignore[method-assign]
+
+        decision_time(
+            endpoints=4, picks=COMPLETION_LAG_PICKS + 40, prompt_lengths=workload, instrument=install
+        )
+        drawn = _prompts(COMPLETION_LAG_PICKS + 40, workload, random.Random(2))
+        assert [picked[str(i)] for i in range(len(drawn))] == drawn
+        timed = {k: v for k, v in completed.items() if not k.startswith("warm-")}
+        assert len(timed) >= 30
+        assert all(tokens == picked[k][1] for k, tokens in timed.items())
+        assert all(v == 300 for k, v in completed.items() if k.startswith("warm-"))

@@ -21,12 +21,14 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     BacklogTtftScorer,
     LinearFit,
     Predictions,
+    capacities_updated,
     factory,
+    kv_capacities,
     slot_price,
 )
 from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PredictedTtftScorer, PublishedScores
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
-from igw.scheduling.types import RequestOutcome, RoutingRequest
+from igw.scheduling.types import EndpointView, RequestOutcome, RoutingRequest
 from tests.scheduling.helpers import ctx, ep
 
 H100 = (0.010, 25e-6)
@@ -1140,3 +1142,42 @@ def test_the_prediction_exponent_leaves_adapter_requests_plain() -> None:
     assert scores[1.0][0] is not None
     assert scores[1.0][0] < 1.0  # the busy twin scores below its idle one
     assert scores[3.0] == scores[1.0]
+
+
+def test_the_one_kind_check_kept_per_scrape_answers_as_reading_every_candidate() -> None:
+    """The capacities-alike and labels-differ answers kept between picks, updated at the
+    re-scraped positions only, equal those made from the whole candidate list, whatever the
+    re-scrapes change (capacities, labels, neither), with the label check on and off."""
+    rng = random.Random(5)
+
+    def view(i: int) -> EndpointView:
+        label = rng.choice((None, "h100", "h100", "a10g"))
+        return ep(
+            f"e{i}",
+            block_size=16,
+            num_gpu_blocks=rng.choice((20_000, 20_000, 20_000, 5_000, 0)),
+            labels=None if label is None else {"gpu": label},
+        )
+
+    for hardware_label in ("gpu", ""):
+        scorer = BacklogTtftScorer(hardware_label=hardware_label)
+        updated_differ = updated_alike = 0
+        for _ in range(300):
+            n = rng.randint(1, 12)
+            endpoints = [view(i) for i in range(n)]
+            capacities = kv_capacities(endpoints)
+            kept = scorer._alike_made(endpoints, capacities)
+            for _ in range(5):
+                changed = sorted(rng.sample(range(n), rng.randint(1, n)))
+                endpoints = [view(i) if i in changed else e for i, e in enumerate(endpoints)]
+                capacities = capacities_updated(capacities, changed, [e.metrics for e in endpoints])
+                kept = scorer._alike_updated(kept, changed, endpoints, capacities)
+                made = scorer._alike_made(endpoints, capacities)
+                assert kept[1:] == made[1:]
+                assert kept[3] == scorer.labels_differ(endpoints)
+                assert kept[1] == scorer._alike_capacities(endpoints)
+                updated_differ += kept[3]
+                updated_alike += kept[1]
+        assert updated_alike > 50  # both answers were seen
+        if hardware_label:
+            assert 50 < updated_differ < 1400

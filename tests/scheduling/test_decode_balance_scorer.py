@@ -10,8 +10,10 @@ import pytest
 from igw.config.model import Weights
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import DEFAULT_WEIGHTS, effective_weights, scheduler_from_weights
+from igw.scheduling.framework import UnitScores
 from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
 from igw.scheduling.plugins.decode_balance_scorer import (
+    TABLE_FROM,
     TYPE,
     DecodeBalanceScorer,
     balance_scores,
@@ -144,3 +146,23 @@ def test_the_one_pass_form_gives_the_formula_s_floats_bit_for_bit() -> None:
         lo = min(counts, default=0)
         expected = [1.0 - factor * (1.0 - (lo + 1) / (c + 1)) for c in counts]
         assert list(balance_scores(inflight, factor=factor)) == expected
+
+
+def test_the_table_of_distinct_counts_gives_the_formula_s_floats_on_large_pools() -> None:
+    """From ``TABLE_FROM`` candidates with few distinct counts the formula is worked out once per
+    count and looked up: the same floats, in candidate order, as the formula per candidate."""
+    rng = random.Random(11)
+    tabled = 0
+    for _ in range(2_000):
+        n = rng.randint(TABLE_FROM - 2, 400)
+        spread = rng.choice((1, 3, 9, 60, 400))
+        inflight = [rng.randint(-2, spread) for _ in range(n)]
+        factor = rng.random()
+        counts = [max(0, c) for c in inflight]
+        lo = min(counts, default=0)
+        expected = [1.0 - factor * (1.0 - (lo + 1) / (c + 1)) for c in counts]
+        scores = balance_scores(inflight, factor=factor)
+        assert type(scores) is UnitScores
+        assert list(scores) == expected
+        tabled += n >= TABLE_FROM and len(set(inflight)) * 4 <= n
+    assert tabled > 500  # the table's path was taken, often

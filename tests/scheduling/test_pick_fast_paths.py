@@ -10,9 +10,11 @@ per-endpoint helper.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -274,3 +276,27 @@ def test_outcomes_reach_every_plugin_with_an_on_complete_of_its_own_in_profile_o
         scheduler.on_complete(RequestOutcome(request_id=rid, endpoint="p", ok=True, ttft_s=0.1), now=1.0)
     assert heard == [(name, rid) for rid in ("r1", "r2") for name in ("first", "bare", "inherited")]
     assert all(type(p) is not InflightScorer for p in scheduler._on_complete)
+
+
+def test_the_native_weighted_sum_gives_the_generated_kernel_s_floats() -> None:
+    """The loops the compiled build runs (``_native_weighted_sum``) add exactly what the generated
+    comprehension adds, special floats and a weight of 1.0 included, and refuse columns of
+    different lengths as it does; run interpreted here, compiled by ``tests/compiled`` (whose DES
+    decisions are made with it)."""
+    from igw.scheduling.scheduler import NATIVE_SUM, _native_weighted_sum, _sum_kernel
+
+    assert not NATIVE_SUM  # this test process runs the sources
+    rng = random.Random(3)
+    special = [0.0, -0.0, 1.0, 0.1, 1e-300, 1e300, math.inf, -math.inf, math.nan, 7]
+    for _ in range(3_000):
+        weights = tuple(rng.choice((1.0, 2.0, 0.5, 3.0, 16.0, 0.1, 1e-3)) for _ in range(rng.randint(1, 8)))
+        n = rng.randint(0, 12)
+        columns = [
+            [rng.choice(special) if rng.random() < 0.2 else rng.random() for _ in range(n)] for _ in weights
+        ]
+        expected = _sum_kernel(weights)(*columns)
+        assert [repr(t) for t in _native_weighted_sum(weights, *columns)] == [repr(t) for t in expected]
+    with pytest.raises(ValueError, match="different lengths"):
+        _native_weighted_sum((1.0, 2.0), [0.5, 0.5], [0.5])
+    with pytest.raises(ValueError, match=r"shorter|longer"):
+        _sum_kernel((1.0, 2.0))([0.5, 0.5], [0.5])

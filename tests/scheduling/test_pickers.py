@@ -67,3 +67,37 @@ def test_weighted_random_all_zero_is_uniform_and_returns_k() -> None:
     assert all(len(r) == 2 and len(set(r)) == 2 for r in ranks)
     counts = collections.Counter(r[0] for r in ranks)
     assert all(240 < counts[i] < 360 for i in range(3))
+
+
+def test_the_native_kth_selection_keeps_what_nlargest_and_compress_keep() -> None:
+    """``_reaching_kth`` (the compiled build's way, run interpreted here) keeps exactly the positions
+    whose total reaches ``heapq.nlargest(k, totals)[-1]``, ties, repeats, infinities and signed
+    zeros included; and the ranking it feeds equals the interpreted one, random stream included."""
+    import heapq
+    import random
+
+    from igw.scheduling.plugins import max_score_picker
+    from igw.scheduling.plugins.max_score_picker import NATIVE_TOP, PREFILTER_ABOVE, _reaching_kth
+
+    assert not NATIVE_TOP  # this test process runs the sources
+    rng = random.Random(9)
+    pool = [0.0, -0.0, 1.0, 2.5, -1.0, float("inf"), float("-inf"), 1e-300]
+    for _ in range(3_000):
+        k = rng.randint(1, 5)
+        n = rng.randint(k, 60)
+        totals = [rng.choice(pool) if rng.random() < 0.5 else round(rng.random(), 1) for _ in range(n)]
+        kth = heapq.nlargest(k, totals)[-1]
+        assert _reaching_kth(totals, k) == [i for i, t in enumerate(totals) if t >= kth]
+    for k in (1, 2, 3, 4):
+        for _ in range(50):
+            n = rng.randint(PREFILTER_ABOVE * k + 1, 400)
+            totals = [rng.choice(pool) if rng.random() < 0.3 else round(rng.random(), 2) for _ in range(n)]
+            answers = []
+            for native in (False, True):
+                max_score_picker.NATIVE_TOP = native
+                try:
+                    c = ctx(seed=n)
+                    answers.append((MaxScorePicker(max_endpoints=k).rank(c, totals), c.rng.getstate()))
+                finally:
+                    max_score_picker.NATIVE_TOP = False
+            assert answers[0] == answers[1]

@@ -287,6 +287,23 @@ def _decide_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="one more run per size under cProfile: the N functions with most own time per pick (default 0)",
     )
+    parser.add_argument(
+        "--prompts",
+        type=_prompt_lengths,
+        default=["fixed-300"],
+        help="comma-separated prompt-length workloads, each timed per size: fixed-300 (default, every "
+        "prompt 300 tokens) or azure-conv (the Azure conversation trace's lengths, median 1,020 tokens)",
+    )
+
+
+def _prompt_lengths(text: str) -> list[str]:
+    """Comma-separated names, each one of :data:`igw.perf.gateway_micro.PROMPT_LENGTHS`."""
+    known = ("fixed-300", "azure-conv")  # PROMPT_LENGTHS, not imported: the parser loads no benchmark code
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"not one of {', '.join(known)}: {', '.join(unknown) or text!r}")
+    return names
 
 
 def _compiled_modules(text: str) -> list[str]:

@@ -18,6 +18,11 @@ after, and a last line sums up both targets. With ``--profile N`` one more run p
 time are listed per pick, with the Python-level calls per pick: the profiler's own cost per call
 inflates every row, so the rows compare with each other, not with the p50.
 
+``--prompts`` names the prompt-length workloads to time (:data:`igw.perf.gateway_micro.PROMPT_LENGTHS`,
+default ``fixed-300``, every earlier round's): ``fixed-300,azure-conv`` times each size on both, so the
+figures show whether 300-token prompts flatter the pick (the prefix scorer hashes and matches every
+block of the prompt, up to its cap).
+
 It prints which code it measures (pure Python or mypyc-compiled, :mod:`igw.compiled`); on compiled
 code the split is left out, since it replaces methods on instances, which native classes refuse.
 """
@@ -40,6 +45,8 @@ if TYPE_CHECKING:
     from igw.scheduling.scheduler import Scheduler
 
 HELP = "Scheduler decision cost: CPU time per pick at 16 and 1,000 endpoints, split by plugin."
+DEFAULT_PROMPTS = "fixed-300"
+"""Every prompt 300 tokens: the workload of every earlier round (``--prompts`` adds others)."""
 TARGETS_US = {16: 100.0, 1000: 1000.0}
 """Issue targets: decision CPU time per pick (p50) by pool size; other sizes are reported only."""
 
@@ -79,9 +86,6 @@ class Breakdown:
 
 
 def run(args: argparse.Namespace) -> int:
-    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
-    from igw.perf.gateway_micro import decision_time
-
     runs = max(1, args.runs)
     code = inspect_tree()
     print(f"load average at start: {_load()}")
@@ -89,39 +93,11 @@ def run(args: argparse.Namespace) -> int:
     summary: list[str] = []
     for endpoints in args.endpoints:
         picks = args.picks or max(300, 48_000 // endpoints)
-        timings = [decision_time(endpoints=endpoints, picks=picks) for _ in range(runs)]
-        p50 = statistics.median(t.p50_us for t in timings)
-        t = timings[0]
-        target = TARGETS_US.get(endpoints)
-        verdict = "(report)" if target is None else ("met" if p50 <= target else "MISSED")
-        print(f"scheduler decision, {endpoints} endpoints, {picks} picks (CPU time per pick)")
-        for i, run in enumerate(timings, start=1):
-            label = f"run {i}: " if runs > 1 else ""
-            print(f"  {label}p50 {run.p50_us:.0f} µs, p99 {run.p99_us:.0f} µs, mean {run.mean_us:.0f} µs")
-        if runs > 1:
-            low, high = min(x.p50_us for x in timings), max(x.p50_us for x in timings)
-            print(f"  p50 over {runs} runs: median {p50:.0f} µs, spread {low:.0f}-{high:.0f} µs")
-        print(f"  baseline: {t.baseline} {t.baseline_mean_us:.2f} µs (ratio {t.ratio:.0f}x)")
-        outcome = statistics.median(x.outcome_mean_us for x in timings)
-        mean = statistics.median(x.mean_us for x in timings)
-        print(
-            f"  outcome path (on_complete, one per request, off the request's path): mean {outcome:.0f} µs; "
-            f"scheduler CPU per request (pick mean + outcome mean) {mean + outcome:.0f} µs"
-        )
-        if target is not None:
-            print(f"  target p50 <= {target:.0f} µs: ratio {p50 / target:.2f}, {verdict}")
-            summary.append(f"{endpoints} endpoints {p50:.0f} µs (ratio {p50 / target:.2f}, {verdict})")
-        if code.compiled:
-            # Breakdown replaces methods on instances, which compiled (native) classes refuse.
-            print("  where a pick's CPU time goes: not measured (compiled classes cannot be wrapped)")
-        else:
-            _print_breakdown(endpoints=endpoints, picks=picks)
-        if args.profile > 0:
-            print(
-                f"  profile of the picks (cProfile on the thread CPU clock, top {args.profile} by own time):"
+        for prompts in args.prompts:
+            compiled = bool(code.compiled)
+            _measure(
+                endpoints, picks, prompts, runs=runs, compiled=compiled, profile=args.profile, summary=summary
             )
-            for line in pick_profile(endpoints=endpoints, picks=picks, top=args.profile):
-                print(f"    {line}")
         views_us, rebuild_us = pool_views_time(endpoints=endpoints, calls=picks)
         print(
             f"  pool views per request (one endpoint changed since the last): {views_us:.1f} µs; "
@@ -133,13 +109,56 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_breakdown(*, endpoints: int, picks: int) -> None:
+def _measure(
+    endpoints: int, picks: int, prompts: str, *, runs: int, compiled: bool, profile: int, summary: list[str]
+) -> None:
+    """Time one pool size on one prompt-length workload (:data:`PROMPT_LENGTHS`) ``runs`` times and
+    print the figures, the verdict and (pure code) the split and profile; the verdict joins ``summary``
+    (labelled with the workload unless it is the default)."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.gateway_micro import decision_time
+
+    label = "" if prompts == DEFAULT_PROMPTS else f", {prompts} prompts"
+    timings = [decision_time(endpoints=endpoints, picks=picks, prompt_lengths=prompts) for _ in range(runs)]
+    p50 = statistics.median(t.p50_us for t in timings)
+    t = timings[0]
+    target = TARGETS_US.get(endpoints)
+    verdict = "(report)" if target is None else ("met" if p50 <= target else "MISSED")
+    print(f"scheduler decision, {endpoints} endpoints, {picks} picks{label} (CPU time per pick)")
+    for i, run in enumerate(timings, start=1):
+        numbered = f"run {i}: " if runs > 1 else ""
+        print(f"  {numbered}p50 {run.p50_us:.0f} µs, p99 {run.p99_us:.0f} µs, mean {run.mean_us:.0f} µs")
+    if runs > 1:
+        low, high = min(x.p50_us for x in timings), max(x.p50_us for x in timings)
+        print(f"  p50 over {runs} runs: median {p50:.0f} µs, spread {low:.0f}-{high:.0f} µs")
+    print(f"  baseline: {t.baseline} {t.baseline_mean_us:.2f} µs (ratio {t.ratio:.0f}x)")
+    outcome = statistics.median(x.outcome_mean_us for x in timings)
+    mean = statistics.median(x.mean_us for x in timings)
+    print(
+        f"  outcome path (on_complete, one per request, off the request's path): mean {outcome:.0f} µs; "
+        f"scheduler CPU per request (pick mean + outcome mean) {mean + outcome:.0f} µs"
+    )
+    if target is not None:
+        print(f"  target p50 <= {target:.0f} µs: ratio {p50 / target:.2f}, {verdict}")
+        summary.append(f"{endpoints} endpoints{label} {p50:.0f} µs (ratio {p50 / target:.2f}, {verdict})")
+    if compiled:
+        # Breakdown replaces methods on instances, which compiled (native) classes refuse.
+        print("  where a pick's CPU time goes: not measured (compiled classes cannot be wrapped)")
+    else:
+        _print_breakdown(endpoints=endpoints, picks=picks, prompts=prompts)
+    if profile > 0:
+        print(f"  profile of the picks (cProfile on the thread CPU clock, top {profile} by own time):")
+        for line in pick_profile(endpoints=endpoints, picks=picks, top=profile, prompts=prompts):
+            print(f"    {line}")
+
+
+def _print_breakdown(*, endpoints: int, picks: int, prompts: str = "fixed-300") -> None:
     """One instrumented :func:`decision_time` run, printed as the CPU time per pick of each component."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.perf.gateway_micro import decision_time
 
     breakdown = Breakdown()
-    decision_time(endpoints=endpoints, picks=picks, instrument=breakdown.install)
+    decision_time(endpoints=endpoints, picks=picks, instrument=breakdown.install, prompt_lengths=prompts)
     total = breakdown.seconds.pop("TOTAL")
     parts = sorted(breakdown.seconds.items(), key=lambda kv: -kv[1])
     rest = total - sum(breakdown.seconds.values())
@@ -148,7 +167,7 @@ def _print_breakdown(*, endpoints: int, picks: int) -> None:
         print(f"    {label:<40} {seconds / picks * 1e6:8.1f} µs  {seconds / total:6.1%}")
 
 
-def pick_profile(*, endpoints: int, picks: int, top: int) -> list[str]:
+def pick_profile(*, endpoints: int, picks: int, top: int, prompts: str = "fixed-300") -> list[str]:
     """One more :func:`decision_time` run with every ``pick`` under ``cProfile`` (thread CPU clock):
     the Python-level function calls per pick, then the ``top`` functions by own time, each with its
     profiled µs and calls per pick (C functions included, named as ``cProfile`` names them)."""
@@ -169,7 +188,7 @@ def pick_profile(*, endpoints: int, picks: int, top: int) -> list[str]:
 
         scheduler.pick = profiled  # type: ignore[method-assign]  # this instance only
 
-    decision_time(endpoints=endpoints, picks=picks, instrument=install)
+    decision_time(endpoints=endpoints, picks=picks, instrument=install, prompt_lengths=prompts)
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]  # (file, line, name) -> counts
     rows: list[tuple[float, float, str]] = []
     python_calls = 0

@@ -93,6 +93,8 @@ class _Fleet:
     """(request id, endpoint) per pick, in order; completed ``COMPLETION_LAG_PICKS`` picks later."""
     outcome_seconds: float = 0.0
     """Thread CPU time spent in ``scheduler.on_complete`` so far."""
+    prompt_tokens: dict[str, int] = field(default_factory=dict)
+    """Prompt tokens per request id where not 300 (a request's TTFT grows with its prompt)."""
 
     def advance(self, scheduler: Scheduler, now: float) -> None:
         """Untimed between two picks: the scrapes due since the last pick and one completion."""
@@ -114,23 +116,67 @@ class _Fleet:
 
     def complete(self, scheduler: Scheduler, request_id: str, key: str, now: float) -> None:
         """One request on ``key`` finished: its TTFT (the endpoint's speed, noisy) reaches the scorers."""
-        ttft = self.speeds[key] * self.rng.lognormvariate(0.0, 0.3)
+        tokens = self.prompt_tokens.pop(request_id, 300)
+        # The endpoint's speed is its TTFT at 300 prompt tokens (x 1.0 exactly at 300: the same floats).
+        ttft = self.speeds[key] * (tokens / 300) * self.rng.lognormvariate(0.0, 0.3)
         outcome = RequestOutcome(
-            request_id=request_id, endpoint=key, ok=True, ttft_s=ttft, prompt_tokens=300, output_tokens=200
+            request_id=request_id, endpoint=key, ok=True, ttft_s=ttft, prompt_tokens=tokens, output_tokens=200
         )
         t0 = time.thread_time()
         scheduler.on_complete(outcome, now=now)
         self.outcome_seconds += time.thread_time() - t0
 
 
+PROMPT_LENGTHS = ("fixed-300", "azure-conv")
+"""Prompt lengths :func:`decision_time` can draw: every prompt 300 tokens (the default, as in every
+earlier round), or the Azure conversation trace's input lengths (:data:`igw.sim.workloads.AZURE_CONV_INPUT`:
+median 1,020 tokens, p90 2,735), whose longer prompts cost the prefix scorer more blocks to hash and
+match (its cost grows with the prompt, up to ``maxPrefixBlocksToMatch`` blocks)."""
+_SYSTEM_PROMPTS = 32
+"""Shared openings (system prompts) the benchmark's prompts start with, in turn."""
+
+
+def _prompts(picks: int, prompt_lengths: str, rng: random.Random) -> list[tuple[str, int]]:
+    """``(prefix_text, prompt_tokens)`` per pick: one of :data:`_SYSTEM_PROMPTS` shared openings (about
+    1 KB), then a question unique to the request. ``fixed-300``: that text as it always was, counted
+    as 300 tokens. ``azure-conv``: a length drawn per request from the trace's distribution, the text
+    cut or filled (with the request's question repeated) to 4 characters per token, the simulator's
+    tokenisation (:data:`igw.sim.tokens.CHARS_PER_TOKEN`)."""
+    systems = [f"You are assistant #{g}. " * 40 for g in range(_SYSTEM_PROMPTS)]  # ~1 KB shared prefixes
+    if prompt_lengths == "fixed-300":
+        return [(systems[i % _SYSTEM_PROMPTS] + f"user question number {i} " * 8, 300) for i in range(picks)]
+    if prompt_lengths != "azure-conv":
+        raise ValueError(f"prompt lengths {prompt_lengths!r}: not one of {', '.join(PROMPT_LENGTHS)}")
+    # deferred: the simulator's length profiles load only for this workload
+    from igw.sim.tokens import CHARS_PER_TOKEN
+    from igw.sim.workloads import AZURE_CONV_INPUT
+
+    out = []
+    for i in range(picks):
+        tokens = AZURE_CONV_INPUT.sample(rng)
+        chars = tokens * CHARS_PER_TOKEN
+        question = f"user question number {i} "
+        text = systems[i % _SYSTEM_PROMPTS] + question * (chars // len(question) + 1)
+        out.append((text[:chars], tokens))
+    return out
+
+
 def decision_time(
-    *, endpoints: int, picks: int, seed: int = 1, instrument: Callable[[Scheduler], object] | None = None
+    *,
+    endpoints: int,
+    picks: int,
+    seed: int = 1,
+    instrument: Callable[[Scheduler], object] | None = None,
+    prompt_lengths: str = "fixed-300",
 ) -> Timing:
     """Default scheduler (every default scorer) on realistic chat prompts, as the gateway runs it at
     1,000 requests/s: metrics re-scraped every 50 ms, completions feeding the measured TTFTs.
 
     ``instrument`` is called with the scheduler before the first pick (``igw perf decide`` wraps its
-    plugins there to split the time by component)."""
+    plugins there to split the time by component). ``prompt_lengths``: one of
+    :data:`PROMPT_LENGTHS` (:func:`_prompts`); drawn from their own random stream, so the fleet's
+    draws, and thus the default workload, are what they always were."""
+    prompts = _prompts(picks, prompt_lengths, random.Random(seed + 1))
     rng = random.Random(seed)
     spec = SchedulerSpec(name="bench", model_selector=LabelSelector(), model_name="m")
     scheduler = scheduler_from_spec(spec, rng=random.Random(seed))
@@ -143,16 +189,9 @@ def decision_time(
         rng=rng,
         speeds={k: rng.choice((0.05, 0.08, 0.2)) for k in keys},
     )
-    systems = [f"You are assistant #{g}. " * 40 for g in range(32)]  # ~1 KB shared prefixes
     requests = [
-        RoutingRequest(
-            request_id=str(i),
-            model="m",
-            base_model="m",
-            prefix_text=systems[i % len(systems)] + f"user question number {i} " * 8,
-            prompt_tokens=300,
-        )
-        for i in range(picks)
+        RoutingRequest(request_id=str(i), model="m", base_model="m", prefix_text=text, prompt_tokens=tokens)
+        for i, (text, tokens) in enumerate(prompts)
     ]
     for i in range(WARM_SAMPLES_PER_ENDPOINT):  # steady state: every endpoint has settled means
         for key in keys:
@@ -167,10 +206,13 @@ def decision_time(
         samples.append((time.thread_time() - t0) * 1e6)
         if decision.endpoint is not None:
             fleet.routed.append((request.request_id, decision.endpoint))
+            if request.prompt_tokens != 300:
+                fleet.prompt_tokens[request.request_id] = request.prompt_tokens
     views = fleet.views
     baseline = _time(lambda: views[rng.randrange(len(views))].key, picks, clock=time.thread_time)
     return Timing(
-        name=f"scheduler decision, {endpoints} endpoints",
+        name=f"scheduler decision, {endpoints} endpoints"
+        + ("" if prompt_lengths == "fixed-300" else f", {prompt_lengths} prompts"),
         p50_us=percentile(samples, 50) or 0.0,
         p99_us=percentile(samples, 99) or 0.0,
         mean_us=sum(samples) / len(samples),

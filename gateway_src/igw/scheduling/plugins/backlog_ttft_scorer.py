@@ -319,6 +319,21 @@ def _prior_drain(endpoint: EndpointView) -> float:
     return 1.0 / (capacity * PRIOR_TOKENS_PER_S_PER_KV_TOKEN) if capacity else 0.0
 
 
+_Alike = tuple[list[float | None], bool, list[str | None] | None, bool]
+"""Kept per scrape by ``backlog-ttft-scorer`` (:meth:`BacklogTtftScorer._alike_made`): capacities,
+whether they are alike, each candidate's hardware label value, whether two values differ."""
+
+
+def _differ(values: list[str | None] | None) -> bool:
+    """:meth:`BacklogTtftScorer.labels_differ` from the candidates' label values: two distinct ones
+    (``None``, unlabelled, counts as either)."""
+    if values is None:
+        return False
+    distinct = set(values)
+    distinct.discard(None)
+    return len(distinct) > 1
+
+
 def capacities_updated(
     old: list[float | None], changed: list[int], metrics: Sequence[EngineMetrics | None]
 ) -> list[float | None]:
@@ -987,6 +1002,42 @@ class BacklogTtftScorer(PluginHooks):
         slopes = [m[1] for k in kept[2] if (m := pooled_get(k)) is not None]
         return not slopes or max(slopes) <= min(slopes) * self.speed_ratio
 
+    def _alike_made(self, endpoints: Sequence[EndpointView], capacities: list[float | None]) -> _Alike:
+        """What :meth:`_score_base` keeps per scrape for the one-kind check: the capacities it was
+        made from, :meth:`_capacities_alike` of them, each candidate's ``hardwareLabel`` value
+        (``None`` for all when the check is off) and :meth:`labels_differ`'s answer from them."""
+        label = self.hardware_label
+        values = [e.labels.get(label) for e in endpoints] if label else None
+        return capacities, self._capacities_alike(capacities), values, _differ(values)
+
+    def _alike_updated(
+        self,
+        old: _Alike,
+        changed: list[int],
+        endpoints: Sequence[EndpointView],
+        capacities: list[float | None],
+    ) -> _Alike:
+        """:meth:`_alike_made` after the candidates at ``changed`` were re-scraped: the capacity
+        check again only when the capacities changed (:func:`capacities_updated` hands back the same
+        list when none did), and the labels read again at ``changed`` only (the others' views are
+        those the values were read from, or copies of them with the same labels), so the answers
+        are :meth:`_alike_made`'s without a pass over every candidate per pick on a large pool,
+        where some candidate is re-scraped between almost any two picks."""
+        was, alike, values, differ = old
+        if capacities is not was:
+            alike = self._capacities_alike(capacities)
+        if values is not None:
+            label, fresh = self.hardware_label, None
+            for i in changed:
+                value = endpoints[i].labels.get(label)
+                if value != values[i]:
+                    if fresh is None:
+                        fresh = values.copy()
+                    fresh[i] = value
+            if fresh is not None:
+                values, differ = fresh, _differ(fresh)
+        return capacities, alike, values, differ
+
     def _unlike_capacities(self, endpoints: Sequence[EndpointView]) -> bool:
         """Every candidate's KV capacity known, and the largest more than ``pool_ratio`` times the
         smallest (the fleet is known to mix kinds of hardware)."""
@@ -1061,11 +1112,12 @@ class BacklogTtftScorer(PluginHooks):
             lambda: kv_capacities(endpoints),
             lambda old, changed: capacities_updated(old, changed, cols.metrics),
         )
-        alike = cols.per_scrape(
+        _, capacities_alike, _, labels_differ = cols.per_scrape(
             self._alike_owner,
-            lambda: self._capacities_alike(capacities) and not self.labels_differ(endpoints),
+            lambda: self._alike_made(endpoints, capacities),
+            lambda old, changed: self._alike_updated(old, changed, endpoints, capacities),
         )
-        if alike and self._kept_slopes_alike(cols.keys, pooled):
+        if capacities_alike and not labels_differ and self._kept_slopes_alike(cols.keys, pooled):
             # one_speed: on endpoints of one speed the queue, prefix and prefill-collision scorers
             # already balance the load (this scorer on top made shared-prefix tails worse,
             # docs/benchmark.md).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import operator
+import types
 from collections.abc import Iterable, Sequence
 from itertools import compress, repeat, starmap
 
@@ -49,8 +50,11 @@ class MaxScorePicker(CountedPicker):
         if n > PREFILTER_ABOVE * k:
             # Only candidates whose total reaches the k-th largest total can be in the top k: rank
             # those (usually about k) instead of building a tuple per candidate.
-            kth = heapq.nlargest(k, totals)[-1]
-            kept = compress(range(n), map(operator.ge, totals, repeat(kth)))
+            if NATIVE_TOP:
+                kept: Iterable[int] = _reaching_kth(totals, k)
+            else:
+                kth = heapq.nlargest(k, totals)[-1]
+                kept = compress(range(n), map(operator.ge, totals, repeat(kth)))
             ranked = [(totals[i], tiebreak[i], i) for i in kept]
         elif n > k:
             # A small pool: the same cut, with the k-th largest total from a C sort of the bare
@@ -62,6 +66,31 @@ class MaxScorePicker(CountedPicker):
         # so no tie is left to order.
         top = sorted(ranked, reverse=True)[:k]
         return [i for _, _, i in top]
+
+
+def _reaching_kth(totals: Sequence[float], k: int) -> list[int]:
+    """The positions, ascending, whose total is at least the ``k``-th largest total (counted with
+    repeats, as ``heapq.nlargest(k, totals)[-1]``), for ``k <= len(totals)`` totals without NaN:
+    what :meth:`MaxScorePicker.rank` keeps, found by two loops that the mypyc build compiles to
+    native code (:data:`NATIVE_TOP`). ``best`` holds the ``k`` largest totals seen so far, smallest
+    first; a total above its smallest replaces it, so afterwards its first is the ``k``-th largest."""
+    best = sorted([totals[i] for i in range(k)])
+    for i in range(k, len(totals)):
+        t = totals[i]
+        if t > best[0]:
+            best[0] = t
+            j = 0
+            while j + 1 < k and best[j] > best[j + 1]:  # back into order: one insertion pass
+                best[j], best[j + 1] = best[j + 1], best[j]
+                j += 1
+    kth = best[0]
+    return [i for i in range(len(totals)) if totals[i] >= kth]
+
+
+NATIVE_TOP = not isinstance(_reaching_kth, types.FunctionType)
+"""Whether this module runs compiled (mypyc makes its functions native): then the ranking finds the
+totals reaching the ``k``-th largest by :func:`_reaching_kth`; interpreted, ``heapq.nlargest`` and
+a C-level ``compress`` are the faster (each other expression is the same either way)."""
 
 
 factory = counted_picker_factory(MaxScorePicker)
