@@ -35,15 +35,20 @@ Modelled, with apimachinery's wording and field paths:
   ``x-kubernetes-list-type``/``list-map-keys``/``map-type`` rules, and defaults that are not pruned,
   do not validate against their own schema or fail its CEL rules;
 * ``x-kubernetes-validations``: rule/message/messageExpression/reason/fieldPath rules, rules and
-  message expressions that do not parse, ``oldSelf`` on a portion of the schema that cannot be
+  message expressions that do not parse, a rule naming a field of ``self``/``oldSelf`` that the
+  schema does not declare (cel-go's ``undefined field``; a rule on the root sees only ``name`` and
+  ``generateName`` of ``metadata``), ``oldSelf`` on a portion of the schema that cannot be
   correlated (items of a list that is not ``x-kubernetes-list-type: map``, properties of an atomic
   map), ``optionalOldSelf`` without ``oldSelf``;
 * on update: ``spec.group`` and ``spec.names.plural`` immutable, ``spec.scope`` and
   ``spec.names.kind`` immutable (every stored CRD counts as established).
 
-Not modelled: CEL type checking (cel-python only parses, so a rule naming a field the schema
-lacks, or one that is not boolean, is accepted here and refused by a real cluster; cel-python's
-parser also lacks the ``?.`` optional syntax, so such a rule is refused here), the CEL cost
+Not modelled: the rest of CEL type checking (cel-python only parses; the fields a rule names are
+checked along plain ``self.a[0].b`` chains only, not through macro variables such as ``x`` in
+``self.all(x, x.a)``, nor on objects that preserve unknown fields or use escaped names, and a rule
+that is not boolean or calls a function with wrong types is accepted here and refused by a real
+cluster; cel-python's parser also lacks the ``?.`` optional syntax, so such a rule is refused
+here), the CEL cost
 estimates (``igw generate`` checks the shipped CRDs' cost, see igw.config.cel_cost), ``selectableFields``,
 ``x-kubernetes-embedded-resource`` metadata defaults, webhook URL/service/CA bundle details, the
 ``status.acceptedNames`` checks, warnings (unrecognized formats), and the leniency the server keeps
@@ -56,6 +61,7 @@ position, not cel-go's reason text.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -64,7 +70,7 @@ from typing import Any, Final
 
 from celpy.celparser import CELParseError
 
-from tests.fakes.kube_cel import program, rule_errors
+from tests.fakes.kube_cel import program, program_ast, rule_errors
 from tests.fakes.kube_field_errors import FieldError
 from tests.fakes.kube_structural import problems, prune
 
@@ -272,7 +278,21 @@ def _hoisted(versions: list[Mapping[str, Any]]) -> _Internal:
 # ---- the CRD object ---------------------------------------------------------------------------------
 def crd_errors(crd: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[FieldError]:
     """Every rule ``crd`` (defaulted, see :func:`with_defaults`) breaks, in the real server's order;
-    ``old`` is the stored CRD on an update."""
+    ``old`` is the stored CRD on an update.
+
+    Memoised on the documents' JSON: the checks are deterministic, and tests install the same CRDs
+    again and again (one large CRD costs milliseconds to check)."""
+    crd_json = json.dumps(crd, sort_keys=True, default=str)
+    old_json = None if old is None else json.dumps(old, sort_keys=True, default=str)
+    return list(_memoised_errors(crd_json, old_json))
+
+
+@functools.lru_cache(maxsize=256)
+def _memoised_errors(crd_json: str, old_json: str | None) -> tuple[FieldError, ...]:
+    return tuple(_crd_errors(json.loads(crd_json), None if old_json is None else json.loads(old_json)))
+
+
+def _crd_errors(crd: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
     meta = _dict(crd.get("metadata"))
     spec = _dict(crd.get("spec"))
     names = _dict(spec.get("names"))
@@ -1027,7 +1047,7 @@ def _openapi_errors(
     if rules:
         errors += _rule_shape_errors(s, rules, path)
         if not errors and cel:
-            cel_errors += _rule_compile_errors(rules, path, ctx)
+            cel_errors += _rule_compile_errors(rules, path, ctx, s, is_root)
     return errors, cel_errors
 
 
@@ -1261,7 +1281,75 @@ def _parse_error(expression: str) -> str | None:
     return None
 
 
-def _rule_compile_errors(rules: list[Any], path: str, ctx: _Context) -> list[FieldError]:
+def _declared(node: Mapping[str, Any], name: str, metadata: bool) -> tuple[bool, Mapping[str, Any] | None]:
+    """Whether ``node.name`` type-checks as cel-go types it from the schema, and the node it reaches
+    (``None``: not followed). Only objects with declared properties and nothing else are checked;
+    names with apiextensions' ``__escapes__`` are not followed."""
+    if metadata:  # a rule sees only the root metadata's name and generateName
+        return name in ("name", "generateName"), None
+    declared = _dict(node.get("properties"))
+    if isinstance(node.get("additionalProperties"), Mapping):
+        return True, node["additionalProperties"]
+    checked = (
+        node.get("type") == "object"
+        and bool(declared)
+        and node.get("additionalProperties") is None
+        and node.get("x-kubernetes-preserve-unknown-fields") is not True
+        and "__" not in name
+    )
+    if not checked:
+        return True, None
+    return name in declared, _dict(declared[name]) if name in declared else None
+
+
+def _undefined_fields(expression: str, schema: Mapping[str, Any], is_root: bool) -> str | None:
+    """cel-go's type checker's ``undefined field`` for a ``self``/``oldSelf`` field chain the schema does
+    not declare, or ``None``. Chains through macro variables or function results are not followed."""
+    tree: Any = program_ast(expression)
+    found: list[tuple[int, int, str]] = []
+
+    def resolve(node: Any) -> tuple[Mapping[str, Any] | None, bool]:
+        """``(schema node, is the root metadata)`` that ``node`` denotes, ``(None, False)`` if unknown."""
+        kind = getattr(node, "data", None)
+        children = getattr(node, "children", [])
+        if kind == "member" and len(children) == 1:
+            return resolve(children[0])
+        if kind == "primary" and len(children) == 1 and getattr(children[0], "data", None) == "ident":
+            return (schema, False) if str(children[0].children[0]) in ("self", "oldSelf") else (None, False)
+        if kind == "member_index":
+            base, _ = resolve(children[0])
+            if base is not None and base.get("type") == "array" and isinstance(base.get("items"), Mapping):
+                return base["items"], False
+            if base is not None and isinstance(base.get("additionalProperties"), Mapping):
+                return base["additionalProperties"], False
+            return None, False
+        if kind == "member_dot":
+            base, metadata = resolve(children[0])
+            token = children[1]
+            if base is None:
+                return None, False
+            if is_root and base is schema and str(token) in _META_FIELDS:  # always there at the root
+                return _dict(_dict(schema.get("properties")).get(str(token))), str(token) == "metadata"
+            ok, reached = _declared(base, str(token), metadata)
+            if not ok:
+                found.append((token.line, token.column - 1, str(token)))
+                return None, False
+            return reached, False
+        return None, False
+
+    for subtree in tree.iter_subtrees():
+        if subtree.data == "member_dot":
+            resolve(subtree)
+    if not found:
+        return None
+    line, column, name = min(found)
+    text = expression.splitlines()[line - 1]
+    return f"ERROR: <input>:{line}:{column}: undefined field '{name}'\n | {text}\n | {'.' * (column - 1)}^"
+
+
+def _rule_compile_errors(
+    rules: list[Any], path: str, ctx: _Context, schema: Mapping[str, Any], is_root: bool
+) -> list[FieldError]:
     errors: list[FieldError] = []
     for index, raw in enumerate(rules):
         rule = _dict(raw)
@@ -1269,7 +1357,8 @@ def _rule_compile_errors(rules: list[Any], path: str, ctx: _Context) -> list[Fie
         text = str(rule.get("rule") or "")
         if not text.strip():
             continue
-        if (failure := _parse_error(text)) is not None:
+        failure = _parse_error(text) or _undefined_fields(text, schema, is_root)
+        if failure is not None:
             errors.append(_invalid(f"{where}.rule", _rule_value(rule), f"compilation failed: {failure}"))
             continue
         expression = str(rule.get("messageExpression") or "")

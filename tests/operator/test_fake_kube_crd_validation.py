@@ -21,7 +21,7 @@ import yaml
 
 from igw.addon import chart, pins
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
-from tests.fakes.kube_crd_validation import crd_errors, with_defaults
+from tests.fakes.kube_crd_validation import _memoised_errors, crd_errors, with_defaults
 from tests.operator.harness import ROOT
 from tests.operator.test_kubectl import KUBECTL, run_kubectl
 
@@ -466,6 +466,22 @@ ROWS: list[Row] = [
         "FieldValueInvalid",
     ),
     (
+        "rule-names-an-undeclared-field",
+        _with_rule({"rule": "self.replica >= 0"}),
+        f"{SPEC}.x-kubernetes-validations[0].rule",
+        "compilation failed: ERROR: <input>:1:5: undefined field 'replica'",
+        "FieldValueInvalid",
+    ),
+    (
+        "rule-reads-root-metadata-labels",
+        lambda crd: _root(crd).update(
+            {"x-kubernetes-validations": [{"rule": "self.metadata.labels.size() > 0"}]}
+        ),
+        "spec.validation.openAPIV3Schema.x-kubernetes-validations[0].rule",
+        "compilation failed: ERROR: <input>:1:14: undefined field 'labels'",
+        "FieldValueInvalid",
+    ),
+    (
         "message-expression-does-not-compile",
         _with_rule({"rule": "self.replicas >= 0", "messageExpression": "'bad: ' +"}),
         f"{SPEC}.x-kubernetes-validations[0].messageExpression",
@@ -621,6 +637,16 @@ def test_a_malformed_crd_is_refused_naming_the_field(
     # nothing half-registered: neither the object nor its kind
     assert _crd_names(kube) == set()
     assert not any(k.group == crd["spec"]["group"] for k in kube.store.kinds.values())
+
+
+def test_checking_the_same_crd_again_reuses_the_verdict() -> None:
+    """Tests install the same CRDs hundreds of times; the full check of the large one costs
+    milliseconds, so a repeated document is answered from the memo (and answered the same)."""
+    crd = with_defaults(broken(lambda crd: _prop(crd, "mode").pop("type")))
+    first = crd_errors(crd)
+    hits = _memoised_errors.cache_info().hits
+    assert crd_errors(copy.deepcopy(crd)) == first != []
+    assert _memoised_errors.cache_info().hits == hits + 1
 
 
 def _shipped_crds() -> list[tuple[str, Crd]]:
