@@ -22,7 +22,7 @@ import yaml
 from igw.addon import chart, pins
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
 from tests.fakes.kube_crd_validation import _memoised_errors, crd_errors, with_defaults
-from tests.operator.harness import ROOT
+from tests.operator.harness import ROOT, crd_document
 from tests.operator.test_kubectl import KUBECTL, run_kubectl
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -57,39 +57,13 @@ def widget_crd() -> Crd:
             {"rule": "self.replicas >= 0", "message": "replicas must not be negative"}
         ],
     }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"widgets.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}
-                    ],
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec_schema,
-                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    return crd_document(
+        GROUP,
+        {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
+        {"spec": spec_schema, "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        subresources={"status": {}},
+        additionalPrinterColumns=[{"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}],
+    )
 
 
 def _root(crd: Crd) -> dict[str, Any]:
