@@ -48,11 +48,13 @@ checked along plain ``self.a[0].b`` chains only, not through macro variables suc
 ``self.all(x, x.a)``, nor on objects that preserve unknown fields or use escaped names, and a rule
 that is not boolean or calls a function with wrong types is accepted here and refused by a real
 cluster; cel-python's parser also lacks the ``?.`` optional syntax, so such a rule is refused
-here), the CEL cost
-estimates (``igw generate`` checks the shipped CRDs' cost, see igw.config.cel_cost), ``selectableFields``,
-``x-kubernetes-embedded-resource`` metadata defaults, webhook URL/service/CA bundle details, the
-``status.acceptedNames`` checks, warnings (unrecognized formats), and the leniency the server keeps
-for CRDs stored by older releases (every CRD stored here passed these rules). ``pattern`` compiles
+here), the CEL cost estimates (``igw generate`` checks the shipped CRDs' cost, see
+igw.config.cel_cost), ``selectableFields``, ``x-kubernetes-embedded-resource`` metadata defaults,
+webhook URL/service/CA bundle details, the ``status.acceptedNames`` checks, warnings (unrecognized
+formats), and the leniency the server keeps for CRDs stored by older releases (every CRD stored here
+passed these rules). The stored status carries ``storedVersions`` only (no ``acceptedNames``, no
+``Established``/``NamesAccepted`` conditions: the controllers that write them are not modelled), and
+every stored CRD counts as established. ``pattern`` compiles
 with Python's ``re``, not Go's RE2. An invalid value that is a Go struct or list (``spec.versions``,
 a rule) is printed abbreviated, where Go prints its ``%#v``; parse errors carry cel-python's
 position, not cel-go's reason text.
