@@ -106,7 +106,15 @@ def test_custom_objects_and_crd_registration(kube: FakeKubeApiServer) -> None:
                 "group": "example.com",
                 "scope": "Namespaced",
                 "names": {"plural": "widgets", "kind": "Widget"},
-                "versions": [{"name": "v1"}],
+                # a real API server refuses a CRD without exactly one storage version and a schema
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": {"type": "object"}},
+                    }
+                ],
             },
         }
     )

@@ -8,7 +8,10 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   ingresses; apiextensions.k8s.io/v1 customresourcedefinitions; custom objects
   ``inference.sagemaker.aws.amazon.com/v1alpha1`` inferencegatewayconfigs and ``cert-manager.io/v1``
   certificates. Creating a CRD registers its kind, so other custom objects work too
-  (or call :meth:`FakeKubeApiServer.register_kind`).
+  (or call :meth:`FakeKubeApiServer.register_kind`). A CRD itself is validated as
+  apiextensions-apiserver validates it (names, versions, structural schema, defaults, CEL rules that
+  do not compile...) and a malformed one is refused whole with 422 ``Invalid``, nothing registered
+  (:mod:`tests.fakes.kube_crd_validation`, where what is not modelled is listed).
 * list (namespaced and all-namespaces) honouring ``labelSelector`` (equality, set-based, existence),
   ``fieldSelector`` (``path=value``/``!=`` on dotted paths) and ``limit``/``continue`` paging; get;
   create (POST); replace (PUT); patch (merge, strategic-merge treated as merge, JSON patch, apply

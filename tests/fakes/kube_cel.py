@@ -64,6 +64,14 @@ def program(expression: str) -> Any:
         return _ENV.program(_ENV.compile(expression))
 
 
+@functools.lru_cache(maxsize=4096)
+def program_ast(expression: str) -> Any:
+    """The parse tree of ``expression`` (raises ``CELParseError`` when it does not parse): what the CRD
+    checks walk for the fields a rule names."""
+    with _COMPILING:
+        return _ENV.compile(expression)
+
+
 def _as_cel_json(schema: Mapping[str, Any], value: Any) -> Any:
     """``value`` with ``number`` fields as floats, as Kubernetes' CEL types them from the schema."""
     if isinstance(value, dict):

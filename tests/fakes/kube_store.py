@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tests.fakes.kube_admission import Admission, admit, admit_status
+from tests.fakes.kube_crd_validation import crd_errors, stored_versions, with_defaults
 from tests.fakes.kube_field_errors import invalid_details, invalid_message
 from tests.fakes.kube_validation import object_problems
 
@@ -120,6 +121,27 @@ def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
     if problems:
         name = (body.get("metadata") or {}).get("name")
         raise StoreError(422, "Invalid", f'{kind.kind} "{name}" is invalid: ' + ", ".join(problems))
+
+
+CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+
+
+def _admitted_crd(name: str, body: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A CRD write as apiextensions-apiserver admits it: defaulted, validated (422 ``Invalid`` with one
+    cause per field, :mod:`tests.fakes.kube_crd_validation`), its ``status.storedVersions`` the server's."""
+    crd = with_defaults(body)
+    errors = crd_errors(crd, old)
+    if errors:
+        raise StoreError(
+            422,
+            "Invalid",
+            invalid_message("CustomResourceDefinition.apiextensions.k8s.io", name, errors),
+            details=invalid_details("apiextensions.k8s.io", "CustomResourceDefinition", name, errors),
+        )
+    status = dict((old or {}).get("status") or {})
+    status["storedVersions"] = stored_versions(crd, old)
+    crd["status"] = status
+    return crd
 
 
 def _admitted(
@@ -263,6 +285,9 @@ class KubeStore:
             meta["name"] = name
         if not name:
             raise StoreError(422, "Invalid", f"{kind.kind}.metadata.name: Required value: name is required")
+        if kind.key == CRD_KEY:
+            body = _admitted_crd(name, body, None)
+            meta = body["metadata"]
         _validate(kind, body)
         if kind.schema is not None and admit_custom:
             admission = admit(kind.schema, body, status_subresource=kind.status_subresource)
@@ -334,6 +359,10 @@ class KubeStore:
                         kind.schema, new, old=current, status_subresource=kind.status_subresource
                     )
                     new = _admitted(kind, name, admission, field_validation, warnings)
+                if kind.key == CRD_KEY:
+                    new = _admitted_crd(
+                        name, {**new, "metadata": {**new.get("metadata", {}), "name": name}}, current
+                    )
                 meta = new.setdefault("metadata", {})
                 for field in ("uid", "creationTimestamp", "namespace", "name"):
                     if field in current["metadata"]:

@@ -34,6 +34,45 @@ def install_extension_crds(kube: FakeKubeApiServer) -> None:
         kube.add(yaml.safe_load((ROOT / crd_path(kind)).read_text()))
 
 
+def crd_document(
+    group: str,
+    names: dict[str, Any],
+    properties: dict[str, Any],
+    **version: Any,
+) -> dict[str, Any]:
+    """A namespaced, single-version (``v1``, served and stored) CustomResourceDefinition whose root
+    schema declares ``apiVersion``, ``kind``, ``metadata`` and ``properties``; ``version`` adds fields to
+    the version (``subresources``, ``additionalPrinterColumns``)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            **properties,
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{names['plural']}.{group}"},
+        "spec": {
+            "group": group,
+            "names": names,
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    **version,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
 def igwc(
     name: str, namespace: str = "inference", *, model: str = "llama", app: str = "llama"
 ) -> dict[str, Any]:

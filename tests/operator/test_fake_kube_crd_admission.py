@@ -22,7 +22,7 @@ import yaml
 
 from igw.global_router.crd import CRD_PATH as GLOBAL_CRD_PATH
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
-from tests.operator.harness import ROOT, find, install_crd, install_extension_crds
+from tests.operator.harness import ROOT, crd_document, find, install_crd, install_extension_crds
 from tests.operator.test_kubectl import KUBECTL, run_kubectl
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
@@ -256,34 +256,8 @@ def _widget_crd() -> dict[str, Any]:
             },
         ],
     }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"widgets.{WIDGET_GROUP}"},
-        "spec": {
-            "group": WIDGET_GROUP,
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec_schema,
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    names = {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"}
+    return crd_document(WIDGET_GROUP, names, {"spec": spec_schema})
 
 
 def _widget(**spec: Any) -> dict[str, Any]:
