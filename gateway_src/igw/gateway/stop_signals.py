@@ -76,7 +76,8 @@ def hold_stop_signals(signals: Sequence[signal.Signals] = STOP_SIGNALS) -> None:
     them on the loop, and the loop removes them - restoring the default action - when it closes).
     Call it once stopping is done, before the loop closes: a repeat then stays pending instead of
     killing the process, and :func:`ignore_held_stop_signals` discards it after the loop is gone. The
-    loop's executor threads, which do not block them, are joined before the loop closes.
+    loop's executor threads and kopf's handler executor, which do not block them, are joined before
+    the loop closes.
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, signals)
 

@@ -21,6 +21,7 @@ runs leaves that certificate behind, found by its ``igw.dev/inference-gateway-co
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -100,8 +101,20 @@ class Connection:
     insecure: bool = False
 
 
+HANDLER_THREAD_PREFIX = "igw-kopf-handler"
+
+
 def build_settings() -> kopf.OperatorSettings:
+    """kopf's settings for this operator.
+
+    The executor for synchronous handlers (the login handler) is our own, named, so the runner can
+    shut it down when kopf stops: kopf never does, and an idle worker left running until the process
+    exits is a thread that does not hold back the stop signals (see :func:`igw.operator.runner.run_operator`).
+    """
     settings = kopf.OperatorSettings()
+    settings.execution.executor = concurrent.futures.ThreadPoolExecutor(
+        thread_name_prefix=HANDLER_THREAD_PREFIX
+    )
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=KOPF_PREFIX, key="last-handled-configuration"

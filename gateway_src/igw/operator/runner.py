@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -119,6 +120,18 @@ async def _take_signals_back(ready: asyncio.Event, stop: asyncio.Event, signals:
     _handle_signals(stop, signals)
 
 
+async def _join_handler_threads(settings: kopf.OperatorSettings, *, within_s: float = 5) -> None:
+    """Shut kopf's handler executor down once kopf has stopped (kopf never does), waiting up to
+    ``within_s`` for a handler still running. Its idle worker would otherwise live until the process
+    exits without holding back SIGTERM (it started before the command blocks the stop signals), so a
+    supervisor's repeated SIGTERM landing on it after the loop restored the default action ended
+    ``igw operator`` with -15 instead of 0."""
+    executor = settings.execution.executor
+    shutdown = functools.partial(executor.shutdown, wait=True, cancel_futures=True)
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(asyncio.to_thread(shutdown), within_s)
+
+
 async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tuple[int, ...]) -> int:
     # In a thread: the loop stays free to take a SIGTERM/SIGINT while the kubeconfig (or the pod's
     # token) is read, which may block on a slow volume.
@@ -155,10 +168,11 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
         log.info("%s: leading; starting to reconcile", options.identity)
     kopf_stop = asyncio.Event()
     kopf_ready = asyncio.Event()
+    settings = build_settings()
     running = asyncio.ensure_future(
         kopf.operator(
             registry=registry,
-            settings=build_settings(),
+            settings=settings,
             standalone=True,
             clusterwide=not options.namespaces,
             namespaces=list(options.namespaces),
@@ -178,6 +192,7 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
     kopf_stop.set()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await asyncio.wait_for(running, 10)
+    await _join_handler_threads(settings)
     resyncing.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await resyncing
