@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from igw.gateway import lean_server, serving
+from igw.gateway import lean_server, serving, upstream
 from igw.gateway.upstream_client import UpstreamResponse, _Connection
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.types import RequestOutcome
@@ -156,3 +156,25 @@ async def test_the_first_event_is_written_in_the_read_that_brought_it(
     assert b'"text":"tok0"' in client_writes[head]
     assert b'"text":"tok1"' not in client_writes[head]  # the rest of that read: the relay's write
     assert b'"text":"tok1"' in client_writes[head + 1]
+
+
+async def test_first_bytes_that_came_with_the_head_are_written_without_a_prepare_coroutine(
+    gateway: Any, client_writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model server whose head and first events arrive in one read (no prefill wait: the benchmark's
+    backend): the relay starts the response and writes those bytes without awaiting, as the read
+    callback would have, not through ``prepare`` and ``write``; the stream is still complete."""
+    prepared: list[object] = []
+    prepare = upstream._RelayedStream.prepare
+
+    async def recorded_prepare(self: upstream._RelayedStream, request: Any) -> Any:
+        prepared.append(request)
+        return await prepare(self, request)
+
+    monkeypatch.setattr(upstream._RelayedStream, "prepare", recorded_prepare)
+    text = await streamed_text(gateway, client_writes, FakeModelServer("a", tokens=3))
+    assert text.count("data: ") == 5
+    assert text.endswith("data: [DONE]\n\n")
+    assert prepared == []
+    first = next(w for w in client_writes if w.startswith(b"HTTP/1.1 200"))
+    assert b'"text":"tok0"' in first
