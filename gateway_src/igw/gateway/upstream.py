@@ -503,7 +503,10 @@ async def _relay_stream(
 ) -> ExchangeResult:
     """Relay an SSE response. The client's response is started when the first upstream bytes arrive
     (headers and first event leave back to back, which keeps the added TTFT down), so an upstream
-    that fails before sending anything still gets a proper HTTP error instead of a broken stream."""
+    that fails before sending anything still gets a proper HTTP error instead of a broken stream.
+    On the lean side those first bytes are written without awaiting - from the upstream connection's
+    read callback when they come after the head, so no loop turn or wake-up of this coroutine
+    stands between their arrival and their write."""
     response = _RelayedStream(status=upstream.status, headers=_response_headers(upstream, extra))
     response.build_head(request)
     result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500, streamed=True)
