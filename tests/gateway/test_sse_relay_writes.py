@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from igw.gateway import lean_server, serving
-from igw.gateway.upstream_client import UpstreamResponse
+from igw.gateway import lean_server, serving, upstream
+from igw.gateway.upstream_client import UpstreamResponse, _Connection
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.types import RequestOutcome
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -126,3 +126,55 @@ async def test_the_first_token_is_judged_once_the_relay_waits_again(
     assert order.count("first token heard") == 1
     assert len(heard) == 1
     assert (heard[0] or 0.0) > 0
+
+
+async def test_the_first_event_is_written_in_the_read_that_brought_it(
+    gateway: Any, client_writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream's first bytes go to the client inside the read callback that brought them from the
+    model server (no event-loop turn and no relay wake-up in between: the first token's path); the
+    events that came in the same read follow in the relay's next write, all of them byte for byte."""
+    spans: list[tuple[int, int]] = []
+    received = _Connection.data_received
+
+    def recorded(self: _Connection, data: bytes) -> None:
+        before = len(client_writes)
+        received(self, data)
+        spans.append((before, len(client_writes)))
+
+    monkeypatch.setattr(_Connection, "data_received", recorded)
+    # the head at once, then (after the "prefill") every event back to back: one read brings them all
+    server = FakeModelServer("a", tokens=3, first_token_delay_s=0.1)
+    text = await streamed_text(gateway, client_writes, server)
+    events = [e for e in text.split("\n\n") if e]
+    assert [e for e in events if '"text"' in e] == [
+        f'data: {{"id":"cmpl-1","server":"a","choices":[{{"index":0,"text":"tok{i}"}}]}}' for i in range(3)
+    ]
+    assert events[-1] == "data: [DONE]"
+    head = next(i for i, w in enumerate(client_writes) if w.startswith(b"HTTP/1.1 200"))
+    assert any(before <= head < after for before, after in spans)  # written inside the read
+    assert b'"text":"tok0"' in client_writes[head]
+    assert b'"text":"tok1"' not in client_writes[head]  # the rest of that read: the relay's write
+    assert b'"text":"tok1"' in client_writes[head + 1]
+
+
+async def test_first_bytes_that_came_with_the_head_are_written_without_a_prepare_coroutine(
+    gateway: Any, client_writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model server whose head and first events arrive in one read (no prefill wait: the benchmark's
+    backend): the relay starts the response and writes those bytes without awaiting, as the read
+    callback would have, not through ``prepare`` and ``write``; the stream is still complete."""
+    prepared: list[object] = []
+    prepare = upstream._RelayedStream.prepare
+
+    async def recorded_prepare(self: upstream._RelayedStream, request: Any) -> Any:
+        prepared.append(request)
+        return await prepare(self, request)
+
+    monkeypatch.setattr(upstream._RelayedStream, "prepare", recorded_prepare)
+    text = await streamed_text(gateway, client_writes, FakeModelServer("a", tokens=3))
+    assert text.count("data: ") == 5
+    assert text.endswith("data: [DONE]\n\n")
+    assert prepared == []
+    first = next(w for w in client_writes if w.startswith(b"HTTP/1.1 200"))
+    assert b'"text":"tok0"' in first

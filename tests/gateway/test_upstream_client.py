@@ -21,6 +21,7 @@ from igw.gateway.upstream_client import (
     UpstreamPool,
     UpstreamResponse,
     UpstreamStalled,
+    _Connection,
     parse_origin,
 )
 
@@ -588,3 +589,56 @@ async def test_the_stall_sweep_ends_a_whole_answer_whose_body_stopped_not_a_sile
         assert await stream.readany(timeout_s=0.05) is None  # still open, nothing ended it
         whole.close()
         stream.close()
+
+
+async def test_the_first_body_bytes_reach_a_callback_in_their_read_and_are_still_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``on_first_bytes``: called once, inside the read that brought the body's first bytes (so a
+    relay can write them to its client there), which ``readany`` then returns as usual; later bytes
+    and a later response on the same connection do not call it."""
+
+    async def head_then_two_parts(
+        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        for _ in range(2):
+            await srv.read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            await writer.drain()
+            await srv.disconnected.wait()
+            srv.disconnected.clear()
+            writer.write(b"5\r\nfirst\r\n")
+            await writer.drain()
+            await srv.disconnected.wait()
+            srv.disconnected.clear()
+            writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+            await writer.drain()
+
+    reading: list[bool] = [False]
+    received = _Connection.data_received
+
+    def recorded(self: _Connection, data: bytes) -> None:
+        reading[0] = True
+        received(self, data)
+        reading[0] = False
+
+    monkeypatch.setattr(_Connection, "data_received", recorded)
+    async with scripted(head_then_two_parts) as srv, pool() as p:
+        resp = await post(p, srv, b"a")
+        heard: list[tuple[bytes, bool]] = []
+        resp.on_first_bytes(lambda data: heard.append((data, reading[0])))
+        srv.disconnected.set()
+        assert await resp.readany(30) == b"first"
+        assert heard == [(b"first", True)]
+        srv.disconnected.set()
+        assert await resp.readany(30) == b"second"
+        assert await resp.readany(30) == b""
+        assert heard == [(b"first", True)]
+        resp.close()
+        again = await post(p, srv, b"b")  # the same pooled connection: the callback is gone
+        srv.disconnected.set()
+        assert await again.readany(30) == b"first"
+        srv.disconnected.set()
+        assert await again.read() == b"second"
+        again.close()
+        assert heard == [(b"first", True)]

@@ -191,7 +191,7 @@ class LeanRequest:
 
     def start_stream(
         self, response: web.StreamResponse, *, keep_alive: bool, head: bytes | None = None
-    ) -> AbstractStreamWriter:
+    ) -> LeanStreamWriter:
         """A chunked response's writer on this connection, its head (``head`` when it was built ahead
         by :meth:`stream_head`, else from ``response``'s status and headers now) held back to leave
         with the first body bytes (the relay's fast path)."""
@@ -278,16 +278,21 @@ class LeanStreamWriter(AbstractStreamWriter):
         transport.write(data)
         self.output_size += len(data)
 
-    async def write(self, chunk: bytes | bytearray | memoryview) -> None:
-        if not chunk:
-            return
-        data = chunk if isinstance(chunk, bytes) else bytes(chunk)
+    def send_chunk(self, data: bytes) -> None:
+        """Frame ``data`` (not empty) and hand it to the transport now, the head joined to the first
+        chunk; no wait for the client's buffer to drain (:meth:`write` waits). A relay calls it from
+        the model server's read callback for the stream's first bytes."""
         framed = b"%x\r\n%b\r\n" % (len(data), data)
         head = self._head
         if head:
             self._head = b""
             framed = head + framed
         self._send(framed)
+
+    async def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        if not chunk:
+            return
+        self.send_chunk(chunk if isinstance(chunk, bytes) else bytes(chunk))
         transport = self._protocol.transport
         if transport is not None and transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
             await self.drain()

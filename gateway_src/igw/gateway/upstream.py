@@ -414,6 +414,13 @@ def _wrapped_error(upstream: UpstreamResponse, extra: Mapping[str, str]) -> web.
     )
 
 
+class ChunkSender(Protocol):
+    """The writer :meth:`DirectStreams.start_stream` hands back can also frame and send a chunk
+    without awaiting (the lean server's :class:`~igw.gateway.lean_server.LeanStreamWriter`)."""
+
+    def send_chunk(self, data: bytes) -> None: ...
+
+
 class DirectStreams(Protocol):
     """A request whose server writes a chunked response itself (the lean server's requests)."""
 
@@ -461,16 +468,26 @@ class _RelayedStream(web.StreamResponse):
             return
         self._built_head = serialize(self, keep_alive=self._lean_keep_alive(request))
 
-    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+    def start_now(self, request: web.BaseRequest) -> bool:
+        """Start the response on a lean request without awaiting (what :meth:`prepare` does there);
+        False, nothing done, for any other request or a response already started."""
         start = getattr(request, "start_stream", None)
         if start is None or self._payload_writer is not None or self._eof_sent or self.status in (204, 304):
-            return await super().prepare(request)
+            return False
         keep_alive = self._lean_keep_alive(request)
         self._req = request
-        writer: AbstractStreamWriter = start(self, keep_alive=keep_alive, head=self._built_head)
+        self._payload_writer = start(self, keep_alive=keep_alive, head=self._built_head)
         self._built_head = None
-        self._payload_writer = writer
-        return writer
+        return True
+
+    def send_now(self, data: bytes) -> None:
+        """Frame and send ``data`` (not empty) without awaiting, after :meth:`start_now`."""
+        cast(ChunkSender, self._payload_writer).send_chunk(data)
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        if self.start_now(request):
+            return self._payload_writer
+        return await super().prepare(request)
 
 
 async def _relay_stream(
@@ -486,7 +503,10 @@ async def _relay_stream(
 ) -> ExchangeResult:
     """Relay an SSE response. The client's response is started when the first upstream bytes arrive
     (headers and first event leave back to back, which keeps the added TTFT down), so an upstream
-    that fails before sending anything still gets a proper HTTP error instead of a broken stream."""
+    that fails before sending anything still gets a proper HTTP error instead of a broken stream.
+    On the lean side those first bytes are written without awaiting - from the upstream connection's
+    read callback when they come after the head, so no loop turn or wake-up of this coroutine
+    stands between their arrival and their write."""
     response = _RelayedStream(status=upstream.status, headers=_response_headers(upstream, extra))
     response.build_head(request)
     result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500, streamed=True)
@@ -509,6 +529,25 @@ async def _relay_stream(
             if on_first_token is not None:
                 on_first_token(result.ttft_s)
 
+    # The first body bytes go to the client from the model server's read callback (a lean request):
+    # the event loop's turn, the relay's wake-up and its awaits are then off the first token's path.
+    # The relay still reads them, ``sent`` bytes of them already written at ``sent_at``.
+    sent = 0
+    sent_at = 0.0
+
+    def first_bytes(data: bytes) -> None:
+        nonlocal sent, sent_at
+        if not response.start_now(request):
+            return
+        on_prepared(response)
+        try:
+            response.send_now(data)
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            return  # the relay's write of the same bytes fails again: ClientGone
+        sent = len(data)
+        sent_at = time.perf_counter()
+
+    upstream.on_first_bytes(first_bytes)
     usage: Mapping[str, int] | None = None
     loop = asyncio.get_running_loop()
     # streamIdleTimeout counts from the last upstream bytes; keep-alive pings do not reset it.
@@ -529,13 +568,22 @@ async def _relay_stream(
             if not chunk:
                 break
             try:
-                if not response.prepared:
-                    await response.prepare(request)
-                    on_prepared(response)
-                await response.write(chunk)
+                if not sent and not response.prepared:
+                    first_bytes(chunk)  # they came with the head: written as the read callback would
+                if sent:  # the first bytes went out without awaiting; the rest of them now
+                    rest = chunk[sent:]
+                    sent = 0
+                    if rest:
+                        await response.write(rest)
+                    now = sent_at
+                else:
+                    if not response.prepared:
+                        await response.prepare(request)
+                        on_prepared(response)
+                    await response.write(chunk)
+                    now = time.perf_counter()
             except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
                 raise ClientGone() from reset
-            now = time.perf_counter()
             if last is not None:
                 result.gaps.append(now - last)
                 last = now

@@ -47,7 +47,7 @@ import asyncio.protocols  # mypyc: the compiled module needs _Connection's base 
 import socket
 import ssl
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final, NamedTuple, Protocol, cast
 
 import httptools
@@ -188,6 +188,9 @@ class _Connection(asyncio.Protocol):
     until_eof: bool
     heard: bool
     """Set by every byte received and by every request sent; cleared by the pool's stall sweep."""
+    first_bytes: Callable[[bytes], None] | None
+    """Called once with the response's first body bytes as they are parsed, before they are queued
+    (:meth:`UpstreamResponse.on_first_bytes`)."""
 
     def __init__(self, pool: UpstreamPool, origin: Origin) -> None:
         self.pool = pool
@@ -218,6 +221,7 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.until_eof = False
         self.heard = True
+        self.first_bytes = None
 
     # ---- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -281,6 +285,10 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        first = self.first_bytes
+        if first is not None:
+            self.first_bytes = None
+            first(body)
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > READ_HIGH_WATER and not self.paused and self.transport is not None:
@@ -406,6 +414,16 @@ class UpstreamResponse:
             await conn.wait(left)
         return conn.take()
 
+    def on_first_bytes(self, callback: Callable[[bytes], None]) -> None:
+        """Have ``callback`` called with the body's first bytes inside the read that brings them, still
+        queued for :meth:`readany` as usual: a relay writes them to its client there, without the
+        event-loop turn and the resumption of its waiting coroutine in between (the first event's
+        path is what a streamed request's time to first token waits for). Only while nothing of the
+        body arrived yet; the callback must not raise. Cleared by :meth:`close`."""
+        conn = self._conn
+        if not conn.chunks and not conn.complete and conn.error is None:
+            conn.first_bytes = callback
+
     def received(self) -> bytes | None:
         """The whole body when it has all arrived already (the usual case for a complete answer: it
         came in the same read as the head), else ``None`` (then :meth:`read` waits for it)."""
@@ -444,6 +462,7 @@ class UpstreamResponse:
             return
         self._released = True
         conn = self._conn
+        conn.first_bytes = None
         reusable = conn.complete and conn.keep_alive and not conn.closed and not conn.chunks
         self._conn.pool.release(conn, reusable=reusable)
 
