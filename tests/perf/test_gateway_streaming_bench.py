@@ -42,7 +42,12 @@ async def test_the_gateway_is_judged_each_peer_reported_and_the_idle_rows_added(
     figures = LoadFigures()
     targets = [_Target(label="gateway", base=gateway, pid=os.getpid()), _Target(label=PEER, base=peer, pid=0)]
     await _streaming(
-        rows, figures, targets, backend=direct, args=argparse.Namespace(stream_requests=3, rounds=2)
+        rows,
+        figures,
+        targets,
+        backend=direct,
+        args=argparse.Namespace(stream_requests=3, rounds=2),
+        headers=None,
     )
     assert [r["metric"] for r in rows] == [
         "added streaming TTFT, concurrency 1",

@@ -49,6 +49,13 @@ def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-load", action="store_true", help="only the in-process decision and parse benchmarks"
     )
+    parser.add_argument(
+        "--auth",
+        choices=("jwt", "none"),
+        default="jwt",
+        help="jwt (default): the gateway checks a real RS256 JWT on every request (a loopback HTTPS JWKS), "
+        "as issue 16's targets say; none: anonymous, as before 2026-12-03's session s14",
+    )
 
 
 def _auth_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,12 +24,16 @@ import contextlib
 import json
 import sys
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from igw.compiled import inspect_tree
 from igw.perf.gateway_targets import LoadFigures, added_text, row, target_rows
+
+if TYPE_CHECKING:
+    from igw.perf.perf_issuer import PerfIssuer
 
 HELP = "Gateway overhead vs a direct connection: added latency, CPU/request, TTFT, decision and parse time."
 
@@ -126,7 +130,13 @@ class _Target:
 
 
 async def _drive(
-    target: _Target, *, backend: str, concurrency: int, per_round: int, rounds: int
+    target: _Target,
+    *,
+    backend: str,
+    concurrency: int,
+    per_round: int,
+    rounds: int,
+    headers: Mapping[str, str] | None,
 ) -> tuple[list[float], list[float], float]:
     """Alternating direct/target rounds; returns direct and target latencies and CPU µs/request."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
@@ -136,15 +146,19 @@ async def _drive(
     via: list[float] = []
     cpu = 0.0
     for _ in range(rounds):
-        direct += (await closed_loop(backend, concurrency=concurrency, requests=per_round)).latencies_ms
+        direct += (
+            await closed_loop(backend, concurrency=concurrency, requests=per_round, headers=headers)
+        ).latencies_ms
         c0 = cpu_seconds(target.pid)
-        via += (await closed_loop(target.base, concurrency=concurrency, requests=per_round)).latencies_ms
+        via += (
+            await closed_loop(target.base, concurrency=concurrency, requests=per_round, headers=headers)
+        ).latencies_ms
         cpu += cpu_seconds(target.pid) - c0
     return direct, via, cpu / (per_round * rounds) * 1e6
 
 
 async def _start_peers(
-    stack: contextlib.ExitStack, workdir: Path, *, backend: str
+    stack: contextlib.ExitStack, workdir: Path, *, backend: str, headers: Mapping[str, str] | None
 ) -> tuple[list[_Target], dict[str, str]]:
     """Start every peer router; a peer that is absent, dies or never answers is returned with the reason."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
@@ -160,7 +174,7 @@ async def _start_peers(
         try:
             base, proc = own.enter_context(peer_process(workdir, router=router, backend=backend))
             await wait_peer_ready(base, proc=proc, log_path=workdir / f"{package}.log")
-            await _warm_up(base)
+            await _warm_up(base, headers)
         except (RouterStartError, OSError, RuntimeError) as exc:
             own.close()
             failed[label] = str(exc)
@@ -170,12 +184,12 @@ async def _start_peers(
     return started, failed
 
 
-async def _warm_up(base: str) -> None:
+async def _warm_up(base: str, headers: Mapping[str, str] | None) -> None:
     """Connection pools and caches warmed the same way for every target."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.perf.gateway_load import closed_loop
 
-    await closed_loop(base, concurrency=8, requests=500)
+    await closed_loop(base, concurrency=8, requests=500, headers=headers)
 
 
 async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
@@ -185,20 +199,29 @@ async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     figures = LoadFigures()
     with (
         tempfile.TemporaryDirectory() as tmp,
+        _issuer(Path(tmp), args.auth) as issuer,
         backend_process(chunks=20, interval=0.005) as (backend, _),
-        gateway_process(Path(tmp), backend=backend) as (gateway, proc),
+        gateway_process(Path(tmp), backend=backend, issuer=issuer) as (gateway, proc),
         contextlib.ExitStack() as peer_stack,
     ):
+        # Every target gets the same request bytes: the token goes to the backend and the peers too.
+        headers = issuer.headers() if issuer is not None else None
         await wait_ready(gateway)
-        await _warm_up(gateway)  # warm-up (JIT-free, but pools/caches)
-        await _warm_up(backend)
-        peers, failed = await _start_peers(peer_stack, Path(tmp), backend=backend)
+        rows.append(await _auth_row(gateway, issuer))
+        await _warm_up(gateway, headers)  # warm-up (JIT-free, but pools/caches)
+        await _warm_up(backend, headers)
+        peers, failed = await _start_peers(peer_stack, Path(tmp), backend=backend, headers=headers)
         targets = [_Target(label="gateway", base=gateway, pid=proc.pid), *peers]
         for concurrency, per_round in ((1, args.requests), (32, args.requests * 2)):
             cpu_us: dict[str, float] = {}
             for target in targets:
                 direct, via, cpu_us[target.label] = await _drive(
-                    target, backend=backend, concurrency=concurrency, per_round=per_round, rounds=args.rounds
+                    target,
+                    backend=backend,
+                    concurrency=concurrency,
+                    per_round=per_round,
+                    rounds=args.rounds,
+                    headers=headers,
                 )
                 _p = _pct
                 add50 = _p(via, 50) - _p(direct, 50)
@@ -221,9 +244,54 @@ async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 )
             figures.cpu_us.update({(label, concurrency): us for label, us in cpu_us.items()})
             rows.extend(_cpu_rows(cpu_us, concurrency=concurrency, failed=failed))
-        await _streaming(rows, figures, targets, backend=backend, args=args)
+        await _streaming(rows, figures, targets, backend=backend, args=args, headers=headers)
     figures.unmeasured_peers.update(failed)
     rows.extend(target_rows(figures))
+
+
+@contextlib.contextmanager
+def _issuer(workdir: Path, auth: str) -> Iterator[PerfIssuer | None]:
+    """The token issuer the gateway checks (``--auth jwt``, the default), or none (``--auth none``)."""
+    if auth == "none":
+        yield None
+        return
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.perf_issuer import PerfIssuer
+
+    with PerfIssuer(workdir) as issuer:
+        yield issuer
+
+
+async def _auth_row(gateway: str, issuer: PerfIssuer | None) -> dict[str, Any]:
+    """What the gateway checked in this run, proven by asking it: with an issuer, a request without
+    a token must get 401 and one with the token 200 - otherwise the run stops (a benchmark that
+    says "auth on" while the gateway serves anonymously would flatter every figure)."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    import aiohttp
+
+    body = {"model": "fake-model", "max_tokens": 1, "prompt": "auth check"}
+    url = f"http://{gateway}/v1/completions"
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, json=body) as anonymous:
+            anonymous_status = anonymous.status
+        if issuer is None:
+            return _row(
+                "authentication", "off (--auth none)", f"no token: HTTP {anonymous_status}", "(report)", None
+            )
+        async with session.post(url, json=body, headers=issuer.headers()) as signed:
+            signed_status = signed.status
+    if (anonymous_status, signed_status) != (401, 200):
+        raise RuntimeError(
+            f"--auth jwt: the gateway answered {anonymous_status} without a token and {signed_status} "
+            "with one (expected 401 and 200); see its log"
+        )
+    return _row(
+        "authentication",
+        "JWT checked on every request (RS256, one bearer token reused, verified-token cache on)",
+        "no token: HTTP 401; token: HTTP 200",
+        "(report)",
+        None,
+    )
 
 
 IDLE_GAP_S = 0.1
@@ -238,6 +306,7 @@ async def _streaming(
     *,
     backend: str,
     args: argparse.Namespace,
+    headers: Mapping[str, str] | None,
 ) -> None:
     """Added streaming TTFT of the gateway (judged) and of each peer (reported), every target's
     streams alternating with the same direct rounds; then the control rows, one per target, that
@@ -250,9 +319,11 @@ async def _streaming(
     direct: list[float] = []
     via: dict[str, list[float]] = {target.label: [] for target in targets}
     for _ in range(args.rounds):
-        direct += (await closed_loop(backend, concurrency=1, requests=n, stream=True)).latencies_ms
+        direct += (
+            await closed_loop(backend, concurrency=1, requests=n, stream=True, headers=headers)
+        ).latencies_ms
         for target in targets:
-            result = await closed_loop(target.base, concurrency=1, requests=n, stream=True)
+            result = await closed_loop(target.base, concurrency=1, requests=n, stream=True, headers=headers)
             via[target.label] += result.latencies_ms
     for target in targets:
         times = via[target.label]
@@ -277,11 +348,13 @@ async def _streaming(
     via_idle: dict[str, list[float]] = {target.label: [] for target in targets}
     for _ in range(args.rounds):
         direct_idle += (
-            await closed_loop(backend, concurrency=1, requests=idle_n, pause_s=IDLE_GAP_S)
+            await closed_loop(backend, concurrency=1, requests=idle_n, pause_s=IDLE_GAP_S, headers=headers)
         ).latencies_ms
         for target in targets:
             via_idle[target.label] += (
-                await closed_loop(target.base, concurrency=1, requests=idle_n, pause_s=IDLE_GAP_S)
+                await closed_loop(
+                    target.base, concurrency=1, requests=idle_n, pause_s=IDLE_GAP_S, headers=headers
+                )
             ).latencies_ms
     for target in targets:  # the peers too: what a proxy hop costs after a gap on this machine
         times = via_idle[target.label]

@@ -17,9 +17,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import yaml
@@ -27,6 +28,9 @@ import yaml
 from igw.bench.peers import BINARIES, PACKAGES, peer_argv, venv_bin
 from igw.bench.processes import RouterStartError
 from igw.bench.stats import percentile
+
+if TYPE_CHECKING:
+    from igw.perf.perf_issuer import PerfIssuer
 
 PROMPT = "You are a helpful assistant. " * 20
 
@@ -80,10 +84,11 @@ def backend_process(
 
 @contextlib.contextmanager
 def gateway_process(
-    workdir: Path, *, backend: str, args: Sequence[str] = ()
+    workdir: Path, *, backend: str, args: Sequence[str] = (), issuer: PerfIssuer | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``igw serve`` (plus ``args``) in front of ``backend``; files in ``workdir``."""
-    config = {
+    """``igw serve`` (plus ``args``) in front of ``backend``; files in ``workdir``. With ``issuer``,
+    every inference request must carry a JWT of that issuer (``spec.auth``), as in a deployment."""
+    config: dict[str, Any] = {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
         "metadata": {"name": "perf", "namespace": "default"},
@@ -94,6 +99,10 @@ def gateway_process(
             ],
         },
     }
+    env = dict(os.environ)
+    if issuer is not None:
+        config["spec"]["auth"] = issuer.auth_spec()
+        env["SSL_CERT_FILE"] = str(issuer.ca_path)  # the gateway fetches the issuer's keys over HTTPS
     (workdir / "igwc.yaml").write_text(yaml.safe_dump(config))
     (workdir / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"perf": [backend]}}))
     port = free_port()
@@ -113,7 +122,7 @@ def gateway_process(
         *args,
     ]  # fmt: skip  (default log level: the JSON access log is written, to /dev/null, as deployed)
     log = (workdir / "gateway.log").open("wb")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env)
     try:
         yield f"127.0.0.1:{port}", proc
     finally:
@@ -135,10 +144,17 @@ async def wait_ready(base: str, *, within_s: float = 30.0) -> None:
 
 
 async def closed_loop(
-    base: str, *, concurrency: int, requests: int, stream: bool = False, pause_s: float = 0.0
+    base: str,
+    *,
+    concurrency: int,
+    requests: int,
+    stream: bool = False,
+    pause_s: float = 0.0,
+    headers: Mapping[str, str] | None = None,
 ) -> LoadResult:
     """``concurrency`` workers each send requests back to back until ``requests`` are done;
-    ``pause_s``: each worker waits that long after each answer (idle gaps between requests)."""
+    ``pause_s``: each worker waits that long after each answer (idle gaps between requests);
+    ``headers`` go with every request (the bearer token when the gateway checks one)."""
     latencies: list[float] = []
     counter = iter(range(requests))
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -154,7 +170,7 @@ async def closed_loop(
                     "stream": stream,
                 }
                 t0 = time.perf_counter()
-                async with session.post(url, json=body) as resp:
+                async with session.post(url, json=body, headers=headers) as resp:
                     if stream:
                         await resp.content.readany()  # first event = time to first token
                         latencies.append((time.perf_counter() - t0) * 1000)
