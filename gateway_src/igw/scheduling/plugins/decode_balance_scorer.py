@@ -39,10 +39,21 @@ set and the table cost about what they save)."""
 
 
 def match_share(found: object) -> float:
-    """The largest matched share in a ``prefix.match`` state (0 without one), clamped to [0, 1]."""
-    if not isinstance(found, Mapping) or not found:
+    """The largest matched share in a ``prefix.match`` state (0 without one), clamped to [0, 1].
+
+    The prefix-cache scorer publishes a ``dict``: told apart by its exact type first, a pointer
+    comparison, where ``isinstance`` against the ``Mapping`` ABC runs ``ABCMeta.__instancecheck__``,
+    interpreted even in the compiled build; any other mapping still counts."""
+    shares: Mapping[object, object]
+    if type(found) is dict:
+        shares = found
+    elif isinstance(found, Mapping):
+        shares = found
+    else:
         return 0.0
-    return min(1.0, max(0.0, max(float(v) for v in found.values())))
+    if not shares:
+        return 0.0
+    return min(1.0, max(0.0, max(float(v) for v in shares.values())))  # type: ignore[arg-type]
 
 
 def balance_scores(inflight: Sequence[int], *, factor: float) -> UnitScores:
