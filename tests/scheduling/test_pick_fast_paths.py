@@ -323,6 +323,10 @@ def test_the_native_score_rows_are_the_generated_kernel_s_rows() -> None:
         candidates = [ep(rng.choice(("p", "q", "r", "s", "t", "u", "v", "w"))) for _ in range(n)]
         ranked = rng.sample(range(n), rng.randint(1, n))
         totals = [rng.choice(special) if rng.random() < 0.2 else rng.random() for _ in range(n)]
-        columns = [[rng.choice(special) if rng.random() < 0.2 else rng.random() for _ in range(n)] for _ in names]
+        columns = [
+            [rng.choice(special) if rng.random() < 0.2 else rng.random() for _ in range(n)] for _ in names
+        ]
         expected = _rows_kernel(names, weights)(candidates, ranked, totals, *columns)
-        assert shown(_native_score_rows(names, weights, candidates, ranked, totals, *columns)) == shown(expected)
+        assert shown(_native_score_rows(names, weights, candidates, ranked, totals, *columns)) == shown(
+            expected
+        )
