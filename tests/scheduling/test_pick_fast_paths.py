@@ -306,8 +306,9 @@ def test_the_native_score_rows_are_the_generated_kernel_s_rows() -> None:
     """The loops the compiled build runs for a decision's score rows (``_native_score_rows``) give
     the generated kernel's dict: the same keys in the same order (rank order; a repeated candidate
     key or scorer name keeps its first position and takes its last value) and the same floats,
-    special ones included; run interpreted here, compiled by ``tests/compiled``."""
-    from igw.scheduling.scheduler import _native_score_rows, _rows_kernel
+    special ones included; run interpreted here, and by ``tests/compiled`` against the compiled
+    build (where the generated kernel stays interpreted and the loops are native)."""
+    from igw.scheduling.scheduler import _generated_rows, _native_score_rows
 
     rng = random.Random(4)
     special = [0.0, -0.0, 1.0, 0.1, 1e-300, 1e300, math.inf, -math.inf, math.nan]
@@ -326,7 +327,7 @@ def test_the_native_score_rows_are_the_generated_kernel_s_rows() -> None:
         columns = [
             [rng.choice(special) if rng.random() < 0.2 else rng.random() for _ in range(n)] for _ in names
         ]
-        expected = _rows_kernel(names, weights)(candidates, ranked, totals, *columns)
+        expected = _generated_rows(names, weights)(candidates, ranked, totals, *columns)
         assert shown(_native_score_rows(names, weights, candidates, ranked, totals, *columns)) == shown(
             expected
         )

@@ -557,7 +557,15 @@ def _rows_kernel(names: tuple[str, ...], weights: tuple[float, ...]) -> _RowsKer
     its last value). Why generated: per decision the display saves the comprehension's per-column
     tuple unpacking and its call. Every weight is multiplied, 1.0 included (``1.0 * v`` is kept
     exactly as before); names and weights are bound as default arguments, never written into the
-    source."""
+    source. In the compiled build: :func:`_native_score_rows`, the same rows (see there)."""
+    if NATIVE_SUM:
+        return functools.partial(_native_score_rows, names, weights)
+    return _generated_rows(names, weights)
+
+
+def _generated_rows(names: tuple[str, ...], weights: tuple[float, ...]) -> _RowsKernel:
+    """:func:`_rows_kernel`'s generated function (a module function of its own so that the tests
+    compare it with :func:`_native_score_rows` in the compiled build too)."""
     count = len(names)
     entries = ", ".join(f"n{i}: w{i} * c{i}[i]" for i in range(count))
     columns = "".join(f", c{i}" for i in range(count))
@@ -566,8 +574,6 @@ def _rows_kernel(names: tuple[str, ...], weights: tuple[float, ...]) -> _RowsKer
         f"def rows(candidates, ranked, totals{columns}{bound}, total=total):\n"
         f"    return {{candidates[i].key: {{{entries}, total: totals[i]}} for i in ranked}}\n"
     )
-    if NATIVE_SUM:
-        return functools.partial(_native_score_rows, names, weights)
     namespace: dict[str, Any] = {"total": TOTAL}
     namespace.update({f"n{i}": name for i, name in enumerate(names)})
     namespace.update({f"w{i}": w for i, w in enumerate(weights)})

@@ -44,16 +44,9 @@ def match_share(found: object) -> float:
     The prefix-cache scorer publishes a ``dict``: told apart by its exact type first, a pointer
     comparison, where ``isinstance`` against the ``Mapping`` ABC runs ``ABCMeta.__instancecheck__``,
     interpreted even in the compiled build; any other mapping still counts."""
-    shares: Mapping[object, object]
-    if type(found) is dict:
-        shares = found
-    elif isinstance(found, Mapping):
-        shares = found
-    else:
+    if not (type(found) is dict or isinstance(found, Mapping)) or not found:
         return 0.0
-    if not shares:
-        return 0.0
-    return min(1.0, max(0.0, max(float(v) for v in shares.values())))  # type: ignore[arg-type]
+    return min(1.0, max(0.0, max(float(v) for v in found.values())))
 
 
 def balance_scores(inflight: Sequence[int], *, factor: float) -> UnitScores:
