@@ -65,6 +65,7 @@ from igw.bench.des_runner import DesOptions, run_des
 from igw.bench.scenarios import SCENARIOS
 print(igw.scheduling.scheduler.__file__)
 print(igw.scheduling.scheduler.NATIVE_SUM)
+print(type(igw.scheduling.scheduler._rows_kernel(("a",), (1.0,))).__name__)
 for name in ("mixed-fleet-8b", "shared-prefix-8b-high-cache"):
     options = DesOptions(
         policies=["gateway-default"], seeds=[1], duration_scale=0.02, decisions_out=Path(sys.argv[1])
@@ -109,12 +110,24 @@ def test_des_decisions_are_byte_identical_to_pure_python(compiled_tree: Path, tm
         out = tmp_path / f"{label}.jsonl"
         done = _run(tree, "-c", DES, str(out))
         assert done.returncode == 0, done.stderr[-3000:]
-        loaded_from, native_sum = done.stdout.splitlines()[:2]
+        loaded_from, native_sum, rows_kernel = done.stdout.splitlines()[:3]
         assert loaded_from.endswith(".py") == (label == "pure"), loaded_from
         assert native_sum == str(label == "compiled")  # the compiled weighted sum decides there
+        assert rows_kernel == ("partial" if label == "compiled" else "function")  # and the native rows
         decisions[label] = out.read_bytes()
     assert decisions["pure"].count(b"\n") > 100
     assert decisions["compiled"] == decisions["pure"]
+
+
+def test_the_native_score_rows_match_the_generated_kernel_when_compiled(compiled_tree: Path) -> None:
+    test = (
+        "tests/scheduling/test_pick_fast_paths.py::test_the_native_score_rows_are_the_generated_kernel_s_rows"
+    )
+    probe = _run(compiled_tree, "-c", "import igw.scheduling.scheduler as m; print(m.__file__)")
+    assert probe.returncode == 0, probe.stderr
+    assert not probe.stdout.splitlines()[0].endswith(".py"), probe.stdout
+    done = _run(compiled_tree, "-m", "pytest", test, "-p", "no:cacheprovider", "-q")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
 def test_the_lean_server_and_error_shapes_hold_when_compiled(compiled_tree: Path) -> None:

@@ -4,6 +4,7 @@ scores higher, by as much as the request's prefix match leaves to gain; elsewher
 from __future__ import annotations
 
 import random
+import types
 
 import pytest
 
@@ -58,6 +59,8 @@ def test_balance_scores(inflight: list[int], factor: float, expected: list[float
         ({}, 0.0),
         ({"a": 0.25, "b": 0.75}, 0.75),
         ({"a": 1.5}, 1.0),
+        (types.MappingProxyType({"a": 0.25, "b": 0.5}), 0.5),
+        (types.MappingProxyType({}), 0.0),
         ("not a mapping", 0.0),
     ],
 )

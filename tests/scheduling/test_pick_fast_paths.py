@@ -300,3 +300,34 @@ def test_the_native_weighted_sum_gives_the_generated_kernel_s_floats() -> None:
         _native_weighted_sum((1.0, 2.0), [0.5, 0.5], [0.5])
     with pytest.raises(ValueError, match=r"shorter|longer"):
         _sum_kernel((1.0, 2.0))([0.5, 0.5], [0.5])
+
+
+def test_the_native_score_rows_are_the_generated_kernel_s_rows() -> None:
+    """The loops the compiled build runs for a decision's score rows (``_native_score_rows``) give
+    the generated kernel's dict: the same keys in the same order (rank order; a repeated candidate
+    key or scorer name keeps its first position and takes its last value) and the same floats,
+    special ones included; run interpreted here, and by ``tests/compiled`` against the compiled
+    build (where the generated kernel stays interpreted and the loops are native)."""
+    from igw.scheduling.scheduler import _generated_rows, _native_score_rows
+
+    rng = random.Random(4)
+    special = [0.0, -0.0, 1.0, 0.1, 1e-300, 1e300, math.inf, -math.inf, math.nan]
+
+    def shown(rows: dict[str, dict[str, float]]) -> list[tuple[str, list[tuple[str, str]]]]:
+        return [(key, [(name, repr(v)) for name, v in row.items()]) for key, row in rows.items()]
+
+    for _ in range(2_000):
+        count = rng.randint(1, 6)
+        names = tuple(rng.choice(("a", "b", "c", "d", "total", "e")) for _ in range(count))
+        weights = tuple(rng.choice((1.0, 2.0, 0.5, 3.0, 0.1, 1e-3, -1.0)) for _ in range(count))
+        n = rng.randint(1, 8)
+        candidates = [ep(rng.choice(("p", "q", "r", "s", "t", "u", "v", "w"))) for _ in range(n)]
+        ranked = rng.sample(range(n), rng.randint(1, n))
+        totals = [rng.choice(special) if rng.random() < 0.2 else rng.random() for _ in range(n)]
+        columns = [
+            [rng.choice(special) if rng.random() < 0.2 else rng.random() for _ in range(n)] for _ in names
+        ]
+        expected = _generated_rows(names, weights)(candidates, ranked, totals, *columns)
+        assert shown(_native_score_rows(names, weights, candidates, ranked, totals, *columns)) == shown(
+            expected
+        )

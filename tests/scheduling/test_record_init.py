@@ -22,7 +22,15 @@ from igw.gateway.request_body import InferenceBody
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.columns import ScrapeCache
 from igw.scheduling.cycle import CycleContext
-from igw.scheduling.values import DecisionKind, RequestOutcome, RoutingDecision, RoutingRequest
+from igw.scheduling.plugins.predicted_ttft_scorer import PublishedScores
+from igw.scheduling.values import (
+    DecisionKind,
+    EndpointView,
+    EngineMetrics,
+    RequestOutcome,
+    RoutingDecision,
+    RoutingRequest,
+)
 
 _Forward = inference._Forward
 
@@ -114,6 +122,18 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "prompt_tokens": 41,
         "max_tokens": 42,
     },
+    EndpointView: {
+        "key": "h:1",
+        "metrics": EngineMetrics(waiting=3),
+        "scraped_at": 51.5,
+        "scrape_failing": True,
+        "inflight": 52,
+        "inflight_tokens": 53,
+        "labels": {"gpu": "h100"},
+        "max_model_len": 54,
+        "unreflected_dispatches": 55,
+    },
+    PublishedScores: {"endpoints": ("i:1", "j:1"), "scores": (0.25, None)},
     CycleContext: {
         "request": RoutingRequest(request_id="r", model="m", base_model="m", prefix_text="", prompt_tokens=1),
         "now": 9.5,
@@ -173,6 +193,10 @@ def test_the_defaults_are_the_generated_ones() -> None:
         None,
         None,
     )
+    view = EndpointView("k:1", None, None)
+    assert (view.scrape_failing, view.inflight, view.inflight_tokens, view.labels) == (False, 0, 0, {})
+    assert (view.max_model_len, view.unreflected_dispatches) == (None, 0)
+    assert view.labels is not EndpointView("k:1", None, None).labels
     forward = _Forward(candidates=[], sr=None, add_headers={}, timeout_s=None, what="x")
     assert forward.response_headers == {}
     assert forward.priority is None
@@ -182,7 +206,9 @@ def test_the_defaults_are_the_generated_ones() -> None:
     )
 
 
-@pytest.mark.parametrize("cls", [RoutingRequest, RequestOutcome, InferenceBody], ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "cls", [RoutingRequest, RequestOutcome, InferenceBody, PublishedScores], ids=lambda c: c.__name__
+)
 def test_the_read_only_records_hash_by_value(cls: type) -> None:
     """As the frozen dataclasses did (a decision's dict fields make it unhashable, as before)."""
     first, second = cls(**_GIVEN[cls]), cls(**_GIVEN[cls])

@@ -557,7 +557,15 @@ def _rows_kernel(names: tuple[str, ...], weights: tuple[float, ...]) -> _RowsKer
     its last value). Why generated: per decision the display saves the comprehension's per-column
     tuple unpacking and its call. Every weight is multiplied, 1.0 included (``1.0 * v`` is kept
     exactly as before); names and weights are bound as default arguments, never written into the
-    source."""
+    source. In the compiled build: :func:`_native_score_rows`, the same rows (see there)."""
+    if NATIVE_SUM:
+        return functools.partial(_native_score_rows, names, weights)
+    return _generated_rows(names, weights)
+
+
+def _generated_rows(names: tuple[str, ...], weights: tuple[float, ...]) -> _RowsKernel:
+    """:func:`_rows_kernel`'s generated function (a module function of its own so that the tests
+    compare it with :func:`_native_score_rows` in the compiled build too)."""
     count = len(names)
     entries = ", ".join(f"n{i}: w{i} * c{i}[i]" for i in range(count))
     columns = "".join(f", c{i}" for i in range(count))
@@ -571,6 +579,34 @@ def _rows_kernel(names: tuple[str, ...], weights: tuple[float, ...]) -> _RowsKer
     namespace.update({f"w{i}": w for i, w in enumerate(weights)})
     exec(compile(source, "<igw score rows>", "exec"), namespace)  # the source holds names and indices only
     return cast("_RowsKernel", namespace["rows"])
+
+
+def _native_score_rows(
+    names: tuple[str, ...],
+    weights: tuple[float, ...],
+    candidates: Sequence[EndpointView],
+    ranked: list[int],
+    totals: list[float],
+    *columns: list[float],
+) -> dict[EndpointKey, dict[str, float]]:
+    """What :func:`_rows_kernel`'s generated function returns, as loops the mypyc build compiles
+    to native code (handed out where :data:`NATIVE_SUM`, as :func:`_native_weighted_sum` is).
+
+    Each row's keys are inserted one by one in the display's order (the names, then ``TOTAL``), and
+    each row is stored under its candidate's key in rank order: a repeated name or key keeps its
+    first position and takes its last value, as in the display and the comprehension; each score is
+    the same product ``weight * column[i]``. Why: the generated function is ``exec``-made, so in
+    the compiled build it ran interpreted (two Python frames, the function and its comprehension)
+    on every pick."""
+    count = len(names)
+    out: dict[EndpointKey, dict[str, float]] = {}
+    for i in ranked:
+        row: dict[str, float] = {}
+        for j in range(count):
+            row[names[j]] = weights[j] * columns[j][i]
+        row[TOTAL] = totals[i]
+        out[candidates[i].key] = row
+    return out
 
 
 _decision = slot_constructor(RoutingDecision)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 EndpointKey = str
@@ -48,29 +48,56 @@ class EngineMetrics:
     """KV blocks on the GPU (``vllm:cache_config_info{num_gpu_blocks}``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class EndpointView:
-    """Everything a routing policy may look at for one candidate endpoint."""
+    """Everything a routing policy may look at for one candidate endpoint.
 
-    key: EndpointKey
-    metrics: EngineMetrics | None
+    Read-only and compared and hashed by value, as the frozen dataclass it was; the ``__init__`` is
+    written out, as :class:`RoutingRequest`'s (and for the same reason: the gateway and the dispatch
+    ledger make views on every pick, and a generated ``__init__`` stays interpreted in the compiled
+    build). ``labels`` defaults to a fresh empty dict."""
+
+    key: Final[EndpointKey]
+    metrics: Final[EngineMetrics | None]
     """Latest successful scrape, or ``None`` if the endpoint has never been scraped successfully."""
-    scraped_at: float | None
+    scraped_at: Final[float | None]
     """Clock time (same clock as ``now`` in :meth:`RoutingPolicy.pick`) of that scrape."""
-    scrape_failing: bool = False
+    scrape_failing: Final[bool]
     """True while the most recent scrape attempts fail (timeout, connection refused, bad page)."""
-    inflight: int = 0
+    inflight: Final[int]
     """Requests this router dispatched to the endpoint that have not completed yet."""
-    inflight_tokens: int = 0
+    inflight_tokens: Final[int]
     """Estimated prompt + max output tokens of those in-flight requests."""
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Final[Mapping[str, str]]
     """Pod labels (engine type, GPU generation, role...)."""
-    max_model_len: int | None = None
+    max_model_len: Final[int | None]
     """The longest prompt + output the endpoint accepts (from its ``/v1/models``); ``None``: unknown."""
-    unreflected_dispatches: int = 0
+    unreflected_dispatches: Final[int]
     """Requests this router dispatched to the endpoint after ``scraped_at`` that are probably still
     waiting there (see :mod:`igw.scheduling.dispatch_ledger`). Filled in by the scheduler itself from
     its own dispatch record; callers leave it 0."""
+
+    def __init__(
+        self,
+        key: EndpointKey,
+        metrics: EngineMetrics | None,
+        scraped_at: float | None,
+        scrape_failing: bool = False,
+        inflight: int = 0,
+        inflight_tokens: int = 0,
+        labels: Mapping[str, str] | None = None,
+        max_model_len: int | None = None,
+        unreflected_dispatches: int = 0,
+    ) -> None:
+        self.key = key
+        self.metrics = metrics
+        self.scraped_at = scraped_at
+        self.scrape_failing = scrape_failing
+        self.inflight = inflight
+        self.inflight_tokens = inflight_tokens
+        self.labels = {} if labels is None else labels
+        self.max_model_len = max_model_len
+        self.unreflected_dispatches = unreflected_dispatches
 
     def metrics_age(self, now: float) -> float | None:
         """Seconds since the last successful scrape, or ``None`` if there never was one."""

@@ -39,8 +39,12 @@ set and the table cost about what they save)."""
 
 
 def match_share(found: object) -> float:
-    """The largest matched share in a ``prefix.match`` state (0 without one), clamped to [0, 1]."""
-    if not isinstance(found, Mapping) or not found:
+    """The largest matched share in a ``prefix.match`` state (0 without one), clamped to [0, 1].
+
+    The prefix-cache scorer publishes a ``dict``: told apart by its exact type first, a pointer
+    comparison, where ``isinstance`` against the ``Mapping`` ABC runs ``ABCMeta.__instancecheck__``,
+    interpreted even in the compiled build; any other mapping still counts."""
+    if not (type(found) is dict or isinstance(found, Mapping)) or not found:
         return 0.0
     return min(1.0, max(0.0, max(float(v) for v in found.values())))
 

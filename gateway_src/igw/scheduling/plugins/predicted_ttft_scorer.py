@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from igw.scheduling.columns import Columns
 from igw.scheduling.ewma import EndpointEwma
@@ -58,14 +58,21 @@ STATE_SCORES = "predicted-ttft.scores"
 """Cycle-state key of this pick's :class:`PublishedScores`."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class PublishedScores:
-    """The scores :meth:`PredictedTtftScorer.score` gave in one pick."""
+    """The scores :meth:`PredictedTtftScorer.score` gave in one pick.
 
-    endpoints: Sequence[EndpointView]
+    Read-only, with a written-out ``__init__`` (as :class:`~igw.scheduling.values.RoutingRequest`'s:
+    one is made per pick, and a generated ``__init__`` stays interpreted in the compiled build)."""
+
+    endpoints: Final[Sequence[EndpointView]]
     """The candidate list scored (the same object every scorer of the pick receives)."""
-    scores: Sequence[float | None]
+    scores: Final[Sequence[float | None]]
     """Score per candidate, in ``endpoints`` order."""
+
+    def __init__(self, endpoints: Sequence[EndpointView], scores: Sequence[float | None]) -> None:
+        self.endpoints = endpoints
+        self.scores = scores
 
 
 _published = slot_constructor(PublishedScores)
