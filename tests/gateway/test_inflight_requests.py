@@ -69,3 +69,22 @@ async def test_idle_is_set_exactly_while_no_request_is_in() -> None:
             gates[number].set()
             await tasks[number]
         assert inflight._idle.is_set() is (len(inflight) == 0), (what, number, len(inflight))
+
+
+async def test_enter_counts_in_the_task_it_is_given_not_the_calling_one() -> None:
+    # The lean server's request path passes its handler's task; cut() must cancel that one.
+    inflight = InflightRequests()
+    release = asyncio.Event()
+
+    async def handler() -> None:
+        await release.wait()
+
+    handler_task = asyncio.create_task(handler())
+    given: asyncio.Task[object] = handler_task
+    assert inflight.enter(given) is handler_task
+    assert len(inflight) == 1
+    await inflight.cut()
+    assert handler_task.cancelled()
+    assert asyncio.current_task() is not None and not asyncio.current_task().cancelling()  # type: ignore[union-attr]
+    inflight.leave(given)
+    assert len(inflight) == 0

@@ -37,6 +37,7 @@ from igw.gateway.lean_server import (
 from igw.gateway.observer import RequestObserver
 from igw.gateway.request_body import read_limited
 from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
+from igw.gateway.shutdown import InflightRequests
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, connection, scheduler, wait_for
 
@@ -511,3 +512,34 @@ def test_a_received_body_reads_like_a_finished_stream_reader() -> None:
     assert body.read_nowait(10) == b"cdef"
     assert body.read_nowait() == b""
     assert ReceivedBody(b"xyz").read_nowait() == b"xyz"
+
+
+@pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+async def test_the_inflight_registry_is_handed_the_handlers_task_on_the_lean_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """The lean request names the task running its handler, and the request path hands it to the
+    in-flight registry (no ``asyncio.current_task`` per request); aiohttp's request names none (its
+    ``task`` is its connection's), so the registry looks the calling task up there."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    calls: list[tuple[asyncio.Task[object] | None, asyncio.Task[object] | None]] = []
+    enter = InflightRequests.enter
+
+    def recording(self: InflightRequests, task: asyncio.Task[object] | None = None) -> asyncio.Task[object] | None:
+        calls.append((task, asyncio.current_task()))
+        return enter(self, task)
+
+    monkeypatch.setattr(InflightRequests, "enter", recording)
+    async with (
+        running(FakeModelServer("a", tokens=3)) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, server),
+        connection(port) as (reader, writer),
+    ):
+        for _ in range(2):
+            writer.write(post())
+            assert (await read_response(reader))[0] == 200
+    assert len(calls) == 2
+    for given, running_task in calls:
+        assert running_task is not None
+        assert given is (running_task if switch == "lean" else None)
+    assert calls[0][1] is not calls[1][1]  # a task per request on either side

@@ -197,7 +197,9 @@ async def handle_inference(
         if not isinstance(routed, tuple):  # an error answer (a tuple check: StreamResponse's is an ABC's)
             return obs.finish(routed)
         forward, body = routed
-        task = state.inflight.enter()
+        # the lean server's request names its handler's task; aiohttp's (whose ``task`` is its
+        # connection's) does not: the registry then looks the calling task up
+        task = state.inflight.enter(getattr(request, "handler_task", None))
         try:
             return await _forward(request, state, guard, principal, obs, body, forward)
         finally:

@@ -159,6 +159,12 @@ class LeanRequest:
         self._stream: AbstractStreamWriter | None = None
 
     @property
+    def handler_task(self) -> asyncio.Task[None] | None:
+        """The task running this request's handler (``task``; aiohttp's ``Request.task`` is its
+        connection's instead, so the in-flight registry reads this name, which only this class has)."""
+        return self.task
+
+    @property
     def response_started(self) -> bool:
         """Whether a streamed response's writer was handed out (its head may be on the wire)."""
         return self._stream is not None or self._payload_writer_obj is not None
