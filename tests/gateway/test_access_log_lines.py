@@ -209,3 +209,38 @@ def test_the_written_out_fields_match_the_generic_rule_for_random_records() -> N
         for name, values in samples.items():
             setattr(record, name, rng.choice(values))
         assert list(record.line_fields().items()) == list(_generic_fields(record).items())
+
+
+def test_the_lines_level_check_follows_every_change_of_the_loggers_level(
+    restored_access_logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``emit`` reads ``isEnabledFor``'s answer from the logger's memo: a level set, a
+    ``logging.disable`` and the ``disabled`` flag each take effect on the next record, as
+    ``isEnabledFor`` would have them, and once the memo has its answer the method is not called."""
+    stream = io.StringIO()
+    handler = _serve_setup(restored_access_logger, stream)
+    _record().emit()  # written; fills the memo
+    calls: list[int] = []
+    original = logging.Logger.isEnabledFor
+
+    def counted(self: logging.Logger, level: int) -> bool:
+        calls.append(level)
+        return original(self, level)
+
+    monkeypatch.setattr(logging.Logger, "isEnabledFor", counted)
+    _record().emit()  # written, answered from the memo
+    assert calls == []
+    access_log.setLevel(logging.WARNING)
+    _record().emit()  # not written
+    _record().emit()  # not written: the memo's answer is now "no"
+    access_log.setLevel(logging.INFO)
+    logging.disable(logging.INFO)
+    try:
+        _record().emit()  # not written
+    finally:
+        logging.disable(logging.NOTSET)
+    _record().emit()  # written
+    monkeypatch.setattr(access_log, "disabled", True)
+    _record().emit()  # not written
+    handler.close()
+    assert len(stream.getvalue().splitlines()) == 3

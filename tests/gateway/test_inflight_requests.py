@@ -85,6 +85,8 @@ async def test_enter_counts_in_the_task_it_is_given_not_the_calling_one() -> Non
     assert len(inflight) == 1
     await inflight.cut()
     assert handler_task.cancelled()
-    assert asyncio.current_task() is not None and not asyncio.current_task().cancelling()  # type: ignore[union-attr]
+    caller = asyncio.current_task()
+    assert caller is not None
+    assert not caller.cancelling()  # the caller's task was not the one cancelled
     inflight.leave(given)
     assert len(inflight) == 0

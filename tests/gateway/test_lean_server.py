@@ -525,14 +525,16 @@ async def test_the_inflight_registry_is_handed_the_handlers_task_on_the_lean_sid
     calls: list[tuple[asyncio.Task[object] | None, asyncio.Task[object] | None]] = []
     enter = InflightRequests.enter
 
-    def recording(self: InflightRequests, task: asyncio.Task[object] | None = None) -> asyncio.Task[object] | None:
+    def recording(
+        self: InflightRequests, task: asyncio.Task[object] | None = None
+    ) -> asyncio.Task[object] | None:
         calls.append((task, asyncio.current_task()))
         return enter(self, task)
 
     monkeypatch.setattr(InflightRequests, "enter", recording)
     async with (
         running(FakeModelServer("a", tokens=3)) as (a,),
-        lean_gateway(tmp_path, a.key) as (port, server),
+        lean_gateway(tmp_path, a.key) as (port, _server),
         connection(port) as (reader, writer),
     ):
         for _ in range(2):

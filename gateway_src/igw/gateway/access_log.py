@@ -45,6 +45,23 @@ from igw.gateway.redaction import needs_redaction
 
 access_log = logging.getLogger("igw.access")
 
+
+def _info_enabled() -> bool:
+    """``access_log.isEnabledFor(logging.INFO)``, read from the answer that method keeps: the
+    logger's own per-level memo (``Logger._cache``, which ``setLevel`` and ``logging.disable`` clear
+    and the next ``isEnabledFor`` fills again), after the ``disabled`` flag it checks first; the method
+    itself answers when the memo has no answer yet (or this Python's logger keeps none). Why: in the
+    compiled build the method was the one interpreted call a request made to write its line."""
+    if access_log.disabled:
+        return False
+    memo: dict[int, bool] | None = getattr(access_log, "_cache", None)
+    if memo is not None:
+        known = memo.get(logging.INFO)
+        if known is not None:
+            return known
+    return access_log.isEnabledFor(logging.INFO)
+
+
 _CLEAN: set[str | None] = {None}
 """Strings whose JSON form :func:`~igw.gateway.redaction.needs_redaction` found clean (and ``None``,
 an absent field); bounded by :data:`CLEAN_CACHE_SIZE`."""
@@ -170,7 +187,7 @@ class AccessRecord:
 
     def emit(self) -> None:
         """Log this record's line (at INFO on ``igw.access``); the record must not change after."""
-        if not access_log.isEnabledFor(logging.INFO):
+        if not _info_enabled():
             return
         sink = line_sink(access_log)
         if sink is None:
