@@ -51,6 +51,7 @@ LEFT_OUT = (
             "test_a_failing_after_response_callback_is_logged_and_the_rest_still_run",
             "test_the_lean_side_records_a_forwarded_answer_after_writing_it",
             "test_a_handler_failing_inside_a_started_stream_closes_the_connection",
+            "test_the_inflight_registry_is_handed_the_handlers_task_on_the_lean_side",
         )
     )
     + ")"
