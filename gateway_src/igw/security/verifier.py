@@ -1,6 +1,7 @@
 """Bearer-token verification: the order of checks and where each one lives.
 
-1. verified-token cache (:mod:`igw.security.token_cache`) - a hit skips everything below;
+1. verified-token cache (:meth:`TokenVerifier.cached`, :mod:`igw.security.token_cache`) - a hit
+   skips everything below, which is :meth:`TokenVerifier.verify`;
 2. strict compact-JWS parsing and header checks (:mod:`igw.security.token`) - no I/O;
 3. claims against the provider (:mod:`igw.security.claims`) - still no I/O, so wrong issuers and
    expired tokens never trigger a JWKS fetch;
@@ -66,13 +67,19 @@ class TokenVerifier:
         self._cache_hit = None if metrics is None else metrics.child(metrics.token_cache, "hit")
         self._cache_miss = None if metrics is None else metrics.child(metrics.token_cache, "miss")
 
+    def cached(self, token: str) -> Principal | None:
+        """The principal of a token verified before and still reusable (a cache hit, counted), else
+        ``None``: then :meth:`verify` decides. A plain call, so the common case (a client
+        reusing its token) makes no coroutine."""
+        cached = self.cache.get(token, now=self._clock(), generation=self._jwks.generation)
+        if cached is not None and self._cache_hit is not None:
+            self._cache_hit.inc()
+        return cached
+
     async def verify(self, token: str) -> Principal:
+        """Steps 2-6 for a token :meth:`cached` did not answer (the cache is not consulted again);
+        a success is cached."""
         now = self._clock()
-        cached = self.cache.get(token, now=now, generation=self._jwks.generation)
-        if cached is not None:
-            if self._cache_hit is not None:
-                self._cache_hit.inc()
-            return cached
         if self._cache_miss is not None and self.cache.enabled:
             self._cache_miss.inc()
         parsed = parse_compact_jws(
