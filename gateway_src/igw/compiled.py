@@ -115,10 +115,13 @@ In ``endpoints`` the class ``EndpointState`` stays a Python class
 (``@mypyc_attr(native_class=False)``): it writes its attributes through ``object.__setattr__`` in
 its own ``__setattr__``, which a native class refuses at every dispatch."""
 
-_SECURITY: Final = ("guard", "authorization", "ratelimit.limiter")
+_SECURITY: Final = ("guard", "authorization", "ratelimit.limiter", "verifier", "token_cache")
 """What ``igw.security`` runs per request (``authenticate``, ``authorize``, ``admit``, ``account``:
-five coroutines and a dozen calls when no limit applies). Not the JWT verifier and its cache: they
-run only with ``spec.auth`` set, and the benchmark's configuration has none."""
+five coroutines and a dozen calls when no limit applies) and, with ``spec.auth`` set (the
+benchmark's default since session s14), the JWT verifier's cache hit: ``TokenVerifier.verify`` and
+``VerifiedTokenCache.get`` (session s15; until then interpreted calls from the compiled guard). Not
+what a miss runs (strict parsing, claims, key look-up, signature, the principal: once per token and
+``maxAge``) nor the JWKS cache (fetches, readiness: no per-request call left on a hit)."""
 
 COMPILED_MODULES: Final[tuple[str, ...]] = tuple(
     [f"igw.scheduling{name}" for name in _SCHEDULING]

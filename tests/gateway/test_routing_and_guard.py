@@ -132,6 +132,35 @@ class RecordingGuard:
         self.calls.append("close")
 
 
+class ForwardOnlyGuard(RecordingGuard):
+    """A guard whose principal carries a header (mixed case) that its strip set does not name: the
+    gateway itself must still drop the client's copies of it."""
+
+    stripped_request_headers = frozenset({"authorization"})
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        await super().authenticate(headers)  # the 401 for a bad token
+        return Principal(tenant="t1", forward_headers={"X-Team": "blue"}, authenticated=True)
+
+
+async def test_forwarded_identity_headers_replace_client_copies_the_guard_does_not_strip(
+    gateway: Any,
+) -> None:
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        gateway(config_doc([scheduler("pool", "m")]), {"pool": [a.key]}, guard=ForwardOnlyGuard()) as gw,
+    ):
+        ok = await gw.post(
+            "/v1/completions",
+            {"model": "m", "prompt": "x"},
+            headers={"authorization": "Bearer good", "x-team": "spoofed", "X-TEAM": "again"},
+        )
+        assert ok.status == 200
+        await ok.read()
+        sent = a.received[-1].headers
+        assert [v for k, v in sent.items() if k.lower() == "x-team"] == ["blue"]
+
+
 async def test_guard_is_called_in_order_and_identity_headers_are_replaced(gateway: Any) -> None:
     guard = RecordingGuard(deny_model="secret")
     d = config_doc([scheduler("pool", "m"), scheduler("other", "secret")])

@@ -2,30 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from igw.gateway.guards import GuardDenied, Principal
-from igw.security.token_cache import VerifiedTokenCache
+from igw.security.guard import SecurityGuard
+from igw.security.token_cache import HOT_TOKENS, VerifiedTokenCache
 from tests.security.helpers import GuardMaker, JwksServer, TokenFactory, bearer
 
 P = Principal(subject="s", tenant="t", authenticated=True)
 
 
-def test_entry_never_outlives_expiry_or_max_age() -> None:
+# ``hot``: the token was hit once before the checks, so they are answered by its exact string
+# (the hot tokens, module docstring) rather than by its digest.
+HOT = pytest.mark.parametrize("hot", [False, True], ids=["digest", "hot"])
+
+
+@HOT
+def test_entry_never_outlives_expiry_or_max_age(hot: bool) -> None:
     cache = VerifiedTokenCache(max_entries=10, max_age_s=60)
     cache.put("tok", P, now=100, expires_at=130, generation=1)
+    assert not hot or cache.get("tok", now=100, generation=1) is P
     assert cache.get("tok", now=129.9, generation=1) is P
     assert cache.get("tok", now=130, generation=1) is None
     cache.put("tok", P, now=100, expires_at=1000, generation=1)
+    assert not hot or cache.get("tok", now=100, generation=1) is P
     assert cache.get("tok", now=159.9, generation=1) is P
     assert cache.get("tok", now=160, generation=1) is None
+    assert len(cache) == 0
 
 
-def test_entry_is_dropped_when_the_key_set_changes() -> None:
+@HOT
+def test_entry_is_dropped_when_the_key_set_changes(hot: bool) -> None:
     cache = VerifiedTokenCache(max_entries=10, max_age_s=60)
     cache.put("tok", P, now=0, expires_at=100, generation=1)
+    assert not hot or cache.get("tok", now=0, generation=1) is P
     assert cache.get("tok", now=1, generation=2) is None
     assert len(cache) == 0
+    assert cache.get("tok", now=2, generation=1) is None  # dropped, not revived by the old generation
 
 
 def test_lru_bound_and_disabled_cache() -> None:
@@ -42,6 +57,21 @@ def test_lru_bound_and_disabled_cache() -> None:
     assert not off.enabled
 
 
+async def _stale_keys_setup(
+    make_guard: GuardMaker, tokens: TokenFactory, jwks_server: JwksServer, *, uses: int
+) -> tuple[SecurityGuard, Mapping[str, str]]:
+    """A guard whose keys go stale after 1 h (maxStale) while its cache would keep a verdict 2 h,
+    a day-long token used ``uses`` times, then the issuer failing every fetch."""
+    guard = await make_guard(
+        extensions={"authorization": {"jwks": {"maxStale": "1h"}, "verifiedTokenCache": {"maxAge": "2h"}}}
+    )
+    token = bearer(tokens.token(exp=int(tokens.clock()) + 86_400))
+    for _ in range(uses):
+        await guard.authenticate(token)
+    jwks_server.mode, jwks_server.status = "status", 500
+    return guard, token
+
+
 async def test_cached_token_is_refused_once_expired(make_guard: GuardMaker, tokens: TokenFactory) -> None:
     guard = await make_guard()
     now = int(tokens.clock())
@@ -55,15 +85,75 @@ async def test_cached_token_is_refused_once_expired(make_guard: GuardMaker, toke
         await guard.authenticate(token)
 
 
+# -- hot tokens (session s15): the same entries reached by the exact token string ---------------
+
+
+def _digests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Count the digest path's uses (the hot path is the one that skips it)."""
+    seen: list[str] = []
+    digest = VerifiedTokenCache._key
+
+    def counting(token: str) -> bytes:
+        seen.append(token)
+        return digest(token)
+
+    monkeypatch.setattr(VerifiedTokenCache, "_key", staticmethod(counting))
+    return seen
+
+
+def test_a_repeated_token_is_found_without_digesting_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _digests(monkeypatch)
+    cache = VerifiedTokenCache(max_entries=10, max_age_s=60)
+    cache.put("tok", P, now=0, expires_at=100, generation=1)
+    assert cache.get("tok", now=1, generation=1) is P  # digest path, then hot
+    seen.clear()
+    for t in range(2, 50):
+        assert cache.get("tok", now=t, generation=1) is P
+    assert seen == []
+
+
+def test_an_evicted_or_replaced_entry_is_not_answered_from_the_hot_tokens() -> None:
+    cache = VerifiedTokenCache(max_entries=2, max_age_s=60)
+    cache.put("a", P, now=0, expires_at=100, generation=1)
+    assert cache.get("a", now=1, generation=1) is P  # a is hot
+    cache.put("b", P, now=0, expires_at=100, generation=1)
+    cache.put("c", P, now=0, expires_at=100, generation=1)  # evicts a (least recently used)
+    assert cache.get("a", now=2, generation=1) is None
+    assert cache.get("c", now=2, generation=1) is P
+    other = Principal(subject="s2", tenant="t2", authenticated=True)
+    cache.put("c", other, now=2, expires_at=100, generation=1)  # re-verified: a new entry
+    assert cache.get("c", now=3, generation=1) is other
+    assert cache.get("c", now=4, generation=1) is other
+    cache.clear()
+    assert cache.get("c", now=5, generation=1) is None
+
+
+def test_hot_tokens_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = VerifiedTokenCache(max_entries=10_000, max_age_s=60)
+    for i in range(3 * HOT_TOKENS):
+        cache.put(f"t{i}", P, now=0, expires_at=100, generation=1)
+        assert cache.get(f"t{i}", now=1, generation=1) is P
+    assert len(cache._hot) <= HOT_TOKENS  # memory bound: HOT_TOKENS exact token strings
+    seen = _digests(monkeypatch)
+    assert cache.get("t0", now=2, generation=1) is P  # still cached, through the digest path
+    assert seen == ["t0"]
+
+
 async def test_cached_token_is_refused_when_keys_are_too_stale(
     make_guard: GuardMaker, tokens: TokenFactory, jwks_server: JwksServer
 ) -> None:
-    guard = await make_guard(
-        extensions={"authorization": {"jwks": {"maxStale": "1h"}, "verifiedTokenCache": {"maxAge": "2h"}}}
-    )
-    token = bearer(tokens.token(exp=int(tokens.clock()) + 86_400))
-    await guard.authenticate(token)
-    jwks_server.mode, jwks_server.status = "status", 500
+    guard, token = await _stale_keys_setup(make_guard, tokens, jwks_server, uses=1)
     tokens.clock.advance(3601)
+    with pytest.raises(GuardDenied):
+        await guard.authenticate(token)
+
+
+async def test_hot_cached_token_holds_until_the_keys_are_too_stale(
+    make_guard: GuardMaker, tokens: TokenFactory, jwks_server: JwksServer
+) -> None:
+    guard, token = await _stale_keys_setup(make_guard, tokens, jwks_server, uses=3)  # verified, 2 hits
+    tokens.clock.advance(3599)
+    assert (await guard.authenticate(token)).authenticated  # stale keys, still within maxStale
+    tokens.clock.advance(2)
     with pytest.raises(GuardDenied):
         await guard.authenticate(token)

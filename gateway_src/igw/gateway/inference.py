@@ -506,7 +506,9 @@ async def _forward(
     """Send to the first candidate that accepts a connection; relay its answer; account."""
     settings = state.runtime.settings
     strip, strip_fields = _stripped(guard.stripped_request_headers)
-    if principal.forward_headers:
+    # A guard strips the client's copies of the headers its principals carry (SecurityGuard's
+    # ``stripped_request_headers`` holds every forwarded name, lower-case): then nothing to add here.
+    if principal.forward_headers and not principal.forward_headers.keys() <= strip:
         named = {h.lower() for h in principal.forward_headers}
         strip = strip | named
         strip_fields = strip_fields | {h.encode(_CHARSET, _UNDECODABLE) for h in named}

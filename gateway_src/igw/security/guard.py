@@ -93,7 +93,9 @@ class SecurityGuard:
         if token is None:
             raise self._deny("not_bearer", token_present=True)
         try:
-            principal = await self._verifier.verify(token)
+            principal = self._verifier.cached(token)
+            if principal is None:
+                principal = await self._verifier.verify(token)
         except TokenRejected as exc:
             raise self._deny(exc.reason, token_present=True) from None
         except Exception:

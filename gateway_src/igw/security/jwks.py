@@ -135,6 +135,16 @@ class JwksCache:
     def ready(self) -> bool:
         return self.usable_keys() is not None
 
+    def usable_until(self) -> float:
+        """The clock reading from which the current key set counts as too stale (``-inf`` before the
+        first load). It changes only together with :attr:`generation` (a new key set), so a verified-
+        token cache may bound an entry by it once, when storing, instead of asking :meth:`ready` on
+        every hit; an entry is then reused only while ``now < usable_until()``, while :meth:`ready`
+        holds up to ``now == usable_until()`` (the cache is the stricter one at the boundary)."""
+        if self._keys is None or self._fetched_at is None:
+            return float("-inf")
+        return self._fetched_at + self._settings.max_stale_s
+
     def readiness_detail(self) -> str:
         age = self.age_s()
         if self._keys is None:

@@ -1,6 +1,7 @@
 """Bearer-token verification: the order of checks and where each one lives.
 
-1. verified-token cache (:mod:`igw.security.token_cache`) - a hit skips everything below;
+1. verified-token cache (:meth:`TokenVerifier.cached`, :mod:`igw.security.token_cache`) - a hit
+   skips everything below, which is :meth:`TokenVerifier.verify`;
 2. strict compact-JWS parsing and header checks (:mod:`igw.security.token`) - no I/O;
 3. claims against the provider (:mod:`igw.security.claims`) - still no I/O, so wrong issuers and
    expired tokens never trigger a JWKS fetch;
@@ -10,6 +11,12 @@
 6. tenant and forwarded headers from the verified claims (:mod:`igw.security.identity`).
 
 Every refusal raises :class:`~igw.security.token.TokenRejected` with a short reason.
+
+A cache hit is the common case (a client reuses its token) and runs on every authenticated request:
+one clock read, the JWKS generation and the cache look-up. The entry's bound already includes the
+key set's ``usable_until`` (the verifier and the JWKS cache share one clock, see
+:mod:`igw.security.factory`), so a hit does not ask the JWKS cache whether it is ready. This module
+and the cache are compiled by the mypyc build (:data:`igw.compiled.COMPILED_MODULES`).
 """
 
 from __future__ import annotations
@@ -60,14 +67,19 @@ class TokenVerifier:
         self._cache_hit = None if metrics is None else metrics.child(metrics.token_cache, "hit")
         self._cache_miss = None if metrics is None else metrics.child(metrics.token_cache, "miss")
 
+    def cached(self, token: str) -> Principal | None:
+        """The principal of a token verified before and still reusable (a cache hit, counted), else
+        ``None``: then :meth:`verify` decides. A plain call, so the common case (a client
+        reusing its token) makes no coroutine."""
+        cached = self.cache.get(token, now=self._clock(), generation=self._jwks.generation)
+        if cached is not None and self._cache_hit is not None:
+            self._cache_hit.inc()
+        return cached
+
     async def verify(self, token: str) -> Principal:
+        """Steps 2-6 for a token :meth:`cached` did not answer (the cache is not consulted again);
+        a success is cached."""
         now = self._clock()
-        generation = self._jwks.generation
-        cached = self.cache.get(token, now=now, generation=generation)
-        if cached is not None and self._jwks.ready():
-            if self._cache_hit is not None:
-                self._cache_hit.inc()
-            return cached
         if self._cache_miss is not None and self.cache.enabled:
             self._cache_miss.inc()
         parsed = parse_compact_jws(
@@ -93,7 +105,7 @@ class TokenVerifier:
             token,
             principal,
             now=now,
-            expires_at=exp + self._settings.clock_skew_s,
+            expires_at=min(exp + self._settings.clock_skew_s, self._jwks.usable_until()),
             generation=self._jwks.generation,
         )
         return principal
