@@ -158,7 +158,7 @@ import statistics
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
@@ -260,20 +260,36 @@ class LinearFit:
         return (intercept, slope) if slope > 0 and intercept >= 0 else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Predictions:
-    """What :meth:`BacklogTtftScorer.score` predicted in one pick, published as ``backlog.predicted``."""
+    """What :meth:`BacklogTtftScorer.score` predicted in one pick, published as ``backlog.predicted``.
 
-    endpoints: Sequence[EndpointView]
+    Read-only, with a written-out ``__init__`` (as :class:`~igw.scheduling.values.RoutingRequest`'s
+    and ``PublishedScores``'): one is made per pick, and the ``__init__`` that ``dataclasses``
+    generates stays interpreted in the compiled build (the last interpreted call of a pick there)."""
+
+    endpoints: Final[Sequence[EndpointView]]
     """The candidate list scored (the same object every scorer of the pick receives)."""
-    seconds: Sequence[float]
+    seconds: Final[Sequence[float]]
     """Predicted seconds to first token per candidate, in ``endpoints`` order."""
-    idle: Sequence[float]
+    idle: Final[Sequence[float]]
     """Seconds each candidate would take for the whole prompt with nothing ahead and nothing cached
     (``intercept + slope x prompt tokens`` of the model it was predicted with): its hardware's speed."""
-    measured: Sequence[bool]
+    measured: Final[Sequence[bool]]
     """Whether each candidate has ``MIN_FIT_SAMPLES`` samples of its own (else its model is a guess:
     the KV-based prior, another endpoint's model standing in, or a mean of a few samples)."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[EndpointView],
+        seconds: Sequence[float],
+        idle: Sequence[float],
+        measured: Sequence[bool],
+    ) -> None:
+        self.endpoints = endpoints
+        self.seconds = seconds
+        self.idle = idle
+        self.measured = measured
 
 
 _predictions = slot_constructor(Predictions)
@@ -1192,17 +1208,41 @@ class BacklogTtftScorer(PluginHooks):
         adapter only (:meth:`_score_base`): sharpened for adapter requests too, random-1-03 (a LoRA
         draw) lost its tail. A prediction <= 0 scores 1.0."""
         best = min(predicted, default=0.0)
-        models, label = self._cycle_models, self.hardware_label
-        kinds = [(models[e.key], e.labels.get(label) if label else None) for e in endpoints]
-        best_of: dict[tuple[tuple[float, float], str | None], float] = {}
+        # The models as objects (a Mapping of objects): in the compiled build a ``tuple[float,
+        # float]`` read from the typed dict is unboxed to two C doubles and boxed again (a new
+        # tuple and two floats) wherever it is stored or used as a key, and the old kinds did that
+        # per candidate per dict operation, four times.
+        models: Mapping[EndpointKey, object] = self._cycle_models
+        label = self.hardware_label
+        if label:
+            kinds: list[object] = [(models[e.key], e.labels.get(label)) for e in endpoints]
+        else:  # ``(model, None)`` for every candidate groups as the model alone
+            kinds = [models[e.key] for e in endpoints]
+        # One hash per candidate: each kind's group number, then the groups' lowest predictions in
+        # a list. A group's lowest is set only by a prediction below infinity, as ``p <
+        # best_of.get(kind, inf)`` did; a group left without one fails as ``best_of[kind]`` did.
+        group_of: dict[object, int] = {}
+        groups: list[int] = []
+        lowest: list[float] = []
         for p, kind in zip(predicted, kinds, strict=True):
-            if p < best_of.get(kind, math.inf):
-                best_of[kind] = p
+            g = group_of.get(kind)
+            if g is None:
+                g = group_of[kind] = len(lowest)
+                lowest.append(math.inf)
+            if p < lowest[g]:
+                lowest[g] = p
+            groups.append(g)
         exponent = self.prediction_exponent
-        return [
-            1.0 if p <= 0 else (best_of[kind] / p) ** exponent * (best / best_of[kind])
-            for p, kind in zip(predicted, kinds, strict=True)
-        ]
+        out: list[float] = []
+        for p, g in zip(predicted, groups, strict=True):
+            if p <= 0:
+                out.append(1.0)
+                continue
+            low = lowest[g]
+            if low == math.inf:
+                raise KeyError(kinds[groups.index(g)])
+            out.append((low / p) ** exponent * (best / low))
+        return out
 
     def _one_kind_scores(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         """Scores on one kind of hardware: ``1 - oneKindShare x (1 - s)`` where ``s`` is
