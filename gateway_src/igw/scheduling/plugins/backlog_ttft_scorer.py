@@ -761,9 +761,11 @@ class BacklogTtftScorer(PluginHooks):
         expression is the helper's own, in the same order (``b if b > a else a`` is ``max(a, b)``),
         so the floats are the same. Endpoints without a fit of their own (a newcomer) take
         :meth:`_unfitted` with the helpers."""
-        fits_get, pooled_get, backlogs_get = self.fits.get, pooled.get, self.backlogs.get
-        pending_get = self.pending.get
-        floor_share, pending_tokens_get = self.pending_floor, self.pending_tokens.get
+        # The dicts themselves, not their bound ``get``: in the compiled build a typed dict's
+        # ``get`` is a direct C call, a bound method a generic call per candidate.
+        fits, backlogs, pending, pending_tokens = self.fits, self.backlogs, self.pending, self.pending_tokens
+        pooled_get = pooled.get
+        floor_share = self.pending_floor
         pending_explains = 1.0 if self._adapter_cycle else self._pending_explains
         models = self._cycle_models
         # uncached() of an endpoint without a matched prefix share.
@@ -778,7 +780,7 @@ class BacklogTtftScorer(PluginHooks):
         cheap = self.probe_share > 0 and tokens <= self.prompt_mean * self.probe_share
         for i, e in enumerate(endpoints):
             key = e.key
-            fit = fits_get(key)
+            fit = fits.get(key)
             if fit is not None:
                 model = pooled_get(key)
                 if model is None:
@@ -823,7 +825,7 @@ class BacklogTtftScorer(PluginHooks):
             models[key] = model  # the pooled tuple itself where there is one (the same values)
             if idle is not None:
                 idle.append(intercept + slope * tokens)
-            backlog = backlogs_get(key)
+            backlog = backlogs.get(key)
             if backlog is None:
                 ahead = 0.0
             else:
@@ -839,7 +841,7 @@ class BacklogTtftScorer(PluginHooks):
                         ahead = 0.0
             if floor_share > 0.0:
                 # No less than ``pendingFloor`` of the prompts still waiting for their first token.
-                floor = floor_share * pending_tokens_get(key, 0.0)
+                floor = floor_share * pending_tokens.get(key, 0.0)
                 if floor > ahead:
                     ahead = floor
             if matched:
@@ -856,7 +858,7 @@ class BacklogTtftScorer(PluginHooks):
                 # non-empty backlog explains one, and each further dispatch of this router still
                 # waiting for its first token explains ``1 - ownWaitingShare`` of one.
                 first = 1 if ahead > 0 else 0
-                mine = pending_get(key, 0)
+                mine = pending.get(key, 0)
                 if mine < first:
                     mine = first
                 unexplained = waiting - (first + pending_explains * (mine - first))
@@ -1196,7 +1198,7 @@ class BacklogTtftScorer(PluginHooks):
             return UnitScores([best / p for p in predicted])
         return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
 
-    def _ratios(self, predicted: Sequence[float], endpoints: Sequence[EndpointView]) -> list[float]:
+    def _ratios(self, predicted: list[float], endpoints: Sequence[EndpointView]) -> list[float]:
         """``best / predicted_i`` with the part of it between endpoints of one model sharpened:
         ``(best_k / predicted_i) ** predictionExponent x best / best_k``, where ``best_k`` is the lowest
         prediction among the candidates predicted with endpoint ``i``'s model (``intercept, slope``:
@@ -1221,10 +1223,19 @@ class BacklogTtftScorer(PluginHooks):
         # One hash per candidate: each kind's group number, then the groups' lowest predictions in
         # a list. A group's lowest is set only by a prediction below infinity, as ``p <
         # best_of.get(kind, inf)`` did; a group left without one fails as ``best_of[kind]`` did.
+        n = len(predicted)
+        if len(kinds) != n:
+            raise ValueError(
+                "_ratios: predictions and candidates of different lengths"
+            )  # as zip(strict=True)
         group_of: dict[object, int] = {}
         groups: list[int] = []
         lowest: list[float] = []
-        for p, kind in zip(predicted, kinds, strict=True):
+        # Loops by position over lists: in the compiled build native, where ``zip`` is a call
+        # through the type (its keyword) and an iterator step per item.
+        for i in range(n):
+            p = predicted[i]
+            kind = kinds[i]
             g = group_of.get(kind)
             if g is None:
                 g = group_of[kind] = len(lowest)
@@ -1234,10 +1245,12 @@ class BacklogTtftScorer(PluginHooks):
             groups.append(g)
         exponent = self.prediction_exponent
         out: list[float] = []
-        for p, g in zip(predicted, groups, strict=True):
+        for i in range(n):
+            p = predicted[i]
             if p <= 0:
                 out.append(1.0)
                 continue
+            g = groups[i]
             low = lowest[g]
             if low == math.inf:
                 raise KeyError(kinds[groups.index(g)])
