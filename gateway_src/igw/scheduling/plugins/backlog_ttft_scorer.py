@@ -1167,11 +1167,19 @@ class BacklogTtftScorer(PluginHooks):
             ratios = self._ratios(predicted, endpoints)
             if preference > 0 and (fastest := min(idle)) > 0:
                 probing = self._cheap_probes
+                if probing:
+                    return list[float | None](
+                        [
+                            r * (fastest / (fastest if e.key in probing else t)) ** preference
+                            for r, e, t in zip(ratios, endpoints, idle, strict=True)
+                        ]
+                    )
+                # No cheap probe (the usual case): ``fastest / t`` for every candidate, without the
+                # candidates' keys (one iterator less, no set look-up per candidate).
+                if len(idle) != len(ratios):
+                    raise ValueError("backlog-ttft-scorer: ratios and idle times of different lengths")
                 return list[float | None](
-                    [
-                        r * (fastest / (fastest if e.key in probing else t)) ** preference
-                        for r, e, t in zip(ratios, endpoints, idle, strict=True)
-                    ]
+                    [r * (fastest / idle[i]) ** preference for i, r in enumerate(ratios)]
                 )
             return list[float | None](ratios)
         if preference > 0:
