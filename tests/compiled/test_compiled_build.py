@@ -31,6 +31,7 @@ pytestmark = pytest.mark.timeout(1200)  # the first test waits for the C build (
 TEST_MODULES = (
     "igw.scheduling.scheduler",
     "igw.scheduling.columns",
+    "igw.scheduling.plugins.prefix_index",
     "igw.scheduling.plugins.queue_scorer",
     "igw.scheduling.plugins.kv_cache_scorer",
     "igw.gateway.request_body",
@@ -70,6 +71,8 @@ from igw.bench.scenarios import SCENARIOS
 print(igw.scheduling.scheduler.__file__)
 print(igw.scheduling.scheduler.NATIVE_SUM)
 print(type(igw.scheduling.scheduler._rows_kernel(("a",), (1.0,))).__name__)
+import igw.scheduling.columns, igw.scheduling.plugins.prefix_index
+print(igw.scheduling.columns.NATIVE_RESCRAPED, igw.scheduling.plugins.prefix_index.NATIVE_WALK)
 for name in ("mixed-fleet-8b", "shared-prefix-8b-high-cache"):
     options = DesOptions(
         policies=["gateway-default"], seeds=[1], duration_scale=0.02, decisions_out=Path(sys.argv[1])
@@ -114,10 +117,11 @@ def test_des_decisions_are_byte_identical_to_pure_python(compiled_tree: Path, tm
         out = tmp_path / f"{label}.jsonl"
         done = _run(tree, "-c", DES, str(out))
         assert done.returncode == 0, done.stderr[-3000:]
-        loaded_from, native_sum, rows_kernel = done.stdout.splitlines()[:3]
+        loaded_from, native_sum, rows_kernel, native_loops = done.stdout.splitlines()[:4]
         assert loaded_from.endswith(".py") == (label == "pure"), loaded_from
         assert native_sum == str(label == "compiled")  # the compiled weighted sum decides there
         assert rows_kernel == ("partial" if label == "compiled" else "function")  # and the native rows
+        assert native_loops == f"{label == 'compiled'} {label == 'compiled'}"  # rescraped, prefix walk
         decisions[label] = out.read_bytes()
     assert decisions["pure"].count(b"\n") > 100
     assert decisions["compiled"] == decisions["pure"]

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from igw.config.model import LabelSelector, SchedulerSpec
 from igw.scheduling import dispatch_ledger
+from igw.scheduling import scheduler as scheduler_module
 from igw.scheduling.columns import ScrapeCache
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.factory import scheduler_from_spec
@@ -1122,3 +1123,22 @@ def test_backlog_kv_twins_follow_the_regressed_set_and_clamp_the_intercept() -> 
     assert models[0][1] == 1e-4  # the twin moved from e2 ...
     assert models[1][1] == 4e-4  # ... to e1
     assert models[2][0] == 0.0  # 0.01 - 4e-4 x 1000 < 0: clamped
+
+
+def test_the_native_sum_and_rows_decide_as_the_generated_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled build's direct native sum and rows (``NATIVE_SUM``), run here as Python, give
+    the decisions of the generated kernels: every pick, fallback and weighted score, both with
+    every scorer scoring and with one left out (``prefill-admission-scorer`` abstaining)."""
+    runs: dict[bool, Recording] = {}
+    for native in (False, True):
+        monkeypatch.setattr(scheduler_module, "NATIVE_SUM", native)
+        scheduler_module._sum_kernel.cache_clear()  # kernels are kept per weights: made anew per setting
+        runs[native] = Recording(_default_scheduler(7))
+        _run(runs[native], seed=3)
+    scheduler_module._sum_kernel.cache_clear()
+    assert len(runs[True].decisions) == 480
+    assert runs[True].decisions == runs[False].decisions
+    assert runs[True].scheduler._left_out_columns  # the left-out path ran natively
+    admission = "prefill-admission-scorer"
+    every = [d for d in runs[True].decisions if d.endpoint and admission in d.scores[d.endpoint]]
+    assert every  # and the path with every scorer scoring

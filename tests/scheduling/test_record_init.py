@@ -22,6 +22,7 @@ from igw.gateway.request_body import InferenceBody
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.columns import ScrapeCache
 from igw.scheduling.cycle import CycleContext
+from igw.scheduling.plugins.backlog_ttft_scorer import Predictions
 from igw.scheduling.plugins.predicted_ttft_scorer import PublishedScores
 from igw.scheduling.values import (
     DecisionKind,
@@ -134,6 +135,12 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "unreflected_dispatches": 55,
     },
     PublishedScores: {"endpoints": ("i:1", "j:1"), "scores": (0.25, None)},
+    Predictions: {
+        "endpoints": ("k:1", "l:1"),
+        "seconds": (0.5, 1.5),
+        "idle": (0.25, 0.75),
+        "measured": (True, False),
+    },
     CycleContext: {
         "request": RoutingRequest(request_id="r", model="m", base_model="m", prefix_text="", prompt_tokens=1),
         "now": 9.5,
@@ -207,7 +214,9 @@ def test_the_defaults_are_the_generated_ones() -> None:
 
 
 @pytest.mark.parametrize(
-    "cls", [RoutingRequest, RequestOutcome, InferenceBody, PublishedScores], ids=lambda c: c.__name__
+    "cls",
+    [RoutingRequest, RequestOutcome, InferenceBody, PublishedScores, Predictions],
+    ids=lambda c: c.__name__,
 )
 def test_the_read_only_records_hash_by_value(cls: type) -> None:
     """As the frozen dataclasses did (a decision's dict fields make it unhashable, as before)."""

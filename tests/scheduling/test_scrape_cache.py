@@ -9,14 +9,17 @@ third-party scorer that knows nothing of the cache.
 
 from __future__ import annotations
 
+import operator
 import random
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
+from itertools import compress
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from igw.config.model import LabelSelector, SchedulerSpec
+from igw.scheduling import columns
 from igw.scheduling.columns import Columns, ScrapeCache
 from igw.scheduling.factory import scheduler_from_spec
 from igw.scheduling.framework import CycleContext
@@ -252,3 +255,21 @@ def test_after_a_few_rescrapes_only_their_positions_are_updated() -> None:
     assert (waiting.values, waiting.lo, waiting.hi) == ([0, 9, 2, 3, 9, 5], 0, 9)
     assert value(rescraped[::-1]) == 0  # another order: computed in full, not updated
     assert len(updates) == 1
+
+
+def test_rescraped_positions_equal_the_iterator_pass() -> None:
+    """``columns._rescraped`` (the compiled build's pass in ``ScrapeCache.validate``) finds the
+    positions whose ``metrics`` object changed, by identity, as the ``compress`` pass does."""
+    rng = random.Random(11)
+    pool = [EngineMetrics(waiting=i) for i in range(6)] + [None]
+    for _ in range(2000):
+        n = rng.randint(0, 12)
+        old = [rng.choice(pool) for _ in range(n)]
+        new = [m if rng.random() < 0.6 else rng.choice(pool) for m in old]
+        if n and rng.random() < 0.3:  # an equal but new object: a re-scrape with the same values
+            i = rng.randrange(n)
+            metrics = new[i]
+            if metrics is not None:
+                new[i] = replace(metrics)
+        expected = list(compress(range(n), map(operator.is_not, old, new)))
+        assert columns._rescraped(old, new) == expected

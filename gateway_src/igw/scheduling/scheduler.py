@@ -127,6 +127,9 @@ class Scheduler:
         """The weighted sum and the score rows of a pick where the profile's scorers at these
         positions scored nothing (e.g. ``prefill-admission-scorer``, which abstains on short
         prompts), made on first use: the kernels for the remaining scorers, without a look-up."""
+        self._left_out_columns: dict[tuple[int, ...], tuple[tuple[str, ...], tuple[float, ...]]] = {}
+        """The names and weights of such a pick's columns, for the compiled build's direct native
+        sum and rows (:meth:`_left_out_named`)."""
         self._fallback_scorer = InflightScorer(name="active-request-scorer(all-stale fallback)")
         self._plugins: tuple[Plugin, ...] = (
             *profile.filters,
@@ -327,16 +330,27 @@ class Scheduler:
         # do not serve (another scorer list, a NaN to clamp, the general rows loop).
         columns: list[tuple[str, float, list[float]]] | None = None
         rows: _RowsKernel | None = None
+        # Compiled build: the names and weights of the columns scored, summed and made into rows
+        # by direct native calls (not through the kernels' ``functools.partial``).
+        native: tuple[tuple[str, ...], tuple[float, ...]] | None = None
         if scorers is not self.profile.scorers or self._profile_kernel is None:
             columns = _named_columns(scorers, left_out, value_lists)
             totals = _weighted_sum(columns, n)
         elif left_out is None:
-            totals = self._profile_kernel(*value_lists)  # every scorer scored: the profile's kernel
-            rows = self._profile_rows
+            if NATIVE_SUM:
+                native = (self._profile_names, self._profile_weights)
+                totals = _native_sum_of(self._profile_weights, value_lists)
+            else:
+                totals = self._profile_kernel(*value_lists)  # every scorer scored: the profile's kernel
+                rows = self._profile_rows
         elif value_lists:
             positions = tuple(left_out)
-            total_kernel, rows = self._left_out_kernels.get(positions) or self._left_out_kernel(positions)
-            totals = total_kernel(*value_lists)
+            if NATIVE_SUM:
+                native = self._left_out_columns.get(positions) or self._left_out_named(positions)
+                totals = _native_sum_of(native[1], value_lists)
+            else:
+                total_kernel, rows = self._left_out_kernels.get(positions) or self._left_out_kernel(positions)
+                totals = total_kernel(*value_lists)
         else:
             totals = [0.0] * n  # no scorer scored: what _weighted_sum gives for no columns
         check = sum(totals)
@@ -357,6 +371,8 @@ class Scheduler:
         scores: dict[EndpointKey, dict[str, float]]
         if rows is not None:
             scores = rows(candidates, ranked, totals, *value_lists)
+        elif native is not None:
+            scores = _native_rows_of(native[0], native[1], candidates, ranked, totals, value_lists)
         else:
             if columns is None:
                 columns = _named_columns(scorers, left_out, value_lists)
@@ -385,6 +401,16 @@ class Scheduler:
             names = tuple([m for i, m in enumerate(self._profile_names) if i not in left_out])
             kernels = self._left_out_kernels[left_out] = (_sum_kernel(weights), _rows_kernel(names, weights))
         return kernels
+
+    def _left_out_named(self, left_out: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[float, ...]]:
+        """The names and weights of the profile's columns without those at ``left_out`` (kept per
+        scheduler): what the compiled build sums and makes rows of by direct native calls."""
+        named = self._left_out_columns.get(left_out)
+        if named is None:
+            weights = tuple([w for i, w in enumerate(self._profile_weights) if i not in left_out])
+            names = tuple([m for i, m in enumerate(self._profile_names) if i not in left_out])
+            named = self._left_out_columns[left_out] = (names, weights)
+        return named
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         self.drain.record(outcome.endpoint, now)
@@ -523,6 +549,12 @@ def _native_weighted_sum(weights: tuple[float, ...], *columns: list[float]) -> l
     generated function is ``exec``-made, so it stays interpreted in the compiled build, where on
     a 1,000-endpoint pool it was a fifth of the pick; compiled, a total is summed in a C double,
     with one float object made per candidate instead of two per column."""
+    return _native_sum_of(weights, list(columns))
+
+
+def _native_sum_of(weights: tuple[float, ...], columns: list[list[float]]) -> list[float]:
+    """:func:`_native_weighted_sum` of the columns in a list: what the scheduler calls directly in
+    the compiled build (one native call, no ``functools.partial`` and no argument tuple)."""
     count = len(columns)
     n = len(columns[0]) if count else 0
     for column in columns:
@@ -598,6 +630,19 @@ def _native_score_rows(
     the same product ``weight * column[i]``. Why: the generated function is ``exec``-made, so in
     the compiled build it ran interpreted (two Python frames, the function and its comprehension)
     on every pick."""
+    return _native_rows_of(names, weights, candidates, ranked, totals, list(columns))
+
+
+def _native_rows_of(
+    names: tuple[str, ...],
+    weights: tuple[float, ...],
+    candidates: Sequence[EndpointView],
+    ranked: list[int],
+    totals: list[float],
+    columns: list[list[float]],
+) -> dict[EndpointKey, dict[str, float]]:
+    """:func:`_native_score_rows` of the columns in a list: what the scheduler calls directly in
+    the compiled build (as :func:`_native_sum_of`)."""
     count = len(names)
     out: dict[EndpointKey, dict[str, float]] = {}
     for i in ranked:

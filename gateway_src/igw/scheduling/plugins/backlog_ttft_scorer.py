@@ -158,7 +158,7 @@ import statistics
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
@@ -260,20 +260,36 @@ class LinearFit:
         return (intercept, slope) if slope > 0 and intercept >= 0 else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Predictions:
-    """What :meth:`BacklogTtftScorer.score` predicted in one pick, published as ``backlog.predicted``."""
+    """What :meth:`BacklogTtftScorer.score` predicted in one pick, published as ``backlog.predicted``.
 
-    endpoints: Sequence[EndpointView]
+    Read-only, with a written-out ``__init__`` (as :class:`~igw.scheduling.values.RoutingRequest`'s
+    and ``PublishedScores``'): one is made per pick, and the ``__init__`` that ``dataclasses``
+    generates stays interpreted in the compiled build (the last interpreted call of a pick there)."""
+
+    endpoints: Final[Sequence[EndpointView]]
     """The candidate list scored (the same object every scorer of the pick receives)."""
-    seconds: Sequence[float]
+    seconds: Final[Sequence[float]]
     """Predicted seconds to first token per candidate, in ``endpoints`` order."""
-    idle: Sequence[float]
+    idle: Final[Sequence[float]]
     """Seconds each candidate would take for the whole prompt with nothing ahead and nothing cached
     (``intercept + slope x prompt tokens`` of the model it was predicted with): its hardware's speed."""
-    measured: Sequence[bool]
+    measured: Final[Sequence[bool]]
     """Whether each candidate has ``MIN_FIT_SAMPLES`` samples of its own (else its model is a guess:
     the KV-based prior, another endpoint's model standing in, or a mean of a few samples)."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[EndpointView],
+        seconds: Sequence[float],
+        idle: Sequence[float],
+        measured: Sequence[bool],
+    ) -> None:
+        self.endpoints = endpoints
+        self.seconds = seconds
+        self.idle = idle
+        self.measured = measured
 
 
 _predictions = slot_constructor(Predictions)
@@ -745,9 +761,11 @@ class BacklogTtftScorer(PluginHooks):
         expression is the helper's own, in the same order (``b if b > a else a`` is ``max(a, b)``),
         so the floats are the same. Endpoints without a fit of their own (a newcomer) take
         :meth:`_unfitted` with the helpers."""
-        fits_get, pooled_get, backlogs_get = self.fits.get, pooled.get, self.backlogs.get
-        pending_get = self.pending.get
-        floor_share, pending_tokens_get = self.pending_floor, self.pending_tokens.get
+        # The dicts themselves, not their bound ``get``: in the compiled build a typed dict's
+        # ``get`` is a direct C call, a bound method a generic call per candidate.
+        fits, backlogs, pending, pending_tokens = self.fits, self.backlogs, self.pending, self.pending_tokens
+        pooled_get = pooled.get
+        floor_share = self.pending_floor
         pending_explains = 1.0 if self._adapter_cycle else self._pending_explains
         models = self._cycle_models
         # uncached() of an endpoint without a matched prefix share.
@@ -762,7 +780,7 @@ class BacklogTtftScorer(PluginHooks):
         cheap = self.probe_share > 0 and tokens <= self.prompt_mean * self.probe_share
         for i, e in enumerate(endpoints):
             key = e.key
-            fit = fits_get(key)
+            fit = fits.get(key)
             if fit is not None:
                 model = pooled_get(key)
                 if model is None:
@@ -807,7 +825,7 @@ class BacklogTtftScorer(PluginHooks):
             models[key] = model  # the pooled tuple itself where there is one (the same values)
             if idle is not None:
                 idle.append(intercept + slope * tokens)
-            backlog = backlogs_get(key)
+            backlog = backlogs.get(key)
             if backlog is None:
                 ahead = 0.0
             else:
@@ -823,7 +841,7 @@ class BacklogTtftScorer(PluginHooks):
                         ahead = 0.0
             if floor_share > 0.0:
                 # No less than ``pendingFloor`` of the prompts still waiting for their first token.
-                floor = floor_share * pending_tokens_get(key, 0.0)
+                floor = floor_share * pending_tokens.get(key, 0.0)
                 if floor > ahead:
                     ahead = floor
             if matched:
@@ -840,7 +858,7 @@ class BacklogTtftScorer(PluginHooks):
                 # non-empty backlog explains one, and each further dispatch of this router still
                 # waiting for its first token explains ``1 - ownWaitingShare`` of one.
                 first = 1 if ahead > 0 else 0
-                mine = pending_get(key, 0)
+                mine = pending.get(key, 0)
                 if mine < first:
                     mine = first
                 unexplained = waiting - (first + pending_explains * (mine - first))
@@ -1149,11 +1167,19 @@ class BacklogTtftScorer(PluginHooks):
             ratios = self._ratios(predicted, endpoints)
             if preference > 0 and (fastest := min(idle)) > 0:
                 probing = self._cheap_probes
+                if probing:
+                    return list[float | None](
+                        [
+                            r * (fastest / (fastest if e.key in probing else t)) ** preference
+                            for r, e, t in zip(ratios, endpoints, idle, strict=True)
+                        ]
+                    )
+                # No cheap probe (the usual case): ``fastest / t`` for every candidate, without the
+                # candidates' keys (one iterator less, no set look-up per candidate).
+                if len(idle) != len(ratios):
+                    raise ValueError("backlog-ttft-scorer: ratios and idle times of different lengths")
                 return list[float | None](
-                    [
-                        r * (fastest / (fastest if e.key in probing else t)) ** preference
-                        for r, e, t in zip(ratios, endpoints, idle, strict=True)
-                    ]
+                    [r * (fastest / idle[i]) ** preference for i, r in enumerate(ratios)]
                 )
             return list[float | None](ratios)
         if preference > 0:
@@ -1180,7 +1206,7 @@ class BacklogTtftScorer(PluginHooks):
             return UnitScores([best / p for p in predicted])
         return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
 
-    def _ratios(self, predicted: Sequence[float], endpoints: Sequence[EndpointView]) -> list[float]:
+    def _ratios(self, predicted: list[float], endpoints: Sequence[EndpointView]) -> list[float]:
         """``best / predicted_i`` with the part of it between endpoints of one model sharpened:
         ``(best_k / predicted_i) ** predictionExponent x best / best_k``, where ``best_k`` is the lowest
         prediction among the candidates predicted with endpoint ``i``'s model (``intercept, slope``:
@@ -1192,17 +1218,52 @@ class BacklogTtftScorer(PluginHooks):
         adapter only (:meth:`_score_base`): sharpened for adapter requests too, random-1-03 (a LoRA
         draw) lost its tail. A prediction <= 0 scores 1.0."""
         best = min(predicted, default=0.0)
-        models, label = self._cycle_models, self.hardware_label
-        kinds = [(models[e.key], e.labels.get(label) if label else None) for e in endpoints]
-        best_of: dict[tuple[tuple[float, float], str | None], float] = {}
-        for p, kind in zip(predicted, kinds, strict=True):
-            if p < best_of.get(kind, math.inf):
-                best_of[kind] = p
+        # The models as objects (a Mapping of objects): in the compiled build a ``tuple[float,
+        # float]`` read from the typed dict is unboxed to two C doubles and boxed again (a new
+        # tuple and two floats) wherever it is stored or used as a key, and the old kinds did that
+        # per candidate per dict operation, four times.
+        models: Mapping[EndpointKey, object] = self._cycle_models
+        label = self.hardware_label
+        if label:
+            kinds: list[object] = [(models[e.key], e.labels.get(label)) for e in endpoints]
+        else:  # ``(model, None)`` for every candidate groups as the model alone
+            kinds = [models[e.key] for e in endpoints]
+        # One hash per candidate: each kind's group number, then the groups' lowest predictions in
+        # a list. A group's lowest is set only by a prediction below infinity, as ``p <
+        # best_of.get(kind, inf)`` did; a group left without one fails as ``best_of[kind]`` did.
+        n = len(predicted)
+        if len(kinds) != n:
+            raise ValueError(
+                "_ratios: predictions and candidates of different lengths"
+            )  # as zip(strict=True)
+        group_of: dict[object, int] = {}
+        groups: list[int] = []
+        lowest: list[float] = []
+        # Loops by position over lists: in the compiled build native, where ``zip`` is a call
+        # through the type (its keyword) and an iterator step per item.
+        for i in range(n):
+            p = predicted[i]
+            kind = kinds[i]
+            g = group_of.get(kind)
+            if g is None:
+                g = group_of[kind] = len(lowest)
+                lowest.append(math.inf)
+            if p < lowest[g]:
+                lowest[g] = p
+            groups.append(g)
         exponent = self.prediction_exponent
-        return [
-            1.0 if p <= 0 else (best_of[kind] / p) ** exponent * (best / best_of[kind])
-            for p, kind in zip(predicted, kinds, strict=True)
-        ]
+        out: list[float] = []
+        for i in range(n):
+            p = predicted[i]
+            if p <= 0:
+                out.append(1.0)
+                continue
+            g = groups[i]
+            low = lowest[g]
+            if low == math.inf:
+                raise KeyError(kinds[groups.index(g)])
+            out.append((low / p) ** exponent * (best / low))
+        return out
 
     def _one_kind_scores(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         """Scores on one kind of hardware: ``1 - oneKindShare x (1 - s)`` where ``s`` is

@@ -104,7 +104,9 @@ class PredictedTtftScorer(PluginHooks):
         waiting = cols.waiting
         if waiting is not None and waiting.lo >= 0:
             unreflected = cols.unreflected
-            if min(unreflected, default=0) >= 0:
+            # ``min(unreflected, default=0) >= 0`` without the keyword (which makes the compiled
+            # build's call go through the generic keyword path): the same answer for a list of ints.
+            if not unreflected or min(unreflected) >= 0:
                 # The usual case (every endpoint publishes ``waiting``, no negative count): the
                 # formula below without its per-endpoint guards.
                 queued = zip(speeds, waiting.values, unreflected, strict=True)
