@@ -92,30 +92,28 @@ def _clean(text: str | None) -> bool:
 _SCALES: Final = (1.0, 10.0, 100.0, 1000.0, 10000.0)
 """``10.0 ** digits`` for the digits the line rounds to (0-4), each exact as a float."""
 _EXACT_BELOW: Final = 4503599627370496.0
-"""2 ** 52: below it a float's fraction and whole part split exactly and the whole part plus one
-is exact too (the fast path's range; NaN and the infinities compare false and stay out of it)."""
-_PRODUCT_ERROR: Final = 1e-15
-"""A bound on the relative error of ``abs(value) * scale`` (a product's is at most 2 ** -53,
-≈ 1.1e-16): a scaled value whose fraction is nearer 0.5 than this share of it may lie on either
-side of the exact product's half and goes to ``round``."""
+"""2 ** 52: below it a float's fraction and whole part split exactly, and the whole part plus 0.5 or
+plus one is a float too (the fast path's range; NaN and the infinities compare false and stay out)."""
 
 
 def _rounded(value: object, digits: int) -> object:
-    """``round(value, digits)`` (``digits`` 0-4), the same float without ``round``'s decimal string
-    round trip where that is provably safe.
+    """``round(value, digits)`` (``digits`` 0-4): the same result, without ``round``'s decimal string
+    round trip where the answer is certain.
 
-    ``round`` gives the float nearest to the exact value rounded half-even to ``digits`` decimals; it
-    does so through a correctly rounded decimal conversion and back (≈ 0.3 µs a call here, ten calls
-    a scored line). Here ``t = abs(value) * 10 ** digits`` (one rounded product) splits exactly into
-    its whole part ``k`` and fraction ``f``; when ``f`` is farther from 0.5 than the product's error
-    bound, the exact product's nearest integer is ``k`` or ``k + 1`` with certainty, no tie is
-    possible, and ``K / 10 ** digits`` (one correctly rounded division of exact operands) is the
-    float nearest to ``K * 10 ** -digits`` - what ``round`` returns. The sign is put back (``-0.0``
-    where a negative value rounds to zero, as ``round`` gives). Anything else - a near-tie, a
-    magnitude of 2 ** 52 or more after scaling, NaN, an infinity, an ``int`` or ``bool`` (``round``
-    keeps those integers), any non-float - is ``round``'s. Zero is returned as it is (``round``
-    keeps ``0.0`` and ``-0.0``). ``tests/gateway/test_access_log_lines.py`` compares the two on
-    random, edge and tie values."""
+    ``round`` gives the float nearest to the exact value rounded half-even to ``digits`` decimals,
+    through a correctly rounded decimal conversion and back (≈ 0.3 µs a call; ten calls a scored
+    line, on the log writer's thread). Here ``scaled = abs(value) * 10 ** digits`` is the exact
+    product ``P`` rounded once; it splits exactly into a whole part ``k`` and a fraction. Rounding is
+    monotonic and ``k + 0.5`` is a float, so a fraction below 0.5 means ``P < k + 0.5`` and one above
+    means ``P > k + 0.5`` (and ``P`` lies within half a unit of ``scaled``, far less than 0.5): the
+    integer nearest ``P`` is ``k`` or ``k + 1`` for certain, with no tie. ``K / 10 ** digits`` - one
+    correctly rounded division of two exact floats - is then the float nearest ``K * 10 ** -digits``,
+    which is what ``round`` returns. The sign is put back (``-0.0`` where a negative value rounds to
+    zero, as with ``round``). A fraction of exactly 0.5 (``P`` may be a tie or not), a scaled
+    magnitude of 2 ** 52 or more, NaN, an infinity, and anything not a ``float`` (``round`` keeps an
+    ``int`` or ``bool`` an integer) go to ``round``; zero is returned as it is (``round`` keeps
+    ``0.0`` and ``-0.0``). ``tests/gateway/test_access_log_lines.py`` compares the two on random,
+    edge and tie values."""
     if type(value) is float:
         if value == 0.0:
             return value
@@ -123,14 +121,12 @@ def _rounded(value: object, digits: int) -> object:
         scaled = abs(value) * scale
         if scaled < _EXACT_BELOW:
             fraction = scaled % 1.0
-            whole = scaled - fraction
-            margin = scaled * _PRODUCT_ERROR
-            if fraction > 0.5 + margin:
-                whole += 1.0
-            elif fraction >= 0.5 - margin:
-                return round(value, digits)
-            rounded = whole / scale
-            return rounded if value > 0.0 else -rounded
+            if fraction != 0.5:
+                whole = scaled - fraction
+                if fraction > 0.5:
+                    whole += 1.0
+                rounded = whole / scale
+                return rounded if value > 0.0 else -rounded
     return round(value, digits)  # type: ignore[call-overload]
 
 
