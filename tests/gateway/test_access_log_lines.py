@@ -191,7 +191,17 @@ def test_the_written_out_fields_match_the_generic_rule_for_random_records() -> N
             None,
             {},
             {"e1": {"queue": 0.123456789, "total": 1 / 3}, "e2": {"kv": 2.0}},
-            {"e1": {"a": -0.0, "b": math.nan, "c": math.inf, "d": -math.inf, "e": 0.00015, "f": -2.5e-5, "g": 3}},
+            {
+                "e1": {
+                    "a": -0.0,
+                    "b": math.nan,
+                    "c": math.inf,
+                    "d": -math.inf,
+                    "e": 0.00015,
+                    "f": -2.5e-5,
+                    "g": 3,
+                }
+            },
         ],
         "decision_us": [12.5, 41.2649, 0.05, -0.0, math.nan, 1e300, None],
         "reason": ["1 stale endpoints excluded", None],
@@ -199,7 +209,7 @@ def test_the_written_out_fields_match_the_generic_rule_for_random_records() -> N
         "ttft_ms": [1.5, 1.23456789, None],
         "prompt_tokens": [10, 2**63 - 1, None],
         "completion_tokens": [4, None],
-        "error": ["boom", "modèle 模型 \u2028 \"q\"", None],
+        "error": ["boom", 'modèle 模型 \u2028 "q"', None],
         "priority": [2, None],
         "tenant": ["t", None],
         "queue_ms": [0.5, 0.0004999, None],
@@ -282,10 +292,13 @@ def test_rounded_gives_what_round_gives() -> None:
     for value in _round_cases():
         for digits in range(5):
             got, want = _rounded(value, digits), round(value, digits)  # type: ignore[call-overload]
-            assert type(got) is type(want) and repr(got) == repr(want), (value, digits, got, want)
+            assert type(got) is type(want), (value, digits, got, want)
+            assert repr(got) == repr(want), (value, digits)
 
 
-def test_rounded_calls_round_only_on_a_scaled_half_or_outside_its_range(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rounded_calls_round_only_on_a_scaled_half_or_outside_its_range(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The point of ``_rounded``: an ordinary score or timing does not go through ``round`` (pure
     Python only: the compiled module binds the builtin at build time)."""
     if not access_log_module.__file__ or not access_log_module.__file__.endswith(".py"):

@@ -306,7 +306,10 @@ class AccessRecord:
         scores = self.scores
         if scores is not None:
             out["scores"] = (
-                {key: {name: _rounded(value, 4) for name, value in row.items()} for key, row in scores.items()}
+                {
+                    key: {name: _rounded(value, 4) for name, value in row.items()}
+                    for key, row in scores.items()
+                }
                 if scores
                 else scores
             )
