@@ -38,6 +38,7 @@ TEST_MODULES = (
     "igw.gateway.upstream",
     "igw.gateway.upstream_client",
     "igw.gateway.lean_server",
+    "igw.gateway.access_log",
 )
 LEFT_OUT = (
     "not ("
@@ -142,6 +143,20 @@ def test_the_lean_server_and_error_shapes_hold_when_compiled(compiled_tree: Path
     tests = ["tests/gateway/test_lean_server.py", "tests/gateway/test_http_surface.py"]
     done = _run(compiled_tree, "-m", "pytest", *tests, "-k", LEFT_OUT, "-p", "no:cacheprovider", "-q")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_the_access_lines_rounding_and_fields_hold_when_compiled(compiled_tree: Path) -> None:
+    """The access log's ``_rounded`` (native float arithmetic in the compiled build) gives what
+    ``round`` gives, and the line's fields come out byte for byte as the generic rule states them."""
+    probe = _run(compiled_tree, "-c", "import igw.gateway.access_log as m; print(m.__file__)")
+    assert probe.returncode == 0, probe.stderr
+    assert not probe.stdout.splitlines()[0].endswith(".py"), probe.stdout
+    tests = "tests/gateway/test_access_log_lines.py"
+    done = _run(
+        compiled_tree, "-m", "pytest", tests, "-k", "rounded or generic_rule", "-p", "no:cacheprovider", "-q"
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "2 passed, 1 skipped" in done.stdout, done.stdout[-2000:]
 
 
 def test_perf_decide_says_it_measured_compiled_code(compiled_tree: Path) -> None:
