@@ -199,7 +199,6 @@ def test_the_written_out_fields_match_the_generic_rule_for_random_records() -> N
                     "d": -math.inf,
                     "e": 0.00015,
                     "f": -2.5e-5,
-                    "g": 3,
                 }
             },
         ],
