@@ -152,9 +152,9 @@ class AccessRecord:
     (a generated one is ``exec``-made Python, :mod:`igw.compiled`); its parameters are the fields, in
     order, with their defaults (``tests/scheduling/test_record_init.py`` checks that). The timings
     (``decision_us``, ``duration_ms``, ``ttft_ms``, ``queue_ms``) are kept as measured and rounded
-    in the line (:data:`US_DIGITS`, :data:`MS_DIGITS`): where ``igw serve`` defers the line, that
-    rounding runs on the log writer's thread, in a batch, not on the request's path (``round`` with
-    digits is one of the dearer builtins: two or three calls per request)."""
+    in the line (:data:`US_DIGITS`, :data:`MS_DIGITS`, by :func:`_rounded`, as the scores): where
+    ``igw serve`` defers the line, that rounding runs on the log writer's thread, in a batch, not on
+    the request's path (``round`` with digits is one of the dearer builtins)."""
 
     request_id: str
     method: str
