@@ -42,6 +42,7 @@ TEST_MODULES = (
     "igw.security.guard",
     "igw.security.verifier",
     "igw.security.token_cache",
+    "igw.gateway.access_log",
 )
 LEFT_OUT = (
     "not ("
@@ -163,6 +164,20 @@ def test_the_verified_token_cache_holds_when_compiled(compiled_tree: Path) -> No
     done = _run(compiled_tree, "-m", "pytest", test, "-k", left_out, "-p", "no:cacheprovider", "-q")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert done.stdout.split()[0] == "." * 9, done.stdout[-2000:]  # every test but the two left out ran
+
+
+def test_the_access_lines_rounding_and_fields_hold_when_compiled(compiled_tree: Path) -> None:
+    """The access log's ``_rounded`` (native float arithmetic in the compiled build) gives what
+    ``round`` gives, and the line's fields come out byte for byte as the generic rule states them."""
+    probe = _run(compiled_tree, "-c", "import igw.gateway.access_log as m; print(m.__file__)")
+    assert probe.returncode == 0, probe.stderr
+    assert not probe.stdout.splitlines()[0].endswith(".py"), probe.stdout
+    tests = "tests/gateway/test_access_log_lines.py"
+    done = _run(
+        compiled_tree, "-m", "pytest", tests, "-k", "rounded or generic_rule", "-p", "no:cacheprovider"
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "2 passed, 1 skipped" in done.stdout, done.stdout[-2000:]  # the skipped one counts round calls
 
 
 def test_perf_decide_says_it_measured_compiled_code(compiled_tree: Path) -> None:

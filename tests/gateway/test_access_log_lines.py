@@ -6,13 +6,16 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
+import math
 import random
+import struct
 from collections.abc import Callable, Iterator
 
 import orjson
 import pytest
 
-from igw.gateway.access_log import AccessRecord, access_log
+from igw.gateway import access_log as access_log_module
+from igw.gateway.access_log import AccessRecord, _rounded, access_log
 from igw.gateway.log_buffer import BatchedLineHandler, line_sink
 from igw.gateway.redaction import MASK, RedactingFormatter
 
@@ -184,14 +187,28 @@ def test_the_written_out_fields_match_the_generic_rule_for_random_records() -> N
         "base_model": ["b", None],
         "scheduler": ["s", None],
         "endpoint": ["10.0.0.1:8000", None],
-        "scores": [None, {}, {"e1": {"queue": 0.123456789, "total": 1 / 3}, "e2": {"kv": 2.0}}],
-        "decision_us": [12.5, 41.2649, None],
+        "scores": [
+            None,
+            {},
+            {"e1": {"queue": 0.123456789, "total": 1 / 3}, "e2": {"kv": 2.0}},
+            {
+                "e1": {
+                    "a": -0.0,
+                    "b": math.nan,
+                    "c": math.inf,
+                    "d": -math.inf,
+                    "e": 0.00015,
+                    "f": -2.5e-5,
+                }
+            },
+        ],
+        "decision_us": [12.5, 41.2649, 0.05, -0.0, math.nan, 1e300, None],
         "reason": ["1 stale endpoints excluded", None],
-        "duration_ms": [3.25, 3.14159265, None],
+        "duration_ms": [3.25, 3.14159265, 0.0005, 0.0015, -1e-9, math.inf, None],
         "ttft_ms": [1.5, 1.23456789, None],
-        "prompt_tokens": [10, None],
+        "prompt_tokens": [10, 2**63 - 1, None],
         "completion_tokens": [4, None],
-        "error": ["boom", None],
+        "error": ["boom", 'modèle 模型 \u2028 "q"', None],
         "priority": [2, None],
         "tenant": ["t", None],
         "queue_ms": [0.5, 0.0004999, None],
@@ -208,7 +225,10 @@ def test_the_written_out_fields_match_the_generic_rule_for_random_records() -> N
         record.stream = rng.choice([True, False])
         for name, values in samples.items():
             setattr(record, name, rng.choice(values))
-        assert list(record.line_fields().items()) == list(_generic_fields(record).items())
+        fields = record.line_fields()
+        assert list(fields) == list(_generic_fields(record))
+        # bytes, not ==: -0.0 == 0.0, 3 == 3.0 and NaN != NaN would hide a wrong value
+        assert orjson.dumps(fields) == orjson.dumps(_generic_fields(record))
 
 
 def test_the_lines_level_check_follows_every_change_of_the_loggers_level(
@@ -244,3 +264,54 @@ def test_the_lines_level_check_follows_every_change_of_the_loggers_level(
     _record().emit()  # not written
     handler.close()
     assert len(stream.getvalue().splitlines()) == 3
+
+
+def _round_cases() -> list[object]:
+    """Values for ``_rounded``: random magnitudes and bit patterns, exact decimal ties and their
+    neighbours (where a product's error decides the side), zeros, NaN, the infinities, huge and
+    subnormal floats, ints and bools (``round`` keeps those integers)."""
+    rng = random.Random(11)
+    cases: list[object] = [0.0, -0.0, math.nan, -math.nan, math.inf, -math.inf, 1e308, -1e308, 5e-324]
+    cases += [-5e-324, 2.0**52, 2.0**53 + 2.0, 2.0**52 - 0.5, 3, -7, 2**70, True, False]
+    for digits in range(5):
+        for k in range(-400, 400):
+            tie = (k + 0.5) / 10**digits
+            cases += [tie, math.nextafter(tie, math.inf), math.nextafter(tie, -math.inf), k / 10**digits]
+    for _ in range(20000):
+        cases.append(rng.uniform(-1.0, 1.0))
+        cases.append(rng.uniform(-1e9, 1e9))
+        cases.append(rng.random() * 10.0 ** rng.randint(-320, 300))
+        cases.append(struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0])
+    return cases
+
+
+def test_rounded_gives_what_round_gives() -> None:
+    """``_rounded`` is ``round`` for every digits the line uses (the same type, the same float:
+    compared by ``repr`` so that ``-0.0``, NaN and ints count)."""
+    for value in _round_cases():
+        for digits in range(5):
+            got, want = _rounded(value, digits), round(value, digits)  # type: ignore[call-overload]
+            assert type(got) is type(want), (value, digits, got, want)
+            assert repr(got) == repr(want), (value, digits)
+
+
+def test_rounded_calls_round_only_on_a_scaled_half_or_outside_its_range(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The point of ``_rounded``: an ordinary score or timing does not go through ``round`` (pure
+    Python only: the compiled module binds the builtin at build time)."""
+    if not access_log_module.__file__ or not access_log_module.__file__.endswith(".py"):
+        pytest.skip("the compiled module does not look the builtin up at call time")
+    calls: list[object] = []
+
+    def counted(value: float, digits: int) -> object:
+        calls.append(value)
+        return round(value, digits)
+
+    monkeypatch.setattr(access_log_module, "round", counted, raising=False)
+    for value in (2.0, 13.0, 0.123456789, 41.2649, 2303.389999724459, -7.2501e-3, 1e-300, 0.0, -0.0):
+        _rounded(value, 4)
+    assert calls == []
+    for value in (0.00005, 0.00025, math.nan, math.inf, 1e300, 3):
+        _rounded(value, 4)
+    assert len(calls) == 6
