@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.pick_share import REPLAY_BYTES, REPLAY_LINES, PickNoteCollector, PickShare
 from igw.gateway.scrape_share import MAX_NOTES_BACKLOG, LeadingScraper
 from igw.scheduling.pick_notes import LearnCounts
@@ -106,6 +107,50 @@ async def test_workers_route_a_shared_prefix_to_the_pod_another_worker_sent_it_t
             assert again.scores[chosen]["prefix-cache-scorer"] > 0
 
 
+async def test_a_one_endpoint_pool_sends_no_notes_and_they_resume_when_it_grows(tmp_path: Path) -> None:
+    async with running(FakeModelServer("a"), FakeModelServer("b")) as pods:
+        a, b = (p.key for p in pods)
+        workers = [
+            Worker(i, tmp_path, count=2, runtime=worker_runtime(a, stale_threshold="5s", weights=WEIGHTS))
+            for i in range(2)
+        ]
+        for worker in workers:
+            await worker.start()
+        try:
+            for worker in workers:
+                await wait_for(partial(scraped, worker), what="snapshots")
+            leader, follower = workers
+            # Each sends its own prompts to the lone pod; no await in between, so the exchange
+            # cannot drain the real outboxes before they are read here.
+            for sender, base in ((leader, 0), (follower, 100)):
+                outbox = sender.scheduler.scheduler.pick_notes
+                assert outbox is not None  # attached by the exchange's first interval
+                for n in range(base, base + 5):
+                    assert pick(sender, request(f"one-{n}", prompt(n))).endpoint == a
+                assert outbox.drain() == []
+            for worker in workers:
+                worker.scheduler.pool.replace([DiscoveredEndpoint(key=a), DiscoveredEndpoint(key=b)])
+                assert worker.service is not None
+                worker.service.sync()
+            for worker in workers:
+                await wait_for(partial(scraped, worker), what="both pods' snapshots")
+            for sender, learner, n in ((follower, leader, 200), (leader, follower, 300)):
+                chosen = pick(sender, request(f"two-{n}", prompt(n))).endpoint
+                assert chosen is not None
+                await wait_for(partial(holds, learner, chosen, prompt(n)), within=10, what="the note")
+                # One channel per pair, in order: had the one-pod picks been noted, they would have
+                # arrived first.
+                other = 0 if sender is leader else 100
+                assert not any(holds(learner, a, prompt(k)) for k in range(other, other + 5))
+                learned = learner.metrics.registry.get_sample_value(
+                    "igw_pick_notes_received_total", {"outcome": "learned"}
+                )
+                assert learned == 1
+        finally:
+            for worker in reversed(workers):
+                await worker.close()
+
+
 def test_notes_are_packed_into_lines_within_the_channel_limit_and_all_learned() -> None:
     sender, learner = worker_runtime("a:1", "b:1"), worker_runtime("a:1", "b:1")
     share = PickShare(lambda: sender, time.monotonic, max_line=4096)
@@ -126,7 +171,7 @@ def test_notes_are_packed_into_lines_within_the_channel_limit_and_all_learned() 
 
 
 def test_what_cannot_be_sent_or_learned_is_counted() -> None:
-    sender = worker_runtime("a:1")
+    sender = worker_runtime("a:1", "b:1")  # two pods: a pool of one notes nothing
     clock = [100.0]
     share = PickShare(lambda: sender, lambda: clock[0], max_line=200)  # too short for a prefix note
     share.lines()

@@ -122,6 +122,40 @@ def test_a_scheduler_notes_its_picks_once_sharing_is_on() -> None:
     assert outbox.drain() == []
 
 
+def test_a_pool_of_one_endpoint_notes_nothing_until_it_grows() -> None:
+    sched = _scheduler(0)
+    outbox = sched.share_picks()
+    lone = [ep("a:1", scraped_at=10.0)]
+    for i in range(5):
+        assert sched.pick(req(PROMPT + str(i), request_id=f"one-{i}"), lone, now=10.0).endpoint == "a:1"
+    # All metrics stale: the in-flight fallback ranks the one endpoint, still nothing to tell.
+    assert sched.pick(req(PROMPT, request_id="stale"), lone, now=99.0).endpoint == "a:1"
+    assert outbox.drain() == []
+    assert outbox.dropped == 0
+    grown = [*lone, ep("b:1", scraped_at=10.0)]
+    decision = sched.pick(req(PROMPT + "grown", request_id="two"), grown, now=10.1)
+    notes = outbox.drain()
+    assert {plugin for _at, plugin, _key, _note in notes} == {"prefix-cache-scorer", "backlog-ttft-scorer"}
+    assert all(key == decision.endpoint for _at, _plugin, key, _note in notes)
+    # Back to one endpoint (b removed): quiet again.
+    sched.pick(req(PROMPT + "shrunk", request_id="one-again"), lone, now=10.2)
+    assert outbox.drain() == []
+
+
+def test_a_pool_narrowed_by_the_request_is_still_noted() -> None:
+    """The pool, not what one request's context window leaves of it, decides: another request of the
+    same pool could fit both endpoints, so the others' indexes must learn this pick."""
+    sched = _scheduler(0)
+    outbox = sched.share_picks()
+    eps = [
+        replace(ep("a:1", scraped_at=10.0), max_model_len=100_000),
+        replace(ep("b:1", scraped_at=10.0), max_model_len=64),
+    ]
+    decision = sched.pick(req(PROMPT, request_id="long"), eps, now=10.0)
+    assert decision.endpoint == "a:1"
+    assert {key for _at, _plugin, key, _note in outbox.drain()} == {"a:1"}
+
+
 def test_another_scheduler_learns_the_notes_and_picks_the_same_pod() -> None:
     eps = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=10.0)]
     for seed in range(6):  # whichever pod the first scheduler picks, the second follows

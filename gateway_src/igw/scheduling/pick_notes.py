@@ -31,6 +31,18 @@ Which built-in plugins share, and why:
 * ``lora-affinity-scorer`` and the other scorers: no pick state (they read scrapes or in-flight
   counts).
 
+Which pools note: a scheduler notes a pick only when its pool (the endpoints it was handed, before
+the per-request context-window fit and the filters) has more than one endpoint. With one endpoint
+every worker's pick goes to it whatever the notes say, and no state they feed is read anywhere
+else: the prefix index and the no-hit order only rank candidates, the backlogs only rank them and
+feed ``prefill-admission-scorer``'s comparison between candidates, while flow control, saturation
+detection and the dispatch ledger read the scrapes and the worker's own dispatches, never a note.
+So a one-endpoint pool (a single replica, or ``igw perf workers``' backend) pays neither the note
+nor its learning at the other workers. The check is made per pick, so the notes resume with the
+first pick after the pool grows; the other workers' indexes then lack the one-endpoint period's
+picks of this worker, which costs at most a cold first placement per such prefix (the lone pod
+already holds them; the new one holds none).
+
 Bounds: an outbox keeps at most ``capacity`` notes between two drains and drops the oldest beyond
 that (counted in :attr:`PickNoteOutbox.dropped`), so a stalled transport never blocks or grows the
 request path; :func:`learn_notes` drops notes older than the scheduler's stale threshold (a pick

@@ -149,8 +149,9 @@ class Scheduler:
         :mod:`igw.scheduling.pick_notes`); ``None``: not noted."""
 
     def share_picks(self) -> PickNoteOutbox:
-        """Note every later pick for the other workers (``igw serve --workers``); the outbox the
-        notes collect in, the same one on every call."""
+        """Note every later pick from a pool of more than one endpoint for the other workers
+        (``igw serve --workers``; see :mod:`igw.scheduling.pick_notes`, "Which pools note"); the
+        outbox the notes collect in, the same one on every call."""
         if self.pick_notes is None:
             self.pick_notes = PickNoteOutbox(sharing_plugins(self._plugins).values())
         return self.pick_notes
@@ -206,6 +207,11 @@ class Scheduler:
         if not endpoints:
             return RoutingDecision(kind=DecisionKind.NO_ENDPOINTS, reason="no endpoints discovered")
         removed: dict[EndpointKey, str] = {}
+        # Notes only where another worker's pick could differ: a pool of one endpoint (as discovered,
+        # before any per-request narrowing) leaves every worker's pick to that endpoint alone, so its
+        # notes would change no ranking (see pick_notes, "Which pools note"). Checked per pick, so
+        # the notes resume as soon as the pool grows.
+        noted = self.pick_notes is not None and len(endpoints) > 1
         fits = fitting(request, endpoints)  # before everything, the all-stale fallback included
         if len(fits) != len(endpoints):
             _note_removed(removed, endpoints, fits, "context window too small")
@@ -229,7 +235,7 @@ class Scheduler:
             and not e.scrape_failing
         ]
         if not fresh:
-            return self._pick_all_stale(ctx, endpoints, removed)
+            return self._pick_all_stale(ctx, endpoints, removed, noted=noted)
         if len(fresh) != len(endpoints):
             _note_removed(removed, endpoints, fresh, "stale or failing metrics")
         if self.ledger is not None:
@@ -279,14 +285,24 @@ class Scheduler:
                 removed=removed,
             )
         return self._score_and_pick(
-            ctx, candidates, self.profile.scorers, stale=len(endpoints) - len(fresh), removed=removed
+            ctx,
+            candidates,
+            self.profile.scorers,
+            stale=len(endpoints) - len(fresh),
+            removed=removed,
+            noted=noted,
         )
 
     def _pick_all_stale(
-        self, ctx: CycleContext, endpoints: Sequence[EndpointView], removed: dict[EndpointKey, str]
+        self,
+        ctx: CycleContext,
+        endpoints: Sequence[EndpointView],
+        removed: dict[EndpointKey, str],
+        *,
+        noted: bool,
     ) -> RoutingDecision:
         decision = self._score_and_pick(
-            ctx, endpoints, (WeightedScorer(self._fallback_scorer, 1.0),), stale=0, removed=removed
+            ctx, endpoints, (WeightedScorer(self._fallback_scorer, 1.0),), stale=0, removed=removed, noted=noted
         )
         return RoutingDecision(
             kind=decision.kind,
@@ -306,7 +322,10 @@ class Scheduler:
         *,
         stale: int,
         removed: Mapping[EndpointKey, str] | None = None,
+        noted: bool = False,
     ) -> RoutingDecision:
+        """Score ``candidates``, pick, and tell the pick's plugins (and, when ``noted``, the other
+        workers through :attr:`pick_notes`)."""
         n = len(candidates)
         value_lists: list[list[float]] = []
         notes: list[str] = []
@@ -366,7 +385,7 @@ class Scheduler:
             self.ledger.record(chosen.key, now=ctx.now)
         for plugin in self._on_picked:
             plugin.on_picked(ctx, chosen)
-        if self.pick_notes is not None:
+        if noted and self.pick_notes is not None:
             self.pick_notes.record(ctx, chosen)
         scores: dict[EndpointKey, dict[str, float]]
         if rows is not None:
