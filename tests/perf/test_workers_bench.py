@@ -33,14 +33,23 @@ def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFix
     # to the phase's requests (every worker is listening before a phase starts).
     split = re.findall(
         r"per worker: cores ([\d./]+), waiting for a core [\d./]+, requests ([\d/]+), "
-        r"connections ([\d/]+|-)$",
+        r"connections ([\d/]+|-), switches per request involuntary ([\d./]+) voluntary ([\d./]+)$",
         out,
         re.M,
     )
-    assert [len(cores.split("/")) for cores, _, _ in split] == [1, 2]
-    assert [sum(map(int, answered.split("/"))) for _, answered, _ in split] == [requests, requests]
+    assert [len(cores.split("/")) for cores, *_ in split] == [1, 2]
+    assert [sum(map(int, answered.split("/"))) for _, answered, *_ in split] == [requests, requests]
     # Counted 0.2 s into a phase, if it is still running then: the client's 4 connections in all.
-    assert all(held == "-" or sum(map(int, held.split("/"))) == 4 for _, _, held in split)
+    assert all(held == "-" or sum(map(int, held.split("/"))) == 4 for _, _, held, *_ in split)
+    # Switches per worker; a worker answering 200 requests on keep-alive connections blocks in
+    # epoll between them at least sometimes.
+    assert [len(v.split("/")) for *_, v in split] == [1, 2]
+    assert all(float(x) > 0 for *_, v in split for x in v.split("/"))
+    # Not pinned: the load shares the workers' cores, so it runs under SCHED_BATCH, as read back
+    # from the kernel while the phases ran; the gateway keeps the normal policy.
+    assert "load policy: batch (default: the load shares the workers' cores)" in out
+    assert "scheduling policies read back during the phases: load SCHED_BATCH; gateway SCHED_OTHER" in out
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the test process has its own policy back
     assert re.search(
         r"requests per gateway CPU-second 2 vs 1 worker\(s\) \(median\): \d+ / \d+ = [\d.]+×", out
     )
@@ -86,10 +95,17 @@ def test_requests_by_worker_sums_each_workers_counter_over_its_labels() -> None:
 def test_workers_benchmark_runs_with_either_load_generator(
     load: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["perf", "workers", "--workers", "1", "--requests", "40", "--rounds", "1", "--load", load])
+    code = main(
+        [
+            *("perf", "workers", "--workers", "1", "--requests", "40", "--rounds", "1"),
+            *("--load", load, "--load-policy", "normal"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert f"{load} load generator and backend" in out
+    assert "load policy: normal (--load-policy)" in out
+    assert "scheduling policies read back during the phases: load SCHED_OTHER; gateway SCHED_OTHER" in out
     assert re.search(r"^\s+1\s+\d+\s+\d+ µs", out, re.M)
 
 

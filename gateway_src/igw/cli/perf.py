@@ -217,6 +217,15 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="pin the load generator and the backend to these CPUs (default: not pinned)",
     )
+    parser.add_argument(
+        "--load-policy",
+        choices=("batch", "normal"),
+        default=None,
+        help="kernel scheduling policy of the load generator and the backend: batch (SCHED_BATCH: "
+        "they take their share of the cores without preempting a gateway worker mid-request) or "
+        "normal (SCHED_OTHER). Default: batch when they may share a core with the workers (either "
+        "side unpinned, or --gateway-cpus and --load-cpus overlap), else normal",
+    )
 
 
 def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:

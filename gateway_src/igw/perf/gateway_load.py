@@ -57,9 +57,11 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def backend_process(
-    *, chunks: int, interval: float, raw: bool = False
+    *, chunks: int, interval: float, raw: bool = False, preexec: Callable[[], None] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """The near-free backend as a process; ``raw``: the minimal one of :mod:`igw.perf.raw_http`."""
+    """The near-free backend as a process; ``raw``: the minimal one of :mod:`igw.perf.raw_http`;
+    ``preexec`` runs in the child before the backend starts (``igw perf workers``: its scheduling
+    policy, :mod:`igw.perf.load_policy`)."""
     cmd = [
         sys.executable,
         "-m",
@@ -70,7 +72,7 @@ def backend_process(
         str(interval),
         *(["--raw"] if raw else []),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, preexec_fn=preexec)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

@@ -7,7 +7,10 @@ Per worker count: requests/s, the gateway group's CPU per request (parent and wo
 from ``/proc``), the share of a core the gateway group and the load generator used, and the
 throughput ratio to the first worker count. Everything shares this machine's cores: when the
 load generator and the backend take a large share, the ratio measures the machine, not the gateway,
-so the CPU columns are printed with it.
+so the CPU columns are printed with it. When the load shares the workers' cores it runs under
+``SCHED_BATCH`` by default (``--load-policy``, :mod:`igw.perf.load_policy`), so that it takes its
+share of the cores without preempting a worker in the middle of a request; each worker's context
+switches per request are printed, so a reader sees whether preemption is in a figure.
 """
 
 from __future__ import annotations
@@ -20,14 +23,14 @@ import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from igw.perf import raw_http
+from igw.perf import load_policy, raw_http
 from igw.perf.gateway_load import (
     PROMPT,
     backend_process,
@@ -168,6 +171,8 @@ class LoadSettings:
     seconds: int
     """Length of a phase (``wrk``, which runs for a time, not a count)."""
     wrk_script: Path | None = None
+    preexec: Callable[[], None] | None = None
+    """Run in the wrk process before it starts (its scheduling policy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +200,22 @@ class Phase:
     worker_connections: tuple[int, ...]
     """Per serving process, the load generator's connections it held early in the phase (empty
     when the phase ended before the sample)."""
+    worker_switches: tuple[tuple[int, int], ...] = ()
+    """Per serving process (as ``worker_cpu_s``), its ``(voluntary, involuntary)`` context switches
+    in the phase, all threads."""
+    load_policies: frozenset[str] = frozenset()
+    """The scheduling policies of the load's threads (this process, its other children than the
+    gateway: the backend and a wrk) early in the phase, read back from the kernel."""
+    gateway_policies: frozenset[str] = frozenset()
+    """The same for the gateway's serving processes."""
+
+    def switches_per_request(self) -> tuple[tuple[float, float], ...]:
+        """Per serving process, ``(voluntary, involuntary)`` switches per request it answered (0 for
+        a worker that answered none)."""
+        return tuple(
+            (v / answered, i / answered) if answered else (0.0, 0.0)
+            for (v, i), answered in zip(self.worker_switches, self.worker_requests, strict=False)
+        )
 
     @property
     def rps(self) -> float:
@@ -211,7 +232,9 @@ async def _load(base: str, load: LoadSettings, *, warm_up: bool = False) -> Load
     if load.kind == "wrk":
         assert load.wrk_script is not None
         seconds = 1 if warm_up else load.seconds
-        ran = await run_wrk(base, concurrency=concurrency, seconds=seconds, script_path=load.wrk_script)
+        ran = await run_wrk(
+            base, concurrency=concurrency, seconds=seconds, script_path=load.wrk_script, preexec=load.preexec
+        )
         return LoadRun(requests=ran.requests, wall_s=ran.wall_s, process_cpu_s=ran.cpu_s)
     if load.kind == "aiohttp":
         wall_s = (await closed_loop(base, concurrency=concurrency, requests=requests)).wall_s
@@ -227,18 +250,45 @@ async def _load(base: str, load: LoadSettings, *, warm_up: bool = False) -> Load
     return LoadRun(requests=requests, wall_s=result.wall_s, process_cpu_s=0.0)
 
 
-async def _phase(base: str, parent: int, backend_pid: int, *, workers: int, load: LoadSettings) -> Phase:
+def _policies(
+    gateway_parents: Sequence[int], serving: Sequence[int]
+) -> tuple[frozenset[str], frozenset[str]]:
+    """The scheduling policies of the load's threads (this process and its children other than the
+    gateway groups: the backend, a running wrk) and of the gateway's ``serving`` processes."""
+    own = group_pids(os.getpid())
+    load = set(load_policy.thread_policies(own[0]))
+    for pid in own[1:]:
+        if pid not in gateway_parents:
+            load |= load_policy.thread_policies(pid)
+    gateway: set[str] = set()
+    for pid in serving:
+        gateway |= load_policy.thread_policies(pid)
+    return frozenset(load), frozenset(gateway)
+
+
+async def _phase(
+    base: str,
+    parent: int,
+    backend_pid: int,
+    *,
+    workers: int,
+    load: LoadSettings,
+    gateway_parents: Sequence[int] = (),
+) -> Phase:
     r0 = await _worker_requests(base)
     w0 = worker_cpu(parent)
     q0 = {pid: runqueue_wait_s(pid) for pid in w0}
+    s0 = {pid: load_policy.context_switches(pid) for pid in w0}
     g0, c0, b0 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
     running = asyncio.create_task(_load(base, load))
     await asyncio.sleep(CONNECTIONS_SAMPLE_S)
     held = {} if running.done() else connections_by_pid(sorted(w0), int(base.rsplit(":", 1)[1]))
+    load_policies, gateway_policies = _policies(gateway_parents, sorted(w0))
     ran = await running
     g1, c1, b1 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
     w1 = worker_cpu(parent)
     q1 = {pid: runqueue_wait_s(pid) for pid in w1}
+    s1 = {pid: load_policy.context_switches(pid) for pid in w1}
     r1 = await _worker_requests(base)
     return Phase(
         workers=workers,
@@ -251,6 +301,11 @@ async def _phase(base: str, parent: int, backend_pid: int, *, workers: int, load
         worker_requests=tuple(r1[w] - r0.get(w, 0.0) for w in sorted(r1, key=int)),
         worker_wait_s=tuple(q1[pid] - q0.get(pid, 0.0) for pid in sorted(q1)),
         worker_connections=tuple(held[pid] for pid in sorted(held)),
+        worker_switches=tuple(
+            (s1[pid][0] - s0.get(pid, (0, 0))[0], s1[pid][1] - s0.get(pid, (0, 0))[1]) for pid in sorted(s1)
+        ),
+        load_policies=load_policies,
+        gateway_policies=gateway_policies,
     )
 
 
@@ -272,9 +327,10 @@ async def _measure(
                 pin(serving, {gateway_cpus[i % len(gateway_cpus)]})
         await _load(base, load, warm_up=True)
     phases = []
+    parents = [pid for _base, pid in bases.values()]
     for _ in range(rounds):
         for n, (base, pid) in bases.items():
-            phases.append(await _phase(base, pid, backend_pid, workers=n, load=load))
+            phases.append(await _phase(base, pid, backend_pid, workers=n, load=load, gateway_parents=parents))
     return phases
 
 
@@ -300,9 +356,20 @@ def run(args: argparse.Namespace) -> int:
             f"pinned: gateway workers one each on CPUs {_cpus(args.gateway_cpus)}, load generator and "
             f"backend on CPUs {_cpus(args.load_cpus)}"
         )
+    policy = args.load_policy or load_policy.default_policy(args.gateway_cpus, args.load_cpus)
+    chosen = "--load-policy" if args.load_policy else "default: the load shares the workers' cores"
+    if not args.load_policy and policy == "normal":
+        chosen = "default: the load has CPUs of its own"
+    print(
+        f"load policy: {policy} ({chosen}): load generator and backend under "
+        f"{load_policy.NAMES[load_policy.POLICIES[policy]]}, the gateway under its own (inherited) policy"
+    )
+    preexec = load_policy.at_spawn(policy)
     raw = args.load != "aiohttp"
     with contextlib.ExitStack() as stack:
-        backend, backend_proc = stack.enter_context(backend_process(chunks=4, interval=0.0, raw=raw))
+        backend, backend_proc = stack.enter_context(
+            backend_process(chunks=4, interval=0.0, raw=raw, preexec=preexec)
+        )
         if backend_proc.stdout is not None:
             stack.callback(backend_proc.stdout.close)  # its PORT line is read; nothing else comes
         if args.load_cpus:
@@ -319,6 +386,9 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
             bases[n] = (base, proc.pid)
+        # This process drives the raw and aiohttp loads itself: the policy too, now that the gateways
+        # (which would inherit it) are started.
+        stack.enter_context(load_policy.process_policy(policy))
         wrk_script = None
         if args.load == "wrk":
             scripts = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="igw-perf-wrk-")))
@@ -330,6 +400,7 @@ def run(args: argparse.Namespace) -> int:
             requests=args.requests,
             seconds=args.seconds,
             wrk_script=wrk_script,
+            preexec=preexec,
         )
         try:
             # deferred: optional speed-up: uvloop (gateway extra), plain asyncio without it
@@ -353,12 +424,21 @@ def run(args: argparse.Namespace) -> int:
         answered = "/".join(f"{r:.0f}" for r in p.worker_requests)
         held = "/".join(map(str, p.worker_connections)) or "-"
         waited = "/".join(f"{q / p.wall_s:.2f}" for q in p.worker_wait_s)
+        per_request = p.switches_per_request()
+        involuntary = "/".join(f"{i:.2f}" for _v, i in per_request)
+        voluntary = "/".join(f"{v:.2f}" for v, _i in per_request)
         print(
             f"{p.workers:>7} {p.rps:>8.0f} {p.us_per_request:>7.0f} µs {p.gateway_cpu_s / p.wall_s:>13.2f} "
             f"{p.client_cpu_s / p.wall_s:>12.2f} {p.backend_cpu_s / p.wall_s:>13.2f}   "
             f"per worker: cores {cores}, waiting for a core {waited}, requests {answered}, "
-            f"connections {held}"
+            f"connections {held}, switches per request involuntary {involuntary} voluntary {voluntary}"
         )
+    load_seen = sorted(set().union(*(p.load_policies for p in phases)))
+    gateway_seen = sorted(set().union(*(p.gateway_policies for p in phases)))
+    print(
+        f"scheduling policies read back during the phases: load {', '.join(load_seen)}; "
+        f"gateway {', '.join(gateway_seen)}"
+    )
     median = {n: statistics.median(p.rps for p in phases if p.workers == n) for n in args.workers}
     first = args.workers[0]
     for n in args.workers[1:]:

@@ -18,6 +18,7 @@ import asyncio
 import re
 import resource
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -92,8 +93,17 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def run_wrk(base: str, *, concurrency: int, seconds: int, script_path: Path) -> WrkResult:
-    """One closed-loop phase: ``concurrency`` keep-alive connections to ``base`` for ``seconds``.
+async def run_wrk(
+    base: str,
+    *,
+    concurrency: int,
+    seconds: int,
+    script_path: Path,
+    preexec: Callable[[], None] | None = None,
+) -> WrkResult:
+    """One closed-loop phase: ``concurrency`` keep-alive connections to ``base`` for ``seconds``;
+    ``preexec`` runs in the child before wrk starts (its scheduling policy, which wrk's threads
+    inherit: :mod:`igw.perf.load_policy`).
 
     The CPU figure is the growth of this process's reaped-children rusage while wrk ran, so no other
     child may be reaped meanwhile (the benchmark's gateway and backend live until the end)."""
@@ -108,6 +118,7 @@ async def run_wrk(base: str, *, concurrency: int, seconds: int, script_path: Pat
         f"http://{base}/v1/completions",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        preexec_fn=preexec,
     )
     output, _ = await proc.communicate()
     cpu_s = _children_cpu_s() - before

@@ -302,7 +302,12 @@ class Scheduler:
         noted: bool,
     ) -> RoutingDecision:
         decision = self._score_and_pick(
-            ctx, endpoints, (WeightedScorer(self._fallback_scorer, 1.0),), stale=0, removed=removed, noted=noted
+            ctx,
+            endpoints,
+            (WeightedScorer(self._fallback_scorer, 1.0),),
+            stale=0,
+            removed=removed,
+            noted=noted,
         )
         return RoutingDecision(
             kind=decision.kind,
