@@ -60,6 +60,7 @@ def test_a_prefix_note_holds_hashes_and_capacity_never_the_text() -> None:
         pytest.param([1, 2], "is an object", id="not-an-object"),
         pytest.param({"h": "abc", "c": 5}, "field 'h'", id="hashes-not-a-list"),
         pytest.param({"h": [1, "x"], "c": 5}, "field 'h'", id="hash-not-an-int"),
+        pytest.param({"h": [1, True], "c": 5}, "field 'h'", id="hash-a-bool"),
         pytest.param({"h": [1], "c": 0}, "field 'c'", id="capacity-zero"),
         pytest.param({"h": [1]}, "field 'c'", id="capacity-missing"),
     ],

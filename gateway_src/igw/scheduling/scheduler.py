@@ -144,6 +144,11 @@ class Scheduler:
         self._first_token_plugins = tuple(p for p in self._plugins if isinstance(p, FirstTokenObserver))
         """Plugins with an ``on_first_token`` hook (those deriving from PluginHooks, and any other
         that defines one); plugins written to the bare :class:`Plugin` protocol may lack it."""
+        self._sharing = sharing_plugins(self._plugins)
+        """The plugins that share their picks, by name, found once (the profile's plugins do not
+        change): an ``isinstance`` check against the runtime-checkable ``SharesPicks`` protocol walks
+        the protocol's attributes, which learning each batch of the other workers' notes paid again
+        for every plugin."""
         self.pick_notes: PickNoteOutbox | None = None
         """Where each pick's notes for the other workers go (``igw serve --workers``, see
         :mod:`igw.scheduling.pick_notes`); ``None``: not noted."""
@@ -153,7 +158,7 @@ class Scheduler:
         (``igw serve --workers``; see :mod:`igw.scheduling.pick_notes`, "Which pools note"); the
         outbox the notes collect in, the same one on every call."""
         if self.pick_notes is None:
-            self.pick_notes = PickNoteOutbox(sharing_plugins(self._plugins).values())
+            self.pick_notes = PickNoteOutbox(self._sharing.values())
         return self.pick_notes
 
     def learn_picks(
@@ -161,8 +166,9 @@ class Scheduler:
     ) -> LearnCounts:
         """Teach this scheduler's sharing plugins another worker's pick notes; notes older than the
         stale threshold are dropped (see :mod:`igw.scheduling.pick_notes`)."""
-        plugins = sharing_plugins(self._plugins)
-        return learn_notes(plugins, notes, now=now, max_age_s=self.settings.stale_threshold_s, counts=counts)
+        return learn_notes(
+            self._sharing, notes, now=now, max_age_s=self.settings.stale_threshold_s, counts=counts
+        )
 
     def is_fresh(self, endpoint: EndpointView, now: float) -> bool:
         if endpoint.metrics is None or endpoint.scraped_at is None or endpoint.scrape_failing:

@@ -37,6 +37,8 @@ STATE_HASHES = "prefix.hashes"
 STATE_ANY_HIT = "prefix.any_hit"
 STATE_MATCH = "prefix.match"
 """Endpoint key -> share of this request's prefix blocks the index places there (0..1)."""
+_INT_ONLY: frozenset[type] = frozenset({int})
+"""The one type a learned note's block hash may have."""
 
 
 class PrefixCacheScorer(PluginHooks):
@@ -148,7 +150,8 @@ class PrefixCacheScorer(PluginHooks):
         if not isinstance(note, dict):
             raise ValueError(f"{self.name}: a pick note is an object (got {type(note).__name__})")
         hashes, capacity = note.get("h"), note.get("c")
-        if not isinstance(hashes, list) or not all(type(h) is int for h in hashes):
+        # Exactly int (not bool), checked in C: {int} >= the set of the hashes' types.
+        if not isinstance(hashes, list) or not _INT_ONLY.issuperset(map(type, hashes)):
             raise ValueError(f"{self.name}: pick note field 'h' must be a list of block hashes")
         if type(capacity) is not int or capacity < 1:
             raise ValueError(f"{self.name}: pick note field 'c' must be a positive integer")
