@@ -8,6 +8,7 @@ its own prefix index. Also the batching of notes into channel lines and what a w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -79,16 +80,23 @@ async def group(tmp_path: Path) -> AsyncIterator[tuple[Worker, Worker, Worker]]:
             Worker(i, tmp_path, count=3, runtime=worker_runtime(*keys, stale_threshold="5s", weights=WEIGHTS))
             for i in range(3)
         ]
-        for worker in workers:
-            await worker.start()
-        try:
-            for worker in workers:
-                await wait_for(partial(scraped, worker), what="snapshots")
+        async with started(workers):
             leader, a, b = workers
             yield leader, a, b
-        finally:
-            for worker in reversed(workers):
-                await worker.close()
+
+
+@contextlib.asynccontextmanager
+async def started(workers: list[Worker]) -> AsyncIterator[None]:
+    """``workers`` started, each with its endpoints' first snapshots; closed afterwards."""
+    for worker in workers:
+        await worker.start()
+    try:
+        for worker in workers:
+            await wait_for(partial(scraped, worker), what="snapshots")
+        yield
+    finally:
+        for worker in reversed(workers):
+            await worker.close()
 
 
 async def test_workers_route_a_shared_prefix_to_the_pod_another_worker_sent_it_to(
@@ -114,11 +122,7 @@ async def test_a_one_endpoint_pool_sends_no_notes_and_they_resume_when_it_grows(
             Worker(i, tmp_path, count=2, runtime=worker_runtime(a, stale_threshold="5s", weights=WEIGHTS))
             for i in range(2)
         ]
-        for worker in workers:
-            await worker.start()
-        try:
-            for worker in workers:
-                await wait_for(partial(scraped, worker), what="snapshots")
+        async with started(workers):
             leader, follower = workers
             # Each sends its own prompts to the lone pod; no await in between, so the exchange
             # cannot drain the real outboxes before they are read here.
@@ -146,9 +150,6 @@ async def test_a_one_endpoint_pool_sends_no_notes_and_they_resume_when_it_grows(
                     "igw_pick_notes_received_total", {"outcome": "learned"}
                 )
                 assert learned == 1
-        finally:
-            for worker in reversed(workers):
-                await worker.close()
 
 
 def test_notes_are_packed_into_lines_within_the_channel_limit_and_all_learned() -> None:
