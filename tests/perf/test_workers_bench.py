@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import igw
 from igw.cli.main import main
 from igw.cli.serve import add_arguments, worker_argv
 from igw.gateway.workers import WORKER_ENV, WorkerRole, WorkerSetupError, reserve_port
+from igw.perf.gateway_load import gateway_process
 from igw.perf.workers_notes import measure
 from igw.perf.workers_throughput import connections_by_pid, requests_by_worker
 
@@ -53,6 +55,21 @@ def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFix
     assert re.search(
         r"requests per gateway CPU-second 2 vs 1 worker\(s\) \(median\): \d+ / \d+ = [\d.]+×", out
     )
+
+
+def test_the_gateway_runs_the_tree_it_is_given(tmp_path: Path) -> None:
+    """``--gateway-tree``: the gateway's igw comes from that directory (its PYTHONPATH), so one
+    harness can compare two trees' gateways."""
+    tree = tmp_path / "other-tree"  # not this process's PYTHONPATH: a link to the same package
+    tree.mkdir()
+    (tree / "igw").symlink_to(Path(igw.__file__).parent)
+    with gateway_process(tmp_path, backend="127.0.0.1:9", source=tree) as (_base, proc):
+        environ = dict(
+            entry.split("=", 1)
+            for entry in Path(f"/proc/{proc.pid}/environ").read_text().split("\0")
+            if "=" in entry
+        )
+    assert environ["PYTHONPATH"] == str(tree)
 
 
 async def test_connections_are_counted_per_process_holding_them() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
 from igw.cli.arg_types import (
@@ -216,6 +217,14 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
         type=cpus,
         default=[],
         help="pin the load generator and the backend to these CPUs (default: not pinned)",
+    )
+    parser.add_argument(
+        "--gateway-tree",
+        type=Path,
+        default=None,
+        help="directory holding the igw package the gateway groups run (their PYTHONPATH), e.g. "
+        "another checkout's gateway_src, to compare gateway trees under this harness (default: "
+        "the harness's own)",
     )
     parser.add_argument(
         "--load-policy",

@@ -86,10 +86,17 @@ def backend_process(
 
 @contextlib.contextmanager
 def gateway_process(
-    workdir: Path, *, backend: str, args: Sequence[str] = (), issuer: PerfIssuer | None = None
+    workdir: Path,
+    *,
+    backend: str,
+    args: Sequence[str] = (),
+    issuer: PerfIssuer | None = None,
+    source: Path | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``igw serve`` (plus ``args``) in front of ``backend``; files in ``workdir``. With ``issuer``,
-    every inference request must carry a JWT of that issuer (``spec.auth``), as in a deployment."""
+    every inference request must carry a JWT of that issuer (``spec.auth``), as in a deployment.
+    ``source``: the directory holding the ``igw`` package the gateway runs (its ``PYTHONPATH``),
+    so that one benchmark harness can compare gateway trees; default: this process's."""
     config: dict[str, Any] = {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
@@ -105,6 +112,8 @@ def gateway_process(
     if issuer is not None:
         config["spec"]["auth"] = issuer.auth_spec()
         env["SSL_CERT_FILE"] = str(issuer.ca_path)  # the gateway fetches the issuer's keys over HTTPS
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     (workdir / "igwc.yaml").write_text(yaml.safe_dump(config))
     (workdir / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"perf": [backend]}}))
     port = free_port()

@@ -365,6 +365,8 @@ def run(args: argparse.Namespace) -> int:
         f"{load_policy.NAMES[load_policy.POLICIES[policy]]}, the gateway under its own (inherited) policy"
     )
     preexec = load_policy.at_spawn(policy)
+    if args.gateway_tree is not None:
+        print(f"gateway: igw from {args.gateway_tree} (the harness: igw from {Path(__file__).parents[2]})")
     raw = args.load != "aiohttp"
     with contextlib.ExitStack() as stack:
         backend, backend_proc = stack.enter_context(
@@ -383,6 +385,7 @@ def run(args: argparse.Namespace) -> int:
                     workdir,
                     backend=backend,
                     args=("--workers", str(n), "--drain-seconds", "0", "--log-level", "warning"),
+                    source=args.gateway_tree,
                 )
             )
             bases[n] = (base, proc.pid)
