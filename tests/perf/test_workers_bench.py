@@ -205,3 +205,10 @@ def test_note_costs_are_measured_from_a_real_exchange() -> None:
     assert cost.bytes_per_request > 0
     assert cost.encode_us > 0
     assert cost.learn_us > 0
+
+
+def test_notes_are_drained_and_learned_a_batch_at_a_time() -> None:
+    """As the gateway does every note interval: one channel line per batch of picks, so what a
+    batch costs once is paid per batch, not once for the whole run."""
+    assert measure((10_000, 10_000), picks=30, batch=10).lines == 3
+    assert measure((10_000, 10_000), picks=30, batch=30).lines == 1

@@ -9,6 +9,11 @@ the pick without notes, the pick with notes (the difference is the request path'
 encoding, the decoding and learning at one other worker, and the bytes on the channel. Twice: pods
 of one kind of hardware (equal KV capacity) and a mixed pair (8x apart), since
 ``backlog-ttft-scorer`` notes its picks only on a mixed fleet.
+
+The noted picks are drained, encoded and learned ``--batch`` at a time (default
+:data:`NOTE_BATCH`), as the gateway does every note interval: what a batch costs once (looking up
+the schedulers and their sharing plugins, one channel line) counts per request as in the gateway,
+where one batch of all the picks would hide it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ if TYPE_CHECKING:
 
 HELP = "CPU per request of the --workers pick notes: noting, encoding, decoding and learning."
 PROMPT: Final = "You are a helpful assistant. " * 20
+NOTE_BATCH: Final = 18
+"""Picks per batch of notes by default: what one worker makes in a 5 ms note interval at ~3,600
+requests/s, each of two workers' share of ``igw perf workers``' ~7,000 (2026-12-03)."""
 FLEETS: Final = {"one kind": (10_000, 10_000), "mixed": (40_000, 5_000)}
 """Fleet name -> the two pods' KV blocks."""
 
@@ -40,6 +48,8 @@ class NoteCost:
     encode_us: float
     learn_us: float
     bytes_per_request: float
+    lines: int = 0
+    """Channel lines the noted picks made (one per batch that held a note)."""
 
     @property
     def total_us(self) -> float:
@@ -73,8 +83,9 @@ def _runtime(blocks: tuple[int, ...], now: float) -> GatewayRuntime:
     return runtime
 
 
-def measure(blocks: tuple[int, ...], *, picks: int) -> NoteCost:
-    """One round: ``picks`` requests without notes, ``picks`` with, their batch encoded and learned."""
+def measure(blocks: tuple[int, ...], *, picks: int, batch: int = NOTE_BATCH) -> NoteCost:
+    """One round: ``picks`` requests without notes, ``picks`` with, their notes drained and encoded
+    every ``batch`` picks and each batch learned."""
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.gateway.pick_share import PickShare
     from igw.scheduling.types import RoutingRequest
@@ -86,7 +97,10 @@ def measure(blocks: tuple[int, ...], *, picks: int) -> NoteCost:
     sr = sender.schedulers["s"]
     clock = time.process_time
 
-    def route(tag: str) -> float:
+    views = sr.pool.views()
+
+    def route(tag: str, *, noted: bool) -> list[float]:
+        """Process CPU seconds of the picks and (``noted``) of encoding each ``batch``'s notes."""
         requests = [
             RoutingRequest(
                 request_id=f"{tag}{i}",
@@ -97,34 +111,42 @@ def measure(blocks: tuple[int, ...], *, picks: int) -> NoteCost:
             )
             for i in range(picks)
         ]
-        views = sr.pool.views()
-        t0 = clock()
-        for request in requests:
-            sr.scheduler.pick(request, views, now=time.monotonic())
-        return (clock() - t0) / picks * 1e6
+        spent = [0.0, 0.0]
+        for start in range(0, picks, batch):
+            t0 = clock()
+            for request in requests[start : start + batch]:
+                sr.scheduler.pick(request, views, now=time.monotonic())
+            t1 = clock()
+            if noted:  # (the first call attaches the outbox: only once the picks are to be noted)
+                lines.extend(out.lines())
+            spent[0] += t1 - t0
+            spent[1] += clock() - t1
+        return spent
 
-    alone = route("a")
+    lines: list[bytes] = []
+    alone = route("a", noted=False)[0] / picks * 1e6
     out.lines()  # attaches the outbox: the picks from here on are noted
-    noted = route("n")
-    t0 = clock()
-    lines = out.lines()
-    encode = (clock() - t0) / picks * 1e6
+    noted_s, encode_s = route("n", noted=True)
+    noted, encode = noted_s / picks * 1e6, encode_s / picks * 1e6
     into.lines()
     t0 = clock()
     for line in lines:
         into.learn(orjson.loads(line))
     learn = (clock() - t0) / picks * 1e6
-    return NoteCost(alone, noted, encode, learn, sum(map(len, lines)) / picks)
+    return NoteCost(alone, noted, encode, learn, sum(map(len, lines)) / picks, len(lines))
 
 
 def run(args: argparse.Namespace) -> int:
-    print(f"{args.picks} picks per round, {args.rounds} rounds, process CPU per request (median over rounds)")
+    print(
+        f"{args.picks} picks per round, notes in batches of {args.batch}, {args.rounds} rounds, "
+        "process CPU per request (median over rounds)"
+    )
     print(
         f"{'fleet':<9} {'pick alone':>10} {'pick noted':>10} {'encode':>7} {'learn':>7} "
         f"{'notes total':>11} {'bytes':>6}"
     )
     for fleet, blocks in FLEETS.items():
-        rounds = [measure(blocks, picks=args.picks) for _ in range(args.rounds)]
+        rounds = [measure(blocks, picks=args.picks, batch=args.batch) for _ in range(args.rounds)]
 
         def median(field: str, rounds: list[NoteCost] = rounds) -> float:
             return float(statistics.median(getattr(r, field) for r in rounds))
