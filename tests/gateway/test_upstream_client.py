@@ -191,12 +191,18 @@ async def test_connections_left_idle_after_a_burst_close_without_further_traffic
         assert p._sweep_timer is None  # close cancels the timer
 
 
+async def one_idle_connection(p: UpstreamPool, srv: ScriptedServer) -> _Connection:
+    """Serve one request and return the connection it left idle in the pool."""
+    first = await post(p, srv, b"a")
+    await first.read()
+    first.close()
+    (idle,) = p._idle[parse_origin(f"127.0.0.1:{srv.port}")]
+    return idle
+
+
 async def test_a_pooled_connection_that_closed_while_idle_is_not_reused() -> None:
     async with scripted(keep_serving) as srv, pool() as p:
-        first = await post(p, srv, b"a")
-        await first.read()
-        first.close()
-        (stale,) = p._idle[parse_origin(f"127.0.0.1:{srv.port}")]
+        stale = await one_idle_connection(p, srv)
         assert stale.transport is not None
         stale.transport.abort()
         await asyncio.sleep(0.01)  # connection_lost runs
@@ -714,14 +720,16 @@ def test_requests_of_one_turn_are_written_together_on_uvloop_too() -> None:
     assert uvloop.run(_requests_handed_at_each_write()) == [3, 3, 3]
 
 
-async def test_a_connection_aborted_before_the_turns_writes_is_not_written_to() -> None:
+async def test_a_connection_closed_or_aborted_before_the_turns_writes_is_not_written_to() -> None:
+    """A queued request whose connection ended before the turn's end (aborted: its request was
+    cancelled; marked closed: the server's EOF came, the request is retried elsewhere) is not written."""
     async with scripted(keep_serving) as srv, pool() as p:
-        resp = await post(p, srv, b"w")
-        await resp.read()
-        resp.close()
-        (conn,) = p._idle[parse_origin(f"127.0.0.1:{srv.port}")]
+        conn = await one_idle_connection(p, srv)
+        conn.closed = True  # as eof_received marks it, the transport not yet closed
         p.queue_write(conn, b"POST / HTTP/1.1\r\nContent-Length: 1\r\n\r\n", b"y")
-        conn.abort()
-        await asyncio.sleep(0)  # the queued writes run: nothing for the aborted connection, no error
         await asyncio.sleep(0.05)
+        assert len(srv.requests) == 1
+        p.queue_write(conn, b"POST / HTTP/1.1\r\nContent-Length: 1\r\n\r\n", b"z")
+        conn.abort()
+        await asyncio.sleep(0.05)  # the queued write runs: nothing for the aborted connection, no error
         assert len(srv.requests) == 1
