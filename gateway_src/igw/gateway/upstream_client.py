@@ -493,7 +493,8 @@ class ConnectHooks(Protocol):
 class UpstreamPool:
     """Keep-alive connections per origin, at most ``limit`` open at once (a request waits for a
     slot rather than failing), idle ones closed after ``keepalive_s``. ``hooks``: told when a request
-    starts getting a connection, whether it reused one, and when its head was sent or it failed."""
+    starts getting a connection, whether it reused one, and when its head was handed to the
+    connection (written at the end of that loop turn: :meth:`queue_write`) or it failed."""
 
     def __init__(
         self,
