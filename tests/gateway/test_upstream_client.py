@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import cast
 
 import pytest
 import uvloop
@@ -190,12 +191,18 @@ async def test_connections_left_idle_after_a_burst_close_without_further_traffic
         assert p._sweep_timer is None  # close cancels the timer
 
 
+async def one_idle_connection(p: UpstreamPool, srv: ScriptedServer) -> _Connection:
+    """Serve one request and return the connection it left idle in the pool."""
+    first = await post(p, srv, b"a")
+    await first.read()
+    first.close()
+    (idle,) = p._idle[parse_origin(f"127.0.0.1:{srv.port}")]
+    return idle
+
+
 async def test_a_pooled_connection_that_closed_while_idle_is_not_reused() -> None:
     async with scripted(keep_serving) as srv, pool() as p:
-        first = await post(p, srv, b"a")
-        await first.read()
-        first.close()
-        (stale,) = p._idle[parse_origin(f"127.0.0.1:{srv.port}")]
+        stale = await one_idle_connection(p, srv)
         assert stale.transport is not None
         stale.transport.abort()
         await asyncio.sleep(0.01)  # connection_lost runs
@@ -642,3 +649,87 @@ async def test_the_first_body_bytes_reach_a_callback_in_their_read_and_are_still
         assert await again.read() == b"second"
         again.close()
         assert heard == [(b"first", True)]
+
+
+class _CountSent:
+    """Connect hooks that count the requests the pool has handed to a connection (``connect_done``
+    follows ``send`` in ``post``)."""
+
+    def __init__(self) -> None:
+        self.handed = 0
+
+    def connect_started(self) -> None:
+        pass
+
+    def connection_reused(self) -> None:
+        pass
+
+    def connect_done(self, error: str | None = None) -> None:
+        self.handed += 1
+
+
+class _Recording:
+    """A transport that notes, at each write, how many requests had been handed over (uvloop's
+    transports' methods cannot be replaced, so the connection gets this in front of its own)."""
+
+    def __init__(self, real: asyncio.Transport, seen: list[int], hooks: _CountSent) -> None:
+        self.real = real
+        self.seen = seen
+        self.hooks = hooks
+
+    def write(self, data: bytes) -> None:
+        self.seen.append(self.hooks.handed - 3)  # the warm-up's three are not counted
+        self.real.write(data)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+
+async def _requests_handed_at_each_write() -> list[int]:
+    """Three requests started in one loop turn on three pooled connections: how many of them had
+    been handed to their connection when each write reached a transport."""
+    hooks = _CountSent()
+    async with scripted(keep_serving) as srv:
+        p = UpstreamPool(limit=8, hooks=hooks)
+        try:
+            warm = await asyncio.gather(*(post(p, srv, b"w") for _ in range(3)))
+            for resp in warm:
+                await resp.read()
+                resp.close()
+            seen: list[int] = []
+            for conn in p._open:
+                assert conn.transport is not None
+                conn.transport = cast(asyncio.Transport, _Recording(conn.transport, seen, hooks))
+            answers = await asyncio.gather(*(post(p, srv, b"x") for _ in range(3)))
+            for resp in answers:
+                await resp.read()
+                resp.close()
+            assert srv.connections == 3
+            return seen
+        finally:
+            await p.close()
+
+
+async def test_requests_handed_over_in_one_loop_turn_are_written_together_after_it() -> None:
+    """The backend wakes once for a turn's requests instead of once per request (round 18 in
+    docs/gateway.md): every write of the turn happens after all three requests were handed over."""
+    assert await _requests_handed_at_each_write() == [3, 3, 3]
+
+
+def test_requests_of_one_turn_are_written_together_on_uvloop_too() -> None:
+    assert uvloop.run(_requests_handed_at_each_write()) == [3, 3, 3]
+
+
+async def test_a_connection_closed_or_aborted_before_the_turns_writes_is_not_written_to() -> None:
+    """A queued request whose connection ended before the turn's end (aborted: its request was
+    cancelled; marked closed: the server's EOF came, the request is retried elsewhere) is not written."""
+    async with scripted(keep_serving) as srv, pool() as p:
+        conn = await one_idle_connection(p, srv)
+        conn.closed = True  # as eof_received marks it, the transport not yet closed
+        p.queue_write(conn, b"POST / HTTP/1.1\r\nContent-Length: 1\r\n\r\n", b"y")
+        await asyncio.sleep(0.05)
+        assert len(srv.requests) == 1
+        p.queue_write(conn, b"POST / HTTP/1.1\r\nContent-Length: 1\r\n\r\n", b"z")
+        conn.abort()
+        await asyncio.sleep(0.05)  # the queued write runs: nothing for the aborted connection, no error
+        assert len(srv.requests) == 1

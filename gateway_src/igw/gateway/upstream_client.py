@@ -14,6 +14,8 @@ HTTP by hand.
 Behaviour the forward path relies on:
 
 * ``TCP_NODELAY`` on every connection (a streamed event must not wait for the previous one's ACK);
+* the requests handed over in one event-loop turn are written at the turn's end, together
+  (:meth:`UpstreamPool.queue_write`), so the model server wakes once for them;
 * TCP keep-alive probes on every connection (:data:`igw.gateway.tcp_keepalive.UPSTREAM`): a pod
   whose node vanished (terminated instance, network partition: no RST ever comes) fails its
   connection with ``ETIMEDOUT`` after about 30 s of silence instead of leaving a non-streamed
@@ -346,10 +348,18 @@ class _Connection(asyncio.Protocol):
     def send(self, head: bytes, body: bytes) -> None:
         assert self.transport is not None
         self._reset()
+        self.pool.queue_write(self, head, body)
+
+    def write_now(self, head: bytes, body: bytes) -> None:
+        """Write the request (the pool's end-of-turn flush); a connection closed or aborted since
+        the request was queued gets nothing (its request has already failed or been retried)."""
+        transport = self.transport
+        if transport is None or self.closed or transport.is_closing():
+            return
         if len(body) <= SMALL_BODY:
-            self.transport.write(head + body)
+            transport.write(head + body)
         else:
-            self.transport.writelines((head, body))
+            transport.writelines((head, body))
 
     def abort(self) -> None:
         self.closed = True
@@ -483,7 +493,8 @@ class ConnectHooks(Protocol):
 class UpstreamPool:
     """Keep-alive connections per origin, at most ``limit`` open at once (a request waits for a
     slot rather than failing), idle ones closed after ``keepalive_s``. ``hooks``: told when a request
-    starts getting a connection, whether it reused one, and when its head was sent or it failed."""
+    starts getting a connection, whether it reused one, and when its head was handed to the
+    connection (written at the end of that loop turn: :meth:`queue_write`) or it failed."""
 
     def __init__(
         self,
@@ -506,6 +517,25 @@ class UpstreamPool:
         self._closed = False
         self._open: set[_Connection] = set()
         """Every connection whose transport is open (idle or carrying a request)."""
+        self._queued: list[tuple[_Connection, bytes, bytes]] = []
+        """Requests handed to their connections in this loop turn, written at its end."""
+
+    def queue_write(self, conn: _Connection, head: bytes, body: bytes) -> None:
+        """Write ``conn``'s request once the loop turn's other ready callbacks have run: the requests
+        a turn hands over reach the model server together, so it wakes once for them instead of once
+        per request (a gateway handling several requests a turn otherwise feeds it one at a time, each
+        a request's handling apart). Costs the first request of a turn the handling of the others
+        (at concurrency 1, one queued callback)."""
+        queued = self._queued
+        queued.append((conn, head, body))
+        if len(queued) == 1:
+            self.loop.call_soon(self._write_queued)
+
+    def _write_queued(self) -> None:
+        queued = self._queued
+        self._queued = []
+        for conn, head, body in queued:
+            conn.write_now(head, body)
 
     async def post(
         self,

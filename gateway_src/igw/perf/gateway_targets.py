@@ -8,6 +8,7 @@ target that needs a peer is left unjudged, with the reason, when no peer was mea
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -37,6 +38,10 @@ class LoadFigures:
     """Peer label -> its added streaming TTFT p50 (ms), measured like the gateway's."""
     unmeasured_peers: dict[str, str] = field(default_factory=dict)
     """Peer label -> why it was not measured."""
+    added_p50_rounds: dict[int, list[dict[str, float]]] = field(default_factory=dict)
+    """Concurrency -> one entry per round: target label -> that round's added p50 (ms), each target's
+    round against the direct round of the same round (the rounds alternate the targets, so a load
+    drift on the shared machine hits every target of a round alike)."""
 
 
 def added_text(via_ms: float, direct_ms: float) -> str:
@@ -123,6 +128,40 @@ def _peer_row(
     )
 
 
+def round_ratios(rounds: list[dict[str, float]]) -> list[float | None]:
+    """Per round, the gateway's added p50 over the better peer's of the same round; None for a round
+    without the gateway or a peer, or whose better peer measured at or below zero (noise, see
+    :func:`added_text`: a ratio to it means nothing)."""
+    ratios: list[float | None] = []
+    for added in rounds:
+        peers = [value for label, value in added.items() if label != GATEWAY]
+        ours = added.get(GATEWAY)
+        if ours is None or not peers or min(peers) <= 0:
+            ratios.append(None)
+        else:
+            ratios.append(ours / min(peers))
+    return ratios
+
+
+def _rounds_row(figures: LoadFigures, concurrency: int) -> dict[str, Any] | None:
+    """The added-p50 ratio round by round with its median and spread: how far the pooled verdict
+    (the target row) is from the bound compared with the round-to-round noise of the run."""
+    ratios = round_ratios(figures.added_p50_rounds.get(concurrency, []))
+    judged = sorted(r for r in ratios if r is not None)
+    if not judged:
+        return None
+    shown = ", ".join("noise" if r is None else f"{r:.2f}" for r in ratios)
+    within = sum(1 for r in judged if r <= PEER_FACTOR)
+    median = statistics.median(judged)
+    return row(
+        f"added latency p50 / the better peer's, concurrency {concurrency}, per round",
+        f"{shown}; median {median:.2f}x (spread {judged[0]:.2f}-{judged[-1]:.2f}x)",
+        f"{within} of {len(judged)} rounds within {PEER_FACTOR:g}x",
+        "(report: the rounds' spread beside the target row's verdict)",
+        None,
+    )
+
+
 def _ttft_row(figures: LoadFigures) -> dict[str, Any]:
     """The TTFT bound, with the better peer's added TTFT from the same streams beside it (the bound
     is absolute; the peer shows what a compiled router adds under the same measurement)."""
@@ -134,8 +173,10 @@ def _ttft_row(figures: LoadFigures) -> dict[str, Any]:
 
 
 def target_rows(figures: LoadFigures) -> list[dict[str, Any]]:
-    """The four data-path targets with ratio and verdict."""
+    """The four data-path targets with ratio and verdict, then (when the run measured rounds with a
+    peer) the concurrency-32 added-p50 ratio round by round."""
     unmeasured = figures.unmeasured_peers
+    rounds = _rounds_row(figures, 32)
     return [
         _peer_row("target: CPU per request, concurrency 32", figures.cpu_us, "µs", unmeasured=unmeasured),
         _bound_row(
@@ -147,4 +188,5 @@ def target_rows(figures: LoadFigures) -> list[dict[str, Any]]:
         _peer_row(
             "target: added latency p50, concurrency 32", figures.added_p50_ms, "ms", unmeasured=unmeasured
         ),
+        *([rounds] if rounds is not None else []),
     ]
