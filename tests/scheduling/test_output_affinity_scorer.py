@@ -178,15 +178,16 @@ def test_removed_endpoints_are_forgotten() -> None:
 
 
 @pytest.mark.parametrize(
-    ("one_kind", "adapter", "learned", "why"),
+    ("one_kind", "adapter", "learned", "scraped", "why"),
     [
-        (False, None, True, "not one kind of hardware"),
-        (True, "ad", True, "an adapter request: left to the LoRA scorers"),
-        (True, None, False, "no max_tokens seen yet"),
+        (False, None, True, True, "not one kind of hardware"),
+        (True, "ad", True, True, "an adapter request: left to the LoRA scorers"),
+        (True, None, False, True, "no max_tokens seen yet"),
+        (True, None, True, False, "a candidate not scraped yet"),
     ],
 )
-def test_it_abstains(one_kind: bool, adapter: str | None, learned: bool, why: str) -> None:
-    endpoints = [ep("e0"), ep("e1")]
+def test_it_abstains(one_kind: bool, adapter: str | None, learned: bool, scraped: bool, why: str) -> None:
+    endpoints = [ep("e0"), ep("e1", no_metrics=not scraped)]
     scorer = OutputAffinityScorer()
     if learned:
         place(scorer, "a", endpoints[0], 100)

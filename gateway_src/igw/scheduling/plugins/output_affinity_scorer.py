@@ -19,7 +19,11 @@ for a request without an adapter (its ``backlog.one-kind`` state; elsewhere ever
 the score is ``1 - f x min(1, |ln((a_i + 1) / (t + 1))| / ln(SPAN))``: 1 where the pod's answers are
 as long as this one, 0 where they differ by a factor of :data:`SPAN` or more; ``f = 1 - `` the
 request's largest prefix share on any candidate (as ``decode-balance-scorer``: where a shared
-prefix buys much the prefix scorer keeps its pull). Until a ``max_tokens`` has been seen it abstains.
+prefix buys much the prefix scorer keeps its pull). Until a ``max_tokens`` has been seen, and while
+any candidate has not been scraped yet, it abstains: before the first scrapes the one-kind verdict
+can be given on a mixed fleet (nothing measured yet), which let the rule act on the first picks of
+a run and changed every later one (measured: mixed-fleet-8b's decisions differed from the third
+request on; ``decode-balance-scorer`` gives every candidate 1.0 there, nothing being in flight).
 
 ``max_tokens`` is a cap, not the answer's length: where clients set it far above what they get
 back (or leave it unset), every request looks alike and the rule does little. In the benchmark's
@@ -129,7 +133,12 @@ class OutputAffinityScorer(PluginHooks):
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         m = self.mean_max_tokens
         request = ctx.request
-        if m <= 0 or request.adapter is not None or ctx.state.get(STATE_ONE_KIND) is not endpoints:
+        if (
+            m <= 0
+            or request.adapter is not None
+            or ctx.state.get(STATE_ONE_KIND) is not endpoints
+            or any(e.metrics is None for e in endpoints)
+        ):
             return [None] * len(endpoints)
         factor = 1.0 - match_share(ctx.state.get(STATE_MATCH))
         t1 = self.expected_output(request) + 1.0
