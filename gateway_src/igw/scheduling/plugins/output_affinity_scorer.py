@@ -20,10 +20,10 @@ the score is ``1 - f x min(1, |ln((a_i + 1) / (t + 1))| / ln(SPAN))``: 1 where t
 as long as this one, 0 where they differ by a factor of :data:`SPAN` or more; ``f = 1 - `` the
 request's largest prefix share on any candidate (as ``decode-balance-scorer``: where a shared
 prefix buys much the prefix scorer keeps its pull). Until a ``max_tokens`` has been seen, and while
-any candidate has not been scraped yet, it abstains: before the first scrapes the one-kind verdict
-can be given on a mixed fleet (nothing measured yet), which let the rule act on the first picks of
-a run and changed every later one (measured: mixed-fleet-8b's decisions differed from the third
-request on; ``decode-balance-scorer`` gives every candidate 1.0 there, nothing being in flight).
+any candidate has not been scraped yet, it abstains (a conservative choice: before its first
+scrape nothing about a pod has been measured). It does act on a mixed fleet whenever the candidates
+left for a pick are one kind of hardware (mixed-fleet-8b's first picks had two A10G candidates),
+so unlike ``decode-balance-scorer`` it changes the picks there (docs/benchmark.md, routing round 16).
 
 ``max_tokens`` is a cap, not the answer's length: where clients set it far above what they get
 back (or leave it unset), every request looks alike and the rule does little. In the benchmark's
