@@ -19,6 +19,7 @@ from igw.scheduling.plugins import (
     lora_slot_filter,
     max_score_picker,
     no_hit_lru_scorer,
+    output_affinity_scorer,
     predicted_ttft_scorer,
     prefill_admission_scorer,
     prefill_collision_scorer,
@@ -75,6 +76,7 @@ def build_registry() -> PluginRegistry:
     registry.register(backlog_ttft_scorer.TYPE, backlog_ttft_scorer.factory)
     registry.register(prefill_admission_scorer.TYPE, prefill_admission_scorer.factory)
     registry.register(decode_balance_scorer.TYPE, decode_balance_scorer.factory)
+    registry.register(output_affinity_scorer.TYPE, output_affinity_scorer.factory)
     registry.register(label_selector_filter.TYPE, label_selector_filter.factory)
     registry.register(lora_slot_filter.TYPE, lora_slot_filter.factory)
     registry.register(context_length_filter.TYPE, context_length_filter.factory)

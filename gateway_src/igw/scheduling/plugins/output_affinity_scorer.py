@@ -1,0 +1,156 @@
+"""``output-affinity-scorer``: on one kind of hardware, send a request where the answers in flight
+are about as long as its own (``max_tokens``).
+
+Why: on identical pods under bursts (burst-235b) the E2E tail is the longest answers decoding
+through steps filled to the token budget with other requests' prompt chunks; a long answer's
+decode time is set by how many of its steps carry prefill, hardly by how many requests decode
+beside it. Per request, paired over the same workload, the default profile's long answers
+(>= 150 output tokens) reached their first token sooner than under least-request but decoded
+longer (docs/benchmark.md, routing round 16). Every request brings a prompt; a pod that serves
+short answers turns over many prompts per second, a pod that serves long ones few. Grouping
+requests by answer length gives the long answers pods that see fewer prompt chunks per decode
+step, and puts the prompt traffic on the pods whose answers end after a step or two.
+
+Rule, per pick, only when ``backlog-ttft-scorer`` found the candidates to be one kind of hardware
+for a request without an adapter (its ``backlog.one-kind`` state; elsewhere every candidate gets
+``None`` and the scheduler leaves the column out of the totals): with ``t`` the request's
+``max_tokens`` (the running mean ``m`` of ``max_tokens`` when it sets none) and ``a_i`` the mean
+``max_tokens`` of this router's requests in flight on candidate ``i`` (``m`` for a pod with none),
+the score is ``1 - f x min(1, |ln((a_i + 1) / (t + 1))| / ln(SPAN))``: 1 where the pod's answers are
+as long as this one, 0 where they differ by a factor of :data:`SPAN` or more; ``f = 1 - `` the
+request's largest prefix share on any candidate (as ``decode-balance-scorer``: where a shared
+prefix buys much the prefix scorer keeps its pull). Until a ``max_tokens`` has been seen, and while
+any candidate has not been scraped yet, it abstains (a conservative choice: before its first
+scrape nothing about a pod has been measured). It does act on a mixed fleet whenever the candidates
+left for a pick are one kind of hardware (mixed-fleet-8b's first picks had two A10G candidates),
+so unlike ``decode-balance-scorer`` it changes the picks there (docs/benchmark.md, routing round 16).
+
+``max_tokens`` is a cap, not the answer's length: where clients set it far above what they get
+back (or leave it unset), every request looks alike and the rule does little. In the benchmark's
+DES every answer runs to exactly ``max_tokens`` (EOS ignored, as benchmarks do), so the numbers it
+was judged by are the most it can buy.
+
+Category: affinity. Signal: none (gateway state: ``max_tokens`` of the requests it dispatched).
+Parameters: none. Not in the default profile (routing round 16 measured it; docs/benchmark.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
+from igw.scheduling.params import ParamReader
+from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
+from igw.scheduling.plugins.decode_balance_scorer import match_share
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
+from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
+
+TYPE = "output-affinity-scorer"
+MAX_TRACKED = 65_536
+"""Bound on requests remembered until their outcome; past it the oldest is forgotten (its tokens
+taken off its pod), so a lost completion cannot grow the state without limit."""
+MEAN_WINDOW = 64
+"""The running mean of ``max_tokens`` weighs a new value ``1 / n`` for the first 64, then 1/64."""
+SPAN = 16.0
+"""Answers this many times longer or shorter than the request's score 0 (chosen once, not tuned)."""
+LOG_SPAN = math.log(SPAN)
+
+
+class OutputAffinityScorer(PluginHooks):
+    type_name = TYPE
+    signal = ""
+    consumes = frozenset({STATE_ONE_KIND, STATE_MATCH})
+
+    def __init__(self, *, name: str = TYPE) -> None:
+        self.name = name
+        self.owed: dict[EndpointKey, float] = {}
+        """Output tokens owed per endpoint by this router's requests in flight there."""
+        self.count: dict[EndpointKey, int] = {}
+        """This router's requests in flight per endpoint (those counted in ``owed``)."""
+        self.tracked: OrderedDict[str, tuple[EndpointKey, float]] = OrderedDict()
+        """Per request in flight: its endpoint and the tokens it added there."""
+        self.mean_max_tokens = 0.0
+        self.seen = 0
+
+    def expected_output(self, request: RoutingRequest) -> float:
+        """The request's ``max_tokens`` when it sets one (at least 1), else the running mean."""
+        if request.max_tokens is not None and request.max_tokens > 0:
+            return float(request.max_tokens)
+        return self.mean_max_tokens
+
+    def learn(self, max_tokens: int | None) -> None:
+        """Move the running mean of ``max_tokens`` toward one more request's value."""
+        if max_tokens is None or max_tokens <= 0:
+            return
+        self.seen += 1
+        step = 1.0 / min(self.seen, MEAN_WINDOW)
+        self.mean_max_tokens += step * (max_tokens - self.mean_max_tokens)
+
+    def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
+        request = ctx.request
+        self.learn(request.max_tokens)
+        tokens = self.expected_output(request)
+        old = self.tracked.pop(request.request_id, None)
+        if old is not None:  # a request id picked again (a retry): its earlier dispatch is over
+            self._release(*old)
+        if tokens <= 0:
+            return
+        key = endpoint.key
+        self.tracked[request.request_id] = (key, tokens)
+        self.owed[key] = self.owed.get(key, 0.0) + tokens
+        self.count[key] = self.count.get(key, 0) + 1
+        if len(self.tracked) > MAX_TRACKED:
+            _, (key, dropped) = self.tracked.popitem(last=False)
+            self._release(key, dropped)
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        entry = self.tracked.pop(outcome.request_id, None)
+        if entry is not None:
+            self._release(*entry)
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        gone = set(keys)
+        for key in gone:
+            self.owed.pop(key, None)
+            self.count.pop(key, None)
+        for rid in [rid for rid, (key, _) in self.tracked.items() if key in gone]:
+            del self.tracked[rid]
+
+    def _release(self, key: EndpointKey, tokens: float) -> None:
+        n = self.count.get(key)
+        if n is None:
+            return
+        if n <= 1:  # the pod's last request: nothing owed (no float remainder left behind)
+            del self.count[key]
+            self.owed.pop(key, None)
+        else:
+            self.count[key] = n - 1
+            self.owed[key] = self.owed.get(key, 0.0) - tokens
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        m = self.mean_max_tokens
+        request = ctx.request
+        if (
+            m <= 0
+            or request.adapter is not None
+            or ctx.state.get(STATE_ONE_KIND) is not endpoints
+            or any(e.metrics is None for e in endpoints)
+        ):
+            return [None] * len(endpoints)
+        factor = 1.0 - match_share(ctx.state.get(STATE_MATCH))
+        t1 = self.expected_output(request) + 1.0
+        owed, count = self.owed, self.count
+        scores = []
+        for e in endpoints:
+            n = count.get(e.key, 0)
+            a = owed.get(e.key, 0.0) / n if n > 0 else m
+            scores.append(1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN))
+        return UnitScores(scores)
+
+
+def factory(name: str, params: Mapping[str, Any], path: str) -> OutputAffinityScorer:
+    ParamReader(params, path=path).finish()
+    return OutputAffinityScorer(name=name)

@@ -1,0 +1,232 @@
+"""``output-affinity-scorer``: on one kind of hardware, a pod whose requests in flight ask for answers
+about as long as this request's (``max_tokens``) scores higher; elsewhere, and before any
+``max_tokens`` has been seen, it abstains."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from igw.scheduling.builtin import REGISTRY
+from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.factory import DEFAULT_WEIGHTS, scheduler_from_weights
+from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
+from igw.scheduling.plugins.output_affinity_scorer import (
+    MAX_TRACKED,
+    MEAN_WINDOW,
+    SPAN,
+    TYPE,
+    OutputAffinityScorer,
+    factory,
+)
+from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
+from igw.scheduling.types import EndpointView, RequestOutcome, RoutingRequest
+from tests.scheduling.helpers import ctx, ep
+
+
+def request(rid: str = "r", *, max_tokens: int | None = 100, adapter: str | None = None) -> RoutingRequest:
+    return RoutingRequest(
+        request_id=rid,
+        model=adapter or "m",
+        base_model="m",
+        prefix_text="",
+        prompt_tokens=2000,
+        max_tokens=max_tokens,
+        adapter=adapter,
+    )
+
+
+def place(scorer: OutputAffinityScorer, rid: str, endpoint: EndpointView, max_tokens: int | None) -> None:
+    scorer.on_picked(ctx(request(rid, max_tokens=max_tokens)), endpoint)
+
+
+def done(scorer: OutputAffinityScorer, rid: str, key: str) -> None:
+    scorer.on_complete(RequestOutcome(request_id=rid, endpoint=key, ok=True), now=0.0)
+
+
+def one_kind_scores(
+    scorer: OutputAffinityScorer,
+    endpoints: list[EndpointView],
+    *,
+    matched: dict[str, float] | None = None,
+    adapter: str | None = None,
+) -> list[float | None]:
+    c = ctx(request("new", adapter=adapter))
+    c.state[STATE_ONE_KIND] = endpoints
+    if matched is not None:
+        c.state[STATE_MATCH] = matched
+    return scorer.score(c, endpoints)
+
+
+def pods_with(scorer: OutputAffinityScorer, answers: list[list[int]]) -> list[EndpointView]:
+    """Endpoints e0, e1 ... with this router's requests in flight asking for the given answers."""
+    endpoints = [ep(f"e{i}") for i in range(len(answers))]
+    for i, lengths in enumerate(answers):
+        for j, tokens in enumerate(lengths):
+            place(scorer, f"e{i}-{j}", endpoints[i], tokens)
+    return endpoints
+
+
+def expected(a: float, t: float, f: float = 1.0) -> float:
+    return 1.0 - f * min(1.0, abs(math.log((a + 1) / (t + 1))) / math.log(SPAN))
+
+
+@pytest.mark.parametrize(
+    ("answers", "new", "matched", "want", "why"),
+    [
+        ([[200, 200], [10, 30], [200]], 200, None, [1.0, expected(20, 200), 1.0], "same length: 1"),
+        ([[200, 200], [10, 30], [200]], 20, None, [expected(200, 20), 1.0, expected(200, 20)], "short: e1"),
+        ([[3000], [10], [200]], 200, None, [expected(3000, 200), 0.0, 1.0], "16 times shorter or more: 0"),
+        ([[200], [20]], 20, {"e0": 0.9}, [expected(200, 20, 0.1), 1.0], "a 90 % prefix match leaves a tenth"),
+        ([[200], [20]], 20, {"e0": 1.0}, [1.0, 1.0], "a whole-prompt match: the prefix scorer decides"),
+    ],
+)
+def test_the_distance_between_answer_lengths(
+    answers: list[list[int]], new: int, matched: dict[str, float] | None, want: list[float], why: str
+) -> None:
+    scorer = OutputAffinityScorer()
+    endpoints = pods_with(scorer, answers)
+    c = ctx(request("new", max_tokens=new))
+    c.state[STATE_ONE_KIND] = endpoints
+    if matched is not None:
+        c.state[STATE_MATCH] = matched
+    assert scorer.score(c, endpoints) == pytest.approx(want), why
+
+
+def test_a_pod_with_nothing_in_flight_counts_as_holding_the_mean_answer() -> None:
+    scorer = OutputAffinityScorer()
+    endpoints = [*pods_with(scorer, [[100, 300]]), ep("idle")]
+    assert scorer.mean_max_tokens == pytest.approx(200.0)
+    for new, want_idle in ((200, 1.0), (20, expected(200, 20))):
+        c = ctx(request("new", max_tokens=new))
+        c.state[STATE_ONE_KIND] = endpoints
+        assert scorer.score(c, endpoints)[1] == pytest.approx(want_idle)
+
+
+def test_dispatches_add_their_max_tokens_and_completions_take_them_off() -> None:
+    scorer = OutputAffinityScorer()
+    e0, e1 = ep("e0"), ep("e1")
+    place(scorer, "a", e0, 300)
+    place(scorer, "b", e1, 100)
+    place(scorer, "c", e1, 200)
+    assert scorer.owed == {"e0": 300.0, "e1": 300.0}
+    assert scorer.count == {"e0": 1, "e1": 2}
+    done(scorer, "c", "e1")
+    assert scorer.owed == {"e0": 300.0, "e1": 100.0}
+    assert scorer.count == {"e0": 1, "e1": 1}
+    done(scorer, "c", "e1")  # a second outcome for the same request changes nothing
+    done(scorer, "unknown", "e0")
+    assert scorer.owed == {"e0": 300.0, "e1": 100.0}
+    done(scorer, "a", "e0")
+    done(scorer, "b", "e1")
+    assert scorer.owed == {}
+    assert scorer.count == {}
+    assert not scorer.tracked
+
+
+def test_a_request_without_max_tokens_counts_the_running_mean() -> None:
+    scorer = OutputAffinityScorer()
+    place(scorer, "a", ep("e0"), 100)
+    place(scorer, "b", ep("e0"), 300)
+    assert scorer.mean_max_tokens == pytest.approx(200.0)
+    place(scorer, "c", ep("e1"), None)
+    assert scorer.owed["e1"] == pytest.approx(200.0)
+    assert scorer.mean_max_tokens == pytest.approx(200.0), "no max_tokens: nothing to learn"
+
+
+def test_the_running_mean_weighs_a_new_value_one_in_64_after_the_first_64() -> None:
+    scorer = OutputAffinityScorer()
+    for _ in range(MEAN_WINDOW):
+        scorer.learn(100)
+    assert scorer.mean_max_tokens == pytest.approx(100.0)
+    scorer.learn(100 + MEAN_WINDOW)
+    assert scorer.mean_max_tokens == pytest.approx(101.0)
+
+
+def test_a_retried_request_id_moves_its_tokens() -> None:
+    scorer = OutputAffinityScorer()
+    place(scorer, "a", ep("e0"), 100)
+    place(scorer, "a", ep("e1"), 100)
+    assert scorer.owed == {"e1": 100.0}
+    assert scorer.count == {"e1": 1}
+
+
+def test_the_oldest_forgotten_request_leaves_its_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("igw.scheduling.plugins.output_affinity_scorer.MAX_TRACKED", 2)
+    scorer = OutputAffinityScorer()
+    place(scorer, "a", ep("e0"), 100)
+    place(scorer, "b", ep("e1"), 50)
+    place(scorer, "c", ep("e1"), 70)
+    assert list(scorer.tracked) == ["b", "c"]
+    assert scorer.owed == {"e1": 120.0}
+    assert scorer.count == {"e1": 2}
+    assert MAX_TRACKED >= 2
+
+
+def test_removed_endpoints_are_forgotten() -> None:
+    scorer = OutputAffinityScorer()
+    place(scorer, "a", ep("e0"), 100)
+    place(scorer, "b", ep("e1"), 100)
+    scorer.on_endpoints_removed(["e0"])
+    assert scorer.owed == {"e1": 100.0}
+    assert scorer.count == {"e1": 1}
+    assert list(scorer.tracked) == ["b"]
+    done(scorer, "a", "e0")
+    assert scorer.owed == {"e1": 100.0}
+
+
+@pytest.mark.parametrize(
+    ("one_kind", "adapter", "learned", "scraped", "why"),
+    [
+        (False, None, True, True, "not one kind of hardware"),
+        (True, "ad", True, True, "an adapter request: left to the LoRA scorers"),
+        (True, None, False, True, "no max_tokens seen yet"),
+        (True, None, True, False, "a candidate not scraped yet"),
+    ],
+)
+def test_it_abstains(one_kind: bool, adapter: str | None, learned: bool, scraped: bool, why: str) -> None:
+    endpoints = [ep("e0"), ep("e1", no_metrics=not scraped)]
+    scorer = OutputAffinityScorer()
+    if learned:
+        place(scorer, "a", endpoints[0], 100)
+    c = ctx(request("new", adapter=adapter))
+    if one_kind:
+        c.state[STATE_ONE_KIND] = endpoints
+    assert scorer.score(c, endpoints) == [None, None], why
+
+
+def test_a_one_kind_verdict_for_other_candidates_is_not_taken() -> None:
+    endpoints = [ep("e0"), ep("e1")]
+    scorer = OutputAffinityScorer()
+    place(scorer, "a", endpoints[0], 100)
+    c = ctx(request("new"))
+    c.state[STATE_ONE_KIND] = list(endpoints)  # equal, but another pick's list
+    assert scorer.score(c, endpoints) == [None, None]
+
+
+def test_it_is_registered_takes_no_parameters_and_is_not_a_default() -> None:
+    assert TYPE in REGISTRY.types()
+    assert TYPE not in DEFAULT_WEIGHTS
+    with pytest.raises(SchedulerConfigError, match="mean"):
+        factory("o", {"mean": 1}, "plugins[0].parameters")
+
+
+def test_in_a_profile_it_groups_requests_by_answer_length() -> None:
+    """Identical pods with one request of ours in flight on each, every scraped signal equal: the
+    default profile cannot tell them apart (a random tie-break); with the scorer a short answer
+    goes to the pod serving short answers and a long one to the pod serving long ones."""
+    weights = {**DEFAULT_WEIGHTS, TYPE: 2.0}
+    for new, want in ((15, "e1"), (400, "e0")):
+        picks = set()
+        for seed in range(20):
+            s = scheduler_from_weights(weights, rng=random.Random(seed))
+            endpoints = [
+                ep(f"e{i}", inflight=1, block_size=16, num_gpu_blocks=20_000, labels={"gpu": "h100"})
+                for i in range(3)
+            ]
+            for i, tokens in enumerate([500, 20, 120]):
+                s.pick(request(f"old{i}", max_tokens=tokens), [endpoints[i]], now=0.0)
+            picks.add(s.pick(request("new", max_tokens=new), endpoints, now=0.0).endpoint)
+        assert picks == {want}, new
