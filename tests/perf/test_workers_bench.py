@@ -43,10 +43,12 @@ def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFix
     assert [sum(map(int, answered.split("/"))) for _, answered, *_ in split] == [requests, requests]
     # Counted 0.2 s into a phase, if it is still running then: the client's 4 connections in all.
     assert all(held == "-" or sum(map(int, held.split("/"))) == 4 for _, _, held, *_ in split)
-    # Switches per worker; a worker answering 200 requests on keep-alive connections blocks in
-    # epoll between them at least sometimes.
+    # Switches per worker (printed to two decimals, so one worker's share may round to 0.00 on a
+    # loaded machine); the workers answering 400 requests on keep-alive connections block in epoll
+    # between them at least sometimes, so the phases' switches are not all zero.
     assert [len(v.split("/")) for *_, v in split] == [1, 2]
-    assert all(float(x) > 0 for *_, v in split for x in v.split("/"))
+    voluntary = [float(x) for *_, v in split for x in v.split("/")]
+    assert all(x >= 0 for x in voluntary) and sum(voluntary) > 0
     # Not pinned: the load shares the workers' cores, so it runs under SCHED_BATCH, as read back
     # from the kernel while the phases ran; the gateway keeps the normal policy.
     assert "load policy: batch (default: the load shares the workers' cores)" in out
