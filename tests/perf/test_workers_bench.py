@@ -7,7 +7,10 @@ import asyncio
 import os
 import re
 import socket
+import subprocess
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -15,6 +18,7 @@ import igw
 from igw.cli.main import main
 from igw.cli.serve import add_arguments, worker_argv
 from igw.gateway.workers import WORKER_ENV, WorkerRole, WorkerSetupError, reserve_port
+from igw.perf import gateway_load
 from igw.perf.gateway_load import gateway_process
 from igw.perf.workers_notes import measure
 from igw.perf.workers_throughput import connections_by_pid, requests_by_worker
@@ -48,7 +52,8 @@ def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFix
     # between them at least sometimes, so the phases' switches are not all zero.
     assert [len(v.split("/")) for *_, v in split] == [1, 2]
     voluntary = [float(x) for *_, v in split for x in v.split("/")]
-    assert all(x >= 0 for x in voluntary) and sum(voluntary) > 0
+    assert all(x >= 0 for x in voluntary)
+    assert sum(voluntary) > 0
     # Not pinned: the load shares the workers' cores, so it runs under SCHED_BATCH, as read back
     # from the kernel while the phases ran; the gateway keeps the normal policy.
     assert "load policy: batch (default: the load shares the workers' cores)" in out
@@ -59,19 +64,31 @@ def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFix
     )
 
 
-def test_the_gateway_runs_the_tree_it_is_given(tmp_path: Path) -> None:
+def test_the_gateway_runs_the_tree_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--gateway-tree``: the gateway's igw comes from that directory (its PYTHONPATH), so one
-    harness can compare two trees' gateways."""
+    harness can compare two trees' gateways. The environment is the one handed to the real
+    ``Popen`` (read from the spawned process's ``/proc/PID/environ`` it would be empty if that
+    process had already exited, e.g. on a port taken by a parallel test)."""
     tree = tmp_path / "other-tree"  # not this process's PYTHONPATH: a link to the same package
     tree.mkdir()
     (tree / "igw").symlink_to(Path(igw.__file__).parent)
+    spawned: list[dict[str, str]] = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        spawned.append(dict(kwargs["env"]))
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(
+        gateway_load, "subprocess", SimpleNamespace(Popen=recording_popen, DEVNULL=subprocess.DEVNULL)
+    )
     with gateway_process(tmp_path, backend="127.0.0.1:9", source=tree) as (_base, proc):
-        environ = dict(
-            entry.split("=", 1)
-            for entry in Path(f"/proc/{proc.pid}/environ").read_text().split("\0")
-            if "=" in entry
-        )
-    assert environ["PYTHONPATH"] == str(tree)
+        assert proc.pid > 0
+    assert [env["PYTHONPATH"] for env in spawned] == [str(tree)]
+    spawned.clear()
+    with gateway_process(tmp_path, backend="127.0.0.1:9"):
+        pass
+    assert [env.get("PYTHONPATH") for env in spawned] == [os.environ.get("PYTHONPATH")]
 
 
 async def test_connections_are_counted_per_process_holding_them() -> None:
