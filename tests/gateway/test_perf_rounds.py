@@ -7,7 +7,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from igw.perf.gateway import DIRECT, STRETCH_TARGET, _cpu_rows, _drive_rounds, _Target, phase_order
+from igw.perf.gateway import (
+    DIRECT,
+    STRETCH_TARGET,
+    _cpu_rows,
+    _drive_rounds,
+    _Target,
+    missed_summary,
+    phase_order,
+)
 from igw.perf.gateway_load import LoadResult
 from igw.perf.gateway_targets import LoadFigures, round_ratios, target_rows
 
@@ -121,3 +129,19 @@ def test_the_cpu_rows_target_is_the_stretch_parity_and_can_miss() -> None:
     assert rows[0]["target"] == STRETCH_TARGET == "stretch, parity: <= sglang-router's (c=32)"
     assert rows[0]["verdict"] == "MISSED"
     assert _cpu_rows({"gateway": 200.0, SGL: 200.0}, concurrency=32, failed={})[0]["verdict"] == "met"
+
+
+def test_the_closing_summary_keeps_a_missed_stretch_apart_from_the_missed_bounds() -> None:
+    rows = [
+        *_cpu_rows({"gateway": 201.0, "sglang-router": 200.0}, concurrency=32, failed={}),
+        {"metric": "target: added streaming TTFT p50", "target": "p50 <= 0.5 ms", "verdict": "MISSED"},
+        {"metric": "target: CPU per request, concurrency 32", "target": "<= 2x", "verdict": "met"},
+    ]
+    assert missed_summary(rows) == [
+        "\nmissed targets: target: added streaming TTFT p50",
+        "missed stretch targets (not bounds): gateway CPU per request, concurrency 32",
+    ]
+    assert missed_summary(rows[:1]) == [
+        "missed stretch targets (not bounds): gateway CPU per request, concurrency 32"
+    ]
+    assert missed_summary(rows[1:2] + rows[3:]) == []  # the peer's report row and a met bound

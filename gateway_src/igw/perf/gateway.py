@@ -484,7 +484,20 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=2)
-    missed = [r["metric"] for r in rows if r["verdict"] == "MISSED"]
-    if missed:
-        print(f"\nmissed targets: {', '.join(missed)}", file=sys.stderr)
+    for line in missed_summary(rows):
+        print(line, file=sys.stderr)
     return 0
+
+
+def missed_summary(rows: list[dict[str, Any]]) -> list[str]:
+    """The closing lines naming the missed rows: the bounds apart from the stretch goal (the CPU
+    row's parity with sglang-router), so a missed stretch is not read as a missed bound."""
+    missed = [r for r in rows if r["verdict"] == "MISSED"]
+    bounds = [r["metric"] for r in missed if r["target"] != STRETCH_TARGET]
+    stretch = [r["metric"] for r in missed if r["target"] == STRETCH_TARGET]
+    lines = []
+    if bounds:
+        lines.append(f"\nmissed targets: {', '.join(bounds)}")
+    if stretch:
+        lines.append(f"missed stretch targets (not bounds): {', '.join(stretch)}")
+    return lines
