@@ -23,7 +23,7 @@ import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,15 +250,15 @@ async def _load(base: str, load: LoadSettings, *, warm_up: bool = False) -> Load
     return LoadRun(requests=requests, wall_s=result.wall_s, process_cpu_s=0.0)
 
 
-def _policies(
-    gateway_parents: Sequence[int], serving: Sequence[int]
-) -> tuple[frozenset[str], frozenset[str]]:
-    """The scheduling policies of the load's threads (this process and its children other than the
-    gateway groups: the backend, a running wrk) and of the gateway's ``serving`` processes."""
+def _policies(not_load: Collection[int], serving: Sequence[int]) -> tuple[frozenset[str], frozenset[str]]:
+    """The scheduling policies of the load's threads (this process and its children other than
+    ``not_load``: the gateway groups and any child this process had before the benchmark, e.g. a
+    server another test of the same session started - leaving the backend and a running wrk) and of
+    the gateway's ``serving`` processes."""
     own = group_pids(os.getpid())
     load = set(load_policy.thread_policies(own[0]))
     for pid in own[1:]:
-        if pid not in gateway_parents:
+        if pid not in not_load:
             load |= load_policy.thread_policies(pid)
     gateway: set[str] = set()
     for pid in serving:
@@ -273,7 +273,7 @@ async def _phase(
     *,
     workers: int,
     load: LoadSettings,
-    gateway_parents: Sequence[int] = (),
+    not_load: Collection[int] = (),
 ) -> Phase:
     r0 = await _worker_requests(base)
     w0 = worker_cpu(parent)
@@ -283,7 +283,7 @@ async def _phase(
     running = asyncio.create_task(_load(base, load))
     await asyncio.sleep(CONNECTIONS_SAMPLE_S)
     held = {} if running.done() else connections_by_pid(sorted(w0), int(base.rsplit(":", 1)[1]))
-    load_policies, gateway_policies = _policies(gateway_parents, sorted(w0))
+    load_policies, gateway_policies = _policies(not_load, sorted(w0))
     ran = await running
     g1, c1, b1 = group_cpu(parent), _own_cpu(), cpu_seconds(backend_pid)
     w1 = worker_cpu(parent)
@@ -327,10 +327,13 @@ async def _measure(
                 pin(serving, {gateway_cpus[i % len(gateway_cpus)]})
         await _load(base, load, warm_up=True)
     phases = []
-    parents = [pid for _base, pid in bases.values()]
+    # Not the load: the gateway groups, and whatever else this process runs besides the backend (no
+    # wrk runs between phases), such as a test session's own servers.
+    not_load = set(group_pids(os.getpid())[1:]) - {backend_pid}
+    not_load.update(pid for _base, pid in bases.values())
     for _ in range(rounds):
         for n, (base, pid) in bases.items():
-            phases.append(await _phase(base, pid, backend_pid, workers=n, load=load, gateway_parents=parents))
+            phases.append(await _phase(base, pid, backend_pid, workers=n, load=load, not_load=not_load))
     return phases
 
 
