@@ -59,7 +59,11 @@ async def test_a_non_streamed_dispatch_stays_out_of_the_pending_floor(gateway: A
             body = {"model": "llama", "prompt": "write a long story " * 50, "max_tokens": 4000}
             answer = asyncio.ensure_future(gw.post("/v1/completions", body))
             try:
-                await wait_for(lambda: scorer.pending.get(key) == 1, within=5.0, what="the dispatch")
+                # The pick's bookkeeping waits for the answer or the scheduler's next call
+                # (Scheduler.pick's settle_later): settled here, as that call would.
+                await wait_for(
+                    lambda: sched.settle() or scorer.pending.get(key) == 1, within=5.0, what="the dispatch"
+                )
                 assert scorer.pending_tokens[key] == 0.0
             finally:
                 answer.cancel()

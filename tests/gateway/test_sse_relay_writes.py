@@ -178,3 +178,25 @@ async def test_first_bytes_that_came_with_the_head_are_written_without_a_prepare
     assert prepared == []
     first = next(w for w in client_writes if w.startswith(b"HTTP/1.1 200"))
     assert b'"text":"tok0"' in first
+
+
+async def test_the_picks_bookkeeping_runs_after_the_first_event_is_written(
+    gateway: Any, client_writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pick's own bookkeeping (dispatch ledger, ``on_picked``, pick notes) is off a streamed
+    request's way to its first event: the scheduler settles it when it hears the first token, after
+    the write that carried that event (``Scheduler.pick``'s ``settle_later``), once."""
+    marks: list[int] = []
+    picked = Scheduler._picked
+
+    def recorded_picked(self: Scheduler, ctx: Any, chosen: Any) -> None:
+        marks.append(len(client_writes))  # how many client writes came before it
+        picked(self, ctx, chosen)
+
+    monkeypatch.setattr(Scheduler, "_picked", recorded_picked)
+    server = FakeModelServer("a", tokens=2, first_token_delay_s=0.05)
+    text = await streamed_text(gateway, client_writes, server)
+    assert text.count("data: ") == 4  # two tokens, the usage event, [DONE]
+    first = next(i for i, w in enumerate(client_writes) if b'"text":"tok0"' in w)
+    assert len(marks) == 1
+    assert marks[0] > first  # the write with the first event came before it

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from igw.scheduling.framework import CycleContext
-from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics, RequestOutcome, RoutingRequest
+from igw.scheduling.scheduler import Scheduler
+from igw.scheduling.types import (
+    EndpointKey,
+    EndpointView,
+    EngineMetrics,
+    RequestOutcome,
+    RoutingDecision,
+    RoutingPolicy,
+    RoutingRequest,
+)
+from igw.sim.des import simulate
+from igw.sim.spec import PodSpec
+from igw.sim.workloads import poisson_arrivals, shared_prefix
 
 
 def ep(
@@ -80,3 +93,59 @@ class BareHooks:
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         pass
+
+
+@dataclass
+class Recording:
+    """A routing policy that records every decision of the scheduler it wraps; with
+    ``settle_later``, every pick leaves its bookkeeping to the scheduler's next call
+    (``Scheduler.pick``), and ``left_unsettled`` counts the picks that found it still due."""
+
+    scheduler: Scheduler
+    settle_later: bool = False
+    decisions: list[RoutingDecision] = field(default_factory=list)
+    left_unsettled: int = 0
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.scheduler.name
+
+    def pick(
+        self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+    ) -> RoutingDecision:
+        if self.scheduler._unsettled is not None:
+            self.left_unsettled += 1
+        decision = self.scheduler.pick(request, endpoints, now=now, settle_later=self.settle_later)
+        self.decisions.append(decision)
+        return decision
+
+    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        self.scheduler.on_complete(outcome, now=now)
+
+    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        self.scheduler.on_endpoints_removed(keys)
+
+
+def run_loaded_mixed_fleet(policy: RoutingPolicy, seed: int) -> None:
+    """480 shared-prefix requests at 60/s through ``policy`` on a simulated fleet of three H100 and
+    three A100 pods (the DES): queues, prefix reuse, settled TTFT means, dispatches between scrapes.
+
+    H100s and A100s: different speeds (the TTFT pooling has groups to settle) with alike KV caches,
+    so the backlog scorer, which steers away from small-KV pods such as A10Gs, leaves every pod
+    some of the load and all the scorers' fast paths are exercised."""
+    rng = random.Random(seed)
+    pods = [
+        *(PodSpec(preset="llama-3.1-8b/h100", name=f"h100-{i}") for i in range(3)),
+        *(PodSpec(preset="llama-3.1-8b/a100", name=f"a100-{i}") for i in range(3)),
+    ]
+    requests = shared_prefix(
+        groups=12,
+        prompts_per_group=40,
+        system_prompt_len=600,
+        question_len=60,
+        output_len=80,
+        arrivals=poisson_arrivals(rate=60.0, rng=rng),
+        model="m",
+        rng=rng,
+    )
+    simulate(pods=pods, requests=requests, policy=policy, seed=seed)

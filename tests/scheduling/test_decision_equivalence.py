@@ -12,7 +12,6 @@ import dataclasses
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import cast
 
 import pytest
@@ -48,17 +47,12 @@ from igw.scheduling.plugins.queue_scorer import QueueScorer
 from igw.scheduling.plugins.speed_pools import SpeedPools
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.types import (
-    EndpointKey,
     EndpointView,
     EngineMetrics,
     RequestOutcome,
-    RoutingDecision,
     RoutingRequest,
 )
-from igw.sim.des import simulate
-from igw.sim.spec import PodSpec
-from igw.sim.workloads import poisson_arrivals, shared_prefix
-from tests.scheduling.helpers import req
+from tests.scheduling.helpers import Recording, req, run_loaded_mixed_fleet
 from tests.scheduling.reference import (
     ReferenceBacklogTtftScorer,
     ReferenceDispatchLedger,
@@ -73,31 +67,6 @@ from tests.scheduling.reference import (
     reference_pooled_ttft,
     reference_profile,
 )
-
-
-@dataclass
-class Recording:
-    """A routing policy that records every decision of the scheduler it wraps."""
-
-    scheduler: Scheduler
-    decisions: list[RoutingDecision] = field(default_factory=list)
-    name: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.name = self.scheduler.name
-
-    def pick(
-        self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
-    ) -> RoutingDecision:
-        decision = self.scheduler.pick(request, endpoints, now=now)
-        self.decisions.append(decision)
-        return decision
-
-    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
-        self.scheduler.on_complete(outcome, now=now)
-
-    def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
-        self.scheduler.on_endpoints_removed(keys)
 
 
 def _default_scheduler(seed: int) -> Scheduler:
@@ -117,32 +86,10 @@ def _reference_scheduler(seed: int) -> Scheduler:
     return scheduler
 
 
-def _run(policy: Recording, seed: int) -> None:
-    # H100s and A100s: different speeds (the TTFT pooling has groups to settle) with alike KV caches,
-    # so the backlog scorer, which steers away from small-KV pods such as A10Gs, leaves every pod
-    # some of the load and all the scorers' fast paths are exercised.
-    rng = random.Random(seed)
-    pods = [
-        *(PodSpec(preset="llama-3.1-8b/h100", name=f"h100-{i}") for i in range(3)),
-        *(PodSpec(preset="llama-3.1-8b/a100", name=f"a100-{i}") for i in range(3)),
-    ]
-    requests = shared_prefix(
-        groups=12,
-        prompts_per_group=40,
-        system_prompt_len=600,
-        question_len=60,
-        output_len=80,
-        arrivals=poisson_arrivals(rate=60.0, rng=rng),
-        model="m",
-        rng=rng,
-    )
-    simulate(pods=pods, requests=requests, policy=policy, seed=seed)
-
-
 def test_default_scheduler_decides_exactly_as_the_reference_code_on_a_loaded_mixed_fleet() -> None:
     fast, reference = Recording(_default_scheduler(7)), Recording(_reference_scheduler(7))
-    _run(fast, seed=3)
-    _run(reference, seed=3)
+    run_loaded_mixed_fleet(fast, seed=3)
+    run_loaded_mixed_fleet(reference, seed=3)
     assert len(fast.decisions) == len(reference.decisions) == 480
     assert fast.decisions == reference.decisions  # pick, fallbacks, every weighted score, reason
     picked = {d.endpoint for d in fast.decisions}
@@ -1134,7 +1081,7 @@ def test_the_native_sum_and_rows_decide_as_the_generated_kernels(monkeypatch: py
         monkeypatch.setattr(scheduler_module, "NATIVE_SUM", native)
         scheduler_module._sum_kernel.cache_clear()  # kernels are kept per weights: made anew per setting
         runs[native] = Recording(_default_scheduler(7))
-        _run(runs[native], seed=3)
+        run_loaded_mixed_fleet(runs[native], seed=3)
     scheduler_module._sum_kernel.cache_clear()
     assert len(runs[True].decisions) == 480
     assert runs[True].decisions == runs[False].decisions

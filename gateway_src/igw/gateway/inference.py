@@ -312,7 +312,10 @@ async def _route(
         obs.held(sr.spec.name, decision, candidates=len(views))
     else:
         t0 = time.perf_counter()
-        decision = sr.scheduler.pick(rreq, views, now=state.clock())
+        # Without flow control (which moves a pick's ledger entry right after it), the pick's own
+        # bookkeeping waits until the request is sent: the scheduler settles it at the first token
+        # (a stream), the outcome, or its next pick, whichever comes first (Scheduler.pick).
+        decision = sr.scheduler.pick(rreq, views, now=state.clock(), settle_later=not flow_on)
         elapsed = time.perf_counter() - t0
         if priority is not None:
             decision = _preempting(state, sr, priority, _steered(state, sr, priority, decision))
@@ -486,6 +489,7 @@ def _endpoint_samples(state: GatewayState, sr: SchedulerRuntime) -> EndpointSamp
 
     def probe() -> Mapping[EndpointKey, EndpointSample]:
         now = state.clock()
+        sr.scheduler.settle()  # a pick made before flow control was turned on: its ledger entry
         fresh = [v for v in sr.pool.views() if sr.scheduler.is_fresh(v, now)]
         ledger = sr.scheduler.ledger
         views = ledger.annotate(fresh, now=now) if ledger is not None else fresh

@@ -38,7 +38,10 @@ class PluginHooks:
     produces: frozenset[str] = frozenset()
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
-        """Called once per successful pick with the chosen endpoint (GIE's PreRequest)."""
+        """Called once per successful pick with the chosen endpoint (GIE's PreRequest). It may run
+        after the pick has returned (``Scheduler.pick``'s ``settle_later``: ``igw serve`` sends the
+        request first), but always before the scheduler's next pick or hook call; so it reads only
+        ``ctx``, ``endpoint`` and the plugin's own state."""
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         """Called when a dispatched request finishes (GIE's ResponseComplete)."""

@@ -19,7 +19,10 @@ Order of one ``pick`` (all in memory, no I/O, time only from ``now``):
    Missing signals (``None``) are imputed with the mean of the candidates that have the signal, and
    a scorer nobody can feed contributes nothing; both are named in ``RoutingDecision.reason``.
 6. The picker ranks; the first is the pick, the next ones are connect-failure fallbacks; every
-   plugin's ``on_picked`` runs (the prefix index learns the pick).
+   plugin's ``on_picked`` runs (the prefix index learns the pick) - or, for a pick made with
+   ``settle_later``, runs at :meth:`Scheduler.settle`, before anything else reads that state.
+   A ``settle_later`` pick given ``on_decided`` whose filters leave one candidate (the forced
+   choice) returns that candidate at once and runs steps 5 and 6 at :meth:`Scheduler.settle`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from igw.scheduling.framework import (
 from igw.scheduling.pick_notes import LearnCounts, PickNoteOutbox, learn_notes, sharing_plugins
 from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
+from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.slot_init import slot_constructor
@@ -62,9 +66,34 @@ from igw.scheduling.types import (
 )
 
 TOTAL = "total"
+PENDING_SCORES: Mapping[EndpointKey, Mapping[str, float]] = types.MappingProxyType({})
+"""The ``scores`` of a forced choice's decision until it settles (:meth:`Scheduler.pick`'s
+``on_decided``): told apart by identity (``decision.scores is PENDING_SCORES``)."""
 _ANY_CAPACITY = "scheduler.any_capacity"
 """Per-scrape key: whether some candidate is below the built-in saturation thresholds (they read
 only the scraped ``waiting`` and KV use, and the thresholds are fixed per scheduler)."""
+
+
+class _Forced:
+    """A forced choice's pick, kept for :meth:`Scheduler.settle`: what its scoring reads."""
+
+    __slots__ = ("candidates", "ctx", "noted", "on_decided", "removed", "stale")
+
+    def __init__(
+        self,
+        ctx: CycleContext,
+        candidates: Sequence[EndpointView],
+        stale: int,
+        removed: dict[EndpointKey, str],
+        noted: bool,
+        on_decided: Callable[[RoutingDecision], None],
+    ) -> None:
+        self.ctx = ctx
+        self.candidates = candidates
+        self.stale = stale
+        self.removed = removed
+        self.noted = noted
+        self.on_decided = on_decided
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +181,25 @@ class Scheduler:
         self.pick_notes: PickNoteOutbox | None = None
         """Where each pick's notes for the other workers go (``igw serve --workers``, see
         :mod:`igw.scheduling.pick_notes`); ``None``: not noted."""
+        self._unsettled: tuple[CycleContext, EndpointView, bool] | None = None
+        """The last pick's own bookkeeping (the ledger's record, ``on_picked``, the pick notes when
+        the third item is true) when that pick was made with ``settle_later``: still to run, by
+        :meth:`settle`."""
+        self._forced: _Forced | None = None
+        """The last pick's scoring and bookkeeping when it was a forced choice made with
+        ``on_decided``: still to run, by :meth:`settle`."""
+        self._settle_later = False
+        """The ``settle_later`` of the pick running (set by every :meth:`pick`)."""
+        self._forced_exact = type(profile.picker) is MaxScorePicker
+        """Whether a forced choice may wait: the max-score picker ranks one candidate without a
+        draw, so its ranking can run later without moving anyone else's draws on the shared random
+        stream (the random pickers draw even for one candidate, so theirs must run in order)."""
 
     def share_picks(self) -> PickNoteOutbox:
         """Note every later pick from a pool of more than one endpoint for the other workers
         (``igw serve --workers``; see :mod:`igw.scheduling.pick_notes`, "Which pools note"); the
         outbox the notes collect in, the same one on every call."""
+        self.settle()
         if self.pick_notes is None:
             self.pick_notes = PickNoteOutbox(self._sharing.values())
         return self.pick_notes
@@ -166,6 +209,7 @@ class Scheduler:
     ) -> LearnCounts:
         """Teach this scheduler's sharing plugins another worker's pick notes; notes older than the
         stale threshold are dropped (see :mod:`igw.scheduling.pick_notes`)."""
+        self.settle()
         return learn_notes(
             self._sharing, notes, now=now, max_age_s=self.settings.stale_threshold_s, counts=counts
         )
@@ -185,6 +229,7 @@ class Scheduler:
         spare capacity, and dispatches the scrapes have not shown yet count as queued (a burst is not
         let through on stale pages). No fresh endpoint: 1.0.
         """
+        self.settle()  # the ledger's dispatches count
         fresh = [e for e in endpoints if self.is_fresh(e, now)]
         if not fresh:
             return 1.0
@@ -208,7 +253,76 @@ class Scheduler:
         return total / len(fresh)
 
     def pick(
-        self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointView],
+        *,
+        now: float,
+        settle_later: bool = False,
+        on_decided: Callable[[RoutingDecision], None] | None = None,
+    ) -> RoutingDecision:
+        """Pick an endpoint for ``request`` (the module docstring's steps).
+
+        ``settle_later``: the pick's own bookkeeping - the dispatch ledger's record, every plugin's
+        ``on_picked``, the pick notes - is kept, not run, until :meth:`settle`; a caller that sends
+        the request first takes that work off the request's way to the model server (``igw serve``:
+        off a streamed request's time to first token). Every later call on this scheduler that
+        reads or changes what the bookkeeping changes (the next pick, ``on_first_token``,
+        ``on_complete``, ``on_endpoints_removed``, ``utilisation``, the pick sharing) settles first,
+        so each of them finds the same state, and each pick makes the same decision, as without it.
+        Direct reads of ``ledger`` or a plugin's state in between see the pick not yet recorded.
+
+        ``on_decided`` (with ``settle_later``): the forced choice. When the filters leave exactly
+        one candidate with capacity and the picker is the max-score one, no score can change the
+        choice, so the pick returns that candidate at once - a decision whose ``scores`` is
+        :data:`PENDING_SCORES`, with no fallbacks and no reason - and the scoring, the ranking and
+        the bookkeeping run at :meth:`settle`, which hands the complete decision (the one the pick
+        would have returned) to ``on_decided``. Every other pick returns its complete decision and
+        does not call ``on_decided``."""
+        if self._unsettled is not None or self._forced is not None:
+            self.settle()
+        self._settle_later = settle_later  # read by _score_and_pick; every pick sets it
+        if settle_later and on_decided is not None and self._forced_exact:
+            return self._pick(request, endpoints, now=now, on_decided=on_decided)
+        return self._pick(request, endpoints, now=now)
+
+    def settle(self) -> None:
+        """Run what the last pick made with ``settle_later`` left to run (its bookkeeping; for a
+        forced choice its scoring too, then its ``on_decided``), if still due."""
+        forced = self._forced
+        if forced is not None:
+            self._forced = None
+            self._settle_later = False
+            decision = self._score_and_pick(
+                forced.ctx,
+                forced.candidates,
+                self.profile.scorers,
+                stale=forced.stale,
+                removed=forced.removed,
+                noted=forced.noted,
+            )
+            forced.on_decided(decision)
+        unsettled = self._unsettled
+        if unsettled is not None:
+            self._unsettled = None
+            self._picked(*unsettled)
+
+    def _picked(self, ctx: CycleContext, chosen: EndpointView, noted: bool) -> None:
+        """A pick's own bookkeeping: the ledger's record, ``on_picked``, the pick notes."""
+        if self.ledger is not None:
+            self.ledger.record(chosen.key, now=ctx.now)
+        for plugin in self._on_picked:
+            plugin.on_picked(ctx, chosen)
+        if noted and self.pick_notes is not None:
+            self.pick_notes.record(ctx, chosen)
+
+    def _pick(
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointView],
+        *,
+        now: float,
+        on_decided: Callable[[RoutingDecision], None] | None = None,
     ) -> RoutingDecision:
         if not endpoints:
             return RoutingDecision(kind=DecisionKind.NO_ENDPOINTS, reason="no endpoints discovered")
@@ -290,11 +404,16 @@ class Scheduler:
                 reason=f"all {len(candidates)} fresh endpoints are over queue {q_thr} or KV {kv_thr}",
                 removed=removed,
             )
+        stale = len(endpoints) - len(fresh)
+        if on_decided is not None and len(candidates) == 1:
+            # The forced choice: the one candidate is the pick whatever it scores (see pick).
+            self._forced = _Forced(ctx, candidates, stale, removed, noted, on_decided)
+            return _decision(DecisionKind.PICKED, candidates[0].key, (), PENDING_SCORES, None, "", removed)
         return self._score_and_pick(
             ctx,
             candidates,
             self.profile.scorers,
-            stale=len(endpoints) - len(fresh),
+            stale=stale,
             removed=removed,
             noted=noted,
         )
@@ -392,12 +511,10 @@ class Scheduler:
             totals = _weighted_sum(columns, n)
         ranked = self.profile.picker.rank(ctx, totals)
         chosen = candidates[ranked[0]]
-        if self.ledger is not None:
-            self.ledger.record(chosen.key, now=ctx.now)
-        for plugin in self._on_picked:
-            plugin.on_picked(ctx, chosen)
-        if noted and self.pick_notes is not None:
-            self.pick_notes.record(ctx, chosen)
+        if self._settle_later:
+            self._unsettled = (ctx, chosen, noted)
+        else:
+            self._picked(ctx, chosen, noted)
         scores: dict[EndpointKey, dict[str, float]]
         if rows is not None:
             scores = rows(candidates, ranked, totals, *value_lists)
@@ -443,6 +560,8 @@ class Scheduler:
         return named
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        if self._unsettled is not None or self._forced is not None:
+            self.settle()
         self.drain.record(outcome.endpoint, now)
         if self.ledger is not None:
             self.ledger.on_complete(outcome)
@@ -451,10 +570,13 @@ class Scheduler:
 
     def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
         """A dispatched request's first token arrived (``outcome.ttft_s``); ``on_complete`` follows."""
+        if self._unsettled is not None or self._forced is not None:
+            self.settle()
         for plugin in self._first_token_plugins:
             plugin.on_first_token(outcome, now=now)
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
+        self.settle()
         for key in keys:
             self.drain.forget(key)
         if self.ledger is not None:
