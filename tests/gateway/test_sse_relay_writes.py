@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from igw.gateway import lean_server, serving, upstream
+from igw.gateway.observer import RequestObserver
+from igw.scheduling import scheduler as scheduler_module
 from igw.gateway.upstream_client import UpstreamResponse, _Connection
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.types import RequestOutcome
@@ -189,9 +191,9 @@ async def test_the_picks_bookkeeping_runs_after_the_first_event_is_written(
     marks: list[int] = []
     picked = Scheduler._picked
 
-    def recorded_picked(self: Scheduler, ctx: Any, chosen: Any) -> None:
+    def recorded_picked(self: Scheduler, ctx: Any, chosen: Any, noted: bool) -> None:
         marks.append(len(client_writes))  # how many client writes came before it
-        picked(self, ctx, chosen)
+        picked(self, ctx, chosen, noted)
 
     monkeypatch.setattr(Scheduler, "_picked", recorded_picked)
     server = FakeModelServer("a", tokens=2, first_token_delay_s=0.05)
@@ -200,3 +202,45 @@ async def test_the_picks_bookkeeping_runs_after_the_first_event_is_written(
     first = next(i for i, w in enumerate(client_writes) if b'"text":"tok0"' in w)
     assert len(marks) == 1
     assert marks[0] > first  # the write with the first event came before it
+
+
+async def test_a_forced_choice_is_scored_after_the_first_event_and_logged_as_before(
+    gateway: Any, client_writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One endpoint (the forced choice, ``Scheduler.pick``'s ``on_decided``): the scoring runs after
+    the client write carrying the first event, once, and the access log's reason and scores are
+    those of the same request scored before it was sent (the forced choice turned off by making the
+    profile's picker not count as the max-score one)."""
+    marks: list[int] = []
+    score_and_pick = Scheduler._score_and_pick
+
+    def recorded(self: Scheduler, *args: Any, **kwargs: Any) -> Any:
+        marks.append(len(client_writes))  # how many client writes came before it
+        return score_and_pick(self, *args, **kwargs)
+
+    logged: list[tuple[object, object]] = []
+    finish = RequestObserver.finish
+
+    def recorded_finish(self: RequestObserver, response: Any) -> Any:
+        scores = self.record.scores
+        # each run's server has its own port: the endpoint's scores, not its key
+        logged.append((self.record.reason, list(scores.values()) if scores else scores))
+        return finish(self, response)
+
+    monkeypatch.setattr(Scheduler, "_score_and_pick", recorded)
+    monkeypatch.setattr(RequestObserver, "finish", recorded_finish)
+    server = FakeModelServer("a", tokens=2, first_token_delay_s=0.05)
+    text = await streamed_text(gateway, client_writes, server)
+    first = next(i for i, w in enumerate(client_writes) if b'"text":"tok0"' in w)
+    assert len(marks) == 1
+    assert marks[0] > first
+    monkeypatch.setattr(scheduler_module, "MaxScorePicker", type("NotThePicker", (), {}))
+    marks.clear()
+    again = await streamed_text(
+        gateway, client_writes, FakeModelServer("a", tokens=2, first_token_delay_s=0.05)
+    )
+    assert marks == [0]  # scored before anything was written: the forced choice off
+    assert again == text
+    assert len(logged) == 2
+    assert logged[0] == logged[1]
+    assert logged[0][1]  # scores were logged

@@ -66,6 +66,7 @@ from igw.gateway.upstream import (
     upstream_headers,
 )
 from igw.gateway.upstream_client import UpstreamPool
+from igw.scheduling.scheduler import PENDING_SCORES
 from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
@@ -314,12 +315,24 @@ async def _route(
         t0 = time.perf_counter()
         # Without flow control (which moves a pick's ledger entry right after it), the pick's own
         # bookkeeping waits until the request is sent: the scheduler settles it at the first token
-        # (a stream), the outcome, or its next pick, whichever comes first (Scheduler.pick).
-        decision = sr.scheduler.pick(rreq, views, now=state.clock(), settle_later=not flow_on)
+        # (a stream), the outcome, or its next pick, whichever comes first (Scheduler.pick). So
+        # does a forced choice's scoring (one candidate left), unless the decision log or a trace
+        # reads the scores before the request is sent (the debug header, the trace's span).
+        forced_later = not flow_on and state.decision_log is None and obs.trace is None
+        decision = sr.scheduler.pick(
+            rreq,
+            views,
+            now=state.clock(),
+            settle_later=not flow_on,
+            on_decided=obs.scored if forced_later else None,
+        )
         elapsed = time.perf_counter() - t0
         if priority is not None:
             decision = _preempting(state, sr, priority, _steered(state, sr, priority, decision))
-        obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
+        if decision.scores is PENDING_SCORES:
+            obs.decided_later(sr.spec.name, elapsed)
+        else:
+            obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
         if decision.kind is DecisionKind.SATURATED and not flow_on:
             state.flow.configure(None, retry_after_bounds=bounds)
     log = state.decision_log
@@ -594,8 +607,11 @@ async def _forward(
                 ep.completed(est_tokens)
                 if plan.priority is not None:
                     state.flow.finished(key, plan.priority)
-            if connected and plan.sr is not None:
-                _feedback(plan.sr, key, obs, result, now=state.clock())
+            if plan.sr is not None:
+                if connected:
+                    _feedback(plan.sr, key, obs, result, now=state.clock())
+                else:  # a forced choice's scores, for the access log (no outcome settles it)
+                    plan.sr.scheduler.settle()
         if not connected:  # the next candidate; here, not in the handler: mypyc cannot compile a
             continue  # `continue` inside try/finally (igw.compiled)
         break

@@ -111,6 +111,19 @@ class RequestObserver:
         if self.trace is not None:
             self.trace.scheduled(scheduler, decision, candidates=candidates)
 
+    def decided_later(self, scheduler: str, elapsed_s: float) -> None:
+        """A forced choice (``Scheduler.pick``'s ``on_decided``): the time the request waited for
+        its endpoint now; the decision's reason and scores when it settles (:meth:`scored`), before
+        the access log is written. Not used with a trace (``decided`` puts the decision in it)."""
+        self.metrics.decision_child(scheduler).observe(elapsed_s)
+        self.record.decision_us = elapsed_s * 1e6  # rounded in the line
+
+    def scored(self, decision: RoutingDecision) -> None:
+        """A forced choice's complete decision, once settled: its reason and scores for the access
+        log (what :meth:`decided` records of them)."""
+        self.record.reason = decision.reason or None
+        self.record.scores = decision.scores or None
+
     def held(self, scheduler: str, decision: RoutingDecision, *, candidates: int = 0) -> None:
         """Flow control queued the request without running the scheduler (no decision latency)."""
         self.record.reason = decision.reason or None
