@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from igw.scheduling.framework import CycleContext
-from igw.scheduling.scheduler import Scheduler
+from igw.scheduling.scheduler import PENDING_SCORES, Scheduler
 from igw.scheduling.types import (
     EndpointKey,
     EndpointView,
@@ -99,12 +99,17 @@ class BareHooks:
 class Recording:
     """A routing policy that records every decision of the scheduler it wraps; with
     ``settle_later``, every pick leaves its bookkeeping to the scheduler's next call
-    (``Scheduler.pick``), and ``left_unsettled`` counts the picks that found it still due."""
+    (``Scheduler.pick``), and ``left_unsettled`` counts the picks that found it still due. With
+    ``forced`` too, a forced choice's decision is recorded as it settles (``on_decided``), in its
+    pick's place; ``forced_picks`` counts them (the decisions are complete once the scheduler
+    settled its last pick)."""
 
     scheduler: Scheduler
     settle_later: bool = False
+    forced: bool = False
     decisions: list[RoutingDecision] = field(default_factory=list)
     left_unsettled: int = 0
+    forced_picks: int = 0
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -113,11 +118,32 @@ class Recording:
     def pick(
         self, request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
     ) -> RoutingDecision:
-        if self.scheduler._unsettled is not None:
+        if self.scheduler._unsettled is not None or self.scheduler._forced is not None:
             self.left_unsettled += 1
-        decision = self.scheduler.pick(request, endpoints, now=now, settle_later=self.settle_later)
+        decision = self.scheduler.pick(
+            request,
+            endpoints,
+            now=now,
+            settle_later=self.settle_later,
+            on_decided=self._decided(len(self.decisions)) if self.forced else None,
+        )
         self.decisions.append(decision)
         return decision
+
+    def _decided(self, position: int) -> Callable[[RoutingDecision], None]:
+        def decided(decision: RoutingDecision) -> None:
+            returned = self.decisions[position]
+            assert returned.scores is PENDING_SCORES  # only a forced choice settles this way
+            assert (returned.kind, returned.endpoint, returned.fallbacks, returned.removed) == (
+                decision.kind,
+                decision.endpoint,
+                decision.fallbacks,
+                decision.removed,
+            )  # what the pick returned at once is what its scoring chose
+            self.decisions[position] = decision
+            self.forced_picks += 1
+
+        return decided
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         self.scheduler.on_complete(outcome, now=now)
@@ -126,15 +152,18 @@ class Recording:
         self.scheduler.on_endpoints_removed(keys)
 
 
-def run_loaded_mixed_fleet(policy: RoutingPolicy, seed: int) -> None:
+def run_loaded_mixed_fleet(
+    policy: RoutingPolicy, seed: int, *, pods: Sequence[PodSpec] | None = None
+) -> None:
     """480 shared-prefix requests at 60/s through ``policy`` on a simulated fleet of three H100 and
     three A100 pods (the DES): queues, prefix reuse, settled TTFT means, dispatches between scrapes.
 
     H100s and A100s: different speeds (the TTFT pooling has groups to settle) with alike KV caches,
     so the backlog scorer, which steers away from small-KV pods such as A10Gs, leaves every pod
-    some of the load and all the scorers' fast paths are exercised."""
+    some of the load and all the scorers' fast paths are exercised. ``pods``: another fleet for the
+    same requests."""
     rng = random.Random(seed)
-    pods = [
+    pods = pods or [
         *(PodSpec(preset="llama-3.1-8b/h100", name=f"h100-{i}") for i in range(3)),
         *(PodSpec(preset="llama-3.1-8b/a100", name=f"a100-{i}") for i in range(3)),
     ]

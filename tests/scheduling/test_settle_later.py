@@ -10,9 +10,12 @@ from collections.abc import Callable
 import pytest
 
 from igw.config.model import LabelSelector, SchedulerSpec
-from igw.scheduling.factory import scheduler_from_spec
-from igw.scheduling.scheduler import Scheduler
-from igw.scheduling.types import EndpointKey, RequestOutcome
+from igw.scheduling.factory import scheduler_from_picker_config, scheduler_from_spec
+from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.scheduler import PENDING_SCORES, Scheduler
+from igw.scheduling.settings import RoutingSettings
+from igw.scheduling.types import DecisionKind, EndpointKey, RequestOutcome, RoutingDecision
+from igw.sim.spec import PodSpec
 from tests.scheduling.helpers import Recording, ep, req, run_loaded_mixed_fleet
 
 PROMPT = "You are a careful assistant. Answer in one line. " * 8
@@ -127,3 +130,82 @@ def test_a_pick_settled_at_once_runs_its_bookkeeping_in_the_pick() -> None:
     assert sched._unsettled is None
     sched.settle()  # nothing due: no second record
     assert _recorded(sched) == 1
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        pytest.param([PodSpec(preset="llama-3.1-8b/h100", name="only")], id="one pod"),
+        pytest.param(None, id="mixed fleet"),
+    ],
+)
+def test_forced_choices_settled_later_decide_and_score_exactly_as_picks_settled_at_once(
+    pods: list[PodSpec] | None,
+) -> None:
+    """The DES with every pick settled later and forced choices scored at settling
+    (``on_decided``): on one pod (every pick from fresh metrics a forced choice) and on the mixed
+    fleet (almost none), the same decisions - pick, fallbacks, every weighted score, reason - as
+    settling at once."""
+    later = Recording(_scheduler(7), settle_later=True, forced=True)
+    at_once = Recording(_scheduler(7), settle_later=False)
+    run_loaded_mixed_fleet(later, seed=3, pods=pods)
+    run_loaded_mixed_fleet(at_once, seed=3, pods=pods)
+    later.scheduler.settle()  # the run's last pick
+    assert len(later.decisions) == len(at_once.decisions) == 480
+    assert later.decisions == at_once.decisions
+    # forced: one candidate scored, from fresh metrics (the all-stale fallback ranks in the pick)
+    forced = [
+        d
+        for d in at_once.decisions
+        if d.kind is DecisionKind.PICKED and len(d.scores) == 1 and "stale or failing" not in d.reason
+    ]
+    assert later.forced_picks == len(forced)
+    assert len(forced) > (400 if pods else 0)
+
+
+def test_a_forced_choice_returns_its_endpoint_at_once_and_its_decision_at_settling() -> None:
+    sched = _scheduler(1)
+    decided: list[RoutingDecision] = []
+    views = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=1.0)]  # b: stale, so one candidate
+    decision = sched.pick(
+        req(PROMPT, request_id="r1"), views, now=10.0, settle_later=True, on_decided=decided.append
+    )
+    assert (decision.kind, decision.endpoint, decision.fallbacks) == (DecisionKind.PICKED, "a:1", ())
+    assert decision.scores is PENDING_SCORES
+    assert decision.removed == {"b:1": "stale or failing metrics"}
+    assert decided == []  # nothing scored
+    assert _recorded(sched) == 0  # nor recorded yet
+    sched.settle()
+    at_once = _scheduler(1).pick(req(PROMPT, request_id="r1"), views, now=10.0)
+    assert decided == [at_once]  # scores, reason ("1 stale endpoints excluded"), removed
+    assert "stale endpoints excluded" in at_once.reason
+    assert _recorded(sched) == 1
+    sched.settle()
+    assert len(decided) == 1  # settled once
+
+
+def test_no_forced_choice_for_more_than_one_candidate_or_without_on_decided() -> None:
+    decided: list[RoutingDecision] = []
+    two = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=10.0)]
+    sched = _scheduler(1)
+    decision = sched.pick(req(PROMPT), two, now=10.0, settle_later=True, on_decided=decided.append)
+    assert decision.scores is not PENDING_SCORES
+    assert decision.scores
+    one = [ep("a:1", scraped_at=10.0)]
+    assert sched.pick(req(PROMPT), one, now=10.1, settle_later=True).scores is not PENDING_SCORES
+    sched.settle()
+    assert decided == []
+
+
+def test_no_forced_choice_with_a_picker_that_draws_for_one_candidate() -> None:
+    """The random pickers draw from the shared random stream even for one candidate: their
+    ranking stays in order (a later draw would move every other draw after it)."""
+    doc = {"plugins": [{"type": "queue-scorer"}, {"type": "weighted-random-picker"}]}
+    sched = scheduler_from_picker_config(doc, routing=RoutingSettings(), rng=random.Random(1))
+    assert not isinstance(sched.profile.picker, MaxScorePicker)
+    decided: list[RoutingDecision] = []
+    one = [ep("a:1", scraped_at=10.0)]
+    decision = sched.pick(req(PROMPT), one, now=10.0, settle_later=True, on_decided=decided.append)
+    assert decision.scores is not PENDING_SCORES
+    sched.settle()
+    assert decided == []
