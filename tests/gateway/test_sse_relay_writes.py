@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from igw.gateway import lean_server, serving, upstream
+from igw.gateway import inference, lean_server, serving, upstream
 from igw.gateway.observer import RequestObserver
-from igw.scheduling import scheduler as scheduler_module
+from igw.gateway.upstream import ConnectFailed
 from igw.gateway.upstream_client import UpstreamResponse, _Connection
+from igw.scheduling import scheduler as scheduler_module
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.types import RequestOutcome
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -244,3 +245,30 @@ async def test_a_forced_choice_is_scored_after_the_first_event_and_logged_as_bef
     assert len(logged) == 2
     assert logged[0] == logged[1]
     assert logged[0][1]  # scores were logged
+
+
+async def test_a_forced_choice_whose_connect_fails_is_logged_with_its_scores(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No outcome settles a pick whose endpoint refused the connection: the gateway settles it
+    before the access log is written, so the log still carries the decision's scores."""
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectFailed("refused")
+
+    logged: list[object] = []
+    finish = RequestObserver.finish
+
+    def recorded_finish(self: RequestObserver, response: Any) -> Any:
+        logged.append(self.record.scores)
+        return finish(self, response)
+
+    monkeypatch.setattr(inference, "exchange", refused)
+    monkeypatch.setattr(RequestObserver, "finish", recorded_finish)
+    body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
+    async with running(FakeModelServer("a", tokens=2)) as (a,), gateway(DOC, {"llama": [a.key]}) as gw:
+        resp = await gw.post("/v1/completions", body)
+        assert resp.status == 502
+        await resp.read()
+    assert len(logged) == 1
+    assert logged[0]  # the settled decision's scores

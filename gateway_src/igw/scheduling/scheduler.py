@@ -292,7 +292,6 @@ class Scheduler:
         forced = self._forced
         if forced is not None:
             self._forced = None
-            self._settle_later = False
             decision = self._score_and_pick(
                 forced.ctx,
                 forced.candidates,
@@ -302,7 +301,7 @@ class Scheduler:
                 noted=forced.noted,
             )
             forced.on_decided(decision)
-        unsettled = self._unsettled
+        unsettled = self._unsettled  # a forced choice's bookkeeping too (its pick's settle_later)
         if unsettled is not None:
             self._unsettled = None
             self._picked(*unsettled)
