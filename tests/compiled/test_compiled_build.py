@@ -71,7 +71,7 @@ from igw.bench.des_runner import DesOptions, run_des
 from igw.bench.scenarios import SCENARIOS
 print(igw.scheduling.scheduler.__file__)
 print(igw.scheduling.scheduler.NATIVE_SUM)
-print(type(igw.scheduling.scheduler._rows_kernel(("a",), (1.0,))).__name__)
+print(type(igw.scheduling.scheduler._native_rows_of).__name__)
 import igw.scheduling.columns, igw.scheduling.plugins.prefix_index
 print(igw.scheduling.columns.NATIVE_RESCRAPED, igw.scheduling.plugins.prefix_index.NATIVE_WALK)
 for name in ("mixed-fleet-8b", "shared-prefix-8b-high-cache"):
@@ -118,10 +118,10 @@ def test_des_decisions_are_byte_identical_to_pure_python(compiled_tree: Path, tm
         out = tmp_path / f"{label}.jsonl"
         done = _run(tree, "-c", DES, str(out))
         assert done.returncode == 0, done.stderr[-3000:]
-        loaded_from, native_sum, rows_kernel, native_loops = done.stdout.splitlines()[:4]
+        loaded_from, native_sum, rows_loops, native_loops = done.stdout.splitlines()[:4]
         assert loaded_from.endswith(".py") == (label == "pure"), loaded_from
         assert native_sum == str(label == "compiled")  # the compiled weighted sum decides there
-        assert rows_kernel == ("partial" if label == "compiled" else "function")  # and the native rows
+        assert (rows_loops == "function") == (label == "pure")  # and the rows' loops are native there
         assert native_loops == f"{label == 'compiled'} {label == 'compiled'}"  # rescraped, prefix walk
         decisions[label] = out.read_bytes()
     assert decisions["pure"].count(b"\n") > 100

@@ -303,12 +303,12 @@ def test_the_native_weighted_sum_gives_the_generated_kernel_s_floats() -> None:
 
 
 def test_the_native_score_rows_are_the_generated_kernel_s_rows() -> None:
-    """The loops the compiled build runs for a decision's score rows (``_native_score_rows``) give
+    """The loops the compiled build runs for a decision's score rows (``_native_rows_of``) give
     the generated kernel's dict: the same keys in the same order (rank order; a repeated candidate
     key or scorer name keeps its first position and takes its last value) and the same floats,
     special ones included; run interpreted here, and by ``tests/compiled`` against the compiled
     build (where the generated kernel stays interpreted and the loops are native)."""
-    from igw.scheduling.scheduler import _generated_rows, _native_score_rows
+    from igw.scheduling.scheduler import _native_rows_of, _rows_kernel
 
     rng = random.Random(4)
     special = [0.0, -0.0, 1.0, 0.1, 1e-300, 1e300, math.inf, -math.inf, math.nan]
@@ -327,7 +327,5 @@ def test_the_native_score_rows_are_the_generated_kernel_s_rows() -> None:
         columns = [
             [rng.choice(special) if rng.random() < 0.2 else rng.random() for _ in range(n)] for _ in names
         ]
-        expected = _generated_rows(names, weights)(candidates, ranked, totals, *columns)
-        assert shown(_native_score_rows(names, weights, candidates, ranked, totals, *columns)) == shown(
-            expected
-        )
+        expected = _rows_kernel(names, weights)(candidates, ranked, totals, *columns)
+        assert shown(_native_rows_of(names, weights, candidates, ranked, totals, columns)) == shown(expected)
