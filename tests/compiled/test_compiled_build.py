@@ -128,6 +128,18 @@ def test_des_decisions_are_byte_identical_to_pure_python(compiled_tree: Path, tm
     assert decisions["compiled"] == decisions["pure"]
 
 
+def test_the_tests_tell_a_compiled_module_from_an_interpreted_one(compiled_tree: Path) -> None:
+    """``tests.compiled.tree.compiled``, which the tests that cannot run compiled skip by, sees the
+    build's modules as compiled and the others as sources."""
+    probe = (
+        "from tests.compiled.tree import compiled as c\n"
+        "print(c('igw.scheduling.scheduler'), c('igw.compiled'))"
+    )
+    done = _run(compiled_tree, "-c", probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
+
+
 def test_the_native_score_rows_match_the_generated_kernel_when_compiled(compiled_tree: Path) -> None:
     test = (
         "tests/scheduling/test_pick_fast_paths.py::test_the_native_score_rows_are_the_generated_kernel_s_rows"

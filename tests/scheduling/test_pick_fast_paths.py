@@ -24,6 +24,7 @@ from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
 from igw.scheduling.scheduler import Profile, Scheduler, WeightedScorer
 from igw.scheduling.types import EndpointView, EngineMetrics, RequestOutcome, RoutingRequest
+from tests.compiled.tree import REFERENCES_SUBCLASS, skip_compiled
 from tests.scheduling.helpers import BareHooks, ep, req
 from tests.scheduling.reference import ReferencePrefillCollisionScorer
 
@@ -115,6 +116,7 @@ def _view(key: str, waiting: int, scraped_at: float) -> EndpointView:
     return EndpointView(key=key, metrics=EngineMetrics(waiting=waiting), scraped_at=scraped_at)
 
 
+@skip_compiled("igw.scheduling.plugins.prefill_collision_scorer", REFERENCES_SUBCLASS)
 @settings(max_examples=200, deadline=None)
 @given(
     steps=st.lists(
@@ -190,6 +192,11 @@ def _general_rows_scheduler(scheduler: Scheduler) -> Scheduler:
     return scheduler
 
 
+@skip_compiled(
+    "igw.scheduling.scheduler",
+    "the compiled pick makes its rows with _native_rows_of, not the kernels this test swaps on the "
+    "instance (whose attributes are read-only there); _native_rows_of is checked against the kernel below",
+)
 @settings(max_examples=200, deadline=None)
 @given(
     keys=st.lists(st.sampled_from(["e0", "e1", "e2"]), min_size=1, max_size=5),
@@ -278,6 +285,11 @@ def test_outcomes_reach_every_plugin_with_an_on_complete_of_its_own_in_profile_o
     assert all(type(p) is not InflightScorer for p in scheduler._on_complete)
 
 
+@skip_compiled(
+    "igw.scheduling.scheduler",
+    "_sum_kernel hands out the native sum itself there, so the comparison would be with itself; "
+    "tests/compiled compares the compiled decisions with the pure ones",
+)
 def test_the_native_weighted_sum_gives_the_generated_kernel_s_floats() -> None:
     """The loops the compiled build runs (``_native_weighted_sum``) add exactly what the generated
     comprehension adds, special floats and a weight of 1.0 included, and refuse columns of
