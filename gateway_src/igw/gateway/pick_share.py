@@ -87,8 +87,6 @@ class PickShare:
         """Whether the last :meth:`lines` drained any note (then :meth:`due` spaces batches)."""
         self._idle: asyncio.Future[None] | None = None
         """Set while :meth:`due` waits for a first note; resolved by :meth:`_wake`."""
-        self.idle_waits = 0
-        """Times :meth:`due` waited for a note instead of sleeping one note interval."""
 
     def remember(self, line: bytes) -> None:
         """Keep a line sent or relayed now for :meth:`replay` (the oldest go beyond the bounds)."""
@@ -126,7 +124,6 @@ class PickShare:
         loop = asyncio.get_running_loop()
         idle = self._idle = loop.create_future()
         timer = loop.call_later(idle_s, _settle, idle)
-        self.idle_waits += 1
         try:
             await idle
         finally:
