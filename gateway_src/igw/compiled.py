@@ -57,6 +57,7 @@ _SCHEDULING: Final = (
     ".plugins.lora_slot_filter",
     ".plugins.max_score_picker",
     ".plugins.no_hit_lru_scorer",
+    ".plugins.output_affinity_scorer",
     ".plugins.picker_base",
     ".plugins.predicted_ttft_scorer",
     ".plugins.prefill_admission_scorer",
@@ -87,6 +88,11 @@ _SCHEDULING: Final = (
   ``RoutingDecision``, ...) into ``values``, ``framework``'s ``CycleContext`` into ``cycle``;
 - ``data_flow``: configuration time only, and its generic frozen dataclass ``Placed`` fails to
   import when compiled ("attribute '__dict__' of 'type' objects is not writable")."""
+
+SCHEDULING_INTERPRETED: Final = ("types", "framework", "data_flow")
+"""The modules of ``igw.scheduling`` that :data:`_SCHEDULING` leaves out, for the reasons it gives:
+every other module of the package is compiled (a test holds the two lists to the package's files, so
+a new plugin is compiled or named here)."""
 
 _REQUEST_PATH: Final = (
     "lean_server",

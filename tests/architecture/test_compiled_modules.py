@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from igw.compiled import COMPILED_MODULES, source_path
+from igw.compiled import COMPILED_MODULES, SCHEDULING_INTERPRETED, source_path
 from tests.architecture.support import SOURCE_ROOT, assert_none, offenders, sample
 
 INTERPRETED_BASE_MODULES = ("typing", "enum", "igw")
@@ -117,6 +117,24 @@ def _compiled_sources() -> list[Path]:
 def test_every_listed_module_exists() -> None:
     missing = [str(path) for path in _compiled_sources() if not path.is_file()]
     assert not missing, missing
+
+
+def test_every_scheduling_module_is_compiled_or_named_as_interpreted() -> None:
+    """A module added to ``igw.scheduling`` (a new plugin) is compiled unless it is named in
+    ``SCHEDULING_INTERPRETED`` with its reason: a scorer left out ran interpreted in the compiled
+    build with nothing to say so (``output_affinity_scorer``, sessions s16-s17)."""
+    package = SOURCE_ROOT / "scheduling"
+    found = {
+        ".".join(("igw", *path.relative_to(SOURCE_ROOT).with_suffix("").parts)).removesuffix(".__init__")
+        for path in package.rglob("*.py")
+    }
+    compiled = {
+        name for name in COMPILED_MODULES if name == "igw.scheduling" or name.startswith("igw.scheduling.")
+    }
+    interpreted = {f"igw.scheduling.{name}" for name in SCHEDULING_INTERPRETED}
+    assert not compiled & interpreted, compiled & interpreted
+    listed = compiled | interpreted
+    assert found == listed, f"not listed: {sorted(found - listed)}; no such module: {sorted(listed - found)}"
 
 
 def test_compiled_modules_give_each_caught_type_its_own_name() -> None:

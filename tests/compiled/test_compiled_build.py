@@ -71,7 +71,7 @@ from igw.bench.des_runner import DesOptions, run_des
 from igw.bench.scenarios import SCENARIOS
 print(igw.scheduling.scheduler.__file__)
 print(igw.scheduling.scheduler.NATIVE_SUM)
-print(type(igw.scheduling.scheduler._rows_kernel(("a",), (1.0,))).__name__)
+print(type(igw.scheduling.scheduler._native_rows_of).__name__)
 import igw.scheduling.columns, igw.scheduling.plugins.prefix_index
 print(igw.scheduling.columns.NATIVE_RESCRAPED, igw.scheduling.plugins.prefix_index.NATIVE_WALK)
 for name in ("mixed-fleet-8b", "shared-prefix-8b-high-cache"):
@@ -118,14 +118,26 @@ def test_des_decisions_are_byte_identical_to_pure_python(compiled_tree: Path, tm
         out = tmp_path / f"{label}.jsonl"
         done = _run(tree, "-c", DES, str(out))
         assert done.returncode == 0, done.stderr[-3000:]
-        loaded_from, native_sum, rows_kernel, native_loops = done.stdout.splitlines()[:4]
+        loaded_from, native_sum, rows_loops, native_loops = done.stdout.splitlines()[:4]
         assert loaded_from.endswith(".py") == (label == "pure"), loaded_from
         assert native_sum == str(label == "compiled")  # the compiled weighted sum decides there
-        assert rows_kernel == ("partial" if label == "compiled" else "function")  # and the native rows
+        assert (rows_loops == "function") == (label == "pure")  # and the rows' loops are native there
         assert native_loops == f"{label == 'compiled'} {label == 'compiled'}"  # rescraped, prefix walk
         decisions[label] = out.read_bytes()
     assert decisions["pure"].count(b"\n") > 100
     assert decisions["compiled"] == decisions["pure"]
+
+
+def test_the_tests_tell_a_compiled_module_from_an_interpreted_one(compiled_tree: Path) -> None:
+    """``tests.compiled.tree.compiled``, which the tests that cannot run compiled skip by, sees the
+    build's modules as compiled and the others as sources."""
+    probe = (
+        "from tests.compiled.tree import compiled as c\n"
+        "print(c('igw.scheduling.scheduler'), c('igw.compiled'))"
+    )
+    done = _run(compiled_tree, "-c", probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
 
 
 def test_the_native_score_rows_match_the_generated_kernel_when_compiled(compiled_tree: Path) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from igw.gateway.upstream_client import Origin, UpstreamPool, _Connection
+
 FAST_ROUTING = {
     "scrapeInterval": "20ms",
     "staleThreshold": "400ms",
@@ -94,3 +96,15 @@ async def connection(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asy
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
+
+
+def parsing_connection() -> _Connection:
+    """An upstream connection that never connects, for a test that feeds its response parser alone.
+
+    Its pool is a real one (made on a loop of its own, which its constructor needs): compiled code
+    checks the type at run time, so a ``None`` passed through ``cast`` is refused there."""
+
+    async def pool() -> UpstreamPool:
+        return UpstreamPool(limit=1)
+
+    return _Connection(asyncio.run(pool()), Origin("h", 1, False))

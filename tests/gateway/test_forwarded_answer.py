@@ -9,7 +9,6 @@ import random
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import cast
 
 import orjson
 import pytest
@@ -23,10 +22,9 @@ from igw.gateway.forwarded_answer import ForwardedAnswer, as_response, forwarded
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.lean_server import SWITCH_ENV, response_head
 from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
-from igw.gateway.upstream_client import Origin, UpstreamPool, _Connection
 from igw.perf.gateway_backend import realistic_vllm_page
 from igw.perf.raw_http import serve_backend
-from tests.gateway.support import config_doc, connection, scheduler, wait_for
+from tests.gateway.support import config_doc, connection, parsing_connection, scheduler, wait_for
 
 COMPLETION = orjson.dumps(
     {
@@ -56,7 +54,7 @@ _DATE = re.compile(rb"\r\nDate: [^\r]*\r\n")
 
 def _noted(fields: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
     """What the upstream client notes of ``fields`` (its parser is fed the same head)."""
-    conn = _Connection(cast(UpstreamPool, None), Origin("h", 1, False))
+    conn = parsing_connection()
     head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"%b: %b\r\n" % f for f in fields) + b"\r\n"
     conn._parser.feed_data(head)
     assert conn.fields == fields

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.pick_share import REPLAY_BYTES, REPLAY_LINES, PickNoteCollector, PickShare
-from igw.gateway.scrape_share import MAX_NOTES_BACKLOG, LeadingScraper
+from igw.gateway.scrape_share import MAX_NOTES_BACKLOG, LeadingScraper, ScrapeFollower
 from igw.scheduling.pick_notes import LearnCounts
 from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
 from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
@@ -150,6 +150,46 @@ async def test_a_one_endpoint_pool_sends_no_notes_and_they_resume_when_it_grows(
                     "igw_pick_notes_received_total", {"outcome": "learned"}
                 )
                 assert learned == 1
+
+
+async def test_an_idle_exchange_sleeps_and_a_note_wakes_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no notes to send, neither worker drains its outboxes every note interval (5 ms: about
+    100 drains each in the half second watched) but once per scrape interval (2 s here); the first
+    note after the quiet spell still reaches the other worker at once, not at the next drain."""
+    async with running(FakeModelServer("a"), FakeModelServer("b")) as pods:
+        keys = [p.key for p in pods]
+        workers = [
+            Worker(
+                i,
+                tmp_path,
+                count=2,
+                runtime=worker_runtime(*keys, stale_threshold="10s", scrape_interval="2s", weights=WEIGHTS),
+            )
+            for i in range(2)
+        ]
+        async with started(workers):
+            leader, follower = workers
+            assert isinstance(leader.service, LeadingScraper)
+            assert isinstance(follower.service, ScrapeFollower)
+            shares = {"leader": leader.service.leader.picks, "follower": follower.service.picks}
+            drains = dict.fromkeys(shares, 0)
+            for name, share in shares.items():
+
+                def counted(share: PickShare = share, name: str = name) -> list[bytes]:
+                    drains[name] += 1
+                    return PickShare.lines(share)
+
+                monkeypatch.setattr(share, "lines", counted)
+            await asyncio.sleep(0.5)
+            assert all(count <= 2 for count in drains.values()), drains
+            text = prompt(42)
+            started_at = time.monotonic()
+            chosen = pick(follower, request("wakes", text)).endpoint
+            assert chosen is not None
+            await wait_for(partial(holds, leader, chosen, text), within=10, what="the note")
+            assert time.monotonic() - started_at < 1.0  # not the idle wait's 2 s
 
 
 def test_notes_are_packed_into_lines_within_the_channel_limit_and_all_learned() -> None:

@@ -4,17 +4,16 @@ when asked for."""
 
 from __future__ import annotations
 
-from typing import cast
-
 from multidict import CIMultiDict
 
 from igw.gateway import upstream_client
 from igw.gateway.upstream import _response_headers
-from igw.gateway.upstream_client import Origin, UpstreamPool, UpstreamResponse, _Connection, _media_type
+from igw.gateway.upstream_client import UpstreamResponse, _media_type
+from tests.gateway.support import parsing_connection
 
 
 def _parsed(head: bytes) -> UpstreamResponse:
-    conn = _Connection(cast(UpstreamPool, None), Origin("h", 1, False))
+    conn = parsing_connection()
     conn._parser.feed_data(head)
     assert conn.headers_done
     return UpstreamResponse(conn)

@@ -24,10 +24,16 @@ from tests.gateway.support import config_doc, scheduler
 
 
 def worker_runtime(
-    *keys: str, stale_threshold: str = "300ms", weights: Mapping[str, float] | None = None
+    *keys: str,
+    stale_threshold: str = "300ms",
+    weights: Mapping[str, float] | None = None,
+    scrape_interval: str | None = None,
 ) -> GatewayRuntime:
     spec = scheduler("s", "m") if weights is None else scheduler("s", "m", weights=dict(weights))
-    config = build_gateway_config(config_doc([spec], routing={"staleThreshold": stale_threshold}))
+    routing = {"staleThreshold": stale_threshold}
+    if scrape_interval is not None:
+        routing["scrapeInterval"] = scrape_interval
+    config = build_gateway_config(config_doc([spec], routing=routing))
     rt = GatewayRuntime(config, rng=random.Random(0), clock=time.monotonic)
     rt.schedulers["s"].pool.replace([DiscoveredEndpoint(key=key) for key in keys])
     return rt

@@ -52,6 +52,7 @@ from igw.scheduling.types import (
     RequestOutcome,
     RoutingRequest,
 )
+from tests.compiled.tree import REFERENCES_SUBCLASS, skip_compiled
 from tests.scheduling.helpers import Recording, req, run_loaded_mixed_fleet
 from tests.scheduling.reference import (
     ReferenceBacklogTtftScorer,
@@ -67,6 +68,8 @@ from tests.scheduling.reference import (
     reference_pooled_ttft,
     reference_profile,
 )
+
+_REFERENCES = skip_compiled("igw.scheduling.scheduler", REFERENCES_SUBCLASS)
 
 
 def _default_scheduler(seed: int) -> Scheduler:
@@ -86,6 +89,7 @@ def _reference_scheduler(seed: int) -> Scheduler:
     return scheduler
 
 
+@_REFERENCES
 def test_default_scheduler_decides_exactly_as_the_reference_code_on_a_loaded_mixed_fleet() -> None:
     fast, reference = Recording(_default_scheduler(7)), Recording(_reference_scheduler(7))
     run_loaded_mixed_fleet(fast, seed=3)
@@ -172,6 +176,7 @@ _VIEWS = st.lists(
 )
 
 
+@_REFERENCES
 @settings(max_examples=200, deadline=None)
 @given(views=_VIEWS, samples=st.lists(st.tuples(st.sampled_from(_KEYS), st.floats(0.01, 0.5)), max_size=40))
 def test_scorers_match_their_references(views: list[EndpointView], samples: list[tuple[str, float]]) -> None:
@@ -194,6 +199,7 @@ def test_scorers_match_their_references(views: list[EndpointView], samples: list
         assert list(got) == expected, type(fast).__name__
 
 
+@_REFERENCES
 @settings(max_examples=200, deadline=None)
 @given(
     totals=st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 3.0, math.nan]), max_size=200),
@@ -213,6 +219,7 @@ def test_max_score_picker_matches_its_reference(totals: list[float], k: int, see
     assert fast_rng.random() == reference_rng.random()  # the same number of draws
 
 
+@_REFERENCES
 @settings(max_examples=300, deadline=None)
 @given(
     totals=st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 3.0, math.inf, -math.inf]), max_size=48),
@@ -234,6 +241,7 @@ def test_max_score_picker_matches_its_reference_on_small_pools_with_ties(
     assert fast_rng.random() == reference_rng.random()
 
 
+@_REFERENCES
 @settings(max_examples=200, deadline=None)
 @given(
     events=st.lists(
@@ -328,6 +336,7 @@ _CAPACITIES = st.one_of(
 )
 
 
+@_REFERENCES
 @settings(max_examples=200, deadline=None)
 @given(ops=_BACKLOG_OPS, capacities=_CAPACITIES, inflight=st.lists(st.integers(0, 2), min_size=6, max_size=6))
 def test_backlog_ttft_scorer_matches_its_reference(
@@ -481,6 +490,7 @@ def test_speed_pools_match_a_from_scratch_grouping(
         assert before == kept  # a pick's pooled models stay as they were
 
 
+@_REFERENCES
 @settings(max_examples=150, deadline=None)
 @given(
     steps=st.lists(
@@ -508,6 +518,7 @@ def test_prefix_cache_scorer_matches_its_reference(steps: list[tuple[list[str], 
         assert states[0] == states[1]
 
 
+@_REFERENCES
 @settings(max_examples=200, deadline=None)
 @given(
     ops=st.lists(
@@ -677,6 +688,7 @@ def _kv_view(key: str, blocks: int, *, inflight: int = 0) -> EndpointView:
     return EndpointView(key=key, metrics=metrics, scraped_at=0.0, inflight=inflight)
 
 
+@_REFERENCES
 @settings(max_examples=300, deadline=None)
 @given(
     queued=st.sampled_from([0.0, 10.0, 500.0, 5000.0, 1e6]),
@@ -729,6 +741,7 @@ def test_backlog_on_picked_matches_its_reference(
         assert (fast.prompt_mean, fast._prompts) == (reference.prompt_mean, reference._prompts)
 
 
+@_REFERENCES
 @settings(max_examples=300, deadline=None)
 @given(
     queued=st.sampled_from([0.0, 10.0, 500.0, 5000.0, 1e6]),
@@ -776,6 +789,7 @@ def test_backlog_outcome_matches_its_reference(
         assert fast.pending_tokens == reference.pending_tokens, i
 
 
+@_REFERENCES
 def test_backlog_speed_check_is_not_kept_across_a_removal_under_the_same_candidates() -> None:
     """Two alike-KV endpoints measured at different speeds are told apart; once one is removed (its
     fit forgotten, no outcome in between), the same candidate list is one kind of hardware, as the
@@ -804,6 +818,7 @@ def test_backlog_speed_check_is_not_kept_across_a_removal_under_the_same_candida
     assert mine == [1.0, 0.875]  # one kind now: a quarter of predicted-ttft-scorer's column
 
 
+@_REFERENCES
 def test_backlog_speed_check_follows_an_endpoint_reaching_its_speed_samples(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -848,6 +863,7 @@ def test_backlog_speed_check_follows_an_endpoint_reaching_its_speed_samples(
     assert one_kind == [True] * (SPEED_SAMPLES - 1) + [False, False]
 
 
+@_REFERENCES
 def test_backlog_published_measured_flags_follow_fits_reaching_their_samples_and_removals() -> None:
     """The published ``measured`` flags are kept between picks (per candidate keys and fits
     version): each pick must still publish what the reference does as an endpoint's fit reaches
@@ -887,6 +903,7 @@ def test_backlog_published_measured_flags_follow_fits_reaching_their_samples_and
     assert flags == [False] * (MIN_FIT_SAMPLES - 1) + [True, False, False]
 
 
+@_REFERENCES
 def test_backlog_stand_ins_follow_a_newcomers_kv_capacity_and_a_key_listed_twice() -> None:
     """An unmeasured endpoint takes the model of the measured one with alike KV capacity: when a
     scrape changes its capacity (keys and measured endpoints unchanged), the kept stand-in must go;
@@ -923,6 +940,7 @@ def test_backlog_stand_ins_follow_a_newcomers_kv_capacity_and_a_key_listed_twice
     assert results[3] != results[4]  # each position of the twice-listed key takes its last model
 
 
+@_REFERENCES
 @pytest.mark.parametrize(
     "blocks",
     [
@@ -951,6 +969,7 @@ _BLOCKS = st.sampled_from([27_485, 41_228, 20_000, 0, None, 2**49])
 one past 2**53 tokens (compared as floats)."""
 
 
+@_REFERENCES
 @settings(max_examples=200, deadline=None)
 @given(
     first=st.lists(_BLOCKS, min_size=1, max_size=5),
@@ -1008,6 +1027,7 @@ def test_capacities_updated_is_kv_capacities(
     assert old == kv_capacities([_kv_view(f"e{i}", b) for i, b in enumerate(before)])  # type: ignore[arg-type]
 
 
+@_REFERENCES
 @settings(max_examples=100, deadline=None)
 @given(view=_VIEWS.filter(bool).map(lambda views: views[0]), n=st.integers(min_value=0, max_value=5))
 def test_annotated_views_are_exact_copies_with_the_count(view: EndpointView, n: int) -> None:
@@ -1041,6 +1061,7 @@ def _regressed(intercept: float, slope: float) -> LinearFit:
     )
 
 
+@_REFERENCES
 def test_backlog_kv_twins_follow_the_regressed_set_and_clamp_the_intercept() -> None:
     """An endpoint with samples but no regression takes the slope of its closest-capacity regressed
     candidate (the first one among equally close): when another candidate gains a regression the

@@ -24,6 +24,7 @@ from igw.scheduling.plugins.max_score_picker import MaxScorePicker
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
 from igw.scheduling.scheduler import Profile, Scheduler, WeightedScorer
 from igw.scheduling.types import EndpointView, EngineMetrics, RequestOutcome, RoutingRequest
+from tests.compiled.tree import REFERENCES_SUBCLASS, skip_compiled
 from tests.scheduling.helpers import BareHooks, ep, req
 from tests.scheduling.reference import ReferencePrefillCollisionScorer
 
@@ -115,6 +116,7 @@ def _view(key: str, waiting: int, scraped_at: float) -> EndpointView:
     return EndpointView(key=key, metrics=EngineMetrics(waiting=waiting), scraped_at=scraped_at)
 
 
+@skip_compiled("igw.scheduling.plugins.prefill_collision_scorer", REFERENCES_SUBCLASS)
 @settings(max_examples=200, deadline=None)
 @given(
     steps=st.lists(
@@ -190,6 +192,11 @@ def _general_rows_scheduler(scheduler: Scheduler) -> Scheduler:
     return scheduler
 
 
+@skip_compiled(
+    "igw.scheduling.scheduler",
+    "the compiled pick makes its rows with _native_rows_of, not the kernels this test swaps on the "
+    "instance (whose attributes are read-only there); _native_rows_of is checked against the kernel below",
+)
 @settings(max_examples=200, deadline=None)
 @given(
     keys=st.lists(st.sampled_from(["e0", "e1", "e2"]), min_size=1, max_size=5),
@@ -278,6 +285,11 @@ def test_outcomes_reach_every_plugin_with_an_on_complete_of_its_own_in_profile_o
     assert all(type(p) is not InflightScorer for p in scheduler._on_complete)
 
 
+@skip_compiled(
+    "igw.scheduling.scheduler",
+    "_sum_kernel hands out the native sum itself there, so the comparison would be with itself; "
+    "tests/compiled compares the compiled decisions with the pure ones",
+)
 def test_the_native_weighted_sum_gives_the_generated_kernel_s_floats() -> None:
     """The loops the compiled build runs (``_native_weighted_sum``) add exactly what the generated
     comprehension adds, special floats and a weight of 1.0 included, and refuse columns of
@@ -303,12 +315,12 @@ def test_the_native_weighted_sum_gives_the_generated_kernel_s_floats() -> None:
 
 
 def test_the_native_score_rows_are_the_generated_kernel_s_rows() -> None:
-    """The loops the compiled build runs for a decision's score rows (``_native_score_rows``) give
+    """The loops the compiled build runs for a decision's score rows (``_native_rows_of``) give
     the generated kernel's dict: the same keys in the same order (rank order; a repeated candidate
     key or scorer name keeps its first position and takes its last value) and the same floats,
     special ones included; run interpreted here, and by ``tests/compiled`` against the compiled
     build (where the generated kernel stays interpreted and the loops are native)."""
-    from igw.scheduling.scheduler import _generated_rows, _native_score_rows
+    from igw.scheduling.scheduler import _native_rows_of, _rows_kernel
 
     rng = random.Random(4)
     special = [0.0, -0.0, 1.0, 0.1, 1e-300, 1e300, math.inf, -math.inf, math.nan]
@@ -327,7 +339,5 @@ def test_the_native_score_rows_are_the_generated_kernel_s_rows() -> None:
         columns = [
             [rng.choice(special) if rng.random() < 0.2 else rng.random() for _ in range(n)] for _ in names
         ]
-        expected = _generated_rows(names, weights)(candidates, ranked, totals, *columns)
-        assert shown(_native_score_rows(names, weights, candidates, ranked, totals, *columns)) == shown(
-            expected
-        )
+        expected = _rows_kernel(names, weights)(candidates, ranked, totals, *columns)
+        assert shown(_native_rows_of(names, weights, candidates, ranked, totals, columns)) == shown(expected)

@@ -123,6 +123,25 @@ def test_a_scheduler_notes_its_picks_once_sharing_is_on() -> None:
     assert outbox.drain() == []
 
 
+def test_the_outbox_wakes_its_transport_once_per_drain_at_the_first_note() -> None:
+    """``wake`` runs when a pick puts the first note into an empty outbox, not for every note, and
+    again only after a drain (the transport sleeps while there is nothing to send)."""
+    sched = _scheduler(0)
+    eps = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=10.0)]
+    outbox = sched.share_picks()
+    woken: list[int] = []
+    outbox.wake = lambda: woken.append(1)
+    sched.pick(req(PROMPT, request_id="one"), eps, now=10.0)
+    sched.pick(req(PROMPT + " more", request_id="two"), eps, now=10.1)
+    assert woken == [1]
+    assert len(outbox.drain()) == 4  # two sharing plugins, two picks
+    sched.pick(req(PROMPT, request_id="three"), eps, now=10.2)
+    assert woken == [1, 1]
+    assert len(outbox.drain()) == 2
+    sched.pick(req(PROMPT, request_id="alone"), eps[:1], now=10.3)  # one endpoint: no note, no wake
+    assert woken == [1, 1]
+
+
 def test_a_pool_of_one_endpoint_notes_nothing_until_it_grows() -> None:
     sched = _scheduler(0)
     outbox = sched.share_picks()

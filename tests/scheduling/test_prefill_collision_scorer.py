@@ -180,7 +180,9 @@ def test_on_one_kind_of_hardware_every_candidate_takes_the_mean_rate(
 
 
 def test_it_reads_the_one_kind_verdict_so_it_runs_after_the_backlog_scorer() -> None:
-    assert STATE_ONE_KIND in PrefillCollisionScorer.consumes
+    assert (
+        STATE_ONE_KIND in PrefillCollisionScorer().consumes
+    )  # an instance's: a native class has no class value
     names = [ws.scorer.name for ws in profile_from_weights(DEFAULT_WEIGHTS).scorers]
     assert names.index("backlog-ttft-scorer") < names.index(TYPE)
 

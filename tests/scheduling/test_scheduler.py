@@ -238,7 +238,8 @@ def test_weighted_sum_adds_columns_in_order_exactly(count: int) -> None:
 def test_weighted_sum_rejects_columns_of_different_lengths() -> None:
     from igw.scheduling.scheduler import _weighted_sum
 
-    with pytest.raises(ValueError, match="zip"):
+    # zip(strict=True)'s message from the generated kernel, the native sum's own when compiled
+    with pytest.raises(ValueError, match=r"zip|different lengths"):
         _weighted_sum([("a", 1.0, [0.5, 0.5]), ("b", 2.0, [0.5])], 2)
 
 

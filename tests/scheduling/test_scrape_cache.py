@@ -35,8 +35,11 @@ from igw.scheduling.types import (
     RequestOutcome,
     RoutingDecision,
 )
+from tests.compiled.tree import REFERENCES_SUBCLASS, skip_compiled
 from tests.scheduling.helpers import BareHooks, ep, req
 from tests.scheduling.reference import ReferenceKvCacheScorer, ReferenceQueueScorer
+
+_REFERENCES = skip_compiled("igw.scheduling.scheduler", REFERENCES_SUBCLASS)
 
 
 class KeepsNothing(ScrapeCache):
@@ -81,6 +84,7 @@ _ROUNDS = st.lists(
 )
 
 
+@_REFERENCES
 @settings(max_examples=150, deadline=None)
 @given(rounds=_ROUNDS, blocks=st.lists(st.sampled_from([1000, 1000, 2000, 4000]), min_size=6, max_size=6))
 def test_default_scheduler_keeping_scrape_values_decides_as_one_keeping_nothing(
@@ -127,6 +131,7 @@ def test_default_scheduler_keeping_scrape_values_decides_as_one_keeping_nothing(
                 s.on_complete(outcome, now=now)
 
 
+@_REFERENCES
 def test_a_scrape_landing_between_two_picks_is_scored_from_its_new_values() -> None:
     queue, kv = QueueScorer(), KvCacheScorer()
     scheduler = Scheduler(

@@ -15,6 +15,7 @@ from igw.scheduling.plugins.backlog_ttft_scorer import Predictions
 from igw.scheduling.plugins.predicted_ttft_scorer import PublishedScores
 from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import DecisionKind, RoutingDecision
+from tests.compiled.tree import compiled
 from tests.scheduling.helpers import ep
 
 _FLOATS = st.lists(st.floats(allow_nan=False), max_size=4)
@@ -49,7 +50,9 @@ def test_decisions_made_by_slot_writes_equal_the_constructors(
         removed=removed,
     )
     _same(made, built)
-    assert scheduler._decision is not RoutingDecision  # RoutingDecision's fields changed: see slot_init
+    # On the sources the slot writes are in use (else RoutingDecision's fields changed: see slot_init);
+    # a compiled (native) class is made by its own constructor.
+    assert (scheduler._decision is RoutingDecision) == compiled("igw.scheduling.values")
 
 
 @given(seconds=_FLOATS, idle=_FLOATS, measured=st.lists(st.booleans(), max_size=4))
@@ -62,8 +65,11 @@ def test_published_records_made_by_slot_writes_equal_the_constructors(
         backlog_ttft_scorer._predictions(views, seconds, idle, measured),
         Predictions(views, seconds, idle, measured),
     )
-    assert predicted_ttft_scorer._published is not PublishedScores
-    assert backlog_ttft_scorer._predictions is not Predictions
+    native = compiled("igw.scheduling.plugins.predicted_ttft_scorer")  # then each its own constructor
+    assert (predicted_ttft_scorer._published is PublishedScores) == native
+    assert (backlog_ttft_scorer._predictions is Predictions) == compiled(
+        "igw.scheduling.plugins.backlog_ttft_scorer"
+    )
 
 
 @dataclass(frozen=True, slots=True)

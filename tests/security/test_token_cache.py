@@ -9,6 +9,7 @@ import pytest
 from igw.gateway.guards import GuardDenied, Principal
 from igw.security.guard import SecurityGuard
 from igw.security.token_cache import HOT_TOKENS, VerifiedTokenCache
+from tests.compiled.tree import skip_compiled
 from tests.security.helpers import GuardMaker, JwksServer, TokenFactory, bearer
 
 P = Principal(subject="s", tenant="t", authenticated=True)
@@ -88,6 +89,13 @@ async def test_cached_token_is_refused_once_expired(make_guard: GuardMaker, toke
 # -- hot tokens (session s15): the same entries reached by the exact token string ---------------
 
 
+_DIGEST_COUNTED = skip_compiled(
+    "igw.security.token_cache",
+    "VerifiedTokenCache._key is replaced by monkeypatch to count the digest path; compiled methods call "
+    "it directly, so the count would stay empty (and an empty count is what one of these tests expects)",
+)
+
+
 def _digests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Count the digest path's uses (the hot path is the one that skips it)."""
     seen: list[str] = []
@@ -101,6 +109,7 @@ def _digests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+@_DIGEST_COUNTED
 def test_a_repeated_token_is_found_without_digesting_it(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _digests(monkeypatch)
     cache = VerifiedTokenCache(max_entries=10, max_age_s=60)
@@ -128,6 +137,7 @@ def test_an_evicted_or_replaced_entry_is_not_answered_from_the_hot_tokens() -> N
     assert cache.get("c", now=5, generation=1) is None
 
 
+@_DIGEST_COUNTED
 def test_hot_tokens_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     cache = VerifiedTokenCache(max_entries=10_000, max_age_s=60)
     for i in range(3 * HOT_TOKENS):

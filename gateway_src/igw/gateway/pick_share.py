@@ -3,9 +3,10 @@
 The notes themselves (what a plugin shares, the bounded outbox the request path appends to, the
 learner) are :mod:`igw.scheduling.pick_notes`; this module moves them between the processes of
 ``igw serve --workers N`` over the scrape channel of :mod:`igw.gateway.scrape_share`, every
-:func:`~igw.scheduling.pick_notes.note_interval` (a few milliseconds): each follower sends its
-batch to worker 0, which learns it and relays the same bytes to the other followers, and worker 0
-sends its own batch to every follower.
+:func:`~igw.scheduling.pick_notes.note_interval` (a few milliseconds) while there are notes: each
+follower sends its batch to worker 0, which learns it and relays the same bytes to the other
+followers, and worker 0 sends its own batch to every follower. A worker with nothing to send
+sleeps until its first note (:meth:`PickShare.due`).
 
 A batch is one or more channel lines ``{"t": "p", "w": worker, "p": [[scheduler, at, plugin,
 endpoint, note], ...]}``, each at most ``max_line`` bytes (the channel reader's limit), so a busy
@@ -82,6 +83,10 @@ class PickShare:
         """Lines of recent notes written to a worker that (re)connected."""
         self._recent: deque[tuple[float, bytes]] = deque()
         self._recent_bytes = 0
+        self._found_notes = False
+        """Whether the last :meth:`lines` drained any note (then :meth:`due` spaces batches)."""
+        self._idle: asyncio.Future[None] | None = None
+        """Set while :meth:`due` waits for a first note; resolved by :meth:`_wake`."""
 
     def remember(self, line: bytes) -> None:
         """Keep a line sent or relayed now for :meth:`replay` (the oldest go beyond the bounds)."""
@@ -102,9 +107,38 @@ class PickShare:
             writer.write(line)
             self.lines_replayed += 1
 
+    async def due(self, interval: float, idle_s: float) -> None:
+        """Return when the next :meth:`lines` is due.
+
+        After a drain that found notes, in ``interval`` (the note interval: a busy worker's notes
+        go out in one batch per interval, as before). After one that found none, as soon as a pick
+        puts a note into an outbox (the outboxes' ``wake``), or after ``idle_s``, whichever comes
+        first. Why: on a one-endpoint pool (no notes at all) or an idle gateway, draining empty
+        outboxes every 5 ms woke each worker 200 times a second for nothing; and a note made after
+        a quiet spell now goes out at once instead of waiting for the next tick. ``idle_s`` bounds
+        the wait for what only a drain does: attaching outboxes to the schedulers of a reloaded
+        runtime (their picks go unnoted until then) and the caller's other periodic work."""
+        if self._found_notes:
+            await asyncio.sleep(interval)
+            return
+        loop = asyncio.get_running_loop()
+        idle = self._idle = loop.create_future()
+        timer = loop.call_later(idle_s, _settle, idle)
+        try:
+            await idle
+        finally:
+            timer.cancel()
+            self._idle = None
+
+    def _wake(self) -> None:
+        """An outbox got its first note since the last drain: end :meth:`due`'s idle wait."""
+        idle = self._idle
+        if idle is not None:
+            _settle(idle)
+
     def lines(self) -> list[bytes]:
         """Drain every scheduler's outbox into channel lines. Attaches an outbox to schedulers that
-        have none yet (a new or reloaded runtime).
+        have none yet (a new or reloaded runtime), and to each its ``wake`` (:meth:`due`).
 
         The batch is encoded in one call (one line) when it fits; only a batch too long for a line
         or holding a note that is not JSON is encoded row by row, to split it and drop what cannot
@@ -113,11 +147,14 @@ class PickShare:
         dropped = 0
         for name, sr in self._runtime().schedulers.items():
             outbox = sr.scheduler.share_picks()
+            if outbox.wake is None:
+                outbox.wake = self._wake
             notes = outbox.drain()
             dropped += outbox.dropped
             outbox.dropped = 0
             rows += [[name, at, plugin, endpoint, note] for at, plugin, endpoint, note in notes]
         lines: list[bytes] = []
+        self._found_notes = bool(rows) or dropped > 0
         if rows:
             try:
                 line = orjson.dumps({"t": KIND, "w": self._worker, "p": rows}) + b"\n"
@@ -203,6 +240,11 @@ class PickShare:
             known = [note for note in notes if not isinstance(note[2], str) or note[2] in states]
             self.learned.unknown += len(notes) - len(known)
             sr.scheduler.learn_picks(known, now=now, counts=self.learned)
+
+
+def _settle(idle: asyncio.Future[None]) -> None:
+    if not idle.done():
+        idle.set_result(None)
 
 
 class PickNoteCollector(Collector):

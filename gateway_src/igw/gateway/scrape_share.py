@@ -8,8 +8,8 @@ writes it into its own :class:`~igw.gateway.endpoints.EndpointState`. The other 
 reports its per-endpoint dispatch count and in-flight requests once per scrape interval, so the
 leader's frozen-page detection sees the whole host's traffic (a page that stops moving while *any*
 worker sends requests to the pod is frozen). On the same channel, every few milliseconds
-(:func:`~igw.scheduling.pick_notes.note_interval`), the workers exchange their *pick notes*
-(:mod:`igw.gateway.pick_share`): each follower's go to the leader, which learns
+(:func:`~igw.scheduling.pick_notes.note_interval`) while they make any, the workers exchange their
+*pick notes* (:mod:`igw.gateway.pick_share`): each follower's go to the leader, which learns
 them and relays them to the other followers, and the leader's go to every follower, so each
 worker's prefix index also knows the prompts the other workers routed.
 
@@ -130,12 +130,15 @@ class ScrapeLeader:
         self._sharer = asyncio.create_task(self._share_picks(), name="pick notes to the workers")
 
     async def _share_picks(self) -> None:
-        """Every note interval, this worker's pick notes to every follower."""
+        """Every note interval while there are any, this worker's pick notes to every follower
+        (idle: one drain per scrape interval, or at the first note; :meth:`PickShare.due`)."""
         while True:
-            await asyncio.sleep(note_interval(self._interval()))
+            # Drained first: the first drain attaches the outboxes, so picks are noted from the start.
             for line in self.picks.lines():
                 self.picks.remember(line)  # also with no follower yet: one that joins gets them
                 self._send_notes(line, sender=None)
+            interval = self._interval()
+            await self.picks.due(note_interval(interval), interval)
 
     def _send_notes(self, line: bytes, *, sender: asyncio.StreamWriter | None) -> None:
         for writer in list(self._followers):
@@ -294,7 +297,8 @@ class ScrapeFollower:
             await asyncio.sleep(RECONNECT_S)
 
     async def _report(self, writer: asyncio.StreamWriter) -> None:
-        """Usage to the leader every scrape interval, pick notes every (shorter) note interval."""
+        """Usage to the leader every scrape interval, pick notes every (shorter) note interval while
+        there are any (idle: at the first note or the next usage report; :meth:`PickShare.due`)."""
         reported_at = float("-inf")
         while True:
             interval = self._interval()
@@ -310,7 +314,7 @@ class ScrapeFollower:
                 writer.write(orjson.dumps({"t": "u", "u": usage}) + b"\n")
             for line in self.picks.lines():
                 self.picks.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
-            await asyncio.sleep(note_interval(interval))
+            await self.picks.due(note_interval(interval), max(0.0, reported_at + interval - self._clock()))
 
     async def close(self) -> None:
         if self._task is not None:

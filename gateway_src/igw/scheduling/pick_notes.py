@@ -52,7 +52,7 @@ that old says little about what the pod holds now) and malformed ones, and count
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -71,7 +71,9 @@ requests on the same pod in the same few tens of milliseconds - on mixed-fleet-8
 N-worker TTFT was short prompts queued behind such collisions, and in the DES notes every 5 ms
 instead of every 50 ms brought 8 workers' p99 back to about one worker's (docs/gateway.md, routing
 quality with N in-flight ledgers). A batch every 5 ms is one write and one wake-up per peer, so
-the request path does not pay for the shorter interval."""
+the request path does not pay for the shorter interval. Only while there are notes: a worker whose
+outboxes stayed empty sleeps until a pick notes something (:attr:`PickNoteOutbox.wake`) rather
+than waking every interval for an empty batch (2026-12-03, session s17)."""
 
 
 def note_interval(scrape_interval_s: float) -> float:
@@ -91,7 +93,7 @@ def sharing_plugins(plugins: Iterable[object]) -> dict[str, SharesPicks]:
 class PickNoteOutbox:
     """The notes of one scheduler's picks since the last drain (bounded, oldest dropped first)."""
 
-    __slots__ = ("_capacity", "_notes", "_plugins", "dropped")
+    __slots__ = ("_capacity", "_notes", "_plugins", "dropped", "wake")
 
     def __init__(self, plugins: Iterable[SharesPicks], *, capacity: int = MAX_PENDING_NOTES) -> None:
         if capacity < 1:
@@ -102,16 +104,23 @@ class PickNoteOutbox:
         self.dropped = 0
         """Notes dropped because the outbox was full, since whoever reports the count last took it
         (:mod:`igw.gateway.pick_share` adds it to its own total and sets it back to 0)."""
+        self.wake: Callable[[], None] | None = None
+        """Called when a pick puts the first note into an empty outbox: the transport's way to sleep
+        while there is nothing to send rather than drain an empty outbox every note interval
+        (:mod:`igw.gateway.pick_share`). At most one call per drain."""
 
     def record(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         """Keep every sharing plugin's note of this pick (called by the scheduler after on_picked)."""
         notes = self._notes
+        was_empty = not notes
         for plugin in self._plugins:
             note = plugin.pick_note(ctx, endpoint)
             if note is not None:
                 if len(notes) == self._capacity:
                     self.dropped += 1
                 notes.append((ctx.now, plugin.name, endpoint.key, note))
+        if was_empty and notes and self.wake is not None:
+            self.wake()
 
     def drain(self) -> list[PickNote]:
         """The notes kept since the last drain, oldest first; the outbox is empty afterwards."""

@@ -149,9 +149,12 @@ class Scheduler:
         self._profile_kernel = _sum_kernel(self._profile_weights) if self._profile_weights else None
         """The weighted sum of a pick where every scorer of the profile scored (the usual case)."""
         self._profile_rows = (
-            _rows_kernel(self._profile_names, self._profile_weights) if self._profile_weights else None
+            _rows_kernel(self._profile_names, self._profile_weights)
+            if self._profile_weights and not NATIVE_SUM
+            else None
         )
-        """The decision's score rows of such a pick (:func:`_rows_kernel`)."""
+        """The decision's score rows of such a pick (:func:`_rows_kernel`); ``None`` in the compiled
+        build, where the pick calls :func:`_native_rows_of` instead."""
         self._left_out_kernels: dict[tuple[int, ...], tuple[Callable[..., list[float]], _RowsKernel]] = {}
         """The weighted sum and the score rows of a pick where the profile's scorers at these
         positions scored nothing (e.g. ``prefill-admission-scorer``, which abstains on short
@@ -740,15 +743,8 @@ def _rows_kernel(names: tuple[str, ...], weights: tuple[float, ...]) -> _RowsKer
     its last value). Why generated: per decision the display saves the comprehension's per-column
     tuple unpacking and its call. Every weight is multiplied, 1.0 included (``1.0 * v`` is kept
     exactly as before); names and weights are bound as default arguments, never written into the
-    source. In the compiled build: :func:`_native_score_rows`, the same rows (see there)."""
-    if NATIVE_SUM:
-        return functools.partial(_native_score_rows, names, weights)
-    return _generated_rows(names, weights)
-
-
-def _generated_rows(names: tuple[str, ...], weights: tuple[float, ...]) -> _RowsKernel:
-    """:func:`_rows_kernel`'s generated function (a module function of its own so that the tests
-    compare it with :func:`_native_score_rows` in the compiled build too)."""
+    source. Interpreted build only: the compiled build's pick calls :func:`_native_rows_of`, the
+    same rows (see there), since an ``exec``-made function stays interpreted there."""
     count = len(names)
     entries = ", ".join(f"n{i}: w{i} * c{i}[i]" for i in range(count))
     columns = "".join(f", c{i}" for i in range(count))
@@ -764,26 +760,6 @@ def _generated_rows(names: tuple[str, ...], weights: tuple[float, ...]) -> _Rows
     return cast("_RowsKernel", namespace["rows"])
 
 
-def _native_score_rows(
-    names: tuple[str, ...],
-    weights: tuple[float, ...],
-    candidates: Sequence[EndpointView],
-    ranked: list[int],
-    totals: list[float],
-    *columns: list[float],
-) -> dict[EndpointKey, dict[str, float]]:
-    """What :func:`_rows_kernel`'s generated function returns, as loops the mypyc build compiles
-    to native code (handed out where :data:`NATIVE_SUM`, as :func:`_native_weighted_sum` is).
-
-    Each row's keys are inserted one by one in the display's order (the names, then ``TOTAL``), and
-    each row is stored under its candidate's key in rank order: a repeated name or key keeps its
-    first position and takes its last value, as in the display and the comprehension; each score is
-    the same product ``weight * column[i]``. Why: the generated function is ``exec``-made, so in
-    the compiled build it ran interpreted (two Python frames, the function and its comprehension)
-    on every pick."""
-    return _native_rows_of(names, weights, candidates, ranked, totals, list(columns))
-
-
 def _native_rows_of(
     names: tuple[str, ...],
     weights: tuple[float, ...],
@@ -792,8 +768,16 @@ def _native_rows_of(
     totals: list[float],
     columns: list[list[float]],
 ) -> dict[EndpointKey, dict[str, float]]:
-    """:func:`_native_score_rows` of the columns in a list: what the scheduler calls directly in
-    the compiled build (as :func:`_native_sum_of`)."""
+    """What :func:`_rows_kernel`'s generated function returns for ``columns``, as loops the mypyc
+    build compiles to native code: what the scheduler calls directly in the compiled build (as
+    :func:`_native_sum_of`; where :data:`NATIVE_SUM`).
+
+    Each row's keys are inserted one by one in the display's order (the names, then ``TOTAL``), and
+    each row is stored under its candidate's key in rank order: a repeated name or key keeps its
+    first position and takes its last value, as in the display and the comprehension; each score is
+    the same product ``weight * column[i]``. Why: the generated function is ``exec``-made, so in
+    the compiled build it ran interpreted (two Python frames, the function and its comprehension)
+    on every pick."""
     count = len(names)
     out: dict[EndpointKey, dict[str, float]] = {}
     for i in ranked:
