@@ -276,29 +276,10 @@ def test_it_is_registered_takes_only_max_decode_share_and_is_not_a_default() -> 
             factory("o", {"maxDecodeShare": bad}, "plugins[0].parameters")
 
 
-def test_in_a_profile_it_groups_requests_by_answer_length() -> None:
-    """Identical pods with one request of ours in flight on each, every scraped signal equal: the
-    default profile cannot tell them apart (a random tie-break); with the scorer a short answer
-    goes to the pod serving short answers and a long one to the pod serving long ones."""
-    weights = {**DEFAULT_WEIGHTS, TYPE: 2.0}
-    for new, want in ((15, "e1"), (400, "e0")):
-        picks = set()
-        for seed in range(20):
-            s = scheduler_from_weights(weights, rng=random.Random(seed))
-            endpoints = [
-                ep(f"e{i}", inflight=1, block_size=16, num_gpu_blocks=20_000, labels={"gpu": "h100"})
-                for i in range(3)
-            ]
-            for i, tokens in enumerate([500, 20, 120]):
-                s.pick(request(f"old{i}", max_tokens=tokens), [endpoints[i]], now=0.0)
-            picks.add(s.pick(request("new", max_tokens=new), endpoints, now=0.0).endpoint)
-        assert picks == {want}, new
-
-
-def test_in_a_profile_the_gate_leaves_answer_heavy_traffic_to_the_other_scorers() -> None:
-    """The same pods and answers as above with prompts of 1,000 tokens (answers 10-40 % of the
-    tokens, above the gate): the scorer abstains and the pick is the default profile's random
-    tie-break between identical pods, as without it."""
+def profile_picks(new: int, prompt_tokens: int = PROMPT) -> set[str | None]:
+    """The default profile plus the scorer at weight 2, over 20 tie-break seeds: three identical
+    pods (every scraped signal equal), each with one request of ours in flight asking for 500, 20
+    and 120 tokens; the pods the new request goes to."""
     weights = {**DEFAULT_WEIGHTS, TYPE: 2.0}
     picks = set()
     for seed in range(20):
@@ -308,6 +289,21 @@ def test_in_a_profile_the_gate_leaves_answer_heavy_traffic_to_the_other_scorers(
             for i in range(3)
         ]
         for i, tokens in enumerate([500, 20, 120]):
-            s.pick(request(f"old{i}", max_tokens=tokens, prompt_tokens=1000), [endpoints[i]], now=0.0)
-        picks.add(s.pick(request("new", max_tokens=15, prompt_tokens=1000), endpoints, now=0.0).endpoint)
-    assert len(picks) > 1
+            old = request(f"old{i}", max_tokens=tokens, prompt_tokens=prompt_tokens)
+            s.pick(old, [endpoints[i]], now=0.0)
+        new_request = request("new", max_tokens=new, prompt_tokens=prompt_tokens)
+        picks.add(s.pick(new_request, endpoints, now=0.0).endpoint)
+    return picks
+
+
+def test_in_a_profile_it_groups_requests_by_answer_length() -> None:
+    """The default profile cannot tell the pods apart (a random tie-break); with the scorer a short
+    answer goes to the pod serving short answers and a long one to the pod serving long ones."""
+    assert profile_picks(15) == {"e1"}
+    assert profile_picks(400) == {"e0"}
+
+
+def test_in_a_profile_the_gate_leaves_answer_heavy_traffic_to_the_other_scorers() -> None:
+    """The same with prompts of 1,000 tokens (the answers 10-40 % of the tokens, above the gate):
+    the scorer abstains and the pick is the default profile's random tie-break, as without it."""
+    assert len(profile_picks(15, prompt_tokens=1000)) > 1
