@@ -14,6 +14,7 @@ from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import DEFAULT_WEIGHTS, scheduler_from_weights
 from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
 from igw.scheduling.plugins.output_affinity_scorer import (
+    DEFAULT_MAX_DECODE_SHARE,
     MAX_TRACKED,
     MEAN_WINDOW,
     SPAN,
@@ -25,21 +26,33 @@ from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.types import EndpointView, RequestOutcome, RoutingRequest
 from tests.scheduling.helpers import ctx, ep
 
+PROMPT = 20_000
+"""The tests' prompt: long enough that their answers (at most 3,000 tokens) stay under the decode
+share gate's default (1/16 of the tokens), except where a test sets its own."""
 
-def request(rid: str = "r", *, max_tokens: int | None = 100, adapter: str | None = None) -> RoutingRequest:
+
+def request(
+    rid: str = "r", *, max_tokens: int | None = 100, adapter: str | None = None, prompt_tokens: int = PROMPT
+) -> RoutingRequest:
     return RoutingRequest(
         request_id=rid,
         model=adapter or "m",
         base_model="m",
         prefix_text="",
-        prompt_tokens=2000,
+        prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
         adapter=adapter,
     )
 
 
-def place(scorer: OutputAffinityScorer, rid: str, endpoint: EndpointView, max_tokens: int | None) -> None:
-    scorer.on_picked(ctx(request(rid, max_tokens=max_tokens)), endpoint)
+def place(
+    scorer: OutputAffinityScorer,
+    rid: str,
+    endpoint: EndpointView,
+    max_tokens: int | None,
+    prompt_tokens: int = PROMPT,
+) -> None:
+    scorer.on_picked(ctx(request(rid, max_tokens=max_tokens, prompt_tokens=prompt_tokens)), endpoint)
 
 
 def done(scorer: OutputAffinityScorer, rid: str, key: str) -> None:
@@ -206,27 +219,91 @@ def test_a_one_kind_verdict_for_other_candidates_is_not_taken() -> None:
     assert scorer.score(c, endpoints) == [None, None]
 
 
-def test_it_is_registered_takes_no_parameters_and_is_not_a_default() -> None:
+@pytest.mark.parametrize(
+    ("prompt", "answer", "max_share", "acts", "why"),
+    [
+        (2000, 20, None, True, "burst-235b's shape: the mean answer 2.4 % of the tokens"),
+        (1000, 80, None, False, "burst-70b's shape: 16.7 %, the rule abstains"),
+        (1000, 80, 1.0, True, "maxDecodeShare 1: no gate (round 16's form)"),
+        (1500, 40, None, True, "exactly 1/16: still acts"),
+        (1499, 40, None, False, "just over 1/16: abstains"),
+        (1000, 80, 0.2, True, "a wider gate set by the operator"),
+    ],
+)
+def test_the_decode_share_gate(
+    prompt: int, answer: int, max_share: float | None, acts: bool, why: str
+) -> None:
+    """e0 holds an answer as long as the new request's, e1 one four times longer; the means are
+    2.5 x ``answer`` and ``prompt``."""
+    scorer = OutputAffinityScorer() if max_share is None else OutputAffinityScorer(max_decode_share=max_share)
+    endpoints = [ep("e0"), ep("e1")]
+    place(scorer, "a", endpoints[0], answer, prompt)
+    place(scorer, "b", endpoints[1], answer * 4, prompt)
+    assert scorer.decode_share() == pytest.approx(2.5 * answer / (2.5 * answer + prompt))
+    c = ctx(request("new", max_tokens=answer, prompt_tokens=prompt))
+    c.state[STATE_ONE_KIND] = endpoints
+    got = scorer.score(c, endpoints)
+    if acts:
+        assert got == pytest.approx([1.0, expected(4 * answer, answer)]), why
+    else:
+        assert got == [None, None], why
+
+
+def test_the_prompt_mean_learns_only_from_requests_with_max_tokens() -> None:
+    scorer = OutputAffinityScorer()
+    assert scorer.decode_share() == 0.0
+    place(scorer, "a", ep("e0"), 100, 900)
+    place(scorer, "b", ep("e0"), None, 1_000_000)  # no max_tokens: neither mean moves
+    assert scorer.mean_prompt_tokens == pytest.approx(900.0)
+    assert scorer.decode_share() == pytest.approx(0.1)
+    for _ in range(MEAN_WINDOW):
+        scorer.learn(100, 900)
+    scorer.learn(100, 900 + MEAN_WINDOW)  # one in 64 after the first 64, as for max_tokens
+    assert scorer.mean_prompt_tokens == pytest.approx(901.0)
+
+
+def test_it_is_registered_takes_only_max_decode_share_and_is_not_a_default() -> None:
     assert TYPE in REGISTRY.types()
     assert TYPE not in DEFAULT_WEIGHTS
+    assert pytest.approx(1.0 / SPAN) == DEFAULT_MAX_DECODE_SHARE
+    assert factory("o", {}, "p").max_decode_share == pytest.approx(1.0 / SPAN)
+    assert factory("o", {"maxDecodeShare": 0.25}, "p").max_decode_share == pytest.approx(0.25)
+    assert factory("o", {"maxDecodeShare": 1}, "p").max_decode_share == 1.0
     with pytest.raises(SchedulerConfigError, match="mean"):
         factory("o", {"mean": 1}, "plugins[0].parameters")
+    for bad in (0, -0.1, 1.5, "x", True):
+        with pytest.raises(SchedulerConfigError, match="maxDecodeShare"):
+            factory("o", {"maxDecodeShare": bad}, "plugins[0].parameters")
+
+
+def profile_picks(new: int, prompt_tokens: int = PROMPT) -> set[str | None]:
+    """The default profile plus the scorer at weight 2, over 20 tie-break seeds: three identical
+    pods (every scraped signal equal), each with one request of ours in flight asking for 500, 20
+    and 120 tokens; the pods the new request goes to."""
+    weights = {**DEFAULT_WEIGHTS, TYPE: 2.0}
+    picks = set()
+    for seed in range(20):
+        s = scheduler_from_weights(weights, rng=random.Random(seed))
+        endpoints = [
+            ep(f"e{i}", inflight=1, block_size=16, num_gpu_blocks=20_000, labels={"gpu": "h100"})
+            for i in range(3)
+        ]
+        for i, tokens in enumerate([500, 20, 120]):
+            old = request(f"old{i}", max_tokens=tokens, prompt_tokens=prompt_tokens)
+            s.pick(old, [endpoints[i]], now=0.0)
+        new_request = request("new", max_tokens=new, prompt_tokens=prompt_tokens)
+        picks.add(s.pick(new_request, endpoints, now=0.0).endpoint)
+    return picks
 
 
 def test_in_a_profile_it_groups_requests_by_answer_length() -> None:
-    """Identical pods with one request of ours in flight on each, every scraped signal equal: the
-    default profile cannot tell them apart (a random tie-break); with the scorer a short answer
-    goes to the pod serving short answers and a long one to the pod serving long ones."""
-    weights = {**DEFAULT_WEIGHTS, TYPE: 2.0}
-    for new, want in ((15, "e1"), (400, "e0")):
-        picks = set()
-        for seed in range(20):
-            s = scheduler_from_weights(weights, rng=random.Random(seed))
-            endpoints = [
-                ep(f"e{i}", inflight=1, block_size=16, num_gpu_blocks=20_000, labels={"gpu": "h100"})
-                for i in range(3)
-            ]
-            for i, tokens in enumerate([500, 20, 120]):
-                s.pick(request(f"old{i}", max_tokens=tokens), [endpoints[i]], now=0.0)
-            picks.add(s.pick(request("new", max_tokens=new), endpoints, now=0.0).endpoint)
-        assert picks == {want}, new
+    """The default profile cannot tell the pods apart (a random tie-break); with the scorer a short
+    answer goes to the pod serving short answers and a long one to the pod serving long ones."""
+    assert profile_picks(15) == {"e1"}
+    assert profile_picks(400) == {"e0"}
+
+
+def test_in_a_profile_the_gate_leaves_answer_heavy_traffic_to_the_other_scorers() -> None:
+    """The same with prompts of 1,000 tokens (the answers 10-40 % of the tokens, above the gate):
+    the scorer abstains and the pick is the default profile's random tie-break, as without it."""
+    assert len(profile_picks(15, prompt_tokens=1000)) > 1

@@ -25,13 +25,27 @@ scrape nothing about a pod has been measured). It does act on a mixed fleet when
 left for a pick are one kind of hardware (mixed-fleet-8b's first picks had two A10G candidates),
 so unlike ``decode-balance-scorer`` it changes the picks there (docs/benchmark.md, routing round 16).
 
+Gate on the decode share (``maxDecodeShare``, routing round 17): it acts only while the answers are a
+small part of the tokens the pods process, ``o / (o + p) <= maxDecodeShare`` with ``o`` the running
+mean of ``max_tokens`` and ``p`` the running mean of the prompt tokens of this router's requests
+(abstaining above it). Why: grouping buys the long answers steps with fewer prompt chunks only where
+a pod's steps are made of prompt chunks; where answers are a large share of the work, the long
+answers' own decode tokens and KV reads are a large part of every step, and grouping them piles that
+work onto the same pods without moving the prompt traffic (burst-70b against burst-235b, decomposed
+per request and per step in docs/benchmark.md, routing round 17). The default ``1 / SPAN`` reuses
+the factor that makes two answer lengths "different": answers at most a sixteenth of the tokens, so
+at least 15/16 of the work a pod is sent is prompt chunks. It was set once from that reason, not
+searched; the scenarios measured lie far on either side of it (the docs give their shares).
+``maxDecodeShare: 1`` turns the gate off (round 16's form).
+
 ``max_tokens`` is a cap, not the answer's length: where clients set it far above what they get
 back (or leave it unset), every request looks alike and the rule does little. In the benchmark's
 DES every answer runs to exactly ``max_tokens`` (EOS ignored, as benchmarks do), so the numbers it
 was judged by are the most it can buy.
 
 Category: affinity. Signal: none (gateway state: ``max_tokens`` of the requests it dispatched).
-Parameters: none. Not in the default profile (routing round 16 measured it; docs/benchmark.md).
+Parameters: ``maxDecodeShare`` (default ``1 / SPAN``, in (0, 1]). Not in the default profile
+(routing rounds 16 and 17 measured it; docs/benchmark.md).
 """
 
 from __future__ import annotations
@@ -57,6 +71,8 @@ MEAN_WINDOW = 64
 SPAN = 16.0
 """Answers this many times longer or shorter than the request's score 0 (chosen once, not tuned)."""
 LOG_SPAN = math.log(SPAN)
+DEFAULT_MAX_DECODE_SHARE = 1.0 / SPAN
+"""The rule acts while the mean answer is at most this share of a request's tokens (module doc)."""
 
 
 class OutputAffinityScorer(PluginHooks):
@@ -64,8 +80,9 @@ class OutputAffinityScorer(PluginHooks):
     signal = ""
     consumes = frozenset({STATE_ONE_KIND, STATE_MATCH})
 
-    def __init__(self, *, name: str = TYPE) -> None:
+    def __init__(self, *, name: str = TYPE, max_decode_share: float = DEFAULT_MAX_DECODE_SHARE) -> None:
         self.name = name
+        self.max_decode_share = max_decode_share
         self.owed: dict[EndpointKey, float] = {}
         """Output tokens owed per endpoint by this router's requests in flight there."""
         self.count: dict[EndpointKey, int] = {}
@@ -74,6 +91,8 @@ class OutputAffinityScorer(PluginHooks):
         """Per request in flight: its endpoint and the tokens it added there."""
         self.mean_max_tokens = 0.0
         self.seen = 0
+        self.mean_prompt_tokens = 0.0
+        """Running mean of the prompt tokens of the requests that set ``max_tokens`` (same window)."""
 
     def expected_output(self, request: RoutingRequest) -> float:
         """The request's ``max_tokens`` when it sets one (at least 1), else the running mean."""
@@ -81,17 +100,25 @@ class OutputAffinityScorer(PluginHooks):
             return float(request.max_tokens)
         return self.mean_max_tokens
 
-    def learn(self, max_tokens: int | None) -> None:
-        """Move the running mean of ``max_tokens`` toward one more request's value."""
+    def learn(self, max_tokens: int | None, prompt_tokens: int = 0) -> None:
+        """Move the running means of ``max_tokens`` and of the prompt tokens toward one more
+        request's values (requests without ``max_tokens`` are left out of both, so the two means
+        describe the same requests)."""
         if max_tokens is None or max_tokens <= 0:
             return
         self.seen += 1
         step = 1.0 / min(self.seen, MEAN_WINDOW)
         self.mean_max_tokens += step * (max_tokens - self.mean_max_tokens)
+        self.mean_prompt_tokens += step * (max(0, prompt_tokens) - self.mean_prompt_tokens)
+
+    def decode_share(self) -> float:
+        """``o / (o + p)``: the running mean answer over the running mean request (0 before any)."""
+        o = self.mean_max_tokens
+        return o / (o + self.mean_prompt_tokens) if o > 0 else 0.0
 
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         request = ctx.request
-        self.learn(request.max_tokens)
+        self.learn(request.max_tokens, request.prompt_tokens)
         tokens = self.expected_output(request)
         old = self.tracked.pop(request.request_id, None)
         if old is not None:  # a request id picked again (a retry): its earlier dispatch is over
@@ -135,6 +162,7 @@ class OutputAffinityScorer(PluginHooks):
         request = ctx.request
         if (
             m <= 0
+            or self.decode_share() > self.max_decode_share
             or request.adapter is not None
             or ctx.state.get(STATE_ONE_KIND) is not endpoints
             or any(e.metrics is None for e in endpoints)
@@ -152,5 +180,10 @@ class OutputAffinityScorer(PluginHooks):
 
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> OutputAffinityScorer:
-    ParamReader(params, path=path).finish()
-    return OutputAffinityScorer(name=name)
+    r = ParamReader(params, path=path)
+    plugin = OutputAffinityScorer(
+        name=name,
+        max_decode_share=r.number("maxDecodeShare", DEFAULT_MAX_DECODE_SHARE, minimum=1e-9, maximum=1.0),
+    )
+    r.finish()
+    return plugin
