@@ -126,9 +126,11 @@ def test_dispatches_add_their_max_tokens_and_completions_take_them_off() -> None
     place(scorer, "c", e1, 200)
     assert scorer.owed == {"e0": 300.0, "e1": 300.0}
     assert scorer.count == {"e0": 1, "e1": 2}
+    assert scorer.mean_owed == {"e0": 300.0, "e1": 150.0}
     done(scorer, "c", "e1")
     assert scorer.owed == {"e0": 300.0, "e1": 100.0}
     assert scorer.count == {"e0": 1, "e1": 1}
+    assert scorer.mean_owed == {"e0": 300.0, "e1": 100.0}
     done(scorer, "c", "e1")  # a second outcome for the same request changes nothing
     done(scorer, "unknown", "e0")
     assert scorer.owed == {"e0": 300.0, "e1": 100.0}
@@ -136,6 +138,7 @@ def test_dispatches_add_their_max_tokens_and_completions_take_them_off() -> None
     done(scorer, "b", "e1")
     assert scorer.owed == {}
     assert scorer.count == {}
+    assert scorer.mean_owed == {}
     assert not scorer.tracked
 
 
@@ -185,9 +188,42 @@ def test_removed_endpoints_are_forgotten() -> None:
     scorer.on_endpoints_removed(["e0"])
     assert scorer.owed == {"e1": 100.0}
     assert scorer.count == {"e1": 1}
+    assert scorer.mean_owed == {"e1": 100.0}
     assert list(scorer.tracked) == ["b"]
     done(scorer, "a", "e0")
     assert scorer.owed == {"e1": 100.0}
+
+
+@pytest.mark.parametrize(
+    ("pods", "lengths", "why"),
+    [
+        (8, [5, 90, 700], "a small pool: one pass"),
+        (64, [5, 90, 700], "a large pool whose means repeat: the table of distinct means"),
+        (64, list(range(1, 4000, 7)), "a large pool of distinct means: one pass"),
+    ],
+)
+def test_the_scores_are_the_formula_s_floats_bit_for_bit(pods: int, lengths: list[int], why: str) -> None:
+    """Per candidate, the module doc's formula from that pod's ``owed / count`` at pick time (the
+    running mean for an empty pod), compared with ``==``: the cached means and the table of distinct
+    means change the cost, not a bit of the result."""
+    rng = random.Random(pods + len(lengths))
+    scorer = OutputAffinityScorer(max_decode_share=1.0)
+    endpoints = [ep(f"e{i}") for i in range(pods)]
+    for i, e in enumerate(endpoints[:-2]):  # the last two pods hold nothing
+        for j in range(rng.randrange(1, 4)):
+            place(scorer, f"{i}-{j}", e, rng.choice(lengths))
+        if i % 3 == 0:
+            done(scorer, f"{i}-0", e.key)
+    matched = {"e0": 0.25}
+    got = one_kind_scores(scorer, endpoints, matched=matched)
+    t1 = 100 + 1.0
+    m = scorer.mean_max_tokens
+    want = []
+    for e in endpoints:
+        n = scorer.count.get(e.key, 0)
+        a = scorer.owed[e.key] / n if n else m
+        want.append(1.0 - 0.75 * min(1.0, abs(math.log((a + 1.0) / t1)) / math.log(SPAN)))
+    assert got == want, why
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ from typing import Any
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
-from igw.scheduling.plugins.decode_balance_scorer import match_share
+from igw.scheduling.plugins.decode_balance_scorer import TABLE_FROM, match_share
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
 
@@ -87,6 +87,9 @@ class OutputAffinityScorer(PluginHooks):
         """Output tokens owed per endpoint by this router's requests in flight there."""
         self.count: dict[EndpointKey, int] = {}
         """This router's requests in flight per endpoint (those counted in ``owed``)."""
+        self.mean_owed: dict[EndpointKey, float] = {}
+        """``owed / count`` per endpoint, worked out when either changes (the same float the score
+        would compute per pick; kept so a pick reads one value per candidate)."""
         self.tracked: OrderedDict[str, tuple[EndpointKey, float]] = OrderedDict()
         """Per request in flight: its endpoint and the tokens it added there."""
         self.mean_max_tokens = 0.0
@@ -127,8 +130,9 @@ class OutputAffinityScorer(PluginHooks):
             return
         key = endpoint.key
         self.tracked[request.request_id] = (key, tokens)
-        self.owed[key] = self.owed.get(key, 0.0) + tokens
-        self.count[key] = self.count.get(key, 0) + 1
+        owed = self.owed[key] = self.owed.get(key, 0.0) + tokens
+        n = self.count[key] = self.count.get(key, 0) + 1
+        self.mean_owed[key] = owed / n
         if len(self.tracked) > MAX_TRACKED:
             _, (key, dropped) = self.tracked.popitem(last=False)
             self._release(key, dropped)
@@ -143,6 +147,7 @@ class OutputAffinityScorer(PluginHooks):
         for key in gone:
             self.owed.pop(key, None)
             self.count.pop(key, None)
+            self.mean_owed.pop(key, None)
         for rid in [rid for rid, (key, _) in self.tracked.items() if key in gone]:
             del self.tracked[rid]
 
@@ -153,9 +158,11 @@ class OutputAffinityScorer(PluginHooks):
         if n <= 1:  # the pod's last request: nothing owed (no float remainder left behind)
             del self.count[key]
             self.owed.pop(key, None)
+            self.mean_owed.pop(key, None)
         else:
             self.count[key] = n - 1
-            self.owed[key] = self.owed.get(key, 0.0) - tokens
+            owed = self.owed[key] = self.owed.get(key, 0.0) - tokens
+            self.mean_owed[key] = owed / (n - 1)
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         m = self.mean_max_tokens
@@ -170,13 +177,18 @@ class OutputAffinityScorer(PluginHooks):
             return [None] * len(endpoints)
         factor = 1.0 - match_share(ctx.state.get(STATE_MATCH))
         t1 = self.expected_output(request) + 1.0
-        owed, count = self.owed, self.count
-        scores = []
-        for e in endpoints:
-            n = count.get(e.key, 0)
-            a = owed.get(e.key, 0.0) / n if n > 0 else m
-            scores.append(1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN))
-        return UnitScores(scores)
+        mean_owed = self.mean_owed
+        means = [mean_owed.get(e.key, m) for e in endpoints]
+        if len(means) >= TABLE_FROM:
+            distinct = set(means)
+            if len(distinct) * 2 <= len(means):
+                # A large pool's means repeat (pods with nothing in flight all read m): the formula
+                # once per distinct mean, each candidate's score looked up in C; the same floats.
+                table = {
+                    a: 1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN) for a in distinct
+                }
+                return UnitScores(map(table.__getitem__, means))
+        return UnitScores([1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN) for a in means])
 
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> OutputAffinityScorer:
