@@ -167,7 +167,8 @@ class GatewayMetrics:
         )
         self.decision = FoldingHistogram(
             "igw_scheduler_decision_seconds",
-            "Time spent in the scheduler for one decision.",
+            "Time a request waited for the scheduler's decision (a forced choice - one candidate left by "
+            "the filters - is scored after the answer starts, so only its wait counts).",
             ["scheduler"],
             buckets=DECISION_BUCKETS,
             registry=r,
