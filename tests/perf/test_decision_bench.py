@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -177,10 +177,15 @@ def test_decision_time_routes_the_drawn_prompts_and_reports_their_lengths_back()
             pick, on_complete = scheduler.pick, scheduler.on_complete
 
             def recording_pick(
-                request: RoutingRequest, endpoints: Sequence[EndpointView], *, now: float
+                request: RoutingRequest,
+                endpoints: Sequence[EndpointView],
+                *,
+                now: float,
+                settle_later: bool = False,
+                on_decided: Callable[[RoutingDecision], None] | None = None,
             ) -> RoutingDecision:
                 picked[request.request_id] = (request.prefix_text, request.prompt_tokens)
-                return pick(request, endpoints, now=now)
+                return pick(request, endpoints, now=now, settle_later=settle_later, on_decided=on_decided)
 
             def recording_outcome(outcome: RequestOutcome, *, now: float) -> None:
                 completed[outcome.request_id] = outcome.prompt_tokens
