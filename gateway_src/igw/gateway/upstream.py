@@ -268,15 +268,20 @@ def _carries_token(chunk: bytes) -> bool:
     return False
 
 
-def _response_headers(upstream: UpstreamResponse, extra: Mapping[str, str]) -> CIMultiDict[str]:
+def _response_headers(
+    upstream: UpstreamResponse, extra: Mapping[str, str], out: CIMultiDict[str] | None = None
+) -> CIMultiDict[str]:
     """A relayed stream's headers: the upstream's raw fields less the hop-by-hop ones, its ``Server``
     (the gateway names itself, :mod:`igw.gateway.server_identity`) and those its ``Connection``
     fields name, decoded once (not into the response's decoded header map first,
     whose copy and ``Connection`` lookup were the larger part of this on the first event's path),
-    then ``extra``."""
+    then ``extra``. Added to ``out`` when given (the relayed response's own, empty, map: a map
+    passed to the response's constructor would be copied there, on the first event's path), else to
+    a new map."""
     connection = upstream.noted.get(b"connection")
     named = {token.strip().lower() for token in connection.split(b",")} if connection else _NO_FIELDS
-    out: CIMultiDict[str] = CIMultiDict()
+    if out is None:
+        out = CIMultiDict()
     for raw_name, raw_value in upstream.fields:
         low = raw_name.lower()
         if low in HOP_BY_HOP_FIELDS or low in named or low == UPSTREAM_SERVER_FIELD:
@@ -452,6 +457,26 @@ class _RelayedStream(web.StreamResponse):
     _send_headers_immediately = False
     _built_head: bytes | None = None
 
+    # aiohttp's accessors, each a Python function the compiled build would call through the
+    # interpreter (a frame each) several times per stream, most before its first event is written:
+    # the same reads here, compiled. ``tests/gateway/test_sse_relay_writes.py`` checks them
+    # against aiohttp's own.
+    @property
+    def prepared(self) -> bool:
+        return self._eof_sent or self._payload_writer is not None
+
+    @property
+    def status(self) -> int:
+        return self._status
+
+    @property
+    def reason(self) -> str:
+        return self._reason
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        return self._headers
+
     def _lean_keep_alive(self, request: web.BaseRequest) -> bool:
         keep_alive = self._keep_alive
         if keep_alive is None:
@@ -507,7 +532,8 @@ async def _relay_stream(
     On the lean side those first bytes are written without awaiting - from the upstream connection's
     read callback when they come after the head, so no loop turn or wake-up of this coroutine
     stands between their arrival and their write."""
-    response = _RelayedStream(status=upstream.status, headers=_response_headers(upstream, extra))
+    response = _RelayedStream(status=upstream.status)
+    _response_headers(upstream, extra, response.headers)
     response.build_head(request)
     result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500, streamed=True)
     last: float | None = None
@@ -622,11 +648,13 @@ async def _relay_stream(
     finally:
         judge()
     result.usage = usage
-    with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
+    try:  # noqa: SIM105 - not contextlib.suppress: an object and three interpreted calls per stream
         if not response.prepared:
             await response.prepare(request)
             on_prepared(response)
         await response.write_eof()
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        pass
     return result
 
 

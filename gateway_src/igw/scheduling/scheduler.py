@@ -173,9 +173,13 @@ class Scheduler:
         self._on_complete = tuple(p for p in self._plugins if _overrides(p, "on_complete"))
         """The plugins whose ``on_complete`` does something, in profile order (the others' no-op
         calls cost a Python call each per outcome, for nothing)."""
-        self._first_token_plugins = tuple(p for p in self._plugins if isinstance(p, FirstTokenObserver))
-        """Plugins with an ``on_first_token`` hook (those deriving from PluginHooks, and any other
-        that defines one); plugins written to the bare :class:`Plugin` protocol may lack it."""
+        self._first_token_plugins = tuple(
+            p for p in self._plugins if isinstance(p, FirstTokenObserver) and _overrides(p, "on_first_token")
+        )
+        """Plugins with an ``on_first_token`` hook that does something (any defining one that does not
+        derive from PluginHooks; plugins written to the bare :class:`Plugin` protocol may lack it): not
+        the no-op inherited from PluginHooks, an interpreted call per plugin per stream for nothing
+        (``framework`` stays interpreted in the compiled build)."""
         self._sharing = sharing_plugins(self._plugins)
         """The plugins that share their picks, by name, found once (the profile's plugins do not
         change): an ``isinstance`` check against the runtime-checkable ``SharesPicks`` protocol walks
