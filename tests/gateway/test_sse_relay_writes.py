@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from igw.gateway import inference, lean_server, serving, upstream
 from igw.gateway.observer import RequestObserver
@@ -283,3 +286,86 @@ async def test_a_forced_choice_whose_connect_fails_is_logged_with_its_scores(
         await resp.read()
     assert len(logged) == 1
     assert logged[0]  # the settled decision's scores
+
+
+
+def _reads_as_aiohttp_reads(response: upstream._RelayedStream) -> None:
+    for name in ("prepared", "status", "reason", "headers"):
+        ours = getattr(response, name)
+        theirs = getattr(web.StreamResponse, name).fget(response)
+        assert ours is theirs or ours == theirs, name
+    assert response.headers is response._headers  # the response's own map, not a copy
+
+
+@skip_compiled(
+    "igw.gateway.upstream",
+    "_relay_stream is replaced by monkeypatch to keep the relayed response; compiled callers do not "
+    "look it up",
+)
+async def test_the_relayed_streams_own_accessors_read_what_aiohttps_read(
+    gateway: Any, client_writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_RelayedStream`` defines ``prepared``, ``status``, ``reason`` and ``headers`` itself (aiohttp's
+    are interpreted calls in the compiled build, several per stream): each reads what aiohttp's
+    own reads, on a new response and on a relayed one after its end; the relayed head is built from
+    the response's own header map."""
+    fresh = upstream._RelayedStream(status=503, reason="Busy")
+    _reads_as_aiohttp_reads(fresh)
+    assert (fresh.prepared, fresh.status, fresh.reason) == (False, 503, "Busy")
+    seen: list[web.StreamResponse] = []
+    relay = upstream._relay_stream
+
+    async def kept(*args: Any, **kwargs: Any) -> upstream.ExchangeResult:
+        result = await relay(*args, **kwargs)
+        seen.append(result.answer)
+        return result
+
+    monkeypatch.setattr(upstream, "_relay_stream", kept)
+    text = await streamed_text(gateway, client_writes, FakeModelServer("a", tokens=2))
+    assert text.count("data: ") == 4
+    (response,) = seen
+    assert isinstance(response, upstream._RelayedStream)
+    _reads_as_aiohttp_reads(response)
+    assert (response.prepared, response.status, response.reason) == (True, 200, "OK")
+    head = next(w for w in client_writes if w.startswith(b"HTTP/1.1 200"))
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    for name, value in response.headers.items():  # the head is the response's map, serialised
+        assert f"\r\n{name}: {value}\r\n".encode() in head
+    assert response.headers["X-Request-Id"] and response.headers["Content-Type"].startswith("text/event-stream")
+
+
+@skip_compiled(
+    "igw.gateway.upstream",
+    "_relay_stream is replaced by monkeypatch to keep its result; compiled callers do not look it up",
+)
+async def test_a_client_gone_at_the_streams_end_still_gives_the_relays_result(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay's last write (the chunked terminator) to a client that has gone is not an error of
+    the exchange: the relay returns its result as for a stream that ended normally."""
+    results: list[upstream.ExchangeResult] = []
+    relay = upstream._relay_stream
+
+    async def kept(*args: Any, **kwargs: Any) -> upstream.ExchangeResult:
+        result = await relay(*args, **kwargs)
+        results.append(result)
+        return result
+
+    async def gone(self: upstream._RelayedStream, data: bytes = b"") -> None:
+        raise ConnectionResetError("client went away")
+
+    monkeypatch.setattr(upstream, "_relay_stream", kept)
+    monkeypatch.setattr(upstream._RelayedStream, "write_eof", gone)
+    server = FakeModelServer("a", tokens=2)
+    body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
+    async with running(server) as (a,), gateway(DOC, {"llama": [a.key]}) as gw:
+        resp = await gw.post("/v1/completions", body)
+        assert resp.status == 200
+        with contextlib.suppress(asyncio.TimeoutError, aiohttp.ClientError):
+            await asyncio.wait_for(resp.read(), 1.0)
+        for _ in range(100):
+            if results:
+                break
+            await asyncio.sleep(0.01)
+    (result,) = results
+    assert result.ok and result.status == 200 and result.streamed and result.events >= 3

@@ -285,6 +285,46 @@ def test_outcomes_reach_every_plugin_with_an_on_complete_of_its_own_in_profile_o
     assert all(type(p) is not InflightScorer for p in scheduler._on_complete)
 
 
+class _FirstTokens(_Learning):
+    """Learns from first tokens too (its own ``on_first_token``)."""
+
+    def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
+        self.heard.append((self.name + " first", outcome.request_id))
+
+
+class _BareFirst(_Bare):
+    """A third party's scorer (bare protocol) with an ``on_first_token``: always called."""
+
+    def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
+        self.heard.append((self.name + " first", outcome.request_id))
+
+
+def test_first_tokens_reach_every_plugin_with_an_on_first_token_of_its_own_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Plugins whose ``on_first_token`` is only PluginHooks' no-op (an interpreted call per plugin
+    per stream in the compiled build) are not called; the others hear each first token, in profile
+    order. PluginHooks' no-op is replaced by a recording one after the scheduler is built: a plugin
+    still called through it would be heard."""
+    heard: list[tuple[str, str]] = []
+    scorers = (
+        WeightedScorer(_FirstTokens("first", heard), 1.0),
+        WeightedScorer(InflightScorer(), 1.0),  # no on_first_token of its own
+        WeightedScorer(_Learning("outcomes only", heard), 1.0),  # on_complete only
+        WeightedScorer(_BareFirst("bare", heard), 1.0),
+    )
+    profile = Profile(filters=(), scorers=scorers, picker=MaxScorePicker(max_endpoints=2))
+    scheduler = Scheduler(name="t", profile=profile, rng=random.Random(1), compensate_dispatches=False)
+
+    def recorded(self: PluginHooks, outcome: RequestOutcome, *, now: float) -> None:
+        heard.append((type(self).__name__ + " no-op", outcome.request_id))
+
+    monkeypatch.setattr(PluginHooks, "on_first_token", recorded)
+    for rid in ("r1", "r2"):
+        scheduler.on_first_token(RequestOutcome(request_id=rid, endpoint="p", ok=True, ttft_s=0.1), now=1.0)
+    assert heard == [(name, rid) for rid in ("r1", "r2") for name in ("first first", "bare first")]
+
+
 @skip_compiled(
     "igw.scheduling.scheduler",
     "_sum_kernel hands out the native sum itself there, so the comparison would be with itself; "
