@@ -26,8 +26,10 @@ class InflightRequests:
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[object]] = set()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle: asyncio.Event | None = None
+        """Set exactly while no task is in; made by the first :meth:`wait` (a shutdown), so that
+        requests before it pay no ``Event.clear``/``Event.set`` (Python functions, called on the
+        first token's path of every request at concurrency 1)."""
         self.cutting = False
         """True once :meth:`cut` began: a cancelled handler answers its client instead of giving up."""
 
@@ -42,8 +44,8 @@ class InflightRequests:
         if task is None:
             task = asyncio.current_task()
         if task is not None:
-            if not self._tasks:  # idle is set exactly while no task is in: clear it on the first
-                self._idle.clear()
+            if not self._tasks and self._idle is not None:  # idle is set exactly while no task is
+                self._idle.clear()  # in: clear it on the first
             self._tasks.add(task)
         return task
 
@@ -53,16 +55,19 @@ class InflightRequests:
             task = asyncio.current_task()
         if task is not None:
             self._tasks.discard(task)
-        if not self._tasks:
+        if not self._tasks and self._idle is not None:
             self._idle.set()
 
     async def wait(self, grace_s: float) -> int:
         """Wait up to ``grace_s`` for every request to finish; returns how many are still running."""
         if self._tasks and grace_s > 0:
             log.info("waiting up to %gs for %d in-flight request(s)", grace_s, len(self._tasks))
+            idle = self._idle
+            if idle is None:  # tasks are in: made clear
+                idle = self._idle = asyncio.Event()
             try:
                 async with asyncio.timeout(grace_s):
-                    await self._idle.wait()
+                    await idle.wait()
             except TimeoutError:
                 pass
         return len(self._tasks)
