@@ -92,7 +92,8 @@ async def test_idle_is_set_exactly_while_no_request_is_in() -> None:
     holder = asyncio.create_task(held())
     await asyncio.sleep(0)
     assert await inflight.wait(0.01) == 1  # made now, clear: a request is in
-    assert inflight._idle is not None and not inflight._idle.is_set()
+    assert inflight._idle is not None
+    assert not inflight._idle.is_set()
     release.set()
     await holder
 

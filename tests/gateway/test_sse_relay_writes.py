@@ -288,7 +288,6 @@ async def test_a_forced_choice_whose_connect_fails_is_logged_with_its_scores(
     assert logged[0]  # the settled decision's scores
 
 
-
 def _reads_as_aiohttp_reads(response: upstream._RelayedStream) -> None:
     for name in ("prepared", "status", "reason", "headers"):
         ours = getattr(response, name)
@@ -312,7 +311,7 @@ async def test_the_relayed_streams_own_accessors_read_what_aiohttps_read(
     fresh = upstream._RelayedStream(status=503, reason="Busy")
     _reads_as_aiohttp_reads(fresh)
     assert (fresh.prepared, fresh.status, fresh.reason) == (False, 503, "Busy")
-    seen: list[web.StreamResponse] = []
+    seen: list[object] = []
     relay = upstream._relay_stream
 
     async def kept(*args: Any, **kwargs: Any) -> upstream.ExchangeResult:
@@ -331,7 +330,8 @@ async def test_the_relayed_streams_own_accessors_read_what_aiohttps_read(
     assert head.startswith(b"HTTP/1.1 200 OK\r\n")
     for name, value in response.headers.items():  # the head is the response's map, serialised
         assert f"\r\n{name}: {value}\r\n".encode() in head
-    assert response.headers["X-Request-Id"] and response.headers["Content-Type"].startswith("text/event-stream")
+    assert response.headers["X-Request-Id"]
+    assert response.headers["Content-Type"].startswith("text/event-stream")
 
 
 @skip_compiled(
@@ -368,4 +368,7 @@ async def test_a_client_gone_at_the_streams_end_still_gives_the_relays_result(
                 break
             await asyncio.sleep(0.01)
     (result,) = results
-    assert result.ok and result.status == 200 and result.streamed and result.events >= 3
+    assert result.ok
+    assert result.status == 200
+    assert result.streamed
+    assert result.events >= 3

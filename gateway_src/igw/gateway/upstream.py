@@ -648,7 +648,7 @@ async def _relay_stream(
     finally:
         judge()
     result.usage = usage
-    try:  # noqa: SIM105 - not contextlib.suppress: an object and three interpreted calls per stream
+    try:  # not contextlib.suppress: an object and three interpreted calls per stream
         if not response.prepared:
             await response.prepare(request)
             on_prepared(response)
