@@ -283,3 +283,41 @@ async def test_same_host_redirect_is_followed(
     guard = await make_guard()
     assert jwks_server.hits.get("/jwks-moved") == 1
     assert (await guard.authenticate(bearer(tokens.token()))).authenticated
+
+
+def test_the_key_generation_moves_with_each_installed_key_set_and_is_read_without_a_call(keys: Keys) -> None:
+    """``generation`` (read by the verifier for every authenticated request) goes up with each key set
+    installed, and reading it runs no Python function (this module is interpreted in the compiled
+    build: a property there is an interpreted call per request)."""
+    import sys
+    from types import FrameType
+
+    from igw.security.jwks import JwksCache
+    from igw.security.settings import JwksSettings
+
+    cache = JwksCache(
+        jwks_uri="https://issuer.example/jwks",
+        issuer="https://issuer.example",
+        settings=JwksSettings(),
+        algorithms=["RS256"],
+        clock=time.monotonic,
+        rng=random.Random(1),
+    )
+    assert cache.generation == 0
+    cache.load_document({"keys": [keys.rsa.public_jwk()]})
+    assert cache.generation == 1
+    cache.load_document({"keys": [keys.rsa.public_jwk(), keys.rsa2.public_jwk()]})
+    assert cache.generation == 2
+    calls: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        read = cache.generation
+    finally:
+        sys.setprofile(None)
+    assert read == 2
+    assert calls == []

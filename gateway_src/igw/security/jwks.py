@@ -80,7 +80,10 @@ class JwksCache:
         self._session: aiohttp.ClientSession | None = None
         self._keys: KeySet | None = None
         self._fetched_at: float | None = None
-        self._generation = 0
+        self.generation = 0
+        """Increments whenever the key set is replaced; verified-token caches key on it. A plain
+        attribute, not a property: the verifier reads it for every authenticated request, and this
+        module stays interpreted (a property is a Python call per read)."""
         self._inflight: asyncio.Task[None] | None = None
         self._failures = 0
         self._next_attempt_at = float("-inf")
@@ -117,11 +120,6 @@ class JwksCache:
             self._session = None
 
     # -- state ---------------------------------------------------------------------------------
-
-    @property
-    def generation(self) -> int:
-        """Increments whenever the key set is replaced or expires; verified-token caches key on it."""
-        return self._generation
 
     def age_s(self) -> float | None:
         return None if self._fetched_at is None else self._clock() - self._fetched_at
@@ -171,7 +169,7 @@ class JwksCache:
     def _install(self, keys: KeySet) -> None:
         self._keys = keys
         self._fetched_at = self._clock()
-        self._generation += 1
+        self.generation += 1
         self._failures = 0
         self._next_attempt_at = float("-inf")
         self.last_error = None
