@@ -55,10 +55,11 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from igw.scheduling.columns import Positions
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
-from igw.scheduling.plugins.decode_balance_scorer import TABLE_FROM, match_share
+from igw.scheduling.plugins.decode_balance_scorer import match_share
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
 
@@ -96,6 +97,25 @@ class OutputAffinityScorer(PluginHooks):
         self.seen = 0
         self.mean_prompt_tokens = 0.0
         """Running mean of the prompt tokens of the requests that set ``max_tokens`` (same window)."""
+        # Slots: each distinct mean answer held by some pod gets a slot number (slot 0 stands for
+        # "nothing in flight", whose mean is the running mean, written at each pick), so that a pick
+        # works the formula out once per slot and hands each candidate its slot's score by list
+        # index, where a dict keyed by float means would hash every candidate's float per pick.
+        self.slot_of: dict[float, int] = {}
+        """A mean answer held by some pod -> its slot (1 and up)."""
+        self.slot_mean: list[float] = [0.0]
+        """Each slot's mean answer (a freed slot keeps its last one until reused)."""
+        self.slot_refs: list[int] = [0]
+        """Pods holding each slot's mean."""
+        self.free_slots: list[int] = []
+        self.pod_slot: dict[EndpointKey, int] = {}
+        """Per pod with this router's requests in flight: its mean answer's slot."""
+        self.moved: set[EndpointKey] = set()
+        """Pods whose slot changed since the column of slots was last brought up to date."""
+        self._positions = Positions()
+        self._column: list[int] = []
+        """Each candidate's slot, by position in the candidate list the positions were taken from."""
+        self._version = -1
 
     def expected_output(self, request: RoutingRequest) -> float:
         """The request's ``max_tokens`` when it sets one (at least 1), else the running mean."""
@@ -132,7 +152,7 @@ class OutputAffinityScorer(PluginHooks):
         self.tracked[request.request_id] = (key, tokens)
         owed = self.owed[key] = self.owed.get(key, 0.0) + tokens
         n = self.count[key] = self.count.get(key, 0) + 1
-        self.mean_owed[key] = owed / n
+        self._set_mean(key, owed / n)
         if len(self.tracked) > MAX_TRACKED:
             _, (key, dropped) = self.tracked.popitem(last=False)
             self._release(key, dropped)
@@ -147,7 +167,7 @@ class OutputAffinityScorer(PluginHooks):
         for key in gone:
             self.owed.pop(key, None)
             self.count.pop(key, None)
-            self.mean_owed.pop(key, None)
+            self._set_mean(key, None)
         for rid in [rid for rid, (key, _) in self.tracked.items() if key in gone]:
             del self.tracked[rid]
 
@@ -158,11 +178,62 @@ class OutputAffinityScorer(PluginHooks):
         if n <= 1:  # the pod's last request: nothing owed (no float remainder left behind)
             del self.count[key]
             self.owed.pop(key, None)
-            self.mean_owed.pop(key, None)
+            self._set_mean(key, None)
         else:
             self.count[key] = n - 1
             owed = self.owed[key] = self.owed.get(key, 0.0) - tokens
-            self.mean_owed[key] = owed / (n - 1)
+            self._set_mean(key, owed / (n - 1))
+
+    def _set_mean(self, key: EndpointKey, mean: float | None) -> None:
+        """Record ``key``'s mean answer (``None``: nothing in flight there) in ``mean_owed`` and in
+        the slots: the pod leaves its old slot (freed when no pod holds it) and joins the slot of
+        its new mean, a new one if no pod holds that mean yet."""
+        old = self.pod_slot.pop(key, 0)
+        if old:
+            self.slot_refs[old] -= 1
+            if not self.slot_refs[old]:
+                del self.slot_of[self.slot_mean[old]]
+                self.free_slots.append(old)
+        self.moved.add(key)
+        if mean is None:
+            self.mean_owed.pop(key, None)
+            return
+        self.mean_owed[key] = mean
+        slot = self.slot_of.get(mean)
+        if slot is None:
+            if self.free_slots:
+                slot = self.free_slots.pop()
+                self.slot_mean[slot] = mean
+                self.slot_refs[slot] = 1
+            else:
+                slot = len(self.slot_mean)
+                self.slot_mean.append(mean)
+                self.slot_refs.append(1)
+            self.slot_of[mean] = slot
+        else:
+            self.slot_refs[slot] += 1
+        self.pod_slot[key] = slot
+
+    def _slot_column(self, keys: list[EndpointKey]) -> list[int] | None:
+        """Each of ``keys``' slot, kept between picks while the candidate keys stay the same (only
+        the pods in ``moved`` are looked up again); ``None`` when a key is listed twice."""
+        index = self._positions.of(keys)
+        moved = self.moved
+        if index is None:
+            self._version = -1
+            return None
+        pod_slot = self.pod_slot
+        if self._version != self._positions.version:
+            self._version = self._positions.version
+            self._column = [pod_slot.get(k, 0) for k in keys]
+        elif moved:
+            column = self._column
+            for k in moved:
+                i = index.get(k)
+                if i is not None:
+                    column[i] = pod_slot.get(k, 0)
+        moved.clear()
+        return self._column
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         m = self.mean_max_tokens
@@ -177,19 +248,20 @@ class OutputAffinityScorer(PluginHooks):
             return [None] * len(endpoints)
         factor = 1.0 - match_share(ctx.state.get(STATE_MATCH))
         t1 = self.expected_output(request) + 1.0
+        slot_mean = self.slot_mean
+        if len(slot_mean) <= len(endpoints):
+            column = self._slot_column(ctx.columns(endpoints).keys)
+            if column is not None:
+                # The formula once per slot (slot 0: pods with nothing in flight, at the running
+                # mean), each candidate's score read by its slot: the same floats as one pass.
+                slot_mean[0] = m
+                table = [1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN) for a in slot_mean]
+                return UnitScores(map(table.__getitem__, column))
+        # More slots than candidates (a few candidates of a larger pool) or a key listed twice:
+        # one pass over the candidates' means.
         mean_owed = self.mean_owed
         means = [mean_owed.get(e.key, m) for e in endpoints]
-        if len(means) >= TABLE_FROM:
-            distinct = set(means)
-            if len(distinct) * 2 <= len(means):
-                # A large pool's means repeat (pods with nothing in flight all read m): the formula
-                # once per distinct mean, each candidate's score looked up in C; the same floats.
-                table = {
-                    a: 1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN) for a in distinct
-                }
-                return UnitScores(map(table.__getitem__, means))
         return UnitScores([1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN) for a in means])
-
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> OutputAffinityScorer:
     r = ParamReader(params, path=path)
