@@ -226,6 +226,57 @@ def test_the_scores_are_the_formula_s_floats_bit_for_bit(pods: int, lengths: lis
     assert got == want, why
 
 
+def formula_scores(scorer: OutputAffinityScorer, endpoints: list[EndpointView], new: int) -> list[float]:
+    """The module doc's formula per candidate from ``owed / count`` now (no match, ``f`` 1)."""
+    m = scorer.mean_max_tokens
+    out = []
+    for e in endpoints:
+        n = scorer.count.get(e.key, 0)
+        a = scorer.owed[e.key] / n if n else m
+        out.append(1.0 - min(1.0, abs(math.log((a + 1.0) / (new + 1.0))) / math.log(SPAN)))
+    return out
+
+
+@pytest.mark.parametrize("pool", [40, 300])
+def test_the_slot_column_follows_every_change_between_picks(pool: int) -> None:
+    """Picks interleaved with dispatches, completions, retries, removed pods and changing candidate
+    lists (the whole pool, a reordered copy, a subset of fewer candidates than slots, a key listed
+    twice): every pick's scores equal the formula's floats from the pods' state at that moment, so
+    the slots and the column kept between picks change the cost, not a bit of the result."""
+    rng = random.Random(pool)
+    scorer = OutputAffinityScorer(max_decode_share=1.0)
+    endpoints = [ep(f"e{i}") for i in range(pool)]
+    live: list[tuple[str, str]] = []
+    lists = [endpoints, endpoints[::-1], endpoints[: pool // 8], [*endpoints[:5], endpoints[0]]]
+    candidates = endpoints
+    for step in range(3000):
+        op = rng.random()
+        if op < 0.45:
+            e = rng.choice(endpoints)
+            rid = f"r{step}" if rng.random() < 0.9 or not live else live[0][0]  # sometimes a retry
+            live = [x for x in live if x[0] != rid]
+            place(scorer, rid, e, rng.choice([2, 3, 5, 8, 20, 60, 200, 900]))
+            live.append((rid, e.key))
+        elif op < 0.8 and live:
+            rid, key = live.pop(rng.randrange(len(live)))
+            done(scorer, rid, key)
+        elif op < 0.81:
+            gone = rng.choice(endpoints)
+            scorer.on_endpoints_removed([gone.key])
+            live = [x for x in live if x[1] != gone.key]
+        elif op < 0.85:
+            candidates = rng.choice(lists)
+        if scorer.mean_max_tokens > 0:
+            new = rng.choice([2, 20, 200])
+            c = ctx(request("new", max_tokens=new))
+            c.state[STATE_ONE_KIND] = candidates
+            assert scorer.score(c, candidates) == formula_scores(scorer, candidates, new), step
+    assert scorer.slot_refs[0] == 0
+    assert sum(scorer.slot_refs) == len(scorer.pod_slot) == len(scorer.mean_owed)
+    assert {scorer.slot_mean[s] for s in scorer.pod_slot.values()} == set(scorer.mean_owed.values())
+    assert len(scorer.slot_of) == len(set(scorer.mean_owed.values())), "a slot no pod holds is freed"
+
+
 @pytest.mark.parametrize(
     ("one_kind", "adapter", "learned", "scraped", "why"),
     [
