@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 
@@ -24,11 +25,18 @@ from igw.scheduling.plugins.output_affinity_scorer import (
 )
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.types import EndpointView, RequestOutcome, RoutingRequest
-from tests.scheduling.helpers import ctx, ep
+from tests.scheduling.helpers import ctx
+from tests.scheduling.helpers import ep as bare_ep
 
 PROMPT = 20_000
 """The tests' prompt: long enough that their answers (at most 3,000 tokens) stay under the decode
 share gate's default (1/16 of the tokens), except where a test sets its own."""
+
+
+def ep(key: str, *, waiting: int | None = 1, **kw: Any) -> EndpointView:
+    """A test endpoint with a request waiting in its engine by default: the scorer's queue gate
+    (``onlyWhileQueued``) open, as under the bursts it is meant for."""
+    return bare_ep(key, waiting=waiting, **kw)
 
 
 def request(
@@ -356,6 +364,8 @@ def test_it_is_registered_takes_only_max_decode_share_and_is_not_a_default() -> 
     assert factory("o", {}, "p").max_decode_share == pytest.approx(1.0 / SPAN)
     assert factory("o", {"maxDecodeShare": 0.25}, "p").max_decode_share == pytest.approx(0.25)
     assert factory("o", {"maxDecodeShare": 1}, "p").max_decode_share == 1.0
+    assert factory("o", {}, "p").only_while_queued is True
+    assert factory("o", {"onlyWhileQueued": False}, "p").only_while_queued is False
     with pytest.raises(SchedulerConfigError, match="mean"):
         factory("o", {"mean": 1}, "plugins[0].parameters")
     for bad in (0, -0.1, 1.5, "x", True):
@@ -363,16 +373,45 @@ def test_it_is_registered_takes_only_max_decode_share_and_is_not_a_default() -> 
             factory("o", {"maxDecodeShare": bad}, "plugins[0].parameters")
 
 
-def profile_picks(new: int, prompt_tokens: int = PROMPT) -> set[str | None]:
+@pytest.mark.parametrize(
+    ("waiting", "only_while_queued", "acts", "why"),
+    [
+        ([1, 1], True, True, "every candidate has a request waiting: prompts queue, it acts"),
+        ([3, 0], True, False, "one candidate with nothing waiting: a prompt sent there starts at once"),
+        ([0, 0], True, False, "nothing waiting anywhere (a light load): it abstains"),
+        ([1, None], True, False, "a candidate without the waiting gauge: the gate cannot be read"),
+        ([0, 0], False, True, "onlyWhileQueued false: round 17's form acts at any load"),
+    ],
+)
+def test_the_queue_gate(waiting: list[int | None], only_while_queued: bool, acts: bool, why: str) -> None:
+    scorer = OutputAffinityScorer(only_while_queued=only_while_queued)
+    endpoints = [ep("e0", waiting=waiting[0]), ep("e1", waiting=waiting[1])]
+    place(scorer, "a", endpoints[0], 100)
+    place(scorer, "b", endpoints[1], 400)
+    got = one_kind_scores(scorer, endpoints)
+    if acts:
+        assert got == pytest.approx([1.0, expected(400, 100)]), why
+    else:
+        assert got == [None, None], why
+
+
+def profile_picks(new: int, prompt_tokens: int = PROMPT, waiting: int = 1) -> set[str | None]:
     """The default profile plus the scorer at weight 2, over 20 tie-break seeds: three identical
-    pods (every scraped signal equal), each with one request of ours in flight asking for 500, 20
-    and 120 tokens; the pods the new request goes to."""
+    pods (every scraped signal equal, ``waiting`` requests queued on each), each with one request of
+    ours in flight asking for 500, 20 and 120 tokens; the pods the new request goes to."""
     weights = {**DEFAULT_WEIGHTS, TYPE: 2.0}
     picks = set()
     for seed in range(20):
         s = scheduler_from_weights(weights, rng=random.Random(seed))
         endpoints = [
-            ep(f"e{i}", inflight=1, block_size=16, num_gpu_blocks=20_000, labels={"gpu": "h100"})
+            ep(
+                f"e{i}",
+                waiting=waiting,
+                inflight=1,
+                block_size=16,
+                num_gpu_blocks=20_000,
+                labels={"gpu": "h100"},
+            )
             for i in range(3)
         ]
         for i, tokens in enumerate([500, 20, 120]):
@@ -394,3 +433,9 @@ def test_in_a_profile_the_gate_leaves_answer_heavy_traffic_to_the_other_scorers(
     """The same with prompts of 1,000 tokens (the answers 10-40 % of the tokens, above the gate):
     the scorer abstains and the pick is the default profile's random tie-break, as without it."""
     assert len(profile_picks(15, prompt_tokens=1000)) > 1
+
+
+def test_in_a_profile_the_queue_gate_leaves_a_light_load_to_the_other_scorers() -> None:
+    """The same pods with nothing waiting in their engines: the scorer abstains and the pick is the
+    default profile's random tie-break."""
+    assert len(profile_picks(15, waiting=0)) > 1

@@ -38,14 +38,32 @@ at least 15/16 of the work a pod is sent is prompt chunks. It was set once from 
 searched; the scenarios measured lie far on either side of it (the docs give their shares).
 ``maxDecodeShare: 1`` turns the gate off (round 16's form).
 
+Gate on the engines' queues (``onlyWhileQueued``, routing round 18): it acts only while every
+candidate's scraped ``waiting`` is above 0, abstaining otherwise. Why: grouping's gain was measured
+under bursts, where prompts queue on every pod and each step is filled to the token budget with
+queued prompt chunks, and grouping moves that chunk work off the long answers' pods. At a light
+load (nothing waiting) a new prompt is prefilled in the pod's next step, so grouping sends the short
+answers' prompts into the very steps that make up the short answers' one or few inter-token gaps:
+on burst-235b at quarter scale, seed 2 (no queue, every request within its SLO), the ITL tail is all
+2-5-token answers, and grouping put up to 773k prompt tokens on the pods serving them against 496k
+on the long answers' (docs/benchmark.md, routing round 18). Where some candidate has nothing waiting,
+a prompt sent there starts at once, so the same holds for that pick. No constant: ``waiting > 0`` on
+every candidate is the engines' own statement that prompts queue. ``onlyWhileQueued: false`` acts
+at any load (round 17's form).
+
+Cost (routing round 18): each distinct mean answer held by some pod has a slot, and the candidates'
+slots are kept per position between picks (only pods whose mean changed are looked up again), so a
+pick works the formula out once per slot and reads each candidate's score by list index: the same
+floats as one pass over the candidates, without a dict lookup and a float hash per candidate.
+
 ``max_tokens`` is a cap, not the answer's length: where clients set it far above what they get
 back (or leave it unset), every request looks alike and the rule does little. In the benchmark's
 DES every answer runs to exactly ``max_tokens`` (EOS ignored, as benchmarks do), so the numbers it
 was judged by are the most it can buy.
 
 Category: affinity. Signal: none (gateway state: ``max_tokens`` of the requests it dispatched).
-Parameters: ``maxDecodeShare`` (default ``1 / SPAN``, in (0, 1]). Not in the default profile
-(routing rounds 16 and 17 measured it; docs/benchmark.md).
+Parameters: ``maxDecodeShare`` (default ``1 / SPAN``, in (0, 1]), ``onlyWhileQueued`` (default
+true). Not in the default profile (routing rounds 16-18 measured it; docs/benchmark.md).
 """
 
 from __future__ import annotations
@@ -81,9 +99,17 @@ class OutputAffinityScorer(PluginHooks):
     signal = ""
     consumes = frozenset({STATE_ONE_KIND, STATE_MATCH})
 
-    def __init__(self, *, name: str = TYPE, max_decode_share: float = DEFAULT_MAX_DECODE_SHARE) -> None:
+    def __init__(
+        self,
+        *,
+        name: str = TYPE,
+        max_decode_share: float = DEFAULT_MAX_DECODE_SHARE,
+        only_while_queued: bool = True,
+    ) -> None:
         self.name = name
         self.max_decode_share = max_decode_share
+        self.only_while_queued = only_while_queued
+        """Act only while every candidate's scraped ``waiting`` is above 0 (module doc)."""
         self.owed: dict[EndpointKey, float] = {}
         """Output tokens owed per endpoint by this router's requests in flight there."""
         self.count: dict[EndpointKey, int] = {}
@@ -243,8 +269,15 @@ class OutputAffinityScorer(PluginHooks):
             or self.decode_share() > self.max_decode_share
             or request.adapter is not None
             or ctx.state.get(STATE_ONE_KIND) is not endpoints
-            or any(e.metrics is None for e in endpoints)
         ):
+            return [None] * len(endpoints)
+        if self.only_while_queued:
+            # The pick's shared column, kept per scrape; ``None`` when a candidate is not scraped
+            # yet or lacks the gauge (then the queue gate cannot be read: abstain).
+            waiting = ctx.columns(endpoints).waiting
+            if waiting is None or waiting.lo <= 0:
+                return [None] * len(endpoints)
+        elif any(e.metrics is None for e in endpoints):
             return [None] * len(endpoints)
         factor = 1.0 - match_share(ctx.state.get(STATE_MATCH))
         t1 = self.expected_output(request) + 1.0
@@ -263,11 +296,13 @@ class OutputAffinityScorer(PluginHooks):
         means = [mean_owed.get(e.key, m) for e in endpoints]
         return UnitScores([1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN) for a in means])
 
+
 def factory(name: str, params: Mapping[str, Any], path: str) -> OutputAffinityScorer:
     r = ParamReader(params, path=path)
     plugin = OutputAffinityScorer(
         name=name,
         max_decode_share=r.number("maxDecodeShare", DEFAULT_MAX_DECODE_SHARE, minimum=1e-9, maximum=1.0),
+        only_while_queued=r.boolean("onlyWhileQueued", True),
     )
     r.finish()
     return plugin
