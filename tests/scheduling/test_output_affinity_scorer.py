@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from igw.config.model import Weights
 from igw.scheduling.builtin import REGISTRY
 from igw.scheduling.errors import SchedulerConfigError
-from igw.scheduling.factory import DEFAULT_WEIGHTS, scheduler_from_weights
+from igw.scheduling.factory import DEFAULT_WEIGHTS, effective_weights, scheduler_from_weights
 from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
 from igw.scheduling.plugins.output_affinity_scorer import (
     DEFAULT_MAX_DECODE_SHARE,
@@ -357,9 +358,8 @@ def test_the_prompt_mean_learns_only_from_requests_with_max_tokens() -> None:
     assert scorer.mean_prompt_tokens == pytest.approx(901.0)
 
 
-def test_it_is_registered_takes_only_max_decode_share_and_is_not_a_default() -> None:
+def test_it_is_registered_and_takes_only_max_decode_share() -> None:
     assert TYPE in REGISTRY.types()
-    assert TYPE not in DEFAULT_WEIGHTS
     assert pytest.approx(1.0 / SPAN) == DEFAULT_MAX_DECODE_SHARE
     assert factory("o", {}, "p").max_decode_share == pytest.approx(1.0 / SPAN)
     assert factory("o", {"maxDecodeShare": 0.25}, "p").max_decode_share == pytest.approx(0.25)
@@ -395,11 +395,29 @@ def test_the_queue_gate(waiting: list[int | None], only_while_queued: bool, acts
         assert got == [None, None], why
 
 
-def profile_picks(new: int, prompt_tokens: int = PROMPT, waiting: int = 1) -> set[str | None]:
-    """The default profile plus the scorer at weight 2, over 20 tie-break seeds: three identical
-    pods (every scraped signal equal, ``waiting`` requests queued on each), each with one request of
-    ours in flight asking for 500, 20 and 120 tokens; the pods the new request goes to."""
-    weights = {**DEFAULT_WEIGHTS, TYPE: 2.0}
+@pytest.mark.parametrize("lora_adapters", [False, True])
+def test_it_is_a_default_scorer_at_weight_2_switched_off_with_predicted_latency(lora_adapters: bool) -> None:
+    """In the default profile since session s18 (docs/benchmark.md, routing round 18), with and without
+    LoRA adapters; like the other scorers that read ``backlog-ttft-scorer``'s verdict it goes with
+    ``predictedLatency: 0``, and an explicit ``weights`` map that leaves it out keeps it."""
+    assert DEFAULT_WEIGHTS[TYPE] == 2.0
+    assert effective_weights(None, lora_adapters=lora_adapters)[TYPE] == 2.0
+    assert effective_weights(Weights(queue=1), lora_adapters=lora_adapters)[TYPE] == 2.0
+    assert TYPE not in effective_weights(Weights(predicted_latency=0), lora_adapters=lora_adapters)
+    s = scheduler_from_weights(DEFAULT_WEIGHTS, rng=random.Random(0))
+    assert s.profile.describe()[TYPE] == 2.0
+
+
+WITHOUT_IT = {k: v for k, v in DEFAULT_WEIGHTS.items() if k != TYPE}
+
+
+def profile_picks(
+    new: int, prompt_tokens: int = PROMPT, weights: dict[str, float] | None = None, waiting: int = 1
+) -> set[str | None]:
+    """The default profile (``weights``, when given, instead), over 20 tie-break seeds: three
+    identical pods (every scraped signal equal, ``waiting`` requests queued on each), each with one
+    request of ours in flight asking for 500, 20 and 120 tokens; the pods the new request goes to."""
+    weights = dict(DEFAULT_WEIGHTS) if weights is None else weights
     picks = set()
     for seed in range(20):
         s = scheduler_from_weights(weights, rng=random.Random(seed))
@@ -423,19 +441,25 @@ def profile_picks(new: int, prompt_tokens: int = PROMPT, waiting: int = 1) -> se
 
 
 def test_in_a_profile_it_groups_requests_by_answer_length() -> None:
-    """The default profile cannot tell the pods apart (a random tie-break); with the scorer a short
-    answer goes to the pod serving short answers and a long one to the pod serving long ones."""
+    """Without the scorer the default profile cannot tell the pods apart (a random tie-break); with
+    it (the default) a short answer goes to the pod serving short answers and a long one to the pod
+    serving long ones."""
+    assert len(profile_picks(15, weights=WITHOUT_IT)) > 1
     assert profile_picks(15) == {"e1"}
     assert profile_picks(400) == {"e0"}
 
 
 def test_in_a_profile_the_gate_leaves_answer_heavy_traffic_to_the_other_scorers() -> None:
     """The same with prompts of 1,000 tokens (the answers 10-40 % of the tokens, above the gate):
-    the scorer abstains and the pick is the default profile's random tie-break, as without it."""
-    assert len(profile_picks(15, prompt_tokens=1000)) > 1
+    the scorer abstains and the pick is the other scorers' random tie-break, as without it."""
+    picks = profile_picks(15, prompt_tokens=1000)
+    assert len(picks) > 1
+    assert picks == profile_picks(15, prompt_tokens=1000, weights=WITHOUT_IT)
 
 
 def test_in_a_profile_the_queue_gate_leaves_a_light_load_to_the_other_scorers() -> None:
     """The same pods with nothing waiting in their engines: the scorer abstains and the pick is the
-    default profile's random tie-break."""
-    assert len(profile_picks(15, waiting=0)) > 1
+    other scorers' random tie-break, as without it."""
+    picks = profile_picks(15, waiting=0)
+    assert len(picks) > 1
+    assert picks == profile_picks(15, waiting=0, weights=WITHOUT_IT)

@@ -63,7 +63,8 @@ was judged by are the most it can buy.
 
 Category: affinity. Signal: none (gateway state: ``max_tokens`` of the requests it dispatched).
 Parameters: ``maxDecodeShare`` (default ``1 / SPAN``, in (0, 1]), ``onlyWhileQueued`` (default
-true). Not in the default profile (routing rounds 16-18 measured it; docs/benchmark.md).
+true). In the default profile at weight 2 since session s18, with both gates (routing rounds 16-18,
+docs/benchmark.md; ``predictedLatency: 0`` switches it off with igw's other latency scorers).
 """
 
 from __future__ import annotations
