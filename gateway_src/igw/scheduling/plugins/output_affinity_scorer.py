@@ -262,28 +262,33 @@ class OutputAffinityScorer(PluginHooks):
         moved.clear()
         return self._column
 
-    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
-        m = self.mean_max_tokens
-        request = ctx.request
+    def acts(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> bool:
+        """Whether the rule scores this pick (module doc: a ``max_tokens`` seen, the decode-share
+        gate open, no adapter, one kind of hardware, every candidate scraped and, with
+        ``onlyWhileQueued``, every candidate with a request waiting); otherwise every score is
+        ``None``."""
         if (
-            m <= 0
+            self.mean_max_tokens <= 0
             or self.decode_share() > self.max_decode_share
-            or request.adapter is not None
+            or ctx.request.adapter is not None
             or ctx.state.get(STATE_ONE_KIND) is not endpoints
         ):
-            return [None] * len(endpoints)
+            return False
         if self.only_while_queued:
             # The pick's shared column, kept per scrape; ``None`` when a candidate is not scraped
             # yet or lacks the gauge (then the queue gate cannot be read: abstain).
             waiting = ctx.columns(endpoints).waiting
-            if waiting is None or waiting.lo <= 0:
-                return [None] * len(endpoints)
-        elif any(e.metrics is None for e in endpoints):
+            return waiting is not None and waiting.lo > 0
+        return all(e.metrics is not None for e in endpoints)
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        if not self.acts(ctx, endpoints):
             return [None] * len(endpoints)
+        m = self.mean_max_tokens
         factor = 1.0 - match_share(ctx.state.get(STATE_MATCH))
-        t1 = self.expected_output(request) + 1.0
+        t1 = self.expected_output(ctx.request) + 1.0
         slot_mean = self.slot_mean
-        if len(slot_mean) <= len(endpoints):
+        if len(slot_mean) <= 2 * len(endpoints):  # the table at most twice one pass's formulas
             column = self._slot_column(ctx.columns(endpoints).keys)
             if column is not None:
                 # The formula once per slot (slot 0: pods with nothing in flight, at the running
@@ -291,7 +296,7 @@ class OutputAffinityScorer(PluginHooks):
                 slot_mean[0] = m
                 table = [1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN) for a in slot_mean]
                 return UnitScores(map(table.__getitem__, column))
-        # More slots than candidates (a few candidates of a larger pool) or a key listed twice:
+        # Over twice as many slots as candidates (a few candidates of a larger pool) or a key listed twice:
         # one pass over the candidates' means.
         mean_owed = self.mean_owed
         means = [mean_owed.get(e.key, m) for e in endpoints]
