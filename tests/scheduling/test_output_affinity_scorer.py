@@ -199,6 +199,8 @@ def test_removed_endpoints_are_forgotten() -> None:
     assert scorer.count == {"e1": 1}
     assert scorer.mean_owed == {"e1": 100.0}
     assert list(scorer.tracked) == ["b"]
+    assert "e0" not in scorer.moved, "a removed pod is not kept until the next scored pick"
+    assert scorer.pod_slot == {"e1": 1}
     done(scorer, "a", "e0")
     assert scorer.owed == {"e1": 100.0}
 

@@ -195,6 +195,10 @@ class OutputAffinityScorer(PluginHooks):
             self.owed.pop(key, None)
             self.count.pop(key, None)
             self._set_mean(key, None)
+        # Removed pods leave ``moved`` at once (with pod churn and the gates closed it would
+        # otherwise keep every key ever removed); the column is rebuilt at the next scored pick.
+        self.moved -= gone
+        self._version = -1
         for rid in [rid for rid, (key, _) in self.tracked.items() if key in gone]:
             del self.tracked[rid]
 
