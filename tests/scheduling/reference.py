@@ -30,9 +30,10 @@ from igw.scheduling.plugins.backlog_ttft_scorer import (
     slot_price,
     uncached,
 )
-from igw.scheduling.plugins.decode_balance_scorer import DecodeBalanceScorer
+from igw.scheduling.plugins.decode_balance_scorer import DecodeBalanceScorer, match_share
 from igw.scheduling.plugins.kv_cache_scorer import KvCacheScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.plugins.output_affinity_scorer import SPAN, OutputAffinityScorer
 from igw.scheduling.plugins.predicted_ttft_scorer import STATE_SCORES, PredictedTtftScorer, PublishedScores
 from igw.scheduling.plugins.prefill_admission_scorer import PrefillAdmissionScorer
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
@@ -503,6 +504,24 @@ class ReferenceDispatchLedger(DispatchLedger):
         self.ttft.forget(keys)
 
 
+class ReferenceOutputAffinityScorer(OutputAffinityScorer):
+    """Each candidate's mean answer from ``owed / count`` at pick time and the formula once per
+    candidate (no slots, no column kept between picks)."""
+
+    def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
+        if not self.acts(ctx, endpoints):  # the guard is not the cost work's: shared
+            return [None] * len(endpoints)
+        m = self.mean_max_tokens
+        factor = 1.0 - match_share(ctx.state.get(STATE_MATCH))
+        t1 = self.expected_output(ctx.request) + 1.0
+        scores: list[float | None] = []
+        for e in endpoints:
+            n = self.count.get(e.key, 0)
+            a = self.owed.get(e.key, 0.0) / n if n > 0 else m
+            scores.append(1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / math.log(SPAN)))
+        return scores
+
+
 REFERENCES: dict[type, type] = {
     QueueScorer: ReferenceQueueScorer,
     KvCacheScorer: ReferenceKvCacheScorer,
@@ -512,6 +531,7 @@ REFERENCES: dict[type, type] = {
     BacklogTtftScorer: ReferenceBacklogTtftScorer,
     PrefillAdmissionScorer: PrefillAdmissionScorer,  # no fast path of its own: it is its reference
     DecodeBalanceScorer: DecodeBalanceScorer,  # no fast path of its own either
+    OutputAffinityScorer: ReferenceOutputAffinityScorer,
 }
 
 

@@ -52,6 +52,9 @@ from igw.scheduling.types import (
     RequestOutcome,
     RoutingRequest,
 )
+from igw.sim.des import simulate
+from igw.sim.spec import PodSpec
+from igw.sim.workloads import poisson_arrivals, shared_prefix
 from tests.compiled.tree import REFERENCES_SUBCLASS, skip_compiled
 from tests.scheduling.helpers import Recording, req, run_loaded_mixed_fleet
 from tests.scheduling.reference import (
@@ -105,6 +108,44 @@ def test_default_scheduler_decides_exactly_as_the_reference_code_on_a_loaded_mix
     ttft = next(ws.scorer for ws in pooled if isinstance(ws.scorer, PredictedTtftScorer))
     settled = [c for c in ttft.log_ttft.counts.values() if c >= ttft.log_ttft.settled_count]
     assert len(settled) >= 4  # noise pooling had settled endpoints to group
+
+
+RATE_PER_POD = 200.0
+"""Arrivals per second per pod in the one-kind workload: prompts queue on every pod."""
+
+
+def _run_one_kind(policy: Recording, seed: int, pods: int) -> None:
+    # One kind of hardware, long shared-prefix prompts and short answers of varied length (about 2 %
+    # of the tokens, under output-affinity-scorer's decode-share gate) arriving faster than the pods
+    # prefill them (prompts queue on every pod: its queue gate open): its scores decide picks.
+    rng = random.Random(seed)
+    requests = [
+        dataclasses.replace(r, output_tokens=rng.choice((2, 8, 30, 90)))
+        for r in shared_prefix(
+            groups=12,
+            prompts_per_group=5 * pods,
+            system_prompt_len=1800,
+            question_len=200,
+            output_len=30,
+            arrivals=poisson_arrivals(rate=RATE_PER_POD * pods, rng=rng),
+            model="m",
+            rng=rng,
+        )
+    ]
+    specs = [PodSpec(preset="llama-3.1-8b/h100", name=f"h100-{i}") for i in range(pods)]
+    simulate(pods=specs, requests=requests, policy=policy, seed=seed)
+
+
+@_REFERENCES
+@pytest.mark.parametrize("pods", [4, 40])  # one pass and the slots, then the slots alone
+def test_default_scheduler_decides_exactly_as_the_reference_code_on_one_kind_of_hardware(pods: int) -> None:
+    fast, reference = Recording(_default_scheduler(7)), Recording(_reference_scheduler(7))
+    _run_one_kind(fast, seed=5, pods=pods)
+    _run_one_kind(reference, seed=5, pods=pods)
+    assert len(fast.decisions) == len(reference.decisions) == 60 * pods
+    assert fast.decisions == reference.decisions  # pick, fallbacks, every weighted score, reason
+    weighted = [d.scores[d.endpoint].get("output-affinity-scorer") for d in fast.decisions if d.endpoint]
+    assert sum(1 for w in weighted if w is not None and w < 2.0) >= 50  # it scored, telling pods apart
 
 
 # --- the TTFT pool against a from-scratch sort, over random sequences of completions ---------------

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 
+from igw.config.model import Weights
 from igw.scheduling.builtin import REGISTRY
 from igw.scheduling.errors import SchedulerConfigError
-from igw.scheduling.factory import DEFAULT_WEIGHTS, scheduler_from_weights
+from igw.scheduling.factory import DEFAULT_WEIGHTS, effective_weights, scheduler_from_weights
 from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
 from igw.scheduling.plugins.output_affinity_scorer import (
     DEFAULT_MAX_DECODE_SHARE,
@@ -24,11 +26,18 @@ from igw.scheduling.plugins.output_affinity_scorer import (
 )
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.types import EndpointView, RequestOutcome, RoutingRequest
-from tests.scheduling.helpers import ctx, ep
+from tests.scheduling.helpers import ctx
+from tests.scheduling.helpers import ep as bare_ep
 
 PROMPT = 20_000
 """The tests' prompt: long enough that their answers (at most 3,000 tokens) stay under the decode
 share gate's default (1/16 of the tokens), except where a test sets its own."""
+
+
+def ep(key: str, *, waiting: int | None = 1, **kw: Any) -> EndpointView:
+    """A test endpoint with a request waiting in its engine by default: the scorer's queue gate
+    (``onlyWhileQueued``) open, as under the bursts it is meant for."""
+    return bare_ep(key, waiting=waiting, **kw)
 
 
 def request(
@@ -190,6 +199,8 @@ def test_removed_endpoints_are_forgotten() -> None:
     assert scorer.count == {"e1": 1}
     assert scorer.mean_owed == {"e1": 100.0}
     assert list(scorer.tracked) == ["b"]
+    assert "e0" not in scorer.moved, "a removed pod is not kept until the next scored pick"
+    assert scorer.pod_slot == {"e1": 1}
     done(scorer, "a", "e0")
     assert scorer.owed == {"e1": 100.0}
 
@@ -224,6 +235,57 @@ def test_the_scores_are_the_formula_s_floats_bit_for_bit(pods: int, lengths: lis
         a = scorer.owed[e.key] / n if n else m
         want.append(1.0 - 0.75 * min(1.0, abs(math.log((a + 1.0) / t1)) / math.log(SPAN)))
     assert got == want, why
+
+
+def formula_scores(scorer: OutputAffinityScorer, endpoints: list[EndpointView], new: int) -> list[float]:
+    """The module doc's formula per candidate from ``owed / count`` now (no match, ``f`` 1)."""
+    m = scorer.mean_max_tokens
+    out = []
+    for e in endpoints:
+        n = scorer.count.get(e.key, 0)
+        a = scorer.owed[e.key] / n if n else m
+        out.append(1.0 - min(1.0, abs(math.log((a + 1.0) / (new + 1.0))) / math.log(SPAN)))
+    return out
+
+
+@pytest.mark.parametrize("pool", [40, 300])
+def test_the_slot_column_follows_every_change_between_picks(pool: int) -> None:
+    """Picks interleaved with dispatches, completions, retries, removed pods and changing candidate
+    lists (the whole pool, a reordered copy, a subset of fewer candidates than slots, a key listed
+    twice): every pick's scores equal the formula's floats from the pods' state at that moment, so
+    the slots and the column kept between picks change the cost, not a bit of the result."""
+    rng = random.Random(pool)
+    scorer = OutputAffinityScorer(max_decode_share=1.0)
+    endpoints = [ep(f"e{i}") for i in range(pool)]
+    live: list[tuple[str, str]] = []
+    lists = [endpoints, endpoints[::-1], endpoints[: pool // 8], [*endpoints[:5], endpoints[0]]]
+    candidates = endpoints
+    for step in range(3000):
+        op = rng.random()
+        if op < 0.45:
+            e = rng.choice(endpoints)
+            rid = f"r{step}" if rng.random() < 0.9 or not live else live[0][0]  # sometimes a retry
+            live = [x for x in live if x[0] != rid]
+            place(scorer, rid, e, rng.choice([2, 3, 5, 8, 20, 60, 200, 900]))
+            live.append((rid, e.key))
+        elif op < 0.8 and live:
+            rid, key = live.pop(rng.randrange(len(live)))
+            done(scorer, rid, key)
+        elif op < 0.81:
+            gone = rng.choice(endpoints)
+            scorer.on_endpoints_removed([gone.key])
+            live = [x for x in live if x[1] != gone.key]
+        elif op < 0.85:
+            candidates = rng.choice(lists)
+        if scorer.mean_max_tokens > 0:
+            new = rng.choice([2, 20, 200])
+            c = ctx(request("new", max_tokens=new))
+            c.state[STATE_ONE_KIND] = candidates
+            assert scorer.score(c, candidates) == formula_scores(scorer, candidates, new), step
+    assert scorer.slot_refs[0] == 0
+    assert sum(scorer.slot_refs) == len(scorer.pod_slot) == len(scorer.mean_owed)
+    assert {scorer.slot_mean[s] for s in scorer.pod_slot.values()} == set(scorer.mean_owed.values())
+    assert len(scorer.slot_of) == len(set(scorer.mean_owed.values())), "a slot no pod holds is freed"
 
 
 @pytest.mark.parametrize(
@@ -298,13 +360,14 @@ def test_the_prompt_mean_learns_only_from_requests_with_max_tokens() -> None:
     assert scorer.mean_prompt_tokens == pytest.approx(901.0)
 
 
-def test_it_is_registered_takes_only_max_decode_share_and_is_not_a_default() -> None:
+def test_it_is_registered_and_takes_only_max_decode_share() -> None:
     assert TYPE in REGISTRY.types()
-    assert TYPE not in DEFAULT_WEIGHTS
     assert pytest.approx(1.0 / SPAN) == DEFAULT_MAX_DECODE_SHARE
     assert factory("o", {}, "p").max_decode_share == pytest.approx(1.0 / SPAN)
     assert factory("o", {"maxDecodeShare": 0.25}, "p").max_decode_share == pytest.approx(0.25)
     assert factory("o", {"maxDecodeShare": 1}, "p").max_decode_share == 1.0
+    assert factory("o", {}, "p").only_while_queued is True
+    assert factory("o", {"onlyWhileQueued": False}, "p").only_while_queued is False
     with pytest.raises(SchedulerConfigError, match="mean"):
         factory("o", {"mean": 1}, "plugins[0].parameters")
     for bad in (0, -0.1, 1.5, "x", True):
@@ -312,16 +375,63 @@ def test_it_is_registered_takes_only_max_decode_share_and_is_not_a_default() -> 
             factory("o", {"maxDecodeShare": bad}, "plugins[0].parameters")
 
 
-def profile_picks(new: int, prompt_tokens: int = PROMPT) -> set[str | None]:
-    """The default profile plus the scorer at weight 2, over 20 tie-break seeds: three identical
-    pods (every scraped signal equal), each with one request of ours in flight asking for 500, 20
-    and 120 tokens; the pods the new request goes to."""
-    weights = {**DEFAULT_WEIGHTS, TYPE: 2.0}
+@pytest.mark.parametrize(
+    ("waiting", "only_while_queued", "acts", "why"),
+    [
+        ([1, 1], True, True, "every candidate has a request waiting: prompts queue, it acts"),
+        ([3, 0], True, False, "one candidate with nothing waiting: a prompt sent there starts at once"),
+        ([0, 0], True, False, "nothing waiting anywhere (a light load): it abstains"),
+        ([1, None], True, False, "a candidate without the waiting gauge: the gate cannot be read"),
+        ([0, 0], False, True, "onlyWhileQueued false: round 17's form acts at any load"),
+    ],
+)
+def test_the_queue_gate(waiting: list[int | None], only_while_queued: bool, acts: bool, why: str) -> None:
+    scorer = OutputAffinityScorer(only_while_queued=only_while_queued)
+    endpoints = [ep("e0", waiting=waiting[0]), ep("e1", waiting=waiting[1])]
+    place(scorer, "a", endpoints[0], 100)
+    place(scorer, "b", endpoints[1], 400)
+    got = one_kind_scores(scorer, endpoints)
+    if acts:
+        assert got == pytest.approx([1.0, expected(400, 100)]), why
+    else:
+        assert got == [None, None], why
+
+
+@pytest.mark.parametrize("lora_adapters", [False, True])
+def test_it_is_a_default_scorer_at_weight_2_switched_off_with_predicted_latency(lora_adapters: bool) -> None:
+    """In the default profile since session s18 (docs/benchmark.md, routing round 18), with and without
+    LoRA adapters; like the other scorers that read ``backlog-ttft-scorer``'s verdict it goes with
+    ``predictedLatency: 0``, and an explicit ``weights`` map that leaves it out keeps it."""
+    assert DEFAULT_WEIGHTS[TYPE] == 2.0
+    assert effective_weights(None, lora_adapters=lora_adapters)[TYPE] == 2.0
+    assert effective_weights(Weights(queue=1), lora_adapters=lora_adapters)[TYPE] == 2.0
+    assert TYPE not in effective_weights(Weights(predicted_latency=0), lora_adapters=lora_adapters)
+    s = scheduler_from_weights(DEFAULT_WEIGHTS, rng=random.Random(0))
+    assert s.profile.describe()[TYPE] == 2.0
+
+
+WITHOUT_IT = {k: v for k, v in DEFAULT_WEIGHTS.items() if k != TYPE}
+
+
+def profile_picks(
+    new: int, prompt_tokens: int = PROMPT, weights: dict[str, float] | None = None, waiting: int = 1
+) -> set[str | None]:
+    """The default profile (``weights``, when given, instead), over 20 tie-break seeds: three
+    identical pods (every scraped signal equal, ``waiting`` requests queued on each), each with one
+    request of ours in flight asking for 500, 20 and 120 tokens; the pods the new request goes to."""
+    weights = dict(DEFAULT_WEIGHTS) if weights is None else weights
     picks = set()
     for seed in range(20):
         s = scheduler_from_weights(weights, rng=random.Random(seed))
         endpoints = [
-            ep(f"e{i}", inflight=1, block_size=16, num_gpu_blocks=20_000, labels={"gpu": "h100"})
+            ep(
+                f"e{i}",
+                waiting=waiting,
+                inflight=1,
+                block_size=16,
+                num_gpu_blocks=20_000,
+                labels={"gpu": "h100"},
+            )
             for i in range(3)
         ]
         for i, tokens in enumerate([500, 20, 120]):
@@ -333,13 +443,25 @@ def profile_picks(new: int, prompt_tokens: int = PROMPT) -> set[str | None]:
 
 
 def test_in_a_profile_it_groups_requests_by_answer_length() -> None:
-    """The default profile cannot tell the pods apart (a random tie-break); with the scorer a short
-    answer goes to the pod serving short answers and a long one to the pod serving long ones."""
+    """Without the scorer the default profile cannot tell the pods apart (a random tie-break); with
+    it (the default) a short answer goes to the pod serving short answers and a long one to the pod
+    serving long ones."""
+    assert len(profile_picks(15, weights=WITHOUT_IT)) > 1
     assert profile_picks(15) == {"e1"}
     assert profile_picks(400) == {"e0"}
 
 
 def test_in_a_profile_the_gate_leaves_answer_heavy_traffic_to_the_other_scorers() -> None:
     """The same with prompts of 1,000 tokens (the answers 10-40 % of the tokens, above the gate):
-    the scorer abstains and the pick is the default profile's random tie-break, as without it."""
-    assert len(profile_picks(15, prompt_tokens=1000)) > 1
+    the scorer abstains and the pick is the other scorers' random tie-break, as without it."""
+    picks = profile_picks(15, prompt_tokens=1000)
+    assert len(picks) > 1
+    assert picks == profile_picks(15, prompt_tokens=1000, weights=WITHOUT_IT)
+
+
+def test_in_a_profile_the_queue_gate_leaves_a_light_load_to_the_other_scorers() -> None:
+    """The same pods with nothing waiting in their engines: the scorer abstains and the pick is the
+    other scorers' random tie-break, as without it."""
+    picks = profile_picks(15, waiting=0)
+    assert len(picks) > 1
+    assert picks == profile_picks(15, waiting=0, weights=WITHOUT_IT)

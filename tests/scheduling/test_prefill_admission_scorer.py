@@ -12,6 +12,7 @@ from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import (
     DECODE_BALANCE_KEY,
     DEFAULT_WEIGHTS,
+    OUTPUT_AFFINITY_KEY,
     effective_weights,
     profile_from_weights,
     scheduler_from_weights,
@@ -110,15 +111,16 @@ def test_factory_reads_parameters_and_rejects_bad_ones() -> None:
 
 
 def test_default_profile_has_it_after_the_backlog_scorer_outweighing_the_rest() -> None:
-    """Outweighing every scorer that can score in the same pick: ``decode-balance-scorer`` scores only
-    where the backlog scorer found one kind of hardware, and then publishes no predictions for this
-    one to judge (``test_decode_balance_scorer.py`` checks that it abstains on mixed hardware)."""
+    """Outweighing every scorer that can score in the same pick: ``decode-balance-scorer`` and
+    ``output-affinity-scorer`` score only where the backlog scorer found one kind of hardware, and
+    then it publishes no predictions for this one to judge (``test_decode_balance_scorer.py`` and
+    ``test_output_affinity_scorer.py`` check that they abstain on mixed hardware)."""
     order = [ws.scorer.type_name for ws in profile_from_weights(DEFAULT_WEIGHTS).scorers]
     assert order.index("backlog-ttft-scorer") < order.index(TYPE)
     others = sum(
         w
         for k, w in effective_weights(None, lora_adapters=True).items()
-        if k not in (TYPE, DECODE_BALANCE_KEY)
+        if k not in (TYPE, DECODE_BALANCE_KEY, OUTPUT_AFFINITY_KEY)
     )
     assert DEFAULT_WEIGHTS[TYPE] > others
     assert TYPE not in effective_weights(Weights(predicted_latency=0), lora_adapters=False)

@@ -25,8 +25,12 @@ completed requests, which keeps slow GPUs of a mixed fleet out of the tail (docs
 admission rule) keeps long prompts off pods the backlog scorer predicts far slower than the best;
 ``decode-balance-scorer`` (weight 2, igw's) evens out this router's requests in flight between pods
 of one kind of hardware, as far as the request's prefix match buys little (ITL and E2E tails,
-docs/benchmark.md, routing round 11). None has a ``weights`` key; all four are switched off with
-``predictedLatency: 0``.
+docs/benchmark.md, routing round 11). ``output-affinity-scorer`` (weight 2, igw's, since session s18)
+groups requests by ``max_tokens`` on one kind of hardware while answers are at most a sixteenth of
+the tokens and every candidate has requests waiting (its two gates): burst-235b's ITL and E2E tails
+against least-request, at the cost of a higher TTFT tail there (docs/benchmark.md, routing rounds
+16-18). None has a ``weights`` key;
+all five are switched off with ``predictedLatency: 0``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from igw.scheduling.plugins import (
     backlog_ttft_scorer,
     decode_balance_scorer,
     lora_affinity_scorer,
+    output_affinity_scorer,
     prefill_admission_scorer,
     prefill_collision_scorer,
 )
@@ -71,11 +76,16 @@ DEFAULT_PREFILL_ADMISSION_WEIGHT: Final = 16.0
 DECODE_BALANCE_KEY: Final = decode_balance_scorer.TYPE
 """No ``weights`` key either; it reads ``backlog-ttft-scorer``'s one-kind verdict."""
 DEFAULT_DECODE_BALANCE_WEIGHT: Final = 2.0
+OUTPUT_AFFINITY_KEY: Final = output_affinity_scorer.TYPE
+"""No ``weights`` key either; it reads ``backlog-ttft-scorer``'s one-kind verdict, like decode balance."""
+DEFAULT_OUTPUT_AFFINITY_WEIGHT: Final = 2.0
+"""The weight routing rounds 16-17 measured it at (docs/benchmark.md); set once, not searched."""
 IGW_LATENCY_SCORERS: Final = (
     PREFILL_COLLISION_KEY,
     BACKLOG_TTFT_KEY,
     PREFILL_ADMISSION_KEY,
     DECODE_BALANCE_KEY,
+    OUTPUT_AFFINITY_KEY,
 )
 """igw's additions without a ``weights`` key, switched off together by ``predictedLatency: 0``."""
 
@@ -89,6 +99,7 @@ def default_weights(*, lora_adapters: bool) -> dict[str, float]:
         BACKLOG_TTFT_KEY: DEFAULT_BACKLOG_TTFT_WEIGHT,
         PREFILL_ADMISSION_KEY: DEFAULT_PREFILL_ADMISSION_WEIGHT,
         DECODE_BALANCE_KEY: DEFAULT_DECODE_BALANCE_WEIGHT,
+        OUTPUT_AFFINITY_KEY: DEFAULT_OUTPUT_AFFINITY_WEIGHT,
     }
 
 

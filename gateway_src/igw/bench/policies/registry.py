@@ -16,7 +16,12 @@ from igw.bench.policies.baselines import LeastRequestPolicy, PowerOfTwoPolicy, R
 from igw.bench.policies.cache_aware import VLLM_ROUTER_DEFAULTS, CacheAwarePolicy
 from igw.bench.policies.kube_service import KubeServicePolicy
 from igw.bench.policies.oracle import OraclePolicy
-from igw.scheduling.factory import default_weights, scheduler_from_weights
+from igw.scheduling.factory import (
+    DEFAULT_WEIGHTS,
+    IGW_LATENCY_SCORERS,
+    default_weights,
+    scheduler_from_weights,
+)
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import RoutingPolicy
 
@@ -52,10 +57,7 @@ TUNED_WEIGHTS: Final[Mapping[str, float]] = {
     "kvCache": 3.0,
     "prefix": 3.0,
     "predictedLatency": 2.0,
-    "prefill-collision-scorer": 2.0,
-    "backlog-ttft-scorer": 4.0,
-    "prefill-admission-scorer": 16.0,
-    "decode-balance-scorer": 2.0,
+    **{key: DEFAULT_WEIGHTS[key] for key in IGW_LATENCY_SCORERS},
 }
 """The best weights found by ``igw bench --tune`` (docs/benchmark.md, "Weight search").
 
@@ -63,9 +65,10 @@ Searched after the scheduler gained its dispatch ledger (its own in-flight count
 which is what the earlier ``active-request-scorer`` term used to supply against herding) and the
 noise-aware predicted-TTFT scorer: at seeds 1-2, half scale, heavier KV-cache and predicted-TTFT terms
 (kvCache 3, predictedLatency 2) brought the geometric mean of TTFT p99 / oracle's p99 over the four
-tuning scenarios from 1.93 (defaults) to 1.75. The search preceded ``prefill-collision-scorer``,
-``backlog-ttft-scorer``, ``prefill-admission-scorer`` and ``decode-balance-scorer``, which are added
-here at their default weights, as the gateway adds them to any CRD ``weights`` that keep
+tuning scenarios from 1.93 (defaults) to 1.75. The search preceded igw's scorers without a
+``weights`` key (``scheduling.factory.IGW_LATENCY_SCORERS``: prefill collision, backlog TTFT, prefill
+admission, decode balance, output affinity), which are added here at their default weights, read from
+the factory's defaults, as the gateway adds them to any CRD ``weights`` that keep
 ``predictedLatency`` > 0. Live mode passes these as an EndpointPickerConfig (``configMapRef``)."""
 
 

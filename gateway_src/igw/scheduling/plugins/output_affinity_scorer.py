@@ -38,14 +38,33 @@ at least 15/16 of the work a pod is sent is prompt chunks. It was set once from 
 searched; the scenarios measured lie far on either side of it (the docs give their shares).
 ``maxDecodeShare: 1`` turns the gate off (round 16's form).
 
+Gate on the engines' queues (``onlyWhileQueued``, routing round 18): it acts only while every
+candidate's scraped ``waiting`` is above 0, abstaining otherwise. Why: grouping's gain was measured
+under bursts, where prompts queue on every pod and each step is filled to the token budget with
+queued prompt chunks, and grouping moves that chunk work off the long answers' pods. At a light
+load (nothing waiting) a new prompt is prefilled in the pod's next step, so grouping sends the short
+answers' prompts into the very steps that make up the short answers' one or few inter-token gaps:
+on burst-235b at quarter scale, seed 2 (no queue, every request within its SLO), the ITL tail is all
+2-5-token answers, and grouping put up to 773k prompt tokens on the pods serving them against 496k
+on the long answers' (docs/benchmark.md, routing round 18). Where some candidate has nothing waiting,
+a prompt sent there starts at once, so the same holds for that pick. No constant: ``waiting > 0`` on
+every candidate is the engines' own statement that prompts queue. ``onlyWhileQueued: false`` acts
+at any load (round 17's form).
+
+Cost (routing round 18): each distinct mean answer held by some pod has a slot, and the candidates'
+slots are kept per position between picks (only pods whose mean changed are looked up again), so a
+pick works the formula out once per slot and reads each candidate's score by list index: the same
+floats as one pass over the candidates, without a dict lookup and a float hash per candidate.
+
 ``max_tokens`` is a cap, not the answer's length: where clients set it far above what they get
 back (or leave it unset), every request looks alike and the rule does little. In the benchmark's
 DES every answer runs to exactly ``max_tokens`` (EOS ignored, as benchmarks do), so the numbers it
 was judged by are the most it can buy.
 
 Category: affinity. Signal: none (gateway state: ``max_tokens`` of the requests it dispatched).
-Parameters: ``maxDecodeShare`` (default ``1 / SPAN``, in (0, 1]). Not in the default profile
-(routing rounds 16 and 17 measured it; docs/benchmark.md).
+Parameters: ``maxDecodeShare`` (default ``1 / SPAN``, in (0, 1]), ``onlyWhileQueued`` (default
+true). In the default profile at weight 2 since session s18, with both gates (routing rounds 16-18,
+docs/benchmark.md; ``predictedLatency: 0`` switches it off with igw's other latency scorers).
 """
 
 from __future__ import annotations
@@ -55,10 +74,11 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from igw.scheduling.columns import Positions
 from igw.scheduling.framework import CycleContext, PluginHooks, UnitScores
 from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins.backlog_ttft_scorer import STATE_ONE_KIND
-from igw.scheduling.plugins.decode_balance_scorer import TABLE_FROM, match_share
+from igw.scheduling.plugins.decode_balance_scorer import match_share
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_MATCH
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome, RoutingRequest
 
@@ -80,9 +100,17 @@ class OutputAffinityScorer(PluginHooks):
     signal = ""
     consumes = frozenset({STATE_ONE_KIND, STATE_MATCH})
 
-    def __init__(self, *, name: str = TYPE, max_decode_share: float = DEFAULT_MAX_DECODE_SHARE) -> None:
+    def __init__(
+        self,
+        *,
+        name: str = TYPE,
+        max_decode_share: float = DEFAULT_MAX_DECODE_SHARE,
+        only_while_queued: bool = True,
+    ) -> None:
         self.name = name
         self.max_decode_share = max_decode_share
+        self.only_while_queued = only_while_queued
+        """Act only while every candidate's scraped ``waiting`` is above 0 (module doc)."""
         self.owed: dict[EndpointKey, float] = {}
         """Output tokens owed per endpoint by this router's requests in flight there."""
         self.count: dict[EndpointKey, int] = {}
@@ -96,6 +124,25 @@ class OutputAffinityScorer(PluginHooks):
         self.seen = 0
         self.mean_prompt_tokens = 0.0
         """Running mean of the prompt tokens of the requests that set ``max_tokens`` (same window)."""
+        # Slots: each distinct mean answer held by some pod gets a slot number (slot 0 stands for
+        # "nothing in flight", whose mean is the running mean, written at each pick), so that a pick
+        # works the formula out once per slot and hands each candidate its slot's score by list
+        # index, where a dict keyed by float means would hash every candidate's float per pick.
+        self.slot_of: dict[float, int] = {}
+        """A mean answer held by some pod -> its slot (1 and up)."""
+        self.slot_mean: list[float] = [0.0]
+        """Each slot's mean answer (a freed slot keeps its last one until reused)."""
+        self.slot_refs: list[int] = [0]
+        """Pods holding each slot's mean."""
+        self.free_slots: list[int] = []
+        self.pod_slot: dict[EndpointKey, int] = {}
+        """Per pod with this router's requests in flight: its mean answer's slot."""
+        self.moved: set[EndpointKey] = set()
+        """Pods whose slot changed since the column of slots was last brought up to date."""
+        self._positions = Positions()
+        self._column: list[int] = []
+        """Each candidate's slot, by position in the candidate list the positions were taken from."""
+        self._version = -1
 
     def expected_output(self, request: RoutingRequest) -> float:
         """The request's ``max_tokens`` when it sets one (at least 1), else the running mean."""
@@ -132,7 +179,7 @@ class OutputAffinityScorer(PluginHooks):
         self.tracked[request.request_id] = (key, tokens)
         owed = self.owed[key] = self.owed.get(key, 0.0) + tokens
         n = self.count[key] = self.count.get(key, 0) + 1
-        self.mean_owed[key] = owed / n
+        self._set_mean(key, owed / n)
         if len(self.tracked) > MAX_TRACKED:
             _, (key, dropped) = self.tracked.popitem(last=False)
             self._release(key, dropped)
@@ -147,7 +194,11 @@ class OutputAffinityScorer(PluginHooks):
         for key in gone:
             self.owed.pop(key, None)
             self.count.pop(key, None)
-            self.mean_owed.pop(key, None)
+            self._set_mean(key, None)
+        # Removed pods leave ``moved`` at once (with pod churn and the gates closed it would
+        # otherwise keep every key ever removed); the column is rebuilt at the next scored pick.
+        self.moved -= gone
+        self._version = -1
         for rid in [rid for rid, (key, _) in self.tracked.items() if key in gone]:
             del self.tracked[rid]
 
@@ -158,36 +209,101 @@ class OutputAffinityScorer(PluginHooks):
         if n <= 1:  # the pod's last request: nothing owed (no float remainder left behind)
             del self.count[key]
             self.owed.pop(key, None)
-            self.mean_owed.pop(key, None)
+            self._set_mean(key, None)
         else:
             self.count[key] = n - 1
             owed = self.owed[key] = self.owed.get(key, 0.0) - tokens
-            self.mean_owed[key] = owed / (n - 1)
+            self._set_mean(key, owed / (n - 1))
+
+    def _set_mean(self, key: EndpointKey, mean: float | None) -> None:
+        """Record ``key``'s mean answer (``None``: nothing in flight there) in ``mean_owed`` and in
+        the slots: the pod leaves its old slot (freed when no pod holds it) and joins the slot of
+        its new mean, a new one if no pod holds that mean yet."""
+        old = self.pod_slot.pop(key, 0)
+        if old:
+            self.slot_refs[old] -= 1
+            if not self.slot_refs[old]:
+                del self.slot_of[self.slot_mean[old]]
+                self.free_slots.append(old)
+        self.moved.add(key)
+        if mean is None:
+            self.mean_owed.pop(key, None)
+            return
+        self.mean_owed[key] = mean
+        slot = self.slot_of.get(mean)
+        if slot is None:
+            if self.free_slots:
+                slot = self.free_slots.pop()
+                self.slot_mean[slot] = mean
+                self.slot_refs[slot] = 1
+            else:
+                slot = len(self.slot_mean)
+                self.slot_mean.append(mean)
+                self.slot_refs.append(1)
+            self.slot_of[mean] = slot
+        else:
+            self.slot_refs[slot] += 1
+        self.pod_slot[key] = slot
+
+    def _slot_column(self, keys: list[EndpointKey]) -> list[int] | None:
+        """Each of ``keys``' slot, kept between picks while the candidate keys stay the same (only
+        the pods in ``moved`` are looked up again); ``None`` when a key is listed twice."""
+        index = self._positions.of(keys)
+        moved = self.moved
+        if index is None:
+            self._version = -1
+            return None
+        pod_slot = self.pod_slot
+        if self._version != self._positions.version:
+            self._version = self._positions.version
+            self._column = [pod_slot.get(k, 0) for k in keys]
+        elif moved:
+            column = self._column
+            for k in moved:
+                i = index.get(k)
+                if i is not None:
+                    column[i] = pod_slot.get(k, 0)
+        moved.clear()
+        return self._column
+
+    def acts(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> bool:
+        """Whether the rule scores this pick (module doc: a ``max_tokens`` seen, the decode-share
+        gate open, no adapter, one kind of hardware, every candidate scraped and, with
+        ``onlyWhileQueued``, every candidate with a request waiting); otherwise every score is
+        ``None``."""
+        if (
+            self.mean_max_tokens <= 0
+            or self.decode_share() > self.max_decode_share
+            or ctx.request.adapter is not None
+            or ctx.state.get(STATE_ONE_KIND) is not endpoints
+        ):
+            return False
+        if self.only_while_queued:
+            # The pick's shared column, kept per scrape; ``None`` when a candidate is not scraped
+            # yet or lacks the gauge (then the queue gate cannot be read: abstain).
+            waiting = ctx.columns(endpoints).waiting
+            return waiting is not None and waiting.lo > 0
+        return all(e.metrics is not None for e in endpoints)
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
-        m = self.mean_max_tokens
-        request = ctx.request
-        if (
-            m <= 0
-            or self.decode_share() > self.max_decode_share
-            or request.adapter is not None
-            or ctx.state.get(STATE_ONE_KIND) is not endpoints
-            or any(e.metrics is None for e in endpoints)
-        ):
+        if not self.acts(ctx, endpoints):
             return [None] * len(endpoints)
+        m = self.mean_max_tokens
         factor = 1.0 - match_share(ctx.state.get(STATE_MATCH))
-        t1 = self.expected_output(request) + 1.0
+        t1 = self.expected_output(ctx.request) + 1.0
+        slot_mean = self.slot_mean
+        if len(slot_mean) <= 2 * len(endpoints):  # the table at most twice one pass's formulas
+            column = self._slot_column(ctx.columns(endpoints).keys)
+            if column is not None:
+                # The formula once per slot (slot 0: pods with nothing in flight, at the running
+                # mean), each candidate's score read by its slot: the same floats as one pass.
+                slot_mean[0] = m
+                table = [1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN) for a in slot_mean]
+                return UnitScores(map(table.__getitem__, column))
+        # Over twice as many slots as candidates (a few candidates of a larger pool) or a key listed twice:
+        # one pass over the candidates' means.
         mean_owed = self.mean_owed
         means = [mean_owed.get(e.key, m) for e in endpoints]
-        if len(means) >= TABLE_FROM:
-            distinct = set(means)
-            if len(distinct) * 2 <= len(means):
-                # A large pool's means repeat (pods with nothing in flight all read m): the formula
-                # once per distinct mean, each candidate's score looked up in C; the same floats.
-                table = {
-                    a: 1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN) for a in distinct
-                }
-                return UnitScores(map(table.__getitem__, means))
         return UnitScores([1.0 - factor * min(1.0, abs(math.log((a + 1.0) / t1)) / LOG_SPAN) for a in means])
 
 
@@ -196,6 +312,7 @@ def factory(name: str, params: Mapping[str, Any], path: str) -> OutputAffinitySc
     plugin = OutputAffinityScorer(
         name=name,
         max_decode_share=r.number("maxDecodeShare", DEFAULT_MAX_DECODE_SHARE, minimum=1e-9, maximum=1.0),
+        only_while_queued=r.boolean("onlyWhileQueued", True),
     )
     r.finish()
     return plugin
