@@ -8,6 +8,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,7 +20,7 @@ from igw.cli.main import main
 from igw.cli.serve import add_arguments, worker_argv
 from igw.gateway.workers import WORKER_ENV, WorkerRole, WorkerSetupError, reserve_port
 from igw.perf import gateway_load
-from igw.perf.gateway_load import gateway_process
+from igw.perf.gateway_load import GATEWAY_LOG_NAME, gateway_process, wait_ready
 from igw.perf.workers_notes import measure
 from igw.perf.workers_throughput import connections_by_pid, requests_by_worker
 
@@ -96,6 +97,22 @@ def test_the_gateway_runs_the_tree_it_is_given(tmp_path: Path, monkeypatch: pyte
     with gateway_process(tmp_path, backend="127.0.0.1:9"):
         pass
     assert [env.get("PYTHONPATH") for env in spawned] == [os.environ.get("PYTHONPATH")]
+
+
+async def test_a_gateway_that_cannot_start_is_reported_at_once_with_its_log(tmp_path: Path) -> None:
+    """A gateway that exits before ``/readyz`` answers (here: an unknown flag; on a machine without
+    ``redis``, an import error) fails the readiness wait at once with its exit status and log tail,
+    not after ``within_s`` of polling a dead port (``igw perf workers`` waited 120 s, then said only
+    "did not become ready")."""
+    with gateway_process(tmp_path, backend="127.0.0.1:9", args=("--no-such-flag",)) as (base, proc):
+        started = time.monotonic()
+        with pytest.raises(RuntimeError) as raised:
+            await wait_ready(base, within_s=60, proc=proc, log_path=tmp_path / GATEWAY_LOG_NAME)
+        assert time.monotonic() - started < 30
+    message = str(raised.value)
+    assert f"exited with {proc.returncode} before it was ready" in message
+    assert proc.returncode == 2
+    assert "--no-such-flag" in message  # argparse's "unrecognized arguments" line, from the log
 
 
 async def test_connections_are_counted_per_process_holding_them() -> None:

@@ -243,7 +243,7 @@ async def _warm_up(base: str, headers: Mapping[str, str] | None) -> None:
 
 async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
-    from igw.perf.gateway_load import backend_process, gateway_process, wait_ready
+    from igw.perf.gateway_load import GATEWAY_LOG_NAME, backend_process, gateway_process, wait_ready
 
     figures = LoadFigures()
     with (
@@ -255,7 +255,7 @@ async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     ):
         # Every target gets the same request bytes: the token goes to the backend and the peers too.
         headers = issuer.headers() if issuer is not None else None
-        await wait_ready(gateway)
+        await wait_ready(gateway, proc=proc, log_path=Path(tmp) / GATEWAY_LOG_NAME)
         rows.append(await _auth_row(gateway, issuer))
         await _warm_up(gateway, headers)  # warm-up (JIT-free, but pools/caches)
         await _warm_up(backend, headers)

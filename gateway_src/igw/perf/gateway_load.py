@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 import yaml
@@ -84,6 +84,10 @@ def backend_process(
         proc.wait(timeout=10)
 
 
+GATEWAY_LOG_NAME: Final = "gateway.log"
+"""The file in :func:`gateway_process`'s ``workdir`` that holds the gateway's stderr."""
+
+
 @contextlib.contextmanager
 def gateway_process(
     workdir: Path,
@@ -132,7 +136,7 @@ def gateway_process(
         str(port),
         *args,
     ]  # fmt: skip  (default log level: the JSON access log is written, to /dev/null, as deployed)
-    log = (workdir / "gateway.log").open("wb")
+    log = (workdir / GATEWAY_LOG_NAME).open("wb")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env)
     try:
         yield f"127.0.0.1:{port}", proc
@@ -142,10 +146,25 @@ def gateway_process(
         log.close()
 
 
-async def wait_ready(base: str, *, within_s: float = 30.0) -> None:
+async def wait_ready(
+    base: str,
+    *,
+    within_s: float = 30.0,
+    proc: subprocess.Popen[bytes] | None = None,
+    log_path: Path | None = None,
+) -> None:
+    """Wait for ``/readyz`` to answer 200. With ``proc`` (the gateway started by
+    :func:`gateway_process`), fail as soon as it exits, naming its exit status and the tail of
+    ``log_path``: a gateway that cannot start (a missing module, a bad flag) is reported at once
+    instead of after ``within_s`` of polling a dead port."""
     deadline = time.monotonic() + within_s
     async with aiohttp.ClientSession() as s:
         while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                tail = _log_tail(log_path) if log_path is not None else "no log"
+                raise RuntimeError(
+                    f"gateway at {base} exited with {proc.returncode} before it was ready: {tail}"
+                )
             with contextlib.suppress(aiohttp.ClientError):
                 async with s.get(f"http://{base}/readyz") as r:
                     if r.status == 200:

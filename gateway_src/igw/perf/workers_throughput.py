@@ -21,9 +21,10 @@ import contextlib
 import os
 import resource
 import statistics
+import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from igw.perf import load_policy, raw_http
 from igw.perf.gateway_load import (
+    GATEWAY_LOG_NAME,
     PROMPT,
     backend_process,
     closed_loop,
@@ -316,9 +318,11 @@ async def _measure(
     load: LoadSettings,
     rounds: int,
     gateway_cpus: Sequence[int] = (),
+    started: Mapping[int, tuple[subprocess.Popen[bytes], Path]] | None = None,
 ) -> list[Phase]:
     for n, (base, pid) in bases.items():
-        await wait_ready(base, within_s=120)
+        proc, log_path = started[n] if started is not None else (None, None)
+        await wait_ready(base, within_s=120, proc=proc, log_path=log_path)
         if n > 1:
             await wait_all_workers(base, n, within_s=120)
         if gateway_cpus:
@@ -381,6 +385,7 @@ def run(args: argparse.Namespace) -> int:
             pin(0, set(args.load_cpus))
             pin(backend_proc.pid, set(args.load_cpus))
         bases: dict[int, tuple[str, int]] = {}
+        started: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
         for n in args.workers:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"igw-perf-w{n}-")))
             base, proc = stack.enter_context(
@@ -392,6 +397,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
             bases[n] = (base, proc.pid)
+            started[n] = (proc, workdir / GATEWAY_LOG_NAME)
         # This process drives the raw and aiohttp loads itself: the policy too, now that the gateways
         # (which would inherit it) are started.
         stack.enter_context(load_policy.process_policy(policy))
@@ -418,7 +424,12 @@ def run(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             phases = runner.run(
                 _measure(
-                    bases, backend_proc.pid, load=load, rounds=args.rounds, gateway_cpus=args.gateway_cpus
+                    bases,
+                    backend_proc.pid,
+                    load=load,
+                    rounds=args.rounds,
+                    gateway_cpus=args.gateway_cpus,
+                    started=started,
                 )
             )
     print(
