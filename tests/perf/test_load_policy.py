@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from igw.perf import load_policy
-from igw.perf.gateway_load import PROMPT, backend_process
-from igw.perf.workers_throughput import group_pids
+from igw.perf.gateway_load import PROMPT, backend_process, group_pids
 from igw.perf.wrk_load import WrkError, run_wrk, script, wrk_binary
 
 # A child that starts a second thread only after it has been running a while: the thread must

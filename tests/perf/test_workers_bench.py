@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import os
 import re
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,11 +18,19 @@ from typing import Any
 import pytest
 
 import igw
+from igw.bench import peers
 from igw.cli.main import main
 from igw.cli.serve import add_arguments, worker_argv
 from igw.gateway.workers import WORKER_ENV, WorkerRole, WorkerSetupError, reserve_port
 from igw.perf import gateway_load
-from igw.perf.gateway_load import GATEWAY_LOG_NAME, gateway_process, wait_ready
+from igw.perf.gateway_load import (
+    GATEWAY_LOG_NAME,
+    cpu_seconds,
+    gateway_process,
+    group_cpu,
+    group_pids,
+    wait_ready,
+)
 from igw.perf.workers_notes import measure
 from igw.perf.workers_throughput import connections_by_pid, requests_by_worker
 
@@ -255,3 +265,39 @@ def test_notes_are_drained_and_learned_a_batch_at_a_time() -> None:
     batch costs once is paid per batch, not once for the whole run."""
     assert measure((10_000, 10_000), picks=30, batch=10).lines == 3
     assert measure((10_000, 10_000), picks=30, batch=30).lines == 1
+
+
+def test_group_cpu_counts_the_child_processes_cpu() -> None:
+    """A ``--workers N`` gateway is a supervisor whose workers do the serving: its CPU per request must
+    be the group's, or ``igw perf gateway --workers 2`` would report the idle supervisor alone."""
+    burner = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burner!r}])"]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and group_cpu(parent.pid) - cpu_seconds(parent.pid) < 0.3:
+            time.sleep(0.05)
+        assert len(group_pids(parent.pid)) == 2
+        assert group_cpu(parent.pid) - cpu_seconds(parent.pid) >= 0.3
+    finally:
+        for pid in group_pids(parent.pid)[1:]:
+            os.kill(pid, signal.SIGKILL)
+        parent.kill()
+        parent.wait()
+
+
+def test_perf_gateway_runs_a_gateway_of_several_workers(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``igw perf gateway --workers 2``: the gateway is served by two processes, both answering,
+    and the report says so (the peers are absent here: reported as not measured)."""
+    monkeypatch.setattr(peers, "PEERS_DIR", tmp_path / "no-peers")
+    code = main(
+        ["perf", "gateway", "--requests", "40", "--rounds", "1", "--stream-requests", "5", "--workers", "2",
+         "--auth", "none"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"^gateway serving processes +2 \(igw serve --workers 2\)$", out, re.M)
+    assert re.search(r"^gateway CPU per request, concurrency 32 +\d+ µs$", out, re.M)

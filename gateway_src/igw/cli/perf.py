@@ -51,6 +51,14 @@ def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
         "--skip-load", action="store_true", help="only the in-process decision and parse benchmarks"
     )
     parser.add_argument(
+        "--workers",
+        type=COUNT,
+        default=1,
+        help="igw serve --workers N for the gateway (default 1): on a machine with cores to spare the "
+        "Rust peers serve on a thread per core, so compare them with a gateway of as many workers; "
+        "its CPU per request is the whole group's",
+    )
+    parser.add_argument(
         "--auth",
         choices=("jwt", "none"),
         default="jwt",

@@ -177,7 +177,8 @@ async def _drive_rounds(
         from igw.perf import gateway_load
 
         drive = drive or gateway_load.closed_loop
-        cpu_seconds = cpu_seconds or gateway_load.cpu_seconds
+        # A target's whole process group: a ``--workers N`` gateway is a supervisor and N workers.
+        cpu_seconds = cpu_seconds or gateway_load.group_cpu
     by_label = {target.label: target for target in targets}
     latencies: dict[str, list[float]] = {label: [] for label in (DIRECT, *by_label)}
     cpu = dict.fromkeys(by_label, 0.0)
@@ -244,18 +245,24 @@ async def _warm_up(base: str, headers: Mapping[str, str] | None) -> None:
 async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.perf.gateway_load import GATEWAY_LOG_NAME, backend_process, gateway_process, wait_ready
+    from igw.perf.workers_throughput import wait_all_workers
 
     figures = LoadFigures()
+    workers = args.workers
+    serve_args = ("--workers", str(workers)) if workers > 1 else ()
     with (
         tempfile.TemporaryDirectory() as tmp,
         _issuer(Path(tmp), args.auth) as issuer,
         backend_process(chunks=20, interval=0.005) as (backend, _),
-        gateway_process(Path(tmp), backend=backend, issuer=issuer) as (gateway, proc),
+        gateway_process(Path(tmp), backend=backend, issuer=issuer, args=serve_args) as (gateway, proc),
         contextlib.ExitStack() as peer_stack,
     ):
         # Every target gets the same request bytes: the token goes to the backend and the peers too.
         headers = issuer.headers() if issuer is not None else None
         await wait_ready(gateway, proc=proc, log_path=Path(tmp) / GATEWAY_LOG_NAME)
+        if workers > 1:
+            # Until every worker listens: connections opened before would all stay on the first ones.
+            await wait_all_workers(gateway, workers, within_s=120)
         rows.append(await _auth_row(gateway, issuer))
         await _warm_up(gateway, headers)  # warm-up (JIT-free, but pools/caches)
         await _warm_up(backend, headers)
@@ -474,6 +481,16 @@ def _pct(values: list[float], q: float) -> float:
 def run(args: argparse.Namespace) -> int:
     # Which code is measured: the pure tree, or one with the hot path compiled (igw.compiled).
     rows: list[dict[str, Any]] = [_row("gateway code", inspect_tree().describe(), "-", "(report)", None)]
+    if not args.skip_load:
+        rows.append(
+            _row(
+                "gateway serving processes",
+                f"{args.workers} (igw serve --workers {args.workers})" if args.workers > 1 else "1",
+                "the peers: one process each, their runtimes' threads on every core",
+                "(report)",
+                None,
+            )
+        )
     _micro(rows)
     if not args.skip_load:
         asyncio.run(_load(rows, args))

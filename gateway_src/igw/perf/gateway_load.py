@@ -49,6 +49,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def group_pids(parent: int) -> list[int]:
+    """``parent`` and its child processes (``igw serve --workers N``: the supervisor and its workers)."""
+    children: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{parent}/task").iterdir():
+            children += [int(p) for p in (task / "children").read_text().split()]
+    return [parent, *children]
+
+
+def group_cpu(parent: int) -> float:
+    """CPU seconds of ``parent`` and its child processes: a ``--workers N`` gateway's whole group (a
+    single process's own threads are in its own figure)."""
+    total = 0.0
+    for pid in group_pids(parent):
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(pid)
+    return total
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -82,6 +101,8 @@ def backend_process(
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 GATEWAY_LOG_NAME: Final = "gateway.log"

@@ -39,6 +39,8 @@ from igw.perf.gateway_load import (
     closed_loop,
     cpu_seconds,
     gateway_process,
+    group_cpu,
+    group_pids,
     wait_ready,
 )
 from igw.perf.wrk_load import WrkError, run_wrk, script, wrk_binary
@@ -47,23 +49,6 @@ CONNECTIONS_SAMPLE_S = 0.2
 """When into a phase the connections per worker are counted (all are open by then)."""
 
 HELP = "Throughput of igw serve --workers N vs 1 worker: requests/s and CPU per request, one run."
-
-
-def group_pids(parent: int) -> list[int]:
-    """``parent`` and its child processes (``--workers``: the workers)."""
-    children: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{parent}/task").iterdir():
-            children += [int(p) for p in (task / "children").read_text().split()]
-    return [parent, *children]
-
-
-def group_cpu(parent: int) -> float:
-    total = 0.0
-    for pid in group_pids(parent):
-        with contextlib.suppress(OSError):
-            total += cpu_seconds(pid)
-    return total
 
 
 def runqueue_wait_s(pid: int) -> float:
