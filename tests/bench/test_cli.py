@@ -97,8 +97,14 @@ def test_a_trace_naming_what_the_fleet_cannot_serve_is_rejected_before_it_runs(
     assert main(["bench", "--trace", str(trace), "--seeds", "1", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "3 requests name what no pod of the fleet serves" in err
-    assert "adapter 'ghost': 3 requests (first trace-20)" in err
+    # the 21st request (line 21): its default id counts from 0
+    assert "adapter 'ghost': 3 requests (first: request 21 of the trace, id trace-20)" in err
     assert not out.exists()
+    trace.write_text("\n".join(rows[:21]))
+    assert main(["bench", "--trace", str(trace), "--seeds", "1", "--out", str(out)]) == 2
+    assert "1 request names what no pod of the fleet serves (adapter 'ghost': 1 request (first:" in (
+        capsys.readouterr().err
+    )
 
 
 def test_failed_requests_make_the_run_exit_nonzero_unless_allowed(

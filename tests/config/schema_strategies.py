@@ -144,6 +144,17 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
         flow["enginePriority"] = flow["enginePriority"][: len(spec["schedulers"])]
         for index, entry in enumerate(flow["enginePriority"]):
             entry["scheduler"], entry["engine"] = f"s{index}", "sglang"
+    engines = extensions.get("engines") or {}
+    if engines:  # each scheduler given at most one engine, every name a scheduler
+        count = len(spec["schedulers"])
+        tgi = engines.get("tgi", [])[:count]
+        generic = engines.get("generic", [])[: count - len(tgi)]
+        if "tgi" in engines:
+            engines["tgi"] = [f"s{index}" for index in range(len(tgi))]
+        if "generic" in engines:
+            engines["generic"] = generic
+            for index, entry in enumerate(generic):
+                entry["scheduler"] = f"s{len(tgi) + index}"
     for index, objective in enumerate(flow.get("objectives", [])):
         objective["name"] = f"objective-{index}"
         for field in ("models", "tenants"):  # no model or tenant under two objectives

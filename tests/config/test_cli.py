@@ -183,3 +183,49 @@ def test_a_refused_url_is_quoted_without_its_credentials(
     assert secret not in out
     messages = [problem["message"] for problem in json.loads(out)]
     assert any(shown in message for message in messages), messages
+
+
+_REFERENCE_PICKER = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+  - type: queue-scorer
+  - type: prefix-cache-scorer
+    parameters: {blockSize: 0, hashBlockSize: 64}
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: queue-scorer
+      - pluginRef: prefix-cache-scorer
+        weight: 3
+"""
+
+
+def test_a_reference_picker_config_with_bad_parameters_warns_and_strict_plugins_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A GIE EndpointPickerConfig loads as the gateway loads it: an invalid parameter falls back with a
+    warning naming its path and line; --strict-plugins makes it a problem (exit 1)."""
+    path = tmp_path / "plugins.yaml"
+    path.write_text(_REFERENCE_PICKER)
+    assert main(["validate", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert f"{path}:6: warning: plugins[1].parameters.blockSize: must be >= 1, got 0" in captured.err
+    assert "unknown field 'hashBlockSize'" in captured.err
+    assert "1 EndpointPickerConfig document(s) checked, 0 problem(s)" in captured.err
+    assert main(["validate", "--strict-plugins", str(path)]) == 1
+    out = capsys.readouterr().out
+    expected = f"{path}:6: plugins[1].parameters.blockSize: must be >= 1, got 0 [endpoint-picker-parameter]"
+    assert expected in out
+    assert "hashBlockSize" in out
+
+
+def test_a_picker_config_with_an_unknown_plugin_type_is_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "plugins.yaml"
+    path.write_text(_REFERENCE_PICKER.replace("type: queue-scorer", "type: nope-scorer"))
+    assert main(["validate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}:4: plugins[0].type: unknown plugin type 'nope-scorer'" in out
+    assert "[endpoint-picker-config]" in out

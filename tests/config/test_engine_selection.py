@@ -10,6 +10,7 @@ import pytest
 from igw import engines
 from igw.config.build import build_gateway_config
 from igw.config.engine_selection import EngineSelectionError, scheduler_engines
+from igw.config.extension_references import ENGINE_SELECTION_RULE
 from igw.config.schema import resolved_schema
 from igw.config.validate import validate_document
 
@@ -40,19 +41,31 @@ def test_tgi_and_generic_schedulers() -> None:
 
 
 @pytest.mark.parametrize(
-    ("extension", "problem"),
+    ("extension", "problem", "path"),
     [
-        ({"tgi": ["ghost"]}, "spec.extensions.engines.tgi[0]: no scheduler named 'ghost' in spec.schedulers"),
+        (
+            {"tgi": ["ghost"]},
+            "spec.extensions.engines.tgi[0]: no scheduler named 'ghost' in spec.schedulers",
+            "spec.extensions.engines.tgi[0]",
+        ),
         (
             {"tgi": ["llama"], "generic": [{"scheduler": "llama", "queue": "q", "running": "r"}]},
             "spec.extensions.engines.generic[0].scheduler: scheduler 'llama' is already listed at "
             "spec.extensions.engines.tgi[0]",
+            "spec.extensions.engines.generic[0].scheduler",
+        ),
+        (
+            {"generic": [{"scheduler": "ghost", "queue": "q", "running": "r"}]},
+            "spec.extensions.engines.generic[0].scheduler: no scheduler named 'ghost' in spec.schedulers",
+            "spec.extensions.engines.generic[0].scheduler",
         ),
     ],
 )
-def test_names_must_be_schedulers_listed_once(extension: dict[str, Any], problem: str) -> None:
+def test_names_must_be_schedulers_listed_once(extension: dict[str, Any], problem: str, path: str) -> None:
+    """The gateway refuses these at start, and igw validate refuses them first, at the same path."""
     doc = _doc(extension)
-    assert validate_document(doc) == []  # the shape is fine; the cross-reference is checked here
+    problems = validate_document(doc)
+    assert [(p.path, p.rule) for p in problems] == [(path, ENGINE_SELECTION_RULE)]
     with pytest.raises(EngineSelectionError) as err:
         scheduler_engines(build_gateway_config(doc))
     assert problem in str(err.value)

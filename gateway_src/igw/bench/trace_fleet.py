@@ -33,23 +33,31 @@ def _servable_by(pod: PodSpec, request: SimRequest) -> bool:
     return request.model == pod.model_name
 
 
+def _requests(n: int) -> str:
+    return f"{n} request names" if n == 1 else f"{n} requests name"
+
+
 def check_servable(pods: Sequence[PodSpec], requests: Sequence[SimRequest], *, source: str) -> None:
     """Raise :class:`UnservableTraceError` listing every adapter/model of ``requests`` no pod serves."""
     missing: Counter[str] = Counter()
     first: dict[str, str] = {}
-    for r in requests:
+    for index, r in enumerate(requests):
         if any(_servable_by(p, r) for p in pods):
             continue
         what = f"adapter {r.adapter!r}" if r.adapter is not None else f"model {r.model!r}"
         missing[what] += 1
-        first.setdefault(what, r.request_id)
+        # the ordinal as well as the id: a default id (trace-N) counts from 0, a reader counts from 1
+        first.setdefault(what, f"request {index + 1} of the trace, id {r.request_id}")
     if not missing:
         return
-    listed = "; ".join(f"{what}: {n} requests (first {first[what]})" for what, n in missing.most_common())
+    listed = "; ".join(
+        f"{what}: {n} request{'' if n == 1 else 's'} (first: {first[what]})"
+        for what, n in missing.most_common()
+    )
     models = sorted({p.model_name for p in pods})
     adapters = sorted({a for p in pods for a in p.lora_adapters})
     raise UnservableTraceError(
-        f"{source}: {sum(missing.values())} requests name what no pod of the fleet serves ({listed}); "
+        f"{source}: {_requests(sum(missing.values()))} what no pod of the fleet serves ({listed}); "
         f"the fleet serves models {models} and adapters {adapters or 'none'} (pass a --fleet serving them)"
     )
 

@@ -1,5 +1,10 @@
-"""``igw validate FILE...``: check InferenceGatewayConfig, GlobalRouterConfig, InferenceObjective and
-InferenceModelRewrite files.
+"""``igw validate FILE...``: check InferenceGatewayConfig, GlobalRouterConfig, InferenceObjective,
+InferenceModelRewrite and EndpointPickerConfig files.
+
+An EndpointPickerConfig (the GIE/llm-d plugins file a ``configMapRef`` names) is loaded as the gateway
+loads it: unknown plugin types, bad references and bad thresholds are problems; an invalid or unknown
+plugin *parameter*, which the gateway (like the reference) replaces by the plugin's default with a
+warning, is a warning on stderr, or a problem with ``--strict-plugins``.
 
 Prints one line per problem, ``FILE:LINE: PATH: MESSAGE [RULE]``, reporting every problem of every
 document; documents of other kinds in the same file are skipped with a note on stderr. Exit codes:
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,9 +25,11 @@ if TYPE_CHECKING:
     from igw.config.errors import Problem
 
 HELP = (
-    "Validate InferenceGatewayConfig, GlobalRouterConfig, InferenceObjective and InferenceModelRewrite "
-    "files (YAML, multi-document, or JSON)."
+    "Validate InferenceGatewayConfig, GlobalRouterConfig, InferenceObjective, InferenceModelRewrite and "
+    "EndpointPickerConfig files (YAML, multi-document, or JSON)."
 )
+PICKER_RULE = "endpoint-picker-config"
+PICKER_PARAMETER_RULE = "endpoint-picker-parameter"
 
 EXIT_VALID = 0
 EXIT_INVALID = 1
@@ -61,9 +69,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="text",
         help="text: one line per problem (default); json: a list of problem objects on stdout",
     )
+    parser.add_argument(
+        "--strict-plugins",
+        action="store_true",
+        help="EndpointPickerConfig: an invalid or unknown plugin parameter is a problem (default: a "
+        "warning, as the gateway falls back to the plugin's default)",
+    )
 
 
-def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int, dict[str, int]]:
+def _picker_problems(content: Any, *, strict: bool, warn: Callable[[str], None]) -> list[Problem]:
+    """An EndpointPickerConfig loaded as the gateway loads it; parameter fallbacks go to ``warn``
+    unless ``strict``."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.config.errors import Problem
+    from igw.scheduling.errors import SchedulerConfigError
+    from igw.scheduling.picker_config import load_picker_config
+    from igw.scheduling.settings import RoutingSettings
+
+    def split(text: str, rule: str) -> Problem:
+        text = text.removeprefix("EndpointPickerConfig: ")
+        path, sep, message = text.partition(": ")
+        if not sep or " " in path:
+            return Problem(path="", message=text, rule=rule)
+        return Problem(path=path, message=message, rule=rule)
+
+    # the gateway logs each fallback on igw.scheduling; here they are reported through ``warn``
+    quiet = logging.getLogger("igw.scheduling")
+    was_disabled, quiet.disabled = quiet.disabled, True
+    try:
+        _, _, warnings = load_picker_config(content, settings=RoutingSettings(), strict=strict)
+    except SchedulerConfigError as exc:
+        rule = PICKER_PARAMETER_RULE if strict else PICKER_RULE
+        return [split(text, rule if ".parameters" in text else PICKER_RULE) for text in exc.problems]
+    finally:
+        quiet.disabled = was_disabled
+    for text in warnings:
+        warn(text.removeprefix("EndpointPickerConfig: "))
+    return []
+
+
+def _check_file(
+    name: str, notes: list[str], *, strict_plugins: bool = False
+) -> tuple[list[Finding], bool, int, dict[str, int]]:
     """Findings for one file, whether it was readable, how many documents were checked, and how many
     of them were of each kind other than InferenceGatewayConfig."""
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
@@ -72,6 +119,7 @@ def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int, 
     from igw.config.jsonpath import parse_path
     from igw.config.validate import is_gateway_config, validate_document
     from igw.global_router.schema import is_global_router_config, validate_global_document
+    from igw.scheduling.picker_config import KIND as PICKER_KIND
 
     try:
         documents = read_documents(name)
@@ -89,6 +137,15 @@ def _check_file(name: str, notes: list[str]) -> tuple[list[Finding], bool, int, 
             validate = validate_resource
         elif is_gateway_config(doc.content):
             validate = validate_document
+        elif isinstance(doc.content, dict) and doc.content.get("kind") == PICKER_KIND:
+
+            def validate(content: Any, doc: Any = doc) -> list[Problem]:
+                def warn(text: str) -> None:
+                    path = text.partition(": ")[0]
+                    line = doc.line_of(parse_path(path)) if " " not in path else doc.line
+                    notes.append(f"{name}:{line}: warning: {text} (--strict-plugins makes this a problem)")
+
+                return _picker_problems(content, strict=strict_plugins, warn=warn)
         else:
             kind = doc.content.get("kind") if isinstance(doc.content, dict) else None
             what = f"kind {kind}" if kind else f"a {type(doc.content).__name__}, no kind"
@@ -121,7 +178,9 @@ def _run(args: argparse.Namespace) -> int:
     total = 0
     others: dict[str, int] = {}
     for name in args.files:
-        file_findings, readable, checked, file_others = _check_file(name, notes)
+        file_findings, readable, checked, file_others = _check_file(
+            name, notes, strict_plugins=args.strict_plugins
+        )
         for kind, count in file_others.items():
             others[kind] = others.get(kind, 0) + count
         findings.extend(file_findings)

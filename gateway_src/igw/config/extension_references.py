@@ -9,7 +9,9 @@ entry at fault:
 * a ``modelRewrites`` target that no scheduler serves (neither a ``modelName`` nor one of its
   ``loraAdapters``): the canary would send requests to a name nothing routes;
 * a ``flowControl.enginePriority`` entry naming no scheduler, one listed twice, one whose engine
-  reads no priority (TGI, a generic server without ``engine``), or SGLang settings on vLLM.
+  reads no priority (TGI, a generic server without ``engine``), or SGLang settings on vLLM;
+* an ``engines`` entry (``tgi[i]``, ``generic[i].scheduler``) naming no scheduler, or a scheduler
+  given an engine twice (the rules of :func:`igw.config.engine_selection.scheduler_engines`).
 
 They are not admission rules (``schemas/admission-rules.yaml``) because each needs nested loops over
 every member list of every entry, which the API server's CEL cost budget (``igw.config.cel_cost``)
@@ -29,6 +31,7 @@ from igw.config.jsonpath import PathPart, format_path
 OBJECTIVE_MEMBER_RULE: Final = "unique-objective-member"
 REWRITE_TARGET_RULE: Final = "rewrite-target-served"
 ENGINE_PRIORITY_RULE: Final = "engine-priority-scheduler"
+ENGINE_SELECTION_RULE: Final = "engine-selection-scheduler"
 _SGLANG_ONLY: Final = ("preemptionThreshold", "preemption", "lowValuesFirst")
 
 
@@ -152,6 +155,48 @@ def engine_priority_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
                     )
 
 
+def engine_selection_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``engines`` entries the gateway would refuse at start: no such scheduler, or one listed twice
+    (across ``tgi`` and ``generic``)."""
+    engines_ext = _extension(doc, "engines")
+    if not engines_ext:
+        return
+    names = {
+        s["name"]
+        for s in map(_mapping, _list(_mapping(doc.get("spec")).get("schedulers")))
+        if isinstance(s.get("name"), str)
+    }
+    base = ("spec", "extensions", "engines")
+    claims: list[tuple[Any, tuple[PathPart, ...]]] = [
+        (name, (*base, "tgi", i)) for i, name in enumerate(_list(engines_ext.get("tgi")))
+    ]
+    claims += [
+        (_mapping(entry).get("scheduler"), (*base, "generic", i, "scheduler"))
+        for i, entry in enumerate(_list(engines_ext.get("generic")))
+    ]
+    seen: dict[str, str] = {}
+    for name, parts in claims:
+        if not isinstance(name, str):
+            continue
+        if name not in names:
+            yield _problem(
+                ENGINE_SELECTION_RULE, parts, f"no scheduler named {json.dumps(name)} in spec.schedulers"
+            )
+        elif name in seen:
+            yield _problem(
+                ENGINE_SELECTION_RULE,
+                parts,
+                f"scheduler {json.dumps(name)} is already given an engine at {seen[name]}",
+            )
+        else:
+            seen[name] = format_path(parts)
+
+
 def reference_problems(doc: Mapping[str, Any]) -> list[Problem]:
     """Every cross-reference problem of one InferenceGatewayConfig document."""
-    return [*objective_member_problems(doc), *rewrite_target_problems(doc), *engine_priority_problems(doc)]
+    return [
+        *objective_member_problems(doc),
+        *rewrite_target_problems(doc),
+        *engine_priority_problems(doc),
+        *engine_selection_problems(doc),
+    ]
