@@ -157,6 +157,61 @@ def test_invalid_plugin_parameters_fall_back_to_the_reference_defaults_with_a_wa
     assert any(p.startswith(warning.split(";")[0].removesuffix(" ignored")) for p in err.value.problems)
 
 
+def test_strict_mode_reports_a_refused_plugin_once_not_again_where_it_is_referenced() -> None:
+    """A profile (or the saturation detector) naming a plugin whose parameters strict mode refused
+    gets no second, misleading "references undefined plugin" problem: the plugin is declared."""
+    from igw.scheduling.picker_config import load_picker_config
+
+    doc = {
+        "plugins": [
+            {"type": "queue-scorer"},
+            {"type": "prefix-cache-scorer", "parameters": {"blockSize": 0}},
+            {"type": "utilization-detector", "parameters": {"queueDepthThreshold": -1}},
+        ],
+        "schedulingProfiles": [
+            {
+                "name": "default",
+                "plugins": [{"pluginRef": "queue-scorer"}, {"pluginRef": "prefix-cache-scorer"}],
+            }
+        ],
+        "saturationDetector": {"pluginRef": "utilization-detector"},
+    }
+    with pytest.raises(SchedulerConfigError) as err:
+        load_picker_config(doc, settings=RoutingSettings(), strict=True)
+    assert [p.split(":")[0] for p in err.value.problems] == [
+        "plugins[1].parameters.blockSize",
+        "plugins[2].parameters.queueDepthThreshold",
+    ]
+    # A reference to a plugin never declared is still reported.
+    doc["schedulingProfiles"][0]["plugins"].append({"pluginRef": "ghost"})
+    with pytest.raises(SchedulerConfigError) as err:
+        load_picker_config(doc, settings=RoutingSettings(), strict=True)
+    assert (
+        "schedulingProfiles[0].plugins[2].pluginRef: references undefined plugin 'ghost'"
+        in err.value.problems
+    )
+
+
+@pytest.mark.parametrize("where", ["profile", "detector"])
+def test_a_plugin_reference_that_is_not_a_name_is_a_problem_not_a_crash(where: str) -> None:
+    """``pluginRef: [queue-scorer]`` (a list: YAML's flow sequence) was looked up in a dict and raised
+    ``TypeError: unhashable type``; it is a path-named problem like any undefined reference."""
+    from igw.scheduling.picker_config import load_picker_config
+
+    doc: dict[str, Any] = {"plugins": [{"type": "queue-scorer"}, {"type": "utilization-detector"}]}
+    if where == "profile":
+        doc["schedulingProfiles"] = [{"name": "default", "plugins": [{"pluginRef": ["queue-scorer"]}]}]
+        expected = "schedulingProfiles[0].plugins[0].pluginRef: references undefined plugin ['queue-scorer']"
+    else:
+        doc["saturationDetector"] = {"pluginRef": {"name": "utilization-detector"}}
+        expected = (
+            "saturationDetector.pluginRef: references undefined plugin {'name': 'utilization-detector'}"
+        )
+    with pytest.raises(SchedulerConfigError) as err:
+        load_picker_config(doc, settings=RoutingSettings())
+    assert expected in err.value.problems
+
+
 def test_a_valid_file_loads_without_warnings() -> None:
     from igw.scheduling.picker_config import load_picker_config
 

@@ -31,7 +31,7 @@ order in the file (:mod:`igw.scheduling.data_flow`): ``no-hit-lru-scorer`` after
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import Any, Final
 
 from igw.config.durations import parse_duration
@@ -53,7 +53,11 @@ _TOP_LEVEL: Final = frozenset(
 DEFAULT_SCORER_WEIGHT: Final = 1.0
 
 
-def _instantiate(doc: Mapping[str, Any], registry: PluginRegistry, problems: list[str]) -> dict[str, Plugin]:
+def _instantiate(
+    doc: Mapping[str, Any], registry: PluginRegistry, problems: list[str], refused: set[str]
+) -> dict[str, Plugin]:
+    """The declared plugins by name; ``refused`` gets the names declared but not built (their
+    problems already reported), so that a reference to one is not reported again as undefined."""
     plugins: dict[str, Plugin] = {}
     raw_plugins = doc.get("plugins", [])
     if not isinstance(raw_plugins, list):
@@ -79,10 +83,13 @@ def _instantiate(doc: Mapping[str, Any], registry: PluginRegistry, problems: lis
             plugins[name] = registry.create(type_name, name=name, params=item.get("parameters"), path=path)
         except SchedulerConfigError as exc:
             problems.extend(exc.problems)
+            refused.add(name)
     return plugins
 
 
-def _profile(doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[str]) -> Profile:
+def _profile(
+    doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[str], refused: Set[str] = frozenset()
+) -> Profile:
     raw_profiles = doc.get("schedulingProfiles")
     refs: list[tuple[str, Any, str]] = []
     if raw_profiles is None:
@@ -102,8 +109,9 @@ def _profile(doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[
         for j, entry in enumerate(entries):
             path = f"schedulingProfiles[0].plugins[{j}]"
             ref = entry.get("pluginRef") if isinstance(entry, Mapping) else None
-            if ref not in plugins:
-                problems.append(f"{path}.pluginRef: references undefined plugin {ref!r}")
+            if not isinstance(ref, str) or ref not in plugins:
+                if not (isinstance(ref, str) and ref in refused):  # a refused plugin's problem is reported
+                    problems.append(f"{path}.pluginRef: references undefined plugin {ref!r}")
                 continue
             refs.append((ref, entry.get("weight"), path))
     filters: list[Placed[Filter]] = []
@@ -137,7 +145,7 @@ def _profile(doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[
 
 
 def _detector(
-    doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[str]
+    doc: Mapping[str, Any], plugins: dict[str, Plugin], problems: list[str], refused: Set[str] = frozenset()
 ) -> SaturationDetector | None:
     sd = doc.get("saturationDetector")
     if not isinstance(sd, Mapping) or "pluginRef" not in sd:
@@ -145,7 +153,8 @@ def _detector(
     ref = sd["pluginRef"]
     plugin = plugins.get(ref) if isinstance(ref, str) else None
     if plugin is None:
-        problems.append(f"saturationDetector.pluginRef: references undefined plugin {ref!r}")
+        if not (isinstance(ref, str) and ref in refused):
+            problems.append(f"saturationDetector.pluginRef: references undefined plugin {ref!r}")
         return None
     if not isinstance(plugin, SaturationDetector):
         problems.append(f"saturationDetector.pluginRef: plugin {ref!r} is not a saturation detector")
@@ -224,13 +233,14 @@ def load_picker_config(
     if "kind" in doc and doc["kind"] != KIND:
         problems.append(f"kind: expected {KIND!r}, got {doc['kind']!r}")
     warnings: list[str] = []
+    refused: set[str] = set()
     if strict:
-        plugins = _instantiate(doc, registry, problems)
+        plugins = _instantiate(doc, registry, problems, refused)
     else:
         with lenient_parameters() as warnings:
-            plugins = _instantiate(doc, registry, problems)
-    profile = _profile(doc, plugins, problems)
-    detector = _detector(doc, plugins, problems)
+            plugins = _instantiate(doc, registry, problems, refused)
+    profile = _profile(doc, plugins, problems, refused)
+    detector = _detector(doc, plugins, problems, refused)
     if detector is not None:
         profile = dataclasses.replace(profile, detector=detector)
     settings = _saturation(doc, settings, problems)
