@@ -162,7 +162,7 @@ def test_strict_mode_reports_a_refused_plugin_once_not_again_where_it_is_referen
     gets no second, misleading "references undefined plugin" problem: the plugin is declared."""
     from igw.scheduling.picker_config import load_picker_config
 
-    doc = {
+    doc: dict[str, Any] = {
         "plugins": [
             {"type": "queue-scorer"},
             {"type": "prefix-cache-scorer", "parameters": {"blockSize": 0}},
