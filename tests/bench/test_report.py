@@ -152,3 +152,22 @@ def test_console_table_states_fleet_workload_load_seeds_and_capacity() -> None:
     console = Console(width=200, record=True)
     console.print(scenario_table(run))
     assert "Poisson at 70%" in console.export_text()
+
+
+def test_console_table_prints_the_signed_p99_change_against_round_robin(scenario_run: ScenarioRun) -> None:
+    """Negative = lower = better, as the summary tables print it: a policy worse than round-robin
+    reads positive (the column read "p99 cut vs RR" and printed a worse policy as a negative cut)."""
+    from rich.console import Console
+
+    from igw.bench.console import scenario_table
+
+    scenario_run.policies["slow"] = _policy("slow", [[4.0] * 10, [4.0] * 10], PODS)
+    console = Console(width=250, record=True)
+    console.print(scenario_table(scenario_run))
+    text = console.export_text()
+    assert "p99 vs RR" in text
+    assert "cut" not in text
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│")}
+    assert "-0.0" not in rows["round-robin"]
+    assert "-70.0" in rows["gateway"]  # 0.6 s against round-robin's 2.0 s
+    assert "+100.0" in rows["slow"]  # 4.0 s against 2.0 s

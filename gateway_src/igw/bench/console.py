@@ -82,7 +82,8 @@ def scenario_table(run: ScenarioRun) -> Any:
     for _, header in _COLUMNS:
         table.add_column(header, justify="right")
     table.add_column("err", justify="right")
-    table.add_column("p99 cut vs RR", justify="right")
+    # The signed change, as the summary tables print it: negative = lower than round-robin = better.
+    table.add_column("p99 vs RR", justify="right")
     if run.oracle is not None:
         table.add_column("p99 above oracle", justify="right")
     for name, pol in run.policies.items():
@@ -91,7 +92,8 @@ def scenario_table(run: ScenarioRun) -> Any:
             continue
         row = [name, *(format_value(f, pol.estimate(f)) for f, _ in _COLUMNS)]
         row.append(str(sum(s.errors for s in pol.summaries)))
-        row.append(_pct(run.reduction_vs_baseline(name, "ttft_p99_s")))
+        cut = run.reduction_vs_baseline(name, "ttft_p99_s")
+        row.append(_pct(None if cut is None else 0.0 - cut))  # 0.0 - x: no "-0.0%" for round-robin
         if run.oracle is not None:
             row.append(_pct(run.gap_to_oracle(name, "ttft_p99_s")))
         table.add_row(*row)

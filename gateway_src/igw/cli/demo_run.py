@@ -110,8 +110,8 @@ def run_demo(args: argparse.Namespace) -> int:
         f"latencies are simulated GPU time ({run.parameters['time_scale']});\n"
         f"err = requests unanswered {args.drain:g}s after the last one was sent (the client gave up); they\n"
         "count as failed (infinite latency) in the percentiles and against goodput: a percentile that\n"
-        "reaches into them reads 'failed'. p99 cut vs RR: how much lower than round-robin (100 % when\n"
-        "round-robin's p99 is a failure).\n"
+        "reaches into them reads 'failed'. p99 vs RR: the change against round-robin, negative = lower =\n"
+        "better (-100 % when round-robin's p99 is a failure).\n"
         f"report: {md} (+ JSON and PNG plots in {out}/); finished in {time.monotonic() - started:.0f}s"
     )
     failed = [n for n, p in run.policies.items() if p.unavailable is not None]
