@@ -106,3 +106,32 @@ def test_the_native_kth_selection_keeps_what_nlargest_and_compress_keep() -> Non
                 finally:
                     max_score_picker.NATIVE_TOP = False
             assert answers[0] == answers[1]
+
+
+def test_max_score_ranks_as_nlargest_of_all_candidates_on_every_path() -> None:
+    """The ranking (and the random stream after it) equals ``heapq.nlargest`` over every candidate's
+    ``(total, tie-break, index)``, on each of the picker's paths: a NaN among the totals, a pool of
+    at most ``k``, a small pool cut at the k-th total, a large one prefiltered. The zip of all
+    candidates is made only on the first two (session s19); this fails if a path ranks another
+    list or draws differently."""
+    import heapq
+    import random
+
+    rng = random.Random(19)
+    pool = [0.0, -0.0, 1.0, 0.5, float("inf"), float("-inf"), float("nan")]
+    paths = {"nan": 0, "at-most-k": 0, "small": 0, "large": 0}
+    for _ in range(2_000):
+        k = rng.randint(2, 5)
+        n = rng.randint(2, 50)
+        totals = [rng.choice(pool) if rng.random() < 0.15 else round(rng.random(), 1) for _ in range(n)]
+        total = sum(totals)
+        path = "nan" if total != total else "at-most-k" if n <= k else "small" if n <= 8 * k else "large"
+        paths[path] += 1
+        c = ctx(seed=n)
+        got = MaxScorePicker(max_endpoints=k).rank(c, totals)
+        r = ctx(seed=n).rng
+        tiebreak = [r.random() for _ in range(n)]
+        expected = [i for _, _, i in heapq.nlargest(k, zip(totals, tiebreak, range(n), strict=True))]
+        assert got == expected, (totals, k)
+        assert c.rng.getstate() == r.getstate()
+    assert all(count > 20 for count in paths.values()), paths

@@ -155,6 +155,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import types
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1148,9 +1149,9 @@ class BacklogTtftScorer(PluginHooks):
             predicted = self._unmeasured(endpoints, capacities, tokens=tokens, now=now, matched=matched)
             self._publish(ctx, endpoints, predicted, tokens)
             if self.prediction_exponent != 1.0 and not self._adapter_cycle:
-                return list[float | None](self._ratios(predicted, endpoints))
-            best = min(predicted, default=0.0)
-            return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
+                return cast("list[float | None]", self._ratios(predicted, endpoints))
+            best = min(predicted) if predicted else 0.0
+            return cast("list[float | None]", [1.0 if p <= 0 else best / p for p in predicted])
         preference = self.speed_preference
         idle: list[float] = []
         predicted = self._predict(
@@ -1162,26 +1163,28 @@ class BacklogTtftScorer(PluginHooks):
         # Without a key listed twice ``idle`` is already what _publish would compute from
         # ``_cycle_models`` (the same ``intercept + slope * tokens`` per candidate): handed over.
         self._publish(ctx, endpoints, predicted, tokens, idle, cols.keys)
-        best = min(predicted, default=0.0)
+        best = min(predicted) if predicted else 0.0
         if self.prediction_exponent != 1.0 and not self._adapter_cycle:
             ratios = self._ratios(predicted, endpoints)
             if preference > 0 and (fastest := min(idle)) > 0:
                 probing = self._cheap_probes
                 if probing:
-                    return list[float | None](
+                    return cast(
+                        "list[float | None]",
                         [
                             r * (fastest / (fastest if e.key in probing else t)) ** preference
                             for r, e, t in zip(ratios, endpoints, idle, strict=True)
-                        ]
+                        ],
                     )
                 # No cheap probe (the usual case): ``fastest / t`` for every candidate, without the
                 # candidates' keys (one iterator less, no set look-up per candidate).
                 if len(idle) != len(ratios):
                     raise ValueError("backlog-ttft-scorer: ratios and idle times of different lengths")
-                return list[float | None](
-                    [r * (fastest / idle[i]) ** preference for i, r in enumerate(ratios)]
-                )
-            return list[float | None](ratios)
+                if NATIVE_POW and -math.inf < preference < math.inf:
+                    return cast("list[float | None]", _preferred(ratios, idle, fastest, preference))
+                preferred = [r * (fastest / idle[i]) ** preference for i, r in enumerate(ratios)]
+                return cast("list[float | None]", preferred)
+            return cast("list[float | None]", ratios)
         if preference > 0:
             fastest = min(idle)
             if self._cheap_probes:
@@ -1201,10 +1204,10 @@ class BacklogTtftScorer(PluginHooks):
                     (1.0 if p <= 0 else best / p) * (fastest / t) ** preference
                     for p, t in zip(predicted, idle, strict=True)
                 ]
-                return UnitScores(scores) if best > 0 else list[float | None](scores)
+                return UnitScores(scores) if best > 0 else cast("list[float | None]", scores)
         if best > 0:
             return UnitScores([best / p for p in predicted])
-        return list[float | None]([1.0 if p <= 0 else best / p for p in predicted])
+        return cast("list[float | None]", [1.0 if p <= 0 else best / p for p in predicted])
 
     def _ratios(self, predicted: list[float], endpoints: Sequence[EndpointView]) -> list[float]:
         """``best / predicted_i`` with the part of it between endpoints of one model sharpened:
@@ -1217,7 +1220,7 @@ class BacklogTtftScorer(PluginHooks):
         4xA10G pods drew more than it could serve: random-1-01, same section). Requests without an
         adapter only (:meth:`_score_base`): sharpened for adapter requests too, random-1-03 (a LoRA
         draw) lost its tail. A prediction <= 0 scores 1.0."""
-        best = min(predicted, default=0.0)
+        best = min(predicted) if predicted else 0.0  # no keyword: a generic call compiled
         # The models as objects (a Mapping of objects): in the compiled build a ``tuple[float,
         # float]`` read from the typed dict is unboxed to two C doubles and boxed again (a new
         # tuple and two floats) wherever it is stored or used as a key, and the old kinds did that
@@ -1252,6 +1255,10 @@ class BacklogTtftScorer(PluginHooks):
                 lowest[g] = p
             groups.append(g)
         exponent = self.prediction_exponent
+        # Compiled: ``math.pow`` (a native C call on doubles) where ``**`` would box both operands
+        # and go through the generic number protocol; for a finite positive base and a finite
+        # exponent both are C ``pow`` of the same doubles (see :func:`_preferred`).
+        native_pow = NATIVE_POW and -math.inf < exponent < math.inf
         out: list[float] = []
         for i in range(n):
             p = predicted[i]
@@ -1262,7 +1269,11 @@ class BacklogTtftScorer(PluginHooks):
             low = lowest[g]
             if low == math.inf:
                 raise KeyError(kinds[groups.index(g)])
-            out.append((low / p) ** exponent * (best / low))
+            base = low / p
+            if native_pow and 0.0 < base < math.inf:
+                out.append(math.pow(base, exponent) * (best / low))
+            else:
+                out.append(base**exponent * (best / low))
         return out
 
     def _one_kind_scores(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
@@ -1536,6 +1547,33 @@ class BacklogTtftScorer(PluginHooks):
         else:
             backlog.tokens += max(0.0, tokens - (backlog.at - at) / drain)
         backlog.total += tokens
+
+
+def _preferred(ratios: list[float], idle: list[float], fastest: float, preference: float) -> list[float]:
+    """``[r * (fastest / idle[i]) ** preference for i, r in enumerate(ratios)]`` (the score times
+    the idle-speed factor, :meth:`BacklogTtftScorer._score_base`) as a loop that the mypyc build
+    compiles to native code, with ``math.pow`` for a finite positive base: there ``**`` on floats
+    boxes both operands and goes through the generic number protocol, ``math.pow`` is a C call on
+    doubles. Both are C ``pow`` of the same doubles for a finite positive base and a finite
+    exponent (CPython's ``float_pow`` and ``math.pow`` handle only zeros, NaN, infinities and
+    negative bases themselves, and both raise ``OverflowError`` on an overflow), so the floats are
+    the same; any other base goes through ``**``. For a finite ``preference`` only (the caller's
+    check); ``idle`` at least as long as ``ratios``."""
+    out: list[float] = []
+    for i in range(len(ratios)):
+        base = fastest / idle[i]
+        if 0.0 < base < math.inf:
+            out.append(ratios[i] * math.pow(base, preference))
+        else:
+            out.append(ratios[i] * base**preference)
+    return out
+
+
+NATIVE_POW = not isinstance(_preferred, types.FunctionType)
+"""Whether this module runs compiled (mypyc makes its functions native): then the pick raises
+floats to the ``predictionExponent`` and ``speedPreference`` with ``math.pow`` where the base is
+finite and positive (:func:`_preferred`); interpreted, ``**`` stays (an operator, cheaper there
+than a call)."""
 
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> BacklogTtftScorer:

@@ -42,11 +42,13 @@ class MaxScorePicker(CountedPicker):
         tiebreak = list(starmap(rnd, repeat((), n)))
         k = self.max_endpoints
         # Tuples compare in C (no Python key call per candidate): order by total, then the random
-        # tie-break; the index only rides along (a full tie on both is impossible in practice).
-        ranked: Iterable[tuple[float, float, int]] = zip(totals, tiebreak, range(n), strict=True)
+        # tie-break; the index only rides along (a full tie on both is impossible in practice). The
+        # zip of all candidates is made only where it is ranked (a NaN, a pool of at most k): a
+        # ``zip(..., strict=True)`` is a call with a keyword, generic in the compiled build.
+        ranked: Iterable[tuple[float, float, int]]
         total = sum(totals)
         if total != total:  # a NaN (or infinities of both signs): its comparisons order nothing
-            return [i for _, _, i in heapq.nlargest(k, ranked)]
+            return [i for _, _, i in heapq.nlargest(k, zip(totals, tiebreak, range(n), strict=True))]
         if n > PREFILTER_ABOVE * k:
             # Only candidates whose total reaches the k-th largest total can be in the top k: rank
             # those (usually about k) instead of building a tuple per candidate.
@@ -61,6 +63,8 @@ class MaxScorePicker(CountedPicker):
             # floats (cheaper than comparing every candidate's tuple in the sort below).
             kth = sorted(totals)[-k]
             ranked = [(t, tiebreak[i], i) for i, t in enumerate(totals) if t >= kth]
+        else:
+            ranked = zip(totals, tiebreak, range(n), strict=True)
         # ``sorted(..., reverse=True)[:k]`` is what ``heapq.nlargest`` is documented to equal, and
         # on a short list it runs in C (nlargest's own loop is Python); the tuples differ by index,
         # so no tie is left to order.

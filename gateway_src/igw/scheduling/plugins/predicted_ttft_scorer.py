@@ -141,7 +141,7 @@ class PredictedTtftScorer(PluginHooks):
 
     def score(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[float | None]:
         predicted = self.predicted(endpoints, ctx.columns(endpoints))
-        best = min(predicted, default=0.0)
+        best = min(predicted) if predicted else 0.0  # no keyword: a generic keyword call compiled
         scores: list[float | None]
         if best > 0:  # every prediction positive: the ratio below without its guard, each in (0, 1]
             scores = UnitScores([best / p for p in predicted])
