@@ -244,8 +244,13 @@ async def _warm_up(base: str, headers: Mapping[str, str] | None) -> None:
 
 async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
-    from igw.perf.gateway_load import GATEWAY_LOG_NAME, backend_process, gateway_process, wait_ready
-    from igw.perf.workers_throughput import wait_all_workers
+    from igw.perf.gateway_load import (
+        GATEWAY_LOG_NAME,
+        backend_process,
+        gateway_process,
+        wait_all_workers,
+        wait_ready,
+    )
 
     figures = LoadFigures()
     workers = args.workers

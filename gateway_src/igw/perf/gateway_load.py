@@ -194,6 +194,29 @@ async def wait_ready(
     raise RuntimeError(f"gateway at {base} did not become ready within {within_s}s")
 
 
+async def wait_all_workers(base: str, count: int, *, within_s: float) -> None:
+    """Until each of ``count`` workers has answered ``/readyz`` on a new connection.
+
+    One worker's answer is not enough: a worker still starting has no listener in the port's
+    ``SO_REUSEPORT`` group yet, so every connection opened until then goes to the others, and a
+    phase's keep-alive connections would stay there."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + within_s
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        while len(seen) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"only workers {sorted(seen)} of {count} at {base} answered in {within_s}s"
+                )
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"http://{base}/readyz") as response:
+                    if response.status == 200:
+                        seen.add(int((await response.json())["worker"]["index"]))
+                        continue
+            await asyncio.sleep(0.05)
+
+
 async def closed_loop(
     base: str,
     *,

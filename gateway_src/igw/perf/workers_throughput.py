@@ -23,7 +23,6 @@ import resource
 import statistics
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from igw.perf.gateway_load import (
     gateway_process,
     group_cpu,
     group_pids,
+    wait_all_workers,
     wait_ready,
 )
 from igw.perf.wrk_load import WrkError, run_wrk, script, wrk_binary
@@ -111,29 +111,6 @@ def requests_by_worker(page: str) -> dict[str, float]:
 async def _worker_requests(base: str) -> dict[str, float]:
     async with aiohttp.ClientSession() as session, session.get(f"http://{base}/metrics") as response:
         return requests_by_worker(await response.text())
-
-
-async def wait_all_workers(base: str, count: int, *, within_s: float) -> None:
-    """Until each of ``count`` workers has answered ``/readyz`` on a new connection.
-
-    One worker's answer is not enough: a worker still starting has no listener in the port's
-    ``SO_REUSEPORT`` group yet, so every connection opened until then goes to the others, and a
-    phase's keep-alive connections would stay there."""
-    seen: set[int] = set()
-    deadline = time.monotonic() + within_s
-    connector = aiohttp.TCPConnector(force_close=True)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        while len(seen) < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"only workers {sorted(seen)} of {count} at {base} answered in {within_s}s"
-                )
-            with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(f"http://{base}/readyz") as response:
-                    if response.status == 200:
-                        seen.add(int((await response.json())["worker"]["index"]))
-                        continue
-            await asyncio.sleep(0.05)
 
 
 def pin(pid: int, cpus: set[int]) -> None:
