@@ -13,6 +13,7 @@ import pytest
 from igw.addon import chart, pins
 from igw.cli import operator, serve
 from igw.gateway.emf_sink import AgentEndpoint
+from igw.gateway.worker_count import CPU_REQUEST_ENV
 
 K8S_VERSION = "1.34.0"
 CLOUDWATCH_ON = {"gateway": {"cloudWatch": {"enabled": True}}}
@@ -42,7 +43,7 @@ def _egress(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_cloudwatch_is_off_by_default_in_both_modes() -> None:
     gateway = _objects({"mode": "gateway"})
     args = _args(gateway, serve.add_arguments)
-    assert (args.emf_interval, args.emf_endpoint, args.workers) == (0, None, 1)
+    assert (args.emf_interval, args.emf_endpoint) == (0, None)
     assert not [r for r in _egress(gateway) if any(p["port"] == 25888 for p in r["ports"])]
     operator_args = _args(_objects({}), operator.add_arguments)
     assert operator_args.gateway_emf_interval == 0
@@ -76,6 +77,31 @@ def test_agent_protocol_interval_and_workers_follow_the_values() -> None:
     assert any(r["ports"] == [{"port": 2000, "protocol": "UDP"}] for r in _egress(objects))
 
 
+def _gateway_env(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = _one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return {entry["name"]: entry for entry in container.get("env", [])}
+
+
+def test_workers_default_to_auto_with_the_cpu_request_in_both_modes() -> None:
+    """``auto`` reads the CPU request from the downward API: without the variable a pod with no CPU
+    limit would start a worker per CPU of its node."""
+    gateway = _objects({"mode": "gateway"})
+    assert _args(gateway, serve.add_arguments).workers == "auto"
+    request = _gateway_env(gateway)[CPU_REQUEST_ENV]["valueFrom"]["resourceFieldRef"]
+    assert request == {"containerName": "gateway", "resource": "requests.cpu", "divisor": "1m"}
+    (container,) = _one(gateway, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == request["containerName"]
+    assert _args(_objects({}), operator.add_arguments).gateway_workers == "auto"
+
+
+@pytest.mark.parametrize(("workers", "serve_workers"), [(1, 1), (3, 3), ("auto", "auto")])
+def test_a_worker_count_reaches_both_modes(workers: int | str, serve_workers: int | str) -> None:
+    gateway = _objects({"mode": "gateway", "gateway": {"workers": workers}})
+    assert _args(gateway, serve.add_arguments).workers == serve_workers
+    operator_args = _args(_objects({"gateway": {"workers": workers}}), operator.add_arguments)
+    assert operator_args.gateway_workers == serve_workers
+
+
 def test_operator_mode_passes_the_settings_to_the_operator() -> None:
     otlp = "http://otel-collector.observability:4318"
     args = _args(
@@ -90,11 +116,20 @@ def test_operator_mode_passes_the_settings_to_the_operator() -> None:
     ("values", "message"),
     [
         ({"mode": "gateway", "gateway": {"workers": 0}}, "workers"),
+        ({"gateway": {"workers": "all"}}, "workers"),
+        ({"gateway": {"workers": 65}}, "workers"),
         ({"gateway": {"cloudWatch": {"agent": {"protocol": "http"}}}}, "protocol"),
         ({"gateway": {"cloudWatch": {"emfIntervalSeconds": 0}}}, "emfIntervalSeconds"),
         ({"operator": {"gatewayOtlpEndpoint": "collector:4318"}}, "gatewayOtlpEndpoint"),
     ],
-    ids=["no-workers", "agent-protocol", "zero-interval", "otlp-not-a-url"],
+    ids=[
+        "no-workers",
+        "workers-word",
+        "too-many-workers",
+        "agent-protocol",
+        "zero-interval",
+        "otlp-not-a-url",
+    ],
 )
 def test_bad_observability_values_fail_with_the_field(values: dict[str, Any], message: str) -> None:
     import helm_python as helm  # deferred: the SDK's error type, as tests/addon/test_chart.py does

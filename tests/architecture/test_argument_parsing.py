@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from igw.cli.arg_types import NumberList, NumberRange, output_directory, output_file
+from igw.cli.arg_types import NumberList, NumberOrWord, NumberRange, output_directory, output_file
 from igw.cli.main import build_parser
 from igw.config.paths import REPO_ROOT
 from tests.architecture.support import SOURCE_ROOT, assert_none, offenders, python_files, sample
@@ -154,7 +154,7 @@ def test_every_out_of_range_number_is_refused_while_parsing_naming_the_option(
 ) -> None:
     checked = 0
     for words, action in _options(build_parser()):
-        if not isinstance(action.type, NumberRange | NumberList):
+        if not isinstance(action.type, NumberRange | NumberList | NumberOrWord):
             continue
         bad = action.type.outside()
         if bad is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -35,6 +36,7 @@ from tests.operator.harness import (
     find,
     install_crd,
     install_extension_crds,
+    kubelet_env,
     mark_deployment_ready,
     running_operator,
 )
@@ -88,10 +90,13 @@ def _http(url: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None
     return answer
 
 
-def _start_gateway(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _start_gateway(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "igw.cli.main", *args], stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "igw.cli.main", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
         )
 
 
@@ -158,14 +163,16 @@ async def run(workdir: Path) -> int:
                     limit_s=60,
                     what="the Deployment",
                 )
-                args = list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+                container = deployment["spec"]["template"]["spec"]["containers"][0]
+                env = kubelet_env(container, pod_name=f"{name}-gateway-0", namespace=namespace)
+                args = list(container["args"])
                 args[args.index("--config") + 1] = str(workdir / "served" / "config.yaml")
                 gateway_port = _free_port()
                 args[args.index("--port") + 1] = str(gateway_port)
                 args[args.index("--management-port") + 1] = str(_free_port())  # /metrics, pod detail
                 args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--drain-seconds", "0"]
                 print("kubelet stand-in: igw " + " ".join(args))
-                gateway = _start_gateway(args, workdir / "gateway.log")
+                gateway = _start_gateway(args, workdir / "gateway.log", env)
                 url = f"http://127.0.0.1:{gateway_port}"
                 await _poll(
                     lambda: _http(f"{url}/readyz") is not None, limit_s=60, what="the gateway's /readyz"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ import yaml
 from igw.config.crd import CRD_PATH
 from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.config.inference_extension_crds import crd_path
+from igw.config.resource_quantities import parse_quantity
 from igw.operator.runner import OperatorOptions, run_operator
 from tests.fakes.kube_api import FakeKubeApiServer
 
@@ -241,3 +243,27 @@ def running_operator(kubeconfig: Path, **overrides: Any) -> Iterator[OperatorThr
         yield operator
     finally:
         operator.stop()
+
+
+def kubelet_env(container: dict[str, Any], *, pod_name: str, namespace: str) -> dict[str, str]:
+    """The environment the kubelet gives ``container``: plain values, the pod's name and namespace
+    (``fieldRef``) and its own requests and limits (``resourceFieldRef``: the quantity divided by the
+    divisor, rounded up, as the kubelet does), later entries of a name winning. Processes the tests
+    start as a pod's stand-in get it, so ``igw serve --workers auto`` counts the pod's CPU request."""
+    fields = {"metadata.name": pod_name, "metadata.namespace": namespace}
+    env: dict[str, str] = {}
+    for entry in container.get("env", []):
+        source = entry.get("valueFrom") or {}
+        if "value" in entry:
+            env[entry["name"]] = str(entry["value"])
+        elif "fieldRef" in source:
+            env[entry["name"]] = fields[source["fieldRef"]["fieldPath"]]
+        elif "resourceFieldRef" in source:
+            ref = source["resourceFieldRef"]
+            kind, resource = ref["resource"].split(".", 1)
+            quantity = parse_quantity((container.get("resources") or {}).get(kind, {}).get(resource, "0"))
+            divisor = parse_quantity(ref.get("divisor", "1"))
+            assert quantity is not None, ref
+            assert divisor, ref
+            env[entry["name"]] = str(math.ceil(quantity / divisor))
+    return env

@@ -10,6 +10,7 @@ import kubernetes_validate
 
 from igw.cli import serve
 from igw.gateway.emf_sink import AgentEndpoint
+from igw.gateway.worker_count import CPU_REQUEST_ENV
 from igw.operator.dataplane import DataPlaneSettings, desired_objects
 from tests.operator.dataplane_support import K8S_VERSION, by_kind, igwc_object
 
@@ -45,7 +46,7 @@ def test_emf_settings_send_to_the_agent_and_open_its_port() -> None:
     assert AgentEndpoint.parse(args.emf_endpoint) == AGENT
     assert (25888, "UDP") in _egress_ports(objects)
     assert (4318, "TCP") in _egress_ports(objects)
-    assert _container(objects)["env"] == [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": OTLP}]
+    assert _container(objects)["env"][1:] == [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": OTLP}]
 
 
 def test_without_settings_nothing_is_sent_and_no_port_is_opened() -> None:
@@ -53,7 +54,7 @@ def test_without_settings_nothing_is_sent_and_no_port_is_opened() -> None:
     args = _serve_args(_container(objects))
     assert args.emf_interval == 0
     assert args.emf_endpoint is None
-    assert "env" not in _container(objects)
+    assert [e["name"] for e in _container(objects)["env"]] == [CPU_REQUEST_ENV]  # --workers auto's
     ports = _egress_ports(objects)
     assert (25888, "UDP") not in ports
     assert (25888, "TCP") not in ports
@@ -70,6 +71,7 @@ def test_stdout_emf_needs_no_egress_and_pod_defaults_env_follows_ours() -> None:
     args = _serve_args(_container(objects))
     assert (args.emf_interval, args.emf_endpoint) == (30, None)
     assert [e["name"] for e in _container(objects)["env"]] == [
+        CPU_REQUEST_ENV,
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "OTEL_TRACES_SAMPLER_ARG",
     ]

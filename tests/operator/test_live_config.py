@@ -25,6 +25,7 @@ from tests.operator.harness import (
     OperatorThread,
     find,
     igwc,
+    kubelet_env,
     update_spec,
     wait_condition,
     wait_for,
@@ -39,7 +40,7 @@ def _free_port() -> int:
 
 
 class Gateway:
-    def __init__(self, args: list[str], port: int, log: Path) -> None:
+    def __init__(self, args: list[str], port: int, log: Path, env: dict[str, str]) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.failures: list[str] = []
         with log.open("wb") as out:
@@ -47,7 +48,7 @@ class Gateway:
                 [sys.executable, "-m", "igw.cli.main", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ},
+                env={**os.environ, **env},
             )
 
     def models(self) -> set[str] | None:
@@ -74,13 +75,15 @@ def gateways(
     deployment = wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
     started: list[Gateway] = []
     for replica in range(2):
-        args = list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        env = kubelet_env(container, pod_name=f"chat-gateway-{replica}", namespace="inference")
+        args = list(container["args"])
         args[args.index("--config") + 1] = str(tmp_path / f"replica-{replica}" / "config.yaml")
         port = _free_port()
         args[args.index("--port") + 1] = str(port)
         args[args.index("--management-port") + 1] = str(_free_port())  # each replica its own, as each pod
         args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--drain-seconds", "0"]
-        started.append(Gateway(args, port, tmp_path / f"gateway-{replica}.log"))
+        started.append(Gateway(args, port, tmp_path / f"gateway-{replica}.log", env))
     try:
         yield started
     finally:

@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from igw.gateway.worker_count import CPU_REQUEST_ENV
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_all_fresh
 from tests.reliability.harness import MODEL, gateway_doc, igw_serve, wait_until
@@ -84,6 +86,33 @@ async def test_two_workers_share_the_port_and_one_scrape_per_interval(tmp_path: 
         assert time.monotonic() - t_stop < 60
     assert "stopping: not ready" in gw.output
     assert gw.output.count("igw gateway stopped") == 2
+
+
+async def test_auto_starts_one_worker_per_core_of_the_cpu_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--workers auto`` with a request of 1.5 cores (the downward API's millicores) starts two
+    workers (one on a one-CPU machine), says so and why in its log, and serves on both."""
+    monkeypatch.setenv(CPU_REQUEST_ENV, "1500")
+    expected = min(2, len(os.sched_getaffinity(0)))
+    async with (
+        running(FakeModelServer("p0")) as pods,
+        igw_serve(tmp_path, gateway_doc(), [p.key for p in pods], "--workers", "auto") as gw,
+    ):
+        noun = "worker" if expected == 1 else "workers"
+        await wait_until(
+            lambda: f"--workers auto: {expected} {noun} (" in gw.output, within=10, what="the choice logged"
+        )
+        assert f"CPU request 1.5 ({CPU_REQUEST_ENV})" in gw.output
+        if expected == 2:
+            seen: set[int] = set()
+            deadline = time.monotonic() + 60
+            while len(seen) < 2 and time.monotonic() < deadline:
+                worker = await _worker_of_new_connection(gw.url)
+                assert worker["count"] == 2
+                seen.add(worker["index"])
+            assert seen == {0, 1}
+        assert await gw.stop() == 0
 
 
 async def test_a_worker_that_dies_stops_the_group_with_exit_3(tmp_path: Path) -> None:

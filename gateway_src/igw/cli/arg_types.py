@@ -116,6 +116,32 @@ class NumberList(Generic[Number]):
         return None if bad is None else f"1,{bad}" if self.item.contains(self.item.kind(1)) else bad
 
 
+@dataclass(frozen=True)
+class NumberOrWord(Generic[Number]):
+    """A number within ``number``, or the one ``word`` that asks the command to choose (``auto``)."""
+
+    number: NumberRange[Number]
+    word: str
+
+    @property
+    def __name__(self) -> str:
+        return self.describe()
+
+    def describe(self) -> str:
+        return f"{self.number.describe()} or {self.word!r}"
+
+    def __call__(self, text: str) -> Number | str:
+        if text.strip().lower() == self.word:
+            return self.word
+        try:
+            return self.number(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}") from None
+
+    def outside(self) -> str | None:
+        return self.number.outside()
+
+
 PORT: Final = NumberRange(int, 0, 65535)
 """A TCP port; 0 asks the kernel for a free one."""
 LISTEN_PORT: Final = NumberRange(int, 1, 65535)
@@ -136,6 +162,8 @@ FINITE: Final = NumberRange(float)
 """A finite number whose range the command itself checks against its one source of truth."""
 FRACTION: Final = NumberRange(float, 0.0, 1.0)
 """A share from 0 to 1."""
+WORKER_COUNT: Final = NumberOrWord(COUNT, "auto")
+"""``--workers``: how many, or ``auto`` (see :mod:`igw.gateway.worker_count`)."""
 COUNTS: Final = NumberList(COUNT)
 """Comma-separated counts (fleet sizes, worker counts), each at least one."""
 SEEDS: Final = NumberList(SEED)

@@ -22,6 +22,7 @@ from igw.cli.arg_types import (
     NON_NEGATIVE_INT,
     PORT,
     POSITIVE,
+    WORKER_COUNT,
     container_image,
     http_url,
     namespace_name,
@@ -51,6 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="public.ecr.aws/igw/inference-gateway:0.1.0",
         metavar="IMAGE",
         help="image of the gateway pods the operator creates",
+    )
+    parser.add_argument(
+        "--gateway-workers",
+        type=WORKER_COUNT,
+        default="auto",
+        metavar="N|auto",
+        help="igw serve --workers of the gateway pods the operator creates; auto: one per core of the "
+        "pod's CPU request (spec.podDefaults.resources), bounded by its limits (default auto)",
     )
     observability = parser.add_argument_group("gateway pods' observability (off by default)")
     observability.add_argument(
@@ -136,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     data_plane = DataPlaneSettings(
         image=args.gateway_image,
+        workers=args.gateway_workers,
         emf_interval_s=args.gateway_emf_interval,
         emf_endpoint=emf_endpoint,
         otlp_endpoint=args.gateway_otlp_endpoint or "",

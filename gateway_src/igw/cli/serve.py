@@ -6,6 +6,7 @@ Examples::
     igw serve --config igwc.yaml --in-cluster                          # in a pod: watch the API
     igw serve --config igwc.yaml --in-cluster --kubeconfig ~/.kube/config   # outside, same watch
     igw serve --config igwc.yaml --endpoints endpoints.yaml --workers 2  # two processes, one port
+    igw serve --config igwc.yaml --in-cluster --workers auto           # one per CPU the pod may use
     igw serve --config igwc.yaml --in-cluster --management-port 9090   # /metrics, /readyz detail there
 
 The configuration file is validated at start-up (exit 2 with every problem listed) and hot-reloaded
@@ -18,7 +19,7 @@ import argparse
 import sys
 from typing import Any
 
-from igw.cli.arg_types import ANY_INT, COUNT, FINITE, FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, PORT
+from igw.cli.arg_types import ANY_INT, FINITE, FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, PORT, WORKER_COUNT
 
 HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the endpoint picker)."
 
@@ -63,11 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=COUNT,
+        type=WORKER_COUNT,
         default=1,
-        metavar="N",
+        metavar="N|auto",
         help="gateway processes sharing the port (SO_REUSEPORT); worker 0 scrapes every pod for all, "
-        "/metrics answers for all with a worker label; one dying stops the group (exit 3) (default 1)",
+        "/metrics answers for all with a worker label; one dying stops the group (exit 3); auto: one per "
+        "CPU the container may count on (affinity, cgroup CPU limit, IGW_CPU_REQUEST_MILLICORES, "
+        "256 MiB of the memory limit each; logged at start) (default 1)",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
@@ -164,6 +167,20 @@ def worker_argv(args: argparse.Namespace, port: int, management_port: int | None
             out += [flag, str(value)]
     management = [] if management_port is None else ["--management-port", str(management_port)]
     return [*out, "--port", str(port), *management]
+
+
+def _worker_count(asked: int | str) -> int:
+    """``--workers``: the number given, or the one ``auto`` chooses here (logged with its bounds)."""
+    if isinstance(asked, int):
+        return asked
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    import logging
+
+    from igw.gateway.worker_count import auto_workers
+
+    budget = auto_workers()
+    logging.getLogger("igw.gateway.workers").info("%s", budget.describe())
+    return budget.workers
 
 
 def _default_limits() -> Any:
@@ -289,9 +306,10 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         role = WorkerRole.from_env()
-        if role is None and args.workers > 1:
+        workers = _worker_count(args.workers) if role is None else 1
+        if workers > 1:
             return supervise(
-                args.workers,
+                workers,
                 host=args.host,
                 port=args.port,
                 worker_command=lambda port, management_port: [

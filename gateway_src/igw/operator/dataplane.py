@@ -29,6 +29,7 @@ import yaml
 from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.config.rules import OPERATOR_SERVING_PORT
 from igw.gateway.emf_sink import AgentEndpoint
+from igw.gateway.worker_count import AUTO, CPU_REQUEST_ENV
 from igw.operator.shutdown_timing import shutdown_timing
 
 CONFIG_KEY: Final = "config.yaml"
@@ -73,6 +74,9 @@ class DataPlaneSettings:
     """Seconds a terminating gateway pod gets (the chart's gateway-mode default)."""
     pre_stop_s: int = 15
     """preStop sleep: the pod keeps serving while the load balancer deregisters it."""
+    workers: int | str = AUTO
+    """``igw serve --workers`` of every gateway pod: a number, or ``auto`` (one per core of the pod's
+    CPU request, which the pod learns from the downward API; see :mod:`igw.gateway.worker_count`)."""
     emf_interval_s: int = 0
     """``igw serve --emf-interval`` of every gateway pod (0: no CloudWatch EMF documents)."""
     emf_endpoint: AgentEndpoint | None = None
@@ -81,6 +85,19 @@ class DataPlaneSettings:
     otlp_endpoint: str = ""
     """``OTEL_EXPORTER_OTLP_ENDPOINT`` of every gateway pod (switches tracing on; NetworkPolicy egress
     to its port); empty: no traces."""
+
+    def worker_args(self) -> list[str]:
+        """``igw serve --workers`` when not the single process it starts by default."""
+        if self.workers == AUTO or (isinstance(self.workers, int) and self.workers > 1):
+            return ["--workers", str(self.workers)]
+        return []
+
+    def worker_env(self) -> list[dict[str, Any]]:
+        """With ``auto``: the container's CPU request in millicores, where ``auto`` reads it."""
+        if self.workers != AUTO:
+            return []
+        request = {"containerName": "gateway", "resource": "requests.cpu", "divisor": "1m"}
+        return [{"name": CPU_REQUEST_ENV, "valueFrom": {"resourceFieldRef": request}}]
 
     def observability_args(self) -> list[str]:
         """``igw serve`` options sending CloudWatch EMF documents, when an interval is set."""
@@ -277,6 +294,7 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             "--management-port",
             str(management_port(spec)),
             *timing.serve_args(),
+            *settings.worker_args(),
             *settings.observability_args(),
         ],
         "ports": [
@@ -302,8 +320,10 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
     for key in ("env", "envFrom"):
         if defaults.get(key):
             container[key] = defaults[key]
-    if settings.otlp_endpoint:  # before podDefaults.env: a later entry of the same name wins
-        own = [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": settings.otlp_endpoint}]
+    own = settings.worker_env()
+    if settings.otlp_endpoint:
+        own.append({"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": settings.otlp_endpoint})
+    if own:  # before podDefaults.env: a later entry of the same name wins
         container["env"] = [*own, *(defaults.get("env") or [])]
     pod: dict[str, Any] = {
         "serviceAccountName": name,
