@@ -109,6 +109,18 @@ def test_the_gateway_runs_the_tree_it_is_given(tmp_path: Path, monkeypatch: pyte
     assert [env.get("PYTHONPATH") for env in spawned] == [os.environ.get("PYTHONPATH")]
 
 
+async def test_the_gateway_runs_under_the_interpreter_it_is_given(tmp_path: Path) -> None:
+    """``igw perf gateway --gateway-python``: the gateway, and only it, starts under that interpreter
+    (here a wrapper that notes its arguments, then runs this one)."""
+    marker = tmp_path / "ran.txt"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" > {marker}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    with gateway_process(tmp_path, backend="127.0.0.1:9", python=wrapper) as (base, proc):
+        await wait_ready(base, within_s=60, proc=proc, log_path=tmp_path / GATEWAY_LOG_NAME)
+    assert marker.read_text().startswith("-m igw.cli.main serve --config ")
+
+
 async def test_a_gateway_that_cannot_start_is_reported_at_once_with_its_log(tmp_path: Path) -> None:
     """A gateway that exits before ``/readyz`` answers (here: an unknown flag; on a machine without
     ``redis``, an import error) fails the readiness wait at once with its exit status and log tail,

@@ -59,6 +59,23 @@ def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
         "its CPU per request is the whole group's",
     )
     parser.add_argument(
+        "--gateway-tree",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="directory holding the igw package the gateway runs (its PYTHONPATH), e.g. a compiled "
+        "tree's gateway_src; the load, the backend and the peers stay the harness's (default: the "
+        "harness's own igw)",
+    )
+    parser.add_argument(
+        "--gateway-python",
+        type=Path,
+        default=None,
+        metavar="PYTHON",
+        help="interpreter the gateway runs under, e.g. another virtual environment's bin/python, to "
+        "compare CPython versions with everything else unchanged (default: the harness's)",
+    )
+    parser.add_argument(
         "--auth",
         choices=("jwt", "none"),
         default="jwt",

@@ -259,7 +259,14 @@ async def _load(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         tempfile.TemporaryDirectory() as tmp,
         _issuer(Path(tmp), args.auth) as issuer,
         backend_process(chunks=20, interval=0.005) as (backend, _),
-        gateway_process(Path(tmp), backend=backend, issuer=issuer, args=serve_args) as (gateway, proc),
+        gateway_process(
+            Path(tmp),
+            backend=backend,
+            issuer=issuer,
+            args=serve_args,
+            source=args.gateway_tree,
+            python=args.gateway_python,
+        ) as (gateway, proc),
         contextlib.ExitStack() as peer_stack,
     ):
         # Every target gets the same request bytes: the token goes to the backend and the peers too.

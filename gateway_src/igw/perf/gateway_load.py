@@ -117,11 +117,14 @@ def gateway_process(
     args: Sequence[str] = (),
     issuer: PerfIssuer | None = None,
     source: Path | None = None,
+    python: Path | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``igw serve`` (plus ``args``) in front of ``backend``; files in ``workdir``. With ``issuer``,
     every inference request must carry a JWT of that issuer (``spec.auth``), as in a deployment.
     ``source``: the directory holding the ``igw`` package the gateway runs (its ``PYTHONPATH``),
-    so that one benchmark harness can compare gateway trees; default: this process's."""
+    so that one benchmark harness can compare gateway trees; default: this process's. ``python``:
+    the interpreter the gateway runs under (another virtual environment's, to compare CPython
+    versions with the load generator and the backend unchanged); default: this process's."""
     config: dict[str, Any] = {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
@@ -143,7 +146,7 @@ def gateway_process(
     (workdir / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"perf": [backend]}}))
     port = free_port()
     cmd = [
-        sys.executable,
+        str(python) if python is not None else sys.executable,
         "-m",
         "igw.cli.main",
         "serve",
