@@ -90,14 +90,14 @@ def test_the_cpu_request_bounds_a_pod_without_a_limit(tmp_path: Path) -> None:
     assert f"CPU request 1.5 ({CPU_REQUEST_ENV})" in budget.describe()
 
 
-@pytest.mark.parametrize("text", ["0", "", "-1000", "1.5", "2 cores"])
+@pytest.mark.parametrize("text", ["0", "", "-1000", "1.5", "2 cores", "\u00b2"])
 def test_an_unset_or_unusable_request_is_no_bound(tmp_path: Path, text: str) -> None:
     """The downward API reports 0 for a container without a CPU request."""
     assert _count(tmp_path, env={CPU_REQUEST_ENV: text}) == 16
 
 
 @pytest.mark.parametrize(
-    "cpu_max", ["", "max", "garbage", "0 100000", "100000 0", "-5 100000", "1 2 3", "\xff\xfe"]
+    "cpu_max", ["", "max", "garbage", "0 100000", "100000 0", "-5 100000", "1 2 3", "\xff\xfe", "\u00b2 1"]
 )
 def test_malformed_cgroup_files_are_no_bound(tmp_path: Path, cpu_max: str) -> None:
     leaf = _v2(tmp_path)

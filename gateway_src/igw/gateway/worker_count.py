@@ -90,9 +90,9 @@ def auto_workers(
 
 def _cpu_request(env: Mapping[str, str]) -> float | None:
     """Cores from :data:`CPU_REQUEST_ENV`; ``None`` when unset, not a positive integer (the downward
-    API reports 0 for a container without a request) or absurd."""
+    API reports 0 for a container without a request)."""
     text = env.get(CPU_REQUEST_ENV, "").strip()
-    if not text.isdigit() or int(text) <= 0:
+    if not text.isdecimal() or int(text) <= 0:
         return None
     return int(text) / 1000
 
@@ -171,7 +171,7 @@ def _v1_cpu(quota: str | None, period: str | None) -> float | None:
 
 
 def _ratio(quota: str, period: str) -> float | None:
-    if not (quota.isdigit() and period.isdigit()) or int(quota) <= 0 or int(period) <= 0:
+    if not (quota.isdecimal() and period.isdecimal()) or int(quota) <= 0 or int(period) <= 0:
         return None
     return int(quota) / int(period)
 
@@ -182,12 +182,12 @@ def _memory_limit(root: Path, groups: Mapping[str, PurePosixPath]) -> int | None
     if "" in groups:
         for level in _levels(root / "sys/fs/cgroup", groups[""]):
             text = _read(level / "memory.max")
-            if text is not None and text.isdigit():
+            if text is not None and text.isdecimal():
                 limits.append(int(text))
     mount = _v1_mount(root, ("memory",))
     if "memory" in groups and mount is not None:
         for level in _levels(mount, groups["memory"]):
             text = _read(level / "memory.limit_in_bytes")
-            if text is not None and text.isdigit() and int(text) < _UNLIMITED_V1_BYTES:
+            if text is not None and text.isdecimal() and int(text) < _UNLIMITED_V1_BYTES:
                 limits.append(int(text))
     return min(limits) if limits else None
