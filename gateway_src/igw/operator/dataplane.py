@@ -40,6 +40,8 @@ MANAGEMENT_PORT: Final = 9090
 """The gateway pods' management listener (``/metrics``, detailed ``/readyz``, ``/debug/decisions``)
 unless ``spec.extensions.management.port`` names another; reachable from pods in the cluster only."""
 MANAGEMENT_PORT_NAME: Final = "metrics"
+CONTAINER_NAME: Final = "gateway"
+"""The gateway pods' one container (the downward API's ``resourceFieldRef`` names it)."""
 CONFIG_LABEL: Final = f"{API_GROUP}/config"
 MANAGED_BY: Final = "igw-operator"
 TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
@@ -96,7 +98,7 @@ class DataPlaneSettings:
         """With ``auto``: the container's CPU request in millicores, where ``auto`` reads it."""
         if self.workers != AUTO:
             return []
-        request = {"containerName": "gateway", "resource": "requests.cpu", "divisor": "1m"}
+        request = {"containerName": CONTAINER_NAME, "resource": "requests.cpu", "divisor": "1m"}
         return [{"name": CPU_REQUEST_ENV, "valueFrom": {"resourceFieldRef": request}}]
 
     def observability_args(self) -> list[str]:
@@ -279,7 +281,7 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
         spec, termination_grace_s=settings.termination_grace_s, pre_stop_s=settings.pre_stop_s
     )
     container: dict[str, Any] = {
-        "name": "gateway",
+        "name": CONTAINER_NAME,
         "image": settings.image,
         "imagePullPolicy": settings.image_pull_policy,
         "args": [
