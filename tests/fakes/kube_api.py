@@ -73,7 +73,7 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -543,38 +543,52 @@ class FakeKubeApiServer:
             patch = yaml.safe_load(text) if "yaml" in content_type else json.loads(text)
         except (ValueError, yaml.YAMLError) as exc:
             raise StoreError(400, "BadRequest", f"malformed patch: {exc}") from exc
-        try:
-            current = self.store.get(kind, ns, name)
-        except StoreError:
-            if content_type == "application/apply-patch+yaml":
-                return self.store.create(
-                    kind, ns, patch, field_validation=field_validation, warnings=warnings
-                )
-            raise
+        apply: Callable[[Any, Any], Any]
         if content_type == "application/json-patch+json":
-            updated = json_patch(current, patch)
+            apply = json_patch
         elif content_type in (
             "application/merge-patch+json",
             "application/strategic-merge-patch+json",
             "application/apply-patch+yaml",
         ):
-            updated = merge_patch(current, patch)
+            apply = merge_patch
         else:
             raise StoreError(
                 415,
                 "UnsupportedMediaType",
                 f"the body of the request was in an unknown format: {content_type}",
             )
-        updated.setdefault("metadata", {}).pop("resourceVersion", None)
-        return self.store.replace(
-            kind,
-            ns,
-            name,
-            updated,
-            status_only=subresource == "status",
-            field_validation=field_validation,
-            warnings=warnings,
-        )
+        # Atomic, as the API server's GuaranteedUpdate: the patch applies to the version it replaces
+        # (a write landing between read and write is retried on the newer version, never overwritten),
+        # unless the patch itself names a resourceVersion - a precondition, answered 409 when stale.
+        while True:
+            try:
+                current = self.store.get(kind, ns, name)
+            except StoreError:
+                if content_type == "application/apply-patch+yaml":
+                    return self.store.create(
+                        kind, ns, patch, field_validation=field_validation, warnings=warnings
+                    )
+                raise
+            read_version = current["metadata"]["resourceVersion"]
+            updated = apply(current, patch)
+            sent_version = updated.setdefault("metadata", {}).get("resourceVersion")
+            pinned = sent_version is not None and sent_version != read_version
+            if not pinned:
+                updated["metadata"]["resourceVersion"] = read_version
+            try:
+                return self.store.replace(
+                    kind,
+                    ns,
+                    name,
+                    updated,
+                    status_only=subresource == "status",
+                    field_validation=field_validation,
+                    warnings=warnings,
+                )
+            except StoreError as exc:
+                if exc.code != 409 or pinned:
+                    raise
 
     def _list(
         self, kind: ResourceKind, namespace: str | None, query: dict[str, str], *, table_wanted: bool = False

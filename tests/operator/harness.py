@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import math
 import threading
 import time
@@ -20,6 +19,7 @@ from igw.config.inference_extension_crds import crd_path
 from igw.config.resource_quantities import parse_quantity
 from igw.operator.runner import OperatorOptions, run_operator
 from tests.fakes.kube_api import FakeKubeApiServer
+from tests.fakes.kube_store import StoreError
 
 ROOT = Path(__file__).resolve().parents[2]
 IGWC_API = ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inferencegatewayconfigs")
@@ -156,19 +156,49 @@ def wait_condition(
 
 def mark_deployment_ready(kube: FakeKubeApiServer, namespace: str, name: str) -> None:
     """Play the Deployment controller: every desired replica updated and ready."""
-    current = find(kube, "Deployment", namespace, name)
-    assert current is not None, f"no Deployment {namespace}/{name}"
-    replicas = current["spec"]["replicas"]
-    body = copy.deepcopy(current)
-    body["status"] = {
-        "observedGeneration": current["metadata"]["generation"],
-        "replicas": replicas,
-        "updatedReplicas": replicas,
-        "readyReplicas": replicas,
-        "availableReplicas": replicas,
-    }
     kind = kube.store.kind_for(api_version="apps/v1", kind="Deployment")
-    kube.store.replace(kind, namespace, name, body, status_only=True)
+
+    def ready(current: dict[str, Any]) -> dict[str, Any]:
+        replicas = current["spec"]["replicas"]
+        return {
+            **current,
+            "status": {
+                "observedGeneration": current["metadata"]["generation"],
+                "replicas": replicas,
+                "updatedReplicas": replicas,
+                "readyReplicas": replicas,
+                "availableReplicas": replicas,
+            },
+        }
+
+    write_latest(
+        kube,
+        "Deployment",
+        namespace,
+        name,
+        lambda body: kube.store.replace(kind, namespace, name, ready(body), status_only=True),
+    )
+
+
+def write_latest(
+    kube: FakeKubeApiServer,
+    kind_name: str,
+    namespace: str,
+    name: str,
+    write: Callable[[dict[str, Any]], object],
+) -> None:
+    """Read, change, write with the read's resourceVersion, again on 409 Conflict - as ``kubectl edit``
+    and every controller do, so a test's write never overwrites what the operator wrote meanwhile."""
+    for _ in range(50):
+        current = find(kube, kind_name, namespace, name)
+        assert current is not None, f"no {kind_name} {namespace}/{name}"
+        try:
+            write(current)
+            return
+        except StoreError as exc:
+            if exc.code != 409:
+                raise
+    raise AssertionError(f"{kind_name} {namespace}/{name}: 50 conflicting writes in a row")
 
 
 def update_spec(
@@ -181,14 +211,15 @@ def update_spec(
 ) -> None:
     """Write the InferenceGatewayConfig's spec as ``mutate`` changes it; ``admit_custom=False`` stores a
     spec the CRD refuses (see :meth:`tests.fakes.kube_store.KubeStore.create`)."""
-    current = find(kube, "InferenceGatewayConfig", namespace, name)
-    assert current is not None
-    mutate(current["spec"])
-    current["metadata"].pop("resourceVersion", None)
     kind = kube.store.kind_for(
         api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
     )
-    kube.store.replace(kind, namespace, name, current, admit_custom=admit_custom)
+
+    def write(current: dict[str, Any]) -> None:
+        mutate(current["spec"])
+        kube.store.replace(kind, namespace, name, current, admit_custom=admit_custom)
+
+    write_latest(kube, "InferenceGatewayConfig", namespace, name, write)
 
 
 class OperatorThread:

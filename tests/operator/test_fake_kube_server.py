@@ -127,6 +127,65 @@ def test_main_resource_writes_keep_the_status_subresource(kube: FakeKubeApiServe
     assert conflict.value.status == 409
 
 
+def test_a_patch_never_overwrites_a_write_that_landed_after_its_read(
+    kube: FakeKubeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server applies a patch atomically (GuaranteedUpdate): a write landing between the
+    patch's read and its write is kept and the patch applied on top, as when kopf annotates an
+    object while a user changes its spec (a lost update there failed the lifecycle test in CI)."""
+    kube.add(igwc("chat"))
+    kind = kube.store.kind_for(
+        api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
+    )
+    real_get = kube.store.get
+    interleaved: list[str] = []
+
+    def get_then_someone_writes(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        read = real_get(*args, **kwargs)
+        if not interleaved:
+            newer = real_get(*args, **kwargs)
+            newer["spec"]["schedulers"][0]["replicas"] = 3
+            interleaved.append(
+                kube.store.replace(kind, "inference", "chat", newer)["metadata"]["resourceVersion"]
+            )
+        return read
+
+    monkeypatch.setattr(kube.store, "get", get_then_someone_writes)
+    custom = kubernetes.client.CustomObjectsApi(kube.api_client())
+    args = ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inference", "inferencegatewayconfigs", "chat")
+    patched = cast(
+        dict[str, Any],
+        custom.patch_namespaced_custom_object(
+            *args, {"metadata": {"annotations": {"operator.igw.dev/x": "1"}}}
+        ),
+    )
+    assert interleaved
+    assert patched["spec"]["schedulers"][0]["replicas"] == 3
+    assert patched["metadata"]["annotations"]["operator.igw.dev/x"] == "1"
+    assert patched["metadata"]["generation"] == 2
+    assert int(patched["metadata"]["resourceVersion"]) > int(interleaved[0])
+
+
+def test_a_patch_naming_a_stale_resource_version_gets_409_and_changes_nothing(
+    kube: FakeKubeApiServer,
+) -> None:
+    created = kube.add(igwc("chat"))
+    custom = kubernetes.client.CustomObjectsApi(kube.api_client())
+    args = ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inference", "inferencegatewayconfigs", "chat")
+    custom.patch_namespaced_custom_object(*args, {"metadata": {"labels": {"a": "1"}}})
+    stale = {"metadata": {"resourceVersion": created["metadata"]["resourceVersion"], "labels": {"a": "2"}}}
+    with pytest.raises(ApiException) as conflict:
+        custom.patch_namespaced_custom_object(*args, stale)
+    assert conflict.value.status == 409
+    assert (find(kube, "InferenceGatewayConfig", "inference", "chat") or {})["metadata"]["labels"] == {
+        "a": "1"
+    }
+    current = (find(kube, "InferenceGatewayConfig", "inference", "chat") or {})["metadata"]["resourceVersion"]
+    fresh = {"metadata": {"resourceVersion": current, "labels": {"a": "3"}}}
+    patched = cast(dict[str, Any], custom.patch_namespaced_custom_object(*args, fresh))
+    assert patched["metadata"]["labels"] == {"a": "3"}
+
+
 def test_discovery_lists_short_names_and_status_subresources(kube: FakeKubeApiServer) -> None:
     document = json.loads(_get(kube, "/apis/inference.sagemaker.aws.amazon.com/v1alpha1"))
     resources = {r["name"]: r for r in document["resources"]}

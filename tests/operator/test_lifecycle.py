@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -24,6 +25,7 @@ from tests.operator.harness import (
     update_spec,
     wait_condition,
     wait_for,
+    write_latest,
 )
 
 DATA_PLANE_KINDS = {
@@ -212,10 +214,12 @@ def test_deleted_child_is_put_back(cluster: FakeKubeApiServer, operator: Operato
 def _edit_served(kube: FakeKubeApiServer, name: str, text: str) -> None:
     """Rewrite the served ConfigMap as ``kubectl edit`` would: its applied-hash annotation stays."""
     kind = kube.store.kind_for(api_version="v1", kind="ConfigMap")
-    stored = kube.store.get(kind, "inference", f"{name}-gateway-config")
-    stored["data"][CONFIG_KEY] = text
-    stored["metadata"].pop("resourceVersion")
-    kube.store.replace(kind, "inference", f"{name}-gateway-config", stored)
+
+    def edit(stored: dict[str, Any]) -> None:
+        stored["data"][CONFIG_KEY] = text
+        kube.store.replace(kind, "inference", f"{name}-gateway-config", stored)
+
+    write_latest(kube, "ConfigMap", "inference", f"{name}-gateway-config", edit)
 
 
 def test_edited_served_config_is_put_back(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
