@@ -193,7 +193,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             return picker_configs_from_cluster(cfg, api)
 
         discovery = KubeDiscovery(api_client=api, namespace=config.namespace, schedulers=config.schedulers)
-        if options.config_map:
+        if options.config_map and (options.worker is None or options.worker.mirrors_config_map):
             # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
             from igw.gateway.config_sync import ConfigMapFileSync, ConfigMapRef
 

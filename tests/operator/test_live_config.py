@@ -31,6 +31,8 @@ from tests.operator.harness import (
     wait_for,
 )
 
+_CONFIG_MAP_FIELD = "metadata.name=chat-gateway-config"
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -66,6 +68,34 @@ class Gateway:
         return {str(m["id"]) for m in body["data"]}
 
 
+def _replica(
+    deployment: dict[str, Any], replica: int, kubeconfig: Path, tmp_path: Path, workers: str | None = None
+) -> Gateway:
+    """``igw serve`` with the Deployment's arguments and environment, as replica ``replica``'s pod."""
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = kubelet_env(container, pod_name=f"chat-gateway-{replica}", namespace="inference")
+    args = list(container["args"])
+    args[args.index("--config") + 1] = str(tmp_path / f"replica-{replica}" / "config.yaml")
+    port = _free_port()
+    args[args.index("--port") + 1] = str(port)
+    args[args.index("--management-port") + 1] = str(_free_port())  # each replica its own, as each pod
+    if workers is not None:
+        args[args.index("--workers") + 1] = workers
+    args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--drain-seconds", "0"]
+    return Gateway(args, port, tmp_path / f"gateway-{replica}.log", env)
+
+
+def _stop(started: list[Gateway]) -> None:
+    for served in started:
+        served.process.terminate()
+    for served in started:
+        try:
+            served.process.wait(20)
+        except subprocess.TimeoutExpired:
+            served.process.kill()
+            served.process.wait(5)
+
+
 @pytest.fixture
 def gateways(
     cluster: FakeKubeApiServer, kubeconfig: Path, operator: OperatorThread, tmp_path: Path
@@ -73,28 +103,11 @@ def gateways(
     """Two replicas of the operator's Deployment, each ``igw serve`` with the Deployment's arguments."""
     cluster.add(igwc("chat", model="llama"))
     deployment = wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
-    started: list[Gateway] = []
-    for replica in range(2):
-        container = deployment["spec"]["template"]["spec"]["containers"][0]
-        env = kubelet_env(container, pod_name=f"chat-gateway-{replica}", namespace="inference")
-        args = list(container["args"])
-        args[args.index("--config") + 1] = str(tmp_path / f"replica-{replica}" / "config.yaml")
-        port = _free_port()
-        args[args.index("--port") + 1] = str(port)
-        args[args.index("--management-port") + 1] = str(_free_port())  # each replica its own, as each pod
-        args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--drain-seconds", "0"]
-        started.append(Gateway(args, port, tmp_path / f"gateway-{replica}.log", env))
+    started = [_replica(deployment, replica, kubeconfig, tmp_path) for replica in range(2)]
     try:
         yield started
     finally:
-        for served in started:
-            served.process.terminate()
-        for served in started:
-            try:
-                served.process.wait(20)
-            except subprocess.TimeoutExpired:
-                served.process.kill()
-                served.process.wait(5)
+        _stop(started)
 
 
 def _all_serve(gateways: list[Gateway], model: str) -> bool:
@@ -138,3 +151,39 @@ def test_spec_and_adapter_changes_are_served_within_seconds(
     for _ in range(10):
         assert not any("refused-model" in (g.models() or set()) for g in gateways)
     assert [g.failures for g in gateways] == [[], []]
+
+
+def test_a_worker_group_watches_its_config_map_once_and_every_worker_serves_the_change(
+    cluster: FakeKubeApiServer, kubeconfig: Path, operator: OperatorThread, tmp_path: Path
+) -> None:
+    """``--workers 2``: the parent reads the ConfigMap once, worker 0 alone watches it (one watch per
+    pod on the API server, not one per worker), and both workers serve the change it writes."""
+    cluster.add(igwc("chat", model="llama"))
+    deployment = wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+    gateway = _replica(deployment, 0, kubeconfig, tmp_path, workers="2")
+    log = tmp_path / "gateway-0.log"
+    try:
+        wait_for(lambda: log.read_text().count("serving 1 scheduler(s)") == 2, timeout=60, what="two workers")
+        # a new connection each time: the kernel's SO_REUSEPORT hash spreads them over both workers
+        assert all(gateway.models() == {"llama"} for _ in range(10))
+
+        def rename(spec: dict[str, Any]) -> None:
+            spec["schedulers"][0]["modelName"] = "llama-3.1"
+
+        update_spec(cluster, "inference", "chat", rename)
+        wait_for(
+            lambda: all(gateway.models() == {"llama-3.1"} for _ in range(20)),
+            what="the change in both workers",
+        )
+        assert gateway.failures == []
+    finally:
+        _stop([gateway])
+    path = "/api/v1/namespaces/inference/configmaps"
+    named = [
+        q for method, p, q in cluster.requests if p == path and q.get("fieldSelector") == _CONFIG_MAP_FIELD
+    ]
+    assert len([q for q in named if q.get("watch") != "true"]) == 1, named  # one list-then-watch
+    reads = [p for method, p, _ in cluster.requests if method == "GET" and p == f"{path}/chat-gateway-config"]
+    assert reads, "the parent reads the ConfigMap before it starts the workers"
+    logged = log.read_text()
+    assert logged.count("changed; wrote") == 1, logged

@@ -260,10 +260,18 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("igw.emf").addHandler(access)  # EMF lines share stdout with the access log
     else:  # closed by logging's exit hook, which sends what is still queued
         logging.getLogger("igw.emf").addHandler(AgentHandler(emf_endpoint))
-    if args.config_map:
-        if not args.in_cluster:
-            print("igw serve: --config-map needs --in-cluster", file=sys.stderr)
-            return EXIT_CONFIG
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.gateway.workers import WorkerRole, WorkerSetupError, supervise
+
+    try:
+        role = WorkerRole.from_env()
+    except WorkerSetupError as exc:
+        print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.config_map and not args.in_cluster:
+        print("igw serve: --config-map needs --in-cluster", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.config_map and role is None:  # a worker's parent has already written the file
         # deferred: start-up cost: the kubernetes client loads only for --config-map
         from igw.gateway.config_sync import ConfigMapRef, ConfigSyncError, fetch_config_map
         from igw.gateway.discovery.kube_client import KubeClientError, make_api_client
@@ -301,11 +309,7 @@ def _run(args: argparse.Namespace) -> int:
     except ManagementPortError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
-    from igw.gateway.workers import WorkerRole, WorkerSetupError, supervise
-
     try:
-        role = WorkerRole.from_env()
         workers = _worker_count(args.workers) if role is None else 1
         if workers > 1:
             return supervise(

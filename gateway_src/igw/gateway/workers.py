@@ -7,6 +7,11 @@ pre-bound socket would wake every worker for each connection and need the socket
 parent resolves the port once (``--port 0`` picks a free one) by binding - not listening - a
 ``SO_REUSEPORT`` socket that it holds for its lifetime, so all workers bind the same port.
 
+Config: with ``--config-map`` the parent reads the ConfigMap into the config file once before it
+starts the workers, and only worker 0 watches it afterwards (:attr:`WorkerRole.mirrors_config_map`);
+every worker hot-reloads that one file on its own, so for up to one ``configReloadInterval`` after a
+change two connections to the pod may be served by different configs.
+
 Scraping: worker 0 scrapes, the others follow its snapshots over a unix socket in a private
 directory the parent creates (see :mod:`igw.gateway.scrape_share`); each worker keeps its own
 in-flight ledger, and the workers tell each other their picks on the same channel (the prefix index
@@ -66,6 +71,12 @@ class WorkerRole:
 
     @property
     def leads_scraping(self) -> bool:
+        return self.index == 0
+
+    @property
+    def mirrors_config_map(self) -> bool:
+        """Whether this worker watches ``--config-map`` and writes the shared config file: one watch
+        per pod on the API server, not one per worker; the others hot-reload the file it writes."""
         return self.index == 0
 
     @property
