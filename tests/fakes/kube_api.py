@@ -182,6 +182,8 @@ class FakeKubeApiServer:
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watch_wakeups: set[asyncio.Event] = set()
+        self._open_watches: dict[asyncio.Event, tuple[str, dict[str, str]]] = {}
+        self._open_watches_lock = threading.Lock()
         self._closing = False
         self._watch_epoch = 0
         self.gone_sent = 0
@@ -277,6 +279,11 @@ class FakeKubeApiServer:
 
     def register_kind(self, kind: ResourceKind) -> None:
         self.store.register_kind(kind)
+
+    def open_watches(self) -> list[tuple[str, dict[str, str]]]:
+        """``(path, query)`` of every watch being served now (one that ended is gone from the list)."""
+        with self._open_watches_lock:
+            return list(self._open_watches.values())
 
     def expire_watches(self) -> None:
         """Compact the history past every client and end all open watches (an API server restart
@@ -654,6 +661,8 @@ class FakeKubeApiServer:
             last_rv = int(start)
         wakeup = asyncio.Event()
         self._watch_wakeups.add(wakeup)
+        with self._open_watches_lock:
+            self._open_watches[wakeup] = (request.path, dict(query))
         epoch = self._watch_epoch
         try:
             while not self._closing and self._watch_epoch == epoch:
@@ -687,13 +696,12 @@ class FakeKubeApiServer:
                     if bookmarks:
                         marker = {"apiVersion": kind.api_version, "kind": kind.kind}
                         await send("BOOKMARK", {**marker, "metadata": {"resourceVersion": str(last_rv)}})
-        except asyncio.CancelledError:
-            self._watch_wakeups.discard(wakeup)
-            raise
         except (ConnectionResetError, ClientConnectionError):
-            self._watch_wakeups.discard(wakeup)
             return response
-        self._watch_wakeups.discard(wakeup)
+        finally:
+            self._watch_wakeups.discard(wakeup)
+            with self._open_watches_lock:
+                self._open_watches.pop(wakeup, None)
         with contextlib.suppress(ConnectionResetError, ClientConnectionError):
             await response.write_eof()
         return response

@@ -42,7 +42,7 @@ from igw.gateway.redaction import redact
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.scrape_client import ScrapeClient
-from igw.gateway.scrape_share import start_scraping
+from igw.gateway.scrape_share import start_discovery, start_scraping
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import CONNECTION_HANDLER_KEY, INFLIGHT_KEY
 from igw.gateway.state import GatewayState
@@ -272,9 +272,11 @@ def create_app(
         )
         try:
             if discovery is not None:
-                await discovery.start(state)
-                state.on_config_applied.append(lambda cfg: discovery.retarget(cfg.schedulers))
-                log.info("endpoint discovery: %s", discovery.describe())
+                if await start_discovery(state.scraper, discovery, state):
+                    state.on_config_applied.append(lambda cfg: discovery.retarget(cfg.schedulers))
+                    log.info("endpoint discovery: %s", discovery.describe())
+                else:
+                    log.info("endpoint discovery: worker 0's (%s)", discovery.describe())
             state.scraper.sync()
             if reloader is not None:
                 reloader.start()

@@ -11,7 +11,9 @@ worker sends requests to the pod is frozen). On the same channel, every few mill
 (:func:`~igw.scheduling.pick_notes.note_interval`) while they make any, the workers exchange their
 *pick notes* (:mod:`igw.gateway.pick_share`): each follower's go to the leader, which learns
 them and relays them to the other followers, and the leader's go to every follower, so each
-worker's prefix index also knows the prompts the other workers routed.
+worker's prefix index also knows the prompts the other workers routed. Worker 0's discovery reports
+travel on the same channel too (:mod:`igw.gateway.discovery_share`): the other workers run no
+discovery source of their own.
 
 Why a unix socket with newline-delimited JSON rather than shared memory: a snapshot is a few hundred
 bytes and changes once per scrape, so the copy is not the cost - the CPU goes into encoding it once
@@ -36,6 +38,9 @@ from typing import Any, Final
 
 import orjson
 
+from igw.gateway.discovery import DiscoverySink, DiscoverySource
+from igw.gateway.discovery_share import KIND as DISCOVERY
+from igw.gateway.discovery_share import RelayingSink, apply_report, report_slot
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.pick_share import KIND as PICKS
 from igw.gateway.pick_share import PickNoteCollector, PickShare
@@ -123,7 +128,13 @@ class ScrapeLeader:
         self._followers: dict[asyncio.StreamWriter, Usage] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._sharer: asyncio.Task[None] | None = None
+        self._discovery: RelayingSink | None = None
         self.picks = PickShare(runtime, clock, max_line=MAX_LINE)
+
+    def relaying(self, sink: DiscoverySink) -> RelayingSink:
+        """The sink worker 0's discovery source reports to: ``sink``, and every follower after it."""
+        self._discovery = RelayingSink(sink, self._broadcast)
+        return self._discovery
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, path=self._path, limit=MAX_LINE)
@@ -147,9 +158,10 @@ class ScrapeLeader:
 
     def publish(self, scheduler: str, state: EndpointState) -> None:
         """Send ``state`` to every follower (called by the scraper after each scrape)."""
-        if not self._followers:
-            return
-        line = snapshot(scheduler, state)
+        if self._followers:
+            self._broadcast(snapshot(scheduler, state))
+
+    def _broadcast(self, line: bytes) -> None:
         for writer in list(self._followers):
             if writer.transport.get_write_buffer_size() > MAX_FOLLOWER_BACKLOG:
                 log.warning("a worker does not read scrape snapshots: disconnected it (it resyncs)")
@@ -173,6 +185,9 @@ class ScrapeLeader:
             self._tasks.add(task)
         self._followers[writer] = {}
         try:
+            # Endpoints first, so the snapshots that follow land in pools that hold them.
+            for line in [] if self._discovery is None else self._discovery.lines():
+                writer.write(line)
             for name, sr in self._runtime().schedulers.items():
                 for state in sr.pool.states.values():
                     if state.scraped_at is not None or state.scrape_failing:
@@ -242,7 +257,20 @@ class ScrapeFollower:
         self.picks = PickShare(runtime, clock, max_line=MAX_LINE, worker=worker)
         self._latest: dict[tuple[str, str], dict[str, Any]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._discovery: DiscoverySink | None = None
+        self._early_reports: dict[tuple[str, str], dict[str, Any]] = {}
         self.connected = asyncio.Event()
+
+    def follow_discovery(self, sink: DiscoverySink) -> None:
+        """Hand worker 0's discovery reports to ``sink`` instead of running a discovery source here
+        (with those that arrived before, in their order)."""
+        self._discovery = sink
+        early, self._early_reports = self._early_reports, {}
+        for doc in early.values():
+            try:
+                apply_report(doc, sink)
+            except ValueError as exc:
+                log.warning("worker 0 sent a discovery report this worker cannot read: %s", exc)
 
     def sync(self) -> None:
         """Start following (first call) and apply the latest snapshot of endpoints that just appeared."""
@@ -272,6 +300,12 @@ class ScrapeFollower:
                     kind = doc.get("t")
                     if kind == PICKS:
                         self.picks.learn(doc)
+                        continue
+                    if kind == DISCOVERY:
+                        if self._discovery is None:
+                            self._early_reports[report_slot(doc)] = doc
+                        else:
+                            apply_report(doc, self._discovery)
                         continue
                     if kind != "s":
                         continue
@@ -372,3 +406,14 @@ async def start_scraping(
         remote_usage=leader.remote_usage,
     )
     return LeadingScraper(scraper, leader)
+
+
+async def start_discovery(scrape: ScrapeService, discovery: DiscoverySource, sink: DiscoverySink) -> bool:
+    """Start ``discovery`` reporting to ``sink`` - or, in a worker group, only in worker 0, which relays
+    its reports to the others (:mod:`igw.gateway.discovery_share`). ``True`` when the source runs
+    here (then it follows reloaded schedulers); ``False`` for a follower, which takes worker 0's."""
+    if isinstance(scrape, ScrapeFollower):
+        scrape.follow_discovery(sink)
+        return False
+    await discovery.start(scrape.leader.relaying(sink) if isinstance(scrape, LeadingScraper) else sink)
+    return True

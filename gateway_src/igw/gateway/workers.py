@@ -12,6 +12,9 @@ starts the workers, and only worker 0 watches it afterwards (:attr:`WorkerRole.m
 every worker hot-reloads that one file on its own, so for up to one ``configReloadInterval`` after a
 change two connections to the pod may be served by different configs.
 
+Discovery: worker 0 alone runs the discovery source (with ``--in-cluster``, its Pod and ConfigMap
+watches) and relays every report to the others (see :mod:`igw.gateway.discovery_share`).
+
 Scraping: worker 0 scrapes, the others follow its snapshots over a unix socket in a private
 directory the parent creates (see :mod:`igw.gateway.scrape_share`); each worker keeps its own
 in-flight ledger, and the workers tell each other their picks on the same channel (the prefix index

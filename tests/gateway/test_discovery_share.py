@@ -1,0 +1,142 @@
+"""One discovery per worker group: worker 0's reports reach the other workers over the scrape channel.
+
+Units: the relaying sink reports to its own state first, keeps the latest report of each kind for a
+worker that connects later, and a report round-trips into another sink; malformed reports are
+refused. In one process over the real unix socket: worker 0 runs a static-file discovery, worker 1
+never starts its own source and still gets every report - at start, on a change of the file, and
+after it connects late.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from igw.config.model import SchedulerSpec
+from igw.gateway.discovery import DiscoverySink
+from igw.gateway.discovery.static_file import StaticFileDiscovery
+from igw.gateway.discovery_share import RelayingSink, apply_report
+from igw.gateway.endpoints import DiscoveredEndpoint
+from igw.gateway.scrape_share import ScrapeFollower, start_discovery
+from tests.gateway.support import wait_for
+from tests.gateway.worker_pair import Worker
+
+
+class RecordingSink:
+    """A discovery sink that keeps the last report of each kind."""
+
+    def __init__(self) -> None:
+        self.endpoints: dict[str, list[DiscoveredEndpoint]] = {}
+        self.adapters: dict[str, str] | None = None
+        self.services: dict[str, list[str]] | None = None
+        self.calls: list[str] = []
+
+    def apply_endpoints(self, scheduler: str, endpoints: Sequence[DiscoveredEndpoint]) -> None:
+        self.endpoints[scheduler] = list(endpoints)
+        self.calls.append(f"endpoints {scheduler}")
+
+    def apply_bbr_adapters(self, adapters: Mapping[str, str]) -> None:
+        self.adapters = dict(adapters)
+        self.calls.append("adapters")
+
+    def apply_services(self, services: Mapping[str, Sequence[str]]) -> None:
+        self.services = {name: list(addresses) for name, addresses in services.items()}
+        self.calls.append("services")
+
+
+class NeverStarted:
+    """A discovery source a follower must not start (it would open its own API watches)."""
+
+    async def start(self, sink: DiscoverySink) -> None:
+        raise AssertionError("a follower started its own discovery source")
+
+    async def stop(self) -> None:
+        return None
+
+    def retarget(self, schedulers: tuple[SchedulerSpec, ...]) -> None:
+        raise AssertionError("a follower retargeted a discovery source it does not run")
+
+    def describe(self) -> str:
+        return "never started"
+
+
+POD_A = DiscoveredEndpoint(key="10.0.0.1:8000", labels={"app": "llama", "gpu": "h200"}, pod="inference/a")
+POD_B = DiscoveredEndpoint(key="10.0.0.2:8000", labels={}, pod=None)
+
+
+def test_the_relaying_sink_reports_to_its_own_state_then_to_the_others() -> None:
+    own, sent = RecordingSink(), list[bytes]()
+    relay = RelayingSink(own, sent.append)
+    relay.apply_endpoints("s", [POD_A])
+    relay.apply_endpoints("s", [POD_A, POD_B])
+    relay.apply_endpoints("t", [])
+    relay.apply_bbr_adapters({"sql-lora": "llama"})
+    relay.apply_services({"fallback": ("127.0.0.1:9000",)})
+    assert own.calls == ["endpoints s", "endpoints s", "endpoints t", "adapters", "services"]
+    assert len(sent) == 5
+    # a worker that connects now gets the latest of each: scheduler s's second list, not its first
+    assert sorted(relay.lines()) == sorted(sent[1:])
+    other = RecordingSink()
+    for line in relay.lines():
+        apply_report(orjson.loads(line), other)
+    assert other.endpoints == {"s": [POD_A, POD_B], "t": []}
+    assert other.adapters == {"sql-lora": "llama"}
+    assert other.services == {"fallback": ["127.0.0.1:9000"]}
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"t": "d"},
+        {"t": "d", "k": "pods"},
+        {"t": "d", "k": "endpoints", "sch": "s"},
+        {"t": "d", "k": "endpoints", "sch": "s", "eps": [["10.0.0.1:8000", {}]]},
+        {"t": "d", "k": "endpoints", "sch": "s", "eps": 3},
+        {"t": "d", "k": "adapters", "a": ["sql-lora"]},
+        {"t": "d", "k": "services", "v": None},
+    ],
+)
+def test_a_malformed_report_is_refused(doc: dict[str, Any]) -> None:
+    sink = RecordingSink()
+    with pytest.raises(ValueError, match="discovery report"):
+        apply_report(doc, sink)
+    assert sink.calls == []
+
+
+def _write_endpoints(path: Path, *addresses: str) -> None:
+    path.write_text("schedulers:\n  s:\n" + "".join(f"    - {a}\n" for a in addresses))
+
+
+async def test_worker_0_discovers_and_a_follower_gets_every_report(tmp_path: Path) -> None:
+    endpoints = tmp_path / "endpoints.yaml"
+    _write_endpoints(endpoints, "127.0.0.1:8001")
+    leader, follower = Worker(0, tmp_path), Worker(1, tmp_path)
+    source = StaticFileDiscovery(endpoints, names={"s": "s", "m": "s"}, poll_interval_s=0.02)
+    leader_state, follower_state = RecordingSink(), RecordingSink()
+    await leader.start()
+    try:
+        assert leader.service is not None
+        assert await start_discovery(leader.service, source, leader_state) is True
+        assert [e.key for e in leader_state.endpoints["s"]] == ["127.0.0.1:8001"]
+        # The follower connects after worker 0 reported: the replay brings it up to date, and the
+        # reports that arrive before it has a sink are kept for it (in the app it gets one first).
+        await follower.start()
+        service = follower.service
+        assert isinstance(service, ScrapeFollower)
+        await wait_for(lambda: bool(service._early_reports), what="the replay, before the sink")
+        assert await start_discovery(service, NeverStarted(), follower_state) is False
+        assert follower_state.endpoints == leader_state.endpoints
+        assert follower_state.services == {}
+        _write_endpoints(endpoints, "127.0.0.1:8001", "127.0.0.1:8002")
+        await wait_for(
+            lambda: [e.key for e in follower_state.endpoints["s"]] == ["127.0.0.1:8001", "127.0.0.1:8002"],
+            what="the file's change in the follower",
+        )
+    finally:
+        await source.stop()
+        await follower.close()
+        await leader.close()
