@@ -1,9 +1,10 @@
-"""``python -m tests.reliability.index_rss [--pin]``: resident memory of a prefix index kept at
-constant size, printed as one JSON object ``{fill: MiB above the start}``.
+"""``python -m tests.reliability.index_rss [--pin] [--endpoints N] [--capacity C]``: resident memory
+of a prefix index kept at constant size, printed as one JSON object ``{fill: MiB above the start}``.
 
-Run as its own process (the allocator's state is per process): two endpoints with the H100 preset's
-KV capacity each, unique 17-block prompts, filled to ten times capacity; ``--pin`` fixes glibc's mmap
-threshold first, as ``igw serve`` does.
+Run as its own process (the allocator's state is per process): by default two endpoints with the
+H100 preset's KV capacity each, unique 17-block prompts, filled to ten times capacity; ``--pin``
+fixes glibc's mmap threshold first, as ``igw serve`` does. ``--endpoints`` / ``--capacity`` size the
+pool (how much memory one worker's index takes for a fleet: docs/gateway.md, "Several workers").
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pin", action="store_true")
     parser.add_argument("--turnovers", type=int, default=10)
+    parser.add_argument("--endpoints", type=int, default=len(ENDPOINTS))
+    parser.add_argument("--capacity", type=int, default=CAPACITY, help="blocks per endpoint's LRU")
     args = parser.parse_args()
+    endpoints = [f"pod-{i}" for i in range(args.endpoints)]
     if args.pin:
         assert pin_mmap_threshold()
     rng = random.Random(1)
@@ -40,9 +44,9 @@ def main() -> None:
     grown: dict[str, float] = {}
     sent = 0
     for fill in range(1, args.turnovers + 1):
-        while sent < fill * CAPACITY * len(ENDPOINTS):
+        while sent < fill * args.capacity * len(endpoints):
             hashes = [rng.getrandbits(64) for _ in range(BLOCKS_PER_PROMPT)]
-            index.insert(rng.choice(ENDPOINTS), hashes, capacity=CAPACITY)
+            index.insert(rng.choice(endpoints), hashes, capacity=args.capacity)
             sent += BLOCKS_PER_PROMPT
         grown[str(fill)] = round(rss_mib() - start, 2)
     print(json.dumps(grown))
