@@ -35,7 +35,7 @@ from igw.gateway.gc_tuning import tune_collector
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.management import management_app
-from igw.gateway.memory import pin_mmap_threshold
+from igw.gateway.memory import index_block_budget, pin_mmap_threshold
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import (
     ListenError,
@@ -46,6 +46,7 @@ from igw.gateway.serving import (
 )
 from igw.gateway.stop_signals import StopSignals
 from igw.gateway.tracing_options import TracingOptions
+from igw.gateway.worker_count import memory_limit
 from igw.gateway.workers import WorkerRole
 
 if TYPE_CHECKING:
@@ -209,6 +210,14 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             return picker_configs_from_dir(cfg, directory)
 
         discovery = StaticFileDiscovery.for_schedulers(Path(options.endpoints_file), config.schedulers)
+    processes = 1 if options.worker is None else options.worker.count
+    index_blocks = index_block_budget(memory_limit(), processes)
+    log.info(
+        "prefix index budget: %s",
+        "none (no memory limit)"
+        if index_blocks is None
+        else f"{index_blocks} KV blocks in all ({processes} process(es) share the memory limit)",
+    )
     try:
         pickers = await asyncio.to_thread(load_pickers, config)
         tls = _tls(config)
@@ -226,6 +235,7 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             tracing=_tracing(options.tracing),
             worker=options.worker,
             management_listener=options.management_port is not None,
+            index_blocks=index_blocks,
         )
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc

@@ -93,6 +93,41 @@ def test_index_eviction_keeps_other_holders() -> None:
     assert index.match([1, 2]) == {"e2": 1}
 
 
+def _blocks(n: int, tag: str) -> str:
+    """``n`` distinct 64-character blocks (unique per ``tag``)."""
+    return "".join(f"{tag}{i:08d}".ljust(64, ".") for i in range(n))
+
+
+def test_a_block_budget_is_shared_equally_by_the_endpoints_the_index_holds() -> None:
+    scorer = PrefixCacheScorer(auto_tune=False, lru_capacity=100)
+    e1, e2 = ep("e1"), ep("e2")
+    scorer.on_picked(ctx(req(_blocks(50, "a"))), e1)
+    assert scorer.index.size("e1") == 50  # no budget: the endpoint's own capacity
+    scorer.bound_index(40)
+    scorer.on_picked(ctx(req(_blocks(10, "b"))), e1)
+    assert scorer.index.size("e1") == 40  # alone in the index: all of the budget, cut at its insert
+    scorer.on_picked(ctx(req(_blocks(30, "c"))), e2)
+    assert scorer.index.size("e2") == 20  # two endpoints: 20 blocks each
+    scorer.on_picked(ctx(req(_blocks(1, "d"))), e1)
+    assert scorer.index.size("e1") == 20
+    assert scorer.index.entries() == 40
+    # the newest prefixes are kept: e1's last pick and the tail of e2's
+    assert scorer.score(ctx(req(_blocks(1, "d"))), [e1, e2]) == [1.0, 0.0]
+    scorer.bound_index(None)
+    scorer.on_picked(ctx(req(_blocks(30, "e"))), e1)
+    assert scorer.index.size("e1") == 50  # unbounded again: back to the capacity
+
+
+def test_a_learned_pick_keeps_to_the_budget_too() -> None:
+    scorer = PrefixCacheScorer(auto_tune=False)
+    scorer.bound_index(8)
+    scorer.learn_pick("e1", {"h": list(range(1, 30)), "c": 1000})
+    assert scorer.index.size("e1") == 8
+    scorer.bound_index(1)
+    scorer.learn_pick("e2", {"h": [100, 101], "c": 1000})
+    assert scorer.index.size("e2") == 1  # never below one block
+
+
 def test_factory_reports_bad_parameters_with_path() -> None:
     with pytest.raises(SchedulerConfigError) as err:
         prefix_cache_scorer.factory("p", {"blockSize": 0, "autoTune": "yes"}, "plugins[1].parameters")

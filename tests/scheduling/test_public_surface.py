@@ -25,6 +25,7 @@ PINNED = {
     "SchedulerConfigError",
     "SaturationDetector",
     "SharesPicks",
+    "BoundedIndex",
     "Scorer",
     "clamp01",
     "consumes",

@@ -183,6 +183,7 @@ def create_app(
     tracing: Tracing | None = None,
     worker: WorkerRole | None = None,
     management_listener: bool = False,
+    index_blocks: int | None = None,
 ) -> web.Application:
     """Build the gateway for ``config``.
 
@@ -199,6 +200,8 @@ def create_app(
     buffered, when the app stops).
     ``worker``: this process's place in an ``igw serve --workers`` group (shared scraping, host-wide
     ``/metrics``; see :mod:`igw.gateway.workers`).
+    ``index_blocks``: the blocks this process's prefix indexes may hold together (``None``: no bound;
+    see :func:`igw.gateway.memory.index_block_budget`).
     ``management_listener``: ``/metrics``, the detailed ``/readyz`` and ``/debug/decisions`` are served
     by :func:`igw.gateway.management.management_app` on a port of their own, so this app keeps only
     ``/healthz`` and a ``/readyz`` without detail next to the inference routes.
@@ -213,6 +216,7 @@ def create_app(
         picker_configs=picker_configs,
         registry=registry,
         service_domain=service_domain,
+        index_blocks=index_blocks,
     )
     app = name_every_answer(
         web.Application(client_max_size=config.bbr.max_request_body_bytes, middlewares=[openai_errors])

@@ -38,3 +38,30 @@ def pin_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, threshold))
+
+
+INDEX_BYTES_PER_BLOCK: Final = 300
+"""Resident bytes a full prefix index spends per KV block of each endpoint (282 measured, rounded up:
+docs/gateway.md, "Several workers", the sizing paragraph)."""
+PROCESS_BASE_BYTES: Final = 128 * 1024 * 1024
+"""What one gateway process holds besides its prefix indexes: about 75 MiB idle, plus the requests
+in flight and their buffers."""
+PARENT_BYTES: Final = 64 * 1024 * 1024
+"""The parent of an ``igw serve --workers N`` group (about 55 MiB resident, idle)."""
+
+
+def index_block_budget(memory_limit_bytes: int | None, processes: int) -> int | None:
+    """The KV blocks one gateway process's prefix indexes may hold together: its equal share of the
+    container's memory limit (less the group's parent when there are several), less
+    :data:`PROCESS_BASE_BYTES`, at :data:`INDEX_BYTES_PER_BLOCK`; ``None`` without a limit.
+
+    Why a bound: every worker keeps its own index of every endpoint's cached prefixes (each learns
+    the others' picks), so memory grows with workers x pods x KV blocks; unbounded, a pool that grew
+    after start-up got the container OOM-killed. Bounded, each endpoint's LRU holds its share of the
+    budget: the index forgets old prefixes sooner than the model servers do (fewer prefix hits on
+    the oldest prefixes), and the pod keeps running."""
+    if memory_limit_bytes is None:
+        return None
+    available = memory_limit_bytes - (PARENT_BYTES if processes > 1 else 0)
+    share = available // max(1, processes) - PROCESS_BASE_BYTES
+    return max(1, share // INDEX_BYTES_PER_BLOCK)

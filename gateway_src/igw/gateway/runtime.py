@@ -64,8 +64,13 @@ class GatewayRuntime:
         picker_configs: PickerConfigs | None = None,
         bbr_adapters: Mapping[str, str] | None = None,
         previous: GatewayRuntime | None = None,
+        index_blocks: int | None = None,
     ) -> None:
+        """``index_blocks``: the blocks every scheduler's prefix index may hold together (this
+        process's share of the container's memory, :func:`igw.gateway.memory.index_block_budget`;
+        ``None``: no bound), shared equally by the schedulers."""
         self.config = config
+        self.index_blocks = index_blocks
         self.settings = RoutingSettings.from_extension(config.extensions.get(EXTENSION_NAME))
         engines = scheduler_engines(config)
         flow = config.extensions.get(FLOW_EXTENSION)
@@ -106,6 +111,9 @@ class GatewayRuntime:
                 families=engines[spec.name].families,
                 picker_config=picker_config,
             )
+        share = None if index_blocks is None else max(1, index_blocks // max(1, len(self.schedulers)))
+        for sr in self.schedulers.values():
+            sr.scheduler.bound_indexes(share)
         self.router = ModelRouter(config.schedulers, bbr_adapters=bbr_adapters)
         self.rewrites = ModelRewrites.from_extension(
             config.extensions.get(REWRITES_EXTENSION), routable=lambda m: self.router.resolve(m) is not None

@@ -43,11 +43,14 @@ class GatewayState:
         picker_configs: PickerConfigs | None = None,
         registry: CollectorRegistry | None = None,
         service_domain: str | None = None,
+        index_blocks: int | None = None,
     ) -> None:
         self.guard = guard
         self.clock = clock
         self.rng = rng
-        self.runtime = GatewayRuntime(config, rng=rng, clock=clock, picker_configs=picker_configs)
+        self.runtime = GatewayRuntime(
+            config, rng=rng, clock=clock, picker_configs=picker_configs, index_blocks=index_blocks
+        )
         self.metrics = GatewayMetrics(lister=lambda: self.runtime.endpoints(), clock=clock, registry=registry)
         self.flow = FlowGates(registry=self.metrics.registry, clock=clock)
         """Flow-control queues per scheduler (``spec.extensions.flowControl``), kept across reloads."""
@@ -111,6 +114,7 @@ class GatewayState:
             picker_configs=self.runtime.picker_configs if picker_configs is None else picker_configs,
             bbr_adapters=self.bbr_adapters,
             previous=self.runtime,
+            index_blocks=self.runtime.index_blocks,
         )
         for name, sr in new.schedulers.items():
             if name in self.discovered:

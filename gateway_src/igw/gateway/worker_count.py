@@ -88,6 +88,12 @@ def auto_workers(
     return WorkerBudget(workers, cpus, cpu_limit, cpu_request, memory_limit)
 
 
+def memory_limit(root: Path = Path("/")) -> int | None:
+    """This process's container memory limit in bytes (the smallest along its cgroup's ancestors,
+    v2 or v1), or ``None`` when there is none."""
+    return _memory_limit(root, _cgroups(root))
+
+
 def _cpu_request(env: Mapping[str, str]) -> float | None:
     """Cores from :data:`CPU_REQUEST_ENV`; ``None`` when unset, not a positive integer (the downward
     API reports 0 for a container without a request)."""

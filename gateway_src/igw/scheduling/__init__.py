@@ -16,6 +16,7 @@ from igw.scheduling.builtin import REGISTRY, plugin_types
 from igw.scheduling.data_flow import consumes, order_by_data_flow, produces
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.framework import (
+    BoundedIndex,
     CycleContext,
     Filter,
     Picker,
@@ -42,6 +43,7 @@ from igw.scheduling.types import (
 
 __all__ = [
     "REGISTRY",
+    "BoundedIndex",
     "CycleContext",
     "DecisionKind",
     "EndpointKey",

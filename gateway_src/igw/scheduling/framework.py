@@ -67,6 +67,16 @@ class Plugin(Protocol):
 
 
 @runtime_checkable
+class BoundedIndex(Protocol):
+    """Optional hook of a plugin whose state grows with the pool (the prefix index: an entry per KV
+    block of every endpoint). :meth:`bound_index` gives it the blocks it may hold in all (``None``:
+    no bound); it shares them among its endpoints, so a larger pool makes each endpoint's share
+    smaller instead of the process larger (see :func:`igw.gateway.memory.index_block_budget`)."""
+
+    def bound_index(self, blocks: int | None) -> None: ...
+
+
+@runtime_checkable
 class SharesPicks(Protocol):
     """Optional hook of a plugin whose state is a pure function of the picks it is told about.
 

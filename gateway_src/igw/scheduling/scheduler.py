@@ -38,6 +38,7 @@ from igw.scheduling.columns import ScrapeCache
 from igw.scheduling.data_flow import require_data_flow_order
 from igw.scheduling.dispatch_ledger import DispatchLedger
 from igw.scheduling.framework import (
+    BoundedIndex,
     CycleContext,
     Filter,
     Picker,
@@ -580,6 +581,18 @@ class Scheduler:
             self.settle()
         for plugin in self._first_token_plugins:
             plugin.on_first_token(outcome, now=now)
+
+    @property
+    def plugins(self) -> tuple[Plugin, ...]:
+        """Every plugin of the profile (filters, scorers, picker, ...), once each."""
+        return self._plugins
+
+    def bound_indexes(self, blocks: int | None) -> None:
+        """Share ``blocks`` equally among the plugins whose state grows with the pool
+        (:class:`~igw.scheduling.framework.BoundedIndex`); ``None`` lifts the bound."""
+        bounded = [p for p in self._plugins if isinstance(p, BoundedIndex)]
+        for plugin in bounded:
+            plugin.bound_index(None if blocks is None else max(1, blocks // len(bounded)))
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         self.settle()

@@ -61,6 +61,10 @@ class PrefixCacheScorer(PluginHooks):
         self.max_blocks = max_blocks
         self.lru_capacity = lru_capacity
         self.index = PrefixIndex()
+        self.block_budget: int | None = None
+        """The blocks the whole index may hold (``bound_index``; ``None``: each endpoint's own
+        capacity). Shared equally by the endpoints it holds: an endpoint's LRU is cut to its share at
+        its next insert."""
         self._hasher = PrefixHasher()
         """The request's block hashes, reusing the blocks a recent prompt shared (see its docstring)."""
         self._positions = Positions()
@@ -130,12 +134,26 @@ class PrefixCacheScorer(PluginHooks):
             return m.num_gpu_blocks
         return self.lru_capacity
 
+    def bound_index(self, blocks: int | None) -> None:
+        self.block_budget = blocks
+
+    def _within_budget(self, capacity: int, endpoint: EndpointKey) -> int:
+        """``capacity``, or ``endpoint``'s equal share of :attr:`block_budget` when smaller (counting
+        ``endpoint`` among the index's endpoints when it is not yet)."""
+        budget = self.block_budget
+        if budget is None:
+            return capacity
+        holders = self.index.endpoint_count() + (1 if self.index.size(endpoint) == 0 else 0)
+        return max(1, min(capacity, budget // holders))
+
     def on_picked(self, ctx: CycleContext, endpoint: EndpointView) -> None:
         hashes: list[int] | None = ctx.state.get(STATE_HASHES)  # made by score, usually
         if hashes is None:
             hashes = self._hashes(ctx, (endpoint,))
         if hashes:
-            self.index.insert(endpoint.key, hashes, capacity=self.capacity_for(endpoint))
+            self.index.insert(
+                endpoint.key, hashes, capacity=self._within_budget(self.capacity_for(endpoint), endpoint.key)
+            )
 
     def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:
         """The pick's block hashes and the pod's LRU capacity (``SharesPicks``): enough for another
@@ -155,7 +173,9 @@ class PrefixCacheScorer(PluginHooks):
             raise ValueError(f"{self.name}: pick note field 'h' must be a list of block hashes")
         if type(capacity) is not int or capacity < 1:
             raise ValueError(f"{self.name}: pick note field 'c' must be a positive integer")
-        self.index.insert(endpoint, hashes[: self.max_blocks], capacity=capacity)
+        self.index.insert(
+            endpoint, hashes[: self.max_blocks], capacity=self._within_budget(capacity, endpoint)
+        )
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:

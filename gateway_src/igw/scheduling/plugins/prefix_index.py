@@ -233,6 +233,10 @@ class PrefixIndex:
         self._free_slots.append(slot)
         self._holder_keys.clear()
 
+    def endpoint_count(self) -> int:
+        """Endpoints with at least one entry."""
+        return len(self._lru)
+
     def size(self, endpoint: EndpointKey) -> int:
         lru = self._lru.get(endpoint)
         return 0 if lru is None else len(lru)
