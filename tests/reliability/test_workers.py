@@ -86,6 +86,9 @@ async def test_two_workers_share_the_port_and_one_scrape_per_interval(tmp_path: 
         assert time.monotonic() - t_stop < 60
     assert "stopping: not ready" in gw.output
     assert gw.output.count("igw gateway stopped") == 2
+    # each worker states its prefix index budget (none without a container memory limit)
+    assert gw.output.count("prefix index budget: ") == 2
+    assert "endpoint discovery: worker 0's (static endpoints file" in gw.output
 
 
 async def test_auto_starts_one_worker_per_core_of_the_cpu_request(
