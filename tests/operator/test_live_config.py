@@ -186,8 +186,12 @@ def test_a_worker_group_watches_the_api_once_and_every_worker_serves_the_change(
             spec["schedulers"][0]["modelName"] = "llama-3.1"
 
         update_spec(cluster, "inference", "chat", rename)
+        wait_for(lambda: gateway.models() == {"llama-3.1"}, what="the change in a worker")
+        # Worker 0 tells the other when it applied the file: within moments, not at the other's own
+        # check (every 10 reload intervals, 10 s here, for a follower).
         wait_for(
             lambda: all(gateway.models() == {"llama-3.1"} for _ in range(20)),
+            timeout=5,
             what="the change in both workers",
         )
         assert gateway.failures == []

@@ -42,7 +42,7 @@ from igw.gateway.redaction import redact
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.scrape_client import ScrapeClient
-from igw.gateway.scrape_share import start_discovery, start_scraping
+from igw.gateway.scrape_share import share_config_reloads, start_discovery, start_scraping
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import CONNECTION_HANDLER_KEY, INFLIGHT_KEY
 from igw.gateway.state import GatewayState
@@ -283,6 +283,7 @@ def create_app(
                     log.info("endpoint discovery: worker 0's (%s)", discovery.describe())
             state.scraper.sync()
             if reloader is not None:
+                share_config_reloads(state.scraper, reloader)
                 reloader.start()
             yield
         finally:

@@ -41,6 +41,9 @@ GUARD_READY_TIMEOUT_S = 10.0
 """How long a reloaded guard may take to become ready (load its issuer's keys) before the reload is
 rejected; twice the default JWKS fetch timeout."""
 _READY_POLL_S = 0.02
+FOLLOWER_POLL_FACTOR = 10
+"""A follower (see :attr:`ConfigReloader.follows`) still checks the file itself every this many
+reload intervals: a safety net should a nudge be lost."""
 
 
 class GuardReloadError(IgwGatewayError, ValueError):
@@ -68,6 +71,18 @@ class ConfigReloader:
         self.guard_ready_timeout_s = guard_ready_timeout_s
         self._digest = _digest(path)
         self._task: asyncio.Task[None] | None = None
+        self._nudged = asyncio.Event()
+        self.follows = False
+        """Check when nudged (:meth:`nudge`) rather than every interval (every
+        :data:`FOLLOWER_POLL_FACTOR` intervals at the latest): how the workers of an ``igw serve
+        --workers`` group other than worker 0 reload, told by worker 0 when the file changed, so all
+        of them apply a change within milliseconds of each other instead of up to an interval apart."""
+        self.on_changed: Callable[[], None] | None = None
+        """Called after a check that found the file changed (applied or rejected)."""
+
+    def nudge(self) -> None:
+        """Check the file now (the loop's next turn) instead of at the end of the interval."""
+        self._nudged.set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="config reload")
@@ -80,11 +95,18 @@ class ConfigReloader:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.state.runtime.settings.config_reload_interval_s)
+            interval = self.state.runtime.settings.config_reload_interval_s
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._nudged.wait(), interval * FOLLOWER_POLL_FACTOR if self.follows else interval
+                )
+            self._nudged.clear()
             try:
-                await self.check()
+                changed = await self.check()
             except Exception as exc:  # the watch must outlive any file: a dead watch is silent
-                self._reject(f"{self.path}: unexpected {type(exc).__name__} while reloading: {exc}")
+                changed = self._reject(f"{self.path}: unexpected {type(exc).__name__} while reloading: {exc}")
+            if changed is not None and self.on_changed is not None:
+                self.on_changed()
 
     async def check(self) -> bool | None:
         """Reload if the file changed: ``True`` applied, ``False`` rejected, ``None`` unchanged."""

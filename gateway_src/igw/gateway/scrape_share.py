@@ -34,7 +34,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 
@@ -61,6 +61,8 @@ MAX_NOTES_BACKLOG: Final = MAX_FOLLOWER_BACKLOG // 2
 ``PickShare.lines_unsent``): notes are a hint, never a reason to disconnect a peer."""
 RECONNECT_S: Final = 0.05
 MAX_LINE: Final = 1024 * 1024
+CONFIG_CHANGED: Final = b'{"t":"c"}\n'
+"""Worker 0's line when its configuration file changed: the others check theirs now."""
 _SETS: Final = ("active_adapters", "waiting_adapters")
 
 Usage = dict[tuple[str, str], tuple[int, int]]
@@ -155,6 +157,10 @@ class ScrapeLeader:
         for writer in list(self._followers):
             if writer is not sender:
                 self.picks.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
+
+    def announce_config_change(self) -> None:
+        """Tell every follower that the configuration file changed (they reload it now)."""
+        self._broadcast(CONFIG_CHANGED)
 
     def publish(self, scheduler: str, state: EndpointState) -> None:
         """Send ``state`` to every follower (called by the scraper after each scrape)."""
@@ -260,6 +266,9 @@ class ScrapeFollower:
         self._discovery: DiscoverySink | None = None
         self._early_reports: dict[tuple[str, str], dict[str, Any]] = {}
         self.connected = asyncio.Event()
+        self.on_config_change: Callable[[], None] | None = None
+        """Called when worker 0 says its configuration file changed, and on every (re)connection to
+        it (a change may have gone by meanwhile)."""
 
     def follow_discovery(self, sink: DiscoverySink) -> None:
         """Hand worker 0's discovery reports to ``sink`` instead of running a discovery source here
@@ -293,6 +302,8 @@ class ScrapeFollower:
                 await asyncio.sleep(RECONNECT_S)
                 continue
             self.connected.set()
+            if self.on_config_change is not None:
+                self.on_config_change()
             reporter = asyncio.create_task(self._report(writer), name="scrape usage report")
             try:
                 while line := await reader.readline():
@@ -300,6 +311,10 @@ class ScrapeFollower:
                     kind = doc.get("t")
                     if kind == PICKS:
                         self.picks.learn(doc)
+                        continue
+                    if kind == "c":
+                        if self.on_config_change is not None:
+                            self.on_config_change()
                         continue
                     if kind == DISCOVERY:
                         if self._discovery is None:
@@ -417,3 +432,22 @@ async def start_discovery(scrape: ScrapeService, discovery: DiscoverySource, sin
         return False
     await discovery.start(scrape.leader.relaying(sink) if isinstance(scrape, LeadingScraper) else sink)
     return True
+
+
+class FollowsReloads(Protocol):
+    """What :func:`share_config_reloads` needs of the configuration reloader."""
+
+    follows: bool
+    on_changed: Callable[[], None] | None
+
+    def nudge(self) -> None: ...
+
+
+def share_config_reloads(scrape: ScrapeService, reloader: FollowsReloads) -> None:
+    """In a worker group, worker 0's reloader announces every change of the configuration file and
+    the others reload when told (see ``ConfigReloader.follows``); a single process is left as it is."""
+    if isinstance(scrape, ScrapeFollower):
+        reloader.follows = True
+        scrape.on_config_change = reloader.nudge
+    elif isinstance(scrape, LeadingScraper):
+        reloader.on_changed = scrape.leader.announce_config_change

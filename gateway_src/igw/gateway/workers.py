@@ -8,9 +8,9 @@ parent resolves the port once (``--port 0`` picks a free one) by binding - not l
 ``SO_REUSEPORT`` socket that it holds for its lifetime, so all workers bind the same port.
 
 Config: with ``--config-map`` the parent reads the ConfigMap into the config file once before it
-starts the workers, and only worker 0 watches it afterwards (:attr:`WorkerRole.mirrors_config_map`);
-every worker hot-reloads that one file on its own, so for up to one ``configReloadInterval`` after a
-change two connections to the pod may be served by different configs.
+starts the workers, and only worker 0 watches it afterwards (:attr:`WorkerRole.mirrors_config_map`).
+Worker 0 checks that file every ``configReloadInterval`` and tells the others when it changed; they
+reload it then (see ``ConfigReloader.follows``), so the workers apply a change together.
 
 Discovery: worker 0 alone runs the discovery source (with ``--in-cluster``, its Pod and ConfigMap
 watches) and relays every report to the others (see :mod:`igw.gateway.discovery_share`).
