@@ -8,6 +8,7 @@ from dataclasses import replace
 import orjson
 import pytest
 
+from igw.scheduling.dispatch_ledger import LEDGER_NOTES
 from igw.scheduling.factory import default_weights, scheduler_from_weights
 from igw.scheduling.framework import SharesPicks
 from igw.scheduling.pick_notes import LearnCounts, PickNoteOutbox, sharing_plugins
@@ -99,6 +100,34 @@ def test_only_plugins_whose_state_is_built_by_picks_alone_share() -> None:
     assert isinstance(BacklogTtftScorer(), SharesPicks)
 
 
+def test_another_workers_dispatch_counts_in_this_workers_ledger_until_a_scrape_shows_it() -> None:
+    """The ledger's notes: worker B counts worker A's dispatch since the pod's scrape (what keeps N
+    workers from herding onto one pod between scrapes), and forgets it once a later scrape shows it."""
+    a, b = _scheduler(0), _scheduler(1)
+    eps = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=10.0)]
+    outbox = a.share_picks()
+    b.share_picks()
+    chosen = a.pick(req(PROMPT, request_id="from-a"), eps, now=10.01).endpoint
+    assert chosen is not None
+    assert b.ledger is not None
+    view = next(e for e in eps if e.key == chosen)
+    assert b.ledger.unreflected(view, now=10.02) == 0
+    counts = b.learn_picks(outbox.drain(), now=10.02)
+    assert (counts.learned, counts.malformed) == (3, 0)
+    assert b.ledger.unreflected(view, now=10.02) == 1
+    # A scrape after the dispatch reflects it: no longer counted.
+    assert b.ledger.unreflected(replace(view, scraped_at=10.015), now=10.02) == 0
+
+
+@pytest.mark.parametrize("note", ["10.0", None, float("nan"), float("inf"), True, [10.0]])
+def test_a_ledger_note_that_is_not_a_finite_time_is_refused(note: object) -> None:
+    sched = _scheduler(0)
+    counts = sched.learn_picks([[10.0, LEDGER_NOTES, "a:1", note]], now=10.0)
+    assert (counts.learned, counts.malformed) == (0, 1)
+    assert sched.ledger is not None
+    assert sched.ledger.unreflected(ep("a:1", scraped_at=9.0), now=10.0) == 0
+
+
 def _scheduler(seed: int) -> Scheduler:
     return scheduler_from_weights(
         default_weights(lora_adapters=False), routing=RoutingSettings(), rng=random.Random(seed)
@@ -114,11 +143,12 @@ def test_a_scheduler_notes_its_picks_once_sharing_is_on() -> None:
     decision = sched.pick(req(PROMPT, request_id="after"), eps, now=10.1)
     notes = outbox.drain()
     plugins = {plugin for _at, plugin, _key, _note in notes}
-    # The default profile's sharing plugins (no-hit-lru-scorer is off by default).
+    # The default profile's sharing plugins (no-hit-lru-scorer is off by default), and the
+    # scheduler's dispatch ledger.
     sharing = {"prefix-cache-scorer", "backlog-ttft-scorer"}
     assert set(sharing_plugins(ws.scorer for ws in sched.profile.scorers)) == sharing
-    assert plugins == sharing
-    assert len(notes) == 2  # one per sharing plugin; the pick before sharing was on is not noted
+    assert plugins == {*sharing, LEDGER_NOTES}
+    assert len(notes) == 3  # one per sharer; the pick before sharing was on is not noted
     assert all(at == 10.1 and key == decision.endpoint for at, _plugin, key, _note in notes)
     assert outbox.drain() == []
 
@@ -134,10 +164,10 @@ def test_the_outbox_wakes_its_transport_once_per_drain_at_the_first_note() -> No
     sched.pick(req(PROMPT, request_id="one"), eps, now=10.0)
     sched.pick(req(PROMPT + " more", request_id="two"), eps, now=10.1)
     assert woken == [1]
-    assert len(outbox.drain()) == 4  # two sharing plugins, two picks
+    assert len(outbox.drain()) == 6  # two sharing plugins and the ledger, two picks
     sched.pick(req(PROMPT, request_id="three"), eps, now=10.2)
     assert woken == [1, 1]
-    assert len(outbox.drain()) == 2
+    assert len(outbox.drain()) == 3
     sched.pick(req(PROMPT, request_id="alone"), eps[:1], now=10.3)  # one endpoint: no note, no wake
     assert woken == [1, 1]
 
@@ -155,7 +185,11 @@ def test_a_pool_of_one_endpoint_notes_nothing_until_it_grows() -> None:
     grown = [*lone, ep("b:1", scraped_at=10.0)]
     decision = sched.pick(req(PROMPT + "grown", request_id="two"), grown, now=10.1)
     notes = outbox.drain()
-    assert {plugin for _at, plugin, _key, _note in notes} == {"prefix-cache-scorer", "backlog-ttft-scorer"}
+    assert {plugin for _at, plugin, _key, _note in notes} == {
+        "prefix-cache-scorer",
+        "backlog-ttft-scorer",
+        LEDGER_NOTES,
+    }
     assert all(key == decision.endpoint for _at, _plugin, key, _note in notes)
     # Back to one endpoint (b removed): quiet again.
     sched.pick(req(PROMPT + "shrunk", request_id="one-again"), lone, now=10.2)

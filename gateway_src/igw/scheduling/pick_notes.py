@@ -30,6 +30,10 @@ Which built-in plugins share, and why:
   each pairs a dispatch with that request's first token, which only the owning worker sees.
 * ``lora-affinity-scorer`` and the other scorers: no pick state (they read scrapes or in-flight
   counts).
+* the scheduler's dispatch ledger (not a plugin; notes named ``@dispatch-ledger``) - shares: it
+  counts the dispatches to each pod since its last scrape, which every worker's picks add to; the
+  note is the pick's time. Its time-to-first-token estimate, learnt from the worker's own
+  completions, does not travel.
 
 Which pools note: a scheduler notes a pick only when its pool (the endpoints it was handed, before
 the per-request context-window fit and the filters) has more than one endpoint. With one endpoint

@@ -181,7 +181,9 @@ class Scheduler:
         derive from PluginHooks; plugins written to the bare :class:`Plugin` protocol may lack it): not
         the no-op inherited from PluginHooks, an interpreted call per plugin per stream for nothing
         (``framework`` stays interpreted in the compiled build)."""
-        self._sharing = sharing_plugins(self._plugins)
+        self._sharing = sharing_plugins(
+            (*self._plugins, self.ledger) if self.ledger is not None else self._plugins
+        )
         """The plugins that share their picks, by name, found once (the profile's plugins do not
         change): an ``isinstance`` check against the runtime-checkable ``SharesPicks`` protocol walks
         the protocol's attributes, which learning each batch of the other workers' notes paid again
