@@ -61,8 +61,9 @@ MAX_NOTES_BACKLOG: Final = MAX_FOLLOWER_BACKLOG // 2
 ``PickShare.lines_unsent``): notes are a hint, never a reason to disconnect a peer."""
 RECONNECT_S: Final = 0.05
 MAX_LINE: Final = 1024 * 1024
-CONFIG_CHANGED: Final = b'{"t":"c"}\n'
-"""Worker 0's line when its configuration file changed: the others check theirs now."""
+CONFIG: Final = "c"
+"""The ``t`` of worker 0's line saying its configuration file changed: the others check theirs now."""
+CONFIG_CHANGED: Final = orjson.dumps({"t": CONFIG}) + b"\n"
 _SETS: Final = ("active_adapters", "waiting_adapters")
 
 Usage = dict[tuple[str, str], tuple[int, int]]
@@ -312,7 +313,7 @@ class ScrapeFollower:
                     if kind == PICKS:
                         self.picks.learn(doc)
                         continue
-                    if kind == "c":
+                    if kind == CONFIG:
                         if self.on_config_change is not None:
                             self.on_config_change()
                         continue
