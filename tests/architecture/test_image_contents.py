@@ -27,6 +27,7 @@ CORE_PACKAGES = {"igw.config", "igw.scheduling", "igw.gateway", "igw.security"}
 IMAGE_CLI_MODULES = {
     "__init__.py",
     "arg_types.py",
+    "early_stop.py",
     "main.py",
     "registry.py",
     "serve.py",

@@ -122,8 +122,11 @@ def test_a_signal_while_igw_still_parses_its_arguments_ends_it_without_a_traceba
     """Sent as soon as ``igw`` has its SIGTERM handler (``main`` has begun: it then imports every
     sub-command to build its parser, the first second or so). Ctrl-C there printed a
     ``KeyboardInterrupt`` traceback and the process died of SIGINT; a SIGTERM during ``import
-    asyncio`` ended in an ``AttributeError`` traceback, exit 1. Now 128 + the signal, no traceback,
-    as for any igw command stopped before it installs handlers of its own."""
+    asyncio`` ended in an ``AttributeError`` traceback, exit 1, and once (CI, under load) the signal
+    was lost and the operator kept running. Now 128 + the signal, no traceback, as for any igw
+    command stopped before it installs handlers of its own - or 0 when a loaded machine delays the
+    signal until the operator's own handlers are in place (then it stops as it would any time).
+    ``tests/operator/test_early_stop.py`` checks each case deterministically, in-process."""
     log = tmp_path / "operator.log"
     process = _operator(kubeconfig, log)
     try:
@@ -131,7 +134,7 @@ def test_a_signal_while_igw_still_parses_its_arguments_ends_it_without_a_traceba
         while not _handles_sigterm(process.pid) and time.monotonic() < deadline:
             time.sleep(0.001)
         process.send_signal(sig)
-        assert process.wait(30) == code
+        assert process.wait(30) in (code, 0)
     finally:
         if process.poll() is None:
             process.kill()

@@ -7,10 +7,12 @@ import importlib
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType, ModuleType
+from typing import Any
 
 from igw import __version__
+from igw.cli import early_stop
 from igw.cli.registry import SUBCOMMANDS
 
 USAGE_ERROR = 2
@@ -41,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         # argparse %-formats help strings (not descriptions): a literal % in HELP must be doubled
         cmd = sub.add_parser(name, help=module.HELP.replace("%", "%%"), description=module.HELP)
         module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        cmd.set_defaults(_run=module.run, _defers_stop=getattr(module, "DEFERS_STOP_SIGNALS", False))
     return parser
 
 
@@ -79,32 +81,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SIGTERM ends a command the way Ctrl-C does: ``finally`` blocks and context managers run, so the
     # processes a benchmark started (backends, simulated fleets, igw serve) are stopped with it. With
     # Python's default action the command died at once and left them running (seen after `timeout`).
-    # Long-running servers (serve, operator, global serve) install their own handlers on the loop.
-    # The previous handler is restored on return (main may be called in-process, e.g. by tests).
+    # While igw imports and parses, both signals are only recorded (igw.cli.early_stop says why); a
+    # command that installs its own handlers keeps them recorded until it has (DEFERS_STOP_SIGNALS).
+    # The previous handlers are restored on return (main may be called in-process, e.g. by tests).
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    previous = early_stop.defer()
     try:
-        return _main(argv)
+        args, run = _parse(argv)
+        if run is None:
+            return USAGE_ERROR
+        stopped = early_stop.take()
+        if stopped is not None:
+            print("igw: interrupted", file=sys.stderr)
+            return 128 + stopped
+        if not getattr(args, "_defers_stop", False):
+            _act_on_stop_signals(previous)
+        return run(args)
     except KeyboardInterrupt:
-        # Ctrl-C that no command handled itself (most often while igw still imports and parses: the
-        # first second): the ``finally`` blocks have run; no traceback, the shell's code for SIGINT.
+        # Ctrl-C that the command did not handle itself: the ``finally`` blocks have run; no
+        # traceback, the shell's code for SIGINT.
         print("igw: interrupted", file=sys.stderr)
         return SIGINT_EXIT
     finally:
-        if signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:  # a command may have set its own
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            current = signal.getsignal(signum)
+            if current is _exit_on_sigterm or early_stop.deferring(signum):  # a command may have set its own
+                signal.signal(signum, handler)
+
+
+def _act_on_stop_signals(previous: dict[signal.Signals, Any]) -> None:
+    """From here on SIGTERM raises ``SystemExit(143)`` and SIGINT does what it did before igw started."""
+    if signal.SIGTERM in previous:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    if signal.SIGINT in previous:
+        signal.signal(signal.SIGINT, previous[signal.SIGINT])
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Command | None]:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Command | None = getattr(args, "_run", None)
+    if run is None:
+        parser.print_help(sys.stderr)
+    return args, run
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    run = getattr(args, "_run", None)
+    args, run = _parse(argv)
     if run is None:
-        parser.print_help(sys.stderr)
         return USAGE_ERROR
-    result: int = run(args)
-    return result
+    return run(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

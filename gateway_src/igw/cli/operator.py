@@ -111,6 +111,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
+DEFERS_STOP_SIGNALS = True
+"""SIGTERM / Ctrl-C before the loop's handlers are in place are recorded, then acted on
+(:mod:`igw.cli.early_stop`): an interrupt inside kopf's imports was turned into a traceback or lost."""
+
+
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import asyncio
@@ -118,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
+    from igw.cli import early_stop
     from igw.gateway.discovery.kube_client import KubeClientError
     from igw.gateway.emf_sink import AgentEndpoint, EmfEndpointError
     from igw.gateway.serving import ListenError
@@ -171,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(signum, stop.set)
         try:
+            stopped = early_stop.take()  # came while igw started: stop before touching the cluster
+            if stopped is not None:
+                print("igw operator: interrupted while starting", file=sys.stderr)
+                return 128 + stopped
             return await run_operator(options, stop=stop, stop_signals=signals)
         finally:
             # The loop owns the handlers (kopf's, then ours) and removes them when it closes, which
