@@ -25,6 +25,11 @@ def _kept_handlers() -> Iterator[None]:
     (``igw operator`` blocks both signals for the rest of its process once it has stopped)."""
     kept = {signum: signal.getsignal(signum) for signum in early_stop.STOP_SIGNALS}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    # As igw finds them started from a terminal: a test runner started in the background by a
+    # non-interactive shell inherits SIGINT ignored, which igw (rightly) leaves ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, early_stop.STOP_SIGNALS)
     yield
     for signum, handler in kept.items():
         signal.signal(signum, handler)

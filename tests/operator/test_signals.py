@@ -70,11 +70,23 @@ def test_sigterm_repeated_until_it_exits_still_ends_with_exit_0(
             process.wait(5)
 
 
+def _default_stop_signals() -> None:
+    """In the child before exec: SIGINT and SIGTERM as a terminal starts a program. A test runner that
+    a non-interactive shell started in the background inherits SIGINT ignored, and so would the
+    operator, which (rightly) keeps a signal ignored that it was started ignoring."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _operator(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "igw.cli.main", "operator", "--kubeconfig", str(kubeconfig)]
     with log.open("wb") as out:
         return subprocess.Popen(
-            [*command, "--no-leader-election"], stdout=out, stderr=subprocess.STDOUT, env={**os.environ}
+            [*command, "--no-leader-election"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ},
+            preexec_fn=_default_stop_signals,  # only signal dispositions: safe between fork and exec
         )
 
 
