@@ -5,13 +5,14 @@ thread happens to be. During the first second of a command that is inside import
 the kubernetes client's - where an exception can be turned into another one (an interrupt inside a
 class body's ``__set_name__`` came out as ``RuntimeError``, a traceback and exit 1, seen when Ctrl-C
 hit ``igw operator`` 0.7 s after its start) or swallowed by a library's catch-all, and then the stop
-was lost: CI once saw ``igw operator`` keep running for 30 s after a SIGINT sent while it started.
+is lost.
 
 So while ``igw`` imports and parses its arguments (:func:`igw.cli.main.main`), and for a command that
 installs its own stop handlers (``DEFERS_STOP_SIGNALS = True`` in its module, e.g. ``igw operator``)
 until it has, both signals only *record* that they came. The parser's caller then exits with 128 +
 the signal at once; such a command asks :func:`take` right after installing its handlers and stops
-before it starts. A signal that ``SIG_IGN`` ignores when igw starts (``nohup``) stays ignored.
+before it starts. A signal ignored when igw starts (a background job of a non-interactive shell
+starts with SIGINT ignored) stays ignored.
 """
 
 from __future__ import annotations

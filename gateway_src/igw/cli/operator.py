@@ -113,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 DEFERS_STOP_SIGNALS = True
 """SIGTERM / Ctrl-C before the loop's handlers are in place are recorded, then acted on
-(:mod:`igw.cli.early_stop`): an interrupt inside kopf's imports was turned into a traceback or lost."""
+(:mod:`igw.cli.early_stop`): an interrupt inside kopf's imports was turned into a traceback."""
 
 
 def run(args: argparse.Namespace) -> int:
