@@ -214,6 +214,12 @@ def test_worker_argv_forwards_every_option_but_workers_and_port(tmp_path: Path) 
 def test_worker_role_round_trips_and_bad_roles_are_named(tmp_path: Path) -> None:
     role = WorkerRole(index=1, count=3, directory=str(tmp_path))
     assert WorkerRole.from_env({WORKER_ENV: role.to_env()}) == role
+    tied = WorkerRole(index=1, count=3, directory=str(tmp_path), parent=4242)
+    assert WorkerRole.from_env({WORKER_ENV: tied.to_env()}) == tied
+    with pytest.raises(WorkerSetupError, match=f"\\${WORKER_ENV} is not a worker role"):
+        WorkerRole.from_env({WORKER_ENV: '{"index": 0, "count": 1, "dir": "x", "parent": "me"}'})
+    with pytest.raises(WorkerSetupError, match=f"\\${WORKER_ENV} is not a worker role"):
+        WorkerRole.from_env({WORKER_ENV: "[1, 2]"})
     assert WorkerRole.from_env({}) is None
     with pytest.raises(WorkerSetupError, match=r"index 3 outside 0\.\.2"):
         WorkerRole.from_env({WORKER_ENV: WorkerRole(3, 3, "x").to_env()})

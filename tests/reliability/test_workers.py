@@ -1,11 +1,14 @@
 """``igw serve --workers 2`` as real processes on loopback: one port, both workers serve, one scrape
-per pod per interval for the whole host, host-wide ``/metrics``, clean SIGTERM, a dying worker."""
+per pod per interval for the whole host, host-wide ``/metrics``, clean SIGTERM, a dying worker, a
+parent killed outright."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,9 +17,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.worker_count import CPU_REQUEST_ENV
+from igw.gateway.workers import WORKER_ENV, WorkerRole
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_all_fresh
-from tests.reliability.harness import MODEL, gateway_doc, igw_serve, wait_until
+from tests.reliability.harness import MODEL, gateway_doc, igw_serve, wait_until, write_config
 
 INTERVAL_S = 0.05
 
@@ -202,3 +206,70 @@ async def test_both_workers_send_a_shared_prefix_to_the_pod_that_got_it_first(tm
         assert set(learned) == {"0", "1"}  # each worker's counters, on the host-wide page
         assert all(v > 0 for v in learned.values()), learned
         assert await gw.stop() == 0, gw.output[-4000:]
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (reaped, or a zombie its new parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_stop_when_the_parent_is_killed_outright(tmp_path: Path) -> None:
+    """``kill -9`` of the parent: its workers get SIGTERM from the kernel, drain and exit. They used to
+    keep serving the port unsupervised, beside the group a restart then started on it."""
+    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
+            "--host", "127.0.0.1", "--port", "0", "--no-reload", "--workers", "2",
+            "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2",
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        assert proc.stderr is not None
+        serving = 0
+        for line in proc.stderr:
+            if "workers (pids" in line:
+                pids = [int(pid) for pid in line.split("(pids ")[1].split(")")[0].split()]
+            serving += "serving 1 scheduler" in line
+            if serving == 2:
+                break
+        assert len(pids) == 2
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 30  # the drain (0.2 s) and the grace (0.2 s), on a loaded machine
+        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [pid for pid in pids if not _gone(pid)] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+        for pid in pids:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_whose_parent_is_already_gone_does_not_start(tmp_path: Path) -> None:
+    """The parent died between starting the worker and the worker tying itself to it: the worker
+    names that and exits instead of serving unsupervised."""
+    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    role = WorkerRole(index=1, count=2, directory=str(tmp_path), parent=os.getpid() + 1_000_000)
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
+            "--host", "127.0.0.1", "--port", "0", "--no-reload",
+        ],
+        env={**os.environ, WORKER_ENV: role.to_env()}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert f"worker 1: the parent process (pid {role.parent}) has already exited" in done.stderr
+    assert "serving" not in done.stderr

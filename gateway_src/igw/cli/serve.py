@@ -24,6 +24,8 @@ from igw.cli.arg_types import ANY_INT, FINITE, FRACTION, NON_NEGATIVE, NON_NEGAT
 HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the endpoint picker)."
 
 EXIT_CONFIG = 2
+EXIT_WORKER_SETUP = 1
+"""A worker that cannot join its group (its parent already gone, the kernel refused the link)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -268,6 +270,15 @@ def _run(args: argparse.Namespace) -> int:
     except WorkerSetupError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if role is not None and role.parent is not None:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+        from igw.gateway.parent_death import ParentGoneError, stop_with_parent
+
+        try:  # first: a worker left without its parent would serve the port unsupervised
+            stop_with_parent(role.parent)
+        except (ParentGoneError, OSError) as exc:
+            print(f"igw serve: worker {role.index}: {exc}", file=sys.stderr)
+            return EXIT_WORKER_SETUP
     if args.config_map and not args.in_cluster:
         print("igw serve: --config-map needs --in-cluster", file=sys.stderr)
         return EXIT_CONFIG

@@ -21,13 +21,17 @@ in-flight ledger, and the workers tell each other their picks on the same channe
 learns them, see :mod:`igw.gateway.pick_share`). ``/metrics`` of any worker answers for the whole host (see
 :mod:`igw.gateway.worker_metrics`).
 
-Lifecycle: SIGTERM or SIGINT to the parent is passed to every worker, which drains (``/readyz`` 503
-for ``--drain-seconds`` while serving, then ``--stream-grace-seconds`` for in-flight requests) and
-exits; the parent exits 0 when all did. **A worker that dies on its own ends the group**: the parent
-logs it, sends SIGTERM to the others (they drain the same way) and exits with
-:data:`EXIT_WORKER_DIED`, so the container restarts as a whole. A restart in place was not chosen:
-worker 0 holds the scrape channel and the followers' snapshots would age while it restarts, and a
-pod that silently runs with fewer workers than asked for hides the failure from the orchestrator.
+Lifecycle: every worker stops (SIGTERM from the kernel) when the parent is gone, whatever ended it
+(:mod:`igw.gateway.parent_death`). SIGTERM or SIGINT to the parent is passed to every worker, which
+drains (``/readyz`` 503 for ``--drain-seconds`` while serving, then ``--stream-grace-seconds`` for
+in-flight requests) and exits; the parent exits 0 when all did. A worker the stop reaches while it
+is still starting exits with 128 + the signal (or dies of it, before Python installs its handlers):
+that too is the stop the parent asked for, not a failure (the parent exited 3 for it when the stop
+came in the first second). **A worker that dies on its own ends the group**: the parent logs it,
+sends SIGTERM to the others (they drain the same way) and exits with :data:`EXIT_WORKER_DIED`, so
+the container restarts as a whole. A restart in place was not chosen: worker 0 holds the scrape
+channel and the followers' snapshots would age while it restarts, and a pod that silently runs with
+fewer workers than asked for hides the failure from the orchestrator.
 """
 
 from __future__ import annotations
@@ -54,6 +58,14 @@ log = logging.getLogger("igw.gateway.workers")
 WORKER_ENV: Final = "IGW_WORKER"
 """Set by the parent for each worker: ``{"index": i, "count": n, "dir": private directory}``."""
 EXIT_WORKER_DIED: Final = 3
+STOPPED_EXITS: Final = frozenset(
+    {0}
+    | {128 + sig for sig in (signal.SIGTERM, signal.SIGINT)}
+    | {-sig for sig in (signal.SIGTERM, signal.SIGINT)}
+)
+"""A worker's exit codes that end a requested stop cleanly: drained and exited (0), or stopped
+while it was starting (``igw`` exits 128 + the signal then, or the signal's default action ended it
+before the interpreter had started ``igw``)."""
 POLL_S: Final = 0.1
 KILL_AFTER_S: Final = 10.0
 """Seconds past a worker's drain + grace budget before the parent kills it."""
@@ -71,6 +83,9 @@ class WorkerRole:
     count: int
     directory: str
     """Private (0700) directory of the group's unix sockets."""
+    parent: int | None = None
+    """The supervising parent's pid: the worker stops when that process is gone
+    (:mod:`igw.gateway.parent_death`); ``None`` ties it to no process."""
 
     @property
     def leads_scraping(self) -> bool:
@@ -90,7 +105,10 @@ class WorkerRole:
         return str(Path(self.directory) / f"metrics-{index}.sock")
 
     def to_env(self) -> str:
-        return orjson.dumps({"index": self.index, "count": self.count, "dir": self.directory}).decode()
+        doc: dict[str, object] = {"index": self.index, "count": self.count, "dir": self.directory}
+        if self.parent is not None:
+            doc["parent"] = self.parent
+        return orjson.dumps(doc).decode()
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> WorkerRole | None:
@@ -99,8 +117,14 @@ class WorkerRole:
             return None
         try:
             doc = orjson.loads(raw)
-            role = cls(index=int(doc["index"]), count=int(doc["count"]), directory=str(doc["dir"]))
-        except (ValueError, KeyError, TypeError) as exc:
+            parent = doc.get("parent")
+            role = cls(
+                index=int(doc["index"]),
+                count=int(doc["count"]),
+                directory=str(doc["dir"]),
+                parent=None if parent is None else int(parent),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise WorkerSetupError(f"${WORKER_ENV} is not a worker role: {exc}") from exc
         if not 0 <= role.index < role.count:
             raise WorkerSetupError(f"${WORKER_ENV}: index {role.index} outside 0..{role.count - 1}")
@@ -135,7 +159,8 @@ def supervise(
 
     ``management_port``: the management listener's port (:mod:`igw.gateway.management`), reserved
     like ``port`` so that every worker binds the same one (0 picks a free one); ``None``: none.
-    Returns 0 after a requested stop in which every worker exited 0, else :data:`EXIT_WORKER_DIED`.
+    Returns 0 after a requested stop in which every worker ended cleanly (:data:`STOPPED_EXITS`), else
+    :data:`EXIT_WORKER_DIED`.
     """
     stop_requested = False
 
@@ -158,7 +183,8 @@ def supervise(
             os.chmod(directory, 0o700)
             command = list(worker_command(bound_port, bound_management))
             for index in range(count):
-                env = {**os.environ, WORKER_ENV: WorkerRole(index, count, directory).to_env()}
+                role = WorkerRole(index, count, directory, parent=os.getpid())
+                env = {**os.environ, WORKER_ENV: role.to_env()}
                 workers.append(subprocess.Popen(command, env=env))
             log.info(
                 "igw serve: %d workers (pids %s) on %s:%d%s",
@@ -177,7 +203,7 @@ def supervise(
                     died.returncode,
                 )
             codes = _stop(workers, stop_budget_s + KILL_AFTER_S)
-            if died is not None or any(codes):
+            if died is not None or not all(code in STOPPED_EXITS for code in codes):
                 return EXIT_WORKER_DIED
             return 0
     finally:
