@@ -21,7 +21,13 @@ import igw
 from igw.bench import peers
 from igw.cli.main import main
 from igw.cli.serve import add_arguments, worker_argv
-from igw.gateway.workers import WORKER_ENV, WorkerRole, WorkerSetupError, reserve_port
+from igw.gateway.workers import (
+    WORKER_ENV,
+    WorkerRole,
+    WorkerSetupError,
+    refuse_a_taken_port,
+    reserve_port,
+)
 from igw.perf import gateway_load
 from igw.perf.gateway_load import (
     GATEWAY_LOG_NAME,
@@ -241,6 +247,24 @@ def test_reserved_port_is_shared_with_reuse_port_and_a_taken_port_is_refused() -
         taken = plain.getsockname()[1]
         with pytest.raises(WorkerSetupError, match=f"cannot bind 127.0.0.1:{taken} with SO_REUSEPORT"):
             reserve_port("127.0.0.1", taken)
+
+
+def test_a_port_another_group_serves_is_refused_before_the_group_reserves_it() -> None:
+    """Another worker group's listeners set SO_REUSEPORT, so reserving beside them succeeds; the
+    plain bind before it does not (two groups on one port used to share its connections)."""
+    with socket.socket() as other_group:
+        other_group.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other_group.bind(("127.0.0.1", 0))
+        other_group.listen()
+        port = other_group.getsockname()[1]
+        reserve_port("127.0.0.1", port).close()  # what let the second group start
+        with pytest.raises(WorkerSetupError, match=f"cannot serve 127.0.0.1:{port}: .*another process"):
+            refuse_a_taken_port("127.0.0.1", port)
+    with socket.socket() as closed:  # a port nobody holds any more is free
+        closed.bind(("127.0.0.1", 0))
+        free = closed.getsockname()[1]
+    refuse_a_taken_port("127.0.0.1", free)
+    refuse_a_taken_port("127.0.0.1", 0)
 
 
 def test_zero_workers_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -131,6 +131,29 @@ class WorkerRole:
         return role
 
 
+def refuse_a_taken_port(host: str, port: int) -> None:
+    """Raise :class:`WorkerSetupError` when another socket is bound to ``host:port`` (port 0: none).
+
+    ``SO_REUSEPORT`` lets any process of the same user bind a port whose sockets all set it, so a
+    second ``igw serve --workers`` on a port another group serves used to start beside it, silently,
+    and the kernel spread the connections over both groups and their configurations (a single
+    process, which does not set it, is refused). A plain bind - no ``SO_REUSEPORT`` - conflicts with
+    any socket on the port, and is what this checks before the group reserves it."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # A closed connection's TIME_WAIT is no owner.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise WorkerSetupError(
+                f"cannot serve {host}:{port}: {exc.strerror or exc} (another process, perhaps another "
+                "igw serve, is bound to it)"
+            ) from exc
+
+
 def reserve_port(host: str, port: int) -> socket.socket:
     """Bind (without listening) a ``SO_REUSEPORT`` socket on ``host:port``; port 0 picks one."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -168,6 +191,9 @@ def supervise(
         nonlocal stop_requested
         stop_requested = True
 
+    refuse_a_taken_port(host, port)
+    if management_port is not None:
+        refuse_a_taken_port(host, management_port)
     reservation = reserve_port(host, port)
     bound_port: int = reservation.getsockname()[1]
     try:
