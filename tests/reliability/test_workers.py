@@ -273,3 +273,28 @@ def test_a_worker_whose_parent_is_already_gone_does_not_start(tmp_path: Path) ->
     assert done.returncode == 1
     assert f"worker 1: the parent process (pid {role.parent}) has already exited" in done.stderr
     assert "serving" not in done.stderr
+
+
+async def test_a_second_group_on_a_port_a_group_serves_is_refused(tmp_path: Path) -> None:
+    """Both groups' listeners set SO_REUSEPORT; the second used to start and take half the connections."""
+    async with (
+        running(FakeModelServer("p0")) as pods,
+        igw_serve(tmp_path, gateway_doc(), [p.key for p in pods], "--workers", "2") as gw,
+    ):
+        port = gw.url.rsplit(":", 1)[1]
+        (tmp_path / "second").mkdir()
+        config, eps = write_config(tmp_path / "second", gateway_doc(), [p.key for p in pods])
+        second = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
+            "--host", "127.0.0.1", "--port", port, "--no-reload", "--workers", "2",
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            _, err = await asyncio.wait_for(second.communicate(), timeout=60)
+        finally:
+            if second.returncode is None:  # it started: stopped (its workers with it) before failing
+                second.terminate()
+                await second.wait()
+        assert second.returncode == 2
+        assert f"cannot serve 127.0.0.1:{port}: Address already in use" in err.decode()
+        assert "workers (pids" not in err.decode()
