@@ -47,6 +47,7 @@ from igw.gateway.serving import (
 from igw.gateway.stop_signals import StopSignals
 from igw.gateway.tracing_options import TracingOptions
 from igw.gateway.worker_count import memory_limit
+from igw.gateway.worker_heartbeat import Heartbeat
 from igw.gateway.workers import WorkerRole
 
 if TYPE_CHECKING:
@@ -171,6 +172,21 @@ async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     problems = options.limits.problems()
     if problems:
         raise LaunchError("; ".join(problems))
+    beat_fd = None if options.worker is None else options.worker.heartbeat_fd
+    if beat_fd is None:
+        await _run_gateway(config, options)
+        return
+    # A worker of a group: its event loop beats from the start to the end (the parent kills a
+    # worker whose loop stops beating, igw.gateway.worker_heartbeat).
+    heartbeat = Heartbeat(beat_fd, asyncio.get_running_loop())
+    heartbeat.start()
+    try:
+        await _run_gateway(config, options)
+    finally:
+        heartbeat.stop()
+
+
+async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     fd_limit = raise_fd_limit()
     log.info(
         "file descriptors: %d; at most %d client connections; fixed mmap threshold: %s",

@@ -298,3 +298,48 @@ async def test_a_second_group_on_a_port_a_group_serves_is_refused(tmp_path: Path
         assert second.returncode == 2
         assert f"cannot serve 127.0.0.1:{port}: Address already in use" in err.decode()
         assert "workers (pids" not in err.decode()
+
+
+def test_a_worker_whose_event_loop_stops_is_killed_and_ends_the_group(tmp_path: Path) -> None:
+    """A frozen worker keeps its share of the port's new connections, which hang; the kubelet's probe
+    reaches it one connection in N. The parent sees its heartbeats stop: killed, the group ends with
+    3 (restarted). Healthy workers beat through the same time (no false alarm first)."""
+    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
+            "--host", "127.0.0.1", "--port", "0", "--no-reload", "--workers", "2", "--worker-timeout", "2",
+            "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2",
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        assert proc.stderr is not None
+        serving = 0
+        for line in proc.stderr:
+            if "workers (pids" in line:
+                pids = [int(pid) for pid in line.split("(pids ")[1].split(")")[0].split()]
+            serving += "serving 1 scheduler" in line
+            if serving == 2:
+                break
+        time.sleep(4)  # twice the timeout: healthy workers are not taken for stuck
+        assert proc.poll() is None
+        os.kill(pids[1], signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=60) == 3
+        assert time.monotonic() - stopped_at < 30
+        assert f"worker 1 (pid {pids[1]}) sent no heartbeat for" in rest
+        assert "worker 0 (pid" not in rest.split("sent no heartbeat")[0]
+        assert _gone(pids[0])
+        assert _gone(pids[1])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+        for pid in pids:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)

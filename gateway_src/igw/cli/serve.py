@@ -26,6 +26,9 @@ HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the en
 EXIT_CONFIG = 2
 EXIT_WORKER_SETUP = 1
 """A worker that cannot join its group (its parent already gone, the kernel refused the link)."""
+WORKER_TIMEOUT_S = 30.0
+"""``--worker-timeout``'s default, gunicorn's worker timeout: no healthy worker's event loop stalls for
+seconds (a starting one has ``igw.gateway.worker_heartbeat.START_ALLOWANCE_S`` more)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +76,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "/metrics answers for all with a worker label; one dying stops the group (exit 3); auto: one per "
         "CPU the container may count on (affinity, cgroup CPU limit, IGW_CPU_REQUEST_MILLICORES, "
         "256 MiB of the memory limit each; logged at start) (default 1)",
+    )
+    parser.add_argument(
+        "--worker-timeout",
+        type=NON_NEGATIVE,
+        default=WORKER_TIMEOUT_S,
+        metavar="S",
+        help="with --workers: kill a worker whose event loop has not answered the parent for S seconds "
+        "(it would keep its share of the port's connections and hang them), which stops the group "
+        "(exit 3); a starting worker has 60 s more; 0: off (default 30)",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
@@ -149,7 +161,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
-_NOT_FORWARDED = frozenset({"help", "workers", "port", "management_port"})
+_NOT_FORWARDED = frozenset({"help", "workers", "worker_timeout", "port", "management_port"})
 
 
 def worker_argv(args: argparse.Namespace, port: int, management_port: int | None = None) -> list[str]:
@@ -336,6 +348,7 @@ def _run(args: argparse.Namespace) -> int:
                 ],
                 stop_budget_s=limits.drain_s + limits.stream_grace_s,
                 management_port=management,
+                stuck_after_s=args.worker_timeout or None,
             )
     except WorkerSetupError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)

@@ -27,11 +27,12 @@ drains (``/readyz`` 503 for ``--drain-seconds`` while serving, then ``--stream-g
 in-flight requests) and exits; the parent exits 0 when all did. A worker the stop reaches while it
 is still starting exits with 128 + the signal (or dies of it, before Python installs its handlers):
 that too is the stop the parent asked for, not a failure (the parent exited 3 for it when the stop
-came in the first second). **A worker that dies on its own ends the group**: the parent logs it,
-sends SIGTERM to the others (they drain the same way) and exits with :data:`EXIT_WORKER_DIED`, so
-the container restarts as a whole. A restart in place was not chosen: worker 0 holds the scrape
-channel and the followers' snapshots would age while it restarts, and a pod that silently runs with
-fewer workers than asked for hides the failure from the orchestrator.
+came in the first second). A worker whose event loop stops beating for ``--worker-timeout`` is
+killed (:mod:`igw.gateway.worker_heartbeat`). **A worker that dies on its own ends the group**: the
+parent logs it, sends SIGTERM to the others (they drain the same way) and exits with
+:data:`EXIT_WORKER_DIED`, so the container restarts as a whole. A restart in place was not chosen:
+worker 0 holds the scrape channel and the followers' snapshots would age while it restarts, and a
+pod that silently runs with fewer workers than asked for hides the failure from the orchestrator.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from typing import Final
 import orjson
 
 from igw.errors import IgwGatewayError
+from igw.gateway.worker_heartbeat import HeartbeatWatch
 
 log = logging.getLogger("igw.gateway.workers")
 
@@ -86,6 +88,9 @@ class WorkerRole:
     parent: int | None = None
     """The supervising parent's pid: the worker stops when that process is gone
     (:mod:`igw.gateway.parent_death`); ``None`` ties it to no process."""
+    heartbeat_fd: int | None = None
+    """The write end of this worker's heartbeat pipe (:mod:`igw.gateway.worker_heartbeat`); ``None``:
+    the parent watches no heartbeat."""
 
     @property
     def leads_scraping(self) -> bool:
@@ -108,6 +113,8 @@ class WorkerRole:
         doc: dict[str, object] = {"index": self.index, "count": self.count, "dir": self.directory}
         if self.parent is not None:
             doc["parent"] = self.parent
+        if self.heartbeat_fd is not None:
+            doc["heartbeat_fd"] = self.heartbeat_fd
         return orjson.dumps(doc).decode()
 
     @classmethod
@@ -118,11 +125,13 @@ class WorkerRole:
         try:
             doc = orjson.loads(raw)
             parent = doc.get("parent")
+            heartbeat_fd = doc.get("heartbeat_fd")
             role = cls(
                 index=int(doc["index"]),
                 count=int(doc["count"]),
                 directory=str(doc["dir"]),
                 parent=None if parent is None else int(parent),
+                heartbeat_fd=None if heartbeat_fd is None else int(heartbeat_fd),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise WorkerSetupError(f"${WORKER_ENV} is not a worker role: {exc}") from exc
@@ -176,12 +185,15 @@ def supervise(
     worker_command: Callable[[int, int | None], Sequence[str]],
     stop_budget_s: float,
     management_port: int | None = None,
+    stuck_after_s: float | None,
 ) -> int:
     """Run ``count`` workers (``worker_command(port, management_port)`` each) until SIGTERM/SIGINT or
     one dies.
 
     ``management_port``: the management listener's port (:mod:`igw.gateway.management`), reserved
     like ``port`` so that every worker binds the same one (0 picks a free one); ``None``: none.
+    ``stuck_after_s``: kill a worker whose event loop has not beaten for that long, which ends the
+    group (:mod:`igw.gateway.worker_heartbeat`); ``None``: no heartbeats.
     Returns 0 after a requested stop in which every worker ended cleanly (:data:`STOPPED_EXITS`), else
     :data:`EXIT_WORKER_DIED`.
     """
@@ -204,14 +216,28 @@ def supervise(
     bound_management: int | None = None if management is None else management.getsockname()[1]
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     workers: list[subprocess.Popen[bytes]] = []
+    beats: list[int] = []
+    watch: HeartbeatWatch | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="igw-workers-") as directory:
             os.chmod(directory, 0o700)
             command = list(worker_command(bound_port, bound_management))
             for index in range(count):
-                role = WorkerRole(index, count, directory, parent=os.getpid())
+                beat_fd = None
+                if stuck_after_s is not None:
+                    read_end, beat_fd = os.pipe()  # not inherited (PEP 446) but for pass_fds
+                    beats.append(read_end)
+                role = WorkerRole(index, count, directory, parent=os.getpid(), heartbeat_fd=beat_fd)
                 env = {**os.environ, WORKER_ENV: role.to_env()}
-                workers.append(subprocess.Popen(command, env=env))
+                try:
+                    workers.append(
+                        subprocess.Popen(command, env=env, pass_fds=() if beat_fd is None else (beat_fd,))
+                    )
+                finally:
+                    if beat_fd is not None:
+                        os.close(beat_fd)  # the worker holds it now: its end shows when the worker is gone
+            if stuck_after_s is not None:
+                watch = HeartbeatWatch(beats, started_at=time.monotonic(), stuck_after_s=stuck_after_s)
             log.info(
                 "igw serve: %d workers (pids %s) on %s:%d%s",
                 count,
@@ -220,7 +246,7 @@ def supervise(
                 bound_port,
                 "" if bound_management is None else f", management port {bound_management}",
             )
-            died = _wait(workers, lambda: stop_requested)
+            died = _wait(workers, lambda: stop_requested, watch)
             if died is not None:
                 log.error(
                     "worker %d (pid %d) exited with status %s: stopping all workers",
@@ -237,6 +263,11 @@ def supervise(
             if w.poll() is None:
                 w.kill()
                 w.wait()
+        if watch is not None:
+            watch.close()
+        else:
+            for fd in beats:
+                os.close(fd)
         for sig, handler in previous.items():
             # After a requested stop a supervisor's repeated SIGTERM must not end the process (the
             # previous action may be the default, which did: exit -15 instead of 0): ignored from here.
@@ -247,13 +278,26 @@ def supervise(
 
 
 def _wait(
-    workers: list[subprocess.Popen[bytes]], stopping: Callable[[], bool]
+    workers: list[subprocess.Popen[bytes]], stopping: Callable[[], bool], watch: HeartbeatWatch | None
 ) -> subprocess.Popen[bytes] | None:
-    """Until a stop is requested (None) or a worker exits on its own (that worker)."""
+    """Until a stop is requested (None) or a worker exits on its own or is killed as stuck (that
+    worker)."""
     while not stopping():
         for w in workers:
             if w.poll() is not None:
                 return w
+        if watch is not None:
+            for index, silent in watch.stuck(time.monotonic()):
+                stuck = workers[index]
+                log.error(
+                    "worker %d (pid %d) sent no heartbeat for %.1fs: its event loop is stuck; killing it",
+                    index,
+                    stuck.pid,
+                    silent,
+                )
+                stuck.kill()
+                stuck.wait()
+                return stuck
         time.sleep(POLL_S)
     return None
 
