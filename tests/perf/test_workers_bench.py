@@ -265,6 +265,8 @@ def test_a_port_another_group_serves_is_refused_before_the_group_reserves_it() -
         free = closed.getsockname()[1]
     refuse_a_taken_port("127.0.0.1", free)
     refuse_a_taken_port("127.0.0.1", 0)
+    with pytest.raises(WorkerSetupError, match=r"cannot serve 192\.0\.2\.1:\d+: Cannot assign[^(]*$"):
+        refuse_a_taken_port("192.0.2.1", free)  # not this host's address: no hint of another owner
 
 
 def test_zero_workers_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -38,6 +38,7 @@ pod that silently runs with fewer workers than asked for hides the failure from 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -157,10 +158,9 @@ def refuse_a_taken_port(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            raise WorkerSetupError(
-                f"cannot serve {host}:{port}: {exc.strerror or exc} (another process, perhaps another "
-                "igw serve, is bound to it)"
-            ) from exc
+            held = " (another process, perhaps another igw serve, is bound to it)"
+            why = f"{exc.strerror or exc}{held if exc.errno == errno.EADDRINUSE else ''}"
+            raise WorkerSetupError(f"cannot serve {host}:{port}: {why}") from exc
 
 
 def reserve_port(host: str, port: int) -> socket.socket:
