@@ -352,3 +352,34 @@ def test_a_malformed_backlog_note_is_refused_by_field(note: object, field: str) 
     with pytest.raises(ValueError, match=field):
         scorer.learn_pick("a:1", note)
     assert scorer.backlogs == {}
+
+
+def test_a_dispatch_moved_after_its_pick_is_noted_at_its_new_endpoint() -> None:
+    """Flow control steers a pick to another endpoint: this worker's ledger moves the dispatch, and
+    the ledger's note (not yet sent) names the new endpoint, so another worker's ledger agrees. The
+    prefix index's note keeps the picked endpoint, as this worker's own index does."""
+    a, b = _scheduler(0), _scheduler(1)
+    eps = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=10.0)]
+    outbox = a.share_picks()
+    b.share_picks()
+    picked = a.pick(req(PROMPT, request_id="steered"), eps, now=10.01).endpoint
+    assert picked is not None
+    other = next(e.key for e in eps if e.key != picked)
+    a.move_dispatch(picked, other, now=10.011)
+    notes = outbox.drain()
+    assert {(n[1], n[2]) for n in notes if n[1] == LEDGER_NOTES} == {(LEDGER_NOTES, other)}
+    assert {n[2] for n in notes if n[1] != LEDGER_NOTES} == {picked}
+    b.learn_picks(notes, now=10.02)
+    assert a.ledger is not None
+    assert b.ledger is not None
+    for view in eps:
+        assert b.ledger.unreflected(view, now=10.02) == a.ledger.unreflected(view, now=10.02)
+    assert b.ledger.unreflected(next(e for e in eps if e.key == other), now=10.02) == 1
+
+
+def test_retarget_changes_only_the_latest_note_of_that_plugin_and_endpoint() -> None:
+    outbox = PickNoteOutbox([])
+    outbox._notes.extend([(1.0, "p", "a", 1), (2.0, "q", "a", 2), (3.0, "p", "a", 3), (4.0, "p", "b", 4)])
+    assert outbox.retarget("p", "a", "c")
+    assert not outbox.retarget("p", "z", "c")
+    assert outbox.drain() == [(1.0, "p", "a", 1), (2.0, "q", "a", 2), (3.0, "p", "c", 3), (4.0, "p", "b", 4)]

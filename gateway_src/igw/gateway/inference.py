@@ -445,9 +445,8 @@ def _steered(
     if decision.endpoint is None or not decision.fallbacks or not state.flow.steers(priority):
         return decision
     steered = state.flow.steer(decision, _endpoint_samples(state, sr)())
-    ledger = sr.scheduler.ledger
-    if steered.endpoint is not None and steered.endpoint != decision.endpoint and ledger is not None:
-        ledger.move(decision.endpoint, steered.endpoint, now=state.clock())
+    if steered.endpoint is not None and steered.endpoint != decision.endpoint:
+        sr.scheduler.move_dispatch(decision.endpoint, steered.endpoint, now=state.clock())
     return steered
 
 

@@ -33,7 +33,8 @@ Which built-in plugins share, and why:
 * the scheduler's dispatch ledger (not a plugin; notes named ``@dispatch-ledger``) - shares: it
   counts the dispatches to each pod since its last scrape, which every worker's picks add to; the
   note is the pick's time. Its time-to-first-token estimate, learnt from the worker's own
-  completions, does not travel.
+  completions, does not travel. A dispatch that flow control steers to another endpoint after the
+  pick moves in the ledger and in its note alike (:meth:`PickNoteOutbox.retarget`).
 
 Which pools note: a scheduler notes a pick only when its pool (the endpoints it was handed, before
 the per-request context-window fit and the filters) has more than one endpoint. With one endpoint
@@ -125,6 +126,18 @@ class PickNoteOutbox:
                 notes.append((ctx.now, plugin.name, endpoint.key, note))
         if was_empty and notes and self.wake is not None:
             self.wake()
+
+    def retarget(self, plugin: str, source: str, target: str) -> bool:
+        """Make the latest note of ``plugin`` about ``source`` name ``target`` instead (a dispatch
+        moved after its pick, :meth:`Scheduler.move_dispatch
+        <igw.scheduling.scheduler.Scheduler.move_dispatch>`); whether there was one."""
+        notes = self._notes
+        for i in range(len(notes) - 1, -1, -1):
+            at, name, key, note = notes[i]
+            if name == plugin and key == source:
+                notes[i] = (at, name, target, note)
+                return True
+        return False
 
     def drain(self) -> list[PickNote]:
         """The notes kept since the last drain, oldest first; the outbox is empty afterwards."""

@@ -214,6 +214,20 @@ class Scheduler:
             self.pick_notes = PickNoteOutbox(self._sharing.values())
         return self.pick_notes
 
+    def move_dispatch(self, source: EndpointKey, target: EndpointKey, *, now: float) -> None:
+        """The last pick's dispatch to ``source`` went to ``target`` instead (flow control steered
+        it): the dispatch ledger counts it at ``target``, and so does the ledger's pick note, still in
+        the outbox, so the other workers' ledgers agree with this one's (they counted phantom load on
+        ``source`` and none on ``target`` until the next scrapes). The plugins' notes keep ``source``,
+        as their own state here does (their ``on_picked`` saw the pick): every worker's prefix index
+        says the same."""
+        self.settle()
+        if self.ledger is None:
+            return
+        self.ledger.move(source, target, now=now)
+        if self.pick_notes is not None:
+            self.pick_notes.retarget(self.ledger.name, source, target)
+
     def learn_picks(
         self, notes: Sequence[Sequence[object]], *, now: float, counts: LearnCounts | None = None
     ) -> LearnCounts:
