@@ -345,3 +345,20 @@ def test_perf_gateway_runs_a_gateway_of_several_workers(
     assert code == 0
     assert re.search(r"^gateway serving processes +2 \(igw serve --workers 2\)$", out, re.M)
     assert re.search(r"^gateway CPU per request, concurrency 32 +\d+ µs$", out, re.M)
+
+
+def test_a_worker_leaving_after_its_parent_removes_only_the_groups_sockets(tmp_path: Path) -> None:
+    group = tmp_path / "group"
+    group.mkdir()
+    orphaned = WorkerRole(index=0, count=2, directory=str(group), parent=os.getppid() + 1_000_000)
+    for path in (orphaned.scrape_channel, orphaned.metrics_socket(0), orphaned.metrics_socket(1)):
+        Path(path).touch()
+    (group / "not-ours").touch()
+    orphaned.leave()
+    assert sorted(p.name for p in group.iterdir()) == ["not-ours"]  # kept, and so the directory
+    (group / "not-ours").unlink()
+    Path(orphaned.scrape_channel).touch()
+    WorkerRole(index=1, count=2, directory=str(group), parent=os.getppid()).leave()  # parent alive
+    assert Path(orphaned.scrape_channel).exists()
+    orphaned.leave()
+    assert not group.exists()

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -241,12 +242,17 @@ def test_workers_stop_when_the_parent_is_killed_outright(tmp_path: Path) -> None
             if serving == 2:
                 break
         assert len(pids) == 2
+        with open(f"/proc/{pids[0]}/environ", "rb") as environ:
+            role = dict(v.split(b"=", 1) for v in environ.read().split(b"\0") if b"=" in v)
+        directory = Path(orjson.loads(role[WORKER_ENV.encode()])["dir"])
+        assert directory.is_dir()
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 30  # the drain (0.2 s) and the grace (0.2 s), on a loaded machine
         while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [pid for pid in pids if not _gone(pid)] == []
+        assert not directory.exists()  # the parent could not remove it: the workers did
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -401,4 +401,7 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     except KeyboardInterrupt:
         pass
+    finally:
+        if role is not None:
+            role.leave()
     return 0

@@ -110,6 +110,20 @@ class WorkerRole:
     def metrics_socket(self, index: int) -> str:
         return str(Path(self.directory) / f"metrics-{index}.sock")
 
+    def leave(self) -> None:
+        """At this worker's exit: remove the group's directory when the parent is gone. A parent that
+        exits removes it itself; one killed outright cannot, and every such kill left a directory of
+        dead sockets in the temporary directory."""
+        if self.parent is None or os.getppid() == self.parent:
+            return
+        # The group's own sockets, then the directory if that left it empty: never a tree named by an
+        # environment variable.
+        for path in (self.scrape_channel, *(self.metrics_socket(i) for i in range(self.count))):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.directory)
+
     def to_env(self) -> str:
         doc: dict[str, object] = {"index": self.index, "count": self.count, "dir": self.directory}
         if self.parent is not None:
