@@ -21,6 +21,7 @@ from igw.gateway.serving import serve_app
 from igw.global_router.config import GlobalConfigError, parse_global_config
 from igw.global_router.server import create_global_app, global_management_app
 from tests.global_router.support import global_doc
+from tests.reliability.harness import end_process
 
 
 async def test_metrics_and_cluster_detail_only_on_the_management_listener() -> None:
@@ -130,8 +131,4 @@ def test_igw_global_serve_opens_the_management_listener(tmp_path: Path, where: s
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        end_process(proc)

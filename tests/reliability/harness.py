@@ -238,3 +238,73 @@ def sigterm_until_it_exits(process: subprocess.Popen[Any], *, within_s: float = 
             process.send_signal(signal.SIGTERM)
         time.sleep(0.002)
     return process.wait(timeout=5)
+
+
+@dataclass
+class WorkerGroup:
+    """``igw serve --workers 2`` as a plain ``Popen``: its stderr is read here line by line."""
+
+    proc: subprocess.Popen[str]
+    pids: list[int]
+    """The workers' pids, as the parent logs them."""
+
+    def wait_serving(self) -> None:
+        """Read the log until both workers serve."""
+        assert self.proc.stderr is not None
+        serving = 0
+        for line in self.proc.stderr:
+            serving += "serving 1 scheduler" in line
+            if serving == len(self.pids):
+                return
+        pytest.fail("the group ended before both workers served")
+
+    def rest_of_log(self) -> str:
+        """Everything the group logs from here until it exits."""
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read()
+
+
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (reaped, or a zombie its new parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@contextlib.contextmanager
+def worker_group(tmp_path: Path, *extra: str) -> Iterator[WorkerGroup]:
+    """``igw serve --workers 2`` in front of an unreachable pod (fast drain and grace), yielded once the
+    parent has named its workers (they are still starting); on exit the parent and any worker left
+    are killed, so a failing test leaves no process behind."""
+    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
+            "--host", "127.0.0.1", "--port", "0", "--no-reload", "--workers", "2",
+            "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2", *extra,
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        assert proc.stderr is not None
+        started = next((line for line in proc.stderr if "workers (pids" in line), "")
+        pids = [int(pid) for pid in started.partition("(pids ")[2].partition(")")[0].split()]
+        assert len(pids) == 2, f"the parent named no workers: {started!r}"
+        yield WorkerGroup(proc, pids)
+    finally:
+        end_process(proc)
+        for pid in pids:
+            if not process_gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def end_process(proc: subprocess.Popen[Any]) -> None:
+    """A test's last word on a child it started: killed if still running, reaped, its stderr closed."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()

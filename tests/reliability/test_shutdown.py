@@ -24,6 +24,7 @@ from tests.reliability.harness import (
     gateway_doc,
     igw_serve,
     sigterm_until_it_exits,
+    worker_group,
     write_config,
 )
 
@@ -141,27 +142,13 @@ def test_a_stop_while_the_workers_start_ends_the_group_with_0_and_no_worker_left
     """SIGTERM to the parent just after it started its workers reaches them inside their start-up
     (imports, config load): each ends with 128 + the signal, which is the stop the parent asked for.
     The parent used to read those codes as workers that died (exit 3)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "igw.cli.main", *_serve_command("gateway-workers", tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert proc.stderr is not None
-        started = next(line for line in proc.stderr if "workers (pids" in line)
-        proc.send_signal(signal.SIGTERM)
-        rest = proc.stderr.read()
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
-    pids = [int(pid) for pid in started.split("(pids ")[1].split(")")[0].split()]
-    assert len(pids) == 2
-    assert "serving 1 scheduler" not in rest  # the stop did land while the workers were starting
-    assert code == 0, rest
-    assert "Traceback" not in rest
-    for pid in pids:  # both reaped by the parent: no worker outlives it
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    with worker_group(tmp_path) as group:
+        group.proc.send_signal(signal.SIGTERM)
+        rest = group.rest_of_log()
+        code = group.proc.wait(timeout=60)
+        assert "serving 1 scheduler" not in rest  # the stop did land while the workers were starting
+        assert code == 0, rest
+        assert "Traceback" not in rest
+        for pid in group.pids:  # both reaped by the parent: no worker outlives it
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)

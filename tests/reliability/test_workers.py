@@ -21,7 +21,15 @@ from igw.gateway.worker_count import CPU_REQUEST_ENV
 from igw.gateway.workers import WORKER_ENV, WorkerRole
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_all_fresh
-from tests.reliability.harness import MODEL, gateway_doc, igw_serve, wait_until, write_config
+from tests.reliability.harness import (
+    MODEL,
+    gateway_doc,
+    igw_serve,
+    process_gone,
+    wait_until,
+    worker_group,
+    write_config,
+)
 
 INTERVAL_S = 0.05
 
@@ -209,59 +217,23 @@ async def test_both_workers_send_a_shared_prefix_to_the_pod_that_got_it_first(tm
         assert await gw.stop() == 0, gw.output[-4000:]
 
 
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (reaped, or a zombie its new parent has not reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_workers_stop_when_the_parent_is_killed_outright(tmp_path: Path) -> None:
     """``kill -9`` of the parent: its workers get SIGTERM from the kernel, drain and exit. They used to
     keep serving the port unsupervised, beside the group a restart then started on it."""
-    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
-            "--host", "127.0.0.1", "--port", "0", "--no-reload", "--workers", "2",
-            "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2",
-        ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    pids: list[int] = []
-    try:
-        assert proc.stderr is not None
-        serving = 0
-        for line in proc.stderr:
-            if "workers (pids" in line:
-                pids = [int(pid) for pid in line.split("(pids ")[1].split(")")[0].split()]
-            serving += "serving 1 scheduler" in line
-            if serving == 2:
-                break
-        assert len(pids) == 2
-        with open(f"/proc/{pids[0]}/environ", "rb") as environ:
+    with worker_group(tmp_path) as group:
+        group.wait_serving()
+        with open(f"/proc/{group.pids[0]}/environ", "rb") as environ:
             role = dict(v.split(b"=", 1) for v in environ.read().split(b"\0") if b"=" in v)
         directory = Path(orjson.loads(role[WORKER_ENV.encode()])["dir"])
         assert directory.is_dir()
-        proc.kill()
-        proc.wait()
+        group.proc.kill()
+        group.proc.wait()
         deadline = time.monotonic() + 30  # the drain (0.2 s) and the grace (0.2 s), on a loaded machine
-        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+        while not all(process_gone(pid) for pid in group.pids) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert [pid for pid in pids if not _gone(pid)] == []
+        assert [pid for pid in group.pids if not process_gone(pid)] == []
         assert not directory.exists()  # the parent could not remove it: the workers did
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
-        for pid in pids:
-            if not _gone(pid):
-                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_worker_whose_parent_is_already_gone_does_not_start(tmp_path: Path) -> None:
@@ -310,42 +282,16 @@ def test_a_worker_whose_event_loop_stops_is_killed_and_ends_the_group(tmp_path: 
     """A frozen worker keeps its share of the port's new connections, which hang; the kubelet's probe
     reaches it one connection in N. The parent sees its heartbeats stop: killed, the group ends with
     3 (restarted). Healthy workers beat through the same time (no false alarm first)."""
-    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
-            "--host", "127.0.0.1", "--port", "0", "--no-reload", "--workers", "2", "--worker-timeout", "2",
-            "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2",
-        ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    pids: list[int] = []
-    try:
-        assert proc.stderr is not None
-        serving = 0
-        for line in proc.stderr:
-            if "workers (pids" in line:
-                pids = [int(pid) for pid in line.split("(pids ")[1].split(")")[0].split()]
-            serving += "serving 1 scheduler" in line
-            if serving == 2:
-                break
+    with worker_group(tmp_path, "--worker-timeout", "2") as group:
+        group.wait_serving()
         time.sleep(4)  # twice the timeout: healthy workers are not taken for stuck
-        assert proc.poll() is None
-        os.kill(pids[1], signal.SIGSTOP)
+        assert group.proc.poll() is None
+        os.kill(group.pids[1], signal.SIGSTOP)
         stopped_at = time.monotonic()
-        rest = proc.stderr.read()
-        assert proc.wait(timeout=60) == 3
+        rest = group.rest_of_log()
+        assert group.proc.wait(timeout=60) == 3
         assert time.monotonic() - stopped_at < 30
-        assert f"worker 1 (pid {pids[1]}) sent no heartbeat for" in rest
+        assert f"worker 1 (pid {group.pids[1]}) sent no heartbeat for" in rest
         assert "worker 0 (pid" not in rest.split("sent no heartbeat")[0]
-        assert _gone(pids[0])
-        assert _gone(pids[1])
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
-        for pid in pids:
-            if not _gone(pid):
-                os.kill(pid, signal.SIGKILL)
+        assert process_gone(group.pids[0])
+        assert process_gone(group.pids[1])

@@ -19,7 +19,7 @@ from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScor
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, PrefixCacheScorer
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.settings import RoutingSettings
-from igw.scheduling.types import RequestOutcome, RoutingRequest
+from igw.scheduling.types import EndpointView, RequestOutcome, RoutingRequest
 from tests.scheduling.helpers import ctx, ep, req
 
 PROMPT = "You are a careful assistant. " * 20
@@ -103,10 +103,7 @@ def test_only_plugins_whose_state_is_built_by_picks_alone_share() -> None:
 def test_another_workers_dispatch_counts_in_this_workers_ledger_until_a_scrape_shows_it() -> None:
     """The ledger's notes: worker B counts worker A's dispatch since the pod's scrape (what keeps N
     workers from herding onto one pod between scrapes), and forgets it once a later scrape shows it."""
-    a, b = _scheduler(0), _scheduler(1)
-    eps = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=10.0)]
-    outbox = a.share_picks()
-    b.share_picks()
+    a, b, eps, outbox = _two_sharing_workers()
     chosen = a.pick(req(PROMPT, request_id="from-a"), eps, now=10.01).endpoint
     assert chosen is not None
     assert b.ledger is not None
@@ -126,6 +123,15 @@ def test_a_ledger_note_that_is_not_a_finite_time_is_refused(note: object) -> Non
     assert (counts.learned, counts.malformed) == (0, 1)
     assert sched.ledger is not None
     assert sched.ledger.unreflected(ep("a:1", scraped_at=9.0), now=10.0) == 0
+
+
+def _two_sharing_workers() -> tuple[Scheduler, Scheduler, list[EndpointView], PickNoteOutbox]:
+    """Two workers' schedulers sharing their picks over the same two pods, and the first's outbox."""
+    a, b = _scheduler(0), _scheduler(1)
+    eps = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=10.0)]
+    outbox = a.share_picks()
+    b.share_picks()
+    return a, b, eps, outbox
 
 
 def _scheduler(seed: int) -> Scheduler:
@@ -358,10 +364,7 @@ def test_a_dispatch_moved_after_its_pick_is_noted_at_its_new_endpoint() -> None:
     """Flow control steers a pick to another endpoint: this worker's ledger moves the dispatch, and
     the ledger's note (not yet sent) names the new endpoint, so another worker's ledger agrees. The
     prefix index's note keeps the picked endpoint, as this worker's own index does."""
-    a, b = _scheduler(0), _scheduler(1)
-    eps = [ep("a:1", scraped_at=10.0), ep("b:1", scraped_at=10.0)]
-    outbox = a.share_picks()
-    b.share_picks()
+    a, b, eps, outbox = _two_sharing_workers()
     picked = a.pick(req(PROMPT, request_id="steered"), eps, now=10.01).endpoint
     assert picked is not None
     other = next(e.key for e in eps if e.key != picked)
