@@ -59,7 +59,8 @@ from igw.gateway.worker_heartbeat import HeartbeatWatch
 log = logging.getLogger("igw.gateway.workers")
 
 WORKER_ENV: Final = "IGW_WORKER"
-"""Set by the parent for each worker: ``{"index": i, "count": n, "dir": private directory}``."""
+"""Set by the parent for each worker: ``{"index": i, "count": n, "dir": private directory, "parent":
+its pid, "heartbeat_fd": the heartbeat pipe's write end}`` (:class:`WorkerRole`)."""
 EXIT_WORKER_DIED: Final = 3
 STOPPED_EXITS: Final = frozenset(
     {0}
@@ -111,9 +112,9 @@ class WorkerRole:
         return str(Path(self.directory) / f"metrics-{index}.sock")
 
     def leave(self) -> None:
-        """At this worker's exit: remove the group's directory when the parent is gone. A parent that
-        exits removes it itself; one killed outright cannot, and every such kill left a directory of
-        dead sockets in the temporary directory."""
+        """At this worker's exit: remove the group's sockets and directory when the parent is gone. A
+        parent that exits removes them itself; one killed outright cannot, and every such kill left a
+        directory of dead sockets in the temporary directory."""
         if self.parent is None or os.getppid() == self.parent:
             return
         # The group's own sockets, then the directory if that left it empty: never a tree named by an
