@@ -105,7 +105,7 @@ def test_a_block_budget_is_shared_equally_by_the_endpoints_the_index_holds() -> 
     assert scorer.index.size("e1") == 50  # no budget: the endpoint's own capacity
     scorer.bound_index(40)
     scorer.on_picked(ctx(req(_blocks(10, "b"))), e1)
-    assert scorer.index.size("e1") == 40  # alone in the index: all of the budget, cut at its insert
+    assert scorer.index.size("e1") == 40  # alone in the index: all of the budget
     scorer.on_picked(ctx(req(_blocks(30, "c"))), e2)
     assert scorer.index.size("e2") == 20  # two endpoints: 20 blocks each
     scorer.on_picked(ctx(req(_blocks(1, "d"))), e1)
@@ -116,6 +116,24 @@ def test_a_block_budget_is_shared_equally_by_the_endpoints_the_index_holds() -> 
     scorer.bound_index(None)
     scorer.on_picked(ctx(req(_blocks(30, "e"))), e1)
     assert scorer.index.size("e1") == 50  # unbounded again: back to the capacity
+
+
+def test_the_index_keeps_to_the_budget_between_picks() -> None:
+    """A tighter budget, and an endpoint joining the index, cut the others' shares at once: an
+    endpoint picked rarely used to keep its larger share until its own next pick."""
+    scorer = PrefixCacheScorer(auto_tune=False, lru_capacity=100)
+    e1, e2 = ep("e1"), ep("e2")
+    scorer.on_picked(ctx(req(_blocks(60, "a"))), e1)
+    scorer.bound_index(40)
+    assert scorer.index.size("e1") == 40  # the budget set: cut now, the oldest blocks first
+    assert scorer.score(ctx(req(_blocks(60, "a"))), [e1]) == [0.0]  # the chain's first block went
+    scorer.on_picked(ctx(req(_blocks(30, "b"))), e2)
+    assert (scorer.index.size("e1"), scorer.index.size("e2")) == (20, 20)  # e2 joined: e1 cut too
+    scorer.learn_pick("e3", {"h": list(range(1, 30)), "c": 1000})
+    assert [scorer.index.size(k) for k in ("e1", "e2", "e3")] == [13, 13, 13]
+    assert scorer.index.entries() <= 40
+    scorer.bound_index(None)  # lifting the bound evicts nothing
+    assert [scorer.index.size(k) for k in ("e1", "e2", "e3")] == [13, 13, 13]
 
 
 def test_a_learned_pick_keeps_to_the_budget_too() -> None:

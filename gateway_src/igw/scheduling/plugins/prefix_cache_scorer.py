@@ -135,7 +135,26 @@ class PrefixCacheScorer(PluginHooks):
         return self.lru_capacity
 
     def bound_index(self, blocks: int | None) -> None:
+        """Hold at most ``blocks`` in the index (``None``: no bound), shared equally by the endpoints
+        it holds; what a tighter bound leaves over is evicted now, not at each endpoint's next pick."""
         self.block_budget = blocks
+        self._trim_to_budget()
+
+    def _trim_to_budget(self) -> None:
+        """Cut every endpoint to its equal share of the budget: called when the budget is set and
+        when an endpoint joins the index, so that the index keeps to the bound between picks too
+        (an endpoint that is picked rarely kept its larger, older share until its next pick)."""
+        budget = self.block_budget
+        holders = self.index.endpoint_count()
+        if budget is not None and holders:
+            self.index.trim(max(1, budget // holders))
+
+    def _insert(self, endpoint: EndpointKey, hashes: list[int], capacity: int) -> None:
+        """Insert within the budget; an endpoint new to the index shrinks the others' shares now."""
+        joins = self.block_budget is not None and self.index.size(endpoint) == 0
+        self.index.insert(endpoint, hashes, capacity=self._within_budget(capacity, endpoint))
+        if joins:
+            self._trim_to_budget()
 
     def _within_budget(self, capacity: int, endpoint: EndpointKey) -> int:
         """``capacity``, or ``endpoint``'s equal share of :attr:`block_budget` when smaller (counting
@@ -151,9 +170,7 @@ class PrefixCacheScorer(PluginHooks):
         if hashes is None:
             hashes = self._hashes(ctx, (endpoint,))
         if hashes:
-            self.index.insert(
-                endpoint.key, hashes, capacity=self._within_budget(self.capacity_for(endpoint), endpoint.key)
-            )
+            self._insert(endpoint.key, hashes, self.capacity_for(endpoint))
 
     def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:
         """The pick's block hashes and the pod's LRU capacity (``SharesPicks``): enough for another
@@ -173,9 +190,7 @@ class PrefixCacheScorer(PluginHooks):
             raise ValueError(f"{self.name}: pick note field 'h' must be a list of block hashes")
         if type(capacity) is not int or capacity < 1:
             raise ValueError(f"{self.name}: pick note field 'c' must be a positive integer")
-        self.index.insert(
-            endpoint, hashes[: self.max_blocks], capacity=self._within_budget(capacity, endpoint)
-        )
+        self._insert(endpoint, hashes[: self.max_blocks], capacity)
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:

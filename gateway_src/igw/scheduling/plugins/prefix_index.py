@@ -222,6 +222,20 @@ class PrefixIndex:
             old, _ = lru.popitem(last=False)
             self._forget(old, slot)
 
+    def trim(self, capacity: int) -> int:
+        """Evict every endpoint's oldest entries beyond ``capacity``; how many were evicted."""
+        evicted = 0
+        for endpoint, lru in self._lru.items():
+            excess = len(lru) - capacity
+            if excess <= 0:
+                continue
+            slot = self._slots[endpoint]
+            for _ in range(excess):
+                old, _ = lru.popitem(last=False)
+                self._forget(old, slot)
+            evicted += excess
+        return evicted
+
     def remove_endpoint(self, endpoint: EndpointKey) -> None:
         lru = self._lru.pop(endpoint, None)
         if lru is None:
