@@ -9,15 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from igw.gateway.scrape_share import ScrapeFollower
+from igw.gateway.endpoints import EndpointState
+from igw.gateway.scrape_share import (
+    CONFIG_CHANGED,
+    ScrapeFollower,
+    ScrapeLeader,
+    apply_snapshot,
+    snapshot,
+)
 from igw.gateway.worker_metrics import merge_pages
+from igw.scheduling.types import EngineMetrics
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_for
 from tests.gateway.worker_pair import Worker
@@ -161,3 +171,53 @@ async def test_closing_a_follower_while_its_leader_goes_away_does_not_hang(
         finally:
             await follower.close()
             await leader.close()
+
+
+def test_a_snapshot_carries_every_signal_as_the_engine_metrics_fields_say() -> None:
+    """Field by field (not ``dataclasses.asdict``): the same document, adapters sorted, ``None`` kept."""
+    metrics = EngineMetrics(
+        waiting=3, running=12, kv_usage=0.42, active_adapters=frozenset({"b", "a"}),
+        waiting_adapters=frozenset(), num_gpu_blocks=27_000,
+    )  # fmt: skip
+    state = EndpointState(key="10.0.0.1:8000", labels={}, metrics=metrics, scraped_at=5.0, max_model_len=8192)
+    doc = orjson.loads(snapshot("s", state))
+    assert doc["m"] == {
+        **{f.name: getattr(metrics, f.name) for f in dataclasses.fields(EngineMetrics)},
+        "active_adapters": ["a", "b"],
+        "waiting_adapters": [],
+    }
+    follower_state = EndpointState(key="10.0.0.1:8000", labels={})
+    apply_snapshot(doc, follower_state)
+    assert follower_state.metrics == metrics
+    assert (follower_state.scraped_at, follower_state.max_model_len) == (5.0, 8192)
+
+
+class _Writer:
+    """A follower's end as the leader sees it: what was written, one entry per write."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.transport = self
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+
+async def test_the_snapshots_of_one_loop_turn_go_out_in_one_write_before_any_later_line() -> None:
+    leader = ScrapeLeader("unused.sock", lambda: None, clock=lambda: 0.0, report_interval_s=lambda: 0.05)  # type: ignore[arg-type,return-value]
+    writer = _Writer()
+    leader._followers[writer] = {}  # type: ignore[index]
+    states = [EndpointState(key=f"10.0.0.{i}:8000", labels={}, scraped_at=float(i)) for i in range(3)]
+    for state in states:
+        leader.publish("s", state)
+    assert writer.writes == []  # queued until the turn ends
+    await asyncio.sleep(0)
+    assert writer.writes == [b"".join(snapshot("s", state) for state in states)]
+    leader.publish("s", states[0])
+    leader.announce_config_change()  # a later line leaves after the snapshot queued before it
+    assert writer.writes[1:] == [snapshot("s", states[0]), CONFIG_CHANGED]
+    await asyncio.sleep(0)
+    assert len(writer.writes) == 3  # nothing left queued
