@@ -38,12 +38,14 @@ Which built-in plugins share, and why:
 
 Which pools note: a scheduler notes a pick only when its pool (the endpoints it was handed, before
 the per-request context-window fit and the filters) has more than one endpoint. With one endpoint
-every worker's pick goes to it whatever the notes say, and no state they feed is read anywhere
-else: the prefix index and the no-hit order only rank candidates, the backlogs only rank them and
-feed ``prefill-admission-scorer``'s comparison between candidates, while flow control, saturation
-detection and the dispatch ledger read the scrapes and the worker's own dispatches, never a note.
-So a one-endpoint pool (a single replica, or ``igw perf workers``' backend) pays neither the note
-nor its learning at the other workers. The check is made per pick, so the notes resume with the
+every worker's pick goes to it whatever the notes say: the prefix index and the no-hit order only
+rank candidates, and the backlogs only rank them and feed ``prefill-admission-scorer``'s comparison
+between candidates. One reader outside the ranking remains: flow control and saturation detection
+read the dispatch ledger's count of dispatches since the pod's scrape, which in a pool of several
+endpoints includes the other workers' (their ledger notes); in a one-endpoint pool each worker counts
+only its own until the next scrape (at most a scrape interval), a gap kept so that such a pool (a
+single replica, or ``igw perf workers``' backend) pays neither the note nor its learning at the other
+workers (noted in session s22, not measured). The check is made per pick, so the notes resume with the
 first pick after the pool grows; the other workers' indexes then lack the one-endpoint period's
 picks of this worker, which costs at most a cold first placement per such prefix (the lone pod
 already holds them; the new one holds none).
