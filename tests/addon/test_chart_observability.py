@@ -14,6 +14,9 @@ from igw.addon import chart, pins
 from igw.cli import operator, serve
 from igw.gateway.emf_sink import AgentEndpoint
 from igw.gateway.worker_count import CPU_REQUEST_ENV
+from igw.gateway.worker_heartbeat import STUCK_AFTER_S
+from igw.operator.dataplane import DataPlaneSettings, desired_objects
+from tests.operator.dataplane_support import igwc_object
 
 K8S_VERSION = "1.34.0"
 CLOUDWATCH_ON = {"gateway": {"cloudWatch": {"enabled": True}}}
@@ -102,6 +105,36 @@ def test_a_worker_count_reaches_both_modes(workers: int | str, serve_workers: in
     assert operator_args.gateway_workers == serve_workers
 
 
+def test_the_worker_timeout_defaults_to_the_gateways_own_in_both_modes() -> None:
+    assert _args(_objects({"mode": "gateway"}), serve.add_arguments).worker_timeout == STUCK_AFTER_S
+    assert _args(_objects({}), operator.add_arguments).gateway_worker_timeout == STUCK_AFTER_S
+
+
+@pytest.mark.parametrize("timeout", [12.5, 0, 600])
+def test_a_worker_timeout_reaches_the_gateway_pods_in_both_modes(timeout: float) -> None:
+    """Gateway mode: the chart's own pods; operator mode: the operator's option, then the pods the
+    operator renders from it (read back by ``igw serve``'s parser at each step)."""
+    values = {"gateway": {"workers": 3, "workerTimeoutSeconds": timeout}}
+    gateway_args = _args(_objects({"mode": "gateway", **values}), serve.add_arguments)
+    assert (gateway_args.workers, gateway_args.worker_timeout) == (3, timeout)
+    operator_args = _args(_objects(values), operator.add_arguments)
+    assert operator_args.gateway_worker_timeout == timeout
+    settings = DataPlaneSettings(
+        workers=operator_args.gateway_workers, worker_timeout_s=operator_args.gateway_worker_timeout
+    )
+    pod_args = _args(desired_objects(igwc_object(), settings), serve.add_arguments)
+    assert (pod_args.workers, pod_args.worker_timeout) == (3, timeout)
+
+
+def test_one_worker_gets_no_worker_timeout() -> None:
+    """The timeout is a worker group's check: one process has no parent watching it."""
+    (container,) = _one(
+        _objects({"mode": "gateway", "gateway": {"workers": 1, "workerTimeoutSeconds": 5}}), "Deployment"
+    )["spec"]["template"]["spec"]["containers"]
+    assert "--worker-timeout" not in container["args"]
+    assert "--workers" not in container["args"]
+
+
 def test_operator_mode_passes_the_settings_to_the_operator() -> None:
     otlp = "http://otel-collector.observability:4318"
     args = _args(
@@ -118,6 +151,9 @@ def test_operator_mode_passes_the_settings_to_the_operator() -> None:
         ({"mode": "gateway", "gateway": {"workers": 0}}, "workers"),
         ({"gateway": {"workers": "all"}}, "workers"),
         ({"gateway": {"workers": 65}}, "workers"),
+        ({"gateway": {"workerTimeoutSeconds": -1}}, "workerTimeoutSeconds"),
+        ({"mode": "gateway", "gateway": {"workerTimeoutSeconds": 3601}}, "workerTimeoutSeconds"),
+        ({"gateway": {"workerTimeoutSeconds": "30s"}}, "workerTimeoutSeconds"),
         ({"gateway": {"cloudWatch": {"agent": {"protocol": "http"}}}}, "protocol"),
         ({"gateway": {"cloudWatch": {"emfIntervalSeconds": 0}}}, "emfIntervalSeconds"),
         ({"operator": {"gatewayOtlpEndpoint": "collector:4318"}}, "gatewayOtlpEndpoint"),
@@ -126,6 +162,9 @@ def test_operator_mode_passes_the_settings_to_the_operator() -> None:
         "no-workers",
         "workers-word",
         "too-many-workers",
+        "negative-worker-timeout",
+        "worker-timeout-over-an-hour",
+        "worker-timeout-with-unit",
         "agent-protocol",
         "zero-interval",
         "otlp-not-a-url",

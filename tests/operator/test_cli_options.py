@@ -21,6 +21,8 @@ from igw.cli.main import build_parser, main
         ("--gateway-otlp-endpoint", "notaurl"),
         ("--gateway-otlp-endpoint", "http://collector:99999"),
         ("--gateway-otlp-endpoint", "ftp://collector:21"),
+        ("--gateway-worker-timeout", "-1"),
+        ("--gateway-worker-timeout", "30s"),
         ("--namespace", "Bad_NS"),
         ("--lease-namespace", "kube_system"),
         ("--lease-name", "Bad Name"),

@@ -12,6 +12,7 @@ import pytest
 
 from igw.cli import serve
 from igw.gateway.worker_count import CPU_REQUEST_ENV, auto_workers
+from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 from igw.operator.dataplane import DataPlaneSettings, desired_objects
 from tests.operator.dataplane_support import K8S_VERSION, by_kind, igwc_object
 from tests.operator.harness import kubelet_env
@@ -22,10 +23,14 @@ def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return container
 
 
-def _workers(container: dict[str, Any]) -> int | str:
+def _serve_args(container: dict[str, Any]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     serve.add_arguments(parser)
-    workers: int | str = parser.parse_args(container["args"][1:]).workers
+    return parser.parse_args(container["args"][1:])
+
+
+def _workers(container: dict[str, Any]) -> int | str:
+    workers: int | str = _serve_args(container).workers
     return workers
 
 
@@ -47,6 +52,15 @@ def test_a_number_is_passed_as_it_is_without_the_request(workers: int, expected:
     assert CPU_REQUEST_ENV not in [e["name"] for e in container.get("env", [])]
     if workers == 1:
         assert "--workers" not in container["args"]
+        assert "--worker-timeout" not in container["args"]
+
+
+@pytest.mark.parametrize(("workers", "timeout"), [("auto", STUCK_AFTER_S), (4, 7.25), (2, 0.0)])
+def test_a_worker_group_gets_the_worker_timeout(workers: int | str, timeout: float) -> None:
+    container = _container(
+        desired_objects(igwc_object(), DataPlaneSettings(workers=workers, worker_timeout_s=timeout))
+    )
+    assert _serve_args(container).worker_timeout == timeout
 
 
 def test_pod_defaults_env_may_override_the_request() -> None:

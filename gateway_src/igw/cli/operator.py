@@ -19,6 +19,7 @@ import argparse
 import sys
 
 from igw.cli.arg_types import (
+    NON_NEGATIVE,
     NON_NEGATIVE_INT,
     PORT,
     POSITIVE,
@@ -28,6 +29,7 @@ from igw.cli.arg_types import (
     namespace_name,
     object_name,
 )
+from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 
 HELP = "Run the operator: reconcile InferenceGatewayConfig objects into gateway data planes."
 
@@ -60,6 +62,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N|auto",
         help="igw serve --workers of the gateway pods the operator creates; auto: one per core of the "
         "pod's CPU request (spec.podDefaults.resources), bounded by its limits (default auto)",
+    )
+    parser.add_argument(
+        "--gateway-worker-timeout",
+        type=NON_NEGATIVE,
+        default=STUCK_AFTER_S,
+        metavar="S",
+        help="igw serve --worker-timeout of those pods (when they run more than one worker): a worker "
+        "whose event loop is silent for S seconds is killed and the container restarts; 0: off "
+        f"(default {STUCK_AFTER_S:g})",
     )
     observability = parser.add_argument_group("gateway pods' observability (off by default)")
     observability.add_argument(
@@ -152,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
     data_plane = DataPlaneSettings(
         image=args.gateway_image,
         workers=args.gateway_workers,
+        worker_timeout_s=args.gateway_worker_timeout,
         emf_interval_s=args.gateway_emf_interval,
         emf_endpoint=emf_endpoint,
         otlp_endpoint=args.gateway_otlp_endpoint or "",

@@ -20,15 +20,13 @@ import sys
 from typing import Any
 
 from igw.cli.arg_types import ANY_INT, FINITE, FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, PORT, WORKER_COUNT
+from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 
 HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the endpoint picker)."
 
 EXIT_CONFIG = 2
 EXIT_WORKER_SETUP = 1
 """A worker that cannot join its group (its parent already gone, the kernel refused the link)."""
-WORKER_TIMEOUT_S = 30.0
-"""``--worker-timeout``'s default, gunicorn's worker timeout: no healthy worker's event loop stalls for
-seconds (a starting one has ``igw.gateway.worker_heartbeat.START_ALLOWANCE_S`` more)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--worker-timeout",
         type=NON_NEGATIVE,
-        default=WORKER_TIMEOUT_S,
+        default=STUCK_AFTER_S,
         metavar="S",
         help="with --workers: kill a worker whose event loop has not answered the parent for S seconds "
         "(it would keep its share of the port's connections and hang them), which stops the group "

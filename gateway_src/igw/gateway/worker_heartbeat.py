@@ -25,6 +25,10 @@ from collections.abc import Sequence
 from typing import Final
 
 BEAT_INTERVAL_S: Final = 1.0
+STUCK_AFTER_S: Final = 30.0
+"""Default seconds without a beat before a worker counts as stuck (``igw serve --worker-timeout``, the
+chart's ``gateway.workerTimeoutSeconds``, ``igw operator --gateway-worker-timeout``): gunicorn's worker
+timeout; no healthy worker's event loop stalls for seconds."""
 START_ALLOWANCE_S: Final = 60.0
 """Extra seconds a worker has for its first beat: a worker starts in ~1 s on an idle machine, but in
 tens of seconds on a saturated one, and killing it then would end the group in a restart loop."""

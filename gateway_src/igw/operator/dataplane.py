@@ -30,6 +30,7 @@ from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.config.rules import OPERATOR_SERVING_PORT
 from igw.gateway.emf_sink import AgentEndpoint
 from igw.gateway.worker_count import AUTO, CPU_REQUEST_ENV
+from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 from igw.operator.shutdown_timing import shutdown_timing
 
 CONFIG_KEY: Final = "config.yaml"
@@ -79,6 +80,9 @@ class DataPlaneSettings:
     workers: int | str = AUTO
     """``igw serve --workers`` of every gateway pod: a number, or ``auto`` (one per core of the pod's
     CPU request, which the pod learns from the downward API; see :mod:`igw.gateway.worker_count`)."""
+    worker_timeout_s: float = STUCK_AFTER_S
+    """``igw serve --worker-timeout`` of every gateway pod that runs more than one worker: seconds a
+    worker's event loop may stay silent before the pod's parent kills it (0: off)."""
     emf_interval_s: int = 0
     """``igw serve --emf-interval`` of every gateway pod (0: no CloudWatch EMF documents)."""
     emf_endpoint: AgentEndpoint | None = None
@@ -89,9 +93,10 @@ class DataPlaneSettings:
     to its port); empty: no traces."""
 
     def worker_args(self) -> list[str]:
-        """``igw serve --workers`` when not the single process it starts by default."""
+        """``igw serve --workers`` and ``--worker-timeout`` when not the single process it starts by
+        default (the timeout is a worker group's check)."""
         if self.workers == AUTO or (isinstance(self.workers, int) and self.workers > 1):
-            return ["--workers", str(self.workers)]
+            return ["--workers", str(self.workers), "--worker-timeout", repr(float(self.worker_timeout_s))]
         return []
 
     def worker_env(self) -> list[dict[str, Any]]:
