@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from igw.scheduling.dispatch_ledger import LEDGER_NOTES
 from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -91,6 +92,8 @@ async def test_a_saturated_critical_request_goes_to_the_pod_running_a_lower_band
     config = doc([{"scheduler": "sg"}] if configured else None, scheduler("sg", "m", engineType="sglang"))
     pod = FakeModelServer("sg", engine="sglang", first_token_delay_s=3.0)
     async with running(pod) as (sg,), gateway(config, {"sg": [sg.key]}) as gw:
+        # As a worker of `igw serve --workers N`: the scheduler's notes go to an outbox.
+        outbox = gw.state.runtime.schedulers["sg"].scheduler.share_picks()
         alive = asyncio.create_task(_moving_page(sg))  # a page that never changes reads as frozen
         batch = asyncio.create_task(
             gw.post("/v1/completions", {"model": "m", "prompt": "x"}, headers=headers("Sheddable"))
@@ -110,9 +113,12 @@ async def test_a_saturated_critical_request_goes_to_the_pod_running_a_lower_band
             assert orjson.loads(sg.received[1].body)["priority"] == 11
             assert (await asyncio.wait_for(critical, timeout=5)).status == 200
             assert gw.state.flow.depths("sg") == {}
+            # The preempting dispatch is in this worker's ledger and noted for the other workers'.
+            assert [n[1:3] for n in outbox.drain()] == [(LEDGER_NOTES, sg.key)]
         else:
             await wait_for(lambda: gw.state.flow.depths("sg") == {1: 1}, what="the Critical request queued")
             assert len(sg.received) == 1
+            assert outbox.drain() == []  # a one-endpoint pool's picks are not noted (pick_notes)
             critical.cancel()
         for task in (batch, critical, alive):
             task.cancel()

@@ -380,6 +380,35 @@ def test_a_dispatch_moved_after_its_pick_is_noted_at_its_new_endpoint() -> None:
     assert b.ledger.unreflected(next(e for e in eps if e.key == other), now=10.02) == 1
 
 
+def test_a_dispatch_no_pick_chose_is_counted_and_noted_in_a_pool_of_any_size() -> None:
+    """Flow control's preemption sends a saturated pick's request to an endpoint without a pick: the
+    ledger counts it, and so do the other workers' ledgers through its note (also in a one-endpoint
+    pool, where picks are not noted: there flow control reads the same count)."""
+    a, b, eps, outbox = _two_sharing_workers()
+    a.record_dispatch("b:1", now=10.01)
+    a.record_dispatch("a:1", now=10.012)
+    notes = outbox.drain()
+    assert notes == [(10.01, LEDGER_NOTES, "b:1", 10.01), (10.012, LEDGER_NOTES, "a:1", 10.012)]
+    b.learn_picks(notes, now=10.02)
+    assert a.ledger is not None
+    assert b.ledger is not None
+    for view in eps:
+        assert a.ledger.unreflected(view, now=10.02) == 1
+        assert b.ledger.unreflected(view, now=10.02) == 1
+
+
+def test_a_note_added_outside_a_pick_keeps_the_outbox_bounds_and_wakes_it_once() -> None:
+    outbox = PickNoteOutbox([], capacity=2)
+    woken: list[int] = []
+    outbox.wake = lambda: woken.append(1)
+    for at in (1.0, 2.0, 3.0):
+        outbox.add(at, "p", "a", at)
+    assert (outbox.dropped, woken) == (1, [1])
+    assert outbox.drain() == [(2.0, "p", "a", 2.0), (3.0, "p", "a", 3.0)]
+    outbox.add(4.0, "p", "a", 4.0)
+    assert woken == [1, 1]
+
+
 def test_retarget_changes_only_the_latest_note_of_that_plugin_and_endpoint() -> None:
     outbox = PickNoteOutbox([])
     outbox._notes.extend([(1.0, "p", "a", 1), (2.0, "q", "a", 2), (3.0, "p", "a", 3), (4.0, "p", "b", 4)])

@@ -455,8 +455,8 @@ def _preempting(
 ) -> RoutingDecision:
     """A saturated top-band pick sent instead to an endpoint whose engine will preempt a lower band's
     running request for it (``enginePriority`` on an engine that preempts for a batch slot;
-    :meth:`~igw.gateway.flow_gate.FlowGates.preempting_endpoint`), the dispatch ledger told;
-    otherwise ``decision`` unchanged."""
+    :meth:`~igw.gateway.flow_gate.FlowGates.preempting_endpoint`), the dispatch ledger told (and
+    through its pick note the other workers'); otherwise ``decision`` unchanged."""
     if (
         decision.kind is not DecisionKind.SATURATED
         or state.flow.engine_priority(sr.spec.name) is None
@@ -466,9 +466,7 @@ def _preempting(
     key = state.flow.preempting_endpoint(sr.spec.name, priority, _endpoint_samples(state, sr)())
     if key is None:
         return decision
-    ledger = sr.scheduler.ledger
-    if ledger is not None:
-        ledger.record(key, now=state.clock())
+    sr.scheduler.record_dispatch(key, now=state.clock())
     return RoutingDecision(
         kind=DecisionKind.PICKED,
         endpoint=key,

@@ -34,7 +34,9 @@ Which built-in plugins share, and why:
   counts the dispatches to each pod since its last scrape, which every worker's picks add to; the
   note is the pick's time. Its time-to-first-token estimate, learnt from the worker's own
   completions, does not travel. A dispatch that flow control steers to another endpoint after the
-  pick moves in the ledger and in its note alike (:meth:`PickNoteOutbox.retarget`).
+  pick moves in the ledger and in its note alike (:meth:`PickNoteOutbox.retarget`); a dispatch flow
+  control sends without a pick (to an engine that preempts a lower band for it) is noted as one
+  (:meth:`PickNoteOutbox.add`), in a pool of any size.
 
 Which pools note: a scheduler notes a pick only when its pool (the endpoints it was handed, before
 the per-request context-window fit and the filters) has more than one endpoint. With one endpoint
@@ -127,6 +129,17 @@ class PickNoteOutbox:
                     self.dropped += 1
                 notes.append((ctx.now, plugin.name, endpoint.key, note))
         if was_empty and notes and self.wake is not None:
+            self.wake()
+
+    def add(self, at: float, plugin: str, endpoint: str, note: object) -> None:
+        """Keep one note made outside a pick (a dispatch the scheduler did not choose, recorded by
+        :meth:`Scheduler.record_dispatch <igw.scheduling.scheduler.Scheduler.record_dispatch>`)."""
+        notes = self._notes
+        was_empty = not notes
+        if len(notes) == self._capacity:
+            self.dropped += 1
+        notes.append((at, plugin, endpoint, note))
+        if was_empty and self.wake is not None:
             self.wake()
 
     def retarget(self, plugin: str, source: str, target: str) -> bool:

@@ -228,6 +228,19 @@ class Scheduler:
         if self.pick_notes is not None:
             self.pick_notes.retarget(self.ledger.name, source, target)
 
+    def record_dispatch(self, key: EndpointKey, *, now: float) -> None:
+        """A dispatch to ``key`` that no pick chose (flow control sent a saturated pick's request to
+        an engine that preempts a lower band for it): the dispatch ledger counts it, and its note
+        goes to the other workers as a pick's would, so their ledgers count it too (their flow
+        control and saturation detection read those counts). Noted whatever the pool's size: it is
+        rare, and a one-endpoint pool's flow control reads the same count."""
+        self.settle()
+        if self.ledger is None:
+            return
+        self.ledger.record(key, now=now)
+        if self.pick_notes is not None:
+            self.pick_notes.add(now, self.ledger.name, key, now)
+
     def learn_picks(
         self, notes: Sequence[Sequence[object]], *, now: float, counts: LearnCounts | None = None
     ) -> LearnCounts:
