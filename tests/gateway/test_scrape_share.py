@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.scrape_share import (
     CONFIG_CHANGED,
+    MAX_LINE,
     ScrapeFollower,
     ScrapeLeader,
     apply_snapshot,
@@ -30,7 +32,7 @@ from igw.gateway.worker_metrics import merge_pages
 from igw.scheduling.types import EngineMetrics
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_for
-from tests.gateway.worker_pair import Worker
+from tests.gateway.worker_pair import Worker, worker_runtime
 
 
 @pytest.fixture
@@ -181,15 +183,124 @@ def test_a_snapshot_carries_every_signal_as_the_engine_metrics_fields_say() -> N
     )  # fmt: skip
     state = EndpointState(key="10.0.0.1:8000", labels={}, metrics=metrics, scraped_at=5.0, max_model_len=8192)
     doc = orjson.loads(snapshot("s", state))
-    assert doc["m"] == {
-        **{f.name: getattr(metrics, f.name) for f in dataclasses.fields(EngineMetrics)},
-        "active_adapters": ["a", "b"],
-        "waiting_adapters": [],
-    }
+    named = {f.name: getattr(metrics, f.name) for f in dataclasses.fields(EngineMetrics)}
+    assert doc[3] == list({**named, "active_adapters": ["a", "b"], "waiting_adapters": []}.values())
     follower_state = EndpointState(key="10.0.0.1:8000", labels={})
     apply_snapshot(doc, follower_state)
     assert follower_state.metrics == metrics
     assert (follower_state.scraped_at, follower_state.max_model_len) == (5.0, 8192)
+
+
+SCRAPED_FIELDS = (
+    *("metrics", "kv_source", "scraped_at", "scrape_failing", "last_error", "missing", "max_model_len"),
+)
+
+
+@pytest.mark.parametrize("with_metrics", [True, False])
+def test_a_follower_takes_every_scraped_field_and_tells_its_pool_once(with_metrics: bool) -> None:
+    """Every field a scrape writes, through the channel's bytes, equals the leader's; the follower's
+    view is made anew from them, and the pool is told once per snapshot."""
+    leader_state = EndpointState(
+        key="10.0.0.1:8000",
+        labels={},
+        metrics=EngineMetrics(waiting=2, kv_usage=0.5, max_lora=4) if with_metrics else None,
+        kv_source="vllm:kv_cache_usage_perc",
+        scraped_at=7.25,
+        scrape_failing=not with_metrics,
+        last_error=None if with_metrics else "HTTP 503",
+        missing=frozenset({"vllm:lora_requests_info", "vllm:cache_config_info"}),
+        max_model_len=32_768,
+    )
+    leader_state.page.frozen = with_metrics
+    follower_state = EndpointState(key="10.0.0.1:8000", labels={})
+    told: list[str] = []
+    follower_state.on_view_change = told.append
+    before = follower_state.view()
+    apply_snapshot(orjson.loads(snapshot("s", leader_state)), follower_state)
+    assert told == ["10.0.0.1:8000"]
+    for name in SCRAPED_FIELDS:
+        assert getattr(follower_state, name) == getattr(leader_state, name), name
+    assert follower_state.page.frozen is with_metrics
+    assert follower_state.view() is not before
+    assert follower_state.view() == leader_state.new_view()
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        ["s", "s", "10.0.0.1:8000", None, None, 1.0, False, None, []],  # items missing
+        ["s", "s", "10.0.0.1:8000", [1, 2], None, 1.0, False, None, [], None, False],  # metrics too short
+    ],
+    ids=["short", "metrics-short"],
+)
+def test_a_malformed_snapshot_is_refused_and_leaves_the_state_as_it_was(doc: list[object]) -> None:
+    state = EndpointState(key="10.0.0.1:8000", labels={}, scraped_at=3.0)
+    with pytest.raises(ValueError, match="snapshot"):
+        apply_snapshot(doc, state)
+    assert (state.scraped_at, state.metrics) == (3.0, None)
+
+
+def _follower() -> ScrapeFollower:
+    runtime = worker_runtime("10.0.0.1:8000", "10.0.0.2:8000")
+    return ScrapeFollower(
+        "unused.sock",
+        lambda: runtime,
+        clock=lambda: 0.0,
+        report_interval_s=lambda: 0.05,
+        worker=1,
+    )
+
+
+def _reader(*chunks: bytes) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    for chunk in chunks:
+        reader.feed_data(chunk)
+    reader.feed_eof()
+    return reader
+
+
+async def test_the_follower_reads_lines_cut_anywhere_by_the_reads() -> None:
+    """Whole reads split into lines: a line cut between two reads, several in one, a last one
+    without its newline (the channel closed mid-line, as ``readline`` returned it)."""
+    states = [
+        EndpointState(key=key, labels={}, metrics=EngineMetrics(waiting=i), scraped_at=float(i + 1))
+        for i, key in enumerate(("10.0.0.1:8000", "10.0.0.2:8000"))
+    ]
+    data = b"".join(snapshot("s", state) for state in states) + CONFIG_CHANGED + b'{"t": "later-kind"}'
+    for cut in range(1, len(data)):
+        follower = _follower()
+        changes: list[int] = []
+        follower.on_config_change = functools.partial(changes.append, 1)
+        reader = asyncio.StreamReader()
+        reader.feed_data(data[:cut])
+        task = asyncio.create_task(follower.read(reader))
+        await asyncio.sleep(0)
+        reader.feed_data(data[cut:])
+        reader.feed_eof()
+        await task
+        pool = follower._runtime().schedulers["s"].pool.states
+        assert [pool[s.key].scraped_at for s in states] == [1.0, 2.0], cut
+        assert [pool[s.key].metrics for s in states] == [s.metrics for s in states], cut
+        assert changes == [1], cut
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"[1, 2]\n", "neither a snapshot nor an object"),
+        (b"7\n", "neither a snapshot nor an object"),
+        (b'["s", "s", "10.0.0.1:8000"]\n', "items"),
+        (b"{not json\n", "unexpected character"),
+        (b"x" * (MAX_LINE + 2), f"over {MAX_LINE} bytes"),
+    ],
+    ids=["array", "number", "short-snapshot", "not-json", "too-long"],
+)
+async def test_a_line_the_follower_cannot_read_ends_the_channel_with_value_error(
+    data: bytes, message: str
+) -> None:
+    """``ValueError``: what ``_follow`` catches, logs and reconnects on (as for a broken socket)."""
+    with pytest.raises(ValueError, match=message):
+        await _follower().read(_reader(data))
 
 
 class _Writer:

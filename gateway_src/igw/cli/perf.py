@@ -190,6 +190,15 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         "(aiohttp's client, whole pages), bare (its client alone fetching filtered pages, no scraper: "
         "the floor); default filtered,fixed,lean",
     )
+    parser.add_argument(
+        "--groups",
+        type=COUNTS,
+        default=[],
+        metavar="W,...",
+        help="instead of the in-process rows: a real igw serve --workers W per worker count and fleet "
+        "size, idle before the fleet, with the CPU of each of its processes (worker 0 scrapes, the "
+        "others apply its snapshots) and every worker's scrape ages; e.g. 1,2,3",
+    )
 
 
 def _scrape_clients(text: str) -> list[str]:

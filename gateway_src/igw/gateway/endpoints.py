@@ -110,6 +110,30 @@ class EndpointState:
         put(self, "inflight_tokens", self.inflight_tokens - est_tokens)
         self._view_changed()
 
+    def take_scrape(
+        self,
+        metrics: EngineMetrics | None,
+        kv_source: str | None,
+        scraped_at: float | None,
+        scrape_failing: bool,
+        last_error: str | None,
+        missing: frozenset[str],
+        max_model_len: int | None,
+    ) -> None:
+        """Write a scrape's fields at once (a follower taking worker 0's snapshot,
+        :mod:`igw.gateway.scrape_share`), the view dropped once: through :meth:`__setattr__` each of
+        the seven writes tested its name, and four of them dropped the view and told the pool again
+        (a large share of a follower's cost per snapshot, docs/gateway.md)."""
+        put = object.__setattr__
+        put(self, "metrics", metrics)
+        put(self, "kv_source", kv_source)
+        put(self, "scraped_at", scraped_at)
+        put(self, "scrape_failing", scrape_failing)
+        put(self, "last_error", last_error)
+        put(self, "missing", missing)
+        put(self, "max_model_len", max_model_len)
+        self._view_changed()
+
     def _view_changed(self) -> None:
         """Forget the cached view and tell the pool (what setting a view field does)."""
         object.__setattr__(self, "cached_view", None)

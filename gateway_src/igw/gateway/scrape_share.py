@@ -61,6 +61,8 @@ MAX_NOTES_BACKLOG: Final = MAX_FOLLOWER_BACKLOG // 2
 ``PickShare.lines_unsent``): notes are a hint, never a reason to disconnect a peer."""
 RECONNECT_S: Final = 0.05
 MAX_LINE: Final = 1024 * 1024
+READ_BYTES: Final = 256 * 1024
+"""Bytes a follower asks for per read of worker 0's channel (it gets what has arrived, up to that)."""
 CONFIG: Final = "c"
 """The ``t`` of worker 0's line saying its configuration file changed: the others check theirs now."""
 CONFIG_CHANGED: Final = orjson.dumps({"t": CONFIG}) + b"\n"
@@ -77,46 +79,59 @@ def _encode_default(value: object) -> object:
 
 
 _METRIC_FIELDS: Final = tuple(f.name for f in fields(EngineMetrics))
+_SET_POSITIONS: Final = tuple(i for i, name in enumerate(_METRIC_FIELDS) if name in _SETS)
+SNAPSHOT: Final = "s"
+"""The first item of a snapshot line (the other lines are objects with their kind in ``t``)."""
+Snapshot = list[Any]
+"""A decoded snapshot line: ``[SNAPSHOT, scheduler, key, metrics, kv source, scraped at, failing, last
+error, missing families, context window, frozen]``, ``metrics`` a list in :class:`EngineMetrics`
+field order (adapter sets as sorted lists) or ``None``."""
+_SCHEDULER, _KEY, _SCRAPED_AT, _ITEMS = 1, 2, 5, 11
 
 
 def snapshot(scheduler: str, state: EndpointState) -> bytes:
-    """One endpoint's scraped state as a channel line."""
+    """One endpoint's scraped state as a channel line (:data:`Snapshot`).
+
+    Why a positional array rather than an object with named fields: it is encoded once per scrape
+    of every pod and decoded by every follower, and at 1,000 busy pods a follower's cost per
+    snapshot was most of its CPU; the array decodes without a key per field and the metrics are
+    built positionally. Both ends are the same build (one image per pod), so the order is one
+    source: :class:`EngineMetrics`' fields, here and in :func:`apply_snapshot`."""
     m = state.metrics
-    doc = {
-        "t": "s",
-        "sch": scheduler,
-        "key": state.key,
+    doc = [
+        SNAPSHOT,
+        scheduler,
+        state.key,
         # Field by field: ``dataclasses.asdict`` deep-copies every value, and was most of the
         # leader's cost per snapshot (every scrape of every pod, once per worker group).
-        "m": None if m is None else {name: getattr(m, name) for name in _METRIC_FIELDS},
-        "kv": state.kv_source,
-        "at": state.scraped_at,
-        "f": state.scrape_failing,
-        "e": state.last_error,
-        "miss": sorted(state.missing),
-        "len": state.max_model_len,
-        "fz": state.page.frozen,
-    }
+        None if m is None else [getattr(m, name) for name in _METRIC_FIELDS],
+        state.kv_source,
+        state.scraped_at,
+        state.scrape_failing,
+        state.last_error,
+        sorted(state.missing),
+        state.max_model_len,
+        state.page.frozen,
+    ]
     return orjson.dumps(doc, default=_encode_default) + b"\n"
 
 
-def apply_snapshot(doc: dict[str, Any], state: EndpointState) -> None:
-    """Write a leader's snapshot into a follower's endpoint state."""
-    raw = doc["m"]
+def apply_snapshot(doc: Snapshot, state: EndpointState) -> None:
+    """Write a leader's snapshot into a follower's endpoint state (``ValueError`` for a malformed one)."""
+    if len(doc) != _ITEMS:
+        raise ValueError(f"a snapshot has {_ITEMS} items, not {len(doc)}")
+    _, _, _, raw, kv_source, scraped_at, failing, last_error, missing, max_model_len, frozen = doc
     if raw is None:
-        state.metrics = None
+        metrics = None
     else:
-        for name in _SETS:
-            if raw.get(name) is not None:
-                raw[name] = frozenset(raw[name])
-        state.metrics = EngineMetrics(**raw)
-    state.kv_source = doc["kv"]
-    state.scraped_at = doc["at"]
-    state.scrape_failing = doc["f"]
-    state.last_error = doc["e"]
-    state.missing = frozenset(doc["miss"])
-    state.max_model_len = doc["len"]
-    state.page.frozen = doc["fz"]
+        if type(raw) is not list or len(raw) != len(_METRIC_FIELDS):
+            raise ValueError(f"a snapshot's metrics are not the {len(_METRIC_FIELDS)} EngineMetrics fields")
+        for i in _SET_POSITIONS:
+            if (names := raw[i]) is not None:
+                raw[i] = frozenset(names)
+        metrics = EngineMetrics(*raw)
+    state.take_scrape(metrics, kv_source, scraped_at, failing, last_error, frozenset(missing), max_model_len)
+    state.page.frozen = frozen
 
 
 class ScrapeLeader:
@@ -286,7 +301,7 @@ class ScrapeFollower:
         self._interval = report_interval_s
         self._clock = clock
         self.picks = PickShare(runtime, clock, max_line=MAX_LINE, worker=worker)
-        self._latest: dict[tuple[str, str], dict[str, Any]] = {}
+        self._latest: dict[tuple[str, str], Snapshot] = {}
         self._task: asyncio.Task[None] | None = None
         self._discovery: DiscoverySink | None = None
         self._early_reports: dict[tuple[str, str], dict[str, Any]] = {}
@@ -312,8 +327,8 @@ class ScrapeFollower:
             self._task = asyncio.create_task(self._follow(), name="scrape follower")
         for (scheduler, key), doc in self._latest.items():
             state = self._state(scheduler, key)
-            if state is not None and state.scraped_at != doc["at"]:
-                apply_snapshot(dict(doc), state)
+            if state is not None and state.scraped_at != doc[_SCRAPED_AT]:
+                apply_snapshot(doc, state)
 
     def _state(self, scheduler: str, key: str) -> EndpointState | None:
         sr = self._runtime().schedulers.get(scheduler)
@@ -331,28 +346,7 @@ class ScrapeFollower:
                 self.on_config_change()
             reporter = asyncio.create_task(self._report(writer), name="scrape usage report")
             try:
-                while line := await reader.readline():
-                    doc = orjson.loads(line)
-                    kind = doc.get("t")
-                    if kind == PICKS:
-                        self.picks.learn(doc)
-                        continue
-                    if kind == CONFIG:
-                        if self.on_config_change is not None:
-                            self.on_config_change()
-                        continue
-                    if kind == DISCOVERY:
-                        if self._discovery is None:
-                            self._early_reports[report_slot(doc)] = doc
-                        else:
-                            apply_report(doc, self._discovery)
-                        continue
-                    if kind != "s":
-                        continue
-                    self._latest[(doc["sch"], doc["key"])] = doc
-                    state = self._state(doc["sch"], doc["key"])
-                    if state is not None:
-                        apply_snapshot(dict(doc), state)
+                await self.read(reader)
             except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
                 log.warning("scrape channel to worker 0 failed: %s", exc)
             finally:
@@ -369,6 +363,52 @@ class ScrapeFollower:
                         await writer.wait_closed()
             log.warning("scrape channel to worker 0 closed: reconnecting")
             await asyncio.sleep(RECONNECT_S)
+
+    async def read(self, reader: asyncio.StreamReader) -> None:
+        """Handle worker 0's lines until it closes the channel (``ValueError`` for a line that is not
+        JSON or is longer than :data:`MAX_LINE`).
+
+        Why whole reads split here rather than ``readline``: worker 0 writes a loop turn's snapshots in
+        one write, and a ``readline`` per line was a coroutine step per snapshot; one read takes all
+        that arrived. A last line
+        without its newline (the channel closed mid-line) is handled as ``readline`` returned it."""
+        rest = b""
+        while chunk := await reader.read(READ_BYTES):
+            lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
+            rest = lines.pop()
+            if len(rest) > MAX_LINE:
+                raise ValueError(f"a line of worker 0's channel is over {MAX_LINE} bytes")
+            for line in lines:
+                self._handle(orjson.loads(line))
+        if rest:
+            self._handle(orjson.loads(rest))
+
+    def _handle(self, doc: object) -> None:
+        """One line of worker 0's: a snapshot (an array, :data:`Snapshot`), or an object with its kind
+        in ``t``: pick notes, a configuration change, a discovery report (another kind is skipped);
+        ``ValueError`` for anything else."""
+        if type(doc) is list and doc and doc[0] == SNAPSHOT:
+            if len(doc) != _ITEMS:
+                raise ValueError(f"a snapshot has {_ITEMS} items, not {len(doc)}")
+            scheduler, key = doc[_SCHEDULER], doc[_KEY]
+            self._latest[(scheduler, key)] = doc
+            state = self._state(scheduler, key)
+            if state is not None:
+                apply_snapshot(doc, state)
+            return
+        if type(doc) is not dict:
+            raise ValueError(f"worker 0 sent a line that is neither a snapshot nor an object: {doc!r:.80}")
+        kind = doc.get("t")
+        if kind == PICKS:
+            self.picks.learn(doc)
+        elif kind == CONFIG:
+            if self.on_config_change is not None:
+                self.on_config_change()
+        elif kind == DISCOVERY:
+            if self._discovery is None:
+                self._early_reports[report_slot(doc)] = doc
+            else:
+                apply_report(doc, self._discovery)
 
     async def _report(self, writer: asyncio.StreamWriter) -> None:
         """Usage to the leader every scrape interval, pick notes every (shorter) note interval while

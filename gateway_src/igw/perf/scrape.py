@@ -35,7 +35,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import aiohttp
 import xxhash
@@ -55,6 +55,9 @@ from igw.gateway.telemetry import GatewayMetrics
 from igw.perf.gateway_load import cpu_seconds
 from igw.perf.scrape_fleet import VARIANTS, page_variants
 from igw.sim.metrics_page import restrict_page
+
+if TYPE_CHECKING:
+    from igw.perf.scrape_group import GroupRow
 
 HELP = "Scrape cost: CPU per scrape and per pod, and staleness, for simulated fleets of N pods."
 TARGET_US_PER_SCRAPE: Final = 50.0
@@ -158,7 +161,8 @@ class ScrapeRow:
         return self.scrapes / (self.pods * self.seconds / self.interval_s)
 
 
-def _config_doc(interval_s: float, stale_s: float) -> dict[str, object]:
+def config_doc(interval_s: float, stale_s: float) -> dict[str, object]:
+    """The benchmark's InferenceGatewayConfig: one scheduler, this scrape interval and stale threshold."""
     ms = round(interval_s * 1000)
     return {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
@@ -305,7 +309,7 @@ async def measure(
     clock = time.monotonic
     async with fleet(pods, variants, round(pods * busy_share)) as (fleet_pid, ports):
         runtime = GatewayRuntime(
-            build_gateway_config(_config_doc(interval_s, stale_s)), rng=random.Random(0), clock=clock
+            build_gateway_config(config_doc(interval_s, stale_s)), rng=random.Random(0), clock=clock
         )
         pool = runtime.schedulers[SCHEDULER].pool
         pool.replace(DiscoveredEndpoint(key=f"127.0.0.1:{p}") for p in ports)
@@ -591,7 +595,48 @@ async def _run(args: argparse.Namespace) -> list[ScrapeRow]:
     return rows
 
 
+async def _run_groups(args: argparse.Namespace) -> list[GroupRow]:
+    # deferred: the group rows run igw serve and read its /metrics (only with --groups)
+    from igw.perf.scrape_group import measure_group, print_group_row
+
+    rows: list[GroupRow] = []
+    for pods in args.pods:
+        for workers in args.groups:
+            busy = round(pods * args.busy_share)
+            row = await measure_group(
+                pods,
+                workers,
+                seconds=args.seconds,
+                interval_s=args.interval,
+                stale_s=args.stale_threshold,
+                variants=args.page_variants,
+                busy=busy,
+            )
+            print_group_row(row)
+            rows.append(row)
+    return rows
+
+
+def _groups(args: argparse.Namespace) -> int:
+    """``--groups``: a whole ``igw serve --workers W`` per fleet size (:mod:`igw.perf.scrape_group`)."""
+    # deferred: the group rows' module loads only with --groups
+    from igw.perf.scrape_group import print_group_targets
+
+    print(
+        f"igw serve --workers {','.join(map(str, args.groups))}, idle, before each fleet for "
+        f"{args.seconds:g} s (scraping every {args.interval * 1000:.0f} ms, stale threshold "
+        f"{args.stale_threshold * 1000:.0f} ms; each pod cycles through {args.page_variants} page(s), "
+        f"{args.busy_share:.0%} of the pods; the rest idle); CPU of every process of the group"
+    )
+    rows = asyncio.run(_run_groups(args))
+    print("targets:")
+    print_group_targets(rows)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.groups:
+        return _groups(args)
     costs = parse_costs(args.parse_iterations)
     for name, c in (("whole", costs.whole), ("filtered", costs.filtered)):
         print(

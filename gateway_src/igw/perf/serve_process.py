@@ -97,7 +97,10 @@ async def _wait_ready(url: str) -> None:
         deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
         while asyncio.get_running_loop().time() < deadline:
             with contextlib.suppress(aiohttp.ClientError):
-                if (await http.get(url + "/readyz")).status == 200:
-                    return
+                # Released by the ``async with``: a bare ``await http.get`` left the connection to be
+                # garbage-collected, which aiohttp reports as an unclosed connection.
+                async with http.get(url + "/readyz") as resp:
+                    if resp.status == 200:
+                        return
             await asyncio.sleep(0.05)
     raise ServeStartError(f"igw serve at {url} did not become ready within {START_TIMEOUT_S:g}s")
