@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -445,5 +446,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result: int = args._perf_run(args)
+    # deferred: start-up cost: igw builds every parser; the error type loads with the command
+    from igw.errors import IgwToolingError
+
+    try:
+        result: int = args._perf_run(args)
+    except IgwToolingError as exc:
+        # A benchmark that could not run (a process that did not start, a tree that failed): the
+        # reason, not a traceback; the processes it started were stopped on the way out.
+        print(f"igw perf {args.benchmark}: {exc}", file=sys.stderr)
+        return 1
     return result

@@ -21,22 +21,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from igw.compiled import inspect_tree
+from igw.errors import IgwToolingError
 from igw.perf.gateway_targets import LoadFigures, added_text, row, target_rows
 
 if TYPE_CHECKING:
     from igw.perf.gateway_load import LoadResult
+    from igw.perf.gateway_micro import Timing
     from igw.perf.perf_issuer import PerfIssuer
 
 HELP = "Gateway overhead vs a direct connection: added latency, CPU/request, TTFT, decision and parse time."
+
+
+class GatewayBenchmarkError(IgwToolingError, RuntimeError):
+    """A part of the benchmark that runs on the gateway's own tree or interpreter failed there."""
 
 
 TRACING_OFF_BUDGET_US = 1.0
@@ -46,17 +55,22 @@ TRACING_OFF_BUDGET_US = 1.0
 _row = row
 
 
-def _micro(rows: list[dict[str, Any]]) -> None:
+DECISION_TARGETS_US: Final = {16: 100.0, 1000: 1000.0}
+"""Issue 16's decision bounds by pool size (p50 CPU time per pick)."""
+
+
+def _micro(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
     from igw.perf.gateway_backend import realistic_vllm_page
-    from igw.perf.gateway_micro import decision_time, page_parse_time
+    from igw.perf.gateway_micro import page_parse_time
 
-    for endpoints, picks, target_us in ((16, 3000, 100.0), (1000, 300, 1000.0)):
-        t = decision_time(endpoints=endpoints, picks=picks)
+    where, timings = _decision_timings(args)
+    for t in timings:
+        target_us = DECISION_TARGETS_US[int(t.name.split()[2])]
         rows.append(
             _row(
                 t.name,
-                f"p50 {t.p50_us:.0f} µs, p99 {t.p99_us:.0f} µs, mean {t.mean_us:.0f} µs (CPU time)",
+                f"p50 {t.p50_us:.0f} µs, p99 {t.p99_us:.0f} µs, mean {t.mean_us:.0f} µs (CPU time{where})",
                 f"{t.baseline}: {t.baseline_mean_us:.2f} µs ({t.ratio:.0f}x)",
                 f"p50 <= {target_us:.0f} µs (ratio {t.p50_us / target_us:.2f})",
                 t.p50_us <= target_us,
@@ -75,6 +89,49 @@ def _micro(rows: list[dict[str, Any]]) -> None:
     )
     _tracing_rows(rows)
     _telemetry_rows(rows)
+
+
+_DECISION_CHILD: Final = """
+import dataclasses, json
+from igw.compiled import inspect_tree
+from igw.perf.gateway_micro import decision_time
+timings = [dataclasses.asdict(decision_time(endpoints=n, picks=p)) for n, p in ({sizes},)]
+print(json.dumps({{"code": inspect_tree().describe(), "timings": timings}}))
+"""
+"""What the child process runs on the gateway's tree: only ``decision_time`` and ``inspect_tree``,
+which older trees have too (``--gateway-tree`` compares checkouts)."""
+
+
+def _decision_timings(args: argparse.Namespace) -> tuple[str, list[Timing]]:
+    """The scheduler decision at 16 and 1,000 endpoints, timed on the code the gateway runs (the
+    ``gateway code`` row): in this process, or - with ``--gateway-tree`` or ``--gateway-python`` - in
+    a child process on that tree and interpreter (the harness's own code may be pure Python while
+    the gateway's is compiled). Also returns what the rows' values say of where they ran."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the measured code loads only when run
+    from igw.perf.gateway_micro import DECISION_SIZES, Timing, decision_time
+
+    tree, python = getattr(args, "gateway_tree", None), getattr(args, "gateway_python", None)
+    if tree is None and python is None:
+        return "", [decision_time(endpoints=n, picks=picks) for n, picks in DECISION_SIZES]
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    sizes = ", ".join(f"({n}, {picks})" for n, picks in DECISION_SIZES)
+    code = _DECISION_CHILD.format(sizes=sizes)
+    interpreter = str(python) if python is not None else sys.executable
+    done = subprocess.run(
+        [interpreter, "-c", code], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    if done.returncode != 0:
+        raise GatewayBenchmarkError(
+            f"the decision rows on the gateway's code ({interpreter}, PYTHONPATH {tree}) failed: "
+            f"{done.stderr.strip()[-2000:]}"
+        )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    # Only the fields this harness's Timing has (an older tree's may lack the newer ones).
+    names = {f.name for f in dataclasses.fields(Timing)}
+    timings = [Timing(**{k: v for k, v in t.items() if k in names}) for t in found["timings"]]
+    return f", in a child process on the gateway's code: {found['code']}", timings
 
 
 def _telemetry_rows(rows: list[dict[str, Any]]) -> None:
@@ -490,9 +547,15 @@ def _pct(values: list[float], q: float) -> float:
     return percentile(values, q) or 0.0
 
 
+def _gateway_code(args: argparse.Namespace) -> str:
+    """What the gateway under test runs: the ``--gateway-tree``'s code, else the harness's own."""
+    tree = getattr(args, "gateway_tree", None)
+    return inspect_tree().describe() if tree is None else f"{inspect_tree(tree / 'igw').describe()} ({tree})"
+
+
 def run(args: argparse.Namespace) -> int:
     # Which code is measured: the pure tree, or one with the hot path compiled (igw.compiled).
-    rows: list[dict[str, Any]] = [_row("gateway code", inspect_tree().describe(), "-", "(report)", None)]
+    rows: list[dict[str, Any]] = [_row("gateway code", _gateway_code(args), "-", "(report)", None)]
     if not args.skip_load:
         rows.append(
             _row(
@@ -503,7 +566,7 @@ def run(args: argparse.Namespace) -> int:
                 None,
             )
         )
-    _micro(rows)
+    _micro(rows, args)
     if not args.skip_load:
         asyncio.run(_load(rows, args))
     width = max(len(r["metric"]) for r in rows)

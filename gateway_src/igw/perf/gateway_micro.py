@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from igw.bench.stats import percentile
 from igw.config.model import LabelSelector, SchedulerSpec
@@ -220,6 +221,10 @@ def decision_time(
         baseline="random pick over the same views",
         outcome_mean_us=fleet.outcome_seconds / len(requests) * 1e6,
     )
+
+
+DECISION_SIZES: Final = ((16, 3000), (1000, 300))
+"""(endpoints, picks) of ``igw perf gateway``'s decision rows."""
 
 
 def page_parse_time(page: str, *, runs: int) -> Timing:
