@@ -169,3 +169,42 @@ def test_simulator_pages_parse_like_prometheus_client(version: str) -> None:
     assert parsed.kv_source == kv_name
     assert ("vllm:kv_cache_usage_perc" in parsed.missing) is (version == "0.9.1")
     assert parsed.metrics.num_gpu_blocks == engine.pool.num_blocks
+
+
+NON_FINITE = ["NaN", "+Inf", "-Inf", "1e400"]
+
+
+@pytest.mark.parametrize("value", NON_FINITE)
+def test_a_non_finite_queue_or_running_count_is_a_missing_signal(value: str) -> None:
+    """The exposition format allows NaN and the infinities; ``int()`` of them raised out of the parse
+    (every scrape of that pod failed with a logged traceback)."""
+    page = (
+        f"vllm:num_requests_waiting {value}\nvllm:num_requests_running {value}\n"
+        "vllm:kv_cache_usage_perc 0.5\n"
+    )
+    parsed = parse_page(page, VLLM)
+    assert (parsed.metrics.waiting, parsed.metrics.running, parsed.metrics.kv_usage) == (None, None, 0.5)
+    assert {"vllm:num_requests_waiting", "vllm:num_requests_running"} <= parsed.missing
+
+
+def test_series_summing_past_the_largest_float_are_a_missing_signal() -> None:
+    page = 'vllm:num_requests_waiting{engine="0"} 1e308\nvllm:num_requests_waiting{engine="1"} 1e308\n'
+    parsed = parse_page(page, VLLM)
+    assert parsed.metrics.waiting is None
+    assert "vllm:num_requests_waiting" in parsed.missing
+
+
+@pytest.mark.parametrize("value", NON_FINITE)
+def test_a_non_finite_kv_gauge_falls_back_or_is_missing(value: str) -> None:
+    """A NaN or infinite KV gauge reached the scorers; now it is absent: the older name's value is
+    used when the page has one, else the signal is missing."""
+    page = f"vllm:num_requests_waiting 2\nvllm:kv_cache_usage_perc {value}\n"
+    parsed = parse_page(page, VLLM)
+    assert parsed.metrics.kv_usage is None
+    assert parsed.kv_source is None
+    older = parse_page(page + "vllm:gpu_cache_usage_perc 0.25\n", VLLM)
+    assert (older.metrics.kv_usage, older.kv_source) == (0.25, "vllm:gpu_cache_usage_perc")
+    mixed = parse_page(
+        f'vllm:kv_cache_usage_perc{{engine="0"}} {value}\nvllm:kv_cache_usage_perc{{engine="1"}} 0.75\n', VLLM
+    )
+    assert mixed.metrics.kv_usage == 0.75  # the finite series of the family count

@@ -97,7 +97,9 @@ def _random_page(rng: random.Random, names: list[str]) -> str:
 def _mutate(rng: random.Random, text: str) -> tuple[str, bool]:
     """``text`` changed; True when only sample values changed (the template must answer)."""
     lines = text.split("\n")
-    kind = rng.choice(["values", "values", "values", "insert", "drop", "label", "timestamp", "word", "swap"])
+    kind = rng.choice(
+        ["values", "values", "values", "insert", "drop", "label", "timestamp", "word", "swap", "non-finite"]
+    )
     samples = [
         i for i, line in enumerate(lines) if line and line[0] != "#" and line.rsplit(" ", 1)[-1][:1].isdigit()
     ]
@@ -119,6 +121,9 @@ def _mutate(rng: random.Random, text: str) -> tuple[str, bool]:
         lines[i] = lines[i].replace('engine="', 'engine="9', 1).replace(" ", '{engine="9"} ', 1)
     elif kind == "timestamp":
         lines[i] += " 1700000000000"
+    elif kind == "non-finite":  # valid in the format; the full parser counts it as absent
+        head, _, _ = lines[i].rpartition(" ")
+        lines[i] = f"{head} {rng.choice(['NaN', '+Inf', '-Inf', '1e400'])}"
     else:
         head, _, _ = lines[i].rpartition(" ")
         lines[i] = f"{head} not-a-number"

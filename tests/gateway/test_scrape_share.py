@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import math
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -75,6 +76,29 @@ async def test_only_the_leader_scrapes_and_the_follower_sees_every_scrape(
         0.0,
     )
     assert follower.state.max_model_len == leader.state.max_model_len
+
+
+def _queue_missing(worker: Worker) -> bool:
+    metrics = worker.state.metrics
+    return metrics is not None and metrics.waiting is None
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+async def test_a_non_finite_queue_count_is_a_missing_signal_in_every_worker(
+    pair: tuple[FakeModelServer, Worker, Worker], value: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pod whose page says the queue is NaN or infinite (valid in the exposition format): its
+    scrapes land with the signal missing, in worker 0 and in the follower, and nothing is logged as
+    failed (``int()`` of such a value raised out of every scrape of the pod)."""
+    pod, leader, follower = pair
+    await wait_for(lambda: follower.state.metrics is not None, what="the follower's first snapshot")
+    pod.waiting = value  # type: ignore[assignment]  # what a broken engine's page may say
+    for worker in (leader, follower):
+        await wait_for(functools.partial(_queue_missing, worker), what="the queue signal missing")
+        assert "vllm:num_requests_waiting" in worker.state.missing
+        assert worker.state.metrics is not None
+        assert worker.state.metrics.kv_usage == pytest.approx(0.25)
+    assert not [r for r in caplog.records if "storing the scrape failed" in r.getMessage()]
 
 
 async def test_failures_reach_the_follower_too(pair: tuple[FakeModelServer, Worker, Worker]) -> None:

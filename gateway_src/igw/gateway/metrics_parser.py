@@ -27,6 +27,7 @@ data-parallel engine; maxed for SGLang, every TP rank repeats the same numbers);
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -217,12 +218,18 @@ def _info_labels(text: str) -> Mapping[str, str]:
 
 
 def _values(samples: Samples) -> list[float]:
+    """The finite sample values: ``NaN``, ``+Inf`` and ``-Inf`` (valid in the exposition format, and
+    what ``1e400`` reads as) say nothing about a queue or a cache and count as absent, like a value
+    that is not a number. Before, ``int(NaN)`` and ``int(inf)`` raised out of the parse on every
+    scrape of such a pod, and a NaN KV gauge reached the scorers."""
     out: list[float] = []
     for _, raw in samples:
         try:
-            out.append(float(raw))
+            value = float(raw)
         except ValueError:
             continue
+        if math.isfinite(value):
+            out.append(value)
     return out
 
 
@@ -257,10 +264,11 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
 
     def load(name: str) -> int | None:
         values = _values(matching(name))
-        if not values:
+        total = combine(values) if values else math.nan
+        if not math.isfinite(total):  # no finite value, or series summing past the largest float
             missing.add(name)
             return None
-        return int(combine(values))
+        return int(total)
 
     waiting = load(families.waiting)
     running = load(families.running)

@@ -18,6 +18,7 @@ page into objects, which is the cost this avoids.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -94,6 +95,8 @@ class PageTemplate:
             values = [float(lines[index][start:]) for index, start, _ in self._values]
         except ValueError:
             return None  # not a plain number (or a timestamp follows): the full parser decides
+        if not math.isfinite(sum(values)):
+            return None  # a NaN or an infinity (or a sum past the largest float): the full parser decides
         if values == self._last_values:
             return self._last  # the gauges did not move (only counters did): the same reading
         found: list[list[float]] = [[] for _ in range(_KV + self._kv_roles)]
