@@ -27,7 +27,7 @@ from igw.gateway.scrape_client import Landed, ScrapeClient
 from igw.gateway.scrape_pacing import SCRAPE_GROUP
 from igw.gateway.scraper import FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
-from igw.perf.scrape import fleet as perf_fleet
+from igw.perf.scrape_setup import fleet as perf_fleet
 from tests.gateway.scrape_support import PAGES, MetricsPod, scrape_rig
 from tests.gateway.support import config_doc, scheduler, wait_for
 

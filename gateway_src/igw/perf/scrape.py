@@ -31,7 +31,6 @@ import math
 import random
 import resource
 import statistics
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -42,7 +41,6 @@ import xxhash
 
 from igw.config.build import build_gateway_config
 from igw.engines import MetricFamilies
-from igw.errors import IgwToolingError
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.metrics_parser import VLLM, FamilyStarts, parse_page
 from igw.gateway.page_filter import filter_names, filter_path
@@ -54,6 +52,15 @@ from igw.gateway.scraper import MAX_PAGE_BYTES, FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
 from igw.perf.gateway_load import cpu_seconds
 from igw.perf.scrape_fleet import VARIANTS, page_variants
+from igw.perf.scrape_setup import (
+    FLEET_START_TIMEOUT_S,
+    SCHEDULER,
+    TARGET_FLEET_PODS,
+    TARGET_HOST_CORES,
+    ScrapeBenchmarkError,
+    config_doc,
+    fleet,
+)
 from igw.sim.metrics_page import restrict_page
 
 if TYPE_CHECKING:
@@ -62,11 +69,6 @@ if TYPE_CHECKING:
 HELP = "Scrape cost: CPU per scrape and per pod, and staleness, for simulated fleets of N pods."
 TARGET_US_PER_SCRAPE: Final = 50.0
 """The issue's goal for one scrape's CPU (HTTP and parsing together)."""
-TARGET_FLEET_PODS: Final = 1000
-TARGET_HOST_CORES: Final = 1.0
-"""The issue's goal: 1,000 pods kept fresh within the stale threshold on at most one core per host."""
-SCHEDULER: Final = "bench"
-FLEET_START_TIMEOUT_S: Final = 120.0
 CLIENTS: Final = ("filtered", "fixed", "lean", "aiohttp", "bare")
 """``filtered``: the gateway's way (its client, ``name[]`` filter, idle pods less often); ``fixed``: the
 same, every pod every interval; ``lean``: its client, whole pages, every interval;
@@ -74,10 +76,6 @@ same, every pod every interval; ``lean``: its client, whole pages, every interva
 fetching filtered pages, without the scraper (:class:`BareFetcher`: the floor under a scrape)."""
 ROUTING_FAMILIES: Final = dataclasses.replace(VLLM, lora=None)
 """What the benchmark's scheduler reads (no ``loraAdapters``: the scraper skips the LoRA family)."""
-
-
-class ScrapeBenchmarkError(IgwToolingError, RuntimeError):
-    """The simulated fleet did not start, or no scrape of it succeeded."""
 
 
 class AiohttpGetter:
@@ -159,55 +157,6 @@ class ScrapeRow:
     def achieved(self) -> float:
         """Scrapes done over scrapes an exact interval would do (1.0: the scraper keeps up)."""
         return self.scrapes / (self.pods * self.seconds / self.interval_s)
-
-
-def config_doc(interval_s: float, stale_s: float) -> dict[str, object]:
-    """The benchmark's InferenceGatewayConfig: one scheduler, this scrape interval and stale threshold."""
-    ms = round(interval_s * 1000)
-    return {
-        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
-        "kind": "InferenceGatewayConfig",
-        "metadata": {"name": "perf-scrape", "namespace": "inference"},
-        "spec": {
-            "bbr": {"enabled": False},
-            "schedulers": [
-                {"name": SCHEDULER, "modelName": "m", "modelSelector": {"matchLabels": {"app": "bench"}}}
-            ],
-            "extensions": {
-                "routing": {
-                    "scrapeInterval": f"{ms}ms",
-                    "staleThreshold": f"{round(stale_s * 1000)}ms",
-                    "scrapeTimeout": "1s",
-                }
-            },
-        },
-    }
-
-
-@contextlib.asynccontextmanager
-async def fleet(
-    pods: int, variants: int = VARIANTS, busy: int | None = None
-) -> AsyncIterator[tuple[int, list[int]]]:
-    """Run the fleet process; yields its pid and ports, closes its stdin (which stops it) on exit."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "igw.cli.perf_scrape_fleet_process", "--pods", str(pods),
-        "--variants", str(variants), "--busy", str(pods if busy is None else busy),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    if proc.stdin is None or proc.stdout is None:
-        raise ScrapeBenchmarkError("the scrape fleet process has no pipes")
-    try:
-        line = (await asyncio.wait_for(proc.stdout.readline(), FLEET_START_TIMEOUT_S)).decode()
-        if not line.startswith("PORTS "):
-            raise ScrapeBenchmarkError(f"the scrape fleet did not start: {line.strip()!r}")
-        yield proc.pid, [int(p) for p in line.split()[1].split(",")]
-    finally:
-        proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
 
 
 class BareFetcher:

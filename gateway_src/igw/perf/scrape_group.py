@@ -7,7 +7,7 @@ worker 0's plus each follower's cost of applying what it is sent plus the parent
 Issue 16's bound ("1,000 pods kept fresh within the stale threshold on at most one core per host
 for all workers together") is about that sum, so this measures it: for each fleet size and worker
 count a real ``igw serve --workers W`` runs, without traffic, in front of the simulated fleet
-(:func:`igw.perf.scrape.fleet`, its own process: its CPU is reported apart), and the CPU of every
+(:func:`igw.perf.scrape_setup.fleet`, its own process: its CPU is reported apart), and the CPU of every
 process of the group is read from ``/proc`` over the window. Each worker is named by its
 ``IGW_WORKER`` variable. Afterwards the group's ``/metrics`` (any worker answers for all, each
 series with its ``worker`` label) is read a few times for every worker's scrape ages: their median
@@ -30,7 +30,7 @@ import yaml
 
 from igw.gateway.workers import WorkerRole, WorkerSetupError
 from igw.perf.gateway_load import cpu_seconds, group_pids
-from igw.perf.scrape import SCHEDULER, TARGET_FLEET_PODS, TARGET_HOST_CORES, config_doc, fleet
+from igw.perf.scrape_setup import SCHEDULER, TARGET_FLEET_PODS, TARGET_HOST_CORES, config_doc, fleet
 from igw.perf.serve_process import serve_process
 
 SETTLE_S: Final = 4.0
