@@ -171,13 +171,15 @@ def test_simulator_pages_parse_like_prometheus_client(version: str) -> None:
     assert parsed.metrics.num_gpu_blocks == engine.pool.num_blocks
 
 
-NON_FINITE = ["NaN", "+Inf", "-Inf", "1e400"]
+NON_FINITE = ["NaN", "+Inf", "-Inf", "1e400", "-3", "-0.5"]
+"""Values these gauges cannot take: not finite, or negative (only a broken exporter prints them)."""
 
 
 @pytest.mark.parametrize("value", NON_FINITE)
-def test_a_non_finite_queue_or_running_count_is_a_missing_signal(value: str) -> None:
+def test_an_impossible_queue_or_running_count_is_a_missing_signal(value: str) -> None:
     """The exposition format allows NaN and the infinities; ``int()`` of them raised out of the parse
-    (every scrape of that pod failed with a logged traceback)."""
+    (every scrape of that pod failed with a logged traceback), and a negative queue made its pod look
+    the least loaded."""
     page = (
         f"vllm:num_requests_waiting {value}\nvllm:num_requests_running {value}\n"
         "vllm:kv_cache_usage_perc 0.5\n"
@@ -195,9 +197,9 @@ def test_series_summing_past_the_largest_float_are_a_missing_signal() -> None:
 
 
 @pytest.mark.parametrize("value", NON_FINITE)
-def test_a_non_finite_kv_gauge_falls_back_or_is_missing(value: str) -> None:
-    """A NaN or infinite KV gauge reached the scorers; now it is absent: the older name's value is
-    used when the page has one, else the signal is missing."""
+def test_an_impossible_kv_gauge_falls_back_or_is_missing(value: str) -> None:
+    """A NaN, infinite or negative KV gauge reached the scorers; now it is absent: the older name's
+    value is used when the page has one, else the signal is missing."""
     page = f"vllm:num_requests_waiting 2\nvllm:kv_cache_usage_perc {value}\n"
     parsed = parse_page(page, VLLM)
     assert parsed.metrics.kv_usage is None
@@ -207,4 +209,10 @@ def test_a_non_finite_kv_gauge_falls_back_or_is_missing(value: str) -> None:
     mixed = parse_page(
         f'vllm:kv_cache_usage_perc{{engine="0"}} {value}\nvllm:kv_cache_usage_perc{{engine="1"}} 0.75\n', VLLM
     )
-    assert mixed.metrics.kv_usage == 0.75  # the finite series of the family count
+    assert mixed.metrics.kv_usage == 0.75  # the family's possible values count
+
+
+def test_zero_is_a_value_not_a_missing_signal() -> None:
+    parsed = parse_page("vllm:num_requests_waiting -0.0\nvllm:kv_cache_usage_perc 0\n", VLLM)
+    assert (parsed.metrics.waiting, parsed.metrics.kv_usage) == (0, 0.0)
+    assert "vllm:num_requests_waiting" not in parsed.missing

@@ -98,7 +98,7 @@ def _mutate(rng: random.Random, text: str) -> tuple[str, bool]:
     """``text`` changed; True when only sample values changed (the template must answer)."""
     lines = text.split("\n")
     kind = rng.choice(
-        ["values", "values", "values", "insert", "drop", "label", "timestamp", "word", "swap", "non-finite"]
+        ["values", "values", "values", "insert", "drop", "label", "timestamp", "word", "swap", "impossible"]
     )
     samples = [
         i for i, line in enumerate(lines) if line and line[0] != "#" and line.rsplit(" ", 1)[-1][:1].isdigit()
@@ -121,9 +121,9 @@ def _mutate(rng: random.Random, text: str) -> tuple[str, bool]:
         lines[i] = lines[i].replace('engine="', 'engine="9', 1).replace(" ", '{engine="9"} ', 1)
     elif kind == "timestamp":
         lines[i] += " 1700000000000"
-    elif kind == "non-finite":  # valid in the format; the full parser counts it as absent
+    elif kind == "impossible":  # valid in the format, not for these gauges: the full parser drops it
         head, _, _ = lines[i].rpartition(" ")
-        lines[i] = f"{head} {rng.choice(['NaN', '+Inf', '-Inf', '1e400'])}"
+        lines[i] = f"{head} {rng.choice(['NaN', '+Inf', '-Inf', '1e400', '-3', '-0.25'])}"
     else:
         head, _, _ = lines[i].rpartition(" ")
         lines[i] = f"{head} not-a-number"

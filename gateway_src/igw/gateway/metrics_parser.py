@@ -218,17 +218,19 @@ def _info_labels(text: str) -> Mapping[str, str]:
 
 
 def _values(samples: Samples) -> list[float]:
-    """The finite sample values: ``NaN``, ``+Inf`` and ``-Inf`` (valid in the exposition format, and
-    what ``1e400`` reads as) say nothing about a queue or a cache and count as absent, like a value
-    that is not a number. Before, ``int(NaN)`` and ``int(inf)`` raised out of the parse on every
-    scrape of such a pod, and a NaN KV gauge reached the scorers."""
+    """The sample values that can be a queue length, a batch size or a cache's used share: finite and
+    not negative. ``NaN``, ``+Inf`` and ``-Inf`` (valid in the exposition format, and what ``1e400``
+    reads as) and negative numbers (what only a broken exporter prints for these gauges) count as
+    absent, like a value that is not a number. Before, ``int(NaN)`` and ``int(inf)`` raised out of
+    the parse on every scrape of such a pod, a NaN KV gauge reached the scorers, and a negative queue
+    made its pod look the least loaded of all."""
     out: list[float] = []
     for _, raw in samples:
         try:
             value = float(raw)
         except ValueError:
             continue
-        if math.isfinite(value):
+        if 0.0 <= value < math.inf:  # finite and not negative (a NaN fails every comparison)
             out.append(value)
     return out
 

@@ -95,8 +95,10 @@ class PageTemplate:
             values = [float(lines[index][start:]) for index, start, _ in self._values]
         except ValueError:
             return None  # not a plain number (or a timestamp follows): the full parser decides
-        if not math.isfinite(sum(values)):
-            return None  # a NaN or an infinity (or a sum past the largest float): the full parser decides
+        if not math.isfinite(sum(values)) or (values and min(values) < 0.0):
+            # a NaN, an infinity, a sum past the largest float or a negative value: the full parser
+            # decides (it counts such a value as absent)
+            return None
         if values == self._last_values:
             return self._last  # the gauges did not move (only counters did): the same reading
         found: list[list[float]] = [[] for _ in range(_KV + self._kv_roles)]
