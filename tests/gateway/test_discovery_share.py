@@ -21,7 +21,7 @@ from igw.gateway.discovery import DiscoverySink
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.discovery_share import RelayingSink, apply_report
 from igw.gateway.endpoints import DiscoveredEndpoint
-from igw.gateway.scrape_share import ScrapeFollower, start_discovery
+from igw.gateway.scrape_share import LeadingScraper, ScrapeFollower, start_discovery
 from tests.gateway.support import wait_for
 from tests.gateway.worker_pair import Worker
 
@@ -94,8 +94,13 @@ def test_the_relaying_sink_reports_to_its_own_state_then_to_the_others() -> None
         {"t": "d"},
         {"t": "d", "k": "pods"},
         {"t": "d", "k": "endpoints", "sch": "s"},
-        {"t": "d", "k": "endpoints", "sch": "s", "eps": [["10.0.0.1:8000", {}]]},
-        {"t": "d", "k": "endpoints", "sch": "s", "eps": 3},
+        {"t": "d", "k": "endpoints", "sch": "s", "ls": [{}], "eps": [["10.0.0.1:8000", 0]]},
+        {"t": "d", "k": "endpoints", "sch": "s", "ls": [{}], "eps": 3},
+        {"t": "d", "k": "endpoints", "sch": "s", "eps": [["10.0.0.1:8000", 0, None]]},  # no label sets
+        {"t": "d", "k": "endpoints", "sch": "s", "ls": [{}], "eps": [["10.0.0.1:8000", 1, None]]},
+        {"t": "d", "k": "endpoints", "sch": "s", "ls": [{}], "eps": [["10.0.0.1:8000", -1, None]]},
+        {"t": "d", "k": "endpoints", "sch": "s", "ls": [{}], "eps": [["10.0.0.1:8000", "0", None]]},
+        {"t": "d", "k": "endpoints", "sch": "s", "ls": [["app"]], "eps": [["10.0.0.1:8000", 0, None]]},
         {"t": "d", "k": "adapters", "a": ["sql-lora"]},
         {"t": "d", "k": "services", "v": None},
     ],
@@ -105,6 +110,77 @@ def test_a_malformed_report_is_refused(doc: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="discovery report"):
         apply_report(doc, sink)
     assert sink.calls == []
+
+
+HYPERPOD_LABELS = {
+    "app": "llama-3-1-8b-instruct",
+    "app.kubernetes.io/name": "llama-3-1-8b-instruct",
+    "app.kubernetes.io/instance": "llama-3-1-8b-instruct-prod",
+    "app.kubernetes.io/managed-by": "sagemaker-hyperpod",
+    "pod-template-hash": "7c9f8d6b5d",
+    "sagemaker.amazonaws.com/model": "meta-llama/Llama-3.1-8B-Instruct",
+    "version": "v3",
+}
+"""About what a HyperPod model pod carries (450 bytes per endpoint when written out per endpoint)."""
+
+
+def _pool(n: int, *, distinct: bool = False) -> list[DiscoveredEndpoint]:
+    """``n`` pods of one Deployment (one label set), or each with a label of its own."""
+    return [
+        DiscoveredEndpoint(
+            key=f"10.1.{i // 250}.{i % 250}:8000",
+            labels={**HYPERPOD_LABELS, "slot": str(i)} if distinct else dict(HYPERPOD_LABELS),
+            pod=f"inference/llama-3-1-8b-instruct-7c9f8d6b5d-{i:05d}",
+        )
+        for i in range(n)
+    ]
+
+
+def test_a_report_lists_each_label_set_once_and_reads_back_the_same() -> None:
+    pool = [*_pool(3), POD_A, POD_B, *_pool(2)]
+    sent: list[bytes] = []
+    relay = RelayingSink(RecordingSink(), sent.append)
+    relay.apply_endpoints("s", pool)
+    doc = orjson.loads(sent[0])
+    assert doc["ls"] == [HYPERPOD_LABELS, POD_A.labels, POD_B.labels]
+    assert [row[1] for row in doc["eps"]] == [0, 0, 0, 1, 2, 0, 0]
+    other = RecordingSink()
+    apply_report(doc, other)
+    assert other.endpoints["s"] == pool
+    first, second = other.endpoints["s"][:2]
+    assert first.labels is not second.labels  # each endpoint its own dict, as discovery made them
+    assert relay.replay_bytes == len(sent[0])
+    # A pool of one Deployment costs about its addresses and pod names, not its labels per pod.
+    relay.apply_endpoints("s", _pool(5000))
+    assert relay.replay_bytes == len(sent[-1]) < 5000 * 100
+
+
+@pytest.mark.parametrize("distinct", [False, True], ids=["one-deployment", "every-label-set-distinct"])
+async def test_a_follower_gets_a_pool_of_twenty_thousand_endpoints(tmp_path: Path, distinct: bool) -> None:
+    """Written out per endpoint, a pool of 2,300 such pods passed the 1 MiB line bound and the
+    followers reconnected for ever with empty pools; a report that outgrows the 4 MiB backlog (every
+    label set distinct: 9 MB) is not a follower that stopped reading, even with more lines behind it."""
+    leader, follower = Worker(0, tmp_path), Worker(1, tmp_path)
+    await leader.start()
+    await follower.start()
+    try:
+        service = follower.service
+        assert isinstance(service, ScrapeFollower)
+        followed = RecordingSink()
+        service.follow_discovery(followed)
+        await wait_for(service.connected.is_set, what="the follower connected")
+        assert isinstance(leader.service, LeadingScraper)
+        relay = leader.service.leader.relaying(RecordingSink())
+        pool = _pool(20_000, distinct=distinct)
+        relay.apply_endpoints("s", pool)
+        for _ in range(3):  # later lines while the report is still unread
+            leader.service.leader.announce_config_change()
+        await wait_for(lambda: len(followed.endpoints.get("s", [])) == len(pool), what="the whole pool")
+        assert followed.endpoints["s"] == pool
+        assert service.connected.is_set()
+    finally:
+        await follower.close()
+        await leader.close()
 
 
 def _write_endpoints(path: Path, *addresses: str) -> None:

@@ -20,10 +20,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from igw.gateway import scrape_share
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.scrape_share import (
     CONFIG_CHANGED,
-    MAX_LINE,
     ScrapeFollower,
     ScrapeLeader,
     apply_snapshot,
@@ -315,14 +315,16 @@ async def test_the_follower_reads_lines_cut_anywhere_by_the_reads() -> None:
         (b"7\n", "neither a snapshot nor an object"),
         (b'["s", "s", "10.0.0.1:8000"]\n', "items"),
         (b"{not json\n", "unexpected character"),
-        (b"x" * (MAX_LINE + 2), f"over {MAX_LINE} bytes"),
+        (b"x" * 1026, "over 1024 bytes"),
     ],
     ids=["array", "number", "short-snapshot", "not-json", "too-long"],
 )
 async def test_a_line_the_follower_cannot_read_ends_the_channel_with_value_error(
-    data: bytes, message: str
+    data: bytes, message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``ValueError``: what ``_follow`` catches, logs and reconnects on (as for a broken socket)."""
+    """``ValueError``: what ``_follow`` catches, logs and reconnects on (as for a broken socket). The
+    line bound is lowered to 1 KiB here (it is 64 MiB)."""
+    monkeypatch.setattr(scrape_share, "MAX_LEADER_LINE", 1024)
     with pytest.raises(ValueError, match=message):
         await _follower().read(_reader(data))
 

@@ -38,11 +38,24 @@ class RelayingSink:
         self._sink = sink
         self._publish = publish
         self._latest: dict[tuple[str, str], bytes] = {}
+        self._replay_bytes = 0
 
     def apply_endpoints(self, scheduler: str, endpoints: Sequence[DiscoveredEndpoint]) -> None:
         self._sink.apply_endpoints(scheduler, endpoints)
-        listed = [[e.key, dict(e.labels), e.pod] for e in endpoints]
-        self._send({"t": KIND, "k": ENDPOINTS, "sch": scheduler, "eps": listed})
+        # Each distinct label set once, the endpoints pointing at it: the pods of one Deployment
+        # carry the same labels (their ReplicaSet's pod-template-hash included), and written out per
+        # endpoint they were most of the line - about 450 bytes per pod with a HyperPod pod's labels,
+        # so a pool of 2,300 pods passed the channel's line limit.
+        label_sets: list[dict[str, str]] = []
+        seen: dict[frozenset[tuple[str, str]], int] = {}
+        listed: list[list[object]] = []
+        for e in endpoints:
+            labels = dict(e.labels)
+            index = seen.setdefault(frozenset(labels.items()), len(label_sets))
+            if index == len(label_sets):
+                label_sets.append(labels)
+            listed.append([e.key, index, e.pod])
+        self._send({"t": KIND, "k": ENDPOINTS, "sch": scheduler, "ls": label_sets, "eps": listed})
 
     def apply_bbr_adapters(self, adapters: Mapping[str, str]) -> None:
         self._sink.apply_bbr_adapters(adapters)
@@ -57,9 +70,17 @@ class RelayingSink:
         """The latest report of each kind, for a worker that (re)connects."""
         return list(self._latest.values())
 
+    @property
+    def replay_bytes(self) -> int:
+        """The size of :meth:`lines`: what a worker is sent when it connects, and about what one more
+        round of reports adds to a worker's unread bytes (the leader allows for it)."""
+        return self._replay_bytes
+
     def _send(self, doc: dict[str, Any]) -> None:
         line = orjson.dumps(doc) + b"\n"
-        self._latest[report_slot(doc)] = line
+        slot = report_slot(doc)
+        self._replay_bytes += len(line) - len(self._latest.get(slot, b""))
+        self._latest[slot] = line
         self._publish(line)
 
 
@@ -70,17 +91,29 @@ def apply_report(doc: Mapping[str, Any], sink: DiscoverySink) -> None:
         raise ValueError(f"malformed discovery report: unknown kind {kind!r}")
     try:
         if kind == ENDPOINTS:
+            label_sets = [{str(k): str(v) for k, v in labels.items()} for labels in doc["ls"]]
             endpoints = [
-                DiscoveredEndpoint(key=str(key), labels=dict(labels), pod=None if pod is None else str(pod))
-                for key, labels, pod in doc["eps"]
+                DiscoveredEndpoint(
+                    key=str(key),
+                    labels=dict(label_sets[_index(index)]),
+                    pod=None if pod is None else str(pod),
+                )
+                for key, index, pod in doc["eps"]
             ]
             sink.apply_endpoints(str(doc["sch"]), endpoints)
         elif kind == ADAPTERS:
             sink.apply_bbr_adapters({str(k): str(v) for k, v in doc["a"].items()})
         else:
             sink.apply_services({str(k): [str(a) for a in v] for k, v in doc["v"].items()})
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"malformed discovery report ({kind}): {exc!r}") from exc
+
+
+def _index(value: object) -> int:
+    """A position in a report's label sets: a non-negative integer (``IndexError`` past the end)."""
+    if type(value) is not int or value < 0:
+        raise TypeError(f"a label set's position is a non-negative integer, not {value!r}")
+    return value
 
 
 def report_slot(doc: Mapping[str, Any]) -> tuple[str, str]:

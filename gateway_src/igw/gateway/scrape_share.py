@@ -61,6 +61,11 @@ MAX_NOTES_BACKLOG: Final = MAX_FOLLOWER_BACKLOG // 2
 ``PickShare.lines_unsent``): notes are a hint, never a reason to disconnect a peer."""
 RECONNECT_S: Final = 0.05
 MAX_LINE: Final = 1024 * 1024
+"""Longest line a follower may send worker 0 (usage reports and pick notes, which are batched to fit)."""
+MAX_LEADER_LINE: Final = 64 * 1024 * 1024
+"""Longest line a follower reads from worker 0: a discovery report lists a whole pool (about 70 bytes
+per endpoint, more where the pods' label sets differ), so it grows with the pool; the bound only stops
+a broken worker 0 from filling a follower's memory."""
 READ_BYTES: Final = 256 * 1024
 """Bytes a follower asks for per read of worker 0's channel (it gets what has arrived, up to that)."""
 CONFIG: Final = "c"
@@ -208,8 +213,12 @@ class ScrapeLeader:
         self._write_all(line)
 
     def _write_all(self, line: bytes) -> None:
+        # Beyond the usual backlog, room for two rounds of the discovery reports: a large pool's
+        # report is written at once, and a worker reading it is not one that stopped reading.
+        replay = 0 if self._discovery is None else self._discovery.replay_bytes
+        limit = MAX_FOLLOWER_BACKLOG + 2 * replay
         for writer in list(self._followers):
-            if writer.transport.get_write_buffer_size() > MAX_FOLLOWER_BACKLOG:
+            if writer.transport.get_write_buffer_size() > limit:
                 log.warning("a worker does not read scrape snapshots: disconnected it (it resyncs)")
                 self._followers.pop(writer, None)
                 writer.close()
@@ -366,7 +375,7 @@ class ScrapeFollower:
 
     async def read(self, reader: asyncio.StreamReader) -> None:
         """Handle worker 0's lines until it closes the channel (``ValueError`` for a line that is not
-        JSON or is longer than :data:`MAX_LINE`).
+        JSON or is longer than :data:`MAX_LEADER_LINE`).
 
         Why whole reads split here rather than ``readline``: worker 0 writes a loop turn's snapshots in
         one write, and a ``readline`` per line was a coroutine step per snapshot; one read takes all
@@ -376,8 +385,8 @@ class ScrapeFollower:
         while chunk := await reader.read(READ_BYTES):
             lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
             rest = lines.pop()
-            if len(rest) > MAX_LINE:
-                raise ValueError(f"a line of worker 0's channel is over {MAX_LINE} bytes")
+            if len(rest) > MAX_LEADER_LINE:
+                raise ValueError(f"a line of worker 0's channel is over {MAX_LEADER_LINE} bytes")
             for line in lines:
                 self._handle(orjson.loads(line))
         if rest:
