@@ -199,6 +199,30 @@ async def test_closing_a_follower_while_its_leader_goes_away_does_not_hang(
             await leader.close()
 
 
+async def test_worker_0_reads_a_usage_report_of_fifty_thousand_endpoints(tmp_path: Path) -> None:
+    """A follower reports every endpoint it ever sent a request to, every scrape interval: with a
+    pool past ~30,000 endpoints the line passed the old 1 MiB read bound and worker 0 dropped the
+    follower at every report."""
+    path = str(tmp_path / "scrape.sock")
+    runtime = worker_runtime("10.0.0.1:8000")
+    leader = ScrapeLeader(path, lambda: runtime, clock=lambda: 0.0, report_interval_s=lambda: 0.05)
+    await leader.start()
+    try:
+        reader, writer = await asyncio.open_unix_connection(path)
+        rows = [["s", f"10.1.{i // 250}.{i % 250}:8000", 7, i % 3] for i in range(50_000)]
+        line = orjson.dumps({"t": "u", "u": rows}) + b"\n"
+        assert len(line) > 1024 * 1024, len(line)
+        writer.write(line)
+        await writer.drain()
+        await wait_for(lambda: leader.remote_usage("s", "10.1.199.249:8000") == (7, 1), what="the report")
+        assert leader.remote_usage("s", "10.1.0.1:8000") == (7, 1)
+        writer.close()
+        await writer.wait_closed()
+        del reader
+    finally:
+        await leader.close()
+
+
 def test_a_snapshot_carries_every_signal_as_the_engine_metrics_fields_say() -> None:
     """Field by field (not ``dataclasses.asdict``): the same document, adapters sorted, ``None`` kept."""
     metrics = EngineMetrics(
@@ -324,7 +348,7 @@ async def test_a_line_the_follower_cannot_read_ends_the_channel_with_value_error
 ) -> None:
     """``ValueError``: what ``_follow`` catches, logs and reconnects on (as for a broken socket). The
     line bound is lowered to 1 KiB here (it is 64 MiB)."""
-    monkeypatch.setattr(scrape_share, "MAX_LEADER_LINE", 1024)
+    monkeypatch.setattr(scrape_share, "MAX_LINE", 1024)
     with pytest.raises(ValueError, match=message):
         await _follower().read(_reader(data))
 

@@ -60,12 +60,13 @@ MAX_NOTES_BACKLOG: Final = MAX_FOLLOWER_BACKLOG // 2
 """Unsent bytes above which a batch of pick notes is skipped instead of written (counted in
 ``PickShare.lines_unsent``): notes are a hint, never a reason to disconnect a peer."""
 RECONNECT_S: Final = 0.05
-MAX_LINE: Final = 1024 * 1024
-"""Longest line a follower may send worker 0 (usage reports and pick notes, which are batched to fit)."""
-MAX_LEADER_LINE: Final = 64 * 1024 * 1024
-"""Longest line a follower reads from worker 0: a discovery report lists a whole pool (about 70 bytes
-per endpoint, more where the pods' label sets differ), so it grows with the pool; the bound only stops
-a broken worker 0 from filling a follower's memory."""
+NOTE_LINE_BYTES: Final = 1024 * 1024
+"""Pick notes are sent in lines of at most this size (a busy interval's notes are split)."""
+MAX_LINE: Final = 64 * 1024 * 1024
+"""Longest line either end of the channel reads. Worker 0's discovery report lists a whole pool (about
+70 bytes per endpoint, more where the pods' label sets differ) and a follower's usage report every
+endpoint it ever sent a request to (about 45 bytes each), so both grow with the pool; the bound only
+stops a broken worker from filling the other's memory."""
 READ_BYTES: Final = 256 * 1024
 """Bytes a follower asks for per read of worker 0's channel (it gets what has arrived, up to that)."""
 CONFIG: Final = "c"
@@ -158,7 +159,7 @@ class ScrapeLeader:
         self._tasks: set[asyncio.Task[None]] = set()
         self._sharer: asyncio.Task[None] | None = None
         self._discovery: RelayingSink | None = None
-        self.picks = PickShare(runtime, clock, max_line=MAX_LINE)
+        self.picks = PickShare(runtime, clock, max_line=NOTE_LINE_BYTES)
         self._queued: list[bytes] = []
         """Snapshots published in this loop turn, written to the followers together at its end."""
 
@@ -309,7 +310,7 @@ class ScrapeFollower:
         self._runtime = runtime
         self._interval = report_interval_s
         self._clock = clock
-        self.picks = PickShare(runtime, clock, max_line=MAX_LINE, worker=worker)
+        self.picks = PickShare(runtime, clock, max_line=NOTE_LINE_BYTES, worker=worker)
         self._latest: dict[tuple[str, str], Snapshot] = {}
         self._task: asyncio.Task[None] | None = None
         self._discovery: DiscoverySink | None = None
@@ -375,7 +376,7 @@ class ScrapeFollower:
 
     async def read(self, reader: asyncio.StreamReader) -> None:
         """Handle worker 0's lines until it closes the channel (``ValueError`` for a line that is not
-        JSON or is longer than :data:`MAX_LEADER_LINE`).
+        JSON or is longer than :data:`MAX_LINE`).
 
         Why whole reads split here rather than ``readline``: worker 0 writes a loop turn's snapshots in
         one write, and a ``readline`` per line was a coroutine step per snapshot; one read takes all
@@ -385,8 +386,8 @@ class ScrapeFollower:
         while chunk := await reader.read(READ_BYTES):
             lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
             rest = lines.pop()
-            if len(rest) > MAX_LEADER_LINE:
-                raise ValueError(f"a line of worker 0's channel is over {MAX_LEADER_LINE} bytes")
+            if len(rest) > MAX_LINE:
+                raise ValueError(f"a line of worker 0's channel is over {MAX_LINE} bytes")
             for line in lines:
                 self._handle(orjson.loads(line))
         if rest:
