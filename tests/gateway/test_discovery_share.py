@@ -9,7 +9,7 @@ after it connects late.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ POD_B = DiscoveredEndpoint(key="10.0.0.2:8000", labels={}, pod=None)
 
 def test_the_relaying_sink_reports_to_its_own_state_then_to_the_others() -> None:
     own, sent = RecordingSink(), list[bytes]()
-    relay = RelayingSink(own, sent.append)
+    relay = RelayingSink(own, sent.append, min_interval_s=0.0)
     relay.apply_endpoints("s", [POD_A])
     relay.apply_endpoints("s", [POD_A, POD_B])
     relay.apply_endpoints("t", [])
@@ -136,10 +136,81 @@ def _pool(n: int, *, distinct: bool = False) -> list[DiscoveredEndpoint]:
     ]
 
 
+class ManualTimers:
+    """A clock and ``call_later`` the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.due: list[tuple[float, Callable[[], None]]] = []
+
+    def schedule(self, delay_s: float, callback: Callable[[], None]) -> None:
+        self.due.append((self.now + delay_s, callback))
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        ready = [c for at, c in self.due if at <= self.now]
+        self.due = [(at, c) for at, c in self.due if at > self.now]
+        for callback in ready:
+            callback()
+
+
+def _keys(line: bytes) -> list[str]:
+    return [row[0] for row in orjson.loads(line)["eps"]]
+
+
+def test_reports_of_a_kind_leave_at_most_once_per_interval_the_latest_held() -> None:
+    """A burst of pool changes (a rolling update): the first report leaves at once, the others are
+    held and only the latest leaves when the interval is up; worker 0's own state and a worker that
+    connects meanwhile see every change at once; another kind is not held back by this one."""
+    timers, own, sent = ManualTimers(), RecordingSink(), list[bytes]()
+    relay = RelayingSink(
+        own, sent.append, min_interval_s=0.05, clock=lambda: timers.now, schedule=timers.schedule
+    )
+    pools = [[POD_A], [POD_A, POD_B], [POD_B], [POD_A, POD_B]]
+    for pool in pools:
+        relay.apply_endpoints("s", pool)
+        timers.advance(0.01)
+    assert own.calls == ["endpoints s"] * 4  # this worker's own state: every report, at once
+    assert [_keys(line) for line in sent] == [[POD_A.key]]
+    assert [_keys(line) for line in relay.lines()] == [[POD_A.key, POD_B.key]]  # the replay is the newest
+    relay.apply_bbr_adapters({"sql-lora": "llama"})  # another kind: its own interval
+    assert orjson.loads(sent[-1])["k"] == "adapters"
+    timers.advance(0.02)  # 0.06 s after the first report: the latest held one leaves
+    assert [_keys(line) for line in sent if b'"endpoints"' in line] == [[POD_A.key], [POD_A.key, POD_B.key]]
+    timers.advance(1.0)  # quiet: nothing more
+    assert len(sent) == 3
+    relay.apply_endpoints("s", [POD_B])  # after a quiet interval: at once
+    assert _keys(sent[-1]) == [POD_B.key]
+    relay.apply_endpoints("t", [POD_A])  # another scheduler: its own interval
+    assert _keys(sent[-1]) == [POD_A.key]
+
+
+async def test_a_burst_of_pool_changes_reaches_a_follower_as_its_latest_pool(tmp_path: Path) -> None:
+    leader, follower = Worker(0, tmp_path), Worker(1, tmp_path)
+    await leader.start()
+    await follower.start()
+    try:
+        service = follower.service
+        assert isinstance(service, ScrapeFollower)
+        followed = RecordingSink()
+        service.follow_discovery(followed)
+        await wait_for(service.connected.is_set, what="the follower connected")
+        assert isinstance(leader.service, LeadingScraper)
+        relay = leader.service.leader.relaying(RecordingSink())
+        for n in range(1, 101):  # a hundred pod events in one go
+            relay.apply_endpoints("s", _pool(n))
+        await wait_for(lambda: len(followed.endpoints.get("s", [])) == 100, what="the last pool")
+        assert followed.endpoints["s"] == _pool(100)
+        assert followed.calls.count("endpoints s") == 2  # the first at once, the latest after the interval
+    finally:
+        await follower.close()
+        await leader.close()
+
+
 def test_a_report_lists_each_label_set_once_and_reads_back_the_same() -> None:
     pool = [*_pool(3), POD_A, POD_B, *_pool(2)]
     sent: list[bytes] = []
-    relay = RelayingSink(RecordingSink(), sent.append)
+    relay = RelayingSink(RecordingSink(), sent.append, min_interval_s=0.0)
     relay.apply_endpoints("s", pool)
     doc = orjson.loads(sent[0])
     assert doc["ls"] == [HYPERPOD_LABELS, POD_A.labels, POD_B.labels]
