@@ -9,7 +9,8 @@ after it connects late.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from igw.gateway.discovery import DiscoverySink
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.discovery_share import RelayingSink, apply_report
 from igw.gateway.endpoints import DiscoveredEndpoint
-from igw.gateway.scrape_share import LeadingScraper, ScrapeFollower, start_discovery
+from igw.gateway.scrape_share import LeadingScraper, ScrapeFollower, ScrapeLeader, start_discovery
 from tests.gateway.support import wait_for
 from tests.gateway.worker_pair import Worker
 
@@ -185,7 +186,11 @@ def test_reports_of_a_kind_leave_at_most_once_per_interval_the_latest_held() -> 
     assert _keys(sent[-1]) == [POD_A.key]
 
 
-async def test_a_burst_of_pool_changes_reaches_a_follower_as_its_latest_pool(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def _relay_to_a_follower(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[ScrapeLeader, RelayingSink, RecordingSink]]:
+    """Worker 0's leader and discovery relay, and the sink a connected follower's reports land in."""
     leader, follower = Worker(0, tmp_path), Worker(1, tmp_path)
     await leader.start()
     await follower.start()
@@ -196,15 +201,20 @@ async def test_a_burst_of_pool_changes_reaches_a_follower_as_its_latest_pool(tmp
         service.follow_discovery(followed)
         await wait_for(service.connected.is_set, what="the follower connected")
         assert isinstance(leader.service, LeadingScraper)
-        relay = leader.service.leader.relaying(RecordingSink())
+        yield leader.service.leader, leader.service.leader.relaying(RecordingSink()), followed
+        assert service.connected.is_set()  # never dropped on the way
+    finally:
+        await follower.close()
+        await leader.close()
+
+
+async def test_a_burst_of_pool_changes_reaches_a_follower_as_its_latest_pool(tmp_path: Path) -> None:
+    async with _relay_to_a_follower(tmp_path) as (_, relay, followed):
         for n in range(1, 101):  # a hundred pod events in one go
             relay.apply_endpoints("s", _pool(n))
         await wait_for(lambda: len(followed.endpoints.get("s", [])) == 100, what="the last pool")
         assert followed.endpoints["s"] == _pool(100)
         assert followed.calls.count("endpoints s") == 2  # the first at once, the latest after the interval
-    finally:
-        await follower.close()
-        await leader.close()
 
 
 def test_a_report_lists_each_label_set_once_and_reads_back_the_same() -> None:
@@ -231,27 +241,13 @@ async def test_a_follower_gets_a_pool_of_twenty_thousand_endpoints(tmp_path: Pat
     """Written out per endpoint, a pool of 2,300 such pods passed the 1 MiB line bound and the
     followers reconnected for ever with empty pools; a report that outgrows the 4 MiB backlog (every
     label set distinct: 9 MB) is not a follower that stopped reading, even with more lines behind it."""
-    leader, follower = Worker(0, tmp_path), Worker(1, tmp_path)
-    await leader.start()
-    await follower.start()
-    try:
-        service = follower.service
-        assert isinstance(service, ScrapeFollower)
-        followed = RecordingSink()
-        service.follow_discovery(followed)
-        await wait_for(service.connected.is_set, what="the follower connected")
-        assert isinstance(leader.service, LeadingScraper)
-        relay = leader.service.leader.relaying(RecordingSink())
+    async with _relay_to_a_follower(tmp_path) as (leader, relay, followed):
         pool = _pool(20_000, distinct=distinct)
         relay.apply_endpoints("s", pool)
         for _ in range(3):  # later lines while the report is still unread
-            leader.service.leader.announce_config_change()
+            leader.announce_config_change()
         await wait_for(lambda: len(followed.endpoints.get("s", [])) == len(pool), what="the whole pool")
         assert followed.endpoints["s"] == pool
-        assert service.connected.is_set()
-    finally:
-        await follower.close()
-        await leader.close()
 
 
 def _write_endpoints(path: Path, *addresses: str) -> None:
