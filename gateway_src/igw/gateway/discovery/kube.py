@@ -6,9 +6,10 @@ Ready and not terminating. Another watch follows ConfigMaps labelled
 ``inference.networking.k8s.io/bbr-managed: "true"`` (data ``baseModel`` and ``adapters``, a YAML
 list) and feeds LoRA adapter -> base model mappings to the body-based router.
 
-The ``kubernetes`` client is synchronous, so each watch runs in a daemon thread and hands every
-change to the event loop with ``call_soon_threadsafe``; changes reach routing as soon as the API
-server sends the event. A watch that ends or fails is restarted (after a short back-off on errors),
+The ``kubernetes`` client is synchronous, so each watch runs in a daemon thread and hands its
+objects to the event loop with ``call_soon_threadsafe``; a change reaches routing as soon as the API
+server sends the event, except during a burst of events, when deliveries are coalesced
+(:class:`_WatchThread`). A watch that ends or fails is restarted (after a short back-off on errors),
 re-listing so nothing is missed.
 """
 
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -63,8 +66,23 @@ def adapters_from_config_map(cm: Any) -> dict[str, str]:
     return dict.fromkeys(adapters, base.strip())
 
 
+DELIVERY_INTERVAL_S: Final = 0.05
+"""Least time between two deliveries of one watch's objects to the event loop."""
+DELIVERY_SHARE: Final = 0.2
+"""Most of the event loop's time a burst of one watch's events may take: after a delivery that took
+``t`` seconds the next waits at least ``t * (1 / DELIVERY_SHARE - 1)``."""
+
+
 class _WatchThread:
-    """list+watch of one resource kind in a daemon thread; events go to ``on_objects`` on the loop."""
+    """list+watch of one resource kind in a daemon thread; its objects go to ``on_objects`` on the loop.
+
+    Deliveries are coalesced: each hands over the whole current set of objects, so while one is due
+    a newer set replaces the older, and the loop gets the latest. The first delivery after a quiet
+    spell is immediate; during a burst of events (a rolling update: several per pod) deliveries are
+    at least :data:`DELIVERY_INTERVAL_S` apart, and further apart when the handler is slow, so that
+    they take at most :data:`DELIVERY_SHARE` of the loop. Why: the handler rebuilds the scheduler's
+    whole pool (about 4 ms for 1,000 pods, 29 ms for 5,000), and one delivery per event held the
+    loop that serves the requests for most of a large pool's rolling update."""
 
     def __init__(
         self,
@@ -74,6 +92,7 @@ class _WatchThread:
         kwargs: Mapping[str, Any],
         on_objects: Callable[[dict[str, Any]], None],
         loop: asyncio.AbstractEventLoop,
+        min_interval_s: float = DELIVERY_INTERVAL_S,
     ) -> None:
         self.name = name
         self._list_fn = list_fn
@@ -83,6 +102,14 @@ class _WatchThread:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"igw-watch-{name}", daemon=True)
         self._watch: Any = None
+        self._min_interval_s = min_interval_s
+        self._lock = threading.Lock()
+        self._pending: dict[str, Any] | None = None
+        """The latest objects not delivered yet (set by the watch thread, taken by the loop)."""
+        self._scheduled = False
+        """Whether a delivery is due on the loop (the watch thread schedules one only if not)."""
+        self._next_at = -math.inf
+        """Loop time before which no delivery starts (set after each delivery)."""
 
     def start(self) -> None:
         self._thread.start()
@@ -93,11 +120,39 @@ class _WatchThread:
             self._watch.stop()
 
     def _publish(self, objects: dict[str, Any]) -> None:
+        """The watch thread's side: ``objects`` (copied) are the latest; a delivery is scheduled
+        unless one is due already (it will carry these)."""
         snapshot = dict(objects)
+        with self._lock:
+            self._pending = snapshot
+            if self._scheduled:
+                return
+            self._scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._on_objects, snapshot)
+            self._loop.call_soon_threadsafe(self._deliver_when_due)
         except RuntimeError:  # loop closed during shutdown
             self._stop.set()
+
+    def _deliver_when_due(self) -> None:
+        wait = self._next_at - self._loop.time()
+        if wait > 0:
+            self._loop.call_later(wait, self._deliver)
+        else:
+            self._deliver()
+
+    def _deliver(self) -> None:
+        with self._lock:
+            snapshot, self._pending = self._pending, None
+            self._scheduled = False
+        if snapshot is None:
+            return
+        started = time.perf_counter()
+        try:
+            self._on_objects(snapshot)
+        finally:
+            took = time.perf_counter() - started
+            spacing = max(self._min_interval_s, took * (1 / DELIVERY_SHARE - 1))
+            self._next_at = self._loop.time() + spacing
 
     def _run(self) -> None:
         # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
