@@ -50,7 +50,11 @@ _OPS = st.lists(
     st.one_of(
         st.tuples(st.just("write"), st.sampled_from(_KEYS), _WRITES),
         st.tuples(st.just("dispatch"), st.sampled_from(_KEYS), st.integers(1, 900)),
-        st.tuples(st.just("discover"), st.lists(st.sampled_from(_KEYS), unique=True), st.none()),
+        st.tuples(
+            st.just("discover"),
+            st.lists(st.sampled_from(_KEYS), unique=True),
+            st.sampled_from(["decode", "prefill"]),
+        ),
         st.tuples(st.just("views"), st.none(), st.none()),
     ),
     max_size=60,
@@ -71,7 +75,7 @@ def test_kept_views_equal_a_from_scratch_build(ops: list[tuple[str, object, obje
             state.dispatched(int(arg))  # type: ignore[call-overload]
             state.completed(int(arg) // 2)  # type: ignore[call-overload]
         elif op == "discover":
-            pool.replace([DiscoveredEndpoint(k, {"role": "decode"}) for k in key])  # type: ignore[attr-defined]
+            pool.replace([DiscoveredEndpoint(k, {"role": str(arg)}) for k in key])  # type: ignore[attr-defined]
         assert pool.views() == built_from_scratch(pool)
 
 
@@ -87,6 +91,30 @@ def test_unchanged_endpoints_keep_their_view_object_and_the_list_is_the_callers(
     assert second[1].inflight == 1
     second.clear()  # the caller's own list: the pool's is untouched
     assert len(pool.views()) == 3
+
+
+def test_discovery_reporting_the_same_pool_again_keeps_every_view() -> None:
+    """Discovery reports the whole pool on every pod event: an endpoint whose labels did not change
+    keeps its view (it made every request after a pod event rebuild every view); one whose labels
+    changed gets a new one, with them."""
+    pool = EndpointPool()
+
+    def report(prefill: str | None = None) -> list[DiscoveredEndpoint]:
+        return [
+            DiscoveredEndpoint(k, {"role": "prefill" if k == prefill else "decode"}, pod=f"ns/{k}")
+            for k in _KEYS[:3]
+        ]
+
+    pool.replace(report())
+    first = pool.views()
+    pool.replace(report())
+    second = pool.views()
+    assert all(a is b for a, b in zip(first, second, strict=True))
+    pool.replace(report(prefill=_KEYS[1]))
+    third = pool.views()
+    assert [a is b for a, b in zip(second, third, strict=True)] == [True, False, True]
+    assert third[1].labels == {"role": "prefill"}
+    assert third == built_from_scratch(pool)
 
 
 def test_a_removed_state_no_longer_reports_to_the_pool() -> None:

@@ -1,15 +1,23 @@
 """How a Kubernetes watch hands its objects to the event loop (``_WatchThread``): the first change
 after a quiet spell at once, a burst of events coalesced into few deliveries of the latest objects,
-and a slow handler spacing them further (at most ``DELIVERY_SHARE`` of the loop's time)."""
+and a slow handler spacing them further (at most ``DELIVERY_SHARE`` of the loop's time); and the
+pods handler evaluating only the pod objects it has not seen."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from igw.gateway.discovery.kube import DELIVERY_SHARE, _WatchThread
+import pytest
+from kubernetes.client import V1ObjectMeta, V1Pod, V1PodCondition, V1PodStatus
+
+from igw.config.model import LabelSelector, SchedulerSpec
+from igw.gateway.discovery import kube
+from igw.gateway.discovery.kube import DELIVERY_SHARE, _WatchThread, pod_endpoint
+from igw.gateway.endpoints import DiscoveredEndpoint
 from tests.gateway.support import wait_for
 
 
@@ -83,3 +91,57 @@ async def test_a_slow_handler_spaces_the_deliveries_of_a_burst_further() -> None
     await wait_for(lambda: len(handler.objects) >= 2, within=10, what="two deliveries")
     # After a 50 ms delivery the next waits at least 50 ms * (1 / share - 1): 200 ms at a share of 0.2.
     assert handler.at[1] - handler.at[0] >= 0.05 * (1 / DELIVERY_SHARE - 1) + 0.05 - 0.01
+
+
+def _pod(name: str, ip: str, *, ready: bool = True, app: str = "llama") -> V1Pod:
+    return V1Pod(
+        metadata=V1ObjectMeta(name=name, namespace="inference", labels={"app": app}),
+        status=V1PodStatus(
+            phase="Running", pod_ip=ip, conditions=[V1PodCondition(type="Ready", status=str(ready))]
+        ),
+    )
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.reports: list[list[str]] = []
+
+    def apply_endpoints(self, scheduler: str, endpoints: Sequence[DiscoveredEndpoint]) -> None:
+        self.reports.append([e.key for e in endpoints])
+
+    def apply_bbr_adapters(self, adapters: Mapping[str, str]) -> None:
+        raise AssertionError("not a pod report")
+
+    def apply_services(self, services: Mapping[str, Sequence[str]]) -> None:
+        raise AssertionError("not a pod report")
+
+
+def test_the_pods_handler_evaluates_only_pod_objects_it_has_not_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every delivery carries the whole pool; a pod object the watch kept (no event for it) was
+    evaluated at an earlier delivery and is not again. A replaced object (a status change) is."""
+    evaluated: list[str] = []
+
+    def counting(pod: Any, *, target_port: int) -> DiscoveredEndpoint | None:
+        evaluated.append(str(pod.metadata.name))
+        return pod_endpoint(pod, target_port=target_port)
+
+    monkeypatch.setattr(kube, "pod_endpoint", counting)
+    spec = SchedulerSpec(
+        name="s", model_selector=LabelSelector(match_labels={"app": "llama"}), model_name="m"
+    )
+    sink = _Sink()
+    apply = kube.KubeDiscovery._pods_handler(sink, spec)
+    pods = {f"inference/p{i}": _pod(f"p{i}", f"10.0.0.{i}") for i in range(3)}
+    apply(dict(pods))
+    apply(dict(pods))
+    assert evaluated == ["p0", "p1", "p2"]
+    pods["inference/p1"] = _pod("p1", "10.0.0.1", ready=False)  # its event: a new object
+    pods["inference/p3"] = _pod("p3", "10.0.0.3", app="other")  # not this scheduler's
+    del pods["inference/p2"]
+    apply(dict(pods))
+    assert evaluated == ["p0", "p1", "p2", "p1"]
+    assert sink.reports[-1] == [f"10.0.0.0:{spec.target_port}"]
+    pods["inference/p2"] = _pod("p2", "10.0.0.2")  # back, as a new object
+    apply(dict(pods))
+    assert evaluated[-1] == "p2"
+    assert sink.reports[-1] == [f"10.0.0.0:{spec.target_port}", f"10.0.0.2:{spec.target_port}"]

@@ -200,8 +200,13 @@ class EndpointPool:
                 state.on_view_change = self._changed.add
                 added.append(key)
             else:
-                state.labels = dict(d.labels)
-                state.pod = d.pod
+                # Written only when changed: a label write drops the endpoint's view, and discovery
+                # reports the whole pool on every change of any pod, so writing them all made every
+                # request after a pod event rebuild every view (and every per-scrape cache).
+                if state.labels != d.labels:
+                    state.labels = dict(d.labels)
+                if state.pod != d.pod:
+                    state.pod = d.pod
         if added or removed:
             self._views = None
         return added, removed

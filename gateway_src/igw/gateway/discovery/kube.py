@@ -269,16 +269,29 @@ class KubeDiscovery:
 
     @staticmethod
     def _pods_handler(sink: DiscoverySink, spec: SchedulerSpec) -> Callable[[dict[str, Any]], None]:
+        # What each pod object was found to be at the previous delivery. The watch keeps a pod's
+        # object until an event replaces it, so an object seen before is evaluated already; every
+        # delivery carries the whole pool, and evaluating each pod again was most of its cost.
+        seen: dict[str, tuple[Any, DiscoveredEndpoint | None]] = {}
+
         def apply(pods: dict[str, Any]) -> None:
             found = []
-            for pod in pods.values():
+            known: dict[str, tuple[Any, DiscoveredEndpoint | None]] = {}
+            for name, pod in pods.items():
+                kept = seen.get(name)
+                if kept is not None and kept[0] is pod:
+                    ep = kept[1]
                 # The selector went to the API server; re-check in case a watch event carries a pod
                 # that stopped matching (a real server sends DELETED for that, some do not).
-                if not spec.model_selector.matches(pod.metadata.labels or {}):
-                    continue
-                ep = pod_endpoint(pod, target_port=spec.target_port)
+                elif spec.model_selector.matches(pod.metadata.labels or {}):
+                    ep = pod_endpoint(pod, target_port=spec.target_port)
+                else:
+                    ep = None
+                known[name] = (pod, ep)
                 if ep is not None:
                     found.append(ep)
+            seen.clear()
+            seen.update(known)
             sink.apply_endpoints(spec.name, sorted(found, key=lambda e: e.key))
 
         return apply
