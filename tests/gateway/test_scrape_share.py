@@ -338,10 +338,11 @@ async def test_the_follower_reads_lines_cut_anywhere_by_the_reads() -> None:
         (b"[1, 2]\n", "neither a snapshot nor an object"),
         (b"7\n", "neither a snapshot nor an object"),
         (b'["s", "s", "10.0.0.1:8000"]\n', "items"),
+        (b'["s", ["s"], "10.0.0.1:8000", null, null, 1.0, false, null, [], null, false]\n', "strings"),
         (b"{not json\n", "unexpected character"),
         (b"x" * 1026, "over 1024 bytes"),
     ],
-    ids=["array", "number", "short-snapshot", "not-json", "too-long"],
+    ids=["array", "number", "short-snapshot", "unhashable-scheduler", "not-json", "too-long"],
 )
 async def test_a_line_the_follower_cannot_read_ends_the_channel_with_value_error(
     data: bytes, message: str, monkeypatch: pytest.MonkeyPatch

@@ -380,8 +380,8 @@ class ScrapeFollower:
 
         Why whole reads split here rather than ``readline``: worker 0 writes a loop turn's snapshots in
         one write, and a ``readline`` per line was a coroutine step per snapshot; one read takes all
-        that arrived. A last line
-        without its newline (the channel closed mid-line) is handled as ``readline`` returned it."""
+        that arrived. A last line without its newline (the channel closed mid-line) is handled as
+        ``readline`` returned it."""
         rest = b""
         while chunk := await reader.read(READ_BYTES):
             lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
@@ -401,6 +401,8 @@ class ScrapeFollower:
             if len(doc) != _ITEMS:
                 raise ValueError(f"a snapshot has {_ITEMS} items, not {len(doc)}")
             scheduler, key = doc[_SCHEDULER], doc[_KEY]
+            if type(scheduler) is not str or type(key) is not str:
+                raise ValueError("a snapshot names its scheduler and endpoint with strings")
             self._latest[(scheduler, key)] = doc
             state = self._state(scheduler, key)
             if state is not None:
