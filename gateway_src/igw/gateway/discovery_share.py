@@ -41,8 +41,9 @@ to the other workers; those made meanwhile are held, and the latest leaves when 
 
 Why: every pod event makes the discovery source report the scheduler's whole pool again, and a
 rolling update of a large pool makes dozens of events a second, each costing every other worker a
-decode and a pool update (about 4 ms for 2,000 pods); the first report after a quiet interval still
-leaves at once, so a single change is not delayed. Worker 0's own state takes every report at once."""
+decode and a pool update (measured in docs/gateway.md, "Large pools"); the first report after a
+quiet interval still leaves at once, so a single change is not delayed. Worker 0's own state takes
+every report at once."""
 
 Schedule = Callable[[float, Callable[[], None]], object]
 """``schedule(delay_s, callback)``: run ``callback`` once after ``delay_s`` (the event loop's
@@ -81,8 +82,7 @@ class RelayingSink:
         self._sink.apply_endpoints(scheduler, endpoints)
         # Each distinct label set once, the endpoints pointing at it: the pods of one Deployment
         # carry the same labels (their ReplicaSet's pod-template-hash included), and written out per
-        # endpoint they were most of the line - about 450 bytes per pod with a HyperPod pod's labels,
-        # so a pool of 2,300 pods passed the channel's line limit.
+        # endpoint they were most of the line (docs/gateway.md, "Large pools").
         label_sets: list[dict[str, str]] = []
         seen: dict[frozenset[tuple[str, str]], int] = {}
         listed: list[list[object]] = []

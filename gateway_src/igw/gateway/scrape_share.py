@@ -63,10 +63,9 @@ RECONNECT_S: Final = 0.05
 NOTE_LINE_BYTES: Final = 1024 * 1024
 """Pick notes are sent in lines of at most this size (a busy interval's notes are split)."""
 MAX_LINE: Final = 64 * 1024 * 1024
-"""Longest line either end of the channel reads. Worker 0's discovery report lists a whole pool (about
-70 bytes per endpoint, more where the pods' label sets differ) and a follower's usage report every
-endpoint it ever sent a request to (about 45 bytes each), so both grow with the pool; the bound only
-stops a broken worker from filling the other's memory."""
+"""Longest line either end of the channel reads. Worker 0's discovery report lists a whole pool and a
+follower's usage report every endpoint it ever sent a request to, so both grow with the pool; the
+bound only stops a broken worker from filling the other's memory."""
 READ_BYTES: Final = 256 * 1024
 """Bytes a follower asks for per read of worker 0's channel (it gets what has arrived, up to that)."""
 CONFIG: Final = "c"

@@ -80,9 +80,9 @@ class _WatchThread:
     a newer set replaces the older, and the loop gets the latest. The first delivery after a quiet
     spell is immediate; during a burst of events (a rolling update: several per pod) deliveries are
     at least :data:`DELIVERY_INTERVAL_S` apart, and further apart when the handler is slow, so that
-    they take at most :data:`DELIVERY_SHARE` of the loop. Why: the handler rebuilds the scheduler's
-    whole pool (about 4 ms for 1,000 pods, 29 ms for 5,000), and one delivery per event held the
-    loop that serves the requests for most of a large pool's rolling update."""
+    they take at most :data:`DELIVERY_SHARE` of the loop. Why: the handler walks the scheduler's
+    whole pool, and one delivery per event held the loop that serves the requests for most of a
+    large pool's rolling update (measured in docs/gateway.md, "Large pools")."""
 
     def __init__(
         self,
