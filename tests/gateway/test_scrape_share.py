@@ -355,10 +355,11 @@ async def test_a_line_the_follower_cannot_read_ends_the_channel_with_value_error
 
 
 class _Writer:
-    """A follower's end as the leader sees it: what was written, one entry per write."""
+    """A follower's stream writer as the leader uses it: records each write with the loop's time."""
 
     def __init__(self) -> None:
         self.writes: list[bytes] = []
+        self.times: list[float] = []
         self.transport = self
 
     def get_write_buffer_size(self) -> int:
@@ -366,20 +367,34 @@ class _Writer:
 
     def write(self, data: bytes) -> None:
         self.writes.append(data)
+        self.times.append(asyncio.get_running_loop().time())
 
 
-async def test_the_snapshots_of_one_loop_turn_go_out_in_one_write_before_any_later_line() -> None:
-    leader = ScrapeLeader("unused.sock", lambda: None, clock=lambda: 0.0, report_interval_s=lambda: 0.05)  # type: ignore[arg-type,return-value]
+async def test_the_snapshots_of_one_relay_delay_go_out_in_one_write_before_any_later_line() -> None:
+    delay = 0.05
+    leader = ScrapeLeader(
+        "unused.sock",
+        lambda: None,  # type: ignore[arg-type,return-value]
+        clock=lambda: 0.0,
+        report_interval_s=lambda: 0.05,
+        relay_delay_s=delay,
+    )
     writer = _Writer()
     leader._followers[writer] = {}  # type: ignore[index]
     states = [EndpointState(key=f"10.0.0.{i}:8000", labels={}, scraped_at=float(i)) for i in range(3)]
-    for state in states:
-        leader.publish("s", state)
-    assert writer.writes == []  # queued until the turn ends
-    await asyncio.sleep(0)
-    assert writer.writes == [b"".join(snapshot("s", state) for state in states)]
+    loop = asyncio.get_running_loop()
+    published_at = loop.time()
     leader.publish("s", states[0])
-    leader.announce_config_change()  # a later line leaves after the snapshot queued before it
-    assert writer.writes[1:] == [snapshot("s", states[0]), CONFIG_CHANGED]
     await asyncio.sleep(0)
-    assert len(writer.writes) == 3  # nothing left queued
+    assert writer.writes == []  # queued past the loop turn: later scrapes join the same write
+    for state in states[1:]:
+        leader.publish("s", state)
+    await wait_for(lambda: bool(writer.writes), what="the queued snapshots' write")
+    assert writer.writes == [b"".join(snapshot("s", state) for state in states)]
+    # Not before the delay (a timer may fire up to a millisecond early), and not much after it.
+    assert delay - 0.002 <= writer.times[0] - published_at < delay + 0.5
+    leader.publish("s", states[0])
+    leader.announce_config_change()  # a later line leaves at once, after the snapshot queued before it
+    assert writer.writes[1:] == [snapshot("s", states[0]), CONFIG_CHANGED]
+    await asyncio.sleep(delay * 2)
+    assert len(writer.writes) == 3  # nothing left queued: the timer found nothing to write

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import operator
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any, Final, Protocol
@@ -50,6 +51,7 @@ from igw.gateway.scraper import Scraper, ScrapeService
 from igw.gateway.telemetry import GatewayMetrics
 from igw.gateway.workers import WorkerRole
 from igw.scheduling.pick_notes import note_interval
+from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import EngineMetrics
 
 log = logging.getLogger("igw.gateway.scrape_share")
@@ -60,6 +62,12 @@ MAX_NOTES_BACKLOG: Final = MAX_FOLLOWER_BACKLOG // 2
 """Unsent bytes above which a batch of pick notes is skipped instead of written (counted in
 ``PickShare.lines_unsent``): notes are a hint, never a reason to disconnect a peer."""
 RECONNECT_S: Final = 0.05
+RELAY_DELAY_S: Final = 0.005
+"""Longest a scrape's snapshot waits in worker 0 before it is written to the followers, with the
+others that land meanwhile: a tenth of the default scrape interval, a two-hundredth of the default
+stale threshold. Why wait at all: worker 0's loop turns are short at 1,000 pods, and writing at the
+end of each woke every follower about 900 times a second for a few snapshots each; a wake-up costs a
+follower about as much as applying the snapshots it brings (docs/gateway.md, "Several workers")."""
 NOTE_LINE_BYTES: Final = 1024 * 1024
 """Pick notes are sent in lines of at most this size (a busy interval's notes are split)."""
 MAX_LINE: Final = 64 * 1024 * 1024
@@ -84,6 +92,7 @@ def _encode_default(value: object) -> object:
 
 
 _METRIC_FIELDS: Final = tuple(f.name for f in fields(EngineMetrics))
+_metric_values: Final = operator.attrgetter(*_METRIC_FIELDS)
 _SET_POSITIONS: Final = tuple(i for i, name in enumerate(_METRIC_FIELDS) if name in _SETS)
 SNAPSHOT: Final = "s"
 """The first item of a snapshot line (the other lines are objects with their kind in ``t``)."""
@@ -92,6 +101,9 @@ Snapshot = list[Any]
 error, missing families, context window, frozen]``, ``metrics`` a list in :class:`EngineMetrics`
 field order (adapter sets as sorted lists) or ``None``."""
 _SCHEDULER, _KEY, _SCRAPED_AT, _ITEMS = 1, 2, 5, 11
+_metrics = slot_constructor(EngineMetrics)
+"""``EngineMetrics(*fields)`` by slot writes: the frozen dataclass's ``__init__`` sets each field
+through ``object.__setattr__``, once per snapshot in every follower."""
 
 
 def snapshot(scheduler: str, state: EndpointState) -> bytes:
@@ -107,9 +119,10 @@ def snapshot(scheduler: str, state: EndpointState) -> bytes:
         SNAPSHOT,
         scheduler,
         state.key,
-        # Field by field: ``dataclasses.asdict`` deep-copies every value, and was most of the
-        # leader's cost per snapshot (every scrape of every pod, once per worker group).
-        None if m is None else [getattr(m, name) for name in _METRIC_FIELDS],
+        # One C-level getter for the fields (a tuple, encoded as an array): ``dataclasses.asdict``
+        # deep-copies every value, and was most of the leader's cost per snapshot (every scrape of
+        # every pod, once per worker group).
+        None if m is None else _metric_values(m),
         state.kv_source,
         state.scraped_at,
         state.scrape_failing,
@@ -134,7 +147,7 @@ def apply_snapshot(doc: Snapshot, state: EndpointState) -> None:
         for i in _SET_POSITIONS:
             if (names := raw[i]) is not None:
                 raw[i] = frozenset(names)
-        metrics = EngineMetrics(*raw)
+        metrics = _metrics(*raw)
     state.take_scrape(metrics, kv_source, scraped_at, failing, last_error, frozenset(missing), max_model_len)
     state.page.frozen = frozen
 
@@ -149,10 +162,12 @@ class ScrapeLeader:
         *,
         clock: Callable[[], float],
         report_interval_s: Callable[[], float],
+        relay_delay_s: float = RELAY_DELAY_S,
     ) -> None:
         self._path = path
         self._runtime = runtime
         self._interval = report_interval_s
+        self._relay_delay_s = relay_delay_s
         self._server: asyncio.Server | None = None
         self._followers: dict[asyncio.StreamWriter, Usage] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -160,7 +175,7 @@ class ScrapeLeader:
         self._discovery: RelayingSink | None = None
         self.picks = PickShare(runtime, clock, max_line=NOTE_LINE_BYTES)
         self._queued: list[bytes] = []
-        """Snapshots published in this loop turn, written to the followers together at its end."""
+        """Snapshots published since the last write, written to the followers together."""
 
     def relaying(self, sink: DiscoverySink) -> RelayingSink:
         """The sink worker 0's discovery source reports to: ``sink``, and every follower after it."""
@@ -192,15 +207,16 @@ class ScrapeLeader:
         self._broadcast(CONFIG_CHANGED)
 
     def publish(self, scheduler: str, state: EndpointState) -> None:
-        """Send ``state`` to every follower (called by the scraper after each scrape) at the end of
-        this loop turn, with the other scrapes that land in it: one write, and one wake-up of each
-        follower, per turn instead of per scrape (a follower's cost per snapshot was mostly its
-        wake-up: the scraper's pages land a few at a time, spread over the interval)."""
+        """Send ``state`` to every follower (called by the scraper after each scrape) within
+        :data:`RELAY_DELAY_S`, with the other scrapes that land meanwhile: one write, and one
+        wake-up of each follower, per batch instead of per scrape (a follower's cost per snapshot
+        was mostly its wake-up: the scraper's pages land a few at a time, spread over the interval).
+        A line sent meanwhile (:meth:`_broadcast`) takes the queued snapshots with it, in order."""
         if self._followers:
             queued = self._queued
             queued.append(snapshot(scheduler, state))
             if len(queued) == 1:
-                asyncio.get_running_loop().call_soon(self._write_queued)
+                asyncio.get_running_loop().call_later(self._relay_delay_s, self._write_queued)
 
     def _write_queued(self) -> None:
         if self._queued:
