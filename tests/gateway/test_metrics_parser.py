@@ -196,10 +196,15 @@ def test_series_summing_past_the_largest_float_are_a_missing_signal() -> None:
     assert "vllm:num_requests_waiting" in parsed.missing
 
 
-@pytest.mark.parametrize("value", NON_FINITE)
+NOT_A_FRACTION = [*NON_FINITE, "1.0000001", "1.5", "75", "100"]
+"""Values a KV cache's used share cannot take: above 1 is an exporter printing a percentage."""
+
+
+@pytest.mark.parametrize("value", NOT_A_FRACTION)
 def test_an_impossible_kv_gauge_falls_back_or_is_missing(value: str) -> None:
-    """A NaN, infinite or negative KV gauge reached the scorers; now it is absent: the older name's
-    value is used when the page has one, else the signal is missing."""
+    """A NaN, infinite or negative KV gauge reached the scorers, and one above 1 (a percentage) made
+    its pod read as full; now it is absent: the older name's value is used when the page has one,
+    else the signal is missing."""
     page = f"vllm:num_requests_waiting 2\nvllm:kv_cache_usage_perc {value}\n"
     parsed = parse_page(page, VLLM)
     assert parsed.metrics.kv_usage is None
@@ -216,3 +221,9 @@ def test_zero_is_a_value_not_a_missing_signal() -> None:
     parsed = parse_page("vllm:num_requests_waiting -0.0\nvllm:kv_cache_usage_perc 0\n", VLLM)
     assert (parsed.metrics.waiting, parsed.metrics.kv_usage) == (0, 0.0)
     assert "vllm:num_requests_waiting" not in parsed.missing
+
+
+def test_a_full_kv_cache_is_a_value_not_a_missing_signal() -> None:
+    parsed = parse_page("vllm:kv_cache_usage_perc 1.0\n", VLLM)
+    assert (parsed.metrics.kv_usage, parsed.kv_source) == (1.0, "vllm:kv_cache_usage_perc")
+    assert "vllm:kv_cache_usage_perc" not in parsed.missing

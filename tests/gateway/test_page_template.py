@@ -88,10 +88,21 @@ def _random_page(rng: random.Random, names: list[str]) -> str:
                 if rng.random() < 0.8
                 else ""
             )
-            lines.append(f"{name}{labels} {rng.choice(['0.25', '3.0', '7', '0'])}")
+            if rng.random() < 0.05:  # a value the full parser does not take: no template from it
+                value = rng.choice(["NaN", "-3", "1.5" if name in VLLM.kv_usage else "+Inf"])
+            else:
+                value = rng.choice(
+                    ["0.25", "0", "1", "0.5"] if name in VLLM.kv_usage else ["0.25", "3.0", "7", "0"]
+                )
+            lines.append(f"{name}{labels} {value}")
         else:
             lines.append(rng.choice(noise))
     return "\n".join(lines) + "\n"
+
+
+def _is_kv(line: str) -> bool:
+    """Whether ``line`` is a sample of a KV-cache gauge (a fraction: above 1 is not a value for it)."""
+    return line.startswith(VLLM.kv_usage)
 
 
 def _mutate(rng: random.Random, text: str) -> tuple[str, bool]:
@@ -106,7 +117,8 @@ def _mutate(rng: random.Random, text: str) -> tuple[str, bool]:
     if kind == "values" or not samples:
         for i in samples:
             head, _, _ = lines[i].rpartition(" ")
-            lines[i] = f"{head} {rng.choice(['0.5', '12', '1e3', '2.0'])}"
+            choices = ["0.5", "0", "1", "0.25"] if _is_kv(lines[i]) else ["0.5", "12", "1e3", "2.0"]
+            lines[i] = f"{head} {rng.choice(choices)}"
         return "\n".join(lines), True
     others = [i for i in range(len(lines) - 1) if i not in samples]
     if kind == "swap" and others:  # a comment or other line becomes a routing sample: same line count
@@ -123,7 +135,8 @@ def _mutate(rng: random.Random, text: str) -> tuple[str, bool]:
         lines[i] += " 1700000000000"
     elif kind == "impossible":  # valid in the format, not for these gauges: the full parser drops it
         head, _, _ = lines[i].rpartition(" ")
-        lines[i] = f"{head} {rng.choice(['NaN', '+Inf', '-Inf', '1e400', '-3', '-0.25'])}"
+        impossible = ["NaN", "+Inf", "-Inf", "1e400", "-3", "-0.25"]
+        lines[i] = f"{head} {rng.choice([*impossible, '1.5', '80'] if _is_kv(lines[i]) else impossible)}"
     else:
         head, _, _ = lines[i].rpartition(" ")
         lines[i] = f"{head} not-a-number"
@@ -160,3 +173,25 @@ def test_random_pages_and_changes_read_as_the_full_parser_reads_them(spec_labels
                 assert through == parse_page(changed, families), changed
             text = changed if through is not None else text
     assert answered > 500
+
+
+@pytest.mark.parametrize(
+    ("bad", "good"),
+    [
+        ("vllm:num_requests_waiting NaN", "vllm:num_requests_waiting 3"),
+        ("vllm:num_requests_waiting -1", "vllm:num_requests_waiting 3"),
+        ("vllm:kv_cache_usage_perc 75", "vllm:kv_cache_usage_perc 0.75"),
+        ("vllm:kv_cache_usage_perc +Inf", "vllm:kv_cache_usage_perc 0.75"),
+    ],
+)
+def test_a_page_read_after_an_impossible_value_lists_only_what_it_lacks(bad: str, good: str) -> None:
+    """A template built from a page with an impossible value kept that page's missing signals (and KV
+    source) for the pages after it: the signal stayed "missing" once the pod printed it again."""
+    rest = "vllm:num_requests_running 2\nvllm:gpu_cache_usage_perc 0.25\n"
+    reader = PageReader()
+    first = reader.read(f"{bad}\n{rest}", VLLM)
+    assert first == parse_page(f"{bad}\n{rest}", VLLM)
+    for _ in range(2):  # the second page goes through whatever template the first one left
+        page = f"{good}\n{rest}"
+        assert reader.read(page, VLLM) == parse_page(page, VLLM)
+    assert reader.read(f"{bad}\n{rest}", VLLM) == first  # and back

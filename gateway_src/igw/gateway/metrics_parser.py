@@ -235,6 +235,14 @@ def _values(samples: Samples) -> list[float]:
     return out
 
 
+def _fractions(values: list[float]) -> list[float]:
+    """The values that can be a KV cache's used share: at most 1 (every engine's gauge is a fraction,
+    0..1, :mod:`igw.engines`). A larger value is an exporter printing a percentage or a broken one, and
+    counts as absent: taken as it was, it made its pod read as full and the gateway skip it, or
+    answer 429 when every pod printed percentages, with nothing saying why."""
+    return values if not values or max(values) <= 1.0 else [v for v in values if v <= 1.0]
+
+
 def _split_adapters(value: str | None) -> frozenset[str]:
     return frozenset(a for a in (value or "").split(",") if a)
 
@@ -277,7 +285,7 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
     kv_usage: float | None = None
     kv_source: str | None = None
     for name in families.kv_usage:
-        values = _values(matching(name))
+        values = _fractions(_values(matching(name)))
         if values:
             kv_usage, kv_source = max(values), name
             break

@@ -110,6 +110,8 @@ class PageTemplate:
             if kv:
                 kv_usage = max(kv)
                 break
+        if kv_usage is not None and kv_usage > 1.0:
+            return None  # not a fraction: the full parser decides (it counts such a value as absent)
         base = self._last
         old = base.metrics
         metrics = EngineMetrics(
@@ -127,10 +129,26 @@ class PageTemplate:
         return self._last
 
 
+def _readable(lines: list[str], values: list[tuple[int, int, int]]) -> bool:
+    """Whether every value line routing reads holds a value the full parser takes (a finite number,
+    not negative, at most 1 for a KV gauge; the lines' sum finite). The full reading of a page with
+    another value lists that signal as missing, or takes the KV gauge from the older family name, and
+    a template keeps its base's missing signals and KV source for every page it reads: built from such
+    a page, it went on reporting the signal missing once the values were fine again."""
+    try:
+        numbers = [(float(lines[index][start:]), role) for index, start, role in values]
+    except ValueError:
+        return False
+    if not math.isfinite(sum(v for v, _ in numbers)):
+        return False
+    return all(v >= 0.0 and (role < _KV or v <= 1.0) for v, role in numbers)
+
+
 def build_template(text: str, families: MetricFamilies, base: ParsedPage) -> PageTemplate | None:
     """The template of ``text`` (whose full reading is ``base``), or ``None`` where values cannot be
-    re-read by position: a page over :data:`SMALL_PAGE`, a sample with a timestamp, or more than one
-    LoRA series (the newest one, by value, is chosen)."""
+    re-read by position: a page over :data:`SMALL_PAGE`, a sample with a timestamp, more than one
+    LoRA series (the newest one, by value, is chosen), or a routing value the full parser does not
+    take (:func:`_readable`)."""
     if len(text) > SMALL_PAGE:
         return None
     specs = [parse_metric_spec(s) for s in (families.waiting, families.running, *families.kv_usage)]
@@ -171,7 +189,7 @@ def build_template(text: str, families: MetricFamilies, base: ParsedPage) -> Pag
         for role, (family, want) in enumerate(specs):
             if family == name and (not want or all(parse_labels(label_text).get(k) == v for k, v in want)):
                 values.append((i, start, role))
-    if lora_lines > 1:
+    if lora_lines > 1 or not _readable(lines, values):
         return None
     return PageTemplate(
         families=families, base=base, lines=len(lines), fixed=fixed, samples=samples, values=values
