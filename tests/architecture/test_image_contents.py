@@ -87,7 +87,7 @@ def test_the_wheel_holds_the_product_core_and_no_tooling(image_tree: Path) -> No
     cli = {path.name for path in (image_tree / "gateway_src" / "igw" / "cli").iterdir()}
     assert cli == IMAGE_CLI_MODULES
     modules = {path.name for path in (image_tree / "gateway_src" / "igw").glob("*.py")}
-    assert modules == {"__init__.py", "compiled.py", "engines.py", "errors.py", "launch.py"}
+    assert modules == {"__init__.py", "compiled.py", "engines.py", "errors.py", "launch.py", "redaction.py"}
 
 
 def test_the_image_entry_point_serves_without_tooling(image_tree: Path) -> None:
@@ -124,6 +124,7 @@ print(json.dumps({"file": igw.__file__, "help": out.getvalue(), "packages": load
         "errors",
         "gateway",
         "launch",
+        "redaction",
         "scheduling",
         "security",
     }

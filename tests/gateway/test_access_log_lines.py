@@ -17,7 +17,8 @@ import pytest
 from igw.gateway import access_log as access_log_module
 from igw.gateway.access_log import AccessRecord, _rounded, access_log
 from igw.gateway.log_buffer import BatchedLineHandler, line_sink
-from igw.gateway.redaction import MASK, RedactingFormatter
+from igw.gateway.redaction import RedactingFormatter
+from igw.redaction import MASK
 
 _TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ0ZW5hbnQtYSJ9.c2lnbmF0dXJl"
 

@@ -19,8 +19,9 @@ import pytest
 
 from igw.gateway.access_log import AccessRecord
 from igw.gateway.log_buffer import LOG_RECORD_BYTES, BatchedLineHandler
-from igw.gateway.redaction import MASK, RedactingFormatter
+from igw.gateway.redaction import RedactingFormatter
 from igw.perf.serve_process import serve_process
+from igw.redaction import MASK
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 

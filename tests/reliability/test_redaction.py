@@ -8,9 +8,10 @@ import logging
 import pytest
 from multidict import CIMultiDict
 
-from igw.gateway import redaction
-from igw.gateway.redaction import MASK, RedactingFormatter, redact
+from igw import redaction
+from igw.gateway.redaction import RedactingFormatter
 from igw.gateway.upstream import upstream_headers
+from igw.redaction import MASK, redact
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLWJ5dGVz"
 

@@ -18,7 +18,8 @@ import igw.gateway.access_log as access_log_module
 from igw.compiled import source_path
 from igw.gateway.access_log import AccessRecord, access_log
 from igw.gateway.log_buffer import BatchedLineHandler, line_sink
-from igw.gateway.redaction import _TRIGGERS, MASK, RedactingFormatter, redact
+from igw.gateway.redaction import RedactingFormatter
+from igw.redaction import _TRIGGERS, MASK, redact
 from tests.compiled.tree import skip_compiled
 
 SECRET = "sk-live-abcdefgh12345678"

@@ -4,7 +4,7 @@ for ``gateway.config``, so a bad value fails on the operator's machine, before a
 field's path.
 
 Errors name the value's path and the rule it breaks, and quote at most a short excerpt of the value
-passed through the gateway's redaction (:func:`igw.gateway.redaction.redact_value`) before it is cut:
+passed through the gateway's redaction (:func:`igw.redaction.redact_value`) before it is cut:
 configuration values hold tokens and passwords (a Redis URL, an OTLP header, a pull secret), and the
 messages end up in terminals, CI logs and CloudFormation events. jsonschema's own messages quoted the
 whole value.
@@ -26,7 +26,7 @@ from igw.config.errors import Problem
 from igw.config.schema_messages import ProblemCollector
 from igw.config.validate import validate_document
 from igw.errors import IgwToolingError
-from igw.gateway.redaction import redact_value
+from igw.redaction import redact_value
 
 EXCERPT_MAX_CHARS: Final = 40
 """The longest excerpt of a value an error quotes (after redaction; longer ones end in ``...``)."""

@@ -14,7 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from igw.errors import IgwToolingError
-from igw.gateway.redaction import redact_value
+from igw.redaction import redact_value
 
 
 class AddonApiError(IgwToolingError, RuntimeError):

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Final
 
+from igw.redaction import redact_value
+
 
 class Severity(Enum):
     """Ordered by rank; ``security_severity`` is the SARIF/GitHub 0-10 score for the level."""
@@ -109,6 +111,15 @@ class Result:
     message: str
     remediation: str = ""
     skip_kind: SkipKind | None = None
+
+    def __post_init__(self) -> None:
+        # Reports leave the machine (SARIF uploaded to code scanning, JSON and JUnit in CI): what a
+        # result quotes of a manifest, a stack or a cluster - an annotation, a name, a field a token
+        # was put in by mistake - passes the gateway's log redaction first. ``igw audit`` quoted
+        # such a token whole.
+        object.__setattr__(self, "resource", redact_value(self.resource))
+        object.__setattr__(self, "message", redact_value(self.message))
+        object.__setattr__(self, "remediation", redact_value(self.remediation))
 
     @property
     def is_finding(self) -> bool:

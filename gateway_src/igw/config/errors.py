@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from igw.errors import IgwConfigError
+from igw.redaction import redact_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,15 @@ class Problem:
     path: str
     message: str
     rule: str
+
+    def __post_init__(self) -> None:
+        # Every problem's words pass the same redaction as the gateway's logs, once, where it is
+        # made: messages quote values (a bad enum, a selector's operator) and paths name a
+        # document's own keys, and both travel on - ``igw validate`` output in CI logs, the
+        # operator's conditions and Events, preflight and audit reports. A token put in a wrong
+        # field was quoted whole.
+        object.__setattr__(self, "path", redact_value(self.path))
+        object.__setattr__(self, "message", redact_value(self.message))
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message

@@ -10,7 +10,6 @@ pattern) instead of the regular expression.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -18,6 +17,7 @@ from jsonschema.exceptions import ValidationError
 
 from igw.config.errors import Problem
 from igw.config.jsonpath import PathPart, format_path, sort_key
+from igw.redaction import redact_value
 
 _JSON_TYPES: Final = {
     bool: "boolean",
@@ -38,24 +38,15 @@ def json_type(value: Any) -> str:
     return type(value).__name__
 
 
-_URL_CREDENTIALS: Final = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s\"]+@")
-"""The user-info part of a URL (``redis://:token@host``): a password or token, by RFC 3986's design."""
-CREDENTIALS_MASK: Final = "[REDACTED]"
-
-
-def mask_url_credentials(text: str) -> str:
-    """``text`` with the user-info of every URL in it masked (``rediss://[REDACTED]@host:6379``)."""
-    return _URL_CREDENTIALS.sub(lambda found: f"{found.group(1)}{CREDENTIALS_MASK}@", text)
-
-
 def show(value: Any) -> str:
-    """A value as a problem message quotes it: JSON, cut at 60 characters, and never a credential.
+    """A value as a problem message quotes it: JSON with every credential masked, then cut at 60
+    characters (after the masking, so that a token's first characters cannot be left over).
 
     The messages travel far beyond the file: ``igw validate`` output in CI logs, the operator's
     ``Accepted`` condition and Events (readable by anyone with the cluster's ``view`` role), and
     ``igw preflight`` / ``igw audit`` reports (SARIF uploaded to code scanning). A Redis URL with a
-    password in a wrong scheme was quoted whole in all of them."""
-    text = mask_url_credentials(json.dumps(value, default=str))
+    password in a wrong scheme was quoted whole in all of them, and a JWT's first 57 characters."""
+    text = redact_value(json.dumps(value, default=str))
     return text if len(text) <= 60 else text[:57] + "..."
 
 

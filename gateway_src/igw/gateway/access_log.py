@@ -22,7 +22,7 @@ once emitted (:class:`~igw.gateway.observer.RequestObserver` emits it last).
 Redaction at the source: the writer redacts every line (a lower-cased copy of it and eight
 substring scans) unless the line is proven clean. A line is clean when each of its strings - the
 record's text fields, the score table's endpoint and scorer names, the request id - is one that
-redaction leaves unchanged in its JSON form (:func:`~igw.gateway.redaction.needs_redaction`); the
+redaction leaves unchanged in its JSON form (:func:`~igw.redaction.needs_redaction`); the
 numbers, literals and field names of a line contain no trigger, and no pattern can match across a
 string's quotes, so such a line is exactly what redacting it would write. Distinct strings are few
 (configured models, schedulers, endpoints, scorer names), so each is judged once and remembered
@@ -41,7 +41,7 @@ from typing import Final
 import orjson
 
 from igw.gateway.log_buffer import line_sink
-from igw.gateway.redaction import needs_redaction
+from igw.redaction import needs_redaction
 
 access_log = logging.getLogger("igw.access")
 
@@ -63,7 +63,7 @@ def _info_enabled() -> bool:
 
 
 _CLEAN: set[str | None] = {None}
-"""Strings whose JSON form :func:`~igw.gateway.redaction.needs_redaction` found clean (and ``None``,
+"""Strings whose JSON form :func:`~igw.redaction.needs_redaction` found clean (and ``None``,
 an absent field); bounded by :data:`CLEAN_CACHE_SIZE`."""
 CLEAN_CACHE_SIZE: Final = 4096
 """Clean strings remembered at most (cleared when full: client-chosen names cannot grow it)."""

@@ -38,7 +38,6 @@ from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
 from igw.gateway.heartbeat import heartbeat_context
 from igw.gateway.inference import REQUEST_ID_KEY, SESSION_KEY, STATE_KEY, handle_inference, request_id_for
 from igw.gateway.lean_server import LEAN_ROUTES_KEY, LeanHandler, LeanRequestHandler, lean_enabled
-from igw.gateway.redaction import redact
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.scrape_client import ScrapeClient
@@ -50,6 +49,7 @@ from igw.gateway.upstream import proxy_session
 from igw.gateway.upstream_watchdog import UpstreamWatchdog
 from igw.gateway.worker_metrics import WorkerMetrics
 from igw.gateway.workers import WorkerRole
+from igw.redaction import redact
 
 if TYPE_CHECKING:
     from igw.gateway.tracing import Tracing

@@ -1,102 +1,18 @@
 """Keep credentials out of every log line.
 
-:func:`redact` masks bearer tokens, JWT-looking strings and the values of credential headers
-(``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``, API-key headers) and the
-user-info of URLs (``rediss://user:password@host``) in a text;
-:class:`RedactingFormatter` applies it to whole formatted records - message, arguments and any
-traceback - so no log path (ours, aiohttp's, a library's exception text) can print a secret.
-The request path additionally never puts header values into messages; this is the safety net.
+:class:`RedactingFormatter` applies :func:`igw.redaction.redact` to whole formatted records - message,
+arguments and any traceback - so no log path (ours, aiohttp's, a library's exception text) can print
+a secret. The request path additionally never puts header values into messages; this is the safety
+net.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
-MASK: Final = "[REDACTED]"
-
-_JWT: Final = re.compile(r"eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*")
-"""Three base64url segments, the first a JSON object (``eyJ`` is ``{"``): a JWS/JWT."""
-_BEARER: Final = re.compile(r"(?i)\b(bearer|basic)\s+([^\s,;\"']+)")
-"""A scheme word and the value after it; :func:`_mask_bearer` decides whether that value is a token."""
-TOKEN_MIN_CHARS: Final = 8
-"""Shorter values after ``bearer``/``basic`` are words of prose (``bearer token refused``), not tokens."""
-WORD_MAX_CHARS: Final = 24
-"""Letters-only values this long are taken for tokens all the same: no English word is that long."""
-_CREDENTIAL_HEADER: Final = re.compile(
-    r"(?i)\b((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey|x-auth-token)"
-    r"([\"']?\s*[:=]\s*[\"']?)([^\r\n\"']*)"
-)
-_URL_USERINFO: Final = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@\"'<>]+)@")
-"""A URL's scheme and the user-info before its host (a Redis or OTLP URL with a password in it)."""
-_TRIGGERS: Final = ("authorization", "cookie", "api-key", "apikey", "x-auth-token", "bearer", "basic", "eyj")
-"""Lower-case substrings at least one of which every pattern above needs in order to match. Most
-lines (the access log's, one per request) contain none, and the scan for them is several times
-cheaper than running the case-insensitive patterns over the line."""
-
-
-def needs_redaction(text: str) -> bool:
-    """Whether :func:`redact` may change ``text``; ``False`` guarantees ``redact(text) == text``
-    (none of the patterns can match: no user-info URL is possible and no trigger substring occurs).
-
-    The access log uses it on a line's strings, once per distinct string, so that a line built only
-    of such strings is written without the writer thread scanning it again
-    (:mod:`igw.gateway.access_log`)."""
-    if "@" in text and "://" in text:
-        return True
-    lowered = text.lower()
-    return any(trigger in lowered for trigger in _TRIGGERS)
-
-
-def redact(text: str) -> str:
-    """``text`` with every credential-looking substring replaced by :data:`MASK`."""
-    if not text:
-        return text
-    if "@" in text and "://" in text:
-        text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
-    lowered = text.lower()
-    if not any(trigger in lowered for trigger in _TRIGGERS):
-        return text
-    text = _CREDENTIAL_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
-    text = _BEARER.sub(_mask_bearer, text)
-    return _JWT.sub(MASK, text)
-
-
-_SECRET_ASSIGNMENT: Final = re.compile(
-    r"(?i)\b([a-z0-9_.-]*(?:password|passwd|secret|token|apikey|api_key|access_key|credential)[a-z0-9_.-]*)"
-    r"([\"']?\s*[:=]\s*[\"']?)([^\s,;&\"'}]+)"
-)
-"""``password=...``, ``aws_secret_access_key: ...``, ``?token=...``: a value assigned to a secret's name."""
-_TOKEN_LIKE: Final = re.compile(
-    r"(?<![A-Za-z0-9+/=])(?=[A-Za-z0-9+/=]*[0-9])(?=[A-Za-z0-9+/=]*[A-Za-z])[A-Za-z0-9+/=]{20,}"
-)
-"""A run of 20 or more base64 characters mixing letters and digits: an API key's random part, a base64
-secret, a JWT segment (cut or whole). Names are hyphen-, dot- or underscore-separated words, each shorter
-(``mistral-7b-instruct-v0.3``, a UID), and are left alone."""
-
-
-def redact_value(text: str) -> str:
-    """:func:`redact`, and also every value assigned to a secret's name and every token-like run
-    masked: for quoting a value a user supplied (a configuration value in an error message), where
-    no header or scheme word tells a credential apart and a cut-off token must not leak either."""
-    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", redact(text))
-    return _TOKEN_LIKE.sub(MASK, text)
-
-
-def _mask_bearer(found: re.Match[str]) -> str:
-    """``Bearer <token>`` with the token masked; prose such as ``bearer token refused`` unchanged.
-
-    A value is a token unless it reads as a word: letters only, at most capitalised, shorter than
-    :data:`WORD_MAX_CHARS`, or shorter than :data:`TOKEN_MIN_CHARS` whatever its characters. Real
-    tokens (JWTs, API keys, base64 credentials) are long and mix digits, case or punctuation.
-    """
-    value = found.group(2)
-    word = value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS
-    if word or len(value) < TOKEN_MIN_CHARS:
-        return found.group(0)
-    return f"{found.group(1)} {MASK}"
+from igw.redaction import redact
 
 
 class RedactingFormatter(logging.Formatter):

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from igw.config.validate import validate_document
-from igw.gateway.redaction import redact_value
 from igw.operator.dataplane import served_document
+from igw.redaction import redact_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class Refusal:
 
 def spec_problems(igwc: Mapping[str, Any]) -> list[str]:
     """Every problem of the object, as ``path: message [rule]`` lines (empty when valid), redacted
-    (:func:`igw.gateway.redaction.redact_value`): they become the ``Accepted`` condition and Events,
+    (:func:`igw.redaction.redact_value`): they become the ``Accepted`` condition and Events,
     readable by anyone with the cluster's ``view`` role, and a quoted value may be a token put in the
     wrong field (the config layer masks only a URL's user-info, and cuts a token rather than hiding it)."""
     problems = validate_document(served_document(igwc))
