@@ -131,21 +131,19 @@ def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import asyncio
     import contextlib
-    import logging
     import signal
 
     from igw.cli import early_stop
     from igw.gateway.discovery.kube_client import KubeClientError
     from igw.gateway.emf_sink import AgentEndpoint, EmfEndpointError
+    from igw.gateway.redaction import configure_logging
     from igw.gateway.serving import ListenError
     from igw.gateway.stop_signals import hold_stop_signals, ignore_held_stop_signals
     from igw.operator.dataplane import DataPlaneSettings
     from igw.operator.runner import OperatorOptions, run_operator
     from igw.operator.tls import AutoTlsSettings, IssuerRef, TlsIssuerError
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     try:
         issuer = IssuerRef.parse(args.tls_issuer)
     except TlsIssuerError as exc:

@@ -232,7 +232,7 @@ def _run(args: argparse.Namespace) -> int:
     from igw.config.loader import load_gateway_config
     from igw.gateway.limits_config import EXTENSION_NAME, ServerLimitsError, server_limits
     from igw.gateway.log_buffer import BatchedLineHandler
-    from igw.gateway.redaction import RedactingFormatter
+    from igw.gateway.redaction import RedactingFormatter, configure_logging
     from igw.gateway.serving import ServerLimits
     from igw.gateway.tracing_options import TracingConfigError, tracing_options
     from igw.launch import LaunchError, LaunchOptions, run_gateway
@@ -242,10 +242,8 @@ def _run(args: argparse.Namespace) -> int:
     except TracingConfigError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    logging.basicConfig(level=args.log_level.upper())
     # Every line the process logs passes through redaction (tokens, credential headers, JWTs).
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    configure_logging(args.log_level)
     # Our formats use none of these LogRecord fields; collecting them costs several µs per record,
     # and the access log writes one record per request (the logging HOWTO's "Optimization" section).
     logging.logThreads = False

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from igw.redaction import redact
+
+LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The line every long-running igw command logs: time, level, logger, message."""
 
 
 class RedactingFormatter(logging.Formatter):
@@ -48,3 +51,13 @@ def install(handlers: list[logging.Handler], fmt: str | None = None) -> None:
     """Give each of ``handlers`` a redacting formatter with format string ``fmt``."""
     for handler in handlers:
         handler.setFormatter(RedactingFormatter(fmt))
+
+
+def configure_logging(level: str) -> None:
+    """The root logger of a long-running command (``igw serve``, ``igw operator``, ``igw global
+    serve``) at ``level``, its lines on stderr in :data:`LOG_FORMAT`, every one redacted. One place
+    for all three: the operator and the global router used :func:`logging.basicConfig` alone, and
+    kopf logged the API server's URL with its user-info (``GET http://admin:<password>@host/api``)
+    at every failed request."""
+    logging.basicConfig(level=level.upper())
+    install(logging.getLogger().handlers, LOG_FORMAT)
