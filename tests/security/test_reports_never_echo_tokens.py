@@ -139,3 +139,30 @@ def test_paths_arns_and_names_are_left_readable(text: str) -> None:
 )
 def test_base64_secrets_with_slashes_are_still_masked(secret: str) -> None:
     assert redact_value(f"value {secret} here") == f"value {MASK} here"
+
+
+@pytest.mark.parametrize("command", ["preflight", "audit"])
+@pytest.mark.parametrize("output", ["table", "json", "sarif", "junit"])
+def test_a_cluster_named_by_a_url_with_a_password_is_reported_without_it(
+    command: str, output: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report named the cluster it checked by its API server URL, user-info included."""
+    password = "S3cretPassw0rd9XYZqq"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://admin:{password}@127.0.0.1:1"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+                "users": [{"name": "u", "user": {"token": "t0ken-for-the-test"}}],
+            }
+        )
+    )
+    main([command, "--kubeconfig", str(kubeconfig), "-o", output])
+    out, err = capsys.readouterr()
+    assert password not in out + err
+    if output in ("table", "json"):
+        assert "[REDACTED]@127.0.0.1:1" in out  # the cluster is still named

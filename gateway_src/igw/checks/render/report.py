@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from igw.checks.inventory import SourceLocation
 from igw.checks.model import CheckMeta, Command, Result, Severity, Status
+from igw.redaction import redact_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +51,18 @@ def build_report(
     locations: Mapping[str, SourceLocation] | None = None,
     default_location: SourceLocation | None = None,
 ) -> Report:
+    # What the report says about where it looked and what it could not read passes the same
+    # redaction as its results (igw.checks.model.Result): the source names a cluster by its API
+    # server URL, which a kubeconfig may give with a password in it, and a source's error may quote
+    # it. The locations are keyed by the results' (redacted) resources.
     return Report(
         command,
-        source,
+        redact_value(source),
         tuple(checks),
         tuple(results),
         fail_on,
         exit_code,
-        tuple(source_errors),
-        dict(locations or {}),
+        tuple([redact_value(error) for error in source_errors]),
+        {redact_value(resource): where for resource, where in (locations or {}).items()},
         default_location,
     )
