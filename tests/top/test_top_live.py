@@ -199,6 +199,23 @@ async def test_unreachable_gateway_is_named_in_the_status_line() -> None:
     assert "(no view yet; retrying in 0.4 s)" in status  # no "last good view": there never was one
 
 
+async def test_a_password_in_the_gateways_url_is_never_shown() -> None:
+    """``igw top http://user:password@host`` printed the password in the status line and in the
+    screenshot's error; the URL is shown with its user-info masked, the request still carries it."""
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    password = "S3cretPassw0rd9XYZqq"
+    app = TopApp(GatewaySource(f"http://admin:{password}@127.0.0.1:{port}"), interval_s=0.2)
+    async with app.run_test(size=SIZE):
+        await wait_for(lambda: app.last_error is not None, within=30, what="a failed scrape")
+        status = str(app.query_one("#status").render())
+    assert f"http://[REDACTED]@127.0.0.1:{port}/metrics" in status
+    assert password not in status
+    assert password not in (app.last_error or "")
+    assert password not in repr(app.source)
+
+
 async def test_top_backs_off_while_the_gateway_does_not_answer_and_says_so() -> None:
     """A listener that accepts and drops every connection at once (a port-forward with nothing
     behind it): at a 50 ms interval ``igw top`` tried ~40 times in 2 s; with the backoff (100, 200,

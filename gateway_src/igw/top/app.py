@@ -192,7 +192,8 @@ class TopApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"{self.source.base_url}: connecting", id="status")
+        # markup off: the status quotes URLs and errors, whose brackets are not styles ([REDACTED])
+        yield Static(f"{self.source.base_url}: connecting", id="status", markup=False)
         for table_id, title, _ in self._tables():
             yield Static(title, classes="title")
             yield DataTable(id=table_id, cursor_type="row", zebra_stripes=True)

@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 
 from igw.gateway.debug_api import DEBUG_DECISIONS_PATH
+from igw.redaction import redact
 from igw.top.view import GatewayUnreachable, Scrape, ScrapeError, parse_scrape
 
 DEFAULT_TIMEOUT_S: Final = 5.0
@@ -34,7 +35,10 @@ class GatewaySource:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._url = base_url.rstrip("/")
+        self.base_url = redact(self._url)
+        """The gateway's URL as the screen and every message show it: a user-info password masked
+        (``igw top http://user:password@host`` printed it in the status line and in errors)."""
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._decisions = decisions
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -68,21 +72,23 @@ class GatewaySource:
 
     async def _get(self, path: str, *, accept: tuple[int, ...]) -> str:
         assert self._session is not None
-        url = self.base_url + path
+        url = self._url + path
+        shown = self.base_url + path
         try:
             async with self._session.get(url) as response:
                 if response.status == 404 and path == "/metrics":
                     raise ScrapeError(
-                        f"{url}: HTTP 404 (a gateway run with --management-port serves /metrics only "
+                        f"{shown}: HTTP 404 (a gateway run with --management-port serves /metrics only "
                         "there: pass that port's URL)"
                     )
                 if response.status not in accept:
-                    raise ScrapeError(f"{url}: HTTP {response.status}")
+                    raise ScrapeError(f"{shown}: HTTP {response.status}")
                 return await response.text()
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-            raise GatewayUnreachable(f"{url}: {type(exc).__name__}: {exc}") from exc
+            # aiohttp's own text may quote the URL it was given, user-info and all
+            raise GatewayUnreachable(redact(f"{shown}: {type(exc).__name__}: {exc}")) from exc
         except aiohttp.ClientError as exc:
-            raise ScrapeError(f"{url}: {type(exc).__name__}: {exc}") from exc
+            raise ScrapeError(redact(f"{shown}: {type(exc).__name__}: {exc}")) from exc
 
     async def close(self) -> None:
         if self._session is not None:
