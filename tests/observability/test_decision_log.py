@@ -3,6 +3,7 @@ decisions, and ``igw serve --debug-decisions`` serves them only to the operator 
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
@@ -61,6 +62,9 @@ def test_ring_buffer_keeps_the_newest_decisions_with_every_score() -> None:
     assert log.opens(TOKEN)
     assert not log.opens(None)
     assert not log.opens(TOKEN[:-1])
+    # A header of bytes that are not UTF-8 reaches the handler as surrogates (aiohttp decodes with
+    # ``surrogateescape``): refused, where encoding it raised and the request got a 500 and a traceback.
+    assert not log.opens("\udcff\udcfe(abc")
 
 
 def test_bad_settings_are_refused() -> None:
@@ -121,11 +125,22 @@ async def test_serve_shows_recent_decisions_only_to_the_operator_token(tmp_path:
         bad = await http.get(url + DEBUG_DECISIONS_PATH + "?limit=0", headers=auth)
         assert bad.status == 400
         assert (await bad.json())["error"]["param"] == "limit"
+        # a token of bytes that are not UTF-8: refused like any wrong token, not a 500
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            f"GET {DEBUG_DECISIONS_PATH} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode()
+            + b"Authorization: Bearer \xff\xfe\xc3(abc\r\n\r\n"
+        )
+        answer = await reader.read()
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]
     # each refused call left one WARNING naming the client, none what it presented
     refused = [line for line in printed if f"refused {DEBUG_DECISIONS_PATH} from 127.0.0.1" in line]
-    assert len(refused) == 3, printed
+    assert len(refused) == 4, printed
     assert all(" WARNING " in line for line in refused)
     assert not any("wrong-token" in line or TOKEN in line for line in printed)
+    assert not any("Traceback" in line for line in printed)
 
 
 async def test_the_debug_page_does_not_exist_unless_enabled(tmp_path: Path) -> None:

@@ -83,7 +83,11 @@ class DecisionLog:
 
     def opens(self, presented: str | None) -> bool:
         """Whether ``presented`` is the operator token (compared in constant time)."""
-        return presented is not None and hmac.compare_digest(presented.encode(), self._token)
+        # ``surrogateescape``: a header's bytes that are not UTF-8 arrive as surrogates, which a plain
+        # ``encode()`` refused with an exception (a 500 and a logged traceback for any client)
+        return presented is not None and hmac.compare_digest(
+            presented.encode(errors="surrogateescape"), self._token
+        )
 
     def latest(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Newest first, at most ``limit`` (all kept entries when ``None``)."""
