@@ -453,3 +453,21 @@ async def wait_until(predicate: Callable[[], bool], *, timeout_s: float, interva
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s} s")
         await asyncio.sleep(interval_s)
+
+
+def kubeconfig_with_password(path: Path, password: str) -> Path:
+    """A kubeconfig at ``path`` whose API server URL carries ``password`` in its user-info, pointing at
+    a loopback port nothing listens on (every request fails at once): what the tools must never print."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://admin:{password}@127.0.0.1:1"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+                "users": [{"name": "u", "user": {"token": "t0ken-for-the-test"}}],
+            }
+        )
+    )
+    return path

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+
+from tests.security.helpers import kubeconfig_with_password
 
 PASSWORD = "S3cretPassw0rd9XYZqq"
 _PROBE = """
@@ -47,19 +48,7 @@ def test_each_command_logs_through_the_redacting_formatter(argv: list[str]) -> N
 
 
 def test_the_operator_never_logs_the_api_servers_credentials(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": f"http://admin:{PASSWORD}@127.0.0.1:1"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-                "users": [{"name": "u", "user": {"token": "t0ken-for-the-test"}}],
-            }
-        )
-    )
+    kubeconfig = kubeconfig_with_password(tmp_path / "kubeconfig", PASSWORD)
     log = tmp_path / "stderr"
     with log.open("w") as err:
         operator = subprocess.Popen(

@@ -19,6 +19,7 @@ from igw.checks.model import Result, Severity, Status
 from igw.cli.main import main
 from igw.config.errors import Problem
 from igw.redaction import MASK, redact_value
+from tests.security.helpers import kubeconfig_with_password
 
 JWT = (
     "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
@@ -148,19 +149,7 @@ def test_a_cluster_named_by_a_url_with_a_password_is_reported_without_it(
 ) -> None:
     """The report named the cluster it checked by its API server URL, user-info included."""
     password = "S3cretPassw0rd9XYZqq"
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": f"http://admin:{password}@127.0.0.1:1"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-                "users": [{"name": "u", "user": {"token": "t0ken-for-the-test"}}],
-            }
-        )
-    )
+    kubeconfig = kubeconfig_with_password(tmp_path / "kubeconfig", password)
     main([command, "--kubeconfig", str(kubeconfig), "-o", output])
     out, err = capsys.readouterr()
     assert password not in out + err
