@@ -79,6 +79,44 @@ def test_a_bad_values_file_is_reported_before_any_aws_call(
     assert "region" not in err
 
 
+JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJlMTIzNDU2Nzg5MA"
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+@pytest.mark.parametrize("form", ["inline-json", "inline-yaml", "file-url", "path"])
+def test_configuration_values_are_taken_as_aws_eks_create_addon_takes_them(
+    tmp_path: Path, form: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``aws eks create-addon --configuration-values`` takes the values inline or as ``file://PATH``;
+    this command took every value for a file name, so an inline one ended in "No such file or
+    directory" quoting the whole value, a token in it included."""
+    document = '{"replicaCount": "two", "otel": {"headers": "Bearer ' + JWT + '"}}'
+    values = tmp_path / "values.json"
+    values.write_text(document)
+    given = {
+        "inline-json": document,
+        "inline-yaml": f"replicaCount: two\notel:\n  headers: Bearer {JWT}\n",
+        "file-url": f"file://{values}",
+        "path": str(values),
+    }[form]
+    assert main(["addon", "create", "--cluster", "c", "--configuration-values", given]) == 2
+    err = capsys.readouterr().err
+    assert "configurationValues.replicaCount: expected integer" in err  # the values were read
+    assert ("(inline)" in err) is form.startswith("inline")
+    assert JWT[:20] not in err
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+def test_a_values_file_that_cannot_be_read_is_named_without_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "sk-proj4f9aQ2x7LmN8pR3tV6wY1zB5cD0eF-values.yaml"
+    assert main(["addon", "create", "--cluster", "c", "--configuration-values", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "No such file or directory" in err
+    assert "proj4f9aQ2x7LmN8pR3t" not in err
+
+
 @pytest.mark.usefixtures("no_aws_setup")
 @pytest.mark.parametrize(
     "role",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from igw.cli.arg_types import (
     POSITIVE,
@@ -16,6 +16,7 @@ from igw.cli.arg_types import (
     kubernetes_version,
     output_directory,
 )
+from igw.redaction import redact_value
 
 HELP = "Manage the inference gateway EKS add-on: versions, create, update, delete, package."
 EXIT_FAILED = 1
@@ -44,7 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action = sub.add_parser(name, help=text)
         action.add_argument("--cluster", type=eks_cluster_name, required=True, help="EKS cluster name")
         action.add_argument(
-            "--configuration-values", type=Path, help="JSON or YAML file of configuration values"
+            "--configuration-values",
+            metavar="VALUES",
+            help="configuration values as `aws eks create-addon` takes them: inline JSON or YAML, "
+            "or file://PATH; a plain PATH of a JSON or YAML file also works",
         )
         action.add_argument(
             "--version", type=addon_version, help="add-on version (create default: the pinned one)"
@@ -148,6 +152,38 @@ def _versions(args: argparse.Namespace, addons: object) -> int:
     return 0
 
 
+FILE_PREFIX: Final = "file://"
+INLINE: Final = "--configuration-values (inline)"
+
+
+def _inline(value: str) -> bool:
+    """Whether ``--configuration-values`` holds the values themselves rather than naming a file: a JSON
+    object, or YAML of more than one line or with a ``key: value`` in it (a file name has neither)."""
+    text = value.strip()
+    return text.startswith("{") or "\n" in text or ": " in text
+
+
+def _values_text(value: str) -> str:
+    """The configuration values ``--configuration-values`` gives (``OSError`` for a file it cannot read).
+
+    As ``aws eks create-addon --configuration-values`` takes them - the values inline, or
+    ``file://PATH`` - so that its documented commands work with this wrapper unchanged; a plain path
+    (this command's earlier form) still names a file. Before, an inline value was taken for a file
+    name, and the error quoted the whole value, tokens included."""
+    if value.startswith(FILE_PREFIX):
+        return Path(value.removeprefix(FILE_PREFIX)).read_text(encoding="utf-8")
+    if _inline(value) and not Path(value).is_file():
+        return value
+    return Path(value).read_text(encoding="utf-8")
+
+
+def _values_source(value: str) -> str:
+    """How messages name the values: their file, or :data:`INLINE` (never the values themselves)."""
+    if value.startswith(FILE_PREFIX):
+        return value.removeprefix(FILE_PREFIX)
+    return INLINE if _inline(value) and not Path(value).is_file() else value
+
+
 def _refuse_invalid_input(args: argparse.Namespace, values: dict[str, Any] | None) -> None:
     """Raise :class:`~igw.addon.operations.AddonInputError` (exit 2) for input that is wrong whatever
     the cluster holds, before any AWS client exists: without a region the values' and the role's
@@ -167,7 +203,7 @@ def _refuse_invalid_input(args: argparse.Namespace, values: dict[str, Any] | Non
         return
     if problems:
         source = args.configuration_values
-        where = f" (configuration values from {source})" if source is not None else ""
+        where = f" (configuration values from {_values_source(source)})" if source is not None else ""
         raise operations.AddonInputError(
             f"refusing to {args.addon_command} the add-on: invalid input{where}", problems
         )
@@ -184,8 +220,8 @@ def run(args: argparse.Namespace) -> int:
         values = None
         source = getattr(args, "configuration_values", None)
         if source is not None:
-            # the file's own problems first: they need no AWS account, region or credentials
-            values = configuration.parse(source.read_text(encoding="utf-8"), source=str(source))
+            # the values' own problems first: they need no AWS account, region or credentials
+            values = configuration.parse(_values_text(source), source=_values_source(source))
         _refuse_invalid_input(args, values)
         clients = _clients(args)
         assert isinstance(clients, operations.AwsClients)
@@ -232,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"igw addon: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as exc:
-        print(f"igw addon: {exc}", file=sys.stderr)
+        print(f"igw addon: {redact_value(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # botocore's own errors: no region, no credentials, unknown profile, no route
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
