@@ -28,6 +28,13 @@ def test_a_group_run_names_each_process_and_every_workers_scrape_ages(
     found = re.findall(r"worker (\d) \d+ / (\d+) ms", group.split("scrape age", 1)[1])
     assert {worker for worker, _ in found} == {"0", "1"}
     assert all(int(oldest) < 1000 for _, oldest in found), group
+    # Each process's event-loop wake-ups, read per process: a follower that sleeps between the
+    # relay's batches and reports (tens a second here) counts some, and nothing counts thousands.
+    lines = out.splitlines()
+    wakeups = lines[lines.index(group) + 1]
+    rates = dict(re.findall(r"(parent|worker \d) (\d+)", wakeups.split("per second:", 1)[1]))
+    assert set(rates) == {"parent", "worker 0", "worker 1"}, wakeups
+    assert 0 < int(rates["worker 1"]) < 400, wakeups
     assert "none measured: the host bound is for 1,000 pods" in out
 
 

@@ -21,7 +21,7 @@ import contextlib
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -30,6 +30,7 @@ import yaml
 
 from igw.gateway.workers import WorkerRole, WorkerSetupError
 from igw.perf.gateway_load import cpu_seconds, group_pids
+from igw.perf.load_policy import parse_switches
 from igw.perf.scrape_setup import SCHEDULER, TARGET_FLEET_PODS, TARGET_HOST_CORES, config_doc, fleet
 from igw.perf.serve_process import serve_process
 
@@ -57,6 +58,10 @@ class GroupRow:
     fleet_pct: float
     ages_s: dict[str, list[float]]
     """Scrape ages by ``worker`` label value, every endpoint of every read."""
+    wakeups_per_s: dict[str, float] = field(default_factory=dict)
+    """Each process's event-loop wake-ups per second over the window (its main thread's voluntary
+    context switches): what the relay's batching is for - a follower woken for every few snapshots
+    paid more for the wake-ups than for the snapshots (docs/gateway.md, "Relay batches")."""
 
     @property
     def group_pct(self) -> float:
@@ -120,9 +125,11 @@ async def measure_group(
                 pids = group_pids(served.pid)
                 labels = {pid: _worker_label(pid, served.pid) if workers > 1 else SINGLE for pid in pids}
                 before = {pid: cpu_seconds(pid) for pid in pids}
+                sleeps_before = {pid: _loop_sleeps(pid) for pid in pids}
                 fleet_before, t0 = cpu_seconds(fleet_pid), time.monotonic()
                 await asyncio.sleep(seconds)
                 after = {pid: cpu_seconds(pid) for pid in pids}
+                sleeps_after = {pid: _loop_sleeps(pid) for pid in pids}
                 fleet_after, wall = cpu_seconds(fleet_pid), time.monotonic() - t0
                 ages: dict[str, list[float]] = {}
                 async with aiohttp.ClientSession() as http:
@@ -139,7 +146,15 @@ async def measure_group(
         cpu_pct={labels[pid]: 100 * (after[pid] - before[pid]) / wall for pid in sorted(pids)},
         fleet_pct=100 * (fleet_after - fleet_before) / wall,
         ages_s=ages,
+        wakeups_per_s={labels[pid]: (sleeps_after[pid] - sleeps_before[pid]) / wall for pid in sorted(pids)},
     )
+
+
+def _loop_sleeps(pid: int) -> int:
+    """Voluntary context switches of ``pid``'s main thread (its event loop's), 0 when it is gone."""
+    with contextlib.suppress(OSError):
+        return parse_switches(Path(f"/proc/{pid}/status").read_text())[0]
+    return 0
 
 
 def print_group_row(row: GroupRow) -> None:
@@ -154,6 +169,9 @@ def print_group_row(row: GroupRow) -> None:
         f"{row.pods:>6} pods, {row.workers} worker(s): group {row.group_pct:.1f} % of a core ({split}); "
         f"fleet process {row.fleet_pct:.1f} %; scrape age p50 / max {ages or 'none read'}"
     )
+    if row.wakeups_per_s:
+        wakeups = ", ".join(f"{name} {rate:.0f}" for name, rate in sorted(row.wakeups_per_s.items()))
+        print(f"{'':>6}       event-loop wake-ups per second: {wakeups}")
 
 
 def print_group_targets(rows: list[GroupRow]) -> None:
