@@ -92,6 +92,7 @@ async def test_a_refused_token_fails_without_printing_it(tmp_path: Path) -> None
 async def test_usage_errors_name_the_option() -> None:
     cases: list[tuple[tuple[str, ...], dict[str, str], str]] = [
         (("ftp://host",), {}, "URL must be http(s)://host:port"),
+        (("ftp://admin:S3cretPassw0rd9XYZqq@host",), {}, "got 'ftp://[REDACTED]@host'"),  # never the password
         (("http://127.0.0.1:1", "--interval", "0.05"), {}, "--interval must be at least 0.1"),
         (("http://127.0.0.1:1", "--interval", "0"), {}, "argument --interval: expected a number > 0.0"),
         (("http://127.0.0.1:1", "--token-env", "NOT_SET_ANYWHERE"), {}, "NOT_SET_ANYWHERE is not set"),

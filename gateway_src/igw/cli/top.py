@@ -20,6 +20,7 @@ import sys
 from urllib.parse import urlsplit
 
 from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, output_file
+from igw.redaction import redact
 
 HELP = "Live terminal view of a running gateway: pools, pods (KV, queue, picks, scrape age), models."
 
@@ -67,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     parts = urlsplit(args.url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        print(f"igw top: URL must be http(s)://host:port, got {args.url!r}", file=sys.stderr)
+        print(f"igw top: URL must be http(s)://host:port, got {redact(args.url)!r}", file=sys.stderr)
         return EXIT_USAGE
     if args.interval < 0.1:
         print(f"igw top: --interval must be at least 0.1, got {args.interval}", file=sys.stderr)
