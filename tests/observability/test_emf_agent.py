@@ -54,6 +54,14 @@ def test_bad_endpoints_are_rejected_naming_the_source(bad: str) -> None:
         endpoint_from(None, {ENDPOINT_ENV: bad})
 
 
+@pytest.mark.parametrize("bad", ["http://u:S3cretPassw0rd9XYZqq@h:1", "tcp://u:S3cretPassw0rd9XYZqq@h:99999"])
+def test_a_refused_endpoint_is_quoted_without_its_password(bad: str) -> None:
+    with pytest.raises(EmfEndpointError) as refused:
+        AgentEndpoint.parse(bad)
+    assert "S3cretPassw0rd9XYZqq" not in str(refused.value)
+    assert "[REDACTED]@h" in str(refused.value)
+
+
 def test_the_flag_wins_over_the_environment_and_neither_means_stdout() -> None:
     env = {ENDPOINT_ENV: "udp://a:1"}
     assert endpoint_from("tcp://b:2", env) == AgentEndpoint("tcp", "b", 2)

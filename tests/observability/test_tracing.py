@@ -330,6 +330,18 @@ def test_options_come_from_the_flag_or_the_standard_variables() -> None:
         tracing_options(None, None, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "c:4318"})
 
 
+@pytest.mark.parametrize("port", ["99999", "x"])
+def test_an_endpoint_with_an_impossible_port_is_refused_at_start_and_quoted_without_its_password(
+    port: str,
+) -> None:
+    """``--otel-endpoint http://collector:99999`` started, and every export of spans then failed
+    ("Port out of range"); a URL with user-info was quoted whole."""
+    with pytest.raises(TracingConfigError, match="with a valid port") as refused:
+        tracing_options(f"http://admin:S3cretPassw0rd9XYZqq@collector:{port}", None, env={})
+    assert "S3cretPassw0rd9XYZqq" not in str(refused.value)
+    assert "[REDACTED]@collector" in str(refused.value)
+
+
 async def test_with_tracing_off_a_callers_traceparent_passes_through_untouched(
     gateway: Callable[..., Any],
 ) -> None:

@@ -155,3 +155,21 @@ def test_a_cluster_named_by_a_url_with_a_password_is_reported_without_it(
     assert password not in out + err
     if output in ("table", "json"):
         assert "[REDACTED]@127.0.0.1:1" in out  # the cluster is still named
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["operator", "--gateway-otlp-endpoint", "http://admin:S3cretPassw0rd9XYZqq@host:99999"],
+        ["global", "serve", "--config", "g.yaml", "--port", "Bearer sk-proj4f9aQ2x7LmN8pR3tV6wY1zB5cD0eF"],
+    ],
+)
+def test_argument_errors_quote_no_credential(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse quotes the refused value; a command that fails to start in a pod logs it."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: argument" in err
+    assert "S3cretPassw0rd9XYZqq" not in err
+    assert "proj4f9aQ2x7LmN8pR3t" not in err

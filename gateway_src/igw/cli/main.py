@@ -9,11 +9,12 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType, ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from igw import __version__
 from igw.cli import early_stop
 from igw.cli.registry import SUBCOMMANDS
+from igw.redaction import redact_value
 
 USAGE_ERROR = 2
 
@@ -29,8 +30,18 @@ def _load(module_name: str) -> ModuleType | None:
         raise
 
 
+class _RedactingParser(argparse.ArgumentParser):
+    """An argument parser whose errors quote no credential: an option's value is quoted in them
+    (``argument --gateway-otlp-endpoint: 'http://admin:<password>@host:99999' is not ...``), and a
+    command that fails to start in a pod writes them to its log. Sub-command parsers are made of the
+    same class (``add_subparsers`` uses the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(redact_value(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _RedactingParser(
         prog="igw",
         description="GPU-aware inference gateway: gateway, simulator, benchmark, add-on and operator tools.",
     )

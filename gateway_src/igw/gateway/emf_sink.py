@@ -27,6 +27,7 @@ from typing import Final, Literal
 from urllib.parse import urlsplit
 
 from igw.errors import IgwGatewayError
+from igw.redaction import redact
 
 ENDPOINT_ENV: Final = "AWS_EMF_AGENT_ENDPOINT"
 """The variable the ``aws-embedded-metrics`` libraries read for the agent's address."""
@@ -58,14 +59,15 @@ class AgentEndpoint:
     def parse(cls, value: str, *, source: str = "--emf-endpoint") -> AgentEndpoint:
         """``tcp://HOST[:PORT]`` or ``udp://HOST[:PORT]`` (port 25888 when omitted)."""
         parts = urlsplit(value.strip())
+        shown = redact(value)  # an endpoint with user-info is refused, and quoted without it
         if parts.scheme not in ("tcp", "udp"):
-            raise EmfEndpointError(f"{source}: {value!r} must start with tcp:// or udp://")
+            raise EmfEndpointError(f"{source}: {shown!r} must start with tcp:// or udp://")
         try:
             port = parts.port or DEFAULT_AGENT_PORT
         except ValueError as exc:
-            raise EmfEndpointError(f"{source}: {value!r} has an invalid port") from exc
+            raise EmfEndpointError(f"{source}: {shown!r} has an invalid port") from exc
         if not parts.hostname or parts.path not in ("", "/"):
-            raise EmfEndpointError(f"{source}: {value!r} must be tcp://HOST:PORT or udp://HOST:PORT")
+            raise EmfEndpointError(f"{source}: {shown!r} must be tcp://HOST:PORT or udp://HOST:PORT")
         return cls(protocol=parts.scheme, host=parts.hostname, port=port)  # type: ignore[arg-type]
 
     def __str__(self) -> str:

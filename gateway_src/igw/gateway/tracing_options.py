@@ -14,6 +14,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from igw.errors import IgwGatewayError
+from igw.redaction import redact
 
 SERVICE_NAME: Final = "igw-gateway"
 """``service.name`` unless ``OTEL_SERVICE_NAME`` (or ``OTEL_RESOURCE_ATTRIBUTES``) says otherwise."""
@@ -59,9 +60,18 @@ def tracing_options(
         else:
             return None
     parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts.port  # noqa: B018 - read for its check: a port past 65535 or not a number raises
+    except ValueError:
+        valid_port = False
+    else:
+        valid_port = True
+    if parts.scheme not in ("http", "https") or not parts.hostname or not valid_port:
+        # Quoted without user-info. The port is checked here: ``http://collector:99999`` started,
+        # and every export of spans then failed ("Port out of range"), logged once per batch.
         raise TracingConfigError(
-            f"{source} must be an http(s) URL of an OTLP/HTTP receiver, got {endpoint!r}"
+            f"{source} must be an http(s) URL of an OTLP/HTTP receiver with a valid port, got "
+            f"{redact(endpoint)!r}"
         )
     if parts.path in ("", "/"):
         endpoint = endpoint.rstrip("/") + TRACES_PATH
