@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
@@ -214,6 +215,19 @@ async def test_a_password_in_the_gateways_url_is_never_shown() -> None:
     assert password not in status
     assert password not in (app.last_error or "")
     assert password not in repr(app.source)
+
+
+async def test_cells_are_drawn_as_text_never_read_as_markup() -> None:
+    """Cells come from the gateway's pages (pod names, label values, decision reasons); a string cell
+    was read as markup, so ``[link=...]`` drew a link and ``[b]...[/b]`` vanished into a style."""
+    app = TopApp(GatewaySource("http://127.0.0.1:9"), interval_s=30.0)
+    hostile = "[link=http://evil.example]pod[/link][b]x[/b]"
+    async with app.run_test(size=SIZE):
+        app._fill("pools", [(hostile, *("-" for _ in POOL_COLUMNS[1:]))])
+        cell = app.query_one("#pools", DataTable).get_cell_at(Coordinate(0, 0))
+    assert isinstance(cell, Text)
+    assert cell.plain == hostile
+    assert not cell.spans  # no style or link taken from the brackets
 
 
 async def test_top_backs_off_while_the_gateway_does_not_answer_and_says_so() -> None:

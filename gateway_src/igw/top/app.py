@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Final, Protocol
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
@@ -263,7 +264,10 @@ class TopApp(App[None]):
         table = self.query_one(f"#{table_id}", DataTable)
         cursor = table.cursor_row  # keep the operator's place across refreshes
         table.clear()
-        table.add_rows(rows)
+        # Each cell as plain text: a string cell is read as markup, and what the cells show comes
+        # from the gateway's pages (pod and model names, label values, decision reasons): a value
+        # such as ``[link=...]`` or ``[b]`` was drawn as a link or a style instead of as itself.
+        table.add_rows([tuple([Text(cell) for cell in row]) for row in rows])
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
 
