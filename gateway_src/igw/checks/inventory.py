@@ -30,6 +30,7 @@ KINDS = (
     "PodDisruptionBudget",
     "CustomResourceDefinition",
     "InferenceGatewayConfig",
+    "GlobalRouterConfig",
     "Certificate",
     "ServiceAccount",
 )

@@ -1,0 +1,75 @@
+"""IGW-AU307: a GlobalRouterConfig's cluster endpoints over plain http, graded by what travels in clear."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from igw.checks.model import Command, Status
+from igw.cli.main import main as igw_main
+from tests.checks.helpers import of, run, write_docs
+
+EXAMPLE = Path(__file__).parents[2] / "crds" / "examples" / "global" / "global-router.yaml"
+
+
+def _router(*, endpoint: str, auth: bool, forward: bool = False) -> dict[str, Any]:
+    doc: dict[str, Any] = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    doc["spec"]["clusters"][1]["endpoint"] = endpoint
+    if auth:
+        doc["spec"]["auth"] = {
+            "jwt": {
+                "provider": {
+                    "name": "idp",
+                    "issuer": "https://idp.example.com",
+                    "remoteJWKS": {"uri": "https://idp.example.com/jwks.json"},
+                    "audiences": ["inference"],
+                }
+            }
+        }
+    if forward:
+        doc["spec"]["authorization"] = {"forwardAuthorization": True}
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "auth", "forward", "status", "severity"),
+    [
+        ("https://igw.use1-b.example.com", False, False, Status.PASS, None),
+        ("http://127.0.0.1:8081", False, False, Status.PASS, None),  # a local demo
+        ("http://localhost:8081", True, False, Status.PASS, None),
+        ("http://igw.use1-b.example.com", True, False, Status.FAIL, "MEDIUM"),  # tokens stay at the router
+        ("http://igw.use1-b.example.com", True, True, Status.FAIL, "HIGH"),  # forwardAuthorization
+        ("http://10.0.3.7:8080", False, False, Status.FAIL, "HIGH"),  # no auth: Authorization passes through
+    ],
+    ids=["https", "loopback", "localhost", "http-auth", "http-forwarded", "http-no-auth"],
+)
+def test_plain_http_cluster_endpoints_are_graded_by_what_they_carry(
+    endpoint: str, auth: bool, forward: bool, status: Status, severity: str | None
+) -> None:
+    [result] = of(run([_router(endpoint=endpoint, auth=auth, forward=forward)], Command.AUDIT), "IGW-AU307")
+    assert result.status is status, result.message
+    assert result.resource == "GlobalRouterConfig global-llama"
+    if severity is not None:
+        assert result.severity.label == severity
+        assert "use1-b (igw.use1-b.example.com)" in result.message or "use1-b (10.0.3.7)" in result.message
+
+
+def test_without_a_global_router_config_the_check_has_nothing_in_scope() -> None:
+    [result] = of(run([], Command.AUDIT), "IGW-AU307")
+    assert result.status is Status.SKIP
+
+
+def test_igw_audit_reads_a_global_router_config_from_a_manifest_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_docs(
+        tmp_path / "manifests", [_router(endpoint="http://igw.use1-b.example.com", auth=False)]
+    )
+    igw_main(["audit", "--manifests", str(folder), "--check", "IGW-AU307", "-o", "json"])
+    out = capsys.readouterr().out
+    assert '"IGW-AU307"' in out
+    assert '"FAIL"' in out
