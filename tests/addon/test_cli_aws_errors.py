@@ -83,7 +83,7 @@ JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJlMTIzNDU2Nzg5MA"
 
 
 @pytest.mark.usefixtures("no_aws_setup")
-@pytest.mark.parametrize("form", ["inline-json", "inline-yaml", "file-url", "path"])
+@pytest.mark.parametrize("form", ["inline-json", "inline-yaml", "long-inline-json", "file-url", "path"])
 def test_configuration_values_are_taken_as_aws_eks_create_addon_takes_them(
     tmp_path: Path, form: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -96,13 +96,15 @@ def test_configuration_values_are_taken_as_aws_eks_create_addon_takes_them(
     given = {
         "inline-json": document,
         "inline-yaml": f"replicaCount: two\notel:\n  headers: Bearer {JWT}\n",
+        # longer than a file name may be: asking whether it names a file raised "File name too long"
+        "long-inline-json": document[:-1] + ', "podAnnotations": {"note": "' + "x" * 400 + '"}}',
         "file-url": f"file://{values}",
         "path": str(values),
     }[form]
     assert main(["addon", "create", "--cluster", "c", "--configuration-values", given]) == 2
     err = capsys.readouterr().err
     assert "configurationValues.replicaCount: expected integer" in err  # the values were read
-    assert ("(inline)" in err) is form.startswith("inline")
+    assert ("(inline)" in err) is ("inline" in form)
     assert JWT[:20] not in err
 
 

@@ -163,6 +163,15 @@ def _inline(value: str) -> bool:
     return text.startswith("{") or "\n" in text or ": " in text
 
 
+def _names_a_file(value: str) -> bool:
+    """Whether ``value`` is the path of an existing file; ``False`` for values no path can be (a
+    component over the file system's name limit, a NUL byte): a long inline document is not a path."""
+    try:
+        return Path(value).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _values_text(value: str) -> str:
     """The configuration values ``--configuration-values`` gives (``OSError`` for a file it cannot read).
 
@@ -172,7 +181,7 @@ def _values_text(value: str) -> str:
     name, and the error quoted the whole value, tokens included."""
     if value.startswith(FILE_PREFIX):
         return Path(value.removeprefix(FILE_PREFIX)).read_text(encoding="utf-8")
-    if _inline(value) and not Path(value).is_file():
+    if _inline(value) and not _names_a_file(value):
         return value
     return Path(value).read_text(encoding="utf-8")
 
@@ -181,7 +190,7 @@ def _values_source(value: str) -> str:
     """How messages name the values: their file, or :data:`INLINE` (never the values themselves)."""
     if value.startswith(FILE_PREFIX):
         return value.removeprefix(FILE_PREFIX)
-    return INLINE if _inline(value) and not Path(value).is_file() else value
+    return INLINE if _inline(value) and not _names_a_file(value) else value
 
 
 def _refuse_invalid_input(args: argparse.Namespace, values: dict[str, Any] | None) -> None:
