@@ -104,3 +104,26 @@ def test_zero_slow_start_window_means_full_share_on_return() -> None:
     h.observe_heartbeat(beat("a", seq=2), now=2)
     h.evaluate(now=2, source_up=True)
     assert h.ramp(now=2) == 1.0
+
+
+def test_a_malformed_heartbeat_drains_at_once_and_a_good_one_brings_it_back_with_slow_start() -> None:
+    h = healthy()
+    h.observe_heartbeat(None, now=0.5, malformed=True)
+    t = h.evaluate(now=0.5, source_up=True)
+    assert t is not None
+    assert (t.kind, t.reason) == ("failover", "malformed")
+    assert h.ramp(now=0.5) == 0.0
+    assert h.evaluate(now=0.6, source_up=False) is None  # a store outage does not bring it back
+    assert h.drain_reason == "malformed"
+    h.observe_heartbeat(beat("a", seq=2), now=1.0)
+    t = h.evaluate(now=1.0, source_up=True)
+    assert t is not None
+    assert t.kind == "recovery"
+    assert RAMP_FLOOR <= h.ramp(now=1.0) < 1.0
+
+
+def test_a_cluster_whose_first_heartbeat_is_malformed_is_drained_even_when_heartbeats_are_optional() -> None:
+    relaxed = ClusterHealth("a", SPEC, heartbeat_required=False)
+    relaxed.observe_heartbeat(None, now=0.0, malformed=True)
+    relaxed.evaluate(now=0.0, source_up=True)
+    assert relaxed.drain_reason == "malformed"

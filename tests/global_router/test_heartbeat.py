@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 import redis.asyncio as redis_asyncio
 
-from igw.gateway.heartbeat import HeartbeatPublisher, HeartbeatSettings, quantile_from_buckets
+from igw.gateway.heartbeat import (
+    HeartbeatPublisher,
+    HeartbeatSettings,
+    LoadWindow,
+    _Counters,
+    quantile_from_buckets,
+)
 from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown
 from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
@@ -54,6 +62,108 @@ def test_document_round_trips_and_malformed_ones_name_the_problem() -> None:
         Heartbeat.decode(b"{")
     with pytest.raises(ValueError, match="must be a JSON object"):
         Heartbeat.decode(b"[1]")
+
+
+def _document(**changes: Any) -> bytes:
+    """A well-formed published document with ``changes`` applied (a value of ``...`` removes the field)."""
+    doc = orjson.loads(beat("a", ttft_p99=0.25, saturation=0.5).encode())
+    pool = {"model": "llama", "endpoints_total": 2, "endpoints_fresh": 2, "saturation": 0.5, "queue_depth": 0}
+    doc["pools"] = {"llama": pool}
+    for name, value in changes.items():
+        if value is ...:
+            del doc[name]
+        else:
+            doc[name] = value
+    return orjson.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # A P99 of -0.05 s made the routing weight's divisor 0: every request for the model failed.
+        ({"ttft_p99_s": -0.05}, "field 'ttft_p99_s' must be a finite number of at least 0, got number -0.05"),
+        ({"ttft_p50_s": "nan"}, "field 'ttft_p50_s' must be a finite number of at least 0, got string 'nan'"),
+        ({"requests_per_s": -1}, "field 'requests_per_s' must be a finite number of at least 0"),
+        ({"saturation": "nan"}, "field 'saturation' must be a number from 0 to 1, got string 'nan'"),
+        ({"saturation": 1.5}, "field 'saturation' must be a number from 0 to 1, got number 1.5"),
+        ({"saturation": True}, "field 'saturation' must be a number from 0 to 1, got boolean True"),
+        ({"draining": "false"}, "field 'draining' must be true or false, got string 'false'"),
+        ({"models": "llama"}, "field 'models' must be a list of strings, got string 'llama'"),
+        ({"models": ["llama", 3]}, "field 'models' must be a list of strings"),
+        ({"models": ...}, "lacks field 'models'"),
+        ({"seq": True}, "field 'seq' must be an integer of at least 0, got boolean True"),
+        ({"seq": 1.5}, "field 'seq' must be an integer of at least 0, got number 1.5"),
+        ({"endpoints_fresh": -3}, "field 'endpoints_fresh' must be an integer of at least 0, got integer -3"),
+        ({"queue_depth": "7"}, "field 'queue_depth' must be an integer of at least 0, got string '7'"),
+        ({"cluster": ""}, "field 'cluster' must be a non-empty string"),
+        ({"region": None}, "field 'region' must be a non-empty string, got null"),
+        ({"sent_at": None}, "field 'sent_at' must be a finite number of at least 0, got null"),
+        ({"version": 2}, "format version 2 is newer than this router reads (1): upgrade the global router"),
+        ({"version": 0}, "field 'version' must be at least 1"),
+        ({"pools": []}, "field 'pools' must be an object, got array"),
+        ({"pools": {"llama": 1}}, "field 'pools.llama' must be an object"),
+        (
+            {
+                "pools": {
+                    "llama": {
+                        "model": "llama",
+                        "endpoints_total": 2,
+                        "endpoints_fresh": 2,
+                        "saturation": -0.1,
+                        "queue_depth": 0,
+                    }
+                }
+            },
+            "field 'pools.llama.saturation' must be a number from 0 to 1",
+        ),
+        ({"pools": {"llama": {"model": "llama"}}}, "lacks field 'pools.llama.endpoints_total'"),
+    ],
+)
+def test_a_document_no_working_gateway_publishes_is_refused_naming_the_field(
+    changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Heartbeat.decode(_document(**changes))
+
+
+def test_optional_fields_may_be_absent_or_null_and_unknown_fields_are_ignored() -> None:
+    decoded = Heartbeat.decode(
+        _document(
+            ttft_p50_s=None,
+            ttft_p90_s=...,
+            rate_429_per_s=...,
+            draining=...,
+            version=...,
+            pools=None,
+            added_by_a_newer_gateway={"x": 1},
+        )
+    )
+    assert (decoded.ttft_p50_s, decoded.ttft_p90_s, decoded.ttft_p99_s) == (None, None, 0.25)
+    assert (decoded.rate_429_per_s, decoded.draining, decoded.version, dict(decoded.pools)) == (
+        0.0,
+        False,
+        1,
+        {},
+    )
+    assert Heartbeat.decode(_document(saturation=1, sent_at=0)).saturation == 1.0  # JSON integers are numbers
+
+
+def test_a_counter_reset_starts_the_load_window_anew_so_no_rate_or_ttft_goes_below_zero() -> None:
+    window = LoadWindow(window_s=10.0)
+    window.add(_Counters(at=0.0, ttft={0.1: 5.0, INF: 10.0}, requests=10.0, rejected_429=1.0))
+    oldest, newest = window.add(
+        _Counters(at=1.0, ttft={0.1: 8.0, INF: 20.0}, requests=20.0, rejected_429=2.0)
+    )
+    assert oldest.at == 0.0  # no reset: the window spans both
+    for reset in (
+        _Counters(at=2.0, ttft={0.1: 8.0, INF: 20.0}, requests=3.0, rejected_429=2.0),
+        _Counters(at=2.0, ttft={0.1: 1.0, INF: 20.0}, requests=25.0, rejected_429=2.0),
+        _Counters(at=2.0, ttft={0.1: 8.0, INF: 20.0}, requests=25.0, rejected_429=0.0),
+    ):
+        again = LoadWindow(window_s=10.0)
+        again.add(_Counters(at=1.0, ttft={0.1: 8.0, INF: 20.0}, requests=20.0, rejected_429=2.0))
+        oldest, newest = again.add(reset)
+        assert oldest is newest is reset
 
 
 async def test_gateway_publishes_its_load_and_the_router_reads_it(
@@ -112,6 +222,13 @@ async def test_reader_ignores_malformed_or_misnamed_documents(redis_server: Redi
     assert got["a"] is None
     assert got["b"] is None
     assert got["c"] is not None
+    assert reader.malformed == {"a", "b"}
+    await client.set("p:a", beat("a").encode())
+    await client.set("p:b", _document(ttft_p99_s=-0.05).replace(b'"cluster":"a"', b'"cluster":"b"'))
+    got = await reader.read()
+    assert got["a"] is not None
+    assert got["b"] is None
+    assert reader.malformed == {"b"}
     await reader.close()
     await client.aclose()  # type: ignore[attr-defined]
 

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import aiohttp
+import orjson
 import redis.asyncio as redis_asyncio
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
@@ -52,11 +53,18 @@ class Cluster:
     alive: bool = True
     seq: int = 0
     saturation: float = 0.0
+    spoiled: dict[str, Any] | None = None
+    """Fields the published heartbeat carries instead of the tier-1 format's values (none: all good)."""
 
 
 def _failed_over(fleet: Fleet, cluster: str) -> bool:
     """Whether ``fleet`` has recorded a failover away from ``cluster``."""
     return any(t.cluster == cluster and t.kind == "failover" for t in fleet.transitions)
+
+
+def _drained_for(fleet: Fleet, cluster: str, reason: str) -> bool:
+    """Whether ``fleet`` has ``cluster`` drained for ``reason``."""
+    return fleet.health[cluster].drain_reason == reason
 
 
 def _all_drained(fleet: Fleet) -> bool:
@@ -105,8 +113,10 @@ async def _publish(fx: Fixture) -> None:
     for c in fx.clusters.values():
         if c.alive:
             c.seq += 1
-            hb = beat(c.name, seq=c.seq, region=c.region, saturation=c.saturation)
-            await fx.redis.set(PREFIX + c.name, hb.encode(), px=10_000)
+            document = beat(c.name, seq=c.seq, region=c.region, saturation=c.saturation).encode()
+            if c.spoiled is not None:
+                document = orjson.dumps({**orjson.loads(document), **c.spoiled})
+            await fx.redis.set(PREFIX + c.name, document, px=10_000)
 
 
 @contextlib.asynccontextmanager
@@ -227,6 +237,24 @@ async def test_return_ramps_up_gradually(redis_server: RedisServer) -> None:
         )
         later = await served_by(fx, 40)
         assert first["east-a"] < later["east-a"]
+        assert await fx.metric("igw_global_recovery_events_total", cluster="east-a") == 1
+
+
+async def test_a_malformed_heartbeat_drains_its_cluster_fails_no_request(redis_server: RedisServer) -> None:
+    # A P99 TTFT of -0.05 s (no working gateway publishes one) divided the routing weight by zero:
+    # every request for the model failed, whichever cluster it would have gone to.
+    async with fleet(redis_server) as fx:
+        assert set(await served_by(fx, 20)) == {"east-a", "east-b"}
+        fx.clusters["east-a"].spoiled = {"ttft_p99_s": -0.05}
+        for f in fx.fleets:
+            await wait_for(partial(_drained_for, f, "east-a", "malformed"), within=10, what="east-a drained")
+        where = await served_by(fx, 20) + await served_by(fx, 20, replica=1)
+        assert where == Counter({"east-b": 40})
+        assert await fx.metric("igw_global_failover_events_total", cluster="east-a", reason="malformed") == 1
+        async with fx.http.get(fx.urls[0] + "/readyz") as resp:
+            assert (await resp.json())["clusters"]["east-a"]["drain_reason"] == "malformed"
+        fx.clusters["east-a"].spoiled = None
+        await wait_for(lambda: fx.fleets[0].health["east-a"].available(), within=10, what="east-a back")
         assert await fx.metric("igw_global_recovery_events_total", cluster="east-a") == 1
 
 

@@ -102,6 +102,14 @@ def _read_counters(state: GatewayState, now: float) -> _Counters:
     return _Counters(at=now, ttft=ttft, requests=requests, rejected_429=rejected)
 
 
+def _went_back(before: _Counters, after: _Counters) -> bool:
+    """Whether any counter of ``after`` is lower than in ``before`` (a reset between them)."""
+    if after.requests < before.requests or after.rejected_429 < before.rejected_429:
+        return True
+    later = after.ttft
+    return any(later.get(bound, 0.0) < count for bound, count in before.ttft.items())
+
+
 class LoadWindow:
     """Counter snapshots over the last ``window_s``; quantiles and rates are differences across it."""
 
@@ -110,7 +118,13 @@ class LoadWindow:
         self._snapshots: deque[_Counters] = deque()
 
     def add(self, snapshot: _Counters) -> tuple[_Counters, _Counters]:
-        """Record ``snapshot``; return (oldest kept within the window, newest)."""
+        """Record ``snapshot``; return (oldest kept within the window, newest).
+
+        A counter lower than in the last snapshot (the series were reset) starts the window anew
+        at ``snapshot``: a difference across the reset would be negative, a rate or a TTFT below 0
+        that the global router refuses, draining this cluster (:meth:`Heartbeat.decode`)."""
+        if self._snapshots and _went_back(self._snapshots[-1], snapshot):
+            self._snapshots.clear()
         self._snapshots.append(snapshot)
         while len(self._snapshots) > 2 and snapshot.at - self._snapshots[1].at >= self._window_s:
             self._snapshots.popleft()

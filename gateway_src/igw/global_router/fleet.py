@@ -71,8 +71,9 @@ class Fleet:
                     self._logged_down = False
                 self.source_up = True
                 now = self._clock()
+                malformed = self._reader.malformed
                 for name, beat in beats.items():
-                    self.health[name].observe_heartbeat(beat, now=now)
+                    self.health[name].observe_heartbeat(beat, now=now, malformed=name in malformed)
         self.polled = True
         self.evaluate()
 

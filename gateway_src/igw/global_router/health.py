@@ -6,7 +6,9 @@ Pure state with an injected clock (the router passes ``now``), so every transiti
   *new* one is one whose ``seq`` differs from the last seen, and its arrival time is taken on this
   router's clock. A cluster whose last new heartbeat is older than ``heartbeat_staleness_s`` is
   drained (``stale``); a heartbeat that disappears (the gateway deleted it on shutdown) drains it at
-  once (``gone``); a heartbeat that says ``draining`` (the gateway got SIGTERM) too. While the
+  once (``gone``); a heartbeat that says ``draining`` (the gateway got SIGTERM) too, and so does a
+  value the router cannot read (``malformed``: a broken or newer writer; the cluster's last good
+  heartbeat says nothing about it any more). While the
   heartbeat store itself cannot be read, staleness is suspended (``source_up=False``): a Redis
   outage must not drain the whole fleet, and passive failure detection still works.
 - **Requests**: ``failure_threshold`` consecutive failures (connect errors, 5xx) eject the cluster
@@ -30,7 +32,7 @@ from igw.global_router.config import FailoverSpec
 RAMP_FLOOR: Final = 0.1
 """Share of its full traffic a returning cluster gets at the start of its slow-start window."""
 
-DrainReason = Literal["stale", "gone", "draining", "failures", "no-heartbeat"]
+DrainReason = Literal["stale", "gone", "draining", "failures", "no-heartbeat", "malformed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ class ClusterHealth:
         self.heartbeat: Heartbeat | None = None
         self.heartbeat_seen_at: float | None = None
         self._gone = False
+        self._malformed = False
         self.consecutive_failures = 0
         self.ejected_until = float("-inf")
         self.available_since: float | None = None
@@ -57,8 +60,10 @@ class ClusterHealth:
         self.drain_reason: DrainReason | None = "no-heartbeat" if heartbeat_required else None
 
     # -- inputs --------------------------------------------------------------------------------
-    def observe_heartbeat(self, beat: Heartbeat | None, *, now: float) -> None:
-        """Record what the store holds for this cluster (``None``: no key)."""
+    def observe_heartbeat(self, beat: Heartbeat | None, *, now: float, malformed: bool = False) -> None:
+        """Record what the store holds for this cluster (``None``: no key, or with ``malformed`` a
+        value that could not be read)."""
+        self._malformed = malformed
         if beat is None:
             self._gone = self.heartbeat is not None
             return
@@ -81,6 +86,8 @@ class ClusterHealth:
         """Why the cluster gets no traffic now, or ``None`` when it is available."""
         if now < self.ejected_until:
             return "failures"
+        if self._malformed:
+            return "malformed"
         if self.heartbeat is None:
             return "no-heartbeat" if self._required else None
         if self._gone:

@@ -1,7 +1,9 @@
 """Read every configured cluster's heartbeat from Redis (one ``MGET`` per poll).
 
 The keys are ``<keyPrefix><cluster>`` as written by :mod:`igw.gateway.heartbeat`. A malformed value
-is logged (once per cluster until it is fine again) and treated as absent. A Redis error makes
+(or one naming another cluster) is logged (once per cluster until it is fine again), read as no
+heartbeat, and its cluster listed in :attr:`HeartbeatReader.malformed`, which drains it (reason
+``malformed``: :mod:`igw.global_router.health`). A Redis error makes
 :meth:`HeartbeatReader.read` raise :class:`HeartbeatSourceDown`; the router then suspends staleness
 (see :mod:`igw.global_router.health`) instead of draining the fleet.
 """
@@ -33,6 +35,11 @@ class HeartbeatReader:
         self._keys = [f"{key_prefix}{name}" for name in self._clusters]
         self._bad: set[str] = set()
 
+    @property
+    def malformed(self) -> frozenset[str]:
+        """The clusters whose value at the last :meth:`read` was malformed or named another cluster."""
+        return frozenset(self._bad)
+
     async def read(self) -> dict[str, Heartbeat | None]:
         """``{cluster: heartbeat or None}`` for every configured cluster."""
         # deferred: optional dependency: redis is imported only when this feature is configured
@@ -45,17 +52,22 @@ class HeartbeatReader:
         out: dict[str, Heartbeat | None] = {}
         for name, raw in zip(self._clusters, values, strict=True):
             beat: Heartbeat | None = None
+            problem: str | None = None
             if raw is not None:
                 try:
                     beat = Heartbeat.decode(raw)
-                    self._bad.discard(name)
                 except ValueError as exc:
-                    if name not in self._bad:
-                        log.error("cluster %s: ignoring malformed heartbeat: %s", name, exc)
-                        self._bad.add(name)
+                    problem = f"ignoring malformed heartbeat: {exc}"
                 if beat is not None and beat.cluster != name:
-                    log.error("cluster %s: heartbeat names cluster %r; ignored", name, beat.cluster)
+                    problem = f"heartbeat names cluster {beat.cluster!r}; ignored"
                     beat = None
+            if problem is None:
+                if name in self._bad:
+                    log.warning("cluster %s: heartbeat well-formed again", name)
+                    self._bad.discard(name)
+            elif name not in self._bad:
+                log.error("cluster %s: %s", name, problem)
+                self._bad.add(name)
             out[name] = beat
         return out
 

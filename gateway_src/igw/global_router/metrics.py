@@ -35,7 +35,7 @@ class FleetMetrics:
         )
         self.failovers = Counter(
             f"{PREFIX}_failover_events",
-            "Clusters drained, by reason (stale, gone, draining, failures).",
+            "Clusters drained, by reason (stale, gone, draining, malformed, failures).",
             ["cluster", "reason"],
             registry=r,
         )
