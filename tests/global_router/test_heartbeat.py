@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import random
 import re
+import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 import redis.asyncio as redis_asyncio
@@ -20,10 +25,14 @@ from igw.gateway.heartbeat import (
     quantile_from_buckets,
 )
 from igw.gateway.heartbeat_message import Heartbeat
+from igw.global_router.config import build_global_config
+from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown
+from igw.global_router.metrics import FleetMetrics
 from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
 from tests.gateway.support import config_doc, scheduler
-from tests.global_router.support import beat
+from tests.global_router.support import beat, global_doc
+from tests.reliability.harness import gateway_doc, igw_serve
 from tests.security.helpers import RedisServer
 
 INF = float("inf")
@@ -288,3 +297,151 @@ async def test_saturated_gateway_reports_saturation_and_its_429_rate(
         assert hb is not None
         assert hb.saturation == 1.0
         assert hb.queue_depth == 500
+
+
+async def _field_names(client: Any, key: str) -> set[str]:
+    return {name.decode() for name in await client.hkeys(key)}
+
+
+async def test_replicas_publish_one_field_each_from_worker_0_and_one_stopping_drains_nothing(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Two replicas of one cluster's gateway, each ``igw serve --workers 2``, as real processes. When
+    the cluster had one key that every replica overwrote, a replica stopping in a rolling update
+    deleted it (after saying ``draining``): every router drained the whole cluster ("gone"), then
+    slow-started it over ``slowStartSeconds``, while the other replica served."""
+    doc = gateway_doc()
+    doc["spec"]["extensions"]["globalHeartbeat"] = {
+        "cluster": "east-a",
+        "region": "east",
+        "redis": {"url": redis_server.url, "keyPrefix": "r:hb:"},
+        "interval": "100ms",
+    }
+    config = build_global_config(global_doc(heartbeats={"pollIntervalSeconds": 0.05}))
+    reader = HeartbeatReader(
+        url=redis_server.url, key_prefix="r:hb:", clusters=["east-a", "east-b", "west-a"]
+    )
+    fleet = Fleet(
+        config,
+        region="east",
+        clock=time.monotonic,
+        rng=random.Random(1),
+        metrics=FleetMetrics(),
+        reader=reader,
+    )
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    pod = FakeModelServer("p0")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    try:
+        async with (
+            running(pod),
+            igw_serve(tmp_path / "one", doc, [pod.key], "--workers", "2") as one,
+            igw_serve(tmp_path / "two", doc, [pod.key], "--workers", "2") as two,
+        ):
+            for group in (one, two):  # worker 0's pid: the readiness answer names the worker
+                while (worker := await _worker_of_new_connection(group.url))["index"] != 0:
+                    pass
+                group.lines.append(f"worker 0 pid {worker['pid']}\n")
+            host = socket.gethostname()
+            zeros = {
+                f"{host}/{line.split()[-1]}"
+                for line in one.lines + two.lines
+                if line.startswith("worker 0 pid ")
+            }
+            fields: set[str] = set()
+            deadline = time.monotonic() + 30
+            for _ in range(600):  # polled: Redis tells no one when a field is written
+                fields = await _field_names(client, "r:hb:east-a")
+                if fields == zeros or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            assert fields == zeros  # one field per replica, written by its worker 0 only
+            await fleet.poll_once()
+            assert fleet.health["east-a"].available()
+
+            stopped = asyncio.get_running_loop().create_task(one.stop())
+            while not stopped.done():  # the router polls through the replica's drain and exit
+                await fleet.poll_once()
+                await asyncio.sleep(0.05)
+            assert await stopped == 0
+            for _ in range(10):
+                await fleet.poll_once()
+                await asyncio.sleep(0.05)
+            assert [t for t in fleet.transitions if t.cluster == "east-a"] == []
+            assert fleet.health["east-a"].ramp(now=time.monotonic()) == 1.0
+            assert len(await _field_names(client, "r:hb:east-a")) == 1  # the stopped one removed its own
+        # The last replica stopped too: the key is gone, and the cluster with it.
+        assert await client.exists("r:hb:east-a") == 0
+        await fleet.poll_once()
+        assert fleet.health["east-a"].drain_reason == "gone"
+    finally:
+        await reader.close()
+        await client.aclose()  # type: ignore[attr-defined]
+
+
+async def _worker_of_new_connection(url: str) -> dict[str, int]:
+    async with aiohttp.ClientSession() as fresh, fresh.get(url + "/readyz") as resp:
+        worker: dict[str, int] = (await resp.json())["worker"]
+        return worker
+
+
+async def test_a_field_left_by_a_replica_killed_outright_is_pruned_after_the_ttl(
+    gateway: Callable[..., Any], redis_server: RedisServer
+) -> None:
+    server = FakeModelServer("s")
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    async with (
+        running(server),
+        gateway(config_doc([scheduler("llama", "llama")]), {"llama": [server.key]}) as gw,
+    ):
+        settings = HeartbeatSettings(
+            cluster="a", region="r", redis_url=redis_server.url, key_prefix="k:", ttl_s=2.0
+        )
+        wall = [1000.0]
+        killed = HeartbeatPublisher(
+            gw.state, dataclasses.replace(settings, replica="killed"), clock=lambda: 0.0, wall=lambda: wall[0]
+        )
+        await killed.publish_once()  # then killed: never stopped, its field stays
+        live = HeartbeatPublisher(
+            gw.state, dataclasses.replace(settings, replica="live"), clock=lambda: 0.0, wall=lambda: wall[0]
+        )
+        await live.publish_once()
+        assert await _field_names(client, "k:a") == {"killed", "live"}
+        wall[0] += 2.5
+        await live.publish_once()  # the live replica's next write
+        assert await _field_names(client, "k:a") == {"killed", "live"}  # pruned once per TTL only
+        await live.prune()
+        assert await _field_names(client, "k:a") == {"live"}
+        await live.stop()
+        await killed.stop()
+    await client.aclose()  # type: ignore[attr-defined]
+
+
+async def test_the_reader_merges_replicas_and_drains_only_a_cluster_with_no_good_document(
+    redis_server: RedisServer,
+) -> None:
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    await client.hset("m:a", mapping={"gw-1": beat("a", saturation=0.2).encode(), "gw-2": b"{oops"})
+    await client.hset(
+        "m:b", mapping={"gw-1": _document(ttft_p99_s=-1).replace(b'"cluster":"a"', b'"cluster":"b"')}
+    )
+    await client.set("m:c", beat("c", saturation=0.5).encode())  # a gateway from before per-replica fields
+    reader = HeartbeatReader(url=redis_server.url, key_prefix="m:", clusters=["a", "b", "c", "d"])
+    try:
+        got = await reader.read()
+        a, c = got["a"], got["c"]
+        assert a is not None
+        assert a.saturation == 0.2  # the malformed replica is left out, the cluster is not drained
+        assert got["b"] is None
+        assert c is not None
+        assert c.saturation == 0.5
+        assert got["d"] is None
+        assert reader.malformed == {"b"}
+        await client.hset("m:a", "gw-2", beat("a", saturation=0.6).encode())
+        again = (await reader.read())["a"]
+        assert again is not None
+        assert again.saturation == pytest.approx(0.4)
+    finally:
+        await reader.close()
+        await client.aclose()  # type: ignore[attr-defined]

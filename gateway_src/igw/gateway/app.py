@@ -35,7 +35,7 @@ from igw.gateway.errors import REQUEST_ID_HEADER, denial_response, gateway_error
 from igw.gateway.forwarded_answer import as_response
 from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
-from igw.gateway.heartbeat import heartbeat_context
+from igw.gateway.heartbeat import heartbeat_context, publishes_heartbeat
 from igw.gateway.inference import REQUEST_ID_KEY, SESSION_KEY, STATE_KEY, handle_inference, request_id_for
 from igw.gateway.lean_server import LEAN_ROUTES_KEY, LeanHandler, LeanRequestHandler, lean_enabled
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
@@ -304,6 +304,11 @@ def create_app(
     app.cleanup_ctx.append(services)
     if emf_interval_s is not None:
         app.cleanup_ctx.append(emf_context(emf_reporter(state.metrics), interval_s=emf_interval_s))
-    if config.extensions.get(HEARTBEAT_EXTENSION):
-        app.cleanup_ctx.append(heartbeat_context(state, config.extensions[HEARTBEAT_EXTENSION]))
+    if config.extensions.get(HEARTBEAT_EXTENSION) and publishes_heartbeat(
+        None if worker is None else worker.index
+    ):
+        workers = 1 if worker is None else worker.count
+        app.cleanup_ctx.append(
+            heartbeat_context(state, config.extensions[HEARTBEAT_EXTENSION], workers=workers)
+        )
     return app

@@ -1,9 +1,16 @@
 """Tier-1 heartbeats for the global router: this gateway's load, published to Redis every second.
 
 Opt-in through ``spec.extensions.globalHeartbeat`` (cluster, region, Redis URL). Every
-``interval`` the gateway writes one JSON document to ``<keyPrefix><cluster>`` with a TTL; the
-global routers (``igw.global_router.heartbeats``) read it. A shared store instead of pushing to each
-router keeps routers stateless and replicas consistent, and needs no consensus of our own.
+``interval`` each gateway replica writes one JSON document as its own field (:func:`replica_name`)
+of the Redis hash ``<keyPrefix><cluster>``, whose TTL every write renews; the global routers
+(``igw.global_router.heartbeats``) read every replica's field and merge them into the cluster's
+state. One field per replica, not one key per cluster: a cluster's gateway runs several replicas,
+and when the cluster had one document that each replica overwrote, a replica stopping in a rolling
+update deleted it (and said ``draining`` first), so every router drained the whole cluster while the
+other replicas served, then slow-started it over ``slowStartSeconds``. In a worker group
+(``igw serve --workers N``) worker 0 publishes for the pod (:func:`publishes_heartbeat`). A shared
+store instead of pushing to each router keeps routers stateless and replicas consistent, and needs
+no consensus of our own.
 
 The document (:class:`~igw.gateway.heartbeat_message.Heartbeat`) carries what tier 2 routes
 on: models and pools, fresh/total endpoints, saturation (the share of endpoints without spare
@@ -14,13 +21,18 @@ routers judge staleness by when they last saw it change, on their own clock, so 
 machines does not matter.
 
 A publication failure (Redis down) is logged once per outage and retried at the next tick; the
-gateway keeps serving.
+gateway keeps serving. A replica that stops removes its own field (the key goes with the last
+field); fields of replicas killed without stopping are removed by the others once older than the
+TTL (:meth:`HeartbeatPublisher.prune`), and routers ignore them once stale anyway.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import os
+import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -50,10 +62,20 @@ class HeartbeatSettings:
     interval_s: float = 1.0
     ttl_s: float = 10.0
     window_s: float = 10.0
+    replica: str = ""
+    """This replica's field in the cluster's hash (:func:`replica_name` when empty)."""
+    rate_scale: float = 1.0
+    """What this process's request and 429 rates are multiplied by to stand for its pod: the
+    worker count in a worker group, whose worker 0 alone publishes (the kernel spreads the
+    connections evenly over the workers); 1 otherwise."""
 
     @property
     def key(self) -> str:
         return f"{self.key_prefix}{self.cluster}"
+
+    @property
+    def field(self) -> str:
+        return self.replica or replica_name()
 
     @staticmethod
     def from_mapping(raw: Mapping[str, Any]) -> HeartbeatSettings:
@@ -75,6 +97,19 @@ def quantile_from_buckets(bounds: Iterable[tuple[float, float]], q: float) -> fl
     :func:`igw.gateway.emf.quantile` (Prometheus' ``histogram_quantile`` rule, one implementation)
     on the pairs sorted by bound."""
     return quantile(q, sorted(bounds))
+
+
+def replica_name() -> str:
+    """This process's field in its cluster's heartbeat hash: ``<host name>/<pid>`` (a pod's host name
+    is the pod's name; the pid tells apart two gateways on one machine and a restarted worker)."""
+    return f"{os.environ.get('HOSTNAME') or socket.gethostname()}/{os.getpid()}"
+
+
+def publishes_heartbeat(worker_index: int | None) -> bool:
+    """Whether the process of ``worker_index`` (``None``: not in a worker group) publishes its pod's
+    heartbeat: worker 0 of a group, which discovers and scrapes the pods for all of them, so its
+    saturation and queue figures are the pod's; one field per pod rather than one per worker."""
+    return worker_index is None or worker_index == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +223,14 @@ def build_heartbeat(
         ttft_p50_s=quantile_from_buckets(delta, 0.5),
         ttft_p90_s=quantile_from_buckets(delta, 0.9),
         ttft_p99_s=quantile_from_buckets(delta, 0.99),
-        rate_429_per_s=(newest.rejected_429 - oldest.rejected_429) / span if newest.at > oldest.at else 0.0,
-        requests_per_s=(newest.requests - oldest.requests) / span if newest.at > oldest.at else 0.0,
+        rate_429_per_s=(
+            (newest.rejected_429 - oldest.rejected_429) / span * settings.rate_scale
+            if newest.at > oldest.at
+            else 0.0
+        ),
+        requests_per_s=(
+            (newest.requests - oldest.requests) / span * settings.rate_scale if newest.at > oldest.at else 0.0
+        ),
         draining=state.draining,
         pools=pools,
     )
@@ -217,6 +258,8 @@ class HeartbeatPublisher:
             settings.redis_url, socket_connect_timeout=0.5, socket_timeout=0.5
         )
         self._window = LoadWindow(settings.window_s)
+        self._field = settings.field
+        self._pruned_at = float("-inf")
         self._seq = 0
         self._failing = False
         self._ticker = Ticker(self._tick, interval_s=settings.interval_s, name="igw-heartbeat")
@@ -236,8 +279,33 @@ class HeartbeatPublisher:
             now=self._clock(),
             wall=self._wall(),
         )
-        await self._client.set(self._settings.key, beat.encode(), px=int(self._settings.ttl_s * 1000))
+        key = self._settings.key
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.hset(key, self._field, beat.encode())
+            pipe.pexpire(key, int(self._settings.ttl_s * 1000))
+            await pipe.execute()
         self._seq += 1
+        now = self._clock()
+        if now - self._pruned_at >= self._settings.ttl_s:
+            self._pruned_at = now
+            await self.prune()
+
+    async def prune(self) -> None:
+        """Remove the fields of replicas that stopped writing more than a TTL ago by their own
+        ``sent_at`` (killed without stopping: their field outlives them, since the other replicas'
+        writes renew the key's TTL). Judged on this machine's wall clock: a TTL (10 s by default) is
+        far beyond the skew between one cluster's nodes. A field that cannot be read is left to the
+        routers, which ignore it."""
+        key = self._settings.key
+        fields = await self._client.hgetall(key)
+        horizon = self._wall() - self._settings.ttl_s
+        old = []
+        for field_name, raw in fields.items():
+            with contextlib.suppress(ValueError):
+                if Heartbeat.decode(raw).sent_at < horizon:
+                    old.append(field_name)
+        if old:
+            await self._client.hdel(key, *old)
 
     async def _tick(self) -> None:
         # deferred: optional dependency: redis is imported only when this feature is configured
@@ -257,16 +325,21 @@ class HeartbeatPublisher:
         self._ticker.start()
 
     async def stop(self) -> None:
-        """Stop publishing and delete the key, so routers drain this cluster at once, not after staleness."""
+        """Stop publishing and remove this replica's field: the routers stop counting it at once, not
+        after staleness, and drain the cluster at once when it was the last replica (Redis deletes a
+        hash with its last field)."""
         await self._ticker.stop()
         with contextlib.suppress(Exception):
-            await self._client.delete(self._settings.key)
+            await self._client.hdel(self._settings.key, self._field)
         await self._client.aclose()  # type: ignore[attr-defined]  # types-redis predates aclose
 
 
-def heartbeat_context(state: GatewayState, raw: Mapping[str, Any]) -> Callable[[Any], AsyncIterator[None]]:
-    """An aiohttp cleanup context publishing heartbeats for the app's lifetime (``raw``: the extension)."""
-    settings = HeartbeatSettings.from_mapping(raw)
+def heartbeat_context(
+    state: GatewayState, raw: Mapping[str, Any], *, workers: int = 1
+) -> Callable[[Any], AsyncIterator[None]]:
+    """An aiohttp cleanup context publishing heartbeats for the app's lifetime (``raw``: the extension;
+    ``workers``: the size of the worker group whose worker 0 this is, 1 outside a group)."""
+    settings = dataclasses.replace(HeartbeatSettings.from_mapping(raw), rate_scale=float(workers))
 
     async def context(_app: Any) -> AsyncIterator[None]:
         publisher = HeartbeatPublisher(state, settings, clock=state.clock)

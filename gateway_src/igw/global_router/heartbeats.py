@@ -1,22 +1,31 @@
-"""Read every configured cluster's heartbeat from Redis (one ``MGET`` per poll).
+"""Read every configured cluster's heartbeat from Redis (one pipelined round trip per poll).
 
-The keys are ``<keyPrefix><cluster>`` as written by :mod:`igw.gateway.heartbeat`. A malformed value
-(or one naming another cluster) is logged (once per cluster until it is fine again), read as no
-heartbeat, and its cluster listed in :attr:`HeartbeatReader.malformed`, which drains it (reason
-``malformed``: :mod:`igw.global_router.health`). A Redis error makes
-:meth:`HeartbeatReader.read` raise :class:`HeartbeatSourceDown`; the router then suspends staleness
-(see :mod:`igw.global_router.health`) instead of draining the fleet.
+Each cluster's key ``<keyPrefix><cluster>`` is a hash with one field per gateway replica, as written
+by :mod:`igw.gateway.heartbeat`; :class:`~igw.global_router.replicas.ReplicaMerge` makes one
+heartbeat of them. A key holding a plain string is the single document of a gateway from before
+per-replica fields (read as one replica, so routers can be upgraded before the gateways).
+
+A malformed value (or one naming another cluster) is logged once per cluster and replica until it is
+fine again and left out; a cluster whose key holds no well-formed document at all is read as no
+heartbeat and listed in :attr:`HeartbeatReader.malformed`, which drains it (reason ``malformed``:
+:mod:`igw.global_router.health`). A Redis error makes :meth:`HeartbeatReader.read` raise
+:class:`HeartbeatSourceDown`; the router then suspends staleness instead of draining the fleet.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from igw.errors import IgwGatewayError
 from igw.gateway.heartbeat_message import Heartbeat
+from igw.global_router.replicas import ReplicaMerge
 
 log = logging.getLogger("igw.global_router")
+
+LEGACY_REPLICA = ""
+"""The replica name a plain-string heartbeat (one document per cluster) is read under."""
 
 
 class HeartbeatSourceDown(IgwGatewayError):
@@ -24,7 +33,18 @@ class HeartbeatSourceDown(IgwGatewayError):
 
 
 class HeartbeatReader:
-    def __init__(self, *, url: str, key_prefix: str, clusters: Sequence[str], timeout_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        *,
+        url: str,
+        key_prefix: str,
+        clusters: Sequence[str],
+        timeout_s: float = 0.5,
+        staleness_s: float = 3.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``staleness_s``: how long a replica counts after its ``seq`` last changed (the config's
+        ``failover.heartbeatStalenessSeconds``); ``clock``: the router's clock."""
         # deferred: optional dependency: redis is imported only when this feature is configured
         import redis.asyncio as redis_asyncio
 
@@ -33,43 +53,90 @@ class HeartbeatReader:
         )
         self._clusters = tuple(clusters)
         self._keys = [f"{key_prefix}{name}" for name in self._clusters]
+        self._merges = {name: ReplicaMerge(staleness_s=staleness_s) for name in self._clusters}
+        self._clock = clock
         self._bad: set[str] = set()
+        self._bad_fields: set[tuple[str, str]] = set()
 
     @property
     def malformed(self) -> frozenset[str]:
-        """The clusters whose value at the last :meth:`read` was malformed or named another cluster."""
+        """The clusters whose key held no well-formed heartbeat at the last :meth:`read`."""
         return frozenset(self._bad)
 
     async def read(self) -> dict[str, Heartbeat | None]:
-        """``{cluster: heartbeat or None}`` for every configured cluster."""
+        """``{cluster: heartbeat or None}`` for every configured cluster, its replicas merged."""
+        fields = await self._fetch()
+        now = self._clock()
+        out: dict[str, Heartbeat | None] = {}
+        for name, replicas in zip(self._clusters, fields, strict=True):
+            good: dict[str, Heartbeat] = {}
+            for replica, raw in replicas.items():
+                beat = self._decoded(name, replica, raw)
+                if beat is not None:
+                    good[replica] = beat
+            if replicas and not good:
+                if name not in self._bad:
+                    log.error("cluster %s: no well-formed heartbeat; draining it", name)
+                    self._bad.add(name)
+            elif name in self._bad:
+                log.warning("cluster %s: heartbeat well-formed again", name)
+                self._bad.discard(name)
+            out[name] = self._merges[name].merge(good, now=now)
+        return out
+
+    async def _fetch(self) -> list[dict[str, bytes]]:
+        """Every cluster's fields (replica name → raw document); a plain-string key as one field."""
         # deferred: optional dependency: redis is imported only when this feature is configured
-        from redis.exceptions import RedisError
+        from redis.exceptions import RedisError, ResponseError
 
         try:
-            values = await self._client.mget(self._keys)
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key in self._keys:
+                    pipe.hgetall(key)
+                results = await pipe.execute(raise_on_error=False)
+            out: list[dict[str, bytes]] = []
+            legacy: list[int] = []
+            for i, result in enumerate(results):
+                if isinstance(result, ResponseError) and str(result).startswith("WRONGTYPE"):
+                    legacy.append(i)
+                    out.append({})
+                elif isinstance(result, BaseException):
+                    raise result
+                else:
+                    out.append({_text(k): v for k, v in result.items()})
+            if legacy:
+                values = await self._client.mget([self._keys[i] for i in legacy])
+                for i, raw in zip(legacy, values, strict=True):
+                    if raw is not None:
+                        out[i] = {LEGACY_REPLICA: raw}
         except (RedisError, OSError) as exc:
             raise HeartbeatSourceDown(f"{type(exc).__name__}: {exc}") from exc
-        out: dict[str, Heartbeat | None] = {}
-        for name, raw in zip(self._clusters, values, strict=True):
-            beat: Heartbeat | None = None
-            problem: str | None = None
-            if raw is not None:
-                try:
-                    beat = Heartbeat.decode(raw)
-                except ValueError as exc:
-                    problem = f"ignoring malformed heartbeat: {exc}"
-                if beat is not None and beat.cluster != name:
-                    problem = f"heartbeat names cluster {beat.cluster!r}; ignored"
-                    beat = None
-            if problem is None:
-                if name in self._bad:
-                    log.warning("cluster %s: heartbeat well-formed again", name)
-                    self._bad.discard(name)
-            elif name not in self._bad:
-                log.error("cluster %s: %s", name, problem)
-                self._bad.add(name)
-            out[name] = beat
         return out
+
+    def _decoded(self, cluster: str, replica: str, raw: bytes) -> Heartbeat | None:
+        """``raw`` decoded, or ``None`` (logged once until it is fine) when malformed or misnamed."""
+        problem: str | None = None
+        beat: Heartbeat | None = None
+        try:
+            beat = Heartbeat.decode(raw)
+        except ValueError as exc:
+            problem = f"ignoring malformed heartbeat: {exc}"
+        if beat is not None and beat.cluster != cluster:
+            problem = f"heartbeat names cluster {beat.cluster!r}; ignored"
+            beat = None
+        where = (cluster, replica)
+        if problem is None:
+            self._bad_fields.discard(where)
+        elif where not in self._bad_fields:
+            self._bad_fields.add(where)
+            named = f" (replica {replica})" if replica != LEGACY_REPLICA else ""
+            log.error("cluster %s%s: %s", cluster, named, problem)
+        return beat
 
     async def close(self) -> None:
         await self._client.aclose()  # type: ignore[attr-defined]  # types-redis predates aclose
+
+
+def _text(value: bytes | str) -> str:
+    """A hash field's name as text (the client returns bytes; a name that is not UTF-8 is escaped)."""
+    return value if isinstance(value, str) else value.decode("utf-8", "backslashreplace")

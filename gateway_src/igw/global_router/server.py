@@ -335,6 +335,8 @@ def create_global_app(
             url=config.heartbeats.redis_url,
             key_prefix=config.heartbeats.key_prefix,
             clusters=[c.name for c in config.clusters],
+            staleness_s=config.failover.heartbeat_staleness_s,
+            clock=clock,
         )
     fleet = Fleet(
         config,
