@@ -352,6 +352,24 @@ async def test_model_rate_limit_is_shared_by_both_replicas(redis_server: RedisSe
         assert hits == 6
 
 
+async def test_model_names_no_cluster_serves_make_no_rate_limit_buckets(redis_server: RedisServer) -> None:
+    # With a wildcard entry each distinct model name got its own buckets before the 404: a client
+    # cycling names grew the buckets without bound (for the process's life in the local backend).
+    limits = {
+        "rateLimits": {"backend": "redis", "redis": {"url": redis_server.url, "keyPrefix": "e2e:rl:"}},
+        "modelRateLimits": [{"tenant": "*", "model": "*", "requestsPerSecond": 100, "burst": 100}],
+    }
+    async with fleet(redis_server, **limits) as fx:
+        for i in range(20):
+            async with await fx.post({"model": f"no-such-model-{i}", "prompt": "x"}) as resp:
+                assert resp.status == 404
+                assert (await resp.json())["error"]["code"] == "model_not_found"
+        assert await fx.redis.keys("e2e:rl:*") == []
+        async with await fx.post({"model": MODEL, "prompt": "x"}) as resp:
+            assert resp.status == 200
+        assert await fx.redis.keys("e2e:rl:*") != []  # the served model's buckets: the limit applies
+
+
 async def test_a_cluster_that_never_answers_is_a_504_after_request_timeout_then_retried(
     redis_server: RedisServer,
 ) -> None:

@@ -154,6 +154,17 @@ async def _route(
     try:
         router.guard.authorize(principal, model=model)
         await router.guard.admit(principal, model=model, est_tokens=est_tokens)
+        # A model no cluster serves is refused before its (tenant, model) buckets exist: with a
+        # wildcard entry every distinct name the client sends would make a bucket pair of its own
+        # (in the local backend, kept for the process's life), so unknown names grew memory without
+        # bound. The tenant-wide limits above still count such requests.
+        if not router.fleet.known_model(model):
+            m.requests.labels(UNKNOWN_MODEL, "404").inc()
+            return gateway_error(
+                "model_not_found",
+                f"model {model!r} is not served by any cluster of this router",
+                param="model",
+            )
         await router.model_limits.admit(tenant=tenant, model=model, est_tokens=est_tokens)
     except GuardDenied as denied:
         label = _model_label(router, model)
@@ -162,11 +173,6 @@ async def _route(
             m.ratelimit_hits.labels(tenant, label, limit).inc()
         m.requests.labels(label, str(denied.status)).inc()
         return _denied(denied)
-    if not router.fleet.known_model(model):
-        m.requests.labels(UNKNOWN_MODEL, "404").inc()
-        return gateway_error(
-            "model_not_found", f"model {model!r} is not served by any cluster of this router", param="model"
-        )
     choices = router.fleet.plan(model)
     if not choices:
         m.requests.labels(model, "503").inc()
