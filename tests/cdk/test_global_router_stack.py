@@ -13,6 +13,10 @@ import yaml
 
 from cdk import nag
 from cdk.global_router_config import EXAMPLE_FILE, GlobalRouterDeploymentError, load, parse
+from igw.checks.inventory import need
+from igw.checks.model import Command, Status
+from igw.checks.sources.cdk_out import load_cdk_out
+from tests.checks.helpers import of, run
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +220,15 @@ def test_tier1_networks_are_validated_with_the_field(tmp_path: Path) -> None:
     }
     (peer,) = parse(raw, base=EXAMPLE_FILE.parent, source="global.yaml").tier1_peer_vpcs
     assert (peer.vpc_id, peer.cidr, peer.account) == ("vpc-9", "10.9.0.0/16", "222222222222")
+
+
+def test_igw_audit_cdk_out_sees_the_router_configuration_the_stack_deploys(
+    synthesized: tuple[Path, dict[str, Any]],
+) -> None:
+    """The GlobalRouterConfig travels in the task definition's environment: the audit's cdk.out source
+    reads it there, so IGW-AU307 grades the endpoints this stack deploys (it had nothing in scope)."""
+    inventory = load_cdk_out(synthesized[0].parent)
+    [config] = need(inventory.kube.of("GlobalRouterConfig"))
+    deployed = load(EXAMPLE_FILE).router_document["spec"]["clusters"]
+    assert [c["endpoint"] for c in config["spec"]["clusters"]] == [c["endpoint"] for c in deployed]
+    assert [r.status for r in of(run(inventory, Command.AUDIT), "IGW-AU307")] == [Status.PASS]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,52 @@ def test_igw_audit_reads_a_global_router_config_from_a_manifest_folder(
     out = capsys.readouterr().out
     assert '"IGW-AU307"' in out
     assert '"FAIL"' in out
+
+
+def _task_template(config_text: object) -> dict[str, Any]:
+    """A synthesized template with the global router stack's shape: the GlobalRouterConfig as a
+    container's environment value, its Redis host joined in from an attribute (``Fn::Join``)."""
+    return {
+        "Resources": {
+            "Task79114B6B": {
+                "Type": "AWS::ECS::TaskDefinition",
+                "Properties": {
+                    "ContainerDefinitions": [
+                        {
+                            "Name": "router",
+                            "Environment": [
+                                {
+                                    "Name": "OTHER",
+                                    "Value": "kind: GlobalRouterConfig is mentioned, not held: [",
+                                },
+                                {"Name": "IGW_GLOBAL_CONFIG", "Value": config_text},
+                            ],
+                        }
+                    ]
+                },
+            }
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "status"),
+    [("https://igw.use1-b.example.com", Status.PASS), ("http://igw.use1-b.example.com", Status.FAIL)],
+)
+def test_igw_audit_cdk_out_reads_the_config_the_global_router_stack_passes_its_tasks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], endpoint: str, status: Status
+) -> None:
+    # Before, `igw audit --cdk-out` of the global router stack's output had nothing in scope for this
+    # check: the configuration lives in the ECS task definition, not in a Kubernetes manifest.
+    text = yaml.safe_dump(_router(endpoint=endpoint, auth=False), sort_keys=False)
+    head, tail = text.split("global-router-cache.example.com", 1)  # the heartbeat store's host
+    joined = {"Fn::Join": ["", [head, {"Fn::GetAtt": ["Redis", "PrimaryEndPoint.Address"]}, tail]]}
+    out_dir = tmp_path / "cdk.out"
+    out_dir.mkdir()
+    (out_dir / "IgwGlobalRouter.template.json").write_text(json.dumps(_task_template(joined), indent=1))
+    code = igw_main(["audit", "--cdk-out", str(out_dir), "--check", "IGW-AU307", "-o", "json"])
+    report = json.loads(capsys.readouterr().out)
+    [result] = [r for r in report["results"] if r["checkId"] == "IGW-AU307"]
+    assert result["status"] == status.value
+    assert result["resource"] == "GlobalRouterConfig global-llama"
+    assert code == (1 if status is Status.FAIL else 0)

@@ -8,7 +8,9 @@ that policies and manifests can be inspected without deploying.
 
 Derived facts are marked: a Helm chart becomes a declared Deployment named after the chart (so
 "LBC/cert-manager declared" checks work), and our add-on's ``AWS::EKS::Addon`` implies the CRD it
-installs.
+installs. A container environment value of an ECS task definition that holds a GlobalRouterConfig
+(the global router stack passes its configuration so, ``cdk/stacks/global_router_stack.py``) is read
+as that object, so the checks of GlobalRouterConfig objects see the router the stack deploys.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from igw.checks.inventory import (
 from igw.checks.k8s import DERIVED_ANNOTATION, ref
 from igw.checks.loadbalancers import APPROVAL_ANNOTATION
 from igw.checks.sources.documents import static_view
-from igw.checks.sources.yaml_safe import ManifestFileError, read_text
+from igw.checks.sources.yaml_safe import ManifestFileError, load_documents, read_text
 from igw.checks.tls_policies import AWS_DEFAULT_POLICY
 from igw.config.model import API_GROUP, API_VERSION
 
@@ -257,6 +259,25 @@ class _TemplateReader:
                 "spec": {"template": {"metadata": {"labels": {"app.kubernetes.io/name": chart}}, "spec": {}}},
             }
         )
+
+    def _AWS_ECS_TaskDefinition(self, logical: str, props: Mapping[str, Any]) -> None:  # noqa: N802
+        for container in props.get("ContainerDefinitions") or []:
+            for variable in container.get("Environment") or [] if isinstance(container, Mapping) else []:
+                value = (
+                    render(variable.get("Value"), self.cfn_json) if isinstance(variable, Mapping) else None
+                )
+                if not isinstance(value, str) or "GlobalRouterConfig" not in value:
+                    continue
+                try:
+                    docs = load_documents(value)
+                except ManifestFileError:
+                    continue  # a value that merely names the kind
+                for doc in docs:
+                    if isinstance(doc, Mapping) and doc.get("kind") == "GlobalRouterConfig":
+                        self.manifests.append(doc)
+                        self.locations.setdefault(
+                            ref(doc), SourceLocation(self._file, self._lines.get(logical))
+                        )
 
     # ---- assembly -----------------------------------------------------------------------------------
     def iam_roles(self) -> list[IamRole]:
