@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from igw.operator.dataplane import CONFIG_KEY, DataPlaneSettings, base_name
+from igw.operator.dataplane import CONFIG_KEY, RESTART_CONFIG_ANNOTATION, DataPlaneSettings, base_name
 from igw.operator.handlers import KOPF_FINALIZER, Resync
 from igw.operator.kube import IGWC_API_VERSION, Kube
 from igw.operator.reconcile import Reconciler
@@ -185,6 +186,64 @@ def test_spec_change_is_rendered_and_rolled(cluster: FakeKubeApiServer, operator
     )
     assert obj["status"]["models"] == "llama, mistral"
     assert [s["rolloutState"] for s in obj["status"]["schedulers"]] == ["Pending", "Pending"]
+
+
+def _restart_config(cluster: FakeKubeApiServer) -> str | None:
+    deployment = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert deployment is not None
+    annotations = deployment["spec"]["template"]["metadata"].get("annotations") or {}
+    value = annotations.get(RESTART_CONFIG_ANNOTATION)
+    return None if value is None else str(value)
+
+
+def test_a_change_igw_serve_reads_only_at_start_rolls_the_pods_and_others_do_not(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """serverLimits and globalHeartbeat are read when igw serve starts; a hot reload keeps the old
+    values. Before, such an edit changed only the served ConfigMap: the pods kept the old listener
+    limits or heartbeat settings until some unrelated restart while the status said Programmed."""
+    cluster.add(igwc("chat"))
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="deployment")
+    assert _restart_config(cluster) is None  # neither is set: no annotation, nothing rolls
+
+    def limits(value: str) -> Callable[[dict[str, object]], None]:
+        def change(spec: dict[str, object]) -> None:
+            extensions = spec.setdefault("extensions", {})
+            assert isinstance(extensions, dict)
+            extensions["serverLimits"] = {"headerTimeout": value}
+
+        return change
+
+    update_spec(cluster, "inference", "chat", limits("3s"))
+    first = wait_for(_restart_config_of(cluster), what="restart annotation")
+    update_spec(cluster, "inference", "chat", limits("4s"))
+    second = wait_for(lambda: (v := _restart_config(cluster)) != first and v, what="new restart annotation")
+
+    def heartbeat(spec: dict[str, object]) -> None:
+        extensions = spec["extensions"]
+        assert isinstance(extensions, dict)
+        extensions["globalHeartbeat"] = {"cluster": "east-a", "region": "east"}
+
+    update_spec(cluster, "inference", "chat", heartbeat)
+    third = wait_for(lambda: (v := _restart_config(cluster)) != second and v, what="heartbeat rolls too")
+
+    def hot(spec: dict[str, object]) -> None:  # applied by the hot reload: no roll
+        schedulers = spec["schedulers"]
+        assert isinstance(schedulers, list)
+        schedulers[0]["replicas"] = 3
+
+    update_spec(cluster, "inference", "chat", hot)
+    wait_for(
+        lambda: (
+            (d := find(cluster, "Deployment", "inference", "chat-gateway")) and d["spec"]["replicas"] == 3
+        ),
+        what="replicas from the spec",
+    )
+    assert _restart_config(cluster) == third
+
+
+def _restart_config_of(cluster: FakeKubeApiServer) -> Callable[[], str | None]:
+    return lambda: _restart_config(cluster)
 
 
 def test_delete_collects_the_data_plane_but_not_the_model_servers(

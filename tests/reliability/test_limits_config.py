@@ -166,3 +166,26 @@ async def test_a_reload_that_changes_the_limits_says_they_apply_at_restart(
                 what="reload applied",
             )
     assert f"{PATH} changed: the listener keeps the limits it started with" in caplog.text
+
+
+async def test_a_reload_that_adds_heartbeats_says_so_and_one_that_undoes_it_says_it_runs_as_started(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    doc = config_doc([scheduler("pool", "m")])
+    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"pool": [pod.key]}, reload=True) as gw:
+        changed = config_doc([scheduler("pool", "m")])
+        changed["spec"]["extensions"]["globalHeartbeat"] = {"cluster": "east-a", "region": "east"}
+        with caplog.at_level(logging.INFO, logger="igw.gateway.reload"):
+            gw.config_path.write_text(yaml.safe_dump(changed))
+            await wait_for(
+                lambda: "globalHeartbeat" in gw.state.runtime.config.extensions, what="reload applied"
+            )
+            assert (
+                "spec.extensions.globalHeartbeat changed: the heartbeat publisher keeps the settings it "
+                "started with until igw serve restarts"
+            ) in caplog.text
+            gw.config_path.write_text(yaml.safe_dump(doc))
+            await wait_for(
+                lambda: "globalHeartbeat" not in gw.state.runtime.config.extensions, what="second reload"
+            )
+    assert "spec.extensions.globalHeartbeat is back to what this process runs with" in caplog.text

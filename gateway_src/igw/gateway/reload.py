@@ -26,10 +26,9 @@ from pathlib import Path
 from igw.config.errors import ConfigError
 from igw.config.loader import load_gateway_config
 from igw.config.model import GatewayConfig
+from igw.config.restart_only import RESTART_ONLY, restart_only_values
 from igw.errors import IgwGatewayError
 from igw.gateway.guards import GuardFactory, RequestGuard, guard_inputs
-from igw.gateway.limits_config import EXTENSION_NAME as SERVER_LIMITS
-from igw.gateway.limits_config import PATH as SERVER_LIMITS_PATH
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.state import GatewayState
 from igw.scheduling.errors import SchedulerConfigError
@@ -66,6 +65,8 @@ class ConfigReloader:
     ) -> None:
         self.path = path
         self.state = state
+        self._started_with = restart_only_values(state.runtime.config.extensions)
+        """The restart-only extensions this process runs with (:mod:`igw.config.restart_only`)."""
         self.load_picker_configs = load_picker_configs
         self.guard_factory = guard_factory
         self.guard_ready_timeout_s = guard_ready_timeout_s
@@ -124,7 +125,7 @@ class ConfigReloader:
             if self.load_picker_configs is not None:
                 pickers = await asyncio.to_thread(self.load_picker_configs, config)
             new_guard = await self._next_guard(config)
-            old_limits = self.state.runtime.config.extensions.get(SERVER_LIMITS)
+            before = restart_only_values(self.state.runtime.config.extensions)
             self.state.apply_config(config, picker_configs=pickers)
         except (ConfigError, SchedulerConfigError, ValueError) as exc:
             if new_guard is not None:
@@ -136,11 +137,14 @@ class ConfigReloader:
             log.info("request guard rebuilt: %s", new_guard.readiness().detail)
         self.state.metrics.config_reloads.labels("applied").inc()
         log.info("configuration %s reloaded and applied", self.path)
-        if config.extensions.get(SERVER_LIMITS) != old_limits:
-            log.warning(
-                "%s changed: the listener keeps the limits it started with until igw serve restarts",
-                SERVER_LIMITS_PATH,
-            )
+        after = restart_only_values(config.extensions)
+        for name, running in RESTART_ONLY.items():
+            if after.get(name) == before.get(name):
+                continue
+            if after.get(name) == self._started_with.get(name):
+                log.info("spec.extensions.%s is back to what this process runs with", name)
+            else:
+                log.warning("spec.extensions.%s changed: %s until igw serve restarts", name, running)
         return True
 
     async def _next_guard(self, config: GatewayConfig) -> RequestGuard | None:

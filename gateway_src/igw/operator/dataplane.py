@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
+from igw.config.restart_only import restart_digest
 from igw.config.rules import OPERATOR_SERVING_PORT
 from igw.gateway.emf_sink import AgentEndpoint
 from igw.gateway.worker_count import AUTO, CPU_REQUEST_ENV
@@ -44,6 +45,9 @@ MANAGEMENT_PORT_NAME: Final = "metrics"
 CONTAINER_NAME: Final = "gateway"
 """The gateway pods' one container (the downward API's ``resourceFieldRef`` names it)."""
 CONFIG_LABEL: Final = f"{API_GROUP}/config"
+RESTART_CONFIG_ANNOTATION: Final = f"{API_GROUP}/restart-config"
+"""Pod-template annotation: the digest of the configuration ``igw serve`` reads only at start
+(:func:`igw.config.restart_only.restart_digest`); a change of it rolls the gateway pods."""
 MANAGED_BY: Final = "igw-operator"
 TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 DEFAULT_REPLICAS: Final = 2
@@ -361,6 +365,11 @@ def deployment(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str
         "labels": {**dict(defaults.get("labels") or {}), **_labels(igwc_name)},
         "annotations": {**scrape_annotations(spec), **dict(defaults.get("annotations") or {})},
     }
+    digest = restart_digest(spec.get("extensions"))
+    if digest is not None:
+        # The configuration igw serve reads only at start: a change rolls the pods (a hot reload
+        # would keep the old values while the status says Programmed).
+        template_meta["annotations"][RESTART_CONFIG_ANNOTATION] = digest
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

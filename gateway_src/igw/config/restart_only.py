@@ -1,0 +1,40 @@
+"""The configuration ``igw serve`` reads only when it starts, and the digest that rolls its pods.
+
+Most of an InferenceGatewayConfig is applied by a hot reload within about a second (schedulers,
+weights, auth, rate limits, rewrites). Two extensions are not: ``serverLimits`` sets the listener's
+timeouts and connection limit, fixed once it listens, and ``globalHeartbeat`` starts the publisher
+with the gateway. A reload that changes them logs a warning and keeps the running values
+(:mod:`igw.gateway.reload`); ``igw operator`` puts :func:`restart_digest` on its gateway pods'
+template, so an edit of either rolls the pods (a rolling update, as for an image change) instead of
+waiting, unannounced, for the next restart while the object's status says ``Programmed``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+
+RESTART_ONLY: Final[Mapping[str, str]] = {
+    "serverLimits": "the listener keeps the limits it started with",
+    "globalHeartbeat": "the heartbeat publisher keeps the settings it started with",
+}
+"""Each ``spec.extensions`` entry read only at start, with what a reload leaves running."""
+
+
+def restart_only_values(extensions: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The restart-only entries present in ``extensions`` (a spec's ``extensions``), by name."""
+    if not isinstance(extensions, Mapping):
+        return {}
+    return {name: extensions[name] for name in RESTART_ONLY if extensions.get(name) is not None}
+
+
+def restart_digest(extensions: Mapping[str, Any] | None) -> str | None:
+    """A short digest of the restart-only entries of ``extensions``; ``None`` when none is set (so
+    configurations without them carry no annotation, and adding the first one rolls the pods)."""
+    values = restart_only_values(extensions)
+    if not values:
+        return None
+    return hashlib.sha256(orjson.dumps(values, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
