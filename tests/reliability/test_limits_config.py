@@ -19,6 +19,7 @@ from igw.config.durations import parse_duration
 from igw.config.errors import ConfigError
 from igw.config.loader import load_gateway_config
 from igw.config.paths import EXTENSION_SUFFIX, EXTENSIONS_SUBDIR, schemas_dir
+from igw.config.restart_only import RESTART_ONLY
 from igw.gateway.limits_config import EXTENSION_NAME, FIELDS, PATH, ServerLimitsError, server_limits
 from igw.gateway.serving import ServerLimits
 from igw.sim.live import run_fleet
@@ -189,3 +190,29 @@ async def test_a_reload_that_adds_heartbeats_says_so_and_one_that_undoes_it_says
                 lambda: "globalHeartbeat" not in gw.state.runtime.config.extensions, what="second reload"
             )
     assert "spec.extensions.globalHeartbeat is back to what this process runs with" in caplog.text
+
+
+RESTART_ONLY_VALUES = {
+    "serverLimits": {"headerTimeout": "3s"},
+    "tlsTermination": {"certFile": "/etc/igw/tls/tls.crt", "keyFile": "/etc/igw/tls/tls.key"},
+    "management": {"port": 9191},
+    "globalHeartbeat": {"cluster": "east-a", "region": "east"},
+}
+
+
+def test_every_restart_only_extension_has_a_value_below() -> None:
+    assert set(RESTART_ONLY_VALUES) == set(RESTART_ONLY)
+
+
+@pytest.mark.parametrize("name", sorted(RESTART_ONLY_VALUES))
+async def test_a_reload_names_each_extension_it_cannot_apply(
+    gateway: Any, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    doc = config_doc([scheduler("pool", "m")])
+    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"pool": [pod.key]}, reload=True) as gw:
+        changed = config_doc([scheduler("pool", "m")])
+        changed["spec"]["extensions"][name] = RESTART_ONLY_VALUES[name]
+        with caplog.at_level(logging.WARNING, logger="igw.gateway.reload"):
+            gw.config_path.write_text(yaml.safe_dump(changed))
+            await wait_for(lambda: name in gw.state.runtime.config.extensions, what="reload applied")
+    assert f"spec.extensions.{name} changed: {RESTART_ONLY[name]} until igw serve restarts" in caplog.text

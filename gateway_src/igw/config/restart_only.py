@@ -1,11 +1,13 @@
 """The configuration ``igw serve`` reads only when it starts, and the digest that rolls its pods.
 
 Most of an InferenceGatewayConfig is applied by a hot reload within about a second (schedulers,
-weights, auth, rate limits, rewrites). Two extensions are not: ``serverLimits`` sets the listener's
-timeouts and connection limit, fixed once it listens, and ``globalHeartbeat`` starts the publisher
-with the gateway. A reload that changes them logs a warning and keeps the running values
+weights, auth, rate limits, rewrites, flow control). Four extensions are not, each fixed by what
+``igw serve`` builds when it starts: ``serverLimits`` (the listener's timeouts and connection
+limit), ``tlsTermination`` (the listener's TLS context; the certificate files themselves are
+re-read when they change), ``management`` (the management listener's port) and ``globalHeartbeat``
+(the publisher). A reload that changes them logs a warning and keeps the running values
 (:mod:`igw.gateway.reload`); ``igw operator`` puts :func:`restart_digest` on its gateway pods'
-template, so an edit of either rolls the pods (a rolling update, as for an image change) instead of
+template, so an edit of any rolls the pods (a rolling update, as for an image change) instead of
 waiting, unannounced, for the next restart while the object's status says ``Programmed``.
 """
 
@@ -19,6 +21,8 @@ import orjson
 
 RESTART_ONLY: Final[Mapping[str, str]] = {
     "serverLimits": "the listener keeps the limits it started with",
+    "tlsTermination": "the listener keeps the TLS settings it started with",
+    "management": "the management listener keeps the port it started on",
     "globalHeartbeat": "the heartbeat publisher keeps the settings it started with",
 }
 """Each ``spec.extensions`` entry read only at start, with what a reload leaves running."""

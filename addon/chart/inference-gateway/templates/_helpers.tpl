@@ -163,3 +163,19 @@ kept and the grace period raised to cover it. */}}
 {{- $termination = maxf $termination (ceil (addf $preStop $drain $grace 10)) }}
 {{- dict "drain" $drain "grace" $grace "termination" (int64 $termination) | toJson }}
 {{- end }}
+
+{{/*
+Gateway mode: a digest of the served configuration igw serve reads only when it starts
+(igw.config.restart_only.RESTART_ONLY: serverLimits, tlsTermination, management, globalHeartbeat),
+empty when none is set. On the pod template, so a helm upgrade that changes one rolls the pods; a hot
+reload would keep the running values. tests/addon/test_chart_restart_config.py keeps the list equal to
+the Python one.
+*/}}
+{{- define "igw.restartConfig" -}}
+{{- $extensions := (include "igw.configSpec" . | fromYaml).extensions | default dict }}
+{{- $restart := dict }}
+{{- range $name := list "serverLimits" "tlsTermination" "management" "globalHeartbeat" }}
+{{- if hasKey $extensions $name }}{{- $_ := set $restart $name (get $extensions $name) }}{{- end }}
+{{- end }}
+{{- if $restart }}{{- toJson $restart | sha256sum | trunc 16 }}{{- end }}
+{{- end }}

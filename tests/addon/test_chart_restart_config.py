@@ -1,0 +1,78 @@
+"""The chart's gateway mode rolls its pods when the served configuration changes what ``igw serve``
+reads only at start (:mod:`igw.config.restart_only`): a pod-template annotation holds their digest.
+Before, a ``helm upgrade`` that changed ``serverLimits`` reached the ConfigMap only, and the pods'
+hot reload kept the limits they started with."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from igw.addon import chart, pins
+from igw.config.restart_only import RESTART_ONLY
+
+ANNOTATION = "inference.sagemaker.aws.amazon.com/restart-config"
+VALUES = {
+    "serverLimits": {"headerTimeout": "3s"},
+    "tlsTermination": {"certFile": "/etc/custom/tls.crt", "keyFile": "/etc/custom/tls.key"},
+    "management": {"port": 9191},
+    "globalHeartbeat": {"cluster": "east-a", "region": "east"},
+}
+
+
+def _config() -> dict[str, Any]:
+    config: dict[str, Any] = yaml.safe_load((chart.chart_dir() / "values.yaml").read_text())["gateway"][
+        "config"
+    ]
+    return copy.deepcopy(config)
+
+
+def _annotation(config: dict[str, Any]) -> str | None:
+    objects = chart.render(
+        {"mode": "gateway", "gateway": {"config": config}}, release="igw", namespace=pins.ADDON_NAMESPACE
+    )
+    [deployment] = [o for o in objects if o["kind"] == "Deployment"]
+    annotations = deployment["spec"]["template"]["metadata"].get("annotations") or {}
+    value = annotations.get(ANNOTATION)
+    return None if value is None else str(value)
+
+
+def test_the_chart_lists_every_extension_read_only_at_start() -> None:
+    assert set(VALUES) == set(RESTART_ONLY)
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_setting_or_changing_a_start_only_extension_changes_the_pod_template(name: str) -> None:
+    plain = _annotation(_config())  # the chart's own TLS termination (cert-manager) is one of them
+    with_it = _config()
+    with_it["spec"].setdefault("extensions", {})[name] = VALUES[name]
+    first = _annotation(with_it)
+    assert first not in (None, plain)
+    changed = copy.deepcopy(with_it)
+    entry = changed["spec"]["extensions"][name]
+    key = next(iter(entry))
+    entry[key] = 9292 if isinstance(entry[key], int) else f"{entry[key]}-changed".replace("s-changed", "9s")
+    assert _annotation(changed) not in (None, first)
+
+
+def test_without_any_of_them_the_pod_template_has_no_digest() -> None:
+    config = _config()
+    assert _annotation(config) is not None  # cert-manager TLS by default: tlsTermination is served
+    objects = chart.render(
+        {"mode": "gateway", "certManager": {"enabled": False}, "gateway": {"config": config}},
+        release="igw",
+        namespace=pins.ADDON_NAMESPACE,
+    )
+    [deployment] = [o for o in objects if o["kind"] == "Deployment"]
+    assert ANNOTATION not in (deployment["spec"]["template"]["metadata"].get("annotations") or {})
+
+
+def test_a_change_the_hot_reload_applies_leaves_the_pod_template_alone() -> None:
+    config = _config()
+    config["spec"].setdefault("extensions", {})["serverLimits"] = VALUES["serverLimits"]
+    before = _annotation(config)
+    config["spec"]["schedulers"][0]["modelName"] = "another-model"
+    assert _annotation(config) == before
