@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import itertools
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -59,8 +60,10 @@ from igw.scheduling.flow_control import (
     Shed,
     ShedReason,
     header_objective_allowed,
+    header_tenant_denied,
     least_wait,
     priority_for,
+    reaches_tenant,
 )
 from igw.scheduling.types import DecisionKind, EndpointKey, EndpointView, RoutingDecision
 
@@ -70,6 +73,9 @@ OBJECTIVE_HEADER: Final = "x-gateway-inference-objective"
 FAIRNESS_HEADER: Final = "x-gateway-inference-fairness-id"
 MAX_QUEUE_MS_HEADER: Final = "x-gateway-max-queue-ms"
 WAIT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+MAX_QUEUE_MS_DIGITS: Final = 12
+"""Significant digits of the longest ``x-gateway-max-queue-ms`` read as a number; a longer one is
+longer than any band's TTL (which then decides alone), and converting it would only cost time."""
 OTHER_TENANT: Final = "other"
 """The ``tenant`` label of every tenant without a label of its own."""
 
@@ -163,6 +169,33 @@ def endpoint_samples(
     }
 
 
+class BadQueueDeadline(ValueError):
+    """The client's ``x-gateway-max-queue-ms`` is not a whole number of milliseconds."""
+
+
+def client_max_queue_s(value: str | None) -> float | None:
+    """The client's queue deadline in seconds from its ``x-gateway-max-queue-ms`` header value.
+
+    ``None`` when the header is absent or empty, or longer than :data:`MAX_QUEUE_MS_DIGITS` digits
+    (the band's TTL is shorter). Anything but ASCII digits raises :class:`BadQueueDeadline`: a sign,
+    a fraction, or a Unicode digit (``str.isdigit`` accepts ``"²"``, which ``int`` refuses) is the
+    client's mistake, answered 400 naming the header instead of being ignored or failing the request.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise BadQueueDeadline(
+            f"header {MAX_QUEUE_MS_HEADER} must be a whole number of milliseconds (digits 0-9 only)"
+        )
+    significant = text.lstrip("0")
+    if len(significant) > MAX_QUEUE_MS_DIGITS:
+        return None
+    return int(significant or "0") / 1000
+
+
 @dataclass(frozen=True, slots=True)
 class Refused:
     """The request was shed: answer 429 with ``retry_after_s``."""
@@ -187,6 +220,8 @@ class _Waiter:
     pick: Picker
     future: asyncio.Future[RoutingDecision | Refused]
     gate: str
+    request_id: str
+    """The request's own id (for logs); the queue knows it by a key of the gate's own."""
 
 
 class FlowMetrics:
@@ -254,6 +289,9 @@ class FlowGates:
         self.clock = clock
         self._controllers: dict[str, FlowController] = {}
         self._waiters: dict[str, _Waiter] = {}
+        """Each queued request's waiter, by the queue key :meth:`wait` gave it (not the request id:
+        that may be the client's ``X-Request-Id``, which two requests can share)."""
+        self._keys = itertools.count()
         self._last_pump: dict[str, float] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
         """Each scheduler's pump task, while its queue holds requests."""
@@ -352,7 +390,9 @@ class FlowGates:
         authenticated_tenant: str | None,
     ) -> int:
         """The request's band: its objective header (where the tenant may name that objective), else
-        its model's or tenant's objective, else 0."""
+        its model's or tenant's objective, else 0. A tenant objective is taken for a tenant that only
+        the fairness header names (no authenticated claim) where the objective header could name that
+        objective too (:func:`~igw.scheduling.flow_control.header_tenant_denied`)."""
         s = self.settings
         objective = headers.get(OBJECTIVE_HEADER)
         if s is None:
@@ -362,11 +402,17 @@ class FlowGates:
         ):
             self.metrics.objective_denied.labels(scheduler, objective).inc()
             objective = None
+        by_tenant: str | None = tenant
+        if authenticated_tenant is None and s.tenant_objectives and reaches_tenant(objective, model, s):
+            denied = header_tenant_denied(tenant, s)
+            if denied is not None:
+                self.metrics.objective_denied.labels(scheduler, denied).inc()
+                by_tenant = None
         return priority_for(
             objective,
             s.objectives,
             model=model,
-            tenant=tenant,
+            tenant=by_tenant,
             by_model=s.model_priorities,
             by_tenant=s.tenant_priorities,
         )
@@ -448,8 +494,11 @@ class FlowGates:
             self._samples[scheduler] = endpoints
         controller = self._controller(scheduler, settings)
         now = self.clock()
+        # The queue's key is the gate's own: a client-chosen X-Request-Id already queued (a retry,
+        # a client that sends one fixed id) must not fail the request or reach another's entry.
+        key = f"{next(self._keys)}:{request_id}"
         offer = controller.offer(
-            request_id=request_id,
+            request_id=key,
             priority=priority,
             tenant=tenant,
             size_bytes=size_bytes,
@@ -463,7 +512,7 @@ class FlowGates:
             self._update_depth(scheduler, controller)
             return Refused(reason, self._retry_after(controller, now), priority)
         future: asyncio.Future[RoutingDecision | Refused] = asyncio.get_running_loop().create_future()
-        self._waiters[request_id] = _Waiter(pick=pick, future=future, gate=scheduler)
+        self._waiters[key] = _Waiter(pick=pick, future=future, gate=scheduler, request_id=request_id)
         self._update_depth(scheduler, controller)
         try:
             self._pump_logging_failures(scheduler)
@@ -471,11 +520,11 @@ class FlowGates:
                 self._ensure_pump(scheduler)
             result = await future
         except asyncio.CancelledError:
-            controller.cancel(request_id)
+            controller.cancel(key)
             self._update_depth(scheduler, controller)
             raise
         finally:
-            self._waiters.pop(request_id, None)
+            self._waiters.pop(key, None)
         if isinstance(result, RoutingDecision):
             self.metrics.wait.labels(scheduler, str(priority)).observe(self.clock() - now)
         return result
@@ -541,7 +590,7 @@ class FlowGates:
             try:
                 decision = waiter.pick()
             except Exception as exc:  # a scheduler bug fails this request, not the whole queue
-                log.exception("flow control: placing queued request %s failed", item.request_id)
+                log.exception("flow control: placing queued request %s failed", waiter.request_id)
                 controller.cancel(item.request_id)
                 waiter.future.set_exception(exc)
                 continue

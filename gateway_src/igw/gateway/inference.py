@@ -35,9 +35,11 @@ from igw.gateway.flow_gate import (
     FAIRNESS_HEADER,
     HELD_BY_FLOW_CONTROL,
     MAX_QUEUE_MS_HEADER,
+    BadQueueDeadline,
     EndpointSample,
     EndpointSamples,
     Refused,
+    client_max_queue_s,
     endpoint_samples,
 )
 from igw.gateway.forwarded_answer import ForwardedAnswer
@@ -292,8 +294,13 @@ async def _route(
     flow_on = rt.flow_settings is not None
     bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
     priority: int | None = None
+    max_queue_s: float | None = None
     held = False
     if flow_on:
+        try:  # checked on arrival, so a malformed value is refused whether or not the pool is busy
+            max_queue_s = client_max_queue_s(request.headers.get(MAX_QUEUE_MS_HEADER))
+        except BadQueueDeadline as bad:
+            return gateway_error("invalid_request", str(bad), param=MAX_QUEUE_MS_HEADER, request_id=rid)
         # Per-band headroom and queue places, judged before the scheduler runs (a pick that is not
         # sent would count as a dispatch in its ledger): a band that keeps room for higher ones
         # queues past its dispatchBelow or while no endpoint has a queue place for it, and no
@@ -347,7 +354,24 @@ async def _route(
         )
     if (decision.kind is DecisionKind.SATURATED or held) and state.flow.settings is not None:
         queued_at = state.clock()
-        queued = await _wait_in_queue(request, state, principal, sr, rreq, len(body.raw), obs, priority)
+        # A queued request is owed an answer on shutdown like one being forwarded: counted in flight,
+        # it gets the stream grace to be dispatched, and is then answered 503 instead of being dropped.
+        task = state.inflight.enter(getattr(request, "handler_task", None))
+        try:
+            queued = await _wait_in_queue(
+                request, state, principal, sr, rreq, len(body.raw), obs, priority, max_queue_s
+            )
+        except asyncio.CancelledError:
+            if not state.inflight.cutting:
+                raise  # the client went away: the gate has already taken it out of the queue
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            obs.failed("ended by shutdown after the stream grace while queued", stream_broken=False)
+            message = "the gateway is shutting down; retry the request"
+            return gateway_error("shutting_down", message, request_id=rid)
+        finally:
+            state.inflight.leave(task)
         waited_s = state.clock() - queued_at
         obs.waited(waited_s, queued.reason.value if isinstance(queued, Refused) else queued)
         if log is not None and not isinstance(queued, Refused):  # why this pod, after the queue
@@ -410,10 +434,11 @@ async def _wait_in_queue(
     size_bytes: int,
     obs: RequestObserver,
     priority: int | None,
+    max_queue_s: float | None,
 ) -> RoutingDecision | Refused:
-    """Wait in the request's flow-control band until the pool can take it (or it is shed)."""
+    """Wait in the request's flow-control band until the pool can take it (or it is shed);
+    ``max_queue_s``: the client's own deadline (:func:`~igw.gateway.flow_gate.client_max_queue_s`)."""
     headers = request.headers
-    max_queue_ms = headers.get(MAX_QUEUE_MS_HEADER, "")
     tenant = principal.tenant or headers.get(FAIRNESS_HEADER) or ""
     if priority is None:
         priority = _priority(request, state, principal, rreq, sr.spec.name)
@@ -425,7 +450,7 @@ async def _wait_in_queue(
         priority=priority,
         tenant=tenant,
         size_bytes=size_bytes,
-        max_queue_s=int(max_queue_ms) / 1000 if max_queue_ms.isdigit() else None,
+        max_queue_s=max_queue_s,
         pick=lambda: _preempting(
             state,
             sr,

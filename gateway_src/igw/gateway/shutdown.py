@@ -6,7 +6,9 @@ gives in-flight requests up to the *stream grace* to finish on their own. Reques
 after that are ended by :meth:`InflightRequests.cut`: their handlers are cancelled, and the request
 path turns that cancellation into an answer - a started stream gets a final SSE error event
 (``code: shutting_down``) and ``data: [DONE]``, a request not yet answered a 503 ``shutting_down`` -
-so a client sees a clean, retryable ending instead of a truncated response.
+so a client sees a clean, retryable ending instead of a truncated response. Requests waiting in a
+flow-control queue count too: they may still be dispatched during the grace, and those left are
+answered 503 ``shutting_down`` rather than having their connection dropped.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ CUT_WAIT_S: Final = 5.0
 
 
 class InflightRequests:
-    """The handler tasks of requests being forwarded to a model server; one registry per gateway."""
+    """The handler tasks of requests being forwarded to a model server or waiting in a flow-control
+    queue (both are owed an answer); one registry per gateway."""
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[object]] = set()
@@ -67,7 +70,11 @@ class InflightRequests:
                 idle = self._idle = asyncio.Event()
             try:
                 async with asyncio.timeout(grace_s):
-                    await idle.wait()
+                    # Woken when the set emptied, it may have refilled since: a request dispatched
+                    # from the flow-control queue leaves, then enters again to be forwarded, within
+                    # one step of its handler. Wait for it too instead of cutting it at once.
+                    while self._tasks:
+                        await idle.wait()
             except TimeoutError:
                 pass
         return len(self._tasks)

@@ -200,6 +200,9 @@ class FlowControlSettings:
     """Model or adapter name -> priority, for requests without a known objective."""
     tenant_priorities: Mapping[str, int] = field(default_factory=dict)
     """Tenant -> priority, for requests without a known objective or model priority."""
+    tenant_objectives: Mapping[str, str] = field(default_factory=dict)
+    """Tenant -> the name of the objective that lists it (a tenant named only by the client's
+    fairness header takes it under the same limits as the objective header naming it)."""
     objective_tenants: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Objective name -> the authenticated tenants that alone may name it by header (``objectiveAccess``)."""
     header_priority_limit: int | None = None
@@ -265,6 +268,7 @@ class FlowControlSettings:
         objective_tenants: dict[str, frozenset[str]] = {}
         by_model: dict[str, int] = {}
         by_tenant: dict[str, int] = {}
+        tenant_objectives: dict[str, str] = {}
         owner: dict[tuple[str, str], int] = {}
         """(field, model or tenant) -> the index of the objective that lists it."""
         for i, objective in enumerate(raw.get("objectives", ())):
@@ -280,6 +284,8 @@ class FlowControlSettings:
                             f"{where}.objectives[{i}].{field_name}[{j}]: {value!r} already has an objective"
                         )
                     table[value] = priority
+            for value in objective.get("tenants", ()):
+                tenant_objectives[value] = name
         for i, access in enumerate(raw.get("objectiveAccess", ())):
             objective = str(access["objective"])
             if objective in objective_tenants:
@@ -296,6 +302,7 @@ class FlowControlSettings:
             objectives=objectives,
             model_priorities=by_model,
             tenant_priorities=by_tenant,
+            tenant_objectives=tenant_objectives,
             objective_tenants=objective_tenants,
             header_priority_limit=(int(raw["headerPriorityLimit"]) if "headerPriorityLimit" in raw else None),
             poll_interval_s=_duration(
@@ -434,6 +441,28 @@ def header_objective_allowed(
         return authenticated_tenant is not None and authenticated_tenant in allowed
     limit = settings.header_priority_limit
     return limit is None or priority <= limit
+
+
+def header_tenant_denied(tenant: str, settings: FlowControlSettings) -> str | None:
+    """The objective a request would take from a tenant objective while its tenant is only what the
+    client's ``x-gateway-inference-fairness-id`` header says, when the header could not name that
+    objective itself (:func:`header_objective_allowed`); ``None`` when it could, or the tenant has none.
+
+    The fairness header is the client's choice like the objective header: were it to unlock tenant
+    objectives freely, any caller without a tenant claim would name a listed tenant in it and take
+    that tenant's band past ``objectiveAccess`` and ``headerPriorityLimit``.
+    """
+    objective = settings.tenant_objectives.get(tenant)
+    if objective is None:
+        return None
+    return None if header_objective_allowed(objective, settings, authenticated_tenant=None) else objective
+
+
+def reaches_tenant(objective: str | None, model: str | None, settings: FlowControlSettings) -> bool:
+    """Whether :func:`priority_for` would come to the tenant's objective: the objective header names
+    no known objective, and the model has no priority of its own."""
+    named = objective is not None and (objective in settings.objectives or objective in NAMED_PRIORITIES)
+    return not named and (model is None or model not in settings.model_priorities)
 
 
 def priority_for(
