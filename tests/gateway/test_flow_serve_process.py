@@ -103,3 +103,36 @@ async def test_igw_serve_splits_a_model_over_the_simulated_fleet(tmp_path: Path)
             assert split["old"] + split["new"] == n
             for user in ("alice", "bob", "carol", "dave"):
                 assert len({await one({"x-user": user}) for _ in range(5)}) == 1
+
+
+async def test_igw_serve_answers_a_request_still_queued_at_sigterm(tmp_path: Path) -> None:
+    """SIGTERM with a request waiting in flow control: it is answered 503 ``shutting_down`` once the
+    stream grace ends (its connection used to be dropped without an answer), and the process exits
+    without a traceback."""
+    routing = {"staleThreshold": "10s"}  # a late scrape must not turn "saturated" into the fallback
+    doc = config_doc([scheduler("m", "m")], routing=routing)
+    doc["spec"]["extensions"]["flowControl"] = {"pollInterval": "10ms"}
+    config, eps = tmp_path / "igwc.yaml", tmp_path / "endpoints.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    lines: list[str] = []
+    async with running(FakeModelServer("pod", waiting=9)) as (pod,):
+        eps.write_text(yaml.safe_dump({"schedulers": {"m": [pod.key]}}))
+        args = ("--drain-seconds", "0", "--stream-grace-seconds", "1")
+        async with (
+            serve_process(config, eps, *args, on_line=lines.append) as gw,
+            aiohttp.ClientSession() as http,
+        ):
+            await wait_all_fresh(http, gw.url)
+            body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+            waiting = asyncio.create_task(http.post(gw.url + "/v1/completions", json=body))
+            queued = 'igw_flow_queue_depth{priority="0",scheduler="m"} 1.0'
+            for _ in range(3000):  # until the gateway reports it queued (generous: a loaded machine)
+                if queued in await (await http.get(gw.url + "/metrics")).text():
+                    break
+                await asyncio.sleep(0.01)
+            assert await gw.stop() == 0
+            resp = await asyncio.wait_for(waiting, timeout=30)
+            assert resp.status == 503
+            assert (await resp.json())["error"]["code"] == "shutting_down"
+        assert pod.received == []
+    assert not [line for line in lines if "Traceback" in line]
