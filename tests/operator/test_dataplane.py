@@ -128,6 +128,30 @@ def test_network_policy_lets_shared_rate_limits_reach_redis() -> None:
     assert 6380 not in [p["port"] for rule in plain["spec"]["egress"] for p in rule["ports"]]
 
 
+def _egress_ports(igwc: dict[str, Any]) -> list[int]:
+    policy = by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
+    return [p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]]
+
+
+def test_network_policy_lets_global_heartbeats_reach_their_store() -> None:
+    # Only the rate limits' Redis was opened: the VPC CNI dropped every heartbeat to the global
+    # router's store (the global router stack's ElastiCache listens on 6380), so tier 2 never saw
+    # the cluster of a gateway the operator runs.
+    heartbeat = {
+        "cluster": "east-a",
+        "region": "east",
+        "redis": {"url": "rediss://hb.example.internal:6380/0"},
+    }
+    igwc = igwc_object(extensions={"globalHeartbeat": heartbeat})
+    assert validate_document(served_document(igwc)) == []
+    assert 6380 in _egress_ports(igwc)
+    default_store = igwc_object(extensions={"globalHeartbeat": {"cluster": "east-a", "region": "east"}})
+    assert 6379 in _egress_ports(default_store)
+    limits = {"backend": "redis", "redis": {"url": "redis://limits.example.internal:6390/0"}}
+    both = igwc_object(extensions={"globalHeartbeat": heartbeat, "rateLimits": limits})
+    assert {6380, 6390} <= set(_egress_ports(both))
+
+
 @pytest.mark.parametrize(("grace", "pre_stop"), [(60, 15), (120, 30), (30, 15)])
 def test_termination_grace_covers_the_gateway_shutdown(grace: int, pre_stop: int) -> None:
     """preStop sleep + drain + stream grace + the final cut (SSE error events) fit the grace period,

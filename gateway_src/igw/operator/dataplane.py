@@ -432,34 +432,46 @@ def disruption_budget(igwc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _redis_port(spec: Mapping[str, Any]) -> int | None:
-    """The Redis port shared rate limits use (``spec.extensions.rateLimits``), if any."""
-    limits = (spec.get("extensions") or {}).get("rateLimits") or {}
-    if limits.get("backend") != "redis":
-        return None
-    url = urlsplit(str((limits.get("redis") or {}).get("url") or "redis://127.0.0.1:6379/0"))
-    if url.scheme == "unix":
-        return None
-    try:
-        return url.port or REDIS_PORT
-    except ValueError:
-        return REDIS_PORT
+def _redis_ports(spec: Mapping[str, Any]) -> list[int]:
+    """The Redis ports the gateway connects to: shared rate limits' (``spec.extensions.rateLimits``
+    with the redis backend) and the global router's heartbeat store's (``globalHeartbeat``), each at
+    its URL's port or Redis's default. Before the heartbeat store's was opened too, a NetworkPolicy
+    enforced by the VPC CNI blocked every heartbeat of the gateways the operator runs, so the global
+    routers never saw their cluster (an ElastiCache store on another port than the rate limits')."""
+    extensions = spec.get("extensions") or {}
+    urls: list[object] = []
+    limits = extensions.get("rateLimits") or {}
+    if limits.get("backend") == "redis":
+        urls.append((limits.get("redis") or {}).get("url"))
+    heartbeat = extensions.get("globalHeartbeat")
+    if isinstance(heartbeat, Mapping):
+        urls.append((heartbeat.get("redis") or {}).get("url"))
+    ports: set[int] = set()
+    for url in urls:
+        parts = urlsplit(str(url or "redis://127.0.0.1:6379/0"))
+        if parts.scheme == "unix":
+            continue
+        try:
+            ports.add(parts.port or REDIS_PORT)
+        except ValueError:
+            ports.add(REDIS_PORT)
+    return sorted(ports)
 
 
 def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
     """Clients in on the gateway port, pods of the cluster (Prometheus, ``igw top``) on the management
-    port; out only to DNS, the model servers' ports, HTTPS (API server, JWKS), with shared rate
-    limits the Redis port, and the CloudWatch agent's / OTLP collector's ports when the operator's
-    settings send there."""
+    port; out only to DNS, the model servers' ports, HTTPS (API server, JWKS), the Redis ports of
+    shared rate limits and of the global heartbeat store (:func:`_redis_ports`), and the CloudWatch
+    agent's / OTLP collector's ports when the operator's settings send there."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
     model_ports = sorted(
         {int(s.get("targetPort", DEFAULT_TARGET_PORT)) for s in spec.get("schedulers") or []}
     ) or [DEFAULT_TARGET_PORT]
     extra: list[dict[str, Any]] = []
-    redis_port = _redis_port(spec)
-    if redis_port is not None:
-        extra.append({"ports": [{"port": redis_port, "protocol": "TCP"}]})
+    redis_ports = _redis_ports(spec)
+    if redis_ports:
+        extra.append({"ports": [{"port": port, "protocol": "TCP"} for port in redis_ports]})
     extra.extend(settings.observability_egress())
     return {
         "apiVersion": "networking.k8s.io/v1",

@@ -168,7 +168,7 @@ kept and the grace period raised to cover it. */}}
 Gateway mode: a digest of the served configuration igw serve reads only when it starts
 (igw.config.restart_only.RESTART_ONLY: serverLimits, tlsTermination, management, globalHeartbeat),
 empty when none is set. On the pod template, so a helm upgrade that changes one rolls the pods; a hot
-reload would keep the running values. tests/addon/test_chart_restart_config.py keeps the list equal to
+reload would keep the running values. tests/addon/test_chart_served_config.py keeps the list equal to
 the Python one.
 */}}
 {{- define "igw.restartConfig" -}}
@@ -178,4 +178,31 @@ the Python one.
 {{- if hasKey $extensions $name }}{{- $_ := set $restart $name (get $extensions $name) }}{{- end }}
 {{- end }}
 {{- if $restart }}{{- toJson $restart | sha256sum | trunc 16 }}{{- end }}
+{{- end }}
+
+{{/*
+Gateway mode: the Redis ports the served configuration connects to, comma-separated (empty: none):
+shared rate limits' (spec.extensions.rateLimits with the redis backend) and the global heartbeat
+store's (spec.extensions.globalHeartbeat), each its URL's port or 6379. The NetworkPolicy opens
+them, as igw operator's does (igw.operator.dataplane._redis_ports).
+*/}}
+{{- define "igw.redisPorts" -}}
+{{- $extensions := (include "igw.configSpec" . | fromYaml).extensions | default dict }}
+{{- $urls := list }}
+{{- $limits := get $extensions "rateLimits" | default dict }}
+{{- if eq (get $limits "backend" | default "") "redis" }}
+{{- $urls = append $urls ((get $limits "redis" | default dict).url | default "redis://127.0.0.1:6379/0") }}
+{{- end }}
+{{- with get $extensions "globalHeartbeat" }}
+{{- $urls = append $urls ((get . "redis" | default dict).url | default "redis://127.0.0.1:6379/0") }}
+{{- end }}
+{{- $ports := list }}
+{{- range $url := $urls }}
+{{- $parsed := urlParse $url }}
+{{- if ne $parsed.scheme "unix" }}
+{{- $port := regexFind ":[0-9]+$" $parsed.host | trimPrefix ":" | default "6379" }}
+{{- $ports = append $ports $port }}
+{{- end }}
+{{- end }}
+{{- $ports | uniq | sortAlpha | join "," }}
 {{- end }}

@@ -1,7 +1,7 @@
-"""The chart's gateway mode rolls its pods when the served configuration changes what ``igw serve``
-reads only at start (:mod:`igw.config.restart_only`): a pod-template annotation holds their digest.
-Before, a ``helm upgrade`` that changed ``serverLimits`` reached the ConfigMap only, and the pods'
-hot reload kept the limits they started with."""
+"""The chart's gateway mode follows the served configuration: a pod-template annotation holds the
+digest of what ``igw serve`` reads only at start (:mod:`igw.config.restart_only`), so a ``helm
+upgrade`` that changes it rolls the pods (before, it reached the ConfigMap only, and the pods' hot
+reload kept the limits they started with), and the NetworkPolicy opens the Redis ports it uses."""
 
 from __future__ import annotations
 
@@ -76,3 +76,31 @@ def test_a_change_the_hot_reload_applies_leaves_the_pod_template_alone() -> None
     before = _annotation(config)
     config["spec"]["schedulers"][0]["modelName"] = "another-model"
     assert _annotation(config) == before
+
+
+def _egress_ports(config: dict[str, Any]) -> list[int]:
+    objects = chart.render(
+        {"mode": "gateway", "gateway": {"config": config}}, release="igw", namespace=pins.ADDON_NAMESPACE
+    )
+    [policy] = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    return [p["port"] for rule in policy["spec"]["egress"] for p in rule.get("ports", [])]
+
+
+def test_the_network_policy_opens_the_redis_ports_the_served_configuration_uses() -> None:
+    """As igw operator's policy does: the rate limits' and the global heartbeat store's ports (before,
+    only ``networkPolicy.extraEgress`` could open them, and heartbeats were dropped unnoticed)."""
+    config = _config()
+    assert 6379 not in _egress_ports(config)
+    config["spec"].setdefault("extensions", {})["globalHeartbeat"] = {
+        "cluster": "east-a",
+        "region": "east",
+        "redis": {"url": "rediss://:token@hb.example.internal:6380/0"},
+    }
+    assert 6380 in _egress_ports(config)
+    config["spec"]["extensions"]["rateLimits"] = {
+        "backend": "redis",
+        "redis": {"url": "redis://limits:6390/1"},
+    }
+    assert {6380, 6390} <= set(_egress_ports(config))
+    del config["spec"]["extensions"]["globalHeartbeat"]["redis"]
+    assert {6379, 6390} <= set(_egress_ports(config))
