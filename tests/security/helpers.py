@@ -399,8 +399,9 @@ def redis_server_binary() -> str | None:
     return shutil.which("redis-server") or bundled_redis_server()
 
 
-def start_redis(workdir: Path, *, port: int | None = None) -> RedisServer:
-    """Start a real redis-server on a free loopback port (or ``port``); fails the test if absent."""
+def start_redis(workdir: Path, *, port: int | None = None, password: str | None = None) -> RedisServer:
+    """Start a real redis-server on a free loopback port (or ``port``), requiring ``password`` when
+    given (``requirepass``); fails the test if absent."""
     binary = redis_server_binary()
     if binary is None:
         pytest.fail(
@@ -428,6 +429,7 @@ def start_redis(workdir: Path, *, port: int | None = None) -> RedisServer:
                 "no",
                 "--loglevel",
                 "warning",
+                *(["--requirepass", password] if password is not None else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -438,7 +440,8 @@ def start_redis(workdir: Path, *, port: int | None = None) -> RedisServer:
                 with socket.create_connection(("127.0.0.1", chosen), timeout=0.2) as sock:
                     sock.sendall(b"PING\r\n")
                     # our process must still be alive: a PONG could come from someone else's Redis
-                    if sock.recv(16).startswith(b"+PONG") and process.poll() is None:
+                    # (with a password, ours answers NOAUTH until one is given)
+                    if sock.recv(16).startswith((b"+PONG", b"-NOAUTH")) and process.poll() is None:
                         return RedisServer(port=chosen, process=process)
             except OSError:
                 time.sleep(0.02)

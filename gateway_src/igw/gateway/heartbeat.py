@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from igw.config.durations import parse_duration
+from igw.config.redis_password import redis_password
 from igw.gateway.emf import quantile
 from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
 from igw.gateway.ticker import Ticker
@@ -58,6 +59,8 @@ class HeartbeatSettings:
     cluster: str
     region: str
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_password_env: str | None = None
+    """The environment variable holding the Redis password (:mod:`igw.config.redis_password`)."""
     key_prefix: str = "igw:hb:"
     interval_s: float = 1.0
     ttl_s: float = 10.0
@@ -85,6 +88,7 @@ class HeartbeatSettings:
             cluster=str(raw["cluster"]),
             region=str(raw["region"]),
             redis_url=str(redis.get("url", "redis://127.0.0.1:6379/0")),
+            redis_password_env=redis.get("passwordEnv"),
             key_prefix=str(redis.get("keyPrefix", "igw:hb:")),
             interval_s=parse_duration(str(raw.get("interval", "1s"))),
             ttl_s=parse_duration(str(raw.get("ttl", "10s"))),
@@ -246,7 +250,9 @@ class HeartbeatPublisher:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        password: str | None = None,
     ) -> None:
+        """``password``: the Redis password when the URL holds none (:func:`heartbeat_password`)."""
         # deferred: optional dependency: redis is imported only when this feature is configured
         import redis.asyncio as redis_asyncio
 
@@ -255,7 +261,10 @@ class HeartbeatPublisher:
         self._clock = clock
         self._wall = wall
         self._client = redis_asyncio.Redis.from_url(
-            settings.redis_url, socket_connect_timeout=0.5, socket_timeout=0.5
+            settings.redis_url,
+            password=password,
+            socket_connect_timeout=0.5,
+            socket_timeout=0.5,
         )
         self._window = LoadWindow(settings.window_s)
         self._field = settings.field
@@ -334,15 +343,24 @@ class HeartbeatPublisher:
         await self._client.aclose()  # type: ignore[attr-defined]  # types-redis predates aclose
 
 
+def heartbeat_password(settings: HeartbeatSettings) -> str | None:
+    """The heartbeat store's password from ``redis.passwordEnv`` (:mod:`igw.config.redis_password`);
+    ``RedisPasswordError`` naming the field when the variable is unset."""
+    return redis_password(
+        settings.redis_url, settings.redis_password_env, path=f"spec.extensions.{EXTENSION}.redis"
+    )
+
+
 def heartbeat_context(
     state: GatewayState, raw: Mapping[str, Any], *, workers: int = 1
 ) -> Callable[[Any], AsyncIterator[None]]:
     """An aiohttp cleanup context publishing heartbeats for the app's lifetime (``raw``: the extension;
     ``workers``: the size of the worker group whose worker 0 this is, 1 outside a group)."""
     settings = dataclasses.replace(HeartbeatSettings.from_mapping(raw), rate_scale=float(workers))
+    password = heartbeat_password(settings)  # now: a missing variable stops the start, named
 
     async def context(_app: Any) -> AsyncIterator[None]:
-        publisher = HeartbeatPublisher(state, settings, clock=state.clock)
+        publisher = HeartbeatPublisher(state, settings, clock=state.clock, password=password)
         publisher.start()
         try:
             yield

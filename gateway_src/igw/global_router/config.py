@@ -62,6 +62,8 @@ class FailoverSpec:
 @dataclass(frozen=True, slots=True)
 class HeartbeatSpec:
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_password_env: str | None = None
+    """The environment variable holding the Redis password (:mod:`igw.config.redis_password`)."""
     key_prefix: str = "igw:hb:"
     poll_interval_s: float = 0.5
     required: bool = True
@@ -151,6 +153,7 @@ def build_global_config(doc: Mapping[str, Any]) -> GlobalRouterConfig:
         ),
         heartbeats=HeartbeatSpec(
             redis_url=str(redis.get("url", d_h.redis_url)),
+            redis_password_env=redis.get("passwordEnv"),
             key_prefix=str(redis.get("keyPrefix", d_h.key_prefix)),
             poll_interval_s=float(heartbeats.get("pollIntervalSeconds", d_h.poll_interval_s)),
             required=bool(heartbeats.get("required", d_h.required)),

@@ -39,17 +39,19 @@ class HeartbeatReader:
         url: str,
         key_prefix: str,
         clusters: Sequence[str],
+        password: str | None = None,
         timeout_s: float = 0.5,
         staleness_s: float = 3.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``staleness_s``: how long a replica counts after its ``seq`` last changed (the config's
+        """``password``: the Redis password when the URL holds none (``spec.heartbeats.redis.passwordEnv``);
+        ``staleness_s``: how long a replica counts after its ``seq`` last changed (the config's
         ``failover.heartbeatStalenessSeconds``); ``clock``: the router's clock."""
         # deferred: optional dependency: redis is imported only when this feature is configured
         import redis.asyncio as redis_asyncio
 
         self._client = redis_asyncio.Redis.from_url(
-            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
+            url, password=password, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
         )
         self._clusters = tuple(clusters)
         self._keys = [f"{key_prefix}{name}" for name in self._clusters]

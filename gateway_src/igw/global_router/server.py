@@ -33,6 +33,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from igw.config.redis_password import redis_password
 from igw.gateway.app import healthz, openai_errors
 from igw.gateway.emf import emf_context
 from igw.gateway.errors import denial_response, gateway_error
@@ -339,6 +340,11 @@ def create_global_app(
     if reader is None and read_heartbeats:
         reader = HeartbeatReader(
             url=config.heartbeats.redis_url,
+            password=redis_password(
+                config.heartbeats.redis_url,
+                config.heartbeats.redis_password_env,
+                path="spec.heartbeats.redis",
+            ),
             key_prefix=config.heartbeats.key_prefix,
             clusters=[c.name for c in config.clusters],
             staleness_s=config.failover.heartbeat_staleness_s,

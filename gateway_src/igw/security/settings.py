@@ -198,6 +198,8 @@ class TenantLimits:
 @dataclass(frozen=True, slots=True)
 class RedisSettings:
     url: str = "redis://127.0.0.1:6379/0"
+    password_env: str | None = None
+    """The environment variable holding the password (:mod:`igw.config.redis_password`)."""
     key_prefix: str = "igw:rl:"
     connect_timeout_s: float = 0.25
     command_timeout_s: float = 0.25
@@ -231,6 +233,7 @@ class RateLimitSettings:
         rd = RedisSettings()
         redis = RedisSettings(
             url=str(redis_raw.get("url", rd.url)),
+            password_env=redis_raw.get("passwordEnv"),
             key_prefix=str(redis_raw.get("keyPrefix", rd.key_prefix)),
             connect_timeout_s=_duration(redis_raw, "connectTimeout", rd.connect_timeout_s),
             command_timeout_s=_duration(redis_raw, "commandTimeout", rd.command_timeout_s),

@@ -16,6 +16,7 @@ from typing import Any, Final
 import redis.asyncio as redis_asyncio
 from redis.exceptions import RedisError
 
+from igw.config.redis_password import redis_password
 from igw.security.ratelimit.backend import BackendUnavailable
 from igw.security.ratelimit.buckets import Decision, token_rate, tokens_needed
 from igw.security.settings import RedisSettings, TenantLimits
@@ -70,6 +71,11 @@ return {1, 0, 0}
 """
 
 
+REDIS_PATH: Final = "spec.extensions.rateLimits.redis"
+"""Where the settings come from, in messages (the global router's ``spec.rateLimits.redis`` is the
+same node)."""
+
+
 class RedisBuckets:
     name = "redis"
 
@@ -77,6 +83,7 @@ class RedisBuckets:
         self._settings = settings
         self._client: redis_asyncio.Redis[bytes] = redis_asyncio.Redis.from_url(
             settings.url,
+            password=redis_password(settings.url, settings.password_env, path=REDIS_PATH),
             socket_connect_timeout=settings.connect_timeout_s,
             socket_timeout=settings.command_timeout_s,
             retry_on_timeout=False,
