@@ -76,6 +76,8 @@ class HeartbeatReader:
                 beat = self._decoded(name, replica, raw)
                 if beat is not None:
                     good[replica] = beat
+            # Forget logged replicas whose field is gone (pods come and go: the set would only grow).
+            self._bad_fields -= {(c, r) for c, r in self._bad_fields if c == name and r not in replicas}
             if replicas and not good:
                 if name not in self._bad:
                     log.error("cluster %s: no well-formed heartbeat; draining it", name)
