@@ -23,7 +23,7 @@ from igw.scheduling.flow_control import (
 )
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
-from tests.security.helpers import GuardMaker, TokenFactory, bearer
+from tests.security.helpers import DELETE, GuardMaker, TokenFactory, bearer
 
 FLOW = {
     "pollInterval": "10ms",
@@ -122,3 +122,51 @@ async def test_only_the_authenticated_tenant_unlocks_an_objective(
         assert 'igw_flow_objective_denied_total{objective="chat",scheduler="pool"} 1.0' in metrics
         pod.waiting = 0
         assert await asyncio.wait_for(asyncio.gather(*sent), timeout=20) == [200, 200, 200, 200]
+
+
+async def test_a_caller_without_a_tenant_claim_cannot_mint_tenants_to_push_out_queued_requests(
+    gateway: Callable[..., Any], make_guard: GuardMaker, tokens: TokenFactory
+) -> None:
+    """With authentication on, a token without the tenant claim named its tenant by fairness header:
+    a new name per request was a new tenant, and each arrival in a full band pushed out another of
+    the authenticated tenant's queued requests (429, ``fair_share``), three of four here. Now such
+    callers share one tenant, which gets its fair share and no more: two of four."""
+    guard = await make_guard(extensions={"authorization": {"tenantClaim": "tenant"}}, real_clock=True)
+    now = int(time.time())
+    victim = bearer(tokens.token(tenant="victim", iat=now, exp=now + 600))
+    unclaimed = bearer(tokens.token(tenant=DELETE, iat=now, exp=now + 600))
+    doc = config_doc([scheduler("pool", "m1")])
+    doc["spec"]["extensions"]["flowControl"] = {
+        "pollInterval": "10ms",
+        "bands": [{"priority": 0, "maxRequests": 4}],
+    }
+
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (pod,),  # saturated: every request queues
+        gateway(doc, {"pool": [pod.key]}, guard=guard) as gw,
+    ):
+
+        async def send(auth: dict[str, str], fairness: str | None = None) -> tuple[int, str | None]:
+            headers = dict(auth)
+            if fairness is not None:
+                headers["x-gateway-inference-fairness-id"] = fairness
+            resp = await gw.post(
+                "/v1/completions", {"model": "m1", "prompt": "x", "max_tokens": 2}, headers=headers
+            )
+            body = await resp.json()
+            return resp.status, (body.get("error") or {}).get("code")
+
+        victims = []
+        for i in range(4):
+            victims.append(asyncio.create_task(send(victim)))
+            await wait_for(lambda i=i: gw.state.flow.depths("pool") == {0: i + 1}, within=10, what="queued")
+        others = []
+        for i in range(3):
+            others.append(asyncio.create_task(send(unclaimed, fairness=f"made-up-{i}")))
+            await asyncio.sleep(0.3)  # each arrival is placed (or refused) before the next
+        pod.waiting = 0
+        victim_results = await asyncio.wait_for(asyncio.gather(*victims), timeout=20)
+        other_results = await asyncio.wait_for(asyncio.gather(*others), timeout=20)
+    shed = (429, "request_shed")
+    assert sorted(victim_results) == [(200, None), (200, None), shed, shed]  # before: three shed
+    assert sorted(other_results) == [(200, None), (200, None), shed]  # the third found its share taken

@@ -169,6 +169,23 @@ def endpoint_samples(
     }
 
 
+def flow_tenant(tenant: str | None, authenticated: bool, headers: Mapping[str, str]) -> str:
+    """The request's tenant in flow control: its authenticated tenant claim; for a request the gateway
+    did not authenticate (no ``spec.auth``), the client's ``x-gateway-inference-fairness-id``; else the
+    one shared anonymous tenant (``""``).
+
+    An authenticated caller whose token carries no tenant claim does not name its tenant by header:
+    each name is a tenant of its own in the round-robin and in the displacement of a full band, so a
+    caller sending a new name per request took one turn per name and pushed another tenant's queued
+    requests out (429 ``fair_share``) down to one, that tenant's authenticated requests included.
+    Without authentication the header is the only signal there is, as in the reference."""
+    if tenant:
+        return tenant
+    if authenticated:
+        return ""
+    return headers.get(FAIRNESS_HEADER) or ""
+
+
 class BadQueueDeadline(ValueError):
     """The client's ``x-gateway-max-queue-ms`` is not a whole number of milliseconds."""
 

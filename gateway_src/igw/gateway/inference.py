@@ -41,6 +41,7 @@ from igw.gateway.flow_gate import (
     Refused,
     client_max_queue_s,
     endpoint_samples,
+    flow_tenant,
 )
 from igw.gateway.forwarded_answer import ForwardedAnswer
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
@@ -439,7 +440,7 @@ async def _wait_in_queue(
     """Wait in the request's flow-control band until the pool can take it (or it is shed);
     ``max_queue_s``: the client's own deadline (:func:`~igw.gateway.flow_gate.client_max_queue_s`)."""
     headers = request.headers
-    tenant = principal.tenant or headers.get(FAIRNESS_HEADER) or ""
+    tenant = flow_tenant(principal.tenant, principal.authenticated, headers)
     if priority is None:
         priority = _priority(request, state, principal, rreq, sr.spec.name)
     obs.record.priority = priority
@@ -503,7 +504,7 @@ def _priority(
     request: web.Request, state: GatewayState, principal: Principal, rreq: RoutingRequest, scheduler: str
 ) -> int:
     """The request's flow-control band (objective header, else its model's or tenant's objective)."""
-    tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER) or ""
+    tenant = flow_tenant(principal.tenant, principal.authenticated, request.headers)
     return state.flow.priority(
         request.headers,
         scheduler=scheduler,
