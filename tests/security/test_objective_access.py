@@ -9,6 +9,7 @@ objective (the client-chosen fairness header never does).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -159,7 +160,7 @@ async def test_a_caller_without_a_tenant_claim_cannot_mint_tenants_to_push_out_q
         victims = []
         for i in range(4):
             victims.append(asyncio.create_task(send(victim)))
-            await wait_for(lambda i=i: gw.state.flow.depths("pool") == {0: i + 1}, within=10, what="queued")
+            await wait_for(functools.partial(_queued, gw, i + 1), within=10, what="queued")
         others = []
         for i in range(3):
             others.append(asyncio.create_task(send(unclaimed, fairness=f"made-up-{i}")))
@@ -170,3 +171,9 @@ async def test_a_caller_without_a_tenant_claim_cannot_mint_tenants_to_push_out_q
     shed = (429, "request_shed")
     assert sorted(victim_results) == [(200, None), (200, None), shed, shed]  # before: three shed
     assert sorted(other_results) == [(200, None), (200, None), shed]  # the third found its share taken
+
+
+def _queued(gw: Any, count: int) -> bool:
+    """Whether ``count`` requests wait in the pool's band 0."""
+    depths: dict[int, int] = gw.state.flow.depths("pool")
+    return depths == {0: count}
