@@ -9,7 +9,14 @@ from typing import Any
 import kubernetes_validate
 
 from igw.cli.main import build_parser
-from igw.operator.dataplane import GATEWAY_PORT, MANAGEMENT_PORT, DataPlaneSettings, desired_objects
+from igw.config.restart_only import restart_digest
+from igw.operator.dataplane import (
+    GATEWAY_PORT,
+    MANAGEMENT_PORT,
+    RESTART_CONFIG_ANNOTATION,
+    DataPlaneSettings,
+    desired_objects,
+)
 from tests.operator.dataplane_support import K8S_VERSION, by_kind, igwc_object
 
 
@@ -56,6 +63,8 @@ def test_the_extension_moves_the_port_and_pod_annotations_can_override_the_scrap
     assert build_parser().parse_args(container["args"]).management_port == 9500
     assert {"name": "metrics", "containerPort": 9500, "protocol": "TCP"} in container["ports"]
     annotations = by_kind(objects)["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    # The management extension is read only at start: its digest rolls the pods on a change.
+    assert annotations.pop(RESTART_CONFIG_ANNOTATION) == restart_digest({"management": {"port": 9500}})
     assert annotations == {
         "prometheus.io/scrape": "false",
         "prometheus.io/port": "9500",

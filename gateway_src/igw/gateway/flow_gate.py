@@ -49,6 +49,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from igw.errors import IgwGatewayError
 from igw.scheduling.engine_priority import EnginePriority
 from igw.scheduling.flow_control import (
     BatchEstimate,
@@ -186,7 +187,7 @@ def flow_tenant(tenant: str | None, authenticated: bool, headers: Mapping[str, s
     return headers.get(FAIRNESS_HEADER) or ""
 
 
-class BadQueueDeadline(ValueError):
+class BadQueueDeadline(IgwGatewayError, ValueError):
     """The client's ``x-gateway-max-queue-ms`` is not a whole number of milliseconds."""
 
 
