@@ -151,24 +151,6 @@ async def test_igw_serve_applies_the_config_header_timeout_unless_the_option_is_
         assert f"did not arrive within {expected} " in gw.output
 
 
-async def test_a_reload_that_changes_the_limits_says_they_apply_at_restart(
-    gateway: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    doc = config_doc([scheduler("pool", "m")])
-    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"pool": [pod.key]}, reload=True) as gw:
-        changed = config_doc([scheduler("pool", "m")])
-        changed["spec"]["extensions"][EXTENSION_NAME] = {"headerTimeout": "3s"}
-        with caplog.at_level(logging.WARNING, logger="igw.gateway.reload"):
-            gw.config_path.write_text(yaml.safe_dump(changed))
-            await wait_for(
-                lambda: (
-                    gw.state.runtime.config.extensions.get(EXTENSION_NAME, {}).get("headerTimeout") == "3s"
-                ),
-                what="reload applied",
-            )
-    assert f"{PATH} changed: the listener keeps the limits it started with" in caplog.text
-
-
 async def test_a_reload_that_adds_heartbeats_says_so_and_one_that_undoes_it_says_it_runs_as_started(
     gateway: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
