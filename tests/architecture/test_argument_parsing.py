@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from igw.cli.arg_types import NumberList, NumberOrWord, NumberRange, output_directory, output_file
+from igw.cli.arg_types import (
+    NumberList,
+    NumberOrWord,
+    NumberRange,
+    output_directory,
+    output_file,
+    region_name,
+)
 from igw.cli.main import build_parser
 from igw.config.paths import REPO_ROOT
 from tests.architecture.support import SOURCE_ROOT, assert_none, offenders, python_files, sample
@@ -194,3 +201,25 @@ def test_checking_an_output_directory_leaves_nothing_behind(tmp_path: Path) -> N
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(argparse.ArgumentTypeError, match="is a directory"):
         output_file(str(tmp_path))
+
+
+@pytest.mark.parametrize("bad", ["", "us east 1", "US-EAST-1", "-us-east-1"])
+def test_every_region_option_refuses_what_no_region_is_called_while_parsing(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw addon versions --region ''`` (an unset ``$AWS_REGION``) ended in a traceback ("Invalid
+    endpoint: https://eks..amazonaws.com"); ``igw global serve --region 'us east 1'`` served with a
+    region its configuration could not name, every cluster taken for a remote one."""
+    checked = []
+    for words, action in _options(build_parser()):
+        if "--region" not in action.option_strings:
+            continue
+        assert action.type is region_name, words
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*words, f"--region={bad}"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2, words
+        assert f"argument --region: {bad!r} is not a region name" in err, err
+        checked.append(" ".join(words))
+    assert {"addon versions", "addon create", "preflight", "audit", "global serve"} <= set(checked)
+    assert region_name("us-gov-west-1") == "us-gov-west-1"

@@ -15,6 +15,7 @@ from igw.cli.arg_types import (
     iam_role_arn,
     kubernetes_version,
     output_directory,
+    region_name,
 )
 from igw.redaction import redact_value
 
@@ -88,7 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _aws_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--region", help="AWS region (default: from the environment/profile)")
+    parser.add_argument(
+        "--region", type=region_name, help="AWS region (default: from the environment/profile)"
+    )
     parser.add_argument("--profile", help="AWS profile")
 
 

@@ -252,6 +252,22 @@ def http_url(text: str) -> str:
     return text
 
 
+_REGION: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def region_name(text: str) -> str:
+    """A region name (``us-east-1``): lower-case letters, digits and ``-``, at most 63, the pattern of
+    a GlobalRouterConfig's ``spec.region`` (every AWS region name fits it). ``--region ''`` (an unset
+    ``$AWS_REGION`` in a script) ended ``igw addon`` in a traceback ("Invalid endpoint:
+    https://eks..amazonaws.com"), and ``igw global serve --region 'us east'`` served with a region no
+    configuration may name, every cluster then taken for a remote one."""
+    if not _REGION.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a region name (lower-case letters, digits and '-', e.g. us-east-1)"
+        )
+    return text
+
+
 _IAM_ROLE_ARN: Final = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}")
 
 

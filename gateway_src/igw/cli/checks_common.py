@@ -23,6 +23,7 @@ from igw.checks.framework import (
 )
 from igw.checks.inventory import Inventory
 from igw.checks.model import Command, Severity
+from igw.cli.arg_types import region_name
 
 FORMATS = ("table", "json", "sarif", "junit")
 
@@ -48,7 +49,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--cluster-name", help="EKS cluster name: also scan the AWS side (add-ons, IAM, subnets, LBs)"
     )
-    source.add_argument("--region", help="AWS region (default from the AWS config)")
+    source.add_argument("--region", type=region_name, help="AWS region (default from the AWS config)")
     source.add_argument("--profile", help="AWS profile")
     out = parser.add_argument_group("output")
     out.add_argument("-o", "--output", choices=FORMATS, default="table", help="output format (default table)")

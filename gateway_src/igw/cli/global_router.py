@@ -18,7 +18,7 @@ import contextlib
 import logging
 import sys
 
-from igw.cli.arg_types import NON_NEGATIVE, PORT
+from igw.cli.arg_types import NON_NEGATIVE, PORT, region_name
 
 HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
 
@@ -31,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="global_command", metavar="ACTION", required=True)
     serve = sub.add_parser("serve", help="run one router replica", description="Run one router replica.")
     serve.add_argument("--config", required=True, metavar="GLOBAL.yaml", help="GlobalRouterConfig file")
-    serve.add_argument("--region", default=None, help="this replica's region (default: spec.region)")
+    serve.add_argument(
+        "--region", type=region_name, default=None, help="this replica's region (default: spec.region)"
+    )
     serve.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
     serve.add_argument("--port", type=PORT, default=8080, help="listen port (default 8080; 0 picks one)")
     serve.add_argument(
