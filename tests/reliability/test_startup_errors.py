@@ -115,6 +115,29 @@ def test_operator_with_a_missing_kubeconfig_says_so(tmp_path: Path) -> None:
     assert_one_line_error(done, f"igw operator: cannot load kubeconfig {kubeconfig}: no such file")
 
 
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"\xff\xfe\x00binary", "not UTF-8 text"),
+        (b"users:\n- name: u\n  user: {token: s3cr3t-token\n", "not valid YAML (line 4, column 1)"),
+        (b"- a\n- b\n", "not a kubeconfig"),
+        (b"just a sentence\n", "not a kubeconfig"),
+        (b"current-context: x\ncontexts: 5\n", "not a kubeconfig"),
+    ],
+    ids=["binary", "bad-yaml", "list", "string", "wrong-shape"],
+)
+def test_a_kubeconfig_that_is_not_one_says_so_without_quoting_it(
+    tmp_path: Path, content: bytes, needle: str
+) -> None:
+    """The client library reads the file unchecked: each of these ended ``igw operator`` (and ``igw
+    serve --in-cluster``) in a UnicodeDecodeError, ParserError or TypeError traceback."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_bytes(content)
+    done = igw("operator", "--no-leader-election", "--kubeconfig", str(kubeconfig))
+    assert_one_line_error(done, f"igw operator: cannot load kubeconfig {kubeconfig}: {needle}")
+    assert "s3cr3t" not in done.stderr
+
+
 def test_no_kubeconfig_outside_a_pod_says_where_it_looked(tmp_path: Path) -> None:
     """No --kubeconfig, no pod, no $KUBECONFIG, no ~/.kube/config: said so, not the client library's
     "Invalid kube-config file. No configuration found." (which sends people to a file that is not there)."""

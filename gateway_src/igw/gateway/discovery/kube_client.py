@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import yaml
+
 from igw.errors import IgwGatewayError
 
 
@@ -55,5 +57,22 @@ def make_api_client(*, kubeconfig: str | None, context: str | None = None) -> An
     except (kubernetes.config.ConfigException, OSError) as exc:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "cluster credentials"
         raise KubeClientError(f"cannot load {where}: {exc}") from exc
+    except (ValueError, yaml.YAMLError, TypeError, AttributeError, KeyError) as exc:
+        # The client library reads the file with no check of its own: a file that is not UTF-8, not
+        # YAML, or YAML of another shape (a list, a string) ended igw operator and igw serve
+        # --in-cluster in a UnicodeDecodeError, ParserError or TypeError traceback.
+        where = kubeconfig or os.environ.get("KUBECONFIG") or default
+        raise KubeClientError(f"cannot load kubeconfig {where}: {_not_a_kubeconfig(exc)}") from exc
     configuration.retries = 1
     return kubernetes.client.ApiClient(configuration)
+
+
+def _not_a_kubeconfig(exc: Exception) -> str:
+    """Why a kubeconfig file could not be used, quoting none of its contents (it holds credentials)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        return f"not valid YAML (line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1})"
+    if isinstance(exc, yaml.YAMLError):
+        return "not valid YAML"
+    return "not a kubeconfig (expected a mapping with clusters, contexts, users and current-context)"
