@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from igw.cli import perf as perf_cli
 from igw.cli.arg_types import (
     NumberList,
     NumberOrWord,
@@ -223,3 +224,31 @@ def test_every_region_option_refuses_what_no_region_is_called_while_parsing(
         checked.append(" ".join(words))
     assert {"addon versions", "addon create", "preflight", "audit", "global serve"} <= set(checked)
     assert region_name("us-gov-west-1") == "us-gov-west-1"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_existing_directory_no_file_can_be_created_in_is_refused_while_parsing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``/proc`` exists and is a directory, as a read-only folder is: ``igw bench --out /proc`` ran the
+    whole benchmark, then failed writing its reports; ``--records /proc/r.jsonl`` likewise."""
+    for words in (["bench", "--out", "/proc"], ["sim", "run", "--spec", "x", "--records", "/proc/r.jsonl"]):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(words)
+        assert exited.value.code == 2
+        assert "cannot write in directory '/proc'" in capsys.readouterr().err
+
+
+def test_perf_creates_the_folder_of_its_output_files_before_it_measures(tmp_path: Path) -> None:
+    """``igw perf gateway --json new/perf.json`` wrote its JSON with a bare open() after minutes of
+    measuring: a FileNotFoundError traceback, the results lost."""
+    target = tmp_path / "new" / "perf.json"
+
+    def benchmark(args: argparse.Namespace) -> int:
+        target.write_text("{}")  # as perf gateway's bare open(args.json, "w") does
+        return 0
+
+    args = build_parser().parse_args(["perf", "gateway", "--json", str(target)])
+    args._perf_run = benchmark
+    assert perf_cli.run(args) == 0
+    assert target.read_text() == "{}"

@@ -79,6 +79,16 @@ def test_run_prints_a_summary_and_writes_records(tmp_path: Path, capsys: pytest.
     assert main([*args[:4], "--lengths", "nope"]) == 2
 
 
+def test_run_writes_records_into_a_folder_it_creates(tmp_path: Path) -> None:
+    """``--records new/records.jsonl`` passed the parse-time check (the folder can be created), then
+    ended the finished simulation in a FileNotFoundError traceback."""
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    records = tmp_path / "new" / "sub" / "records.jsonl"
+    assert main(["sim", "run", "--spec", str(spec), "--requests", "5", "--records", str(records)]) == 0
+    assert len(records.read_text(encoding="utf-8").splitlines()) == 5
+
+
 def test_presets_lists_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "presets"]) == 0
     out = capsys.readouterr().out

@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import math
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Generic, TypeVar
@@ -171,19 +172,32 @@ SEEDS: Final = NumberList(SEED)
 
 
 def output_directory(text: str) -> Path:
-    """A directory the command may write its report into: it exists, or it can be created.
+    """A directory the command may write its report into: it exists, or it can be created, and a file
+    can be created in it.
 
-    Checked by creating the missing part of the path and removing it again, so a parse has no
-    lasting effect; the command creates it when it writes.
+    Checked by creating the missing part of the path and a nameless temporary file in it, then
+    removing both, so a parse has no lasting effect; the command creates the directory when it writes
+    (:func:`create_parent` for an :func:`output_file`). An existing directory no file can be created
+    in (read-only, ``/proc``) passed before, and the command failed when it wrote its results.
     """
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
     missing = [p for p in (path, *path.parents) if not p.exists()]
     try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"cannot create directory {text!r}: {exc.strerror or exc}") from None
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(
+                f"cannot create directory {text!r}: {exc.strerror or exc}"
+            ) from None
+        try:
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(
+                f"cannot write in directory {text!r}: {exc.strerror or exc}"
+            ) from None
     finally:
         for created in missing:  # deepest first
             with contextlib.suppress(OSError):
@@ -197,6 +211,14 @@ def output_file(text: str) -> Path:
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a directory, expected a file name")
     output_directory(str(path.parent))
+    return path
+
+
+def create_parent(path: Path) -> Path:
+    """Create the directory an :func:`output_file` goes into (checked, then removed, while parsing);
+    returns ``path``. Without it ``igw sim run --records new/records.jsonl`` ran the whole simulation,
+    then ended in a FileNotFoundError traceback."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 

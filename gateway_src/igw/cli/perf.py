@@ -25,6 +25,7 @@ from igw.cli.arg_types import (
     SEED,
     SEEDS,
     NumberList,
+    create_parent,
     output_directory,
     output_file,
 )
@@ -413,6 +414,10 @@ def _compiled_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+OUTPUT_FILES: Final = ("json", "log")
+"""Options of type :func:`~igw.cli.arg_types.output_file` (``perf gateway --json``, ``perf soak
+--log``): a new folder in their path ended a finished run in a FileNotFoundError traceback."""
+
 BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (
     # (benchmark name, module under igw.perf defining HELP and run(args), its command-line options)
     ("gateway", "igw.perf.gateway", _gateway_arguments),
@@ -449,6 +454,10 @@ def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: igw builds every parser; the error type loads with the command
     from igw.errors import IgwToolingError
 
+    for dest in OUTPUT_FILES:  # checked while parsing; created now, before minutes of measuring
+        path = getattr(args, dest, None)
+        if isinstance(path, Path):
+            create_parent(path)
     try:
         result: int = args._perf_run(args)
     except IgwToolingError as exc:

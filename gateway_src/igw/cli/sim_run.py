@@ -7,8 +7,10 @@ import random
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 from igw.bench.policies.registry import PolicyContext, build_policy
+from igw.cli.arg_types import create_parent
 from igw.sim.des import SimulationError, simulate
 from igw.sim.request import SimRequest
 from igw.sim.spec import FleetSpec, SpecError
@@ -62,7 +64,11 @@ def run_des_command(
     summary = result.summary()
     print(json.dumps(summary, indent=2))
     if records_path is not None:
-        with open(records_path, "w", encoding="utf-8") as fh:
-            for rec in result.records:
-                fh.write(json.dumps(asdict(rec)) + "\n")
+        try:
+            with create_parent(Path(records_path)).open("w", encoding="utf-8") as fh:
+                for rec in result.records:
+                    fh.write(json.dumps(asdict(rec)) + "\n")
+        except OSError as exc:  # the disk filled, the folder went away: the summary is printed above
+            print(f"igw sim run: --records {records_path}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     return 0

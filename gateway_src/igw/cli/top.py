@@ -19,7 +19,7 @@ import os
 import sys
 from urllib.parse import urlsplit
 
-from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, output_file
+from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, create_parent, output_file
 from igw.redaction import redact
 
 HELP = "Live terminal view of a running gateway: pools, pods (KV, queue, picks, scrape age), models."
@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     source = GatewaySource(args.url, token=token, decisions=args.decisions)
     app = TopApp(source, interval_s=args.interval, show_decisions=args.decisions > 0)
     if args.screenshot:
+        create_parent(args.screenshot)
         return save_screenshot(app, args.screenshot, refreshes=args.screenshot_after)
     app.run()
     return EXIT_OK
