@@ -252,3 +252,27 @@ def test_perf_creates_the_folder_of_its_output_files_before_it_measures(tmp_path
     args._perf_run = benchmark
     assert perf_cli.run(args) == 0
     assert target.read_text() == "{}"
+
+
+@pytest.mark.parametrize(
+    ("words", "needle"),
+    [
+        (["perf", "des", "--policy", "nope"], "argument --policy: unknown policy 'nope'"),
+        (["perf", "des", "--preset", "nope"], "argument --preset: unknown preset 'nope'"),
+        (["perf", "workers-des", "--policy", "nope"], "argument --policy: unknown policy 'nope'"),
+        (["perf", "workers-des", "--scenarios", "mixed-fleet-8b,nope"], "unknown scenario 'nope'"),
+        (["perf", "workers-des", "--shares", "nope"], "argument --shares: not one of"),
+        (["perf", "scrape-des", "--policy", "nope"], "argument --policy: unknown policy 'nope'"),
+        (["perf", "scrape-des", "--scenarios", "nope"], "argument --scenarios: unknown scenario 'nope'"),
+        (["sim", "run", "--spec", "x", "--policy", "nope"], "argument --policy: unknown policy 'nope'"),
+    ],
+)
+def test_an_unknown_policy_scenario_or_preset_is_refused_while_parsing(
+    words: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw perf des --policy nope`` ended in a ValueError traceback, ``igw perf workers-des
+    --scenarios nope`` in a KeyError one (after the scenarios before it had run)."""
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(words)
+    assert exited.value.code == 2
+    assert needle in capsys.readouterr().err

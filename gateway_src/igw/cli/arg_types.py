@@ -222,6 +222,42 @@ def create_parent(path: Path) -> Path:
     return path
 
 
+def policy_name(text: str) -> str:
+    """A routing policy of the benchmark registry (``igw sim run --policy``, ``igw perf des
+    --policy``): ``igw perf des --policy nope`` ended in a ValueError traceback."""
+    # deferred: start-up cost: the registry loads only when a command taking a policy is parsed
+    from igw.bench.policies.registry import POLICIES
+
+    if text not in POLICIES:
+        raise argparse.ArgumentTypeError(f"unknown policy {text!r} (known: {', '.join(POLICIES)})")
+    return text
+
+
+def scenario_names(text: str) -> list[str]:
+    """Comma-separated benchmark scenarios (``igw perf workers-des --scenarios``): an unknown one ended
+    in a KeyError traceback, after the scenarios before it had run."""
+    # deferred: start-up cost: the scenarios load only when a command taking them is parsed
+    from igw.bench.scenarios import SCENARIOS
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SCENARIOS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown scenario {', '.join(map(repr, unknown)) or repr(text)} (known: {', '.join(SCENARIOS)})"
+        )
+    return names
+
+
+def preset_name(text: str) -> str:
+    """A GPU/model preset of ``igw sim presets`` (``igw perf des --preset``)."""
+    # deferred: start-up cost: the presets load only when a command taking one is parsed
+    from igw.sim.presets import PRESETS
+
+    if text not in PRESETS:
+        raise argparse.ArgumentTypeError(f"unknown preset {text!r} (known: {', '.join(sorted(PRESETS))})")
+    return text
+
+
 _DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 

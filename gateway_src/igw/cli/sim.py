@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, SEED, output_file
+from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, SEED, output_file, policy_name
 
 HELP = (
     "Simulated GPU fleet: start live vLLM/SGLang-like pods, run the discrete-event simulator, list presets."
@@ -30,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--spec", required=True, help="fleet spec YAML (faults: slow, error_rate, freeze_metrics, kill)"
     )
-    run.add_argument("--policy", default="round-robin", help="policy name from the benchmark registry")
+    run.add_argument(
+        "--policy", type=policy_name, default="round-robin", help="policy name from the benchmark registry"
+    )
     run.add_argument("--requests", type=COUNT, default=1000, help="number of requests to generate")
     run.add_argument("--rate", type=POSITIVE, default=10.0, help="mean arrival rate, requests/s")
     run.add_argument(
