@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -229,3 +230,20 @@ def test_a_picker_config_with_an_unknown_plugin_type_is_a_problem(
     out = capsys.readouterr().out
     assert f"{path}:4: plugins[0].type: unknown plugin type 'nope-scorer'" in out
     assert "[endpoint-picker-config]" in out
+
+
+def test_stdin_that_is_not_utf8_is_an_unreadable_file_not_a_traceback() -> None:
+    """Under the C/POSIX locale Python reads standard input with surrogateescape: ``printf '\\xff' |
+    igw validate -`` ended in a UnicodeEncodeError traceback from the YAML parser."""
+    done = subprocess.run(
+        [sys.executable, "-m", "igw.cli.main", "validate", "-"],
+        input=b"\xff\xfe kind: x\n",
+        capture_output=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "LC_ALL": "C", "PYTHONIOENCODING": "", "PYTHONUTF8": ""},
+    )
+    output = done.stdout.decode() + done.stderr.decode()
+    assert done.returncode == 2, output
+    assert "Traceback" not in output
+    assert "-: cannot read file: 'utf-8' codec can't decode byte 0xff" in output

@@ -256,16 +256,19 @@ def read_documents(path: str | Path) -> list[SourceDocument]:
     hot-reloads) read until the process ran out of memory and ended in a ``MemoryError`` traceback."""
     too_large = DocumentReadError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB; not read further")
     try:
+        data: bytes | str
         if str(path) == "-":
-            text = sys.stdin.read(MAX_FILE_BYTES + 1)
-            if len(text) > MAX_FILE_BYTES:
-                raise too_large
+            # Bytes, as from a file: under the C/POSIX locale the text layer of standard input turns
+            # bytes that are not UTF-8 into surrogates, and the YAML parser ended `igw validate -` in
+            # a UnicodeEncodeError traceback. A text stream put in its place (a test) is read as text.
+            stdin = getattr(sys.stdin, "buffer", None)
+            data = sys.stdin.read(MAX_FILE_BYTES + 1) if stdin is None else stdin.read(MAX_FILE_BYTES + 1)
         else:
             with Path(path).open("rb") as file:
                 data = file.read(MAX_FILE_BYTES + 1)
-            if len(data) > MAX_FILE_BYTES:
-                raise too_large
-            text = data.decode("utf-8")
+        if len(data) > MAX_FILE_BYTES:
+            raise too_large
+        text = data if isinstance(data, str) else data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DocumentReadError(f"{path}: cannot read file: {exc}") from exc
     return parse_text(text, source=str(path))
