@@ -98,6 +98,11 @@ async def test_usage_errors_name_the_option() -> None:
         (("http://127.0.0.1:1", "--token-env", "NOT_SET_ANYWHERE"), {}, "NOT_SET_ANYWHERE is not set"),
         (("http://127.0.0.1:1", "--decisions", "5"), {}, "--decisions needs --token-env"),
         (("http://127.0.0.1:1", "--decisions", "51"), {}, "--decisions must be 0..50"),
+        # a port out of range was only found fetching, 30 refreshes later ("no data", exit 1)
+        (("http://127.0.0.1:99999", "--screenshot", "x.svg"), {}, "with a port from 1 to 65535"),
+        (("http://127.0.0.1:0",), {}, "got 'http://127.0.0.1:0'"),
+        # --token-env '' (an unset variable in a script) sent no token, silently
+        (("http://127.0.0.1:1", "--token-env", ""), {}, "--token-env: '' names no environment variable"),
     ]
     for args, env, message in cases:
         rc, out = await igw_top(*args, env=env)

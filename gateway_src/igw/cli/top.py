@@ -17,9 +17,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from urllib.parse import urlsplit
 
-from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, create_parent, output_file
+from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, create_parent, http_url, output_file
 from igw.redaction import redact
 
 HELP = "Live terminal view of a running gateway: pools, pods (KV, queue, picks, scrape age), models."
@@ -66,9 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    parts = urlsplit(args.url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        print(f"igw top: URL must be http(s)://host:port, got {redact(args.url)!r}", file=sys.stderr)
+    try:  # a port out of range (http://host:99999) was only found when fetching: 30 refreshes later
+        http_url(args.url)
+    except argparse.ArgumentTypeError:
+        print(
+            f"igw top: URL must be http(s)://host:port with a port from 1 to 65535, got {redact(args.url)!r}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     if args.interval < 0.1:
         print(f"igw top: --interval must be at least 0.1, got {args.interval}", file=sys.stderr)
@@ -83,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
         print("igw top: --screenshot-after must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     token = None
+    if args.token_env is not None and not args.token_env.strip():
+        print("igw top: --token-env: '' names no environment variable", file=sys.stderr)
+        return EXIT_USAGE
     if args.token_env:
         token = os.environ.get(args.token_env)
         if not token:
