@@ -120,6 +120,18 @@ def test_a_values_file_that_cannot_be_read_is_named_without_a_token(
 
 
 @pytest.mark.usefixtures("no_aws_setup")
+@pytest.mark.parametrize("prefix", ["", "file://"])
+def test_a_values_file_that_is_not_text_is_refused_naming_it(
+    tmp_path: Path, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A binary file given as the values (a .tgz, a picture) ended in a UnicodeDecodeError traceback."""
+    values = tmp_path / "values.yaml"
+    values.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe binary")
+    assert main(["addon", "create", "--cluster", "c", "--configuration-values", prefix + str(values)]) == 2
+    assert f"{values}: not UTF-8 text" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_aws_setup")
 @pytest.mark.parametrize(
     "role",
     ["notanarn", "arn:aws:iam::12345:role/x", "arn:aws:s3:::bucket", "arn:aws:iam::123456789012:user/x"],

@@ -183,10 +183,22 @@ def _values_text(value: str) -> str:
     (this command's earlier form) still names a file. Before, an inline value was taken for a file
     name, and the error quoted the whole value, tokens included."""
     if value.startswith(FILE_PREFIX):
-        return Path(value.removeprefix(FILE_PREFIX)).read_text(encoding="utf-8")
+        return _read_values_file(value.removeprefix(FILE_PREFIX))
     if _inline(value) and not _names_a_file(value):
         return value
-    return Path(value).read_text(encoding="utf-8")
+    return _read_values_file(value)
+
+
+def _read_values_file(path: str) -> str:
+    """The text of a values file; a file that is not UTF-8 (a binary picked by mistake) is refused as
+    configuration values (exit 2) naming it: it ended in a UnicodeDecodeError traceback."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.addon.configuration import ConfigurationValuesError
+
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigurationValuesError([f"{redact_value(path)}: not UTF-8 text"]) from None
 
 
 def _values_source(value: str) -> str:
