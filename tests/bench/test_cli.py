@@ -167,3 +167,23 @@ def test_plain_progress_writes_the_first_message_then_at_most_one_per_interval()
         now[0] = t
         say(message)
     assert stream.getvalue() == "a\nd\nf\n"
+
+
+def test_summarize_refuses_a_folder_without_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--summarize`` of the wrong folder wrote a summary.md of headers only into it, exit 0; a
+    ``<name>.json`` folder in it ended in an IsADirectoryError traceback."""
+    (tmp_path / "notes.json").mkdir()
+    assert main(["bench", "--summarize", str(tmp_path)]) == 2
+    assert "holds no DES report of igw bench" in capsys.readouterr().err
+    assert not (tmp_path / "summary.md").exists()
+
+
+def test_summarize_names_a_report_that_is_not_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A report cut short by an interrupted run: the message was orjson's alone, naming no file."""
+    (tmp_path / "mixed-fleet-8b.json").write_text('{"scenario": "mixed-fl')
+    assert main(["bench", "--summarize", str(tmp_path)]) == 2
+    assert f"--summarize: {tmp_path / 'mixed-fleet-8b.json'}: not a JSON report" in capsys.readouterr().err

@@ -102,7 +102,7 @@ def summary_rows(docs: list[dict[str, Any]]) -> list[str]:
 
 
 def write_summary(directory: Path) -> Path:
-    docs = [orjson.loads(p.read_bytes()) for p in sorted(directory.glob("*.json"))]
+    docs = [orjson.loads(p.read_bytes()) for p in sorted(directory.glob("*.json")) if p.is_file()]
     docs = [d for d in docs if isinstance(d, dict) and "policies" in d and d.get("mode") == "des"]
     text = [
         "# Routing benchmark summary",

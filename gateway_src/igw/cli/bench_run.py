@@ -74,6 +74,7 @@ def run_bench(args: argparse.Namespace) -> int:
         directory = Path(args.summarize)
         if not directory.is_dir():
             raise ValueError(f"--summarize: {directory} is not a directory")
+        _refuse_a_folder_without_reports(directory)
         print(write_summary(directory).read_text())
         _summarize_family(directory)
         return 0
@@ -156,9 +157,28 @@ def run_bench(args: argparse.Namespace) -> int:
     return failure_exit_status(console, runs, allowed=args.allow_failures)
 
 
+def _refuse_a_folder_without_reports(directory: Path) -> None:
+    """``ValueError`` naming the file when a ``*.json`` of ``directory`` is not JSON (a report cut short
+    by an interrupted run: the message named no file), and when none is a report ``--summarize``
+    reads: the wrong folder got a summary.md of headers only written into it, and exit 0."""
+    docs = []
+    for path in sorted(p for p in directory.glob("*.json") if p.is_file()):
+        try:
+            docs.append(orjson.loads(path.read_bytes()))
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise ValueError(f"--summarize: {path}: not a JSON report ({exc})") from None
+    reports = [d for d in docs if isinstance(d, dict) and "policies" in d and d.get("mode") == "des"]
+    members = [d for d in docs if isinstance(d, dict) and is_family_member(str(d.get("scenario", "")))]
+    if not reports and not members:
+        raise ValueError(
+            f"--summarize: {directory} holds no DES report of igw bench (a <scenario>.json it wrote); "
+            "pass the --out folder of a run"
+        )
+
+
 def _summarize_family(directory: Path) -> None:
     """``--summarize`` on a random-family run also rebuilds ``random-family.md`` (from what finished)."""
-    docs = [orjson.loads(p.read_bytes()) for p in sorted(directory.glob("*.json"))]
+    docs = [orjson.loads(p.read_bytes()) for p in sorted(directory.glob("*.json")) if p.is_file()]
     members = [d for d in docs if isinstance(d, dict) and is_family_member(str(d.get("scenario", "")))]
     if members:
         command = f"igw bench --summarize {directory}"
