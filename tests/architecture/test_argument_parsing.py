@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -276,3 +277,28 @@ def test_an_unknown_policy_scenario_or_preset_is_refused_while_parsing(
         build_parser().parse_args(words)
     assert exited.value.code == 2
     assert needle in capsys.readouterr().err
+
+
+def test_perf_refuses_a_gateway_tree_python_or_cpu_it_cannot_use_while_parsing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--gateway-tree typo`` measured the harness's own igw as the other tree's; ``--gateway-python
+    /no/python`` and ``--gateway-cpus 999`` ended the run in a traceback once it started processes."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    cases = [
+        (["perf", "gateway", "--gateway-tree", str(tmp_path)], "holds no igw package"),
+        (["perf", "workers", "--gateway-tree", str(tmp_path)], "holds no igw package"),
+        (["perf", "gateway", "--gateway-python", str(tmp_path / "python")], "is not an executable file"),
+        (["perf", "gateway", "--gateway-python", str(tmp_path)], "is not an executable file"),
+    ]
+    if hasattr(os, "sched_getaffinity"):
+        cases.append((["perf", "workers", "--gateway-cpus", f"{cpus[-1] + 1000}"], "not available"))
+    for words, needle in cases:
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(words)
+        assert exited.value.code == 2, words
+        assert needle in capsys.readouterr().err, words
+    parsed = build_parser().parse_args(
+        ["perf", "workers", "--gateway-tree", str(SOURCE_ROOT.parent), "--gateway-cpus", str(cpus[0])]
+    )
+    assert (parsed.gateway_tree, parsed.gateway_cpus) == (SOURCE_ROOT.parent, [cpus[0]])

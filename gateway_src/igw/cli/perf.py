@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -65,7 +66,7 @@ def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--gateway-tree",
-        type=Path,
+        type=_igw_tree,
         default=None,
         metavar="DIR",
         help="directory holding the igw package the gateway runs (its PYTHONPATH), e.g. a compiled "
@@ -74,7 +75,7 @@ def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--gateway-python",
-        type=Path,
+        type=_python_executable,
         default=None,
         metavar="PYTHON",
         help="interpreter the gateway runs under, e.g. another virtual environment's bin/python, to "
@@ -244,24 +245,22 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
         help="length of a phase with --load wrk, which runs for a time, not a count (default 3)",
     )
 
-    cpus = NumberList(NON_NEGATIVE_INT)  # CPU numbers, as taskset takes them
-
     parser.add_argument(
         "--gateway-cpus",
-        type=cpus,
+        type=_cpus,
         default=[],
         help="pin the gateway's serving processes, one per CPU in this comma-separated list "
         "(default: not pinned)",
     )
     parser.add_argument(
         "--load-cpus",
-        type=cpus,
+        type=_cpus,
         default=[],
         help="pin the load generator and the backend to these CPUs (default: not pinned)",
     )
     parser.add_argument(
         "--gateway-tree",
-        type=Path,
+        type=_igw_tree,
         default=None,
         help="directory holding the igw package the gateway groups run (their PYTHONPATH), e.g. "
         "another checkout's gateway_src, to compare gateway trees under this harness (default: "
@@ -276,6 +275,39 @@ def _workers_arguments(parser: argparse.ArgumentParser) -> None:
         "normal (SCHED_OTHER). Default: batch when they may share a core with the workers (either "
         "side unpinned, or --gateway-cpus and --load-cpus overlap), else normal",
     )
+
+
+def _igw_tree(text: str) -> Path:
+    """``--gateway-tree``: a directory holding an ``igw`` package. A path with none (a typo) was put
+    on the gateway's PYTHONPATH, where Python skipped it: the run measured the harness's own igw and
+    reported it as the other tree's."""
+    path = Path(text)
+    if not (path / "igw" / "__init__.py").is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} holds no igw package (expected {text}/igw/__init__.py)")
+    return path
+
+
+def _python_executable(text: str) -> Path:
+    """``--gateway-python``: an executable file. A missing one ended the run in a FileNotFoundError
+    traceback when the gateway started, a directory in an error quoting the script it was given."""
+    path = Path(text)
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an executable file (e.g. .venv/bin/python)")
+    return path
+
+
+def _cpus(text: str) -> list[int]:
+    """CPU numbers, as taskset takes them, each one this process may run on: ``--gateway-cpus 999``
+    ended the run in an OSError traceback ("Invalid argument") when it pinned the first process."""
+    cpus = NumberList(NON_NEGATIVE_INT)(text)
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    unusable = [cpu for cpu in cpus if usable is not None and cpu not in usable]
+    if usable is not None and unusable:
+        raise argparse.ArgumentTypeError(
+            f"CPU {', '.join(map(str, unusable))} not available to this process "
+            f"(available: {', '.join(map(str, sorted(usable)))})"
+        )
+    return cpus
 
 
 def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
