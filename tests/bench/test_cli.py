@@ -187,3 +187,15 @@ def test_summarize_names_a_report_that_is_not_json(
     (tmp_path / "mixed-fleet-8b.json").write_text('{"scenario": "mixed-fl')
     assert main(["bench", "--summarize", str(tmp_path)]) == 2
     assert f"--summarize: {tmp_path / 'mixed-fleet-8b.json'}: not a JSON report" in capsys.readouterr().err
+
+
+def test_demo_refuses_options_it_would_ignore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``igw demo --quick`` ran the whole demo (minutes) as if --quick had not been given;
+    ``igw demo --operator --global`` ran the operator demo alone."""
+    assert main(["demo", "--quick", "--out", str(tmp_path / "out")]) == 2
+    assert "--quick applies to --global only" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--operator", "--global"])
+    assert exited.value.code == 2
+    assert "argument --global: not allowed with argument --operator" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"offered requests per wall second (default 20; {GLOBAL_RATE:g} with --global)",
     )
     parser.add_argument("--drain", type=NON_NEGATIVE, default=45.0, help="wall s to wait after the last send")
-    parser.add_argument(
+    instead = parser.add_mutually_exclusive_group()  # --operator --global ran the operator demo alone
+    instead.add_argument(
         "--operator",
         action="store_true",
         help="instead: the operator demo (fake API server, igw operator, kubectl, a request through the "
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="round-robin,gateway-default",
         help="comma-separated live routers (also: gateway-tuned, sglang-router, vllm-router)",
     )
-    parser.add_argument(
+    instead.add_argument(
         "--global",
         dest="global_router",
         action="store_true",
@@ -54,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.quick and not args.global_router:
+        # it was ignored: `igw demo --quick` ran the whole demo, minutes, as if it had not been given
+        print(
+            "igw demo: --quick applies to --global only; shorten the demo with --requests and --drain",
+            file=sys.stderr,
+        )
+        return 2
     if args.operator:
         return _operator_demo()
     if args.global_router:
