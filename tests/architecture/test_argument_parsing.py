@@ -302,3 +302,22 @@ def test_perf_refuses_a_gateway_tree_python_or_cpu_it_cannot_use_while_parsing(
         ["perf", "workers", "--gateway-tree", str(SOURCE_ROOT.parent), "--gateway-cpus", str(cpus[0])]
     )
     assert (parsed.gateway_tree, parsed.gateway_cpus) == (SOURCE_ROOT.parent, [cpus[0]])
+
+
+def test_preflight_refuses_a_ca_bundle_it_cannot_load_while_parsing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing or non-PEM ``--ca-bundle`` was found by the probes alone: each check said "check could
+    not run: FileNotFoundError: [Errno 2] No such file or directory", naming neither file nor option."""
+    missing, not_pem = tmp_path / "missing.pem", tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    for given, message in (
+        (str(missing), f"cannot read {str(missing)!r}: No such file or directory"),
+        (str(tmp_path), f"cannot read {str(tmp_path)!r}: Is a directory"),
+        (str(not_pem), f"{str(not_pem)!r} holds no PEM CA certificate"),
+        ("", "'' names no file"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(["preflight", "--probe", f"--ca-bundle={given}"])
+        assert exited.value.code == 2
+        assert f"argument --ca-bundle: {message}" in capsys.readouterr().err

@@ -258,6 +258,26 @@ def preset_name(text: str) -> str:
     return text
 
 
+def ca_bundle(text: str) -> str:
+    """A PEM file of CA certificates that loads (``igw preflight --ca-bundle``): a missing or non-PEM
+    file was found only by the probes, each check reporting "FileNotFoundError: [Errno 2] No such
+    file or directory" without naming the file or the option."""
+    # deferred: start-up cost: ssl loads only when a CA bundle is parsed
+    import ssl
+
+    if not text:  # the ssl module takes '' for "no file": the system trust store, silently
+        raise argparse.ArgumentTypeError("'' names no file")
+    try:
+        ssl.create_default_context(cafile=text)
+    except ssl.SSLError:
+        raise argparse.ArgumentTypeError(f"{text!r} holds no PEM CA certificate") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r}: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
+    return text
+
+
 _DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 

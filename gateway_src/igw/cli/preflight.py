@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from igw.cli.arg_types import POSITIVE
+from igw.cli.arg_types import POSITIVE, ca_bundle
 
 HELP = (
     "Pre-flight checks: add-on and dependency versions, CRD, IAM, subnets, selectors, model servers, signals."
@@ -26,7 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--probe-timeout", type=POSITIVE, default=5.0, metavar="SECONDS", help="per-fetch timeout (5)"
     )
     probe.add_argument(
-        "--ca-bundle", metavar="PEM", help="CA file for HTTPS probes (default: system trust store)"
+        "--ca-bundle",
+        type=ca_bundle,
+        metavar="PEM",
+        help="CA file for HTTPS probes (default: system trust store)",
     )
 
 
