@@ -82,3 +82,30 @@ async def test_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--endpoints", "e.yaml", "--kubeconfig", "no-such-kubeconfig"], "--kubeconfig needs --in-cluster"),
+        (["--in-cluster", "--config-maps", "."], "--config-maps needs --endpoints"),
+        (
+            ["--endpoints", "e.yaml", "--config-maps", "no-such-dir"],
+            "--config-maps no-such-dir: not a directory",
+        ),
+    ],
+)
+def test_options_it_would_ignore_or_cannot_use_are_refused_at_start(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
+    """``--kubeconfig`` with ``--endpoints`` and ``--config-maps`` with ``--in-cluster`` were ignored
+    silently; ``--config-maps`` naming no folder failed only once a configMapRef was looked up."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler("pool", "m")])))
+    (tmp_path / "e.yaml").write_text("schedulers: {}\n")
+    assert main(["serve", "--config", "c.yaml", "--port", "0", *extra]) == 2
+    assert f"igw serve: {message}" in capsys.readouterr().err

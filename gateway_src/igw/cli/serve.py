@@ -290,6 +290,20 @@ def _run(args: argparse.Namespace) -> int:
     if args.config_map and not args.in_cluster:
         print("igw serve: --config-map needs --in-cluster", file=sys.stderr)
         return EXIT_CONFIG
+    # Both were ignored, a kubeconfig that does not exist included, and --config-maps naming no folder
+    # only failed once a configMapRef was looked up in it.
+    if args.kubeconfig is not None and not args.in_cluster:
+        print("igw serve: --kubeconfig needs --in-cluster (--endpoints reads no cluster)", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.config_maps is not None and args.in_cluster:
+        print(
+            "igw serve: --config-maps needs --endpoints (--in-cluster reads the ConfigMaps from the cluster)",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    if args.config_maps is not None and not Path(args.config_maps).is_dir():
+        print(f"igw serve: --config-maps {args.config_maps}: not a directory", file=sys.stderr)
+        return EXIT_CONFIG
     if args.config_map and role is None:  # a worker's parent has already written the file
         # deferred: start-up cost: the kubernetes client loads only for --config-map
         from igw.gateway.config_sync import ConfigMapRef, ConfigSyncError, fetch_config_map
