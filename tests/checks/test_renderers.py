@@ -161,3 +161,26 @@ def test_table_output_shows_findings_and_summary(insecure_dir: Path) -> None:
     assert "IGW-AU201" in out
     assert "fix:" in out
     assert out.splitlines()[-1].endswith("(fail-on high, exit 1)")
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (("preflight", "--manifests", str(SECURE), "--cluster-name", "prod"), "--cluster-name"),
+        (
+            ("audit", "--manifests", str(SECURE), "--kubeconfig", "k", "--context", "c"),
+            "--kubeconfig, --context",
+        ),
+        (
+            ("audit", "--cdk-out", str(SECURE), "--region", "us-east-1", "--profile", "p"),
+            "--region, --profile",
+        ),
+    ],
+)
+def test_live_cluster_options_with_a_file_source_are_usage_errors(
+    argv: tuple[str, ...], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """They were ignored: ``--manifests deploy/ --cluster-name prod`` scanned no AWS account, and said
+    nothing about it."""
+    assert cli(*argv)[0] == 2
+    assert f"{named}: for the live cluster only, not with --" in capsys.readouterr().err.replace("\n", " ")

@@ -75,6 +75,16 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+LIVE_ONLY = (
+    ("--kubeconfig", "kubeconfig"),
+    ("--context", "context"),
+    ("--cluster-name", "cluster_name"),
+    ("--region", "region"),
+    ("--profile", "profile"),
+)
+"""The source options of the live cluster only (``--manifests`` and ``--cdk-out`` read files)."""
+
+
 def _load(args: argparse.Namespace, console: Any) -> Inventory:
     if args.manifests is not None:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
@@ -114,6 +124,14 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
         checks = select(command, only=args.check, skip=args.skip_check)
     except ValueError as exc:
         err.print(f"[red]error:[/] {exc}")
+        return EXIT_USAGE
+    static = (
+        "--manifests" if args.manifests is not None else "--cdk-out" if args.cdk_out is not None else None
+    )
+    live_only = [flag for flag, dest in LIVE_ONLY if getattr(args, dest) is not None]
+    if static is not None and live_only:
+        # they were ignored: `--manifests deploy/ --cluster-name prod` scanned no AWS account, silently
+        err.print(f"[red]error:[/] {', '.join(live_only)}: for the live cluster only, not with {static}")
         return EXIT_USAGE
     target = args.output_file
     if target is not None and (target.is_dir() or not target.parent.is_dir()):
