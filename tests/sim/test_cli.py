@@ -101,3 +101,28 @@ def test_presets_lists_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
     h100 = next(r for r in rows if r["preset"] == "llama-3.1-8b/h100")
     assert h100["num_gpu_blocks"] == 27485
     assert h100["sources"]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("empty.jsonl", b"", "empty.jsonl: the trace holds no requests"),
+        (
+            "header-only.csv",
+            b"arrival,prompt_tokens,output_tokens\n",
+            "header-only.csv: the trace holds no requests",
+        ),
+        ("binary.jsonl", b"\xff\xfe\x00{}", "binary.jsonl: not UTF-8 text"),
+    ],
+)
+def test_run_refuses_a_trace_without_requests_or_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: bytes, message: str
+) -> None:
+    """An empty trace printed the summary of a run of no request, exit 0 (``igw bench --trace`` refused
+    it); a binary one was refused with the codec's words alone, naming no file."""
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    trace = tmp_path / name
+    trace.write_bytes(content)
+    assert main(["sim", "run", "--spec", str(spec), "--trace", str(trace)]) == 2
+    assert f"{tmp_path}/{message}" in capsys.readouterr().err

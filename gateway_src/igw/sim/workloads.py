@@ -299,7 +299,9 @@ def replay(
     t0: float | None = None
     last = -math.inf
     prefixes = _PrefixTexts(rng)
-    for count, (line, row) in enumerate(rows):
+    if limit == 0:
+        return
+    for count, (line, row) in enumerate(_utf8(rows, p)):
         if limit is not None and count >= limit:
             return
         where = f"{p}:{line}"
@@ -336,6 +338,19 @@ def replay(
             priority=_priority(row.get("priority"), where),
             group=group,
         )
+    if t0 is None:  # `igw sim run --trace empty.jsonl` printed the summary of no run, exit 0
+        raise WorkloadError(f"{p}: the trace holds no requests")
+
+
+def _utf8(
+    rows: Iterator[tuple[int, Mapping[str, object]]], p: Path
+) -> Iterator[tuple[int, Mapping[str, object]]]:
+    """``rows``, a file that is not UTF-8 text a :class:`WorkloadError` naming it (the message was the
+    codec's alone: "'utf-8' codec can't decode byte 0xff in position 0")."""
+    try:
+        yield from rows
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{p}: not UTF-8 text") from None
 
 
 class _PrefixTexts:
