@@ -4,6 +4,11 @@ An object is checked as ``igw validate`` checks a file (JSON Schema, admission r
 rules the CRD carries as CEL), so a cluster that lacks the CRD's validation (an older CRD, or
 server-side validation switched off) still never gets a data plane from an invalid object.
 
+Operator-only rule: a ``redis.passwordEnv`` the gateway pods cannot have. The operator gives its pods
+only ``spec.podDefaults.env`` and ``envFrom``, so a variable named there and defined by neither (with
+no ``envFrom``, whose Secret's keys the operator does not read) would stop every pod at start
+(``igw serve`` exits 2 naming it): refused here, where the status says so, instead of a crash loop.
+
 Cross-object rule: two configs in one namespace serving the same ``modelName`` would both discover
 that namespace's model servers, and clients could not tell which endpoint serves the model. The
 newer object (later ``creationTimestamp``, then name) is refused with a message naming the older one.
@@ -44,6 +49,40 @@ def spec_problems(igwc: Mapping[str, Any]) -> list[str]:
     ]
 
 
+PASSWORD_ENV_NODES = (
+    ("extensions", "rateLimits", "redis"),
+    ("extensions", "globalHeartbeat", "redis"),
+)
+"""The spec paths of the ``redis`` nodes whose ``passwordEnv`` the gateway reads."""
+
+
+def password_env_problems(igwc: Mapping[str, Any]) -> list[str]:
+    """A message per ``redis.passwordEnv`` of ``igwc`` that its gateway pods would not have (see the
+    module docstring); empty when ``spec.podDefaults.envFrom`` is set (it may hold any name)."""
+    spec = igwc.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    defaults = spec.get("podDefaults")
+    defaults = defaults if isinstance(defaults, Mapping) else {}
+    if defaults.get("envFrom"):
+        return []
+    env = defaults.get("env")
+    given = {str(e.get("name")) for e in (env if isinstance(env, list) else []) if isinstance(e, Mapping)}
+    messages: list[str] = []
+    for path in PASSWORD_ENV_NODES:
+        node: Any = spec
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        name = node.get("passwordEnv") if isinstance(node, Mapping) else None
+        if isinstance(name, str) and name not in given:
+            messages.append(
+                f"spec.{'.'.join(path)}.passwordEnv: {name} is set by neither spec.podDefaults.env nor "
+                "envFrom, so the gateway pods would not start (add it from a Secret with "
+                "valueFrom.secretKeyRef)"
+            )
+    return messages
+
+
 def _age_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
@@ -80,7 +119,7 @@ def model_conflicts(igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, A
 
 def admit(igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]]) -> Refusal | None:
     """``None`` when the object may be programmed, else why not (invalid spec before conflicts)."""
-    problems = spec_problems(igwc)
+    problems = spec_problems(igwc) or password_env_problems(igwc)
     if problems:
         return Refusal("InvalidSpec", tuple(problems))
     conflicts = model_conflicts(igwc, neighbours)
