@@ -11,8 +11,8 @@
 - **Compute**: an ECS Fargate service of ``replicas`` tasks (the gateway image runs
   ``igw global serve``; built from ``gateway_src/Dockerfile`` as a Docker image asset unless
   ``image`` names an existing one), CPU-scaled, in private subnets; the GlobalRouterConfig is passed in the
-  environment with the Redis URLs filled in (the AUTH token is injected as a secret and expanded
-  at start, never written into the template).
+  environment with the Redis URLs filled in (the AUTH token is injected as a secret, which the
+  router reads through ``redis.passwordEnv``: never in the template, the configuration or a file).
 - **Endpoint**: an Application Load Balancer (internal by default) with an ACM certificate
   validated in the given Route 53 zone, HTTPS only, access logs to an encrypted bucket, and an alias
   record ``domainName`` -> load balancer.
@@ -58,25 +58,27 @@ EMF_INTERVAL_S = 60
 """Fleet metrics as CloudWatch EMF on stdout every minute: the awslogs driver sends them to CloudWatch
 Logs, which extracts the metrics (namespace ``InferenceGateway/Global``)."""
 START_COMMAND = (
-    'python -c \'import os; open("/tmp/global.yaml", "w").write('
-    f'os.path.expandvars(os.environ["{CONFIG_ENV}"]))\' '
+    f'python -c \'import os; open("/tmp/global.yaml", "w").write(os.environ["{CONFIG_ENV}"])\' '
     f"&& exec igw global serve --config /tmp/global.yaml --host 0.0.0.0 --port {ROUTER_PORT} "
     f"--emf-interval {EMF_INTERVAL_S} --management-port {MANAGEMENT_PORT}"
 )
-"""Writes the configuration with ``$IGW_REDIS_TOKEN`` expanded (the token never enters the template)."""
+"""Writes the configuration as the environment holds it: the Redis AUTH token stays in the task's
+environment (``redis.passwordEnv``), out of the template and of the written file."""
 
 
 def router_document(deployment: GlobalRouterDeployment, redis_host: str) -> dict[str, Any]:
-    """The GlobalRouterConfig the tasks run: the given one, its Redis URLs pointing at ElastiCache."""
+    """The GlobalRouterConfig the tasks run: the given one, its Redis URLs pointing at ElastiCache and
+    its AUTH token read from the task's ``IGW_REDIS_TOKEN`` (``redis.passwordEnv``, filled from
+    Secrets Manager)."""
     doc: dict[str, Any] = copy.deepcopy(dict(deployment.router_document))
-    url = f"rediss://:${TOKEN_ENV}@{redis_host}:{REDIS_PORT}/0"  # $NAME: cfn-lint flags ${NAME}
+    redis = {"url": f"rediss://{redis_host}:{REDIS_PORT}/0", "passwordEnv": TOKEN_ENV}
     spec = doc["spec"]
     heartbeats = spec.setdefault("heartbeats", {})
-    heartbeats["redis"] = {**heartbeats.get("redis", {}), "url": url}
+    heartbeats["redis"] = {**heartbeats.get("redis", {}), **redis}
     if "rateLimits" in spec or spec.get("modelRateLimits"):
         limits = spec.setdefault("rateLimits", {})
         limits["backend"] = "redis"
-        limits["redis"] = {**limits.get("redis", {}), "url": url}
+        limits["redis"] = {**limits.get("redis", {}), **redis}
     return doc
 
 

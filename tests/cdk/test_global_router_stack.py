@@ -15,7 +15,7 @@ from cdk import nag
 from cdk.global_router_config import EXAMPLE_FILE, GlobalRouterDeploymentError, load, parse
 from igw.checks.inventory import need
 from igw.checks.model import Command, Status
-from igw.checks.sources.cdk_out import load_cdk_out
+from igw.checks.sources.cdk_out import load_cdk_out, render
 from tests.checks.helpers import of, run
 
 
@@ -82,7 +82,9 @@ def test_router_tasks_get_the_validated_config_with_redis_filled_in(
     (container,) = task["ContainerDefinitions"]
     env = {e["Name"]: e["Value"] for e in container["Environment"]}
     text = json.dumps(env["IGW_GLOBAL_CONFIG"])
-    assert "rediss://:$IGW_REDIS_TOKEN@" in text
+    assert "rediss://${Redis.PrimaryEndPoint.Address}:6380/0" in render(env["IGW_GLOBAL_CONFIG"])
+    assert "passwordEnv: IGW_REDIS_TOKEN" in text  # the token stays in the task's environment
+    assert "expandvars" not in container["Command"][0]
     assert "igw.use1-a.example.com" in text  # the per-cluster gateway endpoints
     assert [s["Name"] for s in container["Secrets"]] == ["IGW_REDIS_TOKEN"]
     assert "igw global serve" in container["Command"][0]
