@@ -23,6 +23,7 @@ import contextlib
 import math
 import re
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Generic, TypeVar
@@ -233,14 +234,20 @@ def policy_name(text: str) -> str:
     return text
 
 
+def split_names(text: str, known: Collection[str]) -> tuple[list[str], list[str]]:
+    """The comma-separated names of ``text`` (blanks dropped) and those of them not in ``known``: the
+    shared part of every option taking a list of names; each caller words its own refusal."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    return names, [name for name in names if name not in known]
+
+
 def scenario_names(text: str) -> list[str]:
     """Comma-separated benchmark scenarios (``igw perf workers-des --scenarios``): an unknown one ended
     in a KeyError traceback, after the scenarios before it had run."""
     # deferred: start-up cost: the scenarios load only when a command taking them is parsed
     from igw.bench.scenarios import SCENARIOS
 
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in SCENARIOS]
+    names, unknown = split_names(text, SCENARIOS)
     if unknown or not names:
         raise argparse.ArgumentTypeError(
             f"unknown scenario {', '.join(map(repr, unknown)) or repr(text)} (known: {', '.join(SCENARIOS)})"

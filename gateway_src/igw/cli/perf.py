@@ -32,6 +32,7 @@ from igw.cli.arg_types import (
     policy_name,
     preset_name,
     scenario_names,
+    split_names,
 )
 from igw.compiled import COMPILED_MODULES
 
@@ -422,8 +423,7 @@ def _decide_arguments(parser: argparse.ArgumentParser) -> None:
 def _prompt_lengths(text: str) -> list[str]:
     """Comma-separated names, each one of :data:`igw.perf.gateway_micro.PROMPT_LENGTHS`."""
     known = ("fixed-300", "azure-conv")  # PROMPT_LENGTHS, not imported: the parser loads no benchmark code
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in known]
+    names, unknown = split_names(text, known)
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"not one of {', '.join(known)}: {', '.join(unknown) or text!r}")
     return names
@@ -431,8 +431,7 @@ def _prompt_lengths(text: str) -> list[str]:
 
 def _compiled_modules(text: str) -> list[str]:
     """Comma-separated modules, each one of :data:`igw.compiled.COMPILED_MODULES`."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in COMPILED_MODULES]
+    names, unknown = split_names(text, COMPILED_MODULES)
     if unknown or not names:
         raise argparse.ArgumentTypeError(
             f"not in igw.compiled.COMPILED_MODULES: {', '.join(unknown) or text!r}"
