@@ -16,9 +16,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from igw.errors import IgwConfigError
+
+GATEWAY_REDIS_NODES: Final = (
+    ("extensions", "rateLimits", "redis"),
+    ("extensions", "globalHeartbeat", "redis"),
+)
+"""The spec paths of an InferenceGatewayConfig's ``redis`` nodes (``url``, ``passwordEnv``)."""
+GLOBAL_ROUTER_REDIS_NODES: Final = (("heartbeats", "redis"), ("rateLimits", "redis"))
+"""The spec paths of a GlobalRouterConfig's ``redis`` nodes."""
+
+
+def spec_node(spec: object, path: tuple[str, ...]) -> Mapping[str, Any] | None:
+    """The object at ``path`` below ``spec``, when every step is one (``None`` otherwise)."""
+    node: object = spec
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None
 
 
 class RedisPasswordError(IgwConfigError, ValueError):

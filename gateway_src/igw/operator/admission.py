@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from igw.config.redis_password import GATEWAY_REDIS_NODES, spec_node
 from igw.config.validate import validate_document
 from igw.operator.dataplane import served_document
 from igw.redaction import redact_value
@@ -49,13 +50,6 @@ def spec_problems(igwc: Mapping[str, Any]) -> list[str]:
     ]
 
 
-PASSWORD_ENV_NODES = (
-    ("extensions", "rateLimits", "redis"),
-    ("extensions", "globalHeartbeat", "redis"),
-)
-"""The spec paths of the ``redis`` nodes whose ``passwordEnv`` the gateway reads."""
-
-
 def password_env_problems(igwc: Mapping[str, Any]) -> list[str]:
     """A message per ``redis.passwordEnv`` of ``igwc`` that its gateway pods would not have (see the
     module docstring); empty when ``spec.podDefaults.envFrom`` is set (it may hold any name)."""
@@ -69,11 +63,9 @@ def password_env_problems(igwc: Mapping[str, Any]) -> list[str]:
     env = defaults.get("env")
     given = {str(e.get("name")) for e in (env if isinstance(env, list) else []) if isinstance(e, Mapping)}
     messages: list[str] = []
-    for path in PASSWORD_ENV_NODES:
-        node: Any = spec
-        for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        name = node.get("passwordEnv") if isinstance(node, Mapping) else None
+    for path in GATEWAY_REDIS_NODES:
+        node = spec_node(spec, path)
+        name = node.get("passwordEnv") if node is not None else None
         if isinstance(name, str) and name not in given:
             messages.append(
                 f"spec.{'.'.join(path)}.passwordEnv: {name} is set by neither spec.podDefaults.env nor "

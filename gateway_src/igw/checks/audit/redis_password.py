@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urlsplit
 
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.inventory import Manifest, need
 from igw.checks.k8s import ref, spec
 from igw.checks.model import CheckMeta, Command, Result, Severity
+from igw.config.redis_password import GATEWAY_REDIS_NODES, GLOBAL_ROUTER_REDIS_NODES, spec_node
 
 META = CheckMeta(
     id="IGW-AU308",
@@ -39,28 +40,17 @@ _REFERENCE: Final = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z
 """A password that is a shell-style variable reference, expanded where the process starts."""
 
 _URLS: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = {
-    "InferenceGatewayConfig": (
-        ("extensions", "rateLimits", "redis"),
-        ("extensions", "globalHeartbeat", "redis"),
-    ),
-    "GlobalRouterConfig": (("heartbeats", "redis"), ("rateLimits", "redis")),
+    "InferenceGatewayConfig": GATEWAY_REDIS_NODES,
+    "GlobalRouterConfig": GLOBAL_ROUTER_REDIS_NODES,
 }
 """Per kind, the spec paths of the ``redis`` nodes whose ``url`` may hold a password."""
-
-
-def _node(root: Any, path: tuple[str, ...]) -> Mapping[str, Any] | None:
-    for key in path:
-        if not isinstance(root, Mapping):
-            return None
-        root = root.get(key)
-    return root if isinstance(root, Mapping) else None
 
 
 def _with_password(config: Manifest, paths: tuple[tuple[str, ...], ...]) -> list[str]:
     """The ``spec.…redis.url`` fields of ``config`` whose URL holds a literal password."""
     found = []
     for path in paths:
-        node = _node(spec(config), path)
+        node = spec_node(spec(config), path)
         if node is None:
             continue
         try:
