@@ -226,6 +226,82 @@ def test_cancel_leaves_at_once_and_frees_capacity() -> None:
     assert _drain(fc) == ["b", "c"]
 
 
+def _shed_ids(shed: tuple[Any, ...]) -> list[tuple[str, ShedReason]]:
+    return [(s.request.request_id, s.reason) for s in shed]
+
+
+def test_reconfigure_sheds_a_band_over_its_lowered_bounds_from_the_heaviest_tenant_newest_first() -> None:
+    fc = FlowController(_settings())
+    for rid, tenant in [("a1", "a"), ("b1", "b"), ("a2", "a"), ("a3", "a"), ("b2", "b")]:
+        _offer(fc, rid, tenant=tenant, size_bytes=10)
+    tight = BandLimits(max_requests=3, max_bytes=1000, ttl_s=30.0)
+    shed = fc.reconfigure(
+        _settings(bands={CRITICAL: BIG, STANDARD: tight, SHEDDABLE: BIG}), engine_priority=None, now=1.0
+    )
+    assert _shed_ids(shed) == [("a3", ShedReason.BAND_FULL), ("b2", ShedReason.BAND_FULL)]
+    assert (len(fc), fc.queued_bytes) == (3, 30)
+    by_bytes = BandLimits(max_requests=100, max_bytes=20, ttl_s=30.0)
+    shed = fc.reconfigure(
+        _settings(bands={CRITICAL: BIG, STANDARD: by_bytes, SHEDDABLE: BIG}, fairness=Fairness.GLOBAL),
+        engine_priority=None,
+        now=1.0,
+    )
+    assert _shed_ids(shed) == [("a2", ShedReason.BAND_FULL)]  # global fairness: the band's newest
+    assert _drain(fc, 1.0) == ["a1", "b1"]
+
+
+def test_reconfigure_sheds_over_the_lowered_queue_bounds_lowest_band_newest_first() -> None:
+    fc = FlowController(_settings())
+    for rid, prio in [
+        ("c1", CRITICAL),
+        ("s1", SHEDDABLE),
+        ("n1", STANDARD),
+        ("s2", SHEDDABLE),
+        ("n2", STANDARD),
+    ]:
+        _offer(fc, rid, prio, size_bytes=10)
+    shed = fc.reconfigure(_settings(max_requests=2), engine_priority=None, now=0.0)
+    assert _shed_ids(shed) == [
+        ("s2", ShedReason.QUEUE_FULL),
+        ("s1", ShedReason.QUEUE_FULL),
+        ("n2", ShedReason.QUEUE_FULL),
+    ]
+    shed = fc.reconfigure(_settings(max_bytes=15), engine_priority=None, now=0.0)
+    assert _shed_ids(shed) == [("n1", ShedReason.QUEUE_FULL)]  # never a higher band while a lower one is left
+    assert _drain(fc) == ["c1"]
+
+
+def test_reconfigure_recomputes_deadlines_from_the_new_ttl_keeping_the_clients_own() -> None:
+    fc = FlowController(_settings())
+    _offer(fc, "old", now=0.0)
+    _offer(fc, "hurry", now=4.0, client_deadline=8.0)
+    _offer(fc, "new", now=4.0)
+    short = BandLimits(max_requests=100, max_bytes=1 << 20, ttl_s=5.0)
+    shed = fc.reconfigure(
+        _settings(bands={CRITICAL: BIG, STANDARD: short, SHEDDABLE: BIG}), engine_priority=None, now=6.0
+    )
+    assert _shed_ids(shed) == [("old", ShedReason.TTL_EXPIRED)]  # queued 6 s: past the new 5 s at once
+    assert fc.next_deadline() == 8.0
+    long = BandLimits(max_requests=100, max_bytes=1 << 20, ttl_s=60.0)
+    assert (
+        fc.reconfigure(
+            _settings(bands={CRITICAL: BIG, STANDARD: long, SHEDDABLE: BIG}), engine_priority=None, now=6.0
+        )
+        == ()
+    )
+    assert fc.next_deadline() == 8.0  # a raised TTL never lifts the client's deadline
+    assert _shed_ids(tuple(fc.expire(8.0))) == [("hurry", ShedReason.TTL_EXPIRED)]
+    assert fc.next_deadline() == 64.0  # "new" got the raised TTL from its arrival
+
+
+def test_reconfigure_reorders_queued_requests_for_the_new_ordering() -> None:
+    fc = FlowController(_settings())
+    _offer(fc, "late-deadline", now=0.0)
+    _offer(fc, "early-deadline", now=1.0, client_deadline=2.0)
+    assert fc.reconfigure(_settings(ordering=Ordering.EDF), engine_priority=None, now=1.0) == ()
+    assert _drain(fc, 1.0) == ["early-deadline", "late-deadline"]
+
+
 def test_unnamed_priority_uses_nearest_band_limits() -> None:
     tight = BandLimits(max_requests=1, max_bytes=1000, ttl_s=1.0)
     fc = FlowController(_settings(bands={CRITICAL: BIG, SHEDDABLE: tight}))

@@ -328,15 +328,29 @@ class FlowGates:
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
 
     def configure(self, settings: FlowControlSettings | None, *, retry_after_bounds: tuple[int, int]) -> None:
-        """Apply the current runtime's settings (``None``: off for new arrivals; queued ones stay)."""
+        """Apply the current runtime's settings (``None``: off for new arrivals; queued ones stay).
+
+        Called when the gateway starts and when a reload is applied
+        (:meth:`~igw.gateway.state.GatewayState.apply_config`), so new settings reach the queues
+        that exist at once, not at their pool's next arrival: every queue is reconfigured
+        (:meth:`~igw.scheduling.flow_control.FlowController.reconfigure`), and what a lowered bound or
+        TTL no longer admits is answered now as any shed or expired request is (429 ``request_shed``
+        with a ``Retry-After``). Raised limits reach the queued requests at their pool's next
+        dispatch pass, within a poll interval.
+        """
         self.retry_after_bounds = retry_after_bounds
         if settings is self.settings:
             return
         self.settings = settings
-        if settings is not None:
-            for scheduler, controller in self._controllers.items():
-                controller.settings = settings
-                controller.engine_priority = settings.engine_priority.get(scheduler)
+        if settings is None:
+            return
+        now = self.clock()
+        for scheduler, controller in self._controllers.items():
+            shed = controller.reconfigure(
+                settings, engine_priority=settings.engine_priority.get(scheduler), now=now
+            )
+            self._shed(scheduler, controller, shed)
+            self._update_depth(scheduler, controller)
 
     def _controller(self, scheduler: str, settings: FlowControlSettings) -> FlowController:
         controller = self._controllers.get(scheduler)

@@ -293,7 +293,6 @@ async def _route(
         stream=body.stream,
     )
     flow_on = rt.flow_settings is not None
-    bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
     priority: int | None = None
     max_queue_s: float | None = None
     held = False
@@ -305,8 +304,8 @@ async def _route(
         # Per-band headroom and queue places, judged before the scheduler runs (a pick that is not
         # sent would count as a dispatch in its ledger): a band that keeps room for higher ones
         # queues past its dispatchBelow or while no endpoint has a queue place for it, and no
-        # arrival overtakes queued work of its own or a higher band.
-        state.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
+        # arrival overtakes queued work of its own or a higher band. (The gate holds the settings
+        # of the runtime applied last: GatewayState hands them over at start and on each reload.)
         priority = _priority(request, state, principal, rreq, sr.spec.name)
         held = state.flow.must_wait(
             sr.spec.name,
@@ -341,8 +340,6 @@ async def _route(
             obs.decided_later(sr.spec.name, elapsed)
         else:
             obs.decided(sr.spec.name, decision, elapsed, candidates=len(views))
-        if decision.kind is DecisionKind.SATURATED and not flow_on:
-            state.flow.configure(None, retry_after_bounds=bounds)
     log = state.decision_log
     if log is not None:
         log.record(

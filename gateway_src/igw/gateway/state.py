@@ -54,6 +54,7 @@ class GatewayState:
         self.metrics = GatewayMetrics(lister=lambda: self.runtime.endpoints(), clock=clock, registry=registry)
         self.flow = FlowGates(registry=self.metrics.registry, clock=clock)
         """Flow-control queues per scheduler (``spec.extensions.flowControl``), kept across reloads."""
+        self._configure_flow()
         self.rewrite_metrics = RewriteMetrics(self.metrics.registry)
         """Per-rule, per-target series of canary rewrites (``spec.extensions.modelRewrites``)."""
         self.scraper: ScrapeService | None = None
@@ -124,10 +125,18 @@ class GatewayState:
                     self.flow.forget(removed)
         self.runtime = new
         self.config_error = None
+        self._configure_flow()
         for hook in self.on_config_applied:
             hook(config)
         if self.scraper is not None:
             self.scraper.sync()
+
+    def _configure_flow(self) -> None:
+        """Hand the runtime's flow-control settings to the queues: at start, and on each applied
+        reload, so queued requests are held to the new limits at once (:meth:`FlowGates.configure`)."""
+        rt = self.runtime
+        bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
+        self.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when discovery has reported, some scheduler has an endpoint and the guard is ready.

@@ -746,6 +746,9 @@ class QueuedRequest:
     deadline: float
     seq: int = 0
     payload: Any = None  # Any, not object: mypyc's dataclass support fails on `object` (KeyError)
+    client_deadline: float | None = None
+    """The client's own deadline (``x-gateway-max-queue-ms``), kept apart from the band's TTL so a
+    reload that changes the TTL recomputes ``deadline`` from both (:meth:`FlowController.reconfigure`)."""
 
     def key(self, ordering: Ordering) -> tuple[float, int]:
         return (self.deadline if ordering is Ordering.EDF else self.enqueued_at, self.seq)
@@ -993,6 +996,7 @@ class FlowController:
             deadline=deadline,
             seq=next(self._seq),
             payload=payload,
+            client_deadline=client_deadline,
         )
         band = self._bands.get(priority)
         band_count = band.count if band is not None else 0
@@ -1072,6 +1076,62 @@ class FlowController:
             count_over -= 1
             bytes_over -= victim.size_bytes
         return victims
+
+    # -- reloads ----------------------------------------------------------------------------
+    def reconfigure(
+        self, settings: FlowControlSettings, *, engine_priority: EnginePriority | None, now: float
+    ) -> tuple[Shed, ...]:
+        """Apply new settings to the requests already queued, at once; what no longer fits is shed.
+
+        A reload changes the limits under requests that were admitted by the old ones; applying the
+        new ones only to later arrivals left a lowered bound or TTL without effect on a full queue
+        until those requests were served or expired by the old limits. Here each queued request's
+        deadline is recomputed from its band's new ``ttl`` (still capped by the client's own
+        deadline), the bands' orders are rebuilt for the new ``ordering``, and then, in this order:
+
+        * requests past their new deadline leave (``ttl_expired``);
+        * a band over its new ``maxRequests`` / ``maxBytes`` sheds until it fits (``band_full``):
+          with round-robin fairness the newest request of the tenant holding the most there (the
+          newest of those tenants' requests on a tie; the tenants' shares stay as even as an
+          arrival's ``fair_share`` rule keeps them), else the newest request of the band;
+        * a queue over its new global bounds sheds from the lowest band up, newest first, as an
+          arrival displaces (``queue_full``).
+
+        Raised limits need nothing here: the next dispatch pass reads them.
+        """
+        self.settings = settings
+        self.engine_priority = engine_priority
+        for band in self._bands.values():
+            band.limits = settings.limits_for(band.priority)
+            for item in band.items():
+                item.deadline = item.enqueued_at + band.limits.ttl_s
+                if item.client_deadline is not None:
+                    item.deadline = min(item.deadline, item.client_deadline)
+            for queue in band.tenants.values():
+                queue.sort(key=lambda r: r.key(settings.ordering))
+        shed = list(self.expire(now))
+        for priority in sorted(self._bands):
+            band = self._bands[priority]
+            while band.count > band.limits.max_requests or band.bytes > band.limits.max_bytes:
+                victim = self._band_victim(band)
+                self._remove(victim)
+                shed.append(Shed(victim, ShedReason.BAND_FULL))
+        lowest_newest = sorted(self._by_id.values(), key=lambda r: (r.priority, -r.seq))
+        for victim in lowest_newest:
+            if len(self._by_id) <= settings.max_requests and self._bytes <= settings.max_bytes:
+                break
+            self._remove(victim)
+            shed.append(Shed(victim, ShedReason.QUEUE_FULL))
+        return tuple(shed)
+
+    def _band_victim(self, band: _Band) -> QueuedRequest:
+        """The request a band over its limits gives up first (see :meth:`reconfigure`)."""
+        if self.settings.fairness is Fairness.ROUND_ROBIN:
+            newest = [max(queue, key=lambda r: r.seq) for queue in band.tenants.values()]
+            counts = [len(queue) for queue in band.tenants.values()]
+            # the heaviest tenant; between tenants holding as many, the newest request
+            return max(zip(counts, newest, strict=True), key=lambda c: (c[0], c[1].seq))[1]
+        return max(band.items(), key=lambda r: r.seq)
 
     # -- departures -------------------------------------------------------------------------
     def peek(self, now: float, *, utilisation: float | None = None) -> QueuedRequest | None:

@@ -1,0 +1,124 @@
+"""Flow-control settings changed by a hot reload reach the queues that exist at once, over real
+loopback HTTP and the gateway's own config reloader: a lowered bound sheds what no longer fits, a
+lowered TTL expires what is past it, a raised headroom threshold lets a held request go - none of
+them waiting for the pool's next arrival (which used to be when the queue took its settings)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import yaml
+
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
+
+MODEL = "m1"
+
+
+def doc(**flow: Any) -> dict[str, Any]:
+    d = config_doc([scheduler("pool", MODEL)], routing={"retryAfter": {"minSeconds": 1, "maxSeconds": 9}})
+    d["spec"]["extensions"]["flowControl"] = {"pollInterval": "10ms", **flow}
+    return d
+
+
+def queued(gw: Any) -> dict[int, int]:
+    depths: dict[int, int] = gw.state.flow.depths("pool")
+    return depths
+
+
+def reload(gw: Any, new: dict[str, Any]) -> None:
+    gw.config_path.write_text(yaml.safe_dump(new))
+
+
+async def send(gw: Any, rid: str, objective: str | None = None) -> tuple[str, int, dict[str, str], Any]:
+    headers = {"x-gateway-inference-fairness-id": "t1", "X-Request-Id": rid}
+    if objective is not None:
+        headers["x-gateway-inference-objective"] = objective
+    resp = await gw.post("/v1/completions", {"model": MODEL, "prompt": "hello"}, headers=headers)
+    return rid, resp.status, dict(resp.headers), await resp.json()
+
+
+async def test_a_lowered_band_bound_sheds_the_newest_queued_requests_at_the_reload(gateway: Any) -> None:
+    bands = [{"priority": 0, "maxRequests": 5, "ttl": "60s"}]
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(bands=bands), {"pool": [a.key]}, reload=True) as gw,
+    ):
+        tasks: list[asyncio.Task[tuple[str, int, dict[str, str], Any]]] = []
+        for rid in ("first", "second", "third"):  # one at a time: their order in the band is known
+            tasks.append(asyncio.create_task(send(gw, rid)))
+            await wait_for(lambda: queued(gw) == {0: len(tasks)}, what=f"{rid} queued")
+        lowered = [{"priority": 0, "maxRequests": 1, "ttl": "60s"}]
+        reload(gw, doc(bands=lowered))
+        done, _ = await asyncio.wait(tasks[1:], timeout=5)  # no new arrival: the reload alone sheds
+        assert len(done) == 2, "the requests past the lowered bound were not answered at the reload"
+        for rid, status, headers, body in (t.result() for t in done):
+            assert rid in ("second", "third")
+            assert (status, body["error"]["code"]) == (429, "request_shed")
+            assert "band_full" in body["error"]["message"]
+            assert headers["Retry-After"] == "9"  # nothing dispatched yet: retryAfter.maxSeconds
+        assert queued(gw) == {0: 1}
+        assert not tasks[0].done()
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert (
+            'igw_flow_rejections_total{priority="0",reason="band_full",scheduler="pool",tenant="t1"} 2.0'
+            in metrics
+        )
+        assert 'igw_flow_queue_depth{priority="0",scheduler="pool"} 1.0' in metrics
+        a.waiting = 0  # the one left within the bound is served
+        rid, status, _, _ = await asyncio.wait_for(tasks[0], timeout=15)
+        assert (rid, status) == ("first", 200)
+
+
+async def test_a_lowered_queue_bound_sheds_the_lowest_band_first_at_the_reload(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(), {"pool": [a.key]}, reload=True) as gw,
+    ):
+        critical = asyncio.create_task(send(gw, "critical", "Critical"))
+        sheddable = asyncio.create_task(send(gw, "sheddable", "Sheddable"))
+        await wait_for(lambda: queued(gw) == {1: 1, -1: 1}, what="both queued")
+        reload(gw, doc(maxRequests=1))
+        _, status, headers, body = await asyncio.wait_for(sheddable, timeout=5)
+        assert (status, body["error"]["code"]) == (429, "request_shed")
+        assert "queue_full" in body["error"]["message"]
+        assert "priority -1" in body["error"]["message"]
+        assert "Retry-After" in headers
+        assert queued(gw) == {1: 1}
+        a.waiting = 0
+        assert (await asyncio.wait_for(critical, timeout=15))[1] == 200
+
+
+async def test_a_lowered_ttl_expires_queued_requests_at_the_reload(gateway: Any) -> None:
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(bands=[{"priority": 0, "ttl": "60s"}]), {"pool": [a.key]}, reload=True) as gw,
+    ):
+        task = asyncio.create_task(send(gw, "waiting"))
+        await wait_for(lambda: queued(gw) == {0: 1}, what="queued")
+        await asyncio.sleep(0.3)  # queued longer than the TTL about to be set
+        reload(gw, doc(bands=[{"priority": 0, "ttl": "200ms"}]))
+        _, status, headers, body = await asyncio.wait_for(task, timeout=5)
+        assert (status, body["error"]["code"]) == (429, "request_shed")
+        assert "ttl_expired" in body["error"]["message"]
+        assert "Retry-After" in headers
+        assert a.received == []
+
+
+async def test_a_raised_headroom_threshold_lets_a_held_request_go_without_a_new_arrival(
+    gateway: Any,
+) -> None:
+    """Default bands: Standard is held while the pod's KV (0.76, 0.95 of the 0.8 saturation point)
+    is past its dispatchBelow 0.9; a reload raising it to 1.0 lets the held request go."""
+    async with (
+        running(FakeModelServer("a", kv=0.76)) as (a,),
+        gateway(doc(), {"pool": [a.key]}, reload=True) as gw,
+    ):
+        standard = asyncio.create_task(send(gw, "standard", "Standard"))
+        await wait_for(lambda: queued(gw) == {0: 1}, what="the Standard request held back")
+        bands = [{"priority": p, "dispatchBelow": 1.0} for p in (1, 0, -1)]
+        reload(gw, doc(bands=bands))
+        _, status, _, _ = await asyncio.wait_for(standard, timeout=5)
+        assert status == 200
+        assert len(a.received) == 1
