@@ -1,18 +1,20 @@
 """Flow control against what a client or a shutdown can throw at it, over real loopback HTTP: a
 request id two requests share, malformed or absurd ``x-gateway-max-queue-ms`` values, a fairness
-header naming a tenant whose objective the header may not claim, and a gateway stopping while
-requests wait in the queue."""
+header naming a tenant whose objective the header may not claim, small bodies behind large heads
+against the queue's byte bound, and a gateway stopping while requests wait in the queue."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import random
+import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
@@ -22,6 +24,7 @@ from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.flow_gate import FlowGates
 from igw.gateway.inference import STATE_KEY
+from igw.gateway.lean_server import SWITCH_ENV
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.state import GatewayState
 from igw.scheduling.flow_control import FlowControlSettings, header_tenant_denied
@@ -55,6 +58,75 @@ async def test_two_queued_requests_sharing_a_request_id_are_both_served(gateway:
         assert [r.status for r in answers] == [200, 200]
         assert [r.headers["X-Request-Id"] for r in answers] == ["req-42", "req-42"]
         assert len(a.received) == 2
+
+
+def _raw_request(prompt: str, pad: int) -> tuple[bytes, bytes]:
+    """A completions request's head and body as sent, with a ``x-pad`` field of ``pad`` bytes."""
+    body = orjson.dumps({"model": "m1", "prompt": prompt, "max_tokens": 3})
+    fields = [
+        ("Host", "127.0.0.1"),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+        ("x-gateway-inference-fairness-id", "t1"),
+        ("x-pad", "p" * pad),
+    ]
+    head = "POST /v1/completions HTTP/1.1\r\n" + "".join(f"{n}: {v}\r\n" for n, v in fields) + "\r\n"
+    return head.encode(), body
+
+
+@pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+async def test_a_queued_request_counts_its_head_and_prompt_text_against_max_bytes(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """The queue's byte count of a request is its body, the prompt text the router copied out of it
+    (at its in-memory size) and its head twice (the fields as received and the decoded map), on
+    both sides of the ``IGW_HTTP_SERVER`` switch: counting the body alone, a request with a tiny
+    body and a head near the header limits held a hundred times what ``maxBytes`` saw."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    prompt = "héllo wörld"  # not ASCII: counted at its size in memory, not its UTF-8 length
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(), {"pool": [a.key]}) as gw,
+    ):
+        head, body = _raw_request(prompt, 4000)
+        host, port = gw.url.removeprefix("http://").rsplit(":", 1)
+        _, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(head + body)
+            await writer.drain()
+            await wait_for(lambda: queued(gw) == {0: 1}, what="queued")
+            text = orjson.loads(body)["prompt"]  # as parsed: a literal's size may include a UTF-8 copy
+            held = len(body) + sys.getsizeof(text) + 2 * len(head)
+            assert gw.state.flow.queued_bytes("pool") == held
+            assert held > 2 * 4000 > 50 * len(body)
+        finally:
+            writer.close()
+        await wait_for(lambda: queued(gw) == {}, what="its client gone, it left the queue")
+        assert gw.state.flow.queued_bytes("pool") == 0
+
+
+async def test_large_heads_fill_a_bands_byte_bound_however_small_their_bodies(gateway: Any) -> None:
+    """A band bounded to 16 KiB takes one request with a 5,000-byte header (over 10 KiB counted),
+    refuses the next one as a full band (429 ``request_shed`` + ``Retry-After``), and still takes
+    requests with small heads."""
+    bands = [{"priority": 0, "maxRequests": 100, "maxBytes": 16384, "ttl": "60s"}]
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(bands=bands), {"pool": [a.key]}) as gw,
+    ):
+        padded = {"x-gateway-inference-fairness-id": "t1", "x-pad": "p" * 5000}
+        first = asyncio.create_task(gw.post("/v1/completions", req(), headers=padded))
+        await wait_for(lambda: queued(gw) == {0: 1}, what="the first padded request queued")
+        resp = await asyncio.wait_for(gw.post("/v1/completions", req(), headers=padded), timeout=5)
+        body = await resp.json()
+        assert (resp.status, body["error"]["code"]) == (429, "request_shed")
+        assert "band_full" in body["error"]["message"]
+        assert "Retry-After" in resp.headers
+        small = [asyncio.create_task(gw.post("/v1/completions", req())) for _ in range(3)]
+        await wait_for(lambda: queued(gw) == {0: 4}, what="small heads still queued beside it")
+        a.waiting = 0
+        answers = await asyncio.wait_for(asyncio.gather(first, *small), timeout=15)
+        assert [r.status for r in answers] == [200] * 4
 
 
 @pytest.mark.parametrize("value", ["²", "١٠٠", "-5", "1.5", "abc", "10ms", "+100"])

@@ -43,7 +43,8 @@ import dataclasses
 import itertools
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -212,6 +213,32 @@ def client_max_queue_s(value: str | None) -> float | None:
     if len(significant) > MAX_QUEUE_MS_DIGITS:
         return None
     return int(significant or "0") / 1000
+
+
+HTTP11_LINE_END: Final = len(" HTTP/1.1\r\n")
+"""The request line's bytes after its target."""
+
+
+def request_head_bytes(method: str, target: str, fields: Iterable[tuple[bytes, bytes]]) -> int:
+    """The request head's size as received: its request line (``METHOD target HTTP/1.1``) and each
+    header field (``name: value`` and its line end), then the empty line that ends the head."""
+    size = len(method) + 1 + len(target) + HTTP11_LINE_END + 2
+    for name, value in fields:
+        size += len(name) + len(value) + 4
+    return size
+
+
+def queued_size_bytes(*, body: bytes, prompt_text: str, head_bytes: int) -> int:
+    """What a queued request holds in memory, as the queue's ``maxBytes`` bounds count it.
+
+    Its body; the prompt text the router reads (the prompt, or the messages serialised, copied out
+    of the body: at its in-memory size, up to four bytes a character); and its head twice, once as
+    the fields received (bytes, forwarded as they came) and once as the decoded header map. Counting
+    the body alone let requests with small bodies and large heads (up to the server's header limits)
+    hold many times what ``maxBytes`` said while queued. Per-object overheads of the header map and
+    the connection's own buffers are not counted.
+    """
+    return len(body) + sys.getsizeof(prompt_text) + 2 * head_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -710,6 +737,11 @@ class FlowGates:
     def depths(self, scheduler: str) -> dict[int, int]:
         controller = self._controllers.get(scheduler)
         return controller.depths() if controller is not None else {}
+
+    def queued_bytes(self, scheduler: str) -> int:
+        """The bytes ``scheduler``'s queue counts against its ``maxBytes`` (:func:`queued_size_bytes`)."""
+        controller = self._controllers.get(scheduler)
+        return controller.queued_bytes if controller is not None else 0
 
     def _shed(self, scheduler: str, controller: FlowController, shed: tuple[Shed, ...]) -> None:
         now = self.clock()

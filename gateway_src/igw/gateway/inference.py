@@ -42,6 +42,8 @@ from igw.gateway.flow_gate import (
     client_max_queue_s,
     endpoint_samples,
     flow_tenant,
+    queued_size_bytes,
+    request_head_bytes,
 )
 from igw.gateway.forwarded_answer import ForwardedAnswer
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
@@ -357,7 +359,7 @@ async def _route(
         task = state.inflight.enter(getattr(request, "handler_task", None))
         try:
             queued = await _wait_in_queue(
-                request, state, principal, sr, rreq, len(body.raw), obs, priority, max_queue_s
+                request, state, principal, sr, rreq, _queued_bytes(request, body), obs, priority, max_queue_s
             )
         except asyncio.CancelledError:
             if not state.inflight.cutting:
@@ -421,6 +423,17 @@ async def _route(
 def _body_timeout_s(request: web.Request) -> float:
     """How long a body still arriving after its head may take (the server's limits)."""
     return request.app.get(LIMITS_KEY, DEFAULT_LIMITS).body_timeout_s
+
+
+def _queued_bytes(request: web.Request, body: InferenceBody) -> int:
+    """What ``request`` holds while queued, counted against flow control's ``maxBytes``
+    (:func:`~igw.gateway.flow_gate.queued_size_bytes`): the head from the fields as received (the
+    lean server's ``raw_fields``, aiohttp's ``raw_headers``)."""
+    fields: Sequence[tuple[bytes, bytes]] | None = getattr(request, "raw_fields", None)
+    head = request_head_bytes(
+        request.method, request.path_qs, request.raw_headers if fields is None else fields
+    )
+    return queued_size_bytes(body=body.raw, prompt_text=body.prefix_text, head_bytes=head)
 
 
 async def _wait_in_queue(
