@@ -60,6 +60,12 @@ class LaunchError(IgwGatewayError):
     """Start-up failed for a reason the operator must fix (message says which)."""
 
 
+class ListenUnavailableError(LaunchError):
+    """A listener could not be opened (:class:`~igw.gateway.serving.ListenError`: a port in use, an
+    address not on this host, no permission): the machine's state at start, not the command line's
+    mistake, so ``igw serve`` exits 1 for it rather than the usage error's 2."""
+
+
 def _tracing(options: TracingOptions | None) -> Tracing | None:
     if options is None:
         return None
@@ -285,8 +291,10 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
                     reuse_port=options.worker is not None,
                 )
             )
-        except (EndpointsFileError, ListenError) as exc:  # a bad endpoints file, a port in use
+        except EndpointsFileError as exc:
             raise LaunchError(str(exc)) from exc
+        except ListenError as exc:  # a port in use, an address not on this host
+            raise ListenUnavailableError(str(exc)) from exc
         if tls is not None:
             await tls[1].start()
         log.info("igw gateway %s serving %d scheduler(s) at %s", config.name, len(config.schedulers), url)

@@ -19,6 +19,7 @@ from igw.cli.arg_types import (
     NumberList,
     NumberOrWord,
     NumberRange,
+    listen_host,
     output_directory,
     output_file,
     region_name,
@@ -225,6 +226,27 @@ def test_every_region_option_refuses_what_no_region_is_called_while_parsing(
         checked.append(" ".join(words))
     assert {"addon versions", "addon create", "preflight", "audit", "global serve"} <= set(checked)
     assert region_name("us-gov-west-1") == "us-gov-west-1"
+
+
+@pytest.mark.parametrize("bad", ["", "  "])
+def test_every_listen_host_option_refuses_an_empty_address_while_parsing(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw serve --host ''`` (an unset variable in a script) listened on every interface, silently;
+    naming every interface stays allowed (``0.0.0.0``, ``::``)."""
+    checked = []
+    for words, action in _options(build_parser()):
+        if "--host" not in action.option_strings:
+            continue
+        assert action.type is listen_host, words
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*words, f"--host={bad}"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2, words
+        assert "argument --host: an empty address would listen on every interface" in err, err
+        checked.append(" ".join(words))
+    assert {"serve", "global serve"} <= set(checked)
+    assert [listen_host(every) for every in ("0.0.0.0", "::", "127.0.0.1")] == ["0.0.0.0", "::", "127.0.0.1"]
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")

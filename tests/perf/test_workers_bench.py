@@ -23,6 +23,7 @@ from igw.cli.main import main
 from igw.cli.serve import add_arguments, worker_argv
 from igw.gateway.workers import (
     WORKER_ENV,
+    PortUnavailableError,
     WorkerRole,
     WorkerSetupError,
     refuse_a_taken_port,
@@ -245,7 +246,10 @@ def test_reserved_port_is_shared_with_reuse_port_and_a_taken_port_is_refused() -
         plain.bind(("127.0.0.1", 0))
         plain.listen()
         taken = plain.getsockname()[1]
-        with pytest.raises(WorkerSetupError, match=f"cannot bind 127.0.0.1:{taken} with SO_REUSEPORT"):
+        with pytest.raises(
+            PortUnavailableError,
+            match=rf"cannot listen on 127.0.0.1:{taken}: .*\(binding with SO_REUSEPORT\)",
+        ):
             reserve_port("127.0.0.1", taken)
 
 
@@ -258,14 +262,16 @@ def test_a_port_another_group_serves_is_refused_before_the_group_reserves_it() -
         other_group.listen()
         port = other_group.getsockname()[1]
         reserve_port("127.0.0.1", port).close()  # what let the second group start
-        with pytest.raises(WorkerSetupError, match=f"cannot serve 127.0.0.1:{port}: .*another process"):
+        with pytest.raises(
+            PortUnavailableError, match=f"cannot listen on 127.0.0.1:{port}: .*another process"
+        ):
             refuse_a_taken_port("127.0.0.1", port)
     with socket.socket() as closed:  # a port nobody holds any more is free
         closed.bind(("127.0.0.1", 0))
         free = closed.getsockname()[1]
     refuse_a_taken_port("127.0.0.1", free)
     refuse_a_taken_port("127.0.0.1", 0)
-    with pytest.raises(WorkerSetupError, match=r"cannot serve 192\.0\.2\.1:\d+: Cannot assign[^(]*$"):
+    with pytest.raises(PortUnavailableError, match=r"cannot listen on 192\.0\.2\.1:\d+: Cannot assign[^(]*$"):
         refuse_a_taken_port("192.0.2.1", free)  # not this host's address: no hint of another owner
 
 

@@ -2,7 +2,9 @@
 
 A newcomer pasting the simulator's URLs into the endpoints file, a port already taken, a missing
 kubeconfig: each used to end ``igw serve`` or ``igw operator`` in a Python traceback (exit 1).
-The processes run for real (``python -m igw.cli.main``), as an operator starts them.
+The processes run for real (``python -m igw.cli.main``), as an operator starts them. A port already
+taken is no usage error: ``igw serve`` says so in one line too, and exits 1 (single process or
+worker group).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from igw.config.paths import REPO_ROOT
 from tests.reliability.harness import gateway_doc, write_config
 
 EXIT_CONFIG = 2
+EXIT_UNAVAILABLE = 1
 
 
 def igw(*argv: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -33,9 +36,11 @@ def igw(*argv: str, env: Mapping[str, str] | None = None) -> subprocess.Complete
     )
 
 
-def assert_one_line_error(done: subprocess.CompletedProcess[str], *needles: str) -> None:
+def assert_one_line_error(
+    done: subprocess.CompletedProcess[str], *needles: str, code: int = EXIT_CONFIG
+) -> None:
     output = done.stdout + done.stderr
-    assert done.returncode == EXIT_CONFIG, output
+    assert done.returncode == code, output
     assert "Traceback" not in output, output
     for needle in needles:
         assert needle in done.stderr, done.stderr
@@ -77,7 +82,12 @@ def test_a_bad_endpoints_file_is_named_in_one_line(
     assert_one_line_error(done, "igw serve: ", str(eps), needle)
 
 
-def test_a_port_already_in_use_is_said_in_one_line(tmp_path: Path, taken_port: int) -> None:
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["single", "worker-group"])
+def test_a_port_already_in_use_is_said_in_one_line_and_exits_1(
+    tmp_path: Path, taken_port: int, workers: list[str]
+) -> None:
+    """The machine's state, not a usage error: it exited 2, which tells a supervisor or script that
+    the command line is wrong (and not worth a retry once the port is free)."""
     config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
     done = igw(
         "serve",
@@ -89,8 +99,22 @@ def test_a_port_already_in_use_is_said_in_one_line(tmp_path: Path, taken_port: i
         "127.0.0.1",
         "--port",
         str(taken_port),
+        *workers,
     )
-    assert_one_line_error(done, f"igw serve: cannot listen on 127.0.0.1:{taken_port}")
+    line = f"igw serve: cannot listen on 127.0.0.1:{taken_port}: Address already in use"
+    assert_one_line_error(done, line, code=EXIT_UNAVAILABLE)
+    said = [e for e in done.stderr.splitlines() if e.startswith("igw serve:")]
+    assert len(said) == 1, done.stderr
+    assert said[0].startswith(line), done.stderr
+
+
+@pytest.mark.parametrize("host", ["", " "])
+def test_an_empty_host_is_refused_not_served_on_every_interface(tmp_path: Path, host: str) -> None:
+    """``--host ''`` (an unset variable in a script) listened on every interface, silently."""
+    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    done = igw("serve", "--config", str(config), "--endpoints", str(eps), "--host", host, "--port", "0")
+    assert_one_line_error(done, "argument --host: an empty address would listen on every interface")
+    assert "serving" not in done.stderr
 
 
 def test_a_port_out_of_range_is_refused_not_wrapped(tmp_path: Path) -> None:

@@ -273,8 +273,8 @@ async def test_a_second_group_on_a_port_a_group_serves_is_refused(tmp_path: Path
             if second.returncode is None:  # it started: stopped (its workers with it) before failing
                 second.terminate()
                 await second.wait()
-        assert second.returncode == 2
-        assert f"cannot serve 127.0.0.1:{port}: Address already in use" in err.decode()
+        assert second.returncode == 1  # the machine's state, not a usage error (2 before session s26)
+        assert f"igw serve: cannot listen on 127.0.0.1:{port}: Address already in use" in err.decode()
         assert "workers (pids" not in err.decode()
 
 

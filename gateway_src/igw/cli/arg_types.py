@@ -321,6 +321,17 @@ def container_image(text: str) -> str:
     return text
 
 
+def listen_host(text: str) -> str:
+    """A listen address, not empty: ``igw serve --host ''`` (an unset variable in a script) listened on
+    every interface, silently (an empty host is the socket layer's "any address"). Every interface
+    stays one word away: ``0.0.0.0`` (IPv4) or ``::`` (IPv6)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty address would listen on every interface; name one (0.0.0.0 or :: for every interface)"
+        )
+    return text
+
+
 def http_url(text: str) -> str:
     """An ``http://`` or ``https://`` URL with a host and, if given, a port in 1-65535: ``notaurl``
     was passed to every gateway pod as its OTLP endpoint, and ``http://host:99999`` made every

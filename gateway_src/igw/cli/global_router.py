@@ -18,7 +18,7 @@ import contextlib
 import logging
 import sys
 
-from igw.cli.arg_types import NON_NEGATIVE, PORT, region_name
+from igw.cli.arg_types import NON_NEGATIVE, PORT, listen_host, region_name
 
 HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
 
@@ -34,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--region", type=region_name, default=None, help="this replica's region (default: spec.region)"
     )
-    serve.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    serve.add_argument(
+        "--host", type=listen_host, default="0.0.0.0", help="listen address, not empty (default 0.0.0.0)"
+    )
     serve.add_argument("--port", type=PORT, default=8080, help="listen port (default 8080; 0 picks one)")
     serve.add_argument(
         "--management-port",

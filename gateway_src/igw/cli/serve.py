@@ -19,7 +19,16 @@ import argparse
 import sys
 from typing import Any
 
-from igw.cli.arg_types import ANY_INT, FINITE, FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, PORT, WORKER_COUNT
+from igw.cli.arg_types import (
+    ANY_INT,
+    FINITE,
+    FRACTION,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    PORT,
+    WORKER_COUNT,
+    listen_host,
+)
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 
 HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the endpoint picker)."
@@ -27,6 +36,10 @@ HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the en
 EXIT_CONFIG = 2
 EXIT_WORKER_SETUP = 1
 """A worker that cannot join its group (its parent already gone, the kernel refused the link)."""
+EXIT_UNAVAILABLE = 1
+"""The listening address could not be opened (a port in use, an address not on this host, no
+permission), by a single process or a worker group: the machine's state at start, not a usage error
+(it exited 2 until session s26, which told a supervisor the command line was wrong)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="with --endpoints: directory holding configMapRef EndpointPickerConfigs as DIR/<name>/<key>",
     )
-    parser.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    parser.add_argument(
+        "--host",
+        type=listen_host,
+        default="0.0.0.0",
+        help="listen address, not empty (default 0.0.0.0; :: for every IPv6 interface)",
+    )
     parser.add_argument("--port", type=PORT, default=8080, help="listen port (default 8080; 0 picks one)")
     parser.add_argument(
         "--management-port",
@@ -235,7 +253,7 @@ def _run(args: argparse.Namespace) -> int:
     from igw.gateway.redaction import RedactingFormatter, configure_logging
     from igw.gateway.serving import ServerLimits
     from igw.gateway.tracing_options import TracingConfigError, tracing_options
-    from igw.launch import LaunchError, LaunchOptions, run_gateway
+    from igw.launch import LaunchError, LaunchOptions, ListenUnavailableError, run_gateway
 
     try:
         tracing = tracing_options(args.otel_endpoint, args.otel_sample_ratio)
@@ -271,7 +289,7 @@ def _run(args: argparse.Namespace) -> int:
     else:  # closed by logging's exit hook, which sends what is still queued
         logging.getLogger("igw.emf").addHandler(AgentHandler(emf_endpoint))
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
-    from igw.gateway.workers import WorkerRole, WorkerSetupError, supervise
+    from igw.gateway.workers import PortUnavailableError, WorkerRole, WorkerSetupError, supervise
 
     try:
         role = WorkerRole.from_env()
@@ -360,6 +378,9 @@ def _run(args: argparse.Namespace) -> int:
                 management_port=management,
                 stuck_after_s=args.worker_timeout or None,
             )
+    except PortUnavailableError as exc:
+        print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except WorkerSetupError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -406,6 +427,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(run_gateway(config, options))
+    except ListenUnavailableError as exc:
+        print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except LaunchError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG

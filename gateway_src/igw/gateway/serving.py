@@ -48,7 +48,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import resource
+import socket
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -445,7 +447,17 @@ class ListenError(IgwGatewayError):
     """The listening socket could not be opened: address in use, unknown host, no permission."""
 
     def __init__(self, host: str, port: int, exc: OSError) -> None:
-        super().__init__(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        super().__init__(f"cannot listen on {host}:{port}: {listen_failure(exc)}")
+
+
+def listen_failure(exc: OSError) -> str:
+    """The operating system's reason a listener could not be opened, as it words it
+    (``Address already in use``): asyncio's own message for a failed bind repeats the address the
+    caller names already (``error while attempting to bind on address ('127.0.0.1', 8080): address
+    already in use``). A name that does not resolve keeps its resolver's message."""
+    if exc.errno and exc.errno > 0 and not isinstance(exc, socket.gaierror):
+        return os.strerror(exc.errno)
+    return str(exc.strerror or exc)
 
 
 async def start_site(site: web.BaseSite, *, host: str, port: int) -> None:

@@ -79,6 +79,12 @@ class WorkerSetupError(IgwGatewayError):
     """The worker group could not be set up (port reservation, bad worker environment)."""
 
 
+class PortUnavailableError(WorkerSetupError):
+    """The group's port could not be bound (in use, not this host's address, no permission): the
+    machine's state, reported as a single process reports a listener it cannot open (``igw serve``
+    exits 1 for both, not the usage error's 2)."""
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerRole:
     """This process's place in a worker group."""
@@ -157,7 +163,7 @@ class WorkerRole:
 
 
 def refuse_a_taken_port(host: str, port: int) -> None:
-    """Raise :class:`WorkerSetupError` when another socket is bound to ``host:port`` (port 0: none).
+    """Raise :class:`PortUnavailableError` when another socket is bound to ``host:port`` (port 0: none).
 
     ``SO_REUSEPORT`` lets any process of the same user bind a port whose sockets all set it, so a
     second ``igw serve --workers`` on a port another group serves used to start beside it, silently,
@@ -175,7 +181,7 @@ def refuse_a_taken_port(host: str, port: int) -> None:
         except OSError as exc:
             held = " (another process, perhaps another igw serve, is bound to it)"
             why = f"{exc.strerror or exc}{held if exc.errno == errno.EADDRINUSE else ''}"
-            raise WorkerSetupError(f"cannot serve {host}:{port}: {why}") from exc
+            raise PortUnavailableError(f"cannot listen on {host}:{port}: {why}") from exc
 
 
 def reserve_port(host: str, port: int) -> socket.socket:
@@ -188,7 +194,10 @@ def reserve_port(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise WorkerSetupError(f"cannot bind {host}:{port} with SO_REUSEPORT: {exc}") from exc
+        why = exc.strerror or exc
+        raise PortUnavailableError(
+            f"cannot listen on {host}:{port}: {why} (binding with SO_REUSEPORT)"
+        ) from exc
     return sock
 
 
