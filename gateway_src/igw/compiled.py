@@ -129,9 +129,25 @@ benchmark's default since session s14), the JWT verifier's cache hit: ``TokenVer
 what a miss runs (strict parsing, claims, key look-up, signature, the principal: once per token and
 ``maxAge``) nor the JWKS cache (fetches, readiness: no per-request call left on a hit)."""
 
+_SCRAPE_PATH: Final = (
+    "scraper",
+    "scrape_client",
+    "metrics_parser",
+    "page_template",
+    "page_filter",
+    "scrape_share",
+    "scrape_pacing",
+)
+"""What worker 0 runs per scrape (the scraper, its HTTP client, the page's filter, parser and
+template, the idle pacing) and what every other worker of a group runs per relayed snapshot
+(``scrape_share``). Compiling them needs no ``@runtime_checkable`` protocol in them and the HTTP
+client's exception class kept a Python class (``OSError`` among its bases); its connection is an
+asyncio protocol by its methods, so it compiles to a native class (as the upstream client's)."""
+
 COMPILED_MODULES: Final[tuple[str, ...]] = tuple(
     [f"igw.scheduling{name}" for name in _SCHEDULING]
     + [f"igw.gateway.{name}" for name in _REQUEST_PATH]
+    + [f"igw.gateway.{name}" for name in _SCRAPE_PATH]
     + [f"igw.security.{name}" for name in _SECURITY]
 )
 """What ``IGW_MYPYC=1`` compiles: the one list (``setup.py``, the compiled-build tests and

@@ -5,13 +5,18 @@ compiles correctly - checked on the source, so an edit is caught without a C bui
   one type, the first binding's, where mypy accepts any: ``except BodyTooLarge as exc`` followed by
   ``except BadRequestBody as exc`` made a compiled gateway answer a malformed body with a 500
   ("BodyTooLarge object expected; got BadRequestBody") instead of the 400;
-- every class that subclasses a class from outside igw (aiohttp, asyncio, ...) is marked
-  ``@mypyc_attr(native_class=False)``: a native class cannot extend them (the build fails).
+- every class that subclasses a class from outside igw (aiohttp, asyncio, ...), or a built-in
+  exception with its own instance layout (``OSError``, ``TimeoutError``, ...) beside another base,
+  is marked ``@mypyc_attr(native_class=False)``: a native class cannot extend them (the build fails;
+  ``class E(IgwError, ValueError)`` builds);
+- no ``@runtime_checkable`` protocol: the compiled module fails to import ("@runtime_checkable can
+  be only applied to protocol classes", mypyc/mypyc#909).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 from pathlib import Path
 
 from igw.compiled import COMPILED_MODULES, SCHEDULING_INTERPRETED, source_path
@@ -110,6 +115,48 @@ def native_subclasses_of_foreign_classes(path: Path) -> list[str]:
     return hits
 
 
+def _laid_out_builtin_exception(base: ast.expr) -> bool:
+    """A built-in exception whose instances carry fields of their own (larger than ``BaseException``'s:
+    ``OSError``'s errno and strerror, ``StopIteration``'s value, ...)."""
+    found = getattr(builtins, base.id, None) if isinstance(base, ast.Name) else None
+    return (
+        isinstance(found, type)
+        and issubclass(found, BaseException)
+        and found.__basicsize__ != BaseException.__basicsize__
+    )
+
+
+def native_classes_with_two_bases_one_a_builtin_exception(path: Path) -> list[str]:
+    """``path:line`` of each class with several bases, one of them a built-in exception with its own
+    layout (``class E(IgwGatewayError, OSError)``), not marked ``@mypyc_attr(native_class=False)``:
+    mypyc refuses to build it ("Inheriting from most builtin types is unimplemented")."""
+    tree = ast.parse(path.read_text())
+    return [
+        f"{path}:{cls.lineno}: class {cls.name} has a built-in exception among several bases: "
+        "mark it @mypyc_attr(native_class=False)"
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
+        if len(cls.bases) > 1
+        and any(_laid_out_builtin_exception(b) for b in cls.bases)
+        and not _non_native(cls)
+    ]
+
+
+def runtime_checkable_protocols(path: Path) -> list[str]:
+    """``path:line`` of each class decorated ``@runtime_checkable`` (``typing`` or
+    ``typing_extensions``), which fails to import once compiled."""
+    tree = ast.parse(path.read_text())
+    return [
+        f"{path}:{cls.lineno}: class {cls.name} is @runtime_checkable: move it to an interpreted module "
+        "or tell its implementations apart without isinstance"
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
+        if any(
+            (d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else "")
+            == "runtime_checkable"
+            for d in cls.decorator_list
+        )
+    ]
+
+
 def _compiled_sources() -> list[Path]:
     return [source_path(name, SOURCE_ROOT) for name in COMPILED_MODULES]
 
@@ -148,6 +195,17 @@ def test_compiled_modules_mark_subclasses_of_foreign_classes_non_native() -> Non
     )
 
 
+def test_compiled_modules_mark_classes_with_a_builtin_exception_among_their_bases_non_native() -> None:
+    assert_none(
+        offenders(_compiled_sources(), native_classes_with_two_bases_one_a_builtin_exception),
+        "a native class with a built-in exception among several bases",
+    )
+
+
+def test_compiled_modules_have_no_runtime_checkable_protocol() -> None:
+    assert_none(offenders(_compiled_sources(), runtime_checkable_protocols), "a @runtime_checkable protocol")
+
+
 def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     reused = sample(
         tmp_path,
@@ -176,3 +234,25 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     )
     found = native_subclasses_of_foreign_classes(foreign)
     assert [hit.split(": class ")[1].split(" ")[0] for hit in found] == ["A", "B"], found
+    two_bases = sample(
+        tmp_path,
+        "from mypy_extensions import mypyc_attr\nfrom igw.errors import IgwError\n"
+        "class F(IgwError, OSError): pass\n"
+        "@mypyc_attr(native_class=False)\nclass G(IgwError, OSError): pass\n"
+        "class H(OSError): pass\n"
+        "class I(IgwError, ValueError): pass\n"
+        "class M(IgwError, TimeoutError): pass\n",
+        name="two_bases.py",
+    )
+    found = native_classes_with_two_bases_one_a_builtin_exception(two_bases)
+    assert [hit.split(": class ")[1].split(" ")[0] for hit in found] == ["F", "M"], found
+    checkable = sample(
+        tmp_path,
+        "import typing\nfrom typing import Protocol, runtime_checkable\n"
+        "@runtime_checkable\nclass J(Protocol): pass\n"
+        "@typing.runtime_checkable\nclass K(Protocol): pass\n"
+        "class L(Protocol): pass\n",
+        name="checkable.py",
+    )
+    found = runtime_checkable_protocols(checkable)
+    assert [hit.split(": class ")[1].split(" ")[0] for hit in found] == ["J", "K"], found

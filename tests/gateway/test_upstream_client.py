@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import cast
 
 import pytest
+import trustme
 import uvloop
 
 from igw.gateway.tcp_keepalive import UPSTREAM
@@ -395,6 +397,48 @@ def test_on_uvloop_as_igw_serve_runs() -> None:
             return bodies
 
     assert uvloop.run(scenario()) == [b'{"n":1}', b'{"n":2}']
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_an_https_upstream_is_spoken_to_over_tls_and_reused_on_either_loop(loop: str) -> None:
+    """The connection is an asyncio protocol by its methods, not a subclass (so that it compiles to a
+    native class): the loops' TLS layers drive it like a plain transport, on asyncio and on uvloop
+    (which ``igw serve`` runs), keep-alive reuse included."""
+    ca = trustme.CA()
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_tls)
+    client_tls = ssl.create_default_context()
+    ca.configure_trust(client_tls)
+
+    async def scenario() -> tuple[list[bytes], int, bool]:
+        srv = ScriptedServer(lambda reader, writer: keep_serving(srv, reader, writer))
+        listener = await asyncio.start_server(srv._serve, "127.0.0.1", 0, ssl=server_tls)
+        srv.port = listener.sockets[0].getsockname()[1]
+        p = UpstreamPool(limit=8, ssl_context=client_tls)
+        try:
+            bodies = []
+            for _ in range(2):
+                resp = await p.post(
+                    f"https://127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5
+                )
+                bodies.append(await resp.read())
+                resp.close()
+            plain_refused = False
+            try:  # the same server without TLS: its answer is not HTTP, never taken for one
+                await p.post(f"127.0.0.1:{srv.port}", "/", headers={}, body=b"a", connect_timeout_s=5)
+            except (UpstreamBroken, ConnectFailed):
+                plain_refused = True
+            return bodies, srv.connections, plain_refused
+        finally:
+            await p.close()
+            listener.close()
+            await listener.wait_closed()
+
+    run = uvloop.run if loop == "uvloop" else asyncio.run
+    bodies, connections, plain_refused = run(scenario())
+    assert bodies == [b'{"n":1}', b'{"n":2}']
+    assert connections == 1  # one TLS connection for both requests (the plain one fails its handshake)
+    assert plain_refused
 
 
 async def test_readany_with_a_timeout_answers_none_when_nothing_arrived_then_the_data() -> None:

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Final, NamedTuple, Protocol, cast
 
 import httptools
+from mypy_extensions import mypyc_attr
 
 from igw.errors import IgwGatewayError
 
@@ -51,6 +52,7 @@ TIMEOUT_GRAIN: Final = 0.01
 """Seconds: request deadlines in the same slot of this width share one timer."""
 
 
+@mypyc_attr(native_class=False)  # mypyc: it subclasses OSError, so it stays a Python class
 class ScrapeRequestError(IgwGatewayError, OSError):
     """A scrape's HTTP exchange failed: refused, reset, malformed, over the size limit, or timed out."""
 
@@ -86,8 +88,13 @@ def split_host_port(key: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection to one pod; answers one request at a time."""
+class _Connection:
+    """One keep-alive connection to one pod; answers one request at a time.
+
+    An asyncio protocol by its methods, not by subclassing ``asyncio.Protocol``: the event loop only
+    calls them, and a subclass of a Python class stays an interpreted class in the compiled build,
+    where the loop's and httptools' calls into it (several per scrape) are then interpreted too.
+    """
 
     def __init__(
         self, on_idle: Callable[[_Connection], None], on_lost: Callable[[_Connection], None]
@@ -115,6 +122,16 @@ class _Connection(asyncio.Protocol):
             self._fail(ScrapeRequestError("the server switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(ScrapeRequestError(f"malformed HTTP response: {exc}"))
+
+    def eof_received(self) -> bool | None:
+        """The pod closed its side: ``None`` lets the transport close (``asyncio.Protocol``'s)."""
+        return None
+
+    def pause_writing(self) -> None:
+        """Nothing to pause: a request head is one small write per request."""
+
+    def resume_writing(self) -> None:
+        """See :meth:`pause_writing`."""
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -313,13 +330,16 @@ class ScrapeClient:
 
         try:
             async with asyncio.timeout(timeout_s):
-                _, protocol = await loop.create_connection(
-                    lambda: _Connection(on_idle, self._open.discard), pod.host, pod.port
+                _, made = await loop.create_connection(
+                    lambda: cast(asyncio.BaseProtocol, _Connection(on_idle, self._open.discard)),
+                    pod.host,
+                    pod.port,
                 )
         except TimeoutError:
             raise TimeoutError(f"connect not completed within {timeout_s:g}s") from None
         except OSError as exc:
             raise ScrapeRequestError(f"connect failed: {exc.strerror or exc}") from exc
+        protocol = cast(_Connection, made)
         if self._closed:
             protocol.abort()
             raise ScrapeRequestError("the scrape client is closed")

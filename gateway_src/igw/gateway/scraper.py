@@ -65,7 +65,7 @@ import functools
 import itertools
 import logging
 from collections.abc import Callable, Mapping
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, cast
 
 import orjson
 import xxhash
@@ -112,10 +112,11 @@ RemoteUsage = Callable[[str, str], tuple[int, int]]
 """(scheduler, endpoint) -> other workers' (dispatches ever, requests in flight) there."""
 
 
-@runtime_checkable
 class PageStarter(Protocol):
     """A :class:`PageGetter` that can also start a request answered through a callback
-    (:meth:`igw.gateway.scrape_client.ScrapeClient.start`): the scraper's steady state."""
+    (:meth:`igw.gateway.scrape_client.ScrapeClient.start`): the scraper's steady state. Told apart by
+    its ``start`` attribute, not ``isinstance``: a ``@runtime_checkable`` protocol does not import
+    compiled (mypyc/mypyc#909)."""
 
     def start(
         self,
@@ -239,7 +240,7 @@ class Scraper:
         self._publish = publish
         self._remote_usage = remote_usage
         self._client = client
-        self._starter = client if isinstance(client, PageStarter) else None
+        self._starter = cast(PageStarter, client) if callable(getattr(client, "start", None)) else None
         self._clock = clock
         self._metrics = metrics
         self._scrapes_ok = metrics.child(metrics.scrapes, "ok")

@@ -45,7 +45,6 @@ Behaviour the forward path relies on:
 from __future__ import annotations
 
 import asyncio
-import asyncio.protocols  # mypyc: the compiled module needs _Connection's base module
 import socket
 import ssl
 from collections import deque
@@ -54,7 +53,6 @@ from typing import Final, NamedTuple, Protocol, cast
 
 import httptools
 from multidict import CIMultiDict
-from mypy_extensions import mypyc_attr
 
 from igw.errors import IgwGatewayError
 from igw.gateway.slots import Slots
@@ -171,9 +169,14 @@ def parse_origin(endpoint: str) -> Origin:
     return Origin(host=host, port=port, tls=tls)
 
 
-@mypyc_attr(native_class=False)  # mypyc: it subclasses asyncio.Protocol, so it stays a Python class
-class _Connection(asyncio.Protocol):
-    """One connection to a model server, parsing one response at a time."""
+class _Connection:
+    """One connection to a model server, parsing one response at a time.
+
+    An asyncio protocol by its methods, not by subclassing ``asyncio.Protocol``: the event loop (and
+    its TLS layer) only calls them, and a subclass of a Python class stays an interpreted class in
+    the compiled build, where the loop's and httptools' dozen calls into it per request, and every
+    attribute the response and the pool read of it, are then interpreted too.
+    """
 
     status: int
     reason: str
@@ -247,6 +250,12 @@ class _Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         self.closed = True  # never handed out again, even before connection_lost runs
         return False  # close the transport; connection_lost decides what the EOF meant
+
+    def pause_writing(self) -> None:
+        """Nothing to pause: a request is written once, whole (``asyncio.Protocol``'s no-op)."""
+
+    def resume_writing(self) -> None:
+        """See :meth:`pause_writing`."""
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -645,8 +654,8 @@ class UpstreamPool:
         tls = self._tls_context() if origin.tls else None
         try:
             async with asyncio.timeout(connect_timeout_s):
-                _, protocol = await self.loop.create_connection(
-                    lambda: _Connection(self, origin),
+                _, made = await self.loop.create_connection(
+                    lambda: cast(asyncio.BaseProtocol, _Connection(self, origin)),
                     origin.host,
                     origin.port,
                     ssl=tls,
@@ -658,7 +667,7 @@ class UpstreamPool:
             ) from timed_out
         except (OSError, ssl.SSLError) as exc:
             raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
-        return protocol
+        return cast(_Connection, made)
 
     def _tls_context(self) -> ssl.SSLContext:
         if self._ssl_context is None:
