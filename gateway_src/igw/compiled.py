@@ -117,9 +117,9 @@ what they call per request - the guard port's ``Principal``, the access log's qu
 metric updates and their series, the model look-up, the in-flight registry, the pool's views -
 which were interpreted functions called from compiled code; and (session s14) the upstream pool's
 connection slots, which replaced its ``asyncio.Semaphore`` (five interpreted calls per request).
-In ``endpoints`` the class ``EndpointState`` stays a Python class
-(``@mypyc_attr(native_class=False)``): it writes its attributes through ``object.__setattr__`` in
-its own ``__setattr__``, which a native class refuses at every dispatch."""
+In ``endpoints`` the class ``EndpointState`` was a Python class until session s26 (its own
+``__setattr__`` wrote through ``object.__setattr__``, which a native class refuses); the fields a view
+carries are properties now, and it is native."""
 
 _SECURITY: Final = ("guard", "authorization", "ratelimit.limiter", "verifier", "token_cache")
 """What ``igw.security`` runs per request (``authenticate``, ``authorize``, ``admit``, ``account``:

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from mypy_extensions import mypyc_attr
-
 from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
 
@@ -53,61 +51,148 @@ VIEW_FIELDS = frozenset(
 """The fields an :class:`EndpointView` is made of: writing one makes the state's cached view stale."""
 
 
-# mypyc: its own __setattr__ writes through object.__setattr__, which a native class refuses ("can't
-# apply this __setattr__"), so it stays a Python class; its methods and the pool are compiled.
-@mypyc_attr(native_class=False)
-@dataclass(slots=True)
 class EndpointState:
     """One endpoint's mutable state, and its latest :class:`EndpointView` (made on demand, kept until a
     field the view carries is written).
 
     Why a cached view: the scheduler is handed every endpoint's view on every request, and a frozen
     view costs about a microsecond to build, per endpoint per request; most endpoints' fields do not
-    change between two requests (a scrape lands every 50 ms, a dispatch touches one endpoint). Every
-    write goes through :meth:`__setattr__`, which drops the view when a field it carries changes and
-    tells the pool (:attr:`on_view_change`), so no writer has to remember to."""
+    change between two requests (a scrape lands every 50 ms, a dispatch touches one endpoint). Each
+    field a view carries (:data:`VIEW_FIELDS`) is a property whose setter drops the view and tells the
+    pool (:attr:`on_view_change`), so no writer has to remember to.
 
-    # First: ``__setattr__`` reads them while ``__init__`` assigns the fields below.
-    on_view_change: Callable[[EndpointKey], None] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
-    """Called with the key when the view goes stale (the pool's list of views is updated from it)."""
-    cached_view: EndpointView | None = field(default=None, init=False, repr=False, compare=False)
-    key: EndpointKey
-    labels: Mapping[str, str]
-    pod: str | None = None
-    metrics: EngineMetrics | None = None
-    scraped_at: float | None = None
-    scrape_failing: bool = False
-    last_error: str | None = None
-    missing: frozenset[str] = frozenset()
-    """Families absent from the latest page (see :mod:`igw.gateway.metrics_parser`)."""
-    kv_source: str | None = None
-    inflight: int = 0
-    inflight_tokens: int = 0
-    picks: int = 0
-    page: PageTracker = field(default_factory=PageTracker)
-    max_model_len: int | None = None
-    """Longest prompt + output the model server accepts (from its ``/v1/models``), when known."""
+    Why properties and not an own ``__setattr__`` (as before session s26): a class with one stays a
+    Python class in the compiled build (mypyc refuses ``object.__setattr__`` on a native class), and
+    every read and write of its fields - per request by the proxy, per scrape by the scraper, per
+    relayed snapshot by each other worker of a group - was then a generic attribute look-up."""
 
-    def __setattr__(self, name: str, value: object) -> None:
-        object.__setattr__(self, name, value)
-        if name in VIEW_FIELDS:
-            self._view_changed()
+    def __init__(
+        self,
+        key: EndpointKey,
+        labels: Mapping[str, str],
+        pod: str | None = None,
+        metrics: EngineMetrics | None = None,
+        scraped_at: float | None = None,
+        scrape_failing: bool = False,
+        last_error: str | None = None,
+        missing: frozenset[str] = frozenset(),
+        kv_source: str | None = None,
+        inflight: int = 0,
+        inflight_tokens: int = 0,
+        picks: int = 0,
+        page: PageTracker | None = None,
+        max_model_len: int | None = None,
+    ) -> None:
+        self.on_view_change: Callable[[EndpointKey], None] | None = None
+        """Called with the key when the view goes stale (the pool's list of views is updated from it)."""
+        self.cached_view: EndpointView | None = None
+        self._key = key
+        self._labels = labels
+        self.pod = pod
+        self._metrics = metrics
+        self._scraped_at = scraped_at
+        self._scrape_failing = scrape_failing
+        self.last_error = last_error
+        self.missing = missing
+        """Families absent from the latest page (see :mod:`igw.gateway.metrics_parser`)."""
+        self.kv_source = kv_source
+        self._inflight = inflight
+        self._inflight_tokens = inflight_tokens
+        self.picks = picks
+        self.page = PageTracker() if page is None else page
+        self._max_model_len = max_model_len
+        """Longest prompt + output the model server accepts (from its ``/v1/models``), when known."""
 
+    def __repr__(self) -> str:
+        return (
+            f"EndpointState(key={self._key!r}, pod={self.pod!r}, scraped_at={self._scraped_at!r}, "
+            f"scrape_failing={self._scrape_failing!r}, inflight={self._inflight!r}, picks={self.picks!r})"
+        )
+
+    # ---- the fields a view carries: each write drops the view ---------------------------------------
+    @property
+    def key(self) -> EndpointKey:
+        return self._key
+
+    @key.setter
+    def key(self, value: EndpointKey) -> None:
+        self._key = value
+        self._view_changed()
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self._labels
+
+    @labels.setter
+    def labels(self, value: Mapping[str, str]) -> None:
+        self._labels = value
+        self._view_changed()
+
+    @property
+    def metrics(self) -> EngineMetrics | None:
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, value: EngineMetrics | None) -> None:
+        self._metrics = value
+        self._view_changed()
+
+    @property
+    def scraped_at(self) -> float | None:
+        return self._scraped_at
+
+    @scraped_at.setter
+    def scraped_at(self, value: float | None) -> None:
+        self._scraped_at = value
+        self._view_changed()
+
+    @property
+    def scrape_failing(self) -> bool:
+        return self._scrape_failing
+
+    @scrape_failing.setter
+    def scrape_failing(self, value: bool) -> None:
+        self._scrape_failing = value
+        self._view_changed()
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    @inflight.setter
+    def inflight(self, value: int) -> None:
+        self._inflight = value
+        self._view_changed()
+
+    @property
+    def inflight_tokens(self) -> int:
+        return self._inflight_tokens
+
+    @inflight_tokens.setter
+    def inflight_tokens(self, value: int) -> None:
+        self._inflight_tokens = value
+        self._view_changed()
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self._max_model_len
+
+    @max_model_len.setter
+    def max_model_len(self, value: int | None) -> None:
+        self._max_model_len = value
+        self._view_changed()
+
+    # ---- writes of several fields at once: the view dropped once ---------------------------------
     def dispatched(self, est_tokens: int) -> None:
         """A request was sent to this endpoint (``est_tokens``: prompt + max output tokens)."""
-        # Per request: the three fields set directly and the view invalidated once, not per field.
-        put = object.__setattr__
-        put(self, "inflight", self.inflight + 1)
-        put(self, "inflight_tokens", self.inflight_tokens + est_tokens)
-        put(self, "picks", self.picks + 1)
+        self._inflight += 1
+        self._inflight_tokens += est_tokens
+        self.picks += 1
         self._view_changed()
 
     def completed(self, est_tokens: int) -> None:
-        put = object.__setattr__
-        put(self, "inflight", self.inflight - 1)
-        put(self, "inflight_tokens", self.inflight_tokens - est_tokens)
+        self._inflight -= 1
+        self._inflight_tokens -= est_tokens
         self._view_changed()
 
     def take_scrape(
@@ -121,22 +206,19 @@ class EndpointState:
         max_model_len: int | None,
     ) -> None:
         """Write a scrape's fields at once (a follower taking worker 0's snapshot,
-        :mod:`igw.gateway.scrape_share`), the view dropped once: through :meth:`__setattr__` each of
-        the seven writes tested its name, and four of them dropped the view and told the pool again
-        (a large share of a follower's cost per snapshot, docs/gateway.md)."""
-        put = object.__setattr__
-        put(self, "metrics", metrics)
-        put(self, "kv_source", kv_source)
-        put(self, "scraped_at", scraped_at)
-        put(self, "scrape_failing", scrape_failing)
-        put(self, "last_error", last_error)
-        put(self, "missing", missing)
-        put(self, "max_model_len", max_model_len)
+        :mod:`igw.gateway.scrape_share`), the view dropped once, not per field."""
+        self._metrics = metrics
+        self.kv_source = kv_source
+        self._scraped_at = scraped_at
+        self._scrape_failing = scrape_failing
+        self.last_error = last_error
+        self.missing = missing
+        self._max_model_len = max_model_len
         self._view_changed()
 
     def _view_changed(self) -> None:
         """Forget the cached view and tell the pool (what setting a view field does)."""
-        object.__setattr__(self, "cached_view", None)
+        self.cached_view = None
         notify = self.on_view_change
         if notify is not None:
             notify(self.key)
@@ -145,8 +227,7 @@ class EndpointState:
         """The endpoint as the scheduler sees it (the same object until a field it carries changes)."""
         view = self.cached_view
         if view is None:
-            view = self.new_view()
-            object.__setattr__(self, "cached_view", view)
+            view = self.cached_view = self.new_view()
         return view
 
     def new_view(self) -> EndpointView:
@@ -155,14 +236,14 @@ class EndpointState:
         By slot writes (:data:`_view`): a request changes its endpoint's in-flight counts twice, so
         the pool makes a view per request and endpoint; the frozen constructor costs about twice."""
         return _view(
-            self.key,
-            self.metrics,
-            self.scraped_at,
-            self.scrape_failing,
-            self.inflight,
-            self.inflight_tokens,
-            self.labels,
-            self.max_model_len,
+            self._key,
+            self._metrics,
+            self._scraped_at,
+            self._scrape_failing,
+            self._inflight,
+            self._inflight_tokens,
+            self._labels,
+            self._max_model_len,
             0,  # unreflected_dispatches: the scheduler's own ledger fills it in
         )
 
