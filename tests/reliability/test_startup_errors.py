@@ -3,8 +3,8 @@
 A newcomer pasting the simulator's URLs into the endpoints file, a port already taken, a missing
 kubeconfig: each used to end ``igw serve`` or ``igw operator`` in a Python traceback (exit 1).
 The processes run for real (``python -m igw.cli.main``), as an operator starts them. A port already
-taken is no usage error: ``igw serve`` says so in one line too, and exits 1 (single process or
-worker group).
+taken is no usage error: ``igw serve`` (single process or worker group), ``igw global serve`` and
+``igw operator`` (its health port) say so in one line too, and exit 1.
 """
 
 from __future__ import annotations
@@ -178,10 +178,12 @@ def test_no_kubeconfig_outside_a_pod_says_where_it_looked(tmp_path: Path) -> Non
 
 def test_operator_health_port_in_use_is_said_in_one_line(tmp_path: Path, taken_port: int) -> None:
     done = igw("operator", "--kubeconfig", str(tmp_path / "unused"), "--health-port", str(taken_port))
-    assert_one_line_error(done, f"igw operator: cannot listen on 0.0.0.0:{taken_port}")
+    assert_one_line_error(done, f"igw operator: cannot listen on 0.0.0.0:{taken_port}", code=EXIT_UNAVAILABLE)
 
 
 def test_global_router_port_in_use_is_said_in_one_line(taken_port: int) -> None:
     example = REPO_ROOT / "crds" / "examples" / "global" / "global-router.yaml"
     done = igw("global", "serve", "--config", str(example), "--host", "127.0.0.1", "--port", str(taken_port))
-    assert_one_line_error(done, f"igw global serve: cannot listen on 127.0.0.1:{taken_port}")
+    assert_one_line_error(
+        done, f"igw global serve: cannot listen on 127.0.0.1:{taken_port}", code=EXIT_UNAVAILABLE
+    )

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.gateway.management import ManagementPortError, management_port
     from igw.gateway.redaction import configure_logging
-    from igw.gateway.serving import ListenError
+    from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
     from igw.global_router.config import GlobalConfigError, load_global_config
     from igw.global_router.launch import run_global_router
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
                     management_port=management,
                 )
             )
-    except ListenError as exc:
+    except ListenError as exc:  # the machine's state (a port in use), not a usage error: as igw serve
         print(f"igw global serve: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return EXIT_LISTEN_FAILED
     return 0

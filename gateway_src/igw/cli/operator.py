@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from igw.gateway.discovery.kube_client import KubeClientError
     from igw.gateway.emf_sink import AgentEndpoint, EmfEndpointError
     from igw.gateway.redaction import configure_logging
-    from igw.gateway.serving import ListenError
+    from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
     from igw.gateway.stop_signals import hold_stop_signals, ignore_held_stop_signals
     from igw.operator.dataplane import DataPlaneSettings
     from igw.operator.runner import OperatorOptions, run_operator
@@ -200,8 +200,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(main())
-    except (KubeClientError, ListenError) as exc:
+    except KubeClientError as exc:
         print(f"igw operator: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ListenError as exc:  # the machine's state (a port in use), not a usage error: as igw serve
+        print(f"igw operator: {exc}", file=sys.stderr)
+        return EXIT_LISTEN_FAILED
     finally:
         ignore_held_stop_signals()

@@ -443,6 +443,12 @@ def _bound_port(site: web.TCPSite) -> int:
     return port
 
 
+EXIT_LISTEN_FAILED: Final = 1
+"""Exit code of a command whose listener could not be opened (:class:`ListenError`): the machine's
+state at start (a port in use), not a usage error (2). ``igw serve``, ``igw global serve`` and ``igw
+operator`` (its health port) use it."""
+
+
 class ListenError(IgwGatewayError):
     """The listening socket could not be opened: address in use, unknown host, no permission."""
 
