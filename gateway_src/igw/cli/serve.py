@@ -36,10 +36,6 @@ HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the en
 EXIT_CONFIG = 2
 EXIT_WORKER_SETUP = 1
 """A worker that cannot join its group (its parent already gone, the kernel refused the link)."""
-EXIT_UNAVAILABLE = 1
-"""The listening address could not be opened (a port in use, an address not on this host, no
-permission), by a single process or a worker group: the machine's state at start, not a usage error
-(it exited 2 until session s26, which told a supervisor the command line was wrong)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -251,7 +247,7 @@ def _run(args: argparse.Namespace) -> int:
     from igw.gateway.limits_config import EXTENSION_NAME, ServerLimitsError, server_limits
     from igw.gateway.log_buffer import BatchedLineHandler
     from igw.gateway.redaction import RedactingFormatter, configure_logging
-    from igw.gateway.serving import ServerLimits
+    from igw.gateway.serving import EXIT_LISTEN_FAILED, ServerLimits
     from igw.gateway.tracing_options import TracingConfigError, tracing_options
     from igw.launch import LaunchError, LaunchOptions, ListenUnavailableError, run_gateway
 
@@ -380,7 +376,7 @@ def _run(args: argparse.Namespace) -> int:
             )
     except PortUnavailableError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return EXIT_LISTEN_FAILED
     except WorkerSetupError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -429,7 +425,7 @@ def _run(args: argparse.Namespace) -> int:
             runner.run(run_gateway(config, options))
     except ListenUnavailableError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return EXIT_LISTEN_FAILED
     except LaunchError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG

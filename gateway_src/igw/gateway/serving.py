@@ -444,9 +444,10 @@ def _bound_port(site: web.TCPSite) -> int:
 
 
 EXIT_LISTEN_FAILED: Final = 1
-"""Exit code of a command whose listener could not be opened (:class:`ListenError`): the machine's
-state at start (a port in use), not a usage error (2). ``igw serve``, ``igw global serve`` and ``igw
-operator`` (its health port) use it."""
+"""Exit code of a command whose listener could not be opened (:class:`ListenError`; a worker group's
+port refused alike): the machine's state at start (a port in use, an address not on this host, no
+permission), not a usage error (2), which until session s26 told a supervisor the command line was
+wrong. ``igw serve``, ``igw global serve`` and ``igw operator`` (its health port) use it."""
 
 
 class ListenError(IgwGatewayError):
