@@ -206,6 +206,25 @@ def test_checking_an_output_directory_leaves_nothing_behind(tmp_path: Path) -> N
         output_file(str(tmp_path))
 
 
+def _refused_by_every(
+    option: str, parse: object, bad: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> list[str]:
+    """Every command taking ``option`` parses it with ``parse`` and refuses ``bad`` while parsing
+    (exit 2, ``message`` on stderr); the commands checked, as their words."""
+    checked = []
+    for words, action in _options(build_parser()):
+        if option not in action.option_strings:
+            continue
+        assert action.type is parse, words
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*words, f"{option}={bad}"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2, words
+        assert message in err, err
+        checked.append(" ".join(words))
+    return checked
+
+
 @pytest.mark.parametrize("bad", ["", "us east 1", "US-EAST-1", "-us-east-1"])
 def test_every_region_option_refuses_what_no_region_is_called_while_parsing(
     bad: str, capsys: pytest.CaptureFixture[str]
@@ -213,17 +232,9 @@ def test_every_region_option_refuses_what_no_region_is_called_while_parsing(
     """``igw addon versions --region ''`` (an unset ``$AWS_REGION``) ended in a traceback ("Invalid
     endpoint: https://eks..amazonaws.com"); ``igw global serve --region 'us east 1'`` served with a
     region its configuration could not name, every cluster taken for a remote one."""
-    checked = []
-    for words, action in _options(build_parser()):
-        if "--region" not in action.option_strings:
-            continue
-        assert action.type is region_name, words
-        with pytest.raises(SystemExit) as exited:
-            build_parser().parse_args([*words, f"--region={bad}"])
-        err = capsys.readouterr().err
-        assert exited.value.code == 2, words
-        assert f"argument --region: {bad!r} is not a region name" in err, err
-        checked.append(" ".join(words))
+    checked = _refused_by_every(
+        "--region", region_name, bad, f"argument --region: {bad!r} is not a region name", capsys
+    )
     assert {"addon versions", "addon create", "preflight", "audit", "global serve"} <= set(checked)
     assert region_name("us-gov-west-1") == "us-gov-west-1"
 
@@ -234,17 +245,13 @@ def test_every_listen_host_option_refuses_an_empty_address_while_parsing(
 ) -> None:
     """``igw serve --host ''`` (an unset variable in a script) listened on every interface, silently;
     naming every interface stays allowed (``0.0.0.0``, ``::``)."""
-    checked = []
-    for words, action in _options(build_parser()):
-        if "--host" not in action.option_strings:
-            continue
-        assert action.type is listen_host, words
-        with pytest.raises(SystemExit) as exited:
-            build_parser().parse_args([*words, f"--host={bad}"])
-        err = capsys.readouterr().err
-        assert exited.value.code == 2, words
-        assert "argument --host: an empty address would listen on every interface" in err, err
-        checked.append(" ".join(words))
+    checked = _refused_by_every(
+        "--host",
+        listen_host,
+        bad,
+        "argument --host: an empty address would listen on every interface",
+        capsys,
+    )
     assert {"serve", "global serve"} <= set(checked)
     assert [listen_host(every) for every in ("0.0.0.0", "::", "127.0.0.1")] == ["0.0.0.0", "::", "127.0.0.1"]
 

@@ -206,6 +206,11 @@ def test_compiled_modules_have_no_runtime_checkable_protocol() -> None:
     assert_none(offenders(_compiled_sources(), runtime_checkable_protocols), "a @runtime_checkable protocol")
 
 
+def _classes_named(hits: list[str]) -> list[str]:
+    """The class names the checks' ``path:line: class NAME ...`` lines report, in order."""
+    return [hit.split(": class ")[1].split(" ")[0] for hit in hits]
+
+
 def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     reused = sample(
         tmp_path,
@@ -233,7 +238,7 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
         name="foreign.py",
     )
     found = native_subclasses_of_foreign_classes(foreign)
-    assert [hit.split(": class ")[1].split(" ")[0] for hit in found] == ["A", "B"], found
+    assert _classes_named(found) == ["A", "B"], found
     two_bases = sample(
         tmp_path,
         "from mypy_extensions import mypyc_attr\nfrom igw.errors import IgwError\n"
@@ -245,7 +250,7 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
         name="two_bases.py",
     )
     found = native_classes_with_two_bases_one_a_builtin_exception(two_bases)
-    assert [hit.split(": class ")[1].split(" ")[0] for hit in found] == ["F", "M"], found
+    assert _classes_named(found) == ["F", "M"], found
     checkable = sample(
         tmp_path,
         "import typing\nfrom typing import Protocol, runtime_checkable\n"
@@ -255,4 +260,4 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
         name="checkable.py",
     )
     found = runtime_checkable_protocols(checkable)
-    assert [hit.split(": class ")[1].split(" ")[0] for hit in found] == ["J", "K"], found
+    assert _classes_named(found) == ["J", "K"], found
