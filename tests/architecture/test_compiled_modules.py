@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections.abc import Callable
 from pathlib import Path
 
 from igw.compiled import COMPILED_MODULES, SCHEDULING_INTERPRETED, source_path
@@ -226,38 +227,37 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     found = reused_except_names(reused)
     assert len(found) == 2, found  # both ValueError clauses; the nested function is its own scope
     assert all("except ValueError as exc" in hit for hit in found)
-    foreign = sample(
-        tmp_path,
-        "import asyncio\nfrom aiohttp import web\nfrom typing import Protocol\n"
-        "from mypy_extensions import mypyc_attr\nfrom igw.errors import IgwError\n"
-        "class A(asyncio.Protocol): pass\n"
-        "class B(web.StreamResponse): pass\n"
-        "@mypyc_attr(native_class=False)\nclass C(web.StreamResponse): pass\n"
-        "class D(Protocol): pass\n"
-        "class E(IgwError): pass\n",
-        name="foreign.py",
-    )
-    found = native_subclasses_of_foreign_classes(foreign)
-    assert _classes_named(found) == ["A", "B"], found
-    two_bases = sample(
-        tmp_path,
-        "from mypy_extensions import mypyc_attr\nfrom igw.errors import IgwError\n"
-        "class F(IgwError, OSError): pass\n"
-        "@mypyc_attr(native_class=False)\nclass G(IgwError, OSError): pass\n"
-        "class H(OSError): pass\n"
-        "class I(IgwError, ValueError): pass\n"
-        "class M(IgwError, TimeoutError): pass\n",
-        name="two_bases.py",
-    )
-    found = native_classes_with_two_bases_one_a_builtin_exception(two_bases)
-    assert _classes_named(found) == ["F", "M"], found
-    checkable = sample(
-        tmp_path,
-        "import typing\nfrom typing import Protocol, runtime_checkable\n"
-        "@runtime_checkable\nclass J(Protocol): pass\n"
-        "@typing.runtime_checkable\nclass K(Protocol): pass\n"
-        "class L(Protocol): pass\n",
-        name="checkable.py",
-    )
-    found = runtime_checkable_protocols(checkable)
-    assert _classes_named(found) == ["J", "K"], found
+    class_checks: list[tuple[Callable[[Path], list[str]], str, list[str]]] = [
+        (
+            native_subclasses_of_foreign_classes,
+            "import asyncio\nfrom aiohttp import web\nfrom typing import Protocol\n"
+            "from mypy_extensions import mypyc_attr\nfrom igw.errors import IgwError\n"
+            "class A(asyncio.Protocol): pass\n"
+            "class B(web.StreamResponse): pass\n"
+            "@mypyc_attr(native_class=False)\nclass C(web.StreamResponse): pass\n"
+            "class D(Protocol): pass\n"
+            "class E(IgwError): pass\n",
+            ["A", "B"],
+        ),
+        (
+            native_classes_with_two_bases_one_a_builtin_exception,
+            "from mypy_extensions import mypyc_attr\nfrom igw.errors import IgwError\n"
+            "class F(IgwError, OSError): pass\n"
+            "@mypyc_attr(native_class=False)\nclass G(IgwError, OSError): pass\n"
+            "class H(OSError): pass\n"
+            "class I(IgwError, ValueError): pass\n"
+            "class M(IgwError, TimeoutError): pass\n",
+            ["F", "M"],
+        ),
+        (
+            runtime_checkable_protocols,
+            "import typing\nfrom typing import Protocol, runtime_checkable\n"
+            "@runtime_checkable\nclass J(Protocol): pass\n"
+            "@typing.runtime_checkable\nclass K(Protocol): pass\n"
+            "class L(Protocol): pass\n",
+            ["J", "K"],
+        ),
+    ]
+    for check, source, expected in class_checks:
+        found = check(sample(tmp_path, source, name=f"{check.__name__}.py"))
+        assert _classes_named(found) == expected, (check.__name__, found)
