@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway import scrape_share
-from igw.gateway.endpoints import EndpointState
+from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
 from igw.gateway.scrape_share import (
     CONFIG_CHANGED,
     ScrapeFollower,
@@ -330,6 +330,57 @@ async def test_the_follower_reads_lines_cut_anywhere_by_the_reads() -> None:
         assert [pool[s.key].scraped_at for s in states] == [1.0, 2.0], cut
         assert [pool[s.key].metrics for s in states] == [s.metrics for s in states], cut
         assert changes == [1], cut
+
+
+def _snapshot_line(key: str, scraped_at: float, waiting: int) -> bytes:
+    state = EndpointState(key=key, labels={}, metrics=EngineMetrics(waiting=waiting), scraped_at=scraped_at)
+    return snapshot("s", state)
+
+
+async def test_a_snapshot_of_an_endpoint_not_here_yet_is_applied_when_it_appears_and_only_then() -> None:
+    """Worker 0 may scrape a pod before this worker's pool has it: its latest snapshot is held and
+    applied when the endpoint appears (``sync``), never over a newer one taken since; an endpoint
+    that leaves and comes back waits for its next scrape, as worker 0's new state does."""
+    follower = _follower()
+    runtime = follower._runtime()
+    pool = runtime.schedulers["s"].pool
+    later, early = "10.0.0.3:8000", "10.0.0.5:8000"
+    await follower.read(
+        _reader(_snapshot_line(later, 1.0, 1), _snapshot_line(later, 2.0, 2), _snapshot_line(early, 1.0, 1))
+    )
+    assert later not in pool.states
+    pool.replace([DiscoveredEndpoint(key=k) for k in ("10.0.0.1:8000", "10.0.0.2:8000", later, early)])
+    await follower.read(_reader(_snapshot_line(early, 5.0, 5)))  # before the pool's sync: the newer one stays
+    try:
+        follower.sync()
+        state = pool.states[later]
+        assert (state.scraped_at, state.metrics) == (2.0, EngineMetrics(waiting=2))
+        assert (pool.states[early].scraped_at, pool.states[early].metrics) == (5.0, EngineMetrics(waiting=5))
+        await follower.read(_reader(_snapshot_line(later, 3.0, 3)))
+        follower.sync()  # nothing held any more: the newer snapshot stays
+        assert (state.scraped_at, state.metrics) == (3.0, EngineMetrics(waiting=3))
+        pool.replace([DiscoveredEndpoint(key=k) for k in ("10.0.0.1:8000", "10.0.0.2:8000")])
+        pool.replace([DiscoveredEndpoint(key=k) for k in ("10.0.0.1:8000", "10.0.0.2:8000", later)])
+        follower.sync()
+        assert (pool.states[later].scraped_at, pool.states[later].metrics) == (None, None)
+    finally:
+        await follower.close()
+
+
+async def test_a_runtime_swapped_between_two_lines_of_one_read_gets_the_later_snapshots() -> None:
+    """The follower keeps each scheduler's pool for the lines of one read; any other line (here a
+    configuration change whose handler swaps the runtime, as a reload does) makes it look again."""
+    first = worker_runtime("10.0.0.1:8000")
+    second = worker_runtime("10.0.0.1:8000", "10.0.0.4:8000")
+    current = [first]
+    follower = ScrapeFollower(
+        "unused.sock", lambda: current[0], clock=lambda: 0.0, report_interval_s=lambda: 0.05, worker=1
+    )
+    follower.on_config_change = functools.partial(current.__setitem__, 0, second)
+    data = _snapshot_line("10.0.0.1:8000", 1.0, 1) + CONFIG_CHANGED + _snapshot_line("10.0.0.4:8000", 2.0, 4)
+    await follower.read(_reader(data))
+    assert first.schedulers["s"].pool.states["10.0.0.1:8000"].scraped_at == 1.0
+    assert second.schedulers["s"].pool.states["10.0.0.4:8000"].metrics == EngineMetrics(waiting=4)
 
 
 @pytest.mark.parametrize(

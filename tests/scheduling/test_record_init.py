@@ -18,6 +18,7 @@ from aiohttp import web
 
 from igw.gateway import inference
 from igw.gateway.access_log import AccessRecord
+from igw.gateway.metrics_parser import ParsedPage
 from igw.gateway.request_body import InferenceBody
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.columns import ScrapeCache
@@ -134,6 +135,17 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "max_model_len": 54,
         "unreflected_dispatches": 55,
     },
+    EngineMetrics: {
+        "waiting": 61,
+        "running": 62,
+        "kv_usage": 0.625,
+        "active_adapters": frozenset({"a"}),
+        "waiting_adapters": frozenset({"b"}),
+        "max_lora": 63,
+        "block_size": 64,
+        "num_gpu_blocks": 65,
+    },
+    ParsedPage: {"metrics": EngineMetrics(waiting=7), "missing": frozenset({"f"}), "kv_source": "kv"},
     PublishedScores: {"endpoints": ("i:1", "j:1"), "scores": (0.25, None)},
     Predictions: {
         "endpoints": ("k:1", "l:1"),
@@ -200,6 +212,7 @@ def test_the_defaults_are_the_generated_ones() -> None:
         None,
         None,
     )
+    assert EngineMetrics() == EngineMetrics(None, None, None, None, None, None, None, None)
     view = EndpointView("k:1", None, None)
     assert (view.scrape_failing, view.inflight, view.inflight_tokens, view.labels) == (False, 0, 0, {})
     assert (view.max_model_len, view.unreflected_dispatches) == (None, 0)
@@ -215,7 +228,7 @@ def test_the_defaults_are_the_generated_ones() -> None:
 
 @pytest.mark.parametrize(
     "cls",
-    [RoutingRequest, RequestOutcome, InferenceBody, PublishedScores, Predictions],
+    [RoutingRequest, RequestOutcome, InferenceBody, PublishedScores, Predictions, EngineMetrics, ParsedPage],
     ids=lambda c: c.__name__,
 )
 def test_the_read_only_records_hash_by_value(cls: type) -> None:

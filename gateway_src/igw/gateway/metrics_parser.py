@@ -51,14 +51,23 @@ COMBINE: Final[Mapping[str, Callable[[Sequence[float]], float]]] = {"sum": sum, 
 """How several series of one queue/running gauge combine, by ``MetricFamilies.combine_load``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class ParsedPage:
-    metrics: EngineMetrics
-    missing: frozenset[str]
+    """What one scrape's page yielded. Read-only and hashable by value, as the frozen dataclass it
+    was, with the ``__init__`` written out (:class:`~igw.scheduling.values.EngineMetrics` says why:
+    one per scrape)."""
+
+    metrics: Final[EngineMetrics]
+    missing: Final[frozenset[str]]
     """Expected families absent from the page (the preferred KV name counts even when a deprecated
     fallback supplied the value: that endpoint runs a version we should warn about)."""
-    kv_source: str | None
+    kv_source: Final[str | None]
     """The family the KV value came from, or ``None``."""
+
+    def __init__(self, metrics: EngineMetrics, missing: frozenset[str], kv_source: str | None) -> None:
+        self.metrics = metrics
+        self.missing = missing
+        self.kv_source = kv_source
 
 
 HINT_WINDOW: Final = 4096

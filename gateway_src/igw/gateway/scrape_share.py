@@ -51,7 +51,6 @@ from igw.gateway.scraper import Scraper, ScrapeService
 from igw.gateway.telemetry import GatewayMetrics
 from igw.gateway.workers import WorkerRole
 from igw.scheduling.pick_notes import note_interval
-from igw.scheduling.slot_init import slot_constructor
 from igw.scheduling.types import EngineMetrics
 
 log = logging.getLogger("igw.gateway.scrape_share")
@@ -81,6 +80,8 @@ CONFIG: Final = "c"
 CONFIG_CHANGED: Final = orjson.dumps({"t": CONFIG}) + b"\n"
 _SETS: Final = ("active_adapters", "waiting_adapters")
 
+_Pools = dict[str, dict[str, EndpointState] | None]
+"""Scheduler name -> its pool's endpoint states (``None``: no such scheduler), kept for one read."""
 Usage = dict[tuple[str, str], tuple[int, int]]
 """(scheduler, endpoint) -> (dispatches ever, requests in flight) of one follower."""
 
@@ -101,9 +102,6 @@ Snapshot = list[Any]
 error, missing families, context window, frozen]``, ``metrics`` a list in :class:`EngineMetrics`
 field order (adapter sets as sorted lists) or ``None``."""
 _SCHEDULER, _KEY, _SCRAPED_AT, _ITEMS = 1, 2, 5, 11
-_metrics = slot_constructor(EngineMetrics)
-"""``EngineMetrics(*fields)`` by slot writes: the frozen dataclass's ``__init__`` sets each field
-through ``object.__setattr__``, once per snapshot in every follower."""
 
 
 def snapshot(scheduler: str, state: EndpointState) -> bytes:
@@ -147,7 +145,7 @@ def apply_snapshot(doc: Snapshot, state: EndpointState) -> None:
         for i in _SET_POSITIONS:
             if (names := raw[i]) is not None:
                 raw[i] = frozenset(names)
-        metrics = _metrics(*raw)
+        metrics = EngineMetrics(*raw)
     state.take_scrape(metrics, kv_source, scraped_at, failing, last_error, frozenset(missing), max_model_len)
     state.page.frozen = frozen
 
@@ -327,6 +325,11 @@ class ScrapeFollower:
         self._clock = clock
         self.picks = PickShare(runtime, clock, max_line=NOTE_LINE_BYTES, worker=worker)
         self._latest: dict[tuple[str, str], Snapshot] = {}
+        """The latest snapshot of each endpoint this worker's pools do not hold (yet): worker 0 may
+        scrape a pod before this worker's discovery has it. Applied and dropped by :meth:`sync` when
+        the endpoint appears here. Not kept for endpoints that are here: a new state for a returning
+        endpoint waits for its next scrape, as worker 0's does (and holding every endpoint's last
+        snapshot freed each one ``interval`` later, out of cache: a fifth of a follower's CPU)."""
         self._task: asyncio.Task[None] | None = None
         self._discovery: DiscoverySink | None = None
         self._early_reports: dict[tuple[str, str], dict[str, Any]] = {}
@@ -350,14 +353,21 @@ class ScrapeFollower:
         """Start following (first call) and apply the latest snapshot of endpoints that just appeared."""
         if self._task is None:
             self._task = asyncio.create_task(self._follow(), name="scrape follower")
-        for (scheduler, key), doc in self._latest.items():
+        for (scheduler, key), doc in list(self._latest.items()):
             state = self._state(scheduler, key)
-            if state is not None and state.scraped_at != doc[_SCRAPED_AT]:
+            if state is not None:
+                del self._latest[(scheduler, key)]
                 apply_snapshot(doc, state)
 
     def _state(self, scheduler: str, key: str) -> EndpointState | None:
+        states = self._states(scheduler)
+        return None if states is None else states.get(key)
+
+    def _states(self, scheduler: str) -> dict[str, EndpointState] | None:
+        """The endpoint states of ``scheduler``'s pool in the current runtime (``None``: no such
+        scheduler here)."""
         sr = self._runtime().schedulers.get(scheduler)
-        return None if sr is None else sr.pool.states.get(key)
+        return None if sr is None else sr.pool.states
 
     async def _follow(self) -> None:
         while True:
@@ -403,26 +413,40 @@ class ScrapeFollower:
             rest = lines.pop()
             if len(rest) > MAX_LINE:
                 raise ValueError(f"a line of worker 0's channel is over {MAX_LINE} bytes")
+            pools: _Pools = {}
             for line in lines:
-                self._handle(orjson.loads(line))
+                self._handle(orjson.loads(line), pools)
         if rest:
-            self._handle(orjson.loads(rest))
+            self._handle(orjson.loads(rest), {})
 
-    def _handle(self, doc: object) -> None:
+    def _handle(self, doc: object, pools: _Pools) -> None:
         """One line of worker 0's: a snapshot (an array, :data:`Snapshot`), or an object with its kind
         in ``t``: pick notes, a configuration change, a discovery report (another kind is skipped);
-        ``ValueError`` for anything else."""
+        ``ValueError`` for anything else.
+
+        ``pools`` keeps each scheduler's endpoint states for the lines of one read: looking them up
+        through the runtime cost a call into the interpreter and two generic attribute reads per
+        snapshot in the compiled build. Any other line empties it (a discovery report or a reload may
+        change what the runtime holds)."""
         if type(doc) is list and doc and doc[0] == SNAPSHOT:
             if len(doc) != _ITEMS:
                 raise ValueError(f"a snapshot has {_ITEMS} items, not {len(doc)}")
             scheduler, key = doc[_SCHEDULER], doc[_KEY]
             if type(scheduler) is not str or type(key) is not str:
                 raise ValueError("a snapshot names its scheduler and endpoint with strings")
-            self._latest[(scheduler, key)] = doc
-            state = self._state(scheduler, key)
-            if state is not None:
-                apply_snapshot(doc, state)
+            if scheduler in pools:
+                states = pools[scheduler]
+            else:
+                states = pools[scheduler] = self._states(scheduler)
+            state = None if states is None else states.get(key)
+            if state is None:
+                self._latest[(scheduler, key)] = doc
+                return
+            if self._latest:  # one held from before the endpoint appeared here is older than this one
+                self._latest.pop((scheduler, key), None)
+            apply_snapshot(doc, state)
             return
+        pools.clear()
         if type(doc) is not dict:
             raise ValueError(f"worker 0 sent a line that is neither a snapshot nor an object: {doc!r:.80}")
         kind = doc.get("t")

@@ -20,32 +20,58 @@ EndpointKey = str
 """``host:port`` of one model-server endpoint (a pod IP and its target port)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class EngineMetrics:
     """Signals extracted from one scrape of an endpoint's ``/metrics`` page.
 
     ``None`` means the page did not carry the signal (for example vLLM < 0.9.2 has no
     ``vllm:kv_cache_usage_perc`` only when the old name is also absent; SGLang without
     ``--enable-metrics`` has no page at all).
+
+    Read-only and hashable by value, as the frozen dataclass it was, with the ``__init__`` written out
+    as :class:`RoutingRequest`'s: the scraper makes one per scrape of every pod and every other
+    worker of a group one per snapshot it takes (:mod:`igw.gateway.scrape_share`), and the frozen
+    dataclass's generated ``__init__`` ran in the interpreter in the compiled build, one
+    ``object.__setattr__`` call per field.
     """
 
-    waiting: int | None = None
+    waiting: Final[int | None]
     """Requests queued, not yet scheduled (``vllm:num_requests_waiting``, ``sglang:num_queue_reqs``)."""
-    running: int | None = None
+    running: Final[int | None]
     """Requests in the running batch (``vllm:num_requests_running``, ``sglang:num_running_reqs``)."""
-    kv_usage: float | None = None
+    kv_usage: Final[float | None]
     """KV-cache utilisation, fraction 0..1 (``vllm:kv_cache_usage_perc`` or the old
     ``vllm:gpu_cache_usage_perc``; ``sglang:token_usage``)."""
-    active_adapters: frozenset[str] | None = None
+    active_adapters: Final[frozenset[str] | None]
     """LoRA adapters in the running batch (``vllm:lora_requests_info{running_lora_adapters}``)."""
-    waiting_adapters: frozenset[str] | None = None
+    waiting_adapters: Final[frozenset[str] | None]
     """LoRA adapters of waiting requests (``vllm:lora_requests_info{waiting_lora_adapters}``)."""
-    max_lora: int | None = None
+    max_lora: Final[int | None]
     """GPU LoRA slots (``vllm:lora_requests_info{max_lora}``)."""
-    block_size: int | None = None
+    block_size: Final[int | None]
     """KV block size in tokens (``vllm:cache_config_info{block_size}``)."""
-    num_gpu_blocks: int | None = None
+    num_gpu_blocks: Final[int | None]
     """KV blocks on the GPU (``vllm:cache_config_info{num_gpu_blocks}``)."""
+
+    def __init__(
+        self,
+        waiting: int | None = None,
+        running: int | None = None,
+        kv_usage: float | None = None,
+        active_adapters: frozenset[str] | None = None,
+        waiting_adapters: frozenset[str] | None = None,
+        max_lora: int | None = None,
+        block_size: int | None = None,
+        num_gpu_blocks: int | None = None,
+    ) -> None:
+        self.waiting = waiting
+        self.running = running
+        self.kv_usage = kv_usage
+        self.active_adapters = active_adapters
+        self.waiting_adapters = waiting_adapters
+        self.max_lora = max_lora
+        self.block_size = block_size
+        self.num_gpu_blocks = num_gpu_blocks
 
 
 @dataclass(slots=True, init=False, unsafe_hash=True)
