@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -28,6 +29,10 @@ log = logging.getLogger("igw.gateway.worker_metrics")
 WORKER_LABEL: Final = "worker"
 FETCH_TIMEOUT_S: Final = 2.0
 MAX_PAGE_BYTES: Final = 64 * 1024 * 1024
+_LENGTH: Final = struct.Struct(">Q")
+"""Each page on a worker's socket follows its length: a reader then knows it has the whole page (at
+1,000 endpoints a worker's page is hundreds of KiB, more than one read of a unix socket returns, and
+a worker that stops mid-page must not pass for one with fewer samples)."""
 
 
 def label_page(page: bytes, worker: int) -> dict[bytes, list[bytes]]:
@@ -80,7 +85,8 @@ class WorkerMetrics:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            writer.write(self._render())
+            page = self._render()
+            writer.writelines((_LENGTH.pack(len(page)), page))
             await writer.drain()
         except OSError:
             pass
@@ -92,12 +98,20 @@ class WorkerMetrics:
             async with asyncio.timeout(FETCH_TIMEOUT_S):
                 reader, writer = await asyncio.open_unix_connection(self._sockets[index])
                 try:
-                    page = await reader.read(MAX_PAGE_BYTES)
+                    (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+                    if size > MAX_PAGE_BYTES:
+                        raise ValueError(f"its page is {size} bytes, over {MAX_PAGE_BYTES}")
+                    page = await reader.readexactly(size)
                 finally:
                     writer.close()
                     with contextlib.suppress(OSError):
                         await writer.wait_closed()
-        except (OSError, TimeoutError) as exc:
+        except asyncio.IncompleteReadError as exc:
+            log.warning(
+                "worker %d's metrics could not be read: it sent %d bytes and closed", index, len(exc.partial)
+            )
+            return None
+        except (OSError, TimeoutError, ValueError) as exc:
             log.warning("worker %d's metrics could not be read: %s", index, exc)
             return None
         return index, page
