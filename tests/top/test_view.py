@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from igw.gateway.worker_metrics import merge_pages
 from igw.top.view import ScrapeError, build_view, counter_delta, parse_scrape
 
 PAGE = """\
@@ -180,3 +181,53 @@ def test_a_malformed_decision_entry_names_the_field() -> None:
     broken = {k: v for k, v in ENTRY.items() if k != "candidates"}
     with pytest.raises(ScrapeError, match="/debug/decisions: an entry lacks or mistypes 'candidates'"):
         build_view(None, parse_scrape("", {}, at=0.0, decisions=[broken]))
+
+
+WORKER_PAGE = """\
+# TYPE igw_requests counter
+igw_requests_total{{model="llama",code="200"}} {ok}
+# TYPE igw_endpoint_picks counter
+igw_endpoint_picks_total{{scheduler="pool",endpoint="a:1"}} {picks_a}
+igw_endpoint_picks_total{{scheduler="pool",endpoint="b:1"}} {picks_b}
+# TYPE igw_endpoint_queue_depth gauge
+igw_endpoint_queue_depth{{scheduler="pool",endpoint="a:1"}} 2
+# TYPE igw_endpoint_inflight_requests gauge
+igw_endpoint_inflight_requests{{scheduler="pool",endpoint="a:1"}} {inflight}
+# TYPE igw_endpoint_scrape_age_seconds gauge
+igw_endpoint_scrape_age_seconds{{scheduler="pool",endpoint="a:1"}} {age}
+# TYPE igw_endpoint_scrape_failing gauge
+igw_endpoint_scrape_failing{{scheduler="pool",endpoint="a:1"}} {failing}
+# TYPE igw_endpoint_signal_missing gauge
+igw_endpoint_signal_missing{{scheduler="pool",endpoint="a:1",signal="vllm:lora_requests_info"}} 1
+"""
+
+
+def _group_scrape(at: float, workers: list[dict[str, float]]) -> Any:
+    """The page a worker group answers: each worker's page labelled and merged as the gateway does."""
+    pages = [(i, WORKER_PAGE.format(**values).encode()) for i, values in enumerate(workers)]
+    return parse_scrape(merge_pages(pages).decode(), {}, at=at)
+
+
+def test_a_worker_group_s_pods_sum_the_workers_picks_and_requests_in_flight() -> None:
+    """Each worker of ``igw serve --workers N`` counts its own picks and requests in flight; the
+    scrape age and flags are the worst any worker routes on; a signal missing is named once."""
+    quiet = {"ok": 0, "picks_a": 0, "picks_b": 0, "inflight": 0, "age": 0.05, "failing": 0}
+    before = _group_scrape(10.0, [quiet, quiet])
+    after = _group_scrape(
+        12.0,
+        [
+            {"ok": 6, "picks_a": 4, "picks_b": 2, "inflight": 3, "age": 0.02, "failing": 0},
+            {"ok": 10, "picks_a": 6, "picks_b": 0, "inflight": 5, "age": 0.4, "failing": 1},
+        ],
+    )
+    view = build_view(before, after)
+    (pool,) = view.pools
+    assert pool.picks_per_s == pytest.approx(6.0)  # (4 + 2 + 6) picks in 2 s
+    a = next(p for p in view.pods if p.endpoint == "a:1")
+    assert a.pick_share == pytest.approx(10 / 12)
+    assert a.inflight == 8
+    assert a.queue == 2
+    assert a.scrape_age_s == pytest.approx(0.4)
+    assert a.flags == ("failing", "missing vllm:lora_requests_info")
+    (model,) = view.models
+    assert model.requests_per_s == pytest.approx(8.0)

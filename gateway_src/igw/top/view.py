@@ -6,12 +6,17 @@ counters become per-second rates over the interval (a counter that went down res
 whole value is the interval's), histogram bucket deltas become quantiles (the interpolation
 Prometheus' ``histogram_quantile`` uses, shared with the CloudWatch reporter), and gauges are shown
 as they are. Without a previous scrape, rates, shares and quantiles are ``None`` (shown as ``-``).
+
+A worker group (``igw serve --workers N``) answers with every worker's samples, each labelled with its
+``worker``: a pod's picks and requests in flight are the sum over the workers (each counts its own),
+its scrape age and flags the worst any worker routes on (:data:`POD_GAUGE_ACROSS_WORKERS`).
 """
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -39,6 +44,15 @@ POD_GAUGES: Final = {
     "failing": "igw_endpoint_scrape_failing",
     "frozen": "igw_endpoint_metrics_frozen",
 }
+POD_GAUGE_ACROSS_WORKERS: Final[Mapping[str, Callable[[float, float], float]]] = {
+    "inflight": operator.add,
+    "scrape_age": max,
+    "failing": max,
+    "frozen": max,
+}
+"""How one pod's gauge from several workers of a group combines: each worker has its own requests in
+flight; an age or a flag is the worst any worker routes on. The scraped values (KV, queue, running)
+are the same relayed scrape in every worker: the first one read stands."""
 SIGNAL_MISSING: Final = "igw_endpoint_signal_missing"
 READ_METRICS: Final = frozenset(
     {TTFT_BUCKET, DURATION_BUCKET, REQUESTS, OUTPUT_TOKENS, PICKS, READY_PODS, SIGNAL_MISSING}
@@ -201,7 +215,8 @@ def build_view(previous: Scrape | None, current: Scrape) -> TopView:
     picks: dict[tuple[str, str], float] = {}
     if previous is not None:
         for labels, delta in _deltas(previous, current, PICKS):
-            picks[(labels["scheduler"], labels["endpoint"])] = delta
+            key = (labels["scheduler"], labels["endpoint"])
+            picks[key] = picks.get(key, 0.0) + delta  # a worker group: every worker's own picks
     pool_picks: dict[str, float] = defaultdict(float)
     for (pool, _), delta in picks.items():
         pool_picks[pool] += delta
@@ -243,12 +258,18 @@ def _pods(
 ) -> tuple[PodRow, ...]:
     gauges: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for field, name in POD_GAUGES.items():
+        combine = POD_GAUGE_ACROSS_WORKERS.get(field)
         for labels, value in _by_name(current, name):
-            gauges[(labels["scheduler"], labels["endpoint"])][field] = value
-    missing: dict[tuple[str, str], list[str]] = defaultdict(list)
+            row = gauges[(labels["scheduler"], labels["endpoint"])]
+            seen = row.get(field)
+            if seen is None:
+                row[field] = value
+            elif combine is not None:
+                row[field] = combine(seen, value)
+    missing: dict[tuple[str, str], set[str]] = defaultdict(set)
     for labels, value in _by_name(current, SIGNAL_MISSING):
         if value:
-            missing[(labels["scheduler"], labels["endpoint"])].append(labels["signal"])
+            missing[(labels["scheduler"], labels["endpoint"])].add(labels["signal"])
     readiness = _endpoint_readiness(current)
     rows = []
     for key in sorted(set(gauges) | set(readiness)):
