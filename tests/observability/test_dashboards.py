@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import kubernetes_validate
 
@@ -56,3 +57,20 @@ def test_chart_ships_dashboards_for_the_sidecar_only_when_enabled() -> None:
         board = next(b for b in DASHBOARDS if b.uid == uid)
         assert json.loads(text) == json.loads(render_dashboard(board))
     assert chart.addon_rule_violations() == []
+
+
+def test_requests_in_flight_are_summed_over_gateway_processes() -> None:
+    """Every gateway replica and every worker of ``igw serve --workers N`` counts only its own
+    requests in flight to a pod, so a panel of a pod's in-flight requests sums them (``max`` showed
+    one worker's share)."""
+    found = 0
+    for board in DASHBOARDS:
+        for _, panels in board.rows:
+            for panel in panels:
+                for query in panel.queries:
+                    for aggregation in re.findall(
+                        r"(\w+) by \([^)]*\) \(igw_endpoint_inflight_requests", query.expr
+                    ):
+                        assert aggregation == "sum", (board.uid, panel.title, query.expr)
+                        found += 1
+    assert found

@@ -249,8 +249,9 @@ POOL_DETAIL: Final = Board(
                         Query(
                             f"max by (endpoint) (igw_endpoint_running_requests{POOL})", "{{endpoint}} running"
                         ),
+                        # Summed: every gateway replica and every worker of one counts only its own.
                         Query(
-                            f"max by (endpoint) (igw_endpoint_inflight_requests{POOL})",
+                            f"sum by (endpoint) (igw_endpoint_inflight_requests{POOL})",
                             "{{endpoint}} in flight",
                         ),
                     ),
