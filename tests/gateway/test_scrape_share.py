@@ -14,6 +14,7 @@ import functools
 import math
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -239,6 +240,28 @@ def test_a_snapshot_carries_every_signal_as_the_engine_metrics_fields_say() -> N
     assert (follower_state.scraped_at, follower_state.max_model_len) == (5.0, 8192)
 
 
+def test_every_engine_metrics_field_crosses_the_channel() -> None:
+    """A value other than the default in every field of :class:`EngineMetrics`, by its declared type:
+    ``apply_snapshot`` names the positions one by one, so a field added to the record and not there
+    arrives as its default and fails here."""
+    values: list[Any] = []
+    for i, field in enumerate(dataclasses.fields(EngineMetrics)):
+        declared = str(field.type)
+        if "frozenset" in declared:
+            values.append(frozenset({f"adapter-{i}"}))
+        elif "float" in declared:
+            values.append(i + 0.5)
+        else:
+            assert "int" in declared, declared
+            values.append(i + 1)
+    metrics = EngineMetrics(*values)
+    state = EndpointState(key="10.0.0.1:8000", labels={}, metrics=metrics, scraped_at=5.0)
+    follower_state = EndpointState(key="10.0.0.1:8000", labels={})
+    apply_snapshot(orjson.loads(snapshot("s", state)), follower_state)
+    assert follower_state.metrics == metrics
+    assert [getattr(follower_state.metrics, f.name) for f in dataclasses.fields(EngineMetrics)] == values
+
+
 SCRAPED_FIELDS = (
     *("metrics", "kv_source", "scraped_at", "scrape_failing", "last_error", "missing", "max_model_len"),
 )
@@ -427,7 +450,7 @@ async def test_the_snapshots_of_one_relay_delay_go_out_in_one_write_before_any_l
         "unused.sock",
         lambda: None,  # type: ignore[arg-type,return-value]
         clock=lambda: 0.0,
-        report_interval_s=lambda: 0.05,
+        report_interval_s=lambda: 1.0,  # a fifth of it is longer than the delay
         relay_delay_s=delay,
     )
     writer = _Writer()
@@ -449,3 +472,23 @@ async def test_the_snapshots_of_one_relay_delay_go_out_in_one_write_before_any_l
     assert writer.writes[1:] == [snapshot("s", states[0]), CONFIG_CHANGED]
     await asyncio.sleep(delay * 2)
     assert len(writer.writes) == 3  # nothing left queued: the timer found nothing to write
+
+
+async def test_a_snapshot_waits_at_most_a_fifth_of_a_short_scrape_interval() -> None:
+    """The relay delay (10 ms) never exceeds ``RELAY_SHARE`` of the configured scrape interval: with
+    a 20 ms interval the batch leaves after about 4 ms."""
+    leader = ScrapeLeader(
+        "unused.sock",
+        lambda: None,  # type: ignore[arg-type,return-value]
+        clock=lambda: 0.0,
+        report_interval_s=lambda: 0.02,
+        relay_delay_s=1.0,
+    )
+    writer = _Writer()
+    leader._followers[writer] = {}  # type: ignore[index]
+    loop = asyncio.get_running_loop()
+    published_at = loop.time()
+    leader.publish("s", EndpointState(key="10.0.0.1:8000", labels={}, scraped_at=1.0))
+    await wait_for(lambda: bool(writer.writes), what="the snapshot's write")
+    assert 0.004 - 0.002 <= writer.times[0] - published_at < 0.5
+    assert scrape_share.RELAY_SHARE * 0.02 < scrape_share.RELAY_DELAY_S  # the share is what bounds it here

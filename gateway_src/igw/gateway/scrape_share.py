@@ -61,12 +61,17 @@ MAX_NOTES_BACKLOG: Final = MAX_FOLLOWER_BACKLOG // 2
 """Unsent bytes above which a batch of pick notes is skipped instead of written (counted in
 ``PickShare.lines_unsent``): notes are a hint, never a reason to disconnect a peer."""
 RECONNECT_S: Final = 0.05
-RELAY_DELAY_S: Final = 0.005
+RELAY_DELAY_S: Final = 0.01
 """Longest a scrape's snapshot waits in worker 0 before it is written to the followers, with the
-others that land meanwhile: a tenth of the default scrape interval, a two-hundredth of the default
-stale threshold. Why wait at all: worker 0's loop turns are short at 1,000 pods, and writing at the
-end of each woke every follower about 900 times a second for a few snapshots each; a wake-up costs a
-follower about as much as applying the snapshots it brings (docs/gateway.md, "Several workers")."""
+others that land meanwhile: a fifth of the default scrape interval, a hundredth of the default stale
+threshold, and never more than :data:`RELAY_SHARE` of the configured interval. Why wait at all:
+worker 0's loop turns are short at 1,000 pods, and writing at the end of each woke every follower
+about 900 times a second for a few snapshots each; a wake-up costs a follower about as much as
+applying the snapshots it brings. 5 ms until session s27; 10 ms halves the wake-ups again and cut a
+16-worker group at 1,000 busy pods from 1.05-1.06 to 0.97 of a core (docs/gateway.md, "Lean data
+path, round 23")."""
+RELAY_SHARE: Final = 0.2
+"""The share of the scrape interval a snapshot waits at most (a configured 20 ms interval: 4 ms)."""
 NOTE_LINE_BYTES: Final = 1024 * 1024
 """Pick notes are sent in lines of at most this size (a busy interval's notes are split)."""
 MAX_LINE: Final = 64 * 1024 * 1024
@@ -102,6 +107,8 @@ Snapshot = list[Any]
 error, missing families, context window, frozen]``, ``metrics`` a list in :class:`EngineMetrics`
 field order (adapter sets as sorted lists) or ``None``."""
 _SCHEDULER, _KEY, _SCRAPED_AT, _ITEMS = 1, 2, 5, 11
+_NONE_MISSING: Final[frozenset[str]] = frozenset()
+"""The missing families of a page that has every one (most snapshots): one object, not one per snapshot."""
 
 
 def snapshot(scheduler: str, state: EndpointState) -> bytes:
@@ -145,8 +152,23 @@ def apply_snapshot(doc: Snapshot, state: EndpointState) -> None:
         for i in _SET_POSITIONS:
             if (names := raw[i]) is not None:
                 raw[i] = frozenset(names)
-        metrics = EngineMetrics(*raw)
-    state.take_scrape(metrics, kv_source, scraped_at, failing, last_error, frozenset(missing), max_model_len)
+        try:
+            # Each position spelled out, not ``*raw``: the compiled build then calls the native
+            # constructor directly instead of through ``type.__call__`` and argument parsing (every
+            # snapshot in every follower). ``tests/gateway/test_scrape_share.py`` round-trips a value in
+            # every field, so a field added to EngineMetrics and not here fails there.
+            metrics = EngineMetrics(raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7])
+        except TypeError as exc:  # the compiled constructor checks each field's type
+            raise ValueError(f"a snapshot's metrics have a field of the wrong type: {exc}") from exc
+    state.take_scrape(
+        metrics,
+        kv_source,
+        scraped_at,
+        failing,
+        last_error,
+        frozenset(missing) if missing else _NONE_MISSING,
+        max_model_len,
+    )
     state.page.frozen = frozen
 
 
@@ -206,7 +228,8 @@ class ScrapeLeader:
 
     def publish(self, scheduler: str, state: EndpointState) -> None:
         """Send ``state`` to every follower (called by the scraper after each scrape) within
-        :data:`RELAY_DELAY_S`, with the other scrapes that land meanwhile: one write, and one
+        :data:`RELAY_DELAY_S` (:data:`RELAY_SHARE` of a shorter interval), with the other scrapes
+        that land meanwhile: one write, and one
         wake-up of each follower, per batch instead of per scrape (a follower's cost per snapshot
         was mostly its wake-up: the scraper's pages land a few at a time, spread over the interval).
         A line sent meanwhile (:meth:`_broadcast`) takes the queued snapshots with it, in order."""
@@ -214,7 +237,8 @@ class ScrapeLeader:
             queued = self._queued
             queued.append(snapshot(scheduler, state))
             if len(queued) == 1:
-                asyncio.get_running_loop().call_later(self._relay_delay_s, self._write_queued)
+                delay = min(self._relay_delay_s, RELAY_SHARE * self._interval())
+                asyncio.get_running_loop().call_later(delay, self._write_queued)
 
     def _write_queued(self) -> None:
         if self._queued:
