@@ -121,7 +121,10 @@ class WorkerMetrics:
         others = [self._fetch(i) for i in range(len(self._sockets)) if i != self._index]
         fetched = await asyncio.gather(*others)
         pages = [(self._index, self._render())] + [p for p in fetched if p is not None]
-        return merge_pages(sorted(pages))
+        # The merge is bytes work over every worker's lines (16 workers at 1,000 endpoints: 128,000
+        # lines, ≈ 100 ms): in a thread the event loop keeps serving requests meanwhile, taking the
+        # interpreter back at every switch interval, instead of stalling them for the whole merge.
+        return await asyncio.to_thread(merge_pages, sorted(pages))
 
     async def close(self) -> None:
         if self._server is not None:
