@@ -200,6 +200,38 @@ async def test_closing_a_follower_while_its_leader_goes_away_does_not_hang(
             await leader.close()
 
 
+def test_usage_reports_carry_only_what_changed_and_worker_0_holds_the_whole() -> None:
+    """After each report worker 0 holds what a whole report would say (every endpoint this worker has
+    dispatched to, with its counts); a report carries only the endpoints whose counts changed, and an
+    endpoint that left the pool as ``0, 0``."""
+    follower = _follower()
+    pool = follower._runtime().schedulers["s"].pool
+    a, b = pool.states["10.0.0.1:8000"], pool.states["10.0.0.2:8000"]
+    reported: scrape_share.Usage = {}
+    held: scrape_share.Usage = {}
+
+    def whole() -> scrape_share.Usage:
+        return {("s", k): (st.picks, st.inflight) for k, st in pool.states.items() if st.picks}
+
+    def report() -> list[list[object]]:
+        rows = follower.usage_rows(reported)
+        scrape_share.take_usage(held, orjson.loads(orjson.dumps(rows)))
+        assert held == whole()
+        return rows
+
+    assert report() == []
+    a.dispatched(5)
+    a.dispatched(5)
+    b.dispatched(5)
+    assert report() == [["s", a.key, 2, 2], ["s", b.key, 1, 1]]
+    assert report() == []  # nothing moved
+    a.completed(5)
+    assert report() == [["s", a.key, 2, 1]]
+    pool.replace([DiscoveredEndpoint(key=a.key)])
+    assert report() == [["s", b.key, 0, 0]]
+    assert held == {("s", a.key): (2, 1)}
+
+
 async def test_worker_0_reads_a_usage_report_of_fifty_thousand_endpoints(tmp_path: Path) -> None:
     """A follower reports every endpoint it ever sent a request to, every scrape interval: with a
     pool past ~30,000 endpoints the line passed the old 1 MiB read bound and worker 0 dropped the

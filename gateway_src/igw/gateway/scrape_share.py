@@ -88,7 +88,8 @@ _SETS: Final = ("active_adapters", "waiting_adapters")
 _Pools = dict[str, dict[str, EndpointState] | None]
 """Scheduler name -> its pool's endpoint states (``None``: no such scheduler), kept for one read."""
 Usage = dict[tuple[str, str], tuple[int, int]]
-"""(scheduler, endpoint) -> (dispatches ever, requests in flight) of one follower."""
+"""(scheduler, endpoint) -> (dispatches ever, requests in flight) of one follower, for the endpoints
+it has dispatched to."""
 
 
 def _encode_default(value: object) -> object:
@@ -170,6 +171,17 @@ def apply_snapshot(doc: Snapshot, state: EndpointState) -> None:
         max_model_len,
     )
     state.page.frozen = frozen
+
+
+def take_usage(usage: Usage, rows: list[list[Any]]) -> None:
+    """Write a follower's usage report into what worker 0 holds of that follower: each row
+    ``[scheduler, endpoint, dispatches ever, in flight]`` replaces the endpoint's, and ``0, 0`` drops
+    it (:meth:`ScrapeFollower.usage_rows` sends only what changed since its last report)."""
+    for scheduler, key, picks, inflight in rows:
+        if picks or inflight:
+            usage[(scheduler, key)] = (picks, inflight)
+        else:
+            usage.pop((scheduler, key), None)
 
 
 class ScrapeLeader:
@@ -290,7 +302,7 @@ class ScrapeLeader:
                 doc = orjson.loads(line)
                 kind = doc.get("t")
                 if kind == "u" and writer in self._followers:
-                    self._followers[writer] = {(s, k): (p, i) for s, k, p, i in doc["u"]}
+                    take_usage(self._followers[writer], doc["u"])
                 elif kind == PICKS:
                     self.picks.learn(doc)
                     self.picks.remember(line)
@@ -485,22 +497,48 @@ class ScrapeFollower:
             else:
                 apply_report(doc, self._discovery)
 
+    def usage_rows(self, reported: Usage) -> list[list[Any]]:
+        """The usage rows that changed since ``reported`` (what worker 0 holds of this worker: every
+        endpoint with a dispatch and its (dispatches ever, requests in flight)), which is brought up to
+        date; an endpoint no longer in the pools is sent as ``0, 0`` (worker 0 drops it, :func:`take_usage`).
+
+        Why only the changes: once it has served traffic a worker has dispatched to every endpoint, so
+        a whole report is every endpoint of the pool every scrape interval from every worker - at
+        1,000 endpoints and 16 workers about 180 µs of decoding in worker 0 per report, 5.5 % of a core
+        - while an interval changes the counts of the few endpoints its requests went to."""
+        rows: list[list[Any]] = []
+        seen: set[tuple[str, str]] = set()
+        for name, sr in self._runtime().schedulers.items():
+            for key, state in sr.pool.states.items():
+                picks = state.picks
+                if not picks:
+                    continue
+                slot = (name, key)
+                seen.add(slot)
+                now = (picks, state.inflight)
+                if reported.get(slot) != now:
+                    reported[slot] = now
+                    rows.append([name, key, picks, now[1]])
+        if len(seen) != len(reported):
+            for slot in [slot for slot in reported if slot not in seen]:
+                del reported[slot]
+                rows.append([slot[0], slot[1], 0, 0])
+        return rows
+
     async def _report(self, writer: asyncio.StreamWriter) -> None:
-        """Usage to the leader every scrape interval, pick notes every (shorter) note interval while
-        there are any (idle: at the first note or the next usage report; :meth:`PickShare.due`)."""
+        """Usage to the leader every scrape interval (what changed, :meth:`usage_rows`), pick notes
+        every (shorter) note interval while there are any (idle: at the first note or the next usage
+        report; :meth:`PickShare.due`)."""
         reported_at = float("-inf")
+        reported: Usage = {}
         while True:
             interval = self._interval()
             now = self._clock()
             if now - reported_at >= interval:
                 reported_at = now
-                usage = [
-                    [name, key, state.picks, state.inflight]
-                    for name, sr in self._runtime().schedulers.items()
-                    for key, state in sr.pool.states.items()
-                    if state.picks
-                ]
-                writer.write(orjson.dumps({"t": "u", "u": usage}) + b"\n")
+                rows = self.usage_rows(reported)  # empty at each connection, as worker 0's copy is
+                if rows:
+                    writer.write(orjson.dumps({"t": "u", "u": rows}) + b"\n")
             for line in self.picks.lines():
                 self.picks.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
             await self.picks.due(note_interval(interval), max(0.0, reported_at + interval - self._clock()))
