@@ -5,15 +5,15 @@ With ``igw serve --workers N`` every worker process routes with its own pools, b
 endpoint's new state - parsed signals, scrape time, failure, missing signals, frozen flag, context
 window - to the *followers* over a unix stream socket in a private directory, and each follower
 writes it into its own :class:`~igw.gateway.endpoints.EndpointState`. The other way, every follower
-reports its per-endpoint dispatch count and in-flight requests once per scrape interval, so the
-leader's frozen-page detection sees the whole host's traffic (a page that stops moving while *any*
-worker sends requests to the pod is frozen). On the same channel, every few milliseconds
-(:func:`~igw.scheduling.pick_notes.note_interval`) while they make any, the workers exchange their
-*pick notes* (:mod:`igw.gateway.pick_share`): each follower's go to the leader, which learns
-them and relays them to the other followers, and the leader's go to every follower, so each
-worker's prefix index also knows the prompts the other workers routed. Worker 0's discovery reports
-travel on the same channel too (:mod:`igw.gateway.discovery_share`): the other workers run no
-discovery source of their own.
+reports, once per scrape interval, the per-endpoint dispatch counts and in-flight requests that
+changed (worker 0 merges them), so the leader's frozen-page detection sees the whole host's traffic
+(a page that stops moving while *any* worker sends requests to the pod is frozen). On the same
+channel, every few milliseconds (:func:`~igw.scheduling.pick_notes.note_interval`) while they make
+any, the workers exchange their *pick notes* (:mod:`igw.gateway.pick_share`): each follower's go
+to the leader, which learns them and relays them to the other followers, and the leader's go to
+every follower, so each worker's prefix index also knows the prompts the other workers routed.
+Worker 0's discovery reports travel on the same channel too (:mod:`igw.gateway.discovery_share`):
+the other workers run no discovery source of their own.
 
 Why a unix socket with newline-delimited JSON rather than shared memory: a snapshot is a few hundred
 bytes and changes once per scrape, so the copy is not the cost - the CPU goes into encoding it once
