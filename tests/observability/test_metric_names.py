@@ -7,12 +7,20 @@ from pathlib import Path
 
 from prometheus_client.metrics_core import Metric
 
+from igw.addon import chart, pins
 from igw.addon.alert_rules import ALERTS, EXTERNAL_METRICS
 from igw.addon.dashboards import DASHBOARDS, POOL_VARIABLE_METRIC
 from igw.addon.promql_names import metric_names
 from igw.gateway.epp_compat import EPP_ALIASES, POOL_FAMILIES
 from tests.observability.live_gateway import MODEL, metrics_after_traffic, serving_gateway
 from tests.observability.otlp_receiver import otlp_receiver
+
+SERVICE_MONITOR_TARGET_LABELS = frozenset(
+    {"namespace", "service", "pod", "container", "endpoint", "job", "instance"}
+)
+"""The labels the Prometheus Operator gives every target of a ServiceMonitor (its generated relabel
+configs; ``endpoint`` is the port's name). A scraped series with a label of the same name keeps its
+own value only with ``honorLabels: true``; otherwise Prometheus renames it ``exported_<name>``."""
 
 
 def _value(family: Metric, sample: str, **labels: str) -> float:
@@ -76,3 +84,19 @@ async def test_every_alert_and_panel_reads_only_series_the_gateway_exports(tmp_p
     assert all(reads.values()), [where for where, names in reads.items() if not names]
     dead = {where: sorted(names - exported - set(EXTERNAL_METRICS)) for where, names in reads.items()}
     assert {where: missing for where, missing in dead.items() if missing} == {}
+
+
+async def test_the_service_monitor_keeps_the_gateways_own_labels(tmp_path: Path) -> None:
+    # The gateway's per-pod series are labelled ``endpoint``, a name the operator also gives its
+    # targets: the chart's ServiceMonitor must let the page's label win, or every per-pod panel,
+    # alert and ``by (endpoint)`` in the dashboards reads the port's name instead of the pod.
+    async with serving_gateway(tmp_path) as url:
+        families = await metrics_after_traffic(url)
+    page_labels = {name for family in families.values() for s in family.samples for name in s.labels}
+    colliding = page_labels & SERVICE_MONITOR_TARGET_LABELS
+    assert "endpoint" in colliding  # the case this guards: dashboards group by it
+    values = {"mode": "gateway", "serviceMonitor": {"enabled": True}}
+    objects = chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+    (monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint.get("honorLabels") is True, sorted(colliding)
