@@ -20,12 +20,12 @@ def test_a_group_run_names_each_process_and_every_workers_scrape_ages(
     assert code == 0
     single = next(line for line in out.splitlines() if "3 pods, 1 worker(s)" in line)
     assert re.search(r"group [\d.]+ % of a core \(single process [\d.]+\)", single)
-    assert re.search(r"scrape age p50 / max worker 0 \d+ / \d+ ms$", single)
+    assert re.search(r"oldest scrape p50 / max worker 0 \d+ / \d+ ms$", single)
     group = next(line for line in out.splitlines() if "3 pods, 2 worker(s)" in line)
     # The parent and both workers, each by the role the parent gave it.
     assert re.search(r"\(parent [\d.]+, worker 0 [\d.]+, worker 1 [\d.]+\)", group), group
     # Both workers' copies of the pods' state were read, each within a second (the stale threshold).
-    found = re.findall(r"worker (\d) \d+ / (\d+) ms", group.split("scrape age", 1)[1])
+    found = re.findall(r"worker (\d) \d+ / (\d+) ms", group.split("oldest scrape", 1)[1])
     assert {worker for worker, _ in found} == {"0", "1"}
     assert all(int(oldest) < 1000 for _, oldest in found), group
     # Each process's event-loop wake-ups, read per process: a follower that sleeps between the
@@ -72,15 +72,15 @@ def test_the_host_bound_sums_every_process_and_needs_every_worker_fresh(
 def test_scrape_ages_are_read_by_worker_label() -> None:
     page = "\n".join(
         [
-            "# HELP igw_endpoint_scrape_age_seconds Seconds since the endpoint's last scrape.",
-            'igw_endpoint_scrape_age_seconds{endpoint="a:1",scheduler="s",worker="0"} 0.02',
-            'igw_endpoint_scrape_age_seconds{endpoint="a:1",scheduler="s",worker="1"} 0.07',
-            'igw_endpoint_scrape_age_seconds{endpoint="b:1",scheduler="s",worker="1"} 0.04',
-            'igw_endpoint_inflight{endpoint="a:1",scheduler="s",worker="1"} 3',
+            "# HELP igw_pool_oldest_scrape_age_seconds Seconds since the least recent scrape.",
+            'igw_pool_oldest_scrape_age_seconds{scheduler="s",worker="0"} 0.02',
+            'igw_pool_oldest_scrape_age_seconds{scheduler="s",worker="1"} 0.07',
+            'igw_pool_oldest_scrape_age_seconds{scheduler="t",worker="1"} 0.04',
+            'igw_endpoint_scrape_age_seconds{endpoint="a:1",scheduler="s",worker="0"} 3',
         ]
     )
     assert _ages(page) == {"0": [0.02], "1": [0.07, 0.04]}
-    assert _ages('igw_endpoint_scrape_age_seconds{endpoint="a:1",scheduler="s"} 0.5') == {"0": [0.5]}
+    assert _ages('igw_pool_oldest_scrape_age_seconds{scheduler="s"} 0.5') == {"0": [0.5]}
 
 
 def test_a_process_without_a_worker_role_is_named_by_its_pid() -> None:

@@ -93,6 +93,18 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "Stale metrics make load-aware routing blind for this endpoint.",
     ),
     Alert(
+        "IgwWorkerScrapeCopyBehind",
+        "max by (instance, scheduler) (igw_pool_stale_endpoints)\n"
+        "> min by (instance, scheduler) (igw_pool_stale_endpoints)",
+        "5m",
+        "warning",
+        "A worker of gateway {{ $labels.instance }} routes around more stale endpoints of "
+        "{{ $labels.scheduler }} than another worker.",
+        "With --workers every worker routes on a relayed copy of worker 0's scrapes; a copy that falls "
+        "behind leaves that worker's requests without load signals. Check the gateway's log for "
+        "'scrape channel' warnings.",
+    ),
+    Alert(
         "IgwEndpointMetricsFrozen",
         "igw_endpoint_metrics_frozen == 1",
         "5m",

@@ -285,6 +285,20 @@ POOL_DETAIL: Final = Board(
                     ),
                 ),
                 Panel(
+                    # Each worker of a --workers group routes on its own copy of worker 0's scrapes:
+                    # a worker above the others has a copy that fell behind (IgwWorkerScrapeCopyBehind).
+                    "Endpoints routed around as stale, per gateway worker",
+                    "timeseries",
+                    "short",
+                    (
+                        Query(
+                            f"max by (instance, worker) (igw_pool_stale_endpoints{POOL})",
+                            "{{instance}} worker {{worker}}",
+                        ),
+                    ),
+                    width=24,
+                ),
+                Panel(
                     "Time to first token by model",
                     "timeseries",
                     "s",

@@ -217,6 +217,7 @@ def create_app(
         registry=registry,
         service_domain=service_domain,
         index_blocks=index_blocks,
+        exports_scrapes=worker is None or worker.leads_scraping,
     )
     app = name_every_answer(
         web.Application(client_max_size=config.bbr.max_request_body_bytes, middlewares=[openai_errors])

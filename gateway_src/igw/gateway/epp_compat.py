@@ -116,9 +116,13 @@ class EppCompatCollector(Collector):
         *,
         sources: Iterable[MetricWrapperBase],
         lister: Callable[[], Iterable[tuple[str, EndpointState]]],
+        pool_gauges: bool = True,
     ) -> None:
+        """``pool_gauges``: whether to yield the pool gauges (read from scrapes: in a worker group
+        worker 0 alone yields them, see :mod:`igw.gateway.telemetry`)."""
         self._sources = tuple(sources)
         self._lister = lister
+        self._pool_gauges_on = pool_gauges
 
     def collect(self) -> Iterator[Metric]:
         by_name = {m.name: m for source in self._sources for m in source.collect()}
@@ -126,7 +130,8 @@ class EppCompatCollector(Collector):
             found = by_name.get(alias.source)
             if found is not None:
                 yield _derive(alias, found)
-        yield from self._pool_gauges()
+        if self._pool_gauges_on:
+            yield from self._pool_gauges()
 
     def _pool_gauges(self) -> Iterator[Metric]:
         kv = GaugeMetricFamily(

@@ -44,14 +44,23 @@ class GatewayState:
         registry: CollectorRegistry | None = None,
         service_domain: str | None = None,
         index_blocks: int | None = None,
+        exports_scrapes: bool = True,
     ) -> None:
+        """``exports_scrapes``: whether this process's ``/metrics`` carries the series read from
+        scrapes (``False`` for a worker that follows worker 0's; :class:`GatewayMetrics`)."""
         self.guard = guard
         self.clock = clock
         self.rng = rng
         self.runtime = GatewayRuntime(
             config, rng=rng, clock=clock, picker_configs=picker_configs, index_blocks=index_blocks
         )
-        self.metrics = GatewayMetrics(lister=lambda: self.runtime.endpoints(), clock=clock, registry=registry)
+        self.metrics = GatewayMetrics(
+            lister=lambda: self.runtime.endpoints(),
+            clock=clock,
+            registry=registry,
+            stale_threshold_s=lambda: self.runtime.settings.stale_threshold_s,
+            scrapes=exports_scrapes,
+        )
         self.flow = FlowGates(registry=self.metrics.registry, clock=clock)
         """Flow-control queues per scheduler (``spec.extensions.flowControl``), kept across reloads."""
         self._configure_flow()

@@ -6,6 +6,14 @@ duration and TTFT also carry ``requested_model``: the name the client sent when 
 (``spec.extensions.modelRewrites``, configured names only) sent it to ``model``, else ``model``. Per-endpoint
 series (scrape age, queue and KV as seen, in-flight) are produced by a collector that reads the live
 endpoint state at scrape time, so a removed endpoint's series disappear with it.
+
+In a worker group (``igw serve --workers N``) only the process that scrapes (worker 0) exports the
+series read from the scrapes - ages, failures, frozen pages, queue, running, KV, adapters, missing
+signals, the reference picker's pool gauges: the others hold relayed copies of the same scrapes, and
+exporting them again multiplied the host's series by N (16 workers at 1,000 pods: 128,000 lines,
+12 MB per ``/metrics``). Every process exports what is its own - requests in flight per endpoint,
+picks, request series - and a per-pool summary of its copy (stale endpoints, oldest scrape), which
+shows a worker whose relayed copy fell behind.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from prometheus_client.registry import Collector
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.epp_compat import EppCompatCollector
 from igw.gateway.metric_batch import FoldingCounter, FoldingHistogram, MetricBatch
+from igw.scheduling.settings import RoutingSettings
 
 UNKNOWN_MODEL: Final = "(unknown)"
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -35,11 +44,71 @@ EndpointLister = Callable[[], Iterable[tuple[str, EndpointState]]]
 
 @mypyc_attr(native_class=False)  # mypyc: it subclasses prometheus_client's, so it stays a Python class
 class _EndpointCollector(Collector):
-    def __init__(self, *, lister: EndpointLister, clock: Callable[[], float]) -> None:
+    """The per-endpoint gauges (``scrapes``: the ones read from scrapes too, see the module's
+    docstring) and every pool's staleness summary as this process holds it."""
+
+    def __init__(
+        self,
+        *,
+        lister: EndpointLister,
+        clock: Callable[[], float],
+        stale_threshold_s: Callable[[], float],
+        scrapes: bool,
+    ) -> None:
         self._lister = lister
         self._clock = clock
+        self._stale_threshold_s = stale_threshold_s
+        self._scrapes = scrapes
 
     def collect(self) -> Iterator[Metric]:
+        if self._scrapes:
+            yield from self._scraped()
+        else:
+            yield from self._own()
+        yield from self._summary()
+
+    def _own(self) -> Iterator[Metric]:
+        """What a follower exports per endpoint: its own requests in flight."""
+        inflight = _inflight_family()
+        for sched, st in self._lister():
+            inflight.add_metric([sched, st.key], float(st.inflight))
+        yield inflight
+
+    def _summary(self) -> Iterator[Metric]:
+        """Per pool: endpoints routed around as stale (the scheduler's rule: never scraped, latest
+        scrape failed, or older than ``staleThreshold``) and the oldest scrape held."""
+        stale = GaugeMetricFamily(
+            "igw_pool_stale_endpoints",
+            "Endpoints this process routes around: never scraped, latest scrape failed, or older than "
+            "staleThreshold (with --workers each worker's own copy of the scrapes).",
+            labels=["scheduler"],
+        )
+        oldest = GaugeMetricFamily(
+            "igw_pool_oldest_scrape_age_seconds",
+            "Seconds since the least recent successful scrape among the pool's endpoints, as this "
+            "process holds them (with --workers each worker's own copy).",
+            labels=["scheduler"],
+        )
+        now, threshold = self._clock(), self._stale_threshold_s()
+        counts: dict[str, int] = {}
+        ages: dict[str, float] = {}
+        for sched, st in self._lister():
+            scraped_at = st.scraped_at
+            if scraped_at is None:
+                counts[sched] = counts.get(sched, 0) + 1
+                continue
+            age = max(0.0, now - scraped_at)
+            routed_around = st.metrics is None or st.scrape_failing or age > threshold
+            counts[sched] = counts.get(sched, 0) + (1 if routed_around else 0)
+            if age > ages.get(sched, -1.0):
+                ages[sched] = age
+        for sched in sorted(counts):
+            stale.add_metric([sched], float(counts[sched]))
+            if sched in ages:
+                oldest.add_metric([sched], ages[sched])
+        yield from (stale, oldest)
+
+    def _scraped(self) -> Iterator[Metric]:
         labels = ["scheduler", "endpoint"]
         age = GaugeMetricFamily(
             "igw_endpoint_scrape_age_seconds",
@@ -60,11 +129,7 @@ class _EndpointCollector(Collector):
         kv = GaugeMetricFamily(
             "igw_endpoint_kv_cache_usage", "KV-cache utilisation (0..1) as last scraped.", labels=labels
         )
-        inflight = GaugeMetricFamily(
-            "igw_endpoint_inflight_requests",
-            "Requests this gateway has in flight to the endpoint.",
-            labels=labels,
-        )
+        inflight = _inflight_family()
         frozen = GaugeMetricFamily(
             "igw_endpoint_metrics_frozen",
             "1 while the endpoint's /metrics page no longer changes although requests were sent to it.",
@@ -111,11 +176,33 @@ class _EndpointCollector(Collector):
         yield from (age, failing, frozen, queue, running, kv, inflight, adapters, max_lora, missing)
 
 
+def _inflight_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "igw_endpoint_inflight_requests",
+        "Requests this gateway has in flight to the endpoint.",
+        labels=["scheduler", "endpoint"],
+    )
+
+
+def _default_stale_threshold_s() -> float:
+    return RoutingSettings().stale_threshold_s
+
+
 class GatewayMetrics:
-    """All series the data plane exports. One instance per gateway (tests run several at once)."""
+    """All series the data plane exports. One instance per gateway (tests run several at once).
+
+    ``stale_threshold_s``: the routing's ``staleThreshold`` (read at each collection, so a reload
+    counts); ``scrapes``: whether this process exports the series read from scrapes (``False`` for
+    the workers of a group that follow worker 0's scrapes; see the module's docstring)."""
 
     def __init__(
-        self, *, lister: EndpointLister, clock: Callable[[], float], registry: CollectorRegistry | None = None
+        self,
+        *,
+        lister: EndpointLister,
+        clock: Callable[[], float],
+        registry: CollectorRegistry | None = None,
+        stale_threshold_s: Callable[[], float] = _default_stale_threshold_s,
+        scrapes: bool = True,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -214,8 +301,14 @@ class GatewayMetrics:
             self.scrapes,
         ):  # fmt: skip
             family.folds = self._batch.fold
-        r.register(_EndpointCollector(lister=lister, clock=clock))
-        self.epp = EppCompatCollector(sources=(self.requests, self.duration, self.ttft), lister=lister)
+        r.register(
+            _EndpointCollector(
+                lister=lister, clock=clock, stale_threshold_s=stale_threshold_s, scrapes=scrapes
+            )
+        )
+        self.epp = EppCompatCollector(
+            sources=(self.requests, self.duration, self.ttft), lister=lister, pool_gauges=scrapes
+        )
         """The reference endpoint picker's names (also read by the CloudWatch EMF reporter)."""
         r.register(self.epp)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}

@@ -10,8 +10,9 @@ count a real ``igw serve --workers W`` runs, without traffic, in front of the si
 (:func:`igw.perf.scrape_setup.fleet`, its own process: its CPU is reported apart), and the CPU of every
 process of the group is read from ``/proc`` over the window. Each worker is named by its
 ``IGW_WORKER`` variable. Afterwards the group's ``/metrics`` (any worker answers for all, each
-series with its ``worker`` label) is read a few times for every worker's scrape ages: their median
-and maximum say whether the followers' copies stayed within the stale threshold.
+series with its ``worker`` label) is read a few times for every worker's oldest scrape
+(``igw_pool_oldest_scrape_age_seconds``, each worker's own copy): its median and maximum over the reads
+say whether the followers' copies stayed within the stale threshold.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ SETTLE_S: Final = 4.0
 """Seconds between the group answering ``/readyz`` and the window: every worker started and every pod
 scraped a few times (a worker's start-up imports are not scraping's cost)."""
 AGE_READS: Final = 5
-"""``/metrics`` reads after the window, 0.2 s apart, for the workers' scrape ages."""
-_AGE_SERIES: Final = "igw_endpoint_scrape_age_seconds{"
+"""``/metrics`` reads after the window, 0.2 s apart, for the workers' oldest scrapes."""
+_AGE_SERIES: Final = "igw_pool_oldest_scrape_age_seconds{"
 PARENT: Final = "parent"
 SINGLE: Final = "single process"
 
@@ -47,7 +48,7 @@ SINGLE: Final = "single process"
 @dataclass(frozen=True, slots=True)
 class GroupRow:
     """One fleet size and worker count: CPU per process in percent of a core over the window, and
-    each worker's scrape ages (seconds) read from the group's ``/metrics`` after it."""
+    each worker's oldest scrape (seconds) read from the group's ``/metrics`` after it."""
 
     pods: int
     workers: int
@@ -57,7 +58,7 @@ class GroupRow:
     """``parent`` and ``worker N``; with one worker ``single process``."""
     fleet_pct: float
     ages_s: dict[str, list[float]]
-    """Scrape ages by ``worker`` label value, every endpoint of every read."""
+    """The oldest scrape's age by ``worker`` label value, one per read (and pool)."""
     wakeups_per_s: dict[str, float] = field(default_factory=dict)
     """Each process's event-loop wake-ups per second over the window (its main thread's voluntary
     context switches): what the relay's batching is for - a follower woken for every few snapshots
@@ -90,8 +91,8 @@ def _worker_label(pid: int, parent: int) -> str:
 
 
 def _ages(page: str) -> dict[str, list[float]]:
-    """Every ``igw_endpoint_scrape_age_seconds`` sample of a ``/metrics`` page by its ``worker`` label
-    (``0`` for a single process, which has none)."""
+    """Every ``igw_pool_oldest_scrape_age_seconds`` sample of a ``/metrics`` page by its ``worker``
+    label (``0`` for a single process, which has none)."""
     found: dict[str, list[float]] = {}
     for line in page.splitlines():
         if not line.startswith(_AGE_SERIES):
@@ -167,7 +168,7 @@ def print_group_row(row: GroupRow) -> None:
     )
     print(
         f"{row.pods:>6} pods, {row.workers} worker(s): group {row.group_pct:.1f} % of a core ({split}); "
-        f"fleet process {row.fleet_pct:.1f} %; scrape age p50 / max {ages or 'none read'}"
+        f"fleet process {row.fleet_pct:.1f} %; oldest scrape p50 / max {ages or 'none read'}"
     )
     if row.wakeups_per_s:
         wakeups = ", ".join(f"{name} {rate:.0f}" for name, rate in sorted(row.wakeups_per_s.items()))
