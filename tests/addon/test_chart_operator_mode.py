@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from igw.addon import chart, configuration, pins
-from igw.operator.dataplane import DataPlaneSettings, desired_objects
+from igw.operator.dataplane import HPA_API_VERSION, HPA_KIND, DataPlaneSettings, desired_objects
 from igw.operator.tls import KUBE_ACCESS
 
 DATA_PLANE_VERBS = {"get", "create", "update"}
@@ -33,10 +33,19 @@ def _plural(kind: str) -> str:
 def _expected_namespaced_grants() -> dict[tuple[str, str], set[str]]:
     """What the operator calls: CRUD-less apply of every data-plane kind, plus reads and status."""
     igwc = {"metadata": {"name": "x", "namespace": "n", "uid": "u"}, "spec": {"schedulers": []}}
+    autoscaled = {
+        **igwc,
+        "spec": {"extensions": {"dataPlane": {"autoscaling": {"minReplicas": 2, "maxReplicas": 4}}}},
+    }
     expected: dict[tuple[str, str], set[str]] = {}
-    for obj in desired_objects(igwc, DataPlaneSettings()):
+    for obj in [
+        *desired_objects(igwc, DataPlaneSettings()),
+        *desired_objects(autoscaled, DataPlaneSettings()),
+    ]:
         group = obj["apiVersion"].rpartition("/")[0]
         expected.setdefault((group, _plural(obj["kind"])), set()).update(DATA_PLANE_VERBS)
+    # the operator deletes the HPA it made once the spec stops asking for one (Reconciler._retire_autoscaler)
+    expected[(HPA_API_VERSION.rpartition("/")[0], _plural(HPA_KIND))].add("delete")
     group = "inference.sagemaker.aws.amazon.com"
     expected[(group, "inferencegatewayconfigs")] = {"get", "list", "watch", "patch"}
     expected[(group, "inferencegatewayconfigs/status")] = {"patch"}
@@ -160,6 +169,7 @@ def test_gateway_mode_stays_available_and_renders_no_operator() -> None:
 
 GATEWAY_MODE_SETTINGS: dict[str, Any] = {
     "replicaCount": 5,
+    "autoscaling": {"enabled": True},
     "gateway": {"port": 9443, "config": {"name": "other", "spec": {"bbr": {"enabled": False}}}},
     "service": {"scheme": "internet-facing", "port": 8443},
     "certManager": {"enabled": False},

@@ -138,6 +138,21 @@ def _auto_issue_without_cert_manager(docs: Docs) -> None:
     docs.remove(find(docs, "Deployment", "cert-manager"))
 
 
+def _autoscaled(docs: Docs, floor: int) -> None:
+    """The model Deployment's count left to a HorizontalPodAutoscaler (its manifest then sets none)."""
+    llama = _llama(docs)
+    llama["spec"].pop("replicas", None)
+    target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": llama["metadata"]["name"]}
+    docs.append(
+        {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "llama-8b", "namespace": llama["metadata"]["namespace"]},
+            "spec": {"scaleTargetRef": target, "minReplicas": floor, "maxReplicas": 8},
+        }
+    )
+
+
 def _no_pdb(docs: Docs) -> None:
     docs.remove(find(docs, "PodDisruptionBudget", "models"))
 
@@ -278,6 +293,8 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
         Command.AUDIT,
         {("IGW-AU408", "FAIL", "LOW")},
     ),
+    ("autoscaled-from-one", lambda d: _autoscaled(d, 1), Command.AUDIT, {("IGW-AU408", "FAIL", "LOW")}),
+    ("autoscaled-from-two", lambda d: _autoscaled(d, 2), Command.AUDIT, set()),
     (
         "no-readiness",
         _delete(_llama_container, "readinessProbe"),

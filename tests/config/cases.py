@@ -586,6 +586,54 @@ CASES: list[Case] = [
         fails=[("spec.extensions.management.port", "management-port-not-serving-port")],
     ),
     case("management-port-own", set_("spec.extensions", {"management": {"port": 9090}}), fails=[]),
+    # spec.extensions.dataPlane.autoscaling: bounds for the operator's HPA, or external alone (CEL + Python)
+    case(
+        "autoscaling-hpa",
+        set_("spec.extensions", {"dataPlane": {"autoscaling": {"minReplicas": 2, "maxReplicas": 8}}}),
+        fails=[],
+    ),
+    case(
+        "autoscaling-external",
+        set_("spec.extensions", {"dataPlane": {"autoscaling": {"external": True}}}),
+        fails=[],
+    ),
+    case(
+        "autoscaling-min-above-max",
+        set_("spec.extensions", {"dataPlane": {"autoscaling": {"minReplicas": 5, "maxReplicas": 3}}}),
+        fails=[("spec.extensions.dataPlane.autoscaling.maxReplicas", "autoscaling-bounds")],
+    ),
+    case(
+        "autoscaling-without-max",
+        set_("spec.extensions", {"dataPlane": {"autoscaling": {"minReplicas": 2}}}),
+        fails=[("spec.extensions.dataPlane.autoscaling.maxReplicas", "autoscaling-bounds")],
+    ),
+    case(
+        "autoscaling-external-with-bounds",
+        set_(
+            "spec.extensions",
+            {
+                "dataPlane": {
+                    "autoscaling": {"external": True, "minReplicas": 2, "targetCPUUtilizationPercentage": 60}
+                }
+            },
+        ),
+        fails=[
+            ("spec.extensions.dataPlane.autoscaling.minReplicas", "autoscaling-bounds"),
+            ("spec.extensions.dataPlane.autoscaling.targetCPUUtilizationPercentage", "autoscaling-bounds"),
+        ],
+    ),
+    case(
+        "autoscaling-target-over-100",
+        set_(
+            "spec.extensions",
+            {
+                "dataPlane": {
+                    "autoscaling": {"minReplicas": 2, "maxReplicas": 4, "targetCPUUtilizationPercentage": 150}
+                }
+            },
+        ),
+        fails=[("spec.extensions.dataPlane.autoscaling.targetCPUUtilizationPercentage", "schema.maximum")],
+    ),
     case(
         "management-port-privileged",
         set_("spec.extensions", {"management": {"port": 80}}),

@@ -160,6 +160,14 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
         for field in ("models", "tenants"):  # no model or tenant under two objectives
             if field in objective:
                 objective[field] = [f"{index}-{value[:240]}" for value in objective[field]]
+    scaling = (extensions.get("dataPlane") or {}).get("autoscaling")
+    if scaling is not None:  # bounds with min <= max, or external alone
+        if scaling.get("external") is True:
+            for key in ("minReplicas", "maxReplicas", "targetCPUUtilizationPercentage"):
+                scaling.pop(key, None)
+        else:
+            low = scaling.setdefault("minReplicas", 2)
+            scaling["maxReplicas"] = max(low, scaling.get("maxReplicas", low))
     management = extensions.get("management") or {}
     if management.get("port") == 8080:
         management["port"] = 9090  # not the operator's inference port

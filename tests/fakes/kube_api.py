@@ -4,8 +4,10 @@ No kube-apiserver can run here, so tests start this aiohttp server on 127.0.0.1 
 and point the REAL ``kubernetes`` client at it over HTTP. It serves:
 
 * core/v1 pods, services, configmaps, secrets, serviceaccounts, namespaces, nodes; apps/v1
-  deployments, statefulsets; policy/v1 poddisruptionbudgets; networking.k8s.io/v1 networkpolicies,
-  ingresses; apiextensions.k8s.io/v1 customresourcedefinitions; custom objects
+  deployments, statefulsets (a Deployment's ``spec.replicas`` defaulted to 1, as the API server
+  does); policy/v1 poddisruptionbudgets; autoscaling/v2 horizontalpodautoscalers;
+  networking.k8s.io/v1 networkpolicies, ingresses; apiextensions.k8s.io/v1 customresourcedefinitions;
+  custom objects
   ``inference.sagemaker.aws.amazon.com/v1alpha1`` inferencegatewayconfigs and ``cert-manager.io/v1``
   certificates. Creating a CRD registers its kind, so other custom objects work too
   (or call :meth:`FakeKubeApiServer.register_kind`). A CRD itself is validated as

@@ -67,6 +67,7 @@ BUILTIN_KINDS: tuple[ResourceKind, ...] = (
     ResourceKind("apps", "v1", "statefulsets", "StatefulSet", True),
     ResourceKind("apps", "v1", "daemonsets", "DaemonSet", True),
     ResourceKind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
+    ResourceKind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",)),
     ResourceKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True),
     ResourceKind("networking.k8s.io", "v1", "ingresses", "Ingress", True),
     ResourceKind(
@@ -114,6 +115,16 @@ class StoreError(Exception):
         self.reason = reason
         self.message = message
         self.details = details
+
+
+def _default(kind: ResourceKind, body: dict[str, Any]) -> None:
+    """The API server's defaulting of built-in kinds, where a client's behaviour depends on it: a
+    Deployment written without ``spec.replicas`` (created, or replaced) gets 1 (apps/v1
+    ``SetDefaults_Deployment``), so a replace that leaves the count out resets it, as on a cluster."""
+    if kind.key == ("apps", "v1", "deployments"):
+        spec = body.get("spec")
+        if isinstance(spec, dict) and spec.get("replicas") is None:
+            spec["replicas"] = 1
 
 
 def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
@@ -289,6 +300,7 @@ class KubeStore:
             body = _admitted_crd(name, body, None)
             meta = body["metadata"]
         _validate(kind, body)
+        _default(kind, body)
         if kind.schema is not None and admit_custom:
             admission = admit(kind.schema, body, status_subresource=kind.status_subresource)
             body = _admitted(kind, name, admission, field_validation, warnings)
@@ -350,6 +362,7 @@ class KubeStore:
             else:
                 _validate(kind, {**body, "metadata": {**(body.get("metadata") or {}), "name": name}})
                 new = body
+                _default(kind, new)
                 if kind.status_subresource or "status" not in body:
                     new["status"] = current.get("status")
                 if new.get("status") is None:

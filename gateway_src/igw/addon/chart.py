@@ -22,7 +22,14 @@ FORBIDDEN_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 )
 """What the EKS add-on packaging rules forbid in templates (AWS's validator codes E501-E507)."""
 
-GATEWAY_MODE_ONLY_VALUES: Final = ("replicaCount", "gateway", "service", "certManager", "serviceAccount")
+GATEWAY_MODE_ONLY_VALUES: Final = (
+    "replicaCount",
+    "autoscaling",
+    "gateway",
+    "service",
+    "certManager",
+    "serviceAccount",
+)
 """Top-level values that only ``mode: gateway`` reads: with ``mode: operator`` the chart renders the
 same objects whatever they say (the operator takes replicas, Service and TLS from each
 InferenceGatewayConfig, and its gateway pods run as ``<name>-gateway`` in the object's namespace)."""

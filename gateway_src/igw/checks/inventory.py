@@ -28,6 +28,7 @@ KINDS = (
     "Namespace",
     "NetworkPolicy",
     "PodDisruptionBudget",
+    "HorizontalPodAutoscaler",
     "CustomResourceDefinition",
     "InferenceGatewayConfig",
     "GlobalRouterConfig",

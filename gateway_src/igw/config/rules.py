@@ -342,6 +342,31 @@ def _management_port_not_serving_port(doc: Mapping[str, Any]) -> Iterator[Proble
         )
 
 
+def _autoscaling_bounds(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``spec.extensions.dataPlane.autoscaling``: ``minReplicas`` and ``maxReplicas``, the first at
+    most the second, for the operator's HorizontalPodAutoscaler; or ``external: true`` alone, when
+    another autoscaler owns the count (then the HPA's fields would be silently unused)."""
+    ext = _mapping(_spec(doc).get("extensions")) or {}
+    scaling = _mapping((_mapping(ext.get("dataPlane")) or {}).get("autoscaling"))
+    if scaling is None:
+        return
+    rule = "autoscaling-bounds"
+    at = ("spec", "extensions", "dataPlane", "autoscaling")
+    if scaling.get("external") is True:
+        for field in ("minReplicas", "maxReplicas", "targetCPUUtilizationPercentage"):
+            if field in scaling:
+                yield _problem(
+                    rule, (*at, field), "not used with external: true (another autoscaler owns the count)"
+                )
+        return
+    low, high = scaling.get("minReplicas"), scaling.get("maxReplicas")
+    for field, value in (("minReplicas", low), ("maxReplicas", high)):
+        if value is None:
+            yield _problem(rule, (*at, field), "required unless external: true")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        yield _problem(rule, (*at, "maxReplicas"), f"must be at least minReplicas ({low}), got {high}")
+
+
 RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "bbr-required-for-multiple-schedulers": _bbr_required,
     "unique-scheduler-name": _unique("name", "unique-scheduler-name"),
@@ -373,6 +398,7 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
         "keepAliveTimeout", "server-limits-keepalive-timeout-range", at_most_s=SERVER_LIMITS_MAX_KEEPALIVE_S
     ),
     "management-port-not-serving-port": _management_port_not_serving_port,
+    "autoscaling-bounds": _autoscaling_bounds,
 }
 """The one registry of Python rule checks, keyed by the ids in ``schemas/admission-rules.yaml``."""
 

@@ -5,7 +5,8 @@ Pure functions of the object and the operator's settings: a ConfigMap holding th
 ConfigMap and hot-reload it (``--config-map``, see :mod:`igw.gateway.config_sync`), a Service
 (an internal NLB through the AWS Load Balancer Controller unless the object says otherwise, with
 the ACM certificate of ``spec.tls`` on a TLS listener), a ServiceAccount with a Role that only reads
-pods and ConfigMaps in the object's namespace, a PodDisruptionBudget and a NetworkPolicy. Every
+pods and ConfigMaps in the object's namespace, a PodDisruptionBudget, a NetworkPolicy and, with
+``spec.extensions.dataPlane.autoscaling`` bounds, a HorizontalPodAutoscaler. Every
 object carries a controller owner reference to the InferenceGatewayConfig, so deleting the object
 lets the garbage collector remove its data plane (model deployments are not owned and keep running).
 
@@ -51,6 +52,13 @@ RESTART_CONFIG_ANNOTATION: Final = f"{API_GROUP}/restart-config"
 MANAGED_BY: Final = "igw-operator"
 TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 DEFAULT_REPLICAS: Final = 2
+HPA_API_VERSION: Final = "autoscaling/v2"
+HPA_KIND: Final = "HorizontalPodAutoscaler"
+DEFAULT_TARGET_CPU_PERCENT: Final = 70
+"""``dataPlane.autoscaling.targetCPUUtilizationPercentage`` when not set (the CPU request's share)."""
+SCALE_DOWN_WINDOW_S: Final = 300
+"""The HPA's scale-down stabilisation: a gateway replica removed ends its streams (the shutdown
+grace), so the count does not follow every dip of the load."""
 DEFAULT_TARGET_PORT: Final = 8000
 REDIS_PORT: Final = 6379
 NAME_SUFFIX: Final = "-gateway"
@@ -209,6 +217,48 @@ def gateway_replicas(spec: Mapping[str, Any]) -> int:
 
 def _data_plane_extension(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return (spec.get("extensions") or {}).get("dataPlane") or {}
+
+
+def autoscaling(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``spec.extensions.dataPlane.autoscaling`` (admitted: bounds, or ``external: true`` alone), or
+    ``None`` when the replicas are the schedulers' (:func:`gateway_replicas`)."""
+    found = _data_plane_extension(spec).get("autoscaling")
+    return found if isinstance(found, Mapping) else None
+
+
+def initial_only_fields(obj: Mapping[str, Any], igwc: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``spec`` fields of the data-plane object ``obj`` the operator writes when it creates the
+    object and never again: a Deployment's ``replicas`` while an autoscaler owns the count
+    (``dataPlane.autoscaling``), so the operator's passes neither compare nor reset what the
+    autoscaler set, and the two never undo each other's work (before, every resync put the
+    schedulers' count back, and an autoscaler attached to the Deployment fought it)."""
+    if obj.get("kind") == "Deployment" and autoscaling(igwc.get("spec") or {}) is not None:
+        return ("replicas",)
+    return ()
+
+
+def horizontal_autoscaler(igwc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The gateway Deployment's HorizontalPodAutoscaler (``autoscaling/v2``, on CPU use relative to
+    the container's request) when ``dataPlane.autoscaling`` gives bounds; ``None`` without
+    autoscaling and with ``external: true`` (another autoscaler's)."""
+    scaling = autoscaling(igwc.get("spec") or {})
+    if scaling is None or scaling.get("external") is True:
+        return None
+    name = base_name(igwc["metadata"]["name"])
+    target = int(scaling.get("targetCPUUtilizationPercentage", DEFAULT_TARGET_CPU_PERCENT))
+    utilization = {"type": "Utilization", "averageUtilization": target}
+    return {
+        "apiVersion": HPA_API_VERSION,
+        "kind": HPA_KIND,
+        "metadata": _metadata(igwc, name),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": int(scaling["minReplicas"]),
+            "maxReplicas": int(scaling["maxReplicas"]),
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": utilization}}],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": SCALE_DOWN_WINDOW_S}},
+        },
+    }
 
 
 def management_port(spec: Mapping[str, Any]) -> int:
@@ -370,16 +420,22 @@ def deployment(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str
         # The configuration igw serve reads only at start: a change rolls the pods (a hot reload
         # would keep the old values while the status says Programmed).
         template_meta["annotations"][RESTART_CONFIG_ANNOTATION] = digest
+    deployment_spec: dict[str, Any] = {
+        "replicas": gateway_replicas(spec),
+        "selector": {"matchLabels": selector_labels(igwc_name)},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "template": {"metadata": template_meta, "spec": _pod_spec(igwc, settings)},
+    }
+    scaling = autoscaling(spec)
+    if scaling is not None and scaling.get("external") is not True:
+        # The HPA's floor from the start, not the schedulers' count it would soon undo; the count is
+        # written at creation only (:func:`initial_only_fields`).
+        deployment_spec["replicas"] = int(scaling.get("minReplicas", deployment_spec["replicas"]))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _metadata(igwc, base_name(igwc_name)),
-        "spec": {
-            "replicas": gateway_replicas(spec),
-            "selector": {"matchLabels": selector_labels(igwc_name)},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": {"metadata": template_meta, "spec": _pod_spec(igwc, settings)},
-        },
+        "spec": deployment_spec,
     }
 
 
@@ -523,12 +579,14 @@ def desired_objects(
     spec = igwc.get("spec") or {}
     tls = spec.get("tls")
     waits_for_certificate = isinstance(tls, Mapping) and not tls.get("acmArn") and not issued_acm_arn
+    scaler = horizontal_autoscaler(igwc)
     return [
         config_map(igwc),
         service_account(igwc),
         role(igwc),
         role_binding(igwc),
         deployment(igwc, settings),
+        *([] if scaler is None else [scaler]),
         *([] if waits_for_certificate else [service(igwc, issued_acm_arn=issued_acm_arn)]),
         disruption_budget(igwc),
         network_policy(igwc, settings),

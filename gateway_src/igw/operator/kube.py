@@ -119,13 +119,23 @@ class Kube:
         result = self._resource(api_version, kind).get(namespace=namespace, label_selector=label_selector)
         return [dict(item) for item in result.to_dict().get("items") or []]
 
-    def _apply(self, desired: Mapping[str, Any]) -> bool:
-        """Create or replace ``desired``; ``True`` when something was written."""
+    def _apply(self, desired: Mapping[str, Any], initial_only: tuple[str, ...] = ()) -> bool:
+        """Create or replace ``desired``; ``True`` when something was written. ``initial_only``: spec
+        fields written at creation only; a replace keeps their live values and does not compare them
+        (a Deployment's replicas while an autoscaler owns them)."""
         body = json.loads(json.dumps(desired))
         meta = body["metadata"]
-        digest = desired_hash(desired)
+        compared = desired
+        if initial_only:
+            compared = {
+                **desired,
+                "spec": {k: v for k, v in desired["spec"].items() if k not in initial_only},
+            }
+        digest = desired_hash(compared)
         meta.setdefault("annotations", {})[APPLIED_HASH] = digest
         wanted = json.loads(json.dumps(body))
+        for field in initial_only:
+            wanted["spec"].pop(field, None)
         key = (body["apiVersion"], body["kind"], meta["namespace"], meta["name"])
         resource = self._resource(body["apiVersion"], body["kind"])
         current = self._get(body["apiVersion"], body["kind"], meta["namespace"], meta["name"])
@@ -147,12 +157,28 @@ class Kube:
             if view == wanted or self._stored.get(key) == desired_hash(view):
                 return False
         meta["resourceVersion"] = current["metadata"]["resourceVersion"]
-        if body["kind"] == "Service":
-            for field in _KEPT_SERVICE_FIELDS:
-                if field in (current.get("spec") or {}):
-                    body["spec"][field] = current["spec"][field]
+        kept = (*_KEPT_SERVICE_FIELDS, *initial_only) if body["kind"] == "Service" else initial_only
+        for field in kept:
+            if field in (current.get("spec") or {}):
+                body["spec"][field] = current["spec"][field]
         replaced = resource.replace(body=body, name=meta["name"], namespace=meta["namespace"])
         self._remember(key, replaced, wanted)
+        return True
+
+    def _delete_controlled(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> bool:
+        """Delete the object when it exists and its controller is the object ``uid``; ``True`` when
+        it was deleted. Someone else's object of that name is left alone."""
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        current = self._get(api_version, kind, namespace, name)
+        if current is None or _controller_uid(current) != uid:
+            return False
+        try:
+            self._resource(api_version, kind).delete(name=name, namespace=namespace)
+        except NotFoundError:
+            return False
+        self._stored.pop((api_version, kind, namespace, name), None)
         return True
 
     def _remember(self, key: tuple[str, str, str, str], written: Any, wanted: Mapping[str, Any]) -> None:
@@ -207,8 +233,14 @@ class Kube:
     ) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self._list, api_version, kind, namespace, label_selector)
 
-    async def apply(self, desired: Mapping[str, Any]) -> bool:
-        return await asyncio.to_thread(self._apply, desired)
+    async def delete_controlled(
+        self, api_version: str, kind: str, namespace: str, name: str, *, uid: str
+    ) -> bool:
+        """Delete ``kind`` ``namespace/name`` if the object ``uid`` controls it (``_delete_controlled``)."""
+        return await asyncio.to_thread(self._delete_controlled, api_version, kind, namespace, name, uid)
+
+    async def apply(self, desired: Mapping[str, Any], *, initial_only: tuple[str, ...] = ()) -> bool:
+        return await asyncio.to_thread(self._apply, desired, initial_only)
 
     async def patch_status(
         self,

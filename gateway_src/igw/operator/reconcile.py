@@ -36,9 +36,13 @@ from igw.operator.admission import Refusal, admit
 from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
 from igw.operator.dataplane import (
     CONFIG_KEY,
+    HPA_API_VERSION,
+    HPA_KIND,
     DataPlaneSettings,
     base_name,
     desired_objects,
+    horizontal_autoscaler,
+    initial_only_fields,
     object_metadata,
 )
 from igw.operator.kube import IGWC_API_VERSION, Kube
@@ -195,7 +199,7 @@ class Reconciler:
                 tls = await self._auto_issue(igwc)
             try:
                 for desired in desired_objects(served, self._settings, issued_acm_arn=tls.acm_arn):
-                    if await self._kube.apply(desired):
+                    if await self._kube.apply(desired, initial_only=initial_only_fields(desired, served)):
                         log.info(
                             "%s/%s: applied %s %s",
                             namespace,
@@ -203,6 +207,7 @@ class Reconciler:
                             desired["kind"],
                             desired["metadata"]["name"],
                         )
+                await self._retire_autoscaler(served)
             except Exception as exc:  # any API refusal is reported on the object, not raised
                 apply_error = _error_text(exc)
                 log.warning("%s/%s: applying the data plane failed: %s", namespace, name, apply_error)
@@ -230,6 +235,22 @@ class Reconciler:
                 message=f"{transition.type}={transition.status}: {transition.message}",
                 warning=transition.warning,
             )
+
+    async def _retire_autoscaler(self, igwc: Mapping[str, Any]) -> None:
+        """Delete the HorizontalPodAutoscaler this operator made for ``igwc`` once its spec no longer
+        asks for one (autoscaling removed, or handed to another autoscaler with ``external: true``):
+        left in place it would keep resizing the Deployment against the replicas the spec now sets,
+        or against the other autoscaler."""
+        if horizontal_autoscaler(igwc) is not None:
+            return
+        meta = igwc["metadata"]
+        if not meta.get("uid"):
+            return
+        name = base_name(meta["name"])
+        if await self._kube.delete_controlled(
+            HPA_API_VERSION, HPA_KIND, meta["namespace"], name, uid=meta["uid"]
+        ):
+            log.info("%s/%s: deleted HorizontalPodAutoscaler %s", meta["namespace"], meta["name"], name)
 
     async def _observe(self, igwc: Mapping[str, Any], **admission: Any) -> Observation:
         meta = igwc["metadata"]

@@ -18,7 +18,8 @@ app.kubernetes.io/part-of: inference-gateway
 
 {{/*
 What the operator does in a watched namespace, verb by verb (igw/operator/kube.py and kopf):
-read, create and replace (update) each data-plane kind; list pods for status; post Events; for
+read, create and replace (update) each data-plane kind, and delete the HorizontalPodAutoscaler it
+made once a spec stops asking for one; list pods for status; post Events; for
 spec.tls: {} read, create and replace cert-manager Certificates and read their Secrets
 (igw/operator/tls.py KUBE_ACCESS).
 It must itself hold the read access it grants the gateway pods' Role (pods, ConfigMaps), or the API
@@ -58,6 +59,9 @@ server refuses to create that Role (RBAC escalation prevention).
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "create", "update"]
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "create", "update", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "create", "update"]

@@ -5,8 +5,16 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- if and .Values.certManager.enabled (not .Values.certManager.selfSigned) (not .Values.certManager.issuerRef.name) }}
 {{- fail "certManager.issuerRef.name is required when certManager.enabled is true and certManager.selfSigned is false" }}
 {{- end }}
-{{- if and .Values.podDisruptionBudget.enabled (ge (int .Values.podDisruptionBudget.minAvailable) (int .Values.replicaCount)) }}
-{{- fail (printf "podDisruptionBudget.minAvailable (%v) must be below replicaCount (%v), or no node could ever be drained" .Values.podDisruptionBudget.minAvailable .Values.replicaCount) }}
+{{- /* With autoscaling the HPA may hold the Deployment at minReplicas: the PDB must leave one of those evictable. */}}
+{{- $floorPath := "replicaCount" }}
+{{- $floor := .Values.replicaCount }}
+{{- if and (eq .Values.mode "gateway") .Values.autoscaling.enabled }}
+{{- include "igw.validateAutoscaling" . }}
+{{- $floorPath = "autoscaling.minReplicas" }}
+{{- $floor = .Values.autoscaling.minReplicas }}
+{{- end }}
+{{- if and .Values.podDisruptionBudget.enabled (ge (int .Values.podDisruptionBudget.minAvailable) (int $floor)) }}
+{{- fail (printf "podDisruptionBudget.minAvailable (%v) must be below %s (%v), or no node could ever be drained" .Values.podDisruptionBudget.minAvailable $floorPath $floor) }}
 {{- end }}
 {{- if and (eq .Values.service.type "ClusterIP") .Values.service.tls.certificateArn }}
 {{- fail "service.tls.certificateArn needs service.type LoadBalancer (the NLB terminates TLS)" }}
@@ -83,6 +91,31 @@ with Kubernetes' label-selector semantics.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Gateway mode with autoscaling.enabled. The ranges are also the values schema's (minReplicas >= 1, the
+target 1..100), which Helm checks first; they are repeated here for installs that skip the schema
+(helm --skip-schema-validation). maxReplicas below minReplicas the API server refuses only at install.
+A utilization target needs the container's CPU request: the HPA measures CPU use as a percentage of
+it, and without one it reports FailedGetResourceMetric and never scales.
+*/}}
+{{- define "igw.validateAutoscaling" -}}
+{{- with .Values.autoscaling }}
+{{- if lt (int .minReplicas) 1 }}
+{{- fail (printf "autoscaling.minReplicas (%v) must be at least 1" .minReplicas) }}
+{{- end }}
+{{- if lt (int .maxReplicas) (int .minReplicas) }}
+{{- fail (printf "autoscaling.maxReplicas (%v) must be at least autoscaling.minReplicas (%v)" .maxReplicas .minReplicas) }}
+{{- end }}
+{{- if or (lt (int .targetCPUUtilizationPercentage) 1) (gt (int .targetCPUUtilizationPercentage) 100) }}
+{{- fail (printf "autoscaling.targetCPUUtilizationPercentage (%v) must be between 1 and 100 (percent of the CPU request)" .targetCPUUtilizationPercentage) }}
+{{- end }}
+{{- end }}
+{{- $requests := (.Values.resources | default dict).requests | default dict }}
+{{- if not (and (hasKey $requests "cpu") (gt (include "igw.quantity" (get $requests "cpu") | float64) 0.0)) }}
+{{- fail "resources.requests.cpu is required when autoscaling.enabled is true: the HorizontalPodAutoscaler's CPU utilization is a percentage of the container's CPU request, and 0 or none gives it nothing to scale on" }}
 {{- end }}
 {{- end }}
 

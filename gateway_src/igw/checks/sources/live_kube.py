@@ -44,6 +44,9 @@ LISTERS: tuple[_Lister, ...] = (
     _Lister("Ingress", "NetworkingV1Api", "list_ingress_for_all_namespaces"),
     _Lister("NetworkPolicy", "NetworkingV1Api", "list_network_policy_for_all_namespaces"),
     _Lister("PodDisruptionBudget", "PolicyV1Api", "list_pod_disruption_budget_for_all_namespaces"),
+    _Lister(
+        "HorizontalPodAutoscaler", "AutoscalingV2Api", "list_horizontal_pod_autoscaler_for_all_namespaces"
+    ),
     _Lister("CustomResourceDefinition", "ApiextensionsV1Api", "list_custom_resource_definition"),
     _Lister(
         "InferenceGatewayConfig",
