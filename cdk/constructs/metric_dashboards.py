@@ -12,7 +12,9 @@ and pool (``spec.schedulers``), tier 2 on Metrics Insights queries summed over t
 
 Gateway replicas each write their own documents under the same dimensions; the statistic per
 unit (:data:`STATISTIC_BY_UNIT`) makes the replicas' values add up (counts: sum), average
-(percentages) or take the worst (latency quantiles: maximum).
+(percentages) or take the worst (latency quantiles: maximum), except for the pool's own state
+(:data:`~igw.gateway.emf_metrics.POOL_STATE_METRICS`: ready pods), which every replica reports alike
+and which is taken at its maximum (:func:`replica_statistic`).
 """
 
 from __future__ import annotations
@@ -31,12 +33,18 @@ from igw.gateway.emf_metrics import (
     MODEL_METRICS,
     POOL_DIMENSION,
     POOL_METRICS,
+    POOL_STATE_METRICS,
 )
 from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE, FLEET_METRICS
 
 PERIOD: Final = cdk.Duration.minutes(1)
 """The emitters' interval (``--emf-interval 60``)."""
 STATISTIC_BY_UNIT: Final = {"Count": "Sum", "Percent": "Average", "Milliseconds": "Maximum"}
+
+
+def replica_statistic(name: str, unit: str) -> str:
+    """How the documents of several gateway replicas combine for the metric ``name`` of ``unit``."""
+    return "Maximum" if name in POOL_STATE_METRICS else STATISTIC_BY_UNIT[unit]
 
 
 def emitted(name: str, table: Sequence[tuple[str, str]]) -> tuple[str, str]:
@@ -60,7 +68,7 @@ def _search(
 
 
 def _search_widget(namespace: str, dimensions: Sequence[str], name: str, unit: str) -> cloudwatch.GraphWidget:
-    statistic = STATISTIC_BY_UNIT[unit]
+    statistic = replica_statistic(name, unit)
     return cloudwatch.GraphWidget(
         title=f"{name} by {', '.join(dimensions)} ({statistic.lower()}, {unit})",
         left=[_search(namespace, dimensions, name, statistic)],

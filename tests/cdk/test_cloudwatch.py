@@ -35,7 +35,9 @@ TIER1 = {
 }
 """Metric name -> its dimension set, as the gateway's emitter writes them."""
 TIER2 = {m.name: tuple(d for _, d in m.dimensions) for m in FLEET_METRICS}
-SEARCH = re.compile(r"SEARCH\('\{\"(?P<ns>[^\"]+)\",(?P<dims>[^}]*)\} MetricName=\"(?P<name>\w+)\"'")
+SEARCH = re.compile(
+    r"SEARCH\('\{\"(?P<ns>[^\"]+)\",(?P<dims>[^}]*)\} MetricName=\"(?P<name>\w+)\"', '(?P<stat>\w+)'"
+)
 INSIGHTS = re.compile(r"SELECT SUM\((?P<name>\w+)\) FROM SCHEMA\(\"(?P<ns>[^\"]+)\", (?P<dims>[^)]*)\)")
 
 
@@ -52,7 +54,8 @@ def flat(value: Any) -> str:
     return "<ref>"
 
 
-def searches(template: dict[str, Any]) -> list[tuple[str, tuple[str, ...], str]]:
+def searches(template: dict[str, Any], *, with_statistic: bool = False) -> list[Any]:
+    """``(namespace, dimensions, metric)`` of every SEARCH widget line (with its statistic last)."""
     (dashboard,) = of_type(template, "AWS::CloudWatch::Dashboard")
     body = json.loads(flat(dashboard["DashboardBody"]).replace("<ref>", "us-west-2"))
     found = []
@@ -62,7 +65,8 @@ def searches(template: dict[str, Any]) -> list[tuple[str, tuple[str, ...], str]]
                 if isinstance(entry, dict) and "expression" in entry:
                     m = SEARCH.search(entry["expression"])
                     assert m, entry["expression"]
-                    found.append((m["ns"], tuple(m["dims"].split(",")), m["name"]))
+                    entry_found = (m["ns"], tuple(m["dims"].split(",")), m["name"])
+                    found.append((*entry_found, m["stat"]) if with_statistic else entry_found)
     return found
 
 
@@ -144,6 +148,23 @@ def test_gateway_dashboard_draws_every_emitted_metric_and_nothing_else(synthesiz
     found = searches(synthesized.templates["inference"])
     assert sorted((name, dims) for _, dims, name in found) == sorted(TIER1.items())
     assert {ns for ns, _, _ in found} == {DEFAULT_NAMESPACE}
+
+
+def test_replicas_documents_add_up_only_where_they_are_shares_of_traffic(synthesized: Synthesized) -> None:
+    """Each gateway replica writes its own documents: requests add up, latency quantiles take the
+    worst replica, percentages average, and the pool's ready pods (alike on every replica) their
+    maximum: a sum counted every pod once per replica."""
+    stats = {
+        name: stat for _, _, name, stat in searches(synthesized.templates["inference"], with_statistic=True)
+    }
+    assert stats == {
+        "Requests": "Sum",
+        "ErrorRate": "Average",
+        "LatencyP99": "Maximum",
+        "TtftP99": "Maximum",
+        "KvCacheAverage": "Average",
+        "ReadyPods": "Maximum",
+    }
 
 
 def test_gateway_alarms_per_configured_model_and_pool_watch_emitted_metrics(synthesized: Synthesized) -> None:

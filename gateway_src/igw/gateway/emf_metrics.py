@@ -24,3 +24,7 @@ MODEL_METRICS: Final = (
 """``(name, unit)`` of the per-model document (dimension :data:`MODEL_DIMENSION`)."""
 POOL_METRICS: Final = (("KvCacheAverage", "Percent"), ("ReadyPods", "Count"))
 """``(name, unit)`` of the per-pool document (dimension :data:`POOL_DIMENSION`)."""
+POOL_STATE_METRICS: Final = frozenset({"ReadyPods"})
+"""Metrics that describe the pool, not one gateway's traffic: every gateway replica reports the same
+value for it, so a view of several replicas takes their maximum; a sum (what a ``Count`` of requests
+takes) counted every pod once per replica."""
