@@ -10,6 +10,8 @@ import kubernetes_validate
 from igw.addon import chart, pins
 from igw.addon.dashboards import DASHBOARDS, DASHBOARDS_DIR, render_dashboard
 from igw.config import paths
+from igw.gateway.epp_compat import POOL_FAMILIES
+from igw.gateway.telemetry import SCRAPED_ENDPOINT_FAMILIES
 
 
 def test_generated_dashboards_are_fresh() -> None:
@@ -74,3 +76,21 @@ def test_requests_in_flight_are_summed_over_gateway_processes() -> None:
                         assert aggregation == "sum", (board.uid, panel.title, query.expr)
                         found += 1
     assert found
+
+
+def test_a_pod_s_or_pool_s_state_is_never_summed_over_gateway_processes() -> None:
+    """Every gateway replica reports the same scraped state of a pod and the same pool gauges (ready
+    pods, averages), so a panel over several replicas takes their maximum or average: a sum showed
+    every ready pod once per replica, and a failing pod's flag as the count of replicas."""
+    alike = (*SCRAPED_ENDPOINT_FAMILIES, *POOL_FAMILIES)
+    found = 0
+    for board in DASHBOARDS:
+        for _, panels in board.rows:
+            for panel in panels:
+                for query in panel.queries:
+                    for family in alike:
+                        pattern = rf"(\w+)(?: by \([^)]*\) )?\({family}\b"
+                        for aggregation in re.findall(pattern, query.expr):
+                            assert aggregation in {"max", "min", "avg"}, (board.uid, panel.title, query.expr)
+                            found += 1
+    assert found >= 10

@@ -8,24 +8,24 @@ copies as well made N identical per-endpoint series (16 workers at 1,000 pods: 1
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
+import aiohttp
 from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.endpoints import DiscoveredEndpoint
-from igw.gateway.telemetry import GatewayMetrics
+from igw.gateway.telemetry import SCRAPED_ENDPOINT_FAMILIES, GatewayMetrics
 from igw.scheduling.types import EngineMetrics
 from tests.gateway.worker_pair import worker_runtime
 from tests.observability.live_gateway import MODEL, metrics_after_traffic, serving_gateway
 
+# Families with samples on a two-pod page without adapters (the others of SCRAPED_ENDPOINT_FAMILIES
+# have none there: no LoRA, no missing signal).
 READ_FROM_SCRAPES = (
-    "igw_endpoint_scrape_age_seconds",
-    "igw_endpoint_scrape_failing",
-    "igw_endpoint_metrics_frozen",
-    "igw_endpoint_queue_depth",
-    "igw_endpoint_running_requests",
-    "igw_endpoint_kv_cache_usage",
+    *[name for name in SCRAPED_ENDPOINT_FAMILIES if "lora" not in name and "missing" not in name],
     "inference_pool_per_pod_queue_size",
     "inference_pool_ready_pods",
     "inference_pool_average_kv_cache_utilization",
@@ -44,6 +44,13 @@ def _workers(families: dict[str, Metric], name: str) -> set[str]:
 async def test_a_group_exports_the_scraped_series_once_and_each_worker_its_own(tmp_path: Path) -> None:
     async with serving_gateway(tmp_path, "--workers", "2") as url:
         families = await metrics_after_traffic(url)
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):  # until worker 1 answers for its page too (it may start later)
+                if _workers(families, "igw_pool_stale_endpoints") == {"0", "1"}:
+                    break
+                await asyncio.sleep(0.1)
+                text = await (await http.get(url + "/metrics")).text()
+                families = {f.name: f for f in text_string_to_metric_families(text)}
     for name in READ_FROM_SCRAPES:
         assert _workers(families, name) == {"0"}, name
     for name in EVERY_WORKER:
@@ -101,3 +108,20 @@ def test_a_follower_exports_its_in_flight_counts_and_summary_alone() -> None:
     inflight = {s.labels["endpoint"]: s.value for s in follower["igw_endpoint_inflight_requests"].samples}
     assert inflight == {"a:1": 3.0, "b:1": 0.0}
     assert follower["igw_pool_stale_endpoints"].samples[0].value == 0.0
+
+
+def test_the_scraped_families_are_exactly_what_a_follower_leaves_out() -> None:
+    """:data:`SCRAPED_ENDPOINT_FAMILIES` names what worker 0 alone exports: the families a leader's
+    collector declares and a follower's does not (dashboards and tests read the list)."""
+    runtime = worker_runtime("a:1")
+    leader = {
+        m.name for m in GatewayMetrics(lister=runtime.endpoints, clock=time.monotonic).registry.collect()
+    }
+    follower = {
+        m.name
+        for m in GatewayMetrics(
+            lister=runtime.endpoints, clock=time.monotonic, scrapes=False
+        ).registry.collect()
+    }
+    pool_gauges = {name for name in leader - follower if name.startswith("inference_pool_")}
+    assert leader - follower - pool_gauges == set(SCRAPED_ENDPOINT_FAMILIES)

@@ -194,7 +194,7 @@ POOL_DETAIL: Final = Board(
                     "Ready pods",
                     "stat",
                     "short",
-                    (Query('sum(inference_pool_ready_pods{name="$pool"})', "ready"),),
+                    (Query('max(inference_pool_ready_pods{name="$pool"})', "ready"),),
                     width=8,
                 ),
                 Panel(
@@ -273,13 +273,13 @@ POOL_DETAIL: Final = Board(
                     "short",
                     (
                         Query(
-                            f"sum by (endpoint) (igw_endpoint_scrape_failing{POOL})", "{{endpoint}} failing"
+                            f"max by (endpoint) (igw_endpoint_scrape_failing{POOL})", "{{endpoint}} failing"
                         ),
                         Query(
-                            f"sum by (endpoint) (igw_endpoint_metrics_frozen{POOL})", "{{endpoint}} frozen"
+                            f"max by (endpoint) (igw_endpoint_metrics_frozen{POOL})", "{{endpoint}} frozen"
                         ),
                         Query(
-                            f"sum by (endpoint, signal) (igw_endpoint_signal_missing{POOL})",
+                            f"max by (endpoint, signal) (igw_endpoint_signal_missing{POOL})",
                             "{{endpoint}} missing {{signal}}",
                         ),
                     ),

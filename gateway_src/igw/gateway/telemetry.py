@@ -38,6 +38,21 @@ TTFT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.
 ITL_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
 DECISION_BUCKETS: Final = (1e-5, 2.5e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2)
 
+SCRAPED_ENDPOINT_FAMILIES: Final = (
+    "igw_endpoint_scrape_age_seconds",
+    "igw_endpoint_scrape_failing",
+    "igw_endpoint_metrics_frozen",
+    "igw_endpoint_queue_depth",
+    "igw_endpoint_running_requests",
+    "igw_endpoint_kv_cache_usage",
+    "igw_endpoint_lora_adapter",
+    "igw_endpoint_max_lora",
+    "igw_endpoint_signal_missing",
+)
+"""The per-endpoint families read from scrapes: one state of the pod, which every gateway process
+that scrapes it (or follows a scrape of it) reports alike, so views over several processes take
+their maximum, never their sum; in a worker group only worker 0 exports them."""
+
 EndpointLister = Callable[[], Iterable[tuple[str, EndpointState]]]
 """Yields ``(scheduler name, endpoint state)`` for every endpoint currently known."""
 
