@@ -17,7 +17,8 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
 * list (namespaced and all-namespaces) honouring ``labelSelector`` (equality, set-based, existence),
   ``fieldSelector`` (``path=value``/``!=`` on dotted paths) and ``limit``/``continue`` paging; get;
   create (POST); replace (PUT); patch (merge, strategic-merge treated as merge, JSON patch, apply
-  treated as merge-or-create); delete; ``/status`` subresources; ``/version/``.
+  treated as merge-or-create); delete; ``/status`` subresources; ``/scale`` of Deployments and
+  StatefulSets (what ``kubectl scale`` and an HPA write the count through); ``/version/``.
 * custom resources admitted as apiextensions admits them, on every create, replace, patch and
   apply of the object and of its ``/status``, for any kind whose CRD the fake was given: unknown
   fields pruned (``fieldValidation``: ``Strict`` refuses them with 400, ``Warn`` - the default -
@@ -83,6 +84,7 @@ import yaml
 from aiohttp import ClientConnectionError, web
 
 from tests.fakes.kube_discovery import (
+    SCALABLE,
     group_document,
     group_list,
     openapi_group_version,
@@ -487,6 +489,8 @@ class FakeKubeApiServer:
                     self._register_crd(created)
                 return _written(created, warnings, 201)
             raise StoreError(405, "MethodNotAllowed", f"method {method} not allowed on a collection")
+        if subresource == "scale" and kind.key in SCALABLE:
+            return await self._scale(request, kind, ns, name)
         if subresource not in (None, "status"):
             raise StoreError(404, "NotFound", f"subresource {subresource!r} is not served by the fake")
         if method == "GET":
@@ -525,6 +529,37 @@ class FakeKubeApiServer:
                 }
             )
         raise StoreError(405, "MethodNotAllowed", f"method {method} not allowed")
+
+    async def _scale(self, request: web.Request, kind: ResourceKind, ns: str, name: str) -> web.Response:
+        """``/scale`` of a Deployment or StatefulSet: an ``autoscaling/v1`` ``Scale`` read from the
+        object, and a write of one (PUT, or a merge patch) setting the object's ``spec.replicas``, as
+        ``kubectl scale`` and the HPA controller use it."""
+        current = self.store.get(kind, ns, name)
+        if request.method in ("PUT", "PATCH"):
+            body = await self._body(request)
+            replicas = (body.get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise StoreError(422, "Invalid", f'Scale "{name}" is invalid: spec.replicas: must be >= 0')
+            current = self.store.replace(
+                kind, ns, name, {**current, "spec": {**(current.get("spec") or {}), "replicas": replicas}}
+            )
+        elif request.method != "GET":
+            raise StoreError(405, "MethodNotAllowed", f"method {request.method} not allowed on scale")
+        meta = current["metadata"]
+        kept = ("name", "namespace", "uid", "resourceVersion")
+        selector = ((current.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        return _json(
+            {
+                "apiVersion": "autoscaling/v1",
+                "kind": "Scale",
+                "metadata": {k: meta[k] for k in kept if k in meta},
+                "spec": {"replicas": int((current.get("spec") or {}).get("replicas", 1))},
+                "status": {
+                    "replicas": int((current.get("status") or {}).get("replicas", 0)),
+                    "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+                },
+            }
+        )
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         text = await request.text()

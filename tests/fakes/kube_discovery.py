@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from tests.fakes.kube_store import ResourceKind
 
@@ -34,6 +34,11 @@ def _resource_entry(kind: ResourceKind) -> dict[str, Any]:
     return entry
 
 
+SCALABLE: Final = frozenset({("apps", "v1", "deployments"), ("apps", "v1", "statefulsets")})
+"""Kinds whose ``/scale`` subresource the fake serves (what ``kubectl scale`` and the HPA controller
+write a replica count through)."""
+
+
 def resource_list(group_version: str, kinds: Iterable[ResourceKind]) -> dict[str, Any]:
     """``APIResourceList`` of one group/version, with ``<plural>/status`` for status subresources."""
     resources: list[dict[str, Any]] = []
@@ -46,6 +51,18 @@ def resource_list(group_version: str, kinds: Iterable[ResourceKind]) -> dict[str
                     "singularName": "",
                     "namespaced": kind.namespaced,
                     "kind": kind.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+        if kind.key in SCALABLE:
+            resources.append(
+                {
+                    "name": f"{kind.plural}/scale",
+                    "singularName": "",
+                    "namespaced": True,
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "kind": "Scale",
                     "verbs": ["get", "patch", "update"],
                 }
             )

@@ -2,7 +2,7 @@
 another autoscaler's, and the operator never resetting the replica count an autoscaler set.
 
 Against the fake API server with the real client, one reconciliation pass at a time. An autoscaler
-is played by writing the Deployment's ``spec.replicas`` as the HPA controller does (the fake
+is played by writing the Deployment's ``/scale`` subresource as the HPA controller does (the fake
 defaults a Deployment written without the count to 1, as the API server does).
 """
 
@@ -50,15 +50,16 @@ def _client(cluster: FakeKubeApiServer) -> DynamicClient:
 
 
 def _scale(cluster: FakeKubeApiServer, name: str, replicas: int) -> str:
-    """Set the gateway Deployment's replicas as an autoscaler does; its new resourceVersion."""
+    """Set the gateway Deployment's replicas through its ``/scale`` subresource, as the HPA controller
+    (and ``kubectl scale``) does; the Deployment's new resourceVersion."""
     deployments = _client(cluster).resources.get(api_version="apps/v1", kind="Deployment")
-    patched = deployments.patch(
+    deployments.subresources["scale"].patch(
         name=f"{name}-gateway",
         namespace=NAMESPACE,
         body={"spec": {"replicas": replicas}},
         content_type="application/merge-patch+json",
     )
-    return str(patched.metadata.resourceVersion)
+    return str(_deployment(cluster, name)["metadata"]["resourceVersion"])
 
 
 def _update(cluster: FakeKubeApiServer, name: str, change: Callable[[dict[str, Any]], None]) -> None:

@@ -100,3 +100,35 @@ def test_apply_get_describe_reapply_delete(
     assert "deleted" in kubectl(kubeconfig, "delete", "-f", str(manifest))
     assert find(cluster, "Deployment", "inference", "chat-gateway") is None
     assert find(cluster, "Pod", "inference", "llama-0") is not None
+
+
+def test_kubectl_scale_and_an_hpa_through_the_operator_s_autoscaled_gateway(
+    cluster: FakeKubeApiServer, kubeconfig: Path, operator: OperatorThread, tmp_path: Path
+) -> None:
+    """An operator's usual moves on an autoscaled gateway, with kubectl's short names: the HPA the
+    operator made is listed, ``kubectl scale`` (the ``/scale`` subresource, as the HPA controller
+    writes it) sets the count, and the operator's next passes leave it."""
+    doc = igwc("chat")
+    doc["spec"]["extensions"] = {"dataPlane": {"autoscaling": {"minReplicas": 2, "maxReplicas": 6}}}
+    manifest = tmp_path / "chat.yaml"
+    manifest.write_text(yaml.safe_dump(doc))
+    kubectl(kubeconfig, "apply", "-f", str(manifest))
+    wait_for(lambda: find(cluster, "HorizontalPodAutoscaler", "inference", "chat-gateway"), what="hpa")
+    assert "chat-gateway" in kubectl(kubeconfig, "get", "hpa", "-n", "inference")
+    assert "scaled" in kubectl(
+        kubeconfig, "scale", "deploy/chat-gateway", "-n", "inference", "--replicas", "5"
+    )
+    # Re-applying the object runs a pass; the count stays the autoscaler's.
+    doc["spec"]["podDefaults"] = {"labels": {"team": "a"}}
+    manifest.write_text(yaml.safe_dump(doc))
+    kubectl(kubeconfig, "apply", "-f", str(manifest))
+
+    def relabelled() -> bool | None:
+        deployment = find(cluster, "Deployment", "inference", "chat-gateway")
+        if deployment is None or deployment["spec"]["template"]["metadata"]["labels"].get("team") != "a":
+            return None
+        return True
+
+    wait_for(relabelled, what="the pass that applied the new labels")
+    jsonpath = "jsonpath={.spec.replicas}"
+    assert kubectl(kubeconfig, "get", "deploy", "chat-gateway", "-n", "inference", "-o", jsonpath) == "5"
