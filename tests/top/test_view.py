@@ -38,6 +38,8 @@ igw_endpoint_scrape_failing{{scheduler="pool",endpoint="b:1"}} 1
 igw_endpoint_signal_missing{{scheduler="pool",endpoint="b:1",signal="vllm:lora_requests_info"}} 1
 # TYPE inference_pool_ready_pods gauge
 inference_pool_ready_pods{{name="pool"}} 1
+# TYPE igw_pool_stale_endpoints gauge
+igw_pool_stale_endpoints{{scheduler="pool"}} 1
 """
 
 READY: dict[str, Any] = {
@@ -72,6 +74,7 @@ def test_first_scrape_has_gauges_but_no_rates() -> None:
     assert view.models == ()
     (pool,) = view.pools
     assert (pool.model, pool.ready_pods, pool.pods, pool.picks_per_s) == ("llama", 1, 2, None)
+    assert pool.stale_endpoints == 1
     assert pool.kv_average == pytest.approx(0.5)
     assert pool.queue_total == 5
     a, b = view.pods
@@ -199,6 +202,8 @@ igw_endpoint_scrape_age_seconds{{scheduler="pool",endpoint="a:1"}} {age}
 igw_endpoint_scrape_failing{{scheduler="pool",endpoint="a:1"}} {failing}
 # TYPE igw_endpoint_signal_missing gauge
 igw_endpoint_signal_missing{{scheduler="pool",endpoint="a:1",signal="vllm:lora_requests_info"}} 1
+# TYPE igw_pool_stale_endpoints gauge
+igw_pool_stale_endpoints{{scheduler="pool"}} {stale}
 """
 
 
@@ -211,18 +216,19 @@ def _group_scrape(at: float, workers: list[dict[str, float]]) -> Any:
 def test_a_worker_group_s_pods_sum_the_workers_picks_and_requests_in_flight() -> None:
     """Each worker of ``igw serve --workers N`` counts its own picks and requests in flight; the
     scrape age and flags are the worst any worker routes on; a signal missing is named once."""
-    quiet = {"ok": 0, "picks_a": 0, "picks_b": 0, "inflight": 0, "age": 0.05, "failing": 0}
+    quiet = {"ok": 0, "picks_a": 0, "picks_b": 0, "inflight": 0, "age": 0.05, "failing": 0, "stale": 0}
     before = _group_scrape(10.0, [quiet, quiet])
     after = _group_scrape(
         12.0,
         [
-            {"ok": 6, "picks_a": 4, "picks_b": 2, "inflight": 3, "age": 0.02, "failing": 0},
-            {"ok": 10, "picks_a": 6, "picks_b": 0, "inflight": 5, "age": 0.4, "failing": 1},
+            {"ok": 6, "picks_a": 4, "picks_b": 2, "inflight": 3, "age": 0.02, "failing": 0, "stale": 0},
+            {"ok": 10, "picks_a": 6, "picks_b": 0, "inflight": 5, "age": 0.4, "failing": 1, "stale": 2},
         ],
     )
     view = build_view(before, after)
     (pool,) = view.pools
     assert pool.picks_per_s == pytest.approx(6.0)  # (4 + 2 + 6) picks in 2 s
+    assert pool.stale_endpoints == 2  # the worst worker's: its copy of the scrapes is behind
     a = next(p for p in view.pods if p.endpoint == "a:1")
     assert a.pick_share == pytest.approx(10 / 12)
     assert a.inflight == 8

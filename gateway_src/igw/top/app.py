@@ -35,7 +35,7 @@ from igw.top.view import (
     build_view,
 )
 
-POOL_COLUMNS: Final = ("pool", "model", "ready", "pods", "avg KV", "queue", "picks/s")
+POOL_COLUMNS: Final = ("pool", "model", "ready", "pods", "stale", "avg KV", "queue", "picks/s")
 POD_COLUMNS: Final = (
     "pool",
     "pod",
@@ -103,6 +103,7 @@ def pool_cells(row: PoolRow) -> tuple[str, ...]:
         row.model or DASH,
         str(row.ready_pods),
         str(row.pods),
+        number(row.stale_endpoints),
         percent(row.kv_average),
         number(row.queue_total),
         number(row.picks_per_s, 1),

@@ -35,6 +35,7 @@ REQUESTS: Final = "igw_requests_total"
 OUTPUT_TOKENS: Final = "igw_tokens_total"
 PICKS: Final = "igw_endpoint_picks_total"
 READY_PODS: Final = "inference_pool_ready_pods"
+STALE_ENDPOINTS: Final = "igw_pool_stale_endpoints"
 POD_GAUGES: Final = {
     "kv": "igw_endpoint_kv_cache_usage",
     "queue": "igw_endpoint_queue_depth",
@@ -52,10 +53,20 @@ POD_GAUGE_ACROSS_WORKERS: Final[Mapping[str, Callable[[float, float], float]]] =
 }
 """How one pod's gauge from several workers of a group combines: each worker has its own requests in
 flight; an age or a flag is the worst any worker routes on. The scraped values (KV, queue, running)
-are the same relayed scrape in every worker: the first one read stands."""
+come from worker 0 alone since session s28 (before, every worker repeated the same relayed scrape:
+the first one read stands)."""
 SIGNAL_MISSING: Final = "igw_endpoint_signal_missing"
 READ_METRICS: Final = frozenset(
-    {TTFT_BUCKET, DURATION_BUCKET, REQUESTS, OUTPUT_TOKENS, PICKS, READY_PODS, SIGNAL_MISSING}
+    {
+        TTFT_BUCKET,
+        DURATION_BUCKET,
+        REQUESTS,
+        OUTPUT_TOKENS,
+        PICKS,
+        READY_PODS,
+        STALE_ENDPOINTS,
+        SIGNAL_MISSING,
+    }
     | set(POD_GAUGES.values())
 )
 """Every sample name ``igw top`` reads (a test checks each is on a live gateway's page)."""
@@ -111,6 +122,10 @@ class PoolRow:
     """Mean KV use (0..1) of the pool's pods that report it."""
     queue_total: float | None
     picks_per_s: float | None
+    stale_endpoints: int | None = None
+    """Endpoints the gateway routes around as stale or failing; with ``--workers`` the worst worker's
+    count (a worker whose relayed copy of the scrapes fell behind shows here). ``None``: a gateway
+    that does not export ``igw_pool_stale_endpoints`` (before session s28)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,12 +322,16 @@ def _pools(
     current: Scrape, pods: tuple[PodRow, ...], pool_picks: Mapping[str, float], interval: float | None
 ) -> tuple[PoolRow, ...]:
     ready = {labels["name"]: value for labels, value in _by_name(current, READY_PODS)}
+    stale: dict[str, float] = {}
+    for labels, value in _by_name(current, STALE_ENDPOINTS):  # one sample per worker of a group
+        pool = labels.get("scheduler", "")
+        stale[pool] = max(value, stale.get(pool, value))
     schedulers = current.readiness.get("schedulers") or {}
     members: dict[str, list[PodRow]] = defaultdict(list)
     for pod in pods:
         members[pod.pool].append(pod)
     rows = []
-    for pool in sorted(set(members) | set(ready) | set(schedulers)):
+    for pool in sorted(set(members) | set(ready) | set(schedulers) | set(stale)):
         mine = members.get(pool, [])
         kv = [p.kv for p in mine if p.kv is not None]
         queues = [p.queue for p in mine if p.queue is not None]
@@ -325,6 +344,7 @@ def _pools(
                 kv_average=sum(kv) / len(kv) if kv else None,
                 queue_total=sum(queues) if queues else None,
                 picks_per_s=None if interval is None else pool_picks.get(pool, 0.0) / interval,
+                stale_endpoints=int(stale[pool]) if pool in stale else None,
             )
         )
     return tuple(rows)
