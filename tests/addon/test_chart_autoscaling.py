@@ -221,6 +221,7 @@ def test_autoscaling_is_refused_in_operator_mode_where_it_would_change_nothing()
     assert _render({"autoscaling": {"enabled": True}}) == _render({})
     (problem,) = configuration.operator_mode_problems({"autoscaling": {"enabled": True}})
     assert problem.startswith("autoscaling: has no effect with the chart's mode operator")
+    assert "spec.extensions.dataPlane.autoscaling" in problem  # where an operator's gateway sets it
     assert configuration.operator_mode_problems(AUTOSCALED) == []
 
 

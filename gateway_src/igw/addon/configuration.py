@@ -109,10 +109,17 @@ def operator_mode_problems(values: Mapping[str, Any]) -> list[str]:
         return []
     return [
         f"{key}: has no effect with the chart's mode operator (each InferenceGatewayConfig sets its "
-        f"gateway's replicas, Service and TLS; its pods call no AWS API); remove it, or set mode: gateway"
+        f"gateway's replicas, Service and TLS; its pods call no AWS API){_OPERATOR_MODE_HINTS.get(key, '')}; "
+        "remove it, or set mode: gateway"
         for key in chart.GATEWAY_MODE_ONLY_VALUES
         if key in values
     ]
+
+
+_OPERATOR_MODE_HINTS: dict[str, str] = {
+    "autoscaling": " - autoscale an operator's gateway with its spec.extensions.dataPlane.autoscaling",
+}
+"""Where a gateway-mode value's setting lives in operator mode, where there is such a place."""
 
 
 def _igwc_problems(config: Mapping[str, Any]) -> list[Problem]:
