@@ -181,6 +181,50 @@ class GatewayConfigManifest:
         }
 
 
+DEFAULT_HEARTBEAT_TOKEN_SECRET: Final = "igw-global-redis"
+DEFAULT_HEARTBEAT_TOKEN_KEY: Final = "token"
+DEFAULT_HEARTBEAT_TOKEN_REFRESH: Final = "1h"
+HEARTBEAT_REDIS_NODE: Final = ("extensions", "globalHeartbeat", "redis")
+"""Where an InferenceGatewayConfig's spec names the global router's Redis (its ``passwordEnv``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalHeartbeatTokenConfig:
+    """``inference.globalHeartbeatToken``: the global router's Redis AUTH token (the global router
+    stack's ``RedisAuthTokenSecretArn``, any region) synced by the External Secrets Operator into the
+    Kubernetes Secret ``secret_name`` (key ``key``) in ``namespace``, refreshed every
+    ``refresh_interval``."""
+
+    secret_arn: str
+    namespace: str
+    """Default: the namespace of ``inference.gatewayConfig`` (where the operator runs its gateways)."""
+    secret_name: str = DEFAULT_HEARTBEAT_TOKEN_SECRET
+    key: str = DEFAULT_HEARTBEAT_TOKEN_KEY
+    refresh_interval: str = DEFAULT_HEARTBEAT_TOKEN_REFRESH
+    kms_key_arn: str | None = None
+    """The customer-managed key the secret is encrypted with, if any (``kms:Decrypt`` through Secrets
+    Manager only)."""
+
+    @property
+    def region(self) -> str:
+        """The secret's region (from its ARN): the SecretStore's and ``kms:ViaService``'s."""
+        return arn_region(self.secret_arn)
+
+
+def arn_region(arn: str) -> str:
+    """The region field of an ARN (``arn:<partition>:<service>:<region>:...``)."""
+    return arn.split(":")[3]
+
+
+def partition_of_region(region: str) -> str:
+    """The AWS partition a region belongs to."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
 @dataclass(frozen=True, slots=True)
 class DeploymentConfig:
     account: str
@@ -199,6 +243,8 @@ class DeploymentConfig:
     image: ImageConfig = field(default_factory=ImageConfig)
     endpoint: EndpointConfig | None = None
     existing_cluster: ExistingClusterConfig | None = None
+    global_heartbeat_token: GlobalHeartbeatTokenConfig | None = None
+    """``None``: the stack does not sync the global router's Redis token into the cluster."""
 
 
 def _path(parts: Sequence[Any]) -> str:
@@ -287,7 +333,130 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
                 "puts the endpoint's certificate there)"
             )
     problems += [f"inference.gatewayConfig.{p}" for p in _gateway_config_problems(doc)]
+    problems += _heartbeat_token_problems(doc)
     return problems
+
+
+def _duration_seconds(text: str) -> int:
+    """Seconds of a schema-valid ``refreshInterval`` (``1h``, ``30m``, ``1h30m``, ``90s``)."""
+    total, number = 0, ""
+    for char in text:
+        if char.isdigit():
+            number += char
+        else:
+            total += int(number) * {"h": 3600, "m": 60, "s": 1}[char]
+            number = ""
+    return total
+
+
+def _heartbeat_token_problems(doc: Mapping[str, Any]) -> list[str]:
+    """``inference.globalHeartbeatToken`` against the rest of the document (schema-valid)."""
+    token = doc["inference"].get("globalHeartbeatToken")
+    if token is None:
+        return []
+    where = "inference.globalHeartbeatToken"
+    problems: list[str] = []
+    addon = doc["inference"].get("addon", {})
+    if addon.get("mode", "igw") == "awsManaged":
+        problems.append(
+            f"{where}: only with inference.addon.mode igw (AWS's add-on runs its own gateway, which "
+            "publishes no heartbeats to the global router)"
+        )
+    elif addon.get("configurationValues", {}).get("mode", "operator") != "operator":
+        problems.append(
+            f"{where}: only with the chart's mode operator (in mode gateway the chart's own gateway "
+            "starts, and Helm waits for it, before a synced Secret could exist in its namespace); "
+            "give it the token through inference.addon.configurationValues.gateway.extraEnv yourself"
+        )
+    if problems:
+        return problems
+    secret_arn: str = token["secretArn"]
+    region = arn_region(secret_arn)
+    partition = secret_arn.split(":")[1]
+    if partition != partition_of_region(region) or partition != partition_of_region(doc["region"]):
+        problems.append(
+            f"{where}.secretArn: partition {partition} with region {region}, but the stacks deploy to "
+            f"{doc['region']} ({partition_of_region(doc['region'])}); Secrets Manager is not read across "
+            "partitions"
+        )
+    kms_key_arn = token.get("kmsKeyArn")
+    if kms_key_arn is not None and arn_region(kms_key_arn) != region:
+        problems.append(
+            f"{where}.kmsKeyArn: in {arn_region(kms_key_arn)}, but the secret is in {region} (Secrets "
+            "Manager encrypts a secret with a key of its own region)"
+        )
+    refresh = token.get("refreshInterval", DEFAULT_HEARTBEAT_TOKEN_REFRESH)
+    if _duration_seconds(refresh) == 0:
+        problems.append(
+            f"{where}.refreshInterval: {refresh} would sync the token once and never again (a rotated "
+            "token would not reach the cluster)"
+        )
+    problems += _token_wiring_problems(doc, token)
+    return problems
+
+
+def _token_wiring_problems(doc: Mapping[str, Any], token: Mapping[str, Any]) -> list[str]:
+    """When the gateways read the global Redis password from a variable, it must come from the Secret
+    the stack syncs: otherwise they start without the token (or with a stale hand-made copy)."""
+    from igw.config.redis_password import spec_node
+
+    gateway = doc["inference"]["gatewayConfig"]
+    spec = gateway["spec"]
+    node = spec_node(spec, HEARTBEAT_REDIS_NODE)
+    variable = node.get("passwordEnv") if node is not None else None
+    if not isinstance(variable, str):
+        return []
+    where = "inference.globalHeartbeatToken"
+    field = f"inference.gatewayConfig.spec.{'.'.join(HEARTBEAT_REDIS_NODE)}.passwordEnv"
+    secret_name = token.get("secretName", DEFAULT_HEARTBEAT_TOKEN_SECRET)
+    key = token.get("key", DEFAULT_HEARTBEAT_TOKEN_KEY)
+    gateway_namespace = gateway.get("namespace", "default")
+    namespace = token.get("namespace", gateway_namespace)
+    if namespace != gateway_namespace:
+        return [
+            f"{where}.namespace: {namespace}, but {field} is read by gateway pods in {gateway_namespace} "
+            "(inference.gatewayConfig.namespace), which can only read Secrets of their own namespace"
+        ]
+    # Read defensively: a malformed spec is reported by the gatewayConfig validation, not a traceback.
+    defaults = spec.get("podDefaults")
+    defaults = defaults if isinstance(defaults, Mapping) else {}
+    env = defaults.get("env")
+    entries = [
+        (i, entry)
+        for i, entry in enumerate(env if isinstance(env, list) else [])
+        if isinstance(entry, Mapping) and entry.get("name") == variable
+    ]
+    if entries:
+        # The last entry of a name is the one a container gets.
+        i, entry = entries[-1]
+        value_from = entry.get("valueFrom")
+        ref = value_from.get("secretKeyRef") if isinstance(value_from, Mapping) else None
+        ref = ref if isinstance(ref, Mapping) else {}
+        if ref.get("name") == secret_name and ref.get("key") == key:
+            return []
+        reads = (
+            f"reads Secret {ref.get('name')} key {ref.get('key')}"
+            if ref
+            else "does not read a Secret (valueFrom.secretKeyRef)"
+        )
+        found = f"inference.gatewayConfig.spec.podDefaults.env[{i}] ({variable}) {reads}"
+    else:
+        sources = defaults.get("envFrom")
+        for source in sources if isinstance(sources, list) else []:
+            ref = source.get("secretRef") if isinstance(source, Mapping) else None
+            if (
+                isinstance(ref, Mapping)
+                and ref.get("name") == secret_name
+                and f"{source.get('prefix', '')}{key}" == variable
+            ):
+                return []
+        found = f"inference.gatewayConfig.spec.podDefaults.env has no entry {variable}"
+    return [
+        f"{field}: {variable} is not read from the Secret that {where} syncs ({secret_name}, key "
+        f"{key}): {found}; add {{name: {variable}, valueFrom: {{secretKeyRef: {{name: {secret_name}, "
+        f"key: {key}}}}}}} to inference.gatewayConfig.spec.podDefaults.env, or the gateways start "
+        "without the token"
+    ]
 
 
 def _gateway_config_problems(doc: Mapping[str, Any]) -> list[str]:
@@ -313,6 +482,8 @@ def _build(doc: Mapping[str, Any]) -> DeploymentConfig:
     image = doc["inference"].get("image", {})
     endpoint = doc["inference"].get("endpoint")
     existing = doc.get("existingCluster")
+    token = doc["inference"].get("globalHeartbeatToken")
+    gateway_config = _manifest(doc["inference"]["gatewayConfig"])
     return DeploymentConfig(
         account=doc["account"],
         region=doc["region"],
@@ -353,7 +524,7 @@ def _build(doc: Mapping[str, Any]) -> DeploymentConfig:
             conflict_policy=addon.get("conflictPolicy", "OVERWRITE"),
             configuration_values=dict(addon.get("configurationValues", {})),
         ),
-        gateway_config=_manifest(doc["inference"]["gatewayConfig"]),
+        gateway_config=gateway_config,
         image=ImageConfig(repository=image.get("repository"), tag=image.get("tag")),
         endpoint=EndpointConfig(
             hosted_zone_id=endpoint["hostedZoneId"],
@@ -371,6 +542,16 @@ def _build(doc: Mapping[str, Any]) -> DeploymentConfig:
             installed_addons=tuple(existing.get("installedAddons", ())),
         )
         if existing
+        else None,
+        global_heartbeat_token=GlobalHeartbeatTokenConfig(
+            secret_arn=token["secretArn"],
+            namespace=token.get("namespace", gateway_config.namespace),
+            secret_name=token.get("secretName", DEFAULT_HEARTBEAT_TOKEN_SECRET),
+            key=token.get("key", DEFAULT_HEARTBEAT_TOKEN_KEY),
+            refresh_interval=token.get("refreshInterval", DEFAULT_HEARTBEAT_TOKEN_REFRESH),
+            kms_key_arn=token.get("kmsKeyArn"),
+        )
+        if token
         else None,
     )
 

@@ -16,6 +16,10 @@ record's host-name lookup after both.
 
 With our chart, a CloudWatch dashboard and per-model/per-pool alarms over the metrics the gateway
 emits as EMF (``cdk/constructs/metric_dashboards.py``).
+
+With ``inference.globalHeartbeatToken``, the External Secrets Operator and an ExternalSecret syncing the
+global router's Redis AUTH token into a Kubernetes Secret (``cdk/constructs/external_secret.py``),
+applied before the InferenceGatewayConfig so the Secret is on its way when the operator starts gateways.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from constructs import Construct
 
 from cdk.config import DeploymentConfig
 from cdk.constructs.aws_inference_addon import AwsInferenceAddon
+from cdk.constructs.external_secret import SyncedSecret
 from cdk.constructs.gateway_config_manifest import GatewayConfig
 from cdk.constructs.gateway_endpoint import GatewayCertificate, GatewayDnsRecord
 from cdk.constructs.gateway_image import GatewayImage
@@ -90,6 +95,17 @@ class InferenceStack(cdk.Stack):
             acm_arn=certificate.certificate.certificate_arn if certificate and operator_mode else None,
         )
         self.gateway_config.node.add_dependency(installed)
+        self.heartbeat_token: SyncedSecret | None = None
+        if config.global_heartbeat_token is not None:
+            self.heartbeat_token = SyncedSecret(
+                self,
+                "GlobalHeartbeatToken",
+                cluster=cluster.cluster,
+                identity=config.platform.identity,
+                oidc_provider=cluster.oidc_provider,
+                config=config.global_heartbeat_token,
+            )
+            self.gateway_config.node.add_dependency(self.heartbeat_token.manifest)
         if certificate is not None and config.endpoint is not None:
             # The Service whose load balancer the record names: the operator's for the applied object,
             # or the chart's own in gateway mode.

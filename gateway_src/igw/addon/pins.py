@@ -5,7 +5,8 @@ so a version bump is a one-line change here and every consumer (and its tests) f
 
 Sources: the SageMaker HyperPod inference set-up guide and release notes (add-on name, namespace,
 dependency minimums), aws-cdk-lib's ``aws_eks.KubernetesVersion`` (Kubernetes versions), the EKS
-community add-ons page (cert-manager) and the AWS Load Balancer Controller's Helm chart.
+community add-ons page (cert-manager), the AWS Load Balancer Controller's Helm chart and the External
+Secrets Operator's chart (``deploy/charts/external-secrets``, its CRDs' served versions).
 """
 
 from __future__ import annotations
@@ -69,6 +70,18 @@ LOAD_BALANCER_CONTROLLER_CHART_VERSION: Final = "1.13.2"
 """Chart 1.13.2 ships controller v2.13.2, the pair the HyperPod operator chart pins."""
 LOAD_BALANCER_CONTROLLER_NAMESPACE: Final = "kube-system"
 LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT: Final = "aws-load-balancer-controller"
+
+EXTERNAL_SECRETS_CHART: Final = "external-secrets"
+EXTERNAL_SECRETS_REPOSITORY: Final = "https://charts.external-secrets.io"
+EXTERNAL_SECRETS_CHART_VERSION: Final = "2.9.0"
+"""The External Secrets Operator's chart (app v2.9.0), installed only with the deployment config's
+``inference.globalHeartbeatToken``. Its CRDs serve ``external-secrets.io/v1`` only (``v1beta1`` is
+defined but no longer served), so the stack writes :data:`EXTERNAL_SECRETS_API_VERSION`."""
+EXTERNAL_SECRETS_API_VERSION: Final = "external-secrets.io/v1"
+EXTERNAL_SECRETS_NAMESPACE: Final = "external-secrets"
+EXTERNAL_SECRETS_SERVICE_ACCOUNT: Final = "external-secrets"
+"""The controller's service account (the chart's ``serviceAccount.name``); its role reads the one
+Secrets Manager secret it syncs."""
 
 VPC_CNI_ADDON: Final = "vpc-cni"
 VPC_CNI_MINIMUM_VERSION: Final = "v1.18.3-eksbuild.1"
