@@ -93,6 +93,42 @@ def test_lora_info(lora_lines: list[str], active: set[str], waiting: set[str], m
     )
 
 
+@pytest.mark.parametrize(
+    ("running", "waiting", "signal"),
+    [
+        (",".join(f"a{i}" for i in range(5000)), "", "running_lora_adapters"),
+        ("ok", ",".join(f"w{i}" for i in range(1025)), "waiting_lora_adapters"),
+        ("x" * 257, "", "running_lora_adapters"),
+    ],
+    ids=["5000-running", "1025-waiting", "257-character-name"],
+)
+def test_an_adapter_list_over_its_bounds_is_a_missing_signal_not_a_set(
+    running: str, waiting: str, signal: str
+) -> None:
+    """A page listing more adapters than any engine runs (or a name no engine serves) is broken or
+    hostile: no set of its names (and no exported series per name), the label reported instead."""
+    page = (
+        f'vllm:lora_requests_info{{max_lora="4",running_lora_adapters="{running}",'
+        f'waiting_lora_adapters="{waiting}"}} 1.9e9\n'
+    )
+    parsed = parse_page(page, VLLM)
+    assert (parsed.metrics.active_adapters, parsed.metrics.waiting_adapters) == (None, None)
+    assert parsed.metrics.max_lora == 4
+    assert f"vllm:lora_requests_info{{{signal}}}" in parsed.missing
+
+
+def test_adapter_lists_at_their_bounds_are_taken() -> None:
+    names = [f"a{i}" for i in range(1024)]
+    page = (
+        f'vllm:lora_requests_info{{max_lora="4",running_lora_adapters="{",".join(names)}",'
+        f'waiting_lora_adapters="{"y" * 256}"}} 1.9e9\n'
+    )
+    parsed = parse_page(page, VLLM)
+    assert parsed.metrics.active_adapters == frozenset(names)
+    assert parsed.metrics.waiting_adapters == frozenset({"y" * 256})
+    assert not any("lora" in signal for signal in parsed.missing)
+
+
 def test_cache_config_and_missing_report() -> None:
     page = (
         'vllm:cache_config_info{block_size="32",engine="0",num_gpu_blocks="None",sliding_window="None"} 1.0\n'

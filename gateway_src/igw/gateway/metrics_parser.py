@@ -252,8 +252,28 @@ def _fractions(values: list[float]) -> list[float]:
     return values if not values or max(values) <= 1.0 else [v for v in values if v <= 1.0]
 
 
-def _split_adapters(value: str | None) -> frozenset[str]:
-    return frozenset(a for a in (value or "").split(",") if a)
+MAX_LISTED_ADAPTERS: Final = 1024
+"""Most adapter names one ``running_lora_adapters`` / ``waiting_lora_adapters`` label may list. An
+engine lists the adapters in its batch or queue, bounded by its LoRA slots (``max_loras``, tens at
+most); a longer list is a broken or hostile page, and taken as it was it cost a set of every name
+per scrape and one ``igw_endpoint_lora_adapter`` series per name (a 16 MiB page can name a million)."""
+MAX_ADAPTER_NAME: Final = 256
+"""Longest adapter name taken from a page (a LoRA module's served name; longer ones are refused as
+above)."""
+
+
+def _split_adapters(value: str | None) -> frozenset[str] | None:
+    """The adapter names of a comma-separated label value; ``None`` when it lists more than
+    :data:`MAX_LISTED_ADAPTERS` or a name longer than :data:`MAX_ADAPTER_NAME` (the caller reports
+    the label as a missing signal)."""
+    if not value:
+        return frozenset()
+    if value.count(",") >= MAX_LISTED_ADAPTERS:  # counted in C before any split of a long value
+        return None
+    names = frozenset(a for a in value.split(",") if a)
+    if any(len(a) > MAX_ADAPTER_NAME for a in names):
+        return None
+    return names
 
 
 def label_signal(family: str, label: str) -> str:
@@ -325,6 +345,14 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
             chosen = best[1] if best is not None else fallback
             active = _split_adapters(chosen.get("running_lora_adapters"))
             waiting_adapters = _split_adapters(chosen.get("waiting_lora_adapters"))
+            for label, names in (
+                ("running_lora_adapters", active),
+                ("waiting_lora_adapters", waiting_adapters),
+            ):
+                if names is None:  # over the bounds: the pod's adapters are unknown, and it says so
+                    missing.add(label_signal(families.lora, label))
+            if active is None or waiting_adapters is None:
+                active = waiting_adapters = None
             max_lora = int_label(chosen, families.lora, "max_lora")
 
     block_size: int | None = None
