@@ -140,6 +140,9 @@ async def fleet(redis_server: RedisServer, **spec: Any) -> AsyncIterator[Fixture
     config = parse_global_config(doc)
     client = redis_asyncio.Redis.from_url(redis_server.url)
     async with contextlib.AsyncExitStack() as stack:
+        # Closed however the test ends: a failing test left it open, and its connection's
+        # ResourceWarning then failed whichever test ran next on the same worker.
+        stack.push_async_callback(client.aclose)  # type: ignore[attr-defined]
         http = await stack.enter_async_context(aiohttp.ClientSession())
         fx = Fixture(clusters=clusters, urls=[], fleets=[], http=http, redis=client)
         publisher = Ticker(lambda: _publish(fx), interval_s=0.1, name="test-heartbeats")
@@ -155,7 +158,6 @@ async def fleet(redis_server: RedisServer, **spec: Any) -> AsyncIterator[Fixture
             await publisher.stop()
             for c in clusters.values():
                 await c.server.stop()
-    await client.aclose()  # type: ignore[attr-defined]
 
 
 async def served_by(fx: Fixture, n: int, *, replica: int = 0) -> Counter[str]:
