@@ -48,8 +48,14 @@ def lora_ep(key: str, *, active: frozenset[str], waiting: frozenset[str] = froze
         pytest.param(
             [lora_ep("busy", active=OTHERS), ep("no-lora-metrics")],
             "a",
-            ["no-lora-metrics"],
-            id="unknown-is-not-penalised",
+            ["busy"],
+            id="a-pod-without-lora-metrics-is-left-out-where-others-report-them",
+        ),
+        pytest.param(
+            [ep("no-lora-1"), ep("no-lora-2")],
+            "a",
+            ["no-lora-1", "no-lora-2"],
+            id="no-candidate-reports-lora-metrics-keeps-all",
         ),
         pytest.param(
             [

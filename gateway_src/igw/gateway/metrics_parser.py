@@ -351,9 +351,11 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
             ):
                 if names is None:  # over the bounds: the pod's adapters are unknown, and it says so
                     missing.add(label_signal(families.lora, label))
-            if active is None or waiting_adapters is None:
-                active = waiting_adapters = None
             max_lora = int_label(chosen, families.lora, "max_lora")
+            if active is None or waiting_adapters is None:
+                # Unknown as a whole: the LoRA filter and scorer treat a pod without max_lora as
+                # saying nothing about adapters (with only the lists dropped, its slots looked free).
+                active = waiting_adapters = max_lora = None
 
     block_size: int | None = None
     num_blocks: int | None = None

@@ -16,8 +16,13 @@ Rule, per request with adapter ``a`` (tiers by the GIE scorer's categories):
 4. every endpoint (nothing better exists; the scorers decide).
 
 The first non-empty tier is kept. An endpoint where ``a`` is the *drain victim* (below) is left out
-of every tier unless it is the only endpoint. Endpoints without LoRA metrics are kept in the first
-tier (unknown is not penalised). Base-model requests pass unfiltered. Parameters: none.
+of every tier unless it is the only endpoint. Endpoints without LoRA metrics (no
+``vllm:lora_requests_info``, or one the parser could not trust) are left out whenever some candidate
+reports them: in a pool configured for adapters a vLLM that publishes no LoRA metrics runs without
+LoRA, and answers every adapter request 404 (until session s28 such a pod was kept in the first
+tier, and since a request failing at once leaves its pod looking idle, a mixed fleet sent it 96 % of
+the adapter requests; docs/gateway.md). When no candidate reports LoRA metrics (an engine without
+them) every endpoint is kept, as before. Base-model requests pass unfiltered. Parameters: none.
 
 **Slots claimed since the scrape.** Between two scrapes every pick sees the same adapter sets, so a pod
 showing one free slot would receive *every* cold adapter of that scrape window. The filter therefore
@@ -128,9 +133,10 @@ class LoraSlotFilter(PluginHooks):
         scores = [adapter_affinity(adapter, e, unreflected=self.unreflected(e)) for e in endpoints]
         # An endpoint where this adapter is the drain victim is unschedulable for it in every tier
         # that would keep its slot busy, unless no other endpoint exists.
-        usable = [
-            (e, s) for e, s in zip(endpoints, scores, strict=True) if self.drain_victim(e) != adapter
-        ] or list(zip(endpoints, scores, strict=True))
+        pairs = list(zip(endpoints, scores, strict=True))
+        if any(s is not None for s in scores):  # LoRA-capable pods known: never one that says nothing
+            pairs = [(e, s) for e, s in pairs if s is not None]
+        usable = [(e, s) for e, s in pairs if self.drain_victim(e) != adapter] or pairs
         unblocked = [
             e for e, s in usable if (s is None or s >= FREE_SLOT) and not starves_other_adapter(adapter, e)
         ]
