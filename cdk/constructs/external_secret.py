@@ -22,6 +22,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk.config import GlobalHeartbeatTokenConfig, IdentityMode, partition_of_region
+from cdk.constructs.hyperpod_dependencies import OFF_HYPERPOD_NODES
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import pins
 
@@ -117,7 +118,13 @@ class SyncedSecret(Construct):
             release=RELEASE,
             wait=True,  # the webhook validates SecretStores and ExternalSecrets: up before they are applied
             timeout=cdk.Duration.minutes(15),
-            values={"installCRDs": True, "serviceAccount": service_account},
+            values={
+                "installCRDs": True,
+                "serviceAccount": service_account,
+                "affinity": OFF_HYPERPOD_NODES,
+                "webhook": {"affinity": OFF_HYPERPOD_NODES},
+                "certController": {"affinity": OFF_HYPERPOD_NODES},
+            },
         )
         # The role, its policy and (Pod Identity) the association exist before the controller starts.
         self.chart.node.add_dependency(self.role)

@@ -20,6 +20,7 @@ from constructs import Construct
 
 from cdk.config import IdentityMode
 from cdk.constructs import checkov_ack
+from cdk.constructs.hyperpod_dependencies import OFF_HYPERPOD_NODES
 from cdk.constructs.nag_ack import acknowledge
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import pins
@@ -125,6 +126,7 @@ class LoadBalancerController(Construct):
                 # A listener without an explicit policy gets TLS 1.2+, not ELBSecurityPolicy-2016-08.
                 "defaultSSLPolicy": DEFAULT_SSL_POLICY,
                 "podDisruptionBudget": {"maxUnavailable": 1},
+                "affinity": OFF_HYPERPOD_NODES,
             },
         )
         if self.role.association is not None:

@@ -132,6 +132,14 @@ def test_load_balancer_controller_chart_with_its_policy_file_and_pod_identity(
     assert len(lbc) == 1
     assert lbc[0]["Version"] == pins.LOAD_BALANCER_CONTROLLER_CHART_VERSION
     assert lbc[0]["Namespace"] == "kube-system"
+    # Off the HyperPod (GPU) nodes when another node has room: preferred, so an imported cluster
+    # without system nodes still runs it.
+    separator, parts = lbc[0]["Values"]["Fn::Join"]  # the cluster's name and VPC come from imports
+    values = json.loads(separator.join(part if isinstance(part, str) else "imported" for part in parts))
+    (preferred,) = values["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred["preference"]["matchExpressions"] == [
+        {"key": "sagemaker.amazonaws.com/node-health-status", "operator": "DoesNotExist"}
+    ]
     policy_file = json.loads(load_balancer_controller.POLICY_FILE.read_text())
     (policy,) = platform.find_resources("AWS::IAM::ManagedPolicy").values()
     rendered = _with_partition(policy["Properties"]["PolicyDocument"], "aws")

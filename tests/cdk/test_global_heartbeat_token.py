@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from cdk import config, nag
+from cdk.constructs.hyperpod_dependencies import OFF_HYPERPOD_NODES
 from igw.addon import pins
 from tests.cdk.support import EXAMPLES, Synthesized, resolve
 
@@ -109,6 +110,9 @@ def test_the_operator_is_installed_from_its_chart_at_the_pin_with_its_crds(with_
     values = json.loads(resolve(properties["Values"], {}))
     assert values["installCRDs"] is True
     assert values["serviceAccount"] == {"create": True, "name": pins.EXTERNAL_SECRETS_SERVICE_ACCOUNT}
+    # The controller, its webhook and its cert controller keep off the GPU nodes when they can.
+    for affinity in (values["affinity"], values["webhook"]["affinity"], values["certController"]["affinity"]):
+        assert affinity == OFF_HYPERPOD_NODES
 
 
 def test_the_controller_role_reads_exactly_the_one_secret_and_decrypts_only_through_secrets_manager(
