@@ -42,6 +42,7 @@ _SCHEDULING: Final = (
     ".ewma",
     ".factory",
     ".flow_control",
+    ".outliers",
     ".params",
     ".pick_notes",
     ".picker_config",

@@ -635,6 +635,24 @@ CASES: list[Case] = [
         fails=[("spec.extensions.dataPlane.autoscaling.targetCPUUtilizationPercentage", "schema.maximum")],
     ),
     case(
+        "outlier-ejection-of-0s",
+        set_("spec.extensions", {"routing": {"outlierDetection": {"baseEjectionTime": "0s"}}}),
+        fails=[("spec.extensions.routing.outlierDetection.baseEjectionTime", "outlier-ejection-times")],
+    ),
+    case(
+        "outlier-longest-ejection-under-the-first",
+        set_(
+            "spec.extensions",
+            {"routing": {"outlierDetection": {"consecutiveFailures": 3, "baseEjectionTime": "10m"}}},
+        ),
+        fails=[("spec.extensions.routing.outlierDetection.maxEjectionTime", "outlier-ejection-times")],
+    ),
+    case(
+        "outlier-percent-over-100",
+        set_("spec.extensions", {"routing": {"outlierDetection": {"maxEjectionPercent": 101}}}),
+        fails=[("spec.extensions.routing.outlierDetection.maxEjectionPercent", "schema.maximum")],
+    ),
+    case(
         "management-port-privileged",
         set_("spec.extensions", {"management": {"port": 80}}),
         fails=[("spec.extensions.management.port", "schema.minimum")],

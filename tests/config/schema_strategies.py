@@ -168,6 +168,10 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
         else:
             low = scaling.setdefault("minReplicas", 2)
             scaling["maxReplicas"] = max(low, scaling.get("maxReplicas", low))
+    outliers = (extensions.get("routing") or {}).get("outlierDetection") or {}
+    for key, value in (("baseEjectionTime", "30s"), ("maxEjectionTime", "300s")):
+        if key in outliers:
+            outliers[key] = value  # an ejection above 0s, the longest at least the first
     management = extensions.get("management") or {}
     if management.get("port") == 8080:
         management["port"] = 9090  # not the operator's inference port

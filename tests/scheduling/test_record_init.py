@@ -69,6 +69,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "prompt_tokens": 21,
         "output_tokens": 22,
         "cached_tokens": 23,
+        "pod_fault": True,
     },
     AccessRecord: {
         "request_id": "r-3",

@@ -51,6 +51,12 @@ def test_schema_defaults_equal_the_code_defaults() -> None:
     assert s["saturation"]["properties"]["kvCacheUtilThreshold"]["default"] == code.kv_cache_util_threshold
     assert s["retryAfter"]["properties"]["minSeconds"]["default"] == code.retry_after_min_s
     assert s["retryAfter"]["properties"]["maxSeconds"]["default"] == code.retry_after_max_s
+    outliers = s["outlierDetection"]["properties"]
+    od = code.outlier_detection
+    assert outliers["consecutiveFailures"]["default"] == od.consecutive_failures
+    assert parse_duration(outliers["baseEjectionTime"]["default"]) == od.base_ejection_s
+    assert parse_duration(outliers["maxEjectionTime"]["default"]) == od.max_ejection_s
+    assert outliers["maxEjectionPercent"]["default"] == od.max_ejection_percent
     assert code.stale_threshold_s <= 1.0
 
 
@@ -60,9 +66,22 @@ def test_values_are_read() -> None:
         "staleThreshold": "300ms",
         "saturation": {"queueDepthThreshold": 2, "kvCacheUtilThreshold": 0.5},
         "retryAfter": {"minSeconds": 2, "maxSeconds": 9},
+        "outlierDetection": {
+            "consecutiveFailures": 7,
+            "baseEjectionTime": "5s",
+            "maxEjectionTime": "1m",
+            "maxEjectionPercent": 20,
+        },
     }
     jsonschema.validate(raw, schema())
     got = RoutingSettings.from_extension(raw)
+    od = got.outlier_detection
+    assert (od.consecutive_failures, od.base_ejection_s, od.max_ejection_s, od.max_ejection_percent) == (
+        7,
+        5,
+        60,
+        20,
+    )
     assert (got.scrape_interval_s, got.stale_threshold_s) == pytest.approx((0.02, 0.3))
     assert (got.queue_depth_threshold, got.kv_cache_util_threshold) == (2, 0.5)
     assert (got.retry_after_min_s, got.retry_after_max_s) == (2, 9)
@@ -87,9 +106,28 @@ def test_zero_response_and_unresponsive_timeouts_mean_no_bound() -> None:
             {"scrapeInterval": "2s"}, "staleThreshold: must be longer than scrapeInterval", id="stale"
         ),
         pytest.param({"scrapeTimeout": "0s"}, "scrapeTimeout: must be greater than 0s", id="timeout"),
+        pytest.param(
+            {"outlierDetection": {"baseEjectionTime": "0s"}},
+            "spec.extensions.routing.outlierDetection.baseEjectionTime: must be greater than 0s",
+            id="no-ejection-time",
+        ),
+        pytest.param(
+            {"outlierDetection": {"baseEjectionTime": "1m", "maxEjectionTime": "30s"}},
+            "outlierDetection.maxEjectionTime: must be at least baseEjectionTime (60s)",
+            id="max-under-base",
+        ),
     ],
 )
 def test_cross_field_rules(raw: dict[str, Any], problem: str) -> None:
     with pytest.raises(SchedulerConfigError) as err:
         RoutingSettings.from_extension(raw)
     assert any(problem in p for p in err.value.problems)
+
+
+def test_outlier_detection_can_be_turned_off_whatever_its_times() -> None:
+    raw = {"outlierDetection": {"consecutiveFailures": 0, "baseEjectionTime": "0s", "maxEjectionTime": "0s"}}
+    jsonschema.validate(raw, schema())
+    assert not RoutingSettings.from_extension(raw).outlier_detection.enabled
+    for bad in ({"maxEjectionPercent": 101}, {"consecutiveFailures": -1}, {"ejectionTime": "1s"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"outlierDetection": bad}, schema())

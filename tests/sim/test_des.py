@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from igw.scheduling.factory import default_weights, scheduler_from_weights
+from igw.scheduling.settings import OutlierDetection, RoutingSettings
 from igw.scheduling.types import DecisionKind, EndpointView, RoutingDecision, RoutingRequest
 from igw.sim.des import SimulationError, simulate
 from igw.sim.request import SimRequest
@@ -202,6 +204,28 @@ def test_killed_pod_fails_over_to_fallbacks_and_error_rate_fails() -> None:
     res = simulate(pods=[flaky], requests=workload(5), policy=policy, seed=0)
     assert all(r.status == 500 for r in res.records)
     assert not any(o.ok for o in policy.outcomes)
+    assert all(o.pod_fault for o in policy.outcomes)  # a 5xx is the pod's fault (outlier detection)
+
+
+@pytest.mark.parametrize(("consecutive", "most"), [(5, 5), (0, None)])
+def test_the_gateway_scheduler_ejects_a_pod_that_fails_at_once(consecutive: int, most: int | None) -> None:
+    """Four pods, one answering 500 at once: it looks idle, so without outlier detection it draws
+    more than its share; with it, five failures eject it for the rest of the run."""
+    failing = PodSpec(
+        preset="llama-3.1-8b/h100", name="failing", faults=(FaultSpec(kind=FaultKind.ERROR_RATE, rate=1.0),)
+    )
+    pods = [dataclasses.replace(H100, name=f"h{i}") for i in range(3)] + [failing]
+    routing = RoutingSettings(outlier_detection=OutlierDetection(consecutive_failures=consecutive))
+    policy = scheduler_from_weights(
+        default_weights(lora_adapters=False), routing=routing, rng=random.Random(1)
+    )
+    res = simulate(pods=pods, requests=workload(400, rate=40.0), policy=policy, seed=1)
+    failed = [r for r in res.records if not r.ok]
+    assert {r.status for r in failed} <= {500}
+    if most is not None:
+        assert len(failed) == most
+    else:
+        assert len(failed) > 400 / 4  # more than a fair quarter: the failing pod looks idle
 
 
 def test_live_only_faults_are_refused() -> None:

@@ -36,6 +36,8 @@ igw_endpoint_scrape_failing{{scheduler="pool",endpoint="a:1"}} 0
 igw_endpoint_scrape_failing{{scheduler="pool",endpoint="b:1"}} 1
 # TYPE igw_endpoint_signal_missing gauge
 igw_endpoint_signal_missing{{scheduler="pool",endpoint="b:1",signal="vllm:lora_requests_info"}} 1
+# TYPE igw_endpoint_ejected_seconds gauge
+igw_endpoint_ejected_seconds{{scheduler="pool",endpoint="b:1"}} 12.5
 # TYPE inference_pool_ready_pods gauge
 inference_pool_ready_pods{{name="pool"}} 1
 # TYPE igw_pool_stale_endpoints gauge
@@ -87,7 +89,7 @@ def test_first_scrape_has_gauges_but_no_rates() -> None:
         (),
     )
     assert b.adapters is None
-    assert b.flags == ("stale", "failing", "missing vllm:lora_requests_info")
+    assert b.flags == ("stale", "failing", "ejected", "missing vllm:lora_requests_info")
 
 
 @pytest.mark.parametrize(

@@ -113,6 +113,17 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "A frozen metrics page usually means a hung metrics exporter in the model server.",
     ),
     Alert(
+        "IgwEndpointEjectedRepeatedly",
+        "sum by (scheduler, endpoint) (increase(igw_endpoint_ejections_total[15m])) >= 3",
+        "0m",
+        "warning",
+        "Endpoint {{ $labels.endpoint }} of {{ $labels.scheduler }} was ejected 3 times or more "
+        "in 15 minutes.",
+        "Its inference API keeps failing requests (5xx, broken streams, refused connections) while its "
+        "/metrics page may look healthy; outlier detection routes around it between ejections. Check the "
+        "model server's log and the gateway access log's error field for this endpoint.",
+    ),
+    Alert(
         "IgwEndpointSignalMissing",
         "igw_endpoint_signal_missing == 1",
         "10m",

@@ -285,6 +285,15 @@ POOL_DETAIL: Final = Board(
                     ),
                 ),
                 Panel(
+                    # Outlier detection: a pod failing the requests sent to it, however its /metrics
+                    # page looks. Each worker ejects on its own counts: the longest ejection shows.
+                    "Ejected for failing requests (seconds left)",
+                    "timeseries",
+                    "s",
+                    (Query(f"max by (endpoint) (igw_endpoint_ejected_seconds{POOL})", "{{endpoint}}"),),
+                    width=24,
+                ),
+                Panel(
                     # Each worker of a --workers group routes on its own copy of worker 0's scrapes:
                     # a worker above the others has a copy that fell behind (IgwWorkerScrapeCopyBehind).
                     "Endpoints routed around as stale, per gateway worker",

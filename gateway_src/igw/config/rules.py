@@ -18,7 +18,7 @@ from typing import Any, Final
 from igw.config.durations import parse_duration
 from igw.config.errors import Problem
 from igw.config.jsonpath import PathPart, format_path
-from igw.config.schema import admission_rules
+from igw.config.schema import admission_rules, shared_schema
 
 RuleCheck = Callable[[Mapping[str, Any]], Iterator[Problem]]
 
@@ -367,6 +367,34 @@ def _autoscaling_bounds(doc: Mapping[str, Any]) -> Iterator[Problem]:
         yield _problem(rule, (*at, "maxReplicas"), f"must be at least minReplicas ({low}), got {high}")
 
 
+def _outlier_ejection_times(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``spec.extensions.routing.outlierDetection``: while it ejects (``consecutiveFailures`` above 0)
+    an ejection lasts more than 0s and ``maxEjectionTime`` is at least ``baseEjectionTime`` (the
+    schema's defaults where a field is absent)."""
+    ext = _mapping(_spec(doc).get("extensions")) or {}
+    od = _mapping((_mapping(ext.get("routing")) or {}).get("outlierDetection"))
+    if od is None or od.get("consecutiveFailures") == 0:
+        return
+    fields = shared_schema()["properties"]["spec"]["properties"]["extensions"]["properties"]["routing"][
+        "properties"
+    ]["outlierDetection"]["properties"]  # the defaults, where the routing extension states them
+    try:
+        base = parse_duration(od.get("baseEjectionTime", fields["baseEjectionTime"]["default"]))
+        longest = parse_duration(od.get("maxEjectionTime", fields["maxEjectionTime"]["default"]))
+    except (TypeError, ValueError):
+        return  # the schema's duration pattern reports it
+    rule = "outlier-ejection-times"
+    at = ("spec", "extensions", "routing", "outlierDetection")
+    if base <= 0:
+        yield _problem(
+            rule, (*at, "baseEjectionTime"), "must be greater than 0s unless consecutiveFailures is 0"
+        )
+    elif longest < base:
+        yield _problem(
+            rule, (*at, "maxEjectionTime"), f"must be at least baseEjectionTime ({base:g}s), got {longest:g}s"
+        )
+
+
 RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "bbr-required-for-multiple-schedulers": _bbr_required,
     "unique-scheduler-name": _unique("name", "unique-scheduler-name"),
@@ -399,6 +427,7 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     ),
     "management-port-not-serving-port": _management_port_not_serving_port,
     "autoscaling-bounds": _autoscaling_bounds,
+    "outlier-ejection-times": _outlier_ejection_times,
 }
 """The one registry of Python rule checks, keyed by the ids in ``schemas/admission-rules.yaml``."""
 

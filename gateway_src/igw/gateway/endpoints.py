@@ -99,6 +99,9 @@ class EndpointState:
         self._inflight = inflight
         self._inflight_tokens = inflight_tokens
         self.picks = picks
+        """Requests sent here that its ``/metrics`` page should reflect: every dispatch, less those the
+        model server refused with an error head (:meth:`refused`). Frozen-page detection and scrape
+        pacing read it (with ``--workers``, summed over the workers)."""
         self.page = PageTracker() if page is None else page
         self._max_model_len = max_model_len
         """Longest prompt + output the model server accepts (from its ``/v1/models``), when known."""
@@ -189,6 +192,14 @@ class EndpointState:
         self._inflight_tokens += est_tokens
         self.picks += 1
         self._view_changed()
+
+    def refused(self) -> None:
+        """The model server answered a request sent here with an error head (4xx, 5xx) and nothing
+        generated: a refusal at its HTTP layer (validation, a dead engine) moves no counter of its
+        page, so it is taken back from :attr:`picks`. Counted, it made a pod that answered errors look
+        frozen and left it out of scheduling until its page moved by itself, which an idle pod's page
+        never does (found by probing, 2026-12-05, session s29)."""
+        self.picks -= 1
 
     def completed(self, est_tokens: int) -> None:
         self._inflight -= 1

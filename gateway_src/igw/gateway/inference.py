@@ -638,13 +638,15 @@ async def _forward(
         finally:
             if ep is not None:
                 ep.completed(est_tokens)
+                if result is not None and result.status >= 400 and result.error is None and not result.events:
+                    ep.refused()  # the pod's own error answer: its page did not move (frozen pages)
                 if plan.priority is not None:
                     state.flow.finished(key, plan.priority)
             if plan.sr is not None:
                 if connected:
                     _feedback(plan.sr, key, obs, result, now=state.clock())
-                else:  # a forced choice's scores, for the access log (no outcome settles it)
-                    plan.sr.scheduler.settle()
+                else:  # outlier detection counts it; settles a forced choice's scores (access log)
+                    plan.sr.scheduler.on_connect_failed(key, now=state.clock())
         if not connected:  # the next candidate; here, not in the handler: mypyc cannot compile a
             continue  # `continue` inside try/finally (igw.compiled)
         break
@@ -722,7 +724,9 @@ def _first_token_feedback(
 def _feedback(
     sr: SchedulerRuntime, key: str, obs: RequestObserver, result: ExchangeResult | None, *, now: float
 ) -> None:
-    """Tell the scheduler how the request went (drain rate, measured speed)."""
+    """Tell the scheduler how the request went (drain rate, measured speed, and for outlier detection
+    whether the model server failed it: ``result.ok`` is false only for a 5xx answer or a stream it
+    broke or left silent; no result - the client left, routeTimeout - is nobody's fault here)."""
     itl = None
     out_tokens = 0
     ttft = None
@@ -743,6 +747,7 @@ def _feedback(
             itl_s=itl,
             prompt_tokens=obs.record.prompt_tokens or 0,
             output_tokens=out_tokens,
+            pod_fault=result is not None and not result.ok,
         ),
         now=now,
     )

@@ -5,7 +5,8 @@ A :class:`GatewayRuntime` holds, per ``spec.schedulers[]`` entry, its scheduler 
 body-based model router. Building one does all validation that can fail (EndpointPickerConfig
 parsing, routing settings), so a reload either yields a complete new runtime or leaves the old one
 untouched. Endpoint pools, and schedulers whose definition did not change, are carried over so a
-reload does not forget scraped metrics, in-flight counts or the prefix index.
+reload does not forget scraped metrics, in-flight counts or the prefix index; a rebuilt scheduler
+takes over its predecessor's outlier detection (failure counts and ejections).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from igw.scheduling.flow_control import EXTENSION_NAME as FLOW_EXTENSION
 from igw.scheduling.flow_control import FlowControlSettings
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.settings import EXTENSION_NAME, RoutingSettings
+from igw.scheduling.types import EndpointKey
+
+EjectionHook = Callable[[str, EndpointKey, float, int], None]
+"""Told of each ejection by a scheduler's outlier detection: ``(scheduler, endpoint, seconds,
+failures in a row)``."""
 
 PickerConfigs = Mapping[str, Mapping[str, Any]]
 """``configMapRef`` name/key -> EndpointPickerConfig document (see :func:`picker_config_key`)."""
@@ -65,10 +71,12 @@ class GatewayRuntime:
         bbr_adapters: Mapping[str, str] | None = None,
         previous: GatewayRuntime | None = None,
         index_blocks: int | None = None,
+        on_ejected: EjectionHook | None = None,
     ) -> None:
         """``index_blocks``: the blocks every scheduler's prefix index may hold together (this
         process's share of the container's memory, :func:`igw.gateway.memory.index_block_budget`;
-        ``None``: no bound), shared equally by the schedulers."""
+        ``None``: no bound), shared equally by the schedulers. ``on_ejected``: told of every
+        scheduler's ejections (the gateway counts and logs them)."""
         self.config = config
         self.index_blocks = index_blocks
         self.settings = RoutingSettings.from_extension(config.extensions.get(EXTENSION_NAME))
@@ -103,6 +111,10 @@ class GatewayRuntime:
                 scheduler = scheduler_from_spec(
                     spec, routing=self.settings, rng=rng, picker_config=picker_config
                 )
+                if old is not None:
+                    scheduler.outliers.adopt(old.scheduler.outliers)
+                if on_ejected is not None:
+                    scheduler.outliers.on_ejected = _told(on_ejected, spec.name)
             pool = old.pool if old is not None else EndpointPool()
             self.schedulers[spec.name] = SchedulerRuntime(
                 spec=spec,
@@ -128,3 +140,19 @@ class GatewayRuntime:
         for name, sr in self.schedulers.items():
             for state in sr.pool.states.values():
                 yield name, state
+
+    def ejections(self) -> Iterator[tuple[str, EndpointKey, float]]:
+        """``(scheduler, endpoint, seconds left)`` of every endpoint ejected now."""
+        now = self.clock()
+        for name, sr in self.schedulers.items():
+            for key, seconds in sr.scheduler.outliers.seconds_left(now):
+                yield name, key, seconds
+
+
+def _told(hook: EjectionHook, scheduler: str) -> Callable[[EndpointKey, float, int], None]:
+    """``hook`` for one scheduler's ejections."""
+
+    def ejected(key: EndpointKey, seconds: float, failures: int) -> None:
+        hook(scheduler, key, seconds, failures)
+
+    return ejected

@@ -29,7 +29,8 @@ with ``igw serve --workers`` only worker 0 scrapes and publishes each outcome to
 
 A page that is still served but no longer changes is *frozen*: when the page stays byte-identical
 for ``staleThreshold`` after the gateway dispatched a request to the endpoint (a live model server's
-counters move with every request it receives), its metrics are no longer trusted - the endpoint is
+counters move with every request it receives; one it refused with an error head is not counted,
+:meth:`~igw.gateway.endpoints.EndpointState.refused`), its metrics are no longer trusted - the endpoint is
 treated as stale from the page's last change, so it is excluded at most ``staleThreshold`` plus one
 scrape interval after the first request it did not account for. It is logged once, shown as
 ``igw_endpoint_metrics_frozen`` and in ``/readyz``, and trusted again as soon as the page changes.

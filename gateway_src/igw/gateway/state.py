@@ -52,7 +52,12 @@ class GatewayState:
         self.clock = clock
         self.rng = rng
         self.runtime = GatewayRuntime(
-            config, rng=rng, clock=clock, picker_configs=picker_configs, index_blocks=index_blocks
+            config,
+            rng=rng,
+            clock=clock,
+            picker_configs=picker_configs,
+            index_blocks=index_blocks,
+            on_ejected=self._endpoint_ejected,
         )
         self.metrics = GatewayMetrics(
             lister=lambda: self.runtime.endpoints(),
@@ -60,6 +65,7 @@ class GatewayState:
             registry=registry,
             stale_threshold_s=lambda: self.runtime.settings.stale_threshold_s,
             scrapes=exports_scrapes,
+            ejections=lambda: self.runtime.ejections(),
         )
         self.flow = FlowGates(registry=self.metrics.registry, clock=clock)
         """Flow-control queues per scheduler (``spec.extensions.flowControl``), kept across reloads."""
@@ -125,6 +131,7 @@ class GatewayState:
             bbr_adapters=self.bbr_adapters,
             previous=self.runtime,
             index_blocks=self.runtime.index_blocks,
+            on_ejected=self._endpoint_ejected,
         )
         for name, sr in new.schedulers.items():
             if name in self.discovered:
@@ -139,6 +146,18 @@ class GatewayState:
             hook(config)
         if self.scraper is not None:
             self.scraper.sync()
+
+    def _endpoint_ejected(self, scheduler: str, key: str, seconds: float, failures: int) -> None:
+        """Outlier detection ejected ``key``: counted, and logged (an operator looks at the pod)."""
+        self.metrics.child(self.metrics.ejections, scheduler, key).inc()
+        log.warning(
+            "scheduler %s: endpoint %s ejected for %gs after %d failed requests in a row "
+            "(spec.extensions.routing.outlierDetection)",
+            scheduler,
+            key,
+            seconds,
+            failures,
+        )
 
     def _configure_flow(self) -> None:
         """Hand the runtime's flow-control settings to the queues: at start, and on each applied
@@ -171,6 +190,7 @@ class GatewayState:
                     if st.metrics is None or st.metrics.active_adapters is None
                     else sorted(st.metrics.active_adapters),
                     "inflight": st.inflight,
+                    "ejected_s": _ejected_for(sr.scheduler.outliers.ejected, key, now),
                     "metrics_frozen": st.page.frozen,
                     "max_model_len": st.max_model_len,
                 }
@@ -193,3 +213,9 @@ class GatewayState:
             detail["draining"] = True
         ready = self.discovery_ready and any_usable and guard.ready and not self.draining
         return ready, detail
+
+
+def _ejected_for(ejected: Mapping[str, float], key: str, now: float) -> float | None:
+    """Seconds left of ``key``'s ejection by outlier detection, ``None`` when it is not ejected."""
+    until = ejected.get(key)
+    return None if until is None or until <= now else round(until - now, 3)

@@ -55,6 +55,13 @@ their maximum, never their sum; in a worker group only worker 0 exports them."""
 
 EndpointLister = Callable[[], Iterable[tuple[str, EndpointState]]]
 """Yields ``(scheduler name, endpoint state)`` for every endpoint currently known."""
+EjectionLister = Callable[[], Iterable[tuple[str, str, float]]]
+"""Yields ``(scheduler name, endpoint, seconds left)`` for every endpoint this process's outlier
+detection has ejected (:mod:`igw.scheduling.outliers`)."""
+
+
+def _no_ejections() -> Iterable[tuple[str, str, float]]:
+    return ()
 
 
 @mypyc_attr(native_class=False)  # mypyc: it subclasses prometheus_client's, so it stays a Python class
@@ -69,11 +76,13 @@ class _EndpointCollector(Collector):
         clock: Callable[[], float],
         stale_threshold_s: Callable[[], float],
         scrapes: bool,
+        ejections: EjectionLister,
     ) -> None:
         self._lister = lister
         self._clock = clock
         self._stale_threshold_s = stale_threshold_s
         self._scrapes = scrapes
+        self._ejections = ejections
 
     def collect(self) -> Iterator[Metric]:
         if self._scrapes:
@@ -81,6 +90,19 @@ class _EndpointCollector(Collector):
         else:
             yield from self._own()
         yield from self._summary()
+        yield self._ejected()
+
+    def _ejected(self) -> Metric:
+        """Endpoints this process's outlier detection leaves out (every worker its own)."""
+        family = GaugeMetricFamily(
+            "igw_endpoint_ejected_seconds",
+            "Seconds left of the endpoint's ejection by outlier detection (it failed "
+            "outlierDetection.consecutiveFailures requests in a row); only ejected endpoints are listed.",
+            labels=["scheduler", "endpoint"],
+        )
+        for sched, key, seconds in self._ejections():
+            family.add_metric([sched, key], seconds)
+        return family
 
     def _own(self) -> Iterator[Metric]:
         """What a follower exports per endpoint: its own requests in flight."""
@@ -218,6 +240,7 @@ class GatewayMetrics:
         registry: CollectorRegistry | None = None,
         stale_threshold_s: Callable[[], float] = _default_stale_threshold_s,
         scrapes: bool = True,
+        ejections: EjectionLister = _no_ejections,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -310,15 +333,25 @@ class GatewayMetrics:
         self.scrapes = FoldingCounter(
             "igw_endpoint_scrapes", "Metrics scrapes by result (ok, error).", ["result"], registry=r
         )
+        self.ejections = FoldingCounter(
+            "igw_endpoint_ejections",
+            "Ejections of the endpoint by outlier detection (failed requests in a row).",
+            ["scheduler", "endpoint"],
+            registry=r,
+        )
         for family in (
             self.requests, self.duration, self.ttft, self.itl, self.tokens, self.picks, self.rejections,
             self.decision, self.retries, self.stream_errors, self.client_disconnects, self.config_reloads,
-            self.scrapes,
+            self.scrapes, self.ejections,
         ):  # fmt: skip
             family.folds = self._batch.fold
         r.register(
             _EndpointCollector(
-                lister=lister, clock=clock, stale_threshold_s=stale_threshold_s, scrapes=scrapes
+                lister=lister,
+                clock=clock,
+                stale_threshold_s=stale_threshold_s,
+                scrapes=scrapes,
+                ejections=ejections,
             )
         )
         self.epp = EppCompatCollector(

@@ -9,6 +9,8 @@ Order of one ``pick`` (all in memory, no I/O, time only from ``now``):
    (GIE keeps routing to them, their issue #1497) and come back by themselves once fresh metrics
    arrive. If *no* endpoint is fresh, the scheduler does not fail: it ranks every endpoint by the
    gateway's own in-flight counts only (``active-request-scorer``).
+   Before that, endpoints ejected for failing the requests sent to them are left out
+   (:mod:`igw.scheduling.outliers`, at most a share of the pool).
    Fresh endpoints are annotated with this scheduler's own dispatches since their scrape
    (``unreflected_dispatches``, :mod:`igw.scheduling.dispatch_ledger`), which the speed-aware
    ``predicted-ttft-scorer`` adds to ``waiting`` so picks between two scrapes do not herd.
@@ -49,6 +51,7 @@ from igw.scheduling.framework import (
     UnitScores,
     clamp01,
 )
+from igw.scheduling.outliers import OutlierDetector
 from igw.scheduling.pick_notes import LearnCounts, PickNoteOutbox, learn_notes, sharing_plugins
 from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
@@ -143,6 +146,8 @@ class Scheduler:
         )
         """Own dispatches not yet visible in a scrape (see :mod:`igw.scheduling.dispatch_ledger`);
         ``None`` leaves ``unreflected_dispatches`` at 0."""
+        self.outliers = OutlierDetector(self.settings.outlier_detection)
+        """Endpoints ejected for failing the requests sent to them (:mod:`igw.scheduling.outliers`)."""
         self._scrape = ScrapeCache()
         """Values derived from the candidates' scrapes, kept between picks (:class:`ScrapeCache`)."""
         self._profile_weights = tuple([ws.weight for ws in profile.scorers])
@@ -267,6 +272,8 @@ class Scheduler:
         let through on stale pages). No fresh endpoint: 1.0.
         """
         self.settle()  # the ledger's dispatches count
+        if self.outliers.ejected:  # an ejected endpoint takes no requests: its idleness is no headroom
+            endpoints = self.outliers.admit(endpoints, now=now)
         fresh = [e for e in endpoints if self.is_fresh(e, now)]
         if not fresh:
             return 1.0
@@ -378,6 +385,11 @@ class Scheduler:
                 reason=f"no endpoint's context window holds {tokens_needed(request)} tokens",
                 removed=removed,
             )
+        if self.outliers.ejected:  # one attribute read while nothing is ejected
+            admitted = self.outliers.admit(endpoints, now=now)
+            if len(admitted) != len(endpoints):
+                _note_removed(removed, endpoints, admitted, "ejected: failed requests in a row")
+            endpoints = admitted
         # Positionally, with its fresh state dict (keywords and the default factory cost twice).
         ctx = CycleContext(request, now, self.rng, {}, self._scrape)
         threshold = self.settings.stale_threshold_s
@@ -601,8 +613,18 @@ class Scheduler:
         self.drain.record(outcome.endpoint, now)
         if self.ledger is not None:
             self.ledger.on_complete(outcome)
+        if outcome.pod_fault:
+            self.outliers.failed(outcome.endpoint, now=now)
+        elif outcome.ok:
+            self.outliers.succeeded(outcome.endpoint)
         for plugin in self._on_complete:
             plugin.on_complete(outcome, now=now)
+
+    def on_connect_failed(self, key: EndpointKey, *, now: float) -> None:
+        """``key`` refused (or did not accept in time) the connection of a request it was picked for:
+        a failure for outlier detection (the request itself goes to the next candidate)."""
+        self.settle()
+        self.outliers.failed(key, now=now)
 
     def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
         """A dispatched request's first token arrived (``outcome.ttft_s``); ``on_complete`` follows."""
@@ -627,6 +649,7 @@ class Scheduler:
         self.settle()
         for key in keys:
             self.drain.forget(key)
+        self.outliers.forget(keys)
         if self.ledger is not None:
             self.ledger.forget(keys)
         for plugin in self._plugins:

@@ -16,6 +16,8 @@ from igw.config.durations import parse_duration
 from igw.scheduling.errors import SchedulerConfigError
 
 EXTENSION_NAME: Final = "routing"
+OUTLIERS: Final = "outlierDetection"
+"""The extension's object of :class:`OutlierDetection`'s fields."""
 
 DEFAULT_SCRAPE_INTERVAL: Final = "50ms"
 DEFAULT_SCRAPE_TIMEOUT: Final = "500ms"
@@ -33,6 +35,31 @@ DEFAULT_RESPONSE_TIMEOUT: Final = "600s"
 DEFAULT_UNRESPONSIVE_TIMEOUT: Final = "10s"
 DEFAULT_CONFIG_RELOAD_INTERVAL: Final = "1s"
 DEFAULT_SSE_KEEPALIVE_INTERVAL: Final = "15s"
+DEFAULT_CONSECUTIVE_FAILURES: Final = 5
+DEFAULT_BASE_EJECTION_TIME: Final = "30s"
+DEFAULT_MAX_EJECTION_TIME: Final = "300s"
+DEFAULT_MAX_EJECTION_PERCENT: Final = 50
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutlierDetection:
+    """``spec.extensions.routing.outlierDetection``: when an endpoint that keeps failing the requests
+    sent to it is taken out of scheduling, and for how long (see :mod:`igw.scheduling.outliers`)."""
+
+    consecutive_failures: int = DEFAULT_CONSECUTIVE_FAILURES
+    """Failures in a row (5xx answers, broken streams, refused connections) that eject an endpoint;
+    0 turns outlier detection off."""
+    base_ejection_s: float = 30.0
+    """The first ejection's length; the n-th in a row lasts n times this (see ``max_ejection_s``)."""
+    max_ejection_s: float = 300.0
+    """The longest ejection; an endpoint that stays in this long after returning starts again from
+    ``base_ejection_s``."""
+    max_ejection_percent: int = DEFAULT_MAX_EJECTION_PERCENT
+    """At most this share of a pool's endpoints is left out at once (at least one, never all)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.consecutive_failures > 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +98,8 @@ class RoutingSettings:
     """A silent stream gets an SSE ``: ping`` comment this often (ALB idle timeout is 60 s); 0 = off."""
     config_reload_interval_s: float = 1.0
     """How often ``igw serve`` checks its configuration file for changes."""
+    outlier_detection: OutlierDetection = OutlierDetection()
+    """Ejection of endpoints that keep failing (``outlierDetection``)."""
 
     def problems(self, paths: Mapping[str, str]) -> list[str]:
         """Range problems of the fields named in ``paths`` (field name -> config path for messages).
@@ -105,15 +134,19 @@ class RoutingSettings:
         raw = raw or {}
         problems: list[str] = []
 
-        def duration(key: str, default: str) -> float:
+        def duration(key: str, default: str, *, under: str | None = None) -> float:
+            """``key`` of the extension (of its object ``under``), in seconds."""
+            source = raw if under is None else raw.get(under, {})
             try:
-                return parse_duration(raw.get(key, default))
+                return parse_duration(source.get(key, default))
             except ValueError as exc:
-                problems.append(f"spec.extensions.routing.{key}: {exc}")
+                path = key if under is None else f"{under}.{key}"
+                problems.append(f"spec.extensions.routing.{path}: {exc}")
                 return parse_duration(default)
 
         saturation = raw.get("saturation", {})
         retry_after = raw.get("retryAfter", {})
+        outliers = raw.get(OUTLIERS, {})
         settings = RoutingSettings(
             scrape_interval_s=duration("scrapeInterval", DEFAULT_SCRAPE_INTERVAL),
             scrape_timeout_s=duration("scrapeTimeout", DEFAULT_SCRAPE_TIMEOUT),
@@ -131,6 +164,12 @@ class RoutingSettings:
             unresponsive_timeout_s=duration("unresponsiveTimeout", DEFAULT_UNRESPONSIVE_TIMEOUT) or None,
             sse_keepalive_interval_s=duration("sseKeepAliveInterval", DEFAULT_SSE_KEEPALIVE_INTERVAL),
             config_reload_interval_s=duration("configReloadInterval", DEFAULT_CONFIG_RELOAD_INTERVAL),
+            outlier_detection=OutlierDetection(
+                consecutive_failures=int(outliers.get("consecutiveFailures", DEFAULT_CONSECUTIVE_FAILURES)),
+                base_ejection_s=duration("baseEjectionTime", DEFAULT_BASE_EJECTION_TIME, under=OUTLIERS),
+                max_ejection_s=duration("maxEjectionTime", DEFAULT_MAX_EJECTION_TIME, under=OUTLIERS),
+                max_ejection_percent=int(outliers.get("maxEjectionPercent", DEFAULT_MAX_EJECTION_PERCENT)),
+            ),
         )
         problems += settings.problems(
             {
@@ -148,6 +187,17 @@ class RoutingSettings:
             problems.append("spec.extensions.routing.scrapeInterval: must be greater than 0s")
         if settings.scrape_timeout_s <= 0:
             problems.append("spec.extensions.routing.scrapeTimeout: must be greater than 0s")
+        od = settings.outlier_detection  # the same checks as admission rule outlier-ejection-times
+        if od.enabled and od.base_ejection_s <= 0:
+            problems.append(
+                "spec.extensions.routing.outlierDetection.baseEjectionTime: must be greater than 0s "
+                "unless consecutiveFailures is 0"
+            )
+        elif od.enabled and od.max_ejection_s < od.base_ejection_s:
+            problems.append(
+                "spec.extensions.routing.outlierDetection.maxEjectionTime: must be at least baseEjectionTime "
+                f"({od.base_ejection_s:g}s), got {od.max_ejection_s:g}s"
+            )
         if problems:
             raise SchedulerConfigError(problems)
         return settings

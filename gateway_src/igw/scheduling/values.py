@@ -244,6 +244,10 @@ class RequestOutcome:
     prompt_tokens: Final[int]
     output_tokens: Final[int]
     cached_tokens: Final[int]
+    pod_fault: Final[bool]
+    """The request failed by the endpoint's fault (a 5xx answer, a stream it broke or left silent, a
+    response timeout), not the client's (4xx, a disconnect) nor the route's timeout: what outlier
+    detection counts (:mod:`igw.scheduling.outliers`)."""
 
     def __init__(
         self,
@@ -255,6 +259,7 @@ class RequestOutcome:
         prompt_tokens: int = 0,
         output_tokens: int = 0,
         cached_tokens: int = 0,
+        pod_fault: bool = False,
     ) -> None:
         self.request_id = request_id
         self.endpoint = endpoint
@@ -264,3 +269,4 @@ class RequestOutcome:
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
         self.cached_tokens = cached_tokens
+        self.pod_fault = pod_fault

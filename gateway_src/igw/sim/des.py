@@ -332,7 +332,11 @@ class _Runner:
         p.record.pod = key
         self.policy.on_complete(
             RequestOutcome(
-                request_id=p.sim.request_id, endpoint=key, ok=False, prompt_tokens=p.sim.prompt_tokens
+                request_id=p.sim.request_id,
+                endpoint=key,
+                ok=False,
+                prompt_tokens=p.sim.prompt_tokens,
+                pod_fault=status >= 500,  # the pod's error or its death; a 4xx is the request's
             ),
             now=now,
         )

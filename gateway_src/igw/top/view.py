@@ -44,12 +44,14 @@ POD_GAUGES: Final = {
     "scrape_age": "igw_endpoint_scrape_age_seconds",
     "failing": "igw_endpoint_scrape_failing",
     "frozen": "igw_endpoint_metrics_frozen",
+    "ejected": "igw_endpoint_ejected_seconds",
 }
 POD_GAUGE_ACROSS_WORKERS: Final[Mapping[str, Callable[[float, float], float]]] = {
     "inflight": operator.add,
     "scrape_age": max,
     "failing": max,
     "frozen": max,
+    "ejected": max,
 }
 """How one pod's gauge from several workers of a group combines: each worker has its own requests in
 flight; an age or a flag is the worst any worker routes on. The scraped values (KV, queue, running)
@@ -142,7 +144,7 @@ class PodRow:
     """This pod's share (0..1) of its pool's picks over the interval."""
     scrape_age_s: float | None
     flags: tuple[str, ...]
-    """``stale``, ``failing``, ``frozen``, ``missing <signal>`` (empty: healthy)."""
+    """``stale``, ``failing``, ``frozen``, ``ejected``, ``missing <signal>`` (empty: healthy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +300,8 @@ def _pods(
             flags.append("failing")
         if g.get("frozen"):
             flags.append("frozen")
+        if g.get("ejected"):  # outlier detection: it failed requests in a row (seconds left)
+            flags.append("ejected")
         flags.extend(f"missing {signal}" for signal in sorted(missing.get(key, ())))
         adapters = ready.get("adapters")
         total = pool_picks.get(pool)

@@ -1,0 +1,143 @@
+"""Passive outlier detection: endpoints that keep failing the requests sent to them leave scheduling
+for a while (``spec.extensions.routing.outlierDetection``,
+:class:`~igw.scheduling.settings.OutlierDetection`).
+
+Why the scheduler needs it: every signal it ranks by says how busy a pod is, none whether the pod
+answers. A pod whose inference API fails at once (an engine that died behind a live HTTP server, a
+broken adapter store, a bad GPU) while its ``/metrics`` page still looks healthy finishes every
+request immediately, so it looks like the idlest pod of the pool and draws most of the traffic. In
+the DES, one such pod among four (``error_rate: 1.0``) failed about two thirds of the requests the
+scheduler routed and a quarter of round-robin's (docs/gateway.md, "Outlier detection").
+
+The rule is Envoy's consecutive-failure ejection, the same defaults:
+
+- the gateway reports each request's end with ``RequestOutcome.pod_fault`` (a 5xx answer, a stream
+  the model server broke or left silent, a response timeout) and each refused connection; a
+  complete answer (``ok``) resets the endpoint's count; client errors (4xx), client disconnects and
+  the route's own timeout change nothing;
+- ``consecutive_failures`` in a row eject the endpoint for ``base_ejection_s`` times the number of
+  ejections in a row, at most ``max_ejection_s``; once it has stayed in for ``max_ejection_s`` after
+  returning, the next ejection is the first again;
+- at most ``max_ejection_percent`` of the pool (rounded down, at least one, never the last endpoint)
+  is left out at a time: when more are ejected, those whose ejection ends soonest come back first,
+  so a fault of the whole pool (or of the requests) does not empty it.
+
+Ejection is a time window, not a health check: the endpoint returns when it ends and is ejected again
+after another ``consecutive_failures`` failures. Each scheduler (and so each worker of ``igw serve
+--workers``) keeps its own counts. The pick reads one attribute (:attr:`OutlierDetector.ejected`)
+while nothing is ejected; the records exist only for endpoints that failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from igw.scheduling.settings import OutlierDetection
+from igw.scheduling.types import EndpointKey, EndpointView
+
+EjectionListener = Callable[[EndpointKey, float, int], None]
+"""Told of each ejection: ``(endpoint, seconds, failures in a row)`` (the gateway counts and logs it)."""
+
+
+class _Record:
+    """One endpoint's failure history."""
+
+    __slots__ = ("ejections", "failures", "returned_at")
+
+    def __init__(self) -> None:
+        self.failures = 0
+        """Failures since the last complete answer (or since the last ejection ended)."""
+        self.ejections = 0
+        """Ejections in a row: the multiplier of the next ejection's length."""
+        self.returned_at: float | None = None
+        """When the last ejection ended (``None``: never ejected)."""
+
+
+class OutlierDetector:
+    """Failure counts and ejections of one scheduler's endpoints."""
+
+    def __init__(self, settings: OutlierDetection, *, on_ejected: EjectionListener | None = None) -> None:
+        self.settings = settings
+        self.on_ejected = on_ejected
+        self.ejected: dict[EndpointKey, float] = {}
+        """Endpoint -> when its ejection ends; entries past their end are dropped by :meth:`admit`."""
+        self._records: dict[EndpointKey, _Record] = {}
+
+    def failed(self, key: EndpointKey, *, now: float) -> None:
+        """A request to ``key`` failed by the endpoint's fault (or its connection was refused)."""
+        s = self.settings
+        if s.consecutive_failures <= 0:
+            return
+        until = self.ejected.get(key)
+        if until is not None:
+            if now < until:
+                return  # already out: requests sent before the ejection are still ending
+            self._returned(key)
+        record = self._records.get(key)
+        if record is None:
+            record = self._records[key] = _Record()
+        record.failures += 1
+        if record.failures < s.consecutive_failures:
+            return
+        if record.returned_at is not None and now - record.returned_at >= s.max_ejection_s:
+            record.ejections = 0  # in long enough since the last ejection: start again
+        record.ejections += 1
+        seconds = min(s.base_ejection_s * record.ejections, max(s.max_ejection_s, s.base_ejection_s))
+        self.ejected[key] = now + seconds
+        failures, record.failures = record.failures, 0
+        if self.on_ejected is not None:
+            self.on_ejected(key, seconds, failures)
+
+    def succeeded(self, key: EndpointKey) -> None:
+        """A request to ``key`` got a complete answer: its failures are no longer in a row."""
+        record = self._records.get(key)
+        if record is not None:
+            record.failures = 0
+
+    def admit(self, endpoints: Sequence[EndpointView], *, now: float) -> Sequence[EndpointView]:
+        """``endpoints`` without the ejected ones, within the pool's bound (the module's rules); the
+        same sequence when none is left out. Drops ejections that have ended."""
+        ejected = self.ejected
+        for key in [key for key, until in ejected.items() if now >= until]:
+            self._returned(key)
+        if not ejected:
+            return endpoints
+        out = [e for e in endpoints if e.key in ejected]
+        if not out:
+            return endpoints
+        n = len(endpoints)
+        bound = min(max(1, n * self.settings.max_ejection_percent // 100), n - 1)
+        if len(out) > bound:
+            # The ones whose ejection ends last stay out (ties by key: the same set on every pick).
+            out.sort(key=lambda e: (ejected[e.key], e.key), reverse=True)
+            out = out[:bound]
+        if not out:
+            return endpoints
+        left_out = {e.key for e in out}
+        return [e for e in endpoints if e.key not in left_out]
+
+    def _returned(self, key: EndpointKey) -> None:
+        """``key``'s ejection has ended: it counts its failures afresh."""
+        until = self.ejected.pop(key)
+        record = self._records.get(key)
+        if record is not None:
+            record.returned_at = until
+            record.failures = 0
+
+    def seconds_left(self, now: float) -> list[tuple[EndpointKey, float]]:
+        """Every endpoint ejected at ``now`` with the seconds its ejection has left (whether or not
+        the pool's bound lets it back in), by key."""
+        return sorted((key, until - now) for key, until in self.ejected.items() if until > now)
+
+    def forget(self, keys: Iterable[EndpointKey]) -> None:
+        """Endpoints left the pool: their history goes with them."""
+        for key in keys:
+            self.ejected.pop(key, None)
+            self._records.pop(key, None)
+
+    def adopt(self, previous: OutlierDetector) -> None:
+        """Share ``previous``'s counts and ejections (a reload rebuilt the scheduler): a reload does
+        not let a failing endpoint back in, and the requests still ending on the old scheduler count
+        on the new one."""
+        self.ejected = previous.ejected
+        self._records = previous._records

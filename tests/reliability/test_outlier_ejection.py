@@ -1,0 +1,122 @@
+"""A pod whose inference API fails at once, while its /metrics page looks healthy, behind a real
+gateway on loopback: outlier detection ejects it, says so (metrics, /readyz, one log line), and lets it
+back in when the ejection ends. Without detection the same pod keeps failing its share (under load,
+in the DES, most of the traffic: docs/gateway.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from igw.sim.live import run_fleet
+from igw.sim.spec import FaultKind, FaultSpec
+from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, in_process_gateway, served_by
+
+REQUESTS = 60
+
+
+async def send(gw: Any, n: int, *, concurrency: int = 3) -> collections.Counter[str]:
+    """``n`` completions; the pod that answered each (``"500"`` for a failed one)."""
+    outcome: collections.Counter[str] = collections.Counter()
+    queue = list(range(n))
+
+    async def worker() -> None:
+        while queue:
+            i = queue.pop()
+            resp = await gw.complete(f"question {i}", max_tokens=4)
+            if resp.status == 200:
+                outcome[served_by(await resp.json())] += 1
+            else:
+                assert resp.status == 500, await resp.text()
+                outcome["500"] += 1
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return outcome
+
+
+async def run(tmp_path: Path, outliers: dict[str, Any]) -> tuple[collections.Counter[str], Any]:
+    spec = fleet_spec("llama-3.1-8b/h100", "llama-3.1-8b/h100", "llama-3.1-8b/h100")
+    doc = gateway_doc(routing={"outlierDetection": outliers})
+    async with run_fleet(spec, admin=False) as fleet:
+        keys = [p.key for p in fleet.pods]
+        async with in_process_gateway(tmp_path, doc, keys) as gw:
+            warm = await send(gw, 30, concurrency=6)  # every pod serves, and its speed is learned
+            assert set(warm) == {"p0", "p1", "p2"}
+            await fleet.inject("p0", FaultSpec(kind=FaultKind.ERROR_RATE, rate=1.0, status=500))
+            served = await send(gw, REQUESTS)
+            metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+            readyz = await (await gw.http.get(gw.url + "/readyz")).json()
+            after: collections.Counter[str] = collections.Counter()
+            if outliers.get("consecutiveFailures") != 0:
+                await fleet.clear("p0", FaultKind.ERROR_RATE)
+                await asyncio.sleep(1.1)  # the ejection (1s) ends
+                back = await (await gw.http.get(gw.url + "/readyz")).json()
+                assert back["schedulers"][MODEL]["endpoints"][keys[0]]["ejected_s"] is None
+                after = await send(gw, 30, concurrency=6)
+            return served, (keys, metrics, readyz, after)
+
+
+async def test_a_pod_failing_at_once_is_ejected_reported_and_let_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="igw.gateway")
+    served, (keys, metrics, readyz, after) = await run(
+        tmp_path, {"consecutiveFailures": 3, "baseEjectionTime": "1s"}
+    )
+    assert served["500"] <= 3 + 2  # three in a row eject it; at most two more were already on their way
+    assert served["p1"] + served["p2"] >= REQUESTS - 5
+    labels = f'endpoint="{keys[0]}",scheduler="{MODEL}"'
+    assert f"igw_endpoint_ejections_total{{{labels}}} 1.0" in metrics
+    assert f"igw_endpoint_ejected_seconds{{{labels}}}" in metrics
+    assert f'igw_endpoint_ejected_seconds{{endpoint="{keys[1]}"' not in metrics
+    ejected = readyz["schedulers"][MODEL]["endpoints"]
+    assert 0 < ejected[keys[0]]["ejected_s"] <= 1.0
+    assert ejected[keys[1]]["ejected_s"] is None
+    warnings = [r.getMessage() for r in caplog.records if "ejected" in r.getMessage()]
+    assert len(warnings) == 1
+    assert keys[0] in warnings[0]
+    assert "3 failed requests in a row" in warnings[0]
+    assert after["500"] == 0
+    assert after["p0"] > 0  # back in once the ejection ended and it answers again
+
+
+async def test_without_outlier_detection_the_failing_pod_draws_the_traffic(tmp_path: Path) -> None:
+    """The control: what the ejection prevents (a pod failing at once looks idle)."""
+    served, (keys, metrics, _, _) = await run(tmp_path, {"consecutiveFailures": 0})
+    assert served["500"] >= REQUESTS / 4  # at this light load about its third; in the DES, under load, most
+    assert "igw_endpoint_ejections_total{" not in metrics
+    assert keys
+
+
+async def test_a_pod_that_answered_client_errors_is_neither_ejected_nor_taken_for_frozen(
+    tmp_path: Path,
+) -> None:
+    """A 4xx is the request's fault: no ejection. And an error answer moves no counter of the pod's
+    page, so it must not count as a request the page should reflect: before session s29 a pod that
+    had answered errors was marked frozen after staleThreshold and, idle, never came back."""
+    spec = fleet_spec("llama-3.1-8b/h100", "llama-3.1-8b/h100", "llama-3.1-8b/h100")
+    doc = gateway_doc(routing={"outlierDetection": {"consecutiveFailures": 2}})
+    async with run_fleet(spec, admin=False) as fleet:
+        keys = [p.key for p in fleet.pods]
+        async with in_process_gateway(tmp_path, doc, keys) as gw:
+            await send(gw, 30, concurrency=6)
+            await asyncio.sleep(0.5)  # p0's page settles: the last change shows every answer it gave
+            await fleet.inject("p0", FaultSpec(kind=FaultKind.ERROR_RATE, rate=1.0, status=400))
+            refused = 0
+            for i in range(12):
+                resp = await gw.complete(f"bad {i}", max_tokens=4)
+                refused += resp.status == 400
+            assert refused >= 2  # p0 was sent some of them, and kept being sent them
+            await fleet.clear("p0", FaultKind.ERROR_RATE)
+            await asyncio.sleep(1.0)  # past staleThreshold (400 ms here) with nothing in flight
+            state = gw.endpoint(keys[0])
+            assert not state.page.frozen
+            assert gw.fresh(keys[0])
+            assert gw.state.runtime.schedulers[MODEL].scheduler.outliers.ejected == {}
+            after = await send(gw, 30, concurrency=6)
+            assert after["p0"] > 0

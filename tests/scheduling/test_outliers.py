@@ -1,0 +1,192 @@
+"""Outlier detection: endpoints that fail the requests sent to them in a row leave scheduling."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from igw.scheduling.factory import scheduler_from_weights
+from igw.scheduling.outliers import OutlierDetector
+from igw.scheduling.scheduler import Scheduler
+from igw.scheduling.settings import OutlierDetection, RoutingSettings
+from igw.scheduling.types import DecisionKind, RequestOutcome
+from tests.scheduling.helpers import ep, req
+
+ENVOY_LIKE = OutlierDetection(consecutive_failures=3, base_ejection_s=10.0, max_ejection_s=25.0)
+
+
+def detector(settings: OutlierDetection = ENVOY_LIKE) -> tuple[OutlierDetector, list[tuple[str, float, int]]]:
+    told: list[tuple[str, float, int]] = []
+    return OutlierDetector(settings, on_ejected=lambda k, s, n: told.append((k, s, n))), told
+
+
+def fail(d: OutlierDetector, key: str, times: int, *, now: float) -> None:
+    for _ in range(times):
+        d.failed(key, now=now)
+
+
+def admitted(d: OutlierDetector, keys: list[str], *, now: float) -> list[str]:
+    return [e.key for e in d.admit([ep(k) for k in keys], now=now)]
+
+
+def test_failures_in_a_row_eject_and_the_ejection_ends_by_itself() -> None:
+    d, told = detector()
+    fail(d, "a", 2, now=1.0)
+    assert admitted(d, ["a", "b"], now=1.0) == ["a", "b"]
+    d.failed("a", now=1.0)
+    assert told == [("a", 10.0, 3)]
+    assert admitted(d, ["a", "b"], now=10.9) == ["b"]
+    ((key, seconds),) = d.seconds_left(10.0)
+    assert key == "a"
+    assert seconds == pytest.approx(1.0)
+    assert admitted(d, ["a", "b"], now=11.0) == ["a", "b"]
+    assert d.ejected == {}
+    assert d.seconds_left(11.0) == []
+
+
+def test_a_complete_answer_breaks_the_run_and_a_client_error_does_not() -> None:
+    d, told = detector()
+    fail(d, "a", 2, now=0.0)
+    d.succeeded("a")
+    fail(d, "a", 2, now=0.0)
+    assert told == []
+    d.failed("a", now=0.0)
+    assert [t[0] for t in told] == ["a"]
+
+
+def test_ejections_in_a_row_last_longer_up_to_the_bound_and_start_again_after_a_long_stay() -> None:
+    d, told = detector()
+    now = 0.0
+    for expected in (10.0, 20.0, 25.0, 25.0):
+        fail(d, "a", 3, now=now)
+        assert told[-1] == ("a", expected, 3)
+        now += expected
+        assert admitted(d, ["a", "b"], now=now) == ["a", "b"]  # back when the window ends
+    # In for max_ejection_s since it returned: the next ejection is a first one again.
+    now += 25.0
+    fail(d, "a", 3, now=now)
+    assert told[-1] == ("a", 10.0, 3)
+
+
+def test_failures_of_requests_ending_while_ejected_do_not_count_towards_the_next_ejection() -> None:
+    d, told = detector()
+    fail(d, "a", 3, now=0.0)
+    fail(d, "a", 5, now=5.0)  # sent before the ejection, failing while it lasts
+    assert len(told) == 1
+    fail(d, "a", 2, now=10.0)  # returned at 10.0: counting from zero again
+    assert len(told) == 1
+    d.failed("a", now=10.0)
+    assert told[-1] == ("a", 20.0, 3)
+
+
+@pytest.mark.parametrize(
+    ("pool", "percent", "ejected", "left_out"),
+    [
+        pytest.param(4, 50, ["a", "b", "c"], ["b", "c"], id="half-of-four:the-latest-ends-stay-out"),
+        pytest.param(4, 100, ["a", "b", "c", "d"], ["b", "c", "d"], id="never-the-whole-pool"),
+        pytest.param(1, 100, ["a"], [], id="one-endpoint-pool-keeps-it"),
+        pytest.param(10, 0, ["a", "b"], ["b"], id="at-least-one"),
+        pytest.param(10, 25, ["a", "b", "c"], ["b", "c"], id="rounded-down"),
+    ],
+)
+def test_at_most_a_share_of_the_pool_is_left_out(
+    pool: int, percent: int, ejected: list[str], left_out: list[str]
+) -> None:
+    d, _ = detector(
+        OutlierDetection(consecutive_failures=1, base_ejection_s=10.0, max_ejection_percent=percent)
+    )
+    for i, key in enumerate(ejected):
+        d.failed(key, now=float(i))  # "a" ejected first, so its ejection ends first
+    keys = [chr(ord("a") + i) for i in range(pool)]
+    assert admitted(d, keys, now=len(ejected)) == [k for k in keys if k not in left_out]
+
+
+def test_turned_off_it_never_ejects() -> None:
+    d, told = detector(OutlierDetection(consecutive_failures=0))
+    fail(d, "a", 1000, now=0.0)
+    assert told == []
+    assert d.ejected == {}
+
+
+def test_endpoints_that_leave_the_pool_take_their_history() -> None:
+    d, told = detector()
+    fail(d, "a", 3, now=0.0)
+    fail(d, "b", 2, now=0.0)
+    d.forget(["a", "b"])
+    assert d.ejected == {}
+    d.failed("b", now=0.0)
+    assert len(told) == 1  # b's two earlier failures are gone
+
+
+def test_a_rebuilt_scheduler_keeps_the_ejections_and_counts() -> None:
+    old, _ = detector()
+    fail(old, "a", 3, now=0.0)
+    fail(old, "b", 2, now=0.0)
+    new, told = detector()
+    new.adopt(old)
+    assert admitted(new, ["a", "b", "c"], now=1.0) == ["b", "c"]
+    new.failed("b", now=1.0)
+    assert told == [("b", 10.0, 3)]
+    old.failed("c", now=1.0)  # a request still ending on the old scheduler counts on the new one
+    fail(new, "c", 2, now=1.0)
+    assert told[-1][0] == "c"
+
+
+# ---- in the scheduler ---------------------------------------------------------------------------
+
+
+def scheduler(consecutive: int = 2) -> Scheduler:
+    routing = RoutingSettings(
+        outlier_detection=OutlierDetection(consecutive_failures=consecutive, base_ejection_s=5)
+    )
+    return scheduler_from_weights({"queue": 1}, routing=routing, rng=random.Random(1))
+
+
+def outcome(key: str, *, ok: bool, pod_fault: bool = False) -> RequestOutcome:
+    return RequestOutcome(request_id="r", endpoint=key, ok=ok, pod_fault=pod_fault)
+
+
+def test_the_scheduler_routes_around_an_endpoint_that_fails_at_once() -> None:
+    s = scheduler()
+    pool = [ep("broken", waiting=0), ep("busy", waiting=3)]
+    assert s.pick(req(), pool, now=0.0).endpoint == "broken"  # it looks idle
+    s.on_complete(outcome("broken", ok=False, pod_fault=True), now=0.1)
+    s.on_complete(outcome("broken", ok=False, pod_fault=True), now=0.2)
+    d = s.pick(req(), pool, now=0.3)
+    assert (d.kind, d.endpoint, d.fallbacks) == (DecisionKind.PICKED, "busy", ())
+    assert d.removed == {"broken": "ejected: failed requests in a row"}
+    assert s.pick(req(), pool, now=5.2).endpoint == "broken"  # its window ended
+
+
+def test_refused_connections_count_and_client_errors_do_not() -> None:
+    s = scheduler()
+    pool = [ep("a", waiting=0), ep("b", waiting=3)]
+    for _ in range(5):
+        s.on_complete(outcome("a", ok=False), now=0.0)  # a 4xx, a client gone: not the pod's
+    assert s.pick(req(), pool, now=0.0).endpoint == "a"
+    s.on_connect_failed("a", now=0.0)
+    s.on_connect_failed("a", now=0.0)
+    assert s.pick(req(), pool, now=0.0).endpoint == "b"
+
+
+def test_with_every_endpoint_failing_one_stays_in() -> None:
+    s = scheduler()
+    pool = [ep("a"), ep("b")]
+    for key in ("a", "b"):
+        for _ in range(2):
+            s.on_complete(outcome(key, ok=False, pod_fault=True), now=0.0)
+    d = s.pick(req(), pool, now=0.0)
+    assert d.kind is DecisionKind.PICKED
+    assert d.endpoint is not None
+    assert len(d.removed) == 1
+
+
+def test_the_pool_utilisation_leaves_an_ejected_endpoint_out() -> None:
+    s = scheduler()
+    pool = [ep("idle-broken", waiting=0), ep("full", waiting=100)]
+    before = s.utilisation(pool, now=0.0)
+    s.on_connect_failed("idle-broken", now=0.0)
+    s.on_connect_failed("idle-broken", now=0.0)
+    assert before == pytest.approx(0.5)
+    assert s.utilisation(pool, now=0.0) == pytest.approx(1.0)
