@@ -22,9 +22,9 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk.config import GlobalHeartbeatTokenConfig, IdentityMode, partition_of_region
-from cdk.constructs.hyperpod_dependencies import OFF_HYPERPOD_NODES
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import pins
+from igw.operator.placement import OFF_HYPERPOD_NODES
 
 RELEASE: Final = "external-secrets"
 STORE_NAME: Final = "igw-secretsmanager"

@@ -24,9 +24,8 @@ from constructs import Construct
 
 from cdk.config import HyperPodDependenciesConfig
 from igw.addon import pins
+from igw.operator.placement import HYPERPOD_NODE_LABEL
 
-HYPERPOD_NODE_LABEL: Final = "sagemaker.amazonaws.com/node-health-status"
-"""Every HyperPod node carries this label (its value is the node's health)."""
 HEALTH_AGENT: Final = "health-monitoring-agent"
 
 HYPERPOD_NODES: Final[dict[str, Any]] = {
@@ -36,22 +35,6 @@ HYPERPOD_NODES: Final[dict[str, Any]] = {
         }
     }
 }
-OFF_HYPERPOD_NODES: Final[dict[str, Any]] = {
-    "nodeAffinity": {
-        "preferredDuringSchedulingIgnoredDuringExecution": [
-            {
-                "weight": 100,
-                "preference": {
-                    "matchExpressions": [{"key": HYPERPOD_NODE_LABEL, "operator": "DoesNotExist"}]
-                },
-            }
-        ]
-    }
-}
-"""The affinity of the cluster's own controllers (load balancer controller, External Secrets): any
-node but a HyperPod one when there is room, so they neither take CPU and memory from the model
-servers on the GPU nodes nor move with HyperPod's node repairs. Preferred, not required: a cluster
-imported without system nodes still runs them."""
 TOLERATE_ALL: Final[list[dict[str, str]]] = [
     {"operator": "Exists", "effect": "NoSchedule"},
     {"operator": "Exists", "effect": "NoExecute"},

@@ -20,10 +20,10 @@ from constructs import Construct
 
 from cdk.config import IdentityMode
 from cdk.constructs import checkov_ack
-from cdk.constructs.hyperpod_dependencies import OFF_HYPERPOD_NODES
 from cdk.constructs.nag_ack import acknowledge
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import pins
+from igw.operator.placement import OFF_HYPERPOD_NODES
 
 POLICY_FILE = Path(__file__).resolve().parent / "load_balancer_controller_iam_policy.json"
 DEFAULT_SSL_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"

@@ -14,6 +14,7 @@ import yaml
 
 from igw.addon import chart, configuration, pins, schemas
 from igw.config.validate import validate_document
+from igw.operator.placement import OFF_HYPERPOD_NODES
 
 K8S_VERSION = "1.34.0"
 GATEWAY_VALUE_SETS: dict[str, dict[str, Any]] = {
@@ -616,3 +617,28 @@ def test_a_toleration_the_api_server_would_refuse_is_refused(toleration: dict[st
         chart.render({"mode": "gateway", "tolerations": [toleration]})
     assert where in str(refused.value)
     assert configuration.problems({"tolerations": [toleration]})
+
+
+@pytest.mark.parametrize("mode", ["gateway", "operator"])
+def test_the_charts_pods_prefer_nodes_other_than_hyperpod_by_default(mode: str) -> None:
+    """The label is the one the operator's gateways and the CDK app's controllers avoid
+    (``igw.operator.placement``, one statement of it); a user's own terms are added to it."""
+
+    def affinity(values: dict[str, Any]) -> dict[str, Any]:
+        objects = chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+        (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+        found: dict[str, Any] = deployment["spec"]["template"]["spec"]["affinity"]
+        return found
+
+    assert affinity({"mode": mode})["nodeAffinity"] == OFF_HYPERPOD_NODES["nodeAffinity"]
+    required = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cpu"]}]}]
+    }
+    mine = affinity(
+        {"mode": mode, "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    )
+    assert mine["nodeAffinity"] == {
+        **OFF_HYPERPOD_NODES["nodeAffinity"],
+        "requiredDuringSchedulingIgnoredDuringExecution": required,
+    }
+    assert "nodeAffinity" not in affinity({"mode": mode, "nodeAffinity": None})

@@ -23,11 +23,12 @@ from cdk.constructs.aws_inference_addon import AwsInferenceAddon
 from cdk.constructs.gateway_config_manifest import GatewayConfig, InvalidGatewayConfigError
 from cdk.constructs.gateway_image import GatewayImage
 from cdk.constructs.hyperpod_cluster import lifecycle_bucket_name
-from cdk.constructs.hyperpod_dependencies import HYPERPOD_NODE_LABEL, HyperPodDependencies, health_agent_image
+from cdk.constructs.hyperpod_dependencies import HyperPodDependencies, health_agent_image
 from cdk.constructs.igw_chart import IgwChart
 from cdk.constructs.network import Network
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import aws_addon, configuration, pins
+from igw.operator.placement import HYPERPOD_NODE_LABEL
 
 ENV = cdk.Environment(account="111111111111", region="us-west-2")
 

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from cdk import config, nag
-from cdk.constructs.hyperpod_dependencies import OFF_HYPERPOD_NODES
 from igw.addon import pins
+from igw.operator.placement import OFF_HYPERPOD_NODES
 from tests.cdk.support import EXAMPLES, Synthesized, resolve
 
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:igw-global-redis-AbCdEf"

@@ -153,6 +153,46 @@ def _autoscaled(docs: Docs, floor: int) -> None:
     )
 
 
+def _llama_pod(docs: Docs) -> dict[str, Any]:
+    pod: dict[str, Any] = _llama(docs)["spec"]["template"]["spec"]
+    return pod
+
+
+def _spread_elsewhere(docs: Docs) -> None:
+    """A spread that counts another app's pods, or by a key that is not a node or a zone: no spread."""
+    _llama_pod(docs)["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"app": "qwen-7b"}},
+        },
+        {
+            "maxSkew": 1,
+            "topologyKey": "example.com/rack",
+            "labelSelector": {"matchLabels": {"app": "llama-8b"}},
+        },
+    ]
+
+
+def _anti_affinity_instead(docs: Docs) -> None:
+    pod = _llama_pod(docs)
+    del pod["topologySpreadConstraints"]
+    term = {
+        "topologyKey": "topology.kubernetes.io/zone",
+        "labelSelector": {"matchLabels": {"app": "llama-8b"}},
+    }
+    pod["affinity"] = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": term}]
+        }
+    }
+
+
+def _one_replica_unspread(docs: Docs) -> None:
+    _llama(docs)["spec"]["replicas"] = 1
+    del _llama_pod(docs)["topologySpreadConstraints"]
+
+
 def _no_pdb(docs: Docs) -> None:
     docs.remove(find(docs, "PodDisruptionBudget", "models"))
 
@@ -295,6 +335,20 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
     ),
     ("autoscaled-from-one", lambda d: _autoscaled(d, 1), Command.AUDIT, {("IGW-AU408", "FAIL", "LOW")}),
     ("autoscaled-from-two", lambda d: _autoscaled(d, 2), Command.AUDIT, set()),
+    (
+        "replicas-not-spread",
+        _delete(_llama_pod, "topologySpreadConstraints"),
+        Command.AUDIT,
+        {("IGW-AU410", "FAIL", "LOW")},
+    ),
+    ("replicas-spread-on-the-wrong-pods", _spread_elsewhere, Command.AUDIT, {("IGW-AU410", "FAIL", "LOW")}),
+    ("replicas-kept-apart-by-anti-affinity", _anti_affinity_instead, Command.AUDIT, set()),
+    (
+        "one-replica-not-judged-for-spread",
+        _one_replica_unspread,
+        Command.AUDIT,
+        {("IGW-AU408", "FAIL", "LOW")},
+    ),
     (
         "no-readiness",
         _delete(_llama_container, "readinessProbe"),

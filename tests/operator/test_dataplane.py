@@ -8,6 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from igw.checks.audit.spread import spread_by
 from igw.config.validate import validate_document
 from igw.operator.dataplane import (
     CONFIG_KEY,
@@ -18,6 +19,7 @@ from igw.operator.dataplane import (
     label_value,
     served_document,
 )
+from igw.operator.placement import OFF_HYPERPOD_NODES
 from tests.fakes.kube_validation import object_problems
 from tests.operator.dataplane_support import K8S_VERSION, by_kind, igwc_object
 
@@ -239,3 +241,28 @@ def test_names_that_fit_are_kept_and_long_ones_stay_apart() -> None:
     assert len(first) == len(second) == 63
     assert label_value("y" * 63) == "y" * 63
     assert label_value("y" * 70 + "1") != label_value("y" * 70 + "2")
+
+
+def test_gateway_pods_spread_over_zones_and_nodes_and_prefer_nodes_other_than_hyperpod() -> None:
+    """Before session s29 the operator set neither: every replica could land on one node (IGW-AU410),
+    and on the GPU nodes."""
+    pod = by_kind(desired_objects(igwc_object(), DataPlaneSettings()))["Deployment"]["spec"]["template"]
+    selector = pod["metadata"]["labels"]
+    spec = pod["spec"]
+    assert spec["affinity"] == OFF_HYPERPOD_NODES
+    spread = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
+    assert set(spread) == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    for constraint in spread.values():
+        assert (constraint["maxSkew"], constraint["whenUnsatisfiable"]) == (1, "ScheduleAnyway")
+        assert constraint["labelSelector"]["matchLabels"].items() <= selector.items()
+    assert spread_by(spec, selector) == "topology spread on topology.kubernetes.io/zone"
+
+
+def test_the_users_affinity_replaces_the_default_and_the_spread_stays() -> None:
+    mine = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cpu"]}]}
+    ]}}}  # fmt: skip
+    objects = desired_objects(igwc_object(podDefaults={"affinity": mine}), DataPlaneSettings())
+    spec = by_kind(objects)["Deployment"]["spec"]["template"]["spec"]
+    assert spec["affinity"] == mine
+    assert len(spec["topologySpreadConstraints"]) == 2

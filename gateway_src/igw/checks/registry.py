@@ -37,6 +37,7 @@ from igw.checks.audit import (
     replicas,
     run_as_non_root,
     seccomp,
+    spread,
     tenant_isolation,
     tls_termination,
 )
@@ -115,6 +116,7 @@ AUDIT: Final[tuple[Check, ...]] = (
     disruption_budget.CHECK,
     replicas.CHECK,
     probes.CHECK,
+    spread.CHECK,
     iam_wildcards.CHECK,
     iam_trust.CHECK,
     rate_limits.CHECK,

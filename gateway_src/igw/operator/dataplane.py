@@ -18,6 +18,7 @@ pods' ``prometheus.io/*`` annotations and the NetworkPolicy opens to pods of the
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ from igw.config.rules import OPERATOR_SERVING_PORT
 from igw.gateway.emf_sink import AgentEndpoint
 from igw.gateway.worker_count import AUTO, CPU_REQUEST_ENV
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
+from igw.operator.placement import OFF_HYPERPOD_NODES, spread_constraints
 from igw.operator.shutdown_timing import shutdown_timing
 
 CONFIG_KEY: Final = "config.yaml"
@@ -400,9 +402,11 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
         "containers": [container],
         "volumes": [{"name": "config", "emptyDir": {"sizeLimit": "1Mi"}}],
     }
-    for key in ("nodeSelector", "tolerations", "affinity"):
+    for key in ("nodeSelector", "tolerations"):
         if defaults.get(key):
             pod[key] = defaults[key]
+    pod["affinity"] = defaults.get("affinity") or copy.deepcopy(dict(OFF_HYPERPOD_NODES))
+    pod["topologySpreadConstraints"] = spread_constraints(selector_labels(igwc["metadata"]["name"]))
     return pod
 
 

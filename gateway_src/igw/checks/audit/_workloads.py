@@ -12,7 +12,16 @@ from typing import Any
 
 from igw.checks.framework import CheckContext
 from igw.checks.inventory import Manifest, Missing, need
-from igw.checks.k8s import DERIVED_ANNOTATION, WORKLOAD_KINDS, annotations_of, containers, in_scope, pod_spec
+from igw.checks.k8s import (
+    DERIVED_ANNOTATION,
+    WORKLOAD_KINDS,
+    annotations_of,
+    containers,
+    in_scope,
+    namespace_of,
+    pod_spec,
+    spec,
+)
 
 ContainerTest = Callable[[Mapping[str, Any], Mapping[str, Any]], str | None]
 """``(container, pod_spec) -> problem or None``."""
@@ -55,3 +64,21 @@ def security_context(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def per_workload(ctx: CheckContext, test: ContainerTest) -> Iterator[tuple[Manifest, list[str]]]:
     for workload in workloads(ctx):
         yield workload, container_problems(workload, test)
+
+
+def autoscaler_floors(ctx: CheckContext) -> Mapping[tuple[str, str, str], int]:
+    """``(namespace, kind, name)`` of each workload a HorizontalPodAutoscaler scales -> its
+    ``minReplicas`` (1 when unset, the API's default). Empty when the source has no HPAs: then every
+    workload is judged by its own ``spec.replicas``, as before HPAs were read."""
+    found = ctx.inventory.kube.of("HorizontalPodAutoscaler")
+    if isinstance(found, Missing):
+        return {}
+    floors: dict[tuple[str, str, str], int] = {}
+    for hpa in found:
+        target = spec(hpa).get("scaleTargetRef")
+        if not isinstance(target, Mapping):
+            continue
+        floor = spec(hpa).get("minReplicas", 1)
+        key = (namespace_of(hpa), str(target.get("kind")), str(target.get("name")))
+        floors[key] = floor if isinstance(floor, int) else 1
+    return floors

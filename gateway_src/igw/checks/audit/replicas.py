@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
-from igw.checks.audit._workloads import workloads
+from igw.checks.audit._workloads import autoscaler_floors, workloads
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
-from igw.checks.inventory import Missing
 from igw.checks.k8s import name_of, namespace_of, ref, spec
 from igw.checks.model import CheckMeta, Command, Result, Severity, refs
 
@@ -27,26 +26,8 @@ META = CheckMeta(
 )
 
 
-def _autoscaler_floors(ctx: CheckContext) -> Mapping[tuple[str, str, str], int]:
-    """``(namespace, kind, name)`` of each workload a HorizontalPodAutoscaler scales -> its
-    ``minReplicas`` (1 when unset, the API's default). Empty when the source has no HPAs: then every
-    workload is judged by its own ``spec.replicas``, as before HPAs were read."""
-    found = ctx.inventory.kube.of("HorizontalPodAutoscaler")
-    if isinstance(found, Missing):
-        return {}
-    floors: dict[tuple[str, str, str], int] = {}
-    for hpa in found:
-        target = spec(hpa).get("scaleTargetRef")
-        if not isinstance(target, Mapping):
-            continue
-        floor = spec(hpa).get("minReplicas", 1)
-        key = (namespace_of(hpa), str(target.get("kind")), str(target.get("name")))
-        floors[key] = floor if isinstance(floor, int) else 1
-    return floors
-
-
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
-    floors = _autoscaler_floors(ctx)
+    floors = autoscaler_floors(ctx)
     for workload in workloads(ctx, ("Deployment", "StatefulSet")):
         floor = floors.get((namespace_of(workload), str(workload.get("kind")), name_of(workload)))
         if floor is not None:
