@@ -82,6 +82,10 @@ def simulated_cluster(*, pods: int, configs: int, schedulers: int) -> list[dict[
             )
             image = "lmsysorg/sglang:v0.4.6.post1" if engine == "sglang" else "vllm/vllm-openai:v0.10.1"
             spec = _hardened_pod_spec(image, port)
+            own_pods = {"matchLabels": {"app": app}}
+            spec["topologySpreadConstraints"] = [  # its two replicas on two nodes (IGW-AU410)
+                {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "labelSelector": own_pods}
+            ]
             if engine == "sglang":
                 spec["containers"][0]["args"].append("--enable-metrics")
             docs.append(
