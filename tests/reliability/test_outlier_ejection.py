@@ -11,10 +11,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from igw.sim.live import run_fleet
 from igw.sim.spec import FaultKind, FaultSpec
+from tests.observability.live_gateway import igw_serve
 from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, in_process_gateway, served_by
 
 REQUESTS = 60
@@ -120,3 +123,33 @@ async def test_a_pod_that_answered_client_errors_is_neither_ejected_nor_taken_fo
             assert gw.state.runtime.schedulers[MODEL].scheduler.outliers.ejected == {}
             after = await send(gw, 30, concurrency=6)
             assert after["p0"] > 0
+
+
+async def test_a_worker_group_ejects_once_for_all_its_workers(tmp_path: Path) -> None:
+    """``igw serve --workers 2``: the worker that saw the failures ejects the pod and tells the other
+    (a pick note), which then sends it nothing either without failing requests of its own first."""
+    spec = fleet_spec("llama-3.1-8b/h100", "llama-3.1-8b/h100", "llama-3.1-8b/h100")
+    async with run_fleet(spec, admin=False) as fleet:
+        keys = [p.key for p in fleet.pods]
+        async with igw_serve(tmp_path, keys, "--workers", "2") as url, aiohttp.ClientSession() as http:
+            await fleet.inject("p0", FaultSpec(kind=FaultKind.ERROR_RATE, rate=1.0, status=500))
+            failed = 0
+            for i in range(40):  # one connection: one worker takes all of them
+                body = {"model": MODEL, "prompt": f"question {i}", "max_tokens": 4}
+                async with http.post(url + "/v1/completions", json=body) as resp:
+                    failed += resp.status == 500
+            assert 5 <= failed <= 6  # consecutiveFailures (5) in a row, then the pod is out
+
+            def ejected(text: str) -> tuple[set[str], float]:
+                families = {f.name: f for f in text_string_to_metric_families(text)}
+                gauge = families["igw_endpoint_ejected_seconds"].samples
+                total = sum(s.value for s in families["igw_endpoint_ejections"].samples)
+                return {s.labels["worker"] for s in gauge if s.labels["endpoint"] == keys[0]}, total
+
+            for _ in range(100):
+                workers, total = ejected(await (await http.get(url + "/metrics")).text())
+                if workers == {"0", "1"}:
+                    break
+                await asyncio.sleep(0.05)
+            assert workers == {"0", "1"}  # both route around it
+            assert total == 1.0  # one ejection: the other worker learned it, it did not make its own

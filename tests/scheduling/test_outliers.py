@@ -190,3 +190,48 @@ def test_the_pool_utilisation_leaves_an_ejected_endpoint_out() -> None:
     s.on_connect_failed("idle-broken", now=0.0)
     assert before == pytest.approx(0.5)
     assert s.utilisation(pool, now=0.0) == pytest.approx(1.0)
+
+
+# ---- across the workers of a group --------------------------------------------------------------
+
+
+def test_an_ejection_travels_to_the_other_workers_as_a_note() -> None:
+    """With ``igw serve --workers N`` each worker counts its own requests' failures; without the note
+    each of N workers needed its own run of failures before it stopped sending to the pod."""
+    a, b = scheduler(consecutive=2), scheduler(consecutive=2)
+    a.share_picks()
+    b.share_picks()
+    pool = [ep("broken", waiting=0), ep("busy", waiting=3)]
+    a.on_complete(outcome("broken", ok=False, pod_fault=True), now=1.0)
+    a.on_complete(outcome("broken", ok=False, pod_fault=True), now=1.0)
+    assert a.pick_notes is not None
+    notes = a.pick_notes.drain()
+    assert notes == [(1.0, "@outlier-detection", "broken", [6.0, 1])]
+    counts = b.learn_picks(notes, now=1.1)
+    assert counts.learned == 1
+    assert b.pick(req(), pool, now=1.2).endpoint == "busy"
+    ((key, seconds),) = b.outliers.seconds_left(1.2)
+    assert key == "broken"
+    assert seconds == pytest.approx(4.8)
+    # The next ejection in a row is the second at either worker: twice as long.
+    b.on_complete(outcome("broken", ok=False, pod_fault=True), now=6.5)
+    b.on_complete(outcome("broken", ok=False, pod_fault=True), now=6.5)
+    assert b.pick_notes is not None
+    ejections = [n for n in b.pick_notes.drain() if n[1] == "@outlier-detection"]
+    assert ejections == [(6.5, "@outlier-detection", "broken", [16.5, 2])]
+
+
+@pytest.mark.parametrize("note", [[1.0], ["x", 1], [float("inf"), 1], [5.0, 0], [5.0, 1.5], "5"])
+def test_a_malformed_ejection_note_is_counted_and_changes_nothing(note: object) -> None:
+    s = scheduler()
+    counts = s.learn_picks([(0.0, "@outlier-detection", "a", note)], now=0.0)
+    assert counts.malformed == 1
+    assert s.outliers.ejected == {}
+
+
+def test_picks_are_not_noted_by_outlier_detection() -> None:
+    s = scheduler()
+    s.share_picks()
+    s.pick(req(), [ep("a"), ep("b")], now=0.0)
+    assert s.pick_notes is not None
+    assert {name for _, name, _, _ in s.pick_notes.drain()} == {"@dispatch-ledger"}

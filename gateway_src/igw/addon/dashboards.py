@@ -286,7 +286,7 @@ POOL_DETAIL: Final = Board(
                 ),
                 Panel(
                     # Outlier detection: a pod failing the requests sent to it, however its /metrics
-                    # page looks. Each worker ejects on its own counts: the longest ejection shows.
+                    # page looks. Every worker of a group holds the group's ejections: max over them.
                     "Ejected for failing requests (seconds left)",
                     "timeseries",
                     "s",

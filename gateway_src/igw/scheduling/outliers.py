@@ -23,17 +23,30 @@ The rule is Envoy's consecutive-failure ejection, the same defaults:
   so a fault of the whole pool (or of the requests) does not empty it.
 
 Ejection is a time window, not a health check: the endpoint returns when it ends and is ejected again
-after another ``consecutive_failures`` failures. Each scheduler (and so each worker of ``igw serve
---workers``) keeps its own counts. The pick reads one attribute (:attr:`OutlierDetector.ejected`)
-while nothing is ejected; the records exist only for endpoints that failed.
+after another ``consecutive_failures`` failures. Each scheduler counts the failures of its own
+requests; with ``igw serve --workers N`` an ejection travels to the other workers as a pick note
+(:mod:`igw.scheduling.pick_notes`, named :data:`OUTLIER_NOTES`: the ejection's end and its number in
+a row), so the group ejects a failing pod after ``consecutive_failures`` failures of one worker's
+requests, not after that many at each of N workers. The pick reads one attribute
+(:attr:`OutlierDetector.ejected`) while nothing is ejected; the records exist only for endpoints
+that failed.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import Final
 
+from igw.scheduling.cycle import CycleContext
 from igw.scheduling.settings import OutlierDetection
 from igw.scheduling.types import EndpointKey, EndpointView
+
+OUTLIER_NOTES: Final = "@outlier-detection"
+"""The name an ejection's note travels under between the workers of a group (not a plugin's name)."""
+
+Ejection = tuple[float, int]
+"""An ejection: when it ends (the scheduler's clock) and its number in a row."""
 
 EjectionListener = Callable[[EndpointKey, float, int], None]
 """Told of each ejection: ``(endpoint, seconds, failures in a row)`` (the gateway counts and logs it)."""
@@ -57,36 +70,65 @@ class OutlierDetector:
     """Failure counts and ejections of one scheduler's endpoints."""
 
     def __init__(self, settings: OutlierDetection, *, on_ejected: EjectionListener | None = None) -> None:
+        self.name = OUTLIER_NOTES
+        """Its name among the schedulers' note sharers (:mod:`igw.scheduling.pick_notes`)."""
         self.settings = settings
         self.on_ejected = on_ejected
         self.ejected: dict[EndpointKey, float] = {}
         """Endpoint -> when its ejection ends; entries past their end are dropped by :meth:`admit`."""
         self._records: dict[EndpointKey, _Record] = {}
 
-    def failed(self, key: EndpointKey, *, now: float) -> None:
-        """A request to ``key`` failed by the endpoint's fault (or its connection was refused)."""
+    def failed(self, key: EndpointKey, *, now: float) -> Ejection | None:
+        """A request to ``key`` failed by the endpoint's fault (or its connection was refused); the
+        ejection it caused, if it did."""
         s = self.settings
         if s.consecutive_failures <= 0:
-            return
+            return None
         until = self.ejected.get(key)
         if until is not None:
             if now < until:
-                return  # already out: requests sent before the ejection are still ending
+                return None  # already out: requests sent before the ejection are still ending
             self._returned(key)
         record = self._records.get(key)
         if record is None:
             record = self._records[key] = _Record()
         record.failures += 1
         if record.failures < s.consecutive_failures:
-            return
+            return None
         if record.returned_at is not None and now - record.returned_at >= s.max_ejection_s:
             record.ejections = 0  # in long enough since the last ejection: start again
         record.ejections += 1
         seconds = min(s.base_ejection_s * record.ejections, max(s.max_ejection_s, s.base_ejection_s))
-        self.ejected[key] = now + seconds
+        until = self.ejected[key] = now + seconds
         failures, record.failures = record.failures, 0
         if self.on_ejected is not None:
             self.on_ejected(key, seconds, failures)
+        return until, record.ejections
+
+    def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:
+        """Picks teach it nothing (:class:`~igw.scheduling.framework.SharesPicks`): its notes are the
+        ejections, which the scheduler sends as they happen."""
+        return None
+
+    def learn_pick(self, endpoint: EndpointKey, note: object) -> None:
+        """Another worker ejected ``endpoint``: ``note`` is ``[until, ejections in a row]``
+        (``ValueError`` otherwise). Out here until then too, and its next ejection at least one
+        longer; not counted as this worker's own (no listener call)."""
+        if not isinstance(note, list | tuple) or len(note) != 2:
+            raise ValueError(f"{OUTLIER_NOTES}: a note is [until, ejections]")
+        until, ejections = note
+        if type(until) not in (int, float) or not math.isfinite(until) or type(ejections) is not int:
+            raise ValueError(f"{OUTLIER_NOTES}: a note is [until, ejections], a finite time and an integer")
+        if ejections < 1:
+            raise ValueError(f"{OUTLIER_NOTES}: ejections must be at least 1")
+        if until > self.ejected.get(endpoint, -math.inf):
+            self.ejected[endpoint] = float(until)
+        record = self._records.get(endpoint)
+        if record is None:
+            record = self._records[endpoint] = _Record()
+        record.failures = 0
+        if ejections > record.ejections:
+            record.ejections = ejections
 
     def succeeded(self, key: EndpointKey) -> None:
         """A request to ``key`` got a complete answer: its failures are no longer in a row."""

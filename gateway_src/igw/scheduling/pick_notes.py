@@ -38,6 +38,11 @@ Which built-in plugins share, and why:
   control sends without a pick (to an engine that preempts a lower band for it) is noted as one
   (:meth:`PickNoteOutbox.add`), in a pool of any size.
 
+* outlier detection (not a plugin; notes named ``@outlier-detection``) - shares its ejections, as
+  they happen rather than per pick (:meth:`PickNoteOutbox.add`): the note is the ejection's end and
+  its number in a row. Its failure counts do not travel: each counts the failures of the requests
+  its worker sent, which only that worker sees end.
+
 Which pools note: a scheduler notes a pick only when its pool (the endpoints it was handed, before
 the per-request context-window fit and the filters) has more than one endpoint. With one endpoint
 every worker's pick goes to it whatever the notes say: the prefix index and the no-hit order only

@@ -187,7 +187,9 @@ class Scheduler:
         the no-op inherited from PluginHooks, an interpreted call per plugin per stream for nothing
         (``framework`` stays interpreted in the compiled build)."""
         self._sharing = sharing_plugins(
-            (*self._plugins, self.ledger) if self.ledger is not None else self._plugins
+            (*self._plugins, self.ledger, self.outliers)
+            if self.ledger is not None
+            else (*self._plugins, self.outliers)
         )
         """The plugins that share their picks, by name, found once (the profile's plugins do not
         change): an ``isinstance`` check against the runtime-checkable ``SharesPicks`` protocol walks
@@ -216,7 +218,8 @@ class Scheduler:
         outbox the notes collect in, the same one on every call."""
         self.settle()
         if self.pick_notes is None:
-            self.pick_notes = PickNoteOutbox(self._sharing.values())
+            # Outlier detection's notes are its ejections, sent as they happen (_failed), not per pick.
+            self.pick_notes = PickNoteOutbox(p for p in self._sharing.values() if p is not self.outliers)
         return self.pick_notes
 
     def move_dispatch(self, source: EndpointKey, target: EndpointKey, *, now: float) -> None:
@@ -614,7 +617,7 @@ class Scheduler:
         if self.ledger is not None:
             self.ledger.on_complete(outcome)
         if outcome.pod_fault:
-            self.outliers.failed(outcome.endpoint, now=now)
+            self._failed(outcome.endpoint, now)
         elif outcome.ok:
             self.outliers.succeeded(outcome.endpoint)
         for plugin in self._on_complete:
@@ -624,7 +627,14 @@ class Scheduler:
         """``key`` refused (or did not accept in time) the connection of a request it was picked for:
         a failure for outlier detection (the request itself goes to the next candidate)."""
         self.settle()
-        self.outliers.failed(key, now=now)
+        self._failed(key, now)
+
+    def _failed(self, key: EndpointKey, now: float) -> None:
+        """Outlier detection counts a failure of ``key``; an ejection it makes goes to the other
+        workers' schedulers too (``igw serve --workers``)."""
+        ejection = self.outliers.failed(key, now=now)
+        if ejection is not None and self.pick_notes is not None:
+            self.pick_notes.add(now, self.outliers.name, key, list(ejection))
 
     def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
         """A dispatched request's first token arrived (``outcome.ttft_s``); ``on_complete`` follows."""
