@@ -6,7 +6,7 @@ import pytest
 
 from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.factory import profile_from_weights
-from igw.scheduling.plugins.lora_slot_filter import LoraSlotFilter, factory
+from igw.scheduling.plugins.lora_slot_filter import MISSING_MEMORY_S, LoraSlotFilter, factory
 from igw.scheduling.types import EndpointView, RequestOutcome
 from tests.scheduling.helpers import ctx, ep, req
 
@@ -46,10 +46,10 @@ def lora_ep(key: str, *, active: frozenset[str], waiting: frozenset[str] = froze
             id="nothing-better-keeps-all",
         ),
         pytest.param(
-            [lora_ep("busy", active=OTHERS), ep("no-lora-metrics")],
+            [lora_ep("free", active=frozenset({"x"})), ep("no-lora-metrics")],
             "a",
-            ["busy"],
-            id="a-pod-without-lora-metrics-is-left-out-where-others-report-them",
+            ["free", "no-lora-metrics"],
+            id="a-pod-without-lora-metrics-that-answered-nothing-yet-is-kept",
         ),
         pytest.param(
             [ep("no-lora-1"), ep("no-lora-2")],
@@ -211,3 +211,67 @@ def test_retries_and_removed_endpoints_release_counts() -> None:
     filt.on_endpoints_removed(["q"])
     assert filt._counts == {}
     assert filt._inflight == {}
+
+
+def answered(f: LoraSlotFilter, key: str, *, at: float) -> None:
+    f.on_complete(RequestOutcome(request_id=f"done-{key}", endpoint=key, ok=True), now=at)
+
+
+@pytest.mark.parametrize(
+    ("scraped_at", "kept"),
+    [
+        pytest.param(2.0, ["free"], id="scraped-after-it-answered:-runs-without-lora"),
+        pytest.param(0.5, ["free", "old-vllm"], id="its-scrape-predates-the-answer:-kept"),
+    ],
+)
+def test_a_pod_that_answered_and_still_publishes_no_lora_metrics_is_left_out(
+    scraped_at: float, kept: list[str]
+) -> None:
+    """Session s28's rule, kept for a pod known to run without LoRA: an engine with LoRA publishes
+    its LoRA metrics from its first step on."""
+    f = LoraSlotFilter()
+    answered(f, "old-vllm", at=1.0)
+    pool = [lora_ep("free", active=frozenset({"x"})), ep("old-vllm", scraped_at=scraped_at)]
+    assert [e.key for e in f.filter(ctx(req("q", adapter="a"), now=3.0), pool)] == kept
+
+
+def test_a_new_pod_of_an_adapter_only_pool_is_not_left_out() -> None:
+    """Session s28's rule left out every pod without LoRA metrics while others published them; a
+    scale-out pod of a pool that serves only adapter requests then never got one, so it never
+    published them (found by probing, session s29)."""
+    f = LoraSlotFilter()
+    answered(f, "serving", at=1.0)
+    pool = [lora_ep("serving", active=A), ep("new", scraped_at=5.0)]
+    assert [e.key for e in f.filter(ctx(req("q", adapter="a"), now=6.0), pool)] == ["serving", "new"]
+
+
+def test_a_pod_that_answered_404_for_an_adapter_is_left_out_for_that_adapter_a_while() -> None:
+    f = LoraSlotFilter()
+    pool = [lora_ep("has-it", active=frozenset()), lora_ep("lacks-it", active=frozenset())]
+    f.on_model_missing("lacks-it", "chat", now=10.0)
+
+    def kept(adapter: str, now: float, endpoints: list[EndpointView] = pool) -> list[str]:
+        return [e.key for e in f.filter(ctx(req("q", adapter=adapter), now=now), endpoints)]
+
+    assert kept("chat", 11.0) == ["has-it"]
+    assert kept("sql", 11.0) == ["has-it", "lacks-it"]  # per adapter
+    assert kept("chat", 11.0, [pool[1]]) == ["lacks-it"]  # never the last candidate
+    assert kept("chat", 10.0 + MISSING_MEMORY_S) == ["has-it", "lacks-it"]  # the memory ran out
+    f.on_model_missing("lacks-it", "chat", now=100.0)
+    shown = [pool[0], lora_ep("lacks-it", active=frozenset({"chat"}))]
+    assert kept("chat", 101.0, shown) == ["has-it", "lacks-it"]  # its scrape shows it running it now
+    assert kept("chat", 101.0) == ["has-it", "lacks-it"]  # and that dropped the memory
+    f.on_model_missing("gone", "chat", now=0.0)
+    f.on_endpoints_removed(["gone"])
+    assert f._missing == {}
+
+
+def test_the_scheduler_tells_the_filter_of_a_404() -> None:
+    from igw.scheduling.factory import scheduler_from_weights
+
+    s = scheduler_from_weights({"queue": 1, "loraAffinity": 1}, rng=__import__("random").Random(1))
+    pool = [lora_ep("has-it", active=frozenset()), lora_ep("lacks-it", active=frozenset())]
+    s.on_model_missing("lacks-it", "chat", now=0.0)
+    decision = s.pick(req("q", adapter="chat"), pool, now=0.0)
+    assert decision.endpoint == "has-it"
+    assert decision.removed == {"lacks-it": "filter lora-slot-filter"}

@@ -105,6 +105,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "what": "'m'",
         "response_headers": {"x": "y"},
         "priority": 3,
+        "adapter": "lora-f",
     },
     ExchangeResult: {
         "answer": web.Response(status=201),

@@ -159,6 +159,9 @@ class _Forward:
     priority: int | None
     """The request's flow-control band (``None`` without flow control): counted per endpoint while
     in flight where the pool's engine preempts by priority."""
+    adapter: str | None
+    """The LoRA adapter the request names (``None``: the base model): a 404 for it tells the scheduler
+    that endpoint does not serve it."""
 
     def __init__(
         self,
@@ -170,6 +173,7 @@ class _Forward:
         what: str,
         response_headers: dict[str, str] | None = None,
         priority: int | None = None,
+        adapter: str | None = None,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -178,6 +182,7 @@ class _Forward:
         self.what = what
         self.response_headers = {} if response_headers is None else response_headers
         self.priority = priority
+        self.adapter = adapter
 
 
 async def handle_inference(
@@ -414,6 +419,7 @@ async def _route(
         timeout_s=sr.route_timeout_s,
         what=repr(route.base_model),
         priority=priority if engine is not None and engine.preempts_for_slot else None,
+        adapter=route.adapter,
     )
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
         plan.response_headers[DECISION_HEADER] = decision_header(decision)
@@ -645,6 +651,8 @@ async def _forward(
             if plan.sr is not None:
                 if connected:
                     _feedback(plan.sr, key, obs, result, now=state.clock())
+                    if plan.adapter is not None and _lacks_model(result):
+                        plan.sr.scheduler.on_model_missing(key, plan.adapter, now=state.clock())
                 else:  # outlier detection counts it; settles a forced choice's scores (access log)
                     plan.sr.scheduler.on_connect_failed(key, now=state.clock())
         if not connected:  # the next candidate; here, not in the handler: mypyc cannot compile a
@@ -721,6 +729,12 @@ def _first_token_feedback(
     return heard
 
 
+def _lacks_model(result: ExchangeResult | None) -> bool:
+    """The model server itself answered 404 (a gateway-made answer sets ``error``): for an adapter
+    request, it does not serve that adapter."""
+    return result is not None and result.status == 404 and result.error is None
+
+
 def _feedback(
     sr: SchedulerRuntime, key: str, obs: RequestObserver, result: ExchangeResult | None, *, now: float
 ) -> None:
@@ -742,7 +756,8 @@ def _feedback(
         RequestOutcome(
             request_id=obs.request_id,
             endpoint=key,
-            ok=result is not None and result.ok,
+            # A 4xx is an answer but no served request (the DES says the same): nothing ran.
+            ok=result is not None and result.ok and result.status < 400,
             ttft_s=ttft,
             itl_s=itl,
             prompt_tokens=obs.record.prompt_tokens or 0,

@@ -53,6 +53,10 @@ class PluginHooks:
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         """Called when endpoints leave the pool, so per-endpoint state can be dropped."""
 
+    def on_model_missing(self, endpoint: EndpointKey, model: str, *, now: float) -> None:
+        """Called when ``endpoint`` answered 404 to a request for the LoRA adapter ``model``: it does
+        not serve that adapter (loaded on some pods only, or not yet)."""
+
 
 @runtime_checkable
 class Plugin(Protocol):

@@ -179,6 +179,12 @@ class Scheduler:
         self._on_complete = tuple(p for p in self._plugins if _overrides(p, "on_complete"))
         """The plugins whose ``on_complete`` does something, in profile order (the others' no-op
         calls cost a Python call each per outcome, for nothing)."""
+        self._model_missing = tuple(
+            p
+            for p in self._plugins
+            if callable(getattr(p, "on_model_missing", None)) and _overrides(p, "on_model_missing")
+        )
+        """The plugins that remember which endpoint lacks which adapter (``on_model_missing``)."""
         self._first_token_plugins = tuple(
             p for p in self._plugins if isinstance(p, FirstTokenObserver) and _overrides(p, "on_first_token")
         )
@@ -635,6 +641,13 @@ class Scheduler:
         ejection = self.outliers.failed(key, now=now)
         if ejection is not None and self.pick_notes is not None:
             self.pick_notes.add(now, self.outliers.name, key, list(ejection))
+
+    def on_model_missing(self, key: EndpointKey, model: str, *, now: float) -> None:
+        """``key`` answered 404 to a request for the LoRA adapter ``model`` (it does not serve it):
+        the plugins that steer adapter requests remember it (``lora-slot-filter``)."""
+        self.settle()
+        for plugin in self._model_missing:
+            plugin.on_model_missing(key, model, now=now)  # type: ignore[attr-defined]
 
     def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
         """A dispatched request's first token arrived (``outcome.ttft_s``); ``on_complete`` follows."""

@@ -53,6 +53,15 @@ class RoutingPolicy(Protocol):
 
 
 @runtime_checkable
+class ModelMissingObserver(Protocol):
+    """A policy that also wants to hear when an endpoint answered 404 to a request for a LoRA adapter
+    (it does not serve it): the scheduler then leaves the endpoint out for that adapter a while
+    (``lora-slot-filter``). Optional beside :class:`RoutingPolicy`."""
+
+    def on_model_missing(self, endpoint: EndpointKey, model: str, *, now: float) -> None: ...
+
+
+@runtime_checkable
 class FirstTokenObserver(Protocol):
     """A policy that also wants to hear when a dispatched request's first token arrives.
 

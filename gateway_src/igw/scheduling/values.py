@@ -238,6 +238,8 @@ class RequestOutcome:
     request_id: Final[str]
     endpoint: Final[EndpointKey]
     ok: Final[bool]
+    """The endpoint served the request (a 2xx/3xx answer, the stream complete); a 4xx, a 5xx, a broken
+    stream or no answer are not ok."""
     ttft_s: Final[float | None]
     itl_s: Final[float | None]
     """Mean inter-token latency of the response (seconds per output token after the first)."""

@@ -36,6 +36,7 @@ from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
     FirstTokenObserver,
+    ModelMissingObserver,
     RequestOutcome,
     RoutingPolicy,
     RoutingRequest,
@@ -172,6 +173,7 @@ class _Runner:
         self.by_key = by_key
         self.policy = policy
         self.first_token_observer = policy if isinstance(policy, FirstTokenObserver) else None
+        self.model_missing_observer = policy if isinstance(policy, ModelMissingObserver) else None
         """The policy, when it wants to hear of each first token (the gateway learns TTFT from it)."""
         self.rng = rng
         self.base_model = base_model
@@ -309,6 +311,8 @@ class _Runner:
         )
         if sim.adapter is not None and sim.adapter not in pod.spec.lora_adapters:
             self._fail(p, pod.key, 404, now)
+            if self.model_missing_observer is not None:  # as igw serve tells its scheduler
+                self.model_missing_observer.on_model_missing(pod.key, sim.adapter, now=now)
             return
         try:
             pod.engine.add(ereq)

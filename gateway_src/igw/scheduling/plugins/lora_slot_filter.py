@@ -16,13 +16,25 @@ Rule, per request with adapter ``a`` (tiers by the GIE scorer's categories):
 4. every endpoint (nothing better exists; the scorers decide).
 
 The first non-empty tier is kept. An endpoint where ``a`` is the *drain victim* (below) is left out
-of every tier unless it is the only endpoint. Endpoints without LoRA metrics (no
-``vllm:lora_requests_info``, or one the parser could not trust) are left out whenever some candidate
-reports them: in a pool configured for adapters a vLLM that publishes no LoRA metrics runs without
-LoRA, and answers every adapter request 404 (until session s28 such a pod was kept in the first
-tier, and since a request failing at once leaves its pod looking idle, a mixed fleet sent it 96 % of
-the adapter requests; docs/gateway.md). When no candidate reports LoRA metrics (an engine without
-them) every endpoint is kept, as before. Base-model requests pass unfiltered. Parameters: none.
+of every tier unless it is the only endpoint. An endpoint without LoRA metrics (no
+``vllm:lora_requests_info``, or one the parser could not trust) is left out whenever some candidate
+reports them *and* it has answered a request that a later scrape reflects: a vLLM with LoRA publishes
+them from its first step on, so one that has run requests and still publishes none runs without LoRA
+and answers every adapter request 404 (until session s28 such a pod was kept in the first tier, and
+since a request failing at once leaves its pod looking idle, a mixed fleet sent it 96 % of the
+adapter requests; docs/gateway.md). One that has answered nothing yet (a pod just started, a
+scale-out) is kept: it cannot have published them, and in session s28's version, which left it out
+too, a pool serving only adapter requests never sent a new pod any (found by probing, session s29).
+When no candidate reports LoRA metrics (an engine without them) every endpoint is kept, as before.
+Base-model requests pass unfiltered. Parameters: none.
+
+**Endpoints that answered 404 for the adapter.** An adapter loaded on some pods only (a rollout, a
+pod started without it) looks alike everywhere in the scrapes until it runs, and a pod without it
+answers 404 at once, so it looks idle and drew most of that adapter's requests (in the DES with
+``chat-lora`` on two pods of four, 113 of its 183 requests failed; round-robin 90). Since session
+s29 the scheduler is told of each such 404 (``on_model_missing``) and the endpoint is left out for
+that adapter for :data:`MISSING_MEMORY_S`, unless its scrape shows the adapter running or waiting
+(then it has it) or no other candidate is left.
 
 **Slots claimed since the scrape.** Between two scrapes every pick sees the same adapter sets, so a pod
 showing one free slot would receive *every* cold adapter of that scrape window. The filter therefore
@@ -45,7 +57,7 @@ Measurements of each rule: docs/scheduler-design.md.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from igw.scheduling.framework import CycleContext, PluginHooks
 from igw.scheduling.params import ParamReader
@@ -53,6 +65,10 @@ from igw.scheduling.plugins.lora_affinity_scorer import FREE_SLOT, WAITING, adap
 from igw.scheduling.types import EndpointKey, EndpointView, RequestOutcome
 
 TYPE = "lora-slot-filter"
+MISSING_MEMORY_S: Final = 60.0
+"""How long an endpoint that answered 404 for an adapter is left out for it: the gateway's period
+for re-reading a pod's ``/v1/models`` too, time enough for an adapter loaded at run time to appear;
+then one request finds out again."""
 
 
 class LoraSlotFilter(PluginHooks):
@@ -66,6 +82,11 @@ class LoraSlotFilter(PluginHooks):
         """Request id -> (endpoint, adapter) of this scheduler's unfinished adapter requests."""
         self._counts: dict[tuple[EndpointKey, str], int] = {}
         """(endpoint, adapter) -> how many of them are unfinished."""
+        self._answered: dict[EndpointKey, float] = {}
+        """Endpoint -> when it first completed a request of this scheduler (``on_complete``, ok)."""
+        self._missing: dict[tuple[EndpointKey, str], float] = {}
+        """(endpoint, adapter) -> until when the endpoint is taken not to serve the adapter (it
+        answered 404 for it)."""
 
     def drain_victim(self, endpoint: EndpointView) -> str | None:
         """The running adapter that stops getting new requests on ``endpoint`` while another adapter
@@ -109,6 +130,15 @@ class LoraSlotFilter(PluginHooks):
         slot = self._inflight.pop(outcome.request_id, None)
         if slot is not None:
             self._release(slot)
+        if outcome.ok and outcome.endpoint not in self._answered:
+            self._answered[outcome.endpoint] = now
+
+    def _runs_without_lora(self, endpoint: EndpointView) -> bool:
+        """``endpoint`` publishes no LoRA metrics although a scrape taken after it answered a request
+        would show them (an engine with LoRA publishes them from its first step on)."""
+        answered = self._answered.get(endpoint.key)
+        scraped = endpoint.scraped_at
+        return answered is not None and scraped is not None and scraped > answered
 
     def _release(self, slot: tuple[EndpointKey, str]) -> None:
         left = self._counts.get(slot, 0) - 1
@@ -117,10 +147,40 @@ class LoraSlotFilter(PluginHooks):
         else:
             self._counts.pop(slot, None)
 
+    def on_model_missing(self, endpoint: EndpointKey, model: str, *, now: float) -> None:
+        self._missing[(endpoint, model)] = now + MISSING_MEMORY_S
+
+    def _without_missing(
+        self, adapter: str, endpoints: Sequence[EndpointView], now: float
+    ) -> Sequence[EndpointView]:
+        """``endpoints`` less those that answered 404 for ``adapter`` within the memory, unless the
+        scrape shows it there (then the memory is dropped) or none would be left."""
+        missing = self._missing
+        absent: set[EndpointKey] = set()
+        for e in endpoints:
+            slot = (e.key, adapter)
+            until = missing.get(slot)
+            if until is None:
+                continue
+            m = e.metrics
+            shown = m is not None and (
+                adapter in (m.active_adapters or ()) or adapter in (m.waiting_adapters or ())
+            )
+            if until <= now or shown:
+                del missing[slot]
+            else:
+                absent.add(e.key)
+        if not absent or len(absent) == len(endpoints):
+            return endpoints
+        return [e for e in endpoints if e.key not in absent]
+
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         gone = set(keys)
         for key in gone:
             self._sent.pop(key, None)
+            self._answered.pop(key, None)
+        for slot in [slot for slot in self._missing if slot[0] in gone]:
+            del self._missing[slot]
         for request_id, slot in list(self._inflight.items()):
             if slot[0] in gone:
                 del self._inflight[request_id]
@@ -130,12 +190,14 @@ class LoraSlotFilter(PluginHooks):
         adapter = ctx.request.adapter
         if adapter is None:
             return list(endpoints)
+        if self._missing:
+            endpoints = self._without_missing(adapter, endpoints, ctx.now)
         scores = [adapter_affinity(adapter, e, unreflected=self.unreflected(e)) for e in endpoints]
         # An endpoint where this adapter is the drain victim is unschedulable for it in every tier
         # that would keep its slot busy, unless no other endpoint exists.
         pairs = list(zip(endpoints, scores, strict=True))
-        if any(s is not None for s in scores):  # LoRA-capable pods known: never one that says nothing
-            pairs = [(e, s) for e, s in pairs if s is not None]
+        if any(s is not None for s in scores):  # LoRA-capable pods known: none that runs without LoRA
+            pairs = [(e, s) for e, s in pairs if s is not None or not self._runs_without_lora(e)]
         usable = [(e, s) for e, s in pairs if self.drain_victim(e) != adapter] or pairs
         unblocked = [
             e for e, s in usable if (s is None or s >= FREE_SLOT) and not starves_other_adapter(adapter, e)
