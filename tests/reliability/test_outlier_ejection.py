@@ -132,6 +132,12 @@ async def test_a_worker_group_ejects_once_for_all_its_workers(tmp_path: Path) ->
     async with run_fleet(spec, admin=False) as fleet:
         keys = [p.key for p in fleet.pods]
         async with igw_serve(tmp_path, keys, "--workers", "2") as url, aiohttp.ClientSession() as http:
+            for _ in range(200):  # every pod scraped (a stale one gets nothing, failing or not)
+                ready = await (await http.get(url + "/readyz")).json()
+                endpoints = ready["schedulers"][MODEL]["endpoints"]
+                if len(endpoints) == 3 and all(e["fresh"] for e in endpoints.values()):
+                    break
+                await asyncio.sleep(0.05)
             await fleet.inject("p0", FaultSpec(kind=FaultKind.ERROR_RATE, rate=1.0, status=500))
             failed = 0
             for i in range(40):  # one connection: one worker takes all of them
