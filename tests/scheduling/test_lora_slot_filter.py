@@ -275,3 +275,25 @@ def test_the_scheduler_tells_the_filter_of_a_404() -> None:
     decision = s.pick(req("q", adapter="chat"), pool, now=0.0)
     assert decision.endpoint == "has-it"
     assert decision.removed == {"lacks-it": "filter lora-slot-filter"}
+
+
+def test_a_404_for_an_adapter_travels_to_the_other_workers() -> None:
+    """``igw serve --workers N``: without the note each worker paid its own 404 per pod and adapter."""
+    import random
+
+    from igw.scheduling.factory import scheduler_from_weights
+
+    a, b = (scheduler_from_weights({"queue": 1, "loraAffinity": 1}, rng=random.Random(i)) for i in (1, 2))
+    a.share_picks()
+    b.share_picks()
+    a.on_model_missing("lacks-it", "chat", now=5.0)
+    assert a.pick_notes is not None
+    notes = a.pick_notes.drain()
+    assert notes == [(5.0, "@model-missing", "lacks-it", ["chat", 5.0])]
+    assert b.learn_picks(notes, now=5.1).learned == 1
+    pool = [lora_ep("has-it", active=frozenset()), lora_ep("lacks-it", active=frozenset())]
+    assert b.pick(req("q", adapter="chat"), pool, now=5.2).endpoint == "has-it"
+    assert b.pick_notes is not None
+    assert all(n[1] != "@model-missing" for n in b.pick_notes.drain())  # learned, not sent on again
+    for bad in (["chat"], [1, 5.0], ["chat", float("nan")], "chat"):
+        assert b.learn_picks([(5.0, "@model-missing", "x", bad)], now=5.1).malformed == 1

@@ -42,6 +42,9 @@ Which built-in plugins share, and why:
   they happen rather than per pick (:meth:`PickNoteOutbox.add`): the note is the ejection's end and
   its number in a row. Its failure counts do not travel: each counts the failures of the requests
   its worker sent, which only that worker sees end.
+* a 404 for an adapter (``Scheduler.on_model_missing``, notes named ``@model-missing``) - shared as it
+  arrives: the note is the adapter's name and the time, which the other workers' ``lora-slot-filter``
+  remembers as if their own request had been answered so.
 
 Which pools note: a scheduler notes a pick only when its pool (the endpoints it was handed, before
 the per-request context-window fit and the filters) has more than one endpoint. With one endpoint

@@ -30,11 +30,12 @@ Order of one ``pick`` (all in memory, no I/O, time only from ``now``):
 from __future__ import annotations
 
 import functools
+import math
 import random
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from igw.scheduling.columns import ScrapeCache
 from igw.scheduling.data_flow import require_data_flow_order
@@ -192,10 +193,15 @@ class Scheduler:
         derive from PluginHooks; plugins written to the bare :class:`Plugin` protocol may lack it): not
         the no-op inherited from PluginHooks, an interpreted call per plugin per stream for nothing
         (``framework`` stays interpreted in the compiled build)."""
+        self._model_missing_notes = _ModelMissingNotes(self) if self._model_missing else None
+        """Shares ``on_model_missing`` with the other workers (``None``: no plugin keeps it)."""
+        self._event_sharers: tuple[object, ...] = (self.outliers, self._model_missing_notes)
+        """Sharers whose notes are events sent as they happen (an ejection, a 404 for an adapter),
+        not notes of each pick: learned like the others, left out of the per-pick outbox."""
         self._sharing = sharing_plugins(
-            (*self._plugins, self.ledger, self.outliers)
-            if self.ledger is not None
-            else (*self._plugins, self.outliers)
+            p
+            for p in (*self._plugins, self.ledger, self.outliers, self._model_missing_notes)
+            if p is not None
         )
         """The plugins that share their picks, by name, found once (the profile's plugins do not
         change): an ``isinstance`` check against the runtime-checkable ``SharesPicks`` protocol walks
@@ -224,8 +230,9 @@ class Scheduler:
         outbox the notes collect in, the same one on every call."""
         self.settle()
         if self.pick_notes is None:
-            # Outlier detection's notes are its ejections, sent as they happen (_failed), not per pick.
-            self.pick_notes = PickNoteOutbox(p for p in self._sharing.values() if p is not self.outliers)
+            self.pick_notes = PickNoteOutbox(
+                p for p in self._sharing.values() if not any(p is e for e in self._event_sharers)
+            )
         return self.pick_notes
 
     def move_dispatch(self, source: EndpointKey, target: EndpointKey, *, now: float) -> None:
@@ -646,6 +653,11 @@ class Scheduler:
         """``key`` answered 404 to a request for the LoRA adapter ``model`` (it does not serve it):
         the plugins that steer adapter requests remember it (``lora-slot-filter``)."""
         self.settle()
+        self._tell_model_missing(key, model, now=now)
+        if self._model_missing_notes is not None and self.pick_notes is not None:
+            self.pick_notes.add(now, self._model_missing_notes.name, key, [model, now])
+
+    def _tell_model_missing(self, key: EndpointKey, model: str, *, now: float) -> None:
         for plugin in self._model_missing:
             plugin.on_model_missing(key, model, now=now)  # type: ignore[attr-defined]
 
@@ -677,6 +689,34 @@ class Scheduler:
             self.ledger.forget(keys)
         for plugin in self._plugins:
             plugin.on_endpoints_removed(keys)
+
+
+MODEL_MISSING_NOTES: Final = "@model-missing"
+"""The name a 404 for an adapter travels under between the workers of a group (not a plugin's)."""
+
+
+class _ModelMissingNotes:
+    """What :meth:`Scheduler.on_model_missing` learned, for the other workers' schedulers (as outlier
+    detection shares its ejections): a note ``[model, when]`` per 404, which another worker takes in
+    as if its own request had been answered so. Without it each worker of a group paid its own 404
+    per pod and adapter."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.name = MODEL_MISSING_NOTES
+        self._scheduler = scheduler
+
+    def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:
+        """Picks teach it nothing: its notes are sent as the 404s arrive."""
+        return None
+
+    def learn_pick(self, endpoint: EndpointKey, note: object) -> None:
+        """``note`` is ``[model, when]`` (``ValueError`` otherwise)."""
+        if not isinstance(note, list | tuple) or len(note) != 2:
+            raise ValueError(f"{MODEL_MISSING_NOTES}: a note is [model, when]")
+        model, at = note
+        if not isinstance(model, str) or type(at) not in (int, float) or not math.isfinite(at):
+            raise ValueError(f"{MODEL_MISSING_NOTES}: a note is [model, when], a name and a finite time")
+        self._scheduler._tell_model_missing(endpoint, model, now=float(at))
 
 
 def _named_columns(

@@ -34,7 +34,8 @@ answers 404 at once, so it looks idle and drew most of that adapter's requests (
 ``chat-lora`` on two pods of four, 113 of its 183 requests failed; round-robin 90). Since session
 s29 the scheduler is told of each such 404 (``on_model_missing``) and the endpoint is left out for
 that adapter for :data:`MISSING_MEMORY_S`, unless its scrape shows the adapter running or waiting
-(then it has it) or no other candidate is left.
+(then it has it) or no other candidate is left. With ``igw serve --workers`` the scheduler passes
+each such 404 on to the other workers (a pick note, :mod:`igw.scheduling.pick_notes`).
 
 **Slots claimed since the scrape.** Between two scrapes every pick sees the same adapter sets, so a pod
 showing one free slot would receive *every* cold adapter of that scrape window. The filter therefore
