@@ -13,8 +13,9 @@ and pool (``spec.schedulers``), tier 2 on Metrics Insights queries summed over t
 Gateway replicas each write their own documents under the same dimensions; the statistic per
 unit (:data:`STATISTIC_BY_UNIT`) makes the replicas' values add up (counts: sum), average
 (percentages) or take the worst (latency quantiles: maximum), except for the pool's own state
-(:data:`~igw.gateway.emf_metrics.POOL_STATE_METRICS`: ready pods), which every replica reports alike
-and which is taken at its maximum (:func:`replica_statistic`).
+(:data:`~igw.gateway.emf_metrics.POOL_STATE_METRICS`: ready and ejected pods), which every replica
+reports alike (or from its own view of the same pods) and which is taken at its maximum
+(:func:`replica_statistic`), in widgets and alarms alike.
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ class GatewayAlarmThresholds:
     error_minutes: int = 5
     ttft_minutes: int = 10
     kv_cache_minutes: int = 15
+    ejected_minutes: int = 15
+    """A pool with an endpoint left out by outlier detection every minute this long (an ejection
+    lasts 30-300 s, so a pod that keeps failing stays out most of the time)."""
 
 
 class GatewayMetricsDashboard(Construct):
@@ -130,6 +134,16 @@ class GatewayMetricsDashboard(Construct):
                 threshold=t.kv_cache_percent,
                 minutes=t.kv_cache_minutes,
                 description=f"pool {pool}: average KV-cache use above {t.kv_cache_percent}%",
+            )
+            self.alarms[f"EjectedPods-{pool}"] = sustained_alarm(
+                self,
+                f"Alarm{len(self.alarms)}",
+                _metric(POOL_DIMENSION, pool, emitted("EjectedPods", POOL_METRICS)),
+                above=1,
+                inclusive=True,
+                minutes=t.ejected_minutes,
+                description=f"pool {pool}: an endpoint ejected for failing requests in a row, "
+                f"every minute for {t.ejected_minutes} minutes",
             )
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
         self.dashboard.add_widgets(
@@ -191,7 +205,7 @@ def _metric(dimension: str, value: str, metric: tuple[str, str]) -> cloudwatch.M
         namespace=DEFAULT_NAMESPACE,
         metric_name=name,
         dimensions_map={dimension: value},
-        statistic=STATISTIC_BY_UNIT[unit],
+        statistic=replica_statistic(name, unit),
         period=PERIOD,
     )
 

@@ -164,6 +164,7 @@ def test_replicas_documents_add_up_only_where_they_are_shares_of_traffic(synthes
         "TtftP99": "Maximum",
         "KvCacheAverage": "Average",
         "ReadyPods": "Maximum",
+        "EjectedPods": "Maximum",
     }
 
 
@@ -183,7 +184,10 @@ def test_gateway_alarms_per_configured_model_and_pool_watch_emitted_metrics(synt
         {("ErrorRate", m) for m in models}
         | {("TtftP99", m) for m in models}
         | {("KvCacheAverage", p) for p in pools}
+        | {("EjectedPods", p) for p in pools}
     )
+    statistics = {a["MetricName"]: a["Statistic"] for a in alarms}
+    assert statistics["EjectedPods"] == "Maximum"  # a pool's state: the worst replica, not a sum
 
 
 def test_aws_managed_addon_gets_no_gateway_dashboard(variant: Synthesized) -> None:

@@ -10,7 +10,9 @@ import pytest
 
 from igw.gateway.emf import emf_reporter, quantile
 from igw.gateway.emf_metrics import DEFAULT_NAMESPACE
+from igw.gateway.endpoints import EndpointState
 from igw.gateway.telemetry import GatewayMetrics
+from igw.scheduling.types import EngineMetrics
 from tests.observability.emf_check import check_emf, one_completion
 from tests.observability.live_gateway import MODEL, serving_gateway
 
@@ -64,4 +66,22 @@ async def test_serve_writes_emf_lines_for_models_and_pools(tmp_path: Path) -> No
     pools = [d for d in documents if d.get("Pool") == MODEL]
     assert pools
     assert pools[-1]["ReadyPods"] == 2
+    assert pools[-1]["EjectedPods"] == 0
     assert 0 <= pools[-1]["KvCacheAverage"] <= 100
+
+
+def test_the_pool_document_counts_the_endpoints_outlier_detection_left_out() -> None:
+    states = [
+        EndpointState(key, {}, metrics=EngineMetrics(waiting=0, kv_usage=0.5), scraped_at=1.0)
+        for key in ("a:1", "b:1", "c:1")
+    ]
+    ejected = [("p", "a:1", 12.0), ("p", "b:1", 3.0)]
+    metrics = GatewayMetrics(
+        lister=lambda: [("p", st) for st in states], clock=lambda: 1.5, ejections=lambda: ejected
+    )
+    (pool,) = [d for d in emf_reporter(metrics).documents() if d.get("Pool") == "p"]
+    check_emf(pool)
+    assert (pool["ReadyPods"], pool["EjectedPods"]) == (3, 2)
+    ejected.clear()
+    (pool,) = [d for d in emf_reporter(metrics).documents() if d.get("Pool") == "p"]
+    assert pool["EjectedPods"] == 0

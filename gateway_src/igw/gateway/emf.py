@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Final, Protocol
 
 import orjson
@@ -127,8 +127,12 @@ class EmfReporter:
         pools: Collector,
         namespace: str = DEFAULT_NAMESPACE,
         clock: Callable[[], float] = time.time,
+        ejections: Callable[[], Iterable[tuple[str, str, float]]] | None = None,
     ) -> None:
+        """``ejections``: ``(pool, endpoint, seconds left)`` of every endpoint outlier detection
+        leaves out now (``EjectedPods``; ``None``: reported as 0)."""
         self._requests, self._duration, self._ttft, self._pools = requests, duration, ttft, pools
+        self._ejections = ejections
         self._requests_name = _family_name(requests)
         self._duration_name = _family_name(duration)
         self._namespace = namespace
@@ -193,8 +197,11 @@ class EmfReporter:
                     kv[s.labels["name"]] = s.value
                 elif s.name == POOL_FAMILIES[3]:
                     ready[s.labels["name"]] = s.value
+        ejected: dict[str, int] = {}
+        for pool, _, _ in self._ejections() if self._ejections is not None else ():
+            ejected[pool] = ejected.get(pool, 0) + 1
         for pool in sorted(ready):
-            values = {"ReadyPods": ready[pool]}
+            values = {"ReadyPods": ready[pool], "EjectedPods": float(ejected.get(pool, 0))}
             if pool in kv:
                 values["KvCacheAverage"] = round(100.0 * kv[pool], 3)
             yield self._document(timestamp, {POOL_DIMENSION: pool}, POOL_METRICS, values)
@@ -248,6 +255,7 @@ def emf_reporter(metrics: GatewayMetrics, *, namespace: str = DEFAULT_NAMESPACE)
         ttft=metrics.ttft,
         pools=metrics.epp,
         namespace=namespace,
+        ejections=metrics.ejected,
     )
 
 

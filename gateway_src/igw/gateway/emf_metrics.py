@@ -22,9 +22,10 @@ MODEL_METRICS: Final = (
     ("TtftP99", "Milliseconds"),
 )
 """``(name, unit)`` of the per-model document (dimension :data:`MODEL_DIMENSION`)."""
-POOL_METRICS: Final = (("KvCacheAverage", "Percent"), ("ReadyPods", "Count"))
-"""``(name, unit)`` of the per-pool document (dimension :data:`POOL_DIMENSION`)."""
-POOL_STATE_METRICS: Final = frozenset({"ReadyPods"})
+POOL_METRICS: Final = (("KvCacheAverage", "Percent"), ("ReadyPods", "Count"), ("EjectedPods", "Count"))
+"""``(name, unit)`` of the per-pool document (dimension :data:`POOL_DIMENSION`). ``EjectedPods``: the
+pool's endpoints the replica's outlier detection leaves out for failing requests in a row."""
+POOL_STATE_METRICS: Final = frozenset({"ReadyPods", "EjectedPods"})
 """Metrics that describe the pool, not one gateway's traffic: every gateway replica reports the same
-value for it, so a view of several replicas takes their maximum; a sum (what a ``Count`` of requests
-takes) counted every pod once per replica."""
+value for it (or, for ejected pods, its own view of the same pods), so a view of several replicas
+takes their maximum; a sum (what a ``Count`` of requests takes) counted every pod once per replica."""

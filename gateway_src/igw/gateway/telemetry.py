@@ -243,6 +243,8 @@ class GatewayMetrics:
         ejections: EjectionLister = _no_ejections,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.ejected = ejections
+        """Lists the endpoints outlier detection leaves out now (``igw_endpoint_ejected_seconds``, EMF)."""
         r = self.registry
         self._batch = MetricBatch()
         self.requests = FoldingCounter(
