@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.sim.live import run_fleet
-from igw.sim.spec import FaultKind, FaultSpec
+from igw.sim.spec import FaultKind, FaultSpec, FleetSpec
 from tests.observability.live_gateway import igw_serve
 from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, in_process_gateway, served_by
 
@@ -159,3 +159,32 @@ async def test_a_worker_group_ejects_once_for_all_its_workers(tmp_path: Path) ->
                 await asyncio.sleep(0.05)
             assert workers == {"0", "1"}  # both route around it
             assert total == 1.0  # one ejection: the other worker learned it, it did not make its own
+
+
+async def test_a_pod_serving_another_model_name_is_warned_of_and_ejected(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pod the modelSelector picks that serves another model name (``--served-model-name``) answers
+    every request 404 at once, so it looked idle and drew them. Its ``/v1/models`` says so (one
+    WARNING), and a 404 for the pool's own model counts as its failure for outlier detection."""
+    caplog.set_level(logging.INFO, logger="igw.gateway")
+    pods = [
+        {"name": "wrong", "preset": "llama-3.1-8b/h100", "served_model_name": "llama-old"},
+        *({"name": f"p{i}", "preset": "llama-3.1-8b/h100", "served_model_name": MODEL} for i in (1, 2)),
+    ]
+    spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 7, "pods": pods})
+    doc = gateway_doc(routing={"outlierDetection": {"consecutiveFailures": 3}})
+    async with run_fleet(spec, admin=False) as fleet:
+        keys = [p.key for p in fleet.pods]
+        async with in_process_gateway(tmp_path, doc, keys) as gw:
+            outcome: collections.Counter[str] = collections.Counter()
+            for i in range(REQUESTS):
+                resp = await gw.complete(f"question {i}", max_tokens=4)
+                outcome[str(resp.status)] += 1
+            assert outcome["404"] <= 3  # three in a row, then it is out
+            assert outcome["200"] >= REQUESTS - 3
+            assert keys[0] in gw.state.runtime.schedulers[MODEL].scheduler.outliers.ejected
+    warnings = [r.getMessage() for r in caplog.records if "does not list model" in r.getMessage()]
+    assert len(warnings) == 1
+    assert keys[0] in warnings[0]
+    assert "--served-model-name" in warnings[0]

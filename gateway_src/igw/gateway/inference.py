@@ -650,8 +650,12 @@ async def _forward(
                     state.flow.finished(key, plan.priority)
             if plan.sr is not None:
                 if connected:
-                    _feedback(plan.sr, key, obs, result, now=state.clock())
-                    if plan.adapter is not None and _lacks_model(result):
+                    lacks = _lacks_model(result)
+                    # A 404 for the pool's own model: the pod does not serve what it was selected for
+                    # (a served-model-name mismatch), its fault; for an adapter: it lacks that adapter.
+                    own_model_missing = lacks and plan.adapter is None
+                    _feedback(plan.sr, key, obs, result, now=state.clock(), fault=own_model_missing)
+                    if lacks and plan.adapter is not None:
                         plan.sr.scheduler.on_model_missing(key, plan.adapter, now=state.clock())
                 else:  # outlier detection counts it; settles a forced choice's scores (access log)
                     plan.sr.scheduler.on_connect_failed(key, now=state.clock())
@@ -736,11 +740,18 @@ def _lacks_model(result: ExchangeResult | None) -> bool:
 
 
 def _feedback(
-    sr: SchedulerRuntime, key: str, obs: RequestObserver, result: ExchangeResult | None, *, now: float
+    sr: SchedulerRuntime,
+    key: str,
+    obs: RequestObserver,
+    result: ExchangeResult | None,
+    *,
+    now: float,
+    fault: bool = False,
 ) -> None:
     """Tell the scheduler how the request went (drain rate, measured speed, and for outlier detection
     whether the model server failed it: ``result.ok`` is false only for a 5xx answer or a stream it
-    broke or left silent; no result - the client left, routeTimeout - is nobody's fault here)."""
+    broke or left silent; no result - the client left, routeTimeout - is nobody's fault here;
+    ``fault``: the caller found the pod at fault otherwise, a 404 for the pool's own model)."""
     itl = None
     out_tokens = 0
     ttft = None
@@ -762,7 +773,7 @@ def _feedback(
             itl_s=itl,
             prompt_tokens=obs.record.prompt_tokens or 0,
             output_tokens=out_tokens,
-            pod_fault=result is not None and not result.ok,
+            pod_fault=fault or (result is not None and not result.ok),
         ),
         now=now,
     )

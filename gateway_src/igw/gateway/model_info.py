@@ -35,3 +35,12 @@ def max_model_len(doc: object, *, model: str) -> int | None:
             return found
     limits = [n for e in entries if (n := _limit(e)) is not None]
     return min(limits) if limits else None
+
+
+def lists_model(doc: object, *, model: str) -> bool | None:
+    """Whether a ``/v1/models`` document lists ``model`` (as an entry's ``id`` or ``root``); ``None``
+    when it is not such a document. A pod that does not list its pool's model answers its requests
+    404 (a served-model-name that differs from ``modelName``)."""
+    if not isinstance(doc, Mapping) or not isinstance(data := doc.get("data"), list):
+        return None
+    return any(isinstance(e, Mapping) and model in (e.get("id"), e.get("root")) for e in data)

@@ -74,7 +74,7 @@ import xxhash
 from igw.engines import ENGINES, MetricFamilies
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.metrics_parser import parse_page
-from igw.gateway.model_info import max_model_len
+from igw.gateway.model_info import lists_model, max_model_len
 from igw.gateway.page_filter import METRICS_PATH, filter_names, filter_path, unrequested_sample
 from igw.gateway.page_template import PageReader
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
@@ -247,6 +247,8 @@ class Scraper:
         self._scrapes_ok = metrics.child(metrics.scrapes, "ok")
         """Batched (:meth:`GatewayMetrics.child`): a plain addition per scrape, summed when collected."""
         self._members: dict[TaskKey, _Member] = {}
+        self._unlisted: set[TaskKey] = set()
+        """(scheduler, endpoint) whose ``/v1/models`` does not list the scheduler's model (warned once)."""
         self._reported: set[tuple[str, str, str]] = set()
         self._without_lora: dict[MetricFamilies, MetricFamilies] = {}
         self._event_loop: asyncio.AbstractEventLoop | None = None
@@ -261,6 +263,7 @@ class Scraper:
                 self._modes.pop(tk, None)
                 self._read.pop(tk, None)
                 self._paces.pop(tk, None)
+                self._unlisted.discard(tk)
                 self._readers.pop(tk, None)
                 if not any(other[1] == tk[1] for other in wanted):
                     self._client.forget(tk[1])
@@ -493,6 +496,21 @@ class Scraper:
             doc = orjson.loads(resp.body)
         except (TimeoutError, OSError, orjson.JSONDecodeError):
             return False
+        listed = lists_model(doc, model=sr.spec.model_name)
+        unlisted = (sr.spec.name, state.key) in self._unlisted
+        if listed is False and not unlisted:
+            self._unlisted.add((sr.spec.name, state.key))
+            log.warning(
+                "endpoint %s (%s) does not list model %r in GET /v1/models: its requests will be answered "
+                "404 (check the model server's --served-model-name against spec.schedulers[].modelName); "
+                "outlier detection ejects it after failed requests in a row",
+                state.key,
+                sr.spec.name,
+                sr.spec.model_name,
+            )
+        elif listed and unlisted:
+            self._unlisted.discard((sr.spec.name, state.key))
+            log.info("endpoint %s (%s) lists model %r again", state.key, sr.spec.name, sr.spec.model_name)
         limit = max_model_len(doc, model=sr.spec.model_name)
         if limit != state.max_model_len:
             log.info("endpoint %s (%s) context window: %s tokens", state.key, sr.spec.name, limit)
