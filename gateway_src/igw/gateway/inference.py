@@ -642,15 +642,16 @@ async def _forward(
                 return obs.finish(prepared[0])
             return obs.finish(gateway_error("shutting_down", message, request_id=obs.request_id))
         finally:
+            refused = _refusal(result)
             if ep is not None:
                 ep.completed(est_tokens)
-                if result is not None and result.status >= 400 and result.error is None and not result.events:
+                if refused is not None:
                     ep.refused()  # the pod's own error answer: its page did not move (frozen pages)
                 if plan.priority is not None:
                     state.flow.finished(key, plan.priority)
             if plan.sr is not None:
                 if connected:
-                    lacks = _lacks_model(result)
+                    lacks = refused == 404
                     # A 404 for the pool's own model: the pod does not serve what it was selected for
                     # (a served-model-name mismatch), its fault; for an adapter: it lacks that adapter.
                     own_model_missing = lacks and plan.adapter is None
@@ -733,10 +734,14 @@ def _first_token_feedback(
     return heard
 
 
-def _lacks_model(result: ExchangeResult | None) -> bool:
-    """The model server itself answered 404 (a gateway-made answer sets ``error``): for an adapter
-    request, it does not serve that adapter."""
-    return result is not None and result.status == 404 and result.error is None
+def _refusal(result: ExchangeResult | None) -> int | None:
+    """The status of the model server's own error answer (4xx, 5xx) with nothing generated - a
+    refusal at its HTTP layer - else ``None`` (a gateway-made answer sets ``error``). A 404 for an
+    adapter request: the pod does not serve that adapter; for the pool's own model: it serves
+    another name."""
+    if result is None or result.status < 400 or result.error is not None or result.events:
+        return None
+    return result.status
 
 
 def _feedback(
