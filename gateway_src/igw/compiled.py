@@ -74,6 +74,7 @@ _SCHEDULING: Final = (
     ".plugins.utilization_detector",
     ".plugins.weighted_random_picker",
     ".registry",
+    ".retry_policy",
     ".saturation",
     ".scheduler",
     ".settings",

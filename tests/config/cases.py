@@ -653,6 +653,16 @@ CASES: list[Case] = [
         fails=[("spec.extensions.routing.outlierDetection.maxEjectionPercent", "schema.maximum")],
     ),
     case(
+        "retry-on-unknown-condition",
+        set_("spec.extensions", {"routing": {"retry": {"retryOn": ["connect-failure", "timeout"]}}}),
+        fails=[("spec.extensions.routing.retry.retryOn[1]", "schema.enum")],
+    ),
+    case(
+        "retry-attempts-over-5",
+        set_("spec.extensions", {"routing": {"retry": {"attempts": 6}}}),
+        fails=[("spec.extensions.routing.retry.attempts", "schema.maximum")],
+    ),
+    case(
         "management-port-privileged",
         set_("spec.extensions", {"management": {"port": 80}}),
         fails=[("spec.extensions.management.port", "schema.minimum")],

@@ -51,6 +51,12 @@ class FakeModelServer:
     token_delay_s: float = 0.0
     first_token_delay_s: float = 0.0
     die_after: int | None = None
+    infer_status: int = 200
+    """Not 200: every inference request is refused with this status and an OpenAI-shaped JSON error
+    (after ``first_token_delay_s``), as a model server's HTTP layer refuses one (vLLM's 404 for a
+    model it does not serve, a 503 while its engine is unavailable)."""
+    infer_reset: bool = False
+    """Every inference request is read, then its connection closed with no answer (an engine crash)."""
     received: list[Received] = field(default_factory=list)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     scrapes: int = 0
@@ -138,6 +144,15 @@ class FakeModelServer:
         self.prompt_tokens_total += PROMPT_TOKENS
         self.generation_tokens_total += self.tokens
         try:
+            if self.infer_reset:
+                assert request.transport is not None
+                request.transport.abort()
+                return web.Response()
+            if self.infer_status != 200:
+                if self.first_token_delay_s:
+                    await asyncio.sleep(self.first_token_delay_s)
+                error = {"message": f"refused by {self.name}", "type": "Error", "code": self.infer_status}
+                return web.json_response({"error": error, "server": self.name}, status=self.infer_status)
             if not data.get("stream"):
                 if self.first_token_delay_s:
                     await asyncio.sleep(self.first_token_delay_s)

@@ -96,7 +96,7 @@ async def test_connect_failure_is_retried_once_on_the_next_best(gateway: Any) ->
         assert resp.status == 200
         assert (await resp.json())["server"] == "next"
         metrics = await (await gw.http.get(gw.url + "/metrics")).text()
-        assert 'igw_upstream_retries_total{scheduler="pool"} 1.0' in metrics
+        assert 'igw_upstream_retries_total{cause="connect-failure",scheduler="pool"} 1.0' in metrics
 
 
 async def test_upstream_death_mid_stream_ends_with_error_event_and_clean_close(gateway: Any) -> None:

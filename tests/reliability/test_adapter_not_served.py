@@ -9,6 +9,8 @@ import collections
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from igw.scheduling.types import RoutingRequest
 from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
@@ -40,8 +42,13 @@ def fleet() -> FleetSpec:
     return FleetSpec.from_mapping({"time_scale": 0.05, "seed": 7, "pods": pods})
 
 
-async def test_a_pod_that_answered_404_for_an_adapter_is_left_out_for_it(tmp_path: Path) -> None:
-    doc = gateway_doc(loraAdapters=["sql", "chat"])
+@pytest.mark.parametrize("attempts", [2, 1])
+async def test_a_pod_that_answered_404_for_an_adapter_is_left_out_for_it(
+    tmp_path: Path, attempts: int
+) -> None:
+    """With the default retry the one 404 is retried on the other pod (the client sees none); with
+    ``attempts: 1`` it reaches the client. Either way the pod is left out for that adapter after it."""
+    doc = gateway_doc(loraAdapters=["sql", "chat"], routing={"retry": {"attempts": attempts}})
     async with run_fleet(fleet(), admin=False) as sim:
         keys = [p.key for p in sim.pods]
         async with in_process_gateway(tmp_path, doc, keys) as gw:
@@ -53,8 +60,12 @@ async def test_a_pod_that_answered_404_for_an_adapter_is_left_out_for_it(tmp_pat
                 else:
                     assert resp.status == 404, await resp.text()
                     outcome["404"] += 1
-            assert outcome["404"] == 1  # the one that found out
-            assert outcome["both"] == REQUESTS - 1
+            refused = 1 if attempts == 1 else 0  # the one that found out, unless retried
+            assert outcome["404"] == refused
+            assert outcome["both"] == REQUESTS - refused
+            metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+            retried = f'igw_upstream_retries_total{{cause="model-missing",scheduler="{MODEL}"}} 1.0'
+            assert (retried in metrics) is (attempts == 2)
             # The memory is per adapter: for "sql" the scheduler still keeps the pod.
             sr = gw.state.runtime.schedulers[MODEL]
             for adapter, left_out in (("chat", {keys[1]}), ("sql", set())):

@@ -37,12 +37,12 @@ def test_failures_in_a_row_eject_and_the_ejection_ends_by_itself() -> None:
     d.failed("a", now=1.0)
     assert told == [("a", 10.0, 3)]
     assert admitted(d, ["a", "b"], now=10.9) == ["b"]
-    ((key, seconds),) = d.seconds_left(10.0)
+    ((key, seconds),) = d.seconds_left({"a", "b"}, 10.0)
     assert key == "a"
     assert seconds == pytest.approx(1.0)
     assert admitted(d, ["a", "b"], now=11.0) == ["a", "b"]
     assert d.ejected == {}
-    assert d.seconds_left(11.0) == []
+    assert d.seconds_left({"a", "b"}, 11.0) == []
 
 
 def test_a_complete_answer_breaks_the_run_and_a_client_error_does_not() -> None:
@@ -100,6 +100,8 @@ def test_at_most_a_share_of_the_pool_is_left_out(
         d.failed(key, now=float(i))  # "a" ejected first, so its ejection ends first
     keys = [chr(ord("a") + i) for i in range(pool)]
     assert admitted(d, keys, now=len(ejected)) == [k for k in keys if k not in left_out]
+    # What metrics, /readyz and igw top report as ejected is what the picks leave out.
+    assert [key for key, _ in d.seconds_left(set(keys), float(len(ejected)))] == sorted(left_out)
 
 
 def test_turned_off_it_never_ejects() -> None:
@@ -210,7 +212,7 @@ def test_an_ejection_travels_to_the_other_workers_as_a_note() -> None:
     counts = b.learn_picks(notes, now=1.1)
     assert counts.learned == 1
     assert b.pick(req(), pool, now=1.2).endpoint == "busy"
-    ((key, seconds),) = b.outliers.seconds_left(1.2)
+    ((key, seconds),) = b.outliers.seconds_left({"broken", "busy"}, 1.2)
     assert key == "broken"
     assert seconds == pytest.approx(4.8)
     # The next ejection in a row is the second at either worker: twice as long.

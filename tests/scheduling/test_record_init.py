@@ -117,6 +117,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "events": 4,
         "usage": {"prompt_tokens": 5},
         "error": "e",
+        "gave_up": True,
     },
     InferenceBody: {
         "raw": b'{"model": "m"}',

@@ -9,6 +9,7 @@ import pytest
 
 from igw.config.durations import parse_duration
 from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.retry_policy import RetryCondition, RetryPolicy
 from igw.scheduling.settings import RoutingSettings
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "extensions" / "routing.schema.json"
@@ -57,6 +58,13 @@ def test_schema_defaults_equal_the_code_defaults() -> None:
     assert parse_duration(outliers["baseEjectionTime"]["default"]) == od.base_ejection_s
     assert parse_duration(outliers["maxEjectionTime"]["default"]) == od.max_ejection_s
     assert outliers["maxEjectionPercent"]["default"] == od.max_ejection_percent
+    retry = s["retry"]["properties"]
+    policy = code.retry
+    assert retry["attempts"]["default"] == policy.attempts
+    assert frozenset(retry["retryOn"]["default"]) == policy.retry_on
+    assert set(retry["retryOn"]["items"]["enum"]) == {c.value for c in RetryCondition}
+    assert retry["budgetPercent"]["default"] == policy.budget_percent
+    assert retry["minRetryConcurrency"]["default"] == policy.min_retry_concurrency
     assert code.stale_threshold_s <= 1.0
 
 
@@ -131,3 +139,25 @@ def test_outlier_detection_can_be_turned_off_whatever_its_times() -> None:
     for bad in ({"maxEjectionPercent": 101}, {"consecutiveFailures": -1}, {"ejectionTime": "1s"}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({"outlierDetection": bad}, schema())
+
+
+def test_the_retry_policy_is_read() -> None:
+    raw = {
+        "retry": {
+            "attempts": 3,
+            "retryOn": ["5xx", "model-missing"],
+            "budgetPercent": 50,
+            "minRetryConcurrency": 1,
+        }
+    }
+    jsonschema.validate(raw, schema())
+    assert RoutingSettings.from_extension(raw).retry == RetryPolicy(
+        attempts=3,
+        retry_on=frozenset({RetryCondition.ANY_5XX, RetryCondition.MODEL_MISSING}),
+        budget_percent=50,
+        min_retry_concurrency=1,
+    )
+    assert RoutingSettings.from_extension({"retry": {"retryOn": []}}).retry.retry_on == frozenset()
+    for bad in ({"attempts": 0}, {"retryOn": ["timeout"]}, {"budgetPercent": 101}, {"retries": 2}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"retry": bad}, schema())

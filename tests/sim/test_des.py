@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from igw.scheduling.factory import default_weights, scheduler_from_weights
+from igw.scheduling.retry_policy import RetryPolicy
 from igw.scheduling.settings import OutlierDetection, RoutingSettings
 from igw.scheduling.types import DecisionKind, EndpointView, RoutingDecision, RoutingRequest
 from igw.sim.des import SimulationError, simulate
@@ -226,6 +227,28 @@ def test_the_gateway_scheduler_ejects_a_pod_that_fails_at_once(consecutive: int,
         assert len(failed) == most
     else:
         assert len(failed) > 400 / 4  # more than a fair quarter: the failing pod looks idle
+
+
+@pytest.mark.parametrize(("attempts", "status"), [(2, 503), (1, 503), (2, 500)])
+def test_the_gateway_retries_a_refusal_on_the_next_best_pod(attempts: int, status: int) -> None:
+    """Four pods, one refusing every request at once: behind the gateway's default retry a 503 is
+    answered by the next-best pod (no request fails); with one attempt, or for a 500 (not retried by
+    default), the refusals reach the client until outlier detection ejects the pod (5 in a row)."""
+    fault = FaultSpec(kind=FaultKind.ERROR_RATE, rate=1.0, status=status)
+    pods = [dataclasses.replace(H100, name=f"h{i}") for i in range(3)]
+    pods.append(PodSpec(preset="llama-3.1-8b/h100", name="refusing", faults=(fault,)))
+    routing = RoutingSettings(retry=RetryPolicy(attempts=attempts))
+    policy = scheduler_from_weights(
+        default_weights(lora_adapters=False), routing=routing, rng=random.Random(1)
+    )
+    res = simulate(pods=pods, requests=workload(400, rate=40.0), policy=policy, seed=1)
+    failed = [r for r in res.records if not r.ok]
+    retried = sum(r.retried for r in res.records)
+    if attempts == 2 and status == 503:
+        assert (len(failed), retried) == (0, 5)  # each refusal retried until the pod was ejected
+    else:
+        assert (len(failed), retried) == (5, 0)
+        assert {r.status for r in failed} == {status}
 
 
 def test_live_only_faults_are_refused() -> None:

@@ -131,7 +131,10 @@ OVERVIEW: Final = Board(
                     "timeseries",
                     "reqps",
                     (
-                        Query(f"sum(rate(igw_upstream_retries_total{RATE}))", "retries"),
+                        Query(
+                            f"sum by (cause) (rate(igw_upstream_retries_total{RATE}))", "retried: {{cause}}"
+                        ),
+                        Query(f"sum(rate(igw_upstream_retry_overflow_total{RATE}))", "over the retry budget"),
                         Query(f"sum(rate(igw_partial_stream_errors_total{RATE}))", "broken streams"),
                         Query(f"sum(rate(igw_client_disconnects_total{RATE}))", "client disconnects"),
                     ),

@@ -86,6 +86,7 @@ def write_decisions(
                 "pod": names.get(r.pod, r.pod) if r.pod is not None else None,
                 "status": r.status,
                 "attempts": r.attempts,
+                "retried": r.retried,
                 "arrival_s": r.arrival,
                 "prompt_tokens": r.prompt_tokens,
                 "ttft_s": r.ttft,

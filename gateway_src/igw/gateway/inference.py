@@ -3,8 +3,8 @@
 authenticate -> read body (413) -> parse (400) -> canary rewrite (``spec.extensions.modelRewrites``)
 -> body-based route (404) -> authorize -> admit -> context length (400) -> schedule (saturated: wait
 in the flow-control band's queue when ``spec.extensions.flowControl`` is set, else 429 +
-Retry-After; 503 no endpoints) -> forward (connect retry once; SSE relay; routeTimeout 504 /
-terminal event) -> account.
+Retry-After; 503 no endpoints) -> forward (a refused attempt retried on the next-best endpoint per
+``spec.extensions.routing.retry``; SSE relay; routeTimeout 504 / terminal event) -> account.
 
 Requests that match no scheduler but have a ``spec.bbr.defaultBackend`` take the same forward path
 with that one target and no scheduler. Telemetry (metrics, access log) goes through the request's
@@ -59,6 +59,7 @@ from igw.gateway.request_body import (
     received_whole,
     with_fields,
 )
+from igw.gateway.retries import retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
@@ -71,6 +72,7 @@ from igw.gateway.upstream import (
     upstream_headers,
 )
 from igw.gateway.upstream_client import UpstreamPool
+from igw.scheduling.retry_policy import RetryCondition, retried_for
 from igw.scheduling.scheduler import PENDING_SCORES
 from igw.scheduling.types import (
     DecisionKind,
@@ -85,8 +87,6 @@ SESSION_KEY = web.AppKey("igw_upstream_session", UpstreamPool)
 REQUEST_ID_HEADER: Final = "x-request-id"
 REQUEST_ID_KEY: Final = web.RequestKey("igw_request_id", str)
 """Where the app's middleware leaves the request's id (see :func:`request_id_for`)."""
-MAX_ATTEMPTS: Final = 2
-"""The pick plus one retry on the next-best endpoint after a connect failure."""
 DEFAULT_LIMITS: Final = ServerLimits()
 _CLOSE: Final = {"Connection": "close"}
 _GATEWAY_REQUEST_HEADERS: Final = frozenset({MODEL_HEADER, BASE_MODEL_HEADER, DEBUG_TOKEN_HEADER.lower()})
@@ -413,7 +413,7 @@ async def _route(
     if engine is not None and priority is not None:
         body = with_fields(body, {"priority": engine.value(priority)})
     plan = _Forward(
-        candidates=[decision.endpoint, *decision.fallbacks][:MAX_ATTEMPTS],
+        candidates=[decision.endpoint, *decision.fallbacks][: state.runtime.settings.retry.attempts],
         sr=sr,
         add_headers={"X-Gateway-Model-Name": route.model, "X-Gateway-Base-Model-Name": route.base_model},
         timeout_s=sr.route_timeout_s,
@@ -581,10 +581,15 @@ async def _forward(
     scheduler = plan.sr.spec.name if plan.sr is not None else None
     prepared: list[web.StreamResponse] = []
     result: ExchangeResult | None = None
+    refusal: ExchangeResult | None = None  # a retried attempt's answer: the client's if no later one
+    budgeted = False  # the running attempt is a retry counted in the retry budget
+    # routeTimeout bounds every attempt together: each retry gets what is left of it
+    deadline = None if plan.timeout_s is None else time.monotonic() + plan.timeout_s
     for attempt, key in enumerate(plan.candidates, start=1):
         ep = plan.sr.pool.states.get(key) if plan.sr is not None else None
         if plan.sr is not None and ep is None:
             continue
+        result = None
         obs.attempt(attempt, key, scheduler=scheduler)
         if not isinstance(headers, bytes):
             obs.propagate(headers)  # tracing hook: traceparent of this attempt
@@ -611,11 +616,13 @@ async def _forward(
                 else _first_token_feedback(plan.sr, key, obs, clock=state.clock),
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
-            result = await (exchanging if plan.timeout_s is None else _within(plan.timeout_s, exchanging))
+            if deadline is None:
+                result = await exchanging
+            else:
+                result = await _within(deadline - time.monotonic(), exchanging)
         except ConnectFailed as exc:
             connected = False
-            retry = attempt < len(plan.candidates)
-            obs.connect_failed(key, str(exc), retrying_on=scheduler if retry else None)
+            obs.connect_failed(key, str(exc))
         except TimeoutError:
             timeout = plan.timeout_s or 0
             obs.failed(f"routeTimeout {timeout:g}s exceeded", stream_broken=bool(prepared))
@@ -642,6 +649,9 @@ async def _forward(
                 return obs.finish(prepared[0])
             return obs.finish(gateway_error("shutting_down", message, request_id=obs.request_id))
         finally:
+            if budgeted:
+                state.retry_budget.give_back()
+                budgeted = False
             refused = _refusal(result)
             if ep is not None:
                 ep.completed(est_tokens)
@@ -660,9 +670,21 @@ async def _forward(
                         plan.sr.scheduler.on_model_missing(key, plan.adapter, now=state.clock())
                 else:  # outlier detection counts it; settles a forced choice's scores (access log)
                     plan.sr.scheduler.on_connect_failed(key, now=state.clock())
-        if not connected:  # the next candidate; here, not in the handler: mypyc cannot compile a
-            continue  # `continue` inside try/finally (igw.compiled)
-        break
+        # Retried here, not in the handler: mypyc cannot compile a `continue` inside try/finally
+        # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
+        if connected and (result is None or prepared or result.status < 400):
+            break
+        if scheduler is None or attempt >= len(plan.candidates):
+            break
+        if not _retrying(state, obs, scheduler, result):
+            break
+        if result is not None:
+            refusal = result
+            budgeted = True
+    if budgeted:  # the retry's endpoint was gone before its attempt started
+        state.retry_budget.give_back()
+    if result is None:
+        result = refusal  # the last attempt could not connect: the client gets the refusal before it
     if result is None:
         message = f"could not connect to a model server for {plan.what} after {obs.record.attempts} attempts"
         if plan.sr is None:
@@ -732,6 +754,23 @@ def _first_token_feedback(
         )
 
     return heard
+
+
+def _retrying(
+    state: GatewayState, obs: RequestObserver, scheduler: str, result: ExchangeResult | None
+) -> bool:
+    """Whether a failed attempt (``result``: the refusal it was answered, ``None`` when no connection
+    could be made) goes on to the next-best endpoint under ``spec.extensions.routing.retry``; a retry
+    of an answered attempt takes a place in the retry budget (given back when its attempt ends)."""
+    policy = state.runtime.settings.retry
+    condition = RetryCondition.CONNECT_FAILURE if result is None else retry_condition(result)
+    if condition is None or not retried_for(condition, policy.retry_on):
+        return False
+    if result is not None and not state.retry_budget.take(policy, requests_in_flight=len(state.inflight)):
+        obs.retry_overflowed(scheduler)
+        return False
+    obs.retrying(scheduler, condition.value, status=None if result is None else result.status)
+    return True
 
 
 def _refusal(result: ExchangeResult | None) -> int | None:

@@ -157,14 +157,26 @@ class RequestObserver:
         if self.trace is not None:
             self.trace.inject(headers)
 
-    def connect_failed(self, endpoint: str, error: str, *, retrying_on: str | None) -> None:
+    def connect_failed(self, endpoint: str, error: str) -> None:
         self.record.error = f"connect to {endpoint} failed: {error}"
-        if retrying_on is not None:
-            self.metrics.child(self.metrics.retries, retrying_on).inc()
         if self.trace is not None:
             self.trace.upstream_done(
                 status=None, ttft_s=None, error=error, input_tokens=None, output_tokens=None
             )
+
+    def retrying(self, scheduler: str, cause: str, *, status: int | None) -> None:
+        """The attempt just made failed in a way ``retry.retryOn`` covers (``cause``, the condition's
+        name; ``status``: the refusal's, ``None`` for a connect failure) and the request goes to the
+        next-best endpoint."""
+        self.metrics.child(self.metrics.retries, scheduler, cause).inc()
+        if self.trace is not None and status is not None:  # a connect failure ended its span already
+            self.trace.upstream_done(
+                status=status, ttft_s=None, error=f"retried: {cause}", input_tokens=None, output_tokens=None
+            )
+
+    def retry_overflowed(self, scheduler: str) -> None:
+        """The attempt's refusal would have been retried, but the retry budget was spent."""
+        self.metrics.child(self.metrics.retry_overflow, scheduler).inc()
 
     def failed(self, error: str, *, stream_broken: bool = False) -> None:
         """The request went wrong (``stream_broken``: after the response had started)."""

@@ -103,7 +103,7 @@ class GatewayRuntime:
                 and old.spec == spec
                 and old.picker_config == picker_config
                 and previous is not None
-                and previous.settings == self.settings
+                and previous.settings.scheduling_inputs() == self.settings.scheduling_inputs()
             )
             if reuse and old is not None:
                 scheduler = old.scheduler
@@ -145,7 +145,7 @@ class GatewayRuntime:
         """``(scheduler, endpoint, seconds left)`` of every endpoint ejected now."""
         now = self.clock()
         for name, sr in self.schedulers.items():
-            for key, seconds in sr.scheduler.outliers.seconds_left(now):
+            for key, seconds in sr.scheduler.outliers.seconds_left(sr.pool.states.keys(), now):
                 yield name, key, seconds
 
 

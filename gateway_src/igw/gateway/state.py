@@ -19,6 +19,7 @@ from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.flow_gate import FlowGates
 from igw.gateway.guards import RequestGuard
+from igw.gateway.retries import RetryBudget
 from igw.gateway.rewrite_metrics import RewriteMetrics
 from igw.gateway.runtime import GatewayRuntime, PickerConfigs
 from igw.gateway.scraper import ScrapeService
@@ -88,6 +89,8 @@ class GatewayState:
         self.discovery_ready = False
         self.inflight = InflightRequests()
         """Requests being forwarded, so a shutdown can wait for them and then end them cleanly."""
+        self.retry_budget = RetryBudget()
+        """Retries of answered requests in flight (``spec.extensions.routing.retry``'s budget)."""
         self.draining = False
         """Set on SIGTERM: /readyz answers 503 so load balancers stop sending before we stop serving."""
         self.on_config_applied: list[Callable[[GatewayConfig], None]] = []
@@ -148,7 +151,18 @@ class GatewayState:
             self.scraper.sync()
 
     def _endpoint_ejected(self, scheduler: str, key: str, seconds: float, failures: int) -> None:
-        """Outlier detection ejected ``key``: counted, and logged (an operator looks at the pod)."""
+        """Outlier detection ejected ``key``: counted, and logged (an operator looks at the pod). The
+        only endpoint of its pool is never left out: said so, not counted as an ejection."""
+        sr = self.runtime.schedulers.get(scheduler)
+        if sr is not None and sr.scheduler.outliers.bound(len(sr.pool.states)) == 0:
+            log.warning(
+                "scheduler %s: endpoint %s failed %d requests in a row but is the only endpoint of its "
+                "pool: not ejected, requests still go to it (spec.extensions.routing.outlierDetection)",
+                scheduler,
+                key,
+                failures,
+            )
+            return
         self.metrics.child(self.metrics.ejections, scheduler, key).inc()
         log.warning(
             "scheduler %s: endpoint %s ejected for %gs after %d failed requests in a row "
@@ -177,6 +191,7 @@ class GatewayState:
         any_usable = False
         for name, sr in self.runtime.schedulers.items():
             endpoints = {}
+            left_out = dict(sr.scheduler.outliers.seconds_left(sr.pool.states.keys(), now))
             for key, st in sr.pool.states.items():
                 fresh = sr.scheduler.is_fresh(st.view(), now)
                 any_usable = True
@@ -190,7 +205,7 @@ class GatewayState:
                     if st.metrics is None or st.metrics.active_adapters is None
                     else sorted(st.metrics.active_adapters),
                     "inflight": st.inflight,
-                    "ejected_s": _ejected_for(sr.scheduler.outliers.ejected, key, now),
+                    "ejected_s": None if key not in left_out else round(left_out[key], 3),
                     "metrics_frozen": st.page.frozen,
                     "max_model_len": st.max_model_len,
                 }
@@ -213,9 +228,3 @@ class GatewayState:
             detail["draining"] = True
         ready = self.discovery_ready and any_usable and guard.ready and not self.draining
         return ready, detail
-
-
-def _ejected_for(ejected: Mapping[str, float], key: str, now: float) -> float | None:
-    """Seconds left of ``key``'s ejection by outlier detection, ``None`` when it is not ejected."""
-    until = ejected.get(key)
-    return None if until is None or until <= now else round(until - now, 3)

@@ -302,7 +302,16 @@ class GatewayMetrics:
         )
         self.retries = FoldingCounter(
             "igw_upstream_retries",
-            "Connect failures retried on the next-best endpoint.",
+            "Attempts retried on the next-best endpoint, by what the failed attempt met of "
+            "spec.extensions.routing.retry.retryOn (connect-failure, unavailable, rate-limited, "
+            "model-missing, 5xx).",
+            ["scheduler", "cause"],
+            registry=r,
+        )
+        self.retry_overflow = FoldingCounter(
+            "igw_upstream_retry_overflow",
+            "Refused attempts the retry condition covered but the retry budget did not allow "
+            "(retry.budgetPercent / minRetryConcurrency): the client got the refusal.",
             ["scheduler"],
             registry=r,
         )
@@ -343,8 +352,8 @@ class GatewayMetrics:
         )
         for family in (
             self.requests, self.duration, self.ttft, self.itl, self.tokens, self.picks, self.rejections,
-            self.decision, self.retries, self.stream_errors, self.client_disconnects, self.config_reloads,
-            self.scrapes, self.ejections,
+            self.decision, self.retries, self.retry_overflow, self.stream_errors, self.client_disconnects,
+            self.config_reloads, self.scrapes, self.ejections,
         ):  # fmt: skip
             family.folds = self._batch.fold
         r.register(

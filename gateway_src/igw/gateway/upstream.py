@@ -3,9 +3,10 @@
 * The request body is forwarded byte for byte; headers are the client's minus hop-by-hop headers and
   every header the gateway owns (its routing headers, the guard's stripped and forwarded identity
   headers), plus ours.
-* A *connect* failure (refused, unreachable, connect timeout) is retried once on the next-best
-  endpoint; anything after the connection is established is never retried (the model server may
-  already be generating).
+* A *connect* failure (refused, unreachable, connect timeout) raises :class:`ConnectFailed`; every
+  other outcome is an :class:`ExchangeResult`, whose refusals (an error answer with nothing relayed)
+  the request path may retry on the next-best endpoint (:mod:`igw.gateway.retries`); a stream that
+  started is never retried (the client has its first bytes).
 * Server-sent events are relayed as they arrive (whatever bytes the socket delivered, written
   immediately; TCP_NODELAY on both sockets), never re-chunked or buffered.
 * The upstream side is :mod:`igw.gateway.upstream_client` (pooled keep-alive connections, httptools
@@ -104,6 +105,9 @@ class ExchangeResult:
     events: int
     usage: Mapping[str, int] | None
     error: str | None
+    gave_up: bool
+    """The gateway stopped waiting for the model server (a response or idle timeout, an endpoint
+    declared unresponsive): the model server had the request that long, so it is never retried."""
 
     def __init__(
         self,
@@ -116,6 +120,7 @@ class ExchangeResult:
         events: int = 0,
         usage: Mapping[str, int] | None = None,
         error: str | None = None,
+        gave_up: bool = False,
     ) -> None:
         self.answer = answer
         self.status = status
@@ -126,6 +131,7 @@ class ExchangeResult:
         self.events = events
         self.usage = usage
         self.error = error
+        self.gave_up = gave_up
 
     @property
     def response(self) -> web.StreamResponse:
@@ -305,6 +311,7 @@ def _stalled(exc: UpstreamStalled, extra: Mapping[str, str]) -> ExchangeResult:
         status=504,
         ok=False,
         error=f"{exc.reason}: {exc}",
+        gave_up=True,
     )
 
 
@@ -637,6 +644,7 @@ async def _relay_stream(
                 status=502,
                 ok=False,
                 error=f"upstream {kind}: {type(exc).__name__}",
+                gave_up=isinstance(exc, TimeoutError),
             )
         result.ok = False
         result.error = (

@@ -57,6 +57,7 @@ from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.limits import ModelRateLimits
 from igw.global_router.metrics import FleetMetrics
+from igw.scheduling.retry_policy import UNAVAILABLE_STATUSES
 from igw.security.clock import SYSTEM_CLOCK, Clock
 from igw.security.factory import build_guard
 from igw.security.settings import RateLimitSettings
@@ -66,7 +67,10 @@ log = logging.getLogger("igw.global_router")
 MAX_REQUEST_BODY_BYTES: Final = 268_435_456
 """Same default limit as a tier-1 gateway (``bbr.maxRequestBodyBytes``)."""
 _DEFAULT_LIMITS: Final = ServerLimits()  # an app run without serve_app (tests): the defaults
-RETRY_STATUSES: Final = frozenset({429, 502, 503, 504})
+RETRY_STATUSES: Final = UNAVAILABLE_STATUSES | {429}
+"""A cluster's answers retried on the next cluster: those a tier-1 gateway retries on its next pod by
+default (``unavailable``, ``rate-limited``), less ``model-missing`` (clusters are planned by the
+models their heartbeats list)."""
 CLUSTER_HEADER: Final = "x-igw-cluster"
 REGION_HEADER: Final = "x-igw-region"
 MODEL_HEADER: Final = "x-gateway-model-name"

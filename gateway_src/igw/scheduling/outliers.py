@@ -35,7 +35,7 @@ that failed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Final
 
 from igw.scheduling.cycle import CycleContext
@@ -144,19 +144,28 @@ class OutlierDetector:
             self._returned(key)
         if not ejected:
             return endpoints
-        out = [e for e in endpoints if e.key in ejected]
+        out = [e.key for e in endpoints if e.key in ejected]
         if not out:
             return endpoints
-        n = len(endpoints)
-        bound = min(max(1, n * self.settings.max_ejection_percent // 100), n - 1)
-        if len(out) > bound:
-            # The ones whose ejection ends last stay out (ties by key: the same set on every pick).
-            out.sort(key=lambda e: (ejected[e.key], e.key), reverse=True)
-            out = out[:bound]
-        if not out:
+        left_out = self._bounded(out, len(endpoints))
+        if not left_out:
             return endpoints
-        left_out = {e.key for e in out}
         return [e for e in endpoints if e.key not in left_out]
+
+    def bound(self, n: int) -> int:
+        """How many of a pool of ``n`` endpoints may be left out at once: ``max_ejection_percent``
+        of them rounded down, at least one, never the last (0 for a pool of one)."""
+        return min(max(1, n * self.settings.max_ejection_percent // 100), n - 1)
+
+    def _bounded(self, out: list[EndpointKey], n: int) -> set[EndpointKey]:
+        """Of the ejected endpoints ``out`` of a pool of ``n``, those left out: all within the
+        :meth:`bound`, else the ones whose ejection ends last (ties by key: the same set on every
+        pick), so those ending soonest come back first."""
+        bound = self.bound(n)
+        if len(out) > bound:
+            ejected = self.ejected
+            out = sorted(out, key=lambda key: (ejected[key], key), reverse=True)[:bound]
+        return set(out)
 
     def _returned(self, key: EndpointKey) -> None:
         """``key``'s ejection has ended: it counts its failures afresh."""
@@ -166,10 +175,13 @@ class OutlierDetector:
             record.returned_at = until
             record.failures = 0
 
-    def seconds_left(self, now: float) -> list[tuple[EndpointKey, float]]:
-        """Every endpoint ejected at ``now`` with the seconds its ejection has left (whether or not
-        the pool's bound lets it back in), by key."""
-        return sorted((key, until - now) for key, until in self.ejected.items() if until > now)
+    def seconds_left(self, pool: Collection[EndpointKey], now: float) -> list[tuple[EndpointKey, float]]:
+        """The endpoints of ``pool`` left out at ``now`` (ejected, within the pool's :meth:`bound`:
+        the only endpoint of a pool is never out, whatever its failures) with the seconds their
+        ejection has left, by key."""
+        out = [key for key, until in self.ejected.items() if until > now and key in pool]
+        ejected = self.ejected
+        return sorted((key, ejected[key] - now) for key in self._bounded(out, len(pool)))
 
     def forget(self, keys: Iterable[EndpointKey]) -> None:
         """Endpoints left the pool: their history goes with them."""

@@ -57,6 +57,7 @@ from igw.scheduling.pick_notes import LearnCounts, PickNoteOutbox, learn_notes, 
 from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.retry_policy import RetryPolicy
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.slot_init import slot_constructor
@@ -635,6 +636,12 @@ class Scheduler:
             self.outliers.succeeded(outcome.endpoint)
         for plugin in self._on_complete:
             plugin.on_complete(outcome, now=now)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The retries ``igw serve`` makes behind this scheduler (its ``retry`` settings; the DES's
+        :class:`~igw.scheduling.types.RetryingPolicy`)."""
+        return self.settings.retry
 
     def on_connect_failed(self, key: EndpointKey, *, now: float) -> None:
         """``key`` refused (or did not accept in time) the connection of a request it was picked for:

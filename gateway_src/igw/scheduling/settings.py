@@ -9,15 +9,25 @@ durations (``50ms``, ``1s``), parsed with :func:`igw.config.durations.parse_dura
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from igw.config.durations import parse_duration
 from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.retry_policy import (
+    DEFAULT_MIN_RETRY_CONCURRENCY,
+    DEFAULT_RETRY_ATTEMPTS,
+    DEFAULT_RETRY_BUDGET_PERCENT,
+    DEFAULT_RETRY_ON,
+    RetryCondition,
+    RetryPolicy,
+)
 
 EXTENSION_NAME: Final = "routing"
 OUTLIERS: Final = "outlierDetection"
 """The extension's object of :class:`OutlierDetection`'s fields."""
+RETRY: Final = "retry"
+"""The extension's object of :class:`RetryPolicy`'s fields."""
 
 DEFAULT_SCRAPE_INTERVAL: Final = "50ms"
 DEFAULT_SCRAPE_TIMEOUT: Final = "500ms"
@@ -82,7 +92,7 @@ class RoutingSettings:
     drain_window_s: float = 30.0
     """Completions within this window give the observed drain rate behind ``Retry-After``."""
     connect_timeout_s: float = 2.0
-    """Upstream TCP connect timeout; a connect failure is retried once on the next-best endpoint."""
+    """Upstream TCP connect timeout; a connect failure is retried on the next-best endpoint (``retry``)."""
     stream_idle_timeout_s: float = 60.0
     """A streaming upstream silent this long is treated as dead (terminal SSE error event)."""
     response_timeout_s: float | None = 600.0
@@ -100,6 +110,24 @@ class RoutingSettings:
     """How often ``igw serve`` checks its configuration file for changes."""
     outlier_detection: OutlierDetection = OutlierDetection()
     """Ejection of endpoints that keep failing (``outlierDetection``)."""
+    retry: RetryPolicy = RetryPolicy()  # noqa: RUF009 - frozen (immutable), like OutlierDetection()
+    """Retries of refused requests on the next-best endpoint (``retry``)."""
+
+    def scheduling_inputs(self) -> RoutingSettings:
+        """These settings with the data path's own fields at their defaults: what a scheduler built
+        from them depends on. Two settings equal here build the same scheduler, so a reload that
+        changes only timeouts, keep-alives, retries or the reload interval keeps the running ones
+        (their prefix index and learned speeds). A new field is compared unless named here."""
+        return replace(
+            self,
+            connect_timeout_s=_DEFAULTS.connect_timeout_s,
+            stream_idle_timeout_s=_DEFAULTS.stream_idle_timeout_s,
+            response_timeout_s=_DEFAULTS.response_timeout_s,
+            unresponsive_timeout_s=_DEFAULTS.unresponsive_timeout_s,
+            sse_keepalive_interval_s=_DEFAULTS.sse_keepalive_interval_s,
+            config_reload_interval_s=_DEFAULTS.config_reload_interval_s,
+            retry=_DEFAULTS.retry,
+        )
 
     def problems(self, paths: Mapping[str, str]) -> list[str]:
         """Range problems of the fields named in ``paths`` (field name -> config path for messages).
@@ -147,6 +175,8 @@ class RoutingSettings:
         saturation = raw.get("saturation", {})
         retry_after = raw.get("retryAfter", {})
         outliers = raw.get(OUTLIERS, {})
+        retry = raw.get(RETRY, {})
+        retry_on = retry.get("retryOn")
         settings = RoutingSettings(
             scrape_interval_s=duration("scrapeInterval", DEFAULT_SCRAPE_INTERVAL),
             scrape_timeout_s=duration("scrapeTimeout", DEFAULT_SCRAPE_TIMEOUT),
@@ -169,6 +199,12 @@ class RoutingSettings:
                 base_ejection_s=duration("baseEjectionTime", DEFAULT_BASE_EJECTION_TIME, under=OUTLIERS),
                 max_ejection_s=duration("maxEjectionTime", DEFAULT_MAX_EJECTION_TIME, under=OUTLIERS),
                 max_ejection_percent=int(outliers.get("maxEjectionPercent", DEFAULT_MAX_EJECTION_PERCENT)),
+            ),
+            retry=RetryPolicy(
+                attempts=int(retry.get("attempts", DEFAULT_RETRY_ATTEMPTS)),
+                retry_on=DEFAULT_RETRY_ON if retry_on is None else frozenset(map(RetryCondition, retry_on)),
+                budget_percent=int(retry.get("budgetPercent", DEFAULT_RETRY_BUDGET_PERCENT)),
+                min_retry_concurrency=int(retry.get("minRetryConcurrency", DEFAULT_MIN_RETRY_CONCURRENCY)),
             ),
         )
         problems += settings.problems(
@@ -201,3 +237,7 @@ class RoutingSettings:
         if problems:
             raise SchedulerConfigError(problems)
         return settings
+
+
+_DEFAULTS: Final = RoutingSettings()
+"""The defaults, for :meth:`RoutingSettings.scheduling_inputs`."""

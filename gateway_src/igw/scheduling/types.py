@@ -23,6 +23,7 @@ from typing import Protocol, runtime_checkable
 # The records themselves live in igw.scheduling.values, compiled in the mypyc build (this module's
 # runtime-checkable protocols keep it interpreted there: igw.compiled); re-exported here, where every
 # caller has always imported them from.
+from igw.scheduling.retry_policy import RetryPolicy
 from igw.scheduling.values import DecisionKind as DecisionKind
 from igw.scheduling.values import EndpointKey as EndpointKey
 from igw.scheduling.values import EndpointView as EndpointView
@@ -59,6 +60,16 @@ class ModelMissingObserver(Protocol):
     (``lora-slot-filter``). Optional beside :class:`RoutingPolicy`."""
 
     def on_model_missing(self, endpoint: EndpointKey, model: str, *, now: float) -> None: ...
+
+
+@runtime_checkable
+class RetryingPolicy(Protocol):
+    """A policy behind which ``igw serve`` retries a refused attempt on the decision's next fallback
+    (``spec.extensions.routing.retry``), so the DES retries as the gateway would. Optional beside
+    :class:`RoutingPolicy`: a policy without it has no refusal retried."""
+
+    @property
+    def retry_policy(self) -> RetryPolicy: ...
 
 
 @runtime_checkable

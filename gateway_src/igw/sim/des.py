@@ -32,12 +32,14 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from igw.scheduling.retry_policy import refusal_condition, retried_for
 from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
     FirstTokenObserver,
     ModelMissingObserver,
     RequestOutcome,
+    RetryingPolicy,
     RoutingPolicy,
     RoutingRequest,
 )
@@ -174,6 +176,9 @@ class _Runner:
         self.policy = policy
         self.first_token_observer = policy if isinstance(policy, FirstTokenObserver) else None
         self.model_missing_observer = policy if isinstance(policy, ModelMissingObserver) else None
+        self.retry = policy.retry_policy if isinstance(policy, RetryingPolicy) else None
+        """The gateway's retries of refused attempts behind ``policy`` (``None``: none; a killed pod's
+        connect failure is failed over to the next fallback whatever the policy)."""
         """The policy, when it wants to hear of each first token (the gateway learns TTFT from it)."""
         self.rng = rng
         self.base_model = base_model
@@ -270,14 +275,24 @@ class _Runner:
         )
         decision = self.policy.pick(rr, views, now=now)
         if decision.kind is DecisionKind.PICKED and decision.endpoint is not None:
+            retry = self.retry
+            answered = 0  # attempts a pod answered (a killed pod's is a connect failure)
             for key in (decision.endpoint, *decision.fallbacks):
                 target = self.by_key.get(key)
                 if target is None:
                     raise SimulationError(f"policy {self.policy.name!r} picked unknown endpoint {key!r}")
-                if not target.killed:
-                    self._dispatch(p, target, now)
+                if target.killed:
+                    continue
+                refused = self._dispatch(p, target, now)
+                answered += 1
+                if refused is None or retry is None or answered >= retry.attempts:
                     return
-            self._fail(p, decision.endpoint, 502, now)
+                condition = refusal_condition(refused)
+                if condition is None or not retried_for(condition, retry.retry_on):
+                    return
+                p.record.retried += 1
+            if not answered:
+                self._fail(p, decision.endpoint, 502, now)
             return
         status = 429 if decision.kind is DecisionKind.SATURATED else 503
         p.record.status = status
@@ -288,13 +303,15 @@ class _Runner:
             delay = decision.retry_after_s if decision.retry_after_s else self.default_retry_after_s
             self.push(now + max(delay, 1e-6), _ARRIVAL, p)
 
-    def _dispatch(self, p: _Pending, pod: SimPod, now: float) -> None:
+    def _dispatch(self, p: _Pending, pod: SimPod, now: float) -> int | None:
+        """Send ``p`` to ``pod``; the status of the pod's refusal (recorded, and told to the policy
+        as the gateway tells its scheduler), or ``None`` once the engine took the request."""
         sim = p.sim
         record = p.record
         record.pod = pod.key
         if pod.error_rate and self.rng.random() < pod.error_rate:
-            self._fail(p, pod.key, 500, now)
-            return
+            self._fail(p, pod.key, pod.error_status, now)
+            return pod.error_status
         ereq = EngineRequest(
             request_id=sim.request_id,
             prompt_tokens=sim.prompt_tokens,
@@ -313,12 +330,12 @@ class _Runner:
             self._fail(p, pod.key, 404, now)
             if self.model_missing_observer is not None:  # as igw serve tells its scheduler
                 self.model_missing_observer.on_model_missing(pod.key, sim.adapter, now=now)
-            return
+            return 404
         try:
             pod.engine.add(ereq)
         except RequestRejected:
             self._fail(p, pod.key, 400, now)
-            return
+            return 400
         p.engine_req = ereq
         p.pod = pod
         self.pending[sim.request_id] = p
@@ -330,6 +347,7 @@ class _Runner:
             self._cut_run(pod, now)
         elif pod.batch is None and not pod.hung:
             self._start_step(pod, now)
+        return None
 
     def _fail(self, p: _Pending, key: EndpointKey, status: int, now: float) -> None:
         p.record.status = status

@@ -34,6 +34,7 @@ class SimPod:
         "batch",
         "engine",
         "error_rate",
+        "error_status",
         "event_seq",
         "frozen",
         "hung",
@@ -111,6 +112,8 @@ class SimPod:
         self.killed = False
         self.frozen = False
         self.error_rate = 0.0
+        self.error_status = 500
+        """The status of an ``error_rate`` fault's refusals (its ``status``)."""
         self.metrics: EngineMetrics | None = None
         self.scraped_at: float | None = None
         self.view: EndpointView | None = None
@@ -132,6 +135,7 @@ class SimPod:
             self.engine.slowdown = fault.factor if active else 1.0
         elif kind is FaultKind.ERROR_RATE:
             self.error_rate = fault.rate if active else 0.0
+            self.error_status = fault.status
         elif kind is FaultKind.FREEZE_METRICS:
             self.frozen = active
         elif kind is FaultKind.KILL:

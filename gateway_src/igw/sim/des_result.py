@@ -35,6 +35,8 @@ class RequestRecord:
     queue_time: float | None = None
     preemptions: int = 0
     attempts: int = 1
+    retried: int = 0
+    """Refusals the gateway retried on the next-best endpoint within this attempt (its ``retry``)."""
     retry_after_s: float | None = None
     model: str = ""
     group: str | None = None

@@ -28,11 +28,14 @@ from dataclasses import replace
 from typing import Final
 
 from igw.scheduling.pick_notes import PickNote, PickNoteOutbox
+from igw.scheduling.retry_policy import NO_RETRY, RetryPolicy
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.types import (
     EndpointKey,
     EndpointView,
+    ModelMissingObserver,
     RequestOutcome,
+    RetryingPolicy,
     RoutingDecision,
     RoutingPolicy,
     RoutingRequest,
@@ -161,3 +164,17 @@ class WorkerSplitPolicy:
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         for policy in self._workers:
             policy.on_endpoints_removed(keys)
+
+    def on_model_missing(self, endpoint: EndpointKey, model: str, *, now: float) -> None:
+        """Told to every worker, as ``igw serve``'s ``@model-missing`` pick notes pass one worker's
+        404 on to the others (a worker that learns it twice keeps one memory)."""
+        for policy in self._workers:
+            if isinstance(policy, ModelMissingObserver):
+                policy.on_model_missing(endpoint, model, now=now)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The workers' retries (alike: one configuration); none behind policies without them. A
+        retried attempt's outcome reaches the worker that picked only for its first attempt."""
+        first = self._workers[0]
+        return first.retry_policy if isinstance(first, RetryingPolicy) else NO_RETRY

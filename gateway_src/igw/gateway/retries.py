@@ -1,0 +1,57 @@
+"""Which refused attempts a request is tried again for (``spec.extensions.routing.retry``), and the
+budget that bounds those retries.
+
+A request may go to the picker's next-best endpoint only while its client has been sent nothing: the
+request path checks that (no response started) and asks :func:`retry_condition` what the refusal
+was. The model server's own answers are classified by status, with nothing generated (a 5xx after
+tokens is a broken stream, never retried); of the answers the gateway made itself, only a
+connection that failed before its answer was complete counts (the ``5xx`` condition, as Envoy's
+``5xx`` includes resets), never one the gateway stopped waiting for (a response or idle timeout:
+the model server had the request for that long).
+
+Why a budget: a fleet failing every request (a bad rollout, a dependency down) would otherwise be
+sent every request twice, which doubles its load exactly when it can least take it. As in Envoy's
+retry budget, retries of answered requests in flight at once are at most ``budgetPercent`` of the
+requests in flight, or ``minRetryConcurrency`` whatever the load. A connect failure is not budgeted:
+no model server saw the request, so its retry adds no work to any.
+"""
+
+from __future__ import annotations
+
+from igw.gateway.upstream import ExchangeResult
+from igw.scheduling.retry_policy import RetryCondition, RetryPolicy, refusal_condition
+
+
+def retry_condition(result: ExchangeResult) -> RetryCondition | None:
+    """The condition (of ``retryOn``'s) an attempt's refusal meets, or ``None`` for an answer that is
+    not a refusal - one that generated tokens, a success, a client error other than 404 and 429, or
+    a request the gateway stopped waiting for. The caller checks that nothing reached the client."""
+    if result.events:
+        return None  # tokens were generated: never a refusal
+    if result.error is not None:  # made by the gateway (no answer from the model server)
+        return RetryCondition.ANY_5XX if result.status == 502 and not result.gave_up else None
+    return refusal_condition(result.status) if result.status >= 400 else None
+
+
+class RetryBudget:
+    """The retries of answered requests one gateway process has in flight (the module docstring)."""
+
+    __slots__ = ("active",)
+
+    def __init__(self) -> None:
+        self.active = 0
+        """Retries taken and not yet given back (each covers one attempt after a refusal)."""
+
+    def take(self, policy: RetryPolicy, *, requests_in_flight: int) -> bool:
+        """Count one retry in if ``policy``'s budget allows it (the policy in force: a reload may
+        change it while retries are in flight), with ``requests_in_flight`` requests owed an answer
+        (the retrying one included); False, nothing counted, when it does not."""
+        allowed = max(policy.min_retry_concurrency, requests_in_flight * policy.budget_percent // 100)
+        if self.active >= allowed:
+            return False
+        self.active += 1
+        return True
+
+    def give_back(self) -> None:
+        """The retried attempt ended (whatever its outcome)."""
+        self.active -= 1
