@@ -165,6 +165,7 @@ def test_replicas_documents_add_up_only_where_they_are_shares_of_traffic(synthes
         "KvCacheAverage": "Average",
         "ReadyPods": "Maximum",
         "EjectedPods": "Maximum",
+        "Retries": "Sum",  # each replica's (and worker's) own retries
     }
 
 

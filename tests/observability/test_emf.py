@@ -85,3 +85,20 @@ def test_the_pool_document_counts_the_endpoints_outlier_detection_left_out() -> 
     ejected.clear()
     (pool,) = [d for d in emf_reporter(metrics).documents() if d.get("Pool") == "p"]
     assert pool["EjectedPods"] == 0
+
+
+def test_the_pool_document_counts_the_intervals_retries() -> None:
+    states = [EndpointState("a:1", {}, metrics=EngineMetrics(waiting=0), scraped_at=1.0)]
+    metrics = GatewayMetrics(lister=lambda: [("p", st) for st in states], clock=lambda: 1.5)
+    reporter = emf_reporter(metrics)
+    (pool,) = [d for d in reporter.documents() if d.get("Pool") == "p"]
+    check_emf(pool)
+    assert pool["Retries"] == 0
+    for cause, times in (("unavailable", 2), ("connect-failure", 1)):
+        for _ in range(times):
+            metrics.child(metrics.retries, "p", cause).inc()
+    metrics.child(metrics.retries, "other", "unavailable").inc()  # another pool's
+    (pool,) = [d for d in reporter.documents() if d.get("Pool") == "p"]
+    assert pool["Retries"] == 3  # every cause, this pool's, this interval's
+    (pool,) = [d for d in reporter.documents() if d.get("Pool") == "p"]
+    assert pool["Retries"] == 0

@@ -128,11 +128,15 @@ class EmfReporter:
         namespace: str = DEFAULT_NAMESPACE,
         clock: Callable[[], float] = time.time,
         ejections: Callable[[], Iterable[tuple[str, str, float]]] | None = None,
+        retries: MetricWrapperBase | None = None,
     ) -> None:
         """``ejections``: ``(pool, endpoint, seconds left)`` of every endpoint outlier detection
-        leaves out now (``EjectedPods``; ``None``: reported as 0)."""
+        leaves out now (``EjectedPods``; ``None``: reported as 0). ``retries``: the retried attempts
+        by scheduler (``Retries``; ``None``: not reported)."""
         self._requests, self._duration, self._ttft, self._pools = requests, duration, ttft, pools
         self._ejections = ejections
+        self._retries = retries
+        self._retries_name = None if retries is None else _family_name(retries)
         self._requests_name = _family_name(requests)
         self._duration_name = _family_name(duration)
         self._namespace = namespace
@@ -146,7 +150,7 @@ class EmfReporter:
         self._previous = current
         timestamp = int(self._clock() * 1000)
         out = [self._model_document(model, delta, timestamp) for model in sorted(_models(delta))]
-        out.extend(self._pool_documents(timestamp))
+        out.extend(self._pool_documents(timestamp, delta))
         return [d for d in out if d is not None]
 
     def lines(self) -> Iterator[str]:
@@ -154,7 +158,8 @@ class EmfReporter:
             yield orjson.dumps(document).decode()
 
     def _samples(self) -> Iterator[tuple[tuple[str, str, tuple[tuple[str, str], ...]], float]]:
-        for family in (self._requests, self._duration, self._ttft):
+        families = (self._requests, self._duration, self._ttft)
+        for family in families if self._retries is None else (*families, self._retries):
             for metric in family.collect():
                 for s in metric.samples:
                     if not s.name.endswith("_created"):
@@ -188,7 +193,9 @@ class EmfReporter:
                 values[name] = round(q * 1000, 3)
         return self._document(timestamp, {MODEL_DIMENSION: model}, MODEL_METRICS, values)
 
-    def _pool_documents(self, timestamp: int) -> Iterator[dict[str, Any] | None]:
+    def _pool_documents(
+        self, timestamp: int, delta: dict[tuple[str, str, tuple[tuple[str, str], ...]], float]
+    ) -> Iterator[dict[str, Any] | None]:
         kv: dict[str, float] = {}
         ready: dict[str, float] = {}
         for metric in self._pools.collect():
@@ -200,8 +207,15 @@ class EmfReporter:
         ejected: dict[str, int] = {}
         for pool, _, _ in self._ejections() if self._ejections is not None else ():
             ejected[pool] = ejected.get(pool, 0) + 1
+        retried: dict[str, float] = {}
+        for (family, _, labels), value in delta.items():
+            if family == self._retries_name:
+                pool = dict(labels).get("scheduler", "")
+                retried[pool] = retried.get(pool, 0.0) + value
         for pool in sorted(ready):
             values = {"ReadyPods": ready[pool], "EjectedPods": float(ejected.get(pool, 0))}
+            if self._retries is not None:
+                values["Retries"] = retried.get(pool, 0.0)
             if pool in kv:
                 values["KvCacheAverage"] = round(100.0 * kv[pool], 3)
             yield self._document(timestamp, {POOL_DIMENSION: pool}, POOL_METRICS, values)
@@ -256,6 +270,7 @@ def emf_reporter(metrics: GatewayMetrics, *, namespace: str = DEFAULT_NAMESPACE)
         pools=metrics.epp,
         namespace=namespace,
         ejections=metrics.ejected,
+        retries=metrics.retries,
     )
 
 

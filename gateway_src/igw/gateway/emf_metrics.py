@@ -22,9 +22,16 @@ MODEL_METRICS: Final = (
     ("TtftP99", "Milliseconds"),
 )
 """``(name, unit)`` of the per-model document (dimension :data:`MODEL_DIMENSION`)."""
-POOL_METRICS: Final = (("KvCacheAverage", "Percent"), ("ReadyPods", "Count"), ("EjectedPods", "Count"))
+POOL_METRICS: Final = (
+    ("KvCacheAverage", "Percent"),
+    ("ReadyPods", "Count"),
+    ("EjectedPods", "Count"),
+    ("Retries", "Count"),
+)
 """``(name, unit)`` of the per-pool document (dimension :data:`POOL_DIMENSION`). ``EjectedPods``: the
-pool's endpoints the replica's outlier detection leaves out for failing requests in a row."""
+pool's endpoints the replica's outlier detection leaves out for failing requests in a row.
+``Retries``: the replica's attempts retried on the next-best pod in the interval (every cause of
+``spec.extensions.routing.retry``), summed over replicas like requests."""
 POOL_STATE_METRICS: Final = frozenset({"ReadyPods", "EjectedPods"})
 """Metrics that describe the pool, not one gateway's traffic: every gateway replica reports the same
 value for it (or, for ejected pods, its own view of the same pods), so a view of several replicas
