@@ -12,9 +12,12 @@ the native loops against the generated kernels, the HTTP surface).
 
 from __future__ import annotations
 
+import ast
 import importlib
 
 import pytest
+
+from igw.compiled import source_path
 
 
 def compiled(module: str) -> bool:
@@ -26,6 +29,19 @@ def compiled(module: str) -> bool:
 def skip_compiled(module: str, why: str) -> pytest.MarkDecorator:
     """Skip the test where ``module`` runs compiled, saying ``why`` it cannot run there."""
     return pytest.mark.skipif(compiled(module), reason=f"{module} is compiled in this tree: {why}")
+
+
+def declared_types(cls: type) -> dict[str, str]:
+    """``cls``'s field annotations as written in its module's source. Read from the source, not from
+    ``dataclasses.fields``: in the compiled build a field's type is erased (``str | None`` reads as
+    ``type``), so a test that picks fields by type would pick none there."""
+    source = source_path(cls.__module__).read_text()
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+    return {
+        item.target.id: ast.unparse(item.annotation)
+        for item in node.body
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+    }
 
 
 REFERENCES_SUBCLASS = (

@@ -32,6 +32,7 @@ from igw.gateway.scrape_share import (
 )
 from igw.gateway.worker_metrics import merge_pages
 from igw.scheduling.types import EngineMetrics
+from tests.compiled.tree import declared_types, skip_compiled
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_for
 from tests.gateway.worker_pair import Worker, worker_runtime
@@ -277,8 +278,9 @@ def test_every_engine_metrics_field_crosses_the_channel() -> None:
     ``apply_snapshot`` names the positions one by one, so a field added to the record and not there
     arrives as its default and fails here."""
     values: list[Any] = []
+    types = declared_types(EngineMetrics)  # as written: the compiled build erases field.type
     for i, field in enumerate(dataclasses.fields(EngineMetrics)):
-        declared = str(field.type)
+        declared = types[field.name]
         if "frozenset" in declared:
             values.append(frozenset({f"adapter-{i}"}))
         elif "float" in declared:
@@ -446,7 +448,14 @@ async def test_a_runtime_swapped_between_two_lines_of_one_read_gets_the_later_sn
         (b'["s", "s", "10.0.0.1:8000"]\n', "items"),
         (b'["s", ["s"], "10.0.0.1:8000", null, null, 1.0, false, null, [], null, false]\n', "strings"),
         (b"{not json\n", "unexpected character"),
-        (b"x" * 1026, "over 1024 bytes"),
+        pytest.param(
+            b"x" * 1026,
+            "over 1024 bytes",
+            marks=skip_compiled(
+                "igw.gateway.scrape_share",
+                "MAX_LINE is lowered by monkeypatch; compiled code bound the Final constant at build time",
+            ),
+        ),
     ],
     ids=["array", "number", "short-snapshot", "unhashable-scheduler", "not-json", "too-long"],
 )

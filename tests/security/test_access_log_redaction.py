@@ -4,7 +4,6 @@ of the record is masked as before."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import io
 import logging
@@ -15,12 +14,11 @@ import orjson
 import pytest
 
 import igw.gateway.access_log as access_log_module
-from igw.compiled import source_path
 from igw.gateway.access_log import AccessRecord, access_log
 from igw.gateway.log_buffer import BatchedLineHandler, line_sink
 from igw.gateway.redaction import RedactingFormatter
 from igw.redaction import _TRIGGERS, MASK, redact
-from tests.compiled.tree import skip_compiled
+from tests.compiled.tree import declared_types, skip_compiled
 
 SECRET = "sk-live-abcdefgh12345678"
 CREDENTIALS = [
@@ -31,27 +29,11 @@ CREDENTIALS = [
 ]
 
 
-def _annotations() -> dict[str, str]:
-    """The record's field annotations as written in the source. Read from the source, not from
-    ``dataclasses.fields``: in the compiled build a field's type is erased (``str | None`` reads as
-    ``type``), which would leave no text field to test there."""
-    source = source_path("igw.gateway.access_log").read_text()
-    record = next(
-        node
-        for node in ast.parse(source).body
-        if isinstance(node, ast.ClassDef) and node.name == AccessRecord.__name__
-    )
-    return {
-        node.target.id: ast.unparse(node.annotation)
-        for node in record.body
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-    }
-
-
+_DECLARED = declared_types(AccessRecord)  # as written: the compiled build erases field.type
 TEXT_FIELDS = [
     f.name
     for f in dataclasses.fields(AccessRecord)
-    if "str" in _annotations()[f.name] and f.name not in ("request_id", "method", "path", "scores")
+    if "str" in _DECLARED[f.name] and f.name not in ("request_id", "method", "path", "scores")
 ]
 """Every optional text field of the record (the three always set are handled below)."""
 
