@@ -71,6 +71,18 @@ async def test_a_refusal_the_defaults_cover_is_answered_by_the_next_best(
         assert gw.state.retry_budget.active == 0  # given back when the retry's attempt ended
 
 
+async def test_the_access_log_line_names_the_refusal_that_was_retried(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="igw.access")
+    async with pair(gateway)() as (best, nxt, gw):
+        best.infer_status = 503
+        assert (await gw.post("/v1/completions", req())).status == 200
+        (line,) = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+        assert (line["status"], line["endpoint"], line["attempts"]) == (200, nxt.key, 2)
+        assert line["error"] == f"{best.key} answered 503: retried (unavailable)"
+
+
 async def test_a_stream_refused_before_it_started_is_streamed_by_the_next_best(gateway: Any) -> None:
     async with pair(gateway)() as (best, _next, gw):
         best.infer_status = 503

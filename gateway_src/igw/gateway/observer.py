@@ -167,8 +167,11 @@ class RequestObserver:
     def retrying(self, scheduler: str, cause: str, *, status: int | None) -> None:
         """The attempt just made failed in a way ``retry.retryOn`` covers (``cause``, the condition's
         name; ``status``: the refusal's, ``None`` for a connect failure) and the request goes to the
-        next-best endpoint."""
+        next-best endpoint. The access log's ``error`` names the refusal (a connect failure's
+        already names its endpoint), so the line of a request served by its retry still shows it."""
         self.metrics.child(self.metrics.retries, scheduler, cause).inc()
+        if status is not None:
+            self.record.error = f"{self.record.endpoint} answered {status}: retried ({cause})"
         if self.trace is not None and status is not None:  # a connect failure ended its span already
             self.trace.upstream_done(
                 status=status, ttft_s=None, error=f"retried: {cause}", input_tokens=None, output_tokens=None
