@@ -113,6 +113,7 @@ _REQUEST_PATH: Final = (
     "telemetry",
     "endpoints",
     "slots",
+    "retries",
 )
 """The request path of ``igw.gateway``: the handler's modules, and (since 2026-12-03, session s13)
 what they call per request - the guard port's ``Principal``, the access log's queue, the batched
@@ -121,7 +122,8 @@ which were interpreted functions called from compiled code; and (session s14) th
 connection slots, which replaced its ``asyncio.Semaphore`` (five interpreted calls per request).
 In ``endpoints`` the class ``EndpointState`` was a Python class until session s26 (its own
 ``__setattr__`` wrote through ``object.__setattr__``, which a native class refuses); the fields a view
-carries are properties now, and it is native."""
+carries are properties now, and it is native. ``retries`` (session s30): the refusal test every
+request's bookkeeping reads (``refused_status``) and the retry decision."""
 
 _SECURITY: Final = ("guard", "authorization", "ratelimit.limiter", "verifier", "token_cache")
 """What ``igw.security`` runs per request (``authenticate``, ``authorize``, ``admit``, ``account``:

@@ -59,7 +59,7 @@ from igw.gateway.request_body import (
     received_whole,
     with_fields,
 )
-from igw.gateway.retries import retry_condition
+from igw.gateway.retries import refused_status, retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
@@ -652,7 +652,7 @@ async def _forward(
             if budgeted:
                 state.retry_budget.give_back()
                 budgeted = False
-            refused = _refusal(result)
+            refused = refused_status(result)
             if ep is not None:
                 ep.completed(est_tokens)
                 if refused is not None:
@@ -771,16 +771,6 @@ def _retrying(
         return False
     obs.retrying(scheduler, condition.value, status=None if result is None else result.status)
     return True
-
-
-def _refusal(result: ExchangeResult | None) -> int | None:
-    """The status of the model server's own error answer (4xx, 5xx) with nothing generated - a
-    refusal at its HTTP layer - else ``None`` (a gateway-made answer sets ``error``). A 404 for an
-    adapter request: the pod does not serve that adapter; for the pool's own model: it serves
-    another name."""
-    if result is None or result.status < 400 or result.error is not None or result.events:
-        return None
-    return result.status
 
 
 def _feedback(

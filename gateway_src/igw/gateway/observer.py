@@ -170,9 +170,10 @@ class RequestObserver:
         next-best endpoint. The access log's ``error`` names the refusal (a connect failure's
         already names its endpoint), so the line of a request served by its retry still shows it."""
         self.metrics.child(self.metrics.retries, scheduler, cause).inc()
-        if status is not None:
-            self.record.error = f"{self.record.endpoint} answered {status}: retried ({cause})"
-        if self.trace is not None and status is not None:  # a connect failure ended its span already
+        if status is None:
+            return  # a connect failure: its error and its span's end are recorded already
+        self.record.error = f"{self.record.endpoint} answered {status}: retried ({cause})"
+        if self.trace is not None:
             self.trace.upstream_done(
                 status=status, ttft_s=None, error=f"retried: {cause}", input_tokens=None, output_tokens=None
             )

@@ -22,15 +22,29 @@ from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.retry_policy import RetryCondition, RetryPolicy, refusal_condition
 
 
+def refused_status(result: ExchangeResult | None) -> int | None:
+    """The status of the model server's own error answer (4xx, 5xx) with nothing generated - a
+    refusal at its HTTP layer - else ``None`` (a gateway-made answer sets ``error``). A 404 for an
+    adapter request: the pod does not serve that adapter; for the pool's own model: it serves
+    another name. Read per request by the frozen-page bookkeeping and the 404 checks, and by
+    :func:`retry_condition`."""
+    if result is None or result.status < 400 or result.error is not None or result.events:
+        return None
+    return result.status
+
+
 def retry_condition(result: ExchangeResult) -> RetryCondition | None:
     """The condition (of ``retryOn``'s) an attempt's refusal meets, or ``None`` for an answer that is
     not a refusal - one that generated tokens, a success, a client error other than 404 and 429, or
     a request the gateway stopped waiting for. The caller checks that nothing reached the client."""
-    if result.events:
-        return None  # tokens were generated: never a refusal
-    if result.error is not None:  # made by the gateway (no answer from the model server)
-        return RetryCondition.ANY_5XX if result.status == 502 and not result.gave_up else None
-    return refusal_condition(result.status) if result.status >= 400 else None
+    status = refused_status(result)
+    if status is not None:
+        return refusal_condition(status)
+    # Made by the gateway before anything was generated: a connection that failed before its answer
+    # was complete (Envoy's ``5xx`` includes resets), not a wait the gateway gave up.
+    if result.error is not None and not result.events and result.status == 502 and not result.gave_up:
+        return RetryCondition.ANY_5XX
+    return None
 
 
 class RetryBudget:
