@@ -74,6 +74,7 @@ _SCHEDULING: Final = (
     ".plugins.utilization_detector",
     ".plugins.weighted_random_picker",
     ".registry",
+    ".response_affinity",
     ".retry_policy",
     ".saturation",
     ".scheduler",
@@ -104,6 +105,7 @@ _REQUEST_PATH: Final = (
     "forwarded_answer",
     "observer",
     "request_body",
+    "inference_apis",
     "access_log",
     "guards",
     "log_buffer",
@@ -123,7 +125,8 @@ connection slots, which replaced its ``asyncio.Semaphore`` (five interpreted cal
 In ``endpoints`` the class ``EndpointState`` was a Python class until session s26 (its own
 ``__setattr__`` wrote through ``object.__setattr__``, which a native class refuses); the fields a view
 carries are properties now, and it is native. ``retries`` (session s30): the refusal test every
-request's bookkeeping reads (``refused_status``) and the retry decision."""
+request's bookkeeping reads (``refused_status``) and the retry decision; ``inference_apis`` (session
+s31): the API a request's body is parsed for, compared per request."""
 
 _SECURITY: Final = ("guard", "authorization", "ratelimit.limiter", "verifier", "token_cache")
 """What ``igw.security`` runs per request (``authenticate``, ``authorize``, ``admit``, ``account``:

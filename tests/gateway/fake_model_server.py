@@ -1,6 +1,7 @@
 """A minimal real model server (aiohttp on loopback) for gateway integration tests.
 
-It speaks the OpenAI completions/chat API (SSE or JSON), serves a ``/metrics`` page with the exact
+It speaks the OpenAI completions/chat API (SSE or JSON), the embeddings API and the Responses API
+(JSON, or SSE events named as vLLM's ``/v1/responses`` sends them), serves a ``/metrics`` page with the exact
 family names of the engine and version it impersonates, records every request it receives, and can
 be told to misbehave: die mid-stream, hang before the first token, refuse /metrics, answer slowly.
 """
@@ -58,6 +59,9 @@ class FakeModelServer:
     infer_reset: bool = False
     """Every inference request is read, then its connection closed with no answer (an engine crash)."""
     received: list[Received] = field(default_factory=list)
+    stored_responses: set[str] = field(default_factory=set)
+    """Ids of the responses this server stored (``/v1/responses`` with ``store``, the default): a
+    request continuing another one (``previous_response_id``) is answered 404, as vLLM does."""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     scrapes: int = 0
     prompt_tokens_total: int = 0
@@ -200,11 +204,120 @@ class FakeModelServer:
             self.cancelled.set()
             raise
 
+    async def _embed(self, request: web.Request) -> web.StreamResponse:
+        """``/v1/embeddings``: one vector of 4 numbers per input (a string or a list of them)."""
+        body = await request.read()
+        self.received.append(Received(request.path, dict(request.headers), body, False, 0))
+        data: dict[str, Any] = orjson.loads(body)
+        if self.infer_status != 200:
+            error = {"message": f"refused by {self.name}", "type": "Error", "code": self.infer_status}
+            return web.json_response({"error": error, "server": self.name}, status=self.infer_status)
+        inputs = data["input"] if isinstance(data["input"], list) else [data["input"]]
+        self.prompt_tokens_total += PROMPT_TOKENS * len(inputs)
+        vectors = [
+            {"object": "embedding", "index": i, "embedding": [0.5, 0.25, 0.125, i]}
+            for i in range(len(inputs))
+        ]
+        tokens = PROMPT_TOKENS * len(inputs)
+        return web.json_response(
+            {
+                "object": "list",
+                "model": data.get("model"),
+                "server": self.name,
+                "data": vectors,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
+    async def _respond(self, request: web.Request) -> web.StreamResponse:
+        """``/v1/responses``: a response of ``tokens`` output tokens, whole or as the Responses API's
+        event stream (``response.created`` before the prefill, one ``response.output_text.delta`` per
+        token, ``response.completed`` with the usage), its id ``resp_<server>_<n>``."""
+        body = await request.read()
+        self.received.append(Received(request.path, dict(request.headers), body, False, 0))
+        data: dict[str, Any] = orjson.loads(body)
+        if self.infer_status != 200:
+            error = {"message": f"refused by {self.name}", "type": "Error", "code": self.infer_status}
+            return web.json_response({"error": error, "server": self.name}, status=self.infer_status)
+        previous = data.get("previous_response_id")
+        if previous is not None and previous not in self.stored_responses:
+            # vLLM's answer: its store is the serving process's memory
+            error = {
+                "message": f"Response with id '{previous}' not found.",
+                "type": "invalid_request_error",
+                "code": 404,
+            }
+            return web.json_response({"error": error, "server": self.name}, status=404)
+        self.prompt_tokens_total += PROMPT_TOKENS
+        self.generation_tokens_total += self.tokens
+        rid = f"resp_{self.name}_{len(self.received)}"
+        if data.get("store", True):
+            self.stored_responses.add(rid)
+        usage = {
+            "input_tokens": PROMPT_TOKENS,
+            "output_tokens": self.tokens,
+            "total_tokens": PROMPT_TOKENS + self.tokens,
+        }
+        text = "".join(f"tok{i}" for i in range(self.tokens))
+        message = {
+            "id": f"msg_{rid}",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+        done: dict[str, Any] = {
+            "id": rid,
+            "object": "response",
+            "created_at": 0,
+            "model": data.get("model"),
+            "status": "completed",
+            "output": [message],
+            "usage": usage,
+            "store": bool(data.get("store", True)),
+            "server": self.name,
+        }
+        if not data.get("stream"):
+            return web.json_response(done)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        seq = 0
+
+        async def send(kind: str, **fields: Any) -> None:
+            nonlocal seq
+            event = {"type": kind, "sequence_number": seq, **fields}
+            seq += 1
+            await resp.write(b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n")
+
+        created = {**done, "status": "in_progress", "output": [], "usage": None}
+        await send("response.created", response=created)
+        if self.first_token_delay_s:
+            await asyncio.sleep(self.first_token_delay_s)
+        for i in range(self.tokens):
+            if self.die_after is not None and i == self.die_after:
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
+            await send(
+                "response.output_text.delta",
+                item_id=message["id"],
+                output_index=0,
+                content_index=0,
+                delta=f"tok{i}",
+            )
+            if self.token_delay_s:
+                await asyncio.sleep(self.token_delay_s)
+        await send("response.completed", response=done)
+        await resp.write_eof()
+        return resp
+
     async def start(self) -> FakeModelServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/completions", self._infer)
         app.router.add_post("/v1/chat/completions", self._infer)
+        app.router.add_post("/v1/embeddings", self._embed)
+        app.router.add_post("/v1/responses", self._respond)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)

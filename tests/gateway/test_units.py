@@ -22,53 +22,147 @@ from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.discovery.kube import adapters_from_config_map, pod_endpoint
 from igw.gateway.discovery.static_file import EndpointsFileError, parse_endpoints, parse_services
 from igw.gateway.endpoints import DiscoveredEndpoint, EndpointPool
+from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.model_router import ModelRouter
 from igw.gateway.request_body import BadRequestBody, parse_body
 from igw.gateway.runtime import SchedulerRuntime
 
+CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES = (
+    InferenceApi.CHAT,
+    InferenceApi.COMPLETIONS,
+    InferenceApi.EMBEDDINGS,
+    InferenceApi.RESPONSES,
+)
+
 
 @pytest.mark.parametrize(
-    ("raw", "chat", "header", "expected"),
+    ("raw", "api", "header", "expected"),
     [
         pytest.param(
-            b'{"model":"m","prompt":"abcdefgh"}', False, None, ("m", "abcdefgh", 2, False), id="completion"
-        ),
-        pytest.param(
-            b'{"prompt":["ab","cd"]}', False, "h", ("h", "abcd", 1, False), id="header-model-list-prompt"
-        ),
-        pytest.param(
-            b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}',
-            True,
+            b'{"model":"m","prompt":"abcdefgh"}',
+            COMPLETIONS,
             None,
-            ("m", '[{"role":"user","content":"hi"}]', 8, True),
+            ("m", "abcdefgh", 2, False, None),
+            id="completion",
+        ),
+        pytest.param(
+            b'{"prompt":["ab","cd"]}',
+            COMPLETIONS,
+            "h",
+            ("h", "abcd", 1, False, None),
+            id="header-model-list-prompt",
+        ),
+        pytest.param(
+            b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":9}',
+            CHAT,
+            None,
+            ("m", '[{"role":"user","content":"hi"}]', 8, True, 9),
             id="chat-messages-serialised-with-roles",
+        ),
+        pytest.param(
+            b'{"model":"m","messages":[],"max_completion_tokens":null,"max_tokens":9}',
+            CHAT,
+            None,
+            ("m", "[]", 1, False, 9),
+            id="chat-null-max-completion-tokens-falls-to-max-tokens",
+        ),
+        pytest.param(
+            b'{"model":"e","input":"abcdefgh","stream":true}',
+            EMBEDDINGS,
+            None,
+            ("e", "abcdefgh", 2, False, None),
+            id="embedding-string-never-streamed",
+        ),
+        pytest.param(
+            b'{"model":"e","input":["abcd","efgh"]}',
+            EMBEDDINGS,
+            None,
+            ("e", "abcdefgh", 2, False, None),
+            id="embedding-list",
+        ),
+        pytest.param(
+            b'{"model":"e","messages":[{"role":"user","content":"hi"}]}',
+            EMBEDDINGS,
+            None,
+            ("e", '[{"role":"user","content":"hi"}]', 8, False, None),
+            id="embedding-of-messages-as-vllm-takes-it",
+        ),
+        pytest.param(
+            b'{"model":"m","input":"abcdefgh","instructions":"be brief",'
+            b'"stream":true,"max_output_tokens":20}',
+            RESPONSES,
+            None,
+            ("m", "be briefabcdefgh", 4, True, 20),
+            id="response-instructions-then-input",
+        ),
+        pytest.param(
+            b'{"model":"m","input":[{"role":"user","content":"hi"}],"max_tokens":7}',
+            RESPONSES,
+            None,
+            ("m", '[{"role":"user","content":"hi"}]', 8, False, None),
+            id="response-input-items-max-tokens-is-not-its-field",
         ),
     ],
 )
-def test_parse_body(raw: bytes, chat: bool, header: str | None, expected: tuple[Any, ...]) -> None:
-    b = parse_body(raw, chat=chat, header_model=header)
-    assert (b.model, b.prefix_text, b.prompt_tokens, b.stream) == expected
+def test_parse_body(raw: bytes, api: InferenceApi, header: str | None, expected: tuple[Any, ...]) -> None:
+    b = parse_body(raw, api=api, header_model=header)
+    assert (b.model, b.prefix_text, b.prompt_tokens, b.stream, b.max_tokens) == expected
     assert b.raw == raw
 
 
 @pytest.mark.parametrize(
-    ("raw", "chat", "message", "param"),
+    ("raw", "api", "message", "param"),
     [
-        (b'{"model": 3, "prompt": ""}', False, "'model' must be a string", "model"),
-        (b'{"model": "' + b"x" * 300 + b'", "prompt": ""}', False, "'model' is longer than 256", "model"),
+        (b'{"model": 3, "prompt": ""}', COMPLETIONS, "'model' must be a string", "model"),
+        (
+            b'{"model": "' + b"x" * 300 + b'", "prompt": ""}',
+            COMPLETIONS,
+            "'model' is longer than 256",
+            "model",
+        ),
         (
             b'{"model": "m", "prompt": "", "max_tokens": "9"}',
-            False,
+            COMPLETIONS,
             "'max_tokens' must be an integer",
             "max_tokens",
         ),
-        (b'{"model": "m", "messages": "hi"}', True, "'messages' must be a list", "messages"),
-        (b"\xff\xfe", False, "request body is not valid JSON", None),
+        (
+            b'{"model": "m", "messages": [], "max_completion_tokens": 1.5}',
+            CHAT,
+            "'max_tokens' must be",
+            "max_tokens",
+        ),
+        (b'{"model": "m", "messages": "hi"}', CHAT, "'messages' must be a list", "messages"),
+        (b'{"model": "m", "prompt": "hi"}', CHAT, "'messages' must be a list", "messages"),
+        (b'{"model": "m", "messages": []}', COMPLETIONS, "'prompt' is required", "prompt"),
+        (b"\xff\xfe", COMPLETIONS, "request body is not valid JSON", None),
+        (b'{"model": "e"}', EMBEDDINGS, "'input' is required", "input"),
+        (b'{"model": "e", "input": 5}', EMBEDDINGS, "'input' must be a string or a list", "input"),
+        (
+            b'{"model": "e", "input": "x", "stream": "yes"}',
+            EMBEDDINGS,
+            "'stream' must be true or false",
+            "stream",
+        ),
+        (b'{"model": "m", "messages": []}', RESPONSES, "'input' is required", "input"),
+        (b'{"model": "m", "input": {"a": 1}}', RESPONSES, "'input' must be a string or a list", "input"),
+        (
+            b'{"model": "m", "input": "x", "instructions": 3}',
+            RESPONSES,
+            "'instructions' must be a string",
+            "instructions",
+        ),
+        (
+            b'{"model": "m", "input": "x", "max_output_tokens": true}',
+            RESPONSES,
+            "'max_output_tokens' must be an integer",
+            "max_output_tokens",
+        ),
     ],
 )
-def test_parse_body_errors(raw: bytes, chat: bool, message: str, param: str | None) -> None:
+def test_parse_body_errors(raw: bytes, api: InferenceApi, message: str, param: str | None) -> None:
     with pytest.raises(BadRequestBody) as err:
-        parse_body(raw, chat=chat, header_model=None)
+        parse_body(raw, api=api, header_model=None)
     assert err.value.message.startswith(message)
     assert err.value.param == param
 

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import aiohttp
+import openai
 import orjson
 import redis.asyncio as redis_asyncio
 from aiohttp import web
@@ -409,3 +410,20 @@ async def test_a_cluster_that_never_answers_is_a_504_after_request_timeout_then_
             assert resp.headers["x-igw-cluster"] == "west-a"
         assert time.monotonic() - started >= 0.5
         assert await fx.metric("igw_global_upstream_retries_total", cause="5xx") >= 1
+
+
+async def test_embeddings_and_responses_go_through_tier_2(redis_server: RedisServer) -> None:
+    """The OpenAI SDK's ``embeddings.create`` and ``responses.create`` (streamed) through a router
+    replica to a same-region cluster (before session s31: 404 ``not_found``)."""
+    async with fleet(redis_server) as fx:
+        async with openai.AsyncOpenAI(base_url=fx.urls[0] + "/v1", api_key="x", max_retries=0) as oai:
+            vectors = await oai.embeddings.create(model=MODEL, input=["a", "b"])
+            stream = await oai.responses.create(model=MODEL, input="hi", stream=True)
+            kinds = [event.type async for event in stream]
+        assert len(vectors.data) == 2
+        assert kinds[0] == "response.created"
+        assert kinds[-1] == "response.completed"
+        paths = [r.path for c in fx.clusters.values() for r in c.server.received]
+        assert sorted(paths) == ["/v1/embeddings", "/v1/responses"]
+        assert {c.name for c in fx.clusters.values() if c.server.received} <= {"east-a", "east-b"}
+        assert await fx.metric("igw_global_requests_total", 0, code="200") == 2

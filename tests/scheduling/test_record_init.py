@@ -50,6 +50,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "priority": 13,
         "tenant": "team",
         "stream": False,
+        "previous_response_id": "resp_14",
     },
     RoutingDecision: {
         "kind": DecisionKind.SATURATED,
@@ -70,6 +71,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "output_tokens": 22,
         "cached_tokens": 23,
         "pod_fault": True,
+        "response_id": "resp_24",
     },
     AccessRecord: {
         "request_id": "r-3",
@@ -118,6 +120,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "usage": {"prompt_tokens": 5},
         "error": "e",
         "gave_up": True,
+        "response_id": "resp_5",
     },
     InferenceBody: {
         "raw": b'{"model": "m"}',
@@ -126,6 +129,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "prefix_text": "text",
         "prompt_tokens": 41,
         "max_tokens": 42,
+        "previous_response_id": "resp_43",
     },
     EndpointView: {
         "key": "h:1",

@@ -37,6 +37,7 @@ from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuar
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
 from igw.gateway.heartbeat import heartbeat_context, publishes_heartbeat
 from igw.gateway.inference import REQUEST_ID_KEY, SESSION_KEY, STATE_KEY, handle_inference, request_id_for
+from igw.gateway.inference_apis import INFERENCE_PATHS, InferenceApi
 from igw.gateway.lean_server import LEAN_ROUTES_KEY, LeanHandler, LeanRequestHandler, lean_enabled
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
@@ -60,12 +61,14 @@ WORKER_KEY = web.AppKey("igw_worker", WorkerRole)
 WORKER_METRICS_KEY = web.AppKey("igw_worker_metrics", WorkerMetrics)
 
 
-async def _chat(request: web.Request) -> web.StreamResponse:
-    return as_response(await handle_inference(request, chat=True))
+def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The aiohttp handler of ``api``'s route (every request the lean side hands over, and all of
+    them with ``IGW_HTTP_SERVER=aiohttp``)."""
 
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return as_response(await handle_inference(request, api=api))
 
-async def _completions(request: web.Request) -> web.StreamResponse:
-    return as_response(await handle_inference(request, chat=False))
+    return handle
 
 
 def _lean_routes(state: GatewayState) -> dict[str, LeanHandler]:
@@ -73,8 +76,8 @@ def _lean_routes(state: GatewayState) -> dict[str, LeanHandler]:
     its own: one Python frame less per request than an ``async def`` wrapper awaiting it), given the
     app's state (no ``request.app[STATE_KEY]``, an interpreted call in the compiled build)."""
     return {
-        "/v1/chat/completions": functools.partial(handle_inference, chat=True, state=state),
-        "/v1/completions": functools.partial(handle_inference, chat=False, state=state),
+        path: functools.partial(handle_inference, api=api, state=state)
+        for path, api in INFERENCE_PATHS.items()
     }
 
 
@@ -232,9 +235,9 @@ def create_app(
             sockets=[worker.metrics_socket(i) for i in range(worker.count)],
             render=lambda: generate_latest(state.metrics.registry),
         )
-    app.router.add_post("/v1/chat/completions", _chat)
-    app.router.add_post("/v1/completions", _completions)
-    if lean_enabled():  # the same two handlers, reached without aiohttp's request machinery
+    for path, api in INFERENCE_PATHS.items():
+        app.router.add_post(path, _inference_route(api))
+    if lean_enabled():  # the same handlers, reached without aiohttp's request machinery
         app[LEAN_ROUTES_KEY] = _lean_routes(state)
         app[CONNECTION_HANDLER_KEY] = LeanRequestHandler
     app.router.add_get("/v1/models", _models)

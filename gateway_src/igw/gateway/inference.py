@@ -1,4 +1,5 @@
-"""``POST /v1/chat/completions`` and ``POST /v1/completions``: the whole request path.
+"""The inference routes (``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``,
+``/v1/responses``: :data:`~igw.gateway.inference_apis.INFERENCE_PATHS`): the whole request path.
 
 authenticate -> read body (413) -> parse (400) -> canary rewrite (``spec.extensions.modelRewrites``)
 -> body-based route (404) -> authorize -> admit -> context length (400) -> schedule (saturated: wait
@@ -47,6 +48,7 @@ from igw.gateway.flow_gate import (
 )
 from igw.gateway.forwarded_answer import ForwardedAnswer
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
+from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
 from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
@@ -186,7 +188,7 @@ class _Forward:
 
 
 async def handle_inference(
-    request: web.Request, *, chat: bool, state: GatewayState | None = None
+    request: web.Request, *, api: InferenceApi, state: GatewayState | None = None
 ) -> web.StreamResponse | ForwardedAnswer:
     """Serve one inference request: a model server's answer (forwarded as it came, or relayed as a
     stream) or the gateway's error. A :class:`ForwardedAnswer` is written by the lean server as it
@@ -204,7 +206,7 @@ async def handle_inference(
     try:
         principal = await guard.authenticate(request.headers)
         obs.authenticated()  # tracing hook
-        routed = await _route(request, state, guard, principal, obs, chat=chat)
+        routed = await _route(request, state, guard, principal, obs, api=api)
         if not isinstance(routed, tuple):  # an error answer (a tuple check: StreamResponse's is an ABC's)
             return obs.finish(routed)
         forward, body = routed
@@ -226,7 +228,7 @@ async def _route(
     principal: Principal,
     obs: RequestObserver,
     *,
-    chat: bool,
+    api: InferenceApi,
 ) -> tuple[_Forward, InferenceBody] | web.Response:
     """Read and parse the body, find the scheduler, admit, and pick: a forward plan or an error."""
     rt = state.runtime
@@ -238,7 +240,7 @@ async def _route(
         else:
             async with asyncio.timeout(_body_timeout_s(request)):
                 raw = await read_limited(request, limit=max_bytes)
-        body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
+        body = parse_body(raw, api=api, header_model=request.headers.get(MODEL_HEADER))
     except TimeoutError:
         message = f"request body not received within {_body_timeout_s(request):g}s"
         return gateway_error("request_timeout", message, request_id=rid, headers=_CLOSE)
@@ -298,6 +300,7 @@ async def _route(
         adapter=route.adapter,
         tenant=principal.tenant,
         stream=body.stream,
+        previous_response_id=body.previous_response_id,
     )
     flow_on = rt.flow_settings is not None
     priority: int | None = None
@@ -661,9 +664,10 @@ async def _forward(
                     state.flow.finished(key, plan.priority)
             if plan.sr is not None:
                 if connected:
-                    lacks = refused == 404
                     # A 404 for the pool's own model: the pod does not serve what it was selected for
                     # (a served-model-name mismatch), its fault; for an adapter: it lacks that adapter.
+                    # Not for a continuation: its 404 says the previous response is not stored there.
+                    lacks = refused == 404 and body.previous_response_id is None
                     own_model_missing = lacks and plan.adapter is None
                     _feedback(plan.sr, key, obs, result, now=state.clock(), fault=own_model_missing)
                     if lacks and plan.adapter is not None:
@@ -808,6 +812,7 @@ def _feedback(
             prompt_tokens=obs.record.prompt_tokens or 0,
             output_tokens=out_tokens,
             pod_fault=fault or (result is not None and not result.ok),
+            response_id=None if result is None else result.response_id,
         ),
         now=now,
     )

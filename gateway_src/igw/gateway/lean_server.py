@@ -2,7 +2,8 @@
 
 Every client connection is served by :class:`LeanRequestHandler`, a subclass of the gateway's aiohttp
 connection handler (:class:`igw.gateway.serving.GatewayRequestHandler`). A request whose head is
-plain - ``POST`` to one of the lean routes (``/v1/completions``, ``/v1/chat/completions``), HTTP/1.1,
+plain - ``POST`` to one of the lean routes (the inference routes,
+:data:`~igw.gateway.inference_apis.INFERENCE_PATHS`), HTTP/1.1,
 a ``Content-Length`` body within ``bbr.maxRequestBodyBytes``, no ``Transfer-Encoding``,
 ``Content-Encoding``, ``Expect`` or ``Upgrade``, every field within the header limits - is parsed by
 httptools and handed straight to the route's handler as a :class:`LeanRequest`; its response is

@@ -5,9 +5,12 @@
   ever held.
 * It must be a JSON object (400 naming the problem); ``model`` comes from the body or, if absent,
   the ``x-gateway-model-name`` header.
-* What routing needs is extracted once: the text used for prefix hashing (the ``prompt`` of a
-  completion, the serialised ``messages`` of a chat completion - as GIE does), an estimate of prompt
-  tokens (4 characters per token), ``max_tokens`` and ``stream``.
+* What routing needs is extracted once, per API (:class:`~igw.gateway.inference_apis.InferenceApi`):
+  the text used for prefix hashing (the ``prompt`` of a completion, the serialised ``messages`` of a
+  chat completion - as GIE does -, the ``input`` of an embedding request, the ``instructions`` and
+  ``input`` of a Responses API request), an estimate of prompt tokens (4 characters per token), the
+  output bound (``max_completion_tokens``/``max_tokens``; ``max_output_tokens`` of a response; none
+  for embeddings) and ``stream`` (an embedding answer is never streamed).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import orjson
 from aiohttp import web
 
 from igw.errors import IgwGatewayError
+from igw.gateway.inference_apis import InferenceApi
 
 CHARS_PER_TOKEN: Final = 4
 MAX_MODEL_NAME_LENGTH: Final = 256
@@ -53,6 +57,8 @@ class InferenceBody:
     prefix_text: Final[str]
     prompt_tokens: Final[int]
     max_tokens: Final[int | None]
+    previous_response_id: Final[str | None]
+    """The stored response a Responses API request continues (only its pod can answer it)."""
 
     def __init__(
         self,
@@ -62,6 +68,7 @@ class InferenceBody:
         prefix_text: str,
         prompt_tokens: int,
         max_tokens: int | None,
+        previous_response_id: str | None = None,
     ) -> None:
         self.raw = raw
         self.model = model
@@ -69,6 +76,7 @@ class InferenceBody:
         self.prefix_text = prefix_text
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
+        self.previous_response_id = previous_response_id
 
 
 def received_whole(request: web.Request, *, limit: int) -> bytes:
@@ -108,7 +116,9 @@ def _prompt_text(prompt: Any) -> str:
     return "" if prompt is None else orjson.dumps(prompt).decode()
 
 
-def parse_body(raw: bytes, *, chat: bool, header_model: str | None) -> InferenceBody:
+def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> InferenceBody:
+    """What routing reads of a request ``raw`` to ``api`` (:class:`BadRequestBody` naming the field
+    when a field routing reads is missing or of the wrong type; the model server validates the rest)."""
     if not raw.strip():
         raise BadRequestBody("request body is empty: expected a JSON object")
     try:
@@ -125,18 +135,28 @@ def parse_body(raw: bytes, *, chat: bool, header_model: str | None) -> Inference
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequestBody("'stream' must be true or false", param="stream")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        raise BadRequestBody("'max_tokens' must be an integer", param="max_tokens")
-    if chat:
+    continues = None
+    if api is InferenceApi.CHAT:
+        max_tokens = _output_bound(body, "max_completion_tokens", "max_tokens")
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise BadRequestBody("'messages' must be a list", param="messages")
         text = orjson.dumps(messages).decode()
-    else:
+    elif api is InferenceApi.COMPLETIONS:
+        max_tokens = _output_bound(body, "max_completion_tokens", "max_tokens")
         if "prompt" not in body:
             raise BadRequestBody("'prompt' is required", param="prompt")
         text = _prompt_text(body["prompt"])
+    elif api is InferenceApi.EMBEDDINGS:
+        max_tokens = None  # nothing is generated
+        stream = False  # an embedding is answered whole (the field is not part of the API)
+        text = _embedding_text(body)
+    else:
+        max_tokens = _output_bound(body, "max_output_tokens")
+        text = _response_text(body)
+        continues = body.get("previous_response_id")
+        if continues is not None and not isinstance(continues, str):
+            raise BadRequestBody("'previous_response_id' must be a string", param="previous_response_id")
     return InferenceBody(
         raw=raw,
         model=model or None,
@@ -144,7 +164,52 @@ def parse_body(raw: bytes, *, chat: bool, header_model: str | None) -> Inference
         prefix_text=text,
         prompt_tokens=max(1, len(text) // CHARS_PER_TOKEN),
         max_tokens=max_tokens,
+        previous_response_id=continues or None,
     )
+
+
+def _output_bound(body: dict[str, Any], *names: str) -> int | None:
+    """The first of the fields ``names`` the body sets (an integer or ``null``), the bound of the
+    tokens the answer may generate; the error names ``max_tokens`` for the completion APIs' pair, as
+    before the Responses API's ``max_output_tokens`` was read."""
+    value = None
+    for name in names:
+        value = body.get(name)
+        if value is not None:
+            break
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        param = names[-1]
+        raise BadRequestBody(f"'{param}' must be an integer", param=param)
+    return value
+
+
+def _embedding_text(body: dict[str, Any]) -> str:
+    """An embedding request's text: its ``input`` (a string, strings, token ids or lists of them),
+    or, as vLLM also accepts, chat ``messages`` embedded as one conversation."""
+    if "input" in body:
+        value = body["input"]
+        if not isinstance(value, str | list):
+            raise BadRequestBody("'input' must be a string or a list", param="input")
+        return _prompt_text(value)
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return orjson.dumps(messages).decode()
+    raise BadRequestBody("'input' is required", param="input")
+
+
+def _response_text(body: dict[str, Any]) -> str:
+    """A Responses API request's text: ``instructions`` (the system prompt, sent first) then
+    ``input`` (a string, or a list of input items serialised as a chat's ``messages`` are)."""
+    if "input" not in body:
+        raise BadRequestBody("'input' is required", param="input")
+    value = body["input"]
+    if not isinstance(value, str | list):
+        raise BadRequestBody("'input' must be a string or a list of input items", param="input")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise BadRequestBody("'instructions' must be a string", param="instructions")
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return text if not instructions else instructions + text
 
 
 def with_fields(body: InferenceBody, fields: Mapping[str, Any]) -> InferenceBody:

@@ -113,6 +113,7 @@ class GatewayRuntime:
                 )
                 if old is not None:
                     scheduler.outliers.adopt(old.scheduler.outliers)
+                    scheduler.responses.adopt(old.scheduler.responses)
                 if on_ejected is not None:
                     scheduler.outliers.on_ejected = _told(on_ejected, spec.name)
             pool = old.pool if old is not None else EndpointPool()

@@ -44,6 +44,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
+from igw.gateway.inference_apis import operation_name
 from igw.gateway.trace_export import CountingSpanExporter, ExportStats, RepeatThrottle, throttle_exporter_logs
 from igw.gateway.tracing_options import SERVICE_NAME, TracingOptions
 from igw.scheduling.types import RoutingDecision
@@ -148,7 +149,7 @@ class RequestTrace:
             attributes={
                 "http.request.method": method,
                 "url.path": path,
-                "gen_ai.operation.name": "chat" if path.endswith("/chat/completions") else "text_completion",
+                "gen_ai.operation.name": operation_name(path),
             },
         )
         self._ctx: Context = trace.set_span_in_context(self._server, parent)

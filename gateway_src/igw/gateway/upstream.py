@@ -108,6 +108,9 @@ class ExchangeResult:
     gave_up: bool
     """The gateway stopped waiting for the model server (a response or idle timeout, an endpoint
     declared unresponsive): the model server had the request that long, so it is never retried."""
+    response_id: str | None
+    """The id of the Responses API answer the model server stored (a later request continuing it can
+    only be answered there: :mod:`igw.scheduling.response_affinity`)."""
 
     def __init__(
         self,
@@ -121,6 +124,7 @@ class ExchangeResult:
         usage: Mapping[str, int] | None = None,
         error: str | None = None,
         gave_up: bool = False,
+        response_id: str | None = None,
     ) -> None:
         self.answer = answer
         self.status = status
@@ -132,6 +136,7 @@ class ExchangeResult:
         self.usage = usage
         self.error = error
         self.gave_up = gave_up
+        self.response_id = response_id
 
     @property
     def response(self) -> web.StreamResponse:
@@ -224,21 +229,63 @@ def upstream_header_block(
     return b"".join(lines)
 
 
+RESPONSES_USAGE: Final = (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"))
+"""The Responses API's usage names -> the completion APIs' (which the metrics, the token rate
+limits and the scheduler's feedback read)."""
+
+
 def _usage_from(obj: object) -> Mapping[str, int] | None:
-    if isinstance(obj, dict):
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
-    return None
+    """The integer counts of an answer's ``usage``: a completion's or an embedding's top-level one, a
+    Responses API answer's (``input_tokens``/``output_tokens``, also given under the completion APIs'
+    names), or the ``response`` a stream's ``response.completed`` event carries."""
+    if not isinstance(obj, dict):
+        return None
+    usage = obj.get("usage")
+    if usage is None:
+        response = obj.get("response")
+        if isinstance(response, dict):
+            usage = response.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    counts = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+    for name, alias in RESPONSES_USAGE:
+        if name in counts and alias not in counts:
+            counts[alias] = counts[name]
+    return counts
 
 
-def _usage_in_events(chunk: bytes) -> Mapping[str, int] | None:
+def _stored_response_id(obj: object) -> str | None:
+    """The id of a Responses API answer the model server stored: a whole answer (``object:
+    response``) or the ``response`` of a stream's event; ``None`` for any other answer and for one
+    made with ``store: false``."""
+    if not isinstance(obj, dict):
+        return None
+    if obj.get("object") != "response":
+        obj = obj.get("response")
+        if not isinstance(obj, dict) or obj.get("object") != "response":
+            return None
+    if obj.get("store") is False:
+        return None
+    response_id = obj.get("id")
+    return response_id if isinstance(response_id, str) and response_id else None
+
+
+def _usage_in_events(chunk: bytes) -> tuple[Mapping[str, int] | None, str | None]:
+    """The usage the SSE events of ``chunk`` report (the last one), and the id of the stored response
+    an event names (a Responses API stream's ``response.completed`` carries both)."""
     found: Mapping[str, int] | None = None
+    response_id: str | None = None
     for line in chunk.split(b"\n"):
         if line.startswith(b"data:") and b'"usage"' in line:
             with contextlib.suppress(orjson.JSONDecodeError):
-                found = _usage_from(orjson.loads(line[5:])) or found
-    return found
+                event = orjson.loads(line[5:])
+                found = _usage_from(event) or found
+                response_id = _stored_response_id(event) or response_id
+    return found, response_id
+
+
+RESPONSE_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+"""Responses API events that end a stream: the first token, if none came before (as ``[DONE]`` is)."""
 
 
 def _carries_token(chunk: bytes) -> bool:
@@ -260,6 +307,13 @@ def _carries_token(chunk: bytes) -> bool:
             return True
         if not isinstance(event, dict):
             return True
+        kind = event.get("type")
+        if isinstance(kind, str):
+            # A Responses API event: output is a ``*.delta`` (text, reasoning, a tool call's
+            # arguments); ``response.created`` / ``in_progress`` / ``*.added`` come before prefill.
+            if kind.endswith(".delta") or kind in RESPONSE_ENDS:
+                return True
+            continue
         for choice in event.get("choices") or ():
             if not isinstance(choice, dict):
                 return True
@@ -400,18 +454,24 @@ def _whole_answer(upstream: UpstreamResponse, payload: bytes, *, extra: Mapping[
     """A complete (non-streamed) upstream answer: forwarded as it came (a non-JSON error wrapped in
     the OpenAI shape), with the token usage its JSON body reports."""
     usage = None
+    response_id = None
     is_json = upstream.content_type == "application/json" and b"content-encoding" not in upstream.noted
     if is_json:
         try:  # not contextlib.suppress: an object and two calls per answer
-            usage = _usage_from(orjson.loads(payload))
+            doc = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            usage = None  # a JSON answer that does not parse reports no usage
+            doc = None  # a JSON answer that does not parse reports no usage
+        usage = _usage_from(doc)
+        if upstream.status < 400:
+            response_id = _stored_response_id(doc)
     answer: web.StreamResponse | ForwardedAnswer
     if upstream.status >= 400 and not is_json:
         answer = _wrapped_error(upstream, extra)
     else:
         answer = forwarded_answer(upstream.status, upstream.fields, payload, noted=upstream.noted, add=extra)
-    return ExchangeResult(answer=answer, status=upstream.status, ok=upstream.status < 500, usage=usage)
+    return ExchangeResult(
+        answer=answer, status=upstream.status, ok=upstream.status < 500, usage=usage, response_id=response_id
+    )
 
 
 def _wrapped_error(upstream: UpstreamResponse, extra: Mapping[str, str]) -> web.Response:
@@ -624,7 +684,10 @@ async def _relay_stream(
                 unjudged = (chunk, now)
             result.events += chunk.count(b"\n\n")
             if b'"usage"' in chunk:
-                usage = _usage_in_events(chunk) or usage
+                found, stored = _usage_in_events(chunk)
+                usage = found or usage
+                if stored is not None:
+                    result.response_id = stored
     except (UpstreamBroken, TimeoutError) as exc:
         if isinstance(exc, TimeoutError):
             kind = "timed out (no data for streamIdleTimeout)"

@@ -1,6 +1,7 @@
 """``igw global serve``: the OpenAI-compatible front of tier 2.
 
-Same surface as ``igw serve`` (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``,
+Same surface as ``igw serve`` (the inference routes of
+:data:`~igw.gateway.inference_apis.INFERENCE_PATHS`, ``/v1/models``,
 ``/healthz``, ``/readyz``, ``/metrics``), same request parsing (:mod:`igw.gateway.request_body`),
 the same request guard (:mod:`igw.security`: JWT, per-model authorization, tenant rate limits) and
 the same OpenAI-shaped errors (:mod:`igw.gateway.errors`). Per request:
@@ -26,7 +27,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 import orjson
@@ -38,6 +39,7 @@ from igw.gateway.app import healthz, openai_errors
 from igw.gateway.emf import emf_context
 from igw.gateway.errors import denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, RequestGuard
+from igw.gateway.inference_apis import INFERENCE_PATHS, InferenceApi
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -126,7 +128,7 @@ async def _route(
     request: web.Request,
     router: GlobalRouter,
     *,
-    chat: bool,
+    api: InferenceApi,
     started: float,
 ) -> web.StreamResponse:
     m = router.metrics
@@ -144,7 +146,7 @@ async def _route(
         # the same bound as the gateway's (``serverLimits.bodyTimeout``, 60 s by default).
         async with asyncio.timeout(body_timeout_s):
             raw = await read_limited(request, limit=MAX_REQUEST_BODY_BYTES)
-        body = parse_body(raw, chat=chat, header_model=request.headers.get(MODEL_HEADER))
+        body = parse_body(raw, api=api, header_model=request.headers.get(MODEL_HEADER))
     except TimeoutError:
         message = f"request body not received within {body_timeout_s:g}s"
         return gateway_error("request_timeout", message, headers={"Connection": "close"})
@@ -255,12 +257,13 @@ def _observe(
         m.ttft.labels(model, region, locality).observe(result.ttft_s)
 
 
-async def _chat(request: web.Request) -> web.StreamResponse:
-    return await _route(request, request.app[ROUTER_KEY], chat=True, started=time.perf_counter())
+def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The handler of ``api``'s route: the same APIs as a tier-1 gateway serves."""
 
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await _route(request, request.app[ROUTER_KEY], api=api, started=time.perf_counter())
 
-async def _completions(request: web.Request) -> web.StreamResponse:
-    return await _route(request, request.app[ROUTER_KEY], chat=False, started=time.perf_counter())
+    return handle
 
 
 async def _models(request: web.Request) -> web.StreamResponse:
@@ -375,8 +378,8 @@ def create_global_app(
         web.Application(client_max_size=MAX_REQUEST_BODY_BYTES, middlewares=[openai_errors])
     )
     app[ROUTER_KEY] = router
-    app.router.add_post("/v1/chat/completions", _chat)
-    app.router.add_post("/v1/completions", _completions)
+    for path, api in INFERENCE_PATHS.items():
+        app.router.add_post(path, _inference_route(api))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/healthz", healthz)
     if management_listener:

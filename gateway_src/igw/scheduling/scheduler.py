@@ -57,6 +57,7 @@ from igw.scheduling.pick_notes import LearnCounts, PickNoteOutbox, learn_notes, 
 from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
+from igw.scheduling.response_affinity import ResponseAffinity
 from igw.scheduling.retry_policy import RetryPolicy
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
 from igw.scheduling.settings import RoutingSettings
@@ -150,6 +151,8 @@ class Scheduler:
         ``None`` leaves ``unreflected_dispatches`` at 0."""
         self.outliers = OutlierDetector(self.settings.outlier_detection)
         """Endpoints ejected for failing the requests sent to them (:mod:`igw.scheduling.outliers`)."""
+        self.responses = ResponseAffinity()
+        """Which endpoint stored which response (:mod:`igw.scheduling.response_affinity`)."""
         self._scrape = ScrapeCache()
         """Values derived from the candidates' scrapes, kept between picks (:class:`ScrapeCache`)."""
         self._profile_weights = tuple([ws.weight for ws in profile.scorers])
@@ -196,12 +199,12 @@ class Scheduler:
         (``framework`` stays interpreted in the compiled build)."""
         self._model_missing_notes = _ModelMissingNotes(self) if self._model_missing else None
         """Shares ``on_model_missing`` with the other workers (``None``: no plugin keeps it)."""
-        self._event_sharers: tuple[object, ...] = (self.outliers, self._model_missing_notes)
+        self._event_sharers: tuple[object, ...] = (self.outliers, self._model_missing_notes, self.responses)
         """Sharers whose notes are events sent as they happen (an ejection, a 404 for an adapter),
         not notes of each pick: learned like the others, left out of the per-pick outbox."""
         self._sharing = sharing_plugins(
             p
-            for p in (*self._plugins, self.ledger, self.outliers, self._model_missing_notes)
+            for p in (*self._plugins, self.ledger, self.outliers, self._model_missing_notes, self.responses)
             if p is not None
         )
         """The plugins that share their picks, by name, found once (the profile's plugins do not
@@ -387,6 +390,14 @@ class Scheduler:
         if not endpoints:
             return RoutingDecision(kind=DecisionKind.NO_ENDPOINTS, reason="no endpoints discovered")
         removed: dict[EndpointKey, str] = {}
+        if request.previous_response_id is not None and len(endpoints) > 1:
+            # A continuation: only the endpoint that stored the response can answer it.
+            holder = self.responses.endpoint_of(request.previous_response_id)
+            if holder is not None:
+                pinned = [e for e in endpoints if e.key == holder]
+                if pinned:
+                    _note_removed(removed, endpoints, pinned, "the previous response is stored elsewhere")
+                    endpoints = pinned
         # Notes only where another worker's pick could differ: a pool of one endpoint (as discovered,
         # before any per-request narrowing) leaves every worker's pick to that endpoint alone, so its
         # notes would change no ranking (see pick_notes, "Which pools note"). Checked per pick, so
@@ -634,6 +645,10 @@ class Scheduler:
             self._failed(outcome.endpoint, now)
         elif outcome.ok:
             self.outliers.succeeded(outcome.endpoint)
+            if outcome.response_id is not None:
+                self.responses.remember(outcome.response_id, outcome.endpoint)
+                if self.pick_notes is not None:
+                    self.pick_notes.add(now, self.responses.name, outcome.endpoint, [outcome.response_id])
         for plugin in self._on_complete:
             plugin.on_complete(outcome, now=now)
 
@@ -692,6 +707,7 @@ class Scheduler:
         for key in keys:
             self.drain.forget(key)
         self.outliers.forget(keys)
+        self.responses.forget(keys)
         if self.ledger is not None:
             self.ledger.forget(keys)
         for plugin in self._plugins:

@@ -158,6 +158,9 @@ class RoutingRequest:
     stream: Final[bool]
     """Whether the answer is streamed: only then does the gateway hear the first token before the
     whole answer (a non-streamed request's first token is never reported, only its completion)."""
+    previous_response_id: Final[str | None]
+    """The stored response a Responses API request continues (its ``previous_response_id``): only
+    the endpoint that stored it can answer (:mod:`igw.scheduling.response_affinity`)."""
 
     def __init__(
         self,
@@ -171,6 +174,7 @@ class RoutingRequest:
         priority: int = 0,
         tenant: str | None = None,
         stream: bool = True,
+        previous_response_id: str | None = None,
     ) -> None:
         self.request_id = request_id
         self.model = model
@@ -182,6 +186,7 @@ class RoutingRequest:
         self.priority = priority
         self.tenant = tenant
         self.stream = stream
+        self.previous_response_id = previous_response_id
 
 
 class DecisionKind(enum.Enum):
@@ -250,6 +255,9 @@ class RequestOutcome:
     """The request failed by the endpoint's fault (a 5xx answer, a stream it broke or left silent, a
     response timeout), not the client's (4xx, a disconnect) nor the route's timeout: what outlier
     detection counts (:mod:`igw.scheduling.outliers`)."""
+    response_id: Final[str | None]
+    """The id of the response the endpoint stored (a Responses API answer): a later request
+    continuing it goes there (:mod:`igw.scheduling.response_affinity`)."""
 
     def __init__(
         self,
@@ -262,6 +270,7 @@ class RequestOutcome:
         output_tokens: int = 0,
         cached_tokens: int = 0,
         pod_fault: bool = False,
+        response_id: str | None = None,
     ) -> None:
         self.request_id = request_id
         self.endpoint = endpoint
@@ -272,3 +281,4 @@ class RequestOutcome:
         self.output_tokens = output_tokens
         self.cached_tokens = cached_tokens
         self.pod_fault = pod_fault
+        self.response_id = response_id

@@ -1,0 +1,49 @@
+"""The OpenAI-compatible inference APIs the gateway routes, and the one table of their paths.
+
+An OpenAI client pointed at the gateway calls more than the two completion APIs: ``embeddings.create``
+(an embedding model's pool) and ``responses.create`` (the Responses API, which vLLM and SGLang serve
+and which OpenAI's SDK and agent frameworks now default to). Until session s31 those answered 404
+``not_found`` although the pool behind the gateway served them, and every router in front of vLLM
+(the reference endpoint picker from v1.5, sglang-router, vllm-router) forwards them. Each API here is
+routed as the completion APIs are (body-based routing by ``model``, the guard, flow control, the
+scheduler, retries, the SSE relay); what differs per API is only which body fields carry the prompt
+and the output bound (:func:`igw.gateway.request_body.parse_body`) and how a streamed answer shows its
+first token and its usage (:mod:`igw.gateway.upstream`).
+
+Every server surface reads :data:`INFERENCE_PATHS` (``igw serve``'s aiohttp routes and its lean
+server's, ``igw global serve``), so a new API is one entry here plus its body fields.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Final
+
+
+class InferenceApi(enum.Enum):
+    """One OpenAI-compatible inference API; its value is the OpenTelemetry GenAI operation name
+    (``gen_ai.operation.name``) its requests' spans carry."""
+
+    CHAT = "chat"
+    COMPLETIONS = "text_completion"
+    EMBEDDINGS = "embeddings"
+    RESPONSES = "responses"
+    """``POST /v1/responses``. Not a GenAI operation name of its own in the conventions (they name
+    operations, not endpoints); ``responses`` says which API the span is, as the path does."""
+
+
+INFERENCE_PATHS: Final[Mapping[str, InferenceApi]] = {
+    "/v1/chat/completions": InferenceApi.CHAT,
+    "/v1/completions": InferenceApi.COMPLETIONS,
+    "/v1/embeddings": InferenceApi.EMBEDDINGS,
+    "/v1/responses": InferenceApi.RESPONSES,
+}
+"""``POST`` path -> the API it serves: the routes every inference server of the project registers."""
+
+
+def operation_name(path: str) -> str:
+    """The ``gen_ai.operation.name`` of a request to ``path`` (an inference path, else ``chat``'s
+    neighbour ``text_completion``, what any other path was named before the table existed)."""
+    api = INFERENCE_PATHS.get(path)
+    return InferenceApi.COMPLETIONS.value if api is None else api.value

@@ -1,0 +1,222 @@
+"""Unchanged OpenAI client code - the real ``openai`` SDK - pointed at the gateway, for the APIs besides
+the two completion ones: embeddings and the Responses API, whole and streamed, on both sides of the
+``IGW_HTTP_SERVER`` switch, over real loopback HTTP in front of fake model servers.
+
+Before session s31 every call here answered 404 ``not_found`` (only ``/v1/chat/completions`` and
+``/v1/completions`` were routed), although the pools behind the gateway served these APIs."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import openai
+import orjson
+import pytest
+
+from igw.gateway.inference_apis import INFERENCE_PATHS, InferenceApi, operation_name
+from igw.gateway.lean_server import SWITCH_ENV
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
+
+CHAT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+EMBEDDING_MODEL = "BAAI/bge-m3"
+DOC = config_doc([scheduler("llama", CHAT_MODEL), scheduler("bge", EMBEDDING_MODEL)])
+SWITCHES = pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+
+
+def client(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of the sample ``name`` whose labels include ``labels`` (0 when there is none)."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@SWITCHES
+async def test_embeddings_are_routed_by_model_to_their_pool(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    async with (
+        running(FakeModelServer("llama"), FakeModelServer("bge")) as (llama, bge),
+        gateway(DOC, {"llama": [llama.key], "bge": [bge.key]}) as gw,
+    ):
+        async with client(gw.url) as oai:
+            one = await oai.embeddings.create(model=EMBEDDING_MODEL, input="what is a KV cache?")
+            many = await oai.embeddings.create(model=EMBEDDING_MODEL, input=["first", "second", "third"])
+        assert one.data[0].embedding == [0.5, 0.25, 0.125, 0.0]
+        assert [d.index for d in many.data] == [0, 1, 2]
+        assert [r.path for r in bge.received] == ["/v1/embeddings"] * 2
+        assert llama.received == []
+        sent = orjson.loads(bge.received[1].body)
+        assert (sent["model"], sent["input"]) == (EMBEDDING_MODEL, ["first", "second", "third"])
+        assert bge.received[0].headers["X-Gateway-Model-Name"] == EMBEDDING_MODEL
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert metric(text, "igw_requests_total", model=EMBEDDING_MODEL, code="200") == 2
+        assert metric(text, "igw_tokens_total", model=EMBEDDING_MODEL, direction="in") == 7 + 21
+        assert metric(text, "igw_endpoint_picks_total", scheduler="bge", endpoint=bge.key) == 2
+
+
+@SWITCHES
+async def test_a_response_whole_counts_its_usage_under_the_completion_names(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    async with (
+        running(FakeModelServer("a", tokens=4)) as (a,),
+        gateway(DOC, {"llama": [a.key], "bge": []}) as gw,
+    ):
+        async with client(gw.url) as oai:
+            response = await oai.responses.create(
+                model=CHAT_MODEL, instructions="Answer briefly.", input="What is prefix caching?"
+            )
+        assert response.output_text == "tok0tok1tok2tok3"
+        assert response.usage is not None
+        assert response.usage.output_tokens == 4
+        assert [r.path for r in a.received] == ["/v1/responses"]
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert metric(text, "igw_tokens_total", model=CHAT_MODEL, direction="in") == 7
+        assert metric(text, "igw_tokens_total", model=CHAT_MODEL, direction="out") == 4
+
+
+@SWITCHES
+async def test_a_streamed_response_is_relayed_event_by_event_and_its_ttft_is_the_first_delta(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, switch: str
+) -> None:
+    """``response.created`` leaves the model server before the prefill (vLLM sends it at once): the
+    TTFT is the first ``response.output_text.delta``, 0.3 s later here, not the created event."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    caplog.set_level(logging.INFO, logger="igw.access")
+    async with (
+        running(FakeModelServer("a", tokens=3, first_token_delay_s=0.3, token_delay_s=0.02)) as (a,),
+        gateway(DOC, {"llama": [a.key], "bge": []}) as gw,
+    ):
+        async with client(gw.url) as oai:
+            stream = await oai.responses.create(model=CHAT_MODEL, input="hi", stream=True)
+            kinds = [event.type async for event in stream]
+        assert kinds == ["response.created"] + ["response.output_text.delta"] * 3 + ["response.completed"]
+        (line,) = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+        assert line["path"] == "/v1/responses"
+        assert line["stream"] is True
+        assert line["ttft_ms"] >= 300
+        assert line["completion_tokens"] == 3
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert metric(text, "igw_time_to_first_token_seconds_count", model=CHAT_MODEL) == 1
+        # the 0.25 s bucket holds no observation: the created event did not count as the first token
+        assert metric(text, "igw_time_to_first_token_seconds_bucket", model=CHAT_MODEL, le="0.25") == 0
+        assert metric(text, "igw_tokens_total", model=CHAT_MODEL, direction="out") == 3
+
+
+async def test_bad_bodies_of_the_new_apis_get_openai_errors_naming_the_field(gateway: Any) -> None:
+    async with running(FakeModelServer("a")) as (a,), gateway(DOC, {"llama": [a.key], "bge": []}) as gw:
+        cases = [
+            ("/v1/embeddings", {"model": EMBEDDING_MODEL}, "input"),
+            ("/v1/embeddings", {"model": EMBEDDING_MODEL, "input": 3}, "input"),
+            ("/v1/responses", {"model": CHAT_MODEL, "messages": []}, "input"),
+            (
+                "/v1/responses",
+                {"model": CHAT_MODEL, "input": "x", "max_output_tokens": "9"},
+                "max_output_tokens",
+            ),
+            ("/v1/responses", {"model": CHAT_MODEL, "input": "x", "instructions": ["a"]}, "instructions"),
+        ]
+        for path, body, param in cases:
+            resp = await gw.post(path, body)
+            assert resp.status == 400, (path, body)
+            error = (await resp.json())["error"]
+            assert (error["code"], error["param"]) == ("invalid_request", param)
+        unknown = await gw.post("/v1/responses", {"model": "nope", "input": "x"})
+        assert unknown.status == 404
+        assert (await unknown.json())["error"]["code"] == "model_not_found"
+        async with client(gw.url) as oai:
+            with pytest.raises(openai.BadRequestError, match="'input' must be"):
+                await oai.embeddings.create(model=EMBEDDING_MODEL, input=3)  # type: ignore[arg-type]
+        assert a.received == []  # nothing reached the model server
+
+
+async def test_a_response_stream_cut_by_its_pod_ends_in_an_error_the_sdk_raises(gateway: Any) -> None:
+    """The relay's terminal event (``data: {"error": ...}``) is what the SDK raises for on any stream."""
+    async with (
+        running(FakeModelServer("a", tokens=5, die_after=2)) as (a,),
+        gateway(DOC, {"llama": [a.key], "bge": []}) as gw,
+    ):
+        seen: list[str] = []
+
+        async def read_the_stream() -> None:
+            async with client(gw.url) as oai:
+                stream = await oai.responses.create(model=CHAT_MODEL, input="hi", stream=True)
+                async for event in stream:
+                    seen.append(event.type)
+
+        with pytest.raises(openai.APIError, match="upstream model server closed the stream"):
+            await read_the_stream()
+        assert seen == ["response.created", "response.output_text.delta", "response.output_text.delta"]
+
+
+@SWITCHES
+async def test_a_conversation_continued_by_previous_response_id_stays_on_the_pod_that_stored_it(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """vLLM keeps stored responses in the serving process's memory: a continuation anywhere else is
+    a 404. Without the affinity about two of three continuations failed on three idle pods."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    pods = [FakeModelServer(name) for name in ("a", "b", "c")]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods], "bge": []}) as gw:
+        async with client(gw.url) as oai:
+            for conversation in range(3):
+                previous = None
+                for turn in range(4):
+                    stream = turn % 2 == 1
+                    if stream:
+                        events = await oai.responses.create(
+                            model=CHAT_MODEL, input=f"turn {turn}", previous_response_id=previous, stream=True
+                        )
+                        completed = [e async for e in events if e.type == "response.completed"]
+                        previous = completed[0].response.id
+                    else:
+                        answer = await oai.responses.create(
+                            model=CHAT_MODEL, input=f"turn {turn}", previous_response_id=previous
+                        )
+                        previous = answer.id
+                    assert previous.startswith("resp_"), conversation
+        for pod in pods:  # every turn of a conversation on the pod of its first
+            first_turns = [
+                r for r in pod.received if orjson.loads(r.body).get("previous_response_id") is None
+            ]
+            assert len(pod.received) == 4 * len(first_turns)
+
+
+async def test_a_continuation_no_pod_stores_is_relayed_404_and_ejects_nobody(gateway: Any) -> None:
+    """A 404 for a continuation says the response is not stored there (another gateway replica's
+    conversation, a restarted pod), not that the pod lacks the model: not an outlier failure, not a
+    pod fault, however many arrive."""
+    pods = [FakeModelServer(name) for name in ("a", "b")]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods], "bge": []}) as gw:
+        for i in range(12):
+            resp = await gw.post(
+                "/v1/responses", {"model": CHAT_MODEL, "input": "x", "previous_response_id": f"resp_{i}"}
+            )
+            assert resp.status == 404
+            assert "not found" in (await resp.json())["error"]["message"]
+        scheduler = gw.state.runtime.schedulers["llama"].scheduler
+        assert scheduler.outliers.ejected == {}
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert metric(text, "igw_endpoint_ejections_total") == 0
+        assert (await gw.post("/v1/responses", {"model": CHAT_MODEL, "input": "new"})).status == 200
+
+
+def test_every_route_has_an_operation_name_of_its_api() -> None:
+    assert {path: operation_name(path) for path in INFERENCE_PATHS} == {
+        "/v1/chat/completions": "chat",
+        "/v1/completions": "text_completion",
+        "/v1/embeddings": "embeddings",
+        "/v1/responses": "responses",
+    }
+    assert set(INFERENCE_PATHS.values()) == set(InferenceApi)
+    assert all(re.fullmatch(r"/v1/[a-z/]+", path) for path in INFERENCE_PATHS)
