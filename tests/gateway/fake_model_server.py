@@ -59,7 +59,7 @@ class FakeModelServer:
     infer_reset: bool = False
     """Every inference request is read, then its connection closed with no answer (an engine crash)."""
     received: list[Received] = field(default_factory=list)
-    stored_responses: set[str] = field(default_factory=set)
+    stored_responses: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Ids of the responses this server stored (``/v1/responses`` with ``store``, the default): a
     request continuing another one (``previous_response_id``) is answered 404, as vLLM does."""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
@@ -251,8 +251,7 @@ class FakeModelServer:
         self.prompt_tokens_total += PROMPT_TOKENS
         self.generation_tokens_total += self.tokens
         rid = f"resp_{self.name}_{len(self.received)}"
-        if data.get("store", True):
-            self.stored_responses.add(rid)
+        stored = bool(data.get("store", True))
         usage = {
             "input_tokens": PROMPT_TOKENS,
             "output_tokens": self.tokens,
@@ -277,6 +276,8 @@ class FakeModelServer:
             "store": bool(data.get("store", True)),
             "server": self.name,
         }
+        if stored:
+            self.stored_responses[rid] = done
         if not data.get("stream"):
             return web.json_response(done)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -311,6 +312,32 @@ class FakeModelServer:
         await resp.write_eof()
         return resp
 
+    async def _stored(self, request: web.Request) -> web.StreamResponse:
+        """A stored response: retrieved (``GET``; with ``?stream=true`` as one completed event),
+        deleted, cancelled, or its input items listed; 404 for one not stored here, as vLLM."""
+        self.received.append(Received(request.path, dict(request.headers), await request.read(), False, 0))
+        rid = request.match_info["rid"]
+        done = self.stored_responses.get(rid)
+        if done is None:
+            error = {
+                "message": f"Response with id '{rid}' not found.",
+                "type": "invalid_request_error",
+                "code": 404,
+            }
+            return web.json_response({"error": error}, status=404)
+        if request.method == "DELETE":
+            del self.stored_responses[rid]
+            return web.json_response({"id": rid, "object": "response.deleted", "deleted": True})
+        if request.path.endswith("/input_items"):
+            return web.json_response({"object": "list", "data": [], "has_more": False})
+        if request.path.endswith("/cancel"):
+            return web.json_response({**done, "status": "cancelled"})
+        if request.query.get("stream") == "true":
+            event = {"type": "response.completed", "sequence_number": 0, "response": done}
+            body = b"event: response.completed\ndata: " + orjson.dumps(event) + b"\n\n"
+            return web.Response(body=body, content_type="text/event-stream")
+        return web.json_response(done)
+
     async def start(self) -> FakeModelServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
@@ -318,6 +345,10 @@ class FakeModelServer:
         app.router.add_post("/v1/chat/completions", self._infer)
         app.router.add_post("/v1/embeddings", self._embed)
         app.router.add_post("/v1/responses", self._respond)
+        app.router.add_get("/v1/responses/{rid}", self._stored)
+        app.router.add_delete("/v1/responses/{rid}", self._stored)
+        app.router.add_post("/v1/responses/{rid}/cancel", self._stored)
+        app.router.add_get("/v1/responses/{rid}/input_items", self._stored)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)

@@ -211,6 +211,50 @@ async def test_a_continuation_no_pod_stores_is_relayed_404_and_ejects_nobody(gat
         assert (await gw.post("/v1/responses", {"model": CHAT_MODEL, "input": "new"})).status == 200
 
 
+async def test_a_stored_response_is_retrieved_cancelled_and_deleted_on_the_pod_that_stored_it(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Background mode polls ``GET /v1/responses/{id}``: only the pod that stored it can answer."""
+    caplog.set_level(logging.INFO, logger="igw.access")
+    pods = [FakeModelServer(name) for name in ("a", "b", "c")]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods], "bge": []}) as gw:
+        async with client(gw.url) as oai:
+            made = [await oai.responses.create(model=CHAT_MODEL, input=f"q{i}") for i in range(6)]
+            for response in made:
+                again = await oai.responses.retrieve(response.id)
+                assert (again.id, again.output_text) == (response.id, response.output_text)
+                items = await oai.responses.input_items.list(response.id)
+                assert items.data == []
+            cancelled = await oai.responses.cancel(made[0].id)
+            assert cancelled.status == "cancelled"
+            await oai.responses.delete(made[1].id)
+            with pytest.raises(openai.NotFoundError, match="not found"):
+                await oai.responses.retrieve(made[1].id)  # the pod's own 404, relayed
+            with pytest.raises(openai.NotFoundError, match="no model server this gateway routes to"):
+                await oai.responses.retrieve("resp_nobody_made")
+        for pod in pods:  # every request about a response went to the pod that stored it
+            for r in pod.received:
+                if r.path.startswith("/v1/responses/"):
+                    assert r.path.split("/")[3].startswith(f"resp_{pod.name}_"), (pod.name, r.path)
+        assert sum(1 for p in pods for r in p.received if r.path.startswith("/v1/responses/")) == 6 * 2 + 3
+        resumed = await gw.http.get(gw.url + f"/v1/responses/{made[2].id}?stream=true")
+        assert resumed.headers["Content-Type"].startswith("text/event-stream")
+        assert b"response.completed" in await resumed.read()
+        lines = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+        retrieval = [line for line in lines if line["path"] == f"/v1/responses/{made[3].id}"]
+        assert retrieval[0]["model"] == CHAT_MODEL
+        assert retrieval[0]["method"] == "GET"
+        assert retrieval[0]["status"] == 200
+        # generated once, counted once: 6 responses of 7 + 5 tokens; the retrievals and the resumed
+        # stream add none
+        assert {
+            line["completion_tokens"] for line in lines if line["method"] == "GET" and line["status"] == 200
+        } == {0}
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert metric(text, "igw_tokens_total", model=CHAT_MODEL, direction="in") == 6 * 7
+        assert metric(text, "igw_tokens_total", model=CHAT_MODEL, direction="out") == 6 * 5
+
+
 def test_every_route_has_an_operation_name_of_its_api() -> None:
     assert {path: operation_name(path) for path in INFERENCE_PATHS} == {
         "/v1/chat/completions": "chat",

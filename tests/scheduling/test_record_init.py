@@ -108,6 +108,8 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "response_headers": {"x": "y"},
         "priority": 3,
         "adapter": "lora-f",
+        "method": b"GET",
+        "generates": False,
     },
     ExchangeResult: {
         "answer": web.Response(status=201),

@@ -36,8 +36,15 @@ from igw.gateway.forwarded_answer import as_response
 from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
 from igw.gateway.heartbeat import heartbeat_context, publishes_heartbeat
-from igw.gateway.inference import REQUEST_ID_KEY, SESSION_KEY, STATE_KEY, handle_inference, request_id_for
-from igw.gateway.inference_apis import INFERENCE_PATHS, InferenceApi
+from igw.gateway.inference import (
+    REQUEST_ID_KEY,
+    SESSION_KEY,
+    STATE_KEY,
+    handle_inference,
+    handle_stored_response,
+    request_id_for,
+)
+from igw.gateway.inference_apis import INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
 from igw.gateway.lean_server import LEAN_ROUTES_KEY, LeanHandler, LeanRequestHandler, lean_enabled
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
@@ -237,6 +244,8 @@ def create_app(
         )
     for path, api in INFERENCE_PATHS.items():
         app.router.add_post(path, _inference_route(api))
+    for method, path in STORED_RESPONSE_ROUTES:
+        app.router.add_route(method, path, handle_stored_response)
     if lean_enabled():  # the same handlers, reached without aiohttp's request machinery
         app[LEAN_ROUTES_KEY] = _lean_routes(state)
         app[CONNECTION_HANDLER_KEY] = LeanRequestHandler

@@ -43,6 +43,7 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         "context_length_exceeded": ErrorKind(400, _INVALID),
         "not_found": ErrorKind(404, _INVALID),
         "model_not_found": ErrorKind(404, _INVALID),
+        "response_not_found": ErrorKind(404, _INVALID),  # a stored response no known pod holds
         "method_not_allowed": ErrorKind(405, _INVALID),
         "request_timeout": ErrorKind(408, _INVALID),
         "request_too_large": ErrorKind(413, _INVALID),

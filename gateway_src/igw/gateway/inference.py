@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import re
@@ -46,7 +47,7 @@ from igw.gateway.flow_gate import (
     queued_size_bytes,
     request_head_bytes,
 )
-from igw.gateway.forwarded_answer import ForwardedAnswer
+from igw.gateway.forwarded_answer import ForwardedAnswer, as_response
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.model_rewrite import retargeted
@@ -145,7 +146,8 @@ def request_id_for(headers: Mapping[str, str]) -> str:
 
 @dataclass(slots=True, kw_only=True, init=False)
 class _Forward:
-    """Where and how one request is forwarded (a scheduled pick or the default backend). The
+    """Where and how one request is forwarded (a scheduled pick, the default backend, or the pod
+    storing a response). The
     keyword-only ``__init__`` is written out so that the mypyc build compiles it (as
     :class:`~igw.scheduling.values.RoutingRequest`'s)."""
 
@@ -164,6 +166,11 @@ class _Forward:
     adapter: str | None
     """The LoRA adapter the request names (``None``: the base model): a 404 for it tells the scheduler
     that endpoint does not serve it."""
+    method: bytes
+    """The upstream request's method: ``POST``, but for a stored response's retrieval or deletion."""
+    generates: bool
+    """The model server generates for this request (its usage is counted: token metrics, token rate
+    limits); not for a stored response's retrieval, whose answer repeats the stored usage."""
 
     def __init__(
         self,
@@ -176,6 +183,8 @@ class _Forward:
         response_headers: dict[str, str] | None = None,
         priority: int | None = None,
         adapter: str | None = None,
+        method: bytes = b"POST",
+        generates: bool = True,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -185,6 +194,8 @@ class _Forward:
         self.response_headers = {} if response_headers is None else response_headers
         self.priority = priority
         self.adapter = adapter
+        self.method = method
+        self.generates = generates
 
 
 async def handle_inference(
@@ -219,6 +230,67 @@ async def handle_inference(
             state.inflight.leave(task)
     except GuardDenied as denied:
         return obs.finish(denial_response(denied, request_id=obs.request_id))
+
+
+NO_BODY: Final = InferenceBody(
+    raw=b"", model=None, stream=False, prefix_text="", prompt_tokens=0, max_tokens=None
+)
+"""The body of a request that sends none (a stored response's retrieval)."""
+
+
+async def handle_stored_response(request: web.Request) -> web.StreamResponse:
+    """``GET`` / ``DELETE /v1/responses/{response_id}``, ``POST .../cancel``, ``GET .../input_items``:
+    forwarded, unscheduled, to the pod that stored the response (the Responses API's background mode
+    polls and resumes a response there; no other pod holds it). The pod is the one this gateway's
+    schedulers remember (:mod:`igw.scheduling.response_affinity`), authorized as a request for its
+    pool's model; a response nobody here remembers is a 404 ``response_not_found``. ``?stream=true``
+    (resuming a background response's events) is relayed as a stream."""
+    state = request.app[STATE_KEY]
+    request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
+    obs = RequestObserver(state.metrics, request_id=request_id, method=request.method, path=request.path)
+    guard = state.guard
+    try:
+        principal = await guard.authenticate(request.headers)
+        response_id = request.match_info["response_id"]
+        found = stored_response_holder(state, response_id)
+        if found is None:
+            message = (
+                f"no model server this gateway routes to is known to store response {response_id!r} "
+                "(one made through another gateway replica, or before this one restarted, cannot be found)"
+            )
+            return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
+        sr, key = found
+        stream = request.query.get("stream") == "true"
+        model = sr.spec.model_name
+        obs.routed(model=model, base_model=model, scheduler=sr.spec.name, stream=stream, configured=True)
+        guard.authorize(principal, model=model)
+        await guard.admit(principal, model=model, est_tokens=0)
+        plan = _Forward(
+            candidates=[key],
+            sr=None,  # no pick: nothing for the scheduler to learn from a retrieval
+            add_headers={"X-Gateway-Model-Name": model, BASE_MODEL_HEADER: model},
+            timeout_s=None,
+            what=f"the model server storing {response_id!r}",
+            method=request.method.encode("ascii"),
+            generates=False,
+        )
+        body = NO_BODY if not stream else dataclasses.replace(NO_BODY, stream=True)
+        task = state.inflight.enter(None)
+        try:
+            return as_response(await _forward(request, state, guard, principal, obs, body, plan))
+        finally:
+            state.inflight.leave(task)
+    except GuardDenied as denied:
+        return obs.finish(denial_response(denied, request_id=obs.request_id))
+
+
+def stored_response_holder(state: GatewayState, response_id: str) -> tuple[SchedulerRuntime, str] | None:
+    """The scheduler and endpoint that stored ``response_id``, while that endpoint is in its pool."""
+    for sr in state.runtime.schedulers.values():
+        key = sr.scheduler.responses.endpoint_of(response_id)
+        if key is not None and key in sr.pool.states:
+            return sr, key
+    return None
 
 
 async def _route(
@@ -617,6 +689,7 @@ async def _forward(
                 on_first_token=None
                 if plan.sr is None
                 else _first_token_feedback(plan.sr, key, obs, clock=state.clock),
+                method=plan.method,
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
             if deadline is None:
@@ -692,8 +765,12 @@ async def _forward(
     if result is None:
         message = f"could not connect to a model server for {plan.what} after {obs.record.attempts} attempts"
         if plan.sr is None:
-            message = f"could not connect to the default backend {plan.candidates[0]}"
+            message = f"could not connect to {plan.what} {plan.candidates[0]}"
         return obs.finish(gateway_error("upstream_connect_failed", message, request_id=obs.request_id))
+    if not plan.generates:
+        # A stored response's retrieval repeats that response's usage: counted once, when generated.
+        result.usage = None
+        result.events = 0
     usage = result.usage or {}
     prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens)
     completion_tokens = usage.get("completion_tokens", result.events)

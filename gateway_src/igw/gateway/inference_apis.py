@@ -41,6 +41,16 @@ INFERENCE_PATHS: Final[Mapping[str, InferenceApi]] = {
 }
 """``POST`` path -> the API it serves: the routes every inference server of the project registers."""
 
+STORED_RESPONSE_ROUTES: Final = (
+    ("GET", "/v1/responses/{response_id}"),
+    ("DELETE", "/v1/responses/{response_id}"),
+    ("POST", "/v1/responses/{response_id}/cancel"),
+    ("GET", "/v1/responses/{response_id}/input_items"),
+)
+"""The Responses API's routes about one stored response (retrieve - also a background response's
+poll and, with ``?stream=true``, its resumed events -, delete, cancel, its input items): forwarded to
+the pod that stored it (``igw serve`` only: the tier-2 router does not know which cluster did)."""
+
 
 def operation_name(path: str) -> str:
     """The ``gen_ai.operation.name`` of a request to ``path`` (an inference path, else ``chat``'s

@@ -395,13 +395,14 @@ async def exchange(
     on_prepared: Callable[[web.StreamResponse], None],
     keepalive_s: float = 0.0,
     on_first_token: Callable[[float], None] | None = None,
+    method: bytes = b"POST",
 ) -> ExchangeResult:
-    """Forward to ``endpoint`` and relay the answer (``headers``: the upstream request's fields, as a
-    map or serialised by :func:`upstream_header_block`). Raises :class:`ConnectFailed` before anything was
-    sent to the client; every later failure is turned into a response (or a terminal SSE event).
-    ``on_first_token`` hears a streamed response's TTFT (seconds, to the first token's write) once
-    its first token has been relayed and the relay waited for the next bytes, so the scheduler
-    learns it without waiting for the whole response."""
+    """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
+    request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
+    :class:`ConnectFailed` before anything was sent to the client; every later failure is turned
+    into a response (or a terminal SSE event). ``on_first_token`` hears a streamed response's TTFT
+    (seconds, to the first token's write) once its first token has been relayed and the relay
+    waited for the next bytes, so the scheduler learns it without waiting for the whole response."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -415,6 +416,7 @@ async def exchange(
             body=body,
             connect_timeout_s=connect_timeout_s,
             head_timeout_s=idle_timeout_s,
+            method=method,
         )
     except UpstreamStalled as stalled:
         return _stalled(stalled, response_headers)

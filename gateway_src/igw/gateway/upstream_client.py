@@ -555,8 +555,10 @@ class UpstreamPool:
         body: bytes,
         connect_timeout_s: float | None,
         head_timeout_s: float | None = None,
+        method: bytes = b"POST",
     ) -> UpstreamResponse:
-        """Send the request and wait for the response head. ``headers``: a mapping, or its fields
+        """Send the request (a ``POST`` unless ``method`` says otherwise: a stored response's
+        retrieval is a ``GET``) and wait for the response head. ``headers``: a mapping, or its fields
         already serialised (``name: value\\r\\n`` lines, as :func:`header_lines` writes them).
         ``head_timeout_s`` bounds all of it (a free slot, a connection, the head) with TimeoutError:
         on the pooled path it is one timer, armed once the request is written (the exchange's own
@@ -579,7 +581,8 @@ class UpstreamPool:
             )
         origin, host_line = known
         block = headers if isinstance(headers, bytes) else header_lines(headers)
-        head = b"POST %b HTTP/1.1\r\n%b%bContent-Length: %d\r\n\r\n" % (
+        head = b"%b %b HTTP/1.1\r\n%b%bContent-Length: %d\r\n\r\n" % (
+            method,
             path_qs.encode(_CHARSET, _UNDECODABLE),
             host_line,
             block,
