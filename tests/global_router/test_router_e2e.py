@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import openai
 import orjson
+import pytest
 import redis.asyncio as redis_asyncio
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
@@ -427,3 +428,34 @@ async def test_embeddings_and_responses_go_through_tier_2(redis_server: RedisSer
         assert sorted(paths) == ["/v1/embeddings", "/v1/responses"]
         assert {c.name for c in fx.clusters.values() if c.server.received} <= {"east-a", "east-b"}
         assert await fx.metric("igw_global_requests_total", 0, code="200") == 2
+
+
+async def test_a_conversation_stays_on_the_cluster_that_stored_its_responses(
+    redis_server: RedisServer,
+) -> None:
+    """The plan spreads requests over both same-region clusters; a continuation must reach the one
+    that stored its previous response (the fake clusters keep their store in memory, as vLLM), and
+    so must a stored response's retrieval."""
+    async with fleet(redis_server) as fx:
+        async with openai.AsyncOpenAI(base_url=fx.urls[0] + "/v1", api_key="x", max_retries=0) as oai:
+            for conversation in range(6):
+                previous: str | None = None
+                for turn in range(3):
+                    answer = await oai.responses.create(
+                        model=MODEL, input=f"{conversation}/{turn}", previous_response_id=previous
+                    )
+                    previous = answer.id
+                assert previous is not None
+                again = await oai.responses.retrieve(previous)
+                assert again.id == previous
+            with pytest.raises(openai.NotFoundError, match="no cluster this router routes to"):
+                await oai.responses.retrieve("resp_unknown")
+        used = {c.name for c in fx.clusters.values() if c.server.received}
+        assert len(used) == 2  # both same-region clusters took conversations
+        for c in fx.clusters.values():  # and each served every turn of its conversations
+            for r in c.server.received:
+                body = orjson.loads(r.body) if r.body else {}
+                mentioned = body.get("previous_response_id") or r.path.removeprefix("/v1/responses").strip(
+                    "/"
+                )
+                assert not mentioned or mentioned.startswith(f"resp_{c.name}_"), (c.name, r.path, mentioned)

@@ -49,7 +49,7 @@ STORED_RESPONSE_ROUTES: Final = (
 )
 """The Responses API's routes about one stored response (retrieve - also a background response's
 poll and, with ``?stream=true``, its resumed events -, delete, cancel, its input items): forwarded to
-the pod that stored it (``igw serve`` only: the tier-2 router does not know which cluster did)."""
+the pod that stored it (``igw serve``; ``igw global serve``: to the cluster that stored it)."""
 
 
 def operation_name(path: str) -> str:

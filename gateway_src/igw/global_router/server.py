@@ -32,14 +32,15 @@ from typing import Final
 
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from igw.config.redis_password import redis_password
 from igw.gateway.app import healthz, openai_errors
 from igw.gateway.emf import emf_context
 from igw.gateway.errors import denial_response, gateway_error
-from igw.gateway.guards import GuardDenied, RequestGuard
-from igw.gateway.inference_apis import INFERENCE_PATHS, InferenceApi
+from igw.gateway.guards import GuardDenied, Principal, RequestGuard
+from igw.gateway.inference_apis import INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -59,6 +60,7 @@ from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.limits import ModelRateLimits
 from igw.global_router.metrics import FleetMetrics
+from igw.scheduling.response_affinity import ResponseAffinity
 from igw.scheduling.retry_policy import UNAVAILABLE_STATUSES
 from igw.security.clock import SYSTEM_CLOCK, Clock
 from igw.security.factory import build_guard
@@ -103,6 +105,11 @@ class GlobalRouter:
         self.anonymous_tenant = anonymous_tenant
         self.draining = False
         """Set on SIGTERM: /readyz answers 503 so the load balancer stops sending first."""
+        self.responses = ResponseAffinity()
+        """Which cluster stored which Responses API response (its ``id``): a continuation
+        (``previous_response_id``) tries that cluster first and a stored response's retrieval goes
+        there, since only its pod holds the response (:mod:`igw.scheduling.response_affinity`, keyed
+        by cluster name here; per replica)."""
 
 
 ROUTER_KEY = web.AppKey("igw_global_router", GlobalRouter)
@@ -118,6 +125,16 @@ def _model_label(router: GlobalRouter, model: str | None) -> str:
     never the client's text as sent (a header or body field, before or without a valid token), so
     clients cannot grow the registry by one series per name they make up, as at tier 1."""
     return model if model is not None and router.fleet.known_model(model) else UNKNOWN_MODEL
+
+
+def _forwarded_headers(router: GlobalRouter, request: web.Request, principal: Principal) -> CIMultiDict[str]:
+    """The client's headers as a cluster gets them: less hop-by-hop ones, the guard's stripped ones
+    and the router's own answer headers, plus the principal's forwarded identity."""
+    return upstream_headers(
+        request.headers,
+        strip=router.guard.stripped_request_headers | {CLUSTER_HEADER, REGION_HEADER},
+        add=principal.forward_headers,
+    )
 
 
 def _denied(denied: GuardDenied) -> web.Response:
@@ -184,11 +201,11 @@ async def _route(
     if not choices:
         m.requests.labels(model, "503").inc()
         return _no_cluster(f"no cluster serving model {model!r} is available (all drained or not reporting)")
-    headers = upstream_headers(
-        request.headers,
-        strip=router.guard.stripped_request_headers | {CLUSTER_HEADER, REGION_HEADER},
-        add=principal.forward_headers,
-    )
+    if body.previous_response_id is not None:
+        holder = router.responses.endpoint_of(body.previous_response_id)
+        if holder is not None:  # the cluster that stored the response first, the plan's order after it
+            choices = sorted(choices, key=lambda choice: choice.cluster.name != holder)
+    headers = _forwarded_headers(router, request, principal)
     session = request.app[SESSION_KEY]
     last: ExchangeResult | None = None
     prepared: list[web.StreamResponse] = []
@@ -227,6 +244,8 @@ async def _route(
             m.retries.labels(cluster.name, str(result.status) if result.status in (429, 503) else "5xx").inc()
             continue
         router.fleet.record_outcome(cluster.name, ok=result.ok)
+        if result.response_id is not None and result.ok:
+            router.responses.remember(result.response_id, cluster.name)
         _observe(router, result, model=model, region=cluster.region, started=started)
         usage = result.usage or {}
         tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
@@ -244,6 +263,44 @@ async def _route(
         return last.response
     m.requests.labels(model, "503").inc()
     return _no_cluster(f"every cluster tried for model {model!r} failed to connect")
+
+
+async def _stored_response(request: web.Request) -> web.StreamResponse:
+    """A stored response's retrieval, deletion, cancel or input items (:data:`STORED_RESPONSE_ROUTES`):
+    forwarded to the cluster that stored it (whose gateway forwards it to its pod); 404
+    ``response_not_found`` when this replica does not know one."""
+    router = request.app[ROUTER_KEY]
+    try:
+        principal = await router.guard.authenticate(request.headers)
+    except GuardDenied as denied:
+        return _denied(denied)
+    response_id = request.match_info["response_id"]
+    holder = router.responses.endpoint_of(response_id)
+    cluster = None if holder is None else router.fleet.clusters.get(holder)
+    if cluster is None:
+        message = f"no cluster this router routes to is known to store response {response_id!r}"
+        return gateway_error("response_not_found", message)
+    headers = _forwarded_headers(router, request, principal)
+    prepared: list[web.StreamResponse] = []
+    try:
+        result = await exchange(
+            request,
+            session=request.app[SESSION_KEY],
+            endpoint=cluster.endpoint,
+            body=b"",
+            headers=headers,
+            started=time.perf_counter(),
+            connect_timeout_s=router.config.connect_timeout_s,
+            idle_timeout_s=router.config.request_timeout_s,
+            response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
+            on_prepared=prepared.append,
+            method=request.method.encode("ascii"),
+        )
+    except ConnectFailed:
+        return gateway_error("upstream_connect_failed", f"could not connect to cluster {cluster.name}")
+    except ClientGone:
+        return prepared[0] if prepared else web.Response(status=499)
+    return result.response
 
 
 def _observe(
@@ -380,6 +437,8 @@ def create_global_app(
     app[ROUTER_KEY] = router
     for path, api in INFERENCE_PATHS.items():
         app.router.add_post(path, _inference_route(api))
+    for method, path in STORED_RESPONSE_ROUTES:
+        app.router.add_route(method, path, _stored_response)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/healthz", healthz)
     if management_listener:
