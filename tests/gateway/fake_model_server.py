@@ -155,8 +155,7 @@ class FakeModelServer:
             if self.infer_status != 200:
                 if self.first_token_delay_s:
                     await asyncio.sleep(self.first_token_delay_s)
-                error = {"message": f"refused by {self.name}", "type": "Error", "code": self.infer_status}
-                return web.json_response({"error": error, "server": self.name}, status=self.infer_status)
+                return self._refusal()
             if not data.get("stream"):
                 if self.first_token_delay_s:
                     await asyncio.sleep(self.first_token_delay_s)
@@ -204,14 +203,23 @@ class FakeModelServer:
             self.cancelled.set()
             raise
 
-    async def _embed(self, request: web.Request) -> web.StreamResponse:
-        """``/v1/embeddings``: one vector of 4 numbers per input (a string or a list of them)."""
+    def _refusal(self) -> web.Response:
+        """``infer_status``'s OpenAI-shaped error, as a model server's HTTP layer refuses a request."""
+        error = {"message": f"refused by {self.name}", "type": "Error", "code": self.infer_status}
+        return web.json_response({"error": error, "server": self.name}, status=self.infer_status)
+
+    async def _received_json(self, request: web.Request) -> dict[str, Any]:
+        """The request's JSON body, the request recorded."""
         body = await request.read()
         self.received.append(Received(request.path, dict(request.headers), body, False, 0))
         data: dict[str, Any] = orjson.loads(body)
+        return data
+
+    async def _embed(self, request: web.Request) -> web.StreamResponse:
+        """``/v1/embeddings``: one vector of 4 numbers per input (a string or a list of them)."""
+        data = await self._received_json(request)
         if self.infer_status != 200:
-            error = {"message": f"refused by {self.name}", "type": "Error", "code": self.infer_status}
-            return web.json_response({"error": error, "server": self.name}, status=self.infer_status)
+            return self._refusal()
         inputs = data["input"] if isinstance(data["input"], list) else [data["input"]]
         self.prompt_tokens_total += PROMPT_TOKENS * len(inputs)
         vectors = [
@@ -233,12 +241,9 @@ class FakeModelServer:
         """``/v1/responses``: a response of ``tokens`` output tokens, whole or as the Responses API's
         event stream (``response.created`` before the prefill, one ``response.output_text.delta`` per
         token, ``response.completed`` with the usage), its id ``resp_<server>_<n>``."""
-        body = await request.read()
-        self.received.append(Received(request.path, dict(request.headers), body, False, 0))
-        data: dict[str, Any] = orjson.loads(body)
+        data = await self._received_json(request)
         if self.infer_status != 200:
-            error = {"message": f"refused by {self.name}", "type": "Error", "code": self.infer_status}
-            return web.json_response({"error": error, "server": self.name}, status=self.infer_status)
+            return self._refusal()
         previous = data.get("previous_response_id")
         if previous is not None and previous not in self.stored_responses:
             # vLLM's answer: its store is the serving process's memory
