@@ -248,9 +248,10 @@ def _usage_from(obj: object) -> Mapping[str, int] | None:
     if not isinstance(usage, dict):
         return None
     counts = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
-    for name, alias in RESPONSES_USAGE:
-        if name in counts and alias not in counts:
-            counts[alias] = counts[name]
+    if "input_tokens" in counts:  # a Responses API answer (one test for every other answer)
+        for name, alias in RESPONSES_USAGE:
+            if name in counts and alias not in counts:
+                counts[alias] = counts[name]
     return counts
 
 
