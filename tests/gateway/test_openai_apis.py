@@ -192,6 +192,40 @@ async def test_a_conversation_continued_by_previous_response_id_stays_on_the_pod
             assert len(pod.received) == 4 * len(first_turns)
 
 
+async def test_a_continuation_of_a_response_made_elsewhere_finds_its_pod(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A response made through another gateway replica (here: straight at a pod) is unknown to this
+    one: the pool's pods are asked in the decision's order until one has it, and the conversation
+    then stays there. Without the search about three of four such continuations failed."""
+    caplog.set_level(logging.INFO, logger="igw.access")
+    pods = [FakeModelServer(name) for name in ("a", "b", "c", "d")]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods], "bge": []}) as gw:
+        made = []
+        for pod in pods * 2:  # two conversations started on each pod, not through this gateway
+            async with gw.http.post(
+                f"http://{pod.key}/v1/responses", json={"model": CHAT_MODEL, "input": "hi"}
+            ) as r:
+                made.append((pod.name, (await r.json())["id"]))
+        async with client(gw.url) as oai:
+            for holder, previous in made:
+                answer = await oai.responses.create(
+                    model=CHAT_MODEL, input="next", previous_response_id=previous
+                )
+                assert answer.id.startswith(f"resp_{holder}_")
+                follow_up = await oai.responses.create(
+                    model=CHAT_MODEL, input="more", previous_response_id=answer.id
+                )
+                assert follow_up.id.startswith(f"resp_{holder}_")
+        lines = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+        assert all(line["status"] == 200 for line in lines)
+        assert max(line["attempts"] for line in lines) > 1  # some were searched for
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        searched = metric(text, "igw_upstream_retries_total", cause="response-search")
+        assert searched == sum(line["attempts"] - 1 for line in lines)
+        assert gw.state.runtime.schedulers["llama"].scheduler.outliers.ejected == {}
+
+
 async def test_a_continuation_no_pod_stores_is_relayed_404_and_ejects_nobody(gateway: Any) -> None:
     """A 404 for a continuation says the response is not stored there (another gateway replica's
     conversation, a restarted pod), not that the pod lacks the model: not an outlier failure, not a

@@ -110,6 +110,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "adapter": "lora-f",
         "method": b"GET",
         "generates": False,
+        "searches": True,
     },
     ExchangeResult: {
         "answer": web.Response(status=201),

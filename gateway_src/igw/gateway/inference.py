@@ -171,6 +171,10 @@ class _Forward:
     generates: bool
     """The model server generates for this request (its usage is counted: token metrics, token rate
     limits); not for a stored response's retrieval, whose answer repeats the stored usage."""
+    searches: bool
+    """A continuation whose response's pod no scheduler here knows: a 404 from one candidate (the
+    response is not stored there) moves on to the next without counting as a retry (``candidates``
+    then holds the pool, up to :data:`CONTINUATION_SEARCH_LIMIT`)."""
 
     def __init__(
         self,
@@ -185,6 +189,7 @@ class _Forward:
         adapter: str | None = None,
         method: bytes = b"POST",
         generates: bool = True,
+        searches: bool = False,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -196,6 +201,7 @@ class _Forward:
         self.adapter = adapter
         self.method = method
         self.generates = generates
+        self.searches = searches
 
 
 async def handle_inference(
@@ -230,6 +236,13 @@ async def handle_inference(
             state.inflight.leave(task)
     except GuardDenied as denied:
         return obs.finish(denial_response(denied, request_id=obs.request_id))
+
+
+CONTINUATION_SEARCH_LIMIT: Final = 32
+"""At most this many pods are asked for a continuation whose response's pod is not known here (a
+404 each is about a round trip on the pool's network: a bound on what one request costs)."""
+RESPONSE_SEARCH: Final = "response-search"
+"""The ``cause`` of ``igw_upstream_retries_total`` for a pod asked in such a search."""
 
 
 NO_BODY: Final = InferenceBody(
@@ -487,14 +500,25 @@ async def _route(
     engine = state.flow.engine_priority(sr.spec.name) if priority is not None else None
     if engine is not None and priority is not None:
         body = with_fields(body, {"priority": engine.value(priority)})
+    attempts = state.runtime.settings.retry.attempts
+    candidates = [decision.endpoint, *decision.fallbacks]
+    searches = False
+    continues = body.previous_response_id
+    if continues is not None and sr.scheduler.responses.endpoint_of(continues) is None:
+        # A continuation of a response no scheduler here knows the pod of (made through another
+        # replica, before a restart): every pod of the pool may be asked, the decision's first.
+        picked = set(candidates)
+        candidates += [v.key for v in sr.pool.views() if v.key not in picked]
+        searches = len(candidates) > 1
     plan = _Forward(
-        candidates=[decision.endpoint, *decision.fallbacks][: state.runtime.settings.retry.attempts],
+        candidates=candidates[:CONTINUATION_SEARCH_LIMIT] if searches else candidates[:attempts],
         sr=sr,
         add_headers={"X-Gateway-Model-Name": route.model, "X-Gateway-Base-Model-Name": route.base_model},
         timeout_s=sr.route_timeout_s,
         what=repr(route.base_model),
         priority=priority if engine is not None and engine.preempts_for_slot else None,
         adapter=route.adapter,
+        searches=searches,
     )
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
         plan.response_headers[DECISION_HEADER] = decision_header(decision)
@@ -658,6 +682,7 @@ async def _forward(
     result: ExchangeResult | None = None
     refusal: ExchangeResult | None = None  # a retried attempt's answer: the client's if no later one
     budgeted = False  # the running attempt is a retry counted in the retry budget
+    searched = 0  # attempts that found no stored response (``plan.searches``): not retries
     # routeTimeout bounds every attempt together: each retry gets what is left of it
     deadline = None if plan.timeout_s is None else time.monotonic() + plan.timeout_s
     for attempt, key in enumerate(plan.candidates, start=1):
@@ -753,6 +778,14 @@ async def _forward(
             break
         if scheduler is None or attempt >= len(plan.candidates):
             break
+        if plan.searches and result is not None and result.status == 404:
+            # Not stored on that pod: the next one is asked, no retry (a 404 costs the pod no work).
+            searched += 1
+            refusal = result
+            obs.retrying(scheduler, RESPONSE_SEARCH, status=404)
+            continue
+        if attempt - searched >= state.runtime.settings.retry.attempts:
+            break  # the retry policy's attempts (a search's candidates run past them)
         if not _retrying(state, obs, scheduler, result):
             break
         if result is not None:
