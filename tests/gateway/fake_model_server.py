@@ -180,9 +180,7 @@ class FakeModelServer:
             if self.first_token_delay_s:  # like vLLM: headers at once, then the prefill
                 await asyncio.sleep(self.first_token_delay_s)
             for i in range(self.tokens):
-                if self.die_after is not None and i == self.die_after:
-                    assert request.transport is not None
-                    request.transport.abort()
+                if self._dies_at(request, i):
                     return resp
                 event = {"id": "cmpl-1", "server": self.name, "choices": [{"index": 0, "text": f"tok{i}"}]}
                 await resp.write(b"data: " + orjson.dumps(event) + b"\n\n")
@@ -202,6 +200,14 @@ class FakeModelServer:
         except asyncio.CancelledError:
             self.cancelled.set()
             raise
+
+    def _dies_at(self, request: web.Request, token: int) -> bool:
+        """Whether the stream dies before ``token`` (``die_after``): its connection is then aborted."""
+        if self.die_after is None or token != self.die_after:
+            return False
+        assert request.transport is not None
+        request.transport.abort()
+        return True
 
     def _refusal(self) -> web.Response:
         """``infer_status``'s OpenAI-shaped error, as a model server's HTTP layer refuses a request."""
@@ -300,9 +306,7 @@ class FakeModelServer:
         if self.first_token_delay_s:
             await asyncio.sleep(self.first_token_delay_s)
         for i in range(self.tokens):
-            if self.die_after is not None and i == self.die_after:
-                assert request.transport is not None
-                request.transport.abort()
+            if self._dies_at(request, i):
                 return resp
             await send(
                 "response.output_text.delta",
