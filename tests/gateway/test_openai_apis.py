@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 from typing import Any
 
 import openai
@@ -264,13 +265,14 @@ async def test_a_stored_response_is_retrieved_cancelled_and_deleted_on_the_pod_t
             await oai.responses.delete(made[1].id)
             with pytest.raises(openai.NotFoundError, match="not found"):
                 await oai.responses.retrieve(made[1].id)  # the pod's own 404, relayed
-            with pytest.raises(openai.NotFoundError, match="no model server this gateway routes to"):
-                await oai.responses.retrieve("resp_nobody_made")
+            with pytest.raises(openai.NotFoundError, match="not found"):
+                await oai.responses.retrieve("resp_nobody_made")  # searched: every pod's 404
         for pod in pods:  # every request about a response went to the pod that stored it
             for r in pod.received:
-                if r.path.startswith("/v1/responses/"):
+                if r.path.startswith("/v1/responses/") and "nobody" not in r.path:
                     assert r.path.split("/")[3].startswith(f"resp_{pod.name}_"), (pod.name, r.path)
-        assert sum(1 for p in pods for r in p.received if r.path.startswith("/v1/responses/")) == 6 * 2 + 3
+        asked = [r for p in pods for r in p.received if r.path.startswith("/v1/responses/")]
+        assert len(asked) == 6 * 2 + 3 + len(pods)  # ... and the search for resp_nobody_made
         resumed = await gw.http.get(gw.url + f"/v1/responses/{made[2].id}?stream=true")
         assert resumed.headers["Content-Type"].startswith("text/event-stream")
         assert b"response.completed" in await resumed.read()
@@ -287,6 +289,117 @@ async def test_a_stored_response_is_retrieved_cancelled_and_deleted_on_the_pod_t
         text = await (await gw.http.get(gw.url + "/metrics")).text()
         assert metric(text, "igw_tokens_total", model=CHAT_MODEL, direction="in") == 6 * 7
         assert metric(text, "igw_tokens_total", model=CHAT_MODEL, direction="out") == 6 * 5
+
+
+@SWITCHES
+async def test_a_stored_response_made_through_another_replica_is_found_and_remembered(
+    gateway: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """Two gateway replicas (the chart's default) in front of one pool: background mode polls
+    whichever replica the load balancer picks. Before session s32 the replica that had not made the
+    response answered 404 ``response_not_found`` to every poll, half of them on two replicas."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    caplog.set_level(logging.INFO, logger="igw.access")
+    pods = [FakeModelServer(name) for name in ("a", "b", "c", "d")]
+    async with (
+        running(*pods),
+        gateway(DOC, {"llama": [p.key for p in pods], "bge": []}) as one,
+        gateway(DOC, {"llama": [p.key for p in pods], "bge": []}) as two,
+    ):
+        async with client(one.url) as via_one, client(two.url) as via_two:
+            made = [await via_one.responses.create(model=CHAT_MODEL, input=f"q{i}") for i in range(8)]
+            assert len({r.id.split("_")[1] for r in made}) > 1  # stored on several pods
+            caplog.clear()
+            for response in made:
+                for _ in range(3):  # polled three times through the other replica
+                    again = await via_two.responses.retrieve(response.id)
+                    assert (again.id, again.output_text) == (response.id, response.output_text)
+            assert (await via_two.responses.input_items.list(made[0].id)).data == []
+            assert (await via_two.responses.cancel(made[1].id)).status == "cancelled"
+            # the conversation goes on through the replica that found it, on its pod
+            follow_up = await via_two.responses.create(
+                model=CHAT_MODEL, input="more", previous_response_id=made[2].id
+            )
+            assert follow_up.id.split("_")[1] == made[2].id.split("_")[1]
+        lines = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+        polls = [line for line in lines if line["method"] == "GET"]
+        assert [line["status"] for line in polls] == [200] * len(polls)
+        firsts = polls[0:24:3]
+        assert all(line["attempts"] == 1 for line in polls if line not in firsts)  # remembered
+        assert any(line["attempts"] > 1 for line in firsts)  # searched for
+        assert all(line["model"] == CHAT_MODEL for line in polls)
+        text = await (await two.http.get(two.url + "/metrics")).text()
+        searched = metric(text, "igw_upstream_retries_total", scheduler="llama", cause="response-search")
+        assert searched == sum(line["attempts"] - 1 for line in firsts) > 0
+        assert metric(text, "igw_endpoint_ejections_total") == 0
+        assert metric(text, "igw_tokens_total", model=CHAT_MODEL, direction="out") == 5  # the follow-up
+        assert two.state.runtime.schedulers["llama"].scheduler.outliers.ejected == {}
+
+
+async def test_a_search_for_a_stored_response_asks_only_pools_the_caller_may_use(gateway: Any) -> None:
+    """A retrieval names no model: the pools searched are those of the models the caller's token
+    allows, so a stored response of a pool it may not use is a 404 and that pool's pods never see
+    the request."""
+    from tests.gateway.test_routing_and_guard import RecordingGuard
+
+    secret_model = "team-b/secret-model"
+    doc = config_doc([scheduler("llama", CHAT_MODEL), scheduler("secret", secret_model)])
+    auth = {"authorization": "Bearer good"}
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("s")) as (a, s),
+        gateway(
+            doc, {"llama": [a.key], "secret": [s.key]}, guard=RecordingGuard(deny_model=secret_model)
+        ) as gw,
+    ):
+        async with gw.http.post(
+            f"http://{s.key}/v1/responses", json={"model": secret_model, "input": "x"}
+        ) as r:
+            theirs = (await r.json())["id"]
+        async with gw.http.post(
+            f"http://{a.key}/v1/responses", json={"model": CHAT_MODEL, "input": "x"}
+        ) as r:
+            mine = (await r.json())["id"]
+        s.received.clear()
+        assert (await gw.http.get(f"{gw.url}/v1/responses/{mine}", headers=auth)).status == 200
+        denied = await gw.http.get(f"{gw.url}/v1/responses/{theirs}", headers=auth)
+        assert denied.status == 404
+        assert s.received == []
+        assert (await gw.http.get(f"{gw.url}/v1/responses/{theirs}")).status == 401
+    async with (
+        running(FakeModelServer("s")) as (s,),
+        gateway(
+            config_doc([scheduler("secret", secret_model)]),
+            {"secret": [s.key]},
+            guard=RecordingGuard(deny_model=secret_model),
+        ) as gw,
+    ):
+        nothing = await gw.http.get(f"{gw.url}/v1/responses/resp_x", headers=auth)
+        assert nothing.status == 404
+        assert (await nothing.json())["error"]["code"] == "response_not_found"
+        assert s.received == []
+
+
+async def test_a_search_for_a_stored_response_passes_a_pod_that_is_gone(gateway: Any) -> None:
+    """A pod that no longer accepts connections took its stored responses with it: the search asks
+    the next one (a poll is not failed by a dead pod ahead of the one that has the response)."""
+    from tests.gateway.support import wait_for
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    async with (
+        running(FakeModelServer("b")) as (b,),
+        gateway(DOC, {"llama": [dead, b.key], "bge": []}, wait_fresh=False) as gw,
+    ):
+        await wait_for(lambda: gw.fresh("llama", b.key), what="b scraped")
+        assert next(iter(gw.state.runtime.schedulers["llama"].pool.states)) == dead  # asked first
+        async with gw.http.post(
+            f"http://{b.key}/v1/responses", json={"model": CHAT_MODEL, "input": "x"}
+        ) as r:
+            stored = (await r.json())["id"]
+        found = await gw.http.get(f"{gw.url}/v1/responses/{stored}")
+        assert found.status == 200
+        assert (await found.json())["id"] == stored
 
 
 def test_every_route_has_an_operation_name_of_its_api() -> None:

@@ -113,6 +113,9 @@ class RecordingGuard:
         if model == self.deny_model:
             raise GuardDenied(status=403, message=f"not allowed: {model}", error_type="permission_error")
 
+    def may_use(self, principal: Principal, *, model: str) -> bool:
+        return model != self.deny_model
+
     async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None:
         self.calls.append("admit")
 

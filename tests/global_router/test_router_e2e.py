@@ -448,14 +448,60 @@ async def test_a_conversation_stays_on_the_cluster_that_stored_its_responses(
                 assert previous is not None
                 again = await oai.responses.retrieve(previous)
                 assert again.id == previous
-            with pytest.raises(openai.NotFoundError, match="no cluster this router routes to"):
-                await oai.responses.retrieve("resp_unknown")
-        used = {c.name for c in fx.clusters.values() if c.server.received}
-        assert len(used) == 2  # both same-region clusters took conversations
+            with pytest.raises(openai.NotFoundError, match="not found"):
+                await oai.responses.retrieve("resp_unknown")  # asked of every cluster in turn
+        assert await fx.metric("igw_global_upstream_retries_total", cause="response-search") == 2
+        used = {
+            c.name for c in fx.clusters.values() if any("unknown" not in r.path for r in c.server.received)
+        }
+        assert used == {"east-a", "east-b"}  # both same-region clusters took conversations
+        assert fx.clusters["west-a"].server.received[0].path == "/v1/responses/resp_unknown"  # searched last
         for c in fx.clusters.values():  # and each served every turn of its conversations
             for r in c.server.received:
                 body = orjson.loads(r.body) if r.body else {}
                 mentioned = body.get("previous_response_id") or r.path.removeprefix("/v1/responses").strip(
                     "/"
                 )
-                assert not mentioned or mentioned.startswith(f"resp_{c.name}_"), (c.name, r.path, mentioned)
+                if mentioned != "resp_unknown":
+                    assert not mentioned or mentioned.startswith(f"resp_{c.name}_"), (
+                        c.name,
+                        r.path,
+                        mentioned,
+                    )
+
+
+async def test_a_conversation_made_through_one_router_replica_goes_on_through_the_other(
+    redis_server: RedisServer,
+) -> None:
+    """Router replicas keep their response memory apart: the other replica asks the clusters in turn
+    (a 404 moving on without spending an attempt) and then remembers the cluster it found. Before
+    session s32 its retrieval was a 404 ``response_not_found`` and its continuation the first
+    cluster's 404 whenever that cluster did not store the response."""
+    async with fleet(redis_server) as fx:
+        kw: dict[str, Any] = {"api_key": "x", "max_retries": 0}
+        async with (
+            openai.AsyncOpenAI(base_url=fx.urls[0] + "/v1", **kw) as first,
+            openai.AsyncOpenAI(base_url=fx.urls[1] + "/v1", **kw) as second,
+        ):
+            made = [await first.responses.create(model=MODEL, input=f"q{i}") for i in range(8)]
+            assert len({r.id.split("_")[1] for r in made}) == 2  # both same-region clusters
+            for response in made[:4]:
+                assert (await second.responses.retrieve(response.id)).id == response.id
+            searched = await fx.metric("igw_global_upstream_retries_total", 1, cause="response-search")
+            assert 0 < searched <= 4
+            for response in made[:4]:  # polled again: straight to the cluster found
+                assert (await second.responses.retrieve(response.id)).id == response.id
+            assert (
+                await fx.metric("igw_global_upstream_retries_total", 1, cause="response-search") == searched
+            )
+            for response in made[4:]:
+                follow_up = await second.responses.create(
+                    model=MODEL, input="more", previous_response_id=response.id
+                )
+                assert follow_up.id.split("_")[1] == response.id.split("_")[1]
+                assert (await second.responses.retrieve(follow_up.id)).id == follow_up.id
+        assert (
+            await fx.metric("igw_global_upstream_retries_total", 1, cause="response-search") <= searched + 4
+        )
+        assert await fx.metric("igw_global_requests_total", 1, code="404") == 0
+        assert await fx.metric("igw_global_failover_events_total", 1) == 0

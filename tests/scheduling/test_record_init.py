@@ -111,6 +111,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "method": b"GET",
         "generates": False,
         "searches": True,
+        "search_pools": {"g:1": "pool-f"},
     },
     ExchangeResult: {
         "answer": web.Response(status=201),

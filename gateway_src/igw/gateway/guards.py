@@ -78,6 +78,11 @@ class RequestGuard(Protocol):
 
     def authorize(self, principal: Principal, *, model: str) -> None: ...
 
+    def may_use(self, principal: Principal, *, model: str) -> bool:
+        """Whether ``authorize`` would let ``principal`` use ``model``, nothing counted: which pools
+        a search for a stored response (a request that names no model) may ask."""
+        ...
+
     async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None: ...
 
     async def account(
@@ -104,6 +109,9 @@ class OpenGuard:
 
     def authorize(self, principal: Principal, *, model: str) -> None:
         return None
+
+    def may_use(self, principal: Principal, *, model: str) -> bool:
+        return True
 
     async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None:
         return None

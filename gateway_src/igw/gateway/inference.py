@@ -75,6 +75,7 @@ from igw.gateway.upstream import (
     upstream_headers,
 )
 from igw.gateway.upstream_client import UpstreamPool
+from igw.scheduling.response_affinity import RESPONSE_SEARCH
 from igw.scheduling.retry_policy import RetryCondition, retried_for
 from igw.scheduling.scheduler import PENDING_SCORES
 from igw.scheduling.types import (
@@ -172,9 +173,14 @@ class _Forward:
     """The model server generates for this request (its usage is counted: token metrics, token rate
     limits); not for a stored response's retrieval, whose answer repeats the stored usage."""
     searches: bool
-    """A continuation whose response's pod no scheduler here knows: a 404 from one candidate (the
-    response is not stored there) moves on to the next without counting as a retry (``candidates``
-    then holds the pool, up to :data:`CONTINUATION_SEARCH_LIMIT`)."""
+    """A continuation or a stored response's retrieval whose response's pod no scheduler here
+    knows: a 404 from one candidate (the response is not stored there) moves on to the next without
+    counting as a retry (``candidates`` then holds the pool, or for a retrieval the pools the caller
+    may use, up to :data:`RESPONSE_SEARCH_LIMIT`); a retrieval's search also passes a pod it cannot
+    reach (a pod that is gone took its stored responses with it)."""
+    search_pools: dict[str, str]
+    """A retrieval's search (``sr`` is ``None``): candidate -> its scheduler's name, the label of the
+    search's ``igw_upstream_retries_total``; empty otherwise."""
 
     def __init__(
         self,
@@ -190,6 +196,7 @@ class _Forward:
         method: bytes = b"POST",
         generates: bool = True,
         searches: bool = False,
+        search_pools: dict[str, str] | None = None,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -202,6 +209,7 @@ class _Forward:
         self.method = method
         self.generates = generates
         self.searches = searches
+        self.search_pools = {} if search_pools is None else search_pools
 
 
 async def handle_inference(
@@ -238,11 +246,10 @@ async def handle_inference(
         return obs.finish(denial_response(denied, request_id=obs.request_id))
 
 
-CONTINUATION_SEARCH_LIMIT: Final = 32
-"""At most this many pods are asked for a continuation whose response's pod is not known here (a
-404 each is about a round trip on the pool's network: a bound on what one request costs)."""
-RESPONSE_SEARCH: Final = "response-search"
-"""The ``cause`` of ``igw_upstream_retries_total`` for a pod asked in such a search."""
+RESPONSE_SEARCH_LIMIT: Final = 32
+"""At most this many pods are asked for a continuation or a stored response's retrieval whose
+response's pod is not known here (a 404 each is about a round trip on the pool's network: a bound on
+what one request costs)."""
 
 
 NO_BODY: Final = InferenceBody(
@@ -256,7 +263,10 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
     forwarded, unscheduled, to the pod that stored the response (the Responses API's background mode
     polls and resumes a response there; no other pod holds it). The pod is the one this gateway's
     schedulers remember (:mod:`igw.scheduling.response_affinity`), authorized as a request for its
-    pool's model; a response nobody here remembers is a 404 ``response_not_found``. ``?stream=true``
+    pool's model. A response nobody here remembers (made through another gateway replica, or before
+    this one restarted) is searched for among the pods of the pools the caller may use, a 404 moving
+    on to the next pod (:data:`RESPONSE_SEARCH_LIMIT` at most); the pod that has it is remembered.
+    None has it: the last pod's 404; no pool to ask: a 404 ``response_not_found``. ``?stream=true``
     (resuming a background response's events) is relayed as a stream."""
     state = request.app[STATE_KEY]
     request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
@@ -266,33 +276,45 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         principal = await guard.authenticate(request.headers)
         response_id = request.match_info["response_id"]
         found = stored_response_holder(state, response_id)
-        if found is None:
-            message = (
-                f"no model server this gateway routes to is known to store response {response_id!r} "
-                "(one made through another gateway replica, or before this one restarted, cannot be found)"
-            )
-            return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
-        sr, key = found
+        if found is not None:
+            sr, key = found
+            guard.authorize(principal, model=sr.spec.model_name)
+            owners = {key: sr}
+        else:
+            owners = _search_candidates(state, guard, principal)
+            if not owners:
+                message = (
+                    f"no model server this gateway routes to for you is known to store response "
+                    f"{response_id!r}, and there is no pool of a model you may use to search"
+                )
+                return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
+        models = {owner.spec.model_name for owner in owners.values()}
+        model = next(iter(models)) if len(models) == 1 else None  # a search over several pools: no one model
+        first = next(iter(owners.values()))
         stream = request.query.get("stream") == "true"
-        model = sr.spec.model_name
-        obs.routed(model=model, base_model=model, scheduler=sr.spec.name, stream=stream, configured=True)
-        guard.authorize(principal, model=model)
-        await guard.admit(principal, model=model, est_tokens=0)
+        obs.routed(model=model, base_model=model, scheduler=first.spec.name, stream=stream, configured=True)
+        await guard.admit(principal, model=first.spec.model_name, est_tokens=0)
         plan = _Forward(
-            candidates=[key],
+            candidates=list(owners),
             sr=None,  # no pick: nothing for the scheduler to learn from a retrieval
-            add_headers={"X-Gateway-Model-Name": model, BASE_MODEL_HEADER: model},
+            add_headers={} if model is None else {"X-Gateway-Model-Name": model, BASE_MODEL_HEADER: model},
             timeout_s=None,
             what=f"the model server storing {response_id!r}",
             method=request.method.encode("ascii"),
             generates=False,
+            searches=found is None,
+            search_pools={key: owner.spec.name for key, owner in owners.items()},
         )
         body = NO_BODY if not stream else dataclasses.replace(NO_BODY, stream=True)
         task = state.inflight.enter(None)
         try:
-            return as_response(await _forward(request, state, guard, principal, obs, body, plan))
+            answer = await _forward(request, state, guard, principal, obs, body, plan)
         finally:
             state.inflight.leave(task)
+        holder = obs.record.endpoint
+        if found is None and answer.status < 400 and request.method != "DELETE" and holder in owners:
+            owners[holder].scheduler.remember_response(response_id, holder, now=state.clock())
+        return as_response(answer)
     except GuardDenied as denied:
         return obs.finish(denial_response(denied, request_id=obs.request_id))
 
@@ -304,6 +326,23 @@ def stored_response_holder(state: GatewayState, response_id: str) -> tuple[Sched
         if key is not None and key in sr.pool.states:
             return sr, key
     return None
+
+
+def _search_candidates(
+    state: GatewayState, guard: RequestGuard, principal: Principal
+) -> dict[str, SchedulerRuntime]:
+    """The pods a search for a stored response asks, each with its scheduler: those of the pools
+    whose model ``principal`` may use, pool by pool in the configuration's order, at most
+    :data:`RESPONSE_SEARCH_LIMIT` (a pod in two pools is asked once)."""
+    owners: dict[str, SchedulerRuntime] = {}
+    for sr in state.runtime.schedulers.values():
+        if not guard.may_use(principal, model=sr.spec.model_name):
+            continue
+        for key in sr.pool.states:
+            if len(owners) >= RESPONSE_SEARCH_LIMIT:
+                return owners
+            owners.setdefault(key, sr)
+    return owners
 
 
 async def _route(
@@ -511,7 +550,7 @@ async def _route(
         candidates += [v.key for v in sr.pool.views() if v.key not in picked]
         searches = len(candidates) > 1
     plan = _Forward(
-        candidates=candidates[:CONTINUATION_SEARCH_LIMIT] if searches else candidates[:attempts],
+        candidates=candidates[:RESPONSE_SEARCH_LIMIT] if searches else candidates[:attempts],
         sr=sr,
         add_headers={"X-Gateway-Model-Name": route.model, "X-Gateway-Base-Model-Name": route.base_model},
         timeout_s=sr.route_timeout_s,
@@ -776,14 +815,18 @@ async def _forward(
         # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
         if connected and (result is None or prepared or result.status < 400):
             break
-        if scheduler is None or attempt >= len(plan.candidates):
+        if attempt >= len(plan.candidates):
             break
         if plan.searches and result is not None and result.status == 404:
             # Not stored on that pod: the next one is asked, no retry (a 404 costs the pod no work).
             searched += 1
             refusal = result
-            obs.retrying(scheduler, RESPONSE_SEARCH, status=404)
+            obs.retrying(scheduler or plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=404)
             continue
+        if scheduler is None:
+            if plan.searches and not connected:
+                continue  # a retrieval's search: a pod that is gone took its stored responses along
+            break
         if attempt - searched >= state.runtime.settings.retry.attempts:
             break  # the retry policy's attempts (a search's candidates run past them)
         if not _retrying(state, obs, scheduler, result):

@@ -304,8 +304,8 @@ class GatewayMetrics:
             "igw_upstream_retries",
             "Attempts retried on the next-best endpoint, by what the failed attempt met of "
             "spec.extensions.routing.retry.retryOn (connect-failure, unavailable, rate-limited, "
-            "model-missing, 5xx), or response-search: a pod asked for a continued response it did "
-            "not store (not a retry of retryOn).",
+            "model-missing, 5xx), or response-search: a pod asked for a stored response (a "
+            "continuation's or a retrieval's) it did not store (not a retry of retryOn).",
             ["scheduler", "cause"],
             registry=r,
         )

@@ -138,6 +138,19 @@ class Fleet:
         health.record_failure(now=self._clock())
         self.evaluate()
 
+    def searched(self, may_use: Callable[[str], bool]) -> list[ClusterSpec]:
+        """The clusters a search for a stored response asks (a request that names no model has no
+        plan): the available ones serving a model ``may_use`` allows, this router's region first."""
+        now = self._clock()
+        return sorted(
+            (
+                spec
+                for name, spec in self.clusters.items()
+                if self.health[name].ramp(now=now) > 0 and any(may_use(model) for model in spec.models)
+            ),
+            key=lambda spec: spec.region != self.region,
+        )
+
     def known_model(self, model: str) -> bool:
         return any(model in spec.models for spec in self.clusters.values())
 

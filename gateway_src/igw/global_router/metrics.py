@@ -29,7 +29,8 @@ class FleetMetrics:
         self.retries = Counter(
             f"{PREFIX}_upstream_retries",
             "Attempts that moved on to the next cluster, by the cluster left and the cause "
-            "(connect, 429, 503, 5xx).",
+            "(connect, 429, 503, 5xx; response-search: a cluster asked for a stored response it does "
+            "not have).",
             ["cluster", "cause"],
             registry=r,
         )

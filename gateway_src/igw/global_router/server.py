@@ -60,7 +60,7 @@ from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.limits import ModelRateLimits
 from igw.global_router.metrics import FleetMetrics
-from igw.scheduling.response_affinity import ResponseAffinity
+from igw.scheduling.response_affinity import RESPONSE_SEARCH, ResponseAffinity
 from igw.scheduling.retry_policy import UNAVAILABLE_STATUSES
 from igw.security.clock import SYSTEM_CLOCK, Clock
 from igw.security.factory import build_guard
@@ -201,10 +201,12 @@ async def _route(
     if not choices:
         m.requests.labels(model, "503").inc()
         return _no_cluster(f"no cluster serving model {model!r} is available (all drained or not reporting)")
+    searches = False  # a continuation no cluster is known to store: a 404 moves on to the next
     if body.previous_response_id is not None:
         holder = router.responses.endpoint_of(body.previous_response_id)
         if holder is not None:  # the cluster that stored the response first, the plan's order after it
             choices = sorted(choices, key=lambda choice: choice.cluster.name != holder)
+        searches = holder is None
     headers = _forwarded_headers(router, request, principal)
     session = request.app[SESSION_KEY]
     last: ExchangeResult | None = None
@@ -237,6 +239,9 @@ async def _route(
             m.requests.labels(model, "499").inc()
             return prepared[0] if prepared else web.Response(status=499)
         last = result
+        if searches and result.status == 404 and choice is not choices[-1]:
+            m.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # not stored there: no attempt spent
+            continue
         answered += 1
         if not result.response.prepared and result.status in RETRY_STATUSES:
             if result.status != 429:
@@ -267,8 +272,11 @@ async def _route(
 
 async def _stored_response(request: web.Request) -> web.StreamResponse:
     """A stored response's retrieval, deletion, cancel or input items (:data:`STORED_RESPONSE_ROUTES`):
-    forwarded to the cluster that stored it (whose gateway forwards it to its pod); 404
-    ``response_not_found`` when this replica does not know one."""
+    forwarded to the cluster that stored it (whose gateway forwards it to its pod). One this replica
+    does not know (made through another router replica, or before a restart) is asked of the
+    available clusters serving a model the caller may use, this region's first, a 404 moving on to
+    the next (each cluster's gateway searches its own pods); the cluster that has it is remembered.
+    None has it: the last cluster's 404; no cluster to ask: 404 ``response_not_found``."""
     router = request.app[ROUTER_KEY]
     try:
         principal = await router.guard.authenticate(request.headers)
@@ -276,31 +284,51 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
         return _denied(denied)
     response_id = request.match_info["response_id"]
     holder = router.responses.endpoint_of(response_id)
-    cluster = None if holder is None else router.fleet.clusters.get(holder)
-    if cluster is None:
-        message = f"no cluster this router routes to is known to store response {response_id!r}"
+    known = None if holder is None else router.fleet.clusters.get(holder)
+    clusters = (
+        [known]
+        if known is not None
+        else router.fleet.searched(lambda m: router.guard.may_use(principal, model=m))
+    )
+    if not clusters:
+        message = f"no cluster this router routes to for you is known to store response {response_id!r}"
         return gateway_error("response_not_found", message)
     headers = _forwarded_headers(router, request, principal)
     prepared: list[web.StreamResponse] = []
-    try:
-        result = await exchange(
-            request,
-            session=request.app[SESSION_KEY],
-            endpoint=cluster.endpoint,
-            body=b"",
-            headers=headers,
-            started=time.perf_counter(),
-            connect_timeout_s=router.config.connect_timeout_s,
-            idle_timeout_s=router.config.request_timeout_s,
-            response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
-            on_prepared=prepared.append,
-            method=request.method.encode("ascii"),
-        )
-    except ConnectFailed:
-        return gateway_error("upstream_connect_failed", f"could not connect to cluster {cluster.name}")
-    except ClientGone:
-        return prepared[0] if prepared else web.Response(status=499)
-    return result.response
+    last: web.StreamResponse | None = None
+    for cluster in clusters:
+        try:
+            result = await exchange(
+                request,
+                session=request.app[SESSION_KEY],
+                endpoint=cluster.endpoint,
+                body=b"",
+                headers=headers,
+                started=time.perf_counter(),
+                connect_timeout_s=router.config.connect_timeout_s,
+                idle_timeout_s=router.config.request_timeout_s,
+                response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
+                on_prepared=prepared.append,
+                method=request.method.encode("ascii"),
+            )
+        except ConnectFailed:
+            router.fleet.record_outcome(cluster.name, ok=False)
+            router.metrics.retries.labels(cluster.name, "connect").inc()
+            continue
+        except ClientGone:
+            return prepared[0] if prepared else web.Response(status=499)
+        last = result.response
+        if known is None and result.status == 404 and cluster is not clusters[-1]:
+            router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
+            continue
+        if known is None and result.status < 400 and request.method != "DELETE":
+            router.responses.remember(response_id, cluster.name)
+        return result.response
+    if last is not None:
+        return last
+    return gateway_error(
+        "upstream_connect_failed", "could not connect to " + ", ".join(c.name for c in clusters)
+    )
 
 
 def _observe(

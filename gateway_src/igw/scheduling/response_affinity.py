@@ -29,6 +29,10 @@ from igw.scheduling.types import EndpointKey, EndpointView
 RESPONSE_NOTES: Final = "@response-affinity"
 """The name a stored response's note travels under between the workers of a group (not a plugin's)."""
 
+RESPONSE_SEARCH: Final = "response-search"
+"""The ``cause`` of the retry counters (tier 1's per pod, tier 2's per cluster) for one asked in a
+search for a response no one here is known to store, that did not have it."""
+
 DEFAULT_CAPACITY: Final = 65_536
 """Response ids remembered per scheduler, the least recently used forgotten first: about 8 MB of
 ids and keys at most, and a conversation idle past that many newer responses has most likely been

@@ -646,11 +646,16 @@ class Scheduler:
         elif outcome.ok:
             self.outliers.succeeded(outcome.endpoint)
             if outcome.response_id is not None:
-                self.responses.remember(outcome.response_id, outcome.endpoint)
-                if self.pick_notes is not None:
-                    self.pick_notes.add(now, self.responses.name, outcome.endpoint, [outcome.response_id])
+                self.remember_response(outcome.response_id, outcome.endpoint, now=now)
         for plugin in self._on_complete:
             plugin.on_complete(outcome, now=now)
+
+    def remember_response(self, response_id: str, endpoint: EndpointKey, *, now: float) -> None:
+        """``endpoint`` stores the response ``response_id`` (it answered the request that made it, or
+        a search for it): its continuations go there, here and in the group's other workers."""
+        self.responses.remember(response_id, endpoint)
+        if self.pick_notes is not None:
+            self.pick_notes.add(now, self.responses.name, endpoint, [response_id])
 
     @property
     def retry_policy(self) -> RetryPolicy:

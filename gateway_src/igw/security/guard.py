@@ -111,6 +111,9 @@ class SecurityGuard:
             self._limiter.count_forbidden(principal.tenant)
         raise forbidden_model(model=model, tenant=principal.tenant)
 
+    def may_use(self, principal: Principal, *, model: str) -> bool:
+        return self._model_access.allows(principal.claims, model=model)
+
     async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None:
         if self._limiter is not None:
             await self._limiter.admit(tenant=principal.tenant, est_tokens=est_tokens)
