@@ -175,3 +175,48 @@ async def test_measured_speed_steers_traffic_to_the_faster_gpu(gateway: Any) -> 
                 resp = await gw.post("/v1/completions", {**body, "stream": False})
                 served.append(served_by(await resp.json()))
             assert served == ["fast"] * 6
+
+
+async def test_responses_api_conversations_stay_on_their_pods_and_reuse_their_prefixes(gateway: Any) -> None:
+    """The OpenAI SDK's Responses API through the gateway in front of simulated vLLM pods that keep
+    their store in memory, as vLLM does: each continuation reaches the pod that stored its previous
+    response (any other answers 404) and finds the conversation's prefix in that pod's KV cache; a
+    background response is polled to completion through the gateway."""
+    import openai
+
+    spec = fleet(pod("p0"), pod("p1"), pod("p2"))
+    async with run_fleet(spec, admin=False) as f:
+        servers = [f.pod(p.name) for p in f.pods]
+        async with (
+            gateway(config_doc([scheduler("llama", "llama")]), {"llama": [p.key for p in f.pods]}) as gw,
+            openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0) as oai,
+        ):
+            for conversation in range(4):
+                previous = None
+                cached = []
+                for turn in range(3):
+                    answer = await oai.responses.create(
+                        model="llama",
+                        input=f"conversation {conversation} turn {turn}: " + "tell me more " * 30,
+                        previous_response_id=previous,
+                        max_output_tokens=8,
+                    )
+                    assert answer.status == "completed"
+                    assert answer.usage is not None
+                    cached.append(answer.usage.input_tokens_details.cached_tokens)
+                    holders = [s.spec.name for s in servers if answer.id in s.responses]
+                    assert len(holders) == 1
+                    if previous is not None:
+                        assert previous in next(s for s in servers if s.spec.name == holders[0]).responses
+                    previous = answer.id
+                assert 0 < cached[1] < cached[2]  # the conversation's prefix, cached
+            queued = await oai.responses.create(
+                model="llama", input="later", background=True, max_output_tokens=4
+            )
+            assert queued.status == "queued"
+            polled = await oai.responses.retrieve(queued.id)
+            while polled.status in ("queued", "in_progress"):
+                await asyncio.sleep(0.02)
+                polled = await oai.responses.retrieve(queued.id)
+            assert polled.status == "completed"
+            assert polled.output_text

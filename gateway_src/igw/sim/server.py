@@ -18,8 +18,9 @@ import random
 import socket
 import struct
 import time
+import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -48,6 +49,16 @@ from igw.sim.openai_api import (
     usage,
 )
 from igw.sim.pod_stats import PodStats
+from igw.sim.responses_api import (
+    UNFINISHED,
+    ResponseEvents,
+    ResponsesRequest,
+    ResponseStore,
+    StoredResponse,
+    created_now,
+    parse_responses_request,
+    response_object,
+)
 from igw.sim.spec import EngineKind, FaultKind, FaultSpec, PodSpec, StreamCut
 from igw.sim.tokens import (
     count_tokens,
@@ -142,6 +153,9 @@ class LivePod:
         self._unhang = asyncio.Event()
         self._unhang.set()
         self._frozen_page: str | None = None
+        self.responses = ResponseStore()
+        """The Responses API responses this pod stored (lost when it is killed, as a restart loses them)."""
+        self._background: set[asyncio.Task[None]] = set()
         self._page_cache: tuple[tuple[int | float, ...], str] | None = None
         self._restricted_cache: tuple[str, tuple[str, ...], str] | None = None
         self._fault_tasks: list[asyncio.Task[None]] = []
@@ -197,6 +211,10 @@ class LivePod:
             # vLLM's token endpoints: vllm-router's cache_aware matches prefixes on the ids they return.
             app.router.add_post("/tokenize", self._tokenize)
             app.router.add_post("/v1/completions/render", self._render_completion)
+            # vLLM's Responses API, its store in this process's memory
+            app.router.add_post("/v1/responses", self._responses)
+            app.router.add_get("/v1/responses/{response_id}", self._stored_response)
+            app.router.add_post("/v1/responses/{response_id}/cancel", self._cancel_response)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         await self._listen()
@@ -229,6 +247,7 @@ class LivePod:
     async def stop(self) -> None:
         for task in self._fault_tasks:
             task.cancel()
+        self._forget_background()
         self._unhang.set()
         if self._driver is not None:
             self._driver.cancel()
@@ -258,6 +277,8 @@ class LivePod:
             self._cut_all(StreamCut.RST)
             self._close_idle_connections()
             self.engine.pool.reset_prefix_cache()  # a restarted server starts with an empty cache
+            self._forget_background()
+            self.responses = ResponseStore()  # ... and an empty response store
 
     async def clear(self, kind: FaultKind | None = None) -> None:
         """End one fault (or all); a killed pod listens again on the same port."""
@@ -272,6 +293,12 @@ class LivePod:
                 self._frozen_page = None
             elif k is FaultKind.KILL and self.killed:
                 await self._listen()
+
+    def _forget_background(self) -> None:
+        """End the background responses still generating (the pod stops or dies)."""
+        for task in list(self._background):
+            task.cancel()
+        self._background.clear()
 
     def _close_idle_connections(self) -> None:
         """Close every remaining (idle keep-alive) connection, as the kernel does for a dead process.
@@ -522,13 +549,29 @@ class LivePod:
         return await self._serve(request, chat=True)
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
-        traceparent = request.headers.get("traceparent")
-        if traceparent is not None:
-            self.trace_contexts.append((traceparent, request.headers.get("tracestate")))
+        self._note_trace_context(request)
         body = await read_json(request)
         parsed = parse_request(
             body, chat=chat, base_model=self.spec.model_name, adapters=self.spec.lora_adapters
         )
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{self.spec.name}-{next(self._ids)}"
+        async with self._generating(parsed, request_id=request_id, headers=request.headers) as stream:
+            if parsed.stream:
+                return await self._respond_stream(request, parsed, stream)
+            return await self._respond_whole(parsed, stream)
+
+    def _note_trace_context(self, request: web.Request) -> None:
+        traceparent = request.headers.get("traceparent")
+        if traceparent is not None:
+            self.trace_contexts.append((traceparent, request.headers.get("tracestate")))
+
+    @contextlib.asynccontextmanager
+    async def _generating(
+        self, parsed: ParsedRequest, *, request_id: str, headers: Mapping[str, str]
+    ) -> AsyncIterator[_Stream]:
+        """Admit ``parsed`` to the engine as ``request_id`` (the injected error rate, the size
+        checks, the priority rules first: an :class:`ApiError` before anything runs) and yield its
+        token stream; on exit a request not finished is aborted (the client left)."""
         err = self.faults.get(FaultKind.ERROR_RATE)
         if err is not None and self._rng.random() < err.rate:
             raise ApiError(err.status, "injected fault: simulated server error")
@@ -539,7 +582,6 @@ class LivePod:
         if problem is not None:
             raise ApiError(400, problem, param="max_tokens" if "max_tokens" in problem else None)
         priority = self._priority(parsed.priority)
-        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{self.spec.name}-{next(self._ids)}"
         req = EngineRequest(
             request_id=request_id,
             prompt_tokens=prompt_tokens,
@@ -562,14 +604,12 @@ class LivePod:
         record = None
         if self.arrivals is not None:
             record = PodArrival(req, running, waiting, taken_s=req.arrival)
-            self.arrivals[request.headers.get("X-Request-Id", request_id)] = record
+            self.arrivals[headers.get("X-Request-Id", request_id)] = record
         stream = _Stream(req, record)
         self._streams[request_id] = stream
         self._wake.set()
         try:
-            if parsed.stream:
-                return await self._respond_stream(request, parsed, stream)
-            return await self._respond_whole(parsed, stream)
+            yield stream
         finally:
             self._streams.pop(request_id, None)
             if req.finish_reason is None:
@@ -601,8 +641,7 @@ class LivePod:
         return 0
 
     async def _respond_whole(self, parsed: ParsedRequest, stream: _Stream) -> web.Response:
-        while await stream.queue.get() != -1:
-            pass
+        await _generated(stream)
         req = stream.req
         text = generated_text(req.output_tokens)
         created = int(time.time())
@@ -659,10 +698,7 @@ class LivePod:
             if idx == -1:
                 break
             if cut is not None and sent >= cut.after_tokens:
-                self.engine.abort(req.request_id, now=self._vnow_safe())
-                _cut_connection(request, cut.mode)
-                if cut.mode is StreamCut.STALL:
-                    await asyncio.Event().wait()
+                await self._die_mid_stream(request, req, cut)
                 return resp
             finish = "length" if idx >= req.max_output_tokens else None
             text = output_token_text(idx - 1)
@@ -693,6 +729,154 @@ class LivePod:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+    async def _die_mid_stream(self, request: web.Request, req: EngineRequest, cut: FaultSpec) -> None:
+        """The ``die-mid-stream`` fault: the request aborted, the client's connection cut (or, for
+        ``stall``, left open and silent for good)."""
+        self.engine.abort(req.request_id, now=self._vnow_safe())
+        _cut_connection(request, cut.mode)
+        if cut.mode is StreamCut.STALL:
+            await asyncio.Event().wait()
+
+    # ------------------------------------------------------------------ Responses API (vLLM)
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """vLLM ``POST /v1/responses``: generated as a chat request, whole, streamed as the Responses
+        API's named events, or (``background``) answered at once and generated on."""
+        self._note_trace_context(request)
+        body = await read_json(request)
+        asked = parse_responses_request(
+            body, base_model=self.spec.model_name, adapters=self.spec.lora_adapters, store=self.responses
+        )
+        response_id = f"resp_{uuid.uuid4().hex}"
+        created = created_now()
+        if asked.background:
+            queued = response_object(
+                response_id=response_id, req=asked, status="queued", created_at=created, engine_req=None
+            )
+            stored = StoredResponse(body=queued, conversation="", background=True, request_id=response_id)
+            self.responses.put(response_id, stored)
+            task = asyncio.create_task(self._in_background(asked, stored, dict(request.headers), created))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            return json_response(queued)
+        async with self._generating(asked.parsed, request_id=response_id, headers=request.headers) as stream:
+            if asked.parsed.stream:
+                return await self._respond_events(request, asked, stream, created)
+            await _generated(stream)
+            return json_response(self._finish_response(asked, stream.req, created))
+
+    def _finish_response(
+        self, asked: ResponsesRequest, req: EngineRequest, created: int, stored: StoredResponse | None = None
+    ) -> dict[str, Any]:
+        """The finished ``response`` object, put in ``stored`` (a background response's) or, when the
+        request asked for it, stored anew."""
+        done = response_object(
+            response_id=req.request_id, req=asked, status="completed", created_at=created, engine_req=req
+        )
+        conversation = asked.parsed.prompt_text + generated_text(req.output_tokens)
+        if stored is not None:
+            stored.body, stored.conversation = done, conversation
+        elif asked.store:
+            stored = StoredResponse(
+                body=done, conversation=conversation, background=False, request_id=req.request_id
+            )
+            stored.finished.set()
+            self.responses.put(req.request_id, stored)
+        return done
+
+    async def _respond_events(
+        self, request: web.Request, asked: ResponsesRequest, stream: _Stream, created: int
+    ) -> web.StreamResponse:
+        resp = await self._open_event_stream(request)
+        req = stream.req
+        events = ResponseEvents(req.request_id)
+        started = response_object(
+            response_id=req.request_id, req=asked, status="in_progress", created_at=created, engine_req=None
+        )
+        await resp.write(events.opening(started))  # before the prefill, as vLLM sends it
+        cut = self.faults.get(FaultKind.DIE_MID_STREAM)
+        sent = 0
+        while (idx := await stream.queue.get()) != -1:
+            if cut is not None and sent >= cut.after_tokens:
+                await self._die_mid_stream(request, req, cut)
+                return resp
+            if sent == 0 and stream.arrival is not None:
+                stream.arrival.first_token_s = self.vnow()
+            await resp.write(events.delta(idx))
+            sent += 1
+        await resp.write(events.closing(self._finish_response(asked, req, created)))
+        await resp.write_eof()
+        return resp
+
+    async def _open_event_stream(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                TIME_SCALE_HEADER: repr(self.time_scale),
+            }
+        )
+        await resp.prepare(request)
+        return resp
+
+    async def _in_background(
+        self, asked: ResponsesRequest, stored: StoredResponse, headers: Mapping[str, str], created: int
+    ) -> None:
+        """Generate a background response; the stored object goes ``in_progress``, then
+        ``completed`` (or ``failed`` with the error a foreground request would have got)."""
+        try:
+            async with self._generating(
+                asked.parsed, request_id=stored.request_id, headers=headers
+            ) as stream:
+                stored.body = {**stored.body, "status": "in_progress"}
+                await _generated(stream)
+                if stored.body["status"] != "cancelled":
+                    self._finish_response(asked, stream.req, created, stored)
+        except ApiError as failed:
+            error = {"code": str(failed.status), "message": failed.message}
+            stored.body = {**stored.body, "status": "failed", "error": error}
+        finally:
+            stored.finished.set()
+
+    async def _stored_response(self, request: web.Request) -> web.StreamResponse:
+        """vLLM ``GET /v1/responses/{response_id}``: the stored object; ``?stream=true`` replays its
+        events once it has finished (``starting_after``: from the event after that number)."""
+        stored = self.responses.get(request.match_info["response_id"])
+        if request.query.get("stream") != "true":
+            return json_response(stored.body)
+        raw_after = request.query.get("starting_after", "-1")
+        try:
+            starting_after = int(raw_after)
+        except ValueError:
+            raise ApiError(400, "'starting_after' must be an integer", param="starting_after") from None
+        await stored.finished.wait()
+        resp = await self._open_event_stream(request)
+        events = ResponseEvents(stored.request_id, starting_after=starting_after)
+        tokens = (stored.body.get("usage") or {}).get("output_tokens", 0)
+        for chunk in events.replay(stored.body, tokens=tokens):
+            await resp.write(chunk)
+        await resp.write_eof()
+        return resp
+
+    async def _cancel_response(self, request: web.Request) -> web.Response:
+        """vLLM ``POST /v1/responses/{response_id}/cancel``: a background response still generating
+        is aborted and stored as ``cancelled``; a finished one is returned as it is."""
+        stored = self.responses.get(request.match_info["response_id"])
+        if not stored.background:
+            raise ApiError(400, "Cannot cancel a synchronous response.")
+        if stored.body["status"] in UNFINISHED:
+            stored.body = {**stored.body, "status": "cancelled"}
+            self.engine.abort(stored.request_id, now=self._vnow_safe())
+            stream = self._streams.get(stored.request_id)
+            if stream is not None:
+                stream.queue.put_nowait(-1)
+        return json_response(stored.body)
+
+
+async def _generated(stream: _Stream) -> None:
+    """Wait until ``stream``'s request has finished (or was aborted by a cancel)."""
+    while await stream.queue.get() != -1:
+        pass
 
 
 def _cut_connection(request: web.Request, mode: StreamCut) -> None:
