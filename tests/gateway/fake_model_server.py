@@ -243,6 +243,28 @@ class FakeModelServer:
             }
         )
 
+    async def _rerank(self, request: web.Request) -> web.StreamResponse:
+        """vLLM's rerank (``query``, ``documents``) and score (``text_1``, ``text_2``) APIs: each
+        document scored by its position, ``PROMPT_TOKENS`` per pair; rerank reports its usage as
+        ``total_tokens`` alone, as vLLM does."""
+        data = await self._received_json(request)
+        if self.infer_status != 200:
+            return self._refusal()
+        rerank = "query" in data
+        documents = data["documents"] if rerank else data["text_2"]
+        documents = documents if isinstance(documents, list) else [documents]
+        tokens = PROMPT_TOKENS * len(documents)
+        self.prompt_tokens_total += tokens
+        if rerank:
+            results = [{"index": i, "relevance_score": 1 / (i + 1)} for i in range(len(documents))]
+            body = {"id": f"rerank-{self.name}", "model": data.get("model"), "results": results}
+            body["usage"] = {"total_tokens": tokens}
+        else:
+            scores = [{"index": i, "object": "score", "score": 1 / (i + 1)} for i in range(len(documents))]
+            body = {"id": f"score-{self.name}", "object": "list", "model": data.get("model"), "data": scores}
+            body["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0}
+        return web.json_response({**body, "server": self.name})
+
     async def _respond(self, request: web.Request) -> web.StreamResponse:
         """``/v1/responses``: a response of ``tokens`` output tokens, whole or as the Responses API's
         event stream (``response.created`` before the prefill, one ``response.output_text.delta`` per
@@ -354,6 +376,8 @@ class FakeModelServer:
         app.router.add_post("/v1/chat/completions", self._infer)
         app.router.add_post("/v1/embeddings", self._embed)
         app.router.add_post("/v1/responses", self._respond)
+        for path in ("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"):
+            app.router.add_post(path, self._rerank)
         app.router.add_get("/v1/responses/{rid}", self._stored)
         app.router.add_delete("/v1/responses/{rid}", self._stored)
         app.router.add_post("/v1/responses/{rid}/cancel", self._stored)

@@ -402,12 +402,51 @@ async def test_a_search_for_a_stored_response_passes_a_pod_that_is_gone(gateway:
         assert (await found.json())["id"] == stored
 
 
+@SWITCHES
+async def test_rerank_and_score_are_routed_by_model_to_the_reranker_pool(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """A RAG pipeline's reranking step, as Jina's, Cohere's and vLLM's own clients send it (vLLM
+    serves rerank under three paths, score under two); before session s32 each was a 404."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    reranker = "BAAI/bge-reranker-v2-m3"
+    doc = config_doc([scheduler("llama", CHAT_MODEL), scheduler("rerank", reranker)])
+    documents = ["vLLM is an inference engine.", {"text": "Paris is in France."}, "Cats purr."]
+    async with (
+        running(FakeModelServer("llama"), FakeModelServer("rr")) as (llama, rr),
+        gateway(doc, {"llama": [llama.key], "rerank": [rr.key]}) as gw,
+    ):
+        for path in ("/rerank", "/v1/rerank", "/v2/rerank"):
+            resp = await gw.post(path, {"model": reranker, "query": "what is vLLM?", "documents": documents})
+            assert resp.status == 200, await resp.text()
+            assert [r["index"] for r in (await resp.json())["results"]] == [0, 1, 2]
+        for path in ("/score", "/v1/score"):
+            resp = await gw.post(path, {"model": reranker, "text_1": "what is vLLM?", "text_2": ["a", "b"]})
+            assert resp.status == 200, await resp.text()
+            assert [d["score"] for d in (await resp.json())["data"]] == [1.0, 0.5]
+        assert [r.path for r in rr.received] == ["/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"]
+        assert llama.received == []
+        bad = await gw.post("/v1/rerank", {"model": reranker, "query": "q", "documents": []})
+        assert bad.status == 400
+        assert (await bad.json())["error"]["param"] == "documents"
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        # rerank reports only total_tokens: counted as the prompt's (3 x 7 per request); score: 2 x 7
+        assert metric(text, "igw_tokens_total", model=reranker, direction="in") == 3 * 3 * 7 + 2 * 2 * 7
+        assert metric(text, "igw_tokens_total", model=reranker, direction="out") == 0
+        assert metric(text, "igw_requests_total", model=reranker, code="200") == 5
+
+
 def test_every_route_has_an_operation_name_of_its_api() -> None:
     assert {path: operation_name(path) for path in INFERENCE_PATHS} == {
         "/v1/chat/completions": "chat",
         "/v1/completions": "text_completion",
         "/v1/embeddings": "embeddings",
         "/v1/responses": "responses",
+        "/rerank": "rerank",
+        "/v1/rerank": "rerank",
+        "/v2/rerank": "rerank",
+        "/score": "score",
+        "/v1/score": "score",
     }
     assert set(INFERENCE_PATHS.values()) == set(InferenceApi)
-    assert all(re.fullmatch(r"/v1/[a-z/]+", path) for path in INFERENCE_PATHS)
+    assert all(re.fullmatch(r"(/v[12])?/[a-z/]+", path) for path in INFERENCE_PATHS)

@@ -27,11 +27,13 @@ from igw.gateway.model_router import ModelRouter
 from igw.gateway.request_body import BadRequestBody, parse_body
 from igw.gateway.runtime import SchedulerRuntime
 
-CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES = (
+CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, RERANK, SCORE = (
     InferenceApi.CHAT,
     InferenceApi.COMPLETIONS,
     InferenceApi.EMBEDDINGS,
     InferenceApi.RESPONSES,
+    InferenceApi.RERANK,
+    InferenceApi.SCORE,
 )
 
 
@@ -102,6 +104,28 @@ CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES = (
             ("m", '[{"role":"user","content":"hi"}]', 8, False, None),
             id="response-input-items-max-tokens-is-not-its-field",
         ),
+        pytest.param(
+            b'{"model":"r","query":"abcd","documents":["efgh",{"text":"ijklmnop"}],"stream":true}',
+            RERANK,
+            None,
+            # the query once per document: (4 + 4) + (4 + 8) characters
+            ("r", "abcdefghijklmnop", 5, False, None),
+            id="rerank-query-then-documents-never-streamed",
+        ),
+        pytest.param(
+            b'{"model":"r","text_1":"abcd","text_2":["efgh","ijkl","mnop"]}',
+            SCORE,
+            None,
+            ("r", "abcdefghijklmnop", 6, False, None),
+            id="score-one-text-against-three",
+        ),
+        pytest.param(
+            b'{"model":"r","text_1":["ab","cd"],"text_2":["ef","gh"]}',
+            SCORE,
+            None,
+            ("r", "abcdefgh", 2, False, None),
+            id="score-pairs",
+        ),
     ],
 )
 def test_parse_body(raw: bytes, api: InferenceApi, header: str | None, expected: tuple[Any, ...]) -> None:
@@ -137,6 +161,26 @@ def test_parse_body(raw: bytes, api: InferenceApi, header: str | None, expected:
         (b'{"model": "m", "messages": []}', COMPLETIONS, "'prompt' is required", "prompt"),
         (b"\xff\xfe", COMPLETIONS, "request body is not valid JSON", None),
         (b'{"model": "e"}', EMBEDDINGS, "'input' is required", "input"),
+        (b'{"model": "r", "documents": ["a"]}', RERANK, "'query' must be a string", "query"),
+        (
+            b'{"model": "r", "query": "q", "documents": []}',
+            RERANK,
+            "'documents' must be a non-empty list",
+            "documents",
+        ),
+        (
+            b'{"model": "r", "query": "q", "documents": "d"}',
+            RERANK,
+            "'documents' must be a non-empty list",
+            "documents",
+        ),
+        (b'{"model": "r", "text_2": "d"}', SCORE, "'text_1' must be a string or a non-empty list", "text_1"),
+        (
+            b'{"model": "r", "text_1": "q", "text_2": [1]}',
+            SCORE,
+            "'text_2' must be a string or a non-empty",
+            "text_2",
+        ),
         (b'{"model": "e", "input": 5}', EMBEDDINGS, "'input' must be a string or a list", "input"),
         (
             b'{"model": "e", "input": "x", "stream": "yes"}',

@@ -414,20 +414,25 @@ async def test_a_cluster_that_never_answers_is_a_504_after_request_timeout_then_
 
 
 async def test_embeddings_and_responses_go_through_tier_2(redis_server: RedisServer) -> None:
-    """The OpenAI SDK's ``embeddings.create`` and ``responses.create`` (streamed) through a router
-    replica to a same-region cluster (before session s31: 404 ``not_found``)."""
+    """The OpenAI SDK's ``embeddings.create`` and ``responses.create`` (streamed), and a rerank,
+    through a router replica to a same-region cluster (before session s31: 404 ``not_found``; the
+    rerank before s32)."""
     async with fleet(redis_server) as fx:
         async with openai.AsyncOpenAI(base_url=fx.urls[0] + "/v1", api_key="x", max_retries=0) as oai:
             vectors = await oai.embeddings.create(model=MODEL, input=["a", "b"])
             stream = await oai.responses.create(model=MODEL, input="hi", stream=True)
             kinds = [event.type async for event in stream]
+        rerank = {"model": MODEL, "query": "q", "documents": ["a", "b"]}
+        async with fx.http.post(fx.urls[0] + "/v1/rerank", json=rerank) as reranked:
+            assert reranked.status == 200
+            assert len((await reranked.json())["results"]) == 2
         assert len(vectors.data) == 2
         assert kinds[0] == "response.created"
         assert kinds[-1] == "response.completed"
         paths = [r.path for c in fx.clusters.values() for r in c.server.received]
-        assert sorted(paths) == ["/v1/embeddings", "/v1/responses"]
+        assert sorted(paths) == ["/v1/embeddings", "/v1/rerank", "/v1/responses"]
         assert {c.name for c in fx.clusters.values() if c.server.received} <= {"east-a", "east-b"}
-        assert await fx.metric("igw_global_requests_total", 0, code="200") == 2
+        assert await fx.metric("igw_global_requests_total", 0, code="200") == 3
 
 
 async def test_a_conversation_stays_on_the_cluster_that_stored_its_responses(

@@ -4,7 +4,9 @@ An OpenAI client pointed at the gateway calls more than the two completion APIs:
 (an embedding model's pool) and ``responses.create`` (the Responses API, which vLLM and SGLang serve
 and which OpenAI's SDK and agent frameworks now default to). Until session s31 those answered 404
 ``not_found`` although the pool behind the gateway served them, and every router in front of vLLM
-(the reference endpoint picker from v1.5, sglang-router, vllm-router) forwards them. Each API here is
+(the reference endpoint picker from v1.5, sglang-router, vllm-router) forwards them. A RAG pipeline
+reranks its retrieved passages with a reranker that vLLM serves under the rerank and score APIs
+(routed since session s32; sglang-router forwards ``/v1/rerank`` too). Each API here is
 routed as the completion APIs are (body-based routing by ``model``, the guard, flow control, the
 scheduler, retries, the SSE relay); what differs per API is only which body fields carry the prompt
 and the output bound (:func:`igw.gateway.request_body.parse_body`) and how a streamed answer shows its
@@ -31,6 +33,13 @@ class InferenceApi(enum.Enum):
     RESPONSES = "responses"
     """``POST /v1/responses``. Not a GenAI operation name of its own in the conventions (they name
     operations, not endpoints); ``responses`` says which API the span is, as the path does."""
+    RERANK = "rerank"
+    """vLLM's Jina- and Cohere-compatible rerank API (``query`` and ``documents``; a cross-encoder or
+    reranker pool), which RAG pipelines call between retrieval and generation. Named as
+    ``responses`` is: no GenAI operation name covers it."""
+    SCORE = "score"
+    """vLLM's score API (``text_1`` against ``text_2``: pairs scored by a cross-encoder or an
+    embedding model), named as ``rerank`` is."""
 
 
 INFERENCE_PATHS: Final[Mapping[str, InferenceApi]] = {
@@ -38,6 +47,13 @@ INFERENCE_PATHS: Final[Mapping[str, InferenceApi]] = {
     "/v1/completions": InferenceApi.COMPLETIONS,
     "/v1/embeddings": InferenceApi.EMBEDDINGS,
     "/v1/responses": InferenceApi.RESPONSES,
+    # vLLM serves rerank under these three paths (Jina's and Cohere's v1, Cohere's v2) and score under
+    # two; a client library calls whichever its vendor's API uses.
+    "/rerank": InferenceApi.RERANK,
+    "/v1/rerank": InferenceApi.RERANK,
+    "/v2/rerank": InferenceApi.RERANK,
+    "/score": InferenceApi.SCORE,
+    "/v1/score": InferenceApi.SCORE,
 }
 """``POST`` path -> the API it serves: the routes every inference server of the project registers."""
 

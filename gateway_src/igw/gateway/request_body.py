@@ -136,6 +136,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
     if not isinstance(stream, bool):
         raise BadRequestBody("'stream' must be true or false", param="stream")
     continues = None
+    extra_chars = 0  # what the engine reads besides ``text``: a rerank's query once per document
     if api is InferenceApi.CHAT:
         max_tokens = _output_bound(body, "max_completion_tokens", "max_tokens")
         messages = body.get("messages")
@@ -151,18 +152,22 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         max_tokens = None  # nothing is generated
         stream = False  # an embedding is answered whole (the field is not part of the API)
         text = _embedding_text(body)
-    else:
+    elif api is InferenceApi.RESPONSES:
         max_tokens = _output_bound(body, "max_output_tokens")
         text = _response_text(body)
         continues = body.get("previous_response_id")
         if continues is not None and not isinstance(continues, str):
             raise BadRequestBody("'previous_response_id' must be a string", param="previous_response_id")
+    else:  # rerank, score: pairs scored, nothing generated, answered whole
+        max_tokens = None
+        stream = False
+        text, extra_chars = _pair_texts(body, api)
     return InferenceBody(
         raw=raw,
         model=model or None,
         stream=stream,
         prefix_text=text,
-        prompt_tokens=max(1, len(text) // CHARS_PER_TOKEN),
+        prompt_tokens=max(1, (len(text) + extra_chars) // CHARS_PER_TOKEN),
         max_tokens=max_tokens,
         previous_response_id=continues or None,
     )
@@ -195,6 +200,47 @@ def _embedding_text(body: dict[str, Any]) -> str:
     if isinstance(messages, list):
         return orjson.dumps(messages).decode()
     raise BadRequestBody("'input' is required", param="input")
+
+
+def _pair_texts(body: dict[str, Any], api: InferenceApi) -> tuple[str, int]:
+    """A rerank or score request's text (the query first, then the documents: requests about one
+    query share its prefix) and the characters the engine reads besides that text (the query once
+    more per further document: each pair is one sequence). Rerank: ``query`` and
+    ``documents`` (strings, or objects whose ``text`` is read); score: ``text_1`` and ``text_2``
+    (each a string or a list of them; one ``text_1`` is scored against every ``text_2``)."""
+    first, second = ("query", "documents") if api is InferenceApi.RERANK else ("text_1", "text_2")
+    query = body.get(first)
+    documents = body.get(second)
+    if api is InferenceApi.RERANK:
+        if not isinstance(query, str):
+            raise BadRequestBody(f"'{first}' must be a string", param=first)
+        if not isinstance(documents, list) or not documents:
+            raise BadRequestBody(f"'{second}' must be a non-empty list", param=second)
+        queries = [query]
+    else:
+        queries = _texts(query, first)
+        documents = _texts(documents, second)
+    texts = [d if isinstance(d, str) else _document_text(d) for d in documents]
+    lead = "".join(queries)
+    repeated = len(lead) * (len(texts) - 1) if len(queries) == 1 else 0
+    return lead + "".join(texts), repeated
+
+
+def _texts(value: object, name: str) -> list[str]:
+    """A score field: a string or a non-empty list of strings."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise BadRequestBody(f"'{name}' must be a string or a non-empty list of strings", param=name)
+
+
+def _document_text(document: object) -> str:
+    """A rerank document that is not a string: its ``text`` (Cohere's and Jina's object form), else
+    the object serialised (a multimodal document: its length is what the estimate needs)."""
+    if isinstance(document, dict) and isinstance(document.get("text"), str):
+        return str(document["text"])
+    return orjson.dumps(document).decode()
 
 
 def _response_text(body: dict[str, Any]) -> str:

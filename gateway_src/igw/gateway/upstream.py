@@ -237,7 +237,8 @@ limits and the scheduler's feedback read)."""
 def _usage_from(obj: object) -> Mapping[str, int] | None:
     """The integer counts of an answer's ``usage``: a completion's or an embedding's top-level one, a
     Responses API answer's (``input_tokens``/``output_tokens``, also given under the completion APIs'
-    names), or the ``response`` a stream's ``response.completed`` event carries."""
+    names), the ``response`` a stream's ``response.completed`` event carries, or a rerank answer's
+    (vLLM reports only ``total_tokens`` there, every one a prompt token)."""
     if not isinstance(obj, dict):
         return None
     usage = obj.get("usage")
@@ -252,6 +253,8 @@ def _usage_from(obj: object) -> Mapping[str, int] | None:
         for name, alias in RESPONSES_USAGE:
             if name in counts and alias not in counts:
                 counts[alias] = counts[name]
+    elif "prompt_tokens" not in counts and "total_tokens" in counts:
+        counts["prompt_tokens"] = counts["total_tokens"]  # a rerank answer: its prompt tokens alone
     return counts
 
 
