@@ -1,7 +1,8 @@
 """A minimal real model server (aiohttp on loopback) for gateway integration tests.
 
-It speaks the OpenAI completions/chat API (SSE or JSON), the embeddings API and the Responses API
-(JSON, or SSE events named as vLLM's ``/v1/responses`` sends them), serves a ``/metrics`` page with the exact
+It speaks the OpenAI completions/chat API (SSE or JSON), the embeddings API, the Responses API and
+the Anthropic Messages API (JSON, or SSE events named as vLLM's ``/v1/responses`` and
+``/v1/messages`` send them), vLLM's rerank and score APIs, serves a ``/metrics`` page with the exact
 family names of the engine and version it impersonates, records every request it receives, and can
 be told to misbehave: die mid-stream, hang before the first token, refuse /metrics, answer slowly.
 """
@@ -265,6 +266,64 @@ class FakeModelServer:
             body["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0}
         return web.json_response({**body, "server": self.name})
 
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        """vLLM's Anthropic Messages API (``/v1/messages``): ``tokens`` output tokens, whole or as the
+        named events (``message_start`` with the input tokens and ``content_block_start`` before the
+        prefill, a ``ping``, one ``content_block_delta`` per token, ``message_delta`` with the
+        output tokens, ``message_stop``)."""
+        data = await self._received_json(request)
+        if self.infer_status != 200:
+            return self._refusal()
+        self.prompt_tokens_total += PROMPT_TOKENS
+        self.generation_tokens_total += self.tokens
+        text = "".join(f"tok{i}" for i in range(self.tokens))
+        message: dict[str, Any] = {
+            "id": f"msg_{self.name}_{len(self.received)}",
+            "type": "message",
+            "role": "assistant",
+            "model": data.get("model"),
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": PROMPT_TOKENS, "output_tokens": self.tokens},
+        }
+        if not data.get("stream"):
+            return web.json_response(message)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+
+        async def send(kind: str, **fields: Any) -> None:
+            await resp.write(
+                b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
+            )
+
+        opening = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": PROMPT_TOKENS, "output_tokens": 0},
+        }
+        await send("message_start", message=opening)
+        await send("content_block_start", index=0, content_block={"type": "text", "text": ""})
+        await send("ping")
+        if self.first_token_delay_s:
+            await asyncio.sleep(self.first_token_delay_s)
+        for i in range(self.tokens):
+            if self._dies_at(request, i):
+                return resp
+            await send("content_block_delta", index=0, delta={"type": "text_delta", "text": f"tok{i}"})
+            if self.token_delay_s:
+                await asyncio.sleep(self.token_delay_s)
+        await send("content_block_stop", index=0)
+        await send(
+            "message_delta",
+            delta={"stop_reason": "end_turn", "stop_sequence": None},
+            usage={"output_tokens": self.tokens},
+        )
+        await send("message_stop")
+        await resp.write_eof()
+        return resp
+
     async def _respond(self, request: web.Request) -> web.StreamResponse:
         """``/v1/responses``: a response of ``tokens`` output tokens, whole or as the Responses API's
         event stream (``response.created`` before the prefill, one ``response.output_text.delta`` per
@@ -376,6 +435,7 @@ class FakeModelServer:
         app.router.add_post("/v1/chat/completions", self._infer)
         app.router.add_post("/v1/embeddings", self._embed)
         app.router.add_post("/v1/responses", self._respond)
+        app.router.add_post("/v1/messages", self._messages)
         for path in ("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"):
             app.router.add_post(path, self._rerank)
         app.router.add_get("/v1/responses/{rid}", self._stored)

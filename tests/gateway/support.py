@@ -108,3 +108,15 @@ def parsing_connection() -> _Connection:
         return UpstreamPool(limit=1)
 
     return _Connection(asyncio.run(pool()), Origin("h", 1, False))
+
+
+def data_events(body: bytes) -> list[bytes]:
+    """Each SSE event of ``body`` (blank-line separated) as its ``data:`` line alone: event names
+    (the gateway's terminal ``event: error``) and comments (``: ping``) dropped, events left empty by
+    that skipped."""
+    events = []
+    for block in body.split(b"\n\n"):
+        data = b"\n".join(line for line in block.split(b"\n") if line.startswith(b"data:"))
+        if data:
+            events.append(data)
+    return events

@@ -447,6 +447,7 @@ def test_every_route_has_an_operation_name_of_its_api() -> None:
         "/v2/rerank": "rerank",
         "/score": "score",
         "/v1/score": "score",
+        "/v1/messages": "chat",  # the Anthropic Messages API: a chat, as the GenAI conventions name it
     }
     assert set(INFERENCE_PATHS.values()) == set(InferenceApi)
     assert all(re.fullmatch(r"(/v[12])?/[a-z/]+", path) for path in INFERENCE_PATHS)

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, scheduler, wait_for
+from tests.gateway.support import config_doc, data_events, scheduler, wait_for
 
 MODEL = "m1"
 
@@ -107,10 +107,13 @@ async def test_upstream_death_mid_stream_ends_with_error_event_and_clean_close(g
         resp = await gw.post("/v1/completions", req(stream=True))
         assert resp.status == 200
         body = await asyncio.wait_for(resp.read(), timeout=15)  # clean EOF, no exception, no hang
-        events = [e for e in body.split(b"\n\n") if e]
+        events = data_events(body)
         assert [orjson.loads(e[6:])["choices"][0]["text"] for e in events[:2]] == ["tok0", "tok1"]
         assert orjson.loads(events[2][6:])["error"]["type"] == "upstream_error"
         assert events[3] == b"data: [DONE]"
+        # an event named error (the Anthropic SDK raises on no other), typed as Anthropic's are
+        assert b"\n\nevent: error\ndata: " + events[2][6:] + b"\n\n" in body
+        assert orjson.loads(events[2][6:])["type"] == "error"
         metrics = await (await gw.http.get(gw.url + "/metrics")).text()
         assert 'igw_partial_stream_errors_total{model="m1"} 1.0' in metrics
 
@@ -147,7 +150,7 @@ async def test_route_timeout_gives_504_before_headers_and_terminal_event_after(g
     ):
         resp = await gw.post("/v1/completions", req(stream=True))
         body = await asyncio.wait_for(resp.read(), timeout=15)  # a hang never ends; generous for load
-        events = [e for e in body.split(b"\n\n") if e]
+        events = data_events(body)
         assert 2 <= len(events) < 20
         assert b"routeTimeout of 0.5s exceeded" in events[-2]
         assert events[-1] == b"data: [DONE]"
@@ -194,7 +197,7 @@ async def test_silent_prefill_gets_sse_keepalive_comments(gateway: Any) -> None:
         # of the time actually spent (a loaded machine stretches that time, not the rate).
         assert 2 <= pings <= elapsed / 0.1 + 1
         assert body.startswith(b": ping\n\n")
-        events = [e for e in body.replace(b": ping\n\n", b"").split(b"\n\n") if e]
+        events = data_events(body)
         assert [orjson.loads(e[6:])["choices"][0]["text"] for e in events[:3]] == ["tok0", "tok1", "tok2"]
         assert events[-1] == b"data: [DONE]"
 

@@ -14,7 +14,7 @@ import pytest
 
 from igw.sim.live import run_fleet
 from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
-from tests.gateway.support import config_doc, scheduler, wait_for
+from tests.gateway.support import config_doc, data_events, scheduler, wait_for
 
 
 def fleet(*pods: Mapping[str, Any], time_scale: float = 0.05) -> FleetSpec:
@@ -116,7 +116,7 @@ async def test_upstream_cut_mid_stream_gives_terminal_error_event(gateway: Any, 
             "/v1/completions", {"model": "llama", "prompt": "tell me", "max_tokens": 20, "stream": True}
         )
         body = await asyncio.wait_for(resp.read(), timeout=15)  # a hang never ends; generous for load
-        events = [e for e in body.split(b"\n\n") if e]
+        events = data_events(body)
         assert len(events) == 4  # two tokens, the error event, [DONE]
         assert orjson.loads(events[2][6:])["error"]["type"] == "upstream_error"
         assert events[3] == b"data: [DONE]"

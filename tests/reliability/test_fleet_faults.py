@@ -15,6 +15,7 @@ import pytest
 
 from igw.sim.live import run_fleet
 from igw.sim.spec import FaultKind, FaultSpec
+from tests.gateway.support import data_events
 from tests.reliability.harness import (
     MODEL,
     fleet_spec,
@@ -117,7 +118,7 @@ async def test_pod_killed_mid_stream_ends_the_stream_and_new_requests_succeed(tm
             victim = "p0" if gw.endpoint(keys[0]).inflight else "p1"
             await fleet.inject(victim, FaultSpec(kind=FaultKind.KILL))
             rest = await asyncio.wait_for(resp.read(), timeout=30)
-            events = [e for e in (first + rest).split(b"\n\n") if e]
+            events = data_events(first + rest)
             assert events[-1] == b"data: [DONE]"
             assert orjson.loads(events[-2].removeprefix(b"data: "))["error"]["type"] == "upstream_error"
             survivor = "p1" if victim == "p0" else "p0"

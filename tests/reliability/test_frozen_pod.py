@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from tests.gateway.support import data_events
 from tests.reliability.harness import (
     MODEL,
     fleet_child,
@@ -74,7 +75,7 @@ async def test_requests_in_flight_to_a_stopped_pod_end_with_504_and_a_terminal_e
             # excluded after one scrape timeout (200 ms), then 2 s, then within a sweep (1 s) or two
             assert 2 <= waited < 6, waited
             rest = await asyncio.wait_for(stream.read(), timeout=30)
-            events = [e for e in (first + rest).split(b"\n\n") if e]
+            events = data_events(first + rest)
             assert events[-1] == b"data: [DONE]"
             assert (
                 orjson.loads(events[-2].removeprefix(b"data: "))["error"]["code"] == "upstream_unresponsive"

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from igw.sim.live import run_fleet
+from tests.gateway.support import data_events
 from tests.global_router.support import global_doc
 from tests.reliability.harness import (
     MODEL,
@@ -38,7 +39,7 @@ async def read_stream(http: aiohttp.ClientSession, url: str, max_tokens: int) ->
         json={"model": MODEL, "prompt": "tell a story", "max_tokens": max_tokens, "stream": True},
     )
     assert resp.status == 200
-    return [e for e in (await resp.read()).split(b"\n\n") if e]
+    return data_events(await resp.read())
 
 
 async def test_sigterm_drains_then_ends_long_streams_cleanly(tmp_path: Path) -> None:

@@ -107,6 +107,13 @@ def denial_response(denied: GuardDenied, *, request_id: str | None = None) -> we
 
 
 def sse_error_event(code: str, message: str) -> bytes:
-    """The terminal event of a stream that cannot complete: an OpenAI-style error, then ``[DONE]``."""
-    body = error_body(message=message, error_type=ERRORS[code].type, code=code)
-    return b"data: " + body + b"\n\ndata: [DONE]\n\n"
+    """The terminal event of a stream that cannot complete, then ``[DONE]``: an event named
+    ``error`` whose data is ``{"type": "error", "error": {...}}`` with the OpenAI error inside. The
+    OpenAI SDK raises on any event whose data has an ``error``; the Anthropic SDK only on an event
+    named ``error`` (it skipped the unnamed one sent before session s32, and a broken stream then
+    ended as if complete)."""
+    kind = ERRORS[code].type
+    body = orjson.dumps(
+        {"type": "error", "error": {"message": message, "type": kind, "param": None, "code": code}}
+    )
+    return b"event: error\ndata: " + body + b"\n\ndata: [DONE]\n\n"

@@ -6,7 +6,8 @@ and which OpenAI's SDK and agent frameworks now default to). Until session s31 t
 ``not_found`` although the pool behind the gateway served them, and every router in front of vLLM
 (the reference endpoint picker from v1.5, sglang-router, vllm-router) forwards them. A RAG pipeline
 reranks its retrieved passages with a reranker that vLLM serves under the rerank and score APIs
-(routed since session s32; sglang-router forwards ``/v1/rerank`` too). Each API here is
+(routed since session s32; sglang-router forwards ``/v1/rerank`` too), and an agent built on the
+Anthropic SDK calls vLLM's Anthropic Messages API (routed since s32). Each API here is
 routed as the completion APIs are (body-based routing by ``model``, the guard, flow control, the
 scheduler, retries, the SSE relay); what differs per API is only which body fields carry the prompt
 and the output bound (:func:`igw.gateway.request_body.parse_body`) and how a streamed answer shows its
@@ -40,6 +41,11 @@ class InferenceApi(enum.Enum):
     SCORE = "score"
     """vLLM's score API (``text_1`` against ``text_2``: pairs scored by a cross-encoder or an
     embedding model), named as ``rerank`` is."""
+    MESSAGES = "messages"
+    """The Anthropic Messages API (``POST /v1/messages``), which vLLM serves from 0.11.1 and which the
+    Anthropic SDK and the agents built on it (Claude Code pointed at ``ANTHROPIC_BASE_URL``) call. Its
+    spans' operation name is ``chat``, as the conventions name Anthropic's messages
+    (:func:`operation_name`)."""
 
 
 INFERENCE_PATHS: Final[Mapping[str, InferenceApi]] = {
@@ -54,6 +60,7 @@ INFERENCE_PATHS: Final[Mapping[str, InferenceApi]] = {
     "/v2/rerank": InferenceApi.RERANK,
     "/score": InferenceApi.SCORE,
     "/v1/score": InferenceApi.SCORE,
+    "/v1/messages": InferenceApi.MESSAGES,
 }
 """``POST`` path -> the API it serves: the routes every inference server of the project registers."""
 
@@ -72,4 +79,6 @@ def operation_name(path: str) -> str:
     """The ``gen_ai.operation.name`` of a request to ``path`` (an inference path, else ``chat``'s
     neighbour ``text_completion``, what any other path was named before the table existed)."""
     api = INFERENCE_PATHS.get(path)
-    return InferenceApi.COMPLETIONS.value if api is None else api.value
+    if api is None:
+        return InferenceApi.COMPLETIONS.value
+    return InferenceApi.CHAT.value if api is InferenceApi.MESSAGES else api.value

@@ -152,6 +152,9 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         max_tokens = None  # nothing is generated
         stream = False  # an embedding is answered whole (the field is not part of the API)
         text = _embedding_text(body)
+    elif api is InferenceApi.MESSAGES:
+        max_tokens = _output_bound(body, "max_tokens")
+        text = _messages_text(body)
     elif api is InferenceApi.RESPONSES:
         max_tokens = _output_bound(body, "max_output_tokens")
         text = _response_text(body)
@@ -241,6 +244,19 @@ def _document_text(document: object) -> str:
     if isinstance(document, dict) and isinstance(document.get("text"), str):
         return str(document["text"])
     return orjson.dumps(document).decode()
+
+
+def _messages_text(body: dict[str, Any]) -> str:
+    """An Anthropic Messages API request's text: ``system`` (a string, or content blocks serialised)
+    then ``messages`` serialised with their roles, as a chat's are."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise BadRequestBody("'messages' must be a list", param="messages")
+    system = body.get("system")
+    if system is not None and not isinstance(system, str | list):
+        raise BadRequestBody("'system' must be a string or a list of content blocks", param="system")
+    lead = "" if system is None else system if isinstance(system, str) else orjson.dumps(system).decode()
+    return lead + orjson.dumps(messages).decode()
 
 
 def _response_text(body: dict[str, Any]) -> str:

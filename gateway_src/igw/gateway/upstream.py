@@ -230,31 +230,34 @@ def upstream_header_block(
 
 
 RESPONSES_USAGE: Final = (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"))
-"""The Responses API's usage names -> the completion APIs' (which the metrics, the token rate
-limits and the scheduler's feedback read)."""
+"""The Responses API's and the Anthropic Messages API's usage names -> the completion APIs' (which
+the metrics, the token rate limits and the scheduler's feedback read)."""
 
 
 def _usage_from(obj: object) -> Mapping[str, int] | None:
     """The integer counts of an answer's ``usage``: a completion's or an embedding's top-level one, a
     Responses API answer's (``input_tokens``/``output_tokens``, also given under the completion APIs'
-    names), the ``response`` a stream's ``response.completed`` event carries, or a rerank answer's
-    (vLLM reports only ``total_tokens`` there, every one a prompt token)."""
+    names; an Anthropic Messages answer's, named alike), the ``response`` a stream's
+    ``response.completed`` event carries (the ``message`` of an Anthropic ``message_start``), or a
+    rerank answer's (vLLM reports only ``total_tokens`` there, every one a prompt token)."""
     if not isinstance(obj, dict):
         return None
     usage = obj.get("usage")
     if usage is None:
-        response = obj.get("response")
+        # a Responses API stream's event carries its ``response``, an Anthropic ``message_start``
+        # its ``message``
+        response = obj.get("response") or obj.get("message")
         if isinstance(response, dict):
             usage = response.get("usage")
     if not isinstance(usage, dict):
         return None
     counts = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
-    if "input_tokens" in counts:  # a Responses API answer (one test for every other answer)
-        for name, alias in RESPONSES_USAGE:
+    if "prompt_tokens" not in counts:  # not a completion API's answer (one test for those)
+        for name, alias in RESPONSES_USAGE:  # a Responses API or Anthropic answer, or a part of one
             if name in counts and alias not in counts:
                 counts[alias] = counts[name]
-    elif "prompt_tokens" not in counts and "total_tokens" in counts:
-        counts["prompt_tokens"] = counts["total_tokens"]  # a rerank answer: its prompt tokens alone
+        if "prompt_tokens" not in counts and "completion_tokens" not in counts and "total_tokens" in counts:
+            counts["prompt_tokens"] = counts["total_tokens"]  # a rerank answer: its prompt tokens alone
     return counts
 
 
@@ -275,21 +278,35 @@ def _stored_response_id(obj: object) -> str | None:
 
 
 def _usage_in_events(chunk: bytes) -> tuple[Mapping[str, int] | None, str | None]:
-    """The usage the SSE events of ``chunk`` report (the last one), and the id of the stored response
-    an event names (a Responses API stream's ``response.completed`` carries both)."""
+    """The usage the SSE events of ``chunk`` report (later counts over earlier ones: an Anthropic
+    stream reports its input tokens in ``message_start`` and its output in ``message_delta``), and
+    the id of the stored response an event names (a Responses API stream's ``response.completed``
+    carries both)."""
     found: Mapping[str, int] | None = None
     response_id: str | None = None
     for line in chunk.split(b"\n"):
         if line.startswith(b"data:") and b'"usage"' in line:
             with contextlib.suppress(orjson.JSONDecodeError):
                 event = orjson.loads(line[5:])
-                found = _usage_from(event) or found
+                found = _merged_usage(found, _usage_from(event))
                 response_id = _stored_response_id(event) or response_id
     return found, response_id
 
 
-RESPONSE_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
-"""Responses API events that end a stream: the first token, if none came before (as ``[DONE]`` is)."""
+def _merged_usage(
+    earlier: Mapping[str, int] | None, later: Mapping[str, int] | None
+) -> Mapping[str, int] | None:
+    """``later``'s counts over ``earlier``'s (a stream's usage may come in parts)."""
+    if earlier is None or later is None:
+        return later if later is not None else earlier
+    return {**earlier, **later}
+
+
+RESPONSE_ENDS: Final = frozenset(
+    {"response.completed", "response.incomplete", "response.failed", "error", "message_delta", "message_stop"}
+)
+"""Events that end a stream (the Responses API's, an Anthropic stream's ``message_delta`` with its
+stop reason and ``message_stop``): the first token, if none came before (as ``[DONE]`` is)."""
 
 
 def _carries_token(chunk: bytes) -> bool:
@@ -315,7 +332,9 @@ def _carries_token(chunk: bytes) -> bool:
         if isinstance(kind, str):
             # A Responses API event: output is a ``*.delta`` (text, reasoning, a tool call's
             # arguments); ``response.created`` / ``in_progress`` / ``*.added`` come before prefill.
-            if kind.endswith(".delta") or kind in RESPONSE_ENDS:
+            # An Anthropic one: output is a ``content_block_delta``; ``message_start``,
+            # ``content_block_start`` and ``ping`` come before it.
+            if kind.endswith(".delta") or kind == "content_block_delta" or kind in RESPONSE_ENDS:
                 return True
             continue
         for choice in event.get("choices") or ():
@@ -691,7 +710,7 @@ async def _relay_stream(
             result.events += chunk.count(b"\n\n")
             if b'"usage"' in chunk:
                 found, stored = _usage_in_events(chunk)
-                usage = found or usage
+                usage = _merged_usage(usage, found)
                 if stored is not None:
                     result.response_id = stored
     except (UpstreamBroken, TimeoutError) as exc:
