@@ -27,7 +27,7 @@ from igw.top.app import (
     TopApp,
 )
 from igw.top.source import GatewaySource
-from igw.top.view import POD_GAUGES, READ_METRICS, SIGNAL_MISSING
+from igw.top.view import POD_GAUGES, READ_METRICS, RETRIES, SIGNAL_MISSING
 from tests.gateway.support import wait_for
 from tests.observability.live_gateway import (
     MODEL,
@@ -142,11 +142,13 @@ async def test_every_series_top_reads_is_on_a_live_gateways_page(tmp_path: Path)
     async with serving_gateway(tmp_path) as url:
         families = await metrics_after_traffic(url)
     exported = {s.name for f in families.values() for s in f.samples}
-    # Healthy pods miss no signal and none is ejected: those families are declared, with no series.
+    # Healthy pods miss no signal, none is ejected and nothing is retried: those families are
+    # declared, with no series.
     ejected = POD_GAUGES["ejected"]
-    assert READ_METRICS - exported == {SIGNAL_MISSING, ejected}
+    assert READ_METRICS - exported == {SIGNAL_MISSING, ejected, RETRIES}
     assert families[SIGNAL_MISSING].type == "gauge"
     assert families[ejected].type == "gauge"
+    assert families[RETRIES.removesuffix("_total")].type == "counter"
 
 
 DEBUG_TOKEN = "debug-token-for-igw-top-0123"

@@ -25,6 +25,9 @@ igw_time_to_first_token_seconds_sum{{model="llama"}} 1
 # TYPE igw_endpoint_picks counter
 igw_endpoint_picks_total{{scheduler="pool",endpoint="a:1"}} {picks_a}
 igw_endpoint_picks_total{{scheduler="pool",endpoint="b:1"}} {picks_b}
+# TYPE igw_upstream_retries counter
+igw_upstream_retries_total{{scheduler="pool",cause="unavailable"}} {retries_503}
+igw_upstream_retries_total{{scheduler="pool",cause="connect-failure"}} {retries_connect}
 # TYPE igw_endpoint_kv_cache_usage gauge
 igw_endpoint_kv_cache_usage{{scheduler="pool",endpoint="a:1"}} 0.25
 igw_endpoint_kv_cache_usage{{scheduler="pool",endpoint="b:1"}} 0.75
@@ -58,7 +61,17 @@ READY: dict[str, Any] = {
 
 
 def scrape(at: float, **counts: float) -> Any:
-    values = {"ok": 0, "failed": 0, "tokens": 0, "fast": 0, "slow": 0, "picks_a": 0, "picks_b": 0}
+    values = {
+        "ok": 0,
+        "failed": 0,
+        "tokens": 0,
+        "fast": 0,
+        "slow": 0,
+        "picks_a": 0,
+        "picks_b": 0,
+        "retries_503": 0,
+        "retries_connect": 0,
+    }
     return parse_scrape(PAGE.format(**{**values, **counts}), READY, at=at)
 
 
@@ -112,6 +125,15 @@ def test_rates_and_shares_over_the_interval(
     a = view.pods[0]
     got = (model.requests_per_s, model.error_ratio, model.output_tokens_per_s, pool.picks_per_s, a.pick_share)
     assert got == pytest.approx(expected)
+
+
+def test_retries_per_second_sum_every_cause_of_the_pool_over_the_interval() -> None:
+    first = scrape(10.0, retries_503=4, retries_connect=1)
+    assert build_view(None, first).pools[0].retries_per_s is None
+    view = build_view(first, scrape(12.0, retries_503=7, retries_connect=2))
+    assert view.pools[0].retries_per_s == pytest.approx((3 + 1) / 2)
+    restarted = build_view(first, scrape(12.0, retries_503=2, retries_connect=0))
+    assert restarted.pools[0].retries_per_s == pytest.approx(2 / 2)  # a counter that went down restarted
 
 
 def test_ttft_quantiles_come_from_the_interval_buckets_only() -> None:

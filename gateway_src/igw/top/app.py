@@ -35,7 +35,7 @@ from igw.top.view import (
     build_view,
 )
 
-POOL_COLUMNS: Final = ("pool", "model", "ready", "pods", "stale", "avg KV", "queue", "picks/s")
+POOL_COLUMNS: Final = ("pool", "model", "ready", "pods", "stale", "avg KV", "queue", "picks/s", "retries/s")
 POD_COLUMNS: Final = (
     "pool",
     "pod",
@@ -107,6 +107,7 @@ def pool_cells(row: PoolRow) -> tuple[str, ...]:
         percent(row.kv_average),
         number(row.queue_total),
         number(row.picks_per_s, 1),
+        number(row.retries_per_s, 1),
     )
 
 

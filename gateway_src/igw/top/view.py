@@ -34,6 +34,7 @@ DURATION_BUCKET: Final = "igw_request_duration_seconds_bucket"
 REQUESTS: Final = "igw_requests_total"
 OUTPUT_TOKENS: Final = "igw_tokens_total"
 PICKS: Final = "igw_endpoint_picks_total"
+RETRIES: Final = "igw_upstream_retries_total"
 READY_PODS: Final = "inference_pool_ready_pods"
 STALE_ENDPOINTS: Final = "igw_pool_stale_endpoints"
 POD_GAUGES: Final = {
@@ -65,6 +66,7 @@ READ_METRICS: Final = frozenset(
         REQUESTS,
         OUTPUT_TOKENS,
         PICKS,
+        RETRIES,
         READY_PODS,
         STALE_ENDPOINTS,
         SIGNAL_MISSING,
@@ -128,6 +130,10 @@ class PoolRow:
     """Endpoints the gateway routes around as stale or failing; with ``--workers`` the worst worker's
     count (a worker whose relayed copy of the scrapes fell behind shows here). ``None``: a gateway
     that does not export ``igw_pool_stale_endpoints`` (before session s28)."""
+    retries_per_s: float | None = None
+    """Attempts per second that moved on to another pod (``igw_upstream_retries_total``, every cause:
+    a refused or failed attempt retried, a pod asked for a stored response it did not have); with
+    ``--workers`` every worker's together."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,10 +243,14 @@ def build_view(previous: Scrape | None, current: Scrape) -> TopView:
     pool_picks: dict[str, float] = defaultdict(float)
     for (pool, _), delta in picks.items():
         pool_picks[pool] += delta
+    pool_retries: dict[str, float] = defaultdict(float)
+    if previous is not None:
+        for labels, delta in _deltas(previous, current, RETRIES):
+            pool_retries[labels["scheduler"]] += delta
     pods = _pods(current, picks, pool_picks)
     return TopView(
         interval_s=interval,
-        pools=_pools(current, pods, pool_picks, interval),
+        pools=_pools(current, pods, pool_picks, pool_retries, interval),
         pods=pods,
         models=() if previous is None or interval is None else _models(previous, current, interval),
         decisions=tuple(decision_row(entry) for entry in current.decisions),
@@ -323,7 +333,11 @@ def _pods(
 
 
 def _pools(
-    current: Scrape, pods: tuple[PodRow, ...], pool_picks: Mapping[str, float], interval: float | None
+    current: Scrape,
+    pods: tuple[PodRow, ...],
+    pool_picks: Mapping[str, float],
+    pool_retries: Mapping[str, float],
+    interval: float | None,
 ) -> tuple[PoolRow, ...]:
     ready = {labels["name"]: value for labels, value in _by_name(current, READY_PODS)}
     stale: dict[str, float] = {}
@@ -349,6 +363,7 @@ def _pools(
                 queue_total=sum(queues) if queues else None,
                 picks_per_s=None if interval is None else pool_picks.get(pool, 0.0) / interval,
                 stale_endpoints=int(stale[pool]) if pool in stale else None,
+                retries_per_s=None if interval is None else pool_retries.get(pool, 0.0) / interval,
             )
         )
     return tuple(rows)
