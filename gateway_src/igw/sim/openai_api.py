@@ -60,8 +60,11 @@ class ParsedRequest:
     """The body's ``priority`` (vLLM and SGLang read it under priority scheduling); ``None`` if absent."""
 
 
-def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[str, ...]) -> ParsedRequest:
-    """Validate an OpenAI completion / chat-completion body (errors name the field)."""
+def model_of(
+    body: object, *, base_model: str, adapters: tuple[str, ...]
+) -> tuple[dict[str, Any], str, str | None]:
+    """A request body's JSON object, its ``model`` and the LoRA adapter that names (``None``: the
+    base model); 400 for a body that is no object or a missing model, 404 for a model not served."""
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object")
     model = body.get("model")
@@ -72,6 +75,12 @@ def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[
         if model not in adapters:
             raise ApiError(404, f"The model `{model}` does not exist.", param="model")
         adapter = model
+    return body, model, adapter
+
+
+def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[str, ...]) -> ParsedRequest:
+    """Validate an OpenAI completion / chat-completion body (errors name the field)."""
+    body, model, adapter = model_of(body, base_model=base_model, adapters=adapters)
     if chat:
         prompt_text = chat_prompt(body.get("messages"))
         raw_max = body.get("max_completion_tokens", body.get("max_tokens"))

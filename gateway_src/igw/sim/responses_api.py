@@ -24,7 +24,7 @@ from typing import Any, Final
 import orjson
 
 from igw.sim.engine import EngineRequest
-from igw.sim.openai_api import DEFAULT_MAX_TOKENS_CHAT, ApiError, ParsedRequest, chat_prompt
+from igw.sim.openai_api import DEFAULT_MAX_TOKENS_CHAT, ApiError, ParsedRequest, chat_prompt, model_of
 from igw.sim.tokens import generated_text, output_token_text
 
 STORE_CAPACITY: Final = 10_000
@@ -92,16 +92,7 @@ def parse_responses_request(
 ) -> ResponsesRequest:
     """Validate a Responses API body (errors name the field); a continuation's prompt starts with
     the stored conversation of ``previous_response_id`` (404 when this pod does not store it)."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ApiError(400, "'model' is required and must be a string", param="model")
-    adapter: str | None = None
-    if model != base_model:
-        if model not in adapters:
-            raise ApiError(404, f"The model `{model}` does not exist.", param="model")
-        adapter = model
+    body, model, adapter = model_of(body, base_model=base_model, adapters=adapters)
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise ApiError(400, "'instructions' must be a string", param="instructions")

@@ -669,14 +669,7 @@ class LivePod:
     async def _respond_stream(
         self, request: web.Request, parsed: ParsedRequest, stream: _Stream
     ) -> web.StreamResponse:
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                TIME_SCALE_HEADER: repr(self.time_scale),
-            }
-        )
-        await resp.prepare(request)
+        resp = await self._open_event_stream(request)
         req = stream.req
         created = int(time.time())
         obj = "chat.completion.chunk" if parsed.chat else "text_completion"
