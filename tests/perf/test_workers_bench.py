@@ -39,7 +39,7 @@ from igw.perf.gateway_load import (
     wait_ready,
 )
 from igw.perf.workers_notes import measure
-from igw.perf.workers_throughput import connections_by_pid, requests_by_worker
+from igw.perf.workers_throughput import answered_per_worker, connections_by_pid, requests_by_worker
 
 
 def test_workers_benchmark_prints_phases_and_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
@@ -164,6 +164,14 @@ async def test_connections_are_counted_per_process_holding_them() -> None:
             await writer.wait_closed()
         server.close()
         await server.wait_closed()
+
+
+def test_a_worker_that_answered_nothing_yet_keeps_its_column() -> None:
+    """Worker 1 has no ``igw_requests_total`` series before its first request: its count is 0, not
+    left out (which shifted the per-worker columns of a 2-worker phase onto one worker)."""
+    assert answered_per_worker({"0": 50.0}, {"0": 450.0}, workers=2) == (400.0, 0.0)
+    assert answered_per_worker({"0": 5.0}, {"0": 205.0, "1": 200.0}, workers=2) == (200.0, 200.0)
+    assert answered_per_worker({}, {"0": 3.0}, workers=1) == (3.0,)
 
 
 def test_requests_by_worker_sums_each_workers_counter_over_its_labels() -> None:

@@ -108,6 +108,17 @@ def requests_by_worker(page: str) -> dict[str, float]:
     return out
 
 
+def answered_per_worker(
+    before: Mapping[str, float], after: Mapping[str, float], *, workers: int
+) -> tuple[float, ...]:
+    """Per worker index, the requests it answered between two :func:`requests_by_worker` readings:
+    every worker, one without a series (it has answered nothing yet) as 0, so the per-worker columns
+    stay aligned with the serving processes (a CI run's 2-worker phase, all four connections on one
+    worker, printed one worker's switches per request for two)."""
+    indices = sorted({*after, *map(str, range(workers))}, key=int)
+    return tuple(after.get(w, 0.0) - before.get(w, 0.0) for w in indices)
+
+
 async def _worker_requests(base: str) -> dict[str, float]:
     async with aiohttp.ClientSession() as session, session.get(f"http://{base}/metrics") as response:
         return requests_by_worker(await response.text())
@@ -262,7 +273,7 @@ async def _phase(
         client_cpu_s=c1 - c0 + ran.process_cpu_s,
         backend_cpu_s=b1 - b0,
         worker_cpu_s=tuple(w1[pid] - w0.get(pid, 0.0) for pid in sorted(w1)),
-        worker_requests=tuple(r1[w] - r0.get(w, 0.0) for w in sorted(r1, key=int)),
+        worker_requests=answered_per_worker(r0, r1, workers=workers),
         worker_wait_s=tuple(q1[pid] - q0.get(pid, 0.0) for pid in sorted(q1)),
         worker_connections=tuple(held[pid] for pid in sorted(held)),
         worker_switches=tuple(
