@@ -117,6 +117,13 @@ def two_headers(ctx: Ctx) -> CIMultiDict[str]:
     return headers
 
 
+def two_api_keys(ctx: Ctx) -> CIMultiDict[str]:
+    headers: CIMultiDict[str] = CIMultiDict()
+    headers.add("x-api-key", ctx.tokens.token())
+    headers.add("x-api-key", "not.a.token")
+    return headers
+
+
 def attacker_with_header(ctx: Ctx, **extra: Any) -> dict[str, str]:
     header = {"alg": "RS256", "typ": "JWT", "kid": "evil", **extra}
     return bearer(mint(ctx.keys.attacker, ctx.tokens.claims(), header=header))
@@ -289,6 +296,20 @@ CASES: list[Case] = [
     Case("J25-empty", "not_bearer", lambda c: {"Authorization": ""}),
     Case("J25-missing", "missing_token", lambda c: {}),
     Case("J25-token-in-other-header", "missing_token", lambda c: {"X-Access-Token": c.tokens.token()}),
+    # the Anthropic API's credential header (read without Authorization, since session s32): the
+    # token itself, verified as a bearer token is, one header, no scheme and no spaces
+    Case("K1-two-api-key-headers", "multiple_api_key_headers", two_api_keys),
+    Case(
+        "K1-api-key-with-scheme", "malformed_api_key", lambda c: {"x-api-key": f"Bearer {c.tokens.token()}"}
+    ),
+    Case("K1-api-key-trailing-space", "malformed_api_key", lambda c: {"x-api-key": f"{c.tokens.token()} "}),
+    Case("K1-api-key-empty", "malformed_api_key", lambda c: {"x-api-key": ""}),
+    Case("K1-api-key-forged", "bad_signature", lambda c: {"x-api-key": c.tokens.token()[:-4] + "AAAA"}),
+    Case(
+        "K1-bad-authorization-beside-a-good-api-key",
+        "not_bearer",
+        lambda c: {"Authorization": "Basic dXNlcjpwYXNz", "x-api-key": c.tokens.token()},
+    ),
     # signature checks on otherwise perfect tokens
     Case(
         "sig-tampered-payload",
@@ -365,6 +386,18 @@ async def test_token_without_kid_is_verified_against_keys_of_its_algorithm(
     forged = mint(keys.attacker, tokens.claims(), header={"alg": "RS256"})
     denied = await assert_denied(guard, bearer(forged))
     assert denied.message == GENERIC_MESSAGE
+
+
+async def test_a_token_in_x_api_key_is_verified_as_a_bearer_token_and_never_forwarded(
+    make_guard: GuardMaker, tokens: TokenFactory
+) -> None:
+    """The Anthropic SDK (and Claude Code's ``ANTHROPIC_API_KEY``) sends its key as ``x-api-key``."""
+    guard = await make_guard()
+    principal = await guard.authenticate({"x-api-key": tokens.token()})
+    assert (principal.authenticated, principal.tenant) == (True, "team-a")
+    assert {"authorization", "x-api-key"} <= guard.stripped_request_headers
+    forwarding = await make_guard(extensions={"authorization": {"forwardAuthorization": True}})
+    assert "x-api-key" not in forwarding.stripped_request_headers
 
 
 @pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER"])

@@ -155,6 +155,7 @@ THROUGH_HTTP: dict[str, int] = {
     # RFC 9110 §5.5: the HTTP layer strips trailing whitespace from field values, so the guard sees
     # a well-formed "Bearer <valid token>" - a genuinely valid request.
     "J25-trailing-space": 200,
+    "K1-api-key-trailing-space": 200,  # the same for the token of x-api-key
     # A header field over 16 KiB (igw.gateway.serving.ServerLimits.max_header_field_bytes) is refused by the
     # HTTP layer with 431 before any handler runs; smaller oversized tokens get the guard's 401
     # (maxTokenBytes), so J5-kid-10kb and J16-9kb are 401s.
@@ -182,7 +183,9 @@ async def test_catalogue_through_the_gateway_never_reaches_a_model_server(
                 assert b"missing or invalid bearer token" in body, case.id
         unexpected = {cid: st for cid, st in statuses.items() if st != THROUGH_HTTP.get(cid, 401)}
         assert unexpected == {}
-        assert upstream_calls(*servers) == 1, "only the (valid) trailing-space request reached a model server"
+        assert upstream_calls(*servers) == 2, (
+            "only the (valid) trailing-space requests reached a model server"
+        )
 
 
 async def test_identity_headers_authorization_health_metrics_403_429(
@@ -230,6 +233,37 @@ async def test_identity_headers_authorization_health_metrics_403_429(
             assert "JWKS: 3 keys" in (await resp.json())["guard"]["detail"]
         async with gw.http.get(gw.url + "/v1/models") as resp:
             assert resp.status == 401
+
+
+async def test_the_anthropic_sdk_authenticates_with_its_api_key_header(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """The Anthropic SDK sends its key as ``x-api-key`` (Claude Code's ``ANTHROPIC_API_KEY``): the
+    JWT there is verified as a bearer token is, and never reaches the model server. Before session
+    s32 such a client got 401 whatever its token."""
+    import anthropic
+
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        secured_gateway(tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl) as gw,
+    ):
+        a, b = servers
+        tokens.clock.now = time.time()
+        messages: Any = [{"role": "user", "content": "hi"}]
+        kw: dict[str, Any] = {"base_url": gw.url, "max_retries": 0}
+        async with anthropic.AsyncAnthropic(api_key=tokens.token(), **kw) as claude:
+            answer = await claude.messages.create(model="m", max_tokens=8, messages=messages)
+            assert answer.usage.output_tokens == 5
+            with pytest.raises(anthropic.PermissionDeniedError):  # team-a may not use "secret"
+                await claude.messages.create(model="secret", max_tokens=8, messages=messages)
+        async with anthropic.AsyncAnthropic(api_key=tokens.token()[:-4] + "AAAA", **kw) as forged:
+            with pytest.raises(anthropic.AuthenticationError):
+                await forged.messages.create(model="m", max_tokens=8, messages=messages)
+        assert [r.path for r in a.received] == ["/v1/messages"]
+        assert b.received == []
+        sent = {k.lower() for k in a.received[0].headers}
+        assert not sent & {"x-api-key", "authorization"}
+        assert [v for k, v in a.received[0].headers.items() if k.lower() == "x-igw-tenant"] == ["team-a"]
 
 
 async def test_rate_limit_429_through_the_gateway(

@@ -40,6 +40,7 @@ async def test_a11_claims_are_forwarded_as_headers(make_guard: GuardMaker, token
     }
     assert guard.stripped_request_headers == {
         "authorization",
+        "x-api-key",
         "x-igw-tenant",
         "x-igw-subject",
         "x-igw-groups",

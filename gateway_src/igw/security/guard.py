@@ -4,12 +4,14 @@ One class serves both modes so behaviour that does not depend on authentication 
 spoofed identity headers, rate limits for the anonymous tenant) is the same in both:
 
 - **authenticated** (``spec.auth`` set): every inference request needs exactly one
-  ``Authorization: Bearer <JWT>`` header. The scheme name is matched case-insensitively
+  ``Authorization: Bearer <JWT>`` header, or, without ``Authorization``, exactly one ``x-api-key:
+  <JWT>`` header (the Anthropic API's credential header, which the Anthropic SDK sends; since
+  session s32). The scheme name is matched case-insensitively
   (RFC 9110 §11.1) and must be followed by exactly one space and the token; tokens in the query
   string (``?access_token=``) are never read. Any failure is a 401 with
   ``WWW-Authenticate: Bearer error="invalid_token"``; nothing else escapes (an unexpected error in
-  verification is logged and still answered 401, never 5xx). ``Authorization`` is stripped before
-  proxying unless ``forwardAuthorization`` is set.
+  verification is logged and still answered 401, never 5xx). ``Authorization`` and ``x-api-key``
+  are stripped before proxying unless ``forwardAuthorization`` is set.
 - **open** (``spec.auth`` absent, AWS-compatible): every request passes as the anonymous
   principal. It is said loudly: a startup warning, ``igw_auth_enabled 0``, and the readiness detail.
   ``Authorization`` is passed through untouched (the model server may check it itself).
@@ -23,7 +25,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -38,6 +40,9 @@ from igw.security.token import TokenRejected
 from igw.security.verifier import TokenVerifier
 
 log = logging.getLogger("igw.security")
+
+API_KEY_HEADER: Final = "x-api-key"
+"""Read for the token when a request has no ``Authorization`` (:meth:`SecurityGuard._api_key`)."""
 
 AUTH_DISABLED_DETAIL = (
     "authentication DISABLED: spec.auth is not set, inference requests are not authenticated "
@@ -66,7 +71,7 @@ class SecurityGuard:
         self._model_access = ModelAccessPolicy(settings.model_access)
         stripped = set(settings.forwarded_header_names)
         if verifier is not None and not settings.forward_authorization:
-            stripped.add("authorization")
+            stripped.update(("authorization", API_KEY_HEADER))
         self.stripped_request_headers: frozenset[str] = frozenset(stripped)
         self._previous_owner: weakref.ref[SecurityGuard] | None = None
 
@@ -85,13 +90,14 @@ class SecurityGuard:
         if self._verifier is None:
             return ANONYMOUS
         values = header_values(headers, "authorization")
-        if not values:
-            raise self._deny("missing_token", token_present=False)
         if len(values) > 1:
             raise self._deny("multiple_authorization_headers", token_present=True)
-        token = bearer_token(values[0])
-        if token is None:
-            raise self._deny("not_bearer", token_present=True)
+        if values:
+            token = bearer_token(values[0])
+            if token is None:
+                raise self._deny("not_bearer", token_present=True)
+        else:
+            token = self._api_key(headers)
         try:
             principal = self._verifier.cached(token)
             if principal is None:
@@ -164,6 +170,21 @@ class SecurityGuard:
         if self._metrics.auth_enabled_owner is self and previous is not None:
             self._metrics.auth_enabled_owner = previous
             self._metrics.auth_enabled.set(1 if previous.auth_enabled else 0)
+
+    def _api_key(self, headers: Mapping[str, str]) -> str:
+        """The token of a request without ``Authorization``: its one ``x-api-key`` header, the
+        credential header of the Anthropic API, which the Anthropic SDK and the agents on it (Claude
+        Code's ``ANTHROPIC_API_KEY``) send instead of a bearer token. The value is the token itself,
+        no scheme; it is verified exactly as a bearer token is."""
+        values = header_values(headers, API_KEY_HEADER)
+        if not values:
+            raise self._deny("missing_token", token_present=False)
+        if len(values) > 1:
+            raise self._deny("multiple_api_key_headers", token_present=True)
+        token = values[0]
+        if not token or token != token.strip() or " " in token:
+            raise self._deny("malformed_api_key", token_present=True)
+        return token
 
     def _deny(self, reason: str, *, token_present: bool) -> Exception:
         self._metrics.auth_denied.labels(reason=reason).inc()
