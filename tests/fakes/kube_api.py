@@ -73,8 +73,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 import socket
+import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -174,6 +176,17 @@ def _written(body: Any, warnings: list[str], status: int = 200) -> web.Response:
     return response
 
 
+def forget_discovery_cache(host: str) -> None:
+    """Remove the kubernetes dynamic client's discovery cache of ``host``: a new API server at an
+    address has none, but the client keeps its cache in the temporary folder by host and port
+    (``osrcp-<md5 of host>.json``, ``kubernetes.dynamic.discovery``) and reads it back without
+    asking the server; a fake server started on a port an earlier one (other kinds, another tree's
+    fake) used then looked like that one, and a lookup of a subresource the earlier one lacked failed
+    with ``KeyError('scale')`` (a CI run, 2026-12-05)."""
+    name = f"osrcp-{hashlib.md5(host.encode(), usedforsecurity=False).hexdigest()}.json"
+    Path(tempfile.gettempdir(), name).unlink(missing_ok=True)
+
+
 class FakeKubeApiServer:
     """An aiohttp app plus its :class:`KubeStore`; start it on a loop or in a thread."""
 
@@ -215,6 +228,7 @@ class FakeKubeApiServer:
         assert server is not None
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1]
+        forget_discovery_cache(self.url)
         return self.url
 
     async def stop(self) -> None:

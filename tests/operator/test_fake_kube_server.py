@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import tempfile
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any, cast
 
 import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
+from tests.fakes.kube_api import FakeKubeApiServer, forget_discovery_cache, running_fake_kube
 from tests.operator.harness import find, igwc, install_crd
 
 
@@ -281,3 +284,23 @@ def test_status_writes_the_crd_schema_refuses_get_422(
     assert refused.value.status == 422
     assert needle in json.loads(str(refused.value.body))["message"]
     assert (find(kube, "InferenceGatewayConfig", "inference", "chat") or {})["status"] == {"models": "kept"}
+
+
+def test_a_new_fake_server_leaves_no_discovery_cache_of_its_address_behind() -> None:
+    """The dynamic client caches discovery per host and port in the temporary folder and reads it
+    back without asking: a stale cache of an earlier fake on the same port (other kinds) made a
+    ``/scale`` lookup fail with ``KeyError('scale')`` in a CI run. The fake removes the cache of its
+    address when it starts, as a new API server would have none; the file it removes is the one the
+    client writes (a change of the library's naming fails here)."""
+    from kubernetes.dynamic import DynamicClient
+
+    with running_fake_kube() as kube:
+        stale = Path(tempfile.gettempdir(), f"osrcp-{hashlib.md5(kube.url.encode()).hexdigest()}.json")
+        assert not stale.exists()
+        DynamicClient(kube.api_client())  # type: ignore[no-untyped-call]
+        assert stale.exists()  # the client's cache of this address: the file the fake forgets
+        forget_discovery_cache(kube.url)
+        assert not stale.exists()
+        client = DynamicClient(kube.api_client())  # type: ignore[no-untyped-call]
+        deployments = client.resources.get(api_version="apps/v1", kind="Deployment")
+        assert "scale" in deployments.subresources
