@@ -94,12 +94,7 @@ def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[
         prompt_text = prompt
         raw_max = body.get("max_tokens")
         default_max = DEFAULT_MAX_TOKENS_COMPLETIONS
-    if raw_max is None:
-        max_tokens = default_max
-    elif isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1:
-        raise ApiError(400, "'max_tokens' must be a positive integer", param="max_tokens")
-    else:
-        max_tokens = raw_max
+    max_tokens = output_bound(raw_max, default=default_max, name="max_tokens")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, "'stream' must be a boolean", param="stream")
@@ -107,10 +102,27 @@ def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[
     if not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object", param="stream_options")
     include_usage = bool(options.get("include_usage", False))
+    return ParsedRequest(
+        model, adapter, prompt_text, max_tokens, stream, include_usage, chat, priority_of(body)
+    )
+
+
+def output_bound(raw: object, *, default: int, name: str) -> int:
+    """The output bound the field ``name`` gives (``raw``), ``default`` when absent; a 400 naming
+    it unless a positive integer."""
+    if raw is None:
+        return default
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise ApiError(400, f"'{name}' must be a positive integer", param=name)
+    return raw
+
+
+def priority_of(body: dict[str, Any]) -> int | None:
+    """The body's ``priority`` (``None`` if absent); a 400 unless an integer."""
     priority = body.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise ApiError(400, "'priority' must be an integer", param="priority")
-    return ParsedRequest(model, adapter, prompt_text, max_tokens, stream, include_usage, chat, priority)
+    return priority
 
 
 def usage(req: EngineRequest) -> dict[str, Any]:

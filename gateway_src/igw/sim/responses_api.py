@@ -24,7 +24,15 @@ from typing import Any, Final
 import orjson
 
 from igw.sim.engine import EngineRequest
-from igw.sim.openai_api import DEFAULT_MAX_TOKENS_CHAT, ApiError, ParsedRequest, chat_prompt, model_of
+from igw.sim.openai_api import (
+    DEFAULT_MAX_TOKENS_CHAT,
+    ApiError,
+    ParsedRequest,
+    chat_prompt,
+    model_of,
+    output_bound,
+    priority_of,
+)
 from igw.sim.tokens import generated_text, output_token_text
 
 STORE_CAPACITY: Final = 10_000
@@ -102,13 +110,9 @@ def parse_responses_request(
     history = store.get(previous).conversation if previous else ""
     system = f"<|system|>{instructions}" if instructions else ""
     prompt_text = history + system + _input_text(body.get("input"))
-    raw_max = body.get("max_output_tokens")
-    if raw_max is None:
-        max_tokens = DEFAULT_MAX_TOKENS_CHAT
-    elif isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1:
-        raise ApiError(400, "'max_output_tokens' must be a positive integer", param="max_output_tokens")
-    else:
-        max_tokens = raw_max
+    max_tokens = output_bound(
+        body.get("max_output_tokens"), default=DEFAULT_MAX_TOKENS_CHAT, name="max_output_tokens"
+    )
     flags = {
         name: body.get(name, default)
         for name, default in (("stream", False), ("store", True), ("background", False))
@@ -118,9 +122,7 @@ def parse_responses_request(
             raise ApiError(400, f"'{name}' must be a boolean", param=name)
     if flags["background"] and not flags["store"]:
         raise ApiError(400, "background can only be used when `store` is true", param="background")
-    priority = body.get("priority")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise ApiError(400, "'priority' must be an integer", param="priority")
+    priority = priority_of(body)
     parsed = ParsedRequest(
         model=model,
         adapter=adapter,
