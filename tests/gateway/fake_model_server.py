@@ -324,6 +324,17 @@ class FakeModelServer:
         await resp.write_eof()
         return resp
 
+    async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
+        """vLLM's ``/v1/messages/count_tokens``: the conversation's input tokens, nothing generated
+        (``PROMPT_TOKENS``; not added to the page's prompt-token counter, as vLLM's tokenizer-only
+        path adds nothing to its own)."""
+        await self._received_json(request)
+        if self.infer_status != 200:
+            return self._refusal()
+        if self.first_token_delay_s:
+            await asyncio.sleep(self.first_token_delay_s)
+        return web.json_response({"input_tokens": PROMPT_TOKENS})
+
     async def _respond(self, request: web.Request) -> web.StreamResponse:
         """``/v1/responses``: a response of ``tokens`` output tokens, whole or as the Responses API's
         event stream (``response.created`` before the prefill, one ``response.output_text.delta`` per
@@ -436,6 +447,7 @@ class FakeModelServer:
         app.router.add_post("/v1/embeddings", self._embed)
         app.router.add_post("/v1/responses", self._respond)
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         for path in ("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"):
             app.router.add_post(path, self._rerank)
         app.router.add_get("/v1/responses/{rid}", self._stored)

@@ -15,10 +15,14 @@ import anthropic
 import orjson
 import pytest
 
+from igw.gateway.guards import GuardDenied, Principal
 from igw.gateway.lean_server import SWITCH_ENV
-from tests.gateway.fake_model_server import PROMPT_TOKENS, FakeModelServer, running
+from igw.scheduling.plugins.prefix_cache_scorer import TYPE as PREFIX
+from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
+from tests.gateway.fake_model_server import PROMPT_TOKENS, FakeModelServer, closed_port, running
 from tests.gateway.support import config_doc, scheduler
 from tests.gateway.test_openai_apis import metric
+from tests.gateway.test_routing_and_guard import RecordingGuard
 
 CHAT_MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
 OTHER_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -98,22 +102,180 @@ async def test_a_message_stream_cut_by_its_pod_ends_in_an_error_the_sdk_raises(
         assert received == ["tok0", "tok1"]
 
 
-async def test_a_bad_message_body_is_a_400_naming_the_field(gateway: Any) -> None:
+async def anthropic_error(resp: Any) -> tuple[str, str]:
+    """The type and message of an Anthropic-shaped error answer, its request id checked against the
+    response's ``X-Request-Id``."""
+    body = await resp.json()
+    assert set(body) == {"type", "error", "request_id"}, body
+    assert body["type"] == "error"
+    assert set(body["error"]) == {"type", "message"}, body
+    assert body["request_id"] == resp.headers["X-Request-Id"]
+    return body["error"]["type"], body["error"]["message"]
+
+
+@SWITCHES
+async def test_a_bad_message_body_is_an_anthropic_400_naming_the_field(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    monkeypatch.setenv(SWITCH_ENV, switch)
     async with (
         running(FakeModelServer("coder"), FakeModelServer("llama")) as (coder, llama),
         gateway(DOC, {"coder": [coder.key], "llama": [llama.key]}) as gw,
     ):
-        for body, param in (
-            ({"model": CHAT_MODEL, "max_tokens": 8, "messages": "hi"}, "messages"),
-            ({"model": CHAT_MODEL, "max_tokens": "8", "messages": []}, "max_tokens"),
-            ({"model": CHAT_MODEL, "max_tokens": 8, "messages": [], "system": 3}, "system"),
-        ):
-            resp = await gw.post("/v1/messages", body)
-            assert resp.status == 400
-            assert (await resp.json())["error"]["param"] == param
+        for path in ("/v1/messages", "/v1/messages/count_tokens"):
+            for body, field in (
+                ({"model": CHAT_MODEL, "max_tokens": 8, "messages": "hi"}, "'messages'"),
+                ({"model": CHAT_MODEL, "max_tokens": 8, "messages": [], "system": 3}, "'system'"),
+                ("not json", "not valid JSON"),
+            ):
+                resp = (
+                    await gw.post(path, body)
+                    if isinstance(body, dict)
+                    else await gw.http.post(
+                        gw.url + path, data=body, headers={"Content-Type": "application/json"}
+                    )
+                )
+                assert resp.status == 400, (path, body)
+                kind, message = await anthropic_error(resp)
+                assert kind == "invalid_request_error"
+                assert field in message
+        resp = await gw.post("/v1/messages", {"model": CHAT_MODEL, "max_tokens": "8", "messages": []})
+        assert (resp.status, (await anthropic_error(resp))[0]) == (400, "invalid_request_error")
         async with client(gw.url) as claude:
-            with pytest.raises(anthropic.NotFoundError):
+            with pytest.raises(anthropic.NotFoundError) as missing:
                 await claude.messages.create(
                     model="no-such-model", max_tokens=8, messages=[{"role": "user", "content": "x"}]
                 )
+            assert isinstance(missing.value.body, dict)
+            assert missing.value.body["error"]["type"] == "not_found_error"
+            with pytest.raises(anthropic.NotFoundError):
+                await claude.messages.count_tokens(
+                    model="no-such-model", messages=[{"role": "user", "content": "x"}]
+                )
+        # the OpenAI APIs beside it keep the OpenAI shape
+        resp = await gw.post("/v1/chat/completions", {"model": CHAT_MODEL, "messages": "hi"})
+        assert (resp.status, (await resp.json())["error"]["param"]) == (400, "messages")
         assert coder.received == llama.received == []
+
+
+class LimitedGuard(RecordingGuard):
+    """Bearer ``good`` is let in (``RecordingGuard``); the other model's requests are over a tenant
+    limit: a 429 with ``Retry-After``, as the security package's rate limits answer."""
+
+    async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None:
+        await super().admit(principal, model=model, est_tokens=est_tokens)
+        if model == OTHER_MODEL:
+            raise GuardDenied(
+                status=429,
+                message=f"rate limit for {model} exceeded",
+                error_type="rate_limit_error",
+                headers={"Retry-After": "7"},
+            )
+
+
+@SWITCHES
+async def test_the_gateways_own_errors_take_the_anthropic_shape_the_sdk_reads(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """Refusals the gateway makes itself on the Messages API's routes (its guard's, its router's, a
+    pod it cannot reach, a method it does not serve) carry Anthropic's error types for their statuses,
+    which the Anthropic SDK maps to its exception classes and agents read (a rate limit's
+    ``Retry-After`` kept); before session s33 they were OpenAI-shaped."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    doc = config_doc(
+        [scheduler("coder", CHAT_MODEL), scheduler("llama", OTHER_MODEL), scheduler("gone", "gone-model")]
+    )
+    message = {"max_tokens": 8, "messages": [{"role": "user", "content": "x"}]}
+    async with (
+        running(FakeModelServer("coder"), FakeModelServer("llama")) as (coder, llama),
+        gateway(
+            doc,
+            {"coder": [coder.key], "llama": [llama.key], "gone": [f"127.0.0.1:{closed_port()}"]},
+            guard=LimitedGuard(deny_model=CHAT_MODEL),
+            wait_fresh=False,
+        ) as gw,
+    ):
+        good = {"Authorization": "Bearer good"}
+        cases: tuple[tuple[dict[str, Any], dict[str, str], int | None, str], ...] = (
+            ({"model": CHAT_MODEL, **message}, {}, 401, "authentication_error"),
+            ({"model": CHAT_MODEL, **message}, good, 403, "permission_error"),
+            ({"model": OTHER_MODEL, **message}, good, 429, "rate_limit_error"),
+            ({"model": "gone-model", **message}, good, None, "api_error"),  # 502 or 503: no pod answers
+        )
+        for path in ("/v1/messages", "/v1/messages/count_tokens"):
+            for body, headers, status, kind in cases:
+                resp = await gw.post(path, body, headers=headers)
+                assert resp.status == status if status is not None else resp.status in (502, 503)
+                assert (await anthropic_error(resp))[0] == kind, (path, body["model"], status)
+                if status == 429:
+                    assert resp.headers["Retry-After"] == "7"
+            resp = await gw.http.get(gw.url + path)  # a method the route does not serve
+            assert resp.status == 405
+            assert (await anthropic_error(resp))[0] == "invalid_request_error"
+        async with anthropic.AsyncAnthropic(
+            base_url=gw.url, auth_token="good", max_retries=0, timeout=30
+        ) as claude:
+            hello = [{"role": "user", "content": "x"}]
+            with pytest.raises(anthropic.PermissionDeniedError):
+                await claude.messages.create(model=CHAT_MODEL, max_tokens=8, messages=hello)  # type: ignore[arg-type]
+            with pytest.raises(anthropic.RateLimitError) as limited:
+                await claude.messages.create(model=OTHER_MODEL, max_tokens=8, messages=hello)  # type: ignore[arg-type]
+            assert limited.value.response.headers["Retry-After"] == "7"
+        # the OpenAI routes keep their shape for the same refusals
+        resp = await gw.post("/v1/chat/completions", {"model": OTHER_MODEL, "messages": []}, headers=good)
+        assert (resp.status, (await resp.json())["error"]["type"]) == (429, "rate_limit_error")
+        assert "type" not in await resp.json()
+        assert coder.received == llama.received == []
+
+
+async def test_a_model_servers_own_error_is_relayed_as_it_came(gateway: Any) -> None:
+    """vLLM's ``/v1/messages`` answers its errors in Anthropic's shape already: the gateway passes a
+    pod's refusal through untouched (only errors the gateway makes are re-rendered)."""
+    refusing = FakeModelServer("coder", infer_status=400)
+    async with (
+        running(refusing, FakeModelServer("llama")) as (coder, llama),
+        gateway(DOC, {"coder": [coder.key], "llama": [llama.key]}) as gw,
+    ):
+        resp = await gw.post("/v1/messages", {"model": CHAT_MODEL, "max_tokens": 8, "messages": []})
+        assert resp.status == 400
+        assert (await resp.json())["server"] == "coder"  # the pod's own body
+
+
+@SWITCHES
+async def test_a_token_count_is_routed_by_model_and_counts_no_tokens_and_no_cached_prefix(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """``messages.count_tokens`` (an agent checking that its conversation fits) reaches a pod of the
+    model's pool. The pod only tokenizes, so the gateway counts no tokens for it (not in
+    ``igw_tokens_total``, not against the tenant's token limits) and does not record its conversation
+    as cached on that pod (the next message would be drawn there for a prefix hit that is not
+    there). A message beside it does both, so the test can fail."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    guard = RecordingGuard()
+    async with (
+        running(FakeModelServer("coder"), FakeModelServer("llama")) as (coder, llama),
+        gateway(DOC, {"coder": [coder.key], "llama": [llama.key]}, guard=guard) as gw,
+        anthropic.AsyncAnthropic(base_url=gw.url, auth_token="good", max_retries=0, timeout=30) as claude,
+    ):
+        sched = gw.state.runtime.schedulers["coder"].scheduler
+        prefix = next(ws.scorer for ws in sched.profile.scorers if ws.scorer.type_name == PREFIX)
+        assert isinstance(prefix, PrefixCacheScorer)
+        conversation = [{"role": "user", "content": "How long is this conversation? " * 40}]
+        counted = await claude.messages.count_tokens(
+            model=CHAT_MODEL,
+            system="You are terse.",
+            messages=conversation,  # type: ignore[arg-type]
+        )
+        assert counted.input_tokens == PROMPT_TOKENS
+        assert [r.path for r in coder.received] == ["/v1/messages/count_tokens"]
+        assert orjson.loads(coder.received[0].body)["system"] == "You are terse."
+        assert llama.received == []
+        page = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert metric(page, "igw_tokens_total", model=CHAT_MODEL, direction="in") == 0
+        assert guard.accounted == [(CHAT_MODEL, 0, 0)]
+        assert prefix.index.size(coder.key) == 0
+        await claude.messages.create(model=CHAT_MODEL, max_tokens=8, messages=conversation)  # type: ignore[arg-type]
+        assert guard.accounted[-1] == (CHAT_MODEL, PROMPT_TOKENS, 5)
+        page = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert metric(page, "igw_tokens_total", model=CHAT_MODEL, direction="in") == PROMPT_TOKENS
+        assert prefix.index.size(coder.key) > 0

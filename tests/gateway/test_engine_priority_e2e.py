@@ -61,6 +61,25 @@ async def test_the_forwarded_body_carries_the_mapped_priority_only_where_configu
         assert [r.body for r in plain.received] == [sent] * 3  # byte for byte as the client sent it
 
 
+async def test_no_priority_is_written_into_an_anthropic_message(gateway: Any) -> None:
+    """vLLM's Anthropic request models drop fields outside Anthropic's API but their own, so a band's
+    priority written into a ``/v1/messages`` body would silently not apply: the body is sent as the
+    client wrote it, while a chat completion to the same pool carries the band's priority."""
+    config = doc([{"scheduler": "vl"}], scheduler("vl", "m-vl"))
+    async with running(FakeModelServer("vl")) as (vl,), gateway(config, {"vl": [vl.key]}) as gw:
+        message = orjson.dumps(
+            {"model": "m-vl", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+        )
+        for path in ("/v1/messages", "/v1/messages/count_tokens"):
+            resp = await gw.post(path, message, headers=headers("Critical"))
+            assert resp.status == 200, await resp.text()
+        chat = {"model": "m-vl", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        resp = await gw.post("/v1/chat/completions", chat, headers=headers("Critical"))
+        assert resp.status == 200
+        assert [r.body for r in vl.received[:2]] == [message, message]
+        assert orjson.loads(vl.received[2].body)["priority"] == -1
+
+
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [

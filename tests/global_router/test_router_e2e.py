@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import aiohttp
+import anthropic
 import openai
 import orjson
 import pytest
@@ -433,6 +434,36 @@ async def test_embeddings_and_responses_go_through_tier_2(redis_server: RedisSer
         assert sorted(paths) == ["/v1/embeddings", "/v1/rerank", "/v1/responses"]
         assert {c.name for c in fx.clusters.values() if c.server.received} <= {"east-a", "east-b"}
         assert await fx.metric("igw_global_requests_total", 0, code="200") == 3
+
+
+async def test_anthropic_sdk_messages_and_token_counts_go_through_tier_2_with_anthropic_errors(
+    redis_server: RedisServer,
+) -> None:
+    """An agent on the Anthropic SDK through a router replica: a message and a token count reach a
+    same-region cluster, and the router's own refusals on those routes are Anthropic-shaped (the
+    SDK's ``NotFoundError``, ``error.type`` ``not_found_error``), the OpenAI routes' unchanged."""
+    async with fleet(redis_server) as fx:
+        async with anthropic.AsyncAnthropic(base_url=fx.urls[0], api_key="x", max_retries=0) as claude:
+            said = await claude.messages.create(
+                model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+            counted = await claude.messages.count_tokens(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}]
+            )
+            with pytest.raises(anthropic.NotFoundError) as missing:
+                await claude.messages.count_tokens(model="nope", messages=[{"role": "user", "content": "x"}])
+        assert said.usage.output_tokens > 0
+        assert counted.input_tokens > 0
+        assert isinstance(missing.value.body, dict)
+        assert missing.value.body["type"] == "error"
+        assert missing.value.body["error"]["type"] == "not_found_error"
+        async with fx.http.post(fx.urls[0] + "/v1/messages", data=b"{") as resp:
+            body = await resp.json()
+            assert (resp.status, body["error"]["type"]) == (400, "invalid_request_error")
+            assert body["request_id"] == resp.headers["X-Request-Id"]
+        paths = sorted(r.path for c in fx.clusters.values() for r in c.server.received)
+        assert paths == ["/v1/messages", "/v1/messages/count_tokens"]
+        assert {c.name for c in fx.clusters.values() if c.server.received} <= {"east-a", "east-b"}
 
 
 async def test_a_conversation_stays_on_the_cluster_that_stored_its_responses(

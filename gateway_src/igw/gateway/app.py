@@ -31,7 +31,7 @@ from igw.gateway.debug_api import DecisionDebug, add_debug_routes
 from igw.gateway.decision_log import DecisionLog
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.emf import emf_context, emf_reporter
-from igw.gateway.errors import REQUEST_ID_HEADER, denial_response, gateway_error
+from igw.gateway.errors import REQUEST_ID_HEADER, anthropic_shaped, denial_response, gateway_error
 from igw.gateway.forwarded_answer import as_response
 from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
@@ -40,11 +40,12 @@ from igw.gateway.inference import (
     REQUEST_ID_KEY,
     SESSION_KEY,
     STATE_KEY,
+    handle_anthropic_inference,
     handle_inference,
     handle_stored_response,
     request_id_for,
 )
-from igw.gateway.inference_apis import INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
+from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
 from igw.gateway.lean_server import LEAN_ROUTES_KEY, LeanHandler, LeanRequestHandler, lean_enabled
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
@@ -72,8 +73,10 @@ def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web
     """The aiohttp handler of ``api``'s route (every request the lean side hands over, and all of
     them with ``IGW_HTTP_SERVER=aiohttp``)."""
 
+    serve = handle_anthropic_inference if api in ANTHROPIC_APIS else handle_inference
+
     async def handle(request: web.Request) -> web.StreamResponse:
-        return as_response(await handle_inference(request, api=api))
+        return as_response(await serve(request, api=api))
 
     return handle
 
@@ -83,7 +86,9 @@ def _lean_routes(state: GatewayState) -> dict[str, LeanHandler]:
     its own: one Python frame less per request than an ``async def`` wrapper awaiting it), given the
     app's state (no ``request.app[STATE_KEY]``, an interpreted call in the compiled build)."""
     return {
-        path: functools.partial(handle_inference, api=api, state=state)
+        path: functools.partial(
+            handle_anthropic_inference if api in ANTHROPIC_APIS else handle_inference, api=api, state=state
+        )
         for path, api in INFERENCE_PATHS.items()
     }
 
@@ -169,6 +174,8 @@ async def openai_errors(
             status=exc.status,
             headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
         )
+        if INFERENCE_PATHS.get(request.path) in ANTHROPIC_APIS:
+            response = anthropic_shaped(response, request_id=request_id)
     if not response.prepared and REQUEST_ID_HEADER not in response.headers:
         response.headers[REQUEST_ID_HEADER] = request_id
     return response

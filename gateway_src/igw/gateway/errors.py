@@ -7,6 +7,10 @@ gateway itself produces uses this shape, with a message that names the field or 
 fixes its HTTP status and OpenAI ``type``. Handlers name a code and a message; they never choose a
 status or a type themselves. Refusals from the request guard (:class:`GuardDenied`) carry their own
 status, type and code (request security owns those) and become a response in :func:`denial_response`.
+
+The Anthropic Messages API's routes answer in Anthropic's shape instead
+(``{"type": "error", "error": {"type", "message"}, "request_id"}``, as vLLM's ``/v1/messages``
+answers): :func:`anthropic_shaped` re-renders any error this module made, by status.
 """
 
 from __future__ import annotations
@@ -71,14 +75,21 @@ def error_body(*, message: str, error_type: str, code: str | None = None, param:
     return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
 
 
+ERROR_MESSAGE: Final = web.ResponseKey("igw_error_message", str)
+"""The key, in an error response's own mapping, of the message of an error this module made: what
+:func:`anthropic_shaped` recognises (a model server's answer never carries it)."""
+
+
 def _response(
-    status: int, body: bytes, *, request_id: str | None, headers: Mapping[str, str] | None
+    status: int, body: bytes, *, request_id: str | None, headers: Mapping[str, str] | None, message: str
 ) -> web.Response:
     # Named here too: answers to malformed HTTP are written without the application's response signal.
     out = {"Server": SERVER_NAME, **(headers or {})}
     if request_id is not None:
         out[REQUEST_ID_HEADER] = request_id
-    return web.Response(status=status, body=body, content_type=JSON, headers=out)
+    response = web.Response(status=status, body=body, content_type=JSON, headers=out)
+    response[ERROR_MESSAGE] = message
+    return response
 
 
 def gateway_error(
@@ -97,13 +108,63 @@ def gateway_error(
     """
     kind = ERRORS[code]
     body = error_body(message=message, error_type=kind.type, code=code, param=param)
-    return _response(status or kind.status, body, request_id=request_id, headers=headers)
+    return _response(status or kind.status, body, request_id=request_id, headers=headers, message=message)
 
 
 def denial_response(denied: GuardDenied, *, request_id: str | None = None) -> web.Response:
     """The response for a request the guard refused (401/403/429, as the guard decided)."""
     body = error_body(message=denied.message, error_type=denied.error_type, code=denied.code)
-    return _response(denied.status, body, request_id=request_id, headers=denied.headers)
+    return _response(
+        denied.status, body, request_id=request_id, headers=denied.headers, message=denied.message
+    )
+
+
+ANTHROPIC_ERROR_TYPES: Final[Mapping[int, str]] = MappingProxyType(
+    {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        500: "api_error",
+        529: "overloaded_error",
+    }
+)
+"""Anthropic's error ``type`` per HTTP status (its API's error table); any other 4xx is an
+``invalid_request_error`` (as that table says), any other 5xx an ``api_error``."""
+
+
+def anthropic_error_type(status: int) -> str:
+    """The Anthropic error ``type`` of an answer with ``status``."""
+    return ANTHROPIC_ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+
+
+def anthropic_shaped(response: web.StreamResponse, *, request_id: str | None = None) -> web.StreamResponse:
+    """``response`` in the Anthropic Messages API's error shape when it is an error this module made
+    and has not been sent: same status and headers (``Retry-After`` and the request id kept), the
+    message unchanged, the ``type`` Anthropic's for the status, ``request_id`` the response's
+    ``X-Request-Id`` (else the one given; set on the response too). Anything else - a model server's
+    answer (vLLM's ``/v1/messages`` errors are Anthropic-shaped already), a stream - as it is.
+
+    Why: the Anthropic SDK (and agents on it, such as Claude Code) read ``error.type`` to tell a
+    rate limit from an overload or a bad request; an OpenAI-shaped body gave them none."""
+    message = response.get(ERROR_MESSAGE)
+    if message is None or response.prepared or not isinstance(response, web.Response):
+        return response
+    request_id = (
+        response.headers.setdefault(REQUEST_ID_HEADER, request_id)
+        if request_id
+        else (response.headers.get(REQUEST_ID_HEADER))
+    )
+    response.body = orjson.dumps(
+        {
+            "type": "error",
+            "error": {"type": anthropic_error_type(response.status), "message": message},
+            "request_id": request_id,
+        }
+    )
+    return response
 
 
 def sse_error_event(code: str, message: str) -> bytes:

@@ -32,7 +32,7 @@ from multidict import CIMultiDict
 
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
-from igw.gateway.errors import denial_response, gateway_error, sse_error_event
+from igw.gateway.errors import anthropic_shaped, denial_response, gateway_error, sse_error_event
 from igw.gateway.flow_gate import (
     FAIRNESS_HEADER,
     HELD_BY_FLOW_CONTROL,
@@ -49,7 +49,7 @@ from igw.gateway.flow_gate import (
 )
 from igw.gateway.forwarded_answer import ForwardedAnswer, as_response
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
-from igw.gateway.inference_apis import InferenceApi
+from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, InferenceApi
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
 from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
@@ -244,6 +244,16 @@ async def handle_inference(
             state.inflight.leave(task)
     except GuardDenied as denied:
         return obs.finish(denial_response(denied, request_id=obs.request_id))
+
+
+async def handle_anthropic_inference(
+    request: web.Request, *, api: InferenceApi, state: GatewayState | None = None
+) -> web.StreamResponse | ForwardedAnswer:
+    """:func:`handle_inference` for an API of Anthropic's shape (:data:`ANTHROPIC_APIS`): the
+    gateway's own errors re-rendered in that shape (:func:`anthropic_shaped`), the model server's
+    answers as they came."""
+    answer = await handle_inference(request, api=api, state=state)
+    return anthropic_shaped(answer) if isinstance(answer, web.Response) else answer
 
 
 RESPONSE_SEARCH_LIMIT: Final = 32
@@ -536,7 +546,12 @@ async def _route(
         obs.rejected("no_endpoints")
         message = f"no model server endpoint available for {route.base_model!r}: {decision.reason}"
         return gateway_error("no_endpoints", message, request_id=rid)
-    engine = state.flow.engine_priority(sr.spec.name) if priority is not None else None
+    # Not into an Anthropic-shaped body: vLLM's Anthropic request model would drop the field unread.
+    engine = (
+        state.flow.engine_priority(sr.spec.name)
+        if priority is not None and api not in ANTHROPIC_APIS
+        else None
+    )
     if engine is not None and priority is not None:
         body = with_fields(body, {"priority": engine.value(priority)})
     attempts = state.runtime.settings.retry.attempts
@@ -557,6 +572,7 @@ async def _route(
         what=repr(route.base_model),
         priority=priority if engine is not None and engine.preempts_for_slot else None,
         adapter=route.adapter,
+        generates=api in GENERATING_APIS,
         searches=searches,
     )
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
@@ -848,7 +864,8 @@ async def _forward(
         result.usage = None
         result.events = 0
     usage = result.usage or {}
-    prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens)
+    # nothing generated (a token count, a stored response's retrieval): no tokens to count
+    prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens if plan.generates else 0)
     completion_tokens = usage.get("completion_tokens", result.events)
     obs.exchanged(result, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     try:  # noqa: SIM105 - not contextlib.suppress: an object and two calls per request

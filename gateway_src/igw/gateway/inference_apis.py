@@ -46,6 +46,24 @@ class InferenceApi(enum.Enum):
     Anthropic SDK and the agents built on it (Claude Code pointed at ``ANTHROPIC_BASE_URL``) call. Its
     spans' operation name is ``chat``, as the conventions name Anthropic's messages
     (:func:`operation_name`)."""
+    COUNT_TOKENS = "count_tokens"
+    """The Messages API's token count (``POST /v1/messages/count_tokens``, which vLLM serves beside
+    ``/v1/messages``): the Anthropic SDK's ``messages.count_tokens``, which an agent calls to check
+    that a conversation fits the context before it sends it (routed since session s33). The pod only
+    tokenizes: nothing is generated and nothing enters its KV cache, so the request is routed by
+    model without prefix affinity (its conversation is not recorded as cached on the pod) and counts
+    no tokens."""
+
+
+ANTHROPIC_APIS: Final = frozenset({InferenceApi.MESSAGES, InferenceApi.COUNT_TOKENS})
+"""The APIs of Anthropic's shape: the gateway's own errors on their routes are Anthropic-shaped
+(:func:`igw.gateway.errors.anthropic_shaped`), and no ``priority`` field is injected into their
+bodies (vLLM's Anthropic request models ignore fields outside Anthropic's API but their own, so an
+engine priority would silently not apply)."""
+
+GENERATING_APIS: Final = frozenset(InferenceApi) - {InferenceApi.COUNT_TOKENS}
+"""The APIs whose requests run the model (a prefill at least): their tokens are counted (token
+metrics, the tenants' token limits), the prompt estimate where an answer reports no usage."""
 
 
 INFERENCE_PATHS: Final[Mapping[str, InferenceApi]] = {
@@ -61,6 +79,7 @@ INFERENCE_PATHS: Final[Mapping[str, InferenceApi]] = {
     "/score": InferenceApi.SCORE,
     "/v1/score": InferenceApi.SCORE,
     "/v1/messages": InferenceApi.MESSAGES,
+    "/v1/messages/count_tokens": InferenceApi.COUNT_TOKENS,
 }
 """``POST`` path -> the API it serves: the routes every inference server of the project registers."""
 

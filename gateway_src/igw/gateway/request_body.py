@@ -155,6 +155,11 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
     elif api is InferenceApi.MESSAGES:
         max_tokens = _output_bound(body, "max_tokens")
         text = _messages_text(body)
+    elif api is InferenceApi.COUNT_TOKENS:
+        max_tokens = None  # nothing is generated
+        stream = False
+        _messages_text(body)  # checked as a message's; the pod only tokenizes it, nothing is cached
+        text = ""
     elif api is InferenceApi.RESPONSES:
         max_tokens = _output_bound(body, "max_output_tokens")
         text = _response_text(body)

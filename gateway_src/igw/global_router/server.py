@@ -38,9 +38,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from igw.config.redis_password import redis_password
 from igw.gateway.app import healthz, openai_errors
 from igw.gateway.emf import emf_context
-from igw.gateway.errors import denial_response, gateway_error
+from igw.gateway.errors import anthropic_shaped, denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
-from igw.gateway.inference_apis import INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
+from igw.gateway.inference import REQUEST_ID_KEY
+from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -345,8 +346,11 @@ def _observe(
 def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The handler of ``api``'s route: the same APIs as a tier-1 gateway serves."""
 
+    anthropic = api in ANTHROPIC_APIS
+
     async def handle(request: web.Request) -> web.StreamResponse:
-        return await _route(request, request.app[ROUTER_KEY], api=api, started=time.perf_counter())
+        response = await _route(request, request.app[ROUTER_KEY], api=api, started=time.perf_counter())
+        return anthropic_shaped(response, request_id=request.get(REQUEST_ID_KEY)) if anthropic else response
 
     return handle
 
