@@ -63,6 +63,9 @@ class FakeModelServer:
     stored_responses: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Ids of the responses this server stored (``/v1/responses`` with ``store``, the default): a
     request continuing another one (``previous_response_id``) is answered 404, as vLLM does."""
+    stored_delay_s: float = 0.0
+    """Seconds each request about a stored response (retrieve, delete, cancel, its items) waits
+    before its answer."""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     scrapes: int = 0
     prompt_tokens_total: int = 0
@@ -417,6 +420,8 @@ class FakeModelServer:
         """A stored response: retrieved (``GET``; with ``?stream=true`` as one completed event),
         deleted, cancelled, or its input items listed; 404 for one not stored here, as vLLM."""
         self.received.append(Received(request.path, dict(request.headers), await request.read(), False, 0))
+        if self.stored_delay_s:
+            await asyncio.sleep(self.stored_delay_s)
         rid = request.match_info["rid"]
         done = self.stored_responses.get(rid)
         if done is None:

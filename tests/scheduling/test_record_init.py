@@ -110,7 +110,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "adapter": "lora-f",
         "method": b"GET",
         "generates": False,
-        "searches": True,
+        "search_for": "resp_f",
         "search_pools": {"g:1": "pool-f"},
     },
     ExchangeResult: {

@@ -59,6 +59,7 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         "request_shed": ErrorKind(429, "rate_limit_error"),  # flow control shed it from its band's queue
         "no_endpoints": ErrorKind(503, "service_unavailable"),
         "shutting_down": ErrorKind(503, "service_unavailable"),
+        "response_search_busy": ErrorKind(503, "service_unavailable"),  # igw.gateway.response_search
         "no_healthy_cluster": ErrorKind(503, "service_unavailable"),  # the tier-2 router's
         # Something failed between the gateway and the model server, or in the gateway.
         "internal_error": ErrorKind(500, "server_error"),

@@ -172,12 +172,13 @@ class _Forward:
     generates: bool
     """The model server generates for this request (its usage is counted: token metrics, token rate
     limits); not for a stored response's retrieval, whose answer repeats the stored usage."""
-    searches: bool
-    """A continuation or a stored response's retrieval whose response's pod no scheduler here
-    knows: a 404 from one candidate (the response is not stored there) moves on to the next without
-    counting as a retry (``candidates`` then holds the pool, or for a retrieval the pools the caller
-    may use, up to :data:`RESPONSE_SEARCH_LIMIT`); a retrieval's search also passes a pod it cannot
-    reach (a pod that is gone took its stored responses with it)."""
+    search_for: str | None
+    """The stored response's id, for a continuation or a retrieval whose response's pod no scheduler
+    here knows (else ``None``): a 404 from one candidate (the response is not stored there) moves on
+    to the next without counting as a retry (``candidates`` then holds the pool, or for a retrieval
+    the pools the caller may use, up to :data:`RESPONSE_SEARCH_LIMIT`); a retrieval's search also
+    passes a pod it cannot reach (a pod that is gone took its stored responses with it). Bounded by
+    :mod:`igw.gateway.response_search`."""
     search_pools: dict[str, str]
     """A retrieval's search (``sr`` is ``None``): candidate -> its scheduler's name, the label of the
     search's ``igw_upstream_retries_total``; empty otherwise."""
@@ -195,7 +196,7 @@ class _Forward:
         adapter: str | None = None,
         method: bytes = b"POST",
         generates: bool = True,
-        searches: bool = False,
+        search_for: str | None = None,
         search_pools: dict[str, str] | None = None,
     ) -> None:
         self.candidates = candidates
@@ -208,7 +209,7 @@ class _Forward:
         self.adapter = adapter
         self.method = method
         self.generates = generates
-        self.searches = searches
+        self.search_for = search_for
         self.search_pools = {} if search_pools is None else search_pools
 
 
@@ -239,11 +240,61 @@ async def handle_inference(
         # connection's) does not: the registry then looks the calling task up
         task = state.inflight.enter(getattr(request, "handler_task", None))
         try:
+            if forward.search_for is not None:
+                return await _search(request, state, guard, principal, obs, body, forward)
             return await _forward(request, state, guard, principal, obs, body, forward)
         finally:
             state.inflight.leave(task)
     except GuardDenied as denied:
         return obs.finish(denial_response(denied, request_id=obs.request_id))
+
+
+async def _search(
+    request: web.Request,
+    state: GatewayState,
+    guard: RequestGuard,
+    principal: Principal,
+    obs: RequestObserver,
+    body: InferenceBody,
+    plan: _Forward,
+) -> web.StreamResponse | ForwardedAnswer:
+    """:func:`_forward` for a continuation that searches the pool (``plan.search_for``), holding one
+    of the process's search places while it runs. The place was free before the pick
+    (:func:`_search_refusal`); taken since, while the pick waited in flow control's queue, the request
+    goes to the pick's own candidates only, as it would in a one-pod pool."""
+    searches = state.response_searches
+    if not searches.begin():
+        plan.search_for = None  # the retry policy's attempts bound the candidates asked again
+        return await _forward(request, state, guard, principal, obs, body, plan)
+    try:
+        return await _forward(request, state, guard, principal, obs, body, plan)
+    finally:
+        searches.end()
+
+
+def _search_refusal(
+    state: GatewayState, response_id: str, *, request_id: str, param: str | None = None
+) -> web.Response | None:
+    """The answer to a request that would search the pods for stored response ``response_id``, when
+    it must not (:mod:`igw.gateway.response_search`): 404 ``response_not_found`` for an id such a
+    search found nowhere moments ago, 503 ``response_search_busy`` when the process runs as many
+    searches as it may; else ``None``."""
+    searches = state.response_searches
+    if searches.recently_unfound(response_id, now=state.clock()):
+        message = (
+            f"no model server this gateway routes to for you stores response {response_id!r} "
+            f"(every one asked answered 404 less than {searches.ttl_s:g}s ago)"
+        )
+        return gateway_error("response_not_found", message, param=param, request_id=request_id)
+    if searches.in_flight >= searches.limit:
+        message = (
+            f"response {response_id!r} is not known to this gateway replica and it is already searching "
+            f"the model servers for {searches.limit} others; retry after 1s"
+        )
+        return gateway_error(
+            "response_search_busy", message, param=param, request_id=request_id, headers={"Retry-After": "1"}
+        )
+    return None
 
 
 async def handle_anthropic_inference(
@@ -312,15 +363,23 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
             what=f"the model server storing {response_id!r}",
             method=request.method.encode("ascii"),
             generates=False,
-            searches=found is None,
+            search_for=None if found is not None else response_id,
             search_pools={key: owner.spec.name for key, owner in owners.items()},
         )
         body = NO_BODY if not stream else dataclasses.replace(NO_BODY, stream=True)
+        searching = found is None
+        if searching:
+            refused = _search_refusal(state, response_id, request_id=obs.request_id)
+            if refused is not None:
+                return obs.finish(refused)
+            state.response_searches.begin()  # free: the check above, and no await since
         task = state.inflight.enter(None)
         try:
             answer = await _forward(request, state, guard, principal, obs, body, plan)
         finally:
             state.inflight.leave(task)
+            if searching:
+                state.response_searches.end()
         holder = obs.record.endpoint
         if found is None and answer.status < 400 and request.method != "DELETE" and holder in owners:
             owners[holder].scheduler.remember_response(response_id, holder, now=state.clock())
@@ -424,6 +483,15 @@ async def _route(
             f"{body.max_tokens or 0}) but no model server for {route.base_model!r} accepts more than {limit}"
         )
         return gateway_error("context_length_exceeded", message, param="max_tokens", request_id=rid)
+    continues = body.previous_response_id
+    if (
+        continues is not None
+        and len(sr.pool.states) > 1
+        and sr.scheduler.responses.endpoint_of(continues) is None
+    ):
+        refused = _search_refusal(state, continues, request_id=rid, param="previous_response_id")
+        if refused is not None:  # before the pick: nothing picked is left unsent
+            return refused
     rreq = RoutingRequest(
         request_id=rid,
         model=route.model,
@@ -556,16 +624,16 @@ async def _route(
         body = with_fields(body, {"priority": engine.value(priority)})
     attempts = state.runtime.settings.retry.attempts
     candidates = [decision.endpoint, *decision.fallbacks]
-    searches = False
+    search_for = None
     continues = body.previous_response_id
     if continues is not None and sr.scheduler.responses.endpoint_of(continues) is None:
         # A continuation of a response no scheduler here knows the pod of (made through another
         # replica, before a restart): every pod of the pool may be asked, the decision's first.
         picked = set(candidates)
         candidates += [v.key for v in sr.pool.views() if v.key not in picked]
-        searches = len(candidates) > 1
+        search_for = continues if len(candidates) > 1 else None
     plan = _Forward(
-        candidates=candidates[:RESPONSE_SEARCH_LIMIT] if searches else candidates[:attempts],
+        candidates=candidates[:RESPONSE_SEARCH_LIMIT] if search_for else candidates[:attempts],
         sr=sr,
         add_headers={"X-Gateway-Model-Name": route.model, "X-Gateway-Base-Model-Name": route.base_model},
         timeout_s=sr.route_timeout_s,
@@ -573,7 +641,7 @@ async def _route(
         priority=priority if engine is not None and engine.preempts_for_slot else None,
         adapter=route.adapter,
         generates=api in GENERATING_APIS,
-        searches=searches,
+        search_for=search_for,
     )
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
         plan.response_headers[DECISION_HEADER] = decision_header(decision)
@@ -737,7 +805,8 @@ async def _forward(
     result: ExchangeResult | None = None
     refusal: ExchangeResult | None = None  # a retried attempt's answer: the client's if no later one
     budgeted = False  # the running attempt is a retry counted in the retry budget
-    searched = 0  # attempts that found no stored response (``plan.searches``): not retries
+    searched = 0  # attempts that found no stored response (``plan.search_for``): not retries
+    missed = 0  # candidates that answered a search 404, the last one's included
     # routeTimeout bounds every attempt together: each retry gets what is left of it
     deadline = None if plan.timeout_s is None else time.monotonic() + plan.timeout_s
     for attempt, key in enumerate(plan.candidates, start=1):
@@ -831,16 +900,18 @@ async def _forward(
         # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
         if connected and (result is None or prepared or result.status < 400):
             break
+        if plan.search_for is not None and connected and result is not None and result.status == 404:
+            missed += 1
         if attempt >= len(plan.candidates):
             break
-        if plan.searches and result is not None and result.status == 404:
+        if plan.search_for is not None and result is not None and result.status == 404:
             # Not stored on that pod: the next one is asked, no retry (a 404 costs the pod no work).
             searched += 1
             refusal = result
             obs.retrying(scheduler or plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=404)
             continue
         if scheduler is None:
-            if plan.searches and not connected:
+            if plan.search_for is not None and not connected:
                 continue  # a retrieval's search: a pod that is gone took its stored responses along
             break
         if attempt - searched >= state.runtime.settings.retry.attempts:
@@ -852,6 +923,8 @@ async def _forward(
             budgeted = True
     if budgeted:  # the retry's endpoint was gone before its attempt started
         state.retry_budget.give_back()
+    if plan.search_for is not None:
+        _searched(state, plan, result, every_pod_missed=missed == len(plan.candidates))
     if result is None:
         result = refusal  # the last attempt could not connect: the client gets the refusal before it
     if result is None:
@@ -878,6 +951,20 @@ async def _forward(
     except GuardDenied:
         pass
     return _finish_after_write(request, obs, result.answer)
+
+
+def _searched(
+    state: GatewayState, plan: _Forward, result: ExchangeResult | None, *, every_pod_missed: bool
+) -> None:
+    """A search for ``plan.search_for`` ended: found nowhere (every candidate answered 404), the id is
+    answered 404 without a search for a while; found, it leaves that list
+    (:mod:`igw.gateway.response_search`)."""
+    if plan.search_for is None:
+        return
+    if every_pod_missed:
+        state.response_searches.unfound(plan.search_for, now=state.clock())
+    elif result is not None and result.status < 400:
+        state.response_searches.found(plan.search_for)
 
 
 async def _within(timeout_s: float, exchanging: Awaitable[ExchangeResult]) -> ExchangeResult:

@@ -19,6 +19,7 @@ from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.flow_gate import FlowGates
 from igw.gateway.guards import RequestGuard
+from igw.gateway.response_search import ResponseSearches
 from igw.gateway.retries import RetryBudget
 from igw.gateway.rewrite_metrics import RewriteMetrics
 from igw.gateway.runtime import GatewayRuntime, PickerConfigs
@@ -91,6 +92,8 @@ class GatewayState:
         """Requests being forwarded, so a shutdown can wait for them and then end them cleanly."""
         self.retry_budget = RetryBudget()
         """Retries of answered requests in flight (``spec.extensions.routing.retry``'s budget)."""
+        self.response_searches = ResponseSearches()
+        """Searches of the pods for a stored response no scheduler remembers: their bounds."""
         self.draining = False
         """Set on SIGTERM: /readyz answers 503 so load balancers stop sending before we stop serving."""
         self.on_config_applied: list[Callable[[GatewayConfig], None]] = []

@@ -1,0 +1,95 @@
+"""What bounds the search for a stored response that no scheduler here remembers.
+
+A continuation (``previous_response_id``) or a stored response's retrieval whose pod this process
+does not know is asked of the pool's pods one after another (:func:`igw.gateway.inference._forward`,
+at most ``RESPONSE_SEARCH_LIMIT`` of them): up to 32 pod round trips for one request. Two things
+bound what that costs the pods, which nothing bounded before session s33 but the tenant's request
+limits:
+
+- **An id nobody had is not searched for again at once.** A search in which every pod asked answered
+  404 leaves the id here for :data:`UNFOUND_TTL_S`; a request for it in that time is answered 404
+  ``response_not_found`` without asking a pod. A client polling a response that is gone (its pod
+  restarted, the engine's store evicted it) cost every pod a round trip per poll; now one per
+  :data:`UNFOUND_TTL_S`. The time is short because an id can appear later: vLLM stores a streamed,
+  non-background response when it completes, so a client that reads the id from
+  ``response.created`` and polls another replica before then finds it nowhere for a while. A pod
+  found storing the id after all takes it off the list at once.
+- **At most :data:`SEARCHES_IN_FLIGHT` searches at once per process.** A further one is answered 503
+  ``response_search_busy`` with ``Retry-After: 1`` (the OpenAI SDK retries a 503 by itself), never a
+  404 that would tell the client its response is gone. Ids made up by a caller each cost a full
+  search, so the limit is what bounds their load on the pods: at most that many searches' round
+  trips in flight, whatever the request rate.
+
+Per process, like the retry budget (each worker of ``igw serve --workers N`` its own): a search is
+rare outside a replica's restart or a scale-out of the gateway itself.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Final
+
+UNFOUND_TTL_S: Final = 5.0
+"""Seconds an id that no pod asked had is answered 404 without a search."""
+
+UNFOUND_CAPACITY: Final = 4096
+"""Unfound ids kept at most (the oldest dropped first): ids made up at any rate take bounded memory."""
+
+SEARCHES_IN_FLIGHT: Final = 16
+"""Searches one gateway process runs at once."""
+
+
+class ResponseSearches:
+    """The ids recently searched for in vain, and the searches in flight (the module docstring)."""
+
+    __slots__ = ("_unfound", "capacity", "in_flight", "limit", "ttl_s")
+
+    def __init__(
+        self,
+        *,
+        limit: int = SEARCHES_IN_FLIGHT,
+        ttl_s: float = UNFOUND_TTL_S,
+        capacity: int = UNFOUND_CAPACITY,
+    ) -> None:
+        if limit < 1 or capacity < 1 or ttl_s <= 0:
+            raise ValueError("limit and capacity must be at least 1, ttl_s positive")
+        self.limit = limit
+        self.ttl_s = ttl_s
+        self.capacity = capacity
+        self.in_flight = 0
+        """Searches begun and not ended."""
+        self._unfound: OrderedDict[str, float] = OrderedDict()
+        """Id -> when its search ended with every pod asked answering 404, oldest first."""
+
+    def recently_unfound(self, response_id: str, *, now: float) -> bool:
+        """Whether a search for ``response_id`` found it nowhere less than ``ttl_s`` ago."""
+        when = self._unfound.get(response_id)
+        if when is None:
+            return False
+        if now - when < self.ttl_s:
+            return True
+        del self._unfound[response_id]
+        return False
+
+    def unfound(self, response_id: str, *, now: float) -> None:
+        """Every pod a search asked answered 404 for ``response_id``."""
+        unfound = self._unfound
+        unfound[response_id] = now
+        unfound.move_to_end(response_id)
+        while len(unfound) > self.capacity:
+            unfound.popitem(last=False)
+
+    def found(self, response_id: str) -> None:
+        """A pod stores ``response_id`` (it may have been made since a search missed it)."""
+        self._unfound.pop(response_id, None)
+
+    def begin(self) -> bool:
+        """Take a place for one search; False, nothing taken, when :attr:`limit` are in flight."""
+        if self.in_flight >= self.limit:
+            return False
+        self.in_flight += 1
+        return True
+
+    def end(self) -> None:
+        """A search begun with :meth:`begin` ended (whatever its outcome)."""
+        self.in_flight -= 1

@@ -1,0 +1,156 @@
+"""The bounds on searching the pods for a stored response no scheduler here remembers
+(:mod:`igw.gateway.response_search`): an id found nowhere is not searched for again at once, and a
+process runs a bounded number of searches at once. Before session s33 every request for a made-up or
+vanished id cost a round trip to every pod (up to 32), at whatever rate the tenant's limits allowed."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+
+from igw.gateway.response_search import ResponseSearches
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler, wait_for
+from tests.gateway.test_openai_apis import CHAT_MODEL, metric
+
+DOC = config_doc([scheduler("llama", CHAT_MODEL)])
+
+
+def test_an_unfound_id_is_remembered_for_its_ttl_then_searched_again() -> None:
+    searches = ResponseSearches(ttl_s=5.0)
+    searches.unfound("resp_a", now=100.0)
+    assert searches.recently_unfound("resp_a", now=104.9)
+    assert not searches.recently_unfound("resp_b", now=104.9)
+    assert not searches.recently_unfound("resp_a", now=105.0)
+    assert not searches.recently_unfound("resp_a", now=101.0)  # forgotten once expired
+
+
+def test_a_found_id_leaves_the_list_and_memory_is_bounded() -> None:
+    searches = ResponseSearches(capacity=3)
+    for i in range(5):
+        searches.unfound(f"resp_{i}", now=0.0)
+    assert [searches.recently_unfound(f"resp_{i}", now=1.0) for i in range(5)] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    searches.found("resp_4")
+    searches.found("resp_never_seen")
+    assert not searches.recently_unfound("resp_4", now=1.0)
+
+
+def test_searches_in_flight_are_bounded() -> None:
+    searches = ResponseSearches(limit=2)
+    assert searches.begin()
+    assert searches.begin()
+    assert not searches.begin()
+    assert searches.in_flight == 2
+    searches.end()
+    assert searches.begin()
+    with pytest.raises(ValueError, match="at least 1"):
+        ResponseSearches(limit=0)
+
+
+def asked(pods: list[FakeModelServer]) -> int:
+    return sum(len(p.received) for p in pods)
+
+
+async def test_an_id_no_pod_stores_is_not_searched_for_again_at_once(gateway: Any) -> None:
+    """A retrieval and a continuation of an id no pod stores: the first asks each of the four pods,
+    the next within the TTL none (404 ``response_not_found`` from the gateway), the one after the TTL
+    all four again. A response stored since on one pod is found once the TTL is over."""
+    pods = [FakeModelServer(name) for name in "abcd"]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
+        gw.state.response_searches.ttl_s = 0.5
+        url = f"{gw.url}/v1/responses/resp_made_up"
+        first = await gw.http.get(url)
+        assert first.status == 404
+        assert asked(pods) == 4
+        again = await gw.http.get(url)
+        assert again.status == 404
+        assert (await again.json())["error"]["code"] == "response_not_found"
+        assert asked(pods) == 4  # answered without asking a pod
+        continuation = {"model": CHAT_MODEL, "input": "more", "previous_response_id": "resp_made_up"}
+        refused = await gw.post("/v1/responses", continuation)
+        assert refused.status == 404
+        assert (await refused.json())["error"]["param"] == "previous_response_id"
+        assert asked(pods) == 4
+        # made since (vLLM stores a streamed response when it completes): found after the TTL
+        pods[2].stored_responses["resp_made_up"] = {"id": "resp_made_up", "object": "response", "output": []}
+        await asyncio.sleep(0.5)
+        found = await gw.http.get(url)
+        assert found.status == 200
+        assert not gw.state.response_searches.recently_unfound("resp_made_up", now=gw.state.clock())
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        # the first search's three misses and the last one's two (a, b ahead of c)
+        assert metric(text, "igw_upstream_retries_total", scheduler="llama", cause="response-search") == 5
+
+
+async def test_a_search_that_could_not_reach_a_pod_is_not_remembered_as_unfound(gateway: Any) -> None:
+    """A pod that refused the connection may come back with its store: only a search in which every
+    pod answered 404 is remembered."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    async with (
+        running(FakeModelServer("b")) as (b,),
+        gateway(DOC, {"llama": [dead, b.key]}, wait_fresh=False) as gw,
+    ):
+        await wait_for(lambda: gw.fresh("llama", b.key), what="b scraped")
+        assert (await gw.http.get(f"{gw.url}/v1/responses/resp_x")).status == 404
+        assert not gw.state.response_searches.recently_unfound("resp_x", now=gw.state.clock())
+        assert (await gw.http.get(f"{gw.url}/v1/responses/resp_x")).status == 404
+        assert len(b.received) == 2  # asked again
+
+
+async def test_searches_beyond_the_limit_are_told_to_retry_not_that_the_response_is_gone(
+    gateway: Any,
+) -> None:
+    """With the process's searches all in flight, a further retrieval or continuation of an unknown
+    id is a 503 with ``Retry-After`` (the SDKs retry it), asking no pod; once a place is free the
+    search runs."""
+    pods = [FakeModelServer(name, stored_delay_s=0.5) for name in "ab"]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
+        gw.state.response_searches.limit = 1
+        slow = asyncio.ensure_future(gw.http.get(f"{gw.url}/v1/responses/resp_slow"))
+        await wait_for(lambda: gw.state.response_searches.in_flight == 1, what="the slow search")
+        busy = await gw.http.get(f"{gw.url}/v1/responses/resp_other")
+        continuation = {"model": CHAT_MODEL, "input": "more", "previous_response_id": "resp_other"}
+        busy_too = await gw.post("/v1/responses", continuation)
+        for resp in (busy, busy_too):
+            assert resp.status == 503
+            assert resp.headers["Retry-After"] == "1"
+            assert (await resp.json())["error"]["code"] == "response_search_busy"
+        assert all(r.path.endswith("resp_slow") for p in pods for r in p.received)
+        assert (await slow).status == 404
+        assert gw.state.response_searches.in_flight == 0
+        assert (await gw.http.get(f"{gw.url}/v1/responses/resp_other")).status == 404
+        assert asked(pods) == 4
+
+
+class TakenDuringThePick(ResponseSearches):
+    """A place free when the continuation is checked, taken by the time its pick is made (another
+    search began while the pick waited in flow control's queue)."""
+
+    def begin(self) -> bool:
+        return False
+
+
+async def test_a_continuation_whose_search_place_went_during_the_pick_asks_only_its_picks(
+    gateway: Any,
+) -> None:
+    """No search then, and no 503 either (the pick is made): the pick's own candidates are asked, as
+    in a one-pod pool - the retry policy's attempts (404 retried once by default), not the pool."""
+    pods = [FakeModelServer(name) for name in "abcd"]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
+        gw.state.response_searches = TakenDuringThePick()
+        continuation = {"model": CHAT_MODEL, "input": "more", "previous_response_id": "resp_elsewhere"}
+        resp = await gw.post("/v1/responses", continuation)
+        assert resp.status == 404
+        assert asked(pods) == gw.state.runtime.settings.retry.attempts == 2
+        assert gw.state.response_searches.in_flight == 0
