@@ -31,6 +31,27 @@ STORE_NAME: Final = "igw-secretsmanager"
 """The namespaced SecretStore the ExternalSecret reads through."""
 SECRET_ACTIONS: Final = ("secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret")
 
+HIGHLY_AVAILABLE: Final[dict[str, Any]] = {
+    "replicaCount": 2,
+    "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+    "topologySpreadConstraints": [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "matchLabelKeys": ["pod-template-hash"],
+        }
+    ],
+}
+"""The operator's controller and its webhook: two replicas, a disruption budget and a spread over
+nodes (the chart's defaults are one replica and no budget). Why: the chart registers its validating
+webhook with ``failurePolicy: Fail``, so while its only webhook pod is away (a node drain, a node
+lost) every create or update of a SecretStore or ExternalSecret - this stack's next deployment
+included - is refused; and a single controller stops the token's refresh until it is rescheduled.
+The controller runs with leader election, so its second replica only stands by. The cert controller
+stays single: it renews the webhook's certificate every few minutes at most, and missing a turn
+breaks nothing."""
+
 
 def via_secrets_manager(region: str) -> str:
     """The ``kms:ViaService`` value of Secrets Manager's calls to KMS in ``region``."""
@@ -122,7 +143,11 @@ class SyncedSecret(Construct):
                 "installCRDs": True,
                 "serviceAccount": service_account,
                 "affinity": OFF_HYPERPOD_NODES,
-                "webhook": {"affinity": OFF_HYPERPOD_NODES},
+                # Two of each, one leading (the controller elects a leader; the webhook answers from
+                # both), a disruption budget keeping one up through a node drain, spread over nodes.
+                **HIGHLY_AVAILABLE,
+                "leaderElect": True,
+                "webhook": {"affinity": OFF_HYPERPOD_NODES, **HIGHLY_AVAILABLE},
                 "certController": {"affinity": OFF_HYPERPOD_NODES},
             },
         )

@@ -113,6 +113,16 @@ def test_the_operator_is_installed_from_its_chart_at_the_pin_with_its_crds(with_
     # The controller, its webhook and its cert controller keep off the GPU nodes when they can.
     for affinity in (values["affinity"], values["webhook"]["affinity"], values["certController"]["affinity"]):
         assert affinity == OFF_HYPERPOD_NODES
+    # The controller (leader-elected) and the webhook (failurePolicy Fail) survive a node drain.
+    assert values["leaderElect"] is True
+    for part in (values, values["webhook"]):
+        assert part["replicaCount"] == 2
+        assert part["podDisruptionBudget"] == {"enabled": True, "minAvailable": 1}
+        (spread,) = part["topologySpreadConstraints"]
+        assert (spread["topologyKey"], spread["whenUnsatisfiable"]) == (
+            "kubernetes.io/hostname",
+            "ScheduleAnyway",
+        )
 
 
 def test_the_controller_role_reads_exactly_the_one_secret_and_decrypts_only_through_secrets_manager(
