@@ -57,6 +57,9 @@ class FakeModelServer:
     """Not 200: every inference request is refused with this status and an OpenAI-shaped JSON error
     (after ``first_token_delay_s``), as a model server's HTTP layer refuses one (vLLM's 404 for a
     model it does not serve, a 503 while its engine is unavailable)."""
+    poison: bytes | None = None
+    """A completion request whose body contains these bytes is answered 500, as an engine whose
+    request processing fails on one input (a poison request: its fault, not the pod's)."""
     infer_reset: bool = False
     """Every inference request is read, then its connection closed with no answer (an engine crash)."""
     received: list[Received] = field(default_factory=list)
@@ -160,6 +163,9 @@ class FakeModelServer:
                 if self.first_token_delay_s:
                     await asyncio.sleep(self.first_token_delay_s)
                 return self._refusal()
+            if self.poison is not None and self.poison in body:
+                error = {"message": "EngineCore failed", "type": "InternalServerError", "code": 500}
+                return web.json_response({"error": error, "server": self.name}, status=500)
             if not data.get("stream"):
                 if self.first_token_delay_s:
                     await asyncio.sleep(self.first_token_delay_s)

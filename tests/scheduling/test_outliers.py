@@ -10,7 +10,7 @@ from igw.scheduling.factory import scheduler_from_weights
 from igw.scheduling.outliers import OutlierDetector
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.settings import OutlierDetection, RoutingSettings
-from igw.scheduling.types import DecisionKind, RequestOutcome
+from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingRequest
 from tests.scheduling.helpers import ep, req
 
 ENVOY_LIKE = OutlierDetection(consecutive_failures=3, base_ejection_s=10.0, max_ejection_s=25.0)
@@ -237,3 +237,90 @@ def test_picks_are_not_noted_by_outlier_detection() -> None:
     s.pick(req(), [ep("a"), ep("b")], now=0.0)
     assert s.pick_notes is not None
     assert {name for _, name, _, _ in s.pick_notes.drain()} == {"@dispatch-ledger"}
+
+
+# ---- a request that fails on two pods is the request's fault (session s33) ---------------------------
+
+
+def test_a_request_failing_on_a_second_pod_is_its_own_fault_and_the_first_pods_failure_is_taken_back() -> (
+    None
+):
+    d, told = detector()
+    d.failed("a", now=0.0)
+    d.failed("a", now=0.0, digest=7)
+    assert d.failed_on(7, now=1.0) == {"a"}
+    d.failed("b", now=1.0, digest=7)  # the same body fails elsewhere: the body is at fault
+    assert d.failed_on(7, now=1.0) == {"a", "b"}
+    for key in ("a", "b", "c", "a", "a", "a"):  # its later failures count nowhere
+        d.failed(key, now=2.0, digest=7)
+    assert told == []
+    d.failed("a", now=3.0)  # a's run: its failure before the poison request's, and this one
+    assert told == []  # the poison request's failure on a was taken back (else 3 in a row)
+    d.failed("a", now=3.0)
+    assert [t[0] for t in told] == ["a"]
+    fail(d, "b", 2, now=3.0)
+    assert [t[0] for t in told] == ["a"]  # b's failure of the poison request was never counted
+
+
+def test_distinct_failing_requests_and_one_body_on_the_only_pod_still_eject() -> None:
+    d, told = detector()
+    for digest in (1, 2, 3):  # a pod failing every request: each body counts once
+        d.failed("a", now=0.0, digest=digest)
+    assert [t[0] for t in told] == ["a"]
+    d2, told2 = detector()
+    for _ in range(3):  # one body over and over with nowhere else to go (a fixed prompt)
+        d2.failed("a", now=0.0, digest=9)
+    assert [t[0] for t in told2] == ["a"]
+
+
+def test_failed_requests_are_forgotten_after_a_minute_and_bounded() -> None:
+    from igw.scheduling.outliers import REQUEST_MEMORY_CAPACITY, REQUEST_MEMORY_S
+
+    d, _ = detector()
+    d.failed("a", now=0.0, digest=7)
+    assert d.remembers_failed_requests(REQUEST_MEMORY_S)
+    d.failed("b", now=REQUEST_MEMORY_S + 0.1, digest=7)  # too late to blame the request: b's own
+    assert d.failed_on(7, now=REQUEST_MEMORY_S + 0.1) == {"b"}
+    assert not d.remembers_failed_requests(2 * REQUEST_MEMORY_S + 0.2)
+    assert d.failed_requests == {}
+    for digest in range(REQUEST_MEMORY_CAPACITY + 5):
+        d.failed(f"p{digest % 50}", now=1000.0, digest=digest)
+    assert len(d.failed_requests) == REQUEST_MEMORY_CAPACITY
+    assert d.failed_on(0, now=1000.0) == frozenset()  # the oldest went first
+    assert d.failed_on(REQUEST_MEMORY_CAPACITY + 4, now=1000.0) == {f"p{(REQUEST_MEMORY_CAPACITY + 4) % 50}"}
+
+
+def avoiding(*keys: str) -> RoutingRequest:
+    return RoutingRequest(
+        request_id="r2",
+        model="base",
+        base_model="base",
+        prefix_text="",
+        prompt_tokens=1,
+        avoid=frozenset(keys),
+    )
+
+
+def test_the_pick_avoids_the_pods_the_request_failed_on_while_another_can_take_it() -> None:
+    s = scheduler(consecutive=5)
+    pool = [ep("idle", waiting=0), ep("busy", waiting=3)]
+    assert s.pick(req(), pool, now=0.0).endpoint == "idle"
+    d = s.pick(avoiding("idle"), pool, now=0.0)
+    assert d.endpoint == "busy"
+    assert d.removed == {"idle": "this request failed there moments ago"}
+    everywhere = avoiding("idle", "busy")
+    assert s.pick(everywhere, pool, now=0.0).endpoint == "idle"  # nowhere else: it is picked as before
+
+
+def test_the_scheduler_passes_the_outcomes_digest_to_outlier_detection() -> None:
+    s = scheduler(consecutive=2)
+    pool = [ep("a", waiting=0), ep("b", waiting=3)]
+    for key in ("a", "b", "a", "b"):
+        s.on_complete(
+            RequestOutcome(request_id="r", endpoint=key, ok=False, pod_fault=True, request_digest=5), now=0.0
+        )
+    assert s.outliers.ejected == {}
+    assert s.outliers.failed_on(5, now=0.0) == {"a", "b"}
+    s.on_complete(RequestOutcome(request_id="r", endpoint="a", ok=False, pod_fault=True), now=0.0)
+    s.on_complete(RequestOutcome(request_id="r", endpoint="a", ok=False, pod_fault=True), now=0.0)
+    assert s.pick(req(), pool, now=0.0).endpoint == "b"  # failures without a digest count as before

@@ -51,6 +51,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "tenant": "team",
         "stream": False,
         "previous_response_id": "resp_14",
+        "avoid": frozenset({"z:1"}),
     },
     RoutingDecision: {
         "kind": DecisionKind.SATURATED,
@@ -72,6 +73,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "cached_tokens": 23,
         "pod_fault": True,
         "response_id": "resp_24",
+        "request_digest": 25,
     },
     AccessRecord: {
         "request_id": "r-3",
@@ -111,6 +113,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "method": b"GET",
         "generates": False,
         "search_for": "resp_f",
+        "routed_body": b"{}",
         "search_pools": {"g:1": "pool-f"},
     },
     ExchangeResult: {

@@ -179,6 +179,9 @@ class _Forward:
     the pools the caller may use, up to :data:`RESPONSE_SEARCH_LIMIT`); a retrieval's search also
     passes a pod it cannot reach (a pod that is gone took its stored responses with it). Bounded by
     :mod:`igw.gateway.response_search`."""
+    routed_body: bytes
+    """The body as the client sent it and it was routed (before an engine priority was written into
+    it): a failure blamed on the request is recognised by its digest (:mod:`igw.scheduling.outliers`)."""
     search_pools: dict[str, str]
     """A retrieval's search (``sr`` is ``None``): candidate -> its scheduler's name, the label of the
     search's ``igw_upstream_retries_total``; empty otherwise."""
@@ -197,6 +200,7 @@ class _Forward:
         method: bytes = b"POST",
         generates: bool = True,
         search_for: str | None = None,
+        routed_body: bytes = b"",
         search_pools: dict[str, str] | None = None,
     ) -> None:
         self.candidates = candidates
@@ -210,6 +214,7 @@ class _Forward:
         self.method = method
         self.generates = generates
         self.search_for = search_for
+        self.routed_body = routed_body
         self.search_pools = {} if search_pools is None else search_pools
 
 
@@ -306,6 +311,9 @@ async def handle_anthropic_inference(
     answer = await handle_inference(request, api=api, state=state)
     return anthropic_shaped(answer) if isinstance(answer, web.Response) else answer
 
+
+_NOTHING_AVOIDED: Final[frozenset[str]] = frozenset()
+"""A request that failed nowhere moments ago avoids no endpoint (``RoutingRequest.avoid``)."""
 
 RESPONSE_SEARCH_LIMIT: Final = 32
 """At most this many pods are asked for a continuation or a stored response's retrieval whose
@@ -492,6 +500,11 @@ async def _route(
         refused = _search_refusal(state, continues, request_id=rid, param="previous_response_id")
         if refused is not None:  # before the pick: nothing picked is left unsent
             return refused
+    outliers = sr.scheduler.outliers
+    avoid = _NOTHING_AVOIDED
+    if outliers.failed_requests and outliers.remembers_failed_requests(state.clock()):
+        # a request failed moments ago: if it was this one (the same body), its new try goes elsewhere
+        avoid = outliers.failed_on(hash(body.raw), now=state.clock())
     rreq = RoutingRequest(
         request_id=rid,
         model=route.model,
@@ -503,6 +516,7 @@ async def _route(
         tenant=principal.tenant,
         stream=body.stream,
         previous_response_id=body.previous_response_id,
+        avoid=avoid,
     )
     flow_on = rt.flow_settings is not None
     priority: int | None = None
@@ -614,6 +628,7 @@ async def _route(
         obs.rejected("no_endpoints")
         message = f"no model server endpoint available for {route.base_model!r}: {decision.reason}"
         return gateway_error("no_endpoints", message, request_id=rid)
+    routed_body = body.raw  # the client's body as routed: a failure's digest is taken of it
     # Not into an Anthropic-shaped body: vLLM's Anthropic request model would drop the field unread.
     engine = (
         state.flow.engine_priority(sr.spec.name)
@@ -642,6 +657,7 @@ async def _route(
         adapter=route.adapter,
         generates=api in GENERATING_APIS,
         search_for=search_for,
+        routed_body=routed_body,
     )
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
         plan.response_headers[DECISION_HEADER] = decision_header(decision)
@@ -891,7 +907,15 @@ async def _forward(
                     # Not for a continuation: its 404 says the previous response is not stored there.
                     lacks = refused == 404 and body.previous_response_id is None
                     own_model_missing = lacks and plan.adapter is None
-                    _feedback(plan.sr, key, obs, result, now=state.clock(), fault=own_model_missing)
+                    _feedback(
+                        plan.sr,
+                        key,
+                        obs,
+                        result,
+                        now=state.clock(),
+                        fault=own_model_missing,
+                        body=plan.routed_body,
+                    )
                     if lacks and plan.adapter is not None:
                         plan.sr.scheduler.on_model_missing(key, plan.adapter, now=state.clock())
                 else:  # outlier detection counts it; settles a forced choice's scores (access log)
@@ -1042,11 +1066,15 @@ def _feedback(
     *,
     now: float,
     fault: bool = False,
+    body: bytes = b"",
 ) -> None:
     """Tell the scheduler how the request went (drain rate, measured speed, and for outlier detection
     whether the model server failed it: ``result.ok`` is false only for a 5xx answer or a stream it
     broke or left silent; no result - the client left, routeTimeout - is nobody's fault here;
-    ``fault``: the caller found the pod at fault otherwise, a 404 for the pool's own model)."""
+    ``fault``: the caller found the pod at fault otherwise, a 404 for the pool's own model). A 500
+    answer or a broken stream carries the digest of ``body`` (the request as routed): the same
+    request failing on another pod too is the request's fault (:mod:`igw.scheduling.outliers`);
+    an unavailable pod's 502/503/504 is never the request's."""
     itl = None
     out_tokens = 0
     ttft = None
@@ -1070,6 +1098,9 @@ def _feedback(
             output_tokens=out_tokens,
             pod_fault=fault or (result is not None and not result.ok),
             response_id=None if result is None else result.response_id,
+            request_digest=hash(body)
+            if body and result is not None and not result.ok and (result.status == 500 or result.status < 400)
+            else None,
         ),
         now=now,
     )

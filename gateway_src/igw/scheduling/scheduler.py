@@ -418,6 +418,11 @@ class Scheduler:
             if len(admitted) != len(endpoints):
                 _note_removed(removed, endpoints, admitted, "ejected: failed requests in a row")
             endpoints = admitted
+        if request.avoid:  # this very request failed there moments ago: another endpoint, if any
+            elsewhere = [e for e in endpoints if e.key not in request.avoid]
+            if elsewhere:
+                _note_removed(removed, endpoints, elsewhere, "this request failed there moments ago")
+                endpoints = elsewhere
         # Positionally, with its fresh state dict (keywords and the default factory cost twice).
         ctx = CycleContext(request, now, self.rng, {}, self._scrape)
         threshold = self.settings.stale_threshold_s
@@ -642,7 +647,7 @@ class Scheduler:
         if self.ledger is not None:
             self.ledger.on_complete(outcome)
         if outcome.pod_fault:
-            self._failed(outcome.endpoint, now)
+            self._failed(outcome.endpoint, now, outcome.request_digest)
         elif outcome.ok:
             self.outliers.succeeded(outcome.endpoint)
             if outcome.response_id is not None:
@@ -669,10 +674,10 @@ class Scheduler:
         self.settle()
         self._failed(key, now)
 
-    def _failed(self, key: EndpointKey, now: float) -> None:
-        """Outlier detection counts a failure of ``key``; an ejection it makes goes to the other
-        workers' schedulers too (``igw serve --workers``)."""
-        ejection = self.outliers.failed(key, now=now)
+    def _failed(self, key: EndpointKey, now: float, digest: int | None = None) -> None:
+        """Outlier detection counts a failure of ``key`` (of the request ``digest``, when given); an
+        ejection it makes goes to the other workers' schedulers too (``igw serve --workers``)."""
+        ejection = self.outliers.failed(key, now=now, digest=digest)
         if ejection is not None and self.pick_notes is not None:
             self.pick_notes.add(now, self.outliers.name, key, list(ejection))
 

@@ -161,6 +161,9 @@ class RoutingRequest:
     previous_response_id: Final[str | None]
     """The stored response a Responses API request continues (its ``previous_response_id``): only
     the endpoint that stored it can answer (:mod:`igw.scheduling.response_affinity`)."""
+    avoid: Final[frozenset[EndpointKey]]
+    """Endpoints this very request (the same body) failed on moments ago, which its new try avoids
+    while another endpoint can take it (:mod:`igw.scheduling.outliers`, "request's fault")."""
 
     def __init__(
         self,
@@ -175,6 +178,7 @@ class RoutingRequest:
         tenant: str | None = None,
         stream: bool = True,
         previous_response_id: str | None = None,
+        avoid: frozenset[EndpointKey] = frozenset(),
     ) -> None:
         self.request_id = request_id
         self.model = model
@@ -187,6 +191,7 @@ class RoutingRequest:
         self.tenant = tenant
         self.stream = stream
         self.previous_response_id = previous_response_id
+        self.avoid = avoid
 
 
 class DecisionKind(enum.Enum):
@@ -258,6 +263,9 @@ class RequestOutcome:
     response_id: Final[str | None]
     """The id of the response the endpoint stored (a Responses API answer): a later request
     continuing it goes there (:mod:`igw.scheduling.response_affinity`)."""
+    request_digest: Final[int | None]
+    """A digest of the request's body, given with a pod fault: the same request failing on another
+    pod too is the request's fault, not counted against either (:mod:`igw.scheduling.outliers`)."""
 
     def __init__(
         self,
@@ -271,6 +279,7 @@ class RequestOutcome:
         cached_tokens: int = 0,
         pod_fault: bool = False,
         response_id: str | None = None,
+        request_digest: int | None = None,
     ) -> None:
         self.request_id = request_id
         self.endpoint = endpoint
@@ -282,3 +291,4 @@ class RequestOutcome:
         self.cached_tokens = cached_tokens
         self.pod_fault = pod_fault
         self.response_id = response_id
+        self.request_digest = request_digest

@@ -1,0 +1,52 @@
+"""A request whose body makes every engine fail (a poison request: an input its request processing
+fails on, answered 500) is the request's fault, not a pod's: through a real gateway on loopback in
+front of four healthy fake pods, the OpenAI SDK's own retries of it and a client repeating it eject
+no pod. Before session s33 prefix affinity sent every repeat to the same pod, whose five failures in
+a row ejected it (and the next, up to half the pool, for a caller who kept going)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
+from tests.gateway.test_openai_apis import metric
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+POISON = "POISON" * 40
+DOC = config_doc([scheduler("llama", MODEL)])
+
+
+async def test_a_poison_request_repeated_ejects_no_pod_and_a_failing_pod_still_is_ejected(
+    gateway: Any,
+) -> None:
+    pods = [FakeModelServer(name, poison=POISON.encode()) for name in "abcd"]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
+        outliers = gw.state.runtime.schedulers["llama"].scheduler.outliers
+        async with openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=2) as client:
+            with pytest.raises(openai.InternalServerError):
+                await client.completions.create(model=MODEL, prompt=POISON, max_tokens=4)
+        sdk_tries = {p.name for p in pods if p.received}
+        assert len(sdk_tries) >= 2  # its retries went to another pod than the one it failed on
+        for _ in range(9):  # a client sending it again and again
+            resp = await gw.post("/v1/completions", {"model": MODEL, "prompt": POISON, "max_tokens": 4})
+            assert resp.status == 500
+        assert outliers.ejected == {}
+        page = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert metric(page, "igw_endpoint_ejections_total") == 0
+        for i in range(8):  # the pool serves everyone else
+            resp = await gw.post(
+                "/v1/completions", {"model": MODEL, "prompt": f"question {i}", "max_tokens": 4}
+            )
+            assert resp.status == 200
+        # A pod failing every request still goes out after five failures (distinct requests).
+        broken = pods[0]
+        broken.infer_status = 500
+        for i in range(20):
+            await gw.post("/v1/completions", {"model": MODEL, "prompt": f"other {i}", "max_tokens": 4})
+            if outliers.ejected:
+                break
+        assert list(outliers.ejected) == [broken.key]
