@@ -220,3 +220,44 @@ async def test_responses_api_conversations_stay_on_their_pods_and_reuse_their_pr
                 polled = await oai.responses.retrieve(queued.id)
             assert polled.status == "completed"
             assert polled.output_text
+
+
+async def test_an_anthropic_sdk_agents_conversation_reuses_its_prefix_through_the_gateway(
+    gateway: Any,
+) -> None:
+    """An agent on the Anthropic SDK (as Claude Code pointed at the gateway) in front of simulated
+    vLLM pods serving the Messages API: each turn resends the whole conversation, prefix affinity
+    keeps it on the pod that holds its prefix (its cached tokens grow turn by turn), and a token count
+    runs nothing on any pod."""
+    import anthropic
+
+    spec = fleet(pod("p0"), pod("p1"), pod("p2"))
+    async with run_fleet(spec, admin=False) as f:
+        servers = [f.pod(p.name) for p in f.pods]
+        async with (
+            gateway(config_doc([scheduler("llama", "llama")]), {"llama": [p.key for p in f.pods]}) as gw,
+            anthropic.AsyncAnthropic(base_url=gw.url, api_key="unused", max_retries=0) as claude,
+        ):
+            for agent in range(3):
+                conversation: list[dict[str, str]] = []
+                cached = []
+                for turn in range(3):
+                    conversation.append(
+                        {"role": "user", "content": f"agent {agent} step {turn}: " + "go on " * 40}
+                    )
+                    steps = sum(s.engine.counters.steps for s in servers)
+                    hits = sum(s.engine.counters.prefix_hits for s in servers)
+                    counted = await claude.messages.count_tokens(model="llama", messages=conversation)  # type: ignore[arg-type]
+                    assert sum(s.engine.counters.steps for s in servers) == steps
+                    async with claude.messages.stream(
+                        model="llama",
+                        max_tokens=8,
+                        system="You are an agent.",
+                        messages=conversation,  # type: ignore[arg-type]
+                    ) as stream:
+                        answer = await stream.get_final_message()
+                    assert answer.usage.input_tokens > counted.input_tokens  # the system prompt besides
+                    # vLLM reports no cache reads on this API: the pods' engines count them
+                    cached.append(sum(s.engine.counters.prefix_hits for s in servers) - hits)
+                    conversation.append({"role": "assistant", "content": answer.content[0].text})  # type: ignore[union-attr]
+                assert 0 < cached[1] < cached[2]  # each turn finds the conversation so far in the cache

@@ -30,17 +30,21 @@ class ApiError(IgwToolingError):
         self.message = message
         self.param = param
 
-    def response(self) -> web.Response:
-        kind = {
+    @property
+    def error_type(self) -> str:
+        """vLLM's error type for the status."""
+        return {
             400: "BadRequestError",
             404: "NotFoundError",
             413: "BadRequestError",
             503: "ServiceUnavailableError",
         }.get(self.status, "InternalServerError")
+
+    def response(self) -> web.Response:
         body = {
             "object": "error",
             "message": self.message,
-            "type": kind,
+            "type": self.error_type,
             "param": self.param,
             "code": self.status,
         }

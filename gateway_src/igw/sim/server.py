@@ -28,7 +28,10 @@ import orjson
 from aiohttp import web
 
 from igw import engines
+from igw.sim import messages_api as message_events
 from igw.sim.engine import Engine, EngineRequest, RequestRejected
+from igw.sim.messages_api import error_response as messages_error
+from igw.sim.messages_api import message_object, parse_messages_request
 from igw.sim.metrics_page import (
     CONTENT_TYPE,
     NAME_FILTER,
@@ -215,6 +218,9 @@ class LivePod:
             app.router.add_post("/v1/responses", self._responses)
             app.router.add_get("/v1/responses/{response_id}", self._stored_response)
             app.router.add_post("/v1/responses/{response_id}/cancel", self._cancel_response)
+            # vLLM's Anthropic Messages API (0.11.1 on)
+            app.router.add_post("/v1/messages", self._messages)
+            app.router.add_post("/v1/messages/count_tokens", self._count_message_tokens)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         await self._listen()
@@ -787,19 +793,76 @@ class LivePod:
             response_id=req.request_id, req=asked, status="in_progress", created_at=created, engine_req=None
         )
         await resp.write(events.opening(started))  # before the prefill, as vLLM sends it
+        async for idx in self._tokens(request, stream):
+            await resp.write(events.delta(idx))
+        if not stream.done:
+            return resp  # cut by the die-mid-stream fault
+        await resp.write(events.closing(self._finish_response(asked, req, created)))
+        await resp.write_eof()
+        return resp
+
+    # ------------------------------------------------------------------ Anthropic Messages API (vLLM)
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        """vLLM ``POST /v1/messages``: generated as a chat request, whole or as Anthropic's named
+        events; errors in that API's shape (:mod:`igw.sim.messages_api`)."""
+        self._note_trace_context(request)
+        try:
+            parsed = parse_messages_request(
+                await read_json(request), base_model=self.spec.model_name, adapters=self.spec.lora_adapters
+            )
+            message_id = f"msg_{uuid.uuid4().hex}"
+            async with self._generating(parsed, request_id=message_id, headers=request.headers) as stream:
+                if parsed.stream:
+                    return await self._respond_message_events(request, parsed, stream)
+                await _generated(stream)
+                text = generated_text(stream.req.output_tokens)
+                return json_response(message_object(stream.req, model=parsed.model, text=text))
+        except ApiError as refused:
+            return messages_error(refused)
+
+    async def _respond_message_events(
+        self, request: web.Request, parsed: ParsedRequest, stream: _Stream
+    ) -> web.StreamResponse:
+        resp = await self._open_event_stream(request)
+        req = stream.req
+        opening = message_events.opening(req, model=parsed.model)
+        async for idx in self._tokens(request, stream):
+            # the message opens with its first token, after the prefill (vLLM converts its chat stream)
+            await resp.write(opening + message_events.delta(idx))
+            opening = b""
+        if not stream.done:
+            return resp  # cut by the die-mid-stream fault
+        await resp.write(message_events.closing(req))
+        await resp.write_eof()
+        return resp
+
+    async def _count_message_tokens(self, request: web.Request) -> web.Response:
+        """vLLM ``POST /v1/messages/count_tokens``: the conversation's input tokens, nothing run."""
+        try:
+            parsed = parse_messages_request(
+                await read_json(request),
+                base_model=self.spec.model_name,
+                adapters=self.spec.lora_adapters,
+                counting=True,
+            )
+        except ApiError as refused:
+            return messages_error(refused)
+        return json_response({"input_tokens": count_tokens(parsed.prompt_text)})
+
+    async def _tokens(self, request: web.Request, stream: _Stream) -> AsyncIterator[int]:
+        """The indexes of the tokens ``stream``'s request generates, in order (the first one's time
+        noted), until it finishes (``stream.done``) or the die-mid-stream fault cuts it after its
+        token count (the connection cut; ``stream.done`` stays false)."""
         cut = self.faults.get(FaultKind.DIE_MID_STREAM)
         sent = 0
         while (idx := await stream.queue.get()) != -1:
             if cut is not None and sent >= cut.after_tokens:
-                await self._die_mid_stream(request, req, cut)
-                return resp
+                await self._die_mid_stream(request, stream.req, cut)
+                return
             if sent == 0 and stream.arrival is not None:
                 stream.arrival.first_token_s = self.vnow()
-            await resp.write(events.delta(idx))
+            yield idx
             sent += 1
-        await resp.write(events.closing(self._finish_response(asked, req, created)))
-        await resp.write_eof()
-        return resp
 
     async def _open_event_stream(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(
