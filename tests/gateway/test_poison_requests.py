@@ -6,6 +6,7 @@ a row ejected it (and the next, up to half the pool, for a caller who kept going
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import openai
@@ -21,8 +22,9 @@ DOC = config_doc([scheduler("llama", MODEL)])
 
 
 async def test_a_poison_request_repeated_ejects_no_pod_and_a_failing_pod_still_is_ejected(
-    gateway: Any,
+    gateway: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="igw.gateway")
     pods = [FakeModelServer(name, poison=POISON.encode()) for name in "abcd"]
     async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
         outliers = gw.state.runtime.schedulers["llama"].scheduler.outliers
@@ -37,6 +39,13 @@ async def test_a_poison_request_repeated_ejects_no_pod_and_a_failing_pod_still_i
         assert outliers.ejected == {}
         page = await (await gw.http.get(gw.url + "/metrics")).text()
         assert metric(page, "igw_endpoint_ejections_total") == 0
+        # said once per body (the SDK's serialisation and this client's differ), when its second pod
+        # failed it, counted per scheduler; the body is never logged
+        assert metric(page, "igw_request_faults_total", scheduler="llama") == 2
+        said = [r.getMessage() for r in caplog.records if "taken for the request's fault" in r.getMessage()]
+        assert len(said) == 2
+        assert all(line.startswith("scheduler llama: one request failed on 127.0.0.1:") for line in said)
+        assert "POISON" not in caplog.text
         for i in range(8):  # the pool serves everyone else
             resp = await gw.post(
                 "/v1/completions", {"model": MODEL, "prompt": f"question {i}", "max_tokens": 4}

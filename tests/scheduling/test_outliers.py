@@ -262,6 +262,18 @@ def test_a_request_failing_on_a_second_pod_is_its_own_fault_and_the_first_pods_f
     assert [t[0] for t in told] == ["a"]  # b's failure of the poison request was never counted
 
 
+def test_a_request_taken_for_the_fault_is_told_once_with_its_endpoints() -> None:
+    d, _ = detector()
+    faults: list[frozenset[str]] = []
+    d.on_request_fault = faults.append
+    d.failed("a", now=0.0, digest=7)
+    d.failed("a", now=0.0, digest=7)
+    assert faults == []
+    d.failed("b", now=0.0, digest=7)
+    d.failed("c", now=0.0, digest=7)
+    assert faults == [frozenset({"a", "b"})]
+
+
 def test_distinct_failing_requests_and_one_body_on_the_only_pod_still_eject() -> None:
     d, told = detector()
     for digest in (1, 2, 3):  # a pod failing every request: each body counts once

@@ -312,9 +312,6 @@ async def handle_anthropic_inference(
     return anthropic_shaped(answer) if isinstance(answer, web.Response) else answer
 
 
-_NOTHING_AVOIDED: Final[frozenset[str]] = frozenset()
-"""A request that failed nowhere moments ago avoids no endpoint (``RoutingRequest.avoid``)."""
-
 RESPONSE_SEARCH_LIMIT: Final = 32
 """At most this many pods are asked for a continuation or a stored response's retrieval whose
 response's pod is not known here (a 404 each is about a round trip on the pool's network: a bound on
@@ -501,7 +498,7 @@ async def _route(
         if refused is not None:  # before the pick: nothing picked is left unsent
             return refused
     outliers = sr.scheduler.outliers
-    avoid = _NOTHING_AVOIDED
+    avoid = None
     if outliers.failed_requests and outliers.remembers_failed_requests(state.clock()):
         # a request failed moments ago: if it was this one (the same body), its new try goes elsewhere
         avoid = outliers.failed_on(hash(body.raw), now=state.clock())

@@ -11,6 +11,7 @@ takes over its predecessor's outlier detection (failure counts and ejections).
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from igw.scheduling.settings import EXTENSION_NAME, RoutingSettings
 from igw.scheduling.types import EndpointKey
 
 EjectionHook = Callable[[str, EndpointKey, float, int], None]
+RequestFaultHook = Callable[[str, frozenset[EndpointKey]], None]
+"""Told of a request taken for the fault: ``(scheduler, the endpoints it failed on)``."""
 """Told of each ejection by a scheduler's outlier detection: ``(scheduler, endpoint, seconds,
 failures in a row)``."""
 
@@ -72,11 +75,13 @@ class GatewayRuntime:
         previous: GatewayRuntime | None = None,
         index_blocks: int | None = None,
         on_ejected: EjectionHook | None = None,
+        on_request_fault: RequestFaultHook | None = None,
     ) -> None:
         """``index_blocks``: the blocks every scheduler's prefix index may hold together (this
         process's share of the container's memory, :func:`igw.gateway.memory.index_block_budget`;
         ``None``: no bound), shared equally by the schedulers. ``on_ejected``: told of every
-        scheduler's ejections (the gateway counts and logs them)."""
+        scheduler's ejections, ``on_request_fault`` of every request its outlier detection took for
+        the fault (the gateway counts and logs both)."""
         self.config = config
         self.index_blocks = index_blocks
         self.settings = RoutingSettings.from_extension(config.extensions.get(EXTENSION_NAME))
@@ -116,6 +121,8 @@ class GatewayRuntime:
                     scheduler.responses.adopt(old.scheduler.responses)
                 if on_ejected is not None:
                     scheduler.outliers.on_ejected = _told(on_ejected, spec.name)
+                if on_request_fault is not None:
+                    scheduler.outliers.on_request_fault = functools.partial(on_request_fault, spec.name)
             pool = old.pool if old is not None else EndpointPool()
             self.schedulers[spec.name] = SchedulerRuntime(
                 spec=spec,

@@ -60,6 +60,7 @@ class GatewayState:
             picker_configs=picker_configs,
             index_blocks=index_blocks,
             on_ejected=self._endpoint_ejected,
+            on_request_fault=self._request_fault,
         )
         self.metrics = GatewayMetrics(
             lister=lambda: self.runtime.endpoints(),
@@ -138,6 +139,7 @@ class GatewayState:
             previous=self.runtime,
             index_blocks=self.runtime.index_blocks,
             on_ejected=self._endpoint_ejected,
+            on_request_fault=self._request_fault,
         )
         for name, sr in new.schedulers.items():
             if name in self.discovered:
@@ -152,6 +154,18 @@ class GatewayState:
             hook(config)
         if self.scraper is not None:
             self.scraper.sync()
+
+    def _request_fault(self, scheduler: str, endpoints: frozenset[str]) -> None:
+        """Outlier detection took a request that failed on two endpoints for the fault: counted and
+        logged (the request's body is not: it may hold anything)."""
+        self.metrics.child(self.metrics.request_faults, scheduler).inc()
+        log.warning(
+            "scheduler %s: one request failed on %s within a minute: taken for the request's "
+            "fault, not counted against those endpoints (a poison request; "
+            "spec.extensions.routing.outlierDetection)",
+            scheduler,
+            ", ".join(sorted(endpoints)),
+        )
 
     def _endpoint_ejected(self, scheduler: str, key: str, seconds: float, failures: int) -> None:
         """Outlier detection ejected ``key``: counted, and logged (an operator looks at the pod). The

@@ -351,10 +351,17 @@ class GatewayMetrics:
             ["scheduler", "endpoint"],
             registry=r,
         )
+        self.request_faults = FoldingCounter(
+            "igw_request_faults",
+            "Requests that failed (500, a broken stream) on two endpoints within a minute: taken for "
+            "the request's fault, not counted against the endpoints by outlier detection.",
+            ["scheduler"],
+            registry=r,
+        )
         for family in (
             self.requests, self.duration, self.ttft, self.itl, self.tokens, self.picks, self.rejections,
             self.decision, self.retries, self.retry_overflow, self.stream_errors, self.client_disconnects,
-            self.config_reloads, self.scrapes, self.ejections,
+            self.config_reloads, self.scrapes, self.ejections, self.request_faults,
         ):  # fmt: skip
             family.folds = self._batch.fold
         r.register(

@@ -74,6 +74,10 @@ REQUEST_MEMORY_CAPACITY: Final = 4096
 EjectionListener = Callable[[EndpointKey, float, int], None]
 """Told of each ejection: ``(endpoint, seconds, failures in a row)`` (the gateway counts and logs it)."""
 
+RequestFaultListener = Callable[[frozenset[EndpointKey]], None]
+"""Told of each request taken for the fault: the endpoints it failed on (the gateway counts and
+logs it)."""
+
 
 class _Record:
     """One endpoint's failure history."""
@@ -110,6 +114,8 @@ class OutlierDetector:
         """Its name among the schedulers' note sharers (:mod:`igw.scheduling.pick_notes`)."""
         self.settings = settings
         self.on_ejected = on_ejected
+        self.on_request_fault: RequestFaultListener | None = None
+        """Told when a request that failed on two endpoints is taken for the fault."""
         self.ejected: dict[EndpointKey, float] = {}
         """Endpoint -> when its ejection ends; entries past their end are dropped by :meth:`admit`."""
         self._records: dict[EndpointKey, _Record] = {}
@@ -190,6 +196,8 @@ class OutlierDetector:
             if record is not None and record.failures > 0:
                 record.failures -= 1
         seen.endpoints.add(key)
+        if self.on_request_fault is not None:
+            self.on_request_fault(frozenset(seen.endpoints))
         return True
 
     def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:

@@ -161,9 +161,10 @@ class RoutingRequest:
     previous_response_id: Final[str | None]
     """The stored response a Responses API request continues (its ``previous_response_id``): only
     the endpoint that stored it can answer (:mod:`igw.scheduling.response_affinity`)."""
-    avoid: Final[frozenset[EndpointKey]]
+    avoid: Final[frozenset[EndpointKey] | None]
     """Endpoints this very request (the same body) failed on moments ago, which its new try avoids
-    while another endpoint can take it (:mod:`igw.scheduling.outliers`, "request's fault")."""
+    while another endpoint can take it (:mod:`igw.scheduling.outliers`, "request's fault");
+    ``None``: none (a default the compiled build's signature can state, unlike ``frozenset()``)."""
 
     def __init__(
         self,
@@ -178,7 +179,7 @@ class RoutingRequest:
         tenant: str | None = None,
         stream: bool = True,
         previous_response_id: str | None = None,
-        avoid: frozenset[EndpointKey] = frozenset(),
+        avoid: frozenset[EndpointKey] | None = None,
     ) -> None:
         self.request_id = request_id
         self.model = model
