@@ -353,7 +353,7 @@ class GatewayMetrics:
         )
         self.request_faults = FoldingCounter(
             "igw_request_faults",
-            "Requests that failed (500, a broken stream) on two endpoints within a minute: taken for "
+            "Requests the model servers answered 500 on two endpoints within a minute: taken for "
             "the request's fault, not counted against the endpoints by outlier detection.",
             ["scheduler"],
             registry=r,
