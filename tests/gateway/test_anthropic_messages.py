@@ -15,6 +15,7 @@ import anthropic
 import orjson
 import pytest
 
+from igw.gateway.errors import sse_error_event
 from igw.gateway.guards import GuardDenied, Principal
 from igw.gateway.lean_server import SWITCH_ENV
 from igw.scheduling.plugins.prefix_cache_scorer import TYPE as PREFIX
@@ -97,9 +98,13 @@ async def test_a_message_stream_cut_by_its_pod_ends_in_an_error_the_sdk_raises(
                 async for chunk in stream.text_stream:
                     received.append(chunk)
 
-        with pytest.raises(anthropic.APIStatusError, match="upstream_error"):
+        with pytest.raises(anthropic.APIStatusError, match="closed the stream") as cut:
             await read_the_stream()
         assert received == ["tok0", "tok1"]
+        # Anthropic's error inside the event (since session s33): the type an agent reads
+        assert isinstance(cut.value.body, dict)
+        assert cut.value.body["error"]["type"] == "api_error"
+        assert set(cut.value.body["error"]) == {"type", "message"}
 
 
 async def anthropic_error(resp: Any) -> tuple[str, str]:
@@ -200,12 +205,14 @@ async def test_the_gateways_own_errors_take_the_anthropic_shape_the_sdk_reads(
             ({"model": CHAT_MODEL, **message}, {}, 401, "authentication_error"),
             ({"model": CHAT_MODEL, **message}, good, 403, "permission_error"),
             ({"model": OTHER_MODEL, **message}, good, 429, "rate_limit_error"),
-            ({"model": "gone-model", **message}, good, None, "api_error"),  # 502 or 503: no pod answers
+            ({"model": "gone-model", **message}, good, None, ""),  # 502 or 503: no pod answers
         )
         for path in ("/v1/messages", "/v1/messages/count_tokens"):
             for body, headers, status, kind in cases:
                 resp = await gw.post(path, body, headers=headers)
                 assert resp.status == status if status is not None else resp.status in (502, 503)
+                # no pod: 502 an api_error, 503 (none left in the pool) an overloaded_error, retried
+                kind = kind or {502: "api_error", 503: "overloaded_error"}[resp.status]
                 assert (await anthropic_error(resp))[0] == kind, (path, body["model"], status)
                 if status == 429:
                     assert resp.headers["Retry-After"] == "7"
@@ -279,3 +286,22 @@ async def test_a_token_count_is_routed_by_model_and_counts_no_tokens_and_no_cach
         page = await (await gw.http.get(gw.url + "/metrics")).text()
         assert metric(page, "igw_tokens_total", model=CHAT_MODEL, direction="in") == PROMPT_TOKENS
         assert prefix.index.size(coder.key) > 0
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [("shutting_down", "overloaded_error"), ("upstream_error", "api_error"), ("route_timeout", "api_error")],
+)
+def test_a_messages_streams_terminal_event_carries_anthropics_error_type(code: str, kind: str) -> None:
+    """A gateway shutting down mid-stream says ``overloaded_error`` (agents retry it elsewhere), a
+    pod that broke the stream or a timeout ``api_error``; an OpenAI stream's event is unchanged."""
+    event = sse_error_event(code, "ended", anthropic=True)
+    head, data, done = event.split(b"\n\n")[:3]
+    assert head.startswith(b"event: error\ndata: ")
+    assert orjson.loads(head.removeprefix(b"event: error\ndata: ")) == {
+        "type": "error",
+        "error": {"type": kind, "message": "ended"},
+    }
+    assert (data, done) == (b"data: [DONE]", b"")
+    openai_shaped = orjson.loads(sse_error_event(code, "ended").split(b"\n\n")[0].split(b"data: ")[1])
+    assert openai_shaped["error"]["code"] == code

@@ -129,11 +129,14 @@ ANTHROPIC_ERROR_TYPES: Final[Mapping[int, str]] = MappingProxyType(
         413: "request_too_large",
         429: "rate_limit_error",
         500: "api_error",
+        503: "overloaded_error",
         529: "overloaded_error",
     }
 )
 """Anthropic's error ``type`` per HTTP status (its API's error table); any other 4xx is an
-``invalid_request_error`` (as that table says), any other 5xx an ``api_error``."""
+``invalid_request_error`` (as that table says), any other 5xx an ``api_error``. A 503 (no endpoint,
+the gateway shutting down, its searches all busy) is ``overloaded_error``: "temporarily unable,
+retry", which agents retry, as the table's 529 says of Anthropic's own API."""
 
 
 def anthropic_error_type(status: int) -> str:
@@ -168,14 +171,19 @@ def anthropic_shaped(response: web.StreamResponse, *, request_id: str | None = N
     return response
 
 
-def sse_error_event(code: str, message: str) -> bytes:
+def sse_error_event(code: str, message: str, *, anthropic: bool = False) -> bytes:
     """The terminal event of a stream that cannot complete, then ``[DONE]``: an event named
     ``error`` whose data is ``{"type": "error", "error": {...}}`` with the OpenAI error inside. The
     OpenAI SDK raises on any event whose data has an ``error``; the Anthropic SDK only on an event
     named ``error`` (it skipped the unnamed one sent before session s32, and a broken stream then
-    ended as if complete)."""
-    kind = ERRORS[code].type
-    body = orjson.dumps(
-        {"type": "error", "error": {"message": message, "type": kind, "param": None, "code": code}}
+    ended as if complete). ``anthropic``: a Messages API stream, whose error is Anthropic's
+    (``type`` by the code's status: an ``api_error`` for a pod that broke the stream or a timeout, an
+    ``overloaded_error`` for a gateway shutting down, which agents retry; since session s33)."""
+    kind = ERRORS[code]
+    error: dict[str, object] = (
+        {"type": anthropic_error_type(kind.status), "message": message}
+        if anthropic
+        else {"message": message, "type": kind.type, "param": None, "code": code}
     )
+    body = orjson.dumps({"type": "error", "error": error})
     return b"event: error\ndata: " + body + b"\n\ndata: [DONE]\n\n"

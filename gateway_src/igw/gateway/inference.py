@@ -49,7 +49,7 @@ from igw.gateway.flow_gate import (
 )
 from igw.gateway.forwarded_answer import ForwardedAnswer, as_response
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
-from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, InferenceApi
+from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, InferenceApi, anthropic_path
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
 from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
@@ -865,7 +865,9 @@ async def _forward(
             timeout = plan.timeout_s or 0
             obs.failed(f"routeTimeout {timeout:g}s exceeded", stream_broken=bool(prepared))
             if prepared:
-                await _end_stream(prepared[0], "route_timeout", f"routeTimeout of {timeout:g}s exceeded")
+                await _end_stream(
+                    request, prepared[0], "route_timeout", f"routeTimeout of {timeout:g}s exceeded"
+                )
                 return obs.finish(prepared[0])
             message = f"routeTimeout of {timeout:g}s exceeded waiting for {plan.what}"
             return obs.finish(gateway_error("route_timeout", message, request_id=obs.request_id))
@@ -883,7 +885,7 @@ async def _forward(
             message = "the gateway is shutting down; retry the request"
             obs.failed("ended by shutdown after the stream grace", stream_broken=bool(prepared))
             if prepared:
-                await _end_stream(prepared[0], "shutting_down", message)
+                await _end_stream(request, prepared[0], "shutting_down", message)
                 return obs.finish(prepared[0])
             return obs.finish(gateway_error("shutting_down", message, request_id=obs.request_id))
         finally:
@@ -1007,12 +1009,12 @@ def _finish_after_write(
     return response
 
 
-async def _end_stream(response: web.StreamResponse, code: str, message: str) -> None:
+async def _end_stream(request: web.Request, response: web.StreamResponse, code: str, message: str) -> None:
     """Finish a started SSE response with an error event and ``[DONE]`` (the client may be gone)."""
     with contextlib.suppress(
         ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError
     ):
-        await response.write(sse_error_event(code, message))
+        await response.write(sse_error_event(code, message, anthropic=anthropic_path(request.path)))
         await response.write_eof()
 
 

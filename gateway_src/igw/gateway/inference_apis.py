@@ -94,6 +94,12 @@ poll and, with ``?stream=true``, its resumed events -, delete, cancel, its input
 the pod that stored it (``igw serve``; ``igw global serve``: to the cluster that stored it)."""
 
 
+def anthropic_path(path: str) -> bool:
+    """Whether ``path`` serves an API of Anthropic's shape (read where an error is written, not per
+    request)."""
+    return INFERENCE_PATHS.get(path) in ANTHROPIC_APIS
+
+
 def operation_name(path: str) -> str:
     """The ``gen_ai.operation.name`` of a request to ``path`` (an inference path, else ``chat``'s
     neighbour ``text_completion``, what any other path was named before the table existed)."""

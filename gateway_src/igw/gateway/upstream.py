@@ -40,6 +40,7 @@ from mypy_extensions import mypyc_attr
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import gateway_error, sse_error_event
 from igw.gateway.forwarded_answer import HOP_BY_HOP, HOP_BY_HOP_FIELDS, ForwardedAnswer, forwarded_answer
+from igw.gateway.inference_apis import anthropic_path
 from igw.gateway.server_identity import UPSTREAM_SERVER_FIELD
 from igw.gateway.upstream_client import (
     ConnectFailed,
@@ -740,7 +741,7 @@ async def _relay_stream(
             if isinstance(exc, UpstreamStalled)
             else f"upstream {kind}: {type(exc).__name__}"
         )
-        await _terminal_error(response, code=code, message=message)
+        await _terminal_error(response, code=code, message=message, anthropic=anthropic_path(request.path))
     finally:
         judge()
     result.usage = usage
@@ -767,6 +768,8 @@ async def _keepalive(
         raise ClientGone() from exc
 
 
-async def _terminal_error(response: web.StreamResponse, *, code: str, message: str) -> None:
+async def _terminal_error(
+    response: web.StreamResponse, *, code: str, message: str, anthropic: bool = False
+) -> None:
     with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
-        await response.write(sse_error_event(code, message))
+        await response.write(sse_error_event(code, message, anthropic=anthropic))
