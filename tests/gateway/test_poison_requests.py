@@ -7,16 +7,14 @@ a row ejected it (and the next, up to half the pool, for a caller who kept going
 from __future__ import annotations
 
 import logging
-from types import SimpleNamespace
 from typing import Any
 
 import openai
 import pytest
 from aiohttp import web
 
-from igw.gateway.inference import _feedback
+from igw.gateway.inference import request_digest
 from igw.gateway.upstream import ExchangeResult
-from igw.scheduling.types import RequestOutcome
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 from tests.gateway.test_openai_apis import metric
@@ -66,16 +64,6 @@ async def test_a_poison_request_repeated_ejects_no_pod_and_a_failing_pod_still_i
         assert list(outliers.ejected) == [broken.key]
 
 
-class RecordingScheduler:
-    """The scheduler's ``on_complete`` seam: the outcomes ``_feedback`` hands it."""
-
-    def __init__(self) -> None:
-        self.outcomes: list[RequestOutcome] = []
-
-    def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
-        self.outcomes.append(outcome)
-
-
 @pytest.mark.parametrize(
     ("result", "digested"),
     [
@@ -91,10 +79,6 @@ def test_only_a_pods_own_500_answer_carries_the_requests_digest(
 ) -> None:
     """A stream the pod broke may be a request that killed its engine (a query of death): steering
     its retries to fresh pods would kill those too, so only an answered 500 names the request."""
-    sched = RecordingScheduler()
-    sr = SimpleNamespace(scheduler=sched)
-    obs = SimpleNamespace(request_id="r1", record=SimpleNamespace(prompt_tokens=3), started=0.0)
     body = b'{"model": "m", "prompt": "x"}'
-    _feedback(sr, "a:1", obs, result, now=0.0, body=body)  # type: ignore[arg-type]
-    (outcome,) = sched.outcomes
-    assert outcome.request_digest == (hash(body) if digested else None)
+    assert request_digest(result, body) == (hash(body) if digested else None)
+    assert request_digest(result, b"") is None  # no body kept (a retrieval): nothing to name

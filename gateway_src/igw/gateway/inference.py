@@ -990,6 +990,16 @@ def _searched(
         state.response_searches.found(plan.search_for)
 
 
+def request_digest(result: ExchangeResult | None, body: bytes) -> int | None:
+    """The digest of ``body`` (the request as routed) that an outcome ``result`` carries to outlier
+    detection, else ``None``: the same request failing on another pod too is the request's fault
+    (:mod:`igw.scheduling.outliers`). Only for the model server's own 500 answer: the server
+    answered, so it lives, and the request's next try may go to another pod. A stream it broke may
+    be a request that killed the engine, which must not be steered to a second one; an unavailable
+    pod's 502/503/504 is never the request's."""
+    return hash(body) if body and refused_status(result) == 500 else None
+
+
 async def _within(timeout_s: float, exchanging: Awaitable[ExchangeResult]) -> ExchangeResult:
     """``exchanging``'s result, cancelled with TimeoutError after ``timeout_s`` (in the calling task)."""
     async with asyncio.timeout(timeout_s):
@@ -1070,12 +1080,8 @@ def _feedback(
     """Tell the scheduler how the request went (drain rate, measured speed, and for outlier detection
     whether the model server failed it: ``result.ok`` is false only for a 5xx answer or a stream it
     broke or left silent; no result - the client left, routeTimeout - is nobody's fault here;
-    ``fault``: the caller found the pod at fault otherwise, a 404 for the pool's own model). The
-    model server's own 500 answer carries the digest of ``body`` (the request as routed): the same
-    request failing on another pod too is the request's fault (:mod:`igw.scheduling.outliers`).
-    Only a 500: the server answered, so it lives, and the request's next try may go to another
-    pod. A stream it broke may be a request that killed the engine, which must not be steered to a
-    second one; an unavailable pod's 502/503/504 is never the request's."""
+    ``fault``: the caller found the pod at fault otherwise, a 404 for the pool's own model;
+    ``body``: the request as routed, whose digest a failure may carry, :func:`request_digest`)."""
     itl = None
     out_tokens = 0
     ttft = None
@@ -1099,7 +1105,7 @@ def _feedback(
             output_tokens=out_tokens,
             pod_fault=fault or (result is not None and not result.ok),
             response_id=None if result is None else result.response_id,
-            request_digest=hash(body) if body and refused_status(result) == 500 else None,
+            request_digest=request_digest(result, body),
         ),
         now=now,
     )
