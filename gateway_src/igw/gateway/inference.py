@@ -245,36 +245,24 @@ async def handle_inference(
         # connection's) does not: the registry then looks the calling task up
         task = state.inflight.enter(getattr(request, "handler_task", None))
         try:
-            if forward.search_for is not None:
-                return await _search(request, state, guard, principal, obs, body, forward)
-            return await _forward(request, state, guard, principal, obs, body, forward)
+            if forward.search_for is None:
+                return await _forward(request, state, guard, principal, obs, body, forward)
+            # A continuation searching the pool holds one of the process's search places while it
+            # runs. The place was free before the pick (_search_refusal); taken since, while the
+            # pick waited in flow control's queue, the request goes to the pick's own candidates
+            # only (the retry policy's attempts), as in a one-pod pool.
+            searching = state.response_searches.begin()
+            if not searching:
+                forward.search_for = None
+            try:
+                return await _forward(request, state, guard, principal, obs, body, forward)
+            finally:
+                if searching:
+                    state.response_searches.end()
         finally:
             state.inflight.leave(task)
     except GuardDenied as denied:
         return obs.finish(denial_response(denied, request_id=obs.request_id))
-
-
-async def _search(
-    request: web.Request,
-    state: GatewayState,
-    guard: RequestGuard,
-    principal: Principal,
-    obs: RequestObserver,
-    body: InferenceBody,
-    plan: _Forward,
-) -> web.StreamResponse | ForwardedAnswer:
-    """:func:`_forward` for a continuation that searches the pool (``plan.search_for``), holding one
-    of the process's search places while it runs. The place was free before the pick
-    (:func:`_search_refusal`); taken since, while the pick waited in flow control's queue, the request
-    goes to the pick's own candidates only, as it would in a one-pod pool."""
-    searches = state.response_searches
-    if not searches.begin():
-        plan.search_for = None  # the retry policy's attempts bound the candidates asked again
-        return await _forward(request, state, guard, principal, obs, body, plan)
-    try:
-        return await _forward(request, state, guard, principal, obs, body, plan)
-    finally:
-        searches.end()
 
 
 def _search_refusal(
