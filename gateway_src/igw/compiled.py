@@ -74,6 +74,7 @@ _SCHEDULING: Final = (
     ".plugins.utilization_detector",
     ".plugins.weighted_random_picker",
     ".registry",
+    ".request_faults",
     ".response_affinity",
     ".retry_policy",
     ".saturation",

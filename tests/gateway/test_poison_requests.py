@@ -13,7 +13,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from igw.gateway.inference import request_digest
+from igw.gateway.retries import request_digest
 from igw.gateway.upstream import ExchangeResult
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from igw.global_router.config import FailoverSpec
-from igw.global_router.health import RAMP_FLOOR, ClusterHealth
-from tests.global_router.support import beat
+from igw.global_router.config import ClusterSpec, FailoverSpec
+from igw.global_router.health import RAMP_FLOOR, ClusterHealth, ejection_bound, record_failure
+from tests.global_router.support import MODEL, beat
 
 SPEC = FailoverSpec(heartbeat_staleness_s=3.0, failure_threshold=3, ejection_s=5.0, slow_start_s=30.0)
 
@@ -63,15 +65,41 @@ def test_deleted_or_draining_heartbeat_drains_at_once() -> None:
     assert t2.reason == "draining"
 
 
+def fleet(
+    *names: str, spec: FailoverSpec = SPEC, models: dict[str, tuple[str, ...]] | None = None
+) -> tuple[dict[str, ClusterHealth], dict[str, ClusterSpec]]:
+    """Healthy clusters ``names`` serving MODEL (or ``models[name]``)."""
+    health = {}
+    for name in names:
+        h = ClusterHealth(name, spec)
+        h.observe_heartbeat(beat(name, seq=1), now=0.0)
+        h.evaluate(now=0.0, source_up=True)
+        health[name] = h
+    served = models or {}
+    specs = {name: ClusterSpec(name, "east", f"http://{name}", served.get(name, (MODEL,))) for name in names}
+    return health, specs
+
+
+def fail(
+    health: dict[str, ClusterHealth],
+    specs: dict[str, ClusterSpec],
+    name: str,
+    n: int,
+    *,
+    now: float,
+    spec: FailoverSpec = SPEC,
+) -> list[str | None]:
+    return [record_failure(health, specs, name, now=now, spec=spec) for _ in range(n)]
+
+
 def test_consecutive_failures_eject_for_the_ejection_time_and_success_resets() -> None:
-    h = healthy()
-    h.record_failure(now=1.0)
-    h.record_failure(now=1.0)
+    health, specs = fleet("a", "b")
+    h = health["a"]
+    fail(health, specs, "a", 2, now=1.0)
     h.record_success()
-    h.record_failure(now=1.0)
-    h.record_failure(now=1.0)
+    fail(health, specs, "a", 2, now=1.0)
     assert h.evaluate(now=1.0, source_up=True) is None  # 2 in a row, not 3
-    h.record_failure(now=1.0)
+    assert fail(health, specs, "a", 1, now=1.0) == [None]
     t = h.evaluate(now=1.0, source_up=True)
     assert t is not None
     assert t.reason == "failures"
@@ -80,6 +108,56 @@ def test_consecutive_failures_eject_for_the_ejection_time_and_success_resets() -
     back = h.evaluate(now=6.0, source_up=True)
     assert back is not None
     assert back.kind == "recovery"
+
+
+def test_a_failure_taken_back_shortens_the_row() -> None:
+    health, specs = fleet("a", "b")
+    fail(health, specs, "a", 2, now=0.0)
+    health["a"].take_back_failure()
+    fail(health, specs, "a", 1, now=0.0)
+    assert not health["a"].ejected(now=0.0)  # 2 in a row, not 3
+    fail(health, specs, "a", 1, now=0.0)
+    assert health["a"].ejected(now=0.0)
+    health["b"].take_back_failure()  # nothing in a row: stays at none
+    assert health["b"].consecutive_failures == 0
+
+
+def test_at_most_max_ejection_percent_of_the_clusters_are_out_for_failures() -> None:
+    health, specs = fleet("a", "b", "c", "d")
+    assert fail(health, specs, "a", 3, now=0.0)[-1] is None
+    assert fail(health, specs, "b", 3, now=0.0)[-1] is None  # 2 of 4: within 50 %
+    refused = fail(health, specs, "c", 3, now=0.0)[-1]
+    assert refused == "2 of 4 clusters are out for failures already (failover.maxEjectionPercent 50)"
+    assert not health["c"].ejected(now=0.0)
+    assert health["c"].consecutive_failures == 0  # counted afresh: the next row asks again
+    assert fail(health, specs, "c", 3, now=5.0)[-1] is None  # a and b are back: c may go
+    assert health["c"].ejected(now=5.0)
+
+
+@pytest.mark.parametrize(
+    ("names", "percent", "ejectable"), [(("a",), 100, 0), (("a", "b"), 0, 1), (("a", "b", "c"), 100, 2)]
+)
+def test_the_bound_is_at_least_one_and_never_every_cluster(
+    names: tuple[str, ...], percent: int, ejectable: int
+) -> None:
+    spec = replace(SPEC, max_ejection_percent=percent)
+    health, specs = fleet(*names, spec=spec)
+    assert ejection_bound(len(names), percent) == ejectable
+    for name in names:
+        fail(health, specs, name, 3, now=0.0, spec=spec)
+    assert sum(h.ejected(now=0.0) for h in health.values()) == ejectable
+
+
+def test_the_last_available_cluster_serving_a_model_is_never_drained_for_failures() -> None:
+    health, specs = fleet("a", "b", "c", models={"a": (MODEL, "rare"), "b": (MODEL,), "c": (MODEL,)})
+    assert fail(health, specs, "a", 3, now=0.0)[-1] == "it is the last available cluster serving model 'rare'"
+    health2, specs2 = fleet("a", "b", spec=replace(SPEC, max_ejection_percent=100))
+    health2["b"].evaluate(now=4.0, source_up=True)  # b's heartbeat went stale: drained
+    assert not health2["b"].available()
+    assert (
+        fail(health2, specs2, "a", 3, now=4.0)[-1] == "it is the last available cluster serving model 'llama'"
+    )
+    assert not health2["a"].ejected(now=4.0)
 
 
 def test_slow_start_ramps_linearly_from_the_floor_to_full() -> None:
@@ -127,3 +205,13 @@ def test_a_cluster_whose_first_heartbeat_is_malformed_is_drained_even_when_heart
     relaxed.observe_heartbeat(None, now=0.0, malformed=True)
     relaxed.evaluate(now=0.0, source_up=True)
     assert relaxed.drain_reason == "malformed"
+
+
+def test_a_refused_connection_drains_its_cluster_whatever_the_bound() -> None:
+    health, specs = fleet("a", "b", "c")
+    fail(health, specs, "a", 3, now=0.0)
+    assert fail(health, specs, "b", 3, now=0.0)[-1] is not None  # answered failures: bounded
+    for _ in range(3):  # b and c down at once (connections refused): both fail over
+        assert record_failure(health, specs, "b", now=0.0, spec=SPEC, unreachable=True) is None
+        assert record_failure(health, specs, "c", now=0.0, spec=SPEC, unreachable=True) is None
+    assert all(h.ejected(now=0.0) for h in health.values())

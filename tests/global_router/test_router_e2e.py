@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections import Counter
@@ -321,6 +322,71 @@ async def test_429_and_503_are_retried_on_another_cluster(redis_server: RedisSer
         assert await fx.metric("igw_global_upstream_retries_total", cause="429") >= 10
         # 429 is back-pressure, not a failure: the clusters stay available.
         assert fx.fleets[0].health["east-a"].available()
+
+
+def _failure_drains(fx: Fixture) -> int:
+    """Clusters either replica drained for failing requests so far."""
+    return sum(1 for f in fx.fleets for t in f.transitions if t.kind == "failover" and t.reason == "failures")
+
+
+async def test_a_poison_request_retried_by_the_sdk_drains_no_cluster(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body every engine answers with 500, sent three times through the OpenAI SDK (two retries
+    each): before session s34 the nine failures drained all three clusters and every caller got 503
+    for the ejection's length. A retry of the same body goes to another cluster, and failing there
+    too it is the request's fault, counted at neither."""
+    caplog.set_level(logging.WARNING, logger="igw.global_router")
+    async with fleet(redis_server) as fx:
+        for c in fx.clusters.values():
+            c.server.poison = b"POISON"
+        client = openai.AsyncOpenAI(base_url=fx.urls[0] + "/v1", api_key="x", max_retries=2)
+        try:
+            for _ in range(3):
+                with pytest.raises(openai.InternalServerError):
+                    await client.completions.create(model=MODEL, prompt="POISON please")
+        finally:
+            await client.close()
+        tried = {
+            name for name, c in fx.clusters.items() if any(b"POISON" in r.body for r in c.server.received)
+        }
+        assert len(tried) >= 2  # the SDK's retry went elsewhere
+        assert _failure_drains(fx) == 0
+        assert all(h.available() for h in fx.fleets[0].health.values())
+        assert await fx.metric("igw_global_request_faults_total") == 1
+        faults = [r for r in caplog.records if "taken for the request's fault" in r.getMessage()]
+        assert len(faults) == 1
+        assert "POISON" not in caplog.text  # the body is never logged
+        assert sum((await served_by(fx, 10)).values()) == 10
+
+
+async def test_failing_requests_never_drain_more_than_half_the_clusters(redis_server: RedisServer) -> None:
+    """Distinct bodies every engine fails on, each sent once (no retry to tell them apart from a
+    failing cluster): before session s34 they drained every cluster. At most maxEjectionPercent (50 %:
+    one of three) is out for failures at once; the refused ejections are counted."""
+    async with fleet(redis_server) as fx:
+        for c in fx.clusters.values():
+            c.server.poison = b"POISON"
+        for n in range(12):
+            async with await fx.post({"model": MODEL, "prompt": f"POISON {n}"}) as resp:
+                assert resp.status == 500
+        f = fx.fleets[0]
+        f.evaluate()
+        assert sum(not h.available() for h in f.health.values()) <= 1
+        assert await fx.metric("igw_global_failover_refused_total") >= 1
+        assert sum((await served_by(fx, 10)).values()) == 10
+
+
+async def test_a_cluster_failing_every_request_is_still_drained(redis_server: RedisServer) -> None:
+    async with fleet(redis_server) as fx:
+        fx.clusters["east-a"].server.infer_status = 500
+        for n in range(30):
+            async with await fx.post({"model": MODEL, "prompt": f"request {n}"}) as resp:
+                await resp.read()
+            if _drained_for(fx.fleets[0], "east-a", "failures"):
+                break
+        assert _drained_for(fx.fleets[0], "east-a", "failures")
+        assert "east-a" not in await served_by(fx, 10)
 
 
 async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:

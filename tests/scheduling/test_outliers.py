@@ -248,9 +248,9 @@ def test_a_request_failing_on_a_second_pod_is_its_own_fault_and_the_first_pods_f
     d, told = detector()
     d.failed("a", now=0.0)
     d.failed("a", now=0.0, digest=7)
-    assert d.failed_on(7, now=1.0) == {"a"}
+    assert d.request_faults.failed_at(7, now=1.0) == {"a"}
     d.failed("b", now=1.0, digest=7)  # the same body fails elsewhere: the body is at fault
-    assert d.failed_on(7, now=1.0) == {"a", "b"}
+    assert d.request_faults.failed_at(7, now=1.0) == {"a", "b"}
     for key in ("a", "b", "c", "a", "a", "a"):  # its later failures count nowhere
         d.failed(key, now=2.0, digest=7)
     assert told == []
@@ -285,23 +285,6 @@ def test_distinct_failing_requests_and_one_body_on_the_only_pod_still_eject() ->
     assert [t[0] for t in told2] == ["a"]
 
 
-def test_failed_requests_are_forgotten_after_a_minute_and_bounded() -> None:
-    from igw.scheduling.outliers import REQUEST_MEMORY_CAPACITY, REQUEST_MEMORY_S
-
-    d, _ = detector()
-    d.failed("a", now=0.0, digest=7)
-    assert d.remembers_failed_requests(REQUEST_MEMORY_S)
-    d.failed("b", now=REQUEST_MEMORY_S + 0.1, digest=7)  # too late to blame the request: b's own
-    assert d.failed_on(7, now=REQUEST_MEMORY_S + 0.1) == {"b"}
-    assert not d.remembers_failed_requests(2 * REQUEST_MEMORY_S + 0.2)
-    assert d.failed_requests == {}
-    for digest in range(REQUEST_MEMORY_CAPACITY + 5):
-        d.failed(f"p{digest % 50}", now=1000.0, digest=digest)
-    assert len(d.failed_requests) == REQUEST_MEMORY_CAPACITY
-    assert d.failed_on(0, now=1000.0) == frozenset()  # the oldest went first
-    assert d.failed_on(REQUEST_MEMORY_CAPACITY + 4, now=1000.0) == {f"p{(REQUEST_MEMORY_CAPACITY + 4) % 50}"}
-
-
 def avoiding(*keys: str) -> RoutingRequest:
     return RoutingRequest(
         request_id="r2",
@@ -332,7 +315,7 @@ def test_the_scheduler_passes_the_outcomes_digest_to_outlier_detection() -> None
             RequestOutcome(request_id="r", endpoint=key, ok=False, pod_fault=True, request_digest=5), now=0.0
         )
     assert s.outliers.ejected == {}
-    assert s.outliers.failed_on(5, now=0.0) == {"a", "b"}
+    assert s.outliers.request_faults.failed_at(5, now=0.0) == {"a", "b"}
     s.on_complete(RequestOutcome(request_id="r", endpoint="a", ok=False, pod_fault=True), now=0.0)
     s.on_complete(RequestOutcome(request_id="r", endpoint="a", ok=False, pod_fault=True), now=0.0)
     assert s.pick(req(), pool, now=0.0).endpoint == "b"  # failures without a digest count as before

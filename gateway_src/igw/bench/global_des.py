@@ -32,7 +32,7 @@ from typing import Any
 
 from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import ClusterSpec, FailoverSpec, RoutingSpec
-from igw.global_router.health import ClusterHealth, Transition
+from igw.global_router.health import ClusterHealth, Transition, record_failure
 from igw.global_router.policy import ClusterState, plan
 
 MODEL = "llama"
@@ -113,6 +113,7 @@ def run_global_des(options: DesOptions) -> dict[str, Any]:
         inter_region_penalty_s=options.base_rtt_s + options.per_hop_rtt_s,
     )
     health = [{name: ClusterHealth(name, failover) for name in clusters} for _ in regions]
+    specs = {name: cluster.spec for name, cluster in clusters.items()}
     store: dict[str, Heartbeat | None] = {}
     region_index = {region: i for i, region in enumerate(regions)}
     events: list[tuple[float, int, str, Any]] = []
@@ -167,7 +168,7 @@ def run_global_des(options: DesOptions) -> dict[str, Any]:
             rtt = _ring_rtt(r, region_index[target.spec.region], options) + 0.001
             if not target.alive:
                 elapsed += rtt  # connect refused after one round trip: next cluster, not an attempt
-                views[target.spec.name].record_failure(now=now)
+                record_failure(views, specs, target.spec.name, now=now, spec=failover, unreachable=True)
                 observe(r, target.spec.name, views[target.spec.name].evaluate(now=now, source_up=True), now)
                 continue
             answered += 1

@@ -62,7 +62,7 @@ from igw.gateway.request_body import (
     received_whole,
     with_fields,
 )
-from igw.gateway.retries import refused_status, retry_condition
+from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
@@ -485,11 +485,11 @@ async def _route(
         refused = _search_refusal(state, continues, request_id=rid, param="previous_response_id")
         if refused is not None:  # before the pick: nothing picked is left unsent
             return refused
-    outliers = sr.scheduler.outliers
+    faults = sr.scheduler.outliers.request_faults
     avoid = None
-    if outliers.failed_requests and outliers.remembers_failed_requests(state.clock()):
+    if faults.entries and faults.active(state.clock()):
         # a request failed moments ago: if it was this one (the same body), its new try goes elsewhere
-        avoid = outliers.failed_on(hash(body.raw), now=state.clock())
+        avoid = faults.failed_at(hash(body.raw), now=state.clock())
     rreq = RoutingRequest(
         request_id=rid,
         model=route.model,
@@ -976,16 +976,6 @@ def _searched(
         state.response_searches.unfound(plan.search_for, now=state.clock())
     elif result is not None and result.status < 400:
         state.response_searches.found(plan.search_for)
-
-
-def request_digest(result: ExchangeResult | None, body: bytes) -> int | None:
-    """The digest of ``body`` (the request as routed) that an outcome ``result`` carries to outlier
-    detection, else ``None``: the same request failing on another pod too is the request's fault
-    (:mod:`igw.scheduling.outliers`). Only for the model server's own 500 answer: the server
-    answered, so it lives, and the request's next try may go to another pod. A stream it broke may
-    be a request that killed the engine, which must not be steered to a second one; an unavailable
-    pod's 502/503/504 is never the request's."""
-    return hash(body) if body and refused_status(result) == 500 else None
 
 
 async def _within(timeout_s: float, exchanging: Awaitable[ExchangeResult]) -> ExchangeResult:

@@ -33,6 +33,16 @@ def refused_status(result: ExchangeResult | None) -> int | None:
     return result.status
 
 
+def request_digest(result: ExchangeResult | None, body: bytes) -> int | None:
+    """The digest of ``body`` (the request as routed) that an outcome ``result`` carries to failure
+    detection, else ``None``: the same request failing at another place too is the request's fault
+    (:mod:`igw.scheduling.request_faults`; a pod's outlier detection, a cluster's at tier 2). Only
+    for the server's own 500 answer: the server answered, so it lives, and the request's next try
+    may go elsewhere. A stream it broke may be a request that killed the engine, which must not be
+    steered to a second one; an unavailable server's 502/503/504 is never the request's."""
+    return hash(body) if body and refused_status(result) == 500 else None
+
+
 def retry_condition(result: ExchangeResult) -> RetryCondition | None:
     """The condition (of ``retryOn``'s) an attempt's refusal meets, or ``None`` for an answer that is
     not a refusal - one that generated tokens, a success, a client error other than 404 and 429, or

@@ -57,6 +57,7 @@ class FailoverSpec:
     failure_threshold: int = 3
     ejection_s: float = 5.0
     slow_start_s: float = 30.0
+    max_ejection_percent: int = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,7 @@ def build_global_config(doc: Mapping[str, Any]) -> GlobalRouterConfig:
             failure_threshold=int(failover.get("failureThreshold", d_f.failure_threshold)),
             ejection_s=float(failover.get("ejectionSeconds", d_f.ejection_s)),
             slow_start_s=float(failover.get("slowStartSeconds", d_f.slow_start_s)),
+            max_ejection_percent=int(failover.get("maxEjectionPercent", d_f.max_ejection_percent)),
         ),
         heartbeats=HeartbeatSpec(
             redis_url=str(redis.get("url", d_h.redis_url)),

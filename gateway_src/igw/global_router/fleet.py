@@ -15,10 +15,11 @@ from typing import Any
 
 from igw.gateway.ticker import Ticker
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig
-from igw.global_router.health import ClusterHealth, Transition
+from igw.global_router.health import ClusterHealth, Transition, record_failure
 from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.policy import Choice, ClusterState, plan
+from igw.scheduling.request_faults import RequestFaultMemory
 
 log = logging.getLogger("igw.global_router")
 
@@ -49,6 +50,10 @@ class Fleet:
         self.polled = False
         self.transitions: list[Transition] = []
         """Every failover and recovery so far, in order (also counted in the metrics)."""
+        self.request_faults: RequestFaultMemory[str] = RequestFaultMemory()
+        """The clusters each request body that a cluster answered with a 500 failed at: the same
+        body failing at a second cluster is the request's fault, counted at neither
+        (:mod:`igw.scheduling.request_faults`)."""
         self._ticker = Ticker(
             self._tick, interval_s=config.heartbeats.poll_interval_s, name="igw-global-poll"
         )
@@ -129,14 +134,63 @@ class Fleet:
         ]
         return plan(model, states, region=self.region, routing=self.config.routing, rng=self._rng)
 
-    def record_outcome(self, cluster: str, *, ok: bool) -> None:
-        """A request's outcome at ``cluster`` (failures drain it after ``failureThreshold``)."""
+    def away_from_failures(self, choices: list[Choice], body: bytes) -> list[Choice]:
+        """``choices`` with the clusters at which this same request ``body`` failed moments ago moved
+        last (the plan's order kept otherwise), so that a client's retry of a failed request tries
+        another cluster first, as Envoy's ``previous_hosts`` retry predicate does: if it fails there
+        too, it is the request's fault (:meth:`record_outcome`)."""
+        faults = self.request_faults
+        if not faults.entries or not body or not faults.active(self._clock()):
+            return choices  # nothing failed in the last minute: no body is digested
+        failed_at = faults.failed_at(hash(body), now=self._clock())
+        if not failed_at:
+            return choices
+        return sorted(choices, key=lambda choice: choice.cluster.name in failed_at)
+
+    def record_outcome(
+        self, cluster: str, *, ok: bool, digest: int | None = None, unreachable: bool = False
+    ) -> None:
+        """A request's outcome at ``cluster``: failures drain it after ``failureThreshold`` in a row,
+        within the fleet's bound (:func:`~igw.global_router.health.record_failure`; ``unreachable``:
+        a connection that failed, not bounded). ``digest``: the request body's, for a cluster's own
+        500 answer (:func:`~igw.gateway.retries.request_digest`): a body that failed at another
+        cluster too is the request's fault, counted at neither."""
         health = self.health[cluster]
         if ok:
             health.record_success()
             return
-        health.record_failure(now=self._clock())
+        now = self._clock()
+        if digest is not None:
+            taken = self.request_faults.record(cluster, digest, now=now)
+            if taken is not None:
+                if taken:
+                    self._requests_fault(taken, failing=cluster)
+                return
+        refused = record_failure(
+            self.health, self.clusters, cluster, now=now, spec=self.config.failover, unreachable=unreachable
+        )
+        if refused is not None:
+            self._metrics.failover_refused.labels(cluster).inc()
+            log.warning(
+                "cluster %s failed %d requests in a row but is not drained: %s",
+                cluster,
+                self.config.failover.failure_threshold,
+                refused,
+            )
         self.evaluate()
+
+    def _requests_fault(self, clusters: frozenset[str], *, failing: str) -> None:
+        """A request body failed at each of ``clusters``, lastly at ``failing`` (not counted): the
+        failure counted against each other one is taken back, and the operator is told once (never
+        the body)."""
+        for name in clusters - {failing}:
+            self.health[name].take_back_failure()
+        self._metrics.request_faults.inc()
+        log.warning(
+            "a request failed at clusters %s alike: taken for the request's fault (counted at none of "
+            "them; its further failures within a minute neither)",
+            ", ".join(sorted(clusters)),
+        )
 
     def searched(self, may_use: Callable[[str], bool]) -> list[ClusterSpec]:
         """The clusters a search for a stored response asks (a request that names no model has no

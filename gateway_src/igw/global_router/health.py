@@ -12,7 +12,13 @@ Pure state with an injected clock (the router passes ``now``), so every transiti
   heartbeat store itself cannot be read, staleness is suspended (``source_up=False``): a Redis
   outage must not drain the whole fleet, and passive failure detection still works.
 - **Requests**: ``failure_threshold`` consecutive failures (connect errors, 5xx) eject the cluster
-  for ``ejection_s``; any success resets the count.
+  for ``ejection_s``; any success resets the count. Within a bound (:func:`record_failure`): at most
+  ``max_ejection_percent`` of the fleet's clusters are out for failures at once (rounded down, at
+  least one), and never the last available cluster serving one of its models, as tier 1 bounds its
+  pods' ejections: clusters that all answer 5xx at once are more likely failing the requests (bodies
+  every engine fails on, since session s34) than failing themselves, and emptying the fleet turned
+  that into a 503 for every caller. A refused connection is no request's doing: an ejection it
+  completes is not bounded.
 - **Slow start**: when a drained cluster becomes available again its share of traffic ramps
   linearly from :data:`RAMP_FLOOR` to 1 over ``slow_start_s`` (:meth:`ClusterHealth.ramp`), so a
   recovering cluster is not hit by a thundering herd.
@@ -23,11 +29,12 @@ recovery events).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from igw.gateway.heartbeat_message import Heartbeat
-from igw.global_router.config import FailoverSpec
+from igw.global_router.config import ClusterSpec, FailoverSpec
 
 RAMP_FLOOR: Final = 0.1
 """Share of its full traffic a returning cluster gets at the start of its slow-start window."""
@@ -75,11 +82,27 @@ class ClusterHealth:
     def record_success(self) -> None:
         self.consecutive_failures = 0
 
-    def record_failure(self, *, now: float) -> None:
+    def count_failure(self) -> bool:
+        """A request failed here; True when that makes ``failure_threshold`` in a row (the count
+        starts again: the caller ejects the cluster or says why not)."""
         self.consecutive_failures += 1
-        if self.consecutive_failures >= self._spec.failure_threshold:
-            self.ejected_until = now + self._spec.ejection_s
-            self.consecutive_failures = 0
+        if self.consecutive_failures < self._spec.failure_threshold:
+            return False
+        self.consecutive_failures = 0
+        return True
+
+    def take_back_failure(self) -> None:
+        """A failure counted here turned out to be the request's (it failed at another cluster too):
+        one less in the row, if the row is still going."""
+        if self.consecutive_failures > 0:
+            self.consecutive_failures -= 1
+
+    def eject(self, *, now: float) -> None:
+        self.ejected_until = now + self._spec.ejection_s
+
+    def ejected(self, *, now: float) -> bool:
+        """Out for failing requests at ``now``."""
+        return now < self.ejected_until
 
     # -- state ---------------------------------------------------------------------------------
     def reason_drained(self, *, now: float, source_up: bool) -> DrainReason | None:
@@ -134,3 +157,45 @@ class ClusterHealth:
         if window <= 0 or elapsed >= window:
             return 1.0
         return RAMP_FLOOR + (1.0 - RAMP_FLOOR) * max(0.0, elapsed) / window
+
+
+def ejection_bound(clusters: int, max_ejection_percent: int) -> int:
+    """How many of a fleet of ``clusters`` may be out for failures at once: ``max_ejection_percent``
+    of them rounded down, at least one, never all (0 for a fleet of one)."""
+    return min(max(1, clusters * max_ejection_percent // 100), clusters - 1)
+
+
+def record_failure(
+    health: Mapping[str, ClusterHealth],
+    clusters: Mapping[str, ClusterSpec],
+    name: str,
+    *,
+    now: float,
+    spec: FailoverSpec,
+    unreachable: bool = False,
+) -> str | None:
+    """Count a failed request at cluster ``name`` and eject it at ``failure_threshold`` in a row,
+    within the fleet's bound (the module's rules); the reason an ejection due was not made, else
+    ``None``. ``unreachable``: this failure is a connection the cluster refused (or never
+    answered), which no request can cause: the ejection it completes is made whatever the bound
+    (several clusters down at once fail over at once, as before the bound). The caller evaluates
+    the fleet afterwards (the ejection shows as a failover)."""
+    if not health[name].count_failure():
+        return None
+    if unreachable:
+        health[name].eject(now=now)
+        return None
+    out = sum(1 for h in health.values() if h.ejected(now=now))
+    bound = ejection_bound(len(health), spec.max_ejection_percent)
+    if out >= bound:
+        return (
+            f"{out} of {len(health)} clusters are out for failures already "
+            f"(failover.maxEjectionPercent {spec.max_ejection_percent})"
+        )
+    for model in clusters[name].models:
+        if not any(
+            other != name and h.available() and model in clusters[other].models for other, h in health.items()
+        ):
+            return f"it is the last available cluster serving model {model!r}"
+    health[name].eject(now=now)
+    return None

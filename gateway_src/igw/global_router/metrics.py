@@ -40,6 +40,20 @@ class FleetMetrics:
             ["cluster", "reason"],
             registry=r,
         )
+        self.failover_refused = Counter(
+            f"{PREFIX}_failover_refused",
+            "Clusters that failed failover.failureThreshold requests in a row but were not drained: "
+            "failover.maxEjectionPercent of the clusters were out for failures already, or it was the "
+            "last available cluster serving one of its models.",
+            ["cluster"],
+            registry=r,
+        )
+        self.request_faults = Counter(
+            f"{PREFIX}_request_faults",
+            "Request bodies that failed (a 500) at two clusters within a minute: taken for the "
+            "request's fault, their failures counted at no cluster.",
+            registry=r,
+        )
         self.recoveries = Counter(
             f"{PREFIX}_recovery_events",
             "Drained clusters that became available again.",

@@ -43,6 +43,7 @@ from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.inference import REQUEST_ID_KEY
 from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
+from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.telemetry import UNKNOWN_MODEL
@@ -203,11 +204,14 @@ async def _route(
         m.requests.labels(model, "503").inc()
         return _no_cluster(f"no cluster serving model {model!r} is available (all drained or not reporting)")
     searches = False  # a continuation no cluster is known to store: a 404 moves on to the next
+    holder = None
     if body.previous_response_id is not None:
         holder = router.responses.endpoint_of(body.previous_response_id)
-        if holder is not None:  # the cluster that stored the response first, the plan's order after it
-            choices = sorted(choices, key=lambda choice: choice.cluster.name != holder)
         searches = holder is None
+    if holder is not None:  # the cluster that stored the response first, the plan's order after it
+        choices = sorted(choices, key=lambda choice: choice.cluster.name != holder)
+    else:  # the same body failing moments ago: another cluster first
+        choices = router.fleet.away_from_failures(choices, raw)
     headers = _forwarded_headers(router, request, principal)
     session = request.app[SESSION_KEY]
     last: ExchangeResult | None = None
@@ -232,7 +236,7 @@ async def _route(
                 on_prepared=prepared.append,
             )
         except ConnectFailed:
-            router.fleet.record_outcome(cluster.name, ok=False)
+            router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
             m.retries.labels(cluster.name, "connect").inc()
             continue
         except ClientGone:
@@ -249,7 +253,7 @@ async def _route(
                 router.fleet.record_outcome(cluster.name, ok=False)
             m.retries.labels(cluster.name, str(result.status) if result.status in (429, 503) else "5xx").inc()
             continue
-        router.fleet.record_outcome(cluster.name, ok=result.ok)
+        router.fleet.record_outcome(cluster.name, ok=result.ok, digest=request_digest(result, raw))
         if result.response_id is not None and result.ok:
             router.responses.remember(result.response_id, cluster.name)
         _observe(router, result, model=model, region=cluster.region, started=started)
@@ -313,7 +317,7 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
                 method=request.method.encode("ascii"),
             )
         except ConnectFailed:
-            router.fleet.record_outcome(cluster.name, ok=False)
+            router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
             router.metrics.retries.labels(cluster.name, "connect").inc()
             continue
         except ClientGone:

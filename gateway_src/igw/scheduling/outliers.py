@@ -27,16 +27,16 @@ body makes the engine fail (a "poison" request: an input that crashes its reques
 500) failed wherever it went, and each failure counted against a healthy pod. An SDK retries a 500
 twice by itself, prefix affinity sends the retries to the same pod, and five such failures ejected
 it, up to half the pool for a caller repeating them. So the gateway gives each pod fault the
-request's digest (``RequestOutcome.request_digest``, a hash of its body); for
-:data:`REQUEST_MEMORY_S` the detector keeps the pods each digest failed on
-(:meth:`OutlierDetector.failed_on`) and the gateway routes the same request again
-(``RoutingRequest.avoid``) to another pod, as Envoy's ``previous_hosts`` retry predicate does within
-one request. If it fails there too, the request is taken for the fault: that failure is not counted,
-the first pod's is taken back (one failure less in its row, if it is still in one), and the digest's
-later failures count nowhere. If it succeeds there, the first pod's failure stands. A failing pod
-still fails distinct requests, which each count once; the same body sent over and over (a load test
-with a fixed prompt) goes to other pods after its first failure. An ejection already made stands
-(its window is short). Requests without a digest (the DES, a refused connection) count as before.
+request's digest (``RequestOutcome.request_digest``, a hash of its body), the detector keeps the pods
+each digest failed on (:attr:`OutlierDetector.request_faults`, the rule of
+:mod:`igw.scheduling.request_faults`, which the tier-2 router applies to clusters) and the gateway
+routes the same request again (``RoutingRequest.avoid``) to another pod, as Envoy's
+``previous_hosts`` retry predicate does within one request. If it fails there too, the request is
+taken for the fault: that failure is not counted, the first pod's is taken back (one failure less in
+its row, if it is still in one), and the digest's later failures count nowhere. If it succeeds
+there, the first pod's failure stands. The same body sent over and over (a load test with a fixed
+prompt) goes to other pods after its first failure. An ejection already made stands (its window is
+short). Requests without a digest (the DES, a refused connection) count as before.
 
 Ejection is a time window, not a health check: the endpoint returns when it ends and is ejected again
 after another ``consecutive_failures`` failures. Each scheduler counts the failures of its own
@@ -51,11 +51,11 @@ that failed.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Final
 
 from igw.scheduling.cycle import CycleContext
+from igw.scheduling.request_faults import RequestFaultMemory
 from igw.scheduling.settings import OutlierDetection
 from igw.scheduling.types import EndpointKey, EndpointView
 
@@ -64,12 +64,6 @@ OUTLIER_NOTES: Final = "@outlier-detection"
 
 Ejection = tuple[float, int]
 """An ejection: when it ends (the scheduler's clock) and its number in a row."""
-
-REQUEST_MEMORY_S: Final = 60.0
-"""Seconds the pods a request failed on are kept (a client's retries come within seconds)."""
-
-REQUEST_MEMORY_CAPACITY: Final = 4096
-"""Failed requests kept at most, the oldest dropped first (bounded memory whatever the failure rate)."""
 
 EjectionListener = Callable[[EndpointKey, float, int], None]
 """Told of each ejection: ``(endpoint, seconds, failures in a row)`` (the gateway counts and logs it)."""
@@ -93,19 +87,6 @@ class _Record:
         """When the last ejection ended (``None``: never ejected)."""
 
 
-class _FailedRequest:
-    """The pods one request body failed on, and whether it is taken for the fault."""
-
-    __slots__ = ("at", "endpoints", "poison")
-
-    def __init__(self, endpoint: EndpointKey, at: float) -> None:
-        self.endpoints = {endpoint}
-        self.at = at
-        """When it first failed: kept :data:`REQUEST_MEMORY_S` from then."""
-        self.poison = False
-        """It failed on two pods: its failures count against none."""
-
-
 class OutlierDetector:
     """Failure counts and ejections of one scheduler's endpoints."""
 
@@ -119,30 +100,8 @@ class OutlierDetector:
         self.ejected: dict[EndpointKey, float] = {}
         """Endpoint -> when its ejection ends; entries past their end are dropped by :meth:`admit`."""
         self._records: dict[EndpointKey, _Record] = {}
-        self.failed_requests: OrderedDict[int, _FailedRequest] = OrderedDict()
-        """Request digest -> the pods it failed on, oldest first (the module's "request's fault");
-        empty while nothing failed, so the gateway digests no body."""
-
-    def remembers_failed_requests(self, now: float) -> bool:
-        """Whether a request failed in the last :data:`REQUEST_MEMORY_S` (older ones are dropped
-        here): only then is a request's body digested to look it up."""
-        requests = self.failed_requests
-        while requests:
-            if now - next(iter(requests.values())).at <= REQUEST_MEMORY_S:
-                return True
-            requests.popitem(last=False)
-        return False
-
-    def failed_on(self, digest: int, *, now: float) -> frozenset[EndpointKey]:
-        """The pods the request with ``digest`` failed on in the last :data:`REQUEST_MEMORY_S` (for
-        its next try to avoid); empty if none."""
-        seen = self.failed_requests.get(digest)
-        if seen is None:
-            return frozenset()
-        if now - seen.at > REQUEST_MEMORY_S:
-            del self.failed_requests[digest]
-            return frozenset()
-        return frozenset(seen.endpoints)
+        self.request_faults: RequestFaultMemory[EndpointKey] = RequestFaultMemory()
+        """The pods each failed request body failed on (the module's "request's fault")."""
 
     def failed(self, key: EndpointKey, *, now: float, digest: int | None = None) -> Ejection | None:
         """A request to ``key`` failed by the endpoint's fault (or its connection was refused); the
@@ -177,27 +136,16 @@ class OutlierDetector:
     def _requests_fault(self, key: EndpointKey, digest: int, now: float) -> bool:
         """Remember that the request ``digest`` failed on ``key``; True when it is the request's fault
         (it failed on another pod too), the other pods' failures of it then taken back."""
-        requests = self.failed_requests
-        seen = requests.get(digest)
-        if seen is None or now - seen.at > REQUEST_MEMORY_S:
-            requests[digest] = _FailedRequest(key, now)
-            requests.move_to_end(digest)
-            while len(requests) > REQUEST_MEMORY_CAPACITY:
-                requests.popitem(last=False)
+        taken = self.request_faults.record(key, digest, now=now)
+        if taken is None:
             return False
-        if seen.poison:
-            seen.endpoints.add(key)
-            return True
-        if key in seen.endpoints:
-            return False  # the same pod again (no other to try): its failure counts
-        seen.poison = True
-        for other in seen.endpoints:
-            record = self._records.get(other)
-            if record is not None and record.failures > 0:
-                record.failures -= 1
-        seen.endpoints.add(key)
-        if self.on_request_fault is not None:
-            self.on_request_fault(frozenset(seen.endpoints))
+        if taken:
+            for other in taken:
+                record = self._records.get(other)
+                if other != key and record is not None and record.failures > 0:
+                    record.failures -= 1
+            if self.on_request_fault is not None:
+                self.on_request_fault(taken)
         return True
 
     def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:
@@ -290,4 +238,4 @@ class OutlierDetector:
         on the new one."""
         self.ejected = previous.ejected
         self._records = previous._records
-        self.failed_requests = previous.failed_requests
+        self.request_faults.adopt(previous.request_faults)
