@@ -95,3 +95,31 @@ async def test_hot_reload_adds_and_removes_the_default_backend(gateway: Any) -> 
             await wait_for(lambda: gw.state.runtime.config.bbr.default_backend is None, what="removed")
             assert (await gw.post("/v1/completions", {"model": "other", "prompt": "x"})).status == 404
             assert len(fb.received) == 1
+
+
+async def test_a_model_name_with_a_line_break_is_refused_and_never_written_into_a_request_head(
+    gateway: Any,
+) -> None:
+    """Found by probing (session s34): the default backend takes any model name, which the gateway
+    writes into the ``X-Gateway-Model-Name`` header; a name holding ``\\r\\n`` wrote fields and a whole
+    second request (``GET /admin``) into the pooled connection to the default backend. Now a 400
+    naming ``model``, and nothing reaches any backend."""
+    async with running(FakeModelServer("llama"), FakeModelServer("fb")) as (llama, fb):
+        cfg = doc({"name": "fallback-svc", "port": 1})
+        async with gateway(cfg, {"llama": [llama.key]}, services={"fallback-svc": [fb.key]}) as gw:
+            smuggled = "x\r\nContent-Length: 0\r\n\r\nGET /admin HTTP/1.1\r\nHost: evil\r\n\r\n"
+            for model in (smuggled, "x\nX-Injected: 1", "x\x00y", "tab\tname", "del\x7f"):
+                resp = await gw.post("/v1/completions", {"model": model, "prompt": "p"})
+                assert resp.status == 400, model
+                error = (await resp.json())["error"]
+                assert error["param"] == "model"
+                assert error["message"] == "'model' must not contain control characters"
+            assert fb.received == []
+            assert llama.received == []
+            # names in any script still go through, byte for byte
+            resp = await gw.post("/v1/completions", {"model": "ünïcode-模型/lora", "prompt": "p"})
+            assert resp.status == 200
+            sent = fb.received[-1].headers
+            assert [v for k, v in sent.items() if k.lower() == "x-gateway-model-name"] == [
+                "ünïcode-模型/lora"
+            ]

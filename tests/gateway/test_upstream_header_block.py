@@ -12,7 +12,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 import igw.gateway.inference as inference
 from igw.gateway.upstream import upstream_header_block, upstream_headers
-from igw.gateway.upstream_client import header_lines
+from igw.gateway.upstream_client import UnsafeFieldValue, header_lines
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 
@@ -116,3 +116,19 @@ async def test_a_lean_request_is_forwarded_without_building_header_maps(
         assert sent["X-Kept"] == "yes"
         assert sent["X-Request-Id"] == "client-id-1" == resp.headers["X-Request-Id"]
         assert "X-Trace-Hop" not in sent
+
+
+@pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "a\nb", "a\rb", "a\x00b"])
+def test_an_added_field_with_a_line_break_or_nul_is_never_written(value: str) -> None:
+    with pytest.raises(UnsafeFieldValue, match="X-Gateway-Model-Name"):
+        upstream_header_block([(b"Accept", b"*/*")], strip=frozenset(), add={"X-Gateway-Model-Name": value})
+    with pytest.raises(UnsafeFieldValue, match="X-Gateway-Model-Name"):
+        header_lines({"X-Gateway-Model-Name": value})
+
+
+def test_values_in_any_script_and_with_tabs_are_written_as_they_are() -> None:
+    add = {"X-Gateway-Model-Name": "模型\tü"}
+    assert (
+        upstream_header_block([], strip=frozenset(), add=add) == "X-Gateway-Model-Name: 模型\tü\r\n".encode()
+    )
+    assert header_lines(add) == "X-Gateway-Model-Name: 模型\tü\r\n".encode()

@@ -401,6 +401,9 @@ async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
         async with await fx.post({"prompt": "x"}) as resp:
             assert resp.status == 400
             assert (await resp.json())["error"]["param"] == "model"
+        async with await fx.post({"model": "llama\r\nX-Injected: 1", "prompt": "x"}) as resp:
+            assert resp.status == 400
+            assert (await resp.json())["error"]["message"] == "'model' must not contain control characters"
         for name in list(fx.clusters):
             await fx.crash(name)
         for f in fx.fleets:

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -28,6 +29,8 @@ from igw.gateway.inference_apis import InferenceApi
 
 CHARS_PER_TOKEN: Final = 4
 MAX_MODEL_NAME_LENGTH: Final = 256
+_CONTROL_CHARACTERS: Final = re.compile(r"[\x00-\x1f\x7f]")
+"""Characters a model name may not hold: HTTP forbids them in a header field's value (RFC 9110 5.5)."""
 
 
 class BodyTooLarge(IgwGatewayError):
@@ -132,6 +135,12 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         raise BadRequestBody("'model' must be a string", param="model")
     if model is not None and len(model) > MAX_MODEL_NAME_LENGTH:
         raise BadRequestBody(f"'model' is longer than {MAX_MODEL_NAME_LENGTH} characters", param="model")
+    if model is not None and not model.isprintable() and _CONTROL_CHARACTERS.search(model):
+        # The name travels in a header (X-Gateway-Model-Name, to the default backend too, where any
+        # name goes): a line break in it wrote header fields and a whole second request into the
+        # pooled upstream connection before session s34. isprintable() passes every ordinary name
+        # without the search.
+        raise BadRequestBody("'model' must not contain control characters", param="model")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequestBody("'stream' must be true or false", param="stream")

@@ -49,6 +49,7 @@ from igw.gateway.upstream_client import (
     UpstreamPool,
     UpstreamResponse,
     UpstreamStalled,
+    safe_field_value,
 )
 
 __all__ = [
@@ -216,7 +217,7 @@ def upstream_header_block(
             names = [names[i] for i in kept]
             lines = [lines[i] for i in kept]
     for added, text in add.items():
-        line = f"{added}: {text}\r\n".encode(_CHARSET, _UNDECODABLE)
+        line = f"{added}: {safe_field_value(added, text)}\r\n".encode(_CHARSET, _UNDECODABLE)
         low = added.lower().encode(_CHARSET, _UNDECODABLE)
         if low not in names:
             names.append(low)

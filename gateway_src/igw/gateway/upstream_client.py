@@ -89,9 +89,27 @@ _UNDECODABLE: Final = "surrogateescape"
 """Header text encoded back to the bytes it was decoded from (as aiohttp's parser decodes them)."""
 
 
+class UnsafeFieldValue(ValueError):
+    """A header field's value with a line break or NUL: written, it would end the field (or the head)
+    early and make the rest into fields or a request of the caller's choosing (header injection,
+    request smuggling on a pooled connection)."""
+
+
+def safe_field_value(name: str, value: str) -> str:
+    """``value``, checked to be writable as the value of field ``name`` (:class:`UnsafeFieldValue`
+    otherwise). Every field the gateway writes into a request head of its own making passes here,
+    whatever checked its source first (a model name with a control character is a 400 before it
+    gets this far: ``igw.gateway.request_body``). ``isprintable`` passes ordinary values in one scan."""
+    if value.isprintable() or not ("\r" in value or "\n" in value or "\0" in value):
+        return value
+    raise UnsafeFieldValue(f"header field {name!r} has a line break or NUL in its value")
+
+
 def header_lines(headers: Mapping[str, str]) -> bytes:
     """``headers`` as a request head's field lines (``name: value\\r\\n`` each, in order)."""
-    return "".join([f"{name}: {value}\r\n" for name, value in headers.items()]).encode(_CHARSET, _UNDECODABLE)
+    return "".join(
+        [f"{name}: {safe_field_value(name, value)}\r\n" for name, value in headers.items()]
+    ).encode(_CHARSET, _UNDECODABLE)
 
 
 _MEDIA_TYPES: dict[bytes, str] = {}
