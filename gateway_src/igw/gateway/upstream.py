@@ -217,7 +217,9 @@ def upstream_header_block(
             names = [names[i] for i in kept]
             lines = [lines[i] for i in kept]
     for added, text in add.items():
-        line = f"{added}: {safe_field_value(added, text)}\r\n".encode(_CHARSET, _UNDECODABLE)
+        if not text.isprintable():  # an ordinary value is checked by this one scan, without a call
+            safe_field_value(added, text)
+        line = f"{added}: {text}\r\n".encode(_CHARSET, _UNDECODABLE)
         low = added.lower().encode(_CHARSET, _UNDECODABLE)
         if low not in names:
             names.append(low)
