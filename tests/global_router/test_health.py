@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from igw.global_router.config import ClusterSpec, FailoverSpec
-from igw.global_router.health import RAMP_FLOOR, ClusterHealth, ejection_bound, record_failure
+from igw.global_router.health import RAMP_FLOOR, ClusterHealth, record_failure
+from igw.scheduling.outliers import ejection_bound
 from tests.global_router.support import MODEL, beat
 
 SPEC = FailoverSpec(heartbeat_staleness_s=3.0, failure_threshold=3, ejection_s=5.0, slow_start_s=30.0)

@@ -35,6 +35,7 @@ from typing import Final, Literal
 
 from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import ClusterSpec, FailoverSpec
+from igw.scheduling.outliers import ejection_bound
 
 RAMP_FLOOR: Final = 0.1
 """Share of its full traffic a returning cluster gets at the start of its slow-start window."""
@@ -157,12 +158,6 @@ class ClusterHealth:
         if window <= 0 or elapsed >= window:
             return 1.0
         return RAMP_FLOOR + (1.0 - RAMP_FLOOR) * max(0.0, elapsed) / window
-
-
-def ejection_bound(clusters: int, max_ejection_percent: int) -> int:
-    """How many of a fleet of ``clusters`` may be out for failures at once: ``max_ejection_percent``
-    of them rounded down, at least one, never all (0 for a fleet of one)."""
-    return min(max(1, clusters * max_ejection_percent // 100), clusters - 1)
 
 
 def record_failure(

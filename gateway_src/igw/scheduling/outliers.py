@@ -73,6 +73,13 @@ RequestFaultListener = Callable[[frozenset[EndpointKey]], None]
 logs it)."""
 
 
+def ejection_bound(n: int, max_ejection_percent: int) -> int:
+    """How many of ``n`` places (a pool's endpoints, the tier-2 router's clusters) may be out for
+    failures at once: ``max_ejection_percent`` of them rounded down, at least one, never all (0 of
+    one): Envoy's ``max_ejection_percent``, except that one may always be out and one always stays in."""
+    return min(max(1, n * max_ejection_percent // 100), n - 1)
+
+
 class _Record:
     """One endpoint's failure history."""
 
@@ -196,9 +203,8 @@ class OutlierDetector:
         return [e for e in endpoints if e.key not in left_out]
 
     def bound(self, n: int) -> int:
-        """How many of a pool of ``n`` endpoints may be left out at once: ``max_ejection_percent``
-        of them rounded down, at least one, never the last (0 for a pool of one)."""
-        return min(max(1, n * self.settings.max_ejection_percent // 100), n - 1)
+        """How many of a pool of ``n`` endpoints may be left out at once (:func:`ejection_bound`)."""
+        return ejection_bound(n, self.settings.max_ejection_percent)
 
     def _bounded(self, out: list[EndpointKey], n: int) -> set[EndpointKey]:
         """Of the ejected endpoints ``out`` of a pool of ``n``, those left out: all within the
