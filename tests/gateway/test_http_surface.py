@@ -7,6 +7,8 @@ import contextlib
 import json
 from typing import Any
 
+import orjson
+
 from igw.gateway.model_router import NO_MATCH_MESSAGE
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
@@ -74,6 +76,13 @@ async def test_routes_by_model_field_and_header_and_sets_gateway_headers(gateway
             "qwen3"
         ]
         assert r1.headers["X-Request-Id"]
+        # a model named by the header only is written into the body: the model server, which serves its
+        # base model for a body without one, serves the adapter routed and authorized (session s34)
+        assert orjson.loads(llama.received[-1].body) == {
+            "messages": [{"role": "user", "content": "hi"}],
+            "model": "sql-lora",
+        }
+        assert qwen.received[-1].body == json.dumps(completion("qwen3")).encode()  # a body naming it: as sent
 
 
 async def test_error_paths_have_openai_shape(gateway: Any) -> None:

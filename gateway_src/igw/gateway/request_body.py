@@ -179,6 +179,12 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         max_tokens = None
         stream = False
         text, extra_chars = _pair_texts(body, api)
+    if model and "model" not in body:
+        # Named by the x-gateway-model-name header only: written into the body the model server gets,
+        # which otherwise serves its base model for a body without one (vLLM's _check_model), while
+        # the gateway routed, authorized and rate-limited the request as the header's model (an
+        # adapter a tenant may use answered by a base model it may not; before session s34).
+        raw = orjson.dumps({**body, "model": model})
     return InferenceBody(
         raw=raw,
         model=model or None,
