@@ -60,7 +60,12 @@ async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
     server = FakeModelServer("east-a")
     async with running(server):
         doc = secured(server, jwks_server)
-        doc["spec"]["authorization"] = {"tenantClaim": "tenant", "tenantHeader": "x-igw-tenant"}
+        doc["spec"]["clusters"][0]["models"] = [MODEL, "secret"]
+        doc["spec"]["authorization"] = {
+            "tenantClaim": "tenant",
+            "tenantHeader": "x-igw-tenant",
+            "modelAccess": [{"claim": "tenant", "values": ["team-a"], "models": [MODEL]}],
+        }
         async with (
             router_with_guard(doc, clock=clock, client_ssl=client_ssl) as url,
             aiohttp.ClientSession() as http,
@@ -82,6 +87,9 @@ async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
             forwarded = {k.lower(): v for k, v in server.received[-1].headers.items()}
             assert "authorization" not in forwarded
             assert forwarded["x-igw-tenant"] == "team-a"
+            # the models listed are those the caller may use (session s34: every served model before)
+            async with http.get(url + "/v1/models", headers=bearer(tokens.token())) as resp:
+                assert [m["id"] for m in (await resp.json())["data"]] == [MODEL]
 
 
 async def test_igw_global_serve_accepts_a_valid_token_and_refuses_an_expired_one(

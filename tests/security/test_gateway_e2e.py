@@ -215,6 +215,10 @@ async def test_identity_headers_authorization_health_metrics_403_429(
         assert status == 403
         assert b"not allowed to use model 'secret'" in body
         assert b.received == []
+        # the models listed are those the caller may use: team-a's "m", not "secret" (session s34)
+        auth = {"Authorization": f"Bearer {tokens.token()}"}
+        async with gw.http.get(gw.url + "/v1/models", headers=auth) as resp:
+            assert [m["id"] for m in (await resp.json())["data"]] == ["m"]
 
         # query-string tokens are never read
         async with gw.http.post(

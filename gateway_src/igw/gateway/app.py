@@ -94,9 +94,13 @@ def _lean_routes(state: GatewayState) -> dict[str, LeanHandler]:
 
 
 async def _models(request: web.Request) -> web.StreamResponse:
+    """The models this gateway serves that the caller may use (``modelAccess``): before session s34
+    every caller saw every model and adapter, other tenants' included, which named them (and, with
+    adapters named per customer, the customers)."""
     state = request.app[STATE_KEY]
+    guard = state.guard
     try:
-        await state.guard.authenticate(request.headers)
+        principal = await guard.authenticate(request.headers)
     except GuardDenied as denied:
         return denial_response(denied)
     data = [
@@ -109,12 +113,14 @@ async def _models(request: web.Request) -> web.StreamResponse:
             "parent": r.base_model if r.adapter else None,
         }
         for r in state.runtime.router.models()
+        if guard.may_use(principal, model=r.model)
     ]
-    listed = {d["id"] for d in data}
-    for name in sorted(set(state.runtime.rewrites.rules) - listed):  # canary names clients may call
-        data.append(
-            {"id": name, "object": "model", "created": 0, "owned_by": "igw", "root": name, "parent": None}
-        )
+    served = {r.model for r in state.runtime.router.models()}
+    for name in sorted(set(state.runtime.rewrites.rules) - served):  # canary names clients may call
+        if guard.may_use(principal, model=name):
+            data.append(
+                {"id": name, "object": "model", "created": 0, "owned_by": "igw", "root": name, "parent": None}
+            )
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
 

@@ -362,12 +362,13 @@ def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web
 async def _models(request: web.Request) -> web.StreamResponse:
     router = request.app[ROUTER_KEY]
     try:
-        await router.guard.authenticate(request.headers)
+        principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
         return _denied(denied)
-    data = [
+    data = [  # only those the caller may use, as at tier 1
         {"id": name, "object": "model", "created": 0, "owned_by": "igw"}
         for name in router.fleet.available_models()
+        if router.guard.may_use(principal, model=name)
     ]
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
