@@ -89,7 +89,7 @@ _UNDECODABLE: Final = "surrogateescape"
 """Header text encoded back to the bytes it was decoded from (as aiohttp's parser decodes them)."""
 
 
-class UnsafeFieldValue(ValueError):
+class UnsafeFieldValue(IgwGatewayError):
     """A header field's value with a line break or NUL: written, it would end the field (or the head)
     early and make the rest into fields or a request of the caller's choosing (header injection,
     request smuggling on a pooled connection)."""
