@@ -27,6 +27,7 @@ import redis.asyncio as redis_asyncio
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from igw.gateway.errors import gateway_error
 from igw.gateway.serving import serve_app
 from igw.gateway.ticker import Ticker
 from igw.global_router.config import parse_global_config
@@ -47,6 +48,10 @@ FAST = {
     },
     "heartbeats": {"pollIntervalSeconds": 0.05},
 }
+STEADY = {"failover": {**FAST["failover"], "heartbeatStalenessSeconds": 5}}
+"""FAST with 5 s of heartbeat staleness, for tests about requests, not heartbeats: on a loaded machine
+(or while the SDK builds its types on a process's first call, ~0.5 s) the 0.5 s staleness drained
+clusters under them."""
 
 
 @dataclass
@@ -337,7 +342,7 @@ async def test_a_poison_request_retried_by_the_sdk_drains_no_cluster(
     for the ejection's length. A retry of the same body goes to another cluster, and failing there
     too it is the request's fault, counted at neither."""
     caplog.set_level(logging.WARNING, logger="igw.global_router")
-    async with fleet(redis_server) as fx:
+    async with fleet(redis_server, **STEADY) as fx:
         for c in fx.clusters.values():
             c.server.poison = b"POISON"
         client = openai.AsyncOpenAI(base_url=fx.urls[0] + "/v1", api_key="x", max_retries=2)
@@ -364,7 +369,7 @@ async def test_failing_requests_never_drain_more_than_half_the_clusters(redis_se
     """Distinct bodies every engine fails on, each sent once (no retry to tell them apart from a
     failing cluster): before session s34 they drained every cluster. At most maxEjectionPercent (50 %:
     one of three) is out for failures at once; the refused ejections are counted."""
-    async with fleet(redis_server) as fx:
+    async with fleet(redis_server, **STEADY) as fx:
         for c in fx.clusters.values():
             c.server.poison = b"POISON"
         for n in range(12):
@@ -378,7 +383,7 @@ async def test_failing_requests_never_drain_more_than_half_the_clusters(redis_se
 
 
 async def test_a_cluster_failing_every_request_is_still_drained(redis_server: RedisServer) -> None:
-    async with fleet(redis_server) as fx:
+    async with fleet(redis_server, **STEADY) as fx:
         fx.clusters["east-a"].server.infer_status = 500
         for n in range(30):
             async with await fx.post({"model": MODEL, "prompt": f"request {n}"}) as resp:
@@ -387,6 +392,48 @@ async def test_a_cluster_failing_every_request_is_still_drained(redis_server: Re
                 break
         assert _drained_for(fx.fleets[0], "east-a", "failures")
         assert "east-a" not in await served_by(fx, 10)
+
+
+async def test_a_request_a_clusters_gateway_stopped_waiting_for_is_not_tried_elsewhere(
+    redis_server: RedisServer,
+) -> None:
+    """A tier-1 gateway's 504 for a request it stopped waiting for (its routeTimeout, responseTimeout,
+    an unresponsive pod: the answer ``gateway_error`` makes) is relayed, not sent to the next cluster,
+    whose model server would do the work again (before session s34: retried on every cluster, the
+    client waiting for each). A 504 without the gateway's marker (a proxy's) is still retried."""
+    calls: Counter[str] = Counter()
+
+    def answering(kind: str) -> web.Application:
+        async def answer(_request: web.Request) -> web.StreamResponse:
+            calls[kind] += 1
+            if kind == "stopped":
+                return gateway_error("route_timeout", "routeTimeout of 300s exceeded")
+            return web.json_response({"error": {"message": "gateway timeout"}}, status=504)
+
+        app = web.Application()
+        app.router.add_post("/v1/completions", answer)
+        return app
+
+    async with (
+        fleet(redis_server, **STEADY) as fx,
+        serve_app(answering("stopped"), host="127.0.0.1", port=0) as stopped_url,
+        serve_app(answering("proxy"), host="127.0.0.1", port=0) as proxy_url,
+    ):
+        for f in fx.fleets:
+            f.clusters["east-a"] = replace(f.clusters["east-a"], endpoint=stopped_url)
+            f.clusters["east-b"] = replace(f.clusters["east-b"], endpoint=stopped_url)
+        async with await fx.post({"model": MODEL, "prompt": "long"}) as resp:
+            assert resp.status == 504
+            assert resp.headers["X-Igw-Stopped-Waiting"] == "route_timeout"
+            assert (await resp.json())["error"]["code"] == "route_timeout"
+        assert calls["stopped"] == 1
+        for f in fx.fleets:
+            f.clusters["east-a"] = replace(f.clusters["east-a"], endpoint=proxy_url)
+            f.clusters["east-b"] = replace(f.clusters["east-b"], endpoint=proxy_url)
+        async with await fx.post({"model": MODEL, "prompt": "short"}) as resp:
+            assert resp.status == 200  # both east clusters' proxies answered 504: west-a served it
+            assert resp.headers["x-igw-cluster"] == "west-a"
+        assert calls["proxy"] == 2
 
 
 async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
@@ -486,10 +533,9 @@ async def test_a_cluster_that_never_answers_is_a_504_after_request_timeout_then_
 async def test_embeddings_and_responses_go_through_tier_2(redis_server: RedisServer) -> None:
     """The OpenAI SDK's ``embeddings.create`` and ``responses.create`` (streamed), and a rerank,
     through a router replica to a same-region cluster (before session s31: 404 ``not_found``; the
-    rerank before s32). The heartbeats' staleness is 5 s here: the SDK builds its Responses event
-    types on a process's first stream, which held this test's event loop (the heartbeat publisher
-    included) for about 0.55 s, past the fixture's 0.5 s."""
-    async with fleet(redis_server, failover={**FAST["failover"], "heartbeatStalenessSeconds": 5}) as fx:
+    rerank before s32). STEADY: the SDK builds its Responses event types on a process's first
+    stream, which held this test's event loop (the heartbeat publisher included) for about 0.55 s."""
+    async with fleet(redis_server, **STEADY) as fx:
         async with openai.AsyncOpenAI(base_url=fx.urls[0] + "/v1", api_key="x", max_retries=0) as oai:
             vectors = await oai.embeddings.create(model=MODEL, input=["a", "b"])
             stream = await oai.responses.create(model=MODEL, input="hi", stream=True)

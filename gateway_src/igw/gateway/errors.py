@@ -93,6 +93,15 @@ def _response(
     return response
 
 
+STOPPED_WAITING_HEADER: Final = "X-Igw-Stopped-Waiting"
+"""Set, to the error's code, on the gateway's answers for a request it stopped waiting for
+(:data:`STOPPED_WAITING_CODES`): the model server had it that long, so neither this gateway nor the
+tier-2 router in front of it tries it again elsewhere (the router read only the status before
+session s34 and sent such a request to its next cluster, the work and the wait repeated)."""
+
+STOPPED_WAITING_CODES: Final = frozenset({"route_timeout", "upstream_timeout", "upstream_unresponsive"})
+
+
 def gateway_error(
     code: str,
     message: str,
@@ -109,6 +118,8 @@ def gateway_error(
     """
     kind = ERRORS[code]
     body = error_body(message=message, error_type=kind.type, code=code, param=param)
+    if code in STOPPED_WAITING_CODES:
+        headers = {**(headers or {}), STOPPED_WAITING_HEADER: code}
     return _response(status or kind.status, body, request_id=request_id, headers=headers, message=message)
 
 

@@ -38,7 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from igw.config.redis_password import redis_password
 from igw.gateway.app import healthz, openai_errors
 from igw.gateway.emf import emf_context
-from igw.gateway.errors import anthropic_shaped, denial_response, gateway_error
+from igw.gateway.errors import STOPPED_WAITING_HEADER, anthropic_shaped, denial_response, gateway_error
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.inference import REQUEST_ID_KEY
 from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
@@ -248,7 +248,7 @@ async def _route(
             m.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # not stored there: no attempt spent
             continue
         answered += 1
-        if not result.response.prepared and result.status in RETRY_STATUSES:
+        if not result.response.prepared and result.status in RETRY_STATUSES and not _stopped_waiting(result):
             if result.status != 429:
                 router.fleet.record_outcome(cluster.name, ok=False)
             m.retries.labels(cluster.name, str(result.status) if result.status in (429, 503) else "5xx").inc()
@@ -273,6 +273,14 @@ async def _route(
         return last.response
     m.requests.labels(model, "503").inc()
     return _no_cluster(f"every cluster tried for model {model!r} failed to connect")
+
+
+def _stopped_waiting(result: ExchangeResult) -> bool:
+    """Whether a cluster's answer is its gateway's 504 for a request it stopped waiting for
+    (:data:`~igw.gateway.errors.STOPPED_WAITING_HEADER`): its model server had the request that long,
+    so it is not tried at the next cluster, as tier 1 tries it at no other pod. This router's own
+    timeout on a cluster that sent no head (a frozen gateway) is retried as before."""
+    return not result.gave_up and STOPPED_WAITING_HEADER in result.response.headers
 
 
 async def _stored_response(request: web.Request) -> web.StreamResponse:
