@@ -144,7 +144,7 @@ async def test_route_timeout_gives_504_before_headers_and_terminal_event_after(g
         # At least the 0.5 s routeTimeout, and well before the upstream's 5 s answer (margin for load).
         assert 0.4 < time.perf_counter() - t0 < 4.5
         assert "routeTimeout of 0.5s exceeded" in (await resp.json())["error"]["message"]
-        assert resp.headers["X-Igw-Stopped-Waiting"] == "route_timeout"  # a tier-2 router retries it nowhere
+        assert resp.headers["X-Igw-Error-Code"] == "route_timeout"  # a tier-2 router retries it nowhere
     async with (
         running(FakeModelServer("dribble", tokens=20, token_delay_s=0.1)) as (dribble,),
         gateway(doc(), {"pool": [dribble.key]}) as gw,

@@ -424,7 +424,7 @@ async def test_a_request_a_clusters_gateway_stopped_waiting_for_is_not_tried_els
             f.clusters["east-b"] = replace(f.clusters["east-b"], endpoint=stopped_url)
         async with await fx.post({"model": MODEL, "prompt": "long"}) as resp:
             assert resp.status == 504
-            assert resp.headers["X-Igw-Stopped-Waiting"] == "route_timeout"
+            assert resp.headers["X-Igw-Error-Code"] == "route_timeout"
             assert (await resp.json())["error"]["code"] == "route_timeout"
         assert calls["stopped"] == 1
         for f in fx.fleets:
@@ -434,6 +434,34 @@ async def test_a_request_a_clusters_gateway_stopped_waiting_for_is_not_tried_els
             assert resp.status == 200  # both east clusters' proxies answered 504: west-a served it
             assert resp.headers["x-igw-cluster"] == "west-a"
         assert calls["proxy"] == 2
+
+
+async def test_a_cluster_busy_searching_for_responses_is_skipped_without_counting_a_failure(
+    redis_server: RedisServer,
+) -> None:
+    """A tier-1 gateway whose searches for stored responses are all in flight answers a continuation
+    503 ``response_search_busy``: busy, not broken. The router tries the next cluster and counts no
+    failure (before session s34 each such answer counted: a flood of made-up continuation ids drained
+    clusters)."""
+    asked: Counter[str] = Counter()
+
+    async def busy(request: web.Request) -> web.StreamResponse:
+        asked[request.path] += 1
+        return gateway_error("response_search_busy", "searching already", headers={"Retry-After": "1"})
+
+    app = web.Application()
+    app.router.add_post("/v1/responses", busy)
+    async with fleet(redis_server, **STEADY) as fx, serve_app(app, host="127.0.0.1", port=0) as busy_url:
+        for f in fx.fleets:
+            for name in ("east-a", "east-b"):
+                f.clusters[name] = replace(f.clusters[name], endpoint=busy_url)
+        for n in range(6):
+            body = {"model": MODEL, "input": "hi", "previous_response_id": f"resp_made_up_{n}"}
+            async with fx.http.post(fx.urls[0] + "/v1/responses", json=body) as resp:
+                assert resp.status == 404  # west-a, the last cluster, does not store it either
+        assert asked["/v1/responses"] >= 6
+        assert _failure_drains(fx) == 0
+        assert all(h.consecutive_failures == 0 for h in fx.fleets[0].health.values())
 
 
 async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:

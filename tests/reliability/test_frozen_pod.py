@@ -70,7 +70,7 @@ async def test_requests_in_flight_to_a_stopped_pod_end_with_504_and_a_terminal_e
             assert resp.headers["X-Request-Id"] == "whole-1"
             error = (await resp.json())["error"]
             assert (error["code"], error["type"]) == ("upstream_unresponsive", "timeout")
-            assert resp.headers["X-Igw-Stopped-Waiting"] == "upstream_unresponsive"
+            assert resp.headers["X-Igw-Error-Code"] == "upstream_unresponsive"
             assert "stopped responding" in error["message"]
             assert "scrapes fail" in error["message"]
             # excluded after one scrape timeout (200 ms), then 2 s, then within a sweep (1 s) or two

@@ -93,13 +93,22 @@ def _response(
     return response
 
 
-STOPPED_WAITING_HEADER: Final = "X-Igw-Stopped-Waiting"
-"""Set, to the error's code, on the gateway's answers for a request it stopped waiting for
-(:data:`STOPPED_WAITING_CODES`): the model server had it that long, so neither this gateway nor the
-tier-2 router in front of it tries it again elsewhere (the router read only the status before
-session s34 and sent such a request to its next cluster, the work and the wait repeated)."""
+ERROR_CODE_HEADER: Final = "X-Igw-Error-Code"
+"""Set, to the error's code, on every answer :func:`gateway_error` makes: which of the gateway's own
+errors an answer is, for a tier-2 router in front (:data:`STOPPED_WAITING_CODES`,
+:data:`BUSY_CODES`) and for a client of the Anthropic routes, whose error shape has no code. An
+error a model server made carries none."""
 
 STOPPED_WAITING_CODES: Final = frozenset({"route_timeout", "upstream_timeout", "upstream_unresponsive"})
+"""The gateway's 504s for a request it stopped waiting for: the model server had it that long, so
+neither this gateway nor a tier-2 router in front tries it again elsewhere (the router read only the
+status before session s34 and sent such a request to its next cluster, the work and the wait
+repeated)."""
+
+BUSY_CODES: Final = frozenset({"response_search_busy"})
+"""The gateway's 503s that say it is busy, not broken: a tier-2 router tries the next cluster without
+counting a failure, as for a 429 (before session s34 a flood of made-up continuation ids, each
+search-busy answer a failure, drained clusters)."""
 
 
 def gateway_error(
@@ -118,8 +127,7 @@ def gateway_error(
     """
     kind = ERRORS[code]
     body = error_body(message=message, error_type=kind.type, code=code, param=param)
-    if code in STOPPED_WAITING_CODES:
-        headers = {**(headers or {}), STOPPED_WAITING_HEADER: code}
+    headers = {**headers, ERROR_CODE_HEADER: code} if headers else {ERROR_CODE_HEADER: code}
     return _response(status or kind.status, body, request_id=request_id, headers=headers, message=message)
 
 

@@ -38,7 +38,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from igw.config.redis_password import redis_password
 from igw.gateway.app import healthz, openai_errors
 from igw.gateway.emf import emf_context
-from igw.gateway.errors import STOPPED_WAITING_HEADER, anthropic_shaped, denial_response, gateway_error
+from igw.gateway.errors import (
+    BUSY_CODES,
+    ERROR_CODE_HEADER,
+    STOPPED_WAITING_CODES,
+    anthropic_shaped,
+    denial_response,
+    gateway_error,
+)
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.inference import REQUEST_ID_KEY
 from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
@@ -249,7 +256,7 @@ async def _route(
             continue
         answered += 1
         if not result.response.prepared and result.status in RETRY_STATUSES and not _stopped_waiting(result):
-            if result.status != 429:
+            if not _busy(result):
                 router.fleet.record_outcome(cluster.name, ok=False)
             m.retries.labels(cluster.name, str(result.status) if result.status in (429, 503) else "5xx").inc()
             continue
@@ -277,10 +284,16 @@ async def _route(
 
 def _stopped_waiting(result: ExchangeResult) -> bool:
     """Whether a cluster's answer is its gateway's 504 for a request it stopped waiting for
-    (:data:`~igw.gateway.errors.STOPPED_WAITING_HEADER`): its model server had the request that long,
+    (:data:`~igw.gateway.errors.STOPPED_WAITING_CODES`): its model server had the request that long,
     so it is not tried at the next cluster, as tier 1 tries it at no other pod. This router's own
     timeout on a cluster that sent no head (a frozen gateway) is retried as before."""
-    return not result.gave_up and STOPPED_WAITING_HEADER in result.response.headers
+    return not result.gave_up and result.response.headers.get(ERROR_CODE_HEADER) in STOPPED_WAITING_CODES
+
+
+def _busy(result: ExchangeResult) -> bool:
+    """Whether a cluster's answer says its gateway is busy, not broken (a 429, or a 503 of
+    :data:`~igw.gateway.errors.BUSY_CODES`): the next cluster is tried, no failure counted."""
+    return result.status == 429 or result.response.headers.get(ERROR_CODE_HEADER) in BUSY_CODES
 
 
 async def _stored_response(request: web.Request) -> web.StreamResponse:
