@@ -103,6 +103,7 @@ async def _models(request: web.Request) -> web.StreamResponse:
         principal = await guard.authenticate(request.headers)
     except GuardDenied as denied:
         return denial_response(denied)
+    routes = state.runtime.router.models()
     data = [
         {
             "id": r.model,
@@ -112,10 +113,10 @@ async def _models(request: web.Request) -> web.StreamResponse:
             "root": r.base_model,
             "parent": r.base_model if r.adapter else None,
         }
-        for r in state.runtime.router.models()
+        for r in routes
         if guard.may_use(principal, model=r.model)
     ]
-    served = {r.model for r in state.runtime.router.models()}
+    served = {r.model for r in routes}
     for name in sorted(set(state.runtime.rewrites.rules) - served):  # canary names clients may call
         if guard.may_use(principal, model=name):
             data.append(
