@@ -66,6 +66,8 @@ class FakeModelServer:
     stored_responses: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Ids of the responses this server stored (``/v1/responses`` with ``store``, the default): a
     request continuing another one (``previous_response_id``) is answered 404, as vLLM does."""
+    made_responses: list[str] = field(default_factory=list)
+    """Ids of every response this server made, stored or not, deleted or not (which pod made one)."""
     stored_delay_s: float = 0.0
     """Seconds each request about a stored response (retrieve, delete, cancel, its items) waits
     before its answer."""
@@ -347,7 +349,8 @@ class FakeModelServer:
     async def _respond(self, request: web.Request) -> web.StreamResponse:
         """``/v1/responses``: a response of ``tokens`` output tokens, whole or as the Responses API's
         event stream (``response.created`` before the prefill, one ``response.output_text.delta`` per
-        token, ``response.completed`` with the usage), its id ``resp_<server>_<n>``."""
+        token, ``response.completed`` with the usage), its id the body's ``request_id`` (as vLLM's), else
+        ``resp_<server>_<n>``; the object names the server that made it (``server``)."""
         data = await self._received_json(request)
         if self.infer_status != 200:
             return self._refusal()
@@ -362,7 +365,9 @@ class FakeModelServer:
             return web.json_response({"error": error, "server": self.name}, status=404)
         self.prompt_tokens_total += PROMPT_TOKENS
         self.generation_tokens_total += self.tokens
-        rid = f"resp_{self.name}_{len(self.received)}"
+        # vLLM's ResponsesRequest: the stored response's id is the body's request_id when set
+        rid = data.get("request_id") or f"resp_{self.name}_{len(self.received)}"
+        self.made_responses.append(rid)
         stored = bool(data.get("store", True))
         usage = {
             "input_tokens": PROMPT_TOKENS,

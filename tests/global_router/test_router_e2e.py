@@ -479,6 +479,15 @@ async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
         async with await fx.post({"model": "llama\r\nX-Injected: 1", "prompt": "x"}) as resp:
             assert resp.status == 400
             assert (await resp.json())["error"]["message"] == "'model' must not contain control characters"
+        hijack = {
+            "model": MODEL,
+            "input": "x",
+            "request_id": "resp_someone_elses",
+        }  # the id vLLM stores under
+        async with fx.http.post(fx.urls[0] + "/v1/responses", json=hijack) as resp:
+            assert resp.status == 400
+            assert (await resp.json())["error"]["param"] == "request_id"
+        assert not [r for c in fx.clusters.values() for r in c.server.received if b"someone" in r.body]
         for name in list(fx.clusters):
             await fx.crash(name)
         for f in fx.fleets:

@@ -57,6 +57,29 @@ async def test_a_conversation_continues_from_the_store_and_hits_its_prefix_in_th
             await oai.responses.retrieve(unstored.id)
 
 
+async def test_the_body_request_id_names_the_stored_response_and_a_reused_one_replaces_it() -> None:
+    """vLLM's ``ResponsesRequest.request_id``: the caller may name its response, and a second
+    response under a name already stored replaces it, conversation and all (what the gateway's
+    minted ids guard against: igw.gateway.response_ids)."""
+    async with run_fleet(fleet_spec(POD)) as fleet, client(fleet.pods[0].url) as oai:
+        named = {"request_id": "resp_chosen"}
+        first = await oai.responses.create(model=MODEL, input="first", max_output_tokens=2, extra_body=named)
+        assert first.id == "resp_chosen"
+        replaced = await oai.responses.create(
+            model=MODEL, input="second " * 40, max_output_tokens=2, extra_body=named
+        )
+        assert replaced.id == "resp_chosen"
+        follow_up = await oai.responses.create(
+            model=MODEL, input="go on", previous_response_id="resp_chosen", max_output_tokens=2
+        )
+        assert follow_up.usage is not None
+        assert replaced.usage is not None
+        # the continuation's prompt starts with the second conversation, not the first
+        assert follow_up.usage.input_tokens > replaced.usage.input_tokens
+        with pytest.raises(openai.BadRequestError, match="request_id"):
+            await oai.responses.create(model=MODEL, input="x", extra_body={"request_id": 7})
+
+
 async def test_a_streamed_response_sends_the_named_events_in_order() -> None:
     async with run_fleet(fleet_spec(POD)) as fleet, client(fleet.pods[0].url) as oai:
         stream = await oai.responses.create(

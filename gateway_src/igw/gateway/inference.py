@@ -62,6 +62,7 @@ from igw.gateway.request_body import (
     received_whole,
     with_fields,
 )
+from igw.gateway.response_ids import MINTING_ENGINES, mint, minted_for, owner_scope
 from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -290,6 +291,17 @@ def _search_refusal(
     return None
 
 
+def _not_yours(response_id: str, *, request_id: str, param: str | None = None) -> web.Response:
+    """404 ``response_not_found`` for a response id the gateway minted for another caller
+    (:mod:`igw.gateway.response_ids`): decided from the id alone, before any pod is asked."""
+    message = (
+        f"response {response_id!r} was not made for you: a stored response is read, continued, "
+        "cancelled and deleted only by callers of the tenant (without a tenant claim, the subject) "
+        "that made it"
+    )
+    return gateway_error("response_not_found", message, param=param, request_id=request_id)
+
+
 async def handle_anthropic_inference(
     request: web.Request, *, api: InferenceApi, state: GatewayState | None = None
 ) -> web.StreamResponse | ForwardedAnswer:
@@ -329,6 +341,8 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
     try:
         principal = await guard.authenticate(request.headers)
         response_id = request.match_info["response_id"]
+        if minted_for(response_id, owner_scope(principal)) is False:
+            return obs.finish(_not_yours(response_id, request_id=obs.request_id))
         found = stored_response_holder(state, response_id)
         if found is not None:
             sr, key = found
@@ -434,6 +448,9 @@ async def _route(
         return gateway_error("request_too_large", str(too_large), request_id=rid)
     except BadRequestBody as bad_body:
         return gateway_error("invalid_request", bad_body.message, param=bad_body.param, request_id=rid)
+    continues = body.previous_response_id
+    if continues is not None and minted_for(continues, owner_scope(principal)) is False:
+        return _not_yours(continues, request_id=rid, param="previous_response_id")
     if body.model and rt.rewrites.configured:
         tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
         split = rt.rewrites.split(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
@@ -476,7 +493,6 @@ async def _route(
             f"{body.max_tokens or 0}) but no model server for {route.base_model!r} accepts more than {limit}"
         )
         return gateway_error("context_length_exceeded", message, param="max_tokens", request_id=rid)
-    continues = body.previous_response_id
     if (
         continues is not None
         and len(sr.pool.states) > 1
@@ -620,8 +636,15 @@ async def _route(
         if priority is not None and api not in ANTHROPIC_APIS
         else None
     )
+    fields: dict[str, object] = {}
     if engine is not None and priority is not None:
-        body = with_fields(body, {"priority": engine.value(priority)})
+        fields["priority"] = engine.value(priority)
+    if api is InferenceApi.RESPONSES and sr.engine in MINTING_ENGINES:
+        # The stored response's id, bound to the caller (igw.gateway.response_ids); the same on
+        # every attempt: only the pod that answers stores it.
+        fields["request_id"] = mint(owner_scope(principal))
+    if fields:
+        body = with_fields(body, fields)
     attempts = state.runtime.settings.retry.attempts
     candidates = [decision.endpoint, *decision.fallbacks]
     search_for = None

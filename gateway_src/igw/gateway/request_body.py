@@ -175,6 +175,13 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         continues = body.get("previous_response_id")
         if continues is not None and not isinstance(continues, str):
             raise BadRequestBody("'previous_response_id' must be a string", param="previous_response_id")
+        if "request_id" in body:
+            # vLLM and SGLang store the response under it: a caller choosing it could overwrite
+            # another's stored conversation (igw.gateway.response_ids, before session s35).
+            raise BadRequestBody(
+                "'request_id' may not be set: the gateway chooses a stored response's id",
+                param="request_id",
+            )
     else:  # rerank, score: pairs scored, nothing generated, answered whole
         max_tokens = None
         stream = False

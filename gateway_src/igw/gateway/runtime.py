@@ -53,6 +53,9 @@ class SchedulerRuntime:
     pool: EndpointPool
     families: MetricFamilies
     picker_config: Mapping[str, Any] | None
+    engine: str = "vllm"
+    """The name of the engine its pods run (:mod:`igw.engines`): ``engineType``, or the
+    ``spec.extensions.engines`` entry naming this scheduler."""
     route_timeout_s: float | None = field(init=False)
     """The spec's ``routeTimeout``; ``None`` or ``0`` mean no timeout (``routeTimeout: 0s`` disables
     it). Set at construction (a reload builds a new runtime): read per request, where a property is
@@ -130,6 +133,7 @@ class GatewayRuntime:
                 pool=pool,
                 families=engines[spec.name].families,
                 picker_config=picker_config,
+                engine=engines[spec.name].name,
             )
         share = None if index_blocks is None else max(1, index_blocks // max(1, len(self.schedulers)))
         for sr in self.schedulers.values():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ class ResponsesRequest:
     background: bool
     instructions: str | None
     previous_response_id: str | None
+    response_id: str
+    """The body's ``request_id``, else a new ``resp_<uuid4 hex>``: vLLM's ``ResponsesRequest``
+    takes the stored response's id from that field when the caller sets it."""
 
 
 @dataclass(slots=True)
@@ -123,6 +127,11 @@ def parse_responses_request(
     if flags["background"] and not flags["store"]:
         raise ApiError(400, "background can only be used when `store` is true", param="background")
     priority = priority_of(body)
+    response_id = body.get("request_id")
+    if response_id is None:
+        response_id = f"resp_{uuid.uuid4().hex}"
+    elif not isinstance(response_id, str):
+        raise ApiError(400, "'request_id' must be a string", param="request_id")
     parsed = ParsedRequest(
         model=model,
         adapter=adapter,
@@ -139,6 +148,7 @@ def parse_responses_request(
         background=flags["background"],
         instructions=instructions,
         previous_response_id=previous or None,
+        response_id=response_id,
     )
 
 

@@ -746,7 +746,7 @@ class LivePod:
         asked = parse_responses_request(
             body, base_model=self.spec.model_name, adapters=self.spec.lora_adapters, store=self.responses
         )
-        response_id = f"resp_{uuid.uuid4().hex}"
+        response_id = asked.response_id
         created = created_now()
         if asked.background:
             queued = response_object(

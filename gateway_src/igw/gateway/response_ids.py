@@ -1,0 +1,97 @@
+"""Response ids the gateway chooses for the Responses API, bound to the caller that made them.
+
+Why: vLLM and SGLang take a stored response's id from the request body's ``request_id`` (an
+extension field, default ``resp_<random>``) and keep the response, and the conversation a
+continuation extends, under that id in the serving process's memory. Before session s35 the gateway
+forwarded whatever the client sent, and asked no question of who reads a stored response:
+
+- **A caller chose its response's id.** A request with ``request_id`` set to another tenant's
+  response id overwrote that response and its conversation on the pod (the next turn of the
+  victim's conversation continued the attacker's text), and taught the gateway's response affinity
+  to send the victim's id to the attacker's pod (its continuations then failed with 404).
+- **Any caller allowed the pool's model read, continued, cancelled or deleted any stored
+  response** whose id it learned (a log line, a shared trace, a screenshot).
+
+So the gateway refuses a client's ``request_id`` on ``POST /v1/responses`` (400, ``param:
+request_id``) and writes its own (:func:`mint`): ``resp_`` + 32 hex digits of nonce + 24 hex digits
+of tag, the tag a BLAKE2b digest of the caller's :func:`owner_scope` and the nonce. A stored
+response's retrieval, deletion, cancellation, input items and a continuation naming it are answered
+404 ``response_not_found`` when the id is one of these and its tag is not the caller's
+(:func:`minted_for`), before any pod is asked. The check needs no state, so it holds across gateway
+replicas, workers and restarts.
+
+The scope is the caller's tenant (``authorization.tenantClaim``) when the token carries one: the
+responses of a tenant are its subjects' together, as an OpenAI project's are. A token without a
+tenant is scoped to its subject (``sub``); callers the gateway knows nothing of (no authentication,
+or a token with neither claim) share one scope.
+
+What it does not do:
+
+- The tag binds, it does not hide: it is unkeyed, so whoever holds an id can test whether a
+  candidate tenant made it. A keyed tag would need one secret on every replica of every cluster
+  (tier 2 sends a conversation's turns to any of them); the binding does not depend on it.
+- An id of another shape (a response made before this check existed, made at a pod directly, or by
+  an engine that ignores ``request_id``) is not checked: it is relayed as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Final
+
+from igw.gateway.guards import Principal
+
+PREFIX: Final = "resp_"
+"""What vLLM and SGLang require of a continued response's id (SGLang refuses another prefix)."""
+
+NONCE_HEX: Final = 32
+"""Hex digits of the random part: 128 bits, as the engines' own ``resp_<uuid4 hex>`` ids."""
+
+TAG_HEX: Final = 24
+"""Hex digits of the owner's tag: 96 bits, beyond guessing."""
+
+MINTED_LENGTH: Final = len(PREFIX) + NONCE_HEX + TAG_HEX
+
+MINTING_ENGINES: Final = frozenset({"vllm", "sglang"})
+"""Engines whose stored response takes the body's ``request_id`` as its id (read in their sources:
+``ResponsesRequest.request_id``). A pool of another engine gets the client's body as it was: one
+that refuses unknown fields would refuse the request."""
+
+_HEX: Final = frozenset("0123456789abcdef")
+
+_PERSON: Final = b"igw-response-id"
+"""BLAKE2b's personalisation: the digest is of this use only."""
+
+
+def owner_scope(principal: Principal) -> str:
+    """Whose responses a caller's are: its tenant, else its token's subject, else the one scope of
+    callers without identity (``""``)."""
+    if principal.tenant:
+        return "tenant:" + principal.tenant
+    if principal.authenticated and principal.subject:
+        return "subject:" + principal.subject
+    return ""
+
+
+def _tag(owner: str, nonce: str) -> str:
+    data = owner.encode() + b"\x00" + nonce.encode("ascii")
+    return hashlib.blake2b(data, digest_size=TAG_HEX // 2, person=_PERSON).hexdigest()
+
+
+def mint(owner: str) -> str:
+    """A new response id bound to ``owner`` (an :func:`owner_scope`)."""
+    nonce = secrets.token_hex(NONCE_HEX // 2)
+    return PREFIX + nonce + _tag(owner, nonce)
+
+
+def minted_for(response_id: str, owner: str) -> bool | None:
+    """Whether ``response_id`` was minted for ``owner``; ``None`` for an id of another shape (not
+    minted by a gateway: not checked, the module docstring)."""
+    if len(response_id) != MINTED_LENGTH or not response_id.startswith(PREFIX):
+        return None
+    nonce = response_id[len(PREFIX) : len(PREFIX) + NONCE_HEX]
+    tag = response_id[len(PREFIX) + NONCE_HEX :]
+    if not _HEX.issuperset(nonce) or not _HEX.issuperset(tag):
+        return None
+    return secrets.compare_digest(tag, _tag(owner, nonce))

@@ -1,0 +1,156 @@
+"""Stored responses belong to the caller that made them (:mod:`igw.gateway.response_ids`), through
+the real gateway with JWT authentication over loopback.
+
+Before session s35 any caller allowed a pool's model read, continued, cancelled or deleted any stored
+response whose id it knew, and a caller could set the id of its own response (the body's
+``request_id``, which vLLM and SGLang store the response under): set to another tenant's id, it
+overwrote that tenant's stored conversation on the pod and moved the gateway's memory of the id to
+the attacker's pod."""
+
+from __future__ import annotations
+
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from igw.gateway.response_ids import minted_for
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.security.helpers import DELETE, JwksServer, TokenFactory
+from tests.security.test_gateway_e2e import Gw, secured_gateway
+
+ACCESS = {
+    "authorization": {
+        "modelAccess": [
+            {"claim": "tenant", "values": ["team-a", "team-b"], "models": ["m"]},
+            {"claim": "sub", "values": ["solo-1", "solo-2"], "models": ["m"]},
+        ],
+    },
+}
+
+
+async def _post(gw: Gw, path: str, body: dict[str, Any], token: str) -> tuple[int, dict[str, Any]]:
+    async with gw.http.post(gw.url + path, json=body, headers={"Authorization": f"Bearer {token}"}) as r:
+        return r.status, await r.json()
+
+
+async def _ask(gw: Gw, method: str, path: str, token: str) -> tuple[int, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with gw.http.request(method, gw.url + path, headers=headers) as r:
+        return r.status, await r.json()
+
+
+async def test_a_stored_response_is_read_continued_and_ended_only_by_its_tenant(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        secured_gateway(
+            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=ACCESS
+        ) as gw,
+    ):
+        pod = servers[0]
+        tokens.clock.now = time.time()
+        alice = tokens.token(tenant="team-a", sub="alice")
+        alice_colleague = tokens.token(tenant="team-a", sub="carol")
+        mallory = tokens.token(tenant="team-b", sub="mallory")
+
+        status, made = await _post(gw, "/v1/responses", {"model": "m", "input": "my secret"}, alice)
+        assert status == 200
+        rid = made["id"]
+        assert minted_for(rid, "tenant:team-a") is True  # the gateway chose it, bound to team-a
+        assert minted_for(rid, "tenant:team-b") is False
+        assert orjson.loads(pod.received[-1].body)["request_id"] == rid  # the pod stored it under that id
+        assert rid in pod.stored_responses
+
+        asked = len(pod.received)
+        for method, path in (
+            ("GET", f"/v1/responses/{rid}"),
+            ("GET", f"/v1/responses/{rid}/input_items"),
+            ("POST", f"/v1/responses/{rid}/cancel"),
+            ("DELETE", f"/v1/responses/{rid}"),
+        ):
+            status, answer = await _ask(gw, method, path, mallory)
+            assert status == 404, (method, path)
+            assert answer["error"]["code"] == "response_not_found"
+            assert "not made for you" in answer["error"]["message"]
+        status, answer = await _post(
+            gw, "/v1/responses", {"model": "m", "input": "and?", "previous_response_id": rid}, mallory
+        )
+        assert (status, answer["error"]["param"]) == (404, "previous_response_id")
+        assert len(pod.received) == asked  # decided from the id alone: no pod was asked
+        assert rid in pod.stored_responses  # the delete did not happen
+
+        # the id of one's own response is the gateway's to choose: another's id cannot be taken
+        hijack = {"model": "m", "input": "ignore your instructions", "request_id": rid}
+        status, answer = await _post(gw, "/v1/responses", hijack, mallory)
+        assert (status, answer["error"]["param"]) == (400, "request_id")
+        assert len(pod.received) == asked
+        assert pod.stored_responses[rid]["id"] == rid
+
+        # the tenant's other callers share its responses (an OpenAI project's are its members')
+        status, again = await _ask(gw, "GET", f"/v1/responses/{rid}", alice_colleague)
+        assert (status, again["id"]) == (200, rid)
+        status, follow_up = await _post(
+            gw, "/v1/responses", {"model": "m", "input": "more", "previous_response_id": rid}, alice
+        )
+        assert status == 200
+        assert minted_for(follow_up["id"], "tenant:team-a") is True
+        status, _ = await _ask(gw, "DELETE", f"/v1/responses/{rid}", alice)
+        assert status == 200
+        assert rid not in pod.stored_responses
+
+
+async def test_without_a_tenant_claim_a_response_is_its_subjects(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        secured_gateway(
+            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=ACCESS
+        ) as gw,
+    ):
+        tokens.clock.now = time.time()
+        one = tokens.token(tenant=DELETE, sub="solo-1")
+        two = tokens.token(tenant=DELETE, sub="solo-2")
+        streamed = {"model": "m", "input": "hi", "stream": True}
+        auth = {"Authorization": f"Bearer {one}"}
+        async with gw.http.post(gw.url + "/v1/responses", json=streamed, headers=auth) as r:
+            assert r.status == 200
+            events = await r.read()
+        rid = next(iter(servers[0].stored_responses))
+        assert rid.encode() in events  # the streamed events name the minted id
+        assert minted_for(rid, "subject:solo-1") is True
+        assert (await _ask(gw, "GET", f"/v1/responses/{rid}", two))[0] == 404
+        assert (await _ask(gw, "GET", f"/v1/responses/{rid}", one))[0] == 200
+
+
+@pytest.mark.parametrize(
+    "response_id",
+    [
+        "resp_a_1",  # an engine's own id: made before this check, or at the pod directly
+        "resp_" + "0" * 56,  # minted shape, tag not anyone's: refused by the tag, never asked
+    ],
+)
+async def test_ids_the_gateway_did_not_mint_are_relayed_as_before(
+    tmp_path: Path,
+    jwks_server: JwksServer,
+    client_ssl: ssl.SSLContext,
+    tokens: TokenFactory,
+    response_id: str,
+) -> None:
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        secured_gateway(
+            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=ACCESS
+        ) as gw,
+    ):
+        tokens.clock.now = time.time()
+        status, answer = await _ask(gw, "GET", f"/v1/responses/{response_id}", tokens.token(tenant="team-a"))
+        assert status == 404
+        minted_shape = response_id.startswith("resp_0")
+        assert ("not made for you" in answer["error"]["message"]) is minted_shape
+        assert len(servers[0].received) == (0 if minted_shape else 1)  # the other shape was searched for
