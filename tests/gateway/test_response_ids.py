@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from igw.gateway.guards import ANONYMOUS, Principal
-from igw.gateway.response_ids import MINTED_LENGTH, mint, minted_for, owner_scope
+from igw.gateway.guards import ANONYMOUS, Principal, caller_scope
+from igw.gateway.response_ids import MINTED_LENGTH, mint, minted_for
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 
@@ -46,10 +46,10 @@ def test_an_id_of_another_shape_is_not_judged(other: str) -> None:
 
 
 def test_the_owner_is_the_tenant_else_the_subject_else_nobody_in_particular() -> None:
-    assert owner_scope(Principal(subject="alice", tenant="team-a", authenticated=True)) == "tenant:team-a"
-    assert owner_scope(Principal(subject="alice", authenticated=True)) == "subject:alice"
-    assert owner_scope(Principal(authenticated=True)) == ""
-    assert owner_scope(ANONYMOUS) == ""
+    assert caller_scope(Principal(subject="alice", tenant="team-a", authenticated=True)) == "tenant:team-a"
+    assert caller_scope(Principal(subject="alice", authenticated=True)) == "subject:alice"
+    assert caller_scope(Principal(authenticated=True)) == ""
+    assert caller_scope(ANONYMOUS) == ""
     # a tenant and a subject of the same name are different owners
     assert minted_for(mint("tenant:x"), "subject:x") is False
 

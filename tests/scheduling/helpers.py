@@ -64,7 +64,12 @@ def ep(
 
 
 def req(
-    text: str = "", *, model: str = "base", adapter: str | None = None, request_id: str = "r1"
+    text: str = "",
+    *,
+    model: str = "base",
+    adapter: str | None = None,
+    request_id: str = "r1",
+    cache_salt: str | None = None,
 ) -> RoutingRequest:
     return RoutingRequest(
         request_id=request_id,
@@ -73,6 +78,7 @@ def req(
         prefix_text=text,
         prompt_tokens=len(text) // 4,
         adapter=adapter,
+        cache_salt=cache_salt,
     )
 
 

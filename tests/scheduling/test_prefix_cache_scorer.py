@@ -60,6 +60,18 @@ def test_prefix_scores(sent: dict[str, str], query: str, expected: list[float]) 
     assert c.state[STATE_ANY_HIT] == any(expected)
 
 
+def test_blocks_cached_under_one_salt_are_no_hit_under_another() -> None:
+    """The engine keeps blocks of different ``cache_salt`` apart (a tenant's, under
+    ``prefixCacheIsolation``, or a client's own): so does the index."""
+    scorer = PrefixCacheScorer(auto_tune=False)
+    eps = {k: ep(k) for k in ("e1", "e2")}
+    scorer.on_picked(ctx(req(A + B, cache_salt="tenant-a")), eps["e1"])
+    scorer.on_picked(ctx(req(A + B)), eps["e2"])
+    for salt, expected in (("tenant-a", [1.0, 0.0]), ("tenant-b", [0.0, 0.0]), (None, [0.0, 1.0])):
+        c = ctx(req(A + B, cache_salt=salt))
+        assert scorer.score(c, [eps["e1"], eps["e2"]]) == pytest.approx(expected), salt
+
+
 def test_block_size_auto_tuned_from_cache_config_info() -> None:
     scorer = PrefixCacheScorer(auto_tune=True)
     e = ep("e1", block_size=4)  # 4 tokens x 4 chars = 16-char blocks

@@ -52,6 +52,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "stream": False,
         "previous_response_id": "resp_14",
         "avoid": frozenset({"z:1"}),
+        "cache_salt": "salt-15",
     },
     RoutingDecision: {
         "kind": DecisionKind.SATURATED,
@@ -137,6 +138,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "prompt_tokens": 41,
         "max_tokens": 42,
         "previous_response_id": "resp_43",
+        "cache_salt": "salt-44",
     },
     EndpointView: {
         "key": "h:1",

@@ -15,7 +15,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import pytest
@@ -75,6 +75,13 @@ def doc(
     }
 
 
+class Pod(Protocol):
+    """A model server the gateway is pointed at: a fake one, or a simulated vLLM pod."""
+
+    @property
+    def key(self) -> str: ...
+
+
 class Gw:
     def __init__(
         self, url: str, state: GatewayState, http: aiohttp.ClientSession, registry: CollectorRegistry
@@ -99,7 +106,7 @@ class Gw:
 @contextlib.asynccontextmanager
 async def secured_gateway(
     tmp_path: Path,
-    servers: tuple[FakeModelServer, ...],
+    servers: tuple[Pod, ...],
     *,
     issuer: JwksServer | None,
     client_ssl: ssl.SSLContext,

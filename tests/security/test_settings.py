@@ -93,6 +93,7 @@ def test_full_authorization_document_is_read() -> None:
         "tenantClaim": "org.id",
         "tenantHeader": "x-tenant",
         "requireTenant": True,
+        "prefixCacheIsolation": "tenant",
         "modelAccess": [{"claim": "groups", "values": ["a"], "models": ["m-*"]}],
         "forwardClaims": [{"claim": "sub", "header": "x-sub"}],
         "forwardAuthorization": True,
@@ -117,6 +118,7 @@ def test_full_authorization_document_is_read() -> None:
     Draft202012Validator(load("authorization")).validate(raw)
     s = AuthorizationSettings.from_mapping(raw)
     assert (s.tenant_claim, s.tenant_header, s.require_tenant) == ("org.id", "x-tenant", True)
+    assert s.isolate_prefix_caches
     assert s.model_access[0].models == ("m-*",)
     assert s.forwarded_header_names == {"x-tenant", "x-sub"}
     assert (s.clock_skew_s, s.max_token_lifetime_s, s.max_token_bytes) == (5, 3600, 4096)

@@ -36,9 +36,24 @@ class Principal:
     """Headers to add to the upstream request (for example ``x-igw-tenant``); the gateway strips any
     client-supplied copy of these header names before adding them."""
     authenticated: bool = False
+    cache_salt: str | None = None
+    """The salt of this caller's prompts in the model servers' prefix caches
+    (``authorization.prefixCacheIsolation: tenant``, :mod:`igw.gateway.cache_salt`); ``None``: the
+    caches are shared."""
 
 
 ANONYMOUS = Principal()
+
+
+def caller_scope(principal: Principal) -> str:
+    """Whose a caller's stored responses and cached prompts are: ``tenant:<tenant>`` when its token
+    names one (a tenant's callers share theirs, as an OpenAI project's members do), else
+    ``subject:<sub>``, else ``""``, the one scope of callers the gateway knows nothing of."""
+    if principal.tenant:
+        return "tenant:" + principal.tenant
+    if principal.authenticated and principal.subject:
+        return "subject:" + principal.subject
+    return ""
 
 
 class GuardDenied(IgwGatewayError):

@@ -30,6 +30,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from igw.gateway.cache_salt import SALTED_APIS, SALTING_ENGINES, request_salt
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.errors import anthropic_shaped, denial_response, gateway_error, sse_error_event
@@ -48,7 +49,7 @@ from igw.gateway.flow_gate import (
     request_head_bytes,
 )
 from igw.gateway.forwarded_answer import ForwardedAnswer, as_response
-from igw.gateway.guards import GuardDenied, Principal, RequestGuard
+from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
 from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, InferenceApi, anthropic_path
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
@@ -61,8 +62,9 @@ from igw.gateway.request_body import (
     read_limited,
     received_whole,
     with_fields,
+    with_leading_field,
 )
-from igw.gateway.response_ids import MINTING_ENGINES, mint, minted_for, owner_scope
+from igw.gateway.response_ids import MINTING_ENGINES, mint, minted_for
 from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -341,7 +343,7 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
     try:
         principal = await guard.authenticate(request.headers)
         response_id = request.match_info["response_id"]
-        if minted_for(response_id, owner_scope(principal)) is False:
+        if minted_for(response_id, caller_scope(principal)) is False:
             return obs.finish(_not_yours(response_id, request_id=obs.request_id))
         found = stored_response_holder(state, response_id)
         if found is not None:
@@ -449,7 +451,7 @@ async def _route(
     except BadRequestBody as bad_body:
         return gateway_error("invalid_request", bad_body.message, param=bad_body.param, request_id=rid)
     continues = body.previous_response_id
-    if continues is not None and minted_for(continues, owner_scope(principal)) is False:
+    if continues is not None and minted_for(continues, caller_scope(principal)) is False:
         return _not_yours(continues, request_id=rid, param="previous_response_id")
     if body.model and rt.rewrites.configured:
         tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
@@ -506,6 +508,11 @@ async def _route(
     if faults.entries and faults.active(state.clock()):
         # a request failed moments ago: if it was this one (the same body), its new try goes elsewhere
         avoid = faults.failed_at(hash(body.raw), now=state.clock())
+    salt = body.cache_salt or None  # the client's own, as the engine reads it
+    scope_salt = principal.cache_salt  # prefixCacheIsolation: tenant
+    if scope_salt is not None or salt is not None:
+        salted = api in SALTED_APIS and sr.engine in SALTING_ENGINES
+        salt = request_salt(scope_salt, salt) if salted else None
     rreq = RoutingRequest(
         request_id=rid,
         model=route.model,
@@ -518,6 +525,7 @@ async def _route(
         stream=body.stream,
         previous_response_id=body.previous_response_id,
         avoid=avoid,
+        cache_salt=salt,
     )
     flow_on = rt.flow_settings is not None
     priority: int | None = None
@@ -642,7 +650,12 @@ async def _route(
     if api is InferenceApi.RESPONSES and sr.engine in MINTING_ENGINES:
         # The stored response's id, bound to the caller (igw.gateway.response_ids); the same on
         # every attempt: only the pod that answers stores it.
-        fields["request_id"] = mint(owner_scope(principal))
+        fields["request_id"] = mint(caller_scope(principal))
+    if scope_salt is not None and salt is not None:  # the caller's scope's salt, written
+        if fields or body.cache_salt is not None:  # a client's own replaced: parsed and serialised
+            fields["cache_salt"] = salt
+        else:
+            body = with_leading_field(body, "cache_salt", salt)
     if fields:
         body = with_fields(body, fields)
     attempts = state.runtime.settings.retry.attempts

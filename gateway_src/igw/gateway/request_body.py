@@ -25,6 +25,7 @@ import orjson
 from aiohttp import web
 
 from igw.errors import IgwGatewayError
+from igw.gateway.cache_salt import SALTED_APIS
 from igw.gateway.inference_apis import InferenceApi
 
 CHARS_PER_TOKEN: Final = 4
@@ -62,6 +63,10 @@ class InferenceBody:
     max_tokens: Final[int | None]
     previous_response_id: Final[str | None]
     """The stored response a Responses API request continues (only its pod can answer it)."""
+    cache_salt: Final[str | None]
+    """The client's ``cache_salt`` of a completion, chat or Responses API body (``""`` when it set
+    the field to ``null`` or ``""``); ``None``: the body has no such field
+    (:mod:`igw.gateway.cache_salt`)."""
 
     def __init__(
         self,
@@ -72,6 +77,7 @@ class InferenceBody:
         prompt_tokens: int,
         max_tokens: int | None,
         previous_response_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> None:
         self.raw = raw
         self.model = model
@@ -80,6 +86,7 @@ class InferenceBody:
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.previous_response_id = previous_response_id
+        self.cache_salt = cache_salt
 
 
 def received_whole(request: web.Request, *, limit: int) -> bytes:
@@ -186,6 +193,12 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         max_tokens = None
         stream = False
         text, extra_chars = _pair_texts(body, api)
+    cache_salt = None
+    if api in SALTED_APIS and "cache_salt" in body:
+        given = body["cache_salt"]
+        if given is not None and not isinstance(given, str):
+            raise BadRequestBody("'cache_salt' must be a string", param="cache_salt")
+        cache_salt = given or ""
     if model and "model" not in body:
         # Named by the x-gateway-model-name header only: written into the body the model server gets,
         # which otherwise serves its base model for a body without one (vLLM's _check_model), while
@@ -200,6 +213,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         prompt_tokens=max(1, (len(text) + extra_chars) // CHARS_PER_TOKEN),
         max_tokens=max_tokens,
         previous_response_id=continues or None,
+        cache_salt=cache_salt,
     )
 
 
@@ -299,6 +313,28 @@ def _response_text(body: dict[str, Any]) -> str:
         raise BadRequestBody("'instructions' must be a string", param="instructions")
     text = value if isinstance(value, str) else orjson.dumps(value).decode()
     return text if not instructions else instructions + text
+
+
+def with_leading_field(body: InferenceBody, name: str, value: str) -> InferenceBody:
+    """``body`` with the top-level member ``name: value`` written first, every byte the client sent
+    after it: a copy, not :func:`with_fields`' parse and serialisation (what
+    ``authorization.prefixCacheIsolation`` costs every request). Only for a ``name`` the body does
+    not hold: the parsed object had no such key (escaped spellings of it included), so the engine
+    reads this one."""
+    raw = body.raw
+    start = raw.index(b"{") + 1  # a JSON object: nothing but whitespace before its brace
+    member = orjson.dumps(name) + b":" + orjson.dumps(value)
+    empty = raw[start:].lstrip().startswith(b"}")
+    return InferenceBody(  # not dataclasses.replace: its field walk cost more than the copy
+        raw[:start] + member + (b"" if empty else b",") + raw[start:],
+        body.model,
+        body.stream,
+        body.prefix_text,
+        body.prompt_tokens,
+        body.max_tokens,
+        body.previous_response_id,
+        body.cache_salt,
+    )
 
 
 def with_fields(body: InferenceBody, fields: Mapping[str, Any]) -> InferenceBody:

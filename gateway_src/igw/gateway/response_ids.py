@@ -14,16 +14,18 @@ forwarded whatever the client sent, and asked no question of who reads a stored 
 
 So the gateway refuses a client's ``request_id`` on ``POST /v1/responses`` (400, ``param:
 request_id``) and writes its own (:func:`mint`): ``resp_`` + 32 hex digits of nonce + 24 hex digits
-of tag, the tag a BLAKE2b digest of the caller's :func:`owner_scope` and the nonce. A stored
+of tag, the tag a BLAKE2b digest of the caller's scope (:func:`igw.gateway.guards.caller_scope`)
+and the nonce. A stored
 response's retrieval, deletion, cancellation, input items and a continuation naming it are answered
 404 ``response_not_found`` when the id is one of these and its tag is not the caller's
 (:func:`minted_for`), before any pod is asked. The check needs no state, so it holds across gateway
 replicas, workers and restarts.
 
-The scope is the caller's tenant (``authorization.tenantClaim``) when the token carries one: the
-responses of a tenant are its subjects' together, as an OpenAI project's are. A token without a
-tenant is scoped to its subject (``sub``); callers the gateway knows nothing of (no authentication,
-or a token with neither claim) share one scope.
+The scope (:func:`~igw.gateway.guards.caller_scope`) is the caller's tenant
+(``authorization.tenantClaim``) when the token carries one: the responses of a tenant are its
+subjects' together, as an OpenAI project's are. A token without a tenant is scoped to its subject
+(``sub``); callers the gateway knows nothing of (no authentication, or a token with neither claim)
+share one scope.
 
 What it does not do:
 
@@ -39,8 +41,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 from typing import Final
-
-from igw.gateway.guards import Principal
 
 PREFIX: Final = "resp_"
 """What vLLM and SGLang require of a continued response's id (SGLang refuses another prefix)."""
@@ -64,23 +64,13 @@ _PERSON: Final = b"igw-response-id"
 """BLAKE2b's personalisation: the digest is of this use only."""
 
 
-def owner_scope(principal: Principal) -> str:
-    """Whose responses a caller's are: its tenant, else its token's subject, else the one scope of
-    callers without identity (``""``)."""
-    if principal.tenant:
-        return "tenant:" + principal.tenant
-    if principal.authenticated and principal.subject:
-        return "subject:" + principal.subject
-    return ""
-
-
 def _tag(owner: str, nonce: str) -> str:
     data = owner.encode() + b"\x00" + nonce.encode("ascii")
     return hashlib.blake2b(data, digest_size=TAG_HEX // 2, person=_PERSON).hexdigest()
 
 
 def mint(owner: str) -> str:
-    """A new response id bound to ``owner`` (an :func:`owner_scope`)."""
+    """A new response id bound to ``owner`` (a :func:`~igw.gateway.guards.caller_scope`)."""
     nonce = secrets.token_hex(NONCE_HEX // 2)
     return PREFIX + nonce + _tag(owner, nonce)
 

@@ -165,6 +165,10 @@ class RoutingRequest:
     """Endpoints this very request (the same body) failed on moments ago, which its new try avoids
     while another endpoint can take it (:mod:`igw.scheduling.outliers`, "request's fault");
     ``None``: none (a default the compiled build's signature can state, unlike ``frozenset()``)."""
+    cache_salt: Final[str | None]
+    """The ``cache_salt`` the model server caches this prompt's blocks under (the gateway's per
+    tenant, or the client's own): blocks of different salts are not shared, so prefix affinity
+    hashes them apart. ``None``: unsalted."""
 
     def __init__(
         self,
@@ -180,6 +184,7 @@ class RoutingRequest:
         stream: bool = True,
         previous_response_id: str | None = None,
         avoid: frozenset[EndpointKey] | None = None,
+        cache_salt: str | None = None,
     ) -> None:
         self.request_id = request_id
         self.model = model
@@ -193,6 +198,7 @@ class RoutingRequest:
         self.stream = stream
         self.previous_response_id = previous_response_id
         self.avoid = avoid
+        self.cache_salt = cache_salt
 
 
 class DecisionKind(enum.Enum):

@@ -12,13 +12,15 @@ gateway (``RequestGuard.stripped_request_headers``).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from igw.gateway.guards import Principal
+from igw.gateway.cache_salt import scope_salt
+from igw.gateway.guards import Principal, caller_scope
 from igw.security.settings import AuthorizationSettings
 from igw.security.token import reject
 
@@ -79,10 +81,13 @@ def build_principal(claims: Mapping[str, Any], *, settings: AuthorizationSetting
         if text is not None:
             headers[item.header.lower()] = text
     sub = claims.get("sub")
-    return Principal(
+    principal = Principal(
         subject=sub if isinstance(sub, str) else None,
         tenant=tenant,
         claims=claims,
         forward_headers=headers,
         authenticated=True,
     )
+    if settings.isolate_prefix_caches:  # once per verified token: the principal is cached with it
+        principal = dataclasses.replace(principal, cache_salt=scope_salt(caller_scope(principal)))
+    return principal

@@ -78,6 +78,9 @@ class AuthorizationSettings:
     """Header carrying the tenant to model servers; ``None`` (``tenantHeader: ""``) to not forward it."""
     require_tenant: bool = False
     """When true, a verified token without the tenant claim is refused (401)."""
+    isolate_prefix_caches: bool = False
+    """``prefixCacheIsolation: tenant``: each caller scope's prompts are cached under a salt of its
+    own in the model servers (:mod:`igw.gateway.cache_salt`); ``shared`` (false): one cache."""
     model_access: tuple[ModelAccessRule, ...] = ()
     """Empty: every authenticated caller may use every model. Non-empty: default deny."""
     forward_claims: tuple[ClaimHeader, ...] = ()
@@ -133,6 +136,7 @@ class AuthorizationSettings:
         lifetime = raw.get("maxTokenLifetime")
         return AuthorizationSettings(
             tenant_claim=str(raw.get("tenantClaim", defaults.tenant_claim)),
+            isolate_prefix_caches=raw.get("prefixCacheIsolation", "shared") == "tenant",
             tenant_header=str(raw.get("tenantHeader", defaults.tenant_header)) or None,
             require_tenant=bool(raw.get("requireTenant", defaults.require_tenant)),
             model_access=tuple(

@@ -62,6 +62,9 @@ class ParsedRequest:
     chat: bool
     priority: int | None = None
     """The body's ``priority`` (vLLM and SGLang read it under priority scheduling); ``None`` if absent."""
+    cache_salt: str | None = None
+    """The body's ``cache_salt``: vLLM mixes it into the first block's hash, so blocks cached under
+    another salt (or none) are not hits."""
 
 
 def model_of(
@@ -107,8 +110,24 @@ def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[
         raise ApiError(400, "'stream_options' must be an object", param="stream_options")
     include_usage = bool(options.get("include_usage", False))
     return ParsedRequest(
-        model, adapter, prompt_text, max_tokens, stream, include_usage, chat, priority_of(body)
+        model,
+        adapter,
+        prompt_text,
+        max_tokens,
+        stream,
+        include_usage,
+        chat,
+        priority_of(body),
+        cache_salt_of(body),
     )
+
+
+def cache_salt_of(body: dict[str, Any]) -> str | None:
+    """The body's ``cache_salt`` (a string or ``null``, as vLLM's request models declare it)."""
+    salt = body.get("cache_salt")
+    if salt is not None and not isinstance(salt, str):
+        raise ApiError(400, "'cache_salt' must be a string", param="cache_salt")
+    return salt or None
 
 
 def output_bound(raw: object, *, default: int, name: str) -> int:

@@ -29,6 +29,7 @@ from igw.sim.openai_api import (
     DEFAULT_MAX_TOKENS_CHAT,
     ApiError,
     ParsedRequest,
+    cache_salt_of,
     chat_prompt,
     model_of,
     output_bound,
@@ -141,6 +142,7 @@ def parse_responses_request(
         include_usage=False,
         chat=True,
         priority=priority,
+        cache_salt=cache_salt_of(body),
     )
     return ResponsesRequest(
         parsed=parsed,

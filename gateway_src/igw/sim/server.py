@@ -596,7 +596,7 @@ class LivePod:
                 parsed.prompt_text,
                 output_tokens=parsed.max_tokens,
                 block_size=self.engine.block_size,
-                salt=parsed.adapter or "",
+                salt=(parsed.adapter or "") + ("\x00" + parsed.cache_salt if parsed.cache_salt else ""),
             ),
             adapter=parsed.adapter,
             arrival=self.vnow(),

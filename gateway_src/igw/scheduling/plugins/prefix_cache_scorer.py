@@ -41,6 +41,12 @@ _INT_ONLY: frozenset[type] = frozenset({int})
 """The one type a learned note's block hash may have."""
 
 
+def _salted(model: str, salt: str) -> str:
+    """The key a salted request's block hashes chain from: the engine keeps blocks of different
+    salts apart (``RoutingRequest.cache_salt``), so the index must not match them."""
+    return model + "\x00" + salt
+
+
 class PrefixCacheScorer(PluginHooks):
     type_name = TYPE
     signal = ""
@@ -81,7 +87,7 @@ class PrefixCacheScorer(PluginHooks):
         if hashes is None:
             req = ctx.request
             hashes = self._hasher.hashes(
-                req.model,
+                req.model if req.cache_salt is None else _salted(req.model, req.cache_salt),
                 req.prefix_text,
                 block_chars=self._block_chars(endpoints),
                 max_blocks=self.max_blocks,
@@ -95,7 +101,7 @@ class PrefixCacheScorer(PluginHooks):
         if hashes is None:  # _hashes, written out (this scorer is usually the first to hash)
             req = ctx.request
             hashes = state[STATE_HASHES] = self._hasher.hashes(
-                req.model,
+                req.model if req.cache_salt is None else _salted(req.model, req.cache_salt),
                 req.prefix_text,
                 block_chars=self._block_chars(endpoints),
                 max_blocks=self.max_blocks,
