@@ -9,8 +9,10 @@ the attacker's pod."""
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,20 @@ ACCESS = {
 }
 
 
+@contextlib.asynccontextmanager
+async def _gateway(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext
+) -> AsyncIterator[tuple[Gw, tuple[FakeModelServer, ...]]]:
+    """The secured gateway with :data:`ACCESS` before two fake vLLM-like pods (pool ``m`` first)."""
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        secured_gateway(
+            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=ACCESS
+        ) as gw,
+    ):
+        yield gw, servers
+
+
 async def _post(gw: Gw, path: str, body: dict[str, Any], token: str) -> tuple[int, dict[str, Any]]:
     async with gw.http.post(gw.url + path, json=body, headers={"Authorization": f"Bearer {token}"}) as r:
         return r.status, await r.json()
@@ -46,12 +62,7 @@ async def _ask(gw: Gw, method: str, path: str, token: str) -> tuple[int, dict[st
 async def test_a_stored_response_is_read_continued_and_ended_only_by_its_tenant(
     tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
 ) -> None:
-    async with (
-        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
-        secured_gateway(
-            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=ACCESS
-        ) as gw,
-    ):
+    async with _gateway(tmp_path, jwks_server, client_ssl) as (gw, servers):
         pod = servers[0]
         tokens.clock.now = time.time()
         alice = tokens.token(tenant="team-a", sub="alice")
@@ -107,12 +118,7 @@ async def test_a_stored_response_is_read_continued_and_ended_only_by_its_tenant(
 async def test_without_a_tenant_claim_a_response_is_its_subjects(
     tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
 ) -> None:
-    async with (
-        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
-        secured_gateway(
-            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=ACCESS
-        ) as gw,
-    ):
+    async with _gateway(tmp_path, jwks_server, client_ssl) as (gw, servers):
         tokens.clock.now = time.time()
         one = tokens.token(tenant=DELETE, sub="solo-1")
         two = tokens.token(tenant=DELETE, sub="solo-2")
@@ -142,12 +148,7 @@ async def test_ids_the_gateway_did_not_mint_are_relayed_as_before(
     tokens: TokenFactory,
     response_id: str,
 ) -> None:
-    async with (
-        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
-        secured_gateway(
-            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=ACCESS
-        ) as gw,
-    ):
+    async with _gateway(tmp_path, jwks_server, client_ssl) as (gw, servers):
         tokens.clock.now = time.time()
         status, answer = await _ask(gw, "GET", f"/v1/responses/{response_id}", tokens.token(tenant="team-a"))
         assert status == 404
