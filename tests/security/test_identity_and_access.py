@@ -168,6 +168,24 @@ async def test_open_mode_is_loud_and_still_strips_identity_headers(
     assert "authorization" not in guard.stripped_request_headers  # passed through when we do not check it
 
 
+async def test_per_tenant_prefix_caches_are_said_to_need_authentication(
+    make_guard: GuardMaker, caplog: pytest.LogCaptureFixture, tokens: TokenFactory
+) -> None:
+    isolation = {"authorization": {"prefixCacheIsolation": "tenant"}}
+    with caplog.at_level(logging.WARNING, logger="igw.security"):
+        guard = await make_guard(auth=False, extensions=isolation)
+    assert "prefixCacheIsolation: tenant has no effect while spec.auth is not set" in caplog.text
+    assert (await guard.authenticate({})).cache_salt is None
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="igw.security"):
+        guard = await make_guard(extensions=isolation)
+    assert "prefixCacheIsolation" not in caplog.text
+    one = await guard.authenticate(bearer(tokens.token(tenant="t1")))
+    two = await guard.authenticate(bearer(tokens.token(tenant="t2", sub="other")))
+    assert one.cache_salt is not None
+    assert two.cache_salt not in {None, one.cache_salt}
+
+
 async def test_auth_mode_gauge(make_guard: GuardMaker) -> None:
     await make_guard()
     assert make_guard.metric("igw_auth_enabled") == 1

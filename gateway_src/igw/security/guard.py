@@ -141,6 +141,12 @@ class SecurityGuard:
         self._claim_auth_gauge()
         if self._jwks is None:
             log.warning("%s; set spec.auth.jwt.provider to require a verified JWT", AUTH_DISABLED_DETAIL)
+            if self._settings.isolate_prefix_caches:
+                log.warning(
+                    "spec.extensions.authorization.prefixCacheIsolation: tenant has no effect while "
+                    "spec.auth is not set: no caller has a tenant, so every prompt shares the model "
+                    "servers' prefix caches"
+                )
             return
         await self._jwks.start()
 
