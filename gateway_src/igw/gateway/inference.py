@@ -231,7 +231,13 @@ async def handle_inference(
     if state is None:
         state = request.app[STATE_KEY]
     request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
-    obs = RequestObserver(state.metrics, request_id=request_id, method=request.method, path=request.path)
+    obs = RequestObserver(
+        state.metrics,
+        request_id=request_id,
+        method=request.method,
+        path=request.path,
+        key=fresh_request_id(),  # the scheduler's: the client's id may name several requests
+    )
     if state.tracing is not None:  # tracing hook
         obs.trace = state.tracing.start(
             request.headers, method=request.method, path=request.path, started=obs.started
@@ -514,7 +520,7 @@ async def _route(
         salted = api in SALTED_APIS and sr.engine in SALTING_ENGINES
         salt = request_salt(scope_salt, salt) if salted else None
     rreq = RoutingRequest(
-        request_id=rid,
+        request_id=obs.key,
         model=route.model,
         base_model=route.base_model,
         prefix_text=body.prefix_text,
@@ -1051,7 +1057,7 @@ def _first_token_feedback(
     def heard(ttft_s: float) -> None:
         sr.scheduler.on_first_token(
             RequestOutcome(
-                request_id=obs.request_id,
+                request_id=obs.key,
                 endpoint=key,
                 ok=True,
                 ttft_s=ttft_s,
@@ -1109,7 +1115,7 @@ def _feedback(
             itl = (time.perf_counter() - obs.started) / out_tokens
     sr.scheduler.on_complete(
         RequestOutcome(
-            request_id=obs.request_id,
+            request_id=obs.key,
             endpoint=key,
             # A 4xx is an answer but no served request (the DES says the same): nothing ran.
             ok=result is not None and result.ok and result.status < 400,

@@ -40,6 +40,7 @@ class RequestObserver:
 
     __slots__ = (
         "_done",
+        "key",
         "metrics",
         "model_label",
         "on_finish",
@@ -50,9 +51,15 @@ class RequestObserver:
         "trace",
     )
 
-    def __init__(self, metrics: GatewayMetrics, *, request_id: str, method: str, path: str) -> None:
+    def __init__(
+        self, metrics: GatewayMetrics, *, request_id: str, method: str, path: str, key: str | None = None
+    ) -> None:
         self.metrics = metrics
         self.record = AccessRecord(request_id=request_id, method=method, path=path)
+        self.key = request_id if key is None else key
+        """The request's name in the scheduler's state (``RoutingRequest.request_id`` and its
+        outcomes'): unique, where ``request_id`` may be the client's ``X-Request-Id``, which two
+        requests in flight can share (before session s35 the scheduler took them for one)."""
         self.started = time.perf_counter()
         self.model_label = UNKNOWN_MODEL
         """The ``model`` label of this request's series: only configured models, never client input."""

@@ -1,0 +1,54 @@
+"""A client's ``X-Request-Id`` names its request in logs and answers, not in the scheduler's state.
+
+Before session s35 the scheduler's per-request state was keyed by the request id, which is the
+client's ``X-Request-Id`` when it sends a plausible one: the backlog scorer's dispatches awaiting a
+first token, the prefill-collision scorer's queue, the LoRA slot filter's slots in use, the output
+affinity's tracked requests. Two requests in flight under one client-chosen id (a client that sends
+its session id, a retrying SDK, a caller doing it on purpose) were taken for one retried request:
+the second's pick ended the first's dispatch, and the first's outcome was learned as the second's
+- its time to first token taught as the other pod's speed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
+from tests.gateway.test_openai_apis import CHAT_MODEL
+
+DOC = config_doc([scheduler("llama", CHAT_MODEL)])
+
+
+def _backlog(gw: Any) -> BacklogTtftScorer:
+    plugins = gw.state.runtime.schedulers["llama"].scheduler._plugins
+    (found,) = [p for p in plugins if isinstance(p, BacklogTtftScorer)]
+    return found
+
+
+async def test_requests_sharing_a_client_request_id_are_two_requests_to_the_scheduler(gateway: Any) -> None:
+    """Two streamed requests under one client-chosen id, on a slow pod and a fast one: the backlog
+    scorer learns each pod's time to first token from its own request (before s35 the fast pod's
+    first token ended the slow pod's dispatch, whose sample was then lost)."""
+    slow, fast = FakeModelServer("slow", first_token_delay_s=0.5), FakeModelServer("fast")
+    pods = [slow, fast]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
+        backlog = _backlog(gw)
+        body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+        async def one() -> tuple[int, str]:
+            async with gw.http.post(
+                gw.url + "/v1/chat/completions", json=body, headers={"X-Request-Id": "session-7"}
+            ) as r:
+                await r.read()
+                return r.status, r.headers["X-Request-Id"]
+
+        assert list(await asyncio.gather(one(), one())) == [(200, "session-7")] * 2  # still their name
+        assert [len(p.received) for p in pods] == [1, 1]  # one on each pod
+        sent = [{k.lower(): v for k, v in p.received[0].headers.items()} for p in pods]
+        assert [h["x-request-id"] for h in sent] == ["session-7"] * 2  # the pods log the client's id
+        fits = backlog.fits
+        assert sorted(fits) == sorted(p.key for p in pods)  # each pod's first token learned
+        assert fits[slow.key].mean_y > 0.4 > fits[fast.key].mean_y  # ... as its own
+        assert sum(backlog.pending.values()) == 0
