@@ -395,6 +395,9 @@ class FakeModelServer:
         }
         if stored:
             self.stored_responses[rid] = done
+        if data.get("background") is True and not data.get("stream"):
+            # vLLM's background mode: answered at once, queued, no usage yet (stored as done here)
+            return web.json_response({**done, "status": "queued", "output": [], "usage": None})
         if not data.get("stream"):
             return web.json_response(done)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

@@ -120,7 +120,13 @@ class RecordingGuard:
         self.calls.append("admit")
 
     async def account(
-        self, principal: Principal, *, model: str, prompt_tokens: int, completion_tokens: int
+        self,
+        principal: Principal,
+        *,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reserved_tokens: int = 0,
     ) -> None:
         self.calls.append("account")
         self.accounted.append((model, prompt_tokens, completion_tokens))

@@ -523,6 +523,35 @@ async def test_model_rate_limit_is_shared_by_both_replicas(redis_server: RedisSe
         assert hits == 6
 
 
+async def test_a_background_response_is_charged_its_output_bound(redis_server: RedisServer) -> None:
+    """Answered queued with no usage, generated afterwards: charged its prompt and
+    ``max_output_tokens`` when accepted (before session s35, nothing: background responses escaped
+    the token limits at tier 2)."""
+    limits = {
+        "rateLimits": {"backend": "redis", "redis": {"url": redis_server.url, "keyPrefix": "e2e:bg:"}},
+        "modelRateLimits": [
+            {
+                "tenant": "*",
+                "model": MODEL,
+                "requestsPerSecond": 100,
+                "tokensPerMinute": 60,
+                "tokenBurst": 600,
+            }
+        ],
+    }
+    async with fleet(redis_server, **limits) as fx:
+        statuses = []
+        for i in range(4):
+            body = {"model": MODEL, "input": "x", "max_output_tokens": 200, "background": True}
+            async with fx.http.post(fx.urls[i % 2] + "/v1/responses", json=body) as resp:
+                statuses.append(resp.status)
+                if resp.status == 200:
+                    assert (await resp.json())["status"] == "queued"
+        # 600 tokens, about 201 charged each: tier 2 admits while its bucket holds the prompt's
+        # estimate (its admission does not add the output bound), so the third goes into debt
+        assert statuses == [200, 200, 200, 429]
+
+
 async def test_model_names_no_cluster_serves_make_no_rate_limit_buckets(redis_server: RedisServer) -> None:
     # With a wildcard entry each distinct model name got its own buckets before the 404: a client
     # cycling names grew the buckets without bound (for the process's life in the local backend).

@@ -139,6 +139,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "max_tokens": 42,
         "previous_response_id": "resp_43",
         "cache_salt": "salt-44",
+        "background": True,
     },
     EndpointView: {
         "key": "h:1",

@@ -34,7 +34,8 @@ def _access(isolation: str) -> dict[str, Any]:
     return {"authorization": {"modelAccess": [rule], "prefixCacheIsolation": isolation}}
 
 
-def _fleet() -> FleetSpec:
+def sim_fleet() -> FleetSpec:
+    """Two simulated vLLM pods: ``m`` (the pool every tenant may use) and ``secret``."""
     pods = [
         {"name": name, "preset": "llama-3.1-8b/h100", "served_model_name": model}
         for name, model in (("a", "m"), ("b", "secret"))
@@ -61,7 +62,7 @@ async def test_a_tenant_cannot_tell_whether_another_sent_a_prompt(
     tokens: TokenFactory,
     isolation: str,
 ) -> None:
-    async with run_fleet(_fleet(), admin=False) as fleet:
+    async with run_fleet(sim_fleet(), admin=False) as fleet:
         pods = tuple(fleet.pods)
         async with secured_gateway(
             tmp_path, pods, issuer=jwks_server, client_ssl=client_ssl, extensions=_access(isolation)

@@ -101,8 +101,18 @@ class RequestGuard(Protocol):
     async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None: ...
 
     async def account(
-        self, principal: Principal, *, model: str, prompt_tokens: int, completion_tokens: int
-    ) -> None: ...
+        self,
+        principal: Principal,
+        *,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reserved_tokens: int = 0,
+    ) -> None:
+        """Count a finished request's tokens against ``principal``'s limits and series;
+        ``reserved_tokens``: tokens charged to its limits that no series counts (a background
+        response's output bound: generated after the answer, :mod:`igw.gateway.inference`)."""
+        ...
 
     def readiness(self) -> GuardReadiness: ...
 
@@ -132,7 +142,13 @@ class OpenGuard:
         return None
 
     async def account(
-        self, principal: Principal, *, model: str, prompt_tokens: int, completion_tokens: int
+        self,
+        principal: Principal,
+        *,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reserved_tokens: int = 0,
     ) -> None:
         return None
 

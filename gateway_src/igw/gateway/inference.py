@@ -994,16 +994,32 @@ async def _forward(
     prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens if plan.generates else 0)
     completion_tokens = usage.get("completion_tokens", result.events)
     obs.exchanged(result, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+    reserved = 0
+    if body.background and result.usage is None and result.status < 400:
+        reserved = _background_bound(body, plan)
     try:  # noqa: SIM105 - not contextlib.suppress: an object and two calls per request
         await guard.account(
             principal,
             model=obs.record.model or "",
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
+            reserved_tokens=reserved,
         )
     except GuardDenied:
         pass
     return _finish_after_write(request, obs, result.answer)
+
+
+def _background_bound(body: InferenceBody, plan: _Forward) -> int:
+    """What a background response accepted may still generate, charged to its tenant's token limit
+    now: its usage comes only with a later poll, which counts nothing (a retrieval repeats a
+    response's usage), so before session s35 such responses escaped ``tokensPerMinute``. Its
+    ``max_output_tokens``, else the pool's context window less the prompt (the engines' default),
+    else nothing known (no pool, no window scraped)."""
+    if body.max_tokens is not None:
+        return body.max_tokens
+    window = None if plan.sr is None else plan.sr.pool.largest_context()
+    return 0 if window is None else max(0, window - body.prompt_tokens)
 
 
 def _searched(

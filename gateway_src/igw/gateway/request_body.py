@@ -67,6 +67,9 @@ class InferenceBody:
     """The client's ``cache_salt`` of a completion, chat or Responses API body (``""`` when it set
     the field to ``null`` or ``""``); ``None``: the body has no such field
     (:mod:`igw.gateway.cache_salt`)."""
+    background: Final[bool]
+    """A Responses API request with ``background: true``: answered at once, generated afterwards
+    (its usage is not in the answer)."""
 
     def __init__(
         self,
@@ -78,6 +81,7 @@ class InferenceBody:
         max_tokens: int | None,
         previous_response_id: str | None = None,
         cache_salt: str | None = None,
+        background: bool = False,
     ) -> None:
         self.raw = raw
         self.model = model
@@ -87,6 +91,7 @@ class InferenceBody:
         self.max_tokens = max_tokens
         self.previous_response_id = previous_response_id
         self.cache_salt = cache_salt
+        self.background = background
 
 
 def received_whole(request: web.Request, *, limit: int) -> bytes:
@@ -152,6 +157,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
     if not isinstance(stream, bool):
         raise BadRequestBody("'stream' must be true or false", param="stream")
     continues = None
+    background = False
     extra_chars = 0  # what the engine reads besides ``text``: a rerank's query once per document
     if api is InferenceApi.CHAT:
         max_tokens = _output_bound(body, "max_completion_tokens", "max_tokens")
@@ -179,6 +185,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
     elif api is InferenceApi.RESPONSES:
         max_tokens = _output_bound(body, "max_output_tokens")
         text = _response_text(body)
+        background = body.get("background") is True
         continues = body.get("previous_response_id")
         if continues is not None and not isinstance(continues, str):
             raise BadRequestBody("'previous_response_id' must be a string", param="previous_response_id")
@@ -214,6 +221,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         max_tokens=max_tokens,
         previous_response_id=continues or None,
         cache_salt=cache_salt,
+        background=background,
     )
 
 
@@ -334,6 +342,7 @@ def with_leading_field(body: InferenceBody, name: str, value: str) -> InferenceB
         body.max_tokens,
         body.previous_response_id,
         body.cache_salt,
+        body.background,
     )
 
 

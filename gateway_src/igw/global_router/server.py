@@ -265,13 +265,20 @@ async def _route(
             router.responses.remember(result.response_id, cluster.name)
         _observe(router, result, model=model, region=cluster.region, started=started)
         usage = result.usage or {}
-        tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+        prompt_tokens = int(usage.get("prompt_tokens", 0))
+        reserved = 0
+        if body.background and result.usage is None and result.status < 400:
+            # Generated after this answer, its usage only in polls (counted nowhere): its prompt's
+            # estimate and output bound, as tier 1 charges (no context window known here).
+            prompt_tokens, reserved = body.prompt_tokens, body.max_tokens or 0
+        tokens = prompt_tokens + int(usage.get("completion_tokens", 0)) + reserved
         if tokens:
             await router.guard.account(
                 principal,
                 model=model,
-                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                prompt_tokens=prompt_tokens,
                 completion_tokens=int(usage.get("completion_tokens", 0)),
+                reserved_tokens=reserved,
             )
             await router.model_limits.account(tenant=tenant, model=model, tokens=tokens)
         return result.response

@@ -125,11 +125,20 @@ class SecurityGuard:
             await self._limiter.admit(tenant=principal.tenant, est_tokens=est_tokens)
 
     async def account(
-        self, principal: Principal, *, model: str, prompt_tokens: int, completion_tokens: int
+        self,
+        principal: Principal,
+        *,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reserved_tokens: int = 0,
     ) -> None:
         if self._limiter is not None:
             await self._limiter.account(
-                tenant=principal.tenant, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+                tenant=principal.tenant,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                reserved_tokens=reserved_tokens,
             )
 
     def readiness(self) -> GuardReadiness:

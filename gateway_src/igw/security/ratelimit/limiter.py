@@ -90,7 +90,11 @@ class RateLimiter:
             raise rate_limited(tenant=key, limit=decision.limit, retry_after_s=decision.retry_after_s)
         self._count_admitted(key)
 
-    async def account(self, *, tenant: str | None, prompt_tokens: int, completion_tokens: int) -> None:
+    async def account(
+        self, *, tenant: str | None, prompt_tokens: int, completion_tokens: int, reserved_tokens: int = 0
+    ) -> None:
+        """Debit the tenant's token bucket by the tokens a request used, and count them in its
+        series; ``reserved_tokens`` are debited, not counted (a bound, not a measurement)."""
         key = self.tenant_key(tenant)
         m = self._metrics
         if m is not None:
@@ -103,7 +107,7 @@ class RateLimiter:
             children[0].inc(max(0, prompt_tokens))
             children[1].inc(max(0, completion_tokens))
         limits, _, counts_tokens = self._plans.get(key, self._default_plan)
-        total = max(0, prompt_tokens) + max(0, completion_tokens)
+        total = max(0, prompt_tokens) + max(0, completion_tokens) + max(0, reserved_tokens)
         if not counts_tokens or total == 0:
             return
         if self._backend_usable():
