@@ -366,7 +366,13 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
         "no-tenant-isolation",
         lambda d: _igwc(d)["spec"]["extensions"].pop("authorization"),
         Command.AUDIT,
-        {("IGW-AU602", "WARN", "MEDIUM")},
+        {("IGW-AU602", "WARN", "MEDIUM"), ("IGW-AU604", "WARN", "LOW")},
+    ),
+    (
+        "prefix-caches-shared-by-tenants",
+        lambda d: _igwc(d)["spec"]["extensions"]["authorization"].pop("prefixCacheIsolation"),
+        Command.AUDIT,
+        {("IGW-AU604", "WARN", "LOW")},
     ),
     (
         "bands-open-to-any-client",

@@ -31,6 +31,7 @@ from igw.checks.audit import (
     priority_claims,
     privilege,
     probes,
+    prompt_cache_isolation,
     rate_limits,
     read_only_root,
     redis_password,
@@ -122,6 +123,7 @@ AUDIT: Final[tuple[Check, ...]] = (
     rate_limits.CHECK,
     tenant_isolation.CHECK,
     priority_claims.CHECK,
+    prompt_cache_isolation.CHECK,
 )
 
 
