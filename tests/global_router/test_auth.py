@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import trustme
 from prometheus_client import CollectorRegistry
 
@@ -157,3 +159,20 @@ async def test_model_labels_are_served_models_only_whatever_a_client_sends(
         'igw_global_requests_total{code="404",model="(unknown)"}',
         f'igw_global_requests_total{{code="200",model="{MODEL}"}}',
     }
+
+
+def test_per_tenant_prefix_caches_are_said_to_be_the_clusters_setting(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Tier 2 reads ``spec.authorization`` as tier 1 does, but writes nothing into request bodies:
+    ``prefixCacheIsolation`` there would do nothing, silently, without the warning."""
+    doc = global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": "http://127.0.0.1:9", "models": [MODEL]}],
+        heartbeats={"required": False},
+    )
+    for isolation, warned in (("tenant", True), ("shared", False)):
+        doc["spec"]["authorization"] = {"prefixCacheIsolation": isolation}
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="igw.global_router"):
+            create_global_app(parse_global_config(doc), read_heartbeats=False, registry=CollectorRegistry())
+        assert ("prefixCacheIsolation has no effect at tier 2" in caplog.text) is warned

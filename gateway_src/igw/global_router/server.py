@@ -458,6 +458,11 @@ def create_global_app(
     :mod:`igw.gateway.management`)."""
     metrics = FleetMetrics(registry)
     limit_settings = RateLimitSettings.from_mapping(config.rate_limits)
+    if (config.authorization or {}).get("prefixCacheIsolation", "shared") != "shared":
+        log.warning(
+            "spec.authorization.prefixCacheIsolation has no effect at tier 2 (the router writes nothing "
+            "into request bodies): set it in each cluster's InferenceGatewayConfig"
+        )
     if guard is None:
         guard = build_guard(
             config.auth,
