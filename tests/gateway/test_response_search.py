@@ -154,3 +154,26 @@ async def test_a_continuation_whose_search_place_went_during_the_pick_asks_only_
         assert resp.status == 404
         assert asked(pods) == gw.state.runtime.settings.retry.attempts == 2
         assert gw.state.response_searches.in_flight == 0
+
+
+async def test_an_id_longer_than_any_engine_makes_is_neither_searched_for_nor_kept(gateway: Any) -> None:
+    """The ids a search found nowhere are kept (4,096 of them) and a continuation's body goes to
+    every pod asked: before session s35 a megabyte-long ``previous_response_id`` was both."""
+    pods = [FakeModelServer(name) for name in "ab"]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
+        huge = "resp_" + "x" * 1_000_000
+        refused = await gw.post(
+            "/v1/responses", {"model": CHAT_MODEL, "input": "x", "previous_response_id": huge}
+        )
+        assert refused.status == 400
+        assert (await refused.json())["error"]["param"] == "previous_response_id"
+        long_path = await gw.http.get(f"{gw.url}/v1/responses/resp_{'y' * 300}")
+        assert long_path.status == 404
+        assert (await long_path.json())["error"]["code"] == "response_not_found"
+        assert asked(pods) == 0
+        assert len(gw.state.response_searches._unfound) == 0
+        ordinary = await gw.post(
+            "/v1/responses", {"model": CHAT_MODEL, "input": "x", "previous_response_id": "resp_" + "z" * 250}
+        )
+        assert ordinary.status == 404  # searched for as before: every pod's 404
+        assert asked(pods) == 2

@@ -96,8 +96,11 @@ def test_each_scope_has_its_salt_and_a_clients_salt_is_mixed_in() -> None:
     assert mixed is not None
     assert len(mixed) == SALT_HEX
     assert mixed not in {a, b, request_salt(b, "user-1"), request_salt(a, "user-2")}
-    # isolation off: the client's own, as the engine reads it
-    assert request_salt(None, "user-1") == "user-1"
+    # isolation off: the client's own tells prompts apart (a digest: the index keeps 32 digits)
+    own = request_salt(None, "user-1" * 100_000)
+    assert own is not None
+    assert len(own) == SALT_HEX
+    assert own != request_salt(None, "user-2")
     assert request_salt(None, "") is None
     assert request_salt(None, None) is None
     assert caller_scope(ANONYMOUS) == ""

@@ -54,11 +54,13 @@ def scope_salt(scope: str) -> str:
 
 
 def request_salt(scope: str | None, client: str | None) -> str | None:
-    """The ``cache_salt`` a request's prefix is cached under: ``scope`` (the caller's
+    """The salt a request's prefix is cached under, 32 hex digits: ``scope`` (the caller's
     :func:`scope_salt`; ``None``: isolation off) mixed with the client's own ``client`` when it gave
-    one; with isolation off, the client's own (what the engine reads), else ``None``."""
+    one - the value the gateway writes; with isolation off, a digest of the client's own (the
+    engine reads the client's value, the gateway only tells salts apart: a digest, so that a
+    client's megabyte of salt is not what the prefix index keeps), else ``None``."""
     if scope is None:
-        return client or None
+        return _digest("client\x00" + client) if client else None
     if not client:
         return scope
     return _digest(scope + "\x00" + client)

@@ -55,6 +55,7 @@ from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
 from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
 from igw.gateway.request_body import (
+    MAX_RESPONSE_ID_LENGTH,
     BadRequestBody,
     BodyTooLarge,
     InferenceBody,
@@ -349,6 +350,9 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
     try:
         principal = await guard.authenticate(request.headers)
         response_id = request.match_info["response_id"]
+        if len(response_id) > MAX_RESPONSE_ID_LENGTH:  # no engine makes such an id: not searched for
+            message = f"no response has an id longer than {MAX_RESPONSE_ID_LENGTH} characters"
+            return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
         if minted_for(response_id, caller_scope(principal)) is False:
             return obs.finish(_not_yours(response_id, request_id=obs.request_id))
         found = stored_response_holder(state, response_id)

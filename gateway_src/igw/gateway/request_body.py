@@ -30,6 +30,11 @@ from igw.gateway.inference_apis import InferenceApi
 
 CHARS_PER_TOKEN: Final = 4
 MAX_MODEL_NAME_LENGTH: Final = 256
+MAX_RESPONSE_ID_LENGTH: Final = 256
+"""The longest ``previous_response_id`` taken (the engines' ids are ``resp_`` and 32 hex digits, the
+gateway's 61 characters): an id is kept in memory (the ids a search found nowhere, 4,096 of them)
+and sent to every pod a search asks, so before session s35 a megabyte-long one was kept and sent
+as it came."""
 _CONTROL_CHARACTERS: Final = re.compile(r"[\x00-\x1f\x7f]")
 """Characters a model name may not hold: HTTP forbids them in a header field's value (RFC 9110 5.5)."""
 
@@ -189,6 +194,11 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         continues = body.get("previous_response_id")
         if continues is not None and not isinstance(continues, str):
             raise BadRequestBody("'previous_response_id' must be a string", param="previous_response_id")
+        if continues is not None and len(continues) > MAX_RESPONSE_ID_LENGTH:
+            raise BadRequestBody(
+                f"'previous_response_id' is longer than {MAX_RESPONSE_ID_LENGTH} characters",
+                param="previous_response_id",
+            )
         if "request_id" in body:
             # vLLM and SGLang store the response under it: a caller choosing it could overwrite
             # another's stored conversation (igw.gateway.response_ids, before session s35).

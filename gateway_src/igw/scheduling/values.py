@@ -166,9 +166,9 @@ class RoutingRequest:
     while another endpoint can take it (:mod:`igw.scheduling.outliers`, "request's fault");
     ``None``: none (a default the compiled build's signature can state, unlike ``frozenset()``)."""
     cache_salt: Final[str | None]
-    """The ``cache_salt`` the model server caches this prompt's blocks under (the gateway's per
-    tenant, or the client's own): blocks of different salts are not shared, so prefix affinity
-    hashes them apart. ``None``: unsalted."""
+    """The salt the model server caches this prompt's blocks under: the one the gateway writes per
+    tenant, or a digest of the client's own (:func:`igw.gateway.cache_salt.request_salt`). Blocks of
+    different salts are not shared, so prefix affinity hashes them apart. ``None``: unsalted."""
 
     def __init__(
         self,
