@@ -123,7 +123,7 @@ def simulated_cluster(*, pods: int, configs: int, schedulers: int) -> list[dict[
                     "schedulers": sched,
                     "extensions": {
                         "rateLimits": {"default": {"requestsPerSecond": 10, "burst": 20}},
-                        "authorization": {"requireTenant": True},
+                        "authorization": {"requireTenant": True, "prefixCacheIsolation": "tenant"},
                     },
                 },
             }
