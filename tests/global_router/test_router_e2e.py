@@ -553,6 +553,40 @@ async def test_a_background_response_is_charged_its_output_bound(redis_server: R
         assert statuses == [200, 200, 200, 429]
 
 
+async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(redis_server: RedisServer) -> None:
+    """Before session s35 a client that read a stream and closed the connection before its end was
+    charged nothing at tier 2: ten such streams of 90 tokens each went through a 600-token limit."""
+    limits = {
+        "rateLimits": {"backend": "redis", "redis": {"url": redis_server.url, "keyPrefix": "e2e:left:"}},
+        "modelRateLimits": [
+            {
+                "tenant": "*",
+                "model": MODEL,
+                "requestsPerSecond": 100,
+                "tokensPerMinute": 60,
+                "tokenBurst": 600,
+            }
+        ],
+    }
+    async with fleet(redis_server, **limits, **STEADY) as fx:
+        for c in fx.clusters.values():
+            c.server.tokens, c.server.token_delay_s = 100, 0.002
+        statuses = []
+        for _ in range(10):
+            body = {"model": MODEL, "prompt": "tell me", "stream": True}
+            async with await fx.post(body) as resp:
+                statuses.append(resp.status)
+                if resp.status != 200:
+                    continue
+                read = 0
+                while read < 90:  # 90 of the 100 tokens, then the connection is closed
+                    read += (await resp.content.readline()).startswith(b"data: {")
+                resp.close()
+            await asyncio.sleep(0.1)
+        assert 6 <= statuses.count(200) <= 7, statuses  # about 92 tokens charged per stream
+        assert statuses[-1] == 429
+
+
 async def test_model_names_no_cluster_serves_make_no_rate_limit_buckets(redis_server: RedisServer) -> None:
     # With a wildcard entry each distinct model name got its own buckets before the 404: a client
     # cycling names grew the buckets without bound (for the process's life in the local backend).

@@ -906,11 +906,11 @@ async def _forward(
             message = f"routeTimeout of {timeout:g}s exceeded waiting for {plan.what}"
             return obs.finish(gateway_error("route_timeout", message, request_id=obs.request_id))
         except ClientGone:
-            obs.client_gone()
+            await _charge_relayed(guard, principal, obs, body, plan, prepared)
             return prepared[0] if prepared else web.Response(status=CLIENT_CLOSED)
         except asyncio.CancelledError:
             if not state.inflight.cutting:
-                obs.client_gone()
+                await _charge_relayed(guard, principal, obs, body, plan, prepared)
                 raise
             # The shutdown grace ran out: answer the way a broken upstream would, retryable.
             task = asyncio.current_task()
@@ -1012,6 +1012,37 @@ async def _forward(
     except GuardDenied:
         pass
     return _finish_after_write(request, obs, result.answer)
+
+
+async def _charge_relayed(
+    guard: RequestGuard,
+    principal: Principal,
+    obs: RequestObserver,
+    body: InferenceBody,
+    plan: _Forward,
+    prepared: Sequence[web.StreamResponse],
+) -> None:
+    """A client left while its answer was relayed: what had gone out by then is charged to its
+    tenant as a finished answer's tokens are (the usage its events carried, else the prompt's
+    estimate and one token per event), and shown in its access-log line. Before session s35 nothing
+    was: a client that read a long stream and closed the connection before its last event was
+    never charged (``tokensPerMinute`` did not bound it). Nothing was relayed: nothing charged."""
+    relayed = getattr(prepared[0], "relayed", None) if prepared else None
+    if relayed is not None:
+        usage = relayed.usage or {}
+        prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens if plan.generates else 0)
+        completion_tokens = usage.get("completion_tokens", relayed.events)
+        obs.record.prompt_tokens, obs.record.completion_tokens = prompt_tokens, completion_tokens
+    obs.client_gone()
+    if relayed is None:
+        return
+    with contextlib.suppress(GuardDenied):
+        await guard.account(
+            principal,
+            model=obs.record.model or "",
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
 
 
 def _background_bound(body: InferenceBody, plan: _Forward) -> int:

@@ -552,6 +552,9 @@ class _RelayedStream(web.StreamResponse):
 
     _send_headers_immediately = False
     _built_head: bytes | None = None
+    relayed: ExchangeResult | None = None
+    """The relay's record of this stream as it goes (its events, the usage they carried): what a
+    client that leaves before the end is charged (:func:`igw.gateway.inference._charge_relayed`)."""
 
     # aiohttp's accessors, each a Python function the compiled build would call through the
     # interpreter (a frame each) several times per stream, most before its first event is written:
@@ -632,6 +635,7 @@ async def _relay_stream(
     _response_headers(upstream, extra, response.headers)
     response.build_head(request)
     result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500, streamed=True)
+    response.relayed = result
     last: float | None = None
     # The chunk written last while no token had been seen, and when: whether it carries one (an
     # orjson parse) and the scheduler's first-token hook are judged once the relay has waited for
@@ -714,7 +718,7 @@ async def _relay_stream(
             result.events += chunk.count(b"\n\n")
             if b'"usage"' in chunk:
                 found, stored = _usage_in_events(chunk)
-                usage = _merged_usage(usage, found)
+                usage = result.usage = _merged_usage(usage, found)
                 if stored is not None:
                     result.response_id = stored
     except (UpstreamBroken, TimeoutError) as exc:

@@ -24,10 +24,11 @@ Responses carry ``x-igw-cluster`` and ``x-igw-region`` (where the request was se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Final
 
 import orjson
@@ -49,7 +50,7 @@ from igw.gateway.errors import (
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.inference import REQUEST_ID_KEY
 from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
-from igw.gateway.request_body import BadRequestBody, BodyTooLarge, parse_body, read_limited
+from igw.gateway.request_body import BadRequestBody, BodyTooLarge, InferenceBody, parse_body, read_limited
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -246,8 +247,13 @@ async def _route(
             router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
             m.retries.labels(cluster.name, "connect").inc()
             continue
-        except ClientGone:
-            # The client left mid-stream; the cluster did nothing wrong. Nothing more can be sent.
+        except (ClientGone, asyncio.CancelledError) as gone:
+            # The client left mid-stream; the cluster did nothing wrong. Nothing more can be sent;
+            # what was relayed is charged (before session s35, nothing: a stream left just before
+            # its end escaped the token limits).
+            await _charge_relayed(router, principal, tenant, model, body, prepared)
+            if isinstance(gone, asyncio.CancelledError):
+                raise
             m.requests.labels(model, "499").inc()
             return prepared[0] if prepared else web.Response(status=499)
         last = result
@@ -287,6 +293,32 @@ async def _route(
         return last.response
     m.requests.labels(model, "503").inc()
     return _no_cluster(f"every cluster tried for model {model!r} failed to connect")
+
+
+async def _charge_relayed(
+    router: GlobalRouter,
+    principal: Principal,
+    tenant: str,
+    model: str,
+    body: InferenceBody,
+    prepared: Sequence[web.StreamResponse],
+) -> None:
+    """Charge a stream its client left what had been relayed: the usage its events carried, else
+    the prompt's estimate and one token per event (tier 1's rule,
+    :func:`igw.gateway.inference._charge_relayed`)."""
+    relayed = getattr(prepared[0], "relayed", None) if prepared else None
+    if relayed is None:
+        return
+    usage = relayed.usage or {}
+    prompt_tokens = int(usage.get("prompt_tokens", body.prompt_tokens))
+    completion_tokens = int(usage.get("completion_tokens", relayed.events))
+    with contextlib.suppress(GuardDenied):
+        await router.guard.account(
+            principal, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        )
+        await router.model_limits.account(
+            tenant=tenant, model=model, tokens=prompt_tokens + completion_tokens
+        )
 
 
 def _stopped_waiting(result: ExchangeResult) -> bool:

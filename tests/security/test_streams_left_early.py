@@ -1,0 +1,51 @@
+"""A stream its client leaves before the end is charged what was relayed.
+
+Before session s35 a streamed answer whose client closed the connection before the last event
+counted nothing against the tenant's token rate limit: the gateway's accounting ran only for an
+answer relayed to its end, so a client that read a long answer and closed the connection just
+before its ``[DONE]`` was never charged (``rateLimits.tokensPerMinute`` did not bound it)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from pathlib import Path
+
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.security.helpers import JwksServer, TokenFactory
+from tests.security.test_gateway_e2e import secured_gateway
+
+LIMITS = {"rateLimits": {"default": {"requestsPerSecond": 100, "tokensPerMinute": 600, "tokenBurst": 600}}}
+
+
+async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    pods = (FakeModelServer("a", tokens=100, token_delay_s=0.002), FakeModelServer("b"))
+    async with (
+        running(*pods) as servers,
+        secured_gateway(tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=LIMITS) as gw,
+    ):
+        tokens.clock.now = time.time()
+        headers = {"Authorization": f"Bearer {tokens.token()}"}
+        body = {"model": "m", "prompt": "tell me", "stream": True}
+        statuses = []
+        for _ in range(10):
+            async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as r:
+                statuses.append(r.status)
+                if r.status != 200:
+                    continue
+                read = 0
+                while read < 90:  # 90 of the 100 tokens, then the connection is closed
+                    line = await r.content.readline()
+                    read += line.startswith(b"data: {")
+                r.close()
+            await asyncio.sleep(0.1)  # the gateway's next write finds the connection gone
+        # about 95 tokens charged per stream (the prompt's estimate and the events relayed): the
+        # 600-token bucket serves six or seven, then refuses
+        assert 6 <= statuses.count(200) <= 7, statuses
+        assert statuses[-1] == 429
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        line = next(x for x in text.splitlines() if x.startswith('igw_tenant_tokens_total{kind="completion"'))
+        assert float(line.split()[-1]) >= 6 * 90
