@@ -25,7 +25,9 @@ async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(
     pods = (FakeModelServer("a", tokens=100, token_delay_s=0.002), FakeModelServer("b"))
     async with (
         running(*pods) as servers,
-        secured_gateway(tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=LIMITS) as gw,
+        secured_gateway(
+            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=LIMITS
+        ) as gw,
     ):
         tokens.clock.now = time.time()
         headers = {"Authorization": f"Bearer {tokens.token()}"}
