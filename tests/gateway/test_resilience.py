@@ -157,6 +157,25 @@ async def test_route_timeout_gives_504_before_headers_and_terminal_event_after(g
         assert events[-1] == b"data: [DONE]"
 
 
+async def test_a_stream_cut_by_route_timeout_is_charged_what_was_relayed(gateway: Any) -> None:
+    """Before session s35 a stream ``routeTimeout`` cut was charged nothing: a client asking for more
+    tokens than the timeout lets through was never charged those it got."""
+    from tests.gateway.test_routing_and_guard import RecordingGuard
+
+    guard = RecordingGuard()
+    async with (
+        running(FakeModelServer("dribble", tokens=20, token_delay_s=0.1)) as (dribble,),
+        gateway(doc(), {"pool": [dribble.key]}, guard=guard) as gw,
+    ):
+        resp = await gw.post("/v1/completions", req(stream=True), headers={"Authorization": "Bearer good"})
+        events = data_events(await asyncio.wait_for(resp.read(), timeout=15))
+        relayed = len(events) - 2  # less the terminal error event and [DONE]
+        assert 2 <= relayed < 20
+        ((model, prompt_tokens, completion_tokens),) = guard.accounted
+        assert (model, prompt_tokens) == (MODEL, 1)  # the prompt's estimate: "hello"
+        assert relayed <= completion_tokens <= relayed + 1  # one per event relayed
+
+
 async def test_route_timeout_zero_disables_it(gateway: Any) -> None:
     d = config_doc([scheduler("pool", MODEL, routeTimeout="0s")])
     async with (

@@ -902,15 +902,18 @@ async def _forward(
                 await _end_stream(
                     request, prepared[0], "route_timeout", f"routeTimeout of {timeout:g}s exceeded"
                 )
+                await _charge_relayed(guard, principal, obs, body, plan, prepared)
                 return obs.finish(prepared[0])
             message = f"routeTimeout of {timeout:g}s exceeded waiting for {plan.what}"
             return obs.finish(gateway_error("route_timeout", message, request_id=obs.request_id))
         except ClientGone:
             await _charge_relayed(guard, principal, obs, body, plan, prepared)
+            obs.client_gone()
             return prepared[0] if prepared else web.Response(status=CLIENT_CLOSED)
         except asyncio.CancelledError:
             if not state.inflight.cutting:
                 await _charge_relayed(guard, principal, obs, body, plan, prepared)
+                obs.client_gone()
                 raise
             # The shutdown grace ran out: answer the way a broken upstream would, retryable.
             task = asyncio.current_task()
@@ -1022,20 +1025,19 @@ async def _charge_relayed(
     plan: _Forward,
     prepared: Sequence[web.StreamResponse],
 ) -> None:
-    """A client left while its answer was relayed: what had gone out by then is charged to its
-    tenant as a finished answer's tokens are (the usage its events carried, else the prompt's
-    estimate and one token per event), and shown in its access-log line. Before session s35 nothing
-    was: a client that read a long stream and closed the connection before its last event was
-    never charged (``tokensPerMinute`` did not bound it). Nothing was relayed: nothing charged."""
+    """A stream ended before its last event (its client left, ``routeTimeout`` cut it): what had
+    been relayed by then is charged to the tenant as a finished answer's tokens are (the usage its
+    events carried, else the prompt's estimate and one token per event), and shown in the access-log
+    line. Before session s35 nothing was: a client that read a long stream and closed the connection
+    before its last event, or asked for more than ``routeTimeout`` lets through, was never charged
+    (``tokensPerMinute`` did not bound it). Nothing relayed: nothing charged."""
     relayed = getattr(prepared[0], "relayed", None) if prepared else None
-    if relayed is not None:
-        usage = relayed.usage or {}
-        prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens if plan.generates else 0)
-        completion_tokens = usage.get("completion_tokens", relayed.events)
-        obs.record.prompt_tokens, obs.record.completion_tokens = prompt_tokens, completion_tokens
-    obs.client_gone()
     if relayed is None:
         return
+    usage = relayed.usage or {}
+    prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens if plan.generates else 0)
+    completion_tokens = usage.get("completion_tokens", relayed.events)
+    obs.record.prompt_tokens, obs.record.completion_tokens = prompt_tokens, completion_tokens
     with contextlib.suppress(GuardDenied):
         await guard.account(
             principal,
