@@ -923,6 +923,7 @@ async def _forward(
             obs.failed("ended by shutdown after the stream grace", stream_broken=bool(prepared))
             if prepared:
                 await _end_stream(request, prepared[0], "shutting_down", message)
+                await _charge_relayed(guard, principal, obs, body, plan, prepared)
                 return obs.finish(prepared[0])
             return obs.finish(gateway_error("shutting_down", message, request_id=obs.request_id))
         finally:
@@ -1025,12 +1026,13 @@ async def _charge_relayed(
     plan: _Forward,
     prepared: Sequence[web.StreamResponse],
 ) -> None:
-    """A stream ended before its last event (its client left, ``routeTimeout`` cut it): what had
-    been relayed by then is charged to the tenant as a finished answer's tokens are (the usage its
-    events carried, else the prompt's estimate and one token per event), and shown in the access-log
-    line. Before session s35 nothing was: a client that read a long stream and closed the connection
-    before its last event, or asked for more than ``routeTimeout`` lets through, was never charged
-    (``tokensPerMinute`` did not bound it). Nothing relayed: nothing charged."""
+    """A stream ended before its last event (its client left, ``routeTimeout`` or a shutdown cut
+    it): what had been relayed by then is charged to the tenant as a finished answer's tokens are
+    (the usage its events carried, else the prompt's estimate and one token per event), and shown in
+    the access-log line. Before session s35 nothing was: a client that read a long stream and
+    closed the connection before its last event, or asked for more than ``routeTimeout`` lets
+    through, was never charged (``tokensPerMinute`` did not bound it). Nothing relayed: nothing
+    charged."""
     relayed = getattr(prepared[0], "relayed", None) if prepared else None
     if relayed is None:
         return
