@@ -264,3 +264,23 @@ async def test_a_streamed_request_whose_head_never_comes_gets_504_after_stream_i
         assert error["message"] == f"upstream {key} sent no response within 0.3s"
         assert resp.headers["X-Request-Id"]
         assert 0.25 < elapsed < 4.5  # the 300 ms bound, with margin for a loaded machine
+
+
+async def test_a_stored_responses_replay_left_early_is_charged_nothing() -> None:
+    """``GET /v1/responses/{id}?stream=true`` replays what was generated (and charged) once: a client
+    leaving it is charged nothing more, as its end would have counted nothing."""
+    from igw.gateway import inference
+    from igw.gateway.guards import Principal
+    from igw.gateway.upstream import ExchangeResult, _RelayedStream
+    from tests.gateway.test_routing_and_guard import RecordingGuard
+
+    guard = RecordingGuard()
+    replay = _RelayedStream(status=200)
+    replay.relayed = ExchangeResult(replay, 200, True, streamed=True, events=40)
+    plan = inference._Forward(
+        candidates=["a:1"], sr=None, add_headers={}, timeout_s=None, what="x", method=b"GET", generates=False
+    )
+    principal = Principal(tenant="t1", authenticated=True)
+    obs: Any = None  # not read for a replay
+    await inference._charge_relayed(guard, principal, obs, inference.NO_BODY, plan, [replay])
+    assert guard.accounted == []

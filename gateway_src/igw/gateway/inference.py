@@ -1032,12 +1032,13 @@ async def _charge_relayed(
     the access-log line. Before session s35 nothing was: a client that read a long stream and
     closed the connection before its last event, or asked for more than ``routeTimeout`` lets
     through, was never charged (``tokensPerMinute`` did not bound it). Nothing relayed: nothing
-    charged."""
+    charged, nor a stored response's replay (``GET .../{id}?stream=true``: generated, and counted,
+    once)."""
     relayed = getattr(prepared[0], "relayed", None) if prepared else None
-    if relayed is None:
+    if relayed is None or not plan.generates:
         return
     usage = relayed.usage or {}
-    prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens if plan.generates else 0)
+    prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens)
     completion_tokens = usage.get("completion_tokens", relayed.events)
     obs.record.prompt_tokens, obs.record.completion_tokens = prompt_tokens, completion_tokens
     with contextlib.suppress(GuardDenied):
