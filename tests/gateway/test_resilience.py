@@ -271,6 +271,8 @@ async def test_a_stored_responses_replay_left_early_is_charged_nothing() -> None
     leaving it is charged nothing more, as its end would have counted nothing."""
     from igw.gateway import inference
     from igw.gateway.guards import Principal
+    from igw.gateway.observer import RequestObserver
+    from igw.gateway.telemetry import GatewayMetrics
     from igw.gateway.upstream import ExchangeResult, _RelayedStream
     from tests.gateway.test_routing_and_guard import RecordingGuard
 
@@ -281,6 +283,8 @@ async def test_a_stored_responses_replay_left_early_is_charged_nothing() -> None
         candidates=["a:1"], sr=None, add_headers={}, timeout_s=None, what="x", method=b"GET", generates=False
     )
     principal = Principal(tenant="t1", authenticated=True)
-    obs: Any = None  # not read for a replay
+    metrics = GatewayMetrics(lister=list, clock=lambda: 0.0)
+    obs = RequestObserver(metrics, request_id="r", method="GET", path="/v1/responses/resp_1")
     await inference._charge_relayed(guard, principal, obs, inference.NO_BODY, plan, [replay])
     assert guard.accounted == []
+    assert obs.record.completion_tokens is None  # nor shown as generated
