@@ -524,12 +524,10 @@ async def test_model_rate_limit_is_shared_by_both_replicas(redis_server: RedisSe
         assert hits == 6
 
 
-async def test_a_background_response_is_charged_its_output_bound(redis_server: RedisServer) -> None:
-    """Answered queued with no usage, generated afterwards: charged its prompt and
-    ``max_output_tokens`` when accepted (before session s35, nothing: background responses escaped
-    the token limits at tier 2)."""
-    limits = {
-        "rateLimits": {"backend": "redis", "redis": {"url": redis_server.url, "keyPrefix": "e2e:bg:"}},
+def _token_limits(redis_server: RedisServer, key_prefix: str) -> dict[str, Any]:
+    """A 600-token model limit for every tenant (refilled at one token a second), requests unlimited."""
+    return {
+        "rateLimits": {"backend": "redis", "redis": {"url": redis_server.url, "keyPrefix": key_prefix}},
         "modelRateLimits": [
             {
                 "tenant": "*",
@@ -540,7 +538,13 @@ async def test_a_background_response_is_charged_its_output_bound(redis_server: R
             }
         ],
     }
-    async with fleet(redis_server, **limits, **STEADY) as fx:
+
+
+async def test_a_background_response_is_charged_its_output_bound(redis_server: RedisServer) -> None:
+    """Answered queued with no usage, generated afterwards: charged its prompt and
+    ``max_output_tokens`` when accepted (before session s35, nothing: background responses escaped
+    the token limits at tier 2)."""
+    async with fleet(redis_server, **_token_limits(redis_server, "e2e:bg:"), **STEADY) as fx:
         statuses = []
         for i in range(4):
             body = {"model": MODEL, "input": "x", "max_output_tokens": 200, "background": True}
@@ -556,19 +560,7 @@ async def test_a_background_response_is_charged_its_output_bound(redis_server: R
 async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(redis_server: RedisServer) -> None:
     """Before session s35 a client that read a stream and closed the connection before its end was
     charged nothing at tier 2: ten such streams of 90 tokens each went through a 600-token limit."""
-    limits = {
-        "rateLimits": {"backend": "redis", "redis": {"url": redis_server.url, "keyPrefix": "e2e:left:"}},
-        "modelRateLimits": [
-            {
-                "tenant": "*",
-                "model": MODEL,
-                "requestsPerSecond": 100,
-                "tokensPerMinute": 60,
-                "tokenBurst": 600,
-            }
-        ],
-    }
-    async with fleet(redis_server, **limits, **STEADY) as fx:
+    async with fleet(redis_server, **_token_limits(redis_server, "e2e:left:"), **STEADY) as fx:
         for c in fx.clusters.values():
             c.server.tokens, c.server.token_delay_s = 100, 0.002
         statuses = []
