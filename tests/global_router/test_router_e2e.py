@@ -312,6 +312,13 @@ async def test_stream_from_a_dying_cluster_ends_with_a_clean_sse_error(redis_ser
         assert body.endswith(b"data: [DONE]\n\n")
 
 
+def _east_answered_by(fx: Fixture, url: str) -> None:
+    """Point both same-region clusters (east-a, east-b) of every router replica at ``url``."""
+    for f in fx.fleets:
+        for name in ("east-a", "east-b"):
+            f.clusters[name] = replace(f.clusters[name], endpoint=url)
+
+
 async def test_429_and_503_are_retried_on_another_cluster(redis_server: RedisServer) -> None:
     async def busy(_request: web.Request) -> web.Response:
         return web.json_response({"error": {"message": "busy"}}, status=429, headers={"Retry-After": "1"})
@@ -319,10 +326,7 @@ async def test_429_and_503_are_retried_on_another_cluster(redis_server: RedisSer
     app = web.Application()
     app.router.add_post("/v1/completions", busy)
     async with fleet(redis_server, **STEADY) as fx, serve_app(app, host="127.0.0.1", port=0) as busy_url:
-        # Point both same-region clusters at the busy server: every request must end in west-a.
-        for f in fx.fleets:
-            for name in ("east-a", "east-b"):
-                f.clusters[name] = replace(f.clusters[name], endpoint=busy_url)
+        _east_answered_by(fx, busy_url)  # every request must end in west-a
         where = await served_by(fx, 10)
         assert where == Counter({"west-a": 10})
         assert await fx.metric("igw_global_upstream_retries_total", cause="429") >= 10
@@ -453,9 +457,7 @@ async def test_a_cluster_busy_searching_for_responses_is_skipped_without_countin
     app = web.Application()
     app.router.add_post("/v1/responses", busy)
     async with fleet(redis_server, **STEADY) as fx, serve_app(app, host="127.0.0.1", port=0) as busy_url:
-        for f in fx.fleets:
-            for name in ("east-a", "east-b"):
-                f.clusters[name] = replace(f.clusters[name], endpoint=busy_url)
+        _east_answered_by(fx, busy_url)
         for n in range(6):
             body = {"model": MODEL, "input": "hi", "previous_response_id": f"resp_made_up_{n}"}
             async with fx.http.post(fx.urls[0] + "/v1/responses", json=body) as resp:
