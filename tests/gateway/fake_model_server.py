@@ -50,7 +50,14 @@ class FakeModelServer:
     metrics_status: int = 200
     metrics_frozen: bool = False
     tokens: int = 5
+    tokens_per_event: int = 1
+    """Tokens each streamed completion event carries (speculative decoding sends every token a step
+    accepted in one event); the usage chunk, sent when the body asks for it as vLLM's, counts them all."""
     token_delay_s: float = 0.0
+    split_event_pause_s: float | None = None
+    """Not None: each streamed completion event is written in two halves this many seconds apart (an
+    event split across the gateway's reads, as a large event or a slow peer splits one); with
+    ``die_after`` the connection is cut after the first half of that event."""
     first_token_delay_s: float = 0.0
     die_after: int | None = None
     infer_status: int = 200
@@ -191,21 +198,28 @@ class FakeModelServer:
             await resp.prepare(request)
             if self.first_token_delay_s:  # like vLLM: headers at once, then the prefill
                 await asyncio.sleep(self.first_token_delay_s)
-            for i in range(self.tokens):
+            for i in range(0, self.tokens, self.tokens_per_event):
+                text = "".join(f"tok{j}" for j in range(i, min(i + self.tokens_per_event, self.tokens)))
+                event = {"id": "cmpl-1", "server": self.name, "choices": [{"index": 0, "text": text}]}
+                encoded = b"data: " + orjson.dumps(event) + b"\n\n"
+                if self.split_event_pause_s is not None:
+                    await resp.write(encoded[: len(encoded) // 2])
+                    await asyncio.sleep(self.split_event_pause_s)
+                    encoded = encoded[len(encoded) // 2 :]
                 if self._dies_at(request, i):
                     return resp
-                event = {"id": "cmpl-1", "server": self.name, "choices": [{"index": 0, "text": f"tok{i}"}]}
-                await resp.write(b"data: " + orjson.dumps(event) + b"\n\n")
+                await resp.write(encoded)
                 if self.token_delay_s:
                     await asyncio.sleep(self.token_delay_s)
-            usage = {
-                "prompt_tokens": PROMPT_TOKENS,
-                "completion_tokens": self.tokens,
-                "total_tokens": PROMPT_TOKENS + self.tokens,
-            }
-            await resp.write(
-                b"data: " + orjson.dumps({"id": "cmpl-1", "choices": [], "usage": usage}) + b"\n\n"
-            )
+            options = data.get("stream_options")
+            if isinstance(options, dict) and options.get("include_usage") is True:
+                usage = {
+                    "prompt_tokens": PROMPT_TOKENS,
+                    "completion_tokens": self.tokens,
+                    "total_tokens": PROMPT_TOKENS + self.tokens,
+                }
+                chunk = {"id": "cmpl-1", "object": "text_completion", "choices": [], "usage": usage}
+                await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
             return resp

@@ -66,7 +66,7 @@ async def streamed_text(gateway: Any, client_writes: list[bytes], server: FakeMo
 async def test_the_head_leaves_with_the_first_event(gateway: Any, client_writes: list[bytes]) -> None:
     server = FakeModelServer("a", tokens=3, first_token_delay_s=0.05, token_delay_s=0.05)
     text = await streamed_text(gateway, client_writes, server)
-    assert text.count("data: ") == 5  # three tokens, the usage event, [DONE]
+    assert text.count("data: ") == 4  # three tokens, [DONE] (the usage chunk only when asked for)
     head = next(i for i, w in enumerate(client_writes) if w.startswith(b"HTTP/1.1 200"))
     assert b"text/event-stream" in client_writes[head]
     assert b'"text":"tok0"' in client_writes[head]  # not in a write of its own after the head
@@ -103,7 +103,7 @@ async def test_the_head_is_built_while_the_model_server_computes_its_first_token
     text = await streamed_text(gateway, client_writes, server)
     assert order[:2] == ["head built", "event read"]
     assert order.count("head built") == 1  # the built head is the one written, not built again
-    assert text.count("data: ") == 4  # two tokens, the usage event, [DONE]
+    assert text.count("data: ") == 3  # two tokens, [DONE]
     first = next(w for w in client_writes if w.startswith(b"HTTP/1.1 200"))
     assert b"text/event-stream" in first
     assert b'"text":"tok0"' in first
@@ -137,7 +137,7 @@ async def test_the_first_token_is_judged_once_the_relay_waits_again(
     monkeypatch.setattr(UpstreamResponse, "readany", recorded_readany)
     monkeypatch.setattr(Scheduler, "on_first_token", recorded_hook)
     text = await streamed_text(gateway, client_writes, FakeModelServer("a", tokens=3, token_delay_s=0.05))
-    assert text.count("data: ") == 5
+    assert text.count("data: ") == 4
     # the first event's read, its write, the wait for the next bytes: then the hook
     assert order[:3] == ["wait", "wait", "first token heard"]
     assert order.count("first token heard") == 1
@@ -190,7 +190,7 @@ async def test_first_bytes_that_came_with_the_head_are_written_without_a_prepare
 
     monkeypatch.setattr(upstream._RelayedStream, "prepare", recorded_prepare)
     text = await streamed_text(gateway, client_writes, FakeModelServer("a", tokens=3))
-    assert text.count("data: ") == 5
+    assert text.count("data: ") == 4
     assert text.endswith("data: [DONE]\n\n")
     assert prepared == []
     first = next(w for w in client_writes if w.startswith(b"HTTP/1.1 200"))
@@ -213,7 +213,7 @@ async def test_the_picks_bookkeeping_runs_after_the_first_event_is_written(
     monkeypatch.setattr(Scheduler, "_picked", recorded_picked)
     server = FakeModelServer("a", tokens=2, first_token_delay_s=0.05)
     text = await streamed_text(gateway, client_writes, server)
-    assert text.count("data: ") == 4  # two tokens, the usage event, [DONE]
+    assert text.count("data: ") == 3  # two tokens, [DONE]
     first = next(i for i, w in enumerate(client_writes) if b'"text":"tok0"' in w)
     assert len(marks) == 1
     assert marks[0] > first  # the write with the first event came before it
@@ -331,7 +331,7 @@ async def test_the_relayed_streams_own_accessors_read_what_aiohttps_read(
 
     monkeypatch.setattr(upstream, "_relay_stream", kept)
     text = await streamed_text(gateway, client_writes, FakeModelServer("a", tokens=2))
-    assert text.count("data: ") == 4
+    assert text.count("data: ") == 3
     (response,) = seen
     assert isinstance(response, upstream._RelayedStream)
     _reads_as_aiohttp_reads(response)

@@ -581,6 +581,28 @@ async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(redis_
         assert statuses[-1] == 429
 
 
+async def test_a_stream_is_charged_its_usage_however_many_tokens_an_event_carries(
+    redis_server: RedisServer,
+) -> None:
+    """Before session s36 tier 2 charged a stream whose client did not ask for its usage one token
+    per event: under speculative decoding (three tokens per event) twelve streams of 90 tokens went
+    through a 600-token limit. It asks the cluster for the usage chunk and keeps it from the client."""
+    async with fleet(redis_server, **_token_limits(redis_server, "e2e:spec:"), **STEADY) as fx:
+        for c in fx.clusters.values():
+            c.server.tokens, c.server.tokens_per_event = 90, 3
+        statuses = []
+        for _ in range(12):
+            body = {"model": MODEL, "prompt": "tell me", "stream": True}
+            async with await fx.post(body) as resp:
+                statuses.append(resp.status)
+                streamed = await resp.read()
+            if resp.status == 200:
+                assert b'"usage"' not in streamed  # not asked for: not relayed
+                assert streamed.endswith(b"data: [DONE]\n\n")
+        assert 6 <= statuses.count(200) <= 7, statuses  # 97 tokens charged per stream
+        assert statuses[-1] == 429
+
+
 async def test_model_names_no_cluster_serves_make_no_rate_limit_buckets(redis_server: RedisServer) -> None:
     # With a wildcard entry each distinct model name got its own buckets before the 404: a client
     # cycling names grew the buckets without bound (for the process's life in the local backend).

@@ -70,6 +70,7 @@ from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
+from igw.gateway.stream_usage import UNASKED_OPTIONS, USAGE_ENGINES, StreamUsage, with_usage_asked
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -189,6 +190,9 @@ class _Forward:
     search_pools: dict[str, str]
     """A retrieval's search (``sr`` is ``None``): candidate -> its scheduler's name, the label of the
     search's ``igw_upstream_retries_total``; empty otherwise."""
+    strip_usage: bool
+    """The gateway asked the engine for the stream's usage chunk and the client did not: the relay
+    reads it and does not write it (:mod:`igw.gateway.stream_usage`)."""
 
     def __init__(
         self,
@@ -206,6 +210,7 @@ class _Forward:
         search_for: str | None = None,
         routed_body: bytes = b"",
         search_pools: dict[str, str] | None = None,
+        strip_usage: bool = False,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -220,6 +225,7 @@ class _Forward:
         self.search_for = search_for
         self.routed_body = routed_body
         self.search_pools = {} if search_pools is None else search_pools
+        self.strip_usage = strip_usage
 
 
 async def handle_inference(
@@ -661,6 +667,17 @@ async def _route(
         # The stored response's id, bound to the caller (igw.gateway.response_ids); the same on
         # every attempt: only the pod that answers stores it.
         fields["request_id"] = mint(caller_scope(principal))
+    asks_usage = body.stream_usage is not StreamUsage.NOT_STREAMED and sr.engine in USAGE_ENGINES
+    if asks_usage:  # the usage chunk asked for where the client did not (igw.gateway.stream_usage)
+        if body.stream_usage is StreamUsage.UNASKED:
+            if fields or body.cache_salt is not None:
+                fields["stream_options"] = UNASKED_OPTIONS
+            else:
+                body = with_leading_field(body, "stream_options", UNASKED_OPTIONS)
+        elif body.stream_usage is StreamUsage.OTHER_OPTIONS:
+            body = dataclasses.replace(body, raw=with_usage_asked(body.raw))
+        else:
+            asks_usage = False
     if scope_salt is not None and salt is not None:  # the caller's scope's salt, written
         if fields or body.cache_salt is not None:  # a client's own replaced: parsed and serialised
             fields["cache_salt"] = salt
@@ -688,6 +705,7 @@ async def _route(
         adapter=route.adapter,
         generates=api in GENERATING_APIS,
         search_for=search_for,
+        strip_usage=asks_usage,
         routed_body=routed_body,
     )
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
@@ -886,6 +904,7 @@ async def _forward(
                 if plan.sr is None
                 else _first_token_feedback(plan.sr, key, obs, clock=state.clock),
                 method=plan.method,
+                strip_usage=plan.strip_usage,
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
             if deadline is None:

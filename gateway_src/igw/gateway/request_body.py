@@ -27,6 +27,7 @@ from aiohttp import web
 from igw.errors import IgwGatewayError
 from igw.gateway.cache_salt import SALTED_APIS
 from igw.gateway.inference_apis import InferenceApi
+from igw.gateway.stream_usage import StreamUsage, stream_usage_of
 
 CHARS_PER_TOKEN: Final = 4
 MAX_MODEL_NAME_LENGTH: Final = 256
@@ -75,6 +76,8 @@ class InferenceBody:
     background: Final[bool]
     """A Responses API request with ``background: true``: answered at once, generated afterwards
     (its usage is not in the answer)."""
+    stream_usage: Final[StreamUsage]
+    """Whether its stream reports usage, or could be asked to (:mod:`igw.gateway.stream_usage`)."""
 
     def __init__(
         self,
@@ -87,6 +90,7 @@ class InferenceBody:
         previous_response_id: str | None = None,
         cache_salt: str | None = None,
         background: bool = False,
+        stream_usage: StreamUsage = StreamUsage.NOT_STREAMED,
     ) -> None:
         self.raw = raw
         self.model = model
@@ -97,6 +101,7 @@ class InferenceBody:
         self.previous_response_id = previous_response_id
         self.cache_salt = cache_salt
         self.background = background
+        self.stream_usage = stream_usage
 
 
 def received_whole(request: web.Request, *, limit: int) -> bytes:
@@ -232,6 +237,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         previous_response_id=continues or None,
         cache_salt=cache_salt,
         background=background,
+        stream_usage=stream_usage_of(body, api=api, stream=stream) if stream else StreamUsage.NOT_STREAMED,
     )
 
 
@@ -333,18 +339,22 @@ def _response_text(body: dict[str, Any]) -> str:
     return text if not instructions else instructions + text
 
 
-def with_leading_field(body: InferenceBody, name: str, value: str) -> InferenceBody:
-    """``body`` with the top-level member ``name: value`` written first, every byte the client sent
-    after it: a copy, not :func:`with_fields`' parse and serialisation (what
-    ``authorization.prefixCacheIsolation`` costs every request). Only for a ``name`` the body does
-    not hold: the parsed object had no such key (escaped spellings of it included), so the engine
-    reads this one."""
-    raw = body.raw
+def with_leading_member(raw: bytes, name: str, value: object) -> bytes:
+    """The JSON object ``raw`` with the top-level member ``name: value`` written first, every byte
+    of ``raw`` after it: a copy, not a parse and serialisation. Only for a ``name`` the object does
+    not hold (escaped spellings of it included), so that a reader takes this one."""
     start = raw.index(b"{") + 1  # a JSON object: nothing but whitespace before its brace
     member = orjson.dumps(name) + b":" + orjson.dumps(value)
     empty = raw[start:].lstrip().startswith(b"}")
+    return raw[:start] + member + (b"" if empty else b",") + raw[start:]
+
+
+def with_leading_field(body: InferenceBody, name: str, value: object) -> InferenceBody:
+    """``body`` with the top-level member ``name: value`` written first (:func:`with_leading_member`:
+    what ``authorization.prefixCacheIsolation`` costs every request), for a ``name`` the parsed
+    body had no key of."""
     return InferenceBody(  # not dataclasses.replace: its field walk cost more than the copy
-        raw[:start] + member + (b"" if empty else b",") + raw[start:],
+        with_leading_member(body.raw, name, value),
         body.model,
         body.stream,
         body.prefix_text,
@@ -353,6 +363,7 @@ def with_leading_field(body: InferenceBody, name: str, value: str) -> InferenceB
         body.previous_response_id,
         body.cache_salt,
         body.background,
+        body.stream_usage,
     )
 
 

@@ -7,8 +7,9 @@
   other outcome is an :class:`ExchangeResult`, whose refusals (an error answer with nothing relayed)
   the request path may retry on the next-best endpoint (:mod:`igw.gateway.retries`); a stream that
   started is never retried (the client has its first bytes).
-* Server-sent events are relayed as they arrive (whatever bytes the socket delivered, written
-  immediately; TCP_NODELAY on both sockets), never re-chunked or buffered.
+* Server-sent events are relayed as they arrive (the complete events the socket delivered, written
+  immediately; TCP_NODELAY on both sockets), never re-chunked; only the end of an event split
+  across reads waits for the rest of it (:class:`StreamEvents`).
 * The upstream side is :mod:`igw.gateway.upstream_client` (pooled keep-alive connections, httptools
   parsing); the client side is the aiohttp server's response.
 * Upstream death or silence (``streamIdleTimeout``) mid-stream -> a final SSE error event and a clean
@@ -306,6 +307,104 @@ def _merged_usage(
     return {**earlier, **later}
 
 
+MAX_PARTIAL_EVENT_BYTES: Final = 1 << 20
+"""The longest unfinished event the relay holds back; a longer one is passed through as it comes (an
+upstream that does not end its events as SSE does must not be buffered without bound)."""
+
+
+def _events_end(data: bytes) -> int:
+    """The offset just after the last blank line of ``data`` (the end of its last complete SSE event,
+    whichever of the three line endings the stream uses), 0 when it has none."""
+    end = data.rfind(b"\n\n")
+    if end >= 0:
+        return end + 2
+    if b"\r" not in data:
+        return 0
+    crlf, cr = data.rfind(b"\r\n\r\n"), data.rfind(b"\r\r")
+    return max(crlf + 4 if crlf >= 0 else 0, cr + 2 if cr >= 0 else 0)
+
+
+def _usage_only(event: bytes) -> Mapping[str, int] | None:
+    """The usage of ``event`` when it is a completion stream's usage chunk (``choices`` empty, a
+    ``usage`` object: what ``stream_options.include_usage`` adds before ``[DONE]``), else None."""
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            try:
+                doc = orjson.loads(line[5:])
+            except orjson.JSONDecodeError:
+                return None
+            if isinstance(doc, dict) and doc.get("choices") == [] and isinstance(doc.get("usage"), dict):
+                return _usage_from(doc)
+            return None
+    return None
+
+
+class StreamEvents:
+    """The relay's reading of an SSE stream: what to write, and what the events said.
+
+    * Only complete events are written: the bytes after the last blank line of what arrived (an
+      event split across reads) are held until their event ends. A client's SSE parser could not
+      act on them sooner, and whatever the relay itself writes next - a keep-alive comment, the
+      terminal error event of an upstream that died or went silent - then starts an event of its
+      own instead of landing inside the unfinished one (before session s36 both did, and the
+      client's parser joined them into one event whose JSON did not parse).
+    * The usage the events report and the id of a stored response they name are recorded
+      (:attr:`usage`, :attr:`response_id`): what the token limits, the metrics and the scheduler
+      read, and what a client that leaves early is charged.
+    * With ``strip_usage`` (the gateway asked the engine for ``stream_options.include_usage``, the
+      client did not: :mod:`igw.gateway.stream_usage`) the usage chunk is recorded and not written,
+      so the client receives the stream it asked for.
+    """
+
+    __slots__ = ("partial", "response_id", "strip_usage", "usage")
+
+    def __init__(self, *, strip_usage: bool = False) -> None:
+        self.partial = b""
+        self.strip_usage = strip_usage
+        self.usage: Mapping[str, int] | None = None
+        self.response_id: str | None = None
+
+    def feed(self, data: bytes) -> bytes:
+        """The complete events of the held bytes and ``data``, to be written (may be empty)."""
+        partial = self.partial
+        if partial:
+            data = partial + data
+            self.partial = b""
+        end = _events_end(data)
+        if end != len(data) and len(data) - end <= MAX_PARTIAL_EVENT_BYTES:
+            self.partial = data[end:]
+            data = data[:end]
+        if b'"usage"' in data:
+            data = self._read_usage(data)
+        return data
+
+    def rest(self) -> bytes:
+        """The unfinished event held back at the stream's end (written as it came: transparent)."""
+        rest, self.partial = self.partial, b""
+        return rest
+
+    def _read_usage(self, data: bytes) -> bytes:
+        if not (self.strip_usage and b'"choices":[]' in data and b"\r" not in data):  # LF-framed only
+            self._note(data)
+            return data
+        kept: list[bytes] = []
+        for event in data.split(b"\n\n"):
+            if b'"usage"' in event:
+                found = _usage_only(event) if b'"choices":[]' in event else None
+                if found is not None:
+                    self.usage = _merged_usage(self.usage, found)
+                    continue
+                self._note(event)
+            kept.append(event)
+        return b"\n\n".join(kept)
+
+    def _note(self, events: bytes) -> None:
+        found, stored = _usage_in_events(events)
+        self.usage = _merged_usage(self.usage, found)
+        if stored is not None:
+            self.response_id = stored
+
+
 RESPONSE_ENDS: Final = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "error", "message_delta", "message_stop"}
 )
@@ -423,13 +522,15 @@ async def exchange(
     keepalive_s: float = 0.0,
     on_first_token: Callable[[float], None] | None = None,
     method: bytes = b"POST",
+    strip_usage: bool = False,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
     request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
     :class:`ConnectFailed` before anything was sent to the client; every later failure is turned
     into a response (or a terminal SSE event). ``on_first_token`` hears a streamed response's TTFT
     (seconds, to the first token's write) once its first token has been relayed and the relay
-    waited for the next bytes, so the scheduler learns it without waiting for the whole response."""
+    waited for the next bytes, so the scheduler learns it without waiting for the whole response.
+    ``strip_usage``: a stream's usage chunk is read and not relayed (the gateway asked for it)."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -464,6 +565,7 @@ async def exchange(
                 keepalive_s=keepalive_s,
                 idle_timeout_s=idle_timeout_s,
                 on_first_token=on_first_token,
+                strip_usage=strip_usage,
             )
         # A complete answer, read in this coroutine: usually it came with its head (no wait at all)
         try:
@@ -624,13 +726,15 @@ async def _relay_stream(
     keepalive_s: float,
     idle_timeout_s: float | None,
     on_first_token: Callable[[float], None] | None = None,
+    strip_usage: bool = False,
 ) -> ExchangeResult:
-    """Relay an SSE response. The client's response is started when the first upstream bytes arrive
-    (headers and first event leave back to back, which keeps the added TTFT down), so an upstream
-    that fails before sending anything still gets a proper HTTP error instead of a broken stream.
-    On the lean side those first bytes are written without awaiting - from the upstream connection's
-    read callback when they come after the head, so no loop turn or wake-up of this coroutine
-    stands between their arrival and their write."""
+    """Relay an SSE response, complete events only (:class:`StreamEvents`; ``strip_usage``: the usage
+    chunk the gateway asked for is read, not relayed). The client's response is started when the
+    first upstream bytes arrive (headers and first event leave back to back, which keeps the added
+    TTFT down), so an upstream that fails before sending anything still gets a proper HTTP error
+    instead of a broken stream. On the lean side those first bytes are written without awaiting -
+    from the upstream connection's read callback when they come after the head, so no loop turn or
+    wake-up of this coroutine stands between their arrival and their write."""
     response = _RelayedStream(status=upstream.status)
     _response_headers(upstream, extra, response.headers)
     response.build_head(request)
@@ -657,24 +761,29 @@ async def _relay_stream(
 
     # The first body bytes go to the client from the model server's read callback (a lean request):
     # the event loop's turn, the relay's wake-up and its awaits are then off the first token's path.
-    # The relay still reads them, ``sent`` bytes of them already written at ``sent_at``.
+    # The relay still reads them: ``sent`` bytes of them consumed there, ``first`` the events of
+    # them written at ``sent_at``.
+    events = StreamEvents(strip_usage=strip_usage)
     sent = 0
     sent_at = 0.0
+    first = b""
+    gone = False
 
     def first_bytes(data: bytes) -> None:
-        nonlocal sent, sent_at
+        nonlocal sent, sent_at, first, gone
         if not response.start_now(request):
             return
         on_prepared(response)
-        try:
-            response.send_now(data)
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-            return  # the relay's write of the same bytes fails again: ClientGone
+        first = events.feed(data)
         sent = len(data)
         sent_at = time.perf_counter()
+        if first:
+            try:
+                response.send_now(first)
+            except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+                gone = True  # ClientGone, raised by the relay
 
     upstream.on_first_bytes(first_bytes)
-    usage: Mapping[str, int] | None = None
     loop = asyncio.get_running_loop()
     # streamIdleTimeout counts from the last upstream bytes; keep-alive pings do not reset it.
     heard = loop.time()
@@ -697,30 +806,34 @@ async def _relay_stream(
                 if not sent and not response.prepared:
                     first_bytes(chunk)  # they came with the head: written as the read callback would
                 if sent:  # the first bytes went out without awaiting; the rest of them now
-                    rest = chunk[sent:]
+                    if gone:
+                        raise ConnectionResetError
+                    more = events.feed(chunk[sent:]) if len(chunk) > sent else b""
                     sent = 0
-                    if rest:
-                        await response.write(rest)
+                    if more:
+                        await response.write(more)
+                    data = first + more if more else first
                     now = sent_at
                 else:
-                    if not response.prepared:
-                        await response.prepare(request)
-                        on_prepared(response)
-                    await response.write(chunk)
+                    data = events.feed(chunk)
+                    if data:
+                        if not response.prepared:
+                            await response.prepare(request)
+                            on_prepared(response)
+                        await response.write(data)
                     now = time.perf_counter()
             except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
                 raise ClientGone() from reset
-            if last is not None:
-                result.gaps.append(now - last)
-                last = now
-            else:
-                unjudged = (chunk, now)
+            if data:  # written: judged for the first token, timed for the gaps
+                if last is not None:
+                    result.gaps.append(now - last)
+                    last = now
+                else:
+                    unjudged = (data, now)
             result.events += chunk.count(b"\n\n")
-            if b'"usage"' in chunk:
-                found, stored = _usage_in_events(chunk)
-                usage = result.usage = _merged_usage(usage, found)
-                if stored is not None:
-                    result.response_id = stored
+            result.usage = events.usage
+            if events.response_id is not None:
+                result.response_id = events.response_id
     except (UpstreamBroken, TimeoutError) as exc:
         if isinstance(exc, TimeoutError):
             kind = "timed out (no data for streamIdleTimeout)"
@@ -748,14 +861,17 @@ async def _relay_stream(
             if isinstance(exc, UpstreamStalled)
             else f"upstream {kind}: {type(exc).__name__}"
         )
+        events.rest()  # the unfinished event dropped: the error is an event of its own
         await _terminal_error(response, code=code, message=message, anthropic=anthropic_path(request.path))
     finally:
         judge()
-    result.usage = usage
     try:  # not contextlib.suppress: an object and three interpreted calls per stream
         if not response.prepared:
             await response.prepare(request)
             on_prepared(response)
+        rest = events.rest()  # an unfinished last event: relayed as it came
+        if rest:
+            await response.write(rest)
         await response.write_eof()
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         pass
