@@ -96,15 +96,15 @@ def test_an_unfinished_event_is_held_within_a_bound_and_relayed_at_the_end() -> 
         ({"stream_options": {"include_usage": True}}, InferenceApi.CHAT, StreamUsage.ASKED),
         ({"stream_options": {"continuous_usage_stats": True}}, InferenceApi.CHAT, StreamUsage.LEFT),
         ({"stream_options": "yes"}, InferenceApi.CHAT, StreamUsage.LEFT),
-        ({"stream": True}, InferenceApi.RESPONSES, StreamUsage.NOT_STREAMED),
-        ({"stream": True}, InferenceApi.MESSAGES, StreamUsage.NOT_STREAMED),
+        ({"stream": True}, InferenceApi.RESPONSES, None),
+        ({"stream": True}, InferenceApi.MESSAGES, None),
     ],
 )
 def test_what_a_body_says_of_its_usage(
     body: dict[str, Any], api: InferenceApi, expected: StreamUsage
 ) -> None:
     assert stream_usage_of(body, api=api, stream=True) is expected
-    assert stream_usage_of(body, api=api, stream=False) is StreamUsage.NOT_STREAMED
+    assert stream_usage_of(body, api=api, stream=False) is None
 
 
 def _doc() -> dict[str, Any]:

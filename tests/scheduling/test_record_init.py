@@ -20,6 +20,7 @@ from igw.gateway import inference
 from igw.gateway.access_log import AccessRecord
 from igw.gateway.metrics_parser import ParsedPage
 from igw.gateway.request_body import InferenceBody
+from igw.gateway.stream_usage import StreamUsage
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.columns import ScrapeCache
 from igw.scheduling.cycle import CycleContext
@@ -116,6 +117,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "search_for": "resp_f",
         "routed_body": b"{}",
         "search_pools": {"g:1": "pool-f"},
+        "strip_usage": True,
     },
     ExchangeResult: {
         "answer": web.Response(status=201),
@@ -140,6 +142,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "previous_response_id": "resp_43",
         "cache_salt": "salt-44",
         "background": True,
+        "stream_usage": StreamUsage.OTHER_OPTIONS,
     },
     EndpointView: {
         "key": "h:1",

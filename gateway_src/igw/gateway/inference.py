@@ -667,7 +667,7 @@ async def _route(
         # The stored response's id, bound to the caller (igw.gateway.response_ids); the same on
         # every attempt: only the pod that answers stores it.
         fields["request_id"] = mint(caller_scope(principal))
-    asks_usage = body.stream_usage is not StreamUsage.NOT_STREAMED and sr.engine in USAGE_ENGINES
+    asks_usage = body.stream_usage is not None and sr.engine in USAGE_ENGINES
     if asks_usage:  # the usage chunk asked for where the client did not (igw.gateway.stream_usage)
         if body.stream_usage is StreamUsage.UNASKED:
             if fields or body.cache_salt is not None:

@@ -76,8 +76,9 @@ class InferenceBody:
     background: Final[bool]
     """A Responses API request with ``background: true``: answered at once, generated afterwards
     (its usage is not in the answer)."""
-    stream_usage: Final[StreamUsage]
-    """Whether its stream reports usage, or could be asked to (:mod:`igw.gateway.stream_usage`)."""
+    stream_usage: Final[StreamUsage | None]
+    """Whether its stream reports usage, or could be asked to (:mod:`igw.gateway.stream_usage`);
+    ``None``: not a streamed completion or chat completion."""
 
     def __init__(
         self,
@@ -90,7 +91,7 @@ class InferenceBody:
         previous_response_id: str | None = None,
         cache_salt: str | None = None,
         background: bool = False,
-        stream_usage: StreamUsage = StreamUsage.NOT_STREAMED,
+        stream_usage: StreamUsage | None = None,
     ) -> None:
         self.raw = raw
         self.model = model
@@ -237,7 +238,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         previous_response_id=continues or None,
         cache_salt=cache_salt,
         background=background,
-        stream_usage=stream_usage_of(body, api=api, stream=stream) if stream else StreamUsage.NOT_STREAMED,
+        stream_usage=stream_usage_of(body, api=api, stream=stream) if stream else None,
     )
 
 

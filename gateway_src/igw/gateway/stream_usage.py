@@ -39,8 +39,6 @@ USAGE_ENGINES: Final = frozenset({"vllm", "sglang"})
 class StreamUsage(enum.Enum):
     """What a request's body says about its stream's usage report."""
 
-    NOT_STREAMED = "not-streamed"
-    """Not a streamed completion or chat completion: nothing to ask."""
     UNASKED = "unasked"
     """No ``stream_options``: the gateway writes ``{"include_usage": true}``."""
     OTHER_OPTIONS = "other-options"
@@ -53,10 +51,11 @@ class StreamUsage(enum.Enum):
     answers those)."""
 
 
-def stream_usage_of(body: dict[str, Any], *, api: InferenceApi, stream: bool) -> StreamUsage:
-    """:class:`StreamUsage` of a parsed request body."""
+def stream_usage_of(body: dict[str, Any], *, api: InferenceApi, stream: bool) -> StreamUsage | None:
+    """:class:`StreamUsage` of a parsed request body; None for a body that is not a streamed
+    completion or chat completion (nothing to ask)."""
     if not stream or api not in USAGE_APIS:
-        return StreamUsage.NOT_STREAMED
+        return None
     options = body.get("stream_options")
     if options is None:
         return StreamUsage.UNASKED

@@ -813,7 +813,7 @@ async def _relay_stream(
                     if more:
                         await response.write(more)
                     data = first + more if more else first
-                    now = sent_at
+                    now = sent_at if first else time.perf_counter()  # when its first events left
                 else:
                     data = events.feed(chunk)
                     if data:

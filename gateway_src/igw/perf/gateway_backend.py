@@ -23,6 +23,11 @@ RESPONSE = (
     b'"text":"hello","finish_reason":"length","logprobs":null}],'
     b'"usage":{"prompt_tokens":4,"completion_tokens":4,"total_tokens":8}}'
 )
+STREAM_USAGE = (
+    b'data: {"id":"cmpl-x","object":"text_completion","created":0,"model":"fake-model","choices":[],'
+    b'"usage":{"prompt_tokens":4,"completion_tokens":4,"total_tokens":8}}\n\n'
+)
+"""The usage chunk a stream ends with when its body asks for it (``stream_options.include_usage``)."""
 
 
 def realistic_vllm_page() -> str:
@@ -70,6 +75,8 @@ def build_app(*, chunks: int, interval: float) -> web.Application:
         for i in range(chunks):
             await resp.write(b'data: {"choices":[{"index":0,"text":"t%d"}]}\n\n' % i)
             await asyncio.sleep(interval)
+        if b'"include_usage":true' in body:  # as vLLM: the usage chunk only when asked for
+            await resp.write(STREAM_USAGE)
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
