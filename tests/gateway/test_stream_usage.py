@@ -93,6 +93,7 @@ def test_an_unfinished_event_is_held_within_a_bound_and_relayed_at_the_end() -> 
         ({"stream": True}, InferenceApi.CHAT, StreamUsage.UNASKED),
         ({"stream": True, "stream_options": {}}, InferenceApi.COMPLETIONS, StreamUsage.OTHER_OPTIONS),
         ({"stream_options": {"include_usage": False}}, InferenceApi.CHAT, StreamUsage.OTHER_OPTIONS),
+        ({"stream_options": None}, InferenceApi.CHAT, StreamUsage.OTHER_OPTIONS),
         ({"stream_options": {"include_usage": True}}, InferenceApi.CHAT, StreamUsage.ASKED),
         ({"stream_options": {"continuous_usage_stats": True}}, InferenceApi.CHAT, StreamUsage.LEFT),
         ({"stream_options": "yes"}, InferenceApi.CHAT, StreamUsage.LEFT),
@@ -177,6 +178,10 @@ async def test_a_client_s_own_stream_options_are_kept(gateway: Any) -> None:
         assert all(b'"usage"' not in e for e in events)
         forwarded = orjson.loads(pod.received[-1].body)
         assert forwarded == {**other, "stream_options": {"include_usage": True}}
+        null = {"model": "v", "prompt": "hi", "stream": True, "stream_options": None}
+        events = data_events(await (await gw.post("/v1/completions", null)).read())
+        assert all(b'"usage"' not in e for e in events)
+        assert orjson.loads(pod.received[-1].body) == {**null, "stream_options": {"include_usage": True}}
         continuous = {
             "model": "v",
             "prompt": "hi",

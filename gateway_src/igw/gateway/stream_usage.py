@@ -42,8 +42,8 @@ class StreamUsage(enum.Enum):
     UNASKED = "unasked"
     """No ``stream_options``: the gateway writes ``{"include_usage": true}``."""
     OTHER_OPTIONS = "other-options"
-    """``stream_options`` without ``include_usage: true`` or ``continuous_usage_stats``: the gateway
-    sets ``include_usage`` in them."""
+    """``stream_options`` null, or without ``include_usage: true`` or ``continuous_usage_stats``: the
+    gateway sets ``include_usage`` in them."""
     ASKED = "asked"
     """The client asked for the usage chunk: it receives it."""
     LEFT = "left"
@@ -56,9 +56,11 @@ def stream_usage_of(body: dict[str, Any], *, api: InferenceApi, stream: bool) ->
     completion or chat completion (nothing to ask)."""
     if not stream or api not in USAGE_APIS:
         return None
-    options = body.get("stream_options")
-    if options is None:
+    if "stream_options" not in body:
         return StreamUsage.UNASKED
+    options = body["stream_options"]
+    if options is None:  # null: replaced (a member written first would be read before it)
+        return StreamUsage.OTHER_OPTIONS
     if not isinstance(options, dict):
         return StreamUsage.LEFT
     if options.get("include_usage") is True:
@@ -73,8 +75,8 @@ UNASKED_OPTIONS: Final = {"include_usage": True}
 
 
 def with_usage_asked(raw: bytes) -> bytes:
-    """``raw`` (a body whose ``stream_options`` is an object) with ``include_usage`` set in them: one
+    """``raw`` (a body whose ``stream_options`` is an object or null) with ``include_usage`` set: one
     parse and one serialisation, for the few clients that send other stream options."""
     doc = orjson.loads(raw)
-    doc["stream_options"] = {**doc["stream_options"], "include_usage": True}
+    doc["stream_options"] = {**(doc["stream_options"] or {}), "include_usage": True}
     return orjson.dumps(doc)
