@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from igw.gateway import upstream
 from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.stream_usage import StreamUsage, stream_usage_of
 from igw.gateway.upstream import MAX_PARTIAL_EVENT_BYTES, StreamEvents
@@ -55,6 +56,18 @@ def test_only_a_usage_chunk_is_left_out() -> None:
     unparsed = b'data: {"choices":[],"usage":{\n\n'
     events = StreamEvents(strip_usage=True)
     assert events.feed(sglang + continuous + unparsed) == sglang + continuous + unparsed
+    assert events.usage == USAGE
+
+
+def test_chunks_whose_usage_is_null_are_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's every chunk says ``"usage":null``: one JSON parse per event for nothing, before s36."""
+    parsed: list[bytes] = []
+    monkeypatch.setattr(upstream, "_usage_in_events", lambda data: (parsed.append(data), (None, None))[1])
+    sglang = _event({"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}], "usage": None})
+    events = StreamEvents(strip_usage=True)
+    assert events.feed(sglang * 3) == sglang * 3
+    assert parsed == []
+    assert events.feed(sglang + USAGE_CHUNK + DONE) == sglang + DONE
     assert events.usage == USAGE
 
 

@@ -374,7 +374,8 @@ class StreamEvents:
         if end != len(data) and len(data) - end <= MAX_PARTIAL_EVENT_BYTES:
             self.partial = data[end:]
             data = data[:end]
-        if b'"usage"' in data:
+        # SGLang writes ``"usage":null`` into every chunk: only a usage that is not null is parsed
+        if b'"usage"' in data and data.count(b'"usage"') != data.count(b'"usage":null'):
             data = self._read_usage(data)
         return data
 
