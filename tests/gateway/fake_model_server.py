@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from igw.gateway.stream_usage import RELAY_USAGE, RELAY_USAGE_HEADER
+
 
 @dataclass
 class Received:
@@ -212,7 +214,10 @@ class FakeModelServer:
                 if self.token_delay_s:
                     await asyncio.sleep(self.token_delay_s)
             options = data.get("stream_options")
-            if isinstance(options, dict) and options.get("include_usage") is True:
+            # The tier-2 router's request for the usage chunk, honoured as the cluster's gateway
+            # does in front of a vLLM pod (this fake stands for a whole cluster in tier-2 tests).
+            relayed = request.headers.get(RELAY_USAGE_HEADER) == RELAY_USAGE
+            if relayed or (isinstance(options, dict) and options.get("include_usage") is True):
                 usage = {
                     "prompt_tokens": PROMPT_TOKENS,
                     "completion_tokens": self.tokens,

@@ -16,7 +16,7 @@ import pytest
 
 from igw.gateway import upstream
 from igw.gateway.inference_apis import InferenceApi
-from igw.gateway.stream_usage import StreamUsage, stream_usage_of
+from igw.gateway.stream_usage import RELAY_USAGE, RELAY_USAGE_HEADER, StreamUsage, stream_usage_of
 from igw.gateway.upstream import MAX_PARTIAL_EVENT_BYTES, StreamEvents
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, data_events, scheduler
@@ -62,7 +62,12 @@ def test_only_a_usage_chunk_is_left_out() -> None:
 def test_chunks_whose_usage_is_null_are_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
     """SGLang's every chunk says ``"usage":null``: one JSON parse per event for nothing, before s36."""
     parsed: list[bytes] = []
-    monkeypatch.setattr(upstream, "_usage_in_events", lambda data: (parsed.append(data), (None, None))[1])
+
+    def recorded(data: bytes) -> tuple[None, None]:
+        parsed.append(data)
+        return None, None
+
+    monkeypatch.setattr(upstream, "_usage_in_events", recorded)
     sglang = _event({"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}], "usage": None})
     events = StreamEvents(strip_usage=True)
     assert events.feed(sglang * 3) == sglang * 3
@@ -203,6 +208,32 @@ async def test_a_client_s_own_stream_options_are_kept(gateway: Any) -> None:
         }
         await (await gw.post("/v1/completions", continuous)).read()
         assert orjson.loads(pod.received[-1].body) == continuous  # would change every chunk: left
+
+
+async def test_the_tier_2_router_s_request_for_the_usage_is_asked_of_the_pool_and_relayed(
+    gateway: Any,
+) -> None:
+    """The tier-2 router does not know a cluster's engines: it asks the cluster's gateway with a
+    header, which asks a vLLM pool for the usage chunk and relays it (the router keeps it from its
+    client), and leaves another engine's body as the client sent it."""
+    v, g = FakeModelServer("v", tokens=6, tokens_per_event=2), FakeModelServer("g", tokens=6)
+    async with (
+        running(v, g),
+        gateway(_doc(), {"vllm-pool": [v.key], "sglang-pool": [], "generic-pool": [g.key]}) as gw,
+    ):
+        for model, pod in (("v", v), ("g", g)):
+            sent = {"model": model, "prompt": "hi", "stream": True}
+            answer = await gw.http.post(
+                gw.url + "/v1/completions", json=sent, headers={RELAY_USAGE_HEADER: RELAY_USAGE}
+            )
+            events = data_events(await answer.read())
+            received = pod.received[-1]
+            assert RELAY_USAGE_HEADER not in {k.lower() for k in received.headers}  # never forwarded
+            if model == "v":
+                assert orjson.loads(received.body) == {"stream_options": {"include_usage": True}, **sent}
+                assert orjson.loads(events[-2][6:])["usage"]["completion_tokens"] == 6  # relayed
+            else:
+                assert orjson.loads(received.body) == sent
 
 
 async def test_a_keep_alive_comment_never_lands_inside_an_event(gateway: Any) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 import yaml
 
@@ -93,6 +94,16 @@ async def test_killed_gateway_is_drained_by_both_replicas_without_failed_request
                 for i in range(20):
                     await send(i)
                 assert served == {"east-a", "east-b"}
+                # A stream's usage through both tiers (since session s36): the router asks, the
+                # cluster's gateway asks its vLLM pod and relays the chunk, the router keeps it.
+                stream = {"model": MODEL, "prompt": "hi", "stream": True}
+                async with http.post(urls[0] + "/v1/completions", json=stream) as resp:
+                    assert resp.status == 200
+                    streamed = await resp.read()
+                assert b'"usage"' not in streamed
+                assert streamed.endswith(b"data: [DONE]\n\n")
+                asked = orjson.loads(servers[resp.headers["x-igw-cluster"]].received[-1].body)
+                assert asked["stream_options"] == {"include_usage": True}
                 gateways["east-a"].kill()
                 killed = time.monotonic()
                 for i in range(40):

@@ -70,7 +70,14 @@ from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
-from igw.gateway.stream_usage import UNASKED_OPTIONS, USAGE_ENGINES, StreamUsage, with_usage_asked
+from igw.gateway.stream_usage import (
+    RELAY_USAGE,
+    RELAY_USAGE_HEADER,
+    UNASKED_OPTIONS,
+    USAGE_ENGINES,
+    StreamUsage,
+    with_usage_asked,
+)
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -98,7 +105,9 @@ REQUEST_ID_KEY: Final = web.RequestKey("igw_request_id", str)
 """Where the app's middleware leaves the request's id (see :func:`request_id_for`)."""
 DEFAULT_LIMITS: Final = ServerLimits()
 _CLOSE: Final = {"Connection": "close"}
-_GATEWAY_REQUEST_HEADERS: Final = frozenset({MODEL_HEADER, BASE_MODEL_HEADER, DEBUG_TOKEN_HEADER.lower()})
+_GATEWAY_REQUEST_HEADERS: Final = frozenset(
+    {MODEL_HEADER, BASE_MODEL_HEADER, DEBUG_TOKEN_HEADER.lower(), RELAY_USAGE_HEADER}
+)
 """Request headers the gateway owns: a client's copy is never forwarded (lower case)."""
 _CHARSET: Final = "utf-8"
 _UNDECODABLE: Final = "surrogateescape"
@@ -678,6 +687,8 @@ async def _route(
             body = dataclasses.replace(body, raw=with_usage_asked(body.raw))
         else:
             asks_usage = False
+        if asks_usage and request.headers.get(RELAY_USAGE_HEADER) == RELAY_USAGE:
+            asks_usage = False  # asked for the tier-2 router, which reads the chunk: relayed
     if scope_salt is not None and salt is not None:  # the caller's scope's salt, written
         if fields or body.cache_salt is not None:  # a client's own replaced: parsed and serialised
             fields["cache_salt"] = salt

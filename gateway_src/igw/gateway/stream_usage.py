@@ -12,8 +12,10 @@ For a vLLM or SGLang pool the gateway now asks for the usage itself (:func:`aski
 relay reads the usage chunk and does not write it (``strip_usage`` of
 :func:`igw.gateway.upstream.exchange`), so the client receives the stream it asked for: both
 engines add nothing else to the stream for ``include_usage`` alone (read in their sources). The
-tier-2 router does the same for every stream request (its clusters are gateways, which relay the
-usage chunk when asked: :mod:`igw.global_router.server`). A
+tier-2 router, which does not know its clusters' engines, sends :data:`RELAY_USAGE_HEADER` instead
+of changing the body: the cluster's gateway then asks a vLLM or SGLang pool as above and relays the
+usage chunk, which the router reads and keeps from its client; another engine's pool gets the body
+as the client sent it (one that refuses unknown fields would refuse the request). A
 client that set ``stream_options.continuous_usage_stats`` (usage in every chunk, once
 ``include_usage`` is on) is left as it is: turning ``include_usage`` on would change every chunk
 it receives.
@@ -69,6 +71,13 @@ def stream_usage_of(body: dict[str, Any], *, api: InferenceApi, stream: bool) ->
         return StreamUsage.LEFT
     return StreamUsage.OTHER_OPTIONS
 
+
+RELAY_USAGE_HEADER: Final = "x-gateway-stream-usage"
+"""Request header of the tier-2 router to a cluster's gateway: with :data:`RELAY_USAGE` the gateway
+asks for the usage chunk where its pool's engine allows it and relays it (the router keeps it from
+its client). A gateway never forwards the header to a model server."""
+
+RELAY_USAGE: Final = "relay"
 
 UNASKED_OPTIONS: Final = {"include_usage": True}
 """The ``stream_options`` written into a body that had none."""

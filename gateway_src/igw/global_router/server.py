@@ -50,18 +50,11 @@ from igw.gateway.errors import (
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.inference import REQUEST_ID_KEY
 from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
-from igw.gateway.request_body import (
-    BadRequestBody,
-    BodyTooLarge,
-    InferenceBody,
-    parse_body,
-    read_limited,
-    with_leading_member,
-)
+from igw.gateway.request_body import BadRequestBody, BodyTooLarge, InferenceBody, parse_body, read_limited
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
-from igw.gateway.stream_usage import UNASKED_OPTIONS, StreamUsage, with_usage_asked
+from igw.gateway.stream_usage import RELAY_USAGE, RELAY_USAGE_HEADER, StreamUsage
 from igw.gateway.telemetry import UNKNOWN_MODEL
 from igw.gateway.upstream import (
     ClientGone,
@@ -150,7 +143,7 @@ def _forwarded_headers(router: GlobalRouter, request: web.Request, principal: Pr
     and the router's own answer headers, plus the principal's forwarded identity."""
     return upstream_headers(
         request.headers,
-        strip=router.guard.stripped_request_headers | {CLUSTER_HEADER, REGION_HEADER},
+        strip=router.guard.stripped_request_headers | {CLUSTER_HEADER, REGION_HEADER, RELAY_USAGE_HEADER},
         add=principal.forward_headers,
     )
 
@@ -229,13 +222,11 @@ async def _route(
     else:  # the same body failing moments ago: another cluster first
         choices = router.fleet.away_from_failures(choices, raw)
     headers = _forwarded_headers(router, request, principal)
-    # A stream's usage asked for where the client did not, read and not relayed (the clusters are
-    # gateways, which relay it when asked: igw.gateway.stream_usage); one token per event otherwise.
-    forwarded = raw
-    if body.stream_usage is StreamUsage.UNASKED:
-        forwarded = with_leading_member(raw, "stream_options", UNASKED_OPTIONS)
-    elif body.stream_usage is StreamUsage.OTHER_OPTIONS:
-        forwarded = with_usage_asked(raw)
+    # A stream's usage asked of the cluster's gateway where the client did not ask, read and not
+    # relayed (igw.gateway.stream_usage); one token per event where its pool's engine cannot say.
+    reads_usage = body.stream_usage is StreamUsage.UNASKED or body.stream_usage is StreamUsage.OTHER_OPTIONS
+    if reads_usage:
+        headers[RELAY_USAGE_HEADER] = RELAY_USAGE
     session = request.app[SESSION_KEY]
     last: ExchangeResult | None = None
     prepared: list[web.StreamResponse] = []
@@ -250,14 +241,14 @@ async def _route(
                 request,
                 session=session,
                 endpoint=cluster.endpoint,
-                body=forwarded,
+                body=raw,
                 headers=headers,
                 started=started,
                 connect_timeout_s=router.config.connect_timeout_s,
                 idle_timeout_s=router.config.request_timeout_s,
                 response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
                 on_prepared=prepared.append,
-                strip_usage=forwarded is not raw,
+                strip_usage=reads_usage,
             )
         except ConnectFailed:
             router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
