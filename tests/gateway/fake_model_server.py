@@ -56,6 +56,9 @@ class FakeModelServer:
     """Tokens each streamed completion event carries (speculative decoding sends every token a step
     accepted in one event); the usage chunk, sent when the body asks for it as vLLM's, counts them all."""
     token_delay_s: float = 0.0
+    usage_chunk: bool = True
+    """False: a stream never ends with the usage chunk, asked for or not (an engine without
+    ``stream_options``)."""
     split_event_pause_s: float | None = None
     """Not None: each streamed completion event is written in two halves this many seconds apart (an
     event split across the gateway's reads, as a large event or a slow peer splits one); with
@@ -217,7 +220,8 @@ class FakeModelServer:
             # The tier-2 router's request for the usage chunk, honoured as the cluster's gateway
             # does in front of a vLLM pod (this fake stands for a whole cluster in tier-2 tests).
             relayed = request.headers.get(RELAY_USAGE_HEADER) == RELAY_USAGE
-            if relayed or (isinstance(options, dict) and options.get("include_usage") is True):
+            asked = relayed or (isinstance(options, dict) and options.get("include_usage") is True)
+            if asked and self.usage_chunk:
                 usage = {
                     "prompt_tokens": PROMPT_TOKENS,
                     "completion_tokens": self.tokens,

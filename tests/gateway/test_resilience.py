@@ -285,6 +285,6 @@ async def test_a_stored_responses_replay_left_early_is_charged_nothing() -> None
     principal = Principal(tenant="t1", authenticated=True)
     metrics = GatewayMetrics(lister=list, clock=lambda: 0.0)
     obs = RequestObserver(metrics, request_id="r", method="GET", path="/v1/responses/resp_1")
-    await inference._charge_relayed(guard, principal, obs, inference.NO_BODY, plan, [replay])
+    await inference._charge_relayed({}, guard, principal, obs, inference.NO_BODY, plan, [replay])
     assert guard.accounted == []
     assert obs.record.completion_tokens is None  # nor shown as generated

@@ -603,6 +603,48 @@ async def test_a_stream_is_charged_its_usage_however_many_tokens_an_event_carrie
         assert statuses[-1] == 429
 
 
+async def test_a_stream_without_usage_is_charged_its_events(redis_server: RedisServer) -> None:
+    """A cluster whose engine reports no usage: before session s36 a stream it answered to its end
+    was charged nothing at tier 2 (only a stream left early was charged its events)."""
+    async with fleet(redis_server, **_token_limits(redis_server, "e2e:nousage:"), **STEADY) as fx:
+        for c in fx.clusters.values():
+            c.server.tokens, c.server.usage_chunk = 90, False
+        statuses = []
+        for _ in range(10):
+            async with await fx.post({"model": MODEL, "prompt": "tell me", "stream": True}) as resp:
+                statuses.append(resp.status)
+                await resp.read()
+        assert 6 <= statuses.count(200) <= 7, statuses  # 92 tokens each (90 events, [DONE], the prompt)
+        assert statuses[-1] == 429
+
+
+async def test_a_stream_left_before_its_usage_is_charged_the_model_s_tokens_per_event(
+    redis_server: RedisServer,
+) -> None:
+    """Tier 1's rule at tier 2 (igw.gateway.event_tokens): a stream left before its usage chunk is
+    charged its events times the tokens per event the model's streams reported, not one per event."""
+    async with fleet(redis_server, **_token_limits(redis_server, "e2e:leftspec:"), **STEADY) as fx:
+        for c in fx.clusters.values():
+            c.server.tokens, c.server.tokens_per_event, c.server.token_delay_s = 90, 3, 0.002
+        body = {"model": MODEL, "prompt": "tell me", "stream": True}
+        async with await fx.post(body) as resp:  # read to its end: 2.8 tokens per event learnt
+            assert resp.status == 200
+            await resp.read()
+        statuses = []
+        for _ in range(10):
+            async with await fx.post(body) as resp:
+                statuses.append(resp.status)
+                if resp.status != 200:
+                    continue
+                read = 0
+                while read < 25:  # 25 of the 30 events, then the connection closed
+                    read += (await resp.content.readline()).startswith(b"data: {")
+                resp.close()
+            await asyncio.sleep(0.1)
+        assert statuses.count(200) <= 8, statuses  # about 75 tokens each; at one per event, all ten
+        assert statuses[-1] == 429
+
+
 async def test_model_names_no_cluster_serves_make_no_rate_limit_buckets(redis_server: RedisServer) -> None:
     # With a wildcard entry each distinct model name got its own buckets before the 404: a client
     # cycling names grew the buckets without bound (for the process's life in the local backend).

@@ -7,6 +7,7 @@ times its budget through (:mod:`igw.gateway.stream_usage`)."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import time
 from pathlib import Path
@@ -44,4 +45,44 @@ async def test_streams_of_several_tokens_per_event_are_charged_every_token(
         # 97 tokens a stream (the prompt's 7 and the 90 the usage chunk reports): six or seven fit
         # the bucket; counted by events (37 a stream) all twelve did
         assert 6 <= statuses.count(200) <= 7, statuses
+        assert statuses[-1] == 429
+
+
+async def test_a_stream_left_before_its_usage_is_charged_its_pool_s_tokens_per_event(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """A client that leaves before the usage chunk (the last event) is charged its events times
+    the tokens per event its pool's streams reported (igw.gateway.event_tokens); before session s36,
+    one token per event: under speculative decoding, a third of what it read."""
+    pods = (
+        FakeModelServer("a", tokens=90, tokens_per_event=3, token_delay_s=0.002),
+        FakeModelServer("b", tokens=90, tokens_per_event=3, token_delay_s=0.002),
+    )
+    async with (
+        running(*pods) as servers,
+        secured_gateway(
+            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=LIMITS
+        ) as gw,
+    ):
+        tokens.clock.now = time.time()
+        headers = {"Authorization": f"Bearer {tokens.token()}"}
+        body = {"model": "m", "prompt": "tell me", "stream": True}
+        async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as r:
+            assert r.status == 200
+            await r.read()  # read to its end: 97 tokens charged, about 2.8 tokens per event learnt
+        statuses = []
+        for _ in range(10):
+            async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as r:
+                statuses.append(r.status)
+                if r.status != 200:
+                    continue
+                read = 0
+                while read < 25:  # 25 of the 30 events (75 of the 90 tokens), then the connection closed
+                    read += (await r.content.readline()).startswith(b"data: {")
+                r.close()
+            await asyncio.sleep(0.1)
+        # about 75 tokens or more charged per stream left: the 503 tokens left (and the refill) serve
+        # seven or eight;
+        # at one token per event (about 27 a stream) all ten were served
+        assert statuses.count(200) <= 8, statuses
         assert statuses[-1] == 429

@@ -34,6 +34,7 @@ from igw.gateway.cache_salt import SALTED_APIS, SALTING_ENGINES, request_salt
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.errors import anthropic_shaped, denial_response, gateway_error, sse_error_event
+from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import (
     FAIRNESS_HEADER,
     HELD_BY_FLOW_CONTROL,
@@ -932,17 +933,17 @@ async def _forward(
                 await _end_stream(
                     request, prepared[0], "route_timeout", f"routeTimeout of {timeout:g}s exceeded"
                 )
-                await _charge_relayed(guard, principal, obs, body, plan, prepared)
+                await _charge_relayed(state.tokens_per_event, guard, principal, obs, body, plan, prepared)
                 return obs.finish(prepared[0])
             message = f"routeTimeout of {timeout:g}s exceeded waiting for {plan.what}"
             return obs.finish(gateway_error("route_timeout", message, request_id=obs.request_id))
         except ClientGone:
-            await _charge_relayed(guard, principal, obs, body, plan, prepared)
+            await _charge_relayed(state.tokens_per_event, guard, principal, obs, body, plan, prepared)
             obs.client_gone()
             return prepared[0] if prepared else web.Response(status=CLIENT_CLOSED)
         except asyncio.CancelledError:
             if not state.inflight.cutting:
-                await _charge_relayed(guard, principal, obs, body, plan, prepared)
+                await _charge_relayed(state.tokens_per_event, guard, principal, obs, body, plan, prepared)
                 obs.client_gone()
                 raise
             # The shutdown grace ran out: answer the way a broken upstream would, retryable.
@@ -953,7 +954,7 @@ async def _forward(
             obs.failed("ended by shutdown after the stream grace", stream_broken=bool(prepared))
             if prepared:
                 await _end_stream(request, prepared[0], "shutting_down", message)
-                await _charge_relayed(guard, principal, obs, body, plan, prepared)
+                await _charge_relayed(state.tokens_per_event, guard, principal, obs, body, plan, prepared)
                 return obs.finish(prepared[0])
             return obs.finish(gateway_error("shutting_down", message, request_id=obs.request_id))
         finally:
@@ -1030,7 +1031,17 @@ async def _forward(
     usage = result.usage or {}
     # nothing generated (a token count, a stored response's retrieval): no tokens to count
     prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens if plan.generates else 0)
-    completion_tokens = usage.get("completion_tokens", result.events)
+    completion_tokens = usage.get("completion_tokens")
+    if result.streamed and plan.sr is not None and plan.generates:
+        # each stream that reported its usage teaches its pool's tokens per event, what a stream
+        # without one is counted (igw.gateway.event_tokens)
+        per_event = _tokens_per_event(state.tokens_per_event, plan.sr)
+        if completion_tokens is None:
+            completion_tokens = per_event.tokens(result.events)
+        else:
+            per_event.learn(completion_tokens, result.events)
+    elif completion_tokens is None:
+        completion_tokens = result.events
     obs.exchanged(result, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     reserved = 0
     if body.background and result.usage is None and result.status < 400:
@@ -1048,7 +1059,18 @@ async def _forward(
     return _finish_after_write(request, obs, result.answer)
 
 
+def _tokens_per_event(learnt: dict[str, TokensPerEvent], sr: SchedulerRuntime) -> TokensPerEvent:
+    """The output tokens per stream event learnt of ``sr``'s pool (:mod:`igw.gateway.event_tokens`),
+    from ``learnt`` (:attr:`GatewayState.tokens_per_event`)."""
+    name = sr.spec.name
+    found = learnt.get(name)
+    if found is None:
+        found = learnt[name] = TokensPerEvent()
+    return found
+
+
 async def _charge_relayed(
+    learnt: dict[str, TokensPerEvent],
     guard: RequestGuard,
     principal: Principal,
     obs: RequestObserver,
@@ -1058,7 +1080,8 @@ async def _charge_relayed(
 ) -> None:
     """A stream ended before its last event (its client left, ``routeTimeout`` or a shutdown cut
     it): what had been relayed by then is charged to the tenant as a finished answer's tokens are
-    (the usage its events carried, else the prompt's estimate and one token per event), and shown in
+    (the usage its events carried, else the prompt's estimate and the events times the pool's
+    tokens per event, :mod:`igw.gateway.event_tokens`), and shown in
     the access-log line. Before session s35 nothing was: a client that read a long stream and
     closed the connection before its last event, or asked for more than ``routeTimeout`` lets
     through, was never charged (``tokensPerMinute`` did not bound it). Nothing relayed: nothing
@@ -1069,7 +1092,10 @@ async def _charge_relayed(
         return
     usage = relayed.usage or {}
     prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens)
-    completion_tokens = usage.get("completion_tokens", relayed.events)
+    completion_tokens = usage.get("completion_tokens")
+    if completion_tokens is None:
+        per_event = None if plan.sr is None else _tokens_per_event(learnt, plan.sr)
+        completion_tokens = relayed.events if per_event is None else per_event.tokens(relayed.events)
     obs.record.prompt_tokens, obs.record.completion_tokens = prompt_tokens, completion_tokens
     with contextlib.suppress(GuardDenied):
         await guard.account(

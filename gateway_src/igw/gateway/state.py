@@ -17,6 +17,7 @@ from igw.config.model import GatewayConfig
 from igw.gateway.decision_log import DecisionLog
 from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.endpoints import DiscoveredEndpoint
+from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import FlowGates
 from igw.gateway.guards import RequestGuard
 from igw.gateway.response_search import ResponseSearches
@@ -95,6 +96,9 @@ class GatewayState:
         """Retries of answered requests in flight (``spec.extensions.routing.retry``'s budget)."""
         self.response_searches = ResponseSearches()
         """Searches of the pods for a stored response no scheduler remembers: their bounds."""
+        self.tokens_per_event: dict[str, TokensPerEvent] = {}
+        """Per scheduler: the output tokens its pool's stream events carry, learnt from its streams
+        (what a stream cut before its usage is charged: :mod:`igw.gateway.event_tokens`)."""
         self.draining = False
         """Set on SIGTERM: /readyz answers 503 so load balancers stop sending before we stop serving."""
         self.on_config_applied: list[Callable[[GatewayConfig], None]] = []

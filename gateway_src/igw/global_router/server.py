@@ -47,6 +47,7 @@ from igw.gateway.errors import (
     denial_response,
     gateway_error,
 )
+from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.inference import REQUEST_ID_KEY
 from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
@@ -121,6 +122,16 @@ class GlobalRouter:
         (``previous_response_id``) tries that cluster first and a stored response's retrieval goes
         there, since only its pod holds the response (:mod:`igw.scheduling.response_affinity`, keyed
         by cluster name here; per replica)."""
+        self.tokens_per_event: dict[str, TokensPerEvent] = {}
+        """Per model: the output tokens its streams' events carry, learnt from streams that reported
+        their usage (what a stream without one is counted: :mod:`igw.gateway.event_tokens`)."""
+
+    def per_event(self, model: str) -> TokensPerEvent:
+        """:attr:`tokens_per_event` of ``model`` (a model some cluster serves: the names are bounded)."""
+        found = self.tokens_per_event.get(model)
+        if found is None:
+            found = self.tokens_per_event[model] = TokensPerEvent()
+        return found
 
 
 ROUTER_KEY = web.AppKey("igw_global_router", GlobalRouter)
@@ -278,19 +289,31 @@ async def _route(
             router.responses.remember(result.response_id, cluster.name)
         _observe(router, result, model=model, region=cluster.region, started=started)
         usage = result.usage or {}
-        prompt_tokens = int(usage.get("prompt_tokens", 0))
+        # Without a usage, the prompt's estimate and, for a stream, its events times the model's
+        # tokens per event, as tier 1 counts (before session s36, nothing: a stream without usage
+        # went through the token limits free).
+        prompt_tokens = int(usage.get("prompt_tokens", body.prompt_tokens))
+        reported = usage.get("completion_tokens")
+        if result.streamed:
+            if reported is None:
+                completion_tokens = router.per_event(model).tokens(result.events)
+            else:
+                completion_tokens = int(reported)
+                router.per_event(model).learn(completion_tokens, result.events)
+        else:
+            completion_tokens = int(reported or 0)
         reserved = 0
         if body.background and result.usage is None and result.status < 400:
             # Generated after this answer, its usage only in polls (counted nowhere): its prompt's
             # estimate and output bound, as tier 1 charges (no context window known here).
-            prompt_tokens, reserved = body.prompt_tokens, body.max_tokens or 0
-        tokens = prompt_tokens + int(usage.get("completion_tokens", 0)) + reserved
+            reserved = body.max_tokens or 0
+        tokens = prompt_tokens + completion_tokens + reserved
         if tokens:
             await router.guard.account(
                 principal,
                 model=model,
                 prompt_tokens=prompt_tokens,
-                completion_tokens=int(usage.get("completion_tokens", 0)),
+                completion_tokens=completion_tokens,
                 reserved_tokens=reserved,
             )
             await router.model_limits.account(tenant=tenant, model=model, tokens=tokens)
@@ -311,14 +334,15 @@ async def _charge_relayed(
     prepared: Sequence[web.StreamResponse],
 ) -> None:
     """Charge a stream its client left what had been relayed: the usage its events carried, else
-    the prompt's estimate and one token per event (tier 1's rule,
+    the prompt's estimate and its events times the model's tokens per event (tier 1's rule,
     :func:`igw.gateway.inference._charge_relayed`)."""
     relayed = getattr(prepared[0], "relayed", None) if prepared else None
     if relayed is None:
         return
     usage = relayed.usage or {}
     prompt_tokens = int(usage.get("prompt_tokens", body.prompt_tokens))
-    completion_tokens = int(usage.get("completion_tokens", relayed.events))
+    reported = usage.get("completion_tokens")
+    completion_tokens = router.per_event(model).tokens(relayed.events) if reported is None else int(reported)
     with contextlib.suppress(GuardDenied):
         await router.guard.account(
             principal, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
