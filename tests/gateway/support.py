@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -120,3 +120,22 @@ def data_events(body: bytes) -> list[bytes]:
         if data:
             events.append(data)
     return events
+
+
+async def streams_left_early(
+    post: Callable[[], Awaitable[aiohttp.ClientResponse]], *, streams: int, events: int
+) -> list[int]:
+    """``streams`` streamed requests made by ``post``, each read for ``events`` of its events and then
+    its connection closed (a client that leaves before the end); their statuses."""
+    statuses = []
+    for _ in range(streams):
+        async with await post() as response:
+            statuses.append(response.status)
+            if response.status != 200:
+                continue
+            read = 0
+            while read < events:
+                read += (await response.content.readline()).startswith(b"data: {")
+            response.close()
+        await asyncio.sleep(0.1)  # the gateway's next write finds the connection gone
+    return statuses

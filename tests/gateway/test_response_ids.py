@@ -54,13 +54,16 @@ def test_the_owner_is_the_tenant_else_the_subject_else_nobody_in_particular() ->
     assert minted_for(mint("tenant:x"), "subject:x") is False
 
 
-def _doc() -> dict[str, Any]:
+def engines_doc(**routing: Any) -> dict[str, Any]:
+    """Three pools: models ``v`` (vLLM), ``s`` (SGLang) and ``g`` (a generic engine read through
+    metric specs), for what the gateway writes into the bodies of some engines' pools only."""
     doc = config_doc(
         [
             scheduler("vllm-pool", "v"),
             scheduler("sglang-pool", "s", engineType="sglang"),
             scheduler("generic-pool", "g"),
-        ]
+        ],
+        routing=routing or None,
     )
     generic = {
         "scheduler": "generic-pool",
@@ -79,7 +82,7 @@ async def test_pools_whose_engine_stores_under_request_id_get_a_minted_one(gatew
     pools = {"v": "vllm-pool", "s": "sglang-pool", "g": "generic-pool"}
     async with running(*pods.values()):
         endpoints = {pools[model]: [pod.key] for model, pod in pods.items()}  # bound: their ports
-        async with gateway(_doc(), endpoints) as gw:
+        async with gateway(engines_doc(), endpoints) as gw:
             for model, pod in pods.items():
                 sent = {"model": model, "input": "hi"}
                 answer = await gw.post("/v1/responses", sent)

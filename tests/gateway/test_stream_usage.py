@@ -19,7 +19,8 @@ from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.stream_usage import RELAY_USAGE, RELAY_USAGE_HEADER, StreamUsage, stream_usage_of
 from igw.gateway.upstream import MAX_PARTIAL_EVENT_BYTES, StreamEvents
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, data_events, scheduler
+from tests.gateway.support import data_events
+from tests.gateway.test_response_ids import engines_doc
 
 USAGE = {"prompt_tokens": 7, "completion_tokens": 30, "total_tokens": 37}
 
@@ -127,21 +128,7 @@ def test_what_a_body_says_of_its_usage(
 
 
 def _doc() -> dict[str, Any]:
-    doc = config_doc(
-        [
-            scheduler("vllm-pool", "v"),
-            scheduler("sglang-pool", "s", engineType="sglang"),
-            scheduler("generic-pool", "g"),
-        ],
-        routing={"sseKeepAliveInterval": "50ms"},
-    )
-    generic = {
-        "scheduler": "generic-pool",
-        "queue": "vllm:num_requests_waiting",
-        "running": "vllm:num_requests_running",
-    }
-    doc["spec"].setdefault("extensions", {})["engines"] = {"generic": [generic]}
-    return doc
+    return engines_doc(sseKeepAliveInterval="50ms")
 
 
 def _counted_out(metrics: str, model: str) -> float:

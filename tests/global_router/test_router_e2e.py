@@ -34,7 +34,7 @@ from igw.global_router.config import parse_global_config
 from igw.global_router.fleet import Fleet
 from igw.global_router.server import ROUTER_KEY, create_global_app
 from tests.gateway.fake_model_server import FakeModelServer
-from tests.gateway.support import wait_for
+from tests.gateway.support import streams_left_early, wait_for
 from tests.global_router.support import MODEL, beat, global_doc
 from tests.security.helpers import RedisServer
 
@@ -565,18 +565,8 @@ async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(redis_
     async with fleet(redis_server, **_token_limits(redis_server, "e2e:left:"), **STEADY) as fx:
         for c in fx.clusters.values():
             c.server.tokens, c.server.token_delay_s = 100, 0.002
-        statuses = []
-        for _ in range(10):
-            body = {"model": MODEL, "prompt": "tell me", "stream": True}
-            async with await fx.post(body) as resp:
-                statuses.append(resp.status)
-                if resp.status != 200:
-                    continue
-                read = 0
-                while read < 90:  # 90 of the 100 tokens, then the connection is closed
-                    read += (await resp.content.readline()).startswith(b"data: {")
-                resp.close()
-            await asyncio.sleep(0.1)
+        body = {"model": MODEL, "prompt": "tell me", "stream": True}
+        statuses = await streams_left_early(lambda: fx.post(body), streams=10, events=90)  # of 100
         assert 6 <= statuses.count(200) <= 7, statuses  # about 92 tokens charged per stream
         assert statuses[-1] == 429
 
@@ -630,17 +620,7 @@ async def test_a_stream_left_before_its_usage_is_charged_the_model_s_tokens_per_
         async with await fx.post(body) as resp:  # read to its end: 2.8 tokens per event learnt
             assert resp.status == 200
             await resp.read()
-        statuses = []
-        for _ in range(10):
-            async with await fx.post(body) as resp:
-                statuses.append(resp.status)
-                if resp.status != 200:
-                    continue
-                read = 0
-                while read < 25:  # 25 of the 30 events, then the connection closed
-                    read += (await resp.content.readline()).startswith(b"data: {")
-                resp.close()
-            await asyncio.sleep(0.1)
+        statuses = await streams_left_early(lambda: fx.post(body), streams=10, events=25)  # of 30
         assert statuses.count(200) <= 8, statuses  # about 75 tokens each; at one per event, all ten
         assert statuses[-1] == 429
 

@@ -7,15 +7,13 @@ times its budget through (:mod:`igw.gateway.stream_usage`)."""
 
 from __future__ import annotations
 
-import asyncio
 import ssl
-import time
 from pathlib import Path
 
-from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.fake_model_server import FakeModelServer
+from tests.gateway.support import streams_left_early
 from tests.security.helpers import JwksServer, TokenFactory
-from tests.security.test_gateway_e2e import secured_gateway
-from tests.security.test_streams_left_early import LIMITS
+from tests.security.test_streams_left_early import limited_gateway
 
 
 async def test_streams_of_several_tokens_per_event_are_charged_every_token(
@@ -26,18 +24,13 @@ async def test_streams_of_several_tokens_per_event_are_charged_every_token(
         FakeModelServer("a", tokens=90, tokens_per_event=3),
         FakeModelServer("b", tokens=90, tokens_per_event=3),
     )
-    async with (
-        running(*pods) as servers,
-        secured_gateway(
-            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=LIMITS
-        ) as gw,
+    async with limited_gateway(tmp_path, pods, issuer=jwks_server, client_ssl=client_ssl, tokens=tokens) as (
+        _,
+        post,
     ):
-        tokens.clock.now = time.time()
-        headers = {"Authorization": f"Bearer {tokens.token()}"}
-        body = {"model": "m", "prompt": "tell me", "stream": True}
         statuses = []
         for _ in range(12):
-            async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as r:
+            async with await post() as r:
                 statuses.append(r.status)
                 streamed = await r.read()
             if r.status == 200:
@@ -54,35 +47,16 @@ async def test_a_stream_left_before_its_usage_is_charged_its_pool_s_tokens_per_e
     """A client that leaves before the usage chunk (the last event) is charged its events times
     the tokens per event its pool's streams reported (igw.gateway.event_tokens); before session s36,
     one token per event: under speculative decoding, a third of what it read."""
-    pods = (
-        FakeModelServer("a", tokens=90, tokens_per_event=3, token_delay_s=0.002),
-        FakeModelServer("b", tokens=90, tokens_per_event=3, token_delay_s=0.002),
-    )
-    async with (
-        running(*pods) as servers,
-        secured_gateway(
-            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=LIMITS
-        ) as gw,
+    pods = tuple(FakeModelServer(n, tokens=90, tokens_per_event=3, token_delay_s=0.002) for n in "ab")
+    async with limited_gateway(tmp_path, pods, issuer=jwks_server, client_ssl=client_ssl, tokens=tokens) as (
+        _,
+        post,
     ):
-        tokens.clock.now = time.time()
-        headers = {"Authorization": f"Bearer {tokens.token()}"}
-        body = {"model": "m", "prompt": "tell me", "stream": True}
-        async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as r:
+        async with await post() as r:
             assert r.status == 200
             await r.read()  # read to its end: 97 tokens charged, about 2.8 tokens per event learnt
-        statuses = []
-        for _ in range(10):
-            async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as r:
-                statuses.append(r.status)
-                if r.status != 200:
-                    continue
-                read = 0
-                while read < 25:  # 25 of the 30 events (75 of the 90 tokens), then the connection closed
-                    read += (await r.content.readline()).startswith(b"data: {")
-                r.close()
-            await asyncio.sleep(0.1)
+        statuses = await streams_left_early(post, streams=10, events=25)  # 75 of the 90 tokens
         # about 75 tokens or more charged per stream left: the 503 tokens left (and the refill) serve
-        # seven or eight;
-        # at one token per event (about 27 a stream) all ten were served
+        # seven or eight; at one token per event (about 27 a stream) all ten were served
         assert statuses.count(200) <= 8, statuses
         assert statuses[-1] == 429

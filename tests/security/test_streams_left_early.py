@@ -7,43 +7,51 @@ before its ``[DONE]`` was never charged (``rateLimits.tokensPerMinute`` did not 
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import ssl
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import streams_left_early
 from tests.security.helpers import JwksServer, TokenFactory
 from tests.security.test_gateway_e2e import secured_gateway
 
 LIMITS = {"rateLimits": {"default": {"requestsPerSecond": 100, "tokensPerMinute": 600, "tokenBurst": 600}}}
 
 
-async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(
-    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
-) -> None:
-    pods = (FakeModelServer("a", tokens=100, token_delay_s=0.002), FakeModelServer("b"))
+@contextlib.asynccontextmanager
+async def limited_gateway(
+    tmp_path: Path,
+    pods: tuple[FakeModelServer, ...],
+    *,
+    issuer: JwksServer,
+    client_ssl: ssl.SSLContext,
+    tokens: TokenFactory,
+) -> AsyncIterator[tuple[Any, Callable[[], Any]]]:
+    """A secured gateway under :data:`LIMITS` in front of ``pods``, and how to post a streamed
+    completion to it with one tenant's token."""
     async with (
         running(*pods) as servers,
-        secured_gateway(
-            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=LIMITS
-        ) as gw,
+        secured_gateway(tmp_path, servers, issuer=issuer, client_ssl=client_ssl, extensions=LIMITS) as gw,
     ):
         tokens.clock.now = time.time()
         headers = {"Authorization": f"Bearer {tokens.token()}"}
         body = {"model": "m", "prompt": "tell me", "stream": True}
-        statuses = []
-        for _ in range(10):
-            async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as r:
-                statuses.append(r.status)
-                if r.status != 200:
-                    continue
-                read = 0
-                while read < 90:  # 90 of the 100 tokens, then the connection is closed
-                    line = await r.content.readline()
-                    read += line.startswith(b"data: {")
-                r.close()
-            await asyncio.sleep(0.1)  # the gateway's next write finds the connection gone
+        yield gw, lambda: gw.http.post(gw.url + "/v1/completions", json=body, headers=headers)
+
+
+async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    pods = (FakeModelServer("a", tokens=100, token_delay_s=0.002), FakeModelServer("b"))
+    async with limited_gateway(tmp_path, pods, issuer=jwks_server, client_ssl=client_ssl, tokens=tokens) as (
+        gw,
+        post,
+    ):
+        statuses = await streams_left_early(post, streams=10, events=90)  # 90 of the 100 tokens
         # about 95 tokens charged per stream (the prompt's estimate and the events relayed): the
         # 600-token bucket serves six or seven, then refuses
         assert 6 <= statuses.count(200) <= 7, statuses
