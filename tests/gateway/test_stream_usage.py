@@ -77,6 +77,14 @@ def test_chunks_whose_usage_is_null_are_not_parsed(monkeypatch: pytest.MonkeyPat
     assert events.usage == USAGE
 
 
+def test_a_responses_event_names_its_stored_response_whatever_its_usage() -> None:
+    created = {"type": "response.created", "response": {"id": "resp_1", "object": "response", "usage": None}}
+    event = b"event: response.created\n" + _event(created)
+    events = StreamEvents()
+    assert events.feed(event) == event
+    assert events.response_id == "resp_1"
+
+
 @pytest.mark.parametrize("cut", [1, 7, len(TOKEN) // 2, len(TOKEN) - 1])
 def test_an_event_split_across_reads_is_written_when_it_ends(cut: int) -> None:
     events = StreamEvents(strip_usage=True)

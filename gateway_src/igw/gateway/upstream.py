@@ -374,8 +374,11 @@ class StreamEvents:
         if end != len(data) and len(data) - end <= MAX_PARTIAL_EVENT_BYTES:
             self.partial = data[end:]
             data = data[:end]
-        # SGLang writes ``"usage":null`` into every chunk: only a usage that is not null is parsed
-        if b'"usage"' in data and data.count(b'"usage"') != data.count(b'"usage":null'):
+        # SGLang writes ``"usage":null`` into every completion chunk: those are not parsed (a
+        # Responses API event naming its ``response`` is, for the stored response's id)
+        if b'"usage"' in data and (
+            data.count(b'"usage"') != data.count(b'"usage":null') or b'"response"' in data
+        ):
             data = self._read_usage(data)
         return data
 
