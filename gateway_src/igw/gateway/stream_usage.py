@@ -8,8 +8,9 @@ one event) and without an engine's stream interval. Each such stream was then co
 or a third of what it generated: by the tenant's token limit, by the token series and by the
 access log (before session s36).
 
-For a vLLM or SGLang pool the gateway now asks for the usage itself (:func:`asking_usage`) and the
-relay reads the usage chunk and does not write it (``strip_usage`` of
+For a vLLM or SGLang pool the gateway now asks for the usage itself (:data:`UNASKED_OPTIONS` written
+into the body, or :func:`with_usage_asked`: :func:`igw.gateway.inference._route`) and the relay
+reads the usage chunk and does not write it (``strip_usage`` of
 :func:`igw.gateway.upstream.exchange`), so the client receives the stream it asked for: both
 engines add nothing else to the stream for ``include_usage`` alone (read in their sources). The
 tier-2 router, which does not know its clusters' engines, sends :data:`RELAY_USAGE_HEADER` instead
