@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import orjson
+from yarl import URL
 
 from igw.gateway.model_router import NO_MATCH_MESSAGE
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -111,7 +112,14 @@ async def test_error_paths_have_openai_shape(gateway: Any) -> None:
         assert a.received == []  # none of them reached a model server
         resp = await gw.http.get(gw.url + "/v1/nothing")
         assert resp.status == 404
-        assert "error" in await resp.json()
+        assert (await resp.json())["error"]["message"] == "GET /v1/nothing: Not Found"
+        # A '/' sent percent-encoded is not a separator: the decoded path in the message would read
+        # as if the real route were missing, so the message says why.
+        resp = await gw.http.post(URL(gw.url + "/v1%2Fcompletions", encoded=True), json=completion("qwen3"))
+        assert resp.status == 404
+        message = (await resp.json())["error"]["message"]
+        assert message.startswith("POST /v1/completions: Not Found (the path as decoded: its %2F"), message
+        assert a.received == []
 
 
 async def test_json_bombs_are_400s_and_a_repeated_model_routes_as_the_server_reads_it(gateway: Any) -> None:

@@ -161,6 +161,19 @@ async def metrics_page(request: web.Request) -> web.StreamResponse:
 _HTTP_ERROR_CODES: Final = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
+_ENCODED_SLASH_NOTE: Final = (
+    " (the path as decoded: its %2F is a '/' inside a segment, not a separator between segments)"
+)
+
+
+def _encoded_slash_note(request: web.Request) -> str:
+    """A note for a path with a percent-encoded ``/``: the message shows the decoded path, which
+    then reads as a real route (``POST /v1%2Fcompletions`` as ``POST /v1/completions: Not Found``).
+    The raw path is not shown instead: a token percent-encoded in it would pass the redaction."""
+    target = request.raw_path.partition("?")[0]
+    return _ENCODED_SLASH_NOTE if "%2f" in target.lower() else ""
+
+
 @web.middleware
 async def openai_errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -177,7 +190,7 @@ async def openai_errors(
         code = _HTTP_ERROR_CODES.get(exc.status, "invalid_request")
         response = gateway_error(
             code,
-            f"{request.method} {redact(request.path[:200])}: {exc.reason}",
+            f"{request.method} {redact(request.path[:200])}: {exc.reason}{_encoded_slash_note(request)}",
             status=exc.status,
             headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
         )
