@@ -131,7 +131,10 @@ def test_unreadable_file_makes_a_clean_run_exit_3(tmp_path: Path) -> None:
     code, out = cli("audit", "--manifests", str(folder), "-o", "json")
     report = json.loads(out)
     assert code == 3
-    assert report["sourceErrors"][0].startswith(f"{folder / 'bad.yaml'}: not valid YAML")
+    assert report["sourceErrors"] == [
+        f"{folder / 'bad.yaml'}: line 2, column 1: did not find expected ',' or ']' "
+        "(while parsing a flow sequence)"
+    ]
 
 
 def test_check_selection(insecure_dir: Path) -> None:

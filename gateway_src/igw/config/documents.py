@@ -3,12 +3,19 @@
 A YAML syntax error is reported with its line and column (``line 7, column 3: mapping values are
 not allowed in this context``), never as a traceback. YAML is parsed by libyaml where PyYAML has it
 (linear; PyYAML's pure-Python scanner is quadratic in flow nesting), JSON by ``json``; a key given
-twice is refused in both. Nesting is capped at :data:`MAX_NESTING` levels and the
-expanded size at :data:`MAX_EXPANDED_NODES` values: Python's parsers and validators recurse, and a
-file nested a hundred thousand levels deep ended ``igw validate`` in a ``RecursionError`` traceback
-and silently stopped the gateway's hot reload; nested YAML aliases would make every later step walk
-billions of values. Each document keeps the line it starts on so that
-``igw validate`` can say which document of a multi-document file a problem belongs to.
+twice is refused in both. Nesting and the expanded size are capped (:class:`ShapeLimits`): Python's
+parsers and validators recurse, and a file nested a hundred thousand levels deep ended ``igw
+validate`` in a ``RecursionError`` traceback and silently stopped the gateway's hot reload; nested
+YAML aliases would make every later step walk billions of values. Each document keeps the line it
+starts on so that ``igw validate`` can say which document of a multi-document file a problem belongs
+to.
+
+The one reader of YAML/JSON files that a user or a cluster hands in: configuration
+(:data:`CONFIG_LIMITS`) and the manifests and templates ``igw audit`` / ``igw preflight`` read
+(:data:`MANIFEST_LIMITS`). Until session s37 the checks had a loader of their own (PyYAML's
+pure-Python parser, an alias count): the same file was refused by the two with different limits and
+messages, a deep one by the checks as "maximum recursion depth exceeded", and a key given twice was
+read there as its last value (``kubectl`` refuses such a file).
 """
 
 from __future__ import annotations
@@ -18,18 +25,37 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
 from igw.errors import IgwConfigError
 
+
+@dataclass(frozen=True, slots=True)
+class ShapeLimits:
+    """How deep and how large one document may be."""
+
+    max_nesting: int
+    """Deepest nesting of mappings and lists."""
+    max_values: int
+    """Most values (mappings, lists and scalars) once YAML aliases are expanded: what every later
+    step walks."""
+
+
 MAX_NESTING = 64
 """Deepest nesting of mappings and lists accepted in a configuration document (the deepest real
 InferenceGatewayConfig field is about a dozen levels down)."""
 MAX_EXPANDED_NODES = 1_000_000
-"""Most values (mappings, lists and scalars) a document may hold once YAML aliases are expanded:
-what every later step (schema validation, the runtime build) walks."""
+"""Most values (mappings, lists and scalars) a configuration document may hold once YAML aliases are
+expanded: what every later step (schema validation, the runtime build) walks."""
+CONFIG_LIMITS: Final = ShapeLimits(max_nesting=MAX_NESTING, max_values=MAX_EXPANDED_NODES)
+"""The limits of an InferenceGatewayConfig, GlobalRouterConfig, picker config or endpoints file."""
+MANIFEST_LIMITS: Final = ShapeLimits(max_nesting=256, max_values=2_000_000)
+"""The limits of a Kubernetes manifest or CloudFormation template read by the checks: a
+CustomResourceDefinition's schema nests two levels per level of its objects, so a deep CRD passes 64
+(256 stays well inside Python's recursion limit, which the checks' walks and ``json`` need), and a
+rendered chart of CRDs holds more values than a configuration."""
 
 
 MAX_FILE_BYTES = 16 * 2**20
@@ -41,9 +67,9 @@ class DocumentReadError(IgwConfigError, ValueError):
     """The file cannot be read or parsed; the message names the file and, for syntax, the line."""
 
 
-def _shape_problem(content: Any) -> str | None:
-    """Why ``content`` is refused for its shape, or ``None``: nested deeper than :data:`MAX_NESTING`,
-    more than :data:`MAX_EXPANDED_NODES` values once YAML aliases are expanded, or an alias cycle.
+def _shape_problem(content: Any, limits: ShapeLimits) -> str | None:
+    """Why ``content`` is refused for its shape, or ``None``: nested deeper than the limits allow,
+    more values than they allow once YAML aliases are expanded, or an alias cycle.
 
     Post-order and iterative (no recursion); each shared container is measured once, so a "billion
     laughs" file of nested aliases costs its own size, not its expansion.
@@ -72,13 +98,17 @@ def _shape_problem(content: Any) -> str | None:
                 depth, size = max(depth, child_depth + 1), size + child_size
             else:
                 size += 1
-        if depth > MAX_NESTING:
-            return f"nested deeper than {MAX_NESTING} levels"
-        if size > MAX_EXPANDED_NODES:
-            return f"more than {MAX_EXPANDED_NODES:,} values once its aliases are expanded"
+        if depth > limits.max_nesting:
+            return _too_deep(limits)
+        if size > limits.max_values:
+            return f"more than {limits.max_values:,} values once its aliases are expanded"
         measured[id(value)] = (depth, size)
         in_progress.discard(id(value))
     return None
+
+
+def _too_deep(limits: ShapeLimits) -> str:
+    return f"nested deeper than {limits.max_nesting} levels"
 
 
 def _shape_error(source: str, problem: str) -> DocumentReadError:
@@ -198,10 +228,15 @@ def _json_node_tree(text: str) -> yaml.Node | None:
         return None
 
 
-def parse_text(text: str, *, source: str) -> list[SourceDocument]:
+def parse_text(
+    text: str, *, source: str, limits: ShapeLimits = CONFIG_LIMITS, field_lines: bool = True
+) -> list[SourceDocument]:
     """Parse ``text`` as JSON (when it starts with ``{`` or ``[``) or multi-document YAML.
 
-    Empty YAML documents (``---`` with nothing after it) are dropped.
+    Empty YAML documents (``---`` with nothing after it) are dropped. ``field_lines``: keep a JSON
+    document's node tree for :meth:`SourceDocument.line_of` (a second parse of the text; a caller
+    that needs no field's line, such as the checks reading a large CloudFormation template, skips
+    it).
     """
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
@@ -210,14 +245,14 @@ def parse_text(text: str, *, source: str) -> list[SourceDocument]:
         except json.JSONDecodeError as exc:
             raise DocumentReadError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
         except RecursionError:
-            raise _shape_error(source, f"nested deeper than {MAX_NESTING} levels") from None
+            raise _shape_error(source, _too_deep(limits)) from None
         except _DuplicateJsonKey as exc:
             where = _duplicate_key_position(_json_node_tree(text), exc.key)
             raise DocumentReadError(f"{source}: {where}duplicate key {exc.key!r}") from None
-        if (problem := _shape_problem(content)) is not None:
+        if (problem := _shape_problem(content, limits)) is not None:
             raise _shape_error(source, problem)
         try:
-            node = _json_node_tree(text)
+            node = _json_node_tree(text) if field_lines else None
         except RecursionError:
             node = None
         return [SourceDocument(index=0, line=1, content=content, node=node)]
@@ -231,7 +266,7 @@ def parse_text(text: str, *, source: str) -> list[SourceDocument]:
                 if node is None:
                     continue
                 content = loader.construct_document(node)
-                if (problem := _shape_problem(content)) is not None:
+                if (problem := _shape_problem(content, limits)) is not None:
                     raise _shape_error(source, problem)
                 if content is not None:
                     documents.append(
@@ -242,15 +277,20 @@ def parse_text(text: str, *, source: str) -> list[SourceDocument]:
             loader.dispose()
     except yaml.YAMLError as exc:
         if "maximum nesting depth" in str(getattr(exc, "problem", "")):  # libyaml's own limit
-            raise _shape_error(source, f"nested deeper than {MAX_NESTING} levels") from None
+            raise _shape_error(source, _too_deep(limits)) from None
         raise DocumentReadError(f"{source}: {_yaml_error_text(exc)}") from exc
     except RecursionError:
-        raise _shape_error(source, f"nested deeper than {MAX_NESTING} levels") from None
+        raise _shape_error(source, _too_deep(limits)) from None
     return documents
 
 
 def read_documents(path: str | Path) -> list[SourceDocument]:
-    """Read and parse one file (``-`` is standard input); ``DocumentReadError`` if unreadable or malformed.
+    """Read and parse one file (``-`` is standard input); ``DocumentReadError`` if unreadable or malformed."""
+    return parse_text(read_text(path), source=str(path))
+
+
+def read_text(path: str | Path) -> str:
+    """The UTF-8 text of one file (``-`` is standard input); ``DocumentReadError`` if unreadable.
 
     At most :data:`MAX_FILE_BYTES` are read: ``igw validate /dev/zero`` (or a runaway file the gateway
     hot-reloads) read until the process ran out of memory and ended in a ``MemoryError`` traceback."""
@@ -268,10 +308,9 @@ def read_documents(path: str | Path) -> list[SourceDocument]:
                 data = file.read(MAX_FILE_BYTES + 1)
         if len(data) > MAX_FILE_BYTES:
             raise too_large
-        text = data if isinstance(data, str) else data.decode("utf-8")
+        return data if isinstance(data, str) else data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DocumentReadError(f"{path}: cannot read file: {exc}") from exc
-    return parse_text(text, source=str(path))
 
 
 def iter_contents(documents: list[SourceDocument]) -> Iterator[Any]:

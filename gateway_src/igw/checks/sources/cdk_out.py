@@ -38,8 +38,8 @@ from igw.checks.inventory import (
 from igw.checks.k8s import DERIVED_ANNOTATION, ref
 from igw.checks.loadbalancers import APPROVAL_ANNOTATION
 from igw.checks.sources.documents import static_view
-from igw.checks.sources.yaml_safe import ManifestFileError, load_documents, read_text
 from igw.checks.tls_policies import AWS_DEFAULT_POLICY
+from igw.config.documents import MANIFEST_LIMITS, DocumentReadError, parse_text, read_text
 from igw.config.model import API_GROUP, API_VERSION
 
 SOURCE_PREFIX: Final = "cdk.out "
@@ -82,10 +82,24 @@ def _cfn_json_values(template: Mapping[str, Any]) -> dict[str, Any]:
         if kind == "Custom::AWSCDKCfnJson":
             text = render(props.get("Value"))
             try:
-                values[logical] = json.loads(text) if isinstance(text, str) else text
-            except ValueError:
+                values[logical] = _json_value(text, source=logical) if isinstance(text, str) else text
+            except DocumentReadError:
                 continue
     return values
+
+
+def _json_value(text: str, *, source: str) -> Any:
+    """The JSON value a template's string holds (a ``Custom::AWSCDKCfnJson`` value, a Kubernetes
+    manifest), read within the checks' limits: ``DocumentReadError`` (a ``ValueError``) when it is
+    not JSON, holds a key twice, or nests deeper than they allow (``json`` itself ended the whole
+    scan in a ``RecursionError``)."""
+    if not text.lstrip().startswith(("{", "[")):  # a scalar (nothing nests) or not JSON
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise DocumentReadError(f"{source}: not JSON: {exc}") from None
+    (document,) = parse_text(text, source=source, limits=MANIFEST_LIMITS, field_lines=False)
+    return document.content
 
 
 def _resources(template: Mapping[str, Any]) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
@@ -235,7 +249,7 @@ class _TemplateReader:
 
     def _Custom_AWSCDK_EKS_KubernetesResource(self, logical: str, props: Mapping[str, Any]) -> None:  # noqa: N802
         text = render(props.get("Manifest"))
-        docs = json.loads(text) if isinstance(text, str) else text
+        docs = _json_value(text, source="Manifest") if isinstance(text, str) else text
         docs = docs if isinstance(docs, list) else [docs]
         self.manifests.extend(docs)
         for doc in docs:
@@ -269,10 +283,10 @@ class _TemplateReader:
                 if not isinstance(value, str) or "GlobalRouterConfig" not in value:
                     continue
                 try:
-                    docs = load_documents(value)
-                except ManifestFileError:
+                    docs = parse_text(value, source=logical, limits=MANIFEST_LIMITS, field_lines=False)
+                except DocumentReadError:
                     continue  # a value that merely names the kind
-                for doc in docs:
+                for doc in (d.content for d in docs):
                     if isinstance(doc, Mapping) and doc.get("kind") == "GlobalRouterConfig":
                         self.manifests.append(doc)
                         self.locations.setdefault(
@@ -362,9 +376,13 @@ def load_cdk_out(root: Path) -> Inventory:
     for path in files:
         try:
             text = read_text(path)
-            template = json.loads(text)
-        except (ValueError, ManifestFileError, OSError) as exc:
-            reader.errors.append(f"{path}: {exc}")
+            if not text.lstrip().startswith("{"):
+                reader.errors.append(f"{path}: not a CloudFormation template (a JSON object)")
+                continue
+            (document,) = parse_text(text, source=str(path), limits=MANIFEST_LIMITS, field_lines=False)
+            template = document.content
+        except DocumentReadError as exc:  # the message names the file
+            reader.errors.append(str(exc))
             continue
         if isinstance(template, Mapping):
             reader.read(str(path), template, _logical_id_lines(text))

@@ -9,12 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from igw.checks.inventory import AwsView, Inventory, SourceLocation
 from igw.checks.k8s import ref
 from igw.checks.sources.documents import static_view
-from igw.checks.sources.yaml_safe import ManifestFileError, load_documents, read_text
+from igw.config.documents import MANIFEST_LIMITS, DocumentReadError, parse_text, read_text
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -36,15 +34,17 @@ def load_manifests(root: Path) -> Inventory:
         try:
             text = read_text(path)
             if "{{" in text and "}}" in text and path.parent.name == "templates":
-                raise ManifestFileError("an unrendered Helm template (render the chart first)")
-            loaded = load_documents(text)
-        except (ManifestFileError, OSError) as exc:
-            errors.append(f"{path}: {exc}")
+                errors.append(f"{path}: an unrendered Helm template (render the chart first)")
+                continue
+            loaded = parse_text(text, source=str(path), limits=MANIFEST_LIMITS)
+        except DocumentReadError as exc:  # the message names the file
+            errors.append(str(exc))
             continue
-        docs.extend(loaded)
-        for doc, line in zip(loaded, _start_lines(text, len(loaded)), strict=True):
+        for document in loaded:
+            doc = document.content
+            docs.append(doc)
             if isinstance(doc, dict) and doc.get("kind"):
-                locations.setdefault(ref(doc), SourceLocation(str(path), line))
+                locations.setdefault(ref(doc), SourceLocation(str(path), document.line))
     # A document counts when it is a Kubernetes object: /etc/passwd (one YAML string) or a folder of
     # comments was scanned as an empty cluster and reported "1 failed ... exit 0", not as a mistake.
     objects = [d for d in docs if isinstance(d, dict) and d.get("kind")]
@@ -63,19 +63,6 @@ def load_manifests(root: Path) -> Inventory:
         locations=locations,
         default_location=SourceLocation(str(root)),
     )
-
-
-def _start_lines(text: str, count: int) -> list[int | None]:
-    """The 1-based line each document starts on (``None`` each when the text cannot be re-read)."""
-    try:
-        lines: list[int | None] = [
-            node.start_mark.line + 1
-            for node in yaml.compose_all(text, Loader=yaml.SafeLoader)
-            if node is not None
-        ]
-    except yaml.YAMLError:
-        return [None] * count
-    return lines if len(lines) == count else [None] * count
 
 
 def inventory_from_documents(docs: list[Any], *, source: str) -> Inventory:
