@@ -167,7 +167,7 @@ class LimitedGuard(RecordingGuard):
     """Bearer ``good`` is let in (``RecordingGuard``); the other model's requests are over a tenant
     limit: a 429 with ``Retry-After``, as the security package's rate limits answer."""
 
-    async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None:
+    async def admit(self, principal: Principal, *, model: str, est_tokens: int | None) -> None:
         await super().admit(principal, model=model, est_tokens=est_tokens)
         if model == OTHER_MODEL:
             raise GuardDenied(

@@ -116,7 +116,7 @@ class RecordingGuard:
     def may_use(self, principal: Principal, *, model: str) -> bool:
         return model != self.deny_model
 
-    async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None:
+    async def admit(self, principal: Principal, *, model: str, est_tokens: int | None) -> None:
         self.calls.append("admit")
 
     async def account(
@@ -127,9 +127,13 @@ class RecordingGuard:
         prompt_tokens: int,
         completion_tokens: int,
         reserved_tokens: int = 0,
+        reservation: str | None = None,
     ) -> None:
         self.calls.append("account")
         self.accounted.append((model, prompt_tokens, completion_tokens))
+
+    async def settle(self, *, reservation: str, completion_tokens: int) -> None:
+        self.calls.append("settle")
 
     def readiness(self) -> GuardReadiness:
         return GuardReadiness(ready=True, detail="test guard")

@@ -118,6 +118,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "routed_body": b"{}",
         "search_pools": {"g:1": "pool-f"},
         "strip_usage": True,
+        "settles": "resp_s",
     },
     ExchangeResult: {
         "answer": web.Response(status=201),

@@ -9,11 +9,13 @@ context window less the prompt) is charged to the tenant's token bucket when it 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from igw.sim.live import run_fleet
 from tests.security.helpers import JwksServer, TokenFactory
@@ -69,3 +71,50 @@ async def test_without_max_output_tokens_the_bound_is_the_context_window(
             async with gw.http.post(gw.url + "/v1/responses", json=body, headers=headers) as r:
                 statuses.append(r.status)
         assert statuses == [200, 429]  # the first may generate up to the window: the bucket owes it
+
+
+async def _completed(gw: Gw, headers: dict[str, str], response_id: str) -> dict[str, Any]:
+    """The stored response, polled until its generation ended."""
+    for _ in range(400):
+        async with gw.http.get(f"{gw.url}/v1/responses/{response_id}", headers=headers) as r:
+            assert r.status == 200, await r.text()
+            stored: dict[str, Any] = await r.json()
+        if stored["status"] not in ("queued", "in_progress"):
+            return stored
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{response_id} still {stored['status']}")
+
+
+def _completion_tokens(text: str) -> float:
+    prefix = 'igw_tenant_tokens_total{kind="completion",tenant="team-a"} '
+    return float(next(line for line in text.splitlines() if line.startswith(prefix))[len(prefix) :])
+
+
+async def test_the_first_poll_showing_the_usage_settles_the_bound(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """The bound charged for a background response is settled by the first retrieval that shows
+    its usage: the tenant is credited what the response did not generate and its series count what
+    it did, once. Before session s37 a background request without ``max_output_tokens`` left the
+    tenant owing the pool's whole context window (here over 100,000 tokens against a 600-token
+    bucket: about three hours at its 10 tokens a second)."""
+    async with _limited(tmp_path, jwks_server, client_ssl, tokens) as (gw, headers):
+        small = {"model": "m", "input": "hi", "max_output_tokens": 8}
+        body = {"model": "m", "input": "hi", "background": True}
+        async with gw.http.post(gw.url + "/v1/responses", json=body, headers=headers) as r:
+            assert r.status == 200
+            response_id = (await r.json())["id"]
+        async with gw.http.post(gw.url + "/v1/responses", json=small, headers=headers) as r:
+            assert r.status == 429  # in debt for the window
+        stored = await _completed(gw, headers, response_id)
+        generated = stored["usage"]["output_tokens"]
+        assert 0 < generated < 500
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert _completion_tokens(metrics) == generated
+        async with gw.http.post(gw.url + "/v1/responses", json=small, headers=headers) as r:
+            assert r.status == 200, await r.text()  # the window less what it generated, credited
+            charged_after = (await r.json())["usage"]["output_tokens"]
+        for _ in range(3):  # later polls repeat the usage: neither counted nor credited again
+            assert (await _completed(gw, headers, response_id))["usage"]["output_tokens"] == generated
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert _completion_tokens(metrics) == generated + charged_after

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from igw.gateway.guards import GuardDenied
+from igw.gateway.guards import GuardDenied, Principal
+from igw.security.guard import SecurityGuard
 from igw.security.metrics import SecurityMetrics
 from igw.security.ratelimit.limiter import RateLimiter
 from igw.security.ratelimit.registry import BACKENDS
@@ -60,6 +61,17 @@ async def make_limiter(
     yield make, registry
     for limiter in made:
         await limiter.close()
+
+
+async def replicas_on_one_redis(
+    make_guard: GuardMaker, tokens: TokenFactory, redis_server: RedisServer, default: dict[str, Any]
+) -> tuple[SecurityGuard, SecurityGuard, Principal]:
+    """Two gateway replicas' guards whose ``default`` limits live in ``redis_server``, and a
+    tenant's principal."""
+    limits = {"backend": "redis", "redis": {"url": redis_server.url}, "default": default}
+    first = await make_guard(extensions={"rateLimits": limits})
+    second = await make_guard(extensions={"rateLimits": limits})
+    return first, second, await first.authenticate(bearer(tokens.token()))
 
 
 async def denied(coro: Awaitable[None]) -> GuardDenied:
@@ -134,6 +146,83 @@ async def test_a_tenants_own_token_limit_counts_its_usage_where_the_default_has_
     await limiter.admit(tenant="free", est_tokens=1)  # the default limits nothing
 
 
+async def test_a_request_that_generates_nothing_is_held_back_by_the_request_limit_alone(
+    make_limiter: tuple[LimiterMaker, CollectorRegistry],
+) -> None:
+    """A stored response's retrieval (``est_tokens=None``) passes a token bucket in debt: a tenant
+    owing a background response's bound could not poll for that response before session s37."""
+    make, _ = make_limiter
+    limiter = await make(
+        default={"requestsPerSecond": 0.001, "burst": 2, "tokensPerMinute": 60, "tokenBurst": 10}
+    )
+    await limiter.account(tenant="t", prompt_tokens=1000, completion_tokens=0)  # deep in debt
+    assert "tokens" in (await denied(limiter.admit(tenant="t", est_tokens=1))).message
+    await limiter.admit(tenant="t", est_tokens=None)
+    await limiter.admit(tenant="t", est_tokens=None)
+    assert "requests" in (await denied(limiter.admit(tenant="t", est_tokens=None))).message
+
+
+async def test_a_reservation_is_settled_once_by_the_tokens_generated(
+    make_limiter: tuple[LimiterMaker, CollectorRegistry],
+) -> None:
+    """A background response's output bound is held under its id; the first settlement credits
+    the tenant what the response did not generate, and counts what it did; later ones do nothing."""
+    make, registry = make_limiter
+    limiter = await make(default={"tokensPerMinute": 600, "tokenBurst": 600})
+    await limiter.account(
+        tenant="t", prompt_tokens=0, completion_tokens=0, reserved_tokens=10_000, reservation="resp_1"
+    )
+    await denied(limiter.admit(tenant="t", est_tokens=100))  # 600 - 10,000: in debt
+    await limiter.settle(reservation="resp_1", completion_tokens=50)  # 9,950 back, to 550
+    await limiter.admit(tenant="t", est_tokens=500)
+    completion = {"tenant": "t", "kind": "completion"}
+    assert registry.get_sample_value("igw_tenant_tokens_total", completion) == 50
+    await limiter.settle(reservation="resp_1", completion_tokens=50)  # settled: no second credit
+    await limiter.settle(reservation="resp_unknown", completion_tokens=50)  # never held
+    assert registry.get_sample_value("igw_tenant_tokens_total", completion) == 50
+    await limiter.account(tenant="t", prompt_tokens=500, completion_tokens=0)  # 550 - 500: 50 left
+    await denied(limiter.admit(tenant="t", est_tokens=100))
+    # a response that generated more than was held is debited the rest
+    await limiter.account(
+        tenant="u", prompt_tokens=0, completion_tokens=0, reserved_tokens=100, reservation="resp_2"
+    )
+    await limiter.settle(reservation="resp_2", completion_tokens=550)  # 600 - 100 - 450
+    await denied(limiter.admit(tenant="u", est_tokens=100))
+
+
+async def test_a_settlement_fills_the_bucket_to_its_capacity_not_beyond(clock: ManualClock) -> None:
+    settings = RateLimitSettings.from_mapping({"default": {"tokensPerMinute": 600, "tokenBurst": 600}})
+    limiter = RateLimiter(settings=settings, backend=BACKENDS["local"](settings, clock), clock=clock)
+    await limiter.account(
+        tenant="t", prompt_tokens=0, completion_tokens=0, reserved_tokens=10_000, reservation="resp_1"
+    )
+    clock.advance(3600)  # refilled to the full 600 while the response ran
+    await limiter.settle(reservation="resp_1", completion_tokens=0)  # 10,000 credited: still 600
+    await limiter.account(tenant="t", prompt_tokens=550, completion_tokens=0)
+    await denied(limiter.admit(tenant="t", est_tokens=100))
+
+
+async def test_a_reservation_held_by_one_replica_is_settled_once_by_another(
+    make_guard: GuardMaker, tokens: TokenFactory, redis_server: RedisServer
+) -> None:
+    """Replicas sharing Redis share the reservations: the replica a poll reaches settles the charge
+    the one that accepted the response made, and no replica settles it twice."""
+    first, second, principal = await replicas_on_one_redis(
+        make_guard, tokens, redis_server, {"tokensPerMinute": 600, "tokenBurst": 600}
+    )
+    await first.account(
+        principal, model="m", prompt_tokens=0, completion_tokens=0, reserved_tokens=10_000, reservation="r1"
+    )
+    with pytest.raises(GuardDenied):
+        await second.admit(principal, model="m", est_tokens=100)
+    await second.settle(reservation="r1", completion_tokens=50)
+    await first.settle(reservation="r1", completion_tokens=50)  # settled already: nothing
+    await first.admit(principal, model="m", est_tokens=500)
+    await second.account(principal, model="m", prompt_tokens=500, completion_tokens=0)
+    with pytest.raises(GuardDenied):  # 550 - 500: one credit, not two
+        await first.admit(principal, model="m", est_tokens=100)
+
+
 async def test_estimate_larger_than_bucket_needs_only_a_full_bucket(
     make_limiter: tuple[LimiterMaker, CollectorRegistry],
 ) -> None:
@@ -184,14 +273,9 @@ async def test_no_limits_still_counts_per_tenant(clock: ManualClock) -> None:
 async def test_two_guards_share_one_redis_limit(
     make_guard: GuardMaker, tokens: TokenFactory, redis_server: RedisServer
 ) -> None:
-    limits = {
-        "backend": "redis",
-        "redis": {"url": redis_server.url},
-        "default": {"requestsPerSecond": 0.001, "burst": 5},
-    }
-    first = await make_guard(extensions={"rateLimits": limits})
-    second = await make_guard(extensions={"rateLimits": limits})
-    principal = await first.authenticate(bearer(tokens.token()))
+    first, second, principal = await replicas_on_one_redis(
+        make_guard, tokens, redis_server, {"requestsPerSecond": 0.001, "burst": 5}
+    )
     outcomes: list[int] = []
     for guard in (first, second, first, second, first, second, first, second):
         try:

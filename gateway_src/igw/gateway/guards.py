@@ -98,7 +98,11 @@ class RequestGuard(Protocol):
         a search for a stored response (a request that names no model) may ask."""
         ...
 
-    async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None: ...
+    async def admit(self, principal: Principal, *, model: str, est_tokens: int | None) -> None:
+        """Raise ``GuardDenied`` (429) when ``principal`` is over a limit. ``est_tokens``: what the
+        request may read and generate; ``None`` for one that generates nothing (a stored response's
+        retrieval), which the token limit does not hold back."""
+        ...
 
     async def account(
         self,
@@ -108,10 +112,17 @@ class RequestGuard(Protocol):
         prompt_tokens: int,
         completion_tokens: int,
         reserved_tokens: int = 0,
+        reservation: str | None = None,
     ) -> None:
         """Count a finished request's tokens against ``principal``'s limits and series;
         ``reserved_tokens``: tokens charged to its limits that no series counts (a background
-        response's output bound: generated after the answer, :mod:`igw.gateway.inference`)."""
+        response's output bound: generated after the answer, :mod:`igw.gateway.inference`), held
+        under ``reservation`` (the stored response's id) until :meth:`settle`."""
+        ...
+
+    async def settle(self, *, reservation: str, completion_tokens: int) -> None:
+        """A retrieval showed the usage of the response whose output bound is held under
+        ``reservation``: its tenant is charged ``completion_tokens`` instead, once."""
         ...
 
     def readiness(self) -> GuardReadiness: ...
@@ -138,7 +149,7 @@ class OpenGuard:
     def may_use(self, principal: Principal, *, model: str) -> bool:
         return True
 
-    async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None:
+    async def admit(self, principal: Principal, *, model: str, est_tokens: int | None) -> None:
         return None
 
     async def account(
@@ -149,7 +160,11 @@ class OpenGuard:
         prompt_tokens: int,
         completion_tokens: int,
         reserved_tokens: int = 0,
+        reservation: str | None = None,
     ) -> None:
+        return None
+
+    async def settle(self, *, reservation: str, completion_tokens: int) -> None:
         return None
 
     def readiness(self) -> GuardReadiness:

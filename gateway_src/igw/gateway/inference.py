@@ -203,6 +203,10 @@ class _Forward:
     strip_usage: bool
     """The gateway asked the engine for the stream's usage chunk and the client did not: the relay
     reads it and does not write it (:mod:`igw.gateway.stream_usage`)."""
+    settles: str | None
+    """A stored response's retrieval or cancel (else ``None``): the response's id, under which the
+    output bound charged for it in the background is held; an answer showing its usage settles that
+    charge (:meth:`RequestGuard.settle`)."""
 
     def __init__(
         self,
@@ -221,6 +225,7 @@ class _Forward:
         routed_body: bytes = b"",
         search_pools: dict[str, str] | None = None,
         strip_usage: bool = False,
+        settles: str | None = None,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -236,6 +241,7 @@ class _Forward:
         self.routed_body = routed_body
         self.search_pools = {} if search_pools is None else search_pools
         self.strip_usage = strip_usage
+        self.settles = settles
 
 
 async def handle_inference(
@@ -389,7 +395,9 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         first = next(iter(owners.values()))
         stream = request.query.get("stream") == "true"
         obs.routed(model=model, base_model=model, scheduler=first.spec.name, stream=stream, configured=True)
-        await guard.admit(principal, model=first.spec.model_name, est_tokens=0)
+        # generates nothing: the request limit alone (a tenant in debt for a background response's
+        # bound may still poll for it)
+        await guard.admit(principal, model=first.spec.model_name, est_tokens=None)
         plan = _Forward(
             candidates=list(owners),
             sr=None,  # no pick: nothing for the scheduler to learn from a retrieval
@@ -400,6 +408,7 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
             generates=False,
             search_for=None if found is not None else response_id,
             search_pools={key: owner.spec.name for key, owner in owners.items()},
+            settles=response_id,
         )
         body = NO_BODY if not stream else dataclasses.replace(NO_BODY, stream=True)
         searching = found is None
@@ -1025,9 +1034,13 @@ async def _forward(
             message = f"could not connect to {plan.what} {plan.candidates[0]}"
         return obs.finish(gateway_error("upstream_connect_failed", message, request_id=obs.request_id))
     if not plan.generates:
-        # A stored response's retrieval repeats that response's usage: counted once, when generated.
+        # A stored response's retrieval repeats that response's usage: counted once, when generated,
+        # or for one generated in the background by the first retrieval that shows it (below).
+        shown = result.usage
         result.usage = None
         result.events = 0
+        if plan.settles is not None and shown is not None and result.status < 400:
+            await _settle(guard, plan.settles, shown)
     usage = result.usage or {}
     # nothing generated (a token count, a stored response's retrieval): no tokens to count
     prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens if plan.generates else 0)
@@ -1044,8 +1057,10 @@ async def _forward(
         completion_tokens = result.events
     obs.exchanged(result, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     reserved = 0
+    reservation = None
     if body.background and result.usage is None and result.status < 400:
         reserved = _background_bound(body, plan)
+        reservation = result.response_id  # what its retrievals name: the settlement's key
     try:  # noqa: SIM105 - not contextlib.suppress: an object and two calls per request
         await guard.account(
             principal,
@@ -1053,6 +1068,7 @@ async def _forward(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             reserved_tokens=reserved,
+            reservation=reservation,
         )
     except GuardDenied:
         pass
@@ -1106,12 +1122,25 @@ async def _charge_relayed(
         )
 
 
+async def _settle(guard: RequestGuard, response_id: str, shown: Mapping[str, int]) -> None:
+    """A retrieval (or cancel) of ``response_id`` showed its usage: the output bound charged when it
+    was accepted in the background is settled by the output tokens it shows (the tenant is credited
+    the rest, once, however many retrievals follow; :mod:`igw.security.ratelimit.limiter`). Before
+    session s37 the bound stayed charged: a background request without ``max_output_tokens`` on a
+    large-context pool left its tenant owing the whole window."""
+    output = shown.get("completion_tokens")
+    if output is None:  # a response still queued or in progress shows no usage
+        return
+    with contextlib.suppress(GuardDenied):
+        await guard.settle(reservation=response_id, completion_tokens=output)
+
+
 def _background_bound(body: InferenceBody, plan: _Forward) -> int:
     """What a background response accepted may still generate, charged to its tenant's token limit
-    now: its usage comes only with a later poll, which counts nothing (a retrieval repeats a
-    response's usage), so before session s35 such responses escaped ``tokensPerMinute``. Its
-    ``max_output_tokens``, else the pool's context window less the prompt (the engines' default),
-    else nothing known (no pool, no window scraped)."""
+    now: its usage comes only with a later poll, so before session s35 such responses escaped
+    ``tokensPerMinute``. Its ``max_output_tokens``, else the pool's context window less the prompt
+    (the engines' default), else nothing known (no pool, no window scraped). The first poll that
+    shows the usage settles the charge (:func:`_settle`)."""
     if body.max_tokens is not None:
         return body.max_tokens
     window = None if plan.sr is None else plan.sr.pool.largest_context()

@@ -120,7 +120,7 @@ class SecurityGuard:
     def may_use(self, principal: Principal, *, model: str) -> bool:
         return self._model_access.allows(principal.claims, model=model)
 
-    async def admit(self, principal: Principal, *, model: str, est_tokens: int) -> None:
+    async def admit(self, principal: Principal, *, model: str, est_tokens: int | None) -> None:
         if self._limiter is not None:
             await self._limiter.admit(tenant=principal.tenant, est_tokens=est_tokens)
 
@@ -132,6 +132,7 @@ class SecurityGuard:
         prompt_tokens: int,
         completion_tokens: int,
         reserved_tokens: int = 0,
+        reservation: str | None = None,
     ) -> None:
         if self._limiter is not None:
             await self._limiter.account(
@@ -139,7 +140,12 @@ class SecurityGuard:
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
                 reserved_tokens=reserved_tokens,
+                reservation=reservation,
             )
+
+    async def settle(self, *, reservation: str, completion_tokens: int) -> None:
+        if self._limiter is not None:
+            await self._limiter.settle(reservation=reservation, completion_tokens=completion_tokens)
 
     def readiness(self) -> GuardReadiness:
         if self._jwks is None:

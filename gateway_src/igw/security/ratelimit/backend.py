@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Final, Protocol
 
 from igw.errors import IgwSecurityError
 from igw.security.ratelimit.buckets import Decision
@@ -13,11 +13,32 @@ class BackendUnavailable(IgwSecurityError):
     """The backend could not decide (Redis down or slow); the limiter applies its unavailable policy."""
 
 
+HOLD_TTL_S: Final = 86_400.0
+"""How long a reservation is kept for its settlement (a day: a background response is polled
+within minutes to hours; one never polled keeps its whole charge)."""
+
+
 class RateLimitBackend(Protocol):
     name: str
 
-    async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int) -> Decision: ...
+    async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int | None) -> Decision:
+        """Whether the tenant may send a request now, taking one from its request bucket if so;
+        ``est_tokens`` ``None``: a request that generates nothing, the token bucket not read."""
+        ...
 
-    async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None: ...
+    async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None:
+        """Debit ``tokens`` from the tenant's token bucket; a negative amount credits it (a settled
+        reservation's unused part), up to its capacity (every read of a bucket caps it there)."""
+        ...
+
+    async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
+        """Remember that ``tokens`` were charged to ``tenant`` ahead of their generation under
+        ``key`` (a stored response's id), for :data:`HOLD_TTL_S`."""
+        ...
+
+    async def release(self, key: str) -> tuple[str, int] | None:
+        """The tenant and tokens held under ``key``, forgotten in the same step (so that only one
+        caller, of any replica sharing the backend, settles them), or ``None``."""
+        ...
 
     async def close(self) -> None: ...

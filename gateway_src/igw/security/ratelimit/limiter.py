@@ -16,7 +16,8 @@ Every failure is logged (rate-limited to one line per outage) and counted
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from igw.security.clock import Clock
 from igw.security.denials import limiter_unavailable, rate_limited
@@ -27,6 +28,8 @@ from igw.security.ratelimit.local import LocalBuckets
 from igw.security.settings import RateLimitSettings, TenantLimits
 
 log = logging.getLogger("igw.security.ratelimit")
+
+_T = TypeVar("_T")
 
 _Plan = tuple[TenantLimits, bool, bool]
 """A tenant's limits, whether any applies (``limited``) and whether tokens count against one."""
@@ -73,8 +76,11 @@ class RateLimiter:
     def tenant_key(self, tenant: str | None) -> str:
         return tenant if tenant else self._anonymous
 
-    async def admit(self, *, tenant: str | None, est_tokens: int) -> None:
-        """Raise ``GuardDenied`` (429) when the tenant is over a limit; count the outcome."""
+    async def admit(self, *, tenant: str | None, est_tokens: int | None) -> None:
+        """Raise ``GuardDenied`` (429) when the tenant is over a limit; count the outcome.
+        ``est_tokens`` ``None``: a request that generates nothing (a stored response's retrieval)
+        is held back by the request limit alone. Before session s37 it needed a token too, so a
+        tenant in debt for a background response's bound could not poll for that response."""
         key = self.tenant_key(tenant)
         limits, limited, _ = self._plans.get(key, self._default_plan)
         if not limited:
@@ -91,11 +97,67 @@ class RateLimiter:
         self._count_admitted(key)
 
     async def account(
-        self, *, tenant: str | None, prompt_tokens: int, completion_tokens: int, reserved_tokens: int = 0
+        self,
+        *,
+        tenant: str | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reserved_tokens: int = 0,
+        reservation: str | None = None,
     ) -> None:
         """Debit the tenant's token bucket by the tokens a request used, and count them in its
-        series; ``reserved_tokens`` are debited, not counted (a bound, not a measurement)."""
+        series; ``reserved_tokens`` are debited, not counted (a bound, not a measurement), and held
+        under ``reservation`` (when given) for :meth:`settle`."""
         key = self.tenant_key(tenant)
+        self._count_tokens(key, prompt_tokens, completion_tokens)
+        limits, _, counts_tokens = self._plans.get(key, self._default_plan)
+        total = max(0, prompt_tokens) + max(0, completion_tokens) + max(0, reserved_tokens)
+        if not counts_tokens or total == 0:
+            return
+        if self._backend_usable():
+            try:
+                await self._backend.account(tenant=key, limits=limits, tokens=total)
+                self._backend_ok()
+            except BackendUnavailable as exc:
+                self._backend_failed(str(exc))
+                if self._settings.on_redis_unavailable == "local":
+                    await self._fallback.account(tenant=key, limits=limits, tokens=total)
+        elif self._settings.on_redis_unavailable == "local":
+            await self._fallback.account(tenant=key, limits=limits, tokens=total)
+        if reservation is not None and reserved_tokens > 0:
+            await self._on_backend(lambda b: b.hold(key=reservation, tenant=key, tokens=reserved_tokens))
+
+    async def settle(self, *, reservation: str, completion_tokens: int) -> None:
+        """The tokens held under ``reservation`` are settled, once, by ``completion_tokens``: those
+        are counted in the tenant's series, and its bucket is credited what was held beyond them
+        (debited what was generated beyond it). Nothing held there (settled already, by this or
+        another replica sharing the backend, expired, or never held): nothing happens."""
+        held = await self._on_backend(lambda b: b.release(reservation))
+        if held is None:
+            return
+        key, tokens = held
+        completion_tokens = max(0, completion_tokens)
+        self._count_tokens(key, 0, completion_tokens)
+        limits = self._plans.get(key, self._default_plan)[0]
+        difference = completion_tokens - tokens
+        if difference:
+            await self._on_backend(lambda b: b.account(tenant=key, limits=limits, tokens=difference))
+
+    async def _on_backend(self, call: Callable[[RateLimitBackend], Awaitable[_T]]) -> _T | None:
+        """``call`` on the backend, else (it is down, under ``onRedisUnavailable: local``) on this
+        replica's own buckets; ``None`` when neither may be asked (policy ``allow`` or ``deny``)."""
+        if self._backend_usable():
+            try:
+                result = await call(self._backend)
+                self._backend_ok()
+                return result
+            except BackendUnavailable as exc:
+                self._backend_failed(str(exc))
+        if self._settings.on_redis_unavailable == "local":
+            return await call(self._fallback)
+        return None
+
+    def _count_tokens(self, key: str, prompt_tokens: int, completion_tokens: int) -> None:
         m = self._metrics
         if m is not None:
             children = self._tokens.get(key)
@@ -106,19 +168,6 @@ class RateLimiter:
                 )
             children[0].inc(max(0, prompt_tokens))
             children[1].inc(max(0, completion_tokens))
-        limits, _, counts_tokens = self._plans.get(key, self._default_plan)
-        total = max(0, prompt_tokens) + max(0, completion_tokens) + max(0, reserved_tokens)
-        if not counts_tokens or total == 0:
-            return
-        if self._backend_usable():
-            try:
-                await self._backend.account(tenant=key, limits=limits, tokens=total)
-                self._backend_ok()
-                return
-            except BackendUnavailable as exc:
-                self._backend_failed(str(exc))
-        if self._settings.on_redis_unavailable == "local":
-            await self._fallback.account(tenant=key, limits=limits, tokens=total)
 
     async def close(self) -> None:
         await self._backend.close()
@@ -128,7 +177,7 @@ class RateLimiter:
 
     # -- internals -----------------------------------------------------------------------------
 
-    async def _decide(self, key: str, limits: TenantLimits, est_tokens: int) -> Decision | None:
+    async def _decide(self, key: str, limits: TenantLimits, est_tokens: int | None) -> Decision | None:
         """The decision, or ``None`` when it must be refused because the backend is down (policy deny)."""
         if self._backend_usable():
             try:

@@ -4,20 +4,23 @@ One Lua script per decision keeps read-refill-decide-write atomic across replica
 Redis's own ``TIME`` so replicas with skewed clocks still share one timeline. The arithmetic is
 :mod:`igw.security.ratelimit.buckets`, transcribed; keys are ``<prefix><tenant>:req`` and
 ``<prefix><tenant>:tok`` (hashes ``{l: level, t: updated_at}``) and expire once the bucket would be
-full again, so idle tenants cost nothing. Any Redis error or timeout raises
+full again, so idle tenants cost nothing. A reservation (:meth:`RedisBuckets.hold`) is the string
+``<tokens>:<tenant>`` under ``<prefix>held:<key>:hold`` for a day, read and deleted in one script by
+the one replica that settles it. Any Redis error or timeout raises
 :class:`~igw.security.ratelimit.backend.BackendUnavailable`; the limiter decides what happens then.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any, Final
 
 import redis.asyncio as redis_asyncio
 from redis.exceptions import RedisError
 
 from igw.config.redis_password import redis_password
-from igw.security.ratelimit.backend import BackendUnavailable
+from igw.security.ratelimit.backend import HOLD_TTL_S, BackendUnavailable
 from igw.security.ratelimit.buckets import Decision, token_rate, tokens_needed
 from igw.security.settings import RedisSettings, TenantLimits
 
@@ -47,14 +50,16 @@ local function save(key, level, rate, cap)
 end
 
 if op == 'account' then
-  if tok_rate > 0 and amount > 0 then
+  if tok_rate > 0 and amount ~= 0 then
     local level = load(KEYS[2], tok_rate, tok_cap) - amount
+    -- a credit: at most full (as load reads it), so that save's expiry stays positive
+    if level > tok_cap then level = tok_cap end
     save(KEYS[2], level, tok_rate, tok_cap)
   end
   return {1, 0, 0}
 end
 
-if tok_rate > 0 then
+if tok_rate > 0 and amount > 0 then
   local level = load(KEYS[2], tok_rate, tok_cap)
   if level < amount then
     return {0, 2, math.ceil((amount - level) / tok_rate * 1000)}
@@ -69,6 +74,14 @@ if req_rate > 0 then
 end
 return {1, 0, 0}
 """
+
+
+_RELEASE: Final = """
+local held = redis.call('GET', KEYS[1])
+if held then redis.call('DEL', KEYS[1]) end
+return held
+"""
+"""Read and delete a reservation in one step (``GETDEL``, which Redis has only since 6.2)."""
 
 
 REDIS_PATH: Final = "spec.extensions.rateLimits.redis"
@@ -89,26 +102,38 @@ class RedisBuckets:
             retry_on_timeout=False,
         )
         self._script = self._client.register_script(_SCRIPT)
+        self._release = self._client.register_script(_RELEASE)
 
     def _keys(self, tenant: str) -> list[str]:
         base = f"{self._settings.key_prefix}{tenant}"
         return [f"{base}:req", f"{base}:tok"]
 
     async def _run(self, tenant: str, args: list[Any]) -> list[int]:
+        result = await self._call(self._script(keys=self._keys(tenant), args=args))
+        return [int(x) for x in result]
+
+    async def _call(self, command: Awaitable[Any]) -> Any:
+        """``command``'s result; any Redis error or timeout as :class:`BackendUnavailable`."""
         try:
             async with asyncio.timeout(self._settings.connect_timeout_s + self._settings.command_timeout_s):
-                result = await self._script(keys=self._keys(tenant), args=args)
+                return await command
         except (RedisError, OSError, TimeoutError) as exc:
             raise BackendUnavailable(f"redis: {type(exc).__name__}: {exc}") from None
-        return [int(x) for x in result]
+
+    def _held_key(self, key: str) -> str:
+        # ends in ':hold', as no bucket's key does (those end in ':req' and ':tok')
+        return f"{self._settings.key_prefix}held:{key}:hold"
 
     @staticmethod
     def _rates(limits: TenantLimits) -> list[Any]:
         req_rate = limits.requests_per_second or 0.0
         return [req_rate, limits.request_capacity, token_rate(limits), limits.token_capacity]
 
-    async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int) -> Decision:
-        need = tokens_needed(limits, est_tokens) if limits.tokens_per_minute is not None else 0
+    async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int | None) -> Decision:
+        # 0: the script does not read the token bucket (a real estimate needs at least 1)
+        need = (
+            0 if limits.tokens_per_minute is None or est_tokens is None else tokens_needed(limits, est_tokens)
+        )
         allowed, which, retry_ms = await self._run(tenant, ["admit", *self._rates(limits), need])
         if allowed:
             return Decision(allowed=True)
@@ -117,9 +142,20 @@ class RedisBuckets:
         )
 
     async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None:
-        if limits.tokens_per_minute is None or tokens <= 0:
+        if limits.tokens_per_minute is None or tokens == 0:
             return
         await self._run(tenant, ["account", *self._rates(limits), tokens])
+
+    async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
+        # "tokens:tenant": the count first, so that a tenant name holding ':' splits right
+        await self._call(self._client.set(self._held_key(key), f"{tokens}:{tenant}", ex=int(HOLD_TTL_S)))
+
+    async def release(self, key: str) -> tuple[str, int] | None:
+        held = await self._call(self._release(keys=[self._held_key(key)]))
+        if not held:
+            return None
+        tokens, _, tenant = bytes(held).decode().partition(":")
+        return tenant, int(tokens)
 
     async def close(self) -> None:
         await self._client.aclose()  # type: ignore[attr-defined]  # types-redis predates aclose
