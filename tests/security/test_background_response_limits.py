@@ -118,3 +118,22 @@ async def test_the_first_poll_showing_the_usage_settles_the_bound(
             assert (await _completed(gw, headers, response_id))["usage"]["output_tokens"] == generated
         metrics = await (await gw.http.get(gw.url + "/metrics")).text()
         assert _completion_tokens(metrics) == generated + charged_after
+
+
+async def test_a_resumed_stream_that_ends_with_the_usage_settles_the_bound(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """``GET /v1/responses/{id}?stream=true`` resumes a background response's events up to its
+    ``response.completed``, which carries the usage: that settles the bound as a poll does."""
+    async with _limited(tmp_path, jwks_server, client_ssl, tokens) as (gw, headers):
+        body = {"model": "m", "input": "hi", "background": True}
+        async with gw.http.post(gw.url + "/v1/responses", json=body, headers=headers) as r:
+            response_id = (await r.json())["id"]
+        url = f"{gw.url}/v1/responses/{response_id}?stream=true"
+        async with gw.http.get(url, headers=headers) as r:
+            assert r.status == 200
+            events = (await r.read()).decode()
+        assert "response.completed" in events
+        small = {"model": "m", "input": "hi", "max_output_tokens": 8}
+        async with gw.http.post(gw.url + "/v1/responses", json=small, headers=headers) as r:
+            assert r.status == 200, await r.text()
