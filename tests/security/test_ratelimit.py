@@ -188,6 +188,14 @@ async def test_a_reservation_is_settled_once_by_the_tokens_generated(
     )
     await limiter.settle(reservation="resp_2", completion_tokens=550)  # 600 - 100 - 450
     await denied(limiter.admit(tenant="u", est_tokens=100))
+    # a second hold under a key held already does not take it over: the settlement credits the first
+    for tenant in ("w", "x"):
+        await limiter.account(
+            tenant=tenant, prompt_tokens=0, completion_tokens=0, reserved_tokens=1000, reservation="resp_4"
+        )
+    await limiter.settle(reservation="resp_4", completion_tokens=0)
+    await limiter.admit(tenant="w", est_tokens=500)
+    await denied(limiter.admit(tenant="x", est_tokens=100))
 
 
 async def test_a_settlement_fills_the_bucket_to_its_capacity_not_beyond(clock: ManualClock) -> None:

@@ -33,7 +33,9 @@ class RateLimitBackend(Protocol):
 
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
         """Remember that ``tokens`` were charged to ``tenant`` ahead of their generation under
-        ``key`` (a stored response's id), for :data:`HOLD_TTL_S`."""
+        ``key`` (a stored response's id), for :data:`HOLD_TTL_S`. A key held already keeps its
+        first holder: a response whose id repeated another's (an engine that lets the client choose
+        it) would otherwise have its settlement credit the second tenant."""
         ...
 
     async def release(self, key: str) -> tuple[str, int] | None:

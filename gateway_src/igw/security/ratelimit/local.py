@@ -57,7 +57,8 @@ class LocalBuckets:
 
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
         held = self._held
-        held.pop(key, None)  # re-inserted last: the oldest go first below
+        if key in held:  # the first holds (see RateLimitBackend.hold)
+            return
         while len(held) >= MAX_HELD:
             del held[next(iter(held))]
         held[key] = (tenant, tokens, self._clock() + HOLD_TTL_S)

@@ -148,7 +148,8 @@ class RedisBuckets:
 
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
         # "tokens:tenant": the count first, so that a tenant name holding ':' splits right
-        await self._call(self._client.set(self._held_key(key), f"{tokens}:{tenant}", ex=int(HOLD_TTL_S)))
+        held = f"{tokens}:{tenant}"
+        await self._call(self._client.set(self._held_key(key), held, ex=int(HOLD_TTL_S), nx=True))
 
     async def release(self, key: str) -> tuple[str, int] | None:
         held = await self._call(self._release(keys=[self._held_key(key)]))
