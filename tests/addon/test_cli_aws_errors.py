@@ -109,6 +109,17 @@ def test_configuration_values_are_taken_as_aws_eks_create_addon_takes_them(
 
 
 @pytest.mark.usefixtures("no_aws_setup")
+def test_an_inline_json_array_is_refused_as_values_not_looked_for_as_a_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It was taken for a file name: "[Errno 2] No such file or directory: '[1]'"."""
+    assert main(["addon", "update", "--cluster", "c", "--configuration-values", "[1]"]) == 2
+    err = capsys.readouterr().err
+    assert "expected an object, got list" in err
+    assert "No such file" not in err
+
+
+@pytest.mark.usefixtures("no_aws_setup")
 def test_a_values_file_that_cannot_be_read_is_named_without_a_token(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

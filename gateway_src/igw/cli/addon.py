@@ -160,10 +160,11 @@ INLINE: Final = "--configuration-values (inline)"
 
 
 def _inline(value: str) -> bool:
-    """Whether ``--configuration-values`` holds the values themselves rather than naming a file: a JSON
-    object, or YAML of more than one line or with a ``key: value`` in it (a file name has neither)."""
+    """Whether ``--configuration-values`` holds the values themselves rather than naming a file: JSON
+    (an object, or an array, refused as values with that reason rather than looked for as a file),
+    or YAML of more than one line or with a ``key: value`` in it (a file name has neither)."""
     text = value.strip()
-    return text.startswith("{") or "\n" in text or ": " in text
+    return text.startswith(("{", "[")) or "\n" in text or ": " in text
 
 
 def _names_a_file(value: str) -> bool:
