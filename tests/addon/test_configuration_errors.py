@@ -140,3 +140,10 @@ def test_eks_schema_errors_that_quote_the_value_are_redacted() -> None:
     assert caught.value.code == "InvalidParameterException"
     assert "$.gateway.emfEndpoint" in str(caught.value)
     _assert_no_secret(str(caught.value))
+
+
+def test_a_refused_value_is_named_by_its_rule() -> None:
+    """``image.tag: latest`` read "does not satisfy the schema's not rule", leaving the reader to find
+    the rule in the schema."""
+    (line,) = [p for p in configuration.problems({"image": {"tag": "latest"}}) if p.startswith("image.tag:")]
+    assert line == 'image.tag: must not be "latest"; got "latest" (rule schema.not)', line

@@ -128,6 +128,12 @@ class ProblemCollector:
         elif kind in {"anyOf", "oneOf"}:
             wanted = hint or "one of the allowed forms"
             self.add(parts, f"must be {wanted}; got {self.quote(inst)}", f"schema.{kind}")
+        elif kind == "not" and isinstance(value, Mapping) and ("enum" in value or "const" in value):
+            # a refused value ('latest' as an image tag): named, where "does not satisfy the
+            # schema's not rule" left the reader to find the rule
+            refused = value["enum"] if "enum" in value else [value["const"]]
+            names = ", ".join(self.quote(v) for v in refused)
+            self.add(parts, f"must not be {names}; got {self.quote(inst)}", "schema.not")
         else:
             # jsonschema's own message starts with the whole value (a sub-document, maybe a secret).
             self.add(
