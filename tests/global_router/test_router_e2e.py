@@ -13,7 +13,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -557,6 +557,39 @@ async def test_a_background_response_is_charged_its_output_bound(redis_server: R
         # 600 tokens, about 201 charged each: tier 2 admits while its bucket holds the prompt's
         # estimate (its admission does not add the output bound), so the third goes into debt
         assert statuses == [200, 200, 200, 429]
+
+
+def _tenant_token_limits(redis_server: RedisServer, key_prefix: str) -> dict[str, Any]:
+    """:func:`_token_limits` as the tenant-wide ``rateLimits`` (the request guard's), no model limits."""
+    default = {"requestsPerSecond": 100, "tokensPerMinute": 60, "tokenBurst": 600}
+    redis = {"url": redis_server.url, "keyPrefix": key_prefix}
+    return {"rateLimits": {"backend": "redis", "redis": redis, "default": default}}
+
+
+@pytest.mark.parametrize("limits", [_token_limits, _tenant_token_limits], ids=["per-model", "tenant-wide"])
+async def test_a_background_response_s_bound_is_settled_by_the_poll_that_shows_its_usage(
+    redis_server: RedisServer, limits: Callable[[RedisServer, str], dict[str, Any]]
+) -> None:
+    """The bound charged when a background response was accepted is settled by the first poll
+    (at either replica) whose answer shows the usage: the tenant is credited the bound less the 5
+    tokens generated (before session s37, never: the bound stayed charged)."""
+    async with fleet(redis_server, **limits(redis_server, "e2e:bgs:"), **STEADY) as fx:
+        body = {"model": MODEL, "input": "x", "max_output_tokens": 200, "background": True}
+        accepted: list[str] = []
+        for i in range(4):
+            async with fx.http.post(fx.urls[i % 2] + "/v1/responses", json=body) as resp:
+                if resp.status == 200:
+                    accepted.append((await resp.json())["id"])
+        assert len(accepted) == 3  # the fourth was refused (the test above)
+        for i, response_id in enumerate(accepted * 2):  # each polled twice, at the other replica
+            async with fx.http.get(f"{fx.urls[(i + 1) % 2]}/v1/responses/{response_id}") as resp:
+                assert resp.status == 200
+                assert (await resp.json())["usage"]["output_tokens"] == 5
+        statuses = []
+        for i in range(4):  # about 3 x 195 credited: the bucket holds about 600 - 3 x 6 again
+            async with fx.http.post(fx.urls[i % 2] + "/v1/responses", json=body) as resp:
+                statuses.append(resp.status)
+        assert statuses == [200, 200, 200, 429], statuses
 
 
 async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(redis_server: RedisServer) -> None:

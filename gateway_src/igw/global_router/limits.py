@@ -22,6 +22,9 @@ from igw.security.ratelimit.registry import BACKENDS
 from igw.security.settings import RateLimitSettings, TenantLimits
 
 WILDCARD = "*"
+MODEL_SEPARATOR = "|model="
+"""Between tenant and model in a bucket key (the model last: a tenant's name may hold it, a model's
+is read back as what follows its last occurrence)."""
 
 
 def resolve(entries: Sequence[ModelLimit], *, tenant: str, model: str) -> ModelLimit | None:
@@ -73,7 +76,7 @@ class ModelRateLimits:
 
     @staticmethod
     def bucket_key(tenant: str, model: str) -> str:
-        return f"{tenant}|model={model}"
+        return f"{tenant}{MODEL_SEPARATOR}{model}"
 
     def _limiter(self, tenant: str, model: str) -> RateLimiter | None:
         entry = resolve(self._entries, tenant=tenant, model=model)
@@ -85,12 +88,47 @@ class ModelRateLimits:
         if limiter is not None:
             await limiter.admit(tenant=self.bucket_key(tenant, model), est_tokens=est_tokens)
 
-    async def account(self, *, tenant: str, model: str, tokens: int) -> None:
+    async def account(
+        self,
+        *,
+        tenant: str,
+        model: str,
+        tokens: int,
+        reserved_tokens: int = 0,
+        reservation: str | None = None,
+    ) -> None:
+        """Debit ``tokens`` and ``reserved_tokens`` from the (tenant, model) buckets, the reserved
+        ones held under ``reservation`` for :meth:`settle` (as tier 1's limiter holds them)."""
         limiter = self._limiter(tenant, model)
         if limiter is not None:
             await limiter.account(
-                tenant=self.bucket_key(tenant, model), prompt_tokens=tokens, completion_tokens=0
+                tenant=self.bucket_key(tenant, model),
+                prompt_tokens=tokens,
+                completion_tokens=0,
+                reserved_tokens=reserved_tokens,
+                reservation=None if reservation is None else self.reservation_key(reservation),
             )
+
+    async def settle(self, *, reservation: str, completion_tokens: int) -> None:
+        """Settle what :meth:`account` held under ``reservation`` by ``completion_tokens``, with the
+        limits of the (tenant, model) entry that held it (read back from its bucket key: a retrieval
+        names no model)."""
+        if not self._limiters:
+            return
+        first = next(iter(self._limiters.values()))  # all share the backend that holds it
+        held = await first.release(self.reservation_key(reservation))
+        if held is None:
+            return
+        tenant, _, model = held[0].rpartition(MODEL_SEPARATOR)
+        limiter = self._limiter(tenant, model)
+        if limiter is not None:
+            await limiter.settle_held(held, completion_tokens=completion_tokens)
+
+    @staticmethod
+    def reservation_key(reservation: str) -> str:
+        """Where the per-model limits hold a reservation: apart from the tenant-wide limits' own
+        (both may share one Redis key prefix)."""
+        return f"{reservation}{MODEL_SEPARATOR}"
 
     async def close(self) -> None:
         await self._backend.close()

@@ -303,26 +303,38 @@ async def _route(
         else:
             completion_tokens = int(reported or 0)
         reserved = 0
+        reservation = None
         if body.background and result.usage is None and result.status < 400:
-            # Generated after this answer, its usage only in polls (counted nowhere): its prompt's
-            # estimate and output bound, as tier 1 charges (no context window known here).
+            # Generated after this answer, its usage only in polls: its prompt's estimate and output
+            # bound, as tier 1 charges (no context window known here), settled by the first poll
+            # that shows the usage (handle_stored_response).
             reserved = body.max_tokens or 0
-        tokens = prompt_tokens + completion_tokens + reserved
-        if tokens:
+            reservation = None if result.response_id is None else _reservation(result.response_id)
+        tokens = prompt_tokens + completion_tokens
+        if tokens + reserved:
             await router.guard.account(
                 principal,
                 model=model,
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
                 reserved_tokens=reserved,
+                reservation=reservation,
             )
-            await router.model_limits.account(tenant=tenant, model=model, tokens=tokens)
+            await router.model_limits.account(
+                tenant=tenant, model=model, tokens=tokens, reserved_tokens=reserved, reservation=reservation
+            )
         return result.response
     if last is not None:
         m.requests.labels(model, str(last.status)).inc()
         return last.response
     m.requests.labels(model, "503").inc()
     return _no_cluster(f"every cluster tried for model {model!r} failed to connect")
+
+
+def _reservation(response_id: str) -> str:
+    """The key under which this tier holds a background response's output bound: apart from the
+    cluster gateway's own reservation of the same response (the two may share a Redis key prefix)."""
+    return f"{response_id}|tier2"
 
 
 async def _charge_relayed(
@@ -419,6 +431,14 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
             continue
         if known is None and result.status < 400 and request.method != "DELETE":
             router.responses.remember(response_id, cluster.name)
+        shown = None if result.usage is None else result.usage.get("completion_tokens")
+        if shown is not None and result.status < 400:
+            # the usage of a response accepted in the background: its bound settled (once)
+            with contextlib.suppress(GuardDenied):
+                await router.guard.settle(reservation=_reservation(response_id), completion_tokens=shown)
+                await router.model_limits.settle(
+                    reservation=_reservation(response_id), completion_tokens=shown
+                )
         return result.response
     if last is not None:
         return last

@@ -132,9 +132,19 @@ class RateLimiter:
         are counted in the tenant's series, and its bucket is credited what was held beyond them
         (debited what was generated beyond it). Nothing held there (settled already, by this or
         another replica sharing the backend, expired, or never held): nothing happens."""
-        held = await self._on_backend(lambda b: b.release(reservation))
-        if held is None:
-            return
+        held = await self.release(reservation)
+        if held is not None:
+            await self.settle_held(held, completion_tokens=completion_tokens)
+
+    async def release(self, reservation: str) -> tuple[str, int] | None:
+        """The tenant key and tokens held under ``reservation``, forgotten (:meth:`settle`'s first
+        half, for callers that pick the limiter by the tenant key: the global router's per-model
+        limits)."""
+        return await self._on_backend(lambda b: b.release(reservation))
+
+    async def settle_held(self, held: tuple[str, int], *, completion_tokens: int) -> None:
+        """:meth:`settle`'s second half: ``held`` (:meth:`release`'s answer) settled by
+        ``completion_tokens`` with this limiter's limits for its tenant key."""
         key, tokens = held
         completion_tokens = max(0, completion_tokens)
         self._count_tokens(key, 0, completion_tokens)
