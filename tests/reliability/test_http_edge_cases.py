@@ -86,3 +86,36 @@ async def test_a_request_line_without_an_http_version_is_refused_not_served(tmp_
             assert head.startswith(b"HTTP/1.1 400 "), (line, answer[:200])
             assert b"x-request-id:" in head.lower()
             assert orjson.loads(body)["error"]["code"] == "bad_http_request"
+
+
+def chunked(version: str, codings: str) -> bytes:
+    """A completion request whose body is sent chunked under ``Transfer-Encoding: codings``."""
+    document = orjson.dumps({"model": "llama", "prompt": "hello", "max_tokens": 3})
+    return (
+        f"POST /v1/completions HTTP/{version}\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        f"Transfer-Encoding: {codings}\r\n\r\n{len(document):x}\r\n"
+    ).encode() + document + b"\r\n0\r\n\r\n"
+
+
+async def test_a_transfer_coding_other_than_chunked_is_refused_before_the_body_is_read(
+    tmp_path: Path,
+) -> None:
+    """aiohttp's parser read ``identity, chunked`` and ``gzip, chunked`` as chunked and took
+    ``Transfer-Encoding`` on an HTTP/1.0 request (RFC 9112 6.1: its framing is faulty): where a proxy
+    in front reads such a head another way, the two disagree on where the request ends."""
+    cases = [
+        ("1.1", "identity, chunked", 501, "unsupported_transfer_coding"),
+        ("1.1", "gzip, chunked", 501, "unsupported_transfer_coding"),
+        ("1.0", "chunked", 400, "bad_http_request"),
+    ]
+    async with running(FakeModelServer("a")) as (pod,), in_process_gateway(tmp_path, DOC, [pod.key]) as gw:
+        for version, codings, status, code in cases:
+            answer = await first_answer(gw.url, chunked(version, codings))
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(f"HTTP/1.1 {status} ".encode()), (codings, answer[:200])
+            assert b"connection: close" in head.lower()
+            assert orjson.loads(body)["error"]["code"] == code
+        assert not pod.received
+        answer = await first_answer(gw.url, chunked("1.1", "chunked"))  # chunked alone is served
+        assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+        assert len(pod.received) == 1

@@ -356,6 +356,10 @@ def _refusal_before_handling(
     """A handler answering a request the gateway refuses from its head alone, else ``None``."""
     if request.version == HTTP09:
         code, text, status = "bad_http_request", "request line without an HTTP version (HTTP/0.9)", 400
+    elif (codings := _transfer_codings(request)) is not None and (
+        codings != ["chunked"] or request.version < HttpVersion11
+    ):
+        code, text, status = _transfer_coding_refusal(request, codings)
     elif (
         request.headers.get("Expect", "").lower() == "100-continue"
         and request.content_length is not None
@@ -374,6 +378,33 @@ def _refusal_before_handling(
         return response
 
     return refuse
+
+
+def _transfer_codings(request: BaseRequest) -> list[str] | None:
+    """The request's transfer codings in order (``None`` without ``Transfer-Encoding``). Read by
+    iterating: aiohttp's stand-in for a head it could not parse carries a plain ``dict``."""
+    values = [value for name, value in request.headers.items() if name.lower() == "transfer-encoding"]
+    if not values:
+        return None
+    return [c.strip().lower() for value in values for c in value.split(",") if c.strip()]
+
+
+def _transfer_coding_refusal(request: BaseRequest, codings: list[str]) -> tuple[str, str, int]:
+    """Why a request whose ``Transfer-Encoding`` is not ``chunked`` alone is refused (RFC 9112 6.1).
+
+    aiohttp's parser refused ``chunked`` followed by another coding, but read ``identity, chunked``
+    (identity is no longer a registered coding) and ``gzip, chunked`` as chunked, and took a
+    ``Transfer-Encoding`` on an HTTP/1.0 request, whose framing the RFC says to treat as faulty:
+    where a proxy in front reads such a head another way, the two disagree on where a request
+    ends. Refused before the body is read, the connection closed."""
+    if request.version < HttpVersion11:
+        text = "Transfer-Encoding on an HTTP/1.0 request (its framing is faulty: RFC 9112 6.1)"
+        return "bad_http_request", text, 400
+    others = sorted({c[:40] for c in codings if c != "chunked"})
+    if not others:  # empty, or chunked more than once
+        return "bad_http_request", "Transfer-Encoding must name chunked once", 400
+    text = f"transfer coding {', '.join(others)} is not supported: a request body may only be chunked"
+    return "unsupported_transfer_coding", text, 501
 
 
 def _answer_as_http11(request: BaseRequest) -> None:
