@@ -92,9 +92,13 @@ def chunked(version: str, codings: str) -> bytes:
     """A completion request whose body is sent chunked under ``Transfer-Encoding: codings``."""
     document = orjson.dumps({"model": "llama", "prompt": "hello", "max_tokens": 3})
     return (
-        f"POST /v1/completions HTTP/{version}\r\nHost: gw\r\nContent-Type: application/json\r\n"
-        f"Transfer-Encoding: {codings}\r\n\r\n{len(document):x}\r\n"
-    ).encode() + document + b"\r\n0\r\n\r\n"
+        (
+            f"POST /v1/completions HTTP/{version}\r\nHost: gw\r\nContent-Type: application/json\r\n"
+            f"Transfer-Encoding: {codings}\r\n\r\n{len(document):x}\r\n"
+        ).encode()
+        + document
+        + b"\r\n0\r\n\r\n"
+    )
 
 
 async def test_a_transfer_coding_other_than_chunked_is_refused_before_the_body_is_read(
