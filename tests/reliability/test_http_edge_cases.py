@@ -123,3 +123,27 @@ async def test_a_transfer_coding_other_than_chunked_is_refused_before_the_body_i
         answer = await first_answer(gw.url, chunked("1.1", "chunked"))  # chunked alone is served
         assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
         assert len(pod.received) == 1
+
+
+async def test_refusals_of_a_messages_api_request_are_anthropic_shaped(tmp_path: Path) -> None:
+    """The Anthropic SDK reads ``error.type``; these refusals of a ``/v1/messages`` request were
+    OpenAI-shaped before session s37 (a head aiohttp cannot parse has no path: still OpenAI's)."""
+    corrupt_gzip = (
+        b"POST /v1/messages HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        b"Content-Encoding: gzip\r\nContent-Length: 10\r\n\r\n0123456789"
+    )
+    cases = [
+        (chunked("1.1", "identity, chunked").replace(b"/v1/completions", b"/v1/messages"), 501, "api_error"),
+        (b"POST /v1/messages\r\n\r\n", 400, "invalid_request_error"),
+        (corrupt_gzip, 400, "invalid_request_error"),
+    ]
+    async with running(FakeModelServer("a")) as (pod,), in_process_gateway(tmp_path, DOC, [pod.key]) as gw:
+        for request, status, error_type in cases:
+            answer = await first_answer(gw.url, request)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(f"HTTP/1.1 {status} ".encode()), (request[:60], answer[:200])
+            error = orjson.loads(body)
+            assert error["type"] == "error", error
+            assert error["error"]["type"] == error_type
+            assert error["request_id"]
+        assert not pod.received

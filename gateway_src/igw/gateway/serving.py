@@ -63,7 +63,8 @@ from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
 from igw.errors import IgwGatewayError
-from igw.gateway.errors import REQUEST_ID_HEADER, gateway_error
+from igw.gateway.errors import REQUEST_ID_HEADER, anthropic_shaped, gateway_error
+from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS
 from igw.gateway.request_body import BodyTooLarge
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.tcp_keepalive import CLIENT, probe_silent_peer
@@ -322,7 +323,7 @@ class GatewayRequestHandler(RequestHandler):
         else:
             return handler_failure_response(status, exc, remote=request.remote, request=request)
         _answer_as_http11(request)
-        response = gateway_error(code, text, request_id=rid)
+        response = _in_the_api_s_shape(request, gateway_error(code, text, request_id=rid), rid)
         response.force_close()
         return response
 
@@ -373,11 +374,20 @@ def _refusal_before_handling(
         rid = uuid.uuid4().hex
         log.warning("refused a request from %s: %d (request id %s): %s", request.remote, status, rid, text)
         _answer_as_http11(request)
-        response = gateway_error(code, text, request_id=rid)
+        response = _in_the_api_s_shape(request, gateway_error(code, text, request_id=rid), rid)
         response.force_close()  # the body (if any) is not read: the connection cannot be reused
         return response
 
     return refuse
+
+
+def _in_the_api_s_shape(request: BaseRequest, response: web.Response, request_id: str) -> web.StreamResponse:
+    """``response`` in the Anthropic error shape when the request was for the Messages API (as the
+    app's own errors there are, :func:`igw.gateway.errors.anthropic_shaped`), else as it is. A head
+    aiohttp could not parse has no path (its stand-in's is ``/``): OpenAI-shaped."""
+    if INFERENCE_PATHS.get(request.path) in ANTHROPIC_APIS:
+        return anthropic_shaped(response, request_id=request_id)
+    return response
 
 
 def _transfer_codings(request: BaseRequest) -> list[str] | None:
