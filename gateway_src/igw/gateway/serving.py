@@ -156,7 +156,7 @@ def _refusal(exc: BaseException | None, limits: ServerLimits) -> tuple[str, str]
             "request_header_too_large",
             f"a request header field is longer than {limits.max_header_field_bytes} bytes",
         )
-    text = str(exc).lower() if exc is not None else ""
+    text = _parser_reason(exc)
     if isinstance(exc, BadHttpMessage) and "too many headers" in text:
         return "request_header_too_large", f"more than {limits.max_headers} request header fields"
     if isinstance(exc, BadHttpMethod):
@@ -166,9 +166,26 @@ def _refusal(exc: BaseException | None, limits: ServerLimits) -> tuple[str, str]
             "bad_http_request",
             "malformed HTTP request framing (invalid or conflicting Content-Length / Transfer-Encoding)",
         )
-    if "header" in text or "invalid character" in text:
-        return "bad_http_request", "malformed HTTP request header (invalid name or a control character)"
+    if "status line" in text or "crlf" in text or "version" in text:
+        return "bad_http_request", "malformed HTTP request line (or a line not ended by CRLF)"
+    if "header" in text or "invalid character" in text or "whitespace" in text:
+        return (
+            "bad_http_request",
+            "malformed HTTP request header (an invalid name or value, a control character, line "
+            "folding, no Host, or a field repeated that may appear once)",
+        )
     return "bad_http_request", "malformed HTTP request"
+
+
+def _parser_reason(exc: BaseException | None) -> str:
+    """The parser's reason for refusing a head, lower-cased, without the request's bytes that
+    aiohttp quotes after it (a blank line apart): matched against those, a bare-LF head or a space
+    before a colon read as a framing error because the quoted head held ``Content-Length``."""
+    if exc is None:
+        return ""
+    message = getattr(exc, "message", None)
+    text = message if isinstance(message, str) else str(exc)
+    return text.split("\n\n", 1)[0].lower()
 
 
 class GatewayRequestHandler(RequestHandler):
