@@ -9,6 +9,10 @@ When the backend cannot decide (Redis unreachable or slower than its timeouts), 
 - ``deny``: fail closed - 429 with ``Retry-After: 1`` (never a 5xx).
 
 Accounting during an outage goes to the local buckets under ``local`` and is dropped otherwise.
+
+Tokens charged ahead of their generation (a background response's output bound) are held under a
+key (the response's id) in the backend, and settled once by the tokens the response turns out to
+have generated (:meth:`RateLimiter.settle`): in Redis, whichever replica settles them.
 Every failure is logged (rate-limited to one line per outage) and counted
 (``igw_ratelimit_backend_errors_total``, ``igw_ratelimit_backend_up``).
 """
