@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import jsonschema
-
 from igw.addon import addon_version, aws_addon, chart, configuration, pins
 from igw.config.documents import DocumentReadError, parse_text
+from igw.config.schema_validator import schema_validator
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SCHEMA_FILE: Final = REPO_ROOT / "schemas" / "deployment-config.schema.json"
@@ -256,7 +255,7 @@ def _path(parts: Sequence[Any]) -> str:
 
 def _schema_problems(document: Any) -> list[str]:
     schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = schema_validator(schema, formats=False)
     errors = sorted(
         validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message)
     )

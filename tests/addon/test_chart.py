@@ -205,6 +205,23 @@ REFUSED_INJECTIONS = (
 a label value."""
 
 
+@pytest.mark.parametrize(
+    "values",
+    [{"priorityClassName": "high\n"}, {"nameOverride": "igw\n"}, {"podLabels": {"team": "a\n"}}],
+    ids=["priorityClassName", "nameOverride", "podLabels"],
+)
+def test_a_final_newline_is_refused_by_the_values_check_as_by_helm(values: dict[str, Any]) -> None:
+    """Helm matches the values schema's patterns with Go's regexp, where ``$`` is the end of the
+    text. Before session s38 ``configuration.problems`` (``igw addon`` and the CDK app's values
+    check) matched them with Python's ``re``, whose ``$`` also matches before a final newline: it
+    passed values Helm, and so the install, then refused."""
+    import helm_python as helm
+
+    assert configuration.problems(values)
+    with pytest.raises(helm.HelmError, match="does not match pattern"):
+        chart.render({"mode": "gateway", **values})
+
+
 @pytest.mark.parametrize("field", sorted(INJECTIONS))
 def test_free_text_values_cannot_inject_fields_into_rendered_manifests(field: str) -> None:
     """Values reach the manifests as data, never as YAML structure: a name is refused unless it is a

@@ -237,3 +237,14 @@ def test_quota_check_before_deploy_compares_the_instance_groups(
         "FAIL  quota sagemaker/ml.p5.48xlarge for cluster usage: quota 0 is below the 1 instance(s) the "
         "groups ask for",
     ]
+
+
+def test_a_final_newline_is_refused_as_cloudformation_and_eks_refuse_it(example: dict[str, Any]) -> None:
+    """The deployment config's patterns are matched by RE2, whose ``$`` is the end of the text. Before
+    session s38 Python's ``re`` let ``$`` match before a final newline: ``clusterName: "igw\\n"``
+    passed the check and reached the EKS API, which refuses such a name, in the middle of a deploy."""
+    document = copy.deepcopy(example)
+    document["clusterName"] = "igw-inference\n"
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    assert "clusterName" in str(caught.value)

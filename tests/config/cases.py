@@ -151,6 +151,22 @@ CASES: list[Case] = [
     ),
     case("missing-metadata-name", delete("metadata.name"), fails=[("metadata.name", "schema.required")]),
     case("bad-metadata-name", set_("metadata.name", "Bad_Name"), fails=[("metadata.name", "schema.pattern")]),
+    # a final newline: Python's ``$`` matches before it, the API server's (RE2) does not (session s38)
+    case(
+        "metadata-name-final-newline",
+        set_("metadata.name", "llama-gateway\n"),
+        fails=[("metadata.name", "schema.pattern")],
+    ),
+    case(
+        "scheduler-name-final-newline",
+        set_(f"{S1}.name", "qwen\n"),
+        fails=[(f"{S1}.name", "schema.pattern")],
+    ),
+    case(
+        "label-value-final-newline",
+        set_(f"{S1}.modelSelector.matchLabels.app", "qwen\n"),
+        fails=[(f"{S1}.modelSelector.matchLabels.app", "schema.pattern")],
+    ),
     # required fields
     case(
         "missing-bbr",

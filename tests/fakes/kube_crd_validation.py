@@ -74,6 +74,7 @@ from celpy.celparser import CELParseError
 
 from tests.fakes.kube_cel import program, program_ast, rule_errors
 from tests.fakes.kube_field_errors import FieldError
+from tests.fakes.kube_regexp import GoRegexpError, go_regexp
 from tests.fakes.kube_structural import problems, prune
 
 _DNS1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -811,8 +812,8 @@ def _value_validation(
     pattern = s.get("pattern")
     if isinstance(pattern, str) and pattern:
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            go_regexp(pattern)
+        except GoRegexpError as exc:
             detail = f"must be a valid regular expression, but isn't: error parsing regexp: {exc}"
             errors.append(_invalid(f"{path}.pattern", json.dumps(pattern), detail))
     return errors

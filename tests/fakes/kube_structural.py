@@ -24,12 +24,12 @@ Not modelled: ``metadata`` (the server checks ObjectMeta itself, see
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from tests.fakes.kube_field_errors import FieldError, quoted
+from tests.fakes.kube_regexp import go_search
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,),
@@ -223,7 +223,7 @@ def _string_problems(schema: Mapping[str, Any], value: str, path: str) -> list[F
             )
         )
     pattern = schema.get("pattern")
-    if isinstance(pattern, str) and not re.search(pattern, value):
+    if isinstance(pattern, str) and not go_search(pattern, value):
         found.append(FieldError(path, "FieldValueInvalid", shown, f"{path} in body should match '{pattern}'"))
     if schema.get("format") == "date-time" and not _date_time_ok(value):
         found.append(

@@ -83,6 +83,59 @@ def test_problems_name_the_field() -> None:
         parse_global_config(doc)
 
 
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "http://alice:s3cretpw@igw.example.com",  # credentials: before s38 taken for the host name
+        "http://igw.example.com:abc",
+        "http://igw.example.com:0",
+        "http://igw.example.com:65536",
+        "https://:443",
+        "http://[::1",
+        "http://a:b:c",
+        "http://igw.example.com\n",  # Python's $ matched before the newline; the API server's does not
+        "http://igw%2eexample.com",
+        "http://igw.example.com/v1",
+        "ftp://igw.example.com",
+    ],
+)
+def test_an_endpoint_the_router_cannot_connect_to_is_refused_at_validation(endpoint: str) -> None:
+    """Before session s38 each of these passed ``igw validate`` and the CRD, and failed only when a
+    request was sent: a connect failure per request, its message quoting the endpoint (with its
+    password)."""
+    doc = global_doc()
+    doc["spec"]["clusters"][0]["endpoint"] = endpoint
+    found = problems(doc)
+    assert list(found) == ["spec.clusters[0].endpoint"]
+    assert found["spec.clusters[0].endpoint"].startswith("schema.pattern: must be an http:// or https:// URL")
+    assert "s3cretpw" not in found["spec.clusters[0].endpoint"]
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://igw.use1-a.example.com",
+        "http://127.0.0.1:65535/",
+        "http://[::1]:8080",
+        "http://igw_a.ns.svc:8080",
+    ],
+)
+def test_host_names_addresses_and_ports_are_endpoints(endpoint: str) -> None:
+    doc = global_doc()
+    doc["spec"]["clusters"][0]["endpoint"] = endpoint
+    assert problems(doc) == {}
+
+
+def test_one_gateway_written_two_ways_is_a_duplicate_endpoint() -> None:
+    doc = global_doc()
+    doc["spec"]["clusters"][0]["endpoint"] = "https://IGW.example.com/"
+    doc["spec"]["clusters"][1]["endpoint"] = "https://igw.example.com:443"
+    found = problems(doc)
+    assert found["spec.clusters[1].endpoint"].startswith(
+        'global-unique-endpoint: duplicates spec.clusters[0].endpoint ("https://igw.example.com:443")'
+    )
+
+
 def test_shared_nodes_are_the_inferencegatewayconfig_ones() -> None:
     schema = global_schema()
     igwc = resolved_schema()["properties"]["spec"]["properties"]

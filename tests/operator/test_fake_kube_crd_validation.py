@@ -361,6 +361,13 @@ ROWS: list[Row] = [
         "FieldValueInvalid",
     ),
     (
+        "pattern-go-cannot-compile",  # a look-ahead: Python's re compiles it, Go's regexp (RE2) does not
+        lambda crd: _prop(crd, "mode").update(pattern="^(?=a)"),
+        f"{SPEC}.properties[mode].pattern",
+        'Invalid value: "^(?=a)": must be a valid regular expression',
+        "FieldValueInvalid",
+    ),
+    (
         "unknown-type",
         lambda crd: _prop(crd, "mode").update(type="text"),
         f"{SPEC}.properties[mode].type",

@@ -229,6 +229,30 @@ def test_the_fake_refuses_names_and_labels_the_api_server_refuses(
     assert needle in json.loads(refused.value.body or "{}")["message"]
 
 
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("schedulers[0].name", "main\n"),  # Python's $ matches before a final newline; Go's does not
+        ("schedulers[0].modelSelector.matchLabels.app", "llama\n"),
+    ],
+)
+def test_a_pattern_is_matched_as_go_matches_it(kube: FakeKubeApiServer, path: str, value: str) -> None:
+    """The CRD's ``pattern`` s are Go regular expressions (RE2): before session s38 the fake matched
+    them with Python's ``re`` and stored what a real API server refuses."""
+    body = igwc("chat")
+    node: Any = body["spec"]
+    *parents, last = path.replace("[0]", ".0").split(".")
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[last] = value
+    custom = kubernetes.client.CustomObjectsApi(kube.api_client())
+    with pytest.raises(ApiException) as refused:
+        custom.create_namespaced_custom_object(*_status_args()[:4], body)
+    assert refused.value.status == 422
+    assert f"spec.{path} in body should match" in json.loads(str(refused.value.body))["message"]
+    assert find(kube, "InferenceGatewayConfig", "inference", "chat") is None
+
+
 def _status_args() -> tuple[str, str, str, str, str]:
     return ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inference", "inferencegatewayconfigs", "chat")
 

@@ -37,6 +37,16 @@ def test_example_spec_loads_and_expands_replicas() -> None:
             "spec.pods[0].labels.bad key!",
         ),
         ({"pods": [{"preset": "llama-3.1-8b/h100", "labels": {"gpu": "a b"}}]}, "spec.pods[0].labels.gpu"),
+        # a final newline: ``re.match`` with ``$`` let it through before session s38
+        ({"pods": [{"preset": "llama-3.1-8b/h100", "labels": {"gpu": "h100\n"}}]}, "spec.pods[0].labels.gpu"),
+        (
+            {"pods": [{"preset": "llama-3.1-8b/h100", "labels": {"gpu\n": "h100"}}]},
+            "spec.pods[0].labels.gpu\n",
+        ),
+        (
+            {"pods": [{"preset": "llama-3.1-8b/h100", "lora_adapters": ["sql\n"]}]},
+            "spec.pods[0].lora_adapters[0]",
+        ),
         (
             {"pods": [{"preset": "llama-3.1-8b/h100", "faults": [{"kind": "explode"}]}]},
             "spec.pods[0].faults[0].kind",

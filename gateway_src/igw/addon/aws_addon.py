@@ -15,9 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final
 
-import jsonschema
-
 from igw.addon import configuration
+from igw.config.schema_validator import schema_validator
 from igw.errors import IgwToolingError
 
 SCHEMA_FILE: Final = Path(__file__).resolve().parent / "aws_hyperpod_inference.schema.json"
@@ -56,7 +55,7 @@ def problems(values: Mapping[str, Any], *, require_generated: bool = True) -> li
     document = schema()
     if not require_generated:
         document = {key: value for key, value in document.items() if key != "required"}
-    return configuration.schema_problems(jsonschema.Draft6Validator(document), values)
+    return configuration.schema_problems(schema_validator(document, formats=False), values)
 
 
 def values_for(

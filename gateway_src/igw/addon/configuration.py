@@ -24,6 +24,7 @@ from igw.addon import chart, schemas
 from igw.config.documents import DocumentReadError, parse_text
 from igw.config.errors import Problem
 from igw.config.schema_messages import ProblemCollector
+from igw.config.schema_validator import schema_validator
 from igw.config.validate import validate_document
 from igw.errors import IgwToolingError
 from igw.redaction import redact_value
@@ -43,8 +44,7 @@ class ConfigurationValuesError(IgwToolingError, ValueError):
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
     schema = schemas.addon_configuration_schema()
-    cls = jsonschema.validators.validator_for(schema)
-    return cls(schema)
+    return schema_validator(schema, formats=False)
 
 
 def excerpt(value: Any) -> str:

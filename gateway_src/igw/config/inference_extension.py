@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.protocols import Validator
 
 from igw.config.errors import Problem
 from igw.config.jsonpath import format_path, nodes_at
 from igw.config.paths import BUNDLED_DIR, SCHEMAS_DIR_ENV, checkout_schemas_dir
 from igw.config.schema import SchemaError, inline_refs
 from igw.config.schema_messages import ProblemCollector, json_type
+from igw.config.schema_validator import schema_validator
 
 GROUP: Final = "inference.networking.x-k8s.io"
 VERSION: Final = "v1alpha2"
@@ -70,8 +71,8 @@ def kind_schema(kind: str, folder: Path | None = None) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=8)
-def _validator(kind: str, folder: Path | None) -> Draft202012Validator:
-    return Draft202012Validator(kind_schema(kind, folder), format_checker=FormatChecker())
+def _validator(kind: str, folder: Path | None) -> Validator:
+    return schema_validator(kind_schema(kind, folder))
 
 
 # ---- cross-field rules -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.protocols import Validator
 
 from igw.config.errors import Problem
 from igw.config.extension_references import reference_problems
@@ -21,6 +21,7 @@ from igw.config.resource_quantities import resource_problems
 from igw.config.rules import check_rules
 from igw.config.schema import admission_rules, resolved_schema, schema_version
 from igw.config.schema_messages import PROVIDER_PATH, ProblemCollector, json_type
+from igw.config.schema_validator import schema_validator
 
 
 def is_gateway_config(doc: Any) -> bool:
@@ -29,21 +30,21 @@ def is_gateway_config(doc: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=4)
-def _validator_for(_version: tuple[Path, tuple[tuple[str, int], ...]]) -> Draft202012Validator:
-    return Draft202012Validator(resolved_schema(_version[0]), format_checker=FormatChecker())
+def _validator_for(_version: tuple[Path, tuple[tuple[str, int], ...]]) -> Validator:
+    return schema_validator(resolved_schema(_version[0]))
 
 
-def _validator(folder: Path | None) -> Draft202012Validator:
+def _validator(folder: Path | None) -> Validator:
     """One compiled validator per version of the contract files (rebuilt when a file changes)."""
     return _validator_for(schema_version(folder))
 
 
 @functools.lru_cache(maxsize=4)
-def _provider_validator_for(_version: tuple[Path, tuple[tuple[str, int], ...]]) -> Draft202012Validator:
+def _provider_validator_for(_version: tuple[Path, tuple[tuple[str, int], ...]]) -> Validator:
     node: Any = resolved_schema(_version[0])
     for part in PROVIDER_PATH:
         node = node["properties"][part]
-    return Draft202012Validator(node, format_checker=FormatChecker())
+    return schema_validator(node)
 
 
 def _provider_list(doc: Mapping[str, Any]) -> list[Any] | None:

@@ -19,14 +19,16 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.protocols import Validator
 
 from igw.config.errors import Problem
 from igw.config.model import API_GROUP, API_VERSION
 from igw.config.paths import BUNDLED_DIR, SCHEMAS_DIR_ENV, checkout_schemas_dir
 from igw.config.schema import SchemaError, inline_refs, resolved_schema
 from igw.config.schema_messages import ProblemCollector, json_type
+from igw.config.schema_validator import schema_validator
 
 KIND: Final = "GlobalRouterConfig"
 SCHEMA_FILE: Final = "globalrouterconfig.schema.json"
@@ -92,8 +94,8 @@ def global_schema(folder: Path | None = None) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=4)
-def _validator(folder: Path | None) -> Draft202012Validator:
-    return Draft202012Validator(global_schema(folder), format_checker=FormatChecker())
+def _validator(folder: Path | None) -> Validator:
+    return schema_validator(global_schema(folder))
 
 
 def _duplicates(items: list[Any], key: Any, *, list_path: str, field: str) -> list[Problem]:
@@ -119,6 +121,24 @@ def _duplicates(items: list[Any], key: Any, *, list_path: str, field: str) -> li
     return problems
 
 
+def _origin_of(cluster: Mapping[str, Any]) -> str | None:
+    """The origin a cluster's ``endpoint`` names, host without case and the default port written
+    out: ``https://IGW.example.com/`` and ``https://igw.example.com:443`` are one gateway (before
+    session s38 only a final ``/`` was ignored, so one gateway written two ways passed as two
+    clusters). An endpoint that does not parse is compared as written (its
+    pattern problem is reported)."""
+    endpoint = cluster.get("endpoint")
+    if not isinstance(endpoint, str):
+        return None
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return endpoint.rstrip("/")
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 def rule_problems(doc: Mapping[str, Any]) -> list[Problem]:
     """Cross-field checks: unique cluster names and endpoints, unique rate-limit entries, costs."""
     spec = doc.get("spec")
@@ -128,12 +148,7 @@ def rule_problems(doc: Mapping[str, Any]) -> list[Problem]:
     clusters = spec.get("clusters")
     if isinstance(clusters, list):
         problems += _duplicates(clusters, lambda c: c.get("name"), list_path="spec.clusters", field="name")
-        problems += _duplicates(
-            clusters,
-            lambda c: str(c["endpoint"]).rstrip("/") if isinstance(c.get("endpoint"), str) else None,
-            list_path="spec.clusters",
-            field="endpoint",
-        )
+        problems += _duplicates(clusters, _origin_of, list_path="spec.clusters", field="endpoint")
         for index, cluster in enumerate(clusters):
             cost = cluster.get("cost") if isinstance(cluster, Mapping) else None
             if not isinstance(cost, Mapping):

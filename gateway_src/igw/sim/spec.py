@@ -290,17 +290,17 @@ class PodSpec:
         labels: dict[str, str] = {}
         for k, v in labels_raw.items():
             kp = f"{path}.labels.{k}"
-            if not isinstance(k, str) or not _LABEL_KEY.match(k):
+            if not isinstance(k, str) or not _LABEL_KEY.fullmatch(k):
                 raise SpecError(kp, "not a valid Kubernetes label key")
             value = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
-            if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+            if not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value):
                 raise SpecError(kp, f"not a valid Kubernetes label value: {v!r}")
             labels[k] = value
         adapters_raw = _list(m.get("lora_adapters", []), f"{path}.lora_adapters")
         adapters: list[str] = []
         for i, a in enumerate(adapters_raw):
             ap = f"{path}.lora_adapters[{i}]"
-            if not isinstance(a, str) or not _ADAPTER.match(a):
+            if not isinstance(a, str) or not _ADAPTER.fullmatch(a):
                 raise SpecError(ap, f"not a valid adapter name: {a!r}")
             if a in adapters:
                 raise SpecError(ap, f"duplicate adapter {a!r}")
