@@ -10,6 +10,7 @@ configuration schema, and the ``InferenceGatewayConfig`` with the project's own 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,12 +44,15 @@ class DeploymentConfigError(ValueError):
         super().__init__("\n".join(lines))
 
 
+DEFAULT_VPC_CIDR: Final = "10.0.0.0/16"
+
+
 @dataclass(frozen=True, slots=True)
 class NetworkConfig:
     vpc_id: str | None = None
     """Import this VPC; ``None`` creates a new one."""
     private_subnet_ids: tuple[str, ...] = ()
-    cidr: str = "10.0.0.0/16"
+    cidr: str = DEFAULT_VPC_CIDR
     max_azs: int = 3
     nat_gateways: int = 1
 
@@ -263,19 +267,88 @@ def _schema_problems(document: Any) -> list[str]:
     return [f"{_path(list(error.absolute_path))}: {error.message}" for error in errors]
 
 
+PUBLIC_SUBNET_MASK: Final = 24
+PRIVATE_SUBNET_MASK: Final = 19
+"""A new VPC's subnets, one of each per zone (``cdk/constructs/network.py``)."""
+
+
+def _ipv4_network(text: str) -> tuple[ipaddress.IPv4Network | None, str | None]:
+    """``text`` as an IPv4 network, or why it is not one (a bad octet, a prefix over 32, host bits
+    set: ``10.0.0.1/16`` would otherwise be re-aligned silently by whoever reads it next)."""
+    try:
+        network = ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        return None, str(exc)
+    if not isinstance(network, ipaddress.IPv4Network):
+        return None, f"{text} is not an IPv4 network"
+    return network, None
+
+
+def _subnets_fit(network: ipaddress.IPv4Network, zones: int) -> bool:
+    """Whether CDK's allocation of a new VPC fits ``network``: the public /24 of every zone, then the
+    private /19 of every zone, each block starting at the next multiple of its own size."""
+    cursor = int(network.network_address)
+    for mask in [PUBLIC_SUBNET_MASK] * zones + [PRIVATE_SUBNET_MASK] * zones:
+        size = 1 << (32 - mask)
+        cursor = -(-cursor // size) * size + size
+    return cursor <= int(network.broadcast_address) + 1
+
+
+def _network_problems(doc: Mapping[str, Any]) -> list[str]:
+    """Addresses and zones that the schema's patterns let through but EC2 or EKS refuse at deploy
+    time (or CDK at synth, with a traceback), and new-VPC settings CDK would silently not apply."""
+    problems: list[str] = []
+    region = doc["region"]
+    zones = doc.get("availabilityZones", [])
+    for i, zone in enumerate(zones):
+        if zone[:-1] != region:
+            problems.append(f"availabilityZones[{i}]: {zone} is not a zone of the region {region}")
+    cidrs = doc.get("cluster", {}).get("publicAccessCidrs", [])
+    for i, cidr in enumerate(cidrs):
+        network, why = _ipv4_network(cidr)
+        if network is None:
+            problems.append(f"cluster.publicAccessCidrs[{i}]: {why}")
+        elif network.prefixlen == 0:
+            problems.append(f"cluster.publicAccessCidrs[{i}]: {cidr} opens the API endpoint to everyone")
+    net = doc.get("network", {})
+    if "vpcId" in net or "existingCluster" in doc:
+        return problems
+    count = len(zones) or net.get("maxAzs", 3)
+    if zones and "maxAzs" in net and net["maxAzs"] != len(zones):
+        problems.append(
+            f"network.maxAzs: {net['maxAzs']}, but the new VPC spans the {len(zones)} availabilityZones "
+            "listed; remove maxAzs or list that many zones"
+        )
+    if net.get("natGateways", 1) > count:
+        problems.append(
+            f"network.natGateways: {net['natGateways']}, but the new VPC has {count} zones (one NAT "
+            "gateway per zone at most)"
+        )
+    cidr = net.get("cidr", DEFAULT_VPC_CIDR)
+    network, why = _ipv4_network(cidr)
+    if network is None:
+        problems.append(f"network.cidr: {why}")
+    elif not _subnets_fit(network, count):
+        problems.append(
+            f"network.cidr: {cidr} cannot hold a public /{PUBLIC_SUBNET_MASK} and a private "
+            f"/{PRIVATE_SUBNET_MASK} subnet in each of {count} zones; use a larger network (a /16 holds "
+            "six zones)"
+        )
+    return problems
+
+
 def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     """Rules beyond the schema; only called on a schema-valid document."""
-    problems: list[str] = []
+    problems: list[str] = _network_problems(doc)
     cluster = doc.get("cluster", {})
-    if cluster.get("endpointAccess") == "publicAndPrivate":
-        cidrs = cluster.get("publicAccessCidrs", [])
-        if not cidrs:
-            problems.append(
-                "cluster.publicAccessCidrs: required when cluster.endpointAccess is publicAndPrivate"
-            )
-        for i, cidr in enumerate(cidrs):
-            if cidr.endswith("/0"):
-                problems.append(f"cluster.publicAccessCidrs[{i}]: {cidr} opens the API endpoint to everyone")
+    public = cluster.get("endpointAccess") == "publicAndPrivate"
+    if public and not cluster.get("publicAccessCidrs"):
+        problems.append("cluster.publicAccessCidrs: required when cluster.endpointAccess is publicAndPrivate")
+    if not public and "publicAccessCidrs" in cluster:
+        problems.append(
+            "cluster.publicAccessCidrs: only with cluster.endpointAccess publicAndPrivate (a private "
+            "endpoint has no public access to limit)"
+        )
     cluster_sizes = cluster.get("systemNodes", {})
     if cluster_sizes.get("minSize", 2) > cluster_sizes.get("maxSize", 4):
         problems.append("cluster.systemNodes.minSize: larger than cluster.systemNodes.maxSize")
@@ -494,7 +567,7 @@ def _build(doc: Mapping[str, Any]) -> DeploymentConfig:
         network=NetworkConfig(
             vpc_id=net.get("vpcId"),
             private_subnet_ids=tuple(net.get("privateSubnetIds", ())),
-            cidr=net.get("cidr", "10.0.0.0/16"),
+            cidr=net.get("cidr", DEFAULT_VPC_CIDR),
             max_azs=net.get("maxAzs", 3),
             nat_gateways=net.get("natGateways", 1),
         ),

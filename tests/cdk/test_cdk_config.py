@@ -131,6 +131,79 @@ def test_invalid_config_names_the_field(
     assert expected in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            lambda d: d["network"].update(cidr="999.0.0.0/16"),
+            "network.cidr: '999.0.0.0/16' does not appear to be an IPv4",
+        ),
+        (lambda d: d["network"].update(cidr="10.0.0.1/16"), "network.cidr: 10.0.0.1/16 has host bits set"),
+        (
+            lambda d: d["network"].update(cidr="10.0.0.0/18"),
+            "network.cidr: 10.0.0.0/18 cannot hold a public /24 and a private /19 subnet in each of 3 zones",
+        ),
+        (
+            lambda d: d["cluster"].update(
+                endpointAccess="publicAndPrivate", publicAccessCidrs=["203.0.113.0/24", "10.0.0.0/33"]
+            ),
+            "cluster.publicAccessCidrs[1]: '10.0.0.0/33' does not appear to be an IPv4",
+        ),
+        (
+            lambda d: d["cluster"].update(endpointAccess="publicAndPrivate", publicAccessCidrs=["0.0.0.0/0"]),
+            "cluster.publicAccessCidrs[0]: 0.0.0.0/0 opens the API endpoint to everyone",
+        ),
+        (
+            lambda d: d["cluster"].update(publicAccessCidrs=["203.0.113.0/24"]),
+            "cluster.publicAccessCidrs: only with cluster.endpointAccess publicAndPrivate",
+        ),
+        (
+            lambda d: d.update(availabilityZones=["us-west-2a", "us-east-1b"]),
+            "availabilityZones[1]: us-east-1b is not a zone of the region us-west-2",
+        ),
+        (
+            lambda d: d["network"].update(maxAzs=2),
+            "network.maxAzs: 2, but the new VPC spans the 3 availabilityZones listed",
+        ),
+        (
+            lambda d: d["network"].update(natGateways=4),
+            "network.natGateways: 4, but the new VPC has 3 zones",
+        ),
+    ],
+    ids=[
+        "cidr-octet",
+        "cidr-host-bits",
+        "cidr-too-small",
+        "public-cidr-prefix",
+        "public-cidr-everyone",
+        "public-cidrs-private-endpoint",
+        "zone-of-another-region",
+        "max-azs-beside-zones",
+        "nat-gateways-over-zones",
+    ],
+)
+def test_network_settings_ec2_or_eks_would_refuse_are_named(
+    example: dict[str, Any], mutate: Callable[[dict[str, Any]], object], expected: str
+) -> None:
+    """Found by probing (session s38): each of these passed the schema's patterns and then failed
+    synthesis with a jsii traceback (``InvalidIpAddress``, ``1 of /19 exceeds remaining space``),
+    failed at deploy time (EKS refusing ``/33``, subnets in another region's zones), or was silently
+    changed (``10.0.0.1/16`` became the VPC ``10.1.0.0/16``; ``maxAzs`` and extra NAT gateways were
+    dropped)."""
+    document = copy.deepcopy(example)
+    mutate(document)
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    assert expected in str(caught.value)
+
+
+def test_a_new_vpc_just_large_enough_for_its_zones_is_accepted(example: dict[str, Any]) -> None:
+    """A /17 holds three zones' subnets (CDK allocates the /24s, then the aligned /19s)."""
+    document = copy.deepcopy(example)
+    document["network"]["cidr"] = "10.0.0.0/17"
+    assert config.parse(document).network.cidr == "10.0.0.0/17"
+
+
 def test_chart_mode_is_operator_unless_the_values_ask_for_gateway(example: dict[str, Any]) -> None:
     assert config.parse(example).addon.chart_mode == "operator"
     document = copy.deepcopy(example)
