@@ -267,6 +267,8 @@ def _schema_problems(document: Any) -> list[str]:
     return [f"{_path(list(error.absolute_path))}: {error.message}" for error in errors]
 
 
+HYPERPOD_NAME_MAX: Final = 63
+"""``AWS::SageMaker::Cluster`` ``ClusterName``: at most 63 characters (CDK only warns at synth)."""
 PUBLIC_SUBNET_MASK: Final = 24
 PRIVATE_SUBNET_MASK: Final = 19
 """A new VPC's subnets, one of each per zone (``cdk/constructs/network.py``)."""
@@ -362,6 +364,15 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
             )
         if "network" in doc:
             problems.append("network: not used with existingCluster (give existingCluster.vpcId)")
+    hyperpod = doc.get("hyperpod")
+    if existing is None and hyperpod is not None and "clusterName" not in hyperpod:
+        default = f"{doc['clusterName']}-hyperpod"
+        if len(default) > HYPERPOD_NAME_MAX:
+            problems.append(
+                f"hyperpod.clusterName: the default {default!r} is {len(default)} characters, over "
+                f"HyperPod's {HYPERPOD_NAME_MAX}; set hyperpod.clusterName (or a clusterName of at most "
+                f"{HYPERPOD_NAME_MAX - len('-hyperpod')} characters)"
+            )
     names = [group["name"] for group in doc.get("hyperpod", {}).get("instanceGroups", [])]
     for i, name in enumerate(names):
         if name in names[:i]:

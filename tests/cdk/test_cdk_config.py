@@ -204,6 +204,27 @@ def test_a_new_vpc_just_large_enough_for_its_zones_is_accepted(example: dict[str
     assert config.parse(document).network.cidr == "10.0.0.0/17"
 
 
+def test_a_default_hyperpod_name_over_63_characters_is_refused(example: dict[str, Any]) -> None:
+    """Found by probing (session s38): a 55-to-63-character ``clusterName`` passed its own pattern, and
+    the HyperPod cluster's default name ``<clusterName>-hyperpod`` went over ``AWS::SageMaker::Cluster``'s
+    63 characters; CDK only printed a warning at synth and CloudFormation failed the cluster stack."""
+    document = copy.deepcopy(example)
+    document["clusterName"] = "c" * 55
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    assert (
+        f"hyperpod.clusterName: the default '{'c' * 55}-hyperpod' is 64 characters, over HyperPod's 63"
+        in str(caught.value)
+    )
+    document["clusterName"] = "c" * 54
+    assert config.parse(document).hyperpod is not None
+    document["clusterName"] = "c" * 63
+    document["hyperpod"]["clusterName"] = "gpu-pool"
+    parsed = config.parse(document)
+    assert parsed.hyperpod is not None
+    assert parsed.hyperpod.cluster_name == "gpu-pool"
+
+
 def test_chart_mode_is_operator_unless_the_values_ask_for_gateway(example: dict[str, Any]) -> None:
     assert config.parse(example).addon.chart_mode == "operator"
     document = copy.deepcopy(example)
