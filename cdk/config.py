@@ -364,6 +364,17 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
             )
         if "network" in doc:
             problems.append("network: not used with existingCluster (give existingCluster.vpcId)")
+        # Both are read only by the stacks that create a cluster: set here, they changed nothing.
+        if "hyperpod" in doc:
+            problems.append(
+                "hyperpod: not used with existingCluster (no HyperPod cluster is created; name the one "
+                "the cluster orchestrates in existingCluster.hyperpodClusterArn)"
+            )
+        for key in doc.get("cluster", {}):
+            problems.append(
+                f"cluster.{key}: not used with existingCluster (the existing cluster keeps its own "
+                "settings; change them where the cluster was created)"
+            )
     hyperpod = doc.get("hyperpod")
     if existing is None and hyperpod is not None and "clusterName" not in hyperpod:
         default = f"{doc['clusterName']}-hyperpod"

@@ -283,7 +283,7 @@ def test_defaults_are_our_chart_with_image_built(example: dict[str, Any]) -> Non
 
 def test_existing_cluster_mode_needs_no_hyperpod(example: dict[str, Any]) -> None:
     document = copy.deepcopy(example)
-    del document["hyperpod"], document["network"]
+    del document["hyperpod"], document["network"], document["cluster"]
     document["existingCluster"] = {
         "vpcId": "vpc-01234567",
         "privateSubnetIds": ["subnet-01234567"],
@@ -294,6 +294,30 @@ def test_existing_cluster_mode_needs_no_hyperpod(example: dict[str, Any]) -> Non
     assert parsed.hyperpod is None
     assert parsed.existing_cluster is not None
     assert parsed.existing_cluster.installed_addons == ("vpc-cni",)
+
+
+def test_existing_cluster_mode_refuses_the_settings_of_a_cluster_it_does_not_create(
+    example: dict[str, Any],
+) -> None:
+    """Found by probing (session s38): with ``existingCluster`` the ``hyperpod`` section and every
+    ``cluster`` setting (admin access entries, endpoint access, authentication mode, system nodes) were
+    accepted and silently changed nothing; a platform engineer adding ``cluster.adminRoleArns`` got no
+    access entry."""
+    document = copy.deepcopy(example)
+    del document["network"]
+    document["existingCluster"] = {
+        "vpcId": "vpc-01234567",
+        "privateSubnetIds": ["subnet-01234567"],
+        "oidcProviderArn": "arn:aws:iam::111111111111:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/X",
+    }
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    problems = caught.value.problems
+    assert any(p.startswith("hyperpod: not used with existingCluster") for p in problems), problems
+    for key in ("kubernetesVersion", "authenticationMode", "endpointAccess", "adminRoleArns", "systemNodes"):
+        assert any(p.startswith(f"cluster.{key}: not used with existingCluster") for p in problems), key
+    del document["hyperpod"], document["cluster"]
+    assert config.parse(document).existing_cluster is not None
 
 
 def test_every_example_config_is_valid_and_synthesized_by_a_fixture() -> None:
