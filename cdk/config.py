@@ -25,6 +25,9 @@ from igw.config.documents import DocumentReadError, parse_text
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SCHEMA_FILE: Final = REPO_ROOT / "schemas" / "deployment-config.schema.json"
 EXAMPLE_FILE: Final = Path(__file__).resolve().parent / "examples" / "deployment.yaml"
+LIFECYCLE_SCRIPTS_DIR: Final = Path(__file__).resolve().parent / "constructs" / "lifecycle_scripts"
+"""What the cluster stack uploads to the HyperPod lifecycle bucket (and nothing else: the upload
+prunes what it did not put there), so ``hyperpod.lifecycleScriptOnCreate`` must name a file here."""
 
 AuthenticationMode = Literal["API", "API_AND_CONFIG_MAP"]
 IdentityMode = Literal["podIdentity", "irsa"]
@@ -383,6 +386,18 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
                 f"hyperpod.clusterName: the default {default!r} is {len(default)} characters, over "
                 f"HyperPod's {HYPERPOD_NAME_MAX}; set hyperpod.clusterName (or a clusterName of at most "
                 f"{HYPERPOD_NAME_MAX - len('-hyperpod')} characters)"
+            )
+    script = (hyperpod or {}).get("lifecycleScriptOnCreate")
+    if existing is None and script is not None:
+        target = (LIFECYCLE_SCRIPTS_DIR / script).resolve()
+        if not target.is_relative_to(LIFECYCLE_SCRIPTS_DIR) or not target.is_file():
+            bundled = sorted(
+                str(path.relative_to(LIFECYCLE_SCRIPTS_DIR)) for path in LIFECYCLE_SCRIPTS_DIR.rglob("*.sh")
+            )
+            problems.append(
+                f"hyperpod.lifecycleScriptOnCreate: {script} is not among the lifecycle scripts the stack "
+                f"uploads ({', '.join(bundled)} in cdk/constructs/lifecycle_scripts/); add it there, or "
+                "HyperPod's nodes fail to run it"
             )
     names = [group["name"] for group in doc.get("hyperpod", {}).get("instanceGroups", [])]
     for i, name in enumerate(names):

@@ -225,6 +225,28 @@ def test_a_default_hyperpod_name_over_63_characters_is_refused(example: dict[str
     assert parsed.hyperpod.cluster_name == "gpu-pool"
 
 
+@pytest.mark.parametrize(
+    "script", ["custom.sh", "../lifecycle_scripts/../nag_ack.sh", "lifecycle_scripts/on_create.sh"]
+)
+def test_a_lifecycle_script_the_stack_does_not_upload_is_refused(
+    example: dict[str, Any], script: str
+) -> None:
+    """Found by probing (session s38): ``hyperpod.lifecycleScriptOnCreate`` was accepted and ignored
+    (every group ran ``on_create.sh``); it is used now, so it must name a script the stack uploads."""
+    document = copy.deepcopy(example)
+    document["hyperpod"]["lifecycleScriptOnCreate"] = script
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    assert (
+        f"hyperpod.lifecycleScriptOnCreate: {script} is not among the lifecycle scripts the stack uploads "
+        "(on_create.sh in cdk/constructs/lifecycle_scripts/)"
+    ) in str(caught.value)
+    document["hyperpod"]["lifecycleScriptOnCreate"] = "on_create.sh"
+    parsed = config.parse(document)
+    assert parsed.hyperpod is not None
+    assert parsed.hyperpod.lifecycle_script_on_create == "on_create.sh"
+
+
 def test_chart_mode_is_operator_unless_the_values_ask_for_gateway(example: dict[str, Any]) -> None:
     assert config.parse(example).addon.chart_mode == "operator"
     document = copy.deepcopy(example)
