@@ -277,7 +277,7 @@ PRIVATE_SUBNET_MASK: Final = 19
 """A new VPC's subnets, one of each per zone (``cdk/constructs/network.py``)."""
 
 
-def _ipv4_network(text: str) -> tuple[ipaddress.IPv4Network | None, str | None]:
+def ipv4_network(text: str) -> tuple[ipaddress.IPv4Network | None, str | None]:
     """``text`` as an IPv4 network, or why it is not one (a bad octet, a prefix over 32, host bits
     set: ``10.0.0.1/16`` would otherwise be re-aligned silently by whoever reads it next)."""
     try:
@@ -289,11 +289,12 @@ def _ipv4_network(text: str) -> tuple[ipaddress.IPv4Network | None, str | None]:
     return network, None
 
 
-def _subnets_fit(network: ipaddress.IPv4Network, zones: int) -> bool:
-    """Whether CDK's allocation of a new VPC fits ``network``: the public /24 of every zone, then the
-    private /19 of every zone, each block starting at the next multiple of its own size."""
+def subnets_fit(network: ipaddress.IPv4Network, masks: Sequence[int]) -> bool:
+    """Whether CDK's allocation of a new VPC's subnets fits ``network``: one block per prefix length in
+    ``masks``, in order, each starting at the next multiple of its own size (``1 of /19 exceeds
+    remaining space`` at synth otherwise)."""
     cursor = int(network.network_address)
-    for mask in [PUBLIC_SUBNET_MASK] * zones + [PRIVATE_SUBNET_MASK] * zones:
+    for mask in masks:
         size = 1 << (32 - mask)
         cursor = -(-cursor // size) * size + size
     return cursor <= int(network.broadcast_address) + 1
@@ -310,7 +311,7 @@ def _network_problems(doc: Mapping[str, Any]) -> list[str]:
             problems.append(f"availabilityZones[{i}]: {zone} is not a zone of the region {region}")
     cidrs = doc.get("cluster", {}).get("publicAccessCidrs", [])
     for i, cidr in enumerate(cidrs):
-        network, why = _ipv4_network(cidr)
+        network, why = ipv4_network(cidr)
         if network is None:
             problems.append(f"cluster.publicAccessCidrs[{i}]: {why}")
         elif network.prefixlen == 0:
@@ -330,10 +331,10 @@ def _network_problems(doc: Mapping[str, Any]) -> list[str]:
             "gateway per zone at most)"
         )
     cidr = net.get("cidr", DEFAULT_VPC_CIDR)
-    network, why = _ipv4_network(cidr)
+    network, why = ipv4_network(cidr)
     if network is None:
         problems.append(f"network.cidr: {why}")
-    elif not _subnets_fit(network, count):
+    elif not subnets_fit(network, [PUBLIC_SUBNET_MASK] * count + [PRIVATE_SUBNET_MASK] * count):
         problems.append(
             f"network.cidr: {cidr} cannot hold a public /{PUBLIC_SUBNET_MASK} and a private "
             f"/{PRIVATE_SUBNET_MASK} subnet in each of {count} zones; use a larger network (a /16 holds "
