@@ -10,6 +10,7 @@ configuration schema, and the ``InferenceGatewayConfig`` with the project's own 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,9 @@ from igw.config.schema_validator import schema_validator
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SCHEMA_FILE: Final = REPO_ROOT / "schemas" / "deployment-config.schema.json"
 EXAMPLE_FILE: Final = Path(__file__).resolve().parent / "examples" / "deployment.yaml"
+LIFECYCLE_SCRIPTS_DIR: Final = Path(__file__).resolve().parent / "constructs" / "lifecycle_scripts"
+"""What the cluster stack uploads to the HyperPod lifecycle bucket (and nothing else: the upload
+prunes what it did not put there), so ``hyperpod.lifecycleScriptOnCreate`` must name a file here."""
 
 AuthenticationMode = Literal["API", "API_AND_CONFIG_MAP"]
 IdentityMode = Literal["podIdentity", "irsa"]
@@ -42,12 +46,15 @@ class DeploymentConfigError(ValueError):
         super().__init__("\n".join(lines))
 
 
+DEFAULT_VPC_CIDR: Final = "10.0.0.0/16"
+
+
 @dataclass(frozen=True, slots=True)
 class NetworkConfig:
     vpc_id: str | None = None
     """Import this VPC; ``None`` creates a new one."""
     private_subnet_ids: tuple[str, ...] = ()
-    cidr: str = "10.0.0.0/16"
+    cidr: str = DEFAULT_VPC_CIDR
     max_azs: int = 3
     nat_gateways: int = 1
 
@@ -262,19 +269,91 @@ def _schema_problems(document: Any) -> list[str]:
     return [f"{_path(list(error.absolute_path))}: {error.message}" for error in errors]
 
 
+HYPERPOD_NAME_MAX: Final = 63
+"""``AWS::SageMaker::Cluster`` ``ClusterName``: at most 63 characters (CDK only warns at synth)."""
+PUBLIC_SUBNET_MASK: Final = 24
+PRIVATE_SUBNET_MASK: Final = 19
+"""A new VPC's subnets, one of each per zone (``cdk/constructs/network.py``)."""
+
+
+def ipv4_network(text: str) -> tuple[ipaddress.IPv4Network | None, str | None]:
+    """``text`` as an IPv4 network, or why it is not one (a bad octet, a prefix over 32, host bits
+    set: ``10.0.0.1/16`` would otherwise be re-aligned silently by whoever reads it next)."""
+    try:
+        network = ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        return None, str(exc)
+    if not isinstance(network, ipaddress.IPv4Network):
+        return None, f"{text} is not an IPv4 network"
+    return network, None
+
+
+def subnets_fit(network: ipaddress.IPv4Network, masks: Sequence[int]) -> bool:
+    """Whether CDK's allocation of a new VPC's subnets fits ``network``: one block per prefix length in
+    ``masks``, in order, each starting at the next multiple of its own size (``1 of /19 exceeds
+    remaining space`` at synth otherwise)."""
+    cursor = int(network.network_address)
+    for mask in masks:
+        size = 1 << (32 - mask)
+        cursor = -(-cursor // size) * size + size
+    return cursor <= int(network.broadcast_address) + 1
+
+
+def _network_problems(doc: Mapping[str, Any]) -> list[str]:
+    """Addresses and zones that the schema's patterns let through but EC2 or EKS refuse at deploy
+    time (or CDK at synth, with a traceback), and new-VPC settings CDK would silently not apply."""
+    problems: list[str] = []
+    region = doc["region"]
+    zones = doc.get("availabilityZones", [])
+    for i, zone in enumerate(zones):
+        if zone[:-1] != region:
+            problems.append(f"availabilityZones[{i}]: {zone} is not a zone of the region {region}")
+    cidrs = doc.get("cluster", {}).get("publicAccessCidrs", [])
+    for i, cidr in enumerate(cidrs):
+        network, why = ipv4_network(cidr)
+        if network is None:
+            problems.append(f"cluster.publicAccessCidrs[{i}]: {why}")
+        elif network.prefixlen == 0:
+            problems.append(f"cluster.publicAccessCidrs[{i}]: {cidr} opens the API endpoint to everyone")
+    net = doc.get("network", {})
+    if "vpcId" in net or "existingCluster" in doc:
+        return problems
+    count = len(zones) or net.get("maxAzs", 3)
+    if zones and "maxAzs" in net and net["maxAzs"] != len(zones):
+        problems.append(
+            f"network.maxAzs: {net['maxAzs']}, but the new VPC spans the {len(zones)} availabilityZones "
+            "listed; remove maxAzs or list that many zones"
+        )
+    if net.get("natGateways", 1) > count:
+        problems.append(
+            f"network.natGateways: {net['natGateways']}, but the new VPC has {count} zones (one NAT "
+            "gateway per zone at most)"
+        )
+    cidr = net.get("cidr", DEFAULT_VPC_CIDR)
+    network, why = ipv4_network(cidr)
+    if network is None:
+        problems.append(f"network.cidr: {why}")
+    elif not subnets_fit(network, [PUBLIC_SUBNET_MASK] * count + [PRIVATE_SUBNET_MASK] * count):
+        problems.append(
+            f"network.cidr: {cidr} cannot hold a public /{PUBLIC_SUBNET_MASK} and a private "
+            f"/{PRIVATE_SUBNET_MASK} subnet in each of {count} zones; use a larger network (a /16 holds "
+            "six zones)"
+        )
+    return problems
+
+
 def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     """Rules beyond the schema; only called on a schema-valid document."""
-    problems: list[str] = []
+    problems: list[str] = _network_problems(doc)
     cluster = doc.get("cluster", {})
-    if cluster.get("endpointAccess") == "publicAndPrivate":
-        cidrs = cluster.get("publicAccessCidrs", [])
-        if not cidrs:
-            problems.append(
-                "cluster.publicAccessCidrs: required when cluster.endpointAccess is publicAndPrivate"
-            )
-        for i, cidr in enumerate(cidrs):
-            if cidr.endswith("/0"):
-                problems.append(f"cluster.publicAccessCidrs[{i}]: {cidr} opens the API endpoint to everyone")
+    public = cluster.get("endpointAccess") == "publicAndPrivate"
+    if public and not cluster.get("publicAccessCidrs"):
+        problems.append("cluster.publicAccessCidrs: required when cluster.endpointAccess is publicAndPrivate")
+    if not public and "publicAccessCidrs" in cluster:
+        problems.append(
+            "cluster.publicAccessCidrs: only with cluster.endpointAccess publicAndPrivate (a private "
+            "endpoint has no public access to limit)"
+        )
     cluster_sizes = cluster.get("systemNodes", {})
     if cluster_sizes.get("minSize", 2) > cluster_sizes.get("maxSize", 4):
         problems.append("cluster.systemNodes.minSize: larger than cluster.systemNodes.maxSize")
@@ -288,6 +367,38 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
             )
         if "network" in doc:
             problems.append("network: not used with existingCluster (give existingCluster.vpcId)")
+        # Both are read only by the stacks that create a cluster: set here, they changed nothing.
+        if "hyperpod" in doc:
+            problems.append(
+                "hyperpod: not used with existingCluster (no HyperPod cluster is created; name the one "
+                "the cluster orchestrates in existingCluster.hyperpodClusterArn)"
+            )
+        for key in doc.get("cluster", {}):
+            problems.append(
+                f"cluster.{key}: not used with existingCluster (the existing cluster keeps its own "
+                "settings; change them where the cluster was created)"
+            )
+    hyperpod = doc.get("hyperpod")
+    if existing is None and hyperpod is not None and "clusterName" not in hyperpod:
+        default = f"{doc['clusterName']}-hyperpod"
+        if len(default) > HYPERPOD_NAME_MAX:
+            problems.append(
+                f"hyperpod.clusterName: the default {default!r} is {len(default)} characters, over "
+                f"HyperPod's {HYPERPOD_NAME_MAX}; set hyperpod.clusterName (or a clusterName of at most "
+                f"{HYPERPOD_NAME_MAX - len('-hyperpod')} characters)"
+            )
+    script = (hyperpod or {}).get("lifecycleScriptOnCreate")
+    if existing is None and script is not None:
+        target = (LIFECYCLE_SCRIPTS_DIR / script).resolve()
+        if not target.is_relative_to(LIFECYCLE_SCRIPTS_DIR) or not target.is_file():
+            bundled = sorted(
+                str(path.relative_to(LIFECYCLE_SCRIPTS_DIR)) for path in LIFECYCLE_SCRIPTS_DIR.rglob("*.sh")
+            )
+            problems.append(
+                f"hyperpod.lifecycleScriptOnCreate: {script} is not among the lifecycle scripts the stack "
+                f"uploads ({', '.join(bundled)} in cdk/constructs/lifecycle_scripts/); add it there, or "
+                "HyperPod's nodes fail to run it"
+            )
     names = [group["name"] for group in doc.get("hyperpod", {}).get("instanceGroups", [])]
     for i, name in enumerate(names):
         if name in names[:i]:
@@ -493,7 +604,7 @@ def _build(doc: Mapping[str, Any]) -> DeploymentConfig:
         network=NetworkConfig(
             vpc_id=net.get("vpcId"),
             private_subnet_ids=tuple(net.get("privateSubnetIds", ())),
-            cidr=net.get("cidr", "10.0.0.0/16"),
+            cidr=net.get("cidr", DEFAULT_VPC_CIDR),
             max_azs=net.get("maxAzs", 3),
             nat_gateways=net.get("natGateways", 1),
         ),

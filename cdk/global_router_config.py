@@ -11,14 +11,16 @@ stack fills in the Redis URLs of the ElastiCache it creates.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+import jsonschema
 
-from igw.config.documents import read_documents
+from cdk.config import REPO_ROOT, ipv4_network, subnets_fit
+from igw.config.documents import DocumentReadError, read_documents
 from igw.global_router.schema import is_global_router_config, validate_global_document
 
 
@@ -62,50 +64,98 @@ class GlobalRouterDeployment:
 
 
 DEFAULT_VPC_CIDR = "10.40.0.0/16"
-_REQUIRED = ("account", "region", "availabilityZones", "endpoint", "routerConfig")
+SCHEMA_FILE = REPO_ROOT / "schemas" / "global-router-deployment.schema.json"
+SUBNET_MASKS = (24, 22, 26)
+"""The router VPC's subnets per zone, in CDK's allocation order (``GlobalRouterStack``): public,
+private (the tasks), isolated (the Redis)."""
+
+
+def _path(parts: Sequence[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(root)"
+
+
+def _schema_problems(raw: Any, source: str) -> list[str]:
+    """Every problem of ``raw`` against ``schemas/global-router-deployment.schema.json``, with its path:
+    a wrong type, an unknown key (a misspelt one changed nothing before) or a value out of range."""
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text(encoding="utf-8")))
+    errors = sorted(validator.iter_errors(raw), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    return [f"{source}: {_path(list(error.absolute_path))}: {error.message}" for error in errors]
+
+
+def _network_problems(raw: Mapping[str, Any], source: str) -> list[str]:
+    """The zones, the VPC and the admitted networks: what EC2 or CDK refuse (CDK with a traceback)."""
+    problems: list[str] = []
+    region = raw["region"]
+    zones = raw["availabilityZones"]
+    for i, zone in enumerate(zones):
+        if zone[:-1] != region:
+            problems.append(f"{source}: availabilityZones[{i}]: {zone} is not a zone of the region {region}")
+    vpc_cidr = raw.get("vpcCidr", DEFAULT_VPC_CIDR)
+    network, why = ipv4_network(vpc_cidr)
+    if network is None:
+        problems.append(f"{source}: vpcCidr: {why}")
+    elif not subnets_fit(network, [mask for mask in SUBNET_MASKS for _ in zones]):
+        problems.append(
+            f"{source}: vpcCidr: {vpc_cidr} cannot hold a public /24, a private /22 and a cache /26 "
+            f"subnet in each of {len(zones)} zones"
+        )
+    endpoint = raw["endpoint"]
+    for i, cidr in enumerate(endpoint.get("allowedCidrs", ())):
+        _, why = ipv4_network(cidr)
+        if why is not None:
+            problems.append(f"{source}: endpoint.allowedCidrs[{i}]: {why}")
+    if endpoint.get("public", False) and "allowedCidrs" not in endpoint:
+        problems.append(
+            f"{source}: endpoint.allowedCidrs: required with public: true (without it the "
+            "internet-facing load balancer admits only the router's own VPC)"
+        )
+    return problems
 
 
 def parse(raw: Any, *, base: Path, source: str) -> GlobalRouterDeployment:
-    if not isinstance(raw, Mapping):
-        raise GlobalRouterDeploymentError(f"{source}: expected a mapping")
-    problems = [f"{source}: missing required field {name!r}" for name in _REQUIRED if name not in raw]
+    """Validate a decoded deployment file (schema, then zones, networks and the router configuration
+    it names) and return it typed, or raise :class:`GlobalRouterDeploymentError` listing every
+    problem with its field."""
+    problems = _schema_problems(raw, source)
     if problems:
         raise GlobalRouterDeploymentError("\n".join(problems))
+    problems = _network_problems(raw, source)
     endpoint = raw["endpoint"]
-    for name in ("domainName", "hostedZoneId", "hostedZoneName"):
-        if name not in endpoint:
-            problems.append(f"{source}: endpoint.{name}: required (TLS certificate and DNS record)")
     router_path = (base / str(raw["routerConfig"])).resolve()
-    documents = [d.content for d in read_documents(router_path) if is_global_router_config(d.content)]
-    if len(documents) != 1:
-        problems.append(f"{router_path}: expected exactly one GlobalRouterConfig document")
+    documents: list[Any] = []
+    try:
+        documents = [d.content for d in read_documents(router_path) if is_global_router_config(d.content)]
+    except DocumentReadError as exc:
+        problems.append(f"{source}: routerConfig: {exc}")
     else:
-        problems += [f"{router_path}: {p}" for p in validate_global_document(documents[0])]
-    if len(raw["availabilityZones"]) < 2:
-        problems.append(f"{source}: availabilityZones: at least 2 (Multi-AZ Redis and load balancer)")
+        if len(documents) != 1:
+            problems.append(f"{router_path}: expected exactly one GlobalRouterConfig document")
+        else:
+            problems += [f"{router_path}: {p}" for p in validate_global_document(documents[0])]
+    vpc_cidr = str(raw.get("vpcCidr", DEFAULT_VPC_CIDR))
     cidrs, peers, network_problems = _tier1_networks(
-        raw.get("tier1Networks", {}),
-        region=str(raw["region"]),
-        vpc_cidr=str(raw.get("vpcCidr", DEFAULT_VPC_CIDR)),
-        source=source,
+        raw.get("tier1Networks", {}), region=str(raw["region"]), vpc_cidr=vpc_cidr, source=source
     )
     problems += network_problems
     if problems:
         raise GlobalRouterDeploymentError("\n".join(problems))
     return GlobalRouterDeployment(
-        account=str(raw["account"]),
-        region=str(raw["region"]),
-        availability_zones=tuple(str(z) for z in raw["availabilityZones"]),
-        stack_name=str(raw.get("stackName", "IgwGlobalRouter")),
-        vpc_cidr=str(raw.get("vpcCidr", DEFAULT_VPC_CIDR)),
-        image=str(raw["image"]) if raw.get("image") else None,
-        replicas=int(raw.get("replicas", 2)),
-        public=bool(endpoint.get("public", False)),
-        allowed_cidrs=tuple(str(c) for c in endpoint.get("allowedCidrs", ())),
-        domain_name=str(endpoint["domainName"]),
-        hosted_zone_id=str(endpoint["hostedZoneId"]),
-        hosted_zone_name=str(endpoint["hostedZoneName"]),
-        cache_node_type=str(raw.get("cacheNodeType", "cache.t4g.small")),
+        account=raw["account"],
+        region=raw["region"],
+        availability_zones=tuple(raw["availabilityZones"]),
+        stack_name=raw.get("stackName", "IgwGlobalRouter"),
+        vpc_cidr=vpc_cidr,
+        image=raw.get("image"),
+        replicas=raw.get("replicas", 2),
+        public=endpoint.get("public", False),
+        allowed_cidrs=tuple(endpoint.get("allowedCidrs", ())),
+        domain_name=endpoint["domainName"],
+        hosted_zone_id=endpoint["hostedZoneId"],
+        hosted_zone_name=endpoint["hostedZoneName"],
+        cache_node_type=raw.get("cacheNodeType", "cache.t4g.small"),
         router_document=documents[0],
         tier1_cidrs=cidrs,
         tier1_peer_vpcs=peers,
@@ -128,9 +178,8 @@ def _tier1_networks(
     """``tier1Networks``: ``cidrs`` (reached through a Transit Gateway or peering made elsewhere) and
     ``peerVpcs`` (same-region VPCs the stack peers with); the problems, each naming its field."""
     where = f"{source}: tier1Networks"
-    if not isinstance(raw, Mapping):
-        return (), (), [f"{where}: expected a mapping"]
     problems: list[str] = []
+    router_network, _ = ipv4_network(vpc_cidr)
     cidrs: list[str] = []
     for i, value in enumerate(raw.get("cidrs", [])):
         cidr, bad = _cidr(value, f"{where}.cidrs[{i}]")
@@ -140,9 +189,6 @@ def _tier1_networks(
     peers: list[PeerVpc] = []
     for i, peer in enumerate(raw.get("peerVpcs", [])):
         at = f"{where}.peerVpcs[{i}]"
-        if not isinstance(peer, Mapping) or not str(peer.get("vpcId", "")).startswith("vpc-"):
-            problems.append(f"{at}.vpcId: required, a VPC ID (vpc-...)")
-            continue
         if str(peer.get("region", region)) != region:
             problems.append(
                 f"{at}.region: {peer['region']} is not the router's region {region}; this stack peers only "
@@ -152,7 +198,7 @@ def _tier1_networks(
             continue
         cidr, bad = _cidr(peer.get("cidr"), f"{at}.cidr")
         problems += bad
-        if cidr is not None and ipaddress.ip_network(cidr).overlaps(ipaddress.ip_network(vpc_cidr)):
+        if cidr is not None and router_network and ipaddress.ip_network(cidr).overlaps(router_network):
             problems.append(
                 f"{at}.cidr: {cidr} overlaps the router's vpcCidr {vpc_cidr} (peering needs disjoint)"
             )
@@ -163,7 +209,15 @@ def _tier1_networks(
 
 
 def load(path: Path) -> GlobalRouterDeployment:
-    return parse(yaml.safe_load(path.read_text(encoding="utf-8")), base=path.parent, source=str(path))
+    """Read a deployment file like every configuration file (a syntax error with its line; a file nested
+    thousands of levels deep, an alias bomb or a duplicate key refused) and :func:`parse` it."""
+    try:
+        documents = read_documents(path)
+    except DocumentReadError as exc:
+        raise GlobalRouterDeploymentError(str(exc)) from exc
+    if len(documents) != 1:
+        raise GlobalRouterDeploymentError(f"{path}: one document expected, got {len(documents)}")
+    return parse(documents[0].content, base=path.parent, source=str(path))
 
 
 EXAMPLE_FILE = Path(__file__).resolve().parent / "examples" / "global" / "global-router.yaml"

@@ -2,7 +2,8 @@
 
 Its nodes run the model servers. Lifecycle scripts live in a bucket whose name starts with
 ``sagemaker-`` (the managed instance policy only grants ``sagemaker-*`` buckets, and SageMaker rejects
-other ``SourceS3Uri`` prefixes); the bundled ``on_create.sh`` is uploaded by the stack. That name is
+other ``SourceS3Uri`` prefixes); the scripts in ``lifecycle_scripts/`` are uploaded by the stack and
+each node runs ``hyperpod.lifecycleScriptOnCreate`` (default ``on_create.sh``) of them. That name is
 fixed, so the bucket is deleted with the stack (objects first): ``cdk destroy`` then ``cdk deploy``
 must not find it left over. The execution role carries the managed
 ``AmazonSageMakerClusterInstanceRolePolicy``, the ENI permissions EKS orchestration needs, ECR pull
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from pathlib import Path
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -23,12 +23,12 @@ from aws_cdk import aws_s3_deployment as s3_deployment
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from cdk.config import HyperPodConfig, InstanceGroupConfig
+from cdk.config import LIFECYCLE_SCRIPTS_DIR, HyperPodConfig, InstanceGroupConfig
 from cdk.constructs import checkov_ack
 from cdk.constructs.buckets import access_log_bucket, logged_bucket
 from cdk.constructs.nag_ack import acknowledge, arn_of, asset_bucket, managed_policy, partition_of
 
-SCRIPTS_DIR = Path(__file__).resolve().parent / "lifecycle_scripts"
+SCRIPTS_DIR = LIFECYCLE_SCRIPTS_DIR
 SCRIPTS_PREFIX = "lifecycle/"
 INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
 MAX_BUCKET_NAME = 63
@@ -115,12 +115,15 @@ class HyperPodCluster(Construct):
                 security_group_ids=[security_group],
                 subnets=[subnet.subnet_id for subnet in private_subnets],
             ),
-            instance_groups=[self._instance_group(group) for group in config.instance_groups],
+            instance_groups=[
+                self._instance_group(group, on_create=config.lifecycle_script_on_create)
+                for group in config.instance_groups
+            ],
         )
         self.cluster.node.add_dependency(self.scripts, *after)
 
     def _instance_group(
-        self, group: InstanceGroupConfig
+        self, group: InstanceGroupConfig, *, on_create: str
     ) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
         return sagemaker.CfnCluster.ClusterInstanceGroupProperty(
             instance_group_name=group.name,
@@ -131,7 +134,7 @@ class HyperPodCluster(Construct):
             life_cycle_config=sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
                 # A literal s3://sagemaker-... URI (not a token): the prefix rule is visible in the template.
                 source_s3_uri=f"s3://{self.lifecycle_bucket_name}/{SCRIPTS_PREFIX}",
-                on_create="on_create.sh",
+                on_create=on_create,
             ),
             instance_storage_configs=[
                 sagemaker.CfnCluster.ClusterInstanceStorageConfigProperty(

@@ -265,8 +265,9 @@ class GlobalRouterStack(cdk.Stack):
             record_name=d.domain_name,
             target=route53.RecordTarget.from_alias(targets.LoadBalancerTarget(self.load_balancer)),
         )
+        # Dashboard names are global to the account (a second router region must not take this one over).
         self.fleet_metrics = FleetMetricsDashboard(
-            self, "FleetMetrics", dashboard_name=f"{d.stack_name}-fleet"
+            self, "FleetMetrics", dashboard_name=f"{d.stack_name}-{d.region}-fleet"
         )
         cdk.CfnOutput(self, "Endpoint", value=f"https://{d.domain_name}")
         cdk.CfnOutput(self, "RedisEndpoint", value=self.redis.attr_primary_end_point_address)

@@ -82,7 +82,9 @@ class InferenceStack(cdk.Stack):
             self.metrics_dashboard = GatewayMetricsDashboard(
                 self,
                 "GatewayMetrics",
-                dashboard_name=f"{config.cluster_name}-inference-gateway",
+                # Dashboard names are global to the account: the region keeps the clusters of one
+                # name in two regions (tier-1 clusters of a global router) from sharing one.
+                dashboard_name=f"{config.cluster_name}-{config.region}-inference-gateway",
                 models=sorted({s["modelName"] for s in schedulers if "modelName" in s}),
                 pools=sorted({s["name"] for s in schedulers if "name" in s}),
             )

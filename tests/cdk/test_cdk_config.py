@@ -131,6 +131,122 @@ def test_invalid_config_names_the_field(
     assert expected in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            lambda d: d["network"].update(cidr="999.0.0.0/16"),
+            "network.cidr: '999.0.0.0/16' does not appear to be an IPv4",
+        ),
+        (lambda d: d["network"].update(cidr="10.0.0.1/16"), "network.cidr: 10.0.0.1/16 has host bits set"),
+        (
+            lambda d: d["network"].update(cidr="10.0.0.0/18"),
+            "network.cidr: 10.0.0.0/18 cannot hold a public /24 and a private /19 subnet in each of 3 zones",
+        ),
+        (
+            lambda d: d["cluster"].update(
+                endpointAccess="publicAndPrivate", publicAccessCidrs=["203.0.113.0/24", "10.0.0.0/33"]
+            ),
+            "cluster.publicAccessCidrs[1]: '10.0.0.0/33' does not appear to be an IPv4",
+        ),
+        (
+            lambda d: d["cluster"].update(endpointAccess="publicAndPrivate", publicAccessCidrs=["0.0.0.0/0"]),
+            "cluster.publicAccessCidrs[0]: 0.0.0.0/0 opens the API endpoint to everyone",
+        ),
+        (
+            lambda d: d["cluster"].update(publicAccessCidrs=["203.0.113.0/24"]),
+            "cluster.publicAccessCidrs: only with cluster.endpointAccess publicAndPrivate",
+        ),
+        (
+            lambda d: d.update(availabilityZones=["us-west-2a", "us-east-1b"]),
+            "availabilityZones[1]: us-east-1b is not a zone of the region us-west-2",
+        ),
+        (
+            lambda d: d["network"].update(maxAzs=2),
+            "network.maxAzs: 2, but the new VPC spans the 3 availabilityZones listed",
+        ),
+        (
+            lambda d: d["network"].update(natGateways=4),
+            "network.natGateways: 4, but the new VPC has 3 zones",
+        ),
+    ],
+    ids=[
+        "cidr-octet",
+        "cidr-host-bits",
+        "cidr-too-small",
+        "public-cidr-prefix",
+        "public-cidr-everyone",
+        "public-cidrs-private-endpoint",
+        "zone-of-another-region",
+        "max-azs-beside-zones",
+        "nat-gateways-over-zones",
+    ],
+)
+def test_network_settings_ec2_or_eks_would_refuse_are_named(
+    example: dict[str, Any], mutate: Callable[[dict[str, Any]], object], expected: str
+) -> None:
+    """Found by probing (session s38): each of these passed the schema's patterns and then failed
+    synthesis with a jsii traceback (``InvalidIpAddress``, ``1 of /19 exceeds remaining space``),
+    failed at deploy time (EKS refusing ``/33``, subnets in another region's zones), or was silently
+    changed (``10.0.0.1/16`` became the VPC ``10.1.0.0/16``; ``maxAzs`` and extra NAT gateways were
+    dropped)."""
+    document = copy.deepcopy(example)
+    mutate(document)
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    assert expected in str(caught.value)
+
+
+def test_a_new_vpc_just_large_enough_for_its_zones_is_accepted(example: dict[str, Any]) -> None:
+    """A /17 holds three zones' subnets (CDK allocates the /24s, then the aligned /19s)."""
+    document = copy.deepcopy(example)
+    document["network"]["cidr"] = "10.0.0.0/17"
+    assert config.parse(document).network.cidr == "10.0.0.0/17"
+
+
+def test_a_default_hyperpod_name_over_63_characters_is_refused(example: dict[str, Any]) -> None:
+    """Found by probing (session s38): a 55-to-63-character ``clusterName`` passed its own pattern, and
+    the HyperPod cluster's default name ``<clusterName>-hyperpod`` went over ``AWS::SageMaker::Cluster``'s
+    63 characters; CDK only printed a warning at synth and CloudFormation failed the cluster stack."""
+    document = copy.deepcopy(example)
+    document["clusterName"] = "c" * 55
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    assert (
+        f"hyperpod.clusterName: the default '{'c' * 55}-hyperpod' is 64 characters, over HyperPod's 63"
+        in str(caught.value)
+    )
+    document["clusterName"] = "c" * 54
+    assert config.parse(document).hyperpod is not None
+    document["clusterName"] = "c" * 63
+    document["hyperpod"]["clusterName"] = "gpu-pool"
+    parsed = config.parse(document)
+    assert parsed.hyperpod is not None
+    assert parsed.hyperpod.cluster_name == "gpu-pool"
+
+
+@pytest.mark.parametrize(
+    "script", ["custom.sh", "../lifecycle_scripts/../nag_ack.sh", "lifecycle_scripts/on_create.sh"]
+)
+def test_a_lifecycle_script_the_stack_does_not_upload_is_refused(
+    example: dict[str, Any], script: str
+) -> None:
+    """Found by probing (session s38): ``hyperpod.lifecycleScriptOnCreate`` was accepted and ignored
+    (every group ran ``on_create.sh``); it is used now, so it must name a script the stack uploads."""
+    document = copy.deepcopy(example)
+    document["hyperpod"]["lifecycleScriptOnCreate"] = script
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    assert (
+        f"hyperpod.lifecycleScriptOnCreate: {script} is not among the lifecycle scripts the stack uploads "
+        "(on_create.sh in cdk/constructs/lifecycle_scripts/)"
+    ) in str(caught.value)
+    document["hyperpod"]["lifecycleScriptOnCreate"] = "on_create.sh"
+    parsed = config.parse(document)
+    assert parsed.hyperpod is not None
+    assert parsed.hyperpod.lifecycle_script_on_create == "on_create.sh"
+
+
 def test_chart_mode_is_operator_unless_the_values_ask_for_gateway(example: dict[str, Any]) -> None:
     assert config.parse(example).addon.chart_mode == "operator"
     document = copy.deepcopy(example)
@@ -189,7 +305,7 @@ def test_defaults_are_our_chart_with_image_built(example: dict[str, Any]) -> Non
 
 def test_existing_cluster_mode_needs_no_hyperpod(example: dict[str, Any]) -> None:
     document = copy.deepcopy(example)
-    del document["hyperpod"], document["network"]
+    del document["hyperpod"], document["network"], document["cluster"]
     document["existingCluster"] = {
         "vpcId": "vpc-01234567",
         "privateSubnetIds": ["subnet-01234567"],
@@ -200,6 +316,30 @@ def test_existing_cluster_mode_needs_no_hyperpod(example: dict[str, Any]) -> Non
     assert parsed.hyperpod is None
     assert parsed.existing_cluster is not None
     assert parsed.existing_cluster.installed_addons == ("vpc-cni",)
+
+
+def test_existing_cluster_mode_refuses_the_settings_of_a_cluster_it_does_not_create(
+    example: dict[str, Any],
+) -> None:
+    """Found by probing (session s38): with ``existingCluster`` the ``hyperpod`` section and every
+    ``cluster`` setting (admin access entries, endpoint access, authentication mode, system nodes) were
+    accepted and silently changed nothing; a platform engineer adding ``cluster.adminRoleArns`` got no
+    access entry."""
+    document = copy.deepcopy(example)
+    del document["network"]
+    document["existingCluster"] = {
+        "vpcId": "vpc-01234567",
+        "privateSubnetIds": ["subnet-01234567"],
+        "oidcProviderArn": "arn:aws:iam::111111111111:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/X",
+    }
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    problems = caught.value.problems
+    assert any(p.startswith("hyperpod: not used with existingCluster") for p in problems), problems
+    for key in ("kubernetesVersion", "authenticationMode", "endpointAccess", "adminRoleArns", "systemNodes"):
+        assert any(p.startswith(f"cluster.{key}: not used with existingCluster") for p in problems), key
+    del document["hyperpod"], document["cluster"]
+    assert config.parse(document).existing_cluster is not None
 
 
 def test_every_example_config_is_valid_and_synthesized_by_a_fixture() -> None:

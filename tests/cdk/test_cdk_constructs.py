@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
 from cdk.config import (
     AddonConfig,
     GatewayConfigManifest,
+    HyperPodConfig,
     HyperPodDependenciesConfig,
     ImageConfig,
+    InstanceGroupConfig,
     NetworkConfig,
 )
 from cdk.constructs.aws_inference_addon import AwsInferenceAddon
 from cdk.constructs.gateway_config_manifest import GatewayConfig, InvalidGatewayConfigError
 from cdk.constructs.gateway_image import GatewayImage
-from cdk.constructs.hyperpod_cluster import lifecycle_bucket_name
+from cdk.constructs.hyperpod_cluster import HyperPodCluster, lifecycle_bucket_name
 from cdk.constructs.hyperpod_dependencies import HyperPodDependencies, health_agent_image
 from cdk.constructs.igw_chart import IgwChart
 from cdk.constructs.network import Network
@@ -386,3 +389,37 @@ def test_acknowledged_asset_bucket_follows_the_bootstrap_qualifier() -> None:
     assert asset_bucket(custom) == "cdk-igwprod1-assets-111111111111-us-west-2"
     china = cdk.Stack(cdk.App(), "China", env=cdk.Environment(account="111111111111", region="cn-north-1"))
     assert partition_of(china) == "aws-cn"
+
+
+def test_every_instance_group_runs_the_configured_lifecycle_script() -> None:
+    """``hyperpod.lifecycleScriptOnCreate`` reaches every group's ``LifeCycleConfig.OnCreate`` (it was
+    ignored for a fixed ``on_create.sh`` until session s38)."""
+    stack = _stack()
+    imported = eks.Cluster.from_cluster_attributes(
+        stack, "Eks", cluster_name="igw", cluster_security_group_id="sg-0123456789abcdef0"
+    )
+    groups = (
+        InstanceGroupConfig(name="p5", instance_type="ml.p5.48xlarge", instance_count=1),
+        InstanceGroupConfig(name="g5", instance_type="ml.g5.12xlarge", instance_count=2),
+    )
+    HyperPodCluster(
+        stack,
+        "HyperPod",
+        config=HyperPodConfig(
+            cluster_name="igw-hyperpod", instance_groups=groups, lifecycle_script_on_create="setup/node.sh"
+        ),
+        eks_cluster=cast(eks.Cluster, imported),
+        private_subnets=[ec2.Subnet.from_subnet_id(stack, "Subnet", "subnet-0123456789abcdef0")],
+    )
+    (cluster,) = assertions.Template.from_stack(stack).find_resources("AWS::SageMaker::Cluster").values()
+    configs = [group["LifeCycleConfig"] for group in cluster["Properties"]["InstanceGroups"]]
+    assert (
+        configs
+        == [
+            {
+                "OnCreate": "setup/node.sh",
+                "SourceS3Uri": "s3://sagemaker-igw-hyperpod-111111111111-us-west-2/lifecycle/",
+            }
+        ]
+        * 2
+    )

@@ -150,6 +150,15 @@ def test_gateway_dashboard_draws_every_emitted_metric_and_nothing_else(synthesiz
     assert {ns for ns, _, _ in found} == {DEFAULT_NAMESPACE}
 
 
+def test_dashboard_names_carry_the_region(synthesized: Synthesized) -> None:
+    """Found by probing (session s38): CloudWatch dashboard names are global to the account, not to a
+    region, and the gateway's was ``<clusterName>-inference-gateway``: tier-1 clusters of one name in
+    two regions (the global router's set-up) shared one dashboard, the second stack overwriting the
+    first's and either stack's deletion removing it. The fleet dashboard test checks the router's."""
+    (dashboard,) = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Dashboard")
+    assert dashboard["DashboardName"] == "igw-inference-us-west-2-inference-gateway"
+
+
 def test_replicas_documents_add_up_only_where_they_are_shares_of_traffic(synthesized: Synthesized) -> None:
     """Each gateway replica writes its own documents: requests add up, latency quantiles take the
     worst replica, percentages average, and the pool's ready pods (alike on every replica) their
@@ -208,6 +217,8 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
     app = cdk.App(outdir=str(tmp_path_factory.mktemp("fleet-cdk.out")), context=feature_flags())
     stack = build_global_router_stack(app, load(EXAMPLE_FILE), apply_nag=False)
     template = app.synth().get_stack_artifact(stack.artifact_id).template
+    (dashboard,) = of_type(template, "AWS::CloudWatch::Dashboard")
+    assert dashboard["DashboardName"] == "IgwGlobalRouter-us-east-1-fleet"  # names are account-wide
     found = searches(template)
     assert sorted((name, dims) for _, dims, name in found) == sorted(TIER2.items())
     assert {ns for ns, _, _ in found} == {DEFAULT_FLEET_NAMESPACE}

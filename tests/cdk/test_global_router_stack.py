@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,7 @@ def test_invalid_router_config_is_refused_with_the_field(tmp_path: Path) -> None
     with pytest.raises(GlobalRouterDeploymentError, match=r"spec\.clusters\[0\]\.endpoint"):
         parse(raw, base=tmp_path, source="global.yaml")
     del raw["account"]
-    with pytest.raises(GlobalRouterDeploymentError, match="missing required field 'account'"):
+    with pytest.raises(GlobalRouterDeploymentError, match=r"global.yaml: \(root\): 'account' is a required"):
         parse(raw, base=tmp_path, source="global.yaml")
 
 
@@ -198,14 +199,101 @@ def test_redis_admits_the_tier1_networks_on_its_port(synthesized: tuple[Path, di
     assert all("cache" in t for t in cache_tables), cache_tables
 
 
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            lambda d: d["endpoint"].update(public="false"),
+            "global.yaml: endpoint.public: 'false' is not of type 'boolean'",
+        ),
+        (
+            lambda d: d.update(replica=3),
+            "global.yaml: (root): Additional properties are not allowed ('replica'",
+        ),
+        (
+            lambda d: d["endpoint"].update(allowedCidr=["10.1.0.0/16"]),
+            "global.yaml: endpoint: Additional properties are not allowed ('allowedCidr'",
+        ),
+        (lambda d: d.update(tier1Network={}), "Additional properties are not allowed ('tier1Network'"),
+        (lambda d: d.update(replicas="two"), "global.yaml: replicas: 'two' is not of type 'integer'"),
+        (lambda d: d.update(replicas=0), "global.yaml: replicas: 0 is less than the minimum of 1"),
+        (lambda d: d.update(availabilityZones=3), "global.yaml: availabilityZones: 3 is not of type 'array'"),
+        (
+            lambda d: d.update(account=111111111111),
+            "global.yaml: account: 111111111111 is not of type 'string'",
+        ),
+        (
+            lambda d: d.update(availabilityZones=["us-west-2a", "us-west-2b"]),
+            "global.yaml: availabilityZones[0]: us-west-2a is not a zone of the region us-east-1",
+        ),
+        (
+            lambda d: d.update(vpcCidr="10.40.0.0/21"),
+            "global.yaml: vpcCidr: 10.40.0.0/21 cannot hold a public /24, a private /22 and a cache /26",
+        ),
+        (lambda d: d.update(vpcCidr="10.40.0.1/16"), "global.yaml: vpcCidr: 10.40.0.1/16 has host bits set"),
+        (
+            lambda d: d["endpoint"].update(allowedCidrs=["10.0.0.0/33"]),
+            "global.yaml: endpoint.allowedCidrs[0]: '10.0.0.0/33' does not appear to be an IPv4",
+        ),
+        (
+            lambda d: d["endpoint"].update(public=True) or d["endpoint"].pop("allowedCidrs"),
+            "global.yaml: endpoint.allowedCidrs: required with public: true",
+        ),
+        (lambda d: d.update(routerConfig="missing.yaml"), "global.yaml: routerConfig: "),
+        (lambda d: d.update(stackName="my stack"), "global.yaml: stackName: 'my stack' does not match"),
+    ],
+    ids=[
+        "public-as-string",
+        "unknown-key",
+        "misspelt-endpoint-key",
+        "misspelt-tier1-networks",
+        "replicas-string",
+        "replicas-zero",
+        "zones-not-a-list",
+        "account-number",
+        "zones-of-another-region",
+        "vpc-too-small",
+        "vpc-host-bits",
+        "allowed-cidr-prefix",
+        "public-without-allowed-cidrs",
+        "router-config-missing",
+        "stack-name",
+    ],
+)
+def test_a_bad_deployment_file_is_refused_with_the_field(
+    mutate: Callable[[dict[str, Any]], object], expected: str
+) -> None:
+    """Found by probing (session s38): the deployment file had no schema. ``public: "false"`` (a string)
+    made the load balancer internet-facing, misspelt keys (``allowedCidr``, ``tier1Network``) were
+    ignored, ``replicas: two`` or ``availabilityZones: 3`` ended in a ``ValueError``/``TypeError``
+    traceback, a missing ``routerConfig`` file in a ``DocumentReadError`` traceback, and a VPC too small
+    for its subnets, host bits, another region's zones or ``replicas: 0`` reached CDK or CloudFormation."""
+    raw = yaml.safe_load(EXAMPLE_FILE.read_text())
+    mutate(raw)
+    with pytest.raises(GlobalRouterDeploymentError) as caught:
+        parse(raw, base=EXAMPLE_FILE.parent, source="global.yaml")
+    assert expected in str(caught.value)
+
+
+def test_a_deployment_file_of_a_hostile_shape_is_refused(tmp_path: Path) -> None:
+    """Read like every configuration file (it was ``yaml.safe_load``: a 100,000-deep file was a
+    ``RecursionError`` traceback, and a key given twice silently took its last value)."""
+    path = tmp_path / "global.yaml"
+    path.write_text("account: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(GlobalRouterDeploymentError, match="nested deeper than"):
+        load(path)
+    path.write_text("account: '111111111111'\naccount: '222222222222'\n")
+    with pytest.raises(GlobalRouterDeploymentError, match="duplicate key 'account'"):
+        load(path)
+
+
 def test_tier1_networks_are_validated_with_the_field(tmp_path: Path) -> None:
     raw = yaml.safe_load(EXAMPLE_FILE.read_text())
     raw["tier1Networks"] = {
         "cidrs": ["10.0.0.1/8", "0.0.0.0/0"],
         "peerVpcs": [
-            {"vpcId": "vpc-1", "cidr": "10.40.1.0/24"},
-            {"vpcId": "vpc-2", "cidr": "10.50.0.0/16", "region": "eu-west-1"},
-            {"cidr": "10.60.0.0/16"},
+            {"vpcId": "vpc-0123456789abcdef1", "cidr": "10.40.1.0/24"},
+            {"vpcId": "vpc-0123456789abcdef2", "cidr": "10.50.0.0/16", "region": "eu-west-1"},
         ],
     }
     with pytest.raises(GlobalRouterDeploymentError) as caught:
@@ -216,12 +304,19 @@ def test_tier1_networks_are_validated_with_the_field(tmp_path: Path) -> None:
     assert "tier1Networks.peerVpcs[0].cidr: 10.40.1.0/24 overlaps the router's vpcCidr" in message
     assert "tier1Networks.peerVpcs[1].region: eu-west-1" in message
     assert "Transit Gateway" in message
-    assert "tier1Networks.peerVpcs[2].vpcId: required" in message
     raw["tier1Networks"] = {
-        "peerVpcs": [{"vpcId": "vpc-9", "cidr": "10.9.0.0/16", "account": "222222222222"}]
+        "peerVpcs": [{"vpcId": "vpc-1", "cidr": "10.60.0.0/16"}, {"cidr": "10.60.0.0/16"}]
+    }
+    with pytest.raises(GlobalRouterDeploymentError) as caught:
+        parse(raw, base=EXAMPLE_FILE.parent, source="global.yaml")
+    message = str(caught.value)
+    assert "tier1Networks.peerVpcs[0].vpcId: 'vpc-1' does not match" in message
+    assert "tier1Networks.peerVpcs[1]: 'vpcId' is a required property" in message
+    raw["tier1Networks"] = {
+        "peerVpcs": [{"vpcId": "vpc-0123456789abcdef9", "cidr": "10.9.0.0/16", "account": "222222222222"}]
     }
     (peer,) = parse(raw, base=EXAMPLE_FILE.parent, source="global.yaml").tier1_peer_vpcs
-    assert (peer.vpc_id, peer.cidr, peer.account) == ("vpc-9", "10.9.0.0/16", "222222222222")
+    assert (peer.vpc_id, peer.cidr, peer.account) == ("vpc-0123456789abcdef9", "10.9.0.0/16", "222222222222")
 
 
 def test_igw_audit_cdk_out_sees_the_router_configuration_the_stack_deploys(
