@@ -135,6 +135,16 @@ def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
 
 
 CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+MAX_GENERATED_NAME_BASE = 58
+"""apiserver's ``names.MaxGeneratedNameLength`` (63 less the 5 random characters): a longer
+``generateName`` is cut to it before the suffix is added."""
+
+
+def generated_name(base: str) -> str:
+    """A name for ``generateName: base`` as the API server makes one (``SimpleNameGenerator``): the base
+    cut to 58 characters, then 5 random ones. Uncut, a 253-character object's Event (``<name>.``) got a
+    259-character name the fake refused and a cluster never does."""
+    return f"{base[:MAX_GENERATED_NAME_BASE]}{uuid.uuid4().hex[:5]}"
 
 
 def _admitted_crd(name: str, body: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -292,7 +302,7 @@ class KubeStore:
         meta = body.setdefault("metadata", {})
         name = meta.get("name")
         if not name and meta.get("generateName"):
-            name = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+            name = generated_name(str(meta["generateName"]))
             meta["name"] = name
         if not name:
             raise StoreError(422, "Invalid", f"{kind.kind}.metadata.name: Required value: name is required")

@@ -229,6 +229,21 @@ def test_the_fake_refuses_names_and_labels_the_api_server_refuses(
     assert needle in json.loads(refused.value.body or "{}")["message"]
 
 
+def test_a_generated_name_is_cut_as_the_api_server_cuts_it(kube: FakeKubeApiServer) -> None:
+    """``generateName`` longer than 58 characters is cut to 58 before the 5 random ones, so an Event
+    about a 253-character object (``generateName: <name>.``) is stored with a 63-character name."""
+    core = kubernetes.client.CoreV1Api(kube.api_client())
+    base = "team-a.prod." + "x" * 240 + "."
+    involved = kubernetes.client.V1ObjectReference(kind="ConfigMap", name="x", namespace="inference")
+    event = kubernetes.client.CoreV1Event(
+        metadata=kubernetes.client.V1ObjectMeta(generate_name=base), involved_object=involved
+    )
+    created = core.create_namespaced_event("inference", event)
+    name = str(created.metadata.name)
+    assert len(name) == 63
+    assert name.startswith(base[:58])
+
+
 def _status_args() -> tuple[str, str, str, str, str]:
     return ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inference", "inferencegatewayconfigs", "chat")
 

@@ -350,6 +350,29 @@ def test_two_configs_whose_names_give_one_data_plane_name_do_not_fight_over_it(
     assert (loser["status"]["models"], loser["status"]["address"]) == ("", "")
 
 
+def test_an_object_with_a_253_character_name_gets_its_data_plane_status_and_events(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """The longest name the API server allows: the data plane under the shortened name, and the
+    Events (``generateName: <name>.``, which the API server cuts to 58 characters). With the fake
+    leaving ``generateName`` uncut, the first Event was refused and every pass ended in a traceback."""
+    name = ("team-a.prod." + "llama-3-1-70b-instruct." * 10 + "chat.abcdef")[:253]
+    assert len(name) == 253
+    cluster.add(igwc(name))
+    wait_condition(cluster, name, "GatewayProgrammed", "True")
+    assert find(cluster, "Deployment", "inference", base_name(name)) is not None
+
+    def posted() -> set[str] | None:
+        reasons = {
+            str(obj.get("reason"))
+            for obj in cluster.store.iter_all()
+            if obj["kind"] == "Event" and obj["involvedObject"]["name"] == name
+        }
+        return reasons if {"AcceptedValid", "GatewayProgrammedProgrammed"} <= reasons else None
+
+    wait_for(posted, what="the Events of the 253-character object")
+
+
 def test_an_object_created_outside_the_operator_is_not_taken_over(
     cluster: FakeKubeApiServer, operator: OperatorThread
 ) -> None:
