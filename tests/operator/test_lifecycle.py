@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from igw.operator.dataplane import CONFIG_KEY, RESTART_CONFIG_ANNOTATION, DataPlaneSettings, base_name
@@ -490,6 +492,26 @@ def test_the_resync_forgets_an_object_deleted_while_the_watch_was_away(cluster: 
     asyncio.run(resync.pass_all())
     assert resync.known == {("inference", "kept")}
     assert find(cluster, "Deployment", "inference", "kept-gateway") is not None
+
+
+def test_events_the_api_server_refuses_are_logged_and_the_pass_goes_on(
+    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without RBAC for Events (or under a 429, or a quota) every transition is still attempted and
+    the pass ends normally; the first refusal used to end it in a traceback (kopf retried the handler
+    a minute later) with the remaining transitions never posted."""
+    cluster.forbid("events")
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    with caplog.at_level(logging.WARNING, logger="igw.operator"):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert (
+        condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")["status"]
+        == "True"
+    )
+    failed = [r.getMessage() for r in caplog.records if "event failed" in r.getMessage()]
+    assert len(failed) == 5, failed  # the first pass: every condition type's first transition
+    assert all("Forbidden" in message or "403" in message for message in failed), failed
 
 
 def test_a_refusal_too_long_for_a_condition_still_reaches_the_status(
