@@ -11,9 +11,15 @@ from typing import Any
 import pytest
 import yaml
 
-from igw.operator.dataplane import CONFIG_KEY, RESTART_CONFIG_ANNOTATION, DataPlaneSettings, base_name
+from igw.operator.dataplane import (
+    CONFIG_KEY,
+    RESTART_CONFIG_ANNOTATION,
+    DataPlaneSettings,
+    base_name,
+    desired_objects,
+)
 from igw.operator.handlers import KOPF_FINALIZER, Resync
-from igw.operator.kube import IGWC_API_VERSION, Kube
+from igw.operator.kube import IGWC_API_VERSION, Kube, NotOwnedError
 from igw.operator.reconcile import Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod
 from tests.operator.harness import (
@@ -408,6 +414,30 @@ def _finalizers(kube: FakeKubeApiServer, name: str) -> list[str]:
     obj = find(kube, "InferenceGatewayConfig", "inference", name)
     assert obj is not None
     return list(obj["metadata"].get("finalizers") or [])
+
+
+def test_an_orphan_is_adopted_only_by_a_live_config_of_its_name(cluster: FakeKubeApiServer) -> None:
+    """``kubectl delete --cascade=orphan`` while a pass for the object is still applying: that pass
+    must not adopt the orphans back for the uid just deleted (the garbage collector would then delete
+    the whole data plane, the gateway with it); the object applied again adopts them."""
+    kube = Kube(cluster.api_client())
+    reconciler = Reconciler(kube, DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    gone = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert gone is not None
+    igwc_kind = cluster.store.kind_for(api_version=IGWC_API_VERSION, kind="InferenceGatewayConfig")
+    cluster.store.delete(igwc_kind, "inference", "chat", propagation="Orphan")
+    config_map = next(o for o in desired_objects(gone, DataPlaneSettings()) if o["kind"] == "ConfigMap")
+    with pytest.raises(NotOwnedError, match="gone or being deleted"):
+        asyncio.run(kube.apply(config_map))
+    orphan = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+    assert orphan is not None
+    assert "ownerReferences" not in orphan["metadata"]
+
+    reborn = cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert {o["kind"] for o in owned_by(cluster, reborn["metadata"]["uid"])} >= DATA_PLANE_KINDS
 
 
 def test_no_finalizer_so_deleting_never_waits_for_the_operator(
