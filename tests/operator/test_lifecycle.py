@@ -289,6 +289,35 @@ def _edit_served(kube: FakeKubeApiServer, name: str, text: str) -> None:
     write_latest(kube, "ConfigMap", "inference", f"{name}-gateway-config", edit)
 
 
+def test_a_rewrite_keeps_the_finalizers_other_controllers_put_on_the_data_plane(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """The AWS Load Balancer Controller puts ``service.k8s.aws/resources`` on the gateway Service, to
+    delete the NLB before the Service goes. The operator's rewrite (a replace, here adding the TLS
+    listener) sent no finalizers, so it removed that one: the Service deleted with its config would
+    have left the NLB and its target groups behind."""
+    cluster.add(igwc("chat"))
+    wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+    kind = cluster.store.kind_for(api_version="v1", kind="Service")
+    finalizer = "service.k8s.aws/resources"
+
+    def add_finalizer(current: dict[str, Any]) -> None:
+        current["metadata"]["finalizers"] = [finalizer]
+        cluster.store.replace(kind, "inference", "chat-gateway", current)
+
+    write_latest(cluster, "Service", "inference", "chat-gateway", add_finalizer)
+    arn = "arn:aws:acm:us-east-1:123456789012:certificate/0e5a8b1c-1111-2222-3333-444455556666"
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(tls={"acmArn": arn}))
+
+    def rewritten() -> dict[str, Any] | None:
+        service = find(cluster, "Service", "inference", "chat-gateway")
+        annotations = (service or {}).get("metadata", {}).get("annotations") or {}
+        return service if arn in annotations.values() else None
+
+    service = wait_for(rewritten, what="the Service with the TLS listener")
+    assert service["metadata"].get("finalizers") == [finalizer]
+
+
 def test_edited_served_config_is_put_back(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
     """Someone who may edit ConfigMaps strips the JWT requirement from the served config: the operator
     writes the admitted spec back at the next pass (it did not: the applied hash was unchanged)."""

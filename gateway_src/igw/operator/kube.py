@@ -6,7 +6,8 @@ keyed by a hash of the desired object stored in an annotation: an unchanged obje
 written again (no churn, no spurious rollouts), a changed or deleted one is put back. "Changed"
 covers both sides: what the operator wants (the hash differs) and what someone else edited in the
 fields the operator sets (a ``kubectl edit`` of the served ConfigMap keeps the annotation, so the
-hash alone never noticed it; fields the API server or controllers add are not compared). An
+hash alone never noticed it; fields the API server or controllers add are not compared). A replace
+keeps the finalizers other controllers put on the object. An
 existing object of the same name that another owner (or none) controls is never replaced:
 :class:`NotOwnedError` instead, which the pass reports on the object (``ApplyFailed``). The one
 exception is an orphan the operator wrote for a config of the same name (left by ``kubectl delete
@@ -187,6 +188,12 @@ class Kube:
             if view == wanted or self._stored.get(key) == desired_hash(view):
                 return False
         meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+        # A replace sets the finalizers it sends; the operator sets none, so any there are another
+        # controller's (the AWS Load Balancer Controller's on the Service, which deletes the NLB
+        # before the Service goes): kept, or deleting the Service would leave the NLB behind.
+        finalizers = (current.get("metadata") or {}).get("finalizers")
+        if finalizers and "finalizers" not in meta:
+            meta["finalizers"] = list(finalizers)
         kept = (*_KEPT_SERVICE_FIELDS, *initial_only) if body["kind"] == "Service" else initial_only
         for field in kept:
             if field in (current.get("spec") or {}):
