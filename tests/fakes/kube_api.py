@@ -42,7 +42,8 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   complete enough for ``kubectl`` to leave field validation to the server, ``meta.k8s.io/v1``
   ``Table`` answers (CRD printer columns) for ``kubectl get``, ``BOOKMARK`` events on idle watches
   that set ``allowWatchBookmarks``, ``coordination.k8s.io`` Leases, core Events, RBAC objects,
-  owner-reference garbage collection on delete (immediate and transitive), and writes to a main
+  owner-reference garbage collection on delete (immediate and transitive; ``propagationPolicy:
+  Orphan`` keeps the dependents and drops their owner reference), and writes to a main
   resource that keep its ``/status`` subresource as stored (optimistic concurrency by
   ``resourceVersion`` on replace: 409 Conflict).
 * failure modes: :meth:`forbid` (403 with the real message shape, for all or some resources),
@@ -532,7 +533,7 @@ class FakeKubeApiServer:
                 self._register_crd(written)  # a new CRD generation: its schema and rules apply from now
             return _written(written, write_warnings)
         if method == "DELETE":
-            deleted = self.store.delete(kind, ns, name)
+            deleted = self.store.delete(kind, ns, name, propagation=await self._propagation(request, query))
             if kind.plural in _RETURNS_OBJECT_ON_DELETE:
                 return _json(deleted)
             return _json(
@@ -574,6 +575,17 @@ class FakeKubeApiServer:
                 },
             }
         )
+
+    async def _propagation(self, request: web.Request, query: Mapping[str, str]) -> str:
+        """A delete's ``propagationPolicy``: the query parameter, else the ``DeleteOptions`` body
+        (``kubectl delete --cascade=orphan`` and the Python client send it there), else Background."""
+        policy = query.get("propagationPolicy")
+        if policy is None and request.can_read_body:
+            options = await self._body(request)
+            policy = options.get("propagationPolicy")
+            if options.get("orphanDependents") is True and policy is None:
+                policy = "Orphan"
+        return str(policy or "Background")
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         text = await request.text()

@@ -100,6 +100,9 @@ class WatchEvent:
     """The object before a MODIFIED event (lets selector watches turn it into ADDED/DELETED)."""
 
 
+PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
+"""A delete's ``propagationPolicy`` values (``Background`` when absent, for most kinds)."""
+
 FIELD_VALIDATION_DIRECTIVES = ("Ignore", "Warn", "Strict")
 """The ``fieldValidation`` query parameter's values (``Warn`` when absent, as on the API server)."""
 
@@ -135,6 +138,16 @@ def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
 
 
 CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+MAX_GENERATED_NAME_BASE = 58
+"""apiserver's ``names.MaxGeneratedNameLength`` (63 less the 5 random characters): a longer
+``generateName`` is cut to it before the suffix is added."""
+
+
+def generated_name(base: str) -> str:
+    """A name for ``generateName: base`` as the API server makes one (``SimpleNameGenerator``): the base
+    cut to 58 characters, then 5 random ones. Uncut, a 253-character object's Event (``<name>.``) got a
+    259-character name the fake refused and a cluster never does."""
+    return f"{base[:MAX_GENERATED_NAME_BASE]}{uuid.uuid4().hex[:5]}"
 
 
 def _admitted_crd(name: str, body: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -292,7 +305,7 @@ class KubeStore:
         meta = body.setdefault("metadata", {})
         name = meta.get("name")
         if not name and meta.get("generateName"):
-            name = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+            name = generated_name(str(meta["generateName"]))
             meta["name"] = name
         if not name:
             raise StoreError(422, "Invalid", f"{kind.kind}.metadata.name: Required value: name is required")
@@ -400,17 +413,33 @@ class KubeStore:
         self.on_change()
         return result
 
-    def delete(self, kind: ResourceKind, namespace: str, name: str) -> dict[str, Any]:
+    def delete(
+        self, kind: ResourceKind, namespace: str, name: str, *, propagation: str = "Background"
+    ) -> dict[str, Any]:
         """Delete one object and, like the garbage collector, every object it owns (transitively).
+
+        ``propagation`` is the request's ``propagationPolicy``: ``Orphan`` (``kubectl delete
+        --cascade=orphan``) keeps the dependents and removes their owner reference to the object, as
+        the garbage collector's orphan finalizer does; ``Background`` and ``Foreground`` both collect
+        them at once (the collector does it later, and ``Foreground`` keeps the owner until it has).
 
         An object with ``metadata.finalizers`` is only marked (``deletionTimestamp``, a MODIFIED
         event) and stays until a write removes its last finalizer, as the API server does: with the
         controller that owns the finalizer gone, ``kubectl delete`` waits for good."""
+        if propagation not in PROPAGATION_POLICIES:
+            raise StoreError(
+                400,
+                "BadRequest",
+                f'propagationPolicy: Unsupported value: "{propagation}": supported values: '
+                + ", ".join(f'"{policy}"' for policy in PROPAGATION_POLICIES),
+            )
         with self._lock:
             key = (kind.key, namespace, name)
             obj = self._objects.get(key)
             if obj is None:
                 raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
+            if propagation == "Orphan":
+                self._orphan_dependents(str(obj["metadata"].get("uid", "")))
             if obj["metadata"].get("finalizers"):
                 if not obj["metadata"].get("deletionTimestamp"):
                     previous = copy.deepcopy(obj)
@@ -425,6 +454,24 @@ class KubeStore:
             result = copy.deepcopy(obj)
         self.on_change()
         return result
+
+    def _orphan_dependents(self, owner_uid: str) -> None:
+        """Remove the owner references naming ``owner_uid`` (a MODIFIED event each, as the garbage
+        collector's patch makes); called with the lock held."""
+        if not owner_uid:
+            return
+        for (resource, namespace, _), obj in list(self._objects.items()):
+            refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+            kept = [ref for ref in refs if ref.get("uid") != owner_uid]
+            if len(kept) == len(refs):
+                continue
+            previous = copy.deepcopy(obj)
+            if kept:
+                obj["metadata"]["ownerReferences"] = kept
+            else:
+                obj["metadata"].pop("ownerReferences", None)
+            obj["metadata"]["resourceVersion"] = self._bump()
+            self._record(self.kinds[resource], namespace, "MODIFIED", obj, previous=previous)
 
     def _collect_dependents(self, owner_uid: str) -> None:
         """Delete objects whose ownerReferences name ``owner_uid``; called with the lock held."""

@@ -106,6 +106,44 @@ def test_deleting_an_owner_collects_its_dependents_transitively(kube: FakeKubeAp
     assert find(kube, "ConfigMap", "inference", "free") is not None
 
 
+@pytest.mark.parametrize("through", ["body", "query"])
+def test_an_orphaning_delete_keeps_the_dependents_without_their_owner_reference(
+    kube: FakeKubeApiServer, through: str
+) -> None:
+    """``propagationPolicy: Orphan`` (``kubectl delete --cascade=orphan`` sends it in the body): the
+    dependents stay, their reference to the deleted owner removed and any other kept, as the garbage
+    collector leaves them. The fake collected them regardless, so no test could see an orphan."""
+    owner = kube.add(igwc("chat"))
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keep", "uid": "0000-other"}
+    ref = {
+        "apiVersion": "v1",
+        "kind": "X",
+        "name": "chat",
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+    }
+    for name, refs in (("only", [ref]), ("shared", [ref, other])):
+        meta = {"name": name, "namespace": "inference", "ownerReferences": refs}
+        kube.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
+    custom = kubernetes.client.CustomObjectsApi(kube.api_client())
+    args = ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inference", "inferencegatewayconfigs", "chat")
+    if through == "body":
+        custom.delete_namespaced_custom_object(*args, propagation_policy="Orphan")
+    else:
+        url = f"{kube.url}/apis/{args[0]}/{args[1]}/namespaces/{args[2]}/{args[3]}/{args[4]}"
+        request = urllib.request.Request(f"{url}?propagationPolicy=Orphan", method="DELETE")
+        urllib.request.urlopen(request, timeout=10).close()
+    assert find(kube, "InferenceGatewayConfig", "inference", "chat") is None
+    only, shared = (
+        find(kube, "ConfigMap", "inference", "only"),
+        find(kube, "ConfigMap", "inference", "shared"),
+    )
+    assert only is not None
+    assert "ownerReferences" not in only["metadata"]
+    assert shared is not None
+    assert shared["metadata"]["ownerReferences"] == [other]
+
+
 def test_main_resource_writes_keep_the_status_subresource(kube: FakeKubeApiServer) -> None:
     kube.add(igwc("chat"))
     custom = kubernetes.client.CustomObjectsApi(kube.api_client())
@@ -251,6 +289,21 @@ def test_a_pattern_is_matched_as_go_matches_it(kube: FakeKubeApiServer, path: st
     assert refused.value.status == 422
     assert f"spec.{path} in body should match" in json.loads(str(refused.value.body))["message"]
     assert find(kube, "InferenceGatewayConfig", "inference", "chat") is None
+
+
+def test_a_generated_name_is_cut_as_the_api_server_cuts_it(kube: FakeKubeApiServer) -> None:
+    """``generateName`` longer than 58 characters is cut to 58 before the 5 random ones, so an Event
+    about a 253-character object (``generateName: <name>.``) is stored with a 63-character name."""
+    core = kubernetes.client.CoreV1Api(kube.api_client())
+    base = "team-a.prod." + "x" * 240 + "."
+    involved = kubernetes.client.V1ObjectReference(kind="ConfigMap", name="x", namespace="inference")
+    event = kubernetes.client.CoreV1Event(
+        metadata=kubernetes.client.V1ObjectMeta(generate_name=base), involved_object=involved
+    )
+    created = core.create_namespaced_event("inference", event)
+    name = str(created.metadata.name)
+    assert len(name) == 63
+    assert name.startswith(base[:58])
 
 
 def _status_args() -> tuple[str, str, str, str, str]:

@@ -16,11 +16,22 @@ from tests.operator.harness import (
     find,
     igwc,
     mark_deployment_ready,
+    owned_by,
     wait_condition,
     wait_for,
 )
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+DATA_PLANE_KINDS = {
+    "ConfigMap",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "Deployment",
+    "Service",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+}
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
 
 
@@ -132,3 +143,36 @@ def test_kubectl_scale_and_an_hpa_through_the_operator_s_autoscaled_gateway(
     wait_for(relabelled, what="the pass that applied the new labels")
     jsonpath = "jsonpath={.spec.replicas}"
     assert kubectl(kubeconfig, "get", "deploy", "chat-gateway", "-n", "inference", "-o", jsonpath) == "5"
+
+
+def test_a_config_deleted_with_cascade_orphan_and_applied_again_takes_its_data_plane_back(
+    cluster: FakeKubeApiServer, kubeconfig: Path, operator: OperatorThread, tmp_path: Path
+) -> None:
+    """``kubectl delete --cascade=orphan`` then ``kubectl apply`` (re-creating the object without
+    stopping its gateway, the usual way round a field that cannot change): the data plane the
+    operator made for that name, orphaned by the garbage collector, is adopted by the new object and
+    keeps running (the same Deployment, no new rollout). It was refused for good as "controlled by no
+    controller (created outside the operator)", GatewayProgrammed=False."""
+    manifest = tmp_path / "chat.yaml"
+    manifest.write_text(yaml.safe_dump(igwc("chat")))
+    kubectl(kubeconfig, "apply", "-f", str(manifest))
+    wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+    before = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert before is not None
+    kubectl(kubeconfig, "delete", "igwc", "chat", "-n", "inference", "--cascade=orphan")
+    orphaned = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert orphaned is not None
+    assert "ownerReferences" not in orphaned["metadata"]
+
+    kubectl(kubeconfig, "apply", "-f", str(manifest))
+    reborn = wait_for(
+        lambda: find(cluster, "InferenceGatewayConfig", "inference", "chat"), what="the new object"
+    )
+    wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+    uid = reborn["metadata"]["uid"]
+    adopted = {obj["kind"] for obj in owned_by(cluster, uid)}
+    assert adopted >= DATA_PLANE_KINDS, DATA_PLANE_KINDS - adopted
+    after = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert after is not None
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["metadata"]["generation"] == orphaned["metadata"]["generation"]

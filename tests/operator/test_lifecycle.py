@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from igw.operator.dataplane import CONFIG_KEY, RESTART_CONFIG_ANNOTATION, DataPlaneSettings, base_name
+from igw.operator.dataplane import (
+    CONFIG_KEY,
+    RESTART_CONFIG_ANNOTATION,
+    DataPlaneSettings,
+    base_name,
+    desired_objects,
+)
 from igw.operator.handlers import KOPF_FINALIZER, Resync
-from igw.operator.kube import IGWC_API_VERSION, Kube
+from igw.operator.kube import IGWC_API_VERSION, Kube, NotOwnedError
 from igw.operator.reconcile import Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod
 from tests.operator.harness import (
@@ -281,6 +289,35 @@ def _edit_served(kube: FakeKubeApiServer, name: str, text: str) -> None:
     write_latest(kube, "ConfigMap", "inference", f"{name}-gateway-config", edit)
 
 
+def test_a_rewrite_keeps_the_finalizers_other_controllers_put_on_the_data_plane(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """The AWS Load Balancer Controller puts ``service.k8s.aws/resources`` on the gateway Service, to
+    delete the NLB before the Service goes. The operator's rewrite (a replace, here adding the TLS
+    listener) sent no finalizers, so it removed that one: the Service deleted with its config would
+    have left the NLB and its target groups behind."""
+    cluster.add(igwc("chat"))
+    wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+    kind = cluster.store.kind_for(api_version="v1", kind="Service")
+    finalizer = "service.k8s.aws/resources"
+
+    def add_finalizer(current: dict[str, Any]) -> None:
+        current["metadata"]["finalizers"] = [finalizer]
+        cluster.store.replace(kind, "inference", "chat-gateway", current)
+
+    write_latest(cluster, "Service", "inference", "chat-gateway", add_finalizer)
+    arn = "arn:aws:acm:us-east-1:123456789012:certificate/0e5a8b1c-1111-2222-3333-444455556666"
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(tls={"acmArn": arn}))
+
+    def rewritten() -> dict[str, Any] | None:
+        service = find(cluster, "Service", "inference", "chat-gateway")
+        annotations = (service or {}).get("metadata", {}).get("annotations") or {}
+        return service if arn in annotations.values() else None
+
+    service = wait_for(rewritten, what="the Service with the TLS listener")
+    assert service["metadata"].get("finalizers") == [finalizer]
+
+
 def test_edited_served_config_is_put_back(cluster: FakeKubeApiServer, operator: OperatorThread) -> None:
     """Someone who may edit ConfigMaps strips the JWT requirement from the served config: the operator
     writes the admitted spec back at the next pass (it did not: the applied hash was unchanged)."""
@@ -350,6 +387,29 @@ def test_two_configs_whose_names_give_one_data_plane_name_do_not_fight_over_it(
     assert (loser["status"]["models"], loser["status"]["address"]) == ("", "")
 
 
+def test_an_object_with_a_253_character_name_gets_its_data_plane_status_and_events(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """The longest name the API server allows: the data plane under the shortened name, and the
+    Events (``generateName: <name>.``, which the API server cuts to 58 characters). With the fake
+    leaving ``generateName`` uncut, the first Event was refused and every pass ended in a traceback."""
+    name = ("team-a.prod." + "llama-3-1-70b-instruct." * 10 + "chat.abcdef")[:253]
+    assert len(name) == 253
+    cluster.add(igwc(name))
+    wait_condition(cluster, name, "GatewayProgrammed", "True")
+    assert find(cluster, "Deployment", "inference", base_name(name)) is not None
+
+    def posted() -> set[str] | None:
+        reasons = {
+            str(obj.get("reason"))
+            for obj in cluster.store.iter_all()
+            if obj["kind"] == "Event" and obj["involvedObject"]["name"] == name
+        }
+        return reasons if {"AcceptedValid", "GatewayProgrammedProgrammed"} <= reasons else None
+
+    wait_for(posted, what="the Events of the 253-character object")
+
+
 def test_an_object_created_outside_the_operator_is_not_taken_over(
     cluster: FakeKubeApiServer, operator: OperatorThread
 ) -> None:
@@ -383,6 +443,30 @@ def _finalizers(kube: FakeKubeApiServer, name: str) -> list[str]:
     obj = find(kube, "InferenceGatewayConfig", "inference", name)
     assert obj is not None
     return list(obj["metadata"].get("finalizers") or [])
+
+
+def test_an_orphan_is_adopted_only_by_a_live_config_of_its_name(cluster: FakeKubeApiServer) -> None:
+    """``kubectl delete --cascade=orphan`` while a pass for the object is still applying: that pass
+    must not adopt the orphans back for the uid just deleted (the garbage collector would then delete
+    the whole data plane, the gateway with it); the object applied again adopts them."""
+    kube = Kube(cluster.api_client())
+    reconciler = Reconciler(kube, DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    gone = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert gone is not None
+    igwc_kind = cluster.store.kind_for(api_version=IGWC_API_VERSION, kind="InferenceGatewayConfig")
+    cluster.store.delete(igwc_kind, "inference", "chat", propagation="Orphan")
+    config_map = next(o for o in desired_objects(gone, DataPlaneSettings()) if o["kind"] == "ConfigMap")
+    with pytest.raises(NotOwnedError, match="gone or being deleted"):
+        asyncio.run(kube.apply(config_map))
+    orphan = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+    assert orphan is not None
+    assert "ownerReferences" not in orphan["metadata"]
+
+    reborn = cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert {o["kind"] for o in owned_by(cluster, reborn["metadata"]["uid"])} >= DATA_PLANE_KINDS
 
 
 def test_no_finalizer_so_deleting_never_waits_for_the_operator(
@@ -467,6 +551,26 @@ def test_the_resync_forgets_an_object_deleted_while_the_watch_was_away(cluster: 
     asyncio.run(resync.pass_all())
     assert resync.known == {("inference", "kept")}
     assert find(cluster, "Deployment", "inference", "kept-gateway") is not None
+
+
+def test_events_the_api_server_refuses_are_logged_and_the_pass_goes_on(
+    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without RBAC for Events (or under a 429, or a quota) every transition is still attempted and
+    the pass ends normally; the first refusal used to end it in a traceback (kopf retried the handler
+    a minute later) with the remaining transitions never posted."""
+    cluster.forbid("events")
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    with caplog.at_level(logging.WARNING, logger="igw.operator"):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert (
+        condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")["status"]
+        == "True"
+    )
+    failed = [r.getMessage() for r in caplog.records if "event failed" in r.getMessage()]
+    assert len(failed) == 5, failed  # the first pass: every condition type's first transition
+    assert all("Forbidden" in message or "403" in message for message in failed), failed
 
 
 def test_a_refusal_too_long_for_a_condition_still_reaches_the_status(

@@ -6,9 +6,12 @@ keyed by a hash of the desired object stored in an annotation: an unchanged obje
 written again (no churn, no spurious rollouts), a changed or deleted one is put back. "Changed"
 covers both sides: what the operator wants (the hash differs) and what someone else edited in the
 fields the operator sets (a ``kubectl edit`` of the served ConfigMap keeps the annotation, so the
-hash alone never noticed it; fields the API server or controllers add are not compared). An
+hash alone never noticed it; fields the API server or controllers add are not compared). A replace
+keeps the finalizers other controllers put on the object. An
 existing object of the same name that another owner (or none) controls is never replaced:
-:class:`NotOwnedError` instead, which the pass reports on the object (``ApplyFailed``).
+:class:`NotOwnedError` instead, which the pass reports on the object (``ApplyFailed``). The one
+exception is an orphan the operator wrote for a config of the same name (left by ``kubectl delete
+--cascade=orphan``): it is adopted, taking the new owner reference with the desired content.
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ from typing import Any, Final
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.errors import IgwToolingError
+from igw.operator.dataplane import CONFIG_LABEL
 
 APPLIED_HASH: Final = f"{API_GROUP}/applied-hash"
 IGWC_API_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
+ADOPTION_LABELS: Final = ("app.kubernetes.io/managed-by", CONFIG_LABEL)
+"""Labels an orphaned object must share with the desired one to be adopted (:func:`_adoptable`)."""
 _KEPT_SERVICE_FIELDS: Final = ("clusterIP", "clusterIPs", "healthCheckNodePort", "ipFamilies")
 
 
@@ -59,6 +65,22 @@ def _controller_uid(obj: Mapping[str, Any]) -> str | None:
         if ref.get("controller"):
             return str(ref.get("uid"))
     return None
+
+
+def _adoptable(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether ``current`` is an orphan of the data plane ``desired`` belongs to: no controller, written
+    by the operator (its applied-hash annotation) for a config of this name (the managed-by and config
+    labels ``desired`` carries). ``kubectl delete --cascade=orphan`` leaves such objects, and applying
+    the config again must take them back, as a ReplicaSet adopts its pods. Whatever else the orphan
+    holds is replaced by the desired object, so a look-alike made by hand gains nothing."""
+    if _controller_uid(current) is not None:
+        return False
+    meta = current.get("metadata") or {}
+    if APPLIED_HASH not in (meta.get("annotations") or {}):
+        return False
+    have = meta.get("labels") or {}
+    want = (desired.get("metadata") or {}).get("labels") or {}
+    return all(key in want and have.get(key) == want[key] for key in ADOPTION_LABELS)
 
 
 def _holder(obj: Mapping[str, Any]) -> str:
@@ -145,18 +167,33 @@ class Kube:
             return True
         owner = _controller_uid(body)
         if owner is not None and _controller_uid(current) != owner:
-            # Two objects whose names give the same data-plane name (a 253-character name shortened
-            # with its digest, say), or someone else's object of that name: replacing it made two
-            # configs rewrite each other's data plane on every pass.
-            raise NotOwnedError(
-                f"{body['kind']} {meta['namespace']}/{meta['name']} already exists and is controlled by "
-                f"{_holder(current)}, not by this object; rename one of them or delete that {body['kind']}"
-            )
+            if not _adoptable(current, body):
+                # Two objects whose names give the same data-plane name (a 253-character name
+                # shortened with its digest, say), or someone else's object of that name: replacing
+                # it made two configs rewrite each other's data plane on every pass.
+                raise NotOwnedError(
+                    f"{body['kind']} {meta['namespace']}/{meta['name']} already exists and is controlled "
+                    f"by {_holder(current)}, not by this object; rename one of them or delete that "
+                    f"{body['kind']}"
+                )
+            if not self._owner_alive(body):
+                # A pass still running for an object deleted with --cascade=orphan met its own
+                # orphans: adopting them for the gone uid would hand them to the garbage collector.
+                raise NotOwnedError(
+                    f"{body['kind']} {meta['namespace']}/{meta['name']} is an orphan of this data plane, "
+                    "and the object that would adopt it is gone or being deleted"
+                )
         if ((current.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH) == digest:
             view = managed_view(current, wanted)
             if view == wanted or self._stored.get(key) == desired_hash(view):
                 return False
         meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+        # A replace sets the finalizers it sends; the operator sets none, so any there are another
+        # controller's (the AWS Load Balancer Controller's on the Service, which deletes the NLB
+        # before the Service goes): kept, or deleting the Service would leave the NLB behind.
+        finalizers = (current.get("metadata") or {}).get("finalizers")
+        if finalizers and "finalizers" not in meta:
+            meta["finalizers"] = list(finalizers)
         kept = (*_KEPT_SERVICE_FIELDS, *initial_only) if body["kind"] == "Service" else initial_only
         for field in kept:
             if field in (current.get("spec") or {}):
@@ -164,6 +201,15 @@ class Kube:
         replaced = resource.replace(body=body, name=meta["name"], namespace=meta["namespace"])
         self._remember(key, replaced, wanted)
         return True
+
+    def _owner_alive(self, desired: Mapping[str, Any]) -> bool:
+        """Whether the controller ``desired`` names exists with that uid and is not being deleted."""
+        ref = next(r for r in desired["metadata"]["ownerReferences"] if r.get("controller"))
+        owner = self._get(
+            str(ref["apiVersion"]), str(ref["kind"]), desired["metadata"]["namespace"], ref["name"]
+        )
+        meta = (owner or {}).get("metadata") or {}
+        return meta.get("uid") == ref.get("uid") and not meta.get("deletionTimestamp")
 
     def _delete_controlled(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> bool:
         """Delete the object when it exists and its controller is the object ``uid``; ``True`` when

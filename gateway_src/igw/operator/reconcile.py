@@ -5,7 +5,8 @@ and on a timer: it re-reads the object, admits it (:mod:`igw.operator.admission`
 data plane only when admitted (a refused spec leaves the previous data plane untouched), observes
 what runs (the rendered configuration actually served, the gateway Deployment and Service, the
 model-server pods of each served scheduler), then writes the status when it changed and posts
-one Event per condition transition. Passes over the same object never overlap.
+one Event per condition transition (best effort: one the API server refuses is logged). Passes over
+the same object never overlap.
 
 InferenceObjective and InferenceModelRewrite objects bound to the config (``spec.poolRef.name`` is its
 name, same namespace; :mod:`igw.operator.bindings`) are merged into the spec before admission, so the
@@ -46,7 +47,7 @@ from igw.operator.dataplane import (
     object_metadata,
 )
 from igw.operator.kube import IGWC_API_VERSION, Kube
-from igw.operator.status import Observation, compute_status
+from igw.operator.status import Observation, Transition, compute_status
 from igw.operator.tls import (
     CERT_MANAGER_API,
     AcmImporter,
@@ -229,11 +230,29 @@ class Reconciler:
         if _differs(status, igwc.get("status") or {}):
             await self._kube.patch_status(namespace, name, status)
         for transition in transitions:
+            await self._post(igwc, transition)
+
+    async def _post(self, igwc: Mapping[str, Any], transition: Transition) -> None:
+        """Post one transition as an Event, best effort: an Event the API server refuses (403 where
+        the operator may not create Events, 429 under load, a namespace's quota) is logged, as
+        client-go's recorder drops it. Raised, it ended the pass after the status write, so the
+        transitions after it were never posted and kopf retried the whole handler a minute later."""
+        reason = f"{transition.type}{transition.reason}"
+        try:
             await self._kube.event(
                 igwc,
-                reason=f"{transition.type}{transition.reason}",
+                reason=reason,
                 message=f"{transition.type}={transition.status}: {transition.message}",
                 warning=transition.warning,
+            )
+        except Exception as exc:  # events are best effort; the status already says it
+            meta = igwc["metadata"]
+            log.warning(
+                "%s/%s: posting the %s event failed: %s",
+                meta["namespace"],
+                meta["name"],
+                reason,
+                _error_text(exc),
             )
 
     async def _retire_autoscaler(self, igwc: Mapping[str, Any]) -> None:
