@@ -79,12 +79,39 @@ def label_problems(labels: Any, field: str) -> Iterator[str]:
             yield f'{field}[{key}]: Invalid value: "{value}": {problem}'
 
 
+TOTAL_ANNOTATION_SIZE_LIMIT_B = 256 * 1024
+"""apimachinery's ``TotalAnnotationSizeLimitB``: an object's annotations, keys and values together."""
+
+
+def annotation_problems(annotations: Any, field: str) -> Iterator[str]:
+    """``ValidateAnnotations``: keys are qualified names (an optional prefix of lower case), and all of
+    them with their values at most 256 KiB. Without the bound the fake stored what a cluster refuses:
+    ``kubectl apply``'s last-applied copy and kopf's own copy of a large spec, together over it."""
+    if annotations is None:
+        return
+    if not isinstance(annotations, Mapping):
+        yield f"{field}: Invalid value: must be a map of strings"
+        return
+    total = 0
+    for key, value in annotations.items():
+        prefix, _, name = str(key).rpartition("/")
+        key_problems = _format(name, _QUALIFIED_NAME, 63, "qualified name")
+        if prefix:
+            key_problems += _format(prefix, _DNS1123_SUBDOMAIN, 253, "lowercase RFC 1123 subdomain")
+        for problem in key_problems:
+            yield f'{field}: Invalid value: "{key}": {problem}'
+        total += len(str(key).encode()) + len(str(value).encode())
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT_B:
+        yield f"{field}: Too long: must have at most {TOTAL_ANNOTATION_SIZE_LIMIT_B} bytes"
+
+
 def object_problems(kind: str, obj: Mapping[str, Any]) -> list[str]:
     """Every rule ``obj`` (about to be stored as ``kind``) breaks, as the API server words them."""
     meta = obj.get("metadata") or {}
     name = str(meta.get("name") or "")
     problems = [f'metadata.name: Invalid value: "{name}": {p}' for p in name_problems(kind, name)]
     problems += label_problems(meta.get("labels"), "metadata.labels")
+    problems += annotation_problems(meta.get("annotations"), "metadata.annotations")
     if kind in ("Deployment", "StatefulSet", "DaemonSet"):
         spec = obj.get("spec") or {}
         problems += label_problems(

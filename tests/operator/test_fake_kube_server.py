@@ -306,6 +306,24 @@ def test_a_generated_name_is_cut_as_the_api_server_cuts_it(kube: FakeKubeApiServ
     assert name.startswith(base[:58])
 
 
+def test_annotations_over_256_kib_together_are_refused(kube: FakeKubeApiServer) -> None:
+    """apimachinery's ``TotalAnnotationSizeLimitB``: keys and values of all annotations together."""
+    core = kubernetes.client.CoreV1Api(kube.api_client())
+    half = {"a": "x" * (128 * 1024), "b": "y" * (128 * 1024)}  # 2 bytes of keys over the limit
+
+    def create(name: str, annotations: dict[str, str]) -> object:
+        metadata = kubernetes.client.V1ObjectMeta(name=name, annotations=annotations)
+        return core.create_namespaced_config_map(
+            "inference", kubernetes.client.V1ConfigMap(metadata=metadata)
+        )
+
+    with pytest.raises(ApiException) as refused:
+        create("big", half)
+    assert refused.value.status == 422
+    assert "metadata.annotations: Too long: must have at most 262144 bytes" in str(refused.value.body)
+    create("fits", {"a": "x" * (128 * 1024), "b": "y" * (128 * 1024 - 2)})
+
+
 def _status_args() -> tuple[str, str, str, str, str]:
     return ("inference.sagemaker.aws.amazon.com", "v1alpha1", "inference", "inferencegatewayconfigs", "chat")
 

@@ -35,6 +35,7 @@ from igw.config.inference_extension import VERSION as EXTENSION_VERSION
 from igw.config.inference_extension_crds import PLURALS as EXTENSION_PLURALS
 from igw.config.model import API_GROUP, API_VERSION
 from igw.operator.bindings import pool_name
+from igw.operator.diffbase import DigestDiffBaseStorage
 from igw.operator.reconcile import Reconciler
 
 KOPF_PREFIX: Final = "operator.igw.dev"
@@ -116,7 +117,7 @@ def build_settings() -> kopf.OperatorSettings:
         thread_name_prefix=HANDLER_THREAD_PREFIX
     )
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(  # a digest: igw.operator.diffbase
         prefix=KOPF_PREFIX, key="last-handled-configuration"
     )
     settings.posting.enabled = False
