@@ -11,8 +11,9 @@ itself (Service ``inference-gateway`` in the add-on namespace, certificate in th
 documents.
 
 Ordering: the stack depends on the platform stack (cert-manager and the Load Balancer Controller first);
-inside it the chart or add-on (which brings the CRD) comes before the InferenceGatewayConfig, and the
-record's host-name lookup after both.
+inside it the chart or add-on (which brings the CRD) and the namespaces the objects go into
+(``cdk/constructs/namespaces.py``: created when missing, kept when the stack goes) come before the
+InferenceGatewayConfig, and the record's host-name lookup after both.
 
 With our chart, a CloudWatch dashboard and per-model/per-pool alarms over the metrics the gateway
 emits as EMF (``cdk/constructs/metric_dashboards.py``).
@@ -37,6 +38,7 @@ from cdk.constructs.gateway_endpoint import GatewayCertificate, GatewayDnsRecord
 from cdk.constructs.gateway_image import GatewayImage
 from cdk.constructs.igw_chart import RELEASE, IgwChart
 from cdk.constructs.metric_dashboards import GatewayMetricsDashboard
+from cdk.constructs.namespaces import Namespaces
 from cdk.stacks.cluster_handle import ClusterHandle
 from igw.addon import pins
 from igw.operator.dataplane import base_name
@@ -89,6 +91,13 @@ class InferenceStack(cdk.Stack):
                 pools=sorted({s["name"] for s in schedulers if "name" in s}),
             )
         operator_mode = self.chart is not None and config.addon.chart_mode == "operator"
+        token = config.global_heartbeat_token
+        self.namespaces = Namespaces(
+            self,
+            "Namespaces",
+            cluster=cluster.cluster,
+            names=[config.gateway_config.namespace, *([token.namespace] if token is not None else [])],
+        )
         self.gateway_config = GatewayConfig(
             self,
             "GatewayConfig",
@@ -97,6 +106,8 @@ class InferenceStack(cdk.Stack):
             acm_arn=certificate.certificate.certificate_arn if certificate and operator_mode else None,
         )
         self.gateway_config.node.add_dependency(installed)
+        if self.namespaces.manifest is not None:
+            self.gateway_config.node.add_dependency(self.namespaces.manifest)
         self.heartbeat_token: SyncedSecret | None = None
         if config.global_heartbeat_token is not None:
             self.heartbeat_token = SyncedSecret(
@@ -108,6 +119,8 @@ class InferenceStack(cdk.Stack):
                 config=config.global_heartbeat_token,
             )
             self.gateway_config.node.add_dependency(self.heartbeat_token.manifest)
+            if self.namespaces.manifest is not None:
+                self.heartbeat_token.manifest.node.add_dependency(self.namespaces.manifest)
         if certificate is not None and config.endpoint is not None:
             # The Service whose load balancer the record names: the operator's for the applied object,
             # or the chart's own in gateway mode.

@@ -92,3 +92,12 @@ def variant(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
 def existing(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The existing-cluster config, synthesized once per session."""
     return _synthesize(existing_document(), tmp_path_factory.mktemp("cdk-existing.out"))
+
+
+@pytest.fixture(scope="session")
+def own_namespace(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The example with its InferenceGatewayConfig in a namespace of its own (``inference``, as every
+    example under ``crds/examples/`` has it), synthesized once per session."""
+    document = example_document()
+    document["inference"]["gatewayConfig"]["namespace"] = "inference"
+    return _synthesize(document, tmp_path_factory.mktemp("cdk-own-namespace.out"))

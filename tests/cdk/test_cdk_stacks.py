@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -395,3 +396,37 @@ def test_preflight_on_the_aws_addon_assembly_still_checks_its_role(variant: Synt
     statuses = {r.status for r in results if r.check_id == "IGW-PF002"}
     assert statuses == {Status.PASS}
     assert {r.status for r in results if r.check_id == "IGW-PF004"} == {Status.PASS}
+
+
+def test_the_config_s_namespace_is_created_first_and_kept_when_the_stack_goes(
+    own_namespace: Synthesized, synthesized: Synthesized
+) -> None:
+    """On a new cluster only the built-in namespaces exist: before session s38 a config in
+    ``inference`` failed ``cdk deploy`` (``namespaces "inference" not found``). The namespace is
+    applied first, and retained: the model servers run there too, and a manifest's delete is a
+    ``kubectl delete``."""
+    inference = _template(own_namespace, "inference")
+    manifests = inference.find_resources("Custom::AWSCDK-EKS-KubernetesResource")
+    namespace_ids = [logical for logical, r in manifests.items() if '"kind":"Namespace"' in _text(r)]
+    (namespace_id,) = namespace_ids
+    namespace = manifests[namespace_id]
+    assert json.loads(namespace["Properties"]["Manifest"]) == [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "inference"}}
+    ]
+    assert namespace["DeletionPolicy"] == "Retain"
+    assert namespace["UpdateReplacePolicy"] == "Retain"
+    (igwc_id,) = [
+        logical
+        for logical, r in manifests.items()
+        if "InferenceGatewayConfig" in json.dumps(r["Properties"]["Manifest"])
+    ]
+    assert namespace_id in manifests[igwc_id]["DependsOn"]
+    # ``default`` exists everywhere: nothing is applied (or retained) for it.
+    default = _template(synthesized, "inference").find_resources("Custom::AWSCDK-EKS-KubernetesResource")
+    assert not [r for r in default.values() if '"kind":"Namespace"' in _text(r)]
+
+
+def _text(manifest: Mapping[str, Any]) -> str:
+    """A ``KubernetesManifest`` resource's manifest as text (a JSON string, or a join of parts)."""
+    value = manifest["Properties"]["Manifest"]
+    return value if isinstance(value, str) else json.dumps(value)
