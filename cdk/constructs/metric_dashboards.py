@@ -20,6 +20,7 @@ reports alike (or from its own view of the same pods) and which is taken at its 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -137,7 +138,7 @@ class GatewayMetricsDashboard(Construct):
             )
             self.alarms[f"EjectedPods-{pool}"] = sustained_alarm(
                 self,
-                f"Alarm{len(self.alarms)}",
+                alarm_id(f"EjectedPods-{pool}"),
                 _metric(POOL_DIMENSION, pool, emitted("EjectedPods", POOL_METRICS)),
                 above=1,
                 inclusive=True,
@@ -164,12 +165,22 @@ class GatewayMetricsDashboard(Construct):
     ) -> None:
         self.alarms[key] = sustained_alarm(
             self,
-            f"Alarm{len(self.alarms)}",
+            alarm_id(key),
             metric,
             above=threshold,
             minutes=minutes,
             description=description,
         )
+
+
+def alarm_id(key: str) -> str:
+    """The construct id of the alarm ``key`` (``ErrorRate-<model>``, ``KvCacheAverage-<pool>``, ...):
+    a digest of the key, so an alarm keeps its logical id, and with it its CloudWatch alarm and state,
+    whatever models or pools are added or removed beside it. Before session s38 the ids were
+    positions (``Alarm0``, ``Alarm1``, ...): a model added before others moved every later alarm to
+    another model's metric in place, its state and history read as the other model's. The key itself
+    holds ``/`` and ``.`` (model names), which a construct id may not: the digest is of the exact key."""
+    return f"Alarm{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 def sustained_alarm(

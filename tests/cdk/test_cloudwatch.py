@@ -267,3 +267,28 @@ def test_the_deployed_operator_gives_its_gateway_pods_the_addons_agent(synthesiz
     assert args[args.index("--gateway-emf-interval") + 1] == "60"
     endpoint = AgentEndpoint.parse(args[args.index("--gateway-emf-endpoint") + 1])
     assert (endpoint.host, endpoint.port) == (f"cloudwatch-agent.{pins.CLOUDWATCH_NAMESPACE}", EMF_PORT)
+
+
+def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None:
+    """Before session s38 alarm ids were positions: adding a model before others moved every later
+    alarm (its CloudWatch alarm, state and history) to another model's metric in place."""
+    import aws_cdk as cdk
+
+    from cdk.constructs.metric_dashboards import GatewayMetricsDashboard
+
+    def alarms(models: list[str], pools: list[str]) -> dict[str, str]:
+        """logical id -> the alarm's description (which names its model or pool)."""
+        stack = cdk.Stack(cdk.App(), "S")
+        GatewayMetricsDashboard(stack, "M", dashboard_name="d", models=models, pools=pools)
+        resources = stack.resolve(cdk.assertions.Template.from_stack(stack).to_json())["Resources"]
+        return {
+            logical: r["Properties"]["AlarmDescription"]
+            for logical, r in resources.items()
+            if r["Type"] == "AWS::CloudWatch::Alarm"
+        }
+
+    before = alarms(["meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["llama"])
+    after = alarms(["aaa/first", "meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["a-pool", "llama"])
+    assert len(before) == 6  # two per model, two per pool
+    assert len(after) == 10
+    assert {k: v for k, v in after.items() if k in before} == before
