@@ -156,3 +156,39 @@ def test_a_value_cloudformation_fills_in_is_not_a_config_problem_in_cdk_output_o
         assert result.message == "valid; set at deploy time, not checked: spec.tls.acmArn"
     else:
         assert "spec.tls.acmArn: must be an ACM certificate ARN" in result.message
+
+
+def _secure_template_with(tmp_path: Path, **resources: object) -> Path:
+    """The secure stack with ``resources`` added first (before the objects they refer to)."""
+    template = json.loads((CDK / "secure" / "Platform.template.json").read_text())
+    template["Resources"] = {**resources, **template["Resources"]}
+    (tmp_path / "Platform.template.json").write_text(json.dumps(template))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("rule", "opened"),
+    [
+        ({"CidrIp": "0.0.0.0/0"}, "0.0.0.0/0"),
+        ({"CidrIpv6": "::/0"}, "::/0"),
+    ],
+)
+def test_a_separate_ingress_rule_opens_the_load_balancers_group(
+    tmp_path: Path, rule: dict[str, str], opened: str
+) -> None:
+    """``AWS::EC2::SecurityGroupIngress`` (CDK's shape for a rule naming another stack's group) counts:
+    the group it opens to the world read as "inbound 10.0.0.0/8" and the audit passed (s38)."""
+    ingress = {
+        "Type": "AWS::EC2::SecurityGroupIngress",
+        "Properties": {
+            "GroupId": {"Fn::GetAtt": ["LbSg", "GroupId"]},
+            "IpProtocol": "tcp",
+            "FromPort": 443,
+            "ToPort": 443,
+            **rule,
+        },
+    }
+    inventory = load_cdk_out(_secure_template_with(tmp_path, LbSgOpenToTheWorld=ingress))
+    [result] = of(run(inventory, Command.AUDIT), "IGW-AU302")
+    assert result.status is Status.WARN  # the secure ALB is internal: open to every peer, LOW
+    assert opened in result.message
