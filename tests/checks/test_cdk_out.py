@@ -192,3 +192,62 @@ def test_a_separate_ingress_rule_opens_the_load_balancers_group(
     [result] = of(run(inventory, Command.AUDIT), "IGW-AU302")
     assert result.status is Status.WARN  # the secure ALB is internal: open to every peer, LOW
     assert opened in result.message
+
+
+def _role_allowing(*statements: dict[str, object]) -> dict[str, object]:
+    """A Pod Identity role (trust scoped) with one inline policy of ``statements``."""
+    trust = {
+        "Effect": "Allow",
+        "Principal": {"Service": "pods.eks.amazonaws.com"},
+        "Action": "sts:AssumeRole",
+    }
+    return {
+        "Type": "AWS::IAM::Role",
+        "Properties": {
+            "AssumeRolePolicyDocument": {"Statement": [trust]},
+            "Policies": [{"PolicyName": "probe", "PolicyDocument": {"Statement": list(statements)}}],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("statement", "severity", "said"),
+    [
+        ({"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"}, "CRITICAL", "every action"),
+        ({"Effect": "Allow", "Action": ["*:*"], "Resource": "*"}, "CRITICAL", "every action"),
+        (
+            {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"},
+            "HIGH",
+            "iam:PassRole on every role",
+        ),
+        (
+            {"Effect": "Allow", "Action": ["iam:Pass*"], "Resource": "arn:aws:iam::111122223333:role/*"},
+            "HIGH",
+            "iam:PassRole on every role",
+        ),
+    ],
+)
+def test_grants_as_broad_as_a_wildcard_action_fail(
+    tmp_path: Path, statement: dict[str, object], severity: str, said: str
+) -> None:
+    """An Allow with NotAction, ``*:*`` and PassRole on every role passed IGW-AU501 or were graded
+    below ``*`` ("explicit actions only", s38)."""
+    inventory = load_cdk_out(_secure_template_with(tmp_path, ProbeRole=_role_allowing(statement)))
+    [result] = [
+        r for r in of(run(inventory, Command.AUDIT), "IGW-AU501") if r.resource == "IAM role ProbeRole"
+    ]
+    assert (result.status, result.severity.label) == (Status.FAIL, severity)
+    assert said in result.message
+
+
+def test_pass_role_on_named_roles_passes(tmp_path: Path) -> None:
+    statement = {
+        "Effect": "Allow",
+        "Action": "iam:PassRole",
+        "Resource": "arn:aws:iam::111122223333:role/sagemaker-execution",
+    }
+    inventory = load_cdk_out(_secure_template_with(tmp_path, ProbeRole=_role_allowing(statement)))
+    [result] = [
+        r for r in of(run(inventory, Command.AUDIT), "IGW-AU501") if r.resource == "IAM role ProbeRole"
+    ]
+    assert result.status is Status.PASS
