@@ -378,6 +378,21 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
         Command.AUDIT,
         {("IGW-AU601", "WARN", "MEDIUM")},
     ),
+    # A bucket size without a rate limits nothing (the gateway serves such a tenant unlimited): s38.
+    (
+        "rate-limits-burst-only",
+        _set(lambda d: _igwc(d)["spec"]["extensions"]["rateLimits"], "default", {"burst": 40}),
+        Command.AUDIT,
+        {("IGW-AU601", "WARN", "MEDIUM")},
+    ),
+    (
+        "rate-limits-tenant-token-burst-only",
+        lambda d: _igwc(d)["spec"]["extensions"]["rateLimits"].update(
+            default={"tokenBurst": 1000}, tenants=[{"tenant": "team-a", "burst": 5}]
+        ),
+        Command.AUDIT,
+        {("IGW-AU601", "WARN", "MEDIUM")},
+    ),
     (
         "no-tenant-isolation",
         lambda d: _igwc(d)["spec"]["extensions"].pop("authorization"),
