@@ -251,3 +251,14 @@ def test_pass_role_on_named_roles_passes(tmp_path: Path) -> None:
         r for r in of(run(inventory, Command.AUDIT), "IGW-AU501") if r.resource == "IAM role ProbeRole"
     ]
     assert result.status is Status.PASS
+
+
+def test_cdk_names_stay_readable_in_results(tmp_path: Path) -> None:
+    """CDK's logical IDs (words and an 8-digit hash) and the ELBv2 type name read as tokens to the
+    report's redaction: every role was ``IAM role [REDACTED]`` and every load balancer
+    ``AWS::[REDACTED]::LoadBalancer`` (s38)."""
+    role = _role_allowing({"Effect": "Allow", "Action": "acm:DescribeCertificate", "Resource": "*"})
+    inventory = load_cdk_out(_secure_template_with(tmp_path, GatewayIdentityRoleD18DF32F=role))
+    resources = {r.resource for r in run(inventory, Command.AUDIT)}
+    assert "IAM role GatewayIdentityRoleD18DF32F" in resources
+    assert "AWS::ElasticLoadBalancingV2::LoadBalancer Alb" in resources
