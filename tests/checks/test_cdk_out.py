@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -194,7 +195,7 @@ def test_a_separate_ingress_rule_opens_the_load_balancers_group(
     assert opened in result.message
 
 
-def _role_allowing(*statements: dict[str, object]) -> dict[str, object]:
+def _role_allowing(*statements: Mapping[str, object]) -> dict[str, object]:
     """A Pod Identity role (trust scoped) with one inline policy of ``statements``."""
     trust = {
         "Effect": "Allow",
