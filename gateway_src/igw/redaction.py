@@ -90,6 +90,41 @@ def redact_value(text: str) -> str:
     return _TOKEN_LIKE.sub(_mask_token, text)
 
 
+_CDK_LOGICAL_ID: Final = re.compile(r"[A-Z][A-Za-z0-9]*[0-9A-F]{8}")
+"""A CloudFormation logical ID as CDK writes it: the construct path's words and an 8-digit hash."""
+_CAPITALISED_WORD: Final = re.compile(r"[A-Z][a-z]{2,}")
+_LOWER_AFTER_DIGIT_OR_START: Final = re.compile(r"(?:^|[0-9])[a-z]")
+_DIGIT_AFTER_LOWER_OR_START: Final = re.compile(r"(?:^|[a-z])[0-9]")
+_LOWER_RUN: Final = re.compile(r"[a-z]+")
+_VOWEL: Final = re.compile(r"[aeiouy]")
+
+
+def reads_as_identifier(run: str) -> bool:
+    """Whether a letters-and-digits run is a CamelCase name, not a credential: a CDK logical ID
+    (``EksClusterRoleD18DF32F``: two capitalised words or more, then the 8-digit hash) or a type or
+    policy name (``ElasticLoadBalancingV2``, ``AmazonEC2ContainerRegistryReadOnly``: three words or
+    more making up 70 % of it, every run of small letters holding a vowel, at most two digits, each
+    after a capital, never before a small letter).
+
+    ``igw audit --cdk-out`` named every role ``IAM role [REDACTED]`` and every load balancer
+    ``AWS::[REDACTED]::LoadBalancer``. Random keys almost never fit: their digits sit next to small
+    letters, and capitalised words of three letters or more are rare in them.
+    """
+    if not run.isascii() or not run.isalnum():
+        return False
+    words = _CAPITALISED_WORD.findall(run)
+    if _CDK_LOGICAL_ID.fullmatch(run) and len(_CAPITALISED_WORD.findall(run[:-8])) >= 2:
+        return True
+    return (
+        len(words) >= 3
+        and all(_VOWEL.search(lower) for lower in _LOWER_RUN.findall(run))
+        and sum(map(len, words)) >= 0.7 * len(run)
+        and sum(c.isdigit() for c in run) <= 2
+        and _LOWER_AFTER_DIGIT_OR_START.search(run) is None
+        and _DIGIT_AFTER_LOWER_OR_START.search(run) is None
+    )
+
+
 def _mask_token(found: re.Match[str]) -> str:
     """A token-like run masked, or left as it is when it reads as a path: short words between slashes
     (``/home/user1/projects/config``, an ACM certificate's ``certificate/1234abcd``), no ``+`` or ``=``.
@@ -97,9 +132,12 @@ def _mask_token(found: re.Match[str]) -> str:
     piece is short and which has neither ``+`` nor padding is rare; a path in a message is common (a
     file that cannot be read, a resource's ARN in an audit finding) and masking it hid what to fix."""
     run = found.group(0)
-    if "/" not in run or "+" in run or "=" in run:
+    if "+" in run or "=" in run:
         return MASK
-    return MASK if any(_MIXED.fullmatch(piece) for piece in run.split("/")) else run
+    if "/" not in run:
+        return run if reads_as_identifier(run) else MASK
+    pieces = run.split("/")
+    return MASK if any(_MIXED.fullmatch(p) and not reads_as_identifier(p) for p in pieces) else run
 
 
 def _mask_bearer(found: re.Match[str]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,109 @@ def test_a_value_cloudformation_fills_in_is_not_a_config_problem_in_cdk_output_o
         assert result.message == "valid; set at deploy time, not checked: spec.tls.acmArn"
     else:
         assert "spec.tls.acmArn: must be an ACM certificate ARN" in result.message
+
+
+def _secure_template_with(tmp_path: Path, **resources: object) -> Path:
+    """The secure stack with ``resources`` added first (before the objects they refer to)."""
+    template = json.loads((CDK / "secure" / "Platform.template.json").read_text())
+    template["Resources"] = {**resources, **template["Resources"]}
+    (tmp_path / "Platform.template.json").write_text(json.dumps(template))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("rule", "opened"),
+    [
+        ({"CidrIp": "0.0.0.0/0"}, "0.0.0.0/0"),
+        ({"CidrIpv6": "::/0"}, "::/0"),
+    ],
+)
+def test_a_separate_ingress_rule_opens_the_load_balancers_group(
+    tmp_path: Path, rule: dict[str, str], opened: str
+) -> None:
+    """``AWS::EC2::SecurityGroupIngress`` (CDK's shape for a rule naming another stack's group) counts:
+    the group it opens to the world read as "inbound 10.0.0.0/8" and the audit passed (s38)."""
+    ingress = {
+        "Type": "AWS::EC2::SecurityGroupIngress",
+        "Properties": {
+            "GroupId": {"Fn::GetAtt": ["LbSg", "GroupId"]},
+            "IpProtocol": "tcp",
+            "FromPort": 443,
+            "ToPort": 443,
+            **rule,
+        },
+    }
+    inventory = load_cdk_out(_secure_template_with(tmp_path, LbSgOpenToTheWorld=ingress))
+    [result] = of(run(inventory, Command.AUDIT), "IGW-AU302")
+    assert result.status is Status.WARN  # the secure ALB is internal: open to every peer, LOW
+    assert opened in result.message
+
+
+def _role_allowing(*statements: Mapping[str, object]) -> dict[str, object]:
+    """A Pod Identity role (trust scoped) with one inline policy of ``statements``."""
+    trust = {
+        "Effect": "Allow",
+        "Principal": {"Service": "pods.eks.amazonaws.com"},
+        "Action": "sts:AssumeRole",
+    }
+    return {
+        "Type": "AWS::IAM::Role",
+        "Properties": {
+            "AssumeRolePolicyDocument": {"Statement": [trust]},
+            "Policies": [{"PolicyName": "probe", "PolicyDocument": {"Statement": list(statements)}}],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("statement", "severity", "said"),
+    [
+        ({"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"}, "CRITICAL", "every action"),
+        ({"Effect": "Allow", "Action": ["*:*"], "Resource": "*"}, "CRITICAL", "every action"),
+        (
+            {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"},
+            "HIGH",
+            "iam:PassRole on every role",
+        ),
+        (
+            {"Effect": "Allow", "Action": ["iam:Pass*"], "Resource": "arn:aws:iam::111122223333:role/*"},
+            "HIGH",
+            "iam:PassRole on every role",
+        ),
+    ],
+)
+def test_grants_as_broad_as_a_wildcard_action_fail(
+    tmp_path: Path, statement: dict[str, object], severity: str, said: str
+) -> None:
+    """An Allow with NotAction, ``*:*`` and PassRole on every role passed IGW-AU501 or were graded
+    below ``*`` ("explicit actions only", s38)."""
+    inventory = load_cdk_out(_secure_template_with(tmp_path, ProbeRole=_role_allowing(statement)))
+    [result] = [
+        r for r in of(run(inventory, Command.AUDIT), "IGW-AU501") if r.resource == "IAM role ProbeRole"
+    ]
+    assert (result.status, result.severity.label) == (Status.FAIL, severity)
+    assert said in result.message
+
+
+def test_pass_role_on_named_roles_passes(tmp_path: Path) -> None:
+    statement = {
+        "Effect": "Allow",
+        "Action": "iam:PassRole",
+        "Resource": "arn:aws:iam::111122223333:role/sagemaker-execution",
+    }
+    inventory = load_cdk_out(_secure_template_with(tmp_path, ProbeRole=_role_allowing(statement)))
+    [result] = [
+        r for r in of(run(inventory, Command.AUDIT), "IGW-AU501") if r.resource == "IAM role ProbeRole"
+    ]
+    assert result.status is Status.PASS
+
+
+def test_cdk_names_stay_readable_in_results(tmp_path: Path) -> None:
+    """CDK's logical IDs (words and an 8-digit hash) and the ELBv2 type name read as tokens to the
+    report's redaction: every role was ``IAM role [REDACTED]`` and every load balancer
+    ``AWS::[REDACTED]::LoadBalancer`` (s38)."""
+    role = _role_allowing({"Effect": "Allow", "Action": "acm:DescribeCertificate", "Resource": "*"})
+    inventory = load_cdk_out(_secure_template_with(tmp_path, GatewayIdentityRoleD18DF32F=role))
+    resources = {r.resource for r in run(inventory, Command.AUDIT)}
+    assert "IAM role GatewayIdentityRoleD18DF32F" in resources
+    assert "AWS::ElasticLoadBalancingV2::LoadBalancer Alb" in resources

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from igw.checks.audit import jwks_host
 from igw.checks.framework import CheckContext, CheckOptions, run_check
 from igw.checks.inventory import Inventory, Missing, MissingFact
 from igw.checks.loadbalancers import from_ingress, from_service
@@ -327,3 +328,19 @@ def test_partially_unreadable_load_balancers_are_not_evaluated(secure_inventory:
         [result] = of(run(secure_inventory, Command.AUDIT), check_id)
         assert (result.status, result.skip_kind) == (Status.SKIP, SkipKind.NOT_EVALUATED)
         assert result.message == "API forbidden: services"
+
+
+@pytest.mark.parametrize(
+    ("host", "risky"),
+    [
+        ("2852039166", True),  # 169.254.169.254 as one decimal number
+        ("0x7f.1", True),  # 127.0.0.1
+        ("012.0.0.1", True),  # octal 012 is 10: 10.0.0.1 (ipaddress refuses the leading zero)
+        ("010.0.0.1", False),  # octal 010 is 8: 8.0.0.1, public
+        ("8.8.8.8", False),
+        ("1e100.net", False),  # a DNS name that starts with digits
+        ("256.1.1.1", False),  # out of range: no address, a (bad) name
+    ],
+)
+def test_jwks_host_reads_ipv4_literals_as_the_resolver_does(host: str, risky: bool) -> None:
+    assert (jwks_host.classify(host) is not None) is risky

@@ -257,6 +257,22 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
         Command.AUDIT,
         {("IGW-AU204", "FAIL", "HIGH")},
     ),
+    # The resolver reads these as 169.254.169.254 / 127.0.0.1 (inet_aton); ipaddress does not (s38).
+    *(
+        (
+            f"metadata-jwks-as-{spelling}",
+            _set(_jwt, "remoteJWKS", {"uri": f"https://{host}/latest/jwks"}),
+            Command.AUDIT,
+            {("IGW-AU204", "FAIL", "HIGH")},
+        )
+        for spelling, host in (
+            ("decimal", "2852039166"),
+            ("hex", "0xa9fea9fe"),
+            ("octal", "0251.0376.0251.0376"),
+            ("two-part", "169.254.43518"),
+            ("short-loopback", "127.1"),
+        )
+    ),
     (
         "cluster-local-jwks",
         _set(_jwt, "remoteJWKS", {"uri": "https://keycloak.auth.svc.cluster.local/certs"}),
@@ -359,6 +375,21 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
     (
         "no-rate-limits",
         lambda d: _igwc(d)["spec"]["extensions"].pop("rateLimits"),
+        Command.AUDIT,
+        {("IGW-AU601", "WARN", "MEDIUM")},
+    ),
+    # A bucket size without a rate limits nothing (the gateway serves such a tenant unlimited): s38.
+    (
+        "rate-limits-burst-only",
+        _set(lambda d: _igwc(d)["spec"]["extensions"]["rateLimits"], "default", {"burst": 40}),
+        Command.AUDIT,
+        {("IGW-AU601", "WARN", "MEDIUM")},
+    ),
+    (
+        "rate-limits-tenant-token-burst-only",
+        lambda d: _igwc(d)["spec"]["extensions"]["rateLimits"].update(
+            default={"tokenBurst": 1000}, tenants=[{"tenant": "team-a", "burst": 5}]
+        ),
         Command.AUDIT,
         {("IGW-AU601", "WARN", "MEDIUM")},
     ),

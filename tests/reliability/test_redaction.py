@@ -158,3 +158,28 @@ def test_redact_value_leaves_names_and_quantities_alone(text: str) -> None:
 )
 def test_redact_value_leaves_model_names_paths_and_uids_alone(text: str) -> None:
     assert redaction.redact_value(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "IAM role EksClusterKubectlProviderHandlerServiceRole2B48112A",
+        "AWS::ElasticLoadBalancingV2::LoadBalancer Alb",
+        "attached AmazonEC2ContainerRegistryReadOnly",
+    ],
+)
+def test_redact_value_leaves_cdk_logical_ids_and_aws_type_names_alone(text: str) -> None:
+    assert redaction.redact_value(text) == text
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "AKIAIOSFODNN7EXAMPLEKEY1",  # capitals and digits, no words
+        "S3cretPassw0rd9XYZqq",  # digits beside small letters
+        "MySecretPassword2024",  # digits after small letters
+        "Zk3LmQxTbVnRpWyQ0A1B2C3D",  # ends like a CDK hash, but no two words before it
+    ],
+)
+def test_identifier_shapes_do_not_unmask_secrets(secret: str) -> None:
+    assert redaction.redact_value(f"value {secret} here") == f"value {MASK} here"

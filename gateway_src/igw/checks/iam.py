@@ -84,15 +84,43 @@ def allows(role: IamRole, action: str) -> bool:
 
 
 def wildcard_actions(role: IamRole) -> list[tuple[str, str]]:
-    """``(policy, action)`` for Allow statements whose action is ``*`` or ``service:*``."""
+    """``(policy, action)`` for Allow statements whose action is ``*`` or ``service:*``.
+
+    ``*:*`` is reported as ``*`` (it matches every action too), and an Allow with ``NotAction``
+    as ``*`` as well: it grants every action but the few it lists, which passed as "explicit
+    actions only" because it has no ``Action`` to read.
+    """
     found = []
     for name, doc in effective_documents(role):
         for stmt in statements(doc):
             if stmt.get("Effect") != "Allow":
                 continue
+            if "NotAction" in stmt:
+                found.append((name, "*"))
             for action in _actions(stmt):
-                if action == "*" or action.endswith(":*"):
+                if action in ("*", "*:*"):
+                    found.append((name, "*"))
+                elif action.endswith(":*"):
                     found.append((name, action))
+    return found
+
+
+def pass_role_anywhere(role: IamRole) -> list[str]:
+    """Policies that allow ``iam:PassRole`` on every role (``Resource: "*"`` or ``…:role/*``).
+
+    Passing any role of the account to a service the pod can drive (EC2, Lambda, SageMaker) hands it
+    that role's permissions: privilege escalation without a single wildcard *action*.
+    """
+    found = []
+    for name, doc in effective_documents(role):
+        for stmt in statements(doc):
+            if stmt.get("Effect") != "Allow" or "NotAction" in stmt:
+                continue
+            if not any(action_matches(a, "iam:PassRole") for a in _actions(stmt)):
+                continue
+            resources = [str(r) for r in _as_list(stmt.get("Resource"))]
+            if "NotResource" in stmt or any(r == "*" or r.endswith(":role/*") for r in resources):
+                found.append(name)
     return found
 
 

@@ -1,8 +1,14 @@
-"""IGW-AU601: rate limits are set (``spec.extensions.rateLimits``) so one client cannot starve the rest."""
+"""IGW-AU601: rate limits are set (``spec.extensions.rateLimits``) so one client cannot starve the rest.
+
+An entry limits only with a rate (``requestsPerSecond`` or ``tokensPerMinute``): ``burst`` and
+``tokenBurst`` alone size buckets that are never used, and the gateway serves such a tenant without
+limit (``TenantLimits.limited``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
 
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.igwc import section
@@ -22,21 +28,34 @@ META = CheckMeta(
     "entries.",
 )
 
+RATES: Final = ("requestsPerSecond", "tokensPerMinute")
+"""The fields that make a limits entry limit anything."""
+
+
+def limits(entry: Any) -> bool:
+    """Whether a ``default`` or ``tenants[]`` entry sets a rate (a bucket size alone limits nothing)."""
+    return isinstance(entry, Mapping) and any(entry.get(rate) is not None for rate in RATES)
+
 
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
     for config in need(ctx.inventory.kube.of("InferenceGatewayConfig")):
-        limits = section(config, "extensions", "rateLimits")
-        if limits is None or not (limits.get("default") or limits.get("tenants")):
-            yield r.warn(ref(config), "no rate limits (spec.extensions.rateLimits.default/tenants)")
-        elif limits.get("backend") == "redis" and limits.get("onRedisUnavailable") == "allow":
+        settings = section(config, "extensions", "rateLimits") or {}
+        tenants = [t for t in settings.get("tenants") or [] if limits(t)]
+        if not (limits(settings.get("default")) or tenants):
+            yield r.warn(
+                ref(config),
+                "no rate limits (no requestsPerSecond or tokensPerMinute in "
+                "spec.extensions.rateLimits.default/tenants)",
+            )
+        elif settings.get("backend") == "redis" and settings.get("onRedisUnavailable") == "allow":
             yield r.warn(
                 ref(config),
                 "rate limits fail open when Redis is unavailable (onRedisUnavailable: allow)",
                 severity=Severity.LOW,
             )
         else:
-            tenants = len(limits.get("tenants") or [])
-            yield r.passed(ref(config), f"default limits{f' and {tenants} tenant(s)' if tenants else ''}")
+            default = "default limits" if limits(settings.get("default")) else "no default limits"
+            yield r.passed(ref(config), f"{default}{f' and {len(tenants)} tenant(s)' if tenants else ''}")
 
 
 CHECK = FunctionCheck(META, _run)

@@ -119,6 +119,18 @@ def _tags(raw: Any) -> dict[str, str]:
     return {str(t.get("Key")): str(t.get("Value")) for t in tags if isinstance(t, Mapping)}
 
 
+def _rule_cidrs(rule: Any) -> list[str]:
+    """The IPv4 and IPv6 ranges an ingress rule (inline or a resource's properties) admits."""
+    if not isinstance(rule, Mapping):
+        return []
+    return [str(render(rule[key])) for key in ("CidrIp", "CidrIpv6") if rule.get(key)]
+
+
+def _group_key(rendered: Any) -> str:
+    """The logical ID a rendered security-group reference (``${Sg.GroupId}``, ``${Sg}``) names."""
+    return str(rendered).strip("${}").removesuffix(".GroupId")
+
+
 def _policy_targets(props: Mapping[str, Any]) -> list[str]:
     return [str(r) for r in render(props.get("Roles") or [])]
 
@@ -133,6 +145,8 @@ class _TemplateReader:
         self.lbs: dict[str, dict[str, Any]] = {}
         self.listeners: list[tuple[str, Mapping[str, Any]]] = []
         self.security_groups: dict[str, list[str]] = {}
+        self.separate_ingress: dict[str, list[str]] = {}
+        """CIDRs of ``AWS::EC2::SecurityGroupIngress`` resources, by the group they open."""
         self.manifests: list[Any] = []
         self.errors: list[str] = []
         self.cfn_json: dict[str, Any] = {}
@@ -240,12 +254,17 @@ class _TemplateReader:
         self.listeners.append((str(render(props.get("LoadBalancerArn"))), props))
 
     def _AWS_EC2_SecurityGroup(self, logical: str, props: Mapping[str, Any]) -> None:  # noqa: N802
-        cidrs = []
-        for rule in props.get("SecurityGroupIngress") or []:
-            for key in ("CidrIp", "CidrIpv6"):
-                if rule.get(key):
-                    cidrs.append(str(render(rule[key])))
-        self.security_groups[logical] = cidrs
+        self.security_groups[logical] = [
+            cidr for rule in props.get("SecurityGroupIngress") or [] for cidr in _rule_cidrs(rule)
+        ]
+
+    def _AWS_EC2_SecurityGroupIngress(self, logical: str, props: Mapping[str, Any]) -> None:  # noqa: N802
+        # A rule of its own resource (CDK writes one when the rule names another stack's group, and
+        # ``CfnSecurityGroupIngress`` always): it opens the group its ``GroupId`` names, wherever in
+        # the template that group is declared. Left out, a group opened to 0.0.0.0/0 this way read
+        # as "inbound none".
+        group = _group_key(render(props.get("GroupId")))
+        self.separate_ingress.setdefault(group, []).extend(_rule_cidrs(props))
 
     def _Custom_AWSCDK_EKS_KubernetesResource(self, logical: str, props: Mapping[str, Any]) -> None:  # noqa: N802
         text = render(props.get("Manifest"))
@@ -338,9 +357,10 @@ class _TemplateReader:
             cidrs: list[str] = []
             known = True
             for sg in lb["sgs"]:
-                key = sg.strip("${}").removesuffix(".GroupId")
+                key = _group_key(sg)
                 if key in self.security_groups:
                     cidrs.extend(self.security_groups[key])
+                    cidrs.extend(self.separate_ingress.get(key, ()))
                 else:
                     known = False
             lb_type = "network" if lb["type"] == "network" else "application"
