@@ -9,11 +9,11 @@ router forwards the ``Authorization`` field as it came) or with
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from igw.checks.audit._hosts import is_loopback
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.inventory import need
 from igw.checks.k8s import ref, spec
@@ -31,17 +31,6 @@ META = CheckMeta(
     remediation="Give each cluster's gateway an https URL (an ALB or NLB listener with an ACM certificate, "
     "or the gateway's own TLS termination) and use it in spec.clusters[].endpoint.",
 )
-
-
-def _loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _forwards_tokens(config_spec: Mapping[str, Any]) -> bool:
@@ -62,7 +51,7 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
                 continue
             endpoint = str(cluster.get("endpoint") or "")
             parts = urlsplit(endpoint)
-            if parts.scheme == "http" and not _loopback(parts.hostname):
+            if parts.scheme == "http" and not is_loopback(parts.hostname):
                 plain.append(f"{cluster.get('name', '?')} ({parts.hostname})")
         resource = ref(config)
         if not plain:
