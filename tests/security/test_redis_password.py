@@ -55,6 +55,12 @@ def test_the_password_comes_from_the_named_variable_and_refusals_name_the_field_
     ) as both:
         redis_password(f"redis://:{PASSWORD}@h:6379/0", "IGW_REDIS_PASSWORD", path="p.redis", environ=env)
     assert PASSWORD not in str(both.value)
+    with pytest.raises(RedisPasswordError, match=r"^p\.redis: url holds a password") as in_query:
+        # redis-py reads ?password= as it reads the user-info, and the URL's would win over passwordEnv
+        redis_password(
+            f"rediss://h:6380/0?password={PASSWORD}", "IGW_REDIS_PASSWORD", path="p.redis", environ=env
+        )
+    assert PASSWORD not in str(in_query.value)
 
 
 async def test_shared_rate_limits_authenticate_with_the_variables_password(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from igw.errors import IgwConfigError
 
@@ -51,10 +51,14 @@ def redis_password(
     if password_env is None:
         return None
     try:
-        in_url = urlsplit(url).password
+        parts = urlsplit(url)
+        # redis-py takes a password from the query as from the user-info, and the URL's wins over
+        # the client's own argument: either one here would override passwordEnv (before session s38
+        # the query's was not looked at).
+        in_url = parts.password is not None or "password" in parse_qs(parts.query)
     except ValueError:
-        in_url = None
-    if in_url is not None:
+        in_url = False
+    if in_url:
         raise RedisPasswordError(
             f"{path}: url holds a password and passwordEnv names one; keep only passwordEnv "
             "(a password in the configuration is readable wherever the configuration is)"
