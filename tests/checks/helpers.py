@@ -24,6 +24,16 @@ SECURE = FIXTURES / "secure"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
+GLOBAL_ROUTER_EXAMPLE = Path(__file__).parents[2] / "crds" / "examples" / "global" / "global-router.yaml"
+
+
+def router_doc(url: str) -> dict[str, Any]:
+    """The example GlobalRouterConfig with its heartbeats read from the Redis at ``url``."""
+    doc: dict[str, Any] = copy.deepcopy(yaml.safe_load(GLOBAL_ROUTER_EXAMPLE.read_text()))
+    doc["spec"]["heartbeats"]["redis"]["url"] = url
+    return doc
+
+
 def secure_docs() -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for path in sorted(SECURE.glob("*.yaml")):

@@ -3,30 +3,20 @@ finding that names the field and never the password; ``passwordEnv`` and variabl
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from igw.checks.model import Command, Status
-from tests.checks.helpers import of, run
+from tests.checks.helpers import of, router_doc, run
 from tests.gateway.support import config_doc, scheduler
 
 PASSWORD = "hunter2-redis-password-0123456789"
-ROUTER = Path(__file__).parents[2] / "crds" / "examples" / "global" / "global-router.yaml"
 
 
 def _gateway(**extensions: Any) -> dict[str, Any]:
     doc = config_doc([scheduler("llama", "llama")])
     doc["spec"]["extensions"].update(extensions)
-    return doc
-
-
-def _router(url: str) -> dict[str, Any]:
-    doc: dict[str, Any] = copy.deepcopy(yaml.safe_load(ROUTER.read_text()))
-    doc["spec"]["heartbeats"]["redis"]["url"] = url
     return doc
 
 
@@ -49,7 +39,11 @@ def _router(url: str) -> dict[str, Any]:
             Status.FAIL,
             "spec.extensions.globalHeartbeat.redis.url",
         ),
-        (_router(f"rediss://:{PASSWORD}@cache:6380/0"), Status.FAIL, "spec.heartbeats.redis.url"),
+        (
+            router_doc(f"rediss://:{PASSWORD}@cache:6380/0"),
+            Status.FAIL,
+            "spec.heartbeats.redis.url",
+        ),
         (
             _gateway(
                 rateLimits={
@@ -60,8 +54,12 @@ def _router(url: str) -> dict[str, Any]:
             Status.PASS,
             None,
         ),
-        (_router("rediss://:$IGW_REDIS_TOKEN@cache:6380/0"), Status.PASS, None),  # the global router stack's
-        (_router("rediss://:${IGW_REDIS_TOKEN}@cache:6380/0"), Status.PASS, None),
+        (
+            router_doc("rediss://:$IGW_REDIS_TOKEN@cache:6380/0"),
+            Status.PASS,
+            None,
+        ),  # the global router stack's
+        (router_doc("rediss://:${IGW_REDIS_TOKEN}@cache:6380/0"), Status.PASS, None),
         (_gateway(), Status.PASS, None),
         (  # redis-py reads ?password= as it reads the user-info (s38: it passed)
             _gateway(
@@ -73,7 +71,7 @@ def _router(url: str) -> dict[str, Any]:
             Status.FAIL,
             "spec.extensions.rateLimits.redis.url",
         ),
-        (_router("rediss://cache:6380/0?password=$IGW_REDIS_TOKEN"), Status.PASS, None),
+        (router_doc("rediss://cache:6380/0?password=$IGW_REDIS_TOKEN"), Status.PASS, None),
     ],
     ids=[
         "rate-limits",

@@ -3,29 +3,18 @@ password travels with it; ``rediss://``, sockets and loopback pass."""
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from igw.checks.model import Command, Severity, Status
-from tests.checks.helpers import of, run
+from tests.checks.helpers import of, router_doc, run
 from tests.gateway.support import config_doc, scheduler
-
-ROUTER = Path(__file__).parents[2] / "crds" / "examples" / "global" / "global-router.yaml"
 
 
 def _gateway(url: str, **redis: Any) -> dict[str, Any]:
     doc = config_doc([scheduler("llama", "llama")])
     doc["spec"]["extensions"]["rateLimits"] = {"backend": "redis", "redis": {"url": url, **redis}}
-    return doc
-
-
-def _router(url: str) -> dict[str, Any]:
-    doc: dict[str, Any] = copy.deepcopy(yaml.safe_load(ROUTER.read_text()))
-    doc["spec"]["heartbeats"]["redis"]["url"] = url
     return doc
 
 
@@ -39,12 +28,17 @@ def _router(url: str) -> dict[str, Any]:
             Severity.HIGH,
             "sends the Redis AUTH password",
         ),
-        (_router("redis://cache.internal:6379/0?password=$TOKEN"), Status.FAIL, Severity.HIGH, "heartbeats"),
+        (
+            router_doc("redis://cache.internal:6379/0?password=$TOKEN"),
+            Status.FAIL,
+            Severity.HIGH,
+            "heartbeats",
+        ),
         (_gateway("rediss://cache.internal:6380/0"), Status.PASS, None, None),
         (_gateway("redis://127.0.0.1:6379/0"), Status.PASS, None, None),
         (_gateway("redis://localhost:6379/0"), Status.PASS, None, None),
         (_gateway("unix:///var/run/redis.sock"), Status.PASS, None, None),
-        (_router("rediss://global-router-cache.example.com:6379/0"), Status.PASS, None, None),
+        (router_doc("rediss://global-router-cache.example.com:6379/0"), Status.PASS, None, None),
     ],
     ids=["plain", "plain-with-password", "router-plain-with-password", "tls", "loopback", "localhost",
          "socket", "router-tls"],

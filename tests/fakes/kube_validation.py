@@ -59,6 +59,15 @@ def name_problems(kind: str, name: str) -> list[str]:
     return _format(name, _DNS1123_SUBDOMAIN, 253, "lowercase RFC 1123 subdomain")
 
 
+def _key_problems(key: str) -> list[str]:
+    """A label's or an annotation's key: a qualified name after an optional DNS-subdomain prefix."""
+    prefix, _, name = key.rpartition("/")
+    problems = _format(name, _QUALIFIED_NAME, 63, "qualified name")
+    if prefix:
+        problems += _format(prefix, _DNS1123_SUBDOMAIN, 253, "lowercase RFC 1123 subdomain")
+    return problems
+
+
 def label_problems(labels: Any, field: str) -> Iterator[str]:
     if labels is None:
         return
@@ -66,11 +75,7 @@ def label_problems(labels: Any, field: str) -> Iterator[str]:
         yield f"{field}: Invalid value: must be a map of strings"
         return
     for key, value in labels.items():
-        prefix, _, name = str(key).rpartition("/")
-        key_problems = _format(name, _QUALIFIED_NAME, 63, "qualified name")
-        if prefix:
-            key_problems += _format(prefix, _DNS1123_SUBDOMAIN, 253, "lowercase RFC 1123 subdomain")
-        for problem in key_problems:
+        for problem in _key_problems(str(key)):
             yield f'{field}: Invalid value: "{key}": {problem}'
         if not isinstance(value, str):
             yield f"{field}: Invalid value: {value!r}: label values must be strings"
@@ -94,11 +99,7 @@ def annotation_problems(annotations: Any, field: str) -> Iterator[str]:
         return
     total = 0
     for key, value in annotations.items():
-        prefix, _, name = str(key).rpartition("/")
-        key_problems = _format(name, _QUALIFIED_NAME, 63, "qualified name")
-        if prefix:
-            key_problems += _format(prefix, _DNS1123_SUBDOMAIN, 253, "lowercase RFC 1123 subdomain")
-        for problem in key_problems:
+        for problem in _key_problems(str(key)):
             yield f'{field}: Invalid value: "{key}": {problem}'
         total += len(str(key).encode()) + len(str(value).encode())
     if total > TOTAL_ANNOTATION_SIZE_LIMIT_B:

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import yaml
 
@@ -73,6 +73,19 @@ def crd_document(
             ],
         },
     }
+
+
+DATA_PLANE_KINDS: Final = {
+    "ConfigMap",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "Deployment",
+    "Service",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+}
+"""The kinds of a config's data plane the operator writes (an HPA too, with autoscaling)."""
 
 
 def igwc(

@@ -13,6 +13,7 @@ import yaml
 
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod
 from tests.operator.harness import (
+    DATA_PLANE_KINDS,
     OperatorThread,
     find,
     igwc,
@@ -23,16 +24,6 @@ from tests.operator.harness import (
 )
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
-DATA_PLANE_KINDS = {
-    "ConfigMap",
-    "ServiceAccount",
-    "Role",
-    "RoleBinding",
-    "Deployment",
-    "Service",
-    "PodDisruptionBudget",
-    "NetworkPolicy",
-}
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
 
 

@@ -23,6 +23,7 @@ from igw.operator.kube import IGWC_API_VERSION, Kube, NotOwnedError
 from igw.operator.reconcile import Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod
 from tests.operator.harness import (
+    DATA_PLANE_KINDS,
     OperatorThread,
     condition,
     find,
@@ -36,17 +37,6 @@ from tests.operator.harness import (
     wait_for,
     write_latest,
 )
-
-DATA_PLANE_KINDS = {
-    "ConfigMap",
-    "ServiceAccount",
-    "Role",
-    "RoleBinding",
-    "Deployment",
-    "Service",
-    "PodDisruptionBudget",
-    "NetworkPolicy",
-}
 
 
 def _served_spec_of(kube: FakeKubeApiServer, base: str) -> str:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import Final
+from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
+from igw.checks.audit._redis import redis_nodes
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
-from igw.checks.inventory import Manifest, need
-from igw.checks.k8s import ref, spec
+from igw.checks.k8s import ref
 from igw.checks.model import CheckMeta, Command, Result, Severity
-from igw.config.redis_password import GATEWAY_REDIS_NODES, GLOBAL_ROUTER_REDIS_NODES, spec_node
 
 META = CheckMeta(
     id="IGW-AU308",
@@ -42,37 +41,20 @@ META = CheckMeta(
 _REFERENCE: Final = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)$")
 """A password that is a shell-style variable reference, expanded where the process starts."""
 
-_URLS: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = {
-    "InferenceGatewayConfig": GATEWAY_REDIS_NODES,
-    "GlobalRouterConfig": GLOBAL_ROUTER_REDIS_NODES,
-}
-"""Per kind, the spec paths of the ``redis`` nodes whose ``url`` may hold a password."""
 
-
-def _with_password(config: Manifest, paths: tuple[tuple[str, ...], ...]) -> list[str]:
-    """The ``spec.…redis.url`` fields of ``config`` whose URL holds a literal password."""
-    found = []
-    for path in paths:
-        node = spec_node(spec(config), path)
-        if node is None:
-            continue
-        try:
-            url = urlsplit(str(node.get("url") or ""))
-            passwords = [url.password, *parse_qs(url.query).get("password", [])]
-        except ValueError:
-            continue
-        if any(p and not _REFERENCE.match(p) for p in passwords):
-            found.append("spec." + ".".join(path) + ".url")
-    return found
+def _holds_password(node: Mapping[str, Any]) -> bool:
+    """Whether the ``redis`` node's URL holds a literal password (user-info or ``?password=``)."""
+    try:
+        url = urlsplit(str(node.get("url") or ""))
+        passwords = [url.password, *parse_qs(url.query).get("password", [])]
+    except ValueError:
+        return False
+    return any(p and not _REFERENCE.match(p) for p in passwords)
 
 
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
-    kinds = {kind: ctx.inventory.kube.of(kind) for kind in _URLS}
-    configs = [(kind, c) for kind, objects in kinds.items() if isinstance(objects, list) for c in objects]
-    if not configs:
-        need(kinds["InferenceGatewayConfig"])  # nothing of either kind: skipped with the source's reason
-    for kind, config in configs:
-        fields = _with_password(config, _URLS[kind])
+    for config, nodes in redis_nodes(ctx):
+        fields = [field for field, node in nodes if _holds_password(node)]
         if fields:
             yield r.fail(
                 ref(config),

@@ -12,15 +12,14 @@ s38 no check looked at the scheme: IGW-AU308 asks where the password is kept, no
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from igw.checks.audit._hosts import is_loopback
+from igw.checks.audit._redis import redis_nodes
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
-from igw.checks.inventory import need
-from igw.checks.k8s import ref, spec
+from igw.checks.k8s import ref
 from igw.checks.model import CheckMeta, Command, Result, Severity
-from igw.config.redis_password import GATEWAY_REDIS_NODES, GLOBAL_ROUTER_REDIS_NODES, spec_node
 
 META = CheckMeta(
     id="IGW-AU309",
@@ -33,11 +32,6 @@ META = CheckMeta(
     remediation="Use a rediss:// URL (ElastiCache with in-transit encryption, or Redis with TLS) for "
     "rateLimits, globalHeartbeat and the global router's heartbeats and rate limits.",
 )
-
-_NODES: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = {
-    "InferenceGatewayConfig": GATEWAY_REDIS_NODES,
-    "GlobalRouterConfig": GLOBAL_ROUTER_REDIS_NODES,
-}
 
 
 def _in_clear(node: Mapping[str, Any]) -> tuple[str, bool] | None:
@@ -56,19 +50,14 @@ def _in_clear(node: Mapping[str, Any]) -> tuple[str, bool] | None:
 
 
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
-    kinds = {kind: ctx.inventory.kube.of(kind) for kind in _NODES}
-    configs = [(kind, c) for kind, objects in kinds.items() if isinstance(objects, list) for c in objects]
-    if not configs:
-        need(kinds["InferenceGatewayConfig"])  # nothing of either kind: skipped with the source's reason
-    for kind, config in configs:
+    for config, nodes in redis_nodes(ctx):
         plain: list[str] = []
         with_password = False
-        for path in _NODES[kind]:
-            node = spec_node(spec(config), path)
-            found = None if node is None else _in_clear(node)
+        for field, node in nodes:
+            found = _in_clear(node)
             if found is not None:
                 host, sends = found
-                plain.append(f"spec.{'.'.join(path)}.url ({host})")
+                plain.append(f"{field} ({host})")
                 with_password = with_password or sends
         if not plain:
             yield r.passed(ref(config), "every Redis URL is rediss://, a socket or loopback")
