@@ -23,10 +23,10 @@ import asyncio
 import hashlib
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.errors import IgwToolingError
@@ -37,6 +37,7 @@ IGWC_API_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
 ADOPTION_LABELS: Final = ("app.kubernetes.io/managed-by", CONFIG_LABEL)
 """Labels an orphaned object must share with the desired one to be adopted (:func:`_adoptable`)."""
 _KEPT_SERVICE_FIELDS: Final = ("clusterIP", "clusterIPs", "healthCheckNodePort", "ipFamilies")
+T = TypeVar("T")
 
 
 def desired_hash(obj: Mapping[str, Any]) -> str:
@@ -123,6 +124,10 @@ class Write:
         return f"{self.body['kind']} {meta['namespace']}/{meta['name']}"
 
 
+class OperatorStopping(IgwToolingError):
+    """An API call asked for after :meth:`Kube.quiesce`: the operator is stopping."""
+
+
 class NothingApplied(IgwToolingError):
     """The API server refused one or more objects of the pass in a server-side dry run (or the pass
     could not be prepared): none of the pass's objects was written."""
@@ -153,6 +158,9 @@ class Kube:
         self._dynamic: Any = None
         self._discovery_lock = threading.Lock()
         self._resources: dict[tuple[str, str], Any] = {}
+        self._calls = threading.Condition()
+        self._running = 0
+        self._quiesced = False
         self._stored: dict[tuple[str, str, str, str], str] = {}
         """Per object written: the hash of :func:`managed_view` of what the API server stored. Where
         it normalises a value (a quantity such as ``0.5`` stored as ``500m``) the stored form never
@@ -394,23 +402,50 @@ class Kube:
         }
         self._resource("v1", "Event").create(body=event, namespace=meta["namespace"])
 
+    def _counted(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``call`` in this worker thread, counted while it runs (:meth:`quiesce`)."""
+        with self._calls:
+            if self._quiesced:
+                raise OperatorStopping("the operator is stopping: no more API calls")
+            self._running += 1
+        try:
+            return call(*args, **kwargs)
+        finally:
+            with self._calls:
+                self._running -= 1
+                self._calls.notify_all()
+
+    async def _in_thread(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(self._counted, call, *args, **kwargs)
+
+    def quiesce(self, timeout_s: float) -> bool:
+        """Refuse every API call from now on and wait up to ``timeout_s`` for those running to end;
+        ``True`` when none runs any more.
+
+        A pass cancelled while the operator stops leaves its blocking call running in its worker
+        thread (cancelling the awaiting task does not stop the thread): the runner waits for that
+        before it gives the Lease up, so no write of this replica lands after another one leads."""
+        with self._calls:
+            self._quiesced = True
+            return self._calls.wait_for(lambda: self._running == 0, timeout_s)
+
     # ---- async surface ------------------------------------------------------------------------------
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return await asyncio.to_thread(self._get, api_version, kind, namespace, name)
+        return await self._in_thread(self._get, api_version, kind, namespace, name)
 
     async def list(
         self, api_version: str, kind: str, namespace: str | None, *, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._list, api_version, kind, namespace, label_selector)
+        return await self._in_thread(self._list, api_version, kind, namespace, label_selector)
 
     async def delete_controlled(
         self, api_version: str, kind: str, namespace: str, name: str, *, uid: str
     ) -> bool:
         """Delete ``kind`` ``namespace/name`` if the object ``uid`` controls it (``_delete_controlled``)."""
-        return await asyncio.to_thread(self._delete_controlled, api_version, kind, namespace, name, uid)
+        return await self._in_thread(self._delete_controlled, api_version, kind, namespace, name, uid)
 
     async def apply(self, desired: Mapping[str, Any], *, initial_only: tuple[str, ...] = ()) -> bool:
-        return await asyncio.to_thread(self._apply, desired, initial_only)
+        return await self._in_thread(self._apply, desired, initial_only)
 
     async def apply_all(
         self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]
@@ -439,7 +474,7 @@ class Kube:
         turn, makes the gateways hot-reload twice, and the pass is level-triggered - the next one
         (at the latest at the resync) dry-runs and writes again. The one write whose dry run is
         skipped is a RoleBinding to a Role created in the same pass (:meth:`_dry_run_skipped`)."""
-        return tuple(await asyncio.to_thread(self._apply_all, objects))
+        return tuple(await self._in_thread(self._apply_all, objects))
 
     async def patch_status(
         self,
@@ -451,7 +486,7 @@ class Kube:
         kind: str = KIND,
     ) -> None:
         """Merge-patch the status subresource (of an InferenceGatewayConfig unless told otherwise)."""
-        await asyncio.to_thread(self._patch_status, namespace, name, status, api_version, kind)
+        await self._in_thread(self._patch_status, namespace, name, status, api_version, kind)
 
     async def event(self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:
-        await asyncio.to_thread(self._event, involved, reason=reason, message=message, warning=warning)
+        await self._in_thread(self._event, involved, reason=reason, message=message, warning=warning)
