@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -267,3 +267,131 @@ def test_selector_watch_sees_objects_enter_and_leave(kube: FakeKubeApiServer) ->
             watcher.stop()
     timer.join()
     assert seen == [("ADDED", "m"), ("MODIFIED", "m"), ("DELETED", "gone")]
+
+
+def _config_map(
+    name: str, data: dict[str, str] | None = None, *, resource_version: str | None = None
+) -> kubernetes.client.V1ConfigMap:
+    meta = kubernetes.client.V1ObjectMeta(name=name, resource_version=resource_version)
+    return kubernetes.client.V1ConfigMap(metadata=meta, data=data)
+
+
+def _refusal(call: Callable[[], object]) -> tuple[int, str]:
+    """The HTTP status and the Status message of the API error ``call`` raises."""
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        call()
+    return int(refused.value.status or 0), str(json.loads(str(refused.value.body))["message"])
+
+
+def test_a_dry_run_is_validated_and_admitted_but_stores_nothing(kube: FakeKubeApiServer) -> None:
+    """``?dryRun=All`` runs defaulting, validation and admission and answers the object as it would be
+    stored; the store, its resourceVersion and the watch history are untouched."""
+    reviewed = kube.add_validating_webhook(
+        "policy.example.com",
+        ["configmaps"],
+        lambda _op, obj, _old: "no 'forbidden' key" if "forbidden" in (obj.get("data") or {}) else None,
+    )
+    api = kubernetes.client.CoreV1Api(kube.api_client())
+    apps = kubernetes.client.AppsV1Api(kube.api_client())
+    stored = api.create_namespaced_config_map("ns", _config_map("cm", {"k": "v"}))
+    assert stored.metadata is not None
+    version = kube.store.resource_version
+    history = kube.store.events_after(0)
+
+    replaced = api.replace_namespaced_config_map("cm", "ns", _config_map("cm", {"k": "dry"}), dry_run="All")
+    assert replaced.data == {"k": "dry"}
+    assert replaced.metadata is not None
+    assert replaced.metadata.resource_version == stored.metadata.resource_version
+    patched = api.patch_namespaced_config_map("cm", "ns", {"data": {"k2": "v2"}}, dry_run="All")
+    assert patched.data == {"k": "v", "k2": "v2"}
+    created = api.create_namespaced_config_map("ns", _config_map("new", {}), dry_run="All")
+    assert created.metadata is not None
+    assert created.metadata.uid
+    assert not created.metadata.resource_version
+    labels = {"app": "d"}
+    deployment = kubernetes.client.V1Deployment(
+        metadata=kubernetes.client.V1ObjectMeta(name="d"),
+        spec=kubernetes.client.V1DeploymentSpec(
+            selector=kubernetes.client.V1LabelSelector(match_labels=labels),
+            template=kubernetes.client.V1PodTemplateSpec(
+                metadata=kubernetes.client.V1ObjectMeta(labels=labels),
+                spec=kubernetes.client.V1PodSpec(
+                    containers=[kubernetes.client.V1Container(name="c", image="x")]
+                ),
+            ),
+        ),
+    )
+    defaulted = apps.create_namespaced_deployment("ns", deployment, dry_run="All")
+    assert defaulted.spec is not None
+    assert defaulted.spec.replicas == 1
+    api.delete_namespaced_config_map("cm", "ns", dry_run="All")
+
+    assert kube.store.resource_version == version
+    assert kube.store.events_after(0) == history
+    assert api.read_namespaced_config_map("cm", "ns").data == {"k": "v"}
+    assert _refusal(lambda: api.read_namespaced_config_map("new", "ns"))[0] == 404
+    assert _refusal(lambda: apps.read_namespaced_deployment("d", "ns"))[0] == 404
+    assert [(op, name, dry) for op, name, dry in reviewed if dry] == [
+        ("UPDATE", "cm", True),
+        ("UPDATE", "cm", True),
+        ("CREATE", "new", True),
+    ]
+
+    # What a write would be refused for, its dry run is refused for too: validation, conflicts, webhooks.
+    answers = {
+        "invalid name": _refusal(
+            lambda: api.create_namespaced_config_map("ns", _config_map("Bad_Name"), dry_run="All")
+        ),
+        "exists": _refusal(lambda: api.create_namespaced_config_map("ns", _config_map("cm"), dry_run="All")),
+        "stale": _refusal(
+            lambda: api.replace_namespaced_config_map(
+                "cm", "ns", _config_map("cm", resource_version="12345"), dry_run="All"
+            )
+        ),
+        "webhook": _refusal(
+            lambda: api.patch_namespaced_config_map("cm", "ns", {"data": {"forbidden": "x"}}, dry_run="All")
+        ),
+        "bad value": _refusal(
+            lambda: api.create_namespaced_config_map("ns", _config_map("x"), dry_run="Yes")
+        ),
+    }
+    assert {what: code for what, (code, _) in answers.items()} == {
+        "invalid name": 422,
+        "exists": 409,
+        "stale": 409,
+        "webhook": 400,
+        "bad value": 422,
+    }
+    assert answers["webhook"][1] == (
+        "admission webhook \"policy.example.com\" denied the request: no 'forbidden' key"
+    )
+    assert answers["bad value"][1] == (
+        'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"Yes"}: '
+        'supported values: "All"'
+    )
+    assert kube.store.resource_version == version
+
+
+def test_a_validating_webhook_denies_real_writes_as_the_api_server_answers(kube: FakeKubeApiServer) -> None:
+    """The webhook sees creates and updates of the kinds it matches; a denial is the webhook's code and
+    ``admission webhook "<name>" denied the request: <message>``, and nothing is written."""
+
+    def no_load_balancer(_op: str, obj: Mapping[str, Any], _old: Mapping[str, Any] | None) -> str | None:
+        return "no LoadBalancer" if (obj.get("spec") or {}).get("type") == "LoadBalancer" else None
+
+    reviewed = kube.add_validating_webhook("gatekeeper", ["services"], no_load_balancer, code=403)
+    api = kubernetes.client.CoreV1Api(kube.api_client())
+    service = kubernetes.client.V1Service(
+        metadata=kubernetes.client.V1ObjectMeta(name="svc"),
+        spec=kubernetes.client.V1ServiceSpec(type="ClusterIP"),
+    )
+    api.create_namespaced_service("ns", service)
+    version = kube.store.resource_version
+    denied = _refusal(lambda: api.patch_namespaced_service("svc", "ns", {"spec": {"type": "LoadBalancer"}}))
+    assert denied == (403, 'admission webhook "gatekeeper" denied the request: no LoadBalancer')
+    assert kube.store.resource_version == version
+    served = api.read_namespaced_service("svc", "ns")
+    assert served.spec is not None
+    assert served.spec.type == "ClusterIP"
+    api.create_namespaced_config_map("ns", _config_map("cm"))  # a kind it does not match
+    assert reviewed == [("CREATE", "svc", False), ("UPDATE", "svc", False)]

@@ -46,8 +46,15 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   Orphan`` keeps the dependents and drops their owner reference), and writes to a main
   resource that keep its ``/status`` subresource as stored (optimistic concurrency by
   ``resourceVersion`` on replace: 409 Conflict).
+* server-side dry run (``?dryRun=All`` on create, replace, patch, ``/status``, ``/scale`` and
+  delete, what ``kubectl --dry-run=server`` and a client's ``dry_run="All"`` send): the write goes
+  through defaulting, validation and admission (webhooks included) and is answered with the object as
+  it would be stored, but nothing is stored: no resourceVersion consumed, no watch event, no CRD
+  registered. Any other value is refused 422 as the API server refuses it.
 * failure modes: :meth:`forbid` (403 with the real message shape, for all or some resources),
-  :attr:`required_token` (401 without it), and :func:`unreachable_url` (nothing listening).
+  :meth:`add_validating_webhook` (a validating admission webhook that denies some writes, answered as
+  the API server answers a denial), :attr:`required_token` (401 without it), and
+  :func:`unreachable_url` (nothing listening).
 
 Usage from a sync test (the sync client blocks, so the server runs on its own loop thread)::
 
@@ -166,6 +173,31 @@ def _field_validation(query: Mapping[str, str]) -> str:
             f"fieldValidation must be one of {', '.join(FIELD_VALIDATION_DIRECTIVES)}, got {directive!r}",
         )
     return directive
+
+
+_DRY_RUN_OPTIONS = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions"}
+
+
+def _dry_run(method: str, query: Mapping[str, str]) -> bool:
+    """Whether the write is a server-side dry run: ``dryRun=All``; any other value is refused as the
+    API server's ``ValidateDryRun`` refuses it (422, naming the request's options kind)."""
+    value = query.get("dryRun")
+    if value is None:
+        return False
+    if value != "All":
+        options = _DRY_RUN_OPTIONS.get(method, "DeleteOptions")
+        raise StoreError(
+            422,
+            "Invalid",
+            f'{options}.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{{"{value}"}}: '
+            'supported values: "All"',
+        )
+    return True
+
+
+WebhookReview = Callable[[str, Mapping[str, Any], Mapping[str, Any] | None], "str | None"]
+"""A validating webhook's verdict on ``(operation, object, old object)``: ``None`` allows the write,
+a string denies it with that message."""
 
 
 def _written(body: Any, warnings: list[str], status: int = 200) -> web.Response:
@@ -323,6 +355,36 @@ class FakeKubeApiServer:
     def allow_all(self) -> None:
         self._forbidden = set()
         self._forbidden_all = False
+
+    def add_validating_webhook(
+        self, name: str, plurals: Iterable[str], review: WebhookReview, *, code: int = 400
+    ) -> list[tuple[str, str, bool]]:
+        """A validating admission webhook ``name`` (Gatekeeper, Kyverno, a cloud provider's) matching
+        creates and updates of ``plurals``: ``review`` denies a write by returning a message, which
+        the API server answers with the webhook's ``code`` (400 when the webhook sets none) and the
+        message ``admission webhook "<name>" denied the request: <message>``. Dry runs are reviewed
+        too (a webhook with ``sideEffects: None``, the only kind admissionregistration/v1 allows to
+        see them). Returns the list of ``(operation, object name, dry run)`` reviewed, for asserting
+        what reached admission."""
+        matched = set(plurals)
+        reviewed: list[tuple[str, str, bool]] = []
+
+        def validate(
+            operation: str,
+            kind: ResourceKind,
+            obj: Mapping[str, Any],
+            old: Mapping[str, Any] | None,
+            dry_run: bool,
+        ) -> None:
+            if kind.plural not in matched:
+                return
+            reviewed.append((operation, str((obj.get("metadata") or {}).get("name")), dry_run))
+            denial = review(operation, obj, old)
+            if denial is not None:
+                raise StoreError(code, "", f'admission webhook "{name}" denied the request: {denial}')
+
+        self.store.validators.append(validate)
+        return reviewed
 
     def api_client(self, *, token: str | None = None) -> Any:
         """A ``kubernetes.client.ApiClient`` talking to this server."""
@@ -497,10 +559,16 @@ class FakeKubeApiServer:
                         "on the request",
                     )
                 warnings: list[str] = []
+                dry_run = _dry_run(method, query)
                 created = self.store.create(
-                    kind, ns, body, field_validation=_field_validation(query), warnings=warnings
+                    kind,
+                    ns,
+                    body,
+                    field_validation=_field_validation(query),
+                    warnings=warnings,
+                    dry_run=dry_run,
                 )
-                if kind.plural == "customresourcedefinitions":
+                if kind.plural == "customresourcedefinitions" and not dry_run:
                     self._register_crd(created)
                 return _written(created, warnings, 201)
             raise StoreError(405, "MethodNotAllowed", f"method {method} not allowed on a collection")
@@ -516,6 +584,7 @@ class FakeKubeApiServer:
         if method in ("PUT", "PATCH"):
             write_warnings: list[str] = []
             directive = _field_validation(query)
+            dry_run = _dry_run(method, query)
             if method == "PUT":
                 body = await self._body(request)
                 written = self.store.replace(
@@ -526,14 +595,23 @@ class FakeKubeApiServer:
                     status_only=subresource == "status",
                     field_validation=directive,
                     warnings=write_warnings,
+                    dry_run=dry_run,
                 )
             else:
-                written = await self._patch(request, kind, ns, name, subresource, directive, write_warnings)
-            if kind.plural == "customresourcedefinitions":
+                written = await self._patch(
+                    request, kind, ns, name, subresource, directive, write_warnings, dry_run=dry_run
+                )
+            if kind.plural == "customresourcedefinitions" and not dry_run:
                 self._register_crd(written)  # a new CRD generation: its schema and rules apply from now
             return _written(written, write_warnings)
         if method == "DELETE":
-            deleted = self.store.delete(kind, ns, name, propagation=await self._propagation(request, query))
+            deleted = self.store.delete(
+                kind,
+                ns,
+                name,
+                propagation=await self._propagation(request, query),
+                dry_run=_dry_run(method, query),
+            )
             if kind.plural in _RETURNS_OBJECT_ON_DELETE:
                 return _json(deleted)
             return _json(
@@ -551,12 +629,17 @@ class FakeKubeApiServer:
         ``kubectl scale`` and the HPA controller use it."""
         current = self.store.get(kind, ns, name)
         if request.method in ("PUT", "PATCH"):
+            dry_run = _dry_run(request.method, request.query)
             body = await self._body(request)
             replicas = (body.get("spec") or {}).get("replicas")
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 raise StoreError(422, "Invalid", f'Scale "{name}" is invalid: spec.replicas: must be >= 0')
             current = self.store.replace(
-                kind, ns, name, {**current, "spec": {**(current.get("spec") or {}), "replicas": replicas}}
+                kind,
+                ns,
+                name,
+                {**current, "spec": {**(current.get("spec") or {}), "replicas": replicas}},
+                dry_run=dry_run,
             )
         elif request.method != "GET":
             raise StoreError(405, "MethodNotAllowed", f"method {request.method} not allowed on scale")
@@ -606,6 +689,8 @@ class FakeKubeApiServer:
         subresource: str | None,
         field_validation: str,
         warnings: list[str],
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         content_type = request.content_type
         text = await request.text()
@@ -637,7 +722,12 @@ class FakeKubeApiServer:
             except StoreError:
                 if content_type == "application/apply-patch+yaml":
                     return self.store.create(
-                        kind, ns, patch, field_validation=field_validation, warnings=warnings
+                        kind,
+                        ns,
+                        patch,
+                        field_validation=field_validation,
+                        warnings=warnings,
+                        dry_run=dry_run,
                     )
                 raise
             read_version = current["metadata"]["resourceVersion"]
@@ -655,6 +745,7 @@ class FakeKubeApiServer:
                     status_only=subresource == "status",
                     field_validation=field_validation,
                     warnings=warnings,
+                    dry_run=dry_run,
                 )
             except StoreError as exc:
                 if exc.code != 409 or pinned:

@@ -3,6 +3,11 @@
 Thread-safe (one lock) because tests seed and mutate it from the test thread while the HTTP
 server reads it from its own event-loop thread. Every mutation bumps a global resourceVersion
 and appends a watch event; watchers are woken through :attr:`KubeStore.on_change`.
+
+A write with ``dry_run`` (the API's ``?dryRun=All``) goes through everything a write goes through -
+defaulting, validation, CRD admission, the :attr:`KubeStore.validators` (validating admission) and
+the conflict checks - and answers the object as it would be stored, but stores nothing: no
+resourceVersion is consumed, no watch event recorded (apiserver's ``DryRunnableStorage``).
 """
 
 from __future__ import annotations
@@ -105,6 +110,12 @@ PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
 
 FIELD_VALIDATION_DIRECTIVES = ("Ignore", "Warn", "Strict")
 """The ``fieldValidation`` query parameter's values (``Warn`` when absent, as on the API server)."""
+
+
+Validator = Callable[[str, "ResourceKind", Mapping[str, Any], Mapping[str, Any] | None, bool], None]
+"""Validating admission (a webhook): called with the operation (``CREATE``/``UPDATE``), the kind, the
+object about to be stored, the stored one (``None`` on create) and whether the write is a dry run;
+raises :class:`StoreError` to refuse the write."""
 
 
 class StoreError(Exception):
@@ -210,6 +221,20 @@ class KubeStore:
         self._rv = 0
         self.kinds: dict[tuple[str, str, str], ResourceKind] = {k.key: k for k in BUILTIN_KINDS}
         self.on_change: Callable[[], None] = lambda: None
+        self.validators: list[Validator] = []
+        """Validating admission run on every create and update of an object or its status, dry runs
+        included, after defaulting and schema validation (as the API server calls webhooks)."""
+
+    def _admit_write(
+        self,
+        operation: str,
+        kind: ResourceKind,
+        obj: Mapping[str, Any],
+        old: Mapping[str, Any] | None,
+        dry_run: bool,
+    ) -> None:
+        for validator in list(self.validators):
+            validator(operation, kind, obj, old, dry_run)
 
     # ---- kinds ---------------------------------------------------------------------------------
     def register_kind(self, kind: ResourceKind) -> None:
@@ -295,12 +320,15 @@ class KubeStore:
         field_validation: str = "Warn",
         warnings: MutableSequence[str] | None = None,
         admit_custom: bool = True,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """Store a new object; a custom resource is admitted first (:mod:`tests.fakes.kube_admission`).
 
         ``admit_custom=False`` (seeding only, never over HTTP) stores it as a cluster holds an object
         written under an older or schema-less CRD (stored objects are not re-validated when a CRD
-        changes): for tests of a controller's own defence against specs the current CRD refuses."""
+        changes): for tests of a controller's own defence against specs the current CRD refuses.
+        ``dry_run``: the object as it would be created (a uid and creation time, no resourceVersion,
+        as the API server answers a dry-run create), nothing stored."""
         body = copy.deepcopy(dict(obj))
         meta = body.setdefault("metadata", {})
         name = meta.get("name")
@@ -329,6 +357,10 @@ class KubeStore:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             meta["generation"] = 1
+            meta.pop("resourceVersion", None)
+            self._admit_write("CREATE", kind, body, None, dry_run)
+            if dry_run:
+                return copy.deepcopy(body)
             meta["resourceVersion"] = self._bump()
             self._objects[key] = body
             self._record(kind, namespace, "ADDED", body)
@@ -347,9 +379,11 @@ class KubeStore:
         field_validation: str = "Warn",
         warnings: MutableSequence[str] | None = None,
         admit_custom: bool = True,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """Replace an object (or only its status); a custom resource is admitted first, as an update
-        (``admit_custom``: as for :meth:`create`)."""
+        (``admit_custom``: as for :meth:`create`). ``dry_run``: the object as it would be stored, its
+        resourceVersion still the stored one, nothing changed."""
         body = copy.deepcopy(dict(obj))
         with self._lock:
             key = (kind.key, namespace, name)
@@ -398,10 +432,14 @@ class KubeStore:
                 meta["generation"] = current["metadata"].get("generation", 1) + (old_spec != new_spec)
             new["apiVersion"] = kind.api_version
             new["kind"] = kind.kind
-            new["metadata"]["resourceVersion"] = self._bump()
             deleting = current["metadata"].get("deletionTimestamp")
             if deleting:  # being deleted: the timestamp stays, and the last finalizer's removal deletes
                 new["metadata"]["deletionTimestamp"] = deleting
+            new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            self._admit_write("UPDATE", kind, new, current, dry_run)
+            if dry_run:
+                return copy.deepcopy(new)
+            new["metadata"]["resourceVersion"] = self._bump()
             if deleting and not new["metadata"].get("finalizers"):
                 del self._objects[key]
                 self._record(kind, namespace, "DELETED", new)
@@ -414,7 +452,13 @@ class KubeStore:
         return result
 
     def delete(
-        self, kind: ResourceKind, namespace: str, name: str, *, propagation: str = "Background"
+        self,
+        kind: ResourceKind,
+        namespace: str,
+        name: str,
+        *,
+        propagation: str = "Background",
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """Delete one object and, like the garbage collector, every object it owns (transitively).
 
@@ -425,7 +469,10 @@ class KubeStore:
 
         An object with ``metadata.finalizers`` is only marked (``deletionTimestamp``, a MODIFIED
         event) and stays until a write removes its last finalizer, as the API server does: with the
-        controller that owns the finalizer gone, ``kubectl delete`` waits for good."""
+        controller that owns the finalizer gone, ``kubectl delete`` waits for good.
+
+        ``dry_run``: the object as the delete would leave it (marked, when it has finalizers), with
+        nothing deleted, marked, orphaned or collected."""
         if propagation not in PROPAGATION_POLICIES:
             raise StoreError(
                 400,
@@ -438,6 +485,11 @@ class KubeStore:
             obj = self._objects.get(key)
             if obj is None:
                 raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
+            if dry_run:
+                answer = copy.deepcopy(obj)
+                if answer["metadata"].get("finalizers") and not answer["metadata"].get("deletionTimestamp"):
+                    answer["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                return answer
             if propagation == "Orphan":
                 self._orphan_dependents(str(obj["metadata"].get("uid", "")))
             if obj["metadata"].get("finalizers"):

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from igw.operator.kube import IGWC_API_VERSION, Kube
+from igw.operator.kube import IGWC_API_VERSION, Kube, OperatorStopping
 from tests.fakes.kube_api import KubeStore, running_fake_kube
 from tests.fakes.kube_store import ResourceKind
 from tests.operator.harness import install_crd
@@ -136,3 +138,24 @@ def test_a_value_the_server_stores_in_its_own_form_is_not_rewritten_on_every_pas
         assert kube._apply(wanted) is False
         _edit(server.store, lambda obj: obj["data"].update({"size": "2"}))
         assert kube._apply(wanted) is True
+
+
+def test_quiesce_waits_for_a_call_its_cancelled_pass_left_running_then_refuses_new_ones() -> None:
+    """Stopping cancels the passes, but a blocking call already in its worker thread runs on: the
+    runner must not give the Lease up before it ends, nor let a new call start after."""
+    gate = threading.Event()
+    with running_fake_kube() as server:
+        kube = Kube(server.api_client())
+
+        async def main() -> tuple[bool, bool]:
+            running = asyncio.ensure_future(kube._in_thread(gate.wait, 10))
+            await asyncio.sleep(0.2)
+            running.cancel()  # as kopf's stop cancels a handler: the thread goes on
+            busy = await asyncio.to_thread(kube.quiesce, 0.3)
+            gate.set()
+            idle = await asyncio.to_thread(kube.quiesce, 5)
+            with pytest.raises(OperatorStopping):
+                await kube.get("v1", "ConfigMap", "default", "any")
+            return busy, idle
+
+        assert asyncio.run(main()) == (False, True)

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from igw.operator.election import ElectionSettings, LeaseElection
 from tests.fakes.kube_api import FakeKubeApiServer
-from tests.operator.harness import find, igwc, wait_condition, wait_for
+from tests.operator.harness import find, igwc, wait_condition, wait_for, write_latest
 
 LEASE_DURATION_S = 8
 RETRY_PERIOD_S = 2
@@ -100,3 +102,83 @@ def test_one_operator_acts_and_the_other_takes_over(
     assert wait_for(lambda: _reporters(cluster, "second"), what="events of the second object") == {standby}
     names = sorted(o["metadata"]["name"] for o in cluster.store.iter_all() if o["kind"] == "Deployment")
     assert names == ["chat-gateway", "second-gateway"]
+
+
+def test_a_leader_stopped_with_sigterm_hands_the_lease_over_at_once(
+    cluster: FakeKubeApiServer, operators: dict[str, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """A rolling update of the operator stops the leader with SIGTERM. It kept its Lease, so the
+    standby took over only once the lease expired (8 s plus a retry after the last renewal) and nothing
+    reconciled meanwhile. Now the leader releases it as it stops, and the standby leads at its next
+    try; objects created meanwhile are programmed by it."""
+    holder = wait_for(lambda: _lease(cluster).get("holderIdentity"), timeout=60, what="a lease holder")
+    standby = "beta" if holder == "alpha" else "alpha"
+    cluster.add(igwc("chat"))
+    wait_condition(cluster, "chat", "GatewayProgrammed", timeout=60)
+
+    signalled = datetime.now(UTC)
+    operators[holder].send_signal(signal.SIGTERM)
+    assert operators[holder].wait(30) == 0
+    exited = datetime.now(UTC)
+    lease = wait_for(
+        lambda: (spec := _lease(cluster)).get("holderIdentity") == standby and spec,
+        timeout=60,
+        what="the standby taking the lease",
+    )
+    takeover_s = (_time(lease["acquireTime"]) - signalled).total_seconds()
+    stop_s = (exited - signalled).total_seconds()
+    print(
+        f"lease taken over {takeover_s:.1f} s after SIGTERM to the leader (which exited after {stop_s:.1f} s)"
+    )
+    # Released as it exits, the lease is taken at the standby's next try (a retry period at most);
+    # kept, it is taken only once it expires (the lease duration after the last renewal).
+    assert takeover_s <= stop_s + RETRY_PERIOD_S + 1.5
+    assert takeover_s < LEASE_DURATION_S
+    log = (tmp_path / f"{holder}.log").read_text(encoding="utf-8", errors="replace")
+    assert f"{holder}: released Lease default/igw-operator" in log, log[-3000:]
+
+    cluster.add(igwc("second", model="mistral", app="mistral"))
+    wait_condition(cluster, "second", "GatewayProgrammed", timeout=60)
+    assert wait_for(lambda: _reporters(cluster, "second"), what="events of the second object") == {standby}
+
+
+def test_a_lease_another_candidate_holds_is_never_released(cluster: FakeKubeApiServer) -> None:
+    """The release reads the Lease afresh: one another candidate took meanwhile (this leader stalled
+    past the lease duration and has not noticed yet) is left as it is, and so is any change made after
+    that read (the replace carries its resourceVersion). The holder's own release clears the holder."""
+    identity = "stalled"
+    kind = cluster.store.kind_for(api_version="coordination.k8s.io/v1", kind="Lease")
+
+    def take_over(lease: dict[str, Any]) -> None:
+        lease["spec"]["holderIdentity"] = "newer"
+        cluster.store.replace(kind, "default", "igw-operator", lease)
+
+    async def main() -> tuple[bool, bool]:
+        settings = ElectionSettings("igw-operator", "default", identity)
+        first = LeaseElection(settings, cluster.api_client())
+        first.start()
+        await asyncio.wait_for(first.leading.wait(), 30)
+        write_latest(cluster, "Lease", "default", "igw-operator", take_over)
+        released_theirs = await first.release()
+
+        second = LeaseElection(ElectionSettings("own", "default", identity), cluster.api_client())
+        second.start()
+        await asyncio.wait_for(second.leading.wait(), 30)
+        released_own = await second.release()
+        return released_theirs, released_own
+
+    cluster.add(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "own", "namespace": "default"},
+        }
+    )
+    released_theirs, released_own = asyncio.run(main())
+    assert released_theirs is False
+    theirs = cluster.store.get(kind, "default", "igw-operator")
+    assert theirs["spec"]["holderIdentity"] == "newer"
+    assert released_own is True
+    own = cluster.store.get(kind, "default", "own")["spec"]
+    assert "holderIdentity" not in own
+    assert own["leaseDurationSeconds"] == 1

@@ -12,6 +12,9 @@ existing object of the same name that another owner (or none) controls is never 
 :class:`NotOwnedError` instead, which the pass reports on the object (``ApplyFailed``). The one
 exception is an orphan the operator wrote for a config of the same name (left by ``kubectl delete
 --cascade=orphan``): it is adopted, taking the new owner reference with the desired content.
+
+:meth:`Kube.apply_all` writes a set of objects (one reconciliation pass's data plane) all or nothing,
+as far as the API allows: see its docstring.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import asyncio
 import hashlib
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeVar
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.errors import IgwToolingError
@@ -33,6 +37,7 @@ IGWC_API_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
 ADOPTION_LABELS: Final = ("app.kubernetes.io/managed-by", CONFIG_LABEL)
 """Labels an orphaned object must share with the desired one to be adopted (:func:`_adoptable`)."""
 _KEPT_SERVICE_FIELDS: Final = ("clusterIP", "clusterIPs", "healthCheckNodePort", "ipFamilies")
+T = TypeVar("T")
 
 
 def desired_hash(obj: Mapping[str, Any]) -> str:
@@ -83,6 +88,60 @@ def _adoptable(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     return all(key in want and have.get(key) == want[key] for key in ADOPTION_LABELS)
 
 
+def refusal_text(exc: BaseException) -> str:
+    """An API refusal in one line: the exception's type and, for an API ``Status`` answer, its code
+    and message (the body's JSON is long and repeats them); any other error as it prints."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    if isinstance(body, str):
+        try:
+            status = json.loads(body)
+        except ValueError:
+            status = None
+        if isinstance(status, Mapping) and status.get("message"):
+            return f"{type(exc).__name__}: {status.get('code', '')} {status['message']}".replace("  ", " ")
+    return f"{type(exc).__name__}: {body or exc}"
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One prepared create or replace of an object (:meth:`Kube._plan`), sent by :meth:`Kube._send`."""
+
+    verb: Literal["create", "replace"]
+    body: dict[str, Any]
+    wanted: dict[str, Any]
+    """What the operator wants stored, for :meth:`Kube._remember`."""
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        meta = self.body["metadata"]
+        return (self.body["apiVersion"], self.body["kind"], meta["namespace"], meta["name"])
+
+    @property
+    def label(self) -> str:
+        meta = self.body["metadata"]
+        return f"{self.body['kind']} {meta['namespace']}/{meta['name']}"
+
+
+class OperatorStopping(IgwToolingError):
+    """An API call asked for after :meth:`Kube.quiesce`: the operator is stopping."""
+
+
+class NothingApplied(IgwToolingError):
+    """The API server refused one or more objects of the pass in a server-side dry run (or the pass
+    could not be prepared): none of the pass's objects was written."""
+
+
+class PartlyApplied(IgwToolingError):
+    """Every object passed its dry run, but a real write was then refused: the message lists what was
+    written, what was refused and what was not written."""
+
+
+def _listed(labels: Sequence[str]) -> str:
+    return ", ".join(labels) if labels else "none"
+
+
 def _holder(obj: Mapping[str, Any]) -> str:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
@@ -99,6 +158,9 @@ class Kube:
         self._dynamic: Any = None
         self._discovery_lock = threading.Lock()
         self._resources: dict[tuple[str, str], Any] = {}
+        self._calls = threading.Condition()
+        self._running = 0
+        self._quiesced = False
         self._stored: dict[tuple[str, str, str, str], str] = {}
         """Per object written: the hash of :func:`managed_view` of what the API server stored. Where
         it normalises a value (a quantity such as ``0.5`` stored as ``500m``) the stored form never
@@ -145,6 +207,66 @@ class Kube:
         """Create or replace ``desired``; ``True`` when something was written. ``initial_only``: spec
         fields written at creation only; a replace keeps their live values and does not compare them
         (a Deployment's replicas while an autoscaler owns them)."""
+        write = self._plan(desired, initial_only)
+        if write is None:
+            return False
+        self._send(write, dry_run=False)
+        return True
+
+    def _apply_all(self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]) -> list[str]:
+        """The body of :meth:`apply_all`: the labels (``Kind ns/name``) of the objects written."""
+        try:
+            writes = [write for desired, initial in objects if (write := self._plan(desired, initial))]
+        except Exception as exc:  # a read failed, or an object is someone else's: nothing written yet
+            raise NothingApplied(f"nothing of this pass was applied: {refusal_text(exc)}") from exc
+        refused: list[str] = []
+        for write in writes:
+            if self._dry_run_skipped(write, writes):
+                continue
+            try:
+                self._send(write, dry_run=True)
+            except Exception as exc:  # every refusal is collected, so one pass reports them all
+                refused.append(f"{write.label} ({refusal_text(exc)})")
+        if refused:
+            raise NothingApplied(
+                "nothing of this pass was applied: the API server refused in a server-side dry run: "
+                + "; ".join(refused)
+            )
+        written: list[str] = []
+        for index, write in enumerate(writes):
+            try:
+                self._send(write, dry_run=False)
+            except Exception as exc:
+                rest = [w.label for w in writes[index + 1 :]]
+                raise PartlyApplied(
+                    f"partly applied: written {_listed(written)}; refused {write.label} "
+                    f"({refusal_text(exc)}); not written {_listed(rest)}"
+                ) from exc
+            written.append(write.label)
+        return written
+
+    @staticmethod
+    def _dry_run_skipped(write: Write, writes: Sequence[Write]) -> bool:
+        """Whether ``write``'s dry run would be refused only because an earlier write of the same pass
+        is not stored yet: a RoleBinding to a Role this pass creates. The API server checks that whoever
+        binds a Role holds its permissions, reading the Role; absent, the binding is refused 403 unless
+        the operator may ``bind`` (it may not: its RBAC holds only what it uses). The Role's own dry run
+        still checks that the operator may grant what it holds."""
+        if write.body["kind"] != "RoleBinding" or write.verb != "create":
+            return False
+        role = (write.body.get("roleRef") or {}).get("name")
+        namespace = write.body["metadata"]["namespace"]
+        return any(
+            other.verb == "create"
+            and other.body["kind"] == "Role"
+            and other.body["metadata"]["name"] == role
+            and other.body["metadata"]["namespace"] == namespace
+            for other in writes
+        )
+
+    def _plan(self, desired: Mapping[str, Any], initial_only: tuple[str, ...] = ()) -> Write | None:
+        """The write that puts ``desired`` in place, or ``None`` when it is in place already; raises
+        :class:`NotOwnedError` for an object of that name the operator may not replace."""
         body = json.loads(json.dumps(desired))
         meta = body["metadata"]
         compared = desired
@@ -159,12 +281,9 @@ class Kube:
         for field in initial_only:
             wanted["spec"].pop(field, None)
         key = (body["apiVersion"], body["kind"], meta["namespace"], meta["name"])
-        resource = self._resource(body["apiVersion"], body["kind"])
         current = self._get(body["apiVersion"], body["kind"], meta["namespace"], meta["name"])
         if current is None:
-            created = resource.create(body=body, namespace=meta["namespace"])
-            self._remember(key, created, wanted)
-            return True
+            return Write("create", body, wanted)
         owner = _controller_uid(body)
         if owner is not None and _controller_uid(current) != owner:
             if not _adoptable(current, body):
@@ -186,7 +305,7 @@ class Kube:
         if ((current.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH) == digest:
             view = managed_view(current, wanted)
             if view == wanted or self._stored.get(key) == desired_hash(view):
-                return False
+                return None
         meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         # A replace sets the finalizers it sends; the operator sets none, so any there are another
         # controller's (the AWS Load Balancer Controller's on the Service, which deletes the NLB
@@ -198,9 +317,22 @@ class Kube:
         for field in kept:
             if field in (current.get("spec") or {}):
                 body["spec"][field] = current["spec"][field]
-        replaced = resource.replace(body=body, name=meta["name"], namespace=meta["namespace"])
-        self._remember(key, replaced, wanted)
-        return True
+        return Write("replace", body, wanted)
+
+    def _send(self, write: Write, *, dry_run: bool) -> None:
+        """Send ``write``; a dry run (``?dryRun=All``) is validated and admitted, never stored.
+
+        The replace carries the resourceVersion read by :meth:`_plan`, so the real write after a dry
+        run is refused (409) rather than overwriting a change made in between."""
+        body, meta = write.body, write.body["metadata"]
+        resource = self._resource(body["apiVersion"], body["kind"])
+        options = {"dry_run": "All"} if dry_run else {}
+        if write.verb == "create":
+            stored = resource.create(body=body, namespace=meta["namespace"], **options)
+        else:
+            stored = resource.replace(body=body, name=meta["name"], namespace=meta["namespace"], **options)
+        if not dry_run:
+            self._remember(write.key, stored, write.wanted)
 
     def _owner_alive(self, desired: Mapping[str, Any]) -> bool:
         """Whether the controller ``desired`` names exists with that uid and is not being deleted."""
@@ -270,23 +402,79 @@ class Kube:
         }
         self._resource("v1", "Event").create(body=event, namespace=meta["namespace"])
 
+    def _counted(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``call`` in this worker thread, counted while it runs (:meth:`quiesce`)."""
+        with self._calls:
+            if self._quiesced:
+                raise OperatorStopping("the operator is stopping: no more API calls")
+            self._running += 1
+        try:
+            return call(*args, **kwargs)
+        finally:
+            with self._calls:
+                self._running -= 1
+                self._calls.notify_all()
+
+    async def _in_thread(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(self._counted, call, *args, **kwargs)
+
+    def quiesce(self, timeout_s: float) -> bool:
+        """Refuse every API call from now on and wait up to ``timeout_s`` for those running to end;
+        ``True`` when none runs any more.
+
+        A pass cancelled while the operator stops leaves its blocking call running in its worker
+        thread (cancelling the awaiting task does not stop the thread): the runner waits for that
+        before it gives the Lease up, so no write of this replica lands after another one leads."""
+        with self._calls:
+            self._quiesced = True
+            return self._calls.wait_for(lambda: self._running == 0, timeout_s)
+
     # ---- async surface ------------------------------------------------------------------------------
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return await asyncio.to_thread(self._get, api_version, kind, namespace, name)
+        return await self._in_thread(self._get, api_version, kind, namespace, name)
 
     async def list(
         self, api_version: str, kind: str, namespace: str | None, *, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._list, api_version, kind, namespace, label_selector)
+        return await self._in_thread(self._list, api_version, kind, namespace, label_selector)
 
     async def delete_controlled(
         self, api_version: str, kind: str, namespace: str, name: str, *, uid: str
     ) -> bool:
         """Delete ``kind`` ``namespace/name`` if the object ``uid`` controls it (``_delete_controlled``)."""
-        return await asyncio.to_thread(self._delete_controlled, api_version, kind, namespace, name, uid)
+        return await self._in_thread(self._delete_controlled, api_version, kind, namespace, name, uid)
 
     async def apply(self, desired: Mapping[str, Any], *, initial_only: tuple[str, ...] = ()) -> bool:
-        return await asyncio.to_thread(self._apply, desired, initial_only)
+        return await self._in_thread(self._apply, desired, initial_only)
+
+    async def apply_all(
+        self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]
+    ) -> tuple[str, ...]:
+        """Put every ``(desired, initial_only)`` in place, in order, all or nothing as far as the API
+        allows; the labels (``Kind ns/name``) of the objects written (unchanged ones are not).
+
+        Kubernetes has no transaction over several objects, and writing them one by one let a refusal
+        of a later one (a Service or Deployment the API server rejects: validation, a quota, an
+        admission webhook) leave the earlier ones written: the served ConfigMap first, which the
+        running gateway pods hot-reload, so they served the new configuration while the status said
+        ``ApplyFailed``. So the pass goes in three steps:
+
+        1. every object is read and its write prepared; an object of that name the operator may not
+           replace (:class:`NotOwnedError`) or a failed read ends the pass before anything is sent;
+        2. every write is sent as a server-side dry run (``?dryRun=All``), which the API server puts
+           through defaulting, validation, quota and admission (webhooks included: admissionregistration
+           v1 only has webhooks without side effects on dry runs) without storing anything; any
+           refusal, all of them listed, ends the pass with :class:`NothingApplied`;
+        3. only then is each written for real, in order, a replace carrying the resourceVersion read in
+           step 1. What can still fail here is what changed since the dry run (someone's write: 409; a
+           quota another object used up; a webhook that answers differently); that raises
+           :class:`PartlyApplied` naming what was written, what was refused and what was not written.
+
+        Step 3 does not roll the written objects back: a rollback is more writes that can fail in
+        turn, makes the gateways hot-reload twice, and the pass is level-triggered - the next one
+        (at the latest at the resync) dry-runs and writes again. The one write whose dry run is
+        skipped is a RoleBinding to a Role created in the same pass (:meth:`_dry_run_skipped`)."""
+        return tuple(await self._in_thread(self._apply_all, objects))
 
     async def patch_status(
         self,
@@ -298,7 +486,7 @@ class Kube:
         kind: str = KIND,
     ) -> None:
         """Merge-patch the status subresource (of an InferenceGatewayConfig unless told otherwise)."""
-        await asyncio.to_thread(self._patch_status, namespace, name, status, api_version, kind)
+        await self._in_thread(self._patch_status, namespace, name, status, api_version, kind)
 
     async def event(self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:
-        await asyncio.to_thread(self._event, involved, reason=reason, message=message, warning=warning)
+        await self._in_thread(self._event, involved, reason=reason, message=message, warning=warning)

@@ -2,7 +2,9 @@
 
 The pass is level-triggered and idempotent, so kopf may call it on every create / update / resume
 and on a timer: it re-reads the object, admits it (:mod:`igw.operator.admission`), applies the
-data plane only when admitted (a refused spec leaves the previous data plane untouched), observes
+data plane only when admitted (a refused spec leaves the previous data plane untouched) and then all
+or nothing (:meth:`igw.operator.kube.Kube.apply_all`: every object dry-run on the API server first,
+so a Service or Deployment the API server refuses leaves the served ConfigMap as it was), observes
 what runs (the rendered configuration actually served, the gateway Deployment and Service, the
 model-server pods of each served scheduler), then writes the status when it changed and posts
 one Event per condition transition (best effort: one the API server refuses is logged). Passes over
@@ -199,15 +201,12 @@ class Reconciler:
             if wants_auto_issue(igwc.get("spec") or {}):
                 tls = await self._auto_issue(igwc)
             try:
-                for desired in desired_objects(served, self._settings, issued_acm_arn=tls.acm_arn):
-                    if await self._kube.apply(desired, initial_only=initial_only_fields(desired, served)):
-                        log.info(
-                            "%s/%s: applied %s %s",
-                            namespace,
-                            name,
-                            desired["kind"],
-                            desired["metadata"]["name"],
-                        )
+                objects = desired_objects(served, self._settings, issued_acm_arn=tls.acm_arn)
+                written = await self._kube.apply_all(
+                    [(desired, initial_only_fields(desired, served)) for desired in objects]
+                )
+                for label in written:
+                    log.info("%s/%s: applied %s", namespace, name, label)
                 await self._retire_autoscaler(served)
             except Exception as exc:  # any API refusal is reported on the object, not raised
                 apply_error = _error_text(exc)

@@ -96,6 +96,9 @@ async def run_operator(
 ) -> int:
     """Serve until ``stop`` is set (exit 0) or the Lease is lost (exit :data:`EXIT_LOST_LEASE`).
 
+    Stopped, a leader gives its Lease up once nothing it started can still write, so a standby leads
+    at its next try (:func:`_give_up_lease`).
+
     ``stop_signals`` (the command's SIGTERM/SIGINT) set ``stop`` for the whole run: kopf installs
     its own handlers for them when it starts, and those resolve a one-shot future, so a second
     signal while stopping raised ``InvalidStateError`` inside the event loop (a logged traceback);
@@ -120,16 +123,32 @@ async def _take_signals_back(ready: asyncio.Event, stop: asyncio.Event, signals:
     _handle_signals(stop, signals)
 
 
-async def _join_handler_threads(settings: kopf.OperatorSettings, *, within_s: float = 5) -> None:
+async def _join_handler_threads(settings: kopf.OperatorSettings, *, within_s: float = 5) -> bool:
     """Shut kopf's handler executor down once kopf has stopped (kopf never does), waiting up to
     ``within_s`` for a handler still running. Its idle worker would otherwise live until the process
     exits without holding back SIGTERM (it started before the command blocks the stop signals), so a
     supervisor's repeated SIGTERM landing on it after the loop restored the default action ended
-    ``igw operator`` with -15 instead of 0."""
+    ``igw operator`` with -15 instead of 0. ``True`` when every handler thread ended in time."""
     executor = settings.execution.executor
     shutdown = functools.partial(executor.shutdown, wait=True, cancel_futures=True)
-    with contextlib.suppress(asyncio.TimeoutError):
+    try:
         await asyncio.wait_for(asyncio.to_thread(shutdown), within_s)
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _give_up_lease(election: LeaseElection, kube: Kube, *, quiet: bool, identity: str) -> None:
+    """Release the Lease once nothing this replica started can still write (``quiet``: kopf and the
+    resync stopped, handler threads joined), so the next leader starts within a retry period instead
+    of waiting out the lease (a rolling update otherwise left nothing reconciling for ~10 s). Kube
+    calls still running in worker threads are waited for first (up to 5 s); when something may still
+    run, the Lease is left to expire, as before."""
+    if quiet and await asyncio.to_thread(kube.quiesce, 5):
+        await election.release()
+        return
+    log.warning("%s: work may still be running; leaving the Lease to expire", identity)
+    election.stop()
 
 
 async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tuple[int, ...]) -> int:
@@ -141,9 +160,8 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
         # cancelled API calls as ERRORs. Nothing has touched the cluster yet: stop here.
         log.info("%s: stopped before it started", options.identity)
         return EXIT_STOPPED
-    reconciler = Reconciler(
-        Kube(api_client, reporting_instance=options.identity), options.data_plane, auto_tls=options.auto_tls
-    )
+    kube = Kube(api_client, reporting_instance=options.identity)
+    reconciler = Reconciler(kube, options.data_plane, auto_tls=options.auto_tls)
     resync = Resync(reconciler, options.resync_s)
     registry = build_registry(reconciler, lambda: connection_for(api_client), resync=resync)
     election: LeaseElection | None = None
@@ -163,7 +181,8 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
         waiter.cancel()
         stopper.cancel()
         if stop.is_set():
-            election.stop()
+            # Nothing guarded by the Lease ran: give it up in case it was won meanwhile.
+            await election.release()
             return EXIT_STOPPED
         log.info("%s: leading; starting to reconcile", options.identity)
     kopf_stop = asyncio.Event()
@@ -192,14 +211,17 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
     kopf_stop.set()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await asyncio.wait_for(running, 10)
-    await _join_handler_threads(settings)
+    joined = await _join_handler_threads(settings)
     resyncing.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await resyncing
     for task in watchers:
         task.cancel()
     if election is not None:
-        election.stop()
+        if lost.is_set():
+            election.stop()
+        else:
+            await _give_up_lease(election, kube, quiet=joined and running.done(), identity=options.identity)
     if lost.is_set():
         log.error("%s: lost the Lease; exiting so a fresh candidate takes its place", options.identity)
         return EXIT_LOST_LEASE

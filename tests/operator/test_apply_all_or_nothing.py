@@ -1,0 +1,137 @@
+"""A reconciliation pass writes its data plane all or nothing, as far as the Kubernetes API allows.
+
+The pass wrote its objects one by one, the served ConfigMap first: when the API server then refused a
+later one (here an admission webhook refusing the Service), the running gateway pods had already
+hot-reloaded the new configuration while the status said ``ApplyFailed``. Now every object is dry-run
+on the API server first (``?dryRun=All``) and only written when all pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from igw.operator.dataplane import DataPlaneSettings
+from igw.operator.kube import Kube
+from igw.operator.reconcile import Reconciler
+from tests.fakes.kube_api import FakeKubeApiServer
+from tests.fakes.kube_store import ResourceKind, StoreError
+from tests.operator.harness import condition, find, igwc, update_spec
+
+ARN = "arn:aws:acm:us-west-2:123456789012:certificate/0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+SSL_CERT = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"
+KINDS = ("ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Deployment", "Service")
+
+
+def _versions(cluster: FakeKubeApiServer) -> dict[str, str]:
+    """The resourceVersion of each data-plane object of config ``chat``."""
+    versions = {}
+    for kind in KINDS:
+        name = "chat-gateway-config" if kind == "ConfigMap" else "chat-gateway"
+        found = find(cluster, kind, "inference", name)
+        assert found is not None, kind
+        versions[kind] = str(found["metadata"]["resourceVersion"])
+    return versions
+
+
+def _served(cluster: FakeKubeApiServer) -> dict[str, Any]:
+    config_map = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+    assert config_map is not None
+    return dict(config_map["data"])
+
+
+def _no_tls_listener(operation: str, obj: Mapping[str, Any], _old: Mapping[str, Any] | None) -> str | None:
+    """A cluster policy (Gatekeeper, Kyverno): no Service may take a TLS certificate by annotation."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return "TLS listeners need the platform team's certificate" if SSL_CERT in annotations else None
+
+
+def _programmed(cluster: FakeKubeApiServer) -> dict[str, Any]:
+    return condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+
+
+def test_a_later_object_the_api_server_refuses_leaves_the_served_config_as_it_was(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """The spec gains ``tls.acmArn``: a new ConfigMap and a new Service. A webhook refuses the Service;
+    the ConfigMap (and every other object) keeps its resourceVersion, and the status names the
+    refusal and says that nothing was applied. Once the policy allows it, the next pass applies all."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert _programmed(cluster)["status"] == "True"
+    before, served = _versions(cluster), _served(cluster)
+    reviewed = cluster.add_validating_webhook("policy.example.com", ["services"], _no_tls_listener)
+
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(tls={"acmArn": ARN}))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+
+    assert _served(cluster) == served
+    assert _versions(cluster) == before
+    refused = _programmed(cluster)
+    assert (refused["status"], refused["reason"]) == ("False", "ApplyFailed")
+    assert "nothing of this pass was applied" in refused["message"]
+    assert "refused in a server-side dry run: Service inference/chat-gateway" in refused["message"]
+    assert (
+        'admission webhook "policy.example.com" denied the request: '
+        "TLS listeners need the platform team's certificate"
+    ) in refused["message"]
+    assert ("UPDATE", "chat-gateway", True) in reviewed
+    assert ("UPDATE", "chat-gateway", False) not in reviewed
+
+    cluster.store.validators.clear()
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert _programmed(cluster)["status"] == "True"
+    assert _served(cluster) != served
+    service = find(cluster, "Service", "inference", "chat-gateway")
+    assert service is not None
+    assert service["metadata"]["annotations"][SSL_CERT] == ARN
+
+
+def test_a_write_refused_after_its_dry_run_passed_is_reported_object_by_object(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """What changed between the dry run and the write (a quota another object used up, a webhook that
+    answers otherwise) can still refuse a write: the status lists what was written, what was refused
+    and what was not written, instead of a bare refusal that hides the half-applied change."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+
+    def quota_used_up(
+        operation: str, kind: ResourceKind, obj: Mapping[str, Any], old: Mapping[str, Any] | None, dry: bool
+    ) -> None:
+        if kind.plural == "services" and not dry:
+            raise StoreError(403, "Forbidden", 'services "chat-gateway" is forbidden: exceeded quota: q')
+
+    cluster.store.validators.append(quota_used_up)
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(tls={"acmArn": ARN}))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+
+    message = _programmed(cluster)["message"]
+    assert message.startswith(
+        "PartlyApplied: partly applied: written ConfigMap inference/chat-gateway-config"
+    )
+    assert "; refused Service inference/chat-gateway (" in message
+    assert "exceeded quota: q" in message
+    assert "; not written " in message
+
+
+def test_every_write_is_dry_run_first_but_a_binding_to_a_role_not_yet_created(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """On a cluster a dry-run RoleBinding to a Role that does not exist yet is refused 403 (whoever
+    binds must hold the Role's permissions, read from the Role; the operator may not ``bind``), so
+    the first pass, which creates both, dry-runs every other object but not that RoleBinding, and
+    sends no real write before every dry run has passed."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    writes = [(method, path, query) for method, path, query in cluster.requests if method in ("POST", "PUT")]
+    dry = {path.rsplit("/", 1)[-1] for method, path, query in writes if query.get("dryRun") == "All"}
+    real = {path.rsplit("/", 1)[-1] for method, path, query in writes if "dryRun" not in query}
+    assert dry == real - {"rolebindings", "events"}, (dry, real)
+    assert {"configmaps", "roles", "deployments", "services"} <= dry
+    first_real = next(i for i, (_, _, query) in enumerate(writes) if "dryRun" not in query)
+    assert all(query.get("dryRun") == "All" for _, _, query in writes[:first_real])
