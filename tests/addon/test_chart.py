@@ -616,6 +616,24 @@ def test_every_cidr_form_is_taken() -> None:
     assert service["spec"]["loadBalancerSourceRanges"] == ranges
 
 
+@pytest.mark.parametrize("mode", ["gateway", "operator"])
+def test_an_empty_https_egress_list_is_refused_not_rendered_as_allow_all(mode: str) -> None:
+    """``networkPolicy.httpsEgressCidrs: []`` rendered the 443 egress rule as ``to: null``, which a
+    NetworkPolicy reads as every destination (pods included): asking for no HTTPS egress opened it to
+    everything, in both modes' policies. At least one CIDR now, checked by the values schema."""
+    import helm_python as helm
+
+    values = {"networkPolicy": {"httpsEgressCidrs": []}}
+    with pytest.raises(helm.HelmError, match="/networkPolicy/httpsEgressCidrs"):
+        chart.render({"mode": mode, **values})
+    (problem,) = configuration.problems(values)
+    assert problem.startswith("networkPolicy.httpsEgressCidrs: ")
+    objects = chart.render({"mode": mode, "networkPolicy": {"httpsEgressCidrs": ["10.0.0.0/16"]}})
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    (https,) = [rule for rule in policy["spec"]["egress"] if {"port": 443, "protocol": "TCP"} in rule["ports"]]
+    assert https["to"] == [{"ipBlock": {"cidr": "10.0.0.0/16"}}]
+
+
 @pytest.mark.parametrize(
     ("toleration", "where"),
     [
