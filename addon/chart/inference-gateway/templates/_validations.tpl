@@ -46,6 +46,7 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- end }}
 {{- if eq .Values.mode "gateway" }}
 {{- include "igw.validateNotSelfSelecting" . }}
+{{- include "igw.validateOwnAnnotations" . }}
 {{- end }}
 {{- end }}
 
@@ -133,5 +134,34 @@ at install: the add-on went CREATE_FAILED). Called with dict "path" (the values 
 {{- fail (printf "%s.limits.%s (%v) is below %s.requests.%s (%v): a limit must be at least its request (the API server refuses the pod)" $.path $name $limit $.path $name $request) }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Gateway mode. Annotation maps may not repeat a key the chart writes on the same object: the manifest
+then holds the key twice, and Kubernetes' YAML decoding (Helm's and kubectl's) keeps the last one, so
+service.annotations silently replaced service.scheme or the TLS policy the schema allow-lists, and
+serviceAccount.annotations the IRSA role of serviceAccount.roleArn. The target-group attributes are
+the exception: the chart joins the given ones to its deregistration delay, which stays its own.
+*/}}
+{{- define "igw.validateOwnAnnotations" -}}
+{{- $given := .Values.service.annotations | default dict }}
+{{- $sources := dict "service.beta.kubernetes.io/aws-load-balancer-scheme" "service.scheme" "service.beta.kubernetes.io/aws-load-balancer-ssl-cert" "service.tls.certificateArn" "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy" "service.tls.sslPolicy" }}
+{{- $attributes := "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes" }}
+{{- range $key, $_ := (include "igw.serviceAnnotations" . | fromYaml) }}
+{{- if and (hasKey $given $key) (ne $key $attributes) }}
+{{- $hint := "from service.type, service.tls and certManager.enabled" }}
+{{- with get $sources $key }}{{- $hint = printf "set %s instead" . }}{{- end }}
+{{- fail (printf "service.annotations.%s: the chart sets this annotation itself (%s); a second one would silently replace it" $key $hint) }}
+{{- end }}
+{{- end }}
+{{- if regexMatch "(^|,)\\s*deregistration_delay\\.timeout_seconds=" (get $given $attributes | default "" | toString) }}
+{{- fail (printf "service.annotations.%s: deregistration_delay.timeout_seconds is set by the chart from preStopSleepSeconds (the load balancer must deregister a pod while it still serves); give the other attributes only" $attributes) }}
+{{- end }}
+{{- if and .Values.serviceAccount.roleArn (hasKey (.Values.serviceAccount.annotations | default dict) "eks.amazonaws.com/role-arn") }}
+{{- fail "serviceAccount.annotations.eks.amazonaws.com/role-arn: the chart sets this annotation from serviceAccount.roleArn; give the role once" }}
+{{- end }}
+{{- if hasKey (.Values.podAnnotations | default dict) "inference.sagemaker.aws.amazon.com/restart-config" }}
+{{- fail "podAnnotations.inference.sagemaker.aws.amazon.com/restart-config: the chart sets this annotation itself (a digest of the served config's restart-only settings)" }}
 {{- end }}
 {{- end }}
