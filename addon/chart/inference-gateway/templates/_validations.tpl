@@ -47,6 +47,7 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- if eq .Values.mode "gateway" }}
 {{- include "igw.validateNotSelfSelecting" . }}
 {{- include "igw.validateOwnAnnotations" . }}
+{{- include "igw.validateExtraEnv" . }}
 {{- end }}
 {{- end }}
 
@@ -163,5 +164,22 @@ the exception: the chart joins the given ones to its deregistration delay, which
 {{- end }}
 {{- if hasKey (.Values.podAnnotations | default dict) "inference.sagemaker.aws.amazon.com/restart-config" }}
 {{- fail "podAnnotations.inference.sagemaker.aws.amazon.com/restart-config: the chart sets this annotation itself (a digest of the served config's restart-only settings)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Gateway mode. gateway.extraEnv names must be unique and not the chart's own (POD_NAME, POD_NAMESPACE,
+IGW_CPU_REQUEST_MILLICORES): a container's env is a list keyed by name (x-kubernetes-list-map-keys),
+so the server-side apply an EKS add-on installs with refuses a name given twice ("duplicate entries
+for key"), and a client-side apply silently ran with whichever came last.
+*/}}
+{{- define "igw.validateExtraEnv" -}}
+{{- $seen := dict "POD_NAME" "the chart" "POD_NAMESPACE" "the chart" "IGW_CPU_REQUEST_MILLICORES" "the chart" }}
+{{- range $index, $variable := (.Values.gateway.extraEnv | default list) }}
+{{- $name := toString $variable.name }}
+{{- with get $seen $name }}
+{{- fail (printf "gateway.extraEnv[%d].name: %s is already set by %s; each variable may be given once (the API server's server-side apply refuses a name twice)" $index $name .) }}
+{{- end }}
+{{- $_ := set $seen $name (printf "gateway.extraEnv[%d]" $index) }}
 {{- end }}
 {{- end }}
