@@ -788,3 +788,27 @@ def test_the_charts_pods_prefer_nodes_other_than_hyperpod_by_default(mode: str) 
         "requiredDuringSchedulingIgnoredDuringExecution": required,
     }
     assert "nodeAffinity" not in affinity({"mode": mode, "nodeAffinity": None})
+
+
+@pytest.mark.parametrize(
+    ("release", "values"), [("igw", {"fullnameOverride": "1gw"}), ("1gw", {}), ("igw.prod", {})]
+)
+def test_a_gateway_service_name_the_api_server_refuses_fails_at_render_time(
+    release: str, values: dict[str, Any]
+) -> None:
+    """The gateway's Services are named after ``fullnameOverride`` or the release, and a Service name
+    must be a DNS-1035 label; the values schema took ``fullnameOverride: 1gw`` and Helm takes release
+    names such as ``1gw`` or ``igw.prod``, so the Service failed only at the API server (the add-on
+    CREATE_FAILED). The schema now wants a letter first, and the render names the source otherwise."""
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError, match=r"fullnameOverride"):
+        chart.render({"mode": "gateway", **values}, release=release)
+    if values:
+        (problem,) = configuration.problems(values)
+        assert problem.startswith("fullnameOverride: ")
+    renamed = chart.render({"mode": "gateway", "fullnameOverride": "gw-prod"}, release=release)
+    assert {o["metadata"]["name"] for o in renamed if o["kind"] == "Service"} == {
+        "gw-prod",
+        "gw-prod-management",
+    }

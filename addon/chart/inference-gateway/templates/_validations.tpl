@@ -45,6 +45,10 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- fail "podMonitor.selector is required when podMonitor.enabled is true (the model server pods' labels)" }}
 {{- end }}
 {{- if eq .Values.mode "gateway" }}
+{{- /* The name of the gateway's Services: a DNS-1035 label (Helm takes release names such as 1gw or igw.prod). */}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" (include "igw.fullname" .)) }}
+{{- fail (printf "the gateway's Service would be named %q (from %s), which the API server refuses: a Service name starts with a lower-case letter and holds only letters, digits and '-'; set fullnameOverride" (include "igw.fullname" .) (ternary "fullnameOverride" "the release name" (not (empty .Values.fullnameOverride)))) }}
+{{- end }}
 {{- include "igw.validateNotSelfSelecting" . }}
 {{- include "igw.validateOwnAnnotations" . }}
 {{- include "igw.validateExtraEnv" . }}
