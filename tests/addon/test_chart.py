@@ -732,7 +732,7 @@ def test_an_empty_https_egress_list_is_refused_not_rendered_as_allow_all(mode: s
     everything, in both modes' policies. At least one CIDR now, checked by the values schema."""
     import helm_python as helm
 
-    values = {"networkPolicy": {"httpsEgressCidrs": []}}
+    values: dict[str, Any] = {"networkPolicy": {"httpsEgressCidrs": []}}
     with pytest.raises(helm.HelmError, match="/networkPolicy/httpsEgressCidrs"):
         chart.render({"mode": mode, **values})
     (problem,) = configuration.problems(values)
