@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from igw.addon import chart, configuration, pins, schemas
+from igw.config.documents import DocumentReadError
 from igw.config.validate import validate_document
 from igw.operator.placement import OFF_HYPERPOD_NODES
 
@@ -597,6 +599,113 @@ def test_annotation_maps_take_every_annotation_the_api_server_takes() -> None:
     assert annotations.items() <= deployment["spec"]["template"]["metadata"]["annotations"].items()
 
 
+LB = "service.beta.kubernetes.io/aws-load-balancer-"
+TLS_LB = {"tls": {"certificateArn": "arn:aws:acm:us-west-2:111111111111:certificate/abc-123"}}
+CHART_SET_ANNOTATIONS: dict[str, tuple[dict[str, Any], str]] = {
+    "scheme": (
+        {"service": {"annotations": {f"{LB}scheme": "internet-facing"}}},
+        rf"service\.annotations\.{LB}scheme: the chart sets this annotation itself \(set service\.scheme",
+    ),
+    "tls-policy": (
+        {"service": {**TLS_LB, "annotations": {f"{LB}ssl-negotiation-policy": "ELBSecurityPolicy-2016-08"}}},
+        r"ssl-negotiation-policy: the chart sets this annotation itself \(set service\.tls\.sslPolicy",
+    ),
+    "target-type": (
+        {"service": {"annotations": {f"{LB}nlb-target-type": "instance"}}},
+        r"nlb-target-type: the chart sets this annotation itself \(from service\.type",
+    ),
+    "deregistration-delay": (
+        {
+            "service": {
+                "annotations": {f"{LB}target-group-attributes": "a=b, deregistration_delay.timeout_seconds=0"}
+            }
+        },
+        r"deregistration_delay\.timeout_seconds is set by the chart from preStopSleepSeconds",
+    ),
+    "irsa-role": (
+        {
+            "serviceAccount": {
+                "roleArn": "arn:aws:iam::111111111111:role/igw-gateway",
+                "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::111111111111:role/other"},
+            }
+        },
+        r"serviceAccount\.annotations\.eks\.amazonaws\.com/role-arn: the chart sets this annotation "
+        r"from serviceAccount\.roleArn",
+    ),
+    "restart-digest": (
+        {"podAnnotations": {"inference.sagemaker.aws.amazon.com/restart-config": "0"}},
+        r"podAnnotations\.inference\.sagemaker\.aws\.amazon\.com/restart-config: the chart sets this "
+        r"annotation itself",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHART_SET_ANNOTATIONS))
+def test_an_annotation_the_chart_sets_may_not_be_given_again(case: str) -> None:
+    """An annotation map repeating a key the chart writes on the same object rendered the key twice,
+    and Kubernetes' YAML decoding (Helm's and kubectl's) keeps the last: ``service.annotations``
+    silently made an ``internal`` NLB internet-facing or gave its TLS listener a TLS 1.0 policy the
+    ``service.tls.sslPolicy`` allow-list refuses; ``serviceAccount.annotations`` replaced the IRSA role
+    of ``serviceAccount.roleArn``. Refused at render time now, naming the value to set instead, and by
+    ``igw addon create/update`` before any AWS call."""
+    import helm_python as helm
+
+    values, refused = CHART_SET_ANNOTATIONS[case]
+    with pytest.raises(helm.HelmError, match=refused):
+        chart.render({"mode": "gateway", **values})
+    (problem,) = configuration.render_problems({"mode": "gateway", **values})
+    assert re.search(refused, problem)
+
+
+def test_other_service_annotations_and_target_group_attributes_are_kept_beside_the_charts() -> None:
+    """What the chart does not set renders as given, and target-group attributes join the chart's
+    deregistration delay rather than replacing it; no key is written twice."""
+    given = {f"{LB}target-group-attributes": "preserve_client_ip.enabled=true", "example.com/team": "ml"}
+    objects = chart.render({"mode": "gateway", "service": {**TLS_LB, "annotations": given}})
+    (service,) = [o for o in objects if o["kind"] == "Service" and o["spec"]["type"] == "LoadBalancer"]
+    annotations = service["metadata"]["annotations"]
+    assert annotations[f"{LB}target-group-attributes"] == (
+        "deregistration_delay.timeout_seconds=15,preserve_client_ip.enabled=true"
+    )
+    assert annotations["example.com/team"] == "ml"
+    assert annotations[f"{LB}scheme"] == "internal"
+    assert annotations[f"{LB}ssl-negotiation-policy"] == "ELBSecurityPolicy-TLS13-1-2-2021-06"
+    clusterip = chart.render(
+        {
+            "mode": "gateway",
+            "certManager": {"enabled": False},
+            "service": {"type": "ClusterIP", "annotations": given},
+        }
+    )
+    (plain,) = [
+        o
+        for o in clusterip
+        if o["kind"] == "Service"
+        and o["spec"]["type"] == "ClusterIP"
+        and not o["metadata"]["name"].endswith("-management")
+    ]
+    assert plain["metadata"]["annotations"] == given
+
+
+def test_a_rendered_manifest_with_a_key_written_twice_is_refused() -> None:
+    """The backstop: ``chart.render`` (the tests and ``igw addon``'s local render) read manifests
+    last-one-wins, so a value repeating a key the chart sets was never seen. A label map repeating
+    one of the chart's labels on a ServiceMonitor is now refused with the template and the key."""
+    with pytest.raises(
+        DocumentReadError, match=r"gateway-servicemonitor\.yaml: .*duplicate key 'app\.kubernetes\.io/name'"
+    ):
+        chart.render(
+            {
+                "mode": "gateway",
+                "serviceMonitor": {"enabled": True, "labels": {"app.kubernetes.io/name": "x"}},
+            }
+        )
+    (problem,) = configuration.render_problems(
+        {"mode": "gateway", "serviceMonitor": {"enabled": True, "labels": {"app.kubernetes.io/name": "x"}}}
+    )
+    assert problem.startswith("a value repeats a key the chart sets: ")
+
+
 @pytest.mark.parametrize("cidr", ["10.0.0.0/33", "300.1.2.3/8", "10.0.0/8", "::/129", "10.0.0.0/08x"])
 def test_a_source_range_that_is_not_a_cidr_is_refused(cidr: str) -> None:
     """``10.0.0.0/33`` and ``300.1.2.3/8`` matched the old pattern: the AWS Load Balancer Controller
@@ -614,6 +723,26 @@ def test_every_cidr_form_is_taken() -> None:
     objects = chart.render({"mode": "gateway", "service": {"loadBalancerSourceRanges": ranges}})
     service = next(o for o in objects if o["kind"] == "Service" and o["spec"].get("type") == "LoadBalancer")
     assert service["spec"]["loadBalancerSourceRanges"] == ranges
+
+
+@pytest.mark.parametrize("mode", ["gateway", "operator"])
+def test_an_empty_https_egress_list_is_refused_not_rendered_as_allow_all(mode: str) -> None:
+    """``networkPolicy.httpsEgressCidrs: []`` rendered the 443 egress rule as ``to: null``, which a
+    NetworkPolicy reads as every destination (pods included): asking for no HTTPS egress opened it to
+    everything, in both modes' policies. At least one CIDR now, checked by the values schema."""
+    import helm_python as helm
+
+    values: dict[str, Any] = {"networkPolicy": {"httpsEgressCidrs": []}}
+    with pytest.raises(helm.HelmError, match="/networkPolicy/httpsEgressCidrs"):
+        chart.render({"mode": mode, **values})
+    (problem,) = configuration.problems(values)
+    assert problem.startswith("networkPolicy.httpsEgressCidrs: ")
+    objects = chart.render({"mode": mode, "networkPolicy": {"httpsEgressCidrs": ["10.0.0.0/16"]}})
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    (https,) = [
+        rule for rule in policy["spec"]["egress"] if {"port": 443, "protocol": "TCP"} in rule["ports"]
+    ]
+    assert https["to"] == [{"ipBlock": {"cidr": "10.0.0.0/16"}}]
 
 
 @pytest.mark.parametrize(
@@ -659,3 +788,27 @@ def test_the_charts_pods_prefer_nodes_other_than_hyperpod_by_default(mode: str) 
         "requiredDuringSchedulingIgnoredDuringExecution": required,
     }
     assert "nodeAffinity" not in affinity({"mode": mode, "nodeAffinity": None})
+
+
+@pytest.mark.parametrize(
+    ("release", "values"), [("igw", {"fullnameOverride": "1gw"}), ("1gw", {}), ("igw.prod", {})]
+)
+def test_a_gateway_service_name_the_api_server_refuses_fails_at_render_time(
+    release: str, values: dict[str, Any]
+) -> None:
+    """The gateway's Services are named after ``fullnameOverride`` or the release, and a Service name
+    must be a DNS-1035 label; the values schema took ``fullnameOverride: 1gw`` and Helm takes release
+    names such as ``1gw`` or ``igw.prod``, so the Service failed only at the API server (the add-on
+    CREATE_FAILED). The schema now wants a letter first, and the render names the source otherwise."""
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError, match=r"fullnameOverride"):
+        chart.render({"mode": "gateway", **values}, release=release)
+    if values:
+        (problem,) = configuration.problems(values)
+        assert problem.startswith("fullnameOverride: ")
+    renamed = chart.render({"mode": "gateway", "fullnameOverride": "gw-prod"}, release=release)
+    assert {o["metadata"]["name"] for o in renamed if o["kind"] == "Service"} == {
+        "gw-prod",
+        "gw-prod-management",
+    }

@@ -5,6 +5,7 @@ image pull secret names that are not Secret names."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import helm_python as helm
@@ -119,3 +120,106 @@ def test_an_image_pull_secret_name_renders_in_both_modes() -> None:
         objects = _render({"mode": mode, "imagePullSecrets": [{"name": "ecr.pull-secret-1"}]})
         (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
         assert deployment["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "ecr.pull-secret-1"}]
+
+
+GATEWAY = {"mode": "gateway"}
+
+
+@pytest.mark.parametrize(
+    ("env", "refused"),
+    [
+        (
+            [{"name": "POD_NAME", "value": "x"}],
+            r"gateway\.extraEnv\[0\]\.name: POD_NAME is already set by the chart",
+        ),
+        (
+            [{"name": "IGW_CPU_REQUEST_MILLICORES", "value": "4000"}],
+            r"gateway\.extraEnv\[0\]\.name: IGW_CPU_REQUEST_MILLICORES is already set by the chart",
+        ),
+        (
+            [{"name": "TOKEN_FILE", "value": "a"}, {"name": "TOKEN_FILE", "value": "b"}],
+            r"gateway\.extraEnv\[1\]\.name: TOKEN_FILE is already set by gateway\.extraEnv\[0\]",
+        ),
+    ],
+)
+def test_an_environment_variable_given_twice_is_refused_at_render_time(
+    env: list[dict[str, Any]], refused: str
+) -> None:
+    """A container's ``env`` is a list keyed by name: the server-side apply an EKS add-on installs with
+    refuses a name given twice ("duplicate entries for key"), and a client-side apply ran with the
+    last. ``gateway.extraEnv`` repeating the chart's ``POD_NAME`` (or itself) rendered, and every
+    object passed the OpenAPI check. Refused at render time now, naming the entry."""
+    with pytest.raises(helm.HelmError, match=refused):
+        _render({**GATEWAY, "gateway": {"extraEnv": env}})
+    (problem,) = configuration.render_problems({**GATEWAY, "gateway": {"extraEnv": env}})
+    assert re.search(refused, problem)
+
+
+@pytest.mark.parametrize(
+    ("variable", "path", "problem"),
+    [
+        (
+            {"name": "A", "value": "1", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+            "/gateway/extraEnv/0",
+            "gateway.extraEnv[0]: may not set both value and valueFrom",
+        ),
+        ({"name": "A", "valueFrom": {}}, "/gateway/extraEnv/0/valueFrom", "gateway.extraEnv[0].valueFrom: "),
+        (
+            {"name": "A", "valueFrom": {"secretKeyRef": {"name": "redis-auth"}}},
+            "/gateway/extraEnv/0/valueFrom",
+            "gateway.extraEnv[0].valueFrom: ",
+        ),
+        (
+            {
+                "name": "A",
+                "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}, "fieldRef": {"fieldPath": "x"}},
+            },
+            "/gateway/extraEnv/0/valueFrom",
+            "gateway.extraEnv[0].valueFrom: ",
+        ),
+    ],
+)
+def test_an_environment_variable_the_api_server_would_refuse_is_refused_naming_its_path(
+    variable: dict[str, Any], path: str, problem: str
+) -> None:
+    """``valueFrom`` was any object and could sit beside ``value``: the API server refuses both
+    ("may not be specified when `value` is not empty"), an empty ``valueFrom`` or one with two
+    sources, and the add-on went CREATE_FAILED. The values schema (so EKS's own check) refuses them."""
+    values = {"gateway": {"extraEnv": [variable]}}
+    with pytest.raises(helm.HelmError, match=path):
+        _render({**GATEWAY, **values})
+    (found,) = configuration.problems(values)
+    assert found.startswith(problem)
+
+
+def test_every_environment_variable_source_renders_as_given() -> None:
+    env = [
+        {"name": "PLAIN", "value": "1"},
+        {"name": "EMPTY"},
+        {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "redis-auth", "key": "password"}}},
+        {
+            "name": "REGION",
+            "valueFrom": {"configMapKeyRef": {"name": "aws", "key": "region", "optional": True}},
+        },
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {
+            "name": "MEMORY_MI",
+            "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}},
+        },
+    ]
+    (deployment,) = [
+        o for o in _render({**GATEWAY, "gateway": {"extraEnv": env}}) if o["kind"] == "Deployment"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["env"][-len(env) :] == env
+    assert configuration.problems({"gateway": {"extraEnv": env}}) == []
+
+
+@pytest.mark.parametrize("mode", ["gateway", "operator"])
+def test_an_image_pull_secret_given_twice_is_refused(mode: str) -> None:
+    """``imagePullSecrets`` is a list keyed by name too: a Secret named twice failed server-side apply."""
+    values = {"imagePullSecrets": [{"name": "regcred"}, {"name": "regcred"}]}
+    with pytest.raises(helm.HelmError, match="/imagePullSecrets"):
+        _render({"mode": mode, **values})
+    (problem,) = configuration.problems(values)
+    assert problem.startswith("imagePullSecrets[1]: duplicates imagePullSecrets[0]")

@@ -13,6 +13,7 @@ import yaml
 
 from igw.addon import pins, schemas
 from igw.config import paths
+from igw.config.documents import MANIFEST_LIMITS, parse_text
 
 FORBIDDEN_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("helm hook (helm.sh/hook)", re.compile(r"helm\.sh/hook")),
@@ -57,7 +58,10 @@ def render(
     namespace: str = pins.ADDON_NAMESPACE,
     directory: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Every object the chart renders for ``values`` (Helm validates them against values.schema.json)."""
+    """Every object the chart renders for ``values`` (Helm validates them against values.schema.json).
+
+    Raises :class:`~igw.config.documents.DocumentReadError` when a rendered manifest holds a mapping
+    key twice (its message names the template, the line and the key)."""
     # deferred: optional dependency: helm-python-sdk (ops extra) is needed only to render the chart
     import helm_python as helm
 
@@ -70,7 +74,11 @@ def render(
     for path, text in sorted(rendered.items()):
         if not path.endswith((".yaml", ".yml")):
             continue
-        objects.extend(doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict))
+        # A key written twice (a value repeating one the template sets) is refused, not decoded
+        # last-one-wins as yaml.safe_load, Helm and kubectl do: there the value silently replaced
+        # the chart's own (service.annotations over service.scheme), and tests saw only the winner.
+        documents = parse_text(text, source=path, limits=MANIFEST_LIMITS, field_lines=False)
+        objects.extend(doc.content for doc in documents if isinstance(doc.content, dict))
     return objects
 
 

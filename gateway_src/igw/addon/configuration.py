@@ -96,6 +96,9 @@ def render_problems(values: Mapping[str, Any]) -> list[str]:
         text = str(exc).strip()
         found = _TEMPLATE_FAILURE.search(text)
         return [redact_value(found.group(1).strip() if found else text)]
+    except DocumentReadError as exc:
+        # a value repeats a key the template writes itself: Kubernetes would keep one silently
+        return [redact_value(f"a value repeats a key the chart sets: {exc}")]
     return []
 
 

@@ -134,6 +134,10 @@ class ProblemCollector:
             refused = value["enum"] if "enum" in value else [value["const"]]
             names = ", ".join(self.quote(v) for v in refused)
             self.add(parts, f"must not be {names}; got {self.quote(inst)}", "schema.not")
+        elif kind == "not" and isinstance(value, Mapping) and set(value) == {"required"}:
+            # fields that exclude each other (an env variable's value and valueFrom)
+            fields = " and ".join(str(name) for name in value["required"])
+            self.add(parts, f"may not set both {fields}", "schema.not")
         else:
             # jsonschema's own message starts with the whole value (a sub-document, maybe a secret).
             self.add(

@@ -104,6 +104,29 @@ the value it came from, for error messages.
 {{- if hasKey $management "port" }}gateway.config.spec.extensions.management.port{{- else }}gateway.managementPort{{- end }}
 {{- end }}
 
+{{/*
+The annotations the chart itself sets on the gateway Service, as YAML: the AWS Load Balancer
+Controller's NLB with IP targets, from service.type, service.scheme, service.tls.* and
+certManager.enabled. service.annotations may not repeat one (igw.validateOwnAnnotations): a key
+written twice is decoded last-one-wins, so it silently replaced the chart's value.
+*/}}
+{{- define "igw.serviceAnnotations" -}}
+{{- if eq .Values.service.type "LoadBalancer" }}
+service.beta.kubernetes.io/aws-load-balancer-type: external
+service.beta.kubernetes.io/aws-load-balancer-nlb-target-type: ip
+service.beta.kubernetes.io/aws-load-balancer-scheme: {{ .Values.service.scheme | quote }}
+{{- if .Values.service.tls.certificateArn }}
+service.beta.kubernetes.io/aws-load-balancer-ssl-cert: {{ .Values.service.tls.certificateArn | quote }}
+service.beta.kubernetes.io/aws-load-balancer-ssl-ports: {{ include "igw.portName" . | quote }}
+service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy: {{ .Values.service.tls.sslPolicy | quote }}
+service.beta.kubernetes.io/aws-load-balancer-backend-protocol: {{ if include "igw.podTls" . }}ssl{{ else }}tcp{{ end }}
+{{- end }}
+service.beta.kubernetes.io/aws-load-balancer-healthcheck-protocol: {{ include "igw.portName" . | upper | quote }}
+service.beta.kubernetes.io/aws-load-balancer-healthcheck-path: /readyz
+service.beta.kubernetes.io/aws-load-balancer-target-group-attributes: {{ printf "deregistration_delay.timeout_seconds=%v" .Values.preStopSleepSeconds | quote }}
+{{- end }}
+{{- end }}
+
 {{- define "igw.configFile" -}}
 /etc/igw/config/inferencegatewayconfig.yaml
 {{- end }}

@@ -45,7 +45,13 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- fail "podMonitor.selector is required when podMonitor.enabled is true (the model server pods' labels)" }}
 {{- end }}
 {{- if eq .Values.mode "gateway" }}
+{{- /* The name of the gateway's Services: a DNS-1035 label (Helm takes release names such as 1gw or igw.prod). */}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" (include "igw.fullname" .)) }}
+{{- fail (printf "the gateway's Service would be named %q (from %s), which the API server refuses: a Service name starts with a lower-case letter and holds only letters, digits and '-'; set fullnameOverride" (include "igw.fullname" .) (ternary "fullnameOverride" "the release name" (not (empty .Values.fullnameOverride)))) }}
+{{- end }}
 {{- include "igw.validateNotSelfSelecting" . }}
+{{- include "igw.validateOwnAnnotations" . }}
+{{- include "igw.validateExtraEnv" . }}
 {{- end }}
 {{- end }}
 
@@ -133,5 +139,51 @@ at install: the add-on went CREATE_FAILED). Called with dict "path" (the values 
 {{- fail (printf "%s.limits.%s (%v) is below %s.requests.%s (%v): a limit must be at least its request (the API server refuses the pod)" $.path $name $limit $.path $name $request) }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Gateway mode. Annotation maps may not repeat a key the chart writes on the same object: the manifest
+then holds the key twice, and Kubernetes' YAML decoding (Helm's and kubectl's) keeps the last one, so
+service.annotations silently replaced service.scheme or the TLS policy the schema allow-lists, and
+serviceAccount.annotations the IRSA role of serviceAccount.roleArn. The target-group attributes are
+the exception: the chart joins the given ones to its deregistration delay, which stays its own.
+*/}}
+{{- define "igw.validateOwnAnnotations" -}}
+{{- $given := .Values.service.annotations | default dict }}
+{{- $sources := dict "service.beta.kubernetes.io/aws-load-balancer-scheme" "service.scheme" "service.beta.kubernetes.io/aws-load-balancer-ssl-cert" "service.tls.certificateArn" "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy" "service.tls.sslPolicy" }}
+{{- $attributes := "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes" }}
+{{- range $key, $_ := (include "igw.serviceAnnotations" . | fromYaml) }}
+{{- if and (hasKey $given $key) (ne $key $attributes) }}
+{{- $hint := "from service.type, service.tls and certManager.enabled" }}
+{{- with get $sources $key }}{{- $hint = printf "set %s instead" . }}{{- end }}
+{{- fail (printf "service.annotations.%s: the chart sets this annotation itself (%s); a second one would silently replace it" $key $hint) }}
+{{- end }}
+{{- end }}
+{{- if regexMatch "(^|,)\\s*deregistration_delay\\.timeout_seconds=" (get $given $attributes | default "" | toString) }}
+{{- fail (printf "service.annotations.%s: deregistration_delay.timeout_seconds is set by the chart from preStopSleepSeconds (the load balancer must deregister a pod while it still serves); give the other attributes only" $attributes) }}
+{{- end }}
+{{- if and .Values.serviceAccount.roleArn (hasKey (.Values.serviceAccount.annotations | default dict) "eks.amazonaws.com/role-arn") }}
+{{- fail "serviceAccount.annotations.eks.amazonaws.com/role-arn: the chart sets this annotation from serviceAccount.roleArn; give the role once" }}
+{{- end }}
+{{- if hasKey (.Values.podAnnotations | default dict) "inference.sagemaker.aws.amazon.com/restart-config" }}
+{{- fail "podAnnotations.inference.sagemaker.aws.amazon.com/restart-config: the chart sets this annotation itself (a digest of the served config's restart-only settings)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Gateway mode. gateway.extraEnv names must be unique and not the chart's own (POD_NAME, POD_NAMESPACE,
+IGW_CPU_REQUEST_MILLICORES): a container's env is a list keyed by name (x-kubernetes-list-map-keys),
+so the server-side apply an EKS add-on installs with refuses a name given twice ("duplicate entries
+for key"), and a client-side apply silently ran with whichever came last.
+*/}}
+{{- define "igw.validateExtraEnv" -}}
+{{- $seen := dict "POD_NAME" "the chart" "POD_NAMESPACE" "the chart" "IGW_CPU_REQUEST_MILLICORES" "the chart" }}
+{{- range $index, $variable := (.Values.gateway.extraEnv | default list) }}
+{{- $name := toString $variable.name }}
+{{- with get $seen $name }}
+{{- fail (printf "gateway.extraEnv[%d].name: %s is already set by %s; each variable may be given once (the API server's server-side apply refuses a name twice)" $index $name .) }}
+{{- end }}
+{{- $_ := set $seen $name (printf "gateway.extraEnv[%d]" $index) }}
 {{- end }}
 {{- end }}
