@@ -3,8 +3,8 @@
 The fleet polls a real :class:`~igw.global_router.heartbeats.HeartbeatReader`; time is the test's
 own clock, so how long the store was away is exact whatever the machine's load. Found by probing in
 session s38: a store outage longer than the staleness threshold drained every cluster at the first
-read after it, and so did a store that came back without its keys (restarted or failed over to a
-replica that had none).
+read after it, and a store that came back without its keys (restarted or failed over to a replica
+that had none) drained every cluster at once as gone.
 """
 
 from __future__ import annotations
@@ -124,3 +124,55 @@ async def test_a_store_outage_longer_than_the_staleness_drains_nothing_when_it_e
             assert drained(fleet) == {"east-a": None, "east-b": "stale", "west-a": "stale"}
     finally:
         await client.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_store_that_lost_every_key_drains_no_cluster_as_gone(redis_server: RedisServer) -> None:
+    """A Redis restarted without its data (or failed over to a replica that lost it) holds no
+    cluster's key. Before session s38 that read as every gateway having deleted its field on
+    shutdown: the whole fleet drained at once (``gone``) until the gateways' next publication, then
+    slow-started. Now each such cluster keeps its last heartbeat until its gateway writes again (on
+    its own phase: one cluster back is no reason to drain the others), and staleness still drains
+    one whose gateway never does; one cluster's key deleted while others remain still drains that
+    cluster at once."""
+    clock = Clock()
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with polled_fleet(redis_server, clock) as fleet:
+            await publish(client, seq=1)
+            await fleet.poll_once()
+            assert drained(fleet) == ALL_AVAILABLE
+            await client.flushall()
+            for _ in range(2):
+                clock.now += 0.5
+                await fleet.poll_once()
+                assert drained(fleet) == ALL_AVAILABLE
+            await publish(client, seq=2, names=("east-a",))  # the gateways write again, one by one
+            clock.now += 0.5
+            await fleet.poll_once()
+            assert drained(fleet) == ALL_AVAILABLE
+            await publish(client, seq=2, names=("east-b",))
+            clock.now += 0.5
+            await fleet.poll_once()
+            assert drained(fleet) == ALL_AVAILABLE
+            assert fleet.transitions == []  # no failover, so no slow start either
+            # west-a's gateway never writes again: stale once its last heartbeat is 3 s old.
+            await publish(client, seq=3, names=("east-a", "east-b"))
+            clock.now += 1.5
+            await fleet.poll_once()
+            assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
+            await client.delete(PREFIX + "east-b")  # east-b's last replica stopped: drained at once
+            clock.now += 0.5
+            await fleet.poll_once()
+            assert drained(fleet)["east-b"] == "gone"
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_router_started_on_an_empty_store_waits_for_heartbeats(redis_server: RedisServer) -> None:
+    """An empty store at start is a fleet that has not published yet, not a store that lost its
+    data: the store is up and the clusters wait for their first heartbeat (required by default)."""
+    clock = Clock()
+    async with polled_fleet(redis_server, clock) as fleet:
+        await fleet.poll_once()
+        assert fleet.source_up
+        assert drained(fleet) == dict.fromkeys(NAMES, "no-heartbeat")
