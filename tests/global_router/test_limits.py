@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.guards import GuardDenied
-from igw.global_router.config import ModelLimit
+from igw.gateway.serving import serve_app
+from igw.global_router.config import ModelLimit, parse_global_config
 from igw.global_router.limits import ModelRateLimits, resolve
+from igw.global_router.server import create_global_app
 from igw.security.settings import RateLimitSettings
-from tests.gateway.fake_model_server import closed_port
+from tests.gateway.fake_model_server import FakeModelServer, closed_port
+from tests.global_router.support import MODEL, global_doc
 from tests.security.helpers import ManualClock, RedisServer
 
 ENTRIES = (
@@ -89,3 +94,53 @@ async def test_redis_outage_applies_the_tier1_policy(policy: str, expected: int)
         assert await admitted(limits, 6) == expected
     finally:
         await limits.close()
+
+
+async def _backend_samples(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """The router's ``igw_ratelimit_backend_*{backend="redis"}`` samples by name."""
+    async with http.get(url + "/metrics") as resp:
+        text = await resp.text()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("igw_ratelimit_backend_") and sample.labels.get("backend") == "redis"
+    }
+
+
+async def test_a_model_limits_redis_outage_is_counted_in_the_router_metrics(
+    redis_server: RedisServer,
+) -> None:
+    """``modelRateLimits`` on Redis with no tenant-wide limit: when Redis goes, the per-model limits
+    fall back to this replica's own buckets (``onRedisUnavailable: local``), which the operator must
+    see. Before session s38 only a log line said so: ``igw_ratelimit_backend_up`` stayed 1 and no
+    error was counted (the per-model limiters had no metrics; the guard's, which has, never asked
+    Redis: no tenant-wide limit)."""
+    cluster = FakeModelServer("east-a")
+    await cluster.start()
+    doc = global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": f"http://{cluster.key}", "models": [MODEL]}],
+        heartbeats={"required": False},
+        rateLimits={"backend": "redis", "redis": {"url": redis_server.url, "keyPrefix": "t:grl:"}},
+        modelRateLimits=[{"tenant": "*", "model": MODEL, "requestsPerSecond": 100, "burst": 100}],
+    )
+    app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+    try:
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+
+            async def completion() -> int:
+                async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}) as resp:
+                    await resp.read()
+                    return resp.status
+
+            assert await completion() == 200
+            up = await _backend_samples(http, url)
+            assert up["igw_ratelimit_backend_up"] == 1
+            assert up.get("igw_ratelimit_backend_errors_total", 0) == 0
+            redis_server.stop()
+            assert await completion() == 200  # admitted by the local buckets
+            down = await _backend_samples(http, url)
+            assert down["igw_ratelimit_backend_up"] == 0
+            assert down["igw_ratelimit_backend_errors_total"] >= 1
+    finally:
+        await cluster.stop()

@@ -47,6 +47,8 @@ class Fleet:
             for c in config.clusters
         }
         self.source_up = reader is None
+        self._read_at: float | None = None
+        """When the heartbeat store was last read (the fleet's clock); ``None`` before the first read."""
         self.polled = False
         self.transitions: list[Transition] = []
         """Every failover and recovery so far, in order (also counted in the metrics)."""
@@ -74,8 +76,13 @@ class Fleet:
                 if self._logged_down:
                     log.warning("heartbeat store readable again")
                     self._logged_down = False
-                self.source_up = True
                 now = self._clock()
+                if not self.source_up and self._read_at is not None:
+                    # Back after an outage: its length is not counted toward any cluster's staleness.
+                    for health in self.health.values():
+                        health.excuse(now - self._read_at)
+                self.source_up = True
+                self._read_at = now
                 malformed = self._reader.malformed
                 for name, beat in beats.items():
                     self.health[name].observe_heartbeat(beat, now=now, malformed=name in malformed)

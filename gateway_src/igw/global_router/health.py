@@ -6,11 +6,17 @@ Pure state with an injected clock (the router passes ``now``), so every transiti
   *new* one is one whose ``seq`` differs from the last seen, and its arrival time is taken on this
   router's clock. A cluster whose last new heartbeat is older than ``heartbeat_staleness_s`` is
   drained (``stale``); a heartbeat that disappears (the gateway deleted it on shutdown) drains it at
-  once (``gone``); a heartbeat that says ``draining`` (the gateway got SIGTERM) too, and so does a
-  value the router cannot read (``malformed``: a broken or newer writer; the cluster's last good
-  heartbeat says nothing about it any more). While the
+  once (``gone``; not when the store lost every cluster's key at once:
+  :mod:`igw.global_router.heartbeats`); a heartbeat that says ``draining`` (the gateway got
+  SIGTERM) too, and so does a value the router cannot read (``malformed``: a broken or newer
+  writer; the cluster's last good heartbeat says nothing about it any more). While the
   heartbeat store itself cannot be read, staleness is suspended (``source_up=False``): a Redis
-  outage must not drain the whole fleet, and passive failure detection still works.
+  outage must not drain the whole fleet, and passive failure detection still works. The outage's
+  length is not counted when the store is back either (:meth:`ClusterHealth.excuse`): the gateways
+  could not publish through it, so every heartbeat read first after an outage longer than
+  ``heartbeat_staleness_s`` was stale, and until session s38 the router drained every cluster at
+  that read (``503 no_healthy_cluster`` for every request until the gateways' next publication,
+  then a slow start of the whole fleet).
 - **Requests**: ``failure_threshold`` consecutive failures (connect errors, 5xx) eject the cluster
   for ``ejection_s``; any success resets the count. Within a bound (:func:`record_failure`): at most
   ``max_ejection_percent`` of the fleet's clusters are out for failures at once (rounded down, at
@@ -58,6 +64,9 @@ class ClusterHealth:
         self._required = heartbeat_required
         self.heartbeat: Heartbeat | None = None
         self.heartbeat_seen_at: float | None = None
+        self._excused_s = 0.0
+        """Seconds since the last new heartbeat during which the store could not be read: not
+        counted toward staleness (:meth:`excuse`)."""
         self._gone = False
         self._malformed = False
         self.consecutive_failures = 0
@@ -78,7 +87,15 @@ class ClusterHealth:
         self._gone = False
         if self.heartbeat is None or beat.seq != self.heartbeat.seq:
             self.heartbeat_seen_at = now
+            self._excused_s = 0.0
         self.heartbeat = beat
+
+    def excuse(self, seconds: float) -> None:
+        """The heartbeat store could not be read for ``seconds`` (an outage now over): that time is
+        not counted toward this cluster's staleness, which goes on from where it stood when the
+        store went away (its gateway could not publish through the outage either)."""
+        if self.heartbeat_seen_at is not None:
+            self._excused_s += max(0.0, seconds)
 
     def record_success(self) -> None:
         self.consecutive_failures = 0
@@ -119,7 +136,7 @@ class ClusterHealth:
         if self.heartbeat.draining:
             return "draining"
         seen = self.heartbeat_seen_at
-        if source_up and seen is not None and now - seen > self._spec.heartbeat_staleness_s:
+        if source_up and seen is not None and now - seen - self._excused_s > self._spec.heartbeat_staleness_s:
             return "stale"
         return None
 

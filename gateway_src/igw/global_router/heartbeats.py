@@ -10,6 +10,16 @@ fine again and left out; a cluster whose key holds no well-formed document at al
 heartbeat and listed in :attr:`HeartbeatReader.malformed`, which drains it (reason ``malformed``:
 :mod:`igw.global_router.health`). A Redis error makes :meth:`HeartbeatReader.read` raise
 :class:`HeartbeatSourceDown`; the router then suspends staleness instead of draining the fleet.
+
+A store that held two clusters' keys or more at the last read and holds none now lost its data (a
+Redis restarted without it, or failed over to a replica that lost it): several clusters' last
+gateways stopping within one poll is far less likely, and each of them said ``draining`` before
+deleting its field anyway. Until each of those clusters' keys is written again, the cluster is left
+out of :meth:`HeartbeatReader.read`'s answer (its last heartbeat stands, and its staleness goes on:
+a gateway that is alive publishes again within its interval). Until session s38 such a store read
+as every cluster's key deleted (``gone``), which drained the whole fleet at once: every request
+answered ``503 no_healthy_cluster`` until the gateways' next publication, then every cluster
+slow-started. One key vanishing alone is its cluster's last gateway stopping (``gone``).
 """
 
 from __future__ import annotations
@@ -59,6 +69,10 @@ class HeartbeatReader:
         self._clock = clock
         self._bad: set[str] = set()
         self._bad_fields: set[tuple[str, str]] = set()
+        self._holding: frozenset[str] = frozenset()
+        """The clusters whose key held a field at the last read."""
+        self._lost: set[str] = set()
+        """The clusters whose key the store lost with all the others, not written again since."""
 
     @property
     def malformed(self) -> frozenset[str]:
@@ -66,11 +80,25 @@ class HeartbeatReader:
         return frozenset(self._bad)
 
     async def read(self) -> dict[str, Heartbeat | None]:
-        """``{cluster: heartbeat or None}`` for every configured cluster, its replicas merged."""
+        """``{cluster: heartbeat or None}`` for every configured cluster, its replicas merged, less
+        the clusters whose key the store lost with every other one and that is not written again yet
+        (nothing is known of them: the module's docstring)."""
         fields = await self._fetch()
+        holding = frozenset(name for name, replicas in zip(self._clusters, fields, strict=True) if replicas)
+        if not holding and len(self._holding) >= 2:
+            log.error(
+                "the heartbeat store lost every cluster's key at once (restarted or failed over without "
+                "its data?): clusters %s kept as they were until their gateways publish again",
+                ", ".join(sorted(self._holding)),
+            )
+            self._lost |= self._holding
+        self._holding = holding
+        self._lost -= holding
         now = self._clock()
         out: dict[str, Heartbeat | None] = {}
         for name, replicas in zip(self._clusters, fields, strict=True):
+            if name in self._lost:
+                continue
             good: dict[str, Heartbeat] = {}
             for replica, raw in replicas.items():
                 beat = self._decoded(name, replica, raw)

@@ -76,6 +76,7 @@ from igw.scheduling.response_affinity import RESPONSE_SEARCH, ResponseAffinity
 from igw.scheduling.retry_policy import UNAVAILABLE_STATUSES
 from igw.security.clock import SYSTEM_CLOCK, Clock
 from igw.security.factory import build_guard
+from igw.security.metrics import SecurityMetrics
 from igw.security.settings import RateLimitSettings
 
 log = logging.getLogger("igw.global_router")
@@ -546,13 +547,15 @@ def create_global_app(
             "spec.authorization.prefixCacheIsolation has no effect at tier 2 (the router writes nothing "
             "into request bodies): set it in each cluster's InferenceGatewayConfig"
         )
+    security_metrics: SecurityMetrics | None = None  # an injected guard (tests) keeps its own
     if guard is None:
+        security_metrics = SecurityMetrics(registry=metrics.registry)
         guard = build_guard(
             config.auth,
             authorization=config.authorization,
             rate_limits=config.rate_limits,
             clock=token_clock,
-            registry=metrics.registry,
+            metrics=security_metrics,
         )
     if reader is None and read_heartbeats:
         reader = HeartbeatReader(
@@ -579,7 +582,9 @@ def create_global_app(
         config,
         region=region or config.region,
         guard=guard,
-        model_limits=ModelRateLimits(config.model_limits, settings=limit_settings, clock=clock),
+        model_limits=ModelRateLimits(
+            config.model_limits, settings=limit_settings, clock=clock, metrics=security_metrics
+        ),
         metrics=metrics,
         fleet=fleet,
         anonymous_tenant=limit_settings.anonymous_tenant,

@@ -1,0 +1,178 @@
+"""Faults of the heartbeat store itself (a real Redis) as one router replica's fleet sees them.
+
+The fleet polls a real :class:`~igw.global_router.heartbeats.HeartbeatReader`; time is the test's
+own clock, so how long the store was away is exact whatever the machine's load. Found by probing in
+session s38: a store outage longer than the staleness threshold drained every cluster at the first
+read after it, and a store that came back without its keys (restarted or failed over to a replica
+that had none) drained every cluster at once as gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+from collections.abc import AsyncIterator, Iterator
+
+import redis.asyncio as redis_asyncio
+from prometheus_client import CollectorRegistry
+
+from igw.global_router.fleet import Fleet
+from igw.global_router.heartbeats import HeartbeatReader
+from igw.global_router.metrics import FleetMetrics
+from tests.global_router.support import beat, global_config
+from tests.security.helpers import RedisServer
+
+PREFIX = "sf:hb:"
+NAMES = ("east-a", "east-b", "west-a")
+STALENESS_S = 3.0
+
+
+class Clock:
+    """The fleet's and the reader's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextlib.asynccontextmanager
+async def polled_fleet(redis_server: RedisServer, clock: Clock) -> AsyncIterator[Fleet]:
+    """A fleet of :data:`NAMES` reading ``redis_server`` on ``clock`` (polled by the test only)."""
+    config = global_config(failover={"heartbeatStalenessSeconds": STALENESS_S})
+    reader = HeartbeatReader(
+        url=redis_server.url,
+        key_prefix=PREFIX,
+        clusters=list(NAMES),
+        staleness_s=STALENESS_S,
+        clock=clock,
+    )
+    fleet = Fleet(
+        config,
+        region="east",
+        clock=clock,
+        rng=random.Random(1),
+        metrics=FleetMetrics(CollectorRegistry()),
+        reader=reader,
+    )
+    try:
+        yield fleet
+    finally:
+        await fleet.stop()
+
+
+async def publish(client: redis_asyncio.Redis, seq: int, names: tuple[str, ...] = NAMES) -> None:  # type: ignore[type-arg]
+    """One publication of each of ``names``' gateways (one replica each), as tier 1 writes it."""
+    for name in names:
+        await client.hset(PREFIX + name, "pod-0/1", beat(name, seq=seq).encode())
+
+
+@contextlib.contextmanager
+def stopped(redis_server: RedisServer) -> Iterator[None]:
+    """The Redis process stopped (SIGSTOP): connections stay open, nothing is answered (every read
+    times out, as through a partition); continued however the block ends."""
+    os.kill(redis_server.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(redis_server.process.pid, signal.SIGCONT)
+
+
+def drained(fleet: Fleet) -> dict[str, str | None]:
+    return {name: health.drain_reason for name, health in fleet.health.items()}
+
+
+ALL_AVAILABLE = dict.fromkeys(NAMES)
+
+
+async def test_a_store_outage_longer_than_the_staleness_drains_nothing_when_it_ends(
+    redis_server: RedisServer,
+) -> None:
+    """The gateways cannot publish through an outage either: the first read after it sees the same
+    ``seq`` as before. Before session s38 the outage's length counted toward staleness, and every
+    cluster was drained at that read (stale), each request answered 503 until the next publication
+    and the whole fleet slow-started after it."""
+    clock = Clock()
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with polled_fleet(redis_server, clock) as fleet:
+            await publish(client, seq=1)
+            await fleet.poll_once()
+            assert drained(fleet) == ALL_AVAILABLE
+            clock.now += 1.0
+            with stopped(redis_server):
+                await fleet.poll_once()
+                assert not fleet.source_up
+                clock.now += 10.0  # far longer than the 3 s staleness
+                await fleet.poll_once()
+                assert drained(fleet) == ALL_AVAILABLE  # suspended while it lasts (as before)
+            clock.now += 0.5
+            await fleet.poll_once()
+            assert fleet.source_up
+            assert drained(fleet) == ALL_AVAILABLE
+            assert fleet.transitions == []
+            # Staleness goes on from where it stood: one gateway publishes again, the other two do not.
+            await publish(client, seq=2, names=("east-a",))
+            clock.now += 1.0
+            await fleet.poll_once()
+            assert drained(fleet) == ALL_AVAILABLE  # 1 s counted for east-b and west-a
+            clock.now += 2.5
+            await fleet.poll_once()
+            assert drained(fleet) == {"east-a": None, "east-b": "stale", "west-a": "stale"}
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_store_that_lost_every_key_drains_no_cluster_as_gone(redis_server: RedisServer) -> None:
+    """A Redis restarted without its data (or failed over to a replica that lost it) holds no
+    cluster's key. Before session s38 that read as every gateway having deleted its field on
+    shutdown: the whole fleet drained at once (``gone``) until the gateways' next publication, then
+    slow-started. Now each such cluster keeps its last heartbeat until its gateway writes again (on
+    its own phase: one cluster back is no reason to drain the others), and staleness still drains
+    one whose gateway never does; one cluster's key deleted while others remain still drains that
+    cluster at once."""
+    clock = Clock()
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with polled_fleet(redis_server, clock) as fleet:
+            await publish(client, seq=1)
+            await fleet.poll_once()
+            assert drained(fleet) == ALL_AVAILABLE
+            await client.flushall()
+            for _ in range(2):
+                clock.now += 0.5
+                await fleet.poll_once()
+                assert drained(fleet) == ALL_AVAILABLE
+            await publish(client, seq=2, names=("east-a",))  # the gateways write again, one by one
+            clock.now += 0.5
+            await fleet.poll_once()
+            assert drained(fleet) == ALL_AVAILABLE
+            await publish(client, seq=2, names=("east-b",))
+            clock.now += 0.5
+            await fleet.poll_once()
+            assert drained(fleet) == ALL_AVAILABLE
+            assert fleet.transitions == []  # no failover, so no slow start either
+            # west-a's gateway never writes again: stale once its last heartbeat is 3 s old.
+            await publish(client, seq=3, names=("east-a", "east-b"))
+            clock.now += 1.5
+            await fleet.poll_once()
+            assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
+            await client.delete(PREFIX + "east-b")  # east-b's last replica stopped: drained at once
+            clock.now += 0.5
+            await fleet.poll_once()
+            assert drained(fleet)["east-b"] == "gone"
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_router_started_on_an_empty_store_waits_for_heartbeats(redis_server: RedisServer) -> None:
+    """An empty store at start is a fleet that has not published yet, not a store that lost its
+    data: the store is up and the clusters wait for their first heartbeat (required by default)."""
+    clock = Clock()
+    async with polled_fleet(redis_server, clock) as fleet:
+        await fleet.poll_once()
+        assert fleet.source_up
+        assert drained(fleet) == dict.fromkeys(NAMES, "no-heartbeat")
