@@ -462,3 +462,124 @@ def test_cli_refuses_configuration_values_of_a_hostile_shape(
     err = capsys.readouterr().err
     assert f"{hostile}: {reason}" in err
     assert "Traceback" not in err
+
+
+def _expect_update(stubber: Stubber, update_id: str) -> None:
+    """``update_addon`` for our add-on changing ``replicaCount`` to 4 under ``--resolve-conflicts NONE``."""
+    stubber.add_response(
+        "update_addon",
+        {"update": {"id": update_id, "status": "InProgress", "type": "AddonUpdate"}},
+        {
+            "clusterName": CLUSTER,
+            "addonName": pins.IGW_ADDON_NAME,
+            "resolveConflicts": "NONE",
+            "configurationValues": '{"mode":"gateway","replicaCount":4}',
+        },
+    )
+
+
+def test_an_update_eks_refuses_fails_though_the_addon_stays_active(aws: AwsFixture) -> None:
+    """``update`` waited on the add-on's status: an update EKS refuses for a conflict leaves the add-on
+    ACTIVE at its old configuration, so the wait read ACTIVE and reported success. It waits on
+    ``DescribeUpdate`` now and fails with the update's errors."""
+    clients, stubber, _ = aws
+    update = {"name": CLUSTER, "updateId": "u3", "addonName": pins.IGW_ADDON_NAME}
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
+    _expect_update(stubber, "u3")
+    stubber.add_response("describe_update", {"update": {"id": "u3", "status": "InProgress"}}, update)
+    conflict = (
+        "Conflicts found when trying to apply. Will not continue due to resolve conflicts mode. "
+        "Conflicts: Deployment.apps inference-gateway - .spec.replicas"
+    )
+    stubber.add_response(
+        "describe_update",
+        {
+            "update": {
+                "id": "u3",
+                "status": "Failed",
+                "type": "AddonUpdate",
+                "errors": [{"errorCode": "ConfigurationConflict", "errorMessage": conflict}],
+            }
+        },
+        update,
+    )
+    clock = VirtualClock()
+    progress: list[str] = []
+    with pytest.raises(operations.AddonOperationError) as caught:
+        operations.update(
+            clients=clients,
+            cluster=CLUSTER,
+            values={**GATEWAY_MODE, "replicaCount": 4},
+            version=None,
+            resolve_conflicts="NONE",
+            wait=operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, progress=progress.append),
+        )
+    assert str(caught.value).splitlines() == [
+        f"update u3 of {pins.IGW_ADDON_NAME} on {CLUSTER} is Failed",
+        f"  - ConfigurationConflict: {conflict}",
+    ]
+    assert progress == [
+        f"{pins.IGW_ADDON_NAME} update u3: InProgress",
+        f"{pins.IGW_ADDON_NAME} update u3: Failed",
+    ]
+
+
+def test_a_successful_update_then_waits_for_the_addon_within_the_same_timeout(aws: AwsFixture) -> None:
+    """Once the update is ``Successful`` the add-on's own status decides (ACTIVE, or DEGRADED with its
+    health issues), and the time the update took counts against ``--timeout``."""
+    clients, stubber, _ = aws
+    update = {"name": CLUSTER, "updateId": "u4", "addonName": pins.IGW_ADDON_NAME}
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
+    _expect_update(stubber, "u4")
+    stubber.add_response("describe_update", {"update": {"id": "u4", "status": "InProgress"}}, update)
+    stubber.add_response("describe_update", {"update": {"id": "u4", "status": "Successful"}}, update)
+    for _ in range(3):  # at 10, 20 and 30 s: the update's 10 s count
+        stubber.add_response(
+            "describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "UPDATING"), OURS
+        )
+    clock = VirtualClock()
+    with pytest.raises(operations.AddonOperationError, match="timed out after 30 s waiting for ACTIVE"):
+        operations.update(
+            clients=clients,
+            cluster=CLUSTER,
+            values={**GATEWAY_MODE, "replicaCount": 4},
+            version=None,
+            resolve_conflicts="NONE",
+            wait=operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, poll_s=10, timeout_s=30),
+        )
+    assert clock.now == 30
+
+
+def test_cli_update_reports_the_failed_update_and_names_the_update_without_waiting(
+    aws: AwsFixture, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw addon update`` exits 1 with the update's error; with ``--no-wait`` it prints the update's id
+    (it printed ``igw-inference-gateway : InProgress``, an empty version, from the update request)."""
+    from igw.cli import addon as addon_cli
+
+    clients, stubber, _ = aws
+    monkeypatch.setattr(addon_cli, "_clients", lambda _args: clients)  # the Stubber's, not boto3's own
+    update = {"name": CLUSTER, "updateId": "u5", "addonName": pins.IGW_ADDON_NAME}
+    argv = ["addon", "update", "--cluster", CLUSTER, "--resolve-conflicts", "NONE", "--region", REGION]
+    values = ["--configuration-values", '{"mode": "gateway", "replicaCount": 4}']
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
+    _expect_update(stubber, "u5")
+    stubber.add_response(
+        "describe_update",
+        {
+            "update": {
+                "id": "u5",
+                "status": "Failed",
+                "errors": [{"errorCode": "AccessDenied", "errorMessage": "no"}],
+            }
+        },
+        update,
+    )
+    assert cli.main([*argv, *values]) == 1
+    assert (
+        "update u5 of igw-inference-gateway on igw is Failed\n  - AccessDenied: no" in capsys.readouterr().err
+    )
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
+    _expect_update(stubber, "u6")
+    assert cli.main([*argv, *values, "--no-wait"]) == 0
+    assert capsys.readouterr().out == f"{pins.IGW_ADDON_NAME} update u6: InProgress\n"

@@ -129,6 +129,17 @@ class EksAddonApi:
         update: dict[str, Any] = response["update"]
         return update
 
+    def describe_update(self, *, cluster: str, name: str, update_id: str) -> dict[str, Any]:
+        """The ``UpdateAddon`` request ``update_id`` of add-on ``name``: its status (``InProgress``,
+        ``Successful``, ``Failed``, ``Cancelled``) and, when it failed, ``errors``. The add-on's own
+        status cannot say whether an update worked: one EKS refuses (a conflict) leaves it ACTIVE."""
+        try:
+            response = self._eks.describe_update(name=cluster, updateId=update_id, addonName=name)
+        except ClientError as exc:
+            raise _wrap("DescribeUpdate", exc) from exc
+        update: dict[str, Any] = response["update"]
+        return update
+
     def delete_addon(self, *, cluster: str, name: str, preserve: bool) -> dict[str, Any]:
         try:
             response = self._eks.delete_addon(clusterName=cluster, addonName=name, preserve=preserve)

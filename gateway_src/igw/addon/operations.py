@@ -11,7 +11,9 @@ association is never served). ``update``
 keeps an IRSA role: ``UpdateAddon`` gets the add-on's current ``serviceAccountRoleArn`` again and new
 configuration values keep ``serviceAccount.roleArn`` unless they set it. Waiting polls
 ``describe_addon`` with an injected clock and sleep (tests never sleep) and reports each status
-change; an add-on that goes DEGRADED or *_FAILED ends the wait with its health issues.
+change; an add-on that goes DEGRADED or *_FAILED ends the wait with its health issues. ``update``
+waits on its update's ``DescribeUpdate`` first (a failed update can leave the add-on ACTIVE), with the
+update's errors when it fails.
 """
 
 from __future__ import annotations
@@ -229,7 +231,7 @@ def update(
     )
     if wait is None:
         return update_info
-    return wait_until_settled(clients=clients, cluster=cluster, waiter=wait)
+    return wait_for_update(clients=clients, cluster=cluster, update_id=str(update_info["id"]), waiter=wait)
 
 
 def _keep_irsa_role(values: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
@@ -263,9 +265,13 @@ def health_lines(addon: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def wait_until_settled(*, clients: AwsClients, cluster: str, waiter: Waiter) -> dict[str, Any]:
-    """Poll until ACTIVE; raise with the health issues on DEGRADED/*_FAILED, or on timeout."""
-    deadline = waiter.monotonic() + waiter.timeout_s
+def wait_until_settled(
+    *, clients: AwsClients, cluster: str, waiter: Waiter, deadline: float | None = None
+) -> dict[str, Any]:
+    """Poll until ACTIVE; raise with the health issues on DEGRADED/*_FAILED, or on timeout
+    (``waiter.timeout_s`` from now, or at ``deadline`` when a longer wait already started)."""
+    if deadline is None:
+        deadline = waiter.monotonic() + waiter.timeout_s
     last_status = None
     while True:
         addon = clients.addons.describe_addon(cluster=cluster, name=ADDON)
@@ -284,6 +290,53 @@ def wait_until_settled(*, clients: AwsClients, cluster: str, waiter: Waiter) -> 
         if waiter.monotonic() >= deadline:
             raise AddonOperationError(
                 f"timed out after {waiter.timeout_s:.0f} s waiting for ACTIVE", [f"last status: {status}"]
+            )
+        waiter.sleep(waiter.poll_s)
+
+
+UPDATE_DONE: Final = "Successful"
+UPDATE_FAILED: Final = frozenset({"Failed", "Cancelled"})
+
+
+def update_error_lines(update: Mapping[str, Any]) -> list[str]:
+    """The update's errors, one line each (``code: message [resources]``)."""
+    lines = []
+    for error in update.get("errors", []):
+        resources = ", ".join(error.get("resourceIds", []))
+        suffix = f" [{resources}]" if resources else ""
+        lines.append(f"{error.get('errorCode', '?')}: {error.get('errorMessage', '')}{suffix}")
+    return lines
+
+
+def wait_for_update(*, clients: AwsClients, cluster: str, update_id: str, waiter: Waiter) -> dict[str, Any]:
+    """Poll ``DescribeUpdate`` for ``update_id`` until it is ``Successful``, then wait for the add-on to
+    be ACTIVE (:func:`wait_until_settled`, within the same timeout); raise with the update's errors when
+    it is ``Failed`` or ``Cancelled``, or on timeout.
+
+    Why not the add-on's status alone: an update EKS refuses (``ConfigurationConflict`` under
+    ``--resolve-conflicts NONE``) leaves the add-on ACTIVE at its old version and configuration, and
+    right after ``UpdateAddon`` the add-on can still read ACTIVE (or DEGRADED, the state being fixed)
+    before EKS moves it to UPDATING: waiting on the add-on reported such an update as done, exit 0.
+    """
+    deadline = waiter.monotonic() + waiter.timeout_s
+    last_status = None
+    while True:
+        update = clients.addons.describe_update(cluster=cluster, name=ADDON, update_id=update_id)
+        status = str(update.get("status"))
+        if status != last_status:
+            waiter.progress(f"{ADDON} update {update_id}: {status}")
+            last_status = status
+        if status == UPDATE_DONE:
+            return wait_until_settled(clients=clients, cluster=cluster, waiter=waiter, deadline=deadline)
+        if status in UPDATE_FAILED:
+            raise AddonOperationError(
+                f"update {update_id} of {ADDON} on {cluster} is {status}",
+                update_error_lines(update) or ["EKS reported no error for it"],
+            )
+        if waiter.monotonic() >= deadline:
+            raise AddonOperationError(
+                f"timed out after {waiter.timeout_s:.0f} s waiting for update {update_id}",
+                [f"last status: {status}"],
             )
         waiter.sleep(waiter.poll_s)
 

@@ -281,6 +281,11 @@ def run(args: argparse.Namespace) -> int:
                 resolve_conflicts=args.resolve_conflicts,
                 wait=waiter,
             )
+        if (
+            "addonVersion" not in addon and "id" in addon
+        ):  # update --no-wait: the update request, not the add-on
+            print(f"{operations.ADDON} update {addon['id']}: {addon.get('status', 'requested')}")
+            return 0
         print(f"{operations.ADDON} {addon.get('addonVersion', '')}: {addon.get('status', 'requested')}")
         return 0
     except configuration.ConfigurationValuesError as exc:
