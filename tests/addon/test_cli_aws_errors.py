@@ -223,13 +223,18 @@ def test_invalid_input_is_a_usage_error_found_before_any_aws_client(
             "argument --namespace: 'My Charts' is not an ECR",
         ),
         (["package", "--namespace", "charts/"], "argument --namespace: 'charts/' is not an ECR"),
+        (
+            ["create", "--cluster", "c", "--resolve-conflicts", "PRESERVE"],
+            "argument --resolve-conflicts: invalid choice: 'PRESERVE'",
+        ),
     ],
 )
 def test_bad_flag_values_are_refused_while_parsing_naming_the_flag(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--version latest`` was refused only after parsing (exit 1); a cluster name or Kubernetes
-    version EKS cannot take was sent to AWS."""
+    version EKS cannot take was sent to AWS, as was ``create --resolve-conflicts PRESERVE`` (after every
+    pre-check; ``CreateAddon`` refuses it: InvalidParameterException)."""
     with pytest.raises(SystemExit) as stopped:
         main(["addon", *argv])
     assert stopped.value.code == 2
@@ -258,3 +263,11 @@ def test_credentials_aws_rejects_are_reported_as_a_failed_aws_call_not_a_traceba
     assert err.startswith("igw addon: AWS: ")
     assert "DescribeCluster" in err
     assert "InvalidClientTokenId" in err
+
+
+def test_update_still_takes_preserve() -> None:
+    """PRESERVE is what keeps fields changed in the cluster on update (``UpdateAddon`` takes it)."""
+    from igw.cli.main import build_parser
+
+    args = build_parser().parse_args(["addon", "update", "--cluster", "c", "--resolve-conflicts", "PRESERVE"])
+    assert args.resolve_conflicts == "PRESERVE"

@@ -583,3 +583,13 @@ def test_cli_update_reports_the_failed_update_and_names_the_update_without_waiti
     _expect_update(stubber, "u6")
     assert cli.main([*argv, *values, "--no-wait"]) == 0
     assert capsys.readouterr().out == f"{pins.IGW_ADDON_NAME} update u6: InProgress\n"
+
+
+def test_create_refuses_preserve_before_any_call(aws: AwsFixture) -> None:
+    """``CreateAddon`` refuses PRESERVE (InvalidParameterException), after every pre-check had run."""
+    clients, _, _ = aws
+    policy: Any = "PRESERVE"  # what an untyped caller (the CLI before its choices were narrowed) passed
+    with pytest.raises(operations.AddonInputError, match="PRESERVE is not supported by CreateAddon"):
+        operations.create(
+            clients=clients, cluster=CLUSTER, role_arn=None, values={}, resolve_conflicts=policy
+        )

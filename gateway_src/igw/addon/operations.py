@@ -22,7 +22,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from botocore.exceptions import ClientError
 
@@ -31,6 +31,9 @@ from igw.addon.eks_api import EksAddonApi
 from igw.errors import IgwToolingError
 
 ConflictPolicy = Literal["OVERWRITE", "NONE", "PRESERVE"]
+CreateConflictPolicy = Literal["OVERWRITE", "NONE"]
+"""``CreateAddon`` refuses ``PRESERVE`` (InvalidParameterException: "Resolve conflicts option preserve is
+not supported for operation CreateAddon"); it keeps fields changed in the cluster on update only."""
 Identity = Literal["pod-identity", "irsa"]
 SETTLED: Final = frozenset({"ACTIVE"})
 FAILED: Final = frozenset({"CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED", "DEGRADED"})
@@ -173,11 +176,15 @@ def create(
     values: Mapping[str, Any],
     version: str = pins.IGW_ADDON_VERSION,
     identity: Identity = "pod-identity",
-    resolve_conflicts: ConflictPolicy = "OVERWRITE",
+    resolve_conflicts: CreateConflictPolicy = "OVERWRITE",
     wait: Waiter | None = None,
 ) -> dict[str, Any]:
     """Install the add-on; returns its final description (or the creation response without ``wait``)."""
     problems = create_input_problems(values=values, version=version, role_arn=role_arn)
+    if resolve_conflicts not in get_args(CreateConflictPolicy):
+        problems.append(
+            f"resolve conflicts: {resolve_conflicts} is not supported by CreateAddon (update only)"
+        )
     if problems:
         raise AddonInputError("refusing to create the add-on: invalid input", problems)
     problems = preflight(clients=clients, cluster=cluster, role_arn=role_arn, identity=identity)

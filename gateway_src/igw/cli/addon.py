@@ -54,8 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action.add_argument(
             "--version", type=addon_version, help="add-on version (create default: the pinned one)"
         )
+        # CreateAddon refuses PRESERVE ("Resolve conflicts option preserve is not supported for
+        # operation CreateAddon", InvalidParameterException): offered for update only
         action.add_argument(
-            "--resolve-conflicts", choices=("OVERWRITE", "NONE", "PRESERVE"), default="OVERWRITE"
+            "--resolve-conflicts",
+            choices=("OVERWRITE", "NONE", "PRESERVE") if name == "update" else ("OVERWRITE", "NONE"),
+            default="OVERWRITE",
+            help="fields changed in the cluster: OVERWRITE them with the add-on's (this command's default), "
+            "NONE: fail on a conflict (what EKS does when `aws eks` sends no value)"
+            + (", PRESERVE: keep them" if name == "update" else "; PRESERVE is update only"),
         )
         action.add_argument("--no-wait", action="store_true", help="return once EKS accepted the request")
         action.add_argument("--timeout", type=POSITIVE, default=900.0, help="seconds to wait for ACTIVE")
