@@ -97,7 +97,11 @@ def _expect_create(stubber: Stubber, configuration_values: str, **extra: object)
 def _dependencies_installed(
     stubber: Stubber, *, skip: str | None = None, versions: dict[str, str] | None = None, agent: bool = True
 ) -> None:
-    """Each dependency add-on (and, for Pod Identity, the agent) as ``create``'s pre-checks read them."""
+    """Our add-on absent, then each dependency add-on (and, for Pod Identity, the agent) as ``create``'s
+    pre-checks read them."""
+    stubber.add_client_error(
+        "describe_addon", "ResourceNotFoundException", "No addon found", 404, expected_params=OURS
+    )
     for dependency in pins.DEPENDENCY_ADDONS:
         params = {"clusterName": CLUSTER, "addonName": dependency.name}
         if dependency.name == skip:
@@ -593,3 +597,40 @@ def test_create_refuses_preserve_before_any_call(aws: AwsFixture) -> None:
         operations.create(
             clients=clients, cluster=CLUSTER, role_arn=None, values={}, resolve_conflicts=policy
         )
+
+
+@pytest.mark.parametrize(
+    ("status", "health", "says"),
+    [
+        ("ACTIVE", {}, "(v0.1.0-eksbuild.1, ACTIVE): change it with igw addon update"),
+        (
+            "CREATE_FAILED",
+            {
+                "issues": [
+                    {"code": "AdmissionRequestDenied", "message": "denied by policy", "resourceIds": ["igw"]}
+                ]
+            },
+            "(v0.1.0-eksbuild.1, CREATE_FAILED): AdmissionRequestDenied: denied by policy [igw]; fix it with "
+            "igw addon update, or igw addon delete it and create again",
+        ),
+        ("DELETING", {}, "(v0.1.0-eksbuild.1, DELETING): create again once it is gone"),
+    ],
+)
+def test_create_names_an_addon_already_installed_before_any_change(
+    aws: AwsFixture, status: str, health: dict[str, Any], says: str
+) -> None:
+    """``create`` on a cluster that has the add-on ran every other pre-check and then got ``CreateAddon``'s
+    ResourceInUseException "Addon already exists.", a CREATE_FAILED one's health issues unseen."""
+    clients, stubber, _ = aws
+    stubber.add_response(
+        "describe_addon", _addon(pins.IGW_ADDON_NAME, "v0.1.0-eksbuild.1", status, health=health), OURS
+    )
+    for dependency in pins.DEPENDENCY_ADDONS:
+        stubber.add_response(
+            "describe_addon",
+            _addon(dependency.name, dependency.minimum),
+            {"clusterName": CLUSTER, "addonName": dependency.name},
+        )
+    with pytest.raises(operations.AddonOperationError) as caught:
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=None, values={})
+    assert f"  - {pins.IGW_ADDON_NAME} is already installed on {CLUSTER} {says}" in str(caught.value)

@@ -2,7 +2,8 @@
 ``addon/chart`` published as an EKS add-on): pre-checks, then the EKS call, then waiting for it to settle.
 
 ``create`` refuses to call the API until everything it can check locally or read-only passes:
-configuration values valid (same schema EKS enforces), cluster present, each dependency add-on
+configuration values valid (same schema EKS enforces), cluster present, the add-on not already there
+(its status and health issues named, with ``update`` or ``delete`` to use instead), each dependency add-on
 installed, ACTIVE and at its minimum version; with a role, the chart's ``mode: gateway`` (in the
 default operator mode no pod runs as the service account a role would be bound to: each
 InferenceGatewayConfig's gateway runs as ``<name>-gateway`` in its own namespace and calls no AWS API),
@@ -91,6 +92,9 @@ def preflight(
             return [f"cluster {cluster!r} does not exist"]
         raise
     problems: list[str] = []
+    installed_ours = clients.addons.describe_addon(cluster=cluster, name=ADDON)
+    if installed_ours is not None:
+        problems.append(_already_installed(installed_ours, cluster))
     for dependency in pins.DEPENDENCY_ADDONS:
         installed = clients.addons.describe_addon(cluster=cluster, name=dependency.name)
         if installed is None:
@@ -128,6 +132,21 @@ def preflight(
             raise
         problems.append(f"gateway IAM role {role_arn} does not exist (create it before the add-on)")
     return problems
+
+
+def _already_installed(addon: Mapping[str, Any], cluster: str) -> str:
+    """Why ``create`` stops for an add-on already on ``cluster``, and what to do instead: ``CreateAddon``
+    refuses it anyway (ResourceInUseException "Addon already exists."), but only after the other
+    pre-checks, and without saying that a CREATE_FAILED or DEGRADED one (its health issues shown) is
+    fixed with ``update`` or removed with ``delete`` first."""
+    status = str(addon.get("status"))
+    line = f"{ADDON} is already installed on {cluster} ({addon.get('addonVersion', '?')}, {status})"
+    if status in FAILED:
+        issues = "; ".join(health_lines(addon)) or "EKS reported no health issue"
+        return f"{line}: {issues}; fix it with igw addon update, or igw addon delete it and create again"
+    if status == "DELETING":
+        return f"{line}: create again once it is gone"
+    return f"{line}: change it with igw addon update"
 
 
 def _values_and_version_problems(values: Mapping[str, Any] | None, version: str | None) -> list[str]:
