@@ -22,6 +22,8 @@ from tests.config.hostile_documents import billion_laughs
 REGION = "us-west-2"
 CLUSTER = "igw"
 ROLE = "igw-gateway"
+K8S = pins.KUBERNETES_VERSION
+"""The moto cluster's Kubernetes version (moto's own default, 1.19, no add-on is published for)."""
 OURS = {"clusterName": CLUSTER, "addonName": pins.IGW_ADDON_NAME}
 GATEWAY_MODE = {"mode": "gateway"}
 """The chart mode whose pods run as the gateway service account a role can be bound to."""
@@ -50,7 +52,7 @@ def moto_aws() -> Iterator[MotoAccount]:
         eks = boto3.client("eks", region_name=REGION)
         iam = boto3.client("iam", region_name=REGION)
         role = iam.create_role(RoleName="eks-cluster", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-        eks.create_cluster(name=CLUSTER, roleArn=role, resourcesVpcConfig={"subnetIds": []})
+        eks.create_cluster(name=CLUSTER, version=K8S, roleArn=role, resourcesVpcConfig={"subnetIds": []})
         gateway = iam.create_role(RoleName=ROLE, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
         yield eks, iam, gateway, boto3.client("eks", region_name=REGION)
 
@@ -94,6 +96,17 @@ def _expect_create(stubber: Stubber, configuration_values: str, **extra: object)
     )
 
 
+def _published(stubber: Stubber, versions: tuple[str, ...] = (pins.IGW_ADDON_VERSION,)) -> None:
+    """``DescribeAddonVersions`` for our add-on and the cluster's Kubernetes version, one page: these
+    ``versions``; none (``()``) is what a region without the add-on answers, no ``addons`` entry."""
+    entries = [{"addonVersion": v, "compatibilities": [{"clusterVersion": K8S}]} for v in versions]
+    stubber.add_response(
+        "describe_addon_versions",
+        {"addons": [{"addonName": pins.IGW_ADDON_NAME, "addonVersions": entries}] if versions else []},
+        {"addonName": pins.IGW_ADDON_NAME, "kubernetesVersion": K8S},
+    )
+
+
 def _dependencies_installed(
     stubber: Stubber, *, skip: str | None = None, versions: dict[str, str] | None = None, agent: bool = True
 ) -> None:
@@ -102,6 +115,7 @@ def _dependencies_installed(
     stubber.add_client_error(
         "describe_addon", "ResourceNotFoundException", "No addon found", 404, expected_params=OURS
     )
+    _published(stubber)
     for dependency in pins.DEPENDENCY_ADDONS:
         params = {"clusterName": CLUSTER, "addonName": dependency.name}
         if dependency.name == skip:
@@ -625,6 +639,7 @@ def test_create_names_an_addon_already_installed_before_any_change(
     stubber.add_response(
         "describe_addon", _addon(pins.IGW_ADDON_NAME, "v0.1.0-eksbuild.1", status, health=health), OURS
     )
+    _published(stubber)
     for dependency in pins.DEPENDENCY_ADDONS:
         stubber.add_response(
             "describe_addon",
@@ -634,3 +649,78 @@ def test_create_names_an_addon_already_installed_before_any_change(
     with pytest.raises(operations.AddonOperationError) as caught:
         operations.create(clients=clients, cluster=CLUSTER, role_arn=None, values={})
     assert f"  - {pins.IGW_ADDON_NAME} is already installed on {CLUSTER} {says}" in str(caught.value)
+
+
+def _ours_absent(stubber: Stubber) -> None:
+    """``create``'s first pre-check read: our add-on not installed."""
+    stubber.add_client_error(
+        "describe_addon", "ResourceNotFoundException", "No addon", 404, expected_params=OURS
+    )
+
+
+@pytest.mark.parametrize(
+    ("published", "says"),
+    [
+        (
+            ("v0.3.0-eksbuild.1", "v0.2.0-eksbuild.1"),
+            f"{pins.IGW_ADDON_NAME} v0.1.0-eksbuild.1 is not published for Kubernetes {K8S} "
+            f"(cluster {CLUSTER}) in {REGION}; published: v0.3.0-eksbuild.1, v0.2.0-eksbuild.1 "
+            f"(igw addon versions --kubernetes-version {K8S})",
+        ),
+        (
+            (),
+            f"{pins.IGW_ADDON_NAME} has no version published for Kubernetes {K8S} (cluster {CLUSTER}) "
+            f"in {REGION}",
+        ),
+    ],
+    ids=["other-versions", "none-in-region"],
+)
+def test_create_refuses_a_version_not_published_for_the_clusters_kubernetes(
+    aws: AwsFixture, published: tuple[str, ...], says: str
+) -> None:
+    """A version EKS does not offer for the cluster's Kubernetes version (or a region without the
+    add-on) passed every pre-check and was refused by ``CreateAddon`` (InvalidParameterException),
+    without the versions that would do."""
+    clients, stubber, _ = aws
+    _ours_absent(stubber)
+    _published(stubber, published)
+    for dependency in pins.DEPENDENCY_ADDONS:
+        stubber.add_response(
+            "describe_addon",
+            _addon(dependency.name, dependency.minimum),
+            {"clusterName": CLUSTER, "addonName": dependency.name},
+        )
+    with pytest.raises(operations.AddonOperationError) as caught:
+        operations.create(
+            clients=clients, cluster=CLUSTER, role_arn=None, values={}, version="v0.1.0-eksbuild.1"
+        )
+    assert str(caught.value).splitlines()[1:] == [f"  - {says}"]
+
+
+def test_update_refuses_a_version_not_published_for_the_clusters_kubernetes(aws: AwsFixture) -> None:
+    """``update --version`` checks the same, paging through ``DescribeAddonVersions``: a version on the
+    second page is found."""
+    clients, stubber, _ = aws
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, "v0.1.0-eksbuild.1"), OURS)
+    query = {"addonName": pins.IGW_ADDON_NAME, "kubernetesVersion": K8S}
+    page = {
+        "addons": [
+            {"addonName": pins.IGW_ADDON_NAME, "addonVersions": [{"addonVersion": "v0.3.0-eksbuild.1"}]}
+        ]
+    }
+    stubber.add_response("describe_addon_versions", {**page, "nextToken": "p2"}, query)
+    stubber.add_response("describe_addon_versions", {"addons": []}, {**query, "nextToken": "p2"})
+    with pytest.raises(
+        operations.AddonOperationError, match=r"v0\.2\.0-eksbuild\.1 is not published for Kubernetes"
+    ):
+        operations.update(clients=clients, cluster=CLUSTER, values=None, version="v0.2.0-eksbuild.1")
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, "v0.1.0-eksbuild.1"), OURS)
+    stubber.add_response("describe_addon_versions", {"addons": [], "nextToken": "p2"}, query)
+    stubber.add_response("describe_addon_versions", page, {**query, "nextToken": "p2"})
+    stubber.add_response(
+        "update_addon",
+        {"update": {"id": "u7", "status": "InProgress"}},
+        {**OURS, "addonVersion": "v0.3.0-eksbuild.1", "resolveConflicts": "OVERWRITE"},
+    )
+    update = operations.update(clients=clients, cluster=CLUSTER, values=None, version="v0.3.0-eksbuild.1")
+    assert update["id"] == "u7"

@@ -3,7 +3,8 @@
 
 ``create`` refuses to call the API until everything it can check locally or read-only passes:
 configuration values valid (same schema EKS enforces), cluster present, the add-on not already there
-(its status and health issues named, with ``update`` or ``delete`` to use instead), each dependency add-on
+(its status and health issues named, with ``update`` or ``delete`` to use instead), the version published
+for the cluster's Kubernetes version in the region, each dependency add-on
 installed, ACTIVE and at its minimum version; with a role, the chart's ``mode: gateway`` (in the
 default operator mode no pod runs as the service account a role would be bound to: each
 InferenceGatewayConfig's gateway runs as ``<name>-gateway`` in its own namespace and calls no AWS API),
@@ -82,11 +83,17 @@ def _role_name(role_arn: str) -> str:
 
 
 def preflight(
-    *, clients: AwsClients, cluster: str, role_arn: str | None, identity: Identity = "pod-identity"
+    *,
+    clients: AwsClients,
+    cluster: str,
+    role_arn: str | None,
+    identity: Identity = "pod-identity",
+    version: str | None = None,
 ) -> list[str]:
-    """Every reason the add-on cannot be installed on ``cluster`` now (empty when it can)."""
+    """Every reason the add-on (at ``version``, when given) cannot be installed on ``cluster`` now
+    (empty when it can)."""
     try:
-        clients.eks.describe_cluster(name=cluster)
+        described = clients.eks.describe_cluster(name=cluster)
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
             return [f"cluster {cluster!r} does not exist"]
@@ -95,6 +102,11 @@ def preflight(
     installed_ours = clients.addons.describe_addon(cluster=cluster, name=ADDON)
     if installed_ours is not None:
         problems.append(_already_installed(installed_ours, cluster))
+    kubernetes = str(described["cluster"].get("version", ""))
+    if version is not None and kubernetes:
+        problems.extend(
+            version_problems(clients=clients, cluster=cluster, kubernetes=kubernetes, version=version)
+        )
     for dependency in pins.DEPENDENCY_ADDONS:
         installed = clients.addons.describe_addon(cluster=cluster, name=dependency.name)
         if installed is None:
@@ -132,6 +144,29 @@ def preflight(
             raise
         problems.append(f"gateway IAM role {role_arn} does not exist (create it before the add-on)")
     return problems
+
+
+def version_problems(*, clients: AwsClients, cluster: str, kubernetes: str, version: str) -> list[str]:
+    """Why ``version`` of the add-on cannot go on ``cluster`` (Kubernetes ``kubernetes``): not published
+    for that Kubernetes version in this region (``DescribeAddonVersions``, every page), naming what is.
+
+    ``CreateAddon``/``UpdateAddon`` refuse such a version themselves (InvalidParameterException), but
+    only after every other pre-check, and without saying which versions would do or that the add-on
+    is not offered in the region at all."""
+    published = clients.addons.addon_versions(name=ADDON, kubernetes_version=kubernetes)
+    names = [str(item.get("addonVersion")) for item in sorted_versions(published)]
+    if version in names:
+        return []
+    region = getattr(getattr(clients.eks, "meta", None), "region_name", None) or "this region"
+    if not names:
+        return [
+            f"{ADDON} has no version published for Kubernetes {kubernetes} (cluster {cluster}) in {region}"
+        ]
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} older" if len(names) > 5 else "")
+    return [
+        f"{ADDON} {version} is not published for Kubernetes {kubernetes} (cluster {cluster}) in {region}; "
+        f"published: {shown} (igw addon versions --kubernetes-version {kubernetes})"
+    ]
 
 
 def _already_installed(addon: Mapping[str, Any], cluster: str) -> str:
@@ -206,7 +241,9 @@ def create(
         )
     if problems:
         raise AddonInputError("refusing to create the add-on: invalid input", problems)
-    problems = preflight(clients=clients, cluster=cluster, role_arn=role_arn, identity=identity)
+    problems = preflight(
+        clients=clients, cluster=cluster, role_arn=role_arn, identity=identity, version=version
+    )
     if problems:
         raise AddonOperationError(f"refusing to create the add-on on {cluster}: pre-checks failed", problems)
     final_values = dict(values)
@@ -245,6 +282,17 @@ def update(
     current = clients.addons.describe_addon(cluster=cluster, name=ADDON)
     if current is None:
         raise AddonOperationError("cannot update", [f"{ADDON} is not installed on {cluster}"])
+    if version is not None and version != current.get("addonVersion"):
+        kubernetes = str(clients.eks.describe_cluster(name=cluster)["cluster"].get("version", ""))
+        problems = (
+            version_problems(clients=clients, cluster=cluster, kubernetes=kubernetes, version=version)
+            if kubernetes
+            else []
+        )
+        if problems:
+            raise AddonOperationError(
+                f"refusing to update the add-on on {cluster}: pre-checks failed", problems
+            )
     irsa_role = current.get("serviceAccountRoleArn")
     new_values = _keep_irsa_role(values, current) if values is not None else None
     update_info = clients.addons.update_addon(
