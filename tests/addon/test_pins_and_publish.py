@@ -130,6 +130,31 @@ def test_cli_check_pins_exits_1_on_an_unpublished_pin(
     stubber.assert_no_pending_responses()
 
 
+@pytest.mark.parametrize(
+    ("kubernetes", "says"),
+    [
+        (None, "igw addon: no version of nope is published in us-west-2\n"),
+        (K8S, f"igw addon: no version of nope is published for Kubernetes {K8S} in us-west-2\n"),
+    ],
+)
+def test_versions_of_an_addon_not_offered_here_say_so_and_exit_1(
+    stubbed: tuple[EksAddonApi, Stubber],
+    capsys: pytest.CaptureFixture[str],
+    kubernetes: str | None,
+    says: str,
+) -> None:
+    """EKS can answer for a name it does not offer (a misspelling, a region without the add-on) with an empty
+    list over two pages here; ``igw addon versions`` printed nothing and exited 0."""
+    addons, stubber = stubbed
+    query = {"addonName": "nope", **({"kubernetesVersion": kubernetes} if kubernetes else {})}
+    stubber.add_response("describe_addon_versions", {"addons": [], "nextToken": "n"}, query)
+    stubber.add_response("describe_addon_versions", {"addons": []}, {**query, "nextToken": "n"})
+    args = argparse.Namespace(check_pins=False, kubernetes_version=kubernetes, addon_name="nope")
+    assert addon_cli._versions(args, addons) == 1
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", says)
+
+
 class RecordingPusher:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str, str, str]] = []

@@ -40,6 +40,11 @@ class EksAddonApi:
     def __init__(self, client: Any) -> None:
         self._eks = client
 
+    @property
+    def region(self) -> str:
+        """The client's region, for messages."""
+        return str(getattr(self._eks.meta, "region_name", None) or "this region")
+
     def describe_addon(self, *, cluster: str, name: str) -> dict[str, Any] | None:
         """The add-on, or ``None`` when it is not installed."""
         try:

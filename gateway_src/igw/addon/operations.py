@@ -157,7 +157,7 @@ def version_problems(*, clients: AwsClients, cluster: str, kubernetes: str, vers
     names = [str(item.get("addonVersion")) for item in sorted_versions(published)]
     if version in names:
         return []
-    region = getattr(getattr(clients.eks, "meta", None), "region_name", None) or "this region"
+    region = clients.addons.region
     if not names:
         return [
             f"{ADDON} has no version published for Kubernetes {kubernetes} (cluster {cluster}) in {region}"

@@ -153,9 +153,14 @@ def _versions(args: argparse.Namespace, addons: object) -> int:
         for status in statuses:
             print(f"{status.verdict.upper():<12}{status.message}")
         return EXIT_FAILED if any(s.verdict == "unpublished" for s in statuses) else 0
-    versions = addons.addon_versions(
-        name=args.addon_name or pins.IGW_ADDON_NAME, kubernetes_version=args.kubernetes_version
-    )
+    name = args.addon_name or pins.IGW_ADDON_NAME
+    versions = addons.addon_versions(name=name, kubernetes_version=args.kubernetes_version)
+    if not versions:
+        # EKS can answer for an add-on it does not offer here (a misspelt name, a region without it) with an
+        # empty list, not an error: printing nothing and exiting 0 read as "the command worked"
+        kubernetes = f" for Kubernetes {args.kubernetes_version}" if args.kubernetes_version else ""
+        print(f"igw addon: no version of {name} is published{kubernetes} in {addons.region}", file=sys.stderr)
+        return EXIT_FAILED
     for item in operations.sorted_versions(versions):
         clusters = ", ".join(c.get("clusterVersion", "?") for c in item.get("compatibilities", []))
         print(f"{item.get('addonVersion')}\t{clusters}")
