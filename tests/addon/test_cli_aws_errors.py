@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -271,3 +273,42 @@ def test_update_still_takes_preserve() -> None:
 
     args = build_parser().parse_args(["addon", "update", "--cluster", "c", "--resolve-conflicts", "PRESERVE"])
     assert args.resolve_conflicts == "PRESERVE"
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+def test_the_cli_clients_retry_a_throttled_call_with_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clients ``igw addon`` makes retry ``ThrottlingException`` as botocore's standard mode does (3
+    attempts, jittered backoff), the throttle sent as EKS sends it (HTTP 429, ``x-amzn-ErrorType``) so
+    botocore's retry handler sees it; the Stubber answers above that handler and never retries. The
+    add-on waits add their own polling on top (``test_operations.py::test_a_throttled_poll_*``)."""
+    import argparse
+
+    import botocore.endpoint
+    from botocore.awsrequest import AWSResponse
+
+    from igw.addon.eks_api import AddonApiError
+    from igw.addon.operations import AwsClients
+    from igw.cli import addon as addon_cli
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-a-real-key")
+    for name in ("AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS"):  # botocore's defaults, not this machine's
+        monkeypatch.delenv(name, raising=False)
+    delays: list[float] = []
+    monkeypatch.setattr(botocore.endpoint.time, "sleep", delays.append)
+    clients = addon_cli._clients(argparse.Namespace(region="us-west-2", profile=None))
+    assert isinstance(clients, AwsClients)
+
+    class Body:
+        def stream(self, **_kwargs: object) -> Iterator[bytes]:
+            yield b'{"message": "Rate exceeded"}'
+
+    def throttled(request: Any, **_kwargs: object) -> AWSResponse:
+        headers = {"x-amzn-ErrorType": "ThrottlingException", "content-type": "application/json"}
+        return AWSResponse(request.url, 429, headers, Body())
+
+    clients.addons._eks.meta.events.register("before-send.eks.DescribeAddon", throttled)
+    with pytest.raises(AddonApiError, match="DescribeAddon: ThrottlingException: Rate exceeded"):
+        clients.addons.describe_addon(cluster="igw", name="igw-inference-gateway")
+    assert len(delays) == 2
+    assert all(0 <= delay <= 20 for delay in delays)

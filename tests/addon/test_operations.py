@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from igw.addon import addon_version, operations, pins, schemas
-from igw.addon.eks_api import EksAddonApi
+from igw.addon.eks_api import AddonApiError, EksAddonApi
 from igw.cli import main as cli
 from igw.config import paths
 from tests.config.hostile_documents import billion_laughs
@@ -724,3 +724,58 @@ def test_update_refuses_a_version_not_published_for_the_clusters_kubernetes(aws:
     )
     update = operations.update(clients=clients, cluster=CLUSTER, values=None, version="v0.3.0-eksbuild.1")
     assert update["id"] == "u7"
+
+
+def test_a_throttled_poll_is_polled_again_until_the_timeout(aws: AwsFixture) -> None:
+    """botocore retries a throttled ``DescribeAddon`` 3 times (standard mode); one that outlasted that
+    ended the wait with exit 1 while the add-on went on installing. The wait polls again now, and
+    only a non-transient error (access denied) or the timeout ends it."""
+    clients, stubber, _ = aws
+    stubber.add_client_error(
+        "describe_addon", "ThrottlingException", "Rate exceeded", 400, expected_params=OURS
+    )
+    stubber.add_client_error("describe_addon", "ServerException", "Internal error", 500, expected_params=OURS)
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
+    clock = VirtualClock()
+    progress: list[str] = []
+    waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, progress=progress.append)
+    assert (
+        operations.wait_until_settled(clients=clients, cluster=CLUSTER, waiter=waiter)["status"] == "ACTIVE"
+    )
+    assert progress == [
+        "DescribeAddon: ThrottlingException: Rate exceeded (polling again)",
+        "DescribeAddon: ServerException: Internal error (polling again)",
+        f"{pins.IGW_ADDON_NAME} {pins.IGW_ADDON_VERSION}: ACTIVE",
+    ]
+    assert clock.now == 20
+    for _ in range(3):
+        stubber.add_client_error(
+            "describe_addon", "ThrottlingException", "Rate exceeded", 400, expected_params=OURS
+        )
+    short = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, poll_s=10, timeout_s=20)
+    with pytest.raises(operations.AddonOperationError) as caught:
+        operations.wait_until_settled(clients=clients, cluster=CLUSTER, waiter=short)
+    assert str(caught.value).splitlines() == [
+        "timed out after 20 s waiting for ACTIVE",
+        "  - last error: DescribeAddon: ThrottlingException: Rate exceeded",
+    ]
+    stubber.add_client_error(
+        "describe_addon", "AccessDeniedException", "not authorized", 403, expected_params=OURS
+    )
+    with pytest.raises(AddonApiError, match="AccessDeniedException"):
+        operations.wait_until_settled(clients=clients, cluster=CLUSTER, waiter=short)
+
+
+def test_a_throttled_update_poll_is_polled_again(aws: AwsFixture) -> None:
+    """The same for ``DescribeUpdate`` while an update runs."""
+    clients, stubber, _ = aws
+    update = {"name": CLUSTER, "updateId": "u8", "addonName": pins.IGW_ADDON_NAME}
+    stubber.add_client_error(
+        "describe_update", "ThrottlingException", "Rate exceeded", 400, expected_params=update
+    )
+    stubber.add_response("describe_update", {"update": {"id": "u8", "status": "Successful"}}, update)
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
+    clock = VirtualClock()
+    waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic)
+    settled = operations.wait_for_update(clients=clients, cluster=CLUSTER, update_id="u8", waiter=waiter)
+    assert (settled["status"], clock.now) == ("ACTIVE", 10)

@@ -24,12 +24,12 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from botocore.exceptions import ClientError
 
 from igw.addon import addon_version, configuration, pins
-from igw.addon.eks_api import EksAddonApi
+from igw.addon.eks_api import AddonApiError, EksAddonApi
 from igw.errors import IgwToolingError
 
 ConflictPolicy = Literal["OVERWRITE", "NONE", "PRESERVE"]
@@ -339,6 +339,36 @@ def health_lines(addon: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+TRANSIENT_CODES: Final = frozenset(
+    {"ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded", "ServerException"}
+)
+"""Errors a poll can meet that say nothing about the add-on: throttling and EKS's 5xx ``ServerException``.
+botocore already retried the call (its ``standard`` mode: 3 attempts with jittered backoff)."""
+
+_T = TypeVar("_T")
+
+
+def _poll(call: Callable[[], _T], *, waiter: Waiter, deadline: float, waiting_for: str) -> _T | None:
+    """``call()``, or ``None`` after one of :data:`TRANSIENT_CODES` (said through ``waiter.progress``;
+    the caller polls again after ``poll_s``), or the timeout error once ``deadline`` has passed.
+
+    Why: a wait polls for up to ``--timeout`` (900 s), and a throttled ``DescribeAddon`` that outlasted
+    botocore's retries ended it with exit 1 while the add-on went on installing; a re-run then met it
+    as already installed."""
+    try:
+        return call()
+    except AddonApiError as exc:
+        if exc.code not in TRANSIENT_CODES:
+            raise
+        if waiter.monotonic() >= deadline:
+            raise AddonOperationError(
+                f"timed out after {waiter.timeout_s:.0f} s waiting for {waiting_for}", [f"last error: {exc}"]
+            ) from exc
+        waiter.progress(f"{exc} (polling again)")
+        waiter.sleep(waiter.poll_s)
+        return None
+
+
 def wait_until_settled(
     *, clients: AwsClients, cluster: str, waiter: Waiter, deadline: float | None = None
 ) -> dict[str, Any]:
@@ -348,7 +378,15 @@ def wait_until_settled(
         deadline = waiter.monotonic() + waiter.timeout_s
     last_status = None
     while True:
-        addon = clients.addons.describe_addon(cluster=cluster, name=ADDON)
+        polled = _poll(  # in a tuple: describe_addon's own None (the add-on gone) is not a missed poll
+            lambda: (clients.addons.describe_addon(cluster=cluster, name=ADDON),),
+            waiter=waiter,
+            deadline=deadline,
+            waiting_for="ACTIVE",
+        )
+        if polled is None:
+            continue
+        addon = polled[0]
         if addon is None:
             raise AddonOperationError("the add-on disappeared while waiting", [f"{ADDON} on {cluster}"])
         status = str(addon.get("status"))
@@ -395,7 +433,14 @@ def wait_for_update(*, clients: AwsClients, cluster: str, update_id: str, waiter
     deadline = waiter.monotonic() + waiter.timeout_s
     last_status = None
     while True:
-        update = clients.addons.describe_update(cluster=cluster, name=ADDON, update_id=update_id)
+        update = _poll(
+            lambda: clients.addons.describe_update(cluster=cluster, name=ADDON, update_id=update_id),
+            waiter=waiter,
+            deadline=deadline,
+            waiting_for=f"update {update_id}",
+        )
+        if update is None:
+            continue
         status = str(update.get("status"))
         if status != last_status:
             waiter.progress(f"{ADDON} update {update_id}: {status}")
