@@ -201,11 +201,75 @@ def test_package_push_creates_the_repository_and_pushes_with_ecr_credentials(tmp
     assert published.schema.is_file()
 
 
+def _repository(mutability: str, *exclusions: str) -> dict[str, object]:
+    """Our chart's ECR repository as ``DescribeRepositories`` shows it."""
+    name = f"igw-charts/{pins.CHART_NAME}"
+    repository: dict[str, object] = {
+        "repositoryName": name,
+        "repositoryUri": f"111111111111.dkr.ecr.us-west-2.amazonaws.com/{name}",
+        "imageTagMutability": mutability,
+    }
+    if exclusions:  # the service model wants at least one filter when the list is there
+        repository["imageTagMutabilityExclusionFilters"] = [
+            {"filterType": "WILDCARD", "filter": f} for f in exclusions
+        ]
+    return repository
+
+
+@pytest.mark.parametrize(
+    ("mutability", "exclusions", "refused"),
+    [
+        ("MUTABLE", (), True),
+        ("IMMUTABLE", (), False),
+        ("IMMUTABLE_WITH_EXCLUSION", ("0.*",), True),  # the chart's version is an exclusion: mutable
+        ("IMMUTABLE_WITH_EXCLUSION", ("dev-*",), False),
+        ("MUTABLE_WITH_EXCLUSION", ("dev-*",), True),
+        ("MUTABLE_WITH_EXCLUSION", ("*.*.*",), False),  # versions excluded from mutability
+    ],
+)
+def test_package_push_refuses_a_repository_that_lets_the_chart_version_be_overwritten(
+    tmp_path: Path, mutability: str, exclusions: tuple[str, ...], refused: bool
+) -> None:
+    """An existing repository was taken as it was: with mutable tags a second push of a chart version
+    replaced the chart installed add-ons of that version point at. Only the repository ``--push``
+    creates itself was immutable."""
+    assert pins.CHART_VERSION.startswith("0.")
+    ecr = boto3.client("ecr", region_name="us-west-2")
+    stubber = Stubber(ecr)
+    stubber.add_response(
+        "describe_repositories",
+        {"repositories": [_repository(mutability, *exclusions)]},
+        {"repositoryNames": [f"igw-charts/{pins.CHART_NAME}"]},
+    )
+    if not refused:
+        token = base64.b64encode(b"AWS:pw").decode()
+        stubber.add_response(
+            "get_authorization_token",
+            {"authorizationData": [{"authorizationToken": token, "proxyEndpoint": "https://r.example"}]},
+            {},
+        )
+    pusher = RecordingPusher()
+    with stubber:
+        if refused:
+            with pytest.raises(publish.PublishError) as caught:
+                publish.publish(destination=tmp_path, ecr=ecr, pusher=pusher)
+            assert f"lets tag {pins.CHART_VERSION} be overwritten (imageTagMutability {mutability})" in str(
+                caught.value
+            )
+            assert "put-image-tag-mutability" in str(caught.value)
+        else:
+            publish.publish(destination=tmp_path, ecr=ecr, pusher=pusher)
+    stubber.assert_no_pending_responses()
+    assert len(pusher.calls) == (0 if refused else 1)
+
+
 def test_package_push_reports_a_denied_token(tmp_path: Path) -> None:
     ecr = boto3.client("ecr", region_name="us-west-2")
     stubber = Stubber(ecr)
     stubber.add_response(
-        "describe_repositories", {"repositories": []}, {"repositoryNames": [f"igw-charts/{pins.CHART_NAME}"]}
+        "describe_repositories",
+        {"repositories": [_repository("IMMUTABLE")]},
+        {"repositoryNames": [f"igw-charts/{pins.CHART_NAME}"]},
     )
     stubber.add_client_error("get_authorization_token", "AccessDeniedException", "denied", 400)
     pusher = RecordingPusher()

@@ -2,13 +2,15 @@
 OCI repository, with the add-on configuration schema written beside the archive.
 
 ECR is the AWS seam (``ecr`` boto3 client: the repository is created when missing, with scan-on-push
-and immutable tags, and ``GetAuthorizationToken`` gives the registry login); the push itself is Helm's
+and immutable tags, an existing one with mutable tags is refused, and ``GetAuthorizationToken`` gives
+the registry login); the push itself is Helm's
 own OCI client (helm-python-sdk), injected as :class:`ChartPusher` so tests never reach a registry.
 """
 
 from __future__ import annotations
 
 import base64
+import fnmatch
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,13 +61,42 @@ class Published:
         return f"{self.remote}/{pins.CHART_NAME}:{pins.CHART_VERSION}"
 
 
-def _ensure_repository(ecr: Any, name: str) -> None:
+def _tag_is_mutable(repository: dict[str, Any], tag: str) -> bool:
+    """Whether a push of ``tag`` to ``repository`` (as ``DescribeRepositories`` shows it) may replace an
+    image already there: MUTABLE, or an ``*_WITH_EXCLUSION`` setting whose exclusions (wildcard
+    filters) make ``tag`` the opposite of the rule."""
+    mutability = str(repository.get("imageTagMutability", "MUTABLE"))
+    excluded = any(
+        fnmatch.fnmatchcase(tag, str(item.get("filter", "")))
+        for item in repository.get("imageTagMutabilityExclusionFilters", [])
+    )
+    if mutability == "IMMUTABLE":
+        return False
+    if mutability == "IMMUTABLE_WITH_EXCLUSION":
+        return excluded
+    if mutability == "MUTABLE_WITH_EXCLUSION":
+        return not excluded
+    return True
+
+
+def _ensure_repository(ecr: Any, name: str, tag: str = pins.CHART_VERSION) -> None:
+    """The repository, created when missing (immutable tags); an existing one whose tags are mutable
+    for ``tag`` is refused: a push of a chart version already published would replace the chart that
+    installed add-ons of that version point at, silently (the repository was taken as it was)."""
     try:
-        ecr.describe_repositories(repositoryNames=[name])
-        return
+        found = ecr.describe_repositories(repositoryNames=[name]).get("repositories", [])
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "RepositoryNotFoundException":
             raise PublishError(f"ecr:DescribeRepositories {name}: {exc}") from exc
+    else:
+        if found and _tag_is_mutable(found[0], tag):
+            raise PublishError(
+                f"ECR repository {name} lets tag {tag} be overwritten (imageTagMutability "
+                f"{found[0].get('imageTagMutability', 'MUTABLE')}): a push would replace a published chart "
+                f"version in place; make it immutable (aws ecr put-image-tag-mutability --repository-name "
+                f"{name} --image-tag-mutability IMMUTABLE)"
+            )
+        return
     try:
         ecr.create_repository(
             repositoryName=name,
