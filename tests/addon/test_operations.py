@@ -45,6 +45,28 @@ class VirtualClock:
         self.now += seconds
 
 
+POD_IDENTITY_TRUST: dict[str, Any] = {
+    "Effect": "Allow",
+    "Principal": {"Service": "pods.eks.amazonaws.com"},
+    "Action": ["sts:AssumeRole", "sts:TagSession"],
+}
+
+
+def _irsa_trust(issuer: str) -> dict[str, Any]:
+    """The trust statement IRSA needs: the cluster's OIDC provider, AssumeRoleWithWebIdentity."""
+    provider = issuer.removeprefix("https://")
+    return {
+        "Effect": "Allow",
+        "Principal": {"Federated": f"arn:aws:iam::123456789012:oidc-provider/{provider}"},
+        "Action": "sts:AssumeRoleWithWebIdentity",
+        "Condition": {"StringEquals": {f"{provider}:sub": "system:serviceaccount:igw:inference-gateway"}},
+    }
+
+
+def _trust(*statements: dict[str, Any]) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+
+
 @pytest.fixture(scope="module")
 def moto_aws() -> Iterator[MotoAccount]:
     """One moto account per module (cluster and gateway role are only read by the flows)."""
@@ -53,7 +75,9 @@ def moto_aws() -> Iterator[MotoAccount]:
         iam = boto3.client("iam", region_name=REGION)
         role = iam.create_role(RoleName="eks-cluster", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
         eks.create_cluster(name=CLUSTER, version=K8S, roleArn=role, resourcesVpcConfig={"subnetIds": []})
-        gateway = iam.create_role(RoleName=ROLE, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        issuer = eks.describe_cluster(name=CLUSTER)["cluster"]["identity"]["oidc"]["issuer"]
+        trust = _trust(POD_IDENTITY_TRUST, _irsa_trust(issuer))
+        gateway = iam.create_role(RoleName=ROLE, AssumeRolePolicyDocument=trust)["Role"]["Arn"]
         yield eks, iam, gateway, boto3.client("eks", region_name=REGION)
 
 
@@ -779,3 +803,67 @@ def test_a_throttled_update_poll_is_polled_again(aws: AwsFixture) -> None:
     waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic)
     settled = operations.wait_for_update(clients=clients, cluster=CLUSTER, update_id="u8", waiter=waiter)
     assert (settled["status"], clock.now) == ("ACTIVE", 10)
+
+
+@pytest.mark.parametrize(
+    ("identity", "statements", "says"),
+    [
+        (
+            "pod-identity",
+            [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+            "does not let EKS Pod Identity assume it: its trust policy needs an Allow for the service "
+            "pods.eks.amazonaws.com with sts:AssumeRole and sts:TagSession",
+        ),
+        (
+            "pod-identity",
+            [{**POD_IDENTITY_TRUST, "Action": "sts:AssumeRole"}],
+            "pods.eks.amazonaws.com with sts:TagSession",
+        ),
+        (
+            "pod-identity",
+            [{**POD_IDENTITY_TRUST, "Effect": "Deny"}],
+            "pods.eks.amazonaws.com with sts:AssumeRole and sts:TagSession",
+        ),
+        (
+            "irsa",
+            [POD_IDENTITY_TRUST],
+            "does not let the cluster's service accounts assume it (IRSA): its trust policy needs an Allow "
+            "for the OIDC provider oidc.eks.",
+        ),
+        (
+            "irsa",
+            [_irsa_trust("https://oidc.eks.us-west-2.amazonaws.com/id/ANOTHERCLUSTER")],
+            "with sts:AssumeRoleWithWebIdentity",
+        ),
+    ],
+    ids=[
+        "pod-identity-other-service",
+        "pod-identity-no-tag-session",
+        "pod-identity-deny",
+        "irsa-no-oidc",
+        "irsa-other-cluster",
+    ],
+)
+def test_a_role_whose_trust_policy_the_gateway_cannot_use_is_refused_before_any_change(
+    aws: AwsFixture,
+    moto_aws: MotoAccount,
+    identity: operations.Identity,
+    statements: list[dict[str, Any]],
+    says: str,
+) -> None:
+    """The pre-check only asked that the role exist: one that does not trust EKS Pod Identity (or, for
+    IRSA, the cluster's OIDC provider) was bound, the add-on went ACTIVE, and the gateway's AWS calls
+    failed at run time."""
+    clients, stubber, _ = aws
+    iam = moto_aws[1]
+    name = f"untrusting-{len(iam.list_roles()['Roles'])}"
+    role = iam.create_role(RoleName=name, AssumeRolePolicyDocument=_trust(*statements))["Role"]["Arn"]
+    _dependencies_installed(stubber, agent=identity == "pod-identity")
+    with pytest.raises(operations.AddonOperationError) as caught:
+        operations.create(
+            clients=clients, cluster=CLUSTER, role_arn=role, values=GATEWAY_MODE, identity=identity
+        )
+    problems = str(caught.value).splitlines()[1:]
+    assert len(problems) == 1
+    assert problems[0].startswith(f"  - gateway IAM role {role} ")
+    assert says in problems[0]

@@ -8,7 +8,8 @@ for the cluster's Kubernetes version in the region, each dependency add-on
 installed, ACTIVE and at its minimum version; with a role, the chart's ``mode: gateway`` (in the
 default operator mode no pod runs as the service account a role would be bound to: each
 InferenceGatewayConfig's gateway runs as ``<name>-gateway`` in its own namespace and calls no AWS API),
-the role present and, for EKS Pod Identity, the ``eks-pod-identity-agent`` add-on ACTIVE (without it the
+the role present and trusting EKS Pod Identity (or, for IRSA, the cluster's OIDC provider) and, for
+EKS Pod Identity, the ``eks-pod-identity-agent`` add-on ACTIVE (without it the
 association is never served). ``update``
 keeps an IRSA role: ``UpdateAddon`` gets the add-on's current ``serviceAccountRoleArn`` again and new
 configuration values keep ``serviceAccount.roleArn`` unless they set it. Waiting polls
@@ -138,12 +139,66 @@ def preflight(
                 f"(install it, or use --identity irsa)"
             )
     try:
-        clients.iam.get_role(RoleName=_role_name(role_arn))
+        role = clients.iam.get_role(RoleName=_role_name(role_arn))["Role"]
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "NoSuchEntity":
             raise
         problems.append(f"gateway IAM role {role_arn} does not exist (create it before the add-on)")
+        return problems
+    issuer = str(described["cluster"].get("identity", {}).get("oidc", {}).get("issuer", ""))
+    problems.extend(trust_problems(role_arn, role.get("AssumeRolePolicyDocument"), identity, issuer))
     return problems
+
+
+def _listed(value: Any) -> list[str]:
+    """A policy element that is one string or a list of them, as a list."""
+    return [value] if isinstance(value, str) else [str(item) for item in value or []]
+
+
+def _allows(statement: Mapping[str, Any], action: str) -> bool:
+    return any(a in (action, "sts:*", "*") for a in _listed(statement.get("Action")))
+
+
+def trust_problems(role_arn: str, document: Any, identity: Identity, oidc_issuer: str) -> list[str]:
+    """Why the role's trust policy would not let the gateway's pods assume it (empty when it would).
+
+    EKS Pod Identity needs an Allow for the service principal ``pods.eks.amazonaws.com`` with
+    ``sts:AssumeRole`` and ``sts:TagSession``; IRSA an Allow for the cluster's OIDC provider
+    (``Federated: arn:...:oidc-provider/<issuer>``) with ``sts:AssumeRoleWithWebIdentity``. A role
+    without it passed the pre-check (it only had to exist), the add-on went ACTIVE, and the gateway's
+    AWS calls failed at run time with AccessDenied. ``document`` is the decoded policy (botocore
+    decodes IAM's URL-encoded JSON)."""
+    statements = document.get("Statement", []) if isinstance(document, Mapping) else []
+    allowed = [
+        st
+        for st in ([statements] if isinstance(statements, Mapping) else statements)
+        if isinstance(st, Mapping)
+        and st.get("Effect") == "Allow"
+        and isinstance(st.get("Principal"), Mapping)
+    ]
+    if identity == "pod-identity":
+        pods = [st for st in allowed if "pods.eks.amazonaws.com" in _listed(st["Principal"].get("Service"))]
+        missing = [a for a in ("sts:AssumeRole", "sts:TagSession") if not any(_allows(st, a) for st in pods)]
+        if not missing:
+            return []
+        return [
+            f"gateway IAM role {role_arn} does not let EKS Pod Identity assume it: its trust policy needs "
+            f"an Allow for the service pods.eks.amazonaws.com with {' and '.join(missing)}"
+        ]
+    provider = oidc_issuer.removeprefix("https://")
+    federated = [
+        st
+        for st in allowed
+        if provider
+        and any(p.endswith(f":oidc-provider/{provider}") for p in _listed(st["Principal"].get("Federated")))
+    ]
+    if any(_allows(st, "sts:AssumeRoleWithWebIdentity") for st in federated):
+        return []
+    return [
+        f"gateway IAM role {role_arn} does not let the cluster's service accounts assume it (IRSA): its "
+        f"trust policy needs an Allow for the OIDC provider {provider or '(the cluster has no OIDC issuer)'} "
+        f"with sts:AssumeRoleWithWebIdentity"
+    ]
 
 
 def version_problems(*, clients: AwsClients, cluster: str, kubernetes: str, version: str) -> list[str]:
