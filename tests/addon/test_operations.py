@@ -3,6 +3,7 @@ service model), clusters and IAM in moto."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -867,3 +868,33 @@ def test_a_role_whose_trust_policy_the_gateway_cannot_use_is_refused_before_any_
     assert len(problems) == 1
     assert problems[0].startswith(f"  - gateway IAM role {role} ")
     assert says in problems[0]
+
+
+@pytest.mark.parametrize("action", ["update", "delete"])
+def test_update_and_delete_name_a_missing_cluster_not_a_missing_addon(aws: AwsFixture, action: str) -> None:
+    """EKS's ``DescribeAddon`` answers ResourceNotFoundException ("No cluster found for name: nope.") for a
+    cluster that does not exist, as for a missing add-on; ``update``/``delete`` said the add-on "is not
+    installed on nope", sending the operator to ``create``. The cluster is looked up (moto) to tell them
+    apart; an existing cluster without the add-on still reads "not installed"."""
+    clients, stubber, _ = aws
+    for cluster, says in (
+        ("nope", f"cluster 'nope' does not exist in {REGION}"),
+        (CLUSTER, f"{pins.IGW_ADDON_NAME} is not installed on {CLUSTER}"),
+    ):
+        stubber.add_client_error(
+            "describe_addon",
+            "ResourceNotFoundException",
+            f"No cluster found for name: {cluster}."
+            if cluster == "nope"
+            else "No addon: igw-inference-gateway",
+            404,
+            expected_params={"clusterName": cluster, "addonName": pins.IGW_ADDON_NAME},
+        )
+        call = (
+            functools.partial(operations.update, values=None, version=None)
+            if action == "update"
+            else functools.partial(operations.delete, preserve=False)
+        )
+        with pytest.raises(operations.AddonOperationError) as caught:
+            call(clients=clients, cluster=cluster)
+        assert str(caught.value).splitlines() == [f"cannot {action}", f"  - {says}"]

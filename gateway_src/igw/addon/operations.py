@@ -336,7 +336,7 @@ def update(
         raise AddonInputError("refusing to update the add-on: invalid input", problems)
     current = clients.addons.describe_addon(cluster=cluster, name=ADDON)
     if current is None:
-        raise AddonOperationError("cannot update", [f"{ADDON} is not installed on {cluster}"])
+        raise AddonOperationError("cannot update", [_not_installed(clients, cluster)])
     if version is not None and version != current.get("addonVersion"):
         kubernetes = str(clients.eks.describe_cluster(name=cluster)["cluster"].get("version", ""))
         problems = (
@@ -363,6 +363,19 @@ def update(
     return wait_for_update(clients=clients, cluster=cluster, update_id=str(update_info["id"]), waiter=wait)
 
 
+def _not_installed(clients: AwsClients, cluster: str) -> str:
+    """Why ``DescribeAddon`` found no add-on: EKS answers ResourceNotFoundException for a cluster that
+    does not exist (a misspelt name, another region) as for a missing add-on, and "not installed on
+    nope" sent the operator to ``create``, on a cluster that is not there."""
+    try:
+        clients.eks.describe_cluster(name=cluster)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+            return f"cluster {cluster!r} does not exist in {clients.addons.region}"
+        raise
+    return f"{ADDON} is not installed on {cluster}"
+
+
 def _keep_irsa_role(values: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
     """New values with the installed ``serviceAccount.roleArn`` unless they set one themselves."""
     out = dict(values)
@@ -380,7 +393,7 @@ def _keep_irsa_role(values: Mapping[str, Any], current: Mapping[str, Any]) -> di
 def delete(*, clients: AwsClients, cluster: str, preserve: bool) -> dict[str, Any]:
     """Remove the add-on; ``preserve`` keeps its Kubernetes resources running."""
     if clients.addons.describe_addon(cluster=cluster, name=ADDON) is None:
-        raise AddonOperationError("cannot delete", [f"{ADDON} is not installed on {cluster}"])
+        raise AddonOperationError("cannot delete", [_not_installed(clients, cluster)])
     return clients.addons.delete_addon(cluster=cluster, name=ADDON, preserve=preserve)
 
 
