@@ -216,6 +216,48 @@ def _repository(mutability: str, *exclusions: str) -> dict[str, object]:
     return repository
 
 
+IMAGE = {"repositoryName": f"igw-charts/{pins.CHART_NAME}", "imageIds": [{"imageTag": pins.CHART_VERSION}]}
+"""``DescribeImages`` for the chart version about to be pushed."""
+
+
+def _not_pushed_yet(stubber: Stubber) -> None:
+    stubber.add_client_error(
+        "describe_images",
+        "ImageNotFoundException",
+        f"The image with imageId {{imageTag:'{pins.CHART_VERSION}'}} does not exist within the repository",
+        400,
+        expected_params=IMAGE,
+    )
+
+
+def test_package_push_of_a_chart_version_already_in_ecr_says_so_before_logging_in(tmp_path: Path) -> None:
+    """The repository's tags are immutable, so pushing a version already there failed at the registry
+    (ImageTagAlreadyExistsException) after the login, in Helm's words; it is named before, with when it
+    was pushed and what to do."""
+    import datetime
+
+    ecr = boto3.client("ecr", region_name="us-west-2")
+    stubber = Stubber(ecr)
+    stubber.add_response(
+        "describe_repositories",
+        {"repositories": [_repository("IMMUTABLE")]},
+        {"repositoryNames": [f"igw-charts/{pins.CHART_NAME}"]},
+    )
+    digest = "sha256:" + "ab" * 32
+    pushed = datetime.datetime(2026, 12, 1, 9, 30, tzinfo=datetime.UTC)
+    detail = {"imageDigest": digest, "imageTags": [pins.CHART_VERSION], "imagePushedAt": pushed}
+    stubber.add_response("describe_images", {"imageDetails": [detail]}, IMAGE)
+    pusher = RecordingPusher()
+    with stubber, pytest.raises(publish.PublishError) as caught:
+        publish.publish(destination=tmp_path, ecr=ecr, pusher=pusher)
+    stubber.assert_no_pending_responses()
+    assert str(caught.value) == (
+        f"igw-charts/{pins.CHART_NAME}:{pins.CHART_VERSION} is already in ECR (pushed on 2026-12-01 "
+        f"09:30 UTC, {digest}) and its tags are immutable: publish a change under a new chart version"
+    )
+    assert pusher.calls == []
+
+
 @pytest.mark.parametrize(
     ("mutability", "exclusions", "refused"),
     [
@@ -242,6 +284,7 @@ def test_package_push_refuses_a_repository_that_lets_the_chart_version_be_overwr
         {"repositoryNames": [f"igw-charts/{pins.CHART_NAME}"]},
     )
     if not refused:
+        _not_pushed_yet(stubber)
         token = base64.b64encode(b"AWS:pw").decode()
         stubber.add_response(
             "get_authorization_token",
@@ -271,6 +314,7 @@ def test_package_push_reports_a_denied_token(tmp_path: Path) -> None:
         {"repositories": [_repository("IMMUTABLE")]},
         {"repositoryNames": [f"igw-charts/{pins.CHART_NAME}"]},
     )
+    _not_pushed_yet(stubber)
     stubber.add_client_error("get_authorization_token", "AccessDeniedException", "denied", 400)
     pusher = RecordingPusher()
     with stubber, pytest.raises(publish.PublishError, match="ecr:GetAuthorizationToken"):

@@ -79,10 +79,32 @@ def _tag_is_mutable(repository: dict[str, Any], tag: str) -> bool:
     return True
 
 
+def _refuse_a_pushed_version(ecr: Any, name: str, tag: str) -> None:
+    """:class:`PublishError` when ``name:tag`` is already in ECR: the repository's tags are immutable, so
+    the push would fail at the registry (ImageTagAlreadyExistsException / ``tag invalid``) after the
+    login, in Helm's words; said here first, with what is there and what to do."""
+    try:
+        images = ecr.describe_images(repositoryName=name, imageIds=[{"imageTag": tag}]).get(
+            "imageDetails", []
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ImageNotFoundException":
+            return
+        raise PublishError(f"ecr:DescribeImages {name}:{tag}: {exc}") from exc
+    if images:
+        pushed = images[0].get("imagePushedAt")
+        when = f" on {pushed:%Y-%m-%d %H:%M} UTC" if pushed is not None else ""
+        raise PublishError(
+            f"{name}:{tag} is already in ECR (pushed{when}, {images[0].get('imageDigest', '?')}) and its "
+            f"tags are immutable: publish a change under a new chart version"
+        )
+
+
 def _ensure_repository(ecr: Any, name: str, tag: str = pins.CHART_VERSION) -> None:
     """The repository, created when missing (immutable tags); an existing one whose tags are mutable
     for ``tag`` is refused: a push of a chart version already published would replace the chart that
-    installed add-ons of that version point at, silently (the repository was taken as it was)."""
+    installed add-ons of that version point at, silently (the repository was taken as it was); in an
+    existing immutable one, a chart version already pushed is refused (:func:`_refuse_a_pushed_version`)."""
     try:
         found = ecr.describe_repositories(repositoryNames=[name]).get("repositories", [])
     except ClientError as exc:
@@ -96,6 +118,8 @@ def _ensure_repository(ecr: Any, name: str, tag: str = pins.CHART_VERSION) -> No
                 f"version in place; make it immutable (aws ecr put-image-tag-mutability --repository-name "
                 f"{name} --image-tag-mutability IMMUTABLE)"
             )
+        if found:
+            _refuse_a_pushed_version(ecr, name, tag)
         return
     try:
         ecr.create_repository(
