@@ -261,6 +261,7 @@ async def _route(
                 response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
                 on_prepared=prepared.append,
                 strip_usage=reads_usage,
+                body_timeout_s=router.config.request_timeout_s,
             )
         except ConnectFailed:
             router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
@@ -419,6 +420,7 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
                 response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
                 on_prepared=prepared.append,
                 method=request.method.encode("ascii"),
+                body_timeout_s=router.config.request_timeout_s,
             )
         except ConnectFailed:
             router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
