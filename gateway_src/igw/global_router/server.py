@@ -92,7 +92,28 @@ CLUSTER_HEADER: Final = "x-igw-cluster"
 REGION_HEADER: Final = "x-igw-region"
 MODEL_HEADER: Final = "x-gateway-model-name"
 
-SESSION_KEY = web.AppKey("igw_global_session", UpstreamPool)
+
+class ClusterPools:
+    """One upstream connection pool per cluster, each with its own connection limit
+    (:data:`~igw.gateway.upstream.UPSTREAM_POOL_LIMIT`): a cluster that takes connections and holds
+    them (frozen, or answering slowly) fills its own pool only. Until session s38 the router had one
+    pool for every cluster, so such a cluster's requests took every slot and the requests planned on
+    healthy clusters waited for a free one (up to ``requestTimeoutSeconds``)."""
+
+    def __init__(self, clusters: Sequence[str]) -> None:
+        """Call with the event loop running (the pools take it)."""
+        self._pools = {name: proxy_session() for name in clusters}
+
+    def of(self, cluster: str) -> UpstreamPool:
+        """``cluster``'s pool (a configured cluster's name)."""
+        return self._pools[cluster]
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            await pool.close()
+
+
+SESSION_KEY = web.AppKey("igw_global_session", ClusterPools)
 
 
 class GlobalRouter:
@@ -239,7 +260,7 @@ async def _route(
     reads_usage = body.stream_usage is StreamUsage.UNASKED or body.stream_usage is StreamUsage.OTHER_OPTIONS
     if reads_usage:
         headers[RELAY_USAGE_HEADER] = RELAY_USAGE
-    session = request.app[SESSION_KEY]
+    pools = request.app[SESSION_KEY]
     last: ExchangeResult | None = None
     prepared: list[web.StreamResponse] = []
     answered = 0
@@ -251,7 +272,7 @@ async def _route(
         try:
             result = await exchange(
                 request,
-                session=session,
+                session=pools.of(cluster.name),
                 endpoint=cluster.endpoint,
                 body=raw,
                 headers=headers,
@@ -410,7 +431,7 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
         try:
             result = await exchange(
                 request,
-                session=request.app[SESSION_KEY],
+                session=request.app[SESSION_KEY].of(cluster.name),
                 endpoint=cluster.endpoint,
                 body=b"",
                 headers=headers,
@@ -609,7 +630,7 @@ def create_global_app(
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await guard.start()
-        app[SESSION_KEY] = proxy_session()
+        app[SESSION_KEY] = ClusterPools([c.name for c in config.clusters])
         await fleet.poll_once()
         fleet.start()
         try:
