@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from igw.gateway.serving import serve_app
+from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.upstream import proxy_session
 from igw.gateway.upstream_client import UpstreamPool
 from igw.global_router import server
@@ -95,3 +95,57 @@ async def test_a_frozen_cluster_holding_connections_does_not_starve_other_cluste
             for task in stuck:
                 task.cancel()
             await asyncio.gather(*stuck, return_exceptions=True)
+
+
+def _streaming_cluster(events: int) -> web.Application:
+    """A cluster that streams ``events`` completion events, one every 0.1 s, then ``[DONE]``."""
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for i in range(events):
+            await response.write(b'data: {"choices": [{"text": "t%d"}]}\n\n' % i)
+            await asyncio.sleep(0.1)
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", stream)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("events", "ends_with_error"), [(5, False), (10_000, True)], ids=["short", "endless"]
+)
+async def test_a_stream_in_flight_at_shutdown_finishes_or_ends_with_a_clean_error(
+    events: int, ends_with_error: bool
+) -> None:
+    """A stream in flight when the router stops (SIGTERM, drain over: ``serve_app`` exits) gets the
+    stream grace to finish; one that does not finish within it ends with a terminal SSE error event
+    ``shutting_down`` and ``[DONE]`` (a complete chunked response a client can retry on). Until
+    session s38 the router counted no request in flight: the listener's 1 s shutdown timeout cut
+    every stream short, a chunked body without its last chunk (``TransferEncodingError`` at the
+    client), however soon it would have ended."""
+    async with contextlib.AsyncExitStack() as stack:
+        cluster_url = await stack.enter_async_context(
+            serve_app(_streaming_cluster(events), host="127.0.0.1", port=0)
+        )
+        clusters = [{"name": "c", "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
+        doc = global_doc(clusters, heartbeats={"required": False})
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        listener = serve_app(app, host="127.0.0.1", port=0, limits=ServerLimits(stream_grace_s=2.0))
+        url = await listener.__aenter__()
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        body = {"model": MODEL, "prompt": "hello", "stream": True}
+        async with http.post(url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200
+            first = await resp.content.readline()
+            assert first.startswith(b"data: ")
+            stopping = asyncio.create_task(listener.__aexit__(None, None, None))
+            received = first + await asyncio.wait_for(resp.content.read(), timeout=30)
+        await asyncio.wait_for(stopping, timeout=30)
+        assert received.endswith(b"data: [DONE]\n\n")
+        assert (b'"code":"shutting_down"' in received) is ends_with_error
+        if not ends_with_error:
+            assert received.count(b'"choices"') == events
