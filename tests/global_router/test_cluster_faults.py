@@ -2,29 +2,38 @@
 
 Clusters here are small aiohttp apps (one frozen, one healthy); the router routes on configuration
 alone (``heartbeats.required: false``, no heartbeat reader), since what is probed is the request
-path, not the heartbeats (``test_router_e2e.py`` has the fleet with real Redis).
+path, not the heartbeats (``test_router_e2e.py`` has the fleet with real Redis); the last test reads
+a lying heartbeat from a real Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import random
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
+import redis.asyncio as redis_asyncio
 from aiohttp import web
 
+from igw.gateway.heartbeat_message import PoolLoad
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.upstream import proxy_session
 from igw.gateway.upstream_client import UpstreamPool
 from igw.global_router import server
 from igw.global_router.config import parse_global_config
+from igw.global_router.fleet import Fleet
+from igw.global_router.heartbeats import HeartbeatReader
+from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import create_global_app
 from tests.gateway.support import wait_for
-from tests.global_router.support import MODEL, global_doc
+from tests.global_router.support import MODEL, beat, global_doc
+from tests.security.helpers import RedisServer
 
 SLOW_MODEL = "slow"
 
@@ -149,3 +158,49 @@ async def test_a_stream_in_flight_at_shutdown_finishes_or_ends_with_a_clean_erro
         assert (b'"code":"shutting_down"' in received) is ends_with_error
         if not ends_with_error:
             assert received.count(b'"choices"') == events
+
+
+async def test_a_heartbeat_listing_models_its_cluster_is_not_configured_for_keeps_none_of_them(
+    redis_server: RedisServer,
+) -> None:
+    """A heartbeat (real Redis, the tier-1 format) listing 100 000 models and pools besides the one
+    its cluster is configured for: the router keeps only the configured one. Until session s38 it
+    kept the whole list, bounded by nothing but the writer, and every request's plan scanned it
+    (a cluster is never routed a model it is not configured for, so none of it was of any use)."""
+    config = parse_global_config(
+        global_doc(heartbeats={"redis": {"url": redis_server.url, "keyPrefix": "lies:"}})
+    )
+    reader = HeartbeatReader(
+        url=redis_server.url, key_prefix="lies:", clusters=[c.name for c in config.clusters], staleness_s=30
+    )
+    fleet = Fleet(
+        config,
+        region="east",
+        clock=time.monotonic,
+        rng=random.Random(1),
+        metrics=FleetMetrics(),
+        reader=reader,
+    )
+    made_up = tuple(f"made-up-{i}" for i in range(100_000))
+    pools = {name: PoolLoad(model=name, endpoints_total=1, endpoints_fresh=1, saturation=0, queue_depth=0)
+             for name in made_up[:10_000]}  # fmt: skip
+    pools["llama-pool"] = PoolLoad(
+        model=MODEL, endpoints_total=2, endpoints_fresh=2, saturation=0, queue_depth=0
+    )
+    liar = dataclasses.replace(beat("east-a", models=(*made_up, MODEL)), pools=pools)
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    try:
+        for name in ("east-a", "east-b", "west-a"):
+            document = liar if name == "east-a" else beat(name)
+            await client.hset(f"lies:{name}", "replica-1", document.encode())
+        await fleet.poll_once()
+        kept = fleet.health["east-a"].heartbeat
+        assert kept is not None
+        assert kept.models == (MODEL,)
+        assert list(kept.pools) == ["llama-pool"]
+        assert fleet.health["east-a"].available()
+        assert "east-a" in {choice.cluster.name for choice in fleet.plan(MODEL)}
+        assert fleet.plan("made-up-1") == []
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+        await fleet.stop()
