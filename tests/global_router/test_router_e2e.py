@@ -702,6 +702,44 @@ async def test_a_cluster_that_never_answers_is_a_504_after_request_timeout_then_
         assert await fx.metric("igw_global_upstream_retries_total", cause="5xx") >= 1
 
 
+@pytest.mark.parametrize("trickles", [False, True], ids=["stalls", "trickles"])
+async def test_a_cluster_that_sends_a_head_and_never_finishes_the_body_is_a_504_then_retried(
+    redis_server: RedisServer, trickles: bool
+) -> None:
+    """A cluster that answers a non-streamed request's head and then stalls (or trickles a byte at a
+    time, slowloris-style) inside a body it never finishes: ``requestTimeoutSeconds`` bounds the body
+    too, the attempt is a 504 ``upstream_timeout`` and, nothing having reached the client, the next
+    cluster serves it. Until session s38 only the head was bounded: the router, which runs no stall
+    sweep, waited for such a body for ever (the client's request hung, its connection held)."""
+
+    async def unfinished(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        headers = {"Content-Type": "application/json", "Content-Length": "100000"}
+        response = web.StreamResponse(headers=headers)
+        await response.prepare(request)
+        await response.write(b'{"choices": ')
+        while True:
+            await asyncio.sleep(0.1)
+            if trickles:
+                await response.write(b" ")
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", unfinished)
+    spec = {**STEADY, "upstream": {"requestTimeoutSeconds": 1}}
+    async with fleet(redis_server, **spec) as fx, serve_app(app, host="127.0.0.1", port=0) as bad_url:
+        for f in fx.fleets:
+            for name in ("east-a", "east-b"):
+                f.clusters[name] = replace(f.clusters[name], endpoint=bad_url)
+        started = time.monotonic()
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with await fx.post({"model": MODEL, "prompt": "hello"}, timeout=timeout) as resp:
+            assert resp.status == 200, await resp.text()
+            assert resp.headers["x-igw-cluster"] == "west-a"
+            assert (await resp.json())["choices"]
+        assert time.monotonic() - started >= 1
+        assert await fx.metric("igw_global_upstream_retries_total", cause="5xx") >= 1
+
+
 async def test_embeddings_and_responses_go_through_tier_2(redis_server: RedisServer) -> None:
     """The OpenAI SDK's ``embeddings.create`` and ``responses.create`` (streamed), and a rerank,
     through a router replica to a same-region cluster (before session s31: 404 ``not_found``; the

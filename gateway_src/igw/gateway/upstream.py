@@ -527,6 +527,7 @@ async def exchange(
     on_first_token: Callable[[float], None] | None = None,
     method: bytes = b"POST",
     strip_usage: bool = False,
+    body_timeout_s: float | None = None,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
     request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
@@ -534,7 +535,11 @@ async def exchange(
     into a response (or a terminal SSE event). ``on_first_token`` hears a streamed response's TTFT
     (seconds, to the first token's write) once its first token has been relayed and the relay
     waited for the next bytes, so the scheduler learns it without waiting for the whole response.
-    ``strip_usage``: a stream's usage chunk is read and not relayed (the gateway asked for it)."""
+    ``strip_usage``: a stream's usage chunk is read and not relayed (the gateway asked for it).
+    ``body_timeout_s``: bounds the wait for a whole (non-streamed) answer's body after its head (a
+    504 ``upstream_timeout`` when it passes, nothing having been relayed): the global router, which
+    runs no stall sweep, passes ``requestTimeoutSeconds``; ``None`` (tier 1, whose
+    :mod:`~igw.gateway.upstream_watchdog` and ``routeTimeout`` bound it): no bound here."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -575,7 +580,14 @@ async def exchange(
         try:
             payload = upstream.received()
             if payload is None:
-                payload = await upstream.read()
+                if body_timeout_s is None:
+                    payload = await upstream.read()
+                else:
+                    async with asyncio.timeout(body_timeout_s):
+                        payload = await upstream.read()
+        except TimeoutError:
+            message = f"upstream {endpoint} did not finish its response within {body_timeout_s or 0:g}s"
+            return _stalled(UpstreamStalled(message, reason="response_timeout"), response_headers)
         except UpstreamStalled as stalled:
             return _stalled(stalled, response_headers)
         except UpstreamBroken as broken:

@@ -8,11 +8,13 @@ replica computes the same state from the same shared heartbeats, so replicas nee
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections.abc import Callable
 from typing import Any
 
+from igw.gateway.heartbeat_message import Heartbeat
 from igw.gateway.ticker import Ticker
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig
 from igw.global_router.health import ClusterHealth, Transition, record_failure
@@ -42,6 +44,7 @@ class Fleet:
         self._metrics = metrics
         self._reader = reader
         self.clusters: dict[str, ClusterSpec] = {c.name: c for c in config.clusters}
+        self._models = {c.name: frozenset(c.models) for c in config.clusters}
         self.health: dict[str, ClusterHealth] = {
             c.name: ClusterHealth(c.name, config.failover, heartbeat_required=config.heartbeats.required)
             for c in config.clusters
@@ -85,7 +88,8 @@ class Fleet:
                 self._read_at = now
                 malformed = self._reader.malformed
                 for name, beat in beats.items():
-                    self.health[name].observe_heartbeat(beat, now=now, malformed=name in malformed)
+                    kept = None if beat is None else _configured(beat, self._models[name])
+                    self.health[name].observe_heartbeat(kept, now=now, malformed=name in malformed)
         self.polled = True
         self.evaluate()
 
@@ -245,3 +249,16 @@ class Fleet:
         }
         ready = self.polled and any(h.available() for h in self.health.values())
         return ready, {"region": self.region, "heartbeat_source_up": self.source_up, "clusters": clusters}
+
+
+def _configured(beat: Heartbeat, models: frozenset[str]) -> Heartbeat:
+    """``beat`` less the models (and pools of models) its cluster is not configured for: a cluster is
+    only ever routed its configured models, so the rest is nothing the router needs, and keeping it
+    let one gateway's heartbeat (a broken or hostile writer; its size is not bounded) grow the
+    router's memory and every request's plan, which scans the models of each cluster's heartbeat
+    (200 000 made-up models: 2 ms per request, before session s38)."""
+    kept = tuple(model for model in beat.models if model in models)
+    pools = {name: pool for name, pool in beat.pools.items() if pool.model in models}
+    if len(kept) == len(beat.models) and len(pools) == len(beat.pools):
+        return beat
+    return dataclasses.replace(beat, models=kept, pools=pools)

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Final
 
 import orjson
-from aiohttp import web
+from aiohttp import ClientConnectionResetError, web
 from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -46,15 +46,23 @@ from igw.gateway.errors import (
     anthropic_shaped,
     denial_response,
     gateway_error,
+    sse_error_event,
 )
 from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard
 from igw.gateway.inference import REQUEST_ID_KEY
-from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
+from igw.gateway.inference_apis import (
+    ANTHROPIC_APIS,
+    INFERENCE_PATHS,
+    STORED_RESPONSE_ROUTES,
+    InferenceApi,
+    anthropic_path,
+)
 from igw.gateway.request_body import BadRequestBody, BodyTooLarge, InferenceBody, parse_body, read_limited
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
-from igw.gateway.serving import LIMITS_KEY, ServerLimits
+from igw.gateway.serving import INFLIGHT_KEY, LIMITS_KEY, ServerLimits
+from igw.gateway.shutdown import InflightRequests
 from igw.gateway.stream_usage import RELAY_USAGE, RELAY_USAGE_HEADER, StreamUsage
 from igw.gateway.telemetry import UNKNOWN_MODEL
 from igw.gateway.upstream import (
@@ -92,7 +100,28 @@ CLUSTER_HEADER: Final = "x-igw-cluster"
 REGION_HEADER: Final = "x-igw-region"
 MODEL_HEADER: Final = "x-gateway-model-name"
 
-SESSION_KEY = web.AppKey("igw_global_session", UpstreamPool)
+
+class ClusterPools:
+    """One upstream connection pool per cluster, each with its own connection limit
+    (:data:`~igw.gateway.upstream.UPSTREAM_POOL_LIMIT`): a cluster that takes connections and holds
+    them (frozen, or answering slowly) fills its own pool only. Until session s38 the router had one
+    pool for every cluster, so such a cluster's requests took every slot and the requests planned on
+    healthy clusters waited for a free one (up to ``requestTimeoutSeconds``)."""
+
+    def __init__(self, clusters: Sequence[str]) -> None:
+        """Call with the event loop running (the pools take it)."""
+        self._pools = {name: proxy_session() for name in clusters}
+
+    def of(self, cluster: str) -> UpstreamPool:
+        """``cluster``'s pool (a configured cluster's name)."""
+        return self._pools[cluster]
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            await pool.close()
+
+
+SESSION_KEY = web.AppKey("igw_global_session", ClusterPools)
 
 
 class GlobalRouter:
@@ -239,7 +268,7 @@ async def _route(
     reads_usage = body.stream_usage is StreamUsage.UNASKED or body.stream_usage is StreamUsage.OTHER_OPTIONS
     if reads_usage:
         headers[RELAY_USAGE_HEADER] = RELAY_USAGE
-    session = request.app[SESSION_KEY]
+    pools = request.app[SESSION_KEY]
     last: ExchangeResult | None = None
     prepared: list[web.StreamResponse] = []
     answered = 0
@@ -251,7 +280,7 @@ async def _route(
         try:
             result = await exchange(
                 request,
-                session=session,
+                session=pools.of(cluster.name),
                 endpoint=cluster.endpoint,
                 body=raw,
                 headers=headers,
@@ -261,6 +290,7 @@ async def _route(
                 response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
                 on_prepared=prepared.append,
                 strip_usage=reads_usage,
+                body_timeout_s=router.config.request_timeout_s,
             )
         except ConnectFailed:
             router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
@@ -271,6 +301,9 @@ async def _route(
             # what was relayed is charged (before session s35, nothing: a stream left just before
             # its end escaped the token limits).
             await _charge_relayed(router, principal, tenant, model, body, prepared)
+            inflight = request.app.get(INFLIGHT_KEY)
+            if isinstance(gone, asyncio.CancelledError) and inflight is not None and inflight.cutting:
+                return await _shut_down(request, prepared, model=model, metrics=m)
             if isinstance(gone, asyncio.CancelledError):
                 raise
             m.requests.labels(model, "499").inc()
@@ -330,6 +363,30 @@ async def _route(
         return last.response
     m.requests.labels(model, "503").inc()
     return _no_cluster(f"every cluster tried for model {model!r} failed to connect")
+
+
+async def _shut_down(
+    request: web.Request, prepared: Sequence[web.StreamResponse], *, model: str, metrics: FleetMetrics
+) -> web.StreamResponse:
+    """The answer of a request the shutdown ended (the stream grace over, :meth:`InflightRequests.cut`
+    cancelled its handler): a started stream gets a terminal SSE error event ``shutting_down`` and
+    ``[DONE]``, a request not answered yet a 503 ``shutting_down``; both retryable, as a tier-1
+    gateway ends its own (:mod:`igw.gateway.shutdown`). Before session s38 the router kept no
+    account of its requests in flight: the listener's 1 s shutdown timeout cut a stream short
+    (a chunked response without its last chunk, which clients report as a broken transfer)."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    metrics.requests.labels(model, "503").inc()
+    message = "the router is shutting down; retry the request"
+    if not prepared:
+        return gateway_error("shutting_down", message)
+    with contextlib.suppress(ConnectionResetError, ClientConnectionResetError, asyncio.CancelledError):
+        await prepared[0].write(
+            sse_error_event("shutting_down", message, anthropic=anthropic_path(request.path))
+        )
+        await prepared[0].write_eof()
+    return prepared[0]
 
 
 def _reservation(response_id: str) -> str:
@@ -409,7 +466,7 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
         try:
             result = await exchange(
                 request,
-                session=request.app[SESSION_KEY],
+                session=request.app[SESSION_KEY].of(cluster.name),
                 endpoint=cluster.endpoint,
                 body=b"",
                 headers=headers,
@@ -419,6 +476,7 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
                 response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
                 on_prepared=prepared.append,
                 method=request.method.encode("ascii"),
+                body_timeout_s=router.config.request_timeout_s,
             )
         except ConnectFailed:
             router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
@@ -465,7 +523,15 @@ def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web
     anthropic = api in ANTHROPIC_APIS
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        response = await _route(request, request.app[ROUTER_KEY], api=api, started=time.perf_counter())
+        # Counted in flight (serve_app gives such requests the stream grace on shutdown, then ends
+        # them cleanly: _shut_down).
+        inflight = request.app.get(INFLIGHT_KEY)
+        task = None if inflight is None else inflight.enter()
+        try:
+            response = await _route(request, request.app[ROUTER_KEY], api=api, started=time.perf_counter())
+        finally:
+            if inflight is not None:
+                inflight.leave(task)
         return anthropic_shaped(response, request_id=request.get(REQUEST_ID_KEY)) if anthropic else response
 
     return handle
@@ -593,6 +659,7 @@ def create_global_app(
         web.Application(client_max_size=MAX_REQUEST_BODY_BYTES, middlewares=[openai_errors])
     )
     app[ROUTER_KEY] = router
+    app[INFLIGHT_KEY] = InflightRequests()
     for path, api in INFERENCE_PATHS.items():
         app.router.add_post(path, _inference_route(api))
     for method, path in STORED_RESPONSE_ROUTES:
@@ -607,7 +674,7 @@ def create_global_app(
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await guard.start()
-        app[SESSION_KEY] = proxy_session()
+        app[SESSION_KEY] = ClusterPools([c.name for c in config.clusters])
         await fleet.poll_once()
         fleet.start()
         try:

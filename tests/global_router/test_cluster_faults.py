@@ -1,0 +1,206 @@
+"""Tier-1 answers that misbehave, as the router sees them over real HTTP on loopback.
+
+Clusters here are small aiohttp apps (one frozen, one healthy); the router routes on configuration
+alone (``heartbeats.required: false``, no heartbeat reader), since what is probed is the request
+path, not the heartbeats (``test_router_e2e.py`` has the fleet with real Redis); the last test reads
+a lying heartbeat from a real Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+import redis.asyncio as redis_asyncio
+from aiohttp import web
+
+from igw.gateway.heartbeat_message import PoolLoad
+from igw.gateway.serving import ServerLimits, serve_app
+from igw.gateway.upstream import proxy_session
+from igw.gateway.upstream_client import UpstreamPool
+from igw.global_router import server
+from igw.global_router.config import parse_global_config
+from igw.global_router.fleet import Fleet
+from igw.global_router.heartbeats import HeartbeatReader
+from igw.global_router.metrics import FleetMetrics
+from igw.global_router.server import create_global_app
+from tests.gateway.support import wait_for
+from tests.global_router.support import MODEL, beat, global_doc
+from tests.security.helpers import RedisServer
+
+SLOW_MODEL = "slow"
+
+
+@contextlib.asynccontextmanager
+async def _router(clusters: list[dict[str, Any]], **spec: Any) -> AsyncIterator[str]:
+    """A router for ``clusters`` (no heartbeats needed), served on loopback; yields its URL."""
+    doc = global_doc(clusters, heartbeats={"required": False}, **spec)
+    app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+    async with serve_app(app, host="127.0.0.1", port=0) as url:
+        yield url
+
+
+async def test_a_frozen_cluster_holding_connections_does_not_starve_other_clusters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cluster that takes requests and never answers holds a connection per request until
+    ``requestTimeoutSeconds``. With every cluster's connections in one pool, enough such requests
+    took every slot, and requests for a model only a healthy cluster serves waited for a free one:
+    one bad cluster stalled the whole router. Pools are per cluster now. The pool's limit is made 4
+    here (1024 in production) so that a handful of requests fill it."""
+
+    def small_pool(limit: int = 4, **kw: Any) -> UpstreamPool:
+        return proxy_session(4, **kw)
+
+    monkeypatch.setattr(server, "proxy_session", small_pool)
+    held = 0
+    release = asyncio.Event()
+
+    async def frozen(request: web.Request) -> web.Response:
+        nonlocal held
+        held += 1
+        await release.wait()
+        return web.json_response({"error": {"message": "too late"}}, status=500)
+
+    async def healthy(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"choices": [{"text": "ok"}]})
+
+    frozen_app, healthy_app = web.Application(), web.Application()
+    frozen_app.router.add_post("/v1/completions", frozen)
+    healthy_app.router.add_post("/v1/completions", healthy)
+    async with contextlib.AsyncExitStack() as stack:
+        frozen_url = await stack.enter_async_context(serve_app(frozen_app, host="127.0.0.1", port=0))
+        healthy_url = await stack.enter_async_context(serve_app(healthy_app, host="127.0.0.1", port=0))
+        clusters = [
+            {"name": "frozen", "region": "east", "endpoint": frozen_url, "models": [SLOW_MODEL]},
+            {"name": "healthy", "region": "east", "endpoint": healthy_url, "models": [MODEL]},
+        ]
+        url = await stack.enter_async_context(_router(clusters, upstream={"requestTimeoutSeconds": 120}))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+
+        async def ask(model: str) -> int:
+            body = {"model": model, "prompt": "hello"}
+            async with http.post(url + "/v1/completions", json=body) as resp:
+                await resp.read()
+                return resp.status
+
+        stuck = [asyncio.create_task(ask(SLOW_MODEL)) for _ in range(6)]
+        try:
+            await wait_for(lambda: held >= 4, within=30, what="the frozen cluster holding 4 connections")
+            started = time.monotonic()
+            statuses = await asyncio.wait_for(asyncio.gather(*(ask(MODEL) for _ in range(10))), timeout=20)
+            assert statuses == [200] * 10
+            assert time.monotonic() - started < 20
+        finally:
+            release.set()
+            for task in stuck:
+                task.cancel()
+            await asyncio.gather(*stuck, return_exceptions=True)
+
+
+def _streaming_cluster(events: int) -> web.Application:
+    """A cluster that streams ``events`` completion events, one every 0.1 s, then ``[DONE]``."""
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for i in range(events):
+            await response.write(b'data: {"choices": [{"text": "t%d"}]}\n\n' % i)
+            await asyncio.sleep(0.1)
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", stream)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("events", "ends_with_error"), [(5, False), (10_000, True)], ids=["short", "endless"]
+)
+async def test_a_stream_in_flight_at_shutdown_finishes_or_ends_with_a_clean_error(
+    events: int, ends_with_error: bool
+) -> None:
+    """A stream in flight when the router stops (SIGTERM, drain over: ``serve_app`` exits) gets the
+    stream grace to finish; one that does not finish within it ends with a terminal SSE error event
+    ``shutting_down`` and ``[DONE]`` (a complete chunked response a client can retry on). Until
+    session s38 the router counted no request in flight: the listener's 1 s shutdown timeout cut
+    every stream short, a chunked body without its last chunk (``TransferEncodingError`` at the
+    client), however soon it would have ended."""
+    async with contextlib.AsyncExitStack() as stack:
+        cluster_url = await stack.enter_async_context(
+            serve_app(_streaming_cluster(events), host="127.0.0.1", port=0)
+        )
+        clusters = [{"name": "c", "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
+        doc = global_doc(clusters, heartbeats={"required": False})
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        listener = serve_app(app, host="127.0.0.1", port=0, limits=ServerLimits(stream_grace_s=2.0))
+        url = await listener.__aenter__()
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        body = {"model": MODEL, "prompt": "hello", "stream": True}
+        async with http.post(url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200
+            first = await resp.content.readline()
+            assert first.startswith(b"data: ")
+            stopping = asyncio.create_task(listener.__aexit__(None, None, None))
+            received = first + await asyncio.wait_for(resp.content.read(), timeout=30)
+        await asyncio.wait_for(stopping, timeout=30)
+        assert received.endswith(b"data: [DONE]\n\n")
+        assert (b'"code":"shutting_down"' in received) is ends_with_error
+        if not ends_with_error:
+            assert received.count(b'"choices"') == events
+
+
+async def test_a_heartbeat_listing_models_its_cluster_is_not_configured_for_keeps_none_of_them(
+    redis_server: RedisServer,
+) -> None:
+    """A heartbeat (real Redis, the tier-1 format) listing 100 000 models and pools besides the one
+    its cluster is configured for: the router keeps only the configured one. Until session s38 it
+    kept the whole list, bounded by nothing but the writer, and every request's plan scanned it
+    (a cluster is never routed a model it is not configured for, so none of it was of any use)."""
+    config = parse_global_config(
+        global_doc(heartbeats={"redis": {"url": redis_server.url, "keyPrefix": "lies:"}})
+    )
+    reader = HeartbeatReader(
+        url=redis_server.url, key_prefix="lies:", clusters=[c.name for c in config.clusters], staleness_s=30
+    )
+    fleet = Fleet(
+        config,
+        region="east",
+        clock=time.monotonic,
+        rng=random.Random(1),
+        metrics=FleetMetrics(),
+        reader=reader,
+    )
+    made_up = tuple(f"made-up-{i}" for i in range(100_000))
+    pools = {name: PoolLoad(model=name, endpoints_total=1, endpoints_fresh=1, saturation=0, queue_depth=0)
+             for name in made_up[:10_000]}  # fmt: skip
+    pools["llama-pool"] = PoolLoad(
+        model=MODEL, endpoints_total=2, endpoints_fresh=2, saturation=0, queue_depth=0
+    )
+    liar = dataclasses.replace(beat("east-a", models=(*made_up, MODEL)), pools=pools)
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    try:
+        for name in ("east-a", "east-b", "west-a"):
+            document = liar if name == "east-a" else beat(name)
+            await client.hset(f"lies:{name}", "replica-1", document.encode())
+        await fleet.poll_once()
+        kept = fleet.health["east-a"].heartbeat
+        assert kept is not None
+        assert kept.models == (MODEL,)
+        assert list(kept.pools) == ["llama-pool"]
+        assert fleet.health["east-a"].available()
+        assert "east-a" in {choice.cluster.name for choice in fleet.plan(MODEL)}
+        assert fleet.plan("made-up-1") == []
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+        await fleet.stop()
