@@ -4,9 +4,11 @@ stack goes.
 Why: the deployment config's InferenceGatewayConfig (``inference.gatewayConfig.namespace``) and the
 global router token's Secret (``inference.globalHeartbeatToken.namespace``) are applied with
 ``kubectl``, and on a new cluster no namespace but the built-in ones exists. Before session s38 a
-config that named any other (every example under ``crds/examples/`` uses ``inference``) failed
-``cdk deploy`` in the inference stack with ``namespaces "inference" not found``, and CloudFormation
-rolled the stack back; the docs said only that the namespace "must exist already".
+config that named any other (every example under ``crds/examples/`` uses ``inference``) would fail
+``cdk deploy`` in the inference stack, since the API server refuses an object in a missing namespace
+(``namespaces "inference" not found``), and CloudFormation would roll the stack back; the docs said
+only that the namespace "must exist already". (Read from the templates; no AWS account here to
+deploy them.)
 
 So each such namespace is applied as a ``Namespace`` object before anything goes into it. Applying
 one that exists changes nothing but kubectl's last-applied annotation. Deleting the stack leaves the

@@ -402,7 +402,7 @@ def test_the_config_s_namespace_is_created_first_and_kept_when_the_stack_goes(
     own_namespace: Synthesized, synthesized: Synthesized
 ) -> None:
     """On a new cluster only the built-in namespaces exist: before session s38 a config in
-    ``inference`` failed ``cdk deploy`` (``namespaces "inference" not found``). The namespace is
+    ``inference`` would fail ``cdk deploy`` (``namespaces "inference" not found``). The namespace is
     applied first, and retained: the model servers run there too, and a manifest's delete is a
     ``kubectl delete``."""
     inference = _template(own_namespace, "inference")
