@@ -82,12 +82,18 @@ _MIXED: Final = re.compile(r"(?=[^/]*[0-9])(?=[^/]*[A-Za-z])[^/]{20,}")
 """A ``/``-separated piece of such a run that is a token by itself (20+ characters, letters and digits)."""
 
 
-def redact_value(text: str) -> str:
+def redact_value(text: str, *, identifiers: bool = False) -> str:
     """:func:`redact`, and also every value assigned to a secret's name and every token-like run
     masked: for quoting a value a user supplied (a configuration value in an error message), where
-    no header or scheme word tells a credential apart and a cut-off token must not leak either."""
+    no header or scheme word tells a credential apart and a cut-off token must not leak either.
+
+    ``identifiers``: leave the runs that read as CamelCase identifiers (:func:`reads_as_identifier`),
+    for a text whose token-like runs are names the caller put there, an audit result's resource (a
+    CloudFormation logical ID, an AWS type name). Never for a value a user typed: a password such as
+    ``CorrectHorseBatteryStaple12345678`` reads as a logical ID (session s38 first relaxed every
+    text this way, and such passwords, masked before, went through)."""
     text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", redact(text))
-    return _TOKEN_LIKE.sub(_mask_token, text)
+    return _TOKEN_LIKE.sub(_mask_token_keeping_identifiers if identifiers else _mask_token, text)
 
 
 _CDK_LOGICAL_ID: Final = re.compile(r"[A-Z][A-Za-z0-9]*[0-9A-F]{8}")
@@ -131,6 +137,14 @@ def _mask_token(found: re.Match[str]) -> str:
     Base64 puts ``/`` among its letters, but a secret of 20+ characters whose every slash-separated
     piece is short and which has neither ``+`` nor padding is rare; a path in a message is common (a
     file that cannot be read, a resource's ARN in an audit finding) and masking it hid what to fix."""
+    run = found.group(0)
+    if "/" not in run or "+" in run or "=" in run:
+        return MASK
+    return MASK if any(_MIXED.fullmatch(piece) for piece in run.split("/")) else run
+
+
+def _mask_token_keeping_identifiers(found: re.Match[str]) -> str:
+    """:func:`_mask_token`, leaving a run (or each ``/``-separated piece) that reads as an identifier."""
     run = found.group(0)
     if "+" in run or "=" in run:
         return MASK

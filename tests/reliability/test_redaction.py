@@ -168,8 +168,25 @@ def test_redact_value_leaves_model_names_paths_and_uids_alone(text: str) -> None
         "attached AmazonEC2ContainerRegistryReadOnly",
     ],
 )
-def test_redact_value_leaves_cdk_logical_ids_and_aws_type_names_alone(text: str) -> None:
-    assert redaction.redact_value(text) == text
+def test_redact_value_leaves_cdk_logical_ids_and_aws_type_names_alone_when_asked(text: str) -> None:
+    """Only where the caller wrote the names (an audit result's resource): by default they are masked,
+    as a password of that shape must be."""
+    assert redaction.redact_value(text, identifiers=True) == text
+    assert MASK in redaction.redact_value(text)
+
+
+@pytest.mark.parametrize(
+    "password",
+    [
+        "CorrectHorseBatteryStaple12345678",
+        "MySuperSecretPasswordABCDEF12",
+        "SecretTokenValueABCDEF1234567890",
+    ],
+)
+def test_a_password_shaped_like_a_logical_id_stays_masked_by_default(password: str) -> None:
+    """s38 first left every CamelCase run with an 8-character hex end readable, in every text: these
+    passwords, masked before, went through any log line or error message quoting them."""
+    assert redaction.redact_value(f"value {password} here") == f"value {MASK} here"
 
 
 @pytest.mark.parametrize(
@@ -182,4 +199,4 @@ def test_redact_value_leaves_cdk_logical_ids_and_aws_type_names_alone(text: str)
     ],
 )
 def test_identifier_shapes_do_not_unmask_secrets(secret: str) -> None:
-    assert redaction.redact_value(f"value {secret} here") == f"value {MASK} here"
+    assert redaction.redact_value(f"value {secret} here", identifiers=True) == f"value {MASK} here"

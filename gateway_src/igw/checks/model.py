@@ -117,7 +117,9 @@ class Result:
         # result quotes of a manifest, a stack or a cluster - an annotation, a name, a field a token
         # was put in by mistake - passes the gateway's log redaction first. ``igw audit`` quoted
         # such a token whole.
-        object.__setattr__(self, "resource", redact_value(self.resource))
+        # The resource is a name the check wrote (``IAM role <logical ID>``): CDK's logical IDs and
+        # AWS's type names, token-like to the redaction, stay readable there and nowhere else.
+        object.__setattr__(self, "resource", redact_value(self.resource, identifiers=True))
         object.__setattr__(self, "message", redact_value(self.message))
         object.__setattr__(self, "remediation", redact_value(self.remediation))
 
