@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 import re
 import socket
@@ -27,7 +28,12 @@ from igw.gateway.heartbeat import (
 from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import build_global_config
 from igw.global_router.fleet import Fleet
-from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown
+from igw.global_router.heartbeats import (
+    MAX_KEY_BYTES,
+    MAX_REPLICA_FIELDS,
+    HeartbeatReader,
+    HeartbeatSourceDown,
+)
 from igw.global_router.metrics import FleetMetrics
 from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
 from tests.gateway.support import config_doc, scheduler
@@ -442,6 +448,45 @@ async def test_the_reader_merges_replicas_and_drains_only_a_cluster_with_no_good
         again = (await reader.read())["a"]
         assert again is not None
         assert again.saturation == pytest.approx(0.4)
+    finally:
+        await reader.close()
+        await client.aclose()  # type: ignore[attr-defined]
+
+
+async def test_an_oversized_key_drains_its_cluster_and_the_others_are_read(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before session s38 every key was read whole in one pipeline: one cluster's key with 20,000
+    replica fields or a 10 MB document pushed the read past its 0.5 s timeout at every poll, the
+    router took the store for down and suspended staleness for the whole fleet. Each key is measured
+    first now; a key too large (or of another type) drains only its cluster."""
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    fields: dict[str | bytes, bytes | float | int | str] = {
+        f"gw-{i}": beat("a").encode() for i in range(MAX_REPLICA_FIELDS + 1)
+    }
+    await client.hset("o:a", mapping=fields)
+    await client.set("o:b", b"x" * (MAX_KEY_BYTES + 1))
+    await client.rpush("o:c", b"a list")
+    await client.hset("o:d", mapping={"gw-1": beat("d").encode()})
+    reader = HeartbeatReader(url=redis_server.url, key_prefix="o:", clusters=["a", "b", "c", "d"])
+    try:
+        with caplog.at_level(logging.ERROR, logger="igw.global_router"):
+            got = await reader.read()
+            await reader.read()  # logged once per cluster, not at every poll
+        assert got["a"] is None
+        assert got["b"] is None
+        assert got["c"] is None
+        assert got["d"] is not None
+        assert reader.malformed == {"a", "b", "c"}
+        refused = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
+        assert len(refused) == 3
+        assert f"{MAX_REPLICA_FIELDS + 1} replica fields, more than {MAX_REPLICA_FIELDS}" in refused[0]
+        assert f"{MAX_KEY_BYTES + 1} bytes, more than {MAX_KEY_BYTES}" in refused[1]
+        assert "a list, not a hash of replica documents" in refused[2]
+        await client.delete("o:a")
+        await client.hset("o:a", mapping={"gw-1": beat("a").encode()})
+        assert (await reader.read())["a"] is not None
+        assert reader.malformed == {"b", "c"}
     finally:
         await reader.close()
         await client.aclose()  # type: ignore[attr-defined]

@@ -20,6 +20,14 @@ a gateway that is alive publishes again within its interval). Until session s38 
 as every cluster's key deleted (``gone``), which drained the whole fleet at once: every request
 answered ``503 no_healthy_cluster`` until the gateways' next publication, then every cluster
 slow-started. One key vanishing alone is its cluster's last gateway stopping (``gone``).
+
+A key holding more than :data:`MAX_REPLICA_FIELDS` fields or :data:`MAX_KEY_BYTES` bytes is not read:
+its cluster is drained as ``malformed`` (logged once) and the other clusters are read as usual. The
+read is one Lua script that measures each key before taking it (:data:`_FETCH`), so an oversized key
+costs its size on the server, not on the wire. Before session s38 every key was read whole in one
+pipeline: one cluster's key with 20,000 replica fields and a 10 MB document pushed the read past its
+0.5 s timeout at every poll, the router took the store for down and suspended staleness for every
+cluster, so a cluster that died meanwhile was never drained.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from igw.errors import IgwGatewayError
 from igw.gateway.heartbeat_message import Heartbeat
@@ -36,6 +45,50 @@ log = logging.getLogger("igw.global_router")
 
 LEGACY_REPLICA = ""
 """The replica name a plain-string heartbeat (one document per cluster) is read under."""
+
+MAX_REPLICA_FIELDS: Final = 1024
+"""The most replica fields one cluster's key may hold (one per gateway replica: far beyond a fleet's)."""
+MAX_KEY_BYTES: Final = 4 * 1024 * 1024
+"""The most bytes one cluster's key may hold, field names and documents together."""
+
+_FETCH: Final = """
+local max_fields, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out = {}
+for i, key in ipairs(KEYS) do
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'hash' then
+    local n = redis.call('HLEN', key)
+    if n > max_fields then
+      out[i] = {'refused', n .. ' replica fields, more than ' .. max_fields}
+    else
+      local kv = redis.call('HGETALL', key)
+      local size = 0
+      for j = 1, #kv do size = size + #kv[j] end
+      if size > max_bytes then
+        out[i] = {'refused', size .. ' bytes, more than ' .. max_bytes}
+      else
+        table.insert(kv, 1, 'hash')
+        out[i] = kv
+      end
+    end
+  elseif kind == 'string' then
+    local size = redis.call('STRLEN', key)
+    if size > max_bytes then
+      out[i] = {'refused', size .. ' bytes, more than ' .. max_bytes}
+    else
+      out[i] = {'string', redis.call('GET', key)}
+    end
+  elseif kind == 'none' then
+    out[i] = {'none'}
+  else
+    out[i] = {'refused', 'a ' .. kind .. ', not a hash of replica documents'}
+  end
+end
+return out
+"""
+"""Every cluster's key, each measured before it is taken: ``{'hash', field, value, ...}``,
+``{'string', document}`` (a gateway from before per-replica fields), ``{'none'}``, or
+``{'refused', why}`` for a key too large to read or of another type."""
 
 
 class HeartbeatSourceDown(IgwGatewayError):
@@ -73,6 +126,9 @@ class HeartbeatReader:
         """The clusters whose key held a field at the last read."""
         self._lost: set[str] = set()
         """The clusters whose key the store lost with all the others, not written again since."""
+        self._fetch_script = self._client.register_script(_FETCH)
+        self._refused: set[str] = set()
+        """The clusters whose key was too large to read (or of another type) at the last read."""
 
     @property
     def malformed(self) -> frozenset[str]:
@@ -99,6 +155,16 @@ class HeartbeatReader:
         for name, replicas in zip(self._clusters, fields, strict=True):
             if name in self._lost:
                 continue
+            if isinstance(replicas, str):  # a key too large to read: drained, as a malformed one
+                if name not in self._refused:
+                    log.error("cluster %s: heartbeat key not read (%s); draining it", name, replicas)
+                    self._refused.add(name)
+                self._bad.add(name)
+                out[name] = self._merges[name].merge({}, now=now)
+                continue
+            if name in self._refused:
+                self._refused.discard(name)
+                log.warning("cluster %s: heartbeat key readable again", name)
             good: dict[str, Heartbeat] = {}
             for replica, raw in replicas.items():
                 beat = self._decoded(name, replica, raw)
@@ -116,33 +182,28 @@ class HeartbeatReader:
             out[name] = self._merges[name].merge(good, now=now)
         return out
 
-    async def _fetch(self) -> list[dict[str, bytes]]:
-        """Every cluster's fields (replica name → raw document); a plain-string key as one field."""
+    async def _fetch(self) -> list[dict[str, bytes] | str]:
+        """Every cluster's fields (replica name → raw document; a plain-string key as one field), or
+        why its key was not read (too many fields or bytes, another type: :data:`_FETCH`)."""
         # deferred: optional dependency: redis is imported only when this feature is configured
-        from redis.exceptions import RedisError, ResponseError
+        from redis.exceptions import RedisError
 
         try:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for key in self._keys:
-                    pipe.hgetall(key)
-                results = await pipe.execute(raise_on_error=False)
-            out: list[dict[str, bytes]] = []
-            legacy: list[int] = []
-            for i, result in enumerate(results):
-                if isinstance(result, ResponseError) and str(result).startswith("WRONGTYPE"):
-                    legacy.append(i)
-                    out.append({})
-                elif isinstance(result, BaseException):
-                    raise result
-                else:
-                    out.append({_text(k): v for k, v in result.items()})
-            if legacy:
-                values = await self._client.mget([self._keys[i] for i in legacy])
-                for i, raw in zip(legacy, values, strict=True):
-                    if raw is not None:
-                        out[i] = {LEGACY_REPLICA: raw}
+            results = await self._fetch_script(keys=self._keys, args=[MAX_REPLICA_FIELDS, MAX_KEY_BYTES])
         except (RedisError, OSError) as exc:
             raise HeartbeatSourceDown(f"{type(exc).__name__}: {exc}") from exc
+        out: list[dict[str, bytes] | str] = []
+        for result in results:
+            kind = _text(result[0])
+            if kind == "hash":
+                items = result[1:]
+                out.append({_text(items[j]): items[j + 1] for j in range(0, len(items), 2)})
+            elif kind == "string":
+                out.append({LEGACY_REPLICA: result[1]})
+            elif kind == "refused":
+                out.append(_text(result[1]))
+            else:
+                out.append({})
         return out
 
     def _decoded(self, cluster: str, replica: str, raw: bytes) -> Heartbeat | None:
