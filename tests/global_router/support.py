@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import copy
 import os
+import random
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,9 @@ import yaml
 
 from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig, build_global_config
+from igw.global_router.fleet import Fleet
+from igw.global_router.heartbeats import HeartbeatReader
+from igw.global_router.metrics import FleetMetrics
 
 MODEL = "llama"
 
@@ -75,6 +80,25 @@ def beat(
         queue_depth=0,
         ttft_p99_s=ttft_p99,
         draining=draining,
+    )
+
+
+def reading_fleet(
+    config: GlobalRouterConfig,
+    reader: HeartbeatReader,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    metrics: FleetMetrics | None = None,
+) -> Fleet:
+    """A fleet in region ``east`` polling ``reader`` (seeded, so its plans repeat), started by no one:
+    the test polls it."""
+    return Fleet(
+        config,
+        region="east",
+        clock=clock,
+        rng=random.Random(1),
+        metrics=metrics or FleetMetrics(),
+        reader=reader,
     )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import random
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,12 +26,10 @@ from igw.gateway.upstream import proxy_session
 from igw.gateway.upstream_client import UpstreamPool
 from igw.global_router import server
 from igw.global_router.config import parse_global_config
-from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
-from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import create_global_app
 from tests.gateway.support import wait_for
-from tests.global_router.support import MODEL, beat, global_doc
+from tests.global_router.support import MODEL, beat, global_doc, reading_fleet
 from tests.security.helpers import RedisServer
 
 SLOW_MODEL = "slow"
@@ -173,14 +170,7 @@ async def test_a_heartbeat_listing_models_its_cluster_is_not_configured_for_keep
     reader = HeartbeatReader(
         url=redis_server.url, key_prefix="lies:", clusters=[c.name for c in config.clusters], staleness_s=30
     )
-    fleet = Fleet(
-        config,
-        region="east",
-        clock=time.monotonic,
-        rng=random.Random(1),
-        metrics=FleetMetrics(),
-        reader=reader,
-    )
+    fleet = reading_fleet(config, reader)
     made_up = tuple(f"made-up-{i}" for i in range(100_000))
     pools = {name: PoolLoad(model=name, endpoints_total=1, endpoints_fresh=1, saturation=0, queue_depth=0)
              for name in made_up[:10_000]}  # fmt: skip

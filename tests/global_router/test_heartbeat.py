@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import random
 import re
 import socket
 import time
@@ -27,17 +26,15 @@ from igw.gateway.heartbeat import (
 )
 from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.config import build_global_config
-from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import (
     MAX_KEY_BYTES,
     MAX_REPLICA_FIELDS,
     HeartbeatReader,
     HeartbeatSourceDown,
 )
-from igw.global_router.metrics import FleetMetrics
 from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
 from tests.gateway.support import config_doc, scheduler
-from tests.global_router.support import beat, global_doc
+from tests.global_router.support import beat, global_doc, reading_fleet
 from tests.reliability.harness import gateway_doc, igw_serve
 from tests.security.helpers import RedisServer
 
@@ -327,14 +324,7 @@ async def test_replicas_publish_one_field_each_from_worker_0_and_one_stopping_dr
     reader = HeartbeatReader(
         url=redis_server.url, key_prefix="r:hb:", clusters=["east-a", "east-b", "west-a"]
     )
-    fleet = Fleet(
-        config,
-        region="east",
-        clock=time.monotonic,
-        rng=random.Random(1),
-        metrics=FleetMetrics(),
-        reader=reader,
-    )
+    fleet = reading_fleet(config, reader)
     client = redis_asyncio.Redis.from_url(redis_server.url)
     pod = FakeModelServer("p0")
     (tmp_path / "one").mkdir()

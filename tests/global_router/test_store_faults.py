@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
 from collections.abc import AsyncIterator, Iterator
 
@@ -21,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.metrics import FleetMetrics
-from tests.global_router.support import beat, global_config
+from tests.global_router.support import beat, global_config, reading_fleet
 from tests.security.helpers import RedisServer
 
 PREFIX = "sf:hb:"
@@ -50,14 +49,7 @@ async def polled_fleet(redis_server: RedisServer, clock: Clock) -> AsyncIterator
         staleness_s=STALENESS_S,
         clock=clock,
     )
-    fleet = Fleet(
-        config,
-        region="east",
-        clock=clock,
-        rng=random.Random(1),
-        metrics=FleetMetrics(CollectorRegistry()),
-        reader=reader,
-    )
+    fleet = reading_fleet(config, reader, clock=clock, metrics=FleetMetrics(CollectorRegistry()))
     try:
         yield fleet
     finally:
