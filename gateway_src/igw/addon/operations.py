@@ -16,7 +16,8 @@ configuration values keep ``serviceAccount.roleArn`` unless they set it. Waiting
 ``describe_addon`` with an injected clock and sleep (tests never sleep) and reports each status
 change; an add-on that goes DEGRADED or *_FAILED ends the wait with its health issues. ``update``
 waits on its update's ``DescribeUpdate`` first (a failed update can leave the add-on ACTIVE), with the
-update's errors when it fails.
+update's errors when it fails. ``delete`` waits until ``DescribeAddon`` no longer finds the add-on
+(``DeleteAddon`` only starts the removal), with its health issues when it goes DELETE_FAILED.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ not supported for operation CreateAddon"); it keeps fields changed in the cluste
 Identity = Literal["pod-identity", "irsa"]
 SETTLED: Final = frozenset({"ACTIVE"})
 FAILED: Final = frozenset({"CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED", "DEGRADED"})
+DELETE_FAILED: Final = "DELETE_FAILED"
 DEFAULT_TIMEOUT_S: Final = 900.0
 DEFAULT_POLL_S: Final = 10.0
 ADDON: Final = pins.IGW_ADDON_NAME
@@ -390,11 +392,21 @@ def _keep_irsa_role(values: Mapping[str, Any], current: Mapping[str, Any]) -> di
     return out
 
 
-def delete(*, clients: AwsClients, cluster: str, preserve: bool) -> dict[str, Any]:
-    """Remove the add-on; ``preserve`` keeps its Kubernetes resources running."""
+def delete(
+    *, clients: AwsClients, cluster: str, preserve: bool, wait: Waiter | None = None
+) -> dict[str, Any]:
+    """Remove the add-on; ``preserve`` keeps its Kubernetes resources running. Returns the add-on as
+    ``DeleteAddon`` answered it (``DELETING``), after waiting until it is gone when ``wait`` is given.
+
+    Why wait: ``DeleteAddon`` only starts the removal. Returning at once (exit 0) let
+    ``igw addon delete && igw addon create`` fail on an add-on still DELETING, and a removal that
+    ended DELETE_FAILED went unreported."""
     if clients.addons.describe_addon(cluster=cluster, name=ADDON) is None:
         raise AddonOperationError("cannot delete", [_not_installed(clients, cluster)])
-    return clients.addons.delete_addon(cluster=cluster, name=ADDON, preserve=preserve)
+    deleting = clients.addons.delete_addon(cluster=cluster, name=ADDON, preserve=preserve)
+    if wait is not None:
+        wait_until_deleted(clients=clients, cluster=cluster, waiter=wait)
+    return deleting
 
 
 def health_lines(addon: Mapping[str, Any]) -> list[str]:
@@ -470,6 +482,41 @@ def wait_until_settled(
         if waiter.monotonic() >= deadline:
             raise AddonOperationError(
                 f"timed out after {waiter.timeout_s:.0f} s waiting for ACTIVE", [f"last status: {status}"]
+            )
+        waiter.sleep(waiter.poll_s)
+
+
+def wait_until_deleted(*, clients: AwsClients, cluster: str, waiter: Waiter) -> None:
+    """Poll ``describe_addon`` until the add-on is gone; raise with its health issues when it goes
+    ``DELETE_FAILED``, or after ``waiter.timeout_s``. Only DELETE_FAILED ends it: right after
+    ``DeleteAddon`` the add-on can still read ACTIVE or DEGRADED (the state being removed)."""
+    deadline = waiter.monotonic() + waiter.timeout_s
+    last_status = None
+    while True:
+        polled = _poll(  # in a tuple: describe_addon's own None (the add-on gone) is not a missed poll
+            lambda: (clients.addons.describe_addon(cluster=cluster, name=ADDON),),
+            waiter=waiter,
+            deadline=deadline,
+            waiting_for="the deletion",
+        )
+        if polled is None:
+            continue
+        addon = polled[0]
+        if addon is None:
+            waiter.progress(f"{ADDON}: deleted")
+            return
+        status = str(addon.get("status"))
+        if status != last_status:
+            waiter.progress(f"{ADDON} {addon.get('addonVersion', '')}: {status}")
+            last_status = status
+        if status == DELETE_FAILED:
+            raise AddonOperationError(
+                f"{ADDON} is {status}", health_lines(addon) or ["EKS reported no health issue"]
+            )
+        if waiter.monotonic() >= deadline:
+            raise AddonOperationError(
+                f"timed out after {waiter.timeout_s:.0f} s waiting for the deletion",
+                [f"last status: {status}"],
             )
         waiter.sleep(waiter.poll_s)
 
