@@ -236,7 +236,7 @@ def _refuse_invalid_input(args: argparse.Namespace, values: dict[str, Any] | Non
     if args.addon_command == "create":
         version = args.version or pins.IGW_ADDON_VERSION
         problems = operations.create_input_problems(
-            values=values or {}, version=version, role_arn=args.role_arn
+            values=values or {}, version=version, role_arn=args.role_arn, identity=args.identity
         )
     elif args.addon_command == "update":
         problems = operations.update_input_problems(values=values, version=args.version)
