@@ -344,3 +344,33 @@ def test_partially_unreadable_load_balancers_are_not_evaluated(secure_inventory:
 )
 def test_jwks_host_reads_ipv4_literals_as_the_resolver_does(host: str, risky: bool) -> None:
     assert (jwks_host.classify(host) is not None) is risky
+
+
+@pytest.mark.parametrize(
+    ("written", "status", "says"),
+    [
+        (
+            " ELBSecurityPolicy-TLS-1-0-2015-04 ",
+            Status.FAIL,
+            "effective policy ELBSecurityPolicy-TLS-1-0-2015-04",
+        ),
+        ("ELBSecurityPolicy-2016-08\t", Status.FAIL, "allows TLS 1.0/1.1 or weak ciphers"),
+        ("ELBSecurityPolicy-TLS13-1-2-2021-06 ", Status.WARN, "ELB knows no policy of that name as written"),
+    ],
+)
+def test_a_policy_name_with_stray_whitespace_is_graded_by_the_policy_it_names(
+    written: str, status: Status, says: str
+) -> None:
+    """A trailing space (a YAML slip) made a TLS 1.0 policy an unknown one: a MEDIUM warning where the
+    name it spells fails HIGH. The name is graded without the whitespace, and quoted as written."""
+    docs = mutated(
+        lambda d: find(d, "Ingress", "gateway")["metadata"]["annotations"].update(
+            {"alb.ingress.kubernetes.io/ssl-policy": written}
+        )
+    )
+    [result] = [
+        r for r in of(run(docs, Command.AUDIT), "IGW-AU102") if r.resource.startswith("Ingress ml/gateway")
+    ]
+    assert result.status is status
+    assert says in result.message
+    assert f"written {written!r}" in result.message
