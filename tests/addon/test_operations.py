@@ -404,6 +404,77 @@ def test_update_and_delete(aws: AwsFixture) -> None:
     assert operations.delete(clients=clients, cluster=CLUSTER, preserve=True)["status"] == "DELETING"
 
 
+def _expect_delete(stubber: Stubber, *statuses: str) -> None:
+    """``delete``'s calls: the add-on found, ``DeleteAddon``, then one ``DescribeAddon`` per status
+    (``""``: the add-on gone, ResourceNotFoundException)."""
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
+    stubber.add_response(
+        "delete_addon",
+        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "DELETING"),
+        {"clusterName": CLUSTER, "addonName": pins.IGW_ADDON_NAME, "preserve": False},
+    )
+    for status in statuses:
+        if status:
+            issues = [{"code": "ClusterUnreachable", "message": "finalizer stuck", "resourceIds": ["igw"]}]
+            health = {"health": {"issues": issues}} if status == "DELETE_FAILED" else {}
+            stubber.add_response(
+                "describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, status, **health), OURS
+            )
+        else:
+            stubber.add_client_error(
+                "describe_addon", "ResourceNotFoundException", "No addon", 404, expected_params=OURS
+            )
+
+
+def test_delete_waits_until_the_addon_is_gone(aws: AwsFixture) -> None:
+    """``DeleteAddon`` only starts the removal: ``delete`` returned at once (the CLI exit 0, "deleting"),
+    so ``igw addon delete && igw addon create`` met the add-on still DELETING, and a removal that went
+    DELETE_FAILED was never reported. It polls until the add-on is gone now; a DEGRADED or ACTIVE read
+    right after the call is not taken for the outcome."""
+    clients, stubber, _ = aws
+    _expect_delete(stubber, "ACTIVE", "DELETING", "DELETING", "")
+    clock = VirtualClock()
+    lines: list[str] = []
+    waiter = operations.Waiter(
+        sleep=clock.sleep, monotonic=clock.monotonic, poll_s=10, timeout_s=60, progress=lines.append
+    )
+    operations.delete(clients=clients, cluster=CLUSTER, preserve=False, wait=waiter)
+    assert clock.now == 30
+    assert lines[-1] == f"{pins.IGW_ADDON_NAME}: deleted"
+
+
+def test_a_deletion_that_fails_or_outlasts_the_timeout_is_reported(aws: AwsFixture) -> None:
+    clients, stubber, _ = aws
+    clock = VirtualClock()
+    waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, poll_s=10, timeout_s=20)
+    _expect_delete(stubber, "DELETING", "DELETE_FAILED")
+    with pytest.raises(operations.AddonOperationError) as failed:
+        operations.delete(clients=clients, cluster=CLUSTER, preserve=False, wait=waiter)
+    assert str(failed.value).splitlines() == [
+        f"{pins.IGW_ADDON_NAME} is DELETE_FAILED",
+        "  - ClusterUnreachable: finalizer stuck [igw]",
+    ]
+    _expect_delete(stubber, "DELETING", "DELETING", "DELETING")
+    with pytest.raises(operations.AddonOperationError, match="timed out after 20 s waiting for the deletion"):
+        operations.delete(clients=clients, cluster=CLUSTER, preserve=False, wait=waiter)
+
+
+def test_cli_delete_waits_unless_told_not_to(
+    aws: AwsFixture, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from igw.cli import addon as addon_cli
+
+    clients, stubber, _ = aws
+    monkeypatch.setattr(addon_cli, "_clients", lambda _args: clients)  # the Stubber's, not boto3's own
+    argv = ["addon", "delete", "--cluster", CLUSTER, "--region", REGION]
+    _expect_delete(stubber, "")
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out == f"{pins.IGW_ADDON_NAME}: deleted from {CLUSTER}\n"
+    _expect_delete(stubber)
+    assert cli.main([*argv, "--no-wait"]) == 0
+    assert capsys.readouterr().out == f"{pins.IGW_ADDON_NAME}: deleting from {CLUSTER}\n"
+
+
 def test_versions_sorted_newest_first(aws: AwsFixture) -> None:
     clients, stubber, _ = aws
     page = {

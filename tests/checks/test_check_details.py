@@ -344,3 +344,84 @@ def test_partially_unreadable_load_balancers_are_not_evaluated(secure_inventory:
 )
 def test_jwks_host_reads_ipv4_literals_as_the_resolver_does(host: str, risky: bool) -> None:
     assert (jwks_host.classify(host) is not None) is risky
+
+
+@pytest.mark.parametrize(
+    ("written", "status", "says"),
+    [
+        (
+            " ELBSecurityPolicy-TLS-1-0-2015-04 ",
+            Status.FAIL,
+            "effective policy ELBSecurityPolicy-TLS-1-0-2015-04",
+        ),
+        ("ELBSecurityPolicy-2016-08\t", Status.FAIL, "allows TLS 1.0/1.1 or weak ciphers"),
+        ("ELBSecurityPolicy-TLS13-1-2-2021-06 ", Status.WARN, "ELB knows no policy of that name as written"),
+    ],
+)
+def test_a_policy_name_with_stray_whitespace_is_graded_by_the_policy_it_names(
+    written: str, status: Status, says: str
+) -> None:
+    """A trailing space (a YAML slip) made a TLS 1.0 policy an unknown one: a MEDIUM warning where the
+    name it spells fails HIGH. The name is graded without the whitespace, and quoted as written."""
+    docs = mutated(
+        lambda d: find(d, "Ingress", "gateway")["metadata"]["annotations"].update(
+            {"alb.ingress.kubernetes.io/ssl-policy": written}
+        )
+    )
+    [result] = [
+        r for r in of(run(docs, Command.AUDIT), "IGW-AU102") if r.resource.startswith("Ingress ml/gateway")
+    ]
+    assert result.status is status
+    assert says in result.message
+    assert f"written {written!r}" in result.message
+
+
+def _alb_class(
+    name: str, *, default: bool = False, controller: str = "ingress.k8s.aws/alb"
+) -> dict[str, Any]:
+    annotations = {"ingressclass.kubernetes.io/is-default-class": "true"} if default else {}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "IngressClass",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"controller": controller},
+    }
+
+
+@pytest.mark.parametrize(
+    ("ingress_class", "classes"),
+    [
+        ("internal-alb", [_alb_class("internal-alb")]),  # the controller's class under another name
+        (None, [_alb_class("public", default=True)]),  # no class named: the cluster's default ALB class
+    ],
+)
+def test_an_ingress_of_any_alb_ingress_class_is_audited(
+    ingress_class: str | None, classes: list[dict[str, Any]]
+) -> None:
+    """Only the class name ``alb`` was read: an Ingress of an IngressClass named otherwise whose
+    controller is ``ingress.k8s.aws/alb`` (or of no class, with such a class the default) was no load
+    balancer to the audit, and its TLS 1.0 policy passed unseen."""
+
+    def weaken(docs: list[dict[str, Any]]) -> None:
+        ingress = find(docs, "Ingress", "gateway")
+        ingress["metadata"]["annotations"]["alb.ingress.kubernetes.io/ssl-policy"] = (
+            "ELBSecurityPolicy-2016-08"
+        )
+        ingress["metadata"]["annotations"].pop("kubernetes.io/ingress.class", None)
+        ingress["spec"].pop("ingressClassName", None)
+        if ingress_class is not None:
+            ingress["spec"]["ingressClassName"] = ingress_class
+
+    docs = [*mutated(weaken), *classes]
+    [result] = [
+        r for r in of(run(docs, Command.AUDIT), "IGW-AU102") if r.resource.startswith("Ingress ml/gateway")
+    ]
+    assert result.status is Status.FAIL
+    # a class of another controller is still not an ALB, default or not
+    other = [
+        *mutated(weaken),
+        _alb_class(ingress_class or "nginx", default=True, controller="k8s.io/ingress-nginx"),
+    ]
+    assert not [
+        r for r in of(run(other, Command.AUDIT), "IGW-AU102") if r.resource.startswith("Ingress ml/gateway")
+    ]

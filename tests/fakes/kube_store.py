@@ -75,6 +75,7 @@ BUILTIN_KINDS: tuple[ResourceKind, ...] = (
     ResourceKind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",)),
     ResourceKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
     ResourceKind("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",)),
+    ResourceKind("networking.k8s.io", "v1", "ingressclasses", "IngressClass", False),
     ResourceKind(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
     ),

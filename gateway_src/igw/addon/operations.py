@@ -8,15 +8,18 @@ for the cluster's Kubernetes version in the region, each dependency add-on
 installed, ACTIVE and at its minimum version; with a role, the chart's ``mode: gateway`` (in the
 default operator mode no pod runs as the service account a role would be bound to: each
 InferenceGatewayConfig's gateway runs as ``<name>-gateway`` in its own namespace and calls no AWS API),
-the role present and trusting EKS Pod Identity (or, for IRSA, the cluster's OIDC provider) and, for
-EKS Pod Identity, the ``eks-pod-identity-agent`` add-on ACTIVE (without it the
-association is never served). ``update``
+the role present and trusting EKS Pod Identity (or, for IRSA, the cluster's OIDC provider for the
+gateway's service account) and, for EKS Pod Identity, the ``eks-pod-identity-agent`` add-on ACTIVE
+(without it the association is never served); the role is bound once, to the service account the
+values name (:mod:`igw.addon.irsa_subject`). ``update``
 keeps an IRSA role: ``UpdateAddon`` gets the add-on's current ``serviceAccountRoleArn`` again and new
-configuration values keep ``serviceAccount.roleArn`` unless they set it. Waiting polls
+configuration values keep ``serviceAccount.roleArn`` unless they set it; a new one they set is checked
+like ``create``'s and sent as ``serviceAccountRoleArn`` too. Waiting polls
 ``describe_addon`` with an injected clock and sleep (tests never sleep) and reports each status
 change; an add-on that goes DEGRADED or *_FAILED ends the wait with its health issues. ``update``
 waits on its update's ``DescribeUpdate`` first (a failed update can leave the add-on ACTIVE), with the
-update's errors when it fails.
+update's errors when it fails. ``delete`` waits until ``DescribeAddon`` no longer finds the add-on
+(``DeleteAddon`` only starts the removal), with its health issues when it goes DELETE_FAILED.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any, Final, Literal, TypeVar, get_args
 
 from botocore.exceptions import ClientError
 
-from igw.addon import addon_version, configuration, pins
+from igw.addon import addon_version, configuration, irsa_subject, pins
 from igw.addon.eks_api import AddonApiError, EksAddonApi
 from igw.errors import IgwToolingError
 
@@ -40,6 +43,7 @@ not supported for operation CreateAddon"); it keeps fields changed in the cluste
 Identity = Literal["pod-identity", "irsa"]
 SETTLED: Final = frozenset({"ACTIVE"})
 FAILED: Final = frozenset({"CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED", "DEGRADED"})
+DELETE_FAILED: Final = "DELETE_FAILED"
 DEFAULT_TIMEOUT_S: Final = 900.0
 DEFAULT_POLL_S: Final = 10.0
 ADDON: Final = pins.IGW_ADDON_NAME
@@ -90,9 +94,10 @@ def preflight(
     role_arn: str | None,
     identity: Identity = "pod-identity",
     version: str | None = None,
+    service_account: str = pins.GATEWAY_SERVICE_ACCOUNT,
 ) -> list[str]:
     """Every reason the add-on (at ``version``, when given) cannot be installed on ``cluster`` now
-    (empty when it can)."""
+    (empty when it can); ``service_account`` is the one the gateway runs as (the role's subject)."""
     try:
         described = clients.eks.describe_cluster(name=cluster)
     except ClientError as exc:
@@ -146,7 +151,9 @@ def preflight(
         problems.append(f"gateway IAM role {role_arn} does not exist (create it before the add-on)")
         return problems
     issuer = str(described["cluster"].get("identity", {}).get("oidc", {}).get("issuer", ""))
-    problems.extend(trust_problems(role_arn, role.get("AssumeRolePolicyDocument"), identity, issuer))
+    problems.extend(
+        trust_problems(role_arn, role.get("AssumeRolePolicyDocument"), identity, issuer, service_account)
+    )
     return problems
 
 
@@ -159,15 +166,22 @@ def _allows(statement: Mapping[str, Any], action: str) -> bool:
     return any(a in (action, "sts:*", "*") for a in _listed(statement.get("Action")))
 
 
-def trust_problems(role_arn: str, document: Any, identity: Identity, oidc_issuer: str) -> list[str]:
+def trust_problems(
+    role_arn: str,
+    document: Any,
+    identity: Identity,
+    oidc_issuer: str,
+    service_account: str = pins.GATEWAY_SERVICE_ACCOUNT,
+) -> list[str]:
     """Why the role's trust policy would not let the gateway's pods assume it (empty when it would).
 
     EKS Pod Identity needs an Allow for the service principal ``pods.eks.amazonaws.com`` with
     ``sts:AssumeRole`` and ``sts:TagSession``; IRSA an Allow for the cluster's OIDC provider
     (``Federated: arn:...:oidc-provider/<issuer>``) with ``sts:AssumeRoleWithWebIdentity``. A role
     without it passed the pre-check (it only had to exist), the add-on went ACTIVE, and the gateway's
-    AWS calls failed at run time with AccessDenied. ``document`` is the decoded policy (botocore
-    decodes IAM's URL-encoded JSON)."""
+    AWS calls failed at run time with AccessDenied. For IRSA the statement's ``<provider>:sub``
+    condition, when it has one, must admit ``service_account`` (:mod:`igw.addon.irsa_subject`).
+    ``document`` is the decoded policy (botocore decodes IAM's URL-encoded JSON)."""
     statements = document.get("Statement", []) if isinstance(document, Mapping) else []
     allowed = [
         st
@@ -192,8 +206,17 @@ def trust_problems(role_arn: str, document: Any, identity: Identity, oidc_issuer
         if provider
         and any(p.endswith(f":oidc-provider/{provider}") for p in _listed(st["Principal"].get("Federated")))
     ]
-    if any(_allows(st, "sts:AssumeRoleWithWebIdentity") for st in federated):
+    assumable = [st for st in federated if _allows(st, "sts:AssumeRoleWithWebIdentity")]
+    refused = [irsa_subject.subjects_refused(st, provider, service_account) for st in assumable]
+    if any(not subjects for subjects in refused):
         return []
+    if assumable:
+        named = ", ".join(sorted({s for subjects in refused for s in subjects}))
+        return [
+            f"gateway IAM role {role_arn} lets only other service accounts assume it (IRSA): its trust "
+            f"policy's {provider}:sub condition names {named}, and the gateway runs as service account "
+            f"{service_account} (in the add-on's namespace, {pins.ADDON_NAMESPACE} by default)"
+        ]
     return [
         f"gateway IAM role {role_arn} does not let the cluster's service accounts assume it (IRSA): its "
         f"trust policy needs an Allow for the OIDC provider {provider or '(the cluster has no OIDC issuer)'} "
@@ -258,7 +281,13 @@ def _values_and_version_problems(values: Mapping[str, Any] | None, version: str 
     return problems
 
 
-def create_input_problems(*, values: Mapping[str, Any], version: str, role_arn: str | None) -> list[str]:
+def create_input_problems(
+    *,
+    values: Mapping[str, Any],
+    version: str,
+    role_arn: str | None,
+    identity: Identity = "pod-identity",
+) -> list[str]:
     """Every reason :func:`create`'s input is invalid, found without AWS (no client, region or
     credentials needed: ``igw addon`` reports them before it makes its clients)."""
     problems = _values_and_version_problems(values, version)
@@ -268,6 +297,43 @@ def create_input_problems(*, values: Mapping[str, Any], version: str, role_arn: 
             f"{pins.GATEWAY_SERVICE_ACCOUNT} (each InferenceGatewayConfig's gateway runs as "
             f"<name>-gateway in its own namespace and calls no AWS API); omit --role-arn, or set "
             f"mode: gateway in the values"
+        )
+    elif role_arn is not None:
+        problems.extend(_role_binding_problems(values, role_arn, identity))
+    return problems
+
+
+def _values_role(values: Mapping[str, Any]) -> str:
+    """The IRSA role ``serviceAccount.roleArn`` in ``values`` (``""`` when none)."""
+    account = values.get("serviceAccount")
+    return str(account.get("roleArn") or "") if isinstance(account, Mapping) else ""
+
+
+def _role_binding_problems(values: Mapping[str, Any], role_arn: str, identity: Identity) -> list[str]:
+    """Why ``--role-arn`` would not be the role the gateway gets with these values.
+
+    A Pod Identity association names a service account, and the values may rename the chart's
+    (``serviceAccount.name``): the association was made for ``inference-gateway`` while the pods ran
+    as another, without credentials. An IRSA role in the values beside a Pod Identity role won over it
+    (AWS SDKs try the web-identity token before the Pod Identity endpoint), and with ``--identity irsa``
+    the values' role was replaced by ``--role-arn`` without a word."""
+    problems = []
+    if irsa_subject.gateway_service_account(values) is None:
+        problems.append(
+            "serviceAccount.name: empty, so the chart names the gateway's service account after the Helm "
+            "release EKS chooses; a role is bound to a service account by name: give one (or omit it "
+            f"for {pins.GATEWAY_SERVICE_ACCOUNT})"
+        )
+    given = _values_role(values)
+    if given and identity == "pod-identity":
+        problems.append(
+            f"serviceAccount.roleArn: an IRSA role ({given}) beside --role-arn's Pod Identity association "
+            "would be the one the gateway uses (AWS SDKs try the web-identity token first); remove it "
+            "from the values, or use --identity irsa"
+        )
+    elif given and given != role_arn:
+        problems.append(
+            f"serviceAccount.roleArn: {given} differs from --role-arn {role_arn}; give the role once"
         )
     return problems
 
@@ -289,15 +355,21 @@ def create(
     wait: Waiter | None = None,
 ) -> dict[str, Any]:
     """Install the add-on; returns its final description (or the creation response without ``wait``)."""
-    problems = create_input_problems(values=values, version=version, role_arn=role_arn)
+    problems = create_input_problems(values=values, version=version, role_arn=role_arn, identity=identity)
     if resolve_conflicts not in get_args(CreateConflictPolicy):
         problems.append(
             f"resolve conflicts: {resolve_conflicts} is not supported by CreateAddon (update only)"
         )
     if problems:
         raise AddonInputError("refusing to create the add-on: invalid input", problems)
+    account = irsa_subject.gateway_service_account(values) or pins.GATEWAY_SERVICE_ACCOUNT
     problems = preflight(
-        clients=clients, cluster=cluster, role_arn=role_arn, identity=identity, version=version
+        clients=clients,
+        cluster=cluster,
+        role_arn=role_arn,
+        identity=identity,
+        version=version,
+        service_account=account,
     )
     if problems:
         raise AddonOperationError(f"refusing to create the add-on on {cluster}: pre-checks failed", problems)
@@ -306,7 +378,7 @@ def create(
     if role_arn is not None and identity == "irsa":
         final_values["serviceAccount"] = {**dict(values.get("serviceAccount", {})), "roleArn": role_arn}
     elif role_arn is not None:
-        pod_identity = [{"serviceAccount": pins.GATEWAY_SERVICE_ACCOUNT, "roleArn": role_arn}]
+        pod_identity = [{"serviceAccount": account, "roleArn": role_arn}]
     created = clients.addons.create_addon(
         cluster=cluster,
         name=ADDON,
@@ -348,8 +420,16 @@ def update(
             raise AddonOperationError(
                 f"refusing to update the add-on on {cluster}: pre-checks failed", problems
             )
-    irsa_role = current.get("serviceAccountRoleArn")
+    irsa_role = str(current.get("serviceAccountRoleArn") or "")
     new_values = _keep_irsa_role(values, current) if values is not None else None
+    wanted = _values_role(new_values) if new_values is not None else ""
+    if wanted and new_values is not None and wanted != irsa_role:
+        problems = _new_irsa_role_problems(clients, cluster, current, wanted, new_values)
+        if problems:
+            raise AddonOperationError(
+                f"refusing to update the add-on on {cluster}: pre-checks failed", problems
+            )
+        irsa_role = wanted
     update_info = clients.addons.update_addon(
         cluster=cluster,
         name=ADDON,
@@ -361,6 +441,33 @@ def update(
     if wait is None:
         return update_info
     return wait_for_update(clients=clients, cluster=cluster, update_id=str(update_info["id"]), waiter=wait)
+
+
+def _new_irsa_role_problems(
+    clients: AwsClients, cluster: str, current: Mapping[str, Any], role_arn: str, values: Mapping[str, Any]
+) -> list[str]:
+    """Why the IRSA role new values name (``serviceAccount.roleArn``, not the installed one) cannot be
+    the gateway's: an add-on bound by Pod Identity, a role that does not exist or does not trust the
+    cluster's OIDC provider for the gateway's service account.
+
+    Why: ``update`` sent the installed ``serviceAccountRoleArn`` beside the new values' role, so the
+    service account was annotated with two roles, and the new one was checked nowhere."""
+    if current.get("podIdentityAssociations"):
+        return [
+            f"serviceAccount.roleArn: the add-on's gateway is bound by EKS Pod Identity; an IRSA role "
+            f"({role_arn}) would win over that association (AWS SDKs try the web-identity token first): "
+            "keep one binding (igw addon delete and create again to change it)"
+        ]
+    try:
+        role = clients.iam.get_role(RoleName=_role_name(role_arn))["Role"]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "NoSuchEntity":
+            raise
+        return [f"gateway IAM role {role_arn} does not exist (create it before the update)"]
+    described = clients.eks.describe_cluster(name=cluster)["cluster"]
+    issuer = str(described.get("identity", {}).get("oidc", {}).get("issuer", ""))
+    account = irsa_subject.gateway_service_account(values) or pins.GATEWAY_SERVICE_ACCOUNT
+    return trust_problems(role_arn, role.get("AssumeRolePolicyDocument"), "irsa", issuer, account)
 
 
 def _not_installed(clients: AwsClients, cluster: str) -> str:
@@ -390,11 +497,21 @@ def _keep_irsa_role(values: Mapping[str, Any], current: Mapping[str, Any]) -> di
     return out
 
 
-def delete(*, clients: AwsClients, cluster: str, preserve: bool) -> dict[str, Any]:
-    """Remove the add-on; ``preserve`` keeps its Kubernetes resources running."""
+def delete(
+    *, clients: AwsClients, cluster: str, preserve: bool, wait: Waiter | None = None
+) -> dict[str, Any]:
+    """Remove the add-on; ``preserve`` keeps its Kubernetes resources running. Returns the add-on as
+    ``DeleteAddon`` answered it (``DELETING``), after waiting until it is gone when ``wait`` is given.
+
+    Why wait: ``DeleteAddon`` only starts the removal. Returning at once (exit 0) let
+    ``igw addon delete && igw addon create`` fail on an add-on still DELETING, and a removal that
+    ended DELETE_FAILED went unreported."""
     if clients.addons.describe_addon(cluster=cluster, name=ADDON) is None:
         raise AddonOperationError("cannot delete", [_not_installed(clients, cluster)])
-    return clients.addons.delete_addon(cluster=cluster, name=ADDON, preserve=preserve)
+    deleting = clients.addons.delete_addon(cluster=cluster, name=ADDON, preserve=preserve)
+    if wait is not None:
+        wait_until_deleted(clients=clients, cluster=cluster, waiter=wait)
+    return deleting
 
 
 def health_lines(addon: Mapping[str, Any]) -> list[str]:
@@ -470,6 +587,41 @@ def wait_until_settled(
         if waiter.monotonic() >= deadline:
             raise AddonOperationError(
                 f"timed out after {waiter.timeout_s:.0f} s waiting for ACTIVE", [f"last status: {status}"]
+            )
+        waiter.sleep(waiter.poll_s)
+
+
+def wait_until_deleted(*, clients: AwsClients, cluster: str, waiter: Waiter) -> None:
+    """Poll ``describe_addon`` until the add-on is gone; raise with its health issues when it goes
+    ``DELETE_FAILED``, or after ``waiter.timeout_s``. Only DELETE_FAILED ends it: right after
+    ``DeleteAddon`` the add-on can still read ACTIVE or DEGRADED (the state being removed)."""
+    deadline = waiter.monotonic() + waiter.timeout_s
+    last_status = None
+    while True:
+        polled = _poll(  # in a tuple: describe_addon's own None (the add-on gone) is not a missed poll
+            lambda: (clients.addons.describe_addon(cluster=cluster, name=ADDON),),
+            waiter=waiter,
+            deadline=deadline,
+            waiting_for="the deletion",
+        )
+        if polled is None:
+            continue
+        addon = polled[0]
+        if addon is None:
+            waiter.progress(f"{ADDON}: deleted")
+            return
+        status = str(addon.get("status"))
+        if status != last_status:
+            waiter.progress(f"{ADDON} {addon.get('addonVersion', '')}: {status}")
+            last_status = status
+        if status == DELETE_FAILED:
+            raise AddonOperationError(
+                f"{ADDON} is {status}", health_lines(addon) or ["EKS reported no health issue"]
+            )
+        if waiter.monotonic() >= deadline:
+            raise AddonOperationError(
+                f"timed out after {waiter.timeout_s:.0f} s waiting for the deletion",
+                [f"last status: {status}"],
             )
         waiter.sleep(waiter.poll_s)
 

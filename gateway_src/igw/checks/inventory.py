@@ -25,6 +25,7 @@ KINDS = (
     "DaemonSet",
     "Service",
     "Ingress",
+    "IngressClass",
     "Namespace",
     "NetworkPolicy",
     "PodDisruptionBudget",

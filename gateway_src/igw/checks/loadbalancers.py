@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from igw.checks.framework import CheckContext
 from igw.checks.inventory import Listener, LoadBalancer, Manifest, Missing, MissingFact
@@ -50,10 +51,49 @@ def _cidrs(text: str | None) -> tuple[str, ...] | None:
     return tuple(c.strip() for c in text.split(",") if c.strip())
 
 
-def from_ingress(ingress: Manifest) -> LoadBalancer | None:
+ALB_CONTROLLER = "ingress.k8s.aws/alb"
+"""``spec.controller`` of an IngressClass the AWS Load Balancer Controller serves."""
+DEFAULT_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
+
+
+@dataclass(frozen=True, slots=True)
+class AlbClasses:
+    """The Ingress class names the Load Balancer Controller turns into ALBs: ``alb`` (its default
+    ``--ingress-class``, also the legacy annotation's value) and every IngressClass whose controller is
+    :data:`ALB_CONTROLLER`; ``default`` is such a class marked the cluster's default, which takes
+    Ingresses that name no class."""
+
+    names: frozenset[str] = frozenset({"alb"})
+    default: str | None = None
+
+
+def alb_classes(ctx: CheckContext) -> AlbClasses:
+    """The ALB Ingress classes the sources declare (only ``alb`` when they list no IngressClass).
+
+    Why: only the name ``alb`` was read, so an Ingress of a class named ``internal-alb`` or ``public``
+    (the Load Balancer Controller's IngressClass under another name, common with IngressClassParams),
+    or of none with an ALB class as the cluster default, was no load balancer to the audit: its
+    TLS policy, scheme and inbound ranges were never graded."""
+    classes = ctx.inventory.kube.of("IngressClass")
+    if isinstance(classes, Missing):
+        return AlbClasses()
+    names, default = {"alb"}, None
+    for item in classes:
+        if spec(item).get("controller") != ALB_CONTROLLER:
+            continue
+        name = str((item.get("metadata") or {}).get("name") or "")
+        names.add(name)
+        if annotations_of(item).get(DEFAULT_CLASS_ANNOTATION) == "true":
+            default = name
+    return AlbClasses(frozenset(names - {""}), default)
+
+
+def from_ingress(ingress: Manifest, classes: AlbClasses = AlbClasses()) -> LoadBalancer | None:
     ann = annotations_of(ingress)
-    ingress_class = spec(ingress).get("ingressClassName") or ann.get("kubernetes.io/ingress.class")
-    if ingress_class != "alb":
+    ingress_class = (
+        spec(ingress).get("ingressClassName") or ann.get("kubernetes.io/ingress.class") or classes.default
+    )
+    if ingress_class not in classes.names:
         return None
     has_cert = bool(ann.get(f"{ALB}certificate-arn")) or bool(spec(ingress).get("tls"))
     policy = ann.get(f"{ALB}ssl-policy")
@@ -139,7 +179,11 @@ def load_balancers(ctx: CheckContext) -> list[LoadBalancer]:
     found: list[LoadBalancer] = []
     missing: list[Missing] = []
     kube = ctx.inventory.kube
-    for kind, convert in (("Ingress", from_ingress), ("Service", from_service)):
+    classes = alb_classes(ctx)
+    for kind, convert in (
+        ("Ingress", lambda obj: from_ingress(obj, classes)),
+        ("Service", from_service),
+    ):
         objects = kube.of(kind)
         if isinstance(objects, Missing):
             missing.append(objects)

@@ -78,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     delete = sub.add_parser("delete", help="remove the add-on")
     delete.add_argument("--cluster", type=eks_cluster_name, required=True, help="EKS cluster name")
     delete.add_argument("--preserve", action="store_true", help="keep its Kubernetes resources running")
+    delete.add_argument("--no-wait", action="store_true", help="return once EKS accepted the request")
+    delete.add_argument(
+        "--timeout", type=POSITIVE, default=900.0, help="seconds to wait for the add-on to be gone"
+    )
     _aws_options(delete)
 
     package = sub.add_parser(
@@ -232,7 +236,7 @@ def _refuse_invalid_input(args: argparse.Namespace, values: dict[str, Any] | Non
     if args.addon_command == "create":
         version = args.version or pins.IGW_ADDON_VERSION
         problems = operations.create_input_problems(
-            values=values or {}, version=version, role_arn=args.role_arn
+            values=values or {}, version=version, role_arn=args.role_arn, identity=args.identity
         )
     elif args.addon_command == "update":
         problems = operations.update_input_problems(values=values, version=args.version)
@@ -264,15 +268,16 @@ def run(args: argparse.Namespace) -> int:
         assert isinstance(clients, operations.AwsClients)
         if args.addon_command == "versions":
             return _versions(args, clients.addons)
-        if args.addon_command == "delete":
-            operations.delete(clients=clients, cluster=args.cluster, preserve=args.preserve)
-            print(f"{operations.ADDON}: deleting from {args.cluster}")
-            return 0
         waiter = None
         if not args.no_wait:
             waiter = operations.Waiter(
                 timeout_s=args.timeout, progress=lambda line: print(line, file=sys.stderr)
             )
+        if args.addon_command == "delete":
+            operations.delete(clients=clients, cluster=args.cluster, preserve=args.preserve, wait=waiter)
+            done = "deleting from" if waiter is None else "deleted from"
+            print(f"{operations.ADDON}: {done} {args.cluster}")
+            return 0
         if args.addon_command == "create":
             addon = operations.create(
                 clients=clients,

@@ -1,7 +1,9 @@
 """IGW-AU102: every HTTPS/TLS listener uses a TLS policy on our allow-list.
 
 The AWS default ELBSecurityPolicy-2016-08 (what you get when no policy is set) accepts TLS 1.0 and
-fails; policies we do not know warn instead of passing.
+fails; policies we do not know warn instead of passing. A name is graded without the whitespace
+around it: ``"ELBSecurityPolicy-TLS-1-0-2015-04 "`` (a stray space in YAML) was an unknown policy, a
+MEDIUM warning, where the policy it names accepts TLS 1.0; the finding quotes the name as written.
 """
 
 from __future__ import annotations
@@ -33,10 +35,20 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
             if listener.protocol not in ("HTTPS", "TLS") or listener.ssl_policy is None:
                 continue
             resource = f"{lb.resource} listener {listener.protocol}:{listener.port}"
-            policy = listener.ssl_policy
+            written = listener.ssl_policy
+            policy = written.strip()
             implicit = "" if listener.ssl_policy_explicit else " (the default when no policy is set)"
+            if policy != written:
+                implicit = f" (written {written!r}, with whitespace no ELB policy name has)"
             verdict = grade(policy)
-            if verdict is PolicyGrade.ALLOWED:
+            if verdict is PolicyGrade.ALLOWED and policy != written:
+                yield r.warn(
+                    resource,
+                    f"policy {policy}{implicit}: ELB knows no policy of that name as written; "
+                    "write the name alone",
+                    severity=Severity.MEDIUM,
+                )
+            elif verdict is PolicyGrade.ALLOWED:
                 yield r.passed(resource, f"policy {policy}")
             elif verdict is PolicyGrade.DENIED:
                 yield r.fail(
@@ -44,12 +56,14 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
                 )
             elif verdict is PolicyGrade.LEGACY:
                 yield r.warn(
-                    resource, f"policy {policy} is TLS 1.2 but keeps CBC/SHA-1 ciphers", severity=Severity.LOW
+                    resource,
+                    f"policy {policy}{implicit} is TLS 1.2 but keeps CBC/SHA-1 ciphers",
+                    severity=Severity.LOW,
                 )
             else:
                 yield r.warn(
                     resource,
-                    f"unknown policy {policy}: not on the allow-list, review it",
+                    f"unknown policy {policy}{implicit}: not on the allow-list, review it",
                     severity=Severity.MEDIUM,
                 )
 

@@ -24,7 +24,7 @@ from igw.checks.audit._workloads import workloads
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.inventory import Manifest
 from igw.checks.k8s import container_args, containers, name_of, namespace_of, ref, spec, template_labels
-from igw.checks.loadbalancers import from_ingress, from_service
+from igw.checks.loadbalancers import alb_classes, from_ingress, from_service
 from igw.checks.model import CheckMeta, Command, Result, Severity
 
 META = CheckMeta(
@@ -145,8 +145,9 @@ def _exposures(ctx: CheckContext, workload: Manifest) -> list[Exposure]:
         if lb is not None:
             found.append(Exposure(lb.resource, lb.scheme, _service_targets(service)))
     by_name = {name_of(s): s for s in services}
+    classes = alb_classes(ctx)
     for ingress in _objects(ctx, "Ingress"):
-        lb = from_ingress(ingress)
+        lb = from_ingress(ingress, classes)
         if lb is None or namespace_of(ingress) != namespace:
             continue
         targets: list[int | str] = []

@@ -42,6 +42,7 @@ LISTERS: tuple[_Lister, ...] = (
     _Lister("StatefulSet", "AppsV1Api", "list_stateful_set_for_all_namespaces"),
     _Lister("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"),
     _Lister("Ingress", "NetworkingV1Api", "list_ingress_for_all_namespaces"),
+    _Lister("IngressClass", "NetworkingV1Api", "list_ingress_class"),
     _Lister("NetworkPolicy", "NetworkingV1Api", "list_network_policy_for_all_namespaces"),
     _Lister("PodDisruptionBudget", "PolicyV1Api", "list_pod_disruption_budget_for_all_namespaces"),
     _Lister(
