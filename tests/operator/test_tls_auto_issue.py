@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,12 @@ from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import (
     condition,
     find,
-    igwc,
     running_operator,
+    tls_igwc,
     update_spec,
     wait_condition,
     wait_for,
+    write_tls_secret,
 )
 
 REGION = "us-east-1"
@@ -32,32 +32,6 @@ SSL = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"
 def acm() -> Iterator[Any]:
     with mock_aws():
         yield boto3.client("acm", region_name=REGION)
-
-
-def _tls_igwc(name: str) -> dict[str, Any]:
-    obj = igwc(name)
-    obj["spec"]["tls"] = {}
-    obj["spec"].setdefault("extensions", {})["dataPlane"] = {"hostnames": [f"{name}.llm.example.com"]}
-    return obj
-
-
-def _write_secret(kube: FakeKubeApiServer, name: str, hostname: str) -> str:
-    """Play cert-manager: a real certificate (leaf + CA chain) and key in the Certificate's Secret."""
-    ca = trustme.CA()
-    leaf = ca.issue_cert(hostname)
-    chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
-    data = {
-        "tls.crt": base64.b64encode(chain).decode(),
-        "tls.key": base64.b64encode(leaf.private_key_pem.bytes()).decode(),
-    }
-    current = find(kube, "Secret", "inference", name)
-    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "inference"}}
-    body |= {"type": "kubernetes.io/tls", "data": data}
-    if current is None:
-        kube.add(body)
-    else:
-        kube.store.replace(kube.store.kind_for(api_version="v1", kind="Secret"), "inference", name, body)
-    return leaf.cert_chain_pems[0].bytes().decode()
 
 
 def _options(acm: Any) -> dict[str, Any]:
@@ -72,7 +46,7 @@ def test_auto_issued_certificate_is_imported_renewed_and_deleted(
     cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
 ) -> None:
     with running_operator(kubeconfig, **_options(acm)):
-        uid = cluster.add(_tls_igwc("chat"))["metadata"]["uid"]
+        uid = cluster.add(tls_igwc("chat"))["metadata"]["uid"]
         certificate = wait_for(lambda: find(cluster, "Certificate", "inference", "chat-gateway"), what="cert")
         assert certificate["metadata"]["ownerReferences"][0]["uid"] == uid
         assert certificate["spec"]["secretName"] == "chat-gateway-tls"
@@ -89,7 +63,7 @@ def test_auto_issued_certificate_is_imported_renewed_and_deleted(
         # No plain-HTTP endpoint while the certificate is missing.
         assert find(cluster, "Service", "inference", "chat-gateway") is None
 
-        first = _write_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
+        first = write_tls_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
         wait_condition(cluster, "chat", "GatewayProgrammed", "True")
         obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
         assert obj is not None
@@ -105,7 +79,7 @@ def test_auto_issued_certificate_is_imported_renewed_and_deleted(
         assert service["metadata"]["annotations"][SSL] == arn
         assert service["spec"]["ports"][0]["port"] == 443
 
-        renewed = _write_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
+        renewed = write_tls_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
         wait_for(
             lambda: _pem(acm.get_certificate(CertificateArn=arn)["Certificate"]) == _pem(renewed),
             what="re-import of the renewed certificate",
@@ -132,7 +106,7 @@ def test_without_cert_manager_the_condition_says_so(
     certificates = cluster.store.kind_for(api_version="cert-manager.io/v1", kind="Certificate")
     cluster.store.kinds.pop(certificates.key)  # a cluster without cert-manager
     with running_operator(kubeconfig, **_options(acm)):
-        cluster.add(_tls_igwc("plain"))
+        cluster.add(tls_igwc("plain"))
 
         # A transient API error on the first pass is reported as CertificateFailed and replaced at
         # the next resync (0.5 s here), as on a real cluster; the settled reason is the one that counts.
@@ -163,9 +137,9 @@ def test_dropping_auto_issue_deletes_the_imported_certificate(
     cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
 ) -> None:
     with running_operator(kubeconfig, **_options(acm)):
-        cluster.add(_tls_igwc("edge"))
+        cluster.add(tls_igwc("edge"))
         wait_for(lambda: find(cluster, "Certificate", "inference", "edge-gateway"), what="Certificate")
-        _write_secret(cluster, "edge-gateway-tls", "edge-gateway.inference.svc")
+        write_tls_secret(cluster, "edge-gateway-tls", "edge-gateway.inference.svc")
         wait_condition(cluster, "edge", "GatewayProgrammed", "True")
         assert len(acm.list_certificates()["CertificateSummaryList"]) == 1
 
