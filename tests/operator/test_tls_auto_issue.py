@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,9 @@ import pytest
 import trustme
 from moto import mock_aws
 
+from igw.operator.dataplane import DataPlaneSettings
+from igw.operator.kube import Kube
+from igw.operator.reconcile import Reconciler
 from igw.operator.tls import UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import (
@@ -155,3 +159,65 @@ def test_dropping_auto_issue_deletes_the_imported_certificate(
         assert service is not None
         assert SSL not in service["metadata"]["annotations"]
         assert service["spec"]["ports"][0]["port"] == 80
+
+
+class _InUseOnce:
+    """moto's ACM, except that the first DeleteCertificate is refused as real ACM refuses one while a
+    load balancer listener still uses the certificate (the Load Balancer Controller moves the
+    listener to the new ARN after the Service changed, not at once)."""
+
+    def __init__(self, acm: Any) -> None:
+        self._acm = acm
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._acm, name)
+
+    def delete_certificate(self, **kwargs: Any) -> Any:
+        if not self.refused:
+            self.refused += 1
+            error = {"Error": {"Code": "ResourceInUseException", "Message": "in use by a listener"}}
+            raise self._acm.exceptions.ResourceInUseException(error, "DeleteCertificate")
+        return self._acm.delete_certificate(**kwargs)
+
+
+def test_moving_to_a_given_acm_arn_deletes_the_import_once_acm_lets_it_go(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """``tls: {}`` changed to ``tls: {acmArn}``: the imported certificate is deleted, retried while
+    ACM says it is in use. The retry lost track of it: the given ARN's status replaced the auto-issued
+    one's, so the next pass asked to delete the user's certificate (not ours: skipped) and the
+    imported one stayed in ACM for good."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("chat.llm.example.com")
+    given = acm.import_certificate(
+        Certificate=leaf.cert_chain_pems[0].bytes(), PrivateKey=leaf.private_key_pem.bytes()
+    )["CertificateArn"]
+    in_use = _InUseOnce(acm)
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: in_use)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    imported = _status_tls(cluster)["acmArn"]
+
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(tls={"acmArn": given}))
+    asyncio.run(reconciler.reconcile("inference", "chat"))  # the listener moves; ACM refuses the delete
+    assert in_use.refused == 1
+    assert _status_tls(cluster)["acmArn"] == imported  # still named, so the next pass retries
+    for _ in range(2):
+        asyncio.run(reconciler.reconcile("inference", "chat"))
+
+    left = {c["CertificateArn"] for c in acm.list_certificates()["CertificateSummaryList"]}
+    assert left == {given}
+    assert _status_tls(cluster) == {"acmArn": given}
+    service = find(cluster, "Service", "inference", "chat-gateway")
+    assert service is not None
+    assert service["metadata"]["annotations"][SSL] == given
+
+
+def _status_tls(cluster: FakeKubeApiServer) -> dict[str, Any]:
+    obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert obj is not None
+    return dict(obj["status"]["tls"])
