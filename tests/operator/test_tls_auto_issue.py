@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import trustme
 from moto import mock_aws
 
 from igw.operator.dataplane import DataPlaneSettings
-from igw.operator.kube import Kube
+from igw.operator.kube import Kube, OperatorStopping
 from igw.operator.reconcile import Reconciler
 from igw.operator.tls import UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
 from tests.fakes.kube_api import FakeKubeApiServer
@@ -221,3 +222,49 @@ def _status_tls(cluster: FakeKubeApiServer) -> dict[str, Any]:
     obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
     assert obj is not None
     return dict(obj["status"]["tls"])
+
+
+class _SlowImport:
+    """moto's ACM whose ImportCertificate waits for ``release`` (a slow or throttled ACM)."""
+
+    def __init__(self, acm: Any) -> None:
+        self._acm = acm
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._acm, name)
+
+    def import_certificate(self, **kwargs: Any) -> Any:
+        self.started.set()
+        self.release.wait(10)
+        return self._acm.import_certificate(**kwargs)
+
+
+def test_a_stopping_operator_waits_for_an_acm_import_its_cancelled_pass_left_running(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """The leader stops (SIGTERM): its passes are cancelled, but an ACM import already in its worker
+    thread runs on. ``Kube.quiesce`` (which the runner waits on before giving the Lease up) counted only
+    Kubernetes calls, so it said "nothing runs" during the import: the next leader, finding no
+    certificate of this object in ACM yet, imported a second one that no status named."""
+    slow = _SlowImport(acm)
+    kube = Kube(cluster.api_client())
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: slow)
+    reconciler = Reconciler(kube, DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+
+    async def main() -> tuple[bool, bool]:
+        running = asyncio.ensure_future(reconciler.reconcile("inference", "chat"))
+        assert await asyncio.to_thread(slow.started.wait, 10)
+        running.cancel()  # as kopf's stop cancels a handler: the thread goes on
+        busy = await asyncio.to_thread(kube.quiesce, 0.3)
+        slow.release.set()
+        idle = await asyncio.to_thread(kube.quiesce, 5)
+        with pytest.raises(OperatorStopping):  # and no ACM call starts after
+            await kube.outside(acm.list_certificates)
+        return busy, idle
+
+    assert asyncio.run(main()) == (False, True)

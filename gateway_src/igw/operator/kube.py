@@ -418,6 +418,14 @@ class Kube:
     async def _in_thread(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(self._counted, call, *args, **kwargs)
 
+    async def outside(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking call to an API outside the cluster that a pass makes (ACM's, for an
+        auto-issued certificate) in a worker thread, counted and refused after :meth:`quiesce` as the
+        Kubernetes calls are. Uncounted, a stopping leader gave its Lease up while an ACM import of
+        its cancelled pass still ran, and the next leader, finding no certificate yet, imported a
+        second one that no status named and nothing ever deleted."""
+        return await self._in_thread(call, *args, **kwargs)
+
     def quiesce(self, timeout_s: float) -> bool:
         """Refuse every API call from now on and wait up to ``timeout_s`` for those running to end;
         ``True`` when none runs any more.

@@ -355,7 +355,7 @@ class Reconciler:
             )
         previous = ((igwc.get("status") or {}).get("tls") or {}).get("acmArn")
         try:
-            arn = await asyncio.to_thread(
+            arn = await self._kube.outside(
                 self._acm.ensure_imported, issued, arn=previous, uid=meta["uid"], name=meta["name"]
             )
         except Exception as exc:  # ACM refusals (permissions, quota) are reported on the object
@@ -376,7 +376,7 @@ class Reconciler:
         if not arn or not previous.get("issuedAt") or not meta.get("uid"):
             return False
         try:
-            deleted = await asyncio.to_thread(self._acm.delete_owned, str(arn), uid=str(meta["uid"]))
+            deleted = await self._kube.outside(self._acm.delete_owned, str(arn), uid=str(meta["uid"]))
         except Exception as exc:  # logged, not raised: retried on the next pass (or left, once deleted)
             log.warning(
                 "%s/%s: deleting ACM certificate %s failed: %s",
