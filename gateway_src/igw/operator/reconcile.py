@@ -266,15 +266,18 @@ class Reconciler:
         """Delete the HorizontalPodAutoscaler this operator made for ``igwc`` once its spec no longer
         asks for one (autoscaling removed, or handed to another autoscaler with ``external: true``):
         left in place it would keep resizing the Deployment against the replicas the spec now sets,
-        or against the other autoscaler."""
+        or against the other autoscaler. The one ``kubectl delete --cascade=orphan`` left behind
+        (no controller, this data plane's labels) goes too: the Deployment is adopted back, and that
+        autoscaler would resize it just the same."""
         if horizontal_autoscaler(igwc) is not None:
             return
         meta = igwc["metadata"]
         if not meta.get("uid"):
             return
         name = base_name(meta["name"])
+        labels = object_metadata(igwc, name)["labels"]
         if await self._kube.delete_controlled(
-            HPA_API_VERSION, HPA_KIND, meta["namespace"], name, uid=meta["uid"]
+            HPA_API_VERSION, HPA_KIND, meta["namespace"], name, uid=meta["uid"], labels=labels
         ):
             log.info("%s/%s: deleted HorizontalPodAutoscaler %s", meta["namespace"], meta["name"], name)
 
