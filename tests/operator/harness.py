@@ -124,8 +124,12 @@ def tls_igwc(name: str) -> dict[str, Any]:
     return obj
 
 
-def write_tls_secret(kube: FakeKubeApiServer, name: str, hostname: str) -> str:
-    """Play cert-manager: a real certificate (leaf + CA chain) and key in the Certificate's Secret."""
+def write_tls_secret(
+    kube: FakeKubeApiServer, name: str, hostname: str, *, certificate: str | None = None
+) -> str:
+    """Play cert-manager: a real certificate (leaf + CA chain) and key in the Certificate's Secret,
+    annotated with the Certificate's name as cert-manager annotates it (``certificate``; by default
+    the Secret's name without ``-tls``, the operator's naming)."""
     ca = trustme.CA()
     leaf = ca.issue_cert(hostname)
     chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
@@ -134,7 +138,11 @@ def write_tls_secret(kube: FakeKubeApiServer, name: str, hostname: str) -> str:
         "tls.key": base64.b64encode(leaf.private_key_pem.bytes()).decode(),
     }
     current = find(kube, "Secret", "inference", name)
-    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "inference"}}
+    issued_for = certificate if certificate is not None else name.removesuffix("-tls")
+    meta: dict[str, Any] = {"name": name, "namespace": "inference"}
+    if issued_for:
+        meta["annotations"] = {"cert-manager.io/certificate-name": issued_for}
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": meta}
     body |= {"type": "kubernetes.io/tls", "data": data}
     if current is None:
         kube.add(body)

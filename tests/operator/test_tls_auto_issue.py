@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -268,3 +269,28 @@ def test_a_stopping_operator_waits_for_an_acm_import_its_cancelled_pass_left_run
         return busy, idle
 
     assert asyncio.run(main()) == (False, True)
+
+
+@pytest.mark.parametrize("issued_for", ["", "billing-api"])
+def test_a_secret_cert_manager_did_not_write_for_this_object_is_neither_imported_nor_overwritten(
+    cluster: FakeKubeApiServer, acm: Any, issued_for: str
+) -> None:
+    """Someone who may create InferenceGatewayConfigs in a namespace, but not read its Secrets, named a
+    config after an existing Secret (``<name>-gateway-tls``: made by hand, or cert-manager's for
+    another Certificate): the operator, which may read every Secret, imported that key pair into ACM
+    for the author's load balancer, and its Certificate then made cert-manager overwrite the Secret."""
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: acm)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    theirs = write_tls_secret(cluster, "billing-gateway-tls", "billing.example.com", certificate=issued_for)
+    cluster.add(tls_igwc("billing"))
+    asyncio.run(reconciler.reconcile("inference", "billing"))
+
+    refused = condition(find(cluster, "InferenceGatewayConfig", "inference", "billing"), "GatewayProgrammed")
+    assert (refused["status"], refused["reason"]) == ("False", "CertificateSecretConflict")
+    assert "Secret inference/billing-gateway-tls exists and is not cert-manager's" in refused["message"]
+    assert not acm.list_certificates()["CertificateSummaryList"]
+    assert find(cluster, "Certificate", "inference", "billing-gateway") is None
+    assert find(cluster, "Service", "inference", "billing-gateway") is None
+    secret = find(cluster, "Secret", "inference", "billing-gateway-tls")
+    assert secret is not None
+    assert _pem(base64.b64decode(secret["data"]["tls.crt"]).decode()).startswith(_pem(theirs))

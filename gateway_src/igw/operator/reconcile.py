@@ -54,12 +54,14 @@ from igw.operator.status import Observation, Transition, compute_status
 from igw.operator.tls import (
     CERT_MANAGER_API,
     CERTIFICATE_KIND,
+    CERTIFICATE_NAME_ANNOTATION,
     AcmImporter,
     AutoTlsSettings,
     IssuedCertificate,
     certificate,
     client_hostnames,
     dns_names,
+    foreign_secret,
     secret_name,
     wants_auto_issue,
 )
@@ -341,8 +343,18 @@ class Reconciler:
         except Exception as exc:  # any API refusal is reported on the object, not raised
             return TlsOutcome(problem=("CertificateFailed", _error_text(exc)))
         secret = secret_name(service_name)
+        found = await self._kube.get("v1", "Secret", namespace, secret)
+        if foreign_secret(found, service_name):
+            return TlsOutcome(
+                problem=(
+                    "CertificateSecretConflict",
+                    f"Secret {namespace}/{secret} exists and is not cert-manager's for Certificate "
+                    f"{namespace}/{service_name} (annotation {CERTIFICATE_NAME_ANNOTATION}); it is "
+                    "neither imported nor overwritten: rename this object or move that Secret",
+                )
+            )
         try:
-            issued = IssuedCertificate.from_secret(await self._kube.get("v1", "Secret", namespace, secret))
+            issued = IssuedCertificate.from_secret(found)
         except ValueError as exc:  # not PEM: cert-manager never writes that, someone else did
             problem = ("CertificateInvalid", f"Secret {namespace}/{secret}: {exc}")
             return TlsOutcome(problem=problem, certificate=wanted)
