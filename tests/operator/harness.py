@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import math
 import threading
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+import trustme
 import yaml
 
 from igw.config.crd import CRD_PATH
@@ -112,6 +114,41 @@ def jwt_provider(uri: str, *, name: str = "idp", audience: str = "inference") ->
             "provider": {"name": name, "issuer": issuer, "remoteJWKS": {"uri": uri}, "audiences": [audience]}
         }
     }
+
+
+def tls_igwc(name: str) -> dict[str, Any]:
+    """``name`` asking for an auto-issued certificate (``tls: {}``) for ``<name>.llm.example.com``."""
+    obj = igwc(name)
+    obj["spec"]["tls"] = {}
+    obj["spec"].setdefault("extensions", {})["dataPlane"] = {"hostnames": [f"{name}.llm.example.com"]}
+    return obj
+
+
+def write_tls_secret(
+    kube: FakeKubeApiServer, name: str, hostname: str, *, certificate: str | None = None
+) -> str:
+    """Play cert-manager: a real certificate (leaf + CA chain) and key in the Certificate's Secret,
+    annotated with the Certificate's name as cert-manager annotates it (``certificate``; by default
+    the Secret's name without ``-tls``, the operator's naming)."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert(hostname)
+    chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
+    data = {
+        "tls.crt": base64.b64encode(chain).decode(),
+        "tls.key": base64.b64encode(leaf.private_key_pem.bytes()).decode(),
+    }
+    current = find(kube, "Secret", "inference", name)
+    issued_for = certificate if certificate is not None else name.removesuffix("-tls")
+    meta: dict[str, Any] = {"name": name, "namespace": "inference"}
+    if issued_for:
+        meta["annotations"] = {"cert-manager.io/certificate-name": issued_for}
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": meta}
+    body |= {"type": "kubernetes.io/tls", "data": data}
+    if current is None:
+        kube.add(body)
+    else:
+        kube.store.replace(kube.store.kind_for(api_version="v1", kind="Secret"), "inference", name, body)
+    return leaf.cert_chain_pems[0].bytes().decode()
 
 
 def find(kube: FakeKubeApiServer, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

@@ -12,12 +12,16 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import boto3
+from moto import mock_aws
+
 from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.kube import Kube
 from igw.operator.reconcile import Reconciler
+from igw.operator.tls import AutoTlsSettings, IssuerRef
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.fakes.kube_store import ResourceKind, StoreError
-from tests.operator.harness import condition, find, igwc, update_spec
+from tests.operator.harness import condition, find, igwc, tls_igwc, update_spec, write_tls_secret
 
 ARN = "arn:aws:acm:us-west-2:123456789012:certificate/0a1b2c3d-4e5f-6789-abcd-ef0123456789"
 SSL_CERT = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"
@@ -135,3 +139,73 @@ def test_every_write_is_dry_run_first_but_a_binding_to_a_role_not_yet_created(
     assert {"configmaps", "roles", "deployments", "services"} <= dry
     first_real = next(i for i, (_, _, query) in enumerate(writes) if "dryRun" not in query)
     assert all(query.get("dryRun") == "All" for _, _, query in writes[:first_real])
+
+
+def _no_team_label(operation: str, obj: Mapping[str, Any], _old: Mapping[str, Any] | None) -> str | None:
+    """A cluster policy: no gateway pod template may carry a ``team`` label."""
+    labels = (((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+    return "pods may not set the team label" if "team" in labels else None
+
+
+def test_a_refused_pass_leaves_the_auto_issued_certificate_as_it_was(cluster: FakeKubeApiServer) -> None:
+    """``spec.tls: {}``: the cert-manager Certificate is part of the pass's all-or-nothing write. It was
+    written before the dry run, so a spec edit that changed the client hostnames and was then refused
+    (a webhook refusing the Deployment) still rewrote the Certificate's ``dnsNames``: cert-manager
+    reissued it, and the next pass imported the new certificate under the ARN the live load balancer
+    serves, while the status said nothing of the pass was applied."""
+    with mock_aws():
+        acm = boto3.client("acm", region_name="us-east-1")
+        auto_tls = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: acm)
+        reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=auto_tls)
+        cluster.add(tls_igwc("chat"))
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+        write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+        assert _programmed(cluster)["status"] == "True"
+        before = find(cluster, "Certificate", "inference", "chat-gateway")
+        assert before is not None
+        cluster.add_validating_webhook("policy.example.com", ["deployments"], _no_team_label)
+
+        def edit(spec: dict[str, Any]) -> None:
+            spec["extensions"]["dataPlane"]["hostnames"] = ["other.llm.example.com"]
+            spec["podDefaults"] = {"labels": {"team": "a"}}
+
+        update_spec(cluster, "inference", "chat", edit)
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+
+        refused = _programmed(cluster)
+        assert (refused["status"], refused["reason"]) == ("False", "ApplyFailed")
+        assert "nothing of this pass was applied" in refused["message"]
+        after = find(cluster, "Certificate", "inference", "chat-gateway")
+        assert after is not None
+        assert after["spec"]["dnsNames"] == before["spec"]["dnsNames"]
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+        cluster.store.validators.clear()
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+        applied = find(cluster, "Certificate", "inference", "chat-gateway")
+        assert applied is not None
+        assert applied["spec"]["dnsNames"][0] == "other.llm.example.com"
+
+
+def test_a_certificate_the_api_server_refuses_is_named_and_nothing_is_applied(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """The Certificate's own dry run is one of the pass's: refused, it is named in the status, and no
+    other object of the pass is written (before, the rest was written without it)."""
+    with mock_aws():
+        acm = boto3.client("acm", region_name="us-east-1")
+        auto_tls = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: acm)
+        reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=auto_tls)
+
+        def no_certificates(op: str, obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
+            return "certificates come from the platform team"
+
+        cluster.add_validating_webhook("policy.example.com", ["certificates"], no_certificates)
+        cluster.add(tls_igwc("chat"))
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+        refused = _programmed(cluster)
+        assert (refused["status"], refused["reason"]) == ("False", "ApplyFailed")
+        assert "dry run: Certificate inference/chat-gateway (" in refused["message"]
+        assert "certificates come from the platform team" in refused["message"]
+        assert find(cluster, "ConfigMap", "inference", "chat-gateway-config") is None

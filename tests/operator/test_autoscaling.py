@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes.dynamic import DynamicClient
 
 from igw.operator.dataplane import DataPlaneSettings
-from igw.operator.kube import Kube
+from igw.operator.kube import IGWC_API_VERSION, Kube
 from igw.operator.reconcile import Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import find, igwc, owned_by
@@ -170,3 +170,26 @@ def test_an_hpa_the_operator_did_not_make_is_left_alone(cluster: FakeKubeApiServ
     cluster.add(theirs)
     _reconcile(cluster, "chat")
     assert _hpa(cluster, "chat") is not None
+
+
+def test_the_hpa_an_orphaning_delete_left_goes_when_the_config_returns_without_autoscaling(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """``kubectl delete --cascade=orphan`` keeps the data plane, the HPA with it; the config applied
+    again adopts the Deployment. Without ``autoscaling`` now, the old HPA (no controller, so not
+    "ours" by uid) was left resizing the adopted Deployment against the spec's count on every pass."""
+    cluster.add(_with_autoscaling("chat", {"minReplicas": 3, "maxReplicas": 9}))
+    _reconcile(cluster, "chat")
+    assert _hpa(cluster, "chat") is not None
+    kind = cluster.store.kind_for(api_version=IGWC_API_VERSION, kind="InferenceGatewayConfig")
+    cluster.store.delete(kind, NAMESPACE, "chat", propagation="Orphan")
+    orphan = _hpa(cluster, "chat")
+    assert orphan is not None
+    assert "ownerReferences" not in orphan["metadata"]
+
+    reborn = cluster.add(_with_autoscaling("chat", None))
+    _reconcile(cluster, "chat")
+    assert _hpa(cluster, "chat") is None
+    deployment = _deployment(cluster, "chat")
+    assert deployment["metadata"]["ownerReferences"][0]["uid"] == reborn["metadata"]["uid"]
+    assert deployment["spec"]["replicas"] == 2

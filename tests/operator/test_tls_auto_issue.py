@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,16 +14,20 @@ import pytest
 import trustme
 from moto import mock_aws
 
+from igw.operator.dataplane import DataPlaneSettings
+from igw.operator.kube import Kube, OperatorStopping
+from igw.operator.reconcile import Reconciler
 from igw.operator.tls import UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import (
     condition,
     find,
-    igwc,
     running_operator,
+    tls_igwc,
     update_spec,
     wait_condition,
     wait_for,
+    write_tls_secret,
 )
 
 REGION = "us-east-1"
@@ -32,32 +38,6 @@ SSL = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"
 def acm() -> Iterator[Any]:
     with mock_aws():
         yield boto3.client("acm", region_name=REGION)
-
-
-def _tls_igwc(name: str) -> dict[str, Any]:
-    obj = igwc(name)
-    obj["spec"]["tls"] = {}
-    obj["spec"].setdefault("extensions", {})["dataPlane"] = {"hostnames": [f"{name}.llm.example.com"]}
-    return obj
-
-
-def _write_secret(kube: FakeKubeApiServer, name: str, hostname: str) -> str:
-    """Play cert-manager: a real certificate (leaf + CA chain) and key in the Certificate's Secret."""
-    ca = trustme.CA()
-    leaf = ca.issue_cert(hostname)
-    chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
-    data = {
-        "tls.crt": base64.b64encode(chain).decode(),
-        "tls.key": base64.b64encode(leaf.private_key_pem.bytes()).decode(),
-    }
-    current = find(kube, "Secret", "inference", name)
-    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "inference"}}
-    body |= {"type": "kubernetes.io/tls", "data": data}
-    if current is None:
-        kube.add(body)
-    else:
-        kube.store.replace(kube.store.kind_for(api_version="v1", kind="Secret"), "inference", name, body)
-    return leaf.cert_chain_pems[0].bytes().decode()
 
 
 def _options(acm: Any) -> dict[str, Any]:
@@ -72,7 +52,7 @@ def test_auto_issued_certificate_is_imported_renewed_and_deleted(
     cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
 ) -> None:
     with running_operator(kubeconfig, **_options(acm)):
-        uid = cluster.add(_tls_igwc("chat"))["metadata"]["uid"]
+        uid = cluster.add(tls_igwc("chat"))["metadata"]["uid"]
         certificate = wait_for(lambda: find(cluster, "Certificate", "inference", "chat-gateway"), what="cert")
         assert certificate["metadata"]["ownerReferences"][0]["uid"] == uid
         assert certificate["spec"]["secretName"] == "chat-gateway-tls"
@@ -89,7 +69,7 @@ def test_auto_issued_certificate_is_imported_renewed_and_deleted(
         # No plain-HTTP endpoint while the certificate is missing.
         assert find(cluster, "Service", "inference", "chat-gateway") is None
 
-        first = _write_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
+        first = write_tls_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
         wait_condition(cluster, "chat", "GatewayProgrammed", "True")
         obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
         assert obj is not None
@@ -105,7 +85,7 @@ def test_auto_issued_certificate_is_imported_renewed_and_deleted(
         assert service["metadata"]["annotations"][SSL] == arn
         assert service["spec"]["ports"][0]["port"] == 443
 
-        renewed = _write_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
+        renewed = write_tls_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
         wait_for(
             lambda: _pem(acm.get_certificate(CertificateArn=arn)["Certificate"]) == _pem(renewed),
             what="re-import of the renewed certificate",
@@ -132,7 +112,7 @@ def test_without_cert_manager_the_condition_says_so(
     certificates = cluster.store.kind_for(api_version="cert-manager.io/v1", kind="Certificate")
     cluster.store.kinds.pop(certificates.key)  # a cluster without cert-manager
     with running_operator(kubeconfig, **_options(acm)):
-        cluster.add(_tls_igwc("plain"))
+        cluster.add(tls_igwc("plain"))
 
         # A transient API error on the first pass is reported as CertificateFailed and replaced at
         # the next resync (0.5 s here), as on a real cluster; the settled reason is the one that counts.
@@ -163,9 +143,9 @@ def test_dropping_auto_issue_deletes_the_imported_certificate(
     cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
 ) -> None:
     with running_operator(kubeconfig, **_options(acm)):
-        cluster.add(_tls_igwc("edge"))
+        cluster.add(tls_igwc("edge"))
         wait_for(lambda: find(cluster, "Certificate", "inference", "edge-gateway"), what="Certificate")
-        _write_secret(cluster, "edge-gateway-tls", "edge-gateway.inference.svc")
+        write_tls_secret(cluster, "edge-gateway-tls", "edge-gateway.inference.svc")
         wait_condition(cluster, "edge", "GatewayProgrammed", "True")
         assert len(acm.list_certificates()["CertificateSummaryList"]) == 1
 
@@ -181,3 +161,136 @@ def test_dropping_auto_issue_deletes_the_imported_certificate(
         assert service is not None
         assert SSL not in service["metadata"]["annotations"]
         assert service["spec"]["ports"][0]["port"] == 80
+
+
+class _InUseOnce:
+    """moto's ACM, except that the first DeleteCertificate is refused as real ACM refuses one while a
+    load balancer listener still uses the certificate (the Load Balancer Controller moves the
+    listener to the new ARN after the Service changed, not at once)."""
+
+    def __init__(self, acm: Any) -> None:
+        self._acm = acm
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._acm, name)
+
+    def delete_certificate(self, **kwargs: Any) -> Any:
+        if not self.refused:
+            self.refused += 1
+            error = {"Error": {"Code": "ResourceInUseException", "Message": "in use by a listener"}}
+            raise self._acm.exceptions.ResourceInUseException(error, "DeleteCertificate")
+        return self._acm.delete_certificate(**kwargs)
+
+
+def test_moving_to_a_given_acm_arn_deletes_the_import_once_acm_lets_it_go(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """``tls: {}`` changed to ``tls: {acmArn}``: the imported certificate is deleted, retried while
+    ACM says it is in use. The retry lost track of it: the given ARN's status replaced the auto-issued
+    one's, so the next pass asked to delete the user's certificate (not ours: skipped) and the
+    imported one stayed in ACM for good."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("chat.llm.example.com")
+    given = acm.import_certificate(
+        Certificate=leaf.cert_chain_pems[0].bytes(), PrivateKey=leaf.private_key_pem.bytes()
+    )["CertificateArn"]
+    in_use = _InUseOnce(acm)
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: in_use)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    imported = _status_tls(cluster)["acmArn"]
+
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(tls={"acmArn": given}))
+    asyncio.run(reconciler.reconcile("inference", "chat"))  # the listener moves; ACM refuses the delete
+    assert in_use.refused == 1
+    assert _status_tls(cluster)["acmArn"] == imported  # still named, so the next pass retries
+    for _ in range(2):
+        asyncio.run(reconciler.reconcile("inference", "chat"))
+
+    left = {c["CertificateArn"] for c in acm.list_certificates()["CertificateSummaryList"]}
+    assert left == {given}
+    assert _status_tls(cluster) == {"acmArn": given}
+    service = find(cluster, "Service", "inference", "chat-gateway")
+    assert service is not None
+    assert service["metadata"]["annotations"][SSL] == given
+
+
+def _status_tls(cluster: FakeKubeApiServer) -> dict[str, Any]:
+    obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert obj is not None
+    return dict(obj["status"]["tls"])
+
+
+class _SlowImport:
+    """moto's ACM whose ImportCertificate waits for ``release`` (a slow or throttled ACM)."""
+
+    def __init__(self, acm: Any) -> None:
+        self._acm = acm
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._acm, name)
+
+    def import_certificate(self, **kwargs: Any) -> Any:
+        self.started.set()
+        self.release.wait(10)
+        return self._acm.import_certificate(**kwargs)
+
+
+def test_a_stopping_operator_waits_for_an_acm_import_its_cancelled_pass_left_running(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """The leader stops (SIGTERM): its passes are cancelled, but an ACM import already in its worker
+    thread runs on. ``Kube.quiesce`` (which the runner waits on before giving the Lease up) counted only
+    Kubernetes calls, so it said "nothing runs" during the import: the next leader, finding no
+    certificate of this object in ACM yet, imported a second one that no status named."""
+    slow = _SlowImport(acm)
+    kube = Kube(cluster.api_client())
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: slow)
+    reconciler = Reconciler(kube, DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+
+    async def main() -> tuple[bool, bool]:
+        running = asyncio.ensure_future(reconciler.reconcile("inference", "chat"))
+        assert await asyncio.to_thread(slow.started.wait, 10)
+        running.cancel()  # as kopf's stop cancels a handler: the thread goes on
+        busy = await asyncio.to_thread(kube.quiesce, 0.3)
+        slow.release.set()
+        idle = await asyncio.to_thread(kube.quiesce, 5)
+        with pytest.raises(OperatorStopping):  # and no ACM call starts after
+            await kube.outside(acm.list_certificates)
+        return busy, idle
+
+    assert asyncio.run(main()) == (False, True)
+
+
+@pytest.mark.parametrize("issued_for", ["", "billing-api"])
+def test_a_secret_cert_manager_did_not_write_for_this_object_is_neither_imported_nor_overwritten(
+    cluster: FakeKubeApiServer, acm: Any, issued_for: str
+) -> None:
+    """Someone who may create InferenceGatewayConfigs in a namespace, but not read its Secrets, named a
+    config after an existing Secret (``<name>-gateway-tls``: made by hand, or cert-manager's for
+    another Certificate): the operator, which may read every Secret, imported that key pair into ACM
+    for the author's load balancer, and its Certificate then made cert-manager overwrite the Secret."""
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: acm)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    theirs = write_tls_secret(cluster, "billing-gateway-tls", "billing.example.com", certificate=issued_for)
+    cluster.add(tls_igwc("billing"))
+    asyncio.run(reconciler.reconcile("inference", "billing"))
+
+    refused = condition(find(cluster, "InferenceGatewayConfig", "inference", "billing"), "GatewayProgrammed")
+    assert (refused["status"], refused["reason"]) == ("False", "CertificateSecretConflict")
+    assert "Secret inference/billing-gateway-tls exists and is not cert-manager's" in refused["message"]
+    assert not acm.list_certificates()["CertificateSummaryList"]
+    assert find(cluster, "Certificate", "inference", "billing-gateway") is None
+    assert find(cluster, "Service", "inference", "billing-gateway") is None
+    secret = find(cluster, "Secret", "inference", "billing-gateway-tls")
+    assert secret is not None
+    assert _pem(base64.b64decode(secret["data"]["tls.crt"]).decode()).startswith(_pem(theirs))

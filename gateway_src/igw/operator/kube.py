@@ -343,14 +343,30 @@ class Kube:
         meta = (owner or {}).get("metadata") or {}
         return meta.get("uid") == ref.get("uid") and not meta.get("deletionTimestamp")
 
-    def _delete_controlled(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> bool:
-        """Delete the object when it exists and its controller is the object ``uid``; ``True`` when
-        it was deleted. Someone else's object of that name is left alone."""
+    def _delete_controlled(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        uid: str,
+        labels: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Delete the object when it exists and its controller is the object ``uid``, or when it is an
+        orphan of that object's data plane (:func:`_adoptable` with the data plane's ``labels``); ``True``
+        when it was deleted. Someone else's object of that name is left alone.
+
+        An orphan counts: ``kubectl delete --cascade=orphan`` of a config with autoscaling, applied
+        again without it, left the old HorizontalPodAutoscaler resizing the Deployment the config
+        adopted back, against the replicas its spec sets, on every pass."""
         # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
         from kubernetes.dynamic.exceptions import NotFoundError
 
         current = self._get(api_version, kind, namespace, name)
-        if current is None or _controller_uid(current) != uid:
+        if current is None:
+            return False
+        orphan = labels is not None and _adoptable(current, {"metadata": {"labels": dict(labels)}})
+        if _controller_uid(current) != uid and not orphan:
             return False
         try:
             self._resource(api_version, kind).delete(name=name, namespace=namespace)
@@ -418,6 +434,14 @@ class Kube:
     async def _in_thread(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(self._counted, call, *args, **kwargs)
 
+    async def outside(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking call to an API outside the cluster that a pass makes (ACM's, for an
+        auto-issued certificate) in a worker thread, counted and refused after :meth:`quiesce` as the
+        Kubernetes calls are. Uncounted, a stopping leader gave its Lease up while an ACM import of
+        its cancelled pass still ran, and the next leader, finding no certificate yet, imported a
+        second one that no status named and nothing ever deleted."""
+        return await self._in_thread(call, *args, **kwargs)
+
     def quiesce(self, timeout_s: float) -> bool:
         """Refuse every API call from now on and wait up to ``timeout_s`` for those running to end;
         ``True`` when none runs any more.
@@ -439,10 +463,18 @@ class Kube:
         return await self._in_thread(self._list, api_version, kind, namespace, label_selector)
 
     async def delete_controlled(
-        self, api_version: str, kind: str, namespace: str, name: str, *, uid: str
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        labels: Mapping[str, str] | None = None,
     ) -> bool:
-        """Delete ``kind`` ``namespace/name`` if the object ``uid`` controls it (``_delete_controlled``)."""
-        return await self._in_thread(self._delete_controlled, api_version, kind, namespace, name, uid)
+        """Delete ``kind`` ``namespace/name`` if the object ``uid`` controls it, or it is an orphan of
+        the data plane labelled ``labels`` (``_delete_controlled``)."""
+        return await self._in_thread(self._delete_controlled, api_version, kind, namespace, name, uid, labels)
 
     async def apply(self, desired: Mapping[str, Any], *, initial_only: tuple[str, ...] = ()) -> bool:
         return await self._in_thread(self._apply, desired, initial_only)

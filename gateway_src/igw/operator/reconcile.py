@@ -16,8 +16,9 @@ ConfigMap carries them and the gateway's hot reload serves them; each gets ``Acc
 ``ResolvedRefs`` conditions. An object naming no config gets ``PoolNotFound``.
 
 For ``spec.tls: {}`` the pass first obtains the auto-issued certificate (:mod:`igw.operator.tls`):
-it applies the cert-manager Certificate, imports the Secret's certificate into ACM once cert-manager
-has written it, and only then applies the Service with that ARN on its TLS listener.
+it imports the Secret's certificate into ACM once cert-manager has written it, and applies the
+cert-manager Certificate with the rest of the data plane (all or nothing), the Service with that ARN on
+its TLS listener only once there is one.
 """
 
 from __future__ import annotations
@@ -52,12 +53,15 @@ from igw.operator.kube import IGWC_API_VERSION, Kube
 from igw.operator.status import Observation, Transition, compute_status
 from igw.operator.tls import (
     CERT_MANAGER_API,
+    CERTIFICATE_KIND,
+    CERTIFICATE_NAME_ANNOTATION,
     AcmImporter,
     AutoTlsSettings,
     IssuedCertificate,
     certificate,
     client_hostnames,
     dns_names,
+    foreign_secret,
     secret_name,
     wants_auto_issue,
 )
@@ -86,6 +90,9 @@ class TlsOutcome:
     status: Mapping[str, Any] | None = None
     problem: tuple[str, str] | None = None
     """``(reason, message)`` for GatewayProgrammed=False while there is no certificate to serve."""
+    certificate: Mapping[str, Any] | None = None
+    """The cert-manager Certificate to apply with the rest of the data plane (all or nothing), when
+    the cluster serves the kind."""
 
 
 class Reconciler:
@@ -201,7 +208,10 @@ class Reconciler:
             if wants_auto_issue(igwc.get("spec") or {}):
                 tls = await self._auto_issue(igwc)
             try:
-                objects = desired_objects(served, self._settings, issued_acm_arn=tls.acm_arn)
+                objects = [
+                    *([] if tls.certificate is None else [tls.certificate]),
+                    *desired_objects(served, self._settings, issued_acm_arn=tls.acm_arn),
+                ]
                 written = await self._kube.apply_all(
                     [(desired, initial_only_fields(desired, served)) for desired in objects]
                 )
@@ -258,15 +268,18 @@ class Reconciler:
         """Delete the HorizontalPodAutoscaler this operator made for ``igwc`` once its spec no longer
         asks for one (autoscaling removed, or handed to another autoscaler with ``external: true``):
         left in place it would keep resizing the Deployment against the replicas the spec now sets,
-        or against the other autoscaler."""
+        or against the other autoscaler. The one ``kubectl delete --cascade=orphan`` left behind
+        (no controller, this data plane's labels) goes too: the Deployment is adopted back, and that
+        autoscaler would resize it just the same."""
         if horizontal_autoscaler(igwc) is not None:
             return
         meta = igwc["metadata"]
         if not meta.get("uid"):
             return
         name = base_name(meta["name"])
+        labels = object_metadata(igwc, name)["labels"]
         if await self._kube.delete_controlled(
-            HPA_API_VERSION, HPA_KIND, meta["namespace"], name, uid=meta["uid"]
+            HPA_API_VERSION, HPA_KIND, meta["namespace"], name, uid=meta["uid"], labels=labels
         ):
             log.info("%s/%s: deleted HorizontalPodAutoscaler %s", meta["namespace"], meta["name"], name)
 
@@ -301,7 +314,14 @@ class Reconciler:
         )
 
     async def _auto_issue(self, igwc: Mapping[str, Any]) -> TlsOutcome:
-        """Certificate applied, Secret read, certificate in ACM: the ARN, or the step still missing."""
+        """The Certificate to apply and, once cert-manager has issued it, its ARN in ACM; or the step
+        still missing.
+
+        The Certificate is not written here: it goes into the pass's all-or-nothing write
+        (:meth:`Kube.apply_all`) with the rest of the data plane. Written here first, a pass the API
+        server then refused (``NothingApplied``) had already changed its ``dnsNames``: cert-manager
+        reissued it and the next pass imported the new certificate under the ARN the live load balancer
+        serves, while the status said nothing of the refused spec was applied."""
         # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
         from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
@@ -311,7 +331,7 @@ class Reconciler:
         hostnames = client_hostnames(igwc.get("spec") or {})
         wanted = certificate(service_name, namespace, issuer, object_metadata(igwc, service_name), hostnames)
         try:
-            await self._kube.apply(wanted)
+            await self._kube.get(CERT_MANAGER_API, CERTIFICATE_KIND, namespace, service_name)
         except ResourceNotFoundError:
             return TlsOutcome(
                 problem=(
@@ -323,10 +343,21 @@ class Reconciler:
         except Exception as exc:  # any API refusal is reported on the object, not raised
             return TlsOutcome(problem=("CertificateFailed", _error_text(exc)))
         secret = secret_name(service_name)
+        found = await self._kube.get("v1", "Secret", namespace, secret)
+        if foreign_secret(found, service_name):
+            return TlsOutcome(
+                problem=(
+                    "CertificateSecretConflict",
+                    f"Secret {namespace}/{secret} exists and is not cert-manager's for Certificate "
+                    f"{namespace}/{service_name} (annotation {CERTIFICATE_NAME_ANNOTATION}); it is "
+                    "neither imported nor overwritten: rename this object or move that Secret",
+                )
+            )
         try:
-            issued = IssuedCertificate.from_secret(await self._kube.get("v1", "Secret", namespace, secret))
+            issued = IssuedCertificate.from_secret(found)
         except ValueError as exc:  # not PEM: cert-manager never writes that, someone else did
-            return TlsOutcome(problem=("CertificateInvalid", f"Secret {namespace}/{secret}: {exc}"))
+            problem = ("CertificateInvalid", f"Secret {namespace}/{secret}: {exc}")
+            return TlsOutcome(problem=problem, certificate=wanted)
         if issued is None:
             return TlsOutcome(
                 problem=(
@@ -334,21 +365,22 @@ class Reconciler:
                     f"waiting for cert-manager to issue Certificate {namespace}/{service_name} "
                     f"(issuer {issuer.kind}/{issuer.name}) into Secret {namespace}/{secret}; "
                     "the Service is created once the certificate is in ACM",
-                )
+                ),
+                certificate=wanted,
             )
         previous = ((igwc.get("status") or {}).get("tls") or {}).get("acmArn")
         try:
-            arn = await asyncio.to_thread(
+            arn = await self._kube.outside(
                 self._acm.ensure_imported, issued, arn=previous, uid=meta["uid"], name=meta["name"]
             )
         except Exception as exc:  # ACM refusals (permissions, quota) are reported on the object
-            return TlsOutcome(problem=("AcmImportFailed", _error_text(exc)))
+            return TlsOutcome(problem=("AcmImportFailed", _error_text(exc)), certificate=wanted)
         status = {
             "acmArn": arn,
             "issuedAt": issued.issued_at,
             "dnsNames": dns_names(service_name, namespace, hostnames),
         }
-        return TlsOutcome(acm_arn=arn, status=status)
+        return TlsOutcome(acm_arn=arn, status=status, certificate=wanted)
 
     async def forget(self, igwc: Mapping[str, Any]) -> bool:
         """Delete the ACM certificate auto-issued for ``igwc`` (gone, or no longer asking for one);
@@ -359,7 +391,7 @@ class Reconciler:
         if not arn or not previous.get("issuedAt") or not meta.get("uid"):
             return False
         try:
-            deleted = await asyncio.to_thread(self._acm.delete_owned, str(arn), uid=str(meta["uid"]))
+            deleted = await self._kube.outside(self._acm.delete_owned, str(arn), uid=str(meta["uid"]))
         except Exception as exc:  # logged, not raised: retried on the next pass (or left, once deleted)
             log.warning(
                 "%s/%s: deleting ACM certificate %s failed: %s",

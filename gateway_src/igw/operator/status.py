@@ -274,12 +274,19 @@ def compute_status(
         "address": _address(seen.service),
     }
     acm_arn = (spec.get("tls") or {}).get("acmArn") if isinstance(spec.get("tls"), dict) else None
+    previous_tls = (igwc.get("status") or {}).get("tls")
     if seen.tls_retired:
         status_body["tls"] = None  # merge patch: removes the auto-issued certificate's status
     elif seen.tls_status:
         status_body["tls"] = dict(seen.tls_status)
+    elif isinstance(previous_tls, Mapping) and previous_tls.get("issuedAt"):
+        # An auto-issued certificate not deleted yet (ACM refuses while the load balancer still
+        # uses it): its status stays until it is, since it is all that names the certificate to
+        # delete. Replaced by a given ``acmArn``'s, the next pass deleted nothing and the import
+        # stayed in ACM for good.
+        status_body["tls"] = previous_tls
     elif acm_arn and seen.programmed:
         status_body["tls"] = {"acmArn": str(acm_arn)}
-    elif (igwc.get("status") or {}).get("tls"):
-        status_body["tls"] = (igwc.get("status") or {})["tls"]
+    elif previous_tls:
+        status_body["tls"] = previous_tls
     return status_body, transitions

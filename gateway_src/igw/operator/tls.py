@@ -34,6 +34,8 @@ KUBE_ACCESS: Final[dict[tuple[str, str], frozenset[str]]] = {
 }
 """The API access auto-issue needs on top of the data plane's, ``(group, resource): verbs`` (the
 Certificate is applied like every data-plane object; the Secret is only read)."""
+CERTIFICATE_NAME_ANNOTATION: Final = "cert-manager.io/certificate-name"
+"""What cert-manager writes on the Secret of a Certificate: that Certificate's name."""
 _ISSUER_KINDS: Final = ("Issuer", "ClusterIssuer")
 _PEM_END: Final = "-----END CERTIFICATE-----"
 
@@ -76,6 +78,19 @@ def wants_auto_issue(spec: Mapping[str, Any]) -> bool:
 
 def secret_name(service_name: str) -> str:
     return f"{service_name}-tls"
+
+
+def foreign_secret(secret: Mapping[str, Any] | None, certificate_name: str) -> bool:
+    """Whether ``secret`` exists and is not cert-manager's for the Certificate ``certificate_name``
+    (its ``cert-manager.io/certificate-name`` annotation names another, or none).
+
+    Such a Secret is someone else's: importing it would put their key pair on this object's load
+    balancer (the operator reads Secrets the object's author may not), and applying the Certificate
+    would make cert-manager overwrite it."""
+    if secret is None:
+        return False
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(CERTIFICATE_NAME_ANNOTATION) != certificate_name
 
 
 def dns_names(service_name: str, namespace: str, hostnames: Sequence[str] = ()) -> list[str]:
