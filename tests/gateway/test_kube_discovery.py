@@ -207,3 +207,29 @@ async def test_config_map_ref_is_read_from_the_cluster() -> None:
         with pytest.raises(ValueError, match="configMapRef inference/nope: HTTP 404"):
             await asyncio.to_thread(picker_configs_from_cluster, missing, kube.api_client())
     _ = time
+
+
+async def test_an_ipv6_pod_is_scraped_and_sent_requests() -> None:
+    """An IPv6 pod IP becomes ``[ip]:port``: joined as it was (``::1:PORT``, itself a valid IPv6
+    address), the scraper split it at the last colon and kept the pod fresh while the proxy read it
+    as a host on port 80, and every request routed there was answered 502."""
+    server = FakeModelServer("pod-v6", host="::1", port=0)
+    async with serving_fake_kube() as kube, running(server):
+        kube.add(make_pod(name="pod-v6", namespace=NS, labels={"app": "llama"}, pod_ip="::1"))
+        doc = config_doc([scheduler("llama", "llama-8b", targetPort=server.port)])
+        doc["metadata"]["namespace"] = NS
+        config = build_gateway_config(doc)
+        discovery = KubeDiscovery(api_client=kube.api_client(), namespace=NS, schedulers=config.schedulers)
+        app = create_app(config, discovery=discovery, rng=random.Random(1))
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            state = app[STATE_KEY]
+            sr = state.runtime.schedulers["llama"]
+            key = f"[::1]:{server.port}"
+            await wait_for(lambda: set(sr.pool.states) == {key}, what="the IPv6 pod", within=WATCH_WITHIN_S)
+            await wait_for(lambda: sr.scheduler.is_fresh(sr.pool.states[key].view(), state.clock()))
+            import aiohttp
+
+            async with aiohttp.ClientSession() as http:
+                resp = await http.post(url + "/v1/completions", json={"model": "llama-8b", "prompt": "x"})
+                assert resp.status == 200, await resp.text()
+                assert (await resp.json())["server"] == "pod-v6"

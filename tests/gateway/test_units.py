@@ -266,6 +266,19 @@ def test_endpoints_file_parsing_and_errors() -> None:
         "schedulers.llama[1]: unknown field 'port'",
         "schedulers.llama[1].address: expected 'host:port' with a port 1-65535, got 'h:70000'",
     )
+    ipv6 = parse_endpoints({"schedulers": {"llama": ["[::1]:8000"]}}, path=Path("e.yaml"), names=names)
+    assert ipv6 == {"llama": [DiscoveredEndpoint("[::1]:8000")]}
+    with pytest.raises(EndpointsFileError) as err:
+        parse_endpoints(
+            {"schedulers": {"llama": ["::1:8000", "[10.0.0.1]:8000", "[::1]:0"]}},
+            path=Path("e.yaml"),
+            names=names,
+        )
+    assert err.value.problems == (
+        "schedulers.llama[0]: expected 'host:port' (an IPv6 address as '[addr]:port'), got '::1:8000'",
+        "schedulers.llama[1]: expected 'host:port' with a port 1-65535, got '[10.0.0.1]:8000'",
+        "schedulers.llama[2]: expected 'host:port' with a port 1-65535, got '[::1]:0'",
+    )
     with pytest.raises(EndpointsFileError, match=r"the key 'schedulers' \(and optionally 'services'\)"):
         parse_endpoints(["x"], path=Path("e.yaml"), names=names)
     with pytest.raises(EndpointsFileError, match="optionally 'services'"):
@@ -326,6 +339,8 @@ def pod(
         ({"phase": "Pending"}, None),
         ({"ip": None}, None),
         ({"deleting": True}, None),
+        # an IPv6 pod IP in brackets: unbracketed, the proxy read "fd00::1:8000" as a host on port 80
+        ({"ip": "fd00::1"}, "[fd00::1]:8000"),
     ],
 )
 def test_pod_endpoint(kwargs: dict[str, Any], key: str | None) -> None:

@@ -19,6 +19,16 @@ max_model_len, unreflected_dispatches)``, every field positionally, by slot writ
 (:mod:`igw.scheduling.slot_init`)."""
 
 
+def endpoint_key(host: str, port: int) -> EndpointKey:
+    """``host:port`` of an endpoint, an IPv6 address in brackets (``[fd00::1]:8000``).
+
+    Why the brackets: an IPv6 pod IP joined as it is (``fd00::1:8000``) is itself a valid IPv6
+    address, so the proxy read it as a host on the default port 80 and sent every request to an
+    address nobody listens on (502), while the scraper, splitting at the last colon, scraped the pod
+    fine and kept it in scheduling."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 @dataclass(frozen=True, slots=True)
 class DiscoveredEndpoint:
     """One ``host:port`` a discovery source says belongs to a scheduler."""

@@ -1,7 +1,8 @@
 """In-cluster discovery through the Kubernetes API (the real ``kubernetes`` client).
 
 Per scheduler, a list+watch of Pods matching its ``modelSelector`` (the selector is sent to the API
-server, not applied client-side); an endpoint is ``podIP:targetPort`` of a pod that is Running,
+server, not applied client-side); an endpoint is ``podIP:targetPort`` (``[podIP]:targetPort`` for an
+IPv6 pod, :func:`~igw.gateway.endpoints.endpoint_key`) of a pod that is Running,
 Ready and not terminating. Another watch follows ConfigMaps labelled
 ``inference.networking.k8s.io/bbr-managed: "true"`` (data ``baseModel`` and ``adapters``, a YAML
 list) and feeds LoRA adapter -> base model mappings to the body-based router.
@@ -26,7 +27,7 @@ from typing import Any, Final
 from igw.config.documents import parse_text
 from igw.config.model import SchedulerSpec
 from igw.gateway.discovery import DiscoverySink
-from igw.gateway.endpoints import DiscoveredEndpoint
+from igw.gateway.endpoints import DiscoveredEndpoint, endpoint_key
 
 log = logging.getLogger("igw.gateway.discovery")
 
@@ -46,7 +47,7 @@ def pod_endpoint(pod: Any, *, target_port: int) -> DiscoveredEndpoint | None:
     if not ready:
         return None
     return DiscoveredEndpoint(
-        key=f"{status.pod_ip}:{target_port}",
+        key=endpoint_key(status.pod_ip, target_port),
         labels=dict(meta.labels or {}),
         pod=f"{meta.namespace}/{meta.name}",
     )
