@@ -8,6 +8,7 @@ import asyncio
 import random
 import socket
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kubernetes
@@ -17,6 +18,7 @@ import yaml
 from igw.config.build import build_gateway_config
 from igw.gateway.app import create_app
 from igw.gateway.discovery.kube import KubeDiscovery
+from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.serving import serve_app
 from igw.launch import picker_configs_from_cluster
@@ -233,3 +235,53 @@ async def test_an_ipv6_pod_is_scraped_and_sent_requests() -> None:
                 resp = await http.post(url + "/v1/completions", json={"model": "llama-8b", "prompt": "x"})
                 assert resp.status == 200, await resp.text()
                 assert (await resp.json())["server"] == "pod-v6"
+
+
+class _RecordingSink:
+    """A discovery sink that keeps the latest endpoint keys per scheduler."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, list[str]] = {}
+
+    def apply_endpoints(self, scheduler: str, endpoints: Sequence[DiscoveredEndpoint]) -> None:
+        self.keys[scheduler] = [e.key for e in endpoints]
+
+    def apply_bbr_adapters(self, adapters: Mapping[str, str]) -> None:
+        pass
+
+    def apply_services(self, services: Mapping[str, Sequence[str]]) -> None:
+        pass
+
+
+async def test_a_watch_that_goes_silent_is_given_up_and_the_pods_are_listed_again() -> None:
+    """A watch whose connection was black-holed sends nothing and never ends (not at its
+    ``timeoutSeconds`` either: the server's end of it cannot reach the client). Without a read
+    deadline the watch thread blocked in its socket read for good and the pool stopped following its
+    pods: a pod added after the stall was still unseen a minute later. With one it is given up one
+    grace period after its timeout and the pods are listed again."""
+    async with serving_fake_kube() as kube:
+        kube.add(make_pod(name="pod-1", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.1"))
+        doc = config_doc([scheduler("llama", "llama-8b", targetPort=8000)])
+        doc["metadata"]["namespace"] = NS
+        config = build_gateway_config(doc)
+        sink = _RecordingSink()
+        discovery = KubeDiscovery(
+            api_client=kube.api_client(),
+            namespace=NS,
+            schedulers=config.schedulers,
+            watch_timeout_s=2,
+            read_grace_s=1.0,
+        )
+        await discovery.start(sink)
+        try:
+            await wait_for(lambda: sink.keys.get("llama") == ["10.0.0.1:8000"], what="the first pod")
+            await wait_for(lambda: len(kube.open_watches()) == 2, what="both watches open")
+            kube.stall_open_watches()
+            kube.add(make_pod(name="pod-2", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.2"))
+            await wait_for(
+                lambda: sink.keys.get("llama") == ["10.0.0.1:8000", "10.0.0.2:8000"],
+                within=WATCH_WITHIN_S,
+                what="the pod added while the watch was silent",
+            )
+        finally:
+            await discovery.stop()

@@ -11,7 +11,8 @@ The ``kubernetes`` client is synchronous, so each watch runs in a daemon thread 
 objects to the event loop with ``call_soon_threadsafe``; a change reaches routing as soon as the API
 server sends the event, except during a burst of events, when deliveries are coalesced
 (:class:`_WatchThread`). A watch that ends or fails is restarted (after a short back-off on errors),
-re-listing so nothing is missed.
+re-listing so nothing is missed; one that stays silent past its ``timeoutSeconds`` (a lost
+connection) is given up and restarted the same way (:data:`WATCH_READ_GRACE_S`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,20 @@ log = logging.getLogger("igw.gateway.discovery")
 
 BBR_LABEL: Final = "inference.networking.k8s.io/bbr-managed"
 WATCH_TIMEOUT_S: Final = 30
+"""Seconds the API server keeps one watch open (``timeoutSeconds``); then it is listed again."""
+WATCH_READ_GRACE_S: Final = 5.0
+"""Seconds past :data:`WATCH_TIMEOUT_S` that a watch may stay silent before the client gives it up.
+
+Why a read deadline at all: the ``kubernetes`` client sets none by default, and the server's
+``timeoutSeconds`` ends a watch only when the server can still reach the client. A watch whose
+connection was black-holed on the way (the API server's node lost behind the cluster endpoint's load
+balancer, a NAT entry dropped) sent nothing and never ended: the thread blocked in a socket read for
+good, and the scheduler's pool stopped following its pods - new pods never received traffic, until
+the gateway restarted (measured: a pod added after the stall was still unseen 60 s later)."""
+CONNECT_TIMEOUT_S: Final = 10.0
+"""Seconds to connect to the API server, for a list or a watch."""
+LIST_TIMEOUT_S: Final = 60.0
+"""Longest silence while reading a list answer."""
 RETRY_DELAY_S: Final = 1.0
 
 
@@ -94,8 +109,14 @@ class _WatchThread:
         on_objects: Callable[[dict[str, Any]], None],
         loop: asyncio.AbstractEventLoop,
         min_interval_s: float = DELIVERY_INTERVAL_S,
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
+        read_grace_s: float = WATCH_READ_GRACE_S,
     ) -> None:
+        """``watch_timeout_s`` and ``read_grace_s``: see :data:`WATCH_TIMEOUT_S` and
+        :data:`WATCH_READ_GRACE_S` (tests shorten them)."""
         self.name = name
+        self._watch_timeout_s = watch_timeout_s
+        self._read_grace_s = read_grace_s
         self._list_fn = list_fn
         self._kwargs = dict(kwargs)
         self._on_objects = on_objects
@@ -162,14 +183,16 @@ class _WatchThread:
 
         while not self._stop.is_set():
             try:
-                listed = self._list_fn(**self._kwargs)
+                listed = self._list_fn(**self._kwargs, _request_timeout=(CONNECT_TIMEOUT_S, LIST_TIMEOUT_S))
                 objects = {f"{o.metadata.namespace}/{o.metadata.name}": o for o in listed.items}
                 self._publish(objects)
                 self._watch = watch.Watch()  # type: ignore[no-untyped-call]
                 for event in self._watch.stream(
                     self._list_fn,
                     resource_version=listed.metadata.resource_version,
-                    timeout_seconds=WATCH_TIMEOUT_S,
+                    timeout_seconds=self._watch_timeout_s,
+                    # a read deadline: a silent watch past its timeout is a lost connection
+                    _request_timeout=(CONNECT_TIMEOUT_S, self._watch_timeout_s + self._read_grace_s),
                     **self._kwargs,
                 ):
                     if self._stop.is_set():
@@ -196,8 +219,19 @@ class _WatchThread:
 
 
 class KubeDiscovery:
-    def __init__(self, *, api_client: Any, namespace: str, schedulers: tuple[SchedulerSpec, ...]) -> None:
+    def __init__(
+        self,
+        *,
+        api_client: Any,
+        namespace: str,
+        schedulers: tuple[SchedulerSpec, ...],
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
+        read_grace_s: float = WATCH_READ_GRACE_S,
+    ) -> None:
+        """``watch_timeout_s``, ``read_grace_s``: each watch's (:class:`_WatchThread`)."""
         self.api_client = api_client
+        self._watch_timeout_s = watch_timeout_s
+        self._read_grace_s = read_grace_s
         self.namespace = namespace
         self.schedulers = schedulers
         self._threads: list[_WatchThread] = []
@@ -224,6 +258,8 @@ class KubeDiscovery:
                 kwargs={"namespace": self.namespace, "label_selector": f"{BBR_LABEL}=true"},
                 on_objects=self._config_maps_handler(sink),
                 loop=loop,
+                watch_timeout_s=self._watch_timeout_s,
+                read_grace_s=self._read_grace_s,
             )
         )
         for t in self._threads:
@@ -263,6 +299,8 @@ class KubeDiscovery:
                 kwargs={"namespace": self.namespace, "label_selector": identity[0]},
                 on_objects=current_only,
                 loop=self._loop,
+                watch_timeout_s=self._watch_timeout_s,
+                read_grace_s=self._read_grace_s,
             )
             self._pod_threads[name] = (identity, thread)
             thread.start()
