@@ -5,6 +5,7 @@ configMapRef EndpointPickerConfigs."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import socket
 import time
@@ -285,3 +286,44 @@ async def test_a_watch_that_goes_silent_is_given_up_and_the_pods_are_listed_agai
             )
         finally:
             await discovery.stop()
+
+
+async def test_a_forbidden_pod_list_is_logged_once_with_the_missing_permission_and_retried_slower(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Role without ``list pods`` (RBAC 403): the gateway says once which permission it lacks, in
+    the API server's words, and tries again less and less often; once the Role is fixed the pods are
+    found. Before, the list was retried every second, each time logged as an ERROR without the
+    message that names the permission."""
+    async with serving_fake_kube() as kube:
+        kube.add(make_pod(name="pod-1", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.1"))
+        kube.forbid("pods")
+        doc = config_doc([scheduler("llama", "llama-8b", targetPort=8000)])
+        doc["metadata"]["namespace"] = NS
+        config = build_gateway_config(doc)
+        sink = _RecordingSink()
+        discovery = KubeDiscovery(api_client=kube.api_client(), namespace=NS, schedulers=config.schedulers)
+        with caplog.at_level(logging.INFO, logger="igw.gateway.discovery"):
+            await discovery.start(sink)
+            try:
+
+                def tries() -> int:
+                    return sum(1 for _, path, _ in kube.requests if path.endswith("/pods"))
+
+                await wait_for(lambda: tries() >= 3, within=WATCH_WITHIN_S, what="three tries")
+                await asyncio.sleep(1.5)  # tries at 0, 1 and 3 s, the next at 7 s (before: every second)
+                assert tries() == 3
+                errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+                assert errors == [
+                    "watch pods/llama failed: HTTP 403 Forbidden: pods is forbidden: User "
+                    '"system:serviceaccount:igw:test" cannot list resource "pods" in API group "" '
+                    'in the namespace "inference"; retrying'
+                ]
+                kube.allow_all()
+                await wait_for(
+                    lambda: sink.keys.get("llama") == ["10.0.0.1:8000"],
+                    within=WATCH_WITHIN_S,
+                    what="the pods once the Role allows listing them",
+                )
+            finally:
+                await discovery.stop()

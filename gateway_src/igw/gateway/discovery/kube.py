@@ -18,6 +18,7 @@ connection) is given up and restarted the same way (:data:`WATCH_READ_GRACE_S`).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import threading
@@ -49,6 +50,15 @@ CONNECT_TIMEOUT_S: Final = 10.0
 LIST_TIMEOUT_S: Final = 60.0
 """Longest silence while reading a list answer."""
 RETRY_DELAY_S: Final = 1.0
+"""Seconds before a failed list or watch is tried again; doubled for each failure in a row, up to
+:data:`MAX_RETRY_DELAY_S` (client-go's reflector backs off the same way, 0.8 s to 30 s)."""
+MAX_RETRY_DELAY_S: Final = 30.0
+REPEAT_LOG_S: Final = 60.0
+"""A failure repeating with the same reason is logged as an ERROR again only this often. Before, an
+RBAC 403 was logged every second for each watch, without the API server's message that names the
+missing permission, and the list was retried every second for as long as the Role was missing."""
+MAX_STATUS_MESSAGE: Final = 500
+"""Most characters of an API server's ``Status`` message quoted in a log line."""
 
 
 def pod_endpoint(pod: Any, *, target_port: int) -> DiscoveredEndpoint | None:
@@ -132,6 +142,9 @@ class _WatchThread:
         """Whether a delivery is due on the loop (the watch thread schedules one only if not)."""
         self._next_at = -math.inf
         """Loop time before which no delivery starts (set after each delivery)."""
+        self._last_failure = ""
+        self._last_logged = -math.inf
+        """The reason of the last failure logged as an ERROR, and when (``time.monotonic``)."""
 
     def start(self) -> None:
         self._thread.start()
@@ -181,7 +194,9 @@ class _WatchThread:
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
+        failures = 0
         while not self._stop.is_set():
+            ran = False
             try:
                 listed = self._list_fn(**self._kwargs, _request_timeout=(CONNECT_TIMEOUT_S, LIST_TIMEOUT_S))
                 objects = {f"{o.metadata.namespace}/{o.metadata.name}": o for o in listed.items}
@@ -195,6 +210,7 @@ class _WatchThread:
                     _request_timeout=(CONNECT_TIMEOUT_S, self._watch_timeout_s + self._read_grace_s),
                     **self._kwargs,
                 ):
+                    ran = True
                     if self._stop.is_set():
                         return
                     obj = event["object"]
@@ -206,16 +222,45 @@ class _WatchThread:
                     else:
                         objects[key] = obj
                     self._publish(objects)
+                ran = True  # the watch ran to its timeout: a working list+watch
             except ApiException as exc:
-                if self._stop.is_set():
-                    return
-                log.error("watch %s failed: HTTP %s %s; retrying", self.name, exc.status, exc.reason)
-                self._stop.wait(RETRY_DELAY_S)
+                failures = self._failed(
+                    failures, ran, f"HTTP {exc.status} {exc.reason}{_status_message(exc)}"
+                )
             except Exception as exc:  # connection errors of every kind: keep watching
-                if self._stop.is_set():
-                    return
-                log.error("watch %s failed: %s: %s; retrying", self.name, type(exc).__name__, exc)
-                self._stop.wait(RETRY_DELAY_S)
+                failures = self._failed(failures, ran, f"{type(exc).__name__}: {exc}")
+            else:
+                if failures:
+                    log.info("watch %s works again after %d failed attempt(s)", self.name, failures)
+                failures = 0
+            if failures:
+                self._stop.wait(min(RETRY_DELAY_S * 2 ** (failures - 1), MAX_RETRY_DELAY_S))
+
+    def _failed(self, failures: int, ran: bool, why: str) -> int:
+        """Log a failed list or watch and return the failures in a row (a watch that delivered events
+        before failing starts a new row). The first failure of a row is an ERROR, and so is one whose
+        reason changed; the same reason again is a DEBUG line, except every :data:`REPEAT_LOG_S`."""
+        if self._stop.is_set():
+            return 0
+        failures = 1 if ran else failures + 1
+        now = time.monotonic()
+        if failures == 1 or why != self._last_failure or now - self._last_logged >= REPEAT_LOG_S:
+            again = "" if failures == 1 else f" ({failures} attempts in a row)"
+            log.error("watch %s failed: %s; retrying%s", self.name, why, again)
+            self._last_failure, self._last_logged = why, now
+        else:
+            log.debug("watch %s failed again: %s", self.name, why)
+        return failures
+
+
+def _status_message(exc: Any) -> str:
+    """``: <message>`` of the Kubernetes ``Status`` an API error carries (a 403 names the verb, the
+    resource and the service account missing the permission), or ``""``."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, TypeError, AttributeError):
+        return ""
+    return f": {message[:MAX_STATUS_MESSAGE]}" if isinstance(message, str) and message else ""
 
 
 class KubeDiscovery:
