@@ -286,7 +286,8 @@ class EndpointPool:
     def replace(
         self, discovered: Iterable[DiscoveredEndpoint]
     ) -> tuple[list[EndpointKey], list[EndpointKey]]:
-        """Make the pool exactly ``discovered``; keep the state of endpoints that stay.
+        """Make the pool exactly ``discovered``; keep the state of endpoints that stay. An address now
+        naming another pod (both known) is a new endpoint: its key is both removed and added.
 
         Returns ``(added, removed)`` keys.
         """
@@ -297,6 +298,13 @@ class EndpointPool:
         added: list[EndpointKey] = []
         for key, d in wanted.items():
             state = self.states.get(key)
+            if state is not None and state.pod is not None and d.pod is not None and state.pod != d.pod:
+                # Another pod behind the same address (its IP reused, seen in one report, as after a
+                # watch outage): a new endpoint. Kept, the new pod inherited the old one's ejection,
+                # its prefix-cache entries, its frozen-page and failure state, and its context window.
+                self.states.pop(key).on_view_change = None
+                removed.append(key)
+                state = None
             if state is None:
                 state = self.states[key] = EndpointState(key=key, labels=dict(d.labels), pod=d.pod)
                 state.on_view_change = self._changed.add
