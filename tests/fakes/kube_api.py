@@ -53,7 +53,10 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   registered. Any other value is refused 422 as the API server refuses it.
 * failure modes: :meth:`forbid` (403 with the real message shape, for all or some resources),
   :meth:`add_validating_webhook` (a validating admission webhook that denies some writes, answered as
-  the API server answers a denial), :attr:`required_token` (401 without it), and
+  the API server answers a denial), :attr:`required_token` (401 without it),
+  :meth:`stall_open_watches` (the watches open now go silent and never end, ``timeoutSeconds``
+  included, while new requests are served: a connection black-holed on the way, e.g. the API
+  server's node lost behind the cluster endpoint's load balancer, as a client sees it), and
   :func:`unreachable_url` (nothing listening).
 
 Usage from a sync test (the sync client blocks, so the server runs on its own loop thread)::
@@ -236,6 +239,8 @@ class FakeKubeApiServer:
         self._open_watches_lock = threading.Lock()
         self._closing = False
         self._watch_epoch = 0
+        self._stall_epoch = 0
+        """Watches opened before the last :meth:`stall_open_watches` send nothing more."""
         self.gone_sent = 0
         """How many watches were answered 410 Gone (see :meth:`expire_watches`)."""
         self._thread: threading.Thread | None = None
@@ -342,6 +347,13 @@ class FakeKubeApiServer:
         must re-list."""
         self.store.compact(advance=True)
         self._watch_epoch += 1
+        self._notify_threadsafe()
+
+    def stall_open_watches(self) -> None:
+        """The watches open now send nothing more and never end (not at their ``timeoutSeconds``
+        either): what a client sees of a connection black-holed on the way. Requests made after
+        this, watches included, are served as before."""
+        self._stall_epoch += 1
         self._notify_threadsafe()
 
     def forbid(self, *plurals: str) -> None:
@@ -817,9 +829,14 @@ class FakeKubeApiServer:
         self._watch_wakeups.add(wakeup)
         with self._open_watches_lock:
             self._open_watches[wakeup] = (request.path, dict(query))
-        epoch = self._watch_epoch
+        epoch, stall = self._watch_epoch, self._stall_epoch
         try:
             while not self._closing and self._watch_epoch == epoch:
+                if self._stall_epoch != stall:  # black-holed: silent until the server stops
+                    while not self._closing:
+                        wakeup.clear()
+                        await wakeup.wait()
+                    return response
                 try:
                     events = self.store.events_after(last_rv)
                 except StoreError as exc:

@@ -5,9 +5,11 @@ configMapRef EndpointPickerConfigs."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import socket
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kubernetes
@@ -17,6 +19,7 @@ import yaml
 from igw.config.build import build_gateway_config
 from igw.gateway.app import create_app
 from igw.gateway.discovery.kube import KubeDiscovery
+from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.serving import serve_app
 from igw.launch import picker_configs_from_cluster
@@ -207,3 +210,120 @@ async def test_config_map_ref_is_read_from_the_cluster() -> None:
         with pytest.raises(ValueError, match="configMapRef inference/nope: HTTP 404"):
             await asyncio.to_thread(picker_configs_from_cluster, missing, kube.api_client())
     _ = time
+
+
+async def test_an_ipv6_pod_is_scraped_and_sent_requests() -> None:
+    """An IPv6 pod IP becomes ``[ip]:port``: joined as it was (``::1:PORT``, itself a valid IPv6
+    address), the scraper split it at the last colon and kept the pod fresh while the proxy read it
+    as a host on port 80, and every request routed there was answered 502."""
+    server = FakeModelServer("pod-v6", host="::1", port=0)
+    async with serving_fake_kube() as kube, running(server):
+        kube.add(make_pod(name="pod-v6", namespace=NS, labels={"app": "llama"}, pod_ip="::1"))
+        doc = config_doc([scheduler("llama", "llama-8b", targetPort=server.port)])
+        doc["metadata"]["namespace"] = NS
+        config = build_gateway_config(doc)
+        discovery = KubeDiscovery(api_client=kube.api_client(), namespace=NS, schedulers=config.schedulers)
+        app = create_app(config, discovery=discovery, rng=random.Random(1))
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            state = app[STATE_KEY]
+            sr = state.runtime.schedulers["llama"]
+            key = f"[::1]:{server.port}"
+            await wait_for(lambda: set(sr.pool.states) == {key}, what="the IPv6 pod", within=WATCH_WITHIN_S)
+            await wait_for(lambda: sr.scheduler.is_fresh(sr.pool.states[key].view(), state.clock()))
+            import aiohttp
+
+            async with aiohttp.ClientSession() as http:
+                resp = await http.post(url + "/v1/completions", json={"model": "llama-8b", "prompt": "x"})
+                assert resp.status == 200, await resp.text()
+                assert (await resp.json())["server"] == "pod-v6"
+
+
+class _RecordingSink:
+    """A discovery sink that keeps the latest endpoint keys per scheduler."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, list[str]] = {}
+
+    def apply_endpoints(self, scheduler: str, endpoints: Sequence[DiscoveredEndpoint]) -> None:
+        self.keys[scheduler] = [e.key for e in endpoints]
+
+    def apply_bbr_adapters(self, adapters: Mapping[str, str]) -> None:
+        pass
+
+    def apply_services(self, services: Mapping[str, Sequence[str]]) -> None:
+        pass
+
+
+async def test_a_watch_that_goes_silent_is_given_up_and_the_pods_are_listed_again() -> None:
+    """A watch whose connection was black-holed sends nothing and never ends (not at its
+    ``timeoutSeconds`` either: the server's end of it cannot reach the client). Without a read
+    deadline the watch thread blocked in its socket read for good and the pool stopped following its
+    pods: a pod added after the stall was still unseen a minute later. With one it is given up one
+    grace period after its timeout and the pods are listed again."""
+    async with serving_fake_kube() as kube:
+        kube.add(make_pod(name="pod-1", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.1"))
+        doc = config_doc([scheduler("llama", "llama-8b", targetPort=8000)])
+        doc["metadata"]["namespace"] = NS
+        config = build_gateway_config(doc)
+        sink = _RecordingSink()
+        discovery = KubeDiscovery(
+            api_client=kube.api_client(),
+            namespace=NS,
+            schedulers=config.schedulers,
+            watch_timeout_s=2,
+            read_grace_s=1.0,
+        )
+        await discovery.start(sink)
+        try:
+            await wait_for(lambda: sink.keys.get("llama") == ["10.0.0.1:8000"], what="the first pod")
+            await wait_for(lambda: len(kube.open_watches()) == 2, what="both watches open")
+            kube.stall_open_watches()
+            kube.add(make_pod(name="pod-2", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.2"))
+            await wait_for(
+                lambda: sink.keys.get("llama") == ["10.0.0.1:8000", "10.0.0.2:8000"],
+                within=WATCH_WITHIN_S,
+                what="the pod added while the watch was silent",
+            )
+        finally:
+            await discovery.stop()
+
+
+async def test_a_forbidden_pod_list_is_logged_once_with_the_missing_permission_and_retried_slower(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Role without ``list pods`` (RBAC 403): the gateway says once which permission it lacks, in
+    the API server's words, and tries again less and less often; once the Role is fixed the pods are
+    found. Before, the list was retried every second, each time logged as an ERROR without the
+    message that names the permission."""
+    async with serving_fake_kube() as kube:
+        kube.add(make_pod(name="pod-1", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.1"))
+        kube.forbid("pods")
+        doc = config_doc([scheduler("llama", "llama-8b", targetPort=8000)])
+        doc["metadata"]["namespace"] = NS
+        config = build_gateway_config(doc)
+        sink = _RecordingSink()
+        discovery = KubeDiscovery(api_client=kube.api_client(), namespace=NS, schedulers=config.schedulers)
+        with caplog.at_level(logging.INFO, logger="igw.gateway.discovery"):
+            await discovery.start(sink)
+            try:
+
+                def tries() -> int:
+                    return sum(1 for _, path, _ in kube.requests if path.endswith("/pods"))
+
+                await wait_for(lambda: tries() >= 3, within=WATCH_WITHIN_S, what="three tries")
+                await asyncio.sleep(1.5)  # tries at 0, 1 and 3 s, the next at 7 s (before: every second)
+                assert tries() == 3
+                errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+                assert errors == [
+                    "watch pods/llama failed: HTTP 403 Forbidden: pods is forbidden: User "
+                    '"system:serviceaccount:igw:test" cannot list resource "pods" in API group "" '
+                    'in the namespace "inference"; retrying'
+                ]
+                kube.allow_all()
+                await wait_for(
+                    lambda: sink.keys.get("llama") == ["10.0.0.1:8000"],
+                    within=WATCH_WITHIN_S,
+                    what="the pods once the Role allows listing them",
+                )
+            finally:
+                await discovery.stop()

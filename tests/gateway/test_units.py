@@ -4,6 +4,7 @@ endpoint pool, Kubernetes object conversion."""
 from __future__ import annotations
 
 import dataclasses
+import random
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from igw.config.build import build_gateway_config
 from igw.config.model import (
     BbrSpec,
     ConfigMapRef,
@@ -23,10 +25,13 @@ from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.discovery.kube import adapters_from_config_map, pod_endpoint
 from igw.gateway.discovery.static_file import EndpointsFileError, parse_endpoints, parse_services
 from igw.gateway.endpoints import DiscoveredEndpoint, EndpointPool
+from igw.gateway.guards import OpenGuard
 from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.model_router import ModelRouter
 from igw.gateway.request_body import BadRequestBody, parse_body
 from igw.gateway.runtime import SchedulerRuntime
+from igw.gateway.state import GatewayState
+from tests.gateway.support import config_doc, scheduler
 
 CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, RERANK, SCORE = (
     InferenceApi.CHAT,
@@ -266,6 +271,19 @@ def test_endpoints_file_parsing_and_errors() -> None:
         "schedulers.llama[1]: unknown field 'port'",
         "schedulers.llama[1].address: expected 'host:port' with a port 1-65535, got 'h:70000'",
     )
+    ipv6 = parse_endpoints({"schedulers": {"llama": ["[::1]:8000"]}}, path=Path("e.yaml"), names=names)
+    assert ipv6 == {"llama": [DiscoveredEndpoint("[::1]:8000")]}
+    with pytest.raises(EndpointsFileError) as err:
+        parse_endpoints(
+            {"schedulers": {"llama": ["::1:8000", "[10.0.0.1]:8000", "[::1]:0"]}},
+            path=Path("e.yaml"),
+            names=names,
+        )
+    assert err.value.problems == (
+        "schedulers.llama[0]: expected 'host:port' (an IPv6 address as '[addr]:port'), got '::1:8000'",
+        "schedulers.llama[1]: expected 'host:port' with a port 1-65535, got '[10.0.0.1]:8000'",
+        "schedulers.llama[2]: expected 'host:port' with a port 1-65535, got '[::1]:0'",
+    )
     with pytest.raises(EndpointsFileError, match=r"the key 'schedulers' \(and optionally 'services'\)"):
         parse_endpoints(["x"], path=Path("e.yaml"), names=names)
     with pytest.raises(EndpointsFileError, match="optionally 'services'"):
@@ -305,6 +323,40 @@ def test_pool_replace_keeps_state_of_survivors() -> None:
     assert pool.states["a:1"].labels == {"x": "y"}
 
 
+def test_an_address_reused_by_another_pod_is_a_new_endpoint() -> None:
+    """Pod ``a`` left and pod ``b`` got its IP, seen in one report (a relist after a watch outage):
+    ``b`` is a new endpoint, not ``a``'s state under a new name. Kept, ``b`` inherited ``a``'s
+    ejection by outlier detection (``a`` was failing on its way out), its prefix-cache entries, its
+    frozen-page and failure state and its context window."""
+    config = build_gateway_config(config_doc([scheduler("llama", "llama-8b")]))
+    state = GatewayState(config, guard=OpenGuard(), clock=lambda: 0.0, rng=random.Random(0))
+    state.apply_endpoints(
+        "llama",
+        [DiscoveredEndpoint("10.0.0.1:8000", pod="ns/a"), DiscoveredEndpoint("10.0.0.2:8000", pod="ns/c")],
+    )
+    sr = state.runtime.schedulers["llama"]
+    old = sr.pool.states["10.0.0.1:8000"]
+    old.max_model_len, old.scrape_failing = 2048, True
+    outliers = sr.scheduler.outliers
+    for _ in range(outliers.settings.consecutive_failures):
+        outliers.failed("10.0.0.1:8000", now=0.0)
+    assert "10.0.0.1:8000" in outliers.ejected
+
+    state.apply_endpoints(
+        "llama",
+        [DiscoveredEndpoint("10.0.0.1:8000", pod="ns/b"), DiscoveredEndpoint("10.0.0.2:8000", pod="ns/c")],
+    )
+    new = sr.pool.states["10.0.0.1:8000"]
+    assert new is not old
+    assert (new.pod, new.max_model_len, new.scrape_failing) == ("ns/b", None, False)
+    assert "10.0.0.1:8000" not in outliers.ejected
+    # the same pod reported again, or without a pod name (the endpoints file), keeps its state
+    state.apply_endpoints(
+        "llama", [DiscoveredEndpoint("10.0.0.1:8000", pod="ns/b"), DiscoveredEndpoint("10.0.0.2:8000")]
+    )
+    assert sr.pool.states["10.0.0.1:8000"] is new
+
+
 def pod(
     *, phase: str = "Running", ready: str = "True", ip: str | None = "10.1.1.1", deleting: bool = False
 ) -> Any:
@@ -326,6 +378,8 @@ def pod(
         ({"phase": "Pending"}, None),
         ({"ip": None}, None),
         ({"deleting": True}, None),
+        # an IPv6 pod IP in brackets: unbracketed, the proxy read "fd00::1:8000" as a host on port 80
+        ({"ip": "fd00::1"}, "[fd00::1]:8000"),
     ],
 )
 def test_pod_endpoint(kwargs: dict[str, Any], key: str | None) -> None:

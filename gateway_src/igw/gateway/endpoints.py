@@ -19,6 +19,16 @@ max_model_len, unreflected_dispatches)``, every field positionally, by slot writ
 (:mod:`igw.scheduling.slot_init`)."""
 
 
+def endpoint_key(host: str, port: int) -> EndpointKey:
+    """``host:port`` of an endpoint, an IPv6 address in brackets (``[fd00::1]:8000``).
+
+    Why the brackets: an IPv6 pod IP joined as it is (``fd00::1:8000``) is itself a valid IPv6
+    address, so the proxy read it as a host on the default port 80 and sent every request to an
+    address nobody listens on (502), while the scraper, splitting at the last colon, scraped the pod
+    fine and kept it in scheduling."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 @dataclass(frozen=True, slots=True)
 class DiscoveredEndpoint:
     """One ``host:port`` a discovery source says belongs to a scheduler."""
@@ -276,7 +286,8 @@ class EndpointPool:
     def replace(
         self, discovered: Iterable[DiscoveredEndpoint]
     ) -> tuple[list[EndpointKey], list[EndpointKey]]:
-        """Make the pool exactly ``discovered``; keep the state of endpoints that stay.
+        """Make the pool exactly ``discovered``; keep the state of endpoints that stay. An address now
+        naming another pod (both known) is a new endpoint: its key is both removed and added.
 
         Returns ``(added, removed)`` keys.
         """
@@ -287,6 +298,13 @@ class EndpointPool:
         added: list[EndpointKey] = []
         for key, d in wanted.items():
             state = self.states.get(key)
+            if state is not None and state.pod is not None and d.pod is not None and state.pod != d.pod:
+                # Another pod behind the same address (its IP reused, seen in one report, as after a
+                # watch outage): a new endpoint. Kept, the new pod inherited the old one's ejection,
+                # its prefix-cache entries, its frozen-page and failure state, and its context window.
+                self.states.pop(key).on_view_change = None
+                removed.append(key)
+                state = None
             if state is None:
                 state = self.states[key] = EndpointState(key=key, labels=dict(d.labels), pod=d.pod)
                 state.on_view_change = self._changed.add

@@ -1,7 +1,8 @@
 """In-cluster discovery through the Kubernetes API (the real ``kubernetes`` client).
 
 Per scheduler, a list+watch of Pods matching its ``modelSelector`` (the selector is sent to the API
-server, not applied client-side); an endpoint is ``podIP:targetPort`` of a pod that is Running,
+server, not applied client-side); an endpoint is ``podIP:targetPort`` (``[podIP]:targetPort`` for an
+IPv6 pod, :func:`~igw.gateway.endpoints.endpoint_key`) of a pod that is Running,
 Ready and not terminating. Another watch follows ConfigMaps labelled
 ``inference.networking.k8s.io/bbr-managed: "true"`` (data ``baseModel`` and ``adapters``, a YAML
 list) and feeds LoRA adapter -> base model mappings to the body-based router.
@@ -10,12 +11,14 @@ The ``kubernetes`` client is synchronous, so each watch runs in a daemon thread 
 objects to the event loop with ``call_soon_threadsafe``; a change reaches routing as soon as the API
 server sends the event, except during a burst of events, when deliveries are coalesced
 (:class:`_WatchThread`). A watch that ends or fails is restarted (after a short back-off on errors),
-re-listing so nothing is missed.
+re-listing so nothing is missed; one that stays silent past its ``timeoutSeconds`` (a lost
+connection) is given up and restarted the same way (:data:`WATCH_READ_GRACE_S`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import threading
@@ -26,13 +29,36 @@ from typing import Any, Final
 from igw.config.documents import parse_text
 from igw.config.model import SchedulerSpec
 from igw.gateway.discovery import DiscoverySink
-from igw.gateway.endpoints import DiscoveredEndpoint
+from igw.gateway.endpoints import DiscoveredEndpoint, endpoint_key
 
 log = logging.getLogger("igw.gateway.discovery")
 
 BBR_LABEL: Final = "inference.networking.k8s.io/bbr-managed"
 WATCH_TIMEOUT_S: Final = 30
+"""Seconds the API server keeps one watch open (``timeoutSeconds``); then it is listed again."""
+WATCH_READ_GRACE_S: Final = 5.0
+"""Seconds past :data:`WATCH_TIMEOUT_S` that a watch may stay silent before the client gives it up.
+
+Why a read deadline at all: the ``kubernetes`` client sets none by default, and the server's
+``timeoutSeconds`` ends a watch only when the server can still reach the client. A watch whose
+connection was black-holed on the way (the API server's node lost behind the cluster endpoint's load
+balancer, a NAT entry dropped) sent nothing and never ended: the thread blocked in a socket read for
+good, and the scheduler's pool stopped following its pods - new pods never received traffic, until
+the gateway restarted (measured: a pod added after the stall was still unseen 60 s later)."""
+CONNECT_TIMEOUT_S: Final = 10.0
+"""Seconds to connect to the API server, for a list or a watch."""
+LIST_TIMEOUT_S: Final = 60.0
+"""Longest silence while reading a list answer."""
 RETRY_DELAY_S: Final = 1.0
+"""Seconds before a failed list or watch is tried again; doubled for each failure in a row, up to
+:data:`MAX_RETRY_DELAY_S` (client-go's reflector backs off the same way, 0.8 s to 30 s)."""
+MAX_RETRY_DELAY_S: Final = 30.0
+REPEAT_LOG_S: Final = 60.0
+"""A failure repeating with the same reason is logged as an ERROR again only this often. Before, an
+RBAC 403 was logged every second for each watch, without the API server's message that names the
+missing permission, and the list was retried every second for as long as the Role was missing."""
+MAX_STATUS_MESSAGE: Final = 500
+"""Most characters of an API server's ``Status`` message quoted in a log line."""
 
 
 def pod_endpoint(pod: Any, *, target_port: int) -> DiscoveredEndpoint | None:
@@ -46,7 +72,7 @@ def pod_endpoint(pod: Any, *, target_port: int) -> DiscoveredEndpoint | None:
     if not ready:
         return None
     return DiscoveredEndpoint(
-        key=f"{status.pod_ip}:{target_port}",
+        key=endpoint_key(status.pod_ip, target_port),
         labels=dict(meta.labels or {}),
         pod=f"{meta.namespace}/{meta.name}",
     )
@@ -93,8 +119,14 @@ class _WatchThread:
         on_objects: Callable[[dict[str, Any]], None],
         loop: asyncio.AbstractEventLoop,
         min_interval_s: float = DELIVERY_INTERVAL_S,
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
+        read_grace_s: float = WATCH_READ_GRACE_S,
     ) -> None:
+        """``watch_timeout_s`` and ``read_grace_s``: see :data:`WATCH_TIMEOUT_S` and
+        :data:`WATCH_READ_GRACE_S` (tests shorten them)."""
         self.name = name
+        self._watch_timeout_s = watch_timeout_s
+        self._read_grace_s = read_grace_s
         self._list_fn = list_fn
         self._kwargs = dict(kwargs)
         self._on_objects = on_objects
@@ -110,6 +142,9 @@ class _WatchThread:
         """Whether a delivery is due on the loop (the watch thread schedules one only if not)."""
         self._next_at = -math.inf
         """Loop time before which no delivery starts (set after each delivery)."""
+        self._last_failure = ""
+        self._last_logged = -math.inf
+        """The reason of the last failure logged as an ERROR, and when (``time.monotonic``)."""
 
     def start(self) -> None:
         self._thread.start()
@@ -159,18 +194,23 @@ class _WatchThread:
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
+        failures = 0
         while not self._stop.is_set():
+            ran = False
             try:
-                listed = self._list_fn(**self._kwargs)
+                listed = self._list_fn(**self._kwargs, _request_timeout=(CONNECT_TIMEOUT_S, LIST_TIMEOUT_S))
                 objects = {f"{o.metadata.namespace}/{o.metadata.name}": o for o in listed.items}
                 self._publish(objects)
                 self._watch = watch.Watch()  # type: ignore[no-untyped-call]
                 for event in self._watch.stream(
                     self._list_fn,
                     resource_version=listed.metadata.resource_version,
-                    timeout_seconds=WATCH_TIMEOUT_S,
+                    timeout_seconds=self._watch_timeout_s,
+                    # a read deadline: a silent watch past its timeout is a lost connection
+                    _request_timeout=(CONNECT_TIMEOUT_S, self._watch_timeout_s + self._read_grace_s),
                     **self._kwargs,
                 ):
+                    ran = True
                     if self._stop.is_set():
                         return
                     obj = event["object"]
@@ -182,21 +222,61 @@ class _WatchThread:
                     else:
                         objects[key] = obj
                     self._publish(objects)
+                ran = True  # the watch ran to its timeout: a working list+watch
             except ApiException as exc:
-                if self._stop.is_set():
-                    return
-                log.error("watch %s failed: HTTP %s %s; retrying", self.name, exc.status, exc.reason)
-                self._stop.wait(RETRY_DELAY_S)
+                failures = self._failed(
+                    failures, ran, f"HTTP {exc.status} {exc.reason}{_status_message(exc)}"
+                )
             except Exception as exc:  # connection errors of every kind: keep watching
-                if self._stop.is_set():
-                    return
-                log.error("watch %s failed: %s: %s; retrying", self.name, type(exc).__name__, exc)
-                self._stop.wait(RETRY_DELAY_S)
+                failures = self._failed(failures, ran, f"{type(exc).__name__}: {exc}")
+            else:
+                if failures:
+                    log.info("watch %s works again after %d failed attempt(s)", self.name, failures)
+                failures = 0
+            if failures:
+                self._stop.wait(min(RETRY_DELAY_S * 2 ** (failures - 1), MAX_RETRY_DELAY_S))
+
+    def _failed(self, failures: int, ran: bool, why: str) -> int:
+        """Log a failed list or watch and return the failures in a row (a watch that delivered events
+        before failing starts a new row). The first failure of a row is an ERROR, and so is one whose
+        reason changed; the same reason again is a DEBUG line, except every :data:`REPEAT_LOG_S`."""
+        if self._stop.is_set():
+            return 0
+        failures = 1 if ran else failures + 1
+        now = time.monotonic()
+        if failures == 1 or why != self._last_failure or now - self._last_logged >= REPEAT_LOG_S:
+            again = "" if failures == 1 else f" ({failures} attempts in a row)"
+            log.error("watch %s failed: %s; retrying%s", self.name, why, again)
+            self._last_failure, self._last_logged = why, now
+        else:
+            log.debug("watch %s failed again: %s", self.name, why)
+        return failures
+
+
+def _status_message(exc: Any) -> str:
+    """``: <message>`` of the Kubernetes ``Status`` an API error carries (a 403 names the verb, the
+    resource and the service account missing the permission), or ``""``."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, TypeError, AttributeError):
+        return ""
+    return f": {message[:MAX_STATUS_MESSAGE]}" if isinstance(message, str) and message else ""
 
 
 class KubeDiscovery:
-    def __init__(self, *, api_client: Any, namespace: str, schedulers: tuple[SchedulerSpec, ...]) -> None:
+    def __init__(
+        self,
+        *,
+        api_client: Any,
+        namespace: str,
+        schedulers: tuple[SchedulerSpec, ...],
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
+        read_grace_s: float = WATCH_READ_GRACE_S,
+    ) -> None:
+        """``watch_timeout_s``, ``read_grace_s``: each watch's (:class:`_WatchThread`)."""
         self.api_client = api_client
+        self._watch_timeout_s = watch_timeout_s
+        self._read_grace_s = read_grace_s
         self.namespace = namespace
         self.schedulers = schedulers
         self._threads: list[_WatchThread] = []
@@ -223,6 +303,8 @@ class KubeDiscovery:
                 kwargs={"namespace": self.namespace, "label_selector": f"{BBR_LABEL}=true"},
                 on_objects=self._config_maps_handler(sink),
                 loop=loop,
+                watch_timeout_s=self._watch_timeout_s,
+                read_grace_s=self._read_grace_s,
             )
         )
         for t in self._threads:
@@ -262,6 +344,8 @@ class KubeDiscovery:
                 kwargs={"namespace": self.namespace, "label_selector": identity[0]},
                 on_objects=current_only,
                 loop=self._loop,
+                watch_timeout_s=self._watch_timeout_s,
+                read_grace_s=self._read_grace_s,
             )
             self._pod_threads[name] = (identity, thread)
             thread.start()

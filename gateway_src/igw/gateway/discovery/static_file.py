@@ -9,6 +9,7 @@ mapping with ``address`` and optional ``labels``; optionally ``services``, plain
         - 127.0.0.1:8001
         - address: 127.0.0.1:8002
           labels: {gpu: a10g}
+        - "[::1]:8003"          # an IPv6 address in brackets
     services:
       fallback-svc: [127.0.0.1:9000]
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,10 +43,19 @@ class EndpointsFileError(IgwGatewayError, ValueError):
 
 
 def _address(value: Any, where: str, problems: list[str]) -> str | None:
-    if not isinstance(value, str) or value.count(":") != 1:
-        problems.append(f"{where}: expected 'host:port', got {value!r}")
+    """``host:port`` or ``[ipv6]:port`` (the form discovery gives an IPv6 pod); an unbracketed IPv6
+    address is refused: ``fd00::1:8000`` reads as a host on the default port."""
+    if not isinstance(value, str) or (value.count(":") != 1 and not value.startswith("[")):
+        v6 = " (an IPv6 address as '[addr]:port')" if isinstance(value, str) and value.count(":") > 1 else ""
+        problems.append(f"{where}: expected 'host:port'{v6}, got {value!r}")
         return None
     host, _, port = value.rpartition(":")
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host.removeprefix("[").removesuffix("]"))
+        except ValueError:
+            host = ""
+        host = host if host.endswith("]") else ""
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         problems.append(f"{where}: expected 'host:port' with a port 1-65535, got {value!r}")
         return None
