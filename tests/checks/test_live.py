@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,7 +51,7 @@ NO_KV_PAGE = "\n".join(line for line in VLLM_PAGE.splitlines() if "kv_cache" not
 class _MetricsServer:
     """A real HTTP server on loopback serving one /metrics page (changeable between scans)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.page: str | None = VLLM_PAGE
         outer = self
 
@@ -69,7 +70,14 @@ class _MetricsServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server_class = ThreadingHTTPServer
+        if ":" in host:
+
+            class IPv6Server(ThreadingHTTPServer):
+                address_family = socket.AF_INET6
+
+            server_class = IPv6Server
+        self.server = server_class((host, 0), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
@@ -89,7 +97,7 @@ def metrics() -> Iterator[_MetricsServer]:
         yield server
 
 
-def _seed(kube: FakeKubeApiServer, port: int) -> None:
+def _seed(kube: FakeKubeApiServer, port: int, pod_ip: str = "127.0.0.1") -> None:
     """The secure corpus, with the llama scheduler pointed at a real metrics server and live pods."""
     docs = copy.deepcopy(secure_docs())
     igwc = find(docs, "InferenceGatewayConfig", "gateway")
@@ -108,7 +116,7 @@ def _seed(kube: FakeKubeApiServer, port: int) -> None:
                 labels={"app": "llama-8b"},
                 args=["--model", "llama", "--port", str(port)],
                 port=port,
-                pod_ip="127.0.0.1",
+                pod_ip=pod_ip,
                 ready=index < 2,
             )
         )
@@ -158,6 +166,17 @@ def test_live_preflight_with_probe(tmp_path: Path, metrics: _MetricsServer) -> N
         [probe] = _by_check(report, "IGW-PF014")
         assert probe["status"] == "FAIL"
         assert "HTTP 404" in probe["message"]
+
+
+def test_the_probe_reaches_ipv6_pods(tmp_path: Path) -> None:
+    """An IPv6 pod IP goes in brackets in the probe's URL; joined as it is (``http://::1:PORT``) every
+    IPv6 pod was reported unreachable."""
+    with _MetricsServer("::1") as metrics, running_fake_kube() as kube:
+        _seed(kube, metrics.port, pod_ip="::1")
+        code, report = _scan(kube, tmp_path, "--probe", "--skip-check", "IGW-PF015")
+        [probe] = _by_check(report, "IGW-PF014")
+        assert probe == {**probe, "status": "PASS", "message": "2 pod(s) expose every signal"}
+        assert code == 0
 
 
 def test_probe_is_opt_in(tmp_path: Path, metrics: _MetricsServer) -> None:

@@ -15,6 +15,7 @@ from igw.checks.metrics_probe import evaluate, fetch_pages, metric_names
 from igw.checks.model import CheckMeta, Command, Result, Severity
 from igw.checks.model_servers import ServerGroup, server_groups
 from igw.engines import engine as lookup_engine
+from igw.gateway.endpoints import endpoint_key
 
 META = CheckMeta(
     id="IGW-PF014",
@@ -49,7 +50,9 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
         for pod in group.pods:
             ip = (pod.get("status") or {}).get("podIP")
             if ip and is_pod_ready(pod):
-                targets.append((pod, f"http://{ip}:{group.scheduler.target_port}{engine.metrics_path}"))
+                targets.append(
+                    (pod, f"http://{endpoint_key(ip, group.scheduler.target_port)}{engine.metrics_path}")
+                )
         if not targets:
             yield r.skip(group.resource, Missing("no Ready pod with an IP to probe"))
             continue
