@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -121,6 +122,30 @@ async def test_a_silent_pod_times_out_and_a_fresh_connection_follows() -> None:
             await http.get(pod.key, "/metrics", timeout_s=0.2, max_bytes=10)
         assert (await http.get(pod.key, "/metrics", timeout_s=2, max_bytes=10)).body == b"late"
     assert pod.connections == 2
+
+
+async def test_the_connect_counts_against_the_scrape_timeout() -> None:
+    """A pod whose accept queue is full drops the SYN; the kernel sends it again after 1 s and the
+    connect completes then (the queue freed meanwhile). The pod never answers: the scrape fails at
+    its 1.5 s timeout, counted from the start, not 1.5 s after the late connect (about 2.5 s)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)  # one connection waiting to be accepted fills the queue
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port))
+    loop = asyncio.get_running_loop()
+    freed = loop.call_later(0.3, lambda: listener.accept()[0].close())
+    try:
+        async with client() as http:
+            started = loop.time()
+            with pytest.raises(TimeoutError):
+                await http.get(f"127.0.0.1:{port}", "/metrics", timeout_s=1.5, max_bytes=10)
+            elapsed = loop.time() - started
+    finally:
+        freed.cancel()
+        filler.close()
+        listener.close()
+    assert 1.4 < elapsed < 2.1, elapsed
 
 
 async def test_a_finished_requests_deadline_does_not_fail_the_next_request_on_its_connection() -> None:

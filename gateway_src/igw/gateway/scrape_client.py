@@ -244,9 +244,13 @@ class ScrapeClient:
             if not candidate.closed:
                 conn = candidate
                 break
+        loop = asyncio.get_running_loop()
+        # One deadline for the connect and the answer: a connect that took most of ``timeout_s`` (a
+        # SYN dropped by a pod's full accept queue is sent again after 1 s) left the answer a whole
+        # ``timeout_s`` more, so a struggling pod was failed up to twice the scrape timeout late.
+        deadline = math.ceil((loop.time() + timeout_s) / TIMEOUT_GRAIN) * TIMEOUT_GRAIN
         if conn is None:
             conn = await self._connect(pod, timeout_s)
-        loop = asyncio.get_running_loop()
         answer: asyncio.Future[ScrapeResponse] = loop.create_future()
 
         def done(status: int, body: bytes, error: BaseException | None) -> None:
@@ -259,7 +263,7 @@ class ScrapeClient:
 
         try:
             conn.send(pod.head(key, path), max_bytes=max_bytes, done=done)
-            self._watch(loop, conn, timeout_s)
+            self._watch(loop, conn, timeout_s, deadline)
             return await answer
         except asyncio.CancelledError:
             conn.abort()  # the response may still arrive: this connection is out of step now
