@@ -14,7 +14,7 @@ from igw.scheduling.types import DecisionKind, RoutingDecision
 def _request(metrics: GatewayMetrics, *, status: int, streamed: bool, requested: str | None = None) -> None:
     obs = RequestObserver(metrics, request_id="r", method="POST", path="/v1/completions")
     if requested is not None:
-        obs.record.requested_model = requested
+        obs.rewritten(requested, named=True)
     obs.routed(model="m", scheduler="s", stream=streamed, base_model="b", configured=True)
     result = ExchangeResult(
         answer=web.Response(status=status),

@@ -11,10 +11,12 @@ import aiohttp
 import orjson
 import pytest
 import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from igw.cli.main import main
 from igw.errors import IgwGatewayError
-from igw.gateway.debug_api import DEBUG_DECISIONS_PATH, DEBUG_TOKEN_ENV, DecisionDebug
+from igw.gateway.debug_api import DEBUG_DECISIONS_PATH, DEBUG_TOKEN_ENV, DecisionDebug, add_debug_routes
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, DecisionLog
 from igw.scheduling.factory import scheduler_from_picker_config, scheduler_from_weights
 from igw.scheduling.settings import RoutingSettings
@@ -190,3 +192,41 @@ def test_a_saturated_decision_from_a_detector_still_names_what_was_excluded() ->
     d = s.pick(req(), views, now=0.0)
     assert d.kind is DecisionKind.SATURATED
     assert d.removed == {"stale": "stale or failing metrics"}
+
+
+@pytest.mark.parametrize(
+    ("limit", "status", "entries"),
+    [("2", 200, 2), ("0002", 200, 2), ("9" * 5000, 200, 3), ("²", 400, 0), ("٣", 400, 0), ("000", 400, 0)],
+)
+async def test_a_limit_is_ascii_digits_and_never_a_server_error(
+    limit: str, status: int, entries: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``?limit=²`` (``str.isdigit`` says yes, ``int`` says no) and a limit of 5,000 digits (past
+    ``int``'s 4,300) were 500s with a logged traceback; a huge limit means every entry kept."""
+    decision_log = DecisionLog(3, token=TOKEN)
+    scheduler = scheduler_from_weights({"queue": 2}, routing=RoutingSettings(), rng=random.Random(1))
+    for i in range(3):
+        decision = scheduler.pick(req(request_id=f"r{i}"), [ep("a"), ep("b")], now=0.0)
+        decision_log.record(
+            request_id=f"r{i}", scheduler="s", model="m", candidates=2, decision=decision, elapsed_s=None
+        )
+    app = web.Application()
+    add_debug_routes(app, decision_log)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as http:
+            resp = await http.get(
+                server.make_url(DEBUG_DECISIONS_PATH),
+                params={"limit": limit},
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            )
+            body = await resp.json()
+    finally:
+        await server.close()
+    assert resp.status == status, body
+    if status == 200:
+        assert len(body["decisions"]) == entries
+    else:
+        assert body["error"]["param"] == "limit"
+    assert not [r for r in caplog.records if r.exc_info]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from igw.gateway.trace_export import (
     RepeatThrottle,
     throttle_exporter_logs,
 )
+from igw.gateway.tracing import Tracing
+from igw.gateway.tracing_options import tracing_options
 from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
 from tests.observability.live_gateway import MODEL, igw_serve, wait_ready
@@ -149,6 +152,45 @@ def test_unreachable_collector_counts_failed_spans_and_logs_once(caplog: pytest.
     }
     for name in EXPORTER_LOGGERS:  # undone: the filter is gone from every logger
         assert throttle not in logging.getLogger(name).filters
+
+
+def test_shutdown_with_the_collector_silent_ends_within_the_exporter_timeout() -> None:
+    """A collector that accepts connections and never answers: the final flush at shutdown took the
+    SDK's own 30 s bound (batch after batch, each retried for the exporter's timeout), where the
+    documentation and the pod's grace period allow the exporter's timeout. Now the exporter is
+    stopped when that has passed, and every span handed over is counted."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # connections complete in the kernel; nothing ever reads or answers
+        port = silent.getsockname()[1]
+        env = {"OTEL_EXPORTER_OTLP_TIMEOUT": "1.5"}
+        options = tracing_options(f"http://127.0.0.1:{port}", 1.0, env=env)
+        assert options is not None
+        assert options.export_timeout_s == 1.5
+        tracing = Tracing.exporting(options)
+        try:
+            for i in range(2000):  # four batches of 512 queued
+                tracing.tracer.start_span(f"span-{i}").end()
+        finally:
+            started = time.monotonic()
+            tracing.shutdown()
+            took = time.monotonic() - started
+    stats = tracing.export_stats
+    assert stats is not None
+    assert took < 4.0, f"shutdown took {took:.1f} s with a 1.5 s exporter timeout"
+    assert (stats.spans_exported, stats.spans_failed) == (0, 2000)
+
+
+def test_the_export_timeout_is_read_as_the_sdk_reads_it() -> None:
+    def timeout(**env: str) -> float:
+        options = tracing_options("http://collector:4318", None, env=env)
+        assert options is not None
+        return options.export_timeout_s
+
+    assert timeout() == 10.0
+    assert timeout(OTEL_EXPORTER_OTLP_TIMEOUT="3") == 3.0
+    assert timeout(OTEL_EXPORTER_OTLP_TIMEOUT="3", OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="2.5") == 2.5
+    assert timeout(OTEL_EXPORTER_OTLP_TIMEOUT="soon") == 10.0
 
 
 def test_an_exporter_that_raises_is_counted_as_failed() -> None:

@@ -12,6 +12,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
@@ -274,3 +277,63 @@ def test_the_backoff_doubles_up_to_its_bound_and_resets_on_an_answer() -> None:
     slow = TopApp(GatewaySource("http://127.0.0.1:9"), interval_s=30.0)
     slow.unreachable = 3
     assert slow.next_delay_s() == 30.0  # never shorter than the interval asked for
+
+
+@contextlib.asynccontextmanager
+async def garbage_gateway(metrics: bytes, readyz: bytes) -> AsyncIterator[str]:
+    """A loopback HTTP server answering ``/metrics`` and ``/readyz`` with the given bodies (200)."""
+
+    async def metrics_page(_: web.Request) -> web.Response:
+        return web.Response(body=metrics, content_type="text/plain")
+
+    async def readyz_page(_: web.Request) -> web.Response:
+        return web.Response(body=readyz, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_page)
+    app.router.add_get("/readyz", readyz_page)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
+GOOD_POD = b'igw_endpoint_queue_depth{scheduler="s",endpoint="e:1"} 4\n'
+
+
+@pytest.mark.parametrize(
+    ("metrics", "readyz", "named"),
+    [
+        (GOOD_POD, b'{"schedulers": ["s"]}', "/readyz: 'schedulers' is not an object"),
+        (
+            GOOD_POD,
+            b'{"schedulers": {"s": {"endpoints": {"e:1": {"adapters": 3}}}}}',
+            "adapters is not a list",
+        ),
+        (GOOD_POD, b'{"schedulers": {"s": {"model": 7}}}', "schedulers.s.model is not a string"),
+        (b"# HELP x caf\xe9\n", b"{}", "/metrics: not text in its charset"),
+        (b'inference_pool_ready_pods{name="s"} NaN\n', b"{}", "inference_pool_ready_pods is nan"),
+        (b'igw_requests_total{code="200"} 3\n', b"{}", "igw_requests_total sample has no 'model' label"),
+        (
+            b'igw_request_duration_seconds_bucket{model="m",le="fast"} 1\n',
+            b"{}",
+            "le='fast', not a number",
+        ),
+    ],
+)
+async def test_a_page_top_cannot_draw_is_named_in_the_status_line(
+    metrics: bytes, readyz: bytes, named: str
+) -> None:
+    """A ``/readyz`` or ``/metrics`` not shaped as a gateway writes them (another service behind the
+    port-forward, a proxy's page) ended ``igw top`` with a traceback; now the status line names the
+    part and the screen keeps trying."""
+    async with garbage_gateway(metrics, readyz) as url:
+        app = TopApp(GatewaySource(url), interval_s=0.1)
+        async with app.run_test(size=SIZE):
+            await wait_for(lambda: app.last_error is not None, within=30, what="a refused page")
+            assert app.is_running
+            status = str(app.query_one("#status").render())
+    assert named in status, status
+    assert "scrape failed" in status

@@ -494,7 +494,7 @@ async def _route(
         if split is not None:
             obs.on_finish = state.rewrite_metrics.on_finish(split)
             if split.target != body.model:
-                obs.record.requested_model = body.model
+                obs.rewritten(body.model, named=split.named)
                 body = retargeted(body, split.target)
     est_tokens = body.prompt_tokens + (body.max_tokens or 0)
     route = rt.router.resolve(body.model) if body.model else None

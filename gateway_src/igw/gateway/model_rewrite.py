@@ -143,7 +143,7 @@ class ModelRewrites:
             return None
         key = rule.sticky_key(headers, tenant)
         u = sticky_point(rule.model or "", key) if key else rng.random()
-        return Split(rule=rule.label, target=rule.target_at(u))
+        return Split(rule=rule.label, target=rule.target_at(u), named=rule.model is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +152,9 @@ class Split:
 
     rule: str
     target: str
+    named: bool = True
+    """Whether the rule names the client's model (a configured name); ``False`` for a fallback rule,
+    which catches any name a client makes up, so that name must not become a metric label."""
 
 
 def _rule(

@@ -40,6 +40,7 @@ class RequestObserver:
 
     __slots__ = (
         "_done",
+        "_requested_label",
         "key",
         "metrics",
         "model_label",
@@ -65,6 +66,8 @@ class RequestObserver:
         """The ``model`` label of this request's series: only configured models, never client input."""
         self.requested_label = UNKNOWN_MODEL
         """The ``requested_model`` label: the configured name a canary rewrite matched, else ``model``."""
+        self._requested_label: str | None = None
+        """What :meth:`rewritten` chose for ``requested_label`` (``None``: no rewrite)."""
         self.trace: RequestTrace | None = None
         """The request's spans (set by the request path when tracing is on)."""
         self.series: ModelSeries | None = None
@@ -88,6 +91,16 @@ class RequestObserver:
         if self.trace is not None:
             self.trace.phase_done("igw.schedule")
 
+    def rewritten(self, requested_model: str, *, named: bool) -> None:
+        """A canary rewrite sent the request to another model than ``requested_model``, the name the
+        client sent: the access log and the trace carry that name. The ``requested_model`` label
+        carries it only when the rule names it (``named``: a configured name); a fallback rule
+        catches any name a client makes up, and each made-up name became series of its own (about
+        80 lines of ``/metrics`` per name, for ever, before session s39), so those count as
+        :data:`~igw.gateway.telemetry.UNKNOWN_MODEL`."""
+        self.record.requested_model = requested_model
+        self._requested_label = requested_model if named else UNKNOWN_MODEL
+
     def routed(
         self,
         *,
@@ -100,8 +113,8 @@ class RequestObserver:
         """The body was parsed and the request matched a scheduler (or the default backend)."""
         if configured and model is not None:
             self.model_label = model
-            # A rewrite only matches configured source names, so this label stays bounded too.
-            self.requested_label = self.record.requested_model or model
+            # A rewrite rule's configured name, or UNKNOWN_MODEL (rewritten): bounded either way.
+            self.requested_label = self._requested_label or model
         self.record.model, self.record.base_model, self.record.scheduler = model, base_model, scheduler
         self.record.stream = stream
         if self.trace is not None:

@@ -3,7 +3,8 @@
 Request-level series are labelled by ``model`` only for configured models and adapters (an unknown
 model is counted as ``model="(unknown)"``), so clients cannot create label cardinality. Requests,
 duration and TTFT also carry ``requested_model``: the name the client sent when a canary rewrite
-(``spec.extensions.modelRewrites``, configured names only) sent it to ``model``, else ``model``. Per-endpoint
+(``spec.extensions.modelRewrites``, configured names only: a name only a fallback rule caught is
+``(unknown)``) sent it to ``model``, else ``model``. Per-endpoint
 series (scrape age, queue and KV as seen, in-flight) are produced by a collector that reads the live
 endpoint state at scrape time, so a removed endpoint's series disappear with it.
 

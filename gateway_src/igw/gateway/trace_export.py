@@ -83,6 +83,8 @@ class CountingSpanExporter(SpanExporter):
     def __init__(self, inner: SpanExporter, stats: ExportStats) -> None:
         self._inner = inner
         self._stats = stats
+        self._lock = threading.Lock()
+        self._shut = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
@@ -94,6 +96,12 @@ class CountingSpanExporter(SpanExporter):
         return result
 
     def shutdown(self) -> None:
+        """Stop the inner exporter once: the gateway may stop it early, from a timer, to cut a final
+        flush short (:meth:`igw.gateway.tracing.Tracing.shutdown`), and the SDK stops it again."""
+        with self._lock:
+            if self._shut:
+                return
+            self._shut = True
         self._inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

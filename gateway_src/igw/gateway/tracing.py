@@ -30,6 +30,7 @@ request path makes no tracer call at all.
 from __future__ import annotations
 
 import contextvars
+import threading
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Final
@@ -38,7 +39,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -68,7 +69,13 @@ class Tracing:
         sample_ratio: float | None = None,
         export_stats: ExportStats | None = None,
         undo_log_throttle: Callable[[], None] | None = None,
+        exporter: SpanExporter | None = None,
+        flush_timeout_s: float | None = None,
     ) -> None:
+        self._exporter = exporter
+        self._flush_timeout_s = flush_timeout_s
+        """With ``exporter``: how long :meth:`shutdown`'s final flush may take before the exporter
+        is stopped (``None``: as long as the SDK waits)."""
         self.export_stats = export_stats
         """The exporter's span counts, for the gateway's ``/metrics`` (``None``: not an OTLP export)."""
         self._undo_log_throttle = undo_log_throttle
@@ -89,13 +96,17 @@ class Tracing:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         stats = ExportStats()
-        exporter = CountingSpanExporter(OTLPSpanExporter(endpoint=options.endpoint), stats)
+        exporter = CountingSpanExporter(
+            OTLPSpanExporter(endpoint=options.endpoint, timeout=options.export_timeout_s), stats
+        )
         undo = throttle_exporter_logs(RepeatThrottle())
         return cls(
             BatchSpanProcessor(exporter),
             sample_ratio=options.sample_ratio,
             export_stats=stats,
             undo_log_throttle=undo,
+            exporter=exporter,
+            flush_timeout_s=options.export_timeout_s,
         )
 
     def start(self, headers: Mapping[str, str], *, method: str, path: str, started: float) -> RequestTrace:
@@ -107,10 +118,24 @@ class Tracing:
         return CurrentAttemptHooks()
 
     def shutdown(self) -> None:
-        """Export what is still buffered, then stop the exporter."""
-        self.provider.shutdown()
-        if self._undo_log_throttle is not None:
-            self._undo_log_throttle()
+        """Export what is still buffered, then stop the exporter; with a ``flush_timeout_s`` (an OTLP
+        export: the exporter's own timeout) the exporter is stopped once that has passed, which ends
+        its retries, and the spans still queued are dropped (counted as failed). Without the cut the
+        SDK's batch processor kept retrying batch after batch of a collector that is down for 30 s,
+        its own fixed bound, three times what the documentation promised and past the 10 s the
+        pod's grace period keeps for the exit (before session s39)."""
+        stop: threading.Timer | None = None
+        if self._exporter is not None and self._flush_timeout_s is not None:
+            stop = threading.Timer(self._flush_timeout_s, self._exporter.shutdown)
+            stop.daemon = True
+            stop.start()
+        try:
+            self.provider.shutdown()
+        finally:
+            if stop is not None:
+                stop.cancel()
+            if self._undo_log_throttle is not None:
+                self._undo_log_throttle()
 
 
 def _wall_ns(trace_: RequestTrace, perf: float) -> int:

@@ -7,6 +7,7 @@ loads the OpenTelemetry SDK.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ TRACES_PATH: Final = "/v1/traces"
 """The OTLP/HTTP traces path, appended to an endpoint given without a path."""
 ENDPOINT_ENV: Final = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 """The standard variables that switch tracing on when no ``--otel-endpoint`` is given."""
+TIMEOUT_ENV: Final = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+"""The exporter's timeout variables, in the SDK's order (seconds)."""
+DEFAULT_EXPORT_TIMEOUT_S: Final = 10.0
+"""The SDK's timeout without them (or with a value that is not a number, as the SDK does)."""
 
 
 class TracingConfigError(IgwGatewayError):
@@ -37,6 +42,10 @@ class TracingOptions:
     sample_ratio: float | None = None
     """Fraction of traces started here that are recorded (a sampled incoming ``traceparent`` is
     always followed); ``None``: the SDK's ``OTEL_TRACES_SAMPLER``/``_ARG`` variables decide."""
+    export_timeout_s: float = 10.0
+    """The exporter's timeout for one batch (``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT``, else
+    ``OTEL_EXPORTER_OTLP_TIMEOUT``, seconds; the SDK's default 10 s): also how long the final flush
+    at shutdown may take (:meth:`igw.gateway.tracing.Tracing.shutdown`)."""
 
 
 def tracing_options(
@@ -75,4 +84,16 @@ def tracing_options(
         )
     if parts.path in ("", "/"):
         endpoint = endpoint.rstrip("/") + TRACES_PATH
-    return TracingOptions(endpoint=endpoint, sample_ratio=sample_ratio)
+    return TracingOptions(
+        endpoint=endpoint, sample_ratio=sample_ratio, export_timeout_s=_export_timeout_s(env)
+    )
+
+
+def _export_timeout_s(env: Mapping[str, str]) -> float:
+    """The OTLP exporter's timeout as the SDK resolves it (first variable set, a bad value: default)."""
+    raw = next((env[name] for name in TIMEOUT_ENV if env.get(name)), None)
+    try:
+        value = float(raw) if raw is not None else DEFAULT_EXPORT_TIMEOUT_S
+    except ValueError:
+        return DEFAULT_EXPORT_TIMEOUT_S
+    return value if value > 0 and math.isfinite(value) else DEFAULT_EXPORT_TIMEOUT_S

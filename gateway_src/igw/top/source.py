@@ -83,7 +83,12 @@ class GatewaySource:
                     )
                 if response.status not in accept:
                     raise ScrapeError(f"{shown}: HTTP {response.status}")
-                return await response.text()
+                try:
+                    return await response.text()
+                except UnicodeDecodeError as exc:  # was a traceback ending igw top (before session s39)
+                    raise ScrapeError(
+                        f"{shown}: not text in its charset ({exc.reason} at byte {exc.start})"
+                    ) from exc
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             # aiohttp's own text may quote the URL it was given, user-info and all
             raise GatewayUnreachable(redact(f"{shown}: {type(exc).__name__}: {exc}")) from exc

@@ -14,6 +14,7 @@ its scrape age and flags the worst any worker routes on (:data:`POD_GAUGE_ACROSS
 
 from __future__ import annotations
 
+import math
 import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -74,6 +75,22 @@ READ_METRICS: Final = frozenset(
     | set(POD_GAUGES.values())
 )
 """Every sample name ``igw top`` reads (a test checks each is on a live gateway's page)."""
+REQUIRED_LABELS: Final[Mapping[str, tuple[str, ...]]] = {
+    TTFT_BUCKET: ("le",),
+    DURATION_BUCKET: ("le",),
+    REQUESTS: ("model",),
+    OUTPUT_TOKENS: ("model",),
+    PICKS: ("scheduler", "endpoint"),
+    RETRIES: ("scheduler",),
+    READY_PODS: ("name",),
+    SIGNAL_MISSING: ("scheduler", "endpoint", "signal"),
+    **{name: ("scheduler", "endpoint") for name in POD_GAUGES.values()},
+}
+"""The labels each sample ``igw top`` reads must carry; :func:`parse_scrape` refuses a page whose
+samples lack one (before session s39 such a page, from something that is not an igw gateway or a
+proxy's garbage, ended ``igw top`` with a traceback instead of naming the problem)."""
+COUNTS: Final = frozenset({READY_PODS, STALE_ENDPOINTS})
+"""Samples shown as whole numbers: NaN or an infinity there is refused, not drawn."""
 
 
 class ScrapeError(IgwToolingError):
@@ -110,10 +127,56 @@ def parse_scrape(
         for family in text_string_to_metric_families(metrics_text):
             for s in family.samples:
                 if s.name in READ_METRICS:
+                    _check_sample(s.name, s.labels, s.value)
                     samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
     except ValueError as exc:
         raise ScrapeError(f"/metrics: not a Prometheus text page ({exc})") from exc
+    _check_readiness(readiness)
     return Scrape(at=at, samples=samples, readiness=readiness, decisions=decisions)
+
+
+def _check_sample(name: str, labels: Mapping[str, str], value: float) -> None:
+    """Refuse a sample ``igw top`` could not draw: a label it reads missing, a bucket bound or a
+    count that is not a number (:data:`REQUIRED_LABELS`, :data:`COUNTS`)."""
+    for label in REQUIRED_LABELS.get(name, ()):
+        if label not in labels:
+            raise ScrapeError(f"/metrics: a {name} sample has no {label!r} label")
+    if "le" in REQUIRED_LABELS.get(name, ()):
+        try:
+            float(labels["le"])
+        except ValueError:
+            raise ScrapeError(f"/metrics: a {name} sample has le={labels['le']!r}, not a number") from None
+    if name in COUNTS and not math.isfinite(value):
+        raise ScrapeError(f"/metrics: {name} is {value}, not a count")
+
+
+def _check_readiness(readiness: Mapping[str, Any]) -> None:
+    """Refuse a ``/readyz`` body whose scheduler detail is not shaped as the gateway writes it
+    (``schedulers`` → ``{model, endpoints: {address: {fresh, adapters: [names]}}}``), naming the part."""
+    schedulers = readiness.get("schedulers")
+    if schedulers is None:
+        return
+    if not isinstance(schedulers, Mapping):
+        raise ScrapeError("/readyz: 'schedulers' is not an object")
+    for pool, detail in schedulers.items():
+        where = f"/readyz: schedulers.{pool}"
+        if not isinstance(detail, Mapping):
+            raise ScrapeError(f"{where} is not an object")
+        if not isinstance(detail.get("model"), str | None):
+            raise ScrapeError(f"{where}.model is not a string")
+        endpoints = detail.get("endpoints")
+        if endpoints is None:
+            continue
+        if not isinstance(endpoints, Mapping):
+            raise ScrapeError(f"{where}.endpoints is not an object")
+        for endpoint, info in endpoints.items():
+            if not isinstance(info, Mapping):
+                raise ScrapeError(f"{where}.endpoints.{endpoint} is not an object")
+            adapters = info.get("adapters")
+            if adapters is not None and (
+                not isinstance(adapters, list) or not all(isinstance(a, str) for a in adapters)
+            ):
+                raise ScrapeError(f"{where}.endpoints.{endpoint}.adapters is not a list of names")
 
 
 @dataclass(frozen=True, slots=True)
