@@ -194,3 +194,51 @@ async def test_a_heartbeat_listing_models_its_cluster_is_not_configured_for_keep
     finally:
         await client.aclose()  # type: ignore[attr-defined]
         await fleet.stop()
+
+
+def _busy_cluster(retry_after: str) -> web.Application:
+    """A cluster whose gateway refuses every request: 429 ``pool_saturated`` with ``retry_after``."""
+
+    async def refuse(request: web.Request) -> web.Response:
+        await request.read()
+        error = {"error": {"message": "saturated", "type": "rate_limit_error", "code": "pool_saturated"}}
+        return web.json_response(error, status=429, headers={"Retry-After": retry_after})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", refuse)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("sent", "relayed"),
+    [
+        (["30", "2", "999999999"], "2"),
+        (["999999999"], "3600"),
+        (["Fri, 01 Jan 2099 00:00:00 GMT", "40"], "40"),
+        (["Fri, 01 Jan 2099 00:00:00 GMT"], "3600"),
+    ],
+    ids=["soonest-of-three", "one-absurd", "a-date-and-seconds", "one-date"],
+)
+async def test_a_refusal_from_every_cluster_tried_carries_the_soonest_retry_after(
+    sent: list[str], relayed: str
+) -> None:
+    """Every cluster tried answers 429: the client gets the last answer with the *smallest*
+    ``Retry-After`` of those the clusters sent (it may come back as soon as any of them expects
+    room), bounded to the most a tier-1 gateway sends (3600 s). Until session s39 the last cluster's
+    value went through as it came: three clusters saying 30, 2 and 999999999 s told the client to
+    wait 999999999 s (probed with the real ``igw global serve``), a date in 2099 the same."""
+    async with contextlib.AsyncExitStack() as stack:
+        clusters = []
+        for i, value in enumerate(sent):
+            cluster_url = await stack.enter_async_context(
+                serve_app(_busy_cluster(value), host="127.0.0.1", port=0)
+            )
+            clusters.append({"name": f"c{i}", "region": "east", "endpoint": cluster_url, "models": [MODEL]})
+        url = await stack.enter_async_context(_router(clusters))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        for _ in range(3):  # whichever cluster the plan puts last
+            async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp:
+                body = await resp.json()
+                assert resp.status == 429
+                assert body["error"]["code"] == "pool_saturated"
+                assert resp.headers.getall("Retry-After") == [relayed]
