@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -242,3 +243,52 @@ async def test_a_refusal_from_every_cluster_tried_carries_the_soonest_retry_afte
                 assert resp.status == 429
                 assert body["error"]["code"] == "pool_saturated"
                 assert resp.headers.getall("Retry-After") == [relayed]
+
+
+def _cluster_failing(model: str | None) -> web.Application:
+    """A cluster whose gateway answers 500 for ``model`` (its engine crashing there) and 200 otherwise."""
+
+    async def answer(request: web.Request) -> web.Response:
+        body = await request.json()
+        if body["model"] == model:
+            return web.json_response({"error": {"message": "engine crashed"}}, status=500)
+        return web.json_response({"choices": [{"text": "ok"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", answer)
+    return app
+
+
+async def test_one_model_failing_at_a_cluster_drains_it_for_that_model_only() -> None:
+    """Cluster ``a`` serves ``good`` and ``bad``; every ``bad`` request fails there. Three failed
+    answers drain ``a`` for ``bad``: its ``good`` requests are still served there. Until session s39
+    failures were counted per cluster, and the same probe drained ``a`` for every model: all 40
+    ``good`` requests of the next seconds went to ``b``."""
+    async with contextlib.AsyncExitStack() as stack:
+        a_url = await stack.enter_async_context(serve_app(_cluster_failing("bad"), host="127.0.0.1", port=0))
+        b_url = await stack.enter_async_context(serve_app(_cluster_failing(None), host="127.0.0.1", port=0))
+        clusters = [
+            {"name": "a", "region": "east", "endpoint": a_url, "models": ["good", "bad"]},
+            {"name": "b", "region": "east", "endpoint": b_url, "models": ["good", "bad"]},
+        ]
+        doc = global_doc(clusters, heartbeats={"required": False}, failover={"ejectionSeconds": 60})
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        url = await stack.enter_async_context(serve_app(app, host="127.0.0.1", port=0))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+
+        async def ask(model: str, n: int) -> tuple[int, str]:
+            body = {"model": model, "prompt": f"request {n}"}
+            async with http.post(url + "/v1/completions", json=body) as resp:
+                await resp.read()
+                return resp.status, resp.headers["x-igw-cluster"]
+
+        bad = [await ask("bad", n) for n in range(10)]
+        assert bad.count((500, "a")) == 3  # then drained there for "bad"
+        assert bad[-1] == (200, "b")
+        good = Counter([await ask("good", n) for n in range(40)])
+        assert set(good) == {(200, "a"), (200, "b")}
+        async with http.get(url + "/readyz") as resp:
+            ready = await resp.json()
+        assert ready["clusters"]["a"]["available"] is True
+        assert ready["clusters"]["a"]["drained_models"] == ["bad"]
+        assert [await ask("bad", n) for n in range(5)] == [(200, "b")] * 5

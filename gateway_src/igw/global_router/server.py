@@ -318,13 +318,19 @@ async def _route(
             m.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # not stored there: no attempt spent
             continue
         answered += 1
+        # A cluster's failed answer counts against it for this model only (the model's pods may be
+        # the broken part); a failed exchange (the connection broke, no answer in time) against it
+        # as a whole. Until session s39 every failure counted against the whole cluster.
+        failed_for = model if result.error is None else None
         if not result.response.prepared and result.status in RETRY_STATUSES and not _stopped_waiting(result):
             if not _busy(result):
-                router.fleet.record_outcome(cluster.name, ok=False)
+                router.fleet.record_outcome(cluster.name, ok=False, model=failed_for)
             waits.extend(result.response.headers.getall("Retry-After", ()))
             m.retries.labels(cluster.name, str(result.status) if result.status in (429, 503) else "5xx").inc()
             continue
-        router.fleet.record_outcome(cluster.name, ok=result.ok, digest=request_digest(result, raw))
+        router.fleet.record_outcome(
+            cluster.name, ok=result.ok, digest=request_digest(result, raw), model=failed_for
+        )
         if result.response_id is not None and result.ok:
             router.responses.remember(result.response_id, cluster.name)
         _observe(router, result, model=model, region=cluster.region, started=started)
