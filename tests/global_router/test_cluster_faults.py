@@ -292,3 +292,63 @@ async def test_one_model_failing_at_a_cluster_drains_it_for_that_model_only() ->
         assert ready["clusters"]["a"]["available"] is True
         assert ready["clusters"]["a"]["drained_models"] == ["bad"]
         assert [await ask("bad", n) for n in range(5)] == [(200, "b")] * 5
+
+
+async def test_a_request_planned_on_a_cluster_whose_connections_are_all_held_goes_to_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both clusters serve the model; ``slow`` holds every connection of its pool (4 here, 1024 in
+    production) with requests it does not answer. A request the plan puts on ``slow`` first moves on
+    to ``fast`` at once (counted ``pool-full``; no attempt spent, no failure). Until session s39 it
+    waited for one of ``slow``'s connections, up to ``requestTimeoutSeconds``: 7 of 20 such requests
+    were still waiting when the client gave up after 8 s."""
+    made: list[UpstreamPool] = []
+
+    def first_pool_small(limit: int = 4, **kw: Any) -> UpstreamPool:
+        made.append(proxy_session(4 if not made else 1024, **kw))  # slow's pool: 4 connections
+        return made[-1]
+
+    monkeypatch.setattr(server, "proxy_session", first_pool_small)
+    held = 0
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        nonlocal held
+        held += 1
+        await release.wait()
+        return web.json_response({"choices": [{"text": "late"}]})
+
+    async def fast(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"choices": [{"text": "ok"}]})
+
+    slow_app, fast_app = web.Application(), web.Application()
+    slow_app.router.add_post("/v1/completions", slow)
+    fast_app.router.add_post("/v1/completions", fast)
+    async with contextlib.AsyncExitStack() as stack:
+        slow_url = await stack.enter_async_context(serve_app(slow_app, host="127.0.0.1", port=0))
+        fast_url = await stack.enter_async_context(serve_app(fast_app, host="127.0.0.1", port=0))
+        clusters = [
+            {"name": "slow", "region": "east", "endpoint": slow_url, "models": [MODEL]},
+            {"name": "fast", "region": "east", "endpoint": fast_url, "models": [MODEL]},
+        ]
+        url = await stack.enter_async_context(_router(clusters, upstream={"requestTimeoutSeconds": 120}))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+
+        async def ask(n: int) -> tuple[int, str]:
+            async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": f"p{n}"}) as resp:
+                await resp.read()
+                return resp.status, resp.headers["x-igw-cluster"]
+
+        stuck = [asyncio.create_task(ask(n)) for n in range(20)]
+        try:
+            await wait_for(lambda: held >= 4, within=30, what="slow holding its 4 connections")
+            answers = await asyncio.wait_for(asyncio.gather(*(ask(n) for n in range(20))), timeout=20)
+            assert answers == [(200, "fast")] * 20
+            async with http.get(url + "/metrics") as resp:
+                metrics = await resp.text()
+            assert 'igw_global_upstream_retries_total{cause="pool-full",cluster="slow"}' in metrics
+            assert held == 4
+        finally:
+            release.set()
+            await asyncio.gather(*stuck, return_exceptions=True)
