@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -194,3 +195,160 @@ async def test_a_heartbeat_listing_models_its_cluster_is_not_configured_for_keep
     finally:
         await client.aclose()  # type: ignore[attr-defined]
         await fleet.stop()
+
+
+def _busy_cluster(retry_after: str) -> web.Application:
+    """A cluster whose gateway refuses every request: 429 ``pool_saturated`` with ``retry_after``."""
+
+    async def refuse(request: web.Request) -> web.Response:
+        await request.read()
+        error = {"error": {"message": "saturated", "type": "rate_limit_error", "code": "pool_saturated"}}
+        return web.json_response(error, status=429, headers={"Retry-After": retry_after})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", refuse)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("sent", "relayed"),
+    [
+        (["30", "2", "999999999"], "2"),
+        (["999999999"], "3600"),
+        (["Fri, 01 Jan 2099 00:00:00 GMT", "40"], "40"),
+        (["Fri, 01 Jan 2099 00:00:00 GMT"], "3600"),
+    ],
+    ids=["soonest-of-three", "one-absurd", "a-date-and-seconds", "one-date"],
+)
+async def test_a_refusal_from_every_cluster_tried_carries_the_soonest_retry_after(
+    sent: list[str], relayed: str
+) -> None:
+    """Every cluster tried answers 429: the client gets the last answer with the *smallest*
+    ``Retry-After`` of those the clusters sent (it may come back as soon as any of them expects
+    room), bounded to the most a tier-1 gateway sends (3600 s). Until session s39 the last cluster's
+    value went through as it came: three clusters saying 30, 2 and 999999999 s told the client to
+    wait 999999999 s (probed with the real ``igw global serve``), a date in 2099 the same."""
+    async with contextlib.AsyncExitStack() as stack:
+        clusters = []
+        for i, value in enumerate(sent):
+            cluster_url = await stack.enter_async_context(
+                serve_app(_busy_cluster(value), host="127.0.0.1", port=0)
+            )
+            clusters.append({"name": f"c{i}", "region": "east", "endpoint": cluster_url, "models": [MODEL]})
+        url = await stack.enter_async_context(_router(clusters))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        for _ in range(3):  # whichever cluster the plan puts last
+            async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp:
+                body = await resp.json()
+                assert resp.status == 429
+                assert body["error"]["code"] == "pool_saturated"
+                assert resp.headers.getall("Retry-After") == [relayed]
+
+
+def _cluster_failing(model: str | None) -> web.Application:
+    """A cluster whose gateway answers 500 for ``model`` (its engine crashing there) and 200 otherwise."""
+
+    async def answer(request: web.Request) -> web.Response:
+        body = await request.json()
+        if body["model"] == model:
+            return web.json_response({"error": {"message": "engine crashed"}}, status=500)
+        return web.json_response({"choices": [{"text": "ok"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", answer)
+    return app
+
+
+async def test_one_model_failing_at_a_cluster_drains_it_for_that_model_only() -> None:
+    """Cluster ``a`` serves ``good`` and ``bad``; every ``bad`` request fails there. Three failed
+    answers drain ``a`` for ``bad``: its ``good`` requests are still served there. Until session s39
+    failures were counted per cluster, and the same probe drained ``a`` for every model: all 40
+    ``good`` requests of the next seconds went to ``b``."""
+    async with contextlib.AsyncExitStack() as stack:
+        a_url = await stack.enter_async_context(serve_app(_cluster_failing("bad"), host="127.0.0.1", port=0))
+        b_url = await stack.enter_async_context(serve_app(_cluster_failing(None), host="127.0.0.1", port=0))
+        clusters = [
+            {"name": "a", "region": "east", "endpoint": a_url, "models": ["good", "bad"]},
+            {"name": "b", "region": "east", "endpoint": b_url, "models": ["good", "bad"]},
+        ]
+        doc = global_doc(clusters, heartbeats={"required": False}, failover={"ejectionSeconds": 60})
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        url = await stack.enter_async_context(serve_app(app, host="127.0.0.1", port=0))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+
+        async def ask(model: str, n: int) -> tuple[int, str]:
+            body = {"model": model, "prompt": f"request {n}"}
+            async with http.post(url + "/v1/completions", json=body) as resp:
+                await resp.read()
+                return resp.status, resp.headers["x-igw-cluster"]
+
+        bad = [await ask("bad", n) for n in range(10)]
+        assert bad.count((500, "a")) == 3  # then drained there for "bad"
+        assert bad[-1] == (200, "b")
+        good = Counter([await ask("good", n) for n in range(40)])
+        assert set(good) == {(200, "a"), (200, "b")}
+        async with http.get(url + "/readyz") as resp:
+            ready = await resp.json()
+        assert ready["clusters"]["a"]["available"] is True
+        assert ready["clusters"]["a"]["drained_models"] == ["bad"]
+        assert [await ask("bad", n) for n in range(5)] == [(200, "b")] * 5
+
+
+async def test_a_request_planned_on_a_cluster_whose_connections_are_all_held_goes_to_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both clusters serve the model; ``slow`` holds every connection of its pool (4 here, 1024 in
+    production) with requests it does not answer. A request the plan puts on ``slow`` first moves on
+    to ``fast`` at once (counted ``pool-full``; no attempt spent, no failure). Until session s39 it
+    waited for one of ``slow``'s connections, up to ``requestTimeoutSeconds``: 7 of 20 such requests
+    were still waiting when the client gave up after 8 s."""
+    made: list[UpstreamPool] = []
+
+    def first_pool_small(limit: int = 4, **kw: Any) -> UpstreamPool:
+        made.append(proxy_session(4 if not made else 1024, **kw))  # slow's pool: 4 connections
+        return made[-1]
+
+    monkeypatch.setattr(server, "proxy_session", first_pool_small)
+    held = 0
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        nonlocal held
+        held += 1
+        await release.wait()
+        return web.json_response({"choices": [{"text": "late"}]})
+
+    async def fast(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"choices": [{"text": "ok"}]})
+
+    slow_app, fast_app = web.Application(), web.Application()
+    slow_app.router.add_post("/v1/completions", slow)
+    fast_app.router.add_post("/v1/completions", fast)
+    async with contextlib.AsyncExitStack() as stack:
+        slow_url = await stack.enter_async_context(serve_app(slow_app, host="127.0.0.1", port=0))
+        fast_url = await stack.enter_async_context(serve_app(fast_app, host="127.0.0.1", port=0))
+        clusters = [
+            {"name": "slow", "region": "east", "endpoint": slow_url, "models": [MODEL]},
+            {"name": "fast", "region": "east", "endpoint": fast_url, "models": [MODEL]},
+        ]
+        url = await stack.enter_async_context(_router(clusters, upstream={"requestTimeoutSeconds": 120}))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+
+        async def ask(n: int) -> tuple[int, str]:
+            async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": f"p{n}"}) as resp:
+                await resp.read()
+                return resp.status, resp.headers["x-igw-cluster"]
+
+        stuck = [asyncio.create_task(ask(n)) for n in range(20)]
+        try:
+            await wait_for(lambda: held >= 4, within=30, what="slow holding its 4 connections")
+            answers = await asyncio.wait_for(asyncio.gather(*(ask(n) for n in range(20))), timeout=20)
+            assert answers == [(200, "fast")] * 20
+            async with http.get(url + "/metrics") as resp:
+                metrics = await resp.text()
+            assert 'igw_global_upstream_retries_total{cause="pool-full",cluster="slow"}' in metrics
+            assert held == 4
+        finally:
+            release.set()
+            await asyncio.gather(*stuck, return_exceptions=True)

@@ -216,3 +216,75 @@ def test_a_refused_connection_drains_its_cluster_whatever_the_bound() -> None:
         assert record_failure(health, specs, "b", now=0.0, spec=SPEC, unreachable=True) is None
         assert record_failure(health, specs, "c", now=0.0, spec=SPEC, unreachable=True) is None
     assert all(h.ejected(now=0.0) for h in health.values())
+
+
+def test_failed_answers_drain_a_cluster_for_their_model_only() -> None:
+    """One model's failed answers at a cluster (its engine crashing there) eject the cluster for
+    that model: its other models stay. Until session s39 every failure counted against the whole
+    cluster: three failed answers of one model drained it for every model."""
+    health, specs = fleet("a", "b", models={"a": (MODEL, "bad"), "b": (MODEL, "bad")})
+    for _ in range(2):
+        assert record_failure(health, specs, "a", now=0.0, spec=SPEC, model="bad") is None
+    health["a"].record_success(MODEL)  # another model's success: the row of "bad" goes on
+    assert record_failure(health, specs, "a", now=0.0, spec=SPEC, model="bad") is None
+    assert health["a"].ejected(now=0.0, model="bad")
+    assert not health["a"].ejected(now=0.0, model=MODEL)
+    assert not health["a"].ejected(now=0.0)
+    assert health["a"].evaluate(now=0.0, source_up=True) is None  # no failover of the cluster
+    assert health["a"].available()
+    assert health["a"].ejected_models(now=0.0) == ["bad"]
+    assert health["a"].ejected_models(now=5.0) == []  # ejection_s later: back for "bad"
+
+
+def test_a_model_s_success_resets_its_row_and_a_take_back_shortens_it() -> None:
+    health, specs = fleet("a", "b")
+    for _ in range(2):
+        record_failure(health, specs, "a", now=0.0, spec=SPEC, model=MODEL)
+    health["a"].record_success(MODEL)
+    for _ in range(2):
+        record_failure(health, specs, "a", now=0.0, spec=SPEC, model=MODEL)
+    health["a"].take_back_failure(MODEL)
+    record_failure(health, specs, "a", now=0.0, spec=SPEC, model=MODEL)
+    assert not health["a"].ejected(now=0.0, model=MODEL)  # 2 in a row
+    record_failure(health, specs, "a", now=0.0, spec=SPEC, model=MODEL)
+    assert health["a"].ejected(now=0.0, model=MODEL)
+
+
+def test_a_model_s_ejections_are_bounded_among_the_clusters_serving_it() -> None:
+    models = {"a": (MODEL, "rare"), "b": (MODEL, "rare"), "c": (MODEL,), "d": (MODEL,)}
+    health, specs = fleet("a", "b", "c", "d", models=models)
+    assert fail_model(health, specs, "a", "rare") is None  # 1 of the 2 serving "rare"
+    assert fail_model(health, specs, "b", "rare") == (
+        "1 of 2 clusters serving model 'rare' are out for its failures already "
+        "(failover.maxEjectionPercent 50)"
+    )
+    assert fail_model(health, specs, "b", MODEL) is None  # another model: a bound of its own
+    assert fail_model(health, specs, "c", MODEL) is None  # 2 of 4 serving llama
+    assert fail_model(health, specs, "d", MODEL) is not None
+    health2, specs2 = fleet("a", "b", spec=replace(SPEC, max_ejection_percent=100))
+    health2["b"].evaluate(now=4.0, source_up=True)  # b's heartbeat went stale: drained
+    last = fail_model(health2, specs2, "a", MODEL, now=4.0)
+    assert last == "it is the last available cluster serving model 'llama'"
+
+
+def test_connect_failures_still_drain_the_whole_cluster() -> None:
+    health, specs = fleet("a", "b", models={"a": (MODEL, "other"), "b": (MODEL, "other")})
+    for _ in range(3):
+        record_failure(health, specs, "a", now=0.0, spec=SPEC, unreachable=True, model=MODEL)
+    assert health["a"].ejected(now=0.0)
+    assert health["a"].ejected(now=0.0, model="other")
+    t = health["a"].evaluate(now=0.0, source_up=True)
+    assert t is not None
+    assert (t.kind, t.reason) == ("failover", "failures")
+
+
+def fail_model(
+    health: dict[str, ClusterHealth],
+    specs: dict[str, ClusterSpec],
+    name: str,
+    model: str,
+    *,
+    now: float = 0.0,
+) -> str | None:
+    """``failure_threshold`` failed answers for ``model`` at ``name``: the last one's refusal, if any."""
+    return [record_failure(health, specs, name, now=now, spec=SPEC, model=model) for _ in range(3)][-1]

@@ -547,6 +547,12 @@ class UpstreamPool:
         self._queued: list[tuple[_Connection, bytes, bytes]] = []
         """Requests handed to their connections in this loop turn, written at its end."""
 
+    @property
+    def full(self) -> bool:
+        """Whether every connection slot is held: a request now would wait for one (a tier-2 router
+        tries another cluster instead, :mod:`igw.global_router.server`)."""
+        return self._slots.locked()
+
     def queue_write(self, conn: _Connection, head: bytes, body: bytes) -> None:
         """Write ``conn``'s request once the loop turn's other ready callbacks have run: the requests
         a turn hands over reach the model server together, so it wakes once for them instead of once

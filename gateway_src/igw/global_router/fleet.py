@@ -111,7 +111,16 @@ class Fleet:
         self.transitions.append(transition)
         if transition.kind == "failover":
             self._metrics.failovers.labels(transition.cluster, transition.reason).inc()
-            log.warning("cluster %s drained (%s)", transition.cluster, transition.reason)
+            if transition.model is None:
+                log.warning("cluster %s drained (%s)", transition.cluster, transition.reason)
+            else:
+                log.warning(
+                    "cluster %s drained for model %r for %g s (%s; its other models are served)",
+                    transition.cluster,
+                    transition.model,
+                    self.config.failover.ejection_s,
+                    transition.reason,
+                )
         else:
             self._metrics.recoveries.labels(transition.cluster).inc()
             log.warning(
@@ -142,6 +151,7 @@ class Fleet:
                 spec=spec, heartbeat=self.health[name].heartbeat, ramp=self.health[name].ramp(now=now)
             )
             for name, spec in self.clusters.items()
+            if not self.health[name].ejected(now=now, model=model)  # out for this model's failures
         ]
         return plan(model, states, region=self.region, routing=self.config.routing, rng=self._rng)
 
@@ -159,27 +169,44 @@ class Fleet:
         return sorted(choices, key=lambda choice: choice.cluster.name in failed_at)
 
     def record_outcome(
-        self, cluster: str, *, ok: bool, digest: int | None = None, unreachable: bool = False
+        self,
+        cluster: str,
+        *,
+        ok: bool,
+        digest: int | None = None,
+        unreachable: bool = False,
+        model: str | None = None,
     ) -> None:
         """A request's outcome at ``cluster``: failures drain it after ``failureThreshold`` in a row,
         within the fleet's bound (:func:`~igw.global_router.health.record_failure`; ``unreachable``:
-        a connection that failed, not bounded). ``digest``: the request body's, for a cluster's own
-        500 answer (:func:`~igw.gateway.retries.request_digest`): a body that failed at another
-        cluster too is the request's fault, counted at neither."""
+        a connection that failed, not bounded; ``model``: the request's, whose failed answers drain
+        the cluster for that model only). ``digest``: the request body's, for a cluster's own 500
+        answer (:func:`~igw.gateway.retries.request_digest`): a body that failed at another cluster
+        too is the request's fault, counted at neither."""
         health = self.health[cluster]
         if ok:
-            health.record_success()
+            health.record_success(model)
             return
         now = self._clock()
         if digest is not None:
             taken = self.request_faults.record(cluster, digest, now=now)
             if taken is not None:
                 if taken:
-                    self._requests_fault(taken, failing=cluster)
+                    self._requests_fault(taken, failing=cluster, model=model)
                 return
+        answered = model is not None and not unreachable
+        was_out = answered and health.ejected(now=now, model=model)
         refused = record_failure(
-            self.health, self.clusters, cluster, now=now, spec=self.config.failover, unreachable=unreachable
+            self.health,
+            self.clusters,
+            cluster,
+            now=now,
+            spec=self.config.failover,
+            unreachable=unreachable,
+            model=model,
         )
+        if answered and not was_out and health.ejected(now=now, model=model):
+            self._record(Transition(cluster, "failover", "failures", now, model=model))
         if refused is not None:
             self._metrics.failover_refused.labels(cluster).inc()
             log.warning(
@@ -190,12 +217,12 @@ class Fleet:
             )
         self.evaluate()
 
-    def _requests_fault(self, clusters: frozenset[str], *, failing: str) -> None:
-        """A request body failed at each of ``clusters``, lastly at ``failing`` (not counted): the
-        failure counted against each other one is taken back, and the operator is told once (never
-        the body)."""
+    def _requests_fault(self, clusters: frozenset[str], *, failing: str, model: str | None) -> None:
+        """A request body (for ``model``) failed at each of ``clusters``, lastly at ``failing`` (not
+        counted): the failure counted against each other one is taken back, and the operator is told
+        once (never the body)."""
         for name in clusters - {failing}:
-            self.health[name].take_back_failure()
+            self.health[name].take_back_failure(model)
         self._metrics.request_faults.inc()
         log.warning(
             "a request failed at clusters %s alike: taken for the request's fault (counted at none of "
@@ -238,6 +265,7 @@ class Fleet:
                 "region": self.clusters[name].region,
                 "available": h.available(),
                 "drain_reason": h.drain_reason,
+                "drained_models": h.ejected_models(now=now),
                 "ramp": round(h.ramp(now=now), 3),
                 "heartbeat_age_s": None
                 if h.heartbeat_seen_at is None

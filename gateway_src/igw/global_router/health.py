@@ -17,14 +17,19 @@ Pure state with an injected clock (the router passes ``now``), so every transiti
   ``heartbeat_staleness_s`` was stale, and until session s38 the router drained every cluster at
   that read (``503 no_healthy_cluster`` for every request until the gateways' next publication,
   then a slow start of the whole fleet).
-- **Requests**: ``failure_threshold`` consecutive failures (connect errors, 5xx) eject the cluster
-  for ``ejection_s``; any success resets the count. Within a bound (:func:`record_failure`): at most
-  ``max_ejection_percent`` of the fleet's clusters are out for failures at once (rounded down, at
-  least one), and never the last available cluster serving one of its models, as tier 1 bounds its
-  pods' ejections: clusters that all answer 5xx at once are more likely failing the requests (bodies
-  every engine fails on, since session s34) than failing themselves, and emptying the fleet turned
-  that into a 503 for every caller. A refused connection is no request's doing: an ejection it
-  completes is not bounded.
+- **Requests**: ``failure_threshold`` consecutive failures eject for ``ejection_s``. Connect errors
+  are the cluster's (its gateway is unreachable for every model): they eject the cluster, and any
+  success resets their count. A failed *answer* (a 5xx) is counted against the cluster *for the
+  request's model* and ejects the cluster for that model only; a success of that model resets its
+  count. A cluster serves several models, each on pods of its own: until session s39 one model's
+  failures (its engine crashing on every request) counted against the cluster and drained it for
+  every model, moving all of their traffic elsewhere. Within a bound (:func:`record_failure`): at
+  most ``max_ejection_percent`` of the clusters serving a model are out for its failures at once
+  (rounded down, at least one), and never the last available cluster serving it, as tier 1 bounds
+  its pods' ejections: clusters that all answer 5xx at once are more likely failing the requests
+  (bodies every engine fails on, since session s34) than failing themselves, and emptying the fleet
+  turned that into a 503 for every caller. A refused connection is no request's doing: an ejection
+  it completes is not bounded.
 - **Slow start**: when a drained cluster becomes available again its share of traffic ramps
   linearly from :data:`RAMP_FLOOR` to 1 over ``slow_start_s`` (:meth:`ClusterHealth.ramp`), so a
   recovering cluster is not hit by a thundering herd.
@@ -55,6 +60,8 @@ class Transition:
     kind: Literal["failover", "recovery"]
     reason: str
     at: float
+    model: str | None = None
+    """Set for a failover of the cluster for one model only (its failed answers)."""
 
 
 class ClusterHealth:
@@ -70,7 +77,11 @@ class ClusterHealth:
         self._gone = False
         self._malformed = False
         self.consecutive_failures = 0
+        """Connect failures in a row (the cluster's own, whatever the model)."""
         self.ejected_until = float("-inf")
+        self.model_failures: dict[str, int] = {}
+        """Per model: failed answers in a row (a model of the cluster's configuration: bounded)."""
+        self._model_ejected_until: dict[str, float] = {}
         self.available_since: float | None = None
         """When the cluster last became available (``None`` while it is drained)."""
         self._has_failed = False
@@ -97,30 +108,58 @@ class ClusterHealth:
         if self.heartbeat_seen_at is not None:
             self._excused_s += max(0.0, seconds)
 
-    def record_success(self) -> None:
+    def record_success(self, model: str | None = None) -> None:
+        """A request (of ``model``) succeeded here: the cluster answers, and that model works."""
         self.consecutive_failures = 0
+        if model is not None:
+            self.model_failures.pop(model, None)
 
-    def count_failure(self) -> bool:
-        """A request failed here; True when that makes ``failure_threshold`` in a row (the count
-        starts again: the caller ejects the cluster or says why not)."""
-        self.consecutive_failures += 1
-        if self.consecutive_failures < self._spec.failure_threshold:
+    def count_failure(self, model: str | None = None) -> bool:
+        """A request failed here (``model``: its answer failed, counted for that model; ``None``: the
+        cluster failed, a connection); True when that makes ``failure_threshold`` in a row (the count
+        starts again: the caller ejects the cluster, or the model here, or says why not)."""
+        if model is None:
+            self.consecutive_failures += 1
+            if self.consecutive_failures < self._spec.failure_threshold:
+                return False
+            self.consecutive_failures = 0
+            return True
+        count = self.model_failures.get(model, 0) + 1
+        if count < self._spec.failure_threshold:
+            self.model_failures[model] = count
             return False
-        self.consecutive_failures = 0
+        self.model_failures.pop(model, None)
         return True
 
-    def take_back_failure(self) -> None:
-        """A failure counted here turned out to be the request's (it failed at another cluster too):
-        one less in the row, if the row is still going."""
-        if self.consecutive_failures > 0:
-            self.consecutive_failures -= 1
+    def take_back_failure(self, model: str | None = None) -> None:
+        """A failure counted here (for ``model``) turned out to be the request's (it failed at
+        another cluster too): one less in the row, if the row is still going."""
+        if model is None:
+            if self.consecutive_failures > 0:
+                self.consecutive_failures -= 1
+            return
+        count = self.model_failures.get(model, 0)
+        if count > 1:
+            self.model_failures[model] = count - 1
+        else:
+            self.model_failures.pop(model, None)
 
-    def eject(self, *, now: float) -> None:
-        self.ejected_until = now + self._spec.ejection_s
+    def eject(self, *, now: float, model: str | None = None) -> None:
+        """Out for ``ejection_s`` from ``now``: the cluster, or only for ``model``."""
+        if model is None:
+            self.ejected_until = now + self._spec.ejection_s
+        else:
+            self._model_ejected_until[model] = now + self._spec.ejection_s
 
-    def ejected(self, *, now: float) -> bool:
-        """Out for failing requests at ``now``."""
-        return now < self.ejected_until
+    def ejected(self, *, now: float, model: str | None = None) -> bool:
+        """Out for failing requests at ``now``: the cluster, or (``model``) the cluster for that model."""
+        if now < self.ejected_until:
+            return True
+        return model is not None and now < self._model_ejected_until.get(model, float("-inf"))
+
+    def ejected_models(self, *, now: float) -> list[str]:
+        """The models this cluster is out for at ``now`` (their failed answers), sorted."""
+        return sorted(model for model, until in self._model_ejected_until.items() if now < until)
 
     # -- state ---------------------------------------------------------------------------------
     def reason_drained(self, *, now: float, source_up: bool) -> DrainReason | None:
@@ -185,13 +224,18 @@ def record_failure(
     now: float,
     spec: FailoverSpec,
     unreachable: bool = False,
+    model: str | None = None,
 ) -> str | None:
     """Count a failed request at cluster ``name`` and eject it at ``failure_threshold`` in a row,
     within the fleet's bound (the module's rules); the reason an ejection due was not made, else
     ``None``. ``unreachable``: this failure is a connection the cluster refused (or never
     answered), which no request can cause: the ejection it completes is made whatever the bound
-    (several clusters down at once fail over at once, as before the bound). The caller evaluates
-    the fleet afterwards (the ejection shows as a failover)."""
+    (several clusters down at once fail over at once, as before the bound). ``model``: a failed
+    answer to a request for that model, counted and ejected for that model only (among the clusters
+    serving it); ignored when ``unreachable``. The caller evaluates the fleet afterwards (a
+    cluster's ejection shows as a failover)."""
+    if model is not None and not unreachable:
+        return _record_model_failure(health, clusters, name, model, now=now, spec=spec)
     if not health[name].count_failure():
         return None
     if unreachable:
@@ -210,4 +254,34 @@ def record_failure(
         ):
             return f"it is the last available cluster serving model {model!r}"
     health[name].eject(now=now)
+    return None
+
+
+def _record_model_failure(
+    health: Mapping[str, ClusterHealth],
+    clusters: Mapping[str, ClusterSpec],
+    name: str,
+    model: str,
+    *,
+    now: float,
+    spec: FailoverSpec,
+) -> str | None:
+    """:func:`record_failure` of a failed answer for ``model``: ejects ``name`` for that model, the
+    bound counted among the clusters configured for it."""
+    if not health[name].count_failure(model):
+        return None
+    peers = [other for other, cluster in clusters.items() if model in cluster.models]
+    out = sum(1 for other in peers if health[other].ejected(now=now, model=model))
+    bound = ejection_bound(len(peers), spec.max_ejection_percent)
+    if out >= bound:
+        return (
+            f"{out} of {len(peers)} clusters serving model {model!r} are out for its failures already "
+            f"(failover.maxEjectionPercent {spec.max_ejection_percent})"
+        )
+    if not any(
+        other != name and health[other].available() and not health[other].ejected(now=now, model=model)
+        for other in peers
+    ):
+        return f"it is the last available cluster serving model {model!r}"
+    health[name].eject(now=now, model=model)
     return None

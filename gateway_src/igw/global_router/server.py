@@ -80,6 +80,7 @@ from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.limits import ModelRateLimits
 from igw.global_router.metrics import FleetMetrics
+from igw.global_router.retry_after import soonest_retry_after
 from igw.scheduling.response_affinity import RESPONSE_SEARCH, ResponseAffinity
 from igw.scheduling.retry_policy import UNAVAILABLE_STATUSES
 from igw.security.clock import SYSTEM_CLOCK, Clock
@@ -137,6 +138,7 @@ class GlobalRouter:
         metrics: FleetMetrics,
         fleet: Fleet,
         anonymous_tenant: str,
+        wall_clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.region = region
@@ -145,6 +147,8 @@ class GlobalRouter:
         self.metrics = metrics
         self.fleet = fleet
         self.anonymous_tenant = anonymous_tenant
+        self.wall_clock = wall_clock
+        """Seconds since the epoch: what an HTTP-date ``Retry-After`` is measured against."""
         self.draining = False
         """Set on SIGTERM: /readyz answers 503 so the load balancer stops sending first."""
         self.responses = ResponseAffinity()
@@ -272,10 +276,18 @@ async def _route(
     last: ExchangeResult | None = None
     prepared: list[web.StreamResponse] = []
     answered = 0
-    for choice in choices:
+    waits: list[str] = []  # the Retry-After of each refusal moved on from (_relayed_refusal)
+    for index, choice in enumerate(choices):
         if answered >= router.config.routing.max_attempts:
             break
         cluster = choice.cluster
+        later = choices[index + 1 :]
+        if pools.of(cluster.name).full and any(not pools.of(c.cluster.name).full for c in later):
+            # Every connection to it is held (a frozen or slow cluster): a request would wait for one,
+            # up to requestTimeoutSeconds, while a later cluster has room. Not an attempt, no failure
+            # (until session s39 the request waited: 9 of 20 past the client's 8 s in the probe).
+            m.retries.labels(cluster.name, "pool-full").inc()
+            continue
         m.decisions.labels(cluster.name, cluster.region, choice.reason).inc()
         try:
             result = await exchange(
@@ -313,12 +325,19 @@ async def _route(
             m.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # not stored there: no attempt spent
             continue
         answered += 1
+        # A cluster's failed answer counts against it for this model only (the model's pods may be
+        # the broken part); a failed exchange (the connection broke, no answer in time) against it
+        # as a whole. Until session s39 every failure counted against the whole cluster.
+        failed_for = model if result.error is None else None
         if not result.response.prepared and result.status in RETRY_STATUSES and not _stopped_waiting(result):
             if not _busy(result):
-                router.fleet.record_outcome(cluster.name, ok=False)
+                router.fleet.record_outcome(cluster.name, ok=False, model=failed_for)
+            waits.extend(result.response.headers.getall("Retry-After", ()))
             m.retries.labels(cluster.name, str(result.status) if result.status in (429, 503) else "5xx").inc()
             continue
-        router.fleet.record_outcome(cluster.name, ok=result.ok, digest=request_digest(result, raw))
+        router.fleet.record_outcome(
+            cluster.name, ok=result.ok, digest=request_digest(result, raw), model=failed_for
+        )
         if result.response_id is not None and result.ok:
             router.responses.remember(result.response_id, cluster.name)
         _observe(router, result, model=model, region=cluster.region, started=started)
@@ -360,9 +379,21 @@ async def _route(
         return result.response
     if last is not None:
         m.requests.labels(model, str(last.status)).inc()
-        return last.response
+        return _relayed_refusal(last, waits, now=router.wall_clock())
     m.requests.labels(model, "503").inc()
     return _no_cluster(f"every cluster tried for model {model!r} failed to connect")
+
+
+def _relayed_refusal(last: ExchangeResult, waits: Sequence[str], *, now: float) -> web.StreamResponse:
+    """The last answer of a request every cluster tried refused (429, or a 5xx moved on from), its
+    ``Retry-After`` the soonest of those the clusters sent (:mod:`igw.global_router.retry_after`):
+    the client may come back when any of them expects room, not when the last one does."""
+    response = last.response
+    if last.status in RETRY_STATUSES and not response.prepared:
+        soonest = soonest_retry_after(waits, now=now)
+        if soonest is not None:
+            response.headers["Retry-After"] = str(soonest)
+    return response
 
 
 async def _shut_down(
@@ -654,6 +685,7 @@ def create_global_app(
         metrics=metrics,
         fleet=fleet,
         anonymous_tenant=limit_settings.anonymous_tenant,
+        wall_clock=token_clock,
     )
     app = name_every_answer(
         web.Application(client_max_size=MAX_REQUEST_BODY_BYTES, middlewares=[openai_errors])
