@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
 
+import aiohttp
 import orjson
+import pytest
+import yaml
 
 from igw.gateway.serving import ServerLimits, serve_app
-from igw.global_router.config import parse_global_config
+from igw.global_router.config import GlobalConfigError, parse_global_config
 from igw.global_router.server import create_global_app
 from tests.global_router.support import global_doc, post_part_of_a_body
+from tests.reliability.harness import end_process
 
 
 async def test_a_body_that_stalls_gets_408_and_the_connection_closed() -> None:
@@ -34,3 +45,68 @@ async def test_a_body_that_stalls_gets_408_and_the_connection_closed() -> None:
     error = orjson.loads(body)["error"]
     assert error["code"] == "request_timeout"
     assert "0.5s" in error["message"]
+
+
+async def test_the_request_body_limit_is_the_configs() -> None:
+    """``spec.routing.maxRequestBodyBytes``: the router holds each body whole while it tries clusters,
+    so its limit is the operator's to size with the replica's memory (fixed at 256 MiB before)."""
+    doc = global_doc(routing={"maxRequestBodyBytes": 1024})
+    app = create_global_app(parse_global_config(doc), rng=random.Random(1), read_heartbeats=False)
+    body = orjson.dumps({"model": "llama", "prompt": "x" * 2048})
+    async with (
+        serve_app(app, host="127.0.0.1", port=0) as url,
+        aiohttp.ClientSession() as http,
+        http.post(f"{url}/v1/completions", data=body) as resp,
+    ):
+        assert resp.status == 413
+        error = (await resp.json())["error"]
+    assert error["code"] == "request_too_large"
+    assert "spec.routing.maxRequestBodyBytes (1024 bytes)" in error["message"]
+
+
+def test_server_limits_are_read_from_the_config_and_named_by_their_path(tmp_path: Path) -> None:
+    doc = global_doc(serverLimits={"keepAliveTimeout": "300s"})
+    config = tmp_path / "global.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    done = subprocess.run(
+        [sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(config), "--port", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "spec.serverLimits.keepAliveTimeout: at most 120s" in done.stderr
+    assert "Traceback" not in done.stderr
+    with pytest.raises(GlobalConfigError, match=r"spec\.serverLimits\.maxHeaders"):
+        parse_global_config(global_doc(serverLimits={"maxHeaders": "many"}))
+
+
+def test_igw_global_serve_applies_the_configs_server_limits(tmp_path: Path) -> None:
+    """``spec.serverLimits`` reaches the listener of a real ``igw global serve`` (before session s39
+    the router ran on the defaults whatever an operator needed: no header, connection or timeout
+    bound of its own): ``maxHeaders: 8`` answers a request with 20 header fields 431."""
+    config = tmp_path / "global.yaml"
+    config.write_text(yaml.safe_dump(global_doc(serverLimits={"maxHeaders": 8, "drainPeriod": "0s"})))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(config),
+         "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        url = ""
+        for line in proc.stderr:
+            if found := re.search(r"serving \d+ cluster\(s\) at (http://\S+)", line):
+                url = found.group(1)
+                break
+        assert url, "the router did not start"
+        headers = {f"x-extra-{i}": "1" for i in range(20)}
+        request = urllib.request.Request(url + "/v1/models", headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 431
+        refused.value.close()
+        with urllib.request.urlopen(url + "/v1/models", timeout=10) as resp:
+            assert resp.status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        end_process(proc)

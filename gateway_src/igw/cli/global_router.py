@@ -25,6 +25,8 @@ HELP = "Tier-2 global inference router across clusters and regions (igw global s
 EXIT_CONFIG = 2
 MANAGEMENT_PATH = "spec.management.port"
 """The GlobalRouterConfig field of the management port (``--management-port`` overrides it)."""
+SERVER_LIMITS_PATH = "spec.serverLimits"
+"""The GlobalRouterConfig field of the client listener's limits (``--drain-seconds`` overrides one)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--drain-seconds",
         type=NON_NEGATIVE,
-        default=5.0,
-        help="after SIGTERM, report not-ready for this long before stopping (default 5)",
+        default=None,
+        help="after SIGTERM, report not-ready for this long before stopping (default: the config's "
+        "spec.serverLimits.drainPeriod, else 5)",
     )
     serve.add_argument(
         "--emf-interval",
@@ -64,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.gateway.limits_config import ServerLimitsError, server_limits
     from igw.gateway.management import ManagementPortError, management_port
     from igw.gateway.redaction import configure_logging
     from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
@@ -76,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         management = management_port(
             config.management, args.management_port, serving_port=args.port, path=MANAGEMENT_PATH
         )
-    except (GlobalConfigError, ManagementPortError) as exc:
+        limits = server_limits(config.server_limits, {"drain_s": args.drain_seconds}, path=SERVER_LIMITS_PATH)
+    except (GlobalConfigError, ManagementPortError, ServerLimitsError) as exc:
         print(f"igw global serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     emf = logging.getLogger("igw.emf")
@@ -91,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
                     host=args.host,
                     port=args.port,
                     region=args.region,
-                    drain_s=args.drain_seconds,
+                    limits=limits,
                     emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
                     management_port=management,
                 )

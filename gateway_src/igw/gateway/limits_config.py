@@ -60,14 +60,14 @@ FIELDS: Final = (
 POSITIVE_DURATIONS: Final = frozenset({"headerTimeout", "bodyTimeout", "sendTimeout", "keepAliveTimeout"})
 
 
-def _from_extension(raw: Mapping[str, Any], problems: list[str]) -> dict[str, float | int]:
+def _from_extension(raw: Mapping[str, Any], problems: list[str], path: str) -> dict[str, float | int]:
     """The fields ``raw`` sets, converted; range problems (beyond the schema's) go to ``problems``."""
     values: dict[str, float | int] = {}
     for f in FIELDS:
         if f.key not in raw:
             continue
         value = raw[f.key]
-        where = f"{PATH}.{f.key}"
+        where = f"{path}.{f.key}"
         if f.duration:
             try:
                 seconds = parse_duration(value)
@@ -92,7 +92,10 @@ def _from_extension(raw: Mapping[str, Any], problems: list[str]) -> dict[str, fl
 
 
 def server_limits(
-    extension: Mapping[str, Any] | None, overrides: Mapping[str, float | int | None]
+    extension: Mapping[str, Any] | None,
+    overrides: Mapping[str, float | int | None],
+    *,
+    path: str = PATH,
 ) -> ServerLimits:
     """Defaults, then ``extension`` (``spec.extensions.serverLimits``, schema-validated or not),
     then every non-``None`` entry of ``overrides`` (``ServerLimits`` field name -> command-line value).
@@ -100,7 +103,7 @@ def server_limits(
     Raises :class:`ServerLimitsError` listing every problem; nothing is half-applied.
     """
     problems: list[str] = []
-    values: dict[str, Any] = _from_extension(extension or {}, problems)
+    values: dict[str, Any] = _from_extension(extension or {}, problems, path)
     known = {f.name for f in fields(ServerLimits)}
     values.update({name: value for name, value in overrides.items() if value is not None and name in known})
     if problems:

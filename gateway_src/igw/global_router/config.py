@@ -14,7 +14,7 @@ from typing import Any, Literal
 from igw.config.build import build_auth_spec
 from igw.config.documents import DocumentReadError, read_documents
 from igw.config.errors import ConfigError, Problem
-from igw.config.model import AuthSpec
+from igw.config.model import MAX_REQUEST_BODY_BYTES, AuthSpec
 from igw.global_router.schema import KIND, is_global_router_config, validate_global_document
 
 Policy = Literal["latency-first", "cost-first-within-slo"]
@@ -49,6 +49,8 @@ class RoutingSpec:
     saturation_threshold: float = 0.8
     inter_region_penalty_s: float = 0.1
     max_attempts: int = 3
+    max_request_body_bytes: int = MAX_REQUEST_BODY_BYTES
+    """Largest request body accepted (413 above it): each is held whole while clusters are tried."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,9 @@ class GlobalRouterConfig:
     rate_limits: Mapping[str, Any] = field(default_factory=dict)
     """Raw ``spec.rateLimits`` (the IGWC ``extensions.rateLimits`` shape), read by igw.security."""
     model_limits: tuple[ModelLimit, ...] = ()
+    server_limits: Mapping[str, Any] = field(default_factory=dict)
+    """Raw ``spec.serverLimits`` (the IGWC ``extensions.serverLimits`` shape), read by
+    :func:`igw.gateway.limits_config.server_limits`: the client listener's timeouts and bounds."""
     management: Mapping[str, Any] | None = None
     """Raw ``spec.management`` (``{port}``), the IGWC ``extensions.management`` shape; read by
     :func:`igw.gateway.management.management_port` with ``igw global serve --management-port``."""
@@ -145,6 +150,7 @@ def build_global_config(doc: Mapping[str, Any]) -> GlobalRouterConfig:
                 routing.get("interRegionPenaltySeconds", d_r.inter_region_penalty_s)
             ),
             max_attempts=int(routing.get("maxAttempts", d_r.max_attempts)),
+            max_request_body_bytes=int(routing.get("maxRequestBodyBytes", d_r.max_request_body_bytes)),
         ),
         failover=FailoverSpec(
             heartbeat_staleness_s=float(failover.get("heartbeatStalenessSeconds", d_f.heartbeat_staleness_s)),
@@ -165,6 +171,7 @@ def build_global_config(doc: Mapping[str, Any]) -> GlobalRouterConfig:
         auth=build_auth_spec(spec["auth"]) if "auth" in spec else None,
         authorization=dict(spec.get("authorization", {})),
         rate_limits=dict(spec.get("rateLimits", {})),
+        server_limits=dict(spec.get("serverLimits", {})),
         model_limits=tuple(
             ModelLimit(
                 tenant=e["tenant"],

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from igw.gateway.serving import serve_app
+from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.stop_signals import StopSignals
 from igw.global_router.config import GlobalRouterConfig
 from igw.global_router.server import ROUTER_KEY, create_global_app, global_management_app
@@ -20,12 +20,13 @@ async def run_global_router(
     host: str,
     port: int,
     region: str | None,
-    drain_s: float,
+    limits: ServerLimits,
     emf_interval_s: float | None = None,
     management_port: int | None = None,
 ) -> None:
-    """``management_port``: serve ``/metrics`` and the detailed ``/readyz`` there, not on ``port``
-    (opened first and closed last, so the drain stays observable)."""
+    """``limits``: the client listener's timeouts and bounds (``spec.serverLimits``), its drain period
+    and stream grace included. ``management_port``: serve ``/metrics`` and the detailed ``/readyz``
+    there, not on ``port`` (opened first and closed last, so the drain stays observable)."""
     app = create_global_app(
         config, region=region, emf_interval_s=emf_interval_s, management_listener=management_port is not None
     )
@@ -37,7 +38,7 @@ async def run_global_router(
                     serve_app(global_management_app(app), host=host, port=management_port)
                 )
                 log.info("management listener (/metrics, /readyz) at %s", management_url)
-            url = await listeners.enter_async_context(serve_app(app, host=host, port=port))
+            url = await listeners.enter_async_context(serve_app(app, host=host, port=port, limits=limits))
             router = app[ROUTER_KEY]
             log.info(
                 "igw global router %s (region %s) serving %d cluster(s) at %s",
@@ -49,6 +50,6 @@ async def run_global_router(
             await stop.wait()
             stop_signals.ignore_further()
             router.draining = True
-            log.info("stopping: readiness is now false; draining for %gs", drain_s)
-            await asyncio.sleep(drain_s)
+            log.info("stopping: readiness is now false; draining for %gs", limits.drain_s)
+            await asyncio.sleep(limits.drain_s)
     log.info("igw global router stopped")

@@ -90,8 +90,6 @@ from igw.security.settings import RateLimitSettings
 
 log = logging.getLogger("igw.global_router")
 
-MAX_REQUEST_BODY_BYTES: Final = 268_435_456
-"""Same default limit as a tier-1 gateway (``bbr.maxRequestBodyBytes``)."""
 _DEFAULT_LIMITS: Final = ServerLimits()  # an app run without serve_app (tests): the defaults
 RETRY_STATUSES: Final = UNAVAILABLE_STATUSES | {429}
 """A cluster's answers retried on the next cluster: those a tier-1 gateway retries on its next pod by
@@ -207,7 +205,7 @@ async def _route(
     m = router.metrics
     try:
         # Before the body, as a tier-1 gateway does: a caller without a valid token cannot make the
-        # router read (and hold) a body of up to MAX_REQUEST_BODY_BYTES.
+        # router read (and hold) a body of up to spec.routing.maxRequestBodyBytes.
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
         m.requests.labels(_model_label(router, request.headers.get(MODEL_HEADER)), str(denied.status)).inc()
@@ -218,13 +216,14 @@ async def _route(
         # A client that stalls mid-body would otherwise hold the connection (and its handler) forever:
         # the same bound as the gateway's (``serverLimits.bodyTimeout``, 60 s by default).
         async with asyncio.timeout(body_timeout_s):
-            raw = await read_limited(request, limit=MAX_REQUEST_BODY_BYTES)
+            raw = await read_limited(request, limit=router.config.routing.max_request_body_bytes)
         body = parse_body(raw, api=api, header_model=request.headers.get(MODEL_HEADER))
     except TimeoutError:
         message = f"request body not received within {body_timeout_s:g}s"
         return gateway_error("request_timeout", message, headers={"Connection": "close"})
     except BodyTooLarge as exc:
-        return gateway_error("request_too_large", str(exc))
+        message = f"request body exceeds spec.routing.maxRequestBodyBytes ({exc.limit} bytes)"
+        return gateway_error("request_too_large", message)
     except BadRequestBody as exc:
         return gateway_error("invalid_request", exc.message, param=exc.param)
     if body.model is None:
@@ -688,7 +687,7 @@ def create_global_app(
         wall_clock=token_clock,
     )
     app = name_every_answer(
-        web.Application(client_max_size=MAX_REQUEST_BODY_BYTES, middlewares=[openai_errors])
+        web.Application(client_max_size=config.routing.max_request_body_bytes, middlewares=[openai_errors])
     )
     app[ROUTER_KEY] = router
     app[INFLIGHT_KEY] = InflightRequests()
