@@ -651,6 +651,23 @@ CASES: list[Case] = [
         fails=[("spec.extensions.dataPlane.autoscaling.targetCPUUtilizationPercentage", "schema.maximum")],
     ),
     case(
+        "jwks-timing-the-cache-cannot-keep",
+        set_(
+            "spec.extensions",
+            {"authorization": {"jwks": {"ttl": "0s", "fetchTimeout": "0s", "unknownKidCooldown": "9s"}}},
+        ),
+        fails=[
+            ("spec.extensions.authorization.jwks.ttl", "jwks-timing"),
+            ("spec.extensions.authorization.jwks.fetchTimeout", "jwks-timing"),
+            ("spec.extensions.authorization.jwks.unknownKidCooldown", "jwks-timing"),
+        ],
+    ),
+    case(
+        "jwks-max-stale-under-the-ttl",
+        set_("spec.extensions", {"authorization": {"jwks": {"maxStale": "4m"}}}),
+        fails=[("spec.extensions.authorization.jwks.maxStale", "jwks-timing")],
+    ),
+    case(
         "outlier-ejection-of-0s",
         set_("spec.extensions", {"routing": {"outlierDetection": {"baseEjectionTime": "0s"}}}),
         fails=[("spec.extensions.routing.outlierDetection.baseEjectionTime", "outlier-ejection-times")],

@@ -178,6 +178,15 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
     for key, value in (("baseEjectionTime", "30s"), ("maxEjectionTime", "300s")):
         if key in outliers:
             outliers[key] = value  # an ejection above 0s, the longest at least the first
+    jwks = (extensions.get("authorization") or {}).get("jwks") or {}
+    for key, value in (
+        ("ttl", "5m"),
+        ("fetchTimeout", "5s"),
+        ("unknownKidCooldown", "30s"),
+        ("maxStale", "24h"),
+    ):
+        if key in jwks:
+            jwks[key] = value  # above 0s, a cooldown of at least 10s, maxStale at least ttl
     management = extensions.get("management") or {}
     if management.get("port") == 8080:
         management["port"] = 9090  # not the operator's inference port

@@ -175,7 +175,8 @@ class JwksServer:
 
     jwks: dict[str, Any] = field(default_factory=lambda: {"keys": []})
     mode: str = "ok"
-    """ok | status | slow | html | huge | redirect_http | redirect_other_host | redirect_same"""
+    """ok | status | slow | html | huge | redirect_http | redirect_other_host | redirect_same |
+    redirect_malformed"""
     status: int = 500
     delay_s: float = 0.0
     discovery: dict[str, Any] | None = None
@@ -217,6 +218,8 @@ class JwksServer:
             resp = web.Response(status=302, headers={"Location": f"http://127.0.0.1:{self.port}/jwks"})
         elif self.mode == "redirect_other_host":
             resp = web.Response(status=302, headers={"Location": f"https://localhost:{self.port}/jwks"})
+        elif self.mode == "redirect_malformed":  # an unclosed IPv6 bracket: no URL parser takes it
+            resp = web.Response(status=302, headers={"Location": "https://[::1/jwks"})
         elif self.mode == "redirect_same":
             resp = web.Response(status=302, headers={"Location": "/jwks-moved"})
         else:

@@ -118,6 +118,40 @@ async def test_required_claims_through_the_guard(make_guard: GuardMaker, tokens:
     assert make_guard.metric("igw_auth_denied_total", {"reason": "required_claim_mismatch"}) == 1
 
 
+NESTED = RequiredClaim(name="realm_access.roles", value_type="StringArray", values=("inference",))
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"realm_access": {"roles": ["offline", "inference"]}}, "ok"),
+        ({"realm_access.roles": ["inference"]}, "ok"),
+        ({"realm_access": {"roles": ["offline"]}}, "required_claim_mismatch"),
+        ({"realm_access": ["inference"]}, "required_claim_mismatch"),
+        ({"realm_access": {}}, "required_claim_mismatch"),
+        ({}, "required_claim_mismatch"),
+    ],
+    ids=["nested-match", "top-level-dotted-name", "nested-no-match", "parent-not-object", "absent", "none"],
+)
+def test_a_dotted_required_claim_name_reaches_into_nested_objects(
+    extra: dict[str, Any], expected: str
+) -> None:
+    """Envoy Gateway's JWT claim rules (what AWS's gateway configures) name a nested claim with dots,
+    as Keycloak's ``realm_access.roles``; before session s39 only a top-level claim of that literal
+    name was read, so such a rule refused every token."""
+    assert verdict(claims(**extra), required=(NESTED,)) == expected
+
+
+async def test_a_nested_required_claim_through_the_guard(
+    make_guard: GuardMaker, tokens: TokenFactory
+) -> None:
+    guard = await make_guard(required_claims=(NESTED,))
+    allowed = tokens.token(realm_access={"roles": ["inference"]})
+    assert (await guard.authenticate(bearer(allowed))).authenticated
+    with pytest.raises(Exception, match="missing or invalid bearer token"):
+        await guard.authenticate(bearer(tokens.token(realm_access={"roles": ["other"]})))
+
+
 def test_sub_must_be_a_string() -> None:
     assert verdict(claims(sub=5)) == "sub_not_string"
     assert verdict(claims(sub=None)) == "sub_not_string"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, ed448, rsa, x25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa, x25519
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from igw.security.jwk import KeySkipped, parse_jwk, parse_jwks
@@ -40,6 +40,7 @@ BAD_KEYS: dict[str, Any] = {
     "alg-mismatch-es256-on-rsa": lambda good: {**good, "alg": "ES256"},
     "alg-hs256-on-rsa": lambda good: {**good, "alg": "HS256"},
     "alg-none": lambda good: {**good, "alg": "none"},
+    "alg-not-a-string": lambda good: {**good, "alg": ["RS256"]},
     "malformed-n": lambda good: {**good, "n": "!!!"},
     "missing-e": lambda good: {k: v for k, v in good.items() if k != "e"},
     "not-an-object": lambda good: ["RSA"],
@@ -57,6 +58,11 @@ BAD_KEYS: dict[str, Any] = {
         "kty": "OKP",
         "crv": "X25519",
         "x": b64url(x25519.X25519PrivateKey.generate().public_key().public_bytes_raw()),
+    },
+    "okp-crv-not-a-string": lambda good: {
+        "kty": "OKP",
+        "crv": ["Ed25519"],
+        "x": b64url(ed25519.Ed25519PrivateKey.generate().public_key().public_bytes_raw()),
     },
     "okp-bad-length": lambda good: {"kty": "OKP", "crv": "Ed25519", "x": b64url(b"\x01" * 31)},
 }

@@ -258,9 +258,16 @@ async def test_oidc_discovery_uses_discovered_jwks_uri(
         {"issuer": "https://impostor.example", "jwks_uri": "/keys2"},
         {"issuer": "ISSUER", "jwks_uri": "http://127.0.0.1/keys2"},
         {"issuer": "ISSUER"},
+        {"issuer": "ISSUER", "jwks_uri": "https://[::1/keys2"},
         None,
     ],
-    ids=["issuer-mismatch", "jwks-uri-not-https", "no-jwks-uri", "no-discovery-document"],
+    ids=[
+        "issuer-mismatch",
+        "jwks-uri-not-https",
+        "no-jwks-uri",
+        "jwks-uri-malformed",
+        "no-discovery-document",
+    ],
 )
 async def test_oidc_discovery_failure_falls_back_to_remote_jwks_uri(
     discovery: dict[str, str] | None, make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory
@@ -274,6 +281,40 @@ async def test_oidc_discovery_failure_falls_back_to_remote_jwks_uri(
     assert jwks_server.hits.get("/keys2", 0) == 0
     assert jwks_server.hits["/jwks"] == 1
     assert (await guard.authenticate(bearer(tokens.token()))).authenticated
+
+
+async def test_one_malformed_key_leaves_the_rest_of_the_set_usable(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory, keys: Keys
+) -> None:
+    """J22: a JWK whose ``alg`` is a list (or whose OKP ``crv`` is) is skipped like any unusable
+    key. Before session s39 it raised ``TypeError`` out of the fetch: the whole set was unusable,
+    the gateway never became ready, and every request started a fetch of its own."""
+    jwks_server.set_keys(keys.rsa, extra=[{**keys.rsa2.public_jwk(), "alg": ["RS256"]}])
+    guard = await make_guard()
+    assert guard.jwks is not None
+    assert guard.jwks.last_error is None
+    assert (await guard.authenticate(bearer(tokens.token()))).authenticated
+
+
+async def test_a_malformed_redirect_is_a_failed_fetch_with_backoff_not_one_fetch_per_request(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory
+) -> None:
+    """J28: an issuer (or a proxy in front of it) redirecting to a ``Location`` no URL parser
+    accepts is a fetch failure like the others: reported, retried on the backoff schedule. Before
+    session s39 yarl's ``ValueError`` escaped the fetch, skipping the backoff: each of these 20
+    requests fetched the JWKS again and was refused as an internal error."""
+    jwks_server.mode = "redirect_malformed"
+    guard = await make_guard(wait_ready=False)
+    jwks = guard.jwks
+    assert jwks is not None
+    await wait_until(lambda: jwks.last_error is not None, timeout_s=5)
+    assert "malformed" in guard.readiness().detail
+    before = jwks_server.hits.get("/jwks", 0)
+    for _ in range(20):
+        await refused(guard, bearer(tokens.token()))
+    assert jwks_server.hits.get("/jwks", 0) - before <= 1
+    assert make_guard.metric("igw_auth_denied_total", {"reason": "internal_error"}) is None
+    assert make_guard.metric("igw_auth_denied_total", {"reason": "jwks_unavailable"}) == 20
 
 
 async def test_same_host_redirect_is_followed(

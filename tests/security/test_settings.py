@@ -132,6 +132,25 @@ def test_cooldown_under_ten_seconds_is_refused_naming_the_field() -> None:
         AuthorizationSettings.from_mapping({"jwks": {"unknownKidCooldown": "5s"}})
 
 
+@pytest.mark.parametrize(
+    ("jwks", "message"),
+    [
+        ({"ttl": "0s"}, r"jwks\.ttl: must be greater than 0s"),
+        ({"fetchTimeout": "0ms"}, r"jwks\.fetchTimeout: must be greater than 0s"),
+        ({"maxStale": "0s"}, r"jwks\.maxStale: must be at least ttl"),
+        ({"ttl": "1h", "maxStale": "10m"}, r"jwks\.maxStale: must be at least ttl"),
+    ],
+)
+def test_a_jwks_timing_the_cache_cannot_keep_is_refused_naming_the_field(
+    jwks: dict[str, str], message: str
+) -> None:
+    """The guard's own check (the global router's configuration reaches it without the
+    InferenceGatewayConfig's admission rules). ``ttl: 0s`` refetched the keys 422 times a second
+    with no traffic; ``maxStale: 0s`` fetched them once per request and refused every token."""
+    with pytest.raises(ValueError, match=message):
+        AuthorizationSettings.from_mapping({"jwks": jwks})
+
+
 def gateway_doc(extensions: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
@@ -157,6 +176,22 @@ def gateway_doc(extensions: dict[str, Any]) -> dict[str, Any]:
             "spec.extensions.authorization.forwardClaims[0].header",
         ),
         ({"authorization": {"jwks": {"maxBytes": 10}}}, "spec.extensions.authorization.jwks.maxBytes"),
+        # igw validate accepted these before session s39; igw serve refused the first, and the
+        # others left a gateway refetching its keys without pause or once per request
+        (
+            {"authorization": {"jwks": {"unknownKidCooldown": "5s"}}},
+            "spec.extensions.authorization.jwks.unknownKidCooldown",
+        ),
+        ({"authorization": {"jwks": {"ttl": "0s"}}}, "spec.extensions.authorization.jwks.ttl"),
+        (
+            {"authorization": {"jwks": {"fetchTimeout": "0ms"}}},
+            "spec.extensions.authorization.jwks.fetchTimeout",
+        ),
+        ({"authorization": {"jwks": {"maxStale": "0s"}}}, "spec.extensions.authorization.jwks.maxStale"),
+        (
+            {"authorization": {"jwks": {"ttl": "1h", "maxStale": "10m"}}},
+            "spec.extensions.authorization.jwks.maxStale",
+        ),
         ({"rateLimits": {"backend": "memcached"}}, "spec.extensions.rateLimits.backend"),
         (
             {"rateLimits": {"default": {"requestsPerSecond": 0}}},

@@ -22,6 +22,10 @@ from igw.config.schema import admission_rules, shared_schema
 
 RuleCheck = Callable[[Mapping[str, Any]], Iterator[Problem]]
 
+MIN_UNKNOWN_KID_COOLDOWN_S: Final = 10.0
+"""Shortest ``authorization.jwks.unknownKidCooldown`` (rule ``jwks-timing``, whose CEL expression
+states the same bound; ``igw.security.settings`` refuses it too, for the global router's copy)."""
+
 
 def _mapping(value: Any) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) else None
@@ -395,6 +399,51 @@ def _outlier_ejection_times(doc: Mapping[str, Any]) -> Iterator[Problem]:
         )
 
 
+def _jwks_timing(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``spec.extensions.authorization.jwks``: the JWKS cache's timing is one the cache can keep
+    (the schema's defaults where a field is absent). ``ttl: 0s`` refetched the keys without pause
+    (422 fetches a second with no traffic), ``fetchTimeout: 0s`` never loaded them, a ``maxStale``
+    under ``ttl`` let them go unusable before their refresh (``0s``: a fetch per request, every
+    token refused), and an ``unknownKidCooldown`` under 10s stopped ``igw serve`` at start
+    although ``igw validate`` had accepted it."""
+    ext = _mapping(_spec(doc).get("extensions")) or {}
+    jwks = _mapping((_mapping(ext.get("authorization")) or {}).get("jwks"))
+    if jwks is None:
+        return
+    fields = shared_schema()["properties"]["spec"]["properties"]["extensions"]["properties"]["authorization"][
+        "properties"
+    ]["jwks"]["properties"]  # the defaults, where the authorization extension states them
+    try:
+        ttl, fetch_timeout, cooldown, max_stale = (
+            parse_duration(jwks.get(name, fields[name]["default"]))
+            for name in ("ttl", "fetchTimeout", "unknownKidCooldown", "maxStale")
+        )
+    except (TypeError, ValueError):
+        return  # the schema's duration pattern reports it
+    rule = "jwks-timing"
+    at = ("spec", "extensions", "authorization", "jwks")
+    if ttl <= 0:
+        yield _problem(
+            rule, (*at, "ttl"), "must be greater than 0s (the keys would be refetched without pause)"
+        )
+    if fetch_timeout <= 0:
+        yield _problem(rule, (*at, "fetchTimeout"), "must be greater than 0s (no fetch could complete)")
+    if cooldown < MIN_UNKNOWN_KID_COOLDOWN_S:
+        yield _problem(
+            rule,
+            (*at, "unknownKidCooldown"),
+            f"must be at least {MIN_UNKNOWN_KID_COOLDOWN_S:g}s, got {cooldown:g}s "
+            "(a shorter cooldown lets unknown-kid floods hammer the issuer)",
+        )
+    if ttl > 0 and max_stale < ttl:
+        yield _problem(
+            rule,
+            (*at, "maxStale"),
+            f"must be at least ttl ({ttl:g}s), got {max_stale:g}s "
+            "(the keys would go unusable before their refresh)",
+        )
+
+
 RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "bbr-required-for-multiple-schedulers": _bbr_required,
     "unique-scheduler-name": _unique("name", "unique-scheduler-name"),
@@ -412,6 +461,7 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "unique-flow-objective-name": _unique_in_extension(
         "flowControl", "objectives", "name", "unique-flow-objective-name"
     ),
+    "jwks-timing": _jwks_timing,
     "unique-rewrite-model": _unique_rewrite_match,
     "server-limits-header-timeout-positive": _server_limit_duration(
         "headerTimeout", "server-limits-header-timeout-positive"

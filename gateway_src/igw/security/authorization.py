@@ -13,7 +13,7 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
-from igw.security.identity import claim_at
+from igw.security.claims import claim_at
 from igw.security.settings import ModelAccessRule
 
 

@@ -13,7 +13,10 @@ signature verified. Times use the injected clock; skew applies symmetrically:
 - ``sub`` and ``jti``, when present (even ``null``), must be strings;
 - ``requiredClaims``: every rule must hold (default deny). ``String``: the claim is a string equal
   to one of the values. ``StringArray``: the claim is an array of strings with at least one
-  element among the values. A missing or differently typed claim fails the rule.
+  element among the values. A missing or differently typed claim fails the rule. A dotted name
+  (``realm_access.roles``) reaches into nested objects when no top-level claim has that name, as
+  Envoy Gateway's JWT claim rules do (before session s39 only top-level names were read, so such
+  a rule refused every token).
 """
 
 from __future__ import annotations
@@ -72,9 +75,23 @@ def validate_claims(claims: Mapping[str, Any], *, rules: ClaimRules, now: float)
         if name in claims and not isinstance(claims[name], str):
             reject(f"{name}_not_string")
     for rule in rules.required_claims:
-        if not _required_claim_holds(claims.get(rule.name), rule):
+        if not _required_claim_holds(claim_at(claims, rule.name), rule):
             reject("required_claim_mismatch")
     return exp
+
+
+def claim_at(claims: Mapping[str, Any], path: str) -> Any:
+    """The claim named ``path``: a top-level name first, then ``a.b.c`` as nested objects (Envoy
+    Gateway's convention for claim names; ``requiredClaims``, ``tenantClaim``, ``forwardClaims``
+    and ``modelAccess`` all read claims through it)."""
+    if path in claims:
+        return claims[path]
+    value: Any = claims
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
 
 
 def _numeric_date(claims: Mapping[str, Any], name: str) -> float | None:

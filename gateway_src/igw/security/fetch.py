@@ -29,8 +29,15 @@ class FetchError(IgwSecurityError):
 
 
 def require_https(url: str) -> URL:
-    parsed = URL(url)
-    if parsed.scheme != "https" or not parsed.host:
+    """``url`` parsed, or :class:`FetchError` when it is not a well-formed HTTPS URL with a host."""
+    try:
+        parsed = URL(url)
+        https_with_host = parsed.scheme == "https" and bool(parsed.host) and parsed.port is not None
+    except (ValueError, TypeError):
+        # yarl refuses a malformed URL (an unclosed IPv6 bracket, a port out of range) with a bare
+        # ValueError; callers expect FetchError (a JWKS fetch must fail with backoff, not crash)
+        raise FetchError(f"not a well-formed URL: {url!r}") from None
+    if not https_with_host:
         raise FetchError(f"not an https URL: {url!r}")
     return parsed
 
@@ -84,8 +91,12 @@ async def fetch_json(
 def _same_origin_redirect(current: URL, location: str, origin: tuple[str | None, int | None]) -> URL:
     if not location:
         raise FetchError("redirect without Location")
-    nxt = current.join(URL(location))
-    if nxt.scheme != "https" or (nxt.host, nxt.port) != origin:
+    try:
+        nxt = current.join(URL(location))
+        target = (nxt.host, nxt.port)
+    except (ValueError, TypeError):
+        raise FetchError("redirect to a malformed Location refused") from None
+    if nxt.scheme != "https" or target != origin:
         raise FetchError("redirect to another scheme or host refused")
     return nxt
 

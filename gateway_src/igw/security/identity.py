@@ -21,23 +21,12 @@ from typing import Any, Final
 
 from igw.gateway.cache_salt import scope_salt
 from igw.gateway.guards import Principal, caller_scope
+from igw.security.claims import claim_at
 from igw.security.settings import AuthorizationSettings
 from igw.security.token import reject
 
 MAX_TENANT_CHARS: Final = 256
 _PRINTABLE_ASCII: Final = re.compile(r"[\x20-\x7e]*")
-
-
-def claim_at(claims: Mapping[str, Any], path: str) -> Any:
-    """The claim named ``path``: a top-level name first, then ``a.b.c`` as nested objects."""
-    if path in claims:
-        return claims[path]
-    value: Any = claims
-    for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
 
 
 def header_value(value: Any, *, max_bytes: int) -> str | None:

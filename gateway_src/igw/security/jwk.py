@@ -78,6 +78,11 @@ def parse_jwks(document: Any, *, allowed_algorithms: Collection[str], max_keys: 
             parsed.append(parse_jwk(raw, allowed_algorithms=allowed))
         except KeySkipped as exc:
             skipped.append(f"{index}: {exc}")
+        except (TypeError, ValueError, LookupError, AttributeError) as exc:
+            # a member of a shape no check above foresaw: that key is unusable, the rest of the
+            # set still serves (before session s39 an "alg" given as a list raised TypeError out of
+            # the fetch, so one odd key made the whole set unusable and every request refetched it)
+            skipped.append(f"{index}: malformed key ({type(exc).__name__})")
     kid_counts: dict[str, int] = {}
     for key in parsed:
         if key.kid is not None:
@@ -122,7 +127,7 @@ def parse_jwk(raw: Any, *, allowed_algorithms: frozenset[str]) -> VerificationKe
         raise KeySkipped(f"kty {kty!r} is not an asymmetric signing key type")
     stated = raw.get("alg")
     if stated is not None:
-        if stated not in compatible:
+        if not isinstance(stated, str) or stated not in compatible:
             raise KeySkipped(f"alg {stated!r} does not fit a {kty} key")
         compatible = frozenset({stated})
     usable = compatible & allowed_algorithms
@@ -162,7 +167,8 @@ def _ec_key(raw: Mapping[str, Any]) -> tuple[frozenset[str], ec.EllipticCurvePub
 def _okp_key(
     raw: Mapping[str, Any],
 ) -> tuple[frozenset[str], ed25519.Ed25519PublicKey | ed448.Ed448PublicKey]:
-    if raw.get("crv") not in _OKP_CURVES:
+    crv = raw.get("crv")
+    if not isinstance(crv, str) or crv not in _OKP_CURVES:
         raise KeySkipped(f"OKP curve {raw.get('crv')!r} is not a signature curve")
     try:
         key = OKPAlgorithm.from_jwk(dict(raw))

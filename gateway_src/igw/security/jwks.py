@@ -237,6 +237,13 @@ class JwksCache:
         except FetchError as exc:
             self._on_failure(exc.reason)
             return
+        except Exception as exc:
+            # A bug (or a response shape nothing above foresaw) is still a failed fetch: logged
+            # loudly, and retried with the same backoff. Escaping, it skipped that backoff, so every
+            # request waiting for keys started another fetch (one per request, before session s39).
+            log.exception("JWKS fetch from issuer %s crashed", self._issuer)
+            self._on_failure(f"unexpected error: {type(exc).__name__}")
+            return
         was_ready = self.ready()
         self._install(keys)
         if self._metrics is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from igw.config.durations import parse_duration
+from igw.config.rules import MIN_UNKNOWN_KID_COOLDOWN_S
 
 DEFAULT_ALGORITHMS: Final[tuple[str, ...]] = (
     "RS256",
@@ -29,8 +30,6 @@ DEFAULT_ALGORITHMS: Final[tuple[str, ...]] = (
     "EdDSA",
 )
 """Asymmetric algorithms only: a gateway verifying an issuer's tokens never holds an HMAC secret."""
-
-MIN_UNKNOWN_KID_COOLDOWN_S: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +124,14 @@ class AuthorizationSettings:
                 "spec.extensions.authorization.jwks.unknownKidCooldown: must be at least 10s "
                 f"(got {jwks.unknown_kid_cooldown_s:g} s); "
                 "a shorter cooldown lets unknown-kid floods hammer the issuer"
+            )
+        for name, value in (("ttl", jwks.ttl_s), ("fetchTimeout", jwks.fetch_timeout_s)):
+            if value <= 0:
+                raise ValueError(f"spec.extensions.authorization.jwks.{name}: must be greater than 0s")
+        if jwks.max_stale_s < jwks.ttl_s:
+            raise ValueError(
+                f"spec.extensions.authorization.jwks.maxStale: must be at least ttl ({jwks.ttl_s:g} s, "
+                f"got {jwks.max_stale_s:g} s); the keys would go unusable before their refresh"
             )
         cache_raw: Mapping[str, Any] = raw.get("verifiedTokenCache", {})
         cache_defaults = VerifiedTokenCacheSettings()
