@@ -554,6 +554,71 @@ CASES: list[Case] = [
         ),
         fails=[("spec.extensions.modelRewrites.rules[1].model", "unique-rewrite-model")],
     ),
+    # settings the gateway refuses at start (or, pollInterval 0s, ran with a busy pump): refused here
+    # too, so igw validate and the operator's admission agree with igw serve (CEL + Python)
+    case(
+        "flow-poll-interval-0s",
+        set_("spec.extensions", {"flowControl": {"pollInterval": "0ms"}}),
+        fails=[("spec.extensions.flowControl.pollInterval", "flow-poll-interval-positive")],
+    ),
+    case(
+        "flow-band-ttl-and-slot-wait-0s",
+        set_(
+            "spec.extensions",
+            {"flowControl": {"bands": [{"priority": 0, "ttl": "0s"}, {"priority": 1, "slotWait": "0ms"}]}},
+        ),
+        fails=[
+            ("spec.extensions.flowControl.bands[0].ttl", "flow-band-durations-positive"),
+            ("spec.extensions.flowControl.bands[1].slotWait", "flow-band-durations-positive"),
+        ],
+    ),
+    case(
+        "duplicate-flow-objective-access",
+        set_(
+            "spec.extensions",
+            {
+                "flowControl": {
+                    "objectiveAccess": [
+                        {"objective": "Critical", "tenants": ["a"]},
+                        {"objective": "Critical", "tenants": ["b"]},
+                    ]
+                }
+            },
+        ),
+        fails=[("spec.extensions.flowControl.objectiveAccess[1].objective", "unique-flow-objective-access")],
+    ),
+    case(
+        "retry-after-min-above-max",
+        set_("spec.extensions", {"routing": {"retryAfter": {"minSeconds": 10, "maxSeconds": 5}}}),
+        fails=[("spec.extensions.routing.retryAfter.maxSeconds", "retry-after-bounds")],
+    ),
+    case(
+        "retry-after-min-above-default-max",
+        set_("spec.extensions", {"routing": {"retryAfter": {"minSeconds": 31}}}),
+        fails=[("spec.extensions.routing.retryAfter.maxSeconds", "retry-after-bounds")],
+    ),
+    case(
+        "rewrite-all-weights-zero",
+        set_(
+            "spec.extensions",
+            {"modelRewrites": {"rules": [{"model": "m", "targets": [{"model": "sql-lora", "weight": 0}]}]}},
+        ),
+        fails=[("spec.extensions.modelRewrites.rules[0].targets", "rewrite-positive-weight")],
+    ),
+    case(
+        "rewrite-sticky-by-header-without-header",
+        set_(
+            "spec.extensions",
+            {
+                "modelRewrites": {
+                    "rules": [
+                        {"model": "m", "targets": [{"model": "sql-lora", "weight": 1}], "stickyBy": "header"}
+                    ]
+                }
+            },
+        ),
+        fails=[("spec.extensions.modelRewrites.rules[0].stickyHeader", "rewrite-sticky-header")],
+    ),
     # spec.extensions.serverLimits: timeouts above 0s, keep-alive at most 120s (CEL + Python)
     case(
         "server-limits-zero-and-too-long-timeouts",

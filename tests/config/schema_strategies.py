@@ -143,9 +143,30 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
         rule["model"] = f"alias-{index}"  # one rule per model and header set
         for t_index, target in enumerate(rule.get("targets", [])):  # a model some scheduler serves
             target["model"] = f"model-{t_index % len(spec['schedulers'])}"
+        if rule.get("targets"):  # a share to split by
+            rule["targets"][0]["weight"] = max(1, rule["targets"][0].get("weight", 1))
+        if rule.get("stickyBy") == "header":
+            rule.setdefault("stickyHeader", "x-user")
     flow = extensions.get("flowControl") or {}
+    if "pollInterval" in flow:
+        flow["pollInterval"] = "20ms"  # above 0s
+    below, keep = 0.01, 100_000
+    queue_cap: int | None = 1
     for index, band in enumerate(flow.get("bands", [])):
         band["priority"] = index
+        for key, value in (("ttl", "30s"), ("slotWait", "15ms")):
+            if key in band:
+                band[key] = value  # above 0s
+        # a higher band keeps no less room than the one below it (band order, igw validate)
+        below = band["dispatchBelow"] = max(below, band.get("dispatchBelow", 1.0))
+        if queue_cap is None or "maxEndpointQueue" not in band:
+            band.pop("maxEndpointQueue", None)
+            queue_cap = None
+        else:
+            queue_cap = band["maxEndpointQueue"] = max(queue_cap, band["maxEndpointQueue"])
+        keep = band["keepSlots"] = min(keep, band.get("keepSlots", 0))
+    for index, access in enumerate(flow.get("objectiveAccess", [])):
+        access["objective"] = f"access-{index}"  # each objective reserved once
     if "enginePriority" in flow:  # one entry per scheduler, each naming an engine that reads priority
         flow["enginePriority"] = flow["enginePriority"][: len(spec["schedulers"])]
         for index, entry in enumerate(flow["enginePriority"]):
@@ -174,6 +195,10 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
         else:
             low = scaling.setdefault("minReplicas", 2)
             scaling["maxReplicas"] = max(low, scaling.get("maxReplicas", low))
+    retry_after = (extensions.get("routing") or {}).get("retryAfter")
+    if retry_after is not None:  # minSeconds at most maxSeconds (defaults 1 and 30)
+        low = retry_after.get("minSeconds", 1)
+        retry_after["maxSeconds"] = max(low, retry_after.get("maxSeconds", 30))
     outliers = (extensions.get("routing") or {}).get("outlierDetection") or {}
     for key, value in (("baseEjectionTime", "30s"), ("maxEjectionTime", "300s")):
         if key in outliers:

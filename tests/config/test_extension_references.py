@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,10 +11,13 @@ import pytest
 import yaml
 
 from igw.cli.main import main
+from igw.config.build import build_gateway_config
 from igw.config.extension_references import OBJECTIVE_MEMBER_RULE, REWRITE_TARGET_RULE, served_models
 from igw.config.validate import validate_document
 from igw.gateway.model_rewrite import ModelRewriteError, ModelRewrites
+from igw.gateway.runtime import GatewayRuntime
 from igw.scheduling.flow_control import FlowControlError, FlowControlSettings
+from tests.gateway.support import config_doc, scheduler
 
 from .cases import base_document
 
@@ -114,3 +119,71 @@ def test_igw_validate_prints_the_path_and_line(tmp_path: Path, capsys: pytest.Ca
     assert "spec.extensions.modelRewrites.rules[0].targets[1].model: no scheduler serves" in line
     file_line = int(line.split(":")[1])
     assert "llama-v2" in path.read_text().splitlines()[file_line - 1]
+
+
+RUNTIME_ONLY_BEFORE_S39: list[tuple[dict[str, Any], str]] = [
+    ({"flowControl": {"pollInterval": "0s"}}, "spec.extensions.flowControl.pollInterval"),
+    (
+        {"flowControl": {"bands": [{"priority": 0, "ttl": "0s"}]}},
+        "spec.extensions.flowControl.bands[0].ttl",
+    ),
+    (
+        {"flowControl": {"bands": [{"priority": 0, "slotWait": "0ms"}]}},
+        "spec.extensions.flowControl.bands[0].slotWait",
+    ),
+    (
+        {"flowControl": {"objectiveAccess": [{"objective": "a", "tenants": ["t"]}] * 2}},
+        "spec.extensions.flowControl.objectiveAccess[1].objective",
+    ),
+    (
+        {
+            "flowControl": {
+                "bands": [{"priority": 0, "dispatchBelow": 0.5}, {"priority": 1, "dispatchBelow": 0.4}]
+            }
+        },
+        "spec.extensions.flowControl.bands[1].dispatchBelow",
+    ),
+    (
+        {
+            "flowControl": {
+                "bands": [{"priority": 1, "maxEndpointQueue": 1}, {"priority": 0, "maxEndpointQueue": 3}]
+            }
+        },
+        "spec.extensions.flowControl.bands[0].maxEndpointQueue",
+    ),
+    (
+        {"flowControl": {"bands": [{"priority": 0}, {"priority": 1, "keepSlots": 2}]}},
+        "spec.extensions.flowControl.bands[1].keepSlots",
+    ),
+    (
+        {"routing": {"retryAfter": {"minSeconds": 10, "maxSeconds": 5}}},
+        "spec.extensions.routing.retryAfter.maxSeconds",
+    ),
+    (
+        {"modelRewrites": {"rules": [{"model": "x", "targets": [{"model": LLAMA, "weight": 0}]}]}},
+        "spec.extensions.modelRewrites.rules[0].targets",
+    ),
+    (
+        {
+            "modelRewrites": {
+                "rules": [{"model": "x", "targets": [{"model": LLAMA, "weight": 1}], "stickyBy": "header"}]
+            }
+        },
+        "spec.extensions.modelRewrites.rules[0].stickyHeader",
+    ),
+]
+"""Settings ``igw serve`` refused at start (or, ``pollInterval: 0s``, ran with a pump that never
+paused) while ``igw validate`` - and the operator's admission, which runs the same checks - found
+0 problems: an accepted InferenceGatewayConfig whose gateways then did not start."""
+
+
+@pytest.mark.parametrize(("extensions", "path"), RUNTIME_ONLY_BEFORE_S39)
+def test_what_the_gateway_refuses_at_start_igw_validate_refuses_by_path(
+    extensions: dict[str, Any], path: str
+) -> None:
+    doc = config_doc([scheduler("pool", LLAMA)])
+    doc["spec"]["extensions"].update(extensions)
+    assert [p.path for p in validate_document(doc)] == [path]
+    field = re.sub(r"\[\d+\]$", "", path.rsplit(".", 1)[1])
+    with pytest.raises(ValueError, match=field):  # the gateway's own build refuses it, naming the field
+        GatewayRuntime(build_gateway_config(doc), rng=random.Random(0), clock=lambda: 0.0)

@@ -134,3 +134,44 @@ async def test_per_target_series_count_the_split_and_its_latency_by_rule(gateway
             assert registry.get_sample_value("igw_model_rewrite_request_duration_seconds_sum", labels) > 0
         text = await (await gw.http.get(gw.url + "/metrics")).text()
         assert 'igw_model_rewrite_requests_total{code="200",rule="llama-canary",target="llama-v2"}' in text
+
+
+async def test_an_objective_listing_the_name_clients_send_sets_the_band_of_its_canary_requests(
+    gateway: Any,
+) -> None:
+    """``flowControl.objectives[].models`` naming the rule's model (what clients send) gives the
+    rewritten requests that band; an objective listing the target itself wins for that target.
+    Matched against the target alone, the first objective had no effect: Standard (0)."""
+    d = doc(100, 0)
+    d["spec"]["extensions"]["modelRewrites"]["rules"].insert(
+        0,
+        {
+            "model": "llama",
+            "headers": [{"name": "X-Canary", "value": "always"}],
+            "targets": [{"model": "llama-v2", "weight": 1}],
+        },
+    )
+    d["spec"]["extensions"]["flowControl"] = {
+        "pollInterval": "10ms",
+        "objectives": [
+            {"name": "chat", "priority": 5, "models": ["llama"]},
+            {"name": "trial", "priority": -2, "models": ["llama-v2"]},
+        ],
+    }
+    async with (
+        running(FakeModelServer("v1", waiting=9), FakeModelServer("v2", waiting=9)) as (v1, v2),
+        gateway(d, {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        body = {"model": "llama", "prompt": "hi", "max_tokens": 2}
+        canary = {"x-canary": "always"}
+        tasks = [asyncio.create_task(gw.post("/v1/completions", body)) for _ in range(3)]
+        tasks += [asyncio.create_task(gw.post("/v1/completions", body, headers=canary)) for _ in range(3)]
+
+        def depths() -> dict[str, dict[int, int]]:
+            return {name: gw.state.flow.depths(name) for name in ("old", "new")}
+
+        await wait_for(lambda: sum(sum(d.values()) for d in depths().values()) == 6, what="all queued")
+        assert depths() == {"old": {5: 3}, "new": {-2: 3}}
+        v1.waiting = v2.waiting = 0
+        for resp in await asyncio.gather(*tasks):
+            assert resp.status == 200

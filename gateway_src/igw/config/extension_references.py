@@ -6,6 +6,8 @@ entry at fault:
 
 * a model, adapter or tenant listed under two ``flowControl.objectives`` (which priority would it
   get?);
+* a ``flowControl.bands`` entry keeping less room for higher bands than a lower band does
+  (``dispatchBelow``, ``maxEndpointQueue``, ``keepSlots``): each band is compared with every other;
 * a ``modelRewrites`` target that no scheduler serves (neither a ``modelName`` nor one of its
   ``loraAdapters``): the canary would send requests to a name nothing routes;
 * a ``flowControl.enginePriority`` entry naming no scheduler, one listed twice, one whose engine
@@ -21,7 +23,9 @@ wrong type are skipped: the schema reports those.
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -32,6 +36,7 @@ OBJECTIVE_MEMBER_RULE: Final = "unique-objective-member"
 REWRITE_TARGET_RULE: Final = "rewrite-target-served"
 ENGINE_PRIORITY_RULE: Final = "engine-priority-scheduler"
 ENGINE_SELECTION_RULE: Final = "engine-selection-scheduler"
+BAND_ORDER_RULE: Final = "flow-band-order"
 _SGLANG_ONLY: Final = ("preemptionThreshold", "preemption", "lowValuesFirst")
 
 
@@ -69,6 +74,63 @@ def objective_member_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
                         f"spec.extensions.flowControl.objectives[{first}].{field}: one {field[:-1]} "
                         "can have only one objective",
                     )
+
+
+def band_order_violations(bands: Sequence[Any]) -> Iterator[tuple[int, str, str]]:
+    """``(index, field, message)`` for each ``flowControl.bands`` entry that keeps less room for the
+    bands above it than the next lower band does: a higher ``dispatchBelow``, ``maxEndpointQueue``
+    (absent: no limit) or a lower ``keepSlots`` (absent: 0) would let a lower band past a higher one.
+    Bands are compared in priority order, each with the next lower one; entries of the wrong type
+    are skipped (the schema reports them). The gateway refuses the first of these at start
+    (:class:`~igw.scheduling.flow_control.FlowControlSettings`), ``igw validate`` reports them all."""
+    typed = [
+        (i, b)
+        for i, b in enumerate(bands)
+        if isinstance(b, Mapping)
+        and isinstance(b.get("priority"), int)
+        and not isinstance(b["priority"], bool)
+    ]
+    indexed = sorted(typed, key=lambda ib: int(ib[1]["priority"]))
+    for (_, low), (j, high) in itertools.pairwise(indexed):
+        lower = int(low["priority"])
+        low_value, high_value = float(low.get("dispatchBelow", 1.0)), float(high.get("dispatchBelow", 1.0))
+        if low_value > high_value:
+            yield (
+                j,
+                "dispatchBelow",
+                (
+                    f"{high_value:g} is below the {low_value:g} of the lower priority {lower}; a lower band "
+                    "cannot keep headroom from a higher one"
+                ),
+            )
+        low_cap = float(low.get("maxEndpointQueue", math.inf))
+        high_cap = float(high.get("maxEndpointQueue", math.inf))
+        if low_cap > high_cap:
+            yield (
+                j,
+                "maxEndpointQueue",
+                (
+                    f"{high_cap:g} is below the {low_cap:g} of the lower priority {lower}; a lower band "
+                    "cannot keep queue places from a higher one"
+                ),
+            )
+        low_keep, high_keep = int(low.get("keepSlots", 0)), int(high.get("keepSlots", 0))
+        if low_keep < high_keep:
+            yield (
+                j,
+                "keepSlots",
+                (
+                    f"{high_keep} is above the {low_keep} of the lower priority {lower}; a lower band "
+                    "cannot keep batch slots from a higher one"
+                ),
+            )
+
+
+def band_order_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """:func:`band_order_violations` of the document's ``flowControl.bands``, by path."""
+    bands = _list(_extension(doc, "flowControl").get("bands"))
+    for j, field, message in band_order_violations(bands):
+        yield _problem(BAND_ORDER_RULE, ("spec", "extensions", "flowControl", "bands", j, field), message)
 
 
 def served_models(spec: Mapping[str, Any]) -> set[str]:
@@ -196,6 +258,7 @@ def reference_problems(doc: Mapping[str, Any]) -> list[Problem]:
     """Every cross-reference problem of one InferenceGatewayConfig document."""
     return [
         *objective_member_problems(doc),
+        *band_order_problems(doc),
         *rewrite_target_problems(doc),
         *engine_priority_problems(doc),
         *engine_selection_problems(doc),

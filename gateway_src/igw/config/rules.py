@@ -444,6 +444,101 @@ def _jwks_timing(doc: Mapping[str, Any]) -> Iterator[Problem]:
         )
 
 
+def _extension(doc: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """``spec.extensions.<name>`` as a mapping (empty when absent or of the wrong type)."""
+    return _mapping((_mapping(_spec(doc).get("extensions")) or {}).get(name)) or {}
+
+
+def _positive_duration(value: Any) -> bool:
+    """Whether a duration string is above 0s; a value the schema refuses counts as fine here."""
+    if not isinstance(value, str):
+        return True
+    try:
+        return parse_duration(value) > 0
+    except ValueError:
+        return True  # the schema's duration pattern reports it
+
+
+def _flow_poll_interval_positive(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``flowControl.pollInterval`` above 0s: at 0s the queue's pump re-ran without a pause, taking a
+    CPU core for as long as a request waited (the duration pattern allows ``0s``)."""
+    value = _extension(doc, "flowControl").get("pollInterval")
+    if not _positive_duration(value):
+        yield _problem(
+            "flow-poll-interval-positive",
+            ("spec", "extensions", "flowControl", "pollInterval"),
+            f"must be greater than 0s (got {json.dumps(value)}): at 0s the queue is re-run without "
+            "pause, taking a CPU core while a request waits",
+        )
+
+
+def _flow_band_durations_positive(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """Each ``flowControl.bands[]`` ``ttl`` and ``slotWait`` above 0s (the gateway refuses 0s)."""
+    for index, band in enumerate(_list(_extension(doc, "flowControl").get("bands"))):
+        if not isinstance(band, Mapping):
+            continue
+        for field in ("ttl", "slotWait"):
+            if field in band and not _positive_duration(band[field]):
+                yield _problem(
+                    "flow-band-durations-positive",
+                    ("spec", "extensions", "flowControl", "bands", index, field),
+                    f"must be greater than 0s (got {json.dumps(band[field])})",
+                )
+
+
+def _retry_after_bounds(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``routing.retryAfter``: ``minSeconds`` at most ``maxSeconds`` (the schema's defaults where one
+    is absent)."""
+    bounds = _mapping(_extension(doc, "routing").get("retryAfter"))
+    if bounds is None:
+        return
+    fields = shared_schema()["properties"]["spec"]["properties"]["extensions"]["properties"]["routing"][
+        "properties"
+    ]["retryAfter"]["properties"]
+    low = bounds.get("minSeconds", fields["minSeconds"]["default"])
+    high = bounds.get("maxSeconds", fields["maxSeconds"]["default"])
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)):
+        return  # the schema reports the type
+    if low > high:
+        yield _problem(
+            "retry-after-bounds",
+            ("spec", "extensions", "routing", "retryAfter", "maxSeconds"),
+            f"must be at least minSeconds ({low}), got {high}",
+        )
+
+
+def _rewrite_rules(doc: Mapping[str, Any]) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    for index, rule in enumerate(_list(_extension(doc, "modelRewrites").get("rules"))):
+        if isinstance(rule, Mapping):
+            yield index, rule
+
+
+def _rewrite_positive_weight(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """Each ``modelRewrites.rules[]`` has a target with a positive weight (no share to split by)."""
+    for index, rule in _rewrite_rules(doc):
+        targets = rule.get("targets")
+        if not isinstance(targets, list):
+            continue
+        weights = [t.get("weight") for t in targets if isinstance(t, Mapping)]
+        if not any(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in weights):
+            yield _problem(
+                "rewrite-positive-weight",
+                ("spec", "extensions", "modelRewrites", "rules", index, "targets"),
+                "at least one target needs a positive weight",
+            )
+
+
+def _rewrite_sticky_header(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``stickyBy: header`` names its header in ``stickyHeader``."""
+    for index, rule in _rewrite_rules(doc):
+        if rule.get("stickyBy") == "header" and "stickyHeader" not in rule:
+            yield _problem(
+                "rewrite-sticky-header",
+                ("spec", "extensions", "modelRewrites", "rules", index, "stickyHeader"),
+                "required when stickyBy is header",
+            )
+
+
 RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
     "bbr-required-for-multiple-schedulers": _bbr_required,
     "unique-scheduler-name": _unique("name", "unique-scheduler-name"),
@@ -462,6 +557,14 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
         "flowControl", "objectives", "name", "unique-flow-objective-name"
     ),
     "jwks-timing": _jwks_timing,
+    "unique-flow-objective-access": _unique_in_extension(
+        "flowControl", "objectiveAccess", "objective", "unique-flow-objective-access"
+    ),
+    "flow-poll-interval-positive": _flow_poll_interval_positive,
+    "flow-band-durations-positive": _flow_band_durations_positive,
+    "retry-after-bounds": _retry_after_bounds,
+    "rewrite-positive-weight": _rewrite_positive_weight,
+    "rewrite-sticky-header": _rewrite_sticky_header,
     "unique-rewrite-model": _unique_rewrite_match,
     "server-limits-header-timeout-positive": _server_limit_duration(
         "headerTimeout", "server-limits-header-timeout-positive"

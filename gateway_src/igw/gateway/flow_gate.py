@@ -447,15 +447,24 @@ class FlowGates:
         model: str,
         tenant: str,
         authenticated_tenant: str | None,
+        requested_model: str | None = None,
     ) -> int:
         """The request's band: its objective header (where the tenant may name that objective), else
         its model's or tenant's objective, else 0. A tenant objective is taken for a tenant that only
         the fairness header names (no authenticated claim) where the objective header could name that
-        objective too (:func:`~igw.scheduling.flow_control.header_tenant_denied`)."""
+        objective too (:func:`~igw.scheduling.flow_control.header_tenant_denied`).
+
+        ``model`` is the model routed to; ``requested_model`` the name the client sent when a canary
+        rule (``modelRewrites``) replaced it. An objective listing the routed model wins; else one
+        listing the client's name applies: the name clients send is the one an operator lists, and
+        matching the canary's target alone left such an objective without effect (its requests
+        landed in Standard)."""
         s = self.settings
         objective = headers.get(OBJECTIVE_HEADER)
         if s is None:
             return priority_for(objective, {})
+        if requested_model is not None and model not in s.model_priorities:
+            model = requested_model if requested_model in s.model_priorities else model
         if objective is not None and not header_objective_allowed(
             objective, s, authenticated_tenant=authenticated_tenant
         ):

@@ -576,7 +576,7 @@ async def _route(
         # queues past its dispatchBelow or while no endpoint has a queue place for it, and no
         # arrival overtakes queued work of its own or a higher band. (The gate holds the settings
         # of the runtime applied last: GatewayState hands them over at start and on each reload.)
-        priority = _priority(request, state, principal, rreq, sr.spec.name)
+        priority = _priority(request, state, principal, rreq, sr.spec.name, obs)
         held = state.flow.must_wait(
             sr.spec.name,
             priority=priority,
@@ -766,7 +766,7 @@ async def _wait_in_queue(
     headers = request.headers
     tenant = flow_tenant(principal.tenant, principal.authenticated, headers)
     if priority is None:
-        priority = _priority(request, state, principal, rreq, sr.spec.name)
+        priority = _priority(request, state, principal, rreq, sr.spec.name, obs)
     obs.record.priority = priority
     obs.record.tenant = tenant
     return await state.flow.wait(
@@ -825,9 +825,15 @@ def _preempting(
 
 
 def _priority(
-    request: web.Request, state: GatewayState, principal: Principal, rreq: RoutingRequest, scheduler: str
+    request: web.Request,
+    state: GatewayState,
+    principal: Principal,
+    rreq: RoutingRequest,
+    scheduler: str,
+    obs: RequestObserver,
 ) -> int:
-    """The request's flow-control band (objective header, else its model's or tenant's objective)."""
+    """The request's flow-control band (objective header, else its model's or tenant's objective;
+    the model routed to, else the name the client sent before a canary rule replaced it)."""
     tenant = flow_tenant(principal.tenant, principal.authenticated, request.headers)
     return state.flow.priority(
         request.headers,
@@ -835,6 +841,7 @@ def _priority(
         model=rreq.model,
         tenant=tenant,
         authenticated_tenant=principal.tenant,
+        requested_model=obs.record.requested_model,
     )
 
 

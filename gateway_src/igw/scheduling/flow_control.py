@@ -46,6 +46,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from igw.config.durations import parse_duration
+from igw.config.extension_references import band_order_violations
 from igw.errors import IgwSchedulingError
 from igw.scheduling.engine_priority import EXTENSION_FIELD as ENGINE_PRIORITY_FIELD
 from igw.scheduling.engine_priority import EnginePriority, engine_priorities
@@ -351,6 +352,10 @@ class FlowControlSettings:
             raise FlowControlError(f"flowControl.maxRequests must be at least 1, got {self.max_requests}")
         if self.max_bytes < 1:
             raise FlowControlError(f"flowControl.maxBytes must be at least 1, got {self.max_bytes}")
+        if not self.poll_interval_s > 0:  # 0: the pump re-ran without a pause, a CPU core per queue
+            raise FlowControlError(
+                f"flowControl.pollInterval must be greater than 0s, got {self.poll_interval_s:g}s"
+            )
         if self.dispatch_per_endpoint < 1:
             raise FlowControlError(
                 f"flowControl.dispatchPerEndpoint must be at least 1, got {self.dispatch_per_endpoint}"
@@ -387,29 +392,11 @@ def _queue_cap(limits: BandLimits) -> float:
 
 
 def _check_headroom_order(bands: list[Mapping[str, Any]], where: str) -> None:
-    """Refuse a lower band that keeps more room than a higher band, naming the higher entry."""
-    indexed = sorted(enumerate(bands), key=lambda ib: int(ib[1]["priority"]))
-    for (_, low), (j, high) in itertools.pairwise(indexed):
-        low_value = float(low.get("dispatchBelow", 1.0))
-        high_value = float(high.get("dispatchBelow", 1.0))
-        if low_value > high_value:
-            raise FlowControlError(
-                f"{where}.bands[{j}].dispatchBelow: {high_value:g} is below the {low_value:g} of the lower "
-                f"priority {int(low['priority'])}; a lower band cannot keep headroom from a higher one"
-            )
-        low_cap = float(low.get("maxEndpointQueue", math.inf))
-        high_cap = float(high.get("maxEndpointQueue", math.inf))
-        if low_cap > high_cap:
-            raise FlowControlError(
-                f"{where}.bands[{j}].maxEndpointQueue: {high_cap:g} is below the {low_cap:g} of the lower "
-                f"priority {int(low['priority'])}; a lower band cannot keep queue places from a higher one"
-            )
-        low_keep, high_keep = int(low.get("keepSlots", 0)), int(high.get("keepSlots", 0))
-        if low_keep < high_keep:
-            raise FlowControlError(
-                f"{where}.bands[{j}].keepSlots: {high_keep} is above the {low_keep} of the lower "
-                f"priority {int(low['priority'])}; a lower band cannot keep batch slots from a higher one"
-            )
+    """Refuse a lower band that keeps more room than a higher band, naming the higher entry (the
+    first of :func:`~igw.config.extension_references.band_order_violations`, which ``igw validate``
+    reports in full)."""
+    for j, field_name, message in band_order_violations(bands):
+        raise FlowControlError(f"{where}.bands[{j}].{field_name}: {message}")
 
 
 def _duration(text: str, where: str) -> float:
