@@ -305,3 +305,27 @@ def test_a_messages_streams_terminal_event_carries_anthropics_error_type(code: s
     assert (data, done) == (b"data: [DONE]", b"")
     openai_shaped = orjson.loads(sse_error_event(code, "ended").split(b"\n\n")[0].split(b"data: ")[1])
     assert openai_shaped["error"]["code"] == code
+
+
+async def test_the_sdks_other_calls_under_the_messages_path_get_anthropic_shaped_404s(gateway: Any) -> None:
+    """The Anthropic SDK's message batches (``/v1/messages/batches`` and its ids) are not routed; the
+    404 says so in Anthropic's shape, whose ``error.type`` the SDK and agents read (it was
+    OpenAI-shaped before session s39, as for any unknown path); the OpenAI paths' 404 keeps its
+    shape."""
+    async with (
+        running(FakeModelServer("coder"), FakeModelServer("llama")) as (coder, llama),
+        gateway(DOC, {"coder": [coder.key], "llama": [llama.key]}) as gw,
+        client(gw.url) as claude,
+    ):
+        request = {"custom_id": "a", "params": {"model": CHAT_MODEL, "max_tokens": 8, "messages": []}}
+        with pytest.raises(anthropic.NotFoundError) as missing:
+            await claude.messages.batches.create(requests=[request])  # type: ignore[list-item]
+        assert isinstance(missing.value.body, dict)
+        assert missing.value.body["error"]["type"] == "not_found_error"
+        for method, path in (("GET", "/v1/messages/batches/msgbatch_1"), ("DELETE", "/v1/messages/x")):
+            resp = await gw.http.request(method, gw.url + path)
+            assert resp.status == 404
+            assert (await anthropic_error(resp))[0] == "not_found_error"
+        resp = await gw.http.post(gw.url + "/v1/chat/completions/x", json={})
+        assert (resp.status, (await resp.json())["error"]["code"]) == (404, "not_found")
+        assert coder.received == llama.received == []

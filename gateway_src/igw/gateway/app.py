@@ -45,7 +45,13 @@ from igw.gateway.inference import (
     handle_stored_response,
     request_id_for,
 )
-from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS, STORED_RESPONSE_ROUTES, InferenceApi
+from igw.gateway.inference_apis import (
+    ANTHROPIC_APIS,
+    INFERENCE_PATHS,
+    STORED_RESPONSE_ROUTES,
+    InferenceApi,
+    anthropic_path,
+)
 from igw.gateway.lean_server import LEAN_ROUTES_KEY, LeanHandler, LeanRequestHandler, lean_enabled
 from igw.gateway.reload import GUARD_READY_TIMEOUT_S, ConfigReloader, PickerConfigLoader
 from igw.gateway.runtime import PickerConfigs
@@ -194,7 +200,7 @@ async def openai_errors(
             status=exc.status,
             headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
         )
-        if INFERENCE_PATHS.get(request.path) in ANTHROPIC_APIS:
+        if anthropic_path(request.path):
             response = anthropic_shaped(response, request_id=request_id)
     if not response.prepared and REQUEST_ID_HEADER not in response.headers:
         response.headers[REQUEST_ID_HEADER] = request_id

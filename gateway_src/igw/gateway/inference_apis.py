@@ -94,10 +94,17 @@ poll and, with ``?stream=true``, its resumed events -, delete, cancel, its input
 the pod that stored it (``igw serve``; ``igw global serve``: to the cluster that stored it)."""
 
 
+ANTHROPIC_SUBPATHS: Final = "/v1/messages/"
+"""Paths under the Messages API's own: the Anthropic SDK's other calls there (``messages.batches``:
+``/v1/messages/batches`` and its ids), which the gateway does not route; its 404 and 405 for them are
+Anthropic-shaped, as for ``/v1/messages`` (before session s39 OpenAI-shaped: the SDK read no
+``error.type``)."""
+
+
 def anthropic_path(path: str) -> bool:
-    """Whether ``path`` serves an API of Anthropic's shape (read where an error is written, not per
-    request)."""
-    return INFERENCE_PATHS.get(path) in ANTHROPIC_APIS
+    """Whether ``path`` is a route of an API of Anthropic's shape or under the Messages API's path
+    (read where an error is written, not per request)."""
+    return INFERENCE_PATHS.get(path) in ANTHROPIC_APIS or path.startswith(ANTHROPIC_SUBPATHS)
 
 
 def operation_name(path: str) -> str:

@@ -8,7 +8,8 @@
 * What routing needs is extracted once, per API (:class:`~igw.gateway.inference_apis.InferenceApi`):
   the text used for prefix hashing (the ``prompt`` of a completion, the serialised ``messages`` of a
   chat completion - as GIE does -, the ``input`` of an embedding request, the ``instructions`` and
-  ``input`` of a Responses API request), an estimate of prompt tokens (4 characters per token), the
+  ``input`` of a Responses API request), an estimate of prompt tokens (4 characters per token; an
+  inline image, audio clip or file a fixed number, :mod:`igw.gateway.inline_media`), the
   output bound (``max_completion_tokens``/``max_tokens``; ``max_output_tokens`` of a response; none
   for embeddings) and ``stream`` (an embedding answer is never streamed).
 """
@@ -27,6 +28,7 @@ from aiohttp import web
 from igw.errors import IgwGatewayError
 from igw.gateway.cache_salt import SALTED_APIS
 from igw.gateway.inference_apis import InferenceApi
+from igw.gateway.inline_media import MEDIA_TOKENS, holds_inline_media, inline_media
 from igw.gateway.stream_usage import StreamUsage, stream_usage_of
 
 CHARS_PER_TOKEN: Final = 4
@@ -142,6 +144,19 @@ def _prompt_text(prompt: Any) -> str:
     return "" if prompt is None else orjson.dumps(prompt).decode()
 
 
+MEDIA_FIELDS: Final[Mapping[InferenceApi, tuple[str, ...]]] = {
+    InferenceApi.CHAT: ("messages",),
+    InferenceApi.EMBEDDINGS: ("input", "messages"),
+    InferenceApi.MESSAGES: ("system", "messages"),
+    InferenceApi.RESPONSES: ("input",),
+    InferenceApi.RERANK: ("documents",),
+}
+"""The fields whose inline images, audio and files (:mod:`igw.gateway.inline_media`) are counted as
+media in the prompt's estimate, per API: those its prefix text is made of and a multimodal model
+reads media in (vLLM's chat, embedding, Messages and Responses APIs, and its rerank's image
+documents)."""
+
+
 def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> InferenceBody:
     """What routing reads of a request ``raw`` to ``api`` (:class:`BadRequestBody` naming the field
     when a field routing reads is missing or of the wrong type; the model server validates the rest)."""
@@ -228,12 +243,18 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         # the gateway routed, authorized and rate-limited the request as the header's model (an
         # adapter a tenant may use answered by a base model it may not; before session s34).
         raw = orjson.dumps({**body, "model": model})
+    media_tokens = media_chars = 0
+    if api in MEDIA_FIELDS and holds_inline_media(text):
+        # an embedding's text is its ``input`` when it has one, else its ``messages``
+        fields = ("input",) if api is InferenceApi.EMBEDDINGS and "input" in body else MEDIA_FIELDS[api]
+        media, media_chars = inline_media([body.get(name) for name in fields])
+        media_tokens = media * MEDIA_TOKENS
     return InferenceBody(
         raw=raw,
         model=model or None,
         stream=stream,
         prefix_text=text,
-        prompt_tokens=max(1, (len(text) + extra_chars) // CHARS_PER_TOKEN),
+        prompt_tokens=max(1, (len(text) + extra_chars - media_chars) // CHARS_PER_TOKEN + media_tokens),
         max_tokens=max_tokens,
         previous_response_id=continues or None,
         cache_salt=cache_salt,

@@ -64,7 +64,7 @@ from aiohttp.web_request import BaseRequest
 
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import REQUEST_ID_HEADER, anthropic_shaped, gateway_error
-from igw.gateway.inference_apis import ANTHROPIC_APIS, INFERENCE_PATHS
+from igw.gateway.inference_apis import anthropic_path
 from igw.gateway.request_body import BodyTooLarge
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.tcp_keepalive import CLIENT, probe_silent_peer
@@ -402,7 +402,7 @@ def _in_the_api_s_shape(request: BaseRequest, response: web.Response, request_id
     """``response`` in the Anthropic error shape when the request was for the Messages API (as the
     app's own errors there are, :func:`igw.gateway.errors.anthropic_shaped`), else as it is. A head
     aiohttp could not parse has no path (its stand-in's is ``/``): OpenAI-shaped."""
-    if INFERENCE_PATHS.get(request.path) in ANTHROPIC_APIS:
+    if anthropic_path(request.path):
         return anthropic_shaped(response, request_id=request_id)
     return response
 
