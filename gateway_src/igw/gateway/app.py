@@ -212,6 +212,7 @@ def create_app(
     rng: random.Random | None = None,
     picker_configs: PickerConfigs | None = None,
     config_path: Path | None = None,
+    config_digest: str | None = None,
     load_picker_configs: PickerConfigLoader | None = None,
     registry: CollectorRegistry | None = None,
     service_domain: str | None = None,
@@ -228,8 +229,10 @@ def create_app(
     ``guard_factory``: also rebuilds the guard when a hot reload changes what it reads
     (``spec.auth``, ``spec.extensions.authorization``/``rateLimits``; without a factory the guard is
     fixed); ``discovery``: where endpoints come from; ``config_path``: enables hot reload of that
-    file; ``load_picker_configs``: resolves the ``configMapRef`` EndpointPickerConfigs of a
-    reloaded config (in-cluster: from ConfigMaps); ``service_domain``: in-cluster
+    file; ``config_digest``: that file's :func:`~igw.gateway.reload.file_digest` taken before
+    ``config`` was loaded from it (an edit made since is reloaded; ``None``: the file as it is when the
+    app starts is taken for ``config``); ``load_picker_configs``: resolves the ``configMapRef``
+    EndpointPickerConfigs of a reloaded config (in-cluster: from ConfigMaps); ``service_domain``: in-cluster
     ``<namespace>.svc``, the DNS suffix of ``spec.bbr.defaultBackend`` Services;
     ``decision_debug``: keep the last decisions and serve them at ``/debug/decisions``;
     ``emf_interval_s``: log CloudWatch EMF documents (logger ``igw.emf``) at this interval;
@@ -310,6 +313,7 @@ def create_app(
                 load_picker_configs=load_picker_configs,
                 guard_factory=guard_factory,
                 guard_ready_timeout_s=guard_ready_timeout_s,
+                loaded_digest=config_digest,
             )
             if config_path is not None
             else None

@@ -49,7 +49,8 @@ class GuardReloadError(IgwGatewayError, ValueError):
     """The new configuration's request guard could not be built or did not become ready."""
 
 
-def _digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """The digest the reloader compares ``path``'s content by (raises ``OSError`` as reading does)."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -62,7 +63,13 @@ class ConfigReloader:
         load_picker_configs: PickerConfigLoader | None = None,
         guard_factory: GuardFactory | None = None,
         guard_ready_timeout_s: float = GUARD_READY_TIMEOUT_S,
+        loaded_digest: str | None = None,
     ) -> None:
+        """``loaded_digest``: :func:`file_digest` of the file as it was when the running configuration
+        was loaded from it, taken before that load. Without it the file is read now, and an edit that
+        landed between the load and now (the seconds a process takes to start; with ``--config-map``,
+        worker 0's first ConfigMap read writes the file in that time) was taken for the running
+        configuration and never applied."""
         self.path = path
         self.state = state
         self._started_with = restart_only_values(state.runtime.config.extensions)
@@ -70,7 +77,7 @@ class ConfigReloader:
         self.load_picker_configs = load_picker_configs
         self.guard_factory = guard_factory
         self.guard_ready_timeout_s = guard_ready_timeout_s
-        self._digest = _digest(path)
+        self._digest = file_digest(path) if loaded_digest is None else loaded_digest
         self._task: asyncio.Task[None] | None = None
         self._nudged = asyncio.Event()
         self.follows = False
@@ -112,7 +119,7 @@ class ConfigReloader:
     async def check(self) -> bool | None:
         """Reload if the file changed: ``True`` applied, ``False`` rejected, ``None`` unchanged."""
         try:
-            digest = _digest(self.path)
+            digest = file_digest(self.path)
         except OSError as exc:
             return self._reject(f"{self.path}: cannot be read: {exc}")
         if digest == self._digest:
