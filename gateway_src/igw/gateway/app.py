@@ -264,6 +264,15 @@ def create_app(
     )
     app[STATE_KEY] = state
     app[INFLIGHT_KEY] = state.inflight
+
+    def follow_body_limit(applied: GatewayConfig) -> None:
+        # The listener reads the application's bound before any handler does: an `Expect:
+        # 100-continue` head over it is refused there (igw.gateway.serving). Kept at the running
+        # spec.bbr.maxRequestBodyBytes; it stayed at the start-up value, so after a reload that raised
+        # the limit such a request was refused citing the old one.
+        app._client_max_size = applied.bbr.max_request_body_bytes
+
+    state.on_config_applied.append(follow_body_limit)
     worker_metrics = None
     if worker is not None:
         app[WORKER_KEY] = worker
