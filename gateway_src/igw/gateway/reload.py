@@ -8,6 +8,7 @@ a new request guard is built and started first and must become ready (JWKS loade
 ``guard_ready_timeout_s``; then runtime and guard are swapped together (no await in between, so no
 request sees one without the other) and the old guard is closed.
 
+A file that cannot be read is reported once and loaded again when it can be, even unchanged.
 Any failure (YAML, schema, admission rule, EndpointPickerConfig, routing extension, a guard setting,
 a guard that does not become ready) is logged with its own message, counted as
 ``igw_config_reloads{result="rejected"}`` and shown in ``/readyz``; the running configuration and
@@ -121,7 +122,15 @@ class ConfigReloader:
         try:
             digest = file_digest(self.path)
         except OSError as exc:
-            return self._reject(f"{self.path}: cannot be read: {exc}")
+            # Reported once, and remembered as the file's state: when it can be read again it is
+            # loaded, even with the running content (which clears the error in /readyz), instead of
+            # an error logged and counted every interval and shown in /readyz for good after the file
+            # came back unchanged (an editor or a deploy script that removes and rewrites it).
+            unreadable = f"{self.path}: cannot be read: {exc}"
+            if unreadable == self._digest:
+                return None
+            self._digest = unreadable
+            return self._reject(unreadable)
         if digest == self._digest:
             return None
         self._digest = digest

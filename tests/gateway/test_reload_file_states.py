@@ -1,11 +1,16 @@
-"""An edit of the configuration file made while the gateway starts is hot-reloaded, not lost.
+"""What the hot reload takes for the running configuration's file, and when it looks again.
 
-``igw serve`` loads the file, then spends seconds starting (imports, the request guard, the
-listeners; with ``--workers`` every worker does, and with ``--config-map`` worker 0's first ConfigMap
-read rewrites the file in that time). The reloader took the file's digest only once the app was up,
-so such an edit counted as the running configuration: it was never applied, by any worker, until
-the file changed again (a real ``igw serve --workers 2`` edited after both workers loaded kept
-serving the old model for good while the file named the new one).
+An edit made while the gateway starts is applied, not lost: ``igw serve`` loads the file, then spends
+seconds starting (imports, the request guard, the listeners; with ``--workers`` every worker does,
+and with ``--config-map`` worker 0's first ConfigMap read rewrites the file in that time). The
+reloader took the file's digest only once the app was up, so such an edit counted as the running
+configuration: it was never applied, by any worker, until the file changed again (a real ``igw serve
+--workers 2`` edited after both workers loaded kept serving the old model for good while the file
+named the new one).
+
+A file that cannot be read for a while is reported once, and read again when it is back: the error
+was logged and counted every interval, and stayed in ``/readyz`` for good once the file came back
+with the running content.
 """
 
 from __future__ import annotations
@@ -65,3 +70,26 @@ async def test_a_reloader_compares_with_the_digest_the_running_config_was_loaded
     # without a digest, the file as it is now is taken for the running configuration
     _write(path, "third")
     assert await ConfigReloader(path, state=state).check() is None
+
+
+async def test_a_file_missing_for_a_while_is_reported_once_and_cleared_when_it_is_back(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "igwc.yaml"
+    _write(path, "first")
+    running = path.read_text()
+    state = GatewayState(
+        load_gateway_config(path), guard=OpenGuard(), clock=time.monotonic, rng=random.Random(0)
+    )
+    reloader = ConfigReloader(path, state=state, loaded_digest=file_digest(path))
+    path.unlink()  # an editor or a deploy script that removes the file and writes it again
+    assert [await reloader.check() for _ in range(3)] == [False, None, None]
+    assert state.metrics.config_reloads.labels("rejected")._value.get() == 1
+    error = state.readiness()[1]["config_reload_error"]
+    assert str(path) in error
+    assert "cannot be read" in error
+    path.write_text(running)  # back, unchanged
+    assert await reloader.check() is True
+    assert "config_reload_error" not in state.readiness()[1]
+    assert state.runtime.config.schedulers[0].model_name == "first"
+    assert await reloader.check() is None
