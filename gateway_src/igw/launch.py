@@ -85,6 +85,10 @@ class LaunchOptions:
     host: str = "0.0.0.0"
     port: int = 8080
     reload: bool = True
+    config_digest: str | None = None
+    """:func:`~igw.gateway.reload.file_digest` of ``config_path`` taken before the configuration was
+    loaded from it: the hot reload applies an edit made while the process started (``None``: the file
+    as it is once the gateway is up is taken for the loaded configuration)."""
     config_map: str | None = None
     """``NAMESPACE/NAME[/KEY]``: keep ``config_path`` equal to that ConfigMap key (in-cluster only;
     see :mod:`igw.gateway.config_sync`)."""
@@ -249,6 +253,7 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             discovery=discovery,
             picker_configs=pickers,
             config_path=Path(options.config_path) if options.reload else None,
+            config_digest=options.config_digest,
             load_picker_configs=load_pickers,
             registry=registry,
             service_domain=f"{config.namespace}.svc" if options.in_cluster else None,

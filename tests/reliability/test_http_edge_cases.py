@@ -7,7 +7,9 @@ import asyncio
 from pathlib import Path
 
 import orjson
+import yaml
 
+from igw.config.loader import load_gateway_config
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.reliability.harness import gateway_doc, in_process_gateway
 
@@ -76,6 +78,24 @@ async def test_expect_continue_within_the_limit_is_answered_100_then_served(tmp_
         finally:
             writer.close()
             await writer.wait_closed()
+
+
+async def test_expect_continue_follows_a_body_limit_changed_by_a_hot_reload(tmp_path: Path) -> None:
+    """The listener refuses an ``Expect: 100-continue`` head over the application's bound, which
+    stayed at the start-up ``bbr.maxRequestBodyBytes``: after a reload that raised the limit such a
+    request (curl sends the header for large bodies) was refused citing the old limit."""
+    async with running(FakeModelServer("a")) as (pod,), in_process_gateway(tmp_path, DOC, [pod.key]) as gw:
+        reloaded = tmp_path / "reloaded.yaml"
+        for limit in (4 * BODY_LIMIT, BODY_LIMIT // 4):
+            reloaded.write_text(yaml.safe_dump(gateway_doc(bbr={"maxRequestBodyBytes": limit})))
+            gw.state.apply_config(load_gateway_config(reloaded))  # what a hot reload applies
+            within = await first_answer(gw.url, expect_head(limit))
+            assert within.startswith(b"HTTP/1.1 100 Continue"), (limit, within[:200])
+            over = await first_answer(gw.url, expect_head(limit + 1))
+            head, _, body = over.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 413 "), (limit, over[:200])
+            assert f"({limit} bytes)" in orjson.loads(body)["error"]["message"]
+        assert not pod.received
 
 
 async def test_a_request_line_without_an_http_version_is_refused_not_served(tmp_path: Path) -> None:

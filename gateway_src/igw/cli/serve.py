@@ -247,6 +247,7 @@ def _run(args: argparse.Namespace) -> int:
     from igw.gateway.limits_config import EXTENSION_NAME, ServerLimitsError, server_limits
     from igw.gateway.log_buffer import BatchedLineHandler
     from igw.gateway.redaction import RedactingFormatter, configure_logging
+    from igw.gateway.reload import file_digest
     from igw.gateway.serving import EXIT_LISTEN_FAILED, ServerLimits
     from igw.gateway.tracing_options import TracingConfigError, tracing_options
     from igw.launch import LaunchError, LaunchOptions, ListenUnavailableError, run_gateway
@@ -332,6 +333,11 @@ def _run(args: argparse.Namespace) -> int:
         except (ConfigSyncError, KubeClientError) as exc:
             print(f"igw serve: {exc}", file=sys.stderr)
             return EXIT_CONFIG
+    # Taken before the load, so that an edit landing after it is seen as one by the hot reload (an
+    # unreadable file: the load names why).
+    config_digest = None
+    with contextlib.suppress(OSError):
+        config_digest = file_digest(Path(args.config))
     try:
         config = load_gateway_config(args.config)
     except ConfigError as exc:
@@ -407,6 +413,7 @@ def _run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         reload=not args.no_reload,
+        config_digest=config_digest,
         limits=limits,
         decision_debug=decision_debug,
         emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,

@@ -218,6 +218,7 @@ def create_app(
     rng: random.Random | None = None,
     picker_configs: PickerConfigs | None = None,
     config_path: Path | None = None,
+    config_digest: str | None = None,
     load_picker_configs: PickerConfigLoader | None = None,
     registry: CollectorRegistry | None = None,
     service_domain: str | None = None,
@@ -234,8 +235,10 @@ def create_app(
     ``guard_factory``: also rebuilds the guard when a hot reload changes what it reads
     (``spec.auth``, ``spec.extensions.authorization``/``rateLimits``; without a factory the guard is
     fixed); ``discovery``: where endpoints come from; ``config_path``: enables hot reload of that
-    file; ``load_picker_configs``: resolves the ``configMapRef`` EndpointPickerConfigs of a
-    reloaded config (in-cluster: from ConfigMaps); ``service_domain``: in-cluster
+    file; ``config_digest``: that file's :func:`~igw.gateway.reload.file_digest` taken before
+    ``config`` was loaded from it (an edit made since is reloaded; ``None``: the file as it is when the
+    app starts is taken for ``config``); ``load_picker_configs``: resolves the ``configMapRef``
+    EndpointPickerConfigs of a reloaded config (in-cluster: from ConfigMaps); ``service_domain``: in-cluster
     ``<namespace>.svc``, the DNS suffix of ``spec.bbr.defaultBackend`` Services;
     ``decision_debug``: keep the last decisions and serve them at ``/debug/decisions``;
     ``emf_interval_s``: log CloudWatch EMF documents (logger ``igw.emf``) at this interval;
@@ -267,6 +270,15 @@ def create_app(
     )
     app[STATE_KEY] = state
     app[INFLIGHT_KEY] = state.inflight
+
+    def follow_body_limit(applied: GatewayConfig) -> None:
+        # The listener reads the application's bound before any handler does: an `Expect:
+        # 100-continue` head over it is refused there (igw.gateway.serving). Kept at the running
+        # spec.bbr.maxRequestBodyBytes; it stayed at the start-up value, so after a reload that raised
+        # the limit such a request was refused citing the old one.
+        app._client_max_size = applied.bbr.max_request_body_bytes
+
+    state.on_config_applied.append(follow_body_limit)
     worker_metrics = None
     if worker is not None:
         app[WORKER_KEY] = worker
@@ -316,6 +328,7 @@ def create_app(
                 load_picker_configs=load_picker_configs,
                 guard_factory=guard_factory,
                 guard_ready_timeout_s=guard_ready_timeout_s,
+                loaded_digest=config_digest,
             )
             if config_path is not None
             else None

@@ -8,6 +8,7 @@ a new request guard is built and started first and must become ready (JWKS loade
 ``guard_ready_timeout_s``; then runtime and guard are swapped together (no await in between, so no
 request sees one without the other) and the old guard is closed.
 
+A file that cannot be read is reported once and loaded again when it can be, even unchanged.
 Any failure (YAML, schema, admission rule, EndpointPickerConfig, routing extension, a guard setting,
 a guard that does not become ready) is logged with its own message, counted as
 ``igw_config_reloads{result="rejected"}`` and shown in ``/readyz``; the running configuration and
@@ -49,7 +50,8 @@ class GuardReloadError(IgwGatewayError, ValueError):
     """The new configuration's request guard could not be built or did not become ready."""
 
 
-def _digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """The digest the reloader compares ``path``'s content by (raises ``OSError`` as reading does)."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -62,7 +64,13 @@ class ConfigReloader:
         load_picker_configs: PickerConfigLoader | None = None,
         guard_factory: GuardFactory | None = None,
         guard_ready_timeout_s: float = GUARD_READY_TIMEOUT_S,
+        loaded_digest: str | None = None,
     ) -> None:
+        """``loaded_digest``: :func:`file_digest` of the file as it was when the running configuration
+        was loaded from it, taken before that load. Without it the file is read now, and an edit that
+        landed between the load and now (the seconds a process takes to start; with ``--config-map``,
+        worker 0's first ConfigMap read writes the file in that time) was taken for the running
+        configuration and never applied."""
         self.path = path
         self.state = state
         self._started_with = restart_only_values(state.runtime.config.extensions)
@@ -70,7 +78,7 @@ class ConfigReloader:
         self.load_picker_configs = load_picker_configs
         self.guard_factory = guard_factory
         self.guard_ready_timeout_s = guard_ready_timeout_s
-        self._digest = _digest(path)
+        self._digest = file_digest(path) if loaded_digest is None else loaded_digest
         self._task: asyncio.Task[None] | None = None
         self._nudged = asyncio.Event()
         self.follows = False
@@ -112,9 +120,17 @@ class ConfigReloader:
     async def check(self) -> bool | None:
         """Reload if the file changed: ``True`` applied, ``False`` rejected, ``None`` unchanged."""
         try:
-            digest = _digest(self.path)
+            digest = file_digest(self.path)
         except OSError as exc:
-            return self._reject(f"{self.path}: cannot be read: {exc}")
+            # Reported once, and remembered as the file's state: when it can be read again it is
+            # loaded, even with the running content (which clears the error in /readyz), instead of
+            # an error logged and counted every interval and shown in /readyz for good after the file
+            # came back unchanged (an editor or a deploy script that removes and rewrites it).
+            unreadable = f"{self.path}: cannot be read: {exc}"
+            if unreadable == self._digest:
+                return None
+            self._digest = unreadable
+            return self._reject(unreadable)
         if digest == self._digest:
             return None
         self._digest = digest
