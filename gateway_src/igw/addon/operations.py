@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar, get_args
 
@@ -554,6 +554,36 @@ def _poll(call: Callable[[], _T], *, waiter: Waiter, deadline: float, waiting_fo
         return None
 
 
+def _descriptions(
+    *, clients: AwsClients, cluster: str, waiter: Waiter, deadline: float, waiting_for: str
+) -> Iterator[dict[str, Any] | None]:
+    """The add-on's description at each poll (``None`` once it is gone), every ``poll_s`` until the
+    caller stops, each status change reported through ``waiter.progress``; the timeout error once
+    ``deadline`` has passed without the caller stopping."""
+    last_status = None
+    while True:
+        polled = _poll(  # in a tuple: describe_addon's own None (the add-on gone) is not a missed poll
+            lambda: (clients.addons.describe_addon(cluster=cluster, name=ADDON),),
+            waiter=waiter,
+            deadline=deadline,
+            waiting_for=waiting_for,
+        )
+        if polled is None:
+            continue
+        addon = polled[0]
+        status = None if addon is None else str(addon.get("status"))
+        if addon is not None and status != last_status:
+            waiter.progress(f"{ADDON} {addon.get('addonVersion', '')}: {status}")
+            last_status = status
+        yield addon
+        if waiter.monotonic() >= deadline:
+            raise AddonOperationError(
+                f"timed out after {waiter.timeout_s:.0f} s waiting for {waiting_for}",
+                [f"last status: {last_status}"],
+            )
+        waiter.sleep(waiter.poll_s)
+
+
 def wait_until_settled(
     *, clients: AwsClients, cluster: str, waiter: Waiter, deadline: float | None = None
 ) -> dict[str, Any]:
@@ -561,34 +591,19 @@ def wait_until_settled(
     (``waiter.timeout_s`` from now, or at ``deadline`` when a longer wait already started)."""
     if deadline is None:
         deadline = waiter.monotonic() + waiter.timeout_s
-    last_status = None
-    while True:
-        polled = _poll(  # in a tuple: describe_addon's own None (the add-on gone) is not a missed poll
-            lambda: (clients.addons.describe_addon(cluster=cluster, name=ADDON),),
-            waiter=waiter,
-            deadline=deadline,
-            waiting_for="ACTIVE",
-        )
-        if polled is None:
-            continue
-        addon = polled[0]
+    for addon in _descriptions(
+        clients=clients, cluster=cluster, waiter=waiter, deadline=deadline, waiting_for="ACTIVE"
+    ):
         if addon is None:
             raise AddonOperationError("the add-on disappeared while waiting", [f"{ADDON} on {cluster}"])
         status = str(addon.get("status"))
-        if status != last_status:
-            waiter.progress(f"{ADDON} {addon.get('addonVersion', '')}: {status}")
-            last_status = status
         if status in SETTLED:
             return addon
         if status in FAILED:
             raise AddonOperationError(
                 f"{ADDON} is {status}", health_lines(addon) or ["EKS reported no health issue"]
             )
-        if waiter.monotonic() >= deadline:
-            raise AddonOperationError(
-                f"timed out after {waiter.timeout_s:.0f} s waiting for ACTIVE", [f"last status: {status}"]
-            )
-        waiter.sleep(waiter.poll_s)
+    raise AssertionError("unreachable: _descriptions polls until stopped or timed out")
 
 
 def wait_until_deleted(*, clients: AwsClients, cluster: str, waiter: Waiter) -> None:
@@ -596,34 +611,17 @@ def wait_until_deleted(*, clients: AwsClients, cluster: str, waiter: Waiter) -> 
     ``DELETE_FAILED``, or after ``waiter.timeout_s``. Only DELETE_FAILED ends it: right after
     ``DeleteAddon`` the add-on can still read ACTIVE or DEGRADED (the state being removed)."""
     deadline = waiter.monotonic() + waiter.timeout_s
-    last_status = None
-    while True:
-        polled = _poll(  # in a tuple: describe_addon's own None (the add-on gone) is not a missed poll
-            lambda: (clients.addons.describe_addon(cluster=cluster, name=ADDON),),
-            waiter=waiter,
-            deadline=deadline,
-            waiting_for="the deletion",
-        )
-        if polled is None:
-            continue
-        addon = polled[0]
+    for addon in _descriptions(
+        clients=clients, cluster=cluster, waiter=waiter, deadline=deadline, waiting_for="the deletion"
+    ):
         if addon is None:
             waiter.progress(f"{ADDON}: deleted")
             return
         status = str(addon.get("status"))
-        if status != last_status:
-            waiter.progress(f"{ADDON} {addon.get('addonVersion', '')}: {status}")
-            last_status = status
         if status == DELETE_FAILED:
             raise AddonOperationError(
                 f"{ADDON} is {status}", health_lines(addon) or ["EKS reported no health issue"]
             )
-        if waiter.monotonic() >= deadline:
-            raise AddonOperationError(
-                f"timed out after {waiter.timeout_s:.0f} s waiting for the deletion",
-                [f"last status: {status}"],
-            )
-        waiter.sleep(waiter.poll_s)
 
 
 UPDATE_DONE: Final = "Successful"
