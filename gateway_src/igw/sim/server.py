@@ -94,9 +94,9 @@ class PodArrival:
     token was written.
 
     ``taken_s`` and ``first_token_s`` are read from the wall clock (:meth:`LivePod.vnow`), not the
-    engine's virtual clock: that one stays continuous across short idle gaps, so it can run up to
-    :data:`RESYNC_WALL_S` behind the wall and date a step before the request it serves arrived. Step
-    durations on the engine's clock are exact.
+    engine's virtual clock: that one stays continuous across timer overshoot, so it can run up to
+    :data:`RESYNC_WALL_S` behind the wall (never before the newest arrival). Step durations on the
+    engine's clock are exact.
     """
 
     request: EngineRequest
@@ -163,6 +163,8 @@ class LivePod:
         self._restricted_cache: tuple[str, tuple[str, ...], str] | None = None
         self._fault_tasks: list[asyncio.Task[None]] = []
         self._vclock = 0.0
+        self._last_arrival = 0.0
+        """Virtual time the newest request joined the engine: no step may start before it."""
         self._t0 = 0.0
         self._driver: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
@@ -344,11 +346,14 @@ class LivePod:
                 await self._wake.wait()
                 continue
             # Keep virtual time continuous across timer overshoot (sleep targets are absolute, so a late
-            # wake-up does not accumulate); re-sync only when the loop fell clearly behind or was idle.
+            # wake-up does not accumulate); re-sync only when the loop fell clearly behind. A step never
+            # starts before the newest request that joined the queue: after a short idle gap the old
+            # clock lies before that arrival, and starting there ran its prefill partly in the past (a
+            # request 30 ms after the previous step answered 35 ms early, its queue time negative).
             vnow = self.vnow()
             late = vnow - self._vclock
             if late < RESYNC_WALL_S / self.time_scale:
-                start = self._vclock
+                start = max(self._vclock, self._last_arrival)
             else:
                 start = vnow
                 if self._vclock > 0 and self._was_busy:
@@ -613,6 +618,7 @@ class LivePod:
             self.arrivals[headers.get("X-Request-Id", request_id)] = record
         stream = _Stream(req, record)
         self._streams[request_id] = stream
+        self._last_arrival = max(self._last_arrival, req.arrival)
         self._wake.set()
         try:
             yield stream
