@@ -526,3 +526,25 @@ async def test_a_request_after_a_short_idle_gap_is_not_served_in_the_past() -> N
             if s.name == "vllm:request_queue_time_seconds_sum"
         }
         assert sums["vllm:request_queue_time_seconds_sum"] >= 0.0
+
+
+async def test_a_fault_injected_at_run_time_honours_its_window() -> None:
+    """``start_s``/``end_s`` of an admin-API fault count from the injection (they were ignored: the
+    fault started at once and never ended); a DELETE also cancels a window still pending."""
+    async with run_fleet(fleet_spec(H100, time_scale=0.2)) as fleet:
+        live = fleet.pod("h")
+        status, _ = await _admin(
+            fleet, "POST", "/pods/h/faults", {"kind": "slow", "factor": 3, "start_s": 0.25, "end_s": 0.75}
+        )
+        assert status == 200
+        assert live.engine.slowdown == 1.0  # not yet
+        await asyncio.sleep(0.4 * 0.2)
+        assert live.engine.slowdown == 3.0
+        await asyncio.sleep(0.6 * 0.2)
+        assert live.engine.slowdown == 1.0  # it ended by itself
+        assert live.faults == {}
+        await fleet.inject("h", FaultSpec(kind=FaultKind.HANG, start_s=0.25))
+        status, _ = await _admin(fleet, "DELETE", "/pods/h/faults/hang")
+        assert status == 200
+        await asyncio.sleep(0.4 * 0.2)
+        assert live.faults == {}  # the cancelled window never started
